@@ -1,0 +1,64 @@
+# hbfsim — two set-up commands: `make demo` and `make test`. Both build everything they need.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+DEPS_STAMP := $(VENV)/.deps-stamp
+INSTALL_STAMP := $(VENV)/.install-stamp
+NVCC ?= $(shell command -v nvcc 2>/dev/null)
+BUILD := build
+
+PROTO_SRC := proto/hbf.proto
+PROTO_OUT := hbfproto/hbf_pb2.py hbfproto/hbf_pb2_grpc.py
+
+# Device helper library: every runtime_cuda/src/*.cu is compiled to PTX (sm_90a) when nvcc exists.
+HELPER_SRC := $(wildcard runtime_cuda/src/*.cu)
+HELPER_HDR := $(wildcard runtime_cuda/include/*.h runtime_cuda/src/*.cuh)
+HELPER_PTX := $(BUILD)/runtime_cuda/hbf_helpers.ptx
+NVCC_PTX_FLAGS := -std=c++17 -O3 -arch=compute_90a -rdc=true -ptx -Iruntime_cuda/include
+
+.PHONY: all venv proto helpers-ptx test test-gpu demo clean
+
+all: $(INSTALL_STAMP) helpers-ptx
+
+$(DEPS_STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q 'numpy>=1.26' 'scipy>=1.11' 'jsonschema>=4.20' 'grpcio>=1.66' 'protobuf>=5.27' \
+	  'pytest>=8' 'hypothesis>=6.100' 'grpcio-tools>=1.66' 'matplotlib>=3.8' 'control>=0.10.1' \
+	  'cuda-python>=12.6' 'nvidia-ml-py>=12.0'
+	touch $@
+
+venv: $(INSTALL_STAMP)
+
+$(PROTO_OUT): $(PROTO_SRC) $(DEPS_STAMP)
+	$(VPY) -m grpc_tools.protoc -Iproto --python_out=hbfproto --grpc_python_out=hbfproto $(PROTO_SRC)
+	sed -i 's/^import hbf_pb2 as/from hbfproto import hbf_pb2 as/' hbfproto/hbf_pb2_grpc.py
+
+proto: $(PROTO_OUT)
+
+$(INSTALL_STAMP): $(DEPS_STAMP) $(PROTO_OUT)
+	$(VPY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+helpers-ptx: $(HELPER_PTX)
+
+$(HELPER_PTX): $(HELPER_SRC) $(HELPER_HDR)
+	@mkdir -p $(dir $@)
+	@if [ -z "$(NVCC)" ]; then echo "nvcc not found: device helper PTX not built (GPU paths unavailable)"; \
+	elif [ -z "$(HELPER_SRC)" ]; then echo "no helper sources yet"; \
+	else set -e; rm -f $@.parts; for f in $(HELPER_SRC); do \
+	    $(NVCC) $(NVCC_PTX_FLAGS) $$f -o $(BUILD)/runtime_cuda/$$(basename $$f .cu).ptx; done; \
+	  $(VPY) -m runtime_cuda.build_helpers $(BUILD)/runtime_cuda $@; fi
+
+test: $(INSTALL_STAMP) helpers-ptx
+	$(VPY) -m pytest -q -p no:cacheprovider
+
+test-gpu: $(INSTALL_STAMP) helpers-ptx
+	$(VPY) -m pytest -q -p no:cacheprovider -m gpu
+
+demo: $(INSTALL_STAMP) helpers-ptx
+	$(VPY) -m hbfd.demo
+
+clean:
+	rm -rf $(BUILD) $(VENV) $(PROTO_OUT)

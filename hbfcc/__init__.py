@@ -1,0 +1,1 @@
+"""hbfsim part."""

@@ -1,0 +1,64 @@
+/*
+ * hbf_abi.h — the helper ABI between hbfcc (which emits calls) and runtime_cuda (which
+ * implements the helpers in CUDA C++ compiled to PTX at build time).
+ *
+ * Versioned: hbfcc records HBF_HELPER_ABI_VERSION and the helper PTX SHA-256 in every
+ * admission artifact; a change to any prototype, flag bit or global below bumps the version.
+ *
+ * Every helper is a `.weak .func` (so it can be linked into several modules), named __hb_*.
+ * hbfcc declares the prototypes before the first .entry and links the helper PTX module
+ * (build/runtime_cuda/hbf_helpers.ptx) into each rewritten module.
+ *
+ * Futures are u64 values kept in registers by the rewritten code:
+ *   0                      nothing to wait for (native access, predicated off, or not global)
+ *   bit 63 clear, nonzero  a deadline on %globaltimer (ns): the consumer spins until then
+ *   bit 63 set             a reference-path ticket: (1<<63) | ticket; the consumer polls the
+ *                          completion slot, then spins until completion.arrival + modeled_ns
+ * Futures merge with max.u64 *only* when both are deadlines; hbfcc never merges tickets
+ * (it waits on them separately), except through __hb_future_join which the helper provides.
+ *
+ * PTX prototypes (as hbfcc declares them):
+ *
+ *   .weak .func (.param .b64 fut) __hb_issue(.param .b64 addr, .param .b32 bytes,
+ *                                            .param .b32 flags, .param .b32 site);
+ *   .weak .func __hb_wait(.param .b64 fut, .param .b32 site);
+ *   .weak .func (.param .b64 fut) __hb_future_join(.param .b64 a, .param .b64 b);
+ *   .weak .func __hb_kernel_enter(.param .b32 kernel_index);
+ *   .weak .func __hb_kernel_exit(.param .b32 kernel_index);
+ *
+ * __hb_issue: called by every active and inactive lane of a rewritten access site (the call is
+ *   unconditional; a predicated access passes HBF_F_ACTIVE only where the guard is true), so
+ *   that __match_any_sync over __activemask() sees the lanes that would have issued.
+ *   Classifies addr against the range snapshot; outside every range -> returns 0 at once.
+ *   In range: warp aggregation (lanes in the same page group share one request), thermal q
+ *   snapshotted before the reservation, timing source as published, returns the future.
+ *   Partial overlap / missing permission -> UNSUPPORTED recorded (device_failure) and trap.
+ * __hb_wait: waits for a future (no-op for 0). Spins on %globaltimer for the final approach.
+ *   Accounts wall_ns (exposed wait) and overhead_ns (lateness past the deadline).
+ * __hb_kernel_enter/exit: optional per-kernel bookkeeping (start timestamp for eidola,
+ *   counters flush); hbfcc emits enter at the top of each .entry and exit before ret/exit.
+ *
+ * site (u32): bits 0..15 = access-site index within the kernel; bits 16..31 = kernel index
+ *   within the module (the order of .entry directives, as in the admission artifact).
+ *
+ * Module globals defined by the helper PTX and set by the runtime after the module loads
+ * (cuModuleGetGlobal; the Triton kernel_load_end_hook; default 0 = detached = native path):
+ *   .visible .global .align 8 .u64 __hb_state;        device address of hbf_device_state
+ *   .visible .global .align 4 .u32 __hb_kslot_base;   first per-kernel counter slot of module
+ */
+#ifndef HBF_ABI_H
+#define HBF_ABI_H
+
+#define HBF_HELPER_ABI_VERSION 1u
+
+/* flags argument of __hb_issue */
+#define HBF_F_OP_MASK 0x3u          /* HBF_OP_LOAD / STORE / ATOMIC / CPASYNC (hbf_ctl.h) */
+#define HBF_F_ACTIVE 0x4u           /* this lane really performs the access (guard true) */
+#define HBF_F_GENERIC 0x8u          /* generic address: helper checks isspacep.global */
+#define HBF_F_WAIT_NOW 0x10u        /* .volatile / .acquire / atomic: caller waits at once */
+#define HBF_F_NC 0x20u              /* ld.global.nc (read-only path) */
+#define HBF_F_RELEASE 0x40u         /* st.release / red.release: stores drained before */
+
+#define HBF_FUTURE_TICKET_BIT (1ull << 63)
+
+#endif /* HBF_ABI_H */

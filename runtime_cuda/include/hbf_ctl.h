@@ -1,0 +1,266 @@
+/*
+ * hbf_ctl.h — the control region shared by hbfd, the workload process and the GPU.
+ *
+ * THIS FILE IS THE ONLY DEFINITION of the layout. The Python mirror (hbfcommon/ctl.py) is
+ * checked against it by tests/test_ctl_layout.py, which compiles an offsetof/sizeof probe.
+ *
+ * The region is a memfd created by hbfd, sealed against resize
+ * (F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL), mapped MAP_SHARED by hbfd and by the workload,
+ * and registered by the workload with cuMemHostRegister(DEVICEMAP|PORTABLE); on the H200 the
+ * device pointer equals the host pointer. A workload attaches without inheriting an fd, by
+ * opening /proc/<hbfd pid>/fd/<fd> (the path hbfd returns from Attach).
+ *
+ * Rules (measured on the H200, see DESIGN.md §3.1):
+ *  - the GPU polls host-written words only with ld.acquire.sys or ld.volatile (+ nanosleep);
+ *  - the GPU cannot do atomics together with the host: words that the GPU updates atomically
+ *    (ring_head) are never written by the host, and host-written words are never updated
+ *    atomically by the GPU;
+ *  - handoff is "write payload, then st.release.sys the sequence word"; the reader reads the
+ *    sequence word with acquire, then the payload.
+ *
+ * Every section starts on a 64-byte boundary. All integers are little-endian. Time is integer
+ * nanoseconds. Host clocks and GPU clocks are never subtracted from each other.
+ */
+#ifndef HBF_CTL_H
+#define HBF_CTL_H
+
+#ifdef __cplusplus
+#include <cstdint>
+#define HBF_STATIC_ASSERT static_assert
+#else
+#include <stdint.h>
+#define HBF_STATIC_ASSERT _Static_assert
+#endif
+
+#define HBF_CTL_MAGIC 0x3130544c43464248ULL /* "HBFCTL01" little-endian */
+#define HBF_CTL_ABI_VERSION 1u
+
+#define HBF_MAX_RANGES 1024u
+#define HBF_RING_SLOTS 4096u            /* power of two */
+#define HBF_MAX_CURVE_POINTS 16u
+#define HBF_N_OPS 4u                    /* HBF_OP_* */
+#define HBF_N_STATUS 16u
+#define HBF_MAX_KERNEL_SLOTS 1024u      /* per-kernel counters (device memory, hbf_kernel_counters) */
+
+/* ---- request terminal states (PENDING is the only non-terminal one) ---------------------- */
+#define HBF_ST_PENDING 0u
+#define HBF_ST_READY 1u
+#define HBF_ST_IO_ERROR 2u
+#define HBF_ST_COPY_ERROR 3u
+#define HBF_ST_CHECKSUM_ERROR 4u
+#define HBF_ST_TIMEOUT 5u
+#define HBF_ST_UNSUPPORTED 6u
+#define HBF_ST_DAEMON_LOST 7u
+#define HBF_ST_THERMAL_SHUTDOWN 8u
+
+/* ---- operations ---------------------------------------------------------------------------- */
+#define HBF_OP_LOAD 0u
+#define HBF_OP_STORE 1u
+#define HBF_OP_ATOMIC 2u
+#define HBF_OP_CPASYNC 3u
+
+/* ---- range modes and permissions ----------------------------------------------------------- */
+#define HBF_MODE_TIMING 1u
+#define HBF_MODE_CAPACITY 2u
+#define HBF_MODE_FLAG 3u
+#define HBF_PERM_READ 1u
+#define HBF_PERM_WRITE 2u
+#define HBF_PERM_ATOMIC 4u
+
+/* ---- timing sources ------------------------------------------------------------------------ */
+#define HBF_SRC_FIXED 1u
+#define HBF_SRC_CURVE 2u
+#define HBF_SRC_FAST 3u
+#define HBF_SRC_REFERENCE 4u
+
+/* ---- thermal modes ------------------------------------------------------------------------- */
+#define HBF_TH_NORMAL 0u
+#define HBF_TH_LIGHT 1u
+#define HBF_TH_SEVERE 2u
+#define HBF_TH_SHUTDOWN 3u
+
+/* ---- global failure word: 0 = running; else (status << 32) | reason ------------------------ */
+#define HBF_FAIL_NONE 0ull
+#define HBF_FAIL_REASON_SHUTDOWN 1u     /* clean daemon exit: status DAEMON_LOST to waiters */
+#define HBF_FAIL_REASON_ENGINE 2u       /* model/engine failure */
+#define HBF_FAIL_REASON_THERMAL 3u      /* thermal shutdown */
+#define HBF_FAIL_REASON_DEVICE 4u       /* the GPU side reported a terminal failure */
+
+/* ---- sections ------------------------------------------------------------------------------ */
+
+/* Media and timing parameters, published by hbfd from the profile before readiness. */
+typedef struct hbf_media_params {
+    uint32_t timing_source;        /* HBF_SRC_* */
+    uint32_t page_bytes;           /* 4096 */
+    uint32_t read_granularity;     /* 64 */
+    uint32_t write_granularity;    /* 4096 */
+    uint32_t channels;
+    uint32_t dies_per_channel;
+    uint32_t planes_per_die;
+    uint32_t queue_depth;          /* per die */
+    uint64_t t_read_ns;            /* tR: page sense */
+    uint64_t t_prog_ns;            /* tPROG */
+    uint64_t t_erase_ns;           /* tBERS */
+    uint64_t channel_bytes_per_s;  /* per channel; aggregate = channels * this */
+    uint64_t fixed_read_ns;        /* HBF_SRC_FIXED */
+    uint64_t fixed_write_ns;
+    uint32_t interleave;           /* 0: page -> channel = page % C, die = (page / C) % D */
+    uint32_t curve_points;         /* HBF_SRC_CURVE: number of valid points */
+    uint32_t curve_pages[HBF_MAX_CURVE_POINTS];    /* cumulative-burst curve: x (pages) */
+    uint64_t curve_cum_ns[HBF_MAX_CURVE_POINTS];   /* y (cumulative ns) */
+    uint64_t curve_write_ns;       /* per 4 KiB program in curve mode */
+    uint64_t refresh_quantum_bytes;
+    uint64_t reserved[3];
+} hbf_media_params;
+
+typedef struct hbf_header {
+    uint64_t magic;                /* HBF_CTL_MAGIC */
+    uint32_t abi_version;          /* HBF_CTL_ABI_VERSION */
+    uint32_t header_bytes;         /* sizeof(hbf_header) */
+    uint64_t total_bytes;          /* size of the whole region */
+    uint64_t off_ranges;           /* offsets of the sections from the region start */
+    uint64_t off_thermal;
+    uint64_t off_refresh;
+    uint64_t off_ring;
+    uint64_t off_completions;
+    uint64_t off_counters;
+    uint32_t ring_slots;           /* HBF_RING_SLOTS */
+    uint32_t max_ranges;           /* HBF_MAX_RANGES */
+    uint64_t daemon_pid;
+    uint64_t generation;           /* bumps when the daemon (re)configures the region */
+    /* --- liveness (host-written; GPU reads with ld.acquire.sys) --- */
+    uint64_t heartbeat;            /* 0 until ready; then a counter bumped at least every 10 ms */
+    uint64_t heartbeat_period_ns;  /* the daemon's promise (<= 10 ms) */
+    uint64_t failure;              /* global failure word, see HBF_FAIL_* */
+    uint64_t admission_closed;     /* 1 once the daemon stops accepting requests */
+    /* --- GPU-owned (GPU-only atomics; host reads only) --- */
+    uint64_t ring_head;            /* next ticket to reserve */
+    uint64_t device_failure;       /* first terminal failure seen by the GPU: (status<<32)|site */
+    /* --- workload-owned (written by the attached process) --- */
+    uint64_t workload_pid;
+    uint64_t device_state_ptr;     /* device address of the runtime's hbf_device_state */
+    uint8_t profile_sha256[32];
+    uint8_t reserved0[64];
+    hbf_media_params media;        /* 64-byte aligned inside the header */
+} hbf_header;
+
+typedef struct hbf_range {
+    uint64_t base;                 /* device virtual address */
+    uint64_t length;               /* bytes */
+    uint64_t media_offset;         /* page-aligned offset in the modeled stack (not a GPU VA) */
+    uint32_t range_id;             /* nonzero, stable for the range's life */
+    uint32_t mode;                 /* HBF_MODE_* */
+    uint32_t perms;                /* HBF_PERM_* */
+    uint32_t page_bytes;
+    uint32_t stream;
+    uint32_t flags;
+    uint64_t backing_offset;       /* capacity mode: offset in the backing file */
+    uint64_t reserved;
+} hbf_range;
+
+/* Sorted by base, non-overlapping. Writer: hbfd, under the seqlock `seq` (odd while writing). */
+typedef struct hbf_range_snapshot {
+    uint64_t seq;
+    uint64_t generation;           /* bumps on every change */
+    uint32_t count;
+    uint32_t reserved0;
+    uint64_t reserved[5];
+    hbf_range ranges[HBF_MAX_RANGES];
+} hbf_range_snapshot;
+
+/* Seqlock: hbfd makes seq odd, writes the fields, makes seq even (st.release.sys). */
+typedef struct hbf_thermal_snapshot {
+    uint64_t seq;
+    uint32_t mode;                 /* HBF_TH_* */
+    uint32_t q_ppm;                /* service fraction, 1..1e6; Normal publishes 1e6 */
+    uint32_t admission_open;       /* 0 in Severe and Shutdown */
+    uint32_t policy;
+    int32_t hbf_max_millic;        /* hottest HBF layer */
+    int32_t hbm_millic;
+    int32_t gpu_millic;
+    uint32_t reserved0;
+    uint64_t tick;                 /* controller tick counter */
+    uint64_t reserved[2];
+} hbf_thermal_snapshot;
+
+typedef struct hbf_refresh_debt {
+    uint64_t seq;
+    uint64_t debt_total_bytes;     /* monotonic: refresh bytes published to the device so far */
+    uint64_t quantum_bytes;        /* one admission claims at most one quantum */
+    uint64_t background_drained_bytes; /* debt the host drained in otherwise idle time */
+    uint64_t reserved[4];
+} hbf_refresh_debt;
+
+/* One request (GPU -> hbfd). Payload first, then seq = ticket + 1 with st.release.sys. */
+typedef struct hbf_request {
+    uint64_t seq;
+    uint64_t arrival_ns;           /* GPU %globaltimer at issue (never compared to host time) */
+    uint64_t address;              /* device VA */
+    uint64_t media_address;        /* range media_offset + offset in range */
+    uint32_t bytes;
+    uint32_t op;                   /* HBF_OP_* */
+    uint32_t range_id;
+    uint32_t kernel_slot;
+    uint32_t site;
+    uint32_t flags;
+    uint64_t reserved;
+} hbf_request;
+
+/* One completion (hbfd -> GPU). Payload first, then seq = ticket + 1 with st.release.sys.
+ * The GPU waiter writes consumed = ticket + 1 when it has read the completion; a ticket
+ * t >= ring_slots may reuse slot t % ring_slots only after consumed == t - ring_slots + 1. */
+typedef struct hbf_completion {
+    uint64_t seq;
+    uint64_t arrival_ns;           /* echo of the request */
+    uint64_t modeled_ns;           /* service the model asked for (device waits arrival+this) */
+    uint64_t service_ns;           /* host time spent serving */
+    uint32_t status;               /* HBF_ST_* */
+    uint32_t reserved0;
+    uint64_t consumed;             /* GPU-written */
+    uint64_t reserved[2];
+} hbf_completion;
+
+typedef struct hbf_op_counters {
+    uint64_t requests;
+    uint64_t bytes;
+    uint64_t modeled_ns;
+    uint64_t wall_ns;              /* exposed wait at the consumers */
+    uint64_t service_ns;           /* host time serving reference requests */
+    uint64_t overhead_ns;          /* lateness past deadlines + helper time + host round trips */
+    uint64_t reserved[2];
+} hbf_op_counters;
+
+/* Run counters: hbfd writes the reference-path part; the workload runtime writes a copy of the
+ * device counters at sync points (never both on the same word). */
+typedef struct hbf_counters {
+    hbf_op_counters daemon[HBF_N_OPS];   /* written by hbfd */
+    hbf_op_counters device[HBF_N_OPS];   /* written by the workload runtime */
+    uint64_t daemon_status[HBF_N_STATUS];/* reference requests by terminal state */
+    uint64_t device_status[HBF_N_STATUS];
+    uint64_t device_sync_seq;            /* bumps each time the runtime publishes */
+    uint64_t reserved[7];
+} hbf_counters;
+
+/* The whole region. Sections are laid out in this order; offsets are also in the header. */
+typedef struct hbf_ctl {
+    hbf_header header;
+    hbf_range_snapshot ranges;
+    hbf_thermal_snapshot thermal;
+    hbf_refresh_debt refresh;
+    hbf_request ring[HBF_RING_SLOTS];
+    hbf_completion completions[HBF_RING_SLOTS];
+    hbf_counters counters;
+} hbf_ctl;
+
+HBF_STATIC_ASSERT(sizeof(hbf_media_params) % 64 == 0, "media params 64B multiple");
+HBF_STATIC_ASSERT(sizeof(hbf_header) % 64 == 0, "header 64B multiple");
+HBF_STATIC_ASSERT(sizeof(hbf_range) == 64, "range 64B");
+HBF_STATIC_ASSERT(sizeof(hbf_range_snapshot) % 64 == 0, "snapshot 64B multiple");
+HBF_STATIC_ASSERT(sizeof(hbf_thermal_snapshot) == 64, "thermal 64B");
+HBF_STATIC_ASSERT(sizeof(hbf_refresh_debt) == 64, "refresh 64B");
+HBF_STATIC_ASSERT(sizeof(hbf_request) == 64, "request 64B");
+HBF_STATIC_ASSERT(sizeof(hbf_completion) == 64, "completion 64B");
+HBF_STATIC_ASSERT(sizeof(hbf_op_counters) == 64, "op counters 64B");
+HBF_STATIC_ASSERT(sizeof(hbf_counters) % 64 == 0, "counters 64B multiple");
+
+#endif /* HBF_CTL_H */
