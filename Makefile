@@ -11,8 +11,9 @@ BUILD := build
 PROTO_SRC := proto/hbf.proto
 PROTO_OUT := hbfproto/hbf_pb2.py hbfproto/hbf_pb2_grpc.py
 
-# Device helper library: every runtime_cuda/src/*.cu is compiled to PTX (sm_90a) when nvcc exists.
-HELPER_SRC := $(wildcard runtime_cuda/src/*.cu)
+# Device helper library: runtime_cuda/src/hbf_helpers.cu (which may #include other .cuh) is
+# compiled to one PTX module (compute_90a) when nvcc exists.
+HELPER_SRC := $(wildcard runtime_cuda/src/hbf_helpers.cu)
 HELPER_HDR := $(wildcard runtime_cuda/include/*.h runtime_cuda/src/*.cuh)
 HELPER_PTX := $(BUILD)/runtime_cuda/hbf_helpers.ptx
 NVCC_PTX_FLAGS := -std=c++17 -O3 -arch=compute_90a -rdc=true -ptx -Iruntime_cuda/include
@@ -47,9 +48,7 @@ $(HELPER_PTX): $(HELPER_SRC) $(HELPER_HDR)
 	@mkdir -p $(dir $@)
 	@if [ -z "$(NVCC)" ]; then echo "nvcc not found: device helper PTX not built (GPU paths unavailable)"; \
 	elif [ -z "$(HELPER_SRC)" ]; then echo "no helper sources yet"; \
-	else set -e; rm -f $@.parts; for f in $(HELPER_SRC); do \
-	    $(NVCC) $(NVCC_PTX_FLAGS) $$f -o $(BUILD)/runtime_cuda/$$(basename $$f .cu).ptx; done; \
-	  $(VPY) -m runtime_cuda.build_helpers $(BUILD)/runtime_cuda $@; fi
+	else $(NVCC) $(NVCC_PTX_FLAGS) $(HELPER_SRC) -o $@; fi
 
 test: $(INSTALL_STAMP) helpers-ptx
 	$(VPY) -m pytest -q -p no:cacheprovider
