@@ -1,0 +1,281 @@
+"""Python mirror of runtime_cuda/include/hbf_ctl.h (the control region). Read it through here.
+
+``tests/test_ctl_layout.py`` compiles an offsetof/sizeof probe of every field with the C compiler
+and compares it to these ctypes classes; change both together (and bump HBF_CTL_ABI_VERSION).
+
+Memory ordering: on x86-64 (TSO) an aligned 8-byte store from Python is a single store and stores
+are not reordered with earlier stores, so "write payload fields, then write seq" is a release;
+loads are not reordered with earlier loads, so "read seq, then payload" is an acquire.
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from ctypes import c_int32, c_uint8, c_uint32, c_uint64
+from dataclasses import dataclass
+
+import numpy as np
+
+from hbfcommon.errors import ControlRegionError, ErrorCode
+
+HBF_CTL_MAGIC = 0x3130544C43464248  # "HBFCTL01" little-endian
+HBF_CTL_ABI_VERSION = 1
+
+HBF_MAX_RANGES = 1024
+HBF_RING_SLOTS = 4096
+HBF_MAX_CURVE_POINTS = 16
+HBF_N_OPS = 4
+HBF_N_STATUS = 16
+HBF_MAX_KERNEL_SLOTS = 1024
+
+HBF_ST_PENDING = 0
+HBF_ST_READY = 1
+HBF_ST_IO_ERROR = 2
+HBF_ST_COPY_ERROR = 3
+HBF_ST_CHECKSUM_ERROR = 4
+HBF_ST_TIMEOUT = 5
+HBF_ST_UNSUPPORTED = 6
+HBF_ST_DAEMON_LOST = 7
+HBF_ST_THERMAL_SHUTDOWN = 8
+
+HBF_OP_LOAD = 0
+HBF_OP_STORE = 1
+HBF_OP_ATOMIC = 2
+HBF_OP_CPASYNC = 3
+OP_NAMES = ("load", "store", "atomic", "cpasync")
+
+HBF_MODE_TIMING = 1
+HBF_MODE_CAPACITY = 2
+HBF_MODE_FLAG = 3
+MODE_NAMES = {HBF_MODE_TIMING: "timing", HBF_MODE_CAPACITY: "capacity", HBF_MODE_FLAG: "flag"}
+HBF_PERM_READ = 1
+HBF_PERM_WRITE = 2
+HBF_PERM_ATOMIC = 4
+HBF_PERM_ALL = HBF_PERM_READ | HBF_PERM_WRITE | HBF_PERM_ATOMIC
+
+HBF_SRC_FIXED = 1
+HBF_SRC_CURVE = 2
+HBF_SRC_FAST = 3
+HBF_SRC_REFERENCE = 4
+TIMING_SOURCE = {"fixed": HBF_SRC_FIXED, "curve": HBF_SRC_CURVE, "fast": HBF_SRC_FAST,
+                 "reference": HBF_SRC_REFERENCE}
+
+HBF_TH_NORMAL = 0
+HBF_TH_LIGHT = 1
+HBF_TH_SEVERE = 2
+HBF_TH_SHUTDOWN = 3
+THERMAL_MODE_NAMES = ("Normal", "Light", "Severe", "Shutdown")
+
+HBF_FAIL_NONE = 0
+HBF_FAIL_REASON_SHUTDOWN = 1
+HBF_FAIL_REASON_ENGINE = 2
+HBF_FAIL_REASON_THERMAL = 3
+HBF_FAIL_REASON_DEVICE = 4
+
+
+def failure_word(status: int, reason: int) -> int:
+    return (status << 32) | reason
+
+
+class hbf_media_params(ctypes.Structure):
+    _fields_ = [
+        ("timing_source", c_uint32), ("page_bytes", c_uint32), ("read_granularity", c_uint32),
+        ("write_granularity", c_uint32), ("channels", c_uint32), ("dies_per_channel", c_uint32),
+        ("planes_per_die", c_uint32), ("queue_depth", c_uint32),
+        ("t_read_ns", c_uint64), ("t_prog_ns", c_uint64), ("t_erase_ns", c_uint64),
+        ("channel_bytes_per_s", c_uint64), ("fixed_read_ns", c_uint64), ("fixed_write_ns", c_uint64),
+        ("interleave", c_uint32), ("curve_points", c_uint32),
+        ("curve_pages", c_uint32 * HBF_MAX_CURVE_POINTS),
+        ("curve_cum_ns", c_uint64 * HBF_MAX_CURVE_POINTS),
+        ("curve_write_ns", c_uint64), ("refresh_quantum_bytes", c_uint64),
+        ("reserved", c_uint64 * 3),
+    ]
+
+
+class hbf_header(ctypes.Structure):
+    _fields_ = [
+        ("magic", c_uint64), ("abi_version", c_uint32), ("header_bytes", c_uint32),
+        ("total_bytes", c_uint64), ("off_ranges", c_uint64), ("off_thermal", c_uint64),
+        ("off_refresh", c_uint64), ("off_ring", c_uint64), ("off_completions", c_uint64),
+        ("off_counters", c_uint64), ("ring_slots", c_uint32), ("max_ranges", c_uint32),
+        ("daemon_pid", c_uint64), ("generation", c_uint64),
+        ("heartbeat", c_uint64), ("heartbeat_period_ns", c_uint64), ("failure", c_uint64),
+        ("admission_closed", c_uint64),
+        ("ring_head", c_uint64), ("device_failure", c_uint64),
+        ("workload_pid", c_uint64), ("device_state_ptr", c_uint64),
+        ("profile_sha256", c_uint8 * 32), ("reserved0", c_uint8 * 64),
+        ("media", hbf_media_params),
+    ]
+
+
+class hbf_range(ctypes.Structure):
+    _fields_ = [
+        ("base", c_uint64), ("length", c_uint64), ("media_offset", c_uint64),
+        ("range_id", c_uint32), ("mode", c_uint32), ("perms", c_uint32), ("page_bytes", c_uint32),
+        ("stream", c_uint32), ("flags", c_uint32), ("backing_offset", c_uint64), ("reserved", c_uint64),
+    ]
+
+
+class hbf_range_snapshot(ctypes.Structure):
+    _fields_ = [
+        ("seq", c_uint64), ("generation", c_uint64), ("count", c_uint32), ("reserved0", c_uint32),
+        ("reserved", c_uint64 * 5), ("ranges", hbf_range * HBF_MAX_RANGES),
+    ]
+
+
+class hbf_thermal_snapshot(ctypes.Structure):
+    _fields_ = [
+        ("seq", c_uint64), ("mode", c_uint32), ("q_ppm", c_uint32), ("admission_open", c_uint32),
+        ("policy", c_uint32), ("hbf_max_millic", c_int32), ("hbm_millic", c_int32),
+        ("gpu_millic", c_int32), ("reserved0", c_uint32), ("tick", c_uint64), ("reserved", c_uint64 * 2),
+    ]
+
+
+class hbf_refresh_debt(ctypes.Structure):
+    _fields_ = [
+        ("seq", c_uint64), ("debt_total_bytes", c_uint64), ("quantum_bytes", c_uint64),
+        ("background_drained_bytes", c_uint64), ("reserved", c_uint64 * 4),
+    ]
+
+
+class hbf_request(ctypes.Structure):
+    _fields_ = [
+        ("seq", c_uint64), ("arrival_ns", c_uint64), ("address", c_uint64), ("media_address", c_uint64),
+        ("bytes", c_uint32), ("op", c_uint32), ("range_id", c_uint32), ("kernel_slot", c_uint32),
+        ("site", c_uint32), ("flags", c_uint32), ("reserved", c_uint64),
+    ]
+
+
+class hbf_completion(ctypes.Structure):
+    _fields_ = [
+        ("seq", c_uint64), ("arrival_ns", c_uint64), ("modeled_ns", c_uint64), ("service_ns", c_uint64),
+        ("status", c_uint32), ("reserved0", c_uint32), ("consumed", c_uint64), ("reserved", c_uint64 * 2),
+    ]
+
+
+class hbf_op_counters(ctypes.Structure):
+    _fields_ = [
+        ("requests", c_uint64), ("bytes", c_uint64), ("modeled_ns", c_uint64), ("wall_ns", c_uint64),
+        ("service_ns", c_uint64), ("overhead_ns", c_uint64), ("reserved", c_uint64 * 2),
+    ]
+
+
+class hbf_counters(ctypes.Structure):
+    _fields_ = [
+        ("daemon", hbf_op_counters * HBF_N_OPS), ("device", hbf_op_counters * HBF_N_OPS),
+        ("daemon_status", c_uint64 * HBF_N_STATUS), ("device_status", c_uint64 * HBF_N_STATUS),
+        ("device_sync_seq", c_uint64), ("reserved", c_uint64 * 7),
+    ]
+
+
+class hbf_ctl(ctypes.Structure):
+    _fields_ = [
+        ("header", hbf_header), ("ranges", hbf_range_snapshot), ("thermal", hbf_thermal_snapshot),
+        ("refresh", hbf_refresh_debt), ("ring", hbf_request * HBF_RING_SLOTS),
+        ("completions", hbf_completion * HBF_RING_SLOTS), ("counters", hbf_counters),
+    ]
+
+
+# Every struct the header defines, by C name (the layout test walks these).
+STRUCTS = {c.__name__: c for c in (hbf_media_params, hbf_header, hbf_range, hbf_range_snapshot,
+                                   hbf_thermal_snapshot, hbf_refresh_debt, hbf_request,
+                                   hbf_completion, hbf_op_counters, hbf_counters, hbf_ctl)}
+CTL_BYTES = ctypes.sizeof(hbf_ctl)
+OFFSETS = {name: getattr(hbf_ctl, name).offset
+           for name in ("ranges", "thermal", "refresh", "ring", "completions", "counters")}
+
+# numpy views for vectorized scans of the ring (same layout as the ctypes classes).
+REQUEST_DTYPE = np.dtype(hbf_request)
+COMPLETION_DTYPE = np.dtype(hbf_completion)
+OP_COUNTERS_DTYPE = np.dtype(hbf_op_counters)
+
+
+@dataclass
+class CtlMap:
+    """A mapped control region: ``ctl`` (ctypes view), numpy views of ring and completions."""
+
+    mm: mmap.mmap
+    ctl: hbf_ctl
+    ring: np.ndarray
+    completions: np.ndarray
+    daemon_counters: np.ndarray
+    device_counters: np.ndarray
+
+    @classmethod
+    def from_mmap(cls, mm: mmap.mmap) -> "CtlMap":
+        ctl = hbf_ctl.from_buffer(mm)
+        ring = np.frombuffer(mm, REQUEST_DTYPE, HBF_RING_SLOTS, OFFSETS["ring"])
+        comp = np.frombuffer(mm, COMPLETION_DTYPE, HBF_RING_SLOTS, OFFSETS["completions"])
+        cnt = OFFSETS["counters"]
+        daemon = np.frombuffer(mm, OP_COUNTERS_DTYPE, HBF_N_OPS, cnt + hbf_counters.daemon.offset)
+        device = np.frombuffer(mm, OP_COUNTERS_DTYPE, HBF_N_OPS, cnt + hbf_counters.device.offset)
+        return cls(mm, ctl, ring, comp, daemon, device)
+
+    def check_header(self) -> None:
+        h = self.ctl.header
+        if h.magic != HBF_CTL_MAGIC:
+            raise ControlRegionError("control region has the wrong magic", magic=hex(h.magic))
+        if h.abi_version != HBF_CTL_ABI_VERSION:
+            raise ControlRegionError("control region ABI version mismatch", code=ErrorCode.ABI_MISMATCH,
+                                     region=h.abi_version, mirror=HBF_CTL_ABI_VERSION)
+        if h.total_bytes != CTL_BYTES:
+            raise ControlRegionError("control region size mismatch", region=h.total_bytes, mirror=CTL_BYTES)
+
+    @property
+    def address(self) -> int:
+        """Host virtual address of the mapping (what the workload registers with CUDA)."""
+        return ctypes.addressof(self.ctl)
+
+    def close(self) -> None:
+        # drop the exported buffers before closing the mmap
+        self.ring = self.completions = self.daemon_counters = self.device_counters = None  # type: ignore
+        self.ctl = None  # type: ignore
+        try:
+            self.mm.close()
+        except BufferError:  # a caller still holds a view; the mapping dies with the process
+            pass
+
+
+def map_region(path_or_fd: str | os.PathLike | int, *, check: bool = True) -> CtlMap:
+    """Map an existing control region, shared, read-write: a path (``/proc/<pid>/fd/<fd>``
+    from Attach) or an open fd. The fd is closed again after mapping if we opened it."""
+    if isinstance(path_or_fd, int):
+        fd, own = path_or_fd, False
+    else:
+        try:
+            fd, own = os.open(os.fspath(path_or_fd), os.O_RDWR | os.O_CLOEXEC), True
+        except OSError as e:
+            raise ControlRegionError(f"cannot open control region: {e.strerror}", path=str(path_or_fd)) from e
+    try:
+        size = os.fstat(fd).st_size
+        if size < CTL_BYTES:
+            raise ControlRegionError("control region is smaller than hbf_ctl", size=size, expected=CTL_BYTES)
+        mm = mmap.mmap(fd, CTL_BYTES, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        if own:
+            os.close(fd)
+    m = CtlMap.from_mmap(mm)
+    if check:
+        m.check_header()
+    return m
+
+
+def seqlock_write(snapshot, fill) -> None:
+    """Writer side of a seqlock section (``seq`` field): odd, fill(), even."""
+    s = snapshot.seq
+    snapshot.seq = s + 1 if s % 2 == 0 else s + 2
+    fill()
+    snapshot.seq = snapshot.seq + 1
+
+
+def seqlock_read(snapshot, read, *, tries: int = 10000):
+    """Reader side: retry until seq is even and unchanged around read()."""
+    for _ in range(tries):
+        s0 = snapshot.seq
+        if s0 % 2:
+            continue
+        v = read()
+        if snapshot.seq == s0:
+            return v
+    raise ControlRegionError("seqlock never settled (writer stuck?)")

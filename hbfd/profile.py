@@ -1,0 +1,433 @@
+"""Device profiles: typed, validated twice, every number with its provenance.
+
+A profile is a JSON file in ``profiles/``. It is validated first against
+``profiles/profile.schema.json`` (structure; unknown keys rejected), then against the invariants
+of the frozen dataclasses below (meaning: geometry self-consistency, ordered thresholds, ...).
+Every error is a :class:`ProfileError` whose fields name the file and the dotted field.
+
+In the JSON every number is written with its provenance::
+
+    "t_read_ns": {"value": 20000, "provenance": "literature", "source": "..."}
+
+The loader exposes plain values (``profile.timing.t_read_ns == 20000``) and a provenance map
+(``profile.provenance["timing.t_read_ns"].kind == "literature"``).
+
+Adding a field: add it to the section's dataclass (a default makes it optional) and to the
+section's ``properties`` in the schema; ``tests/test_profiles.py`` checks that the two agree.
+There is no time multiplier: modeled time is device time, 1:1 (a ``time_scale`` key is refused).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from hbfcommon.errors import ProfileError
+
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
+SCHEMA_PATH = PROFILE_DIR / "profile.schema.json"
+SCHEMA_VERSION = 1
+PROVENANCE_KINDS = ("spec", "literature", "measured", "assumed")
+TIMING_SOURCES = ("fixed", "curve", "fast", "reference")
+MAX_CURVE_POINTS = 16  # HBF_MAX_CURVE_POINTS in hbf_ctl.h
+
+
+@dataclass(frozen=True)
+class Provenance:
+    kind: str     # spec | literature | measured | assumed
+    source: str
+
+
+# ---- sections ------------------------------------------------------------------------------
+# Each section is a frozen dataclass. ``_invariants`` yields (field, message) for violations.
+
+@dataclass(frozen=True)
+class Geometry:
+    page_bytes: int
+    read_granularity: int
+    write_granularity: int
+    channels: int
+    dies_per_channel: int
+    planes_per_die: int
+    blocks_per_plane: int
+    pages_per_block: int
+    channel_width_bits: int
+    channel_rate_mtps: float
+    stack_height: int
+    host_link_bytes_per_s: float | None = None
+
+    @property
+    def channel_bytes_per_s(self) -> int:
+        """Per channel: width/8 bytes per transfer × rate (MT/s) × 1e6."""
+        return round(self.channel_width_bits / 8 * self.channel_rate_mtps * 1e6)
+
+    @property
+    def aggregate_bytes_per_s(self) -> int:
+        return self.channels * self.channel_bytes_per_s
+
+    @property
+    def dies(self) -> int:
+        return self.channels * self.dies_per_channel
+
+    @property
+    def planes(self) -> int:
+        return self.dies * self.planes_per_die
+
+    @property
+    def pages(self) -> int:
+        return self.planes * self.blocks_per_plane * self.pages_per_block
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.pages * self.page_bytes
+
+    def _invariants(self):
+        if self.page_bytes != 4096:
+            yield "page_bytes", "pages are 4 KiB (4096)"
+        if self.read_granularity != 64:
+            yield "read_granularity", "reads are served at 64 B granularity"
+        if self.write_granularity != 4096:
+            yield "write_granularity", "writes are assembled to 4 KiB (4096)"
+        if self.channel_width_bits % 8:
+            yield "channel_width_bits", "must be a whole number of bytes"
+        if self.host_link_bytes_per_s is not None and self.aggregate_bytes_per_s > self.host_link_bytes_per_s:
+            yield ("host_link_bytes_per_s",
+                   f"aggregate media bandwidth channels × channel_bytes_per_s = {self.channels} × "
+                   f"{self.channel_bytes_per_s} = {self.aggregate_bytes_per_s} B/s exceeds the host link "
+                   f"({self.host_link_bytes_per_s:.0f} B/s): the geometry contradicts the link; "
+                   f"lower channel_rate_mtps/channels or raise the link")
+
+
+@dataclass(frozen=True)
+class Timing:
+    t_read_ns: int    # tR: page sense
+    t_prog_ns: int    # tPROG
+    t_erase_ns: int   # tBERS
+    t_cmd_ns: int     # command/address overhead per operation
+
+    def _invariants(self):
+        if not self.t_read_ns < self.t_prog_ns < self.t_erase_ns:
+            yield "t_prog_ns", "NAND timing must satisfy t_read_ns < t_prog_ns < t_erase_ns"
+
+
+@dataclass(frozen=True)
+class Media:
+    queue_depth: int              # per die
+    over_provisioning: float      # fraction of raw capacity hidden from the host
+    gc_start_free_fraction: float  # background GC starts below this free-block fraction
+    gc_hard_free_fraction: float   # foreground (blocking) GC below this
+    refresh_quantum_bytes: int    # one admission claims at most this much refresh debt
+    interleave: int = 0           # 0: page -> channel = page % C, die = (page / C) % D
+
+    def _invariants(self):
+        if not 0.0 <= self.over_provisioning < 1.0:
+            yield "over_provisioning", "must be a fraction in [0, 1)"
+        if not 0.0 < self.gc_hard_free_fraction < self.gc_start_free_fraction < 1.0:
+            yield "gc_hard_free_fraction", "need 0 < gc_hard_free_fraction < gc_start_free_fraction < 1"
+        if self.refresh_quantum_bytes % 4096:
+            yield "refresh_quantum_bytes", "must be a multiple of the 4096 B page"
+        if self.interleave != 0:
+            yield "interleave", "only interleave 0 (page % channels, then dies) is defined"
+
+
+@dataclass(frozen=True)
+class Energy:
+    read_j: float      # per read command (sense)
+    program_j: float   # per program command
+    erase_j: float     # per block erase
+    j_per_byte: float  # transfer energy
+    idle_w: float      # static power of the stack
+
+    def _invariants(self):
+        return ()
+
+
+@dataclass(frozen=True)
+class Thermal:
+    ambient_c: float
+    limit_hbf_c: float
+    limit_hbm_c: float
+    limit_gpu_c: float
+    rtt_c: float        # report (warning) threshold
+    ltt_c: float        # light-throttle threshold
+    stt_c: float        # severe-throttle threshold (admission closed)
+    shutdown_c: float
+    light_q_ppm: int    # service fraction in Light mode
+    hysteresis_k: float
+
+    def _invariants(self):
+        if not self.rtt_c < self.ltt_c < self.stt_c < self.shutdown_c:
+            yield "ltt_c", "controller thresholds must satisfy rtt_c < ltt_c < stt_c < shutdown_c"
+        if self.ambient_c >= self.rtt_c:
+            yield "ambient_c", "ambient must be below the first controller threshold rtt_c"
+        if not 0 < self.light_q_ppm <= 1_000_000:
+            yield "light_q_ppm", "service fraction must be in (0, 1e6]"
+        if self.hysteresis_k >= self.ltt_c - self.rtt_c:
+            yield "hysteresis_k", "hysteresis must be smaller than the gap between rtt_c and ltt_c"
+
+
+@dataclass(frozen=True)
+class Reliability:
+    ea_retention_ev: float
+    l_ref_h: float
+    t_ref_c: float
+    ea_failure_ev_min: float
+    ea_failure_ev_max: float
+    ea_failure_ev_step: float
+    mtbf_ref_h: float
+    read_disturb_limit: int
+    pec_limit: int
+    refresh_damage_threshold: float
+    a_t: float           # reliability acceleration, disclosed in every summary
+
+    def _invariants(self):
+        if not self.ea_failure_ev_min <= self.ea_failure_ev_max:
+            yield "ea_failure_ev_max", "need ea_failure_ev_min <= ea_failure_ev_max"
+        if not 0.0 < self.refresh_damage_threshold <= 1.0:
+            yield "refresh_damage_threshold", "Miner damage threshold must be in (0, 1]"
+
+
+@dataclass(frozen=True)
+class FixedTiming:
+    read_ns: int
+    write_ns: int
+
+    def _invariants(self):
+        return ()
+
+
+@dataclass(frozen=True)
+class CurveTiming:
+    points: tuple[tuple[int, int], ...]     # (pages, cumulative_ns), strictly increasing
+    write_ns: int
+    held_out: tuple[tuple[int, int], ...] = ()
+
+    def _invariants(self):
+        if len(self.points) < 2:
+            yield "points", "a curve needs at least 2 points"
+        if len(self.points) > MAX_CURVE_POINTS:
+            yield "points", f"at most {MAX_CURVE_POINTS} points fit the control region"
+        for name, pts in (("points", self.points), ("held_out", self.held_out)):
+            for a, b in zip(pts, pts[1:]):
+                if not (b[0] > a[0] and b[1] >= a[1]):
+                    yield name, "pages must increase strictly and cumulative_ns must not decrease"
+                    break
+            if any(p < 1 or ns < 0 for p, ns in pts):
+                yield name, "pages >= 1 and cumulative_ns >= 0"
+
+
+@dataclass(frozen=True)
+class TimingModel:
+    timing_source: str
+    fixed: FixedTiming
+    curve: CurveTiming | None = None
+
+    def _invariants(self):
+        if self.timing_source not in TIMING_SOURCES:
+            yield "timing_source", f"one of {', '.join(TIMING_SOURCES)}"
+        if self.timing_source == "curve" and self.curve is None:
+            yield "curve", "timing_source 'curve' needs a curve"
+
+
+SECTIONS: dict[str, type] = {
+    "geometry": Geometry, "timing": Timing, "media": Media, "energy": Energy,
+    "thermal": Thermal, "reliability": Reliability, "timing_model": TimingModel,
+}
+_NESTED: dict[tuple[type, str], type] = {
+    (TimingModel, "fixed"): FixedTiming, (TimingModel, "curve"): CurveTiming,
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    geometry: Geometry
+    timing: Timing
+    media: Media
+    energy: Energy
+    thermal: Thermal
+    reliability: Reliability
+    timing_model: TimingModel
+    path: str = "<dict>"
+    sha256: str = ""                       # of the exact file bytes
+    text: str = field(default="", repr=False)
+    provenance: Mapping[str, Provenance] = field(default_factory=dict, repr=False)
+
+    def to_media_params(self) -> dict[str, Any]:
+        """Values for ``hbf_media_params`` (hbf_ctl.h), field by field."""
+        from hbfcommon import ctl
+        g, t, tm = self.geometry, self.timing, self.timing_model
+        curve = tm.curve
+        pts = list(curve.points) if curve else []
+        pad = MAX_CURVE_POINTS - len(pts)
+        return {
+            "timing_source": ctl.TIMING_SOURCE[tm.timing_source],
+            "page_bytes": g.page_bytes,
+            "read_granularity": g.read_granularity,
+            "write_granularity": g.write_granularity,
+            "channels": g.channels,
+            "dies_per_channel": g.dies_per_channel,
+            "planes_per_die": g.planes_per_die,
+            "queue_depth": self.media.queue_depth,
+            "t_read_ns": t.t_read_ns,
+            "t_prog_ns": t.t_prog_ns,
+            "t_erase_ns": t.t_erase_ns,
+            "channel_bytes_per_s": g.channel_bytes_per_s,
+            "fixed_read_ns": tm.fixed.read_ns,
+            "fixed_write_ns": tm.fixed.write_ns,
+            "interleave": self.media.interleave,
+            "curve_points": len(pts),
+            "curve_pages": [p for p, _ in pts] + [0] * pad,
+            "curve_cum_ns": [ns for _, ns in pts] + [0] * pad,
+            "curve_write_ns": curve.write_ns if curve else 0,
+            "refresh_quantum_bytes": self.media.refresh_quantum_bytes,
+        }
+
+    def summary_section(self) -> dict[str, Any]:
+        g = self.geometry
+        return {"name": self.name, "path": self.path, "sha256": self.sha256,
+                "timing_source": self.timing_model.timing_source,
+                "channel_bytes_per_s": g.channel_bytes_per_s,
+                "aggregate_bytes_per_s": g.aggregate_bytes_per_s,
+                "capacity_bytes": g.capacity_bytes,
+                "reliability_a_t": self.reliability.a_t}
+
+
+# ---- loading -------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _validator():
+    import jsonschema
+    schema = json.loads(SCHEMA_PATH.read_text())
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _dotted(path) -> str:
+    return ".".join(str(p) for p in path) or "<root>"
+
+
+def _find_key(obj: Any, key: str, path=()) -> tuple | None:
+    if isinstance(obj, dict):
+        if key in obj:
+            return path + (key,)
+        for k, v in obj.items():
+            hit = _find_key(v, key, path + (k,))
+            if hit:
+                return hit
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            hit = _find_key(v, key, path + (i,))
+            if hit:
+                return hit
+    return None
+
+
+def _schema_error(err, where: str) -> ProfileError:
+    path = list(err.absolute_path)
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = set(err.schema.get("properties", {}))
+        extra = sorted(k for k in err.instance if k not in allowed)
+        name = _dotted(path + extra[:1])
+        return ProfileError(f"{where}: unknown key {name!r} (allowed here: {', '.join(sorted(allowed))})",
+                            file=where, field=name)
+    if err.validator == "required":
+        missing = err.message.split("'")[1] if "'" in err.message else "?"
+        name = _dotted(path + [missing])
+        return ProfileError(f"{where}: missing required field {name!r}", file=where, field=name)
+    if path and path[-1] == "value":  # {value, provenance, source}: name the quantity
+        path = path[:-1]
+    name = _dotted(path)
+    return ProfileError(f"{where}: field {name!r}: {err.message}", file=where, field=name)
+
+
+def _unwrap(raw: Any, prefix: str, prov: dict[str, Provenance]) -> Any:
+    """Replace every {value, provenance, source} by its value, recording the provenance."""
+    if isinstance(raw, dict) and "value" in raw and "provenance" in raw:
+        prov[prefix] = Provenance(raw["provenance"], raw.get("source", ""))
+        return raw["value"]
+    if isinstance(raw, dict):
+        return {k: _unwrap(v, f"{prefix}.{k}" if prefix else k, prov) for k, v in raw.items()}
+    return raw
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str, where: str):
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        v, name = data[f.name], f"{prefix}.{f.name}"
+        sub = _NESTED.get((cls, f.name))
+        if sub is not None:
+            v = _build(sub, v, name, where)
+        elif f.type == "int":
+            if not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
+                raise ProfileError(f"{where}: field {name!r} must be an integer, got {v!r}",
+                                   file=where, field=name)
+            v = int(v)
+        elif f.type in ("float", "float | None"):
+            v = float(v)
+            if not math.isfinite(v):
+                raise ProfileError(f"{where}: field {name!r} must be finite", file=where, field=name)
+        elif isinstance(v, list):
+            v = tuple(tuple(int(x) for x in p) for p in v)
+        kwargs[f.name] = v
+    obj = cls(**kwargs)
+    for fname, msg in obj._invariants():
+        name = f"{prefix}.{fname}"
+        raise ProfileError(f"{where}: field {name!r}: {msg}", file=where, field=name)
+    return obj
+
+
+def profile_from_dict(data: Mapping[str, Any], *, where: str = "<dict>", text: str = "",
+                      sha256: str = "") -> Profile:
+    """Validate a parsed profile (schema, then invariants) and build the typed Profile."""
+    if not isinstance(data, Mapping):
+        raise ProfileError(f"{where}: a profile is a JSON object", file=where, field="<root>")
+    hit = _find_key(data, "time_scale")
+    if hit:
+        name = _dotted(hit)
+        raise ProfileError(f"{where}: field {name!r} is not allowed: hbfsim has no time multiplier; "
+                           "modeled time is device time, 1:1", file=where, field=name)
+    errors = sorted(_validator().iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        raise _schema_error(errors[0], where)
+    prov: dict[str, Provenance] = {}
+    plain = _unwrap(dict(data), "", prov)
+    sections = {name: _build(cls, plain[name], name, where) for name, cls in SECTIONS.items()}
+    return Profile(name=plain["name"], description=plain.get("description", ""), path=where,
+                   sha256=sha256, text=text, provenance=prov, **sections)
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Load, validate and type a profile file. ``path`` may also be a bare name in profiles/."""
+    p = Path(path)
+    if not p.exists() and not p.suffix and (PROFILE_DIR / f"{p}.json").exists():
+        p = PROFILE_DIR / f"{p}.json"
+    where = str(p)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ProfileError(f"{where}: cannot read profile: {e.strerror}", file=where, field="<file>") from e
+    try:
+        text = raw.decode("utf-8")
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProfileError(f"{where}: not valid JSON: {e}", file=where, field="<file>") from e
+    return profile_from_dict(data, where=where, text=text, sha256=hashlib.sha256(raw).hexdigest())
+
+
+def as_profile(p: Profile | Mapping[str, Any] | str | Path) -> Profile:
+    """Accept a Profile, a parsed dict, or a path."""
+    if isinstance(p, Profile):
+        return p
+    if isinstance(p, Mapping):
+        return profile_from_dict(p)
+    return load_profile(p)

@@ -1,0 +1,90 @@
+"""The Python mirror (hbfcommon/ctl.py) matches runtime_cuda/include/hbf_ctl.h field by field.
+
+Compiles an offsetof/sizeof probe of every field of every struct (and every #define constant)
+with the C compiler and compares it with the ctypes classes.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hbfcommon import ctl
+
+HEADER = Path(__file__).resolve().parent.parent / "runtime_cuda" / "include" / "hbf_ctl.h"
+CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
+def _c_structs() -> dict[str, list[str]]:
+    """Field names, in order, of every `typedef struct name {...} name;` in the header."""
+    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    out = {}
+    for m in re.finditer(r"typedef struct (\w+) \{(.*?)\} (\w+);", text, flags=re.S):
+        names = re.findall(r"^\s*[\w ]+?\s+(\w+)\s*(?:\[[^\]]+\])?\s*;", m.group(2), flags=re.M)
+        out[m.group(3)] = names
+    return out
+
+
+def _c_defines() -> list[str]:
+    return [n for n in re.findall(r"^#define (HBF_\w+)\s+\S", HEADER.read_text(), flags=re.M)
+            if n not in ("HBF_CTL_H", "HBF_STATIC_ASSERT")]
+
+
+def test_mirror_has_every_struct_and_field_in_order():
+    cs = _c_structs()
+    assert set(cs) == set(ctl.STRUCTS), "structs differ between hbf_ctl.h and hbfcommon/ctl.py"
+    for name, fields in cs.items():
+        assert fields == [f[0] for f in ctl.STRUCTS[name]._fields_], name
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    if CC is None:
+        pytest.fail("no C compiler (cc/gcc/clang) found: the layout probe cannot run")
+    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "hbf_ctl.h"', "int main(void) {"]
+    for sname, cls in ctl.STRUCTS.items():
+        lines.append(f'printf("size {sname} %zu\\n", sizeof({sname}));')
+        for fname, *_ in cls._fields_:
+            lines.append(f'printf("off {sname}.{fname} %zu\\n", offsetof({sname}, {fname}));')
+            lines.append(f'printf("fsize {sname}.{fname} %zu\\n", sizeof((({sname}*)0)->{fname}));')
+    for d in _c_defines():
+        lines.append(f'printf("def {d} %llu\\n", (unsigned long long)({d}));')
+    lines.append("return 0; }")
+    d = tmp_path_factory.mktemp("probe")
+    (d / "probe.c").write_text("\n".join(lines))
+    argv = [CC, "-std=c11", "-Wall", "-Werror", f"-I{HEADER.parent}", str(d / "probe.c"), "-o", str(d / "probe")]
+    r = subprocess.run(argv, capture_output=True, text=True)
+    assert r.returncode == 0, f"probe failed to compile: {' '.join(argv)}\n{r.stderr}"
+    out = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout
+    return {tuple(l.split()[:2]): int(l.split()[2]) for l in out.splitlines()}
+
+
+def test_sizes_and_offsets_match(probe):
+    checked = 0
+    for sname, cls in ctl.STRUCTS.items():
+        assert probe[("size", sname)] == ctypes.sizeof(cls), sname
+        for fname, *_ in cls._fields_:
+            f = getattr(cls, fname)
+            assert probe[("off", f"{sname}.{fname}")] == f.offset, f"{sname}.{fname} offset"
+            assert probe[("fsize", f"{sname}.{fname}")] == f.size, f"{sname}.{fname} size"
+            checked += 1
+    assert checked > 100
+
+
+def test_constants_match(probe):
+    defs = {k[1]: v for k, v in probe.items() if k[0] == "def"}
+    assert len(defs) >= 40
+    for name, value in defs.items():
+        assert hasattr(ctl, name), f"{name} missing from hbfcommon/ctl.py"
+        assert getattr(ctl, name) == value, name
+
+
+def test_sections_are_64_byte_aligned_and_header_consistent():
+    for name, off in ctl.OFFSETS.items():
+        assert off % 64 == 0, name
+    assert ctl.hbf_header.media.offset % 64 == 0
+    assert ctl.REQUEST_DTYPE.itemsize == 64 and ctl.COMPLETION_DTYPE.itemsize == 64

@@ -1,0 +1,221 @@
+"""Profiles: schema + invariants; every error names the field and the file."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from hbfcommon import ctl
+from hbfcommon.errors import ErrorCode, ProfileError
+from hbfd import profile as prof
+
+NAMES = ["conservative", "nominal", "aggressive", "ocp-sg1"]
+
+
+def _raw(name="nominal"):
+    return json.loads((prof.PROFILE_DIR / f"{name}.json").read_text())
+
+
+def _expect_error(tmp_path: Path, data, field: str, words: str = ""):
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ProfileError) as ei:
+        prof.load_profile(p)
+    e = ei.value
+    assert e.code == ErrorCode.PROFILE_INVALID
+    assert e.fields["file"] == str(p)
+    assert e.fields["field"] == field, str(e)
+    assert field in str(e) and str(p) in str(e)
+    assert words.lower() in str(e).lower()
+    return e
+
+
+def _set(d, dotted, value):
+    *head, last = dotted.split(".")
+    for k in head:
+        d = d[k]
+    if value is KeyError:
+        del d[last]
+    else:
+        d[last] = value
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_named_profiles_load(name):
+    p = prof.load_profile(prof.PROFILE_DIR / f"{name}.json")
+    assert p.name == name
+    g = p.geometry
+    assert (g.page_bytes, g.read_granularity, g.write_granularity) == (4096, 64, 4096)
+    assert g.aggregate_bytes_per_s == g.channels * g.channel_bytes_per_s
+    assert p.sha256 == hashlib.sha256((prof.PROFILE_DIR / f"{name}.json").read_bytes()).hexdigest()
+    # every number in the file has a provenance entry, and only known kinds
+    n_numbers = json.dumps(_raw(name)).count('"value"')
+    assert len(p.provenance) == n_numbers
+    assert {v.kind for v in p.provenance.values()} <= set(prof.PROVENANCE_KINDS)
+    assert all(v.source for v in p.provenance.values())
+
+
+def test_bare_name_resolves_to_profiles_dir():
+    assert prof.load_profile("nominal").name == "nominal"
+
+
+def test_ocp_sg1_matches_the_speed_grade():
+    p = prof.load_profile("ocp-sg1")
+    g = p.geometry
+    assert g.channels == 16 and g.channel_width_bits == 64 and g.stack_height == 8
+    assert g.channel_bytes_per_s == 24_000_000_000          # 8 B x 3.0 GT/s
+    assert g.aggregate_bytes_per_s == 384_000_000_000       # 384 GB/s per cube
+    assert p.energy.idle_w == 5.0 and p.energy.j_per_byte == pytest.approx(8.4e-11)
+    assert p.provenance["geometry.channel_rate_mtps"].kind == "spec"
+
+
+def test_provenance_exposed_next_to_plain_values():
+    p = prof.load_profile("nominal")
+    assert isinstance(p.timing.t_read_ns, int) and p.timing.t_read_ns == 20000
+    assert p.provenance["timing.t_read_ns"].kind == "literature"
+
+
+def test_profile_is_frozen():
+    p = prof.load_profile("nominal")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.geometry.channels = 3
+
+
+@pytest.mark.parametrize("dotted,value,field,words", [
+    ("geometry.page_bytes.value", 8192, "geometry.page_bytes", "4 KiB"),
+    ("geometry.read_granularity.value", 128, "geometry.read_granularity", "64 B"),
+    ("geometry.write_granularity.value", 512, "geometry.write_granularity", "4 KiB"),
+    ("geometry.channels.value", 0, "geometry.channels", ""),
+    ("geometry.channels.value", 1.5, "geometry.channels", "integer"),
+    ("geometry.channel_width_bits.value", 12, "geometry.channel_width_bits", "bytes"),
+    ("timing.t_prog_ns.value", 10, "timing.t_prog_ns", "t_read_ns < t_prog_ns"),
+    ("timing.t_read_ns.value", -5, "timing.t_read_ns", ""),
+    ("media.over_provisioning.value", 1.5, "media.over_provisioning", ""),
+    ("media.gc_hard_free_fraction.value", 0.2, "media.gc_hard_free_fraction", "gc_start"),
+    ("media.refresh_quantum_bytes.value", 1000, "media.refresh_quantum_bytes", "4096"),
+    ("thermal.ltt_c.value", 200, "thermal.ltt_c", "rtt_c < ltt_c"),
+    ("thermal.light_q_ppm.value", 2_000_000, "thermal.light_q_ppm", ""),
+    ("thermal.hysteresis_k.value", 50, "thermal.hysteresis_k", "hysteresis"),
+    ("reliability.refresh_damage_threshold.value", 0, "reliability.refresh_damage_threshold", ""),
+    ("reliability.ea_failure_ev_max.value", 0.1, "reliability.ea_failure_ev_max", "ea_failure_ev_min"),
+    ("timing_model.timing_source", "magic", "timing_model.timing_source", ""),
+    ("timing_model.curve", KeyError, None, None),  # no-op sanity: nominal has no curve
+    ("geometry.channels.provenance", "guess", "geometry.channels.provenance", ""),
+    ("geometry.channels.source", "", "geometry.channels.source", ""),
+    ("geometry.channels", 16, "geometry.channels", "object"),           # a bare number: no provenance
+    ("energy.idle_w", KeyError, "energy.idle_w", "missing"),
+    ("name", "Bad Name!", "name", ""),
+])
+def test_each_bad_field_names_field_and_file(tmp_path, dotted, value, field, words):
+    d = _raw()
+    if field is None:
+        assert "curve" not in d["timing_model"]
+        return
+    _set(d, dotted, value)
+    _expect_error(tmp_path, d, field, words)
+
+
+def test_curve_source_needs_a_curve(tmp_path):
+    d = _raw()
+    d["timing_model"]["timing_source"] = "curve"
+    _expect_error(tmp_path, d, "timing_model.curve", "needs a curve")
+
+
+def test_curve_is_checked_and_published(tmp_path):
+    d = _raw()
+    d["timing_model"]["timing_source"] = "curve"
+    d["timing_model"]["curve"] = {
+        "points": {"value": [[1, 20000], [8, 21000], [64, 30000]], "provenance": "measured", "source": "t"},
+        "write_ns": {"value": 600000, "provenance": "assumed", "source": "t"}}
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(d))
+    mp = prof.load_profile(p).to_media_params()
+    assert mp["timing_source"] == ctl.HBF_SRC_CURVE and mp["curve_points"] == 3
+    assert mp["curve_pages"][:4] == [1, 8, 64, 0] and mp["curve_cum_ns"][:3] == [20000, 21000, 30000]
+    d["timing_model"]["curve"]["points"]["value"] = [[8, 20000], [1, 21000]]
+    _expect_error(tmp_path, d, "timing_model.curve.points", "increase")
+
+
+@pytest.mark.parametrize("where", ["root", "section", "quantity"])
+def test_unknown_keys_are_errors(tmp_path, where):
+    d = _raw()
+    if where == "root":
+        d["colour"] = "blue"
+        field = "colour"
+    elif where == "section":
+        d["geometry"]["lanes"] = {"value": 1, "provenance": "assumed", "source": "x"}
+        field = "geometry.lanes"
+    else:
+        d["geometry"]["channels"]["unit"] = "count"
+        field = "geometry.channels.unit"
+    _expect_error(tmp_path, d, field, "unknown key")
+
+
+@pytest.mark.parametrize("where", [(), ("timing",), ("timing_model", "fixed")])
+def test_time_scale_is_rejected(tmp_path, where):
+    d = _raw()
+    tgt = d
+    for k in where:
+        tgt = tgt[k]
+    tgt["time_scale"] = {"value": 10, "provenance": "assumed", "source": "speed-up"}
+    _expect_error(tmp_path, d, ".".join(where + ("time_scale",)), "no time multiplier")
+
+
+def test_host_link_must_not_contradict_geometry(tmp_path):
+    d = _raw("ocp-sg1")
+    d["geometry"]["channel_rate_mtps"]["value"] = 3200.0   # 16 x 25.6 GB/s = 409.6 GB/s > 384 GB/s link
+    e = _expect_error(tmp_path, d, "geometry.host_link_bytes_per_s", "exceeds the host link")
+    assert "409600000000" in str(e)
+    d["geometry"]["channel_rate_mtps"]["value"] = 2400.0   # below the link: consistent
+    p = tmp_path / "ok.json"
+    p.write_text(json.dumps(d))
+    assert prof.load_profile(p).geometry.aggregate_bytes_per_s == 307_200_000_000
+
+
+def test_not_json_and_missing_file(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text("{nope")
+    with pytest.raises(ProfileError, match="not valid JSON") as ei:
+        prof.load_profile(p)
+    assert ei.value.fields["file"] == str(p)
+    with pytest.raises(ProfileError, match="cannot read"):
+        prof.load_profile(tmp_path / "absent.json")
+
+
+def test_schema_and_dataclasses_agree():
+    schema = json.loads(prof.SCHEMA_PATH.read_text())
+    for name, cls in prof.SECTIONS.items():
+        sec = schema["properties"][name]
+        assert set(sec["properties"]) == {f.name for f in dataclasses.fields(cls)}, name
+        required = {f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        assert set(sec["required"]) == required, name
+    for (parent, fname), cls in prof._NESTED.items():
+        sec = schema["properties"]["timing_model"]["properties"][fname]
+        assert set(sec["properties"]) == {f.name for f in dataclasses.fields(cls)}, fname
+
+
+def test_media_params_fill_every_field_of_the_c_struct():
+    p = prof.load_profile("ocp-sg1")
+    mp = p.to_media_params()
+    names = [f[0] for f in ctl.hbf_media_params._fields_ if f[0] != "reserved"]
+    assert sorted(mp) == sorted(names)
+    s = ctl.hbf_media_params()
+    for k, v in mp.items():
+        if isinstance(v, list):
+            getattr(s, k)[:] = v
+        else:
+            setattr(s, k, v)
+    assert s.channel_bytes_per_s == 24_000_000_000 and s.timing_source == ctl.HBF_SRC_FAST
+    assert s.fixed_read_ns == p.timing_model.fixed.read_ns
+
+
+def test_dict_input_accepted():
+    p = prof.as_profile(_raw("aggressive"))
+    assert p.name == "aggressive" and p.path == "<dict>"
+    with pytest.raises(ProfileError):
+        prof.as_profile({**_raw(), "time_scale": 2})
