@@ -48,7 +48,8 @@ $(HELPER_PTX): $(HELPER_SRC) $(HELPER_HDR)
 	@mkdir -p $(dir $@)
 	@if [ -z "$(NVCC)" ]; then echo "nvcc not found: device helper PTX not built (GPU paths unavailable)"; \
 	elif [ -z "$(HELPER_SRC)" ]; then echo "no helper sources yet"; \
-	else $(NVCC) $(NVCC_PTX_FLAGS) $(HELPER_SRC) -o $@; fi
+	else $(NVCC) $(NVCC_PTX_FLAGS) $(HELPER_SRC) -o $@.tmp && \
+	  sed -E 's/^\.visible \.func/.weak .func/' $@.tmp > $@ && rm -f $@.tmp; fi
 
 test: $(INSTALL_STAMP) helpers-ptx
 	$(VPY) -m pytest -q -p no:cacheprovider

@@ -1,0 +1,119 @@
+/*
+ * hbf_device.h — the runtime's DEVICE-memory state block (hbf_device_state).
+ *
+ * Owner: runtime_cuda. The workload runtime (runtime_cuda/session.py) allocates one block per
+ * attached session in device memory with cuMemAlloc, fills it, and writes its device address into
+ * every bound module's __hb_state global (and into header.device_state_ptr of the control region).
+ * The Python mirror is runtime_cuda/devstate.py; tests/runtime/test_abi.py compiles an
+ * offsetof/sizeof probe of this header and compares it with the mirror.
+ *
+ * Why a device copy: a host-mapped read costs ~1 us on the H200, so the per-access path never
+ * touches the control region. The range snapshot, bounds, media parameters and queue tails live
+ * here; host-mapped memory is touched only by the reference path (ring, completions, heartbeat,
+ * failure word), by the thermal / refresh-debt snapshot refresh (at most once per
+ * thermal_max_age_ns per GPU), and when a terminal failure is recorded.
+ *
+ * Range table update protocol (host writer, GPU readers): the runtime writes range_seq odd, then
+ * the ranges + bounds + generation, then range_seq even (three copies in stream order, never while
+ * a kernel that could touch a range runs — registration after admission is refused). The helper
+ * reads range_seq before and after the binary search and retries on an odd or changed value
+ * (generation check).
+ */
+#ifndef HBF_DEVICE_H
+#define HBF_DEVICE_H
+
+#include "hbf_ctl.h"
+
+#define HBF_DEVSTATE_MAGIC 0x3130545344464248ULL  /* "HBFDST01" little-endian */
+#define HBF_DEVSTATE_VERSION 1u
+#define HBF_DEV_MAX_CHANNELS 64u
+#define HBF_DEV_MAX_DIES 1024u          /* channels * dies_per_channel <= this */
+#define HBF_DEV_GUARD_BYTES 65536u      /* fast-reject guard band below the lowest range */
+
+/* Device-state flags */
+#define HBF_DSF_ALLOW_UNMODELED 0x1u
+
+/* Packed thermal cache word (one 64-bit store, so a reader never sees a torn snapshot):
+ * bits 0..19 q_ppm, bit 20 admission_open, bits 21..22 mode, bit 23 valid,
+ * bits 24..63 (%globaltimer >> 10) & (2^40-1) at the time of the snapshot. */
+#define HBF_THC_Q(w) ((uint32_t)((w) & 0xFFFFFu))
+#define HBF_THC_ADM(w) ((uint32_t)(((w) >> 20) & 1u))
+#define HBF_THC_MODE(w) ((uint32_t)(((w) >> 21) & 3u))
+#define HBF_THC_VALID(w) ((uint32_t)(((w) >> 23) & 1u))
+#define HBF_THC_STAMP(w) ((w) >> 24)
+
+/* One range as the device searches it (32 bytes; sorted by base, non-overlapping). */
+typedef struct hbf_dev_range {
+    uint64_t base;
+    uint64_t end;                  /* base + length (exclusive) */
+    uint64_t media_offset;
+    uint32_t range_id;
+    uint8_t mode;                  /* HBF_MODE_* */
+    uint8_t perms;                 /* HBF_PERM_* */
+    uint8_t page_shift;            /* log2(page_bytes) */
+    uint8_t reserved;
+} hbf_dev_range;
+
+/* Per-kernel counters (device memory; one slot per instrumented kernel, slot =
+ * __hb_kslot_base + (site >> 16)). Aggregated per warp: one atomic per warp, not per lane.
+ * ops[op].requests/bytes/modeled_ns/overhead_ns(helper time at issue) are accounted at issue;
+ * the wait side does not know the op of a deadline future, so exposed wait and lateness are
+ * accounted per kernel in wait_wall_ns / wait_overhead_ns (and, for reference tickets, the
+ * per-op wall_ns as well is left 0). */
+typedef struct hbf_kernel_counters {
+    hbf_op_counters ops[HBF_N_OPS];    /* wall_ns unused at issue (see wait_*) */
+    uint64_t status[HBF_N_STATUS];     /* reference completions seen, by terminal state */
+    uint64_t wait_calls;               /* warp-level waits on a nonzero future */
+    uint64_t wait_wall_ns;             /* exposed wait at the consumers (max over the warp's lanes) */
+    uint64_t wait_overhead_ns;         /* lateness past the deadline (max over the warp's lanes) */
+    uint64_t launches;                 /* __hb_kernel_enter by block (0,0,0) thread 0 */
+    uint64_t blocks_exited;            /* __hb_kernel_exit by thread 0 of each block */
+    uint64_t kstart_ns;                /* %globaltimer at the latest launch's enter (block 0) */
+    uint64_t kend_ns;                  /* max %globaltimer at block exit */
+    uint64_t thermal_waits;            /* warp-level admissions withheld by Severe */
+    uint64_t thermal_wait_ns;
+    uint64_t refresh_claims;           /* refresh-debt quanta claimed by admissions */
+    uint64_t refresh_bytes;
+    uint64_t reserved[5];
+} hbf_kernel_counters;
+
+typedef struct hbf_device_state {
+    /* --- line 0: what the native path reads --- */
+    uint64_t lo;                   /* lowest range base - HBF_DEV_GUARD_BYTES (or ~0 when empty) */
+    uint64_t span;                 /* highest end - lo (0 when empty): addr - lo >= span -> native */
+    uint32_t enabled;              /* 0: every access native (set while detached) */
+    uint32_t n_ranges;
+    uint64_t range_seq;            /* even = stable; see the update protocol above */
+    uint64_t generation;           /* range snapshot generation this copy mirrors */
+    uint64_t ctl;                  /* device address of the host-mapped hbf_ctl */
+    uint32_t timing_source;        /* HBF_SRC_* (copy of media.timing_source) */
+    uint32_t flags;                /* HBF_DSF_* */
+    uint64_t magic;
+    /* --- line 1: run parameters --- */
+    uint32_t version;              /* HBF_DEVSTATE_VERSION */
+    uint32_t state_bytes;          /* sizeof(hbf_device_state) */
+    uint64_t heartbeat_timeout_ns; /* heartbeat unchanged this long (GPU clock) -> DAEMON_LOST */
+    uint64_t thermal_max_age_ns;   /* thermal/refresh snapshot reused at most this long (0: always read) */
+    uint64_t completion_timeout_ns;/* a ticket pending this long with a live daemon -> TIMEOUT (0: never) */
+    uint64_t backoff_max_ns;       /* nanosleep backoff cap while polling host words */
+    uint64_t reserved1[3];
+    /* --- line 2: GPU-written run state --- */
+    uint64_t failure;              /* first terminal failure: (status << 32) | site */
+    uint64_t failure_addr;         /* the address of that access */
+    uint64_t thermal_cache;        /* packed, see HBF_THC_* */
+    uint64_t debt_seen;            /* refresh debt_total_bytes at the last snapshot */
+    uint64_t debt_claimed;         /* refresh bytes claimed by admissions (GPU atomics) */
+    uint64_t refresh_quantum;      /* bytes per claim (from the control region, 0 = off) */
+    uint64_t reserved2[2];
+    hbf_media_params media;        /* copy of header.media */
+    uint64_t chan_tail[HBF_DEV_MAX_CHANNELS];  /* fast model: channel busy until (GPU ns) */
+    uint64_t die_tail[HBF_DEV_MAX_DIES];       /* fast model: die busy until (GPU ns) */
+    hbf_kernel_counters kslots[HBF_MAX_KERNEL_SLOTS];
+    hbf_dev_range ranges[HBF_MAX_RANGES];
+} hbf_device_state;
+
+HBF_STATIC_ASSERT(sizeof(hbf_dev_range) == 32, "dev range 32B");
+HBF_STATIC_ASSERT(sizeof(hbf_kernel_counters) % 64 == 0, "kernel counters 64B multiple");
+HBF_STATIC_ASSERT(sizeof(hbf_device_state) % 64 == 0, "device state 64B multiple");
+
+#endif /* HBF_DEVICE_H */

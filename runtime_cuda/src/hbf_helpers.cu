@@ -1,0 +1,616 @@
+// hbf_helpers.cu — the device helper library that hbfcc-rewritten PTX calls (ABI: hbf_abi.h).
+//
+// Compiled once at build time (make helpers-ptx: nvcc -arch=compute_90a -rdc=true -ptx) into
+// build/runtime_cuda/hbf_helpers.ptx; the Makefile rewrites the linkage of the exported helpers
+// and module globals to .weak so the module can be linked into several rewritten modules.
+//
+// Per-access cost model (what the native path pays): an inactive lane returns at once; an
+// attached module reads __hb_state and one 16-byte line of the device state (lo, span) and
+// returns 0 when addr - lo >= span. Everything else (binary search, aggregation, timing,
+// counters) runs only for accesses that fall in (or next to) a registered range.
+//
+// Host-mapped memory (the control region) is read only with ld.acquire.sys / ld.volatile and
+// written with st.release.sys (or GPU-only atomics on GPU-owned words), as measured on the H200.
+#include <cstdint>
+
+#include "hbf_abi.h"
+#include "hbf_ctl.h"
+#include "hbf_device.h"
+
+// Module globals (hbf_abi.h). Set by the runtime after the module loads; 0 = detached = native.
+extern "C" {
+__device__ unsigned long long __hb_state;
+__device__ unsigned int __hb_kslot_base;
+}
+
+#define HB_DEV static __device__ __forceinline__
+
+// ------------------------------------------------------------------------------------------
+// PTX primitives
+// ------------------------------------------------------------------------------------------
+HB_DEV uint64_t hb_now() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+HB_DEV uint32_t hb_laneid() {
+    uint32_t l;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+    return l;
+}
+HB_DEV uint64_t hb_ld_acq_sys(const uint64_t* p) {
+    uint64_t v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+HB_DEV uint64_t hb_ld_vol(const uint64_t* p) {
+    uint64_t v;
+    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+HB_DEV uint32_t hb_ld_vol32(const uint32_t* p) {
+    uint32_t v;
+    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+HB_DEV void hb_st_rel_sys(uint64_t* p, uint64_t v) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+HB_DEV void hb_st_vol(uint64_t* p, uint64_t v) {
+    asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+HB_DEV void hb_st_vol32(uint32_t* p, uint32_t v) {
+    asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+HB_DEV void hb_sleep(uint32_t ns) { __nanosleep(ns); }
+
+HB_DEV uint64_t hb_ceil_div(uint64_t a, uint64_t b) { return b ? (a + b - 1) / b : a; }
+
+// Thermal: s_T = ceil(s * 1e6 / q), applied exactly once per reservation.
+HB_DEV uint64_t hb_thermal_scale(uint64_t s, uint32_t q_ppm) {
+    if (q_ppm == 0u) q_ppm = 1u;
+    if (q_ppm >= 1000000u) return s;
+    return hb_ceil_div(s * 1000000ull, (uint64_t)q_ppm);
+}
+
+HB_DEV hbf_kernel_counters* hb_kslot(hbf_device_state* st, uint32_t site) {
+    uint32_t k = __hb_kslot_base + (site >> 16);
+    if (k >= HBF_MAX_KERNEL_SLOTS) k = HBF_MAX_KERNEL_SLOTS - 1u;  // overflow bucket
+    return &st->kslots[k];
+}
+
+// ------------------------------------------------------------------------------------------
+// Failure: record (device state + control-region header.device_failure), then end the run.
+// ------------------------------------------------------------------------------------------
+static __device__ __noinline__ void hb_fail(hbf_device_state* st, uint32_t status, uint32_t site,
+                                            uint64_t addr) {
+    const unsigned long long word = ((unsigned long long)status << 32) | site;
+    if (atomicCAS((unsigned long long*)&st->failure, 0ull, word) == 0ull) {
+        hb_st_vol(&st->failure_addr, addr);
+    }
+    atomicAdd((unsigned long long*)&hb_kslot(st, site)->status[status & (HBF_N_STATUS - 1u)], 1ull);
+    hbf_ctl* c = (hbf_ctl*)st->ctl;
+    if (c != nullptr) {
+        // GPU-owned word of the control region: GPU-only atomics, the host only reads it.
+        atomicCAS((unsigned long long*)&c->header.device_failure, 0ull, word);
+    }
+    __threadfence_system();
+    __trap();
+}
+
+// ------------------------------------------------------------------------------------------
+// Liveness: judged from the heartbeat VALUE and this GPU's own %globaltimer only.
+// ------------------------------------------------------------------------------------------
+struct hb_live {
+    uint64_t last_hb;
+    uint64_t last_change;
+    uint64_t started;
+};
+
+HB_DEV void hb_live_init(hb_live& lv, const hbf_ctl* c, uint64_t now) {
+    lv.last_hb = hb_ld_acq_sys(&c->header.heartbeat);
+    lv.last_change = now;
+    lv.started = now;
+}
+
+// Returns 0 while the daemon is alive and no terminal state is published; else a terminal status.
+HB_DEV uint32_t hb_live_check(const hbf_device_state* st, hb_live& lv, const hbf_ctl* c,
+                              uint64_t now) {
+    const uint64_t f = hb_ld_acq_sys(&c->header.failure);
+    if (f != HBF_FAIL_NONE) {
+        uint32_t s = (uint32_t)(f >> 32);
+        return (s == HBF_ST_PENDING || s == HBF_ST_READY || s >= HBF_N_STATUS) ? HBF_ST_DAEMON_LOST : s;
+    }
+    const uint64_t hb = hb_ld_acq_sys(&c->header.heartbeat);
+    if (hb != lv.last_hb) {
+        lv.last_hb = hb;
+        lv.last_change = now;
+    } else if (now - lv.last_change > st->heartbeat_timeout_ns) {
+        return HBF_ST_DAEMON_LOST;
+    }
+    if (st->completion_timeout_ns != 0 && now - lv.started > st->completion_timeout_ns)
+        return HBF_ST_TIMEOUT;
+    return 0u;
+}
+
+// ------------------------------------------------------------------------------------------
+// Thermal + refresh-debt snapshot (host seqlock), cached in device memory for at most
+// thermal_max_age_ns so that the per-request path does not pay a host round trip each time.
+// ------------------------------------------------------------------------------------------
+HB_DEV uint64_t hb_pack_thermal(uint32_t q, uint32_t adm, uint32_t mode, uint64_t now) {
+    return (uint64_t)(q & 0xFFFFFu) | ((uint64_t)(adm & 1u) << 20) | ((uint64_t)(mode & 3u) << 21) |
+           (1ull << 23) | ((((now >> 10) & ((1ull << 40) - 1ull))) << 24);
+}
+
+static __device__ __noinline__ uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
+                                                        uint64_t now) {
+    uint32_t q = 1000000u, adm = 1u, mode = HBF_TH_NORMAL;
+    if (c != nullptr) {
+        for (uint32_t tries = 0;; ++tries) {
+            const uint64_t s0 = hb_ld_acq_sys(&c->thermal.seq);
+            if ((s0 & 1ull) == 0ull) {
+                mode = hb_ld_vol32(&c->thermal.mode);
+                q = hb_ld_vol32(&c->thermal.q_ppm);
+                adm = hb_ld_vol32(&c->thermal.admission_open);
+                __threadfence_system();
+                if (hb_ld_acq_sys(&c->thermal.seq) == s0) break;
+            }
+            if (tries > 1000000u) break;  // a writer that never finishes: keep the last values
+            hb_sleep(64);
+        }
+        if (q == 0u) q = 1u;
+        if (q > 1000000u) q = 1000000u;
+        if (st->refresh_quantum != 0ull) {
+            const uint64_t debt = hb_ld_acq_sys(&c->refresh.debt_total_bytes);
+            atomicMax((unsigned long long*)&st->debt_seen, (unsigned long long)debt);
+        }
+    }
+    const uint64_t w = hb_pack_thermal(q, adm, mode, now);
+    hb_st_vol(&st->thermal_cache, w);
+    return w;
+}
+
+HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint64_t now) {
+    const uint64_t w = hb_ld_vol(&st->thermal_cache);
+    if (HBF_THC_VALID(w) && st->thermal_max_age_ns != 0ull) {
+        const uint64_t age_us = (((now >> 10) - HBF_THC_STAMP(w)) & ((1ull << 40) - 1ull));
+        if ((age_us << 10) <= st->thermal_max_age_ns) return w;
+    }
+    return hb_thermal_read(st, c, now);
+}
+
+// Admission: Normal/Light admit; Severe withholds (spin-wait with backoff until it reopens,
+// counted); Shutdown -> THERMAL_SHUTDOWN (terminal). Returns the snapshot used for the reservation.
+static __device__ __noinline__ uint64_t hb_admit(hbf_device_state* st, const hbf_ctl* c,
+                                                 uint64_t now, uint32_t site, uint64_t addr) {
+    uint64_t w = hb_thermal_snapshot(st, c, now);
+    if (HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) hb_fail(st, HBF_ST_THERMAL_SHUTDOWN, site, addr);
+    if (HBF_THC_ADM(w)) return w;
+    hbf_kernel_counters* ks = hb_kslot(st, site);
+    atomicAdd((unsigned long long*)&ks->thermal_waits, 1ull);
+    const uint64_t t0 = now;
+    uint32_t backoff = 256;
+    hb_live lv;
+    if (c != nullptr) hb_live_init(lv, c, now);
+    for (;;) {
+        hb_sleep(backoff);
+        backoff = backoff < 65536u ? backoff * 2u : 65536u;
+        const uint64_t t = hb_now();
+        if (c != nullptr) {
+            const uint32_t s = hb_live_check(st, lv, c, t);
+            if (s != 0u && s != HBF_ST_TIMEOUT) hb_fail(st, s, site, addr);
+        }
+        w = hb_thermal_read(st, c, t);
+        if (HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) hb_fail(st, HBF_ST_THERMAL_SHUTDOWN, site, addr);
+        if (HBF_THC_ADM(w)) {
+            atomicAdd((unsigned long long*)&ks->thermal_wait_ns, (unsigned long long)(t - t0));
+            return w;
+        }
+    }
+}
+
+// Refresh debt: one quantum per admission, claimed as soon as the published debt exceeds what
+// has been claimed. Returns the bytes this admission must also serve.
+HB_DEV uint64_t hb_claim_refresh(hbf_device_state* st, uint32_t site) {
+    const uint64_t quantum = st->refresh_quantum;
+    if (quantum == 0ull) return 0ull;
+    const uint64_t seen = hb_ld_vol(&st->debt_seen);
+    uint64_t claimed = hb_ld_vol(&st->debt_claimed);
+    while (claimed < seen) {
+        const uint64_t amt = (seen - claimed) < quantum ? (seen - claimed) : quantum;
+        const uint64_t prev = atomicCAS((unsigned long long*)&st->debt_claimed,
+                                        (unsigned long long)claimed, (unsigned long long)(claimed + amt));
+        if (prev == claimed) {
+            hbf_kernel_counters* ks = hb_kslot(st, site);
+            atomicAdd((unsigned long long*)&ks->refresh_claims, 1ull);
+            atomicAdd((unsigned long long*)&ks->refresh_bytes, (unsigned long long)amt);
+            return amt;
+        }
+        claimed = prev;
+    }
+    return 0ull;
+}
+
+// start = max(earliest, tail); tail = start + dur (lock-free). Returns start.
+HB_DEV uint64_t hb_reserve(uint64_t* tail, uint64_t earliest, uint64_t dur) {
+    unsigned long long old = hb_ld_vol(tail);
+    for (;;) {
+        const uint64_t start = old > earliest ? old : earliest;
+        const unsigned long long prev =
+            atomicCAS((unsigned long long*)tail, old, (unsigned long long)(start + dur));
+        if (prev == old) return start;
+        old = prev;
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Timing sources. Each returns the deadline (GPU ns) and sets *modeled = deadline - now.
+// ------------------------------------------------------------------------------------------
+HB_DEV uint64_t hb_xfer_ns(const hbf_media_params& m, uint64_t bytes) {
+    return m.channel_bytes_per_s ? hb_ceil_div(bytes * 1000000000ull, m.channel_bytes_per_s) : 0ull;
+}
+
+HB_DEV uint64_t hb_refresh_service(const hbf_media_params& m, uint64_t rbytes) {
+    if (rbytes == 0ull) return 0ull;
+    const uint64_t pages = hb_ceil_div(rbytes, m.page_bytes ? m.page_bytes : 4096u);
+    return pages * (m.t_read_ns + m.t_prog_ns);
+}
+
+HB_DEV uint64_t hb_curve_ns(const hbf_media_params& m, uint64_t bytes) {
+    const uint32_t n = m.curve_points < HBF_MAX_CURVE_POINTS ? m.curve_points : HBF_MAX_CURVE_POINTS;
+    if (n == 0u) return 0ull;
+    const uint64_t pages = hb_ceil_div(bytes, m.page_bytes ? m.page_bytes : 4096u);
+    if (pages <= m.curve_pages[0])
+        return m.curve_pages[0] ? hb_ceil_div(m.curve_cum_ns[0] * pages, m.curve_pages[0]) : m.curve_cum_ns[0];
+    for (uint32_t i = 1; i < n; ++i) {
+        if (pages <= m.curve_pages[i]) {
+            const uint64_t x0 = m.curve_pages[i - 1], x1 = m.curve_pages[i];
+            const uint64_t y0 = m.curve_cum_ns[i - 1], y1 = m.curve_cum_ns[i];
+            return y0 + hb_ceil_div((y1 - y0) * (pages - x0), x1 - x0);
+        }
+    }
+    // beyond the last point: extend with the last segment's slope
+    const uint64_t x0 = n > 1 ? m.curve_pages[n - 2] : 0, x1 = m.curve_pages[n - 1];
+    const uint64_t y0 = n > 1 ? m.curve_cum_ns[n - 2] : 0, y1 = m.curve_cum_ns[n - 1];
+    return y1 + (x1 > x0 ? hb_ceil_div((y1 - y0) * (pages - x1), x1 - x0) : 0ull);
+}
+
+static __device__ __noinline__ uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
+                                                      uint64_t bytes, uint32_t op, uint32_t q,
+                                                      uint64_t rbytes, uint64_t now) {
+    const hbf_media_params& m = st->media;
+    const uint32_t C = m.channels ? (m.channels < HBF_DEV_MAX_CHANNELS ? m.channels : HBF_DEV_MAX_CHANNELS) : 1u;
+    uint32_t D = m.dies_per_channel ? m.dies_per_channel : 1u;
+    if (C * D > HBF_DEV_MAX_DIES) D = HBF_DEV_MAX_DIES / C;
+    const uint64_t page = media_addr / (m.page_bytes ? m.page_bytes : 4096u);
+    const uint32_t ch = (uint32_t)(page % C);
+    const uint32_t die = ch * D + (uint32_t)((page / C) % D);
+    const uint64_t xfer = hb_xfer_ns(m, bytes);
+    uint64_t array;  // die-side time: sense for reads, amortized program for writes; + refresh
+    if (op == HBF_OP_STORE) {
+        const uint64_t wg = m.write_granularity ? m.write_granularity : 4096u;
+        array = hb_ceil_div(m.t_prog_ns * bytes, wg);
+    } else if (op == HBF_OP_ATOMIC) {
+        const uint64_t wg = m.write_granularity ? m.write_granularity : 4096u;
+        array = m.t_read_ns + hb_ceil_div(m.t_prog_ns * bytes, wg);
+    } else {
+        array = m.t_read_ns;
+    }
+    array += hb_refresh_service(m, rbytes);
+    const uint64_t s = array + xfer;
+    const uint64_t sT = hb_thermal_scale(s, q);          // thermal applied once, to the whole service
+    const uint64_t xT = s ? (sT * xfer) / s : 0ull;      // split of the scaled service (no 2nd scaling)
+    const uint64_t aT = sT - xT;
+    uint64_t done;
+    if (op == HBF_OP_STORE) {  // bus transfer first, then the array program
+        const uint64_t cs = hb_reserve(&st->chan_tail[ch], now, xT);
+        const uint64_t ds = hb_reserve(&st->die_tail[die], cs + xT, aT);
+        done = ds + aT;
+    } else {  // array sense first, then the bus transfer
+        const uint64_t ds = hb_reserve(&st->die_tail[die], now, aT);
+        const uint64_t cs = hb_reserve(&st->chan_tail[ch], ds + aT, xT);
+        done = cs + xT;
+    }
+    return done;
+}
+
+// Reference path: ticket from a GPU-only atomicAdd on ring_head, slot reuse gated by `consumed`,
+// payload written, then seq = ticket + 1 with st.release.sys.
+static __device__ __noinline__ uint64_t hb_ref_issue(hbf_device_state* st, hbf_ctl* c, uint64_t addr,
+                                                     uint64_t media_addr, uint32_t bytes, uint32_t op,
+                                                     uint32_t range_id, uint32_t site, uint32_t flags,
+                                                     uint64_t now) {
+    const uint64_t ticket = atomicAdd((unsigned long long*)&c->header.ring_head, 1ull);
+    const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
+    if (ticket >= HBF_RING_SLOTS) {
+        const uint64_t need = ticket - HBF_RING_SLOTS + 1ull;
+        uint32_t backoff = 32;
+        hb_live lv;
+        hb_live_init(lv, c, now);
+        uint32_t it = 0;
+        while (hb_ld_acq_sys(&c->completions[slot].consumed) < need) {
+            hb_sleep(backoff);
+            backoff = backoff < (uint32_t)st->backoff_max_ns ? backoff * 2u : (uint32_t)st->backoff_max_ns;
+            if ((++it & 7u) == 0u) {
+                const uint32_t s = hb_live_check(st, lv, c, hb_now());
+                if (s != 0u) hb_fail(st, s, site, addr);
+            }
+        }
+    }
+    hbf_request* r = &c->ring[slot];
+    hb_st_vol(&r->arrival_ns, now);
+    hb_st_vol(&r->address, addr);
+    hb_st_vol(&r->media_address, media_addr);
+    hb_st_vol32(&r->bytes, bytes);
+    hb_st_vol32(&r->op, op);
+    hb_st_vol32(&r->range_id, range_id);
+    hb_st_vol32(&r->kernel_slot, __hb_kslot_base + (site >> 16));
+    hb_st_vol32(&r->site, site);
+    hb_st_vol32(&r->flags, flags);
+    hb_st_rel_sys(&r->seq, ticket + 1ull);
+    return HBF_FUTURE_TICKET_BIT | ticket;
+}
+
+// ------------------------------------------------------------------------------------------
+// Classification against the device copy of the range snapshot.
+// ------------------------------------------------------------------------------------------
+enum { HB_NATIVE = 0, HB_HIT = 1, HB_PARTIAL = 2 };
+
+HB_DEV int hb_classify(const hbf_device_state* st, uint64_t addr, uint64_t bytes, hbf_dev_range& out) {
+    const uint64_t last = addr + (bytes ? bytes : 1ull);  // exclusive end
+    for (;;) {
+        const uint64_t s0 = hb_ld_vol(&st->range_seq);
+        if (s0 & 1ull) {
+            hb_sleep(64);
+            continue;
+        }
+        const uint32_t n = st->n_ranges;
+        uint32_t lo = 0, hi = n;
+        while (lo < hi) {  // first range with base > addr
+            const uint32_t mid = (lo + hi) >> 1;
+            if (st->ranges[mid].base <= addr) lo = mid + 1; else hi = mid;
+        }
+        int res = HB_NATIVE;
+        if (lo > 0) {
+            out = st->ranges[lo - 1];
+            if (addr < out.end) res = (last <= out.end) ? HB_HIT : HB_PARTIAL;
+        }
+        if (res == HB_NATIVE && lo < n && last > st->ranges[lo].base) {
+            out = st->ranges[lo];
+            res = HB_PARTIAL;  // starts outside, ends inside
+        }
+        if (hb_ld_vol(&st->range_seq) == s0) return res;
+    }
+}
+
+HB_DEV uint32_t hb_perm_needed(uint32_t op) {
+    return op == HBF_OP_STORE ? HBF_PERM_WRITE : (op == HBF_OP_ATOMIC ? HBF_PERM_ATOMIC : HBF_PERM_READ);
+}
+
+// The eidola engineer's flag-range hook (hbf_eidola.cuh) may define HBF_EIDOLA_FLAG_ACCESS.
+// (one #include line of hbf_eidola.cuh goes here)
+#ifndef HBF_EIDOLA_FLAG_ACCESS
+#define HBF_EIDOLA_FLAG_ACCESS(st, r, addr, bytes, flags, site) (0ull)
+#endif
+
+// Warp sum of a u64 that fits in 48 bits per lane (two 32-bit reductions).
+HB_DEV uint64_t hb_warp_sum(uint32_t mask, uint64_t v) {
+    const uint32_t lo = __reduce_add_sync(mask, (uint32_t)(v & 0xFFFFu));
+    const uint32_t hi = __reduce_add_sync(mask, (uint32_t)(v >> 16));
+    return ((uint64_t)hi << 16) + lo;
+}
+HB_DEV uint32_t hb_sat32(uint64_t v) { return v > 0xFFFFFFFFull ? 0xFFFFFFFFu : (uint32_t)v; }
+
+// The in-range path. All hitting lanes of the warp reach the aggregation together.
+static __device__ __noinline__ unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
+                                                                uint32_t bytes, uint32_t flags,
+                                                                uint32_t site) {
+    const uint64_t t0 = hb_now();
+    const uint32_t op = flags & HBF_F_OP_MASK;
+    hbf_dev_range r;
+    const int cls = hb_classify(st, addr, bytes, r);
+    if (cls == HB_NATIVE) return 0ull;
+    if (cls == HB_PARTIAL) hb_fail(st, HBF_ST_UNSUPPORTED, site, addr);
+    if ((r.perms & hb_perm_needed(op)) == 0u) hb_fail(st, HBF_ST_UNSUPPORTED, site, addr);
+    if (r.mode == HBF_MODE_FLAG) return HBF_EIDOLA_FLAG_ACCESS(st, r, addr, bytes, flags, site);
+    if (r.mode != HBF_MODE_TIMING) hb_fail(st, HBF_ST_UNSUPPORTED, site, addr);  // capacity: not this ABI
+
+    // --- warp aggregation: one request per page group, made by the group's leader ---
+    const uint32_t mask = __activemask();
+    const uint64_t media = r.media_offset + (addr - r.base);
+    const uint32_t pshift = r.page_shift ? r.page_shift : 12u;
+    const uint64_t page = media >> pshift;
+    const uint32_t grp = __match_any_sync(mask, (unsigned long long)page);
+    const uint32_t lane = hb_laneid();
+    const uint32_t leader = (uint32_t)(__ffs(grp) - 1);
+    const uint32_t off = (uint32_t)(media & ((1ull << pshift) - 1ull));
+    const uint32_t gmin = __reduce_min_sync(grp, off);
+    const uint32_t gmax = __reduce_max_sync(grp, off + (bytes ? bytes : 1u));
+    unsigned long long fut = 0ull;
+    uint64_t req_bytes = 0, modeled = 0;
+    if (lane == leader) {
+        hbf_ctl* c = (hbf_ctl*)st->ctl;
+        const uint64_t g = (op == HBF_OP_STORE) ? 1u : (st->media.read_granularity ? st->media.read_granularity : 64u);
+        const uint64_t b0 = ((uint64_t)gmin / g) * g;
+        req_bytes = hb_ceil_div((uint64_t)gmax, g) * g - b0;
+        const uint64_t gaddr = media - off + b0;  // media address of the group's first granule
+        const uint64_t w = hb_admit(st, c, t0, site, addr);   // thermal snapshot before the reservation
+        const uint32_t q = HBF_THC_Q(w);
+        const uint32_t src = st->timing_source;
+        if (src == HBF_SRC_REFERENCE) {
+            if (c == nullptr) hb_fail(st, HBF_ST_UNSUPPORTED, site, addr);
+            // thermal service fraction and refresh are applied by hbfd's media model (once)
+            fut = hb_ref_issue(st, c, r.base + (gaddr - r.media_offset), gaddr, (uint32_t)req_bytes, op,
+                               r.range_id, site, flags, t0);
+        } else {
+            const uint64_t rbytes = hb_claim_refresh(st, site);
+            uint64_t deadline;
+            if (src == HBF_SRC_FAST) {
+                deadline = hb_fast_model(st, gaddr, req_bytes, op, q, rbytes, t0);
+            } else {
+                uint64_t s;
+                if (src == HBF_SRC_CURVE) {
+                    s = (op == HBF_OP_STORE) ? st->media.curve_write_ns : hb_curve_ns(st->media, req_bytes);
+                } else {  // HBF_SRC_FIXED
+                    s = (op == HBF_OP_STORE) ? st->media.fixed_write_ns
+                        : (op == HBF_OP_ATOMIC ? st->media.fixed_read_ns + st->media.fixed_write_ns
+                                                : st->media.fixed_read_ns);
+                }
+                s += hb_refresh_service(st->media, rbytes);
+                deadline = t0 + hb_thermal_scale(s, q);
+            }
+            if (deadline <= t0) deadline = t0 + 1ull;  // a zero service still yields a valid future
+            modeled = deadline - t0;
+            fut = deadline;
+        }
+    }
+    fut = __shfl_sync(grp, fut, leader);
+
+    // --- counters: one atomic per warp ---
+    const uint64_t t1 = hb_now();
+    const uint32_t nreq = __reduce_add_sync(mask, lane == leader ? 1u : 0u);
+    const uint32_t nbytes = __reduce_add_sync(mask, (uint32_t)req_bytes);
+    const uint64_t msum = hb_warp_sum(mask, modeled);
+    const uint32_t helper = __reduce_max_sync(mask, hb_sat32(t1 - t0));
+    if (lane == (uint32_t)(__ffs(mask) - 1)) {
+        hbf_op_counters* oc = &hb_kslot(st, site)->ops[op];
+        atomicAdd((unsigned long long*)&oc->requests, (unsigned long long)nreq);
+        atomicAdd((unsigned long long*)&oc->bytes, (unsigned long long)nbytes);
+        if (msum) atomicAdd((unsigned long long*)&oc->modeled_ns, (unsigned long long)msum);
+        atomicAdd((unsigned long long*)&oc->overhead_ns, (unsigned long long)helper);
+    }
+    return fut;
+}
+
+// ------------------------------------------------------------------------------------------
+// Waiting
+// ------------------------------------------------------------------------------------------
+// Sleep with backoff while far from the deadline; spin on %globaltimer for the final approach.
+HB_DEV uint64_t hb_wait_until(uint64_t deadline) {
+    uint64_t t = hb_now();
+    while (t < deadline) {
+        const uint64_t rem = deadline - t;
+        if (rem > 4096ull) {
+            uint64_t sl = (rem - 3072ull) >> 1;  // __nanosleep overshoots: sleep at most half
+            hb_sleep(sl > 2048ull ? 2048u : (uint32_t)sl);
+        }
+        t = hb_now();
+    }
+    return t;
+}
+
+// Poll the ticket's completion slot; returns the deadline arrival + modeled_ns (READY only).
+static __device__ __noinline__ uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket,
+                                                           uint32_t site) {
+    hbf_ctl* c = (hbf_ctl*)st->ctl;
+    const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
+    hbf_completion* cp = &c->completions[slot];
+    const uint64_t want = ticket + 1ull;
+    uint32_t backoff = 32;
+    const uint32_t cap = st->backoff_max_ns ? (uint32_t)st->backoff_max_ns : 2048u;
+    hb_live lv;
+    hb_live_init(lv, c, hb_now());
+    uint32_t it = 0;
+    while (hb_ld_acq_sys(&cp->seq) != want) {
+        hb_sleep(backoff);
+        backoff = backoff < cap ? backoff * 2u : cap;
+        if ((++it & 7u) == 0u) {
+            const uint32_t s = hb_live_check(st, lv, c, hb_now());
+            if (s != 0u) {
+                if (hb_ld_acq_sys(&cp->seq) == want) break;  // posted terminal completion wins
+                hb_fail(st, s, site, ticket);
+            }
+        }
+    }
+    const uint32_t status = hb_ld_vol32(&cp->status);
+    const uint64_t arrival = hb_ld_vol(&cp->arrival_ns);
+    const uint64_t modeled = hb_ld_vol(&cp->modeled_ns);
+    const uint64_t service = hb_ld_vol(&cp->service_ns);
+    const uint32_t op = hb_ld_vol32(&c->ring[slot].op) & HBF_F_OP_MASK;
+    hb_st_rel_sys(&cp->consumed, want);
+    hbf_kernel_counters* ks = hb_kslot(st, site);
+    atomicAdd((unsigned long long*)&ks->status[status & (HBF_N_STATUS - 1u)], 1ull);
+    if (status != HBF_ST_READY) hb_fail(st, status, site, ticket);
+    atomicAdd((unsigned long long*)&ks->ops[op].modeled_ns, (unsigned long long)modeled);
+    atomicAdd((unsigned long long*)&ks->ops[op].service_ns, (unsigned long long)service);
+    return arrival + modeled;
+}
+
+// ------------------------------------------------------------------------------------------
+// The ABI (hbf_abi.h)
+// ------------------------------------------------------------------------------------------
+extern "C" __device__ __noinline__ unsigned long long __hb_issue(unsigned long long addr, unsigned int bytes,
+                                                                 unsigned int flags, unsigned int site) {
+    if ((flags & HBF_F_ACTIVE) == 0u) return 0ull;
+    const unsigned long long sp = __hb_state;
+    if (sp == 0ull) return 0ull;
+    const ulonglong2 b = __ldg((const ulonglong2*)sp);  // {lo, span}
+    if (addr - b.x >= b.y && bytes <= HBF_DEV_GUARD_BYTES) return 0ull;
+    return hb_issue_slow((hbf_device_state*)sp, addr, bytes, flags, site);
+}
+
+extern "C" __device__ __noinline__ void __hb_wait(unsigned long long fut, unsigned int site) {
+    if (fut == 0ull) return;
+    const unsigned long long sp = __hb_state;
+    if (sp == 0ull) return;
+    hbf_device_state* st = (hbf_device_state*)sp;
+    const uint64_t t_in = hb_now();
+    uint64_t deadline;
+    if (fut & HBF_FUTURE_TICKET_BIT) {
+        // one poller per ticket in the warp; the others receive the deadline
+        const uint32_t m = __activemask();
+        const uint32_t g = __match_any_sync(m, fut);
+        const uint32_t leader = (uint32_t)(__ffs(g) - 1);
+        uint64_t d = 0;
+        if (hb_laneid() == leader) d = hb_ticket_deadline(st, fut & ~HBF_FUTURE_TICKET_BIT, site);
+        deadline = __shfl_sync(g, d, leader);
+    } else {
+        deadline = fut;
+    }
+    const uint64_t t_out = hb_wait_until(deadline);
+    const uint32_t mask = __activemask();
+    const uint32_t wall = __reduce_max_sync(mask, hb_sat32(t_out - t_in));
+    const uint32_t late = __reduce_max_sync(mask, hb_sat32(t_out - deadline));
+    if (hb_laneid() == (uint32_t)(__ffs(mask) - 1)) {
+        hbf_kernel_counters* ks = hb_kslot(st, site);
+        atomicAdd((unsigned long long*)&ks->wait_calls, 1ull);
+        atomicAdd((unsigned long long*)&ks->wait_wall_ns, (unsigned long long)wall);
+        atomicAdd((unsigned long long*)&ks->wait_overhead_ns, (unsigned long long)late);
+    }
+}
+
+extern "C" __device__ __noinline__ unsigned long long __hb_future_join(unsigned long long a,
+                                                                       unsigned long long b) {
+    if (a == 0ull) return b;
+    if (b == 0ull) return a;
+    const bool ta = (a & HBF_FUTURE_TICKET_BIT) != 0ull, tb = (b & HBF_FUTURE_TICKET_BIT) != 0ull;
+    if (!ta && !tb) return a > b ? a : b;
+    // a ticket involved: resolve the tickets now (their deadlines are then plain deadlines)
+    const unsigned long long sp = __hb_state;
+    if (sp == 0ull) return a > b ? a : b;
+    hbf_device_state* st = (hbf_device_state*)sp;
+    const uint64_t da = ta ? hb_ticket_deadline(st, a & ~HBF_FUTURE_TICKET_BIT, 0xFFFFu) : a;
+    const uint64_t db = tb ? hb_ticket_deadline(st, b & ~HBF_FUTURE_TICKET_BIT, 0xFFFFu) : b;
+    const uint64_t d = da > db ? da : db;
+    return d ? d : 1ull;
+}
+
+extern "C" __device__ __noinline__ void __hb_kernel_enter(unsigned int kernel_index) {
+    const unsigned long long sp = __hb_state;
+    if (sp == 0ull) return;
+    if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0u) {
+        hbf_kernel_counters* ks = hb_kslot((hbf_device_state*)sp, kernel_index << 16);
+        atomicAdd((unsigned long long*)&ks->launches, 1ull);
+        hb_st_vol(&ks->kstart_ns, hb_now());
+    }
+}
+
+extern "C" __device__ __noinline__ void __hb_kernel_exit(unsigned int kernel_index) {
+    const unsigned long long sp = __hb_state;
+    if (sp == 0ull) return;
+    if ((threadIdx.x | threadIdx.y | threadIdx.z) == 0u) {
+        hbf_kernel_counters* ks = hb_kslot((hbf_device_state*)sp, kernel_index << 16);
+        atomicAdd((unsigned long long*)&ks->blocks_exited, 1ull);
+        atomicMax((unsigned long long*)&ks->kend_ns, (unsigned long long)hb_now());
+    }
+}
