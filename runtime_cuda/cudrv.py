@@ -1,0 +1,141 @@
+"""Thin, checked wrappers over cuda.bindings.driver (imported lazily: the package imports on CPU)."""
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Any, Sequence
+
+from hbfcommon.errors import CudaError
+
+CU_MEMHOSTREGISTER_PORTABLE = 0x01
+CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
+
+
+@functools.lru_cache(maxsize=1)
+def drv():
+    try:
+        from cuda.bindings import driver  # noqa: PLC0415
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise CudaError("cuda-python (cuda.bindings) is not installed", error=str(e)) from e
+    return driver
+
+
+def check(res: Any, what: str) -> Any:
+    """cuda.bindings returns (CUresult, *outs): raise on error, return the outs."""
+    d = drv()
+    if isinstance(res, tuple):
+        err, outs = res[0], res[1:]
+    else:
+        err, outs = res, ()
+    if int(err) != int(d.CUresult.CUDA_SUCCESS):
+        try:
+            name = d.cuGetErrorName(err)[1].decode()
+        except Exception:  # noqa: BLE001
+            name = str(err)
+        raise CudaError(f"{what} failed: {name}", call=what, cu_result=int(err), cu_name=name)
+    if not outs:
+        return None
+    return outs[0] if len(outs) == 1 else outs
+
+
+def gpu_available() -> bool:
+    """True when a CUDA driver and at least one device are present (never raises)."""
+    try:
+        d = drv()
+        if int(d.cuInit(0)[0]) != 0:
+            return False
+        err, n = d.cuDeviceGetCount()
+        return int(err) == 0 and n > 0
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def init_context(device: int = 0):
+    """Make the device's primary context current (the one torch and Triton use)."""
+    d = drv()
+    check(d.cuInit(0), "cuInit")
+    dev = check(d.cuDeviceGet(device), "cuDeviceGet")
+    ctx = check(d.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return dev, ctx
+
+
+def device_attr(dev, attr_name: str) -> int:
+    d = drv()
+    return int(check(d.cuDeviceGetAttribute(getattr(d.CUdevice_attribute, attr_name), dev),
+                     f"cuDeviceGetAttribute({attr_name})"))
+
+
+def host_register(ptr: int, nbytes: int) -> int:
+    """cuMemHostRegister(DEVICEMAP|PORTABLE) and return the device pointer."""
+    d = drv()
+    check(d.cuMemHostRegister(ptr, nbytes, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE),
+          "cuMemHostRegister")
+    return int(check(d.cuMemHostGetDevicePointer(ptr, 0), "cuMemHostGetDevicePointer"))
+
+
+def host_unregister(ptr: int) -> None:
+    check(drv().cuMemHostUnregister(ptr), "cuMemHostUnregister")
+
+
+def mem_alloc(nbytes: int) -> int:
+    return int(check(drv().cuMemAlloc(nbytes), "cuMemAlloc"))
+
+
+def mem_free(dptr: int) -> None:
+    check(drv().cuMemFree(dptr), "cuMemFree")
+
+
+def htod(dptr: int, src: Any, nbytes: int) -> None:
+    """Copy nbytes from a host object (ctypes object / buffer / int address) to device memory."""
+    if isinstance(src, ctypes._SimpleCData) or isinstance(src, (ctypes.Structure, ctypes.Array)):
+        src = ctypes.addressof(src)
+    check(drv().cuMemcpyHtoD(dptr, src, nbytes), "cuMemcpyHtoD")
+
+
+def dtoh(dst: Any, dptr: int, nbytes: int) -> None:
+    if isinstance(dst, (ctypes.Structure, ctypes.Array)):
+        dst = ctypes.addressof(dst)
+    check(drv().cuMemcpyDtoH(dst, dptr, nbytes), "cuMemcpyDtoH")
+
+
+def ctx_synchronize() -> None:
+    check(drv().cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+def module_load_data(image: bytes):
+    return check(drv().cuModuleLoadData(image), "cuModuleLoadData")
+
+
+def module_function(module, name: str):
+    return check(drv().cuModuleGetFunction(_module(module), name.encode()), f"cuModuleGetFunction({name})")
+
+
+def _module(module):
+    d = drv()
+    return module if isinstance(module, d.CUmodule) else d.CUmodule(int(module))
+
+
+def module_global(module, name: str) -> tuple[int, int] | None:
+    """(device address, size) of a module global, or None when the module has no such symbol."""
+    d = drv()
+    res = d.cuModuleGetGlobal(_module(module), name.encode())
+    if int(res[0]) == int(d.CUresult.CUDA_ERROR_NOT_FOUND):
+        return None
+    dptr, size = check(res, f"cuModuleGetGlobal({name})")
+    return int(dptr), int(size)
+
+
+def launch(function, grid: Sequence[int], block: Sequence[int], args: Sequence[ctypes._SimpleCData],
+           shared: int = 0, stream: int = 0) -> None:
+    """cuLaunchKernel with arguments given as ctypes scalars (c_uint64 for pointers)."""
+    d = drv()
+    g = tuple(grid) + (1,) * (3 - len(grid))
+    b = tuple(block) + (1,) * (3 - len(block))
+    holders = list(args)
+    arr = (ctypes.c_void_p * max(1, len(holders)))(*[ctypes.addressof(a) for a in holders])
+    fn = function if isinstance(function, d.CUfunction) else d.CUfunction(int(function))
+    st = d.CUstream(int(stream)) if not isinstance(stream, d.CUstream) else stream
+    check(d.cuLaunchKernel(fn, g[0], g[1], g[2], b[0], b[1], b[2], shared, st, ctypes.addressof(arr), None),
+          "cuLaunchKernel")
+    del holders

@@ -1,0 +1,177 @@
+"""Python mirror of runtime_cuda/include/hbf_device.h (the device-memory state block).
+
+``tests/runtime/test_abi.py`` compiles an offsetof/sizeof probe of the header and compares it with
+these classes field by field; change both together (and bump HBF_DEVSTATE_VERSION).
+
+Pure (no CUDA): building and parsing the block is tested on CPU; session.py copies it to the GPU.
+"""
+from __future__ import annotations
+
+import ctypes
+from ctypes import c_uint8, c_uint32, c_uint64
+from dataclasses import dataclass
+from typing import Iterable
+
+from hbfcommon import ctl as C
+from hbfcommon.errors import ErrorCode, RangeError
+
+HBF_DEVSTATE_MAGIC = 0x3130545344464248  # "HBFDST01"
+HBF_DEVSTATE_VERSION = 1
+HBF_DEV_MAX_CHANNELS = 64
+HBF_DEV_MAX_DIES = 1024
+HBF_DEV_GUARD_BYTES = 65536
+HBF_DSF_ALLOW_UNMODELED = 0x1
+
+# hbf_abi.h
+HBF_HELPER_ABI_VERSION = 1
+HBF_F_OP_MASK = 0x3
+HBF_F_ACTIVE = 0x4
+HBF_F_GENERIC = 0x8
+HBF_F_WAIT_NOW = 0x10
+HBF_F_NC = 0x20
+HBF_F_RELEASE = 0x40
+HBF_FUTURE_TICKET_BIT = 1 << 63
+
+
+class hbf_dev_range(ctypes.Structure):
+    _fields_ = [("base", c_uint64), ("end", c_uint64), ("media_offset", c_uint64),
+                ("range_id", c_uint32), ("mode", c_uint8), ("perms", c_uint8),
+                ("page_shift", c_uint8), ("reserved", c_uint8)]
+
+
+class hbf_kernel_counters(ctypes.Structure):
+    _fields_ = [("ops", C.hbf_op_counters * C.HBF_N_OPS), ("status", c_uint64 * C.HBF_N_STATUS),
+                ("wait_calls", c_uint64), ("wait_wall_ns", c_uint64), ("wait_overhead_ns", c_uint64),
+                ("launches", c_uint64), ("blocks_exited", c_uint64), ("kstart_ns", c_uint64),
+                ("kend_ns", c_uint64), ("thermal_waits", c_uint64), ("thermal_wait_ns", c_uint64),
+                ("refresh_claims", c_uint64), ("refresh_bytes", c_uint64), ("reserved", c_uint64 * 5)]
+
+
+class hbf_device_state(ctypes.Structure):
+    _fields_ = [
+        ("lo", c_uint64), ("span", c_uint64), ("enabled", c_uint32), ("n_ranges", c_uint32),
+        ("range_seq", c_uint64), ("generation", c_uint64), ("ctl", c_uint64),
+        ("timing_source", c_uint32), ("flags", c_uint32), ("magic", c_uint64),
+        ("version", c_uint32), ("state_bytes", c_uint32), ("heartbeat_timeout_ns", c_uint64),
+        ("thermal_max_age_ns", c_uint64), ("completion_timeout_ns", c_uint64),
+        ("backoff_max_ns", c_uint64), ("reserved1", c_uint64 * 3),
+        ("failure", c_uint64), ("failure_addr", c_uint64), ("thermal_cache", c_uint64),
+        ("debt_seen", c_uint64), ("debt_claimed", c_uint64), ("refresh_quantum", c_uint64),
+        ("reserved2", c_uint64 * 2),
+        ("media", C.hbf_media_params),
+        ("chan_tail", c_uint64 * HBF_DEV_MAX_CHANNELS), ("die_tail", c_uint64 * HBF_DEV_MAX_DIES),
+        ("kslots", hbf_kernel_counters * C.HBF_MAX_KERNEL_SLOTS),
+        ("ranges", hbf_dev_range * C.HBF_MAX_RANGES),
+    ]
+
+
+STRUCTS = {c.__name__: c for c in (hbf_dev_range, hbf_kernel_counters, hbf_device_state)}
+STATE_BYTES = ctypes.sizeof(hbf_device_state)
+HEAD_BYTES = hbf_device_state.media.offset          # lines 0..2 (what a range update rewrites)
+KSLOTS_OFF = hbf_device_state.kslots.offset
+KSLOTS_BYTES = ctypes.sizeof(hbf_kernel_counters) * C.HBF_MAX_KERNEL_SLOTS
+RANGES_OFF = hbf_device_state.ranges.offset
+
+
+@dataclass(frozen=True)
+class DevRange:
+    base: int
+    length: int
+    media_offset: int
+    range_id: int
+    mode: int
+    perms: int
+    page_bytes: int = 4096
+
+    @property
+    def end(self) -> int:
+        return self.base + self.length
+
+
+@dataclass(frozen=True)
+class RunParams:
+    heartbeat_timeout_ns: int = 50_000_000
+    thermal_max_age_ns: int = 20_000
+    completion_timeout_ns: int = 0
+    backoff_max_ns: int = 2048
+    allow_unmodeled: bool = False
+
+
+def ranges_from_ctl(snap: "C.hbf_range_snapshot") -> tuple[int, list[DevRange]]:
+    """Read (generation, ranges) from the control region's seqlocked range snapshot."""
+    def read():
+        n = min(int(snap.count), C.HBF_MAX_RANGES)
+        rs = [DevRange(int(r.base), int(r.length), int(r.media_offset), int(r.range_id), int(r.mode),
+                       int(r.perms), int(r.page_bytes) or 4096) for r in snap.ranges[:n]]
+        return int(snap.generation), rs
+    return C.seqlock_read(snap, read)
+
+
+def check_ranges(ranges: list[DevRange]) -> list[DevRange]:
+    rs = sorted(ranges, key=lambda r: r.base)
+    if len(rs) > C.HBF_MAX_RANGES:
+        raise RangeError("too many ranges for the device table", code=ErrorCode.RANGE_TABLE_FULL, count=len(rs))
+    for a, b in zip(rs, rs[1:]):
+        if a.end > b.base:
+            raise RangeError("ranges overlap", code=ErrorCode.RANGE_OVERLAP, a=hex(a.base), b=hex(b.base))
+    for r in rs:
+        if r.length <= 0:
+            raise RangeError("zero-length range", code=ErrorCode.RANGE_ZERO_LENGTH, base=hex(r.base))
+        if r.page_bytes & (r.page_bytes - 1):
+            raise RangeError("page_bytes must be a power of two", code=ErrorCode.RANGE_MISALIGNED,
+                             page_bytes=r.page_bytes)
+    return rs
+
+
+def fill_ranges(st: hbf_device_state, ranges: Iterable[DevRange], generation: int) -> None:
+    """Write the range table, bounds and generation (the caller handles range_seq)."""
+    rs = check_ranges(list(ranges))
+    for i, r in enumerate(rs):
+        d = st.ranges[i]
+        d.base, d.end, d.media_offset = r.base, r.end, r.media_offset
+        d.range_id, d.mode, d.perms = r.range_id, r.mode, r.perms
+        d.page_shift = r.page_bytes.bit_length() - 1
+    st.n_ranges = len(rs)
+    st.generation = generation
+    if rs:
+        lo = max(0, rs[0].base - HBF_DEV_GUARD_BYTES)
+        st.lo, st.span = lo, rs[-1].end - lo
+    else:
+        st.lo, st.span = (1 << 64) - 1, 0   # every address: addr - lo >= 0 -> native
+
+
+def new_state(ctl_dev: int, media: "C.hbf_media_params | None", params: RunParams,
+              refresh_quantum: int = 0) -> hbf_device_state:
+    st = hbf_device_state()
+    st.magic, st.version, st.state_bytes = HBF_DEVSTATE_MAGIC, HBF_DEVSTATE_VERSION, STATE_BYTES
+    st.enabled = 1
+    st.ctl = ctl_dev
+    if media is not None:
+        ctypes.memmove(ctypes.addressof(st.media), ctypes.addressof(media), ctypes.sizeof(media))
+        st.timing_source = int(media.timing_source)
+    st.flags = HBF_DSF_ALLOW_UNMODELED if params.allow_unmodeled else 0
+    st.heartbeat_timeout_ns = params.heartbeat_timeout_ns
+    st.thermal_max_age_ns = params.thermal_max_age_ns
+    st.completion_timeout_ns = params.completion_timeout_ns
+    st.backoff_max_ns = params.backoff_max_ns
+    st.refresh_quantum = refresh_quantum
+    fill_ranges(st, [], 0)
+    return st
+
+
+def kernel_counters_dict(k: hbf_kernel_counters) -> dict:
+    ops = {}
+    for i, name in enumerate(C.OP_NAMES):
+        o = k.ops[i]
+        ops[name] = {f: int(getattr(o, f)) for f in ("requests", "bytes", "modeled_ns", "wall_ns",
+                                                      "service_ns", "overhead_ns")}
+    d = {"ops": ops, "status": {C_STATUS_NAMES[i]: int(k.status[i]) for i in range(len(C_STATUS_NAMES))
+                                if int(k.status[i])}}
+    for f in ("wait_calls", "wait_wall_ns", "wait_overhead_ns", "launches", "blocks_exited", "kstart_ns",
+              "kend_ns", "thermal_waits", "thermal_wait_ns", "refresh_claims", "refresh_bytes"):
+        d[f] = int(getattr(k, f))
+    return d
+
+
+C_STATUS_NAMES = ("PENDING", "READY", "IO_ERROR", "COPY_ERROR", "CHECKSUM_ERROR", "TIMEOUT",
+                  "UNSUPPORTED", "DAEMON_LOST", "THERMAL_SHUTDOWN")

@@ -1,0 +1,516 @@
+"""The workload-side API: attach to hbfd, map + register the control region, keep the device state
+block in sync with the published range snapshot, bind instrumented modules, gate launches, read
+counters.
+
+    import runtime_cuda as hbf
+    with hbf.attach() as s:
+        r = s.register_timing_range(ptr, nbytes)
+        s.bind_module(cumodule, artifact="k.admission.json")
+        s.launch(func, grid, block, [c_uint64(ptr), c_int32(n)], kernel="k")
+        print(s.counters()["totals"])
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from hbfcommon import ctl as C
+from hbfcommon.errors import ConfigError, ErrorCode, HbfError, RangeError
+
+from . import devstate as D
+from . import knobs
+
+log = logging.getLogger(__name__)
+
+STATUS_CODE = {C.HBF_ST_UNSUPPORTED: ErrorCode.UNSUPPORTED, C.HBF_ST_DAEMON_LOST: ErrorCode.DAEMON_LOST,
+               C.HBF_ST_TIMEOUT: ErrorCode.TIMEOUT, C.HBF_ST_THERMAL_SHUTDOWN: ErrorCode.THERMAL_SHUTDOWN}
+
+
+class LaunchRefused(HbfError):
+    code = ErrorCode.LAUNCH_REFUSED
+
+
+class DeviceFailure(HbfError):
+    """A request reached a terminal non-READY state on the GPU (the kernel trapped)."""
+
+    def __init__(self, message: str, *, status: int, site: int, **fields: Any) -> None:
+        super().__init__(message, code=STATUS_CODE.get(status, ErrorCode.INTERNAL),
+                         status=D.C_STATUS_NAMES[status] if status < len(D.C_STATUS_NAMES) else status,
+                         site=site, kernel_index=site >> 16, site_index=site & 0xFFFF, **fields)
+        self.status = status
+        self.site = site
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    index: int
+    kslot: int
+    admitted: bool
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ModuleBinding:
+    module: int
+    instrumented: bool
+    kslot_base: int
+    kernels: dict[str, KernelInfo]
+    artifact_path: str | None = None
+
+    def kernel(self, name: str) -> KernelInfo | None:
+        return self.kernels.get(name)
+
+
+def load_artifact(artifact: Any) -> dict | None:
+    """An admission artifact as a dict (path, JSON text or dict); None when absent."""
+    if artifact is None:
+        return None
+    if isinstance(artifact, Mapping):
+        return dict(artifact)
+    p = Path(artifact)
+    try:
+        return json.loads(p.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read admission artifact: {e.strerror}", path=str(p)) from e
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"admission artifact is not JSON: {e}", path=str(p)) from e
+
+
+def artifact_kernels(art: dict | None) -> list[tuple[str, bool, list[str]]]:
+    """(name, admitted, reasons) per kernel, in .entry order. Accepts {"kernels": [..]} or {..: {}}."""
+    if not art:
+        return []
+    ks = art.get("kernels", [])
+    items = list(ks.items()) if isinstance(ks, Mapping) else [(k.get("name"), k) for k in ks]
+    out = []
+    for name, k in items:
+        adm = k.get("admitted")
+        reasons = [str(x) for x in (k.get("reasons") or k.get("refused") or [])]
+        if adm is None:  # derive from refused operations if the artifact lists them
+            adm = not reasons
+        out.append((str(name), bool(adm), reasons))
+    return out
+
+
+class Session:
+    """One attachment of this process to hbfd (see attach())."""
+
+    def __init__(self, client, ctlmap: C.CtlMap, *, allow_unmodeled: bool, use_cuda: bool,
+                 params: D.RunParams, attach_reply=None) -> None:
+        self.client = client
+        self.ctl = ctlmap
+        self.allow_unmodeled = allow_unmodeled
+        self.params = params
+        self.attach_reply = attach_reply
+        self.use_cuda = use_cuda
+        self._lock = threading.RLock()
+        self.ranges: list[D.DevRange] = []
+        self.generation = 0
+        self.bindings: dict[int, ModuleBinding] = {}
+        self.functions: dict[int, tuple[ModuleBinding, KernelInfo | None]] = {}
+        self._next_kslot = 0
+        self._launched_ptrs: list[tuple[int, str]] = []   # pointer args of launched instrumented kernels
+        self.unmodeled_launches: list[dict] = []
+        self.refused_launches: list[dict] = []
+        self._triton_installed: list[tuple[Any, str, Any]] = []
+        self.closed = False
+        self.ctl_dev = 0
+        self.state_dptr = 0
+        self.host_registered = False
+        h = ctlmap.ctl.header
+        self.state = D.new_state(0, h.media, params, int(ctlmap.ctl.refresh.quantum_bytes))
+        if use_cuda:
+            self._cuda_setup()
+        self._refresh_ranges()
+
+    # ---------------------------------------------------------------------------- CUDA side
+    def _cuda_setup(self) -> None:
+        from . import cudrv  # noqa: PLC0415
+        self._cu = cudrv
+        self.device, self.context = cudrv.init_context(0)
+        addr = self.ctl.address
+        self.ctl_dev = cudrv.host_register(addr, C.CTL_BYTES)
+        self.host_registered = True
+        if self.ctl_dev != addr:
+            log.info("control region: device pointer %#x differs from host pointer %#x; using the device "
+                     "pointer", self.ctl_dev, addr)
+        self.state.ctl = self.ctl_dev
+        self.state_dptr = cudrv.mem_alloc(D.STATE_BYTES)
+        cudrv.htod(self.state_dptr, self.state, D.STATE_BYTES)   # whole block: zero tails and counters
+        h = self.ctl.ctl.header
+        h.workload_pid = os.getpid()
+        h.device_state_ptr = self.state_dptr
+
+    def _write_ranges_to_device(self) -> None:
+        if not self.use_cuda or not self.state_dptr:
+            return
+        cu, st = self._cu, self.state
+        line0 = 64
+        st.range_seq += 1                        # odd: readers retry
+        cu.htod(self.state_dptr, st, line0)
+        n = max(1, int(st.n_ranges))
+        cu.htod(self.state_dptr + D.RANGES_OFF, ctypes.addressof(st) + D.RANGES_OFF,
+                n * ctypes.sizeof(D.hbf_dev_range))
+        st.range_seq += 1                        # even: stable
+        cu.htod(self.state_dptr, st, line0)
+
+    def _refresh_ranges(self, want_generation: int = 0) -> None:
+        """Mirror the control region's range snapshot (what hbfd published) into the device block."""
+        gen, ranges = D.ranges_from_ctl(self.ctl.ctl.ranges)
+        if gen < want_generation:   # daemon answered before publishing: ask it directly
+            rep = self.client.call("ListRanges", self.client.pb.ListRangesRequest())
+            gen = int(rep.snapshot_generation)
+            ranges = [D.DevRange(r.base, r.length, r.media_offset, r.range_id, int(r.mode), r.perms,
+                                 r.page_bytes or 4096) for r in rep.ranges]
+        with self._lock:
+            D.fill_ranges(self.state, ranges, gen)
+            self.ranges = sorted(ranges, key=lambda r: r.base)
+            self.generation = gen
+            self._write_ranges_to_device()
+
+    # ---------------------------------------------------------------------------- ranges
+    def range_containing(self, addr: int) -> D.DevRange | None:
+        for r in self.ranges:
+            if r.base <= addr < r.end:
+                return r
+        return None
+
+    def _check_not_admitted(self, ptr: int, nbytes: int) -> None:
+        for p, kname in self._launched_ptrs:
+            if ptr <= p < ptr + nbytes:
+                raise RangeError("registration refused: an instrumented kernel that could touch this range "
+                                 "was already launched", code=ErrorCode.RANGE_ADMITTED, base=hex(ptr),
+                                 nbytes=nbytes, kernel=kname, pointer=hex(p))
+
+    def _register(self, ptr: int, nbytes: int, mode: int, perms: int, page_bytes: int, stream: int,
+                  label: str, flag_class: int = 0):
+        self._ensure_open()
+        if nbytes <= 0:
+            raise RangeError("zero-length range", code=ErrorCode.RANGE_ZERO_LENGTH, base=hex(ptr))
+        self._check_not_admitted(ptr, nbytes)
+        pb = self.client.pb
+        r = pb.Range(base=int(ptr), length=int(nbytes), mode=mode, perms=int(perms), page_bytes=int(page_bytes),
+                     stream=int(stream), label=label, flag_class=int(flag_class))
+        rep = self.client.call("RegisterRange", pb.RegisterRangeRequest(range=r))
+        self._refresh_ranges(int(rep.snapshot_generation))
+        return rep.range
+
+    def register_timing_range(self, ptr: int, nbytes: int, perms: int = C.HBF_PERM_ALL, *,
+                              page_bytes: int = 4096, stream: int = 0, label: str = ""):
+        """Charge every access to [ptr, ptr+nbytes) the modeled HBF service. Returns the Range
+        hbfd assigned (range_id, media_offset)."""
+        return self._register(ptr, nbytes, C.HBF_MODE_TIMING, perms, page_bytes, stream, label)
+
+    def register_flag_range(self, ptr: int, nbytes: int, flag_class: int = 0, *,
+                            perms: int = C.HBF_PERM_READ | C.HBF_PERM_WRITE | C.HBF_PERM_ATOMIC,
+                            page_bytes: int = 4096, label: str = ""):
+        """A flag range for eidola (rewritten loads of it are virtualized/accounted by class)."""
+        return self._register(ptr, nbytes, C.HBF_MODE_FLAG, perms, page_bytes, 0, label, flag_class)
+
+    def unregister(self, rng) -> None:
+        self._ensure_open()
+        rid = rng if isinstance(rng, int) else int(rng.range_id)
+        pb = self.client.pb
+        rep = self.client.call("UnregisterRange", pb.UnregisterRangeRequest(range_id=rid))
+        self._refresh_ranges(int(rep.snapshot_generation))
+
+    # ---------------------------------------------------------------------------- modules
+    def bind_module(self, module, artifact: Any = None, *, kernels: Sequence[str] | None = None,
+                    slots: int | None = None) -> ModuleBinding:
+        """Point an instrumented module's __hb_state/__hb_kslot_base at this session. `module` is a
+        CUmodule (or its int handle). A module without __hb_state is recorded as uninstrumented."""
+        self._ensure_open()
+        art = load_artifact(artifact)
+        ak = artifact_kernels(art)
+        names = [k[0] for k in ak] or list(kernels or [])
+        nslots = slots or max(1, len(names) or 1)
+        handle = int(getattr(module, "getPtr", lambda: module)()) if not isinstance(module, int) else module
+        with self._lock:
+            instrumented = False
+            kslot_base = self._next_kslot
+            if self.use_cuda:
+                g = self._cu.module_global(module, "__hb_state")
+                if g is not None:
+                    instrumented = True
+                    if kslot_base + nslots > C.HBF_MAX_KERNEL_SLOTS:
+                        raise HbfError("out of per-kernel counter slots", code=ErrorCode.RANGE_TABLE_FULL,
+                                       slots=C.HBF_MAX_KERNEL_SLOTS)
+                    v = ctypes.c_uint64(self.state_dptr)
+                    self._cu.htod(g[0], v, 8)
+                    kb = self._cu.module_global(module, "__hb_kslot_base")
+                    if kb is not None:
+                        self._cu.htod(kb[0], ctypes.c_uint32(kslot_base), 4)
+                    self._next_kslot += nslots
+            infos = {}
+            for i, (name, adm, reasons) in enumerate(ak):
+                infos[name] = KernelInfo(name, i, kslot_base + i, adm, reasons)
+            if not ak:
+                for i, name in enumerate(names):
+                    infos[name] = KernelInfo(name, i, kslot_base + i, False, ["no admission artifact"])
+            b = ModuleBinding(handle, instrumented, kslot_base, infos,
+                              str(artifact) if isinstance(artifact, (str, os.PathLike)) else None)
+            self.bindings[handle] = b
+            return b
+
+    def note_function(self, function, binding: ModuleBinding, name: str) -> None:
+        handle = int(function) if isinstance(function, int) else int(getattr(function, "getPtr")())
+        self.functions[handle] = (binding, binding.kernel(name) or KernelInfo(name, -1, -1, False,
+                                                                                ["kernel not in artifact"]))
+
+    # ---------------------------------------------------------------------------- launch gate
+    def gate(self, name: str, info: KernelInfo | None, pointer_args: Iterable[int] | None) -> None:
+        """Refuse the launch of a non-admitted kernel whose arguments can reach a registered range.
+        pointer_args=None means the arguments are unknown (then any registered range counts)."""
+        ptrs = None if pointer_args is None else [int(p) for p in pointer_args]
+        admitted = bool(info and info.admitted)
+        if admitted:
+            for p in ptrs or []:
+                self._launched_ptrs.append((p, name))
+            return
+        if not self.ranges:
+            return
+        if ptrs is None:
+            reach = [{"range_id": r.range_id, "base": hex(r.base)} for r in self.ranges]
+        else:
+            reach = []
+            for p in ptrs:
+                r = self.range_containing(p)
+                if r is not None:
+                    reach.append({"pointer": hex(p), "range_id": r.range_id, "base": hex(r.base)})
+        if not reach:
+            return
+        reason = ("not admitted: " + "; ".join(info.reasons)) if info and info.reasons else \
+            ("not admitted" if info else "no admission artifact for this kernel")
+        event = {"kernel": name, "reason": reason, "reaches": reach,
+                 "arguments_known": ptrs is not None, "allow_unmodeled": self.allow_unmodeled}
+        if self.allow_unmodeled:
+            self.unmodeled_launches.append(event)
+            self._report("unmodeled_launch", event)
+            log.warning("launch of non-admitted kernel %s allowed (allow_unmodeled): %s", name, reason)
+            return
+        self.refused_launches.append(event)
+        self._report("launch_refused", event)
+        raise LaunchRefused(f"launch of {name} refused: {reason}", kernel=name, reason=reason,
+                            reaches=reach)
+
+    def launch(self, function, grid, block, args: Sequence[ctypes._SimpleCData], *, kernel: str | None = None,
+               binding: ModuleBinding | None = None, shared: int = 0, stream: int = 0) -> None:
+        """cuLaunchKernel through the launch gate. Pointer arguments are the c_uint64/c_void_p args."""
+        self._ensure_open()
+        fh = int(function) if isinstance(function, int) else int(getattr(function, "getPtr")())
+        b, info = self.functions.get(fh, (binding, None))
+        if info is None and binding is not None and kernel is not None:
+            info = binding.kernel(kernel)
+        name = kernel or (info.name if info else f"function@{fh:#x}")
+        ptrs = [a.value or 0 for a in args if isinstance(a, (ctypes.c_uint64, ctypes.c_void_p))]
+        self.gate(name, info, ptrs)
+        self._cu.launch(function, grid, block, args, shared, stream)
+
+    # ---------------------------------------------------------------------------- Triton
+    def install_triton_hooks(self) -> None:
+        """Bind every Triton kernel as it loads (kernel_load_end_hook) and gate its launches
+        (launch_enter_hook; Triton passes no arguments there, so a non-admitted kernel is refused
+        whenever any range is registered, unless allow_unmodeled)."""
+        from triton import knobs as tk  # noqa: PLC0415
+        for attr, fn in (("kernel_load_end_hook", self._triton_loaded), ("launch_enter_hook", self._triton_launch)):
+            hook = getattr(tk.runtime, attr)
+            if hasattr(hook, "add"):
+                hook.add(fn)
+                self._triton_installed.append((hook, "chain", fn))
+            else:
+                prev = hook
+                def chained(*a, _fn=fn, _prev=prev):
+                    if _prev is not None:
+                        _prev(*a)
+                    return _fn(*a)
+                setattr(tk.runtime, attr, chained)
+                self._triton_installed.append((tk.runtime, attr, prev))
+
+    def uninstall_triton_hooks(self) -> None:
+        for obj, kind, fn in reversed(self._triton_installed):
+            if kind == "chain":
+                obj.remove(fn)
+            else:
+                setattr(obj, kind, fn)
+        self._triton_installed.clear()
+
+    def _triton_loaded(self, module, function, name, metadata_group, hash_=None, *rest) -> None:
+        art = None
+        for k, v in (metadata_group or {}).items():
+            if str(k).endswith((".admission.json", ".hbfadm.json")):
+                art = v
+        b = self.bind_module(int(module), artifact=art, kernels=[name])
+        self.note_function(int(function), b, name)
+
+    def _triton_launch(self, metadata) -> None:
+        md = metadata.get() if hasattr(metadata, "get") and callable(metadata.get) else dict(metadata)
+        fh = int(md.get("function", 0) or 0)
+        name = str(md.get("name", f"function@{fh:#x}"))
+        _, info = self.functions.get(fh, (None, None))
+        self.gate(name, info, None)
+
+    # ---------------------------------------------------------------------------- counters
+    def device_counters_raw(self) -> "ctypes.Array":
+        arr = (D.hbf_kernel_counters * C.HBF_MAX_KERNEL_SLOTS)()
+        if self.use_cuda and self.state_dptr:
+            self._cu.dtoh(arr, self.state_dptr + D.KSLOTS_OFF, D.KSLOTS_BYTES)
+        return arr
+
+    def counters(self, publish: bool = True) -> dict:
+        """Per kernel and totals. Also publishes the totals into the control region (counters.device)."""
+        self._ensure_open()
+        if self.use_cuda:
+            self._cu.ctx_synchronize()
+        raw = self.device_counters_raw()
+        names = {}
+        for b in self.bindings.values():
+            for k in b.kernels.values():
+                names[k.kslot] = k.name
+        kernels = {}
+        totals = D.kernel_counters_dict(D.hbf_kernel_counters())
+        for slot in range(min(self._next_kslot, C.HBF_MAX_KERNEL_SLOTS)):
+            d = D.kernel_counters_dict(raw[slot])
+            kernels[names.get(slot, f"slot{slot}")] = d
+            _accumulate(totals, d)
+        out = {"kernels": kernels, "totals": totals, "generation": self.generation,
+               "unmodeled_launches": list(self.unmodeled_launches),
+               "refused_launches": list(self.refused_launches)}
+        if publish:
+            self._publish(totals)
+        return out
+
+    def _publish(self, totals: dict) -> None:
+        cnt = self.ctl.ctl.counters
+        for i, op in enumerate(C.OP_NAMES):
+            o, src = cnt.device[i], totals["ops"][op]
+            o.requests, o.bytes, o.modeled_ns = src["requests"], src["bytes"], src["modeled_ns"]
+            o.service_ns, o.overhead_ns = src["service_ns"], src["overhead_ns"]
+            o.wall_ns = 0
+        # the device does not know the op of a deadline future: waits are attributed to loads
+        cnt.device[C.HBF_OP_LOAD].wall_ns = totals["wait_wall_ns"]
+        cnt.device[C.HBF_OP_LOAD].overhead_ns += totals["wait_overhead_ns"]
+        for i, n in enumerate(D.C_STATUS_NAMES):
+            cnt.device_status[i] = totals["status"].get(n, 0)
+        cnt.device_sync_seq += 1
+
+    # ---------------------------------------------------------------------------- failures
+    def device_failure(self) -> tuple[int, int] | None:
+        """(status, site) of the first terminal failure the GPU recorded, from the control region."""
+        w = int(self.ctl.ctl.header.device_failure)
+        return None if w == 0 else (w >> 32, w & 0xFFFFFFFF)
+
+    def synchronize(self) -> None:
+        """cuCtxSynchronize; a trapped kernel becomes DeviceFailure (reported to hbfd)."""
+        from hbfcommon.errors import CudaError  # noqa: PLC0415
+        try:
+            self._cu.ctx_synchronize()
+        except CudaError as e:
+            self.raise_device_failure(cuda_error=e.fields.get("cu_name"))
+            raise
+
+    def raise_device_failure(self, **extra: Any) -> None:
+        f = self.device_failure()
+        if f is None:
+            return
+        status, site = f
+        name = D.C_STATUS_NAMES[status] if status < len(D.C_STATUS_NAMES) else str(status)
+        ev = {"status": name, "site": site, "kernel_index": site >> 16, "site_index": site & 0xFFFF, **extra}
+        self._report("device_failure", ev)
+        raise DeviceFailure(f"kernel ended with {name}", status=status, site=site, **extra)
+
+    def _report(self, kind: str, event: dict) -> None:
+        try:
+            self.client.call("Report", self.client.pb.ReportRequest(kind=kind, json=json.dumps(event)))
+        except HbfError as e:   # the event is also kept locally; the daemon may be the thing that failed
+            log.error("could not report %s to hbfd: %s", kind, e)
+
+    # ---------------------------------------------------------------------------- lifetime
+    def _ensure_open(self) -> None:
+        if self.closed:
+            raise HbfError("session is closed", code=ErrorCode.INVALID_ARGUMENT)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self.uninstall_triton_hooks()
+        except Exception:  # noqa: BLE001
+            log.exception("uninstalling Triton hooks")
+        if self.use_cuda:
+            try:
+                self.counters(publish=True)
+            except HbfError as e:
+                log.warning("final counters not published: %s", e)
+            for b in self.bindings.values():   # detach modules: their accesses become native again
+                if b.instrumented:
+                    try:
+                        g = self._cu.module_global(b.module, "__hb_state")
+                        if g:
+                            self._cu.htod(g[0], ctypes.c_uint64(0), 8)
+                    except HbfError:
+                        pass
+            try:
+                if self.state_dptr:
+                    self._cu.mem_free(self.state_dptr)
+                if self.host_registered:
+                    self._cu.host_unregister(self.ctl.address)
+            except HbfError as e:
+                log.warning("CUDA cleanup: %s", e)
+        self.closed = True
+        self.ctl.close()
+        self.client.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _accumulate(tot: dict, d: dict) -> None:
+    for op, v in d["ops"].items():
+        for k, x in v.items():
+            tot["ops"][op][k] += x
+    for k, x in d["status"].items():
+        tot["status"][k] = tot["status"].get(k, 0) + x
+    for k, x in d.items():
+        if k not in ("ops", "status", "kstart_ns", "kend_ns"):
+            tot[k] += x
+
+
+def attach(socket: str | None = None, allow_unmodeled: bool | None = None, *, cuda: bool | None = None,
+           params: D.RunParams | None = None) -> Session:
+    """Attach this process to hbfd: Attach RPC, map the control region, register it with CUDA,
+    allocate the device state block. cuda=None uses CUDA when a GPU is present."""
+    from .client import Client  # noqa: PLC0415
+    allow = knobs.allow_unmodeled() if allow_unmodeled is None else bool(allow_unmodeled)
+    if params is None:
+        params = D.RunParams(heartbeat_timeout_ns=knobs.heartbeat_timeout_ns(),
+                             thermal_max_age_ns=knobs.thermal_max_age_ns(),
+                             completion_timeout_ns=knobs.completion_timeout_ns(),
+                             backoff_max_ns=knobs.backoff_max_ns(), allow_unmodeled=allow)
+    client = Client(socket)
+    try:
+        rep = client.call("Attach", client.pb.AttachRequest(workload_pid=os.getpid(),
+                                                            abi_version=C.HBF_CTL_ABI_VERSION,
+                                                            allow_unmodeled=allow))
+        m = C.map_region(rep.ctl_path)
+    except BaseException:
+        client.close()
+        raise
+    if cuda is None:
+        from .cudrv import gpu_available  # noqa: PLC0415
+        cuda = gpu_available()
+    try:
+        return Session(client, m, allow_unmodeled=allow, use_cuda=bool(cuda), params=params, attach_reply=rep)
+    except BaseException:
+        m.close()
+        client.close()
+        raise

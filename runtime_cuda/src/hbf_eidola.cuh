@@ -1,0 +1,509 @@
+/*
+ * hbf_eidola.cuh — Eidola device primitives (DESIGN.md §3.7): peers that are not there.
+ *
+ *  - target-kernel start:  hbf_eidola_kernel_enter() (atomicMin of %globaltimer into st->t0);
+ *                          wakeups in the Write Tracking Table are relative to it.
+ *  - register_write():     device-side registration into a staging area (setup kernel); the host
+ *                          sorts it into the WTT (registration order is free).
+ *  - flag loads:           hbf_eidola_ld_flag_u32/u64(): accounting + engine (b) virtualization
+ *                          (the value the table makes visible at this instant: binary search by
+ *                          address, then by time) or a real ld.acquire.sys (engine a / real peers).
+ *  - monitor()/mwait():    software monitor log (masked compare) + per-warp wake word;
+ *                          coarse wake-all per 128-B line (Mesa) or per-flag compare (Hoare).
+ *  - accounting:           per-thread register counters, flushed once with atomics into
+ *                          ctr[class][HBF_EIDOLA_C_*] (flag classes 1.., non-flag class 0).
+ *  - eidolon service:      hbf_eidola_enact(): the store + monitor-log service the eidolon kernel
+ *                          (runtime_cuda/src/eidola_kernels.cu) performs for each WTT entry.
+ *
+ * Header-only; every symbol is prefixed hbf_eidola_ / HBF_EIDOLA_. Pointers in the state are
+ * stored as u64 so that the Python mirror (runtime_cuda/eidola.py) is a flat struct of integers;
+ * runtime_cuda/eidola.py checks sizeof/offsetof against hbf_eidola_state_layout().
+ */
+#ifndef HBF_EIDOLA_CUH
+#define HBF_EIDOLA_CUH
+
+#include <cstdint>
+
+#define HBF_EIDOLA_LAYOUT_VERSION 1u
+#define HBF_EIDOLA_MAX_CLASSES 16u
+#define HBF_EIDOLA_NCTR 8u
+#define HBF_EIDOLA_MAX_FLAG_RANGES 8u
+#define HBF_EIDOLA_MON_WAITERS 2u
+#define HBF_EIDOLA_LINE_BYTES 128u
+
+/* counters (mirrors hbfd/eidola/accounting.py COUNTERS) */
+#define HBF_EIDOLA_C_WARP 0u        /* warp-instructions that read global memory */
+#define HBF_EIDOLA_C_THREAD 1u      /* per-thread reads */
+#define HBF_EIDOLA_C_MON_ARMS 2u
+#define HBF_EIDOLA_C_MWAITS 3u
+#define HBF_EIDOLA_C_WAKE_READS 4u  /* polls of the per-warp wake word (not flag reads) */
+#define HBF_EIDOLA_C_VLOADS 5u      /* flag reads served by engine (b) */
+#define HBF_EIDOLA_C_MWAIT_NS 6u
+#define HBF_EIDOLA_C_SPIN 7u
+
+/* engines */
+#define HBF_EIDOLA_ENGINE_REAL 0u   /* flag loads read memory (real peers, or engine a stores) */
+#define HBF_EIDOLA_ENGINE_VIRT 1u   /* engine (b): virtualized flag loads */
+/* monitor modes */
+#define HBF_EIDOLA_MON_OFF 0u
+#define HBF_EIDOLA_MON_MESA 1u      /* any enacted write to the line wakes every waiter on it */
+#define HBF_EIDOLA_MON_HOARE 2u     /* per-flag, masked compare must match */
+
+/* failure codes (st->failure = (code << 32) | detail) */
+#define HBF_EIDOLA_FAIL_TIMEOUT 1u
+#define HBF_EIDOLA_FAIL_MON_FULL 2u
+#define HBF_EIDOLA_FAIL_NEVER_WAKES 3u
+#define HBF_EIDOLA_FAIL_STAGING_FULL 4u
+#define HBF_EIDOLA_FAIL_BAD_SIZE 5u
+
+typedef struct hbf_eidola_flag_range {
+    uint64_t base;
+    uint64_t length;
+    uint32_t klass;                /* 1..MAX_CLASSES-1 */
+    uint32_t reserved0;
+    uint64_t reserved1;
+} hbf_eidola_flag_range;           /* 32 B */
+
+typedef struct hbf_eidola_mon_waiter {
+    uint32_t who;                  /* 0 = free; else (global_warp * 32 + lane) + 1 */
+    uint32_t armed;
+    uint64_t value;
+    uint64_t mask;
+} hbf_eidola_mon_waiter;           /* 24 B */
+
+typedef struct hbf_eidola_mon_entry {  /* one per 4-byte word of the monitored range */
+    hbf_eidola_mon_waiter w[HBF_EIDOLA_MON_WAITERS];
+    uint64_t reserved[2];
+} hbf_eidola_mon_entry;            /* 64 B */
+
+typedef struct hbf_eidola_state {
+    /* --- per launch (host resets: t0 = ~0, failure = 0) --- */
+    uint64_t t0;                   /* min %globaltimer at target-kernel entry */
+    uint64_t failure;
+    uint64_t eidolon_done;         /* entries enacted (engine a) */
+    uint64_t reserved0;
+    /* --- configuration --- */
+    uint32_t engine;               /* HBF_EIDOLA_ENGINE_* */
+    uint32_t mon_mode;             /* HBF_EIDOLA_MON_* */
+    uint32_t vload_paced;          /* engine b: also issue the real load (real timing + traffic) */
+    uint32_t n_flag_ranges;
+    int64_t lag_ns;                /* engine a: fire this many ns early (calibrated lag) */
+    uint64_t timeout_ns;           /* every wait is bounded; 0 = 2 s */
+    uint32_t sleep_ns;             /* mwait wake-word poll backoff */
+    uint32_t reserved1;
+    hbf_eidola_flag_range flag_ranges[HBF_EIDOLA_MAX_FLAG_RANGES];
+    /* --- WTT sorted by wakeup (engine a) --- */
+    uint64_t n_entries;
+    uint64_t t_addr, t_value, t_size, t_wakeup;   /* u64*, u64*, u32*, u64* */
+    uint64_t t_enacted;            /* u64*: %globaltimer - t0 right after each store */
+    /* --- per-address index (engine b; mwait hints) --- */
+    uint64_t n_vaddr;
+    uint64_t v_addr, v_begin, v_time, v_value, v_init;   /* u64*, u32*(n+1), u64*, u64*, u64* */
+    /* --- monitor log --- */
+    uint64_t mon_base;
+    uint64_t mon_slots;            /* 4-byte words covered */
+    uint64_t mon;                  /* hbf_eidola_mon_entry* */
+    uint64_t wake;                 /* u32* per global warp of the target kernel */
+    uint64_t n_wake;
+    /* --- setup-kernel registration staging --- */
+    uint64_t s_addr, s_value, s_size, s_wakeup;  /* u64*, u64*, u32*, u64* */
+    uint64_t s_count;              /* u32* (atomic) */
+    uint64_t s_cap;
+    /* --- accounting --- */
+    uint64_t ctr;                  /* unsigned long long [MAX_CLASSES][NCTR] */
+    uint64_t reserved2[4];
+} hbf_eidola_state;
+
+#ifdef __CUDACC__
+
+#define HBF_EIDOLA_DEV static __device__ __forceinline__
+
+HBF_EIDOLA_DEV uint64_t hbf_eidola_now() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+HBF_EIDOLA_DEV uint32_t hbf_eidola_lane() {
+    uint32_t l;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+    return l;
+}
+
+HBF_EIDOLA_DEV uint32_t hbf_eidola_ld_acquire_u32(const void* p) {
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+HBF_EIDOLA_DEV uint64_t hbf_eidola_ld_acquire_u64(const void* p) {
+    uint64_t v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+HBF_EIDOLA_DEV uint64_t hbf_eidola_ld_volatile_u64(const void* p) {
+    uint64_t v;
+    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+HBF_EIDOLA_DEV void hbf_eidola_st_release_u32(void* p, uint32_t v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+/* Per-thread accounting, in registers; flushed once per thread. */
+typedef struct hbf_eidola_acct {
+    uint32_t flag_class;           /* class of the flag reads counted below (0 = none yet) */
+    uint32_t flag_warp, flag_thread, nonflag_warp, nonflag_thread;
+    uint32_t mon_arms, mwaits, wake_reads, vloads, spin;
+    uint64_t mwait_ns;
+    /* monitor armed by this thread */
+    uint64_t mon_addr, mon_value, mon_mask;
+    uint32_t mon_slot, mon_widx;
+} hbf_eidola_acct;
+
+HBF_EIDOLA_DEV void hbf_eidola_acct_init(hbf_eidola_acct* a) {
+    a->flag_class = 0; a->flag_warp = a->flag_thread = a->nonflag_warp = a->nonflag_thread = 0;
+    a->mon_arms = a->mwaits = a->wake_reads = a->vloads = a->spin = 0;
+    a->mwait_ns = 0; a->mon_addr = 0; a->mon_value = 0; a->mon_mask = 0;
+    a->mon_slot = 0xffffffffu; a->mon_widx = 0;
+}
+
+/* One warp-instruction per calling warp (counted by its lowest active lane), one per lane. */
+HBF_EIDOLA_DEV uint32_t hbf_eidola_leader() {
+    return (uint32_t)(__ffs(__activemask()) - 1) == hbf_eidola_lane() ? 1u : 0u;
+}
+
+HBF_EIDOLA_DEV void hbf_eidola_count_nonflag(hbf_eidola_acct* a, uint32_t insts = 1) {
+    a->nonflag_thread += insts;
+    a->nonflag_warp += hbf_eidola_leader() * insts;
+}
+
+static __device__ __noinline__ void hbf_eidola_fail(hbf_eidola_state* st, uint32_t code, uint32_t detail) {
+    atomicCAS((unsigned long long*)&st->failure, 0ull,
+              ((unsigned long long)code << 32) | (unsigned long long)detail);
+    __threadfence_system();
+    asm volatile("trap;");
+}
+
+HBF_EIDOLA_DEV uint64_t hbf_eidola_timeout(const hbf_eidola_state* st) {
+    return st->timeout_ns ? st->timeout_ns : 2000000000ull;
+}
+
+HBF_EIDOLA_DEV uint32_t hbf_eidola_classify(const hbf_eidola_state* st, uint64_t addr) {
+    for (uint32_t i = 0; i < st->n_flag_ranges && i < HBF_EIDOLA_MAX_FLAG_RANGES; ++i) {
+        const hbf_eidola_flag_range& r = st->flag_ranges[i];
+        if (addr - r.base < r.length) return r.klass;
+    }
+    return 0;
+}
+
+HBF_EIDOLA_DEV void hbf_eidola_count_flag(const hbf_eidola_state* st, hbf_eidola_acct* a,
+                                          uint32_t klass) {
+    uint32_t lead = hbf_eidola_leader();
+    if (a->flag_class == 0 || a->flag_class == klass) {
+        a->flag_class = klass;
+        a->flag_thread += 1;
+        a->flag_warp += lead;
+    } else {  /* a second class in the same thread: count directly */
+        unsigned long long* c = (unsigned long long*)st->ctr + klass * HBF_EIDOLA_NCTR;
+        atomicAdd(&c[HBF_EIDOLA_C_THREAD], 1ull);
+        if (lead) atomicAdd(&c[HBF_EIDOLA_C_WARP], 1ull);
+    }
+}
+
+/* ---- target kernel start ------------------------------------------------------------------ */
+/* Every block calls it (thread 0 does the work); returns the kernel start as this block sees it. */
+HBF_EIDOLA_DEV uint64_t hbf_eidola_kernel_enter(hbf_eidola_state* st) {
+    __shared__ uint64_t hbf_eidola_t0_sh;
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        uint64_t now = hbf_eidola_now();
+        uint64_t old = atomicMin((unsigned long long*)&st->t0, (unsigned long long)now);
+        hbf_eidola_t0_sh = old < now ? old : now;
+    }
+    __syncthreads();
+    return hbf_eidola_t0_sh;
+}
+
+/* ---- engine (b): value visible at (addr, t_rel) -------------------------------------------- */
+/* Returns 1 and the value when addr is in the table, else 0 (caller reads memory). */
+HBF_EIDOLA_DEV int hbf_eidola_vindex(const hbf_eidola_state* st, uint64_t addr, uint32_t* idx) {
+    const uint64_t* va = (const uint64_t*)st->v_addr;
+    uint64_t lo = 0, hi = st->n_vaddr;
+    while (lo < hi) {
+        uint64_t mid = (lo + hi) >> 1;
+        if (__ldg(&va[mid]) < addr) lo = mid + 1; else hi = mid;
+    }
+    if (lo < st->n_vaddr && __ldg(&va[lo]) == addr) { *idx = (uint32_t)lo; return 1; }
+    return 0;
+}
+
+/* index of the first event of address i with time > t (upper bound), in [begin, end] */
+HBF_EIDOLA_DEV uint32_t hbf_eidola_vupper(const hbf_eidola_state* st, uint32_t i, uint64_t t) {
+    const uint32_t* vb = (const uint32_t*)st->v_begin;
+    const uint64_t* vt = (const uint64_t*)st->v_time;
+    uint32_t lo = __ldg(&vb[i]), hi = __ldg(&vb[i + 1]);
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) >> 1;
+        if (__ldg(&vt[mid]) <= t) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+HBF_EIDOLA_DEV uint64_t hbf_eidola_vvalue(const hbf_eidola_state* st, uint32_t i, uint64_t t) {
+    const uint32_t* vb = (const uint32_t*)st->v_begin;
+    uint32_t j = hbf_eidola_vupper(st, i, t);
+    if (j == __ldg(&vb[i])) return __ldg(&((const uint64_t*)st->v_init)[i]);
+    return __ldg(&((const uint64_t*)st->v_value)[j - 1]);
+}
+
+HBF_EIDOLA_DEV uint64_t hbf_eidola_rel_now(const hbf_eidola_state* st, uint64_t t0) {
+    uint64_t n = hbf_eidola_now();
+    return n > t0 ? n - t0 : 0;
+}
+
+/* ---- flag loads (what rewritten / hand-instrumented code calls) ----------------------------- */
+HBF_EIDOLA_DEV uint64_t hbf_eidola_ld_flag(hbf_eidola_state* st, hbf_eidola_acct* a, uint64_t t0,
+                                           const void* p, uint32_t size) {
+    uint64_t addr = (uint64_t)p;
+    uint32_t klass = hbf_eidola_classify(st, addr);
+    if (klass == 0) {  /* not a registered flag: a plain (non-flag) read, real memory */
+        hbf_eidola_count_nonflag(a);
+        return size == 8 ? hbf_eidola_ld_acquire_u64(p) : hbf_eidola_ld_acquire_u32(p);
+    }
+    hbf_eidola_count_flag(st, a, klass);
+    if (st->engine == HBF_EIDOLA_ENGINE_VIRT) {
+        uint32_t i;
+        if (hbf_eidola_vindex(st, addr, &i)) {
+            a->vloads += 1;
+            if (st->vload_paced) {  /* keep the real poll's timing and traffic; value from the table */
+                volatile uint64_t sink = size == 8 ? hbf_eidola_ld_acquire_u64(p) : hbf_eidola_ld_acquire_u32(p);
+                (void)sink;
+            }
+            return hbf_eidola_vvalue(st, i, hbf_eidola_rel_now(st, t0));
+        }
+    }
+    return size == 8 ? hbf_eidola_ld_acquire_u64(p) : hbf_eidola_ld_acquire_u32(p);
+}
+
+HBF_EIDOLA_DEV uint32_t hbf_eidola_ld_flag_u32(hbf_eidola_state* st, hbf_eidola_acct* a, uint64_t t0,
+                                               const uint32_t* p) {
+    return (uint32_t)hbf_eidola_ld_flag(st, a, t0, p, 4);
+}
+
+/* ---- monitor / mwait ------------------------------------------------------------------------ */
+HBF_EIDOLA_DEV uint32_t hbf_eidola_gwarp() {
+    uint32_t bid = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    uint32_t tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    uint32_t wpb = (blockDim.x * blockDim.y * blockDim.z + 31) / 32;
+    return bid * wpb + tid / 32;
+}
+
+HBF_EIDOLA_DEV uint64_t hbf_eidola_mask(uint32_t nbytes) {
+    return nbytes >= 8 ? ~0ull : ((1ull << (8 * nbytes)) - 1ull);
+}
+
+/* Arms a monitor-log entry for (addr, nbytes, wake_value) and reads the flag once (one counted
+ * flag read). Returns true when the masked value already matches (no need to mwait). */
+HBF_EIDOLA_DEV bool hbf_eidola_monitor(hbf_eidola_state* st, hbf_eidola_acct* a, uint64_t t0,
+                                       const void* p, uint32_t nbytes, uint64_t wake_value) {
+    uint64_t addr = (uint64_t)p;
+    uint64_t mask = hbf_eidola_mask(nbytes);
+    a->mon_arms += 1;
+    a->mon_addr = addr; a->mon_value = wake_value; a->mon_mask = mask;
+    a->mon_slot = 0xffffffffu;
+    bool use_log = st->engine != HBF_EIDOLA_ENGINE_VIRT && st->mon_mode != HBF_EIDOLA_MON_OFF &&
+                   addr >= st->mon_base && addr < st->mon_base + 4ull * st->mon_slots;
+    if (use_log) {
+        uint32_t gw = hbf_eidola_gwarp(), lane = hbf_eidola_lane();
+        uint32_t me = gw * 32u + lane + 1u;
+        uint32_t* wake = (uint32_t*)st->wake;
+        atomicAnd(&wake[gw], ~(1u << lane));   /* drop stale wakes before arming */
+        uint32_t slot = (uint32_t)((addr - st->mon_base) >> 2);
+        hbf_eidola_mon_entry* e = (hbf_eidola_mon_entry*)st->mon + slot;
+        uint32_t k = 0;
+        for (; k < HBF_EIDOLA_MON_WAITERS; ++k)
+            if (atomicCAS(&e->w[k].who, 0u, me) == 0u) break;
+        if (k == HBF_EIDOLA_MON_WAITERS) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_MON_FULL, slot);
+        e->w[k].value = wake_value;
+        e->w[k].mask = mask;
+        __threadfence();
+        atomicExch(&e->w[k].armed, 1u);
+        __threadfence();                       /* Dekker with the eidolon: arm, fence, read */
+        a->mon_slot = slot; a->mon_widx = k;
+    }
+    uint64_t v = hbf_eidola_ld_flag(st, a, t0, p, nbytes >= 8 ? 8 : 4);
+    bool hit = (v & mask) == (wake_value & mask);
+    if (hit && a->mon_slot != 0xffffffffu) {
+        hbf_eidola_mon_entry* e = (hbf_eidola_mon_entry*)st->mon + a->mon_slot;
+        atomicExch(&e->w[a->mon_widx].armed, 0u);
+        atomicExch(&e->w[a->mon_widx].who, 0u);
+        a->mon_slot = 0xffffffffu;
+    }
+    return hit;
+}
+
+/* Earliest table time (relative) >= t at which the armed condition can be woken: Hoare: the
+ * masked value matches; Mesa: any write to the line. ~0 if the table has none. */
+HBF_EIDOLA_DEV uint64_t hbf_eidola_wake_hint(const hbf_eidola_state* st, const hbf_eidola_acct* a,
+                                             uint64_t t) {
+    const uint64_t* vt = (const uint64_t*)st->v_time;
+    const uint64_t* vv = (const uint64_t*)st->v_value;
+    const uint32_t* vb = (const uint32_t*)st->v_begin;
+    if (st->n_vaddr == 0) return ~0ull;
+    if (st->mon_mode == HBF_EIDOLA_MON_MESA) {
+        uint64_t line = a->mon_addr & ~(uint64_t)(HBF_EIDOLA_LINE_BYTES - 1);
+        const uint64_t* va = (const uint64_t*)st->v_addr;
+        uint64_t lo = 0, hi = st->n_vaddr;
+        while (lo < hi) { uint64_t m = (lo + hi) >> 1; if (va[m] < line) lo = m + 1; else hi = m; }
+        uint64_t best = ~0ull;
+        for (uint64_t i = lo; i < st->n_vaddr && va[i] < line + HBF_EIDOLA_LINE_BYTES; ++i) {
+            uint32_t j = hbf_eidola_vupper(st, (uint32_t)i, t);
+            if (j < vb[i + 1] && vt[j] < best) best = vt[j];
+        }
+        return best;
+    }
+    uint32_t i;
+    if (!hbf_eidola_vindex(st, a->mon_addr, &i)) return ~0ull;
+    for (uint32_t j = hbf_eidola_vupper(st, i, t); j < vb[i + 1]; ++j)
+        if ((vv[j] & a->mon_mask) == (a->mon_value & a->mon_mask)) return vt[j];
+    return ~0ull;
+}
+
+/* Sleep (no memory reads) until absolute %globaltimer `until`: nanosleep while far, spin on the
+ * timer for the final approach (nanosleep overshoots long sleeps ~1.6x on the H200). */
+HBF_EIDOLA_DEV void hbf_eidola_sleep_until(uint64_t until) {
+    for (;;) {
+        uint64_t now = hbf_eidola_now();
+        if (now >= until) return;
+        uint64_t rem = until - now;
+        if (rem > 1500) {
+            uint64_t s = rem / 2;
+            __nanosleep((unsigned)(s > 500000 ? 500000 : s));
+        }
+    }
+}
+
+/* Parks the calling thread's warp-lane until the armed monitor fires. Engine (b): the wake time
+ * comes from the table (exact; no agent needed). Engine (a)/real: sleep until the table's hint
+ * (when a table exists), then poll the per-warp wake word that the eidolon sets after its
+ * masked compare; the flag itself is not read. */
+HBF_EIDOLA_DEV void hbf_eidola_mwait(hbf_eidola_state* st, hbf_eidola_acct* a, uint64_t t0,
+                                     const void* p) {
+    (void)p;
+    a->mwaits += 1;
+    uint64_t start = hbf_eidola_now();
+    uint64_t deadline = start + hbf_eidola_timeout(st);
+    uint64_t hint = hbf_eidola_wake_hint(st, a, start > t0 ? start - t0 : 0);
+    if (a->mon_slot == 0xffffffffu) {
+        /* no log entry: engine (b) (or monitor off) -> table wake time */
+        if (hint == ~0ull) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_NEVER_WAKES, (uint32_t)(a->mon_addr & 0xffffffffu));
+        hbf_eidola_sleep_until(t0 + hint);
+    } else {
+        if (hint != ~0ull) {
+            int64_t lead = st->lag_ns > 0 ? st->lag_ns : 0;
+            uint64_t target = t0 + hint;
+            if (target > (uint64_t)lead + 200) hbf_eidola_sleep_until(target - 200);
+        }
+        uint32_t gw = hbf_eidola_gwarp(), bit = 1u << hbf_eidola_lane();
+        uint32_t* wake = (uint32_t*)st->wake;
+        unsigned sl = st->sleep_ns ? st->sleep_ns : 64u;
+        for (;;) {
+            a->wake_reads += 1;
+            if (hbf_eidola_ld_acquire_u32(&wake[gw]) & bit) break;
+            if (hbf_eidola_now() > deadline) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, gw);
+            __nanosleep(sl);
+        }
+        atomicAnd(&wake[gw], ~bit);
+        hbf_eidola_mon_entry* e = (hbf_eidola_mon_entry*)st->mon + a->mon_slot;
+        atomicExch(&e->w[a->mon_widx].armed, 0u);
+        atomicExch(&e->w[a->mon_widx].who, 0u);
+        a->mon_slot = 0xffffffffu;
+    }
+    a->mwait_ns += hbf_eidola_now() - start;
+}
+
+/* ---- the eidolon's side: one store and the monitor-log service ------------------------------ */
+HBF_EIDOLA_DEV void hbf_eidola_store_sized(uint64_t addr, uint64_t value, uint32_t size) {
+    switch (size) {
+    case 1: asm volatile("st.relaxed.sys.global.u8 [%0], %1;" ::"l"(addr), "h"((unsigned short)(value & 0xff)) : "memory"); break;
+    case 2: asm volatile("st.relaxed.sys.global.u16 [%0], %1;" ::"l"(addr), "h"((unsigned short)value) : "memory"); break;
+    case 4: asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(addr), "r"((uint32_t)value) : "memory"); break;
+    default: asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(addr), "l"(value) : "memory"); break;
+    }
+}
+
+HBF_EIDOLA_DEV void hbf_eidola_wake_waiter(hbf_eidola_state* st, uint32_t who) {
+    uint32_t gw = (who - 1u) >> 5, lane = (who - 1u) & 31u;
+    if (gw < st->n_wake) atomicOr(&((uint32_t*)st->wake)[gw], 1u << lane);
+}
+
+HBF_EIDOLA_DEV void hbf_eidola_mon_service(hbf_eidola_state* st, uint64_t addr, uint64_t value) {
+    if (st->mon_mode == HBF_EIDOLA_MON_OFF || st->mon == 0) return;
+    if (addr < st->mon_base || addr >= st->mon_base + 4ull * st->mon_slots) return;
+    __threadfence();                           /* store, fence, read the log (Dekker) */
+    uint64_t slot = (addr - st->mon_base) >> 2;
+    hbf_eidola_mon_entry* mon = (hbf_eidola_mon_entry*)st->mon;
+    if (st->mon_mode == HBF_EIDOLA_MON_HOARE) {
+        hbf_eidola_mon_entry* e = mon + slot;
+        for (uint32_t k = 0; k < HBF_EIDOLA_MON_WAITERS; ++k) {
+            uint32_t armed = hbf_eidola_ld_acquire_u32(&e->w[k].armed);
+            uint32_t who = hbf_eidola_ld_acquire_u32(&e->w[k].who);
+            if (armed && who && ((value & e->w[k].mask) == (e->w[k].value & e->w[k].mask)))
+                hbf_eidola_wake_waiter(st, who);
+        }
+    } else {  /* Mesa: every armed waiter on the 128-B line */
+        uint64_t first = slot & ~(uint64_t)(HBF_EIDOLA_LINE_BYTES / 4 - 1);
+        for (uint64_t s = first; s < first + HBF_EIDOLA_LINE_BYTES / 4 && s < st->mon_slots; ++s) {
+            hbf_eidola_mon_entry* e = mon + s;
+            for (uint32_t k = 0; k < HBF_EIDOLA_MON_WAITERS; ++k) {
+                uint32_t armed = hbf_eidola_ld_acquire_u32(&e->w[k].armed);
+                uint32_t who = hbf_eidola_ld_acquire_u32(&e->w[k].who);
+                if (armed && who) hbf_eidola_wake_waiter(st, who);
+            }
+        }
+    }
+}
+
+HBF_EIDOLA_DEV void hbf_eidola_enact(hbf_eidola_state* st, uint64_t i, uint64_t t0) {
+    uint64_t addr = ((const uint64_t*)st->t_addr)[i];
+    uint64_t value = ((const uint64_t*)st->t_value)[i];
+    uint32_t size = ((const uint32_t*)st->t_size)[i];
+    hbf_eidola_store_sized(addr, value, size);
+    uint64_t now = hbf_eidola_now();
+    if (st->t_enacted) ((uint64_t*)st->t_enacted)[i] = now - t0;
+    hbf_eidola_mon_service(st, addr, value);
+}
+
+/* ---- device-side register_write (setup kernel) -------------------------------------------- */
+HBF_EIDOLA_DEV void hbf_eidola_register_write(hbf_eidola_state* st, uint64_t addr, uint64_t value,
+                                              uint32_t size, uint64_t wakeup_ns) {
+    if (size != 1 && size != 2 && size != 4 && size != 8) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_BAD_SIZE, size);
+    uint32_t i = atomicAdd((uint32_t*)st->s_count, 1u);
+    if (i >= st->s_cap) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_STAGING_FULL, i);
+    ((uint64_t*)st->s_addr)[i] = addr;
+    ((uint64_t*)st->s_value)[i] = value;
+    ((uint32_t*)st->s_size)[i] = size;
+    ((uint64_t*)st->s_wakeup)[i] = wakeup_ns;
+}
+
+/* ---- accounting flush ---------------------------------------------------------------------- */
+HBF_EIDOLA_DEV void hbf_eidola_acct_flush(hbf_eidola_state* st, const hbf_eidola_acct* a) {
+    unsigned long long* c0 = (unsigned long long*)st->ctr;
+    if (!c0) return;
+    if (a->nonflag_thread) {
+        atomicAdd(&c0[HBF_EIDOLA_C_THREAD], (unsigned long long)a->nonflag_thread);
+        if (a->nonflag_warp) atomicAdd(&c0[HBF_EIDOLA_C_WARP], (unsigned long long)a->nonflag_warp);
+    }
+    uint32_t k = a->flag_class ? a->flag_class : 1u;
+    unsigned long long* c = c0 + k * HBF_EIDOLA_NCTR;
+    if (a->flag_thread) atomicAdd(&c[HBF_EIDOLA_C_THREAD], (unsigned long long)a->flag_thread);
+    if (a->flag_warp) atomicAdd(&c[HBF_EIDOLA_C_WARP], (unsigned long long)a->flag_warp);
+    if (a->mon_arms) atomicAdd(&c[HBF_EIDOLA_C_MON_ARMS], (unsigned long long)a->mon_arms);
+    if (a->mwaits) atomicAdd(&c[HBF_EIDOLA_C_MWAITS], (unsigned long long)a->mwaits);
+    if (a->wake_reads) atomicAdd(&c[HBF_EIDOLA_C_WAKE_READS], (unsigned long long)a->wake_reads);
+    if (a->vloads) atomicAdd(&c[HBF_EIDOLA_C_VLOADS], (unsigned long long)a->vloads);
+    if (a->mwait_ns) atomicAdd(&c[HBF_EIDOLA_C_MWAIT_NS], (unsigned long long)a->mwait_ns);
+    if (a->spin) atomicAdd(&c[HBF_EIDOLA_C_SPIN], (unsigned long long)a->spin);
+}
+
+#endif /* __CUDACC__ */
+#endif /* HBF_EIDOLA_CUH */
