@@ -1,0 +1,95 @@
+"""The recorder's CUDA builds for sm_90a; its Python mirror matches the C layout; the harness refuses
+to run without enough GPUs (CPU CI has none) and keeps multicast off."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from hbfcommon.errors import ConfigError
+from workloads.gemv_allreduce.record import build, knobs
+from workloads.gemv_allreduce.record.record import (GarParamsC, RecordConfig, gpu_count, main, plan,
+                                                    record)
+
+needs_nvcc = pytest.mark.skipif(shutil.which(knobs.NVCC) is None, reason="nvcc not on PATH")
+
+
+@needs_nvcc
+def test_recording_kernel_compiles_for_sm90a(tmp_path):
+    cubin = build.build_cubin(tmp_path)
+    data = cubin.read_bytes()
+    assert data[:4] == b"\x7fELF"
+    for k in build.KERNELS:
+        assert k.encode() in data, k
+    if shutil.which("cuobjdump"):
+        out = subprocess.run(["cuobjdump", "-lelf", str(cubin)], capture_output=True, text=True)
+        assert out.returncode == 0
+    # cached by source hash: the second build is the same file
+    assert build.build_cubin(tmp_path) == cubin
+
+
+@needs_nvcc
+def test_ptx_uses_system_scope_release_acquire_and_globaltimer(tmp_path):
+    ptx = tmp_path / "k.ptx"
+    argv = [knobs.NVCC, "-std=c++17", "-O3", "-arch=sm_90a", "-ptx", str(build.SRC), "-o", str(ptx)]
+    subprocess.run(argv, check=True, capture_output=True)
+    text = ptx.read_text()
+    assert "st.release.sys.global.u32" in text
+    assert "ld.acquire.sys.global.u32" in text
+    assert "%globaltimer" in text
+    assert "multimem" not in text  # never multicast
+
+
+@needs_nvcc
+def test_python_mirror_matches_c_layout(tmp_path):
+    lay = build.layout_probe(tmp_path)
+    assert lay["sizeof"] == __import__("ctypes").sizeof(GarParamsC)
+    for name, off in lay.items():
+        if name in ("sizeof", "GAR_MAX_RANKS", "WG_FIELDS"):
+            continue
+        assert getattr(GarParamsC, name).offset == off, name
+    assert lay["GAR_MAX_RANKS"] == 8 and lay["WG_FIELDS"] == 6
+
+
+def test_no_multicast_environment_is_forced():
+    for k, v in knobs.NO_MULTICAST_ENV.items():
+        assert os.environ[k] == v
+        assert knobs.child_env()[k] == v
+    assert knobs.check_no_multicast() == knobs.NO_MULTICAST_ENV
+
+
+def test_dry_run_prints_plan_and_reports_missing_gpus(capsys):
+    have, _ = gpu_count()
+    rc = main(["--gpus", "4", "--dry-run", "--runs", "7", "--blocks", "64", "--M", "4096"])
+    out = capsys.readouterr()
+    p = json.loads(out.out)
+    assert p["gpus"] == 4 and p["launches"]["recorded"] == 7 and p["rows_per_block"] == 64
+    assert p["flags_per_launch"] == 64 * 4 * 3
+    assert p["pingpong"]["pairs"] == 6
+    assert p["env"]["NCCL_NVLS_ENABLE"] == "0"
+    if have < 4:
+        assert rc == 3 and "NOT READY" in out.err
+    else:
+        assert rc == 0
+
+
+def test_record_refuses_without_enough_gpus():
+    have, _ = gpu_count()
+    if have >= 2:
+        pytest.skip("this machine has several GPUs")
+    with pytest.raises(ConfigError, match="needs 2 GPUs"):
+        record(RecordConfig(gpus=2, M=256, K=256, blocks=4, runs=1, warmup=0))
+
+
+@pytest.mark.parametrize("kw,field", [({"gpus": 1}, "gpus"), ({"gpus": 9}, "gpus"),
+                                      ({"M": 100000, "blocks": 4}, "blocks"),
+                                      ({"slow_frac": 0.1, "slow_rank": 5}, "slow_rank"),
+                                      ({"pingpong_rounds": 2}, "pingpong_rounds")])
+def test_config_validation_names_the_field(kw, field):
+    with pytest.raises(ConfigError) as ei:
+        RecordConfig(**kw)
+    assert ei.value.fields["field"] == field
+    assert plan(RecordConfig())["bytes_per_rank"]["W"] == 8192 * 8192 * 4
