@@ -1,0 +1,24 @@
+"""NAND media model for hbfd's reference path, and the calibrated cumulative-burst curve.
+
+``make_engine(profile)`` is the plug-in factory ``hbfd.services.build_engine`` looks for.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .engine import COMPLETION_BATCH_DTYPE, REQUEST_BATCH_DTYPE, MediaEngine
+from .geometry import MediaError, MediaGeometry
+
+__all__ = ["MediaEngine", "MediaGeometry", "MediaError", "make_engine", "REQUEST_BATCH_DTYPE",
+           "COMPLETION_BATCH_DTYPE"]
+
+
+def make_engine(profile: Any):
+    """The reference-path engine for ``profile``: the calibrated curve when the profile's timing
+    source is ``curve``, otherwise the NAND media model built from the profile's geometry."""
+    from hbfd.profile import as_profile
+    p = as_profile(profile)
+    if p.timing_model.timing_source == "curve":
+        from .curve import CurveEngine
+        return CurveEngine.from_profile(p)
+    return MediaEngine(MediaGeometry.from_profile(p))

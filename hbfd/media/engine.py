@@ -1,0 +1,524 @@
+"""The online NAND media engine served on hbfd's reference path.
+
+``MediaEngine(geometry)`` implements the daemon's ``ServiceEngine`` protocol
+(``hbfd/services.py``): ``submit(batch)`` / ``advance(now_ns)`` / ``collect()`` / ``stats()``.
+
+Timing (integer ns; all resources FCFS unless a read has priority):
+
+* A request ``(arrival, media_address, bytes, op)`` is split into page transactions (4 KiB pages).
+* Load / cp.async-load: for each page touched, a read command. Idle-device latency of one page:
+  ``t_cmd + tR + ceil(xfer_bytes * 1e9 / channel_bytes_per_s)`` where ``xfer_bytes`` is the
+  requested span rounded out to 64 B sectors (the whole page is sensed; only the asked sectors
+  cross the channel). A request completes when its last page completes.
+* Store: bytes are assembled in a per-logical-page write buffer (64 B sector mask). A store is
+  accepted at ``arrival + t_cmd``; the store that fills the page triggers the page program and is
+  acknowledged when the program's data-in has crossed the channel (the die holds the data), so a
+  writer is back-pressured by the plane and the channel. A partial page is programmed (with a
+  read-merge sense if it held data) ``write_flush_timeout_ns`` after its first store, by
+  ``advance``. A load whose sectors are all in the write buffer is served from it at
+  ``arrival + t_cmd``.
+* Atomic: a read (or buffer hit) plus a store of the same bytes; completes at the later of both.
+* Programs are out of place (``ftl.Ftl``); GC copybacks and erases are scheduled on the plane
+  behind reads (read priority over program/erase). Queue depth: a die admits at most
+  ``queue_depth`` outstanding commands.
+
+Speed: read-only channels are scheduled with the exact vectorized Lindley form (plane stage by
+arrival, channel stage by sense end), verified against the die queue depth; channels with writes,
+GC or a binding queue depth go through the exact event scheduler (``eventsim``). Both share the
+carried state (per-plane and per-channel next-free, per-die outstanding completions), so the
+result within a batch is the exact FCFS/priority schedule. Across batches the state carried is
+the resources' next-free time: a later batch never uses an idle gap before it.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+from typing import Any
+
+import numpy as np
+
+from hbfcommon import ctl
+
+from . import eventsim
+from .eventsim import COPYBACK, ERASE, PROG, READ, Commands
+from .ftl import Ftl
+from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
+from .hist import LogHistogram
+from .lindley import segment_starts, segmented_fcfs
+
+log = logging.getLogger(__name__)
+
+REQUEST_BATCH_DTYPE = np.dtype([("id", "<u8"), ("arrival_ns", "<u8"), ("media_address", "<u8"),
+                                ("bytes", "<u4"), ("op", "u1")])
+COMPLETION_BATCH_DTYPE = np.dtype([("id", "<u8"), ("modeled_ns", "<u8"), ("status", "u1")])
+
+OP_LOAD, OP_STORE, OP_ATOMIC, OP_CPASYNC = 0, 1, 2, 3
+_FULL_MASK = (1 << SECTORS_PER_PAGE) - 1
+_MAX_TIME = 1 << 62
+
+
+def _small_int(x: np.ndarray, n: int) -> np.ndarray:
+    """Ids as int16 when they fit, so a stable argsort uses radix sort (O(n))."""
+    return x.astype(np.int16) if n < (1 << 15) else x
+
+
+class MediaEngine:
+    """The NAND media model (see module doc)."""
+
+    name = "media"
+
+    def __init__(self, geometry: MediaGeometry) -> None:
+        g = self.g = geometry
+        self.plane_free = np.zeros(g.planes, np.int64)
+        self.chan_free = np.zeros(g.channels, np.int64)
+        self.carry_die = np.zeros(0, np.int64)    # outstanding commands from earlier batches
+        self.carry_t = np.zeros(0, np.int64)
+        self.ftl = Ftl(g)
+        self.buf: dict[int, list[int]] = {}        # lpn -> [sector mask, first store time]
+        self._timers: list[tuple[int, int, int]] = []   # (due, lpn, first store time)
+        self._pending: list[np.ndarray] = []
+        self.horizon = 0                           # latest arrival seen
+        # statistics
+        self.chan_busy_ns = np.zeros(g.channels, np.int64)
+        self.qdelay = LogHistogram()
+        self.first_arrival: int | None = None
+        self.last_completion = 0
+        self.n = {k: 0 for k in ("requests", "served", "io_error", "unsupported", "page_reads",
+                                 "buffer_hits", "stores", "programs", "flush_programs", "copybacks",
+                                 "erases", "read_bytes", "write_bytes", "fast_batches",
+                                 "event_batches", "event_channels", "out_of_order_arrivals")}
+        self._xfer_page = g.transfer_ns(PAGE_BYTES)
+        self._pow2 = all(x & (x - 1) == 0 for x in (g.channels, g.dies_per_channel, g.planes_per_die))
+        self._xfer_by_sectors = np.array([g.transfer_ns(k * SECTOR_BYTES) for k in range(SECTORS_PER_PAGE + 1)],
+                                         np.int64)
+
+    # ------------------------------------------------------------------ protocol
+    def submit(self, batch: np.ndarray) -> None:
+        n = len(batch)
+        if n == 0:
+            return
+        g = self.g
+        self.n["requests"] += n
+        arrival = batch["arrival_ns"].astype(np.int64)
+        if int(batch["arrival_ns"].max()) >= _MAX_TIME:
+            raise MediaError("arrival_ns beyond 2^62", max_arrival=int(batch["arrival_ns"].max()))
+        addr = batch["media_address"].astype(np.int64)
+        nbytes = batch["bytes"].astype(np.int64)
+        op = batch["op"].astype(np.int64)
+        status = np.full(n, ctl.HBF_ST_READY, np.uint8)
+        unsup = op >= ctl.HBF_N_OPS
+        bad = ~unsup & ((nbytes <= 0) | (addr < 0) | (addr + nbytes > g.capacity_bytes))
+        status[unsup] = ctl.HBF_ST_UNSUPPORTED
+        status[bad] = ctl.HBF_ST_IO_ERROR
+        self.n["unsupported"] += int(unsup.sum())
+        self.n["io_error"] += int(bad.sum())
+        if int(bad.sum()):
+            log.error("media: %d request(s) outside the media (capacity %d B), first address %#x bytes %d",
+                      int(bad.sum()), g.capacity_bytes, int(addr[bad][0]), int(nbytes[bad][0]))
+        done = arrival.copy()
+        ok = np.flatnonzero(status == ctl.HBF_ST_READY)
+        if len(ok):
+            a_ok = arrival[ok]
+            order = ok[np.argsort(a_ok, kind="stable")]
+            amin = int(arrival[order[0]])
+            if amin < self.horizon:
+                self.n["out_of_order_arrivals"] += int((a_ok < self.horizon).sum())
+            self._run_timers(amin)
+            if self.first_arrival is None:
+                self.first_arrival = amin
+            done[order] = self._serve(arrival[order], addr[order], nbytes[order], op[order])
+            self.horizon = max(self.horizon, int(arrival[order[-1]]))
+            self.last_completion = max(self.last_completion, int(done[order].max()))
+            self._prune_carry()
+        out = np.empty(n, COMPLETION_BATCH_DTYPE)
+        out["id"] = batch["id"]
+        out["modeled_ns"] = (done - arrival).astype(np.uint64)
+        out["status"] = status
+        self.n["served"] += len(ok)
+        self._pending.append(out)
+
+    def advance(self, now_ns: int) -> None:
+        """Run write-buffer flushes (and the GC they trigger) due at or before ``now_ns``."""
+        self._run_timers(int(now_ns) + 1)
+        self._prune_carry()
+
+    def collect(self) -> np.ndarray:
+        if not self._pending:
+            return np.zeros(0, COMPLETION_BATCH_DTYPE)
+        out = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending = []
+        return out
+
+    def flush(self, now_ns: int) -> None:
+        """Program every partial page in the write buffer at ``now_ns`` (e.g. at shutdown)."""
+        for lpn in list(self.buf):
+            self._timers.append((int(now_ns), lpn, self.buf[lpn][1]))
+        heapq.heapify(self._timers)
+        self._run_timers(int(now_ns) + 1, force_at=int(now_ns))
+
+    # ------------------------------------------------------------------ transactions
+    def _expand(self, a, addr, nbytes, op):
+        """Requests (sorted by arrival) -> page transactions in (arrival, request, page) order."""
+        pb = PAGE_BYTES
+        first = addr // pb
+        last = (addr + nbytes - 1) // pb
+        npg = last - first + 1
+        if int(npg.max()) == 1:
+            req = np.arange(len(a), dtype=np.int64)
+            lpn = first
+            slo = (addr - first * pb) // SECTOR_BYTES
+            shi = (addr + nbytes - first * pb + SECTOR_BYTES - 1) // SECTOR_BYTES
+            return req, lpn, slo, shi
+        req = np.repeat(np.arange(len(a), dtype=np.int64), npg)
+        k = np.arange(len(req), dtype=np.int64) - np.repeat(np.cumsum(npg) - npg, npg)
+        lpn = first[req] + k
+        base = lpn * pb
+        lo = np.maximum(addr[req], base) - base
+        hi = np.minimum(addr[req] + nbytes[req], base + pb) - base
+        return req, lpn, lo // SECTOR_BYTES, (hi + SECTOR_BYTES - 1) // SECTOR_BYTES
+
+    def _where(self, lpn):
+        """(channel, global die, global plane) of logical pages (interleave 0)."""
+        g = self.g
+        C, D, P = g.channels, g.dies_per_channel, g.planes_per_die
+        if self._pow2:
+            cb, db = C.bit_length() - 1, D.bit_length() - 1
+            ch = lpn & (C - 1)
+            die = (ch << db) | ((lpn >> cb) & (D - 1))
+            plane = (die << (P.bit_length() - 1)) | ((lpn >> (cb + db)) & (P - 1))
+            return ch, die, plane
+        ch = lpn % C
+        d = (lpn // C) % D
+        pl = (lpn // (C * D)) % P
+        die = ch * D + d
+        return ch, die, die * P + pl
+
+    def _serve(self, a, addr, nbytes, op) -> np.ndarray:
+        """Schedule sorted requests; returns each request's completion time."""
+        req, lpn, slo, shi = self._expand(a, addr, nbytes, op)
+        top = op[req]
+        ta = a[req]
+        is_read = (top == OP_LOAD) | (top == OP_CPASYNC)
+        done_req = a.copy()
+        if bool(is_read.all()) and not self.buf:
+            # pure reads, nothing buffered: every transaction is a media page read
+            ch, die, plane = self._where(lpn)
+            xfer = self._xfer_by_sectors[shi - slo]
+            self.n["read_bytes"] += int(((shi - slo) * SECTOR_BYTES).sum())
+            tdone = self._schedule_reads(ta, ch, die, plane, xfer)
+            self._reduce_max(done_req, req, tdone)
+            return done_req
+        return self._serve_mixed(a, req, lpn, slo, shi, top, ta, is_read, done_req)
+
+    @staticmethod
+    def _reduce_max(done_req, req, tdone):
+        if len(req) == len(done_req):
+            np.maximum(done_req, tdone, out=done_req)
+        else:
+            starts = segment_starts(req)
+            np.maximum(done_req, np.maximum.reduceat(tdone, starts), out=done_req)
+
+    # ------------------------------------------------------------------ reads (fast path)
+    def _schedule_reads(self, ready, ch, die, plane, xfer) -> np.ndarray:
+        """Media reads only (in (ready, seq) order). Exact Lindley where the die queue depth does
+        not bind; the event scheduler for channels where it does."""
+        g = self.g
+        n = len(ready)
+        self.n["page_reads"] += n
+        done, bad_ch = self._lindley_reads(ready, ch, die, plane, xfer)
+        if bad_ch is not None and len(bad_ch):
+            sel = np.flatnonzero(np.isin(ch, bad_ch))
+            cmds = Commands(kind=np.zeros(len(sel), np.uint8), ready=ready[sel], plane=plane[sel],
+                            die=die[sel], chan=ch[sel], xfer_ns=xfer[sel], presense=np.zeros(len(sel), bool))
+            done[sel] = self._event(cmds, bad_ch)
+            self.n["event_batches"] += 1
+        else:
+            self.n["fast_batches"] += 1
+        return done
+
+    def _lindley_reads(self, ready, ch, die, plane, xfer):
+        g = self.g
+        n = len(ready)
+        # plane stage: FCFS by (ready + t_cmd, seq) per plane
+        o1 = np.argsort(_small_int(plane, g.planes), kind="stable")
+        p1 = plane[o1]
+        r1 = ready[o1] + g.t_cmd_ns
+        sense_end = segmented_fcfs(r1, g.t_read_ns, p1, self.plane_free)
+        # channel stage: FCFS by (sense_end, plane, seq) per channel; o1 is grouped by channel
+        # (plane ids are channel-major) and sorted by sense end within each plane: runs to merge
+        c1 = ch[o1]
+        se_lo = int(sense_end.min())
+        span = int(sense_end.max()) - se_lo + 1
+        if span * g.channels < (1 << 62):
+            o2 = np.argsort(c1 * span + (sense_end - se_lo), kind="stable")
+        else:
+            o2 = np.lexsort((sense_end, c1))
+        c2 = c1[o2]
+        x2 = xfer[o1][o2]
+        done2 = segmented_fcfs(sense_end[o2], x2, c2, self.chan_free)
+        idx = o1[o2]
+        done = np.empty(n, np.int64)
+        done[idx] = done2
+        # die queue depth: outstanding at each admission must stay below queue_depth
+        bad_ch = self._qd_violations(ready, die, done)
+        good = slice(None) if bad_ch is None else ~np.isin(c2, bad_ch)
+        # commit state for channels scheduled here
+        starts = segment_starts(p1)
+        ends = np.append(starts[1:], n) - 1
+        pl_last = p1[ends]
+        keep_p = np.ones(len(pl_last), bool) if bad_ch is None else ~np.isin(pl_last // (g.dies_per_channel * g.planes_per_die), bad_ch)
+        self.plane_free[pl_last[keep_p]] = sense_end[ends][keep_p]
+        cst = segment_starts(c2)
+        cend = np.append(cst[1:], n) - 1
+        ch_last = c2[cend]
+        keep_c = np.ones(len(ch_last), bool) if bad_ch is None else ~np.isin(ch_last, bad_ch)
+        self.chan_free[ch_last[keep_c]] = done2[cend][keep_c]
+        d_g = done2[good]
+        x_g = x2[good]
+        self.chan_busy_ns += np.bincount(c2[good], weights=x_g, minlength=g.channels).astype(np.int64)
+        # queueing delay = completion - ready - minimum service
+        self.qdelay.add(d_g - ready[idx][good] - (g.t_cmd_ns + g.t_read_ns) - x_g)
+        sel = done > self.horizon_after(ready)
+        if bad_ch is not None:
+            sel &= ~np.isin(ch, bad_ch)
+        self._add_carry(die[sel], done[sel])
+        return done, bad_ch
+
+    @staticmethod
+    def horizon_after(ready) -> int:
+        return int(ready[-1]) if len(ready) else 0
+
+    def _qd_violations(self, a, die, done):
+        """Channels in which some die would hold >= queue_depth outstanding commands at an
+        admission (None when no die can)."""
+        g = self.g
+        qd = g.queue_depth
+        cnt = np.bincount(die, minlength=g.dies)
+        if len(self.carry_die):
+            cnt = cnt + np.bincount(self.carry_die, minlength=g.dies)
+        if int(cnt.max()) <= qd:
+            return None
+        od = np.argsort(_small_int(die, g.dies), kind="stable")
+        ds = die[od]
+        as_ = a[od]
+        st = segment_starts(ds)
+        rank = np.arange(len(ds), dtype=np.int64) - np.repeat(st, np.diff(np.append(st, len(ds))))
+        base = int(a.min())
+        ct = done
+        cd = die
+        carried_total = np.zeros(g.dies, np.int64)
+        if len(self.carry_die):
+            ct = np.concatenate([done, np.maximum(self.carry_t, base)])
+            cd = np.concatenate([die, self.carry_die])
+            carried_total = np.bincount(self.carry_die, minlength=g.dies)
+        span = int(ct.max()) - base + 1
+        if span * g.dies >= (1 << 62):
+            raise MediaError("time span of one batch too large for the queue-depth check", span_ns=span)
+        keyc = np.sort(cd * span + (ct - base))
+        keya = ds * span + (as_ - base)
+        ndone = np.searchsorted(keyc, keya, "right") - np.searchsorted(keyc, ds * span, "left")
+        outst = rank + carried_total[ds] - ndone
+        badd = np.unique(ds[outst >= qd])
+        if len(badd) == 0:
+            return None
+        return np.unique(badd // g.dies_per_channel)
+
+    # ------------------------------------------------------------------ carry
+    def _add_carry(self, die, t):
+        if len(die):
+            self.carry_die = np.concatenate([self.carry_die, die])
+            self.carry_t = np.concatenate([self.carry_t, t])
+
+    def _prune_carry(self):
+        if len(self.carry_t):
+            keep = self.carry_t > self.horizon
+            if not keep.all():
+                self.carry_die = self.carry_die[keep]
+                self.carry_t = self.carry_t[keep]
+
+    def _event(self, cmds: Commands, channels) -> np.ndarray:
+        """Exact event scheduling of ``cmds`` (all commands of ``channels`` in this batch)."""
+        g = self.g
+        self.n["event_channels"] += len(channels)
+        in_ch = np.isin(self.carry_die // g.dies_per_channel, channels)
+        carry: dict[int, list[int]] = {}
+        for d, t in zip(self.carry_die[in_ch].tolist(), self.carry_t[in_ch].tolist()):
+            carry.setdefault(d, []).append(t)
+        self.carry_die = self.carry_die[~in_ch]
+        self.carry_t = self.carry_t[~in_ch]
+        done, ack, admit, start = eventsim.simulate(
+            cmds, t_cmd=g.t_cmd_ns, t_read=g.t_read_ns, t_prog=g.t_prog_ns, t_erase=g.t_erase_ns,
+            queue_depth=g.queue_depth, plane_free=self.plane_free, chan_free=self.chan_free,
+            die_carry=carry, chan_busy_acc=self.chan_busy_ns)
+        h = max(self.horizon, int(cmds.ready.max()) if len(cmds) else 0)
+        # carried outstanding: old carried and new completions still in the future
+        old_d = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
+        old_t = np.array([t for ts in carry.values() for t in ts], np.int64)
+        self._add_carry(old_d, old_t)
+        sel = done > h
+        self._add_carry(cmds.die[sel], done[sel])
+        rd = cmds.kind == READ
+        self.qdelay.add(done[rd] - cmds.ready[rd] - (g.t_cmd_ns + g.t_read_ns) - cmds.xfer_ns[rd])
+        self._last_ack = ack
+        return done
+
+    # ------------------------------------------------------------------ writes (mixed path)
+    def _serve_mixed(self, a, req, lpn, slo, shi, top, ta, is_read, done_req):
+        g = self.g
+        t_cmd = g.t_cmd_ns
+        nt = len(req)
+        media = is_read.copy()           # transaction needs a media read
+        media |= top == OP_ATOMIC
+        special = ~is_read               # stores and atomics
+        touched = set(lpn[special].tolist()) | set(self.buf)
+        if touched:
+            special |= np.isin(lpn, np.fromiter(touched, np.int64, len(touched)))
+        comp_req: list[int] = []
+        comp_t: list[int] = []
+        # internal commands created in order: (ready, seq_key, kind, plane, xfer, presense, owner tx)
+        icmds: list[tuple[int, int, int, int, int, bool, int]] = []
+        for i in np.flatnonzero(special).tolist():
+            t = int(ta[i])
+            lp = int(lpn[i])
+            o = int(top[i])
+            lo, hi = int(slo[i]), int(shi[i])
+            want = ((1 << (hi - lo)) - 1) << lo
+            if o != OP_STORE:                    # load / cp.async / atomic read part
+                e = self.buf.get(lp)
+                if e is not None and (e[0] & want) == want:
+                    media[i] = False
+                    self.n["buffer_hits"] += 1
+                    comp_req.append(int(req[i]))
+                    comp_t.append(t + t_cmd)
+                if o != OP_ATOMIC:
+                    continue
+            self.n["stores"] += 1
+            self.n["write_bytes"] += (hi - lo) * SECTOR_BYTES
+            e = self.buf.get(lp)
+            if e is None:
+                e = self.buf[lp] = [0, t]
+                heapq.heappush(self._timers, (t + g.write_flush_timeout_ns, lp, t))
+            e[0] |= want
+            if e[0] == _FULL_MASK:
+                del self.buf[lp]
+                self._program(lp, t, SECTORS_PER_PAGE, False, icmds, owner=i)
+            else:
+                comp_req.append(int(req[i]))
+                comp_t.append(t + t_cmd)
+        if comp_req:
+            np.maximum.at(done_req, np.asarray(comp_req, np.int64), np.asarray(comp_t, np.int64))
+        # media reads + internal commands, in (ready, seq) order
+        rsel = np.flatnonzero(media)
+        self.n["read_bytes"] += int(((shi[rsel] - slo[rsel]) * SECTOR_BYTES).sum())
+        rch, rdie, rpl = self._where(lpn[rsel])
+        rx = self._xfer_by_sectors[shi[rsel] - slo[rsel]]
+        if not icmds:
+            tdone = self._schedule_reads(ta[rsel], rch, rdie, rpl, rx)
+            np.maximum.at(done_req, req[rsel], tdone)
+            return done_req
+        owners = self._schedule_all(ta[rsel], rch, rdie, rpl, rx, icmds, done_req, req[rsel], req)
+        return done_req
+
+    def _program(self, lp: int, t: int, nsect: int, presense: bool, icmds: list, owner: int) -> None:
+        g = self.g
+        plane, _, ops = self.ftl.program(lp)
+        self.n["programs"] += 1
+        icmds.append((t, PROG, plane, int(self._xfer_by_sectors[nsect]), presense, owner))
+        for kind, p in ops:
+            if kind == "copyback":
+                self.n["copybacks"] += 1
+                icmds.append((t, COPYBACK, p, 0, False, -1))
+            else:
+                self.n["erases"] += 1
+                icmds.append((t, ERASE, p, 0, False, -1))
+
+    def _schedule_all(self, rready, rch, rdie, rpl, rx, icmds, done_req, rreq, req):
+        """Reads plus internal commands: event scheduler on channels with internal commands,
+        Lindley on the rest."""
+        g = self.g
+        dpc = g.dies_per_channel * g.planes_per_die
+        ik = np.array([c[1] for c in icmds], np.uint8)
+        it = np.array([c[0] for c in icmds], np.int64)
+        ipl = np.array([c[2] for c in icmds], np.int64)
+        ix = np.array([c[3] for c in icmds], np.int64)
+        ipre = np.array([c[4] for c in icmds], bool)
+        iown = np.array([c[5] for c in icmds], np.int64)
+        ich = ipl // dpc
+        idie = ipl // g.planes_per_die
+        slow = np.unique(ich)
+        rs = np.isin(rch, slow)
+        fast_i = np.flatnonzero(~rs)
+        if len(fast_i):
+            tdone = self._schedule_reads(rready[fast_i], rch[fast_i], rdie[fast_i], rpl[fast_i], rx[fast_i])
+            np.maximum.at(done_req, rreq[fast_i], tdone)
+        slow_i = np.flatnonzero(rs)
+        self.n["page_reads"] += len(slow_i)
+        # merge reads (seq = their order) and internal commands; internal ones at equal ready time
+        # come after the reads that arrived at that instant
+        kind = np.concatenate([np.zeros(len(slow_i), np.uint8), ik])
+        ready = np.concatenate([rready[slow_i], it])
+        order = np.argsort(ready, kind="stable")
+        cmds = Commands(kind=kind[order], ready=ready[order],
+                        plane=np.concatenate([rpl[slow_i], ipl])[order],
+                        die=np.concatenate([rdie[slow_i], idie])[order],
+                        chan=np.concatenate([rch[slow_i], ich])[order],
+                        xfer_ns=np.concatenate([rx[slow_i], ix])[order],
+                        presense=np.concatenate([np.zeros(len(slow_i), bool), ipre])[order])
+        done = self._event(cmds, slow)
+        ack = self._last_ack
+        self.n["event_batches"] += 1
+        inv = np.empty(len(order), np.int64)
+        inv[order] = np.arange(len(order))
+        nr = len(slow_i)
+        if nr:
+            np.maximum.at(done_req, rreq[slow_i], done[inv[:nr]])
+        own = iown >= 0
+        if own.any():
+            np.maximum.at(done_req, req[iown[own]], ack[inv[nr:]][own])
+        self.last_completion = max(self.last_completion, int(done.max()))
+        return None
+
+    # ------------------------------------------------------------------ timers (rare events)
+    def _run_timers(self, before: int, force_at: int | None = None) -> None:
+        """Flush partial pages whose timeout is due before ``before``."""
+        if not self._timers or self._timers[0][0] >= before:
+            return
+        icmds: list = []
+        while self._timers and self._timers[0][0] < before:
+            due, lp, first = heapq.heappop(self._timers)
+            e = self.buf.get(lp)
+            if e is None or e[1] != first:
+                continue                        # that buffer entry was already programmed
+            del self.buf[lp]
+            nsect = bin(e[0]).count("1")
+            presense = lp in self.ftl.l2p       # merge the rest of the page from its old copy
+            self.n["flush_programs"] += 1
+            self._program(lp, due, nsect, presense, icmds, owner=-1)
+        if icmds:
+            icmds.sort(key=lambda c: c[0])
+            empty = np.zeros(0, np.int64)
+            dummy = np.zeros(0, np.int64)
+            self._schedule_all(empty, empty, empty, empty, empty, icmds, dummy, empty, empty)
+
+    # ------------------------------------------------------------------ stats
+    def stats(self) -> dict[str, Any]:
+        g = self.g
+        span = max(1, self.last_completion - (self.first_arrival or 0))
+        util = (self.chan_busy_ns / span).tolist() if self.first_arrival is not None else [0.0] * g.channels
+        pe_hist = np.bincount(self.ftl.pe) if len(self.ftl.pe) else np.zeros(1, np.int64)
+        return {
+            "engine": self.name,
+            "geometry": g.to_dict(),
+            "counts": dict(self.n),
+            "window_ns": int(span) if self.first_arrival is not None else 0,
+            "channel_utilization": [round(u, 6) for u in util],
+            "channel_busy_ns": self.chan_busy_ns.tolist(),
+            "queueing_delay_ns": self.qdelay.summary(),
+            "gc": {"runs": self.ftl.gc_runs, "copybacks": self.ftl.gc_copies, "erases": self.ftl.erases},
+            "pe_histogram": {str(k): int(v) for k, v in enumerate(pe_hist.tolist()) if v},
+            "pe_max": int(self.ftl.pe.max()) if len(self.ftl.pe) else 0,
+            "host_programs": self.ftl.host_programs,
+            "write_amplification": self.ftl.write_amplification,
+            "write_buffer_pages": len(self.buf),
+            "mapped_pages": len(self.ftl.l2p),
+        }

@@ -1,0 +1,146 @@
+"""Flash translation layer state: page-level logical→physical mapping, free blocks, GC, P/E.
+
+Pure bookkeeping (no time). Every program goes to a fresh physical page of the logical page's home
+plane (out of place; a physical page is programmed once per erase). When a plane's free blocks
+drop below ``gc_start_blocks`` the plane is garbage-collected: the closed block with the fewest
+valid pages is chosen (greedy), its valid pages are copied (copyback inside the plane) and it is
+erased (P/E count + 1). The caller turns the returned operations into timed commands.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from .geometry import MediaError, MediaGeometry
+
+FREE, OPEN, CLOSED = 0, 1, 2
+
+
+class Ftl:
+    def __init__(self, g: MediaGeometry) -> None:
+        self.g = g
+        self.ppb = g.pages_per_block
+        self.bpp = g.blocks_per_plane
+        self.valid = np.zeros(g.blocks, np.int32)
+        self.pe = np.zeros(g.blocks, np.int32)
+        self.state = np.zeros(g.blocks, np.int8)
+        self._free: dict[int, deque] = {}
+        self._open: dict[int, list[int]] = {}         # plane -> [block, next_page]
+        self.l2p: dict[int, int] = {}                 # lpn -> ppn (block * ppb + page)
+        self.p2l: dict[int, np.ndarray] = {}          # block -> lpn per page (-1: invalid/unwritten)
+        self.host_programs = 0
+        self.gc_copies = 0
+        self.gc_runs = 0
+        self.erases = 0
+        self._in_gc = False
+
+    def plane_of(self, lpn: int) -> int:
+        g = self.g
+        ch = lpn % g.channels
+        d = (lpn // g.channels) % g.dies_per_channel
+        pl = (lpn // (g.channels * g.dies_per_channel)) % g.planes_per_die
+        return (ch * g.dies_per_channel + d) * g.planes_per_die + pl
+
+    def free_blocks(self, plane: int) -> int:
+        f = self._free.get(plane)
+        return self.bpp if f is None else len(f)
+
+    def _free_list(self, plane: int) -> deque:
+        f = self._free.get(plane)
+        if f is None:
+            f = self._free[plane] = deque(range(plane * self.bpp, (plane + 1) * self.bpp))
+        return f
+
+    def _alloc(self, plane: int) -> int:
+        op = self._open.get(plane)
+        if op is None or op[1] == self.ppb:
+            if op is not None:
+                self.state[op[0]] = CLOSED
+            free = self._free_list(plane)
+            if not free:
+                raise MediaError("no free block left in plane (GC could not keep up)", plane=plane)
+            b = free.popleft()
+            self.state[b] = OPEN
+            self.p2l[b] = np.full(self.ppb, -1, np.int64)
+            op = self._open[plane] = [b, 0]
+        b, pg = op
+        op[1] += 1
+        return b * self.ppb + pg
+
+    def _place(self, lpn: int, plane: int) -> int:
+        ppn = self._alloc(plane)
+        old = self.l2p.get(lpn)
+        if old is not None:
+            ob, opg = divmod(old, self.ppb)
+            self.p2l[ob][opg] = -1
+            self.valid[ob] -= 1
+        self.l2p[lpn] = ppn
+        b, pg = divmod(ppn, self.ppb)
+        self.p2l[b][pg] = lpn
+        self.valid[b] += 1
+        return ppn
+
+    def program(self, lpn: int) -> tuple[int, int, list[tuple[str, int]]]:
+        """Map ``lpn`` to a fresh page. Returns (plane, ppn, GC operations [(kind, plane)...])."""
+        plane = self.plane_of(lpn)
+        ppn = self._place(lpn, plane)
+        self.host_programs += 1
+        ops: list[tuple[str, int]] = []
+        if not self._in_gc and self.free_blocks(plane) < self.g.gc_start_blocks:
+            ops = self._gc(plane)
+        return plane, ppn, ops
+
+    def _gc(self, plane: int) -> list[tuple[str, int]]:
+        ops: list[tuple[str, int]] = []
+        self._in_gc = True
+        try:
+            lo = plane * self.bpp
+            while self.free_blocks(plane) < self.g.gc_start_blocks:
+                st = self.state[lo:lo + self.bpp]
+                vc = np.where(st == CLOSED, self.valid[lo:lo + self.bpp], np.iinfo(np.int32).max)
+                v = int(np.argmin(vc))
+                if vc[v] >= self.ppb:
+                    raise MediaError("GC found no block with an invalid page", plane=plane)
+                victim = lo + v
+                self.gc_runs += 1
+                lpns = self.p2l[victim]
+                for lpn in lpns[lpns >= 0].tolist():
+                    self._place(int(lpn), plane)
+                    self.gc_copies += 1
+                    ops.append(("copyback", plane))
+                # erase
+                assert self.valid[victim] == 0
+                del self.p2l[victim]
+                self.state[victim] = FREE
+                self.pe[victim] += 1
+                self.erases += 1
+                self._free_list(plane).append(victim)
+                ops.append(("erase", plane))
+        finally:
+            self._in_gc = False
+        return ops
+
+    def lookup(self, lpn: int) -> int | None:
+        return self.l2p.get(lpn)
+
+    @property
+    def write_amplification(self) -> float | None:
+        if self.host_programs == 0:
+            return None
+        return (self.host_programs + self.gc_copies) / self.host_programs
+
+    def check(self) -> None:
+        """Mapping invariants (tests): l2p and p2l are inverse, valid counts match."""
+        seen = 0
+        for lpn, ppn in self.l2p.items():
+            b, pg = divmod(ppn, self.ppb)
+            assert self.p2l[b][pg] == lpn, (lpn, ppn)
+            assert self.plane_of(lpn) == b // self.bpp
+            seen += 1
+        tot = 0
+        for b, arr in self.p2l.items():
+            nv = int((arr >= 0).sum())
+            assert nv == self.valid[b], (b, nv, self.valid[b])
+            tot += nv
+        assert tot == seen
