@@ -33,6 +33,8 @@ $(DEPS_STAMP): pyproject.toml
 venv: $(INSTALL_STAMP)
 
 $(PROTO_OUT): $(PROTO_SRC) $(DEPS_STAMP)
+	@mkdir -p hbfproto && [ -f hbfproto/__init__.py ] || \
+	  echo '"""gRPC stubs generated from proto/hbf.proto at build time (make proto). Never edited by hand."""' > hbfproto/__init__.py
 	$(VPY) -m grpc_tools.protoc -Iproto --python_out=hbfproto --grpc_python_out=hbfproto $(PROTO_SRC)
 	sed -i 's/^import hbf_pb2 as/from hbfproto import hbf_pb2 as/' hbfproto/hbf_pb2_grpc.py
 

@@ -1,0 +1,78 @@
+"""The device side of the request ring, in Python: what the GPU helper does, for the demo, tests
+and host-only experiments. Protocol (hbf_ctl.h): reserve ticket t (ring_head), wait until slot
+t % N is free (t < N, or completion.consumed == t - N + 1), write the payload, then seq = t + 1;
+wait for completion.seq == t + 1, read it, write consumed = t + 1.
+
+One RingDriver per process (it owns ring_head as the GPU would, through its own atomics).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from hbfcommon import ctl
+from hbfcommon.errors import DaemonError, ErrorCode
+
+N = ctl.HBF_RING_SLOTS
+
+
+@dataclass(frozen=True)
+class Completion:
+    ticket: int
+    arrival_ns: int
+    modeled_ns: int
+    service_ns: int
+    status: int
+
+
+class RingDriver:
+    def __init__(self, m: ctl.CtlMap) -> None:
+        self.m = m
+        self.h = m.ctl.header
+
+    def failed(self) -> int:
+        return int(self.h.failure)
+
+    def issue(self, *, arrival_ns: int, address: int, media_address: int, nbytes: int, op: int,
+              range_id: int = 0, site: int = 0, timeout_s: float = 10.0) -> int:
+        t = int(self.h.ring_head)
+        self.h.ring_head = t + 1                   # GPU: atom.global.add (GPU-only atomic)
+        s = t % N
+        if t >= N:                                 # slot reuse rule
+            deadline = time.monotonic() + timeout_s
+            while int(self.m.completions["consumed"][s]) != t - N + 1:
+                if self.failed():
+                    raise DaemonError("hbfd failed while waiting for a free slot", code=ErrorCode.DAEMON_LOST)
+                if time.monotonic() > deadline:
+                    raise DaemonError("ring slot never freed", code=ErrorCode.TIMEOUT, ticket=t)
+        r = self.m.ring
+        r["arrival_ns"][s], r["address"][s], r["media_address"][s] = arrival_ns, address, media_address
+        r["bytes"][s], r["op"][s], r["range_id"][s], r["site"][s] = nbytes, op, range_id, site
+        r["seq"][s] = t + 1                        # release: after the payload
+        return t
+
+    def poll(self, ticket: int) -> Completion | None:
+        s = ticket % N
+        c = self.m.completions
+        if int(c["seq"][s]) != ticket + 1:
+            return None
+        row = c[s]                                 # payload after seq (acquire on x86)
+        out = Completion(ticket, int(row["arrival_ns"]), int(row["modeled_ns"]), int(row["service_ns"]),
+                         int(row["status"]))
+        c["consumed"][s] = ticket + 1
+        return out
+
+    def wait(self, ticket: int, *, timeout_s: float = 10.0) -> Completion:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            got = self.poll(ticket)
+            if got is not None:
+                return got
+            if self.failed():   # the daemon posts terminal completions before the failure word
+                got = self.poll(ticket)
+                if got is not None:
+                    return got
+                raise DaemonError("hbfd failed and the ticket has no completion", code=ErrorCode.DAEMON_LOST,
+                                  ticket=ticket, failure=hex(self.failed()))
+            if time.monotonic() > deadline:
+                raise DaemonError("no completion in time", code=ErrorCode.TIMEOUT, ticket=ticket)

@@ -1,0 +1,51 @@
+"""Every environment variable hbfd and hbfctl read, in one place."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def default_socket() -> Path:
+    """``$HBFD_SOCKET``, else ``$XDG_RUNTIME_DIR/hbfd.sock``, else ``/tmp/hbfd-<uid>.sock``."""
+    if os.environ.get("HBFD_SOCKET"):
+        return Path(os.environ["HBFD_SOCKET"])
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and Path(xdg).is_dir():
+        return Path(xdg) / "hbfd.sock"
+    return Path(f"/tmp/hbfd-{os.getuid()}.sock")
+
+
+def default_summary() -> Path:
+    """``$HBFD_SUMMARY``, else ``hbfd-summary.json`` in the current directory."""
+    return Path(os.environ.get("HBFD_SUMMARY") or "hbfd-summary.json")
+
+
+def engine_choice() -> str:
+    """``$HBFD_ENGINE``: ``auto`` (media model if present, else fixed latency), ``fixed``, or
+    ``module:factory`` (factory(profile) -> ServiceEngine, e.g. for tests and experiments)."""
+    return os.environ.get("HBFD_ENGINE", "auto")
+
+
+def thermal_choice() -> str:
+    """``$HBFD_THERMAL``: ``auto`` (thermal model if present), ``none``, or ``module:factory``."""
+    return os.environ.get("HBFD_THERMAL", "auto")
+
+
+def refresh_choice() -> str:
+    """``$HBFD_REFRESH``: ``auto``, ``none``, or ``module:factory``."""
+    return os.environ.get("HBFD_REFRESH", "auto")
+
+
+def heartbeat_period_ns() -> int:
+    """``$HBFD_HEARTBEAT_NS`` (default 2 ms; capped at the 10 ms promise)."""
+    v = int(os.environ.get("HBFD_HEARTBEAT_NS", "2000000"))
+    return max(100_000, min(v, 10_000_000))
+
+
+def thermal_tick_ns() -> int:
+    """``$HBFD_THERMAL_TICK_NS`` (default 10 ms)."""
+    return int(os.environ.get("HBFD_THERMAL_TICK_NS", "10000000"))
+
+
+def log_level() -> str:
+    return os.environ.get("HBFD_LOG", "INFO").upper()

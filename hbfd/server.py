@@ -1,0 +1,566 @@
+"""hbfd's server layer: the only part of hbfd with threads, clocks, sockets and gRPC.
+
+Start-up order (DESIGN.md §3.4): profile -> control region (header, no heartbeat) -> models
+(engine, thermal, refresh) -> thermal snapshot, refresh debt, empty range snapshot -> ring
+service -> gRPC -> first heartbeat (readiness) -> heartbeat thread (every 2 ms by default).
+
+Shutdown order (SIGTERM, SIGINT, the Shutdown RPC, an engine failure, thermal shutdown):
+admission closed -> a terminal completion posted to every outstanding ticket -> the global
+failure word -> the canonical JSON summary by atomic replace -> gRPC stopped.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from hbfcommon import ctl
+from hbfcommon.errors import DaemonError, ErrorCode, HbfError, RangeError
+from hbfcommon.status import RequestStatus
+from hbfd import knobs, services
+from hbfd.profile import Profile, load_profile
+from hbfd.ranges import Range, RangeTable
+from hbfd.region import ControlRegion
+from hbfd.summary import SUMMARY_SCHEMA, write_json_atomic
+
+log = logging.getLogger(__name__)
+N = ctl.HBF_RING_SLOTS
+
+
+def _factory(choice: str, default: Callable[[Profile], Any], plugin: Callable[..., Any]):
+    """``auto`` -> plugin (falls back to the default inside build_*), a forced default name, or
+    ``module:factory``."""
+    if ":" in choice:
+        mod, fn = choice.split(":", 1)
+        return getattr(importlib.import_module(mod), fn)
+    return lambda p: plugin(p, force=None if choice == "auto" else choice)
+
+
+@dataclass
+class _Pending:
+    slot: int
+    arrival_ns: int
+    op: int
+    nbytes: int
+    seen_ns: int
+
+
+class Daemon:
+    def __init__(self, profile_path: str | os.PathLike, *, socket_path: str | os.PathLike | None = None,
+                 summary_path: str | os.PathLike | None = None, engine: str | None = None,
+                 thermal: str | None = None, refresh: str | None = None,
+                 heartbeat_period_ns: int | None = None) -> None:
+        self.profile_path = str(profile_path)
+        self.socket_path = Path(socket_path) if socket_path else knobs.default_socket()
+        self.summary_path = Path(summary_path) if summary_path else knobs.default_summary()
+        self.engine_choice = engine or knobs.engine_choice()
+        self.thermal_choice = thermal or knobs.thermal_choice()
+        self.refresh_choice = refresh or knobs.refresh_choice()
+        self.heartbeat_period_ns = heartbeat_period_ns or knobs.heartbeat_period_ns()
+        self.profile: Profile | None = None
+        self.region: ControlRegion | None = None
+        self.engine: services.ServiceEngine | None = None
+        self.thermal: services.ThermalService | None = None
+        self.refresh: services.RefreshService | None = None
+        self.thermal_state = services.ThermalState()
+        self.ranges: RangeTable | None = None
+        self._ranges_lock = threading.Lock()
+        self._post_lock = threading.RLock()
+        self._closing = False
+        self._stop = threading.Event()           # stop the service threads
+        self._shutdown_req = threading.Event()   # someone asked for shutdown
+        self._done = threading.Event()           # summary written
+        self._shutdown_reason = ("clean", "", ctl.HBF_ST_DAEMON_LOST, ctl.HBF_FAIL_REASON_SHUTDOWN)
+        self._threads: list[threading.Thread] = []
+        self._served = np.zeros(N, np.uint64)    # last request seq served, per slot
+        self._pending: dict[int, _Pending] = {}
+        self._lost_unpublished = 0
+        self._reports: list[dict] = []
+        self._attaches: list[dict] = []
+        self._grpc = None
+        self._t0 = time.monotonic_ns()
+        self._started_wall = time.time()
+        self._last_beat_ns = 0
+        self._beat_gaps_max_ns = 0
+        self._thermal_ticks = 0
+        self._energy_j = 0.0
+        self._engine_error: str | None = None
+        self.exit_code = 0
+
+    # ---- start-up ------------------------------------------------------------------------
+    def start(self) -> None:
+        self.profile = load_profile(self.profile_path)
+        p = self.profile
+        log.info("profile %s (%s) sha256 %s", p.name, p.path, p.sha256)
+        self._claim_socket()
+        self.region = ControlRegion()
+        self.region.init_header(media_params=p.to_media_params(), profile_sha256=p.sha256,
+                                heartbeat_period_ns=self.heartbeat_period_ns)
+        self.ranges = RangeTable(p.geometry.capacity_bytes)
+        self.engine = _factory(self.engine_choice, services.FixedLatencyEngine.from_profile, services.build_engine)(p)
+        self.thermal = _factory(self.thermal_choice, lambda _: services.NoThermal(), services.build_thermal)(p)
+        self.refresh = _factory(self.refresh_choice, lambda _: services.NoRefresh(), services.build_refresh)(p)
+        log.info("engine %s, thermal %s, refresh %s", self.engine.name, self.thermal.name, self.refresh.name)
+        self._control_tick()                        # thermal snapshot + refresh debt before readiness
+        self.region.publish_ranges([], 0)
+        sys.setswitchinterval(0.0005)               # keep the heartbeat thread's GIL waits short
+        self._spawn("hbfd-ring", self._ring_loop)
+        self._spawn("hbfd-control", self._control_loop)
+        self._start_grpc()
+        self._last_beat_ns = time.monotonic_ns()
+        self.region.beat()                          # readiness
+        self._spawn("hbfd-heartbeat", self._heartbeat_loop)
+        log.info("ready: socket %s, control region %s (%d bytes)", self.socket_path, self.region.path, ctl.CTL_BYTES)
+
+    def _spawn(self, name: str, fn) -> None:
+        t = threading.Thread(target=fn, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _claim_socket(self) -> None:
+        path = self.socket_path
+        if path.exists() or path.is_symlink():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(str(path))
+            except OSError:
+                path.unlink()                       # stale socket of a dead daemon
+            else:
+                raise DaemonError(f"another hbfd is already serving {path}", code=ErrorCode.INVALID_ARGUMENT,
+                                  socket=str(path))
+            finally:
+                s.close()
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def _start_grpc(self) -> None:
+        import grpc
+
+        from hbfproto import hbf_pb2_grpc
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="hbfd-rpc"),
+                             options=[("grpc.so_reuseport", 0)])
+        hbf_pb2_grpc.add_HbfdServicer_to_server(_Servicer(self), server)
+        old = os.umask(0o177)                       # the socket is born 0600
+        try:
+            if server.add_insecure_port(f"unix:{self.socket_path}") == 0:
+                raise DaemonError("cannot bind the unix socket", socket=str(self.socket_path))
+            server.start()
+        finally:
+            os.umask(old)
+        os.chmod(self.socket_path, 0o600)
+        self._grpc = server
+
+    # ---- threads -------------------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        period = self.heartbeat_period_ns / 1e9
+        while not self._stop.is_set():
+            time.sleep(period)
+            now = time.monotonic_ns()
+            self._beat_gaps_max_ns = max(self._beat_gaps_max_ns, now - self._last_beat_ns)
+            self._last_beat_ns = now
+            self.region.beat()
+
+    def _control_loop(self) -> None:
+        tick = knobs.thermal_tick_ns() / 1e9
+        while not self._stop.wait(tick):
+            try:
+                self._control_tick()
+            except Exception as e:  # a model failure ends the run, loudly
+                log.exception("thermal/refresh service failed")
+                self._engine_error = f"{type(e).__name__}: {e}"
+                self.request_shutdown("engine_failure", f"thermal/refresh service failed: {e}",
+                                      ctl.HBF_ST_DAEMON_LOST, ctl.HBF_FAIL_REASON_ENGINE)
+                return
+            if self.thermal_state.mode == ctl.HBF_TH_SHUTDOWN:
+                self.request_shutdown("thermal_shutdown", "thermal controller reached Shutdown",
+                                      ctl.HBF_ST_THERMAL_SHUTDOWN, ctl.HBF_FAIL_REASON_THERMAL)
+                return
+
+    def _energy_since_last(self, dt_s: float) -> float:
+        """Media energy of the last interval from the profile's energy model and the counters
+        (reference path + the device's published fast-path counters)."""
+        e, m = self.profile.energy, self.region.map
+        tot = m.daemon_counters.copy()
+        dev = m.device_counters.copy()
+        reqs = tot["requests"].astype(np.float64) + dev["requests"]
+        nbytes = float(tot["bytes"].sum() + dev["bytes"].sum())
+        reads = reqs[ctl.HBF_OP_LOAD] + reqs[ctl.HBF_OP_CPASYNC] + reqs[ctl.HBF_OP_ATOMIC]
+        writes = reqs[ctl.HBF_OP_STORE] + reqs[ctl.HBF_OP_ATOMIC]
+        total = e.j_per_byte * nbytes + e.read_j * reads + e.program_j * writes
+        prev, self._energy_counted = getattr(self, "_energy_counted", 0.0), total
+        return e.idle_w * dt_s + (total - prev)
+
+    def _control_tick(self) -> None:
+        now = time.monotonic_ns()
+        dt = (now - getattr(self, "_last_tick_ns", now)) / 1e9
+        self._last_tick_ns = now
+        ej = self._energy_since_last(dt)
+        self._energy_j += ej
+        self.thermal_state = self.thermal.tick(now - self._t0, ej)
+        self._thermal_ticks += 1
+        self.region.publish_thermal(self.thermal_state, self._thermal_ticks)
+        debt = self.refresh.tick(now - self._t0, self.thermal_state)
+        self.region.publish_refresh(int(debt), self.profile.media.refresh_quantum_bytes)
+
+    def _ring_loop(self) -> None:
+        ring = self.region.map.ring
+        idle = 0
+        while not self._stop.is_set():
+            try:
+                got = self._serve_once(ring)
+            except Exception as e:
+                log.exception("engine %s failed", getattr(self.engine, "name", "?"))
+                self._engine_error = f"{type(e).__name__}: {e}"
+                self.request_shutdown("engine_failure", f"engine failed: {e}", ctl.HBF_ST_DAEMON_LOST,
+                                      ctl.HBF_FAIL_REASON_ENGINE)
+                return
+            if got:
+                idle = 0
+            else:
+                idle += 1
+                time.sleep(0 if idle < 100 else 20e-6)
+
+    def _serve_once(self, ring: np.ndarray) -> int:
+        seqs = ring["seq"].copy()
+        slots = np.nonzero(seqs > self._served)[0]
+        if slots.size == 0:
+            return 0
+        seen = time.monotonic_ns()
+        req = ring[slots]                          # payload read after seq (acquire on x86)
+        tickets = seqs[slots] - np.uint64(1)
+        with self._post_lock:
+            if self._closing:
+                return 0
+            self._served[slots] = seqs[slots]
+            for s, t, r in zip(slots.tolist(), tickets.tolist(), req):
+                self._pending[t] = _Pending(s, int(r["arrival_ns"]), int(r["op"]), int(r["bytes"]), seen)
+        bad = (tickets % np.uint64(N)) != slots
+        batch = np.zeros(slots.size, services.REQUEST_BATCH_DTYPE)
+        batch["id"], batch["arrival_ns"] = tickets, req["arrival_ns"]
+        batch["media_address"], batch["bytes"] = req["media_address"], req["bytes"]
+        batch["op"] = np.minimum(req["op"], 255)
+        if bad.any():   # a ticket in the wrong slot: protocol violation, answer it, do not model it
+            log.error("%d requests in the wrong ring slot", int(bad.sum()))
+            self._post(tickets[bad], np.zeros(int(bad.sum()), np.uint64),
+                       np.full(int(bad.sum()), ctl.HBF_ST_UNSUPPORTED, np.uint8))
+            batch = batch[~bad]
+        if batch.size:
+            self.engine.submit(batch)
+            self.engine.advance(int(batch["arrival_ns"].max()))
+        done = self.engine.collect()
+        if done.size:
+            self._post(done["id"], done["modeled_ns"], done["status"])
+        return int(slots.size)
+
+    def _post(self, tickets: np.ndarray, modeled: np.ndarray, status: np.ndarray, *, closing: bool = False) -> int:
+        """Write completions (payload, then seq = ticket + 1) and account them."""
+        with self._post_lock:
+            if self._closing and not closing:
+                return 0
+            now = time.monotonic_ns()
+            rows = [(int(t), self._pending.pop(int(t), None)) for t in tickets.tolist()]
+            keep = [i for i, (_, p) in enumerate(rows) if p is not None]
+            if not keep:
+                return 0
+            t_arr = np.array([rows[i][0] for i in keep], np.uint64)
+            ps = [rows[i][1] for i in keep]
+            slot = np.array([p.slot for p in ps], np.int64)
+            arrival = np.array([p.arrival_ns for p in ps], np.uint64)
+            op = np.array([p.op for p in ps], np.int64)
+            nbytes = np.array([p.nbytes for p in ps], np.uint64)
+            svc = np.array([now - p.seen_ns for p in ps], np.uint64)
+            mod = np.asarray(modeled, np.uint64)[keep]
+            st = np.asarray(status, np.uint32)[keep]
+            comp = self.region.map.completions
+            comp["arrival_ns"][slot] = arrival
+            comp["modeled_ns"][slot] = mod
+            comp["service_ns"][slot] = svc
+            comp["status"][slot] = st
+            comp["seq"][slot] = t_arr + np.uint64(1)            # release: after the payload
+            cnt = self.region.map.daemon_counters
+            opi = np.where(op < ctl.HBF_N_OPS, op, ctl.HBF_OP_LOAD)  # unknown ops counted as loads
+            for field, v in (("requests", np.ones_like(mod)), ("bytes", nbytes), ("modeled_ns", mod),
+                             ("service_ns", svc)):
+                acc = np.zeros(ctl.HBF_N_OPS, np.uint64)
+                np.add.at(acc, opi, v)
+                cnt[field] += acc
+            ds = self.region.ctl.counters.daemon_status
+            for s, n in zip(*np.unique(st, return_counts=True)):
+                ds[int(s)] += int(n)
+            return len(keep)
+
+    # ---- shutdown ------------------------------------------------------------------------
+    def request_shutdown(self, status: str = "clean", reason: str = "", req_status: int = ctl.HBF_ST_DAEMON_LOST,
+                         fail_reason: int = ctl.HBF_FAIL_REASON_SHUTDOWN) -> None:
+        if not self._shutdown_req.is_set():
+            self._shutdown_reason = (status, reason, req_status, fail_reason)
+            self._shutdown_req.set()
+
+    def _terminate_outstanding(self, req_status: int) -> int:
+        """Post a terminal completion to every outstanding ticket (taken, published-but-not-taken,
+        and reserved-but-unpublished where its slot is free). Returns the number posted."""
+        m = self.region.map
+        with self._post_lock:
+            self._closing = True
+            seen = time.monotonic_ns()
+            seqs = m.ring["seq"].copy()
+            slots = np.nonzero(seqs > self._served)[0]
+            for s in slots.tolist():
+                t = int(seqs[s]) - 1
+                r = m.ring[s]
+                self._pending[t] = _Pending(s, int(r["arrival_ns"]), int(r["op"]), int(r["bytes"]), seen)
+            self._served[slots] = seqs[slots]
+            tickets = np.array(sorted(self._pending), np.uint64)
+            n = self._post(tickets, np.zeros(tickets.size, np.uint64),
+                           np.full(tickets.size, req_status, np.uint8), closing=True)
+            head = int(self.region.ctl.header.ring_head)
+            comp = m.completions
+            for t in range(max(0, head - N), head):
+                s = t % N
+                if int(comp["seq"][s]) >= t + 1 or int(seqs[s]) == t + 1:
+                    continue
+                if t >= N and int(comp["consumed"][s]) < t - N + 1:
+                    continue   # the slot's previous completion is unread; the failure word covers t
+                comp["arrival_ns"][s] = 0
+                comp["modeled_ns"][s] = 0
+                comp["service_ns"][s] = 0
+                comp["status"][s] = req_status
+                comp["seq"][s] = t + 1
+                self._lost_unpublished += 1
+            return n + self._lost_unpublished
+
+    def shutdown(self) -> None:
+        """Run the shutdown sequence once (from the main thread)."""
+        status, reason, req_status, fail_reason = self._shutdown_reason
+        log.info("shutting down (%s%s)", status, f": {reason}" if reason else "")
+        h = self.region.ctl.header
+        h.admission_closed = 1
+        n = self._terminate_outstanding(req_status)
+        h.failure = ctl.failure_word(req_status, fail_reason)       # after every terminal completion
+        self._stop.set()
+        self._final_outstanding = n
+        self.exit_code = 0 if status == "clean" else 1
+        try:
+            write_json_atomic(self.summary_path, self.summary(terminal=True))
+            log.info("summary: %s", self.summary_path)
+        except Exception:
+            log.exception("could not write the summary to %s", self.summary_path)
+            self.exit_code = 1
+        self._done.set()
+
+    def serve_forever(self) -> int:
+        import signal
+
+        def on_signal(signum, _frame):
+            self.request_shutdown("clean", f"signal {signal.Signals(signum).name}")
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        while not self._shutdown_req.wait(0.1):
+            pass
+        self.shutdown()
+        self.close()
+        return self.exit_code
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._grpc is not None:
+            self._grpc.stop(grace=2.0).wait(5)
+            self._grpc = None
+        try:
+            self.socket_path.unlink()
+        except FileNotFoundError:
+            pass
+        for t in self._threads:
+            t.join(timeout=1.0)
+
+    # ---- queries -------------------------------------------------------------------------
+    def counters(self) -> dict[str, Any]:
+        m, c = self.region.map, self.region.ctl.counters
+
+        def ops(arr):
+            return {name: {f: int(arr[i][f]) for f in ("requests", "bytes", "modeled_ns", "wall_ns",
+                                                        "service_ns", "overhead_ns")}
+                    for i, name in enumerate(ctl.OP_NAMES)}
+
+        def states(a):
+            return {s.name: int(a[s.value]) for s in RequestStatus if s.terminal}
+        return {"reference": ops(m.daemon_counters.copy()), "device": ops(m.device_counters.copy()),
+                "reference_requests_by_state": states(c.daemon_status),
+                "device_requests_by_state": states(c.device_status),
+                "device_sync_seq": int(c.device_sync_seq)}
+
+    def ring_depth(self) -> int:
+        with self._post_lock:
+            return len(self._pending)
+
+    def summary(self, *, terminal: bool = False) -> dict[str, Any]:
+        p, h = self.profile, self.region.ctl.header
+        status, reason, req_status, fail_reason = self._shutdown_reason
+        with self._ranges_lock:
+            ranges = [r.as_dict() for r in self.ranges.ranges]
+            history = list(self.ranges.history)
+        return {
+            "schema": SUMMARY_SCHEMA,
+            "terminal_status": status if terminal else "running",
+            "shutdown_reason": reason if terminal else "",
+            "failure_word": int(h.failure),
+            "profile": p.summary_section(),
+            "engine": self.engine.name,
+            "engine_stats": self.engine.stats(),
+            "timing_source": p.timing_model.timing_source,
+            "time_model": "modeled time is device time, 1:1 (no time multiplier)",
+            "daemon": {"pid": os.getpid(), "started_unix_s": self._started_wall,
+                       "uptime_ns": time.monotonic_ns() - self._t0,
+                       "heartbeat_period_ns": self.heartbeat_period_ns, "heartbeats": int(h.heartbeat),
+                       "heartbeat_max_gap_ns": self._beat_gaps_max_ns, "socket": str(self.socket_path),
+                       "ctl_bytes": ctl.CTL_BYTES},
+            "ranges": ranges,
+            "range_events": history,
+            "counters": self.counters(),
+            "outstanding_terminated": getattr(self, "_final_outstanding", 0),
+            "lost_unpublished": self._lost_unpublished,
+            "device_failure": int(h.device_failure),
+            "services": {"thermal": {"service": self.thermal.name, **self.thermal.summary_section(),
+                                     "ticks": self._thermal_ticks, "media_energy_j": self._energy_j},
+                         "refresh": {"service": self.refresh.name, **self.refresh.summary_section()}},
+            "attaches": list(self._attaches),
+            "reports": list(self._reports),
+            "engine_error": self._engine_error,
+        }
+
+    # ---- RPC bodies (raise HbfError; the servicer turns them into reply Errors) ---------------
+    def attach(self, workload_pid: int, abi_version: int, allow_unmodeled: bool) -> dict:
+        if self._shutdown_req.is_set():
+            raise DaemonError("hbfd is shutting down", code=ErrorCode.SHUTTING_DOWN)
+        if abi_version != ctl.HBF_CTL_ABI_VERSION:
+            raise HbfError("control-region ABI mismatch", code=ErrorCode.ABI_MISMATCH,
+                           workload=abi_version, daemon=ctl.HBF_CTL_ABI_VERSION)
+        self._attaches.append({"workload_pid": workload_pid, "allow_unmodeled": allow_unmodeled,
+                               "at_ns": time.monotonic_ns() - self._t0})
+        return {"ctl_path": self.region.path, "ctl_bytes": ctl.CTL_BYTES,
+                "generation": int(self.region.ctl.header.generation)}
+
+    def register(self, **kw) -> tuple[Range, int]:
+        if self._shutdown_req.is_set():
+            raise DaemonError("hbfd is shutting down", code=ErrorCode.SHUTTING_DOWN)
+        with self._ranges_lock:
+            r = self.ranges.register(**kw)
+            self.region.publish_ranges(self.ranges.ranges, self.ranges.generation)
+            return r, self.ranges.generation
+
+    def unregister(self, range_id: int) -> int:
+        with self._ranges_lock:
+            self.ranges.unregister(range_id)
+            self.region.publish_ranges(self.ranges.ranges, self.ranges.generation)
+            return self.ranges.generation
+
+    def report(self, kind: str, text: str) -> None:
+        try:
+            obj = json.loads(text) if text else None
+        except json.JSONDecodeError as e:
+            raise HbfError(f"report is not JSON: {e}", code=ErrorCode.INVALID_ARGUMENT, kind=kind) from e
+        self._reports.append({"kind": kind, "data": obj, "at_ns": time.monotonic_ns() - self._t0})
+
+    def heartbeat_age_ns(self) -> int:
+        return time.monotonic_ns() - self._last_beat_ns
+
+
+def _range_msg(pb, r: Range):
+    return pb.Range(range_id=r.range_id, base=r.base, length=r.length, mode=r.mode, perms=r.perms,
+                    page_bytes=r.page_bytes, stream=r.stream, media_offset=r.media_offset,
+                    backing_offset=r.backing_offset, label=r.label, flag_class=r.flag_class)
+
+
+def _error_msg(pb, e: HbfError):
+    return pb.Error(code=int(e.code), message=e.message, fields={k: str(v) for k, v in e.fields.items()})
+
+
+class _Servicer:
+    """gRPC methods; errors travel as the reply's Error (never as free text only)."""
+
+    def __init__(self, d: Daemon) -> None:
+        from hbfproto import hbf_pb2
+        self.d, self.pb = d, hbf_pb2
+
+    def _guard(self, reply_cls, fn):
+        try:
+            return fn()
+        except HbfError as e:
+            return reply_cls(error=_error_msg(self.pb, e))
+        except Exception as e:  # a bug: still a structured error, and logged
+            log.exception("RPC failed")
+            return reply_cls(error=self.pb.Error(code=int(ErrorCode.INTERNAL), message=f"{type(e).__name__}: {e}"))
+
+    def Status(self, request, context):
+        d, pb = self.d, self.pb
+
+        def body():
+            h, p, th = d.region.ctl.header, d.profile, d.thermal_state
+            with d._ranges_lock:
+                rs = [_range_msg(pb, r) for r in d.ranges.ranges]
+            return pb.StatusReply(
+                profile_name=p.name, profile_path=p.path, profile_sha256=p.sha256, daemon_pid=os.getpid(),
+                heartbeat=int(h.heartbeat), heartbeat_age_ns=d.heartbeat_age_ns(),
+                timing_source=p.timing_model.timing_source, engine=d.engine.name, ranges=rs,
+                ring_depth=d.ring_depth(), thermal_mode=th.mode_name, thermal_q_ppm=th.q_ppm,
+                hbf_max_c=th.hbf_max_c, counters_json=json.dumps(d.counters(), sort_keys=True),
+                uptime_ns=time.monotonic_ns() - d._t0, attached=bool(d._attaches), ctl_path=d.region.path)
+        return self._guard(pb.StatusReply, body)
+
+    def Attach(self, request, context):
+        def body():
+            a = self.d.attach(request.workload_pid, request.abi_version, request.allow_unmodeled)
+            p = self.d.profile
+            return self.pb.AttachReply(ctl_path=a["ctl_path"], ctl_bytes=a["ctl_bytes"],
+                                       abi_version=ctl.HBF_CTL_ABI_VERSION, generation=a["generation"],
+                                       profile_json=p.text, profile_sha256=p.sha256)
+        return self._guard(self.pb.AttachReply, body)
+
+    def RegisterRange(self, request, context):
+        def body():
+            r = request.range
+            rng, gen = self.d.register(base=r.base, length=r.length, mode=int(r.mode), perms=r.perms,
+                                       page_bytes=r.page_bytes, stream=r.stream, backing_offset=r.backing_offset,
+                                       label=r.label, flag_class=r.flag_class)
+            return self.pb.RegisterRangeReply(range=_range_msg(self.pb, rng), snapshot_generation=gen)
+        return self._guard(self.pb.RegisterRangeReply, body)
+
+    def UnregisterRange(self, request, context):
+        return self._guard(self.pb.UnregisterRangeReply, lambda: self.pb.UnregisterRangeReply(
+            snapshot_generation=self.d.unregister(request.range_id)))
+
+    def ListRanges(self, request, context):
+        def body():
+            with self.d._ranges_lock:
+                rs = [_range_msg(self.pb, r) for r in self.d.ranges.ranges]
+                gen = self.d.ranges.generation
+            return self.pb.ListRangesReply(ranges=rs, snapshot_generation=gen)
+        return self._guard(self.pb.ListRangesReply, body)
+
+    def Report(self, request, context):
+        def body():
+            self.d.report(request.kind, request.json)
+            return self.pb.ReportReply()
+        return self._guard(self.pb.ReportReply, body)
+
+    def GetSummary(self, request, context):
+        return self._guard(self.pb.GetSummaryReply, lambda: self.pb.GetSummaryReply(
+            summary_json=json.dumps(self.d.summary(), sort_keys=True)))
+
+    def Shutdown(self, request, context):
+        def body():
+            self.d.request_shutdown("clean", request.reason or "Shutdown RPC")
+            if not self.d._done.wait(30):
+                raise DaemonError("shutdown did not finish within 30 s", code=ErrorCode.TIMEOUT)
+            return self.pb.ShutdownReply(summary_path=str(self.d.summary_path.resolve()))
+        return self._guard(self.pb.ShutdownReply, body)
