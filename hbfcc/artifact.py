@@ -1,0 +1,131 @@
+"""The admission artifact (DESIGN.md §3.5): one JSON document per rewritten module, written beside
+the output as ``<out>.hbfcc.json`` and stored by original-PTX SHA-256 in the artifact store
+(``HBFCC_ARTIFACT_DIR``, default ``~/.cache/hbfcc/artifacts``) so a runtime that only sees the
+pre-rewrite PTX (Triton keeps it in ``kernel.asm["ptx"]``) can find it.
+
+A kernel is admitted only when none of its memory operations (nor of the functions it calls) was
+refused. The schema is :data:`SCHEMA` (JSON Schema draft 2020-12), versioned by ``schema_version``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from . import helpers as H
+from .toolchain import PtxasStats, rewriter_sha
+
+SCHEMA_VERSION = 1
+SCHEMA_ID = "hbfcc.admission"
+
+_STATS = {
+    "type": ["object", "null"],
+    "properties": {k: {"type": ["integer", "null"]} for k in
+                   ("registers", "stack_bytes", "spill_store_bytes", "spill_load_bytes", "barriers")},
+    "required": ["registers", "stack_bytes", "spill_store_bytes", "spill_load_bytes"],
+}
+_CLASS = {
+    "type": "object",
+    "properties": {k: {"type": "integer", "minimum": 0} for k in ("count", "rewritten", "native", "refused")},
+    "required": ["count", "rewritten", "native", "refused"],
+    "additionalProperties": False,
+}
+_FUNC = {
+    "type": "object",
+    "required": ["name", "kind", "kernel_index", "admitted", "not_admitted_reasons", "classes",
+                 "refused", "sites", "waits", "drains", "ptxas_before", "ptxas_after"],
+    "properties": {
+        "name": {"type": "string"}, "kind": {"enum": ["entry", "func"]},
+        "kernel_index": {"type": "integer", "minimum": 0}, "admitted": {"type": "boolean"},
+        "not_admitted_reasons": {"type": "array", "items": {"type": "string"}},
+        "classes": {"type": "object", "additionalProperties": _CLASS},
+        "refused": {"type": "array", "items": {
+            "type": "object", "required": ["line", "instruction", "class", "reason"],
+            "properties": {"reason": {"type": "string", "minLength": 1}, "class": {"type": "string"},
+                           "instruction": {"type": "string"}, "line": {"type": "integer"}}}},
+        "sites": {"type": "integer"}, "waits": {"type": "integer"}, "drains": {"type": "integer"},
+        "ptxas_before": _STATS, "ptxas_after": _STATS,
+    },
+}
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": SCHEMA_ID,
+    "type": "object",
+    "required": ["schema", "schema_version", "tool", "input", "helper", "ptxas", "kernels",
+                 "functions", "admitted"],
+    "properties": {
+        "schema": {"const": SCHEMA_ID},
+        "schema_version": {"const": SCHEMA_VERSION},
+        "tool": {"type": "object", "required": ["name", "rewriter_sha256", "helper_abi_version"]},
+        "input": {"type": "object", "required": ["path", "original_sha256", "transformed_sha256",
+                                                 "already_instrumented"],
+                  "properties": {"original_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                                 "transformed_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}},
+        "helper": {"type": ["object", "null"], "required": ["path", "sha256", "abi_version"],
+                   "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                                  "abi_version": {"type": "integer"}}},
+        "ptxas": {"type": ["object", "null"], "required": ["path", "version", "argv", "returncode"],
+                  "properties": {"argv": {"type": "array", "items": {"type": "string"}},
+                                 "version": {"type": "string"}}},
+        "kernels": {"type": "array", "items": _FUNC},
+        "functions": {"type": "array", "items": _FUNC},
+        "admitted": {"type": "boolean"},
+    },
+}
+
+
+def build(*, path: str, result, ptxas: Optional[dict], before: Optional[PtxasStats],
+          after: Optional[PtxasStats]) -> dict:
+    """The artifact for one module. ``result`` is a :class:`hbfcc.rewrite.RewriteResult`."""
+    timing = result.meta.get("timing", {"functions": [], "kernels": []})
+    kernels, funcs = [], []
+    for f in timing["functions"]:
+        f = dict(f)
+        b = before.functions.get(f["name"]) if before else None
+        a = after.functions.get(f["name"]) if after else None
+        f["ptxas_before"] = b.to_dict() if b else None
+        f["ptxas_after"] = a.to_dict() if a else None
+        if b and a and b.registers is not None and a.registers is not None:
+            f["ptxas_delta"] = {"registers": a.registers - b.registers,
+                                "stack_bytes": (a.stack_bytes or 0) - (b.stack_bytes or 0),
+                                "spill_store_bytes": (a.spill_stores or 0) - (b.spill_stores or 0),
+                                "spill_load_bytes": (a.spill_loads or 0) - (b.spill_loads or 0)}
+        (kernels if f["kind"] == "entry" else funcs).append(f)
+    helper = result.helper
+    doc = {
+        "schema": SCHEMA_ID,
+        "schema_version": SCHEMA_VERSION,
+        "created_unix_s": int(time.time()),
+        "tool": {"name": "hbfcc", "rewriter_sha256": rewriter_sha(), "helper_abi_version": H.abi_version()},
+        "input": {"path": path, "original_sha256": result.original_sha256,
+                  "transformed_sha256": result.transformed_sha256,
+                  "already_instrumented": bool(result.already_instrumented)},
+        "helper": None if helper is None else {
+            "path": helper.path, "sha256": helper.sha256, "abi_version": helper.abi_version,
+            "ptx_version": f"{helper.version[0]}.{helper.version[1]}"},
+        "ptxas": ptxas,
+        "kernels": kernels,
+        "functions": funcs,
+        "admitted": all(k["admitted"] for k in kernels) and not result.already_instrumented,
+        "rewrite_seconds": {k: round(v, 6) for k, v in result.timings_s.items()},
+    }
+    return doc
+
+
+def validate(doc: dict) -> None:
+    """Raise jsonschema.ValidationError when ``doc`` does not follow :data:`SCHEMA`."""
+    import jsonschema
+    jsonschema.validate(doc, SCHEMA)
+
+
+def write(doc: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp.{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def store_path(store: Path, original_sha256: str) -> Path:
+    return store / f"{original_sha256}.hbfcc.json"

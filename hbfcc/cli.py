@@ -1,0 +1,417 @@
+"""Command-line entry points.
+
+``hbfcc``        a drop-in nvcc (as ``CUDACXX``, ``CMAKE_CUDA_COMPILER``, ``CUDA_NVCC_EXECUTABLE``),
+                 or a compiler launcher (``CMAKE_CUDA_COMPILER_LAUNCHER=hbfcc``: ``hbfcc nvcc ARGS``);
+                 ``hbfcc rewrite IN.ptx -o OUT.ptx [--dump-stages DIR] [--no-link]`` standalone.
+``hbfcc-ptxas``  a drop-in ptxas (``TRITON_PTXAS_PATH``); also what nvcc runs through the shadow
+                 toolkit (``python -m hbfcc.cli ptxas ...``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Optional, Sequence
+
+from hbfcommon.errors import ConfigError, HbfError, ToolchainError
+
+from . import artifact, knobs
+from . import helpers as H
+
+log = logging.getLogger("hbfcc")
+
+EXIT_USAGE = 2
+EXIT_REWRITE = 3
+
+
+def _setup_logging() -> None:
+    try:
+        lvl = knobs.load().log_level
+    except HbfError:
+        lvl = "WARNING"
+    logging.basicConfig(level=getattr(logging, lvl, logging.WARNING),
+                        format="hbfcc: %(levelname)s: %(message)s", stream=sys.stderr)
+
+
+def _fail(e: BaseException, tool: str) -> int:
+    print(f"{tool}: error: {e}", file=sys.stderr)
+    if isinstance(e, ToolchainError):
+        return e.returncode if e.returncode not in (None, 0) else 1
+    if isinstance(e, ConfigError):
+        return EXIT_USAGE
+    return EXIT_REWRITE
+
+
+def marker_line() -> str:
+    """The line hbfcc-ptxas adds to ``--version`` (Triton hashes that output into its cache key)."""
+    from .toolchain import rewriter_sha
+    try:
+        hsha = H.load_helper().sha256[:16]
+    except HbfError:
+        hsha = "none"
+    return f"hbfcc {H.abi_version()} {rewriter_sha()[:16]} helper {hsha}"
+
+
+# ============================================================================================
+# hbfcc-ptxas
+# ============================================================================================
+
+# ptxas options that take a separate value argument
+_PTXAS_VALUE_OPTS = {
+    "-o", "--output-file", "-arch", "--gpu-name", "-maxrregcount", "--maxrregcount", "-O",
+    "--opt-level", "-dlcm", "--def-load-cache", "-dscm", "--def-store-cache", "-e", "--entry",
+    "-optf", "--options-file", "-m", "--machine", "-fmad", "--fmad", "-split-compile",
+    "--split-compile", "-ftz", "--ftz", "-prec-div", "--prec-div", "-prec-sqrt", "--prec-sqrt",
+    "-c-rt", "-suppress-stack-size-warning", "--position-independent-code", "-pic",
+    "--extensible-whole-program", "-ewp", "-knob", "--device-function-maxrregcount", "-func-maxrregcount",
+    "--compile-as-tools-patch", "-asm-tools-patch",
+}
+
+
+def _ptxas_args(args: list[str]) -> tuple[list[int], Optional[int], Optional[str]]:
+    """(indices of .ptx inputs, index of the -o value, target arch)."""
+    inputs: list[int] = []
+    out_idx: Optional[int] = None
+    arch: Optional[str] = None
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-o", "--output-file"):
+            out_idx = i + 1
+            i += 2
+            continue
+        if a.startswith("--output-file="):
+            out_idx = i
+        elif a.startswith("--gpu-name=") or a.startswith("-arch="):
+            arch = a.split("=", 1)[1]
+        elif a in ("-arch", "--gpu-name") and i + 1 < len(args):
+            arch = args[i + 1]
+            i += 2
+            continue
+        elif a.startswith("-arch") and len(a) > 5 and a[5] != "=":
+            arch = a[5:]
+        elif a in _PTXAS_VALUE_OPTS and a not in ("-o",):
+            i += 2
+            continue
+        elif not a.startswith("-") and a.endswith(".ptx"):
+            inputs.append(i)
+        i += 1
+    return inputs, out_idx, arch
+
+
+def _out_path(args: list[str], out_idx: Optional[int]) -> Optional[str]:
+    if out_idx is None or out_idx >= len(args):
+        return None
+    a = args[out_idx]
+    return a.split("=", 1)[1] if a.startswith("--output-file=") else a
+
+
+def _filter_info(text: str) -> str:
+    """Drop the `ptxas info` lines hbfcc's own -v produced (the user did not ask for them)."""
+    out = []
+    skip_next = False
+    for l in text.splitlines(keepends=True):
+        if l.startswith("ptxas info"):
+            skip_next = "Function properties" in l
+            continue
+        if skip_next and l.startswith("    "):
+            skip_next = False
+            continue
+        skip_next = False
+        out.append(l)
+    return "".join(out)
+
+
+def _run_capture(argv: list[str], env=None) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, env=env)
+    except OSError as e:
+        raise ToolchainError(f"cannot run {argv[0]}: {e}", argv=argv) from e
+
+
+def ptxas_main(argv: Optional[Sequence[str]] = None) -> int:
+    _setup_logging()
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _ptxas(args)
+    except HbfError as e:
+        return _fail(e, "hbfcc-ptxas")
+    except OSError as e:
+        print(f"hbfcc-ptxas: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _ptxas(args: list[str]) -> int:
+    from .toolchain import find_real_ptxas, parse_ptxas_v, ptxas_version_text
+    from .rewrite import rewrite_text, write_atomic
+
+    real = find_real_ptxas()
+    if any(a in ("--version", "-V") for a in args):
+        text = ptxas_version_text(real)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.write(marker_line() + "\n")
+        sys.stdout.flush()
+        return 0
+    if any(a in ("--help", "-h") for a in args):
+        return subprocess.call([real] + args)
+    if any(a in ("--input-as-string", "-ias") for a in args):
+        raise ConfigError("hbfcc-ptxas cannot rewrite PTX given with --input-as-string; pass a .ptx file")
+    inputs, out_idx, arch = _ptxas_args(args)
+    if not inputs:
+        if any(not a.startswith("-") for a in args):
+            raise ConfigError("hbfcc-ptxas: no .ptx input among the arguments (nothing would be "
+                              "instrumented)", argv=args)
+        return subprocess.call([real] + args)
+    if len(inputs) > 1:
+        raise ConfigError("hbfcc-ptxas rewrites one .ptx input per call", inputs=[args[i] for i in inputs])
+    k = knobs.load()
+    in_path = args[inputs[0]]
+    out_path = _out_path(args, out_idx)
+    user_v = "-v" in args or "--verbose" in args
+    helper = H.load_helper()
+    original = Path(in_path).read_text()
+    sass = arch is not None and not arch.startswith("compute_")
+    # baseline (the original PTX, same options) runs in parallel with the rewrite and the build
+    base_cp: dict = {}
+    tmpdir = tempfile.mkdtemp(prefix="hbfcc-ptxas.")
+    try:
+        base_thread = None
+        if k.baseline and sass:
+            bin_ = os.path.join(tmpdir, "orig.ptx")
+            Path(bin_).write_text(original)
+            bargs = list(args)
+            bargs[inputs[0]] = bin_
+            if out_idx is not None:
+                if bargs[out_idx].startswith("--output-file="):
+                    bargs[out_idx] = "--output-file=" + os.path.join(tmpdir, "orig.o")
+                else:
+                    bargs[out_idx] = os.path.join(tmpdir, "orig.o")
+            else:
+                bargs += ["-o", os.path.join(tmpdir, "orig.o")]
+            if not user_v:
+                bargs.append("-v")
+            base_thread = threading.Thread(target=lambda: base_cp.setdefault("cp", _run_capture([real] + bargs)))
+            base_thread.start()
+        res = rewrite_text(original, filename=in_path, helper=helper)
+        write_atomic(Path(in_path), res.text)
+        rargs = [real] + list(args) + ([] if user_v else ["-v"])
+        cp = _run_capture(rargs)
+        if user_v:
+            sys.stdout.write(cp.stdout)
+            sys.stderr.write(cp.stderr)
+        else:
+            sys.stdout.write(_filter_info(cp.stdout))
+            sys.stderr.write(_filter_info(cp.stderr))
+        if cp.returncode != 0:
+            keep = os.path.join(tmpdir, "..", f"hbfcc-failed-{res.original_sha256[:12]}.orig.ptx")
+            keep = os.path.abspath(keep)
+            Path(keep).write_text(original)
+            print(f"hbfcc-ptxas: error: the real ptxas rejected the rewritten PTX (exit {cp.returncode}); "
+                  f"rewritten: {in_path}, original kept at {keep}\n  reproduce: {shlex.join(rargs)}",
+                  file=sys.stderr)
+            return cp.returncode
+        before = None
+        if base_thread is not None:
+            base_thread.join()
+            bcp = base_cp.get("cp")
+            if bcp is not None and bcp.returncode == 0:
+                before = parse_ptxas_v(bcp.stdout + bcp.stderr)
+            elif bcp is not None:
+                log.warning("baseline ptxas on the original PTX failed (exit %d)", bcp.returncode)
+        after = parse_ptxas_v(cp.stdout + cp.stderr) if sass else None
+        ptxas_info = {"path": real, "version": ptxas_version_text(real), "argv": [real] + list(args),
+                      "returncode": cp.returncode, "target": arch}
+        if res.already_instrumented:
+            prev = _lookup_store(k, res.original_sha256, transformed=True)
+            doc = artifact.build(path=in_path, result=res, ptxas=ptxas_info, before=before, after=after)
+            if prev is not None:
+                doc["kernels"], doc["functions"] = prev["kernels"], prev["functions"]
+                doc["admitted"] = prev["admitted"]
+                doc["input"]["original_sha256"] = prev["input"]["original_sha256"]
+        else:
+            doc = artifact.build(path=in_path, result=res, ptxas=ptxas_info, before=before, after=after)
+        _emit_artifact(doc, Path(out_path) if out_path else Path(in_path), k)
+        for kern in doc["kernels"]:
+            if not kern["admitted"]:
+                print(f"hbfcc-ptxas: warning: kernel {kern['name']} is NOT admitted: "
+                      + "; ".join(kern["not_admitted_reasons"] + [r["reason"] for r in kern["refused"][:3]]),
+                      file=sys.stderr)
+        return 0
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _store_dir(k: knobs.Knobs) -> Path:
+    return k.artifact_dir if k.artifact_dir is not None else k.cache_dir / "artifacts"
+
+
+def _lookup_store(k: knobs.Knobs, sha: str, transformed: bool = False) -> Optional[dict]:
+    p = _store_dir(k) / (f"by-transformed/{sha}.hbfcc.json" if transformed else f"{sha}.hbfcc.json")
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _emit_artifact(doc: dict, out: Path, k: knobs.Knobs) -> None:
+    artifact.write(doc, out.with_name(out.name + ".hbfcc.json"))
+    store = _store_dir(k)
+    try:
+        artifact.write(doc, artifact.store_path(store, doc["input"]["original_sha256"]))
+        artifact.write(doc, store / "by-transformed" / f"{doc['input']['transformed_sha256']}.hbfcc.json")
+    except OSError as e:
+        log.warning("cannot write to the artifact store %s: %s", store, e)
+    if k.sink is not None:
+        artifact.write(doc, k.sink / f"{doc['input']['transformed_sha256']}.{os.getpid()}.json")
+
+
+# ============================================================================================
+# hbfcc (nvcc)
+# ============================================================================================
+
+def _lto_reason(args: Sequence[str]) -> Optional[str]:
+    for i, a in enumerate(args):
+        if a in ("-dlto", "--dlink-time-opt", "-dlink-time-opt") or a.startswith("--dlink-time-opt="):
+            return f"{a}: link-time optimisation runs no ptxas, so hbfcc never sees the final PTX"
+        if "lto_" in a and (a.startswith("-") or (i > 0 and args[i - 1] in ("-gencode", "--generate-code",
+                                                                            "-code", "--gpu-code", "-arch",
+                                                                            "--gpu-architecture"))):
+            return f"{a}: LTO targets (lto_*) run no ptxas, so hbfcc never sees the final PTX"
+        if a in ("--dont-use-profile", "-noprof"):
+            return f"{a}: hbfcc intercepts ptxas through nvcc.profile; this option would bypass it"
+    return None
+
+
+def _nvcc_output(args: Sequence[str]) -> Optional[str]:
+    for i, a in enumerate(args):
+        if a in ("-o", "--output-file") and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--output-file=") or a.startswith("-o="):
+            return a.split("=", 1)[1]
+    srcs = [a for a in args if not a.startswith("-") and a.endswith((".cu", ".ptx"))]
+    if len(srcs) == 1:
+        stem = Path(srcs[0]).stem
+        for flag, ext in (("-c", ".o"), ("--compile", ".o"), ("-cubin", ".cubin"),
+                          ("-fatbin", ".fatbin"), ("-ptx", ".ptx")):
+            if flag in args:
+                return stem + ext
+    return None
+
+
+def _is_ptx_mode(args: Sequence[str]) -> bool:
+    return "-ptx" in args or "--ptx" in args
+
+
+def nvcc_main(args: list[str]) -> int:
+    from .shadow import shadow_nvcc
+    from .toolchain import find_real_nvcc
+    from .rewrite import rewrite_file
+
+    real = None
+    # launcher mode: `hbfcc /path/to/nvcc ARGS` (CMAKE_CUDA_COMPILER_LAUNCHER)
+    if args and not args[0].startswith("-") and os.path.isfile(args[0]) and os.access(args[0], os.X_OK) \
+            and not args[0].endswith((".cu", ".ptx", ".o", ".c", ".cpp")):
+        base = os.path.basename(args[0])
+        if base in ("hbfcc",) or "hbfcc" in base:
+            args = args[1:]            # CUDACXX=hbfcc and launcher=hbfcc together
+        elif base.startswith("nvcc"):
+            real = args[0]
+            args = args[1:]
+        else:
+            raise ConfigError("hbfcc as a compiler launcher supports nvcc only", compiler=args[0])
+    env_flags = shlex.split(os.environ.get("NVCC_PREPEND_FLAGS", "")) + \
+        shlex.split(os.environ.get("NVCC_APPEND_FLAGS", ""))
+    why = _lto_reason(list(args) + env_flags)
+    if why:
+        raise ConfigError(f"hbfcc refuses this build: {why}. Build without -dlto / lto_* targets "
+                          "(use sm_XX or compute_XX targets).")
+    if real is None:
+        real = find_real_nvcc()
+    nvcc = shadow_nvcc(real)
+    sink = Path(tempfile.mkdtemp(prefix="hbfcc-sink."))
+    env = dict(os.environ)
+    env[knobs.ENV_SINK] = str(sink)
+    try:
+        rc = subprocess.call([nvcc] + list(args), env=env)
+        if rc != 0:
+            return rc
+        if _is_ptx_mode(args):
+            out = _nvcc_output(args)
+            if out and os.path.isfile(out):
+                res = rewrite_file(out, out)
+                log.info("rewrote nvcc -ptx output %s", out)
+                doc = artifact.build(path=out, result=res, ptxas=None, before=None, after=None)
+                _emit_artifact(doc, Path(out), knobs.load())
+            return 0
+        docs = []
+        for p in sorted(sink.glob("*.json")):
+            try:
+                docs.append(json.loads(p.read_text()))
+            except ValueError:
+                pass
+        out = _nvcc_output(args)
+        if docs and out:
+            combined = {"schema": artifact.SCHEMA_ID + ".nvcc", "schema_version": artifact.SCHEMA_VERSION,
+                        "nvcc_argv": [real] + list(args), "output": out,
+                        "admitted": all(d["admitted"] for d in docs), "modules": docs}
+            artifact.write(combined, Path(out + ".hbfcc.json"))
+        return 0
+    finally:
+        shutil.rmtree(sink, ignore_errors=True)
+
+
+def rewrite_main(args: list[str]) -> int:
+    from .rewrite import rewrite_file
+    ap = argparse.ArgumentParser(prog="hbfcc rewrite", description="Rewrite one PTX module (timing pass "
+                                 "+ helper linking); writes OUT and OUT.hbfcc.json")
+    ap.add_argument("input")
+    ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("--dump-stages", metavar="DIR", help="write every stage of the pipeline here")
+    ap.add_argument("--no-link", action="store_true", help="leave helper prototypes unresolved")
+    ap.add_argument("--helper", help="helper PTX module (default: HBFCC_HELPER_PTX or the build tree)")
+    ap.add_argument("--no-artifact", action="store_true")
+    ns = ap.parse_args(args)
+    helper = None if ns.no_link else H.load_helper(ns.helper)
+    res = rewrite_file(ns.input, ns.output, helper=helper, link=not ns.no_link, dump_dir=ns.dump_stages)
+    if not ns.no_artifact:
+        doc = artifact.build(path=ns.input, result=res, ptxas=None, before=None, after=None)
+        artifact.write(doc, Path(ns.output + ".hbfcc.json"))
+        for kern in doc["kernels"]:
+            state = "admitted" if kern["admitted"] else "NOT admitted: " + "; ".join(kern["not_admitted_reasons"])
+            print(f"{kern['name']}: {kern['sites']} sites, {kern['waits']} waits, {state}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    _setup_logging()
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] == "rewrite":
+            return rewrite_main(args[1:])
+        if args and args[0] == "ptxas":          # what the shadow toolkit's shim runs
+            return _ptxas_entry(args[1:])
+        if args and args[0] == "--hbfcc-version":
+            print(marker_line())
+            return 0
+        return nvcc_main(args)
+    except HbfError as e:
+        return _fail(e, "hbfcc")
+
+
+def _ptxas_entry(args: list[str]) -> int:
+    try:
+        return _ptxas(args)
+    except HbfError as e:
+        return _fail(e, "hbfcc-ptxas")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

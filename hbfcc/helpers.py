@@ -1,0 +1,326 @@
+"""The helper module: finding it, checking it against the ABI, linking it into a rewritten module.
+
+Linking is *textual* (see docs/hbfcc.md §Linking for why not nvJitLink): the helper PTX's functions
+and globals are appended after the rewritten module's own items, each ``__hb_*`` symbol made
+``.weak`` so several modules (``-rdc`` + nvlink) can carry the same helpers, every other helper
+symbol renamed to a private ``__hb_l_`` name, ``.loc``/``.file``/``.section`` debug directives
+dropped (their file indices belong to the helper's compilation), and the module's ``.version``
+raised to the helper's when the helper needs a newer one. The prototypes the call sites need are
+inserted by the timing pass (:data:`PROTOTYPES`), before the first function.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+from hbfcommon.errors import ConfigError, RewriteError
+
+from . import knobs
+from .toolchain import sha256_bytes
+
+log = logging.getLogger(__name__)
+
+# The ABI (runtime_cuda/include/hbf_abi.h): name -> (return widths, param widths)
+ABI_SIGNATURES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "__hb_issue": ((64,), (64, 32, 32, 32)),
+    "__hb_wait": ((), (64, 32)),
+    "__hb_future_join": ((64,), (64, 64)),
+    "__hb_kernel_enter": ((), (32,)),
+    "__hb_kernel_exit": ((), (32,)),
+}
+
+PROTOTYPES: dict[str, str] = {
+    "__hb_issue": ".weak .func (.param .b64 fut) __hb_issue(.param .b64 addr, .param .b32 bytes, "
+                  ".param .b32 flags, .param .b32 site);",
+    "__hb_wait": ".weak .func __hb_wait(.param .b64 fut, .param .b32 site);",
+    "__hb_future_join": ".weak .func (.param .b64 fut) __hb_future_join(.param .b64 a, .param .b64 b);",
+    "__hb_kernel_enter": ".weak .func __hb_kernel_enter(.param .b32 kernel_index);",
+    "__hb_kernel_exit": ".weak .func __hb_kernel_exit(.param .b32 kernel_index);",
+}
+
+# hbf_abi.h flag bits (checked against the header by tests/hbfcc/test_rewrite_helpers.py)
+F_OP_LOAD, F_OP_STORE, F_OP_ATOMIC, F_OP_CPASYNC = 0, 1, 2, 3
+F_ACTIVE = 0x4
+F_GENERIC = 0x8
+F_WAIT_NOW = 0x10
+F_NC = 0x20
+F_RELEASE = 0x40
+
+
+def _runtime_cuda_dir() -> Optional[Path]:
+    spec = importlib.util.find_spec("runtime_cuda")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def abi_header_path() -> Path:
+    d = _runtime_cuda_dir()
+    if d is None or not (d / "include" / "hbf_abi.h").is_file():
+        raise ConfigError("runtime_cuda/include/hbf_abi.h not found")
+    return d / "include" / "hbf_abi.h"
+
+
+@functools.lru_cache(maxsize=1)
+def abi_defines() -> dict[str, int]:
+    """``#define NAME value`` integer constants of hbf_abi.h."""
+    out: dict[str, int] = {}
+    for m in re.finditer(r"^#define\s+(HBF_\w+)\s+\(?\s*(0x[0-9a-fA-F]+|\d+)u?(?:ll|ull)?\s*(?:/[*/]|$)",
+                         abi_header_path().read_text(), re.M):
+        out[m.group(1)] = int(m.group(2), 0)
+    return out
+
+
+def abi_version() -> int:
+    return abi_defines()["HBF_HELPER_ABI_VERSION"]
+
+
+def default_helper_path() -> Path:
+    """build/runtime_cuda/hbf_helpers.ptx of the source tree hbfcc runs from."""
+    return Path(__file__).resolve().parent.parent / "build" / "runtime_cuda" / "hbf_helpers.ptx"
+
+
+# --------------------------------------------------------------------------------------------
+# Splitting a PTX module into top-level items (text level, no full parse)
+# --------------------------------------------------------------------------------------------
+
+_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+@dataclass(frozen=True)
+class TopItem:
+    kind: str          # "header" | "func" | "funcdecl" | "var" | "debug" | "other"
+    name: str          # symbol name ("" for header/debug/other)
+    linkage: str       # ".visible" / ".weak" / ".extern" / ""
+    text: str          # the item's text (comments stripped)
+
+
+_FUNC_NAME_RE = re.compile(r"\.(?:func|entry)\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)")
+_VAR_NAME_RE = re.compile(r"([A-Za-z_$][\w$]*)\s*(?:<\s*\d+\s*>)?\s*(?:\[[^\]]*\]\s*)*(?:=|$)")
+
+
+def split_top_level(text: str) -> list[TopItem]:
+    """Top-level items of a PTX module. Comments are dropped; string literals do not occur outside
+    ``.file`` directives, which are single items ending at ';' or a newline."""
+    src = _COMMENT_RE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    items: list[TopItem] = []
+    i, n = 0, len(src)
+    while i < n:
+        while i < n and src[i].isspace():
+            i += 1
+        if i >= n:
+            break
+        start = i
+        # header directives are line items without ';'
+        for kw in (".version", ".target", ".address_size", ".file"):
+            if src.startswith(kw, i):
+                j = src.find("\n", i)
+                j = n if j < 0 else j
+                items.append(TopItem("header" if kw != ".file" else "debug", "", "", src[start:j].strip()))
+                i = j + 1
+                break
+        else:
+            depth = 0
+            is_func_like = False
+            j = i
+            while j < n:
+                c = src[j]
+                if c == "{":
+                    if depth == 0:
+                        head = src[start:j]
+                        is_func_like = bool(re.search(r"\.(func|entry)\b", head)) or head.lstrip().startswith(".section")
+                    depth += 1
+                elif c == "}":
+                    depth -= 1
+                    if depth == 0 and is_func_like:
+                        j += 1
+                        break
+                elif c == ";" and depth == 0:
+                    j += 1
+                    break
+                elif c == '"':
+                    k = src.find('"', j + 1)
+                    j = n if k < 0 else k
+                j += 1
+            chunk = src[start:j].strip()
+            items.append(_classify(chunk))
+            i = j
+            continue
+    return items
+
+
+def _classify(chunk: str) -> TopItem:
+    words = chunk.split()
+    linkage = words[0] if words and words[0] in (".visible", ".weak", ".extern", ".common") else ""
+    if chunk.startswith(".section"):
+        return TopItem("debug", "", "", chunk)
+    head = chunk.split("{", 1)[0]
+    if re.search(r"\.(func|entry)\b", head):
+        m = _FUNC_NAME_RE.search(head)
+        name = m.group(1) if m else ""
+        kind = "func" if "{" in chunk else "funcdecl"
+        return TopItem(kind, name, linkage, chunk)
+    if re.search(r"\.(global|const|shared|local)\b", head):
+        decl = chunk.rstrip(";").split("=", 1)[0].strip()
+        m = re.search(r"([A-Za-z_$][\w$]*)\s*(?:\[[^\]]*\]\s*)*$", decl)
+        return TopItem("var", m.group(1) if m else "", linkage, chunk)
+    return TopItem("other", "", linkage, chunk)
+
+
+def _widths(params: str) -> tuple[int, ...]:
+    out = []
+    for p in params.split(","):
+        p = p.strip()
+        if not p:
+            continue
+        m = re.search(r"\.(?:b|u|s|f)(\d+)\b", p)
+        if not m:
+            raise RewriteError("helper parameter has no scalar type", param=p)
+        out.append(int(m.group(1)))
+    return tuple(out)
+
+
+def func_signature(item: TopItem) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    head = item.text.split("{", 1)[0]
+    m = re.search(r"\.func\s*(\(([^)]*)\))?\s*[\w$]+\s*\(([^)]*)\)", head, re.S)
+    if not m:
+        m2 = re.search(r"\.func\s*(\(([^)]*)\))?\s*[\w$]+\s*$", head.strip().rstrip(";"), re.S)
+        if not m2:
+            raise RewriteError("cannot read helper function header", header=head[:200])
+        return (_widths(m2.group(2) or ""), ())
+    return (_widths(m.group(2) or ""), _widths(m.group(3)))
+
+
+# --------------------------------------------------------------------------------------------
+# The helper module
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HelperModule:
+    path: str
+    sha256: str
+    abi_version: int
+    version: tuple[int, int]       # the helper's .version
+    body: str                      # ready-to-append text: definitions, weak, renamed, debug stripped
+    defined: frozenset[str]        # top-level names the body defines (after renaming)
+    externs: tuple[TopItem, ...]   # .extern declarations the body needs
+
+
+def _parse_version(v: str) -> tuple[int, int]:
+    a, _, b = v.strip().partition(".")
+    return int(a), int(b or 0)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_helper_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
+    raw = Path(path).read_bytes()
+    text = raw.decode("utf-8", "replace")
+    items = split_top_level(text)
+    version = (0, 0)
+    for it in items:
+        if it.kind == "header" and it.text.startswith(".version"):
+            version = _parse_version(it.text.split()[1])
+    defined_funcs = {it.name for it in items if it.kind == "func"}
+    for name, (rets, params) in ABI_SIGNATURES.items():
+        if name not in defined_funcs:
+            raise RewriteError("helper module does not define an ABI function", helper=path, function=name)
+        it = next(x for x in items if x.kind == "func" and x.name == name)
+        sig = func_signature(it)
+        if sig != (rets, params):
+            raise RewriteError("helper function signature differs from hbf_abi.h", helper=path,
+                               function=name, expected=str((rets, params)), found=str(sig))
+    # private renames for every non-__hb_ symbol the helper defines
+    renames = {}
+    for it in items:
+        if it.kind in ("func", "var") and it.name and not it.name.startswith("__hb_"):
+            renames[it.name] = "__hb_l_" + it.name.lstrip("$")
+    parts: list[str] = []
+    externs: list[TopItem] = []
+    defined: set[str] = set()
+    for it in items:
+        if it.kind in ("header", "debug", "other"):
+            continue
+        if it.kind == "funcdecl" and it.name in defined_funcs:
+            continue  # forward declaration of something defined here
+        if it.linkage == ".extern" or it.kind == "funcdecl":
+            externs.append(it)
+            continue
+        t = it.text
+        if it.name.startswith("__hb_"):
+            t = _set_linkage(t, ".weak")
+        else:
+            t = _set_linkage(t, "")
+        t = _drop_debug_lines(t)
+        parts.append(t)
+        defined.add(renames.get(it.name, it.name))
+    body = "\n\n".join(parts)
+    for old, new in renames.items():
+        body = re.sub(r"(?<![\w$.%])" + re.escape(old) + r"(?![\w$])", new, body)
+    abi = abi_version()
+    m = re.search(r"__hb_abi_version\s*=\s*(\d+)", text)
+    if m and int(m.group(1)) != abi:
+        raise RewriteError("helper PTX was built for another helper ABI", helper=path,
+                           helper_abi=int(m.group(1)), header_abi=abi)
+    return HelperModule(path=path, sha256=sha256_bytes(raw), abi_version=abi, version=version,
+                        body=body, defined=frozenset(defined), externs=tuple(externs))
+
+
+def _set_linkage(t: str, linkage: str) -> str:
+    t = re.sub(r"^\s*(\.visible|\.weak|\.common)\s+", "", t)
+    return (linkage + " " + t) if linkage else t
+
+
+def _drop_debug_lines(t: str) -> str:
+    return "\n".join(l for l in t.splitlines() if not re.match(r"\s*\.(loc|file)\b", l))
+
+
+def load_helper(path: Optional[str] = None) -> HelperModule:
+    """The helper module: ``path``, else HBFCC_HELPER_PTX, else build/runtime_cuda/hbf_helpers.ptx."""
+    p = path or knobs.load().helper_ptx or str(default_helper_path())
+    if not os.path.isfile(p):
+        raise ConfigError("helper PTX module not found (run `make helpers-ptx` or set HBFCC_HELPER_PTX)",
+                          path=p)
+    st = os.stat(p)
+    return _load_helper_cached(os.path.abspath(p), st.st_mtime_ns, st.st_size)
+
+
+# --------------------------------------------------------------------------------------------
+# Linking
+# --------------------------------------------------------------------------------------------
+
+_VERSION_LINE = re.compile(r"^(\s*\.version\s+)(\d+)\.(\d+)", re.M)
+
+
+def link_text(module_text: str, helper: HelperModule, *, module_names: Iterable[str]) -> str:
+    """Append the helper's definitions to a rewritten module's text.
+
+    ``module_names``: the top-level names the module defines or declares; helper definitions with
+    the same name are not appended again (the module already carries them), and ``.extern``
+    declarations the module already has are not repeated.
+    """
+    names = set(module_names)
+    m = _VERSION_LINE.search(module_text)
+    if m is None:
+        raise RewriteError("module has no .version directive")
+    have = (int(m.group(2)), int(m.group(3)))
+    if helper.version > have:
+        module_text = (module_text[:m.start()] + m.group(1) + f"{helper.version[0]}.{helper.version[1]}"
+                       + module_text[m.end():])
+        log.info("raised .version %d.%d -> %d.%d for the helper module", *have, *helper.version)
+    already = names & helper.defined
+    if already:
+        if not already >= {n for n in helper.defined if n.startswith("__hb_")}:
+            raise RewriteError("module defines some helper functions but not all", names=sorted(already))
+        return module_text  # already linked
+    ext = [e.text for e in helper.externs if e.name and e.name not in names]
+    tail = [f"\n// ---- hbfcc: helper module {os.path.basename(helper.path)} sha256 {helper.sha256} "
+            f"ABI {helper.abi_version} ----"]
+    tail += ext
+    tail.append(helper.body)
+    return module_text.rstrip("\n") + "\n" + "\n\n".join(tail) + "\n"

@@ -1,0 +1,90 @@
+"""Every environment variable hbfcc reads, in one place (DESIGN.md §6).
+
+Knobs are read on each call (not cached at import), because the ptxas shim and the nvcc wrapper
+hand some of them to child processes.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from hbfcommon.errors import ConfigError
+
+# Internal: set by `hbfcc` (the nvcc wrapper) for the ptxas shim that nvcc runs.
+ENV_SINK = "HBFCC_ARTIFACT_SINK"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    real_ptxas: Optional[str]      # HBFCC_REAL_PTXAS: the ptxas hbfcc-ptxas calls
+    real_nvcc: Optional[str]       # HBFCC_REAL_NVCC: the nvcc hbfcc wraps (CUDACXX mode)
+    helper_ptx: Optional[str]      # HBFCC_HELPER_PTX: the helper PTX module to link
+    cache_dir: Path                # HBFCC_CACHE_DIR: shadow toolkits (default ~/.cache/hbfcc)
+    artifact_dir: Optional[Path]   # HBFCC_ARTIFACT_DIR: store of artifacts by original PTX sha
+    dump_dir: Optional[Path]       # HBFCC_DUMP_DIR: dump every stage of every rewrite here
+    baseline: bool                 # HBFCC_BASELINE (default 1): ptxas -v on the original too
+    cpasync_window: int            # HBFCC_CPASYNC_WINDOW (default 8): cp.async group registers
+    sink: Optional[Path]           # HBFCC_ARTIFACT_SINK (internal, set by the nvcc wrapper)
+    log_level: str                 # HBFCC_LOG (default WARNING)
+
+
+def _bool(name: str, default: bool) -> bool:
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    if v.lower() in ("1", "true", "yes", "on"):
+        return True
+    if v.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be 0 or 1", variable=name, value=v)
+
+
+def _int(name: str, default: int, lo: int, hi: int) -> int:
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        n = int(v, 0)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer", variable=name, value=v) from None
+    if not lo <= n <= hi:
+        raise ConfigError(f"{name} must be in [{lo}, {hi}]", variable=name, value=v)
+    return n
+
+
+def _path(name: str) -> Optional[Path]:
+    v = os.environ.get(name)
+    return Path(v) if v else None
+
+
+def load() -> Knobs:
+    cache = os.environ.get("HBFCC_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hbfcc")
+    return Knobs(
+        real_ptxas=os.environ.get("HBFCC_REAL_PTXAS") or None,
+        real_nvcc=os.environ.get("HBFCC_REAL_NVCC") or None,
+        helper_ptx=os.environ.get("HBFCC_HELPER_PTX") or None,
+        cache_dir=Path(cache),
+        artifact_dir=_path("HBFCC_ARTIFACT_DIR"),
+        dump_dir=_path("HBFCC_DUMP_DIR"),
+        baseline=_bool("HBFCC_BASELINE", True),
+        cpasync_window=_int("HBFCC_CPASYNC_WINDOW", 8, 2, 64),
+        sink=_path(ENV_SINK),
+        log_level=os.environ.get("HBFCC_LOG", "WARNING").upper(),
+    )
+
+
+def env_path() -> str:
+    return os.environ.get("PATH", "")
+
+
+def cuda_home_candidates() -> list[str]:
+    out = []
+    for k in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
+        v = os.environ.get(k)
+        if v:
+            out.append(v)
+    out += ["/usr/local/cuda", "/opt/cuda"]
+    return out

@@ -1,0 +1,839 @@
+"""The timing rewrite: every memory operation that can reach global memory is classified and either
+rewritten to call the runtime_cuda helpers (hbf_abi.h) or refused with a reason.
+
+Issue is not consumption (DESIGN.md §3.3):
+
+* At each rewritten access site the effective address is computed into a temporary and
+  ``__hb_issue(addr, bytes, flags, site)`` is called *unconditionally* (every lane that reaches the
+  site calls it; ``HBF_F_ACTIVE`` is computed from the guard with ``selp``). The original
+  instruction follows, unchanged, with its guard.
+* Loads: the returned future goes into a per-site register ``%__hb_f<k>``. A may-pending forward
+  dataflow over the instruction-level CFG (state: register -> set of sites whose future may still
+  be pending for it) places ``__hb_wait(%__hb_f<k>)`` before every instruction that may read a
+  destination register while its future may be pending (fixpoint over loops). A wait carries the
+  guard of the reading instruction; a *guarded* wait does not clear the may-pending state (the
+  lanes where the guard was false still have it pending: the predicated-use counterexample).
+  An unguarded wait clears the future (``%__hb_f<k> = 0``, so later waits on it are free).
+* Overwrite rule: an unguarded write of a register ends its may-pending state without a wait (the
+  loaded value is gone; nothing can consume it); a guarded write keeps it (the old value may
+  survive). A guarded load site updates its future register only where the guard holds
+  (``@g mov``), so a register that keeps its old value keeps its old future.
+* ``.volatile``/``.acquire``/``.mmio`` loads and ``atom`` wait at once (``HBF_F_WAIT_NOW``).
+* Stores (and ``red``) are posted: their futures are joined (``__hb_future_join``) into a per-thread
+  drain register, waited at fences (membar/fence), ``.release``/``.acq_rel`` operations, atomics,
+  ``ret`` and ``exit``.
+* ``cp.async``: each copy's future is joined into the open group; ``commit_group`` shifts the open
+  group into a window of K group registers (newest first; the oldest register accumulates every
+  older group); ``wait_group N`` waits for every register holding groups older than the N newest;
+  ``wait_all`` waits for all. K = max(HBFCC_CPASYNC_WINDOW, largest N + 1), so the window is exact.
+* TMA (``cp.async.bulk*``, ``cp.reduce.async.bulk*``), multimem, texture/surface and tensormap
+  writes are refused with a precise reason; the kernel is then not admitted.
+* ``__hb_kernel_enter(k)`` at the top of each ``.entry``, ``__hb_kernel_exit(k)`` before its
+  ``ret``/``exit``.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from hbfcommon.errors import RewriteError
+
+from hbfcc import helpers as H
+from hbfcc.ptx.model import (Address, ArgList, Block, Comment, Declarator, Directive, Function,
+                             Guard, Immediate, Instruction, Label, Module, Negated, Param, Register, Statement,
+                             Symbol, VarDecl, walk)
+
+log = logging.getLogger(__name__)
+
+PASS_NAME = "timing"
+
+# calls to these external functions do not touch memory the program can register
+SYSTEM_CALLS = frozenset({
+    "vprintf", "malloc", "free", "__assertfail", "__assert_fail", "cudaGetParameterBufferV2",
+    "cudaLaunchDeviceV2", "cudaGetParameterBuffer", "cudaLaunchDevice", "cudaDeviceSynchronize",
+    "cudaGetLastError", "cudaPeekAtLastError",
+})
+
+_TYPE_BYTES = {
+    "b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
+    "b32": 4, "u32": 4, "s32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4, "tf32": 4,
+    "b64": 8, "u64": 8, "s64": 8, "f64": 8, "b128": 16, "e4m3x2": 2, "e5m2x2": 2,
+}
+_32BIT_TYPES = frozenset({".b32", ".u32", ".s32", ".f32"})
+NATIVE_SPACES = ("shared", "shared::cta", "shared::cluster", "local", "param", "param::entry",
+                 "param::func", "const")
+
+# scratch registers (function scope); every name starts with %__hb_
+R_ADDR, R_TMP, R_DRAIN, R_FLAGS, R_PRED, R_NOW = "%__hb_a", "%__hb_t", "%__hb_d", "%__hb_fl", "%__hb_q", "%__hb_w"
+R_FUT, R_GRP = "%__hb_f", "%__hb_g"
+
+
+# --------------------------------------------------------------------------------------------
+# Classification
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class Decision:
+    cls: str                         # memory-operation class: "ld.global", "st.generic", "cp.async", ...
+    action: str                      # "rewritten" | "native" | "refused"
+    reason: str = ""
+    kind: Optional[str] = None       # site kind: load | store | atomic | red | cpasync
+    flags: int = 0
+    nbytes: int = 0
+    addr: Optional[Address] = None
+    generic_symbol_global: bool = False
+
+
+def _type_bytes(inst: Instruction) -> Optional[int]:
+    for m in reversed(inst.modifiers):
+        if m in _TYPE_BYTES:
+            return _TYPE_BYTES[m]
+    return None
+
+
+REFUSE_TMA = ("TMA/bulk async copy ({fam}): completion is signalled through an mbarrier "
+              "(complete_tx) or bulk_group that hbfcc does not track yet; modeled in a later issue")
+
+
+class _Ctx:
+    """Per-function facts the classifier needs."""
+
+    def __init__(self, module: Module, fn: Function):
+        self.sym_space: dict[str, str] = {}
+        for it in module.items:
+            if type(it) is VarDecl:
+                for d in it.decls:
+                    self.sym_space[d.name] = it.space
+        for p in fn.params + fn.returns:
+            self.sym_space[p.name] = "param" if p.space == "param" else "reg"
+        self.reg_exact: dict[str, str] = {}
+        self.reg_family: dict[str, str] = {}
+        self.has_cp_async_mbarrier = False
+        self.max_wait_group = 0
+        for _, s in walk(fn.body or ()):
+            t = type(s)
+            if t is VarDecl:
+                if s.space == "reg":
+                    for d in s.decls:
+                        if d.count is not None:
+                            self.reg_family[d.name] = s.type
+                        else:
+                            self.reg_exact[d.name] = s.type
+                else:
+                    for d in s.decls:
+                        self.sym_space[d.name] = s.space
+            elif t is Instruction:
+                fam = s.family
+                if fam == "cp.async.mbarrier.arrive":
+                    self.has_cp_async_mbarrier = True
+                elif fam == "cp.async.wait_group" and s.operands and type(s.operands[0]) is Immediate:
+                    self.max_wait_group = max(self.max_wait_group, int(s.operands[0].value))
+
+    def reg_type(self, name: str) -> Optional[str]:
+        t = self.reg_exact.get(name)
+        if t is not None:
+            return t
+        m = re.match(r"^(.*?)(\d+)$", name)
+        if m:
+            return self.reg_family.get(m.group(1))
+        return None
+
+
+def classify(inst: Instruction, ctx: _Ctx) -> Optional[Decision]:
+    """The memory-operation class of ``inst`` and what the pass does with it; None when ``inst`` is
+    not a memory operation."""
+    op = inst.opcode
+    mods = inst.modifiers
+    fam = inst.family
+    if op in ("ld", "ldu", "st"):
+        space = inst.state_space or "generic"
+        if fam in ("st.async", "st.bulk"):
+            if fam == "st.bulk":
+                return Decision(f"{fam}", "refused", reason="st.bulk (bulk zero-fill) is not modeled")
+            return Decision(f"{fam}.{space}", "native", reason="shared::cluster (DSMEM) store, not global")
+        nc = "nc" in mods or op == "ldu"
+        cls = f"{op}.{space}" + (".nc" if nc and op == "ld" else "")
+        if space in NATIVE_SPACES:
+            return Decision(cls, "native", reason=f".{space} is not global memory")
+        addr = inst.address
+        if addr is None:
+            raise RewriteError("memory instruction without an address operand", line=inst.line,
+                               instruction=inst.mnemonic)
+        sym_global = False
+        if space == "generic" and type(addr.base) is Symbol:
+            sp = ctx.sym_space.get(addr.base.name)
+            if sp is not None and sp != "global":
+                return Decision(cls, "native", reason=f"generic access to .{sp} variable {addr.base.name}")
+            sym_global = sp == "global"
+        tb = _type_bytes(inst)
+        if tb is None:
+            return Decision(cls, "refused", reason=f"no data type in {inst.mnemonic}")
+        nbytes = tb * inst.vector_width
+        if op == "st":
+            flags = H.F_OP_STORE
+            if "release" in mods:
+                flags |= H.F_RELEASE
+            kind = "store"
+        else:
+            flags = H.F_OP_LOAD
+            if nc:
+                flags |= H.F_NC
+            kind = "load"
+            if "volatile" in mods or "acquire" in mods or "mmio" in mods:
+                flags |= H.F_WAIT_NOW
+        if space == "generic" and not sym_global:
+            flags |= H.F_GENERIC
+        return Decision(cls, "rewritten", kind=kind, flags=flags, nbytes=nbytes, addr=addr,
+                        generic_symbol_global=sym_global)
+    if op in ("atom", "red"):
+        if fam == "red.async":
+            return Decision(f"red.async", "native", reason="shared::cluster (DSMEM) reduction, not global")
+        space = inst.state_space or "generic"
+        cls = f"{op}.{space}"
+        if space in NATIVE_SPACES:
+            return Decision(cls, "native", reason=f".{space} is not global memory")
+        addr = inst.address
+        if addr is None:
+            raise RewriteError("atomic without an address operand", line=inst.line, instruction=inst.mnemonic)
+        if space == "generic" and type(addr.base) is Symbol:
+            sp = ctx.sym_space.get(addr.base.name)
+            if sp is not None and sp != "global":
+                return Decision(cls, "native", reason=f"generic atomic on .{sp} variable {addr.base.name}")
+        tb = _type_bytes(inst)
+        if tb is None:
+            return Decision(cls, "refused", reason=f"no data type in {inst.mnemonic}")
+        flags = H.F_OP_ATOMIC
+        if op == "atom":
+            flags |= H.F_WAIT_NOW
+        if "release" in mods or "acq_rel" in mods:
+            flags |= H.F_RELEASE
+        if space == "generic":
+            flags |= H.F_GENERIC
+        return Decision(cls, "rewritten", kind="atomic" if op == "atom" else "red", flags=flags,
+                        nbytes=tb * inst.vector_width, addr=addr)
+    if op == "cp":
+        if fam in ("cp.async.commit_group", "cp.async.wait_group", "cp.async.wait_all"):
+            return None  # group accounting, handled by the pass (not a memory access itself)
+        if fam == "cp.async.mbarrier.arrive":
+            return Decision(fam, "native", reason="arrive-on of an mbarrier in shared memory")
+        if fam in ("cp.async.bulk.commit_group", "cp.async.bulk.wait_group"):
+            return Decision(fam, "native", reason="bulk-group bookkeeping (no memory access)")
+        if fam.startswith("cp.async.bulk") or fam.startswith("cp.reduce.async"):
+            return Decision(fam, "refused", reason=REFUSE_TMA.format(fam=inst.mnemonic))
+        if fam == "cp.async":
+            dst, src = inst.copy_spaces() or ("generic", "generic")
+            cls = f"cp.async.{dst.split('::')[0]}.{src}"
+            if src != "global":
+                return Decision(cls, "refused", reason=f"cp.async from .{src} is not a known form")
+            if ctx.has_cp_async_mbarrier:
+                return Decision(cls, "refused", reason="cp.async completion tracked through "
+                                "cp.async.mbarrier.arrive (an mbarrier), not commit/wait_group: not modeled")
+            addrs = [o for o in inst.operands if type(o) is Address]
+            if len(addrs) != 2 or len(inst.operands) < 3 or type(inst.operands[2]) is not Immediate:
+                return Decision(cls, "refused", reason="cp.async operands not understood")
+            return Decision(cls, "rewritten", kind="cpasync", flags=H.F_OP_CPASYNC,
+                            nbytes=int(inst.operands[2].value), addr=addrs[1])
+        return Decision(fam, "refused", reason=f"unknown copy instruction {inst.mnemonic}")
+    if op == "multimem":
+        return Decision(f"multimem.{mods[0] if mods else ''}", "refused",
+                        reason="multimem (NVLink SHARP multicast object) access is not modeled")
+    if op in ("tex", "tld4", "suld", "sust", "sured", "txq", "suq"):
+        if op in ("txq", "suq"):
+            return None
+        return Decision(op, "refused", reason="texture/surface access reads or writes global memory "
+                        "through the texture path: not modeled")
+    if op == "tensormap":
+        if fam == "tensormap.cp_fenceproxy":
+            return Decision(fam, "refused", reason="tensormap.cp_fenceproxy writes a TMA descriptor "
+                            "to global memory: not modeled (TMA, later issue)")
+        if fam == "tensormap.replace":
+            space = inst.state_space or "generic"
+            if space in NATIVE_SPACES:
+                return Decision(f"{fam}.{space}", "native", reason=f".{space} tensor map staging")
+            return Decision(f"{fam}.{space}", "refused", reason="tensormap.replace on a global/generic "
+                            "tensor map writes global memory: not modeled (TMA, later issue)")
+        return None
+    if op in ("prefetch", "prefetchu"):
+        space = inst.state_space or "generic"
+        if fam == "cp.async.bulk.prefetch" or "tensormap" in mods:
+            return Decision(f"{op}.tensormap", "native", reason="prefetch of a tensor map (no data to the program)")
+        return Decision(f"{op}.{space}", "native", reason="prefetch carries no data to the program; not timed")
+    if op in ("discard", "applypriority"):
+        return Decision(f"{op}.{inst.state_space}", "refused",
+                        reason=f"{op} changes the state of global memory lines: not modeled")
+    if op in ("ldmatrix", "stmatrix"):
+        return Decision(op, "native", reason="shared memory matrix access")
+    if op == "mbarrier":
+        return Decision("mbarrier", "native", reason="mbarrier objects live in shared memory")
+    if inst.is_memory_op:
+        space = inst.state_space or "generic"
+        if space in NATIVE_SPACES:
+            return Decision(f"{op}.{space}", "native", reason=f".{space} is not global memory")
+        return Decision(f"{op}.{space}", "refused", reason=f"memory instruction {inst.mnemonic} is not modeled")
+    return None
+
+
+def _drains(inst: Instruction) -> bool:
+    """Posted stores drain before this instruction."""
+    op = inst.opcode
+    if op in ("membar", "fence", "atom", "red", "ret", "exit"):
+        return True
+    if "release" in inst.modifiers or "acq_rel" in inst.modifiers:
+        return True
+    if inst.family == "barrier.cluster" and "arrive" in inst.modifiers and "relaxed" not in inst.modifiers:
+        return True
+    return False
+
+
+# --------------------------------------------------------------------------------------------
+# Instruction-level CFG
+# --------------------------------------------------------------------------------------------
+
+def build_cfg(body: tuple[Statement, ...]) -> tuple[list[tuple[tuple[int, ...], Instruction]], list[list[int]]]:
+    """Instruction nodes (position path, instruction) in source order and their successors.
+    Labels are scoped to their Block; a branch resolves to the innermost enclosing definition."""
+    nodes: list[tuple[tuple[int, ...], Instruction]] = []
+    labels: dict[tuple[tuple[int, ...], str], int] = {}
+    pending: list[tuple[tuple[int, ...], str]] = []
+    all_labels: list[int] = []
+    for path, s in walk(body):
+        t = type(s)
+        if t is Label:
+            pending.append((path[:-1], s.name))
+        elif t is Instruction:
+            idx = len(nodes)
+            nodes.append((path, s))
+            for key in pending:
+                labels[key] = idx
+                all_labels.append(idx)
+            pending = []
+    for key in pending:
+        labels[key] = len(nodes)
+    n = len(nodes)
+
+    def resolve(path: tuple[int, ...], name: str) -> int:
+        scope = path[:-1]
+        while True:
+            j = labels.get((scope, name))
+            if j is not None:
+                return j
+            if not scope:
+                raise RewriteError("branch to an undefined label", label=name)
+            scope = scope[:-1]
+
+    succ: list[list[int]] = []
+    for i, (path, inst) in enumerate(nodes):
+        s: list[int] = []
+        op = inst.opcode
+        if op == "bra":
+            tgt = inst.branch_target
+            if tgt is None:
+                raise RewriteError("bra without a label target", line=inst.line)
+            s.append(resolve(path, tgt))
+        elif op == "brx":
+            s.extend(sorted(set(all_labels)))
+        terminal = op in ("bra", "brx", "ret", "exit", "trap")
+        if (not terminal or inst.guard is not None) and i + 1 < n:
+            s.append(i + 1)
+        succ.append([j for j in dict.fromkeys(s) if j < n])
+    return nodes, succ
+
+
+# --------------------------------------------------------------------------------------------
+# Emission helpers
+# --------------------------------------------------------------------------------------------
+
+def _ins(op: str, mods: tuple[str, ...], ops: tuple, guard: Optional[Guard] = None) -> Instruction:
+    return Instruction(guard, op, mods, ops)
+
+
+def _R(n: str) -> Register:
+    return Register(n)
+
+
+def _I(v: int) -> Immediate:
+    return Immediate(str(v))
+
+
+def _pdecl(name: str, ty: str) -> VarDecl:
+    return VarDecl((), "param", (), ty, (Declarator(name),))
+
+
+def _stp(name: str, ty: str, val) -> Instruction:
+    return _ins("st", ("param", ty), (Address(Symbol(name)), val))
+
+
+def _call(fn: str, args: list[tuple[str, object]], ret: Optional[str] = None,
+          guard: Optional[Guard] = None) -> Block:
+    """``{ .param ...; st.param ...; call (rv), fn, (p...); ld.param out, [rv]; }``"""
+    body: list[Statement] = []
+    names = []
+    for i, (ty, val) in enumerate(args):
+        nm = f"__hb_p{i}"
+        body.append(_pdecl(nm, "." + ty))
+        names.append(nm)
+    if ret is not None:
+        body.append(_pdecl("__hb_rv", ".b64"))
+    for (ty, val), nm in zip(args, names):
+        body.append(_stp(nm, ty, val))
+    argl = ArgList(tuple(Symbol(n) for n in names))
+    if ret is not None:
+        body.append(_ins("call", (), (ArgList((Symbol("__hb_rv"),)), Symbol(fn), argl), guard))
+        body.append(_ins("ld", ("param", "b64"), (_R(ret), Address(Symbol("__hb_rv")))))
+    else:
+        body.append(_ins("call", (), (Symbol(fn), argl), guard))
+    return Block(tuple(body))
+
+
+def _wait(fut: str, site: int, guard: Optional[Guard]) -> list[Statement]:
+    return [_call("__hb_wait", [("b64", _R(fut)), ("b32", _I(site))], guard=guard),
+            _ins("mov", ("b64",), (_R(fut), _I(0)), guard)]
+
+
+def _join_into(dst: str, other: str) -> Block:
+    return _call("__hb_future_join", [("b64", _R(dst)), ("b64", _R(other))], ret=dst)
+
+
+# --------------------------------------------------------------------------------------------
+# The pass
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class FunctionReport:
+    name: str
+    kind: str
+    kernel_index: int
+    classes: dict[str, dict[str, int]] = field(default_factory=dict)
+    refused: list[dict] = field(default_factory=list)
+    native_reasons: dict[str, str] = field(default_factory=dict)
+    sites: int = 0
+    waits: int = 0
+    drains: int = 0
+    cp_async_window: int = 0
+    calls: list[str] = field(default_factory=list)
+    admitted: bool = True
+    not_admitted_reasons: list[str] = field(default_factory=list)
+
+    def count(self, d: Decision) -> None:
+        c = self.classes.setdefault(d.cls, {"count": 0, "rewritten": 0, "native": 0, "refused": 0})
+        c["count"] += 1
+        c[d.action] += 1
+        if d.action == "native" and d.reason:
+            self.native_reasons.setdefault(d.cls, d.reason)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "kernel_index": self.kernel_index,
+                "admitted": self.admitted, "not_admitted_reasons": self.not_admitted_reasons,
+                "classes": self.classes, "refused": self.refused, "native_reasons": self.native_reasons,
+                "sites": self.sites, "waits": self.waits, "drains": self.drains,
+                "cp_async_window": self.cp_async_window, "calls": self.calls}
+
+
+class _FunctionRewriter:
+    def __init__(self, module: Module, fn: Function, kidx: int, window: int):
+        self.fn = fn
+        self.kidx = kidx
+        self.ctx = _Ctx(module, fn)
+        self.K = max(window, self.ctx.max_wait_group + 1)
+        self.report = FunctionReport(fn.name, fn.kind, kidx, cp_async_window=self.K)
+        self.site_count = 0
+        self.pre: dict[tuple[int, ...], list[Statement]] = {}
+        self.node_site: dict[int, int] = {}       # node index -> site id
+        self.fut_site: dict[int, int] = {}        # future register index -> site id
+        self._node = -1
+
+    def site_id(self) -> int:
+        s = self.site_count
+        self.site_count += 1
+        if s >= 0xFFF0:   # 0xFFFE / 0xFFFF name the cp.async-group and drain waits
+            raise RewriteError("too many access sites in one function", function=self.fn.name)
+        return (self.kidx << 16) | s
+
+    # ---- address / flags code ---------------------------------------------------------------
+    def _addr_code(self, d: Decision, out: list[Statement]):
+        a = d.addr
+        assert a is not None
+        base = a.base
+        if type(base) is Register:
+            rt = self.ctx.reg_type(base.name)
+            if rt in _32BIT_TYPES:
+                out.append(_ins("cvt", ("u64", "u32"), (_R(R_ADDR), base)))
+                if a.offset:
+                    out.append(_ins("add", ("s64",), (_R(R_ADDR), _R(R_ADDR), _I(a.offset))))
+                return _R(R_ADDR)
+            if a.offset:
+                out.append(_ins("add", ("s64",), (_R(R_ADDR), base, _I(a.offset))))
+                return _R(R_ADDR)
+            return base
+        if type(base) is Symbol:
+            sp = self.ctx.sym_space.get(base.name)
+            if sp == "global":
+                out.append(_ins("cvta", ("global", "u64"), (_R(R_ADDR), base)))
+            else:
+                out.append(_ins("mov", ("u64",), (_R(R_ADDR), base)))
+            if a.offset:
+                out.append(_ins("add", ("s64",), (_R(R_ADDR), _R(R_ADDR), _I(a.offset))))
+            return _R(R_ADDR)
+        out.append(_ins("mov", ("u64",), (_R(R_ADDR), _I(a.offset))))
+        return _R(R_ADDR)
+
+    def _flags_code(self, inst: Instruction, flags: int, out: list[Statement], extra_inactive=None):
+        g = inst.guard
+        act = flags | H.F_ACTIVE
+        if g is None and extra_inactive is None:
+            return _I(act)
+        if g is None:
+            out.append(_ins("mov", ("b32",), (_R(R_FLAGS), _I(act))))
+        elif g.negated:
+            out.append(_ins("selp", ("b32",), (_R(R_FLAGS), _I(flags), _I(act), g.reg)))
+        else:
+            out.append(_ins("selp", ("b32",), (_R(R_FLAGS), _I(act), _I(flags), g.reg)))
+        if extra_inactive is not None:
+            out.extend(extra_inactive)
+        return _R(R_FLAGS)
+
+    def _issue(self, inst: Instruction, d: Decision, out_reg: str, out: list[Statement]) -> int:
+        site = self.node_site[self._node]
+        addr = self._addr_code(d, out)
+        nbytes: object = _I(d.nbytes)
+        extra = None
+        if d.kind == "cpasync":
+            extra = self._cpasync_masks(inst, out)
+            if extra and extra[0] is not None:
+                nbytes = extra[0]
+            extra = extra[1] if extra else None
+        flags = self._flags_code(inst, d.flags, out, extra)
+        out.append(_call("__hb_issue", [("b64", addr), ("b32", nbytes), ("b32", flags), ("b32", _I(site))],
+                         ret=out_reg))
+        self.report.sites += 1
+        return site
+
+    def _cpasync_masks(self, inst: Instruction, out: list[Statement]):
+        """cp.async's optional src-size (bytes really read; 0 = nothing read) and ignore-src
+        predicate: bytes passed to the helper, and instructions that clear HBF_F_ACTIVE."""
+        ops = inst.operands
+        rest = list(ops[3:])
+        if "L2::cache_hint" in inst.modifiers and rest:
+            rest = rest[:-1]   # the cache policy
+        nbytes = None
+        clear: list[Statement] = []
+        for o in rest:
+            if type(o) is Immediate:
+                v = int(o.value)
+                nbytes = _I(v)
+                if v == 0:
+                    clear.append(_ins("and", ("b32",), (_R(R_FLAGS), _R(R_FLAGS), _I(~H.F_ACTIVE & 0xFFFFFFFF))))
+            elif type(o) is Register:
+                rt = self.ctx.reg_type(o.name)
+                if rt == ".pred":          # ignore-src
+                    clear.append(_ins("and", ("b32",), (_R(R_FLAGS), _R(R_FLAGS),
+                                                       _I(~H.F_ACTIVE & 0xFFFFFFFF)), Guard(o, False)))
+                else:                      # src-size
+                    nbytes = o
+                    clear.append(_ins("setp", ("eq", "u32"), (_R(R_PRED), o, _I(0))))
+                    clear.append(_ins("and", ("b32",), (_R(R_FLAGS), _R(R_FLAGS),
+                                                       _I(~H.F_ACTIVE & 0xFFFFFFFF)), Guard(_R(R_PRED), False)))
+            elif type(o) is Negated:   # !p as ignore-src
+                clear.append(_ins("and", ("b32",), (_R(R_FLAGS), _R(R_FLAGS),
+                                                   _I(~H.F_ACTIVE & 0xFFFFFFFF)), Guard(o.reg, True)))
+        return (nbytes, clear or None)
+
+    # ---- the function ---------------------------------------------------------------------
+    def run(self) -> Function:
+        fn = self.fn
+        body = fn.body or ()
+        nodes, succ = build_cfg(body)
+        decisions: list[Optional[Decision]] = []
+        for path, inst in nodes:
+            d = classify(inst, self.ctx)
+            if d is not None:
+                self.report.count(d)
+                if d.action == "refused":
+                    self.report.refused.append({"line": inst.line, "instruction": str(inst), "class": d.cls,
+                                                "reason": d.reason})
+            if inst.opcode == "call":
+                self._note_call(inst)
+            decisions.append(d if d is not None and d.action == "rewritten" else None)
+
+        # site ids in source order; per-site future registers for (non-wait-now) loads
+        fut_of: dict[int, int] = {}
+        for i, d in enumerate(decisions):
+            if d is None:
+                continue
+            self.node_site[i] = self.site_id()
+            if d.kind == "load" and not (d.flags & H.F_WAIT_NOW):
+                fut_of[i] = len(fut_of)
+                self.fut_site[fut_of[i]] = self.node_site[i]
+
+        IN = self._dataflow(nodes, succ, decisions, fut_of)
+
+        for i, (path, inst) in enumerate(nodes):
+            pre: list[Statement] = []
+            S = IN[i] or {}
+            g = inst.guard
+            # 1. consume: wait for every future that may be pending on a register this reads
+            need: set[int] = set()
+            for r in inst.uses():
+                need |= S.get(r, frozenset())
+            for k in sorted(need):
+                pre.extend(_wait(f"{R_FUT}{k}", self._site_of_fut(k), g))
+                self.report.waits += 1
+            # 2. drain posted stores
+            if _drains(inst):
+                pre.extend(_wait(R_DRAIN, (self.kidx << 16) | 0xFFFF, g))
+                self.report.drains += 1
+            # 3. kernel exit
+            if inst.opcode in ("ret", "exit") and fn.is_entry:
+                pre.append(_call("__hb_kernel_exit", [("b32", _I(self.kidx))], guard=g))
+            # 4. access site
+            d = decisions[i]
+            self._node = i
+            if d is not None:
+                self._site_code(inst, d, i, fut_of, pre)
+            # 5. cp.async group accounting
+            fam = inst.family
+            if fam == "cp.async.commit_group":
+                self._commit(inst, pre)
+            elif fam == "cp.async.wait_group":
+                n = int(inst.operands[0].value) if inst.operands and type(inst.operands[0]) is Immediate else 0
+                for slot in range(n + 1, self.K + 1):
+                    pre.extend(_wait(f"{R_GRP}{slot}", (self.kidx << 16) | 0xFFFE, g))
+            elif fam == "cp.async.wait_all":
+                for slot in range(0, self.K + 1):
+                    pre.extend(_wait(f"{R_GRP}{slot}", (self.kidx << 16) | 0xFFFE, g))
+            if pre:
+                self.pre[path] = pre
+        new_body = self._rebuild(body, ())
+        new_body = self._prologue(new_body, len(fut_of))
+        self.report.admitted = not self.report.refused
+        if self.report.refused:
+            self.report.not_admitted_reasons.append(
+                f"{len(self.report.refused)} refused memory operation(s)")
+        return replace(fn, body=tuple(new_body))
+
+    def _site_of_fut(self, k: int) -> int:
+        return self.fut_site[k]
+
+    def _note_call(self, inst: Instruction) -> None:
+        ops = inst.operands
+        tgt = None
+        for o in ops:
+            if type(o) is Symbol:
+                tgt = o.name
+                break
+            if type(o) is Register:
+                tgt = None
+                break
+        if tgt is None:
+            self.report.calls.append("<indirect>")
+        elif tgt not in self.report.calls:
+            self.report.calls.append(tgt)
+
+    def _site_code(self, inst: Instruction, d: Decision, i: int, fut_of: dict[int, int],
+                   pre: list[Statement]) -> None:
+        g = inst.guard
+        if d.kind == "load" and i in fut_of:
+            k = fut_of[i]
+            if g is None:
+                site = self._issue(inst, d, f"{R_FUT}{k}", pre)
+            else:
+                site = self._issue(inst, d, R_TMP, pre)
+                pre.append(_ins("mov", ("b64",), (_R(f"{R_FUT}{k}"), _R(R_TMP)), g))
+        elif d.kind in ("load", "atomic"):        # wait at once (inactive lanes get future 0)
+            site = self._issue(inst, d, R_NOW, pre)
+            pre.extend(_wait(R_NOW, site, None)[:1])
+        elif d.kind in ("store", "red"):          # posted
+            self._issue(inst, d, R_TMP, pre)
+            pre.append(_join_into(R_DRAIN, R_TMP))
+        elif d.kind == "cpasync":
+            self._issue(inst, d, R_TMP, pre)
+            pre.append(_join_into(f"{R_GRP}0", R_TMP))
+        else:
+            raise RewriteError("internal: unknown site kind", kind=d.kind)
+
+    def _commit(self, inst: Instruction, pre: list[Statement]) -> None:
+        g = inst.guard
+        K = self.K
+        pre.append(_ins("mov", ("b64",), (_R(R_TMP), _R(f"{R_GRP}{K}"))))
+        pre.append(_join_into(R_TMP, f"{R_GRP}{K - 1}"))
+        pre.append(_ins("mov", ("b64",), (_R(f"{R_GRP}{K}"), _R(R_TMP)), g))
+        for slot in range(K - 1, 0, -1):
+            pre.append(_ins("mov", ("b64",), (_R(f"{R_GRP}{slot}"), _R(f"{R_GRP}{slot - 1}")), g))
+        pre.append(_ins("mov", ("b64",), (_R(f"{R_GRP}0"), _I(0)), g))
+
+    def _dataflow(self, nodes, succ, decisions, fut_of) -> list[Optional[dict[str, frozenset[int]]]]:
+        n = len(nodes)
+        IN: list[Optional[dict[str, frozenset[int]]]] = [None] * n
+        if n == 0:
+            return IN
+        IN[0] = {}
+        uses = [inst.uses() for _, inst in nodes]
+        defs = [inst.defs() for _, inst in nodes]
+        work = deque([0])
+        queued = [False] * n
+        queued[0] = True
+        while work:
+            i = work.popleft()
+            queued[i] = False
+            S = IN[i]
+            assert S is not None
+            inst = nodes[i][1]
+            guarded = inst.guard is not None
+            out = S
+            need: set[int] = set()
+            for r in uses[i]:
+                v = S.get(r)
+                if v:
+                    need |= v
+            if need and not guarded:
+                out = {}
+                for r, v in S.items():
+                    v2 = v - need
+                    if v2:
+                        out[r] = v2
+            if defs[i]:
+                if out is S:
+                    out = dict(S)
+                if i in fut_of:
+                    k = fut_of[i]
+                    for r in defs[i]:
+                        if guarded:
+                            out[r] = out.get(r, frozenset()) | {k}
+                        else:
+                            out[r] = frozenset((k,))
+                elif not guarded:
+                    for r in defs[i]:
+                        out.pop(r, None)
+            for j in succ[i]:
+                old = IN[j]
+                if old is None:
+                    IN[j] = dict(out)
+                    changed = True
+                else:
+                    changed = False
+                    merged = old
+                    for r, v in out.items():
+                        ov = old.get(r)
+                        if ov is None or not v <= ov:
+                            if merged is old:
+                                merged = dict(old)
+                            merged[r] = (ov | v) if ov else v
+                            changed = True
+                    if changed:
+                        IN[j] = merged
+                if changed and not queued[j]:
+                    queued[j] = True
+                    work.append(j)
+        return IN
+
+    def _rebuild(self, body: tuple[Statement, ...], prefix: tuple[int, ...]) -> list[Statement]:
+        out: list[Statement] = []
+        for i, s in enumerate(body):
+            p = prefix + (i,)
+            ins = self.pre.get(p)
+            if ins:
+                out.extend(ins)
+            if type(s) is Block:
+                out.append(replace(s, body=tuple(self._rebuild(s.body, p))))
+            else:
+                out.append(s)
+        return out
+
+    def _prologue(self, body: list[Statement], nfut: int) -> list[Statement]:
+        decls: list[Statement] = [
+            Comment(f"// hbfcc timing: {self.report.sites} sites, kernel index {self.kidx}"),
+            VarDecl((), "reg", (), ".b64", (Declarator(R_ADDR), Declarator(R_TMP), Declarator(R_DRAIN),
+                                           Declarator(R_NOW))),
+            VarDecl((), "reg", (), ".b32", (Declarator(R_FLAGS),)),
+            VarDecl((), "reg", (), ".pred", (Declarator(R_PRED),)),
+            VarDecl((), "reg", (), ".b64", (Declarator(R_GRP, count=self.K + 1),)),
+        ]
+        init: list[Statement] = [_ins("mov", ("b64",), (_R(R_DRAIN), _I(0)))]
+        if nfut:
+            decls.append(VarDecl((), "reg", (), ".b64", (Declarator(R_FUT, count=nfut),)))
+            init += [_ins("mov", ("b64",), (_R(f"{R_FUT}{k}"), _I(0))) for k in range(nfut)]
+        init += [_ins("mov", ("b64",), (_R(f"{R_GRP}{k}"), _I(0))) for k in range(self.K + 1)]
+        if self.fn.is_entry:
+            init.append(_call("__hb_kernel_enter", [("b32", _I(self.kidx))]))
+        # after the leading declarations of the body
+        j = 0
+        while j < len(body) and type(body[j]) in (VarDecl, Comment, Directive):
+            if type(body[j]) is Directive and body[j].name not in ("pragma", "loc", "file"):
+                break
+            j += 1
+        return body[:j] + decls + init + body[j:]
+
+
+def _already_instrumented(module: Module) -> bool:
+    return any(f.name.startswith("__hb_") for f in module.functions())
+
+
+def prototypes() -> list[Function]:
+    b64 = lambda n: Param("param", ".b64", n)  # noqa: E731
+    b32 = lambda n: Param("param", ".b32", n)  # noqa: E731
+    w = (".weak",)
+    return [
+        Function(w, "func", "__hb_issue", (b64("fut"),), (b64("addr"), b32("bytes"), b32("flags"), b32("site")), (), None),
+        Function(w, "func", "__hb_wait", (), (b64("fut"), b32("site")), (), None),
+        Function(w, "func", "__hb_future_join", (b64("fut"),), (b64("a"), b64("b")), (), None),
+        Function(w, "func", "__hb_kernel_enter", (), (b32("kernel_index"),), (), None),
+        Function(w, "func", "__hb_kernel_exit", (), (b32("kernel_index"),), (), None),
+    ]
+
+
+def timing_pass(module: Module, meta: dict) -> Module:
+    """The timing rewrite ``(module, metadata) -> module``. Adds ``meta["timing"]``:
+    ``{"functions": [FunctionReport dicts], "kernels": [...names in kernel-index order]}``."""
+    if _already_instrumented(module):
+        raise RewriteError("module is already instrumented (defines or declares __hb_* functions)")
+    window = int(meta.get("cpasync_window", 8))
+    entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
+    kidx_of = {f.name: i for i, f in enumerate(entries)}
+    n_entries = len(entries)
+    funcs = [f for f in module.items if type(f) is Function and not f.is_entry and f.body is not None]
+    for j, f in enumerate(funcs):
+        kidx_of.setdefault(f.name, n_entries + j)
+    reports: dict[str, FunctionReport] = {}
+    new_items = []
+    for it in module.items:
+        if type(it) is Function and it.body is not None:
+            rw = _FunctionRewriter(module, it, kidx_of[it.name], window)
+            new_items.append(rw.run())
+            reports[it.name] = rw.report
+        else:
+            new_items.append(it)
+    # admission through calls: a function is admitted only if everything it calls is
+    defined = set(reports)
+    changed = True
+    while changed:
+        changed = False
+        for r in reports.values():
+            if not r.admitted:
+                continue
+            for c in r.calls:
+                why = None
+                if c == "<indirect>":
+                    why = "indirect call (callee not seen)"
+                elif c in defined:
+                    if not reports[c].admitted:
+                        why = f"calls {c}, which is not admitted"
+                elif c not in SYSTEM_CALLS:
+                    why = f"calls external function {c} (not seen by this rewrite)"
+                if why:
+                    r.admitted = False
+                    r.not_admitted_reasons.append(why)
+                    changed = True
+                    break
+    # prototypes before the first function
+    first = next((i for i, it in enumerate(new_items) if type(it) is Function), len(new_items))
+    protos = [Comment("// hbfcc: helper prototypes (runtime_cuda/include/hbf_abi.h)")] + prototypes()
+    new_items = new_items[:first] + protos + new_items[first:]
+    meta[PASS_NAME] = {
+        "kernels": [f.name for f in entries],
+        "functions": [reports[f.name].to_dict() for f in entries + funcs],
+        "cpasync_window_default": window,
+    }
+    return replace(module, items=tuple(new_items))

@@ -1,0 +1,197 @@
+"""The real CUDA tools behind hbfcc: finding them, running them, reading what they print.
+
+Every subprocess failure raises ``ToolchainError(argv=...)`` so the command can be reproduced.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import logging
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from hbfcommon.errors import ConfigError, ToolchainError
+
+from . import knobs
+
+log = logging.getLogger(__name__)
+
+_SHIM_MARKER = b"hbfcc-ptxas-shim"
+
+
+def _is_hbfcc_wrapper(path: str) -> bool:
+    """True when ``path`` is one of our own wrappers (would recurse forever)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return _SHIM_MARKER in head or b"hbfcc.cli" in head
+
+
+def _executable(p: str) -> bool:
+    return os.path.isfile(p) and os.access(p, os.X_OK)
+
+
+def find_real_ptxas() -> str:
+    """The ptxas hbfcc runs: HBFCC_REAL_PTXAS, else `ptxas` on PATH (never one of our wrappers),
+    else $CUDA_HOME/bin/ptxas, else the ptxas bundled in the Triton wheel."""
+    k = knobs.load()
+    if k.real_ptxas:
+        if not _executable(k.real_ptxas):
+            raise ConfigError("HBFCC_REAL_PTXAS is not an executable file", path=k.real_ptxas)
+        return k.real_ptxas
+    for d in knobs.env_path().split(os.pathsep):
+        if not d:
+            continue
+        p = os.path.join(d, "ptxas")
+        if _executable(p) and not _is_hbfcc_wrapper(p):
+            return p
+    for home in knobs.cuda_home_candidates():
+        p = os.path.join(home, "bin", "ptxas")
+        if _executable(p) and not _is_hbfcc_wrapper(p):
+            return p
+    spec = importlib.util.find_spec("triton")
+    if spec is not None and spec.submodule_search_locations:
+        for loc in spec.submodule_search_locations:
+            p = os.path.join(loc, "backends", "nvidia", "bin", "ptxas")
+            if _executable(p):
+                return p
+    raise ConfigError("no real ptxas found: set HBFCC_REAL_PTXAS, put the CUDA toolkit's bin on PATH "
+                      "or set CUDA_HOME")
+
+
+def find_real_nvcc() -> str:
+    """The nvcc hbfcc wraps: HBFCC_REAL_NVCC, else `nvcc` on PATH (never ourselves), else
+    $CUDA_HOME/bin/nvcc."""
+    k = knobs.load()
+    if k.real_nvcc:
+        if not _executable(k.real_nvcc):
+            raise ConfigError("HBFCC_REAL_NVCC is not an executable file", path=k.real_nvcc)
+        return k.real_nvcc
+    for d in knobs.env_path().split(os.pathsep):
+        if not d:
+            continue
+        p = os.path.join(d, "nvcc")
+        if _executable(p) and not _is_hbfcc_wrapper(p):
+            return p
+    for home in knobs.cuda_home_candidates():
+        p = os.path.join(home, "bin", "nvcc")
+        if _executable(p):
+            return p
+    raise ConfigError("no real nvcc found: set HBFCC_REAL_NVCC, put the CUDA toolkit's bin on PATH "
+                      "or set CUDA_HOME")
+
+
+def run(argv: Sequence[str], *, what: str, env: Optional[dict] = None, cwd: Optional[str] = None,
+        check: bool = True, input_text: Optional[str] = None) -> subprocess.CompletedProcess:
+    """Run a tool, capturing output. Raises ToolchainError on failure when ``check``."""
+    try:
+        cp = subprocess.run(list(argv), capture_output=True, text=True, env=env, cwd=cwd,
+                            input=input_text)
+    except OSError as e:
+        raise ToolchainError(f"{what}: cannot run: {e}", argv=argv) from e
+    if check and cp.returncode != 0:
+        raise ToolchainError(f"{what} failed", argv=argv, returncode=cp.returncode,
+                             stderr=(cp.stderr or "") + (cp.stdout or ""))
+    return cp
+
+
+@functools.lru_cache(maxsize=8)
+def ptxas_version_text(ptxas: str) -> str:
+    """The full stdout of ``ptxas --version`` (what Triton hashes)."""
+    cp = run([ptxas, "--version"], what="ptxas --version")
+    if not re.search(r"release (\d+\.\d+)", cp.stdout):
+        raise ToolchainError("ptxas --version printed no 'release X.Y'", argv=[ptxas, "--version"],
+                             returncode=cp.returncode, stderr=cp.stdout)
+    return cp.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# ptxas -v
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class FunctionStats:
+    registers: Optional[int] = None
+    stack_bytes: Optional[int] = None
+    spill_stores: Optional[int] = None
+    spill_loads: Optional[int] = None
+    barriers: Optional[int] = None
+
+    def to_dict(self) -> dict:
+        return {"registers": self.registers, "stack_bytes": self.stack_bytes,
+                "spill_store_bytes": self.spill_stores, "spill_load_bytes": self.spill_loads,
+                "barriers": self.barriers}
+
+
+@dataclass
+class PtxasStats:
+    functions: dict[str, FunctionStats] = field(default_factory=dict)
+
+    def get(self, name: str) -> FunctionStats:
+        return self.functions.setdefault(name, FunctionStats())
+
+
+_RE_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_RE_PROPS = re.compile(r"Function properties for (\S+)")
+_RE_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_RE_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?")
+
+
+def parse_ptxas_v(text: str) -> PtxasStats:
+    """Registers / stack / spills per function from ``ptxas -v`` output (stderr or stdout)."""
+    st = PtxasStats()
+    last: Optional[str] = None       # last function named by "Compiling entry function"/"properties"
+    for line in text.splitlines():
+        m = _RE_ENTRY.search(line) or _RE_PROPS.search(line)
+        if m:
+            last = m.group(1)
+            st.get(last)
+            continue
+        m = _RE_STACK.search(line)
+        if m and last is not None:
+            fs = st.get(last)
+            fs.stack_bytes, fs.spill_stores, fs.spill_loads = (int(m.group(i)) for i in (1, 2, 3))
+            continue
+        m = _RE_USED.search(line)
+        if m and last is not None:
+            fs = st.get(last)
+            fs.registers = int(m.group(1))
+            if m.group(2) is not None:
+                fs.barriers = int(m.group(2))
+    return st
+
+
+def sha256_bytes(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def sha256_file(p: os.PathLike | str) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def rewriter_sha() -> str:
+    """SHA-256 over hbfcc's own sources: any change to the rewriter changes this."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode())
+        h.update(b"\0")
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def which(name: str) -> Optional[str]:
+    return shutil.which(name)
