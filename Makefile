@@ -27,7 +27,7 @@ $(DEPS_STAMP): pyproject.toml
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q 'numpy>=1.26' 'scipy>=1.11' 'jsonschema>=4.20' 'grpcio>=1.66' 'protobuf>=5.27' \
 	  'pytest>=8' 'hypothesis>=6.100' 'grpcio-tools>=1.66' 'matplotlib>=3.8' 'control>=0.10.1' \
-	  'cuda-python>=12.6' 'nvidia-ml-py>=12.0'
+	  'cuda-python>=12.6' 'nvidia-ml-py>=12.0' 'triton==3.6.0'
 	touch $@
 
 venv: $(INSTALL_STAMP)
