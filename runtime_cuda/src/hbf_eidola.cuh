@@ -398,10 +398,9 @@ HBF_EIDOLA_DEV void hbf_eidola_mwait(hbf_eidola_state* st, hbf_eidola_acct* a, u
         if (hint == ~0ull) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_NEVER_WAKES, (uint32_t)(a->mon_addr & 0xffffffffu));
         hbf_eidola_sleep_until(t0 + hint);
     } else {
-        if (hint != ~0ull) {
-            int64_t lead = st->lag_ns > 0 ? st->lag_ns : 0;
+        if (hint != ~0ull) {  /* sleep (no reads) until just before the table's wake time */
             uint64_t target = t0 + hint;
-            if (target > (uint64_t)lead + 200) hbf_eidola_sleep_until(target - 200);
+            if (target > 300) hbf_eidola_sleep_until(target - 300);
         }
         uint32_t gw = hbf_eidola_gwarp(), bit = 1u << hbf_eidola_lane();
         uint32_t* wake = (uint32_t*)st->wake;
