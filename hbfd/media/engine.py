@@ -67,8 +67,10 @@ class MediaEngine:
 
     name = "media"
 
-    def __init__(self, geometry: MediaGeometry) -> None:
+    def __init__(self, geometry: MediaGeometry, *, trace: bool = False) -> None:
         g = self.g = geometry
+        # trace (tests): every busy interval as (resource kind, resource id, start, end)
+        self.trace: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] | None = [] if trace else None
         self.plane_free = np.zeros(g.planes, np.int64)
         self.chan_free = np.zeros(g.channels, np.int64)
         self.carry_die = np.zeros(0, np.int64)    # outstanding commands from earlier batches
@@ -224,6 +226,8 @@ class MediaEngine:
         not bind; the event scheduler for channels where it does."""
         g = self.g
         n = len(ready)
+        if n == 0:
+            return np.zeros(0, np.int64)
         self.n["page_reads"] += n
         done, bad_ch = self._lindley_reads(ready, ch, die, plane, xfer)
         if bad_ch is not None and len(bad_ch):
@@ -275,6 +279,10 @@ class MediaEngine:
         self.chan_free[ch_last[keep_c]] = done2[cend][keep_c]
         d_g = done2[good]
         x_g = x2[good]
+        if self.trace is not None:
+            se_g = sense_end[o2][good]
+            self.trace.append(("plane", p1[o2][good], se_g - g.t_read_ns, se_g))
+            self.trace.append(("channel", c2[good], d_g - x_g, d_g))
         self.chan_busy_ns += np.bincount(c2[good], weights=x_g, minlength=g.channels).astype(np.int64)
         # queueing delay = completion - ready - minimum service
         self.qdelay.add(d_g - ready[idx][good] - (g.t_cmd_ns + g.t_read_ns) - x_g)
@@ -339,6 +347,9 @@ class MediaEngine:
     def _event(self, cmds: Commands, channels) -> np.ndarray:
         """Exact event scheduling of ``cmds`` (all commands of ``channels`` in this batch)."""
         g = self.g
+        if len(cmds) == 0:
+            self._last_ack = np.zeros(0, np.int64)
+            return np.zeros(0, np.int64)
         self.n["event_channels"] += len(channels)
         in_ch = np.isin(self.carry_die // g.dies_per_channel, channels)
         carry: dict[int, list[int]] = {}
@@ -358,6 +369,13 @@ class MediaEngine:
         sel = done > h
         self._add_carry(cmds.die[sel], done[sel])
         rd = cmds.kind == READ
+        if self.trace is not None:
+            k = cmds.kind
+            pend = np.where(rd, start + g.t_read_ns, done)
+            self.trace.append(("plane", cmds.plane, start, pend))
+            xc = (k == READ) | (k == PROG)
+            cend = np.where(rd, done, ack)[xc]
+            self.trace.append(("channel", cmds.chan[xc], cend - cmds.xfer_ns[xc], cend))
         self.qdelay.add(done[rd] - cmds.ready[rd] - (g.t_cmd_ns + g.t_read_ns) - cmds.xfer_ns[rd])
         self._last_ack = ack
         return done
