@@ -20,7 +20,8 @@ def test_sixteen_partial_writes_make_one_program():
     # a read of buffered sectors is served from the buffer before the page fills
     e2 = MediaEngine(g)
     e2.submit(batch([(0, 0, 256, 1), (5, 0, 128, 0), (6, 0, 512, 0)]))
-    m2 = dict(zip(*(e2.collect()[k].tolist() for k in ("id", "modeled_ns"))))
+    c2 = e2.collect()
+    m2 = dict(zip(c2["id"].tolist(), c2["modeled_ns"].tolist()))
     assert m2[1] == g.t_cmd_ns                               # hit
     assert m2[2] >= g.t_cmd_ns + g.t_read_ns                 # not all sectors buffered: media read
     assert e2.n["programs"] == 0
