@@ -59,7 +59,7 @@ _TOP_KEYS = {"format", "version", "n_gpus", "workload", "buffers", "timer_resolu
              "env", "devices", "runs", "meta"}
 _TOP_REQUIRED = {"format", "version", "n_gpus", "buffers", "clock", "runs"}
 _RANK_KEYS = {"rank", "kernel_start_ns", "kernel_end_ns", "output_sha256", "flag_reads",
-              "nonflag_reads", "workgroups"}
+              "nonflag_reads", "workgroups", "eidola_ctr"}
 _WG_KEYS = {"wg", "start_ns", "release_ns", "wait_start_ns", "wait_end_ns", "end_ns"}
 _FLAG_KEYS = {"src", "dst", "buffer", "offset", "size", "value", "seq", "wg", "release_ns",
               "seen_ns", "polls"}

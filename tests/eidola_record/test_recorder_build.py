@@ -5,21 +5,23 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
 
 import pytest
 
 from hbfcommon.errors import ConfigError
 from workloads.gemv_allreduce.record import build, knobs
-from workloads.gemv_allreduce.record.record import (GarParamsC, RecordConfig, gpu_count, main, plan,
-                                                    record)
+from workloads.gemv_allreduce.record.record import (GarParamsC, RecordConfig, eidola_state_bytes,
+                                                    gpu_count, main, plan, record)
 
 needs_nvcc = pytest.mark.skipif(shutil.which(knobs.NVCC) is None, reason="nvcc not on PATH")
 
 
 @needs_nvcc
-def test_recording_kernel_compiles_for_sm90a(tmp_path):
-    cubin = build.build_cubin(tmp_path)
+@pytest.mark.parametrize("eidola", [True, False])
+def test_recording_kernel_compiles_for_sm90a(tmp_path, eidola):
+    cubin = build.build_cubin(tmp_path, eidola=eidola)
     data = cubin.read_bytes()
     assert data[:4] == b"\x7fELF"
     for k in build.KERNELS:
@@ -28,13 +30,13 @@ def test_recording_kernel_compiles_for_sm90a(tmp_path):
         out = subprocess.run(["cuobjdump", "-lelf", str(cubin)], capture_output=True, text=True)
         assert out.returncode == 0
     # cached by source hash: the second build is the same file
-    assert build.build_cubin(tmp_path) == cubin
+    assert build.build_cubin(tmp_path, eidola=eidola) == cubin
 
 
 @needs_nvcc
 def test_ptx_uses_system_scope_release_acquire_and_globaltimer(tmp_path):
     ptx = tmp_path / "k.ptx"
-    argv = [knobs.NVCC, "-std=c++17", "-O3", "-arch=sm_90a", "-ptx", str(build.SRC), "-o", str(ptx)]
+    argv = build.nvcc_argv(ptx, fmt="-ptx")
     subprocess.run(argv, check=True, capture_output=True)
     text = ptx.read_text()
     assert "st.release.sys.global.u32" in text
@@ -48,10 +50,23 @@ def test_python_mirror_matches_c_layout(tmp_path):
     lay = build.layout_probe(tmp_path)
     assert lay["sizeof"] == __import__("ctypes").sizeof(GarParamsC)
     for name, off in lay.items():
-        if name in ("sizeof", "GAR_MAX_RANKS", "WG_FIELDS"):
+        if name in ("sizeof", "GAR_MAX_RANKS", "WG_FIELDS") or name.startswith("st."):
             continue
         assert getattr(GarParamsC, name).offset == off, name
     assert lay["GAR_MAX_RANKS"] == 8 and lay["WG_FIELDS"] == 6
+    # the Eidola state written for real-peer launches lands on the C fields
+    raw = eidola_state_bytes(lay, flags_base=0x7000_0000_0080, flags_len=4096, timeout_ns=2_000_000_000,
+                             ctr=0x7000_0001_0000)
+    assert len(raw) == lay["st.sizeof"]
+    u64 = lambda off: struct.unpack_from("<Q", raw, off)[0]
+    u32 = lambda off: struct.unpack_from("<I", raw, off)[0]
+    assert u64(lay["st.t0"]) == (1 << 64) - 1 and u64(lay["st.failure"]) == 0
+    assert u32(lay["st.engine"]) == 0 and u32(lay["st.mon_mode"]) == 0
+    assert u32(lay["st.n_flag_ranges"]) == 1
+    assert u64(lay["st.timeout_ns"]) == 2_000_000_000
+    fr = lay["st.flag_ranges"]
+    assert (u64(fr), u64(fr + 8), u32(fr + 16)) == (0x7000_0000_0080, 4096, 1)
+    assert u64(lay["st.ctr"]) == 0x7000_0001_0000
 
 
 def test_no_multicast_environment_is_forced():

@@ -33,6 +33,8 @@ struct GarParams {
     unsigned long long timeout_ns;
     unsigned int slow_ppm;     // extra busy-work, parts per million of the measured compute time
     int replay;                // 1: peers absent; inbox/flags pointers of peers are local sinks
+    unsigned long long st;     // hbf_eidola_state* (GAR_EIDOLA builds): kernel start t0, flag loads
+                               // through hbf_eidola_ld_flag_u32 (real memory, or engine b)
 };
 
 #endif

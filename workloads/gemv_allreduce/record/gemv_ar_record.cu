@@ -24,6 +24,17 @@
 // No multicast objects, no NVLS: plain peer pointers only.
 #include "gar_record.h"
 
+// GAR_EIDOLA=1 (default): the kernel start and the flag loads go through runtime_cuda's Eidola
+// device primitives (runtime_cuda/src/hbf_eidola.cuh), so the SAME kernel is recorded on real peers
+// (engine REAL: a plain ld.acquire.sys) and replayed on one GPU by either engine (a: eidolon stores
+// into the flag region; b: virtualized flag loads). GAR_EIDOLA=0 builds a standalone variant.
+#ifndef GAR_EIDOLA
+#define GAR_EIDOLA 1
+#endif
+#if GAR_EIDOLA
+#include "hbf_eidola.cuh"
+#endif
+
 __device__ __forceinline__ unsigned long long gtimer() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -57,6 +68,12 @@ extern "C" __global__ void __launch_bounds__(GAR_THREADS, 1) gemv_ar_record(GarP
     unsigned long long nonflag = 0, flagreads = 0;  // per-thread; aggregated per warp below
 
     if (tid == 0) stamp[WG_START] = gtimer();
+#if GAR_EIDOLA
+    hbf_eidola_state* st = (hbf_eidola_state*)P.st;
+    hbf_eidola_acct acct;
+    hbf_eidola_acct_init(&acct);
+    const uint64_t t0 = hbf_eidola_kernel_enter(st);  // atomicMin into st->t0 (+ __syncthreads)
+#endif
 
     // 1. partial GEMV: one warp per row, float4 loads when K % 4 == 0.
     for (int r = warp; r < rows; r += GAR_WARPS) {
@@ -115,7 +132,11 @@ extern "C" __global__ void __launch_bounds__(GAR_THREADS, 1) gemv_ar_record(GarP
         unsigned int polls = 0;
         unsigned long long t0 = gtimer(), seen = 0;
         for (;;) {
+#if GAR_EIDOLA
+            unsigned int v = hbf_eidola_ld_flag_u32(st, &acct, t0, f);
+#else
             unsigned int v = ld_acquire_sys(f);
+#endif
             ++polls;
             if ((int)(v - seq) >= 0) { seen = gtimer(); break; }
             if ((polls & 63u) == 0u && gtimer() - t0 > P.timeout_ns) {
@@ -164,6 +185,9 @@ extern "C" __global__ void __launch_bounds__(GAR_THREADS, 1) gemv_ar_record(GarP
         atomicAdd(P.counters + (size_t)P.call * 2 + 0, flagreads);
         atomicAdd(P.counters + (size_t)P.call * 2 + 1, nonflag);
     }
+#if GAR_EIDOLA
+    hbf_eidola_acct_flush(st, &acct);
+#endif
     if (tid == 0) {
         stamp[WG_END] = gtimer();
         unsigned long long* L = P.wg_log + ((size_t)P.call * nb + b) * WG_FIELDS;

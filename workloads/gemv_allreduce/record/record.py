@@ -155,7 +155,32 @@ class GarParamsC(ctypes.Structure):
                 ("M", ctypes.c_int), ("K", ctypes.c_int), ("rank", ctypes.c_int), ("n", ctypes.c_int),
                 ("rows_per_block", ctypes.c_int), ("call", ctypes.c_int),
                 ("seq_base", ctypes.c_uint32), ("timeout_ns", ctypes.c_uint64),
-                ("slow_ppm", ctypes.c_uint32), ("replay", ctypes.c_int)]
+                ("slow_ppm", ctypes.c_uint32), ("replay", ctypes.c_int), ("st", ctypes.c_uint64)]
+
+
+HBF_EIDOLA_ENGINE_REAL = 0
+FLAG_CLASS = 1  # the recording's flag region is Eidola flag class 1; class 0 is non-flag
+
+
+def eidola_state_bytes(lay: dict, *, flags_base: int, flags_len: int, timeout_ns: int, ctr: int,
+                       engine: int = HBF_EIDOLA_ENGINE_REAL) -> bytes:
+    """An ``hbf_eidola_state`` for a real-peer launch (runtime_cuda/src/hbf_eidola.cuh), laid out
+    with the offsets the layout probe measured: t0 = ~0 (the kernel's atomicMin sets it), engine
+    REAL (flag loads read memory), one flag range (the flag region, class 1), counters at ``ctr``.
+    Everything else zero (no table, no monitor log)."""
+    import struct
+
+    if lay.get("st.layout_version") != 1:
+        raise ConfigError("hbf_eidola_state layout version changed; update record.py",
+                          field="st.layout_version", value=lay.get("st.layout_version"))
+    buf = bytearray(lay["st.sizeof"])
+    struct.pack_into("<Q", buf, lay["st.t0"], (1 << 64) - 1)
+    struct.pack_into("<I", buf, lay["st.engine"], engine)
+    struct.pack_into("<I", buf, lay["st.n_flag_ranges"], 1)
+    struct.pack_into("<Q", buf, lay["st.timeout_ns"], timeout_ns)
+    struct.pack_into("<QQI", buf, lay["st.flag_ranges"], flags_base, flags_len, FLAG_CLASS)
+    struct.pack_into("<Q", buf, lay["st.ctr"], ctr)
+    return bytes(buf)
 
 
 def _args(*vals: ctypes._SimpleCData) -> tuple[int, list]:
@@ -202,6 +227,10 @@ class Rank:
         self.set()
         self.c("cuStreamSynchronize", self.stream)
 
+    def ctx_sync(self) -> None:
+        self.set()
+        self.c("cuCtxSynchronize")
+
     def close(self) -> None:
         self.set()
         for p in self.allocs:
@@ -221,7 +250,7 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
     import numpy as np
 
     from hbfd.eidola.from_recording import RECORDING_FORMAT, RECORDING_VERSION, save_json, validate_recording
-    from workloads.gemv_allreduce.record.build import build_cubin
+    from workloads.gemv_allreduce.record.build import build_cubin, layout_probe
 
     env = knobs.check_no_multicast()
     have, how = gpu_count()
@@ -229,6 +258,10 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
         raise ConfigError(f"recording needs {cfg.gpus} GPUs, found {have} ({how})",
                           field="gpus", value=cfg.gpus, found=have)
     cubin = build_cubin()
+    lay = layout_probe(knobs.CACHE_DIR)
+    if lay["sizeof"] != ctypes.sizeof(GarParamsC):
+        raise ConfigError("GarParams layout differs from the Python mirror", field="sizeof",
+                          c=lay["sizeof"], py=ctypes.sizeof(GarParamsC))
     c = _Cu()
     n, nb, R = cfg.gpus, cfg.blocks, cfg.rows_per_block
     ranks = [Rank(c, i) for i in range(n)]
@@ -249,11 +282,11 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
                 if res not in (c.cu.CUresult.CUDA_SUCCESS,
                                c.cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
                     raise CudaError(f"cuCtxEnablePeerAccess failed: {res.name}", gpu=a.i, peer=b.i)
-        data = Path(cubin).read_bytes()
+        image = np.frombuffer(Path(cubin).read_bytes(), dtype=np.uint8).copy()
         fns = []
         for r in ranks:
             r.set()
-            mod = c("cuModuleLoadData", data)
+            mod = c("cuModuleLoadData", image.ctypes.data)
             fns.append({k: c("cuModuleGetFunction", mod, k.encode()) for k in
                         ("gemv_ar_record", "pingpong_initiator", "pingpong_responder",
                          "timer_resolution")})
@@ -261,6 +294,7 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
         res_ns = []
         for r, f in zip(ranks, fns):
             d = r.alloc(8)
+            r.ctx_sync()
             addr, keep = _args(ctypes.c_uint64(d), ctypes.c_int(20000))
             _launch(r, f["timer_resolution"], 1, 32, addr)
             r.sync()
@@ -269,6 +303,8 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
         timeout_ns = cfg.timeout_ms * 1_000_000
         # per-rank buffers
         rng = np.random.default_rng(cfg.seed)
+        st_stride = (lay["st.sizeof"] + 255) // 256 * 256
+        ctr_bytes = lay["st.max_classes"] * lay["st.nctr"] * 8
         bufs = []
         for r in ranks:
             W = rng.standard_normal((cfg.M, cfg.K), dtype=np.float32) / np.float32(math.sqrt(cfg.K))
@@ -282,13 +318,23 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
                  "flag_polls": r.alloc(cfg.calls * nb * n * 4),
                  "counters": r.alloc(cfg.calls * 2 * 8), "error": r.alloc(4),
                  "pp": r.alloc(2 * MAX_RANKS * 4),
+                 "st": r.alloc(cfg.calls * st_stride),
+                 "ctr": r.alloc(cfg.calls * ctr_bytes),
                  "pp_t": r.alloc(4 * cfg.pingpong_rounds * 8)}
             r.h2d(b["W"], W)
             r.h2d(b["x"], x)
             del W
+            states = np.zeros(cfg.calls * st_stride, np.uint8)
+            for k in range(cfg.calls):
+                raw = eidola_state_bytes(lay, flags_base=b["flags"], flags_len=nb * n * 4,
+                                         timeout_ns=timeout_ns, ctr=b["ctr"] + k * ctr_bytes)
+                states[k * st_stride:k * st_stride + len(raw)] = np.frombuffer(raw, np.uint8)
+            r.h2d(b["st"], states)
             bufs.append(b)
+        # uploads from pageable memory and memsets run on the legacy stream, which does not order
+        # against our non-blocking streams: finish them before any kernel runs.
         for r in ranks:
-            r.sync()
+            r.ctx_sync()
 
         pp_epoch = [0]
 
@@ -345,6 +391,7 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
             keep = []
             for ri, r in enumerate(ranks):
                 params[ri].call = call
+                params[ri].st = bufs[ri]["st"] + call * st_stride
                 addr, k = _args(params[ri])
                 keep.append(k)
                 _launch(r, fns[ri]["gemv_ar_record"], nb, THREADS, addr)
@@ -372,6 +419,8 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
                 "seen": r.d2h(np.zeros((cfg.calls, nb, n), np.uint64), b["flag_seen"]),
                 "polls": r.d2h(np.zeros((cfg.calls, nb, n), np.uint32), b["flag_polls"]),
                 "ctr": r.d2h(np.zeros((cfg.calls, 2), np.uint64), b["counters"]),
+                "ectr": r.d2h(np.zeros((cfg.calls, lay["st.max_classes"], lay["st.nctr"]), np.uint64),
+                              b["ctr"]),
                 "y": r.d2h(np.zeros(cfg.M, np.float32), b["y"]),
                 "inbox": r.d2h(np.zeros((2, nb, n, R), np.float32), b["inbox"]),
             })
@@ -391,7 +440,10 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
                 rk.append({"rank": ri, "kernel_start_ns": int(wg[:, 0].min()),
                            "kernel_end_ns": int(wg[:, 5].max()), "output_sha256": out_sha[ri],
                            "flag_reads": int(logs[ri]["ctr"][call][0]),
-                           "nonflag_reads": int(logs[ri]["ctr"][call][1]), "workgroups": wgs})
+                           "nonflag_reads": int(logs[ri]["ctr"][call][1]), "workgroups": wgs,
+                           "eidola_ctr": {"flag_class": FLAG_CLASS,
+                                          "flag_warp": int(logs[ri]["ectr"][call][FLAG_CLASS][0]),
+                                          "flag_thread": int(logs[ri]["ectr"][call][FLAG_CLASS][1])}})
             flags, datas = [], []
             for d in range(n):
                 for s in range(n):
