@@ -297,14 +297,16 @@ def load_helper(path: Optional[str] = None) -> HelperModule:
 _VERSION_LINE = re.compile(r"^(\s*\.version\s+)(\d+)\.(\d+)", re.M)
 
 
-def link_text(module_text: str, helper: HelperModule, *, module_names: Iterable[str]) -> str:
+def link_text(module_text: str, helper: HelperModule, *, module_names: Iterable[str],
+              declared_names: Iterable[str] = ()) -> str:
     """Append the helper's definitions to a rewritten module's text.
 
-    ``module_names``: the top-level names the module defines or declares; helper definitions with
-    the same name are not appended again (the module already carries them), and ``.extern``
-    declarations the module already has are not repeated.
+    ``module_names``: the top-level names the module defines; helper definitions with the same name
+    are not appended again (the module already carries them). ``declared_names``: names the module
+    only declares; ``.extern`` declarations the module already has are not repeated.
     """
     names = set(module_names)
+    declared = set(declared_names) | names
     m = _VERSION_LINE.search(module_text)
     if m is None:
         raise RewriteError("module has no .version directive")
@@ -318,7 +320,7 @@ def link_text(module_text: str, helper: HelperModule, *, module_names: Iterable[
         if not already >= {n for n in helper.defined if n.startswith("__hb_")}:
             raise RewriteError("module defines some helper functions but not all", names=sorted(already))
         return module_text  # already linked
-    ext = [e.text for e in helper.externs if e.name and e.name not in names]
+    ext = [e.text for e in helper.externs if e.name and e.name not in declared]
     tail = [f"\n// ---- hbfcc: helper module {os.path.basename(helper.path)} sha256 {helper.sha256} "
             f"ABI {helper.abi_version} ----"]
     tail += ext

@@ -85,16 +85,18 @@ def rewrite_text(text: str, *, filename: str = "<ptx>", helper: Optional[H.Helpe
     t1 = time.perf_counter()
     out = print_module(module)
     t["print"] = time.perf_counter() - t1
-    names = [getattr(it, "name", None) for it in module.items]
+    defined, declared = [], []
     for it in module.items:
+        if type(it).__name__ == "Function":
+            (declared if it.body is None else defined).append(it.name)
         for d in getattr(it, "decls", ()):
-            names.append(d.name)
+            (declared if ".extern" in getattr(it, "linkage", ()) else defined).append(d.name)
     header = f"{MARKER} by hbfcc (helper ABI {H.abi_version()})\n"
     out = header + out
     if link:
         assert helper is not None
         t1 = time.perf_counter()
-        out = H.link_text(out, helper, module_names=[n for n in names if n])
+        out = H.link_text(out, helper, module_names=defined, declared_names=declared)
         t["link"] = time.perf_counter() - t1
         _dump(dd, f"{len(PIPELINE) + 1:02d}-linked.ptx", out)
     t["total"] = time.perf_counter() - t0
