@@ -1,0 +1,184 @@
+"""``hbfd thermal validate``: fit the ROM on a geometry and print its error against the full-order
+model on held-out inputs (step, square wave, burst), with the sample alignment made explicit.
+
+    hbfd thermal validate [--geometry F] [--seconds S] [--hankel-blocks M] [--json]
+
+Exit status 0 when the worst aligned error is within ``--tolerance-k`` (0.02 K), 1 otherwise,
+2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from hbfcommon.errors import HbfError
+
+from .fom import PackageModel, build_model
+from .geometry import GEOMETRY_DIR, load_geometry
+from .limits import hbf_power_vector
+from .rom import DEFAULT_DT_S, DEFAULT_HANKEL_BLOCKS, ThermalROM, compare_with_python_control, fit_rom
+
+log = logging.getLogger(__name__)
+DEFAULT_GEOMETRY = GEOMETRY_DIR / "hbf-package-8hi.json"
+# Held-out amplitudes (W): a 700 W compute die (H200 power limit, notes §6), 50 W over the HBM
+# stacks, the HBF stack at the OCP SG1 read point (5 W + 8.4e-11 J/B × 384 GB/s).
+GPU_W, HBM_W = 700.0, 50.0
+SG1_IDLE_W, SG1_J_PER_BYTE, SG1_BYTES_PER_S = 5.0, 8.4e-11, 384e9
+
+
+def operating_power(input_names: Sequence[str]) -> np.ndarray:
+    p = hbf_power_vector(input_names, idle_w=SG1_IDLE_W, j_per_byte=SG1_J_PER_BYTE,
+                         read_bytes_per_s=SG1_BYTES_PER_S)
+    names = list(input_names)
+    if "gpu" in names:
+        p[names.index("gpu")] = GPU_W
+    if "hbm" in names:
+        p[names.index("hbm")] = HBM_W
+    return p
+
+
+def held_out_traces(input_names: Sequence[str], n_steps: int, dt_s: float, seed: int = 7) -> dict[str, np.ndarray]:
+    """Three input shapes never used in the fit (the fit saw only 1 W unit steps)."""
+    full = operating_power(input_names)
+    names = list(input_names)
+    hbf = np.array([n.startswith("hbf") for n in names])
+    k = np.arange(n_steps)
+    t = k * dt_s
+    step = np.tile(full, (n_steps, 1))
+    # square wave: compute die 300 <-> 700 W (10 s period), HBF idle <-> full read (4 s period)
+    square = np.tile(full, (n_steps, 1))
+    if "gpu" in names:
+        square[:, names.index("gpu")] = np.where((t // 5.0) % 2 == 0, 700.0, 300.0)
+    hbf_on = ((t // 2.0) % 2 == 0)
+    idle = hbf_power_vector(input_names, idle_w=SG1_IDLE_W, j_per_byte=0.0, read_bytes_per_s=0.0)
+    square[:, hbf] = np.where(hbf_on[:, None], full[hbf][None, :], idle[hbf][None, :])
+    # bursts: 200 ms full-rate HBF bursts at random starts, compute die 500 W with 1 s 700 W bursts,
+    # HBM random piecewise constant (100 ms)
+    rng = np.random.default_rng(seed)
+    burst = np.tile(idle, (n_steps, 1))
+    starts = rng.choice(n_steps, size=max(1, n_steps // 150), replace=False)
+    on = np.zeros(n_steps, bool)
+    for s in starts:
+        on[s:s + int(round(0.2 / dt_s))] = True
+    burst[:, hbf] = np.where(on[:, None], full[hbf][None, :], idle[hbf][None, :])
+    if "gpu" in names:
+        g = np.full(n_steps, 500.0)
+        for s in rng.choice(n_steps, size=max(1, n_steps // 500), replace=False):
+            g[s:s + int(round(1.0 / dt_s))] = 700.0
+        burst[:, names.index("gpu")] = g
+    if "hbm" in names:
+        seg = int(round(0.1 / dt_s))
+        levels = rng.uniform(10.0, HBM_W, size=n_steps // seg + 1)
+        burst[:, names.index("hbm")] = np.repeat(levels, seg)[:n_steps]
+    return {"step": step, "square": square, "burst": burst}
+
+
+def validate(model: PackageModel, rom: ThermalROM, *, seconds: float = 30.0) -> dict[str, Any]:
+    """ROM vs FOM on held-out inputs. Aligned: ROM T[k] vs FOM field at (k+1)Δt. Misaligned (to show
+    the paper's one-sample feedthrough effect): ROM T[k] vs FOM field at kΔt."""
+    dt = rom.dt_s
+    n = int(round(seconds / dt))
+    traces = held_out_traces(model.input_names, n, dt)
+    names = list(traces)
+    P = np.stack([traces[k] for k in names])
+    t0 = time.perf_counter()
+    fom = model.stepper(dt).run_many(P)                      # n_tr×K×q, row k = end of step k
+    t_fom = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    roms = []
+    for i in range(len(names)):
+        rom.reset()
+        roms.append(rom.run(P[i]))
+    rom.reset()
+    t_rom = time.perf_counter() - t0
+    rows = []
+    for i, name in enumerate(names):
+        err = np.abs(roms[i] - fom[i])                        # K×q
+        fom_start = np.vstack([np.full((1, fom.shape[2]), model.ambient_c), fom[i][:-1]])
+        mis = np.abs(roms[i] - fom_start)
+        d_u0 = rom.D @ P[i][0]
+        swing = float(fom[i].max() - model.ambient_c)
+        rows.append({
+            "trace": name,
+            "max_error_k": float(err.max()),
+            "max_error_by_output_k": {o: float(err[:, j].max()) for j, o in enumerate(rom.output_names)},
+            "p95_error_k": float(np.percentile(err, 95)),
+            "swing_k": swing,
+            "misaligned_first_sample_error_k": float(mis[0].max()),
+            "feedthrough_d_u0_k": float(np.abs(d_u0).max()),
+            "misaligned_minus_feedthrough_k": float(np.abs((roms[i][0] - fom_start[0]) - d_u0).max()),
+            "misaligned_max_error_k": float(mis.max()),
+        })
+    R_fom = model.resistance_matrix()
+    return {
+        "geometry": model.geometry.name, "geometry_sha256": model.geometry.sha256,
+        "fom_nodes": model.n_nodes, "rom_states": rom.order, "dt_s": dt, "seconds": seconds,
+        "rom_meta": rom.meta, "traces": rows,
+        "worst_error_k": max(r["max_error_k"] for r in rows),
+        "dc_gain_max_diff_k_per_w": float(np.abs(rom.dc_gain() - R_fom).max()),
+        "fom_seconds": t_fom, "rom_seconds": t_rom,
+    }
+
+
+def format_table(res: dict[str, Any]) -> str:
+    lines = [f"geometry {res['geometry']} ({res['geometry_sha256'][:12]}): FOM {res['fom_nodes']} nodes, "
+             f"ROM {res['rom_states']} states, Δt {res['dt_s'] * 1e3:.0f} ms, {res['seconds']:.0f} s per trace",
+             f"{'trace':<8} {'max err K':>10} {'p95 err K':>10} {'swing K':>8} {'1st-sample misaligned K':>24} "
+             f"{'D·u[0] K':>9}"]
+    for r in res["traces"]:
+        lines.append(f"{r['trace']:<8} {r['max_error_k']:>10.5f} {r['p95_error_k']:>10.5f} {r['swing_k']:>8.2f} "
+                     f"{r['misaligned_first_sample_error_k']:>24.4f} {r['feedthrough_d_u0_k']:>9.4f}")
+    worst = max(res["traces"], key=lambda r: r["max_error_k"])
+    by = worst["max_error_by_output_k"]
+    o = max(by, key=by.get)
+    lines.append(f"worst aligned error {res['worst_error_k']:.5f} K ({worst['trace']}, output {o}); "
+                 f"DC gain vs FOM R: {res['dc_gain_max_diff_k_per_w']:.2e} K/W")
+    if "python_control" in res:
+        pc = res["python_control"]
+        lines.append(f"python-control eigensys_realization, same data, r={pc['order']}: max Markov diff "
+                     f"{pc['max_markov_diff_k_per_w']:.1e} K/W, DC diff {pc['max_dc_gain_diff_k_per_w']:.1e} K/W, "
+                     f"{pc['seconds_python_control']:.2f} s vs ours {pc['seconds_ours']:.2f} s")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="hbfd thermal validate", description=__doc__.splitlines()[0])
+    ap.add_argument("--geometry", default=str(DEFAULT_GEOMETRY))
+    ap.add_argument("--seconds", type=float, default=30.0, help="length of each held-out trace")
+    ap.add_argument("--hankel-blocks", type=int, default=DEFAULT_HANKEL_BLOCKS)
+    ap.add_argument("--dt-ms", type=float, default=DEFAULT_DT_S * 1e3)
+    ap.add_argument("--tolerance-k", type=float, default=0.02)
+    ap.add_argument("--no-python-control", action="store_true", help="skip the python-control comparison")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        geom = load_geometry(args.geometry)
+        model = build_model(geom)
+        dt = args.dt_ms / 1e3
+        steps = model.stepper(dt).unit_step_responses(2 * args.hankel_blocks + 2)
+        rom = fit_rom(model, dt_s=dt, hankel_blocks=args.hankel_blocks, steps=steps)
+        res = validate(model, rom, seconds=args.seconds)
+        if not args.no_python_control:
+            res["python_control"] = compare_with_python_control(steps, m=args.hankel_blocks, r=rom.order, dt_s=dt)
+    except HbfError as e:
+        print(f"hbfd thermal validate: {e}", file=sys.stderr)
+        return 2
+    res["tolerance_k"] = args.tolerance_k
+    res["pass"] = res["worst_error_k"] <= args.tolerance_k
+    if args.json:
+        print(json.dumps(res, indent=1, default=float))
+    else:
+        print(format_table(res))
+        print("PASS" if res["pass"] else f"FAIL: worst error above {args.tolerance_k} K")
+    return 0 if res["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
