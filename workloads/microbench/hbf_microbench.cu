@@ -23,6 +23,8 @@ extern "C" __device__ void __hb_kernel_exit(unsigned int kernel_index);
 #define F_GENERIC 8u
 #define F_WAIT_NOW 0x10u
 
+#define SITE(k, n) (((unsigned)(k) << 16) | (unsigned)(n))
+
 template <bool I>
 __device__ __forceinline__ unsigned long long ISS(const void* p, unsigned bytes, unsigned flags, unsigned site) {
     if constexpr (I) return __hb_issue((unsigned long long)p, bytes, flags, site);
@@ -52,13 +54,13 @@ __device__ void stream_body(const float4* __restrict__ a, float4* __restrict__ b
     ENTER<I>(0);
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
-        unsigned long long f = ISS<I>(a + i, 16, F_LOAD | F_ACTIVE, 0);
+        unsigned long long f = ISS<I>(a + i, 16, F_LOAD | F_ACTIVE, SITE(0, 0));
         float4 v = a[i];
-        WT<I>(f, 0);
+        WT<I>(f, SITE(0, 0));
         float4 o = make_float4(v.x * s + 1.f, v.y * s + 1.f, v.z * s + 1.f, v.w * s + 1.f);
-        unsigned long long g = ISS<I>(b + i, 16, F_STORE | F_ACTIVE, 1);
+        unsigned long long g = ISS<I>(b + i, 16, F_STORE | F_ACTIVE, SITE(0, 1));
         b[i] = o;
-        WT<I>(g, 1);
+        WT<I>(g, SITE(0, 1));
     }
     EXIT<I>(0);
 }
@@ -75,13 +77,13 @@ __device__ void probe_body(const unsigned long long* p, unsigned long long* out,
     for (int r = 0; r < reps; ++r) {
         const unsigned long long* q = p + (r & 63) * 512;  // a different page each rep
         const unsigned long long t0 = gtimer();
-        unsigned long long f = ISS<I>(q, 8, F_LOAD | F_ACTIVE, 0);
+        unsigned long long f = ISS<I>(q, 8, F_LOAD | F_ACTIVE, SITE(1, 0));
         unsigned long long v = *(volatile const unsigned long long*)q;
         // independent work: W ns of ALU work that does not touch v
         unsigned long long x = t0;
         while (gtimer() - t0 < work_ns) x = x * 6364136223846793005ull + 1442695040888963407ull;
         const unsigned long long t1 = gtimer();
-        WT<I>(f, 0);
+        WT<I>(f, SITE(1, 0));
         acc += v + (x & 1ull);  // first use of v
         const unsigned long long t2 = gtimer();
         out[r * 4 + 0] = t0;
@@ -109,69 +111,69 @@ __device__ void sem_body(int kase, unsigned char* src, unsigned char* dst, unsig
     const int tid = blockIdx.x * blockDim.x + threadIdx.x;
     unsigned char* p = src + off + (long long)tid * stride;
     unsigned long long* o = (unsigned long long*)dst + tid * 4;
-    unsigned long long f = 0, res = 0;
+    unsigned long long f = 0, res = 0, extra = 0;
     switch (kase) {
-    case 0: { f = ISS<I>(p, 1, F_LOAD | F_ACTIVE, 0); unsigned char v = *p; WT<I>(f, 0); res = v; break; }
-    case 1: { f = ISS<I>(p, 2, F_LOAD | F_ACTIVE, 1); unsigned short v = *(unsigned short*)p; WT<I>(f, 1); res = v; break; }
-    case 2: { f = ISS<I>(p, 4, F_LOAD | F_ACTIVE, 2); unsigned v = *(unsigned*)p; WT<I>(f, 2); res = v; break; }
-    case 3: { f = ISS<I>(p, 8, F_LOAD | F_ACTIVE, 3); unsigned long long v = *(unsigned long long*)p; WT<I>(f, 3); res = v; break; }
-    case 4: { f = ISS<I>(p, 4, F_LOAD | F_ACTIVE, 4); float v = *(float*)p; WT<I>(f, 4); res = __float_as_uint(v * 3.5f); break; }
-    case 5: { f = ISS<I>(p, 8, F_LOAD | F_ACTIVE, 5); double v = *(double*)p; WT<I>(f, 5); res = __double_as_longlong(v * 1.25); break; }
-    case 6: { f = ISS<I>(p, 8, F_LOAD | F_ACTIVE, 6); uint2 v = *(uint2*)p; WT<I>(f, 6); res = ((unsigned long long)v.y << 32) | v.x; break; }
-    case 7: { f = ISS<I>(p, 16, F_LOAD | F_ACTIVE, 7); uint4 v = *(uint4*)p; WT<I>(f, 7);
+    case 0: { f = ISS<I>(p, 1, F_LOAD | F_ACTIVE, SITE(2, 0)); unsigned char v = *p; WT<I>(f, SITE(2, 0)); res = v; break; }
+    case 1: { f = ISS<I>(p, 2, F_LOAD | F_ACTIVE, SITE(2, 1)); unsigned short v = *(unsigned short*)p; WT<I>(f, SITE(2, 1)); res = v; break; }
+    case 2: { f = ISS<I>(p, 4, F_LOAD | F_ACTIVE, SITE(2, 2)); unsigned v = *(unsigned*)p; WT<I>(f, SITE(2, 2)); res = v; break; }
+    case 3: { f = ISS<I>(p, 8, F_LOAD | F_ACTIVE, SITE(2, 3)); unsigned long long v = *(unsigned long long*)p; WT<I>(f, SITE(2, 3)); res = v; break; }
+    case 4: { f = ISS<I>(p, 4, F_LOAD | F_ACTIVE, SITE(2, 4)); float v = *(float*)p; WT<I>(f, SITE(2, 4)); res = __float_as_uint(v * 3.5f); break; }
+    case 5: { f = ISS<I>(p, 8, F_LOAD | F_ACTIVE, SITE(2, 5)); double v = *(double*)p; WT<I>(f, SITE(2, 5)); res = __double_as_longlong(v * 1.25); break; }
+    case 6: { f = ISS<I>(p, 8, F_LOAD | F_ACTIVE, SITE(2, 6)); uint2 v = *(uint2*)p; WT<I>(f, SITE(2, 6)); res = ((unsigned long long)v.y << 32) | v.x; break; }
+    case 7: { f = ISS<I>(p, 16, F_LOAD | F_ACTIVE, SITE(2, 7)); uint4 v = *(uint4*)p; WT<I>(f, SITE(2, 7));
               res = ((unsigned long long)(v.w ^ v.z) << 32) | (v.x + v.y); break; }
     case 8: { const bool g = (threadIdx.x & 1) == 0;
-              f = ISS<I>(p, 4, F_LOAD | (g ? F_ACTIVE : 0u), 8);
-              unsigned v = 0xdeadbeefu; if (g) v = *(unsigned*)p; WT<I>(f, 8); res = v; break; }
-    case 9: { if (threadIdx.x & 4) { f = ISS<I>(p, 4, F_LOAD | F_ACTIVE, 9); unsigned v = *(unsigned*)p; WT<I>(f, 9); res = v + 1; }
-              else { unsigned char* q = p + 4096 * 3; f = ISS<I>(q, 4, F_LOAD | F_ACTIVE, 10); unsigned v = *(unsigned*)q; WT<I>(f, 10); res = v * 7; }
+              f = ISS<I>(p, 4, F_LOAD | (g ? F_ACTIVE : 0u), SITE(2, 8));
+              unsigned v = 0xdeadbeefu; if (g) v = *(unsigned*)p; WT<I>(f, SITE(2, 8)); res = v; break; }
+    case 9: { if (threadIdx.x & 4) { f = ISS<I>(p, 4, F_LOAD | F_ACTIVE, SITE(2, 9)); unsigned v = *(unsigned*)p; WT<I>(f, SITE(2, 9)); res = v + 1; }
+              else { unsigned char* q = p + 4096 * 3; f = ISS<I>(q, 4, F_LOAD | F_ACTIVE, SITE(2, 10)); unsigned v = *(unsigned*)q; WT<I>(f, SITE(2, 10)); res = v * 7; }
               break; }
     case 10: { unsigned long long s = 0, fj = 0;
-               for (int k = 0; k < 8; ++k) { unsigned char* q = p + k * 256; unsigned long long fk = ISS<I>(q, 4, F_LOAD | F_ACTIVE, 11);
-                                              unsigned v = *(unsigned*)q; WT<I>(fk, 11); s += (unsigned long long)v << (k & 3); fj |= fk; }
+               for (int k = 0; k < 8; ++k) { unsigned char* q = p + k * 256; unsigned long long fk = ISS<I>(q, 4, F_LOAD | F_ACTIVE, SITE(2, 11));
+                                              unsigned v = *(unsigned*)q; WT<I>(fk, SITE(2, 11)); s += (unsigned long long)v << (k & 3); fj |= fk; }
                f = fj; res = s; break; }
     case 11: { // predicated first use, then an unconditional use: the wait must be on both paths
-               f = ISS<I>(p, 4, F_LOAD | F_ACTIVE, 12); unsigned v = *(unsigned*)p;
+               f = ISS<I>(p, 4, F_LOAD | F_ACTIVE, SITE(2, 12)); unsigned v = *(unsigned*)p;
                unsigned r = 0;
-               if (threadIdx.x % 3 == 0) { WT<I>(f, 12); r = v ^ 0x55u; }
-               WT<I>(f, 13); r += v; res = r; break; }
+               if (threadIdx.x % 3 == 0) { WT<I>(f, SITE(2, 12)); r = v ^ 0x55u; }
+               WT<I>(f, SITE(2, 13)); r += v; res = r; break; }
     case 12: { unsigned* q = (unsigned*)(p);
-               unsigned long long fs = ISS<I>(q, 4, F_STORE | F_ACTIVE, 14); *q = (unsigned)tid * 2654435761u; WT<I>(fs, 14);
+               unsigned long long fs = ISS<I>(q, 4, F_STORE | F_ACTIVE, SITE(2, 14)); *q = (unsigned)tid * 2654435761u; WT<I>(fs, SITE(2, 14));
                __threadfence();
-               f = ISS<I>(q, 4, F_LOAD | F_ACTIVE, 15); unsigned v = *(volatile unsigned*)q; WT<I>(f, 15); res = v; break; }
+               f = ISS<I>(q, 4, F_LOAD | F_ACTIVE, SITE(2, 15)); unsigned v = *(volatile unsigned*)q; WT<I>(f, SITE(2, 15)); res = v; break; }
     case 13: { unsigned* q = (unsigned*)(src + off);   // every thread adds to one word (+ a per-warp word)
-               f = ISS<I>(q, 4, F_ATOMIC | F_ACTIVE | F_WAIT_NOW, 16); WT<I>(f, 16);
+               f = ISS<I>(q, 4, F_ATOMIC | F_ACTIVE | F_WAIT_NOW, SITE(2, 16)); WT<I>(f, SITE(2, 16));
                atomicAdd(q, 1u);
                unsigned* w = (unsigned*)(src + off + 64 + (tid >> 5) * 4);
-               unsigned long long f2 = ISS<I>(w, 4, F_ATOMIC | F_ACTIVE | F_WAIT_NOW, 17); WT<I>(f2, 17);
+               unsigned long long f2 = ISS<I>(w, 4, F_ATOMIC | F_ACTIVE | F_WAIT_NOW, SITE(2, 17)); WT<I>(f2, SITE(2, 17));
                unsigned old = atomicAdd(w, (unsigned)(tid & 31) + 1u); (void)old;
                res = 1; break; }
     case 14: { void* gp = (void*)p;                     // generic pointer to global
-               f = ISS<I>(gp, 4, F_LOAD | F_ACTIVE | F_GENERIC, 18); unsigned v = *(unsigned*)gp; WT<I>(f, 18);
+               f = ISS<I>(gp, 4, F_LOAD | F_ACTIVE | F_GENERIC, SITE(2, 18)); unsigned v = *(unsigned*)gp; WT<I>(f, SITE(2, 18));
                sh[threadIdx.x] = v ^ 0xa5a5a5a5u; __syncthreads();
                void* sp = (void*)&sh[(threadIdx.x + 1) % blockDim.x];   // generic pointer to shared: native
-               unsigned long long fsh = ISS<I>(sp, 4, F_LOAD | F_ACTIVE | F_GENERIC, 19); unsigned w = *(unsigned*)sp; WT<I>(fsh, 19);
-               res = ((unsigned long long)w << 32) | v; f |= (fsh ? (1ull << 62) : 0ull); break; }
+               unsigned long long fsh = ISS<I>(sp, 4, F_LOAD | F_ACTIVE | F_GENERIC, SITE(2, 19)); unsigned w = *(unsigned*)sp; WT<I>(fsh, SITE(2, 19));
+               res = ((unsigned long long)w << 32) | v; extra = fsh ? 2ull : 0ull; break; }
     case 15: { unsigned sa = (unsigned)__cvta_generic_to_shared(&sh[threadIdx.x * 4]);
-               f = ISS<I>(p, 16, F_CPASYNC | F_ACTIVE, 20);
+               f = ISS<I>(p, 16, F_CPASYNC | F_ACTIVE, SITE(2, 20));
                asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(p) : "memory");
                asm volatile("cp.async.commit_group;" ::: "memory");
                asm volatile("cp.async.wait_all;" ::: "memory");
-               WT<I>(f, 20);
+               WT<I>(f, SITE(2, 20));
                __syncthreads();
                uint4 v = *(uint4*)&sh[threadIdx.x * 4];
                res = ((unsigned long long)(v.x ^ v.w) << 32) | (v.y + v.z); break; }
-    case 16: { f = ISS<I>(p, 4, F_LOAD | F_ACTIVE, 21); unsigned v = *(unsigned*)p; WT<I>(f, 21);
+    case 16: { f = ISS<I>(p, 4, F_LOAD | F_ACTIVE, SITE(2, 21)); unsigned v = *(unsigned*)p; WT<I>(f, SITE(2, 21));
                sh[threadIdx.x] = v; __syncthreads();
                for (int s = blockDim.x / 2; s > 0; s >>= 1) { if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s]; __syncthreads(); }
                res = sh[0]; break; }
     default: break;
     }
-    unsigned long long fo = ISS<I>(o, 16, F_STORE | F_ACTIVE, 30);   // output buffer is never registered
+    unsigned long long fo = ISS<I>(o, 16, F_STORE | F_ACTIVE, SITE(2, 30));   // output buffer is never registered
     o[0] = res;
     o[1] = (unsigned long long)(uintptr_t)p;
-    WT<I>(fo, 30);
-    tier[tid] = (f != 0ull) ? 1ull : 0ull;
+    WT<I>(fo, SITE(2, 30));
+    tier[tid] = ((f != 0ull) ? 1ull : 0ull) | extra;
     EXIT<I>(2);
 }
 extern "C" __global__ void sem_plain(int k, unsigned char* s, unsigned char* d, unsigned long long* t, long long off, int st) { sem_body<false>(k, s, d, t, off, st); }
@@ -188,9 +190,9 @@ __device__ void rate_body(const unsigned* src, unsigned long long n_words, unsig
     for (int k = 0; k < iters; ++k) {
         const unsigned long long idx = ((warp * 1024ull + (unsigned long long)k * 1024ull * 977ull) + (tid & 31)) % n_words;
         const unsigned* q = src + idx;
-        unsigned long long f = ISS<I>(q, 4, F_LOAD | F_ACTIVE, 0);
+        unsigned long long f = ISS<I>(q, 4, F_LOAD | F_ACTIVE, SITE(3, 0));
         unsigned v = *q;
-        WT<I>(f, 0);
+        WT<I>(f, SITE(3, 0));
         acc += v;
     }
     out[tid] = acc;

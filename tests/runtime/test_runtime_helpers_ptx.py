@@ -1,0 +1,109 @@
+"""The helper PTX builds, assembles for sm_90a, exports exactly the ABI of hbf_abi.h, and links
+with a kernel that calls it."""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runtime_cuda import linker
+
+ROOT = Path(__file__).resolve().parents[2]
+ABI = ROOT / "runtime_cuda" / "include" / "hbf_abi.h"
+
+
+@pytest.fixture(scope="module")
+def helper(nvcc, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ptx") / "hbf_helpers.ptx"
+    r = subprocess.run(["make", "-s", f"HELPER_PTX={out}", str(out)], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr + r.stdout
+    return out
+
+
+def _decls(text: str) -> dict[str, tuple[str, str, list[str], list[str]]]:
+    """name -> (linkage, kind, return param types, param types) for every exported symbol."""
+    out = {}
+    for m in re.finditer(r"^\.(visible|weak) \.func\s*(\((.*?)\))?\s*(\w+)\s*\((.*?)\)", text, flags=re.M | re.S):
+        rets = re.findall(r"\.param\s+\.(\w+)", m.group(3) or "")
+        params = re.findall(r"\.param\s+\.(\w+)", m.group(5))
+        out[m.group(4)] = (m.group(1), "func", rets, params)
+    for m in re.finditer(r"^\.(visible|weak) \.global\s+(?:\.align \d+\s+)?\.(\w+)\s+(\w+)", text, flags=re.M):
+        out[m.group(3)] = (m.group(1), "global", [m.group(2)], [])
+    return out
+
+
+def _abi_decls() -> dict[str, tuple[str, str, list[str], list[str]]]:
+    """The prototypes and globals written in hbf_abi.h's comment."""
+    text = ABI.read_text()
+    out = {}
+    for m in re.finditer(r"\.weak \.func\s*(\((.*?)\))?\s*(__hb_\w+)\((.*?)\);", text, flags=re.S):
+        out[m.group(3)] = ("weak", "func", re.findall(r"\.param \.(\w+)", m.group(2) or ""),
+                           re.findall(r"\.param \.(\w+)", m.group(4)))
+    for m in re.finditer(r"\.visible \.global \.align \d+ \.(\w+) (__hb_\w+);", text):
+        out[m.group(2)] = ("visible", "global", [m.group(1)], [])
+    return out
+
+
+def test_abi_header_lists_the_five_helpers_and_two_globals():
+    a = _abi_decls()
+    assert set(a) == {"__hb_issue", "__hb_wait", "__hb_future_join", "__hb_kernel_enter", "__hb_kernel_exit",
+                      "__hb_state", "__hb_kslot_base"}
+
+
+def test_helper_ptx_exports_exactly_the_abi(helper):
+    got = _decls(helper.read_text())
+    want = _abi_decls()
+    assert set(got) == set(want), f"exports differ: extra {set(got) - set(want)}, missing {set(want) - set(got)}"
+    for name, (link, kind, rets, params) in want.items():
+        g = got[name]
+        assert g[0] == link and g[1] == kind, (name, g)
+        norm = lambda ts: [t.replace("u64", "b64").replace("u32", "b32") for t in ts]  # noqa: E731
+        assert norm(g[2]) == norm(rets), (name, g[2], rets)
+        assert norm(g[3]) == norm(params), (name, g[3], params)
+
+
+def test_helper_ptx_targets_sm90a_and_assembles(helper, tmp_path):
+    text = helper.read_text()
+    assert re.search(r"^\.target sm_90a", text, flags=re.M)
+    r = subprocess.run([linker.tool("ptxas"), "-arch=sm_90a", "-c", "-v", str(helper), "-o", str(tmp_path / "h.o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "__hb_issue" in r.stderr   # -v reports every function
+
+
+def test_host_mapped_words_polled_with_acquire_or_volatile_only(helper):
+    """The control-region rules: acquire/volatile loads, release stores (no plain polling)."""
+    text = helper.read_text()
+    assert "ld.acquire.sys.global.u64" in text
+    assert "st.release.sys.global.u64" in text
+    assert "%globaltimer" in text and "nanosleep" in text
+    assert "trap;" in text
+
+
+def test_kernel_calling_helpers_links_into_a_cubin(nvcc, tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text(
+        'extern "C" __device__ unsigned long long __hb_issue(unsigned long long, unsigned, unsigned, unsigned);\n'
+        'extern "C" __device__ void __hb_wait(unsigned long long, unsigned);\n'
+        'extern "C" __global__ void k(float* a){ unsigned long long f = __hb_issue((unsigned long long)a, 4, 4, 0);'
+        ' float v = *a; __hb_wait(f, 0); a[1] = v; }\n')
+    ptx = linker.cu_to_ptx(src, tmp_path / "k.ptx")
+    cubin = linker.link_cubin([ptx], tmp_path / "k.cubin")
+    data = cubin.read_bytes()
+    assert data[:4] == b"\x7fELF"
+    assert b"__hb_state" in data and b"__hb_issue" in data
+    with pytest.raises(Exception) as ei:   # without the helpers the link must fail
+        linker.link_cubin([ptx], tmp_path / "bad.cubin", with_helpers=False)
+    assert "__hb_issue" in str(ei.value)
+
+
+def test_microbench_builds_and_links(nvcc, tmp_path):
+    info = linker.build_microbench(tmp_path)
+    assert info["cubin"].stat().st_size > 10_000
+    text = info["ptx"].read_text()
+    for k in ("stream_plain", "stream_instr", "probe_instr", "sem_instr", "rate_instr"):
+        assert f".entry {k}(" in text
+    plain = text.split(".entry stream_plain(")[1].split(".entry")[0]
+    assert "__hb_" not in plain   # the plain twin calls no helper

@@ -1,0 +1,133 @@
+"""The workload API against a real hbfd on CPU: attach, map, register/unregister, errors, device-state
+mirror, launch gate (refused / allowed-unmodeled, reported to the daemon), registration after an
+admitted launch, counters section. CUDA calls are skipped (cuda=False) — the GPU half is test_runtime_gpu."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import runtime_cuda
+from hbfcommon import ctl as C
+from hbfcommon.errors import ErrorCode, HbfError
+from runtime_cuda import devstate as D
+from runtime_cuda.session import KernelInfo, LaunchRefused
+
+BASE = 0x7E0000000000
+
+
+@pytest.fixture()
+def sess(hbfd_daemon):
+    sock, _, _ = hbfd_daemon
+    s = runtime_cuda.attach(socket=sock, cuda=False)
+    yield s
+    for r in list(s.ranges):
+        s.unregister(r.range_id)
+    s.close()
+
+
+def test_attach_maps_the_daemons_region(sess, hbfd_daemon):
+    h = sess.ctl.ctl.header
+    assert h.magic == C.HBF_CTL_MAGIC and h.total_bytes == C.CTL_BYTES
+    assert h.daemon_pid == hbfd_daemon[2].pid
+    assert h.heartbeat > 0                      # the daemon is ready
+    assert sess.attach_reply.ctl_path.startswith("/proc/")
+
+
+def test_register_mirrors_the_published_snapshot(sess):
+    r = sess.register_timing_range(BASE, 1 << 20, C.HBF_PERM_READ)
+    assert r.range_id > 0 and r.media_offset % 4096 == 0
+    st = sess.state
+    assert st.n_ranges == 1 and st.generation == sess.ctl.ctl.ranges.generation
+    d = st.ranges[0]
+    assert (d.base, d.end, d.range_id, d.perms, d.mode) == (BASE, BASE + (1 << 20), r.range_id,
+                                                             C.HBF_PERM_READ, C.HBF_MODE_TIMING)
+    assert st.lo == BASE - D.HBF_DEV_GUARD_BYTES and st.lo + st.span == BASE + (1 << 20)
+    assert st.range_seq % 2 == 0
+    f = sess.register_flag_range(BASE + (4 << 20), 4096, flag_class=3)
+    assert sess.state.n_ranges == 2 and sess.state.ranges[1].mode == C.HBF_MODE_FLAG
+    sess.unregister(r)
+    sess.unregister(f)
+    assert sess.state.n_ranges == 0 and sess.state.span == 0
+
+
+def test_registration_errors_carry_codes(sess):
+    sess.register_timing_range(BASE, 1 << 20)
+    with pytest.raises(HbfError) as ei:
+        sess.register_timing_range(BASE + 4096, 4096)
+    assert ei.value.code == ErrorCode.RANGE_OVERLAP
+    with pytest.raises(HbfError) as ei:
+        sess.register_timing_range(BASE + (8 << 20), 0)
+    assert ei.value.code == ErrorCode.RANGE_ZERO_LENGTH
+    with pytest.raises(HbfError) as ei:
+        sess.unregister(999_999)
+    assert ei.value.code == ErrorCode.RANGE_NOT_FOUND
+    assert sess.state.n_ranges == 1             # nothing half-applied
+
+
+def _summary(s) -> dict:
+    return json.loads(s.client.call("GetSummary", s.client.pb.GetSummaryRequest()).summary_json)
+
+
+def test_gate_refuses_non_admitted_kernel_reaching_a_range_and_reports_it(sess):
+    sess.register_timing_range(BASE, 1 << 20)
+    sess.gate("native_ok", None, [BASE + (2 << 20)])        # reaches nothing: allowed
+    with pytest.raises(LaunchRefused) as ei:
+        sess.gate("bad_kernel", KernelInfo("bad_kernel", 0, 0, False, ["ld.global.nc.v8 not modeled"]),
+                  [BASE + 64])
+    assert ei.value.code == ErrorCode.LAUNCH_REFUSED
+    assert "ld.global.nc.v8 not modeled" in str(ei.value)
+    with pytest.raises(LaunchRefused):
+        sess.gate("unknown_args", None, None)                # arguments unknown (Triton): refused
+    text = json.dumps(_summary(sess))
+    assert "launch_refused" in text and "bad_kernel" in text
+
+
+def test_allow_unmodeled_runs_and_says_so(hbfd_daemon):
+    s = runtime_cuda.attach(socket=hbfd_daemon[0], allow_unmodeled=True, cuda=False)
+    try:
+        r = s.register_timing_range(BASE + (16 << 20), 4096)
+        s.gate("k_unmodeled", None, [BASE + (16 << 20)])     # no exception
+        assert s.unmodeled_launches and s.unmodeled_launches[0]["kernel"] == "k_unmodeled"
+        assert s.counters()["unmodeled_launches"]
+        assert "k_unmodeled" in json.dumps(_summary(s))
+        s.unregister(r)
+    finally:
+        s.close()
+
+
+def test_registration_after_an_admitted_launch_is_refused(sess):
+    sess.gate("admitted_k", KernelInfo("admitted_k", 0, 0, True), [BASE + (32 << 20) + 100])
+    with pytest.raises(HbfError) as ei:
+        sess.register_timing_range(BASE + (32 << 20), 4096)
+    assert ei.value.code == ErrorCode.RANGE_ADMITTED
+    sess.register_timing_range(BASE + (40 << 20), 4096)     # a range that launch could not reach is fine
+
+
+def test_counters_published_into_the_region(sess):
+    seq = sess.ctl.ctl.counters.device_sync_seq
+    c = sess.counters()
+    assert set(c["totals"]["ops"]) == set(C.OP_NAMES)
+    assert sess.ctl.ctl.counters.device_sync_seq == seq + 1
+
+
+def test_closed_session_refuses_calls(hbfd_daemon):
+    s = runtime_cuda.attach(socket=hbfd_daemon[0], cuda=False)
+    s.close()
+    with pytest.raises(HbfError):
+        s.register_timing_range(BASE, 4096)
+
+
+def test_no_daemon_is_a_clear_error(tmp_path):
+    with pytest.raises(HbfError) as ei:
+        runtime_cuda.attach(socket=str(tmp_path / "none.sock"), cuda=False)
+    assert ei.value.code == ErrorCode.DAEMON_UNAVAILABLE
+
+
+def test_artifact_parsing():
+    from runtime_cuda.session import artifact_kernels
+    assert artifact_kernels({"kernels": [{"name": "a", "admitted": True},
+                                         {"name": "b", "refused": ["tma multicast"]}]}) == \
+        [("a", True, []), ("b", False, ["tma multicast"])]
+    assert artifact_kernels({"kernels": {"c": {"admitted": False, "reasons": ["x"]}}}) == [("c", False, ["x"])]
+    assert artifact_kernels(None) == []
