@@ -25,7 +25,7 @@ in this process (workloads.gemv_allreduce.record.knobs) and in every child.
 The replay backend is ``--replay-backend MODULE:FUNCTION`` (default
 ``workloads.gemv_allreduce.record.replay:replay_observations``), called as
 
-    FUNCTION(traces, *, engine, recording, target, slow_frac, device) -> list[observation]
+    FUNCTION(traces, *, engine, recording, target, slow_frac, device, lag_ns) -> list[observation]
 
 with observations in the ``hbfsim.eidola.observation`` format (hbfd/eidola/compare.py).
 """
@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--policy", default="seen", choices=("seen", "hybrid"))
     ap.add_argument("--replay-device", type=int, default=0)
+    ap.add_argument("--lag-ns", type=int, default=500,
+                    help="engine (a) visibility lag subtracted from every wakeup (calibrate with "
+                         "issue 7's probe; notes §3.4 measured ~500 ns)")
     ap.add_argument("--replay-backend", default=DEFAULT_BACKEND)
     ap.add_argument("--work-dir", default=None, help="recordings/traces (default: $OUT or /tmp)")
     ap.add_argument("--results", default=str(ROOT / "bench" / "results"))
@@ -159,13 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         res["engines_results"] = {}
         for eng in engines:
             rep = backend(traces, engine=eng, recording=rec, target=a.target, slow_frac=0.0,
-                          device=a.replay_device)
+                          device=a.replay_device, lag_ns=a.lag_ns)
             cmp_ = compare_runs(real, rep)
             write_report(cmp_, md_path=work / f"compare_{eng}.md")
             pert_rows = []
             for s in slowdowns:
                 rep_s = backend(traces, engine=eng, recording=rec, target=a.target, slow_frac=s,
-                                device=a.replay_device)
+                                device=a.replay_device, lag_ns=a.lag_ns)
                 c = compare_runs(perturbed[s], rep_s)
                 pert_rows.append({"slowdown": s, "kernel_rel_error": c["summary"]["kernel_rel_error"],
                                   "variability": c["variability"],

@@ -90,6 +90,18 @@ class RecordConfig:
 
 # ---------------------------------------------------------------------------------------------
 # device discovery (works without a driver: 0 GPUs)
+def rank_inputs(seed: int, M: int, K: int):
+    """(W, x) of rank 0, 1, 2, ... in order (float32, deterministic for a seed); the replay
+    regenerates the target's operands with the same generator."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    while True:
+        W = rng.standard_normal((M, K), dtype=np.float32) / np.float32(math.sqrt(K))
+        x = rng.standard_normal(K, dtype=np.float32)
+        yield W, x
+
+
 def gpu_count() -> tuple[int, str]:
     """(number of CUDA devices, how it was found / why none)."""
     try:
@@ -302,13 +314,12 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
         resolution = max(res_ns)
         timeout_ns = cfg.timeout_ms * 1_000_000
         # per-rank buffers
-        rng = np.random.default_rng(cfg.seed)
+        inputs = rank_inputs(cfg.seed, cfg.M, cfg.K)
         st_stride = (lay["st.sizeof"] + 255) // 256 * 256
         ctr_bytes = lay["st.max_classes"] * lay["st.nctr"] * 8
         bufs = []
         for r in ranks:
-            W = rng.standard_normal((cfg.M, cfg.K), dtype=np.float32) / np.float32(math.sqrt(cfg.K))
-            x = rng.standard_normal(cfg.K, dtype=np.float32)
+            W, x = next(inputs)
             b = {"W": r.alloc(W.nbytes, zero=False), "x": r.alloc(x.nbytes, zero=False),
                  "y": r.alloc(cfg.M * 4), "inbox": r.alloc(2 * nb * n * R * 4),
                  "flags": r.alloc(nb * n * 4),
@@ -478,13 +489,18 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
                "env": {**env, "CUDA_VISIBLE_DEVICES": knobs.CUDA_VISIBLE_DEVICES},
                "devices": [{"index": r.i, "name": r.name, "sms": int(r.sms)} for r in ranks],
                "runs": runs}
-        validate_recording(rec)
-        outp = Path(cfg.out)
-        save_json(outp, rec)
+        outp = Path(cfg.out).resolve()
+        outp.parent.mkdir(parents=True, exist_ok=True)
         stem = outp.name.split(".")[0]
+        inbox_files = []
         for ri in range(n):
-            np.save(outp.with_name(f"{stem}.inbox_rank{ri}.npy"), logs[ri]["inbox"])
+            f = outp.with_name(f"{stem}.inbox_rank{ri}.npy")
+            np.save(f, logs[ri]["inbox"])
+            inbox_files.append(str(f))
         np.save(outp.with_name(f"{stem}.y.npy"), logs[0]["y"])
+        rec["meta"] = {"inbox_files": inbox_files, "output_file": str(outp.with_name(f"{stem}.y.npy"))}
+        validate_recording(rec)
+        save_json(outp, rec)
         return rec
     finally:
         for r in ranks:
