@@ -49,3 +49,8 @@ def thermal_tick_ns() -> int:
 
 def log_level() -> str:
     return os.environ.get("HBFD_LOG", "INFO").upper()
+
+
+def demo_mode() -> str:
+    """``$HBFD_DEMO``: ``auto`` (GPU demo when a GPU and runtime_cuda.demo exist) or ``cpu``."""
+    return os.environ.get("HBFD_DEMO", "auto")
