@@ -1,0 +1,43 @@
+// Test fixture (NOT the product): a minimal implementation of the helper ABI of
+// runtime_cuda/include/hbf_abi.h, used by the hbfcc linking tests alongside the real helper PTX
+// (build/runtime_cuda/hbf_helpers.ptx). It deliberately has a module-local symbol that collides
+// with nvcc's own naming ($str from printf) and an internal function, to exercise the linker's
+// renaming and .extern handling.
+#include <cstdio>
+
+extern "C" {
+__device__ unsigned long long __hb_state;
+__device__ unsigned int __hb_kslot_base;
+}
+
+static __device__ __noinline__ unsigned long long fixture_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+extern "C" __device__ __noinline__ unsigned long long __hb_issue(unsigned long long addr, unsigned int bytes,
+                                                                 unsigned int flags, unsigned int site) {
+    if ((flags & 0x4u) == 0u || __hb_state == 0ull) return 0ull;
+    if (__hb_state == 1ull) printf("issue %llx %u %u %u\n", addr, bytes, flags, site);
+    return fixture_now() + 1000ull;
+}
+
+extern "C" __device__ __noinline__ void __hb_wait(unsigned long long fut, unsigned int site) {
+    if (fut == 0ull || __hb_state == 0ull) return;
+    while (fixture_now() < fut) {
+    }
+}
+
+extern "C" __device__ __noinline__ unsigned long long __hb_future_join(unsigned long long a,
+                                                                       unsigned long long b) {
+    return a > b ? a : b;
+}
+
+extern "C" __device__ __noinline__ void __hb_kernel_enter(unsigned int kernel_index) {
+    if (__hb_state) atomicAdd(&__hb_kslot_base, 0u);
+}
+
+extern "C" __device__ __noinline__ void __hb_kernel_exit(unsigned int kernel_index) {
+    if (__hb_state) atomicAdd(&__hb_kslot_base, 0u);
+}

@@ -1,0 +1,532 @@
+"""Golden tests of the timing pass: where issues, waits and drains land (DESIGN.md §3.3).
+
+Each case is a small hand-written kernel; the expected trace lists the original instructions and
+the helper calls hbfcc inserts, in order. Every rewritten case also assembles with ptxas (sm_90a)
+with the helper module linked.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hbfcc_testutil as U  # noqa: E402
+
+from hbfcc import helpers as H  # noqa: E402
+from hbfcc.passes.timing import timing_pass  # noqa: E402
+from hbfcc.ptx import parse_module  # noqa: E402
+from hbfcc.rewrite import rewrite_text  # noqa: E402
+
+HDR = """.version 9.0
+.target sm_90a
+.address_size 64
+"""
+
+LD = H.F_OP_LOAD | H.F_ACTIVE            # 4
+ST = H.F_OP_STORE | H.F_ACTIVE           # 5
+
+
+def kernel(body: str, regs: str = "", params: str = ".param .u64 k_p, .param .u32 k_n", extra_top: str = "") -> str:
+    return HDR + extra_top + f"""
+.visible .entry k({params})
+{{
+    .reg .pred %p<4>;
+    .reg .b32 %r<16>;
+    .reg .b64 %rd<16>;
+    .reg .f32 %f<8>;
+    {regs}
+    ld.param.u64 %rd1, [k_p];
+    ld.param.u32 %r1, [k_n];
+    setp.gt.u32 %p1, %r1, 5;
+{body}
+}}
+"""
+
+
+PRE = ["kernel_enter 0", "ld.param.u64 %rd1, [k_p];", "ld.param.u32 %r1, [k_n];", "setp.gt.u32 %p1, %r1, 5;"]
+EXIT = ["wait %__hb_d", "kernel_exit 0", "ret;"]
+
+
+def run_pass(text: str, meta=None):
+    meta = {} if meta is None else meta
+    m = timing_pass(parse_module(text), meta)
+    return m, meta
+
+
+def trace_of(text: str, **kw) -> list[str]:
+    m, _ = run_pass(text)
+    return U.trace(m, "k", **kw)
+
+
+def assemble_linked(text: str) -> None:
+    for hp in U.helper_paths():
+        res = rewrite_text(text, helper=H.load_helper(hp))
+        U.assemble(res.text)
+
+
+# --------------------------------------------------------------------------------------------
+
+def test_predicated_use_then_unconditional_use_still_waits():
+    """The known trap: a predicated first use must not clear the may-pending state."""
+    src = kernel("""
+    ld.global.u32 %r2, [%rd1];
+    @%p1 add.s32 %r3, %r2, 1;
+    add.s32 %r4, %r2, 2;
+    st.global.u32 [%rd1+4], %r4;
+    ret;""")
+    assert trace_of(src) == PRE + [
+        f"issue bytes=4 flags={LD} site=0",
+        "ld.global.u32 %r2, [%rd1];",
+        "@%p1 wait %__hb_f0",
+        "@%p1 add.s32 %r3, %r2, 1;",
+        "wait %__hb_f0",                     # the unconditional path still waits
+        "add.s32 %r4, %r2, 2;",
+        f"issue bytes=4 flags={ST} site=1",
+        "join %__hb_d %__hb_t",
+        "st.global.u32 [%rd1+4], %r4;",
+    ] + EXIT
+    assemble_linked(src)
+
+
+def test_unconditional_wait_clears_pending():
+    src = kernel("""
+    ld.global.u32 %r2, [%rd1];
+    add.s32 %r3, %r2, 1;
+    add.s32 %r4, %r2, 2;
+    ret;""")
+    t = trace_of(src)
+    assert t.count("wait %__hb_f0") == 1
+    assert t.index("wait %__hb_f0") == t.index("add.s32 %r3, %r2, 1;") - 1
+
+
+def test_diamond_cfg_waits_on_both_paths_futures():
+    src = kernel("""
+    @%p1 bra ELSE;
+    ld.global.u32 %r2, [%rd1];
+    bra.uni JOIN;
+ELSE:
+    ld.global.u32 %r2, [%rd1+8];
+JOIN:
+    add.s32 %r3, %r2, 1;
+    st.global.u32 [%rd1], %r3;
+    ret;""")
+    t = trace_of(src)
+    j = t.index("add.s32 %r3, %r2, 1;")
+    assert t[j - 2:j] == ["wait %__hb_f0", "wait %__hb_f1"]
+    # no wait inside either arm
+    assert not any(x.startswith("wait %__hb_f") for x in t[:j - 2])
+    assemble_linked(src)
+
+
+def test_diamond_one_arm_loads():
+    src = kernel("""
+    mov.u32 %r2, 0;
+    @%p1 bra JOIN;
+    ld.global.u32 %r2, [%rd1];
+JOIN:
+    add.s32 %r3, %r2, 1;
+    ret;""")
+    t = trace_of(src)
+    j = t.index("add.s32 %r3, %r2, 1;")
+    assert t[j - 1] == "wait %__hb_f0"
+
+
+def test_loop_back_edge_use_waits_and_fixpoint():
+    src = kernel("""
+    mov.u32 %r2, 0;
+    mov.u32 %r5, 0;
+LOOP:
+    add.s32 %r5, %r5, %r2;
+    ld.global.u32 %r2, [%rd1];
+    add.s64 %rd1, %rd1, 4;
+    add.s32 %r1, %r1, -1;
+    setp.ne.s32 %p2, %r1, 0;
+    @%p2 bra LOOP;
+    add.s32 %r6, %r5, %r2;
+    st.global.u32 [%rd1], %r6;
+    ret;""")
+    t = trace_of(src)
+    # the use at the loop head reads the value loaded in the previous iteration
+    i = t.index("add.s32 %r5, %r5, %r2;")
+    assert t[i - 1] == "wait %__hb_f0"
+    # after the loop (last iteration's load)
+    j = t.index("add.s32 %r6, %r5, %r2;")
+    assert t[j - 1] == "wait %__hb_f0"
+    # issue precedes the load inside the loop; the load's own address is not pending
+    k = t.index("ld.global.u32 %r2, [%rd1];")
+    assert t[k - 1].startswith("issue ")
+    assemble_linked(src)
+
+
+def test_loop_pending_across_nested_loops():
+    src = kernel("""
+    ld.global.u32 %r2, [%rd1];
+    mov.u32 %r7, 0;
+OUTER:
+    mov.u32 %r8, 0;
+INNER:
+    add.s32 %r8, %r8, 1;
+    setp.lt.u32 %p2, %r8, 4;
+    @%p2 bra INNER;
+    add.s32 %r7, %r7, 1;
+    setp.lt.u32 %p3, %r7, 4;
+    @%p3 bra OUTER;
+    add.s32 %r9, %r2, %r7;
+    ret;""")
+    t = trace_of(src)
+    assert t.count("wait %__hb_f0") == 1
+    assert t[t.index("add.s32 %r9, %r2, %r7;") - 1] == "wait %__hb_f0"
+
+
+def test_unguarded_overwrite_ends_pending_without_wait():
+    src = kernel("""
+    ld.global.u32 %r2, [%rd1];
+    mov.u32 %r2, 7;
+    add.s32 %r3, %r2, 1;
+    ret;""")
+    t = trace_of(src)
+    assert not any(x.startswith("wait %__hb_f") for x in t)
+
+
+def test_guarded_overwrite_keeps_pending():
+    src = kernel("""
+    ld.global.u32 %r2, [%rd1];
+    @%p1 mov.u32 %r2, 7;
+    add.s32 %r3, %r2, 1;
+    ret;""")
+    t = trace_of(src)
+    assert t[t.index("add.s32 %r3, %r2, 1;") - 1] == "wait %__hb_f0"
+    assert t.count("wait %__hb_f0") == 1
+
+
+def test_guarded_load_site_flags_and_future_update():
+    src = kernel("""
+    @%p1 ld.global.u32 %r2, [%rd1+16];
+    @!%p1 ld.global.u32 %r3, [%rd1];
+    add.s32 %r4, %r2, %r3;
+    ret;""")
+    m, meta = run_pass(src)
+    t = U.trace(m, "k", keep_hb_movs=True)
+    # the call itself is unconditional; ACTIVE comes from the guard through selp
+    assert "hb: add.s64 %__hb_a, %rd1, 16;" in t
+    assert "hb: selp.b32 %__hb_fl, 4, 0, %p1;" in t
+    assert "hb: selp.b32 %__hb_fl, 0, 4, %p1;" in t
+    assert "issue bytes=4 flags=%__hb_fl site=0" in t
+    # the future register changes only where the load happens
+    assert "hb: @%p1 mov.b64 %__hb_f0, %__hb_t;" in t
+    assert "hb: @!%p1 mov.b64 %__hb_f1, %__hb_t;" in t
+    j = t.index("add.s32 %r4, %r2, %r3;")
+    assert t[j - 4:j] == ["wait %__hb_f0", "hb: mov.b64 %__hb_f0, 0;", "wait %__hb_f1", "hb: mov.b64 %__hb_f1, 0;"]
+    assemble_linked(src)
+
+
+def test_pointer_chase_waits_before_issue():
+    src = kernel("""
+    ld.global.u64 %rd2, [%rd1];
+    ld.global.u32 %r2, [%rd2+4];
+    st.global.u32 [%rd1], %r2;
+    ret;""")
+    t = trace_of(src)
+    i = t.index("ld.global.u32 %r2, [%rd2+4];")
+    assert t[i - 2:i] == ["wait %__hb_f0", f"issue bytes=4 flags={LD} site=1"]
+
+
+def test_vector_load_sinks_and_bytes():
+    src = kernel("""
+    ld.global.v4.f32 {%f1, _, %f3, %f4}, [%rd1];
+    add.f32 %f5, %f3, %f3;
+    add.f32 %f6, %f1, %f4;
+    ret;""")
+    t = trace_of(src)
+    assert f"issue bytes=16 flags={LD} site=0" in t
+    assert t[t.index("add.f32 %f5, %f3, %f3;") - 1] == "wait %__hb_f0"
+    # one future for the whole vector: the second use does not wait again
+    assert t.count("wait %__hb_f0") == 1
+
+
+def test_volatile_acquire_and_atomics_wait_at_once():
+    src = kernel("""
+    ld.volatile.global.u32 %r2, [%rd1];
+    ld.acquire.gpu.global.u32 %r3, [%rd1+4];
+    atom.global.add.u32 %r4, [%rd1+8], 1;
+    add.s32 %r5, %r2, %r3;
+    add.s32 %r5, %r5, %r4;
+    ret;""")
+    t = trace_of(src)
+    wn = H.F_WAIT_NOW
+    i = t.index("ld.volatile.global.u32 %r2, [%rd1];")
+    assert t[i - 2:i] == [f"issue bytes=4 flags={LD | wn} site=0", "wait %__hb_w"]
+    i = t.index("ld.acquire.gpu.global.u32 %r3, [%rd1+4];")
+    assert t[i - 2:i] == [f"issue bytes=4 flags={LD | wn} site=1", "wait %__hb_w"]
+    i = t.index("atom.global.add.u32 %r4, [%rd1+8], 1;")
+    assert t[i - 3:i] == ["wait %__hb_d", f"issue bytes=4 flags={H.F_OP_ATOMIC | H.F_ACTIVE | wn} site=2",
+                          "wait %__hb_w"]
+    # nothing pending afterwards
+    assert not any(x.startswith("wait %__hb_f") for x in t)
+    assemble_linked(src)
+
+
+def test_stores_posted_and_drained_at_fences_release_and_exit():
+    src = kernel("""
+    st.global.u32 [%rd1], %r1;
+    st.global.u32 [%rd1+4], %r1;
+    membar.gl;
+    st.global.u32 [%rd1+8], %r1;
+    fence.acq_rel.gpu;
+    st.release.gpu.global.u32 [%rd1+12], %r1;
+    red.global.add.u32 [%rd1+16], 1;
+    ret;""")
+    t = trace_of(src)
+    # posted: no wait between the two stores
+    i0, i1 = t.index("st.global.u32 [%rd1], %r1;"), t.index("st.global.u32 [%rd1+4], %r1;")
+    assert "wait %__hb_d" not in t[i0:i1]
+    for anchor in ("membar.gl;", "fence.acq_rel.gpu;", "red.global.add.u32 [%rd1+16], 1;"):
+        assert t[t.index(anchor) - 1 if not anchor.startswith("red") else t.index(anchor) - 3] == "wait %__hb_d", anchor
+    i = t.index("st.release.gpu.global.u32 [%rd1+12], %r1;")
+    assert t[i - 3] == "wait %__hb_d"
+    assert t[i - 2] == f"issue bytes=4 flags={ST | H.F_RELEASE} site=3"
+    assert t[-3:] == EXIT
+    assemble_linked(src)
+
+
+def test_generic_shared_local_param_classes():
+    src = HDR + """
+.global .align 4 .u32 gvar[4];
+.visible .entry k(.param .u64 k_p)
+{
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<8>;
+    .shared .align 4 .u32 sbuf[32];
+    .local .align 4 .u32 lbuf[4];
+    ld.param.u64 %rd1, [k_p];
+    ld.u32 %r1, [%rd1];
+    st.shared.u32 [sbuf], %r1;
+    ld.shared.u32 %r2, [sbuf+4];
+    st.local.u32 [lbuf], %r2;
+    ld.global.u32 %r3, [gvar+8];
+    ld.u32 %r4, [sbuf+8];
+    st.u32 [%rd1+4], %r3;
+    ret;
+}
+"""
+    m, meta = run_pass(src)
+    fn = meta["timing"]["functions"][0]
+    cls = fn["classes"]
+    assert cls["ld.generic"] == {"count": 2, "rewritten": 1, "native": 1, "refused": 0}
+    assert cls["st.shared"]["native"] == 1 and cls["ld.shared"]["native"] == 1
+    assert cls["st.local"]["native"] == 1 and cls["ld.param"]["native"] == 1
+    assert cls["ld.global"]["rewritten"] == 1 and cls["st.generic"]["rewritten"] == 1
+    assert fn["admitted"] is True
+    t = U.trace(m, "k", keep_hb_movs=True)
+    assert f"issue bytes=4 flags={LD | H.F_GENERIC} site=0" in t
+    assert "hb: cvta.global.u64 %__hb_a, gvar;" in t and "hb: add.s64 %__hb_a, %__hb_a, 8;" in t
+    assert f"issue bytes=4 flags={ST | H.F_GENERIC} site=2" in t
+    assemble_linked(src)
+
+
+def test_cp_async_group_window():
+    src = kernel("""
+    .shared .align 16 .b8 smem[256];
+    mov.u32 %r2, smem;
+    cp.async.ca.shared.global [%r2], [%rd1], 16;
+    cp.async.commit_group;
+    cp.async.cg.shared.global [%r2+16], [%rd1+16], 16, %r1;
+    cp.async.commit_group;
+    @%p1 cp.async.ca.shared.global [%r2+32], [%rd1+32], 8;
+    cp.async.commit_group;
+    cp.async.wait_group 1;
+    cp.async.wait_all;
+    ret;""")
+    m, meta = run_pass(src, {"cpasync_window": 4})
+    t = U.trace(m, "k", keep_hb_movs=True)
+    fn = meta["timing"]["functions"][0]
+    assert fn["classes"]["cp.async.shared.global"]["rewritten"] == 3
+    K = fn["cp_async_window"]
+    assert K == 4
+    # each copy joins the open group
+    assert t.count("join %__hb_g0 %__hb_t") == 3
+    # src-size register: passed as bytes, and a zero src-size clears ACTIVE
+    assert "issue bytes=%r1 flags=%__hb_fl site=1" in t
+    assert "hb: setp.eq.u32 %__hb_q, %r1, 0;" in t
+    # commit: oldest absorbs the next-oldest, then shift
+    assert "join %__hb_t %__hb_g3" in t and "hb: mov.b64 %__hb_g1, %__hb_g0;" in t
+    # wait_group 1 waits for every group but the newest: slots 2..K
+    i = t.index("cp.async.wait_group 1;")
+    waits = [x for x in t[:i] if x.startswith("wait %__hb_g")]
+    assert waits == [f"wait %__hb_g{s}" for s in range(2, K + 1)]
+    j = t.index("cp.async.wait_all;")
+    waits = [x for x in t[i:j] if x.startswith("wait %__hb_g")]
+    assert waits == [f"wait %__hb_g{s}" for s in range(0, K + 1)]
+    assemble_linked(src)
+
+
+def test_cp_async_window_grows_with_wait_group_depth():
+    src = kernel("""
+    .shared .align 16 .b8 smem[256];
+    mov.u32 %r2, smem;
+    cp.async.ca.shared.global [%r2], [%rd1], 16;
+    cp.async.commit_group;
+    cp.async.wait_group 11;
+    ret;""")
+    _, meta = run_pass(src, {"cpasync_window": 4})
+    assert meta["timing"]["functions"][0]["cp_async_window"] == 12
+
+
+def test_tma_and_friends_refused_with_reason():
+    src = HDR + """
+.visible .entry k(.param .align 64 .b8 k_tm[128], .param .u64 k_p)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<8>;
+    .shared .align 128 .b8 smem[1024];
+    .shared .align 8 .b64 bar;
+    mov.b64 %rd1, k_tm;
+    mov.u32 %r1, smem;
+    mov.u32 %r2, bar;
+    mbarrier.init.shared.b64 [%r2], 1;
+    mbarrier.arrive.expect_tx.shared.b64 _, [%r2], 1024;
+    cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r3, %r4}], [%r2];
+    ld.param.u64 %rd2, [k_p];
+    ld.global.u32 %r5, [%rd2];
+    ret;
+}
+"""
+    m, meta = run_pass(src)
+    fn = meta["timing"]["functions"][0]
+    assert fn["admitted"] is False
+    assert len(fn["refused"]) == 1
+    r = fn["refused"][0]
+    assert r["class"] == "cp.async.bulk.tensor" and "mbarrier" in r["reason"] and "later issue" in r["reason"]
+    assert "cp.async.bulk.tensor" in r["instruction"]
+    # the refused op is untouched; the rest is still rewritten
+    t = U.trace(m, "k")
+    i = next(i for i, x in enumerate(t) if x.startswith("cp.async.bulk.tensor"))
+    assert not t[i - 1].startswith("issue")
+    assert any(x.startswith("issue") for x in t)
+    assemble_linked(src)
+
+
+def test_cp_async_with_mbarrier_completion_refused():
+    src = kernel("""
+    .shared .align 16 .b8 smem[256];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r2, smem;
+    mov.u32 %r3, bar;
+    cp.async.ca.shared.global [%r2], [%rd1], 16;
+    cp.async.mbarrier.arrive.shared.b64 [%r3];
+    ret;""")
+    _, meta = run_pass(src)
+    fn = meta["timing"]["functions"][0]
+    assert not fn["admitted"]
+    assert "cp.async.mbarrier.arrive" in fn["refused"][0]["reason"]
+
+
+def test_inline_asm_block_local_labels_and_spin_wait():
+    src = kernel("""
+    {
+    .reg .pred complete;
+    waitLoop:
+    ld.volatile.global.u32 %r2, [%rd1];
+    setp.eq.u32 complete, %r2, 0;
+    @complete bra.uni waitLoop;
+    }
+    {
+    .reg .pred complete;
+    waitLoop:
+    ld.acquire.gpu.global.u32 %r3, [%rd1+4];
+    setp.eq.u32 complete, %r3, 0;
+    @complete bra.uni waitLoop;
+    }
+    ld.global.u32 %r4, [%rd1+8];
+    ret;""")
+    m, meta = run_pass(src)
+    assert meta["timing"]["functions"][0]["sites"] == 3
+    assemble_linked(src)
+
+
+def test_device_function_call_admission_and_drain_at_ret():
+    src = HDR + """
+.func (.param .b32 rv) helper(.param .b64 a)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [a];
+    ld.global.u32 %r1, [%rd1];
+    st.global.u32 [%rd1+4], %r1;
+    st.param.b32 [rv], %r1;
+    ret;
+}
+.extern .func (.param .b32 rv) mystery(.param .b64 a);
+.visible .entry k(.param .u64 k_p)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [k_p];
+    {
+    .param .b64 pa;
+    .param .b32 pr;
+    st.param.b64 [pa], %rd1;
+    call (pr), helper, (pa);
+    ld.param.b32 %r1, [pr];
+    }
+    ret;
+}
+.visible .entry k2(.param .u64 k_p)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [k_p];
+    {
+    .param .b64 pa;
+    .param .b32 pr;
+    st.param.b64 [pa], %rd1;
+    call (pr), mystery, (pa);
+    ld.param.b32 %r1, [pr];
+    }
+    ret;
+}
+"""
+    m, meta = run_pass(src)
+    fns = {f["name"]: f for f in meta["timing"]["functions"]}
+    assert meta["timing"]["kernels"] == ["k", "k2"]
+    assert fns["k"]["kernel_index"] == 0 and fns["k2"]["kernel_index"] == 1
+    assert fns["helper"]["kernel_index"] == 2 and fns["helper"]["kind"] == "func"
+    assert fns["k"]["admitted"] and fns["helper"]["admitted"]
+    assert not fns["k2"]["admitted"] and "mystery" in fns["k2"]["not_admitted_reasons"][0]
+    t = U.trace(m, "helper")
+    # the store reads the loaded register: wait, then the store's own issue
+    i = t.index("st.global.u32 [%rd1+4], %r1;")
+    assert t[i - 3:i - 1] == ["wait %__hb_f0", f"issue bytes=4 flags={ST} site={(2 << 16) | 1}"]
+    assert t.count("wait %__hb_f0") == 1
+    assert t[-2:] == ["wait %__hb_d", "ret;"]          # drain at ret; no kernel_exit in a .func
+    assert not any(x.startswith("kernel_") for x in t)
+    # site encoding: kernel index in the high half
+    assert f"issue bytes=4 flags={LD} site={2 << 16}" in t
+
+
+def test_already_instrumented_module_is_refused_by_the_pass():
+    src = kernel("ret;")
+    res = rewrite_text(src, helper=H.load_helper(U.fixture_helper_ptx()))
+    from hbfcommon.errors import RewriteError
+    with pytest.raises(RewriteError):
+        timing_pass(parse_module(res.text), {})
+    # the pipeline passes an instrumented module through unchanged
+    again = rewrite_text(res.text, helper=H.load_helper(U.fixture_helper_ptx()))
+    assert again.already_instrumented and again.text == res.text
+
+
+def test_every_function_gets_prototypes_before_first_function_and_version_kept():
+    src = HDR.replace("9.0", "8.7") + """
+.visible .entry k()
+{
+    ret;
+}
+"""
+    res = rewrite_text(src, helper=H.load_helper(U.fixture_helper_ptx()))
+    txt = res.text
+    assert txt.index(".weak .func (.param .b64 fut) __hb_issue") < txt.index(".visible .entry k")
+    assert ".version 9.0" in txt and ".target sm_90a" in txt    # raised to the helper's version
+    U.assemble(txt)
