@@ -88,7 +88,8 @@ class MediaEngine:
         self.n = {k: 0 for k in ("requests", "served", "io_error", "unsupported", "page_reads",
                                  "buffer_hits", "stores", "programs", "flush_programs", "copybacks",
                                  "erases", "read_bytes", "write_bytes", "fast_batches",
-                                 "event_batches", "event_channels", "out_of_order_arrivals")}
+                                 "event_batches", "event_channels", "out_of_order_arrivals",
+                                 "qd_bound_batches", "qd_bound_dies")}
         self._xfer_page = g.transfer_ns(PAGE_BYTES)
         self._pow2 = all(x & (x - 1) == 0 for x in (g.channels, g.dies_per_channel, g.planes_per_die))
         self._xfer_by_sectors = np.array([g.transfer_ns(k * SECTOR_BYTES) for k in range(SECTORS_PER_PAGE + 1)],
@@ -222,83 +223,121 @@ class MediaEngine:
 
     # ------------------------------------------------------------------ reads (fast path)
     def _schedule_reads(self, ready, ch, die, plane, xfer) -> np.ndarray:
-        """Media reads only (in (ready, seq) order). Exact Lindley where the die queue depth does
-        not bind; the event scheduler for channels where it does."""
+        """Media reads only, in (ready, seq) order; returns completion times.
+
+        Die/plane stage: exact Lindley per plane; where a die's queue depth binds, that die's
+        stage is recomputed exactly by ``_die_stage_exact``. Channel stage: exact Lindley by
+        (sense end, plane, seq)."""
         g = self.g
         n = len(ready)
         if n == 0:
             return np.zeros(0, np.int64)
         self.n["page_reads"] += n
-        done, bad_ch = self._lindley_reads(ready, ch, die, plane, xfer)
-        if bad_ch is not None and len(bad_ch):
-            sel = np.flatnonzero(np.isin(ch, bad_ch))
-            cmds = Commands(kind=np.zeros(len(sel), np.uint8), ready=ready[sel], plane=plane[sel],
-                            die=die[sel], chan=ch[sel], xfer_ns=xfer[sel], presense=np.zeros(len(sel), bool))
-            done[sel] = self._event(cmds, bad_ch)
-            self.n["event_batches"] += 1
-        else:
-            self.n["fast_batches"] += 1
-        return done
-
-    def _lindley_reads(self, ready, ch, die, plane, xfer):
-        g = self.g
-        n = len(ready)
-        # plane stage: FCFS by (ready + t_cmd, seq) per plane
+        # plane stage: FCFS by (ready + t_cmd, seq) per plane (stable radix sort keeps seq order)
         o1 = np.argsort(_small_int(plane, g.planes), kind="stable")
         p1 = plane[o1]
-        r1 = ready[o1] + g.t_cmd_ns
-        sense_end = segmented_fcfs(r1, g.t_read_ns, p1, self.plane_free)
-        # channel stage: FCFS by (sense_end, plane, seq) per channel; o1 is grouped by channel
-        # (plane ids are channel-major) and sorted by sense end within each plane: runs to merge
-        c1 = ch[o1]
-        se_lo = int(sense_end.min())
-        span = int(sense_end.max()) - se_lo + 1
-        if span * g.channels < (1 << 62):
-            o2 = np.argsort(c1 * span + (sense_end - se_lo), kind="stable")
+        se1 = segmented_fcfs(ready[o1] + g.t_cmd_ns, g.t_read_ns, p1, self.plane_free)
+        se = np.empty(n, np.int64)
+        se[o1] = se1
+        bad = self._qd_violations(ready, die, se)
+        pst = segment_starts(p1)
+        pend = np.append(pst[1:], n) - 1
+        if bad is not None:
+            sel = np.flatnonzero(np.isin(die, bad))
+            keep = ~np.isin(p1[pend] // g.planes_per_die, bad)
+            self.plane_free[p1[pend][keep]] = se1[pend][keep]
+            se[sel] = self._die_stage_exact(ready[sel], die[sel], plane[sel])
+            se1 = se[o1]
+            self.n["qd_bound_batches"] += 1
+            self.n["qd_bound_dies"] += len(bad)
         else:
-            o2 = np.lexsort((sense_end, c1))
+            self.plane_free[p1[pend]] = se1[pend]
+            self.n["fast_batches"] += 1
+        # channel stage: o1 is grouped by channel (plane ids are channel-major) and sorted by sense
+        # end within each plane, so the stable sort only merges runs
+        c1 = ch[o1]
+        lo = int(se1.min())
+        span = int(se1.max()) - lo + 1
+        if span * g.channels < (1 << 62):
+            o2 = np.argsort(c1 * span + (se1 - lo), kind="stable")
+        else:
+            o2 = np.lexsort((se1, c1))
         c2 = c1[o2]
-        x2 = xfer[o1][o2]
-        done2 = segmented_fcfs(sense_end[o2], x2, c2, self.chan_free)
         idx = o1[o2]
-        done = np.empty(n, np.int64)
-        done[idx] = done2
-        # die queue depth: outstanding at each admission must stay below queue_depth
-        bad_ch = self._qd_violations(ready, die, done)
-        good = slice(None) if bad_ch is None else ~np.isin(c2, bad_ch)
-        # commit state for channels scheduled here
-        starts = segment_starts(p1)
-        ends = np.append(starts[1:], n) - 1
-        pl_last = p1[ends]
-        keep_p = np.ones(len(pl_last), bool) if bad_ch is None else ~np.isin(pl_last // (g.dies_per_channel * g.planes_per_die), bad_ch)
-        self.plane_free[pl_last[keep_p]] = sense_end[ends][keep_p]
+        x2 = xfer[idx]
+        done2 = segmented_fcfs(se1[o2], x2, c2, self.chan_free)
         cst = segment_starts(c2)
         cend = np.append(cst[1:], n) - 1
-        ch_last = c2[cend]
-        keep_c = np.ones(len(ch_last), bool) if bad_ch is None else ~np.isin(ch_last, bad_ch)
-        self.chan_free[ch_last[keep_c]] = done2[cend][keep_c]
-        d_g = done2[good]
-        x_g = x2[good]
+        self.chan_free[c2[cend]] = done2[cend]
+        done = np.empty(n, np.int64)
+        done[idx] = done2
+        self.chan_busy_ns += np.bincount(c2, weights=x2, minlength=g.channels).astype(np.int64)
+        self.qdelay.add(done2 - ready[idx] - (g.t_cmd_ns + g.t_read_ns) - x2)
         if self.trace is not None:
-            se_g = sense_end[o2][good]
-            self.trace.append(("plane", p1[o2][good], se_g - g.t_read_ns, se_g))
-            self.trace.append(("channel", c2[good], d_g - x_g, d_g))
-        self.chan_busy_ns += np.bincount(c2[good], weights=x_g, minlength=g.channels).astype(np.int64)
-        # queueing delay = completion - ready - minimum service
-        self.qdelay.add(d_g - ready[idx][good] - (g.t_cmd_ns + g.t_read_ns) - x_g)
-        sel = done > self.horizon_after(ready)
-        if bad_ch is not None:
-            sel &= ~np.isin(ch, bad_ch)
-        self._add_carry(die[sel], done[sel])
-        return done, bad_ch
+            self.trace.append(("plane", plane[idx], se[idx] - g.t_read_ns, se[idx]))
+            self.trace.append(("channel", c2, done2 - x2, done2))
+        # die slots still held after this batch's last arrival
+        h = max(self.horizon, int(ready[-1]))
+        keep = se > h
+        self._add_carry(die[keep], se[keep])
+        return done
 
-    @staticmethod
-    def horizon_after(ready) -> int:
-        return int(ready[-1]) if len(ready) else 0
+    def _die_stage_exact(self, ready, die, plane) -> np.ndarray:
+        """Sense end of reads on dies whose queue depth binds: FIFO admission per die while fewer
+        than queue_depth admitted commands have not finished sensing; then FCFS per plane."""
+        g = self.g
+        qd, t_cmd, t_r = g.queue_depth, g.t_cmd_ns, g.t_read_ns
+        out = np.empty(len(ready), np.int64)
+        od = np.argsort(die, kind="stable")
+        ds = die[od].tolist()
+        rs = ready[od].tolist()
+        ps = plane[od].tolist()
+        carried: dict[int, list[int]] = {}
+        for d, t in zip(self.carry_die.tolist(), self.carry_t.tolist()):
+            carried.setdefault(d, []).append(t)
+        pf = self.plane_free
+        res = [0] * len(ds)
+        pop, push = heapq.heappop, heapq.heappush
+        i = 0
+        n = len(ds)
+        while i < n:
+            d = ds[i]
+            heap = sorted(carried.get(d, ()))
+            last_a = -1
+            pfree: dict[int, int] = {}
+            while i < n and ds[i] == d:
+                a = rs[i]
+                if a < last_a:
+                    a = last_a
+                while heap and heap[0] <= a:
+                    pop(heap)
+                while len(heap) >= qd:
+                    e = pop(heap)
+                    if e > a:
+                        a = e
+                    while heap and heap[0] <= a:
+                        pop(heap)
+                last_a = a
+                p = ps[i]
+                f = pfree.get(p)
+                if f is None:
+                    f = int(pf[p])
+                s0 = a + t_cmd
+                if f > s0:
+                    s0 = f
+                e = s0 + t_r
+                pfree[p] = e
+                push(heap, e)
+                res[i] = e
+                i += 1
+            for p, f in pfree.items():
+                pf[p] = f
+        out[od] = res
+        return out
 
-    def _qd_violations(self, a, die, done):
-        """Channels in which some die would hold >= queue_depth outstanding commands at an
-        admission (None when no die can)."""
+    def _qd_violations(self, a, die, rel):
+        """Dies on which some admission would find >= queue_depth commands still holding a slot
+        (``rel``: when each command releases its slot). None when no die binds."""
         g = self.g
         qd = g.queue_depth
         cnt = np.bincount(die, minlength=g.dies)
@@ -312,24 +351,21 @@ class MediaEngine:
         st = segment_starts(ds)
         rank = np.arange(len(ds), dtype=np.int64) - np.repeat(st, np.diff(np.append(st, len(ds))))
         base = int(a.min())
-        ct = done
-        cd = die
+        ct, cd = rel, die
         carried_total = np.zeros(g.dies, np.int64)
         if len(self.carry_die):
-            ct = np.concatenate([done, np.maximum(self.carry_t, base)])
+            ct = np.concatenate([rel, np.maximum(self.carry_t, base)])
             cd = np.concatenate([die, self.carry_die])
             carried_total = np.bincount(self.carry_die, minlength=g.dies)
         span = int(ct.max()) - base + 1
         if span * g.dies >= (1 << 62):
-            raise MediaError("time span of one batch too large for the queue-depth check", span_ns=span)
+            return np.unique(die)            # cannot check cheaply: schedule every die exactly
         keyc = np.sort(cd * span + (ct - base))
         keya = ds * span + (as_ - base)
         ndone = np.searchsorted(keyc, keya, "right") - np.searchsorted(keyc, ds * span, "left")
         outst = rank + carried_total[ds] - ndone
         badd = np.unique(ds[outst >= qd])
-        if len(badd) == 0:
-            return None
-        return np.unique(badd // g.dies_per_channel)
+        return badd if len(badd) else None
 
     # ------------------------------------------------------------------ carry
     def _add_carry(self, die, t):
@@ -366,9 +402,10 @@ class MediaEngine:
         old_d = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
         old_t = np.array([t for ts in carry.values() for t in ts], np.int64)
         self._add_carry(old_d, old_t)
-        sel = done > h
-        self._add_carry(cmds.die[sel], done[sel])
         rd = cmds.kind == READ
+        rel = np.where(rd, start + g.t_read_ns, done)     # when each command frees its die slot
+        sel = rel > h
+        self._add_carry(cmds.die[sel], rel[sel])
         if self.trace is not None:
             k = cmds.kind
             pend = np.where(rd, start + g.t_read_ns, done)

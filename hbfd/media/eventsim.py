@@ -6,7 +6,8 @@ erase commands (read priority is not FCFS), and channels where a die's queue dep
 Semantics (the same as the fast path wherever both apply):
 
 * A die admits at most ``queue_depth`` outstanding commands; a command is outstanding from its
-  admission until it completes. Waiting commands are admitted reads first, each class FIFO by
+  admission until its array operation ends (a read's sense end: the page then waits in the
+  plane's cache register for the channel; a program's, copyback's or erase's end). Waiting commands are admitted reads first, each class FIFO by
   (ready, seq). A slot freed at time t is usable by a command arriving at t.
 * A read, once admitted at A, joins its plane's queue at A + t_cmd; the plane senses for tR
   (plane free again at sense end: the page goes to the cache register), then the data joins the
@@ -164,6 +165,7 @@ def simulate(cmds: Commands, *, t_cmd: int, t_read: int, t_prog: int, t_erase: i
                 if k == READ:
                     push(heap, (t + t_read, _EV_PLANE_DONE, p))
                     push(heap, (t + t_read, _EV_CHAN_ENQ, x))
+                    push(heap, (t + t_read, _EV_COMPLETE, x))      # die slot freed at sense end
                 elif k == PROG:
                     push(heap, (t + (t_read if pres[x] else 0), _EV_CHAN_ENQ, x))
                 elif k == COPYBACK:
@@ -196,7 +198,6 @@ def simulate(cmds: Commands, *, t_cmd: int, t_read: int, t_prog: int, t_erase: i
                 push(heap, (e, _EV_CHAN_DONE, c))
                 if kind[x] == READ:
                     done[x] = ack[x] = e
-                    push(heap, (e, _EV_COMPLETE, x))
                 else:  # program: data-in ends at e, the array programs for tPROG
                     ack[x] = e
                     pe = e + t_prog

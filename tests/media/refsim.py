@@ -2,8 +2,8 @@
 simulation of page reads on channels x dies x planes with a per-die queue depth.
 
 Every tick t, in this order:
-  1. finish: transfers ending at t complete their command (die slot freed); senses ending at t
-     free their plane and put the data in the channel's waiting list (ready = t);
+  1. finish: transfers ending at t complete their command; senses ending at t free their plane
+     and their die slot, and put the data in the channel's waiting list (ready = t);
   2. arrivals at t wait at their die (FIFO);
   3. each die admits waiting commands while fewer than queue_depth are outstanding; an admitted
      command reaches its plane's waiting list at admit + t_cmd;
@@ -48,13 +48,13 @@ def simulate(requests, *, C, D, P, t_cmd, t_read, xfer_ns, queue_depth):
         for ch, (end, c) in list(chan_busy.items()):
             if end == t:
                 del chan_busy[ch]
-                outstanding[c["die"]] -= 1
                 remaining -= 1
                 r = c["req"]
                 done_req[r] = t if done_req[r] is None else max(done_req[r], t)
         for pl, (end, c) in list(sensing.items()):
             if end == t:
                 del sensing[pl]
+                outstanding[c["die"]] -= 1
                 chan_wait.setdefault(c["ch"], []).append((t, c["plane"], c["seq"], c))
         # 2. arrivals
         for c in cmds:
