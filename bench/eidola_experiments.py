@@ -117,6 +117,7 @@ def exp_E0(rt, args) -> dict:
     out["engine_a_calibrated_abs_error_ns"] = _dist(np.abs(cal))
     enacted = rep.enacted_rel().astype(np.int64)
     out["engine_a_issue_error_ns"] = _dist(enacted - (wake.astype(np.int64) - lag))
+    out["engine_a_calibrated_error_per_run_p95_abs_ns"] = [float(np.percentile(np.abs(cal[i * n:(i + 1) * n]), 95)) for i in range(args.reps)]
     virt = np.concatenate([probe("virtual", 0) for _ in range(args.reps)])
     out["engine_b_error_ns"] = _dist(virt)
     out["engine_b_abs_error_ns"] = _dist(np.abs(virt))
@@ -197,7 +198,7 @@ def _sweep(rt, args, wait: str, engines) -> dict:
 
 
 def exp_E1(rt, args) -> dict:
-    return _sweep(rt, args, "spin", ("virtual", "eidolon"))
+    return _sweep(rt, args, "spin", ("virtual", "virtual_paced", "eidolon"))
 
 
 def exp_E2(rt, args) -> dict:
@@ -221,7 +222,6 @@ def exp_E2(rt, args) -> dict:
                 o = g.run_replay(rep, wait=wait, engine=engine, corunner=co)
                 rows.append({"engine": engine, "wait": wait, "rep": r, **o["corunner"], "kernel_ns": o["kernel_ns"]})
     alone = []
-    import ctypes
     for r in range(args.reps):
         c = g._launch_corunner(**co)
         rt.sync()
@@ -330,6 +330,9 @@ def exp_TL(rt, args) -> dict:
         res[name] = {"kernel_ns": o["kernel_ns"], "spin_ns_median": float(np.median(o["marks"][:, 4] - o["marks"][:, 3]))}
     # real ranks co-resident on one GPU (peer pointers = same-device pointers)
     try:
+        from runtime_cuda.eidola import GarShape
+        shape = GarShape(n_gpus=4, M=args.M, Kl=args.Kl, tiles=64)
+        g = GemvAllReduce(rt, shape)
         real = run_real(rt, shape, seed=0)
         segs = []
         for r in real:

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import logging
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -43,7 +41,7 @@ HEADERS = (ROOT / "runtime_cuda/src/hbf_eidola.cuh",)
 ARCH = "sm_90a"
 
 ENGINE_REAL, ENGINE_VIRT = 0, 1
-ENGINES = {"real": ENGINE_REAL, "eidolon": ENGINE_REAL, "virtual": ENGINE_VIRT}
+ENGINES = {"real": ENGINE_REAL, "eidolon": ENGINE_REAL, "virtual": ENGINE_VIRT, "virtual_paced": ENGINE_VIRT}
 MON_MODES = {"off": 0, "spin": 0, "mesa": 1, "hoare": 2}
 WAIT_MODES = {"spin": 0, "mesa": 1, "hoare": 2}
 FAIL_NAMES = {1: "TIMEOUT", 2: "MONITOR_LOG_FULL", 3: "NEVER_WAKES", 4: "STAGING_FULL", 5: "BAD_SIZE"}
@@ -101,8 +99,8 @@ class StateMirror(ctypes.Structure):
                                        "t_enacted", "n_vaddr", "v_addr", "v_begin", "v_time",
                                        "v_value", "v_init", "mon_base", "mon_slots", "mon", "wake",
                                        "n_wake", "s_addr", "s_value", "s_size", "s_wakeup",
-                                       "s_count", "s_cap", "ctr")]
-                + [("reserved2", _U64 * 4)])
+                                       "s_count", "s_cap", "ctr", "arm", "n_arm")]
+                + [("reserved2", _U64 * 2)])
 
 
 class GarParams(ctypes.Structure):
@@ -256,7 +254,8 @@ class Replay:
     """One target's eidola state: WTT (both indexes), monitor log, wake words, counters."""
 
     def __init__(self, rt: EidolaRuntime, flags: Sequence[FlagRegion], *, monitor: FlagRegion | None = None,
-                 n_wake: int = 1 << 14, staging: int = 1 << 16, timeout_ns: int = 2_000_000_000) -> None:
+                 n_wake: int = 1 << 14, staging: int = 1 << 16, timeout_ns: int = 2_000_000_000,
+                 arm_slots: int = 0) -> None:
         if len(flags) > 8:
             raise ConfigError("at most 8 flag ranges", got=len(flags))
         for f in flags:
@@ -290,6 +289,9 @@ class Replay:
         h.s_addr, h.s_value, h.s_size, h.s_wakeup = (self.s[k].ptr for k in ("addr", "value", "size", "wakeup"))
         h.s_count, h.s_cap = self.s_count.ptr, staging
         h.ctr = self.ctr.ptr
+        if arm_slots:   # extern API (__hb_eidola_monitor/mwait): one 32-B record per thread slot
+            self.arm = rt.alloc(arm_slots * 32)
+            h.arm, h.n_arm = self.arm.ptr, arm_slots
         self._tables: list[DeviceBuffer] = []
         self.push()
 
@@ -358,7 +360,7 @@ class Replay:
         h.engine = ENGINES[engine]
         h.mon_mode = MON_MODES[mon_mode]
         h.lag_ns = int(lag_ns)
-        h.vload_paced = int(bool(vload_paced))
+        h.vload_paced = int(bool(vload_paced) or engine == "virtual_paced")
         self.engine_name = engine
         self.push()
         return self.frozen
@@ -383,6 +385,7 @@ class Replay:
         self.wake.fill(0)
         if getattr(self, "mon", None) is not None:
             self.mon.fill(0)
+        self.rt.sync()   # memsets are asynchronous; the next launches run on non-blocking streams
 
     def launch_eidolon(self, *, blocks: int = 2, threads: int = 1024, smem_bytes: int = 200 * 1024,
                        stream: int | None = None) -> None:
@@ -514,7 +517,7 @@ class GemvAllReduce:
         if wait not in WAIT_MODES:
             raise ConfigError("unknown wait mode", value=wait, known=sorted(WAIT_MODES))
         self.flags.fill(0)
-        replay.reset_launch()
+        replay.reset_launch()   # synchronizes
         p = self.params(replay, seq=seq, wait=wait)
         if engine == "eidolon":
             replay.launch_eidolon(blocks=eidolon_blocks)
@@ -583,6 +586,9 @@ def run_real(rt: EidolaRuntime, shape: GarShape, *, seed: int = 0, seq: int = 1,
     """Mode (i): n ranks with peer pointers. ``devices[r]`` is rank r's GPU (default: all on
     rt.device, which is valid when all ranks' blocks are co-resident). Returns per-rank results."""
     s = shape
+    if wait != "spin":
+        raise ConfigError("real peers support wait='spin' only: monitor/mwait needs an eidolon "
+                          "(or the table) to play the monitor hardware", wait=wait)
     devs = list(devices) if devices is not None else [rt.device] * s.n_gpus
     if len(devs) != s.n_gpus:
         raise ConfigError("need one device per rank", devices=devs, n_gpus=s.n_gpus)
@@ -604,6 +610,7 @@ def run_real(rt: EidolaRuntime, shape: GarShape, *, seed: int = 0, seq: int = 1,
     for sub, g, rep in ranks:
         rt.lib.call("hbe_set_device", sub.device)
         g.flags.fill(0)
+        g.recv.fill(0)          # real pushes must arrive: nothing pre-staged
         rep.reset_launch()
         pr, pf = sub.array(peer_recv), sub.array(peer_flags)
         p = g.params(rep, seq=seq, wait=wait, eidola=False)

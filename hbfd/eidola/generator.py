@@ -16,7 +16,7 @@ Deterministic for a given seed (numpy PCG64).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np

@@ -111,7 +111,9 @@ typedef struct hbf_eidola_state {
     uint64_t s_cap;
     /* --- accounting --- */
     uint64_t ctr;                  /* unsigned long long [MAX_CLASSES][NCTR] */
-    uint64_t reserved2[4];
+    uint64_t arm;                  /* extern API: u64[3] per thread slot (addr, value, mask) */
+    uint64_t n_arm;                /* thread slots in `arm` (global warp * 32 + lane) */
+    uint64_t reserved2[2];
 } hbf_eidola_state;
 
 #ifdef __CUDACC__
@@ -446,8 +448,10 @@ HBF_EIDOLA_DEV void hbf_eidola_mon_service(hbf_eidola_state* st, uint64_t addr, 
         for (uint32_t k = 0; k < HBF_EIDOLA_MON_WAITERS; ++k) {
             uint32_t armed = hbf_eidola_ld_acquire_u32(&e->w[k].armed);
             uint32_t who = hbf_eidola_ld_acquire_u32(&e->w[k].who);
-            if (armed && who && ((value & e->w[k].mask) == (e->w[k].value & e->w[k].mask)))
-                hbf_eidola_wake_waiter(st, who);
+            if (!(armed && who)) continue;
+            const uint64_t m = hbf_eidola_ld_volatile_u64(&e->w[k].mask);
+            const uint64_t wv = hbf_eidola_ld_volatile_u64(&e->w[k].value);
+            if ((value & m) == (wv & m)) hbf_eidola_wake_waiter(st, who);
         }
     } else {  /* Mesa: every armed waiter on the 128-B line */
         uint64_t first = slot & ~(uint64_t)(HBF_EIDOLA_LINE_BYTES / 4 - 1);
@@ -505,4 +509,133 @@ HBF_EIDOLA_DEV void hbf_eidola_acct_flush(hbf_eidola_state* st, const hbf_eidola
 }
 
 #endif /* __CUDACC__ */
+
+/* ============================================================================================
+ * Extern API (callable from hbfcc-rewritten PTX and from Triton through extern/inline asm).
+ * Emitted only when HBF_EIDOLA_EXTERN_API is defined before the include (e.g. a separate
+ * `nvcc -rdc -ptx -DHBF_EIDOLA_EXTERN_API` module for Triton's extern_libs, or the helper module
+ * once hbf_abi.h lists these symbols: the helper-ABI test pins its export list, so the include in
+ * hbf_helpers.cu is left to the runtime owner).
+ * State comes from the module global __hb_eidola_state (set by the runtime after module load;
+ * 0 = detached: flag loads read memory, nothing is counted). Counting is warp-aggregated atomics
+ * (no per-thread registers survive an extern call). Prototypes (PTX):
+ *   .weak .func (.param .b32 v) __hb_eidola_ld_flag_u32(.param .b64 addr);
+ *   .weak .func (.param .b64 v) __hb_eidola_ld_flag_u64(.param .b64 addr);
+ *   .weak .func (.param .b32 hit) __hb_eidola_monitor(.param .b64 addr, .param .b32 nbytes, .param .b64 wake);
+ *   .weak .func __hb_eidola_mwait(.param .b64 addr);
+ *   .weak .func __hb_eidola_register_write(.param .b64 addr, .param .b64 value, .param .b32 size, .param .b64 wakeup);
+ *   .weak .func __hb_eidola_kernel_enter();
+ *   .weak .func __hb_eidola_count_nonflag(.param .b32 insts);
+ * and, for the timing helper's FLAG-range branch, HBF_EIDOLA_FLAG_ACCESS (accounting only).
+ * ============================================================================================ */
+#if defined(__CUDACC__) && defined(HBF_EIDOLA_EXTERN_API)
+extern "C" {
+__device__ unsigned long long __hb_eidola_state;
+}
+
+HBF_EIDOLA_DEV hbf_eidola_state* hbf_eidola_gstate() {
+    return (hbf_eidola_state*)*(volatile unsigned long long*)&__hb_eidola_state;
+}
+
+HBF_EIDOLA_DEV void hbf_eidola_count_atomic(hbf_eidola_state* st, uint32_t klass, uint32_t counter_thread,
+                                            uint32_t counter_warp, uint32_t n) {
+    unsigned long long* c = (unsigned long long*)st->ctr;
+    if (!c) return;
+    const uint32_t mask = __activemask();
+    if ((uint32_t)(__ffs(mask) - 1) == hbf_eidola_lane()) {
+        atomicAdd(&c[klass * HBF_EIDOLA_NCTR + counter_thread], (unsigned long long)(__popc(mask) * n));
+        atomicAdd(&c[klass * HBF_EIDOLA_NCTR + counter_warp], (unsigned long long)n);
+    }
+}
+
+HBF_EIDOLA_DEV uint64_t hbf_eidola_gt0(hbf_eidola_state* st) {
+    return hbf_eidola_ld_volatile_u64(&st->t0);
+}
+
+/* Accounting-only hook for hbf_helpers.cu's FLAG-range branch of __hb_issue: the original
+ * instruction still performs the access, so the future is 0 (no modeled delay). */
+HBF_EIDOLA_DEV unsigned long long hbf_eidola_flag_access_hook(uint64_t addr, uint32_t flags) {
+    hbf_eidola_state* st = hbf_eidola_gstate();
+    if (!st) return 0ull;
+    if ((flags & 0x3u) == 1u /* HBF_OP_STORE */) return 0ull;
+    uint32_t k = hbf_eidola_classify(st, addr);
+    if (k) hbf_eidola_count_atomic(st, k, HBF_EIDOLA_C_THREAD, HBF_EIDOLA_C_WARP, 1);
+    return 0ull;
+}
+#ifndef HBF_EIDOLA_FLAG_ACCESS
+#define HBF_EIDOLA_FLAG_ACCESS(st, r, addr, bytes, flags, site) hbf_eidola_flag_access_hook((addr), (flags))
+#endif
+
+HBF_EIDOLA_DEV uint64_t hbf_eidola_ext_ld(uint64_t addr, uint32_t size) {
+    hbf_eidola_state* st = hbf_eidola_gstate();
+    if (!st) return size == 8 ? hbf_eidola_ld_acquire_u64((const void*)addr) : hbf_eidola_ld_acquire_u32((const void*)addr);
+    uint32_t k = hbf_eidola_classify(st, addr);
+    hbf_eidola_count_atomic(st, k, HBF_EIDOLA_C_THREAD, HBF_EIDOLA_C_WARP, 1);
+    if (k && st->engine == HBF_EIDOLA_ENGINE_VIRT) {
+        uint32_t i;
+        if (hbf_eidola_vindex(st, addr, &i)) {
+            const uint32_t m = __activemask();
+            if ((uint32_t)(__ffs(m) - 1) == hbf_eidola_lane() && st->ctr)
+                atomicAdd((unsigned long long*)st->ctr + k * HBF_EIDOLA_NCTR + HBF_EIDOLA_C_VLOADS,
+                          (unsigned long long)__popc(m));
+            return hbf_eidola_vvalue(st, i, hbf_eidola_rel_now(st, hbf_eidola_gt0(st)));
+        }
+    }
+    return size == 8 ? hbf_eidola_ld_acquire_u64((const void*)addr) : hbf_eidola_ld_acquire_u32((const void*)addr);
+}
+
+extern "C" __device__ __noinline__ unsigned int __hb_eidola_ld_flag_u32(unsigned long long addr) {
+    return (unsigned int)hbf_eidola_ext_ld(addr, 4);
+}
+extern "C" __device__ __noinline__ unsigned long long __hb_eidola_ld_flag_u64(unsigned long long addr) {
+    return hbf_eidola_ext_ld(addr, 8);
+}
+extern "C" __device__ __noinline__ void __hb_eidola_kernel_enter() {
+    hbf_eidola_state* st = hbf_eidola_gstate();
+    if (st && threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
+        atomicMin((unsigned long long*)&st->t0, (unsigned long long)hbf_eidola_now());
+}
+extern "C" __device__ __noinline__ void __hb_eidola_count_nonflag(unsigned int insts) {
+    hbf_eidola_state* st = hbf_eidola_gstate();
+    if (st) hbf_eidola_count_atomic(st, 0, HBF_EIDOLA_C_THREAD, HBF_EIDOLA_C_WARP, insts);
+}
+extern "C" __device__ __noinline__ void __hb_eidola_register_write(unsigned long long addr, unsigned long long value,
+                                                                   unsigned int size, unsigned long long wakeup) {
+    hbf_eidola_state* st = hbf_eidola_gstate();
+    if (st) hbf_eidola_register_write(st, addr, value, size, wakeup);
+}
+/* monitor/mwait through the extern API: the armed condition lives in st->arm (per thread slot),
+ * since no register survives between the two calls. */
+HBF_EIDOLA_DEV uint64_t* hbf_eidola_arm_slot(hbf_eidola_state* st) {
+    uint64_t slot = (uint64_t)hbf_eidola_gwarp() * 32u + hbf_eidola_lane();
+    if (!st->arm || slot >= st->n_arm) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_MON_FULL, (uint32_t)slot);
+    return (uint64_t*)st->arm + 4 * slot;
+}
+extern "C" __device__ __noinline__ unsigned int __hb_eidola_monitor(unsigned long long addr, unsigned int nbytes,
+                                                                    unsigned long long wake) {
+    hbf_eidola_state* st = hbf_eidola_gstate();
+    if (!st) return 1u;   /* detached: no monitor hardware; the caller's loop re-reads the flag */
+    hbf_eidola_acct a;
+    hbf_eidola_acct_init(&a);
+    uint64_t t0 = hbf_eidola_gt0(st);
+    bool hit = hbf_eidola_monitor(st, &a, t0, (const void*)addr, nbytes, wake);
+    uint64_t* s = hbf_eidola_arm_slot(st);
+    s[0] = a.mon_addr; s[1] = a.mon_value; s[2] = a.mon_mask;
+    s[3] = ((uint64_t)a.mon_slot << 32) | a.mon_widx;
+    hbf_eidola_acct_flush(st, &a);
+    return hit ? 1u : 0u;
+}
+extern "C" __device__ __noinline__ void __hb_eidola_mwait(unsigned long long addr) {
+    hbf_eidola_state* st = hbf_eidola_gstate();
+    if (!st) return;
+    hbf_eidola_acct a;
+    hbf_eidola_acct_init(&a);
+    uint64_t* s = hbf_eidola_arm_slot(st);
+    a.mon_addr = s[0]; a.mon_value = s[1]; a.mon_mask = s[2];
+    a.mon_slot = (uint32_t)(s[3] >> 32); a.mon_widx = (uint32_t)(s[3] & 0xffffffffu);
+    a.flag_class = hbf_eidola_classify(st, addr);
+    hbf_eidola_mwait(st, &a, hbf_eidola_gt0(st), (const void*)addr);
+    hbf_eidola_acct_flush(st, &a);
+}
+#endif /* extern API */
 #endif /* HBF_EIDOLA_CUH */

@@ -70,3 +70,20 @@ def test_tiny_replay_on_gpu(libpath):
     assert np.array_equal(o["y"].view(np.uint32), g.reference_y().view(np.uint32))
     assert o["accounting"]["flag_reads_thread"] >= 32 * 3
     assert (o["seen_rel"][:, 1:] >= 5000).all()
+
+
+@needs_nvcc
+def test_extern_api_module_exports(tmp_path):
+    """The extern entry points (for Triton extern_libs / hbfcc) compile into an -rdc PTX module."""
+    import subprocess
+    src = tmp_path / "x.cu"
+    src.write_text('#define HBF_EIDOLA_EXTERN_API\n#include "hbf_eidola.cuh"\n')
+    r = subprocess.run([nvcc, "-std=c++17", "-arch=compute_90a", "-rdc=true", "-ptx",
+                        f"-I{E.ROOT / 'runtime_cuda/src'}", str(src), "-o", str(tmp_path / "x.ptx")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "x.ptx").read_text()
+    for name in ("__hb_eidola_ld_flag_u32", "__hb_eidola_ld_flag_u64", "__hb_eidola_monitor",
+                 "__hb_eidola_mwait", "__hb_eidola_register_write", "__hb_eidola_kernel_enter",
+                 "__hb_eidola_count_nonflag", "__hb_eidola_state"):
+        assert name in text, name
