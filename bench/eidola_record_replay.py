@@ -82,13 +82,13 @@ def load_backend(spec: str):
     except (ImportError, AttributeError) as e:
         print(f"ERROR: replay backend {spec!r} is not available: {e}\n"
               "  The one-GPU replay with both engines comes from issue 7 (runtime_cuda eidola engines +"
-              " workloads/gemv_allreduce). See docs/eidola-record-replay.md, 'Replay backend'.",
+              " workloads/gemv_allreduce/record/replay.py). See docs/eidola-record-replay.md.",
               file=sys.stderr)
         raise SystemExit(2)
     return f
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", type=int, required=True, help="GPUs to record on (2, 4 or 8)")
     ap.add_argument("--target", type=int, default=0, help="rank replayed on one GPU")
@@ -107,18 +107,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replay-backend", default=DEFAULT_BACKEND)
     ap.add_argument("--work-dir", default=None, help="recordings/traces (default: $OUT or /tmp)")
     ap.add_argument("--results", default=str(ROOT / "bench" / "results"))
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     # Loud refusal first: nothing else runs without the GPUs.
     require_gpus(a.gpus)
     backend = load_backend(a.replay_backend)
+    from workloads.gemv_allreduce.record.record import record
 
+    return run_experiment(a, record_fn=record, backend=backend)
+
+
+def run_experiment(a: argparse.Namespace, *, record_fn, backend) -> int:
+    """The experiment proper; ``record_fn(RecordConfig) -> recording`` and ``backend`` are the
+    real recorder and replay backend in main(), stand-ins in the CPU test of the orchestration."""
     from hbfd.eidola.compare import compare_runs, predict_perturbation, report_markdown, write_report
     from hbfd.eidola.from_recording import (build_trace, link_latencies, clock_model,
                                             observations_from_recording, save_json)
     from hbfd.eidola.trace import write_trace
-    from workloads.gemv_allreduce.record.record import RecordConfig, record
+    from workloads.gemv_allreduce.record.record import RecordConfig
 
     slowdowns = [float(s) for s in a.slowdowns.split(",") if s.strip()]
     engines = [e for e in a.engines.split(",") if e]
@@ -132,22 +143,24 @@ def main(argv: list[str] | None = None) -> int:
     res: dict = {"experiment": "eidola_record_replay", "gpus": a.gpus, "target": a.target,
                  "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                  "host": platform.node(), "argv": sys.argv, "env": knobs.check_no_multicast(),
-                 "policy": a.policy, "engines": engines, "slowdowns": slowdowns}
+                 "policy": a.policy, "engines": engines, "slowdowns": slowdowns, "lag_ns": a.lag_ns}
     try:
         # 1. record (baseline + perturbed)
         base_cfg = dict(gpus=a.gpus, M=a.M, K=a.K, blocks=a.blocks, runs=a.runs, warmup=a.warmup)
-        rec = record(RecordConfig(**base_cfg, out=str(work / "rec.json.gz")))
+        log.info("recording %d launches on %d GPUs", a.runs, a.gpus)
+        rec = record_fn(RecordConfig(**base_cfg, out=str(work / "rec.json.gz")))
         cm = clock_model(rec, ref=a.target)
-        res["devices"] = rec["devices"]
-        res["clock"] = {"timer_resolution_ns": rec["timer_resolution_ns"],
+        res["devices"] = rec.get("devices")
+        res["clock"] = {"timer_resolution_ns": rec.get("timer_resolution_ns"),
                         "offsets_to_target": cm.to_dict()["ranks"],
                         "drift_estimated": cm.drift_estimated,
                         "links": {f"{s}->{d}": v for (s, d), v in link_latencies(rec, cm).items()}}
         real = observations_from_recording(rec, a.target)
         perturbed = {}
         for s in slowdowns:
-            prec = record(RecordConfig(**base_cfg, slow_rank=a.target, slow_frac=s,
-                                       out=str(work / f"rec_slow{int(round(s * 100))}.json.gz")))
+            log.info("recording with rank %d slowed by %.0f%%", a.target, 100 * s)
+            prec = record_fn(RecordConfig(**base_cfg, slow_rank=a.target, slow_frac=s,
+                                          out=str(work / f"rec_slow{int(round(s * 100))}.json.gz")))
             perturbed[s] = observations_from_recording(prec, a.target)
         # 2. WTT traces, one per recorded launch
         traces = []
@@ -157,10 +170,12 @@ def main(argv: list[str] | None = None) -> int:
             traces.append(tr)
         res["trace"] = {"writes_per_run": len(traces[0].writes),
                         "flag_writes_per_run": len(traces[0].flag_writes()),
-                        "censored_first_run": traces[0].header.meta["flags_censored"]}
+                        "censored_first_run": traces[0].header.meta["flags_censored"],
+                        "clamped_first_run": traces[0].header.meta["flags_clamped_to_zero"]}
         # 3 + 4. replay with both engines, compare
         res["engines_results"] = {}
         for eng in engines:
+            log.info("replaying %d launches with engine %s", len(traces), eng)
             rep = backend(traces, engine=eng, recording=rec, target=a.target, slow_frac=0.0,
                           device=a.replay_device, lag_ns=a.lag_ns)
             cmp_ = compare_runs(real, rep)
@@ -171,9 +186,10 @@ def main(argv: list[str] | None = None) -> int:
                                 device=a.replay_device, lag_ns=a.lag_ns)
                 c = compare_runs(perturbed[s], rep_s)
                 pert_rows.append({"slowdown": s, "kernel_rel_error": c["summary"]["kernel_rel_error"],
-                                  "variability": c["variability"],
+                                  "ks_d": c["variability"]["ks"]["d"],
                                   "real_median_ns": c["variability"]["real"]["median"],
-                                  "replay_median_ns": c["variability"]["replay"]["median"]})
+                                  "replay_median_ns": c["variability"]["replay"]["median"],
+                                  "divergence_median_rel": c["variability"]["median_rel_error"]})
             res["engines_results"][eng] = {"compare": cmp_, "markdown": report_markdown(cmp_),
                                            "perturbation_measured": pert_rows}
         res["perturbation_predicted"] = predict_perturbation(rec, a.target, [0.0] + slowdowns)
@@ -191,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     os.replace(tmp, out)
     for eng, r in res["engines_results"].items():
         print(f"## engine {eng}\n{r['markdown']}")
+    pp = res["perturbation_predicted"]["rows"]
+    print("predicted open-loop divergence (max |rel|): " +
+          ", ".join(f"{100 * r['slowdown']:.0f}%: {100 * r['max_abs_divergence_rel']:.2f}%" for r in pp))
     print(f"wrote {out}")
     return 0
 

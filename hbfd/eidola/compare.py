@@ -36,7 +36,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from hbfcommon.errors import HbfError, TraceError
 

@@ -28,6 +28,8 @@ class SynthConfig:
     ping_d_ab: tuple = (300, 1500)
     ping_d_ba: tuple = (300, 350)
     timer_resolution_ns: int = 0
+    slow_rank: int = -1              # this rank's compute/local/reduce segments take 1+slow_frac longer
+    slow_frac: float = 0.0
 
 
 def lat(cfg: SynthConfig, s: int, d: int) -> int:
@@ -61,8 +63,9 @@ def make_recording(cfg: SynthConfig) -> tuple[dict, dict]:
     start = [t + 50_000 + cfg.rank_skew_ns[r] for r in range(n)]
     for k in range(cfg.runs):
         # Per-rank per-block segment durations (real time).
-        C = [[rng.randint(*cfg.compute_ns) for _ in range(B)] for _ in range(n)]
-        L = [[rng.randint(*cfg.local_ns) for _ in range(B)] for _ in range(n)]
+        f = [1.0 + (cfg.slow_frac if r == cfg.slow_rank else 0.0) for r in range(n)]
+        C = [[round(rng.randint(*cfg.compute_ns) * f[r]) for _ in range(B)] for r in range(n)]
+        L = [[round(rng.randint(*cfg.local_ns) * f[r]) for _ in range(B)] for r in range(n)]
         wg_start = [[start[r] + b * cfg.dispatch_ns for b in range(B)] for r in range(n)]
         rel = [[wg_start[r][b] + C[r][b] for b in range(B)] for r in range(n)]
         wstart = [[rel[r][b] + L[r][b] for b in range(B)] for r in range(n)]
@@ -87,7 +90,7 @@ def make_recording(cfg: SynthConfig) -> tuple[dict, dict]:
                                   "polls": polls})
                     truth_flags.append({"src": s, "dst": d, "wg": b, "arrive": arrive, "seen": seen,
                                         "release": rel[s][b], "polls": polls})
-        end = [[wend[r][b] + cfg.reduce_ns for b in range(B)] for r in range(n)]
+        end = [[wend[r][b] + round(cfg.reduce_ns * f[r]) for b in range(B)] for r in range(n)]
         ranks = []
         out = hashlib.sha256(f"run{k}".encode()).hexdigest()
         for r in range(n):
