@@ -136,6 +136,6 @@ def launch(function, grid: Sequence[int], block: Sequence[int], args: Sequence[c
     arr = (ctypes.c_void_p * max(1, len(holders)))(*[ctypes.addressof(a) for a in holders])
     fn = function if isinstance(function, d.CUfunction) else d.CUfunction(int(function))
     st = d.CUstream(int(stream)) if not isinstance(stream, d.CUstream) else stream
-    check(d.cuLaunchKernel(fn, g[0], g[1], g[2], b[0], b[1], b[2], shared, st, ctypes.addressof(arr), None),
+    check(d.cuLaunchKernel(fn, g[0], g[1], g[2], b[0], b[1], b[2], shared, st, ctypes.addressof(arr), 0),
           "cuLaunchKernel")
     del holders

@@ -89,7 +89,7 @@ _U64 = ctypes.c_uint64
 class StateMirror(ctypes.Structure):
     """Mirror of hbf_eidola_state (checked against the library's hbe_layout())."""
 
-    _fields_ = ([("t0", _U64), ("failure", _U64), ("eidolon_done", _U64), ("reserved0", _U64),
+    _fields_ = ([("t0", _U64), ("failure", _U64), ("eidolon_done", _U64), ("vd_base", _U64),
                  ("engine", ctypes.c_uint32), ("mon_mode", ctypes.c_uint32),
                  ("vload_paced", ctypes.c_uint32), ("n_flag_ranges", ctypes.c_uint32),
                  ("lag_ns", ctypes.c_int64), ("timeout_ns", _U64),
@@ -99,8 +99,7 @@ class StateMirror(ctypes.Structure):
                                        "t_enacted", "n_vaddr", "v_addr", "v_begin", "v_time",
                                        "v_value", "v_init", "mon_base", "mon_slots", "mon", "wake",
                                        "n_wake", "s_addr", "s_value", "s_size", "s_wakeup",
-                                       "s_count", "s_cap", "ctr", "arm", "n_arm")]
-                + [("reserved2", _U64 * 2)])
+                                       "s_count", "s_cap", "ctr", "arm", "n_arm", "vd_n", "vd_idx")])
 
 
 class GarParams(ctypes.Structure):
@@ -312,6 +311,7 @@ class Replay:
                 ((addrs, np.uint64), (values, np.uint64), (sizes, np.uint32), (wakeups, np.uint64))]
         self.s_count.fill(0)
         self.push()
+        self.rt.sync()
         self.lib.call("hbe_launch_setup", ctypes.c_void_p(self.dev.ptr), *(ctypes.c_void_p(b.ptr) for b in bufs),
                       n, ctypes.c_void_p(self.rt.streams[0]))
         self.rt.sync()
@@ -354,6 +354,15 @@ class Replay:
         self._tables.append(enacted)
         self.enacted = enacted
         h.n_entries, h.n_vaddr = len(d["t_addr"]), len(d["v_addr"])
+        h.vd_base = h.vd_n = h.vd_idx = 0
+        va = d["v_addr"].astype(np.int64) if len(d["v_addr"]) else None
+        if va is not None and (va % 4 == 0).all() and (va[-1] - va[0]) // 4 + 1 <= (1 << 24):
+            # dense direct map: O(1) address lookup however many peers (engine b)
+            idx = np.full(int((va[-1] - va[0]) // 4 + 1), 0xFFFFFFFF, np.uint32)
+            idx[(va - va[0]) // 4] = np.arange(len(va), dtype=np.uint32)
+            buf = self.rt.array(idx)
+            self._tables.append(buf)
+            h.vd_base, h.vd_n, h.vd_idx = int(va[0]), len(idx), buf.ptr
         for k, v in ptr.items():
             setattr(h, k, v)
         h.t_enacted = enacted.ptr

@@ -46,7 +46,7 @@ def heartbeat_timeout_ns() -> int:
 
 def thermal_max_age_ns() -> int:
     """HBF_THERMAL_MAX_AGE_NS: how long the device reuses a thermal/refresh snapshot (0: always read)."""
-    return _int("HBF_THERMAL_MAX_AGE_NS", 20_000)
+    return _int("HBF_THERMAL_MAX_AGE_NS", 1_000_000)
 
 
 def completion_timeout_ns() -> int:

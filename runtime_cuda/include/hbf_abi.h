@@ -38,6 +38,17 @@
  * __hb_kernel_enter/exit: optional per-kernel bookkeeping (start timestamp for eidola,
  *   counters flush); hbfcc emits enter at the top of each .entry and exit before ret/exit.
  *
+ * Linkage: nvcc emits the helpers as .visible; the Makefile (helpers-ptx) rewrites them to .weak.
+ * __hb_future_join on a ticket resolves (consumes) it: wait on the joined future, not the ticket.
+ * A ticket waited twice (a wait on several paths) is fine: the second wait returns at once once
+ * its completion slot has been reused (the first wait spun to the deadline).
+ *
+ * Fast reject (optional, recommended; measured in bench/runtime_proofs.py native_overhead): the
+ * first 16 bytes of hbf_device_state (hbf_device.h) are {u64 lo; u64 span}; an access is native
+ * when __hb_state == 0 or addr - lo >= span (unsigned). A rewriter may test this inline and call
+ * __hb_issue only in band (then call __hb_wait only on a nonzero future); __hb_state and {lo, span}
+ * do not change while a kernel runs, so they may be loaded once at kernel entry.
+ *
  * site (u32): bits 0..15 = access-site index within the kernel; bits 16..31 = kernel index
  *   within the module (the order of .entry directives, as in the admission artifact).
  *

@@ -81,7 +81,7 @@ typedef struct hbf_eidola_state {
     uint64_t t0;                   /* min %globaltimer at target-kernel entry */
     uint64_t failure;
     uint64_t eidolon_done;         /* entries enacted (engine a) */
-    uint64_t reserved0;
+    uint64_t vd_base;              /* dense direct map of the per-address index (0 = none): */
     /* --- configuration --- */
     uint32_t engine;               /* HBF_EIDOLA_ENGINE_* */
     uint32_t mon_mode;             /* HBF_EIDOLA_MON_* */
@@ -113,7 +113,8 @@ typedef struct hbf_eidola_state {
     uint64_t ctr;                  /* unsigned long long [MAX_CLASSES][NCTR] */
     uint64_t arm;                  /* extern API: u64[3] per thread slot (addr, value, mask) */
     uint64_t n_arm;                /* thread slots in `arm` (global warp * 32 + lane) */
-    uint64_t reserved2[2];
+    uint64_t vd_n;                 /* 4-byte words covered from vd_base */
+    uint64_t vd_idx;               /* u32[vd_n]: word -> v index, 0xffffffff = not in the table */
 } hbf_eidola_state;
 
 #ifdef __CUDACC__
@@ -228,6 +229,15 @@ HBF_EIDOLA_DEV uint64_t hbf_eidola_kernel_enter(hbf_eidola_state* st) {
 /* ---- engine (b): value visible at (addr, t_rel) -------------------------------------------- */
 /* Returns 1 and the value when addr is in the table, else 0 (caller reads memory). */
 HBF_EIDOLA_DEV int hbf_eidola_vindex(const hbf_eidola_state* st, uint64_t addr, uint32_t* idx) {
+    if (st->vd_idx) {  /* O(1): dense flag region */
+        const uint64_t w = (addr - st->vd_base) >> 2;
+        if (addr >= st->vd_base && w < st->vd_n && ((addr - st->vd_base) & 3u) == 0) {
+            const uint32_t i = __ldg(&((const uint32_t*)st->vd_idx)[w]);
+            if (i == 0xffffffffu) return 0;
+            *idx = i;
+            return 1;
+        }
+    }
     const uint64_t* va = (const uint64_t*)st->v_addr;
     uint64_t lo = 0, hi = st->n_vaddr;
     while (lo < hi) {

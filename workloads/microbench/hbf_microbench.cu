@@ -49,23 +49,56 @@ __device__ __forceinline__ unsigned long long gtimer() {
 }
 
 // ---- 0: streaming (native-path overhead): b[i] = a[i] * s + 1, float4, grid-stride --------------
-template <bool I>
+// M = 0 plain, 1 call the helper at every access (the ABI as is), 2 inline fast reject at every site
+// (ld __hb_state, ld.v2 {lo, span}, compare, call only when in band; wait only on a nonzero future),
+// 3 the same with __hb_state and {lo, span} loaded once at kernel entry (they cannot change while a
+// kernel runs: registration after admission is refused).
+extern "C" __device__ unsigned long long __hb_state;
+struct hb_band { unsigned long long lo, span; };
+__device__ __forceinline__ hb_band band_load() {
+    const unsigned long long st = *(volatile unsigned long long*)&__hb_state;
+    if (st == 0ull) return {~0ull, 0ull};
+    const ulonglong2 b = __ldg((const ulonglong2*)st);
+    return {b.x, b.y};
+}
+template <int M>
+__device__ __forceinline__ unsigned long long ISSM(const hb_band& hb, const void* p, unsigned bytes, unsigned flags, unsigned site) {
+    if constexpr (M == 0) return 0ull;
+    if constexpr (M == 1) return __hb_issue((unsigned long long)p, bytes, flags, site);
+    if constexpr (M == 2) {
+        const hb_band b = band_load();
+        if ((unsigned long long)p - b.lo >= b.span) return 0ull;
+        return __hb_issue((unsigned long long)p, bytes, flags, site);
+    }
+    if ((unsigned long long)p - hb.lo >= hb.span) return 0ull;
+    return __hb_issue((unsigned long long)p, bytes, flags, site);
+}
+template <int M>
+__device__ __forceinline__ void WTM(unsigned long long f, unsigned site) {
+    if constexpr (M == 1) __hb_wait(f, site);
+    if constexpr (M >= 2) { if (f) __hb_wait(f, site); }
+}
+template <int M>
 __device__ void stream_body(const float4* __restrict__ a, float4* __restrict__ b, unsigned long long n4, float s) {
-    ENTER<I>(0);
+    if constexpr (M != 0) __hb_kernel_enter(0);
+    hb_band hb = {~0ull, 0ull};
+    if constexpr (M == 3) hb = band_load();
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
-        unsigned long long f = ISS<I>(a + i, 16, F_LOAD | F_ACTIVE, SITE(0, 0));
+        unsigned long long f = ISSM<M>(hb, a + i, 16, F_LOAD | F_ACTIVE, SITE(0, 0));
         float4 v = a[i];
-        WT<I>(f, SITE(0, 0));
+        WTM<M>(f, SITE(0, 0));
         float4 o = make_float4(v.x * s + 1.f, v.y * s + 1.f, v.z * s + 1.f, v.w * s + 1.f);
-        unsigned long long g = ISS<I>(b + i, 16, F_STORE | F_ACTIVE, SITE(0, 1));
+        unsigned long long g = ISSM<M>(hb, b + i, 16, F_STORE | F_ACTIVE, SITE(0, 1));
         b[i] = o;
-        WT<I>(g, SITE(0, 1));
+        WTM<M>(g, SITE(0, 1));
     }
-    EXIT<I>(0);
+    if constexpr (M != 0) __hb_kernel_exit(0);
 }
-extern "C" __global__ void stream_plain(const float4* a, float4* b, unsigned long long n4, float s) { stream_body<false>(a, b, n4, s); }
-extern "C" __global__ void stream_instr(const float4* a, float4* b, unsigned long long n4, float s) { stream_body<true>(a, b, n4, s); }
+extern "C" __global__ void stream_plain(const float4* a, float4* b, unsigned long long n4, float s) { stream_body<0>(a, b, n4, s); }
+extern "C" __global__ void stream_instr(const float4* a, float4* b, unsigned long long n4, float s) { stream_body<1>(a, b, n4, s); }
+extern "C" __global__ void stream_guard(const float4* a, float4* b, unsigned long long n4, float s) { stream_body<2>(a, b, n4, s); }
+extern "C" __global__ void stream_hoist(const float4* a, float4* b, unsigned long long n4, float s) { stream_body<3>(a, b, n4, s); }
 
 // ---- 1: latency probe: one thread; issue, W ns of independent work, consume -----------------------
 // out[r*4 + 0..3] = t_before_issue, t_after_work, t_after_wait, value
