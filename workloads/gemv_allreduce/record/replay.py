@@ -88,8 +88,12 @@ def replay_observations(traces: Sequence[Trace], *, engine: str, recording: dict
     ctx = c("cuDevicePrimaryCtxRetain", dev)   # the context cudart (runtime_cuda.eidola) uses
     c("cuCtxSetCurrent", ctx)
     image = np.frombuffer(Path(build_cubin()).read_bytes(), dtype=np.uint8).copy()
-    mod = c("cuModuleLoadData", image.ctypes.data)
-    fn = c("cuModuleGetFunction", mod, b"gemv_ar_record")
+    try:
+        mod = c("cuModuleLoadData", image.ctypes.data)
+        fn = c("cuModuleGetFunction", mod, b"gemv_ar_record")
+    except BaseException:
+        c("cuDevicePrimaryCtxRelease", dev)
+        raise
     flag_bytes = max(128, -(-(nb * n * 4) // 128) * 128)
     buf = {"W": rt.array(W), "x": rt.array(x), "y": rt.alloc(M * 4),
            "inbox": rt.alloc(inbox.nbytes), "flags": rt.alloc(flag_bytes),
