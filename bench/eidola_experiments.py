@@ -410,6 +410,55 @@ def plots(out: Path) -> None:
         plt.close(fig)
 
 
+def summary(out: Path) -> dict:
+    """The headline numbers of every experiment JSON in ``out`` (printed by the parent run)."""
+    res = {}
+    for name in EXPERIMENTS:
+        p = out / f"eidola_{name}.json"
+        if not p.exists():
+            res[name] = "missing"
+            continue
+        d = json.loads(p.read_text())
+        if "error" in d:
+            res[name] = {"error": d["error"][:300]}
+            continue
+        r = d["result"]
+        if name == "E0":
+            res[name] = {k: r[k] for k in ("engine_a_lag_estimate_ns", "goal_p95_abs_le_100ns_engine_a")}
+            for k in ("engine_a_uncalibrated_ns", "engine_a_calibrated_error_ns", "engine_a_calibrated_abs_error_ns",
+                      "engine_a_issue_error_ns", "engine_b_error_ns"):
+                res[name][k] = {q: round(r[k][q], 1) for q in ("mean", "median", "p95", "p99", "max") if q in r[k]}
+        elif name == "REG":
+            res[name] = r
+        elif name in ("E1", "E2"):
+            sweeps = {"spin": r} if name == "E1" else {"hoare": r["hoare"], "mesa": r["mesa"]}
+            res[name] = {}
+            for w, sw in sweeps.items():
+                for eng, data in sw["engines"].items():
+                    sm = data["summary"]
+                    res[name][f"{w}/{eng}"] = {"r2": round(sm["fit_flag_reads_thread_vs_delay_us"]["r2"], 5),
+                                               "slope_per_us": round(sm["fit_flag_reads_thread_vs_delay_us"]["slope"], 2),
+                                               "flag_min": sm["flag_reads_thread_min"], "flag_max": sm["flag_reads_thread_max"],
+                                               "spread": round(sm["flag_spread_rel"], 4), "nonflag": sm["nonflag_reads_thread_unique"],
+                                               "bitwise": sm["all_outputs_bitwise_equal"]}
+            if name == "E2":
+                rows = r["corunner"]["with_target"]
+                res[name]["corunner_span_ns"] = {f"{e}/{w}": float(np.median([x["span_ns"] for x in rows if x["engine"] == e and x["wait"] == w]))
+                                                 for e in ("virtual", "eidolon") for w in ("spin", "hoare")}
+                res[name]["corunner_span_ns"]["alone"] = float(np.median([x["span_ns"] for x in r["corunner"]["alone"]]))
+        elif name == "E3":
+            res[name] = {k: {"t1_ns": round(v["t1_ns"]), "te_ns": round(v["te_ns"], 2), "r2": round(v["fit"]["r2"], 4),
+                             "ratio_255_over_3": round(v["ratio_255_over_3"], 3)} for k, v in r["configs"].items()}
+            res[name]["bitwise_all"] = all(x["y_bitwise_equal"] for x in r["rows"])
+        elif name == "E4":
+            res[name] = {k: {"r2": round(v["r2"], 4), "slope_ns_per_row": round(v["slope"], 3)} for k, v in r["fits"].items()}
+        elif name == "TL":
+            res[name] = {k: v for k, v in r.items() if k != "real4"}
+            if "real4" in r:
+                res[name]["real4"] = {k: v for k, v in r["real4"].items() if k != "accounting_rank0"}
+    return res
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
@@ -475,6 +524,7 @@ def main(argv=None) -> int:
         plots(out)
     except Exception:  # noqa: BLE001
         log.exception("plots failed")
+    print("SUMMARY " + json.dumps(summary(out), default=_json_default))
     return rc
 
 
