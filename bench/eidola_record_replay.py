@@ -96,7 +96,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--M", type=int, default=8192)
     ap.add_argument("--K", type=int, default=8192, help="K per rank")
-    ap.add_argument("--blocks", type=int, default=128)
+    ap.add_argument("--blocks", type=int, default=None,
+                    help="workgroups per rank (default 128; with --one-gpu-smoke 128/gpus)")
+    ap.add_argument("--one-gpu-smoke", action="store_true",
+                    help="all ranks co-resident on GPU 0: checks the whole pipeline on the one-GPU "
+                         "kind (no NVLink; written as ..._smoke1gpu_<n>.json, never an E4 result)")
     ap.add_argument("--slowdowns", default="0.05,0.10,0.20")
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--policy", default="seen", choices=("seen", "hybrid"))
@@ -115,7 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     # Loud refusal first: nothing else runs without the GPUs.
-    require_gpus(a.gpus)
+    if a.one_gpu_smoke:
+        from workloads.gemv_allreduce.record.record import gpu_count
+        if gpu_count()[0] < 1:
+            print(f"ERROR: --one-gpu-smoke needs a GPU; found none ({gpu_count()[1]})", file=sys.stderr)
+            raise NotEnoughGpus(2)
+    else:
+        require_gpus(a.gpus)
     backend = load_backend(a.replay_backend)
     from workloads.gemv_allreduce.record.record import record
 
@@ -137,7 +147,8 @@ def run_experiment(a: argparse.Namespace, *, record_fn, backend) -> int:
     if bad:
         print(f"ERROR: unknown engines {bad}; choose from {ENGINES}", file=sys.stderr)
         return 2
-    work = Path(a.work_dir or os.environ.get("OUT") or "/tmp") / f"eidola_rr_{a.gpus}"
+    tag = f"smoke1gpu_{a.gpus}" if getattr(a, "one_gpu_smoke", False) else str(a.gpus)
+    work = Path(a.work_dir or os.environ.get("OUT") or "/tmp") / f"eidola_rr_{tag}"
     work.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     res: dict = {"experiment": "eidola_record_replay", "gpus": a.gpus, "target": a.target,
@@ -146,7 +157,13 @@ def run_experiment(a: argparse.Namespace, *, record_fn, backend) -> int:
                  "policy": a.policy, "engines": engines, "slowdowns": slowdowns, "lag_ns": a.lag_ns}
     try:
         # 1. record (baseline + perturbed)
-        base_cfg = dict(gpus=a.gpus, M=a.M, K=a.K, blocks=a.blocks, runs=a.runs, warmup=a.warmup)
+        smoke = bool(getattr(a, "one_gpu_smoke", False))
+        blocks = a.blocks or (128 // a.gpus if smoke else 128)
+        M = a.M if a.blocks or not smoke else blocks * (a.M // 128)
+        base_cfg = dict(gpus=a.gpus, M=M, K=a.K, blocks=blocks, runs=a.runs, warmup=a.warmup,
+                        devices=(0,) * a.gpus if smoke else None)
+        res["one_gpu_smoke"] = smoke
+        res["shape"] = {"M": M, "K_per_rank": a.K, "blocks": blocks}
         log.info("recording %d launches on %d GPUs", a.runs, a.gpus)
         rec = record_fn(RecordConfig(**base_cfg, out=str(work / "rec.json.gz")))
         cm = clock_model(rec, ref=a.target)
@@ -197,10 +214,10 @@ def run_experiment(a: argparse.Namespace, *, record_fn, backend) -> int:
     except HbfError as e:
         res["error"] = e.to_dict()
         print(f"ERROR: {e}", file=sys.stderr)
-        out = Path(a.results) / f"eidola_record_replay_{a.gpus}.failed.json"
+        out = Path(a.results) / f"eidola_record_replay_{tag}.failed.json"
         save_json(out, res)
         return 1
-    out = Path(a.results) / f"eidola_record_replay_{a.gpus}.json"
+    out = Path(a.results) / f"eidola_record_replay_{tag}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")

@@ -77,3 +77,27 @@ def test_orchestration_end_to_end_with_stand_ins(tmp_path, capsys):
     assert [r["slowdown"] for r in rows] == [0.0, 0.05, 0.10, 0.20]
     assert res["env"]["NCCL_NVLS_ENABLE"] == "0"
     assert "engine eidolon_kernel" in capsys.readouterr().out
+
+
+def test_one_gpu_smoke_mode_puts_all_ranks_on_gpu0_and_is_labelled(tmp_path):
+    m = _bench()
+    seen = []
+
+    def record_fn(cfg):
+        seen.append(cfg)
+        rec, _ = make_recording(SynthConfig(n_gpus=cfg.gpus, blocks=3, runs=cfg.runs, seed=1))
+        rec["workload"] = {"name": "synthetic", "blocks": 3, "warmup": 0}
+        return rec
+
+    def backend(traces, *, engine, recording, target, slow_frac, device, lag_ns):
+        assert device == 0
+        return [dict(observation_from_recording(recording, target, k), source="replay", engine=engine)
+                for k in range(len(traces))]
+
+    a = m.parse_args(["--gpus", "2", "--one-gpu-smoke", "--runs", "3", "--warmup", "0",
+                      "--slowdowns", "0.1", "--work-dir", str(tmp_path), "--results", str(tmp_path)])
+    assert m.run_experiment(a, record_fn=record_fn, backend=backend) == 0
+    assert all(c.devices == (0, 0) and c.shared_gpu and c.blocks == 64 and c.M == 4096 for c in seen)
+    res = json.loads((tmp_path / "eidola_record_replay_smoke1gpu_2.json").read_text())
+    assert res["one_gpu_smoke"] is True
+    assert not (tmp_path / "eidola_record_replay_2.json").exists()

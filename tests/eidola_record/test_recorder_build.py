@@ -102,9 +102,18 @@ def test_record_refuses_without_enough_gpus():
 @pytest.mark.parametrize("kw,field", [({"gpus": 1}, "gpus"), ({"gpus": 9}, "gpus"),
                                       ({"M": 100000, "blocks": 4}, "blocks"),
                                       ({"slow_frac": 0.1, "slow_rank": 5}, "slow_rank"),
-                                      ({"pingpong_rounds": 2}, "pingpong_rounds")])
+                                      ({"pingpong_rounds": 2}, "pingpong_rounds"),
+                                      ({"gpus": 2, "devices": (0,)}, "devices")])
 def test_config_validation_names_the_field(kw, field):
     with pytest.raises(ConfigError) as ei:
         RecordConfig(**kw)
     assert ei.value.fields["field"] == field
     assert plan(RecordConfig())["bytes_per_rank"]["W"] == 8192 * 8192 * 4
+
+
+def test_shared_gpu_plan_for_one_gpu_smoke():
+    cfg = RecordConfig(gpus=2, devices=[0, 0], blocks=64, M=4096)
+    assert cfg.devices == (0, 0) and cfg.shared_gpu and cfg.physical_gpus == 1
+    p = plan(cfg)
+    assert p["devices"] == [0, 0] and p["one_gpu_smoke"] is True
+    assert not RecordConfig(gpus=2).shared_gpu and RecordConfig(gpus=3).device_map == (0, 1, 2)

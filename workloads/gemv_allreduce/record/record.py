@@ -56,6 +56,10 @@ class RecordConfig:
     slow_frac: float = 0.0
     sync_each: bool = False      # host barrier between launches (decoupled runs)
     out: str = "recording.json.gz"
+    #: GPU of each rank (default 0..gpus-1). Several ranks on one GPU (``(0, 0)``) is a one-GPU
+    #: smoke test of the whole pipeline: the ranks' blocks must all be co-resident, and the
+    #: "NVLink" is then that GPU's L2. It is never an E4 result.
+    devices: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         def bad(field: str, msg: str) -> ConfigError:
@@ -77,6 +81,22 @@ class RecordConfig:
             raise bad("slow_frac", "must be in [0, 10]")
         if self.slow_frac and not 0 <= self.slow_rank < self.gpus:
             raise bad("slow_rank", "a slowdown needs a rank in [0, gpus)")
+        if self.devices is not None:
+            object.__setattr__(self, "devices", tuple(int(d) for d in self.devices))
+            if len(self.devices) != self.gpus or min(self.devices) < 0:
+                raise bad("devices", "needs one non-negative GPU index per rank")
+
+    @property
+    def device_map(self) -> tuple[int, ...]:
+        return self.devices if self.devices is not None else tuple(range(self.gpus))
+
+    @property
+    def physical_gpus(self) -> int:
+        return len(set(self.device_map))
+
+    @property
+    def shared_gpu(self) -> bool:
+        return self.physical_gpus < self.gpus
 
     @property
     def rows_per_block(self) -> int:
@@ -123,7 +143,7 @@ def plan(cfg: RecordConfig) -> dict[str, Any]:
     n = cfg.gpus
     nb, R = cfg.blocks, cfg.rows_per_block
     return {
-        "gpus": n, "M": cfg.M, "K_per_rank": cfg.K, "blocks": nb, "rows_per_block": R,
+        "gpus": n, "devices": list(cfg.device_map), "one_gpu_smoke": cfg.shared_gpu, "M": cfg.M, "K_per_rank": cfg.K, "blocks": nb, "rows_per_block": R,
         "threads": THREADS, "launches": {"warmup": cfg.warmup, "recorded": cfg.runs,
                                          "back_to_back": not cfg.sync_each},
         "pingpong": {"pairs": n * (n - 1) // 2, "rounds": cfg.pingpong_rounds,
@@ -265,8 +285,8 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
 
     env = knobs.check_no_multicast()
     have, how = gpu_count()
-    if have < cfg.gpus:
-        raise ConfigError(f"recording needs {cfg.gpus} GPUs, found {have} ({how})",
+    if have <= max(cfg.device_map):
+        raise ConfigError(f"recording needs {max(cfg.device_map) + 1} GPUs, found {have} ({how})",
                           field="gpus", value=cfg.gpus, found=have)
     cubin = build_cubin()
     lay = layout_probe(knobs.CACHE_DIR)
@@ -275,16 +295,18 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
                           c=lay["sizeof"], py=ctypes.sizeof(GarParamsC))
     c = _Cu()
     n, nb, R = cfg.gpus, cfg.blocks, cfg.rows_per_block
-    ranks = [Rank(c, i) for i in range(n)]
+    ranks = [Rank(c, d) for d in cfg.device_map]
     try:
         for r in ranks:
-            if nb > r.sms:
+            sharing = cfg.device_map.count(r.i)
+            if nb * sharing > r.sms:
                 raise ConfigError("blocks exceed the SM count: spinning blocks would not all be "
-                                  "resident", field="blocks", value=nb, sms=r.sms, gpu=r.i)
+                                  "resident (one block per SM)", field="blocks", value=nb,
+                                  ranks_on_gpu=sharing, sms=r.sms, gpu=r.i)
         # peer access, every ordered pair
         for a in ranks:
             for b in ranks:
-                if a is b:
+                if a is b or a.i == b.i:
                     continue
                 if not c("cuDeviceCanAccessPeer", a.dev, b.dev):
                     raise CudaError("GPU cannot access its peer (no NVLink/P2P path)", gpu=a.i, peer=b.i)
@@ -477,6 +499,7 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
                             "blocks": nb, "rows_per_block": R, "threads": THREADS, "dtype": "float32",
                             "seed": cfg.seed, "warmup": cfg.warmup, "sync_each": cfg.sync_each,
                             "slow_rank": cfg.slow_rank, "slow_frac": cfg.slow_frac,
+                            "one_gpu_smoke": cfg.shared_gpu,
                             "kernel_source_sha256": hashlib.sha256(
                                 Path(__file__).with_name("gemv_ar_record.cu").read_bytes()).hexdigest(),
                             "wall_s_all_launches": wall_s},
@@ -486,7 +509,8 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
                "clock": {"method": "nvlink-pingpong", "rounds": cfg.pingpong_rounds,
                          "per_gpu_resolution_ns": res_ns, "samples": samples},
                "env": {**env, "CUDA_VISIBLE_DEVICES": knobs.CUDA_VISIBLE_DEVICES},
-               "devices": [{"index": r.i, "name": r.name, "sms": int(r.sms)} for r in ranks],
+               "devices": [{"rank": ri, "index": r.i, "name": r.name, "sms": int(r.sms)}
+                           for ri, r in enumerate(ranks)],
                "runs": runs}
         outp = Path(cfg.out).resolve()
         outp.parent.mkdir(parents=True, exist_ok=True)
@@ -515,8 +539,8 @@ def _check_error(ranks, bufs, what: str) -> None:
     for ri, r in enumerate(ranks):
         e = int(r.d2h(np.zeros(1, np.uint32), bufs[ri]["error"])[0])
         if e:
-            raise CudaError(f"{what}: a wait timed out on GPU {ri} (error word {e}); a peer never "
-                            "released its flag", gpu=ri, error=e)
+            raise CudaError(f"{what}: a wait timed out on rank {ri} (GPU {r.i}, error word {e}); a "
+                            "peer never released its flag", rank=ri, gpu=r.i, error=e)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -537,6 +561,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--slow-rank", type=int, default=d.slow_rank)
     ap.add_argument("--slow-frac", type=float, default=d.slow_frac)
     ap.add_argument("--sync-each", action="store_true")
+    ap.add_argument("--devices", default=None,
+                    help="GPU of each rank, comma-separated (e.g. 0,0: a one-GPU smoke test with "
+                         "co-resident ranks; never an E4 result)")
     ap.add_argument("--out", default=d.out)
     ap.add_argument("--dry-run", action="store_true",
                     help="check the GPU count and print the plan; launch nothing")
@@ -546,15 +573,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = RecordConfig(gpus=a.gpus, M=a.M, K=a.K, blocks=a.blocks, runs=a.runs, warmup=a.warmup,
                            pingpong_rounds=a.pingpong_rounds, timeout_ms=a.timeout_ms, seed=a.seed,
                            slow_rank=a.slow_rank, slow_frac=a.slow_frac, sync_each=a.sync_each,
-                           out=a.out)
+                           out=a.out,
+                           devices=tuple(int(x) for x in a.devices.split(",")) if a.devices else None)
         if a.dry_run:
             have, how = gpu_count()
             p = plan(cfg)
             p["gpus_found"], p["gpus_found_by"] = have, how
-            p["ready"] = have >= cfg.gpus
+            need = max(cfg.device_map) + 1
+            p["ready"] = have >= need
             print(json.dumps(p, indent=1))
             if not p["ready"]:
-                print(f"NOT READY: this plan needs {cfg.gpus} GPUs, found {have} ({how})",
+                print(f"NOT READY: this plan needs {need} GPUs, found {have} ({how})",
                       file=sys.stderr)
                 return 3
             return 0
