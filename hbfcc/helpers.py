@@ -207,6 +207,7 @@ class HelperModule:
     sha256: str
     abi_version: int
     version: tuple[int, int]       # the helper's .version
+    target_sm: Optional[int]       # the helper's .target SM number (modules below it cannot link it)
     body: str                      # ready-to-append text: definitions, weak, renamed, debug stripped
     defined: frozenset[str]        # top-level names the body defines (after renaming)
     externs: tuple[TopItem, ...]   # .extern declarations the body needs
@@ -223,9 +224,13 @@ def _load_helper_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
     text = raw.decode("utf-8", "replace")
     items = split_top_level(text)
     version = (0, 0)
+    target_sm = None
     for it in items:
         if it.kind == "header" and it.text.startswith(".version"):
             version = _parse_version(it.text.split()[1])
+        if it.kind == "header" and it.text.startswith(".target"):
+            m = re.search(r"sm_(\d+)", it.text)
+            target_sm = int(m.group(1)) if m else None
     defined_funcs = {it.name for it in items if it.kind == "func"}
     for name, (rets, params) in ABI_SIGNATURES.items():
         if name not in defined_funcs:
@@ -267,7 +272,7 @@ def _load_helper_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
     if m and int(m.group(1)) != abi:
         raise RewriteError("helper PTX was built for another helper ABI", helper=path,
                            helper_abi=int(m.group(1)), header_abi=abi)
-    return HelperModule(path=path, sha256=sha256_bytes(raw), abi_version=abi, version=version,
+    return HelperModule(path=path, sha256=sha256_bytes(raw), abi_version=abi, version=version, target_sm=target_sm,
                         body=body, defined=frozenset(defined), externs=tuple(externs))
 
 

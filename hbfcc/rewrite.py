@@ -75,6 +75,15 @@ def rewrite_text(text: str, *, filename: str = "<ptx>", helper: Optional[H.Helpe
     module = parse_module(text, filename=filename)
     t["parse"] = time.perf_counter() - t0
     meta: dict = {"cpasync_window": cpasync_window or k.cpasync_window, "filename": filename}
+    why = _target_too_old(module, helper)
+    if why is not None:
+        # Not instrumented, loudly: every kernel is recorded as not admitted (the runtime refuses
+        # to launch it against registered ranges). Compiler-detection builds (CMake's sm_75 probe)
+        # still work.
+        log.warning("%s: %s", filename, why)
+        meta["timing"] = _not_instrumented_report(module, why)
+        meta["not_instrumented"] = why
+        return RewriteResult(text, orig_sha, orig_sha, meta, helper, False, t)
     for i, name in enumerate(PIPELINE, start=1):
         t1 = time.perf_counter()
         module = get_pass(name)(module, meta)
@@ -101,6 +110,31 @@ def rewrite_text(text: str, *, filename: str = "<ptx>", helper: Optional[H.Helpe
         _dump(dd, f"{len(PIPELINE) + 1:02d}-linked.ptx", out)
     t["total"] = time.perf_counter() - t0
     return RewriteResult(out, orig_sha, sha256_bytes(out.encode()), meta, helper, False, t)
+
+
+def _sm(target: str) -> Optional[int]:
+    m = re.match(r"(?:sm|compute)_(\d+)", target)
+    return int(m.group(1)) if m else None
+
+
+def _target_too_old(module, helper: Optional[H.HelperModule]) -> Optional[str]:
+    if helper is None or helper.target_sm is None:
+        return None
+    sms = [x for x in (_sm(t) for t in module.target) if x is not None]
+    if sms and min(sms) < helper.target_sm:
+        return (f"module targets {','.join(module.target)} but the helper module needs sm_{helper.target_sm}+: "
+                "NOT instrumented; its kernels are not admitted")
+    return None
+
+
+def _not_instrumented_report(module, why: str) -> dict:
+    funcs = []
+    entries = [f for f in module.functions() if f.is_entry and f.body is not None]
+    for i, f in enumerate(entries):
+        funcs.append({"name": f.name, "kind": "entry", "kernel_index": i, "admitted": False,
+                      "not_admitted_reasons": [why], "classes": {}, "refused": [], "native_reasons": {},
+                      "sites": 0, "waits": 0, "drains": 0, "cp_async_window": 0, "calls": []})
+    return {"kernels": [f.name for f in entries], "functions": funcs}
 
 
 def rewrite_file(src: os.PathLike, dst: os.PathLike, **kw) -> RewriteResult:

@@ -5,6 +5,8 @@ PATH, so a ptxas earlier on the user's PATH is never used (docs/hbfcc.md, notes 
 ``nvcc.profile`` from the directory it was *invoked* from (``_HERE_``, symlinks not resolved), so:
 
     <cache>/shadow/<key>/bin/nvcc          -> symlink to the real nvcc binary
+    <cache>/shadow/<key>/bin/<other>       -> symlinks to everything else in the real bin dir
+                                              (nvcc reads $(_HERE_)/crt/link.stub etc.), except ptxas
     <cache>/shadow/<key>/bin/nvcc.profile  the real profile with TOP = the real toolkit and
                                            PATH += <shadow>/bin/shim:...
     <cache>/shadow/<key>/bin/shim/ptxas    a script that runs hbfcc-ptxas with HBFCC_REAL_PTXAS
@@ -36,6 +38,7 @@ from .toolchain import run
 log = logging.getLogger(__name__)
 
 SHIM_MARKER = "hbfcc-ptxas-shim"
+SHADOW_LAYOUT = "2"
 
 
 def _is_elf(p: str) -> bool:
@@ -98,7 +101,7 @@ def shadow_nvcc(real_nvcc: str) -> str:
     """Path of the shadow nvcc for ``real_nvcc`` (created on first use, atomically)."""
     real_bin = real_toolkit_bin(real_nvcc)
     k = knobs.load()
-    key_src = "\0".join([real_bin, sys.executable, str(Path(__file__).resolve()),
+    key_src = "\0".join([SHADOW_LAYOUT, real_bin, sys.executable, str(Path(__file__).resolve()),
                          Path(real_bin, "nvcc.profile").read_text()])
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     root = k.cache_dir / "shadow" / key
@@ -110,7 +113,10 @@ def shadow_nvcc(real_nvcc: str) -> str:
     tmp = Path(tempfile.mkdtemp(prefix=key + ".", dir=k.cache_dir / "shadow"))
     try:
         (tmp / "bin" / "shim").mkdir(parents=True)
-        os.symlink(os.path.join(real_bin, "nvcc"), tmp / "bin" / "nvcc")
+        for name in sorted(os.listdir(real_bin)):
+            if name in ("nvcc.profile", "ptxas"):
+                continue
+            os.symlink(os.path.join(real_bin, name), tmp / "bin" / name)
         (tmp / "bin" / "nvcc.profile").write_text(_profile_text(real_bin, str(root / "bin" / "shim")))
         (tmp / "bin" / "shim" / "ptxas").write_text(_shim_text(real_bin))
         os.chmod(tmp / "bin" / "shim" / "ptxas", 0o755)

@@ -414,6 +414,7 @@ class FunctionReport:
     drains: int = 0
     cp_async_window: int = 0
     calls: list[str] = field(default_factory=list)
+    external_calls: list[str] = field(default_factory=list)
     admitted: bool = True
     not_admitted_reasons: list[str] = field(default_factory=list)
 
@@ -429,7 +430,8 @@ class FunctionReport:
                 "admitted": self.admitted, "not_admitted_reasons": self.not_admitted_reasons,
                 "classes": self.classes, "refused": self.refused, "native_reasons": self.native_reasons,
                 "sites": self.sites, "waits": self.waits, "drains": self.drains,
-                "cp_async_window": self.cp_async_window, "calls": self.calls}
+                "cp_async_window": self.cp_async_window, "calls": self.calls,
+                "external_calls": self.external_calls}
 
 
 class _FunctionRewriter:
@@ -807,6 +809,8 @@ def timing_pass(module: Module, meta: dict) -> Module:
             new_items.append(it)
     # admission through calls: a function is admitted only if everything it calls is
     defined = set(reports)
+    for r in reports.values():
+        r.external_calls = [c for c in r.calls if c not in defined and c not in SYSTEM_CALLS]
     changed = True
     while changed:
         changed = False
