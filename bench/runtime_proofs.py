@@ -285,7 +285,7 @@ def exp_fidelity(H: Harness) -> dict:
                           "spread_200us_ns": [min(lat[200_000]), max(lat[200_000])]}
     # (b) single 20 us read: error distribution
     H.configure([rng(buf, 64 * 4096)], C.HBF_SRC_FIXED, fixed_read_ns=20_000)
-    r = probe(H, 0, 400, buf)
+    r = probe(H, 0, 1000, buf)
     err = (r[:, 2] - r[:, 0]) - 20_000
     res["b_single_20us"] = {"n": int(err.size), "p50_ns": pct(err, 50), "p95_ns": pct(err, 95),
                             "p99_ns": pct(err, 99), "min_ns": int(err.min()), "max_ns": int(err.max()),
@@ -321,7 +321,40 @@ def exp_fidelity(H: Harness) -> dict:
     lat_f = r[:, 2] - r[:, 0]
     res["fast_model_single"] = {"expected_ns": 20_000 + 20, "median_ns": float(np.median(lat_f)),
                                 "p95_ns": pct(lat_f, 95)}
-    res["counters"] = H.counters()
+    # Severe: admission withheld until the host reopens it (~3 ms later), then served at q
+    H.set_thermal(C.HBF_TH_SEVERE, 500_000, 0)
+    H.configure([rng(buf, 64 * 4096)], C.HBF_SRC_FIXED, fixed_read_ns=20_000)
+    c0 = H.counters()
+    outp = H.alloc(32)
+    H.launch("probe_instr", (1,), (32,), [ctypes.c_uint64(buf), ctypes.c_uint64(outp), ctypes.c_uint64(0),
+                                          ctypes.c_int32(1)])
+    time.sleep(0.003)            # the host reopens admission from this thread; the GIL is never held by a wait
+    H.set_thermal(C.HBF_TH_LIGHT, 500_000, 1)
+    d = cudrv.drv()
+    t_end = time.time() + 5
+    while int(d.cuStreamQuery(d.CUstream(0))[0]) != 0 and time.time() < t_end:
+        time.sleep(0.0005)
+    r = H.get(outp, 32, np.uint64).reshape(1, 4).astype(np.int64)
+    c1 = H.counters()
+    H.set_thermal(C.HBF_TH_NORMAL, 1_000_000, 1)
+    res["thermal_severe_withholds"] = {
+        "issue_to_use_ns": int(r[0, 2] - r[0, 0]), "thermal_waits": c1["thermal_waits"] - c0["thermal_waits"],
+        "thermal_wait_ns": c1["thermal_wait_ns"] - c0["thermal_wait_ns"],
+        "note": "host reopens admission ~3 ms after the launch is queued (Light, q=0.5): expect >= ~3 ms + 40 us"}
+    # refresh debt: 8 KiB published, quantum 4 KiB -> the first two admissions each serve one quantum
+    H.state.refresh_quantum = 4096
+    C.seqlock_write(H.ctl.refresh, lambda: (setattr(H.ctl.refresh, "debt_total_bytes", 8192),
+                                            setattr(H.ctl.refresh, "quantum_bytes", 4096)))
+    H.configure([rng(buf, 64 * 4096)], C.HBF_SRC_FIXED, fixed_read_ns=20_000)
+    r = probe(H, 0, 4, buf)
+    c2 = H.counters()
+    H.state.refresh_quantum = 0
+    H.configure([rng(buf, 64 * 4096)], C.HBF_SRC_FIXED, fixed_read_ns=20_000)
+    res["refresh_debt"] = {"latencies_ns": (r[:, 2] - r[:, 0]).tolist(),
+                           "expected_ns": [240_000, 240_000, 20_000, 20_000],
+                           "refresh_claims": c2["refresh_claims"], "refresh_bytes": c2["refresh_bytes"],
+                           "model": "extra service = pages x (tR + tPROG) = 20 us + 200 us per 4 KiB quantum"}
+    res["counters"] = c2
     cudrv.mem_free(buf)
     return res
 
@@ -447,7 +480,10 @@ def exp_reference_rate(cubin: str) -> dict:
             s.register_timing_range(buf, nwords * 4)
             _, b, fns = session_module(s, cubin)
             rows = []
-            for warps_per_block, blocks, iters in ((4, 132, 20), (4, 264, 40), (4, 528, 40), (4, 1024, 30)):
+            plan = [(4, 132, 20, 8192), (4, 264, 40, 8192), (4, 528, 40, 8192), (4, 1024, 30, 8192),
+                    (4, 1024, 30, 2048), (4, 1024, 30, 32768), (4, 132, 20, 2048), (4, 132, 20, 32768)]
+            for warps_per_block, blocks, iters, cap in plan:
+                s.set_run_params(backoff_max_ns=cap)
                 nthr = blocks * warps_per_block * 32
                 out = cudrv.mem_alloc(nthr * 4)
                 before = s.counters(publish=False)["totals"]
@@ -464,7 +500,7 @@ def exp_reference_rate(cubin: str) -> dict:
                 late = after["wait_overhead_ns"] - before["wait_overhead_ns"]
                 helper = after["ops"]["load"]["overhead_ns"] - before["ops"]["load"]["overhead_ns"]
                 svc = after["ops"]["load"]["service_ns"] - before["ops"]["load"]["service_ns"]
-                rows.append({"warps": blocks * warps_per_block, "iters": iters, "requests": req,
+                rows.append({"warps": blocks * warps_per_block, "iters": iters, "backoff_max_ns": cap, "requests": req,
                              "expected_requests": blocks * warps_per_block * iters, "seconds": el,
                              "req_per_s": req / el, "modeled_ns": mod_ns, "wall_ns": wall, "service_ns": svc,
                              "lateness_ns": late, "helper_ns": helper,
@@ -588,6 +624,22 @@ def child_missing_perm(cubin: str) -> dict:
     return out
 
 
+def child_thermal_shutdown(cubin: str) -> dict:
+    H = Harness(cubin)
+    buf = H.alloc(1 << 20)
+    H.set_thermal(C.HBF_TH_SHUTDOWN, 1, 0)
+    H.configure([rng(buf, 1 << 20)], C.HBF_SRC_FIXED, fixed_read_ns=20_000)
+    out = {}
+    try:
+        probe(H, 0, 1, buf)
+        out["ended_with"] = "no error (WRONG)"
+    except Exception as e:  # noqa: BLE001
+        out["ended_with"] = str(e)
+    w = int(H.ctl.header.device_failure)
+    out["device_failure_status"] = D.C_STATUS_NAMES[w >> 32] if w else None
+    return out
+
+
 def run_child(which: str, cubin: str, timeout: float = 60) -> dict:
     t = time.time()
     r = subprocess.run([sys.executable, __file__, "--child", which, "--cubin", cubin], capture_output=True,
@@ -624,7 +676,8 @@ def main() -> int:
         fn = {"daemon_lost": lambda: child_daemon_lost(a.cubin),
               "partial_local": lambda: child_partial(a.cubin, False),
               "partial_daemon": lambda: child_partial(a.cubin, True),
-              "missing_perm": lambda: child_missing_perm(a.cubin)}[a.child]
+              "missing_perm": lambda: child_missing_perm(a.cubin),
+              "thermal_shutdown": lambda: child_thermal_shutdown(a.cubin)}[a.child]
         try:
             res = fn()
         except Exception as e:  # noqa: BLE001
@@ -644,6 +697,12 @@ def main() -> int:
     results["gpu"] = smi
     b = build()
     results["build"] = b
+    try:
+        ru = subprocess.run(["cuobjdump", "-res-usage", b["cubin"]], capture_output=True, text=True, timeout=60)
+        results["resource_usage"] = [ln.strip() for ln in (ru.stdout + ru.stderr).splitlines()
+                                     if "REG" in ln or "Function" in ln][:60]
+    except Exception as e:  # noqa: BLE001
+        results["resource_usage"] = f"cuobjdump failed: {e}"
     cubin = b["cubin"]
     H = None
 
@@ -672,10 +731,18 @@ def main() -> int:
     run("native_overhead", lambda: exp_native_overhead(harness()))
     run("fault_partial_overlap_local", lambda: run_child("partial_local", cubin))
     run("fault_missing_permission", lambda: run_child("missing_perm", cubin))
+    run("fault_thermal_shutdown", lambda: run_child("thermal_shutdown", cubin))
     run("reference_rate", lambda: exp_reference_rate(cubin))
     run("fault_daemon_lost", lambda: run_child("daemon_lost", cubin))
     run("fault_partial_overlap_daemon", lambda: run_child("partial_daemon", cubin))
     run("demo", exp_demo)
+
+    def gpu_pytest():
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
+                            "tests/runtime/test_runtime_gpu.py"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+        return {"rc": r.returncode, "tail": (r.stdout + r.stderr)[-1500:]}
+    run("gpu_pytest", gpu_pytest)
     (out / "runtime_proofs.json").write_text(json.dumps(results, indent=1, default=str))
     log("done")
     return 0

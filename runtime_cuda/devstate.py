@@ -93,7 +93,7 @@ class RunParams:
     heartbeat_timeout_ns: int = 50_000_000
     thermal_max_age_ns: int = 1_000_000  # 10% of hbfd's 10 ms controller tick
     completion_timeout_ns: int = 0
-    backoff_max_ns: int = 2048
+    backoff_max_ns: int = 8192
     allow_unmodeled: bool = False
 
 

@@ -521,7 +521,7 @@ class GemvAllReduce:
         return p
 
     def run_replay(self, replay: Replay, *, wait: str = "spin", engine: str = "virtual", seq: int = 1,
-                   eidolon_blocks: int = 2, corunner: dict | None = None) -> dict:
+                   eidolon_blocks: int | None = None, corunner: dict | None = None) -> dict:
         """One launch of the target with the eidolons replaying ``replay``'s table."""
         if wait not in WAIT_MODES:
             raise ConfigError("unknown wait mode", value=wait, known=sorted(WAIT_MODES))
@@ -529,6 +529,8 @@ class GemvAllReduce:
         replay.reset_launch()   # synchronizes
         p = self.params(replay, seq=seq, wait=wait)
         if engine == "eidolon":
+            if eidolon_blocks is None:   # 2 reserved SMs, more for big tables (<= 8)
+                eidolon_blocks = max(2, min(8, -(-int(replay.host.n_entries) // 4096)))
             replay.launch_eidolon(blocks=eidolon_blocks)
         cr = None
         if corunner:

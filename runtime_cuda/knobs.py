@@ -56,7 +56,7 @@ def completion_timeout_ns() -> int:
 
 def backoff_max_ns() -> int:
     """HBF_BACKOFF_MAX_NS: nanosleep backoff cap while polling host-written words."""
-    return _int("HBF_BACKOFF_MAX_NS", 2048)
+    return _int("HBF_BACKOFF_MAX_NS", 8192)
 
 
 def helper_ptx() -> Path:

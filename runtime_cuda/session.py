@@ -175,6 +175,20 @@ class Session:
             self.generation = gen
             self._write_ranges_to_device()
 
+    def set_run_params(self, **kw: int) -> None:
+        """Change run parameters (heartbeat_timeout_ns, thermal_max_age_ns, completion_timeout_ns,
+        backoff_max_ns) between kernels; they live in the host-owned line 1 of the device block."""
+        allowed = ("heartbeat_timeout_ns", "thermal_max_age_ns", "completion_timeout_ns", "backoff_max_ns")
+        for k, v in kw.items():
+            if k not in allowed:
+                raise ConfigError(f"unknown run parameter {k!r}", field=k, allowed=list(allowed))
+            if int(v) < 0:
+                raise ConfigError(f"{k} must be >= 0", field=k, value=v)
+            setattr(self.state, k, int(v))
+        if self.use_cuda and self.state_dptr:
+            self._cu.ctx_synchronize()
+            self._cu.htod(self.state_dptr, self.state, 128)   # lines 0-1: host-owned
+
     # ---------------------------------------------------------------------------- ranges
     def range_containing(self, addr: int) -> D.DevRange | None:
         for r in self.ranges:

@@ -81,7 +81,7 @@ __global__ void hbf_eidola_probe(hbf_eidola_state* st, const uint64_t* addrs, co
     uint32_t s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= streams) return;
     hbf_eidola_acct a;
-    hbf_eidola_acct_init(&a);
+    hbf_eidola_acct_init(&a, st);
     uint64_t tmo = hbf_eidola_timeout(st);
     for (uint64_t i = s; i < n; i += streams) {
         uint32_t k = 0;

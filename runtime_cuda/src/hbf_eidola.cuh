@@ -161,9 +161,19 @@ typedef struct hbf_eidola_acct {
     /* monitor armed by this thread */
     uint64_t mon_addr, mon_value, mon_mask;
     uint32_t mon_slot, mon_widx;
+    /* configuration cached in registers (acct_init with a state): one flag range, engine */
+    uint32_t cached, c_engine, c_class, c_paced;
+    uint64_t c_base, c_len;
 } hbf_eidola_acct;
 
-HBF_EIDOLA_DEV void hbf_eidola_acct_init(hbf_eidola_acct* a) {
+HBF_EIDOLA_DEV void hbf_eidola_acct_init(hbf_eidola_acct* a, const hbf_eidola_state* st = nullptr) {
+    a->cached = 0;
+    if (st && st->n_flag_ranges == 1) {
+        a->cached = 1;
+        a->c_engine = st->engine; a->c_paced = st->vload_paced;
+        a->c_base = st->flag_ranges[0].base; a->c_len = st->flag_ranges[0].length;
+        a->c_class = st->flag_ranges[0].klass;
+    }
     a->flag_class = 0; a->flag_warp = a->flag_thread = a->nonflag_warp = a->nonflag_thread = 0;
     a->mon_arms = a->mwaits = a->wake_reads = a->vloads = a->spin = 0;
     a->mwait_ns = 0; a->mon_addr = 0; a->mon_value = 0; a->mon_mask = 0;
@@ -273,22 +283,40 @@ HBF_EIDOLA_DEV uint64_t hbf_eidola_rel_now(const hbf_eidola_state* st, uint64_t 
 }
 
 /* ---- flag loads (what rewritten / hand-instrumented code calls) ----------------------------- */
+HBF_EIDOLA_DEV uint64_t hbf_eidola_ld_relaxed(const void* p, uint32_t size) {
+    uint64_t v;
+    if (size == 8) asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    else { uint32_t w; asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(w) : "l"(p) : "memory"); v = w; }
+    return v;
+}
+
 HBF_EIDOLA_DEV uint64_t hbf_eidola_ld_flag(hbf_eidola_state* st, hbf_eidola_acct* a, uint64_t t0,
                                            const void* p, uint32_t size) {
     uint64_t addr = (uint64_t)p;
-    uint32_t klass = hbf_eidola_classify(st, addr);
+    uint32_t klass;
+    uint32_t engine, paced;
+    if (a->cached) {
+        klass = (addr - a->c_base < a->c_len) ? a->c_class : 0u;
+        engine = a->c_engine; paced = a->c_paced;
+    } else {
+        klass = hbf_eidola_classify(st, addr);
+        engine = st->engine; paced = st->vload_paced;
+    }
     if (klass == 0) {  /* not a registered flag: a plain (non-flag) read, real memory */
         hbf_eidola_count_nonflag(a);
         return size == 8 ? hbf_eidola_ld_acquire_u64(p) : hbf_eidola_ld_acquire_u32(p);
     }
     hbf_eidola_count_flag(st, a, klass);
-    if (st->engine == HBF_EIDOLA_ENGINE_VIRT) {
+    if (engine == HBF_EIDOLA_ENGINE_VIRT) {
         uint32_t i;
         if (hbf_eidola_vindex(st, addr, &i)) {
             a->vloads += 1;
-            if (st->vload_paced) {  /* keep the real poll's timing and traffic; value from the table */
-                volatile uint64_t sink = size == 8 ? hbf_eidola_ld_acquire_u64(p) : hbf_eidola_ld_acquire_u32(p);
-                (void)sink;
+            if (paced) {  /* the real poll's traffic and latency, overlapped with the lookup;
+                             the value comes from the table (the real word only gates timing) */
+                uint64_t real = hbf_eidola_ld_relaxed(p, size), zero;
+                uint64_t v = hbf_eidola_vvalue(st, i, hbf_eidola_rel_now(st, t0));
+                asm volatile("and.b64 %0, %1, 0;" : "=l"(zero) : "l"(real));
+                return v + zero;
             }
             return hbf_eidola_vvalue(st, i, hbf_eidola_rel_now(st, t0));
         }

@@ -507,8 +507,8 @@ static __device__ __noinline__ uint64_t hb_ticket_deadline(hbf_device_state* st,
     const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
     hbf_completion* cp = &c->completions[slot];
     const uint64_t want = ticket + 1ull;
-    uint32_t backoff = 32;
-    const uint32_t cap = st->backoff_max_ns ? (uint32_t)st->backoff_max_ns : 2048u;
+    const uint32_t cap = st->backoff_max_ns ? (uint32_t)st->backoff_max_ns : 8192u;
+    uint32_t backoff = cap < 512u ? cap : 512u;   // a host round trip is several us: no faster first poll
     hb_live lv;
     hb_live_init(lv, c, hb_now());
     uint32_t it = 0;
