@@ -255,7 +255,7 @@ def exp_E3(rt, args) -> dict:
                 ks = []
                 eq = True
                 for r in range(args.reps):
-                    o = g.run_replay(rep, wait=wait, engine=engine, eidolon_blocks=args.eidolon_blocks)
+                    o = g.run_replay(rep, wait=wait, engine=engine, eidolon_blocks=args.eidolon_blocks or None)
                     ks.append(o["kernel_ns"])
                     eq = eq and bool(np.array_equal(o["y"].view(np.uint32), ref.view(np.uint32)))
                 rows.append({"eidolons": n, "delay_ns": delay, "engine": engine, "wait": wait,
@@ -471,7 +471,7 @@ def main(argv=None) -> int:
     ap.add_argument("--e1-step-us", type=int, default=4)
     ap.add_argument("--e0-writes", type=int, default=1000)
     ap.add_argument("--e3-delay-ns", type=int, default=10_000)
-    ap.add_argument("--eidolon-blocks", type=int, default=2)
+    ap.add_argument("--eidolon-blocks", type=int, default=0, help="0 = auto (2..8 by table size)")
     ap.add_argument("--lag-ns", type=int, default=None, help="engine (a) calibration; default from E0's JSON")
     ap.add_argument("--corunner-iters", type=int, default=20000)
     ap.add_argument("--timeout", type=int, default=240, help="per experiment subprocess (s)")

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(256) gemv_allreduce_kernel(gar_params p) {
     uint64_t* marks = (uint64_t*)p.marks + (uint64_t)b * GAR_NMARKS;
     extern __shared__ float tile_sh[];      /* tile_rows partials */
     hbf_eidola_acct acct;
-    hbf_eidola_acct_init(&acct);
+    hbf_eidola_acct_init(&acct, st);
     if (tid == 0) marks[0] = hbf_eidola_now();
 
     /* 1. compute the partial tile: one row per warp at a time, float4 loads */
