@@ -293,8 +293,10 @@ class MediaEngine:
         rs = ready[od].tolist()
         ps = plane[od].tolist()
         carried: dict[int, list[int]] = {}
-        for d, t in zip(self.carry_die.tolist(), self.carry_t.tolist()):
-            carried.setdefault(d, []).append(t)
+        if len(self.carry_die):
+            m = np.isin(self.carry_die, np.unique(die))
+            for d, t in zip(self.carry_die[m].tolist(), self.carry_t[m].tolist()):
+                carried.setdefault(d, []).append(t)
         pf = self.plane_free
         res = [0] * len(ds)
         pop, push = heapq.heappop, heapq.heappush

@@ -1,0 +1,83 @@
+"""Media model sweep: modeled latency and bandwidth against offered load for the four device
+profiles, and how fast the model runs. Writes bench/results/media_sweep.json and prints the
+markdown table for docs/RESULTS.md.
+
+    .venv/bin/python bench/media_sweep.py [--requests 200000] [--out bench/results/media_sweep.json]
+
+Random 4 KiB reads, one every G ns (G from the offered load as a fraction of the geometry's page
+rate; G = 0 is one burst), submitted in batches of 65536. CPU only.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hbfd.media.bench import resolve_profile, run_bench  # noqa: E402
+from hbfd.media.geometry import MediaGeometry  # noqa: E402
+from hbfd.profile import load_profile  # noqa: E402
+
+PROFILES = ("conservative", "nominal", "aggressive", "ocp-sg1")
+LOADS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 2.0, None)   # None: all at once
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=200_000)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "media_sweep.json"))
+    args = ap.parse_args(argv)
+    rows = []
+    for name in PROFILES:
+        prof = load_profile(resolve_profile(name))
+        g = MediaGeometry.from_profile(prof)
+        page_rate = g.aggregate_bytes_per_s / 4096
+        seen = set()
+        for load in LOADS:
+            gap = 0 if load is None else max(1, round(1e9 / (load * page_rate)))
+            if gap in seen:
+                continue
+            seen.add(gap)
+            r = run_bench(g, requests=args.requests, nbytes=4096, op="read", gap_ns=gap)
+            r["profile"] = {"name": prof.name, "sha256": prof.sha256}
+            r["offered_load"] = (4096e9 / gap) / g.aggregate_bytes_per_s if gap else None
+            rows.append(r)
+            print(f"{name:12s} gap {gap:5d} ns load {r['offered_load'] or float('inf'):5.2f}  "
+                  f"avg {r['latency_ns']['avg']:12.0f}  p99 {r['latency_ns']['p99']:12.0f}  "
+                  f"bw {r['modeled_bytes_per_s'] / 1e9:7.1f}/{g.aggregate_bytes_per_s / 1e9:.1f} GB/s  "
+                  f"{r['simulated_requests_per_s'] / 1e6:5.2f} M req/s", file=sys.stderr, flush=True)
+    over = [r for r in rows if r["modeled_bytes_per_s"] > r["geometry_bytes_per_s"]]
+    doc = {
+        "what": "media model: random 4 KiB reads vs offered load",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "card": "CPU (2-core CI-class machine)",
+        "host": {"python": platform.python_version(), "machine": platform.machine(),
+                 "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0]},
+        "command": "python bench/media_sweep.py --requests %d" % args.requests,
+        "bandwidth_exceeded_geometry": len(over),
+        "rows": rows,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp, out)
+    print("| profile | gap ns | offered load | lat avg ns | p50 ns | p99 ns | modeled GB/s | geometry GB/s | sim M req/s (wall) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        L = r["latency_ns"]
+        ol = "burst" if r["offered_load"] is None else f"{r['offered_load']:.2f}"
+        print(f"| {r['profile']['name']} | {r['arrival_gap_ns']} | {ol} | {L['avg']:.0f} | {L['p50']:.0f} | "
+              f"{L['p99']:.0f} | {r['modeled_bytes_per_s'] / 1e9:.1f} | {r['geometry_bytes_per_s'] / 1e9:.1f} | "
+              f"{r['simulated_requests_per_s'] / 1e6:.2f} |")
+    return 1 if over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
