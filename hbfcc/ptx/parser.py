@@ -45,7 +45,10 @@ _CHUNK = re.compile(
 
 _LINE_DIRECTIVE = re.compile(r"\.(?:loc|file|version|target|address_size)(?![\w$])")
 _LABEL = re.compile(r"([A-Za-z_$%][\w$]*)\s*:(?!:)\s*")
-_HEADER = re.compile(r"(?:^|\s)\.(?:entry|func)(?=\s|\(|$)")
+_HEADER = re.compile(r"\s*(?:\.(?:extern|visible|weak|common)\s+)*\.(?:entry|func)(?![\w$])")
+# names that a generic Directive may not take (they are structure, parsed elsewhere)
+_RESERVED = frozenset({"entry", "func", "version", "target", "address_size", "reg", "local", "shared",
+                       "global", "const", "param", "tex", "sreg", "extern", "visible", "weak", "common"})
 
 # ---------------------------------------------------------------------------------------------
 # Instructions and operands
@@ -275,7 +278,7 @@ class _Parser:
                         pos = end + 1
                         pending = []
                         continue
-                    if _HEADER.search(hdr):
+                    if _HEADER.match(hdr):
                         if len(stack) != 1:
                             raise ctx.error("function definition inside a function", p_line, p_pos)
                         if not seen_version:
@@ -364,13 +367,15 @@ class _Parser:
                 raise err(f"bad .address_size {' '.join(toks[1:])!r}")
             header["address_size"] = int(toks[1])
             return
-        if _HEADER.search(s):
+        if _HEADER.match(s):
             linkage, kind, name, rets, params, dirs = _parse_func_header(s, ctx, line, pos)
             top.append(Function(linkage, kind, name, rets, params, dirs, None, line))
             return
         if d in _SPACES or d in _LINKAGE:
             top.append(_parse_decl(toks, err, line))
             return
+        if d[1:] in _RESERVED or len(d) < 2 or d[0] != ".":
+            raise err(f"unexpected {d!r} at top level")
         top.append(Directive(d[1:], tuple(toks[1:]), None, line))
 
 
@@ -613,8 +618,8 @@ def _parse_body_directive(s: str, ctx: _Ctx, line: int, pos: int):
                     if not dc.name.startswith("%"):
                         scope.add(dc.name)
         return decl
-    if len(d) < 2:
-        raise err(f"bad directive {d!r}")
+    if len(d) < 2 or d[0] != "." or d[1:] in _RESERVED:
+        raise err(f"unexpected directive {d!r} in a function body")
     return Directive(d[1:], tuple(toks[1:]), None, line)
 
 
