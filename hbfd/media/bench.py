@@ -96,6 +96,8 @@ def run_bench(geometry: MediaGeometry, *, requests: int, nbytes: int, op: str, g
         "makespan_ns": makespan,
         "modeled_bytes_per_s": total_bytes / (makespan * 1e-9),
         "geometry_bytes_per_s": geometry.aggregate_bytes_per_s,
+        "sensing_bytes_per_s": geometry.array_read_bytes_per_s,
+        "read_bound_bytes_per_s": geometry.read_bound_bytes_per_s,
         "single_read_ns": geometry.single_read_ns(min(nbytes, PAGE_BYTES)),
         "host_wall_s": wall,
         "simulated_requests_per_s": requests / wall if wall > 0 else None,
@@ -149,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  modeled latency  avg {L['avg']:.0f} ns  p50 {L['p50']:.0f} ns  p99 {L['p99']:.0f} ns "
               f"(idle single read {r['single_read_ns']} ns)")
         print(f"  makespan {r['makespan_ns']} ns  modeled bandwidth {r['modeled_bytes_per_s'] / 1e9:.2f} GB/s "
-              f"(geometry {r['geometry_bytes_per_s'] / 1e9:.2f} GB/s)")
+              f"(channels {r['geometry_bytes_per_s'] / 1e9:.2f} GB/s, sensing {r['sensing_bytes_per_s'] / 1e9:.2f} GB/s)")
         print(f"  host wall {r['host_wall_s']:.3f} s  simulated {r['simulated_requests_per_s'] / 1e6:.2f} M req/s "
               f"(cpu {r['host_cpu_s']:.3f} s: {r['simulated_requests_per_cpu_s'] / 1e6:.2f} M req/cpu-s)")
         if r["errors"]:

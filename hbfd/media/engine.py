@@ -258,7 +258,10 @@ class MediaEngine:
         c1 = ch[o1]
         lo = int(se1.min())
         span = int(se1.max()) - lo + 1
-        if span * g.channels < (1 << 62):
+        if span * g.channels * n < (1 << 62):
+            # unique keys (position in o1 breaks ties: plane, then seq) -> an unstable sort is exact
+            o2 = np.argsort((c1 * span + (se1 - lo)) * n + np.arange(n, dtype=np.int64))
+        elif span * g.channels < (1 << 62):
             o2 = np.argsort(c1 * span + (se1 - lo), kind="stable")
         else:
             o2 = np.lexsort((se1, c1))

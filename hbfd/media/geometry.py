@@ -119,6 +119,16 @@ class MediaGeometry:
     def aggregate_bytes_per_s(self) -> int:
         return self.channels * self.channel_bytes_per_s
 
+    @property
+    def array_read_bytes_per_s(self) -> int:
+        """Sensing bound: every plane senses one 4 KiB page per tR."""
+        return self.planes * self.page_bytes * 1_000_000_000 // self.t_read_ns
+
+    @property
+    def read_bound_bytes_per_s(self) -> int:
+        """The most 4 KiB-read bandwidth the geometry allows: min(channels, sensing)."""
+        return min(self.aggregate_bytes_per_s, self.array_read_bytes_per_s)
+
     def transfer_ns(self, nbytes: int) -> int:
         """Channel occupancy of ``nbytes``: ceil(nbytes * 1e9 / channel_bytes_per_s), integer ns."""
         return -(-int(nbytes) * 1_000_000_000 // self.channel_bytes_per_s)
