@@ -125,7 +125,7 @@ class Harness:
 
     def counters(self) -> dict:
         cudrv.ctx_synchronize()
-        arr = (D.hbf_kernel_counters * 8)()
+        arr = (D.hbf_kernel_counters * 16)()
         cudrv.dtoh(arr, self.sptr + D.KSLOTS_OFF, ctypes.sizeof(arr))
         tot = D.kernel_counters_dict(D.hbf_kernel_counters())
         from runtime_cuda.session import _accumulate
@@ -423,6 +423,103 @@ def exp_native_overhead(H: Harness) -> dict:
     return out
 
 
+def exp_hbfcc(H: Harness) -> dict:
+    """The plain twins rewritten by hbfcc (python3 -m hbfcc.cli rewrite), run against the plain build."""
+    wd = Path(tempfile.mkdtemp(prefix="hbf-hbfcc-"))
+    src = ROOT / "workloads" / "microbench" / "hbf_microbench.cu"
+    plain_ptx = wd / "plain.ptx"
+    linker.run([linker.tool("nvcc"), "-std=c++17", "-O3", "-arch=sm_90a", "-ptx", "-DHBF_PLAIN_ONLY", str(src),
+                "-o", str(plain_ptx)])
+    out_ptx = wd / "plain_hbfcc.ptx"
+    r = subprocess.run([sys.executable, "-m", "hbfcc.cli", "rewrite", str(plain_ptx), "-o", str(out_ptx),
+                        "--helper", str(linker.helper_ptx())], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"hbfcc rewrite failed: {r.stderr[-2000:]}")
+    art = json.loads(Path(str(out_ptx) + ".hbfcc.json").read_text())
+    cub = wd / "plain_hbfcc.cubin"
+    linker.run([linker.tool("ptxas"), "-arch=sm_90a", "-O3", str(out_ptx), "-o", str(cub)])
+    plain_cub = wd / "plain.cubin"
+    linker.run([linker.tool("ptxas"), "-arch=sm_90a", "-O3", str(plain_ptx), "-o", str(plain_cub)])
+    mh = cudrv.module_load_data(cub.read_bytes())
+    mp = cudrv.module_load_data(plain_cub.read_bytes())
+    g = cudrv.module_global(mh, "__hb_state")
+    kb = cudrv.module_global(mh, "__hb_kslot_base")
+    cudrv.htod(g[0], ctypes.c_uint64(H.sptr), 8)
+    if kb:
+        cudrv.htod(kb[0], ctypes.c_uint32(8), 4)
+    fh = {n: cudrv.module_function(mh, n) for n in ("stream_plain", "probe_plain", "sem_plain")}
+    fp = {n: cudrv.module_function(mp, n) for n in ("stream_plain", "probe_plain", "sem_plain")}
+    res = {"artifact_kernels": [{k: v for k, v in kk.items() if k in ("name", "admitted", "sites", "waits",
+                                                                       "not_admitted_reasons")}
+                                for kk in art.get("kernels", [])],
+           "rewrite_stderr": r.stderr[-800:]}
+    # semantic: values + memory identical, requests iff in range
+    grid, block, nthr, stride = 4, 128, 512, 16
+    nbytes, off = 1 << 20, 65536
+    srcb, other = H.alloc(nbytes), H.alloc(nbytes)
+    dst, tier = H.alloc(nthr * 32), H.alloc(nthr * 8)
+    init = np.random.default_rng(11).integers(0, 256, nbytes, dtype=np.uint8)
+    configs = {"in_range": [rng(srcb, nbytes)], "out_of_range": [rng(other, nbytes)]}
+    checks, fails = 0, []
+    for cname, rs in configs.items():
+        H.configure(rs, C.HBF_SRC_FIXED, fixed_read_ns=2_000, fixed_write_ns=3_000)
+        for k, kn in enumerate(SEM_CASES):
+            outs = []
+            for fn in (fp["sem_plain"], fh["sem_plain"]):
+                H.put(srcb, init)
+                H.memset(dst, nthr * 32)
+                c0 = H.counters()
+                cudrv.launch(fn, (grid,), (block,), [ctypes.c_int32(k), ctypes.c_uint64(srcb), ctypes.c_uint64(dst),
+                                                     ctypes.c_uint64(tier), ctypes.c_int64(off), ctypes.c_int32(stride)])
+                cudrv.ctx_synchronize()
+                c1 = H.counters()
+                nreq = sum(c1["ops"][o]["requests"] - c0["ops"][o]["requests"] for o in C.OP_NAMES)
+                outs.append((H.get(dst, nthr * 32), H.get(srcb, nbytes), nreq))
+            for nm, ok in ((f"{cname}/{kn}/values", np.array_equal(outs[0][0], outs[1][0])),
+                           (f"{cname}/{kn}/memory_after", np.array_equal(outs[0][1], outs[1][1])),
+                           (f"{cname}/{kn}/requests_iff_in_range", (outs[1][2] > 0) == (cname == "in_range"))):
+                checks += 1
+                if not ok:
+                    fails.append(nm)
+    res["semantic"] = {"checks": checks, "passed": checks - len(fails), "failed": fails}
+    # fidelity: the probe (t0 before the load, t2 after the first use) with a fixed 20 us read
+    buf = H.alloc(64 * 4096 + 4096)
+    H.memset(buf, 64 * 4096 + 4096)
+    H.configure([rng(buf, 64 * 4096)], C.HBF_SRC_FIXED, fixed_read_ns=20_000)
+    outp = H.alloc(200 * 32)
+    cudrv.launch(fh["probe_plain"], (1,), (32,), [ctypes.c_uint64(buf), ctypes.c_uint64(outp), ctypes.c_uint64(0),
+                                                  ctypes.c_int32(200)])
+    cudrv.ctx_synchronize()
+    rr = H.get(outp, 200 * 32, np.uint64).reshape(200, 4).astype(np.int64)
+    e = (rr[:, 2] - rr[:, 0]) - 20_000
+    res["probe_20us"] = {"p50_err_ns": pct(e, 50), "p95_err_ns": pct(e, 95), "min_err_ns": int(e.min()),
+                         "max_err_ns": int(e.max())}
+    # native overhead: hbfcc-built stream vs plain stream, nothing registered / detached
+    n4 = (1 << 30) // 16
+    a, b = H.alloc(n4 * 16), H.alloc(n4 * 16)
+    H.memset(a, n4 * 16)
+    args = [ctypes.c_uint64(a), ctypes.c_uint64(b), ctypes.c_uint64(n4), ctypes.c_float(2.0)]
+    H.configure([])
+    times = {"plain": [], "hbfcc_attached_nothing_registered": [], "hbfcc_detached": []}
+    for _ in range(2):
+        for fn in (fp["stream_plain"], fh["stream_plain"]):
+            cudrv.launch(fn, (1056,), (256,), args)
+    cudrv.ctx_synchronize()
+    for _ in range(12):
+        for k in times:
+            cudrv.htod(g[0], ctypes.c_uint64(0 if k == "hbfcc_detached" else H.sptr), 8)
+            fn = fp["stream_plain"] if k == "plain" else fh["stream_plain"]
+            H.fn["_tmp"] = fn
+            times[k].append(H.timed("_tmp", (1056,), (256,), args))
+    cudrv.htod(g[0], ctypes.c_uint64(H.sptr), 8)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    res["native_overhead"] = {"median_ms": med, "ratio_vs_plain": {k: med[k] / med["plain"] for k in med},
+                              "spread_ms": {k: [min(v), max(v)] for k, v in times.items()}}
+    for p_ in (srcb, other, dst, tier, buf, outp, a, b):
+        cudrv.mem_free(p_)
+    return res
+
+
 # ------------------------------------------------------------------------------------------------
 # Daemon experiments
 # ------------------------------------------------------------------------------------------------
@@ -677,7 +774,10 @@ def main() -> int:
               "partial_local": lambda: child_partial(a.cubin, False),
               "partial_daemon": lambda: child_partial(a.cubin, True),
               "missing_perm": lambda: child_missing_perm(a.cubin),
-              "thermal_shutdown": lambda: child_thermal_shutdown(a.cubin)}[a.child]
+              "thermal_shutdown": lambda: child_thermal_shutdown(a.cubin),
+              "hbfcc": lambda: exp_hbfcc(Harness(a.cubin)),
+              "reference_rate": lambda: exp_reference_rate(a.cubin),
+              "demo": exp_demo}[a.child]
         try:
             res = fn()
         except Exception as e:  # noqa: BLE001
@@ -729,13 +829,15 @@ def main() -> int:
     run("semantic", lambda: exp_semantic(harness()))
     run("fidelity", lambda: exp_fidelity(harness()))
     run("native_overhead", lambda: exp_native_overhead(harness()))
+    # everything below runs in its own process: a trapped kernel ends that process's context only
     run("fault_partial_overlap_local", lambda: run_child("partial_local", cubin))
     run("fault_missing_permission", lambda: run_child("missing_perm", cubin))
     run("fault_thermal_shutdown", lambda: run_child("thermal_shutdown", cubin))
-    run("reference_rate", lambda: exp_reference_rate(cubin))
+    run("reference_rate", lambda: run_child("reference_rate", cubin, timeout=120))
     run("fault_daemon_lost", lambda: run_child("daemon_lost", cubin))
     run("fault_partial_overlap_daemon", lambda: run_child("partial_daemon", cubin))
-    run("demo", exp_demo)
+    run("demo", lambda: run_child("demo", cubin))
+    run("hbfcc_built", lambda: run_child("hbfcc", cubin, timeout=120))
 
     def gpu_pytest():
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",

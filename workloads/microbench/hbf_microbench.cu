@@ -5,7 +5,8 @@
 // Every kernel exists twice: <name>_plain (no helper calls at all) and <name>_instr (an
 // __hb_issue before each global access, the __hb_wait before the first use of a load's value,
 // stores drained before exit). Build: nvcc -arch=sm_90a -rdc=true -ptx, then ptxas -c + nvlink
-// with the helper PTX (runtime_cuda/linker.py).
+// with the helper PTX (runtime_cuda/linker.py). With -DHBF_PLAIN_ONLY only the plain twins are
+// built: the input for hbfcc (bench/runtime_proofs.py rewrites them and runs the result).
 #include <cstdint>
 
 extern "C" __device__ unsigned long long __hb_issue(unsigned long long addr, unsigned int bytes,
@@ -53,14 +54,18 @@ __device__ __forceinline__ unsigned long long gtimer() {
 // (ld __hb_state, ld.v2 {lo, span}, compare, call only when in band; wait only on a nonzero future),
 // 3 the same with __hb_state and {lo, span} loaded once at kernel entry (they cannot change while a
 // kernel runs: registration after admission is refused).
-extern "C" __device__ unsigned long long __hb_state;
 struct hb_band { unsigned long long lo, span; };
+#ifndef HBF_PLAIN_ONLY
+extern "C" __device__ unsigned long long __hb_state;
 __device__ __forceinline__ hb_band band_load() {
     const unsigned long long st = *(volatile unsigned long long*)&__hb_state;
     if (st == 0ull) return {~0ull, 0ull};
     const ulonglong2 b = __ldg((const ulonglong2*)st);
     return {b.x, b.y};
 }
+#else
+__device__ __forceinline__ hb_band band_load() { return {~0ull, 0ull}; }
+#endif
 template <int M>
 __device__ __forceinline__ unsigned long long ISSM(const hb_band& hb, const void* p, unsigned bytes, unsigned flags, unsigned site) {
     if constexpr (M == 0) return 0ull;
@@ -96,9 +101,15 @@ __device__ void stream_body(const float4* __restrict__ a, float4* __restrict__ b
     if constexpr (M != 0) __hb_kernel_exit(0);
 }
 extern "C" __global__ void stream_plain(const float4* a, float4* b, unsigned long long n4, float s) { stream_body<0>(a, b, n4, s); }
+#ifndef HBF_PLAIN_ONLY
 extern "C" __global__ void stream_instr(const float4* a, float4* b, unsigned long long n4, float s) { stream_body<1>(a, b, n4, s); }
+#endif
+#ifndef HBF_PLAIN_ONLY
 extern "C" __global__ void stream_guard(const float4* a, float4* b, unsigned long long n4, float s) { stream_body<2>(a, b, n4, s); }
+#endif
+#ifndef HBF_PLAIN_ONLY
 extern "C" __global__ void stream_hoist(const float4* a, float4* b, unsigned long long n4, float s) { stream_body<3>(a, b, n4, s); }
+#endif
 
 // ---- 1: latency probe: one thread; issue, W ns of independent work, consume -----------------------
 // out[r*4 + 0..3] = t_before_issue, t_after_work, t_after_wait, value
@@ -127,7 +138,9 @@ __device__ void probe_body(const unsigned long long* p, unsigned long long* out,
     EXIT<I>(1);
 }
 extern "C" __global__ void probe_plain(const unsigned long long* p, unsigned long long* out, unsigned long long w, int reps) { probe_body<false>(p, out, w, reps); }
+#ifndef HBF_PLAIN_ONLY
 extern "C" __global__ void probe_instr(const unsigned long long* p, unsigned long long* out, unsigned long long w, int reps) { probe_body<true>(p, out, w, reps); }
+#endif
 
 // ---- 2: semantic kernel: one "case" per launch; each thread records its value and tier -------------
 // src: input buffer (bytes), dst: output buffer; tier[tid] = future != 0; params pick the pattern.
@@ -210,7 +223,9 @@ __device__ void sem_body(int kase, unsigned char* src, unsigned char* dst, unsig
     EXIT<I>(2);
 }
 extern "C" __global__ void sem_plain(int k, unsigned char* s, unsigned char* d, unsigned long long* t, long long off, int st) { sem_body<false>(k, s, d, t, off, st); }
+#ifndef HBF_PLAIN_ONLY
 extern "C" __global__ void sem_instr(int k, unsigned char* s, unsigned char* d, unsigned long long* t, long long off, int st) { sem_body<true>(k, s, d, t, off, st); }
+#endif
 
 // ---- 3: request-rate kernel: each warp issues `iters` loads to its own page (one request per warp
 // per iteration after aggregation) and waits each before the next. -----------------------------------
@@ -232,4 +247,6 @@ __device__ void rate_body(const unsigned* src, unsigned long long n_words, unsig
     EXIT<I>(3);
 }
 extern "C" __global__ void rate_plain(const unsigned* s, unsigned long long n, unsigned* o, int it) { rate_body<false>(s, n, o, it); }
+#ifndef HBF_PLAIN_ONLY
 extern "C" __global__ void rate_instr(const unsigned* s, unsigned long long n, unsigned* o, int it) { rate_body<true>(s, n, o, it); }
+#endif
