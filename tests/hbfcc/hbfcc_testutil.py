@@ -119,10 +119,10 @@ def _elf_sections(data: bytes) -> dict[str, bytes]:
 
 
 def fatbin_entries(obj: bytes) -> list[dict]:
-    """Entries of the .nv_fatbin section of a host object: kind (1 PTX, 2 ELF), sm, flags, payload."""
+    """Entries of the .nv_fatbin (or -rdc __nv_relfatbin) section of a host object: kind (1 PTX, 2 ELF), sm, flags, payload."""
     secs = _elf_sections(obj)
-    blob = secs.get(".nv_fatbin")
-    assert blob, "no .nv_fatbin section"
+    blob = secs.get(".nv_fatbin") or secs.get("__nv_relfatbin")   # the latter with -rdc=true
+    assert blob, "no .nv_fatbin / __nv_relfatbin section"
     out = []
     pos = 0
     while pos + 16 <= len(blob):
