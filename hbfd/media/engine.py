@@ -286,58 +286,65 @@ class MediaEngine:
         return done
 
     def _die_stage_exact(self, ready, die, plane) -> np.ndarray:
-        """Sense end of reads on dies whose queue depth binds: FIFO admission per die while fewer
-        than queue_depth admitted commands have not finished sensing; then FCFS per plane."""
+        """Sense end of reads on dies whose queue depth binds (reads in (ready, seq) order).
+
+        Each die has ``queue_depth`` slots holding the time their last command finishes sensing;
+        commands are admitted FIFO: A_i = max(a_i, A_{i-1}, earliest slot release), take that slot,
+        then sense FCFS on their plane: end = max(A_i + t_cmd, plane free) + tR. (Equivalent to
+        "fewer than queue_depth admitted commands still sensing or waiting for their plane".)
+        Vectorized across dies: step k handles the k-th command of every die at once."""
         g = self.g
         qd, t_cmd, t_r = g.queue_depth, g.t_cmd_ns, g.t_read_ns
-        out = np.empty(len(ready), np.int64)
+        n = len(ready)
         od = np.argsort(die, kind="stable")
-        ds = die[od].tolist()
-        rs = ready[od].tolist()
-        ps = plane[od].tolist()
-        carried: dict[int, list[int]] = {}
+        ds = die[od]
+        st = segment_starts(ds)
+        lens = np.diff(np.append(st, n))
+        udies = ds[st]
+        # dies by decreasing command count: the dies active at step k are a prefix
+        byl = np.argsort(-lens, kind="stable")
+        st, lens, udies = st[byl], lens[byl], udies[byl]
+        nd, kmax = len(udies), int(lens[0])
+        # slots: carried releases (the queue_depth latest per die), padded with -1 (free)
+        slots = np.full((nd, qd), -1, np.int64)
         if len(self.carry_die):
-            m = np.isin(self.carry_die, np.unique(die))
-            for d, t in zip(self.carry_die[m].tolist(), self.carry_t[m].tolist()):
-                carried.setdefault(d, []).append(t)
+            pos = np.full(g.dies, -1, np.int64)
+            pos[udies] = np.arange(nd)
+            m = pos[self.carry_die] >= 0
+            if m.any():
+                cd, ct = pos[self.carry_die[m]], self.carry_t[m]
+                o = np.lexsort((-ct, cd))
+                cd, ct = cd[o], ct[o]
+                cst = segment_starts(cd)
+                rk = np.arange(len(cd)) - np.repeat(cst, np.diff(np.append(cst, len(cd))))
+                keep = rk < qd
+                slots[cd[keep], rk[keep]] = ct[keep]
+        # per-die command matrices (padded)
+        kk = np.arange(kmax)
+        valid = kk[None, :] < lens[:, None]
+        src = np.where(valid, st[:, None] + kk[None, :], 0)
+        A_mat = ready[od][src]
+        P_mat = plane[od][src]
+        E_mat = np.zeros((nd, kmax), np.int64)
         pf = self.plane_free
-        res = [0] * len(ds)
-        pop, push = heapq.heappop, heapq.heappush
-        i = 0
-        n = len(ds)
-        while i < n:
-            d = ds[i]
-            heap = sorted(carried.get(d, ()))
-            last_a = -1
-            pfree: dict[int, int] = {}
-            while i < n and ds[i] == d:
-                a = rs[i]
-                if a < last_a:
-                    a = last_a
-                while heap and heap[0] <= a:
-                    pop(heap)
-                while len(heap) >= qd:
-                    e = pop(heap)
-                    if e > a:
-                        a = e
-                    while heap and heap[0] <= a:
-                        pop(heap)
-                last_a = a
-                p = ps[i]
-                f = pfree.get(p)
-                if f is None:
-                    f = int(pf[p])
-                s0 = a + t_cmd
-                if f > s0:
-                    s0 = f
-                e = s0 + t_r
-                pfree[p] = e
-                push(heap, e)
-                res[i] = e
-                i += 1
-            for p, f in pfree.items():
-                pf[p] = f
-        out[od] = res
+        last_a = np.full(nd, -1, np.int64)
+        rows = np.arange(nd)
+        na = nd
+        for k in range(kmax):
+            while na and lens[na - 1] <= k:
+                na -= 1
+            sl = slots[:na]
+            j = sl.argmin(axis=1)
+            r = rows[:na]
+            a_ = np.maximum(np.maximum(A_mat[:na, k], last_a[:na]), sl[r, j])
+            last_a[:na] = a_
+            p = P_mat[:na, k]
+            e = np.maximum(a_ + t_cmd, pf[p]) + t_r      # planes of different dies never collide
+            pf[p] = e
+            sl[r, j] = e
+            E_mat[:na, k] = e
+        out = np.empty(n, np.int64)
+        out[od[src[valid]]] = E_mat[valid]
         return out
 
     def _qd_violations(self, a, die, rel):
