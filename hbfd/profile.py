@@ -159,8 +159,27 @@ class Thermal:
     shutdown_c: float
     light_q_ppm: int    # service fraction in Light mode
     hysteresis_k: float
+    # package model and controller (hbfd/thermal); telemetry must be declared for a thermal run
+    geometry: str = "hbf-package-8hi"          # profiles/thermal/<name>.json
+    policy: str = "hysteresis"                 # none | hysteresis | hysteresis-early | fixed-cap | pi
+    min_dwell_ticks: int = 10                  # 10 ms ticks before a falling transition
+    telemetry: str | None = None               # constant | trace | nvml
+    telemetry_gpu_power_w: float | None = None  # constant source
+    telemetry_gpu_temp_c: float | None = None
+    telemetry_trace: str | None = None          # trace source: CSV path (relative to the profile)
+    telemetry_trace_sha256: str | None = None   # ... bound to this SHA-256
+    telemetry_max_age_ms: float | None = None   # older readings end the run (default 1000 ms)
+    hbm_traffic_bytes_per_s: float | None = None  # HBM power model input (default 0: idle power only)
 
     def _invariants(self):
+        if self.telemetry not in (None, "constant", "trace", "nvml"):
+            yield "telemetry", "one of constant, trace, nvml"
+        if self.telemetry == "constant" and (self.telemetry_gpu_power_w is None or self.telemetry_gpu_temp_c is None):
+            yield "telemetry_gpu_power_w", "constant telemetry declares telemetry_gpu_power_w and telemetry_gpu_temp_c"
+        if self.telemetry == "trace" and not (self.telemetry_trace and self.telemetry_trace_sha256):
+            yield "telemetry_trace", "trace telemetry declares telemetry_trace and telemetry_trace_sha256"
+        if self.policy not in ("none", "hysteresis", "hysteresis-early", "fixed-cap", "pi"):
+            yield "policy", "one of none, hysteresis, hysteresis-early, fixed-cap, pi"
         if not self.rtt_c < self.ltt_c < self.stt_c < self.shutdown_c:
             yield "ltt_c", "controller thresholds must satisfy rtt_c < ltt_c < stt_c < shutdown_c"
         if self.ambient_c >= self.rtt_c:

@@ -1,0 +1,228 @@
+"""The daemon's thermal service: telemetry + binned media energy -> ROM -> controller -> snapshot.
+
+Implements ``hbfd.services.ThermalService``. Each ``tick(now_ns, media_energy_j)`` (now on the run's
+clock, handed in by the server) spreads the media energy of ``[previous now, now)`` over 10 ms bins
+in proportion to time overlap, and for every bin completed by ``now``:
+
+1. reads GPU telemetry at the bin's end through the guard (missing/stale/regressing/failed -> the
+   run ends with :class:`TelemetryError`; the summary says ``source_failed``);
+2. forms one package power vector: compute die = board power − modeled HBM power; HBM from traffic;
+   HBF idle on the base die, event energy over the NAND layers;
+3. steps the ROM (one shared operator for all three media) and hands the hottest HBF layer to the
+   policy, whose decision is what the next snapshot publishes.
+
+Pure: time arrives as integers; telemetry comes through the source object the caller built.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hbfcommon.errors import TelemetryError
+from hbfd.services import ThermalState
+
+from .controller import MODE_NAMES, SHUTDOWN, Decision, Policy
+from .power import EnergyBinner, HbmPowerModel, gpu_die_power_w, hbf_layer_weights
+from .rom import ThermalROM
+from .telemetry import TelemetryGuard
+
+
+@dataclass(frozen=True)
+class PackageThermalState(ThermalState):
+    """ThermalState plus every HBF layer (the refresh ledger ages each layer at its own temperature)."""
+
+    hbf_layers_c: tuple[float, ...] = ()
+
+
+class ThermalRecorder:
+    """Samples, transitions, residency and threshold time: the thermal part of the run summary."""
+
+    def __init__(self, output_names, thresholds: dict[str, float], dt_ns: int, sample_every_ticks: int,
+                 max_samples: int = 20000):
+        self.names = list(output_names)
+        self.thresholds = thresholds
+        self.dt_ns = dt_ns
+        self.every = max(1, sample_every_ticks)
+        self.max_samples = max_samples
+        self.samples: list[dict[str, Any]] = []
+        self.samples_dropped = 0
+        self.transitions: list[dict[str, Any]] = []
+        self.residency_ticks = [0, 0, 0, 0]
+        self.ticks_above = {k: 0 for k in thresholds}
+        self.peak = np.full(len(self.names), -math.inf)
+        self.peak_hbf_c = -math.inf
+
+    def sample(self, tick: int, temps: np.ndarray, hbf_max: float, gpu_power_w: float, d: Decision,
+               force: bool = False) -> None:
+        if not force and (tick + 1) % self.every:
+            return
+        if len(self.samples) >= self.max_samples:
+            self.samples_dropped += 1
+            return
+        self.samples.append({"t_ns": (tick + 1) * self.dt_ns, "gpu_power_w": round(float(gpu_power_w), 3),
+                             "hbf_max_c": round(float(hbf_max), 4), "mode": MODE_NAMES[d.mode], "q_ppm": d.q_ppm,
+                             "temps_c": {n: round(float(t), 4) for n, t in zip(self.names, temps)}})
+
+    def account(self, mode: int, temps: np.ndarray, hbf_max: np.ndarray) -> None:
+        """Ticks spent in ``mode`` with these end temperatures (n×q) and hottest HBF (n)."""
+        n = len(hbf_max)
+        self.residency_ticks[mode] += n
+        for k, thr in self.thresholds.items():
+            self.ticks_above[k] += int((hbf_max >= thr).sum())
+        if n:
+            self.peak = np.maximum(self.peak, temps.max(axis=0))
+            self.peak_hbf_c = max(self.peak_hbf_c, float(hbf_max.max()))
+
+    def transition(self, tick: int, frm: int, to: int, t_c: float) -> None:
+        self.transitions.append({"t_ns": (tick + 1) * self.dt_ns, "tick": tick, "from": MODE_NAMES[frm],
+                                 "to": MODE_NAMES[to], "hbf_max_c": round(float(t_c), 4)})
+
+    def section(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples, "samples_dropped": self.samples_dropped,
+            "sample_period_ns": self.every * self.dt_ns,
+            "transitions": self.transitions,
+            "residency_ns": {MODE_NAMES[i]: self.residency_ticks[i] * self.dt_ns for i in range(4)},
+            "seconds_above": {k: v * self.dt_ns / 1e9 for k, v in self.ticks_above.items()},
+            "thresholds_c": self.thresholds,
+            "peak_c": {n: (float(p) if math.isfinite(p) else None) for n, p in zip(self.names, self.peak)},
+            "peak_hbf_c": self.peak_hbf_c if math.isfinite(self.peak_hbf_c) else None,
+        }
+
+
+class PackageThermalService:
+    name = "package-rom"
+
+    def __init__(self, rom: ThermalROM, policy: Policy, telemetry: TelemetryGuard, *, idle_w: float,
+                 hbm: HbmPowerModel, hbm_traffic_bytes_per_s: float, thresholds: dict[str, float],
+                 sample_every_ticks: int = 100, extra: dict[str, Any] | None = None):
+        self.rom = rom
+        self.policy = policy
+        self.telemetry = telemetry
+        self.idle_w = idle_w
+        self.hbm = hbm
+        self.hbm_traffic = hbm_traffic_bytes_per_s
+        names = list(rom.input_names)
+        outs = list(rom.output_names)
+        self.i_gpu = names.index("gpu") if "gpu" in names else None
+        self.i_hbm = names.index("hbm") if "hbm" in names else None
+        self.w_idle = hbf_layer_weights(names, dynamic=False)
+        self.w_dyn = hbf_layer_weights(names, dynamic=True)
+        self.o_hbf = [i for i, o in enumerate(outs) if o.startswith("hbf")]
+        self.o_layers = [i for i, o in enumerate(outs) if o.startswith("hbf_l")] or self.o_hbf
+        self.o_gpu = outs.index("gpu") if "gpu" in outs else None
+        self.o_hbm = outs.index("hbm") if "hbm" in outs else None
+        self.dt_ns = rom.dt_ns
+        self.binner = EnergyBinner(self.dt_ns, len(names))
+        self.rec = ThermalRecorder(outs, thresholds, self.dt_ns, sample_every_ticks)
+        self.ticks = 0
+        self.last_now: int | None = None
+        self.media_energy_j = 0.0
+        self.hbf_energy_j = 0.0
+        self.terminal_status = "running"
+        self.error: dict[str, Any] | None = None
+        self.extra = extra or {}
+        self._decision = policy.decision()
+        self._state = self._make_state(rom.d.copy())
+
+    def _make_state(self, temps: np.ndarray) -> PackageThermalState:
+        d = self._decision
+        hbf = float(temps[self.o_hbf].max()) if self.o_hbf else math.nan
+        return PackageThermalState(mode=d.mode, q_ppm=d.q_ppm, admission_open=d.admission_open, hbf_max_c=hbf,
+                                   hbm_c=float(temps[self.o_hbm]) if self.o_hbm is not None else math.nan,
+                                   gpu_c=float(temps[self.o_gpu]) if self.o_gpu is not None else math.nan,
+                                   hbf_layers_c=tuple(float(temps[i]) for i in self.o_layers))
+
+    def tick(self, now_ns: int, media_energy_j: float) -> PackageThermalState:
+        if self.terminal_status not in ("running",):
+            return self._state
+        now_ns = int(now_ns)
+        if self.last_now is None:
+            # first tick (before readiness): the telemetry must already be good
+            self._read_telemetry(now_ns)
+            self.last_now = now_ns
+            self.binner = EnergyBinner(self.dt_ns, len(self.rom.input_names), t0_ns=now_ns)
+            self._t0 = now_ns
+            return self._state
+        if now_ns < self.last_now:
+            self._terminal("model_error", f"tick time went backwards ({now_ns} < {self.last_now})")
+            raise ValueError(f"thermal tick time went backwards ({now_ns} < {self.last_now})")
+        if not (math.isfinite(media_energy_j) and media_energy_j >= 0):
+            self._terminal("model_error", f"bad media energy {media_energy_j!r}")
+            raise ValueError(f"bad media energy {media_energy_j!r}")
+        self.media_energy_j += media_energy_j
+        span_s = (now_ns - self.last_now) / 1e9
+        idle = min(media_energy_j, self.idle_w * span_s)
+        if now_ns > self.last_now:
+            self.binner.add(self.last_now, now_ns, idle, self.w_idle)
+            self.binner.add(self.last_now, now_ns, media_energy_j - idle, self.w_dyn)
+        elif media_energy_j > 0:
+            self.binner.add(now_ns, now_ns, media_energy_j, self.w_dyn)
+        self.last_now = now_ns
+        bins = self.binner.pop_until(now_ns)
+        dt_s = self.dt_ns / 1e9
+        for e in bins:
+            t_end = self._t0 + (self.ticks + 1) * self.dt_ns
+            s = self._read_telemetry(t_end)
+            p = e / dt_s
+            self.hbf_energy_j += float(e.sum())
+            hbm_w = self.hbm.power_w(self.hbm_traffic)
+            if self.i_hbm is not None:
+                p[self.i_hbm] += hbm_w
+            if self.i_gpu is not None:
+                p[self.i_gpu] += gpu_die_power_w(s.gpu_power_w, hbm_w)
+            temps = self.rom.step(p)
+            if not np.isfinite(temps).all():
+                self._terminal("model_error", "ROM produced a non-finite temperature")
+                raise ValueError("thermal ROM produced a non-finite temperature")
+            hbf_max = float(temps[self.o_hbf].max())
+            mode_before = self.policy.mode
+            self.rec.account(mode_before, temps[None, :], np.array([hbf_max]))
+            n_tr = len(self.policy.transitions)
+            self._decision = self.policy.decide(self.ticks, hbf_max)
+            for (tk, frm, to, tc) in self.policy.transitions[n_tr:]:
+                self.rec.transition(tk, frm, to, tc)
+            self.rec.sample(self.ticks, temps, hbf_max, s.gpu_power_w, self._decision,
+                            force=len(self.policy.transitions) > n_tr)
+            self.ticks += 1
+            self._state = self._make_state(temps)
+            if self._decision.mode == SHUTDOWN:
+                self._terminal("thermal_shutdown", f"HBF reached {hbf_max:.3f} C")
+                break
+        return self._state
+
+    def _read_telemetry(self, t_ns: int):
+        try:
+            return self.telemetry.read(t_ns)
+        except TelemetryError as e:
+            self._terminal("source_failed", str(e))
+            raise
+
+    def _terminal(self, status: str, message: str) -> None:
+        self.terminal_status = status
+        self.error = {"status": status, "message": message, "tick": self.ticks}
+
+    def finish(self) -> None:
+        if self.terminal_status == "running":
+            self.terminal_status = "clean"
+
+    def summary_section(self) -> dict[str, Any]:
+        status = "clean" if self.terminal_status == "running" else self.terminal_status
+        return {
+            "thermal": self.name,
+            "model": {"kind": "era-rom", "states": self.rom.order, "dt_ns": self.dt_ns,
+                      "geometry_sha256": self.rom.geometry_sha256, "inputs": list(self.rom.input_names),
+                      "outputs": list(self.rom.output_names), **{k: v for k, v in self.rom.meta.items()
+                                                                 if isinstance(v, (int, float, str))}},
+            "policy": {**self.policy.cfg.as_dict(), "final": self.policy.state_dict()},
+            "telemetry": {**self.telemetry.source.identity(), "reads": self.telemetry.reads,
+                          "max_age_ns": self.telemetry.max_age_ns, "failure": self.telemetry.failure},
+            "ticks": self.ticks, "media_energy_j": self.media_energy_j, "hbf_energy_binned_j": self.hbf_energy_j,
+            "hbm_traffic_bytes_per_s": self.hbm_traffic,
+            "mode": MODE_NAMES[self._decision.mode], "q_ppm": self._decision.q_ppm,
+            **self.rec.section(),
+            "terminal_status": status, "error": self.error, **self.extra,
+        }
