@@ -154,6 +154,7 @@ def _e1_shape(args, n_gpus=4, M=None):
 def _sweep(rt, args, wait: str, engines) -> dict:
     from hbfd.eidola.accounting import linear_fit
     from hbfd.eidola.generator import uniform_delay
+    from hbfd.eidola.wtt import WriteTrackingTable
     from runtime_cuda.eidola import GemvAllReduce, Replay
     shape = _e1_shape(args)
     g = GemvAllReduce(rt, shape)
@@ -165,7 +166,7 @@ def _sweep(rt, args, wait: str, engines) -> dict:
         for d in delays:
             tr = uniform_delay(n_gpus=shape.n_gpus, tiles=shape.tiles, tile_rows=shape.tile_rows, delay_ns=d)
             rep = Replay(rt, [g.flag_region()])
-            rep.register_trace(tr, g.bases())
+            rep.use_table(WriteTrackingTable.from_trace(tr, g.bases()).freeze())
             rep.install(engine=engine, mon_mode=wait if wait != "spin" else "off", lag_ns=args.lag_ns if engine == "eidolon" else 0)
             for r in range(args.reps):
                 o = g.run_replay(rep, wait=wait, engine=engine)
@@ -234,6 +235,7 @@ def exp_E2(rt, args) -> dict:
 def exp_E3(rt, args) -> dict:
     from hbfd.eidola.accounting import linear_fit
     from hbfd.eidola.generator import uniform_delay
+    from hbfd.eidola.wtt import WriteTrackingTable
     from runtime_cuda.eidola import GemvAllReduce, GarShape, Replay
     ns = [3, 7, 15, 31, 63, 127, 255]
     res: dict = {"eidolons": ns, "delay_ns": args.e3_delay_ns, "configs": {}}
@@ -245,10 +247,13 @@ def exp_E3(rt, args) -> dict:
         ref = g.reference_y()
         for delay in (0, args.e3_delay_ns):
             tr = uniform_delay(n_gpus=shape.n_gpus, tiles=shape.tiles, tile_rows=shape.tile_rows, delay_ns=delay)
+            t_setup = time.perf_counter()
+            frozen = WriteTrackingTable.from_trace(tr, g.bases()).freeze()
+            freeze_s = time.perf_counter() - t_setup
             for engine, wait in configs:
                 t_setup = time.perf_counter()
                 rep = Replay(rt, [g.flag_region()])
-                rep.register_trace(tr, g.bases())
+                rep.use_table(frozen)
                 rep.install(engine=engine, mon_mode="off" if wait == "spin" else wait,
                             lag_ns=args.lag_ns if engine == "eidolon" else 0)
                 setup_s = time.perf_counter() - t_setup
@@ -260,6 +265,7 @@ def exp_E3(rt, args) -> dict:
                     eq = eq and bool(np.array_equal(o["y"].view(np.uint32), ref.view(np.uint32)))
                 rows.append({"eidolons": n, "delay_ns": delay, "engine": engine, "wait": wait,
                              "kernel_ns": ks, "kernel_ns_median": float(np.median(ks)), "setup_s": setup_s,
+                             "wtt_freeze_s": freeze_s,
                              "wtt_entries": len(rep.frozen), "y_bitwise_equal": eq,
                              "flag_reads_thread": o["accounting"]["flag_reads_thread"]})
         log.info("E3 n=%d done", n)
@@ -278,6 +284,7 @@ def exp_E3(rt, args) -> dict:
 def exp_E4(rt, args) -> dict:
     from hbfd.eidola.accounting import linear_fit
     from hbfd.eidola.generator import uniform_delay
+    from hbfd.eidola.wtt import WriteTrackingTable
     from runtime_cuda.eidola import GemvAllReduce, GarShape, Replay
     Ms = [1024, 4096, 8192, 16384, 32768]
     rows = []
@@ -286,9 +293,10 @@ def exp_E4(rt, args) -> dict:
             shape = GarShape(n_gpus=n + 1, M=M, Kl=args.Kl, tiles=args.tiles)
             g = GemvAllReduce(rt, shape)
             tr = uniform_delay(n_gpus=shape.n_gpus, tiles=shape.tiles, tile_rows=shape.tile_rows, delay_ns=0)
+            frozen = WriteTrackingTable.from_trace(tr, g.bases()).freeze()
             for wait in ("spin", "hoare"):
                 rep = Replay(rt, [g.flag_region()])
-                rep.register_trace(tr, g.bases())
+                rep.use_table(frozen)
                 rep.install(engine="virtual", mon_mode="off" if wait == "spin" else wait)
                 ks = [g.run_replay(rep, wait=wait, engine="virtual")["kernel_ns"] for _ in range(args.reps)]
                 rows.append({"eidolons": n, "M": M, "wait": wait, "kernel_ns": ks, "kernel_ns_median": float(np.median(ks))})

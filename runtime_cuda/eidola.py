@@ -303,6 +303,12 @@ class Replay:
         for e in WriteTrackingTable.from_trace(trace, bases)._entries:
             self.register_write(e.addr, e.value, e.size, e.wakeup_ns, src=e.src)
 
+    def use_table(self, frozen: FrozenWtt) -> None:
+        """Install a table frozen elsewhere (shared by several Replays); registrations made
+        through this Replay before are discarded."""
+        self.wtt = WriteTrackingTable()
+        self.frozen = frozen
+
     def register_from_device(self, addrs, values, sizes, wakeups) -> int:
         """Register through the device setup kernel (hbf_eidola_register_write), then pull the
         staging area into the table. Returns how many entries the device registered."""
