@@ -360,15 +360,25 @@ class MediaEngine:
         od = np.argsort(_small_int(die, g.dies), kind="stable")
         ds = die[od]
         as_ = a[od]
+        base = int(a.min())
+        carried_total = np.zeros(g.dies, np.int64)
+        if len(self.carry_die):
+            carried_total = np.bincount(self.carry_die, minlength=g.dies)
+        # cheap bound first: a command still holds its slot at a_i only if it arrived after
+        # a_i - H (H: the longest slot hold in the batch)
+        hold = int((rel - a).max())
+        span_a = int(a.max()) - base + hold + 2
+        if span_a * g.dies < (1 << 62):
+            keya = ds * span_a + (as_ - base)
+            win = np.arange(len(ds), dtype=np.int64) - np.searchsorted(keya, keya - hold, "right")
+            if int((win + carried_total[ds]).max()) < qd:
+                return None
         st = segment_starts(ds)
         rank = np.arange(len(ds), dtype=np.int64) - np.repeat(st, np.diff(np.append(st, len(ds))))
-        base = int(a.min())
         ct, cd = rel, die
-        carried_total = np.zeros(g.dies, np.int64)
         if len(self.carry_die):
             ct = np.concatenate([rel, np.maximum(self.carry_t, base)])
             cd = np.concatenate([die, self.carry_die])
-            carried_total = np.bincount(self.carry_die, minlength=g.dies)
         span = int(ct.max()) - base + 1
         if span * g.dies >= (1 << 62):
             return np.unique(die)            # cannot check cheaply: schedule every die exactly
