@@ -122,6 +122,11 @@ def exp_E0(rt, args) -> dict:
     out["engine_b_error_ns"] = _dist(virt)
     out["engine_b_abs_error_ns"] = _dist(np.abs(virt))
     out["goal_p95_abs_le_100ns_engine_a"] = bool(out["engine_a_calibrated_abs_error_ns"]["p95"] <= 100)
+    try:   # green contexts (not used: SMs are reserved by occupancy); record whether they exist
+        from cuda.bindings import driver as _drv
+        out["green_ctx_api_present"] = all(hasattr(_drv, f) for f in ("cuGreenCtxCreate", "cuDevSmResourceSplitByCount"))
+    except Exception as e:  # noqa: BLE001
+        out["green_ctx_api_present"] = f"unknown: {e!r}"
     return out
 
 

@@ -402,10 +402,10 @@ class Replay:
             self.mon.fill(0)
         self.rt.sync()   # memsets are asynchronous; the next launches run on non-blocking streams
 
-    def launch_eidolon(self, *, blocks: int = 2, threads: int = 1024, smem_bytes: int = 200 * 1024,
+    def launch_eidolon(self, *, blocks: int = 2, threads: int = 1024, smem_bytes: int = -1,
                        stream: int | None = None) -> None:
-        """Engine (a): the persistent eidolon kernel; its large shared-memory request keeps each of
-        its blocks alone on an SM (the reserved SMs; the target grid must leave them free)."""
+        """Engine (a): the persistent eidolon kernel. Each block asks the opt-in maximum of shared
+        memory (smem_bytes=-1), so no target block fits beside it: its SM is reserved."""
         self.lib.call("hbe_launch_eidolon", ctypes.c_void_p(self.dev.ptr), blocks, threads, smem_bytes,
                       ctypes.c_void_p(self.rt.streams[0] if stream is None else stream))
 

@@ -166,7 +166,15 @@ int hbe_stream_create(void** s) {
 int hbe_stream_sync(void* s) { return hbe_check(cudaStreamSynchronize((cudaStream_t)s), "stream sync"); }
 int hbe_stream_destroy(void* s) { return hbe_check(cudaStreamDestroy((cudaStream_t)s), "stream destroy"); }
 
+/* smem_bytes < 0: the opt-in maximum, so that no other block (which needs at least the 1 KB the
+ * system reserves per block) fits beside an eidolon block: its SM is reserved. */
 int hbe_launch_eidolon(hbf_eidola_state* st_dev, int blocks, int threads, int smem_bytes, void* stream) {
+    if (smem_bytes < 0) {
+        int dev = 0, optin = 0;
+        HBE_TRY(cudaGetDevice(&dev));
+        HBE_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        smem_bytes = optin;
+    }
     if (smem_bytes > 48 * 1024)
         HBE_TRY(cudaFuncSetAttribute(hbf_eidolon_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     hbf_eidolon_kernel<<<blocks, threads, smem_bytes, (cudaStream_t)stream>>>(st_dev);
