@@ -6,7 +6,7 @@ markdown table for docs/RESULTS.md.
 
 Host speed: median over --repeat runs of wall time and of CPU time (the CI box is shared: CPU time
 is the fairer number). Random 4 KiB reads, one every G ns (G from the offered load as a fraction of the geometry's page
-rate; G = 0 is one burst), submitted in batches of 65536. CPU only.
+rate; G = 0 is one burst), submitted in batches of 16384. CPU only.
 """
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def make_stream(g: MediaGeometry, n: int, nbytes: int, op: str, gap_ns: int, *, 
 
 
 def run_bench(geometry: MediaGeometry, *, requests: int, nbytes: int, op: str, gap_ns: int,
-              batch: int = 65536, seed: int = 0, pattern: str = "random",
+              batch: int = 16384, seed: int = 0, pattern: str = "random",
               write_fraction: float = 0.3, repeat: int = 1) -> dict[str, Any]:
     stream = make_stream(geometry, requests, nbytes, op, gap_ns, seed=seed, pattern=pattern,
                          write_fraction=write_fraction)
@@ -124,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--bytes", type=int, default=4096)
     ap.add_argument("--op", choices=("read", "write", "mixed"), default="read")
     ap.add_argument("--arrival-gap-ns", type=int, default=0)
-    ap.add_argument("--batch", type=int, default=65536, help="requests per submit (default 65536)")
+    ap.add_argument("--batch", type=int, default=16384, help="requests per submit (default 16384)")
     ap.add_argument("--pattern", choices=("random", "sequential"), default="random")
     ap.add_argument("--write-fraction", type=float, default=0.3, help="stores among --op mixed")
     ap.add_argument("--seed", type=int, default=0)
