@@ -456,44 +456,7 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
                 "y": r.d2h(np.zeros(cfg.M, np.float32), b["y"]),
                 "inbox": r.d2h(np.zeros((2, nb, n, R), np.float32), b["inbox"]),
             })
-        out_sha = [hashlib.sha256(L["y"].tobytes()).hexdigest() for L in logs]
-        if len(set(out_sha)) != 1:
-            raise CudaError("ranks disagree on the all-reduced output (fixed-order reduction must "
-                            "be bit-identical)", sha256=out_sha)
-        runs = []
-        for call in range(cfg.warmup, cfg.calls):
-            seq = call + 1
-            parity = call & 1
-            rk = []
-            for ri in range(n):
-                wg = logs[ri]["wg"][call]
-                wgs = [{"wg": bb, **{f: int(wg[bb][j]) for j, f in enumerate(WG_FIELDS)
-                                     if f != "data_release_ns"}} for bb in range(nb)]
-                rk.append({"rank": ri, "kernel_start_ns": int(wg[:, 0].min()),
-                           "kernel_end_ns": int(wg[:, 5].max()), "output_sha256": out_sha[ri],
-                           "flag_reads": int(logs[ri]["ctr"][call][0]),
-                           "nonflag_reads": int(logs[ri]["ctr"][call][1]), "workgroups": wgs,
-                           "eidola_ctr": {"flag_class": FLAG_CLASS,
-                                          "flag_warp": int(logs[ri]["ectr"][call][FLAG_CLASS][0]),
-                                          "flag_thread": int(logs[ri]["ectr"][call][FLAG_CLASS][1])}})
-            flags, datas = [], []
-            for d in range(n):
-                for s in range(n):
-                    if s == d:
-                        continue
-                    for bb in range(nb):
-                        rows = max(0, min(R, cfg.M - bb * R))
-                        flags.append({"src": s, "dst": d, "buffer": "flags", "wg": bb,
-                                      "offset": 4 * (bb * n + s), "size": 4, "value": seq, "seq": seq,
-                                      "release_ns": int(logs[s]["rel"][call][bb][d]),
-                                      "seen_ns": int(logs[d]["seen"][call][bb][s]),
-                                      "polls": int(logs[d]["polls"][call][bb][s])})
-                        if rows:
-                            datas.append({"src": s, "dst": d, "buffer": "partials",
-                                          "offset": 4 * ((parity * nb + bb) * n + s) * R,
-                                          "size": 4 * rows,
-                                          "release_ns": int(logs[s]["wg"][call][bb][1])})
-            runs.append({"index": call - cfg.warmup, "ranks": rk, "flags": flags, "data": datas})
+        runs = runs_from_logs(logs, n=n, nb=nb, R=R, M=cfg.M, warmup=cfg.warmup, calls=cfg.calls)
         rec = {"format": RECORDING_FORMAT, "version": RECORDING_VERSION, "n_gpus": n,
                "workload": {"name": "gemv_allreduce.record", "M": cfg.M, "K_per_rank": cfg.K,
                             "blocks": nb, "rows_per_block": R, "threads": THREADS, "dtype": "float32",
@@ -531,6 +494,54 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
                 r.close()
             except HbfError:
                 log.exception("cleanup of GPU %d failed", r.i)
+
+
+def runs_from_logs(logs: list[dict[str, Any]], *, n: int, nb: int, R: int, M: int, warmup: int,
+                   calls: int) -> list[dict[str, Any]]:
+    """Device logs of every rank (arrays as read back) → the recording's ``runs`` (pure).
+
+    ``logs[r]``: ``wg`` [calls][nb][6], ``rel``/``seen`` [calls][nb][n] u64, ``polls`` [calls][nb][n],
+    ``ctr`` [calls][2], ``ectr`` [calls][classes][nctr], ``y`` [M] float32.
+    """
+    out_sha = [hashlib.sha256(L["y"].tobytes()).hexdigest() for L in logs]
+    if len(set(out_sha)) != 1:
+        raise CudaError("ranks disagree on the all-reduced output (fixed-order reduction must "
+                        "be bit-identical)", sha256=out_sha)
+    runs = []
+    for call in range(warmup, calls):
+        seq = call + 1
+        parity = call & 1
+        rk = []
+        for ri in range(n):
+            wg = logs[ri]["wg"][call]
+            wgs = [{"wg": bb, **{f: int(wg[bb][j]) for j, f in enumerate(WG_FIELDS)
+                                 if f != "data_release_ns"}} for bb in range(nb)]
+            rk.append({"rank": ri, "kernel_start_ns": int(wg[:, 0].min()),
+                       "kernel_end_ns": int(wg[:, 5].max()), "output_sha256": out_sha[ri],
+                       "flag_reads": int(logs[ri]["ctr"][call][0]),
+                       "nonflag_reads": int(logs[ri]["ctr"][call][1]), "workgroups": wgs,
+                       "eidola_ctr": {"flag_class": FLAG_CLASS,
+                                      "flag_warp": int(logs[ri]["ectr"][call][FLAG_CLASS][0]),
+                                      "flag_thread": int(logs[ri]["ectr"][call][FLAG_CLASS][1])}})
+        flags, datas = [], []
+        for d in range(n):
+            for s in range(n):
+                if s == d:
+                    continue
+                for bb in range(nb):
+                    rows = max(0, min(R, M - bb * R))
+                    flags.append({"src": s, "dst": d, "buffer": "flags", "wg": bb,
+                                  "offset": 4 * (bb * n + s), "size": 4, "value": seq, "seq": seq,
+                                  "release_ns": int(logs[s]["rel"][call][bb][d]),
+                                  "seen_ns": int(logs[d]["seen"][call][bb][s]),
+                                  "polls": int(logs[d]["polls"][call][bb][s])})
+                    if rows:
+                        datas.append({"src": s, "dst": d, "buffer": "partials",
+                                      "offset": 4 * ((parity * nb + bb) * n + s) * R,
+                                      "size": 4 * rows,
+                                      "release_ns": int(logs[s]["wg"][call][bb][1])})
+        runs.append({"index": call - warmup, "ranks": rk, "flags": flags, "data": datas})
+    return runs
 
 
 def _check_error(ranks, bufs, what: str) -> None:
