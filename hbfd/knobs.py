@@ -42,6 +42,12 @@ def heartbeat_period_ns() -> int:
     return max(100_000, min(v, 10_000_000))
 
 
+def stale_ns() -> int:
+    """``$HBFD_STALE_NS``: the heartbeat stops when hbfd's control loop made no progress this long
+    (default 1 s: hbfd is hung)."""
+    return int(os.environ.get("HBFD_STALE_NS", "1000000000"))
+
+
 def thermal_tick_ns() -> int:
     """``$HBFD_THERMAL_TICK_NS`` (default 10 ms)."""
     return int(os.environ.get("HBFD_THERMAL_TICK_NS", "10000000"))

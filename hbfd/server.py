@@ -2,7 +2,8 @@
 
 Start-up order (DESIGN.md §3.4): profile -> control region (header, no heartbeat) -> models
 (engine, thermal, refresh) -> thermal snapshot, refresh debt, empty range snapshot -> ring
-service -> gRPC -> first heartbeat (readiness) -> heartbeat thread (every 2 ms by default).
+service -> gRPC -> first heartbeat (readiness) -> the heartbeat helper process (hbfd/heartbeat.py) keeps
+it fresh (every 2 ms by default) while hbfd's control loop makes progress.
 
 Shutdown order (SIGTERM, SIGINT, the Shutdown RPC, an engine failure, thermal shutdown):
 admission closed -> a terminal completion posted to every outstanding ticket -> the global
@@ -29,6 +30,7 @@ from hbfcommon import ctl
 from hbfcommon.errors import DaemonError, ErrorCode, HbfError, RangeError
 from hbfcommon.status import RequestStatus
 from hbfd import knobs, services
+from hbfd.heartbeat import HeartbeatProcess
 from hbfd.profile import Profile, load_profile
 from hbfd.ranges import Range, RangeTable
 from hbfd.region import ControlRegion
@@ -91,8 +93,7 @@ class Daemon:
         self._grpc = None
         self._t0 = time.monotonic_ns()
         self._started_wall = time.time()
-        self._last_beat_ns = 0
-        self._beat_gaps_max_ns = 0
+        self._hb: HeartbeatProcess | None = None
         self._thermal_ticks = 0
         self._energy_j = 0.0
         self._engine_error: str | None = None
@@ -108,19 +109,21 @@ class Daemon:
         self.region.init_header(media_params=p.to_media_params(), profile_sha256=p.sha256,
                                 heartbeat_period_ns=self.heartbeat_period_ns)
         self.ranges = RangeTable(p.geometry.capacity_bytes)
+        self._hb = HeartbeatProcess(self.region.fd, ctl.hbf_header.heartbeat.offset, ctl.hbf_header.failure.offset,
+                                    self.heartbeat_period_ns, knobs.stale_ns())
         self.engine = _factory(self.engine_choice, services.FixedLatencyEngine.from_profile, services.build_engine)(p)
         self.thermal = _factory(self.thermal_choice, lambda _: services.NoThermal(), services.build_thermal)(p)
         self.refresh = _factory(self.refresh_choice, lambda _: services.NoRefresh(), services.build_refresh)(p)
         log.info("engine %s, thermal %s, refresh %s", self.engine.name, self.thermal.name, self.refresh.name)
         self._control_tick()                        # thermal snapshot + refresh debt before readiness
         self.region.publish_ranges([], 0)
-        sys.setswitchinterval(0.0005)               # keep the heartbeat thread's GIL waits short
+        sys.setswitchinterval(0.001)                # short GIL hand-offs between ring, control and RPC threads
         self._spawn("hbfd-ring", self._ring_loop)
         self._spawn("hbfd-control", self._control_loop)
         self._start_grpc()
-        self._last_beat_ns = time.monotonic_ns()
-        self.region.beat()                          # readiness
-        self._spawn("hbfd-heartbeat", self._heartbeat_loop)
+        self._hb.wait_started()
+        self.region.beat()                          # readiness: the first heartbeat
+        self._hb.go()                               # the helper keeps it fresh from here on
         log.info("ready: socket %s, control region %s (%d bytes)", self.socket_path, self.region.path, ctl.CTL_BYTES)
 
     def _spawn(self, name: str, fn) -> None:
@@ -161,18 +164,14 @@ class Daemon:
         self._grpc = server
 
     # ---- threads -------------------------------------------------------------------------
-    def _heartbeat_loop(self) -> None:
-        period = self.heartbeat_period_ns / 1e9
-        while not self._stop.is_set():
-            time.sleep(period)
-            now = time.monotonic_ns()
-            self._beat_gaps_max_ns = max(self._beat_gaps_max_ns, now - self._last_beat_ns)
-            self._last_beat_ns = now
-            self.region.beat()
-
     def _control_loop(self) -> None:
         tick = knobs.thermal_tick_ns() / 1e9
         while not self._stop.wait(tick):
+            if not self._hb.alive() and not self._shutdown_req.is_set():
+                log.error("the heartbeat helper died (exit %s)", self._hb.proc.returncode)
+                self.request_shutdown("heartbeat_failure", "the heartbeat helper process died",
+                                      ctl.HBF_ST_DAEMON_LOST, ctl.HBF_FAIL_REASON_SHUTDOWN)
+                return
             try:
                 self._control_tick()
             except Exception as e:  # a model failure ends the run, loudly
@@ -187,13 +186,15 @@ class Daemon:
                 return
 
     def _energy_since_last(self, dt_s: float) -> float:
-        """Media energy of the last interval from the profile's energy model and the counters
-        (reference path + the device's published fast-path counters)."""
+        """Media energy of the last interval from the profile's energy model and the counters.
+        The device section (published by the runtime at sync points) counts every in-range access
+        the device made, including those it sent through the ring; per op we take the larger of
+        the device and reference counts so reference requests are not counted twice."""
         e, m = self.profile.energy, self.region.map
-        tot = m.daemon_counters.copy()
+        ref = m.daemon_counters.copy()
         dev = m.device_counters.copy()
-        reqs = tot["requests"].astype(np.float64) + dev["requests"]
-        nbytes = float(tot["bytes"].sum() + dev["bytes"].sum())
+        reqs = np.maximum(ref["requests"], dev["requests"]).astype(np.float64)
+        nbytes = float(np.maximum(ref["bytes"], dev["bytes"]).sum())
         reads = reqs[ctl.HBF_OP_LOAD] + reqs[ctl.HBF_OP_CPASYNC] + reqs[ctl.HBF_OP_ATOMIC]
         writes = reqs[ctl.HBF_OP_STORE] + reqs[ctl.HBF_OP_ATOMIC]
         total = e.j_per_byte * nbytes + e.read_j * reads + e.program_j * writes
@@ -207,6 +208,8 @@ class Daemon:
         ej = self._energy_since_last(dt)
         self._energy_j += ej
         self.thermal_state = self.thermal.tick(now - self._t0, ej)
+        if self._hb is not None:
+            self._hb.tick()                         # progress: the helper keeps beating
         self._thermal_ticks += 1
         self.region.publish_thermal(self.thermal_state, self._thermal_ticks)
         debt = self.refresh.tick(now - self._t0, self.thermal_state)
@@ -348,6 +351,7 @@ class Daemon:
         n = self._terminate_outstanding(req_status)
         h.failure = ctl.failure_word(req_status, fail_reason)       # after every terminal completion
         self._stop.set()
+        self._hb.stop()
         self._final_outstanding = n
         self.exit_code = 0 if status == "clean" else 1
         try:
@@ -373,6 +377,8 @@ class Daemon:
 
     def close(self) -> None:
         self._stop.set()
+        if self._hb is not None and self._hb.alive():
+            self._hb.stop()
         if self._grpc is not None:
             self._grpc.stop(grace=2.0).wait(5)
             self._grpc = None
@@ -422,7 +428,7 @@ class Daemon:
             "daemon": {"pid": os.getpid(), "started_unix_s": self._started_wall,
                        "uptime_ns": time.monotonic_ns() - self._t0,
                        "heartbeat_period_ns": self.heartbeat_period_ns, "heartbeats": int(h.heartbeat),
-                       "heartbeat_max_gap_ns": self._beat_gaps_max_ns, "socket": str(self.socket_path),
+                       "heartbeat_max_gap_ns": self._hb.max_gap_ns, "heartbeat_pid": self._hb.proc.pid, "socket": str(self.socket_path),
                        "ctl_bytes": ctl.CTL_BYTES},
             "ranges": ranges,
             "range_events": history,
@@ -472,7 +478,7 @@ class Daemon:
         self._reports.append({"kind": kind, "data": obj, "at_ns": time.monotonic_ns() - self._t0})
 
     def heartbeat_age_ns(self) -> int:
-        return time.monotonic_ns() - self._last_beat_ns
+        return self._hb.age_ns()
 
 
 def _range_msg(pb, r: Range):
