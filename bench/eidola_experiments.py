@@ -157,16 +157,27 @@ def _e1_shape(args, n_gpus=4, M=None):
 
 
 def _sweep(rt, args, wait: str, engines) -> dict:
-    from hbfd.eidola.accounting import linear_fit
-    from hbfd.eidola.generator import uniform_delay
-    from hbfd.eidola.wtt import WriteTrackingTable
-    from runtime_cuda.eidola import GemvAllReduce, Replay
+    from runtime_cuda.eidola import GemvAllReduce
     shape = _e1_shape(args)
     g = GemvAllReduce(rt, shape)
     ref = g.reference_y()
     delays = [d * 1000 for d in range(0, 41, args.e1_step_us)]
     res: dict = {"shape": vars(shape), "wait": wait, "delays_ns": delays, "engines": {}}
     for engine in engines:
+        try:
+            res["engines"][engine] = _sweep_engine(rt, args, g, ref, shape, delays, wait, engine)
+        except Exception as e:  # noqa: BLE001  (a device trap ends the context: later engines fail too)
+            log.exception("sweep %s/%s failed", wait, engine)
+            res["engines"][engine] = {"error": repr(e)}
+    return res
+
+
+def _sweep_engine(rt, args, g, ref, shape, delays, wait, engine) -> dict:
+    from hbfd.eidola.accounting import linear_fit
+    from hbfd.eidola.generator import uniform_delay
+    from hbfd.eidola.wtt import WriteTrackingTable
+    from runtime_cuda.eidola import Replay
+    if True:
         rows = []
         for d in delays:
             tr = uniform_delay(n_gpus=shape.n_gpus, tiles=shape.tiles, tile_rows=shape.tile_rows, delay_ns=d)
@@ -199,8 +210,7 @@ def _sweep(rt, args, wait: str, engines) -> dict:
                    "nonflag_reads_thread_unique": sorted(set(nf)),
                    "nonflag_constant": len(set(nf)) == 1,
                    "all_outputs_bitwise_equal": all(x["y_bitwise_equal_reference"] for x in rows)}
-        res["engines"][engine] = {"rows": rows, "median_by_delay": med, "summary": summary}
-    return res
+        return {"rows": rows, "median_by_delay": med, "summary": summary}
 
 
 def exp_E1(rt, args) -> dict:
@@ -210,6 +220,15 @@ def exp_E1(rt, args) -> dict:
 def exp_E2(rt, args) -> dict:
     out = {"hoare": _sweep(rt, args, "hoare", ("virtual", "eidolon")),
            "mesa": _sweep(rt, args, "mesa", ("virtual", "eidolon"))}
+    try:
+        out["corunner"] = _corunner(rt, args)
+    except Exception as e:  # noqa: BLE001
+        log.exception("co-runner failed")
+        out["corunner"] = {"error": repr(e)}
+    return out
+
+
+def _corunner(rt, args) -> dict:
     # what the freed issue slots buy a co-running kernel (target waits 40 us)
     from hbfd.eidola.generator import uniform_delay
     from runtime_cuda.eidola import GemvAllReduce, Replay
@@ -232,9 +251,8 @@ def exp_E2(rt, args) -> dict:
         c = g._launch_corunner(**co)
         rt.sync()
         alone.append(g._corunner_result(c))
-    out["corunner"] = {"config": co, "with_target": rows, "alone": alone,
-                       "note": "co-runner = FMA loop, 4 blocks/SM; 'span_ns' is its whole duration, overlapping the target's 40 us wait"}
-    return out
+    return {"config": co, "with_target": rows, "alone": alone,
+            "note": "co-runner = FMA loop, 4 blocks/SM; 'span_ns' is its whole duration, overlapping the target's 40 us wait"}
 
 
 def exp_E3(rt, args) -> dict:
@@ -382,6 +400,8 @@ def plots(out: Path) -> None:
             panels += [("mwait Hoare (E2)", e2["result"]["hoare"]), ("mwait Mesa (E2)", e2["result"]["mesa"])]
         for ax, (title, res) in zip(axes[0], panels):
             for eng, data in res["engines"].items():
+                if "error" in data:
+                    continue
                 d = res["delays_ns"]
                 med = data["median_by_delay"]
                 ax.plot([x / 1000 for x in d], [med[str(x)]["flag_reads_thread"] if str(x) in med else med[x]["flag_reads_thread"] for x in d],
@@ -448,13 +468,16 @@ def summary(out: Path) -> dict:
             res[name] = {}
             for w, sw in sweeps.items():
                 for eng, data in sw["engines"].items():
+                    if "error" in data:
+                        res[name][f"{w}/{eng}"] = {"error": data["error"][:200]}
+                        continue
                     sm = data["summary"]
                     res[name][f"{w}/{eng}"] = {"r2": round(sm["fit_flag_reads_thread_vs_delay_us"]["r2"], 5),
                                                "slope_per_us": round(sm["fit_flag_reads_thread_vs_delay_us"]["slope"], 2),
                                                "flag_min": sm["flag_reads_thread_min"], "flag_max": sm["flag_reads_thread_max"],
                                                "spread": round(sm["flag_spread_rel"], 4), "nonflag": sm["nonflag_reads_thread_unique"],
                                                "bitwise": sm["all_outputs_bitwise_equal"]}
-            if name == "E2":
+            if name == "E2" and "error" not in r["corunner"]:
                 rows = r["corunner"]["with_target"]
                 res[name]["corunner_span_ns"] = {f"{e}/{w}": float(np.median([x["span_ns"] for x in rows if x["engine"] == e and x["wait"] == w]))
                                                  for e in ("virtual", "eidolon") for w in ("spin", "hoare")}
