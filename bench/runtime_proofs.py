@@ -526,13 +526,14 @@ def exp_hbfcc(H: Harness) -> dict:
 def start_hbfd(tmp: Path, profile: str = "nominal", extra_env: dict | None = None):
     sock = tmp / "hbfd.sock"
     summary = tmp / "summary.json"
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}", **(extra_env or {}))
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}",
+               HBFD_THERMAL=os.environ.get("HBF_BENCH_HBFD_THERMAL", "none"), **(extra_env or {}))
     logf = open(tmp / "hbfd.log", "w")
     p = subprocess.Popen([sys.executable, "-m", "hbfd.cli", "--profile", profile, "--socket", str(sock),
                           "--summary", str(summary)], cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT)
     t = time.time()
     while not sock.exists():
-        if p.poll() is not None or time.time() - t > 30:
+        if p.poll() is not None or time.time() - t > 60:
             raise RuntimeError(f"hbfd did not start: {(tmp / 'hbfd.log').read_text()[-2000:]}")
         time.sleep(0.05)
     time.sleep(0.3)

@@ -20,12 +20,14 @@ def hbfd_daemon(tmp_path_factory):
     d = tmp_path_factory.mktemp("hbfd")
     sock, summary = d / "hbfd.sock", d / "summary.json"
     logf = open(d / "hbfd.log", "w")
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # the thermal model is not under test here (its ROM build takes tens of seconds): none
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               HBFD_THERMAL=os.environ.get("HBF_TEST_HBFD_THERMAL", "none"))
     p = subprocess.Popen([sys.executable, "-m", "hbfd.cli", "--profile", "nominal", "--socket", str(sock),
                           "--summary", str(summary)], cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT)
     t = time.time()
     while not sock.exists():
-        if p.poll() is not None or time.time() - t > 30:
+        if p.poll() is not None or time.time() - t > 90:
             pytest.fail(f"hbfd did not start: {(d / 'hbfd.log').read_text()[-3000:]}")
         time.sleep(0.05)
     yield str(sock), summary, p
