@@ -1,0 +1,100 @@
+"""The whole fixture corpus (CUDA sources compiled by nvcc now + Triton PTX captured on the H200):
+every module rewrites, every rewritten module assembles with ptxas for sm_90a with the helper
+module linked, every memory operation is classified, every refusal carries its reason, and a kernel
+is admitted exactly when nothing in it (or in what it calls) was refused."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
+import hbfcc_testutil as U  # noqa: E402
+
+from hbfcc import helpers as H  # noqa: E402
+from hbfcc.passes.timing import classify, _Ctx  # noqa: E402
+from hbfcc.ptx import parse_module  # noqa: E402
+from hbfcc.rewrite import rewrite_text  # noqa: E402
+
+try:
+    import ptx_corpus  # noqa: E402
+except ImportError:  # pragma: no cover
+    ptx_corpus = None
+
+pytestmark = pytest.mark.slow
+
+
+def corpus() -> dict[str, Path]:
+    if ptx_corpus is None:
+        pytest.skip("fixture corpus not present")
+    out = {f"triton/{k}": v for k, v in ptx_corpus.triton_corpus().items()}
+    if ptx_corpus.nvcc_path():
+        cache = Path(tempfile.gettempdir()) / f"hbfcc-corpus-{os.getuid()}"
+        out.update({f"cuda/{k}": v for k, v in ptx_corpus.build_cuda_corpus(cache).items()})
+    if not out:
+        pytest.skip("empty corpus")
+    return out
+
+
+def _check_module(name: str, path: Path, helper: H.HelperModule) -> str:
+    text = path.read_text()
+    res = rewrite_text(text, filename=name, helper=helper)
+    funcs = res.meta["timing"]["functions"]
+    m = parse_module(text)
+    # every memory operation of the input is counted exactly once
+    n_mem = 0
+    for f in m.functions():
+        if f.body is None:
+            continue
+        ctx = _Ctx(m, f)
+        n_mem += sum(1 for i in f.instructions() if classify(i, ctx) is not None)
+    assert sum(c["count"] for f in funcs for c in f["classes"].values()) == n_mem, name
+    for f in funcs:
+        rewritten = sum(c["rewritten"] for c in f["classes"].values())
+        assert rewritten == f["sites"], (name, f["name"])
+        for r in f["refused"]:
+            assert r["reason"] and r["class"] and r["instruction"], (name, r)
+        if f["refused"]:
+            assert not f["admitted"], (name, f["name"])
+        if f["admitted"]:
+            assert not f["refused"] and not f["not_admitted_reasons"]
+    # one __hb_issue call per rewritten site in the output
+    issues = len(re.findall(r"call\s+\(__hb_rv\),\s*__hb_issue,", res.text))
+    assert issues == sum(f["sites"] for f in funcs), name
+    U.assemble(res.text, "sm_90a")
+    return name
+
+
+def test_corpus_rewrites_and_assembles_with_real_helper():
+    hp = U.real_helper_ptx() or U.fixture_helper_ptx()
+    helper = H.load_helper(hp)
+    items = sorted(corpus().items())
+    with cf.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as ex:
+        done = list(ex.map(lambda kv: _check_module(kv[0], kv[1], helper), items))
+    assert len(done) == len(items) >= 30
+
+
+def test_corpus_subset_with_fixture_helper():
+    helper = H.load_helper(U.fixture_helper_ptx())
+    items = sorted(corpus().items())[::8]
+    for k, v in items:
+        _check_module(k, v, helper)
+
+
+def test_tma_fixtures_refused_and_others_admitted():
+    refused_any = False
+    for name, path in sorted(corpus().items()):
+        res = rewrite_text(path.read_text(), filename=name, link=False)
+        for f in res.meta["timing"]["functions"]:
+            tma = any(r["class"].startswith(("cp.async.bulk", "tensormap")) for r in f["refused"])
+            refused_any |= tma
+            if "tma" in name:
+                continue
+            assert f["admitted"] or f["external_calls"] or f["refused"], (name, f["name"], f["not_admitted_reasons"])
+    assert refused_any
