@@ -41,3 +41,16 @@ def test_defaults_are_built_when_no_plugin_requested():
     assert st.mode == ctl.HBF_TH_NORMAL and st.q_ppm == 1_000_000 and st.admission_open
     assert th.summary_section()["thermal"] == "none"
     assert services.build_refresh(p, force="none").tick(0, st) == 0
+
+
+def test_subtool_dispatch(tmp_path, monkeypatch, capsys):
+    import sys
+    from hbfd import cli
+    (tmp_path / "fake_subtool.py").write_text("def main(argv):\n    print('got', argv)\n    return 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(cli.SUBTOOLS, ("bench", "media"), "fake_subtool")
+    assert cli.main(["bench", "media", "--x", "1"]) == 3
+    assert "got ['--x', '1']" in capsys.readouterr().out
+    monkeypatch.setitem(cli.SUBTOOLS, ("thermal", "validate"), "no_such_subtool_module")
+    assert cli.main(["thermal", "validate"]) == 2
+    assert "not available" in capsys.readouterr().err
