@@ -305,7 +305,8 @@ class PIPolicy(Policy):
         return int(round(Q_FULL - u)), integral
 
     def _update_internal(self, t_c: float) -> None:
-        self.q, self.integral = self._q_for(t_c)
+        if self.mode != SHUTDOWN:              # terminal: the controller stops
+            self.q, self.integral = self._q_for(t_c)
 
     def decide(self, tick: int, t_c: float) -> Decision:
         d = super().decide(tick, t_c)
