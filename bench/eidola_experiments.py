@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-EXPERIMENTS = ("E0", "REG", "E1", "E2", "E3", "E4", "TL")
+EXPERIMENTS = ("E0", "REG", "E1", "E2", "E3", "E4", "TL", "PASS")
 log = logging.getLogger("eidola_bench")
 
 
@@ -380,7 +380,79 @@ def exp_TL(rt, args) -> dict:
     return res
 
 
-FUNCS = {"E0": exp_E0, "REG": exp_REG, "E1": exp_E1, "E2": exp_E2, "E3": exp_E3, "E4": exp_E4, "TL": exp_TL}
+SPIN_CU = r"""
+extern "C" __global__ void spin_kernel(const unsigned* flags, unsigned seq, unsigned long long* polls) {
+    if (threadIdx.x == 0) {   /* an UNINSTRUMENTED spin-wait: hbfcc's flags pass rewrites the load */
+        unsigned long long n = 0;
+        while (*(volatile const unsigned*)&flags[blockIdx.x * 32] != seq) ++n;
+        polls[blockIdx.x] = n;
+    }
+}
+"""
+
+
+def exp_PASS(rt, args) -> dict:
+    """hbfcc flags pass on an uninstrumented spin kernel: nvcc -> PTX -> flags pass -> ptxas -> load
+    with the driver API; flag reads counted by the extern API must equal the kernel's own poll
+    count + 1 per block, and under engine (b) the kernel finishes although memory is never written."""
+    import ctypes
+    import shutil
+    import tempfile
+    from cuda.bindings import driver as cu
+    from hbfcc.passes.flags import build_extern_ptx, rewrite_text
+    from runtime_cuda.eidola import FlagRegion, Replay
+    nvcc = shutil.which("nvcc")
+    tmp = Path(tempfile.mkdtemp())
+    (tmp / "spin.cu").write_text(SPIN_CU)
+    subprocess.run([nvcc, "-arch=compute_90a", "-ptx", str(tmp / "spin.cu"), "-o", str(tmp / "spin.ptx")], check=True)
+    meta: dict = {}
+    text = rewrite_text((tmp / "spin.ptx").read_text(), build_extern_ptx(tmp).read_text(), meta)
+    (tmp / "spin_rw.ptx").write_text(text)
+    subprocess.run(["ptxas", "-arch=sm_90a", str(tmp / "spin_rw.ptx"), "-o", str(tmp / "spin_rw.cubin")], check=True)
+
+    def ck(r):
+        err = r[0] if isinstance(r, tuple) else r
+        if int(err) != 0:
+            raise RuntimeError(f"driver error {err}")
+        return r[1:] if isinstance(r, tuple) and len(r) > 2 else (r[1] if isinstance(r, tuple) and len(r) == 2 else None)
+
+    cubin = (tmp / "spin_rw.cubin").read_bytes()
+    mod = ck(cu.cuModuleLoadData(cubin))
+    gptr, gsize = ck(cu.cuModuleGetGlobal(mod, b"__hb_eidola_state"))
+    fn = ck(cu.cuModuleGetFunction(mod, b"spin_kernel"))
+    blocks = 64
+    flags = rt.alloc(blocks * 128 + 128)
+    base = (flags.ptr + 127) // 128 * 128
+    polls = rt.alloc(blocks * 8)
+    out = {"pass_report": {k: v for k, v in meta["flags"].items() if k != "sites"}, "blocks": blocks, "runs": []}
+    for engine in ("virtual", "eidolon"):
+        rep = Replay(rt, [FlagRegion(base, blocks * 128, 1, "spin_flags")])
+        for b in range(blocks):
+            rep.register_write(base + b * 128, 1, 4, 2000 + 300 * b)
+        rep.install(engine=engine, lag_ns=args.lag_ns if engine == "eidolon" else 0)
+        for r in range(args.reps):
+            flags.fill(0)
+            polls.fill(0)
+            rep.reset_launch()
+            v = np.array([rep.dev.ptr], np.uint64)
+            ck(cu.cuMemcpyHtoD(gptr, v.ctypes.data, 8))
+            if engine == "eidolon":
+                rep.launch_eidolon(blocks=2)
+            params = ((base, 1, polls.ptr), (ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p))
+            ck(cu.cuLaunchKernel(fn, blocks, 1, 1, 32, 1, 1, 0, cu.CUstream(rt.streams[1]), params, 0))
+            rt.sync()
+            rep.check("flags-pass spin kernel")
+            p = polls.download(np.uint64, blocks)
+            acc = rep.accounting()
+            out["runs"].append({"engine": engine, "rep": r, "polls_sum": int(p.sum()),
+                                "flag_reads_thread": acc["flag_reads_thread"], "virtual_loads": acc["virtual_loads"],
+                                "reads_equal_polls_plus_one": acc["flag_reads_thread"] == int(p.sum()) + blocks,
+                                "t0_set": int(rep.host.t0) != (1 << 64) - 1})
+    out["all_counts_exact"] = all(x["reads_equal_polls_plus_one"] for x in out["runs"])
+    return out
+
+
+FUNCS = {"PASS": exp_PASS, "E0": exp_E0, "REG": exp_REG, "E1": exp_E1, "E2": exp_E2, "E3": exp_E3, "E4": exp_E4, "TL": exp_TL}
 
 
 def plots(out: Path) -> None:
@@ -463,6 +535,9 @@ def summary(out: Path) -> dict:
                 res[name][k] = {q: round(r[k][q], 1) for q in ("mean", "median", "p95", "p99", "max") if q in r[k]}
         elif name == "REG":
             res[name] = r
+        elif name == "PASS":
+            res[name] = {"all_counts_exact": r["all_counts_exact"], "report": r["pass_report"],
+                         "runs": [{k: x[k] for k in ("engine", "polls_sum", "flag_reads_thread", "t0_set")} for x in r["runs"]]}
         elif name in ("E1", "E2"):
             sweeps = {"spin": r} if name == "E1" else {"hoare": r["hoare"], "mesa": r["mesa"]}
             res[name] = {}

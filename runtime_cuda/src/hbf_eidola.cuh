@@ -605,6 +605,11 @@ HBF_EIDOLA_DEV unsigned long long hbf_eidola_flag_access_hook(uint64_t addr, uin
 #endif
 
 HBF_EIDOLA_DEV uint64_t hbf_eidola_ext_ld(uint64_t addr, uint32_t size) {
+    if (!__isGlobal((const void*)addr)) {   /* a generic load of shared/local memory: not a flag */
+        hbf_eidola_state* st0 = hbf_eidola_gstate();
+        if (st0) hbf_eidola_count_atomic(st0, 0, HBF_EIDOLA_C_THREAD, HBF_EIDOLA_C_WARP, 1);
+        return size == 8 ? *(volatile const uint64_t*)addr : *(volatile const uint32_t*)addr;
+    }
     hbf_eidola_state* st = hbf_eidola_gstate();
     if (!st) return size == 8 ? hbf_eidola_ld_acquire_u64((const void*)addr) : hbf_eidola_ld_acquire_u32((const void*)addr);
     uint32_t k = hbf_eidola_classify(st, addr);
