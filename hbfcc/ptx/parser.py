@@ -32,16 +32,18 @@ __all__ = ["parse_module", "parse_instruction", "PtxError"]
 # One match per chunk. `stmt` is the fast path: a whole statement on one line without comments or
 # strings (it may contain `{...}` vector groups). Everything else is assembled from `txt` pieces.
 _CHUNK = re.compile(
-    r"(?P<ws>[ \t\r\n\f\v]+)"
-    r"|(?P<stmt>[^;{}/\"\s][^;{}/\"\n]*(?:\{[^;{}/\"\n]*\}[^;{}/\"\n]*)*;)"
+    r"[ \t\r\n\f\v]*(?:"
+    r"(?P<stmt>[^;{}/\"\s][^;{}/\"\n]*(?:\{[^;{}/\"\n]*\}[^;{}/\"\n]*)*;)"
+    r"|(?P<txt>(?:[^;{}/\"\n]|/(?![/*])|\"(?:[^\"\\\n]|\\.)*\")+)"
     r"|(?P<lc>//[^\n]*)"
-    r"|(?P<bc>/\*(?:[^*]|\*(?!/))*\*/)"
     r"|(?P<semi>;)"
     r"|(?P<lb>\{)"
     r"|(?P<rb>\})"
-    r"|(?P<txt>(?:[^;{}/\"\n]|/(?![/*])|\"(?:[^\"\\\n]|\\.)*\")+)"
-    r"|(?P<bad>[\s\S])"
+    r"|(?P<bc>/\*(?:[^*]|\*(?!/))*\*/)"
+    r"|(?P<eof>\Z)"
+    r"|(?P<bad>[\s\S]))"
 )
+_LOC_FAST = re.compile(r"\.loc[ \t]+(\d+)[ \t]+(\d+)[ \t]+(\d+)[ \t]*\Z")
 
 _LINE_DIRECTIVE = re.compile(r"\.(?:loc|file|version|target|address_size)(?![\w$])")
 _LABEL = re.compile(r"([A-Za-z_$%][\w$]*)\s*:(?!:)\s*")
@@ -186,7 +188,7 @@ class _Parser:
             nonlocal seen_version
             cur = stack[-1]
             # labels (possibly several) before the statement
-            while True:
+            while ":" in stmt_text:
                 lm = _LABEL.match(stmt_text)
                 if lm is None:
                     break
@@ -212,12 +214,14 @@ class _Parser:
         while pos < n:
             m = match(text, pos)
             kind = m.lastgroup
-            start = pos
+            start = m.start(kind)
+            if start != pos:
+                nl = text.count("\n", pos, start)
+                if nl:
+                    line += nl
             pos = m.end()
-            if kind == "ws":
-                line += m.group().count("\n")
-            elif kind == "stmt":
-                s = m.group()
+            if kind == "stmt":
+                s = m.group(kind)
                 if pending:
                     pending.append(s[:-1])
                     st = " ".join(pending).strip()
@@ -225,8 +229,10 @@ class _Parser:
                     flush_statement(st, p_line, p_pos)
                 else:
                     flush_statement(s[:-1].rstrip(), line, start)
+            elif kind == "eof":
+                break
             elif kind == "lc" or kind == "bc":
-                c = m.group()
+                c = m.group(kind)
                 cm = Comment(c, line)
                 if not seen_version and len(stack) == 1 and not top and not pending:
                     header_comments.append(cm)
@@ -235,7 +241,7 @@ class _Parser:
                 if kind == "bc":
                     line += c.count("\n")
             elif kind == "txt":
-                s = m.group()
+                s = m.group(kind)
                 if not pending:
                     # a label alone on its line (or before the rest of a statement)
                     lm = _LABEL.match(s)
@@ -249,9 +255,13 @@ class _Parser:
                     st = s.strip()
                     if not st:
                         continue
-                    if _LINE_DIRECTIVE.match(st):
+                    if st[0] == "." and _LINE_DIRECTIVE.match(st):
                         # .loc/.file/.version/.target/.address_size end at the end of the line
-                        flush_statement(st, line, start)
+                        lf = _LOC_FAST.match(st)
+                        if lf is not None and len(stack) > 1:
+                            stack[-1].append(Directive("loc", lf.groups(), None, line))
+                        else:
+                            flush_statement(st, line, start)
                         continue
                     p_line = line
                     p_pos = start
@@ -321,7 +331,7 @@ class _Parser:
                 else:
                     stack[-1].append(Block(tuple(body), bline))
             else:  # bad
-                ch = m.group()
+                ch = m.group(kind)
                 if ch == '"':
                     raise ctx.error("unterminated string", line, start)
                 if ch == "/":
@@ -652,7 +662,21 @@ def _parse_insn(s: str, ctx: _Ctx, line: int, pos: int) -> Instruction:
     return Instruction(guard, opcode, mt, ops, line)
 
 
+_TOP_PART = re.compile(r"(?:\[[^\[\]{}()]*(?:\{[^\[\]{}()]*\}[^\[\]{}()]*)?\]|\{[^\[\]{}()]*\}|\([^\[\]{}()]*\)|[^,\[\]{}()])*")
+
+
 def _split_top(s: str, ctx: _Ctx, line: int, pos: int) -> list[str]:
+    # fast path: one regex for the usual one-level forms ([..], [.., {..}], {..}, (..))
+    parts = _TOP_PART.findall(s)
+    # findall yields each part followed by an empty match at the separator; keep it only when
+    # the parts rebuild the text exactly (otherwise fall back to the checking scanner)
+    parts = parts[::2] if len(parts) % 2 == 0 else None  # type: ignore[assignment]
+    if parts is not None and ",".join(parts) == s:
+        return parts
+    return _split_top_slow(s, ctx, line, pos)
+
+
+def _split_top_slow(s: str, ctx: _Ctx, line: int, pos: int) -> list[str]:
     parts = []
     depth = 0
     last = 0
