@@ -602,7 +602,7 @@ def _define_cases():  # noqa: C901  (one flat list of kernels)
     def l_h():
         x = torch.randint(0, 1 << 20, (100000,), device=dev, dtype=torch.int32)
         return histogram_kernel[(triton.cdiv(100000, 1024),)](x, torch.zeros(64, dtype=torch.int32, device=dev), 100000, NB=64, BLOCK=1024)
-    reg(histogram_kernel, "atomic_histogram", "scattered atomic_add with unused result (red.global.add), predicated",
+    reg(histogram_kernel, "atomic_histogram", "scattered tl.atomic_add with unused result (Triton emits atom.global.gpu.acq_rel.add), predicated",
         {"x_ptr": "*i32", "h_ptr": "*i32", "n": "i32"}, {"NB": 64, "BLOCK": 1024}, l_h)
 
     @triton.jit
@@ -615,7 +615,7 @@ def _define_cases():  # noqa: C901  (one flat list of kernels)
             tl.store(o_ptr + 1, tl.load(o_ptr, volatile=True) / n)
     def l_as():
         return atomic_sum[(50,)](T(50 * 512), torch.zeros(2, device=dev), torch.zeros(1, dtype=torch.int32, device=dev), 50 * 512, BLOCK=512)
-    reg(atomic_sum, "atomic_reduce_lastblock", "fp32 atomic add (red), acq_rel counter atom, last-block pattern with ld.volatile",
+    reg(atomic_sum, "atomic_reduce_lastblock", "fp32 atom.global.gpu.relaxed.add, acq_rel counter atom, last-block pattern with ld.volatile",
         {"x_ptr": "*fp32", "o_ptr": "*fp32", "cnt_ptr": "*i32", "n": "i32"}, {"BLOCK": 512}, l_as)
 
     @triton.jit
@@ -993,7 +993,7 @@ def _define_cases():  # noqa: C901  (one flat list of kernels)
     def l_ht():
         x = torch.randint(0, 32, (8192,), device=dev, dtype=torch.int32)
         return histogram_tl[(8,)](x, torch.zeros(32, dtype=torch.int32, device=dev), 8192, NB=32, BLOCK=1024)
-    reg(histogram_tl, "tl_histogram", "tl.histogram (shared-memory atomics atom.shared) then global red.add",
+    reg(histogram_tl, "tl_histogram", "tl.histogram (atom.shared.add) then global atom.global.gpu.acq_rel.add",
         {"x_ptr": "*i32", "o_ptr": "*i32", "n": "i32"}, {"NB": 32, "BLOCK": 1024}, l_ht)
 
     @triton.jit
