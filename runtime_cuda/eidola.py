@@ -288,8 +288,8 @@ class Replay:
         h.s_addr, h.s_value, h.s_size, h.s_wakeup = (self.s[k].ptr for k in ("addr", "value", "size", "wakeup"))
         h.s_count, h.s_cap = self.s_count.ptr, staging
         h.ctr = self.ctr.ptr
-        if arm_slots:   # extern API (__hb_eidola_monitor/mwait): one 32-B record per thread slot
-            self.arm = rt.alloc(arm_slots * 32)
+        if arm_slots:   # extern API (__hb_eidola_monitor/mwait): one 48-B record per thread slot
+            self.arm = rt.alloc(arm_slots * 48)
             h.arm, h.n_arm = self.arm.ptr, arm_slots
         self._tables: list[DeviceBuffer] = []
         self.push()

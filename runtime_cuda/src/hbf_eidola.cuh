@@ -111,7 +111,7 @@ typedef struct hbf_eidola_state {
     uint64_t s_cap;
     /* --- accounting --- */
     uint64_t ctr;                  /* unsigned long long [MAX_CLASSES][NCTR] */
-    uint64_t arm;                  /* extern API: u64[3] per thread slot (addr, value, mask) */
+    uint64_t arm;                  /* extern API: u64[6] per thread slot (armed monitor) */
     uint64_t n_arm;                /* thread slots in `arm` (global warp * 32 + lane) */
     uint64_t vd_n;                 /* 4-byte words covered from vd_base */
     uint64_t vd_idx;               /* u32[vd_n]: word -> v index, 0xffffffff = not in the table */
@@ -160,6 +160,7 @@ typedef struct hbf_eidola_acct {
     uint64_t mwait_ns;
     /* monitor armed by this thread */
     uint64_t mon_addr, mon_value, mon_mask;
+    uint64_t mon_t;                /* relative time just before the monitor's flag read */
     uint32_t mon_slot, mon_widx;
     /* configuration cached in registers (acct_init with a state): one flag range, engine */
     uint32_t cached, c_engine, c_class, c_paced;
@@ -176,7 +177,7 @@ HBF_EIDOLA_DEV void hbf_eidola_acct_init(hbf_eidola_acct* a, const hbf_eidola_st
     }
     a->flag_class = 0; a->flag_warp = a->flag_thread = a->nonflag_warp = a->nonflag_thread = 0;
     a->mon_arms = a->mwaits = a->wake_reads = a->vloads = a->spin = 0;
-    a->mwait_ns = 0; a->mon_addr = 0; a->mon_value = 0; a->mon_mask = 0;
+    a->mwait_ns = 0; a->mon_addr = 0; a->mon_value = 0; a->mon_mask = 0; a->mon_t = 0;
     a->mon_slot = 0xffffffffu; a->mon_widx = 0;
 }
 
@@ -370,6 +371,7 @@ HBF_EIDOLA_DEV bool hbf_eidola_monitor(hbf_eidola_state* st, hbf_eidola_acct* a,
         __threadfence();                       /* Dekker with the eidolon: arm, fence, read */
         a->mon_slot = slot; a->mon_widx = k;
     }
+    a->mon_t = hbf_eidola_rel_now(st, t0);
     uint64_t v = hbf_eidola_ld_flag(st, a, t0, p, nbytes >= 8 ? 8 : 4);
     bool hit = (v & mask) == (wake_value & mask);
     if (hit && a->mon_slot != 0xffffffffu) {
@@ -381,8 +383,9 @@ HBF_EIDOLA_DEV bool hbf_eidola_monitor(hbf_eidola_state* st, hbf_eidola_acct* a,
     return hit;
 }
 
-/* Earliest table time (relative) >= t at which the armed condition can be woken: Hoare: the
- * masked value matches; Mesa: any write to the line. ~0 if the table has none. */
+/* Earliest table time (relative) > t at which the armed condition can be woken: Hoare: a write
+ * whose masked value matches; Mesa: any write to the line. ~0 if the table has none. Called with
+ * t = the monitor's read time, so a write that lands between the read and the mwait is not missed. */
 HBF_EIDOLA_DEV uint64_t hbf_eidola_wake_hint(const hbf_eidola_state* st, const hbf_eidola_acct* a,
                                              uint64_t t) {
     const uint64_t* vt = (const uint64_t*)st->v_time;
@@ -432,7 +435,7 @@ HBF_EIDOLA_DEV void hbf_eidola_mwait(hbf_eidola_state* st, hbf_eidola_acct* a, u
     a->mwaits += 1;
     uint64_t start = hbf_eidola_now();
     uint64_t deadline = start + hbf_eidola_timeout(st);
-    uint64_t hint = hbf_eidola_wake_hint(st, a, start > t0 ? start - t0 : 0);
+    uint64_t hint = hbf_eidola_wake_hint(st, a, a->mon_t);
     if (a->mon_slot == 0xffffffffu) {
         /* no log entry: engine (b) (or monitor off) -> table wake time */
         if (hint == ~0ull) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_NEVER_WAKES, (uint32_t)(a->mon_addr & 0xffffffffu));
@@ -652,7 +655,7 @@ extern "C" __device__ __noinline__ void __hb_eidola_register_write(unsigned long
 HBF_EIDOLA_DEV uint64_t* hbf_eidola_arm_slot(hbf_eidola_state* st) {
     uint64_t slot = (uint64_t)hbf_eidola_gwarp() * 32u + hbf_eidola_lane();
     if (!st->arm || slot >= st->n_arm) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_MON_FULL, (uint32_t)slot);
-    return (uint64_t*)st->arm + 4 * slot;
+    return (uint64_t*)st->arm + 6 * slot;
 }
 extern "C" __device__ __noinline__ unsigned int __hb_eidola_monitor(unsigned long long addr, unsigned int nbytes,
                                                                     unsigned long long wake) {
@@ -664,7 +667,7 @@ extern "C" __device__ __noinline__ unsigned int __hb_eidola_monitor(unsigned lon
     bool hit = hbf_eidola_monitor(st, &a, t0, (const void*)addr, nbytes, wake);
     uint64_t* s = hbf_eidola_arm_slot(st);
     s[0] = a.mon_addr; s[1] = a.mon_value; s[2] = a.mon_mask;
-    s[3] = ((uint64_t)a.mon_slot << 32) | a.mon_widx;
+    s[3] = ((uint64_t)a.mon_slot << 32) | a.mon_widx; s[4] = a.mon_t;
     hbf_eidola_acct_flush(st, &a);
     return hit ? 1u : 0u;
 }
@@ -675,7 +678,7 @@ extern "C" __device__ __noinline__ void __hb_eidola_mwait(unsigned long long add
     hbf_eidola_acct_init(&a);
     uint64_t* s = hbf_eidola_arm_slot(st);
     a.mon_addr = s[0]; a.mon_value = s[1]; a.mon_mask = s[2];
-    a.mon_slot = (uint32_t)(s[3] >> 32); a.mon_widx = (uint32_t)(s[3] & 0xffffffffu);
+    a.mon_slot = (uint32_t)(s[3] >> 32); a.mon_widx = (uint32_t)(s[3] & 0xffffffffu); a.mon_t = s[4];
     a.flag_class = hbf_eidola_classify(st, addr);
     hbf_eidola_mwait(st, &a, hbf_eidola_gt0(st), (const void*)addr);
     hbf_eidola_acct_flush(st, &a);
