@@ -80,6 +80,12 @@ class MediaEngine:
         self._timers: list[tuple[int, int, int]] = []   # (due, lpn, first store time)
         self._pending: list[np.ndarray] = []
         self.horizon = 0                           # latest arrival seen
+        self._seq = 0                              # global page-transaction sequence (FCFS ties)
+        self._serial = 0                           # global request serial
+        self._dq: dict[str, np.ndarray] | None = None   # sensed reads whose transfer is not decided yet
+        self._pr: dict[str, np.ndarray] | None = None   # requests waiting for deferred pages
+        self._fresh: list[np.ndarray] = []         # serials deferred during the current submit
+        self._since_collect = False
         # statistics
         self.chan_busy_ns = np.zeros(g.channels, np.int64)
         self.qdelay = LogHistogram()
@@ -89,7 +95,7 @@ class MediaEngine:
                                  "buffer_hits", "stores", "programs", "flush_programs", "copybacks",
                                  "erases", "read_bytes", "write_bytes", "fast_batches",
                                  "event_batches", "event_channels", "out_of_order_arrivals",
-                                 "qd_bound_batches", "qd_bound_dies")}
+                                 "qd_bound_batches", "qd_bound_dies", "deferred_pages")}
         self._xfer_page = g.transfer_ns(PAGE_BYTES)
         self._pow2 = all(x & (x - 1) == 0 for x in (g.channels, g.dies_per_channel, g.planes_per_die))
         self._xfer_by_sectors = np.array([g.transfer_ns(k * SECTOR_BYTES) for k in range(SECTORS_PER_PAGE + 1)],
@@ -120,6 +126,7 @@ class MediaEngine:
                       int(bad.sum()), g.capacity_bytes, int(addr[bad][0]), int(nbytes[bad][0]))
         done = arrival.copy()
         ok = np.flatnonzero(status == ctl.HBF_ST_READY)
+        show = np.ones(n, bool)
         if len(ok):
             a_ok = arrival[ok]
             order = ok[np.argsort(a_ok, kind="stable")]
@@ -129,27 +136,158 @@ class MediaEngine:
             self._run_timers(amin)
             if self.first_arrival is None:
                 self.first_arrival = amin
-            done[order] = self._serve(arrival[order], addr[order], nbytes[order], op[order])
             self.horizon = max(self.horizon, int(arrival[order[-1]]))
-            self.last_completion = max(self.last_completion, int(done[order].max()))
+            serial = self._serial + np.arange(len(order), dtype=np.int64)
+            self._serial += len(order)
+            self._fresh = []
+            d = self._serve(arrival[order], addr[order], nbytes[order], op[order], serial)
+            done[order] = d
+            if self._fresh:        # requests with pages whose transfer is not decided yet
+                cnt = np.bincount(np.concatenate(self._fresh) - int(serial[0]), minlength=len(order))
+                pm = cnt > 0
+                idx = order[pm]
+                self._add_pending(serial[pm], batch["id"][idx].astype(np.uint64), arrival[idx], d[pm], cnt[pm])
+                show[idx] = False
+                self._fresh = []
+            self.last_completion = max(self.last_completion, int(d.max()))
             self._prune_carry()
-        out = np.empty(n, COMPLETION_BATCH_DTYPE)
-        out["id"] = batch["id"]
-        out["modeled_ns"] = (done - arrival).astype(np.uint64)
-        out["status"] = status
+        out = np.empty(int(show.sum()), COMPLETION_BATCH_DTYPE)
+        out["id"] = batch["id"][show]
+        out["modeled_ns"] = (done - arrival)[show].astype(np.uint64)
+        out["status"] = status[show]
         self.n["served"] += len(ok)
         self._pending.append(out)
+        self._since_collect = True
+
+    # ------------------------------------------------------------------ deferred transfers
+    def _add_pending(self, serial, ids, arrival, done, rem) -> None:
+        new = {"serial": serial, "id": ids, "arrival": arrival, "done": done.copy(), "rem": rem.astype(np.int64)}
+        if self._pr is None:
+            self._pr = new
+        else:
+            self._pr = {k: np.concatenate([self._pr[k], new[k]]) for k in new}
+
+    def _complete_parts(self, serial, done) -> None:
+        """Deferred pages of pending requests got their completion times."""
+        if len(serial) == 0:
+            return
+        pr = self._pr
+        if pr is None:
+            raise MediaError("internal: deferred page of an unknown request")
+        idx = np.searchsorted(pr["serial"], serial)
+        if (idx >= len(pr["serial"])).any() or (pr["serial"][np.minimum(idx, len(pr["serial"]) - 1)] != serial).any():
+            raise MediaError("internal: deferred page of an unknown request")
+        np.maximum.at(pr["done"], idx, done)
+        pr["rem"] -= np.bincount(idx, minlength=len(pr["serial"]))
+        fin = pr["rem"] == 0
+        if fin.any():
+            out = np.empty(int(fin.sum()), COMPLETION_BATCH_DTYPE)
+            out["id"] = pr["id"][fin]
+            out["modeled_ns"] = (pr["done"][fin] - pr["arrival"][fin]).astype(np.uint64)
+            out["status"] = ctl.HBF_ST_READY
+            self._pending.append(out)
+            self.last_completion = max(self.last_completion, int(pr["done"][fin].max()))
+            keep = ~fin
+            self._pr = {k: v[keep] for k, v in pr.items()} if keep.any() else None
+
+    def _chan_lindley(self, ch, se, x, ready, seq) -> np.ndarray:
+        """Channel stage: FCFS per channel by (sense end, seq) from the channels' next-free times."""
+        g = self.g
+        n = len(ch)
+        if n == 0:
+            return np.zeros(0, np.int64)
+        lo = int(se.min())
+        span = int(se.max()) - lo + 1
+        smin = int(seq.min())
+        rng_ = int(seq.max()) - smin + 1
+        if span * g.channels * rng_ < (1 << 62):
+            o = np.argsort((ch * span + (se - lo)) * rng_ + (seq - smin))   # unique keys: exact
+        else:
+            o = np.lexsort((seq, se, ch))
+        c2 = ch[o]
+        x2 = x[o]
+        d2 = segmented_fcfs(se[o], x2, c2, self.chan_free)
+        cst = segment_starts(c2)
+        cend = np.append(cst[1:], n) - 1
+        self.chan_free[c2[cend]] = d2[cend]
+        self.chan_busy_ns += np.bincount(c2, weights=x2, minlength=g.channels).astype(np.int64)
+        self.qdelay.add(d2 - ready[o] - (g.t_cmd_ns + g.t_read_ns) - x2)
+        if self.trace is not None:
+            self.trace.append(("channel", c2, d2 - x2, d2))
+        done = np.empty(n, np.int64)
+        done[o] = d2
+        return done
+
+    _DQ_KEYS = ("ch", "se", "x", "ready", "seq", "serial")
+
+    def _channel_stage(self, new: dict[str, np.ndarray]) -> np.ndarray:
+        """Transfers of sensed reads. A read whose sense ends by horizon + t_cmd + tR can never
+        be overtaken by a later arrival, so its transfer is decided now; later ones wait (with the
+        deferred reads of earlier batches) for more arrivals, an ``advance`` past them, or a
+        ``collect`` after a quiet scan. Returns completion times of ``new`` (0 = deferred)."""
+        g = self.g
+        dq = self._dq
+        nd = 0 if dq is None else len(dq["ch"])
+        allv = new if dq is None else {k: np.concatenate([dq[k], new[k]]) for k in self._DQ_KEYS}
+        limit = self.horizon + g.t_cmd_ns + g.t_read_ns
+        commit = allv["se"] <= limit      # a later arrival senses no earlier, and ties go by seq
+        ci = np.flatnonzero(commit)
+        dc = self._chan_lindley(allv["ch"][ci], allv["se"][ci], allv["x"][ci], allv["ready"][ci], allv["seq"][ci])
+        di = np.flatnonzero(~commit)
+        self._dq = {k: v[di] for k, v in allv.items()} if len(di) else None
+        out = np.zeros(len(new["ch"]), np.int64)
+        isnew = ci >= nd
+        out[ci[isnew] - nd] = dc[isnew]
+        if nd:
+            self._complete_parts(allv["serial"][ci[~isnew]], dc[~isnew])
+        fresh = di[di >= nd]
+        if len(fresh):
+            self._fresh.append(allv["serial"][fresh])
+            self.n["deferred_pages"] += len(fresh)
+        return out
+
+    def _commit_deferred(self, channels=None, before: int | None = None) -> None:
+        """Decide deferred transfers now (all, those of ``channels``, or sense end < ``before``)."""
+        dq = self._dq
+        if dq is None:
+            return
+        m = np.ones(len(dq["ch"]), bool)
+        if channels is not None:
+            m &= np.isin(dq["ch"], channels)
+        if before is not None:
+            m &= dq["se"] <= before
+        ci = np.flatnonzero(m)
+        if len(ci) == 0:
+            return
+        dc = self._chan_lindley(dq["ch"][ci], dq["se"][ci], dq["x"][ci], dq["ready"][ci], dq["seq"][ci])
+        serial = dq["serial"][ci]
+        keep = ~m
+        self._dq = {k: v[keep] for k, v in dq.items()} if keep.any() else None
+        self._complete_parts(serial, dc)
 
     def advance(self, now_ns: int) -> None:
         """Run write-buffer flushes (and the GC they trigger) due at or before ``now_ns``."""
         self._run_timers(int(now_ns) + 1)
+        self._commit_deferred(before=int(now_ns) + self.g.t_cmd_ns + self.g.t_read_ns)
         self._prune_carry()
 
     def collect(self) -> np.ndarray:
+        """Completions decided so far. A collect with no submit since the previous one (the
+        requester went quiet) decides every deferred transfer."""
+        if not self._since_collect:
+            self._commit_deferred()
+        self._since_collect = False
         if not self._pending:
             return np.zeros(0, COMPLETION_BATCH_DTYPE)
         out = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
         self._pending = []
+        return out
+
+    def drain(self) -> np.ndarray:
+        """Decide everything submitted so far and return all completions (tests, benchmarks)."""
+        self._commit_deferred()
+        self._since_collect = False
+        out = self.collect()
         return out
 
     def flush(self, now_ns: int) -> None:
@@ -196,7 +334,7 @@ class MediaEngine:
         die = ch * D + d
         return ch, die, die * P + pl
 
-    def _serve(self, a, addr, nbytes, op) -> np.ndarray:
+    def _serve(self, a, addr, nbytes, op, serial) -> np.ndarray:
         """Schedule sorted requests; returns each request's completion time."""
         req, lpn, slo, shi = self._expand(a, addr, nbytes, op)
         top = op[req]
@@ -208,10 +346,10 @@ class MediaEngine:
             ch, die, plane = self._where(lpn)
             xfer = self._xfer_by_sectors[shi - slo]
             self.n["read_bytes"] += int(((shi - slo) * SECTOR_BYTES).sum())
-            tdone = self._schedule_reads(ta, ch, die, plane, xfer)
+            tdone = self._schedule_reads(ta, ch, die, plane, xfer, serial[req])
             self._reduce_max(done_req, req, tdone)
             return done_req
-        return self._serve_mixed(a, req, lpn, slo, shi, top, ta, is_read, done_req)
+        return self._serve_mixed(a, req, lpn, slo, shi, top, ta, is_read, done_req, serial)
 
     @staticmethod
     def _reduce_max(done_req, req, tdone):
@@ -222,12 +360,13 @@ class MediaEngine:
             np.maximum(done_req, np.maximum.reduceat(tdone, starts), out=done_req)
 
     # ------------------------------------------------------------------ reads (fast path)
-    def _schedule_reads(self, ready, ch, die, plane, xfer) -> np.ndarray:
-        """Media reads only, in (ready, seq) order; returns completion times.
+    def _schedule_reads(self, ready, ch, die, plane, xfer, serial) -> np.ndarray:
+        """Media reads only, in (ready, seq) order; returns completion times (0: deferred, see
+        ``_channel_stage``; ``serial``: each page's request serial).
 
         Die/plane stage: exact Lindley per plane; where a die's queue depth binds, that die's
         stage is recomputed exactly by ``_die_stage_exact``. Channel stage: exact Lindley by
-        (sense end, plane, seq)."""
+        (sense end, seq)."""
         g = self.g
         n = len(ready)
         if n == 0:
@@ -253,37 +392,17 @@ class MediaEngine:
         else:
             self.plane_free[p1[pend]] = se1[pend]
             self.n["fast_batches"] += 1
-        # channel stage: o1 is grouped by channel (plane ids are channel-major) and sorted by sense
-        # end within each plane, so the stable sort only merges runs
-        c1 = ch[o1]
-        lo = int(se1.min())
-        span = int(se1.max()) - lo + 1
-        if span * g.channels * n < (1 << 62):
-            # unique keys (position in o1 breaks ties: plane, then seq) -> an unstable sort is exact
-            o2 = np.argsort((c1 * span + (se1 - lo)) * n + np.arange(n, dtype=np.int64))
-        elif span * g.channels < (1 << 62):
-            o2 = np.argsort(c1 * span + (se1 - lo), kind="stable")
-        else:
-            o2 = np.lexsort((se1, c1))
-        c2 = c1[o2]
-        idx = o1[o2]
-        x2 = xfer[idx]
-        done2 = segmented_fcfs(se1[o2], x2, c2, self.chan_free)
-        cst = segment_starts(c2)
-        cend = np.append(cst[1:], n) - 1
-        self.chan_free[c2[cend]] = done2[cend]
-        done = np.empty(n, np.int64)
-        done[idx] = done2
-        self.chan_busy_ns += np.bincount(c2, weights=x2, minlength=g.channels).astype(np.int64)
-        self.qdelay.add(done2 - ready[idx] - (g.t_cmd_ns + g.t_read_ns) - x2)
         if self.trace is not None:
-            self.trace.append(("plane", plane[idx], se[idx] - g.t_read_ns, se[idx]))
-            self.trace.append(("channel", c2, done2 - x2, done2))
+            self.trace.append(("plane", plane, se - g.t_read_ns, se))
         # die slots still held after this batch's last arrival
         h = max(self.horizon, int(ready[-1]))
         keep = se > h
         self._add_carry(die[keep], se[keep])
-        return done
+        # channel stage (transfers decided now or deferred, see _channel_stage)
+        seq = self._seq + np.arange(n, dtype=np.int64)
+        self._seq += n
+        return self._channel_stage({"ch": ch, "se": se, "x": xfer, "ready": ready, "seq": seq,
+                                    "serial": serial})
 
     def _die_stage_exact(self, ready, die, plane) -> np.ndarray:
         """Sense end of reads on dies whose queue depth binds (reads in (ready, seq) order).
@@ -409,6 +528,7 @@ class MediaEngine:
             self._last_ack = np.zeros(0, np.int64)
             return np.zeros(0, np.int64)
         self.n["event_channels"] += len(channels)
+        self._commit_deferred(channels)
         in_ch = np.isin(self.carry_die // g.dies_per_channel, channels)
         carry: dict[int, list[int]] = {}
         for d, t in zip(self.carry_die[in_ch].tolist(), self.carry_t[in_ch].tolist()):
@@ -440,7 +560,7 @@ class MediaEngine:
         return done
 
     # ------------------------------------------------------------------ writes (mixed path)
-    def _serve_mixed(self, a, req, lpn, slo, shi, top, ta, is_read, done_req):
+    def _serve_mixed(self, a, req, lpn, slo, shi, top, ta, is_read, done_req, serial):
         g = self.g
         t_cmd = g.t_cmd_ns
         nt = len(req)
@@ -490,10 +610,10 @@ class MediaEngine:
         rch, rdie, rpl = self._where(lpn[rsel])
         rx = self._xfer_by_sectors[shi[rsel] - slo[rsel]]
         if not icmds:
-            tdone = self._schedule_reads(ta[rsel], rch, rdie, rpl, rx)
+            tdone = self._schedule_reads(ta[rsel], rch, rdie, rpl, rx, serial[req[rsel]])
             np.maximum.at(done_req, req[rsel], tdone)
             return done_req
-        owners = self._schedule_all(ta[rsel], rch, rdie, rpl, rx, icmds, done_req, req[rsel], req)
+        self._schedule_all(ta[rsel], rch, rdie, rpl, rx, icmds, done_req, req[rsel], req, serial)
         return done_req
 
     def _program(self, lp: int, t: int, nsect: int, presense: bool, icmds: list, owner: int) -> None:
@@ -509,7 +629,7 @@ class MediaEngine:
                 self.n["erases"] += 1
                 icmds.append((t, ERASE, p, 0, False, -1))
 
-    def _schedule_all(self, rready, rch, rdie, rpl, rx, icmds, done_req, rreq, req):
+    def _schedule_all(self, rready, rch, rdie, rpl, rx, icmds, done_req, rreq, req, serial):
         """Reads plus internal commands: event scheduler on channels with internal commands,
         Lindley on the rest."""
         g = self.g
@@ -526,7 +646,8 @@ class MediaEngine:
         rs = np.isin(rch, slow)
         fast_i = np.flatnonzero(~rs)
         if len(fast_i):
-            tdone = self._schedule_reads(rready[fast_i], rch[fast_i], rdie[fast_i], rpl[fast_i], rx[fast_i])
+            tdone = self._schedule_reads(rready[fast_i], rch[fast_i], rdie[fast_i], rpl[fast_i], rx[fast_i],
+                                         serial[rreq[fast_i]])
             np.maximum.at(done_req, rreq[fast_i], tdone)
         slow_i = np.flatnonzero(rs)
         self.n["page_reads"] += len(slow_i)
@@ -575,7 +696,7 @@ class MediaEngine:
             icmds.sort(key=lambda c: c[0])
             empty = np.zeros(0, np.int64)
             dummy = np.zeros(0, np.int64)
-            self._schedule_all(empty, empty, empty, empty, empty, icmds, dummy, empty, empty)
+            self._schedule_all(empty, empty, empty, empty, empty, icmds, dummy, empty, empty, empty)
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict[str, Any]:

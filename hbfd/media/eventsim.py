@@ -17,7 +17,7 @@ Semantics (the same as the fast path wherever both apply):
   data-in joins the channel queue at g (+ tR); the program runs tPROG after the data-in ends. The
   store that filled the page is acknowledged at data-in end.
 * Copyback (GC valid-page move, inside the plane, no channel): plane busy tR + tPROG. Erase: tBERS.
-* Plane and channel queues serve reads first; within a class by (ready, plane, seq).
+* Plane and channel queues serve reads first; within a class by (ready, seq).
 * All events at one instant are applied before any decision at that instant.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ READ, PROG, COPYBACK, ERASE = 0, 1, 2, 3
 KIND_NAMES = ("read", "program", "copyback", "erase")
 
 # event types, in the order they are applied at one instant (all are applied before decisions)
-_EV_COMPLETE, _EV_CARRY_DONE, _EV_ARRIVE, _EV_PLANE_ENQ, _EV_PLANE_DONE, _EV_CHAN_ENQ, _EV_CHAN_DONE, _EV_WAKE_P, _EV_WAKE_C = range(9)
+_EV_COMPLETE, _EV_CARRY_DONE, _EV_ARRIVE, _EV_PLANE_ENQ, _EV_PLANE_DONE, _EV_CHAN_ENQ, _EV_CHAN_DONE, _EV_WAKE_P, _EV_WAKE_C, _EV_SENSE_END, _EV_OP_END = range(11)
 
 
 @dataclass
@@ -122,12 +122,31 @@ def simulate(cmds: Commands, *, t_cmd: int, t_read: int, t_prog: int, t_erase: i
                     tplanes.add(x)
                 elif ev == _EV_CHAN_ENQ:
                     c = chan[x]
-                    push(chan_q.setdefault(c, []), (0 if kind[x] == READ else 1, t, plane[x], x))
+                    push(chan_q.setdefault(c, []), (0 if kind[x] == READ else 1, t, x))
                     tchans.add(c)
                 elif ev == _EV_CHAN_DONE:
                     chan_busy.discard(x)
                     cf[x] = t
                     tchans.add(x)
+                elif ev == _EV_SENSE_END:        # read: plane free, die slot free, data to channel
+                    p = plane[x]
+                    plane_busy.discard(p)
+                    pf[p] = t
+                    tplanes.add(p)
+                    d = die[x]
+                    outstanding[d] -= 1
+                    tdies.add(d)
+                    c = chan[x]
+                    push(chan_q.setdefault(c, []), (0, t, x))
+                    tchans.add(c)
+                elif ev == _EV_OP_END:           # program/copyback/erase: plane free, slot free
+                    p = plane[x]
+                    plane_busy.discard(p)
+                    pf[p] = t
+                    tplanes.add(p)
+                    d = die[x]
+                    outstanding[d] -= 1
+                    tdies.add(d)
                 elif ev == _EV_WAKE_P:
                     plane_wake.discard(x)
                     tplanes.add(x)
@@ -163,21 +182,17 @@ def simulate(cmds: Commands, *, t_cmd: int, t_read: int, t_prog: int, t_erase: i
                 start[x] = t
                 k = kind[x]
                 if k == READ:
-                    push(heap, (t + t_read, _EV_PLANE_DONE, p))
-                    push(heap, (t + t_read, _EV_CHAN_ENQ, x))
-                    push(heap, (t + t_read, _EV_COMPLETE, x))      # die slot freed at sense end
+                    push(heap, (t + t_read, _EV_SENSE_END, x))
                 elif k == PROG:
                     push(heap, (t + (t_read if pres[x] else 0), _EV_CHAN_ENQ, x))
                 elif k == COPYBACK:
                     e = t + t_read + t_prog
                     done[x] = ack[x] = e
-                    push(heap, (e, _EV_PLANE_DONE, p))
-                    push(heap, (e, _EV_COMPLETE, x))
+                    push(heap, (e, _EV_OP_END, x))
                 else:
                     e = t + t_erase
                     done[x] = ack[x] = e
-                    push(heap, (e, _EV_PLANE_DONE, p))
-                    push(heap, (e, _EV_COMPLETE, x))
+                    push(heap, (e, _EV_OP_END, x))
             tplanes.clear()
             if heap and heap[0][0] == t:
                 continue
@@ -190,7 +205,7 @@ def simulate(cmds: Commands, *, t_cmd: int, t_read: int, t_prog: int, t_erase: i
                         chan_wake.add(c)
                         push(heap, (int(cf[c]), _EV_WAKE_C, c))
                     continue
-                _, _, _, x = heapq.heappop(q)
+                _, _, x = heapq.heappop(q)
                 chan_busy.add(c)
                 e = t + xfer[x]
                 if chan_busy_acc is not None:
@@ -202,8 +217,7 @@ def simulate(cmds: Commands, *, t_cmd: int, t_read: int, t_prog: int, t_erase: i
                     ack[x] = e
                     pe = e + t_prog
                     done[x] = pe
-                    push(heap, (pe, _EV_PLANE_DONE, plane[x]))
-                    push(heap, (pe, _EV_COMPLETE, x))
+                    push(heap, (pe, _EV_OP_END, x))
             tchans.clear()
             if heap and heap[0][0] == t:
                 continue

@@ -9,7 +9,7 @@ Every tick t, in this order:
      command reaches its plane's waiting list at admit + t_cmd;
   4. commands whose plane-ready time is t join the plane's waiting list;
   5. each free plane starts the waiting command with the smallest (ready, seq): busy tR;
-  6. each free channel starts the waiting transfer with the smallest (ready, plane, seq).
+  6. each free channel starts the waiting transfer with the smallest (ready, seq).
 A request completes when the last of its pages completes. Times must be small integers.
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ def simulate(requests, *, C, D, P, t_cmd, t_read, xfer_ns, queue_depth):
             if end == t:
                 del sensing[pl]
                 outstanding[c["die"]] -= 1
-                chan_wait.setdefault(c["ch"], []).append((t, c["plane"], c["seq"], c))
+                chan_wait.setdefault(c["ch"], []).append((t, c["seq"], c))
         # 2. arrivals
         for c in cmds:
             if c["a"] == t:
@@ -79,8 +79,8 @@ def simulate(requests, *, C, D, P, t_cmd, t_read, xfer_ns, queue_depth):
         # 6. channels
         for ch, q in chan_wait.items():
             if q and ch not in chan_busy:
-                q.sort(key=lambda x: (x[0], x[1], x[2]))
-                _, _, _, c = q.pop(0)
+                q.sort(key=lambda x: (x[0], x[1]))
+                _, _, c = q.pop(0)
                 chan_busy[ch] = (t + c["x"], c)
         t += 1
         if t > 10_000_000:

@@ -32,7 +32,7 @@ def batch(rows):
 def run(g, rows, **kw):
     e = MediaEngine(g, **kw)
     e.submit(batch(rows))
-    c = e.collect()
+    c = e.drain()
     assert (c["status"] == ctl.HBF_ST_READY).all()
     return e, dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))
 
@@ -153,7 +153,7 @@ def test_batches_that_do_not_overlap_equal_one_batch():
     b2 = batch(r2)
     b2["id"] += len(r1)
     e.submit(b2)
-    c = e.collect()
+    c = e.drain()
     assert dict(zip(c["id"].tolist(), c["modeled_ns"].tolist())) == m_all
 
 
@@ -192,7 +192,7 @@ def test_properties_on_random_mixed_streams(seed, n, span, qd, pwrite):
         b["id"] += lo
         e.submit(b)
     e.advance(int(a.max()) + 10 * g.write_flush_timeout_ns)
-    c = e.collect()
+    c = e.drain()
     assert sorted(c["id"].tolist()) == list(range(n))
     m = dict(zip(c["id"].tolist(), c["modeled_ns"].astype(np.int64).tolist()))
     for i, (_, _, nbytes, o) in enumerate(rows):
@@ -242,3 +242,59 @@ def test_bandwidth_never_exceeds_geometry(gap):
     assert all(0 <= u <= 1.0 for u in st_["channel_utilization"])
     if gap == 0:   # saturated: close to the geometry's bound
         assert bw > 0.8 * g.read_bound_bytes_per_s
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 50), span=st.sampled_from([1, 60, 500]),
+       qd=st.sampled_from([1, 2, 5, 1000]))
+def test_event_scheduler_agrees_with_reference_on_reads(seed, n, span, qd):
+    """The exact event scheduler (used for channels with programs/GC) on read-only streams."""
+    from hbfd.media import eventsim
+    rng = np.random.default_rng(seed)
+    g = geom(queue_depth=qd)
+    a = np.sort(rng.integers(0, span, n))
+    page = rng.integers(0, 4 * g.planes, n)
+    nb = rng.choice([64, 640, 4096], n)
+    rows = [(int(a[i]), int(page[i]) * 4096, int(nb[i])) for i in range(n)]
+    e = MediaEngine(g)
+    ch, die, plane = e._where(page.astype(np.int64))
+    cmds = eventsim.Commands(kind=np.zeros(n, np.uint8), ready=a.astype(np.int64), plane=plane, die=die, chan=ch,
+                             xfer_ns=np.array([g.transfer_ns(int(b)) for b in nb], np.int64),
+                             presense=np.zeros(n, bool))
+    done, *_ = eventsim.simulate(cmds, t_cmd=g.t_cmd_ns, t_read=g.t_read_ns, t_prog=g.t_prog_ns,
+                                 t_erase=g.t_erase_ns, queue_depth=qd, plane_free=np.zeros(g.planes, np.int64),
+                                 chan_free=np.zeros(g.channels, np.int64), die_carry={})
+    assert done.tolist() == _ref(g, rows)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 150), span=st.sampled_from([20, 300, 3000]),
+       qd=st.sampled_from([1, 3, 1000]), quiet=st.booleans())
+def test_any_batching_of_a_read_stream_gives_the_single_batch_result(seed, n, span, qd, quiet):
+    """Transfers that a later arrival could still overtake are decided only once it cannot, so
+    cutting a time-ordered read stream into batches (as the daemon's ring scans do) changes
+    nothing (collect after every submit, as the daemon does)."""
+    rng = np.random.default_rng(seed)
+    g = geom(queue_depth=qd)
+    rows = _random_reads(rng, g, n, span)
+    _, m_all = run(g, rows)
+    e = MediaEngine(g)
+    cuts = sorted(set(rng.integers(1, n, 4).tolist()) | {0, n})
+    got = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        b = batch(rows[lo:hi])
+        b["id"] += lo
+        e.submit(b)
+        e.advance(int(b["arrival_ns"].max()))
+        got.append(e.collect())
+        if quiet:
+            got.append(e.collect())     # a quiet scan in between: only exact if nothing overtakes
+    got.append(e.drain())
+    c = np.concatenate(got)
+    assert sorted(c["id"].tolist()) == list(range(n))
+    m = dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))
+    if not quiet:
+        assert m == m_all
+    else:   # decided early: never earlier than the exact schedule would have served it... and causal
+        for i, (a, addr, nb) in enumerate(rows):
+            assert m[i] >= g.t_cmd_ns + g.t_read_ns + 1
