@@ -105,6 +105,19 @@ def exp_E0(rt, args) -> dict:
         s = seen.download(np.uint64, n).astype(np.int64)
         return s - wake.astype(np.int64)
 
+    def probe_min(engine: str, lag: int, replicas: int) -> np.ndarray:
+        rep.install(engine=engine, lag_ns=lag)
+        buf.fill(0)
+        seen.fill(0xFF)
+        rep.reset_launch()
+        if engine == "eidolon":
+            rep.launch_eidolon(blocks=2)
+        rt.lib.call("hbe_launch_probe_min", ctypes.c_void_p(rep.dev.ptr), ctypes.c_void_p(d_addr.ptr),
+                    ctypes.c_void_p(d_exp.ptr), n, ctypes.c_void_p(seen.ptr), replicas, ctypes.c_void_p(rt.streams[1]))
+        rt.sync()
+        rep.check("probe_min")
+        return seen.download(np.uint64, n).astype(np.int64) - wake.astype(np.int64)
+
     runs = []
     for r in range(args.reps):
         runs.append(probe("eidolon", 0))
@@ -118,6 +131,16 @@ def exp_E0(rt, args) -> dict:
     enacted = rep.enacted_rel().astype(np.int64)
     out["engine_a_issue_error_ns"] = _dist(enacted - (wake.astype(np.int64) - lag))
     out["engine_a_calibrated_error_per_run_p95_abs_ns"] = [float(np.percentile(np.abs(cal[i * n:(i + 1) * n]), 95)) for i in range(args.reps)]
+    # visibility instant measured by the minimum over 8 independent pollers (less poll quantization)
+    rawm = np.concatenate([probe_min("eidolon", 0, 8) for _ in range(args.reps)])
+    lagm = int(round(float(np.median(rawm))))
+    calm = np.concatenate([probe_min("eidolon", lagm, 8) for _ in range(args.reps)])
+    out["engine_a_min8_uncalibrated_ns"] = _dist(rawm)
+    out["engine_a_min8_lag_estimate_ns"] = lagm
+    out["engine_a_min8_calibrated_error_ns"] = _dist(calm)
+    out["engine_a_min8_calibrated_abs_error_ns"] = _dist(np.abs(calm))
+    out["goal_p95_abs_le_100ns_engine_a_min8"] = bool(out["engine_a_min8_calibrated_abs_error_ns"]["p95"] <= 100)
+    out["engine_b_min8_error_ns"] = _dist(np.concatenate([probe_min("virtual", 0, 8) for _ in range(args.reps)]))
     virt = np.concatenate([probe("virtual", 0) for _ in range(args.reps)])
     out["engine_b_error_ns"] = _dist(virt)
     out["engine_b_abs_error_ns"] = _dist(np.abs(virt))
@@ -529,9 +552,14 @@ def summary(out: Path) -> dict:
             continue
         r = d["result"]
         if name == "E0":
-            res[name] = {k: r[k] for k in ("engine_a_lag_estimate_ns", "goal_p95_abs_le_100ns_engine_a")}
+            res[name] = {k: r.get(k) for k in ("engine_a_lag_estimate_ns", "goal_p95_abs_le_100ns_engine_a",
+                                               "goal_p95_abs_le_100ns_engine_a_min8", "green_ctx_api_present")}
+            res[name]["engine_a_min8_lag_estimate_ns"] = r.get("engine_a_min8_lag_estimate_ns")
             for k in ("engine_a_uncalibrated_ns", "engine_a_calibrated_error_ns", "engine_a_calibrated_abs_error_ns",
-                      "engine_a_issue_error_ns", "engine_b_error_ns"):
+                      "engine_a_issue_error_ns", "engine_b_error_ns", "engine_a_min8_uncalibrated_ns",
+                      "engine_a_min8_calibrated_error_ns", "engine_a_min8_calibrated_abs_error_ns", "engine_b_min8_error_ns"):
+                if k not in r:
+                    continue
                 res[name][k] = {q: round(r[k][q], 1) for q in ("mean", "median", "p95", "p99", "max") if q in r[k]}
         elif name == "REG":
             res[name] = r
@@ -596,7 +624,8 @@ def main(argv=None) -> int:
     if args.lag_ns is None:
         p = out / "eidola_E0.json"
         try:
-            args.lag_ns = int(json.loads(p.read_text())["result"]["engine_a_lag_estimate_ns"])
+            e0 = json.loads(p.read_text())["result"]
+            args.lag_ns = int(e0.get("engine_a_min8_lag_estimate_ns", e0["engine_a_lag_estimate_ns"]))
         except Exception:  # noqa: BLE001
             args.lag_ns = 500   # the measured H200 mean (notes/eidola-on-hardware.md) until E0 ran
     todo = args.only or list(EXPERIMENTS)

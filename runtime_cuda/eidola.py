@@ -134,6 +134,7 @@ class Lib:
             "hbe_launch_eidolon": [vp, i32, i32, i32, vp],
             "hbe_launch_probe": [vp, vp, vp, u64, vp, vp, u32, vp],
             "hbe_launch_setup": [vp, vp, vp, vp, vp, u64, vp],
+            "hbe_launch_probe_min": [vp, vp, vp, u64, vp, u32, vp],
             "hbe_launch_corunner": [vp, u64, vp, i32, i32, vp],
             "gar_params_size": [], "gar_launch": [ctypes.POINTER(GarParams), i32, vp],
             "gar_fill": [vp, u64, u64, vp],

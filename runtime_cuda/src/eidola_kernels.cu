@@ -97,6 +97,26 @@ __global__ void hbf_eidola_probe(hbf_eidola_state* st, const uint64_t* addrs, co
     hbf_eidola_acct_flush(st, &a);
 }
 
+/* `replicas` blocks, one polling thread each, all poll every address in wakeup order; the
+ * first-seen time is the minimum over replicas (atomicMin on seen_rel, pre-set to ~0): the poll
+ * period's quantization of the visibility instant shrinks about as 1/replicas. */
+__global__ void hbf_eidola_probe_min(hbf_eidola_state* st, const uint64_t* addrs, const uint64_t* expect,
+                                     uint64_t n, unsigned long long* seen_rel) {
+    uint64_t t0 = hbf_eidola_kernel_enter(st);
+    if (threadIdx.x != 0) return;
+    hbf_eidola_acct a;
+    hbf_eidola_acct_init(&a, st);
+    uint64_t tmo = hbf_eidola_timeout(st);
+    for (uint64_t i = 0; i < n; ++i) {
+        for (;;) {
+            uint64_t v = hbf_eidola_ld_flag(st, &a, t0, (const void*)addrs[i], 4);
+            if ((uint32_t)v == (uint32_t)expect[i]) break;
+            if (hbf_eidola_now() - t0 > tmo) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xB0B1u);
+        }
+        atomicMin(&seen_rel[i], (unsigned long long)(hbf_eidola_now() - t0));
+    }
+}
+
 __global__ void hbf_eidola_setup(hbf_eidola_state* st, const uint64_t* addr, const uint64_t* value,
                                  const uint32_t* size, const uint64_t* wakeup, uint64_t n) {
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
@@ -187,6 +207,13 @@ int hbe_launch_probe(hbf_eidola_state* st_dev, const uint64_t* addrs, const uint
     uint32_t blocks = (streams + threads - 1) / threads;
     hbf_eidola_probe<<<blocks, threads, 0, (cudaStream_t)stream>>>(st_dev, addrs, expect, n, seen, polls, streams);
     return hbe_check(cudaGetLastError(), "launch hbf_eidola_probe");
+}
+
+int hbe_launch_probe_min(hbf_eidola_state* st_dev, const uint64_t* addrs, const uint64_t* expect, uint64_t n,
+                         uint64_t* seen, uint32_t replicas, void* stream) {
+    hbf_eidola_probe_min<<<replicas, 32, 0, (cudaStream_t)stream>>>(st_dev, addrs, expect, n,
+                                                                   (unsigned long long*)seen);
+    return hbe_check(cudaGetLastError(), "launch hbf_eidola_probe_min");
 }
 
 int hbe_launch_setup(hbf_eidola_state* st_dev, const uint64_t* addr, const uint64_t* value,
