@@ -654,23 +654,23 @@ def child_daemon_lost(cubin: str) -> dict:
 
 
 def child_partial(cubin: str, with_daemon: bool) -> dict:
-    """Partial overlap: thread 0's 4-byte load straddles the range base -> UNSUPPORTED, trap."""
+    """Local: thread 0's 4-byte load straddles the base of a (non page-aligned) range -> UNSUPPORTED, trap.
+    Daemon: hbfd only takes page-aligned ranges, which a naturally aligned access <= 16 B cannot straddle,
+    so the daemon variant uses the other UNSUPPORTED cause: a store to a read-only range; then the run
+    summary must carry the device_failure report."""
     import runtime_cuda
     out = {}
     if with_daemon:
-        td = Path(tempfile.mkdtemp(prefix="hbf-partial-"))
+        td = Path(tempfile.mkdtemp(prefix="hbf-unsup-"))
         p, sock, summary = start_hbfd(td)
         s = runtime_cuda.attach(socket=str(sock))
-        src = cudrv.mem_alloc(1 << 20)
+        raw = cudrv.mem_alloc(2 << 20)
+        src = (raw + 4095) & ~4095
         dst, tier = cudrv.mem_alloc(512 * 32), cudrv.mem_alloc(512 * 8)
-        base = (src + 65536 + 4095) & ~4095
-        off = base - src
-        s.register_timing_range(base + 4096, 65536)   # page aligned for hbfd
+        s.register_timing_range(src, 1 << 20, C.HBF_PERM_READ)
         _, b, fns = session_module(s, cubin)
-        # stride 4097: thread 1 reads [off+4097, +4) -> inside; thread 0 at off -> outside;
-        # use off' = 4094 so thread 0 reads [off+4094, off+4098): straddles the base
-        s.launch(fns["sem_instr"], (1,), (32,), [ctypes.c_int32(2), ctypes.c_uint64(src), ctypes.c_uint64(dst),
-                                                  ctypes.c_uint64(tier), ctypes.c_int64(off + 4094), ctypes.c_int32(4096)],
+        s.launch(fns["sem_instr"], (1,), (32,), [ctypes.c_int32(12), ctypes.c_uint64(src), ctypes.c_uint64(dst),
+                                                  ctypes.c_uint64(tier), ctypes.c_int64(65536), ctypes.c_int32(16)],
                  kernel="sem_instr")
         try:
             s.synchronize()
@@ -679,13 +679,24 @@ def child_partial(cubin: str, with_daemon: bool) -> dict:
             out["ended_with"] = f"{type(e).__name__}: {e}"
         f = s.device_failure()
         out["device_failure_status"] = D.C_STATUS_NAMES[f[0]] if f else None
-        s.client.call("Shutdown", s.client.pb.ShutdownRequest(reason="partial-overlap proof"))
+        s.client.call("Shutdown", s.client.pb.ShutdownRequest(reason="unsupported-access proof"))
         p.wait(30)
         out["summary_written"] = summary.exists()
         if summary.exists():
-            txt = summary.read_text()
-            out["summary_mentions_failure"] = "UNSUPPORTED" in txt or "device_failure" in txt
-            out["summary_excerpt"] = txt[:1500]
+            doc = json.loads(summary.read_text())
+            found = []
+
+            def walk(x):
+                if isinstance(x, dict):
+                    if x.get("kind") == "device_failure":
+                        found.append(x)
+                    for v in x.values():
+                        walk(v)
+                elif isinstance(x, list):
+                    for v in x:
+                        walk(v)
+            walk(doc)
+            out["summary_device_failure_reports"] = found
         return out
     H = Harness(cubin)
     src = H.alloc(1 << 20)
@@ -836,7 +847,7 @@ def main() -> int:
     run("fault_thermal_shutdown", lambda: run_child("thermal_shutdown", cubin))
     run("reference_rate", lambda: run_child("reference_rate", cubin, timeout=120))
     run("fault_daemon_lost", lambda: run_child("daemon_lost", cubin))
-    run("fault_partial_overlap_daemon", lambda: run_child("partial_daemon", cubin))
+    run("fault_unsupported_daemon_summary", lambda: run_child("partial_daemon", cubin))
     run("demo", lambda: run_child("demo", cubin))
     run("hbfcc_built", lambda: run_child("hbfcc", cubin, timeout=120))
 

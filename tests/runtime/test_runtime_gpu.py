@@ -27,7 +27,9 @@ def test_instrumented_kernel_is_bit_identical_and_counted(gpu, cubin, hbfd_daemo
                                                      ("stream_instr", "probe_instr", "sem_instr", "rate_instr")]})
         assert b.instrumented
         n = 1 << 20
-        src, dst, tier = cudrv.mem_alloc(n), cudrv.mem_alloc(512 * 32), cudrv.mem_alloc(512 * 8)
+        raw = cudrv.mem_alloc(2 * n)                       # hbfd takes page-aligned ranges only
+        src = (raw + 4095) & ~4095
+        dst, tier = cudrv.mem_alloc(512 * 32), cudrv.mem_alloc(512 * 8)
         data = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8)
         d = cudrv.drv()
         s.register_timing_range(src, n)
