@@ -357,11 +357,34 @@ def exp_E4(rt, args) -> dict:
     return {"M": Ms, "Kl": args.Kl, "tiles": args.tiles, "engine": "virtual", "rows": rows, "fits": fits}
 
 
+def _try_plot(path, segs, title) -> None:
+    from hbfd.eidola.timeline import plot_timeline
+    try:
+        plot_timeline(path, segs, title=title)
+    except ImportError as e:   # no matplotlib on the GPU machine: --replot draws it from the JSON
+        log.warning("timeline PNG skipped: %s", e)
+
+
+def replot(out: Path) -> None:
+    """Draw every PNG from the JSONs in ``out`` (timelines from their Chrome trace JSON)."""
+    from hbfd.eidola.timeline import Segment, plot_timeline
+    titles = {"ideal": "GEMV+AllReduce replay (uniform 8 us trace), 3 eidolons, engine (b)",
+              "jitter": "GEMV+AllReduce replay (jittery link-model trace), 3 eidolons, engine (b)",
+              "real4": "GEMV+AllReduce, 4 real ranks co-resident on one H200"}
+    for name, title in titles.items():
+        p = out / f"eidola_timeline_{name}.json"
+        if p.exists():
+            ev = [e for e in json.loads(p.read_text())["traceEvents"] if e["ph"] == "X"]
+            segs = [Segment(e["pid"], e["tid"], e["name"], e["args"]["start_ns"], e["args"]["end_ns"]) for e in ev]
+            plot_timeline(out / f"eidola_timeline_{name}.png", segs, title=title)
+    plots(out)
+
+
 def exp_TL(rt, args) -> dict:
     """Timelines: replay at 10 us (ideal-ish) and a jittery synthetic trace (non-ideal), plus
     real ranks co-resident on one GPU, compared bitwise with the replay."""
     from hbfd.eidola.generator import LinkModel, generate, uniform_delay
-    from hbfd.eidola.timeline import plot_timeline, segments_from_marks, write_chrome_trace
+    from hbfd.eidola.timeline import segments_from_marks, write_chrome_trace
     from hbfd.eidola.trace import write_trace
     from runtime_cuda.eidola import GemvAllReduce, Replay, run_real
     out_dir = Path(args.out)
@@ -380,7 +403,7 @@ def exp_TL(rt, args) -> dict:
         o = g.run_replay(rep, wait="spin", engine="virtual")
         segs = segments_from_marks(o["marks"], gpu=0, t0=o["t0"])
         write_chrome_trace(out_dir / f"eidola_timeline_{name}.json", segs, title=f"replay {name}")
-        plot_timeline(out_dir / f"eidola_timeline_{name}.png", segs, title=f"GEMV+AllReduce replay ({name} trace), 3 eidolons")
+        _try_plot(out_dir / f"eidola_timeline_{name}.png", segs, f"GEMV+AllReduce replay ({name} trace), 3 eidolons")
         res[name] = {"kernel_ns": o["kernel_ns"], "spin_ns_median": float(np.median(o["marks"][:, 4] - o["marks"][:, 3]))}
     # real ranks co-resident on one GPU (peer pointers = same-device pointers)
     try:
@@ -392,7 +415,7 @@ def exp_TL(rt, args) -> dict:
         for r in real:
             segs += segments_from_marks(r["marks"], gpu=r["rank"], t0=min(x["t0"] for x in real))
         write_chrome_trace(out_dir / "eidola_timeline_real4.json", segs, title="4 real ranks on one GPU")
-        plot_timeline(out_dir / "eidola_timeline_real4.png", segs, title="GEMV+AllReduce, 4 ranks co-resident on one H200")
+        _try_plot(out_dir / "eidola_timeline_real4.png", segs, "GEMV+AllReduce, 4 ranks co-resident on one H200")
         ref = g.reference_y()
         res["real4"] = {"kernel_ns": [r["kernel_ns"] for r in real],
                         "rank0_y_bitwise_equal_replay_reference": bool(np.array_equal(real[0]["y"].view(np.uint32), ref.view(np.uint32))),
@@ -615,9 +638,14 @@ def main(argv=None) -> int:
     ap.add_argument("--corunner-iters", type=int, default=20000)
     ap.add_argument("--timeout", type=int, default=240, help="per experiment subprocess (s)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--replot", action="store_true", help="only draw the PNGs from the JSONs in --out")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     out = Path(args.out)
+    if args.replot:
+        replot(out)
+        print("SUMMARY " + json.dumps(summary(out), default=_json_default))
+        return 0
     if args.lib is None:
         from runtime_cuda.eidola import build_library
         args.lib = str(build_library())
