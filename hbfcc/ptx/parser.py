@@ -24,7 +24,7 @@ from .model import (
     Label, LabelRef, Module, Negated, Param, PredPair, Register, Sink, Symbol, Vector, VarDecl,
 )
 
-__all__ = ["parse_module", "parse_instruction", "PtxError"]
+__all__ = ["parse_module", "parse_instruction", "clear_caches", "PtxError"]
 
 # ---------------------------------------------------------------------------------------------
 # Chunking
@@ -137,6 +137,13 @@ class _Ctx:
 # ---------------------------------------------------------------------------------------------
 # Public API
 # ---------------------------------------------------------------------------------------------
+
+def clear_caches() -> None:
+    """Forget memoised operands/modifiers (benchmarks measure cold parses with this)."""
+    _op_cache.clear()
+    _mod_cache.clear()
+    _mod_cache[""] = ()
+
 
 def parse_module(text: str, filename: str = "<ptx>") -> Module:
     """Parse PTX text. Raises PtxError(line=, column=) on malformed input."""
