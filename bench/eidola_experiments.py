@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-EXPERIMENTS = ("E0", "REG", "E1", "E2", "E3", "E4", "TL", "PASS")
+EXPERIMENTS = ("E0", "E1", "E2", "E3", "TL", "PASS", "REG", "E4")
 log = logging.getLogger("eidola_bench")
 
 
@@ -639,9 +639,13 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=int, default=240, help="per experiment subprocess (s)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--replot", action="store_true", help="only draw the PNGs from the JSONs in --out")
+    ap.add_argument("--summary-only", action="store_true", help="only print the summary of --out")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     out = Path(args.out)
+    if args.summary_only:
+        print("SUMMARY " + json.dumps(summary(out), default=_json_default))
+        return 0
     if args.replot:
         replot(out)
         print("SUMMARY " + json.dumps(summary(out), default=_json_default))
