@@ -26,8 +26,12 @@ Speed: read-only channels are scheduled with the exact vectorized Lindley form (
 arrival, channel stage by sense end), verified against the die queue depth; channels with writes,
 GC or a binding queue depth go through the exact event scheduler (``eventsim``). Both share the
 carried state (per-plane and per-channel next-free, per-die outstanding completions), so the
-result within a batch is the exact FCFS/priority schedule. Across batches the state carried is
-the resources' next-free time: a later batch never uses an idle gap before it.
+result within a batch is the exact FCFS/priority schedule. Across batches, planes and dies are
+exact (FCFS by arrival); a channel transfer is decided only once no later arrival can overtake it
+(its sense ends by latest arrival + t_cmd + tR), so cutting a time-ordered read stream into batches
+changes nothing; the rest wait for more arrivals, an ``advance`` past them, or a ``collect`` after a
+quiet scan (no submit since the previous collect), which decides them. Channels with programs or
+GC are scheduled to the end of their batch (their state carried as next-free times).
 """
 from __future__ import annotations
 
@@ -295,7 +299,7 @@ class MediaEngine:
         for lpn in list(self.buf):
             self._timers.append((int(now_ns), lpn, self.buf[lpn][1]))
         heapq.heapify(self._timers)
-        self._run_timers(int(now_ns) + 1, force_at=int(now_ns))
+        self._run_timers(int(now_ns) + 1)
 
     # ------------------------------------------------------------------ transactions
     def _expand(self, a, addr, nbytes, op):
@@ -677,7 +681,7 @@ class MediaEngine:
         return None
 
     # ------------------------------------------------------------------ timers (rare events)
-    def _run_timers(self, before: int, force_at: int | None = None) -> None:
+    def _run_timers(self, before: int) -> None:
         """Flush partial pages whose timeout is due before ``before``."""
         if not self._timers or self._timers[0][0] >= before:
             return
@@ -718,5 +722,6 @@ class MediaEngine:
             "host_programs": self.ftl.host_programs,
             "write_amplification": self.ftl.write_amplification,
             "write_buffer_pages": len(self.buf),
+            "undecided_transfers": 0 if self._dq is None else len(self._dq["ch"]),
             "mapped_pages": len(self.ftl.l2p),
         }
