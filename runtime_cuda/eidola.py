@@ -528,8 +528,9 @@ class GemvAllReduce:
         return p
 
     def run_replay(self, replay: Replay, *, wait: str = "spin", engine: str = "virtual", seq: int = 1,
-                   eidolon_blocks: int | None = None, corunner: dict | None = None) -> dict:
-        """One launch of the target with the eidolons replaying ``replay``'s table."""
+                   eidolon_blocks: int | None = None, corunner: dict | None = None, session: Any = None) -> dict:
+        """One launch of the target with the eidolons replaying ``replay``'s table. With a
+        runtime_cuda Session attached, the accounting summary also goes to hbfd (Report RPC)."""
         if wait not in WAIT_MODES:
             raise ConfigError("unknown wait mode", value=wait, known=sorted(WAIT_MODES))
         self.flags.fill(0)
@@ -546,6 +547,10 @@ class GemvAllReduce:
         self.rt.sync()
         replay.check("gemv_allreduce")
         out = self.collect(replay)
+        if session is not None:
+            report_accounting({"workload": "gemv_allreduce", "engine": engine, "wait": wait,
+                               "n_gpus": self.shape.n_gpus, "kernel_ns": out["kernel_ns"], **out["accounting"]},
+                              session)
         if cr is not None:
             out["corunner"] = self._corunner_result(cr)
         return out
