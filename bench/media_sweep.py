@@ -33,6 +33,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--speed-requests", type=int, default=1_000_000)
+    ap.add_argument("--speed-repeat", type=int, default=5)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "media_sweep.json"))
     args = ap.parse_args(argv)
     rows = []
@@ -54,6 +56,22 @@ def main(argv=None) -> int:
                   f"avg {r['latency_ns']['avg']:12.0f}  p99 {r['latency_ns']['p99']:12.0f}  "
                   f"bw {r['modeled_bytes_per_s'] / 1e9:7.1f}/{g.aggregate_bytes_per_s / 1e9:.1f} GB/s  "
                   f"{r['simulated_requests_per_s'] / 1e6:5.2f} M req/s", file=sys.stderr, flush=True)
+    # host speed: 1M random 4 KiB reads at 10 % load, batches of 16384 and of 4096 (the ring size)
+    speed = []
+    for name in PROFILES:
+        prof = load_profile(resolve_profile(name))
+        g = MediaGeometry.from_profile(prof)
+        gap = round(1e9 / (0.1 * g.aggregate_bytes_per_s / 4096))
+        for b in (16384, 4096):
+            r = run_bench(g, requests=args.speed_requests, nbytes=4096, op="read", gap_ns=gap, batch=b,
+                          repeat=args.speed_repeat)
+            speed.append({"profile": name, "batch": b, "arrival_gap_ns": gap, "requests": args.speed_requests,
+                          "wall_s": r["host_wall_s_all"], "cpu_s": r["host_cpu_s_all"],
+                          "median_requests_per_wall_s": r["simulated_requests_per_s"],
+                          "median_requests_per_cpu_s": r["simulated_requests_per_cpu_s"],
+                          "best_requests_per_cpu_s": r["simulated_requests_per_cpu_s_best"]})
+            print(f"speed {name:12s} batch {b:6d}: median {r['simulated_requests_per_cpu_s'] / 1e6:.2f} M req/cpu-s, "
+                  f"{r['simulated_requests_per_s'] / 1e6:.2f} M req/wall-s", file=sys.stderr, flush=True)
     over = [r for r in rows if r["modeled_bytes_per_s"] > r["read_bound_bytes_per_s"]]
     doc = {
         "what": "media model: random 4 KiB reads vs offered load",
@@ -61,9 +79,11 @@ def main(argv=None) -> int:
         "card": "CPU (2-core CI-class machine)",
         "host": {"python": platform.python_version(), "machine": platform.machine(),
                  "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0]},
-        "command": "python bench/media_sweep.py --requests %d --repeat %d" % (args.requests, args.repeat),
+        "command": "python bench/media_sweep.py --requests %d --repeat %d --speed-requests %d --speed-repeat %d"
+                   % (args.requests, args.repeat, args.speed_requests, args.speed_repeat),
         "bandwidth_exceeded_bound": len(over),
         "rows": rows,
+        "speed": speed,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -79,6 +99,12 @@ def main(argv=None) -> int:
               f"{L['p99']:.0f} | {r['modeled_bytes_per_s'] / 1e9:.1f} | {r['geometry_bytes_per_s'] / 1e9:.1f} / "
               f"{r['sensing_bytes_per_s'] / 1e9:.1f} | {r['simulated_requests_per_s'] / 1e6:.2f} "
               f"({r['simulated_requests_per_cpu_s'] / 1e6:.2f}) |")
+    print()
+    print("| profile | batch | M req/s per CPU-s (median of %d; best) | M req/s wall (median) |" % args.speed_repeat)
+    print("|---|---|---|---|")
+    for r in speed:
+        print(f"| {r['profile']} | {r['batch']} | {r['median_requests_per_cpu_s'] / 1e6:.2f}; "
+              f"{r['best_requests_per_cpu_s'] / 1e6:.2f} | {r['median_requests_per_wall_s'] / 1e6:.2f} |")
     return 1 if over else 0
 
 
