@@ -451,10 +451,15 @@ def exp_PASS(rt, args) -> dict:
     tmp = Path(tempfile.mkdtemp())
     (tmp / "spin.cu").write_text(SPIN_CU)
     subprocess.run([nvcc, "-arch=compute_90a", "-ptx", str(tmp / "spin.cu"), "-o", str(tmp / "spin.ptx")], check=True)
-    meta: dict = {}
-    text = rewrite_text((tmp / "spin.ptx").read_text(), build_extern_ptx(tmp).read_text(), meta)
-    (tmp / "spin_rw.ptx").write_text(text)
-    subprocess.run(["ptxas", "-arch=sm_90a", str(tmp / "spin_rw.ptx"), "-o", str(tmp / "spin_rw.cubin")], check=True)
+    ext = build_extern_ptx(tmp).read_text()
+    metas: dict = {}
+    for variant, mw in (("flags", False), ("mwait", True)):
+        meta: dict = {}
+        text = rewrite_text((tmp / "spin.ptx").read_text(), ext, meta, mwait=mw)
+        (tmp / f"spin_{variant}.ptx").write_text(text)
+        subprocess.run(["ptxas", "-arch=sm_90a", str(tmp / f"spin_{variant}.ptx"), "-o",
+                        str(tmp / f"spin_{variant}.cubin")], check=True)
+        metas[variant] = {k: v for k, v in meta["flags"].items() if k != "sites"}
 
     def ck(r):
         err = r[0] if isinstance(r, tuple) else r
@@ -462,20 +467,23 @@ def exp_PASS(rt, args) -> dict:
             raise RuntimeError(f"driver error {err}")
         return r[1:] if isinstance(r, tuple) and len(r) > 2 else (r[1] if isinstance(r, tuple) and len(r) == 2 else None)
 
-    cubin = (tmp / "spin_rw.cubin").read_bytes()
-    mod = ck(cu.cuModuleLoadData(cubin))
-    gptr, gsize = ck(cu.cuModuleGetGlobal(mod, b"__hb_eidola_state"))
-    fn = ck(cu.cuModuleGetFunction(mod, b"spin_kernel"))
+    mods = {}
+    for variant in metas:
+        mod = ck(cu.cuModuleLoadData((tmp / f"spin_{variant}.cubin").read_bytes()))
+        gptr, _ = ck(cu.cuModuleGetGlobal(mod, b"__hb_eidola_state"))
+        mods[variant] = (gptr, ck(cu.cuModuleGetFunction(mod, b"spin_kernel")))
     blocks = 64
     flags = rt.alloc(blocks * 128 + 128)
     base = (flags.ptr + 127) // 128 * 128
     polls = rt.alloc(blocks * 8)
-    out = {"pass_report": {k: v for k, v in meta["flags"].items() if k != "sites"}, "blocks": blocks, "runs": []}
-    for engine in ("virtual", "eidolon"):
-        rep = Replay(rt, [FlagRegion(base, blocks * 128, 1, "spin_flags")])
+    out = {"pass_report": metas, "blocks": blocks, "runs": []}
+    for variant, engine in (("flags", "virtual"), ("flags", "eidolon"), ("mwait", "virtual"), ("mwait", "eidolon")):
+        gptr, fn = mods[variant]
+        rep = Replay(rt, [FlagRegion(base, blocks * 128, 1, "spin_flags")], arm_slots=blocks * 32 * 2)
         for b in range(blocks):
             rep.register_write(base + b * 128, 1, 4, 2000 + 300 * b)
-        rep.install(engine=engine, lag_ns=args.lag_ns if engine == "eidolon" else 0)
+        rep.install(engine=engine, mon_mode="hoare" if variant == "mwait" else "off",
+                    lag_ns=args.lag_ns if engine == "eidolon" else 0)
         for r in range(args.reps):
             flags.fill(0)
             polls.fill(0)
@@ -490,11 +498,15 @@ def exp_PASS(rt, args) -> dict:
             rep.check("flags-pass spin kernel")
             p = polls.download(np.uint64, blocks)
             acc = rep.accounting()
-            out["runs"].append({"engine": engine, "rep": r, "polls_sum": int(p.sum()),
+            # flags variant: one read per loop iteration (polls + 1 per block); mwait variant: each
+            # iteration also makes the monitor's read, so 2 x (polls + 1) per block
+            per_iter = 2 if variant == "mwait" else 1
+            out["runs"].append({"variant": variant, "engine": engine, "rep": r, "polls_sum": int(p.sum()),
                                 "flag_reads_thread": acc["flag_reads_thread"], "virtual_loads": acc["virtual_loads"],
-                                "reads_equal_polls_plus_one": acc["flag_reads_thread"] == int(p.sum()) + blocks,
+                                "mwait_calls": acc["mwait_calls"], "wake_word_reads": acc["wake_word_reads"],
+                                "reads_exact": acc["flag_reads_thread"] == per_iter * (int(p.sum()) + blocks),
                                 "t0_set": int(rep.host.t0) != (1 << 64) - 1})
-    out["all_counts_exact"] = all(x["reads_equal_polls_plus_one"] for x in out["runs"])
+    out["all_counts_exact"] = all(x["reads_exact"] for x in out["runs"])
     return out
 
 
@@ -588,7 +600,8 @@ def summary(out: Path) -> dict:
             res[name] = r
         elif name == "PASS":
             res[name] = {"all_counts_exact": r["all_counts_exact"], "report": r["pass_report"],
-                         "runs": [{k: x[k] for k in ("engine", "polls_sum", "flag_reads_thread", "t0_set")} for x in r["runs"]]}
+                         "runs": [{k: x[k] for k in ("variant", "engine", "polls_sum", "flag_reads_thread", "mwait_calls", "t0_set")}
+                                  for x in r["runs"]]}
         elif name in ("E1", "E2"):
             sweeps = {"spin": r} if name == "E1" else {"hoare": r["hoare"], "mesa": r["mesa"]}
             res[name] = {}

@@ -16,9 +16,13 @@ a counted non-flag read from memory. Every ``.entry`` gets ``__hb_eidola_kernel_
 wakeups are relative to the kernel's own start. The extern module is appended by
 :func:`link_extern` (textual, like hbfcc's helper linking; symbols ``.weak``).
 
-Not done here: turning a recognized spin-wait loop into monitor/mwait (the workload calls
-``hbf_eidola_monitor``/``hbf_eidola_mwait`` explicitly), and counting plain non-flag loads (that is
-the timing pass's domain).
+With ``mwait=True`` a recognized spin-wait loop is parked with monitor/mwait: a loop whose body
+(between its label and its back edge, no other label) holds a flag-like 32-bit load of ``rX``, a
+``setp.ne.{u32,s32,b32} p, rX, K`` (or ``p, K, rX``) and ``@p bra`` back to the label, waits until
+the flag equals K; before the load the pass inserts ``hit = __hb_eidola_monitor(addr, 4, K);
+@!hit __hb_eidola_mwait(addr)``. The load and the compare stay (Mesa-safe: the loop still checks),
+so the program's semantics do not depend on the monitor. Not done: counting plain non-flag loads
+(the timing pass's domain).
 
 Stage: ``flags_pass(module, meta) -> module`` (DESIGN.md §6); report under ``meta["flags"]``.
 """
@@ -33,8 +37,8 @@ from typing import Optional
 
 from hbfcommon.errors import RewriteError, ToolchainError
 
-from hbfcc.ptx.model import (Address, ArgList, Block, Declarator, Function, Immediate, Instruction,
-                             Module, Register, Statement, Symbol, VarDecl)
+from hbfcc.ptx.model import (Address, ArgList, Block, Declarator, Function, Guard, Immediate, Instruction,
+                             Label, LabelRef, Module, PredPair, Register, Statement, Symbol, VarDecl)
 
 PASS_NAME = "flags"
 EXTERN_DEFINE = "HBF_EIDOLA_EXTERN_API"
@@ -43,6 +47,9 @@ PROTOTYPES = {
     "__hb_eidola_ld_flag_u32": ".weak .func (.param .b32 func_retval0) __hb_eidola_ld_flag_u32(.param .b64 addr);",
     "__hb_eidola_ld_flag_u64": ".weak .func (.param .b64 func_retval0) __hb_eidola_ld_flag_u64(.param .b64 addr);",
     "__hb_eidola_kernel_enter": ".weak .func __hb_eidola_kernel_enter();",
+    "__hb_eidola_monitor": ".weak .func (.param .b32 func_retval0) __hb_eidola_monitor(.param .b64 addr, "
+                           ".param .b32 nbytes, .param .b64 wake);",
+    "__hb_eidola_mwait": ".weak .func __hb_eidola_mwait(.param .b64 addr);",
 }
 
 _SEMANTICS = {"volatile", "acquire", "relaxed"}
@@ -97,12 +104,91 @@ def _rewrite(inst: Instruction, width: int) -> Block:
     return Block(tuple(body))
 
 
+def _addr_code(addr: Address, reg: str) -> list[Statement]:
+    out: list[Statement] = []
+    base = addr.base
+    if base is None:
+        out.append(Instruction(None, "mov", ("b64",), (_reg(reg), Immediate(str(addr.offset)))))
+        return out
+    out.append(Instruction(None, "mov", ("u64" if isinstance(base, Symbol) else "b64",), (_reg(reg), base)))
+    if addr.offset:
+        out.append(Instruction(None, "add", ("s64",), (_reg(reg), _reg(reg), Immediate(str(addr.offset)))))
+    return out
+
+
+def _spin_loops(body: tuple[Statement, ...]) -> dict[int, tuple]:
+    """Index of the flag load of each recognized spin-wait loop -> (address, K operand)."""
+    found: dict[int, tuple] = {}
+    labels = {st.name: i for i, st in enumerate(body) if isinstance(st, Label)}
+    for j, st in enumerate(body):
+        if not (isinstance(st, Instruction) and st.opcode == "bra" and st.guard is not None
+                and not st.guard.negated and st.operands and isinstance(st.operands[0], LabelRef)):
+            continue
+        i = labels.get(st.operands[0].name)
+        if i is None or i >= j or any(isinstance(x, Label) for x in body[i + 1:j]):
+            continue
+        pred = st.guard.reg.name
+        setp = None
+        for k in range(j - 1, i, -1):
+            x = body[k]
+            if isinstance(x, Instruction) and x.opcode == "setp" and x.operands:
+                d = x.operands[0]
+                dname = d.first.name if isinstance(d, PredPair) and isinstance(d.first, Register) else \
+                    (d.name if isinstance(d, Register) else None)
+                if dname == pred:
+                    setp = (k, x)
+                    break
+        if setp is None:
+            continue
+        k, x = setp
+        if len(x.modifiers) < 2 or x.modifiers[0] != "ne" or x.modifiers[-1] not in ("u32", "s32", "b32"):
+            continue
+        a, b = x.operands[1], x.operands[2]
+        for m in range(i + 1, k):
+            ld = body[m]
+            if isinstance(ld, Instruction) and flag_load_width(ld) == 32 and ld.guard is None:
+                dst = ld.operands[0].name
+                if isinstance(a, Register) and a.name == dst and not (isinstance(b, Register) and b.name == dst):
+                    found[m] = (ld.operands[1], b)
+                elif isinstance(b, Register) and b.name == dst and not (isinstance(a, Register) and a.name == dst):
+                    found[m] = (ld.operands[1], a)
+    return found
+
+
+def _park(addr: Address, k) -> Block:
+    body: list[Statement] = [VarDecl((), "reg", (), ".b64", (Declarator("%__hb_ma"), Declarator("%__hb_mk"))),
+                             VarDecl((), "reg", (), ".b32", (Declarator("%__hb_hit"),)),
+                             VarDecl((), "reg", (), ".pred", (Declarator("%__hb_q"),))]
+    body += _addr_code(addr, "%__hb_ma")
+    if isinstance(k, Immediate):
+        body.append(Instruction(None, "mov", ("b64",), (_reg("%__hb_mk"), Immediate(str(int(k.value) & 0xFFFFFFFF)))))
+    else:
+        body.append(Instruction(None, "cvt", ("u64", "u32"), (_reg("%__hb_mk"), k)))
+    body += [VarDecl((), "param", (), ".b64", (Declarator("__hb_m0"), Declarator("__hb_m2"))),
+             VarDecl((), "param", (), ".b32", (Declarator("__hb_m1"), Declarator("__hb_mr"))),
+             Instruction(None, "st", ("param", "b64"), (Address(Symbol("__hb_m0")), _reg("%__hb_ma"))),
+             Instruction(None, "st", ("param", "b32"), (Address(Symbol("__hb_m1")), Immediate("4"))),
+             Instruction(None, "st", ("param", "b64"), (Address(Symbol("__hb_m2")), _reg("%__hb_mk"))),
+             Instruction(None, "call", (), (ArgList((Symbol("__hb_mr"),)), Symbol("__hb_eidola_monitor"),
+                                            ArgList((Symbol("__hb_m0"), Symbol("__hb_m1"), Symbol("__hb_m2"))))),
+             Instruction(None, "ld", ("param", "b32"), (_reg("%__hb_hit"), Address(Symbol("__hb_mr")))),
+             Instruction(None, "setp", ("eq", "u32"), (_reg("%__hb_q"), _reg("%__hb_hit"), Immediate("0"))),
+             Instruction(Guard(_reg("%__hb_q")), "call", (), (Symbol("__hb_eidola_mwait"), ArgList((Symbol("__hb_m0"),))))]
+    return Block(tuple(body))
+
+
 def _walk(body: tuple[Statement, ...], report: dict, fname: str) -> tuple[Statement, ...]:
     out: list[Statement] = []
-    for st in body:
+    spins = _spin_loops(body) if report.get("mwait") else {}
+    for idx, st in enumerate(body):
         if isinstance(st, Block):
             out.append(Block(_walk(st.body, report, fname)))
             continue
+        if idx in spins:
+            addr, k = spins[idx]
+            out.append(_park(addr, k))
+            report["spin_loops"].append({"kernel": fname, "line": st.line})
+            report["used"].update({"__hb_eidola_monitor", "__hb_eidola_mwait"})
         if isinstance(st, Instruction):
             w = flag_load_width(st)
             if w is not None:
@@ -114,11 +200,11 @@ def _walk(body: tuple[Statement, ...], report: dict, fname: str) -> tuple[Statem
     return tuple(out)
 
 
-def flags_pass(module: Module, meta: dict) -> Module:
+def flags_pass(module: Module, meta: dict, *, mwait: bool = False) -> Module:
     if any(isinstance(it, Function) and it.name.startswith("__hb_eidola_") and it.body is not None
            for it in module.items):
         raise RewriteError("module already carries the eidola extern API (rewritten twice?)")
-    report: dict = {"sites": [], "used": set(), "entries": []}
+    report: dict = {"sites": [], "used": set(), "entries": [], "spin_loops": [], "mwait": mwait}
     items = []
     for it in module.items:
         if isinstance(it, Function) and it.body is not None and not it.name.startswith("__hb_"):
@@ -131,6 +217,7 @@ def flags_pass(module: Module, meta: dict) -> Module:
             it = Function(it.linkage, it.kind, it.name, it.returns, it.params, it.directives, body, it.line)
         items.append(it)
     meta[PASS_NAME] = {"rewritten_loads": len(report["sites"]), "sites": report["sites"],
+                       "spin_loops_parked": len(report["spin_loops"]),
                        "entries": report["entries"], "extern": sorted(report["used"])}
     module = Module(module.version, module.target, module.address_size, tuple(items), module.header_comments)
     return module
@@ -183,10 +270,10 @@ def link_extern(module_text: str, extern_text: str, used) -> str:
     return module_text[:m.start()] + protos + module_text[m.start():] + "\n" + body
 
 
-def rewrite_text(ptx: str, extern_ptx: str, meta: Optional[dict] = None) -> str:
+def rewrite_text(ptx: str, extern_ptx: str, meta: Optional[dict] = None, *, mwait: bool = False) -> str:
     """Parse, run the flags pass, print, link the extern module."""
     from hbfcc.ptx.parser import parse_module
     from hbfcc.ptx.printer import print_module
     meta = {} if meta is None else meta
-    mod = flags_pass(parse_module(ptx), meta)
+    mod = flags_pass(parse_module(ptx), meta, mwait=mwait)
     return link_extern(print_module(mod), extern_ptx, meta[PASS_NAME]["extern"])

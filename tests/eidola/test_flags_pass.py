@@ -44,3 +44,23 @@ def test_rewrite_spin_kernel_assembles(tmp_path):
     r = subprocess.run(["ptxas", "-arch=sm_90a", str(tmp_path / "rw.ptx"), "-o", str(tmp_path / "rw.cubin")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(nvcc is None, reason="nvcc not installed")
+def test_spin_loop_parked_with_monitor_mwait(tmp_path):
+    src = tmp_path / "spin.cu"
+    src.write_text('extern "C" __global__ void k(const unsigned* f, unsigned s, unsigned long long* o) {\n'
+                   '  unsigned long long n = 0; while (*(volatile const unsigned*)&f[blockIdx.x] != s) ++n;\n'
+                   '  o[blockIdx.x] = n; }\n'
+                   'extern "C" __global__ void k2(const unsigned* f, unsigned* o) {\n'
+                   '  o[0] = *(volatile const unsigned*)f; }\n')
+    subprocess.run([nvcc, "-arch=compute_90a", "-ptx", str(src), "-o", str(tmp_path / "s.ptx")], check=True)
+    meta = {}
+    out = rewrite_text((tmp_path / "s.ptx").read_text(), build_extern_ptx(tmp_path).read_text(), meta, mwait=True)
+    assert meta["flags"]["spin_loops_parked"] == 1          # k's loop; k2 has no loop
+    assert meta["flags"]["rewritten_loads"] == 2
+    assert "__hb_eidola_monitor, (" in out and "call \t__hb_eidola_mwait" in out.replace("call 	", "call \t")
+    (tmp_path / "rw.ptx").write_text(out)
+    r = subprocess.run(["ptxas", "-arch=sm_90a", str(tmp_path / "rw.ptx"), "-o", str(tmp_path / "rw.cubin")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
