@@ -275,7 +275,7 @@ def _corunner(rt, args) -> dict:
         rt.sync()
         alone.append(g._corunner_result(c))
     return {"config": co, "with_target": rows, "alone": alone,
-            "note": "co-runner = FMA loop, 4 blocks/SM; 'span_ns' is its whole duration, overlapping the target's 40 us wait"}
+            "note": "co-runner = issue-bound FMA loop (8 independent chains), 4 blocks/SM, launched just before the target; 'span_ns' = its whole duration (first block start to last block end), overlapping the target's 40 us wait"}
 
 
 def exp_E3(rt, args) -> dict:
@@ -648,7 +648,7 @@ def main(argv=None) -> int:
     ap.add_argument("--e3-delay-ns", type=int, default=10_000)
     ap.add_argument("--eidolon-blocks", type=int, default=0, help="0 = auto (2..8 by table size)")
     ap.add_argument("--lag-ns", type=int, default=None, help="engine (a) calibration; default from E0's JSON")
-    ap.add_argument("--corunner-iters", type=int, default=20000)
+    ap.add_argument("--corunner-iters", type=int, default=3000)
     ap.add_argument("--timeout", type=int, default=240, help="per experiment subprocess (s)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--replot", action="store_true", help="only draw the PNGs from the JSONs in --out")

@@ -124,14 +124,22 @@ __global__ void hbf_eidola_setup(hbf_eidola_state* st, const uint64_t* addr, con
         hbf_eidola_register_write(st, addr[i], value[i], size[i], wakeup[i]);
 }
 
+/* Issue-bound co-runner: 8 independent FMA chains per thread, so it competes for issue slots with
+ * whatever else runs on the SM (a spinning poller, or nothing while the poller sleeps in mwait). */
 __global__ void hbf_eidola_corunner(float* out, uint64_t iters, uint64_t* span) {
     uint64_t t = hbf_eidola_now();
-    float a = threadIdx.x * 1e-3f, b = 1.0001f, c = 0.9999f;
+    float a[8];
+    const float b = 1.0001f, c = 0.9999f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) a[k] = threadIdx.x * 1e-3f + k;
     for (uint64_t i = 0; i < iters; ++i) {
-        a = fmaf(a, b, c);
-        b = fmaf(b, c, a * 1e-9f);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) a[k] = fmaf(a[k], b, c);
     }
-    out[blockIdx.x * blockDim.x + threadIdx.x] = a + b;
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) s += a[k];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.x == 0) {
         span[2 * blockIdx.x] = t;
