@@ -79,8 +79,8 @@ def simulate(cmds: Commands, *, t_cmd: int, t_read: int, t_prog: int, t_erase: i
         outstanding[d] = len(times)
         for c in times:
             push(heap, (c, _EV_CARRY_DONE, d))
-    for i in range(n):
-        push(heap, (ready[i], _EV_ARRIVE, i))
+    # arrivals are already in (ready, seq) order: consumed through a cursor, not the heap
+    nxt = 0
     die_rq: dict[int, list] = {}
     die_oq: dict[int, list] = {}
     plane_q: dict[int, list] = {}
@@ -89,15 +89,25 @@ def simulate(cmds: Commands, *, t_cmd: int, t_read: int, t_prog: int, t_erase: i
     chan_busy: set[int] = set()
     plane_wake: set[int] = set()
     chan_wake: set[int] = set()
-    pf = plane_free
-    cf = chan_free
+    pf = plane_free.tolist()
+    cf = chan_free.tolist()
+    tdies: set[int] = set()
+    tplanes: set[int] = set()
+    tchans: set[int] = set()
+    inf = 1 << 63
 
-    while heap:
-        t = heap[0][0]
-        tdies: set[int] = set()
-        tplanes: set[int] = set()
-        tchans: set[int] = set()
+    while heap or nxt < n:
+        t = heap[0][0] if heap else inf
+        if nxt < n and ready[nxt] < t:
+            t = ready[nxt]
         while True:
+            while nxt < n and ready[nxt] == t:       # arrivals at t
+                x = nxt
+                nxt += 1
+                d = die[x]
+                q = die_rq if kind[x] == READ else die_oq
+                q.setdefault(d, deque()).append(x)
+                tdies.add(d)
             while heap and heap[0][0] == t:
                 _, ev, x = heapq.heappop(heap)
                 if ev == _EV_ARRIVE:
@@ -175,7 +185,7 @@ def simulate(cmds: Commands, *, t_cmd: int, t_read: int, t_prog: int, t_erase: i
                 if pf[p] > t:
                     if p not in plane_wake:
                         plane_wake.add(p)
-                        push(heap, (int(pf[p]), _EV_WAKE_P, p))
+                        push(heap, (pf[p], _EV_WAKE_P, p))
                     continue
                 _, _, x = heapq.heappop(q)
                 plane_busy.add(p)
@@ -203,7 +213,7 @@ def simulate(cmds: Commands, *, t_cmd: int, t_read: int, t_prog: int, t_erase: i
                 if cf[c] > t:
                     if c not in chan_wake:
                         chan_wake.add(c)
-                        push(heap, (int(cf[c]), _EV_WAKE_C, c))
+                        push(heap, (cf[c], _EV_WAKE_C, c))
                     continue
                 _, _, x = heapq.heappop(q)
                 chan_busy.add(c)
@@ -219,8 +229,10 @@ def simulate(cmds: Commands, *, t_cmd: int, t_read: int, t_prog: int, t_erase: i
                     done[x] = pe
                     push(heap, (pe, _EV_OP_END, x))
             tchans.clear()
-            if heap and heap[0][0] == t:
+            if (heap and heap[0][0] == t) or (nxt < n and ready[nxt] == t):
                 continue
             break
+    plane_free[:] = pf
+    chan_free[:] = cf
     return (np.asarray(done, np.int64), np.asarray(ack, np.int64), np.asarray(admit, np.int64),
             np.asarray(start, np.int64))
