@@ -33,6 +33,7 @@ Issue is not consumption (DESIGN.md §3.3):
 """
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections import deque
@@ -87,6 +88,19 @@ class Decision:
     generic_symbol_global: bool = False
 
 
+_FAM_OPS = frozenset({"cp", "tensormap", "fence", "st", "red", "mbarrier", "barrier", "elect"})
+
+
+def _family(inst: Instruction) -> str:
+    """``inst.family`` without its cost for the common opcodes (it only differs for these)."""
+    op = inst.opcode
+    if op not in _FAM_OPS:
+        return op
+    if op in ("st", "red") and not (inst.modifiers and inst.modifiers[0] in ("async", "bulk")):
+        return op
+    return inst.family
+
+
 def _type_bytes(inst: Instruction) -> Optional[int]:
     for m in reversed(inst.modifiers):
         if m in _TYPE_BYTES:
@@ -126,7 +140,7 @@ class _Ctx:
                     for d in s.decls:
                         self.sym_space[d.name] = s.space
             elif t is Instruction:
-                fam = s.family
+                fam = _family(s)
                 if fam == "cp.async.mbarrier.arrive":
                     self.has_cp_async_mbarrier = True
                 elif fam == "cp.async.wait_group" and s.operands and type(s.operands[0]) is Immediate:
@@ -147,7 +161,7 @@ def classify(inst: Instruction, ctx: _Ctx) -> Optional[Decision]:
     not a memory operation."""
     op = inst.opcode
     mods = inst.modifiers
-    fam = inst.family
+    fam = _family(inst)
     if op in ("ld", "ldu", "st"):
         space = inst.state_space or "generic"
         if fam in ("st.async", "st.bulk"):
@@ -283,7 +297,7 @@ def _drains(inst: Instruction) -> bool:
         return True
     if "release" in inst.modifiers or "acq_rel" in inst.modifiers:
         return True
-    if inst.family == "barrier.cluster" and "arrive" in inst.modifiers and "relaxed" not in inst.modifiers:
+    if _family(inst) == "barrier.cluster" and "arrive" in inst.modifiers and "relaxed" not in inst.modifiers:
         return True
     return False
 
@@ -366,9 +380,13 @@ def _stp(name: str, ty: str, val) -> Instruction:
     return _ins("st", ("param", ty), (Address(Symbol(name)), val))
 
 
-def _call(fn: str, args: list[tuple[str, object]], ret: Optional[str] = None,
-          guard: Optional[Guard] = None) -> Block:
+def _call(fn: str, args, ret: Optional[str] = None, guard: Optional[Guard] = None) -> Block:
     """``{ .param ...; st.param ...; call (rv), fn, (p...); ld.param out, [rv]; }``"""
+    return _call_cached(fn, tuple(args), ret, guard)
+
+
+@functools.lru_cache(maxsize=8192)
+def _call_cached(fn: str, args: tuple, ret: Optional[str], guard: Optional[Guard]) -> Block:
     body: list[Statement] = []
     names = []
     for i, (ty, val) in enumerate(args):
@@ -578,9 +596,12 @@ class _FunctionRewriter:
             g = inst.guard
             # 1. consume: wait for every future that may be pending on a register this reads
             need: set[int] = set()
-            for r in inst.uses():
-                need |= S.get(r, frozenset())
-            for k in sorted(need):
+            if S:
+                for r in self._uses[i]:
+                    v = S.get(r)
+                    if v:
+                        need |= v
+            for k in (sorted(need) if need else ()):
                 pre.extend(_wait(f"{R_FUT}{k}", self._site_of_fut(k), g))
                 self.report.waits += 1
             # 2. drain posted stores
@@ -596,7 +617,7 @@ class _FunctionRewriter:
             if d is not None:
                 self._site_code(inst, d, i, fut_of, pre)
             # 5. cp.async group accounting
-            fam = inst.family
+            fam = _family(inst)
             if fam == "cp.async.commit_group":
                 self._commit(inst, pre)
             elif fam == "cp.async.wait_group":
@@ -672,7 +693,7 @@ class _FunctionRewriter:
         if n == 0:
             return IN
         IN[0] = {}
-        uses = [inst.uses() for _, inst in nodes]
+        uses = self._uses = [inst.uses() for _, inst in nodes]
         defs = [inst.defs() for _, inst in nodes]
         work = deque([0])
         queued = [False] * n
