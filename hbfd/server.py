@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 from concurrent import futures
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,15 +46,6 @@ def _factory(choice: str, default: Callable[[Profile], Any], plugin: Callable[..
         mod, fn = choice.split(":", 1)
         return getattr(importlib.import_module(mod), fn)
     return lambda p: plugin(p, force=None if choice == "auto" else choice)
-
-
-@dataclass
-class _Pending:
-    slot: int
-    arrival_ns: int
-    op: int
-    nbytes: int
-    seen_ns: int
 
 
 class Daemon:
@@ -86,7 +76,13 @@ class Daemon:
         self._shutdown_reason = ("clean", "", ctl.HBF_ST_DAEMON_LOST, ctl.HBF_FAIL_REASON_SHUTDOWN)
         self._threads: list[threading.Thread] = []
         self._served = np.zeros(N, np.uint64)    # last request seq served, per slot
-        self._pending: dict[int, _Pending] = {}
+        # pending requests, per ring slot (a slot holds at most one outstanding ticket)
+        self._p_valid = np.zeros(N, bool)
+        self._p_ticket = np.zeros(N, np.uint64)
+        self._p_arrival = np.zeros(N, np.uint64)
+        self._p_op = np.zeros(N, np.int64)
+        self._p_bytes = np.zeros(N, np.uint64)
+        self._p_seen = np.zeros(N, np.int64)
         self._lost_unpublished = 0
         self._reports: list[dict] = []
         self._attaches: list[dict] = []
@@ -233,33 +229,45 @@ class Daemon:
                 idle += 1
                 time.sleep(0 if idle < 100 else 20e-6)
 
+    def _take(self, slots: np.ndarray, seqs: np.ndarray, seen: int) -> np.ndarray:
+        """Record the published requests in ``slots`` as pending (caller holds _post_lock)."""
+        req = self.region.map.ring[slots]            # payload read after seq (acquire on x86)
+        tickets = seqs[slots] - np.uint64(1)
+        bad = (tickets % np.uint64(N)) != slots.astype(np.uint64)
+        if bad.any():
+            raise HbfError("ring protocol violation: a request sits in the wrong slot",
+                           code=ErrorCode.CONTROL_REGION, slots=slots[bad][:8].tolist(),
+                           tickets=tickets[bad][:8].tolist())
+        self._served[slots] = seqs[slots]
+        self._p_valid[slots] = True
+        self._p_ticket[slots] = tickets
+        self._p_arrival[slots] = req["arrival_ns"]
+        self._p_op[slots] = req["op"]
+        self._p_bytes[slots] = req["bytes"]
+        self._p_seen[slots] = seen
+        return req
+
     def _serve_once(self, ring: np.ndarray) -> int:
         seqs = ring["seq"].copy()
         slots = np.nonzero(seqs > self._served)[0]
         if slots.size == 0:
+            if self._p_valid.any():
+                # a quiet scan: the engine decides what it deferred waiting for later arrivals
+                done = self.engine.collect()
+                if done.size:
+                    self._post(done["id"], done["modeled_ns"], done["status"])
             return 0
         seen = time.monotonic_ns()
-        req = ring[slots]                          # payload read after seq (acquire on x86)
-        tickets = seqs[slots] - np.uint64(1)
         with self._post_lock:
             if self._closing:
                 return 0
-            self._served[slots] = seqs[slots]
-            for s, t, r in zip(slots.tolist(), tickets.tolist(), req):
-                self._pending[t] = _Pending(s, int(r["arrival_ns"]), int(r["op"]), int(r["bytes"]), seen)
-        bad = (tickets % np.uint64(N)) != slots
+            req = self._take(slots, seqs, seen)
         batch = np.zeros(slots.size, services.REQUEST_BATCH_DTYPE)
-        batch["id"], batch["arrival_ns"] = tickets, req["arrival_ns"]
+        batch["id"], batch["arrival_ns"] = seqs[slots] - np.uint64(1), req["arrival_ns"]
         batch["media_address"], batch["bytes"] = req["media_address"], req["bytes"]
         batch["op"] = np.minimum(req["op"], 255)
-        if bad.any():   # a ticket in the wrong slot: protocol violation, answer it, do not model it
-            log.error("%d requests in the wrong ring slot", int(bad.sum()))
-            self._post(tickets[bad], np.zeros(int(bad.sum()), np.uint64),
-                       np.full(int(bad.sum()), ctl.HBF_ST_UNSUPPORTED, np.uint8))
-            batch = batch[~bad]
-        if batch.size:
-            self.engine.submit(batch)
-            self.engine.advance(int(batch["arrival_ns"].max()))
+        self.engine.submit(batch)
+        self.engine.advance(int(batch["arrival_ns"].max()))
         done = self.engine.collect()
         if done.size:
             self._post(done["id"], done["modeled_ns"], done["status"])
@@ -271,19 +279,19 @@ class Daemon:
             if self._closing and not closing:
                 return 0
             now = time.monotonic_ns()
-            rows = [(int(t), self._pending.pop(int(t), None)) for t in tickets.tolist()]
-            keep = [i for i, (_, p) in enumerate(rows) if p is not None]
-            if not keep:
+            tickets = np.asarray(tickets, np.uint64)
+            slot = (tickets % np.uint64(N)).astype(np.int64)
+            keep = self._p_valid[slot] & (self._p_ticket[slot] == tickets)
+            if not keep.all():
+                log.warning("engine returned %d completion(s) for tickets that are not pending", int((~keep).sum()))
+            slot, t_arr = slot[keep], tickets[keep]
+            if slot.size == 0:
                 return 0
-            t_arr = np.array([rows[i][0] for i in keep], np.uint64)
-            ps = [rows[i][1] for i in keep]
-            slot = np.array([p.slot for p in ps], np.int64)
-            arrival = np.array([p.arrival_ns for p in ps], np.uint64)
-            op = np.array([p.op for p in ps], np.int64)
-            nbytes = np.array([p.nbytes for p in ps], np.uint64)
-            svc = np.array([now - p.seen_ns for p in ps], np.uint64)
             mod = np.asarray(modeled, np.uint64)[keep]
             st = np.asarray(status, np.uint32)[keep]
+            arrival, op, nbytes = self._p_arrival[slot], self._p_op[slot], self._p_bytes[slot]
+            svc = (now - self._p_seen[slot]).astype(np.uint64)
+            self._p_valid[slot] = False
             comp = self.region.map.completions
             comp["arrival_ns"][slot] = arrival
             comp["modeled_ns"][slot] = mod
@@ -294,13 +302,11 @@ class Daemon:
             opi = np.where(op < ctl.HBF_N_OPS, op, ctl.HBF_OP_LOAD)  # unknown ops counted as loads
             for field, v in (("requests", np.ones_like(mod)), ("bytes", nbytes), ("modeled_ns", mod),
                              ("service_ns", svc)):
-                acc = np.zeros(ctl.HBF_N_OPS, np.uint64)
-                np.add.at(acc, opi, v)
-                cnt[field] += acc
+                cnt[field] += np.bincount(opi, weights=v.astype(np.float64), minlength=ctl.HBF_N_OPS).astype(np.uint64)
             ds = self.region.ctl.counters.daemon_status
-            for s, n in zip(*np.unique(st, return_counts=True)):
-                ds[int(s)] += int(n)
-            return len(keep)
+            for s_, n in zip(*np.unique(st, return_counts=True)):
+                ds[int(s_)] += int(n)
+            return int(slot.size)
 
     # ---- shutdown ------------------------------------------------------------------------
     def request_shutdown(self, status: str = "clean", reason: str = "", req_status: int = ctl.HBF_ST_DAEMON_LOST,
@@ -318,12 +324,12 @@ class Daemon:
             seen = time.monotonic_ns()
             seqs = m.ring["seq"].copy()
             slots = np.nonzero(seqs > self._served)[0]
-            for s in slots.tolist():
-                t = int(seqs[s]) - 1
-                r = m.ring[s]
-                self._pending[t] = _Pending(s, int(r["arrival_ns"]), int(r["op"]), int(r["bytes"]), seen)
-            self._served[slots] = seqs[slots]
-            tickets = np.array(sorted(self._pending), np.uint64)
+            try:
+                self._take(slots, seqs, seen)
+            except HbfError:              # misplaced requests: answer the well-placed ones
+                ok = (seqs[slots] - np.uint64(1)) % np.uint64(N) == slots.astype(np.uint64)
+                self._take(slots[ok], seqs, seen)
+            tickets = np.sort(self._p_ticket[self._p_valid])
             n = self._post(tickets, np.zeros(tickets.size, np.uint64),
                            np.full(tickets.size, req_status, np.uint8), closing=True)
             head = int(self.region.ctl.header.ring_head)
@@ -407,7 +413,7 @@ class Daemon:
 
     def ring_depth(self) -> int:
         with self._post_lock:
-            return len(self._pending)
+            return int(self._p_valid.sum())
 
     def summary(self, *, terminal: bool = False) -> dict[str, Any]:
         p, h = self.profile, self.region.ctl.header

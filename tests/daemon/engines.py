@@ -5,7 +5,9 @@ import os
 import threading
 import time
 
-from hbfd.services import FixedLatencyEngine
+import numpy as np
+
+from hbfd.services import COMPLETION_BATCH_DTYPE, FixedLatencyEngine
 
 
 def slow(profile):
@@ -37,3 +39,27 @@ class _Failing(FixedLatencyEngine):
 
 def failing(profile):
     return _Failing.from_profile(profile)
+
+
+class _Deferring(FixedLatencyEngine):
+    """Decides nothing at submit; completes everything on a collect after a quiet scan (no submit
+    since the previous collect), as an engine that waits for later arrivals does."""
+    name = "deferring-test"
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self._fresh = False
+
+    def submit(self, batch):
+        super().submit(batch)
+        self._fresh = True
+
+    def collect(self):
+        if self._fresh:
+            self._fresh = False
+            return np.zeros(0, COMPLETION_BATCH_DTYPE)
+        return super().collect()
+
+
+def deferring(profile):
+    return _Deferring.from_profile(profile)

@@ -395,3 +395,16 @@ def test_heartbeat_stops_when_hbfd_hangs_or_dies(tmp_path):
         if h.proc.poll() is None:
             os.kill(h.proc.pid, signal.SIGCONT)
             h.proc.kill()
+
+
+def test_deferred_completions_are_collected_when_the_ring_goes_quiet(tmp_path):
+    h = start_hbfd(tmp_path, env={"HBFD_ENGINE": "engines:deferring"})
+    try:
+        _, m = attach(h)
+        drv = RingDriver(m)
+        c = drv.wait(drv.issue(arrival_ns=7, address=0, media_address=0, nbytes=64, op=0), timeout_s=5)
+        assert c.status == ctl.HBF_ST_READY and c.arrival_ns == 7
+        ts = [drv.issue(arrival_ns=i, address=0, media_address=0, nbytes=64, op=1) for i in range(100)]
+        assert all(drv.wait(t, timeout_s=5).status == ctl.HBF_ST_READY for t in ts)
+    finally:
+        h.stop()
