@@ -53,6 +53,13 @@ def test_triton_roundtrip(name):
     assert any(f.is_entry and f.body for f in m.functions())
 
 
+def test_large_triton_roundtrip():
+    """The 22k-line Triton PTX (speed input) round-trips too."""
+    for p in sorted((ptx_corpus.HERE / "triton_large").glob("*.ptx")):
+        m, _ = _roundtrip(p.read_text(), p.name)
+        assert sum(1 for f in m.functions() for _ in f.instructions()) > 10000
+
+
 @needs_nvcc
 @pytest.mark.parametrize("name", sorted(CUDA))
 def test_cuda_roundtrip(name, cuda_ptx):
@@ -247,6 +254,31 @@ def test_module_level_forms():
     sec = m.items[8]
     assert sec.name == "section" and sec.args == (".debug_abbrev",) and sec.raw == ".b8 1\n.b8 17"
     assert ".section .debug_macinfo" in printed
+
+
+def test_indirect_call_and_loc_forms(cuda_ptx):
+    m = parse_module(cuda_ptx["indirect_call"].read_text(), "indirect_call")
+    k = m.function("indirect")
+    stmts = [s for s in _walk(k.body)]
+    proto = [s for s in stmts if isinstance(s, Directive) and s.name == "callprototype"]
+    assert proto and proto[0].args[:4] == ("(", ".param", ".b32", "_")
+    labels = [s.name for s in stmts if isinstance(s, Label)]
+    assert any(n.startswith("prototype_") for n in labels)
+    icall = [i for i in k.instructions() if i.opcode == "call" and isinstance(i.operands[1], Register)]
+    assert icall and isinstance(icall[0].operands[-1], Symbol) and icall[0].operands[-1].name.startswith("prototype_")
+    assert icall[0].uses()[0] == icall[0].operands[1].name          # the function pointer is read
+    loc = [s for s in stmts if isinstance(s, Directive) and s.name == "loc" and "inlined_at" in s.args]
+    assert loc and loc[0].args[3] == ","
+    fib = [f for f in m.functions() if "fib" in f.name and f.body is not None][0]   # _Z3fibi
+    assert fib.kind == "func" and any(i.opcode == "call" and i.operands[1] == Symbol(fib.name)
+                                      for i in fib.instructions())
+
+
+def _walk(body):
+    for s in body:
+        yield s
+        if isinstance(s, Block):
+            yield from _walk(s.body)
 
 
 def test_memory_op_classification():
