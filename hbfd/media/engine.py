@@ -99,7 +99,7 @@ class MediaEngine:
                                  "buffer_hits", "stores", "programs", "flush_programs", "copybacks",
                                  "erases", "read_bytes", "write_bytes", "fast_batches",
                                  "event_batches", "event_channels", "out_of_order_arrivals",
-                                 "qd_bound_batches", "qd_bound_dies", "deferred_pages")}
+                                 "qd_bound_batches", "qd_bound_dies", "deferred_pages", "refresh_pages")}
         self._xfer_page = g.transfer_ns(PAGE_BYTES)
         self._pow2 = all(x & (x - 1) == 0 for x in (g.channels, g.dies_per_channel, g.planes_per_die))
         self._xfer_by_sectors = np.array([g.transfer_ns(k * SECTOR_BYTES) for k in range(SECTORS_PER_PAGE + 1)],
@@ -678,7 +678,28 @@ class MediaEngine:
         if own.any():
             np.maximum.at(done_req, req[iown[own]], ack[inv[nr:]][own])
         self.last_completion = max(self.last_completion, int(done.max()))
-        return None
+        return int(done[inv[nr:]].max()) if len(icmds) else None
+
+    # ------------------------------------------------------------------ background work
+    def refresh(self, lpns, at_ns: int) -> int:
+        """Refresh (read-reclaim / retention) of logical pages at ``at_ns``: each page is sensed and
+        rewritten out of place (a program with a read-merge sense: tR, 4 KiB data-in, tPROG),
+        queued behind reads like GC, with the P/E and GC it causes. For the reliability service's
+        refresh plan; these are not requests and post no completion. Returns the time the last
+        of them finishes."""
+        lp = np.asarray(lpns, np.int64).ravel()
+        if len(lp) == 0:
+            return int(at_ns)
+        if (lp < 0).any() or (lp >= self.g.logical_pages).any():
+            raise MediaError("refresh of a page outside the media", max_page=int(lp.max()),
+                             logical_pages=self.g.logical_pages)
+        self._run_timers(int(at_ns))
+        icmds: list = []
+        for p in lp.tolist():
+            self._program(int(p), int(at_ns), SECTORS_PER_PAGE, True, icmds, owner=-1)
+        self.n["refresh_pages"] += len(lp)
+        empty = np.zeros(0, np.int64)
+        return int(self._schedule_all(empty, empty, empty, empty, empty, icmds, empty, empty, empty, empty))
 
     # ------------------------------------------------------------------ timers (rare events)
     def _run_timers(self, before: int) -> None:

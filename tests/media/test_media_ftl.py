@@ -95,3 +95,18 @@ def test_out_of_range_is_an_io_error_and_bad_op_unsupported():
     e.submit(b)
     c = np.sort(e.drain(), order="id")
     assert c["status"].tolist() == [1, 2, 6]
+
+
+def test_refresh_rewrites_out_of_place_and_delays_reads_on_that_plane():
+    g = geom()
+    e = MediaEngine(g)
+    e.submit(batch([(0, 7 * 4096, 4096, 1)]))
+    old = e.ftl.lookup(7)
+    end = e.refresh([7], 10_000)
+    assert e.ftl.lookup(7) != old and e.n["refresh_pages"] == 1
+    # sense tR, data-in 4 KiB, program tPROG, after t_cmd
+    assert end == 10_000 + g.t_cmd_ns + g.t_read_ns + g.transfer_ns(4096) + g.t_prog_ns
+    e.submit(batch([(10_001, 7 * 4096, 4096, 0)]))       # same plane: waits for the refresh program
+    m = e.drain()["modeled_ns"].tolist()
+    assert m[-1] == end + g.t_read_ns + g.transfer_ns(4096) - 10_001
+    e.ftl.check()
