@@ -29,6 +29,8 @@ class Ftl:
         self._open: dict[int, list[int]] = {}         # plane -> [block, next_page]
         self.l2p: dict[int, int] = {}                 # lpn -> ppn (block * ppb + page)
         self.p2l: dict[int, np.ndarray] = {}          # block -> lpn per page (-1: invalid/unwritten)
+        self._gc_start = g.gc_start_blocks
+        self._C, self._D, self._P = g.channels, g.dies_per_channel, g.planes_per_die
         self.host_programs = 0
         self.gc_copies = 0
         self.gc_runs = 0
@@ -36,11 +38,8 @@ class Ftl:
         self._in_gc = False
 
     def plane_of(self, lpn: int) -> int:
-        g = self.g
-        ch = lpn % g.channels
-        d = (lpn // g.channels) % g.dies_per_channel
-        pl = (lpn // (g.channels * g.dies_per_channel)) % g.planes_per_die
-        return (ch * g.dies_per_channel + d) * g.planes_per_die + pl
+        C, D, P = self._C, self._D, self._P
+        return ((lpn % C) * D + (lpn // C) % D) * P + (lpn // (C * D)) % P
 
     def free_blocks(self, plane: int) -> int:
         f = self._free.get(plane)
@@ -87,7 +86,7 @@ class Ftl:
         ppn = self._place(lpn, plane)
         self.host_programs += 1
         ops: list[tuple[str, int]] = []
-        if not self._in_gc and self.free_blocks(plane) < self.g.gc_start_blocks:
+        if not self._in_gc and self.free_blocks(plane) < self._gc_start:
             ops = self._gc(plane)
         return plane, ppn, ops
 
@@ -96,7 +95,7 @@ class Ftl:
         self._in_gc = True
         try:
             lo = plane * self.bpp
-            while self.free_blocks(plane) < self.g.gc_start_blocks:
+            while self.free_blocks(plane) < self._gc_start:
                 st = self.state[lo:lo + self.bpp]
                 vc = np.where(st == CLOSED, self.valid[lo:lo + self.bpp], np.iinfo(np.int32).max)
                 v = int(np.argmin(vc))
