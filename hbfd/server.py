@@ -77,6 +77,7 @@ class Daemon:
         self._threads: list[threading.Thread] = []
         self._served = np.zeros(N, np.uint64)    # last request seq served, per slot
         # pending requests, per ring slot (a slot holds at most one outstanding ticket)
+        self._quiet_collected = True
         self._p_valid = np.zeros(N, bool)
         self._p_ticket = np.zeros(N, np.uint64)
         self._p_arrival = np.zeros(N, np.uint64)
@@ -251,8 +252,10 @@ class Daemon:
         seqs = ring["seq"].copy()
         slots = np.nonzero(seqs > self._served)[0]
         if slots.size == 0:
-            if self._p_valid.any():
-                # a quiet scan: the engine decides what it deferred waiting for later arrivals
+            if not self._quiet_collected and self._p_valid.any():
+                # the first quiet scan after a submit: the engine decides what it deferred
+                # waiting for later arrivals (once: nothing new can change its mind)
+                self._quiet_collected = True
                 done = self.engine.collect()
                 if done.size:
                     self._post(done["id"], done["modeled_ns"], done["status"])
@@ -267,6 +270,7 @@ class Daemon:
         batch["media_address"], batch["bytes"] = req["media_address"], req["bytes"]
         batch["op"] = np.minimum(req["op"], 255)
         self.engine.submit(batch)
+        self._quiet_collected = False
         self.engine.advance(int(batch["arrival_ns"].max()))
         done = self.engine.collect()
         if done.size:
