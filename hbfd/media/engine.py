@@ -235,6 +235,8 @@ class MediaEngine:
         allv = new if dq is None else {k: np.concatenate([dq[k], new[k]]) for k in self._DQ_KEYS}
         limit = self.horizon + g.t_cmd_ns + g.t_read_ns
         commit = allv["se"] <= limit      # a later arrival senses no earlier, and ties go by seq
+        if nd == 0 and bool(commit.all()):
+            return self._chan_lindley(new["ch"], new["se"], new["x"], new["ready"], new["seq"])
         ci = np.flatnonzero(commit)
         dc = self._chan_lindley(allv["ch"][ci], allv["se"][ci], allv["x"][ci], allv["ready"][ci], allv["seq"][ci])
         di = np.flatnonzero(~commit)
@@ -480,16 +482,23 @@ class MediaEngine:
             cnt = cnt + np.bincount(self.carry_die, minlength=g.dies)
         if int(cnt.max()) <= qd:
             return None
-        od = np.argsort(_small_int(die, g.dies), kind="stable")
-        ds = die[od]
-        as_ = a[od]
         base = int(a.min())
         carried_total = np.zeros(g.dies, np.int64)
         if len(self.carry_die):
             carried_total = np.bincount(self.carry_die, minlength=g.dies)
-        # cheap bound first: a command still holds its slot at a_i only if it arrived after
-        # a_i - H (H: the longest slot hold in the batch)
+        # cheap bounds first: a command still holds its slot at a_i only if it arrived after
+        # a_i - H (H: the longest slot hold in the batch). Bins of width H: any such window lies
+        # in two adjacent bins.
         hold = int((rel - a).max())
+        nbins = (int(a.max()) - base) // hold + 2
+        if nbins * g.dies < (1 << 24):
+            cnt2 = np.bincount(die * nbins + (a - base) // hold, minlength=g.dies * nbins).reshape(g.dies, nbins)
+            pair = cnt2[:, :-1] + cnt2[:, 1:]
+            if int((pair.max(axis=1) + carried_total).max()) < qd:
+                return None
+        od = np.argsort(_small_int(die, g.dies), kind="stable")
+        ds = die[od]
+        as_ = a[od]
         span_a = int(a.max()) - base + hold + 2
         if span_a * g.dies < (1 << 62):
             keya = ds * span_a + (as_ - base)
