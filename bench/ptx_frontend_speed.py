@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Speed of the hbfcc PTX front end (parse, print, CFG) against ptxas, over the fixture corpus.
 
-For every PTX file (tests/fixtures/triton/*.ptx, tests/fixtures/triton_large/*.ptx and, when nvcc is
+For every PTX file (tests/fixtures/triton/*.ptx, tests/fixtures/{triton,nvcc}_large/*.ptx and, when nvcc is
 present, the CUDA fixtures compiled to PTX) it measures, side by side in one run:
   parse_s   CPU time of parse_module with cold operand caches (median of --reps); parse_warm_s warm
   print_s   CPU time of print_module (median of --reps)
@@ -70,6 +70,7 @@ def main() -> int:
     args = ap.parse_args()
     files = dict(ptx_corpus.triton_corpus())
     files.update({p.stem: p for p in sorted((ROOT / "tests" / "fixtures" / "triton_large").glob("*.ptx"))})
+    files.update({p.stem: p for p in sorted((ROOT / "tests" / "fixtures" / "nvcc_large").glob("*.ptx"))})
     if not args.no_cuda and ptx_corpus.nvcc_path():
         cache = Path(tempfile.gettempdir()) / "hbf_cuda_ptx_bench"
         files.update({f"cuda_{k}": v for k, v in ptx_corpus.build_cuda_corpus(cache).items()})

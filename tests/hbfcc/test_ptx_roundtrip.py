@@ -60,6 +60,14 @@ def test_large_triton_roundtrip():
         assert sum(1 for f in m.functions() for _ in f.instructions()) > 10000
 
 
+@pytest.mark.parametrize("name", ["thrust_sort_reduce", "cub_wmma_cg_G"])
+def test_large_nvcc_roundtrip(name):
+    """Committed nvcc output too slow to compile in CI (thrust/CUB, -G debug build) round-trips."""
+    p = ptx_corpus.HERE / "nvcc_large" / f"{name}.ptx"
+    m, _ = _roundtrip(p.read_text(), p.name)
+    assert len([f for f in m.functions() if f.body is not None]) >= 10
+
+
 @needs_nvcc
 @pytest.mark.parametrize("name", sorted(CUDA))
 def test_cuda_roundtrip(name, cuda_ptx):
