@@ -208,7 +208,8 @@ class HelperModule:
     abi_version: int
     version: tuple[int, int]       # the helper's .version
     target_sm: Optional[int]       # the helper's .target SM number (modules below it cannot link it)
-    body: str                      # ready-to-append text: definitions, weak, renamed, debug stripped
+    body: str                      # ready-to-append text: function definitions, weak, renamed, debug stripped
+    vars: str                      # the helper's global variables (placed before the module's functions)
     defined: frozenset[str]        # top-level names the body defines (after renaming)
     externs: tuple[TopItem, ...]   # .extern declarations the body needs
 
@@ -246,6 +247,7 @@ def _load_helper_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
         if it.kind in ("func", "var") and it.name and not it.name.startswith("__hb_"):
             renames[it.name] = "__hb_l_" + it.name.lstrip("$")
     parts: list[str] = []
+    var_parts: list[str] = []
     externs: list[TopItem] = []
     defined: set[str] = set()
     for it in items:
@@ -262,18 +264,21 @@ def _load_helper_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
         else:
             t = _set_linkage(t, "")
         t = _drop_debug_lines(t)
-        parts.append(t)
+        (var_parts if it.kind == "var" else parts).append(t)
         defined.add(renames.get(it.name, it.name))
     body = "\n\n".join(parts)
+    vars_text = "\n".join(var_parts)
     for old, new in renames.items():
-        body = re.sub(r"(?<![\w$.%])" + re.escape(old) + r"(?![\w$])", new, body)
+        pat = r"(?<![\w$.%])" + re.escape(old) + r"(?![\w$])"
+        body = re.sub(pat, new, body)
+        vars_text = re.sub(pat, new, vars_text)
     abi = abi_version()
     m = re.search(r"__hb_abi_version\s*=\s*(\d+)", text)
     if m and int(m.group(1)) != abi:
         raise RewriteError("helper PTX was built for another helper ABI", helper=path,
                            helper_abi=int(m.group(1)), header_abi=abi)
     return HelperModule(path=path, sha256=sha256_bytes(raw), abi_version=abi, version=version, target_sm=target_sm,
-                        body=body, defined=frozenset(defined), externs=tuple(externs))
+                        body=body, vars=vars_text, defined=frozenset(defined), externs=tuple(externs))
 
 
 def _set_linkage(t: str, linkage: str) -> str:
@@ -299,6 +304,7 @@ def load_helper(path: Optional[str] = None) -> HelperModule:
 # Linking
 # --------------------------------------------------------------------------------------------
 
+_STATE_DECL_LINE = re.compile(r"^[ \t]*\.extern[ \t]+\.global[ \t]+\.align[ \t]+8[ \t]+\.u64[ \t]+__hb_state[ \t]*;[ \t]*$", re.M)
 _VERSION_LINE = re.compile(r"^(\s*\.version\s+)(\d+)\.(\d+)", re.M)
 
 
@@ -326,8 +332,15 @@ def link_text(module_text: str, helper: HelperModule, *, module_names: Iterable[
             raise RewriteError("module defines some helper functions but not all", names=sorted(already))
         return module_text  # already linked
     ext = [e.text for e in helper.externs if e.name and e.name not in declared]
+    # the helper's globals go where the rewritten module declares __hb_state (before its functions,
+    # which read it), replacing that declaration; else before the helper's functions
+    m2 = _STATE_DECL_LINE.search(module_text)
     tail = [f"\n// ---- hbfcc: helper module {os.path.basename(helper.path)} sha256 {helper.sha256} "
             f"ABI {helper.abi_version} ----"]
+    if m2 is not None:
+        module_text = module_text[:m2.start()] + helper.vars + "\n" + module_text[m2.end():]
+    else:
+        tail.append(helper.vars)
     tail += ext
     tail.append(helper.body)
     return module_text.rstrip("\n") + "\n" + "\n\n".join(tail) + "\n"

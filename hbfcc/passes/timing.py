@@ -44,7 +44,7 @@ from hbfcommon.errors import RewriteError
 
 from hbfcc import helpers as H
 from hbfcc.ptx.model import (Address, ArgList, Block, Comment, Declarator, Directive, Function,
-                             Guard, Immediate, Instruction, Label, Module, Negated, Param, Register, Statement,
+                             Guard, Immediate, Instruction, Label, LabelRef, Module, Negated, Param, Register, Statement,
                              Symbol, VarDecl, walk)
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,8 @@ NATIVE_SPACES = ("shared", "shared::cta", "shared::cluster", "local", "param", "
 # scratch registers (function scope); every name starts with %__hb_
 R_ADDR, R_TMP, R_DRAIN, R_FLAGS, R_PRED, R_NOW = "%__hb_a", "%__hb_t", "%__hb_d", "%__hb_fl", "%__hb_q", "%__hb_w"
 R_FUT, R_GRP = "%__hb_f", "%__hb_g"
+R_STATE, R_OFF, R_ZERO = "%__hb_s", "%__hb_off", "%__hb_z"
+STATE_GLOBAL = "__hb_state"
 
 
 # --------------------------------------------------------------------------------------------
@@ -406,15 +408,6 @@ def _call_cached(fn: str, args: tuple, ret: Optional[str], guard: Optional[Guard
     return Block(tuple(body))
 
 
-def _wait(fut: str, site: int, guard: Optional[Guard]) -> list[Statement]:
-    return [_call("__hb_wait", [("b64", _R(fut)), ("b32", _I(site))], guard=guard),
-            _ins("mov", ("b64",), (_R(fut), _I(0)), guard)]
-
-
-def _join_into(dst: str, other: str) -> Block:
-    return _call("__hb_future_join", [("b64", _R(dst)), ("b64", _R(other))], ret=dst)
-
-
 # --------------------------------------------------------------------------------------------
 # The pass
 # --------------------------------------------------------------------------------------------
@@ -464,6 +457,7 @@ class _FunctionRewriter:
         self.node_site: dict[int, int] = {}       # node index -> site id
         self.fut_site: dict[int, int] = {}        # future register index -> site id
         self._node = -1
+        self.nlabels = 0
 
     def site_id(self) -> int:
         s = self.site_count
@@ -515,7 +509,42 @@ class _FunctionRewriter:
             out.extend(extra_inactive)
         return _R(R_FLAGS)
 
+    def _label(self) -> str:
+        self.nlabels += 1
+        return f"$__hb_L{self.nlabels}"
+
+    def _wait(self, fut: str, site: int, guard: Optional[Guard]) -> list[Statement]:
+        """Wait for ``fut`` (then zero it); a zero future skips the call inline (the helper would
+        return at once: nothing to wait for)."""
+        L = self._label()
+        return [_ins("setp", ("eq", "u64"), (_R(R_ZERO), _R(fut), _I(0))),
+                _ins("bra", (), (LabelRef(L),), Guard(_R(R_ZERO))),
+                _call("__hb_wait", [("b64", _R(fut)), ("b32", _I(site))], guard=guard),
+                _ins("mov", ("b64",), (_R(fut), _I(0)), guard),
+                Label(L)]
+
+    def _join_into(self, dst: str, other: str) -> list[Statement]:
+        """dst = __hb_future_join(dst, other); a zero ``other`` changes nothing (skipped inline)."""
+        L = self._label()
+        return [_ins("setp", ("eq", "u64"), (_R(R_ZERO), _R(other), _I(0))),
+                _ins("bra", (), (LabelRef(L),), Guard(_R(R_ZERO))),
+                _call("__hb_future_join", [("b64", _R(dst)), ("b64", _R(other))], ret=dst),
+                Label(L)]
+
+    def _unless_detached(self, body: list[Statement]) -> list[Statement]:
+        """Skip ``body`` when the module is detached (__hb_state == 0, read once at entry): the
+        helpers would take their native path and return 0 anyway. Uniform branch."""
+        L = self._label()
+        return [_ins("bra", ("uni",), (LabelRef(L),), Guard(_R(R_OFF)))] + body + [Label(L)]
+
     def _issue(self, inst: Instruction, d: Decision, out_reg: str, out: list[Statement]) -> int:
+        out.append(_ins("mov", ("b64",), (_R(out_reg), _I(0))))
+        body: list[Statement] = []
+        site = self._issue_body(inst, d, out_reg, body)
+        out.extend(self._unless_detached(body))
+        return site
+
+    def _issue_body(self, inst: Instruction, d: Decision, out_reg: str, out: list[Statement]) -> int:
         site = self.node_site[self._node]
         addr = self._addr_code(d, out)
         nbytes: object = _I(d.nbytes)
@@ -602,15 +631,15 @@ class _FunctionRewriter:
                     if v:
                         need |= v
             for k in (sorted(need) if need else ()):
-                pre.extend(_wait(f"{R_FUT}{k}", self._site_of_fut(k), g))
+                pre.extend(self._wait(f"{R_FUT}{k}", self._site_of_fut(k), g))
                 self.report.waits += 1
             # 2. drain posted stores
             if _drains(inst):
-                pre.extend(_wait(R_DRAIN, (self.kidx << 16) | 0xFFFF, g))
+                pre.extend(self._wait(R_DRAIN, (self.kidx << 16) | 0xFFFF, g))
                 self.report.drains += 1
             # 3. kernel exit
             if inst.opcode in ("ret", "exit") and fn.is_entry:
-                pre.append(_call("__hb_kernel_exit", [("b32", _I(self.kidx))], guard=g))
+                pre.extend(self._unless_detached([_call("__hb_kernel_exit", [("b32", _I(self.kidx))], guard=g)]))
             # 4. access site
             d = decisions[i]
             self._node = i
@@ -623,10 +652,10 @@ class _FunctionRewriter:
             elif fam == "cp.async.wait_group":
                 n = int(inst.operands[0].value) if inst.operands and type(inst.operands[0]) is Immediate else 0
                 for slot in range(n + 1, self.K + 1):
-                    pre.extend(_wait(f"{R_GRP}{slot}", (self.kidx << 16) | 0xFFFE, g))
+                    pre.extend(self._wait(f"{R_GRP}{slot}", (self.kidx << 16) | 0xFFFE, g))
             elif fam == "cp.async.wait_all":
                 for slot in range(0, self.K + 1):
-                    pre.extend(_wait(f"{R_GRP}{slot}", (self.kidx << 16) | 0xFFFE, g))
+                    pre.extend(self._wait(f"{R_GRP}{slot}", (self.kidx << 16) | 0xFFFE, g))
             if pre:
                 self.pre[path] = pre
         new_body = self._rebuild(body, ())
@@ -667,13 +696,15 @@ class _FunctionRewriter:
                 pre.append(_ins("mov", ("b64",), (_R(f"{R_FUT}{k}"), _R(R_TMP)), g))
         elif d.kind in ("load", "atomic"):        # wait at once (inactive lanes get future 0)
             site = self._issue(inst, d, R_NOW, pre)
-            pre.extend(_wait(R_NOW, site, None)[:1])
+            w = self._wait(R_NOW, site, None)
+            del w[3]                              # R_NOW is rewritten at the next site anyway
+            pre.extend(w)
         elif d.kind in ("store", "red"):          # posted
             self._issue(inst, d, R_TMP, pre)
-            pre.append(_join_into(R_DRAIN, R_TMP))
+            pre.extend(self._join_into(R_DRAIN, R_TMP))
         elif d.kind == "cpasync":
             self._issue(inst, d, R_TMP, pre)
-            pre.append(_join_into(f"{R_GRP}0", R_TMP))
+            pre.extend(self._join_into(f"{R_GRP}0", R_TMP))
         else:
             raise RewriteError("internal: unknown site kind", kind=d.kind)
 
@@ -681,7 +712,7 @@ class _FunctionRewriter:
         g = inst.guard
         K = self.K
         pre.append(_ins("mov", ("b64",), (_R(R_TMP), _R(f"{R_GRP}{K}"))))
-        pre.append(_join_into(R_TMP, f"{R_GRP}{K - 1}"))
+        pre.extend(self._join_into(R_TMP, f"{R_GRP}{K - 1}"))
         pre.append(_ins("mov", ("b64",), (_R(f"{R_GRP}{K}"), _R(R_TMP)), g))
         for slot in range(K - 1, 0, -1):
             pre.append(_ins("mov", ("b64",), (_R(f"{R_GRP}{slot}"), _R(f"{R_GRP}{slot - 1}")), g))
@@ -771,16 +802,20 @@ class _FunctionRewriter:
             VarDecl((), "reg", (), ".b64", (Declarator(R_ADDR), Declarator(R_TMP), Declarator(R_DRAIN),
                                            Declarator(R_NOW))),
             VarDecl((), "reg", (), ".b32", (Declarator(R_FLAGS),)),
-            VarDecl((), "reg", (), ".pred", (Declarator(R_PRED),)),
+            VarDecl((), "reg", (), ".pred", (Declarator(R_PRED), Declarator(R_OFF), Declarator(R_ZERO))),
+            VarDecl((), "reg", (), ".b64", (Declarator(R_STATE),)),
             VarDecl((), "reg", (), ".b64", (Declarator(R_GRP, count=self.K + 1),)),
         ]
-        init: list[Statement] = [_ins("mov", ("b64",), (_R(R_DRAIN), _I(0)))]
+        init: list[Statement] = [
+            _ins("ld", ("global", "u64"), (_R(R_STATE), Address(Symbol(STATE_GLOBAL)))),
+            _ins("setp", ("eq", "u64"), (_R(R_OFF), _R(R_STATE), _I(0))),
+            _ins("mov", ("b64",), (_R(R_DRAIN), _I(0)))]
         if nfut:
             decls.append(VarDecl((), "reg", (), ".b64", (Declarator(R_FUT, count=nfut),)))
             init += [_ins("mov", ("b64",), (_R(f"{R_FUT}{k}"), _I(0))) for k in range(nfut)]
         init += [_ins("mov", ("b64",), (_R(f"{R_GRP}{k}"), _I(0))) for k in range(self.K + 1)]
         if self.fn.is_entry:
-            init.append(_call("__hb_kernel_enter", [("b32", _I(self.kidx))]))
+            init.extend(self._unless_detached([_call("__hb_kernel_enter", [("b32", _I(self.kidx))])]))
         # after the leading declarations of the body
         j = 0
         while j < len(body) and type(body[j]) in (VarDecl, Comment, Directive):
@@ -792,6 +827,11 @@ class _FunctionRewriter:
 
 def _already_instrumented(module: Module) -> bool:
     return any(f.name.startswith("__hb_") for f in module.functions())
+
+
+# the module global the rewritten code reads at entry; the linker replaces this declaration with the
+# helper module's (weak) definition
+STATE_DECL = VarDecl((".extern",), "global", (".align 8",), ".u64", (Declarator(STATE_GLOBAL),))
 
 
 def prototypes() -> list[Function]:
@@ -854,7 +894,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
                     break
     # prototypes before the first function
     first = next((i for i, it in enumerate(new_items) if type(it) is Function), len(new_items))
-    protos = [Comment("// hbfcc: helper prototypes (runtime_cuda/include/hbf_abi.h)")] + prototypes()
+    protos = [Comment("// hbfcc: helper prototypes (runtime_cuda/include/hbf_abi.h)"), STATE_DECL] + prototypes()
     new_items = new_items[:first] + protos + new_items[first:]
     meta[PASS_NAME] = {
         "kernels": [f.name for f in entries],

@@ -49,8 +49,17 @@ class BasicBlock:
 
     @property
     def is_exit(self) -> bool:
-        """No successors: ends in ret/exit/trap, or falls off the end of the function."""
+        """No successors: ends in an unguarded ret/exit/trap, or falls off the end of the function."""
         return not self.succs
+
+    @property
+    def may_exit(self) -> bool:
+        """Control may leave the function from this block: no successors, or it ends in a guarded
+        ``@p ret`` / ``@p exit`` / ``@p trap`` (which also falls through)."""
+        if not self.succs:
+            return True
+        last = self.last
+        return last is not None and last.opcode in ("ret", "exit", "trap")
 
 
 @dataclass
@@ -78,7 +87,8 @@ class CFG:
         return self.blocks[i].preds
 
     def exits(self) -> list[int]:
-        return [b.index for b in self.blocks if b.is_exit]
+        """Blocks from which control may leave the function (see BasicBlock.may_exit)."""
+        return [b.index for b in self.blocks if b.may_exit]
 
     def rpo(self) -> list[int]:
         """Reverse post-order from the entry (unreachable blocks appended in index order)."""

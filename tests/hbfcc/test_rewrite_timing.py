@@ -218,7 +218,10 @@ def test_guarded_load_site_flags_and_future_update():
     assert "hb: @%p1 mov.b64 %__hb_f0, %__hb_t;" in t
     assert "hb: @!%p1 mov.b64 %__hb_f1, %__hb_t;" in t
     j = t.index("add.s32 %r4, %r2, %r3;")
-    assert t[j - 4:j] == ["wait %__hb_f0", "hb: mov.b64 %__hb_f0, 0;", "wait %__hb_f1", "hb: mov.b64 %__hb_f1, 0;"]
+    # a zero future skips the call inline (setp + bra), then wait + clear
+    assert t[j - 8:j - 6] == ["hb: setp.eq.u64 %__hb_z, %__hb_f0, 0;", "hb: @%__hb_z bra $__hb_L3;"]
+    assert [x for x in t[:j] if not x.startswith("hb: setp.eq.u64 %__hb_z") and "bra $__hb_L" not in x][-4:] == \
+        ["wait %__hb_f0", "hb: mov.b64 %__hb_f0, 0;", "wait %__hb_f1", "hb: mov.b64 %__hb_f1, 0;"]
     assemble_linked(src)
 
 
@@ -530,3 +533,26 @@ def test_every_function_gets_prototypes_before_first_function_and_version_kept()
     assert txt.index(".weak .func (.param .b64 fut) __hb_issue") < txt.index(".visible .entry k")
     assert ".version 9.0" in txt and ".target sm_90a" in txt    # raised to the helper's version
     U.assemble(txt)
+
+
+def test_detached_and_zero_future_fast_paths():
+    """__hb_state is read once at entry; a detached module (0) branches around every helper call
+    (uniform), and a zero future / zero store future skips the wait / join call inline."""
+    src = kernel("""
+    ld.global.u32 %r2, [%rd1];
+    st.global.u32 [%rd1+4], %r2;
+    ret;""")
+    m, _ = run_pass(src)
+    t = U.trace(m, "k", keep_hb_movs=True)
+    assert t[:2] == ["hb: ld.global.u64 %__hb_s, [__hb_state];", "hb: setp.eq.u64 %__hb_off, %__hb_s, 0;"]
+    i = t.index(f"issue bytes=4 flags={LD} site=0")
+    assert t[i - 2:i] == ["hb: mov.b64 %__hb_f0, 0;", "hb: @%__hb_off bra.uni $__hb_L1;"]
+    j = t.index("join %__hb_d %__hb_t")
+    assert t[j - 2] == "hb: setp.eq.u64 %__hb_z, %__hb_t, 0;" and t[j - 1].startswith("hb: @%__hb_z bra $__hb_L")
+    e = t.index("kernel_enter 0")
+    assert t[e - 1].startswith("hb: @%__hb_off bra.uni $__hb_L")
+    # the extern declaration the pass emits is replaced by the helper's weak definition at link time
+    res = rewrite_text(src, helper=H.load_helper(U.fixture_helper_ptx()))
+    assert ".extern .global .align 8 .u64" not in res.text
+    assert res.text.index(".weak .global .align 8 .u64 __hb_state;") < res.text.index(".visible .entry k")
+    U.assemble(res.text)
