@@ -70,6 +70,8 @@ $L__BB0_1:
     # entry -> loop head; head ends with guarded exit: fall-through only; then the latch
     assert shape(c) == [(1, [], [1]), (4, ["$L__BB0_1"], [2]), (1, [], [1, 3]), (1, [], [])]
     assert c.blocks[1].preds == [0, 2]
+    assert c.exits() == [1, 3]                    # the guarded exit may leave, and the final ret
+    assert c.blocks[1].may_exit and not c.blocks[1].is_exit and c.blocks[3].is_exit
 
 
 def test_inline_asm_repeated_labels_resolve_in_their_scope():
