@@ -285,7 +285,7 @@ def exp_E3(rt, args) -> dict:
     from runtime_cuda.eidola import GemvAllReduce, GarShape, Replay
     ns = [3, 7, 15, 31, 63, 127, 255]
     res: dict = {"eidolons": ns, "delay_ns": args.e3_delay_ns, "configs": {}}
-    configs = [("virtual", "spin"), ("virtual", "hoare"), ("eidolon", "spin"), ("eidolon", "hoare")]
+    configs = [("native", "spin"), ("virtual", "spin"), ("virtual", "hoare"), ("eidolon", "spin"), ("eidolon", "hoare")]
     rows = []
     for n in ns:
         shape = GarShape(n_gpus=n + 1, M=args.M, Kl=args.Kl, tiles=args.tiles)
@@ -297,6 +297,8 @@ def exp_E3(rt, args) -> dict:
             frozen = WriteTrackingTable.from_trace(tr, g.bases()).freeze()
             freeze_s = time.perf_counter() - t_setup
             for engine, wait in configs:
+                if engine == "native" and delay != 0:
+                    continue
                 t_setup = time.perf_counter()
                 rep = Replay(rt, [g.flag_region()])
                 rep.use_table(frozen)
@@ -316,9 +318,17 @@ def exp_E3(rt, args) -> dict:
                              "flag_reads_thread": o["accounting"]["flag_reads_thread"]})
         log.info("E3 n=%d done", n)
     res["rows"] = rows
+    # eidola's own cost: replay (flags visible at 0) minus the native control (flags pre-set)
+    nat = {r["eidolons"]: r["kernel_ns_median"] for r in rows if r["engine"] == "native"}
+    res["overhead_vs_native_ns"] = {
+        f"{e}/{w}": {n: r["kernel_ns_median"] - nat[n] for r in rows for n in [r["eidolons"]]
+                     if r["engine"] == e and r["wait"] == w and r["delay_ns"] == 0 and n in nat}
+        for e, w in configs if e != "native"}
     for engine, wait in configs:
         for delay in (0, args.e3_delay_ns):
             rr = [r for r in rows if r["engine"] == engine and r["wait"] == wait and r["delay_ns"] == delay]
+            if not rr:
+                continue
             t = [r["kernel_ns_median"] for r in rr]
             fit = linear_fit(ns, t)
             res["configs"][f"{engine}/{wait}/delay{delay}"] = {
@@ -625,6 +635,7 @@ def summary(out: Path) -> dict:
             res[name] = {k: {"t1_ns": round(v["t1_ns"]), "te_ns": round(v["te_ns"], 2), "r2": round(v["fit"]["r2"], 4),
                              "ratio_255_over_3": round(v["ratio_255_over_3"], 3)} for k, v in r["configs"].items()}
             res[name]["bitwise_all"] = all(x["y_bitwise_equal"] for x in r["rows"])
+            res[name]["overhead_vs_native_ns"] = r.get("overhead_vs_native_ns")
         elif name == "E4":
             res[name] = {k: {"r2": round(v["r2"], 4), "slope_ns_per_row": round(v["slope"], 3)} for k, v in r["fits"].items()}
         elif name == "TL":

@@ -30,6 +30,7 @@
 #define GAR_WAIT_MESA 1
 #define GAR_WAIT_HOARE 2
 #define GAR_NMARKS 6
+#define GAR_STAGE_FLOATS 8192   /* shared-memory staging for the reduce: 32 KB */
 
 typedef struct gar_params {
     uint64_t A, x, y, recv, flags;          /* float*, float*, float*, float*, u32* (this rank) */
@@ -170,19 +171,29 @@ __global__ void __launch_bounds__(256) gemv_allreduce_kernel(gar_params p) {
     __syncthreads();
     if (tid == 0) marks[4] = hbf_eidola_now();
 
-    /* 5. reduce in fixed rank order */
+    /* 5. reduce in fixed rank order: peers' partials are staged through shared memory in chunks
+     * (all threads load in parallel), then each row's thread adds them in rank order 0..n-1, so
+     * the result is bitwise the sequential sum whatever the chunking. */
     const float* recv = (const float*)p.recv;
     float* y = (float*)p.y;
-    for (int r = tid; r < p.tile_rows; r += blockDim.x) {
-        float s = 0.f;
-        for (int q = 0; q < p.n_gpus; ++q) {
+    float* stage = tile_sh + p.tile_rows;                     /* tile_rows x chunk */
+    const int chunk = max(1, min(p.n_gpus, GAR_STAGE_FLOATS / p.tile_rows));
+    float acc_r = 0.f;                                        /* thread r < tile_rows owns row r */
+    for (int q0 = 0; q0 < p.n_gpus; q0 += chunk) {
+        const int nq = min(chunk, p.n_gpus - q0);
+        for (int i = tid; i < nq * p.tile_rows; i += blockDim.x) {
+            const int qq = i / p.tile_rows, r = i % p.tile_rows, q = q0 + qq;
             float v;
             if (q == p.rank) v = tile_sh[r];
             else { v = recv[((uint64_t)q * p.tiles + b) * p.tile_rows + r]; hbf_eidola_count_nonflag(&acct, 1); }
-            s += v;
+            stage[qq * p.tile_rows + r] = v;
         }
-        if (row0 + r < p.M) y[row0 + r] = s;
+        __syncthreads();
+        if (tid < p.tile_rows)
+            for (int qq = 0; qq < nq; ++qq) acc_r += stage[qq * p.tile_rows + tid];
+        __syncthreads();
     }
+    if (tid < p.tile_rows && row0 + tid < p.M) y[row0 + tid] = acc_r;   /* tile_rows <= blockDim */
     __syncthreads();
     if (tid == 0) marks[5] = hbf_eidola_now();
     hbf_eidola_acct_flush(st, &acct);
@@ -194,7 +205,10 @@ extern const char* hbe_last_error();
 int gar_params_size() { return (int)sizeof(gar_params); }
 
 int gar_launch(const gar_params* p, int threads, void* stream) {
-    size_t smem = (size_t)p->tile_rows * sizeof(float);
+    if (p->tile_rows > threads || p->tile_rows < 1) return (int)cudaErrorInvalidValue;  /* one row per thread in the reduce */
+    int chunk = p->n_gpus < GAR_STAGE_FLOATS / p->tile_rows ? p->n_gpus : GAR_STAGE_FLOATS / p->tile_rows;
+    if (chunk < 1) chunk = 1;
+    size_t smem = (size_t)p->tile_rows * sizeof(float) * (1 + (size_t)chunk);
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(gemv_allreduce_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return (int)e;
