@@ -61,12 +61,15 @@ class BlockLedger:
     """Registered blocks and their retention/disturb/wear state."""
 
     def __init__(self, params: ReliabilityParams, *, channels: int, dies_per_channel: int, layers: int,
-                 block_bytes: int, pages_per_block: int):
+                 block_bytes: int, pages_per_block: int, blocks_per_entry: int = 1):
         if min(channels, dies_per_channel, layers, block_bytes, pages_per_block) <= 0:
             raise ValueError("ledger geometry must be positive")
         self.p = params
         self.channels, self.dies, self.layers = channels, dies_per_channel, layers
         self.block_bytes, self.pages_per_block = block_bytes, pages_per_block
+        # an entry may stand for a group of physical blocks refreshed together (long-horizon
+        # experiments); read-disturb counts stay per physical block
+        self.blocks_per_entry = blocks_per_entry
         self.integral = np.zeros(layers)            # I_l
         self.block = np.zeros(0, np.int64)
         self.zone = np.zeros(0, np.int32)
@@ -156,7 +159,7 @@ class BlockLedger:
     def add_uniform_reads(self, page_reads: float) -> None:
         """``page_reads`` page reads spread evenly over every registered block (fluid workloads)."""
         if self.n_blocks and page_reads > 0:
-            self.uniform_reads += page_reads / self.n_blocks
+            self.uniform_reads += page_reads / (self.n_blocks * self.blocks_per_entry)
 
     def disturb(self) -> np.ndarray:
         return self.reads + (self.uniform_reads - self.reads_base)
@@ -174,7 +177,8 @@ class BlockLedger:
     def summary(self) -> dict[str, Any]:
         d = self.damage() if self.n_blocks else np.zeros(1)
         return {
-            "registered_blocks": int(self.n_blocks),
+            "registered_blocks": int(self.n_blocks) * self.blocks_per_entry,
+            "blocks_per_ledger_entry": self.blocks_per_entry,
             "reliability_a_t": self.p.a_t,
             "ea_retention_ev": self.p.ea_retention_ev, "l_ref_h": self.p.l_ref_h, "t_ref_c": self.p.t_ref_c,
             "damage_max": float(d.max()), "damage_mean": float(d.mean()),

@@ -75,6 +75,7 @@ class PolicyConfig:
     kp_ppm_per_k: float = 50_000.0
     ki_ppm_per_k_s: float = 5_000.0
     q_min_ppm: int = 100_000
+    deadband_ppm: int = 2_000                # PI: publish a new q only when it moved this much
     dt_s: float = 0.01
 
     def __post_init__(self):
@@ -268,6 +269,8 @@ class FixedCap(Policy):
 
 class PIPolicy(Policy):
     """q = 1e6 − clamp(Kp·e + I), e = T − setpoint; I integrates Ki·e·Δt only while unsaturated.
+    The published q moves only when the controller's q leaves a ``deadband_ppm`` band around it (or
+    reaches a bound), so a settled loop publishes a steady q instead of ±1 ppm jitter.
     Light whenever q < 1e6; Severe (admission closed) at STT, back below STT − hysteresis; Shutdown."""
 
     def __post_init__(self):
@@ -306,7 +309,9 @@ class PIPolicy(Policy):
 
     def _update_internal(self, t_c: float) -> None:
         if self.mode != SHUTDOWN:              # terminal: the controller stops
-            self.q, self.integral = self._q_for(t_c)
+            q, self.integral = self._q_for(t_c)
+            if q != self.q and (abs(q - self.q) > self.cfg.deadband_ppm or q in (Q_FULL, self.cfg.q_min_ppm)):
+                self.q = q
 
     def decide(self, tick: int, t_c: float) -> Decision:
         d = super().decide(tick, t_c)
@@ -326,14 +331,31 @@ class PIPolicy(Policy):
         return max(self.q, self.cfg.q_min_ppm)
 
     def scan(self, temps: np.ndarray) -> int:
-        # only the quiescent case is batched: no integral, every temperature below the setpoint
-        # (q stays 1e6) and below STT; anything else goes tick by tick.
         if self.mode == SHUTDOWN:
             return len(temps)
-        if self.mode != NORMAL or self.integral != 0.0:
+        c = self.cfg
+        if self.mode == NORMAL and self.integral == 0.0:
+            # quiescent: every temperature below the setpoint keeps q at 1e6 and the integral at 0
+            hit = np.flatnonzero(temps >= min(self.setpoint, c.stt_c))
+            return int(hit[0]) if len(hit) else len(temps)
+        if self.mode == SEVERE:
             return 0
-        hit = np.flatnonzero(temps >= min(self.setpoint, self.cfg.stt_c))
+        # throttling: the integral evolves linearly while no clamp engages; stop at the first tick
+        # where a clamp would engage, the published q would move, or STT is reached
+        e = temps - self.setpoint
+        integ = self.integral + c.ki_ppm_per_k_s * c.dt_s * np.cumsum(e)
+        u = c.kp_ppm_per_k * e + integ
+        q = np.rint(Q_FULL - u)
+        bad = (u <= 0) | (u >= self.u_max) | (integ <= 0) | (np.abs(q - self.q) > c.deadband_ppm) \
+            | (temps >= c.stt_c) | (q == Q_FULL) | (q == c.q_min_ppm)
+        hit = np.flatnonzero(bad)
         return int(hit[0]) if len(hit) else len(temps)
+
+    def absorb(self, temps: np.ndarray) -> None:
+        super().absorb(temps)
+        if not (self.mode == NORMAL and self.integral == 0.0) and self.mode != SHUTDOWN:
+            c = self.cfg
+            self.integral += c.ki_ppm_per_k_s * c.dt_s * float(np.sum(temps - self.setpoint))
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "q_ppm": self.q, "integral_ppm": self.integral, "setpoint_c": self.setpoint}

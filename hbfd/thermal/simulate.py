@@ -53,6 +53,7 @@ class Scenario:
     thresholds: dict[str, float] = field(default_factory=dict)
     max_chunk_ticks: int = 6000
     page_bytes: int = 4096
+    refresh_max_share: float = 0.5          # refresh takes at most this share of a tick's media budget
 
 
 def _trace_changes(src) -> np.ndarray | None:
@@ -137,7 +138,7 @@ def run_closed_loop(rom: ThermalROM, policy: Policy, telemetry: TelemetryGuard, 
                 base_min = np.full(ledger.layers, np.inf)
                 np.minimum.at(base_min, ledger.layer, ledger.base)
                 reach = (cum - base_min[None, :] >= ledger.p.refresh_damage_threshold).any(axis=1)
-                per_tick = app / sc.page_bytes / ledger.n_blocks
+                per_tick = app / sc.page_bytes / (ledger.n_blocks * ledger.blocks_per_entry)
                 if per_tick > 0:
                     dist = ledger.disturb().max() + per_tick * np.arange(1, n + 1)
                     reach |= dist >= ledger.p.read_disturb_limit
@@ -172,15 +173,18 @@ def run_closed_loop(rom: ThermalROM, policy: Policy, telemetry: TelemetryGuard, 
         b = budget(d)
         served_refresh = 0.0
         if refresh is not None and b > 0:
-            # refresh first, block after block, out of this tick's media budget
-            while b >= refresh.page_bytes:
+            # refresh first, block after block, out of its share of this tick's media budget
+            rb = b * sc.refresh_max_share
+            b -= rb
+            while rb >= refresh.page_bytes:
                 if refresh.in_flight is None and refresh.plan() is None:
                     break
-                used = refresh.drain(int(b))
+                used = refresh.drain(int(rb))
                 if used == 0:
                     break
                 served_refresh += used
-                b -= used
+                rb -= used
+            b += rb                                   # what refresh did not use goes to the application
         app = min(max(b, 0.0), sc.offered_read_bytes_per_s * dt_s)
         p = power(s.gpu_power_w, app, served_refresh)
         temps = modal.step(p)

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Thermal experiment: five throttling policies × 600 / 3,600 / 86,400 s at the OCP SG1 operating
+point (HBFSim paper §6.3), in simulated time on the CPU (card: "CPU (simulated time)").
+
+Operating point (profile ocp-sg1): one 8-hi HBF stack, 16 channels, 384 GB/s offered read load,
+5 W idle + 8.4e-11 J/B; the package ROM fit on profiles/thermal/hbf-package-8hi.json.
+Scenarios (GPU board power from a declared source — no GPU is used):
+  h200-700W       constant 700 W (H200 under bf16 GEMM, measured ~693 W)
+  nextgen-1400W   constant 1400 W (an assumed next-generation compute die; hot enough to throttle)
+  trace-phases    hash-bound trace: 60 s at 1400 W / 60 s at 400 W, 1 s samples, ±20 W noise
+
+Retention/refresh: the whole stack (256 GiB) is registered as one zone; reads spread evenly over it
+(weights streamed every token), so read disturb and retention both feed the refresh scheduler.
+Refresh is tracked in groups of 256 physical blocks (256 MiB) so that 86,400 s stays fast: bytes,
+order rules and PEC per block are unchanged; only the unit of one plan is coarser (disclosed in
+the JSON as refresh_group_blocks).
+
+    .venv/bin/python bench/thermal_policies.py [--horizons 600 3600 86400] [--out bench/results/thermal_policies.json]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hbfd.profile import load_profile  # noqa: E402
+from hbfd.reliability.hazard import HazardSweep  # noqa: E402
+from hbfd.reliability.ledger import BlockLedger, ReliabilityParams  # noqa: E402
+from hbfd.reliability.refresh import RefreshScheduler  # noqa: E402
+from hbfd.thermal import load_rom_for  # noqa: E402
+from hbfd.thermal.controller import POLICIES, PolicyConfig, make_policy  # noqa: E402
+from hbfd.thermal.power import DEFAULT_HBM  # noqa: E402
+from hbfd.thermal.simulate import Scenario, run_closed_loop  # noqa: E402
+from hbfd.thermal.telemetry import ConstantSource, TelemetryGuard, TraceSource  # noqa: E402
+
+GROUP = 256
+
+
+def make_trace(path: Path, horizon_s: float) -> str:
+    rng = np.random.default_rng(11)
+    rows = ["t_ns,gpu_power_w,gpu_temp_c"]
+    for s in range(int(horizon_s) + 2):
+        base = 1400.0 if (s // 60) % 2 == 0 else 400.0
+        rows.append(f"{s * 1_000_000_000},{base + rng.uniform(-20, 20):.3f},{55.0:.1f}")
+    path.write_text("\n".join(rows) + "\n")
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run_one(prof, rom, scen: str, policy: str, horizon: float, trace: tuple[Path, str] | None) -> dict:
+    th, g, e, r = prof.thermal, prof.geometry, prof.energy, prof.reliability
+    cfg = PolicyConfig.from_profile(th, policy, dt_s=rom.dt_s)
+    if scen == "h200-700W":
+        src = ConstantSource(700.0, 55.0)
+    elif scen == "nextgen-1400W":
+        src = ConstantSource(1400.0, 70.0)
+    else:
+        src = TraceSource(*trace)
+    guard = TelemetryGuard(src, int((th.telemetry_max_age_ms or 1000.0) * 1e6) + 500_000_000)
+    sc = Scenario(horizon_s=horizon, offered_read_bytes_per_s=384e9, media_bytes_per_s=float(g.aggregate_bytes_per_s),
+                  idle_w=e.idle_w, j_per_byte=e.j_per_byte, read_j=e.read_j, program_j=e.program_j,
+                  read_command_bytes=g.page_bytes, hbm=DEFAULT_HBM,
+                  hbm_traffic_bytes_per_s=th.hbm_traffic_bytes_per_s or 0.0,
+                  thresholds={"rtt": th.rtt_c, "ltt": th.ltt_c, "stt": th.stt_c, "shutdown": th.shutdown_c},
+                  sample_period_s=1.0 if horizon <= 3600 else 10.0)
+    n_blocks = g.channels * g.dies_per_channel * g.planes_per_die * g.blocks_per_plane
+    led = BlockLedger(ReliabilityParams.from_profile(r), channels=g.channels, dies_per_channel=g.dies_per_channel,
+                      layers=g.stack_height, block_bytes=GROUP * g.pages_per_block * g.page_bytes,
+                      pages_per_block=GROUP * g.pages_per_block, blocks_per_entry=GROUP)
+    led.register(0, np.arange(n_blocks // GROUP))
+    rom.reset()
+    t0 = time.perf_counter()
+    res = run_closed_loop(rom, make_policy(cfg), guard, sc, ledger=led,
+                          refresh=RefreshScheduler(led, page_bytes=g.page_bytes),
+                          hazard=HazardSweep.from_profile(r))
+    res["wall_s"] = time.perf_counter() - t0
+    res["scenario"] = scen
+    res["refresh_group_blocks"] = GROUP
+    res["registered_bytes"] = n_blocks * g.pages_per_block * g.page_bytes
+    res["pec_per_physical_block"] = res["reliability"]["pec_max"]
+    return res
+
+
+def summarize(res: dict) -> dict:
+    sa = res["seconds_above"]
+    return {"scenario": res["scenario"], "policy": res["policy"]["name"], "horizon_s": res["horizon_s"],
+            "simulated_s": res["simulated_s"], "terminal_status": res["terminal_status"],
+            "app_GBps_window_30_60": (res["application_bytes_per_s_window"] or 0) / 1e9,
+            "app_GBps_mean": res["application_bytes_per_s_mean"] / 1e9,
+            "refresh_GBps_mean": res["refresh_bytes"] / max(res["simulated_s"], 1e-9) / 1e9,
+            "peak_hbf_c": res["peak_hbf_c"], "peak_gpu_c": res["peak_c"].get("gpu"),
+            "s_above_ltt": sa["ltt"], "s_above_stt": sa["stt"], "s_above_shutdown": sa["shutdown"],
+            "transitions": len(res["transitions"]),
+            "residency_s": {k: v / 1e9 for k, v in res["residency_ns"].items()},
+            "refresh_blocks": res["refresh"]["completed_refresh_blocks"] * GROUP,
+            "pec_max": res["reliability"]["pec_max"],
+            "damage_max": res["reliability"]["damage_max"],
+            "hazard_p_fail_ea_0.5_1.1": [res["hazard_sweep"][0]["failure_probability"],
+                                         res["hazard_sweep"][-1]["failure_probability"]],
+            "wall_s": res["wall_s"], "slow_ticks": res["slow_ticks"], "chunks": res["chunks"]}
+
+
+def plot(results: list[dict], out_png: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    for res in results:
+        if res["horizon_s"] != 600 or res["scenario"] == "h200-700W":
+            continue
+        t = np.array([s["t_ns"] for s in res["samples"]]) / 1e9
+        hb = np.array([s["hbf_max_c"] for s in res["samples"]])
+        q = np.array([s["q_ppm"] for s in res["samples"]]) / 1e4
+        ax = axes[0] if res["scenario"] == "nextgen-1400W" else axes[1]
+        ax.plot(t, hb, label=f"{res['policy']['name']} (HBF max)")
+        ax.set_title(f"{res['scenario']}: hottest HBF layer, 600 s")
+        _ = q
+    for ax in axes:
+        ax.set_xlabel("simulated time (s)")
+        ax.set_ylabel("°C")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--horizons", type=float, nargs="+", default=[600.0, 3600.0, 86400.0])
+    ap.add_argument("--scenarios", nargs="+", default=["h200-700W", "nextgen-1400W", "trace-phases"])
+    ap.add_argument("--policies", nargs="+", default=list(POLICIES))
+    ap.add_argument("--out", default=str(ROOT / "bench/results/thermal_policies.json"))
+    args = ap.parse_args(argv)
+    prof = load_profile("ocp-sg1")
+    rom, geom = load_rom_for(prof.thermal.geometry, ambient_c=prof.thermal.ambient_c)
+    tmp = Path(tempfile.mkdtemp())
+    trace_path = tmp / "trace-phases.csv"
+    sha = make_trace(trace_path, max(args.horizons))
+    results, rows = [], []
+    for scen in args.scenarios:
+        for horizon in args.horizons:
+            for pol in args.policies:
+                res = run_one(prof, rom, scen, pol, horizon, (trace_path, sha))
+                row = summarize(res)
+                rows.append(row)
+                print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
+                                  if k not in ("residency_s",)}), flush=True)
+                if horizon > 3600:
+                    res["samples"] = res["samples"][::6]          # keep the JSON small: 60 s samples
+                results.append(res)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"experiment": "thermal_policies", "card": "CPU (simulated time)",
+           "date": time.strftime("%Y-%m-%d", time.gmtime()),
+           "command": "python bench/thermal_policies.py " + " ".join(argv or sys.argv[1:]),
+           "profile": {"name": prof.name, "sha256": prof.sha256},
+           "geometry": {"name": geom.name, "sha256": geom.sha256}, "rom_states": rom.order,
+           "trace": {"path": "generated by make_trace() (60 s 1400 W / 60 s 400 W, 1 s samples)", "sha256": sha},
+           "summary": rows, "runs": results}
+    tmp_out = out.with_name(out.name + ".tmp")
+    tmp_out.write_text(json.dumps(doc, default=float))
+    os.replace(tmp_out, out)
+    plot(results, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
