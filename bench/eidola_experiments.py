@@ -645,6 +645,77 @@ def summary(out: Path) -> dict:
     return res
 
 
+def results_rows(out: Path, *, date: str, card: str, command: str) -> str:
+    """Markdown rows for docs/RESULTS.md from the JSONs in ``out`` (numbers only as measured)."""
+    S = summary(out)
+    rows = []
+
+    def row(what, number, js):
+        rows.append(f"| {what} | {number} | {date} | {card} | `{command}` | {js} |")
+
+    e0 = S.get("E0")
+    if isinstance(e0, dict) and "error" not in e0:
+        u, c, ca = e0["engine_a_uncalibrated_ns"], e0["engine_a_calibrated_error_ns"], e0["engine_a_calibrated_abs_error_ns"]
+        row("eidola E0 engine (a) eidolon-store visibility lag, 1000 flags 3 us apart, 1 probe poller (ld.acquire.sys), reps x3",
+            f"lag mean {u['mean']:.0f} / median {u['median']:.0f} / p95 {u['p95']:.0f} / max {u['max']:.0f} ns; "
+            f"after subtracting {e0['engine_a_lag_estimate_ns']} ns: error median {c['median']:.0f}, |err| p95 {ca['p95']:.0f}, p99 {ca['p99']:.0f}, max {ca['max']:.0f} ns "
+            f"-- goal p95<=100 ns {'met' if e0['goal_p95_abs_le_100ns_engine_a'] else 'NOT met'}", "bench/results/eidola_E0.json")
+        if "engine_a_min8_uncalibrated_ns" in e0:
+            u8, c8 = e0["engine_a_min8_uncalibrated_ns"], e0["engine_a_min8_calibrated_abs_error_ns"]
+            row("eidola E0 engine (a), visibility = min over 8 independent pollers (less poll quantization)",
+                f"lag median {u8['median']:.0f} ns (p95 {u8['p95']:.0f}); after subtracting {e0['engine_a_min8_lag_estimate_ns']} ns: |err| p95 {c8['p95']:.0f}, p99 {c8['p99']:.0f}, max {c8['max']:.0f} ns "
+                f"-- goal {'met' if e0['goal_p95_abs_le_100ns_engine_a_min8'] else 'NOT met'}", "bench/results/eidola_E0.json")
+        b, b8 = e0["engine_b_error_ns"], e0.get("engine_b_min8_error_ns", {})
+        row("eidola E0 engine (b) virtualized loads: first-seen - wakeup (same probes)",
+            f"1 poller: median {b['median']:.0f}, p95 {b['p95']:.0f}, max {b['max']:.0f} ns; min of 8: median {b8.get('median', float('nan')):.0f}, p95 {b8.get('p95', float('nan')):.0f} ns",
+            "bench/results/eidola_E0.json")
+    for name, label in (("E1", "spin-wait"), ("E2", "monitor/mwait")):
+        e = S.get(name)
+        if not isinstance(e, dict) or "error" in e:
+            continue
+        for k, v in e.items():
+            if k == "corunner_span_ns" or "error" in v:
+                continue
+            row(f"eidola {name} {label} {k}: flag reads (per thread) vs peer delay 0-40 us, 128 tiles x 3 eidolons, M=1024 Kl=2048",
+                f"{v['flag_min']:.0f} .. {v['flag_max']:.0f} reads, slope {v['slope_per_us']} /us, R^2 {v['r2']}, spread {v['spread'] * 100:.1f} %; "
+                f"non-flag {v['nonflag']} (constant: {len(v['nonflag']) == 1}); outputs bitwise = reference: {v['bitwise']}",
+                f"bench/results/eidola_{name}.json")
+        if "corunner_span_ns" in e:
+            c = e["corunner_span_ns"]
+            row("eidola E2 co-runner (issue-bound FMA, 4 blocks/SM) duration while the target waits 40 us",
+                "; ".join(f"{k} {v / 1000:.1f} us" for k, v in c.items()), "bench/results/eidola_E2.json")
+    e3 = S.get("E3")
+    if isinstance(e3, dict) and "error" not in e3:
+        for k, v in e3.items():
+            if not isinstance(v, dict) or "t1_ns" not in v:
+                continue
+            row(f"eidola E3 target kernel time vs eidolons 3..255, fit t = t1 + n*te, {k}",
+                f"t1 {v['t1_ns'] / 1000:.2f} us, te {v['te_ns']:.1f} ns/eidolon, R^2 {v['r2']}, t(255)/t(3) = {v['ratio_255_over_3']}",
+                "bench/results/eidola_E3.json")
+    e4 = S.get("E4")
+    if isinstance(e4, dict) and "error" not in e4:
+        row("eidola E4 target kernel time vs M (1024..32768), linear fits (eidolons/wait)",
+            "; ".join(f"{k}: R^2 {v['r2']}, {v['slope_ns_per_row']} ns/row" for k, v in e4.items()), "bench/results/eidola_E4.json")
+    tl = S.get("TL")
+    if isinstance(tl, dict) and "error" not in tl:
+        r4 = tl.get("real4", {})
+        row("eidola timelines + 4 real ranks co-resident on one GPU (peer pointers) vs replay",
+            f"replay kernel {tl.get('ideal', {}).get('kernel_ns')} ns (uniform 8 us), {tl.get('jitter', {}).get('kernel_ns')} ns (jitter); "
+            f"real ranks bitwise identical: {r4.get('ranks_bitwise_identical')}, rank 0 = replay reference: {r4.get('rank0_y_bitwise_equal_replay_reference')}",
+            "bench/results/eidola_TL.json, eidola_timeline_*.json/png")
+    ps = S.get("PASS")
+    if isinstance(ps, dict) and "error" not in ps:
+        row("eidola hbfcc flags pass on an uninstrumented spin kernel (64 blocks), flags-only and spin->monitor/mwait, engines a/b",
+            f"counts exact (reads = iterations x reads/iteration): {ps['all_counts_exact']}; "
+            + "; ".join(f"{x['variant']}/{x['engine']}: {x['flag_reads_thread']} reads" for x in ps["runs"][::max(1, len(ps['runs']) // 4)]),
+            "bench/results/eidola_PASS.json")
+    rg = S.get("REG")
+    if isinstance(rg, dict) and "error" not in rg:
+        row("eidola register_write from the device setup kernel vs from Python (4096 entries, random order)",
+            f"device registered {rg['device_registered']}; tables identical: {rg['tables_identical']}", "bench/results/eidola_REG.json")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
@@ -664,9 +735,15 @@ def main(argv=None) -> int:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--replot", action="store_true", help="only draw the PNGs from the JSONs in --out")
     ap.add_argument("--summary-only", action="store_true", help="only print the summary of --out")
+    ap.add_argument("--results-rows", action="store_true", help="print docs/RESULTS.md rows for --out")
+    ap.add_argument("--card", default="NVIDIA H200")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     out = Path(args.out)
+    if args.results_rows:
+        print(results_rows(out, date=time.strftime("%Y-%m-%d", time.gmtime()), card=args.card,
+                           command="python3 bench/eidola_experiments.py --out $OUT/res"))
+        return 0
     if args.summary_only:
         print("SUMMARY " + json.dumps(summary(out), default=_json_default))
         return 0
