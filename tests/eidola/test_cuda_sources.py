@@ -87,3 +87,27 @@ def test_extern_api_module_exports(tmp_path):
                  "__hb_eidola_mwait", "__hb_eidola_register_write", "__hb_eidola_kernel_enter",
                  "__hb_eidola_count_nonflag", "__hb_eidola_state"):
         assert name in text, name
+
+
+def test_gemv_shape_validation():
+    from hbfcommon.errors import ConfigError
+    s = E.GarShape(n_gpus=4, M=1024, Kl=2048, tiles=128)
+    assert s.tile_rows == 8
+    for bad in (dict(n_gpus=1, M=1024, Kl=2048, tiles=128), dict(n_gpus=4, M=1000, Kl=2048, tiles=128),
+                dict(n_gpus=4, M=1024, Kl=2046, tiles=128), dict(n_gpus=4, M=65536, Kl=2048, tiles=128)):
+        with pytest.raises(ConfigError):
+            E.GarShape(**bad)
+
+
+def test_state_mirror_matches_header_fields():
+    """Every u64/u32 field of hbf_eidola_state in the header appears in the Python mirror, in order."""
+    import re
+    text = (E.ROOT / "runtime_cuda/src/hbf_eidola.cuh").read_text()
+    body = text[text.index("typedef struct hbf_eidola_state {"):text.index("} hbf_eidola_state;")]
+    names = []
+    for line in body.splitlines()[1:]:
+        code = line.split("/*")[0]
+        m = re.match(r"\s*(u?int\d+_t|hbf_eidola_flag_range)\s+(.+);", code)
+        if m:
+            names += [n.strip().split("[")[0] for n in m.group(2).split(",")]
+    assert names == [f[0] for f in E.StateMirror._fields_]
