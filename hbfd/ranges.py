@@ -111,7 +111,7 @@ class RangeTable:
                  stream: int = 0, backing_offset: int = 0, label: str = "", flag_class: int = 0) -> Range:
         self.validate(base, length, mode, perms, page_bytes)
         media = 0 if mode == ctl.HBF_MODE_FLAG else self._alloc_media(length)
-        r = Range(self._next_id, base, length, mode, perms, PAGE if mode != ctl.HBF_MODE_FLAG else 4,
+        r = Range(self._next_id, base, length, mode, perms, PAGE,
                   stream, media, backing_offset, label, flag_class)
         self._next_id += 1
         bisect.insort(self._ranges, r, key=lambda x: x.base)
