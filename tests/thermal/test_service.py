@@ -118,3 +118,46 @@ def test_closed_loop_fast_path_equals_tick_by_tick(small_rom, policy):
     assert a["slow_ticks"] < b["slow_ticks"]
     if policy != "none":
         assert a["transitions"], "the scenario is hot enough to throttle"
+
+
+def test_daemon_plugins_build_from_a_shipped_profile():
+    from hbfd.profile import load_profile
+    from hbfd.reliability import make_refresh_service
+    from hbfd.services import RefreshService
+    from hbfd.thermal import make_service
+    p = load_profile("ocp-sg1")
+    th = make_service(p)                            # committed ROM, declared constant telemetry
+    rf = make_refresh_service(p)
+    assert isinstance(th, ThermalService) and isinstance(rf, RefreshService)
+    st = th.tick(0, 0.0)
+    assert rf.tick(0, st) == 0
+    for i in range(1, 21):
+        st = th.tick(i * 10 * MS, 0.3)
+        debt = rf.tick(i * 10 * MS, st)
+    assert th.ticks == 20 and st.hbf_max_c > p.thermal.ambient_c and debt == 0
+    sec = {"thermal": th.summary_section(), "refresh": rf.summary_section()}
+    json.dumps(sec)
+    assert sec["thermal"]["telemetry"]["kind"] == "constant"
+    assert sec["refresh"]["ledger"]["registered_blocks"] > 0 and sec["refresh"]["hazard_sweep"]
+
+
+def test_profile_without_declared_telemetry_is_refused():
+    import dataclasses
+
+    from hbfcommon.errors import ConfigError
+    from hbfd.profile import load_profile
+    from hbfd.thermal import make_service
+    p = load_profile("ocp-sg1")
+    p2 = dataclasses.replace(p, thermal=dataclasses.replace(p.thermal, telemetry=None))
+    with pytest.raises(ConfigError, match="declares no thermal telemetry"):
+        make_service(p2)
+
+
+def test_validate_cli_on_a_small_geometry(tmp_path, capsys, small_geometry_dict):
+    from hbfd.thermal.validate import main
+    g = tmp_path / "g.json"
+    g.write_text(json.dumps(small_geometry_dict))
+    assert main(["--geometry", str(g), "--seconds", "3", "--hankel-blocks", "40", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["pass"] and res["worst_error_k"] <= 0.02 and len(res["traces"]) == 3
+    assert res["python_control"]["max_markov_diff_k_per_w"] < 1e-9
