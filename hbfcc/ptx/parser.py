@@ -229,6 +229,10 @@ class _Parser:
             pos = m.end()
             if kind == "stmt":
                 s = m.group(kind)
+                if not pending and len(stack) > 1 and s[0] != "." and ":" not in s:
+                    # the common case: one plain instruction inside a body
+                    stack[-1].append(_parse_insn(s[:-1].rstrip(), ctx, line, start))
+                    continue
                 if pending:
                     pending.append(s[:-1])
                     st = " ".join(pending).strip()

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Iterable
 
 from .model import (
-    Address, ArgList, Block, Comment, Declarator, Directive, Function, Guard, Instruction, Label,
-    Module, Negated, Param, PredPair, Register, Sink, Statement, VarDecl, Vector,
+    Address, ArgList, Block, Comment, Declarator, Directive, Function, Guard, Immediate, Instruction,
+    Label, LabelRef, Module, Negated, Param, PredPair, Register, Sink, Statement, Symbol, VarDecl,
+    Vector,
 )
 
 __all__ = ["print_module", "print_function", "print_body", "format_instruction", "format_operand",
@@ -44,14 +45,35 @@ def format_operand(op) -> str:
     return str(op)  # Immediate, Symbol, LabelRef
 
 
+_mn_cache: dict = {}
+
+
 def format_instruction(ins: Instruction) -> str:
     """One instruction, without indentation, with the trailing ';'."""
     g = ins.guard
-    head = (("@!" if g.negated else "@") + g.reg.name + " ") if g is not None else ""
-    mn = ins.opcode if not ins.modifiers else ins.opcode + "." + ".".join(ins.modifiers)
-    if ins.operands:
-        return head + mn + " \t" + ", ".join([format_operand(o) for o in ins.operands]) + ";"
-    return head + mn + ";"
+    key = (ins.opcode, ins.modifiers)
+    mn = _mn_cache.get(key)
+    if mn is None:
+        mn = ins.opcode if not ins.modifiers else ins.opcode + "." + ".".join(ins.modifiers)
+        if len(_mn_cache) < 20000:
+            _mn_cache[key] = mn
+    if g is not None:
+        mn = ("@!" if g.negated else "@") + g.reg.name + " " + mn
+    ops = ins.operands
+    if not ops:
+        return mn + ";"
+    parts = []
+    for o in ops:
+        t = type(o)
+        if t is Register:
+            parts.append(o.name)
+        elif t is Immediate or t is Symbol or t is LabelRef:
+            parts.append(o.text if t is Immediate else o.name)
+        elif t is Address and o.coords is None and type(o.base) is Register:
+            parts.append("[" + o.base.name + "]" if not o.offset else f"[{o.base.name}+{o.offset}]")
+        else:
+            parts.append(format_operand(o))
+    return mn + " \t" + ", ".join(parts) + ";"
 
 
 def _join_tokens(toks: Iterable[str]) -> str:
@@ -66,6 +88,8 @@ def _join_tokens(toks: Iterable[str]) -> str:
 
 
 def format_directive(d: Directive) -> str:
+    if d.name == "loc" and len(d.args) == 3:
+        return ".loc " + " ".join(d.args)
     s = "." + d.name
     if d.args:
         s += " " + _join_tokens(d.args)
