@@ -71,6 +71,7 @@ _INT = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)[uU]?\Z")
 _ADDR_OFF = re.compile(r"([^+\-]*?)\s*([+-])\s*(.+)\Z", re.S)
 
 _BRANCH_OPS = frozenset({"bra", "brx"})
+_MAX_DEPTH = 256   # nested { } blocks; deeper input is refused (keeps walkers off the recursion limit)
 
 _SINK = Sink()
 _op_cache: dict[str, object] = {}
@@ -323,6 +324,8 @@ class _Parser:
                     continue
                 if len(stack) == 1:
                     raise ctx.error("'{' at top level without a function header", line, start)
+                if len(stack) > _MAX_DEPTH:
+                    raise ctx.error(f"blocks nested deeper than {_MAX_DEPTH}", line, start)
                 stack.append([])
                 ctx.scopes.append(set())
                 block_lines.append(line)

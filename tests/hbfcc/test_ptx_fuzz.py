@@ -111,3 +111,10 @@ def test_garbage_never_crashes(parts):
     s = "".join(parts)
     _check(".version 9.0\n.target sm_90a\n.address_size 64\n.entry k()\n{\n" + s + "\n}\n")
     _check(s)
+
+
+def test_deep_nesting_is_an_error_not_a_crash():
+    body = "{" * 5000 + "ret;" + "}" * 5000
+    _check(".version 9.0\n.target sm_90a\n.address_size 64\n.entry k()\n{\n" + body + "\n}\n")
+    ok = "{" * 200 + "ret;" + "}" * 200
+    _check(".version 9.0\n.target sm_90a\n.address_size 64\n.entry k()\n{\n" + ok + "\n}\n")
