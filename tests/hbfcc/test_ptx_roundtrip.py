@@ -341,3 +341,19 @@ def test_errors_carry_line_and_column(src, line, needle):
         assert e.fields["line"] == line, str(e)
     assert needle in str(e)
     assert str(e).startswith("bad.ptx:")
+
+
+def test_inspect_cli(tmp_path, capsys):
+    from hbfcc.ptx.__main__ import main
+    f = TRITON["spin_wait_inline_asm"]
+    assert main([str(f), "--check"]) == 0
+    assert "equal" in capsys.readouterr().out
+    assert main([str(f), "--cfg", "flag_wait_asm"]) == 0
+    out = capsys.readouterr().out
+    assert "[waitLoop]" in out and "EXIT" in out
+    assert main([str(f)]) == 0
+    assert "ld.global" in capsys.readouterr().out
+    bad = tmp_path / "bad.ptx"
+    bad.write_text(HDR + ".entry k()\n{\n\tmov.u32 %r1, #;\n}\n")
+    assert main([str(bad)]) == 2
+    assert "bad.ptx:6:" in capsys.readouterr().err
