@@ -55,8 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         d.start()
     except HbfError as e:
+        d.close()
         print(f"hbfd: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except BaseException:
+        d.close()
+        raise
     print(f"hbfd ready: profile {d.profile.name}, engine {d.engine.name}, socket {d.socket_path}", flush=True)
     rc = d.serve_forever()
     print(f"hbfd: summary written to {d.summary_path}", flush=True)

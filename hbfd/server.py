@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hbfcommon import ctl
-from hbfcommon.errors import DaemonError, ErrorCode, HbfError, RangeError
+from hbfcommon.errors import ConfigError, DaemonError, ErrorCode, HbfError
 from hbfcommon.status import RequestStatus
 from hbfd import knobs, services
 from hbfd.heartbeat import HeartbeatProcess
@@ -44,7 +44,11 @@ def _factory(choice: str, default: Callable[[Profile], Any], plugin: Callable[..
     ``module:factory``."""
     if ":" in choice:
         mod, fn = choice.split(":", 1)
-        return getattr(importlib.import_module(mod), fn)
+        try:
+            return getattr(importlib.import_module(mod), fn)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(f"cannot load the service factory {choice!r}: {e}", field="factory",
+                              value=choice) from e
     return lambda p: plugin(p, force=None if choice == "auto" else choice)
 
 
@@ -389,13 +393,13 @@ class Daemon:
         self._stop.set()
         if self._hb is not None and self._hb.alive():
             self._hb.stop()
-        if self._grpc is not None:
+        if self._grpc is not None:                  # only a daemon that bound the socket removes it
             self._grpc.stop(grace=2.0).wait(5)
             self._grpc = None
-        try:
-            self.socket_path.unlink()
-        except FileNotFoundError:
-            pass
+            try:
+                self.socket_path.unlink()
+            except FileNotFoundError:
+                pass
         for t in self._threads:
             t.join(timeout=1.0)
 

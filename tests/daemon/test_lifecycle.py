@@ -419,3 +419,19 @@ def test_deferred_completions_are_collected_when_the_ring_goes_quiet(tmp_path):
         assert all(drv.wait(t, timeout_s=5).status == ctl.HBF_ST_READY for t in ts)
     finally:
         h.stop()
+
+
+def test_bad_engine_factory_exits_2_and_leaves_nothing_behind(tmp_path):
+    h = start_hbfd(tmp_path, env={"HBFD_ENGINE": "engines:no_such_factory"}, wait=False)
+    assert h.proc.wait(30) == 2
+    assert "no_such_factory" in h.log.read_text()
+    assert not h.socket.exists()
+    time.sleep(0.2)
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            assert not (b"hbfd.heartbeat" in cmd and cmd[-2:-1] == [str(h.proc.pid).encode()]), \
+                "the heartbeat helper outlived a failed start"
