@@ -22,13 +22,14 @@ class Ftl:
         self.g = g
         self.ppb = g.pages_per_block
         self.bpp = g.blocks_per_plane
-        self.valid = np.zeros(g.blocks, np.int32)
-        self.pe = np.zeros(g.blocks, np.int32)
-        self.state = np.zeros(g.blocks, np.int8)
+        # per block, as plain lists (scalar updates in the program path are the hot loop)
+        self._valid = [0] * g.blocks
+        self._pe = [0] * g.blocks
+        self._state = bytearray(g.blocks)
         self._free: dict[int, deque] = {}
         self._open: dict[int, list[int]] = {}         # plane -> [block, next_page]
         self.l2p: dict[int, int] = {}                 # lpn -> ppn (block * ppb + page)
-        self.p2l: dict[int, np.ndarray] = {}          # block -> lpn per page (-1: invalid/unwritten)
+        self.p2l: dict[int, list[int]] = {}           # block -> lpn per page (-1: invalid/unwritten)
         self._gc_start = g.gc_start_blocks
         self._C, self._D, self._P = g.channels, g.dies_per_channel, g.planes_per_die
         self.host_programs = 0
@@ -36,6 +37,16 @@ class Ftl:
         self.gc_runs = 0
         self.erases = 0
         self._in_gc = False
+
+    @property
+    def valid(self) -> np.ndarray:
+        """Valid pages per block."""
+        return np.asarray(self._valid, np.int64)
+
+    @property
+    def pe(self) -> np.ndarray:
+        """Program/erase cycles per block."""
+        return np.asarray(self._pe, np.int64)
 
     def plane_of(self, lpn: int) -> int:
         C, D, P = self._C, self._D, self._P
@@ -55,13 +66,13 @@ class Ftl:
         op = self._open.get(plane)
         if op is None or op[1] == self.ppb:
             if op is not None:
-                self.state[op[0]] = CLOSED
+                self._state[op[0]] = CLOSED
             free = self._free_list(plane)
             if not free:
                 raise MediaError("no free block left in plane (GC could not keep up)", plane=plane)
             b = free.popleft()
-            self.state[b] = OPEN
-            self.p2l[b] = np.full(self.ppb, -1, np.int64)
+            self._state[b] = OPEN
+            self.p2l[b] = [-1] * self.ppb
             op = self._open[plane] = [b, 0]
         b, pg = op
         op[1] += 1
@@ -73,11 +84,11 @@ class Ftl:
         if old is not None:
             ob, opg = divmod(old, self.ppb)
             self.p2l[ob][opg] = -1
-            self.valid[ob] -= 1
+            self._valid[ob] -= 1
         self.l2p[lpn] = ppn
         b, pg = divmod(ppn, self.ppb)
         self.p2l[b][pg] = lpn
-        self.valid[b] += 1
+        self._valid[b] += 1
         return ppn
 
     def program(self, lpn: int) -> tuple[int, int, list[tuple[str, int]]]:
@@ -95,24 +106,22 @@ class Ftl:
         self._in_gc = True
         try:
             lo = plane * self.bpp
+            big = self.ppb + 1
             while self.free_blocks(plane) < self._gc_start:
-                st = self.state[lo:lo + self.bpp]
-                vc = np.where(st == CLOSED, self.valid[lo:lo + self.bpp], np.iinfo(np.int32).max)
-                v = int(np.argmin(vc))
-                if vc[v] >= self.ppb:
+                st, va = self._state, self._valid
+                victim = min(range(lo, lo + self.bpp), key=lambda b: va[b] if st[b] == CLOSED else big)
+                if self._state[victim] != CLOSED or self._valid[victim] >= self.ppb:
                     raise MediaError("GC found no block with an invalid page", plane=plane)
-                victim = lo + v
                 self.gc_runs += 1
-                lpns = self.p2l[victim]
-                for lpn in lpns[lpns >= 0].tolist():
+                for lpn in [x for x in self.p2l[victim] if x >= 0]:
                     self._place(int(lpn), plane)
                     self.gc_copies += 1
                     ops.append(("copyback", plane))
                 # erase
-                assert self.valid[victim] == 0
+                assert self._valid[victim] == 0
                 del self.p2l[victim]
-                self.state[victim] = FREE
-                self.pe[victim] += 1
+                self._state[victim] = FREE
+                self._pe[victim] += 1
                 self.erases += 1
                 self._free_list(plane).append(victim)
                 ops.append(("erase", plane))
@@ -139,7 +148,7 @@ class Ftl:
             seen += 1
         tot = 0
         for b, arr in self.p2l.items():
-            nv = int((arr >= 0).sum())
-            assert nv == self.valid[b], (b, nv, self.valid[b])
+            nv = sum(1 for x in arr if x >= 0)
+            assert nv == self._valid[b], (b, nv, self._valid[b])
             tot += nv
         assert tot == seen
