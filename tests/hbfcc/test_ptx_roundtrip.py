@@ -76,18 +76,35 @@ def test_cuda_roundtrip(name, cuda_ptx):
 
 
 @needs_ptxas
-def test_printed_corpus_assembles(cuda_ptx, tmp_path):
-    """Every printed module assembles with ptxas -arch=sm_90a (2 in parallel)."""
+def test_printed_corpus_assembles_to_identical_code(cuda_ptx, tmp_path):
+    """Every printed module assembles with ptxas -arch=sm_90a, and to the same code as the original:
+    every cubin section except debug info (SASS, .nv.info, constants, symbols) is byte-identical.
+    ptxas runs 2 at a time."""
     files = {**{f"triton/{k}": v for k, v in TRITON.items()}, **{f"cuda/{k}": v for k, v in cuda_ptx.items()}}
-    outs = []
+    jobs = []
     for name, p in files.items():
-        q = tmp_path / (name.replace("/", "__") + ".ptx")
+        stem = tmp_path / name.replace("/", "__")
+        q = stem.with_suffix(".printed.ptx")
         q.write_text(print_module(parse_module(p.read_text(), name)))
-        outs.append((name, q))
+        jobs.append((name, p, q, str(stem) + ".orig.cubin", str(stem) + ".printed.cubin"))
+
+    def run(job):
+        name, p, q, c1, c2 = job
+        r1 = ptx_corpus.run_ptxas(p, out=c1)
+        r2 = ptx_corpus.run_ptxas(q, out=c2)
+        if r2.returncode != 0:
+            return name, "printed PTX rejected: " + r2.stderr[-800:]
+        if r1.returncode != 0:
+            return name, "original PTX rejected: " + r1.stderr[-800:]
+        a, b = ptx_corpus.code_sections(Path(c1)), ptx_corpus.code_sections(Path(c2))
+        diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+        return name, (f"code sections differ: {diff}" if diff else None)
+
     with cf.ThreadPoolExecutor(max_workers=2) as ex:
-        results = list(ex.map(lambda nq: (nq[0], ptx_corpus.run_ptxas(nq[1])), outs))
-    bad = [(n, r.stderr[-800:]) for n, r in results if r.returncode != 0]
+        results = list(ex.map(run, jobs))
+    bad = [(n, why) for n, why in results if why]
     assert not bad, bad
+    assert len(results) >= 70
 
 
 # ---------------------------------------------------------------------------------------------
