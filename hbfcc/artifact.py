@@ -129,3 +129,50 @@ def write(doc: dict, path: Path) -> None:
 
 def store_path(store: Path, original_sha256: str) -> Path:
     return store / f"{original_sha256}.hbfcc.json"
+
+
+LINK_SCHEMA_ID = SCHEMA_ID + ".link"
+
+
+def resolve_link(module_docs: list[dict], *, output: str, argv: list[str]) -> dict:
+    """Admission across the modules of one device link (``-rdc``): a kernel that calls functions
+    defined in *other* modules is admitted when every function it reaches, in any module of the
+    link, was rewritten by hbfcc with nothing refused (greatest fixpoint, recursion allowed).
+    Functions defined nowhere in the link keep the kernel not admitted."""
+    from .passes.timing import SYSTEM_CALLS
+
+    funcs: dict[str, dict] = {}
+    for m in module_docs:
+        for f in m.get("kernels", []) + m.get("functions", []):
+            prev = funcs.get(f["name"])
+            base_ok = (not f["refused"] and "<indirect>" not in f.get("calls", [])
+                       and all(r.startswith("calls ") for r in f["not_admitted_reasons"]))
+            if prev is None:
+                funcs[f["name"]] = {"kind": f["kind"], "calls": set(f.get("calls", [])), "ok": base_ok,
+                                    "reasons": list(f["not_admitted_reasons"])}
+            else:
+                prev["calls"] |= set(f.get("calls", []))
+                prev["ok"] = prev["ok"] and base_ok
+    adm = {n: v["ok"] for n, v in funcs.items()}
+    why: dict[str, str] = {n: "; ".join(v["reasons"]) for n, v in funcs.items() if not v["ok"]}
+    changed = True
+    while changed:
+        changed = False
+        for n, v in funcs.items():
+            if not adm[n]:
+                continue
+            for c in v["calls"]:
+                if c in SYSTEM_CALLS:
+                    continue
+                if c not in adm:
+                    adm[n], why[n] = False, f"calls {c}, defined in no module of this link"
+                elif not adm[c]:
+                    adm[n], why[n] = False, f"calls {c}, which is not admitted"
+                else:
+                    continue
+                changed = True
+                break
+    kernels = [{"name": n, "admitted": adm[n], "reason": why.get(n, "")}
+               for n, v in sorted(funcs.items()) if v["kind"] == "entry"]
+    return {"schema": LINK_SCHEMA_ID, "schema_version": SCHEMA_VERSION, "output": output, "argv": argv,
+            "admitted": all(k["admitted"] for k in kernels), "kernels": kernels, "modules": module_docs}

@@ -357,6 +357,9 @@ def nvcc_main(args: list[str]) -> int:
                 docs.append(json.loads(p.read_text()))
             except ValueError:
                 pass
+        if not any(a in _COMPILE_ONLY for a in args):     # a link step (maybe compile + link)
+            _link_artifact(args, real, docs)
+            return 0
         out = _nvcc_output(args)
         if docs and out:
             combined = {"schema": artifact.SCHEMA_ID + ".nvcc", "schema_version": artifact.SCHEMA_VERSION,
@@ -366,6 +369,47 @@ def nvcc_main(args: list[str]) -> int:
         return 0
     finally:
         shutil.rmtree(sink, ignore_errors=True)
+
+
+_COMPILE_ONLY = ("-c", "--compile", "-ptx", "--ptx", "-cubin", "--cubin", "-fatbin", "--fatbin", "-E",
+                 "--preprocess", "-M", "-MM", "--generate-dependencies", "-lib", "--lib")
+
+
+def _link_inputs(args: Sequence[str]) -> list[str]:
+    """Object files an nvcc link command consumes (including those in --options-file files)."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("--options-file", "-optf") and i + 1 < len(args):
+            try:
+                out += _link_inputs(shlex.split(Path(args[i + 1]).read_text()))
+            except OSError:
+                pass
+            i += 2
+            continue
+        if not a.startswith("-") and a.endswith((".o", ".obj")):
+            out.append(a)
+        i += 1
+    return out
+
+
+def _link_artifact(args: Sequence[str], real: str, docs: list) -> None:
+    """After an nvcc link (or compile + link): resolve admission across the modules compiled by
+    this command (``docs``) and those of the input objects' artifacts."""
+    out = _nvcc_output(args) or "a.out"
+    docs = list(docs)
+    for o in _link_inputs(args):
+        p = Path(o + ".hbfcc.json")
+        if p.is_file():
+            try:
+                d = json.loads(p.read_text())
+            except ValueError:
+                continue
+            docs += d.get("modules", [d])
+    if docs:
+        artifact.write(artifact.resolve_link(docs, output=out, argv=[real] + list(args)),
+                       Path(out + ".hbfcc.json"))
 
 
 def rewrite_main(args: list[str]) -> int:

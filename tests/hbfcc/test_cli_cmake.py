@@ -29,7 +29,7 @@ def cmake_build(src: Path, build: Path, env: dict, *defs: str) -> None:
     return cp
 
 
-def check_saxpy_build(build: Path, cp) -> None:
+def check_saxpy_build(build: Path, cp, link_artifact: bool = True) -> None:
     objdir = build / "CMakeFiles" / "saxpy.dir"
     for name in ("saxpy.cu.o", "scale.cu.o"):
         check_object(objdir / name)
@@ -40,6 +40,12 @@ def check_saxpy_build(build: Path, cp) -> None:
     k = [k for m in doc["modules"] for k in m["kernels"]][0]
     assert k["external_calls"] == ["_Z5scalef"] and not k["admitted"]
     assert (build / "saxpy").is_file()       # nvlink accepted two modules carrying the weak helpers
+    if not link_artifact:     # the launcher only prefixes compile rules, not the device link
+        assert not (objdir / "cmake_device_link.o.hbfcc.json").exists()
+        return
+    # the device link resolves admission across the two modules
+    link = json.loads((objdir / "cmake_device_link.o.hbfcc.json").read_text())
+    assert link["kernels"] == [{"name": "_Z5saxpyifPKfPf", "admitted": True, "reason": ""}]
 
 
 def test_cmake_cudacxx(tmp_path):
@@ -53,7 +59,7 @@ def test_cmake_compiler_launcher(tmp_path):
     env = hbfcc_env(tmp_path, HBFCC_BASELINE=0, CUDACXX=U.tool("nvcc"))
     cp = cmake_build(PROJ, tmp_path / "b", env, f"-DCMAKE_CUDA_COMPILER_LAUNCHER={U.console('hbfcc')}")
     assert U.console("hbfcc") + " " in cp.stdout
-    check_saxpy_build(tmp_path / "b", cp)
+    check_saxpy_build(tmp_path / "b", cp, link_artifact=False)
 
 
 def test_findcuda_nvcc_executable(tmp_path):

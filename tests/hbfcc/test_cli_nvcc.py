@@ -84,6 +84,12 @@ __device__ float scale(float x) { return x * 2.0f + g_bias; }
     cp = run_hbfcc(["-arch=sm_90a", "-rdc=true", "a.cu", "b.cu", "-o", "app"], tmp_path)
     assert cp.returncode == 0, cp.stderr
     assert (tmp_path / "app").is_file()
+    # per module, k calls scale() in the other module: not admitted there ...
+    assert "NOT admitted" in cp.stderr and "_Z5scalef" in cp.stderr
+    # ... but the link resolves it: every function k reaches was rewritten with nothing refused
+    doc = json.loads((tmp_path / "app.hbfcc.json").read_text())
+    assert doc["schema"] == "hbfcc.admission.link"
+    assert doc["kernels"] == [{"name": "_Z1kPfi", "admitted": True, "reason": ""}] and doc["admitted"]
 
 
 def test_ptx_mode_output_is_rewritten(tmp_path):
