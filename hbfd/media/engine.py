@@ -751,6 +751,10 @@ class MediaEngine:
             "pe_max": int(self.ftl.pe.max()) if len(self.ftl.pe) else 0,
             "host_programs": self.ftl.host_programs,
             "write_amplification": self.ftl.write_amplification,
+            # bytes programmed (host + refresh programs and GC copies, 4 KiB each) per byte stored:
+            # > WAF when partial pages are flushed
+            "byte_write_amplification": ((self.ftl.host_programs + self.ftl.gc_copies) * PAGE_BYTES
+                                         / self.n["write_bytes"]) if self.n["write_bytes"] else None,
             "write_buffer_pages": len(self.buf),
             "undecided_transfers": 0 if self._dq is None else len(self._dq["ch"]),
             "mapped_pages": len(self.ftl.l2p),
