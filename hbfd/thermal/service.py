@@ -56,7 +56,7 @@ class ThermalRecorder:
         self.peak_hbf_c = -math.inf
 
     def sample(self, tick: int, temps: np.ndarray, hbf_max: float, gpu_power_w: float, d: Decision,
-               force: bool = False) -> None:
+               force: bool = False, measured: dict[str, float | None] | None = None) -> None:
         if not force and (tick + 1) % self.every:
             return
         if len(self.samples) >= self.max_samples:
@@ -64,7 +64,8 @@ class ThermalRecorder:
             return
         self.samples.append({"t_ns": (tick + 1) * self.dt_ns, "gpu_power_w": round(float(gpu_power_w), 3),
                              "hbf_max_c": round(float(hbf_max), 4), "mode": MODE_NAMES[d.mode], "q_ppm": d.q_ppm,
-                             "temps_c": {n: round(float(t), 4) for n, t in zip(self.names, temps)}})
+                             "temps_c": {n: round(float(t), 4) for n, t in zip(self.names, temps)},
+                             **({"measured_c": measured} if measured else {})})
 
     def account(self, mode: int, temps: np.ndarray, hbf_max: np.ndarray) -> None:
         """Ticks spent in ``mode`` with these end temperatures (n×q) and hottest HBF (n)."""
@@ -186,7 +187,8 @@ class PackageThermalService:
             for (tk, frm, to, tc) in self.policy.transitions[n_tr:]:
                 self.rec.transition(tk, frm, to, tc)
             self.rec.sample(self.ticks, temps, hbf_max, s.gpu_power_w, self._decision,
-                            force=len(self.policy.transitions) > n_tr)
+                            force=len(self.policy.transitions) > n_tr,
+                            measured={"gpu": s.gpu_temp_c, "hbm": s.hbm_temp_c})
             self.ticks += 1
             self._state = self._make_state(temps)
             if self._decision.mode == SHUTDOWN:
