@@ -540,8 +540,8 @@ class VarDecl:
 
     linkage:   (".extern",), (".visible",), (".weak",), (".common",) or ()
     space:     "reg", "local", "shared", "global", "const", "param", "tex", "sreg"
-    attrs:     other attributes in source order: ("align", "16"), ("ptr",), ("v4",) ... as pairs/singles
-               flattened into strings, e.g. (".align 16", ".v4")
+    attrs:     the other attributes between space and type, in source order, as strings:
+               (".align 16",), (".v4",), (".attribute(.managed)",)
     type:      ".b32", ".pred", ".u64", ".b8", ...
     decls:     the declared names
     """
