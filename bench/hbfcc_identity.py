@@ -4,7 +4,7 @@
 An nvcc-built CUDA program (vector/scalar/predicated/generic/volatile/acquire-release/atomic/
 cp.async/pointer-chasing kernels) is built twice: plain ``nvcc`` and ``hbfcc`` (the drop-in nvcc);
 a set of Triton 3.6 kernels (elementwise, softmax, cp.async-pipelined matmul, int atomics
-histogram, layer norm) is compiled twice: Triton's own ptxas, and ``TRITON_PTXAS_PATH=hbfcc-ptxas``.
+histogram, layer norm) is compiled twice: ``TRITON_PTXAS_PATH=<CUDA's ptxas>`` and ``TRITON_PTXAS_PATH=hbfcc-ptxas`` (same real ptxas).
 Both builds run on the same inputs; every output buffer is compared byte for byte. Nothing attaches
 the runtime, so the module globals ``__hb_state`` stay 0 and the helpers take their native path:
 an unbound module must compute exactly what the plain build computes. The instrumented builds are
@@ -312,6 +312,8 @@ def main() -> int:
         sh(["nvcc", "-std=c++17", "-O3", "-arch=compute_90a", "-rdc=true", "-ptx", "-Iruntime_cuda/include",
             "runtime_cuda/src/hbf_helpers.cu", "-o", helper], cwd=REPO)
     env["HBFCC_HELPER_PTX"] = str(helper)
+    real_ptxas = shutil.which("ptxas") or os.path.join(os.path.dirname(os.path.realpath(shutil.which("nvcc") or "")), "ptxas")
+    env["HBFCC_REAL_PTXAS"] = real_ptxas
     py = sys.executable
     # hbfcc / hbfcc-ptxas as executables (works without an installed venv)
     for name, sub in (("hbfcc", ""), ("hbfcc-ptxas", "ptxas ")):
@@ -330,6 +332,7 @@ def main() -> int:
     except OSError:
         smi = ""
     res["gpu"] = smi
+    res["real_ptxas"] = real_ptxas
     # ---- nvcc program ----------------------------------------------------------------------
     cu = work / "prog.cu"
     cu.write_text(CUDA_SRC)
@@ -364,11 +367,13 @@ def main() -> int:
         tsrc = work / "triton_kernels.py"
         tsrc.write_text(TRITON_SRC)
         outs = {}
-        for tag, extra in (("plain", {}), ("hbfcc", {"TRITON_PTXAS_PATH": str(hbfcc_ptxas)})):
+        # both builds use the same real ptxas (CUDA's, not Triton's bundled one): the only difference
+        # between them is the instrumentation
+        for tag, extra in (("plain", {"TRITON_PTXAS_PATH": real_ptxas}),
+                           ("hbfcc", {"TRITON_PTXAS_PATH": str(hbfcc_ptxas)})):
             d = work / f"triton_{tag}"
             d.mkdir()
             e = dict(env, TRITON_CACHE_DIR=str(work / f"tcache_{tag}"), **extra)
-            e.pop("TRITON_PTXAS_PATH", None) if tag == "plain" else None
             cp = sh([py, tsrc, d], env=e)
             outs[tag] = json.loads(cp.stdout.strip().splitlines()[-1])
         tri = {"ptxas_plain": outs["plain"]["ptxas"], "ptxas_hbfcc": outs["hbfcc"]["ptxas"], "outputs": {}}
