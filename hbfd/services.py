@@ -46,6 +46,11 @@ class ServiceEngine(Protocol):
     decided at submit); ``advance(now_ns)`` runs rare background events (GC, refresh) up to
     now_ns on the GPU clock; ``collect()`` returns every completion determined so far (each id
     exactly once); ``stats()`` is a JSON-able dict for the run summary.
+
+    The daemon calls ``submit``, ``advance(max arrival of the batch)``, ``collect`` for every batch
+    it finds in the ring, and one more ``collect`` on the first quiet scan after a submit (no new
+    requests in the ring): an engine that defers a decision until it has seen later arrivals must
+    decide everything it still holds on that call, or a waiting GPU thread never completes.
     """
 
     name: str
