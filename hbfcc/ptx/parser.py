@@ -66,8 +66,14 @@ _IDENT = re.compile(r"[A-Za-z_$][\w$]*\Z")
 _REG = re.compile(r"%[\w$]+(?:\.[\w$]+)?\Z")
 _IMM = re.compile(
     r"[-+]?(?:0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|0[xX][0-9a-fA-F]+[uU]?|0[bB][01]+[uU]?"
-    r"|\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+[uU]?)\Z")
-_INT = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)[uU]?\Z")
+    r"|\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|(?:0[0-7]*|[1-9]\d*)[uU]?)\Z")
+# integers as PTX writes them: hex, binary, octal (leading 0), decimal
+_INT = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]*|[1-9]\d*)[uU]?\Z")
+
+
+def _ival(t: str) -> int:
+    """Value of an integer token already checked with _INT."""
+    return int(Immediate(t).value)
 _ADDR_OFF = re.compile(r"([^+\-]*?)\s*([+-])\s*(.+)\Z", re.S)
 
 _BRANCH_OPS = frozenset({"bra", "brx"})
@@ -389,7 +395,7 @@ class _Parser:
         if d == ".address_size":
             if len(toks) != 2 or toks[1] not in ("32", "64"):
                 raise err(f"bad .address_size {' '.join(toks[1:])!r}")
-            header["address_size"] = int(toks[1])
+            header["address_size"] = int(toks[1])  # "32" or "64", checked above
             return
         if _HEADER.match(s):
             linkage, kind, name, rets, params, dirs = _parse_func_header(s, ctx, line, pos)
@@ -502,7 +508,7 @@ def _parse_param(toks: list[str], err) -> Param:
         if t == ".align":
             if i + 1 >= len(toks) or not _INT.match(toks[i + 1]):
                 raise err("expected a number after .align")
-            v = int(toks[i + 1].rstrip("uU"), 0)
+            v = _ival(toks[i + 1])
             if ptr_space is not None:
                 ptr_align = v
             else:
@@ -534,7 +540,7 @@ def _parse_param(toks: list[str], err) -> Param:
             continue
         if i + 2 >= len(toks) or not _INT.match(toks[i + 1]) or toks[i + 2] != "]":
             raise err("bad array dimension")
-        dims.append(int(toks[i + 1].rstrip("uU"), 0))
+        dims.append(_ival(toks[i + 1]))
         i += 3
     return Param(space, typ, name, align, tuple(dims), ptr_space, ptr_align)
 
@@ -556,7 +562,7 @@ def _parse_decl(toks: list[str], err, line: int) -> VarDecl:
         if t == ".align":
             if i + 1 >= len(toks) or not _INT.match(toks[i + 1]):
                 raise err("expected a number after .align")
-            attrs.append(f".align {int(toks[i + 1].rstrip('uU'), 0)}")
+            attrs.append(f".align {_ival(toks[i + 1])}")
             i += 2
             continue
         if t == ".attribute":
@@ -591,7 +597,7 @@ def _parse_decl(toks: list[str], err, line: int) -> VarDecl:
         if i < len(toks) and toks[i] == "<":
             if i + 2 >= len(toks) or not _INT.match(toks[i + 1]) or toks[i + 2] != ">":
                 raise err("bad register range <N>")
-            count = int(toks[i + 1].rstrip("uU"), 0)
+            count = _ival(toks[i + 1])
             i += 3
         while i < len(toks) and toks[i] == "[":
             if i + 1 < len(toks) and toks[i + 1] == "]":
@@ -600,7 +606,7 @@ def _parse_decl(toks: list[str], err, line: int) -> VarDecl:
                 continue
             if i + 2 >= len(toks) or not _INT.match(toks[i + 1]) or toks[i + 2] != "]":
                 raise err("bad array dimension")
-            dims.append(int(toks[i + 1].rstrip("uU"), 0))
+            dims.append(_ival(toks[i + 1]))
             i += 3
         if i < len(toks) and toks[i] == "=":
             j = i + 1
@@ -830,8 +836,7 @@ def _address(inner: str, ctx: _Ctx, line: int, pos: int):
     offset = 0
     base_t = inner
     if _INT.match(inner):
-        v = Immediate(inner).value
-        return Address(None, int(v), coords), cacheable
+        return Address(None, _ival(inner), coords), cacheable
     m = _ADDR_OFF.match(inner)
     if m is not None and m.group(1):
         base_t = m.group(1).strip()
@@ -843,7 +848,7 @@ def _address(inner: str, ctx: _Ctx, line: int, pos: int):
             off_t = "-" + off_t
         if not _INT.match(off_t):
             raise ctx.error(f"bad address offset in [{inner}]", line, pos)
-        offset = int(Immediate(off_t).value)
+        offset = _ival(off_t)
     if _REG.match(base_t):
         return Address(Register(base_t), offset, coords), cacheable
     if _IDENT.match(base_t):

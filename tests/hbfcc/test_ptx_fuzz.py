@@ -43,7 +43,8 @@ $L__BB0_1:
 SEEDS = [_HAND] + [_TRITON[n].read_text() for n in _SEED_NAMES if n in _TRITON]
 _VOCAB = [";", "{", "}", "[", "]", "(", ")", ",", "@", "!", "%r1", ".reg", '"', "/*", "*/", "//", ":",
           "|", "_", "0f3F800000", "-", "+", "\n", ".entry", ".func", "<", ">", "=", ".b32", "bra", "L:",
-          "0x", "$L__BB0_1", ".section", ".version 9.0", "::", ".", "\\", "#", "\x00", "1e999", "99999999999999999999"]
+          "0x", "$L__BB0_1", ".section", ".version 9.0", "::", ".", "\\", "#", "\x00", "1e999", "99999999999999999999",
+          "099", "010", "0x", "0b2", "1.", "-"]
 _TOK = re.compile(r"\s+|[\w$%.]+|.", re.S)
 
 
@@ -118,3 +119,11 @@ def test_deep_nesting_is_an_error_not_a_crash():
     _check(".version 9.0\n.target sm_90a\n.address_size 64\n.entry k()\n{\n" + body + "\n}\n")
     ok = "{" * 200 + "ret;" + "}" * 200
     _check(".version 9.0\n.target sm_90a\n.address_size 64\n.entry k()\n{\n" + ok + "\n}\n")
+
+
+def test_bad_integer_literals_are_ptx_errors():
+    hdr = ".version 9.0\n.target sm_90a\n.address_size 64\n"
+    for bad in (".global .align 09 .b8 a[4];", ".global .b8 a[099];", ".reg .b32 %r<08>;"):
+        _check(hdr + bad + "\n")
+    body = hdr + ".entry k()\n{\n\t.reg .b32 %r<2>;\n\tld.global.u32 %r1, [099];\n\tmov.u32 %r1, 09;\n}\n"
+    _check(body)
