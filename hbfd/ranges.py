@@ -1,4 +1,12 @@
-"""The range table: validation, media-space allocation, the sorted snapshot. Pure (no IO)."""
+"""The range table: validation, media-space allocation, the sorted snapshot. Pure (no IO).
+
+Timing and capacity ranges take any base and length (tensors from torch's caching allocator are
+512 B aligned, cuMemAlloc sub-buffers can be anywhere). Pages are modeled on the device address
+space: the media address of byte ``addr`` is ``media_offset + (addr - base)`` with
+``media_offset == base (mod PAGE)``, so in-page offsets and page boundaries are those of the device
+addresses. Each range owns the whole media pages it touches (``media_extent``): two ranges never
+share a media page, even when their device bytes share a 4 KiB device page.
+"""
 from __future__ import annotations
 
 import bisect
@@ -20,7 +28,7 @@ class Range:
     perms: int                # HBF_PERM_*
     page_bytes: int = PAGE
     stream: int = 0
-    media_offset: int = 0     # page-aligned, inside the profile capacity (timing/capacity)
+    media_offset: int = 0     # == base (mod page_bytes), inside the profile capacity (timing/capacity)
     backing_offset: int = 0
     label: str = ""
     flag_class: int = 0
@@ -29,10 +37,25 @@ class Range:
     def end(self) -> int:
         return self.base + self.length
 
+    @property
+    def media_extent(self) -> tuple[int, int]:
+        """[lo, hi): the whole media pages this range owns (page-aligned; empty for flag ranges)."""
+        if self.mode == ctl.HBF_MODE_FLAG:
+            return (0, 0)
+        p = self.page_bytes
+        lo = self.media_offset - self.media_offset % p
+        return lo, lo + _span_bytes(self.base, self.length, p)
+
     def as_dict(self) -> dict:
         d = self.__dict__.copy()
         d["mode_name"] = ctl.MODE_NAMES.get(self.mode, "?")
         return d
+
+
+def _span_bytes(base: int, length: int, page: int) -> int:
+    """Bytes of the whole pages that [base, base + length) touches."""
+    first = base - base % page
+    return -(-(base + length - first) // page) * page
 
 
 def _err(code: ErrorCode, msg: str, **fields) -> RangeError:
@@ -40,7 +63,7 @@ def _err(code: ErrorCode, msg: str, **fields) -> RangeError:
 
 
 class RangeTable:
-    """Non-overlapping ranges sorted by base; media space allocated first-fit, page-aligned."""
+    """Non-overlapping ranges sorted by base; media space allocated first-fit in whole pages."""
 
     def __init__(self, capacity_bytes: int, max_ranges: int = ctl.HBF_MAX_RANGES) -> None:
         self.capacity_bytes = capacity_bytes
@@ -81,10 +104,6 @@ class RangeTable:
             if page_bytes not in (0, PAGE):
                 raise _err(ErrorCode.RANGE_MISALIGNED, "page_bytes must be 4096 (the profile page)",
                            page_bytes=page_bytes)
-            if base % PAGE or length % PAGE:
-                raise _err(ErrorCode.RANGE_MISALIGNED,
-                           "timing and capacity ranges need page-aligned (4096 B) base and length",
-                           base=hex(base), length=length)
         i = bisect.bisect_left([r.base for r in self._ranges], base)
         for r in self._ranges[max(0, i - 1):i + 1]:
             if base < r.end and r.base < base + length:
@@ -94,23 +113,25 @@ class RangeTable:
         if len(self._ranges) >= self.max_ranges:
             raise _err(ErrorCode.RANGE_TABLE_FULL, f"the range table holds {self.max_ranges} ranges")
 
-    def _alloc_media(self, length: int) -> int:
-        extents = sorted((r.media_offset, r.media_offset + r.length) for r in self._ranges
-                         if r.mode != ctl.HBF_MODE_FLAG)
+    def _alloc_media(self, base: int, length: int) -> int:
+        """First-fit page-aligned extent for the whole pages [base, base+length) touches; returns
+        media_offset = extent start + base % PAGE (so media_offset == base mod PAGE)."""
+        need = _span_bytes(base, length, PAGE)
+        extents = sorted(r.media_extent for r in self._ranges if r.mode != ctl.HBF_MODE_FLAG)
         cur = 0
         for lo, hi in extents:
-            if lo - cur >= length:
-                return cur
+            if lo - cur >= need:
+                return cur + base % PAGE
             cur = max(cur, hi)
-        if self.capacity_bytes - cur >= length:
-            return cur
+        if self.capacity_bytes - cur >= need:
+            return cur + base % PAGE
         raise _err(ErrorCode.RANGE_TABLE_FULL, "the modeled stack has no free media space for this range",
-                   length=length, capacity_bytes=self.capacity_bytes, used_bytes=cur)
+                   length=length, pages_bytes=need, capacity_bytes=self.capacity_bytes, used_bytes=cur)
 
     def register(self, base: int, length: int, mode: int, perms: int, *, page_bytes: int = 0,
                  stream: int = 0, backing_offset: int = 0, label: str = "", flag_class: int = 0) -> Range:
         self.validate(base, length, mode, perms, page_bytes)
-        media = 0 if mode == ctl.HBF_MODE_FLAG else self._alloc_media(length)
+        media = 0 if mode == ctl.HBF_MODE_FLAG else self._alloc_media(base, length)
         r = Range(self._next_id, base, length, mode, perms, PAGE,
                   stream, media, backing_offset, label, flag_class)
         self._next_id += 1

@@ -147,7 +147,9 @@ typedef struct hbf_header {
 typedef struct hbf_range {
     uint64_t base;                 /* device virtual address */
     uint64_t length;               /* bytes */
-    uint64_t media_offset;         /* page-aligned offset in the modeled stack (not a GPU VA) */
+    uint64_t media_offset;         /* offset in the modeled stack (not a GPU VA); media_offset ==
+                                      base (mod page_bytes): any base/length is accepted, the range
+                                      owns the whole media pages it touches */
     uint32_t range_id;             /* nonzero, stable for the range's life */
     uint32_t mode;                 /* HBF_MODE_* */
     uint32_t perms;                /* HBF_PERM_* */
