@@ -24,6 +24,27 @@ __device__ unsigned int __hb_kslot_base;
 }
 
 #define HB_DEV static __device__ __forceinline__
+// Out-of-line pieces: `static __device__ __noinline__`, called only through HB_OOL (below).
+#define HB_OOL_FN static __device__ __noinline__
+
+// Register budget (the native-path cost). A kernel's register count is the maximum over its call
+// graph, and for a DIRECT call ptxas (whole-program mode, which is how hbfcc-linked modules are
+// assembled) allocates the callee's registers disjoint from the caller's values that live across
+// the call: the register needs of a call chain ADD UP, so one heavy function anywhere below
+// __hb_issue raised a 16-register streaming kernel to 84. HB_OOL(fn)(args) calls fn through a
+// pointer that ptxas cannot see through (an empty asm on it): an indirect call uses the ABI
+// calling convention (callee-saved registers saved in the callee's prologue, i.e. on the in-range
+// path only), so the heavy pieces no longer stack on the kernel's live values and each one only
+// needs its own registers. Every out-of-line piece is reached this way; the exported __hb_*
+// functions hbfcc calls directly are kept tiny (inactive lane / detached / fast reject, then one
+// HB_OOL call). Definitions must precede their uses: hbfcc's textual linker renames the helper
+// module's internal functions and does not rename PTX forward declarations.
+template <typename F>
+static __device__ __forceinline__ F* hb_ool(F* f) {
+    asm volatile("" : "+l"(f));
+    return f;
+}
+#define HB_OOL(fn) (*hb_ool(&(fn)))
 // A single modeled wait longer than this is a model bug: TIMEOUT instead of a hang.
 #define HBF_MAX_WAIT_NS 10000000000ull
 
@@ -84,7 +105,7 @@ HB_DEV hbf_kernel_counters* hb_kslot(hbf_device_state* st, uint32_t site) {
 // ------------------------------------------------------------------------------------------
 // Failure: record (device state + control-region header.device_failure), then end the run.
 // ------------------------------------------------------------------------------------------
-static __device__ __noinline__ void hb_fail(hbf_device_state* st, uint32_t status, uint32_t site,
+HB_OOL_FN void hb_fail(hbf_device_state* st, uint32_t status, uint32_t site,
                                             uint64_t addr) {
     const unsigned long long word = ((unsigned long long)status << 32) | site;
     if (atomicCAS((unsigned long long*)&st->failure, 0ull, word) == 0ull) {
@@ -144,7 +165,7 @@ HB_DEV uint64_t hb_pack_thermal(uint32_t q, uint32_t adm, uint32_t mode, uint64_
            (1ull << 23) | ((((now >> 10) & ((1ull << 40) - 1ull))) << 24);
 }
 
-static __device__ __noinline__ uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
+HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
                                                         uint64_t now) {
     uint32_t q = 1000000u, adm = 1u, mode = HBF_TH_NORMAL;
     if (c != nullptr) {
@@ -178,37 +199,45 @@ HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint
         const uint64_t age_us = (((now >> 10) - HBF_THC_STAMP(w)) & ((1ull << 40) - 1ull));
         if ((age_us << 10) <= st->thermal_max_age_ns) return w;
     }
-    return hb_thermal_read(st, c, now);
+    return HB_OOL(hb_thermal_read)(st, c, now);
 }
 
 // Admission: Normal/Light admit; Severe withholds (spin-wait with backoff until it reopens,
 // counted); Shutdown -> THERMAL_SHUTDOWN (terminal). Returns the snapshot used for the reservation.
-static __device__ __noinline__ uint64_t hb_admit(hbf_device_state* st, const hbf_ctl* c,
-                                                 uint64_t now, uint32_t site, uint64_t addr) {
-    uint64_t w = hb_thermal_snapshot(st, c, now);
-    if (HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) hb_fail(st, HBF_ST_THERMAL_SHUTDOWN, site, addr);
-    if (HBF_THC_ADM(w)) return w;
+// Severe: admission withheld until it reopens (counted), or a terminal state.
+HB_OOL_FN uint64_t hb_admit_withheld(hbf_device_state* st, const hbf_ctl* c, uint64_t now,
+                                     uint32_t site, uint64_t addr) {
+    uint64_t w;
     hbf_kernel_counters* ks = hb_kslot(st, site);
     atomicAdd((unsigned long long*)&ks->thermal_waits, 1ull);
     const uint64_t t0 = now;
     uint32_t backoff = 256;
     hb_live lv;
     if (c != nullptr) hb_live_init(lv, c, now);
+#pragma unroll 1
     for (;;) {
         hb_sleep(backoff);
         backoff = backoff < 65536u ? backoff * 2u : 65536u;
         const uint64_t t = hb_now();
         if (c != nullptr) {
             const uint32_t s = hb_live_check(st, lv, c, t);
-            if (s != 0u && s != HBF_ST_TIMEOUT) hb_fail(st, s, site, addr);
+            if (s != 0u && s != HBF_ST_TIMEOUT) HB_OOL(hb_fail)(st, s, site, addr);
         }
-        w = hb_thermal_read(st, c, t);
-        if (HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) hb_fail(st, HBF_ST_THERMAL_SHUTDOWN, site, addr);
+        w = HB_OOL(hb_thermal_read)(st, c, t);
+        if (HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) HB_OOL(hb_fail)(st, HBF_ST_THERMAL_SHUTDOWN, site, addr);
         if (HBF_THC_ADM(w)) {
             atomicAdd((unsigned long long*)&ks->thermal_wait_ns, (unsigned long long)(t - t0));
             return w;
         }
     }
+}
+
+HB_OOL_FN uint64_t hb_admit(hbf_device_state* st, const hbf_ctl* c, uint64_t now, uint32_t site,
+                            uint64_t addr) {
+    const uint64_t w = hb_thermal_snapshot(st, c, now);
+    if (HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) HB_OOL(hb_fail)(st, HBF_ST_THERMAL_SHUTDOWN, site, addr);
+    if (HBF_THC_ADM(w)) return w;
+    return HB_OOL(hb_admit_withheld)(st, c, now, site, addr);
 }
 
 // Refresh debt: one quantum per admission, claimed as soon as the published debt exceeds what
@@ -264,6 +293,7 @@ HB_DEV uint64_t hb_curve_ns(const hbf_media_params& m, uint64_t bytes) {
     const uint64_t pages = hb_ceil_div(bytes, m.page_bytes ? m.page_bytes : 4096u);
     if (pages <= m.curve_pages[0])
         return m.curve_pages[0] ? hb_ceil_div(m.curve_cum_ns[0] * pages, m.curve_pages[0]) : m.curve_cum_ns[0];
+#pragma unroll 1
     for (uint32_t i = 1; i < n; ++i) {
         if (pages <= m.curve_pages[i]) {
             const uint64_t x0 = m.curve_pages[i - 1], x1 = m.curve_pages[i];
@@ -277,7 +307,7 @@ HB_DEV uint64_t hb_curve_ns(const hbf_media_params& m, uint64_t bytes) {
     return y1 + (x1 > x0 ? hb_ceil_div((y1 - y0) * (pages - x1), x1 - x0) : 0ull);
 }
 
-static __device__ __noinline__ uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
+HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
                                                       uint64_t bytes, uint32_t op, uint32_t q,
                                                       uint64_t rbytes, uint64_t now) {
     const hbf_media_params& m = st->media;
@@ -316,29 +346,34 @@ static __device__ __noinline__ uint64_t hb_fast_model(hbf_device_state* st, uint
     return done;
 }
 
+// The ring is full: wait until the slot's previous ticket has been consumed (daemon liveness checked).
+HB_OOL_FN void hb_ref_slot_wait(hbf_device_state* st, hbf_ctl* c, uint32_t slot, uint64_t need,
+                                uint32_t site, uint64_t addr, uint64_t now) {
+    uint32_t backoff = 32;
+    hb_live lv;
+    hb_live_init(lv, c, now);
+    uint32_t it = 0;
+#pragma unroll 1
+    while (hb_ld_acq_sys(&c->completions[slot].consumed) < need) {
+        hb_sleep(backoff);
+        backoff = backoff < (uint32_t)st->backoff_max_ns ? backoff * 2u : (uint32_t)st->backoff_max_ns;
+        if ((++it & 7u) == 0u) {
+            const uint32_t s = hb_live_check(st, lv, c, hb_now());
+            if (s != 0u) HB_OOL(hb_fail)(st, s, site, addr);
+        }
+    }
+}
+
 // Reference path: ticket from a GPU-only atomicAdd on ring_head, slot reuse gated by `consumed`,
 // payload written, then seq = ticket + 1 with st.release.sys.
-static __device__ __noinline__ uint64_t hb_ref_issue(hbf_device_state* st, hbf_ctl* c, uint64_t addr,
+HB_OOL_FN uint64_t hb_ref_issue(hbf_device_state* st, hbf_ctl* c, uint64_t addr,
                                                      uint64_t media_addr, uint32_t bytes, uint32_t op,
                                                      uint32_t range_id, uint32_t site, uint32_t flags,
                                                      uint64_t now) {
     const uint64_t ticket = atomicAdd((unsigned long long*)&c->header.ring_head, 1ull);
     const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
-    if (ticket >= HBF_RING_SLOTS) {
-        const uint64_t need = ticket - HBF_RING_SLOTS + 1ull;
-        uint32_t backoff = 32;
-        hb_live lv;
-        hb_live_init(lv, c, now);
-        uint32_t it = 0;
-        while (hb_ld_acq_sys(&c->completions[slot].consumed) < need) {
-            hb_sleep(backoff);
-            backoff = backoff < (uint32_t)st->backoff_max_ns ? backoff * 2u : (uint32_t)st->backoff_max_ns;
-            if ((++it & 7u) == 0u) {
-                const uint32_t s = hb_live_check(st, lv, c, hb_now());
-                if (s != 0u) hb_fail(st, s, site, addr);
-            }
-        }
-    }
+    if (ticket >= HBF_RING_SLOTS)
+        HB_OOL(hb_ref_slot_wait)(st, c, slot, ticket - HBF_RING_SLOTS + 1ull, site, addr, now);
     hbf_request* r = &c->ring[slot];
     hb_st_vol(&r->arrival_ns, now);
     hb_st_vol(&r->address, addr);
@@ -403,18 +438,64 @@ HB_DEV uint64_t hb_warp_sum(uint32_t mask, uint64_t v) {
 }
 HB_DEV uint32_t hb_sat32(uint64_t v) { return v > 0xFFFFFFFFull ? 0xFFFFFFFFu : (uint32_t)v; }
 
+// The group leader's request: admission (thermal snapshot before the reservation), timing source,
+// refresh claim. Returns the future; out[0] = request bytes, out[1] = modeled ns (0 for a ticket).
+HB_OOL_FN unsigned long long hb_group_request(hbf_device_state* st, const hbf_dev_range* r, uint64_t media,
+                                              uint32_t off, uint32_t gmin, uint32_t gmax, uint32_t flags,
+                                              uint32_t site, uint64_t addr, uint64_t t0, uint64_t* out) {
+    const uint32_t op = flags & HBF_F_OP_MASK;
+    unsigned long long fut = 0ull;
+    out[1] = 0ull;
+    hbf_ctl* c = (hbf_ctl*)st->ctl;
+    const uint64_t g = (op == HBF_OP_STORE) ? 1u : (st->media.read_granularity ? st->media.read_granularity : 64u);
+    const uint64_t b0 = ((uint64_t)gmin / g) * g;
+    const uint64_t req_bytes = hb_ceil_div((uint64_t)gmax, g) * g - b0;
+    const uint64_t gaddr = media - off + b0;  // media address of the group's first granule
+    const uint64_t w = HB_OOL(hb_admit)(st, c, t0, site, addr);   // thermal snapshot before the reservation
+    const uint32_t q = HBF_THC_Q(w);
+    const uint32_t src = st->timing_source;
+    if (src == HBF_SRC_REFERENCE) {
+        if (c == nullptr) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
+        // thermal service fraction and refresh are applied by hbfd's media model (once)
+        fut = HB_OOL(hb_ref_issue)(st, c, r->base + (gaddr - r->media_offset), gaddr, (uint32_t)req_bytes, op,
+                           r->range_id, site, flags, t0);
+    } else {
+        const uint64_t rbytes = hb_claim_refresh(st, site);
+        uint64_t deadline;
+        if (src == HBF_SRC_FAST) {
+            deadline = HB_OOL(hb_fast_model)(st, gaddr, req_bytes, op, q, rbytes, t0);
+        } else {
+            uint64_t s;
+            if (src == HBF_SRC_CURVE) {
+                s = (op == HBF_OP_STORE) ? st->media.curve_write_ns : hb_curve_ns(st->media, req_bytes);
+            } else {  // HBF_SRC_FIXED
+                s = (op == HBF_OP_STORE) ? st->media.fixed_write_ns
+                    : (op == HBF_OP_ATOMIC ? st->media.fixed_read_ns + st->media.fixed_write_ns
+                                            : st->media.fixed_read_ns);
+            }
+            s += hb_refresh_service(st->media, rbytes);
+            deadline = t0 + hb_thermal_scale(s, q);
+        }
+        if (deadline <= t0) deadline = t0 + 1ull;  // a zero service still yields a valid future
+        out[1] = deadline - t0;
+        fut = deadline;
+    }
+    out[0] = req_bytes;
+    return fut;
+}
+
 // The in-range path. All hitting lanes of the warp reach the aggregation together.
-static __device__ __noinline__ unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
+HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
                                                                 uint32_t bytes, uint32_t flags,
                                                                 uint32_t site, uint64_t t0) {
     const uint32_t op = flags & HBF_F_OP_MASK;
     hbf_dev_range r;
     const int cls = hb_classify(st, addr, bytes, r);
     if (cls == HB_NATIVE) return 0ull;
-    if (cls == HB_PARTIAL) hb_fail(st, HBF_ST_UNSUPPORTED, site, addr);
-    if ((r.perms & hb_perm_needed(op)) == 0u) hb_fail(st, HBF_ST_UNSUPPORTED, site, addr);
+    if (cls == HB_PARTIAL) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
+    if ((r.perms & hb_perm_needed(op)) == 0u) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
     if (r.mode == HBF_MODE_FLAG) return HBF_EIDOLA_FLAG_ACCESS(st, r, addr, bytes, flags, site);
-    if (r.mode != HBF_MODE_TIMING) hb_fail(st, HBF_ST_UNSUPPORTED, site, addr);  // capacity: not this ABI
+    if (r.mode != HBF_MODE_TIMING) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);  // capacity: not this ABI
 
     // --- warp aggregation: one request per page group, made by the group's leader ---
     const uint32_t mask = __activemask();
@@ -430,40 +511,10 @@ static __device__ __noinline__ unsigned long long hb_issue_slow(hbf_device_state
     unsigned long long fut = 0ull;
     uint64_t req_bytes = 0, modeled = 0;
     if (lane == leader) {
-        hbf_ctl* c = (hbf_ctl*)st->ctl;
-        const uint64_t g = (op == HBF_OP_STORE) ? 1u : (st->media.read_granularity ? st->media.read_granularity : 64u);
-        const uint64_t b0 = ((uint64_t)gmin / g) * g;
-        req_bytes = hb_ceil_div((uint64_t)gmax, g) * g - b0;
-        const uint64_t gaddr = media - off + b0;  // media address of the group's first granule
-        const uint64_t w = hb_admit(st, c, t0, site, addr);   // thermal snapshot before the reservation
-        const uint32_t q = HBF_THC_Q(w);
-        const uint32_t src = st->timing_source;
-        if (src == HBF_SRC_REFERENCE) {
-            if (c == nullptr) hb_fail(st, HBF_ST_UNSUPPORTED, site, addr);
-            // thermal service fraction and refresh are applied by hbfd's media model (once)
-            fut = hb_ref_issue(st, c, r.base + (gaddr - r.media_offset), gaddr, (uint32_t)req_bytes, op,
-                               r.range_id, site, flags, t0);
-        } else {
-            const uint64_t rbytes = hb_claim_refresh(st, site);
-            uint64_t deadline;
-            if (src == HBF_SRC_FAST) {
-                deadline = hb_fast_model(st, gaddr, req_bytes, op, q, rbytes, t0);
-            } else {
-                uint64_t s;
-                if (src == HBF_SRC_CURVE) {
-                    s = (op == HBF_OP_STORE) ? st->media.curve_write_ns : hb_curve_ns(st->media, req_bytes);
-                } else {  // HBF_SRC_FIXED
-                    s = (op == HBF_OP_STORE) ? st->media.fixed_write_ns
-                        : (op == HBF_OP_ATOMIC ? st->media.fixed_read_ns + st->media.fixed_write_ns
-                                                : st->media.fixed_read_ns);
-                }
-                s += hb_refresh_service(st->media, rbytes);
-                deadline = t0 + hb_thermal_scale(s, q);
-            }
-            if (deadline <= t0) deadline = t0 + 1ull;  // a zero service still yields a valid future
-            modeled = deadline - t0;
-            fut = deadline;
-        }
+        uint64_t out[2];
+        fut = HB_OOL(hb_group_request)(st, &r, media, off, gmin, gmax, flags, site, addr, t0, out);
+        req_bytes = out[0];
+        modeled = out[1];
     }
     fut = __shfl_sync(grp, fut, leader);
 
@@ -500,34 +551,41 @@ HB_DEV uint64_t hb_wait_until(uint64_t deadline) {
     return t;
 }
 
-// Poll the ticket's completion slot; returns the deadline arrival + modeled_ns (READY only).
-static __device__ __noinline__ uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket,
-                                                           uint32_t site) {
-    hbf_ctl* c = (hbf_ctl*)st->ctl;
-    const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
-    hbf_completion* cp = &c->completions[slot];
-    const uint64_t want = ticket + 1ull;
+// Polls until the completion of `want - 1` is posted (returns 1), or finds the slot already reused
+// by a later ticket (returns 0); a dead daemon / terminal state without a posted completion fails.
+HB_OOL_FN uint32_t hb_ticket_poll(hbf_device_state* st, hbf_ctl* c, hbf_completion* cp, uint64_t want,
+                                  uint32_t site) {
     const uint32_t cap = st->backoff_max_ns ? (uint32_t)st->backoff_max_ns : 8192u;
     uint32_t backoff = cap < 512u ? cap : 512u;   // a host round trip is several us: no faster first poll
     hb_live lv;
     hb_live_init(lv, c, hb_now());
     uint32_t it = 0;
+#pragma unroll 1
     for (;;) {
         const uint64_t sq = hb_ld_acq_sys(&cp->seq);
-        if (sq == want) break;
+        if (sq == want) return 1u;
         // A later ticket already reuses the slot: this completion was consumed by an earlier wait on
         // the same future (a wait on several paths), which spun to its deadline; nothing is left to wait.
-        if (sq > want) return 0ull;
+        if (sq > want) return 0u;
         hb_sleep(backoff);
         backoff = backoff < cap ? backoff * 2u : cap;
         if ((++it & 7u) == 0u) {
             const uint32_t s = hb_live_check(st, lv, c, hb_now());
             if (s != 0u) {
-                if (hb_ld_acq_sys(&cp->seq) == want) break;  // posted terminal completion wins
-                hb_fail(st, s, site, ticket);
+                if (hb_ld_acq_sys(&cp->seq) == want) return 1u;  // posted terminal completion wins
+                HB_OOL(hb_fail)(st, s, site, want - 1ull);
             }
         }
     }
+}
+
+// Poll the ticket's completion slot; returns the deadline arrival + modeled_ns (READY only).
+HB_OOL_FN uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket, uint32_t site) {
+    hbf_ctl* c = (hbf_ctl*)st->ctl;
+    const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
+    hbf_completion* cp = &c->completions[slot];
+    const uint64_t want = ticket + 1ull;
+    if (HB_OOL(hb_ticket_poll)(st, c, cp, want, site) == 0u) return 0ull;
     const uint32_t status = hb_ld_vol32(&cp->status);
     const uint64_t arrival = hb_ld_vol(&cp->arrival_ns);
     const uint64_t modeled = hb_ld_vol(&cp->modeled_ns);
@@ -536,7 +594,7 @@ static __device__ __noinline__ uint64_t hb_ticket_deadline(hbf_device_state* st,
     hb_st_rel_sys(&cp->consumed, want);
     hbf_kernel_counters* ks = hb_kslot(st, site);
     atomicAdd((unsigned long long*)&ks->status[status & (HBF_N_STATUS - 1u)], 1ull);
-    if (status != HBF_ST_READY) hb_fail(st, status, site, ticket);
+    if (status != HBF_ST_READY) HB_OOL(hb_fail)(st, status, site, ticket);
     atomicAdd((unsigned long long*)&ks->ops[op].modeled_ns, (unsigned long long)modeled);
     atomicAdd((unsigned long long*)&ks->ops[op].service_ns, (unsigned long long)service);
     return arrival + modeled;
@@ -545,25 +603,10 @@ static __device__ __noinline__ uint64_t hb_ticket_deadline(hbf_device_state* st,
 // ------------------------------------------------------------------------------------------
 // The ABI (hbf_abi.h)
 // ------------------------------------------------------------------------------------------
-extern "C" __device__ __noinline__ unsigned long long __hb_issue(unsigned long long addr, unsigned int bytes,
-                                                                 unsigned int flags, unsigned int site) {
-    if ((flags & HBF_F_ACTIVE) == 0u) return 0ull;
-    // The issue time is taken before any memory access of the helper: the two dependent loads
-    // below cost ~600 ns on the H200 when they miss L1, and the modeled service starts at issue.
-    const uint64_t t0 = hb_now();
-    const unsigned long long sp = __hb_state;
-    if (sp == 0ull) return 0ull;
-    const ulonglong2 b = __ldg((const ulonglong2*)sp);  // {lo, span}
-    if (addr - b.x >= b.y && bytes <= HBF_DEV_GUARD_BYTES) return 0ull;
-    return hb_issue_slow((hbf_device_state*)sp, addr, bytes, flags, site, t0);
-}
 
-extern "C" __device__ __noinline__ void __hb_wait(unsigned long long fut, unsigned int site) {
-    if (fut == 0ull) return;
-    const unsigned long long sp = __hb_state;
-    if (sp == 0ull) return;
-    hbf_device_state* st = (hbf_device_state*)sp;
-    const uint64_t t_in = hb_now();
+// The waiting side of __hb_wait (a nonzero future of an attached module).
+HB_OOL_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsigned int site,
+                            uint64_t t_in) {
     uint64_t deadline;
     if (fut & HBF_FUTURE_TICKET_BIT) {
         // one poller per ticket in the warp; the others receive the deadline
@@ -571,12 +614,12 @@ extern "C" __device__ __noinline__ void __hb_wait(unsigned long long fut, unsign
         const uint32_t g = __match_any_sync(m, fut);
         const uint32_t leader = (uint32_t)(__ffs(g) - 1);
         uint64_t d = 0;
-        if (hb_laneid() == leader) d = hb_ticket_deadline(st, fut & ~HBF_FUTURE_TICKET_BIT, site);
+        if (hb_laneid() == leader) d = HB_OOL(hb_ticket_deadline)(st, fut & ~HBF_FUTURE_TICKET_BIT, site);
         deadline = __shfl_sync(g, d, leader);
     } else {
         deadline = fut;
     }
-    if (deadline > t_in + HBF_MAX_WAIT_NS) hb_fail(st, HBF_ST_TIMEOUT, site, deadline);  // never hang
+    if (deadline > t_in + HBF_MAX_WAIT_NS) HB_OOL(hb_fail)(st, HBF_ST_TIMEOUT, site, deadline);  // never hang
     const uint64_t t_out = hb_wait_until(deadline);
     const uint32_t mask = __activemask();
     const uint32_t wall = __reduce_max_sync(mask, hb_sat32(t_out - t_in));
@@ -589,20 +632,46 @@ extern "C" __device__ __noinline__ void __hb_wait(unsigned long long fut, unsign
     }
 }
 
+// A ticket involved in a join: resolve the tickets now (their deadlines are then plain deadlines).
+HB_OOL_FN unsigned long long hb_join_slow(hbf_device_state* st, unsigned long long a,
+                                          unsigned long long b) {
+    const bool ta = (a & HBF_FUTURE_TICKET_BIT) != 0ull, tb = (b & HBF_FUTURE_TICKET_BIT) != 0ull;
+    const uint64_t da = ta ? HB_OOL(hb_ticket_deadline)(st, a & ~HBF_FUTURE_TICKET_BIT, 0xFFFFu) : a;
+    const uint64_t db = tb ? HB_OOL(hb_ticket_deadline)(st, b & ~HBF_FUTURE_TICKET_BIT, 0xFFFFu) : b;
+    const uint64_t d = da > db ? da : db;
+    return d ? d : 1ull;
+}
+
+extern "C" __device__ __noinline__ unsigned long long __hb_issue(unsigned long long addr, unsigned int bytes,
+                                                                 unsigned int flags, unsigned int site) {
+    if ((flags & HBF_F_ACTIVE) == 0u) return 0ull;
+    // The issue time is taken before any memory access of the helper: the two dependent loads
+    // below cost ~600 ns on the H200 when they miss L1, and the modeled service starts at issue.
+    const uint64_t t0 = hb_now();
+    const unsigned long long sp = __hb_state;
+    if (sp == 0ull) return 0ull;
+    const ulonglong2 b = __ldg((const ulonglong2*)sp);  // {lo, span}
+    if (addr - b.x >= b.y && bytes <= HBF_DEV_GUARD_BYTES) return 0ull;
+    return HB_OOL(hb_issue_slow)((hbf_device_state*)sp, addr, bytes, flags, site, t0);
+}
+
+extern "C" __device__ __noinline__ void __hb_wait(unsigned long long fut, unsigned int site) {
+    if (fut == 0ull) return;
+    const unsigned long long sp = __hb_state;
+    if (sp == 0ull) return;
+    const uint64_t t_in = hb_now();
+    HB_OOL(hb_wait_slow)((hbf_device_state*)sp, fut, site, t_in);
+}
+
 extern "C" __device__ __noinline__ unsigned long long __hb_future_join(unsigned long long a,
                                                                        unsigned long long b) {
     if (a == 0ull) return b;
     if (b == 0ull) return a;
-    const bool ta = (a & HBF_FUTURE_TICKET_BIT) != 0ull, tb = (b & HBF_FUTURE_TICKET_BIT) != 0ull;
-    if (!ta && !tb) return a > b ? a : b;
-    // a ticket involved: resolve the tickets now (their deadlines are then plain deadlines)
+    const unsigned long long mx = a > b ? a : b;
+    if (((a | b) & HBF_FUTURE_TICKET_BIT) == 0ull) return mx;  // two deadlines: the later one
     const unsigned long long sp = __hb_state;
-    if (sp == 0ull) return a > b ? a : b;
-    hbf_device_state* st = (hbf_device_state*)sp;
-    const uint64_t da = ta ? hb_ticket_deadline(st, a & ~HBF_FUTURE_TICKET_BIT, 0xFFFFu) : a;
-    const uint64_t db = tb ? hb_ticket_deadline(st, b & ~HBF_FUTURE_TICKET_BIT, 0xFFFFu) : b;
-    const uint64_t d = da > db ? da : db;
-    return d ? d : 1ull;
+    if (sp == 0ull) return mx;
+    return HB_OOL(hb_join_slow)((hbf_device_state*)sp, a, b);
 }
 
 extern "C" __device__ __noinline__ void __hb_kernel_enter(unsigned int kernel_index) {
