@@ -128,6 +128,7 @@ class _Ctx:
         self.reg_exact: dict[str, str] = {}
         self.reg_family: dict[str, str] = {}
         self.has_cp_async_mbarrier = False
+        self.has_cp_async_commit = False
         self.max_wait_group = 0
         for _, s in walk(fn.body or ()):
             t = type(s)
@@ -145,6 +146,8 @@ class _Ctx:
                 fam = _family(s)
                 if fam == "cp.async.mbarrier.arrive":
                     self.has_cp_async_mbarrier = True
+                elif fam in ("cp.async.commit_group", "cp.async.wait_all"):
+                    self.has_cp_async_commit = True
                 elif fam == "cp.async.wait_group" and s.operands and type(s.operands[0]) is Immediate:
                     self.max_wait_group = max(self.max_wait_group, int(s.operands[0].value))
 
@@ -247,6 +250,10 @@ def classify(inst: Instruction, ctx: _Ctx) -> Optional[Decision]:
             if ctx.has_cp_async_mbarrier:
                 return Decision(cls, "refused", reason="cp.async completion tracked through "
                                 "cp.async.mbarrier.arrive (an mbarrier), not commit/wait_group: not modeled")
+            if not ctx.has_cp_async_commit:
+                return Decision(cls, "refused", reason="cp.async whose group is never committed in this "
+                                "function (commit/wait in another function): group accounting is "
+                                "per function, not modeled")
             addrs = [o for o in inst.operands if type(o) is Address]
             if len(addrs) != 2 or len(inst.operands) < 3 or type(inst.operands[2]) is not Immediate:
                 return Decision(cls, "refused", reason="cp.async operands not understood")

@@ -556,3 +556,20 @@ def test_detached_and_zero_future_fast_paths():
     assert ".extern .global .align 8 .u64" not in res.text
     assert res.text.index(".weak .global .align 8 .u64 __hb_state;") < res.text.index(".visible .entry k")
     U.assemble(res.text)
+
+
+def test_cp_async_committed_elsewhere_refused():
+    src = HDR + """
+.func copy_one(.param .b64 g, .param .b32 s)
+{
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [g];
+    ld.param.u32 %r1, [s];
+    cp.async.ca.shared.global [%r1], [%rd1], 16;
+    ret;
+}
+"""
+    _, meta = run_pass(src)
+    f = meta["timing"]["functions"][0]
+    assert not f["admitted"] and "never committed in this function" in f["refused"][0]["reason"]
