@@ -306,6 +306,34 @@ def _nvcc_output(args: Sequence[str]) -> Optional[str]:
     return None
 
 
+def _prerewrite_ptx_inputs(args: list[str], tmp: Path) -> list[str]:
+    """nvcc hands a .ptx *input* to ptxas by its own path, and the shim rewrites in place: that
+    would modify the user's source file. So .ptx inputs are rewritten into copies first (the shim
+    then sees instrumented PTX and leaves it; fatbinary embeds the copy)."""
+    from .rewrite import rewrite_file
+
+    out = list(args)
+    for i, a in enumerate(args):
+        if a.startswith("-") or not a.endswith(".ptx") or not os.path.isfile(a):
+            continue
+        if i > 0 and args[i - 1] in ("-o", "--output-file"):
+            continue
+        d = tmp / f"in{i}"
+        d.mkdir()
+        copy = d / os.path.basename(a)
+        res = rewrite_file(a, copy)
+        doc = artifact.build(path=a, result=res, ptxas=None, before=None, after=None)
+        k = knobs.load()
+        _emit_artifact(doc, copy, _nosink(k))
+        out[i] = str(copy)
+    return out
+
+
+def _nosink(k: knobs.Knobs) -> knobs.Knobs:
+    import dataclasses
+    return dataclasses.replace(k, sink=None)
+
+
 def _is_ptx_mode(args: Sequence[str]) -> bool:
     return "-ptx" in args or "--ptx" in args
 
@@ -340,6 +368,7 @@ def nvcc_main(args: list[str]) -> int:
     env = dict(os.environ)
     env[knobs.ENV_SINK] = str(sink)
     try:
+        args = _prerewrite_ptx_inputs(args, sink)
         rc = subprocess.call([nvcc] + list(args), env=env)
         if rc != 0:
             return rc

@@ -140,3 +140,18 @@ def test_dryrun_shows_shadow_and_real_top(tmp_path):
     assert os.path.realpath(top) == real_top                  # CMake reads TOP to find the toolkit
     path_line = [l for l in out.splitlines() if l.startswith("#$ PATH=")][0]
     assert path_line.split("=", 1)[1].split(":")[0].endswith("/bin/shim")
+
+
+def test_ptx_input_is_not_modified(tmp_path):
+    """nvcc passes a .ptx input to ptxas by its own path: hbfcc rewrites a copy, never the user's file."""
+    (tmp_path / "k.cu").write_text(KERNEL)
+    U.tool("nvcc")
+    src = tmp_path / "k.ptx"
+    src.write_text(U.compile_cu(KERNEL))
+    before = src.read_bytes()
+    cp = run_hbfcc(["-arch=sm_90a", "-cubin", "k.ptx", "-o", "k.cubin"], tmp_path)
+    assert cp.returncode == 0, cp.stderr
+    assert src.read_bytes() == before
+    assert b"__hb_issue" in (tmp_path / "k.cubin").read_bytes()
+    doc = json.loads((tmp_path / "k.cubin.hbfcc.json").read_text())
+    assert doc["admitted"] is True and doc["modules"][0]["kernels"][0]["name"] == "_Z1kPfPKfi"
