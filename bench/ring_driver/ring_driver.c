@@ -1,0 +1,152 @@
+/* ring_driver.c — a native stand-in for the GPU side of hbfd's request ring (bench/ring_throughput.py).
+ *
+ * Attaches like the GPU would (hbf_ctl.h): open + mmap the control-region path returned by Attach,
+ * reserve tickets (it is the only device, so ring_head is a plain counter it owns), wait for the
+ * slot-reuse rule (consumed == t - N + 1), write the payload, then store-release seq = t + 1; poll
+ * completions with load-acquire, read them, write consumed = t + 1. Keeps `outstanding` tickets in
+ * flight (oldest first) for `seconds`, then drains. Prints one JSON object.
+ *
+ * usage: ring_driver CTL_PATH OUTSTANDING SECONDS BYTES STORE_PPM MEDIA_SPAN_BYTES SEED
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <sched.h>
+#include <stddef.h>
+
+#include "hbf_ctl.h"
+
+static inline uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t rng_state;
+static inline uint64_t rnd(void) {   /* splitmix64 */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t pct(uint64_t *v, size_t n, double p) {
+    if (!n) return 0;
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[i];
+}
+
+int main(int argc, char **argv) {
+    if (argc != 8) {
+        fprintf(stderr, "usage: %s CTL_PATH OUTSTANDING SECONDS BYTES STORE_PPM MEDIA_SPAN SEED\n", argv[0]);
+        return 2;
+    }
+    const char *path = argv[1];
+    uint64_t outstanding = strtoull(argv[2], 0, 10);
+    double seconds = atof(argv[3]);
+    uint32_t nbytes = (uint32_t)strtoul(argv[4], 0, 10);
+    uint64_t store_ppm = strtoull(argv[5], 0, 10);
+    uint64_t span = strtoull(argv[6], 0, 10);
+    rng_state = strtoull(argv[7], 0, 10);
+    const uint64_t N = HBF_RING_SLOTS;
+    if (outstanding < 1 || outstanding > N || span < 4096) {
+        fprintf(stderr, "outstanding must be 1..%llu and span >= 4096\n", (unsigned long long)N);
+        return 2;
+    }
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) { fprintf(stderr, "open %s: %s\n", path, strerror(errno)); return 1; }
+    hbf_ctl *c = mmap(0, sizeof(hbf_ctl), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (c == MAP_FAILED) { perror("mmap"); return 1; }
+    if (c->header.magic != HBF_CTL_MAGIC || c->header.total_bytes != sizeof(hbf_ctl)) {
+        fprintf(stderr, "not an hbf control region (magic/size)\n");
+        return 1;
+    }
+    volatile hbf_header *h = &c->header;
+    uint64_t head = h->ring_head;                   /* the device owns ring_head */
+    size_t cap = 1 << 20, ns = 0;
+    uint64_t *svc = malloc(cap * sizeof(uint64_t)), *rtt = malloc(cap * sizeof(uint64_t));
+    uint64_t *issued_at = calloc(N, sizeof(uint64_t));
+    uint64_t first = head, tail = head, done = 0, errors = 0, spins = 0;
+    const uint64_t pages = span / 4096;
+    uint64_t t0 = now_ns(), stop = t0 + (uint64_t)(seconds * 1e9), t_end = 0;
+    int issuing = 1;
+    for (;;) {
+        uint64_t t = now_ns();
+        if (issuing && t >= stop) { issuing = 0; t_end = t; }
+        while (issuing && head - tail < outstanding) {           /* issue */
+            uint64_t tk = head++;
+            h->ring_head = head;
+            uint64_t s = tk % N;
+            if (tk >= N) {                                        /* slot reuse rule */
+                while (__atomic_load_n(&c->completions[s].consumed, __ATOMIC_ACQUIRE) != tk - N + 1) {}
+            }
+            hbf_request *r = &c->ring[s];
+            uint64_t a = now_ns();
+            uint64_t page = rnd() % pages;
+            r->arrival_ns = a;
+            r->address = 0x7f0000000000ull + page * 4096;
+            r->media_address = page * 4096;
+            r->bytes = nbytes;
+            r->op = (rnd() % 1000000) < store_ppm ? HBF_OP_STORE : HBF_OP_LOAD;
+            r->range_id = 1;
+            r->kernel_slot = 0;
+            r->site = 0;
+            r->flags = 0;
+            issued_at[s] = a;
+            __atomic_store_n(&r->seq, tk + 1, __ATOMIC_RELEASE);  /* payload, then seq */
+        }
+        if (tail == head) break;
+        uint64_t s = tail % N;                                    /* oldest first */
+        hbf_completion *cp = &c->completions[s];
+        if (__atomic_load_n(&cp->seq, __ATOMIC_ACQUIRE) != tail + 1) {
+            if (h->failure) { fprintf(stderr, "hbfd failure word %#llx\n", (unsigned long long)h->failure); return 1; }
+            spins++;
+            sched_yield();            /* a GPU costs the host no CPU: leave the core to hbfd */
+            continue;
+        }
+        uint64_t got = now_ns();
+        if (cp->status != HBF_ST_READY) errors++;
+        if (issuing || 1) {
+            if (ns == cap) {
+                cap *= 2;
+                svc = realloc(svc, cap * sizeof(uint64_t));
+                rtt = realloc(rtt, cap * sizeof(uint64_t));
+            }
+            svc[ns] = cp->service_ns;
+            rtt[ns] = got - issued_at[s];
+            ns++;
+        }
+        __atomic_store_n(&cp->consumed, tail + 1, __ATOMIC_RELEASE);
+        tail++;
+        done++;
+    }
+    uint64_t t1 = now_ns();
+    qsort(svc, ns, sizeof(uint64_t), cmp_u64);
+    qsort(rtt, ns, sizeof(uint64_t), cmp_u64);
+    double el = (double)(t1 - t0) / 1e9;
+    printf("{\"requests\": %llu, \"errors\": %llu, \"elapsed_s\": %.6f, \"issue_window_s\": %.6f, "
+           "\"req_per_s\": %.1f, \"outstanding\": %llu, \"bytes\": %u, \"store_ppm\": %llu, "
+           "\"first_ticket\": %llu, \"service_ns\": {\"p50\": %llu, \"p90\": %llu, \"p99\": %llu, \"max\": %llu}, "
+           "\"round_trip_ns\": {\"p50\": %llu, \"p90\": %llu, \"p99\": %llu, \"max\": %llu}, \"poll_misses\": %llu}\n",
+           (unsigned long long)done, (unsigned long long)errors, el, (double)(t_end - t0) / 1e9,
+           (double)done / el, (unsigned long long)outstanding, nbytes, (unsigned long long)store_ppm,
+           (unsigned long long)first,
+           (unsigned long long)pct(svc, ns, .5), (unsigned long long)pct(svc, ns, .9),
+           (unsigned long long)pct(svc, ns, .99), (unsigned long long)(ns ? svc[ns - 1] : 0),
+           (unsigned long long)pct(rtt, ns, .5), (unsigned long long)pct(rtt, ns, .9),
+           (unsigned long long)pct(rtt, ns, .99), (unsigned long long)(ns ? rtt[ns - 1] : 0),
+           (unsigned long long)spins);
+    return 0;
+}
