@@ -9,12 +9,33 @@ _SUB = 64
 _NB = 64 * _SUB
 
 
+_BUF = 8192
+
+
 class LogHistogram:
+    """Values are buffered (a pre-allocated array) and binned in bulk when the buffer fills or the
+    histogram is read, so adding a handful of values per batch costs one copy."""
+
     def __init__(self) -> None:
-        self.counts = np.zeros(_NB, np.int64)
+        self._counts = np.zeros(_NB, np.int64)
+        self._buf = np.empty(_BUF, np.int64)
+        self._nbuf = 0
         self.n = 0
         self.max = 0
         self.total = 0
+
+    @property
+    def counts(self) -> np.ndarray:
+        self._flush()
+        return self._counts
+
+    def _flush(self) -> None:
+        if self._nbuf:
+            v = self._buf[:self._nbuf]
+            self._counts += np.bincount(self._index(v), minlength=_NB)
+            self.max = max(self.max, int(v.max()))
+            self.total += int(np.maximum(v, 0).sum())
+            self._nbuf = 0
 
     @staticmethod
     def _index(v: np.ndarray) -> np.ndarray:
@@ -33,15 +54,19 @@ class LogHistogram:
         return int(np.ceil(2.0 ** e * (0.5 + (k + 1) / (2 * _SUB)))) - 1
 
     def add(self, v: np.ndarray) -> None:
-        v = np.asarray(v, np.int64)
-        if len(v) == 0:
+        k = len(v)
+        if k == 0:
             return
-        self.counts += np.bincount(self._index(v), minlength=_NB)
-        self.n += len(v)
-        self.max = max(self.max, int(v.max()))
-        self.total += int(np.maximum(v, 0).sum())
+        if self._nbuf + k > _BUF:
+            self._flush()
+        if k > _BUF:
+            self._buf = np.empty(k, np.int64)
+        self._buf[self._nbuf:self._nbuf + k] = v
+        self._nbuf += k
+        self.n += k
 
     def quantile(self, q: float) -> int:
+        self._flush()
         if self.n == 0:
             return 0
         c = np.cumsum(self.counts)
@@ -49,6 +74,7 @@ class LogHistogram:
         return min(self._upper(i), self.max)
 
     def summary(self) -> dict:
+        self._flush()
         return {"n": self.n, "mean": (self.total / self.n) if self.n else 0.0,
                 "p50": self.quantile(0.5), "p90": self.quantile(0.9), "p99": self.quantile(0.99),
                 "max": self.max}

@@ -18,8 +18,8 @@ import numpy as np
 def segment_starts(seg: np.ndarray) -> np.ndarray:
     """Indices where a new segment begins in an array sorted by segment id."""
     n = len(seg)
-    if n == 0:
-        return np.zeros(0, np.int64)
+    if n <= 1:
+        return np.zeros(n, np.int64)
     brk = np.empty(n, bool)
     brk[0] = True
     np.not_equal(seg[1:], seg[:-1], out=brk[1:])
@@ -38,10 +38,18 @@ def segmented_fcfs(ready: np.ndarray, service: np.ndarray | int, seg: np.ndarray
     n = len(ready)
     if n == 0:
         return np.zeros(0, np.int64)
+    scalar = np.isscalar(service) or np.ndim(service) == 0
+    seed = np.asarray(seed, np.int64)
+    if n == 1:
+        return np.maximum(ready, seed[seg]) + (int(service) if scalar else np.asarray(service, np.int64))
     starts = segment_starts(seg)
-    lens = np.diff(np.append(starts, n))
     nseg = len(starts)
-    if np.isscalar(service) or np.ndim(service) == 0:
+    if nseg == n:            # one job per server (small batches): d = max(r, seed) + s
+        return np.maximum(ready, seed[seg]) + (int(service) if scalar else np.asarray(service, np.int64))
+    lens = np.empty(nseg, np.int64)
+    lens[:-1] = starts[1:] - starts[:-1]
+    lens[-1] = n - starts[-1]
+    if scalar:
         s = int(service)
         # local index k within segment
         k = np.arange(n, dtype=np.int64) - np.repeat(starts, lens)
@@ -54,7 +62,7 @@ def segmented_fcfs(ready: np.ndarray, service: np.ndarray | int, seg: np.ndarray
         s_incl = cum - base
         s_prev = s_incl - service
     w = ready - s_prev
-    seed_el = np.repeat(np.asarray(seed, np.int64)[seg[starts]], lens)
+    seed_el = np.repeat(seed[seg[starts]], lens)
     lo = int(w.min())
     hi = max(int(w.max()), int(seed_el.max()))
     span = hi - lo + 1
