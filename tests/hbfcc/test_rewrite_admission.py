@@ -1,0 +1,117 @@
+"""Admission: per-module reports and the cross-module resolution at link time."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hbfcc_testutil as U  # noqa: E402,F401
+
+from hbfcc import artifact  # noqa: E402
+from hbfcc.rewrite import rewrite_text  # noqa: E402
+
+HDR = ".version 9.0\n.target sm_90a\n.address_size 64\n"
+
+
+def module(body: str) -> dict:
+    res = rewrite_text(HDR + body, link=False)
+    return artifact.build(path="m.ptx", result=res, ptxas=None, before=None, after=None)
+
+
+CALLER = """
+.extern .func (.param .b32 rv) ext_a(.param .b64 p);
+.visible .entry k(.param .u64 k_p)
+{
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [k_p];
+    {
+    .param .b64 pa;
+    .param .b32 pr;
+    st.param.b64 [pa], %rd1;
+    call (pr), ext_a, (pa);
+    ld.param.b32 %r1, [pr];
+    }
+    ret;
+}
+"""
+
+CALLEE_OK = """
+.extern .func (.param .b32 rv) ext_b(.param .b64 p);
+.visible .func (.param .b32 rv) ext_a(.param .b64 p)
+{
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [p];
+    ld.global.u32 %r1, [%rd1];
+    {
+    .param .b64 pa;
+    .param .b32 pr;
+    st.param.b64 [pa], %rd1;
+    call (pr), ext_b, (pa);
+    }
+    st.param.b32 [rv], %r1;
+    ret;
+}
+"""
+
+CALLEE_B_REC = """
+.extern .func (.param .b32 rv) ext_a(.param .b64 p);
+.visible .func (.param .b32 rv) ext_b(.param .b64 p)
+{
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [p];
+    {
+    .param .b64 pa;
+    .param .b32 pr;
+    st.param.b64 [pa], %rd1;
+    call (pr), ext_a, (pa);
+    }
+    ret;
+}
+"""
+
+CALLEE_B_TMA = """
+.visible .func (.param .b32 rv) ext_b(.param .b64 p)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [p];
+    cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r2}], [%r3];
+    ret;
+}
+"""
+
+
+def test_module_level_external_call_not_admitted():
+    d = module(CALLER)
+    k = d["kernels"][0]
+    assert not k["admitted"] and k["external_calls"] == ["ext_a"]
+    assert "ext_a" in k["not_admitted_reasons"][0]
+
+
+def test_link_resolves_mutual_recursion_across_modules():
+    link = artifact.resolve_link([module(CALLER), module(CALLEE_OK), module(CALLEE_B_REC)], output="app", argv=[])
+    assert link["kernels"] == [{"name": "k", "admitted": True, "reason": ""}]
+
+
+def test_link_missing_callee_not_admitted():
+    link = artifact.resolve_link([module(CALLER), module(CALLEE_OK)], output="app", argv=[])
+    assert link["kernels"][0]["admitted"] is False
+    link = artifact.resolve_link([module(CALLER)], output="app", argv=[])
+    assert "ext_a, defined in no module" in link["kernels"][0]["reason"]
+
+
+def test_link_refused_callee_propagates():
+    link = artifact.resolve_link([module(CALLER), module(CALLEE_OK), module(CALLEE_B_TMA)], output="app", argv=[])
+    k = link["kernels"][0]
+    assert k["admitted"] is False and "ext_a" in k["reason"]
+    assert link["admitted"] is False
+
+
+def test_artifact_validates_against_schema():
+    d = module(CALLEE_B_TMA)
+    artifact.validate(d)
+    f = d["functions"][0]
+    assert f["refused"][0]["class"] == "cp.async.bulk.tensor" and f["refused"][0]["reason"]
+    assert d["schema"] == "hbfcc.admission" and d["schema_version"] == artifact.SCHEMA_VERSION
