@@ -47,15 +47,6 @@ def _store_fence() -> None:
     separate calls, so nothing is needed here; a weakly ordered host would need a real fence."""
 
 
-def _low_timer_slack() -> None:
-    """The ring thread's short idle sleeps: 1 us timer slack instead of the default 50 us
-    (Linux prctl PR_SET_TIMERSLACK, per thread). Best effort: elsewhere sleeps just overshoot."""
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(29, 1000, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
 
 def _factory(choice: str, default: Callable[[Profile], Any], plugin: Callable[..., Any]):
     """``auto`` -> plugin (falls back to the default inside build_*), a forced default name, or
@@ -258,7 +249,6 @@ class Daemon:
 
     def _ring_loop(self) -> None:
         ring = self.region.map.ring
-        _low_timer_slack()
         idle = 0
         while not self._stop.is_set():
             try:

@@ -48,7 +48,7 @@ from .eventsim import COPYBACK, ERASE, PROG, READ, Commands
 from .ftl import Ftl
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from .hist import LogHistogram
-from .lindley import segment_starts, segmented_fcfs
+from .lindley import segment_ends, segment_starts, segmented_fcfs
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ class MediaEngine:
         x2 = x[o]
         d2 = segmented_fcfs(se[o], x2, c2, self.chan_free)
         cst = segment_starts(c2)
-        cend = np.append(cst[1:], n) - 1
+        cend = segment_ends(cst, n)
         self.chan_free[c2[cend]] = d2[cend]
         if n < 64:
             np.add.at(self.chan_busy_ns, c2, x2)
@@ -413,7 +413,7 @@ class MediaEngine:
         se[o1] = se1
         bad = self._qd_violations(ready, die, se)
         pst = segment_starts(p1)
-        pend = np.append(pst[1:], n) - 1
+        pend = segment_ends(pst, n)
         if bad is not None:
             sel = np.flatnonzero(np.isin(die, bad))
             keep = ~np.isin(p1[pend] // g.planes_per_die, bad)

@@ -26,6 +26,16 @@ def segment_starts(seg: np.ndarray) -> np.ndarray:
     return np.flatnonzero(brk)
 
 
+def segment_ends(starts: np.ndarray, n: int) -> np.ndarray:
+    """Index of the last element of each segment, from ``segment_starts`` (n elements)."""
+    ends = np.empty(len(starts), np.int64)
+    ends[:-1] = starts[1:]
+    ends -= 1
+    if len(ends):
+        ends[-1] = n - 1
+    return ends
+
+
 def segmented_fcfs(ready: np.ndarray, service: np.ndarray | int, seg: np.ndarray,
                    seed: np.ndarray) -> np.ndarray:
     """Departure times of FCFS single servers.
