@@ -402,7 +402,9 @@ class Daemon:
             tickets = np.sort(self._p_req[self._p_valid, 0] - np.uint64(1))
             n = self._post(tickets, np.zeros(tickets.size, np.uint64),
                            np.full(tickets.size, req_status, np.uint8), closing=True)
-            head = int(self.region.ctl.header.ring_head)
+            # ring_head is a lower bound of the reserved tickets (a runtime may reserve from a
+            # device-memory counter, hbf_ctl.h): at least every published ticket was reserved
+            head = max(int(self.region.ctl.header.ring_head), int(seqs.max()))
             comp = m.completions
             for t in range(max(0, head - N), head):
                 s = t % N

@@ -459,3 +459,45 @@ def test_bad_engine_factory_exits_2_and_leaves_nothing_behind(tmp_path):
                 continue
             assert not (b"hbfd.heartbeat" in cmd and cmd[-2:-1] == [str(h.proc.pid).encode()]), \
                 "the heartbeat helper outlived a failed start"
+
+
+def test_ring_batch_published_at_once_is_served_exactly(hbfd):
+    """A thousand requests published in one vector write (payloads, then seqs), mixed ops and an
+    unknown op: every completion is exact and the counters add up per op and per state."""
+    from hbfd.profile import load_profile
+    f = load_profile(ROOT / "profiles/nominal.json").timing_model.fixed
+    _, m = attach(hbfd)
+    n = 1000
+    t = np.arange(n, dtype=np.uint64)
+    ops = np.array([ctl.HBF_OP_LOAD, ctl.HBF_OP_STORE, ctl.HBF_OP_ATOMIC, ctl.HBF_OP_CPASYNC, 9], np.uint32)[t % 5]
+    r = m.ring
+    r["arrival_ns"][:n] = 5000 + 3 * t
+    r["media_address"][:n] = 64 * t
+    r["bytes"][:n] = 64 + (t % 7)
+    r["op"][:n] = ops
+    m.ctl.header.ring_head = n
+    r["seq"][:n] = t + 1                                   # release: after every payload
+    c = m.completions
+    deadline = time.monotonic() + 10
+    while (c["seq"][:n] != t + 1).any():
+        assert time.monotonic() < deadline, "completions missing"
+        time.sleep(0.01)
+    want = {0: f.read_ns, 1: f.write_ns, 2: f.read_ns + f.write_ns, 3: f.read_ns, 9: 0}
+    assert (c["arrival_ns"][:n] == 5000 + 3 * t).all()
+    assert c["modeled_ns"][:n].tolist() == [want[int(o)] for o in ops]
+    assert c["status"][:n].tolist() == [ctl.HBF_ST_UNSUPPORTED if o == 9 else ctl.HBF_ST_READY for o in ops]
+    assert (c["service_ns"][:n] > 0).all()
+    c["consumed"][:n] = t + 1
+    with hbfd.client() as cl:
+        cnt = json.loads(cl.call("Status").counters_json)
+    ref = cnt["reference"]
+    nb = (64 + (t % 7)).astype(np.int64)
+    for name, o in (("store", 1), ("atomic", 2), ("cpasync", 3)):
+        assert ref[name]["requests"] == 200 and ref[name]["bytes"] == int(nb[ops == o].sum())
+        assert ref[name]["modeled_ns"] == 200 * want[o]
+    # unknown ops are counted as loads
+    assert ref["load"]["requests"] == 400 and ref["load"]["bytes"] == int(nb[(ops == 0) | (ops == 9)].sum())
+    assert ref["load"]["modeled_ns"] == 200 * f.read_ns
+    assert cnt["reference_requests_by_state"]["READY"] == 800
+    assert cnt["reference_requests_by_state"]["UNSUPPORTED"] == 200
+    assert sum(ref[k]["service_ns"] for k in ref) == int(c["service_ns"][:n].astype(np.int64).sum())
