@@ -147,6 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument("--scenarios", nargs="+", default=["h200-700W", "w45-1400W", "w45-trace"])
     ap.add_argument("--policies", nargs="+", default=list(POLICIES))
     ap.add_argument("--out", default=str(ROOT / "bench/results/thermal_policies.json"))
+    ap.add_argument("--resume", action="store_true", help="keep the runs already in --out, do the rest")
     args = ap.parse_args(argv)
     prof = load_profile("ocp-sg1")
     rom, geom = load_rom_for(prof.thermal.geometry, ambient_c=prof.thermal.ambient_c)
@@ -156,6 +157,12 @@ def main(argv=None) -> int:
     results, rows = [], []
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    done = set()
+    if args.resume and out.exists():
+        old = json.loads(out.read_text())
+        if old.get("trace", {}).get("sha256") == sha and old.get("profile", {}).get("sha256") == prof.sha256:
+            rows, results = old["summary"], old["runs"]
+            done = {(r["scenario"], r["policy"], r["horizon_s"]) for r in rows}
 
     def write() -> None:
         doc = {"experiment": "thermal_policies", "card": "CPU (simulated time)",
@@ -173,6 +180,8 @@ def main(argv=None) -> int:
     for horizon in sorted(args.horizons):
         for scen in args.scenarios:
             for pol in args.policies:
+                if (scen, pol, horizon) in done:
+                    continue
                 res = run_one(prof, rom, scen, pol, horizon, (trace_path, sha))
                 row = summarize(res)
                 rows.append(row)

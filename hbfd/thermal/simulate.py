@@ -113,13 +113,14 @@ def run_closed_loop(rom: ThermalROM, policy: Policy, telemetry: TelemetryGuard, 
         lo, hi = max(k0, w0), min(k0 + n, w1)
         return max(0, hi - lo) * app_per_tick
 
+    chunk = sc.max_chunk_ticks
     while k < n_ticks:
         t_end = (k + 1) * dt_ns
         s = telemetry.read(t_end)
         in_refresh = refresh is not None and refresh.in_flight is not None
         if fast and not in_refresh and (constant or trace_t is not None):
             # a stretch with constant input
-            n = min(sc.max_chunk_ticks, n_ticks - k)
+            n = min(chunk, n_ticks - k)
             if trace_t is not None:
                 nxt = np.searchsorted(trace_t, t_end, side="right")
                 if nxt < len(trace_t):
@@ -145,6 +146,8 @@ def run_closed_loop(rom: ThermalROM, policy: Policy, telemetry: TelemetryGuard, 
                 hit = np.flatnonzero(reach)
                 if len(hit):
                     h = min(h, int(hit[0]))
+            # adapt the stretch length: computing far past the next decision change is wasted work
+            chunk = min(sc.max_chunk_ticks, chunk * 2) if h >= n else max(16, min(chunk, 4 * max(h, 1)))
             if h >= 1:
                 n = min(n, h)
                 modal.advance_constant(p, n)
