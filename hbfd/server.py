@@ -244,8 +244,9 @@ class Daemon:
         if platform.machine().lower() not in ("x86_64", "amd64"):
             log.warning("hbfd's ring release ordering assumes x86-64 TSO; this host is %s", platform.machine())
         o = ctl.hbf_op_counters
-        self._cnt_cols = np.array([o.requests.offset, o.bytes.offset, o.modeled_ns.offset, o.service_ns.offset],
-                                  np.intp) // 8
+        assert (o.requests.offset, o.bytes.offset, o.modeled_ns.offset) == (0, 8, 16)
+        self._cnt_lo = slice(0, 3)                  # requests, bytes, modeled_ns
+        self._cnt_svc = o.service_ns.offset // 8
 
     def _ring_loop(self) -> None:
         ring = self.region.map.ring
@@ -273,7 +274,7 @@ class Daemon:
         rows: 0 seq, 1 arrival_ns, 2 address, 3 media_address, 4 bytes | op << 32."""
         req = self._ring64.take(slots, axis=0)
         seq = req[:, 0]
-        if ((seq - np.uint64(1)) & np.uint64(N - 1) != slots).any():
+        if (((seq.astype(np.int64) - 1) & (N - 1)) != slots).any():
             tickets = seq - np.uint64(1)
             bad = (tickets % np.uint64(N)) != slots.astype(np.uint64)
             raise HbfError("ring protocol violation: a request sits in the wrong slot",
@@ -361,22 +362,27 @@ class Daemon:
             pay[:, 1] = pr[:, 4] & np.uint64(0xFFFFFFFF)
             pay[:, 2] = mod
             pay[:, 3] = svc
-            cnt, cols = self._cnt64, self._cnt_cols
             o0, o1 = int(op.min()), int(op.max())
             if o0 == o1:
-                cnt[o0 if o0 < ctl.HBF_N_OPS else ctl.HBF_OP_LOAD, cols] += pay.sum(axis=0, dtype=np.uint64)
+                self._count(o0 if o0 < ctl.HBF_N_OPS else ctl.HBF_OP_LOAD, pay.sum(axis=0, dtype=np.uint64))
             else:
                 opi = np.where(op < ctl.HBF_N_OPS, op, ctl.HBF_OP_LOAD)
                 for o in range(ctl.HBF_N_OPS):
                     m = opi == o
                     if m.any():
-                        cnt[o, cols] += pay[m].sum(axis=0, dtype=np.uint64)
+                        self._count(o, pay[m].sum(axis=0, dtype=np.uint64))
             s0, s1 = int(st.min()), int(st.max())
             if s0 == s1:
                 self._status64[s0] += np.uint64(n)
             else:
                 np.add.at(self._status64, st.astype(np.intp), np.uint64(1))
             return int(n)
+
+    def _count(self, op: int, sums: np.ndarray) -> None:
+        """Add (requests, bytes, modeled_ns, service_ns) sums to the daemon counters of ``op``."""
+        row = self._cnt64[op]
+        row[self._cnt_lo] += sums[:3]
+        row[self._cnt_svc] += sums[3]
 
     # ---- shutdown ------------------------------------------------------------------------
     def request_shutdown(self, status: str = "clean", reason: str = "", req_status: int = ctl.HBF_ST_DAEMON_LOST,
