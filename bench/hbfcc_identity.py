@@ -344,7 +344,7 @@ def main() -> int:
     res["nvcc_artifact"] = {"admitted": art["admitted"], "modules": len(art["modules"]),
                             "kernels": {k["name"]: {"admitted": k["admitted"], "sites": k["sites"],
                                                     "waits": k["waits"], "reasons": k["not_admitted_reasons"]}
-                                        for m in art["modules"] if m["ptxas"] and m["ptxas"].get("target", "").startswith("sm_")
+                                        for m in art["modules"] if m["ptxas"] and (m["ptxas"].get("target") or "").startswith("sm_")
                                         for k in m["kernels"]}}
     res["nvcc_hbf_binary_has_hb_issue"] = b"__hb_issue" in (work / "prog_hbf").read_bytes()
     if ns.build_only:
