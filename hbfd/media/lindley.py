@@ -56,34 +56,33 @@ def segmented_fcfs(ready: np.ndarray, service: np.ndarray | int, seg: np.ndarray
     nseg = len(starts)
     if nseg == n:            # one job per server (small batches): d = max(r, seed) + s
         return np.maximum(ready, seed[seg]) + (int(service) if scalar else np.asarray(service, np.int64))
-    lens = np.empty(nseg, np.int64)
-    lens[:-1] = starts[1:] - starts[:-1]
-    lens[-1] = n - starts[-1]
+    # segment id of every job (a cumulative count of the segment starts)
+    segid = np.zeros(n, np.int64)
+    segid[starts[1:]] = 1
+    np.cumsum(segid, out=segid)
     if scalar:
         s = int(service)
         # local index k within segment
-        k = np.arange(n, dtype=np.int64) - np.repeat(starts, lens)
+        k = np.arange(n, dtype=np.int64) - starts[segid]
         s_prev = k * s                       # S_{k-1} (local)
         s_incl = s_prev + s                  # S_k
     else:
         service = np.asarray(service, np.int64)
         cum = np.cumsum(service)
-        base = np.repeat(cum[starts] - service[starts], lens)
-        s_incl = cum - base
+        s_incl = cum - (cum[starts] - service[starts])[segid]
         s_prev = s_incl - service
     w = ready - s_prev
-    seed_el = np.repeat(seed[seg[starts]], lens)
+    # max(seed, max_{j<=k} w_j) == max_{j<=k} w'_j with w' = w except w'_start = max(w_start, seed)
+    w[starts] = np.maximum(w[starts], seed[seg[starts]])
     lo = int(w.min())
-    hi = max(int(w.max()), int(seed_el.max()))
-    span = hi - lo + 1
-    if nseg == 1 or span * nseg < (1 << 62):
-        if nseg == 1:
-            cm = np.maximum.accumulate(w)
-        else:
-            off = np.repeat(np.arange(nseg, dtype=np.int64) * span, lens)
-            cm = np.maximum.accumulate((w - lo) + off) - off + lo
+    span = int(w.max()) - lo + 1
+    if nseg == 1:
+        cm = np.maximum.accumulate(w)
+    elif span * nseg < (1 << 62):
+        off = segid * span
+        cm = np.maximum.accumulate((w - lo) + off) - off + lo
     else:  # offsets would overflow int64: one segment at a time (never on realistic spans)
         cm = np.empty(n, np.int64)
-        for a, ln in zip(starts, lens):
-            cm[a:a + ln] = np.maximum.accumulate(w[a:a + ln])
-    return s_incl + np.maximum(cm, seed_el)
+        for a, b in zip(starts, np.append(starts[1:], n)):
+            cm[a:b] = np.maximum.accumulate(w[a:b])
+    return s_incl + cm
