@@ -41,10 +41,15 @@ N = ctl.HBF_RING_SLOTS
 assert N & (N - 1) == 0, "the ring size is a power of two"
 
 
+_FENCE = threading.Lock()
+
+
 def _store_fence() -> None:
-    """Order the completion payload stores before the seq stores. hbfd runs on x86-64 hosts
-    (the H200 machine): TSO keeps stores in program order, and the numpy assignments are
-    separate calls, so nothing is needed here; a weakly ordered host would need a real fence."""
+    """Order the completion payload stores before the seq stores. On x86-64 (the H200 host) TSO
+    already keeps plain stores in program order; the lock round trip is a locked read-modify-write,
+    a full fence that also orders any non-temporal stores a copy loop might use."""
+    _FENCE.acquire()
+    _FENCE.release()
 
 
 
