@@ -4,7 +4,7 @@ Starts hbfd (fixed-latency engine, then the media engine on the nominal profile)
 workload (Attach RPC -> /proc/<hbfd>/fd/N) and runs bench/ring_driver/ring_driver.c, a native
 stand-in for the GPU side compiled here with ``cc``: it reserves tickets, writes payloads,
 store-releases the seq words, polls completions with load-acquire and marks them consumed, keeping
-N requests outstanding. Reports sustained requests/s and the daemon's service_ns (host time from
+N requests outstanding (polled in any order, like independent warps, or oldest first). Reports sustained requests/s and the daemon's service_ns (host time from
 first seeing a request to posting its completion) and the driver's round trip.
 
     .venv/bin/python bench/ring_throughput.py [--seconds 3] [--outstanding 256 4096] [--out bench/results]
@@ -58,7 +58,7 @@ def start_hbfd(tmp: Path, engine: str, profile: str):
 
 
 def run_one(exe: Path, tmp: Path, engine: str, profile: str, outstanding: list[int], seconds: float,
-            nbytes: int, store_ppm: int) -> dict:
+            nbytes: int, store_ppm: int, poll: str = "any") -> dict:
     from hbfcommon import ctl
     from hbfd.client import Client
     proc, sock, summ, log = start_hbfd(tmp, engine, profile)
@@ -70,7 +70,7 @@ def run_one(exe: Path, tmp: Path, engine: str, profile: str, outstanding: list[i
                 load0 = os.getloadavg()
                 cpu0 = _cpu_s(proc.pid)
                 out = subprocess.run([str(exe), rep.ctl_path, str(n), str(seconds), str(nbytes), str(store_ppm),
-                                      str(1 << 34), str(1234 + i)], check=True, capture_output=True, text=True,
+                                      str(1 << 34), str(1234 + i), poll], check=True, capture_output=True, text=True,
                                      timeout=seconds * 10 + 60)
                 r = json.loads(out.stdout)
                 r["hbfd_cpu_s"] = round(_cpu_s(proc.pid) - cpu0, 4)
@@ -134,6 +134,8 @@ def main() -> None:
     ap.add_argument("--bytes", type=int, default=128, help="bytes per request (128: one warp x 4 B)")
     ap.add_argument("--store-ppm", type=int, default=0, help="fraction of stores, ppm")
     ap.add_argument("--profile", default="profiles/nominal.json")
+    ap.add_argument("--poll", choices=("any", "oldest"), default="any",
+                    help="any: every outstanding ticket polled, like independent warps; oldest: FIFO consumer")
     ap.add_argument("--engines", nargs="*", default=["fixed", "auto"], help="fixed | auto (media)")
     ap.add_argument("--out", default=str(ROOT / "bench/results"))
     ap.add_argument("--tag", default="", help="label stored with the results (e.g. before/after)")
@@ -146,7 +148,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hbf-ring-") as td:
         tmp = Path(td)
         exe = build_driver(tmp)
-        res = [run_one(exe, tmp, e, a.profile, a.outstanding, a.seconds, a.bytes, a.store_ppm) for e in a.engines]
+        res = [run_one(exe, tmp, e, a.profile, a.outstanding, a.seconds, a.bytes, a.store_ppm, a.poll)
+               for e in a.engines]
     doc = {"bench": "ring_throughput", "tag": a.tag, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
            "loadavg_end": [round(x, 2) for x in os.getloadavg()],

@@ -4,9 +4,14 @@
  * reserve tickets (it is the only device, so ring_head is a plain counter it owns), wait for the
  * slot-reuse rule (consumed == t - N + 1), write the payload, then store-release seq = t + 1; poll
  * completions with load-acquire, read them, write consumed = t + 1. Keeps `outstanding` tickets in
- * flight (oldest first) for `seconds`, then drains. Prints one JSON object.
+ * flight for `seconds`, then drains. Prints one JSON object.
  *
- * usage: ring_driver CTL_PATH OUTSTANDING SECONDS BYTES STORE_PPM MEDIA_SPAN_BYTES SEED
+ * POLL = any (default): like independent GPU warps, every outstanding ticket is polled and a
+ * completed one is replaced by a new ticket at once (the next ticket is reserved only when its
+ * slot is free: the device would reserve and then wait, the effect on hbfd is the same);
+ * POLL = oldest: one consumer that waits for the oldest ticket first (head-of-line blocking).
+ *
+ * usage: ring_driver CTL_PATH OUTSTANDING SECONDS BYTES STORE_PPM MEDIA_SPAN_BYTES SEED [POLL]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -48,8 +53,8 @@ static uint64_t pct(uint64_t *v, size_t n, double p) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 8) {
-        fprintf(stderr, "usage: %s CTL_PATH OUTSTANDING SECONDS BYTES STORE_PPM MEDIA_SPAN SEED\n", argv[0]);
+    if (argc != 8 && argc != 9) {
+        fprintf(stderr, "usage: %s CTL_PATH OUTSTANDING SECONDS BYTES STORE_PPM MEDIA_SPAN SEED [any|oldest]\n", argv[0]);
         return 2;
     }
     const char *path = argv[1];
@@ -59,6 +64,7 @@ int main(int argc, char **argv) {
     uint64_t store_ppm = strtoull(argv[5], 0, 10);
     uint64_t span = strtoull(argv[6], 0, 10);
     rng_state = strtoull(argv[7], 0, 10);
+    const int any_order = argc < 9 || strcmp(argv[8], "oldest") != 0;
     const uint64_t N = HBF_RING_SLOTS;
     if (outstanding < 1 || outstanding > N || span < 4096) {
         fprintf(stderr, "outstanding must be 1..%llu and span >= 4096\n", (unsigned long long)N);
@@ -78,20 +84,22 @@ int main(int argc, char **argv) {
     size_t cap = 1 << 20, ns = 0;
     uint64_t *svc = malloc(cap * sizeof(uint64_t)), *rtt = malloc(cap * sizeof(uint64_t));
     uint64_t *issued_at = calloc(N, sizeof(uint64_t));
-    uint64_t first = head, tail = head, done = 0, errors = 0, spins = 0;
+    uint64_t first = head, done = 0, errors = 0, spins = 0;
+    uint64_t *outq = malloc(outstanding * sizeof(uint64_t));   /* outstanding tickets */
+    uint64_t k = 0, oldest_pos = 0;
     const uint64_t pages = span / 4096;
     uint64_t t0 = now_ns(), stop = t0 + (uint64_t)(seconds * 1e9), t_end = 0;
     int issuing = 1;
     for (;;) {
         uint64_t t = now_ns();
         if (issuing && t >= stop) { issuing = 0; t_end = t; }
-        while (issuing && head - tail < outstanding) {           /* issue */
-            uint64_t tk = head++;
-            h->ring_head = head;
+        while (issuing && k < outstanding) {                     /* issue */
+            uint64_t tk = head;
             uint64_t s = tk % N;
-            if (tk >= N) {                                        /* slot reuse rule */
-                while (__atomic_load_n(&c->completions[s].consumed, __ATOMIC_ACQUIRE) != tk - N + 1) {}
-            }
+            if (tk >= N && __atomic_load_n(&c->completions[s].consumed, __ATOMIC_ACQUIRE) != tk - N + 1)
+                break;                                            /* slot reuse rule: not free yet */
+            head++;
+            h->ring_head = head;
             hbf_request *r = &c->ring[s];
             uint64_t a = now_ns();
             uint64_t page = rnd() % pages;
@@ -106,19 +114,24 @@ int main(int argc, char **argv) {
             r->flags = 0;
             issued_at[s] = a;
             __atomic_store_n(&r->seq, tk + 1, __ATOMIC_RELEASE);  /* payload, then seq */
+            outq[k++] = tk;
         }
-        if (tail == head) break;
-        uint64_t s = tail % N;                                    /* oldest first */
-        hbf_completion *cp = &c->completions[s];
-        if (__atomic_load_n(&cp->seq, __ATOMIC_ACQUIRE) != tail + 1) {
-            if (h->failure) { fprintf(stderr, "hbfd failure word %#llx\n", (unsigned long long)h->failure); return 1; }
-            spins++;
-            sched_yield();            /* a GPU costs the host no CPU: leave the core to hbfd */
+        if (k == 0) {
+            if (!issuing) break;
             continue;
         }
-        uint64_t got = now_ns();
-        if (cp->status != HBF_ST_READY) errors++;
-        if (issuing || 1) {
+        int got_any = 0;
+        uint64_t i = any_order ? 0 : oldest_pos;
+        while (i < k) {
+            uint64_t tk = outq[i], s = tk % N;
+            hbf_completion *cp = &c->completions[s];
+            if (__atomic_load_n(&cp->seq, __ATOMIC_ACQUIRE) != tk + 1) {
+                if (!any_order) break;
+                i++;
+                continue;
+            }
+            uint64_t got = now_ns();
+            if (cp->status != HBF_ST_READY) errors++;
             if (ns == cap) {
                 cap *= 2;
                 svc = realloc(svc, cap * sizeof(uint64_t));
@@ -127,21 +140,38 @@ int main(int argc, char **argv) {
             svc[ns] = cp->service_ns;
             rtt[ns] = got - issued_at[s];
             ns++;
+            __atomic_store_n(&cp->consumed, tk + 1, __ATOMIC_RELEASE);
+            done++;
+            got_any = 1;
+            if (any_order) {
+                outq[i] = outq[--k];                              /* replace; re-check slot i */
+            } else {
+                i++;
+                oldest_pos = i;
+            }
         }
-        __atomic_store_n(&cp->consumed, tail + 1, __ATOMIC_RELEASE);
-        tail++;
-        done++;
+        if (!any_order && oldest_pos == k) { k = 0; oldest_pos = 0; }
+        else if (!any_order && oldest_pos > 0 && got_any) {   /* compact the FIFO */
+            memmove(outq, outq + oldest_pos, (k - oldest_pos) * sizeof(uint64_t));
+            k -= oldest_pos;
+            oldest_pos = 0;
+        }
+        if (!got_any) {
+            if (h->failure) { fprintf(stderr, "hbfd failure word %#llx\n", (unsigned long long)h->failure); return 1; }
+            spins++;
+            sched_yield();            /* a GPU costs the host no CPU: leave the core to hbfd */
+        }
     }
     uint64_t t1 = now_ns();
     qsort(svc, ns, sizeof(uint64_t), cmp_u64);
     qsort(rtt, ns, sizeof(uint64_t), cmp_u64);
     double el = (double)(t1 - t0) / 1e9;
     printf("{\"requests\": %llu, \"errors\": %llu, \"elapsed_s\": %.6f, \"issue_window_s\": %.6f, "
-           "\"req_per_s\": %.1f, \"outstanding\": %llu, \"bytes\": %u, \"store_ppm\": %llu, "
+           "\"req_per_s\": %.1f, \"outstanding\": %llu, \"poll\": \"%s\", \"bytes\": %u, \"store_ppm\": %llu, "
            "\"first_ticket\": %llu, \"service_ns\": {\"p50\": %llu, \"p90\": %llu, \"p99\": %llu, \"max\": %llu}, "
            "\"round_trip_ns\": {\"p50\": %llu, \"p90\": %llu, \"p99\": %llu, \"max\": %llu}, \"poll_misses\": %llu}\n",
            (unsigned long long)done, (unsigned long long)errors, el, (double)(t_end - t0) / 1e9,
-           (double)done / el, (unsigned long long)outstanding, nbytes, (unsigned long long)store_ppm,
+           (double)done / el, (unsigned long long)outstanding, any_order ? "any" : "oldest", nbytes, (unsigned long long)store_ppm,
            (unsigned long long)first,
            (unsigned long long)pct(svc, ns, .5), (unsigned long long)pct(svc, ns, .9),
            (unsigned long long)pct(svc, ns, .99), (unsigned long long)(ns ? svc[ns - 1] : 0),
