@@ -17,10 +17,11 @@ For each kernel (the float4 streaming kernel of workloads/microbench/hbf_microbe
                  (nvdisasm), i.e. where the whole-program allocator placed it; the function that
                  sets the kernel's maximum; STL/LDL inside the kernel's own loops (backward
                  branches of the entry body, helper bodies excluded);
-  baseline     : the same with the helper PTX built from --baseline-rev (the helpers before this
-                 change), so before/after come from one run;
-  maxnreg what-if : the instrumented PTX with `.maxnreg N` on each entry, N = max(40, plain rounded
-                 up to 8) -- what hbfcc could emit; reported as registers + hot-loop STL/LDL.
+  variants     : before = helper PTX built from --baseline-rev (the helpers before this change);
+                 direct = the default build (build/runtime_cuda/hbf_helpers.ptx, HBF_OOL_OPAQUE=0);
+                 lean = hbf_helpers_lean.ptx (HBF_OOL_OPAQUE=1, heavy pieces behind ABI calls);
+  maxnreg what-if : the lean-instrumented PTX with `.maxnreg N` on each entry, N = max(40, plain
+                 rounded up to 8) -- what hbfcc could emit; registers + hot-loop STL/LDL.
 
     python3 bench/helper_registers.py [--out bench/results/helper_registers.json]
                                       [--baseline-rev 6af7b69^] [--kernels stream,matmul_f16_s3,...]
@@ -77,9 +78,9 @@ def _run(argv: list[str], **kw) -> subprocess.CompletedProcess:
     return r
 
 
-def build_helper(src: Path, out: Path) -> Path:
+def build_helper(src: Path, out: Path, defines: tuple[str, ...] = ()) -> Path:
     tmp = out.with_suffix(".tmp")
-    _run([_tool("nvcc"), "-std=c++17", "-O3", "-arch=compute_90a", "-rdc=true", "-ptx",
+    _run([_tool("nvcc"), "-std=c++17", "-O3", "-arch=compute_90a", "-rdc=true", "-ptx", *defines,
           f"-I{REPO / 'runtime_cuda' / 'include'}", f"-I{src.parent}", str(src), "-o", str(tmp)])
     out.write_text(re.sub(r"(?m)^\.visible \.func", ".weak .func", tmp.read_text()))
     tmp.unlink()
@@ -103,6 +104,7 @@ def ptxas_info(ptx: Path, cubin: Path, extra: list[str] | None = None) -> dict:
     info: dict[str, dict] = {}
     cur = None
     lines = r.stderr.splitlines()
+    c7510 = sum(1 for ln in lines if "C7510" in ln)  # wgmma serialized at a function call
     for i, ln in enumerate(lines):
         m = re.search(r"Compiling entry function '([^']+)'", ln)
         if m:
@@ -120,6 +122,8 @@ def ptxas_info(ptx: Path, cubin: Path, extra: list[str] | None = None) -> dict:
             info[cur]["registers"] = int(m.group(1))
             c = re.search(r"(\d+) bytes cumulative stack size", ln)
             info[cur]["cumulative_stack"] = int(c.group(1)) if c else 0
+    for v in info.values():
+        v["wgmma_serialized_C7510"] = c7510  # per module (ptxas names the function, not the entry)
     return info
 
 
@@ -243,18 +247,18 @@ def measure(name: str, plain_ptx: Path, helpers: dict[str, Path], wd: Path, only
         sass = sass_analysis(kd / f"{tag}.cubin")
         for ent in row["entries"]:
             row["entries"][ent][tag] = {**info.get(ent, {}), **sass.get(ent, {})}
-        if tag == "after":
+        if tag == "lean":
             nmap = {}
             for ent in row["entries"]:
                 pr = row["entries"][ent]["plain"].get("registers", 0)
                 nmap[ent] = max(40, -(-pr // 8) * 8)
-            mp = kd / "after_maxnreg.ptx"
+            mp = kd / "lean_maxnreg.ptx"
             mp.write_text(add_maxnreg(out.read_text(), nmap))
-            info2 = ptxas_info(mp, kd / "after_maxnreg.cubin")
-            sass2 = sass_analysis(kd / "after_maxnreg.cubin")
+            info2 = ptxas_info(mp, kd / "lean_maxnreg.cubin")
+            sass2 = sass_analysis(kd / "lean_maxnreg.cubin")
             for ent in row["entries"]:
                 s2 = sass2.get(ent, {})
-                row["entries"][ent]["after_maxnreg_whatif"] = {
+                row["entries"][ent]["lean_maxnreg_whatif"] = {
                     "maxnreg": nmap[ent], **info2.get(ent, {}),
                     "hot_loop_STL": s2.get("hot_loop_STL"), "hot_loop_LDL": s2.get("hot_loop_LDL"),
                     "body_STL_LDL": s2.get("body_STL_LDL")}
@@ -281,7 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         helpers = {}
         if a.baseline_rev:
             helpers["before"] = build_helper(baseline_helper_src(a.baseline_rev, wd), wd / "helpers_before.ptx")
-        helpers["after"] = build_helper(REPO / "runtime_cuda" / "src" / "hbf_helpers.cu", wd / "helpers_after.ptx")
+        src = REPO / "runtime_cuda" / "src" / "hbf_helpers.cu"
+        helpers["direct"] = build_helper(src, wd / "helpers_direct.ptx", ("-DHBF_OOL_OPAQUE=0",))
+        helpers["lean"] = build_helper(src, wd / "helpers_lean.ptx", ("-DHBF_OOL_OPAQUE=1",))
         names = [n for n in a.kernels.split(",") if n]
         rows = []
         for n, p in kernel_sources(wd, names).items():
@@ -291,14 +297,15 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             for ent, e in r["entries"].items():
                 s = {"kernel": r["kernel"], "entry": ent, "plain_regs": e["plain"].get("registers")}
-                for tag in ("before", "after", "after_maxnreg_whatif"):
+                for tag in ("before", "direct", "lean", "lean_maxnreg_whatif"):
                     if tag in e and "registers" in e[tag]:
                         s[f"{tag}_regs"] = e[tag]["registers"]
                         s[f"{tag}_spill_stores"] = e[tag].get("spill_stores")
                         s[f"{tag}_hot_loop_STL_LDL"] = (e[tag].get("hot_loop_STL") or 0) + (e[tag].get("hot_loop_LDL") or 0)
                         s[f"{tag}_warps_per_SM"] = occupancy_warps(e[tag]["registers"])
-                    if tag in ("before", "after") and tag in e:
+                    if tag in ("before", "direct", "lean") and tag in e:
                         s[f"{tag}_sets_max"] = e[tag].get("sets_max")
+                        s[f"{tag}_C7510"] = e[tag].get("wgmma_serialized_C7510")
                 s["plain_warps_per_SM"] = occupancy_warps(s["plain_regs"])
                 summary.append(s)
         res = {"experiment": "helper_registers", "date": _dt.date.today().isoformat(),
@@ -309,8 +316,11 @@ def main(argv: list[str] | None = None) -> int:
                "note": ("registers/spills from ptxas -v (whole-program, as hbfcc-linked modules are assembled); "
                         "hot-loop STL/LDL = local-memory instructions inside the entry's own loops (nvdisasm); "
                         "function_max_register = highest register a helper touches where the allocator put it; "
-                        "warps_per_SM from registers alone. after_maxnreg_whatif = `.maxnreg max(40, plain)` "
-                        "on each entry (not emitted by hbfcc today)."),
+                        "warps_per_SM from registers alone. before = helpers at --baseline-rev; direct = "
+                        "build/runtime_cuda/hbf_helpers.ptx (default); lean = hbf_helpers_lean.ptx "
+                        "(HBF_OOL_OPAQUE=1); lean_maxnreg_whatif = lean + `.maxnreg max(40, plain rounded "
+                        "to 8)` on each entry (not emitted by hbfcc today); C7510 = ptxas warnings "
+                        "'wgmma serialized ... at a function call' in the module."),
                "summary": summary, "kernels": rows}
         out = Path(a.out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -25,23 +25,43 @@ __device__ unsigned int __hb_kslot_base;
 
 #define HB_DEV static __device__ __forceinline__
 // Out-of-line pieces: `static __device__ __noinline__`, called only through HB_OOL (below).
+// HB_SPLIT_FN marks the pieces split off only to bound register needs: out of line in the lean
+// build (HBF_OOL_OPAQUE=1), inlined in the direct build, where a deeper call chain would only
+// stack more registers.
+// Two builds of this file (Makefile helpers-ptx): build/runtime_cuda/hbf_helpers.ptx is the DIRECT
+// build (HBF_OOL_OPAQUE=0, the default: direct calls, register needs of a call chain add up);
+// hbf_helpers_lean.ptx is the LEAN build (HBF_OOL_OPAQUE=1: out-of-line pieces called through an
+// opaque pointer, i.e. with the ABI calling convention). Lean lowers the registers of kernels
+// without tensor-core MMA (streaming 16-register kernel: 84 -> 64) but an ABI call makes ptxas
+// serialize wgmma (C7510) and forces caller saves in register-heavy kernels (Triton matmul: 768 B
+// of spills); see bench/helper_registers.py and docs/runtime.md. Select with HBFCC_HELPER_PTX /
+// HBF_HELPER_PTX (or `hbfcc rewrite --helper`); the ABI (hbf_abi.h) is identical in both.
+#ifndef HBF_OOL_OPAQUE
+#define HBF_OOL_OPAQUE 0
+#endif
 #define HB_OOL_FN static __device__ __noinline__
+#if HBF_OOL_OPAQUE
+#define HB_SPLIT_FN static __device__ __noinline__
+#else
+#define HB_SPLIT_FN static __device__ __forceinline__
+#endif
 
 // Register budget (the native-path cost). A kernel's register count is the maximum over its call
 // graph, and for a DIRECT call ptxas (whole-program mode, which is how hbfcc-linked modules are
 // assembled) allocates the callee's registers disjoint from the caller's values that live across
 // the call: the register needs of a call chain ADD UP, so one heavy function anywhere below
-// __hb_issue raised a 16-register streaming kernel to 84. HB_OOL(fn)(args) calls fn through a
-// pointer that ptxas cannot see through (an empty asm on it): an indirect call uses the ABI
-// calling convention (callee-saved registers saved in the callee's prologue, i.e. on the in-range
-// path only), so the heavy pieces no longer stack on the kernel's live values and each one only
-// needs its own registers. Every out-of-line piece is reached this way; the exported __hb_*
-// functions hbfcc calls directly are kept tiny (inactive lane / detached / fast reject, then one
-// HB_OOL call). Definitions must precede their uses: hbfcc's textual linker renames the helper
-// module's internal functions and does not rename PTX forward declarations.
+// __hb_issue raised a 16-register streaming kernel to 84. In the lean build HB_OOL(fn)(args) calls
+// fn through a pointer that ptxas cannot see through (an empty asm on it): an indirect call uses
+// the ABI calling convention, so the heavy pieces no longer stack on the kernel's live values;
+// the exported __hb_* functions hbfcc calls directly are kept tiny (inactive lane / detached /
+// fast reject, then one HB_OOL call). In the direct build HB_OOL(fn) is a plain call.
+// Definitions must precede their uses: hbfcc's textual linker renames the helper module's
+// internal functions and does not rename PTX forward declarations.
 template <typename F>
 static __device__ __forceinline__ F* hb_ool(F* f) {
+#if HBF_OOL_OPAQUE
     asm volatile("" : "+l"(f));
+#endif
     return f;
 }
 #define HB_OOL(fn) (*hb_ool(&(fn)))
@@ -205,7 +225,7 @@ HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint
 // Admission: Normal/Light admit; Severe withholds (spin-wait with backoff until it reopens,
 // counted); Shutdown -> THERMAL_SHUTDOWN (terminal). Returns the snapshot used for the reservation.
 // Severe: admission withheld until it reopens (counted), or a terminal state.
-HB_OOL_FN uint64_t hb_admit_withheld(hbf_device_state* st, const hbf_ctl* c, uint64_t now,
+HB_SPLIT_FN uint64_t hb_admit_withheld(hbf_device_state* st, const hbf_ctl* c, uint64_t now,
                                      uint32_t site, uint64_t addr) {
     uint64_t w;
     hbf_kernel_counters* ks = hb_kslot(st, site);
@@ -347,7 +367,7 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
 }
 
 // The ring is full: wait until the slot's previous ticket has been consumed (daemon liveness checked).
-HB_OOL_FN void hb_ref_slot_wait(hbf_device_state* st, hbf_ctl* c, uint32_t slot, uint64_t need,
+HB_SPLIT_FN void hb_ref_slot_wait(hbf_device_state* st, hbf_ctl* c, uint32_t slot, uint64_t need,
                                 uint32_t site, uint64_t addr, uint64_t now) {
     uint32_t backoff = 32;
     hb_live lv;
@@ -440,7 +460,7 @@ HB_DEV uint32_t hb_sat32(uint64_t v) { return v > 0xFFFFFFFFull ? 0xFFFFFFFFu : 
 
 // The group leader's request: admission (thermal snapshot before the reservation), timing source,
 // refresh claim. Returns the future; out[0] = request bytes, out[1] = modeled ns (0 for a ticket).
-HB_OOL_FN unsigned long long hb_group_request(hbf_device_state* st, const hbf_dev_range* r, uint64_t media,
+HB_SPLIT_FN unsigned long long hb_group_request(hbf_device_state* st, const hbf_dev_range* r, uint64_t media,
                                               uint32_t off, uint32_t gmin, uint32_t gmax, uint32_t flags,
                                               uint32_t site, uint64_t addr, uint64_t t0, uint64_t* out) {
     const uint32_t op = flags & HBF_F_OP_MASK;
@@ -553,7 +573,7 @@ HB_DEV uint64_t hb_wait_until(uint64_t deadline) {
 
 // Polls until the completion of `want - 1` is posted (returns 1), or finds the slot already reused
 // by a later ticket (returns 0); a dead daemon / terminal state without a posted completion fails.
-HB_OOL_FN uint32_t hb_ticket_poll(hbf_device_state* st, hbf_ctl* c, hbf_completion* cp, uint64_t want,
+HB_SPLIT_FN uint32_t hb_ticket_poll(hbf_device_state* st, hbf_ctl* c, hbf_completion* cp, uint64_t want,
                                   uint32_t site) {
     const uint32_t cap = st->backoff_max_ns ? (uint32_t)st->backoff_max_ns : 8192u;
     uint32_t backoff = cap < 512u ? cap : 512u;   // a host round trip is several us: no faster first poll
@@ -605,7 +625,7 @@ HB_OOL_FN uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket, uin
 // ------------------------------------------------------------------------------------------
 
 // The waiting side of __hb_wait (a nonzero future of an attached module).
-HB_OOL_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsigned int site,
+HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsigned int site,
                             uint64_t t_in) {
     uint64_t deadline;
     if (fut & HBF_FUTURE_TICKET_BIT) {
@@ -633,7 +653,7 @@ HB_OOL_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsign
 }
 
 // A ticket involved in a join: resolve the tickets now (their deadlines are then plain deadlines).
-HB_OOL_FN unsigned long long hb_join_slow(hbf_device_state* st, unsigned long long a,
+HB_SPLIT_FN unsigned long long hb_join_slow(hbf_device_state* st, unsigned long long a,
                                           unsigned long long b) {
     const bool ta = (a & HBF_FUTURE_TICKET_BIT) != 0ull, tb = (b & HBF_FUTURE_TICKET_BIT) != 0ull;
     const uint64_t da = ta ? HB_OOL(hb_ticket_deadline)(st, a & ~HBF_FUTURE_TICKET_BIT, 0xFFFFu) : a;
