@@ -16,6 +16,8 @@ PROTO_OUT := hbfproto/hbf_pb2.py hbfproto/hbf_pb2_grpc.py
 HELPER_SRC := $(wildcard runtime_cuda/src/hbf_helpers.cu)
 HELPER_HDR := $(wildcard runtime_cuda/include/*.h runtime_cuda/src/*.cuh)
 HELPER_PTX := $(BUILD)/runtime_cuda/hbf_helpers.ptx
+# Lean build of the same source (out-of-line pieces behind ABI calls; see hbf_helpers.cu, docs/runtime.md)
+HELPER_LEAN_PTX := $(BUILD)/runtime_cuda/hbf_helpers_lean.ptx
 NVCC_PTX_FLAGS := -std=c++17 -O3 -arch=compute_90a -rdc=true -ptx -Iruntime_cuda/include
 
 .PHONY: all venv proto helpers-ptx test test-gpu demo clean
@@ -44,13 +46,19 @@ $(INSTALL_STAMP): $(DEPS_STAMP) $(PROTO_OUT)
 	$(VPY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
-helpers-ptx: $(HELPER_PTX)
+helpers-ptx: $(HELPER_PTX) $(HELPER_LEAN_PTX)
 
 $(HELPER_PTX): $(HELPER_SRC) $(HELPER_HDR)
 	@mkdir -p $(dir $@)
 	@if [ -z "$(NVCC)" ]; then echo "nvcc not found: device helper PTX not built (GPU paths unavailable)"; \
 	elif [ -z "$(HELPER_SRC)" ]; then echo "no helper sources yet"; \
 	else $(NVCC) $(NVCC_PTX_FLAGS) $(HELPER_SRC) -o $@.tmp && \
+	  sed -E 's/^\.visible \.func/.weak .func/' $@.tmp > $@ && rm -f $@.tmp; fi
+
+$(HELPER_LEAN_PTX): $(HELPER_SRC) $(HELPER_HDR)
+	@mkdir -p $(dir $@)
+	@if [ -n "$(NVCC)" ] && [ -n "$(HELPER_SRC)" ]; then \
+	  $(NVCC) $(NVCC_PTX_FLAGS) -DHBF_OOL_OPAQUE=1 $(HELPER_SRC) -o $@.tmp && \
 	  sed -E 's/^\.visible \.func/.weak .func/' $@.tmp > $@ && rm -f $@.tmp; fi
 
 test: $(INSTALL_STAMP) helpers-ptx
