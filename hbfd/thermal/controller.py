@@ -334,9 +334,10 @@ class PIPolicy(Policy):
         if self.mode == SHUTDOWN:
             return len(temps)
         c = self.cfg
-        if self.mode == NORMAL and self.integral == 0.0:
-            # quiescent: every temperature below the setpoint keeps q at 1e6 and the integral at 0
-            hit = np.flatnonzero(temps >= min(self.setpoint, c.stt_c))
+        if self.mode == NORMAL and self.q == Q_FULL:
+            # quiescent: while Kp·e + I <= 0 the anti-windup clamp holds I where it is and q at 1e6
+            e = temps - self.setpoint
+            hit = np.flatnonzero((c.kp_ppm_per_k * e + self.integral > 0) | (temps >= c.stt_c))
             return int(hit[0]) if len(hit) else len(temps)
         if self.mode == SEVERE:
             return 0
@@ -353,7 +354,7 @@ class PIPolicy(Policy):
 
     def absorb(self, temps: np.ndarray) -> None:
         super().absorb(temps)
-        if not (self.mode == NORMAL and self.integral == 0.0) and self.mode != SHUTDOWN:
+        if not (self.mode == NORMAL and self.q == Q_FULL) and self.mode != SHUTDOWN:
             c = self.cfg
             self.integral += c.ki_ppm_per_k_s * c.dt_s * float(np.sum(temps - self.setpoint))
 
