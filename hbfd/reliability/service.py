@@ -87,7 +87,7 @@ class ReliabilityService:
     def summary_section(self) -> dict[str, Any]:
         return {
             "refresh": self.name,
-            "ticks": self.ticks,
+            "model_ticks": self.ticks,
             "temperature_source": self.layer_source,
             "ticks_without_temperature": self.ticks_without_temperature,
             "debt_disposition": {"published_bytes": int(self.sched.debt_total_bytes),

@@ -34,7 +34,7 @@ def service(rom, source, policy="hysteresis"):
 
 
 SUMMARY_KEYS = {"thermal", "model", "policy", "telemetry", "samples", "transitions", "residency_ns", "seconds_above",
-                "peak_c", "terminal_status", "media_energy_j", "ticks", "mode", "q_ppm"}
+                "peak_c", "terminal_status", "media_energy_j", "model_ticks", "mode", "q_ppm"}
 
 
 def test_service_ticks_conserve_energy_and_summarize(small_rom):
