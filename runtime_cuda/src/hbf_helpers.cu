@@ -157,7 +157,7 @@ HB_DEV void hb_live_init(hb_live& lv, const hbf_ctl* c, uint64_t now) {
 }
 
 // Returns 0 while the daemon is alive and no terminal state is published; else a terminal status.
-HB_DEV uint32_t hb_live_check(const hbf_device_state* st, hb_live& lv, const hbf_ctl* c,
+HB_SPLIT_FN uint32_t hb_live_check(const hbf_device_state* st, hb_live& lv, const hbf_ctl* c,
                               uint64_t now) {
     const uint64_t f = hb_ld_acq_sys(&c->header.failure);
     if (f != HBF_FAIL_NONE) {
@@ -240,7 +240,7 @@ HB_SPLIT_FN uint64_t hb_admit_withheld(hbf_device_state* st, const hbf_ctl* c, u
         backoff = backoff < 65536u ? backoff * 2u : 65536u;
         const uint64_t t = hb_now();
         if (c != nullptr) {
-            const uint32_t s = hb_live_check(st, lv, c, t);
+            const uint32_t s = HB_OOL(hb_live_check)(st, lv, c, t);
             if (s != 0u && s != HBF_ST_TIMEOUT) HB_OOL(hb_fail)(st, s, site, addr);
         }
         w = HB_OOL(hb_thermal_read)(st, c, t);
@@ -378,7 +378,7 @@ HB_SPLIT_FN void hb_ref_slot_wait(hbf_device_state* st, hbf_ctl* c, uint32_t slo
         hb_sleep(backoff);
         backoff = backoff < (uint32_t)st->backoff_max_ns ? backoff * 2u : (uint32_t)st->backoff_max_ns;
         if ((++it & 7u) == 0u) {
-            const uint32_t s = hb_live_check(st, lv, c, hb_now());
+            const uint32_t s = HB_OOL(hb_live_check)(st, lv, c, hb_now());
             if (s != 0u) HB_OOL(hb_fail)(st, s, site, addr);
         }
     }
@@ -413,7 +413,7 @@ HB_OOL_FN uint64_t hb_ref_issue(hbf_device_state* st, hbf_ctl* c, uint64_t addr,
 // ------------------------------------------------------------------------------------------
 enum { HB_NATIVE = 0, HB_HIT = 1, HB_PARTIAL = 2 };
 
-HB_DEV int hb_classify(const hbf_device_state* st, uint64_t addr, uint64_t bytes, hbf_dev_range& out) {
+HB_SPLIT_FN int hb_classify(const hbf_device_state* st, uint64_t addr, uint64_t bytes, hbf_dev_range& out) {
     const uint64_t last = addr + (bytes ? bytes : 1ull);  // exclusive end
     for (;;) {
         const uint64_t s0 = hb_ld_vol(&st->range_seq);
@@ -458,6 +458,30 @@ HB_DEV uint64_t hb_warp_sum(uint32_t mask, uint64_t v) {
 }
 HB_DEV uint32_t hb_sat32(uint64_t v) { return v > 0xFFFFFFFFull ? 0xFFFFFFFFu : (uint32_t)v; }
 
+// Device-side timing sources (fixed, curve, fast queue) + refresh claim: the deadline (> t0).
+HB_SPLIT_FN uint64_t hb_device_deadline(hbf_device_state* st, uint64_t gaddr, uint64_t req_bytes, uint32_t op,
+                                        uint32_t q, uint32_t site, uint64_t t0) {
+    const uint32_t src = st->timing_source;
+    const uint64_t rbytes = hb_claim_refresh(st, site);
+    uint64_t deadline;
+    if (src == HBF_SRC_FAST) {
+        deadline = HB_OOL(hb_fast_model)(st, gaddr, req_bytes, op, q, rbytes, t0);
+    } else {
+        uint64_t s;
+        if (src == HBF_SRC_CURVE) {
+            s = (op == HBF_OP_STORE) ? st->media.curve_write_ns : hb_curve_ns(st->media, req_bytes);
+        } else {  // HBF_SRC_FIXED
+            s = (op == HBF_OP_STORE) ? st->media.fixed_write_ns
+                : (op == HBF_OP_ATOMIC ? st->media.fixed_read_ns + st->media.fixed_write_ns
+                                        : st->media.fixed_read_ns);
+        }
+        s += hb_refresh_service(st->media, rbytes);
+        deadline = t0 + hb_thermal_scale(s, q);
+    }
+    if (deadline <= t0) deadline = t0 + 1ull;  // a zero service still yields a valid future
+    return deadline;
+}
+
 // The group leader's request: admission (thermal snapshot before the reservation), timing source,
 // refresh claim. Returns the future; out[0] = request bytes, out[1] = modeled ns (0 for a ticket).
 HB_SPLIT_FN unsigned long long hb_group_request(hbf_device_state* st, const hbf_dev_range* r, uint64_t media,
@@ -480,25 +504,8 @@ HB_SPLIT_FN unsigned long long hb_group_request(hbf_device_state* st, const hbf_
         fut = HB_OOL(hb_ref_issue)(st, c, r->base + (gaddr - r->media_offset), gaddr, (uint32_t)req_bytes, op,
                            r->range_id, site, flags, t0);
     } else {
-        const uint64_t rbytes = hb_claim_refresh(st, site);
-        uint64_t deadline;
-        if (src == HBF_SRC_FAST) {
-            deadline = HB_OOL(hb_fast_model)(st, gaddr, req_bytes, op, q, rbytes, t0);
-        } else {
-            uint64_t s;
-            if (src == HBF_SRC_CURVE) {
-                s = (op == HBF_OP_STORE) ? st->media.curve_write_ns : hb_curve_ns(st->media, req_bytes);
-            } else {  // HBF_SRC_FIXED
-                s = (op == HBF_OP_STORE) ? st->media.fixed_write_ns
-                    : (op == HBF_OP_ATOMIC ? st->media.fixed_read_ns + st->media.fixed_write_ns
-                                            : st->media.fixed_read_ns);
-            }
-            s += hb_refresh_service(st->media, rbytes);
-            deadline = t0 + hb_thermal_scale(s, q);
-        }
-        if (deadline <= t0) deadline = t0 + 1ull;  // a zero service still yields a valid future
-        out[1] = deadline - t0;
-        fut = deadline;
+        fut = HB_OOL(hb_device_deadline)(st, gaddr, req_bytes, op, q, site, t0);
+        out[1] = fut - t0;
     }
     out[0] = req_bytes;
     return fut;
@@ -510,7 +517,7 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
                                                                 uint32_t site, uint64_t t0) {
     const uint32_t op = flags & HBF_F_OP_MASK;
     hbf_dev_range r;
-    const int cls = hb_classify(st, addr, bytes, r);
+    const int cls = HB_OOL(hb_classify)(st, addr, bytes, r);
     if (cls == HB_NATIVE) return 0ull;
     if (cls == HB_PARTIAL) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
     if ((r.perms & hb_perm_needed(op)) == 0u) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
@@ -590,7 +597,7 @@ HB_SPLIT_FN uint32_t hb_ticket_poll(hbf_device_state* st, hbf_ctl* c, hbf_comple
         hb_sleep(backoff);
         backoff = backoff < cap ? backoff * 2u : cap;
         if ((++it & 7u) == 0u) {
-            const uint32_t s = hb_live_check(st, lv, c, hb_now());
+            const uint32_t s = HB_OOL(hb_live_check)(st, lv, c, hb_now());
             if (s != 0u) {
                 if (hb_ld_acq_sys(&cp->seq) == want) return 1u;  // posted terminal completion wins
                 HB_OOL(hb_fail)(st, s, site, want - 1ull);
