@@ -155,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dt-ms", type=float, default=DEFAULT_DT_S * 1e3)
     ap.add_argument("--tolerance-k", type=float, default=0.02)
     ap.add_argument("--no-python-control", action="store_true", help="skip the python-control comparison")
+    ap.add_argument("--committed", action="store_true",
+                    help="validate the ROM the daemon loads (profiles/thermal/<name>.rom.npz) instead of a fresh fit")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -162,10 +164,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         geom = load_geometry(args.geometry)
         model = build_model(geom)
         dt = args.dt_ms / 1e3
-        steps = model.stepper(dt).unit_step_responses(2 * args.hankel_blocks + 2)
-        rom = fit_rom(model, dt_s=dt, hankel_blocks=args.hankel_blocks, steps=steps)
+        if args.committed:
+            from . import ROM_DIR
+            rom = ThermalROM.load(ROM_DIR / f"{geom.name}.rom.npz", geometry_sha256=geom.sha256)
+            steps = None
+        else:
+            steps = model.stepper(dt).unit_step_responses(2 * args.hankel_blocks + 2)
+            rom = fit_rom(model, dt_s=dt, hankel_blocks=args.hankel_blocks, steps=steps)
         res = validate(model, rom, seconds=args.seconds)
-        if not args.no_python_control:
+        if steps is not None and not args.no_python_control:
             res["python_control"] = compare_with_python_control(steps, m=args.hankel_blocks, r=rom.order, dt_s=dt)
     except HbfError as e:
         print(f"hbfd thermal validate: {e}", file=sys.stderr)
