@@ -226,7 +226,10 @@ def _sweep_engine(rt, args, g, ref, shape, delays, wait, engine) -> dict:
         xs = [d / 1000 for d in delays]
         fl = [med[d]["flag_reads_thread"] for d in delays]
         nf = [x["nonflag_reads_thread"] for x in rows]
+        knee = [i for i, d in enumerate(delays) if d >= args.knee_us * 1000]
         summary = {"fit_flag_reads_thread_vs_delay_us": linear_fit(xs, fl),
+                   "fit_above_knee": linear_fit([xs[i] for i in knee], [fl[i] for i in knee]) if len(knee) >= 2 else None,
+                   "knee_us": args.knee_us,
                    "fit_flag_reads_warp_vs_delay_us": linear_fit(xs, [med[d]["flag_reads_warp"] for d in delays]),
                    "flag_reads_thread_min": min(fl), "flag_reads_thread_max": max(fl),
                    "flag_spread_rel": (max(fl) - min(fl)) / max(1.0, float(np.mean(fl))),
@@ -320,6 +323,10 @@ def exp_E3(rt, args) -> dict:
     res["rows"] = rows
     # eidola's own cost: replay (flags visible at 0) minus the native control (flags pre-set)
     nat = {r["eidolons"]: r["kernel_ns_median"] for r in rows if r["engine"] == "native"}
+    res["replay_over_native"] = {
+        f"{e}/{w}": {n: r["kernel_ns_median"] / nat[n] for r in rows for n in [r["eidolons"]]
+                     if r["engine"] == e and r["wait"] == w and r["delay_ns"] == 0 and n in nat}
+        for e, w in configs if e != "native"}
     res["overhead_vs_native_ns"] = {
         f"{e}/{w}": {n: r["kernel_ns_median"] - nat[n] for r in rows for n in [r["eidolons"]]
                      if r["engine"] == e and r["wait"] == w and r["delay_ns"] == 0 and n in nat}
@@ -621,7 +628,10 @@ def summary(out: Path) -> dict:
                         res[name][f"{w}/{eng}"] = {"error": data["error"][:200]}
                         continue
                     sm = data["summary"]
+                    fk = sm.get("fit_above_knee") or {}
                     res[name][f"{w}/{eng}"] = {"r2": round(sm["fit_flag_reads_thread_vs_delay_us"]["r2"], 5),
+                                               "r2_above_knee": round(fk.get("r2", float("nan")), 5),
+                                               "slope_above_knee": round(fk.get("slope", float("nan")), 2),
                                                "slope_per_us": round(sm["fit_flag_reads_thread_vs_delay_us"]["slope"], 2),
                                                "flag_min": sm["flag_reads_thread_min"], "flag_max": sm["flag_reads_thread_max"],
                                                "spread": round(sm["flag_spread_rel"], 4), "nonflag": sm["nonflag_reads_thread_unique"],
@@ -636,6 +646,7 @@ def summary(out: Path) -> dict:
                              "ratio_255_over_3": round(v["ratio_255_over_3"], 3)} for k, v in r["configs"].items()}
             res[name]["bitwise_all"] = all(x["y_bitwise_equal"] for x in r["rows"])
             res[name]["overhead_vs_native_ns"] = r.get("overhead_vs_native_ns")
+            res[name]["replay_over_native"] = {k: {n: round(x, 3) for n, x in v.items()} for k, v in (r.get("replay_over_native") or {}).items()}
         elif name == "E4":
             res[name] = {k: {"r2": round(v["r2"], 4), "slope_ns_per_row": round(v["slope"], 3)} for k, v in r["fits"].items()}
         elif name == "TL":
@@ -677,7 +688,7 @@ def results_rows(out: Path, *, date: str, card: str, command: str) -> str:
             if k == "corunner_span_ns" or "error" in v:
                 continue
             row(f"eidola {name} {label} {k}: flag reads (per thread) vs peer delay 0-40 us, 128 tiles x 3 eidolons, M=1024 Kl=2048",
-                f"{v['flag_min']:.0f} .. {v['flag_max']:.0f} reads, slope {v['slope_per_us']} /us, R^2 {v['r2']}, spread {v['spread'] * 100:.1f} %; "
+                f"{v['flag_min']:.0f} .. {v['flag_max']:.0f} reads, slope {v['slope_per_us']} /us, R^2 {v['r2']} (delays >= 8 us: R^2 {v['r2_above_knee']}, slope {v['slope_above_knee']} /us), spread {v['spread'] * 100:.1f} %; "
                 f"non-flag {v['nonflag']} (constant: {len(v['nonflag']) == 1}); outputs bitwise = reference: {v['bitwise']}",
                 f"bench/results/eidola_{name}.json")
         if "corunner_span_ns" in e:
@@ -692,6 +703,10 @@ def results_rows(out: Path, *, date: str, card: str, command: str) -> str:
             row(f"eidola E3 target kernel time vs eidolons 3..255, fit t = t1 + n*te, {k}",
                 f"t1 {v['t1_ns'] / 1000:.2f} us, te {v['te_ns']:.1f} ns/eidolon, R^2 {v['r2']}, t(255)/t(3) = {v['ratio_255_over_3']}",
                 "bench/results/eidola_E3.json")
+    if isinstance(e3, dict) and e3.get("replay_over_native"):
+        row("eidola E3 cost of Eidola itself: replayed kernel / native control (all peer flags pre-set, no replay), flags visible at 0",
+            "; ".join(f"{k}: " + ", ".join(f"{n}:{x}" for n, x in v.items()) for k, v in e3["replay_over_native"].items()),
+            "bench/results/eidola_E3.json")
     e4 = S.get("E4")
     if isinstance(e4, dict) and "error" not in e4:
         row("eidola E4 target kernel time vs M (1024..32768), linear fits (eidolons/wait)",
@@ -726,6 +741,7 @@ def main(argv=None) -> int:
     ap.add_argument("--Kl", type=int, default=2048)
     ap.add_argument("--tiles", type=int, default=128)
     ap.add_argument("--e1-step-us", type=int, default=4)
+    ap.add_argument("--knee-us", type=int, default=8, help="E1/E2 second fit over delays >= this (past the compute phase)")
     ap.add_argument("--e0-writes", type=int, default=1000)
     ap.add_argument("--e3-delay-ns", type=int, default=10_000)
     ap.add_argument("--eidolon-blocks", type=int, default=0, help="0 = auto (2..8 by table size)")
@@ -781,7 +797,7 @@ def main(argv=None) -> int:
     for name in todo:
         cmd = [sys.executable, __file__, "--child", "--only", name, "--out", str(out), "--lib", args.lib,
                "--reps", str(args.reps), "--M", str(args.M), "--Kl", str(args.Kl), "--tiles", str(args.tiles),
-               "--e1-step-us", str(args.e1_step_us), "--e0-writes", str(args.e0_writes),
+               "--e1-step-us", str(args.e1_step_us), "--e0-writes", str(args.e0_writes), "--knee-us", str(args.knee_us),
                "--e3-delay-ns", str(args.e3_delay_ns), "--eidolon-blocks", str(args.eidolon_blocks),
                "--corunner-iters", str(args.corunner_iters)]
         if name != "E0" and not (name in ("E1", "E2", "E3") and (out / "eidola_E0.json").exists()):

@@ -118,6 +118,11 @@ class Lib:
     """ctypes binding of libhbfeidola.so."""
 
     def __init__(self, path: Path) -> None:
+        # The eidolon kernel and the target run concurrently and wait on each other. With CUDA's
+        # lazy module loading (the default since 12.x) the first launch of a kernel may wait for
+        # running kernels to finish (measured on the H200: the first eidolon + probe pair hung
+        # until the 2 s device timeout), so load every kernel at context creation.
+        os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
         self.path = Path(path)
         self.so = ctypes.CDLL(str(path))
         so = self.so
@@ -546,8 +551,8 @@ class GemvAllReduce:
         replay.reset_launch()   # synchronizes
         p = self.params(replay, seq=seq, wait=wait)
         if engine == "eidolon":
-            if eidolon_blocks is None:   # 2 reserved SMs, more for big tables (<= 8)
-                eidolon_blocks = max(2, min(8, -(-int(replay.host.n_entries) // 4096)))
+            if eidolon_blocks is None:   # 2 reserved SMs, more for big tables (<= 4)
+                eidolon_blocks = max(2, min(4, -(-int(replay.host.n_entries) // 4096)))
             replay.launch_eidolon(blocks=eidolon_blocks)
         cr = None
         if corunner:

@@ -165,6 +165,13 @@ typedef struct hbf_eidola_acct {
     /* configuration cached in registers (acct_init with a state): one flag range, engine */
     uint32_t cached, c_engine, c_class, c_paced;
     uint64_t c_base, c_len;
+    /* engine (b) table pointers cached in registers (no reloads of the state per poll) */
+    uint64_t c_vd_base, c_vd_n;
+    const uint32_t* c_vd_idx;
+    const uint32_t* c_v_begin;
+    const uint64_t* c_v_time;
+    const uint64_t* c_v_value;
+    const uint64_t* c_v_init;
 } hbf_eidola_acct;
 
 HBF_EIDOLA_DEV void hbf_eidola_acct_init(hbf_eidola_acct* a, const hbf_eidola_state* st = nullptr) {
@@ -174,6 +181,10 @@ HBF_EIDOLA_DEV void hbf_eidola_acct_init(hbf_eidola_acct* a, const hbf_eidola_st
         a->c_engine = st->engine; a->c_paced = st->vload_paced;
         a->c_base = st->flag_ranges[0].base; a->c_len = st->flag_ranges[0].length;
         a->c_class = st->flag_ranges[0].klass;
+        a->c_vd_base = st->vd_base; a->c_vd_n = st->vd_idx ? st->vd_n : 0;
+        a->c_vd_idx = (const uint32_t*)st->vd_idx; a->c_v_begin = (const uint32_t*)st->v_begin;
+        a->c_v_time = (const uint64_t*)st->v_time; a->c_v_value = (const uint64_t*)st->v_value;
+        a->c_v_init = (const uint64_t*)st->v_init;
     }
     a->flag_class = 0; a->flag_warp = a->flag_thread = a->nonflag_warp = a->nonflag_thread = 0;
     a->mon_arms = a->mwaits = a->wake_reads = a->vloads = a->spin = 0;
@@ -308,6 +319,28 @@ HBF_EIDOLA_DEV uint64_t hbf_eidola_ld_flag(hbf_eidola_state* st, hbf_eidola_acct
         return size == 8 ? hbf_eidola_ld_acquire_u64(p) : hbf_eidola_ld_acquire_u32(p);
     }
     hbf_eidola_count_flag(st, a, klass);
+    if (engine == HBF_EIDOLA_ENGINE_VIRT && a->cached && a->c_vd_n) {
+        /* register-cached dense map: index, then the time search, no state reloads */
+        const uint64_t w = (addr - a->c_vd_base) >> 2;
+        if (addr >= a->c_vd_base && w < a->c_vd_n && ((addr - a->c_vd_base) & 3u) == 0) {
+            const uint32_t i = __ldg(&a->c_vd_idx[w]);
+            if (i != 0xffffffffu) {
+                a->vloads += 1;
+                uint64_t real = 0;
+                if (paced) real = hbf_eidola_ld_relaxed(p, size);
+                const uint64_t t = hbf_eidola_rel_now(st, t0);
+                uint32_t lo = __ldg(&a->c_v_begin[i]), hi = __ldg(&a->c_v_begin[i + 1]);
+                const uint32_t first = lo;
+                while (lo < hi) {
+                    const uint32_t mid = (lo + hi) >> 1;
+                    if (__ldg(&a->c_v_time[mid]) <= t) lo = mid + 1; else hi = mid;
+                }
+                uint64_t v = lo == first ? __ldg(&a->c_v_init[i]) : __ldg(&a->c_v_value[lo - 1]);
+                if (paced) { uint64_t zero; asm volatile("and.b64 %0, %1, 0;" : "=l"(zero) : "l"(real)); v += zero; }
+                return v;
+            }
+        }
+    }
     if (engine == HBF_EIDOLA_ENGINE_VIRT) {
         uint32_t i;
         if (hbf_eidola_vindex(st, addr, &i)) {
