@@ -128,6 +128,8 @@ class Daemon:
         self.engine = _factory(self.engine_choice, services.FixedLatencyEngine.from_profile, services.build_engine)(p)
         self.thermal = _factory(self.thermal_choice, lambda _: services.NoThermal(), services.build_thermal)(p)
         self.refresh = _factory(self.refresh_choice, lambda _: services.NoRefresh(), services.build_refresh)(p)
+        if getattr(self.engine, "name", "") == "media" and hasattr(self.refresh, "attach_media"):
+            self.refresh.attach_media()             # refresh plans run through the media model (ring thread)
         log.info("engine %s, thermal %s, refresh %s", self.engine.name, self.thermal.name, self.refresh.name)
         self._control_tick()                        # thermal snapshot + refresh debt before readiness
         self.region.publish_ranges([], 0)
@@ -323,6 +325,11 @@ class Daemon:
         self.engine.submit(batch)
         self._quiet_collected = False
         self.engine.advance(int(batch["arrival_ns"].max()))
+        if getattr(self.refresh, "media_attached", False):
+            work = self.refresh.media_work(time.monotonic_ns() - self._t0)
+            if work is not None:                    # a refresh block: only its duration crosses clocks
+                at = int(batch["arrival_ns"].max())
+                self.refresh.media_done(work[0], self.engine.refresh(work[1], at) - at)
         done = self.engine.collect()
         if done.size:
             self._post(done["id"], done["modeled_ns"], done["status"])

@@ -10,7 +10,13 @@ def make_refresh_service(profile):
     from .hazard import HazardSweep
     from .refresh import RefreshScheduler
     from .service import ReliabilityService, make_ledger
-    led = make_ledger(profile)
+    logical = None
+    try:                                   # the host can register only the media's logical capacity
+        from hbfd.media import MediaGeometry
+        logical = MediaGeometry.from_profile(profile).logical_pages
+    except Exception:  # noqa: BLE001 - no media model for this profile: every physical block
+        logical = None
+    led = make_ledger(profile, logical_pages=logical)
     return ReliabilityService(led, RefreshScheduler(led, page_bytes=profile.geometry.page_bytes),
                               HazardSweep.from_profile(profile.reliability),
                               media_bytes_per_s=float(profile.geometry.aggregate_bytes_per_s))

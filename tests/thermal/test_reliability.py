@@ -141,3 +141,33 @@ def test_hazard_sweep_eq6():
     assert (np.diff(h2.hazard) > 0).all()                # hotter than T_ref: higher Ea, more hazard
     rows = h2.rows()
     assert rows[0]["failure_probability"] == pytest.approx(1 - np.exp(-h2.hazard[0]))
+
+
+def test_refresh_through_the_media_model_commits_after_its_duration():
+    from hbfd.media import MediaEngine, MediaGeometry
+    from hbfd.profile import load_profile
+    from hbfd.reliability.refresh import RefreshScheduler
+    from hbfd.reliability.service import ReliabilityService, make_ledger
+    from hbfd.services import ThermalState
+    prof = load_profile("ocp-sg1")
+    eng = MediaEngine(MediaGeometry.from_profile(prof))
+    led = make_ledger(prof, logical_pages=eng.g.logical_pages)
+    svc = ReliabilityService(led, RefreshScheduler(led), HazardSweep.from_profile(prof.reliability),
+                             media_bytes_per_s=384e9)
+    svc.attach_media()
+    th = ThermalState(hbf_max_c=60.0)
+    svc.tick(0, th)
+    led.add_uniform_reads(float(prof.reliability.read_disturb_limit) * led.n_blocks)   # every block disturbed
+    debt = svc.tick(10_000_000, th)
+    assert debt == 2 * prof.geometry.pages_per_block * 4096                           # one block planned
+    token, lpns = svc.media_work(10_000_000)
+    assert svc.media_work(10_000_000) is None                                          # handed out once
+    t_done = eng.refresh(lpns, 0)
+    assert t_done > 0 and eng.stats()["counts"]["refresh_pages"] == prof.geometry.pages_per_block
+    svc.media_done(token, t_done)
+    blk = svc.sched.plan_now.index
+    svc.tick(10_000_000 + t_done - 1, th)
+    assert led.pec[blk] == 0                                                           # not before it finished
+    svc.tick(10_000_000 + t_done, th)
+    assert led.pec[blk] == 1 and led.disturb()[blk] == 0
+    assert svc.summary_section()["refresh_path"] == "media model (engine.refresh)"
