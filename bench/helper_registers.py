@@ -228,7 +228,10 @@ def measure(name: str, plain_ptx: Path, helpers: dict[str, Path], wd: Path, only
     kd.mkdir(exist_ok=True)
     plain = ptxas_info(plain_ptx, kd / "plain.cubin")
     plain_sass = sass_analysis(kd / "plain.cubin")
-    row: dict = {"kernel": name, "source": str(plain_ptx.relative_to(REPO)) if plain_ptx.is_relative_to(REPO)
+    text = plain_ptx.read_text()
+    has_mma = bool(re.search(r"\b(wgmma\.|mma\.sync|tcgen05\.)", text))
+    row: dict = {"kernel": name, "has_tensor_core_mma": has_mma,
+                 "policy_choice": "direct" if has_mma else "lean", "source": str(plain_ptx.relative_to(REPO)) if plain_ptx.is_relative_to(REPO)
                  else "workloads/microbench/hbf_microbench.cu (nvcc -DHBF_PLAIN_ONLY)", "entries": {}}
     for ent, pi in plain.items():
         if only_entry and ent != only_entry:
@@ -307,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
                         s[f"{tag}_sets_max"] = e[tag].get("sets_max")
                         s[f"{tag}_C7510"] = e[tag].get("wgmma_serialized_C7510")
                 s["plain_warps_per_SM"] = occupancy_warps(s["plain_regs"])
+                # proposed per-module rule for hbfcc: lean helpers unless the module uses tensor-core MMA
+                s["policy_choice"] = r["policy_choice"]
+                s["policy_regs"] = s.get(f"{r['policy_choice']}_regs")
+                s["policy_hot_loop_STL_LDL"] = s.get(f"{r['policy_choice']}_hot_loop_STL_LDL")
                 summary.append(s)
         res = {"experiment": "helper_registers", "date": _dt.date.today().isoformat(),
                "card": "CPU (ptxas 13.0 -arch=sm_90a, no GPU)",

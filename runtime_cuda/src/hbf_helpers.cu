@@ -32,7 +32,7 @@ __device__ unsigned int __hb_kslot_base;
 // build (HBF_OOL_OPAQUE=0, the default: direct calls, register needs of a call chain add up);
 // hbf_helpers_lean.ptx is the LEAN build (HBF_OOL_OPAQUE=1: out-of-line pieces called through an
 // opaque pointer, i.e. with the ABI calling convention). Lean lowers the registers of kernels
-// without tensor-core MMA (streaming 16-register kernel: 84 -> 64) but an ABI call makes ptxas
+// without tensor-core MMA (streaming 16-register kernel: 84 -> 56) but an ABI call makes ptxas
 // serialize wgmma (C7510) and forces caller saves in register-heavy kernels (Triton matmul: 768 B
 // of spills); see bench/helper_registers.py and docs/runtime.md. Select with HBFCC_HELPER_PTX /
 // HBF_HELPER_PTX (or `hbfcc rewrite --helper`); the ABI (hbf_abi.h) is identical in both.
