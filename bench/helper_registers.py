@@ -265,6 +265,24 @@ def measure(name: str, plain_ptx: Path, helpers: dict[str, Path], wd: Path, only
                     "maxnreg": nmap[ent], **info2.get(ent, {}),
                     "hot_loop_STL": s2.get("hot_loop_STL"), "hot_loop_LDL": s2.get("hot_loop_LDL"),
                     "body_STL_LDL": s2.get("body_STL_LDL")}
+            # ladder what-if (a rule hbfcc-ptxas could apply): the smallest .maxnreg, from nmap up in
+            # steps of 8 below the uncapped lean count, at which the entry reports no spill and no
+            # STL/LDL in its loops. Only for modules the policy gives lean (no tensor-core MMA).
+            if not has_mma and len(row["entries"]) == 1:
+                ent = next(iter(row["entries"]))
+                lean_regs = row["entries"][ent]["lean"].get("registers") or 0
+                found = None
+                for n in range(nmap[ent], lean_regs, 8):
+                    lp = kd / f"lean_ladder_{n}.ptx"
+                    lp.write_text(add_maxnreg(out.read_text(), {ent: n}))
+                    i3 = ptxas_info(lp, kd / f"lean_ladder_{n}.cubin").get(ent, {})
+                    s3 = sass_analysis(kd / f"lean_ladder_{n}.cubin").get(ent, {})
+                    if i3.get("spill_stores") == 0 and not s3.get("body_STL_LDL"):
+                        found = {"maxnreg": n, **i3, "hot_loop_STL": s3.get("hot_loop_STL"),
+                                 "hot_loop_LDL": s3.get("hot_loop_LDL"), "body_STL_LDL": s3.get("body_STL_LDL")}
+                        break
+                row["entries"][ent]["lean_maxnreg_ladder_whatif"] = found or {"maxnreg": None,
+                                                                              "registers": lean_regs}
     return row
 
 
@@ -300,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             for ent, e in r["entries"].items():
                 s = {"kernel": r["kernel"], "entry": ent, "plain_regs": e["plain"].get("registers")}
-                for tag in ("before", "direct", "lean", "lean_maxnreg_whatif"):
+                for tag in ("before", "direct", "lean", "lean_maxnreg_whatif", "lean_maxnreg_ladder_whatif"):
                     if tag in e and "registers" in e[tag]:
                         s[f"{tag}_regs"] = e[tag]["registers"]
                         s[f"{tag}_spill_stores"] = e[tag].get("spill_stores")
@@ -326,7 +344,9 @@ def main(argv: list[str] | None = None) -> int:
                         "warps_per_SM from registers alone. before = helpers at --baseline-rev; direct = "
                         "build/runtime_cuda/hbf_helpers.ptx (default); lean = hbf_helpers_lean.ptx "
                         "(HBF_OOL_OPAQUE=1); lean_maxnreg_whatif = lean + `.maxnreg max(40, plain rounded "
-                        "to 8)` on each entry (not emitted by hbfcc today); C7510 = ptxas warnings "
+                        "to 8)` on each entry (not emitted by hbfcc today); lean_maxnreg_ladder_whatif = the smallest "
+                        "such cap (steps of 8) with no entry spill and no STL/LDL in the entry body, non-MMA "
+                        "modules only; C7510 = ptxas warnings "
                         "'wgmma serialized ... at a function call' in the module."),
                "summary": summary, "kernels": rows}
         out = Path(a.out)
