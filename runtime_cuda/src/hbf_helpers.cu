@@ -24,25 +24,27 @@ __device__ unsigned int __hb_kslot_base;
 }
 
 #define HB_DEV static __device__ __forceinline__
-// Out-of-line pieces: `static __device__ __noinline__`, called only through HB_OOL (below).
-// HB_SPLIT_FN marks the pieces split off only to bound register needs: out of line in the lean
-// build (HBF_OOL_OPAQUE=1), inlined in the direct build, where a deeper call chain would only
-// stack more registers.
+// Out-of-line pieces (lean build) are defined with HB_OOL_FN / HB_SPLIT_FN and called only through
+// HB_OOL (below); in the direct build both are inlined.
 // Two builds of this file (Makefile helpers-ptx): build/runtime_cuda/hbf_helpers.ptx is the DIRECT
-// build (HBF_OOL_OPAQUE=0, the default: direct calls, register needs of a call chain add up);
+// build (HBF_OOL_OPAQUE=0, the default: every internal piece inlined into the exported function);
 // hbf_helpers_lean.ptx is the LEAN build (HBF_OOL_OPAQUE=1: out-of-line pieces called through an
 // opaque pointer, i.e. with the ABI calling convention). Lean lowers the registers of kernels
-// without tensor-core MMA (streaming 16-register kernel: 84 -> 56) but an ABI call makes ptxas
+// without tensor-core MMA (streaming 16-register kernel: 84 -> 56; direct: 78) but an ABI call makes ptxas
 // serialize wgmma (C7510) and forces caller saves in register-heavy kernels (Triton matmul: 768 B
 // of spills); see bench/helper_registers.py and docs/runtime.md. Select with HBFCC_HELPER_PTX /
 // HBF_HELPER_PTX (or `hbfcc rewrite --helper`); the ABI (hbf_abi.h) is identical in both.
 #ifndef HBF_OOL_OPAQUE
 #define HBF_OOL_OPAQUE 0
 #endif
-#define HB_OOL_FN static __device__ __noinline__
 #if HBF_OOL_OPAQUE
+#define HB_OOL_FN static __device__ __noinline__
 #define HB_SPLIT_FN static __device__ __noinline__
 #else
+// Direct build: everything inlined into the exported function that uses it (a chain of direct
+// calls only stacks registers; measured: streaming kernel 84 -> 78, softmax 110 -> 96, wgmma
+// matmul 218 -> 204, bench/helper_registers.py).
+#define HB_OOL_FN static __device__ __forceinline__
 #define HB_SPLIT_FN static __device__ __forceinline__
 #endif
 
