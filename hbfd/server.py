@@ -27,7 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hbfcommon import ctl
-from hbfcommon.errors import ConfigError, DaemonError, ErrorCode, HbfError
+from hbfcommon.errors import ConfigError, DaemonError, ErrorCode, HbfError, TelemetryError
 from hbfcommon.status import RequestStatus
 from hbfd import knobs, services
 from hbfd.heartbeat import HeartbeatProcess
@@ -190,6 +190,12 @@ class Daemon:
                 return
             try:
                 self._control_tick()
+            except TelemetryError as e:  # the thermal model lost its input: a distinct, visible terminal
+                log.error("telemetry failed: %s", e)
+                self._engine_error = f"{type(e).__name__}: {e}"
+                self.request_shutdown("telemetry_failure", f"telemetry source failed: {e}",
+                                      ctl.HBF_ST_DAEMON_LOST, ctl.HBF_FAIL_REASON_TELEMETRY)
+                return
             except Exception as e:  # a model failure ends the run, loudly
                 log.exception("thermal/refresh service failed")
                 self._engine_error = f"{type(e).__name__}: {e}"

@@ -12,9 +12,10 @@
  *
  * Rules (measured on the H200, see DESIGN.md §3.1):
  *  - the GPU polls host-written words only with ld.acquire.sys or ld.volatile (+ nanosleep);
- *  - the GPU cannot do atomics together with the host: words that the GPU updates atomically
- *    (ring_head) are never written by the host, and host-written words are never updated
- *    atomically by the GPU;
+ *  - the GPU cannot do atomics together with the host: a word the GPU updates atomically is never
+ *    written by the host while a kernel may run, and host-written words are never updated
+ *    atomically by the GPU (ring_head: see its comment; runtime_cuda reserves tickets in device
+ *    memory and host-writes ring_head);
  *  - handoff is "write payload, then st.release.sys the sequence word"; the reader reads the
  *    sequence word with acquire, then the payload.
  *
@@ -85,6 +86,7 @@
 #define HBF_FAIL_REASON_ENGINE 2u       /* model/engine failure */
 #define HBF_FAIL_REASON_THERMAL 3u      /* thermal shutdown */
 #define HBF_FAIL_REASON_DEVICE 4u       /* the GPU side reported a terminal failure */
+#define HBF_FAIL_REASON_TELEMETRY 5u    /* GPU telemetry missing/stale/regressing/failed: the thermal model cannot run */
 
 /* ---- sections ------------------------------------------------------------------------------ */
 
@@ -133,14 +135,18 @@ typedef struct hbf_header {
     uint64_t heartbeat_period_ns;  /* the daemon's promise (<= 10 ms) */
     uint64_t failure;              /* global failure word, see HBF_FAIL_* */
     uint64_t admission_closed;     /* 1 once the daemon stops accepting requests */
-    /* --- GPU-owned (GPU-only atomics; host reads only) --- */
-    uint64_t ring_head;            /* next ticket to reserve. A runtime may instead reserve
-                                      tickets from a counter in device memory (atomics on host
-                                      memory from many warps serialize over PCIe: 1-5 ms per issue
-                                      measured on the H200); it then starts that counter at
-                                      max(ring_head, max ring[].seq) and writes ring_head back
-                                      only while no kernel runs. hbfd treats ring_head as a lower
-                                      bound of the reserved tickets. */
+    /* --- GPU side / workload-owned --- */
+    uint64_t ring_head;            /* next ticket to reserve: a lower bound of the reserved tickets
+                                      (hbfd treats it so). A runtime may reserve tickets with GPU
+                                      atomics on this word, or from a counter in device memory
+                                      (atomics on host memory from many warps serialize over PCIe:
+                                      1-5 ms per issue measured on the H200). runtime_cuda does the
+                                      latter (hbf_device_state.ref_next_ticket): it starts that
+                                      counter at max(ring_head, max ring[].seq, max
+                                      completions[].seq) and, after its own synchronization points
+                                      (no kernel running), host-writes the counter back here for
+                                      display -- allowed because the GPU then does no atomics on
+                                      ring_head. Never both schemes in one region at once. */
     uint64_t device_failure;       /* first terminal failure seen by the GPU: (status<<32)|site */
     /* --- workload-owned (written by the attached process) --- */
     uint64_t workload_pid;
