@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "fixtures"))
+
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
 from hbfcc import helpers as H  # noqa: E402
 from hbfcc.rewrite import rewrite_text  # noqa: E402
@@ -114,11 +115,7 @@ def main() -> int:
            "rewriter_sha256": rewriter_sha(), "reps": ns.reps,
            "command": " ".join([Path(sys.executable).name] + sys.argv),
            "summary": summary, "rows": rows}
-    out = Path(ns.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, out)
+    atomic_write_json(ns.out, doc, end="\n", indent=1)
     print(json.dumps(summary, indent=1))
     return 0
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hbfcommon.errors import RewriteError
 
 from . import helpers as H
 from . import knobs

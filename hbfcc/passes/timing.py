@@ -209,7 +209,7 @@ def classify(inst: Instruction, ctx: _Ctx) -> Optional[Decision]:
                         generic_symbol_global=sym_global)
     if op in ("atom", "red"):
         if fam == "red.async":
-            return Decision(f"red.async", "native", reason="shared::cluster (DSMEM) reduction, not global")
+            return Decision("red.async", "native", reason="shared::cluster (DSMEM) reduction, not global")
         space = inst.state_space or "generic"
         cls = f"{op}.{space}"
         if space in NATIVE_SPACES:

@@ -3,7 +3,6 @@ CUDA_NVCC_EXECUTABLE. The built objects' embedded PTX must carry the helper call
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path

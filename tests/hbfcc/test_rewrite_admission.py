@@ -5,7 +5,6 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import hbfcc_testutil as U  # noqa: E402,F401
 
 from hbfcc import artifact  # noqa: E402
 from hbfcc.rewrite import rewrite_text  # noqa: E402
