@@ -833,7 +833,7 @@ class _FunctionRewriter:
 
 
 def _already_instrumented(module: Module) -> bool:
-    return any(f.name.startswith("__hb_") for f in module.functions())
+    return any(f.name in H.ABI_SIGNATURES for f in module.functions())
 
 
 # the module global the rewritten code reads at entry; the linker replaces this declaration with the
@@ -858,7 +858,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     """The timing rewrite ``(module, metadata) -> module``. Adds ``meta["timing"]``:
     ``{"functions": [FunctionReport dicts], "kernels": [...names in kernel-index order]}``."""
     if _already_instrumented(module):
-        raise RewriteError("module is already instrumented (defines or declares __hb_* functions)")
+        raise RewriteError("module is already instrumented (defines or declares the timing helpers)")
     window = int(meta.get("cpasync_window", 8))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
