@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import platform
 import subprocess
 import sys
@@ -23,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -41,12 +42,7 @@ def _json_default(o):
 
 
 def _write(out: Path, name: str, obj: dict) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    p = out / f"eidola_{name}.json"
-    tmp = p.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=_json_default))
-    os.replace(tmp, p)
-    return p
+    return atomic_write_json(out / f"eidola_{name}.json", obj, indent=1, default=_json_default)
 
 
 def _device_info() -> dict:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import importlib
-import json
 import logging
 import os
 import platform
@@ -49,6 +48,7 @@ if str(ROOT) not in sys.path:
 from workloads.gemv_allreduce.record import knobs  # noqa: E402  (no-multicast env before CUDA)
 
 from hbfcommon.errors import HbfError  # noqa: E402
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
 log = logging.getLogger("eidola_record_replay")
 ENGINES = ("eidolon_kernel", "virtual_loads")
@@ -218,10 +218,7 @@ def run_experiment(a: argparse.Namespace, *, record_fn, backend) -> int:
         save_json(out, res)
         return 1
     out = Path(a.results) / f"eidola_record_replay_{tag}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(res, indent=1, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, out)
+    atomic_write_json(out, res, end="\n", indent=1, sort_keys=True, default=str)
     for eng, r in res["engines_results"].items():
         print(f"## engine {eng}\n{r['markdown']}")
     pp = res["perturbation_predicted"]["rows"]

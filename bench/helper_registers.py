@@ -42,6 +42,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
+
 FIXTURES = ["matmul_f16_s3", "matmul_bf16_s5_small", "softmax_row", "layernorm_fwd", "rmsnorm_bf16",
             "flash_attn_fwd_d64", "cross_entropy", "embedding_gather"]
 DEFAULT_BASELINE_REV = "6af7b69^"  # hbf_helpers.cu before the register-lean restructuring
@@ -349,11 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                         "modules only; C7510 = ptxas warnings "
                         "'wgmma serialized ... at a function call' in the module."),
                "summary": summary, "kernels": rows}
-        out = Path(a.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(res, indent=1))
-        os.replace(tmp, out)
+        atomic_write_json(a.out, res, indent=1)
         for s in summary:
             print(json.dumps(s))
         return 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import sys
@@ -20,6 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
 from hbfd.media.bench import resolve_profile, run_bench  # noqa: E402
 from hbfd.media.geometry import MediaGeometry  # noqa: E402
@@ -85,11 +86,7 @@ def main(argv=None) -> int:
         "rows": rows,
         "speed": speed,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, out)
+    atomic_write_json(args.out, doc, indent=1)
     print("| profile | gap ns | offered load | lat avg ns | p50 ns | p99 ns | modeled GB/s | bound GB/s (channels / sensing) | sim M req/s wall (cpu) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
+
 import ptx_corpus  # noqa: E402
 
 from hbfcc.ptx.cfg import build_cfg  # noqa: E402
@@ -108,11 +110,7 @@ def main() -> int:
            "python": platform.python_version(), "reps": args.reps,
            "command": "python bench/ptx_frontend_speed.py " + " ".join(sys.argv[1:]),
            "summary": summary, "rows": rows}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(res, indent=1))
-    os.replace(tmp, out)
+    atomic_write_json(args.out, res, indent=1)
     print(json.dumps(summary, indent=1))
     return 0
 

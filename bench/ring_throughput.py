@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
+
 
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process and its threads (/proc/<pid>/stat)."""
@@ -165,9 +167,7 @@ def main() -> None:
         b = json.loads(Path(a.before).read_text())
         b.pop("history", None)
         doc["before"] = b
-    tmpf = path.with_suffix(".json.tmp")
-    tmpf.write_text(json.dumps(doc, indent=1))
-    os.replace(tmpf, path)
+    atomic_write_json(path, doc, indent=1)
     print(json.dumps(doc["best_req_per_s"]))
 
 

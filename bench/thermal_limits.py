@@ -12,8 +12,6 @@ split (compute die = 700 W board − modeled HBM power; HBM = the profile's HBM 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +20,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
 from hbfd.profile import load_profile  # noqa: E402
 from hbfd.thermal import load_rom_for  # noqa: E402
@@ -85,11 +85,7 @@ def main(argv=None) -> int:
         "fig3a_120s_end_c": dict(zip(outs, Y[-1].tolist())),
         "fig3b": {"load_w": loads.tolist(), "temps_c": {o: T[:, i].tolist() for i, o in enumerate(outs)}},
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, out)
+    out = atomic_write_json(args.out, doc, indent=1)
     for r in rows:
         print(f"{r.component:>4}: limit {r.limit_c:.0f} C reached at external load {r.load_w:8.1f} W "
               f"(output {r.binding_output}){'  <- first' if r.first else ''}")

@@ -8,14 +8,14 @@ same Markov data. CPU, simulated time.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
 from hbfd.thermal.fom import build_model  # noqa: E402
 from hbfd.thermal.geometry import load_geometry  # noqa: E402
@@ -50,11 +50,7 @@ def main(argv=None) -> int:
            "date": time.strftime("%Y-%m-%d", time.gmtime()),
            "command": "python bench/thermal_rom_validation.py " + " ".join(argv or sys.argv[1:]),
            "geometry": {"name": geom.name, "sha256": geom.sha256}, "unit_step_seconds": t_steps, "fits": fits}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=float))
-    os.replace(tmp, out)
+    out = atomic_write_json(args.out, doc, indent=1, default=float)
     print(f"wrote {out}")
     return 0
 

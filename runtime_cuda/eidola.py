@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from hbfcommon.errors import ConfigError, CudaError, HbfError, ToolchainError
+from hbfcommon.fsutil import atomic_output
 from hbfd.eidola.accounting import COUNTERS, MAX_CLASSES, summarize
 from hbfd.eidola.trace import Trace
 from hbfd.eidola.wtt import FrozenWtt, WriteTrackingTable
@@ -67,15 +68,14 @@ def build_library(out_dir: str | os.PathLike | None = None, *, nvcc: str | None 
     lib = out / f"libhbfeidola-{h.hexdigest()[:12]}.so"
     if lib.exists():
         return lib
-    tmp = out / (lib.name + f".{os.getpid()}.tmp")
-    argv = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC",
-            f"-I{ROOT / 'runtime_cuda/include'}", f"-I{ROOT / 'runtime_cuda/src'}",
-            "-o", str(tmp), *map(str, SOURCES)]
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise ToolchainError("nvcc failed building the eidola library", argv=argv,
-                             returncode=r.returncode, stderr=r.stderr)
-    os.replace(tmp, lib)
+    with atomic_output(lib) as tmp:
+        argv = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC",
+                f"-I{ROOT / 'runtime_cuda/include'}", f"-I{ROOT / 'runtime_cuda/src'}",
+                "-o", str(tmp), *map(str, SOURCES)]
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ToolchainError("nvcc failed building the eidola library", argv=argv,
+                                 returncode=r.returncode, stderr=r.stderr)
     return lib
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from hbfcommon.errors import ToolchainError
+from hbfcommon.fsutil import atomic_output, atomic_write_bytes
 
 from . import knobs
 
@@ -48,13 +49,11 @@ def helper_ptx(build: bool = True) -> Path:
     if p.exists() or not build:
         return p
     src = ROOT / "runtime_cuda" / "src" / "hbf_helpers.cu"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".ptx.tmp")
-    run([tool("nvcc"), "-std=c++17", "-O3", "-arch=compute_90a", "-rdc=true", "-ptx",
-         f"-I{ROOT / 'runtime_cuda' / 'include'}", str(src), "-o", str(tmp)])
-    text = tmp.read_text().replace("\n.visible .func", "\n.weak .func")
-    tmp.write_text(text)
-    os.replace(tmp, p)
+    with atomic_output(p, suffix=".ptx.tmp") as tmp:
+        run([tool("nvcc"), "-std=c++17", "-O3", "-arch=compute_90a", "-rdc=true", "-ptx",
+             f"-I{ROOT / 'runtime_cuda' / 'include'}", str(src), "-o", str(tmp)])
+        text = tmp.read_text().replace("\n.visible .func", "\n.weak .func")
+        tmp.write_text(text)
     return p
 
 
@@ -75,9 +74,7 @@ def link_cubin(ptx_files: Sequence[Path], out: Path, arch: str = "sm_90a", with_
             objs.append(str(o))
         tmp = Path(td) / "linked.cubin"
         run([tool("nvlink"), f"-arch={arch}", *objs, "-o", str(tmp)])
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(tmp, str(out) + ".tmp")
-        os.replace(str(out) + ".tmp", out)
+        atomic_write_bytes(out, tmp.read_bytes())
     return out
 
 

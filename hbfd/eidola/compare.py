@@ -34,11 +34,11 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hbfcommon.errors import HbfError, TraceError
+from hbfcommon.fsutil import atomic_write_text
 
 OBSERVATION_FORMAT = "hbfsim.eidola.observation"
 OBSERVATION_SET_FORMAT = "hbfsim.eidola.observation_set"
@@ -402,29 +402,12 @@ def report_markdown(rep: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _atomic_write(path: str | os.PathLike[str], text: str) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=str(p.parent))
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return p
-
-
 def write_report(rep: Mapping[str, Any], json_path: str | os.PathLike[str] | None = None,
                  md_path: str | os.PathLike[str] | None = None) -> None:
     if json_path:
-        _atomic_write(json_path, json.dumps(rep, indent=1, sort_keys=True, default=str) + "\n")
+        atomic_write_text(json_path, json.dumps(rep, indent=1, sort_keys=True, default=str) + "\n")
     if md_path:
-        _atomic_write(md_path, report_markdown(rep))
+        atomic_write_text(md_path, report_markdown(rep))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -41,11 +41,11 @@ import hashlib
 import json
 import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from hbfcommon.errors import TraceError
+from hbfcommon.fsutil import atomic_write_bytes
 from hbfd.eidola.clocksync import ClockModel, PingSample, align
 from hbfd.eidola.trace import Trace, TraceWrite, make_trace
 
@@ -165,19 +165,7 @@ def save_json(path: str | os.PathLike[str], obj: Any) -> Path:
     data = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
     if p.suffix == ".gz":
         data = gzip.compress(data, mtime=0)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=str(p.parent))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return p
+    return atomic_write_bytes(p, data)
 
 
 def clock_model(rec: Mapping[str, Any], ref: int) -> ClockModel:

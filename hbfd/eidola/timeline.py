@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from hbfcommon.errors import TelemetryError
+from hbfcommon.fsutil import atomic_output, atomic_write_bytes
 
 KINDS = ("compute", "data_write", "flag_write", "spin", "reduce")   # mirrors HBF_EIDOLA_SEG_*
 COLORS = {"compute": "#3a9a3a", "data_write": "#8b5a2b", "flag_write": "#1f5fbf",
@@ -88,27 +88,10 @@ def validate_chrome_trace(obj: dict) -> None:
                 raise TelemetryError("unknown segment kind", index=i, name=e["name"])
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def write_chrome_trace(path: str | os.PathLike, segments: Sequence[Segment], **kw) -> Path:
     obj = chrome_trace(segments, **kw)
     validate_chrome_trace(obj)
-    p = Path(path)
-    _atomic_write(p, json.dumps(obj).encode())
-    return p
+    return atomic_write_bytes(path, json.dumps(obj).encode())
 
 
 def plot_timeline(path: str | os.PathLike, segments: Sequence[Segment], *, title: str = "") -> Path:
@@ -139,9 +122,9 @@ def plot_timeline(path: str | os.PathLike, segments: Sequence[Segment], *, title
         fig.suptitle(title)
     fig.tight_layout()
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, p)
+    try:
+        with atomic_output(p, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)
     return p

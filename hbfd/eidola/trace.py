@@ -41,12 +41,12 @@ import gzip
 import io
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from hbfcommon.errors import TraceError
+from hbfcommon.fsutil import atomic_write_bytes
 
 TRACE_FORMAT = "hbfsim.eidola.trace"
 TRACE_VERSION = 1
@@ -395,19 +395,7 @@ def write_trace(path: str | os.PathLike[str], trace: Trace) -> Path:
     data = trace.dumps().encode("utf-8")
     if p.suffix == ".gz":
         data = gzip.compress(data, mtime=0)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=str(p.parent))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return p
+    return atomic_write_bytes(p, data)
 
 
 def make_trace(*, n_gpus: int, target: int, source: str, buffers: Iterable[BufferSpec | Mapping],

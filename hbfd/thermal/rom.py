@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ import numpy as np
 import scipy.linalg as sl
 
 from hbfcommon.errors import HbfError
+from hbfcommon.fsutil import atomic_write_bytes
 
 from .fom import PackageModel
 
@@ -186,11 +186,7 @@ class ThermalROM:
 
     def save(self, path: str | Path) -> None:
         """Atomic replace."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tmp.write_bytes(self.to_bytes())
-        os.replace(tmp, path)
+        atomic_write_bytes(path, self.to_bytes())
 
     @classmethod
     def load(cls, path: str | Path, *, geometry_sha256: str | None = None) -> "ThermalROM":

@@ -4,10 +4,10 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 from hbfcommon.errors import ToolchainError
+from hbfcommon.fsutil import atomic_output
 from workloads.gemv_allreduce.record import knobs
 
 SRC = Path(__file__).with_name("gemv_ar_record.cu")
@@ -36,19 +36,15 @@ def build_cubin(out_dir: str | os.PathLike[str] | None = None, *, arch: str = AR
     out = d / f"gemv_ar_record.{arch}.{'eidola' if eidola else 'plain'}.{key}.cubin"
     if out.exists():
         return out
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=str(d))
-    os.close(fd)
-    argv = nvcc_argv(Path(tmp), arch=arch, eidola=eidola)
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, env=knobs.child_env())
-    except FileNotFoundError as e:
-        os.unlink(tmp)
-        raise ToolchainError("nvcc not found", argv=argv, returncode=None, stderr=str(e)) from e
-    if p.returncode != 0:
-        os.unlink(tmp)
-        raise ToolchainError("nvcc failed to build the recording kernel", argv=argv,
-                             returncode=p.returncode, stderr=p.stderr)
-    os.replace(tmp, out)
+    with atomic_output(out, suffix=".tmp") as tmp:
+        argv = nvcc_argv(tmp, arch=arch, eidola=eidola)
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, env=knobs.child_env())
+        except FileNotFoundError as e:
+            raise ToolchainError("nvcc not found", argv=argv, returncode=None, stderr=str(e)) from e
+        if p.returncode != 0:
+            raise ToolchainError("nvcc failed to build the recording kernel", argv=argv,
+                                 returncode=p.returncode, stderr=p.stderr)
     return out
 
 
