@@ -57,7 +57,7 @@ class hbf_device_state(ctypes.Structure):
         ("backoff_max_ns", c_uint64), ("reserved1", c_uint64 * 3),
         ("failure", c_uint64), ("failure_addr", c_uint64), ("thermal_cache", c_uint64),
         ("debt_seen", c_uint64), ("debt_claimed", c_uint64), ("refresh_quantum", c_uint64),
-        ("reserved2", c_uint64 * 2),
+        ("ref_next_ticket", c_uint64), ("reserved2", c_uint64 * 1),
         ("media", C.hbf_media_params),
         ("chan_tail", c_uint64 * HBF_DEV_MAX_CHANNELS), ("die_tail", c_uint64 * HBF_DEV_MAX_DIES),
         ("kslots", hbf_kernel_counters * C.HBF_MAX_KERNEL_SLOTS),
@@ -71,6 +71,7 @@ HEAD_BYTES = hbf_device_state.media.offset          # lines 0..2 (what a range u
 KSLOTS_OFF = hbf_device_state.kslots.offset
 KSLOTS_BYTES = ctypes.sizeof(hbf_kernel_counters) * C.HBF_MAX_KERNEL_SLOTS
 RANGES_OFF = hbf_device_state.ranges.offset
+REF_NEXT_TICKET_OFF = hbf_device_state.ref_next_ticket.offset   # line 2: never rewritten by range updates
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,7 @@ class Session:
         self.host_registered = False
         h = ctlmap.ctl.header
         self.state = D.new_state(0, h.media, params, int(ctlmap.ctl.refresh.quantum_bytes))
+        self.state.ref_next_ticket = ticket_floor(ctlmap)   # published with the whole block below
         if use_cuda:
             self._cuda_setup()
         self._refresh_ranges()
@@ -143,6 +144,7 @@ class Session:
                      "pointer", self.ctl_dev, addr)
         self.state.ctl = self.ctl_dev
         self.state_dptr = cudrv.mem_alloc(D.STATE_BYTES)
+        self.state.ref_next_ticket = ticket_floor(self.ctl)      # re-read right before publishing
         cudrv.htod(self.state_dptr, self.state, D.STATE_BYTES)   # whole block: zero tails and counters
         h = self.ctl.ctl.header
         h.workload_pid = os.getpid()
@@ -370,6 +372,22 @@ class Session:
         _, info = self.functions.get(fh, (None, None))
         self.gate(name, info, None)
 
+    # ---------------------------------------------------------------------------- ticket counter
+    def _sync_ring_head(self) -> int:
+        """After a synchronization point of ours (no kernel of this context running): read the device
+        ticket counter (hbf_device_state.ref_next_ticket, where the reference path reserves tickets)
+        and write it into header.ring_head for display and for hbfd's lower bound. ring_head is then
+        host-written by the workload, which hbf_ctl.h allows because the GPU no longer does atomics
+        on it. Never moves ring_head backwards. Returns the device counter."""
+        v = ctypes.c_uint64(0)
+        self._cu.dtoh(v, self.state_dptr + D.REF_NEXT_TICKET_OFF, 8)
+        t = int(v.value)
+        self.state.ref_next_ticket = t
+        h = self.ctl.ctl.header
+        if t > int(h.ring_head):
+            h.ring_head = t
+        return t
+
     # ---------------------------------------------------------------------------- counters
     def device_counters_raw(self) -> "ctypes.Array":
         arr = (D.hbf_kernel_counters * C.HBF_MAX_KERNEL_SLOTS)()
@@ -382,6 +400,8 @@ class Session:
         self._ensure_open()
         if self.use_cuda:
             self._cu.ctx_synchronize()
+            if self.state_dptr:
+                self._sync_ring_head()
         raw = self.device_counters_raw()
         names = {}
         for b in self.bindings.values():
@@ -428,6 +448,8 @@ class Session:
         except CudaError as e:
             self.raise_device_failure(cuda_error=e.fields.get("cu_name"))
             raise
+        if self.state_dptr:
+            self._sync_ring_head()
 
     def raise_device_failure(self, **extra: Any) -> None:
         f = self.device_failure()
@@ -486,6 +508,14 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def ticket_floor(m: C.CtlMap) -> int:
+    """The first reference ticket a new session may reserve: max(header.ring_head, max ring[].seq,
+    max completions[].seq) (seq = ticket + 1). ring_head is only a lower bound (an earlier session may
+    have reserved tickets from its device counter and not written them back), so tickets continue
+    monotonically across sessions and daemon state, and the slot-reuse rule (consumed) stays valid."""
+    return max(int(m.ctl.header.ring_head), int(m.ring["seq"].max()), int(m.completions["seq"].max()))
 
 
 def _accumulate(tot: dict, d: dict) -> None:

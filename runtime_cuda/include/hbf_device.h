@@ -10,7 +10,8 @@
  * Why a device copy: a host-mapped read costs ~1 us on the H200, so the per-access path never
  * touches the control region. The range snapshot, bounds, media parameters and queue tails live
  * here; host-mapped memory is touched only by the reference path (ring, completions, heartbeat,
- * failure word), by the thermal / refresh-debt snapshot refresh (at most once per
+ * failure word; its ticket counter, ref_next_ticket, is device memory), by the thermal /
+ * refresh-debt snapshot refresh (at most once per
  * thermal_max_age_ns per GPU), and when a terminal failure is recorded.
  *
  * Range table update protocol (host writer, GPU readers): the runtime writes range_seq odd, then
@@ -104,7 +105,12 @@ typedef struct hbf_device_state {
     uint64_t debt_seen;            /* refresh debt_total_bytes at the last snapshot */
     uint64_t debt_claimed;         /* refresh bytes claimed by admissions (GPU atomics) */
     uint64_t refresh_quantum;      /* bytes per claim (from the control region, 0 = off) */
-    uint64_t reserved2[2];
+    uint64_t ref_next_ticket;      /* reference path: next ring ticket (GPU atomicAdd here, in device
+                                      memory, never on the host-mapped header.ring_head). The runtime
+                                      starts it at max(ring_head, max ring[].seq, max completions[].seq)
+                                      when it publishes the block and copies it back into ring_head
+                                      after its own synchronization points (no kernel running). */
+    uint64_t reserved2[1];
     hbf_media_params media;        /* copy of header.media */
     uint64_t chan_tail[HBF_DEV_MAX_CHANNELS];  /* fast model: channel busy until (GPU ns) */
     uint64_t die_tail[HBF_DEV_MAX_DIES];       /* fast model: die busy until (GPU ns) */

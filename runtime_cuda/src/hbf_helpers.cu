@@ -386,13 +386,16 @@ HB_SPLIT_FN void hb_ref_slot_wait(hbf_device_state* st, hbf_ctl* c, uint32_t slo
     }
 }
 
-// Reference path: ticket from a GPU-only atomicAdd on ring_head, slot reuse gated by `consumed`,
-// payload written, then seq = ticket + 1 with st.release.sys.
+// Reference path: ticket from an atomicAdd on st->ref_next_ticket (DEVICE memory: atomics on the
+// host-mapped header.ring_head from hundreds of warps serialize over PCIe, 1-5 ms per issue measured on
+// the H200; the runtime seeds the counter from the region and copies it back into ring_head while no
+// kernel runs, hbf_ctl.h), slot reuse gated by `consumed`, payload written, then seq = ticket + 1 with
+// st.release.sys.
 HB_OOL_FN uint64_t hb_ref_issue(hbf_device_state* st, hbf_ctl* c, uint64_t addr,
                                                      uint64_t media_addr, uint32_t bytes, uint32_t op,
                                                      uint32_t range_id, uint32_t site, uint32_t flags,
                                                      uint64_t now) {
-    const uint64_t ticket = atomicAdd((unsigned long long*)&c->header.ring_head, 1ull);
+    const uint64_t ticket = atomicAdd((unsigned long long*)&st->ref_next_ticket, 1ull);
     const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
     if (ticket >= HBF_RING_SLOTS)
         HB_OOL(hb_ref_slot_wait)(st, c, slot, ticket - HBF_RING_SLOTS + 1ull, site, addr, now);

@@ -14,11 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 ABI = ROOT / "runtime_cuda" / "include" / "hbf_abi.h"
 
 
-@pytest.fixture(scope="module")
-def helper(nvcc, tmp_path_factory):
-    out = tmp_path_factory.mktemp("ptx") / "hbf_helpers.ptx"
-    r = subprocess.run(["make", "-s", f"HELPER_PTX={out}", str(out)], cwd=ROOT, capture_output=True, text=True)
+@pytest.fixture(scope="module", params=["direct", "lean"])
+def helper(request, nvcc, tmp_path_factory):
+    """Both builds of the helpers (`make helpers-ptx`): direct (default) and lean (-DHBF_OOL_OPAQUE=1)."""
+    out = tmp_path_factory.mktemp("ptx") / f"hbf_helpers_{request.param}.ptx"
+    var = "HELPER_PTX" if request.param == "direct" else "HELPER_LEAN_PTX"
+    r = subprocess.run(["make", "-s", f"{var}={out}", str(out)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr + r.stdout
+    assert out.exists(), f"make built no {request.param} helper PTX: {r.stdout}"
     return out
 
 
@@ -107,3 +110,48 @@ def test_microbench_builds_and_links(nvcc, tmp_path):
         assert f".entry {k}(" in text
     plain = text.split(".entry stream_plain(")[1].split(".entry")[0]
     assert "__hb_" not in plain   # the plain twin calls no helper
+
+
+def _def_of(lines: list[str], i: int, reg: str) -> str:
+    """The nearest instruction before line i (same function) that writes register `reg`."""
+    for j in range(i - 1, -1, -1):
+        ln = lines[j].strip()
+        if ln.startswith((".func", ".visible .func", ".weak .func", ".entry")):
+            break
+        if re.match(rf"^\S+\s+{re.escape(reg)},", ln):
+            return ln
+    raise AssertionError(f"no definition of {reg} before line {i}")
+
+
+def test_reference_tickets_are_reserved_in_device_memory(helper):
+    """hb_ref_issue reserves its ticket with an atomicAdd on hbf_device_state.ref_next_ticket (device
+    memory), not on the host-mapped header.ring_head: the atomic whose result is masked to a ring slot
+    adds at offsetof(ref_next_ticket) to the state pointer (__hb_state, or hb_ref_issue's first
+    parameter in the lean build), never to the control-region pointer st->ctl."""
+    from hbfcommon import ctl as C
+    from runtime_cuda import devstate as D
+    off = D.hbf_device_state.ref_next_ticket.offset
+    lines = helper.read_text().splitlines()
+    found = 0
+    for i, ln in enumerate(lines):
+        m = re.match(r"^\s*atom\.(?:global\.)?add\.u64\s+(%rd\d+),\s*\[(%rd\d+)(?:\+(\d+))?\],\s*1;", ln)
+        if not m:
+            continue
+        # the ticket atomic: its result is truncated and masked with HBF_RING_SLOTS - 1 right after
+        nxt = "\n".join(lines[i + 1:i + 4])
+        cv = re.search(rf"cvt\.u32\.u64\s+(%r\d+),\s*{re.escape(m.group(1))};", nxt)
+        if not (cv and re.search(rf"and\.b32\s+%r\d+,\s*{re.escape(cv.group(1))},\s*{C.HBF_RING_SLOTS - 1};", nxt)):
+            continue
+        found += 1
+        addr, disp = m.group(2), int(m.group(3) or 0)
+        d = _def_of(lines, i, addr)
+        a = re.match(rf"add\.s64\s+{re.escape(addr)},\s*(%rd\d+),\s*(\d+);", d)
+        if a:
+            base, disp = a.group(1), disp + int(a.group(2))
+        else:
+            base = addr
+        assert disp == off, f"ticket atomic at +{disp}, want ref_next_ticket at +{off} (line {i + 1}: {ln.strip()})"
+        bdef = _def_of(lines, i, base)
+        assert re.search(r"\[__hb_state\]|_param_0\]", bdef), \
+            f"ticket atomic's base is not the device state pointer: {bdef} (line {i + 1})"
+    assert found >= 1, "no ticket atomic (atom.add 1, masked to a ring slot) found in the helper PTX"
