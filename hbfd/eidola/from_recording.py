@@ -45,9 +45,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from hbfcommon.errors import TraceError
-from hbfcommon.fsutil import atomic_write_bytes
 from hbfd.eidola.clocksync import ClockModel, PingSample, align
-from hbfd.eidola.trace import Trace, TraceWrite, make_trace
+from hbfd.eidola.trace import Trace, TraceWrite, make_trace, write_maybe_gzip
 
 RECORDING_FORMAT = "hbfsim.eidola.recording"
 RECORDING_VERSION = 1
@@ -161,11 +160,7 @@ def load_recording(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def save_json(path: str | os.PathLike[str], obj: Any) -> Path:
     """Atomic JSON write (gzip when the name ends in .gz)."""
-    p = Path(path)
-    data = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
-    if p.suffix == ".gz":
-        data = gzip.compress(data, mtime=0)
-    return atomic_write_bytes(p, data)
+    return write_maybe_gzip(path, json.dumps(obj, sort_keys=True, separators=(",", ":")).encode())
 
 
 def clock_model(rec: Mapping[str, Any], ref: int) -> ClockModel:

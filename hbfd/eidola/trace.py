@@ -389,13 +389,17 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     return loads(text, path=str(p))
 
 
-def write_trace(path: str | os.PathLike[str], trace: Trace) -> Path:
-    """Write atomically (tmp + os.replace); gzip when the name ends in .gz."""
+def write_maybe_gzip(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` atomically; gzip it (mtime 0: reproducible bytes) when the name ends in .gz."""
     p = Path(path)
-    data = trace.dumps().encode("utf-8")
     if p.suffix == ".gz":
         data = gzip.compress(data, mtime=0)
     return atomic_write_bytes(p, data)
+
+
+def write_trace(path: str | os.PathLike[str], trace: Trace) -> Path:
+    """Write atomically (tmp + os.replace); gzip when the name ends in .gz."""
+    return write_maybe_gzip(path, trace.dumps().encode("utf-8"))
 
 
 def make_trace(*, n_gpus: int, target: int, source: str, buffers: Iterable[BufferSpec | Mapping],
