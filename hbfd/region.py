@@ -86,12 +86,13 @@ class ControlRegion:
             th.tick = tick
         ctl.seqlock_write(th, fill)
 
-    def publish_refresh(self, debt_total_bytes: int, quantum_bytes: int) -> None:
+    def publish_refresh(self, debt_total_bytes: int, quantum_bytes: int, *, background_drained_bytes: int = 0) -> None:
         rf = self.ctl.refresh
 
         def fill():
             rf.debt_total_bytes = debt_total_bytes
             rf.quantum_bytes = quantum_bytes
+            rf.background_drained_bytes = background_drained_bytes
         ctl.seqlock_write(rf, fill)
 
     def beat(self) -> int:

@@ -87,6 +87,15 @@ class Daemon:
         self.ranges: RangeTable | None = None
         self._ranges_lock = threading.Lock()
         self._post_lock = threading.RLock()
+        # the engine and the refresh service/ledger are driven from the ring thread (requests,
+        # per-block reads, refresh hand-off), the control thread (refresh tick, idle refresh) and
+        # the RPC threads (range registrations). Lock order: _engine_lock, then _ledger_lock. The
+        # control thread never waits for the engine (a hung engine must not stop the thermal tick)
+        self._engine_lock = threading.Lock()
+        self._ledger_lock = threading.Lock()
+        self._count_reads = False
+        self._gpu_anchor: tuple[int, int] | None = None    # (latest arrival_ns, host ns when seen)
+        self._engine_t = 0                                  # latest time handed to the engine
         self._closing = False
         self._stop = threading.Event()           # stop the service threads
         self._shutdown_req = threading.Event()   # someone asked for shutdown
@@ -130,6 +139,9 @@ class Daemon:
         self.refresh = _factory(self.refresh_choice, lambda _: services.NoRefresh(), services.build_refresh)(p)
         if getattr(self.engine, "name", "") == "media" and hasattr(self.refresh, "attach_media"):
             self.refresh.attach_media()             # refresh plans run through the media model (ring thread)
+        if hasattr(self.refresh, "use_range_registrations"):
+            self.refresh.use_range_registrations()  # the ledger holds the registered ranges' blocks only
+        self._count_reads = hasattr(self.refresh, "count_reads")
         log.info("engine %s, thermal %s, refresh %s", self.engine.name, self.thermal.name, self.refresh.name)
         self._control_tick()                        # thermal snapshot + refresh debt before readiness
         self.region.publish_ranges([], 0)
@@ -234,8 +246,41 @@ class Daemon:
             self._hb.tick()                         # progress: the helper keeps beating
         self._thermal_ticks += 1
         self.region.publish_thermal(self.thermal_state, self._thermal_ticks)
-        debt = self.refresh.tick(now - self._t0, self.thermal_state)
-        self.region.publish_refresh(int(debt), self.profile.media.refresh_quantum_bytes)
+        with self._ledger_lock:
+            debt = self.refresh.tick(now - self._t0, self.thermal_state)
+        if getattr(self.refresh, "media_attached", False) and not self._closing \
+                and self._engine_lock.acquire(blocking=False):  # busy: the ring thread hands refresh out
+            try:
+                self._idle_refresh(now)
+            finally:
+                self._engine_lock.release()
+        self.region.publish_refresh(int(debt), self.profile.media.refresh_quantum_bytes,
+                                    background_drained_bytes=int(getattr(self.refresh, "background_drained_bytes", 0)))
+
+    def _engine_clock(self, now: int) -> int:
+        """The engine's clock (the GPU's arrival clock) at host time ``now``: the latest arrival
+        plus the host time since hbfd saw it (run clock before any traffic); never backwards."""
+        a = self._gpu_anchor
+        t = now - self._t0 if a is None else a[0] + (now - a[1])
+        self._engine_t = max(self._engine_t, int(t))
+        return self._engine_t
+
+    def _idle_refresh(self, now: int) -> None:
+        """Hand the due refresh block to the media model from the control tick (caller holds
+        _engine_lock), so refresh debt drains while no ring traffic arrives; completions the
+        advance decided are posted at once."""
+        with self._ledger_lock:
+            work = self.refresh.media_work(now - self._t0)
+        if work is None:
+            return
+        at = self._engine_clock(now)
+        self.engine.advance(at)
+        end = self.engine.refresh(work[1], at)
+        with self._ledger_lock:
+            self.refresh.media_done(work[0], end - at, idle=True)
+        done = self.engine.collect()
+        if done.size:
+            self._post(done["id"], done["modeled_ns"], done["status"])
 
     def _ring_views(self) -> None:
         """Plain-integer views of the ring for the vectorized hot path (same memory as the
@@ -310,7 +355,8 @@ class Daemon:
                 # the first quiet scan after a submit: the engine decides what it deferred
                 # waiting for later arrivals (once: nothing new can change its mind)
                 self._quiet_collected = True
-                done = self.engine.collect()
+                with self._engine_lock:
+                    done = self.engine.collect()
                 if done.size:
                     self._post(done["id"], done["modeled_ns"], done["status"])
             return 0
@@ -328,15 +374,25 @@ class Daemon:
         batch["bytes"] = w & np.uint64(0xFFFFFFFF)
         op = w >> np.uint64(32)
         batch["op"] = op if op.max() < 256 else np.minimum(op, 255)
-        self.engine.submit(batch)
-        self._quiet_collected = False
-        self.engine.advance(int(batch["arrival_ns"].max()))
-        if getattr(self.refresh, "media_attached", False):
-            work = self.refresh.media_work(time.monotonic_ns() - self._t0)
-            if work is not None:                    # a refresh block: only its duration crosses clocks
-                at = int(batch["arrival_ns"].max())
-                self.refresh.media_done(work[0], self.engine.refresh(work[1], at) - at)
-        done = self.engine.collect()
+        amax = int(batch["arrival_ns"].max())
+        if self._count_reads:                       # application reads per block (read disturb)
+            rd = op != np.uint64(ctl.HBF_OP_STORE)
+            with self._ledger_lock:
+                self.refresh.count_reads(req[:, 3] if rd.all() else req[rd, 3])
+        with self._engine_lock:
+            self.engine.submit(batch)
+            self._quiet_collected = False
+            self.engine.advance(amax)
+            self._gpu_anchor = (amax, seen)
+            self._engine_t = max(self._engine_t, amax)
+            if getattr(self.refresh, "media_attached", False):
+                with self._ledger_lock:
+                    work = self.refresh.media_work(time.monotonic_ns() - self._t0)
+                if work is not None:                # a refresh block: only its duration crosses clocks
+                    end = self.engine.refresh(work[1], amax)
+                    with self._ledger_lock:
+                        self.refresh.media_done(work[0], end - amax)
+            done = self.engine.collect()
         if done.size:
             self._post(done["id"], done["modeled_ns"], done["status"])
         return int(n)
@@ -563,12 +619,23 @@ class Daemon:
             raise DaemonError("hbfd is shutting down", code=ErrorCode.SHUTTING_DOWN)
         with self._ranges_lock:
             r = self.ranges.register(**kw)
+            lo, hi = r.media_extent
+            if hasattr(self.refresh, "register_range") and hi > lo:
+                try:
+                    with self._ledger_lock:         # the range's blocks reach the reliability ledger
+                        self.refresh.register_range(r.range_id, lo, hi)
+                except Exception:
+                    self.ranges.unregister(r.range_id)
+                    raise
             self.region.publish_ranges(self.ranges.ranges, self.ranges.generation)
             return r, self.ranges.generation
 
     def unregister(self, range_id: int) -> int:
         with self._ranges_lock:
             self.ranges.unregister(range_id)
+            if hasattr(self.refresh, "unregister_range"):
+                with self._ledger_lock:
+                    self.refresh.unregister_range(range_id)
             self.region.publish_ranges(self.ranges.ranges, self.ranges.generation)
             return self.ranges.generation
 

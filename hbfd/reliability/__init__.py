@@ -17,6 +17,8 @@ def make_refresh_service(profile):
     except Exception:  # noqa: BLE001 - no media model for this profile: every physical block
         logical = None
     led = make_ledger(profile, logical_pages=logical)
-    return ReliabilityService(led, RefreshScheduler(led, page_bytes=profile.geometry.page_bytes),
-                              HazardSweep.from_profile(profile.reliability),
-                              media_bytes_per_s=float(profile.geometry.aggregate_bytes_per_s))
+    svc = ReliabilityService(led, RefreshScheduler(led, page_bytes=profile.geometry.page_bytes),
+                             HazardSweep.from_profile(profile.reliability),
+                             media_bytes_per_s=float(profile.geometry.aggregate_bytes_per_s))
+    svc.logical_pages = logical
+    return svc

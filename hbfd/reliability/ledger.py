@@ -82,15 +82,40 @@ class BlockLedger:
         self.reads_base = np.zeros(0)
         self.pec = np.zeros(0, np.int64)
         self.elapsed_s = 0.0
+        self.active = np.zeros(0, bool)             # registered now (an unregistered entry keeps its PEC)
+        self.refs = np.zeros(0, np.int32)           # registrations holding the block (ranges may share one)
+        self.unregistered_reads = 0                 # application reads of blocks no registration holds
         self._index: dict[int, int] = {}
+        self._dense = np.full(0, -1, np.int64)      # block id -> entry (-1: none), for vectorized reads
 
     # ---- registration --------------------------------------------------------------------------
-    def register(self, zone: int, blocks: np.ndarray, *, pec: int = 0) -> None:
-        """Blocks of a registered range hold valid data from now (damage 0)."""
+    def register(self, zone: int, blocks: np.ndarray, *, pec: int = 0, shared: bool = False) -> None:
+        """Blocks of a registered range hold valid data from now (damage 0).
+
+        ``shared=False``: a block already registered is an error. ``shared=True`` (the daemon's range
+        registrations, where two ranges may own pages of one block): a block still held by another
+        registration gains a reference and keeps its state and zone; a block registered before and
+        since unregistered becomes valid again (damage and disturb 0, zone ``zone``, PEC kept)."""
         blocks = np.asarray(blocks, np.int64)
-        dup = [int(b) for b in blocks if int(b) in self._index]
-        if dup or len(np.unique(blocks)) != len(blocks):
-            raise ValueError(f"block {dup[0] if dup else 'repeated'} registered twice")
+        if len(np.unique(blocks)) != len(blocks):
+            raise ValueError("block repeated in one registration")
+        self._grow_dense(int(blocks.max()) + 1 if len(blocks) else 0)
+        known = self._dense[blocks] if len(blocks) else np.zeros(0, np.int64)
+        old = known >= 0
+        if old.any() and not shared:
+            raise ValueError(f"block {int(blocks[old][0])} registered twice")
+        if old.any():
+            idx = known[old]
+            held = self.active[idx]
+            self.refs[idx[held]] += 1
+            re = idx[~held]
+            self.active[re] = True
+            self.refs[re] = 1
+            self.zone[re] = zone
+            self.base[re] = self.integral[self.layer[re]]
+            self.reads[re] = 0
+            self.reads_base[re] = self.uniform_reads
+            blocks = blocks[~old]
         start = len(self.block)
         self.block = np.concatenate([self.block, blocks])
         self.zone = np.concatenate([self.zone, np.full(len(blocks), zone, np.int32)])
@@ -104,8 +129,32 @@ class BlockLedger:
         self.reads = np.concatenate([self.reads, np.zeros(len(blocks), np.int64)])
         self.reads_base = np.concatenate([self.reads_base, np.full(len(blocks), self.uniform_reads)])
         self.pec = np.concatenate([self.pec, np.full(len(blocks), pec, np.int64)])
+        self.active = np.concatenate([self.active, np.ones(len(blocks), bool)])
+        self.refs = np.concatenate([self.refs, np.ones(len(blocks), np.int32)])
+        self._dense[blocks] = start + np.arange(len(blocks))
         for i, b in enumerate(blocks):
             self._index[int(b)] = start + i
+
+    def _grow_dense(self, n: int) -> None:
+        if n > len(self._dense):
+            self._dense = np.concatenate([self._dense, np.full(n - len(self._dense), -1, np.int64)])
+
+    def unregister(self, blocks: np.ndarray) -> int:
+        """Drop one registration of each block (the inverse of :meth:`register`); a block no
+        registration holds any more stops ageing into refresh eligibility (its PEC is kept).
+        Returns how many blocks became unregistered."""
+        blocks = np.asarray(blocks, np.int64)
+        idx = self._dense[blocks[blocks < len(self._dense)]] if len(blocks) else np.zeros(0, np.int64)
+        if len(idx) != len(blocks) or (idx < 0).any() or not self.active[idx].all():
+            raise ValueError("unregistering a block that is not registered")
+        self.refs[idx] -= 1
+        gone = idx[self.refs[idx] == 0]
+        self.active[gone] = False
+        return int(len(gone))
+
+    @property
+    def n_active(self) -> int:
+        return int(self.active.sum())
 
     def index_of(self, block: int) -> int:
         return self._index[int(block)]
@@ -138,7 +187,7 @@ class BlockLedger:
     def seconds_until_damage(self, layer_temps_c: np.ndarray) -> float:
         """At constant per-layer temperatures, seconds until the first block reaches the refresh
         threshold (0 if one already has; inf if none registered)."""
-        if not self.n_blocks:
+        if not self.n_active:
             return math.inf
         L = lifetime_h(np.asarray(layer_temps_c, float), ea_ev=self.p.ea_retention_ev, l_ref_h=self.p.l_ref_h,
                        t_ref_c=self.p.t_ref_c)
@@ -146,7 +195,7 @@ class BlockLedger:
         dmg = self.damage()
         need = self.p.refresh_damage_threshold - dmg
         per = need / rate[self.layer]
-        return float(max(0.0, per.min()))
+        return float(max(0.0, per[self.active].min()))
 
     # ---- state -------------------------------------------------------------------------------
     def damage(self) -> np.ndarray:
@@ -156,16 +205,34 @@ class BlockLedger:
         idx = np.fromiter((self._index[int(b)] for b in np.atleast_1d(blocks)), np.int64)
         np.add.at(self.reads, idx, counts)
 
+    def count_block_reads(self, blocks: np.ndarray) -> None:
+        """One read per element of ``blocks`` (block ids, any order, repeats allowed), vectorized:
+        reads of blocks no registration holds are counted in ``unregistered_reads``."""
+        b = np.asarray(blocks, np.int64)
+        if not len(b):
+            return
+        inside = b < len(self._dense)
+        idx = np.full(len(b), -1, np.int64)
+        idx[inside] = self._dense[b[inside]]
+        ok = idx >= 0
+        ok[ok] = self.active[idx[ok]]
+        self.unregistered_reads += int(len(b) - ok.sum())
+        if ok.all() and len(b) > 64:
+            self.reads += np.bincount(idx, minlength=len(self.reads))
+        elif ok.any():
+            np.add.at(self.reads, idx[ok], 1)
+
     def add_uniform_reads(self, page_reads: float) -> None:
         """``page_reads`` page reads spread evenly over every registered block (fluid workloads)."""
-        if self.n_blocks and page_reads > 0:
-            self.uniform_reads += page_reads / (self.n_blocks * self.blocks_per_entry)
+        if self.n_active and page_reads > 0:
+            self.uniform_reads += page_reads / (self.n_active * self.blocks_per_entry)
 
     def disturb(self) -> np.ndarray:
         return self.reads + (self.uniform_reads - self.reads_base)
 
     def eligible_mask(self) -> np.ndarray:
-        return (self.damage() >= self.p.refresh_damage_threshold) | (self.disturb() >= self.p.read_disturb_limit)
+        due = (self.damage() >= self.p.refresh_damage_threshold) | (self.disturb() >= self.p.read_disturb_limit)
+        return due & self.active
 
     def commit_refresh(self, i: int) -> None:
         """A block's refresh completed: one PEC, damage and disturb cleared."""
@@ -175,18 +242,23 @@ class BlockLedger:
         self.reads_base[i] = self.uniform_reads
 
     def summary(self) -> dict[str, Any]:
-        d = self.damage() if self.n_blocks else np.zeros(1)
+        a = self.active
+        d = self.damage()[a] if a.any() else np.zeros(1)
+        rd = self.disturb()[a] if a.any() else np.zeros(1)
+        pec = self.pec[a] if a.any() else np.zeros(1, np.int64)
         return {
-            "registered_blocks": int(self.n_blocks) * self.blocks_per_entry,
+            "registered_blocks": self.n_active * self.blocks_per_entry,
+            "ledger_entries": int(self.n_blocks),
+            "unregistered_reads": int(self.unregistered_reads),
             "blocks_per_ledger_entry": self.blocks_per_entry,
             "reliability_a_t": self.p.a_t,
             "ea_retention_ev": self.p.ea_retention_ev, "l_ref_h": self.p.l_ref_h, "t_ref_c": self.p.t_ref_c,
             "damage_max": float(d.max()), "damage_mean": float(d.mean()),
             "damage_by_layer": [float(x) for x in self.integral],
-            "read_disturb_max": float(self.disturb().max()) if self.n_blocks else 0.0,
+            "read_disturb_max": float(rd.max()),
             "read_disturb_limit": self.p.read_disturb_limit,
             "pec_max": int(self.pec.max()) if self.n_blocks else 0,
-            "pec_mean": float(self.pec.mean()) if self.n_blocks else 0.0,
+            "pec_mean": float(pec.mean()),
             "pec_limit": self.p.pec_limit,
             "blocks_over_pec_limit": int((self.pec >= self.p.pec_limit).sum()),
         }

@@ -142,23 +142,34 @@ class RefreshScheduler:
                 ch = (self.cursor_channel + dc) % L.channels
                 for dd in range(L.dies):
                     die = (self.cursor_die + dd) % L.dies
-                    if h[ch, die] < len(b[ch][die]):
+                    while h[ch, die] < len(b[ch][die]):
+                        i = b[ch][die][h[ch, die]]
+                        if not L.active[i]:             # unregistered while it waited: drop it
+                            h[ch, die] += 1
+                            self._left[e] -= 1
+                            self.epoch_of[i] = -1
+                            continue
                         if (ch, die) in busy:
                             self.skipped_busy += 1
-                            continue
-                        i = b[ch][die][h[ch, die]]
+                            break
                         h[ch, die] += 1
                         self._left[e] -= 1
                         if not self._left[e]:
                             del self._buckets[e], self._heads[e], self._left[e]
                         return i
+                    if not self._left[e]:
+                        break
+                if not self._left[e]:
+                    break
+            if e in self._left and not self._left[e]:
+                del self._buckets[e], self._heads[e], self._left[e]
         return None
 
     def eligible_order(self) -> np.ndarray:
         """Reference order of the waiting eligible blocks for the current cursor (spec form, for
         checking): (epoch, channel RR, die RR, zone, block)."""
         L = self.ledger
-        cand = np.flatnonzero(self.epoch_of >= 0)
+        cand = np.flatnonzero((self.epoch_of >= 0) & L.active[:len(self.epoch_of)])
         if self.plan_now is not None:
             cand = cand[cand != self.plan_now.index]
         ch_rr = (L.channel[cand] - self.cursor_channel) % L.channels

@@ -6,8 +6,12 @@ Implements ``hbfd.services.RefreshService``: ``tick(now_ns, thermal) -> debt_tot
   (``PackageThermalState.hbf_layers_c``); otherwise at the hottest HBF temperature for every layer
   (conservative). With no thermal model at all (NaN temperatures) nothing is accumulated and the
   summary says so.
-* Registered blocks: the daemon's range registrations do not reach this interface yet, so every
-  physical block of the profile's geometry is registered at start as zone 0 holding valid data.
+* Registered blocks: built alone (tests, simulate), every physical block of the profile's geometry
+  is registered at start as zone 0 holding valid data. The daemon calls
+  :meth:`ReliabilityService.use_range_registrations` before readiness: the ledger starts empty and
+  each RegisterRange/UnregisterRange reaches it (:meth:`register_range` / :meth:`unregister_range`,
+  zone = range id, the blocks holding the range's media pages). Application reads from the ring
+  count per block (:meth:`count_reads`), so read disturb acts in the daemon.
 * The plan is published as monotonic byte debt. The device claims debt with its admissions; that
   claim is not reported back through this interface, so the host drains the in-flight plan in the
   background at the media bandwidth times the published q while admission is open (the paper's
@@ -50,6 +54,73 @@ class ReliabilityService:
         self._due_ns: int | None = None
         self.media_refresh_pages = 0
         self.media_refresh_ns = 0
+        self.idle_media_refresh_bytes = 0          # refresh handed to the media model from the idle tick
+        self._handed_idle = False
+        self.logical_pages: int | None = None      # the media model's logical capacity (blocks beyond it are not registered)
+        self.range_mode = False
+        self._range_blocks: dict[int, np.ndarray] = {}
+
+    # ---- range registrations (the daemon) -------------------------------------------------------
+    def use_range_registrations(self) -> None:
+        """Start from an empty ledger: from now on only registered ranges hold valid blocks."""
+        if self.sched.next_seq or self.ledger.elapsed_s:
+            raise ValueError("range registrations must be bound before the first refresh plan")
+        L = self.ledger
+        led = BlockLedger(L.p, channels=L.channels, dies_per_channel=L.dies, layers=L.layers,
+                          block_bytes=L.block_bytes, pages_per_block=L.pages_per_block,
+                          blocks_per_entry=L.blocks_per_entry)
+        self.ledger = led
+        self.sched = RefreshScheduler(led, page_bytes=self.sched.page_bytes)
+        self.range_mode = True
+
+    def blocks_of_pages(self, first_page: int, end_page: int) -> np.ndarray:
+        """Physical blocks holding logical pages [first_page, end_page) (the mapping of
+        :meth:`media_work`: block = lpn // (C·D·ppb) · C·D + lpn mod C·D), sorted, unique; blocks
+        with a page beyond the media's logical capacity are left out."""
+        L = self.ledger
+        cd = L.channels * L.dies
+        G = cd * L.pages_per_block
+        a, b = int(first_page), int(end_page)
+        if b <= a:
+            return np.zeros(0, np.int64)
+        parts = []
+        g0, g1 = a // G, (b - 1) // G
+        for g in sorted({g0, g1}):
+            lo, hi = max(a, g * G) - g * G, min(b, (g + 1) * G) - g * G
+            res = np.arange(cd) if hi - lo >= cd else np.unique(np.arange(lo, hi) % cd)
+            parts.append(g * cd + res)
+        if g1 - g0 > 1:
+            parts.append((np.arange(g0 + 1, g1, dtype=np.int64)[:, None] * cd + np.arange(cd)).ravel())
+        blocks = np.unique(np.concatenate(parts).astype(np.int64))
+        if self.logical_pages is not None:
+            local, rem = blocks // cd, blocks % cd
+            last = (local * L.pages_per_block + L.pages_per_block - 1) * cd + rem
+            blocks = blocks[last < self.logical_pages]
+        return blocks
+
+    def register_range(self, range_id: int, media_lo: int, media_hi: int) -> int:
+        """A range owning media bytes [media_lo, media_hi) was registered: its blocks hold valid
+        data from now, zone = range id. Returns the number of blocks."""
+        pb = self.sched.page_bytes
+        blocks = self.blocks_of_pages(media_lo // pb, -(-media_hi // pb))
+        if range_id in self._range_blocks:
+            raise ValueError(f"range {range_id} already registered with the ledger")
+        self.ledger.register(int(range_id), blocks, shared=True)
+        self._range_blocks[int(range_id)] = blocks
+        return int(len(blocks))
+
+    def unregister_range(self, range_id: int) -> int:
+        blocks = self._range_blocks.pop(int(range_id), None)
+        if blocks is None:
+            return 0
+        return self.ledger.unregister(blocks)
+
+    def count_reads(self, media_addresses: np.ndarray) -> None:
+        """One application read per address (the ring's loads), counted on its block."""
+        L = self.ledger
+        lpn = np.asarray(media_addresses, np.int64) // self.sched.page_bytes
+        cd = L.channels * L.dies
+        self.ledger.count_block_reads(lpn // (cd * L.pages_per_block) * cd + lpn % cd)
 
     # ---- media model hand-off ----------------------------------------------------------------
     def attach_media(self) -> None:
@@ -75,8 +146,9 @@ class ReliabilityService:
         self._handed = pl.first_id
         return pl.first_id, lpns
 
-    def media_done(self, token: int, duration_ns: int) -> None:
-        """The engine finished the block's refresh ``duration_ns`` after it was handed out."""
+    def media_done(self, token: int, duration_ns: int, *, idle: bool = False) -> None:
+        """The engine finished the block's refresh ``duration_ns`` after it was handed out
+        (``idle``: handed out by the daemon's tick, not beside ring traffic)."""
         if token != self._handed or self._handed_at_ns is None:
             raise ValueError(f"refresh token {token} was not handed out")
         if duration_ns < 0:
@@ -84,13 +156,18 @@ class ReliabilityService:
         self._due_ns = self._handed_at_ns + int(duration_ns)
         self.media_refresh_pages += self.ledger.pages_per_block
         self.media_refresh_ns += int(duration_ns)
+        self._handed_idle = idle
 
     def _media_commit(self, now_ns: int) -> None:
         pl = self.sched.plan_now
         if pl is not None and self._handed == pl.first_id and self._due_ns is not None and now_ns >= self._due_ns:
             for rid in range(pl.first_id, pl.first_id + pl.n_requests):
                 self.sched.complete(rid, True)
+            if self._handed_idle:
+                self.idle_media_refresh_bytes += pl.bytes
+                self.background_drained_bytes += pl.bytes
             self._handed = self._handed_at_ns = self._due_ns = None
+            self._handed_idle = False
 
     def tick(self, now_ns: int, thermal) -> int:
         now_ns = int(now_ns)
@@ -142,6 +219,7 @@ class ReliabilityService:
             "ticks_without_temperature": self.ticks_without_temperature,
             "refresh_path": "media model (engine.refresh)" if self.media_attached else "background drain",
             "media_refresh_pages": self.media_refresh_pages, "media_refresh_ns": self.media_refresh_ns,
+            "idle_media_refresh_bytes": int(self.idle_media_refresh_bytes),
             "debt_disposition": {"published_bytes": int(self.sched.debt_total_bytes),
                                  "background_drained_bytes": int(self.background_drained_bytes),
                                  "pending_bytes": int(self.sched.pending_bytes),
@@ -150,7 +228,9 @@ class ReliabilityService:
             **self.sched.summary(),
             "ledger": self.ledger.summary(),
             "hazard_sweep": self.hazard.rows(),
-            "registered": "every physical block of the profile's geometry, zone 0, valid from start",
+            "registered": ("the blocks of the registered ranges (zone = range id)" if self.range_mode else
+                           "every physical block of the profile's geometry, zone 0, valid from start"),
+            "registered_ranges": sorted(self._range_blocks),
         }
 
 

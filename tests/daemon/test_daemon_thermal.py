@@ -108,3 +108,123 @@ def test_thermal_shutdown_publishes_thermal_shutdown(tmp_path):
     finally:
         if h.proc.poll() is None:
             h.proc.kill()
+
+
+def _summary(h) -> dict:
+    with h.client() as c:
+        return json.loads(c.call("GetSummary").summary_json)
+
+
+def _rng(pb, **kw):
+    return pb.RegisterRangeRequest(range=pb.Range(**kw))
+
+
+def test_range_registrations_reach_the_reliability_ledger(tmp_path):
+    h = start_hbfd(tmp_path, env={"HBFD_REFRESH": "auto"})
+    try:
+        attach(h)
+        led = lambda: _summary(h)["services"]["refresh"]  # noqa: E731
+        assert led()["ledger"]["registered_blocks"] == 0, "nothing is valid before a range is registered"
+        with h.client() as c:
+            pb = c.pb
+            # 256 MiB = 65536 pages = two groups of (16 ch x 8 dies x 256 pages): 2 x 128 blocks
+            a = c.call("RegisterRange", _rng(pb, base=0x7000_0000_0000, length=256 << 20, mode=pb.TIMING, perms=3))
+            r = led()
+            assert r["ledger"]["registered_blocks"] == 256 and r["registered_ranges"] == [a.range.range_id]
+            assert "registered ranges" in r["registered"]
+            # a small range shares blocks with nothing new only if it lies in the same pages: here it
+            # gets its own media pages, whose 4 pages sit in 4 distinct (channel, die) blocks
+            b = c.call("RegisterRange", _rng(pb, base=0x1000_0000, length=4 * 4096, mode=pb.CAPACITY, perms=1))
+            r = led()
+            assert r["registered_ranges"] == sorted([a.range.range_id, b.range.range_id])
+            assert 256 <= r["ledger"]["registered_blocks"] <= 260
+            c.call("UnregisterRange", range_id=a.range.range_id)
+            r = led()
+            assert r["registered_ranges"] == [b.range.range_id]
+            assert r["ledger"]["registered_blocks"] == 4
+            c.call("UnregisterRange", range_id=b.range.range_id)
+            assert led()["ledger"]["registered_blocks"] == 0
+        assert h.stop() == 0
+    finally:
+        if h.proc.poll() is None:
+            h.proc.kill()
+
+
+def _disturb_profile(tmp_path):
+    return _profile(tmp_path, "disturb", reliability={"read_disturb_limit": 50})
+
+
+def test_ring_reads_count_per_block_and_disturb_triggers_refresh(tmp_path):
+    """Loads through the ring count on the block of their media page; past the read-disturb limit
+    the block is refreshed (fixed engine: the background drain), stores do not count."""
+    h = start_hbfd(tmp_path, profile=str(_disturb_profile(tmp_path)), env={"HBFD_REFRESH": "auto"})
+    try:
+        _, m = attach(h)
+        with h.client() as c:
+            pb = c.pb
+            a = c.call("RegisterRange", _rng(pb, base=0x7000_0000_0000, length=1 << 20, mode=pb.TIMING, perms=3))
+        mo = a.range.media_offset
+        drv = RingDriver(m)
+        # 30 loads + 40 stores on one page: below the limit (stores do not disturb)
+        ts = [drv.issue(arrival_ns=i, address=0x7000_0000_0000, media_address=mo, nbytes=64,
+                        op=ctl.HBF_OP_LOAD if i < 30 else ctl.HBF_OP_STORE) for i in range(70)]
+        for t in ts:
+            assert drv.wait(t).status == ctl.HBF_ST_READY
+        time.sleep(0.1)
+        r = _summary(h)["services"]["refresh"]
+        assert r["ledger"]["read_disturb_max"] == 30 and r["completed_refresh_blocks"] == 0
+        # 30 more loads, spread over 4 pages (= 4 blocks) but 27 on the first: 57 >= 50
+        ts = [drv.issue(arrival_ns=100 + i, address=0x7000_0000_0000, media_address=mo + (0 if i < 27 else (i - 26) * 4096),
+                        nbytes=64, op=ctl.HBF_OP_LOAD) for i in range(30)]
+        for t in ts:
+            assert drv.wait(t).status == ctl.HBF_ST_READY
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            r = _summary(h)["services"]["refresh"]
+            if r["completed_refresh_blocks"]:
+                break
+            time.sleep(0.05)
+        assert r["completed_refresh_blocks"] == 1, r
+        assert r["ledger"]["pec_max"] == 1
+        assert r["ledger"]["read_disturb_max"] == 1          # the refreshed block cleared; the others read once
+        assert r["ledger"]["unregistered_reads"] == 0
+        assert m.ctl.refresh.debt_total_bytes > 0
+        assert m.ctl.refresh.background_drained_bytes == r["debt_disposition"]["background_drained_bytes"] > 0
+        assert h.stop() == 0
+    finally:
+        if h.proc.poll() is None:
+            h.proc.kill()
+
+
+def test_refresh_drains_through_the_media_model_on_an_idle_device(tmp_path):
+    """The media engine refreshes only when handed work; with no ring traffic after the block
+    became eligible, the control tick hands it over and the debt drains (background_drained_bytes)."""
+    h = start_hbfd(tmp_path, profile=str(_disturb_profile(tmp_path)),
+                   env={"HBFD_REFRESH": "auto", "HBFD_ENGINE": "auto"})
+    try:
+        _, m = attach(h)
+        with h.client() as c:
+            pb = c.pb
+            a = c.call("RegisterRange", _rng(pb, base=0x7000_0000_0000, length=1 << 20, mode=pb.TIMING, perms=3))
+        drv = RingDriver(m)
+        ts = [drv.issue(arrival_ns=1000 + 10 * i, address=0x7000_0000_0000, media_address=a.range.media_offset,
+                        nbytes=64, op=ctl.HBF_OP_LOAD) for i in range(60)]
+        for t in ts:
+            assert drv.wait(t).status == ctl.HBF_ST_READY
+        # from here the device is idle: no request reaches the ring
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            r = _summary(h)["services"]["refresh"]
+            if r["completed_refresh_blocks"]:
+                break
+            time.sleep(0.05)
+        assert r["refresh_path"].startswith("media model")
+        assert r["completed_refresh_blocks"] == 1, r
+        assert r["idle_media_refresh_bytes"] > 0 and r["media_refresh_pages"] > 0
+        assert r["debt_disposition"]["background_drained_bytes"] == r["idle_media_refresh_bytes"]
+        time.sleep(0.05)
+        assert m.ctl.refresh.background_drained_bytes == r["idle_media_refresh_bytes"]
+        assert h.stop() == 0
+    finally:
+        if h.proc.poll() is None:
+            h.proc.kill()
