@@ -22,9 +22,10 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_output"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_output",
+           "read_json_document"]
 
 StrPath = str | os.PathLike[str]
 
@@ -130,3 +131,33 @@ def atomic_output(path: StrPath, *, suffix: str | None = None, fsync: bool = Tru
         raise
     if fsync:
         _fsync_dir(p.parent)
+
+
+class JsonDocument(NamedTuple):
+    where: str      # the path actually read, as str (for messages and ``file=`` fields)
+    raw: bytes      # the file's bytes (hash these: sha256 of what was read)
+    text: str       # the bytes decoded as UTF-8
+    data: Any       # the parsed JSON
+
+
+def read_json_document(path: StrPath, *, what: str, error: Callable[..., Exception],
+                       search_dir: Path | None = None) -> JsonDocument:
+    """Read and parse one JSON file, failing loudly with ``error`` (an HbfError subclass).
+
+    ``path`` may be a bare name (no suffix, not an existing file) found as ``search_dir/NAME.json``.
+    Failures raise ``error(msg, file=where, field="<file>")`` with msg
+    ``"{where}: cannot read {what}: {strerror}"`` or ``"{where}: not valid JSON: {detail}"``."""
+    p = Path(path)
+    if search_dir is not None and not p.exists() and not p.suffix and (search_dir / f"{p}.json").exists():
+        p = search_dir / f"{p}.json"
+    where = str(p)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise error(f"{where}: cannot read {what}: {e.strerror}", file=where, field="<file>") from e
+    try:
+        text = raw.decode("utf-8")
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise error(f"{where}: not valid JSON: {e}", file=where, field="<file>") from e
+    return JsonDocument(where, raw, text, data)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hbfcommon.errors import ProfileError
+from hbfcommon.fsutil import read_json_document
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
 SCHEMA_PATH = PROFILE_DIR / "profile.schema.json"
@@ -427,20 +428,9 @@ def profile_from_dict(data: Mapping[str, Any], *, where: str = "<dict>", text: s
 
 def load_profile(path: str | Path) -> Profile:
     """Load, validate and type a profile file. ``path`` may also be a bare name in profiles/."""
-    p = Path(path)
-    if not p.exists() and not p.suffix and (PROFILE_DIR / f"{p}.json").exists():
-        p = PROFILE_DIR / f"{p}.json"
-    where = str(p)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise ProfileError(f"{where}: cannot read profile: {e.strerror}", file=where, field="<file>") from e
-    try:
-        text = raw.decode("utf-8")
-        data = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProfileError(f"{where}: not valid JSON: {e}", file=where, field="<file>") from e
-    return profile_from_dict(data, where=where, text=text, sha256=hashlib.sha256(raw).hexdigest())
+    doc = read_json_document(path, what="profile", error=ProfileError, search_dir=PROFILE_DIR)
+    return profile_from_dict(doc.data, where=doc.where, text=doc.text,
+                             sha256=hashlib.sha256(doc.raw).hexdigest())
 
 
 def as_profile(p: Profile | Mapping[str, Any] | str | Path) -> Profile:

@@ -8,7 +8,9 @@ import threading
 
 import pytest
 
-from hbfcommon.fsutil import atomic_output, atomic_write_bytes, atomic_write_json, atomic_write_text
+from hbfcommon.errors import ConfigError
+from hbfcommon.fsutil import (atomic_output, atomic_write_bytes, atomic_write_json, atomic_write_text,
+                              read_json_document)
 
 
 def _names(d):
@@ -136,3 +138,22 @@ def test_atomic_output_replaces_only_on_success(tmp_path):
         tmp.write_bytes(b"v2")
     assert p.read_bytes() == b"v2"
     assert _names(p.parent) == ["lib.ptx"]
+
+
+def test_read_json_document_names_the_file_and_finds_bare_names(tmp_path, monkeypatch):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "nominal.json").write_bytes(b'{"a": 1}')
+    monkeypatch.chdir(tmp_path)
+    doc = read_json_document("nominal", what="profile", error=ConfigError, search_dir=lib)
+    assert doc.where == str(lib / "nominal.json") and doc.data == {"a": 1}
+    assert doc.raw == b'{"a": 1}' and doc.text == '{"a": 1}'
+    with pytest.raises(ConfigError, match=r"absent\.json: cannot read thermal geometry: ") as ei:
+        read_json_document(tmp_path / "absent.json", what="thermal geometry", error=ConfigError)
+    assert ei.value.fields == {"file": str(tmp_path / "absent.json"), "field": "<file>"}
+    for bad in (b"{nope", b"\xff\xfe"):
+        (tmp_path / "bad.json").write_bytes(bad)
+        with pytest.raises(ConfigError, match=r"bad\.json: not valid JSON: "):
+            read_json_document(tmp_path / "bad.json", what="profile", error=ConfigError, search_dir=lib)
+    with pytest.raises(ConfigError, match="cannot read profile"):    # no search_dir: no lookup
+        read_json_document("nominal", what="profile", error=ConfigError)

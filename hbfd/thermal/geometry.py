@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hbfcommon.errors import ConfigError
+from hbfcommon.fsutil import read_json_document
 
 GEOMETRY_DIR = Path(__file__).resolve().parent.parent.parent / "profiles" / "thermal"
 SCHEMA = "hbfsim.thermal.geometry/1"
@@ -255,19 +256,8 @@ def geometry_from_dict(data: Mapping[str, Any], *, where: str = "<dict>", sha256
 
 def load_geometry(path: str | Path) -> Geometry:
     """Read a geometry file; a bare name is looked up in profiles/thermal/."""
-    p = Path(path)
-    if not p.exists() and not p.suffix and (GEOMETRY_DIR / f"{p}.json").exists():
-        p = GEOMETRY_DIR / f"{p}.json"
-    where = str(p)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise GeometryError(f"{where}: cannot read thermal geometry: {e.strerror}", file=where, field="<file>") from e
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise GeometryError(f"{where}: not valid JSON: {e}", file=where, field="<file>") from e
-    return geometry_from_dict(data, where=where, sha256=hashlib.sha256(raw).hexdigest())
+    doc = read_json_document(path, what="thermal geometry", error=GeometryError, search_dir=GEOMETRY_DIR)
+    return geometry_from_dict(doc.data, where=doc.where, sha256=hashlib.sha256(doc.raw).hexdigest())
 
 
 def as_geometry(g: Geometry | Mapping[str, Any] | str | Path) -> Geometry:
