@@ -53,8 +53,10 @@ def _fail(e: BaseException, tool: str) -> int:
 def marker_line() -> str:
     """The line hbfcc-ptxas adds to ``--version`` (Triton hashes that output into its cache key)."""
     from .toolchain import rewriter_sha
-    try:
+    try:  # both default builds: the per-module choice must change the cache key too
         hsha = H.load_helper().sha256[:16]
+        if not knobs.load().helper_ptx and H.lean_helper_path().is_file():
+            hsha += "+" + H.load_helper(str(H.lean_helper_path())).sha256[:16]
     except HbfError:
         hsha = "none"
     return f"hbfcc {H.abi_version()} {rewriter_sha()[:16]} helper {hsha}"
@@ -176,8 +178,8 @@ def _ptxas(args: list[str]) -> int:
     in_path = args[inputs[0]]
     out_path = _out_path(args, out_idx)
     user_v = "-v" in args or "--verbose" in args
-    helper = H.load_helper()
     original = Path(in_path).read_text()
+    helper = H.load_helper(module_text=original)
     sass = arch is not None and not arch.startswith("compute_")
     # baseline (the original PTX, same options) runs in parallel with the rewrite and the build
     base_cp: dict = {}
@@ -452,7 +454,7 @@ def rewrite_main(args: list[str]) -> int:
     ap.add_argument("--helper", help="helper PTX module (default: HBFCC_HELPER_PTX or the build tree)")
     ap.add_argument("--no-artifact", action="store_true")
     ns = ap.parse_args(args)
-    helper = None if ns.no_link else H.load_helper(ns.helper)
+    helper = None if ns.no_link else H.load_helper(ns.helper, module_text=Path(ns.input).read_text())
     res = rewrite_file(ns.input, ns.output, helper=helper, link=not ns.no_link, dump_dir=ns.dump_stages)
     if not ns.no_artifact:
         doc = artifact.build(path=ns.input, result=res, ptxas=None, before=None, after=None)

@@ -86,6 +86,29 @@ def default_helper_path() -> Path:
     return Path(__file__).resolve().parent.parent / "build" / "runtime_cuda" / "hbf_helpers.ptx"
 
 
+def lean_helper_path() -> Path:
+    """build/runtime_cuda/hbf_helpers_lean.ptx: heavy paths behind one opaque call (fewer registers)."""
+    return default_helper_path().with_name("hbf_helpers_lean.ptx")
+
+
+# Tensor-core instructions: ptxas serializes wgmma across an opaque call (C7510) and register-heavy
+# MMA kernels spill around it, so such modules keep the direct build (bench/helper_registers.py).
+_TENSOR_CORE_RE = re.compile(r"(?<![\w.$%])(?:wgmma|mma|tcgen05)\.")
+
+
+def choose_helper_path(module_text: Optional[str]) -> Path:
+    """The default helper build for one module when none is named (no --helper, no HBFCC_HELPER_PTX).
+
+    Lean unless the module uses tensor-core instructions; direct when the lean build is missing.
+    Measured on the H200 (docs/RESULTS.md, run 3): an hbfcc-built streaming kernel ran 1.05x / 1.14x
+    its plain build with lean (detached / attached) against 1.17x / 1.44x with direct.
+    """
+    lean = lean_helper_path()
+    if module_text is not None and lean.is_file() and not _TENSOR_CORE_RE.search(module_text):
+        return lean
+    return default_helper_path()
+
+
 # --------------------------------------------------------------------------------------------
 # Splitting a PTX module into top-level items (text level, no full parse)
 # --------------------------------------------------------------------------------------------
@@ -290,9 +313,10 @@ def _drop_debug_lines(t: str) -> str:
     return "\n".join(l for l in t.splitlines() if not re.match(r"\s*\.(loc|file)\b", l))
 
 
-def load_helper(path: Optional[str] = None) -> HelperModule:
-    """The helper module: ``path``, else HBFCC_HELPER_PTX, else build/runtime_cuda/hbf_helpers.ptx."""
-    p = path or knobs.load().helper_ptx or str(default_helper_path())
+def load_helper(path: Optional[str] = None, *, module_text: Optional[str] = None) -> HelperModule:
+    """The helper module: ``path``, else HBFCC_HELPER_PTX, else the build tree's helper chosen for
+    ``module_text`` by :func:`choose_helper_path` (direct build when no module is given)."""
+    p = path or knobs.load().helper_ptx or str(choose_helper_path(module_text))
     if not os.path.isfile(p):
         raise ConfigError("helper PTX module not found (run `make helpers-ptx` or set HBFCC_HELPER_PTX)",
                           path=p)

@@ -64,7 +64,7 @@ def rewrite_text(text: str, *, filename: str = "<ptx>", helper: Optional[H.Helpe
     if dd is not None:
         dd = dd / (Path(filename).name + "." + orig_sha[:12])
     if link and helper is None:
-        helper = H.load_helper()
+        helper = H.load_helper(module_text=text)
     if is_instrumented(text):
         log.info("%s is already instrumented: left as is", filename)
         return RewriteResult(text, orig_sha, orig_sha, {"already_instrumented": True}, helper, True)
