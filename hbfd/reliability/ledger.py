@@ -87,6 +87,7 @@ class BlockLedger:
         self.unregistered_reads = 0                 # application reads of blocks no registration holds
         self._index: dict[int, int] = {}
         self._dense = np.full(0, -1, np.int64)      # block id -> entry (-1: none), for vectorized reads
+        self._live = np.full(0, -1, np.int64)       # block id -> entry while registered (-1: not now)
 
     # ---- registration --------------------------------------------------------------------------
     def register(self, zone: int, blocks: np.ndarray, *, pec: int = 0, shared: bool = False) -> None:
@@ -115,6 +116,7 @@ class BlockLedger:
             self.base[re] = self.integral[self.layer[re]]
             self.reads[re] = 0
             self.reads_base[re] = self.uniform_reads
+            self._live[blocks[old]] = idx
             blocks = blocks[~old]
         start = len(self.block)
         self.block = np.concatenate([self.block, blocks])
@@ -132,12 +134,15 @@ class BlockLedger:
         self.active = np.concatenate([self.active, np.ones(len(blocks), bool)])
         self.refs = np.concatenate([self.refs, np.ones(len(blocks), np.int32)])
         self._dense[blocks] = start + np.arange(len(blocks))
+        self._live[blocks] = start + np.arange(len(blocks))
         for i, b in enumerate(blocks):
             self._index[int(b)] = start + i
 
     def _grow_dense(self, n: int) -> None:
         if n > len(self._dense):
-            self._dense = np.concatenate([self._dense, np.full(n - len(self._dense), -1, np.int64)])
+            pad = np.full(n - len(self._dense), -1, np.int64)
+            self._dense = np.concatenate([self._dense, pad])
+            self._live = np.concatenate([self._live, pad])
 
     def unregister(self, blocks: np.ndarray) -> int:
         """Drop one registration of each block (the inverse of :meth:`register`); a block no
@@ -150,6 +155,7 @@ class BlockLedger:
         self.refs[idx] -= 1
         gone = idx[self.refs[idx] == 0]
         self.active[gone] = False
+        self._live[self.block[gone]] = -1
         return int(len(gone))
 
     @property
@@ -209,18 +215,24 @@ class BlockLedger:
         """One read per element of ``blocks`` (block ids, any order, repeats allowed), vectorized:
         reads of blocks no registration holds are counted in ``unregistered_reads``."""
         b = np.asarray(blocks, np.int64)
-        if not len(b):
+        n = len(b)
+        if not n:
             return
-        inside = b < len(self._dense)
-        idx = np.full(len(b), -1, np.int64)
-        idx[inside] = self._dense[b[inside]]
-        ok = idx >= 0
-        ok[ok] = self.active[idx[ok]]
-        self.unregistered_reads += int(len(b) - ok.sum())
-        if ok.all() and len(b) > 64:
+        live = self._live
+        if int(b.max()) < len(live):
+            idx = live[b]
+        else:
+            idx = np.full(n, -1, np.int64)
+            inside = b < len(live)
+            idx[inside] = live[b[inside]]
+        if int(idx.min()) < 0:
+            ok = idx >= 0
+            self.unregistered_reads += int(n - ok.sum())
+            idx = idx[ok]
+        if len(idx) > 256:
             self.reads += np.bincount(idx, minlength=len(self.reads))
-        elif ok.any():
-            np.add.at(self.reads, idx[ok], 1)
+        elif len(idx):
+            np.add.at(self.reads, idx, 1)
 
     def add_uniform_reads(self, page_reads: float) -> None:
         """``page_reads`` page reads spread evenly over every registered block (fluid workloads)."""
