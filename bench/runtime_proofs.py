@@ -99,6 +99,18 @@ class Harness:
         cudrv.htod(self.g_kslot, ctypes.c_uint32(0), 4)
         self.attach(True)
 
+    def calibrate(self, delay_ns: int = 20_000, n: int = 256) -> dict:
+        """Measure the deadline bias on this module's probe (runtime_cuda.calibrate); returns it as a dict.
+        The device block is restored by the measurement; the caller applies the bias (set_bias)."""
+        from runtime_cuda import calibrate as CAL
+        self.upload()
+        return CAL.measure_on_device(self.mod, self.sptr, kslot_base=0, delay_ns=delay_ns, n=n).as_dict()
+
+    def set_bias(self, bias_ns: int) -> None:
+        """deadline_bias_ns for the following configure()/upload() (whole-block uploads)."""
+        self.state.deadline_bias_ns = int(bias_ns)
+        self.upload()
+
     def set_thermal(self, mode: int, q: int, adm: int) -> None:
         t = self.ctl.thermal
 
@@ -265,6 +277,39 @@ def probe(H: Harness, work_ns: int, reps: int, buf: int, name="probe_instr") -> 
     return r
 
 
+def _fid_b(H: Harness, buf: int) -> dict:
+    """single 20 us read: error distribution (issue .. first use - 20 us), n = 1000."""
+    H.configure([rng(buf, 64 * 4096)], C.HBF_SRC_FIXED, fixed_read_ns=20_000)
+    r = probe(H, 0, 1000, buf)
+    err = (r[:, 2] - r[:, 0]) - 20_000
+    return {"n": int(err.size), "p50_ns": pct(err, 50), "p95_ns": pct(err, 95),
+            "p99_ns": pct(err, 99), "min_ns": int(err.min()), "max_ns": int(err.max()),
+            "p5_ns": pct(err, 5), "abs_p95_ns": pct(np.abs(err), 95), "goal_p95_ns": 100,
+            "deadline_bias_ns": int(H.state.deadline_bias_ns),
+            "clock": "%globaltimer (32 ns ticks) around issue..first use, inside the kernel"}
+
+
+def _fid_c(H: Harness, buf: int) -> dict:
+    """wait at the consumer: exposed wait vs max(0, L - W)."""
+    L = 20_000
+    H.configure([rng(buf, 64 * 4096)], C.HBF_SRC_FIXED, fixed_read_ns=L)
+    rows = []
+    plain = probe(H, 0, 50, buf, "probe_plain")
+    native_exposed = float(np.median(plain[:, 2] - plain[:, 1]))
+    for W in (0, 2_500, 5_000, 10_000, 15_000, 18_000, 19_000, 20_000, 21_000, 25_000, 30_000, 40_000):
+        r = probe(H, W, 40, buf)
+        exposed = r[:, 2] - r[:, 1]
+        work = r[:, 1] - r[:, 0]
+        expected = np.maximum(0, L - work)
+        dev = exposed - expected
+        rows.append({"W_ns": W, "work_median_ns": float(np.median(work)),
+                     "exposed_median_ns": float(np.median(exposed)), "expected_median_ns": float(np.median(expected)),
+                     "dev_median_ns": float(np.median(dev)), "dev_p95_abs_ns": pct(np.abs(dev), 95)})
+    return {"L_ns": L, "rows": rows, "native_exposed_median_ns": native_exposed,
+            "max_abs_dev_median_ns": max(abs(x["dev_median_ns"]) for x in rows),
+            "deadline_bias_ns": int(H.state.deadline_bias_ns)}
+
+
 def exp_fidelity(H: Harness) -> dict:
     buf = H.alloc(64 * 4096 + 4096)
     H.memset(buf, 64 * 4096 + 4096)
@@ -283,30 +328,20 @@ def exp_fidelity(H: Harness) -> dict:
                           "n_each": len(lat[200_000]),
                           "spread_1000us_ns": [min(lat[1_000_000]), max(lat[1_000_000])],
                           "spread_200us_ns": [min(lat[200_000]), max(lat[200_000])]}
-    # (b) single 20 us read: error distribution
-    H.configure([rng(buf, 64 * 4096)], C.HBF_SRC_FIXED, fixed_read_ns=20_000)
-    r = probe(H, 0, 1000, buf)
-    err = (r[:, 2] - r[:, 0]) - 20_000
-    res["b_single_20us"] = {"n": int(err.size), "p50_ns": pct(err, 50), "p95_ns": pct(err, 95),
-                            "p99_ns": pct(err, 99), "min_ns": int(err.min()), "max_ns": int(err.max()),
-                            "abs_p95_ns": pct(np.abs(err), 95), "goal_p95_ns": 100,
-                            "clock": "%globaltimer (32 ns ticks) around issue..first use, inside the kernel"}
-    # (c) wait at the consumer: exposed wait vs max(0, L - W)
-    L = 20_000
-    rows = []
-    plain = probe(H, 0, 50, buf, "probe_plain")
-    native_exposed = float(np.median(plain[:, 2] - plain[:, 1]))
-    for W in (0, 2_500, 5_000, 10_000, 15_000, 18_000, 19_000, 20_000, 21_000, 25_000, 30_000, 40_000):
-        r = probe(H, W, 40, buf)
-        exposed = r[:, 2] - r[:, 1]
-        work = r[:, 1] - r[:, 0]
-        expected = np.maximum(0, L - work)
-        dev = exposed - expected
-        rows.append({"W_ns": W, "work_median_ns": float(np.median(work)),
-                     "exposed_median_ns": float(np.median(exposed)), "expected_median_ns": float(np.median(expected)),
-                     "dev_median_ns": float(np.median(dev)), "dev_p95_abs_ns": pct(np.abs(dev), 95)})
-    res["c_consumer"] = {"L_ns": L, "rows": rows, "native_exposed_median_ns": native_exposed,
-                         "max_abs_dev_median_ns": max(abs(x["dev_median_ns"]) for x in rows)}
+    # (b) + (c) twice: uncalibrated (deadline_bias_ns = 0), then with the bias MEASURED in this run
+    # (runtime_cuda.calibrate: probe n=256, L=20 us, median of (first use - issue) - L)
+    H.set_bias(0)
+    res["b_single_20us"] = _fid_b(H, buf)
+    res["c_consumer"] = _fid_c(H, buf)
+    try:
+        cal = H.calibrate()
+        res["calibration"] = cal
+        H.set_bias(cal["bias_ns"])
+        res["b_single_20us_calibrated"] = _fid_b(H, buf) | {"deadline_bias_ns": cal["bias_ns"]}
+        res["c_consumer_calibrated"] = _fid_c(H, buf) | {"deadline_bias_ns": cal["bias_ns"]}
+        res["calibrated_counters"] = {"bias_clamps": H.counters()["bias_clamps"]}
+    finally:
+        H.set_bias(0)   # the experiments below measure the uncalibrated helpers, as before
     # thermal applied once: q = 0.5 -> 20 us becomes 40 us
     H.set_thermal(C.HBF_TH_LIGHT, 500_000, 1)
     H.configure([rng(buf, 64 * 4096)], C.HBF_SRC_FIXED, fixed_read_ns=20_000)
@@ -493,7 +528,26 @@ def exp_hbfcc(H: Harness) -> dict:
     rr = H.get(outp, 200 * 32, np.uint64).reshape(200, 4).astype(np.int64)
     e = (rr[:, 2] - rr[:, 0]) - 20_000
     res["probe_20us"] = {"p50_err_ns": pct(e, 50), "p95_err_ns": pct(e, 95), "min_err_ns": int(e.min()),
-                         "max_err_ns": int(e.max())}
+                         "max_err_ns": int(e.max()), "deadline_bias_ns": int(H.state.deadline_bias_ns)}
+    # the same with a deadline bias measured on this (hbfcc-built) probe in this run
+    try:
+        from runtime_cuda import calibrate as CAL
+        kidx = next(int(k["kernel_index"]) for k in art.get("kernels", []) if k.get("name") == "probe_plain")
+        cal = CAL.measure_on_device(mh, H.sptr, kslot_base=8, kernel="probe_plain", kernel_index=kidx).as_dict()
+        H.set_bias(cal["bias_ns"])
+        H.configure([rng(buf, 64 * 4096)], C.HBF_SRC_FIXED, fixed_read_ns=20_000)
+        cudrv.launch(fh["probe_plain"], (1,), (32,), [ctypes.c_uint64(buf), ctypes.c_uint64(outp),
+                                                      ctypes.c_uint64(0), ctypes.c_int32(200)])
+        cudrv.ctx_synchronize()
+        rr = H.get(outp, 200 * 32, np.uint64).reshape(200, 4).astype(np.int64)
+        e = (rr[:, 2] - rr[:, 0]) - 20_000
+        res["probe_20us_calibrated"] = {"p50_err_ns": pct(e, 50), "p95_err_ns": pct(e, 95),
+                                        "min_err_ns": int(e.min()), "max_err_ns": int(e.max()),
+                                        "deadline_bias_ns": cal["bias_ns"], "calibration": cal}
+    except Exception as ex:  # noqa: BLE001
+        res["probe_20us_calibrated"] = {"error": f"{type(ex).__name__}: {ex}"}
+    finally:
+        H.set_bias(0)
     # native overhead: hbfcc-built stream vs plain stream, nothing registered / detached
     n4 = (1 << 30) // 16
     a, b = H.alloc(n4 * 16), H.alloc(n4 * 16)

@@ -44,7 +44,8 @@ class hbf_kernel_counters(ctypes.Structure):
                 ("wait_calls", c_uint64), ("wait_wall_ns", c_uint64), ("wait_overhead_ns", c_uint64),
                 ("launches", c_uint64), ("blocks_exited", c_uint64), ("kstart_ns", c_uint64),
                 ("kend_ns", c_uint64), ("thermal_waits", c_uint64), ("thermal_wait_ns", c_uint64),
-                ("refresh_claims", c_uint64), ("refresh_bytes", c_uint64), ("reserved", c_uint64 * 5)]
+                ("refresh_claims", c_uint64), ("refresh_bytes", c_uint64), ("bias_clamps", c_uint64),
+                ("reserved", c_uint64 * 4)]
 
 
 class hbf_device_state(ctypes.Structure):
@@ -54,7 +55,7 @@ class hbf_device_state(ctypes.Structure):
         ("timing_source", c_uint32), ("flags", c_uint32), ("magic", c_uint64),
         ("version", c_uint32), ("state_bytes", c_uint32), ("heartbeat_timeout_ns", c_uint64),
         ("thermal_max_age_ns", c_uint64), ("completion_timeout_ns", c_uint64),
-        ("backoff_max_ns", c_uint64), ("reserved1", c_uint64 * 3),
+        ("backoff_max_ns", c_uint64), ("deadline_bias_ns", c_uint64), ("reserved1", c_uint64 * 2),
         ("failure", c_uint64), ("failure_addr", c_uint64), ("thermal_cache", c_uint64),
         ("debt_seen", c_uint64), ("debt_claimed", c_uint64), ("refresh_quantum", c_uint64),
         ("ref_next_ticket", c_uint64), ("reserved2", c_uint64 * 1),
@@ -72,6 +73,7 @@ KSLOTS_OFF = hbf_device_state.kslots.offset
 KSLOTS_BYTES = ctypes.sizeof(hbf_kernel_counters) * C.HBF_MAX_KERNEL_SLOTS
 RANGES_OFF = hbf_device_state.ranges.offset
 REF_NEXT_TICKET_OFF = hbf_device_state.ref_next_ticket.offset   # line 2: never rewritten by range updates
+DEADLINE_BIAS_OFF = hbf_device_state.deadline_bias_ns.offset     # line 1: host-owned run parameter
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class RunParams:
     completion_timeout_ns: int = 0
     backoff_max_ns: int = 8192
     allow_unmodeled: bool = False
+    deadline_bias_ns: int = 0      # measured by runtime_cuda.calibrate (never assumed); 0 = off
 
 
 def ranges_from_ctl(snap: "C.hbf_range_snapshot") -> tuple[int, list[DevRange]]:
@@ -155,6 +158,7 @@ def new_state(ctl_dev: int, media: "C.hbf_media_params | None", params: RunParam
     st.thermal_max_age_ns = params.thermal_max_age_ns
     st.completion_timeout_ns = params.completion_timeout_ns
     st.backoff_max_ns = params.backoff_max_ns
+    st.deadline_bias_ns = params.deadline_bias_ns
     st.refresh_quantum = refresh_quantum
     fill_ranges(st, [], 0)
     return st
@@ -169,7 +173,7 @@ def kernel_counters_dict(k: hbf_kernel_counters) -> dict:
     d = {"ops": ops, "status": {C_STATUS_NAMES[i]: int(k.status[i]) for i in range(len(C_STATUS_NAMES))
                                 if int(k.status[i])}}
     for f in ("wait_calls", "wait_wall_ns", "wait_overhead_ns", "launches", "blocks_exited", "kstart_ns",
-              "kend_ns", "thermal_waits", "thermal_wait_ns", "refresh_claims", "refresh_bytes"):
+              "kend_ns", "thermal_waits", "thermal_wait_ns", "refresh_claims", "refresh_bytes", "bias_clamps"):
         d[f] = int(getattr(k, f))
     return d
 

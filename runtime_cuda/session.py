@@ -83,6 +83,25 @@ def load_artifact(artifact: Any) -> dict | None:
         raise ConfigError(f"admission artifact is not JSON: {e}", path=str(p)) from e
 
 
+def triton_artifact(metadata_group: Mapping[str, Any] | None) -> Any:
+    """The admission artifact of a Triton kernel: one named in its cache group, else the one
+    hbfcc-ptxas stored under the sha256 of the kernel's ORIGINAL PTX (Triton caches the pre-rewrite
+    PTX). None (not admitted) when neither exists."""
+    group = dict(metadata_group or {})
+    for k, v in group.items():
+        if str(k).endswith((".admission.json", ".hbfadm.json", ".hbfcc.json")):
+            return v
+    for k, v in group.items():
+        if str(k).endswith(".ptx"):
+            try:
+                ptx = Path(v).read_bytes()
+            except OSError:
+                return None
+            from hbfcc.artifact import lookup_by_ptx
+            return lookup_by_ptx(ptx)
+    return None
+
+
 def artifact_kernels(art: dict | None) -> list[tuple[str, bool, list[str]]]:
     """(name, admitted, reasons) per kernel, in .entry order. Accepts {"kernels": [..]} or {..: {}}."""
     if not art:
@@ -121,6 +140,7 @@ class Session:
         self.refused_launches: list[dict] = []
         self._triton_installed: list[tuple[Any, str, Any]] = []
         self.closed = False
+        self.calibration: dict | None = None   # the last calibrate() result (deadline_bias_ns)
         self.ctl_dev = 0
         self.state_dptr = 0
         self.host_registered = False
@@ -190,6 +210,42 @@ class Session:
         if self.use_cuda and self.state_dptr:
             self._cu.ctx_synchronize()
             self._cu.htod(self.state_dptr, self.state, 128)   # lines 0-1: host-owned
+
+    # ---------------------------------------------------------------------------- calibration
+    def calibrate(self, *, delay_ns: int = 20_000, n: int = 256, cubin: str | os.PathLike | None = None,
+                  apply: bool = True) -> dict:
+        """Measure the helpers' fixed cost (issue -> first use beyond the modeled delay) on this GPU with
+        the microbench probe linked against the helper PTX (HBF_HELPER_PTX; `cubin` to use a prebuilt
+        one), and store the median as deadline_bias_ns (apply=True): every modeled deadline created
+        afterwards is that much earlier (clamped to its issue time). Call at a synchronization point
+        (no kernel of this session running). The result is kept in self.calibration and reported to
+        hbfd (Report kind "calibration")."""
+        from . import calibrate as CAL, linker  # noqa: PLC0415
+        self._ensure_open()
+        if not self.use_cuda or not self.state_dptr:
+            raise HbfError("calibration needs CUDA (this session has no device state)",
+                           code=ErrorCode.INVALID_ARGUMENT)
+        with self._lock:
+            path = Path(cubin) if cubin is not None else Path(linker.build_microbench()["cubin"])
+            helper = str(linker.helper_ptx(build=False)) if cubin is None else None
+            mod = self._cu.module_load_data(path.read_bytes())
+            try:
+                # the probe's counters go to the last slot (the overflow bucket), restored afterwards
+                cal = CAL.measure_on_device(mod, self.state_dptr, kslot_base=C.HBF_MAX_KERNEL_SLOTS - 1 - CAL.PROBE_KERNEL_INDEX,
+                                            delay_ns=delay_ns, n=n)
+            finally:
+                self._cu.check(self._cu.drv().cuModuleUnload(mod), "cuModuleUnload")
+            result = cal.as_dict() | {"cubin": str(path), "helper_ptx": helper, "applied": bool(apply)}
+            if apply:
+                CAL.set_bias(self.state_dptr, cal.bias_ns)
+                self.state.deadline_bias_ns = cal.bias_ns
+            self.calibration = result
+        self._report("calibration", result)
+        return result
+
+    @property
+    def deadline_bias_ns(self) -> int:
+        return int(self.state.deadline_bias_ns)
 
     # ---------------------------------------------------------------------------- ranges
     def range_containing(self, addr: int) -> D.DevRange | None:
@@ -358,10 +414,7 @@ class Session:
         self._triton_installed.clear()
 
     def _triton_loaded(self, module, function, name, metadata_group, hash_=None, *rest) -> None:
-        art = None
-        for k, v in (metadata_group or {}).items():
-            if str(k).endswith((".admission.json", ".hbfadm.json")):
-                art = v
+        art = triton_artifact(metadata_group)
         b = self.bind_module(int(module), artifact=art, kernels=[name])
         self.note_function(int(function), b, name)
 

@@ -75,7 +75,9 @@ typedef struct hbf_kernel_counters {
     uint64_t thermal_wait_ns;
     uint64_t refresh_claims;           /* refresh-debt quanta claimed by admissions */
     uint64_t refresh_bytes;
-    uint64_t reserved[5];
+    uint64_t bias_clamps;              /* deadlines clamped to the issue time by deadline_bias_ns
+                                          (the modeled delay was shorter than the bias) */
+    uint64_t reserved[4];
 } hbf_kernel_counters;
 
 typedef struct hbf_device_state {
@@ -97,7 +99,12 @@ typedef struct hbf_device_state {
     uint64_t thermal_max_age_ns;   /* thermal/refresh snapshot reused at most this long (0: always read) */
     uint64_t completion_timeout_ns;/* a ticket pending this long with a live daemon -> TIMEOUT (0: never) */
     uint64_t backoff_max_ns;       /* nanosleep backoff cap while polling host words */
-    uint64_t reserved1[3];
+    uint64_t deadline_bias_ns;     /* MEASURED helper fixed cost (issue -> first use beyond the modeled
+                                      delay; runtime_cuda/calibrate.py), subtracted once from every
+                                      modeled deadline the helpers create (device sources at issue, the
+                                      reference path's arrival + modeled_ns at ticket resolution),
+                                      clamped so a deadline is never before its issue time. 0 = off. */
+    uint64_t reserved1[2];
     /* --- line 2: GPU-written run state --- */
     uint64_t failure;              /* first terminal failure: (status << 32) | site */
     uint64_t failure_addr;         /* the address of that access */

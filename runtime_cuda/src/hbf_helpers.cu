@@ -463,7 +463,22 @@ HB_DEV uint64_t hb_warp_sum(uint32_t mask, uint64_t v) {
 }
 HB_DEV uint32_t hb_sat32(uint64_t v) { return v > 0xFFFFFFFFull ? 0xFFFFFFFFu : (uint32_t)v; }
 
-// Device-side timing sources (fixed, curve, fast queue) + refresh claim: the deadline (> t0).
+// The measured deadline bias (hbf_device_state.deadline_bias_ns, runtime_cuda/calibrate.py): the helpers'
+// own fixed cost between the issue timestamp and the consumer's first use (entry work, the final spin
+// exit, call/return), measured on the GPU, subtracted ONCE from each modeled deadline when it is created
+// (device sources in hb_group_request, the reference path in hb_ticket_deadline; a join or a wait never
+// re-applies it). A modeled delay shorter than the bias is clamped to the issue time t0 (never before it:
+// the access then costs just the helper time), counted in the kernel's bias_clamps.
+HB_DEV uint64_t hb_apply_bias(hbf_device_state* st, uint64_t deadline, uint64_t t0, uint32_t site) {
+    const uint64_t bias = st->deadline_bias_ns;
+    if (bias == 0ull) return deadline;
+    if (deadline > t0 + bias) return deadline - bias;
+    atomicAdd((unsigned long long*)&hb_kslot(st, site)->bias_clamps, 1ull);
+    return t0 ? t0 : 1ull;  // a future is nonzero
+}
+
+// Device-side timing sources (fixed, curve, fast queue) + refresh claim: the modeled (unbiased)
+// deadline (> t0); the fast model's queue tails stay in modeled time.
 HB_SPLIT_FN uint64_t hb_device_deadline(hbf_device_state* st, uint64_t gaddr, uint64_t req_bytes, uint32_t op,
                                         uint32_t q, uint32_t site, uint64_t t0) {
     const uint32_t src = st->timing_source;
@@ -509,8 +524,9 @@ HB_SPLIT_FN unsigned long long hb_group_request(hbf_device_state* st, const hbf_
         fut = HB_OOL(hb_ref_issue)(st, c, r->base + (gaddr - r->media_offset), gaddr, (uint32_t)req_bytes, op,
                            r->range_id, site, flags, t0);
     } else {
-        fut = HB_OOL(hb_device_deadline)(st, gaddr, req_bytes, op, q, site, t0);
-        out[1] = fut - t0;
+        const uint64_t dl = HB_OOL(hb_device_deadline)(st, gaddr, req_bytes, op, q, site, t0);
+        out[1] = dl - t0;                          // modeled ns as the model says (counters)
+        fut = hb_apply_bias(st, dl, t0, site);     // the deadline the consumer waits for
     }
     out[0] = req_bytes;
     return fut;
@@ -611,7 +627,8 @@ HB_SPLIT_FN uint32_t hb_ticket_poll(hbf_device_state* st, hbf_ctl* c, hbf_comple
     }
 }
 
-// Poll the ticket's completion slot; returns the deadline arrival + modeled_ns (READY only).
+// Poll the ticket's completion slot; returns the deadline arrival + modeled_ns (READY only), less the
+// measured deadline bias (clamped to arrival, the issue time), applied here once.
 HB_OOL_FN uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket, uint32_t site) {
     hbf_ctl* c = (hbf_ctl*)st->ctl;
     const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
@@ -629,7 +646,7 @@ HB_OOL_FN uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket, uin
     if (status != HBF_ST_READY) HB_OOL(hb_fail)(st, status, site, ticket);
     atomicAdd((unsigned long long*)&ks->ops[op].modeled_ns, (unsigned long long)modeled);
     atomicAdd((unsigned long long*)&ks->ops[op].service_ns, (unsigned long long)service);
-    return arrival + modeled;
+    return hb_apply_bias(st, arrival + modeled, arrival, site);
 }
 
 // ------------------------------------------------------------------------------------------
