@@ -339,7 +339,14 @@ def exp_fidelity(H: Harness) -> dict:
         H.set_bias(cal["bias_ns"])
         res["b_single_20us_calibrated"] = _fid_b(H, buf) | {"deadline_bias_ns": cal["bias_ns"]}
         res["c_consumer_calibrated"] = _fid_c(H, buf) | {"deadline_bias_ns": cal["bias_ns"]}
-        res["calibrated_counters"] = {"bias_clamps": H.counters()["bias_clamps"]}
+        res["calibrated_counters"] = {"bias_clamps_during_c": H.counters()["bias_clamps"]}
+        # a modeled delay shorter than the bias: the deadline is clamped to the issue time (counted)
+        H.configure([rng(buf, 64 * 4096)], C.HBF_SRC_FIXED, fixed_read_ns=100)
+        r = probe(H, 0, 50, buf)
+        lat_s = r[:, 2] - r[:, 0]
+        res["clamp_short_delay"] = {"fixed_read_ns": 100, "deadline_bias_ns": cal["bias_ns"], "n": int(lat_s.size),
+                                    "latency_median_ns": float(np.median(lat_s)), "latency_min_ns": int(lat_s.min()),
+                                    "bias_clamps": H.counters()["bias_clamps"], "expected_clamps": 50}
     finally:
         H.set_bias(0)   # the experiments below measure the uncalibrated helpers, as before
     # thermal applied once: q = 0.5 -> 20 us becomes 40 us
