@@ -131,6 +131,25 @@ def store_path(store: Path, original_sha256: str) -> Path:
     return store / f"{original_sha256}.hbfcc.json"
 
 
+def store_dir() -> Path:
+    """The artifact store (HBFCC_ARTIFACT_DIR, else <cache>/artifacts) that hbfcc-ptxas writes to."""
+    from . import knobs
+    k = knobs.load()
+    return k.artifact_dir if k.artifact_dir is not None else k.cache_dir / "artifacts"
+
+
+def lookup_by_ptx(original_ptx: bytes | str) -> Optional[dict]:
+    """The admission artifact of a module by its ORIGINAL (pre-rewrite) PTX, e.g. Triton's
+    ``kernel.asm["ptx"]``; None when hbfcc never saw that module (then it is not admitted)."""
+    data = original_ptx.encode() if isinstance(original_ptx, str) else original_ptx
+    import hashlib
+    p = store_path(store_dir(), hashlib.sha256(data).hexdigest())
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        return None
+
+
 LINK_SCHEMA_ID = SCHEMA_ID + ".link"
 
 
