@@ -93,7 +93,8 @@ def test_tickets_continue_across_gpu_sessions(gpu, nvcc, hbfd_daemon, tmp_path):
             cudrv.dtoh(v, s.state_dptr + D.REF_NEXT_TICKET_OFF, 8)
             assert v.value == floor                            # published with the block
             mod = cudrv.module_load_data(open(cubin, "rb").read())
-            b = s.bind_module(mod, artifact={"kernels": [{"name": "sem_instr", "admitted": True}]})
+            b = s.bind_module(mod, artifact={"kernels": [{"name": n, "admitted": True}
+                                                          for n in ("stream_instr", "probe_instr", "sem_instr")]})
             n = 1 << 20
             raw = cudrv.mem_alloc(2 * n)
             src = (raw + 4095) & ~4095
