@@ -94,7 +94,8 @@ def htod(dptr: int, src: Any, nbytes: int) -> None:
 
 
 def dtoh(dst: Any, dptr: int, nbytes: int) -> None:
-    if isinstance(dst, (ctypes.Structure, ctypes.Array)):
+    """Copy nbytes from device memory into a host object (ctypes object / buffer / int address)."""
+    if isinstance(dst, (ctypes._SimpleCData, ctypes.Structure, ctypes.Array)):
         dst = ctypes.addressof(dst)
     check(drv().cuMemcpyDtoH(dst, dptr, nbytes), "cuMemcpyDtoH")
 
