@@ -66,7 +66,7 @@ def main() -> int:
     p.send_signal(signal.SIGTERM)
     rc = p.wait(timeout=60)
     summary = json.loads(summ.read_text())
-    th = summary.get("thermal") or next((v for v in summary.values() if isinstance(v, dict) and "telemetry" in v), {})
+    th = summary["services"]["thermal"]
     tel = th.get("telemetry", {})
     samples = th.get("samples", [])
     keys = sorted({k for s in samples for k in s})
