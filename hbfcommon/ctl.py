@@ -144,7 +144,7 @@ class hbf_request(ctypes.Structure):
     _fields_ = [
         ("seq", c_uint64), ("arrival_ns", c_uint64), ("address", c_uint64), ("media_address", c_uint64),
         ("bytes", c_uint32), ("op", c_uint32), ("range_id", c_uint32), ("kernel_slot", c_uint32),
-        ("site", c_uint32), ("flags", c_uint32), ("reserved", c_uint64),
+        ("site", c_uint32), ("flags", c_uint32), ("thermal_q_ppm", c_uint64),
     ]
 
 

@@ -394,7 +394,7 @@ HB_SPLIT_FN void hb_ref_slot_wait(hbf_device_state* st, hbf_ctl* c, uint32_t slo
 HB_OOL_FN uint64_t hb_ref_issue(hbf_device_state* st, hbf_ctl* c, uint64_t addr,
                                                      uint64_t media_addr, uint32_t bytes, uint32_t op,
                                                      uint32_t range_id, uint32_t site, uint32_t flags,
-                                                     uint64_t now) {
+                                                     uint32_t q, uint64_t now) {
     const uint64_t ticket = atomicAdd((unsigned long long*)&st->ref_next_ticket, 1ull);
     const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
     if (ticket >= HBF_RING_SLOTS)
@@ -409,6 +409,7 @@ HB_OOL_FN uint64_t hb_ref_issue(hbf_device_state* st, hbf_ctl* c, uint64_t addr,
     hb_st_vol32(&r->kernel_slot, __hb_kslot_base + (site >> 16));
     hb_st_vol32(&r->site, site);
     hb_st_vol32(&r->flags, flags);
+    hb_st_vol(&r->thermal_q_ppm, (uint64_t)q);
     hb_st_rel_sys(&r->seq, ticket + 1ull);
     return HBF_FUTURE_TICKET_BIT | ticket;
 }
@@ -520,9 +521,10 @@ HB_SPLIT_FN unsigned long long hb_group_request(hbf_device_state* st, const hbf_
     const uint32_t src = st->timing_source;
     if (src == HBF_SRC_REFERENCE) {
         if (c == nullptr) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
-        // thermal service fraction and refresh are applied by hbfd's media model (once)
+        // refresh is served by hbfd's media model; the thermal fraction q snapshotted here travels
+        // in the request and is applied once by the waiter (hb_ticket_deadline)
         fut = HB_OOL(hb_ref_issue)(st, c, r->base + (gaddr - r->media_offset), gaddr, (uint32_t)req_bytes, op,
-                           r->range_id, site, flags, t0);
+                           r->range_id, site, flags, q, t0);
     } else {
         const uint64_t dl = HB_OOL(hb_device_deadline)(st, gaddr, req_bytes, op, q, site, t0);
         out[1] = dl - t0;                          // modeled ns as the model says (counters)
@@ -640,13 +642,16 @@ HB_OOL_FN uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket, uin
     const uint64_t modeled = hb_ld_vol(&cp->modeled_ns);
     const uint64_t service = hb_ld_vol(&cp->service_ns);
     const uint32_t op = hb_ld_vol32(&c->ring[slot].op) & HBF_F_OP_MASK;
+    uint64_t q = hb_ld_vol(&c->ring[slot].thermal_q_ppm);  // our own snapshot, written at issue
+    if (q == 0ull || q > 1000000ull) q = 1000000ull;
     hb_st_rel_sys(&cp->consumed, want);
     hbf_kernel_counters* ks = hb_kslot(st, site);
     atomicAdd((unsigned long long*)&ks->status[status & (HBF_N_STATUS - 1u)], 1ull);
     if (status != HBF_ST_READY) HB_OOL(hb_fail)(st, status, site, ticket);
-    atomicAdd((unsigned long long*)&ks->ops[op].modeled_ns, (unsigned long long)modeled);
+    const uint64_t modeled_t = hb_thermal_scale(modeled, (uint32_t)q);  // thermal applied exactly once
+    atomicAdd((unsigned long long*)&ks->ops[op].modeled_ns, (unsigned long long)modeled_t);
     atomicAdd((unsigned long long*)&ks->ops[op].service_ns, (unsigned long long)service);
-    return hb_apply_bias(st, arrival + modeled, arrival, site);
+    return hb_apply_bias(st, arrival + modeled_t, arrival, site);
 }
 
 // ------------------------------------------------------------------------------------------
