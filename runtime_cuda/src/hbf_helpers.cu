@@ -200,7 +200,8 @@ HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
                 __threadfence_system();
                 if (hb_ld_acq_sys(&c->thermal.seq) == s0) break;
             }
-            if (tries > 1000000u) break;  // a writer that never finishes: keep the last values
+            // a writer that never finishes (hbfd died inside the seqlock): never use torn values
+            if (tries > 1000000u) HB_OOL(hb_fail)(st, HBF_ST_DAEMON_LOST, 0u, s0);
             hb_sleep(64);
         }
         if (q == 0u) q = 1u;
