@@ -8,13 +8,16 @@ refused. The schema is :data:`SCHEMA` (JSON Schema draft 2020-12), versioned by 
 """
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Optional
 
+from hbfcommon.fsutil import atomic_write_json
+
 from . import helpers as H
+from . import knobs
 from .toolchain import PtxasStats, rewriter_sha
 
 SCHEMA_VERSION = 1
@@ -121,10 +124,7 @@ def validate(doc: dict) -> None:
 
 
 def write(doc: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp.{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    atomic_write_json(path, doc, indent=1, end="\n")
 
 
 def store_path(store: Path, original_sha256: str) -> Path:
@@ -133,7 +133,6 @@ def store_path(store: Path, original_sha256: str) -> Path:
 
 def store_dir() -> Path:
     """The artifact store (HBFCC_ARTIFACT_DIR, else <cache>/artifacts) that hbfcc-ptxas writes to."""
-    from . import knobs
     k = knobs.load()
     return k.artifact_dir if k.artifact_dir is not None else k.cache_dir / "artifacts"
 
@@ -142,7 +141,6 @@ def lookup_by_ptx(original_ptx: bytes | str) -> Optional[dict]:
     """The admission artifact of a module by its ORIGINAL (pre-rewrite) PTX, e.g. Triton's
     ``kernel.asm["ptx"]``; None when hbfcc never saw that module (then it is not admitted)."""
     data = original_ptx.encode() if isinstance(original_ptx, str) else original_ptx
-    import hashlib
     p = store_path(store_dir(), hashlib.sha256(data).hexdigest())
     try:
         return json.loads(p.read_text())

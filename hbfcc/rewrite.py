@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Optional
 
 
+from hbfcommon.fsutil import atomic_write_text
+
 from . import helpers as H
 from . import knobs
 from .passes import get as get_pass
@@ -45,10 +47,7 @@ def is_instrumented(text: str) -> bool:
 def _dump(dump_dir: Optional[Path], name: str, data: str) -> None:
     if dump_dir is None:
         return
-    dump_dir.mkdir(parents=True, exist_ok=True)
-    tmp = dump_dir / (name + ".tmp")
-    tmp.write_text(data)
-    os.replace(tmp, dump_dir / name)
+    atomic_write_text(dump_dir / name, data, fsync=False)  # debugging dumps: no fsync cost
 
 
 def rewrite_text(text: str, *, filename: str = "<ptx>", helper: Optional[H.HelperModule] = None,
