@@ -39,13 +39,13 @@ __global__ void hbf_eidolon_kernel(hbf_eidola_state* st) {
     const uint64_t gwarp = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) >> 5;
     const uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
     const uint64_t tmo = hbf_eidola_timeout(st);
-    const uint64_t start = hbf_eidola_now();
+    const uint64_t start = hb_now();
     /* wait for the target kernel to start */
     uint64_t t0;
     for (;;) {
-        t0 = hbf_eidola_ld_volatile_u64(&st->t0);
+        t0 = hb_ld_vol(&st->t0);
         if (t0 != ~0ull) break;
-        if (hbf_eidola_now() - start > tmo) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xE1D0u);
+        if (hb_now() - start > tmo) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xE1D0u);
         __nanosleep(32);
     }
     const uint64_t* wk = (const uint64_t*)st->t_wakeup;
@@ -60,7 +60,7 @@ __global__ void hbf_eidolon_kernel(hbf_eidola_state* st) {
             target = t0 + (uint64_t)(t > 0 ? t : 0);
         }
         for (;;) {
-            uint64_t now = hbf_eidola_now();
+            uint64_t now = hb_now();
             if (!done && now >= target) {
                 hbf_eidola_enact(st, i, t0);
                 done = true;
@@ -89,9 +89,9 @@ __global__ void hbf_eidola_probe(hbf_eidola_state* st, const uint64_t* addrs, co
             uint64_t v = hbf_eidola_ld_flag(st, &a, t0, (const void*)addrs[i], 4);
             ++k;
             if ((uint32_t)v == (uint32_t)expect[i]) break;
-            if (hbf_eidola_now() - t0 > tmo) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xB0B0u);
+            if (hb_now() - t0 > tmo) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xB0B0u);
         }
-        seen_rel[i] = hbf_eidola_now() - t0;
+        seen_rel[i] = hb_now() - t0;
         polls[i] = k;
     }
     hbf_eidola_acct_flush(st, &a);
@@ -111,9 +111,9 @@ __global__ void hbf_eidola_probe_min(hbf_eidola_state* st, const uint64_t* addrs
         for (;;) {
             uint64_t v = hbf_eidola_ld_flag(st, &a, t0, (const void*)addrs[i], 4);
             if ((uint32_t)v == (uint32_t)expect[i]) break;
-            if (hbf_eidola_now() - t0 > tmo) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xB0B1u);
+            if (hb_now() - t0 > tmo) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xB0B1u);
         }
-        atomicMin(&seen_rel[i], (unsigned long long)(hbf_eidola_now() - t0));
+        atomicMin(&seen_rel[i], (unsigned long long)(hb_now() - t0));
     }
 }
 
@@ -127,7 +127,7 @@ __global__ void hbf_eidola_setup(hbf_eidola_state* st, const uint64_t* addr, con
 /* Issue-bound co-runner: 8 independent FMA chains per thread, so it competes for issue slots with
  * whatever else runs on the SM (a spinning poller, or nothing while the poller sleeps in mwait). */
 __global__ void hbf_eidola_corunner(float* out, uint64_t iters, uint64_t* span) {
-    uint64_t t = hbf_eidola_now();
+    uint64_t t = hb_now();
     float a[8];
     const float b = 1.0001f, c = 0.9999f;
 #pragma unroll
@@ -143,7 +143,7 @@ __global__ void hbf_eidola_corunner(float* out, uint64_t iters, uint64_t* span) 
     __syncthreads();
     if (threadIdx.x == 0) {
         span[2 * blockIdx.x] = t;
-        span[2 * blockIdx.x + 1] = hbf_eidola_now();
+        span[2 * blockIdx.x + 1] = hb_now();
     }
 }
 

@@ -121,36 +121,7 @@ typedef struct hbf_eidola_state {
 
 #define HBF_EIDOLA_DEV static __device__ __forceinline__
 
-HBF_EIDOLA_DEV uint64_t hbf_eidola_now() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-HBF_EIDOLA_DEV uint32_t hbf_eidola_lane() {
-    uint32_t l;
-    asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
-    return l;
-}
-
-HBF_EIDOLA_DEV uint32_t hbf_eidola_ld_acquire_u32(const void* p) {
-    uint32_t v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-HBF_EIDOLA_DEV uint64_t hbf_eidola_ld_acquire_u64(const void* p) {
-    uint64_t v;
-    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-HBF_EIDOLA_DEV uint64_t hbf_eidola_ld_volatile_u64(const void* p) {
-    uint64_t v;
-    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-HBF_EIDOLA_DEV void hbf_eidola_st_release_u32(void* p, uint32_t v) {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
+#include "hbf_ptx.cuh"   // the PTX primitives shared with the timing helpers
 
 /* Per-thread accounting, in registers; flushed once per thread. */
 typedef struct hbf_eidola_acct {
@@ -194,7 +165,7 @@ HBF_EIDOLA_DEV void hbf_eidola_acct_init(hbf_eidola_acct* a, const hbf_eidola_st
 
 /* One warp-instruction per calling warp (counted by its lowest active lane), one per lane. */
 HBF_EIDOLA_DEV uint32_t hbf_eidola_leader() {
-    return (uint32_t)(__ffs(__activemask()) - 1) == hbf_eidola_lane() ? 1u : 0u;
+    return (uint32_t)(__ffs(__activemask()) - 1) == hb_laneid() ? 1u : 0u;
 }
 
 HBF_EIDOLA_DEV void hbf_eidola_count_nonflag(hbf_eidola_acct* a, uint32_t insts = 1) {
@@ -240,7 +211,7 @@ HBF_EIDOLA_DEV void hbf_eidola_count_flag(const hbf_eidola_state* st, hbf_eidola
 HBF_EIDOLA_DEV uint64_t hbf_eidola_kernel_enter(hbf_eidola_state* st) {
     __shared__ uint64_t hbf_eidola_t0_sh;
     if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-        uint64_t now = hbf_eidola_now();
+        uint64_t now = hb_now();
         uint64_t old = atomicMin((unsigned long long*)&st->t0, (unsigned long long)now);
         hbf_eidola_t0_sh = old < now ? old : now;
     }
@@ -290,7 +261,7 @@ HBF_EIDOLA_DEV uint64_t hbf_eidola_vvalue(const hbf_eidola_state* st, uint32_t i
 }
 
 HBF_EIDOLA_DEV uint64_t hbf_eidola_rel_now(const hbf_eidola_state* st, uint64_t t0) {
-    uint64_t n = hbf_eidola_now();
+    uint64_t n = hb_now();
     return n > t0 ? n - t0 : 0;
 }
 
@@ -316,7 +287,7 @@ HBF_EIDOLA_DEV uint64_t hbf_eidola_ld_flag(hbf_eidola_state* st, hbf_eidola_acct
     }
     if (klass == 0) {  /* not a registered flag: a plain (non-flag) read, real memory */
         hbf_eidola_count_nonflag(a);
-        return size == 8 ? hbf_eidola_ld_acquire_u64(p) : hbf_eidola_ld_acquire_u32(p);
+        return size == 8 ? hb_ld_acq_sys(p) : hb_ld_acq_sys32(p);
     }
     hbf_eidola_count_flag(st, a, klass);
     if (engine == HBF_EIDOLA_ENGINE_VIRT && a->cached && a->c_vd_n) {
@@ -355,7 +326,7 @@ HBF_EIDOLA_DEV uint64_t hbf_eidola_ld_flag(hbf_eidola_state* st, hbf_eidola_acct
             return hbf_eidola_vvalue(st, i, hbf_eidola_rel_now(st, t0));
         }
     }
-    return size == 8 ? hbf_eidola_ld_acquire_u64(p) : hbf_eidola_ld_acquire_u32(p);
+    return size == 8 ? hb_ld_acq_sys(p) : hb_ld_acq_sys32(p);
 }
 
 HBF_EIDOLA_DEV uint32_t hbf_eidola_ld_flag_u32(hbf_eidola_state* st, hbf_eidola_acct* a, uint64_t t0,
@@ -387,7 +358,7 @@ HBF_EIDOLA_DEV bool hbf_eidola_monitor(hbf_eidola_state* st, hbf_eidola_acct* a,
     bool use_log = st->engine != HBF_EIDOLA_ENGINE_VIRT && st->mon_mode != HBF_EIDOLA_MON_OFF &&
                    addr >= st->mon_base && addr < st->mon_base + 4ull * st->mon_slots;
     if (use_log) {
-        uint32_t gw = hbf_eidola_gwarp(), lane = hbf_eidola_lane();
+        uint32_t gw = hbf_eidola_gwarp(), lane = hb_laneid();
         uint32_t me = gw * 32u + lane + 1u;
         uint32_t* wake = (uint32_t*)st->wake;
         atomicAnd(&wake[gw], ~(1u << lane));   /* drop stale wakes before arming */
@@ -448,7 +419,7 @@ HBF_EIDOLA_DEV uint64_t hbf_eidola_wake_hint(const hbf_eidola_state* st, const h
  * timer for the final approach (nanosleep overshoots long sleeps ~1.6x on the H200). */
 HBF_EIDOLA_DEV void hbf_eidola_sleep_until(uint64_t until) {
     for (;;) {
-        uint64_t now = hbf_eidola_now();
+        uint64_t now = hb_now();
         if (now >= until) return;
         uint64_t rem = until - now;
         if (rem > 1500) {
@@ -466,7 +437,7 @@ HBF_EIDOLA_DEV void hbf_eidola_mwait(hbf_eidola_state* st, hbf_eidola_acct* a, u
                                      const void* p) {
     (void)p;
     a->mwaits += 1;
-    uint64_t start = hbf_eidola_now();
+    uint64_t start = hb_now();
     uint64_t deadline = start + hbf_eidola_timeout(st);
     uint64_t hint = hbf_eidola_wake_hint(st, a, a->mon_t);
     if (a->mon_slot == 0xffffffffu) {
@@ -478,13 +449,13 @@ HBF_EIDOLA_DEV void hbf_eidola_mwait(hbf_eidola_state* st, hbf_eidola_acct* a, u
             uint64_t target = t0 + hint;
             if (target > 300) hbf_eidola_sleep_until(target - 300);
         }
-        uint32_t gw = hbf_eidola_gwarp(), bit = 1u << hbf_eidola_lane();
+        uint32_t gw = hbf_eidola_gwarp(), bit = 1u << hb_laneid();
         uint32_t* wake = (uint32_t*)st->wake;
         unsigned sl = st->sleep_ns ? st->sleep_ns : 64u;
         for (;;) {
             a->wake_reads += 1;
-            if (hbf_eidola_ld_acquire_u32(&wake[gw]) & bit) break;
-            if (hbf_eidola_now() > deadline) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, gw);
+            if (hb_ld_acq_sys32(&wake[gw]) & bit) break;
+            if (hb_now() > deadline) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, gw);
             __nanosleep(sl);
         }
         atomicAnd(&wake[gw], ~bit);
@@ -493,7 +464,7 @@ HBF_EIDOLA_DEV void hbf_eidola_mwait(hbf_eidola_state* st, hbf_eidola_acct* a, u
         atomicExch(&e->w[a->mon_widx].who, 0u);
         a->mon_slot = 0xffffffffu;
     }
-    a->mwait_ns += hbf_eidola_now() - start;
+    a->mwait_ns += hb_now() - start;
 }
 
 /* ---- the eidolon's side: one store and the monitor-log service ------------------------------ */
@@ -520,11 +491,11 @@ HBF_EIDOLA_DEV void hbf_eidola_mon_service(hbf_eidola_state* st, uint64_t addr, 
     if (st->mon_mode == HBF_EIDOLA_MON_HOARE) {
         hbf_eidola_mon_entry* e = mon + slot;
         for (uint32_t k = 0; k < HBF_EIDOLA_MON_WAITERS; ++k) {
-            uint32_t armed = hbf_eidola_ld_acquire_u32(&e->w[k].armed);
-            uint32_t who = hbf_eidola_ld_acquire_u32(&e->w[k].who);
+            uint32_t armed = hb_ld_acq_sys32(&e->w[k].armed);
+            uint32_t who = hb_ld_acq_sys32(&e->w[k].who);
             if (!(armed && who)) continue;
-            const uint64_t m = hbf_eidola_ld_volatile_u64(&e->w[k].mask);
-            const uint64_t wv = hbf_eidola_ld_volatile_u64(&e->w[k].value);
+            const uint64_t m = hb_ld_vol(&e->w[k].mask);
+            const uint64_t wv = hb_ld_vol(&e->w[k].value);
             if ((value & m) == (wv & m)) hbf_eidola_wake_waiter(st, who);
         }
     } else {  /* Mesa: every armed waiter on the 128-B line */
@@ -532,8 +503,8 @@ HBF_EIDOLA_DEV void hbf_eidola_mon_service(hbf_eidola_state* st, uint64_t addr, 
         for (uint64_t s = first; s < first + HBF_EIDOLA_LINE_BYTES / 4 && s < st->mon_slots; ++s) {
             hbf_eidola_mon_entry* e = mon + s;
             for (uint32_t k = 0; k < HBF_EIDOLA_MON_WAITERS; ++k) {
-                uint32_t armed = hbf_eidola_ld_acquire_u32(&e->w[k].armed);
-                uint32_t who = hbf_eidola_ld_acquire_u32(&e->w[k].who);
+                uint32_t armed = hb_ld_acq_sys32(&e->w[k].armed);
+                uint32_t who = hb_ld_acq_sys32(&e->w[k].who);
                 if (armed && who) hbf_eidola_wake_waiter(st, who);
             }
         }
@@ -545,7 +516,7 @@ HBF_EIDOLA_DEV void hbf_eidola_enact(hbf_eidola_state* st, uint64_t i, uint64_t 
     uint64_t value = ((const uint64_t*)st->t_value)[i];
     uint32_t size = ((const uint32_t*)st->t_size)[i];
     hbf_eidola_store_sized(addr, value, size);
-    uint64_t now = hbf_eidola_now();
+    uint64_t now = hb_now();
     if (st->t_enacted) ((uint64_t*)st->t_enacted)[i] = now - t0;
     hbf_eidola_mon_service(st, addr, value);
 }
@@ -616,14 +587,14 @@ HBF_EIDOLA_DEV void hbf_eidola_count_atomic(hbf_eidola_state* st, uint32_t klass
     unsigned long long* c = (unsigned long long*)st->ctr;
     if (!c) return;
     const uint32_t mask = __activemask();
-    if ((uint32_t)(__ffs(mask) - 1) == hbf_eidola_lane()) {
+    if ((uint32_t)(__ffs(mask) - 1) == hb_laneid()) {
         atomicAdd(&c[klass * HBF_EIDOLA_NCTR + counter_thread], (unsigned long long)(__popc(mask) * n));
         atomicAdd(&c[klass * HBF_EIDOLA_NCTR + counter_warp], (unsigned long long)n);
     }
 }
 
 HBF_EIDOLA_DEV uint64_t hbf_eidola_gt0(hbf_eidola_state* st) {
-    return hbf_eidola_ld_volatile_u64(&st->t0);
+    return hb_ld_vol(&st->t0);
 }
 
 /* Accounting-only hook for hbf_helpers.cu's FLAG-range branch of __hb_issue: the original
@@ -647,20 +618,20 @@ HBF_EIDOLA_DEV uint64_t hbf_eidola_ext_ld(uint64_t addr, uint32_t size) {
         return size == 8 ? *(volatile const uint64_t*)addr : *(volatile const uint32_t*)addr;
     }
     hbf_eidola_state* st = hbf_eidola_gstate();
-    if (!st) return size == 8 ? hbf_eidola_ld_acquire_u64((const void*)addr) : hbf_eidola_ld_acquire_u32((const void*)addr);
+    if (!st) return size == 8 ? hb_ld_acq_sys((const void*)addr) : hb_ld_acq_sys32((const void*)addr);
     uint32_t k = hbf_eidola_classify(st, addr);
     hbf_eidola_count_atomic(st, k, HBF_EIDOLA_C_THREAD, HBF_EIDOLA_C_WARP, 1);
     if (k && st->engine == HBF_EIDOLA_ENGINE_VIRT) {
         uint32_t i;
         if (hbf_eidola_vindex(st, addr, &i)) {
             const uint32_t m = __activemask();
-            if ((uint32_t)(__ffs(m) - 1) == hbf_eidola_lane() && st->ctr)
+            if ((uint32_t)(__ffs(m) - 1) == hb_laneid() && st->ctr)
                 atomicAdd((unsigned long long*)st->ctr + k * HBF_EIDOLA_NCTR + HBF_EIDOLA_C_VLOADS,
                           (unsigned long long)__popc(m));
             return hbf_eidola_vvalue(st, i, hbf_eidola_rel_now(st, hbf_eidola_gt0(st)));
         }
     }
-    return size == 8 ? hbf_eidola_ld_acquire_u64((const void*)addr) : hbf_eidola_ld_acquire_u32((const void*)addr);
+    return size == 8 ? hb_ld_acq_sys((const void*)addr) : hb_ld_acq_sys32((const void*)addr);
 }
 
 extern "C" __device__ __noinline__ unsigned int __hb_eidola_ld_flag_u32(unsigned long long addr) {
@@ -672,7 +643,7 @@ extern "C" __device__ __noinline__ unsigned long long __hb_eidola_ld_flag_u64(un
 extern "C" __device__ __noinline__ void __hb_eidola_kernel_enter() {
     hbf_eidola_state* st = hbf_eidola_gstate();
     if (st && threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
-        atomicMin((unsigned long long*)&st->t0, (unsigned long long)hbf_eidola_now());
+        atomicMin((unsigned long long*)&st->t0, (unsigned long long)hb_now());
 }
 extern "C" __device__ __noinline__ void __hb_eidola_count_nonflag(unsigned int insts) {
     hbf_eidola_state* st = hbf_eidola_gstate();
@@ -686,7 +657,7 @@ extern "C" __device__ __noinline__ void __hb_eidola_register_write(unsigned long
 /* monitor/mwait through the extern API: the armed condition lives in st->arm (per thread slot),
  * since no register survives between the two calls. */
 HBF_EIDOLA_DEV uint64_t* hbf_eidola_arm_slot(hbf_eidola_state* st) {
-    uint64_t slot = (uint64_t)hbf_eidola_gwarp() * 32u + hbf_eidola_lane();
+    uint64_t slot = (uint64_t)hbf_eidola_gwarp() * 32u + hb_laneid();
     if (!st->arm || slot >= st->n_arm) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_MON_FULL, (uint32_t)slot);
     return (uint64_t*)st->arm + 6 * slot;
 }

@@ -73,40 +73,7 @@ static __device__ __forceinline__ F* hb_ool(F* f) {
 // ------------------------------------------------------------------------------------------
 // PTX primitives
 // ------------------------------------------------------------------------------------------
-HB_DEV uint64_t hb_now() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-HB_DEV uint32_t hb_laneid() {
-    uint32_t l;
-    asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
-    return l;
-}
-HB_DEV uint64_t hb_ld_acq_sys(const uint64_t* p) {
-    uint64_t v;
-    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-HB_DEV uint64_t hb_ld_vol(const uint64_t* p) {
-    uint64_t v;
-    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-HB_DEV uint32_t hb_ld_vol32(const uint32_t* p) {
-    uint32_t v;
-    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-HB_DEV void hb_st_rel_sys(uint64_t* p, uint64_t v) {
-    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-HB_DEV void hb_st_vol(uint64_t* p, uint64_t v) {
-    asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-HB_DEV void hb_st_vol32(uint32_t* p, uint32_t v) {
-    asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
+#include "hbf_ptx.cuh"   // hb_now, hb_laneid, acquire/volatile/release loads and stores
 HB_DEV void hb_sleep(uint32_t ns) { __nanosleep(ns); }
 
 HB_DEV uint64_t hb_ceil_div(uint64_t a, uint64_t b) { return b ? (a + b - 1) / b : a; }

@@ -105,13 +105,13 @@ __global__ void __launch_bounds__(256) gemv_allreduce_kernel(gar_params p) {
     extern __shared__ float tile_sh[];      /* tile_rows partials */
     hbf_eidola_acct acct;
     hbf_eidola_acct_init(&acct, st);
-    if (tid == 0) marks[0] = hbf_eidola_now();
+    if (tid == 0) marks[0] = hb_now();
 
     /* 1. compute the partial tile: one row per warp at a time, float4 loads */
     const int row0 = b * p.tile_rows;
     gar_tile_dot((const float*)p.A, (const float*)p.x, p.M, p.Kl, row0, p.tile_rows, tile_sh, &acct);
     __syncthreads();
-    if (tid == 0) marks[1] = hbf_eidola_now();
+    if (tid == 0) marks[1] = hb_now();
 
     /* 2. push the partial tile to every peer (its recv[rank][b]) */
     const uint64_t tile_off = ((uint64_t)p.rank * p.tiles + b) * p.tile_rows;
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(256) gemv_allreduce_kernel(gar_params p) {
     }
     __threadfence_system();
     __syncthreads();
-    if (tid == 0) marks[2] = hbf_eidola_now();
+    if (tid == 0) marks[2] = hb_now();
 
     /* 3. flag write: flags[b][rank] = seq at every peer */
     for (int q = tid; q < p.n_gpus; q += blockDim.x) {
@@ -132,11 +132,11 @@ __global__ void __launch_bounds__(256) gemv_allreduce_kernel(gar_params p) {
         uint32_t* f;
         if (p.eidola) f = (uint32_t*)p.sink_flags + (uint64_t)b * p.n_gpus + q;
         else f = ((uint32_t**)p.peer_flags)[q] + (uint64_t)b * p.n_gpus + p.rank;
-        hbf_eidola_st_release_u32(f, p.seq);
+        hb_st_rel_sys32(f, p.seq);
     }
     __syncthreads();
     if (tid == 0) {
-        uint64_t now = hbf_eidola_now();
+        uint64_t now = hb_now();
         marks[3] = now;
         ((uint64_t*)p.release)[b] = now - t0;
     }
@@ -154,22 +154,22 @@ __global__ void __launch_bounds__(256) gemv_allreduce_kernel(gar_params p) {
             if (p.wait_mode == GAR_WAIT_SPIN) {
                 while (hbf_eidola_ld_flag_u32(st, &acct, t0, f) != p.seq) {
                     acct.spin += 1;
-                    if (hbf_eidola_now() - t0 > tmo) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, (uint32_t)(b * 1024 + q));
+                    if (hb_now() - t0 > tmo) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, (uint32_t)(b * 1024 + q));
                 }
             } else if (p.wait_mode == GAR_WAIT_HOARE) {
                 if (!hbf_eidola_monitor(st, &acct, t0, f, 4, p.seq)) hbf_eidola_mwait(st, &acct, t0, f);
             } else {
                 while (!hbf_eidola_monitor(st, &acct, t0, f, 4, p.seq)) {
                     hbf_eidola_mwait(st, &acct, t0, f);
-                    if (hbf_eidola_now() - t0 > tmo) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, (uint32_t)(b * 1024 + q));
+                    if (hb_now() - t0 > tmo) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, (uint32_t)(b * 1024 + q));
                 }
             }
-            seen[q] = hbf_eidola_now() - t0;
+            seen[q] = hb_now() - t0;
             polls[q] = acct.flag_thread - before;
         }
     }
     __syncthreads();
-    if (tid == 0) marks[4] = hbf_eidola_now();
+    if (tid == 0) marks[4] = hb_now();
 
     /* 5. reduce in fixed rank order: peers' partials are staged through shared memory in chunks
      * (all threads load in parallel), then each row's thread adds them in rank order 0..n-1, so
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(256) gemv_allreduce_kernel(gar_params p) {
     }
     if (tid < p.tile_rows && row0 + tid < p.M) y[row0 + tid] = acc_r;   /* tile_rows <= blockDim */
     __syncthreads();
-    if (tid == 0) marks[5] = hbf_eidola_now();
+    if (tid == 0) marks[5] = hb_now();
     hbf_eidola_acct_flush(st, &acct);
 }
 

@@ -1,0 +1,56 @@
+/*
+ * hbf_ptx.cuh — the PTX primitives shared by the device helpers (hbf_helpers.cu) and the eidola
+ * device code (hbf_eidola.cuh): %globaltimer, %laneid, and the host-visible load/store forms the
+ * control region needs (DESIGN.md §3.1: poll host words with ld.acquire.sys or ld.volatile; hand off
+ * with st.release.sys). Header-only, static inline.
+ */
+#ifndef HBF_PTX_CUH
+#define HBF_PTX_CUH
+#include <stdint.h>
+
+#define HBF_PTX_DEV static __device__ __forceinline__
+
+HBF_PTX_DEV uint64_t hb_now() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+HBF_PTX_DEV uint32_t hb_laneid() {
+    uint32_t l;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+    return l;
+}
+HBF_PTX_DEV uint64_t hb_ld_acq_sys(const void* p) {
+    uint64_t v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+HBF_PTX_DEV uint32_t hb_ld_acq_sys32(const void* p) {
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+HBF_PTX_DEV uint64_t hb_ld_vol(const void* p) {
+    uint64_t v;
+    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+HBF_PTX_DEV uint32_t hb_ld_vol32(const void* p) {
+    uint32_t v;
+    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+HBF_PTX_DEV void hb_st_rel_sys(void* p, uint64_t v) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+HBF_PTX_DEV void hb_st_rel_sys32(void* p, uint32_t v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+HBF_PTX_DEV void hb_st_vol(void* p, uint64_t v) {
+    asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+HBF_PTX_DEV void hb_st_vol32(void* p, uint32_t v) {
+    asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+#endif /* HBF_PTX_CUH */
