@@ -4,6 +4,9 @@
   hbfctl ranges    the registered ranges
   hbfctl summary   the run summary so far (counts by state, per-op counters)
   hbfctl shutdown  ordered shutdown; prints where the summary was written
+  hbfctl thermal-override MODE [--q-ppm Q] | clear
+                   force the published thermal state (test/operator path; needs hbfd started with
+                   HBFD_THERMAL=hbfd.thermal.override:make_service, see hbfd/thermal/override.py)
 
 ``--json`` prints machine-readable JSON instead of tables. Exit codes: 0 ok, 1 the daemon
 answered with an error, 2 no daemon is running (or bad usage).
@@ -137,7 +140,9 @@ def _status_dict(rep) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="hbfctl", description="Look at and control a running hbfd.")
-    ap.add_argument("command", choices=["status", "ranges", "summary", "shutdown"])
+    ap.add_argument("command", choices=["status", "ranges", "summary", "shutdown", "thermal-override"])
+    ap.add_argument("mode", nargs="?", help="thermal-override: Normal | Light | Severe | Shutdown | clear")
+    ap.add_argument("--q-ppm", type=int, default=None, help="thermal-override: service fraction q (ppm)")
     ap.add_argument("--socket", help=f"hbfd's unix socket (default {knobs.default_socket()})")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     ap.add_argument("--reason", default="hbfctl shutdown", help="shutdown: reason recorded in the summary")
@@ -158,6 +163,13 @@ def main(argv: list[str] | None = None) -> int:
             elif args.command == "summary":
                 s = json.loads(c.call("GetSummary").summary_json)
                 print(json.dumps(s, indent=2, sort_keys=True) if args.json else format_summary(s))
+            elif args.command == "thermal-override":
+                if not args.mode:
+                    ap.error("thermal-override needs a mode (Normal, Light, Severe, Shutdown) or clear")
+                ov = {"clear": True} if args.mode.lower() == "clear" else \
+                    {"mode": args.mode, **({"q_ppm": args.q_ppm} if args.q_ppm is not None else {})}
+                c.call("Report", kind="thermal_override", json=json.dumps(ov))
+                print(json.dumps(ov) if args.json else f"thermal override sent: {ov}")
             else:
                 rep = c.call("Shutdown", reason=args.reason)
                 if args.json:

@@ -644,6 +644,13 @@ class Daemon:
             obj = json.loads(text) if text else None
         except json.JSONDecodeError as e:
             raise HbfError(f"report is not JSON: {e}", code=ErrorCode.INVALID_ARGUMENT, kind=kind) from e
+        if kind == "thermal_override":   # operator/test path (hbfd/thermal/override.py), published next tick
+            setter = getattr(self.thermal, "set_override", None)
+            if setter is None:
+                raise HbfError("this hbfd's thermal service takes no operator override (start it with "
+                               "HBFD_THERMAL=hbfd.thermal.override:make_service)", code=ErrorCode.INVALID_ARGUMENT,
+                               thermal=getattr(self.thermal, "name", "?"))
+            setter(obj)
         self._reports.append({"kind": kind, "data": obj, "at_ns": time.monotonic_ns() - self._t0})
 
     def heartbeat_age_ns(self) -> int:

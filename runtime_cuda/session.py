@@ -15,6 +15,7 @@ import ctypes
 import json
 import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,11 +112,60 @@ def artifact_kernels(art: dict | None) -> list[tuple[str, bool, list[str]]]:
     out = []
     for name, k in items:
         adm = k.get("admitted")
-        reasons = [str(x) for x in (k.get("reasons") or k.get("refused") or [])]
+        reasons = [str(x) for x in (k.get("reasons") or [])]
+        if not reasons:   # an hbfcc artifact: its summary reasons, then each refused operation's reason
+            reasons = [str(x) for x in (k.get("not_admitted_reasons") or [])]
+            for r in (k.get("refused") or [])[:8]:
+                reasons.append(f"{r.get('instruction', '?').strip()} ({r.get('reason', '?')})"
+                               if isinstance(r, Mapping) else str(r))
         if adm is None:  # derive from refused operations if the artifact lists them
             adm = not reasons
         out.append((str(name), bool(adm), reasons))
     return out
+
+
+def _triton_launch_args(metadata: Any, start: int = 2, depth: int = 10) -> tuple | None:
+    """The kernel arguments of the Triton launch in progress, found in the caller frames of the
+    launch_enter_hook: Triton's launcher (CudaLauncher.__call__ / its wrappers) holds a tuple
+    ``(..., launch_metadata, enter_hook, exit_hook, *kernel_args)`` whose launch_metadata is the very
+    object the hook received. None when no such frame is found (then the arguments are unknown)."""
+    try:
+        f = sys._getframe(start)
+    except ValueError:
+        return None
+    for _ in range(depth):
+        if f is None:
+            return None
+        for v in f.f_locals.values():
+            if isinstance(v, tuple) and len(v) >= 3:
+                for i, x in enumerate(v):
+                    if x is metadata:
+                        return v[i + 3:]
+        f = f.f_back
+    return None
+
+
+def triton_arg_spans(args: Iterable[Any]) -> list[tuple[int, int]]:
+    """Address spans a Triton kernel's arguments can reach: for a tensor (anything with data_ptr(),
+    also a TMA descriptor's .base) its whole storage and view; a Python int may be a raw pointer
+    (Triton accepts ints for pointer parameters), so it counts as a 1-byte span at that address."""
+    spans: list[tuple[int, int]] = []
+    for a in args:
+        t = a if callable(getattr(a, "data_ptr", None)) else getattr(a, "base", None)
+        if t is not None and callable(getattr(t, "data_ptr", None)):
+            p = int(t.data_ptr())
+            lo, hi = p, p + int(t.numel()) * int(t.element_size()) if hasattr(t, "numel") else p + 1
+            try:
+                st = t.untyped_storage()
+                sp = int(st.data_ptr())
+                lo, hi = min(lo, sp), max(hi, sp + int(st.nbytes()))
+            except Exception:  # noqa: BLE001 - not a torch tensor: its view is what we know
+                pass
+            if p:
+                spans.append((lo, max(1, hi - lo)))
+        elif isinstance(a, int) and not isinstance(a, bool) and a > 0:
+            spans.append((a, 1))
+    return spans
 
 
 class Session:
@@ -136,6 +186,7 @@ class Session:
         self.functions: dict[int, tuple[ModuleBinding, KernelInfo | None]] = {}
         self._next_kslot = 0
         self._launched_ptrs: list[tuple[int, str]] = []   # pointer args of launched instrumented kernels
+        self._launched_seen: set[int] = set()
         self.unmodeled_launches: list[dict] = []
         self.refused_launches: list[dict] = []
         self._triton_installed: list[tuple[Any, str, Any]] = []
@@ -337,31 +388,41 @@ class Session:
                                                                                 ["kernel not in artifact"]))
 
     # ---------------------------------------------------------------------------- launch gate
-    def gate(self, name: str, info: KernelInfo | None, pointer_args: Iterable[int] | None) -> None:
+    def gate(self, name: str, info: KernelInfo | None, pointer_args: Iterable[int] | None,
+             spans: Iterable[tuple[int, int]] | None = None) -> None:
         """Refuse the launch of a non-admitted kernel whose arguments can reach a registered range.
-        pointer_args=None means the arguments are unknown (then any registered range counts)."""
+        pointer_args: pointer values (reach = the pointer lies in a range); spans: (address, bytes)
+        an argument covers (reach = overlap, e.g. a tensor's storage). Both None means the arguments
+        are unknown (then any registered range counts)."""
         ptrs = None if pointer_args is None else [int(p) for p in pointer_args]
+        sp = None if spans is None else [(int(a), int(n)) for a, n in spans]
         admitted = bool(info and info.admitted)
         if admitted:
-            for p in ptrs or []:
-                self._launched_ptrs.append((p, name))
+            for p in (ptrs or []) + [a for a, _ in (sp or [])]:
+                if p not in self._launched_seen:
+                    self._launched_seen.add(p)
+                    self._launched_ptrs.append((p, name))
             return
         if not self.ranges:
             return
-        if ptrs is None:
+        if ptrs is None and sp is None:
             reach = [{"range_id": r.range_id, "base": hex(r.base)} for r in self.ranges]
         else:
             reach = []
-            for p in ptrs:
+            for p in ptrs or []:
                 r = self.range_containing(p)
                 if r is not None:
                     reach.append({"pointer": hex(p), "range_id": r.range_id, "base": hex(r.base)})
+            for a, n in sp or []:
+                for r in self.ranges:
+                    if a < r.end and r.base < a + n:
+                        reach.append({"span": [hex(a), n], "range_id": r.range_id, "base": hex(r.base)})
         if not reach:
             return
         reason = ("not admitted: " + "; ".join(info.reasons)) if info and info.reasons else \
             ("not admitted" if info else "no admission artifact for this kernel")
         event = {"kernel": name, "reason": reason, "reaches": reach,
-                 "arguments_known": ptrs is not None, "allow_unmodeled": self.allow_unmodeled}
+                 "arguments_known": ptrs is not None or sp is not None, "allow_unmodeled": self.allow_unmodeled}
         if self.allow_unmodeled:
             self.unmodeled_launches.append(event)
             self._report("unmodeled_launch", event)
@@ -388,8 +449,13 @@ class Session:
     # ---------------------------------------------------------------------------- Triton
     def install_triton_hooks(self) -> None:
         """Bind every Triton kernel as it loads (kernel_load_end_hook) and gate its launches
-        (launch_enter_hook; Triton passes no arguments there, so a non-admitted kernel is refused
-        whenever any range is registered, unless allow_unmodeled)."""
+        (launch_enter_hook). The gate finds the launch's arguments in Triton's launcher frame
+        (tensors: their storage spans; ints: possible raw pointers); when it cannot, the arguments
+        count as unknown and a non-admitted kernel is refused whenever any range is registered.
+        Install before the first launch of a kernel: Triton runs the load hook once per process and
+        kernel; a kernel loaded earlier can be bound with bind_triton_kernel()."""
+        if self._triton_installed:
+            return
         from triton import knobs as tk  # noqa: PLC0415
         for attr, fn in (("kernel_load_end_hook", self._triton_loaded), ("launch_enter_hook", self._triton_launch)):
             hook = getattr(tk.runtime, attr)
@@ -413,17 +479,38 @@ class Session:
                 setattr(obj, kind, fn)
         self._triton_installed.clear()
 
-    def _triton_loaded(self, module, function, name, metadata_group, hash_=None, *rest) -> None:
+    def bind_triton_kernel(self, kernel) -> ModuleBinding:
+        """Bind a Triton CompiledKernel loaded before the hooks were installed (or in an earlier
+        session of this process): what the load hook would have done."""
+        if getattr(kernel, "module", None) is None:
+            kernel._init_handles()
+        return self._triton_loaded(kernel.module, kernel.function, kernel.name, kernel.metadata_group,
+                                   getattr(kernel, "hash", None))
+
+    def _triton_loaded(self, module, function, name, metadata_group, hash_=None, *rest) -> ModuleBinding:
         art = triton_artifact(metadata_group)
         b = self.bind_module(int(module), artifact=art, kernels=[name])
+        if art is not None and not b.kernels:
+            log.warning("Triton kernel %s: its admission artifact lists no kernel", name)
         self.note_function(int(function), b, name)
+        if not b.instrumented and art is None:
+            log.info("Triton kernel %s was not built through hbfcc-ptxas (no __hb_state, no artifact): "
+                     "not admitted", name)
+        return b
 
     def _triton_launch(self, metadata) -> None:
-        md = metadata.get() if hasattr(metadata, "get") and callable(metadata.get) else dict(metadata)
+        md = metadata.get() if hasattr(metadata, "get") and callable(metadata.get) and not isinstance(metadata, Mapping) \
+            else dict(metadata)
         fh = int(md.get("function", 0) or 0)
         name = str(md.get("name", f"function@{fh:#x}"))
         _, info = self.functions.get(fh, (None, None))
-        self.gate(name, info, None)
+        if info is None:
+            info = KernelInfo(name, -1, -1, False, ["kernel loaded before the session's Triton hooks were "
+                                                    "installed (bind_triton_kernel binds it)"])
+        if not self.ranges and not info.admitted:
+            return
+        args = _triton_launch_args(metadata)
+        self.gate(name, info, None, None if args is None else triton_arg_spans(args))
 
     # ---------------------------------------------------------------------------- ticket counter
     def _sync_ring_head(self) -> int:
@@ -464,7 +551,11 @@ class Session:
         totals = D.kernel_counters_dict(D.hbf_kernel_counters())
         for slot in range(min(self._next_kslot, C.HBF_MAX_KERNEL_SLOTS)):
             d = D.kernel_counters_dict(raw[slot])
-            kernels[names.get(slot, f"slot{slot}")] = d
+            key = names.get(slot, f"slot{slot}")
+            if key in kernels:   # one name, several modules (Triton specializations): summed
+                _accumulate(kernels[key], d)
+            else:
+                kernels[key] = d
             _accumulate(totals, d)
         out = {"kernels": kernels, "totals": totals, "generation": self.generation,
                "unmodeled_launches": list(self.unmodeled_launches),
