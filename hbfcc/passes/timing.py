@@ -3,10 +3,12 @@ rewritten to call the runtime_cuda helpers (hbf_abi.h) or refused with a reason.
 
 Issue is not consumption (DESIGN.md §3.3):
 
-* At each rewritten access site the effective address is computed into a temporary and
-  ``__hb_issue(addr, bytes, flags, site)`` is called *unconditionally* (every lane that reaches the
-  site calls it; ``HBF_F_ACTIVE`` is computed from the guard with ``selp``). The original
-  instruction follows, unchanged, with its guard.
+* At each rewritten access site the effective address is computed into a temporary and checked
+  inline against the fast-reject band (``addr - lo < span``; ``{lo, span}`` are the first 16 bytes
+  of the device state block, read once at kernel entry; span is 0 when the module is detached or
+  nothing is registered). Lanes in band call ``__hb_issue(addr, bytes, flags, site)``
+  (``HBF_F_ACTIVE`` computed from the guard with ``selp``); lanes out of band keep future 0 — the
+  native path never calls a helper. The original instruction follows, unchanged, with its guard.
 * Loads: the returned future goes into a per-site register ``%__hb_f<k>``. A may-pending forward
   dataflow over the instruction-level CFG (state: register -> set of sites whose future may still
   be pending for it) places ``__hb_wait(%__hb_f<k>)`` before every instruction that may read a
@@ -71,6 +73,7 @@ NATIVE_SPACES = ("shared", "shared::cta", "shared::cluster", "local", "param", "
 R_ADDR, R_TMP, R_DRAIN, R_FLAGS, R_PRED, R_NOW = "%__hb_a", "%__hb_t", "%__hb_d", "%__hb_fl", "%__hb_q", "%__hb_w"
 R_FUT, R_GRP = "%__hb_f", "%__hb_g"
 R_STATE, R_OFF, R_ZERO = "%__hb_s", "%__hb_off", "%__hb_z"
+R_LO, R_SPAN, R_BAND, R_OUT = "%__hb_lo", "%__hb_span", "%__hb_b", "%__hb_o"
 STATE_GLOBAL = "__hb_state"
 
 
@@ -545,15 +548,22 @@ class _FunctionRewriter:
         return [_ins("bra", ("uni",), (LabelRef(L),), Guard(_R(R_OFF)))] + body + [Label(L)]
 
     def _issue(self, inst: Instruction, d: Decision, out_reg: str, out: list[Statement]) -> int:
+        """future = 0; the fast reject inline (hbf_abi.h): the lane calls ``__hb_issue`` only when
+        ``addr - lo < span`` (lo/span read once at entry; span is 0 when detached or when nothing is
+        registered), so the native path costs a subtract, a compare and a branch per access."""
         out.append(_ins("mov", ("b64",), (_R(out_reg), _I(0))))
-        body: list[Statement] = []
-        site = self._issue_body(inst, d, out_reg, body)
-        out.extend(self._unless_detached(body))
-        return site
-
-    def _issue_body(self, inst: Instruction, d: Decision, out_reg: str, out: list[Statement]) -> int:
         site = self.node_site[self._node]
         addr = self._addr_code(d, out)
+        L = self._label()
+        out.append(_ins("sub", ("u64",), (_R(R_BAND), addr, _R(R_LO))))
+        out.append(_ins("setp", ("ge", "u64"), (_R(R_OUT), _R(R_BAND), _R(R_SPAN))))
+        out.append(_ins("bra", (), (LabelRef(L),), Guard(_R(R_OUT))))
+        self._issue_call(inst, d, addr, out_reg, site, out)
+        out.append(Label(L))
+        return site
+
+    def _issue_call(self, inst: Instruction, d: Decision, addr, out_reg: str, site: int,
+                    out: list[Statement]) -> None:
         nbytes: object = _I(d.nbytes)
         extra = None
         if d.kind == "cpasync":
@@ -565,7 +575,6 @@ class _FunctionRewriter:
         out.append(_call("__hb_issue", [("b64", addr), ("b32", nbytes), ("b32", flags), ("b32", _I(site))],
                          ret=out_reg))
         self.report.sites += 1
-        return site
 
     def _cpasync_masks(self, inst: Instruction, out: list[Statement]):
         """cp.async's optional src-size (bytes really read; 0 = nothing read) and ignore-src
@@ -809,13 +818,20 @@ class _FunctionRewriter:
             VarDecl((), "reg", (), ".b64", (Declarator(R_ADDR), Declarator(R_TMP), Declarator(R_DRAIN),
                                            Declarator(R_NOW))),
             VarDecl((), "reg", (), ".b32", (Declarator(R_FLAGS),)),
-            VarDecl((), "reg", (), ".pred", (Declarator(R_PRED), Declarator(R_OFF), Declarator(R_ZERO))),
-            VarDecl((), "reg", (), ".b64", (Declarator(R_STATE),)),
+            VarDecl((), "reg", (), ".pred", (Declarator(R_PRED), Declarator(R_OFF), Declarator(R_ZERO),
+                                             Declarator(R_OUT))),
+            VarDecl((), "reg", (), ".b64", (Declarator(R_STATE), Declarator(R_LO), Declarator(R_SPAN),
+                                            Declarator(R_BAND))),
             VarDecl((), "reg", (), ".b64", (Declarator(R_GRP, count=self.K + 1),)),
         ]
         init: list[Statement] = [
             _ins("ld", ("global", "u64"), (_R(R_STATE), Address(Symbol(STATE_GLOBAL)))),
             _ins("setp", ("eq", "u64"), (_R(R_OFF), _R(R_STATE), _I(0))),
+            # fast-reject band {lo, span} (the first 16 bytes of hbf_device_state): span 0 = native
+            _ins("mov", ("b64",), (_R(R_LO), _I(0))),
+            _ins("mov", ("b64",), (_R(R_SPAN), _I(0))),
+            _ins("ld", ("global", "u64"), (_R(R_LO), Address(_R(R_STATE))), Guard(_R(R_OFF), True)),
+            _ins("ld", ("global", "u64"), (_R(R_SPAN), Address(_R(R_STATE), 8)), Guard(_R(R_OFF), True)),
             _ins("mov", ("b64",), (_R(R_DRAIN), _I(0)))]
         if nfut:
             decls.append(VarDecl((), "reg", (), ".b64", (Declarator(R_FUT, count=nfut),)))

@@ -26,9 +26,10 @@
  *   .weak .func __hb_kernel_enter(.param .b32 kernel_index);
  *   .weak .func __hb_kernel_exit(.param .b32 kernel_index);
  *
- * __hb_issue: called by every active and inactive lane of a rewritten access site (the call is
- *   unconditional; a predicated access passes HBF_F_ACTIVE only where the guard is true), so
- *   that __match_any_sync over __activemask() sees the lanes that would have issued.
+ * __hb_issue: called by the lanes of a rewritten access site whose address is in the fast-reject
+ *   band (hbfcc tests the band inline, see "Fast reject" below; a predicated access passes
+ *   HBF_F_ACTIVE only where the guard is true), so __match_any_sync over __activemask() sees
+ *   the in-band lanes that would have issued.
  *   Classifies addr against the range snapshot; outside every range -> returns 0 at once.
  *   In range: warp aggregation (lanes in the same page group share one request), thermal q
  *   snapshotted before the reservation, timing source as published, returns the future.
@@ -43,7 +44,7 @@
  * A ticket waited twice (a wait on several paths) is fine: the second wait returns at once once
  * its completion slot has been reused (the first wait spun to the deadline).
  *
- * Fast reject (optional, recommended; measured in bench/runtime_proofs.py native_overhead): the
+ * Fast reject (hbfcc does it inline at every site; measured in bench/runtime_proofs.py native_overhead): the
  * first 16 bytes of hbf_device_state (hbf_device.h) are {u64 lo; u64 span}; an access is native
  * when __hb_state == 0 or addr - lo >= span (unsigned). A rewriter may test this inline and call
  * __hb_issue only in band (then call __hb_wait only on a nonzero future); __hb_state and {lo, span}

@@ -536,17 +536,27 @@ def test_every_function_gets_prototypes_before_first_function_and_version_kept()
 
 
 def test_detached_and_zero_future_fast_paths():
-    """__hb_state is read once at entry; a detached module (0) branches around every helper call
-    (uniform), and a zero future / zero store future skips the wait / join call inline."""
+    """__hb_state is read once at entry, and with it the fast-reject band {lo, span} (span stays 0
+    when detached); every access site calls __hb_issue only when addr - lo < span (inline fast
+    reject: the native path never calls a helper), and a zero future / zero store future skips
+    the wait / join call inline. kernel_enter/exit are skipped (uniform) when detached."""
     src = kernel("""
     ld.global.u32 %r2, [%rd1];
     st.global.u32 [%rd1+4], %r2;
     ret;""")
     m, _ = run_pass(src)
     t = U.trace(m, "k", keep_hb_movs=True)
-    assert t[:2] == ["hb: ld.global.u64 %__hb_s, [__hb_state];", "hb: setp.eq.u64 %__hb_off, %__hb_s, 0;"]
+    assert t[:6] == ["hb: ld.global.u64 %__hb_s, [__hb_state];", "hb: setp.eq.u64 %__hb_off, %__hb_s, 0;",
+                     "hb: mov.b64 %__hb_lo, 0;", "hb: mov.b64 %__hb_span, 0;",
+                     "hb: @!%__hb_off ld.global.u64 %__hb_lo, [%__hb_s];",
+                     "hb: @!%__hb_off ld.global.u64 %__hb_span, [%__hb_s+8];"]
     i = t.index(f"issue bytes=4 flags={LD} site=0")
-    assert t[i - 2:i] == ["hb: mov.b64 %__hb_f0, 0;", "hb: @%__hb_off bra.uni $__hb_L1;"]
+    assert t[i - 4:i - 1] == ["hb: mov.b64 %__hb_f0, 0;", "hb: sub.u64 %__hb_b, %rd1, %__hb_lo;",
+                              "hb: setp.ge.u64 %__hb_o, %__hb_b, %__hb_span;"]
+    assert t[i - 1].startswith("hb: @%__hb_o bra $__hb_L")
+    s = t.index(f"issue bytes=4 flags={ST} site=1")
+    assert t[s - 4:s - 1] == ["hb: add.s64 %__hb_a, %rd1, 4;", "hb: sub.u64 %__hb_b, %__hb_a, %__hb_lo;",
+                              "hb: setp.ge.u64 %__hb_o, %__hb_b, %__hb_span;"]
     j = t.index("join %__hb_d %__hb_t")
     assert t[j - 2] == "hb: setp.eq.u64 %__hb_z, %__hb_t, 0;" and t[j - 1].startswith("hb: @%__hb_z bra $__hb_L")
     e = t.index("kernel_enter 0")
