@@ -18,6 +18,9 @@ HELPER_HDR := $(wildcard runtime_cuda/include/*.h runtime_cuda/src/*.cuh)
 HELPER_PTX := $(BUILD)/runtime_cuda/hbf_helpers.ptx
 # Lean build of the same source (out-of-line pieces behind ABI calls; see hbf_helpers.cu, docs/runtime.md)
 HELPER_LEAN_PTX := $(BUILD)/runtime_cuda/hbf_helpers_lean.ptx
+# Eidola extern API (hbf_eidola.cuh) as the helper module hbfcc's flags pass links (HBFCC_PASSES=timing,flags)
+EIDOLA_HELPER_SRC := $(wildcard runtime_cuda/src/hbf_eidola_helpers.cu)
+EIDOLA_HELPER_PTX := $(BUILD)/runtime_cuda/hbf_eidola_helpers.ptx
 NVCC_PTX_FLAGS := -std=c++17 -O3 -arch=compute_90a -rdc=true -ptx -Iruntime_cuda/include
 
 .PHONY: all venv proto helpers-ptx test test-gpu demo clean
@@ -46,7 +49,7 @@ $(INSTALL_STAMP): $(DEPS_STAMP) $(PROTO_OUT)
 	$(VPY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
-helpers-ptx: $(HELPER_PTX) $(HELPER_LEAN_PTX)
+helpers-ptx: $(HELPER_PTX) $(HELPER_LEAN_PTX) $(EIDOLA_HELPER_PTX)
 
 $(HELPER_PTX): $(HELPER_SRC) $(HELPER_HDR)
 	@mkdir -p $(dir $@)
@@ -59,6 +62,12 @@ $(HELPER_LEAN_PTX): $(HELPER_SRC) $(HELPER_HDR)
 	@mkdir -p $(dir $@)
 	@if [ -n "$(NVCC)" ] && [ -n "$(HELPER_SRC)" ]; then \
 	  $(NVCC) $(NVCC_PTX_FLAGS) -DHBF_OOL_OPAQUE=1 $(HELPER_SRC) -o $@.tmp && \
+	  sed -E 's/^\.visible \.func/.weak .func/' $@.tmp > $@ && rm -f $@.tmp; fi
+
+$(EIDOLA_HELPER_PTX): $(EIDOLA_HELPER_SRC) $(HELPER_HDR)
+	@mkdir -p $(dir $@)
+	@if [ -n "$(NVCC)" ] && [ -n "$(EIDOLA_HELPER_SRC)" ]; then \
+	  $(NVCC) $(NVCC_PTX_FLAGS) -Iruntime_cuda/src $(EIDOLA_HELPER_SRC) -o $@.tmp && \
 	  sed -E 's/^\.visible \.func/.weak .func/' $@.tmp > $@ && rm -f $@.tmp; fi
 
 test: $(INSTALL_STAMP) helpers-ptx

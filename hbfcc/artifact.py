@@ -72,6 +72,9 @@ SCHEMA: dict[str, Any] = {
         "ptxas": {"type": ["object", "null"], "required": ["path", "version", "argv", "returncode"],
                   "properties": {"argv": {"type": "array", "items": {"type": "string"}},
                                  "version": {"type": "string"}}},
+        "passes": {"type": "array", "items": {"enum": ["timing", "flags", "mwait"]}},
+        "eidola_helper": {"type": ["object", "null"], "required": ["path", "sha256"],
+                          "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}},
         "kernels": {"type": "array", "items": _FUNC},
         "functions": {"type": "array", "items": _FUNC},
         "admitted": {"type": "boolean"},
@@ -109,12 +112,23 @@ def build(*, path: str, result, ptxas: Optional[dict], before: Optional[PtxasSta
             "path": helper.path, "sha256": helper.sha256, "abi_version": helper.abi_version,
             "ptx_version": f"{helper.version[0]}.{helper.version[1]}"},
         "ptxas": ptxas,
+        # pass selection (HBFCC_PASSES) and, when the flags pass ran, the eidola helper linked
+        "passes": list(result.meta.get("passes", ["timing"])),
+        "eidola_helper": result.meta.get("eidola_helper"),
+        "flags": _flags_summary(result.meta.get("flags")),
         "kernels": kernels,
         "functions": funcs,
         "admitted": all(k["admitted"] for k in kernels) and not result.already_instrumented,
         "rewrite_seconds": {k: round(v, 6) for k, v in result.timings_s.items()},
     }
     return doc
+
+
+def _flags_summary(fl: Optional[dict]) -> Optional[dict]:
+    if fl is None:
+        return None
+    return {k: fl[k] for k in ("rewritten_loads", "spin_loops_parked", "mwait", "count_nonflag", "nonflag_sites",
+                               "entries", "extern", "calls", "sites") if k in fl}
 
 
 def validate(doc: dict) -> None:

@@ -59,7 +59,15 @@ def marker_line() -> str:
             hsha += "+" + H.load_helper(str(H.lean_helper_path())).sha256[:16]
     except HbfError:
         hsha = "none"
-    return f"hbfcc {H.abi_version()} {rewriter_sha()[:16]} helper {hsha}"
+    line = f"hbfcc {H.abi_version()} {rewriter_sha()[:16]} helper {hsha}"
+    passes = knobs.load().passes      # HBFCC_PASSES: a different selection is a different build
+    if passes != ("timing",):
+        try:
+            esha = H.load_eidola_helper().sha256[:16] if "flags" in passes else "none"
+        except HbfError:
+            esha = "none"
+        line += f" passes {'+'.join(passes)} eidola {esha}"
+    return line
 
 
 # ============================================================================================
@@ -453,9 +461,13 @@ def rewrite_main(args: list[str]) -> int:
     ap.add_argument("--no-link", action="store_true", help="leave helper prototypes unresolved")
     ap.add_argument("--helper", help="helper PTX module (default: HBFCC_HELPER_PTX or the build tree)")
     ap.add_argument("--no-artifact", action="store_true")
+    ap.add_argument("--passes", metavar="LIST", help="pass selection, e.g. timing,flags or timing,flags,mwait "
+                    "(default: HBFCC_PASSES, else timing; see docs/hbfcc.md)")
     ns = ap.parse_args(args)
+    passes = knobs.parse_passes(ns.passes, "--passes") if ns.passes is not None else None
     helper = None if ns.no_link else H.load_helper(ns.helper, module_text=Path(ns.input).read_text())
-    res = rewrite_file(ns.input, ns.output, helper=helper, link=not ns.no_link, dump_dir=ns.dump_stages)
+    res = rewrite_file(ns.input, ns.output, helper=helper, link=not ns.no_link, dump_dir=ns.dump_stages,
+                       passes=passes)
     if not ns.no_artifact:
         doc = artifact.build(path=ns.input, result=res, ptxas=None, before=None, after=None)
         artifact.write(doc, Path(ns.output + ".hbfcc.json"))

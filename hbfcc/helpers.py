@@ -264,11 +264,23 @@ def _load_helper_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
         if sig != (rets, params):
             raise RewriteError("helper function signature differs from hbf_abi.h", helper=path,
                                function=name, expected=str((rets, params)), found=str(sig))
-    # private renames for every non-__hb_ symbol the helper defines
+    body, vars_text, defined, externs = _assemble(items, defined_funcs, "__hb_l_")
+    abi = abi_version()
+    m = re.search(r"__hb_abi_version\s*=\s*(\d+)", text)
+    if m and int(m.group(1)) != abi:
+        raise RewriteError("helper PTX was built for another helper ABI", helper=path,
+                           helper_abi=int(m.group(1)), header_abi=abi)
+    return HelperModule(path=path, sha256=sha256_bytes(raw), abi_version=abi, version=version, target_sm=target_sm,
+                        body=body, vars=vars_text, defined=frozenset(defined), externs=tuple(externs))
+
+
+def _assemble(items: list[TopItem], defined_funcs: set[str], prefix: str):
+    """(body, vars, defined, externs) of a helper module's items: ``__hb_*`` symbols made ``.weak``,
+    every other symbol renamed to a private ``prefix`` name, debug lines dropped."""
     renames = {}
     for it in items:
         if it.kind in ("func", "var") and it.name and not it.name.startswith("__hb_"):
-            renames[it.name] = "__hb_l_" + it.name.lstrip("$")
+            renames[it.name] = prefix + it.name.lstrip("$")
     parts: list[str] = []
     var_parts: list[str] = []
     externs: list[TopItem] = []
@@ -295,13 +307,7 @@ def _load_helper_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
         pat = r"(?<![\w$.%])" + re.escape(old) + r"(?![\w$])"
         body = re.sub(pat, new, body)
         vars_text = re.sub(pat, new, vars_text)
-    abi = abi_version()
-    m = re.search(r"__hb_abi_version\s*=\s*(\d+)", text)
-    if m and int(m.group(1)) != abi:
-        raise RewriteError("helper PTX was built for another helper ABI", helper=path,
-                           helper_abi=int(m.group(1)), header_abi=abi)
-    return HelperModule(path=path, sha256=sha256_bytes(raw), abi_version=abi, version=version, target_sm=target_sm,
-                        body=body, vars=vars_text, defined=frozenset(defined), externs=tuple(externs))
+    return body, vars_text, defined, externs
 
 
 def _set_linkage(t: str, linkage: str) -> str:
@@ -368,3 +374,96 @@ def link_text(module_text: str, helper: HelperModule, *, module_names: Iterable[
     tail += ext
     tail.append(helper.body)
     return module_text.rstrip("\n") + "\n" + "\n\n".join(tail) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# The eidola helper module (the functions the flags pass calls; issue 7)
+# --------------------------------------------------------------------------------------------
+
+def default_eidola_helper_path() -> Path:
+    """build/runtime_cuda/hbf_eidola_helpers.ptx (``make helpers-ptx``, runtime_cuda/src/hbf_eidola_helpers.cu)."""
+    return default_helper_path().with_name("hbf_eidola_helpers.ptx")
+
+
+@dataclass(frozen=True)
+class EidolaHelperModule:
+    path: str
+    sha256: str
+    version: tuple[int, int]
+    target_sm: Optional[int]
+    body: str                      # function definitions (__hb_eidola_* weak, the rest renamed __hb_le_*)
+    vars: str                      # its globals (__hb_eidola_state, weak)
+    defined: frozenset[str]
+    externs: tuple[TopItem, ...]
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "sha256": self.sha256, "ptx_version": f"{self.version[0]}.{self.version[1]}",
+                "functions": sorted(n for n in self.defined if n.startswith("__hb_eidola_"))}
+
+
+@functools.lru_cache(maxsize=4)
+def _load_eidola_cached(path: str, mtime_ns: int, size: int) -> EidolaHelperModule:
+    from .passes.flags import SIGNATURES, STATE_GLOBAL
+
+    raw = Path(path).read_bytes()
+    items = split_top_level(raw.decode("utf-8", "replace"))
+    version, target_sm = (0, 0), None
+    for it in items:
+        if it.kind == "header" and it.text.startswith(".version"):
+            version = _parse_version(it.text.split()[1])
+        if it.kind == "header" and it.text.startswith(".target"):
+            m = re.search(r"sm_(\d+)", it.text)
+            target_sm = int(m.group(1)) if m else None
+    funcs = {it.name: it for it in items if it.kind == "func"}
+    for name, sig in SIGNATURES.items():
+        if name not in funcs:
+            raise RewriteError("eidola helper module does not define a function the flags pass calls",
+                               helper=path, function=name)
+        found = func_signature(funcs[name])
+        if found != sig:
+            raise RewriteError("eidola helper function signature differs from the flags pass's prototype",
+                               helper=path, function=name, expected=str(sig), found=str(found))
+    if not any(it.kind == "var" and it.name == STATE_GLOBAL for it in items):
+        raise RewriteError(f"eidola helper module has no {STATE_GLOBAL} global", helper=path)
+    body, vars_text, defined, externs = _assemble(items, set(funcs), "__hb_le_")
+    return EidolaHelperModule(path=path, sha256=sha256_bytes(raw), version=version, target_sm=target_sm,
+                              body=body, vars=vars_text, defined=frozenset(defined), externs=tuple(externs))
+
+
+def load_eidola_helper(path: Optional[str] = None) -> EidolaHelperModule:
+    """The eidola helper module: ``path``, else HBFCC_EIDOLA_HELPER_PTX, else the build tree's."""
+    p = path or knobs.load().eidola_helper_ptx or str(default_eidola_helper_path())
+    if not os.path.isfile(p):
+        raise ConfigError("eidola helper PTX not found (run `make helpers-ptx` or set HBFCC_EIDOLA_HELPER_PTX); "
+                          "the flags pass (HBFCC_PASSES=...,flags) needs it", path=p)
+    st = os.stat(p)
+    return _load_eidola_cached(os.path.abspath(p), st.st_mtime_ns, st.st_size)
+
+
+def link_eidola_text(module_text: str, helper: EidolaHelperModule, *, module_names: Iterable[str],
+                     declared_names: Iterable[str] = ()) -> str:
+    """Append the eidola helper's globals and functions to a rewritten (and timing-linked) module.
+
+    Symbols the module already defines (e.g. a timing helper that includes the extern API) are not
+    appended again; ``.extern`` declarations the module already has are not repeated."""
+    names = set(module_names)
+    names |= {it.name for it in split_top_level(module_text)
+              if (it.kind == "func" or (it.kind == "var" and it.linkage != ".extern")) and it.name}
+    declared = set(declared_names) | names
+    vm = _VERSION_LINE.search(module_text)
+    if vm is None:
+        raise RewriteError("module has no .version directive")
+    have = (int(vm.group(2)), int(vm.group(3)))
+    if helper.version > have:
+        module_text = (module_text[:vm.start()] + vm.group(1) + f"{helper.version[0]}.{helper.version[1]}"
+                       + module_text[vm.end():])
+    parts = [f"\n// ---- hbfcc: eidola helper module {os.path.basename(helper.path)} sha256 {helper.sha256} ----"]
+    for it in split_top_level(helper.vars):
+        if it.name not in names:
+            parts.append(it.text)
+    parts += [e.text for e in helper.externs if e.name and e.name not in declared]
+    for it in split_top_level(helper.body):
+        if it.kind == "func" and it.name in names:
+            continue
+        parts.append(it.text)
+    return module_text.rstrip("\n") + "\n" + "\n\n".join(parts) + "\n"

@@ -21,6 +21,7 @@ class Knobs:
     real_ptxas: Optional[str]      # HBFCC_REAL_PTXAS: the ptxas hbfcc-ptxas calls
     real_nvcc: Optional[str]       # HBFCC_REAL_NVCC: the nvcc hbfcc wraps (CUDACXX mode)
     helper_ptx: Optional[str]      # HBFCC_HELPER_PTX: the helper PTX module to link
+    eidola_helper_ptx: Optional[str]  # HBFCC_EIDOLA_HELPER_PTX: the eidola helper (flags pass) to link
     cache_dir: Path                # HBFCC_CACHE_DIR: shadow toolkits (default ~/.cache/hbfcc)
     artifact_dir: Optional[Path]   # HBFCC_ARTIFACT_DIR: store of artifacts by original PTX sha
     dump_dir: Optional[Path]       # HBFCC_DUMP_DIR: dump every stage of every rewrite here
@@ -28,6 +29,7 @@ class Knobs:
     cpasync_window: int            # HBFCC_CPASYNC_WINDOW (default 8): cp.async group registers
     sink: Optional[Path]           # HBFCC_ARTIFACT_SINK (internal, set by the nvcc wrapper)
     log_level: str                 # HBFCC_LOG (default WARNING)
+    passes: tuple[str, ...] = ("timing",)  # HBFCC_PASSES (default timing): see parse_passes
 
 
 def _bool(name: str, default: bool) -> bool:
@@ -66,6 +68,7 @@ def load() -> Knobs:
         real_ptxas=os.environ.get("HBFCC_REAL_PTXAS") or None,
         real_nvcc=os.environ.get("HBFCC_REAL_NVCC") or None,
         helper_ptx=os.environ.get("HBFCC_HELPER_PTX") or None,
+        eidola_helper_ptx=os.environ.get("HBFCC_EIDOLA_HELPER_PTX") or None,
         cache_dir=Path(cache),
         artifact_dir=_path("HBFCC_ARTIFACT_DIR"),
         dump_dir=_path("HBFCC_DUMP_DIR"),
@@ -73,7 +76,38 @@ def load() -> Knobs:
         cpasync_window=_int("HBFCC_CPASYNC_WINDOW", 8, 2, 64),
         sink=_path(ENV_SINK),
         log_level=os.environ.get("HBFCC_LOG", "WARNING").upper(),
+        passes=parse_passes(os.environ.get("HBFCC_PASSES"), "HBFCC_PASSES"),
     )
+
+
+PASS_CHOICES = ("timing", "flags", "mwait")
+
+
+def parse_passes(v: Optional[str], variable: str = "HBFCC_PASSES") -> tuple[str, ...]:
+    """HBFCC_PASSES: which rewrites hbfcc runs, a comma list (order free, canonicalized):
+
+    ``timing``              (default) the HBF timing pass only;
+    ``timing,flags``        also the Eidola flags pass (issue 7): flag loads read through the eidola
+                            helper (virtualized flag loads), non-flag global reads counted, the
+                            eidola helper PTX linked (build/runtime_cuda/hbf_eidola_helpers.ptx);
+    ``timing,flags,mwait``  also park recognized spin-wait loops with monitor/mwait.
+
+    ``timing`` is required (it produces the admission report); ``mwait`` requires ``flags``.
+    Returns the canonical tuple, e.g. ("timing", "flags", "mwait")."""
+    if v is None or v.strip() == "":
+        return ("timing",)
+    got = [x.strip().lower() for x in v.split(",") if x.strip()]
+    bad = [x for x in got if x not in PASS_CHOICES]
+    if bad:
+        raise ConfigError(f"{variable}: unknown pass {bad[0]!r} (known: {', '.join(PASS_CHOICES)})",
+                          variable=variable, value=v)
+    if "timing" not in got:
+        raise ConfigError(f"{variable} must include 'timing' (the admission report comes from it)",
+                          variable=variable, value=v)
+    if "mwait" in got and "flags" not in got:
+        raise ConfigError(f"{variable}: 'mwait' is an option of the flags pass; add 'flags'",
+                          variable=variable, value=v)
+    return tuple(p for p in PASS_CHOICES if p in got)
 
 
 def env_path() -> str:

@@ -21,6 +21,7 @@ from hbfcommon.fsutil import atomic_write_text
 from . import helpers as H
 from . import knobs
 from .passes import get as get_pass
+from .passes import pipeline as pass_pipeline
 from .toolchain import sha256_bytes
 
 log = logging.getLogger(__name__)
@@ -52,9 +53,10 @@ def _dump(dump_dir: Optional[Path], name: str, data: str) -> None:
 
 def rewrite_text(text: str, *, filename: str = "<ptx>", helper: Optional[H.HelperModule] = None,
                  link: bool = True, dump_dir: Optional[os.PathLike] = None,
-                 cpasync_window: Optional[int] = None) -> RewriteResult:
+                 cpasync_window: Optional[int] = None, passes: Optional[tuple[str, ...]] = None) -> RewriteResult:
     """Rewrite one PTX module. ``helper``: the helper module to link (default: :func:`H.load_helper`);
-    ``link=False`` leaves the helpers as prototypes only (for inspection; not loadable)."""
+    ``link=False`` leaves the helpers as prototypes only (for inspection; not loadable).
+    ``passes``: the pass selection (default HBFCC_PASSES, see :func:`knobs.parse_passes`)."""
     from hbfcc.ptx import parse_module, print_module
 
     k = knobs.load()
@@ -73,6 +75,15 @@ def rewrite_text(text: str, *, filename: str = "<ptx>", helper: Optional[H.Helpe
     module = parse_module(text, filename=filename)
     t["parse"] = time.perf_counter() - t0
     meta: dict = {"cpasync_window": cpasync_window or k.cpasync_window, "filename": filename}
+    selection = k.passes if passes is None else knobs.parse_passes(",".join(passes), "passes")
+    pipeline = pass_pipeline(selection)
+    meta["passes"] = list(selection)
+    eidola = None
+    if "flags" in selection:
+        meta["flags_options"] = {"mwait": "mwait" in selection, "count_nonflag": True}
+        if link:
+            eidola = H.load_eidola_helper()
+            meta["eidola_helper"] = eidola.to_dict()
     why = _target_too_old(module, helper)
     if why is not None:
         # Not instrumented, loudly: every kernel is recorded as not admitted (the runtime refuses
@@ -82,7 +93,7 @@ def rewrite_text(text: str, *, filename: str = "<ptx>", helper: Optional[H.Helpe
         meta["timing"] = _not_instrumented_report(module, why)
         meta["not_instrumented"] = why
         return RewriteResult(text, orig_sha, orig_sha, meta, helper, False, t)
-    for i, name in enumerate(PIPELINE, start=1):
+    for i, name in enumerate(pipeline, start=1):
         t1 = time.perf_counter()
         module = get_pass(name)(module, meta)
         t[name] = time.perf_counter() - t1
@@ -104,8 +115,10 @@ def rewrite_text(text: str, *, filename: str = "<ptx>", helper: Optional[H.Helpe
         assert helper is not None
         t1 = time.perf_counter()
         out = H.link_text(out, helper, module_names=defined, declared_names=declared)
+        if eidola is not None:
+            out = H.link_eidola_text(out, eidola, module_names=defined, declared_names=declared)
         t["link"] = time.perf_counter() - t1
-        _dump(dd, f"{len(PIPELINE) + 1:02d}-linked.ptx", out)
+        _dump(dd, f"{len(pipeline) + 1:02d}-linked.ptx", out)
     t["total"] = time.perf_counter() - t0
     return RewriteResult(out, orig_sha, sha256_bytes(out.encode()), meta, helper, False, t)
 

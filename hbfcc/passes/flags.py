@@ -1,4 +1,8 @@
-"""The flags pass (issue 7, optional): route flag-like loads through the Eidola extern API.
+"""The flags pass (issue 7): flag loads -> the Eidola extern API; non-flag global reads counted.
+
+Selected with ``HBFCC_PASSES=timing,flags`` (``timing,flags,mwait`` also parks spin-wait loops; see
+hbfcc/knobs.py, docs/hbfcc.md §Flags pass). It runs *before* the timing pass, so the flag loads it
+rewrites are never timed as HBF accesses and the spin loops it recognizes are the compiler's own.
 
 A load is *flag-like* when it is a scalar 32/64-bit ``ld`` of global (or generic) memory with
 ``.volatile``, ``.acquire`` or ``.relaxed`` semantics — the loads a spin-wait on a peer's flag
@@ -10,19 +14,30 @@ correct flag poll). Each one becomes::
       call (__hb_rv), __hb_eidola_ld_flag_uN, (__hb_p0); ld.param.bN dst, [__hb_rv]; }
 
 ``__hb_eidola_ld_flag_uN`` (runtime_cuda/src/hbf_eidola.cuh, extern API) classifies the address at
-run time against the registered flag ranges: in a range -> a counted flag read, served by engine (b)
-(the Write Tracking Table's value at this instant) or by memory (engine a / real peers); outside ->
-a counted non-flag read from memory. Every ``.entry`` gets ``__hb_eidola_kernel_enter()`` first, so
-wakeups are relative to the kernel's own start. The extern module is appended by
-:func:`link_extern` (textual, like hbfcc's helper linking; symbols ``.weak``).
+run time against the registered flag ranges: in a range -> a counted flag read of that class, served
+by engine (b) (the Write Tracking Table's value at this instant) or by memory (engine a / real
+peers); outside -> a counted non-flag read from memory. Every ``.entry`` gets
+``__hb_eidola_kernel_enter()`` first, so wakeups are relative to the kernel's own start.
 
-With ``mwait=True`` a recognized spin-wait loop is parked with monitor/mwait: a loop whose body
-(between its label and its back edge, no other label) holds a flag-like 32-bit load of ``rX``, a
-``setp.ne.{u32,s32,b32} p, rX, K`` (or ``p, K, rX``) and ``@p bra`` back to the label, waits until
-the flag equals K; before the load the pass inserts ``hit = __hb_eidola_monitor(addr, 4, K);
-@!hit __hb_eidola_mwait(addr)``. The load and the compare stay (Mesa-safe: the loop still checks),
-so the program's semantics do not depend on the monitor. Not done: counting plain non-flag loads
-(the timing pass's domain).
+Non-flag global reads (``count_nonflag``, on in the pipeline): every other ``ld``/``ldu`` of the
+``.global`` space (``.nc`` and vectors included; one per warp-instruction and one per executing
+lane, as the hand-instrumented workload counts them) increments two per-thread registers — lanes
+executing it, and 1 in the lowest executing lane (``activemask``/``vote.ballot`` + ``%lanemask_eq``)
+— and every ``ret``/``exit`` flushes them with ``__hb_eidola_flush_nonflag(thread, warp)`` (one
+warp-reduced atomic pair per warp; runtime_cuda/src/hbf_eidola_helpers.cu). Generic-space loads are
+not counted (their space is known only at run time), nor are atomics.
+
+With ``mwait`` a recognized spin-wait is parked with monitor/mwait: a flag-like 32-bit load of
+``rX`` followed in its basic block by ``setp.ne p, rX, K`` (or ``setp.eq`` + ``@!p``) and a
+*backward* ``@p bra`` (the loop goes round while the flag differs from K; other labels and a
+timeout check inside the loop are fine) waits until the flag equals K; before the load the pass
+inserts ``hit = __hb_eidola_monitor(addr, 4, K); @!hit __hb_eidola_mwait(addr)``. The load and the
+compare stay (Mesa-safe: the loop still checks), so each parked wait makes two flag reads (the
+monitor's and the load's) where a hand-written ``monitor; mwait`` makes one.
+
+The functions come from build/runtime_cuda/hbf_eidola_helpers.ptx (``make helpers-ptx``), linked
+textually by :func:`hbfcc.helpers.link_eidola_text`; :func:`admit_eidola_calls` (the pipeline stage
+``flags_admission`` after the timing pass) counts them as admitted callees.
 
 Stage: ``flags_pass(module, meta) -> module`` (DESIGN.md §6); report under ``meta["flags"]``.
 """
@@ -38,11 +53,21 @@ from typing import Optional
 from hbfcommon.errors import RewriteError, ToolchainError
 
 from hbfcc.ptx.model import (Address, ArgList, Block, Declarator, Function, Guard, Immediate, Instruction,
-                             Label, LabelRef, Module, PredPair, Register, Statement, Symbol, VarDecl)
+                             Label, LabelRef, Module, Negated, Param, PredPair, Register, Statement, Symbol,
+                             VarDecl)
 
 PASS_NAME = "flags"
 EXTERN_DEFINE = "HBF_EIDOLA_EXTERN_API"
 
+# name -> (return widths, param widths): what the pass calls; load_eidola_helper checks the helper
+SIGNATURES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "__hb_eidola_ld_flag_u32": ((32,), (64,)),
+    "__hb_eidola_ld_flag_u64": ((64,), (64,)),
+    "__hb_eidola_kernel_enter": ((), ()),
+    "__hb_eidola_monitor": ((32,), (64, 32, 64)),
+    "__hb_eidola_mwait": ((), (64,)),
+    "__hb_eidola_flush_nonflag": ((), (32, 32)),
+}
 PROTOTYPES = {
     "__hb_eidola_ld_flag_u32": ".weak .func (.param .b32 func_retval0) __hb_eidola_ld_flag_u32(.param .b64 addr);",
     "__hb_eidola_ld_flag_u64": ".weak .func (.param .b64 func_retval0) __hb_eidola_ld_flag_u64(.param .b64 addr);",
@@ -50,11 +75,15 @@ PROTOTYPES = {
     "__hb_eidola_monitor": ".weak .func (.param .b32 func_retval0) __hb_eidola_monitor(.param .b64 addr, "
                            ".param .b32 nbytes, .param .b64 wake);",
     "__hb_eidola_mwait": ".weak .func __hb_eidola_mwait(.param .b64 addr);",
+    "__hb_eidola_flush_nonflag": ".weak .func __hb_eidola_flush_nonflag(.param .b32 thread_reads, "
+                                 ".param .b32 warp_reads);",
 }
+STATE_GLOBAL = "__hb_eidola_state"
 
 _SEMANTICS = {"volatile", "acquire", "relaxed"}
 _SIZES = {"u32": 32, "b32": 32, "s32": 32, "u64": 64, "b64": 64, "s64": 64}
 _OTHER_SPACES = {"shared", "local", "const", "param", "tex"}
+R_NFT, R_NFW = "%__hb_nft", "%__hb_nfw"           # per-thread non-flag counters (function scope)
 
 
 def flag_load_width(inst: Instruction) -> Optional[int]:
@@ -75,6 +104,13 @@ def flag_load_width(inst: Instruction) -> Optional[int]:
     return widths[0]
 
 
+def is_nonflag_global_read(inst: Instruction) -> bool:
+    """A global-space ``ld``/``ldu`` that is not flag-like (counted as one non-flag read)."""
+    if inst.opcode not in ("ld", "ldu") or flag_load_width(inst) is not None:
+        return False
+    return "global" in inst.modifiers
+
+
 def _reg(name: str) -> Register:
     return Register(name)
 
@@ -83,17 +119,7 @@ def _rewrite(inst: Instruction, width: int) -> Block:
     dst, addr = inst.operands
     g = inst.guard
     body: list[Statement] = [VarDecl((), "reg", (), ".b64", (Declarator("%__hb_fa"),))]
-    base = addr.base
-    if base is None:
-        body.append(Instruction(None, "mov", ("b64",), (_reg("%__hb_fa"), Immediate(str(addr.offset)))))
-    else:
-        if isinstance(base, Symbol):
-            body.append(Instruction(None, "mov", ("u64",), (_reg("%__hb_fa"), base)))
-        else:
-            body.append(Instruction(None, "mov", ("b64",), (_reg("%__hb_fa"), base)))
-        if addr.offset:
-            body.append(Instruction(None, "add", ("s64",), (_reg("%__hb_fa"), _reg("%__hb_fa"),
-                                                            Immediate(str(addr.offset)))))
+    body += _addr_code(addr, "%__hb_fa")
     body.append(VarDecl((), "param", (), ".b64", (Declarator("__hb_p0"),)))
     body.append(VarDecl((), "param", (), f".b{width}", (Declarator("__hb_rv"),)))
     body.append(Instruction(None, "st", ("param", "b64"), (Address(Symbol("__hb_p0")), _reg("%__hb_fa"))))
@@ -116,42 +142,70 @@ def _addr_code(addr: Address, reg: str) -> list[Statement]:
     return out
 
 
+def _dst_names(inst: Instruction) -> set[str]:
+    if not inst.operands or inst.opcode in ("st", "bra", "call", "red", "ret", "exit", "trap"):
+        return set()
+    d = inst.operands[0]
+    if isinstance(d, Register):
+        return {d.name}
+    if isinstance(d, PredPair):
+        return {x.name for x in (d.first, d.second) if isinstance(x, Register)}
+    return set()
+
+
+_BARRIERS = ("bra", "brx", "call", "ret", "exit", "trap", "bar", "barrier")
+
+
 def _spin_loops(body: tuple[Statement, ...]) -> dict[int, tuple]:
-    """Index of the flag load of each recognized spin-wait loop -> (address, K operand)."""
+    """Index of the flag load of each recognized spin-wait -> (address, K operand).
+
+    The load ``rX`` (flag-like, 32-bit, unguarded) must be followed in its basic block by a
+    ``setp`` comparing rX with K (``ne`` -> loop on p, ``eq`` -> loop on !p) and then by the
+    conditional branch on that predicate to a label *before* the load; nothing in between may
+    redefine rX, K or p, and no label, call or other branch may intervene."""
     found: dict[int, tuple] = {}
     labels = {st.name: i for i, st in enumerate(body) if isinstance(st, Label)}
-    for j, st in enumerate(body):
-        if not (isinstance(st, Instruction) and st.opcode == "bra" and st.guard is not None
-                and not st.guard.negated and st.operands and isinstance(st.operands[0], LabelRef)):
+    for m, ld in enumerate(body):
+        if not (isinstance(ld, Instruction) and ld.guard is None and flag_load_width(ld) == 32):
             continue
-        i = labels.get(st.operands[0].name)
-        if i is None or i >= j or any(isinstance(x, Label) for x in body[i + 1:j]):
-            continue
-        pred = st.guard.reg.name
+        rx = ld.operands[0].name
         setp = None
-        for k in range(j - 1, i, -1):
-            x = body[k]
-            if isinstance(x, Instruction) and x.opcode == "setp" and x.operands:
-                d = x.operands[0]
-                dname = d.first.name if isinstance(d, PredPair) and isinstance(d.first, Register) else \
-                    (d.name if isinstance(d, Register) else None)
-                if dname == pred:
-                    setp = (k, x)
+        for j in range(m + 1, len(body)):
+            x = body[j]
+            if isinstance(x, Label) or isinstance(x, Block):
+                break
+            if not isinstance(x, Instruction):
+                continue
+            if setp is None:
+                if x.opcode == "setp" and len(x.operands) >= 3 and x.guard is None and len(x.modifiers) >= 2 \
+                        and x.modifiers[0] in ("ne", "eq") and x.modifiers[-1] in ("u32", "s32", "b32"):
+                    a, b = x.operands[1], x.operands[2]
+                    k = None
+                    if isinstance(a, Register) and a.name == rx and not (isinstance(b, Register) and b.name == rx):
+                        k = b
+                    elif isinstance(b, Register) and b.name == rx and not (isinstance(a, Register) and a.name == rx):
+                        k = a
+                    d = x.operands[0]
+                    p = d.first if isinstance(d, PredPair) else d
+                    if k is not None and isinstance(p, Register) and len(x.operands) == 3:
+                        setp = (p.name, x.modifiers[0] == "ne", k)
+                        continue
+                if x.opcode in _BARRIERS or rx in _dst_names(x):
                     break
-        if setp is None:
-            continue
-        k, x = setp
-        if len(x.modifiers) < 2 or x.modifiers[0] != "ne" or x.modifiers[-1] not in ("u32", "s32", "b32"):
-            continue
-        a, b = x.operands[1], x.operands[2]
-        for m in range(i + 1, k):
-            ld = body[m]
-            if isinstance(ld, Instruction) and flag_load_width(ld) == 32 and ld.guard is None:
-                dst = ld.operands[0].name
-                if isinstance(a, Register) and a.name == dst and not (isinstance(b, Register) and b.name == dst):
-                    found[m] = (ld.operands[1], b)
-                elif isinstance(b, Register) and b.name == dst and not (isinstance(a, Register) and a.name == dst):
-                    found[m] = (ld.operands[1], a)
+                continue
+            pname, loop_if_true, k = setp
+            if x.opcode == "bra":
+                g = x.guard
+                tgt = x.operands[0] if x.operands else None
+                if (g is not None and g.reg.name == pname and g.negated != loop_if_true
+                        and isinstance(tgt, LabelRef) and labels.get(tgt.name, len(body)) < m):
+                    found[m] = (ld.operands[1], k)
+                break
+            if x.opcode in _BARRIERS:
+                break
+            names = _dst_names(x)
+            if pname in names or (isinstance(k, Register) and k.name in names):
+                break
     return found
 
 
@@ -177,49 +231,181 @@ def _park(addr: Address, k) -> Block:
     return Block(tuple(body))
 
 
-def _walk(body: tuple[Statement, ...], report: dict, fname: str) -> tuple[Statement, ...]:
+def _count_nonflag(g: Optional[Guard]) -> Block:
+    """R_NFT += 1 in every lane that executes the load; R_NFW += 1 in the lowest such lane."""
+    body: list[Statement] = [VarDecl((), "reg", (), ".b32", (Declarator("%__hb_nm"), Declarator("%__hb_nl"),
+                                                              Declarator("%__hb_ne"))),
+                             VarDecl((), "reg", (), ".pred", (Declarator("%__hb_np"),)),
+                             Instruction(None, "activemask", ("b32",), (_reg("%__hb_nm"),))]
+    if g is not None:
+        src = Negated(g.reg) if g.negated else g.reg
+        body.append(Instruction(None, "vote", ("sync", "ballot", "b32"), (_reg("%__hb_nm"), src, _reg("%__hb_nm"))))
+    body += [Instruction(None, "neg", ("s32",), (_reg("%__hb_nl"), _reg("%__hb_nm"))),
+             Instruction(None, "and", ("b32",), (_reg("%__hb_nl"), _reg("%__hb_nl"), _reg("%__hb_nm"))),
+             Instruction(None, "mov", ("u32",), (_reg("%__hb_ne"), _reg("%lanemask_eq"))),
+             Instruction(None, "setp", ("eq", "u32"), (_reg("%__hb_np"), _reg("%__hb_nl"), _reg("%__hb_ne"))),
+             Instruction(g, "add", ("u32",), (_reg(R_NFT), _reg(R_NFT), Immediate("1"))),
+             Instruction(Guard(_reg("%__hb_np")), "add", ("u32",), (_reg(R_NFW), _reg(R_NFW), Immediate("1")))]
+    return Block(tuple(body))
+
+
+def _flush_nonflag(g: Optional[Guard]) -> Block:
+    return Block((VarDecl((), "param", (), ".b32", (Declarator("__hb_n0"), Declarator("__hb_n1"))),
+                  Instruction(g, "st", ("param", "b32"), (Address(Symbol("__hb_n0")), _reg(R_NFT))),
+                  Instruction(g, "st", ("param", "b32"), (Address(Symbol("__hb_n1")), _reg(R_NFW))),
+                  Instruction(g, "call", (), (Symbol("__hb_eidola_flush_nonflag"),
+                                              ArgList((Symbol("__hb_n0"), Symbol("__hb_n1")))))))
+
+
+def _walk(body: tuple[Statement, ...], report: dict, fname: str, fstate: dict) -> tuple[Statement, ...]:
     out: list[Statement] = []
     spins = _spin_loops(body) if report.get("mwait") else {}
+    used = fstate["used"]
     for idx, st in enumerate(body):
         if isinstance(st, Block):
-            out.append(Block(_walk(st.body, report, fname)))
+            out.append(Block(_walk(st.body, report, fname, fstate)))
             continue
         if idx in spins:
             addr, k = spins[idx]
             out.append(_park(addr, k))
             report["spin_loops"].append({"kernel": fname, "line": st.line})
-            report["used"].update({"__hb_eidola_monitor", "__hb_eidola_mwait"})
+            used.update({"__hb_eidola_monitor", "__hb_eidola_mwait"})
         if isinstance(st, Instruction):
             w = flag_load_width(st)
             if w is not None:
                 report["sites"].append({"kernel": fname, "load": st.mnemonic, "width": w, "line": st.line})
-                report["used"].add(f"__hb_eidola_ld_flag_u{w}")
+                used.add(f"__hb_eidola_ld_flag_u{w}")
                 out.append(_rewrite(st, w))
                 continue
+            if report.get("count_nonflag") and is_nonflag_global_read(st):
+                fstate["nonflag_sites"] += 1
+                out.append(_count_nonflag(st.guard))
+            elif report.get("count_nonflag") and st.opcode in ("ret", "exit"):
+                fstate["exits"].append(len(out))
         out.append(st)
     return tuple(out)
 
 
-def flags_pass(module: Module, meta: dict, *, mwait: bool = False) -> Module:
+def _insert_flushes(body: tuple[Statement, ...]) -> tuple[Statement, ...]:
+    out: list[Statement] = []
+    for st in body:
+        if isinstance(st, Block):
+            out.append(Block(_insert_flushes(st.body)))
+            continue
+        if isinstance(st, Instruction) and st.opcode in ("ret", "exit"):
+            out.append(_flush_nonflag(st.guard))
+        out.append(st)
+    return tuple(out)
+
+
+def prototypes(names) -> list[Function]:
+    """Declarations (``.weak .func``, no body) of the extern functions in ``names``."""
+    b = lambda w, n: Param("param", f".b{w}", n)  # noqa: E731
+    pnames = {"__hb_eidola_ld_flag_u32": ("addr",), "__hb_eidola_ld_flag_u64": ("addr",),
+              "__hb_eidola_kernel_enter": (), "__hb_eidola_monitor": ("addr", "nbytes", "wake"),
+              "__hb_eidola_mwait": ("addr",), "__hb_eidola_flush_nonflag": ("thread_reads", "warp_reads")}
+    out = []
+    for n in sorted(names):
+        rets, params = SIGNATURES[n]
+        out.append(Function((".weak",), "func", n, tuple(b(w, "func_retval0") for w in rets),
+                            tuple(b(w, pn) for w, pn in zip(params, pnames[n])), (), None))
+    return out
+
+
+def flags_pass(module: Module, meta: dict, *, mwait: Optional[bool] = None, count_nonflag: Optional[bool] = None,
+               declare: bool = True) -> Module:
+    """``mwait``/``count_nonflag`` default to ``meta["flags_options"]`` (set by the pipeline), else off.
+    ``declare``: put the extern prototypes into the module (the pipeline); False leaves them to
+    :func:`link_extern` (the standalone :func:`rewrite_text`)."""
+    opts = meta.get("flags_options", {})
+    mwait = bool(opts.get("mwait", False)) if mwait is None else mwait
+    count_nonflag = bool(opts.get("count_nonflag", False)) if count_nonflag is None else count_nonflag
     if any(isinstance(it, Function) and it.name.startswith("__hb_eidola_") and it.body is not None
            for it in module.items):
         raise RewriteError("module already carries the eidola extern API (rewritten twice?)")
-    report: dict = {"sites": [], "used": set(), "entries": [], "spin_loops": [], "mwait": mwait}
+    report: dict = {"sites": [], "spin_loops": [], "mwait": mwait, "count_nonflag": count_nonflag}
+    used_all: set[str] = set()
+    calls: dict[str, list[str]] = {}
+    nonflag: dict[str, int] = {}
     items = []
+    entries = []
     for it in module.items:
         if isinstance(it, Function) and it.body is not None and not it.name.startswith("__hb_"):
-            body = _walk(it.body, report, it.name)
+            fstate: dict = {"used": set(), "nonflag_sites": 0, "exits": []}
+            body = _walk(it.body, report, it.name, fstate)
+            if fstate["nonflag_sites"]:
+                body = _insert_flushes(body)
+                decl = VarDecl((), "reg", (), ".b32", (Declarator(R_NFT), Declarator(R_NFW)))
+                init = Block((Instruction(None, "mov", ("u32",), (_reg(R_NFT), Immediate("0"))),
+                              Instruction(None, "mov", ("u32",), (_reg(R_NFW), Immediate("0")))))
+                body = (decl, init) + body
+                fstate["used"].add("__hb_eidola_flush_nonflag")
+                nonflag[it.name] = fstate["nonflag_sites"]
             if it.is_entry:
                 enter = Instruction(None, "call", (), (Symbol("__hb_eidola_kernel_enter"), ArgList(())))
                 body = (Block((enter,)),) + body
-                report["entries"].append(it.name)
-                report["used"].add("__hb_eidola_kernel_enter")
+                entries.append(it.name)
+                fstate["used"].add("__hb_eidola_kernel_enter")
+            calls[it.name] = sorted(fstate["used"])
+            used_all |= fstate["used"]
             it = Function(it.linkage, it.kind, it.name, it.returns, it.params, it.directives, body, it.line)
         items.append(it)
+    if declare and used_all:
+        have = {it.name for it in items if isinstance(it, Function)}
+        protos = [f for f in prototypes(used_all) if f.name not in have]
+        first = next((i for i, it in enumerate(items) if isinstance(it, Function)), len(items))
+        items = items[:first] + protos + items[first:]
     meta[PASS_NAME] = {"rewritten_loads": len(report["sites"]), "sites": report["sites"],
-                       "spin_loops_parked": len(report["spin_loops"]),
-                       "entries": report["entries"], "extern": sorted(report["used"])}
-    module = Module(module.version, module.target, module.address_size, tuple(items), module.header_comments)
+                       "spin_loops_parked": len(report["spin_loops"]), "spin_loops": report["spin_loops"],
+                       "mwait": mwait, "count_nonflag": count_nonflag, "nonflag_sites": nonflag,
+                       "entries": entries, "extern": sorted(used_all), "calls": calls}
+    return Module(module.version, module.target, module.address_size, tuple(items), module.header_comments)
+
+
+def admit_eidola_calls(module: Module, meta: dict) -> Module:
+    """Pipeline stage after the timing pass: the eidola helper functions the flags pass calls are
+    linked into the module (hbfcc.helpers.link_eidola_text), so they are admitted callees. The
+    timing pass saw them as external calls; admission through calls is recomputed here with them
+    counted as admitted (greatest fixpoint, same rule as the timing pass). Returns ``module``."""
+    from .timing import SYSTEM_CALLS
+
+    fl = meta.get(PASS_NAME)
+    tm = meta.get("timing")
+    if fl is None or tm is None:
+        return module
+    linked = set(SIGNATURES)
+    reports = {f["name"]: f for f in tm["functions"]}
+    base_ok = {}
+    for name, r in reports.items():
+        r["calls"] = list(dict.fromkeys(list(r.get("calls", [])) + fl["calls"].get(name, [])))
+        r["external_calls"] = [c for c in r.get("external_calls", []) if c not in linked]
+        r["eidola_calls"] = [c for c in r["calls"] if c in linked]
+        r["not_admitted_reasons"] = [x for x in r["not_admitted_reasons"] if not x.startswith("calls ")
+                                     and not x.startswith("indirect call")]
+        base_ok[name] = not r["refused"] and not r["not_admitted_reasons"]
+    adm = dict(base_ok)
+    changed = True
+    while changed:
+        changed = False
+        for name, r in reports.items():
+            if not adm[name]:
+                continue
+            for c in r["calls"]:
+                why = None
+                if c == "<indirect>":
+                    why = "indirect call (callee not seen)"
+                elif c in reports:
+                    if not adm[c]:
+                        why = f"calls {c}, which is not admitted"
+                elif c not in SYSTEM_CALLS and c not in linked:
+                    why = f"calls external function {c} (not seen by this rewrite)"
+                if why:
+                    adm[name] = False
+                    r["not_admitted_reasons"].append(why)
+                    changed = True
+                    break
+    for name, r in reports.items():
+        r["admitted"] = adm[name]
     return module
 
 
@@ -228,21 +414,22 @@ def prototypes_text(names) -> str:
 
 
 def build_extern_ptx(out_dir: str | Path, *, nvcc: Optional[str] = None, arch: str = "compute_90a") -> Path:
-    """Compile the extern API (hbf_eidola.cuh with HBF_EIDOLA_EXTERN_API) to an -rdc PTX module."""
+    """Compile the extern API (runtime_cuda/src/hbf_eidola_helpers.cu: hbf_eidola.cuh with
+    HBF_EIDOLA_EXTERN_API, plus __hb_eidola_flush_nonflag) to an -rdc PTX module. The build tree's
+    ``make helpers-ptx`` output (build/runtime_cuda/hbf_eidola_helpers.ptx) is the same module."""
     nvcc = nvcc or shutil.which("nvcc")
     if not nvcc:
         raise ToolchainError("nvcc not found", argv=["nvcc"])
     root = Path(__file__).resolve().parents[2]
-    hdr = root / "runtime_cuda" / "src" / "hbf_eidola.cuh"
-    tag = hashlib.sha256(hdr.read_bytes() + arch.encode()).hexdigest()[:12]
+    src_dir = root / "runtime_cuda" / "src"
+    srcs = [src_dir / "hbf_eidola_helpers.cu", src_dir / "hbf_eidola.cuh", src_dir / "hbf_ptx.cuh"]
+    tag = hashlib.sha256(b"".join(p.read_bytes() for p in srcs if p.is_file()) + arch.encode()).hexdigest()[:12]
     out = Path(out_dir) / f"hbf_eidola_extern-{tag}.ptx"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    src = out.with_suffix(".cu")
-    src.write_text(f"#define {EXTERN_DEFINE}\n#include \"hbf_eidola.cuh\"\n")
-    argv = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-rdc=true", "-ptx", f"-I{hdr.parent}",
-            str(src), "-o", str(out)]
+    argv = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-rdc=true", "-ptx", f"-I{src_dir}",
+            f"-I{root / 'runtime_cuda' / 'include'}", str(srcs[0]), "-o", str(out)]
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
         raise ToolchainError("nvcc failed building the eidola extern module", argv=argv,
@@ -254,8 +441,9 @@ _HEADER_RE = re.compile(r"^\s*\.(version|target|address_size)\b.*$", re.M)
 
 
 def link_extern(module_text: str, extern_text: str, used) -> str:
-    """Insert the prototypes before the first function of ``module_text`` and append the extern
-    module's items (``.visible`` made ``.weak``); the module's ``.version`` is raised if needed."""
+    """Insert the prototypes (those not declared yet) before the first function of ``module_text``
+    and append the extern module's items (``.visible`` made ``.weak``); the module's ``.version`` is
+    raised if needed. (The pipeline links with hbfcc.helpers.link_eidola_text instead.)"""
     body = _HEADER_RE.sub("", extern_text)
     body = re.sub(r"^\s*//.*$", "", body, flags=re.M)
     body = re.sub(r"^\.visible\s+", ".weak ", body, flags=re.M)
@@ -264,16 +452,18 @@ def link_extern(module_text: str, extern_text: str, used) -> str:
     if mv and ev and (int(ev.group(1)), int(ev.group(2))) > (int(mv.group(1)), int(mv.group(2))):
         module_text = module_text[:mv.start()] + f".version {ev.group(1)}.{ev.group(2)}" + module_text[mv.end():]
     m = re.search(r"^\s*(\.visible|\.weak|\.extern)?\s*\.(entry|func)\b", module_text, re.M)
-    protos = prototypes_text(used)
     if m is None:
         raise RewriteError("module has no function to instrument")
+    declared = {n for n in used if re.search(r"\.func\b[^;{]*\b" + re.escape(n) + r"\s*\([^;{]*;", module_text)}
+    protos = prototypes_text(set(used) - declared) if set(used) - declared else ""
     return module_text[:m.start()] + protos + module_text[m.start():] + "\n" + body
 
 
-def rewrite_text(ptx: str, extern_ptx: str, meta: Optional[dict] = None, *, mwait: bool = False) -> str:
-    """Parse, run the flags pass, print, link the extern module."""
+def rewrite_text(ptx: str, extern_ptx: str, meta: Optional[dict] = None, *, mwait: bool = False,
+                 count_nonflag: bool = False) -> str:
+    """Parse, run the flags pass alone (no timing pass), print, link the extern module textually."""
     from hbfcc.ptx.parser import parse_module
     from hbfcc.ptx.printer import print_module
     meta = {} if meta is None else meta
-    mod = flags_pass(parse_module(ptx), meta, mwait=mwait)
+    mod = flags_pass(parse_module(ptx), meta, mwait=mwait, count_nonflag=count_nonflag, declare=False)
     return link_extern(print_module(mod), extern_ptx, meta[PASS_NAME]["extern"])
