@@ -69,84 +69,255 @@ def _runtime(lib_path):
 
 
 # ------------------------------------------------------------------------------------------------
+# E0: engine (a) enactment timing, measured with the timing-lab probe (eidola_kernels.cu
+# hbf_eidola_tprobe). name: (load kind, pipelined, pollers, staggered)
+E0_PROBES = {
+    "acquire.sys/dep/P1": ("acquire.sys", 0, 1, 0),      # the probe of the earlier E0 rows
+    "acquire.sys/dep/P8": ("acquire.sys", 0, 8, 0),
+    "relaxed.gpu/dep/P1": ("relaxed.gpu", 0, 1, 0),
+    "volatile/dep/P1": ("volatile", 0, 1, 0),
+    "relaxed.gpu/pipe8/P1": ("relaxed.gpu", 1, 1, 0),
+    "volatile/pipe8/P1": ("volatile", 1, 1, 0),
+    "relaxed.gpu/dep/P8-staggered": ("relaxed.gpu", 0, 8, 1),
+    "relaxed.gpu/pipe8/P8": ("relaxed.gpu", 1, 8, 0),
+    "relaxed.gpu/pipe8/P8-staggered": ("relaxed.gpu", 1, 8, 1),
+}
+E0_REF_PROBE = "relaxed.gpu/pipe8/P8-staggered"
+# name: (store kind, layout, blocks, threads per block)
+E0_ENGINES = {
+    "legacy relaxed.sys/lane_late/2x1024": ("relaxed.sys", "lane_late", 2, 1024),   # the kernel before today
+    "relaxed.sys/lane/2x1024": ("relaxed.sys", "lane", 2, 1024),
+    "relaxed.gpu/lane/2x1024": ("relaxed.gpu", "lane", 2, 1024),
+    "release.gpu/lane/2x1024": ("release.gpu", "lane", 2, 1024),
+    "release.sys/lane/2x1024": ("release.sys", "lane", 2, 1024),
+    "volatile/lane/2x1024": ("volatile", "lane", 2, 1024),
+    "relaxed.gpu/lane/2x128": ("relaxed.gpu", "lane", 2, 128),
+    "relaxed.gpu/lane/2x32": ("relaxed.gpu", "lane", 2, 32),
+    "relaxed.gpu/warp/2x1024": ("relaxed.gpu", "warp", 2, 1024),
+    "relaxed.gpu/warp/2x128": ("relaxed.gpu", "warp", 2, 128),
+    "relaxed.gpu/warp/2x32": ("relaxed.gpu", "warp", 2, 32),
+    "relaxed.sys/warp/2x128": ("relaxed.sys", "warp", 2, 128),
+    "release.gpu/warp/2x128": ("release.gpu", "warp", 2, 128),
+    "volatile/warp/2x128": ("volatile", "warp", 2, 128),
+}
+E0_REF_ENGINE = "relaxed.gpu/warp/2x128"
+E0_GOAL_NS = 100
+
+
+def _timer_granularity(rt) -> dict:
+    """%globaltimer update granularity: one thread reads it back to back and records every change
+    (ns step, SM cycles between changes)."""
+    import ctypes
+    maxc, iters = 8192, 400_000
+    ch, sm = rt.alloc(maxc * 16), rt.alloc(32)
+    rt.lib.call("hbe_launch_timer_probe", ctypes.c_void_p(ch.ptr), maxc, iters, ctypes.c_void_p(sm.ptr),
+                ctypes.c_void_p(rt.streams[1]))
+    rt.sync()
+    s = sm.download(np.uint64, 4).astype(np.int64)
+    k = int(min(s[0], maxc))
+    c = ch.download(np.uint64, 2 * k).reshape(k, 2).astype(np.int64)[1:]   # first change: partial interval
+    steps, counts = np.unique(c[:, 0], return_counts=True)
+    order = np.argsort(-counts)[:8]
+    ns_per_read = s[2] / max(1, s[1])
+    return {"timer_reads": int(s[1]), "changes": int(s[0]), "span_ns": int(s[2]), "span_cycles": int(s[3]),
+            "sm_clock_ghz": float(s[3] / s[2]) if s[2] else None,
+            "ns_per_timer_read": float(ns_per_read),
+            "step_ns_most_common": [[int(steps[i]), int(counts[i])] for i in order],
+            "step_ns_min": int(c[:, 0].min()) if len(c) else None,
+            "step_ns_median": float(np.median(c[:, 0])) if len(c) else None,
+            "cycles_between_changes_median": float(np.median(c[:, 1])) if len(c) else None}
+
+
+class _E0Lab:
+    """One E0 table (n flags 128 B apart, wakeups spacing_ns apart) and the launch of one
+    eidolon + probe pair."""
+
+    def __init__(self, rt, n: int, spacing: int):
+        import ctypes
+        from runtime_cuda.eidola import FlagRegion
+        self.ct = ctypes
+        self.rt, self.n = rt, n
+        stride = 128
+        self.buf = rt.alloc(n * stride + 128)
+        self.base = (self.buf.ptr + 127) // 128 * 128
+        self.region = FlagRegion(self.base, n * stride, 1, "probe")
+        self.addrs = np.array([self.base + i * stride for i in range(n)], np.uint64)
+        self.wake = np.array([5000 + i * spacing for i in range(n)], np.int64)
+        self.d_addr = rt.array(self.addrs)
+        self.d_exp = rt.array(np.ones(n, np.uint32))
+        self.d_wake = rt.array(self.wake.astype(np.uint64))
+        self.scratch = rt.alloc(128)
+        self.rec = rt.alloc(16 * n * 32)
+        self.meta = rt.alloc(16 * 32)
+        self._reps: dict = {}
+
+    def replay(self, shift: np.ndarray | None = None):
+        """A Replay whose table has the wakeups ``wake - shift`` (per-entry calibration)."""
+        from runtime_cuda.eidola import Replay
+        key = None if shift is None else shift.tobytes()
+        if key in self._reps:
+            return self._reps[key]
+        w = self.wake if shift is None else self.wake - shift
+        if not (np.diff(w) > 0).all():
+            raise ValueError("per-entry shifts reorder the table")
+        rep = Replay(self.rt, [self.region])
+        for i in range(self.n):
+            rep.register_write(int(self.addrs[i]), 1, 4, int(max(0, w[i])))
+        rep.install(engine="eidolon", lag_ns=0)
+        self._reps[key] = rep
+        return rep
+
+    def run(self, engine: tuple, probe: tuple, lag: int, shift: np.ndarray | None = None, pre_ns: int = 1500) -> dict:
+        from runtime_cuda.eidola import PROBE_LOADS
+        ct = self.ct
+        store, layout, blocks, threads = engine
+        load, pipe, pollers, stagger = probe
+        rep = self.replay(shift)
+        rep.host.lag_ns = int(lag)
+        self.buf.fill(0)
+        rep.reset_launch()          # pushes the host state (lag) and synchronizes
+        rep.launch_eidolon(blocks=blocks, threads=threads, store=store, layout=layout)
+        self.rt.lib.call("hbe_launch_tprobe", ct.c_void_p(rep.dev.ptr), ct.c_void_p(self.d_addr.ptr),
+                         ct.c_void_p(self.d_exp.ptr), ct.c_void_p(self.d_wake.ptr), self.n, ct.c_int64(pre_ns),
+                         int(stagger), ct.c_void_p(self.scratch.ptr), ct.c_void_p(self.rec.ptr),
+                         ct.c_void_p(self.meta.ptr), pollers, PROBE_LOADS[load], int(pipe),
+                         ct.c_void_p(self.rt.streams[1]))
+        self.rt.sync()
+        rep.check("E0 eidolon + probe")
+        rec = self.rec.download(np.uint64, pollers * self.n * 4).reshape(pollers, self.n, 4).astype(np.int64)
+        meta = self.meta.download(np.uint64, pollers * 4).reshape(pollers, 4).astype(np.int64)
+        issue = rep.enacted_rel().astype(np.int64)
+        lagv = (shift if shift is not None else 0) + int(lag)
+        hit, miss, first, polls = rec[..., 0], rec[..., 1], rec[..., 2], rec[..., 3]
+        has_miss = miss > 0
+        seen = hit.min(axis=0)                                   # earliest load that saw the value
+        lo = np.where(has_miss, miss, -1).max(axis=0)            # latest load that did not
+        lo = np.where(lo < 0, seen, lo)                          # none did (early flag): no bracket
+        with np.errstate(invalid="ignore"):
+            per_poll = np.where(polls > 1, (hit - first) / np.maximum(1, polls - 1), np.nan)
+        return {"seen": seen, "lo": lo, "early": ~has_miss.any(axis=0), "issue": issue,
+                "issue_err": issue - (self.wake - lagv), "err": seen - self.wake,
+                "poller_width": np.where(has_miss, hit - miss, -1), "sample_ns": per_poll,
+                "polls": polls, "smid": meta[:, 0], "period_warm_ns": meta[:, 1] / 16.0}
+
+
+def _e0_config(lab: _E0Lab, engine: tuple, probe: tuple, reps: int, per_entry: bool = False) -> dict:
+    """Calibrate the lag (reps runs at lag 0: median of first-seen - wakeup), then measure reps runs
+    with the lag subtracted. per_entry: also a per-entry lag (median per flag over the calibration
+    runs), measured on separate runs."""
+    cal = [lab.run(engine, probe, 0) for _ in range(reps)]
+    cal_err = np.stack([c["err"] for c in cal])
+    lag = int(round(float(np.median(cal_err))))
+    meas = [lab.run(engine, probe, lag) for _ in range(reps)]
+    cat = {k: np.concatenate([m[k] for m in meas]) for k in ("err", "issue_err", "seen", "issue", "early")}
+    ok = ~cat["early"]
+    vis = cat["seen"] - cat["issue"]
+    width = np.concatenate([m["seen"] - m["lo"] for m in meas])   # < 0: pollers disagree (inversion)
+    pw = np.concatenate([m["poller_width"].ravel() for m in meas])
+    samp = np.concatenate([m["sample_ns"].ravel() for m in meas])
+    err = cat["err"][ok]
+    res = {"engine": engine, "probe": probe, "lag_ns": lag,
+           "uncalibrated_err_ns": _dist(cal_err.ravel()),
+           "err_ns": _dist(err), "abs_err_ns": _dist(np.abs(err)),
+           "issue_err_ns": _dist(cat["issue_err"]),
+           "store_to_seen_ns": _dist(vis[ok]),
+           "bracket_width_ns": _dist(width[ok & (width >= 0)]),
+           "bracket_inversions": int((ok & (width < 0)).sum()),
+           "per_poller_bracket_ns": _dist(pw[pw >= 0]),
+           "sample_interval_ns": _dist(samp[np.isfinite(samp)]),
+           "period_warm_ns": [float(x) for x in meas[0]["period_warm_ns"]],
+           "smids": [int(x) for x in meas[0]["smid"]],
+           "early_flags": int(cat["early"].sum()),
+           "std_ns": {"err": float(np.std(err)), "issue_err": float(np.std(cat["issue_err"])),
+                      "store_to_seen": float(np.std(vis[ok])),
+                      "bracket_uniform": float(np.median(width[ok & (width >= 0)]) / np.sqrt(12)) if (ok & (width >= 0)).any() else None},
+           "per_run_abs_p95_ns": [float(np.percentile(np.abs(m["err"]), 95)) for m in meas]}
+    res["goal_p95_abs_le_100ns"] = bool(res["abs_err_ns"]["p95"] <= E0_GOAL_NS)
+    if per_entry:
+        shift = np.round(np.median(cal_err, axis=0)).astype(np.int64)
+        pe = [lab.run(engine, probe, 0, shift=shift) for _ in range(reps)]
+        e = np.concatenate([m["err"] for m in pe])
+        ie = np.concatenate([m["issue_err"] for m in pe])
+        res["per_entry"] = {"lag_ns": _dist(shift), "err_ns": _dist(e), "abs_err_ns": _dist(np.abs(e)),
+                            "issue_err_ns": _dist(ie),
+                            "goal_p95_abs_le_100ns": bool(np.percentile(np.abs(e), 95) <= E0_GOAL_NS),
+                            "note": "lag per flag = median over the calibration runs of that flag's first-seen - wakeup; measured on separate runs"}
+    return res
+
+
 def exp_E0(rt, args) -> dict:
-    """Engine (a) visibility lag and calibrated enactment error; engine (b) error."""
+    """Engine (a) enactment error: probe variants x the reference engine, engine variants x the
+    reference probe, each calibrated (lag = median first-seen - wakeup over calibration runs) and
+    measured on separate runs; %globaltimer granularity; engine (b) with the old probes."""
     from runtime_cuda.eidola import FlagRegion, Replay
     n = args.e0_writes
     spacing = 3000
-    stride = 128
-    buf = rt.alloc(n * stride + 128)
-    base = (buf.ptr + 127) // 128 * 128
-    addrs = np.array([base + i * stride for i in range(n)], np.uint64)
-    wake = np.array([5000 + i * spacing for i in range(n)], np.uint64)
-    out: dict = {"writes": n, "spacing_ns": spacing, "method": "one probe thread polls each flag in wakeup order (ld.acquire.sys); error = first-seen - wakeup"}
-    rep = Replay(rt, [FlagRegion(base, n * stride, 1, "probe")])
-    for i in range(n):
-        rep.register_write(int(addrs[i]), 1, 4, int(wake[i]))
-    import ctypes
-    d_addr, d_exp = rt.array(addrs), rt.array(np.ones(n, np.uint64))
-    seen, polls = rt.alloc(n * 8), rt.alloc(n * 4)
-
-    def probe(engine: str, lag: int, blocks: int = 2) -> np.ndarray:
-        rep.install(engine=engine, lag_ns=lag)
-        buf.fill(0)
-        rep.reset_launch()
-        if engine == "eidolon":
-            rep.launch_eidolon(blocks=blocks)
-        rt.lib.call("hbe_launch_probe", ctypes.c_void_p(rep.dev.ptr), ctypes.c_void_p(d_addr.ptr),
-                    ctypes.c_void_p(d_exp.ptr), n, ctypes.c_void_p(seen.ptr), ctypes.c_void_p(polls.ptr), 1,
-                    ctypes.c_void_p(rt.streams[1]))
-        rt.sync()
-        rep.check("probe")
-        s = seen.download(np.uint64, n).astype(np.int64)
-        return s - wake.astype(np.int64)
-
-    def probe_min(engine: str, lag: int, replicas: int) -> np.ndarray:
-        rep.install(engine=engine, lag_ns=lag)
-        buf.fill(0)
-        seen.fill(0xFF)
-        rep.reset_launch()
-        if engine == "eidolon":
-            rep.launch_eidolon(blocks=2)
-        rt.lib.call("hbe_launch_probe_min", ctypes.c_void_p(rep.dev.ptr), ctypes.c_void_p(d_addr.ptr),
-                    ctypes.c_void_p(d_exp.ptr), n, ctypes.c_void_p(seen.ptr), replicas, ctypes.c_void_p(rt.streams[1]))
-        rt.sync()
-        rep.check("probe_min")
-        return seen.download(np.uint64, n).astype(np.int64) - wake.astype(np.int64)
-
+    out: dict = {"writes": n, "spacing_ns": spacing, "reps": args.reps, "goal_ns": E0_GOAL_NS,
+                 "method": ("n flags 128 B apart, wakeups 5 us + i*3 us after the probe kernel's start; an eidolon "
+                            "kernel on reserved SMs stores them at wakeup - lag; the timing-lab probe "
+                            "(hbf_eidola_tprobe) polls each flag from wakeup - 1.5 us on with every load stamped by "
+                            "%globaltimer right before it issues; first-seen = the earliest stamp (over pollers) of a "
+                            "load that saw the value; bracket = first-seen - the latest stamp of a load that did not; "
+                            "error = first-seen - wakeup; issue error = the eidolon's own timer read that passed "
+                            "the test - (wakeup - lag)"),
+                 "reference_probe": E0_REF_PROBE, "reference_engine": E0_REF_ENGINE}
     try:
-        from cuda.bindings import driver as _drv   # green contexts: not used (SMs reserved by occupancy)
-        out["green_ctx_api_present"] = all(hasattr(_drv, f) for f in ("cuGreenCtxCreate", "cuDevSmResourceSplitByCount"))
+        out["timer"] = _timer_granularity(rt)
     except Exception as e:  # noqa: BLE001
-        out["green_ctx_api_present"] = f"unknown: {e!r}"
-    try:   # engine (b) first: it cannot hang, so its numbers survive a failure of engine (a)
-        out["engine_b_min8_error_ns"] = _dist(np.concatenate([probe_min("virtual", 0, 8) for _ in range(args.reps)]))
-        virt = np.concatenate([probe("virtual", 0) for _ in range(args.reps)])
-        out["engine_b_error_ns"] = _dist(virt)
-        out["engine_b_abs_error_ns"] = _dist(np.abs(virt))
-        raw = np.concatenate([probe("eidolon", 0) for _ in range(args.reps)])
-        lag = int(round(float(np.median(raw))))
-        out["engine_a_uncalibrated_ns"] = _dist(raw)
-        out["engine_a_lag_estimate_ns"] = lag
-        cal = np.concatenate([probe("eidolon", lag) for _ in range(args.reps)])
-        out["engine_a_calibrated_error_ns"] = _dist(cal)
-        out["engine_a_calibrated_abs_error_ns"] = _dist(np.abs(cal))
-        enacted = rep.enacted_rel().astype(np.int64)
-        out["engine_a_issue_error_ns"] = _dist(enacted - (wake.astype(np.int64) - lag))
-        out["engine_a_calibrated_error_per_run_p95_abs_ns"] = [float(np.percentile(np.abs(cal[i * n:(i + 1) * n]), 95)) for i in range(args.reps)]
-        out["goal_p95_abs_le_100ns_engine_a"] = bool(out["engine_a_calibrated_abs_error_ns"]["p95"] <= 100)
-        # visibility instant = minimum over 8 independent pollers (less poll quantization)
-        rawm = np.concatenate([probe_min("eidolon", 0, 8) for _ in range(args.reps)])
-        lagm = int(round(float(np.median(rawm))))
-        calm = np.concatenate([probe_min("eidolon", lagm, 8) for _ in range(args.reps)])
-        out["engine_a_min8_uncalibrated_ns"] = _dist(rawm)
-        out["engine_a_min8_lag_estimate_ns"] = lagm
-        out["engine_a_min8_calibrated_error_ns"] = _dist(calm)
-        out["engine_a_min8_calibrated_abs_error_ns"] = _dist(np.abs(calm))
-        out["goal_p95_abs_le_100ns_engine_a_min8"] = bool(out["engine_a_min8_calibrated_abs_error_ns"]["p95"] <= 100)
+        log.exception("timer probe")
+        out["timer"] = {"error": repr(e)}
+    lab = _E0Lab(rt, n, spacing)
+    out["probes"], out["engines"] = {}, {}
+    ref_engine = E0_ENGINES[E0_REF_ENGINE]
+    for name, pr in E0_PROBES.items():
+        try:
+            out["probes"][name] = _e0_config(lab, ref_engine, pr, args.reps)
+        except Exception as e:  # noqa: BLE001
+            log.exception("E0 probe %s", name)
+            out["probes"][name] = {"error": repr(e)}
+    for name, en in E0_ENGINES.items():
+        try:
+            out["engines"][name] = _e0_config(lab, en, E0_PROBES[E0_REF_PROBE], args.reps, per_entry=True)
+        except Exception as e:  # noqa: BLE001
+            log.exception("E0 engine %s", name)
+            out["engines"][name] = {"error": repr(e)}
+    try:   # the configuration of the earlier E0 rows, on the new probe code
+        out["baseline_legacy_engine_old_probe"] = _e0_config(
+            lab, E0_ENGINES["legacy relaxed.sys/lane_late/2x1024"], E0_PROBES["acquire.sys/dep/P1"], args.reps)
     except Exception as e:  # noqa: BLE001
-        log.exception("E0 partial")
-        out["error_partial"] = repr(e)
+        out["baseline_legacy_engine_old_probe"] = {"error": repr(e)}
+    good = {k: v for k, v in out["engines"].items() if "error" not in v}
+    if good:
+        best = min(good, key=lambda k: good[k]["abs_err_ns"]["p95"])
+        st, lay, bl, th = E0_ENGINES[best]
+        out["engine_a_chosen"] = {"name": best, "store": st, "layout": lay, "blocks": bl, "threads": th,
+                                  "lag_ns": good[best]["lag_ns"], "probe": E0_REF_PROBE,
+                                  "abs_err_ns": good[best]["abs_err_ns"], "err_ns": good[best]["err_ns"]}
+        out["engine_a_lag_estimate_ns"] = good[best]["lag_ns"]
+    out["library_defaults"] = rt.lib.eidolon_defaults()
+    # engine (b): virtualized loads seen by the old probe kernels (they go through hbf_eidola_ld_flag)
+    try:
+        import ctypes
+        rep = Replay(rt, [FlagRegion(lab.base, n * 128, 1, "probe")])
+        for i in range(n):
+            rep.register_write(int(lab.addrs[i]), 1, 4, int(lab.wake[i]))
+        rep.install(engine="virtual")
+        seen, polls = rt.alloc(n * 8), rt.alloc(n * 4)
+        d_exp64 = rt.array(np.ones(n, np.uint64))
+        errs = []
+        for _ in range(args.reps):
+            lab.buf.fill(0)
+            rep.reset_launch()
+            rt.lib.call("hbe_launch_probe", ctypes.c_void_p(rep.dev.ptr), ctypes.c_void_p(lab.d_addr.ptr),
+                        ctypes.c_void_p(d_exp64.ptr), n, ctypes.c_void_p(seen.ptr), ctypes.c_void_p(polls.ptr), 1,
+                        ctypes.c_void_p(rt.streams[1]))
+            rt.sync()
+            rep.check("engine (b) probe")
+            errs.append(seen.download(np.uint64, n).astype(np.int64) - lab.wake)
+        out["engine_b_error_ns"] = _dist(np.concatenate(errs))
+    except Exception as e:  # noqa: BLE001
+        log.exception("engine b")
+        out["engine_b_error_ns"] = {"error": repr(e)}
     return out
 
 
@@ -176,68 +347,117 @@ def _e1_shape(args, n_gpus=4, M=None):
     return GarShape(n_gpus=n_gpus, M=M or args.M, Kl=args.Kl, tiles=args.tiles)
 
 
-def _sweep(rt, args, wait: str, engines) -> dict:
+E1_BASES = {
+    "kernel_start": "peer delay = wakeup of every peer flag (and tile) relative to the target kernel's start "
+                    "(t0): the flags of all tiles land at t0 + delay",
+    "tile_ready": "peer delay = wakeup relative to the moment target tile b is ready to wait (its flags "
+                  "released, marks[3]), measured per tile as the median over calibration runs of the same "
+                  "engine/wait at delay 0: flags of tile b land at ready[b] + delay",
+}
+
+
+def _eidolon_opts(args) -> dict | None:
+    return getattr(args, "eidolon_opts", None)
+
+
+def _sweep(rt, args, wait: str, engines, bases=("kernel_start",)) -> dict:
     from runtime_cuda.eidola import GemvAllReduce
     shape = _e1_shape(args)
     g = GemvAllReduce(rt, shape)
     ref = g.reference_y()
     delays = [d * 1000 for d in range(0, 41, args.e1_step_us)]
-    res: dict = {"shape": vars(shape), "wait": wait, "delays_ns": delays, "engines": {}}
-    for engine in engines:
-        try:
-            res["engines"][engine] = _sweep_engine(rt, args, g, ref, shape, delays, wait, engine)
-        except Exception as e:  # noqa: BLE001  (a device trap ends the context: later engines fail too)
-            log.exception("sweep %s/%s failed", wait, engine)
-            res["engines"][engine] = {"error": repr(e)}
+    res: dict = {"shape": vars(shape), "wait": wait, "delays_ns": delays, "engines": {},
+                 "delay_definitions": {b: E1_BASES[b] for b in bases}, "eidolon_opts": _eidolon_opts(args)}
+    for base in bases:
+        for engine in engines:
+            key = engine if base == "kernel_start" else f"{engine}@{base}"
+            try:
+                res["engines"][key] = _sweep_engine(rt, args, g, ref, shape, delays, wait, engine, base=base)
+            except Exception as e:  # noqa: BLE001  (a device trap ends the context: later engines fail too)
+                log.exception("sweep %s/%s failed", wait, key)
+                res["engines"][key] = {"error": repr(e)}
     return res
 
 
-def _sweep_engine(rt, args, g, ref, shape, delays, wait, engine) -> dict:
-    from hbfd.eidola.accounting import linear_fit
+def _tile_ready_ns(rt, args, g, shape, wait, engine) -> list[int]:
+    """Per tile, when the target's tile is ready to wait (marks[3] - t0: flags released), median over
+    calibration runs of the same engine/wait with every peer flag visible at 0."""
     from hbfd.eidola.generator import uniform_delay
     from hbfd.eidola.wtt import WriteTrackingTable
     from runtime_cuda.eidola import Replay
+    tr = uniform_delay(n_gpus=shape.n_gpus, tiles=shape.tiles, tile_rows=shape.tile_rows, delay_ns=0)
+    rep = Replay(rt, [g.flag_region()])
+    rep.use_table(WriteTrackingTable.from_trace(tr, g.bases()).freeze())
+    rep.install(engine=engine, mon_mode=wait if wait != "spin" else "off", lag_ns=args.lag_ns if engine == "eidolon" else 0)
+    r = []
+    for _ in range(max(5, args.reps)):
+        o = g.run_replay(rep, wait=wait, engine=engine, eidolon=_eidolon_opts(args))
+        r.append(o["marks"][:, 3] - o["t0"])
+    return [int(x) for x in np.median(np.stack(r), axis=0)]
+
+
+def _sweep_engine(rt, args, g, ref, shape, delays, wait, engine, base="kernel_start") -> dict:
+    from hbfd.eidola.accounting import linear_fit
+    from hbfd.eidola.generator import per_tile_delay, uniform_delay
+    from hbfd.eidola.wtt import WriteTrackingTable
+    from runtime_cuda.eidola import Replay
+    ready = _tile_ready_ns(rt, args, g, shape, wait, engine) if base == "tile_ready" else None
     if True:
         rows = []
         for d in delays:
-            tr = uniform_delay(n_gpus=shape.n_gpus, tiles=shape.tiles, tile_rows=shape.tile_rows, delay_ns=d)
+            if ready is None:
+                tr = uniform_delay(n_gpus=shape.n_gpus, tiles=shape.tiles, tile_rows=shape.tile_rows, delay_ns=d)
+            else:
+                tr = per_tile_delay(n_gpus=shape.n_gpus, tiles=shape.tiles, tile_rows=shape.tile_rows,
+                                    base_ns=ready, delay_ns=d)
             rep = Replay(rt, [g.flag_region()])
             rep.use_table(WriteTrackingTable.from_trace(tr, g.bases()).freeze())
             rep.install(engine=engine, mon_mode=wait if wait != "spin" else "off", lag_ns=args.lag_ns if engine == "eidolon" else 0)
             for r in range(args.reps):
-                o = g.run_replay(rep, wait=wait, engine=engine)
+                o = g.run_replay(rep, wait=wait, engine=engine, eidolon=_eidolon_opts(args))
                 acc = o["accounting"]
+                ready_act = o["marks"][:, 3] - o["t0"]
+                seen = o["seen_rel"].astype(np.int64)
+                peers = [q for q in range(shape.n_gpus) if q != g.rank]
                 rows.append({"delay_ns": d, "rep": r, "kernel_ns": o["kernel_ns"],
                              "flag_reads_thread": acc["flag_reads_thread"], "flag_reads_warp": acc["flag_reads_warp"],
                              "nonflag_reads_thread": acc["nonflag_reads_thread"], "nonflag_reads_warp": acc["nonflag_reads_warp"],
                              "monitor_arms": acc["monitor_arms"], "mwait_calls": acc["mwait_calls"],
                              "wake_word_reads": acc["wake_word_reads"], "virtual_loads": acc["virtual_loads"],
                              "y_bitwise_equal_reference": bool(np.array_equal(o["y"].view(np.uint32), ref.view(np.uint32))),
-                             "wait_ns_median": float(np.median(o["marks"][:, 4] - o["marks"][:, 3]))})
+                             "wait_ns_median": float(np.median(o["marks"][:, 4] - o["marks"][:, 3])),
+                             "seen_after_ready_ns_median": float(np.median(seen[:, peers].max(axis=1) - ready_act)),
+                             "ready_ns_median": float(np.median(ready_act))})
         med = {}
         for d in delays:
             rr = [x for x in rows if x["delay_ns"] == d]
             med[d] = {k: float(np.median([x[k] for x in rr])) for k in
                       ("flag_reads_thread", "flag_reads_warp", "nonflag_reads_thread", "nonflag_reads_warp", "kernel_ns",
-                       "wake_word_reads")}
+                       "wake_word_reads", "wait_ns_median", "seen_after_ready_ns_median")}
         xs = [d / 1000 for d in delays]
         fl = [med[d]["flag_reads_thread"] for d in delays]
         nf = [x["nonflag_reads_thread"] for x in rows]
         knee = [i for i, d in enumerate(delays) if d >= args.knee_us * 1000]
-        summary = {"fit_flag_reads_thread_vs_delay_us": linear_fit(xs, fl),
+        summary = {"delay_base": base, "delay_definition": E1_BASES[base],
+                   "fit_flag_reads_thread_vs_delay_us": linear_fit(xs, fl),
                    "fit_above_knee": linear_fit([xs[i] for i in knee], [fl[i] for i in knee]) if len(knee) >= 2 else None,
                    "knee_us": args.knee_us,
                    "fit_flag_reads_warp_vs_delay_us": linear_fit(xs, [med[d]["flag_reads_warp"] for d in delays]),
+                   "fit_wait_ns_vs_delay_us": linear_fit(xs, [med[d]["wait_ns_median"] for d in delays]),
                    "flag_reads_thread_min": min(fl), "flag_reads_thread_max": max(fl),
                    "flag_spread_rel": (max(fl) - min(fl)) / max(1.0, float(np.mean(fl))),
                    "nonflag_reads_thread_unique": sorted(set(nf)),
                    "nonflag_constant": len(set(nf)) == 1,
                    "all_outputs_bitwise_equal": all(x["y_bitwise_equal_reference"] for x in rows)}
-        return {"rows": rows, "median_by_delay": med, "summary": summary}
+        out = {"rows": rows, "median_by_delay": med, "summary": summary}
+        if ready is not None:
+            out["tile_ready_ns"] = ready
+            summary["tile_ready_ns_range"] = [min(ready), max(ready)]
+        return out
 
 
 def exp_E1(rt, args) -> dict:
-    return _sweep(rt, args, "spin", ("virtual", "virtual_paced", "eidolon"))
+    return _sweep(rt, args, "spin", ("virtual", "virtual_paced", "eidolon"), bases=("kernel_start", "tile_ready"))
 
 
 def exp_E2(rt, args) -> dict:
@@ -587,6 +807,37 @@ def plots(out: Path) -> None:
         plt.close(fig)
 
 
+def _e0_cfg_summary(c: dict) -> dict:
+    if "error" in c:
+        return {"error": c["error"][:200]}
+    d = lambda k, qs=("median", "p95", "p99", "max"): {q: round(c[k][q], 1) for q in qs if q in c[k]}  # noqa: E731
+    out = {"lag_ns": c["lag_ns"], "err": d("err_ns", ("median", "p05", "p95")), "abs_err": d("abs_err_ns"),
+           "issue_err": d("issue_err_ns", ("median", "p05", "p95", "max")), "std_ns": {k: (round(v, 1) if v is not None else None) for k, v in c["std_ns"].items()},
+           "bracket_width": d("bracket_width_ns", ("median", "p95")), "sample_interval": d("sample_interval_ns", ("median", "p95")),
+           "period_warm_ns_median": round(float(np.median(c["period_warm_ns"])), 1), "inversions": c["bracket_inversions"],
+           "early": c["early_flags"], "goal": c["goal_p95_abs_le_100ns"]}
+    if "per_entry" in c:
+        out["per_entry_abs_err"] = {q: round(c["per_entry"]["abs_err_ns"][q], 1) for q in ("median", "p95", "p99", "max")}
+    return out
+
+
+def _e0_summary(r: dict) -> dict:
+    if "probes" not in r:   # an E0 JSON from before the timing lab
+        return {k: r.get(k) for k in ("engine_a_lag_estimate_ns", "goal_p95_abs_le_100ns_engine_a")}
+    res = {"timer": {k: r["timer"].get(k) for k in ("step_ns_most_common", "step_ns_min", "ns_per_timer_read",
+                                                      "sm_clock_ghz", "cycles_between_changes_median", "error")
+                     if k in r["timer"]},
+           "probes": {k: _e0_cfg_summary(v) for k, v in r["probes"].items()},
+           "engines": {k: _e0_cfg_summary(v) for k, v in r["engines"].items()},
+           "baseline": _e0_cfg_summary(r["baseline_legacy_engine_old_probe"]),
+           "chosen": {k: v for k, v in (r.get("engine_a_chosen") or {}).items() if k not in ("abs_err_ns", "err_ns")},
+           "library_defaults": r.get("library_defaults")}
+    b = r.get("engine_b_error_ns", {})
+    if "median" in b:
+        res["engine_b_error"] = {q: round(b[q], 1) for q in ("median", "p95", "max")}
+    return res
+
+
 def summary(out: Path) -> dict:
     """The headline numbers of every experiment JSON in ``out`` (printed by the parent run)."""
     res = {}
@@ -601,16 +852,7 @@ def summary(out: Path) -> dict:
             continue
         r = d["result"]
         if name == "E0":
-            res[name] = {k: r.get(k) for k in ("engine_a_lag_estimate_ns", "goal_p95_abs_le_100ns_engine_a",
-                                               "goal_p95_abs_le_100ns_engine_a_min8", "green_ctx_api_present",
-                                               "error_partial")}
-            res[name]["engine_a_min8_lag_estimate_ns"] = r.get("engine_a_min8_lag_estimate_ns")
-            for k in ("engine_a_uncalibrated_ns", "engine_a_calibrated_error_ns", "engine_a_calibrated_abs_error_ns",
-                      "engine_a_issue_error_ns", "engine_b_error_ns", "engine_a_min8_uncalibrated_ns",
-                      "engine_a_min8_calibrated_error_ns", "engine_a_min8_calibrated_abs_error_ns", "engine_b_min8_error_ns"):
-                if k not in r:
-                    continue
-                res[name][k] = {q: round(r[k][q], 1) for q in ("mean", "median", "p95", "p99", "max") if q in r[k]}
+            res[name] = _e0_summary(r)
         elif name == "REG":
             res[name] = r
         elif name == "PASS":
@@ -663,22 +905,30 @@ def results_rows(out: Path, *, date: str, card: str, command: str) -> str:
         rows.append(f"| {what} | {number} | {date} | {card} | `{command}` | {js} |")
 
     e0 = S.get("E0")
-    if isinstance(e0, dict) and "error" not in e0 and "engine_a_uncalibrated_ns" in e0:
-        u, c, ca = e0["engine_a_uncalibrated_ns"], e0["engine_a_calibrated_error_ns"], e0["engine_a_calibrated_abs_error_ns"]
-        row("eidola E0 engine (a) eidolon-store visibility lag, 1000 flags 3 us apart, 1 probe poller (ld.acquire.sys), reps x3",
-            f"lag mean {u['mean']:.0f} / median {u['median']:.0f} / p95 {u['p95']:.0f} / max {u['max']:.0f} ns; "
-            f"after subtracting {e0['engine_a_lag_estimate_ns']} ns: error median {c['median']:.0f}, |err| p95 {ca['p95']:.0f}, p99 {ca['p99']:.0f}, max {ca['max']:.0f} ns "
-            f"-- goal p95<=100 ns {'met' if e0['goal_p95_abs_le_100ns_engine_a'] else 'NOT met'}", "bench/results/eidola_E0.json")
-        if "engine_a_min8_uncalibrated_ns" in e0:
-            u8, c8 = e0["engine_a_min8_uncalibrated_ns"], e0["engine_a_min8_calibrated_abs_error_ns"]
-            row("eidola E0 engine (a), visibility = min over 8 independent pollers (less poll quantization)",
-                f"lag median {u8['median']:.0f} ns (p95 {u8['p95']:.0f}); after subtracting {e0['engine_a_min8_lag_estimate_ns']} ns: |err| p95 {c8['p95']:.0f}, p99 {c8['p99']:.0f}, max {c8['max']:.0f} ns "
-                f"-- goal {'met' if e0['goal_p95_abs_le_100ns_engine_a_min8'] else 'NOT met'}", "bench/results/eidola_E0.json")
-    if isinstance(e0, dict) and "engine_b_error_ns" in e0:
-        b, b8 = e0["engine_b_error_ns"], e0.get("engine_b_min8_error_ns", {})
-        row("eidola E0 engine (b) virtualized loads: first-seen - wakeup (same probes)",
-            f"1 poller: median {b['median']:.0f}, p95 {b['p95']:.0f}, max {b['max']:.0f} ns; min of 8: median {b8.get('median', float('nan')):.0f}, p95 {b8.get('p95', float('nan')):.0f} ns",
-            "bench/results/eidola_E0.json")
+    if isinstance(e0, dict) and "probes" in e0:
+        t = e0["timer"]
+        row("eidola E0 %globaltimer update granularity (one thread, back-to-back reads)",
+            f"steps (ns, count): {t.get('step_ns_most_common')}; {t.get('ns_per_timer_read', float('nan')):.2f} ns per read; "
+            f"SM clock {t.get('sm_clock_ghz', float('nan')):.3f} GHz", "bench/results/eidola_E0.json")
+
+        def cfg(label, c):
+            if "error" in c:
+                return
+            row(f"eidola E0 engine (a) enactment error, {label}",
+                f"lag {c['lag_ns']} ns; calibrated error median {c['err']['median']:.0f}, |err| median {c['abs_err']['median']:.0f} / p95 {c['abs_err']['p95']:.0f} / p99 {c['abs_err']['p99']:.0f} / max {c['abs_err']['max']:.0f} ns; "
+                f"std: total {c['std_ns']['err']}, engine issue {c['std_ns']['issue_err']}, store->seen {c['std_ns']['store_to_seen']}, probe bracket/sqrt12 {c['std_ns']['bracket_uniform']} ns; "
+                f"probe bracket median {c['bracket_width']['median']:.0f} ns, sample interval {c['sample_interval'].get('median', float('nan')):.0f} ns"
+                + (f"; per-flag lag: |err| p95 {c['per_entry_abs_err']['p95']:.0f}" if "per_entry_abs_err" in c else "")
+                + f" -- goal p95<=100 ns {'met' if c['goal'] else 'NOT met'}", "bench/results/eidola_E0.json")
+        for k, c in e0["probes"].items():
+            cfg(f"probe {k} x engine {E0_REF_ENGINE}", c)
+        for k, c in e0["engines"].items():
+            cfg(f"engine {k} x probe {E0_REF_PROBE}", c)
+        cfg("baseline: legacy engine x probe acquire.sys/dep/P1 (the earlier rows' configuration)", e0["baseline"])
+    if isinstance(e0, dict) and "engine_b_error" in e0:
+        b = e0["engine_b_error"]
+        row("eidola E0 engine (b) virtualized loads: first-seen - wakeup (1 poller through hbf_eidola_ld_flag)",
+            f"median {b['median']:.0f}, p95 {b['p95']:.0f}, max {b['max']:.0f} ns", "bench/results/eidola_E0.json")
     for name, label in (("E1", "spin-wait"), ("E2", "monitor/mwait")):
         e = S.get(name)
         if not isinstance(e, dict) or "error" in e:
@@ -686,7 +936,8 @@ def results_rows(out: Path, *, date: str, card: str, command: str) -> str:
         for k, v in e.items():
             if k == "corunner_span_ns" or "error" in v:
                 continue
-            row(f"eidola {name} {label} {k}: flag reads (per thread) vs peer delay 0-40 us, 128 tiles x 3 eidolons, M=1024 Kl=2048",
+            base = "tile_ready" if k.endswith("@tile_ready") else "kernel_start"
+            row(f"eidola {name} {label} {k}: flag reads (per thread) vs peer delay 0-40 us, delay from {base} ({E1_BASES[base]}), 128 tiles x 3 eidolons, M=1024 Kl=2048",
                 f"{v['flag_min']:.0f} .. {v['flag_max']:.0f} reads, slope {v['slope_per_us']} /us, R^2 {v['r2']} (delays >= 8 us: R^2 {v['r2_above_knee']}, slope {v['slope_above_knee']} /us), spread {v['spread'] * 100:.1f} %; "
                 f"non-flag {v['nonflag']} (constant: {len(v['nonflag']) == 1}); outputs bitwise = reference: {v['bitwise']}",
                 f"bench/results/eidola_{name}.json")
@@ -769,10 +1020,17 @@ def main(argv=None) -> int:
     if args.lib is None:
         from runtime_cuda.eidola import build_library
         args.lib = str(build_library())
+    args.eidolon_opts = None
+    p = out / "eidola_E0.json"
+    try:
+        e0 = json.loads(p.read_text())["result"]
+    except Exception:  # noqa: BLE001
+        e0 = {}
+    ch = e0.get("engine_a_chosen")
+    if ch:   # E0's chosen eidolon configuration (its lag was calibrated for it)
+        args.eidolon_opts = {"store": ch["store"], "layout": ch["layout"], "threads": ch["threads"]}
     if args.lag_ns is None:
-        p = out / "eidola_E0.json"
         try:
-            e0 = json.loads(p.read_text())["result"]
             args.lag_ns = int(e0.get("engine_a_min8_lag_estimate_ns", e0.get("engine_a_lag_estimate_ns", 500)))
         except Exception:  # noqa: BLE001
             args.lag_ns = 500   # the measured H200 mean (notes/eidola-on-hardware.md) until E0 ran
@@ -782,7 +1040,8 @@ def main(argv=None) -> int:
         rt = _runtime(args.lib)
         t = time.perf_counter()
         rec = {"experiment": name, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "host": platform.node(), "device": _device_info(), "argv": sys.argv, "lag_ns_used": args.lag_ns}
+               "host": platform.node(), "device": _device_info(), "argv": sys.argv, "lag_ns_used": args.lag_ns,
+               "eidolon_opts_used": args.eidolon_opts}
         try:
             rec["result"] = FUNCS[name](rt, args)
         except Exception as e:  # noqa: BLE001

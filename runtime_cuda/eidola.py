@@ -46,6 +46,11 @@ ENGINES = {"real": ENGINE_REAL, "eidolon": ENGINE_REAL, "virtual": ENGINE_VIRT, 
            "native": ENGINE_REAL}   # native: flags already in memory before launch, no replay at all
 MON_MODES = {"off": 0, "spin": 0, "mesa": 1, "hoare": 2}
 WAIT_MODES = {"spin": 0, "mesa": 1, "hoare": 2}
+# engine (a) eidolon: the enactment store's kind and the kernel layout (eidola_kernels.cu)
+STORE_KINDS = {"relaxed.sys": 0, "relaxed.gpu": 1, "release.gpu": 2, "release.sys": 3, "volatile": 4}
+EIDOLON_LAYOUTS = {"lane": 0, "warp": 1, "lane_late": 2}
+# timing-lab probe loads (hbf_eidola_tprobe)
+PROBE_LOADS = {"acquire.sys": 0, "relaxed.gpu": 1, "volatile": 2, "acquire.gpu": 3}
 FAIL_NAMES = {1: "TIMEOUT", 2: "MONITOR_LOG_FULL", 3: "NEVER_WAKES", 4: "STAGING_FULL", 5: "BAD_SIZE"}
 LAYOUT_VERSION = 1
 
@@ -138,6 +143,10 @@ class Lib:
             "hbe_sync": [], "hbe_peer_enable": [i32, i32],
             "hbe_stream_create": [ctypes.POINTER(vp)], "hbe_stream_sync": [vp], "hbe_stream_destroy": [vp],
             "hbe_launch_eidolon": [vp, i32, i32, i32, vp],
+            "hbe_launch_eidolon_cfg": [vp, i32, i32, i32, i32, i32, vp],
+            "hbe_eidolon_defaults": [ctypes.POINTER(i32), ctypes.POINTER(i32)],
+            "hbe_launch_timer_probe": [vp, u32, u64, vp, vp],
+            "hbe_launch_tprobe": [vp, vp, vp, vp, u64, ctypes.c_int64, u32, vp, vp, vp, i32, i32, i32, vp],
             "hbe_launch_probe": [vp, vp, vp, u64, vp, vp, u32, vp],
             "hbe_launch_setup": [vp, vp, vp, vp, vp, u64, vp],
             "hbe_launch_probe_min": [vp, vp, vp, u64, vp, u32, vp],
@@ -166,6 +175,13 @@ class Lib:
         if self.so.gar_params_size() != ctypes.sizeof(GarParams):
             raise CudaError("gar_params layout mismatch", library=self.so.gar_params_size(),
                             mirror=ctypes.sizeof(GarParams))
+
+    def eidolon_defaults(self) -> dict[str, str]:
+        """The eidolon store kind and layout compiled in as defaults (chosen by E0)."""
+        sk, lay = ctypes.c_int(), ctypes.c_int()
+        self.so.hbe_eidolon_defaults(ctypes.byref(sk), ctypes.byref(lay))
+        return {"store": {v: k for k, v in STORE_KINDS.items()}[sk.value],
+                "layout": {v: k for k, v in EIDOLON_LAYOUTS.items()}[lay.value]}
 
     def call(self, name: str, *args) -> None:
         rc = getattr(self.so, name)(*args)
@@ -410,10 +426,20 @@ class Replay:
         self.rt.sync()   # memsets are asynchronous; the next launches run on non-blocking streams
 
     def launch_eidolon(self, *, blocks: int = 2, threads: int = 1024, smem_bytes: int = -1,
-                       stream: int | None = None) -> None:
+                       stream: int | None = None, store: str | None = None, layout: str | None = None) -> None:
         """Engine (a): the persistent eidolon kernel. Each block asks the opt-in maximum of shared
-        memory (smem_bytes=-1), so no target block fits beside it: its SM is reserved."""
-        self.lib.call("hbe_launch_eidolon", ctypes.c_void_p(self.dev.ptr), blocks, threads, smem_bytes,
+        memory (smem_bytes=-1), so no target block fits beside it: its SM is reserved.
+        ``store`` (STORE_KINDS) and ``layout`` (EIDOLON_LAYOUTS) default to the configuration
+        E0 chose (the library's hbe_eidolon_defaults)."""
+        if store is not None and store not in STORE_KINDS:
+            raise ConfigError("unknown eidolon store kind", value=store, known=sorted(STORE_KINDS))
+        if layout is not None and layout not in EIDOLON_LAYOUTS:
+            raise ConfigError("unknown eidolon layout", value=layout, known=sorted(EIDOLON_LAYOUTS))
+        if threads < 32 or threads % 32 or blocks < 1:
+            raise ConfigError("eidolon launch needs blocks >= 1 and a multiple of 32 threads",
+                              blocks=blocks, threads=threads)
+        self.lib.call("hbe_launch_eidolon_cfg", ctypes.c_void_p(self.dev.ptr), blocks, threads, smem_bytes,
+                      -1 if store is None else STORE_KINDS[store], -1 if layout is None else EIDOLON_LAYOUTS[layout],
                       ctypes.c_void_p(self.rt.streams[0] if stream is None else stream))
 
     def push(self) -> None:
@@ -444,6 +470,8 @@ class Replay:
         return summarize(self.counters(), names)
 
     def enacted_rel(self) -> np.ndarray:
+        """Engine (a): per WTT entry (wakeup order), the %globaltimer - t0 at which the eidolon
+        issued its store (the timer read that passed the wakeup test)."""
         return self.enacted.download(np.uint64, max(1, int(self.host.n_entries)))[: int(self.host.n_entries)]
 
 
@@ -537,9 +565,11 @@ class GemvAllReduce:
         return p
 
     def run_replay(self, replay: Replay, *, wait: str = "spin", engine: str = "virtual", seq: int = 1,
-                   eidolon_blocks: int | None = None, corunner: dict | None = None, session: Any = None) -> dict:
+                   eidolon_blocks: int | None = None, corunner: dict | None = None, session: Any = None,
+                   eidolon: dict | None = None) -> dict:
         """One launch of the target with the eidolons replaying ``replay``'s table. With a
-        runtime_cuda Session attached, the accounting summary also goes to hbfd (Report RPC)."""
+        runtime_cuda Session attached, the accounting summary also goes to hbfd (Report RPC).
+        ``eidolon``: engine (a) launch options (store, layout, threads; Replay.launch_eidolon)."""
         if wait not in WAIT_MODES:
             raise ConfigError("unknown wait mode", value=wait, known=sorted(WAIT_MODES))
         if engine == "native":   # control: every peer flag already set, nothing replayed
@@ -553,7 +583,8 @@ class GemvAllReduce:
         if engine == "eidolon":
             if eidolon_blocks is None:   # 2 reserved SMs, more for big tables (<= 4)
                 eidolon_blocks = max(2, min(4, -(-int(replay.host.n_entries) // 4096)))
-            replay.launch_eidolon(blocks=eidolon_blocks)
+            opts = {k: v for k, v in (eidolon or {}).items() if k in ("store", "layout", "threads")}
+            replay.launch_eidolon(blocks=eidolon_blocks, **opts)
         cr = None
         if corunner:
             cr = self._launch_corunner(**corunner)

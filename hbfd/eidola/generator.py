@@ -162,3 +162,34 @@ def uniform_delay(*, n_gpus: int, target: int = 0, tiles: int, tile_rows: int, d
                       meta={"generator": "uniform_delay", "delay_ns": delay_ns, "tiles": tiles,
                             "tile_rows": tile_rows, "seq": seq})
     return Trace(hdr, tuple(writes))
+
+
+def per_tile_delay(*, n_gpus: int, target: int = 0, tiles: int, tile_rows: int,
+                   base_ns: Sequence[int], delay_ns: int, seq: int = 1,
+                   base_name: str = "tile_ready") -> Trace:
+    """Every peer's flag (and tile) for tile b becomes visible ``delay_ns`` after ``base_ns[b]``
+    (relative to the target kernel's start). With base_ns = the measured time each target tile is
+    ready to wait (flags released), ``delay_ns`` is the paper's peer delay: how late the peers'
+    data and flags are for the consumer waiting on them (E1 "delay from tile ready")."""
+    if len(base_ns) != tiles:
+        raise ConfigError("need one base time per tile", field="base_ns", got=len(base_ns), tiles=tiles)
+    if not isinstance(delay_ns, int) or delay_ns < 0:
+        raise ConfigError("delay_ns must be a non-negative integer", field="delay_ns", value=delay_ns)
+    bases = [int(b) for b in base_ns]
+    if any(b < 0 for b in bases):
+        raise ConfigError("base times must be >= 0", field="base_ns", value=min(bases))
+    lay = GemvArLayout(n_gpus, tiles, tile_rows)
+    writes: list[TraceWrite] = []
+    for p in range(n_gpus):
+        if p == target:
+            continue
+        for b in range(tiles):
+            w = bases[b] + delay_ns
+            writes.append(TraceWrite(src=p, dst=target, buffer="recv", offset=lay.recv_offset(p, b),
+                                     size=lay.tile_bytes, value=None, wakeup_ns=w))
+            writes.append(TraceWrite(src=p, dst=target, buffer="flags", offset=lay.flag_offset(b, p),
+                                     size=FLAG_SLOT_BYTES, value=seq, wakeup_ns=w, seq=seq))
+    hdr = TraceHeader(n_gpus=n_gpus, target=target, source="synthetic", buffers=lay.buffers(),
+                      meta={"generator": "per_tile_delay", "delay_ns": delay_ns, "base": base_name,
+                            "base_ns": bases, "tiles": tiles, "tile_rows": tile_rows, "seq": seq})
+    return Trace(hdr, tuple(writes))

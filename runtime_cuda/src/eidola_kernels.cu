@@ -4,7 +4,10 @@
  *
  * Kernels:
  *   hbf_eidolon_kernel   engine (a): persistent warps walk the time-sorted WTT and perform the real
- *                        stores at t0 + wakeup - lag, then serve the monitor log.
+ *                        stores at t0 + wakeup - lag, then serve the monitor log (store kind and
+ *                        layout are template parameters; hbe_launch_eidolon_cfg picks one).
+ *   hbf_eidola_timer_probe  %globaltimer update granularity (E0).
+ *   hbf_eidola_tprobe    timing-lab probe: load kind, dependent/pipelined polling, staggered pollers.
  *   hbf_eidola_probe     visibility probe: one thread polls each registered flag in wakeup order
  *                        and records when it first sees the value (lag calibration, enactment
  *                        error of engines a and b).
@@ -33,14 +36,27 @@ static int hbe_check(cudaError_t e, const char* what) {
 #define HBE_TRY(call) do { int _r = hbe_check((call), #call); if (_r) return _r; } while (0)
 
 /* ---------------------------------------------------------------------------------------------- */
-__global__ void hbf_eidolon_kernel(hbf_eidola_state* st) {
-    const uint64_t n = st->n_entries;
-    const uint32_t lane = threadIdx.x & 31u;
-    const uint64_t gwarp = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) >> 5;
-    const uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
-    const uint64_t tmo = hbf_eidola_timeout(st);
+/* Engine (a) eidolon layouts (E0 measures them side by side):
+ *   LANE       one lane per entry, a warp takes 32 consecutive entries (entries due together are
+ *              stored in the same loop iteration: batched); the entry is prefetched into registers
+ *              before the spin, so the store issues right after the timer test passes.
+ *   WARP       a warp takes 32 consecutive entries into registers (one per lane), then lane 0
+ *              alone spins and stores them in wakeup order (no __all_sync in the spin loop; a
+ *              burst of same-time entries is stored back to back).
+ *   LANE_LATE  the pre-2026-11-29 kernel: lane per entry, the entry (addr/value/size) is loaded from
+ *              global memory only once it is due (a cold load between the timer test and the store).
+ * t_enacted[i] = the %globaltimer value (minus t0) that passed the wakeup test, read right before
+ * the store issues (LANE_LATE: read after the late loads, right before the store), so that
+ * t_enacted - (wakeup - lag) is the engine's own issue error. */
+#define HBF_EIDOLON_LANE 0u
+#define HBF_EIDOLON_WARP 1u
+#define HBF_EIDOLON_LANE_LATE 2u
+#define HBF_EIDOLON_LAYOUTS 3u
+
+/* Wait for the target's start. Its blocks race on atomicMin(t0): a later-starting block can win
+ * the race by a few hundred ns, so t0 is re-read once it has been set for 500 ns. */
+static __device__ __forceinline__ uint64_t hbf_eidolon_wait_t0(hbf_eidola_state* st, uint64_t tmo) {
     const uint64_t start = hb_now();
-    /* wait for the target kernel to start */
     uint64_t t0;
     for (;;) {
         t0 = hb_ld_vol(&st->t0);
@@ -48,30 +64,242 @@ __global__ void hbf_eidolon_kernel(hbf_eidola_state* st) {
         if (hb_now() - start > tmo) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xE1D0u);
         __nanosleep(32);
     }
+    const uint64_t seen = hb_now();
+    while (hb_now() - seen < 500) { }
+    return hb_ld_vol(&st->t0);
+}
+
+template <uint32_t SK, uint32_t LAYOUT>
+__global__ void hbf_eidolon_kernel(hbf_eidola_state* st) {
+    const uint64_t n = st->n_entries;
+    if (n == 0) return;
+    const uint32_t lane = threadIdx.x & 31u;
+    const uint64_t gwarp = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) >> 5;
+    const uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    const uint64_t tmo = hbf_eidola_timeout(st);
     const uint64_t* wk = (const uint64_t*)st->t_wakeup;
+    const uint64_t* ta = (const uint64_t*)st->t_addr;
+    const uint64_t* tv = (const uint64_t*)st->t_value;
+    const uint32_t* ts = (const uint32_t*)st->t_size;
+    uint64_t* te = (uint64_t*)st->t_enacted;
     const int64_t lag = st->lag_ns;
+    const uint64_t last_wk = wk[n - 1];             /* sorted by wakeup */
+    const uint64_t t0 = hbf_eidolon_wait_t0(st, tmo);
+    const uint64_t deadline = t0 + last_wk + tmo;
     uint32_t done_count = 0;
-    for (uint64_t c = gwarp; c * 32 < n; c += nwarps) {
-        uint64_t i = c * 32 + lane;
-        bool done = i >= n;
-        uint64_t target = 0;
-        if (!done) {
-            int64_t t = (int64_t)wk[i] - lag;
-            target = t0 + (uint64_t)(t > 0 ? t : 0);
-        }
-        for (;;) {
-            uint64_t now = hb_now();
-            if (!done && now >= target) {
-                hbf_eidola_enact(st, i, t0);
-                done = true;
-                ++done_count;
+    if (LAYOUT == HBF_EIDOLON_WARP) {
+        for (uint64_t c = gwarp; c * 32 < n; c += nwarps) {
+            /* the warp's 32-entry chunk is prefetched into registers (lane j holds entry c*32+j);
+             * lane 0 then enacts them in wakeup order, alone in its spin loop */
+            const uint64_t i = c * 32 + lane;
+            uint64_t addr = 0, value = 0, target = 0;
+            uint32_t size = 4;
+            if (i < n) {
+                const int64_t t = (int64_t)wk[i] - lag;
+                target = t0 + (uint64_t)(t > 0 ? t : 0);
+                addr = ta[i]; value = tv[i]; size = ts[i];
             }
-            if (__all_sync(0xffffffffu, done)) break;
-            if (now - t0 > tmo + wk[n - 1]) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xE1D1u);
+            const uint32_t cnt = (uint32_t)(n - c * 32 < 32 ? n - c * 32 : 32);
+            for (uint32_t j = 0; j < cnt; ++j) {
+                const uint64_t a = __shfl_sync(0xffffffffu, addr, j);
+                const uint64_t v = __shfl_sync(0xffffffffu, value, j);
+                const uint32_t sz = __shfl_sync(0xffffffffu, size, j);
+                const uint64_t tg = __shfl_sync(0xffffffffu, target, j);
+                if (lane == 0) {
+                    uint64_t now;
+                    while ((now = hb_now()) < tg)
+                        if (now > deadline) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xE1D1u);
+                    hbf_eidola_store_kind(SK, a, v, sz);
+                    if (te) te[c * 32 + j] = now - t0;
+                    hbf_eidola_mon_service(st, a, v);
+                    ++done_count;
+                }
+                __syncwarp();
+            }
+        }
+    } else {
+        for (uint64_t c = gwarp; c * 32 < n; c += nwarps) {
+            const uint64_t i = c * 32 + lane;
+            bool done = i >= n;
+            uint64_t target = 0, addr = 0, value = 0;
+            uint32_t size = 4;
+            if (!done) {
+                const int64_t t = (int64_t)wk[i] - lag;
+                target = t0 + (uint64_t)(t > 0 ? t : 0);
+                if (LAYOUT == HBF_EIDOLON_LANE) { addr = ta[i]; value = tv[i]; size = ts[i]; }
+            }
+            for (;;) {
+                uint64_t now = hb_now();
+                if (!done && now >= target) {
+                    if (LAYOUT == HBF_EIDOLON_LANE_LATE) {
+                        addr = ta[i]; value = tv[i]; size = ts[i];
+                        now = hb_now();
+                    }
+                    hbf_eidola_store_kind(SK, addr, value, size);
+                    if (te) te[i] = now - t0;
+                    hbf_eidola_mon_service(st, addr, value);
+                    done = true;
+                    ++done_count;
+                }
+                if (__all_sync(0xffffffffu, done)) break;
+                if (now > deadline) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xE1D1u);
+            }
         }
     }
     if (done_count) atomicAdd((unsigned long long*)&st->eidolon_done, (unsigned long long)done_count);
 }
+
+typedef void (*hbf_eidolon_fn)(hbf_eidola_state*);
+#define HBF_EIDOLON_ROW(sk) {hbf_eidolon_kernel<sk, 0u>, hbf_eidolon_kernel<sk, 1u>, hbf_eidolon_kernel<sk, 2u>}
+static const hbf_eidolon_fn g_eidolon[HBF_EIDOLA_ST_KINDS][HBF_EIDOLON_LAYOUTS] = {
+    HBF_EIDOLON_ROW(0u), HBF_EIDOLON_ROW(1u), HBF_EIDOLON_ROW(2u), HBF_EIDOLON_ROW(3u), HBF_EIDOLON_ROW(4u)};
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Timing lab (E0): %globaltimer granularity, and a visibility probe with selectable load kind,
+ * dependent or pipelined polling, and several pollers (one per block, so on different SMs) staggered
+ * in phase. */
+__global__ void hbf_eidola_timer_probe(uint64_t* changes, uint32_t max_changes, uint64_t iters, uint64_t* summary) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    uint64_t last = hb_now();
+    uint64_t c_last = clock64();
+    const uint64_t t_begin = last, c_begin = c_last;
+    uint32_t k = 0;
+    for (uint64_t j = 0; j < iters; ++j) {
+        const uint64_t t = hb_now();
+        if (t != last) {
+            const uint64_t c = clock64();
+            if (k < max_changes) { changes[2 * k] = t - last; changes[2 * k + 1] = c - c_last; }
+            ++k;
+            last = t;
+            c_last = c;
+        }
+    }
+    summary[0] = k;                         /* distinct timer changes seen */
+    summary[1] = iters;                     /* timer reads */
+    summary[2] = last - t_begin;            /* ns spanned */
+    summary[3] = clock64() - c_begin;       /* SM cycles spanned */
+}
+
+#define HBF_TL_LD_ACQ_SYS 0u
+#define HBF_TL_LD_RELAXED_GPU 1u
+#define HBF_TL_LD_VOLATILE 2u
+#define HBF_TL_LD_ACQ_GPU 3u
+#define HBF_TL_LD_KINDS 4u
+#define HBF_TL_DEPTH 8
+
+template <uint32_t LK>
+static __device__ __forceinline__ uint32_t hbf_tl_ld(uint64_t p) {
+    uint32_t v;
+    if (LK == HBF_TL_LD_ACQ_SYS) asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    else if (LK == HBF_TL_LD_RELAXED_GPU) asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    else if (LK == HBF_TL_LD_VOLATILE) asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    else asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* Poll p until it reads e, at most max_polls loads. Every load is stamped with %globaltimer read
+ * right before it issues. On a hit: *hit = stamp of the first load that saw e, *miss = stamp of the
+ * load issued just before it (0 when the very first load hit), *first = stamp of the first load.
+ * PIPE: HBF_TL_DEPTH loads in flight (rolling; each step checks the oldest and re-issues it), so the
+ * sampling interval is ~latency/depth instead of the whole round trip. */
+template <uint32_t LK, uint32_t PIPE>
+static __device__ __forceinline__ bool hbf_tl_poll(uint64_t p, uint32_t e, uint32_t max_polls, uint64_t* hit,
+                                                   uint64_t* miss, uint64_t* first, uint32_t* polls) {
+    uint64_t tmiss = 0;
+    uint32_t k = 0;
+    if constexpr (!PIPE) {
+        *first = hb_now();
+        uint64_t s = *first;
+        for (;;) {
+            const uint32_t v = hbf_tl_ld<LK>(p);
+            ++k;
+            if (v == e) { *hit = s; *miss = tmiss; *polls = k; return true; }
+            if (k >= max_polls) { *polls = k; *miss = s; return false; }
+            tmiss = s;
+            s = hb_now();
+        }
+    } else {
+    uint64_t s[HBF_TL_DEPTH];
+    uint32_t v[HBF_TL_DEPTH];
+#pragma unroll
+    for (int j = 0; j < HBF_TL_DEPTH; ++j) { s[j] = hb_now(); v[j] = hbf_tl_ld<LK>(p); }
+    *first = s[0];
+    k = HBF_TL_DEPTH;
+    for (;;) {
+#pragma unroll
+        for (int j = 0; j < HBF_TL_DEPTH; ++j) {
+            if (v[j] == e) { *hit = s[j]; *miss = tmiss; *polls = k; return true; }
+            tmiss = s[j];
+            s[j] = hb_now();
+            v[j] = hbf_tl_ld<LK>(p);
+        }
+        k += HBF_TL_DEPTH;
+        if (k >= max_polls) { *polls = k; *miss = tmiss; return false; }
+    }
+    }
+}
+
+/* gridDim.x pollers (thread 0 of each block). Each polls every flag i from
+ * t0 + wake[i] - pre_ns + (stagger ? k * period / P : 0) on, where period is the poller's own
+ * sampling interval measured on a scratch word first (meta[k] = {smid, period_ns * 16, t0, polls}).
+ * rec[(k * n + i) * 4 + {0,1,2,3}] = {hit, miss, first} - t0 (miss: 0 = none) and the load count. */
+template <uint32_t LK, uint32_t PIPE>
+__global__ void hbf_eidola_tprobe(hbf_eidola_state* st, const uint64_t* addrs, const uint32_t* expect,
+                                  const uint64_t* wake, uint64_t n, int64_t pre_ns, uint32_t stagger,
+                                  const uint32_t* scratch, uint64_t* rec, uint64_t* meta) {
+    hbf_eidola_kernel_enter(st);
+    if (threadIdx.x != 0) return;
+    const uint32_t k = blockIdx.x, P = gridDim.x;
+    const uint64_t tmo = hbf_eidola_timeout(st);
+    /* settle t0: all pollers (and the eidolon) use the kernel-wide minimum */
+    const uint64_t a0 = hb_now();
+    while (hb_now() - a0 < 1000) { }
+    const uint64_t t0 = hb_ld_vol(&st->t0);
+    uint64_t h, m, f;
+    uint32_t np = 0;
+    const uint32_t W = 256;
+    hbf_tl_poll<LK, PIPE>((uint64_t)scratch, 0xFFFFFFFFu, W, &h, &m, &f, &np);
+    const uint64_t period16 = (hb_now() - f) * 16 / (np ? np : 1);
+    uint32_t smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    uint64_t total = 0;
+    const uint64_t max_polls = 1u << 30;
+    for (uint64_t i = 0; i < n; ++i) {
+        int64_t s = (int64_t)wake[i] - pre_ns + (stagger ? (int64_t)((k * period16) / (16ull * P)) : 0);
+        const uint64_t start = t0 + (uint64_t)(s > 0 ? s : 0);
+        uint64_t now;
+        while ((now = hb_now()) < start)
+            if (now - t0 > tmo) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xB0B2u);
+        uint32_t polls = 0;
+        uint64_t hit = 0, miss = 0, first = 0;
+        for (;;) {
+            uint32_t q = 0;
+            uint64_t hh = 0, mm = 0, ff = 0;
+            const bool ok = hbf_tl_poll<LK, PIPE>(addrs[i], expect[i], 4096, &hh, &mm, &ff, &q);
+            if (polls == 0) first = ff;
+            polls += q;
+            if (ok) { hit = hh; if (mm) miss = mm; break; }
+            miss = mm;   /* the last load that missed (the bracket's lower end carries over) */
+            if (hb_now() - t0 > tmo || polls > max_polls) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xB0B3u);
+        }
+        uint64_t* r = rec + (k * n + i) * 4;
+        r[0] = hit - t0;
+        r[1] = miss ? miss - t0 : 0;
+        r[2] = first - t0;
+        r[3] = polls;
+        total += polls;
+    }
+    meta[4 * k + 0] = smid;
+    meta[4 * k + 1] = period16;
+    meta[4 * k + 2] = t0;
+    meta[4 * k + 3] = total;
+}
+
+typedef void (*hbf_tprobe_fn)(hbf_eidola_state*, const uint64_t*, const uint32_t*, const uint64_t*, uint64_t,
+                              int64_t, uint32_t, const uint32_t*, uint64_t*, uint64_t*);
+static const hbf_tprobe_fn g_tprobe[HBF_TL_LD_KINDS][2] = {
+    {hbf_eidola_tprobe<0u, 0u>, hbf_eidola_tprobe<0u, 1u>}, {hbf_eidola_tprobe<1u, 0u>, hbf_eidola_tprobe<1u, 1u>},
+    {hbf_eidola_tprobe<2u, 0u>, hbf_eidola_tprobe<2u, 1u>}, {hbf_eidola_tprobe<3u, 0u>, hbf_eidola_tprobe<3u, 1u>}};
 
 /* One thread per stream of addresses (sorted by wakeup): poll each until it equals expect[i],
  * record the first-seen time (relative to t0). Calls kernel_enter itself (it is the target). */
@@ -194,9 +422,33 @@ int hbe_stream_create(void** s) {
 int hbe_stream_sync(void* s) { return hbe_check(cudaStreamSynchronize((cudaStream_t)s), "stream sync"); }
 int hbe_stream_destroy(void* s) { return hbe_check(cudaStreamDestroy((cudaStream_t)s), "stream destroy"); }
 
+/* The eidolon configuration used when the caller does not pick one (E0 chose it on the H200:
+ * bench/results/eidola_E0.json "engine_a_chosen"). */
+#ifndef HBF_EIDOLON_DEFAULT_STORE
+#define HBF_EIDOLON_DEFAULT_STORE HBF_EIDOLA_ST_RELAXED_GPU
+#endif
+#ifndef HBF_EIDOLON_DEFAULT_LAYOUT
+#define HBF_EIDOLON_DEFAULT_LAYOUT HBF_EIDOLON_LANE
+#endif
+
+int hbe_eidolon_defaults(int* store_kind, int* layout) {
+    *store_kind = (int)HBF_EIDOLON_DEFAULT_STORE;
+    *layout = (int)HBF_EIDOLON_DEFAULT_LAYOUT;
+    return 0;
+}
+
 /* smem_bytes < 0: the opt-in maximum, so that no other block (which needs at least the 1 KB the
- * system reserves per block) fits beside an eidolon block: its SM is reserved. */
-int hbe_launch_eidolon(hbf_eidola_state* st_dev, int blocks, int threads, int smem_bytes, void* stream) {
+ * system reserves per block) fits beside an eidolon block: its SM is reserved.
+ * store_kind: HBF_EIDOLA_ST_*; layout: HBF_EIDOLON_* (negative: the defaults above). */
+int hbe_launch_eidolon_cfg(hbf_eidola_state* st_dev, int blocks, int threads, int smem_bytes, int store_kind,
+                           int layout, void* stream) {
+    if (store_kind < 0) store_kind = (int)HBF_EIDOLON_DEFAULT_STORE;
+    if (layout < 0) layout = (int)HBF_EIDOLON_DEFAULT_LAYOUT;
+    if (store_kind >= (int)HBF_EIDOLA_ST_KINDS || layout >= (int)HBF_EIDOLON_LAYOUTS) {
+        snprintf(g_err, sizeof g_err, "eidolon: store kind %d / layout %d out of range", store_kind, layout);
+        return 1;
+    }
+    const hbf_eidolon_fn fn = g_eidolon[store_kind][layout];
     if (smem_bytes < 0) {
         int dev = 0, optin = 0;
         HBE_TRY(cudaGetDevice(&dev));
@@ -204,9 +456,30 @@ int hbe_launch_eidolon(hbf_eidola_state* st_dev, int blocks, int threads, int sm
         smem_bytes = optin;
     }
     if (smem_bytes > 48 * 1024)
-        HBE_TRY(cudaFuncSetAttribute(hbf_eidolon_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    hbf_eidolon_kernel<<<blocks, threads, smem_bytes, (cudaStream_t)stream>>>(st_dev);
+        HBE_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    fn<<<blocks, threads, smem_bytes, (cudaStream_t)stream>>>(st_dev);
     return hbe_check(cudaGetLastError(), "launch hbf_eidolon_kernel");
+}
+
+int hbe_launch_eidolon(hbf_eidola_state* st_dev, int blocks, int threads, int smem_bytes, void* stream) {
+    return hbe_launch_eidolon_cfg(st_dev, blocks, threads, smem_bytes, -1, -1, stream);
+}
+
+int hbe_launch_timer_probe(uint64_t* changes, uint32_t max_changes, uint64_t iters, uint64_t* summary, void* stream) {
+    hbf_eidola_timer_probe<<<1, 32, 0, (cudaStream_t)stream>>>(changes, max_changes, iters, summary);
+    return hbe_check(cudaGetLastError(), "launch hbf_eidola_timer_probe");
+}
+
+int hbe_launch_tprobe(hbf_eidola_state* st_dev, const uint64_t* addrs, const uint32_t* expect, const uint64_t* wake,
+                      uint64_t n, int64_t pre_ns, uint32_t stagger, const uint32_t* scratch, uint64_t* rec,
+                      uint64_t* meta, int pollers, int load_kind, int pipelined, void* stream) {
+    if (load_kind < 0 || load_kind >= (int)HBF_TL_LD_KINDS || pollers < 1) {
+        snprintf(g_err, sizeof g_err, "tprobe: load kind %d / pollers %d out of range", load_kind, pollers);
+        return 1;
+    }
+    g_tprobe[load_kind][pipelined ? 1 : 0]<<<pollers, 32, 0, (cudaStream_t)stream>>>(
+        st_dev, addrs, expect, wake, n, pre_ns, stagger, scratch, rec, meta);
+    return hbe_check(cudaGetLastError(), "launch hbf_eidola_tprobe");
 }
 
 int hbe_launch_probe(hbf_eidola_state* st_dev, const uint64_t* addrs, const uint64_t* expect, uint64_t n,

@@ -95,7 +95,7 @@ typedef struct hbf_eidola_state {
     /* --- WTT sorted by wakeup (engine a) --- */
     uint64_t n_entries;
     uint64_t t_addr, t_value, t_size, t_wakeup;   /* u64*, u64*, u32*, u64* */
-    uint64_t t_enacted;            /* u64*: %globaltimer - t0 right after each store */
+    uint64_t t_enacted;            /* u64*: %globaltimer - t0 at each store's issue (see eidola_kernels.cu) */
     /* --- per-address index (engine b; mwait hints) --- */
     uint64_t n_vaddr;
     uint64_t v_addr, v_begin, v_time, v_value, v_init;   /* u64*, u32*(n+1), u64*, u64*, u64* */
@@ -477,6 +477,36 @@ HBF_EIDOLA_DEV void hbf_eidola_store_sized(uint64_t addr, uint64_t value, uint32
     }
 }
 
+/* The enactment store, by kind (E0 measures them side by side; DESIGN §3.7 engine a). The flags
+ * live in device memory of the same GPU as the target, so .gpu scope is morally strong with the
+ * target's .sys-scope loads; .sys is what a real peer over NVLink would use. */
+#define HBF_EIDOLA_ST_RELAXED_SYS 0u
+#define HBF_EIDOLA_ST_RELAXED_GPU 1u
+#define HBF_EIDOLA_ST_RELEASE_GPU 2u
+#define HBF_EIDOLA_ST_RELEASE_SYS 3u
+#define HBF_EIDOLA_ST_VOLATILE 4u
+#define HBF_EIDOLA_ST_KINDS 5u
+
+#define HBF_EIDOLA_ST_SIZED_(sem, addr, value, size)                                                      \
+    switch (size) {                                                                                      \
+    case 1: asm volatile("st." sem ".global.u8 [%0], %1;" ::"l"(addr), "h"((unsigned short)((value) & 0xff)) : "memory"); break; \
+    case 2: asm volatile("st." sem ".global.u16 [%0], %1;" ::"l"(addr), "h"((unsigned short)(value)) : "memory"); break; \
+    case 4: asm volatile("st." sem ".global.u32 [%0], %1;" ::"l"(addr), "r"((uint32_t)(value)) : "memory"); break; \
+    default: asm volatile("st." sem ".global.u64 [%0], %1;" ::"l"(addr), "l"((uint64_t)(value)) : "memory"); break; \
+    }
+
+/* kind is a compile-time constant at every call site in the eidolon kernels (templates), so the
+ * switch folds away. */
+HBF_EIDOLA_DEV void hbf_eidola_store_kind(uint32_t kind, uint64_t addr, uint64_t value, uint32_t size) {
+    switch (kind) {
+    case HBF_EIDOLA_ST_RELAXED_GPU: HBF_EIDOLA_ST_SIZED_("relaxed.gpu", addr, value, size) break;
+    case HBF_EIDOLA_ST_RELEASE_GPU: HBF_EIDOLA_ST_SIZED_("release.gpu", addr, value, size) break;
+    case HBF_EIDOLA_ST_RELEASE_SYS: HBF_EIDOLA_ST_SIZED_("release.sys", addr, value, size) break;
+    case HBF_EIDOLA_ST_VOLATILE: HBF_EIDOLA_ST_SIZED_("volatile", addr, value, size) break;
+    default: HBF_EIDOLA_ST_SIZED_("relaxed.sys", addr, value, size) break;
+    }
+}
+
 HBF_EIDOLA_DEV void hbf_eidola_wake_waiter(hbf_eidola_state* st, uint32_t who) {
     uint32_t gw = (who - 1u) >> 5, lane = (who - 1u) & 31u;
     if (gw < st->n_wake) atomicOr(&((uint32_t*)st->wake)[gw], 1u << lane);
@@ -511,6 +541,8 @@ HBF_EIDOLA_DEV void hbf_eidola_mon_service(hbf_eidola_state* st, uint64_t addr, 
     }
 }
 
+/* Legacy per-entry enactment (entry loaded when due, stamped after the store); the eidolon kernels
+ * in eidola_kernels.cu prefetch the entry and stamp the issue instant instead (E0 compares both). */
 HBF_EIDOLA_DEV void hbf_eidola_enact(hbf_eidola_state* st, uint64_t i, uint64_t t0) {
     uint64_t addr = ((const uint64_t*)st->t_addr)[i];
     uint64_t value = ((const uint64_t*)st->t_value)[i];

@@ -6,6 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
+from hbfcommon.errors import CudaError
 from runtime_cuda import eidola as E
 
 nvcc = shutil.which("nvcc")
@@ -111,3 +112,22 @@ def test_state_mirror_matches_header_fields():
         if m:
             names += [n.strip().split("[")[0] for n in m.group(2).split(",")]
     assert names == [f[0] for f in E.StateMirror._fields_]
+
+
+@needs_nvcc
+def test_eidolon_and_probe_launchers_reject_bad_configs(libpath):
+    """Store kind / layout / probe load kind out of range: a named error before any launch."""
+    try:
+        lib = E.Lib(libpath)
+    except OSError as e:
+        pytest.skip(f"cannot dlopen: {e}")
+    assert lib.so.hbe_launch_eidolon_cfg(None, 2, 128, 0, len(E.STORE_KINDS), 0, None) != 0
+    assert b"store kind" in lib.so.hbe_last_error()
+    assert lib.so.hbe_launch_eidolon_cfg(None, 2, 128, 0, 0, len(E.EIDOLON_LAYOUTS), None) != 0
+    assert lib.so.hbe_launch_tprobe(None, None, None, None, 0, 0, 0, None, None, None, 1,
+                                    len(E.PROBE_LOADS), 0, None) != 0
+    assert b"load kind" in lib.so.hbe_last_error()
+    d = lib.eidolon_defaults()
+    assert d["store"] in E.STORE_KINDS and d["layout"] in E.EIDOLON_LAYOUTS
+    with pytest.raises(CudaError):
+        lib.call("hbe_launch_eidolon_cfg", None, 2, 128, 0, 99, 0, None)

@@ -52,3 +52,30 @@ def test_uniform_delay():
     tr = uniform_delay(n_gpus=256, tiles=2, tile_rows=4, delay_ns=7000)
     assert {w.wakeup_ns for w in tr.writes} == {7000}
     assert len(tr.flag_writes()) == 255 * 2
+
+
+def test_per_tile_delay_offsets_each_tile_from_its_base():
+    from hbfd.eidola.generator import per_tile_delay
+    base = [5000 + 37 * b for b in range(6)]
+    tr = per_tile_delay(n_gpus=4, tiles=6, tile_rows=8, base_ns=base, delay_ns=2500)
+    lay = GemvArLayout(4, 6, 8)
+    flags = list(tr.flag_writes())
+    assert len(flags) == 3 * 6 and len(list(tr.data_writes())) == 3 * 6
+    for p in (1, 2, 3):
+        for b in range(6):
+            f = [w for w in flags if w.src == p and w.offset == lay.flag_offset(b, p)]
+            assert len(f) == 1 and f[0].wakeup_ns == base[b] + 2500 and f[0].value == 1
+    assert tr.header.meta["base"] == "tile_ready" and tr.header.meta["delay_ns"] == 2500
+    # delay 0: the writes land exactly at the base times
+    tr0 = per_tile_delay(n_gpus=2, tiles=6, tile_rows=8, base_ns=base, delay_ns=0)
+    assert sorted(w.wakeup_ns for w in tr0.flag_writes()) == sorted(base)
+
+
+def test_per_tile_delay_rejects_bad_input():
+    from hbfd.eidola.generator import per_tile_delay
+    with pytest.raises(ConfigError):
+        per_tile_delay(n_gpus=2, tiles=3, tile_rows=8, base_ns=[0, 1], delay_ns=0)
+    with pytest.raises(ConfigError):
+        per_tile_delay(n_gpus=2, tiles=2, tile_rows=8, base_ns=[0, 1], delay_ns=-5)
+    with pytest.raises(ConfigError):
+        per_tile_delay(n_gpus=2, tiles=2, tile_rows=8, base_ns=[-1, 1], delay_ns=0)
