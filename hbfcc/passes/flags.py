@@ -126,7 +126,12 @@ def _rewrite(inst: Instruction, width: int) -> Block:
     fn = f"__hb_eidola_ld_flag_u{width}"
     body.append(Instruction(g, "call", (), (ArgList((Symbol("__hb_rv"),)), Symbol(fn),
                                             ArgList((Symbol("__hb_p0"),)))))
-    body.append(Instruction(g, "ld", ("param", f"b{width}"), (dst, Address(Symbol("__hb_rv")))))
+    if g is None:
+        body.append(Instruction(None, "ld", ("param", f"b{width}"), (dst, Address(Symbol("__hb_rv")))))
+    else:   # ld.param cannot be predicated: load unguarded, move under the guard
+        body.append(VarDecl((), "reg", (), f".b{width}", (Declarator("%__hb_fv"),)))
+        body.append(Instruction(None, "ld", ("param", f"b{width}"), (_reg("%__hb_fv"), Address(Symbol("__hb_rv")))))
+        body.append(Instruction(g, "mov", (f"b{width}",), (dst, _reg("%__hb_fv"))))
     return Block(tuple(body))
 
 
@@ -251,8 +256,8 @@ def _count_nonflag(g: Optional[Guard]) -> Block:
 
 def _flush_nonflag(g: Optional[Guard]) -> Block:
     return Block((VarDecl((), "param", (), ".b32", (Declarator("__hb_n0"), Declarator("__hb_n1"))),
-                  Instruction(g, "st", ("param", "b32"), (Address(Symbol("__hb_n0")), _reg(R_NFT))),
-                  Instruction(g, "st", ("param", "b32"), (Address(Symbol("__hb_n1")), _reg(R_NFW))),
+                  Instruction(None, "st", ("param", "b32"), (Address(Symbol("__hb_n0")), _reg(R_NFT))),
+                  Instruction(None, "st", ("param", "b32"), (Address(Symbol("__hb_n1")), _reg(R_NFW))),
                   Instruction(g, "call", (), (Symbol("__hb_eidola_flush_nonflag"),
                                               ArgList((Symbol("__hb_n0"), Symbol("__hb_n1")))))))
 
