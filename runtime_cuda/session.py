@@ -372,11 +372,15 @@ class Session:
                         self._cu.htod(kb[0], ctypes.c_uint32(kslot_base), 4)
                     self._next_kslot += nslots
             infos = {}
+            # an uninstrumented module has no counter slots (-1): its kernels count nothing, and the
+            # slot number must not alias the next instrumented module's
+            def slot(i: int) -> int:
+                return kslot_base + i if instrumented else -1
             for i, (name, adm, reasons) in enumerate(ak):
-                infos[name] = KernelInfo(name, i, kslot_base + i, adm, reasons)
+                infos[name] = KernelInfo(name, i, slot(i), adm, reasons)
             if not ak:
                 for i, name in enumerate(names):
-                    infos[name] = KernelInfo(name, i, kslot_base + i, False, ["no admission artifact"])
+                    infos[name] = KernelInfo(name, i, slot(i), False, ["no admission artifact"])
             b = ModuleBinding(handle, instrumented, kslot_base, infos,
                               str(artifact) if isinstance(artifact, (str, os.PathLike)) else None)
             self.bindings[handle] = b
@@ -546,7 +550,8 @@ class Session:
         names = {}
         for b in self.bindings.values():
             for k in b.kernels.values():
-                names[k.kslot] = k.name
+                if k.kslot >= 0:
+                    names[k.kslot] = k.name
         kernels = {}
         totals = D.kernel_counters_dict(D.hbf_kernel_counters())
         for slot in range(min(self._next_kslot, C.HBF_MAX_KERNEL_SLOTS)):
