@@ -48,7 +48,7 @@ MON_MODES = {"off": 0, "spin": 0, "mesa": 1, "hoare": 2}
 WAIT_MODES = {"spin": 0, "mesa": 1, "hoare": 2}
 # engine (a) eidolon: the enactment store's kind and the kernel layout (eidola_kernels.cu)
 STORE_KINDS = {"relaxed.sys": 0, "relaxed.gpu": 1, "release.gpu": 2, "release.sys": 3, "volatile": 4}
-EIDOLON_LAYOUTS = {"lane": 0, "warp": 1, "lane_late": 2}
+EIDOLON_LAYOUTS = {"lane": 0, "warp": 1, "lane_late": 2, "warp_burst": 3}
 # timing-lab probe loads (hbf_eidola_tprobe)
 PROBE_LOADS = {"acquire.sys": 0, "relaxed.gpu": 1, "volatile": 2, "acquire.gpu": 3}
 FAIL_NAMES = {1: "TIMEOUT", 2: "MONITOR_LOG_FULL", 3: "NEVER_WAKES", 4: "STAGING_FULL", 5: "BAD_SIZE"}

@@ -43,6 +43,9 @@ static int hbe_check(cudaError_t e, const char* what) {
  *   WARP       a warp takes 32 consecutive entries into registers (one per lane), then lane 0
  *              alone spins and stores them in wakeup order (no __all_sync in the spin loop; a
  *              burst of same-time entries is stored back to back).
+ *   WARP_BURST a warp takes 32 consecutive entries into registers; lane 0 alone spins until the
+ *              earliest pending one is due, broadcasts the timer value, and every lane whose entry
+ *              is due stores at once (isolated entries as in WARP, bursts in one instruction).
  *   LANE_LATE  the pre-2026-11-29 kernel: lane per entry, the entry (addr/value/size) is loaded from
  *              global memory only once it is due (a cold load between the timer test and the store).
  * t_enacted[i] = the %globaltimer value (minus t0) that passed the wakeup test, read right before
@@ -51,7 +54,8 @@ static int hbe_check(cudaError_t e, const char* what) {
 #define HBF_EIDOLON_LANE 0u
 #define HBF_EIDOLON_WARP 1u
 #define HBF_EIDOLON_LANE_LATE 2u
-#define HBF_EIDOLON_LAYOUTS 3u
+#define HBF_EIDOLON_WARP_BURST 3u
+#define HBF_EIDOLON_LAYOUTS 4u
 
 /* Wait for the target's start. Its blocks race on atomicMin(t0): a later-starting block can win
  * the race by a few hundred ns, so t0 is re-read once it has been set for 500 ns. */
@@ -117,6 +121,39 @@ __global__ void hbf_eidolon_kernel(hbf_eidola_state* st) {
                 __syncwarp();
             }
         }
+    } else if (LAYOUT == HBF_EIDOLON_WARP_BURST) {
+        for (uint64_t c = gwarp; c * 32 < n; c += nwarps) {
+            const uint64_t i = c * 32 + lane;
+            bool pending = i < n;
+            uint64_t addr = 0, value = 0, target = ~0ull;
+            uint32_t size = 4;
+            if (pending) {
+                const int64_t t = (int64_t)wk[i] - lag;
+                target = t0 + (uint64_t)(t > 0 ? t : 0);
+                addr = ta[i]; value = tv[i]; size = ts[i];
+            }
+            for (;;) {
+                uint64_t mn = pending ? target : ~0ull;
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    const uint64_t x = __shfl_xor_sync(0xffffffffu, mn, o);
+                    mn = x < mn ? x : mn;
+                }
+                if (mn == ~0ull) break;
+                uint64_t now = 0;
+                if (lane == 0)
+                    while ((now = hb_now()) < mn)
+                        if (now > deadline) hbf_eidola_fail(st, HBF_EIDOLA_FAIL_TIMEOUT, 0xE1D1u);
+                now = __shfl_sync(0xffffffffu, now, 0);
+                if (pending && target <= now) {
+                    hbf_eidola_store_kind(SK, addr, value, size);
+                    if (te) te[i] = now - t0;
+                    hbf_eidola_mon_service(st, addr, value);
+                    pending = false;
+                    ++done_count;
+                }
+            }
+        }
     } else {
         for (uint64_t c = gwarp; c * 32 < n; c += nwarps) {
             const uint64_t i = c * 32 + lane;
@@ -150,7 +187,8 @@ __global__ void hbf_eidolon_kernel(hbf_eidola_state* st) {
 }
 
 typedef void (*hbf_eidolon_fn)(hbf_eidola_state*);
-#define HBF_EIDOLON_ROW(sk) {hbf_eidolon_kernel<sk, 0u>, hbf_eidolon_kernel<sk, 1u>, hbf_eidolon_kernel<sk, 2u>}
+#define HBF_EIDOLON_ROW(sk) {hbf_eidolon_kernel<sk, 0u>, hbf_eidolon_kernel<sk, 1u>, hbf_eidolon_kernel<sk, 2u>, \
+                             hbf_eidolon_kernel<sk, 3u>}
 static const hbf_eidolon_fn g_eidolon[HBF_EIDOLA_ST_KINDS][HBF_EIDOLON_LAYOUTS] = {
     HBF_EIDOLON_ROW(0u), HBF_EIDOLON_ROW(1u), HBF_EIDOLON_ROW(2u), HBF_EIDOLON_ROW(3u), HBF_EIDOLON_ROW(4u)};
 
@@ -160,6 +198,8 @@ static const hbf_eidolon_fn g_eidolon[HBF_EIDOLA_ST_KINDS][HBF_EIDOLON_LAYOUTS] 
  * in phase. */
 __global__ void hbf_eidola_timer_probe(uint64_t* changes, uint32_t max_changes, uint64_t iters, uint64_t* summary) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    const uint64_t w0 = hb_now();
+    while (hb_now() - w0 < 2000000ull) { }   /* 2 ms: the SM clock ramps up from idle first */
     uint64_t last = hb_now();
     uint64_t c_last = clock64();
     const uint64_t t_begin = last, c_begin = c_last;
@@ -257,7 +297,7 @@ __global__ void hbf_eidola_tprobe(hbf_eidola_state* st, const uint64_t* addrs, c
     const uint64_t t0 = hb_ld_vol(&st->t0);
     uint64_t h, m, f;
     uint32_t np = 0;
-    const uint32_t W = 256;
+    const uint32_t W = 32;
     hbf_tl_poll<LK, PIPE>((uint64_t)scratch, 0xFFFFFFFFu, W, &h, &m, &f, &np);
     const uint64_t period16 = (hb_now() - f) * 16 / (np ? np : 1);
     uint32_t smid;
@@ -428,7 +468,7 @@ int hbe_stream_destroy(void* s) { return hbe_check(cudaStreamDestroy((cudaStream
 #define HBF_EIDOLON_DEFAULT_STORE HBF_EIDOLA_ST_RELAXED_GPU
 #endif
 #ifndef HBF_EIDOLON_DEFAULT_LAYOUT
-#define HBF_EIDOLON_DEFAULT_LAYOUT HBF_EIDOLON_LANE
+#define HBF_EIDOLON_DEFAULT_LAYOUT HBF_EIDOLON_WARP
 #endif
 
 int hbe_eidolon_defaults(int* store_kind, int* layout) {
