@@ -67,6 +67,8 @@ def marker_line() -> str:
         except HbfError:
             esha = "none"
         line += f" passes {'+'.join(passes)} eidola {esha}"
+    if not knobs.load().occupancy_guard:   # HBFCC_OCCUPANCY_GUARD=0 builds differently
+        line += " occupancy-guard off"
     return line
 
 
@@ -237,6 +239,8 @@ def _ptxas(args: list[str]) -> int:
             elif bcp is not None:
                 log.warning("baseline ptxas on the original PTX failed (exit %d)", bcp.returncode)
         after = parse_ptxas_v(cp.stdout + cp.stderr) if sass else None
+        if k.occupancy_guard and before is not None and after is not None and not res.already_instrumented:
+            res, cp, after = _occupancy_guard(res, in_path, rargs, before, after, cp, user_v)
         ptxas_info = {"path": real, "version": ptxas_version_text(real), "argv": [real] + list(args),
                       "returncode": cp.returncode, "target": arch}
         if res.already_instrumented:
@@ -257,6 +261,47 @@ def _ptxas(args: list[str]) -> int:
         return 0
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _occupancy_guard(res, in_path: str, rargs: list[str], before, after, cp, user_v: bool):
+    """hbfcc/occupancy.py: where the instrumented build holds fewer blocks per SM (by registers) than
+    the plain one, add ``.maxnreg`` to those entries and assemble again. The decision, per entry, goes
+    into the artifact (``occupancy_guard``). A failed guarded build keeps the unguarded one, loudly."""
+    from dataclasses import replace as _replace
+
+    from . import occupancy
+    from .rewrite import write_atomic
+    from .toolchain import parse_ptxas_v, sha256_bytes
+
+    reg = lambda st: {n: f.registers for n, f in st.functions.items()}  # noqa: E731
+    decisions = occupancy.plan(res.text, reg(before), reg(after))
+    caps = {n: d["bound"] for n, d in decisions.items() if d["applied"]}
+    meta = dict(res.meta, occupancy_guard=decisions)
+    if not caps:
+        return _replace(res, meta=meta), cp, after
+    text = occupancy.apply(res.text, caps)
+    write_atomic(Path(in_path), text)
+    cp2 = _run_capture(rargs)
+    if cp2.returncode != 0:
+        log.warning("occupancy guard: ptxas rejected the guarded PTX (exit %d); keeping the unguarded build",
+                    cp2.returncode)
+        write_atomic(Path(in_path), res.text)
+        cp3 = _run_capture(rargs)
+        for d in decisions.values():
+            if d["applied"]:
+                d["applied"], d["reason"] = False, f"guarded build failed (ptxas exit {cp2.returncode})"
+        return _replace(res, meta=meta), cp3, parse_ptxas_v(cp3.stdout + cp3.stderr)
+    if user_v:
+        sys.stdout.write(cp2.stdout)
+        sys.stderr.write(cp2.stderr)
+    after2 = parse_ptxas_v(cp2.stdout + cp2.stderr)
+    for n, d in decisions.items():
+        f = after2.functions.get(n)
+        if d["applied"] and f is not None:
+            d["guarded_registers"] = f.registers
+            d["guarded_spill_store_bytes"] = f.spill_stores
+            d["guarded_spill_load_bytes"] = f.spill_loads
+    return (_replace(res, text=text, transformed_sha256=sha256_bytes(text.encode()), meta=meta), cp2, after2)
 
 
 def _store_dir(k: knobs.Knobs) -> Path:

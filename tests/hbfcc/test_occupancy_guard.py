@@ -1,0 +1,101 @@
+"""Occupancy guard (hbfcc/occupancy.py): an instrumented entry keeps the plain build's blocks per SM."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hbfcc_testutil as U  # noqa: E402
+
+from hbfcc import artifact, occupancy as O  # noqa: E402
+
+FIX = U.REPO / "tests" / "fixtures" / "triton"
+
+
+def test_blocks_per_sm_matches_the_occupancy_rules():
+    # 256 threads = 8 warps: 64 warps/SM -> at most 8 blocks; registers: 65536 / (R * 256)
+    assert O.blocks_per_sm(16, 256) == 8
+    assert O.blocks_per_sm(32, 256) == 8
+    assert O.blocks_per_sm(33, 256) == 6          # 40 after rounding to 8: 65536 / 10240
+    assert O.blocks_per_sm(122, 256) == 2         # 128 allocated
+    assert O.blocks_per_sm(214, 256) == 1
+    assert O.blocks_per_sm(255, 1024) == 0        # does not fit at all
+    assert O.blocks_per_sm(24, 32) == 32          # the 32-blocks limit
+
+
+def test_register_bound_is_the_largest_count_with_equal_occupancy():
+    assert O.register_bound(122, 256) == 128
+    assert O.register_bound(16, 256) == 32
+    assert O.register_bound(200, 256) == 255      # one block either way: no constraint
+    assert O.register_bound(54, 512) == 64
+    for plain, t in ((26, 128), (40, 256), (90, 128), (120, 384)):
+        b = O.register_bound(plain, t)
+        assert b >= plain and O.blocks_per_sm(b, t) == O.blocks_per_sm(plain, t)
+        nxt = b + O.REG_UNIT
+        assert nxt > O.MAX_REGS or O.blocks_per_sm(nxt, t) < O.blocks_per_sm(plain, t)
+
+
+def test_entry_threads_and_apply():
+    ptx = """.version 8.7
+.target sm_90a
+.address_size 64
+.visible .entry a(.param .u64 a_p)
+.reqntid 128, 2, 1
+{
+    ret;
+}
+.visible .entry b(.param .u64 b_p)
+.maxnreg 200
+.maxntid 256
+{
+    ret;
+}
+.entry c()
+{
+    ret;
+}
+"""
+    assert O.entry_threads(ptx) == {"a": 256, "b": 256, "c": None}
+    out = O.apply(ptx, {"a": 64, "b": 128})
+    assert ".reqntid 128, 2, 1\n.maxnreg 64\n" in out
+    assert ".maxnreg 128" in out and ".maxnreg 200" not in out
+    assert out.count(".maxnreg") == 2
+    assert O.apply(ptx, {"b": 255}).count(".maxnreg 200") == 1    # never raised
+    d = O.plan(ptx, {"a": 30, "b": 100, "c": 10}, {"a": 90, "b": 110, "c": 80})
+    assert d["a"]["applied"] and d["a"]["bound"] == 32
+    assert not d["b"]["applied"] and d["b"]["bound"] >= 110
+    assert not d["c"]["applied"] and "not declared" in d["c"]["reason"]
+
+
+@pytest.mark.parametrize("guard", ["1", "0"])
+def test_hbfcc_ptxas_guards_a_triton_matmul(tmp_path, guard):
+    """The Triton matmul (256 threads, 122 registers plain: 2 blocks/SM) instrumented goes above
+    128 registers; the guard caps it at 128 with .maxnreg and says so in the artifact."""
+    src = FIX / "matmul_f16_s3.ptx"
+    U.tool("ptxas")
+    p = tmp_path / "mm.ptx"
+    p.write_text(src.read_text())
+    e = U.env_with(HBFCC_ARTIFACT_DIR=tmp_path / "store", HBFCC_OCCUPANCY_GUARD=guard,
+                   HBFCC_HELPER_PTX=U.real_helper_ptx() or U.fixture_helper_ptx())
+    import subprocess
+    cp = subprocess.run([U.console("hbfcc-ptxas"), "-v", "--gpu-name=sm_90a", str(p), "-o", str(p) + ".o"],
+                        capture_output=True, text=True, env=e, cwd=tmp_path)
+    assert cp.returncode == 0, cp.stderr
+    doc = json.loads(Path(str(p) + ".o.hbfcc.json").read_text())
+    artifact.validate(doc)
+    k = doc["kernels"][0]
+    assert doc["admitted"] and k["ptxas_before"]["registers"] <= 128
+    text = p.read_text()
+    if guard == "1":
+        g = k["occupancy_guard"]
+        assert g["threads_per_block"] == 256 and g["bound"] == 128
+        if g["instrumented_registers"] > 128:      # the real helper: ~210 registers unguarded
+            assert g["applied"] and ".maxnreg 128" in text
+            assert k["ptxas_after"]["registers"] <= 128 and g["guarded_registers"] <= 128
+            import hashlib
+            assert doc["input"]["transformed_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    else:
+        assert "occupancy_guard" not in k and ".maxnreg" not in text
