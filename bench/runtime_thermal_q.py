@@ -84,6 +84,22 @@ def rate_args(buf: int, nwords: int, out: int, iters: int):
     return [ctypes.c_uint64(buf), ctypes.c_uint64(nwords), ctypes.c_uint64(out), ctypes.c_int32(iters)]
 
 
+def timed_launch(s, f, grid, block, args) -> float:
+    """Kernel time (ms) between two CUDA events (driver API) around the session's launch."""
+    from runtime_cuda import cudrv
+    d = cudrv.drv()
+    e0 = cudrv.check(d.cuEventCreate(0), "cuEventCreate")
+    e1 = cudrv.check(d.cuEventCreate(0), "cuEventCreate")
+    cudrv.check(d.cuEventRecord(e0, d.CUstream(0)), "cuEventRecord")
+    s.launch(f, grid, block, args, kernel="rate_instr")
+    cudrv.check(d.cuEventRecord(e1, d.CUstream(0)), "cuEventRecord")
+    s.synchronize()
+    ms = float(cudrv.check(d.cuEventElapsedTime(e0, e1), "cuEventElapsedTime"))
+    d.cuEventDestroy(e0)
+    d.cuEventDestroy(e1)
+    return ms
+
+
 def kc(s) -> dict:
     return s.counters(publish=False)["kernels"]["rate_instr"]
 
@@ -115,8 +131,7 @@ def child_q(source: str) -> dict:
             w = set_override(s, ov)
             b0 = kc(s)
             t = time.perf_counter()
-            s.launch(f, (blocks,), (threads,), rate_args(buf, nwords, out, iters), kernel="rate_instr")
-            s.synchronize()
+            ev_ms = timed_launch(s, f, (blocks,), (threads,), rate_args(buf, nwords, out, iters))
             el = time.perf_counter() - t
             b1 = kc(s)
             req = b1["ops"]["load"]["requests"] - b0["ops"]["load"]["requests"]
@@ -128,6 +143,8 @@ def child_q(source: str) -> dict:
                          "expected_requests": blocks * threads // 32 * iters, "modeled_ns": mod,
                          "modeled_per_request": mod / req if req else None, "expected_per_request": exp,
                          "exact": mod == req * exp, "wait_wall_per_call_ns": wall / calls if calls else None,
+                         "issue_overhead_per_request_ns": (b1["ops"]["load"]["overhead_ns"] - b0["ops"]["load"]["overhead_ns"]) / req if req else None,
+                         "kernel_ms_events": ev_ms, "kernel_ms_floor": iters * exp / 1e6,
                          "wait_calls": calls, "thermal_waits": b1["thermal_waits"] - b0["thermal_waits"],
                          "kernel_s": round(el, 4)})
             log(f"{source} q={q}: {rows[-1]['modeled_per_request']} ns/request (expected {exp})")
