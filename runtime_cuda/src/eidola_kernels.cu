@@ -462,13 +462,17 @@ int hbe_stream_create(void** s) {
 int hbe_stream_sync(void* s) { return hbe_check(cudaStreamSynchronize((cudaStream_t)s), "stream sync"); }
 int hbe_stream_destroy(void* s) { return hbe_check(cudaStreamDestroy((cudaStream_t)s), "stream destroy"); }
 
-/* The eidolon configuration used when the caller does not pick one (E0 chose it on the H200:
- * bench/results/eidola_E0.json "engine_a_chosen"). */
+/* The eidolon configuration used when the caller does not pick one. LANE + relaxed.gpu: measured in
+ * E0 (|err| p95 72 ns) and, as lane/relaxed.sys (same E0 numbers), in E1's 384-flag bursts.
+ * WARP has the smallest issue error for isolated entries but serializes bursts (E1 run 2: 2 warps,
+ * 384 same-time flags land ~20 us late); WARP_BURST is as good as WARP in E0 and stores bursts in
+ * one instruction by construction, but has not been through E1 yet
+ * (bench/results/eidola_E0_timing_lab.json, docs/eidola-timing.md). */
 #ifndef HBF_EIDOLON_DEFAULT_STORE
 #define HBF_EIDOLON_DEFAULT_STORE HBF_EIDOLA_ST_RELAXED_GPU
 #endif
 #ifndef HBF_EIDOLON_DEFAULT_LAYOUT
-#define HBF_EIDOLON_DEFAULT_LAYOUT HBF_EIDOLON_WARP
+#define HBF_EIDOLON_DEFAULT_LAYOUT HBF_EIDOLON_LANE
 #endif
 
 int hbe_eidolon_defaults(int* store_kind, int* layout) {
