@@ -179,7 +179,7 @@ def results_rows(doc: dict, command: str, card: str) -> str:
                f"({p['nonflag_reads_thread_unique']}); counts == kernels' own polls: plain {p['flag_reads_match_polls_all']} "
                f"hand {h['flag_reads_match_polls_all']}; y bitwise: plain {p['all_outputs_bitwise_equal']} hand "
                f"{h['all_outputs_bitwise_equal']}; kernel time plain/hand median {c['kernel_ns_ratio_plain_over_hand_median']:.2f}")
-        out.append(f"| {what} | {num} | {date} | {card} | `{command}` (bench/results/{NAME}) |")
+        out.append(f"| {what} | {num} | {date} | {card} | `{command}` | bench/results/{NAME} |")
     return "\n".join(out)
 
 

@@ -247,7 +247,9 @@ def test_guarded_load_counts_lanes_whose_guard_holds(env):
     assert "vote.sync.ballot.b32 \t%__hb_nm, %p1, %__hb_nm;" in r.text.replace("\t\t", "\t")
     assert "vote.sync.ballot.b32 \t%__hb_nm, !%p1, %__hb_nm;" in r.text.replace("\t\t", "\t")
     assert "@%p1 add.u32 \t%__hb_nft" in r.text and "@!%p1 add.u32 \t%__hb_nft" in r.text
-    assert r.text.count("call \t__hb_eidola_flush_nonflag") == 2      # before both rets, guarded alike
+    # before both rets, guarded alike, in the instrumented and in the native version (the timing pass
+    # keeps a copy of the flags-rewritten body for launches with nothing registered)
+    assert r.text.count("call \t__hb_eidola_flush_nonflag") == 4
     assert "@%p1 call \t__hb_eidola_flush_nonflag" in r.text
     assert r.meta["timing"]["functions"][0]["admitted"]
     U.assemble(r.text)
@@ -334,19 +336,19 @@ def test_plain_gemv_counts_match_hand_on_gpu(tmp_path, wait):
     shape = E.GarShape(n_gpus=4, M=256, Kl=256, tiles=32)
     g = E.GemvAllReduce(rt, shape)
     rep = E.Replay(rt, [g.flag_region()], arm_slots=shape.tiles * shape.threads)
-    rep.register_trace(uniform_delay(n_gpus=4, tiles=32, tile_rows=8, delay_ns=5000), g.bases())
+    rep.register_trace(uniform_delay(n_gpus=4, tiles=32, tile_rows=8, delay_ns=20000), g.bases())
     rep.install(engine="virtual", mon_mode="off" if wait == "spin" else "hoare")
     hand = g.run_replay(rep, wait=wait, engine="virtual")
     plain = run_plain(pk, g, rep, engine="virtual")
     ref = g.reference_y()
     for o in (hand, plain):
         assert np.array_equal(o["y"].view(np.uint32), ref.view(np.uint32))
-        assert (o["seen_rel"][:, 1:] >= 5000).all() or o is plain   # plain: seen is relative to its block
+    assert (hand["seen_rel"][:, 1:] >= 20000).all()
     ha, pa = hand["accounting"], plain["accounting"]
     assert pa["nonflag_reads_thread"] == ha["nonflag_reads_thread"] > 0
     assert pa["nonflag_reads_warp"] == ha["nonflag_reads_warp"] > 0
     polls = plain["polls"][:, 1:].astype(np.int64)
     assert pa["flag_reads_thread"] == (int(polls.sum()) if wait == "spin" else int((2 * polls - 1).sum()))
     assert ha["flag_reads_thread"] == int(hand["polls"][:, 1:].astype(np.int64).sum())
-    if wait == "hoare":
-        assert pa["monitor_arms"] >= 1 and pa["mwait_calls"] >= 1
+    if wait == "hoare":   # 20 us: past the compute phase, every waiting lane parks (arms; the hit ones skip mwait)
+        assert pa["monitor_arms"] >= 1 and pa["mwait_calls"] <= pa["monitor_arms"]
