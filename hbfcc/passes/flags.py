@@ -67,6 +67,9 @@ SIGNATURES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "__hb_eidola_monitor": ((32,), (64, 32, 64)),
     "__hb_eidola_mwait": ((), (64,)),
     "__hb_eidola_flush_nonflag": ((), (32, 32)),
+    "__hb_eidola_ld_flag32_acct": ((64,), (64,)),
+    "__hb_eidola_count_flag_other": ((), (32, 32, 32)),
+    "__hb_eidola_flush_flag": ((), (32, 32, 32, 32)),
 }
 PROTOTYPES = {
     "__hb_eidola_ld_flag_u32": ".weak .func (.param .b32 func_retval0) __hb_eidola_ld_flag_u32(.param .b64 addr);",
@@ -77,6 +80,11 @@ PROTOTYPES = {
     "__hb_eidola_mwait": ".weak .func __hb_eidola_mwait(.param .b64 addr);",
     "__hb_eidola_flush_nonflag": ".weak .func __hb_eidola_flush_nonflag(.param .b32 thread_reads, "
                                  ".param .b32 warp_reads);",
+    "__hb_eidola_ld_flag32_acct": ".weak .func (.param .b64 func_retval0) __hb_eidola_ld_flag32_acct(.param .b64 addr);",
+    "__hb_eidola_count_flag_other": ".weak .func __hb_eidola_count_flag_other(.param .b32 klass, .param .b32 lead, "
+                                    ".param .b32 virt);",
+    "__hb_eidola_flush_flag": ".weak .func __hb_eidola_flush_flag(.param .b32 klass, .param .b32 thread_reads, "
+                              ".param .b32 warp_reads, .param .b32 virtual_loads);",
 }
 STATE_GLOBAL = "__hb_eidola_state"
 
@@ -84,6 +92,8 @@ _SEMANTICS = {"volatile", "acquire", "relaxed"}
 _SIZES = {"u32": 32, "b32": 32, "s32": 32, "u64": 64, "b64": 64, "s64": 64}
 _OTHER_SPACES = {"shared", "local", "const", "param", "tex"}
 R_NFT, R_NFW = "%__hb_nft", "%__hb_nfw"           # per-thread non-flag counters (function scope)
+R_FK, R_FT, R_FW, R_FV = "%__hb_fk", "%__hb_ft", "%__hb_fw", "%__hb_fv"   # flag class, reads, warp-insts, virtual
+COUNTER_REGS = (R_NFT, R_NFW, R_FK, R_FT, R_FW, R_FV)
 
 
 def flag_load_width(inst: Instruction) -> Optional[int]:
@@ -132,6 +142,59 @@ def _rewrite(inst: Instruction, width: int) -> Block:
         body.append(VarDecl((), "reg", (), f".b{width}", (Declarator("%__hb_fv"),)))
         body.append(Instruction(None, "ld", ("param", f"b{width}"), (_reg("%__hb_fv"), Address(Symbol("__hb_rv")))))
         body.append(Instruction(g, "mov", (f"b{width}",), (dst, _reg("%__hb_fv"))))
+    return Block(tuple(body))
+
+
+def _rewrite_acct(inst: Instruction) -> Block:
+    """A 32-bit flag load through __hb_eidola_ld_flag32_acct, its accounting kept in registers:
+    the call returns value | klass << 32 | virtual << 40 | lead << 41 | ran << 42."""
+    dst, addr = inst.operands
+    g = inst.guard
+    R = _reg
+    I = Immediate  # noqa: E741
+    P = lambda n: Guard(R(n))  # noqa: E731
+    body: list[Statement] = [
+        VarDecl((), "reg", (), ".b64", (Declarator("%__hb_fa"), Declarator("%__hb_fr"))),
+        VarDecl((), "reg", (), ".b32", tuple(Declarator(n) for n in ("%__hb_fi", "%__hb_fc", "%__hb_fx", "%__hb_fl",
+                                                                     "%__hb_fo"))),
+        VarDecl((), "reg", (), ".pred", tuple(Declarator(n) for n in ("%__hb_pa", "%__hb_pz", "%__hb_pf",
+                                                                      "%__hb_ps", "%__hb_po")))]
+    body += _addr_code(addr, "%__hb_fa")
+    body += [VarDecl((), "param", (), ".b64", (Declarator("__hb_p0"), Declarator("__hb_rv"))),
+             Instruction(None, "st", ("param", "b64"), (Address(Symbol("__hb_p0")), R("%__hb_fa"))),
+             Instruction(g, "call", (), (ArgList((Symbol("__hb_rv"),)), Symbol("__hb_eidola_ld_flag32_acct"),
+                                         ArgList((Symbol("__hb_p0"),)))),
+             Instruction(None, "ld", ("param", "b64"), (R("%__hb_fr"), Address(Symbol("__hb_rv"))))]
+    if g is not None:   # lanes whose guard is false did not call: nothing to count (ran bit 0)
+        body.append(Instruction(Guard(g.reg, not g.negated), "mov", ("b64",), (R("%__hb_fr"), I("0"))))
+    body += [Instruction(g, "cvt", ("u32", "u64"), (dst, R("%__hb_fr"))),
+             Instruction(None, "shr", ("u64",), (R("%__hb_fr"), R("%__hb_fr"), I("32"))),
+             Instruction(None, "cvt", ("u32", "u64"), (R("%__hb_fi"), R("%__hb_fr"))),
+             Instruction(None, "and", ("b32",), (R("%__hb_fc"), R("%__hb_fi"), I("255"))),
+             Instruction(None, "bfe", ("u32",), (R("%__hb_fx"), R("%__hb_fi"), I("8"), I("1"))),
+             Instruction(None, "bfe", ("u32",), (R("%__hb_fl"), R("%__hb_fi"), I("9"), I("1"))),
+             Instruction(None, "bfe", ("u32",), (R("%__hb_fo"), R("%__hb_fi"), I("10"), I("1"))),
+             Instruction(None, "setp", ("ne", "u32"), (R("%__hb_pa"), R("%__hb_fo"), I("0"))),
+             # not in a flag range: a non-flag read
+             Instruction(None, "setp", ("eq", "and", "u32"), (R("%__hb_pz"), R("%__hb_fc"), I("0"), R("%__hb_pa"))),
+             Instruction(P("%__hb_pz"), "add", ("u32",), (R(R_NFT), R(R_NFT), I("1"))),
+             Instruction(P("%__hb_pz"), "add", ("u32",), (R(R_NFW), R(R_NFW), R("%__hb_fl"))),
+             # a flag read: the thread's class is the first one it reads
+             Instruction(None, "setp", ("ne", "and", "u32"), (R("%__hb_pf"), R("%__hb_fc"), I("0"), R("%__hb_pa"))),
+             Instruction(None, "setp", ("eq", "and", "u32"), (R("%__hb_ps"), R(R_FK), I("0"), R("%__hb_pf"))),
+             Instruction(P("%__hb_ps"), "mov", ("b32",), (R(R_FK), R("%__hb_fc"))),
+             Instruction(None, "setp", ("eq", "and", "u32"), (R("%__hb_ps"), R(R_FK), R("%__hb_fc"), R("%__hb_pf"))),
+             Instruction(P("%__hb_ps"), "add", ("u32",), (R(R_FT), R(R_FT), I("1"))),
+             Instruction(P("%__hb_ps"), "add", ("u32",), (R(R_FW), R(R_FW), R("%__hb_fl"))),
+             Instruction(P("%__hb_ps"), "add", ("u32",), (R(R_FV), R(R_FV), R("%__hb_fx"))),
+             # another class in the same thread: counted at once
+             Instruction(None, "setp", ("ne", "and", "u32"), (R("%__hb_po"), R(R_FK), R("%__hb_fc"), R("%__hb_pf"))),
+             VarDecl((), "param", (), ".b32", (Declarator("__hb_o0"), Declarator("__hb_o1"), Declarator("__hb_o2"))),
+             Instruction(None, "st", ("param", "b32"), (Address(Symbol("__hb_o0")), R("%__hb_fc"))),
+             Instruction(None, "st", ("param", "b32"), (Address(Symbol("__hb_o1")), R("%__hb_fl"))),
+             Instruction(None, "st", ("param", "b32"), (Address(Symbol("__hb_o2")), R("%__hb_fx"))),
+             Instruction(P("%__hb_po"), "call", (), (Symbol("__hb_eidola_count_flag_other"),
+                                                     ArgList((Symbol("__hb_o0"), Symbol("__hb_o1"), Symbol("__hb_o2")))))]
     return Block(tuple(body))
 
 
@@ -254,12 +317,19 @@ def _count_nonflag(g: Optional[Guard]) -> Block:
     return Block(tuple(body))
 
 
-def _flush_nonflag(g: Optional[Guard]) -> Block:
-    return Block((VarDecl((), "param", (), ".b32", (Declarator("__hb_n0"), Declarator("__hb_n1"))),
-                  Instruction(None, "st", ("param", "b32"), (Address(Symbol("__hb_n0")), _reg(R_NFT))),
-                  Instruction(None, "st", ("param", "b32"), (Address(Symbol("__hb_n1")), _reg(R_NFW))),
-                  Instruction(g, "call", (), (Symbol("__hb_eidola_flush_nonflag"),
-                                              ArgList((Symbol("__hb_n0"), Symbol("__hb_n1")))))))
+def _flush_nonflag(g: Optional[Guard], flags: bool = False) -> Block:
+    body: list[Statement] = [
+        VarDecl((), "param", (), ".b32", (Declarator("__hb_n0"), Declarator("__hb_n1"))),
+        Instruction(None, "st", ("param", "b32"), (Address(Symbol("__hb_n0")), _reg(R_NFT))),
+        Instruction(None, "st", ("param", "b32"), (Address(Symbol("__hb_n1")), _reg(R_NFW))),
+        Instruction(g, "call", (), (Symbol("__hb_eidola_flush_nonflag"), ArgList((Symbol("__hb_n0"), Symbol("__hb_n1")))))]
+    if flags:
+        names = ("__hb_g0", "__hb_g1", "__hb_g2", "__hb_g3")
+        body.append(VarDecl((), "param", (), ".b32", tuple(Declarator(n) for n in names)))
+        for n, r in zip(names, (R_FK, R_FT, R_FW, R_FV)):
+            body.append(Instruction(None, "st", ("param", "b32"), (Address(Symbol(n)), _reg(r))))
+        body.append(Instruction(g, "call", (), (Symbol("__hb_eidola_flush_flag"), ArgList(tuple(Symbol(n) for n in names)))))
+    return Block(tuple(body))
 
 
 def _walk(body: tuple[Statement, ...], report: dict, fname: str, fstate: dict) -> tuple[Statement, ...]:
@@ -279,26 +349,29 @@ def _walk(body: tuple[Statement, ...], report: dict, fname: str, fstate: dict) -
             w = flag_load_width(st)
             if w is not None:
                 report["sites"].append({"kernel": fname, "load": st.mnemonic, "width": w, "line": st.line})
-                used.add(f"__hb_eidola_ld_flag_u{w}")
-                out.append(_rewrite(st, w))
+                if w == 32 and report.get("count_nonflag"):   # accounting in registers
+                    used.update({"__hb_eidola_ld_flag32_acct", "__hb_eidola_count_flag_other"})
+                    fstate["flag_sites"] += 1
+                    out.append(_rewrite_acct(st))
+                else:
+                    used.add(f"__hb_eidola_ld_flag_u{w}")
+                    out.append(_rewrite(st, w))
                 continue
             if report.get("count_nonflag") and is_nonflag_global_read(st):
                 fstate["nonflag_sites"] += 1
                 out.append(_count_nonflag(st.guard))
-            elif report.get("count_nonflag") and st.opcode in ("ret", "exit"):
-                fstate["exits"].append(len(out))
         out.append(st)
     return tuple(out)
 
 
-def _insert_flushes(body: tuple[Statement, ...]) -> tuple[Statement, ...]:
+def _insert_flushes(body: tuple[Statement, ...], flags: bool) -> tuple[Statement, ...]:
     out: list[Statement] = []
     for st in body:
         if isinstance(st, Block):
-            out.append(Block(_insert_flushes(st.body)))
+            out.append(Block(_insert_flushes(st.body, flags)))
             continue
         if isinstance(st, Instruction) and st.opcode in ("ret", "exit"):
-            out.append(_flush_nonflag(st.guard))
+            out.append(_flush_nonflag(st.guard, flags))
         out.append(st)
     return tuple(out)
 
@@ -308,7 +381,9 @@ def prototypes(names) -> list[Function]:
     b = lambda w, n: Param("param", f".b{w}", n)  # noqa: E731
     pnames = {"__hb_eidola_ld_flag_u32": ("addr",), "__hb_eidola_ld_flag_u64": ("addr",),
               "__hb_eidola_kernel_enter": (), "__hb_eidola_monitor": ("addr", "nbytes", "wake"),
-              "__hb_eidola_mwait": ("addr",), "__hb_eidola_flush_nonflag": ("thread_reads", "warp_reads")}
+              "__hb_eidola_mwait": ("addr",), "__hb_eidola_flush_nonflag": ("thread_reads", "warp_reads"),
+              "__hb_eidola_ld_flag32_acct": ("addr",), "__hb_eidola_count_flag_other": ("klass", "lead", "virt"),
+              "__hb_eidola_flush_flag": ("klass", "thread_reads", "warp_reads", "virtual_loads")}
     out = []
     for n in sorted(names):
         rets, params = SIGNATURES[n]
@@ -336,16 +411,19 @@ def flags_pass(module: Module, meta: dict, *, mwait: Optional[bool] = None, coun
     entries = []
     for it in module.items:
         if isinstance(it, Function) and it.body is not None and not it.name.startswith("__hb_"):
-            fstate: dict = {"used": set(), "nonflag_sites": 0, "exits": []}
+            fstate: dict = {"used": set(), "nonflag_sites": 0, "flag_sites": 0}
             body = _walk(it.body, report, it.name, fstate)
-            if fstate["nonflag_sites"]:
-                body = _insert_flushes(body)
-                decl = VarDecl((), "reg", (), ".b32", (Declarator(R_NFT), Declarator(R_NFW)))
-                init = Block((Instruction(None, "mov", ("u32",), (_reg(R_NFT), Immediate("0"))),
-                              Instruction(None, "mov", ("u32",), (_reg(R_NFW), Immediate("0")))))
+            if fstate["nonflag_sites"] or fstate["flag_sites"]:
+                flags_too = fstate["flag_sites"] > 0
+                body = _insert_flushes(body, flags_too)
+                decl = VarDecl((), "reg", (), ".b32", tuple(Declarator(r) for r in COUNTER_REGS))
+                init = Block(tuple(Instruction(None, "mov", ("u32",), (_reg(r), Immediate("0"))) for r in COUNTER_REGS))
                 body = (decl, init) + body
                 fstate["used"].add("__hb_eidola_flush_nonflag")
-                nonflag[it.name] = fstate["nonflag_sites"]
+                if flags_too:
+                    fstate["used"].add("__hb_eidola_flush_flag")
+                if fstate["nonflag_sites"]:
+                    nonflag[it.name] = fstate["nonflag_sites"]
             if it.is_entry:
                 enter = Instruction(None, "call", (), (Symbol("__hb_eidola_kernel_enter"), ArgList(())))
                 body = (Block((enter,)),) + body

@@ -115,7 +115,8 @@ def test_flags_pipeline_admitted_linked_assembles(env, spin_ptx, passes):
     assert fl["rewritten_loads"] >= 2 and fl["entries"] == ["k", "k2"]   # the peeled first poll too
     assert fl["spin_loops_parked"] == (1 if "mwait" in passes else 0)
     funcs = {f["name"]: f for f in r.meta["timing"]["functions"]}
-    assert "__hb_eidola_ld_flag_u32" in funcs["k"]["calls"] and "__hb_eidola_kernel_enter" in funcs["k"]["calls"]
+    assert "__hb_eidola_ld_flag32_acct" in funcs["k"]["calls"] and "__hb_eidola_kernel_enter" in funcs["k"]["calls"]
+    assert {"__hb_eidola_flush_flag", "__hb_eidola_flush_nonflag"} <= set(funcs["k"]["calls"])
     assert all(f["admitted"] for f in funcs.values()), {n: f["not_admitted_reasons"] for n, f in funcs.items()}
     assert all(not f["external_calls"] for f in funcs.values())
     # linked: every eidola function called is defined once, the state global once, all weak
@@ -155,7 +156,7 @@ def test_other_external_calls_still_refuse_admission(env):
     k = r.meta["timing"]["functions"][0]
     assert k["admitted"] is False
     assert k["not_admitted_reasons"] == ["calls external function foo (not seen by this rewrite)"]
-    assert "__hb_eidola_ld_flag_u32" in k["calls"]
+    assert "__hb_eidola_ld_flag32_acct" in k["calls"]
 
 
 def test_without_the_helper_the_flags_pass_fails_loudly(monkeypatch, env, spin_ptx, tmp_path):
@@ -177,7 +178,7 @@ def test_wrong_helper_signature_is_refused(monkeypatch, env, spin_ptx, tmp_path)
 def test_link_skips_functions_the_module_already_defines(env, spin_ptx):
     r = rewrite_text(spin_ptx, passes=("timing", "flags"))
     again = H.link_eidola_text(r.text, H.load_eidola_helper(), module_names=[])
-    n = lambda t: sum(1 for it in H.split_top_level(t) if it.kind == "func" and it.name == "__hb_eidola_ld_flag_u32")  # noqa: E731
+    n = lambda t: sum(1 for it in H.split_top_level(t) if it.kind == "func" and it.name == "__hb_eidola_ld_flag32_acct")  # noqa: E731
     assert n(again) == n(r.text) == 1
     U.assemble(again)
 
@@ -208,12 +209,13 @@ def test_nonflag_counting_sites_and_flushes(spin_ptx):
         if f.body is None or f.name not in meta["flags"]["nonflag_sites"]:
             continue
         assert _count_blocks(f.body) == n_global[f.name]
-        # a flush before every ret/exit, with the same guard
+        # both flushes before every ret/exit, with the same guard
         flat = list(f.instructions())
         for i, ins in enumerate(flat):
             if ins.opcode in ("ret", "exit"):
-                call = flat[i - 1]
-                assert call.opcode == "call" and "__hb_eidola_flush_nonflag" in str(call) and call.guard == ins.guard
+                calls = [x for x in flat[max(0, i - 12):i] if x.opcode == "call"]
+                assert [c.operands[0].name for c in calls[-2:]] == ["__hb_eidola_flush_nonflag", "__hb_eidola_flush_flag"]
+                assert all(c.guard == ins.guard for c in calls[-2:])
     assert "%lanemask_eq" in print_module(out)
 
 
