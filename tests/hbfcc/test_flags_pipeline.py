@@ -253,6 +253,7 @@ def test_guarded_load_counts_lanes_whose_guard_holds(env):
     # keeps a copy of the flags-rewritten body for launches with nothing registered)
     assert r.text.count("call \t__hb_eidola_flush_nonflag") == 4
     assert "@%p1 call \t__hb_eidola_flush_nonflag" in r.text
+    assert "@!%p1 mov.b64 \t%__hb_fr, 0;" in r.text            # lanes that did not load count nothing
     assert r.meta["timing"]["functions"][0]["admitted"]
     U.assemble(r.text)
 
@@ -295,6 +296,24 @@ def test_rewrite_cli_passes_option(env, spin_ptx, tmp_path):
     assert doc["passes"] == ["timing", "flags", "mwait"] and doc["admitted"] is True
     assert doc["flags"]["spin_loops_parked"] == 1
     U.assemble((tmp_path / "o.ptx").read_text())
+
+
+def test_ptxas_entry_point_triton_style(env, spin_ptx, tmp_path):
+    """hbfcc-ptxas (TRITON_PTXAS_PATH) with HBFCC_PASSES: rewritten, admitted, artifact in the store
+    under the ORIGINAL PTX's sha256 (what runtime_cuda looks up for a Triton kernel)."""
+    (tmp_path / "k.ptx").write_text(spin_ptx)
+    e = U.env_with(HBFCC_EIDOLA_HELPER_PTX=env["eidola"], HBFCC_HELPER_PTX=env["helper"],
+                   HBFCC_ARTIFACT_DIR=tmp_path / "store", HBFCC_PASSES="timing,flags")
+    cp = subprocess.run([sys.executable, "-m", "hbfcc.cli", "ptxas", "-arch=sm_90a", "k.ptx", "-o", "k.cubin"],
+                        capture_output=True, text=True, env=e, cwd=tmp_path)
+    assert cp.returncode == 0, cp.stderr
+    assert (tmp_path / "k.cubin").stat().st_size > 0
+    doc = json.loads((tmp_path / "store" / f"{hashlib.sha256(spin_ptx.encode()).hexdigest()}.hbfcc.json").read_text())
+    assert doc["passes"] == ["timing", "flags"] and doc["admitted"] is True
+    assert doc["eidola_helper"]["sha256"] == hashlib.sha256(Path(env["eidola"]).read_bytes()).hexdigest()
+    ver = subprocess.run([sys.executable, "-m", "hbfcc.cli", "ptxas", "--version"], capture_output=True, text=True,
+                         env=e).stdout
+    assert "passes timing+flags eidola" in ver
 
 
 def test_nvcc_entry_point_builds_the_plain_gemv(env, tmp_path):
