@@ -32,6 +32,11 @@ Issue is not consumption (DESIGN.md §3.3):
   writes are refused with a precise reason; the kernel is then not admitted.
 * ``__hb_kernel_enter(k)`` at the top of each ``.entry``, ``__hb_kernel_exit(k)`` before its
   ``ret``/``exit``.
+* Code versioning: every function with access sites keeps an untouched copy of its original body
+  (labels renamed ``*_hbn``, its own declarations shared) after the instrumented one; right after the
+  prologue, a launch with nothing registered (span == 0, which includes a detached module) branches
+  to it uniformly. The native path therefore runs the plain instruction stream; only the register
+  count (one per kernel) is shared, which hbfcc-ptxas's occupancy guard (hbfcc/occupancy.py) bounds.
 """
 from __future__ import annotations
 
@@ -47,7 +52,7 @@ from hbfcommon.errors import RewriteError
 from hbfcc import helpers as H
 from hbfcc.ptx.model import (Address, ArgList, Block, Comment, Declarator, Directive, Function,
                              Guard, Immediate, Instruction, Label, LabelRef, Module, Negated, Param, Register, Statement,
-                             Symbol, VarDecl, walk)
+                             Symbol, VarDecl, Vector, walk)
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +78,7 @@ NATIVE_SPACES = ("shared", "shared::cta", "shared::cluster", "local", "param", "
 R_ADDR, R_TMP, R_DRAIN, R_FLAGS, R_PRED, R_NOW = "%__hb_a", "%__hb_t", "%__hb_d", "%__hb_fl", "%__hb_q", "%__hb_w"
 R_FUT, R_GRP = "%__hb_f", "%__hb_g"
 R_STATE, R_OFF, R_ZERO = "%__hb_s", "%__hb_off", "%__hb_z"
-R_LO, R_SPAN, R_BAND, R_OUT = "%__hb_lo", "%__hb_span", "%__hb_b", "%__hb_o"
+R_LO, R_SPAN, R_BAND, R_OUT, R_NONE = "%__hb_lo", "%__hb_span", "%__hb_b", "%__hb_o", "%__hb_n"
 STATE_GLOBAL = "__hb_state"
 
 
@@ -438,6 +443,7 @@ class FunctionReport:
     external_calls: list[str] = field(default_factory=list)
     admitted: bool = True
     not_admitted_reasons: list[str] = field(default_factory=list)
+    native_version: bool = False     # an untouched copy runs when nothing is registered
 
     def count(self, d: Decision) -> None:
         c = self.classes.setdefault(d.cls, {"count": 0, "rewritten": 0, "native": 0, "refused": 0})
@@ -452,7 +458,7 @@ class FunctionReport:
                 "classes": self.classes, "refused": self.refused, "native_reasons": self.native_reasons,
                 "sites": self.sites, "waits": self.waits, "drains": self.drains,
                 "cp_async_window": self.cp_async_window, "calls": self.calls,
-                "external_calls": self.external_calls}
+                "external_calls": self.external_calls, "native_version": self.native_version}
 
 
 class _FunctionRewriter:
@@ -547,10 +553,11 @@ class _FunctionRewriter:
         L = self._label()
         return [_ins("bra", ("uni",), (LabelRef(L),), Guard(_R(R_OFF)))] + body + [Label(L)]
 
-    def _issue(self, inst: Instruction, d: Decision, out_reg: str, out: list[Statement]) -> int:
+    def _issue(self, inst: Instruction, d: Decision, out_reg: str, out: list[Statement],
+               tail: Optional[list[Statement]] = None) -> int:
         """future = 0; the fast reject inline (hbf_abi.h): the lane calls ``__hb_issue`` only when
-        ``addr - lo < span`` (lo/span read once at entry; span is 0 when detached or when nothing is
-        registered), so the native path costs a subtract, a compare and a branch per access."""
+        ``addr - lo < span`` (lo/span read once at entry), then runs ``tail`` (the join / wait of its
+        future) in the same in-band block."""
         out.append(_ins("mov", ("b64",), (_R(out_reg), _I(0))))
         site = self.node_site[self._node]
         addr = self._addr_code(d, out)
@@ -559,6 +566,8 @@ class _FunctionRewriter:
         out.append(_ins("setp", ("ge", "u64"), (_R(R_OUT), _R(R_BAND), _R(R_SPAN))))
         out.append(_ins("bra", (), (LabelRef(L),), Guard(_R(R_OUT))))
         self._issue_call(inst, d, addr, out_reg, site, out)
+        if tail:
+            out.extend(tail)
         out.append(Label(L))
         return site
 
@@ -646,13 +655,15 @@ class _FunctionRewriter:
                     v = S.get(r)
                     if v:
                         need |= v
+            ws: list[Statement] = []
             for k in (sorted(need) if need else ()):
-                pre.extend(self._wait(f"{R_FUT}{k}", self._site_of_fut(k), g))
+                ws.extend(self._wait(f"{R_FUT}{k}", self._site_of_fut(k), g))
                 self.report.waits += 1
             # 2. drain posted stores
             if _drains(inst):
-                pre.extend(self._wait(R_DRAIN, (self.kidx << 16) | 0xFFFF, g))
+                ws.extend(self._wait(R_DRAIN, (self.kidx << 16) | 0xFFFF, g))
                 self.report.drains += 1
+            pre.extend(ws)
             # 3. kernel exit
             if inst.opcode in ("ret", "exit") and fn.is_entry:
                 pre.extend(self._unless_detached([_call("__hb_kernel_exit", [("b32", _I(self.kidx))], guard=g)]))
@@ -667,20 +678,54 @@ class _FunctionRewriter:
                 self._commit(inst, pre)
             elif fam == "cp.async.wait_group":
                 n = int(inst.operands[0].value) if inst.operands and type(inst.operands[0]) is Immediate else 0
+                ws = []
                 for slot in range(n + 1, self.K + 1):
-                    pre.extend(self._wait(f"{R_GRP}{slot}", (self.kidx << 16) | 0xFFFE, g))
+                    ws.extend(self._wait(f"{R_GRP}{slot}", (self.kidx << 16) | 0xFFFE, g))
+                pre.extend(ws)
             elif fam == "cp.async.wait_all":
+                ws = []
                 for slot in range(0, self.K + 1):
-                    pre.extend(self._wait(f"{R_GRP}{slot}", (self.kidx << 16) | 0xFFFE, g))
+                    ws.extend(self._wait(f"{R_GRP}{slot}", (self.kidx << 16) | 0xFFFE, g))
+                pre.extend(ws)
             if pre:
                 self.pre[path] = pre
         new_body = self._rebuild(body, ())
         new_body = self._prologue(new_body, len(fut_of))
+        new_body = self._with_native_version(new_body, body)
         self.report.admitted = not self.report.refused
         if self.report.refused:
             self.report.not_admitted_reasons.append(
                 f"{len(self.report.refused)} refused memory operation(s)")
         return replace(fn, body=tuple(new_body))
+
+    def _with_native_version(self, new_body: list[Statement], original) -> list[Statement]:
+        """Code versioning: after the prologue, a launch with nothing registered (span == 0, which
+        includes a detached module) branches (uniformly) to an untouched copy of the original body,
+        so the native path runs the plain instruction stream (only the kernel_enter/exit
+        bookkeeping stays). Only the register count is shared with the instrumented version."""
+        if not self.report.sites:
+            return new_body
+        names: set[str] = set()
+        _labels_in(original, names)
+        if self.fn.is_entry:
+            def hook(inst):
+                return self._unless_detached([_call("__hb_kernel_exit", [("b32", _I(self.kidx))], guard=inst.guard)])
+        else:
+            def hook(inst):
+                return []
+        copy = _native_copy(original, names, hook, True)
+        # the branch goes right after the prologue (after kernel_enter)
+        j = next(i for i, st in enumerate(new_body) if type(st) is Label and st.name == self._after_prologue)
+        out = new_body[:j + 1] + [_ins("bra", ("uni",), (LabelRef(_NATIVE_LABEL),), Guard(_R(R_NONE)))] \
+            + new_body[j + 1:]
+        # the instrumented version never falls through into the native one
+        last = next((st for st in reversed(original) if type(st) is Instruction), None)
+        if last is None or last.guard is not None or last.opcode not in ("ret", "exit", "bra", "trap"):
+            end = _ins("ret", (), ())
+            out += hook(end) + [end]
+        out += [Label(_NATIVE_LABEL)] + copy
+        self.report.native_version = True
+        return out
 
     def _site_of_fut(self, k: int) -> int:
         return self.fut_site[k]
@@ -702,27 +747,29 @@ class _FunctionRewriter:
 
     def _site_code(self, inst: Instruction, d: Decision, i: int, fut_of: dict[int, int],
                    pre: list[Statement]) -> None:
+        """The site's code. The join / immediate wait runs inside the in-band block (the future is
+        0 otherwise)."""
         g = inst.guard
+        out: list[Statement] = []
         if d.kind == "load" and i in fut_of:
             k = fut_of[i]
             if g is None:
-                site = self._issue(inst, d, f"{R_FUT}{k}", pre)
+                self._issue(inst, d, f"{R_FUT}{k}", out)
             else:
-                site = self._issue(inst, d, R_TMP, pre)
-                pre.append(_ins("mov", ("b64",), (_R(f"{R_FUT}{k}"), _R(R_TMP)), g))
+                self._issue(inst, d, R_TMP, out)
+                out.append(_ins("mov", ("b64",), (_R(f"{R_FUT}{k}"), _R(R_TMP)), g))
         elif d.kind in ("load", "atomic"):        # wait at once (inactive lanes get future 0)
-            site = self._issue(inst, d, R_NOW, pre)
+            site = self.node_site[self._node]
             w = self._wait(R_NOW, site, None)
             del w[3]                              # R_NOW is rewritten at the next site anyway
-            pre.extend(w)
+            self._issue(inst, d, R_NOW, out, tail=w)
         elif d.kind in ("store", "red"):          # posted
-            self._issue(inst, d, R_TMP, pre)
-            pre.extend(self._join_into(R_DRAIN, R_TMP))
+            self._issue(inst, d, R_TMP, out, tail=self._join_into(R_DRAIN, R_TMP))
         elif d.kind == "cpasync":
-            self._issue(inst, d, R_TMP, pre)
-            pre.extend(self._join_into(f"{R_GRP}0", R_TMP))
+            self._issue(inst, d, R_TMP, out, tail=self._join_into(f"{R_GRP}0", R_TMP))
         else:
             raise RewriteError("internal: unknown site kind", kind=d.kind)
+        pre.extend(out)
 
     def _commit(self, inst: Instruction, pre: list[Statement]) -> None:
         g = inst.guard
@@ -819,7 +866,7 @@ class _FunctionRewriter:
                                            Declarator(R_NOW))),
             VarDecl((), "reg", (), ".b32", (Declarator(R_FLAGS),)),
             VarDecl((), "reg", (), ".pred", (Declarator(R_PRED), Declarator(R_OFF), Declarator(R_ZERO),
-                                             Declarator(R_OUT))),
+                                             Declarator(R_OUT), Declarator(R_NONE))),
             VarDecl((), "reg", (), ".b64", (Declarator(R_STATE), Declarator(R_LO), Declarator(R_SPAN),
                                             Declarator(R_BAND))),
             VarDecl((), "reg", (), ".b64", (Declarator(R_GRP, count=self.K + 1),)),
@@ -832,6 +879,7 @@ class _FunctionRewriter:
             _ins("mov", ("b64",), (_R(R_SPAN), _I(0))),
             _ins("ld", ("global", "u64"), (_R(R_LO), Address(_R(R_STATE))), Guard(_R(R_OFF), True)),
             _ins("ld", ("global", "u64"), (_R(R_SPAN), Address(_R(R_STATE), 8)), Guard(_R(R_OFF), True)),
+            _ins("setp", ("eq", "u64"), (_R(R_NONE), _R(R_SPAN), _I(0))),
             _ins("mov", ("b64",), (_R(R_DRAIN), _I(0)))]
         if nfut:
             decls.append(VarDecl((), "reg", (), ".b64", (Declarator(R_FUT, count=nfut),)))
@@ -839,6 +887,8 @@ class _FunctionRewriter:
         init += [_ins("mov", ("b64",), (_R(f"{R_GRP}{k}"), _I(0))) for k in range(self.K + 1)]
         if self.fn.is_entry:
             init.extend(self._unless_detached([_call("__hb_kernel_enter", [("b32", _I(self.kidx))])]))
+        self._after_prologue = self._label()
+        init.append(Label(self._after_prologue))
         # after the leading declarations of the body
         j = 0
         while j < len(body) and type(body[j]) in (VarDecl, Comment, Directive):
@@ -846,6 +896,58 @@ class _FunctionRewriter:
                 break
             j += 1
         return body[:j] + decls + init + body[j:]
+
+
+_NATIVE_LABEL = "$__hb_native"
+_NATIVE_SUFFIX = "_hbn"
+
+
+def _labels_in(body, out: set[str]) -> None:
+    for st in body:
+        if type(st) is Label:
+            out.add(st.name)
+        elif type(st) is Block:
+            _labels_in(st.body, out)
+
+
+def _relabel_op(op, names: set[str]):
+    t = type(op)
+    if t is LabelRef and op.name in names:
+        return LabelRef(op.name + _NATIVE_SUFFIX)
+    if t is Symbol and op.name in names:
+        return Symbol(op.name + _NATIVE_SUFFIX)
+    if t is ArgList:
+        return ArgList(tuple(_relabel_op(x, names) for x in op.items))
+    if t is Vector:
+        return Vector(tuple(_relabel_op(x, names) for x in op.elems))
+    if t is Address and type(op.base) is Symbol and op.base.name in names:
+        return replace(op, base=Symbol(op.base.name + _NATIVE_SUFFIX))
+    return op
+
+
+def _native_copy(body, names: set[str], exit_hook, top: bool) -> list:
+    """The original body for the native version: labels renamed, the function's own (top-level)
+    declarations left out (the instrumented version above declares them in the same scope), and
+    ``exit_hook(inst)`` statements before every ret/exit."""
+    out: list = []
+    for st in body:
+        t = type(st)
+        if t is VarDecl and top:
+            continue
+        if t is Label:
+            out.append(Label(st.name + _NATIVE_SUFFIX) if st.name in names else st)
+        elif t is Block:
+            out.append(replace(st, body=tuple(_native_copy(st.body, names, exit_hook, False))))
+        elif t is Directive and st.args and any(a in names for a in st.args):
+            out.append(replace(st, args=tuple(a + _NATIVE_SUFFIX if a in names else a for a in st.args)))
+        elif t is Instruction:
+            if st.opcode in ("ret", "exit"):
+                out.extend(exit_hook(st))
+            ops = tuple(_relabel_op(o, names) for o in st.operands)
+            out.append(st if ops == st.operands else replace(st, operands=ops))
+        else:
+            out.append(st)
+    return out
 
 
 def _already_instrumented(module: Module) -> bool:

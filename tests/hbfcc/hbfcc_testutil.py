@@ -178,12 +178,14 @@ def trace(module, fname: str, *, keep_hb_movs: bool = False) -> list[str]:
     operand spacing), helper calls as `wait X` / `issue bytes= flags= site=` / `join A B` /
     `kernel_enter K` / `kernel_exit K` (with their guard), and the hbfcc register moves that
     carry meaning (guarded future updates) when ``keep_hb_movs``."""
-    from hbfcc.ptx.model import Block, Instruction
+    from hbfcc.ptx.model import Block, Instruction, Label
     fn = module.function(fname)
     out: list[str] = []
 
     def rec(body):
         for s in body:
+            if type(s) is Label and s.name == "$__hb_native":
+                raise StopIteration    # the native version (an untouched copy) follows
             if type(s) is Block:
                 ev = _hb_call_event(s)
                 if ev is not None:
@@ -198,5 +200,8 @@ def trace(module, fname: str, *, keep_hb_movs: bool = False) -> list[str]:
                     continue
                 out.append(txt)
 
-    rec(fn.body)
+    try:
+        rec(fn.body)
+    except StopIteration:
+        pass
     return out

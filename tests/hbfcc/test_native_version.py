@@ -1,0 +1,110 @@
+"""Code versioning in the timing pass: a launch with nothing registered runs an untouched copy of the
+original body (the native version), so the native path executes the plain instruction stream."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hbfcc_testutil as U  # noqa: E402
+
+from hbfcc import helpers as H  # noqa: E402
+from hbfcc.passes.timing import timing_pass  # noqa: E402
+from hbfcc.ptx import parse_module, print_module  # noqa: E402
+from hbfcc.ptx.model import Block, Instruction, Label  # noqa: E402
+from hbfcc.rewrite import rewrite_text  # noqa: E402
+
+SRC = """.version 9.0
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 k_p, .param .u32 k_n, .param .u32 k_sel)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<16>;
+    .reg .b64 %rd<16>;
+    .shared .align 4 .b8 smem[512];
+    ld.param.u64 %rd1, [k_p];
+    ld.param.u32 %r1, [k_n];
+    ld.param.u32 %r9, [k_sel];
+    cvta.to.global.u64 %rd2, %rd1;
+    mov.u32 %r2, 0;
+    mov.u32 %r3, 0;
+$L_loop:
+    mul.wide.u32 %rd3, %r2, 4;
+    add.s64 %rd4, %rd2, %rd3;
+    ld.global.u32 %r4, [%rd4];
+    add.u32 %r3, %r3, %r4;
+    st.shared.u32 [smem], %r3;
+    add.u32 %r2, %r2, 1;
+    setp.lt.u32 %p1, %r2, %r1;
+    @%p1 bra $L_loop;
+    {
+        .reg .b32 %t;
+        ts: .branchtargets $L_a, $L_b;
+        brx.idx %r9, ts;
+    }
+$L_a:
+    add.u32 %r3, %r3, 7;
+    bra.uni $L_end;
+$L_b:
+    add.u32 %r3, %r3, 9;
+$L_end:
+    st.global.u32 [%rd2+4], %r3;
+    ret;
+}
+
+.visible .entry nosite(.param .u32 q)
+{
+    .reg .b32 %r<2>;
+    ld.param.u32 %r1, [q];
+    ret;
+}
+"""
+
+
+def _insts(body, out, stop_at=None, start_at=None):
+    on = start_at is None
+    for s in body:
+        if type(s) is Label and s.name == start_at:
+            on = True
+            continue
+        if type(s) is Label and s.name == stop_at:
+            break
+        if type(s) is Block:
+            if on:
+                _insts(s.body, out)
+        elif type(s) is Instruction and on:
+            out.append(" ".join(str(s).split()))
+    return out
+
+
+def test_native_version_is_the_original_body():
+    orig = parse_module(SRC)
+    meta: dict = {}
+    m = timing_pass(orig, meta)
+    f = m.function("k")
+    labels = [s.name for s in f.body if type(s) is Label]
+    assert labels.count("$__hb_native") == 1
+    native = _insts(f.body, [], start_at="$__hb_native")
+    # the copy: the original instructions, labels renamed, kernel_exit bookkeeping before ret
+    want = [re.sub(r"(\$L_\w+|\bts\b)", r"\1_hbn", x) for x in _insts(orig.function("k").body, [])]
+    got = [x for x in native if "%__hb_" not in x and "__hb_kernel_exit" not in x and "__hb_p0" not in x]
+    assert got == want
+    # reached only when nothing is registered: right after the prologue (and kernel_enter)
+    txt = print_module(m)
+    i_enter, i_bra = txt.index("__hb_kernel_enter"), txt.index("@%__hb_n bra.uni \t$__hb_native")
+    assert i_enter < i_bra < txt.index("ld.param.u64 \t%rd1, [k_p]")
+    # the function's own declarations are not repeated (static shared memory not doubled)
+    assert len(re.findall(r"\.shared \.align 4 \.b8\s+smem\[512\]", txt)) == 1
+    assert meta["timing"]["functions"][0]["native_version"] is True
+    # a kernel without access sites gets no copy
+    assert "$__hb_native" not in [s.name for s in m.function("nosite").body if type(s) is Label]
+    assert meta["timing"]["functions"][1]["native_version"] is False
+
+
+def test_native_version_assembles_with_the_helpers():
+    res = rewrite_text(SRC, helper=H.load_helper(U.real_helper_ptx() or U.fixture_helper_ptx()))
+    cp = U.assemble(res.text)
+    assert "Used" in cp.stderr
+    assert res.text.count("$L_loop_hbn:") == 1 and res.text.count("$L_loop:") == 1
