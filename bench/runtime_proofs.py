@@ -630,10 +630,39 @@ def session_module(s, cubin: str):
     return mod, b, fns
 
 
-def exp_reference_rate(cubin: str) -> dict:
+REF_PLAN = [(4, 132, 20, 8192), (4, 264, 40, 8192), (4, 528, 40, 8192), (4, 1024, 30, 8192),
+            (4, 1024, 30, 2048), (4, 1024, 30, 32768), (4, 132, 20, 2048), (4, 132, 20, 32768)]
+TRACE_MASK = (1 << 18) - 1     # per-ticket trace records (8 u64) in a 16 MiB device buffer
+
+
+def _trace_stats(tr: np.ndarray) -> dict:
+    """Per-request reference-path timeline from the helpers' trace build (HBF_REF_TRACE=1), GPU clock:
+    issue = published - issue time; poll = completion seen - poll start; visible = seen - published;
+    late = seen - (arrival + modeled) (how far past its modeled deadline the completion became visible);
+    modeled = deadline - arrival; polls per request; hbfd service_ns."""
+    v = tr[tr[:, 0] != 0]
+    if len(v) == 0:
+        return {"n": 0}
+    i64 = v.astype(np.int64)
+    cols = {"issue_ns": i64[:, 2] - i64[:, 1], "poll_ns": i64[:, 4] - i64[:, 3],
+            "visible_ns": i64[:, 4] - i64[:, 2], "late_ns": i64[:, 4] - i64[:, 6],
+            "modeled_ns": i64[:, 6] - i64[:, 1], "polls": i64[:, 5], "service_ns": i64[:, 7]}
+    out = {"n": int(len(v))}
+    for k, x in cols.items():
+        out[k] = {"p10": float(np.percentile(x, 10)), "p50": float(np.percentile(x, 50)),
+                  "p90": float(np.percentile(x, 90)), "p99": float(np.percentile(x, 99)), "mean": float(x.mean())}
+    return out
+
+
+def exp_reference_rate(cubin: str, plan=None, extra_env: dict | None = None) -> dict:
+    """Reference-path request rate through the real hbfd: `rate_instr`, one request per warp per
+    iteration, each waited before the next. With a helper trace build (module global __hb_reftrace)
+    also the per-request timeline (_trace_stats) and hbfd's ring-service batch statistics."""
     import runtime_cuda
     with tempfile.TemporaryDirectory(prefix="hbf-ref-") as td:
-        p, sock, summary = start_hbfd(Path(td))
+        if extra_env is None and os.environ.get("HBF_BENCH_HBFD_ENV"):
+            extra_env = json.loads(os.environ["HBF_BENCH_HBFD_ENV"])
+        p, sock, summary = start_hbfd(Path(td), extra_env=extra_env)
         try:
             s = runtime_cuda.attach(socket=str(sock))
             d = cudrv.drv()
@@ -641,14 +670,22 @@ def exp_reference_rate(cubin: str) -> dict:
             buf = cudrv.mem_alloc(nwords * 4)
             cudrv.check(d.cuMemsetD8(buf, 1, nwords * 4), "memset")
             s.register_timing_range(buf, nwords * 4)
-            _, b, fns = session_module(s, cubin)
+            mod, b, fns = session_module(s, cubin)
+            g_tr = cudrv.module_global(mod, "__hb_reftrace")
+            trbuf = 0
+            if g_tr:
+                trbuf = cudrv.mem_alloc((TRACE_MASK + 1) * 64)
+                cudrv.htod(g_tr[0], ctypes.c_uint64(trbuf), 8)
+                cudrv.htod(cudrv.module_global(mod, "__hb_reftrace_mask")[0], ctypes.c_uint32(TRACE_MASK), 4)
             rows = []
-            plan = [(4, 132, 20, 8192), (4, 264, 40, 8192), (4, 528, 40, 8192), (4, 1024, 30, 8192),
-                    (4, 1024, 30, 2048), (4, 1024, 30, 32768), (4, 132, 20, 2048), (4, 132, 20, 32768)]
+            plan = plan or (json.loads(os.environ["HBF_BENCH_REF_PLAN"]) if os.environ.get("HBF_BENCH_REF_PLAN")
+                            else REF_PLAN)
             for warps_per_block, blocks, iters, cap in plan:
                 s.set_run_params(backoff_max_ns=cap)
                 nthr = blocks * warps_per_block * 32
                 out = cudrv.mem_alloc(nthr * 4)
+                if trbuf:
+                    cudrv.check(d.cuMemsetD8(trbuf, 0, (TRACE_MASK + 1) * 64), "memset trace")
                 before = s.counters(publish=False)["totals"]
                 t = time.perf_counter()
                 s.launch(fns["rate_instr"], (blocks,), (warps_per_block * 32,),
@@ -663,25 +700,45 @@ def exp_reference_rate(cubin: str) -> dict:
                 late = after["wait_overhead_ns"] - before["wait_overhead_ns"]
                 helper = after["ops"]["load"]["overhead_ns"] - before["ops"]["load"]["overhead_ns"]
                 svc = after["ops"]["load"]["service_ns"] - before["ops"]["load"]["service_ns"]
-                rows.append({"warps": blocks * warps_per_block, "iters": iters, "backoff_max_ns": cap, "requests": req,
-                             "expected_requests": blocks * warps_per_block * iters, "seconds": el,
-                             "req_per_s": req / el, "modeled_ns": mod_ns, "wall_ns": wall, "service_ns": svc,
-                             "lateness_ns": late, "helper_ns": helper,
-                             "overhead_over_modeled": (late + helper) / mod_ns if mod_ns else None,
-                             "mean_modeled_ns": mod_ns / req if req else None})
+                row = {"warps": blocks * warps_per_block, "iters": iters, "backoff_max_ns": cap, "requests": req,
+                       "expected_requests": blocks * warps_per_block * iters, "seconds": el,
+                       "req_per_s": req / el, "modeled_ns": mod_ns, "wall_ns": wall, "service_ns": svc,
+                       "lateness_ns": late, "helper_ns": helper,
+                       "overhead_over_modeled": (late + helper) / mod_ns if mod_ns else None,
+                       "mean_modeled_ns": mod_ns / req if req else None}
+                if trbuf:
+                    arr = np.zeros((TRACE_MASK + 1) * 8, np.uint64)
+                    cudrv.dtoh(arr.ctypes.data, trbuf, arr.nbytes)
+                    row["trace"] = _trace_stats(arr.reshape(-1, 8))
+                rows.append(row)
                 cudrv.mem_free(out)
-                log(f"reference: {rows[-1]['req_per_s']:.0f} req/s ({req} requests)")
+                tl = row.get("trace", {})
+                log(f"reference: {row['req_per_s']:.0f} req/s ({req} requests, {row['warps']} warps, cap {cap})"
+                    + (f" issue p50 {tl['issue_ns']['p50']:.0f} ns, visible p50 {tl['visible_ns']['p50']:.0f} ns,"
+                       f" late p50 {tl['late_ns']['p50']:.0f} ns, polls p50 {tl['polls']['p50']:.0f},"
+                       f" modeled p50 {tl['modeled_ns']['p50']:.0f} ns" if tl.get("n") else ""))
             c = s.counters()
             st = s.client.call("Status", s.client.pb.StatusRequest())
+            ring = None
+            try:
+                sm = json.loads(s.client.call("GetSummary", s.client.pb.GetSummaryRequest()).summary_json)
+                ring = sm.get("ring_service")
+            except Exception as e:  # noqa: BLE001
+                ring = {"error": str(e)}
             s.close()
             return {"rows": rows, "best_req_per_s": max(r["req_per_s"] for r in rows), "goal_req_per_s": 500_000,
                     "engine": st.engine, "timing_source": st.timing_source, "status_totals": c["totals"]["status"],
+                    "ring_service": ring, "hbfd_env": extra_env or {},
                     "note": "one request per warp per iteration (32 lanes of a warp hit one page group)"}
         finally:
             stop_hbfd(p)
 
 
 def child_daemon_lost(cubin: str) -> dict:
+    """SIGKILL hbfd while rate_instr (132 x 4 warps, each polling its reference completion) runs:
+    when does the GPU record DAEMON_LOST (host poll of header.device_failure), when does the kernel end
+    (cuStreamQuery polled on the host, no synchronize call in between), what does Session.synchronize()
+    raise, and is the context still usable afterwards (a small memcpy)."""
     import runtime_cuda
     td = tempfile.mkdtemp(prefix="hbf-lost-")
     p, sock, summary = start_hbfd(Path(td))
@@ -694,26 +751,47 @@ def child_daemon_lost(cubin: str) -> dict:
     s.launch(fns["rate_instr"], (132,), (128,), [ctypes.c_uint64(buf), ctypes.c_uint64(nwords), ctypes.c_uint64(out),
                                                   ctypes.c_int32(10_000_000)], kernel="rate_instr")
     time.sleep(0.5)
-    running = int(cudrv.drv().cuStreamQuery(cudrv.drv().CUstream(0))[0]) != 0
+    d = cudrv.drv()
+    running = int(d.cuStreamQuery(d.CUstream(0))[0]) != 0
     t_kill = time.monotonic_ns()
     os.kill(p.pid, signal.SIGKILL)
     h = s.ctl.ctl.header
-    t_seen = None
+    t_seen = t_end = None
+    q_end = None
     while time.monotonic_ns() - t_kill < 5_000_000_000:
-        if int(h.device_failure) != 0:
+        if t_seen is None and int(h.device_failure) != 0:
             t_seen = time.monotonic_ns()
+        r = int(d.cuStreamQuery(d.CUstream(0))[0])
+        if r != int(d.CUresult.CUDA_ERROR_NOT_READY):
+            t_end, q_end = time.monotonic_ns(), r
             break
+        time.sleep(20e-6)
     err = None
     try:
+        s.synchronize()
+        err = "no error (WRONG)"
+    except Exception as e:  # noqa: BLE001
+        err = f"{type(e).__name__}: {e}"
+        code = getattr(e, "code", None)
+        err_code = str(code) if code is not None else None
+    t_sync = time.monotonic_ns()
+    ctx_ok = True
+    try:
+        x = ctypes.c_uint64(0)
+        cudrv.dtoh(x, buf, 8)
         cudrv.ctx_synchronize()
     except Exception as e:  # noqa: BLE001
-        err = str(e)
-    t_end = time.monotonic_ns()
+        ctx_ok = f"{type(e).__name__}: {e}"
     f = s.device_failure()
     return {"kernel_running_at_kill": running,
             "failure_visible_ms": (t_seen - t_kill) / 1e6 if t_seen else None,
-            "kernel_end_ms": (t_end - t_kill) / 1e6, "cuda_error": err,
-            "clock": "host monotonic: SIGKILL -> header.device_failure set by the GPU (host poll) / -> cuCtxSynchronize returns",
+            "kernel_end_ms": (t_end - t_kill) / 1e6 if t_end else None,
+            "stream_query_at_end": q_end,
+            "synchronize_returned_ms": (t_sync - t_kill) / 1e6,
+            "synchronize_raised": err, "error_code": locals().get("err_code"),
+            "context_usable_after": ctx_ok,
+            "clock": "host monotonic from SIGKILL: header.device_failure set by the GPU (host poll) / the "
+                     "kernel's stream idle (cuStreamQuery) / Session.synchronize() returned",
             "device_failure_status": D.C_STATUS_NAMES[f[0]] if f else None, "goal_ms": 100,
             "heartbeat_timeout_ns": s.params.heartbeat_timeout_ns}
 
@@ -771,7 +849,8 @@ def child_partial(cubin: str, with_daemon: bool) -> dict:
                                         ctypes.c_uint64(tier), ctypes.c_int64(65536), ctypes.c_int32(16)])
     try:
         cudrv.ctx_synchronize()
-        out["ended_with"] = "no error (WRONG)"
+        out["ended_with"] = ("kernel ended (failing warps exited), failure recorded" if int(H.ctl.header.device_failure)
+                            else "no error and no failure recorded (WRONG)")
     except Exception as e:  # noqa: BLE001
         out["ended_with"] = str(e)
     w = int(H.ctl.header.device_failure)
@@ -790,7 +869,8 @@ def child_missing_perm(cubin: str) -> dict:
     out = {}
     try:
         cudrv.ctx_synchronize()
-        out["ended_with"] = "no error (WRONG)"
+        out["ended_with"] = ("kernel ended (failing warps exited), failure recorded" if int(H.ctl.header.device_failure)
+                            else "no error and no failure recorded (WRONG)")
     except Exception as e:  # noqa: BLE001
         out["ended_with"] = str(e)
     w = int(H.ctl.header.device_failure)
@@ -806,7 +886,8 @@ def child_thermal_shutdown(cubin: str) -> dict:
     out = {}
     try:
         probe(H, 0, 1, buf)
-        out["ended_with"] = "no error (WRONG)"
+        out["ended_with"] = ("kernel ended (failing warps exited), failure recorded" if int(H.ctl.header.device_failure)
+                            else "no error and no failure recorded (WRONG)")
     except Exception as e:  # noqa: BLE001
         out["ended_with"] = str(e)
     w = int(H.ctl.header.device_failure)

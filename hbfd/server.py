@@ -53,6 +53,22 @@ def _store_fence() -> None:
 
 
 
+_TAG_K = np.uint64(0x9E3779B97F4A7C15)
+
+
+def request_tag(req: np.ndarray) -> np.ndarray:
+    """The 32-bit check of raw request records (uint64 rows as in ``Daemon._take``): the hash the
+    device helpers compute over (seq, payload words 1..6, q) when they publish without a fence
+    (runtime_cuda/src/hbf_helpers.cu hb_req_tag; the tag itself is in bits 32..63 of word 7)."""
+    with np.errstate(over="ignore"):
+        h = req[:, 0] * _TAG_K
+        for i in range(1, 7):
+            h = (h ^ req[:, i]) * _TAG_K
+        h = (h ^ (req[:, 7] & np.uint64(0xFFFFFFFF))) * _TAG_K
+        h ^= h >> np.uint64(29)
+    return (h >> np.uint64(32)) | np.uint64(1)
+
+
 def _factory(choice: str, default: Callable[[Profile], Any], plugin: Callable[..., Any]):
     """``auto`` -> plugin (falls back to the default inside build_*), a forced default name, or
     ``module:factory``."""
@@ -110,6 +126,10 @@ class Daemon:
         self._p_req = np.zeros((N, ctl.REQUEST_DTYPE.itemsize // 8), np.uint64)   # raw 64 B records
         self._p_seen = np.zeros(N, np.int64)
         self._lost_unpublished = 0
+        # ring-service statistics (summary "ring_service"): scans that found work, requests taken,
+        # batch sizes (log2 buckets), tagged slots retried because their check did not match yet
+        self._ring_stats = {"batches": 0, "requests": 0, "max_batch": 0, "tag_retries": 0,
+                            "tagged_requests": 0, "batch_log2_hist": [0] * 14}
         self._reports: list[dict] = []
         self._attaches: list[dict] = []
         self._grpc = None
@@ -324,13 +344,27 @@ class Daemon:
                 idle += 1       # spin briefly, then poll every 20 us; after ~50 ms quiet every 100 us
                 time.sleep(0 if idle < 100 else 20e-6 if idle < 2000 else 100e-6)
 
-    def _take(self, slots: np.ndarray, seen: int) -> np.ndarray:
+    def _take(self, slots: np.ndarray, seen: int) -> tuple[np.ndarray, np.ndarray]:
         """Record the published requests in ``slots`` as pending (caller holds _post_lock).
         A published slot's seq cannot change until its completion is posted and consumed, so
         the seq words re-read here are the ones the scan saw; the payloads are read after them
-        (one gather of the raw 64 B records; acquire on x86). Returns the records as uint64
-        rows: 0 seq, 1 arrival_ns, 2 address, 3 media_address, 4 bytes | op << 32."""
+        (one gather of the raw 64 B records; acquire on x86). A record whose thermal_q_ppm word
+        carries a check tag (bits 32..63 nonzero: a writer that publishes without a fence,
+        ``request_tag``) is taken only when the tag matches its seq and payload; otherwise a payload
+        store is not visible yet and the slot is left for a later scan. Returns (slots taken,
+        records as uint64 rows: 0 seq, 1 arrival_ns, 2 address, 3 media_address, 4 bytes | op << 32,
+        5 range_id | kernel_slot << 32, 6 site | flags << 32, 7 thermal_q_ppm | tag << 32)."""
         req = self._ring64.take(slots, axis=0)
+        tag = req[:, 7] >> np.uint64(32)
+        tagged = tag != 0
+        if tagged.any():
+            ok = ~tagged | (request_tag(req) == tag)
+            self._ring_stats["tagged_requests"] += int(tagged.sum())
+            if not ok.all():
+                self._ring_stats["tag_retries"] += int((~ok).sum())
+                slots, req = slots[ok], req[ok]
+                if slots.size == 0:
+                    return slots, req
         seq = req[:, 0]
         if (((seq.astype(np.int64) - 1) & (N - 1)) != slots).any():
             tickets = seq - np.uint64(1)
@@ -342,7 +376,7 @@ class Daemon:
         self._p_valid[slots] = True
         self._p_req[slots] = req
         self._p_seen[slots] = seen
-        return req
+        return slots, req
 
     def _published(self) -> np.ndarray:
         """Ring slots holding a request not yet taken (all at once, from the seq words)."""
@@ -364,8 +398,15 @@ class Daemon:
         with self._post_lock:
             if self._closing:
                 return 0
-            req = self._take(slots, seen)
+            slots, req = self._take(slots, seen)
         n = slots.size
+        if n == 0:
+            return 0
+        rs = self._ring_stats
+        rs["batches"] += 1
+        rs["requests"] += n
+        rs["max_batch"] = max(rs["max_batch"], n)
+        rs["batch_log2_hist"][min(n.bit_length() - 1, 13)] += 1
         batch = np.empty(n, services.REQUEST_BATCH_DTYPE)
         batch["id"] = req[:, 0] - np.uint64(1)
         batch["arrival_ns"] = req[:, 1]
@@ -488,8 +529,9 @@ class Daemon:
             comp = m.completions
             for t in range(max(0, head - N), head):
                 s = t % N
-                if int(comp["seq"][s]) >= t + 1 or int(seqs[s]) == t + 1:
-                    continue
+                if int(comp["seq"][s]) >= t + 1 or (int(seqs[s]) == t + 1 and int(self._served[s]) == t + 1):
+                    continue   # posted, or taken (and posted above); a published slot whose check tag
+                               # never matched is answered here like a reserved one
                 if t >= N and int(comp["consumed"][s]) < t - N + 1:
                     continue   # the slot's previous completion is unread; the failure word covers t
                 comp["arrival_ns"][s] = 0
@@ -593,6 +635,7 @@ class Daemon:
             "counters": self.counters(),
             "outstanding_terminated": getattr(self, "_final_outstanding", 0),
             "lost_unpublished": self._lost_unpublished,
+            "ring_service": dict(self._ring_stats, batch_log2_hist=list(self._ring_stats["batch_log2_hist"])),
             "device_failure": int(h.device_failure),
             "services": {"thermal": {"service": self.thermal.name, **self.thermal.summary_section(),
                                      "ticks": self._thermal_ticks, "media_energy_j": self._energy_j},

@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -38,7 +39,8 @@ class LaunchRefused(HbfError):
 
 
 class DeviceFailure(HbfError):
-    """A request reached a terminal non-READY state on the GPU (the kernel trapped)."""
+    """A request reached a terminal non-READY state on the GPU (the failing warps ended with `exit`,
+    or the kernel trapped); status and site are the recorded failure word."""
 
     def __init__(self, message: str, *, status: int, site: int, **fields: Any) -> None:
         super().__init__(message, code=STATUS_CODE.get(status, ErrorCode.INTERNAL),
@@ -213,6 +215,7 @@ class Session:
         if self.ctl_dev != addr:
             log.info("control region: device pointer %#x differs from host pointer %#x; using the device "
                      "pointer", self.ctl_dev, addr)
+        self._backstop = self._prepare_backstop()
         self.state.ctl = self.ctl_dev
         self.state_dptr = cudrv.mem_alloc(D.STATE_BYTES)
         self.state.ref_next_ticket = ticket_floor(self.ctl)      # re-read right before publishing
@@ -398,6 +401,7 @@ class Session:
         pointer_args: pointer values (reach = the pointer lies in a range); spans: (address, bytes)
         an argument covers (reach = overlap, e.g. a tensor's storage). Both None means the arguments
         are unknown (then any registered range counts)."""
+        self.raise_device_failure()   # the run already ended with a device failure: no further launch
         ptrs = None if pointer_args is None else [int(p) for p in pointer_args]
         sp = None if spans is None else [(int(a), int(n)) for a, n in spans]
         admitted = bool(info and info.admitted)
@@ -543,7 +547,7 @@ class Session:
         """Per kernel and totals. Also publishes the totals into the control region (counters.device)."""
         self._ensure_open()
         if self.use_cuda:
-            self._cu.ctx_synchronize()
+            self._wait_idle()
             if self.state_dptr:
                 self._sync_ring_head()
         raw = self.device_counters_raw()
@@ -589,25 +593,95 @@ class Session:
         w = int(self.ctl.ctl.header.device_failure)
         return None if w == 0 else (w >> 32, w & 0xFFFFFFFF)
 
+    # Device failures end the failing warps with PTX `exit` (runtime_cuda/src/hbf_helpers.cu): the kernel
+    # ends, the context survives, and the failure is only in the recorded failure word -- so it is
+    # raised here, at every synchronization point and at the next launch (gate). A kernel that does not
+    # end within FAIL_GRACE_S after the GPU recorded a failure (threads that never call the helpers
+    # waiting for an exited warp: an mbarrier, a counted named barrier, a memory flag) is ended by a
+    # one-thread `trap` kernel on a non-blocking stream: a trap ends every kernel of the context.
+    FAIL_GRACE_S = 0.1
+    _BACKSTOP_PTX = (b".version 7.0\n.target sm_70\n.address_size 64\n"
+                     b".visible .entry __hb_backstop_trap()\n{\n\ttrap;\n\tret;\n}\n\0")
+
+    def _wait_idle(self) -> None:
+        """cuCtxSynchronize, but never forever after a recorded device failure: while the legacy stream
+        is busy, poll it and the control region's device_failure word; FAIL_GRACE_S after a failure
+        appears, end the context with the backstop trap (then cuCtxSynchronize raises CudaError)."""
+        d = self._cu.drv()
+        t_fail = None
+        sleep = 20e-6
+        while True:
+            r = d.cuStreamQuery(d.CUstream(0))
+            r = r[0] if isinstance(r, tuple) else r
+            if int(r) != int(d.CUresult.CUDA_ERROR_NOT_READY):
+                break                      # idle, or an error that cuCtxSynchronize reports below
+            if t_fail is None and self.device_failure() is not None:
+                t_fail = time.monotonic()
+            if t_fail is not None and time.monotonic() - t_fail > self.FAIL_GRACE_S:
+                self.failure_backstop = "trap"
+                log.error("kernel still running %.0f ms after device failure %s: ending the context "
+                          "(backstop trap)", 1e3 * self.FAIL_GRACE_S, self.device_failure())
+                self._backstop_trap()
+                break
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 2e-4)
+        self._cu.ctx_synchronize()
+
+    def _prepare_backstop(self):
+        """Load the backstop trap kernel (function finalized, cuFuncLoad) and create its non-blocking
+        stream NOW, while no kernel of ours runs: loading a module while a kernel spins can wait for
+        that kernel (module loading may synchronize the context; the first version, which loaded it at
+        the moment of need, hung on the H200). None (logged) when that fails."""
+        d = self._cu.drv()
+        try:
+            mod = self._cu.check(d.cuModuleLoadData(self._BACKSTOP_PTX), "cuModuleLoadData(backstop)")
+            fn = self._cu.module_function(mod, "__hb_backstop_trap")
+            if hasattr(d, "cuFuncLoad"):
+                self._cu.check(d.cuFuncLoad(fn), "cuFuncLoad(backstop)")
+            st = self._cu.check(d.cuStreamCreate(1), "cuStreamCreate(non-blocking)")   # CU_STREAM_NON_BLOCKING
+            return (mod, fn, st)
+        except HbfError as e:
+            log.error("failure backstop unavailable (a kernel hung after a device failure cannot be ended): %s", e)
+            return None
+
+    def _backstop_trap(self) -> None:
+        bs = getattr(self, "_backstop", None)
+        if bs is None:
+            log.error("no backstop trap kernel: the hung kernel keeps the context")
+            return
+        try:
+            self._cu.launch(bs[1], (1,), (1,), [], 0, bs[2])
+        except HbfError as e:
+            log.error("backstop trap launch failed: %s", e)
+
     def synchronize(self) -> None:
-        """cuCtxSynchronize; a trapped kernel becomes DeviceFailure (reported to hbfd)."""
+        """Wait for the context's work (cuCtxSynchronize). A kernel that recorded a terminal failure
+        (it ended its failing warps with `exit`, or trapped) raises DeviceFailure with the recorded
+        status and site (reported to hbfd once); a CUDA error without a recorded failure re-raises."""
         from hbfcommon.errors import CudaError  # noqa: PLC0415
         try:
-            self._cu.ctx_synchronize()
+            self._wait_idle()
         except CudaError as e:
             self.raise_device_failure(cuda_error=e.fields.get("cu_name"))
             raise
+        self.raise_device_failure()
         if self.state_dptr:
             self._sync_ring_head()
 
     def raise_device_failure(self, **extra: Any) -> None:
+        """Raise DeviceFailure if the GPU recorded a terminal failure (header.device_failure); the
+        first call reports it to hbfd (Report kind device_failure)."""
         f = self.device_failure()
         if f is None:
             return
         status, site = f
         name = D.C_STATUS_NAMES[status] if status < len(D.C_STATUS_NAMES) else str(status)
+        if getattr(self, "failure_backstop", None):
+            extra.setdefault("backstop", self.failure_backstop)
         ev = {"status": name, "site": site, "kernel_index": site >> 16, "site_index": site & 0xFFFF, **extra}
-        self._report("device_failure", ev)
+        if not getattr(self, "_failure_reported", False):
+            self._failure_reported = True
+            self._report("device_failure", ev)
         raise DeviceFailure(f"kernel ended with {name}", status=status, site=site, **extra)
 
     def _report(self, kind: str, event: dict) -> None:

@@ -33,7 +33,8 @@
  *   Classifies addr against the range snapshot; outside every range -> returns 0 at once.
  *   In range: warp aggregation (lanes in the same page group share one request), thermal q
  *   snapshotted before the reservation, timing source as published, returns the future.
- *   Partial overlap / missing permission -> UNSUPPORTED recorded (device_failure) and trap.
+ *   Partial overlap / missing permission -> UNSUPPORTED recorded (device_failure), the warp ends
+ *   (see "Terminal failures" below) before the access is performed.
  * __hb_wait: waits for a future (no-op for 0). Spins on %globaltimer for the final approach.
  *   Accounts wall_ns (exposed wait) and overhead_ns (lateness past the deadline).
  * __hb_kernel_enter/exit: optional per-kernel bookkeeping (start timestamp for eidola,
@@ -49,6 +50,25 @@
  * when __hb_state == 0 or addr - lo >= span (unsigned). A rewriter may test this inline and call
  * __hb_issue only in band (then call __hb_wait only on a nonzero future); __hb_state and {lo, span}
  * do not change while a kernel runs, so they may be loaded once at kernel entry.
+ *
+ * Terminal failures (UNSUPPORTED, DAEMON_LOST, TIMEOUT, THERMAL_SHUTDOWN, a non-READY completion):
+ *   the helper records the failure word (hbf_device_state.failure, header.device_failure: first one
+ *   wins), then every lane of the warp that is in the helper call ends with PTX `exit` -- never
+ *   returning to the failing access (fail-closed: __hb_issue before the access, __hb_wait before the
+ *   consumer reads the value). `exit`, not `trap`: exited threads release bar.sync / barrier.sync
+ *   waits on all CTA threads (PTX ISA, exit), so the kernel ends as soon as its other threads finish;
+ *   the CUDA context survives (a trap kills it and the driver took ~0.4-0.7 s to report it on the
+ *   H200) and the runtime raises the recorded failure (runtime_cuda/session.py: synchronize(), the
+ *   next launch; DeviceFailure with the status code). Once a failure is recorded, every other warp's
+ *   next reference-path step (issue, completion poll) ends that warp too. A dead hbfd thus ends a
+ *   kernel ~52 ms after SIGKILL (heartbeat timeout 50 ms; measured, bench/refpath_rate.py).
+ *   Hang risk, and why exit is still the default: threads that never call the helpers and wait for an
+ *   exited warp through an mbarrier (TMA / warp-specialized pipelines), a counted named barrier or a
+ *   memory flag would wait forever. The helpers cannot tell such kernels apart, so the runtime backs
+ *   the policy up: synchronize() launches a one-thread `trap` kernel on a non-blocking stream when a
+ *   kernel is still running 100 ms after a failure was recorded (ending the context as trap did).
+ *   That backstop is NOT yet verified on a GPU (its first version, which loaded the trap module at
+ *   the moment of need, hung; docs/runtime.md "Failure"). -DHBF_FAIL_TRAP=1 restores trap-at-once.
  *
  * site (u32): bits 0..15 = access-site index within the kernel; bits 16..31 = kernel index
  *   within the module (the order of .entry directives, as in the admission artifact).

@@ -24,6 +24,27 @@ __device__ unsigned int __hb_kslot_base;
 }
 
 #define HB_DEV static __device__ __forceinline__
+
+// Measurement build only (HBF_REF_TRACE=1, bench/refpath_rate.py): per-ticket timestamps of the
+// reference path into a device buffer the bench installs in __hb_reftrace (8 u64 per ticket at
+// (ticket & __hb_reftrace_mask) * 8): 0 ticket+1, 1 issue time (arrival), 2 published, 3 poll start,
+// 4 completion seen, 5 polls, 6 arrival + modeled (unbiased deadline), 7 hbfd service_ns.
+#ifndef HBF_REF_TRACE
+#define HBF_REF_TRACE 0
+#endif
+#if HBF_REF_TRACE
+extern "C" {
+__device__ unsigned long long __hb_reftrace;
+__device__ unsigned int __hb_reftrace_mask;
+}
+#define HB_TRACE(t, i, v)                                                                          \
+    do {                                                                                          \
+        unsigned long long* tp_ = (unsigned long long*)__hb_reftrace;                             \
+        if (tp_) tp_[(((t) & __hb_reftrace_mask) << 3) + (i)] = (unsigned long long)(v);          \
+    } while (0)
+#else
+#define HB_TRACE(t, i, v) ((void)0)
+#endif
 // Out-of-line pieces (lean build) are defined with HB_OOL_FN / HB_SPLIT_FN and called only through
 // HB_OOL (below); in the direct build both are inlined.
 // Two builds of this file (Makefile helpers-ptx): build/runtime_cuda/hbf_helpers.ptx is the DIRECT
@@ -92,8 +113,38 @@ HB_DEV hbf_kernel_counters* hb_kslot(hbf_device_state* st, uint32_t site) {
 }
 
 // ------------------------------------------------------------------------------------------
-// Failure: record (device state + control-region header.device_failure), then end the run.
+// Failure: record (device state + control-region header.device_failure), then end the warp.
 // ------------------------------------------------------------------------------------------
+// Terminal failures (UNSUPPORTED, DAEMON_LOST, TIMEOUT, THERMAL_SHUTDOWN, any non-READY completion)
+// are RECORDED by the lane that sees them (hb_fail: first failure word wins, counted per kernel,
+// header.device_failure, system fence), and that lane's call returns a failure sentinel up to the
+// warp-level point of the exported helper (HB_FAILED below). There the warp votes (__any_sync over the
+// lanes that are in the call together) and every one of those lanes ends with PTX `exit` (hb_end)
+// BEFORE the access is performed (fail-closed: __hb_issue never returns to a failing access, __hb_wait
+// never returns to the consumer). `exit` instead of `trap`: the kernel ends as soon as its threads have
+// exited or finished (exited threads release bar.sync/barrier.sync waits on all CTA threads, PTX ISA
+// "exit"), the context survives, and the runtime raises the recorded failure (runtime_cuda/session.py
+// synchronize / launch gate; DeviceFailure with the status code). After a failure is recorded, every
+// reference-path step of every warp (issue, completion poll) checks the device failure word and ends
+// its warp too, so a dead daemon ends the kernel within heartbeat_timeout_ns + one poll.
+// Hang risk: threads that never call the helpers and wait for an exited warp through an mbarrier, a
+// counted named barrier or a memory flag would wait forever; the runtime's synchronize() backstop ends
+// such a kernel by trapping the context (docs/runtime.md "Failure"). HBF_FAIL_TRAP=1 builds the old
+// behaviour (trap at once).
+#ifndef HBF_FAIL_TRAP
+#define HBF_FAIL_TRAP 0
+#endif
+#define HB_FAILED (~0ull)   // failure sentinel (a future/deadline no real request produces)
+
+HB_DEV void hb_end() {
+#if HBF_FAIL_TRAP
+    __trap();
+#else
+    asm volatile("exit;" ::: "memory");
+#endif
+    __builtin_unreachable();
+}
+
 HB_OOL_FN void hb_fail(hbf_device_state* st, uint32_t status, uint32_t site,
                                             uint64_t addr) {
     const unsigned long long word = ((unsigned long long)status << 32) | site;
@@ -107,8 +158,10 @@ HB_OOL_FN void hb_fail(hbf_device_state* st, uint32_t status, uint32_t site,
         atomicCAS((unsigned long long*)&c->header.device_failure, 0ull, word);
     }
     __threadfence_system();
-    __trap();
 }
+
+// The run has a recorded terminal failure (device memory, so a cheap check on the reference path).
+HB_DEV bool hb_failed(const hbf_device_state* st) { return hb_ld_vol(&st->failure) != 0ull; }
 
 // ------------------------------------------------------------------------------------------
 // Liveness: judged from the heartbeat VALUE and this GPU's own %globaltimer only.
@@ -119,15 +172,23 @@ struct hb_live {
     uint64_t started;
 };
 
+// The heartbeat is first read by the first check (every 8th poll), not at init: one host read less
+// per request; the timeout then runs from that first check (a few polls later).
 HB_DEV void hb_live_init(hb_live& lv, const hbf_ctl* c, uint64_t now) {
-    lv.last_hb = hb_ld_acq_sys(&c->header.heartbeat);
+    (void)c;
+    lv.last_hb = ~0ull;          // "not read yet": the first check adopts the value it reads
     lv.last_change = now;
     lv.started = now;
 }
 
-// Returns 0 while the daemon is alive and no terminal state is published; else a terminal status.
+// hb_live_check result: the run already has a recorded failure (another warp's): end without recording.
+#define HB_ST_ENDED 0xFFFFu
+
+// Returns 0 while the daemon is alive and no terminal state is published; else a terminal status
+// (or HB_ST_ENDED when the device failure word is already set).
 HB_SPLIT_FN uint32_t hb_live_check(const hbf_device_state* st, hb_live& lv, const hbf_ctl* c,
                               uint64_t now) {
+    if (hb_failed(st)) return HB_ST_ENDED;
     const uint64_t f = hb_ld_acq_sys(&c->header.failure);
     if (f != HBF_FAIL_NONE) {
         uint32_t s = (uint32_t)(f >> 32);
@@ -145,15 +206,29 @@ HB_SPLIT_FN uint32_t hb_live_check(const hbf_device_state* st, hb_live& lv, cons
     return 0u;
 }
 
+// Record a live-check failure (unless another warp already did); the caller returns its sentinel.
+HB_DEV void hb_fail_live(hbf_device_state* st, uint32_t s, uint32_t site, uint64_t addr) {
+    if (s != HB_ST_ENDED) HB_OOL(hb_fail)(st, s, site, addr);
+}
+
 // ------------------------------------------------------------------------------------------
 // Thermal + refresh-debt snapshot (host seqlock), cached in device memory for at most
 // thermal_max_age_ns so that the per-request path does not pay a host round trip each time.
 // ------------------------------------------------------------------------------------------
+// Single-flight refresh (HBF_THERMAL_SF, default on): the first thread that finds the cached word
+// stale re-stamps it with one CAS and reads the host snapshot; the others keep using the cached
+// values meanwhile (so a snapshot is reused at most thermal_max_age_ns plus one host read, a few us).
+// Without it every warp that found the cache stale read the host seqlock itself (4-5 host reads and a
+// system fence each): under load, when issues take longer than thermal_max_age_ns, that was every issue.
+#ifndef HBF_THERMAL_SF
+#define HBF_THERMAL_SF 1
+#endif
 HB_DEV uint64_t hb_pack_thermal(uint32_t q, uint32_t adm, uint32_t mode, uint64_t now) {
     return (uint64_t)(q & 0xFFFFFu) | ((uint64_t)(adm & 1u) << 20) | ((uint64_t)(mode & 3u) << 21) |
            (1ull << 23) | ((((now >> 10) & ((1ull << 40) - 1ull))) << 24);
 }
 
+// Returns the packed word (valid bit set), or 0 after recording DAEMON_LOST (seqlock writer died).
 HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
                                                         uint64_t now) {
     uint32_t q = 1000000u, adm = 1u, mode = HBF_TH_NORMAL;
@@ -168,7 +243,10 @@ HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
                 if (hb_ld_acq_sys(&c->thermal.seq) == s0) break;
             }
             // a writer that never finishes (hbfd died inside the seqlock): never use torn values
-            if (tries > 1000000u) HB_OOL(hb_fail)(st, HBF_ST_DAEMON_LOST, 0u, s0);
+            if (tries > 1000000u) {
+                HB_OOL(hb_fail)(st, HBF_ST_DAEMON_LOST, 0u, s0);
+                return 0ull;
+            }
             hb_sleep(64);
         }
         if (q == 0u) q = 1u;
@@ -188,13 +266,21 @@ HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint
     if (HBF_THC_VALID(w) && st->thermal_max_age_ns != 0ull) {
         const uint64_t age_us = (((now >> 10) - HBF_THC_STAMP(w)) & ((1ull << 40) - 1ull));
         if ((age_us << 10) <= st->thermal_max_age_ns) return w;
+#if HBF_THERMAL_SF
+        // Stale: claim the refresh by re-stamping the cached values; a lost CAS means another thread
+        // claimed (or refreshed) it: use what it published.
+        const uint64_t claim = hb_pack_thermal(HBF_THC_Q(w), HBF_THC_ADM(w), HBF_THC_MODE(w), now);
+        const unsigned long long prev = atomicCAS((unsigned long long*)&st->thermal_cache,
+                                                  (unsigned long long)w, (unsigned long long)claim);
+        if (prev != (unsigned long long)w && HBF_THC_VALID(prev)) return prev;
+#endif
     }
     return HB_OOL(hb_thermal_read)(st, c, now);
 }
 
 // Admission: Normal/Light admit; Severe withholds (spin-wait with backoff until it reopens,
-// counted); Shutdown -> THERMAL_SHUTDOWN (terminal). Returns the snapshot used for the reservation.
-// Severe: admission withheld until it reopens (counted), or a terminal state.
+// counted); Shutdown -> THERMAL_SHUTDOWN (terminal). Returns the snapshot used for the reservation,
+// or 0 after a terminal failure (recorded; the caller ends the warp).
 HB_SPLIT_FN uint64_t hb_admit_withheld(hbf_device_state* st, const hbf_ctl* c, uint64_t now,
                                      uint32_t site, uint64_t addr) {
     uint64_t w;
@@ -211,10 +297,17 @@ HB_SPLIT_FN uint64_t hb_admit_withheld(hbf_device_state* st, const hbf_ctl* c, u
         const uint64_t t = hb_now();
         if (c != nullptr) {
             const uint32_t s = HB_OOL(hb_live_check)(st, lv, c, t);
-            if (s != 0u && s != HBF_ST_TIMEOUT) HB_OOL(hb_fail)(st, s, site, addr);
+            if (s != 0u && s != HBF_ST_TIMEOUT) {
+                hb_fail_live(st, s, site, addr);
+                return 0ull;
+            }
         }
         w = HB_OOL(hb_thermal_read)(st, c, t);
-        if (HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) HB_OOL(hb_fail)(st, HBF_ST_THERMAL_SHUTDOWN, site, addr);
+        if (w == 0ull) return 0ull;
+        if (HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) {
+            HB_OOL(hb_fail)(st, HBF_ST_THERMAL_SHUTDOWN, site, addr);
+            return 0ull;
+        }
         if (HBF_THC_ADM(w)) {
             atomicAdd((unsigned long long*)&ks->thermal_wait_ns, (unsigned long long)(t - t0));
             return w;
@@ -225,7 +318,11 @@ HB_SPLIT_FN uint64_t hb_admit_withheld(hbf_device_state* st, const hbf_ctl* c, u
 HB_OOL_FN uint64_t hb_admit(hbf_device_state* st, const hbf_ctl* c, uint64_t now, uint32_t site,
                             uint64_t addr) {
     const uint64_t w = hb_thermal_snapshot(st, c, now);
-    if (HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) HB_OOL(hb_fail)(st, HBF_ST_THERMAL_SHUTDOWN, site, addr);
+    if (w == 0ull) return 0ull;
+    if (HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) {
+        HB_OOL(hb_fail)(st, HBF_ST_THERMAL_SHUTDOWN, site, addr);
+        return 0ull;
+    }
     if (HBF_THC_ADM(w)) return w;
     return HB_OOL(hb_admit_withheld)(st, c, now, site, addr);
 }
@@ -337,7 +434,8 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
 }
 
 // The ring is full: wait until the slot's previous ticket has been consumed (daemon liveness checked).
-HB_SPLIT_FN void hb_ref_slot_wait(hbf_device_state* st, hbf_ctl* c, uint32_t slot, uint64_t need,
+// Returns 0, or a terminal status after recording it (HB_ST_ENDED: another warp's failure).
+HB_SPLIT_FN uint32_t hb_ref_slot_wait(hbf_device_state* st, hbf_ctl* c, uint32_t slot, uint64_t need,
                                 uint32_t site, uint64_t addr, uint64_t now) {
     uint32_t backoff = 32;
     hb_live lv;
@@ -349,36 +447,79 @@ HB_SPLIT_FN void hb_ref_slot_wait(hbf_device_state* st, hbf_ctl* c, uint32_t slo
         backoff = backoff < (uint32_t)st->backoff_max_ns ? backoff * 2u : (uint32_t)st->backoff_max_ns;
         if ((++it & 7u) == 0u) {
             const uint32_t s = HB_OOL(hb_live_check)(st, lv, c, hb_now());
-            if (s != 0u) HB_OOL(hb_fail)(st, s, site, addr);
+            if (s != 0u) {
+                hb_fail_live(st, s, site, addr);
+                return s;
+            }
         }
     }
+    return 0u;
+}
+
+// Request publication. The payload goes out in 4 stores (one 8-byte, three 16-byte vector stores of
+// the 64-byte slot) instead of 11 scalar ones, then seq = ticket + 1 with st.release.sys (one system
+// fence per request: MEMBAR.ALL.SYS on sm_90).
+// HBF_REF_TAGGED (measurement variant, default off): no fence; the last payload word carries a 32-bit
+// check of (seq, payload) in thermal_q_ppm bits 32..63 and hbfd takes a slot only when the check
+// matches (hbfd/server.py), i.e. a payload store that is not visible yet makes hbfd retry later.
+#ifndef HBF_REF_TAGGED
+#define HBF_REF_TAGGED 0
+#endif
+#if HBF_REF_TAGGED
+#define HB_TAG_K 0x9E3779B97F4A7C15ull
+HB_DEV uint32_t hb_req_tag(uint64_t seq, uint64_t w1, uint64_t w2, uint64_t w3, uint64_t w4, uint64_t w5,
+                           uint64_t w6, uint64_t q) {
+    uint64_t h = seq * HB_TAG_K;
+    h = (h ^ w1) * HB_TAG_K; h = (h ^ w2) * HB_TAG_K; h = (h ^ w3) * HB_TAG_K;
+    h = (h ^ w4) * HB_TAG_K; h = (h ^ w5) * HB_TAG_K; h = (h ^ w6) * HB_TAG_K;
+    h = (h ^ q) * HB_TAG_K;
+    h ^= h >> 29;
+    return (uint32_t)(h >> 32) | 1u;
+}
+#endif
+HB_DEV void hb_st_vol_v2(void* p, uint64_t a, uint64_t b) {
+    asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+HB_DEV void hb_ld_vol_v2(const void* p, uint64_t& a, uint64_t& b) {
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
 
 // Reference path: ticket from an atomicAdd on st->ref_next_ticket (DEVICE memory: atomics on the
 // host-mapped header.ring_head from hundreds of warps serialize over PCIe, 1-5 ms per issue measured on
 // the H200; the runtime seeds the counter from the region and copies it back into ring_head while no
 // kernel runs, hbf_ctl.h), slot reuse gated by `consumed`, payload written, then seq = ticket + 1 with
-// st.release.sys.
+// st.release.sys. Returns the future, or HB_FAILED (recorded, or the run already failed: then no ticket
+// is reserved).
 HB_OOL_FN uint64_t hb_ref_issue(hbf_device_state* st, hbf_ctl* c, uint64_t addr,
                                                      uint64_t media_addr, uint32_t bytes, uint32_t op,
                                                      uint32_t range_id, uint32_t site, uint32_t flags,
                                                      uint32_t q, uint64_t now) {
+    if (hb_failed(st)) return HB_FAILED;   // the run already failed: reserve no ticket (no hole in the ring)
     const uint64_t ticket = atomicAdd((unsigned long long*)&st->ref_next_ticket, 1ull);
+    HB_TRACE(ticket, 1, now);
     const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
-    if (ticket >= HBF_RING_SLOTS)
-        HB_OOL(hb_ref_slot_wait)(st, c, slot, ticket - HBF_RING_SLOTS + 1ull, site, addr, now);
+    if (ticket >= HBF_RING_SLOTS &&
+        HB_OOL(hb_ref_slot_wait)(st, c, slot, ticket - HBF_RING_SLOTS + 1ull, site, addr, now) != 0u)
+        return HB_FAILED;
     hbf_request* r = &c->ring[slot];
+    const uint64_t w4 = (uint64_t)bytes | ((uint64_t)op << 32);
+    const uint64_t w5 = (uint64_t)range_id | ((uint64_t)(__hb_kslot_base + (site >> 16)) << 32);
+    const uint64_t w6 = (uint64_t)site | ((uint64_t)flags << 32);
+#if HBF_REF_TAGGED
+    const uint64_t w7 = (uint64_t)q | ((uint64_t)hb_req_tag(ticket + 1ull, now, addr, media_addr, w4, w5, w6, q) << 32);
+#else
+    const uint64_t w7 = (uint64_t)q;
+#endif
     hb_st_vol(&r->arrival_ns, now);
-    hb_st_vol(&r->address, addr);
-    hb_st_vol(&r->media_address, media_addr);
-    hb_st_vol32(&r->bytes, bytes);
-    hb_st_vol32(&r->op, op);
-    hb_st_vol32(&r->range_id, range_id);
-    hb_st_vol32(&r->kernel_slot, __hb_kslot_base + (site >> 16));
-    hb_st_vol32(&r->site, site);
-    hb_st_vol32(&r->flags, flags);
-    hb_st_vol(&r->thermal_q_ppm, (uint64_t)q);
+    hb_st_vol_v2(&r->address, addr, media_addr);
+    hb_st_vol_v2(&r->bytes, w4, w5);
+    hb_st_vol_v2(&r->site, w6, w7);
+#if HBF_REF_TAGGED
+    hb_st_vol(&r->seq, ticket + 1ull);
+#else
     hb_st_rel_sys(&r->seq, ticket + 1ull);
+#endif
+    HB_TRACE(ticket, 2, hb_now());
     return HBF_FUTURE_TICKET_BIT | ticket;
 }
 
@@ -472,7 +613,8 @@ HB_SPLIT_FN uint64_t hb_device_deadline(hbf_device_state* st, uint64_t gaddr, ui
 }
 
 // The group leader's request: admission (thermal snapshot before the reservation), timing source,
-// refresh claim. Returns the future; out[0] = request bytes, out[1] = modeled ns (0 for a ticket).
+// refresh claim. Returns the future (HB_FAILED after a recorded terminal failure); out[0] = request
+// bytes, out[1] = modeled ns (0 for a ticket).
 HB_SPLIT_FN unsigned long long hb_group_request(hbf_device_state* st, const hbf_dev_range* r, uint64_t media,
                                               uint32_t off, uint32_t gmin, uint32_t gmax, uint32_t flags,
                                               uint32_t site, uint64_t addr, uint64_t t0, uint64_t* out) {
@@ -485,10 +627,14 @@ HB_SPLIT_FN unsigned long long hb_group_request(hbf_device_state* st, const hbf_
     const uint64_t req_bytes = hb_ceil_div((uint64_t)gmax, g) * g - b0;
     const uint64_t gaddr = media - off + b0;  // media address of the group's first granule
     const uint64_t w = HB_OOL(hb_admit)(st, c, t0, site, addr);   // thermal snapshot before the reservation
+    if (w == 0ull) return HB_FAILED;                                // recorded (Shutdown, daemon lost)
     const uint32_t q = HBF_THC_Q(w);
     const uint32_t src = st->timing_source;
     if (src == HBF_SRC_REFERENCE) {
-        if (c == nullptr) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
+        if (c == nullptr) {
+            HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
+            return HB_FAILED;
+        }
         // refresh is served by hbfd's media model; the thermal fraction q snapshotted here travels
         // in the request and is applied once by the waiter (hb_ticket_deadline)
         fut = HB_OOL(hb_ref_issue)(st, c, r->base + (gaddr - r->media_offset), gaddr, (uint32_t)req_bytes, op,
@@ -509,11 +655,19 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
     const uint32_t op = flags & HBF_F_OP_MASK;
     hbf_dev_range r;
     const int cls = HB_OOL(hb_classify)(st, addr, bytes, r);
+    // Fail closed: a partial overlap, a missing permission or a capacity range is UNSUPPORTED; every
+    // lane of the call that sees one records it, and the whole warp (the lanes in this call) ends
+    // before any of them performs its access.
+    uint32_t bad = 0u;
+    if (cls == HB_PARTIAL) bad = 1u;
+    else if (cls == HB_HIT && ((r.perms & hb_perm_needed(op)) == 0u ||
+                               (r.mode != HBF_MODE_FLAG && r.mode != HBF_MODE_TIMING))) bad = 1u;
+    if (__any_sync(__activemask(), bad)) {
+        if (bad) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
+        hb_end();
+    }
     if (cls == HB_NATIVE) return 0ull;
-    if (cls == HB_PARTIAL) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
-    if ((r.perms & hb_perm_needed(op)) == 0u) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
     if (r.mode == HBF_MODE_FLAG) return HBF_EIDOLA_FLAG_ACCESS(st, r, addr, bytes, flags, site);
-    if (r.mode != HBF_MODE_TIMING) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);  // capacity: not this ABI
 
     // --- warp aggregation: one request per page group, made by the group's leader ---
     const uint32_t mask = __activemask();
@@ -535,6 +689,8 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
         modeled = out[1];
     }
     fut = __shfl_sync(grp, fut, leader);
+    // a leader's terminal failure (recorded) ends the whole warp before any lane performs its access
+    if (__any_sync(mask, fut == HB_FAILED)) hb_end();
 
     // --- counters: one atomic per warp ---
     const uint64_t t1 = hb_now();
@@ -569,8 +725,10 @@ HB_DEV uint64_t hb_wait_until(uint64_t deadline) {
     return t;
 }
 
-// Polls until the completion of `want - 1` is posted (returns 1), or finds the slot already reused
-// by a later ticket (returns 0); a dead daemon / terminal state without a posted completion fails.
+// Polls until the completion of `want - 1` is posted (returns the number of polls, >= 1), or finds the
+// slot already reused by a later ticket (returns 0); a dead daemon / terminal state without a posted
+// completion is recorded and returns HB_POLL_FAILED (also when another warp already failed the run).
+#define HB_POLL_FAILED 0xFFFFFFFFu
 HB_SPLIT_FN uint32_t hb_ticket_poll(hbf_device_state* st, hbf_ctl* c, hbf_completion* cp, uint64_t want,
                                   uint32_t site) {
     const uint32_t cap = st->backoff_max_ns ? (uint32_t)st->backoff_max_ns : 8192u;
@@ -581,7 +739,7 @@ HB_SPLIT_FN uint32_t hb_ticket_poll(hbf_device_state* st, hbf_ctl* c, hbf_comple
 #pragma unroll 1
     for (;;) {
         const uint64_t sq = hb_ld_acq_sys(&cp->seq);
-        if (sq == want) return 1u;
+        if (sq == want) return it + 1u;
         // A later ticket already reuses the slot: this completion was consumed by an earlier wait on
         // the same future (a wait on several paths), which spun to its deadline; nothing is left to wait.
         if (sq > want) return 0u;
@@ -590,35 +748,65 @@ HB_SPLIT_FN uint32_t hb_ticket_poll(hbf_device_state* st, hbf_ctl* c, hbf_comple
         if ((++it & 7u) == 0u) {
             const uint32_t s = HB_OOL(hb_live_check)(st, lv, c, hb_now());
             if (s != 0u) {
-                if (hb_ld_acq_sys(&cp->seq) == want) return 1u;  // posted terminal completion wins
-                HB_OOL(hb_fail)(st, s, site, want - 1ull);
+                if (s != HB_ST_ENDED && hb_ld_acq_sys(&cp->seq) == want) return it + 1u;  // posted terminal completion wins
+                hb_fail_live(st, s, site, want - 1ull);
+                return HB_POLL_FAILED;
             }
         }
     }
 }
 
+// The waiter's release of a consumed completion slot (the issuer of ticket + HBF_RING_SLOTS, a GPU
+// thread, acquires it before it rewrites the request slot; hbfd writes that slot's next completion
+// only after it has seen the next request, so the chain is waiter -> issuer (gpu scope) -> hbfd (the
+// issuer's st.release.sys)). HBF_REF_CONSUMED_SYS=1: st.release.sys (MEMBAR.ALL.SYS) as before.
+#ifndef HBF_REF_CONSUMED_SYS
+#define HBF_REF_CONSUMED_SYS 0
+#endif
+
 // Poll the ticket's completion slot; returns the deadline arrival + modeled_ns (READY only), less the
-// measured deadline bias (clamped to arrival, the issue time), applied here once.
+// measured deadline bias (clamped to arrival, the issue time), applied here once; 0 when the slot was
+// already reused (the ticket was waited before); HB_FAILED after a recorded terminal failure.
+// Completion payload and our own request fields are read with 16-byte vector loads after the
+// acquire of seq (4 host reads instead of 6).
 HB_OOL_FN uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket, uint32_t site) {
     hbf_ctl* c = (hbf_ctl*)st->ctl;
     const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
     hbf_completion* cp = &c->completions[slot];
     const uint64_t want = ticket + 1ull;
-    if (HB_OOL(hb_ticket_poll)(st, c, cp, want, site) == 0u) return 0ull;
-    const uint32_t status = hb_ld_vol32(&cp->status);
-    const uint64_t arrival = hb_ld_vol(&cp->arrival_ns);
-    const uint64_t modeled = hb_ld_vol(&cp->modeled_ns);
-    const uint64_t service = hb_ld_vol(&cp->service_ns);
-    const uint32_t op = hb_ld_vol32(&c->ring[slot].op) & HBF_F_OP_MASK;
-    uint64_t q = hb_ld_vol(&c->ring[slot].thermal_q_ppm);  // our own snapshot, written at issue
+    HB_TRACE(ticket, 3, hb_now());
+    const uint32_t polls = HB_OOL(hb_ticket_poll)(st, c, cp, want, site);
+    if (polls == 0u) return 0ull;
+    if (polls == HB_POLL_FAILED) return HB_FAILED;
+    HB_TRACE(ticket, 4, hb_now());
+    uint64_t seq_, arrival, modeled, service, stw, consumed_, w6, w7;
+    hb_ld_vol_v2(&cp->seq, seq_, arrival);
+    hb_ld_vol_v2(&cp->modeled_ns, modeled, service);
+    hb_ld_vol_v2(&cp->status, stw, consumed_);
+    hb_ld_vol_v2(&c->ring[slot].site, w6, w7);   // our own request: site | flags << 32, q | tag << 32
+    (void)seq_; (void)consumed_;
+    const uint32_t status = (uint32_t)stw;
+    const uint32_t op = (uint32_t)(w6 >> 32) & HBF_F_OP_MASK;
+    uint64_t q = w7 & 0xFFFFFFFFull;                       // our own snapshot, written at issue
     if (q == 0ull || q > 1000000ull) q = 1000000ull;
+#if HBF_REF_CONSUMED_SYS
     hb_st_rel_sys(&cp->consumed, want);
+#else
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(&cp->consumed), "l"(want) : "memory");
+#endif
     hbf_kernel_counters* ks = hb_kslot(st, site);
     atomicAdd((unsigned long long*)&ks->status[status & (HBF_N_STATUS - 1u)], 1ull);
-    if (status != HBF_ST_READY) HB_OOL(hb_fail)(st, status, site, ticket);
+    if (status != HBF_ST_READY) {
+        HB_OOL(hb_fail)(st, status, site, ticket);
+        return HB_FAILED;
+    }
     const uint64_t modeled_t = hb_thermal_scale(modeled, (uint32_t)q);  // thermal applied exactly once
     atomicAdd((unsigned long long*)&ks->ops[op].modeled_ns, (unsigned long long)modeled_t);
     atomicAdd((unsigned long long*)&ks->ops[op].service_ns, (unsigned long long)service);
+    HB_TRACE(ticket, 5, polls);
+    HB_TRACE(ticket, 6, arrival + modeled_t);
+    HB_TRACE(ticket, 7, service);
+    HB_TRACE(ticket, 0, want);
     return hb_apply_bias(st, arrival + modeled_t, arrival, site);
 }
 
@@ -630,9 +818,9 @@ HB_OOL_FN uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket, uin
 HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsigned int site,
                             uint64_t t_in) {
     uint64_t deadline;
+    const uint32_t m = __activemask();
     if (fut & HBF_FUTURE_TICKET_BIT) {
         // one poller per ticket in the warp; the others receive the deadline
-        const uint32_t m = __activemask();
         const uint32_t g = __match_any_sync(m, fut);
         const uint32_t leader = (uint32_t)(__ffs(g) - 1);
         uint64_t d = 0;
@@ -641,7 +829,14 @@ HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsi
     } else {
         deadline = fut;
     }
-    if (deadline > t_in + HBF_MAX_WAIT_NS) HB_OOL(hb_fail)(st, HBF_ST_TIMEOUT, site, deadline);  // never hang
+    // A terminal failure (recorded by the polling lane), or a modeled wait that would hang: the whole
+    // warp ends here, before the consumer reads the value.
+    uint32_t bad = deadline == HB_FAILED ? 1u : 0u;
+    if (!bad && deadline > t_in + HBF_MAX_WAIT_NS) {
+        HB_OOL(hb_fail)(st, HBF_ST_TIMEOUT, site, deadline);  // never hang
+        bad = 1u;
+    }
+    if (__any_sync(m, bad)) hb_end();
     const uint64_t t_out = hb_wait_until(deadline);
     const uint32_t mask = __activemask();
     const uint32_t wall = __reduce_max_sync(mask, hb_sat32(t_out - t_in));
@@ -657,9 +852,11 @@ HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsi
 // A ticket involved in a join: resolve the tickets now (their deadlines are then plain deadlines).
 HB_SPLIT_FN unsigned long long hb_join_slow(hbf_device_state* st, unsigned long long a,
                                           unsigned long long b) {
+    const uint32_t m = __activemask();
     const bool ta = (a & HBF_FUTURE_TICKET_BIT) != 0ull, tb = (b & HBF_FUTURE_TICKET_BIT) != 0ull;
     const uint64_t da = ta ? HB_OOL(hb_ticket_deadline)(st, a & ~HBF_FUTURE_TICKET_BIT, 0xFFFFu) : a;
     const uint64_t db = tb ? HB_OOL(hb_ticket_deadline)(st, b & ~HBF_FUTURE_TICKET_BIT, 0xFFFFu) : b;
+    if (__any_sync(m, da == HB_FAILED || db == HB_FAILED)) hb_end();   // recorded by the poller
     const uint64_t d = da > db ? da : db;
     return d ? d : 1ull;
 }

@@ -1,0 +1,128 @@
+"""Reference-path protocol pieces changed for throughput and fail-fast (CPU, real hbfd):
+- the device's request check tag (hb_req_tag in runtime_cuda/src/hbf_helpers.cu, compiled here as host
+  C++ from the very source text) equals hbfd's request_tag for random records;
+- hbfd takes a tagged ring slot only once its tag matches (a payload store not yet visible is retried),
+  and serves untagged slots (host drivers that publish with a release) as before;
+- a device failure recorded by the GPU (header.device_failure) is raised by the session as
+  DeviceFailure with the status code, at the next launch (gate) and reported to hbfd once.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import runtime_cuda
+from hbfcommon import ctl as C
+from hbfcommon.errors import ErrorCode
+from hbfd.server import request_tag
+from runtime_cuda.session import DeviceFailure
+
+ROOT = Path(__file__).resolve().parents[2]
+HELPERS = ROOT / "runtime_cuda" / "src" / "hbf_helpers.cu"
+N = C.HBF_RING_SLOTS
+
+
+def _device_tag_source() -> str:
+    text = HELPERS.read_text()
+    m = re.search(r"#define HB_TAG_K (\S+)\n(HB_DEV uint32_t hb_req_tag\(.*?\n\})", text, re.S)
+    assert m, "hb_req_tag not found in hbf_helpers.cu"
+    return f"#include <cstdint>\n#define HB_DEV static inline\n#define HB_TAG_K {m.group(1)}\n{m.group(2)}\n"
+
+
+def test_device_tag_equals_hbfd_tag(tmp_path):
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    rng = np.random.default_rng(7)
+    rows = rng.integers(0, 2**63, size=(64, 8), dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, size=(64, 8), dtype=np.uint64)
+    rows[:, 7] &= np.uint64(0xFFFFFFFF)          # q in the low half, no tag yet
+    src = tmp_path / "tag.cpp"
+    body = "".join(
+        "printf(\"%u\\n\", hb_req_tag(" + ", ".join(f"{int(v)}ull" for v in r) + "));\n" for r in rows)
+    src.write_text(_device_tag_source() + "#include <cstdio>\nint main() {\n" + body + "return 0;\n}\n")
+    exe = tmp_path / "tag"
+    subprocess.run([cxx, "-O1", "-std=c++17", str(src), "-o", str(exe)], check=True)
+    dev = np.array([int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True,
+                                                   check=True).stdout.split()], np.uint64)
+    assert (dev == request_tag(rows)).all()
+    assert (dev & np.uint64(1)).all()            # never 0 (0 = untagged)
+    bad = rows.copy()
+    bad[:, 2] ^= np.uint64(1 << 12)              # one payload word differs: the tag differs
+    assert (request_tag(bad) != dev).all()
+
+
+@pytest.fixture()
+def region(hbfd_daemon):
+    sock, _, _ = hbfd_daemon
+    s = runtime_cuda.attach(socket=sock, cuda=False)
+    yield s
+    s.close()
+
+
+def _publish(m, t: int, *, tag_ok: bool | None, media: int = 0) -> None:
+    s = t % N
+    raw = m.ring.view(np.uint64).reshape(N, 8)
+    row = np.array([t + 1, 1000 + t, 0x7F0000000000 + 64 * t, media, 128 | (C.HBF_OP_LOAD << 32),
+                    1 | (0 << 32), 7 | (4 << 32), 1_000_000], np.uint64)
+    if tag_ok is not None:
+        tag = int(request_tag(row[None, :])[0])
+        row[7] |= np.uint64((tag if tag_ok else tag ^ 0x10) << 32)
+    raw[s, 1:] = row[1:]
+    raw[s, 0] = row[0]
+
+
+def _wait_completion(m, t: int, timeout_s: float) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if int(m.completions["seq"][t % N]) == t + 1:
+            return True
+        time.sleep(0.002)
+    return False
+
+
+def test_hbfd_takes_a_tagged_slot_only_when_its_tag_matches(region):
+    m = region.ctl
+    h = m.ctl.header
+    base = max(int(h.ring_head), int(m.ring["seq"].max()), int(m.completions["seq"].max()))
+    t_untagged, t_tagged = base, base + 1
+    h.ring_head = base + 2
+    _publish(m, t_untagged, tag_ok=None)
+    assert _wait_completion(m, t_untagged, 10), "an untagged (release-published) request was not served"
+    _publish(m, t_tagged, tag_ok=False)          # seq visible, payload (as far as the tag says) not yet
+    assert not _wait_completion(m, t_tagged, 0.3), "hbfd served a slot whose check tag does not match"
+    _publish(m, t_tagged, tag_ok=True)           # the missing store arrives
+    assert _wait_completion(m, t_tagged, 10), "the tagged request was never served after its tag matched"
+    assert int(m.completions["status"][t_tagged % N]) == C.HBF_ST_READY
+    assert int(m.completions["arrival_ns"][t_tagged % N]) == 1000 + t_tagged
+    summ = region.client.call("GetSummary", region.client.pb.GetSummaryRequest())
+    import json
+    ring = json.loads(summ.summary_json)["ring_service"]
+    assert ring["tag_retries"] >= 1 and ring["tagged_requests"] >= 1
+    assert ring["requests"] >= 2 and sum(ring["batch_log2_hist"]) == ring["batches"]
+
+
+def test_recorded_device_failure_is_raised_at_the_next_launch(region, hbfd_daemon):
+    h = region.ctl.ctl.header
+    assert region.device_failure() is None
+    region.gate("k", None, [])                   # nothing recorded: the gate lets it through
+    site = (3 << 16) | 5
+    h.device_failure = (C.HBF_ST_DAEMON_LOST << 32) | site   # what hb_fail writes (GPU-only atomics)
+    try:
+        for _ in range(2):
+            with pytest.raises(DeviceFailure) as ei:
+                region.gate("k", None, [])
+            e = ei.value
+            assert e.code == ErrorCode.DAEMON_LOST and e.status == C.HBF_ST_DAEMON_LOST and e.site == site
+            assert e.fields["kernel_index"] == 3 and e.fields["site_index"] == 5
+        summ = region.client.call("GetSummary", region.client.pb.GetSummaryRequest())
+        import json
+        reps = [r for r in json.loads(summ.summary_json)["reports"] if r.get("kind") == "device_failure"]
+        assert len(reps) == 1, reps              # reported once, raised every time
+    finally:
+        h.device_failure = 0
