@@ -285,7 +285,10 @@ def main() -> int:
         cub = v["build"]["cubin"]
         if "rate" in exps:
             log(f"--- {name}: rate")
-            renv = dict(env, HBF_BENCH_HBFD_ENV=json.dumps({"HBFD_REFRESH": "none"})) if opt else env
+            henv = {"HBFD_REFRESH": "none"} if opt else {}
+            if "-DHBF_REF_TAGGED=1" in macros:
+                henv["HBFD_RING_TAGS"] = "1"     # hbfd validates the check tags (hbfd/knobs.py)
+            renv = dict(env, HBF_BENCH_HBFD_ENV=json.dumps(henv)) if henv else env
             v["rate"] = run_child("rate", cub, timeout=120, env=renv)
             for r in v["rate"].get("rows", []):
                 tl = r.get("trace", {})

@@ -36,6 +36,13 @@ def refresh_choice() -> str:
     return os.environ.get("HBFD_REFRESH", "auto")
 
 
+def ring_tags() -> bool:
+    """``$HBFD_RING_TAGS=1``: validate request check tags (bits 32..63 of ``thermal_q_ppm``; the device
+    helpers' measurement variant ``HBF_REF_TAGGED`` publishes without a fence). Default off: the ring
+    protocol is "payload, then release the seq word" and those bits are not interpreted."""
+    return os.environ.get("HBFD_RING_TAGS", "0") == "1"
+
+
 def heartbeat_period_ns() -> int:
     """``$HBFD_HEARTBEAT_NS`` (default 2 ms; capped at the 10 ms promise)."""
     v = int(os.environ.get("HBFD_HEARTBEAT_NS", "2000000"))

@@ -126,6 +126,7 @@ class Daemon:
         self._p_req = np.zeros((N, ctl.REQUEST_DTYPE.itemsize // 8), np.uint64)   # raw 64 B records
         self._p_seen = np.zeros(N, np.int64)
         self._lost_unpublished = 0
+        self._ring_tags = knobs.ring_tags()
         # ring-service statistics (summary "ring_service"): scans that found work, requests taken,
         # batch sizes (log2 buckets), tagged slots retried because their check did not match yet
         self._ring_stats = {"batches": 0, "requests": 0, "max_batch": 0, "tag_retries": 0,
@@ -348,16 +349,17 @@ class Daemon:
         """Record the published requests in ``slots`` as pending (caller holds _post_lock).
         A published slot's seq cannot change until its completion is posted and consumed, so
         the seq words re-read here are the ones the scan saw; the payloads are read after them
-        (one gather of the raw 64 B records; acquire on x86). A record whose thermal_q_ppm word
-        carries a check tag (bits 32..63 nonzero: a writer that publishes without a fence,
-        ``request_tag``) is taken only when the tag matches its seq and payload; otherwise a payload
-        store is not visible yet and the slot is left for a later scan. Returns (slots taken,
+        (one gather of the raw 64 B records; acquire on x86). With HBFD_RING_TAGS=1 (measurement
+        variant, off by default) a record whose thermal_q_ppm word carries a check tag (bits 32..63
+        nonzero: a writer that publishes without a fence, ``request_tag``) is taken only when the tag
+        matches its seq and payload; otherwise a payload store is not visible yet and the slot is left
+        for a later scan. Returns (slots taken,
         records as uint64 rows: 0 seq, 1 arrival_ns, 2 address, 3 media_address, 4 bytes | op << 32,
         5 range_id | kernel_slot << 32, 6 site | flags << 32, 7 thermal_q_ppm | tag << 32)."""
         req = self._ring64.take(slots, axis=0)
         tag = req[:, 7] >> np.uint64(32)
         tagged = tag != 0
-        if tagged.any():
+        if self._ring_tags and tagged.any():
             ok = ~tagged | (request_tag(req) == tag)
             self._ring_stats["tagged_requests"] += int(tagged.sum())
             if not ok.all():

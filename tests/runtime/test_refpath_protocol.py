@@ -1,16 +1,19 @@
 """Reference-path protocol pieces changed for throughput and fail-fast (CPU, real hbfd):
 - the device's request check tag (hb_req_tag in runtime_cuda/src/hbf_helpers.cu, compiled here as host
   C++ from the very source text) equals hbfd's request_tag for random records;
-- hbfd takes a tagged ring slot only once its tag matches (a payload store not yet visible is retried),
-  and serves untagged slots (host drivers that publish with a release) as before;
+- with HBFD_RING_TAGS=1 hbfd takes a tagged ring slot only once its tag matches (a payload store not
+  yet visible is retried) and serves untagged slots as before; by default the tag bits are ignored;
 - a device failure recorded by the GPU (header.device_failure) is raised by the session as
   DeviceFailure with the status code, at the next launch (gate) and reported to hbfd once.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -57,10 +60,43 @@ def test_device_tag_equals_hbfd_tag(tmp_path):
     assert (request_tag(bad) != dev).all()
 
 
+@pytest.fixture(scope="module")
+def tagged_hbfd(tmp_path_factory):
+    """A real hbfd that validates request check tags (HBFD_RING_TAGS=1)."""
+    d = tmp_path_factory.mktemp("hbfd_tags")
+    sock = d / "hbfd.sock"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               HBFD_THERMAL="none", HBFD_RING_TAGS="1")
+    logf = open(d / "hbfd.log", "w")
+    p = subprocess.Popen([sys.executable, "-m", "hbfd.cli", "--profile", "nominal", "--socket", str(sock),
+                          "--summary", str(d / "summary.json")], cwd=ROOT, env=env, stdout=logf,
+                         stderr=subprocess.STDOUT)
+    t = time.time()
+    while not sock.exists():
+        if p.poll() is not None or time.time() - t > 90:
+            pytest.fail(f"hbfd did not start: {(d / 'hbfd.log').read_text()[-3000:]}")
+        time.sleep(0.05)
+    yield str(sock)
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    logf.close()
+
+
 @pytest.fixture()
 def region(hbfd_daemon):
     sock, _, _ = hbfd_daemon
     s = runtime_cuda.attach(socket=sock, cuda=False)
+    yield s
+    s.close()
+
+
+@pytest.fixture()
+def tagged_region(tagged_hbfd):
+    s = runtime_cuda.attach(socket=tagged_hbfd, cuda=False)
     yield s
     s.close()
 
@@ -86,7 +122,23 @@ def _wait_completion(m, t: int, timeout_s: float) -> bool:
     return False
 
 
-def test_hbfd_takes_a_tagged_slot_only_when_its_tag_matches(region):
+def _fresh_tickets(m, n: int) -> int:
+    h = m.ctl.header
+    base = max(int(h.ring_head), int(m.ring["seq"].max()), int(m.completions["seq"].max()))
+    h.ring_head = base + n
+    return base
+
+
+def test_by_default_hbfd_does_not_interpret_tag_bits(region):
+    m = region.ctl
+    t = _fresh_tickets(m, 1)
+    _publish(m, t, tag_ok=False)                 # bits 32..63 of thermal_q_ppm set, wrong "tag"
+    assert _wait_completion(m, t, 10), "with HBFD_RING_TAGS off the slot must be served as published"
+    assert int(m.completions["status"][t % N]) == C.HBF_ST_READY
+
+
+def test_hbfd_takes_a_tagged_slot_only_when_its_tag_matches(tagged_region):
+    region = tagged_region
     m = region.ctl
     h = m.ctl.header
     base = max(int(h.ring_head), int(m.ring["seq"].max()), int(m.completions["seq"].max()))
