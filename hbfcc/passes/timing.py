@@ -701,20 +701,15 @@ class _FunctionRewriter:
     def _with_native_version(self, new_body: list[Statement], original) -> list[Statement]:
         """Code versioning: after the prologue, a launch with nothing registered (span == 0, which
         includes a detached module) branches (uniformly) to an untouched copy of the original body,
-        so the native path runs the plain instruction stream (only the kernel_enter/exit
-        bookkeeping stays). Only the register count is shared with the instrumented version."""
+        so the native path runs the plain instruction stream, without helper calls (such a launch
+        has nothing to model and is not counted). Only the register count is shared with the
+        instrumented version."""
         if not self.report.sites:
             return new_body
         names: set[str] = set()
         _labels_in(original, names)
-        if self.fn.is_entry:
-            def hook(inst):
-                return self._unless_detached([_call("__hb_kernel_exit", [("b32", _I(self.kidx))], guard=inst.guard)])
-        else:
-            def hook(inst):
-                return []
-        copy = _native_copy(original, names, hook, True)
-        # the branch goes right after the prologue (after kernel_enter)
+        copy = _native_copy(original, names, True)
+        # the branch goes right after the prologue (before kernel_enter)
         j = next(i for i, st in enumerate(new_body) if type(st) is Label and st.name == self._after_prologue)
         out = new_body[:j + 1] + [_ins("bra", ("uni",), (LabelRef(_NATIVE_LABEL),), Guard(_R(R_NONE)))] \
             + new_body[j + 1:]
@@ -722,7 +717,9 @@ class _FunctionRewriter:
         last = next((st for st in reversed(original) if type(st) is Instruction), None)
         if last is None or last.guard is not None or last.opcode not in ("ret", "exit", "bra", "trap"):
             end = _ins("ret", (), ())
-            out += hook(end) + [end]
+            if self.fn.is_entry:
+                out += self._unless_detached([_call("__hb_kernel_exit", [("b32", _I(self.kidx))])])
+            out.append(end)
         out += [Label(_NATIVE_LABEL)] + copy
         self.report.native_version = True
         return out
@@ -885,10 +882,10 @@ class _FunctionRewriter:
             decls.append(VarDecl((), "reg", (), ".b64", (Declarator(R_FUT, count=nfut),)))
             init += [_ins("mov", ("b64",), (_R(f"{R_FUT}{k}"), _I(0))) for k in range(nfut)]
         init += [_ins("mov", ("b64",), (_R(f"{R_GRP}{k}"), _I(0))) for k in range(self.K + 1)]
-        if self.fn.is_entry:
-            init.extend(self._unless_detached([_call("__hb_kernel_enter", [("b32", _I(self.kidx))])]))
         self._after_prologue = self._label()
         init.append(Label(self._after_prologue))
+        if self.fn.is_entry:
+            init.extend(self._unless_detached([_call("__hb_kernel_enter", [("b32", _I(self.kidx))])]))
         # after the leading declarations of the body
         j = 0
         while j < len(body) and type(body[j]) in (VarDecl, Comment, Directive):
@@ -925,10 +922,9 @@ def _relabel_op(op, names: set[str]):
     return op
 
 
-def _native_copy(body, names: set[str], exit_hook, top: bool) -> list:
+def _native_copy(body, names: set[str], top: bool) -> list:
     """The original body for the native version: labels renamed, the function's own (top-level)
-    declarations left out (the instrumented version above declares them in the same scope), and
-    ``exit_hook(inst)`` statements before every ret/exit."""
+    declarations left out (the instrumented version above declares them in the same scope)."""
     out: list = []
     for st in body:
         t = type(st)
@@ -937,12 +933,10 @@ def _native_copy(body, names: set[str], exit_hook, top: bool) -> list:
         if t is Label:
             out.append(Label(st.name + _NATIVE_SUFFIX) if st.name in names else st)
         elif t is Block:
-            out.append(replace(st, body=tuple(_native_copy(st.body, names, exit_hook, False))))
+            out.append(replace(st, body=tuple(_native_copy(st.body, names, False))))
         elif t is Directive and st.args and any(a in names for a in st.args):
             out.append(replace(st, args=tuple(a + _NATIVE_SUFFIX if a in names else a for a in st.args)))
         elif t is Instruction:
-            if st.opcode in ("ret", "exit"):
-                out.extend(exit_hook(st))
             ops = tuple(_relabel_op(o, names) for o in st.operands)
             out.append(st if ops == st.operands else replace(st, operands=ops))
         else:
