@@ -14,12 +14,13 @@ the throttling path on a real GPU and for operator drills. Never on by accident:
 
 Rules (the ones the device relies on): Normal publishes q = 1e6 and admission open; Light takes
 0 < q <= 1e6 (admission open); Severe closes admission (q as given, default the current one);
-Shutdown is terminal. Pure apart from the lock the RPC thread and the control thread share.
+Shutdown is terminal. Pure: the RPC thread only appends to a deque (atomic in CPython), the control
+thread drains it at its tick; no lock, no thread here.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
-import threading
 from typing import Any
 
 from hbfcommon.errors import ErrorCode, HbfError
@@ -70,28 +71,26 @@ class OperatorOverrideThermal:
     def __init__(self, base) -> None:
         self.base = base
         self.name = f"operator-override({base.name})"
-        self._lock = threading.Lock()
-        self._ov: dict | None = None
-        self._pending: list[dict] = []
+        self._ov: dict | None = None          # written by tick() only
+        self._pending: collections.deque = collections.deque()   # RPC thread appends, tick() drains
         self.history: list[dict] = []
         self._ticks = 0
         self._last: ThermalState | None = None
 
     def set_override(self, obj: Any) -> dict | None:
         ov = parse_override(obj)
-        with self._lock:
-            self._ov = ov
-            self._pending.append({"override": None if ov is None else {**ov, "mode": MODE_NAMES[ov["mode"]]},
-                                  "note": obj.get("note", "") if isinstance(obj, dict) else ""})
+        self._pending.append((ov, {"override": None if ov is None else {**ov, "mode": MODE_NAMES[ov["mode"]]},
+                                   "note": obj.get("note", "") if isinstance(obj, dict) else ""}))
         return ov
 
     def tick(self, now_ns: int, media_energy_j: float) -> ThermalState:
         st = self.base.tick(now_ns, media_energy_j)
-        with self._lock:
-            ov, pending, self._pending = self._ov, self._pending, []
         self._ticks += 1
-        for p in pending:
+        while self._pending:
+            ov_new, p = self._pending.popleft()
+            self._ov = ov_new
             self.history.append({**p, "effective_tick": self._ticks, "effective_t_ns": int(now_ns)})
+        ov = self._ov
         if ov is not None:
             q = ov["q_ppm"] if ov["q_ppm"] is not None else (st.q_ppm if self._last is None else self._last.q_ppm)
             st = dataclasses.replace(st, mode=ov["mode"], q_ppm=int(q), admission_open=ov["admission_open"])
