@@ -471,8 +471,9 @@ def exp_E1(rt, args) -> dict:
 
 
 def exp_E2(rt, args) -> dict:
-    out = {"hoare": _sweep(rt, args, "hoare", ("virtual", "eidolon")),
-           "mesa": _sweep(rt, args, "mesa", ("virtual", "eidolon"))}
+    bases = ("kernel_start", "tile_ready")
+    out = {"hoare": _sweep(rt, args, "hoare", ("virtual", "eidolon"), bases=bases),
+           "mesa": _sweep(rt, args, "mesa", ("virtual", "eidolon"), bases=bases)}
     try:
         out["corunner"] = _corunner(rt, args)
     except Exception as e:  # noqa: BLE001
