@@ -614,17 +614,21 @@ HB_SPLIT_FN uint64_t hb_device_deadline(hbf_device_state* st, uint64_t gaddr, ui
 
 // The group leader's request: admission (thermal snapshot before the reservation), timing source,
 // refresh claim. Returns the future (HB_FAILED after a recorded terminal failure); out[0] = request
-// bytes, out[1] = modeled ns (0 for a ticket).
+// bytes, out[1] = modeled ns (0 for a ticket). The request starts at the group's first granule and
+// moves the granules its lanes touch (uniq: at most the span [gmin, gmax) rounded to granules), so a
+// strided warp in one page is not charged for the bytes between its lanes.
 HB_SPLIT_FN unsigned long long hb_group_request(hbf_device_state* st, const hbf_dev_range* r, uint64_t media,
-                                              uint32_t off, uint32_t gmin, uint32_t gmax, uint32_t flags,
-                                              uint32_t site, uint64_t addr, uint64_t t0, uint64_t* out) {
+                                              uint32_t off, uint32_t gmin, uint32_t gmax, uint32_t uniq,
+                                              uint32_t flags, uint32_t site, uint64_t addr, uint64_t t0,
+                                              uint64_t* out) {
     const uint32_t op = flags & HBF_F_OP_MASK;
     unsigned long long fut = 0ull;
     out[1] = 0ull;
     hbf_ctl* c = (hbf_ctl*)st->ctl;
     const uint64_t g = (op == HBF_OP_STORE) ? 1u : (st->media.read_granularity ? st->media.read_granularity : 64u);
     const uint64_t b0 = ((uint64_t)gmin / g) * g;
-    const uint64_t req_bytes = hb_ceil_div((uint64_t)gmax, g) * g - b0;
+    uint64_t req_bytes = hb_ceil_div((uint64_t)gmax, g) * g - b0;
+    if (uniq != 0u && (uint64_t)uniq < req_bytes) req_bytes = uniq;
     const uint64_t gaddr = media - off + b0;  // media address of the group's first granule
     const uint64_t w = HB_OOL(hb_admit)(st, c, t0, site, addr);   // thermal snapshot before the reservation
     if (w == 0ull) return HB_FAILED;                                // recorded (Shutdown, daemon lost)
@@ -678,13 +682,21 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
     const uint32_t lane = hb_laneid();
     const uint32_t leader = (uint32_t)(__ffs(grp) - 1);
     const uint32_t off = (uint32_t)(media & ((1ull << pshift) - 1ull));
+    const uint32_t nb = bytes ? bytes : 1u;
     const uint32_t gmin = __reduce_min_sync(grp, off);
-    const uint32_t gmax = __reduce_max_sync(grp, off + (bytes ? bytes : 1u));
+    const uint32_t gmax = __reduce_max_sync(grp, off + nb);
+    // granules the group touches (the first lane on each granule counts the granules its access spans;
+    // a lane straddling into a granule another lane starts may count it twice: never above the span)
+    const uint32_t gr = (op == HBF_OP_STORE) ? 1u : (st->media.read_granularity ? (uint32_t)st->media.read_granularity : 64u);
+    const uint32_t gk = off / gr;
+    const uint32_t same = __match_any_sync(grp, gk);
+    const uint32_t mine = (lane == (uint32_t)(__ffs(same) - 1)) ? ((off + nb - 1u) / gr - gk + 1u) * gr : 0u;
+    const uint32_t uniq = __reduce_add_sync(grp, mine);
     unsigned long long fut = 0ull;
     uint64_t req_bytes = 0, modeled = 0;
     if (lane == leader) {
         uint64_t out[2];
-        fut = HB_OOL(hb_group_request)(st, &r, media, off, gmin, gmax, flags, site, addr, t0, out);
+        fut = HB_OOL(hb_group_request)(st, &r, media, off, gmin, gmax, uniq, flags, site, addr, t0, out);
         req_bytes = out[0];
         modeled = out[1];
     }
