@@ -26,7 +26,7 @@ class Knobs:
     artifact_dir: Optional[Path]   # HBFCC_ARTIFACT_DIR: store of artifacts by original PTX sha
     dump_dir: Optional[Path]       # HBFCC_DUMP_DIR: dump every stage of every rewrite here
     baseline: bool                 # HBFCC_BASELINE (default 1): ptxas -v on the original too
-    cpasync_window: int            # HBFCC_CPASYNC_WINDOW (default 8): cp.async group registers
+    cpasync_window: int            # HBFCC_CPASYNC_WINDOW (default 2): cp.async group registers
     sink: Optional[Path]           # HBFCC_ARTIFACT_SINK (internal, set by the nvcc wrapper)
     log_level: str                 # HBFCC_LOG (default WARNING)
     passes: tuple[str, ...] = ("timing",)  # HBFCC_PASSES (default timing): see parse_passes
@@ -74,7 +74,7 @@ def load() -> Knobs:
         artifact_dir=_path("HBFCC_ARTIFACT_DIR"),
         dump_dir=_path("HBFCC_DUMP_DIR"),
         baseline=_bool("HBFCC_BASELINE", True),
-        cpasync_window=_int("HBFCC_CPASYNC_WINDOW", 8, 2, 64),
+        cpasync_window=_int("HBFCC_CPASYNC_WINDOW", 2, 2, 64),
         sink=_path(ENV_SINK),
         log_level=os.environ.get("HBFCC_LOG", "WARNING").upper(),
         passes=parse_passes(os.environ.get("HBFCC_PASSES"), "HBFCC_PASSES"),

@@ -971,7 +971,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     ``{"functions": [FunctionReport dicts], "kernels": [...names in kernel-index order]}``."""
     if _already_instrumented(module):
         raise RewriteError("module is already instrumented (defines or declares the timing helpers)")
-    window = int(meta.get("cpasync_window", 8))
+    window = int(meta.get("cpasync_window", 2))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
