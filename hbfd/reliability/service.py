@@ -161,11 +161,13 @@ class ReliabilityService:
     def _media_commit(self, now_ns: int) -> None:
         pl = self.sched.plan_now
         if pl is not None and self._handed == pl.first_id and self._due_ns is not None and now_ns >= self._due_ns:
-            for rid in range(pl.first_id, pl.first_id + pl.n_requests):
-                self.sched.complete(rid, True)
+            # the drained bytes first: a summary read in between never shows the block completed
+            # without its bytes
             if self._handed_idle:
                 self.idle_media_refresh_bytes += pl.bytes
                 self.background_drained_bytes += pl.bytes
+            for rid in range(pl.first_id, pl.first_id + pl.n_requests):
+                self.sched.complete(rid, True)
             self._handed = self._handed_at_ns = self._due_ns = None
             self._handed_idle = False
 
