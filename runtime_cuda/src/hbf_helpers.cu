@@ -216,13 +216,17 @@ HB_DEV void hb_fail_live(hbf_device_state* st, uint32_t s, uint32_t site, uint64
 // thermal_max_age_ns so that the per-request path does not pay a host round trip each time.
 // ------------------------------------------------------------------------------------------
 // Single-flight refresh (HBF_THERMAL_SF, default on): the first thread that finds the cached word
-// stale re-stamps it with one CAS and reads the host snapshot; the others keep using the cached
-// values meanwhile (so a snapshot is reused at most thermal_max_age_ns plus one host read, a few us).
+// stale replaces it, with one CAS, by a claim marker (valid bit clear, stamped now) and reads the host
+// snapshot; the others wait on the device word (nanosleep) until it publishes, so no request uses a
+// snapshot older than thermal_max_age_ns (a q change published before a launch is seen by every
+// request of that launch once the cache is stale). A claim older than HBF_THC_CLAIM_WAIT_NS (its
+// claimer is slow or gone) is not waited for: the waiter reads the host itself.
 // Without it every warp that found the cache stale read the host seqlock itself (4-5 host reads and a
 // system fence each): under load, when issues take longer than thermal_max_age_ns, that was every issue.
 #ifndef HBF_THERMAL_SF
 #define HBF_THERMAL_SF 1
 #endif
+#define HBF_THC_CLAIM_WAIT_NS 200000ull
 HB_DEV uint64_t hb_pack_thermal(uint32_t q, uint32_t adm, uint32_t mode, uint64_t now) {
     return (uint64_t)(q & 0xFFFFFu) | ((uint64_t)(adm & 1u) << 20) | ((uint64_t)(mode & 3u) << 21) |
            (1ull << 23) | ((((now >> 10) & ((1ull << 40) - 1ull))) << 24);
@@ -261,19 +265,49 @@ HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
     return w;
 }
 
+HB_DEV uint64_t hb_thc_age_ns(uint64_t w, uint64_t now) {
+    return (((now >> 10) - HBF_THC_STAMP(w)) & ((1ull << 40) - 1ull)) << 10;
+}
+
 HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint64_t now) {
-    const uint64_t w = hb_ld_vol(&st->thermal_cache);
-    if (HBF_THC_VALID(w) && st->thermal_max_age_ns != 0ull) {
-        const uint64_t age_us = (((now >> 10) - HBF_THC_STAMP(w)) & ((1ull << 40) - 1ull));
-        if ((age_us << 10) <= st->thermal_max_age_ns) return w;
+    uint64_t w = hb_ld_vol(&st->thermal_cache);
+    if (st->thermal_max_age_ns != 0ull) {
+        for (;;) {
+            if (HBF_THC_VALID(w)) {
+                if (hb_thc_age_ns(w, now) <= st->thermal_max_age_ns) return w;
 #if HBF_THERMAL_SF
-        // Stale: claim the refresh by re-stamping the cached values; a lost CAS means another thread
-        // claimed (or refreshed) it: use what it published.
-        const uint64_t claim = hb_pack_thermal(HBF_THC_Q(w), HBF_THC_ADM(w), HBF_THC_MODE(w), now);
-        const unsigned long long prev = atomicCAS((unsigned long long*)&st->thermal_cache,
-                                                  (unsigned long long)w, (unsigned long long)claim);
-        if (prev != (unsigned long long)w && HBF_THC_VALID(prev)) return prev;
+                // stale: claim the refresh (marker = valid bit clear, stamped now); a lost CAS means
+                // the word changed (another claim or a fresh snapshot): look again
+                const uint64_t claim = hb_pack_thermal(HBF_THC_Q(w), HBF_THC_ADM(w), HBF_THC_MODE(w), now)
+                                       & ~(1ull << 23);
+                const unsigned long long prev = atomicCAS((unsigned long long*)&st->thermal_cache,
+                                                          (unsigned long long)w, (unsigned long long)claim);
+                if (prev == (unsigned long long)w) break;          // this thread refreshes
+                w = prev;
+                continue;
+#else
+                break;
 #endif
+            }
+#if HBF_THERMAL_SF
+            if (w == 0ull) {   // no snapshot yet (first use after attach): claim the first read too
+                const uint64_t claim = hb_pack_thermal(0u, 0u, 0u, now) & ~(1ull << 23);
+                const unsigned long long prev = atomicCAS((unsigned long long*)&st->thermal_cache, 0ull,
+                                                          (unsigned long long)claim);
+                if (prev == 0ull) break;
+                w = prev;
+                continue;
+            }
+            // a claim in progress: wait for its snapshot (device memory only), unless it is too old
+            if (hb_thc_age_ns(w, now) < HBF_THC_CLAIM_WAIT_NS) {
+                hb_sleep(128);
+                now = hb_now();
+                w = hb_ld_vol(&st->thermal_cache);
+                continue;
+            }
+#endif
+            break;
+        }
     }
     return HB_OOL(hb_thermal_read)(st, c, now);
 }
