@@ -216,17 +216,20 @@ HB_DEV void hb_fail_live(hbf_device_state* st, uint32_t s, uint32_t site, uint64
 // thermal_max_age_ns so that the per-request path does not pay a host round trip each time.
 // ------------------------------------------------------------------------------------------
 // Single-flight refresh (HBF_THERMAL_SF, default on): the first thread that finds the cached word
-// stale replaces it, with one CAS, by a claim marker (valid bit clear, stamped now) and reads the host
-// snapshot; the others wait on the device word (nanosleep) until it publishes, so no request uses a
-// snapshot older than thermal_max_age_ns (a q change published before a launch is seen by every
-// request of that launch once the cache is stale). A claim older than HBF_THC_CLAIM_WAIT_NS (its
-// claimer is slow or gone) is not waited for: the waiter reads the host itself.
+// stale replaces it, with one CAS, by a claim marker (valid bit clear, stamped now, the old values
+// kept) and reads the host snapshot; the others wait on the device word (nanosleep) for at most
+// HBF_THC_CLAIM_WAIT_NS: an idle host answers in a few us, so every request of a launch that follows
+// a q change sees the new q (H200: without the wait, every warp's first request used the old one).
+// When the host is slow (the ring saturated, PCIe busy with completion polls) the waiters then go on
+// with the old values instead of stalling: a snapshot is used at most thermal_max_age_ns +
+// HBF_THC_CLAIM_WAIT_NS after it was read (a stall of every warp per refresh halved the reference
+// rate). Only the very first snapshot (nothing cached) makes a waiter read the host itself.
 // Without it every warp that found the cache stale read the host seqlock itself (4-5 host reads and a
 // system fence each): under load, when issues take longer than thermal_max_age_ns, that was every issue.
 #ifndef HBF_THERMAL_SF
 #define HBF_THERMAL_SF 1
 #endif
-#define HBF_THC_CLAIM_WAIT_NS 200000ull
+#define HBF_THC_CLAIM_WAIT_NS 20000ull
 HB_DEV uint64_t hb_pack_thermal(uint32_t q, uint32_t adm, uint32_t mode, uint64_t now) {
     return (uint64_t)(q & 0xFFFFFu) | ((uint64_t)(adm & 1u) << 20) | ((uint64_t)(mode & 3u) << 21) |
            (1ull << 23) | ((((now >> 10) & ((1ull << 40) - 1ull))) << 24);
@@ -298,13 +301,15 @@ HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint
                 w = prev;
                 continue;
             }
-            // a claim in progress: wait for its snapshot (device memory only), unless it is too old
+            // a claim in progress: wait for its snapshot (device memory only) for a bounded time,
+            // then use the values the claim kept (none on the very first snapshot: read the host)
             if (hb_thc_age_ns(w, now) < HBF_THC_CLAIM_WAIT_NS) {
                 hb_sleep(128);
                 now = hb_now();
                 w = hb_ld_vol(&st->thermal_cache);
                 continue;
             }
+            if (HBF_THC_Q(w) != 0u) return w | (1ull << 23);
 #endif
             break;
         }
