@@ -130,7 +130,9 @@ extern "C" __global__ void __launch_bounds__(GAR_THREADS, 1) gemv_ar_record(GarP
     if (tid < n && tid != P.rank) {
         const unsigned int* f = P.flags[P.rank] + (size_t)b * n + tid;
         unsigned int polls = 0;
-        unsigned long long t0 = gtimer(), seen = 0;
+        // tw: the wait start, for the timeout only. The virtual loads take the KERNEL start t0 (the
+        // table's wakeups are relative to it); passing tw here shifted every flag by the compute phase.
+        unsigned long long tw = gtimer(), seen = 0;
         for (;;) {
 #if GAR_EIDOLA
             unsigned int v = hbf_eidola_ld_flag_u32(st, &acct, t0, f);
@@ -139,7 +141,7 @@ extern "C" __global__ void __launch_bounds__(GAR_THREADS, 1) gemv_ar_record(GarP
 #endif
             ++polls;
             if ((int)(v - seq) >= 0) { seen = gtimer(); break; }
-            if ((polls & 63u) == 0u && gtimer() - t0 > P.timeout_ns) {
+            if ((polls & 63u) == 0u && gtimer() - tw > P.timeout_ns) {
                 atomicExch(P.error, 1u);
                 seen = 0;
                 break;
