@@ -272,8 +272,28 @@ class FlagRegion:
     name: str = "flags"
 
 
+EIDOLA_STATE_GLOBAL = "__hb_eidola_state"    # hbfcc.passes.flags.STATE_GLOBAL (the eidola helper PTX)
+
+
+def bind_module_state(module: Any, replay: "Replay | None") -> bool:
+    """Point a flags-pass module's ``__hb_eidola_state`` at ``replay``'s device state (``None``:
+    detach: flag loads read memory, nothing counted), the way Session.bind_module points
+    ``__hb_state`` at the session: cuModuleGetGlobal + an 8-byte copy. False when the module has no
+    such global (not built with ``HBFCC_PASSES=timing,flags``)."""
+    from runtime_cuda import cudrv
+    g = cudrv.module_global(module, EIDOLA_STATE_GLOBAL)
+    if g is None:
+        return False
+    cudrv.htod(g[0], ctypes.c_uint64(0 if replay is None else int(replay.dev.ptr)), 8)
+    return True
+
+
 class Replay:
     """One target's eidola state: WTT (both indexes), monitor log, wake words, counters."""
+
+    def bind_module(self, module: Any) -> bool:
+        """Bind a module built with hbfcc's flags pass to this replay (see :func:`bind_module_state`)."""
+        return bind_module_state(module, self)
 
     def __init__(self, rt: EidolaRuntime, flags: Sequence[FlagRegion], *, monitor: FlagRegion | None = None,
                  n_wake: int = 1 << 14, staging: int = 1 << 16, timeout_ns: int = 2_000_000_000,

@@ -27,23 +27,8 @@ HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "gemv_allreduce_plain.cu"
 KERNEL = "gemv_allreduce_plain_kernel"
 STAGE_FLOATS = 8192
-EIDOLA_STATE_GLOBAL = "__hb_eidola_state"    # hbfcc.passes.flags.STATE_GLOBAL
-
-
-def bind_module_state(module: Any, replay: Any) -> bool:
-    """Point a flags-pass module's ``__hb_eidola_state`` at ``replay``'s device state (``None``:
-    detach, 0 = flag loads read memory, nothing counted), the way Session.bind_module points
-    ``__hb_state`` at the session: cuModuleGetGlobal + an 8-byte copy. False when the module has no
-    such global (not built with the flags pass). Belongs in runtime_cuda.eidola (Replay.bind_module)
-    once that file is free to edit."""
-    import ctypes
-
-    from runtime_cuda import cudrv
-    g = cudrv.module_global(module, EIDOLA_STATE_GLOBAL)
-    if g is None:
-        return False
-    cudrv.htod(g[0], ctypes.c_uint64(0 if replay is None else int(replay.dev.ptr)), 8)
-    return True
+# the binding lives in runtime_cuda.eidola (Replay.bind_module); re-exported for existing callers
+from runtime_cuda.eidola import EIDOLA_STATE_GLOBAL, bind_module_state  # noqa: E402,F401
 
 
 def build_plain(out_dir: str | os.PathLike, *, passes: Sequence[str] = ("timing", "flags"), arch: str = "sm_90a",
