@@ -338,6 +338,18 @@ _STATE_DECL_LINE = re.compile(r"^[ \t]*\.extern[ \t]+\.global[ \t]+\.align[ \t]+
 _VERSION_LINE = re.compile(r"^(\s*\.version\s+)(\d+)\.(\d+)", re.M)
 
 
+def _raise_version(module_text: str, version: tuple[int, int]) -> str:
+    """The module's ``.version`` raised to ``version`` when lower (a linked helper needs it)."""
+    m = _VERSION_LINE.search(module_text)
+    if m is None:
+        raise RewriteError("module has no .version directive")
+    have = (int(m.group(2)), int(m.group(3)))
+    if version <= have:
+        return module_text
+    log.info("raised .version %d.%d -> %d.%d for a helper module", *have, *version)
+    return module_text[:m.start()] + m.group(1) + f"{version[0]}.{version[1]}" + module_text[m.end():]
+
+
 def link_text(module_text: str, helper: HelperModule, *, module_names: Iterable[str],
               declared_names: Iterable[str] = ()) -> str:
     """Append the helper's definitions to a rewritten module's text.
@@ -348,14 +360,7 @@ def link_text(module_text: str, helper: HelperModule, *, module_names: Iterable[
     """
     names = set(module_names)
     declared = set(declared_names) | names
-    m = _VERSION_LINE.search(module_text)
-    if m is None:
-        raise RewriteError("module has no .version directive")
-    have = (int(m.group(2)), int(m.group(3)))
-    if helper.version > have:
-        module_text = (module_text[:m.start()] + m.group(1) + f"{helper.version[0]}.{helper.version[1]}"
-                       + module_text[m.end():])
-        log.info("raised .version %d.%d -> %d.%d for the helper module", *have, *helper.version)
+    module_text = _raise_version(module_text, helper.version)
     already = names & helper.defined
     if already:
         if not already >= {n for n in helper.defined if n.startswith("__hb_")}:
@@ -450,13 +455,7 @@ def link_eidola_text(module_text: str, helper: EidolaHelperModule, *, module_nam
     names |= {it.name for it in split_top_level(module_text)
               if (it.kind == "func" or (it.kind == "var" and it.linkage != ".extern")) and it.name}
     declared = set(declared_names) | names
-    vm = _VERSION_LINE.search(module_text)
-    if vm is None:
-        raise RewriteError("module has no .version directive")
-    have = (int(vm.group(2)), int(vm.group(3)))
-    if helper.version > have:
-        module_text = (module_text[:vm.start()] + vm.group(1) + f"{helper.version[0]}.{helper.version[1]}"
-                       + module_text[vm.end():])
+    module_text = _raise_version(module_text, helper.version)
     parts = [f"\n// ---- hbfcc: eidola helper module {os.path.basename(helper.path)} sha256 {helper.sha256} ----"]
     for it in split_top_level(helper.vars):
         if it.name not in names:
