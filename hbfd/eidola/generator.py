@@ -149,19 +149,26 @@ def uniform_delay(*, n_gpus: int, target: int = 0, tiles: int, tile_rows: int, d
     """Every peer's flag (and tile) becomes visible exactly ``delay_ns`` after the target starts
     (the E1/E2 sweep: the paper's single wakeupTime knob)."""
     lay = GemvArLayout(n_gpus, tiles, tile_rows)
-    writes: list[TraceWrite] = []
-    for p in range(n_gpus):
-        if p == target:
-            continue
-        for b in range(tiles):
-            writes.append(TraceWrite(src=p, dst=target, buffer="recv", offset=lay.recv_offset(p, b),
-                                     size=lay.tile_bytes, value=None, wakeup_ns=delay_ns))
-            writes.append(TraceWrite(src=p, dst=target, buffer="flags", offset=lay.flag_offset(b, p),
-                                     size=FLAG_SLOT_BYTES, value=seq, wakeup_ns=delay_ns, seq=seq))
+    writes = _tile_writes(lay, n_gpus, target, [delay_ns] * tiles, seq)
     hdr = TraceHeader(n_gpus=n_gpus, target=target, source="synthetic", buffers=lay.buffers(),
                       meta={"generator": "uniform_delay", "delay_ns": delay_ns, "tiles": tiles,
                             "tile_rows": tile_rows, "seq": seq})
     return Trace(hdr, tuple(writes))
+
+
+def _tile_writes(lay: "GemvArLayout", n_gpus: int, target: int, wakeups: Sequence[int],
+                 seq: int) -> list[TraceWrite]:
+    """Each peer's tile data then its flag for every tile b, both visible at ``wakeups[b]``."""
+    writes: list[TraceWrite] = []
+    for p in range(n_gpus):
+        if p == target:
+            continue
+        for b, w in enumerate(wakeups):
+            writes.append(TraceWrite(src=p, dst=target, buffer="recv", offset=lay.recv_offset(p, b),
+                                     size=lay.tile_bytes, value=None, wakeup_ns=w))
+            writes.append(TraceWrite(src=p, dst=target, buffer="flags", offset=lay.flag_offset(b, p),
+                                     size=FLAG_SLOT_BYTES, value=seq, wakeup_ns=w, seq=seq))
+    return writes
 
 
 def per_tile_delay(*, n_gpus: int, target: int = 0, tiles: int, tile_rows: int,
@@ -179,16 +186,7 @@ def per_tile_delay(*, n_gpus: int, target: int = 0, tiles: int, tile_rows: int,
     if any(b < 0 for b in bases):
         raise ConfigError("base times must be >= 0", field="base_ns", value=min(bases))
     lay = GemvArLayout(n_gpus, tiles, tile_rows)
-    writes: list[TraceWrite] = []
-    for p in range(n_gpus):
-        if p == target:
-            continue
-        for b in range(tiles):
-            w = bases[b] + delay_ns
-            writes.append(TraceWrite(src=p, dst=target, buffer="recv", offset=lay.recv_offset(p, b),
-                                     size=lay.tile_bytes, value=None, wakeup_ns=w))
-            writes.append(TraceWrite(src=p, dst=target, buffer="flags", offset=lay.flag_offset(b, p),
-                                     size=FLAG_SLOT_BYTES, value=seq, wakeup_ns=w, seq=seq))
+    writes = _tile_writes(lay, n_gpus, target, [b + delay_ns for b in bases], seq)
     hdr = TraceHeader(n_gpus=n_gpus, target=target, source="synthetic", buffers=lay.buffers(),
                       meta={"generator": "per_tile_delay", "delay_ns": delay_ns, "base": base_name,
                             "base_ns": bases, "tiles": tiles, "tile_rows": tile_rows, "seq": seq})
