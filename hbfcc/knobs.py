@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from hbfcommon.env import env_bool, env_int
+from hbfcommon.env import env_path as env_path_var
 from hbfcommon.errors import ConfigError
 
 # Internal: set by `hbfcc` (the nvcc wrapper) for the ptxas shim that nvcc runs.
@@ -33,35 +35,6 @@ class Knobs:
     occupancy_guard: bool = True   # HBFCC_OCCUPANCY_GUARD (default 1): hbfcc/occupancy.py
 
 
-def _bool(name: str, default: bool) -> bool:
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return default
-    if v.lower() in ("1", "true", "yes", "on"):
-        return True
-    if v.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name} must be 0 or 1", variable=name, value=v)
-
-
-def _int(name: str, default: int, lo: int, hi: int) -> int:
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return default
-    try:
-        n = int(v, 0)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer", variable=name, value=v) from None
-    if not lo <= n <= hi:
-        raise ConfigError(f"{name} must be in [{lo}, {hi}]", variable=name, value=v)
-    return n
-
-
-def _path(name: str) -> Optional[Path]:
-    v = os.environ.get(name)
-    return Path(v) if v else None
-
-
 def load() -> Knobs:
     cache = os.environ.get("HBFCC_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hbfcc")
@@ -71,14 +44,14 @@ def load() -> Knobs:
         helper_ptx=os.environ.get("HBFCC_HELPER_PTX") or None,
         eidola_helper_ptx=os.environ.get("HBFCC_EIDOLA_HELPER_PTX") or None,
         cache_dir=Path(cache),
-        artifact_dir=_path("HBFCC_ARTIFACT_DIR"),
-        dump_dir=_path("HBFCC_DUMP_DIR"),
-        baseline=_bool("HBFCC_BASELINE", True),
-        cpasync_window=_int("HBFCC_CPASYNC_WINDOW", 2, 2, 64),
-        sink=_path(ENV_SINK),
+        artifact_dir=env_path_var("HBFCC_ARTIFACT_DIR"),
+        dump_dir=env_path_var("HBFCC_DUMP_DIR"),
+        baseline=env_bool("HBFCC_BASELINE", True),
+        cpasync_window=env_int("HBFCC_CPASYNC_WINDOW", 2, 2, 64),
+        sink=env_path_var(ENV_SINK),
         log_level=os.environ.get("HBFCC_LOG", "WARNING").upper(),
         passes=parse_passes(os.environ.get("HBFCC_PASSES"), "HBFCC_PASSES"),
-        occupancy_guard=_bool("HBFCC_OCCUPANCY_GUARD", True),
+        occupancy_guard=env_bool("HBFCC_OCCUPANCY_GUARD", True),
     )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hbfcommon.env import env_bool, env_int
+
 
 def default_socket() -> Path:
     """``$HBFD_SOCKET``, else ``$XDG_RUNTIME_DIR/hbfd.sock``, else ``/tmp/hbfd-<uid>.sock``."""
@@ -40,24 +42,23 @@ def ring_tags() -> bool:
     """``$HBFD_RING_TAGS=1``: validate request check tags (bits 32..63 of ``thermal_q_ppm``; the device
     helpers' measurement variant ``HBF_REF_TAGGED`` publishes without a fence). Default off: the ring
     protocol is "payload, then release the seq word" and those bits are not interpreted."""
-    return os.environ.get("HBFD_RING_TAGS", "0") == "1"
+    return env_bool("HBFD_RING_TAGS", False)
 
 
 def heartbeat_period_ns() -> int:
     """``$HBFD_HEARTBEAT_NS`` (default 2 ms; capped at the 10 ms promise)."""
-    v = int(os.environ.get("HBFD_HEARTBEAT_NS", "2000000"))
-    return max(100_000, min(v, 10_000_000))
+    return max(100_000, min(env_int("HBFD_HEARTBEAT_NS", 2_000_000, lo=1), 10_000_000))
 
 
 def stale_ns() -> int:
     """``$HBFD_STALE_NS``: the heartbeat stops when hbfd's control loop made no progress this long
     (default 1 s: hbfd is hung)."""
-    return int(os.environ.get("HBFD_STALE_NS", "1000000000"))
+    return env_int("HBFD_STALE_NS", 1_000_000_000, lo=1)
 
 
 def thermal_tick_ns() -> int:
     """``$HBFD_THERMAL_TICK_NS`` (default 10 ms)."""
-    return int(os.environ.get("HBFD_THERMAL_TICK_NS", "10000000"))
+    return env_int("HBFD_THERMAL_TICK_NS", 10_000_000, lo=1)
 
 
 def log_level() -> str:

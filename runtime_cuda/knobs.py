@@ -4,28 +4,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hbfcommon.env import env_bool, env_int
 from hbfcommon.errors import ConfigError
-
-
-def _int(name: str, default: int) -> int:
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return default
-    try:
-        return int(v, 0)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer", variable=name, value=v) from None
-
-
-def _bool(name: str, default: bool) -> bool:
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return default
-    if v.lower() in ("1", "true", "yes", "on"):
-        return True
-    if v.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name} must be a boolean (1/0)", variable=name, value=v)
 
 
 def socket_path() -> str | None:
@@ -36,27 +16,27 @@ def socket_path() -> str | None:
 def allow_unmodeled() -> bool:
     """HBF_ALLOW_UNMODELED=1: launches of non-admitted kernels that reach a range are allowed
     (and the run summary says so)."""
-    return _bool("HBF_ALLOW_UNMODELED", False)
+    return env_bool("HBF_ALLOW_UNMODELED", False)
 
 
 def heartbeat_timeout_ns() -> int:
     """HBF_HEARTBEAT_TIMEOUT_NS: heartbeat unchanged this long on the GPU clock -> DAEMON_LOST."""
-    return _int("HBF_HEARTBEAT_TIMEOUT_NS", 50_000_000)
+    return env_int("HBF_HEARTBEAT_TIMEOUT_NS", 50_000_000, lo=0)
 
 
 def thermal_max_age_ns() -> int:
     """HBF_THERMAL_MAX_AGE_NS: how long the device reuses a thermal/refresh snapshot (0: always read)."""
-    return _int("HBF_THERMAL_MAX_AGE_NS", 1_000_000)
+    return env_int("HBF_THERMAL_MAX_AGE_NS", 1_000_000, lo=0)
 
 
 def completion_timeout_ns() -> int:
     """HBF_COMPLETION_TIMEOUT_NS: a reference ticket pending this long -> TIMEOUT (0: never)."""
-    return _int("HBF_COMPLETION_TIMEOUT_NS", 0)
+    return env_int("HBF_COMPLETION_TIMEOUT_NS", 0, lo=0)
 
 
 def backoff_max_ns() -> int:
     """HBF_BACKOFF_MAX_NS: nanosleep backoff cap while polling host-written words."""
-    return _int("HBF_BACKOFF_MAX_NS", 8192)
+    return env_int("HBF_BACKOFF_MAX_NS", 8192, lo=0)
 
 
 def helper_ptx() -> Path:
