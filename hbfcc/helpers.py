@@ -242,19 +242,24 @@ def _parse_version(v: str) -> tuple[int, int]:
     return int(a), int(b or 0)
 
 
-@functools.lru_cache(maxsize=4)
-def _load_helper_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
-    raw = Path(path).read_bytes()
-    text = raw.decode("utf-8", "replace")
-    items = split_top_level(text)
-    version = (0, 0)
-    target_sm = None
+def _version_and_target(items) -> tuple[tuple[int, int], Optional[int]]:
+    """A helper module's ``.version`` and ``.target`` sm number (None when the target names none)."""
+    version, target_sm = (0, 0), None
     for it in items:
         if it.kind == "header" and it.text.startswith(".version"):
             version = _parse_version(it.text.split()[1])
         if it.kind == "header" and it.text.startswith(".target"):
             m = re.search(r"sm_(\d+)", it.text)
             target_sm = int(m.group(1)) if m else None
+    return version, target_sm
+
+
+@functools.lru_cache(maxsize=4)
+def _load_helper_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
+    raw = Path(path).read_bytes()
+    text = raw.decode("utf-8", "replace")
+    items = split_top_level(text)
+    version, target_sm = _version_and_target(items)
     defined_funcs = {it.name for it in items if it.kind == "func"}
     for name, (rets, params) in ABI_SIGNATURES.items():
         if name not in defined_funcs:
@@ -412,13 +417,7 @@ def _load_eidola_cached(path: str, mtime_ns: int, size: int) -> EidolaHelperModu
 
     raw = Path(path).read_bytes()
     items = split_top_level(raw.decode("utf-8", "replace"))
-    version, target_sm = (0, 0), None
-    for it in items:
-        if it.kind == "header" and it.text.startswith(".version"):
-            version = _parse_version(it.text.split()[1])
-        if it.kind == "header" and it.text.startswith(".target"):
-            m = re.search(r"sm_(\d+)", it.text)
-            target_sm = int(m.group(1)) if m else None
+    version, target_sm = _version_and_target(items)
     funcs = {it.name: it for it in items if it.kind == "func"}
     for name, sig in SIGNATURES.items():
         if name not in funcs:
