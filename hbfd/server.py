@@ -357,16 +357,17 @@ class Daemon:
         records as uint64 rows: 0 seq, 1 arrival_ns, 2 address, 3 media_address, 4 bytes | op << 32,
         5 range_id | kernel_slot << 32, 6 site | flags << 32, 7 thermal_q_ppm | tag << 32)."""
         req = self._ring64.take(slots, axis=0)
-        tag = req[:, 7] >> np.uint64(32)
-        tagged = tag != 0
-        if self._ring_tags and tagged.any():
-            ok = ~tagged | (request_tag(req) == tag)
-            self._ring_stats["tagged_requests"] += int(tagged.sum())
-            if not ok.all():
-                self._ring_stats["tag_retries"] += int((~ok).sum())
-                slots, req = slots[ok], req[ok]
-                if slots.size == 0:
-                    return slots, req
+        if self._ring_tags:   # measurement variant only: no per-batch work on the default path
+            tag = req[:, 7] >> np.uint64(32)
+            tagged = tag != 0
+            if tagged.any():
+                ok = ~tagged | (request_tag(req) == tag)
+                self._ring_stats["tagged_requests"] += int(tagged.sum())
+                if not ok.all():
+                    self._ring_stats["tag_retries"] += int((~ok).sum())
+                    slots, req = slots[ok], req[ok]
+                    if slots.size == 0:
+                        return slots, req
         seq = req[:, 0]
         if (((seq.astype(np.int64) - 1) & (N - 1)) != slots).any():
             tickets = seq - np.uint64(1)
