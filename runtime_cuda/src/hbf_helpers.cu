@@ -726,10 +726,12 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
     const uint32_t gmax = __reduce_max_sync(grp, off + nb);
     // granules the group touches (the first lane on each granule counts the granules its access spans;
     // a lane straddling into a granule another lane starts may count it twice: never above the span)
-    const uint32_t gr = (op == HBF_OP_STORE) ? 1u : (st->media.read_granularity ? (uint32_t)st->media.read_granularity : 64u);
-    const uint32_t gk = off / gr;
+    // granule: 1 B for stores, the read granularity (a power of two, profile-validated: 64) for loads
+    const uint32_t gsh = (op == HBF_OP_STORE) ? 0u
+        : (uint32_t)(__ffsll((long long)(st->media.read_granularity ? st->media.read_granularity : 64ull)) - 1);
+    const uint32_t gk = off >> gsh;
     const uint32_t same = __match_any_sync(grp, gk);
-    const uint32_t mine = (lane == (uint32_t)(__ffs(same) - 1)) ? ((off + nb - 1u) / gr - gk + 1u) * gr : 0u;
+    const uint32_t mine = (lane == (uint32_t)(__ffs(same) - 1)) ? (((off + nb - 1u) >> gsh) - gk + 1u) << gsh : 0u;
     const uint32_t uniq = __reduce_add_sync(grp, mine);
     unsigned long long fut = 0ull;
     uint64_t req_bytes = 0, modeled = 0;
