@@ -78,8 +78,10 @@ def test_hbfcc_ptxas_guards_a_triton_matmul(tmp_path, guard):
     U.tool("ptxas")
     p = tmp_path / "mm.ptx"
     p.write_text(src.read_text())
-    e = U.env_with(HBFCC_ARTIFACT_DIR=tmp_path / "store", HBFCC_OCCUPANCY_GUARD=guard,
-                   HBFCC_HELPER_PTX=U.real_helper_ptx() or U.fixture_helper_ptx())
+    helper = U.real_helper_ptx()
+    if helper is None:   # `make test` builds it; the fixture helper is too small to raise the count
+        pytest.skip("the real helper PTX (make helpers-ptx) is not built")
+    e = U.env_with(HBFCC_ARTIFACT_DIR=tmp_path / "store", HBFCC_OCCUPANCY_GUARD=guard, HBFCC_HELPER_PTX=helper)
     import subprocess
     cp = subprocess.run([U.console("hbfcc-ptxas"), "-v", "--gpu-name=sm_90a", str(p), "-o", str(p) + ".o"],
                         capture_output=True, text=True, env=e, cwd=tmp_path)
@@ -92,10 +94,11 @@ def test_hbfcc_ptxas_guards_a_triton_matmul(tmp_path, guard):
     if guard == "1":
         g = k["occupancy_guard"]
         assert g["threads_per_block"] == 256 and g["bound"] == 128
-        if g["instrumented_registers"] > 128:      # the real helper: ~210 registers unguarded
-            assert g["applied"] and ".maxnreg 128" in text
-            assert k["ptxas_after"]["registers"] <= 128 and g["guarded_registers"] <= 128
-            import hashlib
-            assert doc["input"]["transformed_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+        assert g["instrumented_registers"] > 128          # ~210 unguarded: 1 block/SM instead of 2
+        assert g["applied"] and ".maxnreg 128" in text
+        assert k["ptxas_after"]["registers"] <= 128 and g["guarded_registers"] <= 128
+        import hashlib
+        assert doc["input"]["transformed_sha256"] == hashlib.sha256(text.encode()).hexdigest()
     else:
         assert "occupancy_guard" not in k and ".maxnreg" not in text
+        assert k["ptxas_after"]["registers"] > 128
