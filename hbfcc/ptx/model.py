@@ -125,7 +125,7 @@ class Immediate:
     @property
     def value(self) -> Union[int, float]:
         """Decoded value: int for integer forms (dec/hex/octal/binary, optional U suffix),
-        float for 0fXXXXXXXX / 0dXXXXXXXXXXXXXXXX / decimal floats."""
+        float for hex floats (``0f`` + 8 hex digits: f32 bits, ``0d`` + 16: f64 bits) and decimal floats."""
         t = self.text
         neg = t.startswith("-")
         body = t.lstrip("+-")
