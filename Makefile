@@ -19,7 +19,7 @@ HELPER_PTX := $(BUILD)/runtime_cuda/hbf_helpers.ptx
 # Lean build of the same source (out-of-line pieces behind ABI calls; see hbf_helpers.cu, docs/runtime.md)
 HELPER_LEAN_PTX := $(BUILD)/runtime_cuda/hbf_helpers_lean.ptx
 # Eidola extern API (hbf_eidola.cuh) as the helper module hbfcc's flags pass links (HBFCC_PASSES=timing,flags)
-EIDOLA_HELPER_SRC := $(wildcard runtime_cuda/src/hbf_eidola_helpers.cu)
+EIDOLA_HELPER_SRC := $(wildcard eidola/src/hbf_eidola_helpers.cu)
 EIDOLA_HELPER_PTX := $(BUILD)/runtime_cuda/hbf_eidola_helpers.ptx
 NVCC_PTX_FLAGS := -std=c++17 -O3 -arch=compute_90a -rdc=true -ptx -Iruntime_cuda/include
 
@@ -64,10 +64,10 @@ $(HELPER_LEAN_PTX): $(HELPER_SRC) $(HELPER_HDR)
 	  $(NVCC) $(NVCC_PTX_FLAGS) -DHBF_OOL_OPAQUE=1 $(HELPER_SRC) -o $@.tmp && \
 	  sed -E 's/^\.visible \.func/.weak .func/' $@.tmp > $@ && rm -f $@.tmp; fi
 
-$(EIDOLA_HELPER_PTX): $(EIDOLA_HELPER_SRC) $(HELPER_HDR)
+$(EIDOLA_HELPER_PTX): $(EIDOLA_HELPER_SRC) $(HELPER_HDR) $(wildcard eidola/src/*.cuh)
 	@mkdir -p $(dir $@)
 	@if [ -n "$(NVCC)" ] && [ -n "$(EIDOLA_HELPER_SRC)" ]; then \
-	  $(NVCC) $(NVCC_PTX_FLAGS) -Iruntime_cuda/src $(EIDOLA_HELPER_SRC) -o $@.tmp && \
+	  $(NVCC) $(NVCC_PTX_FLAGS) -Iruntime_cuda/src -Ieidola/src $(EIDOLA_HELPER_SRC) -o $@.tmp && \
 	  sed -E 's/^\.visible \.func/.weak .func/' $@.tmp > $@ && rm -f $@.tmp; fi
 
 test: $(INSTALL_STAMP) helpers-ptx
@@ -77,7 +77,7 @@ test-gpu: $(INSTALL_STAMP) helpers-ptx
 	$(VPY) -m pytest -q -p no:cacheprovider -m gpu
 
 demo: $(INSTALL_STAMP) helpers-ptx
-	$(VPY) -m hbfd.demo
+	$(VPY) -m workloads.demo
 
 clean:
 	rm -rf $(BUILD) $(VENV) $(PROTO_OUT)

@@ -64,7 +64,7 @@ def _dist(x) -> dict:
 
 
 def _runtime(lib_path):
-    from runtime_cuda.eidola import EidolaRuntime
+    from eidola.replay import EidolaRuntime
     return EidolaRuntime.create(lib_path=lib_path)
 
 
@@ -141,7 +141,7 @@ class _E0Lab:
 
     def __init__(self, rt, n: int, spacing: int):
         import ctypes
-        from runtime_cuda.eidola import FlagRegion
+        from eidola.replay import FlagRegion
         self.ct = ctypes
         self.rt, self.n = rt, n
         stride = 128
@@ -160,7 +160,7 @@ class _E0Lab:
 
     def replay(self, shift: np.ndarray | None = None):
         """A Replay whose table has the wakeups ``wake - shift`` (per-entry calibration)."""
-        from runtime_cuda.eidola import Replay
+        from eidola.replay import Replay
         key = None if shift is None else shift.tobytes()
         if key in self._reps:
             return self._reps[key]
@@ -175,7 +175,7 @@ class _E0Lab:
         return rep
 
     def run(self, engine: tuple, probe: tuple, lag: int, shift: np.ndarray | None = None, pre_ns: int = 1500) -> dict:
-        from runtime_cuda.eidola import PROBE_LOADS
+        from eidola.replay import PROBE_LOADS
         ct = self.ct
         store, layout, blocks, threads = engine
         load, pipe, pollers, stagger = probe
@@ -256,7 +256,7 @@ def exp_E0(rt, args) -> dict:
     """Engine (a) enactment error: probe variants x the reference engine, engine variants x the
     reference probe, each calibrated (lag = median first-seen - wakeup over calibration runs) and
     measured on separate runs; %globaltimer granularity; engine (b) with the old probes."""
-    from runtime_cuda.eidola import FlagRegion, Replay
+    from eidola.replay import FlagRegion, Replay
     n = args.e0_writes
     spacing = 3000
     out: dict = {"writes": n, "spacing_ns": spacing, "reps": args.reps, "goal_ns": E0_GOAL_NS,
@@ -334,7 +334,7 @@ def exp_E0(rt, args) -> dict:
 def exp_REG(rt, args) -> dict:
     """register_write from the device setup kernel == from Python (order free), and the device's
     engine-(b) lookup agrees with the host table at sampled instants (probe with virtual loads)."""
-    from runtime_cuda.eidola import FlagRegion, Replay
+    from eidola.replay import FlagRegion, Replay
     rng = np.random.default_rng(7)
     n = 4096
     buf = rt.alloc(n * 4 + 128)
@@ -353,7 +353,7 @@ def exp_REG(rt, args) -> dict:
 
 
 def _e1_shape(args, n_gpus=4, M=None):
-    from runtime_cuda.eidola import GarShape
+    from eidola.replay import GarShape
     return GarShape(n_gpus=n_gpus, M=M or args.M, Kl=args.Kl, tiles=args.tiles)
 
 
@@ -371,7 +371,7 @@ def _eidolon_opts(args) -> dict | None:
 
 
 def _sweep(rt, args, wait: str, engines, bases=("kernel_start",)) -> dict:
-    from runtime_cuda.eidola import GemvAllReduce
+    from eidola.replay import GemvAllReduce
     shape = _e1_shape(args)
     g = GemvAllReduce(rt, shape)
     ref = g.reference_y()
@@ -392,9 +392,9 @@ def _sweep(rt, args, wait: str, engines, bases=("kernel_start",)) -> dict:
 def _tile_ready_ns(rt, args, g, shape, wait, engine) -> list[int]:
     """Per tile, when the target's tile is ready to wait (marks[3] - t0: flags released), median over
     calibration runs of the same engine/wait with every peer flag visible at 0."""
-    from hbfd.eidola.generator import uniform_delay
-    from hbfd.eidola.wtt import WriteTrackingTable
-    from runtime_cuda.eidola import Replay
+    from eidola.generator import uniform_delay
+    from eidola.wtt import WriteTrackingTable
+    from eidola.replay import Replay
     tr = uniform_delay(n_gpus=shape.n_gpus, tiles=shape.tiles, tile_rows=shape.tile_rows, delay_ns=0)
     rep = Replay(rt, [g.flag_region()])
     rep.use_table(WriteTrackingTable.from_trace(tr, g.bases()).freeze())
@@ -407,10 +407,10 @@ def _tile_ready_ns(rt, args, g, shape, wait, engine) -> list[int]:
 
 
 def _sweep_engine(rt, args, g, ref, shape, delays, wait, engine, base="kernel_start") -> dict:
-    from hbfd.eidola.accounting import linear_fit
-    from hbfd.eidola.generator import per_tile_delay, uniform_delay
-    from hbfd.eidola.wtt import WriteTrackingTable
-    from runtime_cuda.eidola import Replay
+    from eidola.accounting import linear_fit
+    from eidola.generator import per_tile_delay, uniform_delay
+    from eidola.wtt import WriteTrackingTable
+    from eidola.replay import Replay
     ready = _tile_ready_ns(rt, args, g, shape, wait, engine) if base == "tile_ready" else None
     if True:
         rows = []
@@ -484,8 +484,8 @@ def exp_E2(rt, args) -> dict:
 
 def _corunner(rt, args) -> dict:
     # what the freed issue slots buy a co-running kernel (target waits 40 us)
-    from hbfd.eidola.generator import uniform_delay
-    from runtime_cuda.eidola import GemvAllReduce, Replay
+    from eidola.generator import uniform_delay
+    from eidola.replay import GemvAllReduce, Replay
     shape = _e1_shape(args)
     g = GemvAllReduce(rt, shape)
     tr = uniform_delay(n_gpus=shape.n_gpus, tiles=shape.tiles, tile_rows=shape.tile_rows, delay_ns=40_000)
@@ -510,10 +510,10 @@ def _corunner(rt, args) -> dict:
 
 
 def exp_E3(rt, args) -> dict:
-    from hbfd.eidola.accounting import linear_fit
-    from hbfd.eidola.generator import uniform_delay
-    from hbfd.eidola.wtt import WriteTrackingTable
-    from runtime_cuda.eidola import GemvAllReduce, GarShape, Replay
+    from eidola.accounting import linear_fit
+    from eidola.generator import uniform_delay
+    from eidola.wtt import WriteTrackingTable
+    from eidola.replay import GemvAllReduce, GarShape, Replay
     ns = [3, 7, 15, 31, 63, 127, 255]
     res: dict = {"eidolons": ns, "delay_ns": args.e3_delay_ns, "configs": {}}
     configs = [("native", "spin"), ("virtual", "spin"), ("virtual", "hoare"), ("eidolon", "spin"), ("eidolon", "hoare")]
@@ -573,10 +573,10 @@ def exp_E3(rt, args) -> dict:
 
 
 def exp_E4(rt, args) -> dict:
-    from hbfd.eidola.accounting import linear_fit
-    from hbfd.eidola.generator import uniform_delay
-    from hbfd.eidola.wtt import WriteTrackingTable
-    from runtime_cuda.eidola import GemvAllReduce, GarShape, Replay
+    from eidola.accounting import linear_fit
+    from eidola.generator import uniform_delay
+    from eidola.wtt import WriteTrackingTable
+    from eidola.replay import GemvAllReduce, GarShape, Replay
     Ms = [1024, 4096, 8192, 16384, 32768]
     rows = []
     for n in (3, 15, 255):
@@ -603,7 +603,7 @@ def exp_E4(rt, args) -> dict:
 
 
 def _try_plot(path, segs, title) -> None:
-    from hbfd.eidola.timeline import plot_timeline
+    from eidola.timeline import plot_timeline
     try:
         plot_timeline(path, segs, title=title)
     except ImportError as e:   # no matplotlib on the GPU machine: --replot draws it from the JSON
@@ -612,7 +612,7 @@ def _try_plot(path, segs, title) -> None:
 
 def replot(out: Path) -> None:
     """Draw every PNG from the JSONs in ``out`` (timelines from their Chrome trace JSON)."""
-    from hbfd.eidola.timeline import Segment, plot_timeline
+    from eidola.timeline import Segment, plot_timeline
     titles = {"ideal": "GEMV+AllReduce replay (uniform 8 us trace), 3 eidolons, engine (b)",
               "jitter": "GEMV+AllReduce replay (jittery link-model trace), 3 eidolons, engine (b)",
               "real4": "GEMV+AllReduce, 4 real ranks co-resident on one H200"}
@@ -628,10 +628,10 @@ def replot(out: Path) -> None:
 def exp_TL(rt, args) -> dict:
     """Timelines: replay at 10 us (ideal-ish) and a jittery synthetic trace (non-ideal), plus
     real ranks co-resident on one GPU, compared bitwise with the replay."""
-    from hbfd.eidola.generator import LinkModel, generate, uniform_delay
-    from hbfd.eidola.timeline import segments_from_marks, write_chrome_trace
-    from hbfd.eidola.trace import write_trace
-    from runtime_cuda.eidola import GemvAllReduce, Replay, run_real
+    from eidola.generator import LinkModel, generate, uniform_delay
+    from eidola.timeline import segments_from_marks, write_chrome_trace
+    from eidola.trace import write_trace
+    from eidola.replay import GemvAllReduce, Replay, run_real
     out_dir = Path(args.out)
     shape = _e1_shape(args)
     g = GemvAllReduce(rt, shape)
@@ -652,7 +652,7 @@ def exp_TL(rt, args) -> dict:
         res[name] = {"kernel_ns": o["kernel_ns"], "spin_ns_median": float(np.median(o["marks"][:, 4] - o["marks"][:, 3]))}
     # real ranks co-resident on one GPU (peer pointers = same-device pointers)
     try:
-        from runtime_cuda.eidola import GarShape
+        from eidola.replay import GarShape
         shape = GarShape(n_gpus=4, M=args.M, Kl=args.Kl, tiles=64)
         g = GemvAllReduce(rt, shape)
         real = run_real(rt, shape, seed=0)
@@ -691,7 +691,7 @@ def exp_PASS(rt, args) -> dict:
     import tempfile
     from cuda.bindings import driver as cu
     from hbfcc.passes.flags import build_extern_ptx, rewrite_text
-    from runtime_cuda.eidola import FlagRegion, Replay
+    from eidola.replay import FlagRegion, Replay
     nvcc = shutil.which("nvcc")
     tmp = Path(tempfile.mkdtemp())
     (tmp / "spin.cu").write_text(SPIN_CU)
@@ -1029,7 +1029,7 @@ def main(argv=None) -> int:
         print("SUMMARY " + json.dumps(summary(out), default=_json_default))
         return 0
     if args.lib is None:
-        from runtime_cuda.eidola import build_library
+        from eidola.replay import build_library
         args.lib = str(build_library())
     args.eidolon_opts = None
     p = out / "eidola_E0.json"

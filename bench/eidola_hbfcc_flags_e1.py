@@ -6,13 +6,13 @@ monitor/mwait"; flag vs non-flag reads counted by rewritten code).
 
 Builds (on the machine that runs it):
   hand   workloads/gemv_allreduce/gemv_allreduce.cu in libhbfeidola.so (flag loads / monitor / mwait /
-         non-flag counting written by hand in the source; runtime_cuda.eidola.build_library)
+         non-flag counting written by hand in the source; eidola.replay.build_library)
   plain  workloads/gemv_allreduce/gemv_allreduce_plain.cu (volatile loads in a plain spin loop, no eidola
          code) compiled by hbfcc's nvcc entry point with HBFCC_PASSES=timing,flags (E1) and
          HBFCC_PASSES=timing,flags,mwait (E2-Hoare); loaded with the driver API, __hb_eidola_state bound
          to the same Replay (workloads/gemv_allreduce/plain.py)
 
-Both run on the same buffers, the same Write Tracking Table per delay (hbfd.eidola.generator.uniform_delay),
+Both run on the same buffers, the same Write Tracking Table per delay (eidola.generator.uniform_delay),
 interleaved rep by rep. Per run: flag / non-flag reads (per thread, per warp-instruction), monitor arms,
 mwaits, the kernels' own poll counts, kernel time, y bitwise against the host reference.
 
@@ -68,10 +68,10 @@ def _row(o: dict, ref: np.ndarray, build: str, wait: str, engine: str, d: int, r
 
 
 def run(args) -> dict:
-    from hbfd.eidola.accounting import linear_fit
-    from hbfd.eidola.generator import uniform_delay
-    from hbfd.eidola.wtt import WriteTrackingTable
-    from runtime_cuda.eidola import EidolaRuntime, GarShape, GemvAllReduce, Replay, build_library
+    from eidola.accounting import linear_fit
+    from eidola.generator import uniform_delay
+    from eidola.wtt import WriteTrackingTable
+    from eidola.replay import EidolaRuntime, GarShape, GemvAllReduce, Replay, build_library
     from workloads.gemv_allreduce.plain import PlainKernel, build_plain, run_plain
 
     work = Path(tempfile.mkdtemp(prefix="hbfcc-flags-e1."))

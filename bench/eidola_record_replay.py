@@ -9,14 +9,14 @@ Steps (each result lands in bench/results/eidola_record_replay_<n>.json, plus a 
   1. record   ``runs`` back-to-back launches of the fused GEMV+AllReduce on n GPUs (peer pointers,
               NVLink ping-pong clock alignment at start and end), and again with the target rank
               slowed by each perturbation fraction (real, closed-loop);
-  2. WTT      one trace per recorded launch for the target rank (hbfd.eidola.from_recording);
+  2. WTT      one trace per recorded launch for the target rank (eidola.from_recording);
   3. replay   every trace on ONE GPU with both engines (eidolon kernel / virtualized flag loads),
               unslowed and slowed by each fraction (open-loop), through the replay backend;
   4. compare  per launch: bit-identical output, kernel time error (goal ≤ 2%), per-flag seen-time
               error (median, p99), per-workgroup wait KS distance, flag-read count error, non-flag
               reads equal; variability: kernel-time distributions real vs replay (KS, medians,
               spreads); perturbation: measured divergence (replay-slowed vs real-slowed) beside the
-              model's prediction (hbfd.eidola.compare.predict_perturbation).
+              model's prediction (eidola.compare.predict_perturbation).
 
 It refuses loudly (exit 2) with fewer than 2 GPUs, or fewer than ``--gpus``. NVLink multicast is
 never used: NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 are set
@@ -27,7 +27,7 @@ The replay backend is ``--replay-backend MODULE:FUNCTION`` (default
 
     FUNCTION(traces, *, engine, recording, target, slow_frac, device, lag_ns) -> list[observation]
 
-with observations in the ``hbfsim.eidola.observation`` format (hbfd/eidola/compare.py).
+with observations in the ``hbfsim.eidola.observation`` format (eidola/compare.py).
 """
 from __future__ import annotations
 
@@ -135,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
 def run_experiment(a: argparse.Namespace, *, record_fn, backend) -> int:
     """The experiment proper; ``record_fn(RecordConfig) -> recording`` and ``backend`` are the
     real recorder and replay backend in main(), stand-ins in the CPU test of the orchestration."""
-    from hbfd.eidola.compare import compare_runs, predict_perturbation, report_markdown, write_report
-    from hbfd.eidola.from_recording import (build_trace, link_latencies, clock_model,
+    from eidola.compare import compare_runs, predict_perturbation, report_markdown, write_report
+    from eidola.from_recording import (build_trace, link_latencies, clock_model,
                                             observations_from_recording, save_json)
-    from hbfd.eidola.trace import write_trace
+    from eidola.trace import write_trace
     from workloads.gemv_allreduce.record.record import RecordConfig
 
     slowdowns = [float(s) for s in a.slowdowns.split(",") if s.strip()]

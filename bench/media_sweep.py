@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
-from hbfd.media.bench import resolve_profile, run_bench  # noqa: E402
+from hbfd.media.bench import run_bench  # noqa: E402
 from hbfd.media.geometry import MediaGeometry  # noqa: E402
-from hbfd.profile import load_profile  # noqa: E402
+from hbfcommon.profile import load_profile  # noqa: E402
 
 PROFILES = ("conservative", "nominal", "aggressive", "ocp-sg1")
 LOADS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 2.0, None)   # None: all at once
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     rows = []
     for name in PROFILES:
-        prof = load_profile(resolve_profile(name))
+        prof = load_profile(name)
         g = MediaGeometry.from_profile(prof)
         page_rate = g.aggregate_bytes_per_s / 4096
         seen = set()
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     # host speed: 1M random 4 KiB reads at 10 % load, batches of 16384 and of 4096 (the ring size)
     speed = []
     for name in PROFILES:
-        prof = load_profile(resolve_profile(name))
+        prof = load_profile(name)
         g = MediaGeometry.from_profile(prof)
         gap = round(1e9 / (0.1 * g.aggregate_bytes_per_s / 4096))
         for b in (16384, 4096):

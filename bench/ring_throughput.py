@@ -100,7 +100,7 @@ def engine_batch_cost(profile: str, sizes: list[int], iters: int) -> list[dict]:
     import numpy as np
 
     from hbfd import services
-    from hbfd.profile import load_profile
+    from hbfcommon.profile import load_profile
     p = load_profile(str(ROOT / profile))
     out = []
     for b in sizes:
@@ -135,7 +135,7 @@ def main() -> None:
     ap.add_argument("--outstanding", type=int, nargs="+", default=[64, 512, 4096])
     ap.add_argument("--bytes", type=int, default=128, help="bytes per request (128: one warp x 4 B)")
     ap.add_argument("--store-ppm", type=int, default=0, help="fraction of stores, ppm")
-    ap.add_argument("--profile", default="profiles/nominal.json")
+    ap.add_argument("--profile", default="nominal")
     ap.add_argument("--poll", choices=("any", "oldest"), default="any",
                     help="any: every outstanding ticket polled, like independent warps; oldest: FIFO consumer")
     ap.add_argument("--engines", nargs="*", default=["fixed", "auto"], help="fixed | auto (media)")

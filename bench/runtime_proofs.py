@@ -909,7 +909,7 @@ def run_child(which: str, cubin: str, timeout: float = 60) -> dict:
 
 
 def exp_demo() -> dict:
-    from runtime_cuda import demo
+    from workloads import demo_gpu as demo
     with tempfile.TemporaryDirectory(prefix="hbf-demo-") as td:
         p, sock, summary = start_hbfd(Path(td))
         try:

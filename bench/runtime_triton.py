@@ -27,6 +27,7 @@ refresh none, fixed-latency engine) and runtime_cuda.attach() + Session.install_
 Writes <out>/runtime_triton.json; prints a summary. Exit 0 when every check passed.
 """
 from __future__ import annotations
+from hbfcommon.profile import PROFILE_DIR
 
 import argparse
 import hashlib
@@ -77,7 +78,7 @@ def toolchain_env(work: Path) -> dict:
 
 def derived_profile(out: Path, source: str, curve: list | None = None) -> Path:
     """profiles/nominal.json with timing_model.timing_source = source (and a curve when given)."""
-    d = json.loads((ROOT / "profiles" / "nominal.json").read_text())
+    d = json.loads((PROFILE_DIR / "nominal.json").read_text())
     tm = d["timing_model"]
     tm["timing_source"] = source
     if curve is not None:

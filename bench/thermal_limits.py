@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
-from hbfd.profile import load_profile  # noqa: E402
+from hbfcommon.profile import load_profile  # noqa: E402
 from hbfd.thermal import load_rom_for  # noqa: E402
 from hbfd.thermal.fom import build_model  # noqa: E402
 from hbfd.thermal.limits import hbf_power_vector, limit_solve, sweep_load  # noqa: E402

@@ -9,6 +9,7 @@ Writes <out>/thermal_nvml_live.json. Fails (exit 1) if the summary does not name
 has fewer samples than expected, or the readings do not move under load.
 """
 from __future__ import annotations
+from hbfcommon.profile import PROFILE_DIR
 
 import argparse
 import json
@@ -29,7 +30,7 @@ from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=6.0)
-    ap.add_argument("--profile", default=str(ROOT / "profiles" / "ocp-sg1.json"))
+    ap.add_argument("--profile", default=str(PROFILE_DIR / "ocp-sg1.json"))
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "results"))
     ns = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hbf-nvml."))

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
-from hbfd.profile import load_profile  # noqa: E402
+from hbfcommon.profile import load_profile  # noqa: E402
 from hbfd.reliability.hazard import HazardSweep  # noqa: E402
 from hbfd.reliability.ledger import BlockLedger, ReliabilityParams  # noqa: E402
 from hbfd.reliability.refresh import RefreshScheduler  # noqa: E402

@@ -1,86 +1,17 @@
-"""The admission artifact (DESIGN.md §3.5): one JSON document per rewritten module, written beside
-the output as ``<out>.hbfcc.json`` and stored by original-PTX SHA-256 in the artifact store
-(``HBFCC_ARTIFACT_DIR``, default ``~/.cache/hbfcc/artifacts``) so a runtime that only sees the
-pre-rewrite PTX (Triton keeps it in ``kernel.asm["ptx"]``) can find it.
-
-A kernel is admitted only when none of its memory operations (nor of the functions it calls) was
-refused. The schema is :data:`SCHEMA` (JSON Schema draft 2020-12), versioned by ``schema_version``.
+"""Building admission artifacts (design §3.5) in the compiler: one document per rewritten module
+(:func:`build`) and the admission of a device link (:func:`resolve_link`). The format itself, the store
+and the reading side are the contract in :mod:`hbfcommon.artifact` (re-exported here).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
-from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
-from hbfcommon.fsutil import atomic_write_json
+from hbfcommon.artifact import (LINK_SCHEMA_ID, SCHEMA, SCHEMA_ID, SCHEMA_VERSION, lookup_by_ptx,  # noqa: F401
+                                store_dir, store_path, validate, write)
 
 from . import helpers as H
-from . import knobs
 from .toolchain import PtxasStats, rewriter_sha
-
-SCHEMA_VERSION = 1
-SCHEMA_ID = "hbfcc.admission"
-
-_STATS = {
-    "type": ["object", "null"],
-    "properties": {k: {"type": ["integer", "null"]} for k in
-                   ("registers", "stack_bytes", "spill_store_bytes", "spill_load_bytes", "barriers")},
-    "required": ["registers", "stack_bytes", "spill_store_bytes", "spill_load_bytes"],
-}
-_CLASS = {
-    "type": "object",
-    "properties": {k: {"type": "integer", "minimum": 0} for k in ("count", "rewritten", "native", "refused")},
-    "required": ["count", "rewritten", "native", "refused"],
-    "additionalProperties": False,
-}
-_FUNC = {
-    "type": "object",
-    "required": ["name", "kind", "kernel_index", "admitted", "not_admitted_reasons", "classes",
-                 "refused", "sites", "waits", "drains", "ptxas_before", "ptxas_after"],
-    "properties": {
-        "name": {"type": "string"}, "kind": {"enum": ["entry", "func"]},
-        "kernel_index": {"type": "integer", "minimum": 0}, "admitted": {"type": "boolean"},
-        "not_admitted_reasons": {"type": "array", "items": {"type": "string"}},
-        "classes": {"type": "object", "additionalProperties": _CLASS},
-        "refused": {"type": "array", "items": {
-            "type": "object", "required": ["line", "instruction", "class", "reason"],
-            "properties": {"reason": {"type": "string", "minLength": 1}, "class": {"type": "string"},
-                           "instruction": {"type": "string"}, "line": {"type": "integer"}}}},
-        "sites": {"type": "integer"}, "waits": {"type": "integer"}, "drains": {"type": "integer"},
-        "ptxas_before": _STATS, "ptxas_after": _STATS,
-    },
-}
-SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": SCHEMA_ID,
-    "type": "object",
-    "required": ["schema", "schema_version", "tool", "input", "helper", "ptxas", "kernels",
-                 "functions", "admitted"],
-    "properties": {
-        "schema": {"const": SCHEMA_ID},
-        "schema_version": {"const": SCHEMA_VERSION},
-        "tool": {"type": "object", "required": ["name", "rewriter_sha256", "helper_abi_version"]},
-        "input": {"type": "object", "required": ["path", "original_sha256", "transformed_sha256",
-                                                 "already_instrumented"],
-                  "properties": {"original_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-                                 "transformed_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}},
-        "helper": {"type": ["object", "null"], "required": ["path", "sha256", "abi_version"],
-                   "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-                                  "abi_version": {"type": "integer"}}},
-        "ptxas": {"type": ["object", "null"], "required": ["path", "version", "argv", "returncode"],
-                  "properties": {"argv": {"type": "array", "items": {"type": "string"}},
-                                 "version": {"type": "string"}}},
-        "passes": {"type": "array", "items": {"enum": ["timing", "flags", "mwait"]}},
-        "eidola_helper": {"type": ["object", "null"], "required": ["path", "sha256"],
-                          "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}},
-        "kernels": {"type": "array", "items": _FUNC},
-        "functions": {"type": "array", "items": _FUNC},
-        "admitted": {"type": "boolean"},
-    },
-}
-
 
 def build(*, path: str, result, ptxas: Optional[dict], before: Optional[PtxasStats],
           after: Optional[PtxasStats]) -> dict:
@@ -132,40 +63,6 @@ def _flags_summary(fl: Optional[dict]) -> Optional[dict]:
         return None
     return {k: fl[k] for k in ("rewritten_loads", "spin_loops_parked", "mwait", "count_nonflag", "nonflag_sites",
                                "entries", "extern", "calls", "sites") if k in fl}
-
-
-def validate(doc: dict) -> None:
-    """Raise jsonschema.ValidationError when ``doc`` does not follow :data:`SCHEMA`."""
-    import jsonschema
-    jsonschema.validate(doc, SCHEMA)
-
-
-def write(doc: dict, path: Path) -> None:
-    atomic_write_json(path, doc, indent=1, end="\n")
-
-
-def store_path(store: Path, original_sha256: str) -> Path:
-    return store / f"{original_sha256}.hbfcc.json"
-
-
-def store_dir() -> Path:
-    """The artifact store (HBFCC_ARTIFACT_DIR, else <cache>/artifacts) that hbfcc-ptxas writes to."""
-    k = knobs.load()
-    return k.artifact_dir if k.artifact_dir is not None else k.cache_dir / "artifacts"
-
-
-def lookup_by_ptx(original_ptx: bytes | str) -> Optional[dict]:
-    """The admission artifact of a module by its ORIGINAL (pre-rewrite) PTX, e.g. Triton's
-    ``kernel.asm["ptx"]``; None when hbfcc never saw that module (then it is not admitted)."""
-    data = original_ptx.encode() if isinstance(original_ptx, str) else original_ptx
-    p = store_path(store_dir(), hashlib.sha256(data).hexdigest())
-    try:
-        return json.loads(p.read_text())
-    except FileNotFoundError:
-        return None
-
-
-LINK_SCHEMA_ID = SCHEMA_ID + ".link"
 
 
 def resolve_link(module_docs: list[dict], *, output: str, argv: list[str]) -> dict:

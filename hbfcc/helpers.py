@@ -391,7 +391,7 @@ def link_text(module_text: str, helper: HelperModule, *, module_names: Iterable[
 # --------------------------------------------------------------------------------------------
 
 def default_eidola_helper_path() -> Path:
-    """build/runtime_cuda/hbf_eidola_helpers.ptx (``make helpers-ptx``, runtime_cuda/src/hbf_eidola_helpers.cu)."""
+    """build/runtime_cuda/hbf_eidola_helpers.ptx (``make helpers-ptx``, eidola/src/hbf_eidola_helpers.cu)."""
     return default_helper_path().with_name("hbf_eidola_helpers.ptx")
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from hbfcommon.artifact import cache_dir as artifact_cache_dir
 from hbfcommon.env import env_bool, env_int
 from hbfcommon.env import env_path as env_path_var
 from hbfcommon.errors import ConfigError
@@ -36,8 +37,7 @@ class Knobs:
 
 
 def load() -> Knobs:
-    cache = os.environ.get("HBFCC_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hbfcc")
+    cache = artifact_cache_dir()
     return Knobs(
         real_ptxas=os.environ.get("HBFCC_REAL_PTXAS") or None,
         real_nvcc=os.environ.get("HBFCC_REAL_NVCC") or None,

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reason", default="hbfctl shutdown", help="shutdown: reason recorded in the summary")
     args = ap.parse_args(argv)
     try:
-        from hbfd.client import Client
+        from hbfcommon.rpc import Client
         with Client(args.socket, timeout_s=30.0 if args.command == "shutdown" else 5.0) as c:
             if args.command == "status":
                 d = _status_dict(c.call("Status"))

@@ -4,17 +4,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hbfcommon import rpc
 from hbfcommon.env import env_bool, env_int
 
 
 def default_socket() -> Path:
-    """``$HBFD_SOCKET``, else ``$XDG_RUNTIME_DIR/hbfd.sock``, else ``/tmp/hbfd-<uid>.sock``."""
-    if os.environ.get("HBFD_SOCKET"):
-        return Path(os.environ["HBFD_SOCKET"])
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and Path(xdg).is_dir():
-        return Path(xdg) / "hbfd.sock"
-    return Path(f"/tmp/hbfd-{os.getuid()}.sock")
+    """The one default shared with every client: :func:`hbfcommon.rpc.default_socket`."""
+    return rpc.default_socket()
 
 
 def default_summary() -> Path:
@@ -66,5 +62,5 @@ def log_level() -> str:
 
 
 def demo_mode() -> str:
-    """``$HBFD_DEMO``: ``auto`` (GPU demo when a GPU and runtime_cuda.demo exist) or ``cpu``."""
+    """``$HBFD_DEMO``: ``auto`` (GPU demo when a GPU and workloads.demo_gpu exist) or ``cpu``."""
     return os.environ.get("HBFD_DEMO", "auto")

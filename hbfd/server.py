@@ -31,7 +31,7 @@ from hbfcommon.errors import ConfigError, DaemonError, ErrorCode, HbfError, Tele
 from hbfcommon.status import RequestStatus
 from hbfd import knobs, services
 from hbfd.heartbeat import HeartbeatProcess
-from hbfd.profile import Profile, load_profile
+from hbfcommon.profile import Profile, load_profile
 from hbfd.ranges import Range, RangeTable
 from hbfd.region import ControlRegion
 from hbfd.summary import SUMMARY_SCHEMA, write_json_atomic

@@ -27,7 +27,7 @@ import numpy as np
 from hbfcommon import ctl
 
 if TYPE_CHECKING:
-    from hbfd.profile import Profile
+    from hbfcommon.profile import Profile
 
 log = logging.getLogger(__name__)
 

@@ -8,11 +8,6 @@ from hbfcommon.env import env_bool, env_int
 from hbfcommon.errors import ConfigError
 
 
-def socket_path() -> str | None:
-    """HBF_SOCKET: hbfd's unix socket (default: the daemon's default, see hbfd)."""
-    return os.environ.get("HBF_SOCKET") or None
-
-
 def allow_unmodeled() -> bool:
     """HBF_ALLOW_UNMODELED=1: launches of non-admitted kernels that reach a range are allowed
     (and the run summary says so)."""
@@ -47,10 +42,3 @@ def helper_ptx() -> Path:
     return Path(__file__).resolve().parent.parent / "build" / "runtime_cuda" / "hbf_helpers.ptx"
 
 
-def rpc_timeout_s() -> float:
-    """HBF_RPC_TIMEOUT_S: deadline of one gRPC call to hbfd."""
-    v = os.environ.get("HBF_RPC_TIMEOUT_S")
-    try:
-        return float(v) if v else 10.0
-    except ValueError:
-        raise ConfigError("HBF_RPC_TIMEOUT_S must be a number", value=v) from None

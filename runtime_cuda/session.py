@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from hbfcommon import artifact as A
 from hbfcommon import ctl as C
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError, RangeError
 
@@ -71,28 +72,13 @@ class ModuleBinding:
         return self.kernels.get(name)
 
 
-def load_artifact(artifact: Any) -> dict | None:
-    """An admission artifact as a dict (path, JSON text or dict); None when absent."""
-    if artifact is None:
-        return None
-    if isinstance(artifact, Mapping):
-        return dict(artifact)
-    p = Path(artifact)
-    try:
-        return json.loads(p.read_text())
-    except OSError as e:
-        raise ConfigError(f"cannot read admission artifact: {e.strerror}", path=str(p)) from e
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"admission artifact is not JSON: {e}", path=str(p)) from e
-
-
 def triton_artifact(metadata_group: Mapping[str, Any] | None) -> Any:
     """The admission artifact of a Triton kernel: one named in its cache group, else the one
     hbfcc-ptxas stored under the sha256 of the kernel's ORIGINAL PTX (Triton caches the pre-rewrite
     PTX). None (not admitted) when neither exists."""
     group = dict(metadata_group or {})
     for k, v in group.items():
-        if str(k).endswith((".admission.json", ".hbfadm.json", ".hbfcc.json")):
+        if str(k).endswith(A.ARTIFACT_SUFFIXES):
             return v
     for k, v in group.items():
         if str(k).endswith(".ptx"):
@@ -100,30 +86,8 @@ def triton_artifact(metadata_group: Mapping[str, Any] | None) -> Any:
                 ptx = Path(v).read_bytes()
             except OSError:
                 return None
-            from hbfcc.artifact import lookup_by_ptx
-            return lookup_by_ptx(ptx)
+            return A.lookup_by_ptx(ptx)
     return None
-
-
-def artifact_kernels(art: dict | None) -> list[tuple[str, bool, list[str]]]:
-    """(name, admitted, reasons) per kernel, in .entry order. Accepts {"kernels": [..]} or {..: {}}."""
-    if not art:
-        return []
-    ks = art.get("kernels", [])
-    items = list(ks.items()) if isinstance(ks, Mapping) else [(k.get("name"), k) for k in ks]
-    out = []
-    for name, k in items:
-        adm = k.get("admitted")
-        reasons = [str(x) for x in (k.get("reasons") or [])]
-        if not reasons:   # an hbfcc artifact: its summary reasons, then each refused operation's reason
-            reasons = [str(x) for x in (k.get("not_admitted_reasons") or [])]
-            for r in (k.get("refused") or [])[:8]:
-                reasons.append(f"{r.get('instruction', '?').strip()} ({r.get('reason', '?')})"
-                               if isinstance(r, Mapping) else str(r))
-        if adm is None:  # derive from refused operations if the artifact lists them
-            adm = not reasons
-        out.append((str(name), bool(adm), reasons))
-    return out
 
 
 def _triton_launch_args(metadata: Any, start: int = 2, depth: int = 10) -> tuple | None:
@@ -353,8 +317,8 @@ class Session:
         """Point an instrumented module's __hb_state/__hb_kslot_base at this session. `module` is a
         CUmodule (or its int handle). A module without __hb_state is recorded as uninstrumented."""
         self._ensure_open()
-        art = load_artifact(artifact)
-        ak = artifact_kernels(art)
+        art = A.load(artifact)
+        ak = A.kernels(art)
         names = [k[0] for k in ak] or list(kernels or [])
         nslots = slots or max(1, len(names) or 1)
         handle = int(getattr(module, "getPtr", lambda: module)()) if not isinstance(module, int) else module
@@ -756,7 +720,7 @@ def attach(socket: str | None = None, allow_unmodeled: bool | None = None, *, cu
            params: D.RunParams | None = None) -> Session:
     """Attach this process to hbfd: Attach RPC, map the control region, register it with CUDA,
     allocate the device state block. cuda=None uses CUDA when a GPU is present."""
-    from .client import Client  # noqa: PLC0415
+    from hbfcommon.rpc import Client  # noqa: PLC0415
     allow = knobs.allow_unmodeled() if allow_unmodeled is None else bool(allow_unmodeled)
     if params is None:
         params = D.RunParams(heartbeat_timeout_ns=knobs.heartbeat_timeout_ns(),

@@ -1,11 +1,18 @@
-"""Import rules of DESIGN.md §2, checked on the AST of every module.
+"""Import rules of docs/design.md §2, checked on the AST of every module.
 
-* hbfcc never imports hbfd, grpc or hbfproto (the compiler works with no daemon).
-* The models inside hbfd (hbfd/media, hbfd/thermal, hbfd/reliability, hbfd/eidola) are pure:
-  no socket / grpc / hbfproto / threading / subprocess / multiprocessing / asyncio / selectors
-  imports and no clock calls (time.time/monotonic/perf_counter/sleep/..., datetime.now).
-  Exempt: the CLI entry modules of those packages (bench.py, validate.py, cli.py, __main__.py),
-  which are tools around the models, and the functions listed in EXEMPT_FUNCTIONS (with why).
+Layers, bottom to top; a package imports only itself and the layers below it:
+
+* ``hbfcommon`` (the contract layer) imports no other part; ``hbfproto`` (generated stubs) only from
+  ``hbfcommon.rpc`` and hbfd's server layer.
+* ``hbfcc`` (compiler), ``hbfd`` (daemon), ``runtime_cuda`` (runtime) import ``hbfcommon`` and never each
+  other: the compiler works with no daemon, the runtime reaches hbfd only through the RPC contract, the
+  daemon never imports the workload side.
+* ``eidola`` imports ``hbfcommon`` and ``runtime_cuda``; ``workloads`` anything above; ``bench``/``tests`` anything.
+* The models inside hbfd (hbfd/media, hbfd/thermal, hbfd/reliability) and eidola's models are pure:
+  no socket / grpc / hbfproto / threading / subprocess / multiprocessing / asyncio / selectors imports,
+  no clock calls (time.time/monotonic/perf_counter/sleep/..., datetime.now), and no import of the
+  daemon's server shell. Exempt: the CLI entry modules of those packages (bench.py, validate.py, cli.py,
+  __main__.py), which are tools around the models, and the functions listed in EXEMPT_FUNCTIONS (with why).
 """
 from __future__ import annotations
 
@@ -15,7 +22,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL_PACKAGES = ["hbfd/media", "hbfd/thermal", "hbfd/reliability", "hbfd/eidola"]
+MODEL_PACKAGES = ["hbfd/media", "hbfd/thermal", "hbfd/reliability"]
+# eidola's pure models (the launcher eidola/replay.py drives CUDA and is not one)
+EIDOLA_MODELS = ["eidola/trace.py", "eidola/wtt.py", "eidola/generator.py", "eidola/accounting.py",
+                 "eidola/timeline.py", "eidola/clocksync.py", "eidola/from_recording.py", "eidola/compare.py"]
+# what each top-level part may import (besides itself, stdlib and third-party packages)
+OURS = {"hbfcommon", "hbfproto", "hbfcc", "hbfd", "runtime_cuda", "eidola", "workloads", "bench"}
+ALLOWED = {
+    "hbfcommon": {"hbfproto"},   # only hbfcommon/rpc.py, see HBFPROTO_USERS
+    "hbfcc": {"hbfcommon"},
+    "hbfd": {"hbfcommon", "hbfproto"},
+    "runtime_cuda": {"hbfcommon"},
+    "eidola": {"hbfcommon", "runtime_cuda"},
+    "workloads": {"hbfcommon", "hbfcc", "hbfd", "runtime_cuda", "eidola"},
+}
+HBFPROTO_USERS = {"hbfcommon/rpc.py", "hbfd/server.py"}
+# hbfd's server shell: the model packages never import these
+SERVER_SHELL = {"hbfd.server", "hbfd.cli", "hbfd.ctl_cli", "hbfd.app", "hbfd.heartbeat", "hbfd.region",
+                "hbfd.knobs"}
 CLI_MODULES = {"bench.py", "validate.py", "cli.py", "__main__.py"}
 BANNED_IN_MODELS = {"socket", "grpc", "hbfproto", "threading", "_thread", "subprocess", "multiprocessing",
                     "asyncio", "selectors", "concurrent"}
@@ -86,6 +110,63 @@ def hbfcc_violations(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(), filename=rel)
     return [f"{rel}:{node.lineno} imports {name}" for node, name in _imports(tree)
             if name.split(".")[0] in BANNED_IN_HBFCC]
+
+
+def layer_violations(path: Path) -> list[str]:
+    rel = str(path.relative_to(ROOT))
+    top = rel.split("/")[0]
+    allowed = ALLOWED.get(top)
+    if allowed is None:
+        return []
+    tree = ast.parse(path.read_text(), filename=rel)
+    out = []
+    for node, name in _imports(tree):
+        head = name.split(".")[0]
+        if head not in OURS or head == top:
+            continue
+        if head not in allowed:
+            out.append(f"{rel}:{node.lineno} imports {name} ({top} may import only {sorted(allowed)})")
+        elif head == "hbfproto" and rel not in HBFPROTO_USERS:
+            out.append(f"{rel}:{node.lineno} imports {name} (only {sorted(HBFPROTO_USERS)} use the stubs)")
+    return out
+
+
+@pytest.mark.parametrize("top", sorted(ALLOWED))
+def test_layers_import_one_way(top):
+    files = _modules(top)
+    assert files, f"{top} has no modules?"
+    bad = [v for f in files for v in layer_violations(f)]
+    assert not bad, "\n".join(bad)
+
+
+def test_models_never_import_the_server_shell():
+    bad = []
+    for pkg in MODEL_PACKAGES:
+        for f in _modules(pkg):
+            if f.name in CLI_MODULES:
+                continue
+            tree = ast.parse(f.read_text())
+            bad += [f"{f.relative_to(ROOT)}:{n.lineno} imports {name}" for n, name in _imports(tree)
+                    if name in SERVER_SHELL or any(name.startswith(x + ".") for x in SERVER_SHELL)]
+    assert not bad, "\n".join(bad)
+
+
+def test_eidola_models_are_pure():
+    bad = [v for rel in EIDOLA_MODELS for v in model_violations(ROOT / rel)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_layer_checker_catches_violations(tmp_path, monkeypatch):
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    (tmp_path / "runtime_cuda").mkdir()
+    p = tmp_path / "runtime_cuda" / "m.py"
+    p.write_text("import hbfd.knobs\nfrom hbfcc.artifact import lookup_by_ptx\nimport hbfproto.hbf_pb2\n"
+                 "from hbfcommon import ctl\n")
+    assert len(layer_violations(p)) == 4   # hbfd, hbfcc (module + name), hbfproto
+    (tmp_path / "hbfd").mkdir()
+    q = tmp_path / "hbfd" / "demo.py"
+    q.write_text("import runtime_cuda\nfrom hbfproto import hbf_pb2\n")
+    assert len(layer_violations(q)) == 3   # runtime_cuda; hbfproto (module + name) outside the server layer
 
 
 def test_hbfcc_never_imports_the_daemon_or_grpc():

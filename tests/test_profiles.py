@@ -11,7 +11,7 @@ import pytest
 
 from hbfcommon import ctl
 from hbfcommon.errors import ErrorCode, ProfileError
-from hbfd import profile as prof
+from hbfcommon import profile as prof
 
 NAMES = ["conservative", "nominal", "aggressive", "ocp-sg1"]
 

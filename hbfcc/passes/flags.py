@@ -13,12 +13,12 @@ correct flag poll). Each one becomes::
       .param .b64 __hb_p0; .param .bN __hb_rv; st.param.b64 [__hb_p0], %__hb_fa;
       call (__hb_rv), __hb_eidola_ld_flag_uN, (__hb_p0); ld.param.bN dst, [__hb_rv]; }
 
-``__hb_eidola_ld_flag_uN`` (runtime_cuda/src/hbf_eidola.cuh, extern API) classifies the address at
+``__hb_eidola_ld_flag_uN`` (eidola/src/hbf_eidola.cuh, extern API) classifies the address at
 run time against the registered flag ranges: in a range -> a counted flag read of that class, served
 by engine (b) (the Write Tracking Table's value at this instant) or by memory (engine a / real
 peers); outside -> a counted non-flag read from memory. That form (counting with atomics in the
 callee) is what the standalone :func:`rewrite_text` emits; in the pipeline (``count_nonflag``) a
-32-bit flag load instead calls ``__hb_eidola_ld_flag32_acct`` (runtime_cuda/src/hbf_eidola_helpers.cu:
+32-bit flag load instead calls ``__hb_eidola_ld_flag32_acct`` (eidola/src/hbf_eidola_helpers.cu:
 the hand build's ``hbf_eidola_ld_flag``), which returns ``value | class << 32 | virtual << 40 |
 lead << 41 | ran << 42``; the caller keeps the thread's flag class, reads, warp-instructions and
 virtual loads in registers (a second class in one thread is counted at once with
@@ -32,7 +32,7 @@ Non-flag global reads (``count_nonflag``, on in the pipeline): every other ``ld`
 lane, as the hand-instrumented workload counts them) increments two per-thread registers — lanes
 executing it, and 1 in the lowest executing lane (``activemask``/``vote.ballot`` + ``%lanemask_eq``)
 — and every ``ret``/``exit`` flushes them with ``__hb_eidola_flush_nonflag(thread, warp)`` (one
-warp-reduced atomic pair per warp; runtime_cuda/src/hbf_eidola_helpers.cu). Generic-space loads are
+warp-reduced atomic pair per warp; eidola/src/hbf_eidola_helpers.cu). Generic-space loads are
 not counted (their space is known only at run time), nor are atomics.
 
 With ``mwait`` a recognized spin-wait is parked with monitor/mwait: a flag-like 32-bit load of
@@ -505,21 +505,22 @@ def prototypes_text(names) -> str:
 
 
 def build_extern_ptx(out_dir: str | Path, *, nvcc: Optional[str] = None, arch: str = "compute_90a") -> Path:
-    """Compile the extern API (runtime_cuda/src/hbf_eidola_helpers.cu: hbf_eidola.cuh with
+    """Compile the extern API (eidola/src/hbf_eidola_helpers.cu: hbf_eidola.cuh with
     HBF_EIDOLA_EXTERN_API, plus __hb_eidola_flush_nonflag) to an -rdc PTX module. The build tree's
     ``make helpers-ptx`` output (build/runtime_cuda/hbf_eidola_helpers.ptx) is the same module."""
     nvcc = nvcc or shutil.which("nvcc")
     if not nvcc:
         raise ToolchainError("nvcc not found", argv=["nvcc"])
     root = Path(__file__).resolve().parents[2]
-    src_dir = root / "runtime_cuda" / "src"
-    srcs = [src_dir / "hbf_eidola_helpers.cu", src_dir / "hbf_eidola.cuh", src_dir / "hbf_ptx.cuh"]
+    src_dir = root / "eidola" / "src"
+    ptx_dir = root / "runtime_cuda" / "src"
+    srcs = [src_dir / "hbf_eidola_helpers.cu", src_dir / "hbf_eidola.cuh", ptx_dir / "hbf_ptx.cuh"]
     tag = hashlib.sha256(b"".join(p.read_bytes() for p in srcs if p.is_file()) + arch.encode()).hexdigest()[:12]
     out = Path(out_dir) / f"hbf_eidola_extern-{tag}.ptx"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    argv = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-rdc=true", "-ptx", f"-I{src_dir}",
+    argv = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-rdc=true", "-ptx", f"-I{src_dir}", f"-I{ptx_dir}",
             f"-I{root / 'runtime_cuda' / 'include'}", str(srcs[0]), "-o", str(out)]
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:

@@ -16,7 +16,7 @@ __all__ = ["MediaEngine", "MediaGeometry", "MediaError", "make_engine", "REQUEST
 def make_engine(profile: Any):
     """The reference-path engine for ``profile``: the calibrated curve when the profile's timing
     source is ``curve``, otherwise the NAND media model built from the profile's geometry."""
-    from hbfd.profile import as_profile
+    from hbfcommon.profile import as_profile
     p = as_profile(profile)
     if p.timing_model.timing_source == "curve":
         from .curve import CurveEngine

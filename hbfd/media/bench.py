@@ -24,20 +24,6 @@ import numpy as np
 from .engine import REQUEST_BATCH_DTYPE, MediaEngine
 from .geometry import PAGE_BYTES, MediaGeometry
 
-PROFILE_DIR = Path(__file__).resolve().parents[2] / "profiles"
-
-
-def resolve_profile(name: str) -> Path:
-    p = Path(name)
-    if p.exists():
-        return p
-    q = PROFILE_DIR / f"{name}.json"
-    if q.exists():
-        return q
-    from hbfcommon.errors import ConfigError
-    raise ConfigError(f"no profile {name!r} (neither a file nor profiles/{name}.json)", field="profile")
-
-
 def make_stream(g: MediaGeometry, n: int, nbytes: int, op: str, gap_ns: int, *, seed: int = 0,
                 pattern: str = "random", write_fraction: float = 0.3, start_ns: int = 1_000_000) -> np.ndarray:
     rng = np.random.default_rng(seed)
@@ -122,7 +108,7 @@ def run_bench(geometry: MediaGeometry, *, requests: int, nbytes: int, op: str, g
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="hbfd bench media", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", required=True, help="profile file or name under profiles/")
+    ap.add_argument("--profile", required=True, help="profile file, or the name of a bundled profile (nominal, ocp-sg1, ...)")
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--bytes", type=int, default=4096)
     ap.add_argument("--op", choices=("read", "write", "mixed"), default="read")
@@ -142,8 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.requests < 1 or args.bytes < 1 or args.arrival_gap_ns < 0 or args.batch < 1:
             raise HbfError("--requests, --bytes, --batch must be >= 1 and --arrival-gap-ns >= 0")
-        from hbfd.profile import load_profile
-        prof = load_profile(resolve_profile(args.profile))
+        from hbfcommon.profile import load_profile
+        prof = load_profile(args.profile)
         g = MediaGeometry.from_profile(prof)
         r = run_bench(g, requests=args.requests, nbytes=args.bytes, op=args.op, gap_ns=args.arrival_gap_ns,
                       batch=args.batch, seed=args.seed, pattern=args.pattern,

@@ -71,7 +71,7 @@ class BurstCurve:
 
     @classmethod
     def from_profile(cls, profile: Any) -> "BurstCurve":
-        from hbfd.profile import as_profile
+        from hbfcommon.profile import as_profile
         p = as_profile(profile)
         c = p.timing_model.curve
         if c is None:

@@ -1,7 +1,7 @@
 """MediaGeometry: the frozen, validated parameters of the NAND media model.
 
 The model reads only this dataclass; ``MediaGeometry.from_profile(profile)`` adapts a device
-profile (``hbfd.profile.Profile``). Tests build small geometries directly.
+profile (``hbfcommon.profile.Profile``). Tests build small geometries directly.
 
 Address interleave (profile ``media.interleave`` = 0): logical page ``n`` lives on
 ``channel = n % C``, ``die = (n // C) % D``, ``plane = (n // (C*D)) % P``; inside its plane it is
@@ -151,8 +151,8 @@ class MediaGeometry:
 
     @classmethod
     def from_profile(cls, profile: Any, **overrides: Any) -> "MediaGeometry":
-        """Adapter from ``hbfd.profile.Profile`` (or anything ``as_profile`` accepts)."""
-        from hbfd.profile import as_profile
+        """Adapter from ``hbfcommon.profile.Profile`` (or anything ``as_profile`` accepts)."""
+        from hbfcommon.profile import as_profile
         p = as_profile(profile)
         g, t, m = p.geometry, p.timing, p.media
         kw: dict[str, Any] = dict(

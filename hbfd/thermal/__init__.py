@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from hbfcommon.profile import PROFILE_DIR
 from hbfcommon.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-ROM_DIR = Path(__file__).resolve().parent.parent.parent / "profiles" / "thermal"
+ROM_DIR = PROFILE_DIR / "thermal"
 
 
 def load_rom_for(geometry_name: str, *, ambient_c: float | None = None):

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from hbfcommon.profile import PROFILE_DIR
 from hbfcommon.errors import ConfigError
 from hbfcommon.fsutil import read_json_document
 
-GEOMETRY_DIR = Path(__file__).resolve().parent.parent.parent / "profiles" / "thermal"
+GEOMETRY_DIR = PROFILE_DIR / "thermal"
 SCHEMA = "hbfsim.thermal.geometry/1"
 PROVENANCE_KINDS = ("spec", "literature", "measured", "assumed")
 

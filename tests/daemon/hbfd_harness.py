@@ -24,7 +24,7 @@ class Hbfd:
     env: dict = field(default_factory=dict)
 
     def client(self):
-        from hbfd.client import Client
+        from hbfcommon.rpc import Client
         return Client(self.socket)
 
     def stop(self, sig=signal.SIGTERM, timeout=15) -> int:
@@ -36,14 +36,14 @@ class Hbfd:
         return json.loads(self.summary.read_text())
 
 
-def start_hbfd(tmp_path: Path, *, profile="profiles/nominal.json", env=None, wait=True, name="hbfd") -> Hbfd:
+def start_hbfd(tmp_path: Path, *, profile="nominal", env=None, wait=True, name="hbfd") -> Hbfd:
     sock, summ, log = tmp_path / f"{name}.sock", tmp_path / f"{name}-summary.json", tmp_path / f"{name}.log"
     e = dict(os.environ)
     e["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), e.get("PYTHONPATH", "")])
     # lifecycle tests pin the default services; the plug-ins (media, thermal) test themselves
     e.update({"HBFD_ENGINE": "fixed", "HBFD_THERMAL": "none", "HBFD_REFRESH": "none"})
     e.update(env or {})
-    proc = subprocess.Popen([sys.executable, "-m", "hbfd.cli", "--profile", str(ROOT / profile),
+    proc = subprocess.Popen([sys.executable, "-m", "hbfd.cli", "--profile", str(profile),
                              "--socket", str(sock), "--summary", str(summ)],
                             cwd=tmp_path, env=e, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     h = Hbfd(proc, sock, summ, log, e)

@@ -5,7 +5,7 @@ import numpy as np
 
 from hbfcommon import ctl
 from hbfd import services
-from hbfd.profile import load_profile
+from hbfcommon.profile import load_profile
 
 
 def _batch(ops, start=0):

@@ -2,6 +2,7 @@
 visible terminals (outstanding tickets answered before the failure word), range registrations reach
 the reliability ledger, refresh drains on an idle device, application reads count per block."""
 from __future__ import annotations
+from hbfcommon.profile import PROFILE_DIR
 
 import hashlib
 import json
@@ -22,7 +23,7 @@ def _num(v):
 
 
 def _profile(tmp_path: Path, name: str, thermal: dict | None = None, reliability: dict | None = None) -> Path:
-    p = json.loads((ROOT / "profiles" / "nominal.json").read_text())
+    p = json.loads((PROFILE_DIR / "nominal.json").read_text())
     for k, v in (thermal or {}).items():
         p["thermal"][k] = v if isinstance(v, str) else _num(v)
     for k, v in (reliability or {}).items():

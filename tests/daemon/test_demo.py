@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from hbfd import demo
+from workloads import demo
 from hbfd_harness import ROOT
 
 
@@ -18,7 +18,7 @@ def test_bundled_trace_is_valid():
 
 def test_demo_runs_end_to_end(tmp_path):
     env = dict(os.environ, HBFD_DEMO="cpu")
-    r = subprocess.run([sys.executable, "-m", "hbfd.demo"], capture_output=True, text=True, timeout=300,
+    r = subprocess.run([sys.executable, "-m", "workloads.demo"], capture_output=True, text=True, timeout=300,
                        cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout

@@ -1,5 +1,6 @@
 """hbfd lifecycle in a temp dir: readiness, heartbeat, attach, ranges, ring, shutdown ordering."""
 from __future__ import annotations
+from hbfcommon.profile import PROFILE_DIR
 
 import json
 import os
@@ -108,7 +109,7 @@ def test_attach_from_a_second_process_without_fd_inheritance(hbfd):
     code = f"""
 import json, os
 from hbfcommon import ctl
-from hbfd.client import Client
+from hbfcommon.rpc import Client
 with Client({str(hbfd.socket)!r}) as c:
     rep = c.call("Attach", workload_pid=os.getpid(), abi_version=ctl.HBF_CTL_ABI_VERSION)
 m = ctl.map_region(rep.ctl_path)
@@ -239,8 +240,8 @@ def test_overlap_not_found_and_table_full(hbfd):
 
 
 def test_ring_requests_are_served_with_fixed_latency(hbfd):
-    from hbfd.profile import load_profile
-    prof = load_profile(ROOT / "profiles/nominal.json")
+    from hbfcommon.profile import load_profile
+    prof = load_profile(PROFILE_DIR / "nominal.json")
     _, m = attach(hbfd)
     drv = RingDriver(m)
     ops = [ctl.HBF_OP_LOAD, ctl.HBF_OP_STORE, ctl.HBF_OP_ATOMIC, ctl.HBF_OP_CPASYNC] * 50
@@ -347,8 +348,8 @@ def test_shutdown_rpc_writes_the_summary(hbfd):
     assert rep.summary_path == str(hbfd.summary.resolve())
     assert hbfd.proc.wait(15) == 0
     s = hbfd.read_summary()
-    from hbfd.profile import load_profile
-    p = load_profile(ROOT / "profiles/nominal.json")
+    from hbfcommon.profile import load_profile
+    p = load_profile(PROFILE_DIR / "nominal.json")
     assert s["profile"]["sha256"] == p.sha256 and s["profile"]["path"].endswith("nominal.json")
     assert s["engine"] == "fixed-latency" and s["terminal_status"] == "clean"
     assert s["shutdown_reason"] == "test over"
@@ -390,7 +391,7 @@ def test_sigint_also_shuts_down_cleanly(hbfd):
 
 def test_bad_profile_exits_2_naming_the_field(tmp_path):
     bad = tmp_path / "bad.json"
-    d = json.loads((ROOT / "profiles/nominal.json").read_text())
+    d = json.loads((PROFILE_DIR / "nominal.json").read_text())
     d["time_scale"] = 10
     bad.write_text(json.dumps(d))
     r = subprocess.run([sys.executable, "-m", "hbfd.cli", "--profile", str(bad), "--socket", str(tmp_path / "s")],
@@ -399,7 +400,7 @@ def test_bad_profile_exits_2_naming_the_field(tmp_path):
 
 
 def test_no_daemon_client_error(tmp_path):
-    from hbfd.client import Client
+    from hbfcommon.rpc import Client
     with pytest.raises(DaemonError) as ei:
         Client(tmp_path / "none.sock").call("Status")
     assert ei.value.code == ErrorCode.DAEMON_UNAVAILABLE
@@ -464,8 +465,8 @@ def test_bad_engine_factory_exits_2_and_leaves_nothing_behind(tmp_path):
 def test_ring_batch_published_at_once_is_served_exactly(hbfd):
     """A thousand requests published in one vector write (payloads, then seqs), mixed ops and an
     unknown op: every completion is exact and the counters add up per op and per state."""
-    from hbfd.profile import load_profile
-    f = load_profile(ROOT / "profiles/nominal.json").timing_model.fixed
+    from hbfcommon.profile import load_profile
+    f = load_profile(PROFILE_DIR / "nominal.json").timing_model.fixed
     _, m = attach(hbfd)
     n = 1000
     t = np.arange(n, dtype=np.uint64)

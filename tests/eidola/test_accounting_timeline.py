@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from hbfcommon.errors import RangeError, TelemetryError
-from hbfd.eidola.accounting import (COUNTERS, MAX_CLASSES, FlagClassifier, FlagRange, linear_fit,
+from eidola.accounting import (COUNTERS, MAX_CLASSES, FlagClassifier, FlagRange, linear_fit,
                                     predicted_spin_reads, summarize)
-from hbfd.eidola.timeline import (KINDS, Segment, chrome_trace, plot_timeline, segments_from_marks,
+from eidola.timeline import (KINDS, Segment, chrome_trace, plot_timeline, segments_from_marks,
                                   validate_chrome_trace, write_chrome_trace)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hbfcommon.errors import CudaError
-from runtime_cuda import eidola as E
+from eidola import replay as E
 
 nvcc = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(nvcc is None, reason="nvcc not installed")
@@ -43,7 +43,7 @@ def test_helper_header_compiles_into_helper_style_ptx(tmp_path):
                    '  if (!hbf_eidola_monitor(st, &a, t0, f, 4, 1)) hbf_eidola_mwait(st, &a, t0, f);\n'
                    '  hbf_eidola_acct_flush(st, &a); }\n')
     r = subprocess.run([nvcc, "-std=c++17", "-arch=compute_90a", "-rdc=true", "-ptx",
-                        f"-I{E.ROOT / 'runtime_cuda/src'}", str(src), "-o", str(tmp_path / "t.ptx")],
+                        f"-I{E.ROOT / 'runtime_cuda/src'}", f"-I{E.ROOT / 'eidola/src'}", str(src), "-o", str(tmp_path / "t.ptx")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "globaltimer" in (tmp_path / "t.ptx").read_text()
@@ -60,7 +60,7 @@ def _gpu():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu(), reason="no GPU")
 def test_tiny_replay_on_gpu(libpath):
-    from hbfd.eidola.generator import uniform_delay
+    from eidola.generator import uniform_delay
     rt = E.EidolaRuntime(E.Lib(libpath))
     g = E.GemvAllReduce(rt, E.GarShape(n_gpus=4, M=256, Kl=256, tiles=32))
     tr = uniform_delay(n_gpus=4, tiles=32, tile_rows=8, delay_ns=5000)
@@ -80,7 +80,7 @@ def test_extern_api_module_exports(tmp_path):
     src = tmp_path / "x.cu"
     src.write_text('#define HBF_EIDOLA_EXTERN_API\n#include "hbf_eidola.cuh"\n')
     r = subprocess.run([nvcc, "-std=c++17", "-arch=compute_90a", "-rdc=true", "-ptx",
-                        f"-I{E.ROOT / 'runtime_cuda/src'}", str(src), "-o", str(tmp_path / "x.ptx")],
+                        f"-I{E.ROOT / 'runtime_cuda/src'}", f"-I{E.ROOT / 'eidola/src'}", str(src), "-o", str(tmp_path / "x.ptx")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     text = (tmp_path / "x.ptx").read_text()
@@ -103,7 +103,7 @@ def test_gemv_shape_validation():
 def test_state_mirror_matches_header_fields():
     """Every u64/u32 field of hbf_eidola_state in the header appears in the Python mirror, in order."""
     import re
-    text = (E.ROOT / "runtime_cuda/src/hbf_eidola.cuh").read_text()
+    text = (E.ROOT / "eidola/src/hbf_eidola.cuh").read_text()
     body = text[text.index("typedef struct hbf_eidola_state {"):text.index("} hbf_eidola_state;")]
     names = []
     for line in body.splitlines()[1:]:

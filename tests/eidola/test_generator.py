@@ -1,7 +1,7 @@
 import pytest
 
 from hbfcommon.errors import ConfigError
-from hbfd.eidola.generator import GemvArLayout, LinkModel, generate, uniform_delay
+from eidola.generator import GemvArLayout, LinkModel, generate, uniform_delay
 
 
 def test_seeded_determinism():
@@ -55,7 +55,7 @@ def test_uniform_delay():
 
 
 def test_per_tile_delay_offsets_each_tile_from_its_base():
-    from hbfd.eidola.generator import per_tile_delay
+    from eidola.generator import per_tile_delay
     base = [5000 + 37 * b for b in range(6)]
     tr = per_tile_delay(n_gpus=4, tiles=6, tile_rows=8, base_ns=base, delay_ns=2500)
     lay = GemvArLayout(4, 6, 8)
@@ -72,7 +72,7 @@ def test_per_tile_delay_offsets_each_tile_from_its_base():
 
 
 def test_per_tile_delay_rejects_bad_input():
-    from hbfd.eidola.generator import per_tile_delay
+    from eidola.generator import per_tile_delay
     with pytest.raises(ConfigError):
         per_tile_delay(n_gpus=2, tiles=3, tile_rows=8, base_ns=[0, 1], delay_ns=0)
     with pytest.raises(ConfigError):

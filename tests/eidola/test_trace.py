@@ -4,7 +4,7 @@ import json
 import pytest
 
 from hbfcommon.errors import ErrorCode, TraceError
-from hbfd.eidola.trace import (BufferSpec, Trace, TraceHeader, TraceWrite, loads, make_trace,
+from eidola.trace import (BufferSpec, Trace, TraceHeader, TraceWrite, loads, make_trace,
                                read_trace, write_trace)
 
 

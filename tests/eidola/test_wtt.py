@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from hbfcommon.errors import TraceError
-from hbfd.eidola.generator import GemvArLayout, uniform_delay
-from hbfd.eidola.wtt import WriteTrackingTable
+from eidola.generator import GemvArLayout, uniform_delay
+from eidola.wtt import WriteTrackingTable
 
 BASE = 0x7F0000000000
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hbfd.eidola.from_recording import observation_from_recording
+from eidola.from_recording import observation_from_recording
 from workloads.gemv_allreduce.record.record import gpu_count
 
 from synth_recording import SynthConfig, make_recording

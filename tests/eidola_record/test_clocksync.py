@@ -6,7 +6,7 @@ import random
 import pytest
 
 from hbfcommon.errors import TraceError
-from hbfd.eidola.clocksync import (PingSample, align, compose, estimate_pair, estimate_pairs,
+from eidola.clocksync import (PingSample, align, compose, estimate_pair, estimate_pairs,
                                    sample_bound_ns, sample_offset_ns)
 
 

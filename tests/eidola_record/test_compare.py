@@ -8,10 +8,10 @@ import random
 import pytest
 
 from hbfcommon.errors import TraceError
-from hbfd.eidola.compare import (compare_observations, compare_runs, ks_2samp, load_observations,
+from eidola.compare import (compare_observations, compare_runs, ks_2samp, load_observations,
                                  main, percentile, predict_perturbation, report_markdown,
                                  variability, write_report)
-from hbfd.eidola.from_recording import observations_from_recording
+from eidola.from_recording import observations_from_recording
 
 from synth_recording import SynthConfig, make_recording
 

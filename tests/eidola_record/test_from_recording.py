@@ -7,10 +7,10 @@ import json
 import pytest
 
 from hbfcommon.errors import TraceError
-from hbfd.eidola.from_recording import (build_trace, clock_model, link_latencies, load_recording,
+from eidola.from_recording import (build_trace, clock_model, link_latencies, load_recording,
                                         main, observation_from_recording, save_json,
                                         validate_recording)
-from hbfd.eidola.trace import read_trace
+from eidola.trace import read_trace
 
 from synth_recording import SynthConfig, lat, make_recording
 

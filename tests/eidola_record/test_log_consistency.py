@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from hbfcommon.errors import CudaError
-from hbfd.eidola.compare import compare_observations
-from hbfd.eidola.from_recording import build_trace, observation_from_recording, validate_recording
+from eidola.compare import compare_observations
+from eidola.from_recording import build_trace, observation_from_recording, validate_recording
 from workloads.gemv_allreduce.record.record import WG_FIELDS, runs_from_logs
 from workloads.gemv_allreduce.record.replay import _observation
 

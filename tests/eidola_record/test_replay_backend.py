@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hbfcommon.errors import ConfigError, TraceError
-from hbfd.eidola.from_recording import build_trace
+from eidola.from_recording import build_trace
 from workloads.gemv_allreduce.record.record import rank_inputs
 from workloads.gemv_allreduce.record.replay import replay_observations, target_inputs
 

@@ -346,8 +346,8 @@ def _gpu() -> bool:
 def test_plain_gemv_counts_match_hand_on_gpu(tmp_path, wait):
     import numpy as np
 
-    from hbfd.eidola.generator import uniform_delay
-    from runtime_cuda import eidola as E
+    from eidola.generator import uniform_delay
+    from eidola import replay as E
     from workloads.gemv_allreduce.plain import PlainKernel, build_plain, run_plain
     passes = ("timing", "flags") if wait == "spin" else ("timing", "flags", "mwait")
     cubin, doc = build_plain(tmp_path, passes=passes)

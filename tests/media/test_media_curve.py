@@ -1,5 +1,6 @@
 """The calibrated cumulative-burst curve."""
 from __future__ import annotations
+from hbfcommon.profile import PROFILE_DIR
 
 import json
 from pathlib import Path
@@ -75,8 +76,8 @@ def test_curve_engine_serial_and_carries_bursts_across_batches():
 
 def test_make_engine_picks_curve_or_media_from_the_profile():
     from hbfd.media import MediaEngine, make_engine
-    from hbfd.profile import profile_from_dict
-    d = json.loads((ROOT / "profiles" / "nominal.json").read_text())
+    from hbfcommon.profile import profile_from_dict
+    d = json.loads((PROFILE_DIR / "nominal.json").read_text())
     assert isinstance(make_engine(profile_from_dict(d)), MediaEngine)
     d["timing_model"]["timing_source"] = "curve"
     src = "Dell CD8P vmem P50 (shared/notes/reference-implementation.md 4)"

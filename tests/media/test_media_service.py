@@ -1,5 +1,6 @@
 """The media engine as the daemon's ServiceEngine."""
 from __future__ import annotations
+from hbfcommon.profile import PROFILE_DIR
 
 import json
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 from hbfd import services
 from hbfd.media import MediaEngine, MediaGeometry
 from hbfd.media.bench import main as bench_main
-from hbfd.profile import load_profile
+from hbfcommon.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ("conservative", "nominal", "aggressive", "ocp-sg1")
@@ -18,7 +19,7 @@ PROFILES = ("conservative", "nominal", "aggressive", "ocp-sg1")
 
 @pytest.mark.parametrize("name", PROFILES)
 def test_daemon_builds_the_media_engine_from_each_profile(name):
-    p = load_profile(ROOT / "profiles" / f"{name}.json")
+    p = load_profile(PROFILE_DIR / f"{name}.json")
     eng = services.build_engine(p)
     assert isinstance(eng, MediaEngine) and isinstance(eng, services.ServiceEngine)
     g = MediaGeometry.from_profile(p)

@@ -125,7 +125,7 @@ def test_no_daemon_is_a_clear_error(tmp_path):
 
 
 def test_artifact_parsing():
-    from runtime_cuda.session import artifact_kernels
+    from hbfcommon.artifact import kernels as artifact_kernels
     assert artifact_kernels({"kernels": [{"name": "a", "admitted": True},
                                          {"name": "b", "refused": ["tma multicast"]}]}) == \
         [("a", True, []), ("b", False, ["tma multicast"])]

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime_cuda.session import artifact_kernels, triton_artifact
+from hbfcommon.artifact import kernels as artifact_kernels
+from runtime_cuda.session import triton_artifact
 
 PTX = """.version 8.7
 .target sm_90a

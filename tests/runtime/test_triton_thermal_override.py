@@ -55,7 +55,7 @@ def _wait_published(m, mode: int, q: int, adm: int, timeout: float = 5.0) -> Non
 
 
 def test_operator_override_drives_the_published_thermal_state(tmp_path):
-    from hbfd.client import Client
+    from hbfcommon.rpc import Client
     from hbfd.ctl_cli import main as hbfctl
     p, sock, summary = _start(tmp_path, "hbfd.thermal.override:make_service")
     try:
@@ -94,7 +94,7 @@ def test_operator_override_drives_the_published_thermal_state(tmp_path):
 
 
 def test_override_refused_without_the_override_service(tmp_path):
-    from hbfd.client import Client
+    from hbfcommon.rpc import Client
     p, sock, _ = _start(tmp_path, "none")
     try:
         with Client(sock) as c:

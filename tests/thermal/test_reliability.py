@@ -145,7 +145,7 @@ def test_hazard_sweep_eq6():
 
 def test_refresh_through_the_media_model_commits_after_its_duration():
     from hbfd.media import MediaEngine, MediaGeometry
-    from hbfd.profile import load_profile
+    from hbfcommon.profile import load_profile
     from hbfd.reliability.refresh import RefreshScheduler
     from hbfd.reliability.service import ReliabilityService, make_ledger
     from hbfd.services import ThermalState

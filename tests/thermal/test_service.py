@@ -121,7 +121,7 @@ def test_closed_loop_fast_path_equals_tick_by_tick(small_rom, policy):
 
 
 def test_daemon_plugins_build_from_a_shipped_profile():
-    from hbfd.profile import load_profile
+    from hbfcommon.profile import load_profile
     from hbfd.reliability import make_refresh_service
     from hbfd.services import RefreshService
     from hbfd.thermal import make_service
@@ -145,7 +145,7 @@ def test_profile_without_declared_telemetry_is_refused():
     import dataclasses
 
     from hbfcommon.errors import ConfigError
-    from hbfd.profile import load_profile
+    from hbfcommon.profile import load_profile
     from hbfd.thermal import make_service
     p = load_profile("ocp-sg1")
     p2 = dataclasses.replace(p, thermal=dataclasses.replace(p.thermal, telemetry=None))

@@ -11,7 +11,7 @@
  * the eidola state is bound after module load (workloads/gemv_allreduce/plain.py: bind_module_state). Built and run
  * by workloads/gemv_allreduce/plain.py and bench/eidola_hbfcc_flags_e1.py.
  *
- * Same parameter block (gar_params, mirrored by runtime_cuda.eidola.GarParams), same tile compute,
+ * Same parameter block (gar_params, mirrored by eidola.replay.GarParams), same tile compute,
  * same phases and marks, so its output is bitwise the hand-instrumented kernel's; `st` and
  * `wait_mode` are ignored (the wait is whatever hbfcc made of the spin loop).
  */

@@ -10,7 +10,7 @@ what a user gets from ``HBFCC_PASSES=... hbfcc``; the artifact (``<cubin>.hbfcc.
 passes, the eidola helper's sha256 and admission. ``run_plain`` binds ``__hb_eidola_state`` of the
 module to the Replay (:func:`bind_module_state`), leaves ``__hb_state`` 0 (timing
 detached: no HBF ranges in this workload), and launches with the same parameter block as the
-hand-instrumented kernel (runtime_cuda.eidola.GarParams), so both builds run on the same buffers.
+hand-instrumented kernel (eidola.replay.GarParams), so both builds run on the same buffers.
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "gemv_allreduce_plain.cu"
 KERNEL = "gemv_allreduce_plain_kernel"
 STAGE_FLOATS = 8192
-# the binding lives in runtime_cuda.eidola (Replay.bind_module); re-exported for existing callers
-from runtime_cuda.eidola import EIDOLA_STATE_GLOBAL, bind_module_state  # noqa: E402,F401
+# the binding lives in eidola.replay (Replay.bind_module); re-exported for existing callers
+from eidola.replay import EIDOLA_STATE_GLOBAL, bind_module_state  # noqa: E402,F401
 
 
 def build_plain(out_dir: str | os.PathLike, *, passes: Sequence[str] = ("timing", "flags"), arch: str = "sm_90a",
@@ -82,7 +82,7 @@ class PlainKernel:
 
 
 def run_plain(pk: PlainKernel, g: Any, replay: Any, *, engine: str = "virtual", seq: int = 1) -> dict:
-    """One launch of the plain kernel on ``g``'s buffers (a runtime_cuda.eidola.GemvAllReduce) with
+    """One launch of the plain kernel on ``g``'s buffers (a eidola.replay.GemvAllReduce) with
     the eidolons replaying ``replay``'s table; same protocol as GemvAllReduce.run_replay."""
     import numpy as np
     if engine == "native":

@@ -14,7 +14,8 @@ SRC = Path(__file__).with_name("gemv_ar_record.cu")
 HEADER = Path(__file__).with_name("gar_record.h")
 PROBE = Path(__file__).with_name("layout_probe.cu")
 ROOT = Path(__file__).resolve().parents[3]
-EIDOLA_INC = ROOT / "runtime_cuda" / "src"
+EIDOLA_INC = ROOT / "eidola" / "src"
+PTX_INC = ROOT / "runtime_cuda" / "src"  # hbf_ptx.cuh, included by hbf_eidola.cuh
 EIDOLA_HDR = EIDOLA_INC / "hbf_eidola.cuh"
 ARCH = "sm_90a"
 KERNELS = ("gemv_ar_record", "pingpong_initiator", "pingpong_responder", "timer_resolution")
@@ -23,7 +24,7 @@ KERNELS = ("gemv_ar_record", "pingpong_initiator", "pingpong_responder", "timer_
 def nvcc_argv(out: Path, *, arch: str = ARCH, src: Path = SRC, max_ranks: int = 8,
               eidola: bool = True, fmt: str = "-cubin") -> list[str]:
     return [knobs.NVCC, "-std=c++17", "-O3", f"-arch={arch}", fmt, f"-DGAR_MAX_RANKS={max_ranks}",
-            f"-DGAR_EIDOLA={int(eidola)}", f"-I{EIDOLA_INC}", str(src), "-o", str(out)]
+            f"-DGAR_EIDOLA={int(eidola)}", f"-I{EIDOLA_INC}", f"-I{PTX_INC}", str(src), "-o", str(out)]
 
 
 def build_cubin(out_dir: str | os.PathLike[str] | None = None, *, arch: str = ARCH,
@@ -53,7 +54,7 @@ def layout_probe(out_dir: str | os.PathLike[str]) -> dict:
     import json
 
     exe = Path(out_dir) / "gar_layout_probe"
-    argv = [knobs.NVCC, "-std=c++17", f"-I{SRC.parent}", f"-I{EIDOLA_INC}", str(PROBE), "-o", str(exe)]
+    argv = [knobs.NVCC, "-std=c++17", f"-I{SRC.parent}", f"-I{EIDOLA_INC}", f"-I{PTX_INC}", str(PROBE), "-o", str(exe)]
     p = subprocess.run(argv, capture_output=True, text=True, env=knobs.child_env())
     if p.returncode != 0:
         raise ToolchainError("nvcc failed to build the layout probe", argv=argv,

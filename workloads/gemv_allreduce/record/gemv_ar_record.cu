@@ -25,7 +25,7 @@
 #include "gar_record.h"
 
 // GAR_EIDOLA=1 (default): the kernel start and the flag loads go through runtime_cuda's Eidola
-// device primitives (runtime_cuda/src/hbf_eidola.cuh), so the SAME kernel is recorded on real peers
+// device primitives (eidola/src/hbf_eidola.cuh), so the SAME kernel is recorded on real peers
 // (engine REAL: a plain ld.acquire.sys) and replayed on one GPU by either engine (a: eidolon stores
 // into the flag region; b: virtualized flag loads). GAR_EIDOLA=0 builds a standalone variant.
 #ifndef GAR_EIDOLA

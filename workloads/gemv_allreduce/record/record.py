@@ -195,7 +195,7 @@ FLAG_CLASS = 1  # the recording's flag region is Eidola flag class 1; class 0 is
 
 def eidola_state_bytes(lay: dict, *, flags_base: int, flags_len: int, timeout_ns: int, ctr: int,
                        engine: int = HBF_EIDOLA_ENGINE_REAL) -> bytes:
-    """An ``hbf_eidola_state`` for a real-peer launch (runtime_cuda/src/hbf_eidola.cuh), laid out
+    """An ``hbf_eidola_state`` for a real-peer launch (eidola/src/hbf_eidola.cuh), laid out
     with the offsets the layout probe measured: t0 = ~0 (the kernel's atomicMin sets it), engine
     REAL (flag loads read memory), one flag range (the flag region, class 1), counters at ``ctr``.
     Everything else zero (no table, no monitor log)."""
@@ -280,7 +280,7 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
     """Run the recording; returns the recording dict (also written to ``cfg.out``)."""
     import numpy as np
 
-    from hbfd.eidola.from_recording import RECORDING_FORMAT, RECORDING_VERSION, save_json, validate_recording
+    from eidola.from_recording import RECORDING_FORMAT, RECORDING_VERSION, save_json, validate_recording
     from workloads.gemv_allreduce.record.build import build_cubin, layout_probe
 
     env = knobs.check_no_multicast()

@@ -7,7 +7,7 @@ primitives, so the same binary runs here with ``replay = 1``:
     recorder's ``<stem>.inbox_rank<t>.npy`` snapshot): the fixed-order reduction must then produce
     the recorded output bit for bit;
   - the pushes to peers go to local sink buffers (the store traffic is still issued);
-  - the peer flags come from issue 7's engines (runtime_cuda.eidola.Replay): the WTT built from the
+  - the peer flags come from issue 7's engines (eidola.replay.Replay): the WTT built from the
     trace is installed as engine (a) ``eidolon`` (a persistent kernel on reserved SMs stores each
     flag at t0 + wakeup − lag) or engine (b) ``virtual`` (the kernel's flag loads return the table's
     value at that instant).
@@ -27,8 +27,8 @@ from typing import Any, Sequence
 from workloads.gemv_allreduce.record import knobs  # noqa: F401  (no-multicast env first)
 
 from hbfcommon.errors import ConfigError, CudaError, TraceError
-from hbfd.eidola.from_recording import OBSERVATION_FORMAT, OBSERVATION_VERSION
-from hbfd.eidola.trace import Trace
+from eidola.from_recording import OBSERVATION_FORMAT, OBSERVATION_VERSION
+from eidola.trace import Trace
 from workloads.gemv_allreduce.record.record import (THREADS, WG_FIELDS, GarParamsC, _args, _Cu,
                                                     rank_inputs)
 
@@ -59,7 +59,7 @@ def replay_observations(traces: Sequence[Trace], *, engine: str, recording: dict
     """Replay each trace (one per recorded launch) on ``device``; one observation per trace."""
     import numpy as np
 
-    from runtime_cuda.eidola import EidolaRuntime, FlagRegion, Replay
+    from eidola.replay import EidolaRuntime, FlagRegion, Replay
     from workloads.gemv_allreduce.record.build import build_cubin
 
     if engine not in ENGINE_NAMES:
@@ -85,7 +85,7 @@ def replay_observations(traces: Sequence[Trace], *, engine: str, recording: dict
     c = _Cu()
     c("cuInit", 0)
     dev = c("cuDeviceGet", device)
-    ctx = c("cuDevicePrimaryCtxRetain", dev)   # the context cudart (runtime_cuda.eidola) uses
+    ctx = c("cuDevicePrimaryCtxRetain", dev)   # the context cudart (eidola.replay) uses
     c("cuCtxSetCurrent", ctx)
     image = np.frombuffer(Path(build_cubin()).read_bytes(), dtype=np.uint8).copy()
     try:

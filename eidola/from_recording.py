@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from hbfcommon.errors import TraceError
-from hbfd.eidola.clocksync import ClockModel, PingSample, align
-from hbfd.eidola.trace import Trace, TraceWrite, make_trace, write_maybe_gzip
+from eidola.clocksync import ClockModel, PingSample, align
+from eidola.trace import Trace, TraceWrite, make_trace, write_maybe_gzip
 
 RECORDING_FORMAT = "hbfsim.eidola.recording"
 RECORDING_VERSION = 1
@@ -293,14 +293,14 @@ def sha256_hex(data: bytes) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m hbfd.eidola.from_recording REC.json --target 0 [--run 0] -o TRACE.jsonl``."""
+    """``python -m eidola.from_recording REC.json --target 0 [--run 0] -o TRACE.jsonl``."""
     import argparse
     import sys
 
     from hbfcommon.errors import HbfError
-    from hbfd.eidola.trace import write_trace
+    from eidola.trace import write_trace
 
-    ap = argparse.ArgumentParser(prog="python -m hbfd.eidola.from_recording",
+    ap = argparse.ArgumentParser(prog="python -m eidola.from_recording",
                                  description="Build the WTT trace (and the real observation) of one "
                                              "target rank from a multi-GPU recording.")
     ap.add_argument("recording")

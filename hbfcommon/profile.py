@@ -30,7 +30,7 @@ from typing import Any, Mapping
 from hbfcommon.errors import ProfileError
 from hbfcommon.fsutil import read_json_document
 
-PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"   # packaged data (hbfcommon/profiles)
 SCHEMA_PATH = PROFILE_DIR / "profile.schema.json"
 SCHEMA_VERSION = 1
 PROVENANCE_KINDS = ("spec", "literature", "measured", "assumed")

@@ -1,6 +1,6 @@
 """Flag vs non-flag read accounting (the paper's Fig. 6 / Fig. 9 split), per registered class.
 
-The instrumented device code (runtime_cuda/src/hbf_eidola.cuh) counts every global read it makes
+The instrumented device code (eidola/src/hbf_eidola.cuh) counts every global read it makes
 into ``ctr[class][counter]`` (u64). Class 0 is "non-flag" (every read outside the registered flag
 ranges); classes 1..MAX_CLASSES-1 are the registered flag-range classes (``HBF_MODE_FLAG`` ranges,
 ``flag_class`` of the range). Two units: per warp-instruction (one count per executed load

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from hbfcommon.errors import TraceError
-from hbfd.eidola.trace import Trace
+from eidola.trace import Trace
 
 FLAG_SIZES = (1, 2, 4, 8)
 NEVER = (1 << 63) - 1
@@ -173,7 +173,7 @@ class FrozenWtt:
         return best
 
     def device_arrays(self) -> dict[str, np.ndarray]:
-        """Arrays the device tables are made of (uploaded by runtime_cuda/eidola.py).
+        """Arrays the device tables are made of (uploaded by eidola/replay.py).
 
         by_time: t_addr, t_value, t_size, t_wakeup (sorted by wakeup);
         per address: v_addr (sorted unique), v_begin (len n+1), v_time, v_value (by address,

@@ -1,7 +1,7 @@
 """Eidola host launcher: Write Tracking Table in device memory, replay engines, monitor log,
 flag accounting, and the fused GEMV+AllReduce runner.
 
-The device code is runtime_cuda/src/hbf_eidola.cuh (primitives), runtime_cuda/src/eidola_kernels.cu
+The device code is eidola/src/hbf_eidola.cuh (primitives), eidola/src/eidola_kernels.cu
 (eidolon kernel, probe, setup kernel, co-runner, C API) and workloads/gemv_allreduce/gemv_allreduce.cu
 (the workload). ``build_library()`` compiles them with nvcc into one shared library that this module
 loads with ctypes (no torch needed).
@@ -30,15 +30,15 @@ import numpy as np
 
 from hbfcommon.errors import ConfigError, CudaError, HbfError, ToolchainError
 from hbfcommon.fsutil import atomic_output
-from hbfd.eidola.accounting import COUNTERS, MAX_CLASSES, summarize
-from hbfd.eidola.trace import Trace
-from hbfd.eidola.wtt import FrozenWtt, WriteTrackingTable
+from eidola.accounting import COUNTERS, MAX_CLASSES, summarize
+from eidola.trace import Trace
+from eidola.wtt import FrozenWtt, WriteTrackingTable
 
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = (ROOT / "runtime_cuda/src/eidola_kernels.cu", ROOT / "workloads/gemv_allreduce/gemv_allreduce.cu")
-HEADERS = (ROOT / "runtime_cuda/src/hbf_eidola.cuh",)
+SOURCES = (ROOT / "eidola/src/eidola_kernels.cu", ROOT / "workloads/gemv_allreduce/gemv_allreduce.cu")
+HEADERS = (ROOT / "eidola/src/hbf_eidola.cuh",)
 ARCH = "sm_90a"
 
 ENGINE_REAL, ENGINE_VIRT = 0, 1
@@ -75,7 +75,7 @@ def build_library(out_dir: str | os.PathLike | None = None, *, nvcc: str | None 
         return lib
     with atomic_output(lib) as tmp:
         argv = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC",
-                f"-I{ROOT / 'runtime_cuda/include'}", f"-I{ROOT / 'runtime_cuda/src'}",
+                f"-I{ROOT / 'runtime_cuda/include'}", f"-I{ROOT / 'runtime_cuda/src'}", f"-I{ROOT / 'eidola/src'}",
                 "-o", str(tmp), *map(str, SOURCES)]
         r = subprocess.run(argv, capture_output=True, text=True)
         if r.returncode != 0:

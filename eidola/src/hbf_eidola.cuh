@@ -13,11 +13,11 @@
  *  - accounting:           per-thread register counters, flushed once with atomics into
  *                          ctr[class][HBF_EIDOLA_C_*] (flag classes 1.., non-flag class 0).
  *  - eidolon service:      hbf_eidola_enact(): the store + monitor-log service the eidolon kernel
- *                          (runtime_cuda/src/eidola_kernels.cu) performs for each WTT entry.
+ *                          (eidola/src/eidola_kernels.cu) performs for each WTT entry.
  *
  * Header-only; every symbol is prefixed hbf_eidola_ / HBF_EIDOLA_. Pointers in the state are
- * stored as u64 so that the Python mirror (runtime_cuda/eidola.py) is a flat struct of integers;
- * runtime_cuda/eidola.py checks sizeof/offsetof against hbf_eidola_state_layout().
+ * stored as u64 so that the Python mirror (eidola/replay.py) is a flat struct of integers;
+ * eidola/replay.py checks sizeof/offsetof against hbf_eidola_state_layout().
  */
 #ifndef HBF_EIDOLA_CUH
 #define HBF_EIDOLA_CUH
@@ -31,7 +31,7 @@
 #define HBF_EIDOLA_MON_WAITERS 2u
 #define HBF_EIDOLA_LINE_BYTES 128u
 
-/* counters (mirrors hbfd/eidola/accounting.py COUNTERS) */
+/* counters (mirrors eidola/accounting.py COUNTERS) */
 #define HBF_EIDOLA_C_WARP 0u        /* warp-instructions that read global memory */
 #define HBF_EIDOLA_C_THREAD 1u      /* per-thread reads */
 #define HBF_EIDOLA_C_MON_ARMS 2u

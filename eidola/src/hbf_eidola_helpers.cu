@@ -32,7 +32,7 @@
  * The state they read is the module global
  * __hb_eidola_state (u64, 0 = detached): the runtime binds it after module load exactly like
  * __hb_state (cuModuleGetGlobal + an 8-byte copy of the Replay's device state pointer;
- * runtime_cuda.eidola.bind_module_state).
+ * eidola.replay.bind_module_state).
  */
 #define HBF_EIDOLA_EXTERN_API 1
 #include "hbf_eidola.cuh"

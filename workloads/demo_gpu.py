@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 def gpu_demo(socket: str | None = None, *, warps: int = 512, iters: int = 20, nbytes: int = 64 << 20,
              cubin: str | Path | None = None, echo: bool = True) -> dict:
-    from . import attach, cudrv, linker  # noqa: PLC0415
+    from runtime_cuda import attach, cudrv, linker  # noqa: PLC0415
     cub = Path(cubin) if cubin else linker.build_microbench()["cubin"]
     with attach(socket=socket) as s:
         mod = cudrv.module_load_data(Path(cub).read_bytes())

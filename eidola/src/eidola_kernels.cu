@@ -1,5 +1,5 @@
 /*
- * eidola_kernels.cu — host launcher library for Eidola (loaded by runtime_cuda/eidola.py through
+ * eidola_kernels.cu — host launcher library for Eidola (loaded by eidola/replay.py through
  * ctypes; built with `nvcc -shared` together with workloads/gemv_allreduce/gemv_allreduce.cu).
  *
  * Kernels:

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hbfcommon.errors import ConfigError
-from hbfd.eidola.trace import BufferSpec, Trace, TraceHeader, TraceWrite
+from eidola.trace import BufferSpec, Trace, TraceHeader, TraceWrite
 
 FLAG_SLOT_BYTES = 4
 
@@ -136,7 +136,7 @@ def generate(*, n_gpus: int, target: int = 0, tiles: int, tile_rows: int, comput
                                      size=FLAG_SLOT_BYTES, value=seq,
                                      wakeup_ns=int(math.ceil(flag_done)) + lk.latency_ns,
                                      release_ns=release[b], seq=seq))
-    meta = {"generator": "hbfd.eidola.generator", "seed": seed, "tiles": tiles,
+    meta = {"generator": "eidola.generator", "seed": seed, "tiles": tiles,
             "tile_rows": tile_rows, "compute_ns": compute_ns, "seq": seq,
             "links": [vars(x) for x in links]}
     hdr = TraceHeader(n_gpus=n_gpus, target=target, source="synthetic", buffers=lay.buffers(),

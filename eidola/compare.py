@@ -11,7 +11,7 @@ Inputs are *observations* (format ``hbfsim.eidola.observation`` v1), one per ker
      "workgroups": [{"wg", "start_ns", "end_ns", "wait_ns"}],
      "meta": {}}
 
-Real observations come from ``hbfd.eidola.from_recording.observation_from_recording``; replay
+Real observations come from ``eidola.from_recording.observation_from_recording``; replay
 observations from the replay harness (issue 7's engines). A file may hold one observation, a JSON
 list of them, or ``{"format": "hbfsim.eidola.observation_set", "runs": [...]}``.
 
@@ -282,7 +282,7 @@ def predict_perturbation(rec: Mapping[str, Any], target: int,
     target kernel time minus the closed-loop one, per run; the model's own residual at s = 0
     against the recorded kernel times is reported as ``model_fit``.
     """
-    from hbfd.eidola.from_recording import clock_model, link_latencies
+    from eidola.from_recording import clock_model, link_latencies
 
     n = rec["n_gpus"]
     clock = clock_model(rec, ref=target)
@@ -413,7 +413,7 @@ def write_report(rep: Mapping[str, Any], json_path: str | os.PathLike[str] | Non
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m hbfd.eidola.compare",
+    ap = argparse.ArgumentParser(prog="python -m eidola.compare",
                                  description="Compare real (recorded) and replayed observations of "
                                              "one target GPU.")
     ap.add_argument("real", help="observation(s) of the real multi-GPU runs")

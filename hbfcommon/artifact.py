@@ -1,0 +1,162 @@
+"""The admission artifact (design §3.5): the format that hbfcc writes and the runtime reads.
+
+One JSON document per rewritten module, written beside the output as ``<out>.hbfcc.json`` and stored by
+original-PTX SHA-256 in the artifact store (``HBFCC_ARTIFACT_DIR``, default ``<HBFCC_CACHE_DIR>/artifacts``)
+so a runtime that only sees the pre-rewrite PTX (Triton keeps it in ``kernel.asm["ptx"]``) can find it.
+A device link (``-rdc``) gets a link document (:data:`LINK_SCHEMA_ID`) that holds its modules.
+
+A kernel is admitted only when none of its memory operations (nor of the functions it calls) was refused.
+The schema is :data:`SCHEMA` (JSON Schema draft 2020-12), versioned by ``schema_version``. The compiler
+side that builds a document lives in :mod:`hbfcc.artifact`; this module is the contract both sides share.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from hbfcommon.errors import ConfigError
+from hbfcommon.fsutil import atomic_write_json
+
+SCHEMA_VERSION = 1
+SCHEMA_ID = "hbfcc.admission"
+
+_STATS = {
+    "type": ["object", "null"],
+    "properties": {k: {"type": ["integer", "null"]} for k in
+                   ("registers", "stack_bytes", "spill_store_bytes", "spill_load_bytes", "barriers")},
+    "required": ["registers", "stack_bytes", "spill_store_bytes", "spill_load_bytes"],
+}
+_CLASS = {
+    "type": "object",
+    "properties": {k: {"type": "integer", "minimum": 0} for k in ("count", "rewritten", "native", "refused")},
+    "required": ["count", "rewritten", "native", "refused"],
+    "additionalProperties": False,
+}
+_FUNC = {
+    "type": "object",
+    "required": ["name", "kind", "kernel_index", "admitted", "not_admitted_reasons", "classes",
+                 "refused", "sites", "waits", "drains", "ptxas_before", "ptxas_after"],
+    "properties": {
+        "name": {"type": "string"}, "kind": {"enum": ["entry", "func"]},
+        "kernel_index": {"type": "integer", "minimum": 0}, "admitted": {"type": "boolean"},
+        "not_admitted_reasons": {"type": "array", "items": {"type": "string"}},
+        "classes": {"type": "object", "additionalProperties": _CLASS},
+        "refused": {"type": "array", "items": {
+            "type": "object", "required": ["line", "instruction", "class", "reason"],
+            "properties": {"reason": {"type": "string", "minLength": 1}, "class": {"type": "string"},
+                           "instruction": {"type": "string"}, "line": {"type": "integer"}}}},
+        "sites": {"type": "integer"}, "waits": {"type": "integer"}, "drains": {"type": "integer"},
+        "ptxas_before": _STATS, "ptxas_after": _STATS,
+    },
+}
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": SCHEMA_ID,
+    "type": "object",
+    "required": ["schema", "schema_version", "tool", "input", "helper", "ptxas", "kernels",
+                 "functions", "admitted"],
+    "properties": {
+        "schema": {"const": SCHEMA_ID},
+        "schema_version": {"const": SCHEMA_VERSION},
+        "tool": {"type": "object", "required": ["name", "rewriter_sha256", "helper_abi_version"]},
+        "input": {"type": "object", "required": ["path", "original_sha256", "transformed_sha256",
+                                                 "already_instrumented"],
+                  "properties": {"original_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                                 "transformed_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}},
+        "helper": {"type": ["object", "null"], "required": ["path", "sha256", "abi_version"],
+                   "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                                  "abi_version": {"type": "integer"}}},
+        "ptxas": {"type": ["object", "null"], "required": ["path", "version", "argv", "returncode"],
+                  "properties": {"argv": {"type": "array", "items": {"type": "string"}},
+                                 "version": {"type": "string"}}},
+        "passes": {"type": "array", "items": {"enum": ["timing", "flags", "mwait"]}},
+        "eidola_helper": {"type": ["object", "null"], "required": ["path", "sha256"],
+                          "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}},
+        "kernels": {"type": "array", "items": _FUNC},
+        "functions": {"type": "array", "items": _FUNC},
+        "admitted": {"type": "boolean"},
+    },
+}
+
+LINK_SCHEMA_ID = SCHEMA_ID + ".link"
+# file names under which an artifact travels (beside an output, in Triton's cache group)
+ARTIFACT_SUFFIXES = (".hbfcc.json", ".admission.json", ".hbfadm.json")
+
+
+def cache_dir() -> Path:
+    """``$HBFCC_CACHE_DIR``, else ``$XDG_CACHE_HOME/hbfcc``, else ``~/.cache/hbfcc``."""
+    return Path(os.environ.get("HBFCC_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hbfcc"))
+
+
+def validate(doc: dict) -> None:
+    """Raise jsonschema.ValidationError when ``doc`` does not follow :data:`SCHEMA`."""
+    import jsonschema
+    jsonschema.validate(doc, SCHEMA)
+
+
+def write(doc: dict, path: Path) -> None:
+    atomic_write_json(path, doc, indent=1, end="\n")
+
+
+def store_path(store: Path, original_sha256: str) -> Path:
+    return store / f"{original_sha256}.hbfcc.json"
+
+
+def store_dir() -> Path:
+    """The artifact store that hbfcc-ptxas writes to and the runtime reads:
+    ``$HBFCC_ARTIFACT_DIR``, else ``<cache_dir()>/artifacts``."""
+    v = os.environ.get("HBFCC_ARTIFACT_DIR")
+    return Path(v) if v else cache_dir() / "artifacts"
+
+
+def lookup_by_ptx(original_ptx: bytes | str) -> Optional[dict]:
+    """The admission artifact of a module by its ORIGINAL (pre-rewrite) PTX, e.g. Triton's
+    ``kernel.asm["ptx"]``; None when hbfcc never saw that module (then it is not admitted)."""
+    data = original_ptx.encode() if isinstance(original_ptx, str) else original_ptx
+    p = store_path(store_dir(), hashlib.sha256(data).hexdigest())
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def load(artifact: Any) -> dict | None:
+    """An admission artifact as a dict (path, or dict); None when absent."""
+    if artifact is None:
+        return None
+    if isinstance(artifact, Mapping):
+        return dict(artifact)
+    p = Path(artifact)
+    try:
+        return json.loads(p.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read admission artifact: {e.strerror}", path=str(p)) from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"admission artifact is not JSON: {e}", path=str(p)) from e
+
+
+def kernels(art: dict | None) -> list[tuple[str, bool, list[str]]]:
+    """(name, admitted, reasons) per kernel, in .entry order. Accepts {"kernels": [..]} or {..: {}}."""
+    if not art:
+        return []
+    ks = art.get("kernels", [])
+    items = list(ks.items()) if isinstance(ks, Mapping) else [(k.get("name"), k) for k in ks]
+    out = []
+    for name, k in items:
+        adm = k.get("admitted")
+        reasons = [str(x) for x in (k.get("reasons") or [])]
+        if not reasons and k.get("reason"):   # a link document's kernel
+            reasons = [str(k["reason"])]
+        if not reasons:   # an hbfcc artifact: its summary reasons, then each refused operation's reason
+            reasons = [str(x) for x in (k.get("not_admitted_reasons") or [])]
+            for r in (k.get("refused") or [])[:8]:
+                reasons.append(f"{r.get('instruction', '?').strip()} ({r.get('reason', '?')})"
+                               if isinstance(r, Mapping) else str(r))
+        if adm is None:  # derive from refused operations if the artifact lists them
+            adm = not reasons
+        out.append((str(name), bool(adm), reasons))
+    return out
