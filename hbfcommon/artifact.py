@@ -140,9 +140,19 @@ def load(artifact: Any) -> dict | None:
 
 
 def kernels(art: dict | None) -> list[tuple[str, bool, list[str]]]:
-    """(name, admitted, reasons) per kernel, in .entry order. Accepts {"kernels": [..]} or {..: {}}."""
+    """(name, admitted, reasons) per kernel, in .entry order. Accepts a module document, a link
+    document ({"kernels": [..]}), a mapping {name: {...}}, and the document hbfcc writes for an nvcc
+    build ({"modules": [module documents]}: one per compiled PTX, e.g. one per -gencode target); a
+    kernel named in several modules is admitted only when every one of them admits it."""
     if not art:
         return []
+    if "kernels" not in art and isinstance(art.get("modules"), list):
+        merged: dict[str, tuple[bool, list[str]]] = {}
+        for m in art["modules"]:
+            for name, adm, reasons in kernels(m):
+                ok0, why0 = merged.get(name, (True, []))
+                merged[name] = (ok0 and adm, why0 + [r for r in reasons if r not in why0])
+        return [(n, ok, why) for n, (ok, why) in merged.items()]
     ks = art.get("kernels", [])
     items = list(ks.items()) if isinstance(ks, Mapping) else [(k.get("name"), k) for k in ks]
     out = []

@@ -158,7 +158,7 @@ class hbf_completion(ctypes.Structure):
 class hbf_op_counters(ctypes.Structure):
     _fields_ = [
         ("requests", c_uint64), ("bytes", c_uint64), ("modeled_ns", c_uint64), ("wall_ns", c_uint64),
-        ("service_ns", c_uint64), ("overhead_ns", c_uint64), ("reserved", c_uint64 * 2),
+        ("service_ns", c_uint64), ("overhead_ns", c_uint64), ("program_bytes", c_uint64), ("reserved", c_uint64),
     ]
 
 

@@ -132,6 +132,7 @@ def measure_on_device(module, state_dptr: int, *, kslot_base: int = 0, delay_ns:
         tmp.media.timing_source = C.HBF_SRC_FIXED
         tmp.media.fixed_read_ns = int(delay_ns)
         tmp.deadline_bias_ns = 0
+        tmp.kshards = 0           # the probe's counters land in the block's kslots (read back below)
         tmp.refresh_quantum = 0
         tmp.enabled = 1
         D.fill_ranges(tmp, [D.DevRange(scratch, SCRATCH_PAGES * 4096, 0, 0, C.HBF_MODE_TIMING, C.HBF_PERM_ALL, 4096)],

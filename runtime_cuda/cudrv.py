@@ -104,6 +104,24 @@ def ctx_synchronize() -> None:
     check(drv().cuCtxSynchronize(), "cuCtxSynchronize")
 
 
+def function_local_bytes(function) -> int:
+    """The static per-thread local memory (stack frame + spills) of a kernel (CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)."""
+    d = drv()
+    fn = function if isinstance(function, d.CUfunction) else d.CUfunction(int(function))
+    return int(check(d.cuFuncGetAttribute(d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn),
+                     "cuFuncGetAttribute(LOCAL_SIZE_BYTES)"))
+
+
+def ensure_stack_limit(nbytes: int) -> int:
+    """Raise the context's per-thread stack (CU_LIMIT_STACK_SIZE) to at least nbytes; returns the limit."""
+    d = drv()
+    cur = int(check(d.cuCtxGetLimit(d.CUlimit.CU_LIMIT_STACK_SIZE), "cuCtxGetLimit(STACK_SIZE)"))
+    if cur >= nbytes:
+        return cur
+    check(d.cuCtxSetLimit(d.CUlimit.CU_LIMIT_STACK_SIZE, int(nbytes)), "cuCtxSetLimit(STACK_SIZE)")
+    return int(nbytes)
+
+
 def module_load_data(image: bytes):
     return check(drv().cuModuleLoadData(image), "cuModuleLoadData")
 

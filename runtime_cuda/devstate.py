@@ -20,6 +20,15 @@ HBF_DEVSTATE_VERSION = 1
 HBF_DEV_MAX_CHANNELS = 64
 HBF_DEV_MAX_DIES = 1024
 HBF_DEV_GUARD_BYTES = 65536
+HBF_KSHARDS = 32   # counter shards per kernel slot (hbf_device.h): by %smid
+# Stack bytes the helpers' calls can add to a kernel's own frame (per thread). The lean helper build calls
+# its pieces through opaque pointers, so ptxas cannot bound a kernel's stack ("cannot be statically
+# determined") and the driver's default stack (1 KiB) applies: a kernel with a large frame (Triton with a
+# 64 Ki-element block) then overflows it inside a helper (an illegal address). The runtime raises the
+# context's stack limit to the kernel's frame + this bound when it binds a module. Sound because the helper
+# call graph is acyclic: a chain is at most the sum of all helper frames, which
+# tests/runtime/test_runtime_helpers_ptx.py checks against ptxas -v of both helper builds.
+HELPER_STACK_BOUND = 2048
 HBF_DSF_ALLOW_UNMODELED = 0x1
 
 # hbf_abi.h
@@ -45,7 +54,8 @@ class hbf_kernel_counters(ctypes.Structure):
                 ("launches", c_uint64), ("blocks_exited", c_uint64), ("kstart_ns", c_uint64),
                 ("kend_ns", c_uint64), ("thermal_waits", c_uint64), ("thermal_wait_ns", c_uint64),
                 ("refresh_claims", c_uint64), ("refresh_bytes", c_uint64), ("bias_clamps", c_uint64),
-                ("reserved", c_uint64 * 4)]
+                ("ready_waits", c_uint64), ("slack_ns", c_uint64), ("wait_helper_ns", c_uint64),
+                ("reserved", c_uint64 * 1)]
 
 
 class hbf_device_state(ctypes.Structure):
@@ -55,7 +65,8 @@ class hbf_device_state(ctypes.Structure):
         ("timing_source", c_uint32), ("flags", c_uint32), ("magic", c_uint64),
         ("version", c_uint32), ("state_bytes", c_uint32), ("heartbeat_timeout_ns", c_uint64),
         ("thermal_max_age_ns", c_uint64), ("completion_timeout_ns", c_uint64),
-        ("backoff_max_ns", c_uint64), ("deadline_bias_ns", c_uint64), ("reserved1", c_uint64 * 2),
+        ("backoff_max_ns", c_uint64), ("deadline_bias_ns", c_uint64), ("kshards", c_uint64),
+        ("reserved1", c_uint64 * 1),
         ("failure", c_uint64), ("failure_addr", c_uint64), ("thermal_cache", c_uint64),
         ("debt_seen", c_uint64), ("debt_claimed", c_uint64), ("refresh_quantum", c_uint64),
         ("ref_next_ticket", c_uint64), ("reserved2", c_uint64 * 1),
@@ -71,6 +82,9 @@ STATE_BYTES = ctypes.sizeof(hbf_device_state)
 HEAD_BYTES = hbf_device_state.media.offset          # lines 0..2 (what a range update rewrites)
 KSLOTS_OFF = hbf_device_state.kslots.offset
 KSLOTS_BYTES = ctypes.sizeof(hbf_kernel_counters) * C.HBF_MAX_KERNEL_SLOTS
+KSHARD_BYTES = ctypes.sizeof(hbf_kernel_counters) * C.HBF_MAX_KERNEL_SLOTS * HBF_KSHARDS   # [slot][shard]
+# fields of hbf_kernel_counters that are timestamps: shards (and modules) combine them with max, not sum
+COUNTER_MAX_FIELDS = ("kstart_ns", "kend_ns")
 RANGES_OFF = hbf_device_state.ranges.offset
 REF_NEXT_TICKET_OFF = hbf_device_state.ref_next_ticket.offset   # line 2: never rewritten by range updates
 DEADLINE_BIAS_OFF = hbf_device_state.deadline_bias_ns.offset     # line 1: host-owned run parameter
@@ -168,15 +182,30 @@ def kernel_counters_dict(k: hbf_kernel_counters) -> dict:
     ops = {}
     for i, name in enumerate(C.OP_NAMES):
         o = k.ops[i]
-        ops[name] = {f: int(getattr(o, f)) for f in ("requests", "bytes", "modeled_ns", "wall_ns",
-                                                      "service_ns", "overhead_ns")}
+        ops[name] = {f: int(getattr(o, f)) for f in ("requests", "bytes", "program_bytes", "modeled_ns",
+                                                      "wall_ns", "service_ns", "overhead_ns")}
     d = {"ops": ops, "status": {C_STATUS_NAMES[i]: int(k.status[i]) for i in range(len(C_STATUS_NAMES))
                                 if int(k.status[i])}}
     for f in ("wait_calls", "wait_wall_ns", "wait_overhead_ns", "launches", "blocks_exited", "kstart_ns",
-              "kend_ns", "thermal_waits", "thermal_wait_ns", "refresh_claims", "refresh_bytes", "bias_clamps"):
+              "kend_ns", "thermal_waits", "thermal_wait_ns", "refresh_claims", "refresh_bytes", "bias_clamps",
+              "ready_waits", "slack_ns"):
         d[f] = int(getattr(k, f))
     return d
 
 
 C_STATUS_NAMES = ("PENDING", "READY", "IO_ERROR", "COPY_ERROR", "CHECKSUM_ERROR", "TIMEOUT",
                   "UNSUPPORTED", "DAEMON_LOST", "THERMAL_SHUTDOWN")
+
+
+def sum_shards(slots: "ctypes.Array", shards: "ctypes.Array", n: int) -> None:
+    """slots[k] += the HBF_KSHARDS shards of slot k (``shards`` laid out [slot][shard]) for k < n:
+    counters add, the timestamp fields (COUNTER_MAX_FIELDS) take the max."""
+    import numpy as np  # noqa: PLC0415
+    w = ctypes.sizeof(hbf_kernel_counters) // 8
+    dst = np.frombuffer(slots, dtype=np.uint64, count=n * w).reshape(n, w)
+    src = np.frombuffer(shards, dtype=np.uint64, count=n * HBF_KSHARDS * w).reshape(n, HBF_KSHARDS, w)
+    tot = dst + src.sum(axis=1, dtype=np.uint64)
+    for f in COUNTER_MAX_FIELDS:
+        i = getattr(hbf_kernel_counters, f).offset // 8
+        tot[:, i] = np.maximum(dst[:, i], src[:, :, i].max(axis=1))
+    dst[:] = tot

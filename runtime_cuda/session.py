@@ -160,6 +160,8 @@ class Session:
         self.calibration: dict | None = None   # the last calibrate() result (deadline_bias_ns)
         self.ctl_dev = 0
         self.state_dptr = 0
+        self.kshards_dptr = 0
+        self._stack_limit = 0
         self.host_registered = False
         h = ctlmap.ctl.header
         self.state = D.new_state(0, h.media, params, int(ctlmap.ctl.refresh.quantum_bytes))
@@ -182,6 +184,10 @@ class Session:
         self._backstop = self._prepare_backstop()
         self.state.ctl = self.ctl_dev
         self.state_dptr = cudrv.mem_alloc(D.STATE_BYTES)
+        # sharded per-kernel counters ([slot][shard], hbf_device.h): zeroed, pointed at by the block
+        self.kshards_dptr = cudrv.mem_alloc(D.KSHARD_BYTES)
+        cudrv.check(cudrv.drv().cuMemsetD8(self.kshards_dptr, 0, D.KSHARD_BYTES), "cuMemsetD8")
+        self.state.kshards = self.kshards_dptr
         self.state.ref_next_ticket = ticket_floor(self.ctl)      # re-read right before publishing
         cudrv.htod(self.state_dptr, self.state, D.STATE_BYTES)   # whole block: zero tails and counters
         h = self.ctl.ctl.header
@@ -192,6 +198,9 @@ class Session:
         if not self.use_cuda or not self.state_dptr:
             return
         cu, st = self._cu, self.state
+        # The helpers read the table through the read-only data cache without a seqlock: it must not
+        # change while any kernel runs (on any stream), so the context is idle before it is rewritten.
+        cu.ctx_synchronize()
         line0 = 64
         st.range_seq += 1                        # odd: readers retry
         cu.htod(self.state_dptr, st, line0)
@@ -338,6 +347,8 @@ class Session:
                     if kb is not None:
                         self._cu.htod(kb[0], ctypes.c_uint32(kslot_base), 4)
                     self._next_kslot += nslots
+            if instrumented:
+                self._fit_stack(module, names)
             infos = {}
             # an uninstrumented module has no counter slots (-1): its kernels count nothing, and the
             # slot number must not alias the next instrumented module's
@@ -352,6 +363,20 @@ class Session:
                               str(artifact) if isinstance(artifact, (str, os.PathLike)) else None)
             self.bindings[handle] = b
             return b
+
+    def _fit_stack(self, module, names: Sequence[str]) -> None:
+        """Give the module's kernels room for the helpers' calls on their stack (devstate.HELPER_STACK_BOUND)."""
+        frame = 0
+        for n in names:
+            try:
+                frame = max(frame, self._cu.function_local_bytes(self._cu.module_function(module, n)))
+            except HbfError:   # a name the module lacks: nothing to fit
+                continue
+        need = frame + D.HELPER_STACK_BOUND
+        if need > self._stack_limit:
+            self._stack_limit = self._cu.ensure_stack_limit(need)
+            log.info("per-thread stack limit raised to %d B (kernel frame %d B + helper bound %d B)",
+                     self._stack_limit, frame, D.HELPER_STACK_BOUND)
 
     def note_function(self, function, binding: ModuleBinding, name: str) -> None:
         handle = int(function) if isinstance(function, int) else int(getattr(function, "getPtr")())
@@ -502,9 +527,16 @@ class Session:
 
     # ---------------------------------------------------------------------------- counters
     def device_counters_raw(self) -> "ctypes.Array":
+        """Every kernel slot's counters: the state block's kslots plus, for the slots bound so far, the
+        sum of their shards (timestamps by max)."""
         arr = (D.hbf_kernel_counters * C.HBF_MAX_KERNEL_SLOTS)()
         if self.use_cuda and self.state_dptr:
             self._cu.dtoh(arr, self.state_dptr + D.KSLOTS_OFF, D.KSLOTS_BYTES)
+            n = min(self._next_kslot, C.HBF_MAX_KERNEL_SLOTS)
+            if self.kshards_dptr and n:
+                sh = (D.hbf_kernel_counters * (n * D.HBF_KSHARDS))()
+                self._cu.dtoh(sh, self.kshards_dptr, ctypes.sizeof(sh))
+                D.sum_shards(arr, sh, n)
         return arr
 
     def counters(self, publish: bool = True) -> dict:
@@ -542,6 +574,7 @@ class Session:
         for i, op in enumerate(C.OP_NAMES):
             o, src = cnt.device[i], totals["ops"][op]
             o.requests, o.bytes, o.modeled_ns = src["requests"], src["bytes"], src["modeled_ns"]
+            o.program_bytes = src["program_bytes"]
             o.service_ns, o.overhead_ns = src["service_ns"], src["overhead_ns"]
             o.wall_ns = 0
         # the device does not know the op of a deadline future: waits are attributed to loads
@@ -682,6 +715,8 @@ class Session:
             try:
                 if self.state_dptr:
                     self._cu.mem_free(self.state_dptr)
+                if self.kshards_dptr:
+                    self._cu.mem_free(self.kshards_dptr)
                 if self.host_registered:
                     self._cu.host_unregister(self.ctl.address)
             except HbfError as e:
@@ -712,7 +747,7 @@ def _accumulate(tot: dict, d: dict) -> None:
     for k, x in d["status"].items():
         tot["status"][k] = tot["status"].get(k, 0) + x
     for k, x in d.items():
-        if k not in ("ops", "status", "kstart_ns", "kend_ns"):
+        if k not in ("ops", "status") and k not in D.COUNTER_MAX_FIELDS:
             tot[k] += x
 
 

@@ -242,8 +242,11 @@ typedef struct hbf_op_counters {
     uint64_t modeled_ns;
     uint64_t wall_ns;              /* exposed wait at the consumers */
     uint64_t service_ns;           /* host time serving reference requests */
-    uint64_t overhead_ns;          /* lateness past deadlines + helper time + host round trips */
-    uint64_t reserved[2];
+    uint64_t overhead_ns;          /* device: helper time at issue (max over the warp's lanes, per warp);
+                                      published totals add the lateness past deadlines */
+    uint64_t program_bytes;        /* bytes the program's lanes accessed (bytes = media bytes moved,
+                                      whole read granules) */
+    uint64_t reserved;
 } hbf_op_counters;
 
 /* Run counters: hbfd writes the reference-path part; the workload runtime writes a copy of the

@@ -30,6 +30,7 @@
 #define HBF_DEV_MAX_CHANNELS 64u
 #define HBF_DEV_MAX_DIES 1024u          /* channels * dies_per_channel <= this */
 #define HBF_DEV_GUARD_BYTES 65536u      /* fast-reject guard band below the lowest range */
+#define HBF_KSHARDS 32u                 /* counter shards per kernel slot (power of two; by %smid) */
 
 /* Device-state flags */
 #define HBF_DSF_ALLOW_UNMODELED 0x1u
@@ -56,7 +57,10 @@ typedef struct hbf_dev_range {
 } hbf_dev_range;
 
 /* Per-kernel counters (device memory; one slot per instrumented kernel, slot =
- * __hb_kslot_base + (site >> 16)). Aggregated per warp: one atomic per warp, not per lane.
+ * __hb_kslot_base + (site >> 16)). Aggregated per warp: one atomic per warp, not per lane, into one
+ * of HBF_KSHARDS shards chosen by the warp's SM (kshards, a separate allocation laid out
+ * [slot][shard]): warps on different SMs never contend on one counter word. The runtime sums the
+ * shards (max for kstart_ns/kend_ns). kslots[] in the state block is used when kshards is 0.
  * ops[op].requests/bytes/modeled_ns/overhead_ns(helper time at issue) are accounted at issue;
  * the wait side does not know the op of a deadline future, so exposed wait and lateness are
  * accounted per kernel in wait_wall_ns / wait_overhead_ns (and, for reference tickets, the
@@ -77,7 +81,11 @@ typedef struct hbf_kernel_counters {
     uint64_t refresh_bytes;
     uint64_t bias_clamps;              /* deadlines clamped to the issue time by deadline_bias_ns
                                           (the modeled delay was shorter than the bias) */
-    uint64_t reserved[4];
+    uint64_t ready_waits;              /* warp-level waits whose future was already due at entry */
+    uint64_t slack_ns;                 /* ready-before-use: entry - deadline of those waits (min over the
+                                          warp's lanes): time the value was ready before the consumer */
+    uint64_t wait_helper_ns;           /* helper time of ready waits (entry -> return, max over lanes) */
+    uint64_t reserved[1];
 } hbf_kernel_counters;
 
 typedef struct hbf_device_state {
@@ -104,7 +112,9 @@ typedef struct hbf_device_state {
                                       modeled deadline the helpers create (device sources at issue, the
                                       reference path's arrival + modeled_ns at ticket resolution),
                                       clamped so a deadline is never before its issue time. 0 = off. */
-    uint64_t reserved1[2];
+    uint64_t kshards;              /* device address of the sharded per-kernel counters
+                                      (hbf_kernel_counters[HBF_MAX_KERNEL_SLOTS][HBF_KSHARDS]); 0: kslots[] */
+    uint64_t reserved1[1];
     /* --- line 2: GPU-written run state --- */
     uint64_t failure;              /* first terminal failure: (status << 32) | site */
     uint64_t failure_addr;         /* the address of that access */

@@ -106,9 +106,22 @@ HB_DEV uint64_t hb_thermal_scale(uint64_t s, uint32_t q_ppm) {
     return hb_ceil_div(s * 1000000ull, (uint64_t)q_ppm);
 }
 
+HB_DEV uint32_t hb_smid() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
+    return r;
+}
+
+// The counter slot of the calling warp: the kernel's slot, in the shard of this warp's SM (kshards,
+// hbf_device.h): every warp of a kernel adds to its counters, and one word shared by all of them
+// serializes those atomics in one L2 slice and backs up the memory system; by SM they spread over
+// HBF_KSHARDS words. The runtime sums the shards.
 HB_DEV hbf_kernel_counters* hb_kslot(hbf_device_state* st, uint32_t site) {
     uint32_t k = __hb_kslot_base + (site >> 16);
     if (k >= HBF_MAX_KERNEL_SLOTS) k = HBF_MAX_KERNEL_SLOTS - 1u;  // overflow bucket
+    const uint64_t ks = st->kshards;   // host-owned run parameter: constant while kernels run
+    if (ks != 0ull)
+        return (hbf_kernel_counters*)ks + ((uint64_t)k * HBF_KSHARDS + (hb_smid() & (HBF_KSHARDS - 1u)));
     return &st->kslots[k];
 }
 
@@ -388,16 +401,13 @@ HB_DEV uint64_t hb_claim_refresh(hbf_device_state* st, uint32_t site) {
     return 0ull;
 }
 
-// start = max(earliest, tail); tail = start + dur (lock-free). Returns start.
+// start = max(earliest, tail); tail = start + dur, first come first served in the order of the
+// atomics, with two atomics and no retry loop (a CAS loop on a tail that every warp of a stream
+// shares retries O(warps) times under contention): lift an idle tail to `earliest`, then take `dur`.
+// The value before the add is >= earliest (the tail only grows) and is this request's start.
 HB_DEV uint64_t hb_reserve(uint64_t* tail, uint64_t earliest, uint64_t dur) {
-    unsigned long long old = hb_ld_vol(tail);
-    for (;;) {
-        const uint64_t start = old > earliest ? old : earliest;
-        const unsigned long long prev =
-            atomicCAS((unsigned long long*)tail, old, (unsigned long long)(start + dur));
-        if (prev == old) return start;
-        old = prev;
-    }
+    atomicMax((unsigned long long*)tail, (unsigned long long)earliest);
+    return atomicAdd((unsigned long long*)tail, (unsigned long long)dur);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -567,31 +577,43 @@ HB_OOL_FN uint64_t hb_ref_issue(hbf_device_state* st, hbf_ctl* c, uint64_t addr,
 // ------------------------------------------------------------------------------------------
 enum { HB_NATIVE = 0, HB_HIT = 1, HB_PARTIAL = 2 };
 
+// One range entry through the read-only data cache (two 16-byte loads).
+HB_DEV hbf_dev_range hb_ld_range(const hbf_dev_range* p) {
+    const ulonglong2 a = __ldg((const ulonglong2*)p);
+    const ulonglong2 b = __ldg((const ulonglong2*)p + 1);
+    hbf_dev_range r;
+    r.base = a.x;
+    r.end = a.y;
+    r.media_offset = b.x;
+    r.range_id = (uint32_t)b.y;
+    r.mode = (uint8_t)(b.y >> 32);
+    r.perms = (uint8_t)(b.y >> 40);
+    r.page_shift = (uint8_t)(b.y >> 48);
+    r.reserved = 0;
+    return r;
+}
+
+// The range table is immutable while any kernel runs: the runtime synchronizes the context before it
+// rewrites the table (runtime_cuda/session.py), so the entries are read through the read-only data
+// cache (L1, invalidated at each launch) with no seqlock round trips to L2.
 HB_SPLIT_FN int hb_classify(const hbf_device_state* st, uint64_t addr, uint64_t bytes, hbf_dev_range& out) {
     const uint64_t last = addr + (bytes ? bytes : 1ull);  // exclusive end
-    for (;;) {
-        const uint64_t s0 = hb_ld_vol(&st->range_seq);
-        if (s0 & 1ull) {
-            hb_sleep(64);
-            continue;
-        }
-        const uint32_t n = st->n_ranges;
-        uint32_t lo = 0, hi = n;
-        while (lo < hi) {  // first range with base > addr
-            const uint32_t mid = (lo + hi) >> 1;
-            if (st->ranges[mid].base <= addr) lo = mid + 1; else hi = mid;
-        }
-        int res = HB_NATIVE;
-        if (lo > 0) {
-            out = st->ranges[lo - 1];
-            if (addr < out.end) res = (last <= out.end) ? HB_HIT : HB_PARTIAL;
-        }
-        if (res == HB_NATIVE && lo < n && last > st->ranges[lo].base) {
-            out = st->ranges[lo];
-            res = HB_PARTIAL;  // starts outside, ends inside
-        }
-        if (hb_ld_vol(&st->range_seq) == s0) return res;
+    const uint32_t n = __ldg(&st->n_ranges);
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {  // first range with base > addr
+        const uint32_t mid = (lo + hi) >> 1;
+        if (__ldg(&st->ranges[mid].base) <= addr) lo = mid + 1; else hi = mid;
     }
+    int res = HB_NATIVE;
+    if (lo > 0) {
+        out = hb_ld_range(&st->ranges[lo - 1]);
+        if (addr < out.end) res = (last <= out.end) ? HB_HIT : HB_PARTIAL;
+    }
+    if (res == HB_NATIVE && lo < n && last > __ldg(&st->ranges[lo].base)) {
+        out = hb_ld_range(&st->ranges[lo]);
+        res = HB_PARTIAL;  // starts outside, ends inside
+    }
+    return res;
 }
 
 HB_DEV uint32_t hb_perm_needed(uint32_t op) {
@@ -748,13 +770,15 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
     // --- counters: one atomic per warp ---
     const uint64_t t1 = hb_now();
     const uint32_t nreq = __reduce_add_sync(mask, lane == leader ? 1u : 0u);
-    const uint32_t nbytes = __reduce_add_sync(mask, (uint32_t)req_bytes);
+    const uint32_t nbytes = __reduce_add_sync(mask, (uint32_t)req_bytes);   // media bytes (granules)
+    const uint32_t pbytes = __reduce_add_sync(mask, nb);                    // program bytes (lanes)
     const uint64_t msum = hb_warp_sum(mask, modeled);
     const uint32_t helper = __reduce_max_sync(mask, hb_sat32(t1 - t0));
     if (lane == (uint32_t)(__ffs(mask) - 1)) {
         hbf_op_counters* oc = &hb_kslot(st, site)->ops[op];
         atomicAdd((unsigned long long*)&oc->requests, (unsigned long long)nreq);
         atomicAdd((unsigned long long*)&oc->bytes, (unsigned long long)nbytes);
+        atomicAdd((unsigned long long*)&oc->program_bytes, (unsigned long long)pbytes);
         if (msum) atomicAdd((unsigned long long*)&oc->modeled_ns, (unsigned long long)msum);
         atomicAdd((unsigned long long*)&oc->overhead_ns, (unsigned long long)helper);
     }
@@ -891,14 +915,35 @@ HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsi
     }
     if (__any_sync(m, bad)) hb_end();
     const uint64_t t_out = hb_wait_until(deadline);
+    // wall: the consumer's time in the wait; late: the part of it past the deadline (or past the entry
+    // when the value was already due: the poll's host round trip); slack: how long the value was ready
+    // before the consumer asked (a value due before entry is slack, never lateness).
+    const uint64_t due = deadline > t_in ? deadline : t_in;
     const uint32_t mask = __activemask();
     const uint32_t wall = __reduce_max_sync(mask, hb_sat32(t_out - t_in));
-    const uint32_t late = __reduce_max_sync(mask, hb_sat32(t_out - deadline));
+    const uint32_t late = __reduce_max_sync(mask, hb_sat32(t_out - due));
+    const uint32_t slack = __reduce_min_sync(mask, hb_sat32(deadline < t_in ? t_in - deadline : 0ull));
     if (hb_laneid() == (uint32_t)(__ffs(mask) - 1)) {
         hbf_kernel_counters* ks = hb_kslot(st, site);
         atomicAdd((unsigned long long*)&ks->wait_calls, 1ull);
         atomicAdd((unsigned long long*)&ks->wait_wall_ns, (unsigned long long)wall);
         atomicAdd((unsigned long long*)&ks->wait_overhead_ns, (unsigned long long)late);
+        if (slack) {
+            atomicAdd((unsigned long long*)&ks->ready_waits, 1ull);
+            atomicAdd((unsigned long long*)&ks->slack_ns, (unsigned long long)slack);
+        }
+    }
+}
+
+// A deadline future that is already due when the consumer asks: no wait, only the slack (how long the
+// value was ready before its use, min over the warp's lanes here) is counted, one atomic pair per warp.
+HB_DEV void hb_wait_ready(hbf_device_state* st, uint64_t deadline, uint32_t site, uint64_t t_in) {
+    const uint32_t mask = __activemask();
+    const uint32_t slack = __reduce_min_sync(mask, hb_sat32(t_in - deadline));
+    if (hb_laneid() == (uint32_t)(__ffs(mask) - 1)) {
+        hbf_kernel_counters* ks = hb_kslot(st, site);
+        atomicAdd((unsigned long long*)&ks->ready_waits, 1ull);
+        atomicAdd((unsigned long long*)&ks->slack_ns, (unsigned long long)slack);
     }
 }
 
@@ -932,6 +977,10 @@ extern "C" __device__ __noinline__ void __hb_wait(unsigned long long fut, unsign
     const unsigned long long sp = __hb_state;
     if (sp == 0ull) return;
     const uint64_t t_in = hb_now();
+    if ((fut & HBF_FUTURE_TICKET_BIT) == 0ull && fut <= t_in) {   // due already: ready before use
+        hb_wait_ready((hbf_device_state*)sp, fut, site, t_in);
+        return;
+    }
     HB_OOL(hb_wait_slow)((hbf_device_state*)sp, fut, site, t_in);
 }
 

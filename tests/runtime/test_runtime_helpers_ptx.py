@@ -155,3 +155,16 @@ def test_reference_tickets_are_reserved_in_device_memory(helper):
         assert re.search(r"\[__hb_state\]|_param_0\]", bdef), \
             f"ticket atomic's base is not the device state pointer: {bdef} (line {i + 1})"
     assert found >= 1, "no ticket atomic (atom.add 1, masked to a ring slot) found in the helper PTX"
+
+
+def test_helper_call_chains_fit_the_stack_bound(helper, tmp_path):
+    """devstate.HELPER_STACK_BOUND (what the runtime adds to a kernel's frame for the helpers' calls)
+    covers the sum of every helper function's stack frame, which bounds any call chain (the helpers'
+    call graph is acyclic: no recursion)."""
+    from runtime_cuda import devstate as D
+    r = subprocess.run([linker.tool("ptxas"), "-arch=sm_90a", "-c", "-v", str(helper), "-o", str(tmp_path / "h.o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    frames = [int(x) for x in re.findall(r"(\d+) bytes stack frame", r.stderr)]
+    assert len(frames) >= 5, r.stderr
+    assert sum(frames) <= D.HELPER_STACK_BOUND, (sum(frames), frames)

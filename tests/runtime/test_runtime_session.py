@@ -131,3 +131,16 @@ def test_artifact_parsing():
         [("a", True, []), ("b", False, ["tma multicast"])]
     assert artifact_kernels({"kernels": {"c": {"admitted": False, "reasons": ["x"]}}}) == [("c", False, ["x"])]
     assert artifact_kernels(None) == []
+
+
+def test_an_nvcc_build_document_binds_its_modules_kernels():
+    """hbfcc as nvcc writes {"modules": [module docs]} beside the output (one per compiled PTX):
+    its kernels are found, and a kernel is admitted only when every module admits it."""
+    from hbfcommon.artifact import kernels as artifact_kernels
+    m1 = {"kernels": [{"name": "saxpy", "admitted": True, "not_admitted_reasons": [], "refused": []},
+                      {"name": "scale", "admitted": True, "not_admitted_reasons": [], "refused": []}]}
+    m2 = {"kernels": [{"name": "saxpy", "admitted": False, "not_admitted_reasons": ["uses tma"], "refused": []},
+                      {"name": "scale", "admitted": True, "not_admitted_reasons": [], "refused": []}]}
+    doc = {"schema": "hbfcc.admission.nvcc", "modules": [m1, m2]}
+    got = {n: (a, r) for n, a, r in artifact_kernels(doc)}
+    assert got == {"saxpy": (False, ["uses tma"]), "scale": (True, [])}
