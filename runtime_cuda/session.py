@@ -151,8 +151,6 @@ class Session:
         self.bindings: dict[int, ModuleBinding] = {}
         self.functions: dict[int, tuple[ModuleBinding, KernelInfo | None]] = {}
         self._next_kslot = 0
-        self._launched_ptrs: list[tuple[int, str]] = []   # pointer args of launched instrumented kernels
-        self._launched_seen: set[int] = set()
         self.unmodeled_launches: list[dict] = []
         self.refused_launches: list[dict] = []
         self._triton_installed: list[tuple[Any, str, Any]] = []
@@ -281,19 +279,11 @@ class Session:
                 return r
         return None
 
-    def _check_not_admitted(self, ptr: int, nbytes: int) -> None:
-        for p, kname in self._launched_ptrs:
-            if ptr <= p < ptr + nbytes:
-                raise RangeError("registration refused: an instrumented kernel that could touch this range "
-                                 "was already launched", code=ErrorCode.RANGE_ADMITTED, base=hex(ptr),
-                                 nbytes=nbytes, kernel=kname, pointer=hex(p))
-
     def _register(self, ptr: int, nbytes: int, mode: int, perms: int, page_bytes: int, stream: int,
                   label: str, flag_class: int = 0):
         self._ensure_open()
         if nbytes <= 0:
             raise RangeError("zero-length range", code=ErrorCode.RANGE_ZERO_LENGTH, base=hex(ptr))
-        self._check_not_admitted(ptr, nbytes)
         pb = self.client.pb
         r = pb.Range(base=int(ptr), length=int(nbytes), mode=mode, perms=int(perms), page_bytes=int(page_bytes),
                      stream=int(stream), label=label, flag_class=int(flag_class))
@@ -395,10 +385,6 @@ class Session:
         sp = None if spans is None else [(int(a), int(n)) for a, n in spans]
         admitted = bool(info and info.admitted)
         if admitted:
-            for p in (ptrs or []) + [a for a, _ in (sp or [])]:
-                if p not in self._launched_seen:
-                    self._launched_seen.add(p)
-                    self._launched_ptrs.append((p, name))
             return
         if not self.ranges:
             return

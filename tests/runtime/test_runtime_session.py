@@ -96,12 +96,14 @@ def test_allow_unmodeled_runs_and_says_so(hbfd_daemon):
         s.close()
 
 
-def test_registration_after_an_admitted_launch_is_refused(sess):
+def test_registration_after_an_admitted_launch_is_accepted(sess):
+    """No refusal after address reuse (torch's caching allocator hands a freed block to a new tensor): a
+    launch sees the range table as of its launch, because the runtime lets every launch issued before a
+    registration finish before the device table changes (the context is synchronized first)."""
     sess.gate("admitted_k", KernelInfo("admitted_k", 0, 0, True), [BASE + (32 << 20) + 100])
-    with pytest.raises(HbfError) as ei:
-        sess.register_timing_range(BASE + (32 << 20), 4096)
-    assert ei.value.code == ErrorCode.RANGE_ADMITTED
-    sess.register_timing_range(BASE + (40 << 20), 4096)     # a range that launch could not reach is fine
+    r = sess.register_timing_range(BASE + (32 << 20), 4096)
+    assert sess.range_containing(BASE + (32 << 20) + 100) is not None
+    sess.unregister(r)
 
 
 def test_counters_published_into_the_region(sess):
