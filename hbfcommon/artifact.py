@@ -139,6 +139,25 @@ def load(artifact: Any) -> dict | None:
         raise ConfigError(f"admission artifact is not JSON: {e}", path=str(p)) from e
 
 
+def address_sources(art: dict | None) -> dict[str, str]:
+    """kernel name -> where its access addresses come from ("params" | "memory", hbfcc's provenance
+    analysis); a kernel an artifact says nothing about is "memory" (no per-launch native selection)."""
+    out: dict[str, str] = {}
+    if not art:
+        return out
+    docs = art["modules"] if "kernels" not in art and isinstance(art.get("modules"), list) else [art]
+    if "kernels" in art and isinstance(art.get("modules"), list):   # a link document: its module documents
+        docs = art["modules"]
+    for m in docs:
+        ks = m.get("kernels", [])
+        for k in (ks.values() if isinstance(ks, Mapping) else ks):
+            if not isinstance(k, Mapping) or "name" not in k:
+                continue
+            src = k.get("address_source", "memory")
+            out[k["name"]] = "params" if src == "params" and out.get(k["name"], "params") == "params" else "memory"
+    return out
+
+
 def kernels(art: dict | None) -> list[tuple[str, bool, list[str]]]:
     """(name, admitted, reasons) per kernel, in .entry order. Accepts a module document, a link
     document ({"kernels": [..]}), a mapping {name: {...}}, and the document hbfcc writes for an nvcc

@@ -104,6 +104,29 @@ def ctx_synchronize() -> None:
     check(drv().cuCtxSynchronize(), "cuCtxSynchronize")
 
 
+def stream_synchronize(stream: int) -> None:
+    check(drv().cuStreamSynchronize(drv().CUstream(int(stream))), "cuStreamSynchronize")
+
+
+def memset_u64_async(dptr: int, value: int, stream: int) -> None:
+    """Write one aligned u64 in stream order (two 32-bit memsets: the caller makes sure no kernel reads
+    the word meanwhile)."""
+    d = drv()
+    st = d.CUstream(int(stream))
+    check(d.cuMemsetD32Async(dptr, int(value) & 0xFFFFFFFF, 1, st), "cuMemsetD32Async")
+    check(d.cuMemsetD32Async(dptr + 4, (int(value) >> 32) & 0xFFFFFFFF, 1, st), "cuMemsetD32Async")
+
+
+def address_range(ptr: int) -> tuple[int, int] | None:
+    """(base, size) of the device allocation containing ptr (cuMemGetAddressRange), None when ptr is not
+    a device address of this context."""
+    d = drv()
+    res = d.cuMemGetAddressRange(d.CUdeviceptr(int(ptr)))
+    if int(res[0]) != int(d.CUresult.CUDA_SUCCESS):
+        return None
+    return int(res[1]), int(res[2])
+
+
 def function_local_bytes(function) -> int:
     """The static per-thread local memory (stack frame + spills) of a kernel (CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)."""
     d = drv()

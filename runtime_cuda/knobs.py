@@ -29,6 +29,12 @@ def completion_timeout_ns() -> int:
     return env_int("HBF_COMPLETION_TIMEOUT_NS", 0, lo=0)
 
 
+def native_select() -> bool:
+    """HBF_NATIVE_SELECT (default 1): a launch whose pointer arguments cannot reach a registered range runs
+    the untouched native version of a kernel whose addresses come from its parameters (per-launch selection)."""
+    return env_bool("HBF_NATIVE_SELECT", True)
+
+
 def backoff_max_ns() -> int:
     """HBF_BACKOFF_MAX_NS: nanosleep backoff cap while polling host-written words."""
     return env_int("HBF_BACKOFF_MAX_NS", 8192, lo=0)

@@ -58,6 +58,7 @@ class KernelInfo:
     kslot: int
     admitted: bool
     reasons: list[str] = field(default_factory=list)
+    address_source: str = "memory"   # hbfcc's provenance: "params" allows per-launch native selection
 
 
 @dataclass
@@ -67,6 +68,12 @@ class ModuleBinding:
     kslot_base: int
     kernels: dict[str, KernelInfo]
     artifact_path: str | None = None
+    # per-launch selection (Session._select): __hb_state currently points at the session (True) or is 0
+    # (the module's kernels run their native version); where and in which epoch it was last launched
+    attached: bool = True
+    last_stream: int | None = None
+    last_epoch: int = -1
+    state_addr: int = 0
 
     def kernel(self, name: str) -> KernelInfo | None:
         return self.kernels.get(name)
@@ -90,7 +97,7 @@ def triton_artifact(metadata_group: Mapping[str, Any] | None) -> Any:
     return None
 
 
-def _triton_launch_args(metadata: Any, start: int = 2, depth: int = 10) -> tuple | None:
+def _triton_launch_args(metadata: Any, start: int = 2, depth: int = 10, with_stream: bool = False):
     """The kernel arguments of the Triton launch in progress, found in the caller frames of the
     launch_enter_hook: Triton's launcher (CudaLauncher.__call__ / its wrappers) holds a tuple
     ``(..., launch_metadata, enter_hook, exit_hook, *kernel_args)`` whose launch_metadata is the very
@@ -106,7 +113,10 @@ def _triton_launch_args(metadata: Any, start: int = 2, depth: int = 10) -> tuple
             if isinstance(v, tuple) and len(v) >= 3:
                 for i, x in enumerate(v):
                     if x is metadata:
-                        return v[i + 3:]
+                        if not with_stream:
+                            return v[i + 3:]
+                        st = f.f_locals.get("stream")   # CudaLauncher.__call__(gridX, gridY, gridZ, stream, ...)
+                        return v[i + 3:], (int(st) if isinstance(st, int) else None)
         f = f.f_back
     return None
 
@@ -132,6 +142,21 @@ def triton_arg_spans(args: Iterable[Any]) -> list[tuple[int, int]]:
         elif isinstance(a, int) and not isinstance(a, bool) and a > 0:
             spans.append((a, 1))
     return spans
+
+
+def selection(ranges: Sequence[D.DevRange], info: KernelInfo | None, spans: list[tuple[int, int]] | None,
+              rule: str) -> tuple[bool | None, str]:
+    """The per-launch decision (Session._select): (True = native version, False = instrumented, None =
+    nothing registered: the native version runs anyway), and why."""
+    if not ranges:
+        return None, "nothing registered"
+    if info is None or info.address_source != "params":
+        return False, "addresses from memory"
+    if spans is None:
+        return False, "arguments unknown"
+    if any(r.base < a + n and a < r.end for a, n in spans for r in ranges):
+        return False, f"reaches a range ({rule})"
+    return True, f"reaches no range ({rule})"
 
 
 class Session:
@@ -160,6 +185,9 @@ class Session:
         self.state_dptr = 0
         self.kshards_dptr = 0
         self._stack_limit = 0
+        self._epoch = 0            # bumps at every full synchronization of the context by the session
+        self.native_select = knobs.native_select()
+        self.launch_selection: dict[str, dict] = {}
         self.host_registered = False
         h = ctlmap.ctl.header
         self.state = D.new_state(0, h.media, params, int(ctlmap.ctl.refresh.quantum_bytes))
@@ -199,6 +227,7 @@ class Session:
         # The helpers read the table through the read-only data cache without a seqlock: it must not
         # change while any kernel runs (on any stream), so the context is idle before it is rewritten.
         cu.ctx_synchronize()
+        self._epoch += 1
         line0 = 64
         st.range_seq += 1                        # odd: readers retry
         cu.htod(self.state_dptr, st, line0)
@@ -344,13 +373,15 @@ class Session:
             # slot number must not alias the next instrumented module's
             def slot(i: int) -> int:
                 return kslot_base + i if instrumented else -1
+            sources = A.address_sources(art)
             for i, (name, adm, reasons) in enumerate(ak):
-                infos[name] = KernelInfo(name, i, slot(i), adm, reasons)
+                infos[name] = KernelInfo(name, i, slot(i), adm, reasons, sources.get(name, "memory"))
             if not ak:
                 for i, name in enumerate(names):
                     infos[name] = KernelInfo(name, i, slot(i), False, ["no admission artifact"])
             b = ModuleBinding(handle, instrumented, kslot_base, infos,
-                              str(artifact) if isinstance(artifact, (str, os.PathLike)) else None)
+                              str(artifact) if isinstance(artifact, (str, os.PathLike)) else None,
+                              state_addr=g[0] if instrumented else 0)
             self.bindings[handle] = b
             return b
 
@@ -372,6 +403,48 @@ class Session:
         handle = int(function) if isinstance(function, int) else int(getattr(function, "getPtr")())
         self.functions[handle] = (binding, binding.kernel(name) or KernelInfo(name, -1, -1, False,
                                                                                 ["kernel not in artifact"]))
+
+    # ---------------------------------------------------------------------------- per-launch selection
+    def _allocation_spans(self, ptrs: Iterable[int]) -> list[tuple[int, int]]:
+        """The driver's allocation extent (cuMemGetAddressRange) of every value that is a device pointer:
+        a kernel given a pointer into an allocation may reach the whole allocation. Values that are not
+        device pointers (scalars) reach nothing."""
+        out = []
+        if not self.use_cuda:
+            return [(int(p), 1) for p in ptrs if p]
+        for p in ptrs:
+            if p:
+                ext = self._cu.address_range(int(p))
+                if ext is not None:
+                    out.append(ext)
+        return out
+
+    def _select(self, b: ModuleBinding, info: KernelInfo | None, spans: list[tuple[int, int]] | None,
+                stream: int | None, rule: str) -> None:
+        """Per-launch selection: a launch whose pointer arguments cannot reach any registered range runs
+        the module's untouched native version (its __hb_state is 0 for that launch: every helper returns at
+        once and the prologue takes the native body). Sound only for kernels whose access addresses come
+        from their parameters (hbfcc's address_source "params"); a kernel that takes addresses from memory,
+        a launch whose arguments are unknown, or one that reaches a range runs instrumented. `rule` names
+        what gave the extents: "storage" (the framework's tensor storage), "allocation" (the driver's
+        allocation of a raw pointer). The decision is counted per kernel (counters()["launch_selection"])."""
+        if not self.use_cuda or not b.instrumented or not b.state_addr or not self.native_select:
+            return
+        name = info.name if info else "?"
+        native, why = selection(self.ranges, info, spans, rule)
+        st = int(stream or 0)
+        if native is not None and native == b.attached:
+            # the other state is wanted: change __hb_state in stream order. A launch of this module still
+            # in flight on another stream would see the change mid-run; wait for it first (rare), so no
+            # kernel ever reads the word while it changes.
+            if b.last_stream is not None and b.last_stream != st and b.last_epoch == self._epoch:
+                self._cu.stream_synchronize(b.last_stream)
+            self._cu.memset_u64_async(b.state_addr, 0 if native else self.state_dptr, st)
+            b.attached = not native
+        b.last_stream, b.last_epoch = st, self._epoch
+        sel = self.launch_selection.setdefault(name, {"native": 0, "instrumented": 0, "rules": {}})
+        sel["native" if (native or (native is None and not self.ranges)) else "instrumented"] += 1
+        sel["rules"][why] = sel["rules"].get(why, 0) + 1
 
     # ---------------------------------------------------------------------------- launch gate
     def gate(self, name: str, info: KernelInfo | None, pointer_args: Iterable[int] | None,
@@ -427,6 +500,8 @@ class Session:
         name = kernel or (info.name if info else f"function@{fh:#x}")
         ptrs = [a.value or 0 for a in args if isinstance(a, (ctypes.c_uint64, ctypes.c_void_p))]
         self.gate(name, info, ptrs)
+        if b is not None:
+            self._select(b, info, self._allocation_spans(ptrs), int(stream), "allocation")
         self._cu.launch(function, grid, block, args, shared, stream)
 
     # ---------------------------------------------------------------------------- Triton
@@ -492,8 +567,15 @@ class Session:
                                                     "installed (bind_triton_kernel binds it)"])
         if not self.ranges and not info.admitted:
             return
-        args = _triton_launch_args(metadata)
-        self.gate(name, info, None, None if args is None else triton_arg_spans(args))
+        found = _triton_launch_args(metadata, with_stream=True)
+        args, stream = found if found is not None else (None, None)
+        spans = None if args is None else triton_arg_spans(args)
+        self.gate(name, info, None, spans)
+        b, _ = self.functions.get(fh, (None, None))
+        if b is not None:
+            ints = [a for a in (args or ()) if isinstance(a, int) and not isinstance(a, bool) and a > 0]
+            reach = None if spans is None else [s for s in spans if s[1] > 1] + self._allocation_spans(ints)
+            self._select(b, info, reach, stream, "storage")
 
     # ---------------------------------------------------------------------------- ticket counter
     def _sync_ring_head(self) -> int:
@@ -550,7 +632,8 @@ class Session:
             _accumulate(totals, d)
         out = {"kernels": kernels, "totals": totals, "generation": self.generation,
                "unmodeled_launches": list(self.unmodeled_launches),
-               "refused_launches": list(self.refused_launches)}
+               "refused_launches": list(self.refused_launches),
+               "launch_selection": {k: dict(v, rules=dict(v["rules"])) for k, v in self.launch_selection.items()}}
         if publish:
             self._publish(totals)
         return out
@@ -609,6 +692,7 @@ class Session:
             time.sleep(sleep)
             sleep = min(sleep * 2, 2e-4)
         self._cu.ctx_synchronize()
+        self._epoch += 1
 
     def _prepare_backstop(self):
         """Load the backstop trap kernel (function finalized, cuFuncLoad) and create its non-blocking

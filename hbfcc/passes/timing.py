@@ -50,6 +50,7 @@ from typing import Optional
 from hbfcommon.errors import RewriteError
 
 from hbfcc import helpers as H
+from hbfcc.passes.provenance import address_provenance
 from hbfcc.ptx.model import (Address, ArgList, Block, Comment, Declarator, Directive, Function,
                              Guard, Immediate, Instruction, Label, LabelRef, Module, Negated, Param, Register, Statement,
                              Symbol, VarDecl, Vector, walk)
@@ -444,6 +445,10 @@ class FunctionReport:
     admitted: bool = True
     not_admitted_reasons: list[str] = field(default_factory=list)
     native_version: bool = False     # an untouched copy runs when nothing is registered
+    # where the rewritten accesses' addresses come from (hbfcc/passes/provenance.py): "params" (the
+    # runtime may run a launch natively when its pointer arguments reach no range) or "memory"
+    address_source: str = "params"
+    memory_address_lines: list[int] = field(default_factory=list)
 
     def count(self, d: Decision) -> None:
         c = self.classes.setdefault(d.cls, {"count": 0, "rewritten": 0, "native": 0, "refused": 0})
@@ -458,7 +463,8 @@ class FunctionReport:
                 "classes": self.classes, "refused": self.refused, "native_reasons": self.native_reasons,
                 "sites": self.sites, "waits": self.waits, "drains": self.drains,
                 "cp_async_window": self.cp_async_window, "calls": self.calls,
-                "external_calls": self.external_calls, "native_version": self.native_version}
+                "external_calls": self.external_calls, "native_version": self.native_version,
+                "address_source": self.address_source, "memory_address_lines": self.memory_address_lines}
 
 
 class _FunctionRewriter:
@@ -643,6 +649,8 @@ class _FunctionRewriter:
                 self.fut_site[fut_of[i]] = self.node_site[i]
 
         IN = self._dataflow(nodes, succ, decisions, fut_of)
+        src, lines = address_provenance([inst for _, inst in nodes], [d.addr if d else None for d in decisions])
+        self.report.address_source, self.report.memory_address_lines = src, lines[:8]
 
         for i, (path, inst) in enumerate(nodes):
             pre: list[Statement] = []
@@ -1011,6 +1019,18 @@ def timing_pass(module: Module, meta: dict) -> Module:
                     r.not_admitted_reasons.append(why)
                     changed = True
                     break
+    # address provenance through calls: a function whose callee may take addresses from memory (or is
+    # not seen, or is called indirectly) may too
+    changed = True
+    while changed:
+        changed = False
+        for r in reports.values():
+            if r.address_source == "memory":
+                continue
+            if any(c == "<indirect>" or (c in defined and reports[c].address_source == "memory") or
+                   (c not in defined and c not in SYSTEM_CALLS) for c in r.calls):
+                r.address_source = "memory"
+                changed = True
     # prototypes before the first function
     first = next((i for i, it in enumerate(new_items) if type(it) is Function), len(new_items))
     protos = [Comment("// hbfcc: helper prototypes (runtime_cuda/include/hbf_abi.h)"), STATE_DECL] + prototypes()
