@@ -62,7 +62,7 @@ def start_hbfd(tmp: Path, engine: str, profile: str):
 def run_one(exe: Path, tmp: Path, engine: str, profile: str, outstanding: list[int], seconds: float,
             nbytes: int, store_ppm: int, poll: str = "any") -> dict:
     from hbfcommon import ctl
-    from hbfd.client import Client
+    from hbfcommon.rpc import Client
     proc, sock, summ, log = start_hbfd(tmp, engine, profile)
     runs = []
     try:

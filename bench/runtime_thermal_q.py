@@ -177,7 +177,7 @@ def child_q(source: str) -> dict:
         checks["severe_withholds_admission"] = busy and sev["thermal_waits"] > 0 and req == blocks * threads // 32 * 2
         checks["after_severe_full_rate"] = mod == req * read_ns
         s.close()
-        from hbfd.client import Client
+        from hbfcommon.rpc import Client
         with Client(sock, timeout_s=40.0) as c:
             c.call("Shutdown", reason="bench done")
         p.wait(30)

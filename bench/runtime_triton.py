@@ -118,7 +118,7 @@ def stop_hbfd(p) -> None:
 
 def shutdown_summary(sock, p, summary: Path) -> dict:
     """Shutdown RPC, wait for hbfd, return the summary file it wrote."""
-    from hbfd.client import Client
+    from hbfcommon.rpc import Client
     try:
         with Client(sock, timeout_s=40.0) as c:
             c.call("Shutdown", reason="bench done")
