@@ -575,12 +575,6 @@ HB_DEV uint32_t hb_perm_needed(uint32_t op) {
     return op == HBF_OP_STORE ? HBF_PERM_WRITE : (op == HBF_OP_ATOMIC ? HBF_PERM_ATOMIC : HBF_PERM_READ);
 }
 
-// The eidola engineer's flag-range hook (hbf_eidola.cuh) may define HBF_EIDOLA_FLAG_ACCESS.
-// (one #include line of hbf_eidola.cuh goes here)
-#ifndef HBF_EIDOLA_FLAG_ACCESS
-#define HBF_EIDOLA_FLAG_ACCESS(st, r, addr, bytes, flags, site) (0ull)
-#endif
-
 // Warp sum of a u64 that fits in 48 bits per lane (two 32-bit reductions).
 HB_DEV uint64_t hb_warp_sum(uint32_t mask, uint64_t v) {
     const uint32_t lo = __reduce_add_sync(mask, (uint32_t)(v & 0xFFFFu));
@@ -670,19 +664,18 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
     const uint32_t op = flags & HBF_F_OP_MASK;
     hbf_dev_range r;
     const int cls = HB_OOL(hb_classify)(st, addr, bytes, r);
-    // Fail closed: a partial overlap, a missing permission or a capacity range is UNSUPPORTED; every
-    // lane of the call that sees one records it, and the whole warp (the lanes in this call) ends
-    // before any of them performs its access.
+    // Fail closed: a partial overlap, a missing permission or a range that is not a timing range
+    // (capacity) is UNSUPPORTED; every lane of the call that sees one records it, and the whole warp
+    // (the lanes in this call) ends before any of them performs its access. Flag ranges are not in
+    // this table (runtime_cuda/devstate.py device_ranges): eidola's state classifies flag loads.
     uint32_t bad = 0u;
     if (cls == HB_PARTIAL) bad = 1u;
-    else if (cls == HB_HIT && ((r.perms & hb_perm_needed(op)) == 0u ||
-                               (r.mode != HBF_MODE_FLAG && r.mode != HBF_MODE_TIMING))) bad = 1u;
+    else if (cls == HB_HIT && ((r.perms & hb_perm_needed(op)) == 0u || r.mode != HBF_MODE_TIMING)) bad = 1u;
     if (__any_sync(__activemask(), bad)) {
         if (bad) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
         hb_end();
     }
     if (cls == HB_NATIVE) return 0ull;
-    if (r.mode == HBF_MODE_FLAG) return HBF_EIDOLA_FLAG_ACCESS(st, r, addr, bytes, flags, site);
 
     // --- warp aggregation: one request per page group, made by the group's leader ---
     const uint32_t mask = __activemask();
