@@ -7,7 +7,8 @@ timelines, device-side register_write, replay vs real ranks (bitwise).
     python3 bench/eidola_experiments.py --only E1 --out /tmp/x         # one experiment
 
 Each experiment runs in its own subprocess (a device trap or hang in one cannot lose the
-others) and writes bench/results/eidola_<name>.json (+ PNG). The library is built once with nvcc.
+others) and writes bench/results/eidola_<name>.json (+ PNG). eidola's module (eidola/src/eidola_kernels.cu)
+and the workload's (workloads/gemv_allreduce/gemv_allreduce.cu) are built once with nvcc, as cubins.
 """
 from __future__ import annotations
 
@@ -63,9 +64,9 @@ def _dist(x) -> dict:
             "p99": float(np.percentile(a, 99)), "min": float(a.min()), "max": float(a.max())}
 
 
-def _runtime(lib_path):
+def _runtime(module_path):
     from eidola.replay import EidolaRuntime
-    return EidolaRuntime.create(lib_path=lib_path)
+    return EidolaRuntime.create(module=module_path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -114,11 +115,9 @@ E0_GOAL_NS = 100
 def _timer_granularity(rt) -> dict:
     """%globaltimer update granularity: one thread reads it back to back and records every change
     (ns step, SM cycles between changes)."""
-    import ctypes
     maxc, iters = 8192, 400_000
     ch, sm = rt.alloc(maxc * 16), rt.alloc(32)
-    rt.lib.call("hbe_launch_timer_probe", ctypes.c_void_p(ch.ptr), maxc, iters, ctypes.c_void_p(sm.ptr),
-                ctypes.c_void_p(rt.streams[1]))
+    rt.kernels.timer_probe(ch.ptr, maxc, iters, sm.ptr, stream=rt.streams[1])
     rt.sync()
     s = sm.download(np.uint64, 4).astype(np.int64)
     k = int(min(s[0], maxc))
@@ -140,9 +139,7 @@ class _E0Lab:
     eidolon + probe pair."""
 
     def __init__(self, rt, n: int, spacing: int):
-        import ctypes
         from eidola.replay import FlagRegion
-        self.ct = ctypes
         self.rt, self.n = rt, n
         stride = 128
         self.buf = rt.alloc(n * stride + 128)
@@ -175,8 +172,6 @@ class _E0Lab:
         return rep
 
     def run(self, engine: tuple, probe: tuple, lag: int, shift: np.ndarray | None = None, pre_ns: int = 1500) -> dict:
-        from eidola.replay import PROBE_LOADS
-        ct = self.ct
         store, layout, blocks, threads = engine
         load, pipe, pollers, stagger = probe
         rep = self.replay(shift)
@@ -184,11 +179,10 @@ class _E0Lab:
         self.buf.fill(0)
         rep.reset_launch()          # pushes the host state (lag) and synchronizes
         rep.launch_eidolon(blocks=blocks, threads=threads, store=store, layout=layout)
-        self.rt.lib.call("hbe_launch_tprobe", ct.c_void_p(rep.dev.ptr), ct.c_void_p(self.d_addr.ptr),
-                         ct.c_void_p(self.d_exp.ptr), ct.c_void_p(self.d_wake.ptr), self.n, ct.c_int64(pre_ns),
-                         int(stagger), ct.c_void_p(self.scratch.ptr), ct.c_void_p(self.rec.ptr),
-                         ct.c_void_p(self.meta.ptr), pollers, PROBE_LOADS[load], int(pipe),
-                         ct.c_void_p(self.rt.streams[1]))
+        self.rt.kernels.tprobe(rep.dev.ptr, self.d_addr.ptr, self.d_exp.ptr, self.d_wake.ptr, self.n,
+                               pre_ns=pre_ns, stagger=bool(stagger), scratch=self.scratch.ptr, rec=self.rec.ptr,
+                               meta=self.meta.ptr, pollers=pollers, load=load, pipelined=bool(pipe),
+                               stream=self.rt.streams[1])
         self.rt.sync()
         rep.check("E0 eidolon + probe")
         rec = self.rec.download(np.uint64, pollers * self.n * 4).reshape(pollers, self.n, 4).astype(np.int64)
@@ -304,10 +298,9 @@ def exp_E0(rt, args) -> dict:
                                   "lag_ns": good[best]["lag_ns"], "probe": E0_REF_PROBE,
                                   "abs_err_ns": good[best]["abs_err_ns"], "err_ns": good[best]["err_ns"]}
         out["engine_a_lag_estimate_ns"] = good[best]["lag_ns"]
-    out["library_defaults"] = rt.lib.eidolon_defaults()
+    out["library_defaults"] = rt.kernels.eidolon_defaults()
     # engine (b): virtualized loads seen by the old probe kernels (they go through hbf_eidola_ld_flag)
     try:
-        import ctypes
         rep = Replay(rt, [FlagRegion(lab.base, n * 128, 1, "probe")])
         for i in range(n):
             rep.register_write(int(lab.addrs[i]), 1, 4, int(lab.wake[i]))
@@ -318,9 +311,8 @@ def exp_E0(rt, args) -> dict:
         for _ in range(args.reps):
             lab.buf.fill(0)
             rep.reset_launch()
-            rt.lib.call("hbe_launch_probe", ctypes.c_void_p(rep.dev.ptr), ctypes.c_void_p(lab.d_addr.ptr),
-                        ctypes.c_void_p(d_exp64.ptr), n, ctypes.c_void_p(seen.ptr), ctypes.c_void_p(polls.ptr), 1,
-                        ctypes.c_void_p(rt.streams[1]))
+            rt.kernels.probe(rep.dev.ptr, lab.d_addr.ptr, d_exp64.ptr, n, seen.ptr, polls.ptr, 1,
+                             stream=rt.streams[1])
             rt.sync()
             rep.check("engine (b) probe")
             errs.append(seen.download(np.uint64, n).astype(np.int64) - lab.wake)
@@ -353,7 +345,7 @@ def exp_REG(rt, args) -> dict:
 
 
 def _e1_shape(args, n_gpus=4, M=None):
-    from eidola.replay import GarShape
+    from workloads.gemv_allreduce.fused import GarShape
     return GarShape(n_gpus=n_gpus, M=M or args.M, Kl=args.Kl, tiles=args.tiles)
 
 
@@ -371,7 +363,7 @@ def _eidolon_opts(args) -> dict | None:
 
 
 def _sweep(rt, args, wait: str, engines, bases=("kernel_start",)) -> dict:
-    from eidola.replay import GemvAllReduce
+    from workloads.gemv_allreduce.fused import GemvAllReduce
     shape = _e1_shape(args)
     g = GemvAllReduce(rt, shape)
     ref = g.reference_y()
@@ -485,7 +477,8 @@ def exp_E2(rt, args) -> dict:
 def _corunner(rt, args) -> dict:
     # what the freed issue slots buy a co-running kernel (target waits 40 us)
     from eidola.generator import uniform_delay
-    from eidola.replay import GemvAllReduce, Replay
+    from eidola.replay import Replay
+    from workloads.gemv_allreduce.fused import GemvAllReduce
     shape = _e1_shape(args)
     g = GemvAllReduce(rt, shape)
     tr = uniform_delay(n_gpus=shape.n_gpus, tiles=shape.tiles, tile_rows=shape.tile_rows, delay_ns=40_000)
@@ -513,7 +506,8 @@ def exp_E3(rt, args) -> dict:
     from eidola.accounting import linear_fit
     from eidola.generator import uniform_delay
     from eidola.wtt import WriteTrackingTable
-    from eidola.replay import GemvAllReduce, GarShape, Replay
+    from eidola.replay import Replay
+    from workloads.gemv_allreduce.fused import GarShape, GemvAllReduce
     ns = [3, 7, 15, 31, 63, 127, 255]
     res: dict = {"eidolons": ns, "delay_ns": args.e3_delay_ns, "configs": {}}
     configs = [("native", "spin"), ("virtual", "spin"), ("virtual", "hoare"), ("eidolon", "spin"), ("eidolon", "hoare")]
@@ -576,7 +570,8 @@ def exp_E4(rt, args) -> dict:
     from eidola.accounting import linear_fit
     from eidola.generator import uniform_delay
     from eidola.wtt import WriteTrackingTable
-    from eidola.replay import GemvAllReduce, GarShape, Replay
+    from eidola.replay import Replay
+    from workloads.gemv_allreduce.fused import GarShape, GemvAllReduce
     Ms = [1024, 4096, 8192, 16384, 32768]
     rows = []
     for n in (3, 15, 255):
@@ -631,7 +626,8 @@ def exp_TL(rt, args) -> dict:
     from eidola.generator import LinkModel, generate, uniform_delay
     from eidola.timeline import segments_from_marks, write_chrome_trace
     from eidola.trace import write_trace
-    from eidola.replay import GemvAllReduce, Replay, run_real
+    from eidola.replay import Replay
+    from workloads.gemv_allreduce.fused import GemvAllReduce, run_real
     out_dir = Path(args.out)
     shape = _e1_shape(args)
     g = GemvAllReduce(rt, shape)
@@ -652,7 +648,7 @@ def exp_TL(rt, args) -> dict:
         res[name] = {"kernel_ns": o["kernel_ns"], "spin_ns_median": float(np.median(o["marks"][:, 4] - o["marks"][:, 3]))}
     # real ranks co-resident on one GPU (peer pointers = same-device pointers)
     try:
-        from eidola.replay import GarShape
+        from workloads.gemv_allreduce.fused import GarShape
         shape = GarShape(n_gpus=4, M=args.M, Kl=args.Kl, tiles=64)
         g = GemvAllReduce(rt, shape)
         real = run_real(rt, shape, seed=0)
@@ -689,9 +685,9 @@ def exp_PASS(rt, args) -> dict:
     import ctypes
     import shutil
     import tempfile
-    from cuda.bindings import driver as cu
     from hbfcc.passes.flags import build_extern_ptx, rewrite_text
-    from eidola.replay import FlagRegion, Replay
+    from eidola.replay import EIDOLA_STATE_GLOBAL, FlagRegion, Replay
+    from runtime_cuda import cudrv
     nvcc = shutil.which("nvcc")
     tmp = Path(tempfile.mkdtemp())
     (tmp / "spin.cu").write_text(SPIN_CU)
@@ -706,24 +702,17 @@ def exp_PASS(rt, args) -> dict:
                         str(tmp / f"spin_{variant}.cubin")], check=True)
         metas[variant] = {k: v for k, v in meta["flags"].items() if k != "sites"}
 
-    def ck(r):
-        err = r[0] if isinstance(r, tuple) else r
-        if int(err) != 0:
-            raise RuntimeError(f"driver error {err}")
-        return r[1:] if isinstance(r, tuple) and len(r) > 2 else (r[1] if isinstance(r, tuple) and len(r) == 2 else None)
-
     mods = {}
     for variant in metas:
-        mod = ck(cu.cuModuleLoadData((tmp / f"spin_{variant}.cubin").read_bytes()))
-        gptr, _ = ck(cu.cuModuleGetGlobal(mod, b"__hb_eidola_state"))
-        mods[variant] = (gptr, ck(cu.cuModuleGetFunction(mod, b"spin_kernel")))
+        mod = rt.load_module(tmp / f"spin_{variant}.cubin", ("spin_kernel",))
+        mods[variant] = mod
     blocks = 64
     flags = rt.alloc(blocks * 128 + 128)
     base = (flags.ptr + 127) // 128 * 128
     polls = rt.alloc(blocks * 8)
     out = {"pass_report": metas, "blocks": blocks, "runs": []}
     for variant, engine in (("flags", "virtual"), ("flags", "eidolon"), ("mwait", "virtual"), ("mwait", "eidolon")):
-        gptr, fn = mods[variant]
+        mod = mods[variant]
         rep = Replay(rt, [FlagRegion(base, blocks * 128, 1, "spin_flags")], arm_slots=blocks * 32 * 2)
         for b in range(blocks):
             rep.register_write(base + b * 128, 1, 4, 2000 + 300 * b)
@@ -733,12 +722,14 @@ def exp_PASS(rt, args) -> dict:
             flags.fill(0)
             polls.fill(0)
             rep.reset_launch()
-            v = np.array([rep.dev.ptr], np.uint64)
-            ck(cu.cuMemcpyHtoD(gptr, v.ctypes.data, 8))
+            rt.activate()
+            if not rep.bind_module(mod.handle):
+                raise RuntimeError(f"spin_{variant}.cubin has no {EIDOLA_STATE_GLOBAL}")
             if engine == "eidolon":
                 rep.launch_eidolon(blocks=2)
-            params = ((base, 1, polls.ptr), (ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p))
-            ck(cu.cuLaunchKernel(fn, blocks, 1, 1, 32, 1, 1, 0, cu.CUstream(rt.streams[1]), params, 0))
+            mod.launch("spin_kernel", (blocks,), (32,),
+                       [ctypes.c_uint64(base), ctypes.c_uint32(1), ctypes.c_uint64(polls.ptr)],
+                       stream=rt.streams[1])
             rt.sync()
             rep.check("flags-pass spin kernel")
             p = polls.download(np.uint64, blocks)
@@ -996,7 +987,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--only", choices=EXPERIMENTS, action="append")
-    ap.add_argument("--lib", default=None, help="prebuilt libhbfeidola.so")
+    ap.add_argument("--module", default=None, help="prebuilt eidola module (eidola.replay.build_module's cubin)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--M", type=int, default=1024)
     ap.add_argument("--Kl", type=int, default=2048)
@@ -1028,9 +1019,11 @@ def main(argv=None) -> int:
         replot(out)
         print("SUMMARY " + json.dumps(summary(out), default=_json_default))
         return 0
-    if args.lib is None:
-        from eidola.replay import build_library
-        args.lib = str(build_library())
+    if args.module is None:
+        from eidola.replay import build_module
+        from workloads.gemv_allreduce.fused import build_module as build_workload
+        args.module = str(build_module())
+        build_workload()   # cached: the experiment children find it built
     args.eidolon_opts = None
     p = out / "eidola_E0.json"
     try:
@@ -1048,7 +1041,7 @@ def main(argv=None) -> int:
     todo = args.only or list(EXPERIMENTS)
     if args.child:
         name = todo[0]
-        rt = _runtime(args.lib)
+        rt = _runtime(args.module)
         t = time.perf_counter()
         rec = {"experiment": name, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "host": platform.node(), "device": _device_info(), "argv": sys.argv, "lag_ns_used": args.lag_ns,
@@ -1064,7 +1057,7 @@ def main(argv=None) -> int:
         return 0 if "error" not in rec else 1
     rc = 0
     for name in todo:
-        cmd = [sys.executable, __file__, "--child", "--only", name, "--out", str(out), "--lib", args.lib,
+        cmd = [sys.executable, __file__, "--child", "--only", name, "--out", str(out), "--module", args.module,
                "--reps", str(args.reps), "--M", str(args.M), "--Kl", str(args.Kl), "--tiles", str(args.tiles),
                "--e1-step-us", str(args.e1_step_us), "--e0-writes", str(args.e0_writes), "--knee-us", str(args.knee_us),
                "--e3-delay-ns", str(args.e3_delay_ns), "--eidolon-blocks", str(args.eidolon_blocks),

@@ -5,8 +5,8 @@ table makes visible at that instant"; "hbfcc can optionally rewrite a recognized
 monitor/mwait"; flag vs non-flag reads counted by rewritten code).
 
 Builds (on the machine that runs it):
-  hand   workloads/gemv_allreduce/gemv_allreduce.cu in libhbfeidola.so (flag loads / monitor / mwait /
-         non-flag counting written by hand in the source; eidola.replay.build_library)
+  hand   workloads/gemv_allreduce/gemv_allreduce.cu (flag loads / monitor / mwait / non-flag counting
+         written by hand in the source; built by workloads/gemv_allreduce/fused.py build_module)
   plain  workloads/gemv_allreduce/gemv_allreduce_plain.cu (volatile loads in a plain spin loop, no eidola
          code) compiled by hbfcc's nvcc entry point with HBFCC_PASSES=timing,flags (E1) and
          HBFCC_PASSES=timing,flags,mwait (E2-Hoare); loaded with the driver API, __hb_eidola_state bound
@@ -71,12 +71,15 @@ def run(args) -> dict:
     from eidola.accounting import linear_fit
     from eidola.generator import uniform_delay
     from eidola.wtt import WriteTrackingTable
-    from eidola.replay import EidolaRuntime, GarShape, GemvAllReduce, Replay, build_library
+    from eidola.replay import EidolaRuntime, Replay, build_module
+    from workloads.gemv_allreduce.fused import GarShape, GemvAllReduce
+    from workloads.gemv_allreduce.fused import build_module as build_workload
     from workloads.gemv_allreduce.plain import PlainKernel, build_plain, run_plain
 
     work = Path(tempfile.mkdtemp(prefix="hbfcc-flags-e1."))
     t = time.perf_counter()
-    lib = build_library()
+    module = build_module()
+    build_workload()
     t_lib = time.perf_counter() - t
     builds = {}
     for wait, passes in (("spin", ("timing", "flags")), ("hoare", ("timing", "flags", "mwait"))):
@@ -93,7 +96,7 @@ def run(args) -> dict:
         log.info("built plain/%s: %s", wait, builds[wait]["artifact"])
         if not doc["admitted"]:
             raise SystemExit(f"plain build {passes} is not admitted: {k['not_admitted_reasons']}")
-    rt = EidolaRuntime.create(lib_path=lib)
+    rt = EidolaRuntime.create(module=module)
     kern = {w: PlainKernel(b["cubin"], rt.device) for w, b in builds.items()}
     shape = GarShape(n_gpus=args.n_gpus, M=args.M, Kl=args.Kl, tiles=args.tiles)
     g = GemvAllReduce(rt, shape)

@@ -31,7 +31,6 @@ from hbfcommon.profile import PROFILE_DIR
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -153,14 +152,6 @@ def run_child(script: str, which: str, env: dict, timeout: float, partial: Path 
     return res
 
 
-def import_source(path: Path, text: str, name: str):
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def use_ptxas(which: str) -> None:
     """Point Triton at the plain or the hbfcc ptxas for the NEXT compile (knobs are read per compile)."""
     os.environ["TRITON_PTXAS_PATH"] = os.environ["HBF_BENCH_HBFCC_PTXAS" if which == "hbf" else "HBF_BENCH_REAL_PTXAS"]
@@ -180,60 +171,17 @@ def module_state(module: int) -> int | None:
 
 
 # ------------------------------------------------------------------------------------------------
-KERNELS = r'''
-import triton, triton.language as tl
-
-@triton.jit
-def add_SFX(x, y, o, n, B: tl.constexpr):
-    offs = tl.program_id(0) * B + tl.arange(0, B)
-    m = offs < n
-    tl.store(o + offs, tl.load(x + offs, mask=m) * 2.0 + tl.load(y + offs, mask=m), mask=m)
-
-@triton.jit
-def softmax_SFX(x, o, ncols, stride, B: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, B)
-    m = offs < ncols
-    v = tl.load(x + row * stride + offs, mask=m, other=-float("inf"))
-    v = v - tl.max(v, axis=0)
-    e = tl.exp(v)
-    tl.store(o + row * stride + offs, e / tl.sum(e, axis=0), mask=m)
-
-@triton.jit
-def matmul_SFX(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
-               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    pm = tl.program_id(0); pn = tl.program_id(1)
-    rm = pm * BM + tl.arange(0, BM); rn = pn * BN + tl.arange(0, BN); rk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
-        av = tl.load(a + rm[:, None] * sam + (k * BK + rk)[None, :] * sak)
-        bv = tl.load(b + (k * BK + rk)[:, None] * sbk + rn[None, :] * sbn)
-        acc += tl.dot(av, bv)
-    tl.store(c + rm[:, None] * scm + rn[None, :] * scn, acc.to(tl.float16))
-'''
-
-EXTRA = r'''
-@triton.jit
-def prio_hbf(x, o, n, B: tl.constexpr):
-    # applypriority.global changes the state of global memory lines: hbfcc refuses it (not admitted)
-    offs = tl.program_id(0) * B + tl.arange(0, B)
-    m = offs < n
-    v = tl.load(x + offs, mask=m)
-    r = tl.inline_asm_elementwise("applypriority.global.L2::evict_normal [$1], 128;\n mov.u32 $0, 0;", "=r,l",
-                                  [x + offs], dtype=tl.int32, is_pure=False, pack=1)
-    tl.store(o + offs, v + r.to(tl.float32), mask=m)
-
-@triton.jit
-def copy_foreign(x, o, n, B: tl.constexpr):
-    offs = tl.program_id(0) * B + tl.arange(0, B)
-    m = offs < n
-    tl.store(o + offs, tl.load(x + offs, mask=m), mask=m)
-'''
+# the kernels (workloads/triton_kernels.py): each compiled twice, *_plain with the plain ptxas and
+# *_hbf through hbfcc-ptxas; prio_hbf (an applypriority.global: instrumented, not admitted) and
+# copy_foreign (plain ptxas: no artifact, no __hb_state) for the launch gate
+KERNELS = {"add_plain": "add", "softmax_plain": "softmax", "matmul_plain": "matmul",
+           "add_hbf": "add", "softmax_hbf": "softmax", "matmul_hbf": "matmul",
+           "prio_hbf": "prio", "copy_foreign": "copy"}
 
 
 def kernels_module(work: Path):
-    src = KERNELS.replace("SFX", "plain") + KERNELS.replace("SFX", "hbf").split("\n", 2)[2] + EXTRA
-    return import_source(work / "tk_runtime_triton.py", src, "tk_runtime_triton")
+    from workloads import triton_kernels
+    return triton_kernels.load(work / "tk_runtime_triton.py", KERNELS)
 
 
 def child(which: str) -> dict:
@@ -359,17 +307,19 @@ def child(which: str) -> dict:
         checks["unregistered_zero"] = after == before and bool(torch.equal(o2, hbf["add"]))
         # wall time of add_hbf with x registered (modeled) vs on the unregistered clone (native path);
         # a torch.cuda._sleep before each launch keeps host-side launch work out of the events
+        def add_hbf_ms(xin) -> float:
+            o3 = torch.empty_like(x)
+            torch.cuda._sleep(1_000_000)
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            K.add_hbf[(triton.cdiv(n, 1024),)](xin, y, o3, n, B=1024)
+            e1.record()
+            torch.cuda.synchronize()
+            return e0.elapsed_time(e1)
         ev = {"registered": [], "unregistered": []}
         for _ in range(3):
             for tag, xin in (("unregistered", x2), ("registered", x)):
-                o3 = torch.empty_like(x)
-                torch.cuda._sleep(1_000_000)
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                K.add_hbf[(triton.cdiv(n, 1024),)](xin, y, o3, n, B=1024)
-                e1.record()
-                torch.cuda.synchronize()
-                ev[tag].append(e0.elapsed_time(e1))
+                ev[tag].append(add_hbf_ms(xin))
         res["add_hbf_ms"] = ev
         ka = s.counters(publish=False)["kernels"]["add_hbf"]
         lo = ka["ops"]["load"]
@@ -379,16 +329,7 @@ def child(which: str) -> dict:
         if which == "fixed":   # diagnostic: the same launch with the device reusing its thermal snapshot for 1 s
             s.set_run_params(thermal_max_age_ns=1_000_000_000)
             d0 = s.counters(publish=False)["kernels"]["add_hbf"]["ops"]["load"]
-            diag = []
-            for _ in range(2):
-                o3 = torch.empty_like(x)
-                torch.cuda._sleep(1_000_000)
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                K.add_hbf[(triton.cdiv(n, 1024),)](x, y, o3, n, B=1024)
-                e1.record()
-                torch.cuda.synchronize()
-                diag.append(e0.elapsed_time(e1))
+            diag = [add_hbf_ms(x) for _ in range(2)]
             d1 = s.counters(publish=False)["kernels"]["add_hbf"]["ops"]["load"]
             res["diag_thermal_age_1s"] = {"ms": diag, "overhead_ns_per_request": (d1["overhead_ns"] - d0["overhead_ns"])
                                           / max(1, d1["requests"] - d0["requests"])}

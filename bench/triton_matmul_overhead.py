@@ -42,41 +42,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from runtime_triton import (import_source, log, module_state, start_hbfd, stop_hbfd,  # noqa: E402
+from runtime_triton import (log, module_state, start_hbfd, stop_hbfd,  # noqa: E402
                             toolchain_env, use_ptxas)
 
-MM = r'''
-@triton.jit
-def mm_SFX(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
-           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BM)
-    num_pid_n = tl.cdiv(N, BN)
-    num_pid_in_group = GM * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GM
-    group_size_m = min(num_pid_m - first_pid_m, GM)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
-    offs_am = (pid_m * BM + tl.arange(0, BM)) % M
-    offs_bn = (pid_n * BN + tl.arange(0, BN)) % N
-    offs_k = tl.arange(0, BK)
-    a_ptrs = a_ptr + (offs_am[:, None] * sam + offs_k[None, :] * sak)
-    b_ptrs = b_ptr + (offs_k[:, None] * sbk + offs_bn[None, :] * sbn)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BK * sak
-        b_ptrs += BK * sbk
-    c = acc.to(c_ptr.dtype.element_ty)
-    offs_cm = pid_m * BM + tl.arange(0, BM)
-    offs_cn = pid_n * BN + tl.arange(0, BN)
-    c_ptrs = c_ptr + scm * offs_cm[:, None] + scn * offs_cn[None, :]
-    c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
-    tl.store(c_ptrs, c, mask=c_mask)
-'''
+# the Triton tutorial's grouped-order matmul (workloads/triton_kernels.py), compiled twice
+KERNELS = {"mm_plain": "matmul_grouped", "mm_hbf": "matmul_grouped"}
 
 # (name, dtype, M, N, K, BM, BN, BK, GM, num_stages, num_warps)
 CASES = [
@@ -110,8 +80,8 @@ def main() -> int:
     import triton
 
     from runtime_cuda.session import triton_artifact
-    src = "import triton, triton.language as tl\n" + MM.replace("SFX", "plain") + MM.replace("SFX", "hbf")
-    K = import_source(work / "tk_mm_overhead.py", src, "tk_mm_overhead")
+    from workloads import triton_kernels
+    K = triton_kernels.load(work / "tk_mm_overhead.py", KERNELS)
     res: dict = {"what": "native overhead of hbfcc instrumentation on Triton matmuls (nothing registered)",
                  "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
                  "command": "python3 bench/triton_matmul_overhead.py" + (f" --reps {a.reps}" if a.reps != 30 else ""),

@@ -27,9 +27,11 @@ NONFLAG_CLASS = 0
 
 @dataclass(frozen=True)
 class FlagRange:
+    """A flag range: [base, base + length), reads counted in class ``klass`` (1..MAX_CLASSES-1).
+    The one record of a flag range: eidola.replay.Replay's device table holds these."""
     base: int
     length: int
-    klass: int
+    klass: int = 1
     name: str = ""
 
 

@@ -1,18 +1,25 @@
 """Eidola host launcher: Write Tracking Table in device memory, replay engines, monitor log,
-flag accounting, and the fused GEMV+AllReduce runner.
+flag ranges and flag accounting.
 
-The device code is eidola/src/hbf_eidola.cuh (primitives), eidola/src/eidola_kernels.cu
-(eidolon kernel, probe, setup kernel, co-runner, C API) and workloads/gemv_allreduce/gemv_allreduce.cu
-(the workload). ``build_library()`` compiles them with nvcc into one shared library that this module
-loads with ctypes (no torch needed).
+The device code is eidola/src/hbf_eidola.cuh (primitives) and eidola/src/eidola_kernels.cu
+(eidolon kernel, probes, setup kernel, co-runner). ``build_module()`` compiles the kernels with
+nvcc into a cubin; everything on the GPU goes through runtime_cuda's CUDA layer
+(runtime_cuda/cudrv.py: the driver API on the device's primary context). A workload (e.g.
+workloads/gemv_allreduce/fused.py) builds its own kernels with :func:`compile_cubin` (eidola's
+include paths), loads them with :meth:`EidolaRuntime.load_module` and hands each launch the
+device state of a :class:`Replay` (``replay.dev.ptr``); eidola itself knows no workload.
 
 Typical use::
 
-    rt = EidolaRuntime.create()                      # builds/loads the library, device 0
-    ev = rt.new_replay(flag_base, flag_bytes, ...)   # state + monitor log + counters
-    ev.register_write(addr, value, 4, wakeup_ns)     # from Python, any order
-    ev.register_from_device(addrs, values, sizes, wakeups)   # through the setup kernel
-    ev.install(engine="virtual")                     # freeze the WTT, upload both indexes
+    rt = EidolaRuntime.create()                      # builds/loads the module, device 0
+    rep = Replay(rt, [FlagRange(flag_base, flag_bytes, 1, "flags")])   # state + monitor log + counters
+    rep.register_write(addr, value, 4, wakeup_ns)    # from Python, any order
+    rep.register_from_device(addrs, values, sizes, wakeups)   # through the setup kernel
+    rep.install(engine="virtual")                    # freeze the WTT, upload both indexes
+
+Flag ranges live here, in the Replay's device state (``flag_ranges``: what the device classifies
+flag loads against). ``Replay.attach(session)`` makes runtime_cuda's ``Session.register_flag_range``
+add to this table (and record the range in hbfd's range table for the run summary).
 """
 from __future__ import annotations
 
@@ -22,69 +29,110 @@ import logging
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from hbfcommon.errors import ConfigError, CudaError, HbfError, ToolchainError
+from hbfcommon.errors import ConfigError, CudaError, ErrorCode, HbfError, RangeError, ToolchainError
 from hbfcommon.fsutil import atomic_output
-from eidola.accounting import COUNTERS, MAX_CLASSES, summarize
+from eidola.accounting import COUNTERS, MAX_CLASSES, FlagClassifier, FlagRange, summarize
 from eidola.trace import Trace
 from eidola.wtt import FrozenWtt, WriteTrackingTable
 
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = (ROOT / "eidola/src/eidola_kernels.cu", ROOT / "workloads/gemv_allreduce/gemv_allreduce.cu")
-HEADERS = (ROOT / "eidola/src/hbf_eidola.cuh",)
+SRC_DIR = ROOT / "eidola" / "src"
+SOURCE = SRC_DIR / "eidola_kernels.cu"
+# what an eidola-aware kernel includes: hbf_eidola.cuh (eidola/src), hbf_ptx.cuh (runtime_cuda/src),
+# the ABI headers (runtime_cuda/include)
+INCLUDE_DIRS = (ROOT / "runtime_cuda" / "include", ROOT / "runtime_cuda" / "src", SRC_DIR)
+HEADERS = (SRC_DIR / "hbf_eidola.cuh", ROOT / "runtime_cuda" / "src" / "hbf_ptx.cuh")
 ARCH = "sm_90a"
+BUILD_DIR = ROOT / "build" / "eidola"
 
 ENGINE_REAL, ENGINE_VIRT = 0, 1
 ENGINES = {"real": ENGINE_REAL, "eidolon": ENGINE_REAL, "virtual": ENGINE_VIRT, "virtual_paced": ENGINE_VIRT,
            "native": ENGINE_REAL}   # native: flags already in memory before launch, no replay at all
 MON_MODES = {"off": 0, "spin": 0, "mesa": 1, "hoare": 2}
-WAIT_MODES = {"spin": 0, "mesa": 1, "hoare": 2}
 # engine (a) eidolon: the enactment store's kind and the kernel layout (eidola_kernels.cu)
 STORE_KINDS = {"relaxed.sys": 0, "relaxed.gpu": 1, "release.gpu": 2, "release.sys": 3, "volatile": 4}
 EIDOLON_LAYOUTS = {"lane": 0, "warp": 1, "lane_late": 2, "warp_burst": 3}
-# timing-lab probe loads (hbf_eidola_tprobe)
+# timing-lab probe loads (hbf_eidola_tprobe_*)
 PROBE_LOADS = {"acquire.sys": 0, "relaxed.gpu": 1, "volatile": 2, "acquire.gpu": 3}
 FAIL_NAMES = {1: "TIMEOUT", 2: "MONITOR_LOG_FULL", 3: "NEVER_WAKES", 4: "STAGING_FULL", 5: "BAD_SIZE"}
 LAYOUT_VERSION = 1
+MAX_FLAG_RANGES = 8          # HBF_EIDOLA_MAX_FLAG_RANGES: the device state's table
+FlagRegion = FlagRange       # the one flag-range record (eidola.accounting); the old name stays
+
+
+def eidolon_kernel(store: int, layout: int) -> str:
+    """Name of the engine-(a) kernel for a store kind / layout index (eidola_kernels.cu)."""
+    return f"hbf_eidolon_s{int(store)}_l{int(layout)}"
+
+
+def tprobe_kernel(load: int, pipelined: bool) -> str:
+    return f"hbf_eidola_tprobe_k{int(load)}_p{int(bool(pipelined))}"
+
+
+KERNELS = (("hbf_eidola_timer_probe", "hbf_eidola_probe", "hbf_eidola_probe_min", "hbf_eidola_setup",
+            "hbf_eidola_corunner")
+           + tuple(eidolon_kernel(s, lay) for s in STORE_KINDS.values() for lay in EIDOLON_LAYOUTS.values())
+           + tuple(tprobe_kernel(k, p) for k in PROBE_LOADS.values() for p in (0, 1)))
+LAYOUT_GLOBAL = "hbf_eidola_layout"           # HBF_EIDOLA_LAYOUT_VALUES
+DEFAULTS_GLOBAL = "hbf_eidolon_defaults"      # {store kind, layout}
+EIDOLA_STATE_GLOBAL = "__hb_eidola_state"    # hbfcc.passes.flags.STATE_GLOBAL (the eidola helper PTX)
 
 
 class EidolaDeviceFailure(HbfError):
     """A device-side eidola failure (timeout, monitor log full, a wait that can never wake)."""
 
 
-def build_library(out_dir: str | os.PathLike | None = None, *, nvcc: str | None = None,
-                  arch: str = ARCH) -> Path:
-    """Compile the eidola sources into ``libhbfeidola.so`` (cached by source hash)."""
+# ================================================================================================
+# Building (nvcc -cubin, cached by content)
+# ================================================================================================
+def compile_cubin(source: str | os.PathLike, *, name: str, depends: Iterable[str | os.PathLike] = (),
+                  out_dir: str | os.PathLike | None = None, arch: str = ARCH, defines: Sequence[str] = (),
+                  include_dirs: Sequence[str | os.PathLike] = (), nvcc: str | None = None) -> Path:
+    """Compile one CUDA source into a cubin with eidola's include paths (:data:`INCLUDE_DIRS`, after
+    ``include_dirs``), cached by the content of the source, ``depends`` and eidola's headers and by
+    the command line. Used for eidola's own kernels and by workloads for theirs."""
     nvcc = nvcc or shutil.which("nvcc")
     if not nvcc:
-        raise ToolchainError("nvcc not found: cannot build the eidola library", argv=["nvcc"])
-    h = hashlib.sha256(arch.encode())
-    for p in SOURCES + HEADERS:
-        h.update(p.read_bytes())
-    out = Path(out_dir) if out_dir else ROOT / "build" / "eidola"
-    out.mkdir(parents=True, exist_ok=True)
-    lib = out / f"libhbfeidola-{h.hexdigest()[:12]}.so"
-    if lib.exists():
-        return lib
-    with atomic_output(lib) as tmp:
-        argv = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC",
-                f"-I{ROOT / 'runtime_cuda/include'}", f"-I{ROOT / 'runtime_cuda/src'}", f"-I{ROOT / 'eidola/src'}",
-                "-o", str(tmp), *map(str, SOURCES)]
+        raise ToolchainError("nvcc not found: cannot build an eidola module", argv=["nvcc"], source=str(source))
+    src = Path(source)
+    incs = [Path(d) for d in include_dirs] + list(INCLUDE_DIRS)
+    flags = ["-std=c++17", "-O3", f"-arch={arch}", "-cubin", *(f"-D{d}" for d in defines),
+             *(f"-I{d}" for d in incs)]
+    h = hashlib.sha256("\0".join(flags).encode())
+    for p in (src, *map(Path, depends), *HEADERS):
+        try:
+            h.update(p.read_bytes())
+        except OSError as e:
+            raise ConfigError("cannot read a source of the module", path=str(p), error=str(e)) from e
+    out = Path(out_dir) if out_dir else BUILD_DIR
+    cubin = out / f"{name}-{arch}-{h.hexdigest()[:12]}.cubin"
+    if cubin.exists():
+        return cubin
+    with atomic_output(cubin) as tmp:
+        argv = [nvcc, *flags, "-o", str(tmp), str(src)]
         r = subprocess.run(argv, capture_output=True, text=True)
         if r.returncode != 0:
-            raise ToolchainError("nvcc failed building the eidola library", argv=argv,
-                                 returncode=r.returncode, stderr=r.stderr)
-    return lib
+            raise ToolchainError(f"nvcc failed building {name}", argv=argv, returncode=r.returncode,
+                                 stderr=r.stderr)
+    return cubin
 
 
-class _FlagRange(ctypes.Structure):
+def build_module(out_dir: str | os.PathLike | None = None, *, nvcc: str | None = None, arch: str = ARCH) -> Path:
+    """eidola's kernels (eidola/src/eidola_kernels.cu) as a cubin."""
+    return compile_cubin(SOURCE, name="hbfeidola", out_dir=out_dir, arch=arch, nvcc=nvcc)
+
+
+# ================================================================================================
+# Host mirrors
+# ================================================================================================
+class _FlagRangeC(ctypes.Structure):
     _fields_ = [("base", ctypes.c_uint64), ("length", ctypes.c_uint64), ("klass", ctypes.c_uint32),
                 ("reserved0", ctypes.c_uint32), ("reserved1", ctypes.c_uint64)]
 
@@ -93,14 +141,14 @@ _U64 = ctypes.c_uint64
 
 
 class StateMirror(ctypes.Structure):
-    """Mirror of hbf_eidola_state (checked against the library's hbe_layout())."""
+    """Mirror of hbf_eidola_state (checked against HBF_EIDOLA_LAYOUT_VALUES)."""
 
     _fields_ = ([("t0", _U64), ("failure", _U64), ("eidolon_done", _U64), ("vd_base", _U64),
                  ("engine", ctypes.c_uint32), ("mon_mode", ctypes.c_uint32),
                  ("vload_paced", ctypes.c_uint32), ("n_flag_ranges", ctypes.c_uint32),
                  ("lag_ns", ctypes.c_int64), ("timeout_ns", _U64),
                  ("sleep_ns", ctypes.c_uint32), ("reserved1", ctypes.c_uint32),
-                 ("flag_ranges", _FlagRange * 8)]
+                 ("flag_ranges", _FlagRangeC * MAX_FLAG_RANGES)]
                 + [(n, _U64) for n in ("n_entries", "t_addr", "t_value", "t_size", "t_wakeup",
                                        "t_enacted", "n_vaddr", "v_addr", "v_begin", "v_time",
                                        "v_value", "v_init", "mon_base", "mon_slots", "mon", "wake",
@@ -108,139 +156,238 @@ class StateMirror(ctypes.Structure):
                                        "s_count", "s_cap", "ctr", "arm", "n_arm", "vd_n", "vd_idx")])
 
 
-class GarParams(ctypes.Structure):
-    """Mirror of gar_params (workloads/gemv_allreduce/gemv_allreduce.cu)."""
-
-    _fields_ = ([(n, _U64) for n in ("A", "x", "y", "recv", "flags", "peer_recv", "peer_flags",
-                                     "sink_data", "sink_flags", "marks", "seen", "polls", "release",
-                                     "st")]
-                + [(n, ctypes.c_int32) for n in ("rank", "n_gpus", "M", "Kl", "tiles", "tile_rows")]
-                + [("seq", ctypes.c_uint32)]
-                + [(n, ctypes.c_int32) for n in ("eidola", "wait_mode", "reserved")])
+MON_ENTRY_BYTES = 64
 
 
-class Lib:
-    """ctypes binding of libhbfeidola.so."""
+def layout_mirror() -> list[int]:
+    """The values HBF_EIDOLA_LAYOUT_VALUES must have, from the Python mirror."""
+    return [ctypes.sizeof(StateMirror), LAYOUT_VERSION, StateMirror.t0.offset, StateMirror.engine.offset,
+            StateMirror.lag_ns.offset, StateMirror.flag_ranges.offset, StateMirror.n_entries.offset,
+            StateMirror.n_vaddr.offset, StateMirror.mon_base.offset, StateMirror.s_addr.offset,
+            StateMirror.ctr.offset, MON_ENTRY_BYTES]
 
-    def __init__(self, path: Path) -> None:
-        # The eidolon kernel and the target run concurrently and wait on each other. With CUDA's
-        # lazy module loading (the default since 12.x) the first launch of a kernel may wait for
-        # running kernels to finish (measured on the H200: the first eidolon + probe pair hung
-        # until the 2 s device timeout), so load every kernel at context creation.
-        os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
-        self.path = Path(path)
-        self.so = ctypes.CDLL(str(path))
-        so = self.so
-        so.hbe_last_error.restype = ctypes.c_char_p
-        vp, u64, i32, u32 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint32
-        sig = {
-            "hbe_layout": [ctypes.POINTER(u64), i32],
-            "hbe_device_count": [ctypes.POINTER(i32)], "hbe_set_device": [i32],
-            "hbe_sm_count": [i32, ctypes.POINTER(i32)],
-            "hbe_malloc": [ctypes.POINTER(vp), ctypes.c_size_t], "hbe_free": [vp],
-            "hbe_h2d": [vp, vp, ctypes.c_size_t], "hbe_d2h": [vp, vp, ctypes.c_size_t],
-            "hbe_d2d": [vp, vp, ctypes.c_size_t], "hbe_memset": [vp, i32, ctypes.c_size_t],
-            "hbe_sync": [], "hbe_peer_enable": [i32, i32],
-            "hbe_stream_create": [ctypes.POINTER(vp)], "hbe_stream_sync": [vp], "hbe_stream_destroy": [vp],
-            "hbe_launch_eidolon": [vp, i32, i32, i32, vp],
-            "hbe_launch_eidolon_cfg": [vp, i32, i32, i32, i32, i32, vp],
-            "hbe_eidolon_defaults": [ctypes.POINTER(i32), ctypes.POINTER(i32)],
-            "hbe_launch_timer_probe": [vp, u32, u64, vp, vp],
-            "hbe_launch_tprobe": [vp, vp, vp, vp, u64, ctypes.c_int64, u32, vp, vp, vp, i32, i32, i32, vp],
-            "hbe_launch_probe": [vp, vp, vp, u64, vp, vp, u32, vp],
-            "hbe_launch_setup": [vp, vp, vp, vp, vp, u64, vp],
-            "hbe_launch_probe_min": [vp, vp, vp, u64, vp, u32, vp],
-            "hbe_launch_corunner": [vp, u64, vp, i32, i32, vp],
-            "gar_params_size": [], "gar_launch": [ctypes.POINTER(GarParams), i32, vp],
-            "gar_fill": [vp, u64, u64, vp],
-            "gar_partials": [vp, vp, vp, i32, i32, i32, i32, i32, i32, vp],
-        }
-        for name, args in sig.items():
-            f = getattr(so, name)
-            f.argtypes = args
-            f.restype = ctypes.c_int
-        self._check_layout()
 
-    def _check_layout(self) -> None:
-        out = (ctypes.c_uint64 * 16)()
-        self.so.hbe_layout(out, 16)
-        got = list(out)[:12]
-        want = [ctypes.sizeof(StateMirror), LAYOUT_VERSION, StateMirror.t0.offset, StateMirror.engine.offset,
-                StateMirror.lag_ns.offset, StateMirror.flag_ranges.offset, StateMirror.n_entries.offset,
-                StateMirror.n_vaddr.offset, StateMirror.mon_base.offset, StateMirror.s_addr.offset,
-                StateMirror.ctr.offset, 64]
-        if got != want:
-            raise CudaError("hbf_eidola_state layout mismatch between library and Python mirror",
-                            library=got, mirror=want)
-        if self.so.gar_params_size() != ctypes.sizeof(GarParams):
-            raise CudaError("gar_params layout mismatch", library=self.so.gar_params_size(),
-                            mirror=ctypes.sizeof(GarParams))
+def check_layout(device_values: Sequence[int], what: str) -> None:
+    got, want = [int(v) for v in device_values], layout_mirror()
+    if got != want:
+        raise CudaError(f"hbf_eidola_state layout mismatch between {what} and the Python mirror",
+                        device=got, mirror=want)
+
+
+def read_module_u64s(module: Any, name: str, n: int) -> list[int]:
+    """``n`` u64 of a module global (cuModuleGetGlobal + a copy); CudaError when it is missing."""
+    from runtime_cuda import cudrv
+    g = cudrv.module_global(module, name)
+    if g is None or g[1] < 8 * n:
+        raise CudaError(f"module has no {name}[{n}] global", name=name, found=None if g is None else g[1])
+    out = (ctypes.c_uint64 * n)()
+    cudrv.dtoh(out, g[0], 8 * n)
+    return list(out)
+
+
+# ================================================================================================
+# Device runtime: context, modules, buffers, streams (all through runtime_cuda.cudrv)
+# ================================================================================================
+class LoadedModule:
+    """A cubin loaded into a runtime's context, its kernels loaded eagerly."""
+
+    def __init__(self, rt: "EidolaRuntime", path: Path, kernels: Sequence[str]) -> None:
+        from runtime_cuda import cudrv
+        self.rt, self.path = rt, Path(path)
+        rt.activate()
+        try:
+            image = self.path.read_bytes()
+        except OSError as e:
+            raise ConfigError("cannot read the module", path=str(path), error=str(e)) from e
+        self.handle = cudrv.module_load_data(image)
+        self.functions = cudrv.module_functions(self.handle, kernels)
+
+    def function(self, name: str):
+        try:
+            return self.functions[name]
+        except KeyError:
+            raise ConfigError("kernel not loaded from this module", kernel=name, module=str(self.path),
+                              loaded=sorted(self.functions)) from None
+
+    def launch(self, name: str, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], *,
+               shared: int = 0, stream: int = 0) -> None:
+        """Launch kernel ``name`` (args: ctypes values of its parameter types). Dynamic shared
+        memory above 48 KiB is allowed for the kernel first."""
+        from runtime_cuda import cudrv
+        fn = self.function(name)
+        self.rt.activate()
+        if shared > 48 * 1024:
+            cudrv.func_set_max_dynamic_shared(fn, shared)
+        cudrv.launch(fn, grid, block, args, shared=shared, stream=stream)
+
+    def u64s(self, name: str, n: int) -> list[int]:
+        self.rt.activate()
+        return read_module_u64s(self.handle, name, n)
+
+
+_P = ctypes.c_uint64   # a device pointer parameter
+
+
+class EidolaKernels:
+    """eidola's device module in one runtime's context, with a launcher per kernel."""
+
+    def __init__(self, module: LoadedModule) -> None:
+        self.module = module
+        check_layout(module.u64s(LAYOUT_GLOBAL, len(layout_mirror())), f"the module {module.path.name}")
+        d = module.u64s(DEFAULTS_GLOBAL, 1)[0]   # two u32: store kind (low), layout (high)
+        sk, lay = d & 0xFFFFFFFF, d >> 32
+        self._defaults = {"store": {v: k for k, v in STORE_KINDS.items()}[sk],
+                          "layout": {v: k for k, v in EIDOLON_LAYOUTS.items()}[lay]}
 
     def eidolon_defaults(self) -> dict[str, str]:
         """The eidolon store kind and layout compiled in as defaults (chosen by E0)."""
-        sk, lay = ctypes.c_int(), ctypes.c_int()
-        self.so.hbe_eidolon_defaults(ctypes.byref(sk), ctypes.byref(lay))
-        return {"store": {v: k for k, v in STORE_KINDS.items()}[sk.value],
-                "layout": {v: k for k, v in EIDOLON_LAYOUTS.items()}[lay.value]}
+        return dict(self._defaults)
 
-    def call(self, name: str, *args) -> None:
-        rc = getattr(self.so, name)(*args)
-        if rc != 0:
-            msg = self.so.hbe_last_error().decode(errors="replace")
-            raise CudaError(f"{name} failed: {msg or rc}", rc=rc)
+    def eidolon(self, st: int, *, blocks: int, threads: int, smem_bytes: int = -1, store: str | None = None,
+                layout: str | None = None, stream: int = 0) -> None:
+        """Engine (a). smem_bytes < 0: the opt-in maximum, so that no other block (which needs at
+        least the 1 KB the system reserves per block) fits beside an eidolon block: its SM is reserved."""
+        sk, lay = eidolon_config(store, layout, self._defaults)
+        if threads < 32 or threads % 32 or blocks < 1:
+            raise ConfigError("eidolon launch needs blocks >= 1 and a multiple of 32 threads",
+                              blocks=blocks, threads=threads)
+        smem = self.module.rt.smem_optin if smem_bytes < 0 else int(smem_bytes)
+        self.module.launch(eidolon_kernel(sk, lay), (blocks,), (threads,), [_P(st)], shared=smem, stream=stream)
+
+    def timer_probe(self, changes: int, max_changes: int, iters: int, summary: int, *, stream: int = 0) -> None:
+        self.module.launch("hbf_eidola_timer_probe", (1,), (32,),
+                           [_P(changes), ctypes.c_uint32(max_changes), ctypes.c_uint64(iters), _P(summary)],
+                           stream=stream)
+
+    def tprobe(self, st: int, addrs: int, expect: int, wake: int, n: int, *, pre_ns: int, stagger: bool,
+               scratch: int, rec: int, meta: int, pollers: int, load: str, pipelined: bool,
+               stream: int = 0) -> None:
+        """Timing-lab probe: ``pollers`` blocks (one polling thread each), load kind ``load``."""
+        self.module.launch(tprobe_config(load, pollers, pipelined), (pollers,), (32,),
+                           [_P(st), _P(addrs), _P(expect), _P(wake), ctypes.c_uint64(n), ctypes.c_int64(pre_ns),
+                            ctypes.c_uint32(int(bool(stagger))), _P(scratch), _P(rec), _P(meta)], stream=stream)
+
+    def probe(self, st: int, addrs: int, expect: int, n: int, seen: int, polls: int, streams: int, *,
+              stream: int = 0) -> None:
+        if streams < 1:
+            raise ConfigError("probe needs streams >= 1", streams=streams)
+        threads = min(streams, 128)
+        self.module.launch("hbf_eidola_probe", (-(-streams // threads),), (threads,),
+                           [_P(st), _P(addrs), _P(expect), ctypes.c_uint64(n), _P(seen), _P(polls),
+                            ctypes.c_uint32(streams)], stream=stream)
+
+    def probe_min(self, st: int, addrs: int, expect: int, n: int, seen: int, replicas: int, *,
+                  stream: int = 0) -> None:
+        self.module.launch("hbf_eidola_probe_min", (replicas,), (32,),
+                           [_P(st), _P(addrs), _P(expect), ctypes.c_uint64(n), _P(seen)], stream=stream)
+
+    def setup(self, st: int, addr: int, value: int, size: int, wakeup: int, n: int, *, stream: int = 0) -> None:
+        self.module.launch("hbf_eidola_setup", (64,), (128,),
+                           [_P(st), _P(addr), _P(value), _P(size), _P(wakeup), ctypes.c_uint64(n)], stream=stream)
+
+    def corunner(self, out: int, iters: int, span: int, *, blocks: int, threads: int, stream: int = 0) -> None:
+        self.module.launch("hbf_eidola_corunner", (blocks,), (threads,),
+                           [_P(out), ctypes.c_uint64(iters), _P(span)], stream=stream)
+
+
+def eidolon_config(store: str | None, layout: str | None, defaults: dict[str, str]) -> tuple[int, int]:
+    """(store kind, layout) indexes of an eidolon launch; None takes the module's default."""
+    store = defaults["store"] if store is None else store
+    layout = defaults["layout"] if layout is None else layout
+    if store not in STORE_KINDS:
+        raise ConfigError("unknown eidolon store kind", value=store, known=sorted(STORE_KINDS))
+    if layout not in EIDOLON_LAYOUTS:
+        raise ConfigError("unknown eidolon layout", value=layout, known=sorted(EIDOLON_LAYOUTS))
+    return STORE_KINDS[store], EIDOLON_LAYOUTS[layout]
+
+
+def tprobe_config(load: str, pollers: int, pipelined: bool) -> str:
+    """The timing-lab probe kernel for a load kind (PROBE_LOADS) and dependent/pipelined polling."""
+    if load not in PROBE_LOADS:
+        raise ConfigError("tprobe: unknown load kind", load=load, known=sorted(PROBE_LOADS))
+    if pollers < 1:
+        raise ConfigError("tprobe: pollers must be >= 1", pollers=pollers)
+    return tprobe_kernel(PROBE_LOADS[load], pipelined)
 
 
 class DeviceBuffer:
-    def __init__(self, lib: Lib, nbytes: int, *, zero: bool = True) -> None:
-        self.lib = lib
+    def __init__(self, rt: "EidolaRuntime", nbytes: int, *, zero: bool = True) -> None:
+        from runtime_cuda import cudrv
+        self.rt, self._cu = rt, cudrv
         self.nbytes = max(int(nbytes), 8)
-        p = ctypes.c_void_p()
-        lib.call("hbe_malloc", ctypes.byref(p), self.nbytes)
-        self.ptr = int(p.value)
+        rt.activate()
+        self.ptr = cudrv.mem_alloc(self.nbytes)
         if zero:
             self.fill(0)
 
     def fill(self, byte: int) -> None:
-        self.lib.call("hbe_memset", ctypes.c_void_p(self.ptr), byte, self.nbytes)
+        self.rt.activate()
+        self._cu.memset_d8(self.ptr, byte, self.nbytes)
 
     def upload(self, arr: np.ndarray, offset: int = 0) -> None:
         a = np.ascontiguousarray(arr)
         if a.nbytes + offset > self.nbytes:
             raise ConfigError("upload larger than the buffer", nbytes=a.nbytes, capacity=self.nbytes)
         if a.nbytes:
-            self.lib.call("hbe_h2d", ctypes.c_void_p(self.ptr + offset), a.ctypes.data_as(ctypes.c_void_p), a.nbytes)
+            self.rt.activate()
+            self._cu.htod(self.ptr + offset, a.ctypes.data, a.nbytes)
 
     def download(self, dtype, count: int | None = None, offset: int = 0) -> np.ndarray:
         dt = np.dtype(dtype)
         n = (self.nbytes - offset) // dt.itemsize if count is None else int(count)
         out = np.empty(n, dt)
         if out.nbytes:
-            self.lib.call("hbe_d2h", out.ctypes.data_as(ctypes.c_void_p), ctypes.c_void_p(self.ptr + offset), out.nbytes)
+            self.rt.activate()
+            self._cu.dtoh(out.ctypes.data, self.ptr + offset, out.nbytes)
         return out
 
     def free(self) -> None:
         if self.ptr:
-            self.lib.call("hbe_free", ctypes.c_void_p(self.ptr))
+            self.rt.activate()
+            self._cu.mem_free(self.ptr)
             self.ptr = 0
 
 
 class EidolaRuntime:
-    def __init__(self, lib: Lib, device: int = 0) -> None:
-        self.lib = lib
-        self.device = device
-        lib.call("hbe_set_device", device)
-        n = ctypes.c_int()
-        lib.call("hbe_sm_count", device, ctypes.byref(n))
-        self.sm_count = int(n.value)
+    """One device's primary context: eidola's kernels, buffers, streams (runtime_cuda.cudrv)."""
+
+    def __init__(self, device: int = 0, module: str | os.PathLike | None = None) -> None:
+        # The eidolon kernel and the target run concurrently and wait on each other. With CUDA's
+        # lazy module loading (the default since 12.x) the first launch of a kernel may wait for
+        # running kernels to finish (measured on the H200: the first eidolon + probe pair hung
+        # until the 2 s device timeout): load every kernel when its module loads (eager loading
+        # for a process that starts CUDA here, cuFuncLoad per kernel in any case).
+        os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+        from runtime_cuda import cudrv
+        self._cu = cudrv
+        self.device = int(device)
+        self.dev, self.context = cudrv.init_context(self.device)
+        self.sm_count = cudrv.device_attr(self.dev, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+        self.smem_optin = cudrv.device_attr(self.dev, "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+        self._modules: dict[tuple[str, tuple[str, ...]], LoadedModule] = {}
         self._bufs: list[DeviceBuffer] = []
+        self.module_path = Path(module) if module else build_module()
+        self.kernels = EidolaKernels(self.load_module(self.module_path, KERNELS))
         self.streams = [self.stream() for _ in range(2)]
 
     @classmethod
-    def create(cls, device: int = 0, lib_path: str | os.PathLike | None = None) -> "EidolaRuntime":
-        return cls(Lib(Path(lib_path) if lib_path else build_library()), device)
+    def create(cls, device: int = 0, module: str | os.PathLike | None = None) -> "EidolaRuntime":
+        return cls(device, module)
+
+    def activate(self) -> None:
+        """Make this runtime's context current (every call below does it first)."""
+        self._cu.ctx_set_current(self.context)
+
+    def load_module(self, path: str | os.PathLike, kernels: Sequence[str]) -> LoadedModule:
+        """A cubin loaded into this context (once per path and kernel list)."""
+        key = (str(Path(path).resolve()), tuple(kernels))
+        m = self._modules.get(key)
+        if m is None:
+            m = self._modules[key] = LoadedModule(self, Path(path), kernels)
+        return m
 
     def alloc(self, nbytes: int, zero: bool = True) -> DeviceBuffer:
-        b = DeviceBuffer(self.lib, nbytes, zero=zero)
+        b = DeviceBuffer(self, nbytes, zero=zero)
         self._bufs.append(b)
         return b
 
@@ -251,12 +398,18 @@ class EidolaRuntime:
         return b
 
     def stream(self) -> int:
-        s = ctypes.c_void_p()
-        self.lib.call("hbe_stream_create", ctypes.byref(s))
-        return int(s.value)
+        """A non-blocking stream (its handle)."""
+        self.activate()
+        return self._cu.stream_create(non_blocking=True)
 
     def sync(self) -> None:
-        self.lib.call("hbe_sync")
+        self.activate()
+        self._cu.ctx_synchronize()
+
+    def enable_peer(self, peer: "EidolaRuntime") -> None:
+        """Let kernels of this runtime's device access ``peer``'s memory."""
+        self.activate()
+        self._cu.enable_peer_access(self.dev, peer.dev, peer.context)
 
     def close(self) -> None:
         for b in self._bufs:
@@ -264,17 +417,9 @@ class EidolaRuntime:
         self._bufs.clear()
 
 
-@dataclass(frozen=True)
-class FlagRegion:
-    base: int
-    nbytes: int
-    klass: int = 1
-    name: str = "flags"
-
-
-EIDOLA_STATE_GLOBAL = "__hb_eidola_state"    # hbfcc.passes.flags.STATE_GLOBAL (the eidola helper PTX)
-
-
+# ================================================================================================
+# Replay: one target's state
+# ================================================================================================
 def bind_module_state(module: Any, replay: "Replay | None") -> bool:
     """Point a flags-pass module's ``__hb_eidola_state`` at ``replay``'s device state (``None``:
     detach: flag loads read memory, nothing counted), the way Session.bind_module points
@@ -288,41 +433,83 @@ def bind_module_state(module: Any, replay: "Replay | None") -> bool:
     return True
 
 
+def check_flag_ranges(ranges: Sequence[FlagRange]) -> tuple[FlagRange, ...]:
+    """The device table's rules: at most MAX_FLAG_RANGES; FlagClassifier's (128-byte aligned, class
+    in [1, MAX_CLASSES), nonzero, no overlap). Returns them sorted by base."""
+    if len(ranges) > MAX_FLAG_RANGES:
+        raise RangeError(f"at most {MAX_FLAG_RANGES} flag ranges", code=ErrorCode.RANGE_TABLE_FULL,
+                         got=len(ranges))
+    return FlagClassifier(ranges).ranges
+
+
+class FlagTable:
+    """The flag ranges of one eidola state (``hbf_eidola_state.flag_ranges``, what the device
+    classifies flag loads against): THE flag-range registry. A :class:`Replay` owns one (filled from
+    its ``flags``); runtime_cuda's ``Session.register_flag_range`` adds to it once it is attached
+    (``Replay.attach(session)``). Every change is written into the host mirror ``host`` and handed
+    to ``on_change`` (the Replay uploads the state)."""
+
+    def __init__(self, host: StateMirror, ranges: Sequence[FlagRange] = (), on_change: Any = None) -> None:
+        self.host = host
+        self.on_change = on_change      # called after every change (the Replay uploads its state)
+        self._ranges = check_flag_ranges(list(ranges))
+        self._write()
+
+    def flag_ranges(self) -> tuple[FlagRange, ...]:
+        return self._ranges
+
+    def add_flag_range(self, base: int, length: int, klass: int = 1, name: str = "") -> FlagRange:
+        """Add a range (checked: :func:`check_flag_ranges`; nothing changes when it is refused)."""
+        f = FlagRange(int(base), int(length), int(klass), name)
+        self._ranges = check_flag_ranges([*self._ranges, f])
+        self._write()
+        return f
+
+    def remove_flag_range(self, base: int) -> None:
+        keep = [f for f in self._ranges if f.base != int(base)]
+        if len(keep) == len(self._ranges):
+            raise RangeError("no flag range at this base", code=ErrorCode.RANGE_NOT_FOUND, base=hex(int(base)))
+        self._ranges = tuple(keep)
+        self._write()
+
+    def class_names(self) -> dict[int, str]:
+        return FlagClassifier(self._ranges).class_names()
+
+    def _write(self) -> None:
+        h = self.host
+        for i in range(MAX_FLAG_RANGES):
+            h.flag_ranges[i].base = h.flag_ranges[i].length = h.flag_ranges[i].klass = 0
+        for i, f in enumerate(self._ranges):
+            h.flag_ranges[i].base, h.flag_ranges[i].length, h.flag_ranges[i].klass = f.base, f.length, f.klass
+        h.n_flag_ranges = len(self._ranges)
+        if self.on_change is not None:
+            self.on_change()
+
+
 class Replay:
-    """One target's eidola state: WTT (both indexes), monitor log, wake words, counters."""
+    """One target's eidola state: WTT (both indexes), monitor log, wake words, counters, and the
+    flag-range table the device classifies flag loads against."""
 
-    def bind_module(self, module: Any) -> bool:
-        """Bind a module built with hbfcc's flags pass to this replay (see :func:`bind_module_state`)."""
-        return bind_module_state(module, self)
-
-    def __init__(self, rt: EidolaRuntime, flags: Sequence[FlagRegion], *, monitor: FlagRegion | None = None,
+    def __init__(self, rt: EidolaRuntime, flags: Sequence[FlagRange] = (), *, monitor: FlagRange | None = None,
                  n_wake: int = 1 << 14, staging: int = 1 << 16, timeout_ns: int = 2_000_000_000,
                  arm_slots: int = 0) -> None:
-        if len(flags) > 8:
-            raise ConfigError("at most 8 flag ranges", got=len(flags))
-        for f in flags:
-            if f.base % 128:
-                raise ConfigError("flag ranges must be 128-byte aligned", base=hex(f.base))
-            if not 1 <= f.klass < MAX_CLASSES:
-                raise ConfigError("flag class out of range", klass=f.klass)
-        self.rt, self.lib = rt, rt.lib
-        self.flags = tuple(flags)
+        self.rt = rt
         self.host = StateMirror()
+        self.flag_table = FlagTable(self.host, flags)   # pushed with the whole state below
         self.dev = rt.alloc(ctypes.sizeof(StateMirror))
         self.ctr = rt.alloc(MAX_CLASSES * len(COUNTERS) * 8)
         self.wtt = WriteTrackingTable()
         self.frozen: FrozenWtt | None = None
+        self.session: Any = None
         h = self.host
         h.t0 = (1 << 64) - 1
         h.timeout_ns = timeout_ns
         h.sleep_ns = 64
-        h.n_flag_ranges = len(flags)
-        for i, f in enumerate(flags):
-            h.flag_ranges[i].base, h.flag_ranges[i].length, h.flag_ranges[i].klass = f.base, f.nbytes, f.klass
         mon = monitor or (flags[0] if flags else None)
+        self.mon = None
         if mon is not None:
-            slots = mon.nbytes // 4
-            self.mon = rt.alloc(slots * 64)
+            slots = mon.length // 4
+            self.mon = rt.alloc(slots * MON_ENTRY_BYTES)
             h.mon_base, h.mon_slots, h.mon = mon.base, slots, self.mon.ptr
         self.wake = rt.alloc(n_wake * 4)
         h.wake, h.n_wake = self.wake.ptr, n_wake
@@ -335,7 +522,30 @@ class Replay:
             self.arm = rt.alloc(arm_slots * 48)
             h.arm, h.n_arm = self.arm.ptr, arm_slots
         self._tables: list[DeviceBuffer] = []
+        self.flag_table.on_change = self.push
         self.push()
+
+    # -- flag ranges ------------------------------------------------------------------------------
+    @property
+    def flags(self) -> tuple[FlagRange, ...]:
+        return self.flag_table.flag_ranges()
+
+    def add_flag_range(self, base: int, length: int, klass: int = 1, name: str = "") -> FlagRange:
+        return self.flag_table.add_flag_range(base, length, klass, name)
+
+    def remove_flag_range(self, base: int) -> None:
+        self.flag_table.remove_flag_range(base)
+
+    def attach(self, session: Any) -> "Replay":
+        """Make this Replay the flag table of a runtime_cuda Session: ``session.register_flag_range``
+        then adds to it (and hbfd's range table records each range for the summary)."""
+        session.attach_flag_table(self.flag_table)
+        self.session = session
+        return self
+
+    def bind_module(self, module: Any) -> bool:
+        """Bind a module built with hbfcc's flags pass to this replay (see :func:`bind_module_state`)."""
+        return bind_module_state(module, self)
 
     # -- registration ---------------------------------------------------------------------------
     def register_write(self, addr: int, value: int, size: int, wakeup_ns: int, *, src: int = -1) -> None:
@@ -361,8 +571,7 @@ class Replay:
         self.s_count.fill(0)
         self.push()
         self.rt.sync()
-        self.lib.call("hbe_launch_setup", ctypes.c_void_p(self.dev.ptr), *(ctypes.c_void_p(b.ptr) for b in bufs),
-                      n, ctypes.c_void_p(self.rt.streams[0]))
+        self.rt.kernels.setup(self.dev.ptr, *(b.ptr for b in bufs), n, stream=self.rt.streams[0])
         self.rt.sync()
         self.pull()
         self._raise_failure("setup kernel")
@@ -441,7 +650,7 @@ class Replay:
         if counters:
             self.ctr.fill(0)
         self.wake.fill(0)
-        if getattr(self, "mon", None) is not None:
+        if self.mon is not None:
             self.mon.fill(0)
         self.rt.sync()   # memsets are asynchronous; the next launches run on non-blocking streams
 
@@ -450,17 +659,10 @@ class Replay:
         """Engine (a): the persistent eidolon kernel. Each block asks the opt-in maximum of shared
         memory (smem_bytes=-1), so no target block fits beside it: its SM is reserved.
         ``store`` (STORE_KINDS) and ``layout`` (EIDOLON_LAYOUTS) default to the configuration
-        E0 chose (the library's hbe_eidolon_defaults)."""
-        if store is not None and store not in STORE_KINDS:
-            raise ConfigError("unknown eidolon store kind", value=store, known=sorted(STORE_KINDS))
-        if layout is not None and layout not in EIDOLON_LAYOUTS:
-            raise ConfigError("unknown eidolon layout", value=layout, known=sorted(EIDOLON_LAYOUTS))
-        if threads < 32 or threads % 32 or blocks < 1:
-            raise ConfigError("eidolon launch needs blocks >= 1 and a multiple of 32 threads",
-                              blocks=blocks, threads=threads)
-        self.lib.call("hbe_launch_eidolon_cfg", ctypes.c_void_p(self.dev.ptr), blocks, threads, smem_bytes,
-                      -1 if store is None else STORE_KINDS[store], -1 if layout is None else EIDOLON_LAYOUTS[layout],
-                      ctypes.c_void_p(self.rt.streams[0] if stream is None else stream))
+        E0 chose (the module's hbf_eidolon_defaults)."""
+        self.rt.kernels.eidolon(self.dev.ptr, blocks=blocks, threads=threads, smem_bytes=smem_bytes,
+                                store=store, layout=layout,
+                                stream=self.rt.streams[0] if stream is None else stream)
 
     def push(self) -> None:
         self.dev.upload(np.frombuffer(bytes(self.host), np.uint8))
@@ -485,9 +687,7 @@ class Replay:
         return self.ctr.download(np.uint64, MAX_CLASSES * len(COUNTERS)).reshape(MAX_CLASSES, len(COUNTERS))
 
     def accounting(self) -> dict:
-        names = {0: "nonflag"}
-        names.update({f.klass: f.name for f in self.flags})
-        return summarize(self.counters(), names)
+        return summarize(self.counters(), self.flag_table.class_names())
 
     def enacted_rel(self) -> np.ndarray:
         """Engine (a): per WTT entry (wakeup order), the %globaltimer - t0 at which the eidolon
@@ -501,220 +701,3 @@ def report_accounting(summary: dict, session: Any = None, *, kind: str = "eidola
         return False
     session._report(kind, summary)
     return True
-
-
-# ================================================================================================
-# The fused GEMV+AllReduce workload
-# ================================================================================================
-@dataclass(frozen=True)
-class GarShape:
-    n_gpus: int
-    M: int
-    Kl: int            # per-rank K slice
-    tiles: int
-    threads: int = 256
-
-    def __post_init__(self) -> None:
-        if self.n_gpus < 2 or self.M < 1 or self.tiles < 1 or self.M % self.tiles:
-            raise ConfigError("bad GEMV+AllReduce shape: need n_gpus >= 2 and tiles | M", shape=vars(self))
-        if self.Kl % 4:
-            raise ConfigError("Kl must be a multiple of 4 (float4 loads)", Kl=self.Kl)
-        if self.M // self.tiles > self.threads:
-            raise ConfigError("tile_rows = M / tiles must not exceed threads per block", M=self.M,
-                              tiles=self.tiles, threads=self.threads)
-
-    @property
-    def tile_rows(self) -> int:
-        return self.M // self.tiles
-
-
-class GemvAllReduce:
-    """Single-GPU target (rank ``rank``) with n_gpus-1 eidolons; or, with ``run_real``, n ranks
-    with peer pointers (on several GPUs, or co-resident on one)."""
-
-    def __init__(self, rt: EidolaRuntime, shape: GarShape, *, rank: int = 0, seed: int = 0) -> None:
-        self.rt, self.lib, self.shape, self.rank, self.seed = rt, rt.lib, shape, rank, seed
-        s = shape
-        self.A = rt.alloc(s.M * s.Kl * 4, zero=False)
-        self.x = rt.alloc(s.Kl * 4, zero=False)
-        self.y = rt.alloc(s.M * 4)
-        self.recv = rt.alloc(s.n_gpus * s.M * 4)
-        self.flag_bytes = max(128, -(-(s.tiles * s.n_gpus * 4) // 128) * 128)
-        self.flags = rt.alloc(self.flag_bytes)
-        self.sink_data = rt.alloc(s.M * 4)
-        self.sink_flags = rt.alloc(self.flag_bytes)
-        self.marks = rt.alloc(s.tiles * 6 * 8)
-        self.seen = rt.alloc(s.tiles * s.n_gpus * 8)
-        self.polls = rt.alloc(s.tiles * s.n_gpus * 4)
-        self.release = rt.alloc(s.tiles * 8)
-        st = rt.streams[1]
-        # this rank's operands, and the peers' partial tiles pre-staged in recv (shadow buffer)
-        self.lib.call("gar_fill", ctypes.c_void_p(self.x.ptr), s.Kl, self._seed(rank, 1), ctypes.c_void_p(st))
-        tmpA = rt.alloc(s.M * s.Kl * 4, zero=False)
-        tmpx = rt.alloc(s.Kl * 4, zero=False)
-        for q in range(s.n_gpus):
-            A, x = (self.A, self.x) if q == rank else (tmpA, tmpx)
-            self.lib.call("gar_fill", ctypes.c_void_p(A.ptr), s.M * s.Kl, self._seed(q, 0), ctypes.c_void_p(st))
-            self.lib.call("gar_fill", ctypes.c_void_p(x.ptr), s.Kl, self._seed(q, 1), ctypes.c_void_p(st))
-            if q != rank:
-                self.lib.call("gar_partials", ctypes.c_void_p(A.ptr), ctypes.c_void_p(x.ptr),
-                              ctypes.c_void_p(self.recv.ptr), q, s.M, s.Kl, s.tiles, s.tile_rows,
-                              s.threads, ctypes.c_void_p(st))
-        rt.sync()
-        tmpA.free()
-        tmpx.free()
-
-    def _seed(self, q: int, which: int) -> int:
-        return (self.seed * 1_000_003 + q) * 2 + which
-
-    def flag_region(self, klass: int = 1) -> FlagRegion:
-        return FlagRegion(self.flags.ptr, self.flag_bytes, klass, "tile_flags")
-
-    def bases(self) -> dict[str, int]:
-        return {"flags": self.flags.ptr, "recv": self.recv.ptr}
-
-    def params(self, replay: Replay, *, seq: int, wait: str, eidola: bool = True) -> GarParams:
-        s = self.shape
-        p = GarParams()
-        p.A, p.x, p.y, p.recv, p.flags = self.A.ptr, self.x.ptr, self.y.ptr, self.recv.ptr, self.flags.ptr
-        p.sink_data, p.sink_flags = self.sink_data.ptr, self.sink_flags.ptr
-        p.marks, p.seen, p.polls, p.release = self.marks.ptr, self.seen.ptr, self.polls.ptr, self.release.ptr
-        p.st = replay.dev.ptr
-        p.rank, p.n_gpus, p.M, p.Kl, p.tiles, p.tile_rows = self.rank, s.n_gpus, s.M, s.Kl, s.tiles, s.tile_rows
-        p.seq, p.eidola, p.wait_mode = seq, int(eidola), WAIT_MODES[wait]
-        return p
-
-    def run_replay(self, replay: Replay, *, wait: str = "spin", engine: str = "virtual", seq: int = 1,
-                   eidolon_blocks: int | None = None, corunner: dict | None = None, session: Any = None,
-                   eidolon: dict | None = None) -> dict:
-        """One launch of the target with the eidolons replaying ``replay``'s table. With a
-        runtime_cuda Session attached, the accounting summary also goes to hbfd (Report RPC).
-        ``eidolon``: engine (a) launch options (store, layout, threads; Replay.launch_eidolon)."""
-        if wait not in WAIT_MODES:
-            raise ConfigError("unknown wait mode", value=wait, known=sorted(WAIT_MODES))
-        if engine == "native":   # control: every peer flag already set, nothing replayed
-            pre = np.zeros(self.flag_bytes // 4, np.uint32)
-            pre[: self.shape.tiles * self.shape.n_gpus] = seq
-            self.flags.upload(pre)
-        else:
-            self.flags.fill(0)
-        replay.reset_launch()   # synchronizes
-        p = self.params(replay, seq=seq, wait=wait)
-        if engine == "eidolon":
-            if eidolon_blocks is None:   # 2 reserved SMs, more for big tables (<= 4)
-                eidolon_blocks = max(2, min(4, -(-int(replay.host.n_entries) // 4096)))
-            opts = {k: v for k, v in (eidolon or {}).items() if k in ("store", "layout", "threads")}
-            replay.launch_eidolon(blocks=eidolon_blocks, **opts)
-        cr = None
-        if corunner:
-            cr = self._launch_corunner(**corunner)
-        self.lib.call("gar_launch", ctypes.byref(p), self.shape.threads, ctypes.c_void_p(self.rt.streams[1]))
-        self.rt.sync()
-        replay.check("gemv_allreduce")
-        out = self.collect(replay)
-        if session is not None:
-            report_accounting({"workload": "gemv_allreduce", "engine": engine, "wait": wait,
-                               "n_gpus": self.shape.n_gpus, "kernel_ns": out["kernel_ns"], **out["accounting"]},
-                              session)
-        if cr is not None:
-            out["corunner"] = self._corunner_result(cr)
-        return out
-
-    def _launch_corunner(self, *, blocks: int, threads: int = 256, iters: int = 20000) -> dict:
-        out = self.rt.alloc(blocks * threads * 4)
-        span = self.rt.alloc(blocks * 16)
-        s3 = self.rt.stream()
-        self.lib.call("hbe_launch_corunner", ctypes.c_void_p(out.ptr), iters, ctypes.c_void_p(span.ptr),
-                      blocks, threads, ctypes.c_void_p(s3))
-        return {"out": out, "span": span, "blocks": blocks, "threads": threads, "iters": iters}
-
-    def _corunner_result(self, cr: dict) -> dict:
-        span = cr["span"].download(np.uint64, 2 * cr["blocks"]).reshape(-1, 2).astype(np.int64)
-        cr["out"].free()
-        cr["span"].free()
-        dur = span[:, 1] - span[:, 0]
-        return {"block_ns_median": float(np.median(dur)), "block_ns_p90": float(np.percentile(dur, 90)),
-                "span_ns": int(span[:, 1].max() - span[:, 0].min()), "start_abs": int(span[:, 0].min()),
-                "end_abs": int(span[:, 1].max())}
-
-    def collect(self, replay: Replay) -> dict:
-        s = self.shape
-        marks = self.marks.download(np.uint64, s.tiles * 6).reshape(s.tiles, 6).astype(np.int64)
-        t0 = int(replay.host.t0)
-        seen = self.seen.download(np.uint64, s.tiles * s.n_gpus).reshape(s.tiles, s.n_gpus)
-        polls = self.polls.download(np.uint32, s.tiles * s.n_gpus).reshape(s.tiles, s.n_gpus)
-        return {"t0": t0, "kernel_ns": int(marks[:, 5].max() - t0), "marks": marks,
-                "seen_rel": seen, "polls": polls, "y": self.y.download(np.float32, s.M),
-                "accounting": replay.accounting()}
-
-    def reference_y(self) -> np.ndarray:
-        """y computed on the host from the device partials in the kernel's fixed rank order."""
-        s = self.shape
-        recv = self.recv.download(np.float32, s.n_gpus * s.M).reshape(s.n_gpus, s.tiles, s.tile_rows)
-        own = self._own_partial()
-        acc = np.zeros(s.M, np.float32)
-        for q in range(s.n_gpus):
-            acc = (acc + (own if q == self.rank else recv[q].reshape(-1))).astype(np.float32)
-        return acc
-
-    def _own_partial(self) -> np.ndarray:
-        s = self.shape
-        tmp = self.rt.alloc(s.n_gpus * s.M * 4)
-        self.lib.call("gar_partials", ctypes.c_void_p(self.A.ptr), ctypes.c_void_p(self.x.ptr),
-                      ctypes.c_void_p(tmp.ptr), self.rank, s.M, s.Kl, s.tiles, s.tile_rows, s.threads,
-                      ctypes.c_void_p(self.rt.streams[1]))
-        self.rt.sync()
-        own = tmp.download(np.float32, s.n_gpus * s.M).reshape(s.n_gpus, s.M)[self.rank]
-        tmp.free()
-        return own
-
-
-def run_real(rt: EidolaRuntime, shape: GarShape, *, seed: int = 0, seq: int = 1, devices: Sequence[int] | None = None,
-             wait: str = "spin") -> list[dict]:
-    """Mode (i): n ranks with peer pointers. ``devices[r]`` is rank r's GPU (default: all on
-    rt.device, which is valid when all ranks' blocks are co-resident). Returns per-rank results."""
-    s = shape
-    if wait != "spin":
-        raise ConfigError("real peers support wait='spin' only: monitor/mwait needs an eidolon "
-                          "(or the table) to play the monitor hardware", wait=wait)
-    devs = list(devices) if devices is not None else [rt.device] * s.n_gpus
-    if len(devs) != s.n_gpus:
-        raise ConfigError("need one device per rank", devices=devs, n_gpus=s.n_gpus)
-    for a in set(devs):
-        for b in set(devs):
-            if a != b:
-                rt.lib.call("hbe_peer_enable", a, b)
-    ranks = []
-    for r in range(s.n_gpus):
-        rt.lib.call("hbe_set_device", devs[r])
-        sub = EidolaRuntime(rt.lib, devs[r]) if devs[r] != rt.device else rt
-        g = GemvAllReduce(sub, shape, rank=r, seed=seed)
-        rep = Replay(sub, [g.flag_region()])
-        rep.install(engine="real", mon_mode="off")
-        ranks.append((sub, g, rep))
-    peer_recv = np.array([g.recv.ptr for _, g, _ in ranks], np.uint64)
-    peer_flags = np.array([g.flags.ptr for _, g, _ in ranks], np.uint64)
-    params = []
-    for sub, g, rep in ranks:
-        rt.lib.call("hbe_set_device", sub.device)
-        g.flags.fill(0)
-        g.recv.fill(0)          # real pushes must arrive: nothing pre-staged
-        rep.reset_launch()
-        pr, pf = sub.array(peer_recv), sub.array(peer_flags)
-        p = g.params(rep, seq=seq, wait=wait, eidola=False)
-        p.peer_recv, p.peer_flags = pr.ptr, pf.ptr
-        params.append(p)
-    for (sub, g, rep), p in zip(ranks, params):   # launch all ranks before waiting on any
-        rt.lib.call("hbe_set_device", sub.device)
-        rt.lib.call("gar_launch", ctypes.byref(p), s.threads, ctypes.c_void_p(sub.stream()))
-    out = []
-    for sub, g, rep in ranks:
-        rt.lib.call("hbe_set_device", sub.device)
-        sub.sync()
-        rep.check(f"gemv_allreduce rank {g.rank}")
-        res = g.collect(rep)
-        res["rank"] = g.rank
-        res["release_rel"] = g.release.download(np.uint64, s.tiles)
-        out.append(res)
-    rt.lib.call("hbe_set_device", rt.device)
-    return out

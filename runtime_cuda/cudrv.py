@@ -1,4 +1,9 @@
-"""Thin, checked wrappers over cuda.bindings.driver (imported lazily: the package imports on CPU)."""
+"""Thin, checked wrappers over cuda.bindings.driver (imported lazily: the package imports on CPU).
+
+The project's one CUDA layer: runtime_cuda's Session and eidola (eidola/replay.py, its workloads)
+reach the GPU only through these functions (the driver API on the device's primary context, the one
+torch and Triton use). Pointers and stream handles are plain ints.
+"""
 from __future__ import annotations
 
 import ctypes
@@ -38,6 +43,11 @@ def check(res: Any, what: str) -> Any:
     return outs[0] if len(outs) == 1 else outs
 
 
+def call(name: str, *args: Any) -> Any:
+    """Call the driver function ``name`` with ``args`` and check it (:func:`check`)."""
+    return check(getattr(drv(), name)(*args), name)
+
+
 def gpu_available() -> bool:
     """True when a CUDA driver and at least one device are present (never raises)."""
     try:
@@ -58,6 +68,29 @@ def init_context(device: int = 0):
     ctx = check(d.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
     check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
     return dev, ctx
+
+
+def device_count() -> int:
+    d = drv()
+    check(d.cuInit(0), "cuInit")
+    return int(check(d.cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
+def ctx_set_current(ctx) -> None:
+    check(drv().cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+def enable_peer_access(dev, peer_dev, peer_ctx) -> None:
+    """Let the CURRENT context (device ``dev``'s) access ``peer_ctx``'s memory (device ``peer_dev``);
+    already enabled is fine. Raises CudaError when the devices cannot be peers."""
+    d = drv()
+    if not int(check(d.cuDeviceCanAccessPeer(dev, peer_dev), "cuDeviceCanAccessPeer")):
+        raise CudaError(f"device {int(dev)} cannot access peer device {int(peer_dev)}",
+                        device=int(dev), peer=int(peer_dev))
+    err = d.cuCtxEnablePeerAccess(peer_ctx, 0)
+    err = err[0] if isinstance(err, tuple) else err
+    if int(err) != int(d.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
+        check(err, "cuCtxEnablePeerAccess")
 
 
 def device_attr(dev, attr_name: str) -> int:
@@ -84,6 +117,27 @@ def mem_alloc(nbytes: int) -> int:
 
 def mem_free(dptr: int) -> None:
     check(drv().cuMemFree(dptr), "cuMemFree")
+
+
+def memset_d8(dptr: int, byte: int, nbytes: int) -> None:
+    """Set nbytes of device memory to ``byte`` (the NULL stream, like cudaMemset)."""
+    check(drv().cuMemsetD8(dptr, int(byte) & 0xFF, nbytes), "cuMemsetD8")
+
+
+def stream_create(non_blocking: bool = True) -> int:
+    d = drv()
+    flags = d.CUstream_flags.CU_STREAM_NON_BLOCKING if non_blocking else d.CUstream_flags.CU_STREAM_DEFAULT
+    return int(check(d.cuStreamCreate(int(flags)), "cuStreamCreate"))
+
+
+def stream_synchronize(stream: int) -> None:
+    d = drv()
+    check(d.cuStreamSynchronize(d.CUstream(int(stream))), "cuStreamSynchronize")
+
+
+def stream_destroy(stream: int) -> None:
+    d = drv()
+    check(d.cuStreamDestroy(d.CUstream(int(stream))), "cuStreamDestroy")
 
 
 def htod(dptr: int, src: Any, nbytes: int) -> None:
@@ -153,6 +207,31 @@ def module_function(module, name: str):
     return check(drv().cuModuleGetFunction(_module(module), name.encode()), f"cuModuleGetFunction({name})")
 
 
+def module_unload(module) -> None:
+    check(drv().cuModuleUnload(_module(module)), "cuModuleUnload")
+
+
+def module_functions(module, names: Sequence[str]) -> dict[str, Any]:
+    """The named kernels of a module, each loaded now (cuFuncLoad where the driver has it): with
+    lazy module loading a kernel's first launch may wait for kernels already running, which
+    deadlocks kernels that wait on each other (eidola's eidolon and its target)."""
+    d = drv()
+    out = {}
+    for name in names:
+        fn = module_function(module, name)
+        if hasattr(d, "cuFuncLoad"):
+            check(d.cuFuncLoad(fn), f"cuFuncLoad({name})")
+        out[name] = fn
+    return out
+
+
+def func_set_max_dynamic_shared(function, nbytes: int) -> None:
+    """Allow a kernel ``nbytes`` of dynamic shared memory (needed above 48 KiB)."""
+    d = drv()
+    check(d.cuFuncSetAttribute(function, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                               int(nbytes)), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+
+
 def _module(module):
     d = drv()
     return module if isinstance(module, d.CUmodule) else d.CUmodule(int(module))
@@ -168,9 +247,10 @@ def module_global(module, name: str) -> tuple[int, int] | None:
     return int(dptr), int(size)
 
 
-def launch(function, grid: Sequence[int], block: Sequence[int], args: Sequence[ctypes._SimpleCData],
-           shared: int = 0, stream: int = 0) -> None:
-    """cuLaunchKernel with arguments given as ctypes scalars (c_uint64 for pointers)."""
+def launch(function, grid: Sequence[int], block: Sequence[int],
+           args: Sequence[ctypes._SimpleCData | ctypes.Structure], shared: int = 0, stream: int = 0) -> None:
+    """cuLaunchKernel with arguments given as ctypes values of the kernel's parameter types
+    (c_uint64 for pointers, c_uint32/c_int32/c_int64 for scalars, a Structure for a struct by value)."""
     d = drv()
     g = tuple(grid) + (1,) * (3 - len(grid))
     b = tuple(block) + (1,) * (3 - len(block))

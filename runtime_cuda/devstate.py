@@ -141,9 +141,17 @@ def check_ranges(ranges: list[DevRange]) -> list[DevRange]:
     return rs
 
 
+def device_ranges(ranges: Iterable[DevRange]) -> list[DevRange]:
+    """The ranges the timing helpers serve: all but FLAG ranges. Flag ranges are eidola's (its own
+    device state classifies flag loads, eidola.replay.Replay); hbfd's table records them for the
+    summary only, so in the helpers an access to one is native, like any unregistered address."""
+    return [r for r in ranges if r.mode != C.HBF_MODE_FLAG]
+
+
 def fill_ranges(st: hbf_device_state, ranges: Iterable[DevRange], generation: int) -> None:
-    """Write the range table, bounds and generation (the caller handles range_seq)."""
-    rs = check_ranges(list(ranges))
+    """Write the range table (:func:`device_ranges` of ``ranges``), bounds and generation (the
+    caller handles range_seq)."""
+    rs = device_ranges(check_ranges(list(ranges)))
     for i, r in enumerate(rs):
         d = st.ranges[i]
         d.base, d.end, d.media_offset = r.base, r.end, r.media_offset

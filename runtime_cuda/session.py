@@ -181,6 +181,8 @@ class Session:
         self._triton_installed: list[tuple[Any, str, Any]] = []
         self.closed = False
         self.calibration: dict | None = None   # the last calibrate() result (deadline_bias_ns)
+        self._flag_table: Any = None            # eidola's flag-range table (attach_flag_table)
+        self._flag_ids: dict[int, int] = {}     # hbfd range_id -> base of the flag ranges recorded
         self.ctl_dev = 0
         self.state_dptr = 0
         self.kshards_dptr = 0
@@ -326,11 +328,51 @@ class Session:
         hbfd assigned (range_id, media_offset)."""
         return self._register(ptr, nbytes, C.HBF_MODE_TIMING, perms, page_bytes, stream, label)
 
-    def register_flag_range(self, ptr: int, nbytes: int, flag_class: int = 0, *,
-                            perms: int = C.HBF_PERM_READ | C.HBF_PERM_WRITE | C.HBF_PERM_ATOMIC,
-                            page_bytes: int = 4096, label: str = ""):
-        """A flag range for eidola (rewritten loads of it are virtualized/accounted by class)."""
-        return self._register(ptr, nbytes, C.HBF_MODE_FLAG, perms, page_bytes, 0, label, flag_class)
+    # Flag ranges are eidola's: they live in an eidola Replay's device state (hbf_eidola_state
+    # flag_ranges, the table the flags pass's loads are classified against). A session reaches
+    # them only through the table attached here (eidola.replay.Replay.attach(session)); hbfd's
+    # range table records each one (mode "flag", for the run summary) and the timing helpers never
+    # see them (devstate.fill_ranges keeps them out of the device range table).
+    def attach_flag_table(self, table: Any) -> None:
+        """Attach the table that holds this session's flag ranges: an eidola ``FlagTable``
+        (``eidola.replay.Replay.attach(session)`` passes its own), which provides ``flag_ranges()``,
+        ``add_flag_range(base, length, klass, name)`` and ``remove_flag_range(base)``. The ranges it
+        already holds are recorded in hbfd's range table."""
+        self._ensure_open()
+        for name in ("flag_ranges", "add_flag_range", "remove_flag_range"):
+            if not callable(getattr(table, name, None)):
+                raise ConfigError(f"a flag table needs {name}() (eidola.replay.FlagTable)",
+                                  table=type(table).__name__)
+        if self._flag_table is not None and self._flag_table is not table:
+            raise ConfigError("another flag table (eidola Replay) is already attached to this session")
+        self._flag_table = table
+        for f in table.flag_ranges():
+            if int(f.base) not in self._flag_ids.values():
+                self._record_flag_range(int(f.base), int(f.length), int(f.klass), f.name)
+
+    def register_flag_range(self, ptr: int, nbytes: int, flag_class: int = 1, *, label: str = ""):
+        """Add a flag range to the attached eidola table (see :meth:`attach_flag_table`; it checks
+        the range: 128-byte aligned, class in [1, MAX_CLASSES), at most 8) and record it in hbfd's
+        range table. Returns the Range hbfd assigned; :meth:`unregister` removes both."""
+        self._ensure_open()
+        table = self._flag_table
+        if table is None:
+            raise RangeError("flag ranges live in eidola's state: attach an eidola Replay first "
+                             "(eidola.replay.Replay(...).attach(session)), or pass the ranges to "
+                             "eidola.replay.Replay(rt, flags=[FlagRange(...)])",
+                             code=ErrorCode.RANGE_BAD_MODE, base=hex(int(ptr)), nbytes=int(nbytes))
+        table.add_flag_range(int(ptr), int(nbytes), int(flag_class), label)
+        try:
+            return self._record_flag_range(int(ptr), int(nbytes), int(flag_class), label)
+        except BaseException:
+            table.remove_flag_range(int(ptr))
+            raise
+
+    def _record_flag_range(self, ptr: int, nbytes: int, flag_class: int, label: str):
+        rng = self._register(ptr, nbytes, C.HBF_MODE_FLAG, C.HBF_PERM_READ | C.HBF_PERM_WRITE | C.HBF_PERM_ATOMIC,
+                             4096, 0, label, flag_class)
+        self._flag_ids[int(rng.range_id)] = ptr
+        return rng
 
     def unregister(self, rng) -> None:
         self._ensure_open()
@@ -338,6 +380,9 @@ class Session:
         pb = self.client.pb
         rep = self.client.call("UnregisterRange", pb.UnregisterRangeRequest(range_id=rid))
         self._refresh_ranges(int(rep.snapshot_generation))
+        base = self._flag_ids.pop(rid, None)
+        if base is not None and self._flag_table is not None:
+            self._flag_table.remove_flag_range(base)
 
     # ---------------------------------------------------------------------------- modules
     def bind_module(self, module, artifact: Any = None, *, kernels: Sequence[str] | None = None,

@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 import os
 import stat
-import threading
 
 import pytest
+from atomic_testutil import assert_readers_never_see_a_partial_file
 
 from hbfcommon.errors import ConfigError
 from hbfcommon.fsutil import (atomic_output, atomic_write_bytes, atomic_write_json, atomic_write_text,
@@ -91,26 +91,8 @@ def test_io_failure_leaves_old_file_and_no_temp(tmp_path, monkeypatch, fail):
 
 
 def test_a_reader_never_sees_a_partial_file(tmp_path):
-    p = tmp_path / "big.json"
-    big = {"rows": [{"i": i, "pad": "x" * 200} for i in range(2000)]}   # ~450 KB
-    atomic_write_json(p, {**big, "n": -1})
-    stop = threading.Event()
-    seen, bad = [], []
-
-    def reader():
-        while not stop.is_set():
-            try:
-                seen.append(json.loads(p.read_text())["n"])
-            except Exception as e:  # a torn read would land here
-                bad.append(repr(e))
-    t = threading.Thread(target=reader)
-    t.start()
-    for n in range(40):
-        atomic_write_json(p, {**big, "n": n}, fsync=(n % 2 == 0))
-    stop.set()
-    t.join()
-    assert not bad, bad[:3]
-    assert len(seen) > 5 and json.loads(p.read_text())["n"] == 39
+    assert_readers_never_see_a_partial_file(
+        tmp_path / "big.json", lambda p, doc, n: atomic_write_json(p, doc, fsync=(n is None or n % 2 == 0)))
 
 
 def test_atomic_output_replaces_only_on_success(tmp_path):

@@ -85,23 +85,27 @@ def test_profile_is_frozen():
         p.geometry.channels = 3
 
 
-@pytest.mark.parametrize("dotted,value,field,words", [
-    ("geometry.page_bytes.value", 8192, "geometry.page_bytes", "4 KiB"),
-    ("geometry.read_granularity.value", 128, "geometry.read_granularity", "64 B"),
-    ("geometry.write_granularity.value", 512, "geometry.write_granularity", "4 KiB"),
-    ("geometry.channels.value", 0, "geometry.channels", ""),
-    ("geometry.channels.value", 1.5, "geometry.channels", "integer"),
-    ("geometry.channel_width_bits.value", 12, "geometry.channel_width_bits", "bytes"),
-    ("timing.t_prog_ns.value", 10, "timing.t_prog_ns", "t_read_ns < t_prog_ns"),
-    ("timing.t_read_ns.value", -5, "timing.t_read_ns", ""),
-    ("media.over_provisioning.value", 1.5, "media.over_provisioning", ""),
-    ("media.gc_hard_free_fraction.value", 0.2, "media.gc_hard_free_fraction", "gc_start"),
-    ("media.refresh_quantum_bytes.value", 1000, "media.refresh_quantum_bytes", "4096"),
-    ("thermal.ltt_c.value", 200, "thermal.ltt_c", "rtt_c < ltt_c"),
-    ("thermal.light_q_ppm.value", 2_000_000, "thermal.light_q_ppm", ""),
-    ("thermal.hysteresis_k.value", 50, "thermal.hysteresis_k", "hysteresis"),
-    ("reliability.refresh_damage_threshold.value", 0, "reliability.refresh_damage_threshold", ""),
-    ("reliability.ea_failure_ev_max.value", 0.1, "reliability.ea_failure_ev_max", "ea_failure_ev_min"),
+# a bad number: the error names the quantity (the entry whose "value" it is)
+BAD_VALUES = [
+    ("geometry.page_bytes", 8192, "4 KiB"),
+    ("geometry.read_granularity", 128, "64 B"),
+    ("geometry.write_granularity", 512, "4 KiB"),
+    ("geometry.channels", 0, ""),
+    ("geometry.channels", 1.5, "integer"),
+    ("geometry.channel_width_bits", 12, "bytes"),
+    ("timing.t_prog_ns", 10, "t_read_ns < t_prog_ns"),
+    ("timing.t_read_ns", -5, ""),
+    ("media.over_provisioning", 1.5, ""),
+    ("media.gc_hard_free_fraction", 0.2, "gc_start"),
+    ("media.refresh_quantum_bytes", 1000, "4096"),
+    ("thermal.ltt_c", 200, "rtt_c < ltt_c"),
+    ("thermal.light_q_ppm", 2_000_000, ""),
+    ("thermal.hysteresis_k", 50, "hysteresis"),
+    ("reliability.refresh_damage_threshold", 0, ""),
+    ("reliability.ea_failure_ev_max", 0.1, "ea_failure_ev_min"),
+]
+# other bad entries: (the path set, the value, the field the error names, words in it)
+BAD_ENTRIES = [
     ("timing_model.timing_source", "magic", "timing_model.timing_source", ""),
     ("timing_model.curve", KeyError, None, None),  # no-op sanity: nominal has no curve
     ("geometry.channels.provenance", "guess", "geometry.channels.provenance", ""),
@@ -109,7 +113,11 @@ def test_profile_is_frozen():
     ("geometry.channels", 16, "geometry.channels", "object"),           # a bare number: no provenance
     ("energy.idle_w", KeyError, "energy.idle_w", "missing"),
     ("name", "Bad Name!", "name", ""),
-])
+]
+
+
+@pytest.mark.parametrize("dotted,value,field,words",
+                         [(f + ".value", v, f, w) for f, v, w in BAD_VALUES] + BAD_ENTRIES)
 def test_each_bad_field_names_field_and_file(tmp_path, dotted, value, field, words):
     d = _raw()
     if field is None:

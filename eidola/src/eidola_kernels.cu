@@ -1,39 +1,29 @@
 /*
- * eidola_kernels.cu — host launcher library for Eidola (loaded by eidola/replay.py through
- * ctypes; built with `nvcc -shared` together with workloads/gemv_allreduce/gemv_allreduce.cu).
+ * eidola_kernels.cu — Eidola's device module: built by eidola/replay.py (build_module: nvcc -cubin),
+ * loaded and launched through runtime_cuda's CUDA layer (runtime_cuda/cudrv.py, the driver API).
+ * No host code: every kernel is extern "C" (its name is what eidola/replay.py EidolaKernels looks up),
+ * and the facts the host mirrors are module globals (hbf_eidola_layout, hbf_eidolon_defaults).
  *
  * Kernels:
- *   hbf_eidolon_kernel   engine (a): persistent warps walk the time-sorted WTT and perform the real
- *                        stores at t0 + wakeup - lag, then serve the monitor log (store kind and
- *                        layout are template parameters; hbe_launch_eidolon_cfg picks one).
+ *   hbf_eidolon_s<S>_l<L>   engine (a): persistent warps walk the time-sorted WTT and perform the real
+ *                           stores at t0 + wakeup - lag, then serve the monitor log (store kind S =
+ *                           HBF_EIDOLA_ST_*, layout L = HBF_EIDOLON_*).
  *   hbf_eidola_timer_probe  %globaltimer update granularity (E0).
- *   hbf_eidola_tprobe    timing-lab probe: load kind, dependent/pipelined polling, staggered pollers.
- *   hbf_eidola_probe     visibility probe: one thread polls each registered flag in wakeup order
- *                        and records when it first sees the value (lag calibration, enactment
- *                        error of engines a and b).
- *   hbf_eidola_setup     setup kernel: register_write() from the device (arrays in, staging out).
- *   hbf_eidola_corunner  FMA loop used to measure what freed issue slots buy (E2).
- *
- * Every entry point returns 0 or a cudaError_t; hbe_last_error() names it.
+ *   hbf_eidola_tprobe_k<K>_p<P>  timing-lab probe: load kind K, dependent (P=0) / pipelined (P=1)
+ *                           polling, staggered pollers.
+ *   hbf_eidola_probe        visibility probe: one thread polls each registered flag in wakeup order
+ *                           and records when it first sees the value (lag calibration, enactment
+ *                           error of engines a and b).
+ *   hbf_eidola_probe_min    the same with replicas (minimum over replicas).
+ *   hbf_eidola_setup        setup kernel: register_write() from the device (arrays in, staging out).
+ *   hbf_eidola_corunner     FMA loop used to measure what freed issue slots buy (E2).
  */
-#include <cuda_runtime.h>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <cstddef>
 
 #include "hbf_eidola.cuh"
 
-static thread_local char g_err[512];
-
-static int hbe_check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) {
-        snprintf(g_err, sizeof g_err, "%s: %s (%d)", what, cudaGetErrorString(e), (int)e);
-        return (int)e;
-    }
-    return 0;
-}
-#define HBE_TRY(call) do { int _r = hbe_check((call), #call); if (_r) return _r; } while (0)
+/* sizeof + offsets of hbf_eidola_state the Python mirror checks (HBF_EIDOLA_LAYOUT_VALUES) */
+extern "C" __device__ unsigned long long hbf_eidola_layout[HBF_EIDOLA_LAYOUT_N] = HBF_EIDOLA_LAYOUT_VALUES;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Engine (a) eidolon layouts (E0 measures them side by side):
@@ -74,7 +64,7 @@ static __device__ __forceinline__ uint64_t hbf_eidolon_wait_t0(hbf_eidola_state*
 }
 
 template <uint32_t SK, uint32_t LAYOUT>
-__global__ void hbf_eidolon_kernel(hbf_eidola_state* st) {
+static __device__ __forceinline__ void hbf_eidolon_body(hbf_eidola_state* st) {
     const uint64_t n = st->n_entries;
     if (n == 0) return;
     const uint32_t lane = threadIdx.x & 31u;
@@ -186,17 +176,21 @@ __global__ void hbf_eidolon_kernel(hbf_eidola_state* st) {
     if (done_count) atomicAdd((unsigned long long*)&st->eidolon_done, (unsigned long long)done_count);
 }
 
-typedef void (*hbf_eidolon_fn)(hbf_eidola_state*);
-#define HBF_EIDOLON_ROW(sk) {hbf_eidolon_kernel<sk, 0u>, hbf_eidolon_kernel<sk, 1u>, hbf_eidolon_kernel<sk, 2u>, \
-                             hbf_eidolon_kernel<sk, 3u>}
-static const hbf_eidolon_fn g_eidolon[HBF_EIDOLA_ST_KINDS][HBF_EIDOLON_LAYOUTS] = {
-    HBF_EIDOLON_ROW(0u), HBF_EIDOLON_ROW(1u), HBF_EIDOLON_ROW(2u), HBF_EIDOLON_ROW(3u), HBF_EIDOLON_ROW(4u)};
+/* One extern "C" kernel per (store kind, layout): hbf_eidolon_s<sk>_l<layout>. */
+#define HBF_EIDOLON_KERNEL(sk, lay)                                                                 \
+    extern "C" __global__ void hbf_eidolon_s##sk##_l##lay(hbf_eidola_state* st) {                    \
+        hbf_eidolon_body<sk##u, lay##u>(st);                                                          \
+    }
+#define HBF_EIDOLON_ROW(sk) HBF_EIDOLON_KERNEL(sk, 0) HBF_EIDOLON_KERNEL(sk, 1) HBF_EIDOLON_KERNEL(sk, 2) \
+                            HBF_EIDOLON_KERNEL(sk, 3)
+HBF_EIDOLON_ROW(0) HBF_EIDOLON_ROW(1) HBF_EIDOLON_ROW(2) HBF_EIDOLON_ROW(3) HBF_EIDOLON_ROW(4)
+static_assert(HBF_EIDOLA_ST_KINDS == 5u && HBF_EIDOLON_LAYOUTS == 4u, "one kernel per store kind x layout above");
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Timing lab (E0): %globaltimer granularity, and a visibility probe with selectable load kind,
  * dependent or pipelined polling, and several pollers (one per block, so on different SMs) staggered
  * in phase. */
-__global__ void hbf_eidola_timer_probe(uint64_t* changes, uint32_t max_changes, uint64_t iters, uint64_t* summary) {
+extern "C" __global__ void hbf_eidola_timer_probe(uint64_t* changes, uint32_t max_changes, uint64_t iters, uint64_t* summary) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     const uint64_t w0 = hb_now();
     while (hb_now() - w0 < 2000000ull) { }   /* 2 ms: the SM clock ramps up from idle first */
@@ -284,9 +278,11 @@ static __device__ __forceinline__ bool hbf_tl_poll(uint64_t p, uint32_t e, uint3
  * sampling interval measured on a scratch word first (meta[k] = {smid, period_ns * 16, t0, polls}).
  * rec[(k * n + i) * 4 + {0,1,2,3}] = {hit, miss, first} - t0 (miss: 0 = none) and the load count. */
 template <uint32_t LK, uint32_t PIPE>
-__global__ void hbf_eidola_tprobe(hbf_eidola_state* st, const uint64_t* addrs, const uint32_t* expect,
-                                  const uint64_t* wake, uint64_t n, int64_t pre_ns, uint32_t stagger,
-                                  const uint32_t* scratch, uint64_t* rec, uint64_t* meta) {
+static __device__ __forceinline__ void hbf_eidola_tprobe_body(hbf_eidola_state* st, const uint64_t* addrs,
+                                                              const uint32_t* expect, const uint64_t* wake,
+                                                              uint64_t n, int64_t pre_ns, uint32_t stagger,
+                                                              const uint32_t* scratch, uint64_t* rec,
+                                                              uint64_t* meta) {
     hbf_eidola_kernel_enter(st);
     if (threadIdx.x != 0) return;
     const uint32_t k = blockIdx.x, P = gridDim.x;
@@ -335,15 +331,21 @@ __global__ void hbf_eidola_tprobe(hbf_eidola_state* st, const uint64_t* addrs, c
     meta[4 * k + 3] = total;
 }
 
-typedef void (*hbf_tprobe_fn)(hbf_eidola_state*, const uint64_t*, const uint32_t*, const uint64_t*, uint64_t,
-                              int64_t, uint32_t, const uint32_t*, uint64_t*, uint64_t*);
-static const hbf_tprobe_fn g_tprobe[HBF_TL_LD_KINDS][2] = {
-    {hbf_eidola_tprobe<0u, 0u>, hbf_eidola_tprobe<0u, 1u>}, {hbf_eidola_tprobe<1u, 0u>, hbf_eidola_tprobe<1u, 1u>},
-    {hbf_eidola_tprobe<2u, 0u>, hbf_eidola_tprobe<2u, 1u>}, {hbf_eidola_tprobe<3u, 0u>, hbf_eidola_tprobe<3u, 1u>}};
+/* One extern "C" kernel per (load kind, pipelined): hbf_eidola_tprobe_k<lk>_p<pipe>. */
+#define HBF_TPROBE_KERNEL(lk, pipe)                                                                 \
+    extern "C" __global__ void hbf_eidola_tprobe_k##lk##_p##pipe(                                   \
+        hbf_eidola_state* st, const uint64_t* addrs, const uint32_t* expect, const uint64_t* wake,    \
+        uint64_t n, int64_t pre_ns, uint32_t stagger, const uint32_t* scratch, uint64_t* rec,        \
+        uint64_t* meta) {                                                                           \
+        hbf_eidola_tprobe_body<lk##u, pipe##u>(st, addrs, expect, wake, n, pre_ns, stagger, scratch, rec, meta); \
+    }
+HBF_TPROBE_KERNEL(0, 0) HBF_TPROBE_KERNEL(0, 1) HBF_TPROBE_KERNEL(1, 0) HBF_TPROBE_KERNEL(1, 1)
+HBF_TPROBE_KERNEL(2, 0) HBF_TPROBE_KERNEL(2, 1) HBF_TPROBE_KERNEL(3, 0) HBF_TPROBE_KERNEL(3, 1)
+static_assert(HBF_TL_LD_KINDS == 4u, "one kernel per load kind above");
 
 /* One thread per stream of addresses (sorted by wakeup): poll each until it equals expect[i],
  * record the first-seen time (relative to t0). Calls kernel_enter itself (it is the target). */
-__global__ void hbf_eidola_probe(hbf_eidola_state* st, const uint64_t* addrs, const uint64_t* expect,
+extern "C" __global__ void hbf_eidola_probe(hbf_eidola_state* st, const uint64_t* addrs, const uint64_t* expect,
                                  uint64_t n, uint64_t* seen_rel, uint32_t* polls, uint32_t streams) {
     uint64_t t0 = hbf_eidola_kernel_enter(st);
     uint32_t s = blockIdx.x * blockDim.x + threadIdx.x;
@@ -368,7 +370,7 @@ __global__ void hbf_eidola_probe(hbf_eidola_state* st, const uint64_t* addrs, co
 /* `replicas` blocks, one polling thread each, all poll every address in wakeup order; the
  * first-seen time is the minimum over replicas (atomicMin on seen_rel, pre-set to ~0): the poll
  * period's quantization of the visibility instant shrinks about as 1/replicas. */
-__global__ void hbf_eidola_probe_min(hbf_eidola_state* st, const uint64_t* addrs, const uint64_t* expect,
+extern "C" __global__ void hbf_eidola_probe_min(hbf_eidola_state* st, const uint64_t* addrs, const uint64_t* expect,
                                      uint64_t n, unsigned long long* seen_rel) {
     uint64_t t0 = hbf_eidola_kernel_enter(st);
     if (threadIdx.x != 0) return;
@@ -385,7 +387,7 @@ __global__ void hbf_eidola_probe_min(hbf_eidola_state* st, const uint64_t* addrs
     }
 }
 
-__global__ void hbf_eidola_setup(hbf_eidola_state* st, const uint64_t* addr, const uint64_t* value,
+extern "C" __global__ void hbf_eidola_setup(hbf_eidola_state* st, const uint64_t* addr, const uint64_t* value,
                                  const uint32_t* size, const uint64_t* wakeup, uint64_t n) {
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
          i += (uint64_t)gridDim.x * blockDim.x)
@@ -394,7 +396,7 @@ __global__ void hbf_eidola_setup(hbf_eidola_state* st, const uint64_t* addr, con
 
 /* Issue-bound co-runner: 8 independent FMA chains per thread, so it competes for issue slots with
  * whatever else runs on the SM (a spinning poller, or nothing while the poller sleeps in mwait). */
-__global__ void hbf_eidola_corunner(float* out, uint64_t iters, uint64_t* span) {
+extern "C" __global__ void hbf_eidola_corunner(float* out, uint64_t iters, uint64_t* span) {
     uint64_t t = hb_now();
     float a[8];
     const float b = 1.0001f, c = 0.9999f;
@@ -416,52 +418,6 @@ __global__ void hbf_eidola_corunner(float* out, uint64_t iters, uint64_t* span) 
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-extern "C" {
-
-const char* hbe_last_error() { return g_err; }
-
-int hbe_layout(uint64_t* out, int n) {
-    /* sizeof + offsets of the fields the Python mirror writes, in mirror order */
-    uint64_t v[] = {
-        sizeof(hbf_eidola_state), HBF_EIDOLA_LAYOUT_VERSION,
-        offsetof(hbf_eidola_state, t0), offsetof(hbf_eidola_state, engine),
-        offsetof(hbf_eidola_state, lag_ns), offsetof(hbf_eidola_state, flag_ranges),
-        offsetof(hbf_eidola_state, n_entries), offsetof(hbf_eidola_state, n_vaddr),
-        offsetof(hbf_eidola_state, mon_base), offsetof(hbf_eidola_state, s_addr),
-        offsetof(hbf_eidola_state, ctr), sizeof(hbf_eidola_mon_entry),
-    };
-    int k = (int)(sizeof v / sizeof v[0]);
-    for (int i = 0; i < n && i < k; ++i) out[i] = v[i];
-    return k;
-}
-
-int hbe_device_count(int* n) { return hbe_check(cudaGetDeviceCount(n), "cudaGetDeviceCount"); }
-int hbe_set_device(int d) { return hbe_check(cudaSetDevice(d), "cudaSetDevice"); }
-int hbe_sm_count(int d, int* n) {
-    return hbe_check(cudaDeviceGetAttribute(n, cudaDevAttrMultiProcessorCount, d), "sm count");
-}
-int hbe_malloc(void** p, size_t n) { return hbe_check(cudaMalloc(p, n), "cudaMalloc"); }
-int hbe_free(void* p) { return hbe_check(cudaFree(p), "cudaFree"); }
-int hbe_h2d(void* d, const void* h, size_t n) { return hbe_check(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), "h2d"); }
-int hbe_d2h(void* h, const void* d, size_t n) { return hbe_check(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost), "d2h"); }
-int hbe_d2d(void* d, const void* s, size_t n) { return hbe_check(cudaMemcpy(d, s, n, cudaMemcpyDeviceToDevice), "d2d"); }
-int hbe_memset(void* d, int v, size_t n) { return hbe_check(cudaMemset(d, v, n), "cudaMemset"); }
-int hbe_sync() { return hbe_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
-int hbe_peer_enable(int dev, int peer) {
-    int can = 0;
-    HBE_TRY(cudaDeviceCanAccessPeer(&can, dev, peer));
-    if (!can) { snprintf(g_err, sizeof g_err, "device %d cannot access peer %d", dev, peer); return 1; }
-    HBE_TRY(cudaSetDevice(dev));
-    cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled) { cudaGetLastError(); return 0; }
-    return hbe_check(e, "cudaDeviceEnablePeerAccess");
-}
-int hbe_stream_create(void** s) {
-    return hbe_check(cudaStreamCreateWithFlags((cudaStream_t*)s, cudaStreamNonBlocking), "stream");
-}
-int hbe_stream_sync(void* s) { return hbe_check(cudaStreamSynchronize((cudaStream_t)s), "stream sync"); }
-int hbe_stream_destroy(void* s) { return hbe_check(cudaStreamDestroy((cudaStream_t)s), "stream destroy"); }
-
 /* The eidolon configuration used when the caller does not pick one. LANE + relaxed.gpu: measured in
  * E0 (|err| p95 72 ns) and, as lane/relaxed.sys (same E0 numbers), in E1's 384-flag bursts.
  * WARP has the smallest issue error for isolated entries but serializes bursts (E1 run 2: 2 warps,
@@ -475,81 +431,5 @@ int hbe_stream_destroy(void* s) { return hbe_check(cudaStreamDestroy((cudaStream
 #define HBF_EIDOLON_DEFAULT_LAYOUT HBF_EIDOLON_LANE
 #endif
 
-int hbe_eidolon_defaults(int* store_kind, int* layout) {
-    *store_kind = (int)HBF_EIDOLON_DEFAULT_STORE;
-    *layout = (int)HBF_EIDOLON_DEFAULT_LAYOUT;
-    return 0;
-}
-
-/* smem_bytes < 0: the opt-in maximum, so that no other block (which needs at least the 1 KB the
- * system reserves per block) fits beside an eidolon block: its SM is reserved.
- * store_kind: HBF_EIDOLA_ST_*; layout: HBF_EIDOLON_* (negative: the defaults above). */
-int hbe_launch_eidolon_cfg(hbf_eidola_state* st_dev, int blocks, int threads, int smem_bytes, int store_kind,
-                           int layout, void* stream) {
-    if (store_kind < 0) store_kind = (int)HBF_EIDOLON_DEFAULT_STORE;
-    if (layout < 0) layout = (int)HBF_EIDOLON_DEFAULT_LAYOUT;
-    if (store_kind >= (int)HBF_EIDOLA_ST_KINDS || layout >= (int)HBF_EIDOLON_LAYOUTS) {
-        snprintf(g_err, sizeof g_err, "eidolon: store kind %d / layout %d out of range", store_kind, layout);
-        return 1;
-    }
-    const hbf_eidolon_fn fn = g_eidolon[store_kind][layout];
-    if (smem_bytes < 0) {
-        int dev = 0, optin = 0;
-        HBE_TRY(cudaGetDevice(&dev));
-        HBE_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        smem_bytes = optin;
-    }
-    if (smem_bytes > 48 * 1024)
-        HBE_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    fn<<<blocks, threads, smem_bytes, (cudaStream_t)stream>>>(st_dev);
-    return hbe_check(cudaGetLastError(), "launch hbf_eidolon_kernel");
-}
-
-int hbe_launch_eidolon(hbf_eidola_state* st_dev, int blocks, int threads, int smem_bytes, void* stream) {
-    return hbe_launch_eidolon_cfg(st_dev, blocks, threads, smem_bytes, -1, -1, stream);
-}
-
-int hbe_launch_timer_probe(uint64_t* changes, uint32_t max_changes, uint64_t iters, uint64_t* summary, void* stream) {
-    hbf_eidola_timer_probe<<<1, 32, 0, (cudaStream_t)stream>>>(changes, max_changes, iters, summary);
-    return hbe_check(cudaGetLastError(), "launch hbf_eidola_timer_probe");
-}
-
-int hbe_launch_tprobe(hbf_eidola_state* st_dev, const uint64_t* addrs, const uint32_t* expect, const uint64_t* wake,
-                      uint64_t n, int64_t pre_ns, uint32_t stagger, const uint32_t* scratch, uint64_t* rec,
-                      uint64_t* meta, int pollers, int load_kind, int pipelined, void* stream) {
-    if (load_kind < 0 || load_kind >= (int)HBF_TL_LD_KINDS || pollers < 1) {
-        snprintf(g_err, sizeof g_err, "tprobe: load kind %d / pollers %d out of range", load_kind, pollers);
-        return 1;
-    }
-    g_tprobe[load_kind][pipelined ? 1 : 0]<<<pollers, 32, 0, (cudaStream_t)stream>>>(
-        st_dev, addrs, expect, wake, n, pre_ns, stagger, scratch, rec, meta);
-    return hbe_check(cudaGetLastError(), "launch hbf_eidola_tprobe");
-}
-
-int hbe_launch_probe(hbf_eidola_state* st_dev, const uint64_t* addrs, const uint64_t* expect, uint64_t n,
-                     uint64_t* seen, uint32_t* polls, uint32_t streams, void* stream) {
-    uint32_t threads = streams < 128 ? streams : 128;
-    uint32_t blocks = (streams + threads - 1) / threads;
-    hbf_eidola_probe<<<blocks, threads, 0, (cudaStream_t)stream>>>(st_dev, addrs, expect, n, seen, polls, streams);
-    return hbe_check(cudaGetLastError(), "launch hbf_eidola_probe");
-}
-
-int hbe_launch_probe_min(hbf_eidola_state* st_dev, const uint64_t* addrs, const uint64_t* expect, uint64_t n,
-                         uint64_t* seen, uint32_t replicas, void* stream) {
-    hbf_eidola_probe_min<<<replicas, 32, 0, (cudaStream_t)stream>>>(st_dev, addrs, expect, n,
-                                                                   (unsigned long long*)seen);
-    return hbe_check(cudaGetLastError(), "launch hbf_eidola_probe_min");
-}
-
-int hbe_launch_setup(hbf_eidola_state* st_dev, const uint64_t* addr, const uint64_t* value,
-                     const uint32_t* size, const uint64_t* wakeup, uint64_t n, void* stream) {
-    hbf_eidola_setup<<<64, 128, 0, (cudaStream_t)stream>>>(st_dev, addr, value, size, wakeup, n);
-    return hbe_check(cudaGetLastError(), "launch hbf_eidola_setup");
-}
-
-int hbe_launch_corunner(float* out, uint64_t iters, uint64_t* span, int blocks, int threads, void* stream) {
-    hbf_eidola_corunner<<<blocks, threads, 0, (cudaStream_t)stream>>>(out, iters, span);
-    return hbe_check(cudaGetLastError(), "launch hbf_eidola_corunner");
-}
-
-}  /* extern "C" */
+/* {store kind, layout} a launch without a choice uses (eidola/replay.py reads it from the module) */
+extern "C" __device__ unsigned int hbf_eidolon_defaults[2] = {HBF_EIDOLON_DEFAULT_STORE, HBF_EIDOLON_DEFAULT_LAYOUT};

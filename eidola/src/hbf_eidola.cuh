@@ -16,12 +16,15 @@
  *                          (eidola/src/eidola_kernels.cu) performs for each WTT entry.
  *
  * Header-only; every symbol is prefixed hbf_eidola_ / HBF_EIDOLA_. Pointers in the state are
- * stored as u64 so that the Python mirror (eidola/replay.py) is a flat struct of integers;
- * eidola/replay.py checks sizeof/offsetof against hbf_eidola_state_layout().
+ * stored as u64 so that the Python mirror (eidola/replay.py StateMirror) is a flat struct of
+ * integers; eidola/replay.py checks it against HBF_EIDOLA_LAYOUT_VALUES (the module global
+ * hbf_eidola_layout of eidola_kernels.cu; on CPU, tests/eidola compile this header as host C++:
+ * everything above the __CUDACC__ part is plain C++).
  */
 #ifndef HBF_EIDOLA_CUH
 #define HBF_EIDOLA_CUH
 
+#include <cstddef>
 #include <cstdint>
 
 #define HBF_EIDOLA_LAYOUT_VERSION 1u
@@ -116,6 +119,20 @@ typedef struct hbf_eidola_state {
     uint64_t vd_n;                 /* 4-byte words covered from vd_base */
     uint64_t vd_idx;               /* u32[vd_n]: word -> v index, 0xffffffff = not in the table */
 } hbf_eidola_state;
+
+/* sizeof + the offsets the Python mirror writes (in mirror order), the layout version and the
+ * monitor-entry size: eidola/replay.py compares them with StateMirror */
+#define HBF_EIDOLA_LAYOUT_N 12
+#define HBF_EIDOLA_LAYOUT_VALUES                                                                     \
+    {(unsigned long long)sizeof(hbf_eidola_state), (unsigned long long)HBF_EIDOLA_LAYOUT_VERSION,     \
+     (unsigned long long)offsetof(hbf_eidola_state, t0), (unsigned long long)offsetof(hbf_eidola_state, engine), \
+     (unsigned long long)offsetof(hbf_eidola_state, lag_ns),                                          \
+     (unsigned long long)offsetof(hbf_eidola_state, flag_ranges),                                     \
+     (unsigned long long)offsetof(hbf_eidola_state, n_entries),                                       \
+     (unsigned long long)offsetof(hbf_eidola_state, n_vaddr),                                         \
+     (unsigned long long)offsetof(hbf_eidola_state, mon_base),                                        \
+     (unsigned long long)offsetof(hbf_eidola_state, s_addr), (unsigned long long)offsetof(hbf_eidola_state, ctr), \
+     (unsigned long long)sizeof(hbf_eidola_mon_entry)}
 
 #ifdef __CUDACC__
 
@@ -589,10 +606,9 @@ HBF_EIDOLA_DEV void hbf_eidola_acct_flush(hbf_eidola_state* st, const hbf_eidola
 
 /* ============================================================================================
  * Extern API (callable from hbfcc-rewritten PTX and from Triton through extern/inline asm).
- * Emitted only when HBF_EIDOLA_EXTERN_API is defined before the include (e.g. a separate
- * `nvcc -rdc -ptx -DHBF_EIDOLA_EXTERN_API` module for Triton's extern_libs, or the helper module
- * once hbf_abi.h lists these symbols: the helper-ABI test pins its export list, so the include in
- * hbf_helpers.cu is left to the runtime owner).
+ * Emitted only when HBF_EIDOLA_EXTERN_API is defined before the include: the eidola helper module
+ * hbfcc links when its flags pass runs (eidola/src/hbf_eidola_helpers.cu -> hbf_eidola_helpers.ptx),
+ * or a separate `nvcc -rdc -ptx -DHBF_EIDOLA_EXTERN_API` module for Triton's extern_libs.
  * State comes from the module global __hb_eidola_state (set by the runtime after module load;
  * 0 = detached: flag loads read memory, nothing is counted). Counting is warp-aggregated atomics
  * (no per-thread registers survive an extern call). Prototypes (PTX):
@@ -603,7 +619,9 @@ HBF_EIDOLA_DEV void hbf_eidola_acct_flush(hbf_eidola_state* st, const hbf_eidola
  *   .weak .func __hb_eidola_register_write(.param .b64 addr, .param .b64 value, .param .b32 size, .param .b64 wakeup);
  *   .weak .func __hb_eidola_kernel_enter();
  *   .weak .func __hb_eidola_count_nonflag(.param .b32 insts);
- * and, for the timing helper's FLAG-range branch, HBF_EIDOLA_FLAG_ACCESS (accounting only).
+ * Flag ranges live only here (hbf_eidola_state.flag_ranges, filled by eidola/replay.py FlagTable,
+ * to which runtime_cuda's Session.register_flag_range adds once a Replay is attached); the timing
+ * helper's range table never holds them (runtime_cuda/devstate.py device_ranges).
  * ============================================================================================ */
 #if defined(__CUDACC__) && defined(HBF_EIDOLA_EXTERN_API)
 extern "C" {
@@ -628,20 +646,6 @@ HBF_EIDOLA_DEV void hbf_eidola_count_atomic(hbf_eidola_state* st, uint32_t klass
 HBF_EIDOLA_DEV uint64_t hbf_eidola_gt0(hbf_eidola_state* st) {
     return hb_ld_vol(&st->t0);
 }
-
-/* Accounting-only hook for hbf_helpers.cu's FLAG-range branch of __hb_issue: the original
- * instruction still performs the access, so the future is 0 (no modeled delay). */
-HBF_EIDOLA_DEV unsigned long long hbf_eidola_flag_access_hook(uint64_t addr, uint32_t flags) {
-    hbf_eidola_state* st = hbf_eidola_gstate();
-    if (!st) return 0ull;
-    if ((flags & 0x3u) == 1u /* HBF_OP_STORE */) return 0ull;
-    uint32_t k = hbf_eidola_classify(st, addr);
-    if (k) hbf_eidola_count_atomic(st, k, HBF_EIDOLA_C_THREAD, HBF_EIDOLA_C_WARP, 1);
-    return 0ull;
-}
-#ifndef HBF_EIDOLA_FLAG_ACCESS
-#define HBF_EIDOLA_FLAG_ACCESS(st, r, addr, bytes, flags, site) hbf_eidola_flag_access_hook((addr), (flags))
-#endif
 
 HBF_EIDOLA_DEV uint64_t hbf_eidola_ext_ld(uint64_t addr, uint32_t size) {
     if (!__isGlobal((const void*)addr)) {   /* a generic load of shared/local memory: not a flag */

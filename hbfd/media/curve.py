@@ -11,10 +11,19 @@ Held-out points are measured points that were *not* used to fit: ``fit_report`` 
 on the fitted points (zero for an interpolating curve, by construction) separately from the error
 on the held-out points (the honest number).
 
+Per operation (the one definition of curve timing; the device's curve source is the same,
+runtime_cuda/include/hbf_curve.h, and tests/runtime/test_curve_agreement.py checks both exactly):
+loads and cp.async read (their pages are charged on the burst curve); a store is posted and costs
+write time, ``write_ns`` per 4 KiB it writes (``ceil(write_ns * bytes / 4096)``, never per store
+instruction; its pages do not enter the read burst); an atomic is a read-modify-write: the read
+(on the burst curve) plus the write time of its bytes. :meth:`BurstCurve.request_ns` is the charge
+of one request that starts a new burst at a page boundary -- what the device evaluates per warp
+request (it keeps no burst state between requests).
+
 ``CurveEngine`` serves reference-path requests with the curve: the curve was measured on one
 host paging path at queue depth 1, so requests are served one after another on one server
-(start = max(arrival, previous completion)); a store is charged ``write_ns`` per 4 KiB it writes
-(``ceil(write_ns * bytes / 4096)``), never per store instruction.
+(start = max(arrival, previous completion)), and a sequential read burst continues across
+requests. Thermal scaling is applied once, by the waiter on the device (not here).
 """
 from __future__ import annotations
 
@@ -91,6 +100,22 @@ class BurstCurve:
         den = x1 - x0
         out = y0 + np.where(num >= 0, -(-num // den), num // den)   # ceiling, also past the end
         return int(out[0]) if scalar else out
+
+    def write_ns_for(self, nbytes) -> np.ndarray | int:
+        """Write time of a store (or an atomic's write) of ``nbytes``: ceil(write_ns * nbytes / 4096)."""
+        nb = np.asarray(nbytes, np.int64)
+        r = -(-int(self.write_ns) * nb // PAGE_BYTES)
+        return int(r) if np.ndim(r) == 0 else r
+
+    def request_ns(self, op: int, nbytes: int) -> int:
+        """Charge of one request of ``nbytes`` that starts a new burst at a page boundary:
+        loads/cp.async cum(pages), stores the write time, atomics both (pages = ceil(nbytes / 4 KiB))."""
+        op, nbytes = int(op), int(nbytes)
+        if not 0 <= op < ctl.HBF_N_OPS or nbytes < 0:
+            raise ConfigError("request needs an op in HBF_OP_* and nbytes >= 0", op=op, nbytes=nbytes)
+        read = 0 if op == OP_STORE else int(self.cum(-(-nbytes // PAGE_BYTES)))
+        write = int(self.write_ns_for(nbytes)) if op in (OP_STORE, OP_ATOMIC) else 0
+        return read + write
 
     def service(self, n) -> np.ndarray | int:
         """Charge of the n-th page of a burst (n >= 1): cum(n) - cum(n - 1)."""
@@ -178,8 +203,7 @@ class CurveEngine:
         svc_page = np.where(is_w, 0, read_cost)
         svc = np.bincount(req, weights=svc_page, minlength=n).astype(np.int64)
         wr = (op == OP_STORE) | (op == OP_ATOMIC)
-        wcost = -(-self.curve.write_ns * nb // PAGE_BYTES)
-        svc = svc + np.where(wr, wcost, 0)
+        svc = svc + np.where(wr, self.curve.write_ns_for(nb), 0)
         self._prev = (int(page[-1]), int(cls_[-1]), int(run[-1]))
         done = segmented_fcfs(a[order], svc, np.zeros(n, np.int64), np.array([self._free], np.int64))
         self._free = int(done[-1])

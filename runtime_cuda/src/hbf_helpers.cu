@@ -15,6 +15,7 @@
 
 #include "hbf_abi.h"
 #include "hbf_ctl.h"
+#include "hbf_curve.h"   // fixed/curve service + thermal scaling: the one definition (host-testable)
 #include "hbf_device.h"
 
 // Module globals (hbf_abi.h). Set by the runtime after the module loads; 0 = detached = native.
@@ -100,11 +101,7 @@ HB_DEV void hb_sleep(uint32_t ns) { __nanosleep(ns); }
 HB_DEV uint64_t hb_ceil_div(uint64_t a, uint64_t b) { return b ? (a + b - 1) / b : a; }
 
 // Thermal: s_T = ceil(s * 1e6 / q), applied exactly once per reservation.
-HB_DEV uint64_t hb_thermal_scale(uint64_t s, uint32_t q_ppm) {
-    if (q_ppm == 0u) q_ppm = 1u;
-    if (q_ppm >= 1000000u) return s;
-    return hb_ceil_div(s * 1000000ull, (uint64_t)q_ppm);
-}
+HB_DEV uint64_t hb_thermal_scale(uint64_t s, uint32_t q_ppm) { return hbf_thermal_scale(s, q_ppm); }
 
 HB_DEV uint32_t hb_smid() {
     uint32_t r;
@@ -423,26 +420,6 @@ HB_DEV uint64_t hb_refresh_service(const hbf_media_params& m, uint64_t rbytes) {
     return pages * (m.t_read_ns + m.t_prog_ns);
 }
 
-HB_DEV uint64_t hb_curve_ns(const hbf_media_params& m, uint64_t bytes) {
-    const uint32_t n = m.curve_points < HBF_MAX_CURVE_POINTS ? m.curve_points : HBF_MAX_CURVE_POINTS;
-    if (n == 0u) return 0ull;
-    const uint64_t pages = hb_ceil_div(bytes, m.page_bytes ? m.page_bytes : 4096u);
-    if (pages <= m.curve_pages[0])
-        return m.curve_pages[0] ? hb_ceil_div(m.curve_cum_ns[0] * pages, m.curve_pages[0]) : m.curve_cum_ns[0];
-#pragma unroll 1
-    for (uint32_t i = 1; i < n; ++i) {
-        if (pages <= m.curve_pages[i]) {
-            const uint64_t x0 = m.curve_pages[i - 1], x1 = m.curve_pages[i];
-            const uint64_t y0 = m.curve_cum_ns[i - 1], y1 = m.curve_cum_ns[i];
-            return y0 + hb_ceil_div((y1 - y0) * (pages - x0), x1 - x0);
-        }
-    }
-    // beyond the last point: extend with the last segment's slope
-    const uint64_t x0 = n > 1 ? m.curve_pages[n - 2] : 0, x1 = m.curve_pages[n - 1];
-    const uint64_t y0 = n > 1 ? m.curve_cum_ns[n - 2] : 0, y1 = m.curve_cum_ns[n - 1];
-    return y1 + (x1 > x0 ? hb_ceil_div((y1 - y0) * (pages - x1), x1 - x0) : 0ull);
-}
-
 HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
                                                       uint64_t bytes, uint32_t op, uint32_t q,
                                                       uint64_t rbytes, uint64_t now) {
@@ -620,12 +597,6 @@ HB_DEV uint32_t hb_perm_needed(uint32_t op) {
     return op == HBF_OP_STORE ? HBF_PERM_WRITE : (op == HBF_OP_ATOMIC ? HBF_PERM_ATOMIC : HBF_PERM_READ);
 }
 
-// The eidola engineer's flag-range hook (hbf_eidola.cuh) may define HBF_EIDOLA_FLAG_ACCESS.
-// (one #include line of hbf_eidola.cuh goes here)
-#ifndef HBF_EIDOLA_FLAG_ACCESS
-#define HBF_EIDOLA_FLAG_ACCESS(st, r, addr, bytes, flags, site) (0ull)
-#endif
-
 // Warp sum of a u64 that fits in 48 bits per lane (two 32-bit reductions).
 HB_DEV uint64_t hb_warp_sum(uint32_t mask, uint64_t v) {
     const uint32_t lo = __reduce_add_sync(mask, (uint32_t)(v & 0xFFFFu));
@@ -658,14 +629,9 @@ HB_SPLIT_FN uint64_t hb_device_deadline(hbf_device_state* st, uint64_t gaddr, ui
     if (src == HBF_SRC_FAST) {
         deadline = HB_OOL(hb_fast_model)(st, gaddr, req_bytes, op, q, rbytes, t0);
     } else {
-        uint64_t s;
-        if (src == HBF_SRC_CURVE) {
-            s = (op == HBF_OP_STORE) ? st->media.curve_write_ns : hb_curve_ns(st->media, req_bytes);
-        } else {  // HBF_SRC_FIXED
-            s = (op == HBF_OP_STORE) ? st->media.fixed_write_ns
-                : (op == HBF_OP_ATOMIC ? st->media.fixed_read_ns + st->media.fixed_write_ns
-                                        : st->media.fixed_read_ns);
-        }
+        // hbf_curve.h: loads/cp.async read, stores write (posted), atomics read + write
+        uint64_t s = (src == HBF_SRC_CURVE) ? hbf_curve_service_ns(&st->media, op, req_bytes)
+                                            : hbf_fixed_service_ns(&st->media, op);   // HBF_SRC_FIXED
         s += hb_refresh_service(st->media, rbytes);
         deadline = t0 + hb_thermal_scale(s, q);
     }
@@ -720,19 +686,18 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
     const uint32_t op = flags & HBF_F_OP_MASK;
     hbf_dev_range r;
     const int cls = HB_OOL(hb_classify)(st, addr, bytes, r);
-    // Fail closed: a partial overlap, a missing permission or a capacity range is UNSUPPORTED; every
-    // lane of the call that sees one records it, and the whole warp (the lanes in this call) ends
-    // before any of them performs its access.
+    // Fail closed: a partial overlap, a missing permission or a range that is not a timing range
+    // (capacity) is UNSUPPORTED; every lane of the call that sees one records it, and the whole warp
+    // (the lanes in this call) ends before any of them performs its access. Flag ranges are not in
+    // this table (runtime_cuda/devstate.py device_ranges): eidola's state classifies flag loads.
     uint32_t bad = 0u;
     if (cls == HB_PARTIAL) bad = 1u;
-    else if (cls == HB_HIT && ((r.perms & hb_perm_needed(op)) == 0u ||
-                               (r.mode != HBF_MODE_FLAG && r.mode != HBF_MODE_TIMING))) bad = 1u;
+    else if (cls == HB_HIT && ((r.perms & hb_perm_needed(op)) == 0u || r.mode != HBF_MODE_TIMING)) bad = 1u;
     if (__any_sync(__activemask(), bad)) {
         if (bad) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
         hb_end();
     }
     if (cls == HB_NATIVE) return 0ull;
-    if (r.mode == HBF_MODE_FLAG) return HBF_EIDOLA_FLAG_ACCESS(st, r, addr, bytes, flags, site);
 
     // --- warp aggregation: one request per page group, made by the group's leader ---
     const uint32_t mask = __activemask();

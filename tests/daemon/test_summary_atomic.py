@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import json
-import threading
+import sys
+from pathlib import Path
 
 import pytest
 
-from hbfd.summary import canonical_json, write_json_atomic
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from atomic_testutil import assert_readers_never_see_a_partial_file  # noqa: E402
+
+from hbfd.summary import canonical_json, write_json_atomic  # noqa: E402
 
 
 def test_canonical_is_deterministic_and_refuses_nan():
@@ -42,23 +46,4 @@ def test_failure_while_writing_leaves_old_file_and_no_temp(tmp_path, monkeypatch
 
 
 def test_a_reader_never_sees_a_partial_file(tmp_path):
-    p = tmp_path / "summary.json"
-    big = {"rows": [{"i": i, "pad": "x" * 200} for i in range(2000)]}   # ~450 KB
-    write_json_atomic(p, {**big, "n": -1})
-    stop = threading.Event()
-    seen, bad = [], []
-
-    def reader():
-        while not stop.is_set():
-            try:
-                seen.append(json.loads(p.read_text())["n"])
-            except Exception as e:  # a torn read would land here
-                bad.append(repr(e))
-    t = threading.Thread(target=reader)
-    t.start()
-    for n in range(40):
-        write_json_atomic(p, {**big, "n": n})
-    stop.set()
-    t.join()
-    assert not bad, bad[:3]
-    assert len(seen) > 5 and json.loads(p.read_text())["n"] == 39
+    assert_readers_never_see_a_partial_file(tmp_path / "summary.json", lambda p, doc, n: write_json_atomic(p, doc))

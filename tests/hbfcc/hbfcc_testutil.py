@@ -205,3 +205,20 @@ def trace(module, fname: str, *, keep_hb_movs: bool = False) -> list[str]:
     except StopIteration:
         pass
     return out
+
+
+# ---- PTX of calls through a parameter block (as nvcc writes them) -------------------------------
+
+def call_block(callee: str, *, result: str | None = "%r1") -> str:
+    """A call of ``.func (.param .b32 rv) callee(.param .b64 p)`` with ``%rd1`` as the argument, in
+    its own ``{}`` scope; the result is read into ``result`` (None: not read)."""
+    ld = f"    ld.param.b32 {result}, [pr];\n" if result else ""
+    return ("    {\n    .param .b64 pa;\n    .param .b32 pr;\n    st.param.b64 [pa], %rd1;\n"
+            f"    call (pr), {callee}, (pa);\n{ld}    }}\n")
+
+
+def call_entry(name: str, callee: str, *, regs: int = 2) -> str:
+    """An ``.entry name(.param .u64 k_p)`` that loads its pointer into ``%rd1`` and only calls ``callee``
+    (:func:`call_block`), with ``regs`` registers declared of .b32 and of .b64."""
+    return (f".visible .entry {name}(.param .u64 k_p)\n{{\n    .reg .b32 %r<{regs}>;\n    .reg .b64 %rd<{regs}>;\n"
+            f"    ld.param.u64 %rd1, [k_p];\n{call_block(callee)}    ret;\n}}\n")

@@ -348,14 +348,15 @@ def test_plain_gemv_counts_match_hand_on_gpu(tmp_path, wait):
 
     from eidola.generator import uniform_delay
     from eidola import replay as E
+    from workloads.gemv_allreduce import fused as F
     from workloads.gemv_allreduce.plain import PlainKernel, build_plain, run_plain
     passes = ("timing", "flags") if wait == "spin" else ("timing", "flags", "mwait")
     cubin, doc = build_plain(tmp_path, passes=passes)
     assert doc["admitted"]
     rt = E.EidolaRuntime.create()
     pk = PlainKernel(cubin, rt.device)
-    shape = E.GarShape(n_gpus=4, M=256, Kl=256, tiles=32)
-    g = E.GemvAllReduce(rt, shape)
+    shape = F.GarShape(n_gpus=4, M=256, Kl=256, tiles=32)
+    g = F.GemvAllReduce(rt, shape)
     rep = E.Replay(rt, [g.flag_region()], arm_slots=shape.tiles * shape.threads)
     rep.register_trace(uniform_delay(n_gpus=4, tiles=32, tile_rows=8, delay_ns=20000), g.bases())
     rep.install(engine="virtual", mon_mode="off" if wait == "spin" else "hoare")

@@ -74,24 +74,18 @@ $L__BB0_1:
     assert c.blocks[1].may_exit and not c.blocks[1].is_exit and c.blocks[3].is_exit
 
 
+# one inline-asm wait loop, as Triton emits it for every use: the same label in its own {} scope
+WAIT_LOOP = """\t{
+\t.reg .pred complete;
+waitLoop:
+\tmbarrier.try_wait.parity.shared::cta.b64 complete, [%r1], %r2;
+\t@!complete bra.uni waitLoop;
+\t}
+"""
+
+
 def test_inline_asm_repeated_labels_resolve_in_their_scope():
-    c = cfg_of("""
-\t.reg .b32 %r<4>;
-\t{
-\t.reg .pred complete;
-waitLoop:
-\tmbarrier.try_wait.parity.shared::cta.b64 complete, [%r1], %r2;
-\t@!complete bra.uni waitLoop;
-\t}
-\tadd.s32 %r3, %r3, 1;
-\t{
-\t.reg .pred complete;
-waitLoop:
-\tmbarrier.try_wait.parity.shared::cta.b64 complete, [%r1], %r2;
-\t@!complete bra.uni waitLoop;
-\t}
-\tret;
-""")
+    c = cfg_of("\n\t.reg .b32 %r<4>;\n" + WAIT_LOOP + "\tadd.s32 %r3, %r3, 1;\n" + WAIT_LOOP + "\tret;\n")
     assert shape(c) == [(2, ["waitLoop"], [0, 1]), (1, [], [2]), (2, ["waitLoop"], [2, 3]), (1, [], [])]
     assert c.unsupported == []
 

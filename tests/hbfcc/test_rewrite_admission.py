@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hbfcc_testutil as U  # noqa: E402
 
 from hbfcc import artifact  # noqa: E402
 from hbfcc.rewrite import rewrite_text  # noqa: E402
@@ -17,23 +18,7 @@ def module(body: str) -> dict:
     return artifact.build(path="m.ptx", result=res, ptxas=None, before=None, after=None)
 
 
-CALLER = """
-.extern .func (.param .b32 rv) ext_a(.param .b64 p);
-.visible .entry k(.param .u64 k_p)
-{
-    .reg .b32 %r<2>;
-    .reg .b64 %rd<2>;
-    ld.param.u64 %rd1, [k_p];
-    {
-    .param .b64 pa;
-    .param .b32 pr;
-    st.param.b64 [pa], %rd1;
-    call (pr), ext_a, (pa);
-    ld.param.b32 %r1, [pr];
-    }
-    ret;
-}
-"""
+CALLER = "\n.extern .func (.param .b32 rv) ext_a(.param .b64 p);\n" + U.call_entry("k", "ext_a")
 
 CALLEE_OK = """
 .extern .func (.param .b32 rv) ext_b(.param .b64 p);
@@ -43,13 +28,7 @@ CALLEE_OK = """
     .reg .b64 %rd<2>;
     ld.param.u64 %rd1, [p];
     ld.global.u32 %r1, [%rd1];
-    {
-    .param .b64 pa;
-    .param .b32 pr;
-    st.param.b64 [pa], %rd1;
-    call (pr), ext_b, (pa);
-    }
-    st.param.b32 [rv], %r1;
+""" + U.call_block("ext_b", result=None) + """    st.param.b32 [rv], %r1;
     ret;
 }
 """
@@ -60,13 +39,7 @@ CALLEE_B_REC = """
 {
     .reg .b64 %rd<2>;
     ld.param.u64 %rd1, [p];
-    {
-    .param .b64 pa;
-    .param .b32 pr;
-    st.param.b64 [pa], %rd1;
-    call (pr), ext_a, (pa);
-    }
-    ret;
+""" + U.call_block("ext_a", result=None) + """    ret;
 }
 """
 

@@ -80,27 +80,28 @@ def test_link_renames_private_symbols_and_assembles(which):
     U.assemble(t)
 
 
+def _refused_function(tmp_path, text: str) -> str:
+    """Load ``text`` as the helper module: it must be refused; the function the error names."""
+    p = tmp_path / "bad.ptx"
+    p.write_text(text)
+    with pytest.raises(RewriteError) as e:
+        H.load_helper(str(p))
+    return e.value.fields["function"]
+
+
 def test_signature_mismatch_refused(tmp_path):
     bad = Path(U.fixture_helper_ptx()).read_text().replace(
         ".visible .func __hb_wait(\n\t.param .b64 __hb_wait_param_0,\n\t.param .b32 __hb_wait_param_1",
         ".visible .func __hb_wait(\n\t.param .b32 __hb_wait_param_0,\n\t.param .b32 __hb_wait_param_1")
     assert "param .b32 __hb_wait_param_0" in bad
-    p = tmp_path / "bad.ptx"
-    p.write_text(bad)
-    with pytest.raises(RewriteError) as e:
-        H.load_helper(str(p))
-    assert e.value.fields["function"] == "__hb_wait"
+    assert _refused_function(tmp_path, bad) == "__hb_wait"
 
 
 def test_missing_function_refused(tmp_path):
     text = Path(U.fixture_helper_ptx()).read_text()
     cut = re.sub(r"\.visible \.func __hb_kernel_exit\(.*?\n\}\n", "", text, flags=re.S)
     assert "__hb_kernel_exit(" not in cut
-    p = tmp_path / "missing.ptx"
-    p.write_text(cut)
-    with pytest.raises(RewriteError) as e:
-        H.load_helper(str(p))
-    assert e.value.fields["function"] == "__hb_kernel_exit"
+    assert _refused_function(tmp_path, cut) == "__hb_kernel_exit"
 
 
 def test_missing_helper_file_is_a_config_error(tmp_path):

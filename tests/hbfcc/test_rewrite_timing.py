@@ -329,12 +329,16 @@ def test_generic_shared_local_param_classes():
     assemble_linked(src)
 
 
-def test_cp_async_group_window():
-    src = kernel("""
+# a shared buffer and one committed group: a 16-byte cp.async from [%rd1]
+CP_ASYNC_ONE_GROUP = """
     .shared .align 16 .b8 smem[256];
     mov.u32 %r2, smem;
     cp.async.ca.shared.global [%r2], [%rd1], 16;
-    cp.async.commit_group;
+    cp.async.commit_group;"""
+
+
+def test_cp_async_group_window():
+    src = kernel(CP_ASYNC_ONE_GROUP + """
     cp.async.cg.shared.global [%r2+16], [%rd1+16], 16, %r1;
     cp.async.commit_group;
     @%p1 cp.async.ca.shared.global [%r2+32], [%rd1+32], 8;
@@ -366,11 +370,7 @@ def test_cp_async_group_window():
 
 
 def test_cp_async_window_grows_with_wait_group_depth():
-    src = kernel("""
-    .shared .align 16 .b8 smem[256];
-    mov.u32 %r2, smem;
-    cp.async.ca.shared.global [%r2], [%rd1], 16;
-    cp.async.commit_group;
+    src = kernel(CP_ASYNC_ONE_GROUP + """
     cp.async.wait_group 11;
     ret;""")
     _, meta = run_pass(src, {"cpasync_window": 4})
@@ -463,35 +463,7 @@ def test_device_function_call_admission_and_drain_at_ret():
     ret;
 }
 .extern .func (.param .b32 rv) mystery(.param .b64 a);
-.visible .entry k(.param .u64 k_p)
-{
-    .reg .b32 %r<4>;
-    .reg .b64 %rd<4>;
-    ld.param.u64 %rd1, [k_p];
-    {
-    .param .b64 pa;
-    .param .b32 pr;
-    st.param.b64 [pa], %rd1;
-    call (pr), helper, (pa);
-    ld.param.b32 %r1, [pr];
-    }
-    ret;
-}
-.visible .entry k2(.param .u64 k_p)
-{
-    .reg .b32 %r<4>;
-    .reg .b64 %rd<4>;
-    ld.param.u64 %rd1, [k_p];
-    {
-    .param .b64 pa;
-    .param .b32 pr;
-    st.param.b64 [pa], %rd1;
-    call (pr), mystery, (pa);
-    ld.param.b32 %r1, [pr];
-    }
-    ret;
-}
-"""
+""" + U.call_entry("k", "helper", regs=4) + U.call_entry("k2", "mystery", regs=4)
     m, meta = run_pass(src)
     fns = {f["name"]: f for f in meta["timing"]["functions"]}
     assert meta["timing"]["kernels"] == ["k", "k2"]

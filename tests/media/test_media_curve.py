@@ -91,3 +91,18 @@ def test_make_engine_picks_curve_or_media_from_the_profile():
     eng = make_engine(p)
     assert isinstance(eng, CurveEngine)
     assert eng.stats()["fit"]["held_out"]["n"] == 1
+
+
+def test_request_charge_per_op():
+    """One request starting a burst: loads/cp.async read cum(pages), stores write time pro-rated per
+    4 KiB, atomics read + write (what the device's curve source charges, test_curve_agreement)."""
+    from hbfcommon import ctl
+    c = BurstCurve(CD8P_P50_POINTS, CD8P_PROGRAM_P50_NS)
+    w256 = -(-CD8P_PROGRAM_P50_NS * 256 // 4096)
+    assert c.write_ns_for(256) == w256 and c.write_ns_for(4096) == CD8P_PROGRAM_P50_NS
+    assert c.request_ns(ctl.HBF_OP_LOAD, 256) == c.request_ns(ctl.HBF_OP_CPASYNC, 256) == 11_133
+    assert c.request_ns(ctl.HBF_OP_LOAD, 3 * 4096) == c.cum(3)
+    assert c.request_ns(ctl.HBF_OP_STORE, 256) == w256
+    assert c.request_ns(ctl.HBF_OP_ATOMIC, 256) == 11_133 + w256
+    with pytest.raises(ConfigError):
+        c.request_ns(ctl.HBF_N_OPS, 4)

@@ -44,11 +44,40 @@ def test_register_mirrors_the_published_snapshot(sess):
                                                              C.HBF_PERM_READ, C.HBF_MODE_TIMING)
     assert st.lo == BASE - D.HBF_DEV_GUARD_BYTES and st.lo + st.span == BASE + (1 << 20)
     assert st.range_seq % 2 == 0
-    f = sess.register_flag_range(BASE + (4 << 20), 4096, flag_class=3)
-    assert sess.state.n_ranges == 2 and sess.state.ranges[1].mode == C.HBF_MODE_FLAG
     sess.unregister(r)
-    sess.unregister(f)
     assert sess.state.n_ranges == 0 and sess.state.span == 0
+
+
+def test_flag_ranges_are_eidolas_table(sess):
+    """Session.register_flag_range adds to the attached eidola flag table (the device state eidola's
+    loads are classified against) and records the range in hbfd's table; the timing helpers' device
+    range table never holds it; a refusal by either side leaves both unchanged."""
+    from eidola.replay import FlagTable, StateMirror
+    r = sess.register_timing_range(BASE, 1 << 20, C.HBF_PERM_READ)
+    with pytest.raises(HbfError) as ei:            # no eidola table attached: a clear error, nothing registered
+        sess.register_flag_range(BASE + (4 << 20), 4096, flag_class=3)
+    assert ei.value.code == ErrorCode.RANGE_BAD_MODE and "eidola" in str(ei.value) and len(sess.ranges) == 1
+    table = FlagTable(StateMirror())
+    sess.attach_flag_table(table)
+    f = sess.register_flag_range(BASE + (4 << 20), 4096, flag_class=3, label="tile_flags")
+    assert [x.mode for x in sess.ranges] == [C.HBF_MODE_TIMING, C.HBF_MODE_FLAG]      # hbfd records it
+    st = sess.state
+    assert st.n_ranges == 1 and st.ranges[0].mode == C.HBF_MODE_TIMING               # the helpers never see it
+    assert st.lo + st.span == BASE + (1 << 20)
+    h = table.host
+    assert (h.n_flag_ranges, h.flag_ranges[0].base, h.flag_ranges[0].length, h.flag_ranges[0].klass) == \
+        (1, BASE + (4 << 20), 4096, 3)
+    with pytest.raises(HbfError):                  # eidola refuses (not 128-byte aligned): hbfd untouched
+        sess.register_flag_range(BASE + (8 << 20) + 4, 128)
+    with pytest.raises(HbfError) as ei:            # hbfd refuses (overlaps the timing range): table rolled back
+        sess.register_flag_range(BASE + 4096, 128)
+    assert ei.value.code == ErrorCode.RANGE_OVERLAP
+    assert len(sess.ranges) == 2 and h.n_flag_ranges == 1
+    with pytest.raises(HbfError):
+        sess.attach_flag_table(FlagTable(StateMirror()))   # one table per session
+    sess.unregister(f)
+    assert h.n_flag_ranges == 0 and [x.mode for x in sess.ranges] == [C.HBF_MODE_TIMING]
+    sess.unregister(r)
 
 
 def test_registration_errors_carry_codes(sess):

@@ -4,7 +4,6 @@ tensor is refused by the launch gate. Skips cleanly without a GPU, torch or ptxa
 The full proof is bench/runtime_triton.py."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import sys
@@ -14,21 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SRC = '''
-import triton, triton.language as tl
-
-@triton.jit
-def add_hbf_t(x, y, o, n, B: tl.constexpr):
-    offs = tl.program_id(0) * B + tl.arange(0, B)
-    m = offs < n
-    tl.store(o + offs, tl.load(x + offs, mask=m) * 2.0 + tl.load(y + offs, mask=m), mask=m)
-
-@triton.jit
-def add_plain_t(x, y, o, n, B: tl.constexpr):
-    offs = tl.program_id(0) * B + tl.arange(0, B)
-    m = offs < n
-    tl.store(o + offs, tl.load(x + offs, mask=m) * 2.0 + tl.load(y + offs, mask=m), mask=m)
-'''
+# the same kernel twice: add_hbf_t through hbfcc-ptxas, add_plain_t through the real ptxas
+KERNELS = {"add_hbf_t": "add", "add_plain_t": "add"}
 
 
 @pytest.mark.gpu
@@ -42,6 +28,7 @@ def test_triton_hbfcc_kernel_bound_counted_and_plain_refused(gpu, hbfd_daemon, t
 
     import runtime_cuda
     from runtime_cuda.session import LaunchRefused
+    from workloads import triton_kernels
     wrap = tmp_path / "hbfcc-ptxas"
     wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.cli ptxas \"$@\"\n")
     wrap.chmod(0o755)
@@ -49,10 +36,7 @@ def test_triton_hbfcc_kernel_bound_counted_and_plain_refused(gpu, hbfd_daemon, t
                  "TRITON_CACHE_DIR": tmp_path / "tc",
                  "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}.items():
         monkeypatch.setenv(k, str(v))
-    (tmp_path / "tk_gpu_test.py").write_text(SRC)
-    spec = importlib.util.spec_from_file_location("tk_gpu_test", tmp_path / "tk_gpu_test.py")
-    K = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(K)
+    K = triton_kernels.load(tmp_path / "tk_gpu_test.py", KERNELS)
     sock, _summary, _ = hbfd_daemon
     s = runtime_cuda.attach(socket=sock, allow_unmodeled=False)
     try:

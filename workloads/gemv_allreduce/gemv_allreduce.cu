@@ -20,34 +20,13 @@
  * Flag loads go through hbf_eidola_ld_flag / monitor / mwait explicitly ("hand-instrumented flag
  * loads"); every other global read is counted as non-flag with hbf_eidola_count_nonflag.
  */
-#include <cuda_runtime.h>
 #include <cstdint>
-#include <cstdio>
 
+#include "gemv_allreduce.h"
 #include "hbf_eidola.cuh"
 
-#define GAR_WAIT_SPIN 0
-#define GAR_WAIT_MESA 1
-#define GAR_WAIT_HOARE 2
-#define GAR_NMARKS 6
-#define GAR_STAGE_FLOATS 8192   /* shared-memory staging for the reduce: 32 KB */
-
-typedef struct gar_params {
-    uint64_t A, x, y, recv, flags;          /* float*, float*, float*, float*, u32* (this rank) */
-    uint64_t peer_recv, peer_flags;         /* device arrays [n_gpus] of float* / u32* (real mode) */
-    uint64_t sink_data, sink_flags;         /* eidola mode: where this rank's outgoing writes go */
-    uint64_t marks;                         /* u64 [tiles][GAR_NMARKS] absolute %globaltimer */
-    uint64_t seen;                          /* u64 [tiles][n_gpus] first-seen (relative to t0) */
-    uint64_t polls;                         /* u32 [tiles][n_gpus] flag reads until seen */
-    uint64_t release;                       /* u64 [tiles] flag release time (relative) */
-    uint64_t st;                            /* hbf_eidola_state* */
-    int32_t rank, n_gpus, M, Kl, tiles, tile_rows;
-    uint32_t seq;
-    int32_t eidola;                         /* 1: replay mode */
-    int32_t wait_mode;                      /* GAR_WAIT_* */
-    int32_t reserved;
-} gar_params;
-
+/* sizeof/offsets of gar_params and GAR_STAGE_FLOATS (workloads/gemv_allreduce/fused.py checks them) */
+extern "C" __device__ unsigned long long gar_layout[GAR_LAYOUT_N] = GAR_LAYOUT_VALUES;
 
 /* The tile compute, shared by the fused kernel and the partials kernel (identical arithmetic,
  * so pre-staged eidolon partials are bitwise what a real peer would push). */
@@ -74,8 +53,9 @@ static __device__ __forceinline__ void gar_tile_dot(const float* A, const float*
     }
 }
 
-/* Deterministic fill: values in [-0.5, 0.5) from a 64-bit hash of (seed, index). */
-__global__ void gar_fill_kernel(float* p, uint64_t n, uint64_t seed) {
+/* Deterministic fill: values in [-0.5, 0.5) from a 64-bit hash of (seed, index). Launched by
+ * workloads/gemv_allreduce/fused.py with 1024 x 256 threads. */
+extern "C" __global__ void gar_fill_kernel(float* p, uint64_t n, uint64_t seed) {
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x) {
         uint64_t z = i + 0x9E3779B97F4A7C15ull * (seed + 1);
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -85,8 +65,9 @@ __global__ void gar_fill_kernel(float* p, uint64_t n, uint64_t seed) {
     }
 }
 
-/* The partial tiles a peer q would push: recv[q][b][:] = A_q[tile b] . x_q */
-__global__ void __launch_bounds__(256) gar_partials_kernel(const float* A, const float* x, float* recv, int q,
+/* The partial tiles a peer q would push: recv[q][b][:] = A_q[tile b] . x_q
+ * (grid: tiles blocks; dynamic shared memory: tile_rows floats). */
+extern "C" __global__ void __launch_bounds__(256) gar_partials_kernel(const float* A, const float* x, float* recv, int q,
                                                           int M, int Kl, int tiles, int tile_rows) {
     extern __shared__ float tile_sh[];
     const int b = blockIdx.x;
@@ -96,7 +77,7 @@ __global__ void __launch_bounds__(256) gar_partials_kernel(const float* A, const
         recv[((uint64_t)q * tiles + b) * tile_rows + r] = tile_sh[r];
 }
 
-__global__ void __launch_bounds__(256) gemv_allreduce_kernel(gar_params p) {
+extern "C" __global__ void __launch_bounds__(256) gemv_allreduce_kernel(gar_params p) {
     hbf_eidola_state* st = (hbf_eidola_state*)p.st;
     const uint64_t t0 = hbf_eidola_kernel_enter(st);
     const int b = blockIdx.x;
@@ -197,39 +178,4 @@ __global__ void __launch_bounds__(256) gemv_allreduce_kernel(gar_params p) {
     __syncthreads();
     if (tid == 0) marks[5] = hb_now();
     hbf_eidola_acct_flush(st, &acct);
-}
-
-extern "C" {
-extern const char* hbe_last_error();
-
-int gar_params_size() { return (int)sizeof(gar_params); }
-
-int gar_launch(const gar_params* p, int threads, void* stream) {
-    if (p->tile_rows > threads || p->tile_rows < 1) return (int)cudaErrorInvalidValue;  /* one row per thread in the reduce */
-    int chunk = p->n_gpus < GAR_STAGE_FLOATS / p->tile_rows ? p->n_gpus : GAR_STAGE_FLOATS / p->tile_rows;
-    if (chunk < 1) chunk = 1;
-    size_t smem = (size_t)p->tile_rows * sizeof(float) * (1 + (size_t)chunk);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(gemv_allreduce_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return (int)e;
-    }
-    gemv_allreduce_kernel<<<p->tiles, threads, smem, (cudaStream_t)stream>>>(*p);
-    return (int)cudaGetLastError();
-}
-
-int gar_fill(float* p, uint64_t n, uint64_t seed, void* stream) {
-    gar_fill_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>(p, n, seed);
-    return (int)cudaGetLastError();
-}
-
-int gar_partials(const float* A, const float* x, float* recv, int q, int M, int Kl, int tiles,
-                 int tile_rows, int threads, void* stream) {
-    size_t smem = (size_t)tile_rows * sizeof(float);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(gar_partials_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return (int)e;
-    }
-    gar_partials_kernel<<<tiles, threads, smem, (cudaStream_t)stream>>>(A, x, recv, q, M, Kl, tiles, tile_rows);
-    return (int)cudaGetLastError();
-}
 }

@@ -11,28 +11,15 @@
  * the eidola state is bound after module load (workloads/gemv_allreduce/plain.py: bind_module_state). Built and run
  * by workloads/gemv_allreduce/plain.py and bench/eidola_hbfcc_flags_e1.py.
  *
- * Same parameter block (gar_params, mirrored by eidola.replay.GarParams), same tile compute,
+ * Same parameter block (gar_params in gemv_allreduce.h, mirrored by fused.py GarParams), same tile compute,
  * same phases and marks, so its output is bitwise the hand-instrumented kernel's; `st` and
  * `wait_mode` are ignored (the wait is whatever hbfcc made of the spin loop).
  */
 #include <cstdint>
 
-#define GAR_NMARKS 6
-#define GAR_STAGE_FLOATS 8192
-#define GAR_PLAIN_TIMEOUT_NS 2000000000ull   /* a wait that never ends traps (the run fails loudly) */
+#include "gemv_allreduce.h"   /* gar_params, GAR_NMARKS, GAR_STAGE_FLOATS: shared with gemv_allreduce.cu */
 
-typedef struct gar_params {
-    uint64_t A, x, y, recv, flags;
-    uint64_t peer_recv, peer_flags;
-    uint64_t sink_data, sink_flags;
-    uint64_t marks, seen, polls, release;
-    uint64_t st;                            /* unused here */
-    int32_t rank, n_gpus, M, Kl, tiles, tile_rows;
-    uint32_t seq;
-    int32_t eidola;
-    int32_t wait_mode;                      /* unused here */
-    int32_t reserved;
-} gar_params;
+#define GAR_PLAIN_TIMEOUT_NS 2000000000ull   /* a wait that never ends traps (the run fails loudly) */
 
 static __device__ __forceinline__ uint64_t gar_now() {
     uint64_t t;

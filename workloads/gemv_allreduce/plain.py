@@ -10,7 +10,7 @@ what a user gets from ``HBFCC_PASSES=... hbfcc``; the artifact (``<cubin>.hbfcc.
 passes, the eidola helper's sha256 and admission. ``run_plain`` binds ``__hb_eidola_state`` of the
 module to the Replay (:func:`bind_module_state`), leaves ``__hb_state`` 0 (timing
 detached: no HBF ranges in this workload), and launches with the same parameter block as the
-hand-instrumented kernel (eidola.replay.GarParams), so both builds run on the same buffers.
+hand-instrumented kernel (gemv_allreduce.h; fused.GarParams), so both builds run on the same buffers.
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from hbfcommon.errors import ConfigError, ToolchainError
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "gemv_allreduce_plain.cu"
 KERNEL = "gemv_allreduce_plain_kernel"
-STAGE_FLOATS = 8192
 # the binding lives in eidola.replay (Replay.bind_module); re-exported for existing callers
 from eidola.replay import EIDOLA_STATE_GLOBAL, bind_module_state  # noqa: E402,F401
+from workloads.gemv_allreduce.fused import reduce_smem_bytes  # noqa: E402
 
 
 def build_plain(out_dir: str | os.PathLike, *, passes: Sequence[str] = ("timing", "flags"), arch: str = "sm_90a",
@@ -74,15 +74,14 @@ class PlainKernel:
 
     def launch(self, params: Any, *, tiles: int, threads: int, tile_rows: int, n_gpus: int, stream: int) -> None:
         from runtime_cuda import cudrv
-        chunk = max(1, min(n_gpus, STAGE_FLOATS // tile_rows))
-        smem = tile_rows * 4 * (1 + chunk)
+        smem = reduce_smem_bytes(tile_rows, n_gpus)
         if smem > 48 * 1024:
             raise ConfigError("plain kernel: dynamic shared memory over 48 KB is not set up", smem=smem)
         cudrv.launch(self.function, (tiles,), (threads,), [params], shared=smem, stream=stream)
 
 
 def run_plain(pk: PlainKernel, g: Any, replay: Any, *, engine: str = "virtual", seq: int = 1) -> dict:
-    """One launch of the plain kernel on ``g``'s buffers (a eidola.replay.GemvAllReduce) with
+    """One launch of the plain kernel on ``g``'s buffers (a fused.GemvAllReduce) with
     the eidolons replaying ``replay``'s table; same protocol as GemvAllReduce.run_replay."""
     import numpy as np
     if engine == "native":

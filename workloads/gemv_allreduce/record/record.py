@@ -123,18 +123,11 @@ def rank_inputs(seed: int, M: int, K: int):
 
 def gpu_count() -> tuple[int, str]:
     """(number of CUDA devices, how it was found / why none)."""
+    from runtime_cuda import cudrv
     try:
-        from cuda.bindings import driver as cu
-    except Exception as e:  # noqa: BLE001
-        return 0, f"cuda-python not importable: {e}"
-    try:
-        err, = cu.cuInit(0)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            return 0, f"cuInit: {err.name}"
-        err, n = cu.cuDeviceGetCount()
-        if err != cu.CUresult.CUDA_SUCCESS:
-            return 0, f"cuDeviceGetCount: {err.name}"
-        return int(n), "cuDeviceGetCount"
+        return cudrv.device_count(), "cuDeviceGetCount"
+    except CudaError as e:   # cuda-python missing, or cuInit / cuDeviceGetCount failed
+        return 0, str(e)
     except Exception as e:  # noqa: BLE001 - no driver library on this machine
         return 0, f"no CUDA driver: {type(e).__name__}: {e}"
 
@@ -158,23 +151,6 @@ def plan(cfg: RecordConfig) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-class _Cu:
-    """Thin checked wrapper over cuda.bindings.driver."""
-
-    def __init__(self) -> None:
-        from cuda.bindings import driver as cu
-        self.cu = cu
-
-    def __call__(self, name: str, *args: Any) -> Any:
-        res = getattr(self.cu, name)(*args)
-        err, rest = res[0], res[1:]
-        if err != self.cu.CUresult.CUDA_SUCCESS:
-            raise CudaError(f"{name} failed: {err.name}", call=name, result=int(err))
-        if not rest:
-            return None
-        return rest[0] if len(rest) == 1 else rest
-
-
 class GarParamsC(ctypes.Structure):
     """Mirror of ``struct GarParams`` in gemv_ar_record.cu (natural alignment, as nvcc lays it)."""
 
@@ -223,15 +199,20 @@ def _args(*vals: ctypes._SimpleCData) -> tuple[int, list]:
 
 
 class Rank:
-    def __init__(self, c: _Cu, dev_index: int) -> None:
-        self.c, self.i = c, dev_index
+    """One rank's GPU: its primary context, a non-blocking stream and its allocations (all through
+    runtime_cuda's CUDA layer, cudrv)."""
+
+    def __init__(self, dev_index: int) -> None:
+        from runtime_cuda import cudrv
+        self.c, self.i = cudrv.call, dev_index
+        c, d = cudrv.call, cudrv.drv()
         self.dev = c("cuDeviceGet", dev_index)
         self.ctx = c("cuDevicePrimaryCtxRetain", self.dev)
         self.name = c("cuDeviceGetName", 256, self.dev).split(b"\0", 1)[0].decode()
         self.sms = c("cuDeviceGetAttribute",
-                     c.cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.dev)
+                     d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.dev)
         self.set()
-        self.stream = c("cuStreamCreate", c.cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value)
+        self.stream = c("cuStreamCreate", d.CUstream_flags.CU_STREAM_NON_BLOCKING.value)
         self.allocs: list[Any] = []
 
     def set(self) -> None:
@@ -293,9 +274,10 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
     if lay["sizeof"] != ctypes.sizeof(GarParamsC):
         raise ConfigError("GarParams layout differs from the Python mirror", field="sizeof",
                           c=lay["sizeof"], py=ctypes.sizeof(GarParamsC))
-    c = _Cu()
+    from runtime_cuda import cudrv
+    c = cudrv.call
     n, nb, R = cfg.gpus, cfg.blocks, cfg.rows_per_block
-    ranks = [Rank(c, d) for d in cfg.device_map]
+    ranks = [Rank(d) for d in cfg.device_map]
     try:
         for r in ranks:
             sharing = cfg.device_map.count(r.i)
@@ -311,10 +293,7 @@ def record(cfg: RecordConfig) -> dict[str, Any]:
                 if not c("cuDeviceCanAccessPeer", a.dev, b.dev):
                     raise CudaError("GPU cannot access its peer (no NVLink/P2P path)", gpu=a.i, peer=b.i)
                 a.set()
-                res = c.cu.cuCtxEnablePeerAccess(b.ctx, 0)[0]
-                if res not in (c.cu.CUresult.CUDA_SUCCESS,
-                               c.cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED):
-                    raise CudaError(f"cuCtxEnablePeerAccess failed: {res.name}", gpu=a.i, peer=b.i)
+                cudrv.enable_peer_access(a.dev, b.dev, b.ctx)
         image = np.frombuffer(Path(cubin).read_bytes(), dtype=np.uint8).copy()
         fns = []
         for r in ranks:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-from pathlib import Path
 from typing import Any, Sequence
 
 from workloads.gemv_allreduce.record import knobs  # noqa: F401  (no-multicast env first)
@@ -29,8 +28,7 @@ from workloads.gemv_allreduce.record import knobs  # noqa: F401  (no-multicast e
 from hbfcommon.errors import ConfigError, CudaError, TraceError
 from eidola.from_recording import OBSERVATION_FORMAT, OBSERVATION_VERSION
 from eidola.trace import Trace
-from workloads.gemv_allreduce.record.record import (THREADS, WG_FIELDS, GarParamsC, _args, _Cu,
-                                                    rank_inputs)
+from workloads.gemv_allreduce.record.record import THREADS, WG_FIELDS, GarParamsC, rank_inputs
 
 log = logging.getLogger(__name__)
 
@@ -82,18 +80,8 @@ def replay_observations(traces: Sequence[Trace], *, engine: str, recording: dict
                           blocks=nb, eidolon_blocks=EIDOLON_BLOCKS, sms=rt.sm_count)
     calls = wl["warmup"] + len(recording["runs"])
     W, x = target_inputs(wl, target)
-    c = _Cu()
-    c("cuInit", 0)
-    dev = c("cuDeviceGet", device)
-    ctx = c("cuDevicePrimaryCtxRetain", dev)   # the context cudart (eidola.replay) uses
-    c("cuCtxSetCurrent", ctx)
-    image = np.frombuffer(Path(build_cubin()).read_bytes(), dtype=np.uint8).copy()
-    try:
-        mod = c("cuModuleLoadData", image.ctypes.data)
-        fn = c("cuModuleGetFunction", mod, b"gemv_ar_record")
-    except BaseException:
-        c("cuDevicePrimaryCtxRelease", dev)
-        raise
+    # the recorded kernel, loaded into the eidola runtime's context (runtime_cuda's CUDA layer)
+    mod = rt.load_module(build_cubin(), ("gemv_ar_record",))
     flag_bytes = max(128, -(-(nb * n * 4) // 128) * 128)
     buf = {"W": rt.array(W), "x": rt.array(x), "y": rt.alloc(M * 4),
            "inbox": rt.alloc(inbox.nbytes), "flags": rt.alloc(flag_bytes),
@@ -131,9 +119,7 @@ def replay_observations(traces: Sequence[Trace], *, engine: str, recording: dict
             p.replay, p.st = 1, rep.dev.ptr
             if eng == "eidolon":
                 rep.launch_eidolon(blocks=EIDOLON_BLOCKS)
-            addr, keep = _args(p)
-            c("cuCtxSetCurrent", ctx)
-            c("cuLaunchKernel", fn, nb, 1, 1, THREADS, 1, 1, 0, stream, addr, 0)
+            mod.launch("gemv_ar_record", (nb,), (THREADS,), [p], stream=stream)
             rt.sync()
             rep.check(f"replay of run {k} ({engine})")
             if int(buf["err"].download(np.uint32, 1)[0]):
@@ -144,9 +130,6 @@ def replay_observations(traces: Sequence[Trace], *, engine: str, recording: dict
             if k % 10 == 9:
                 log.info("replayed %d/%d (%s)", k + 1, len(traces), engine)
     finally:
-        c("cuCtxSetCurrent", ctx)
-        c("cuModuleUnload", mod)
-        c("cuDevicePrimaryCtxRelease", dev)
         if runtime is None:
             rt.close()
     return out
