@@ -99,7 +99,7 @@ def engine_batch_cost(profile: str, sizes: list[int], iters: int) -> list[dict]:
     per batch size (random 128 B reads, arrivals 2 us apart per request), microseconds."""
     import numpy as np
 
-    from hbfd import services
+    from hbfd import contracts, services
     from hbfcommon.profile import load_profile
     p = load_profile(str(ROOT / profile))
     out = []
@@ -108,7 +108,7 @@ def engine_batch_cost(profile: str, sizes: list[int], iters: int) -> list[dict]:
         rng = np.random.default_rng(b)
         t, now, times = 0, 1_000_000, []
         for _ in range(iters):
-            batch = np.zeros(b, services.REQUEST_BATCH_DTYPE)
+            batch = np.zeros(b, contracts.REQUEST_BATCH_DTYPE)
             batch["id"] = np.arange(t, t + b)
             now += 2000 * b
             batch["arrival_ns"] = now + np.arange(b) * 10

@@ -44,6 +44,13 @@ class Provenance:
     source: str
 
 
+def logical_pages_per_plane(blocks_per_plane: int, pages_per_block: int, over_provisioning: float) -> int:
+    """The one capacity rule: the pages of a plane the host may address, raw minus over-provisioning
+    (rounded down). :attr:`Profile.capacity_bytes` (what ranges may claim) and the media model
+    (``hbfd.media.MediaGeometry``) both derive from it."""
+    return int(blocks_per_plane * pages_per_block * (1.0 - over_provisioning))
+
+
 # ---- sections ------------------------------------------------------------------------------
 # Each section is a frozen dataclass. ``_invariants`` yields (field, message) for violations.
 
@@ -80,12 +87,15 @@ class Geometry:
         return self.dies * self.planes_per_die
 
     @property
-    def pages(self) -> int:
+    def raw_pages(self) -> int:
+        """Every physical page, over-provisioning included."""
         return self.planes * self.blocks_per_plane * self.pages_per_block
 
     @property
-    def capacity_bytes(self) -> int:
-        return self.pages * self.page_bytes
+    def raw_bytes(self) -> int:
+        """Raw media bytes, over-provisioning included (no range can claim them all: see
+        :attr:`Profile.capacity_bytes`)."""
+        return self.raw_pages * self.page_bytes
 
     def _invariants(self):
         if self.page_bytes != 4096:
@@ -279,6 +289,18 @@ class Profile:
     text: str = field(default="", repr=False)
     provenance: Mapping[str, Provenance] = field(default_factory=dict, repr=False)
 
+    @property
+    def logical_pages(self) -> int:
+        """Host-addressable pages: :func:`logical_pages_per_plane` on every plane."""
+        g = self.geometry
+        return logical_pages_per_plane(g.blocks_per_plane, g.pages_per_block, self.media.over_provisioning) * g.planes
+
+    @property
+    def capacity_bytes(self) -> int:
+        """The usable capacity, after over-provisioning: what registered ranges may claim in total and
+        what the media model serves (``geometry.raw_bytes`` is the raw media)."""
+        return self.logical_pages * self.geometry.page_bytes
+
     def to_media_params(self) -> dict[str, Any]:
         """Values for ``hbf_media_params`` (hbf_ctl.h), field by field."""
         from hbfcommon import ctl
@@ -315,7 +337,7 @@ class Profile:
                 "timing_source": self.timing_model.timing_source,
                 "channel_bytes_per_s": g.channel_bytes_per_s,
                 "aggregate_bytes_per_s": g.aggregate_bytes_per_s,
-                "capacity_bytes": g.capacity_bytes,
+                "capacity_bytes": self.capacity_bytes, "raw_bytes": g.raw_bytes,
                 "reliability_a_t": self.reliability.a_t}
 
 

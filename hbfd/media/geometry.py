@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError
+from hbfcommon.profile import logical_pages_per_plane
 
 PAGE_BYTES = 4096
 SECTOR_BYTES = 64
@@ -99,7 +100,8 @@ class MediaGeometry:
 
     @property
     def logical_pages_per_plane(self) -> int:
-        return int(self.blocks_per_plane * self.pages_per_block * (1.0 - self.over_provisioning))
+        """:func:`hbfcommon.profile.logical_pages_per_plane`, the one capacity rule."""
+        return logical_pages_per_plane(self.blocks_per_plane, self.pages_per_block, self.over_provisioning)
 
     @property
     def logical_pages(self) -> int:
@@ -107,7 +109,8 @@ class MediaGeometry:
 
     @property
     def capacity_bytes(self) -> int:
-        """Logical (host-visible) capacity: raw minus over-provisioning."""
+        """Logical (host-visible) capacity: raw minus over-provisioning (equal to
+        ``Profile.capacity_bytes`` for a geometry built by :meth:`from_profile`)."""
         return self.logical_pages * self.page_bytes
 
     @property

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from hbfd.services import COMPLETION_BATCH_DTYPE, FixedLatencyEngine
+from hbfd.contracts import COMPLETION_BATCH_DTYPE, FixedLatencyEngine
 
 
 def slow(profile):
