@@ -78,8 +78,7 @@ def test_stale_telemetry_is_a_distinct_visible_terminal(tmp_path):
         assert s["services"]["thermal"]["terminal_status"] == "source_failed"
         assert s["failure_word"] == seen["failure"]
     finally:
-        if h.proc.poll() is None:
-            h.proc.kill()
+        h.kill()
 
 
 def test_thermal_shutdown_publishes_thermal_shutdown(tmp_path):
@@ -107,8 +106,7 @@ def test_thermal_shutdown_publishes_thermal_shutdown(tmp_path):
         assert t["terminal_status"] == "thermal_shutdown" and t["mode"] == "Shutdown"
         assert t["transitions"][-1]["to"] == "Shutdown"
     finally:
-        if h.proc.poll() is None:
-            h.proc.kill()
+        h.kill()
 
 
 def _summary(h) -> dict:
@@ -147,8 +145,7 @@ def test_range_registrations_reach_the_reliability_ledger(tmp_path):
             assert led()["ledger"]["registered_blocks"] == 0
         assert h.stop() == 0
     finally:
-        if h.proc.poll() is None:
-            h.proc.kill()
+        h.kill()
 
 
 def _disturb_profile(tmp_path):
@@ -193,8 +190,7 @@ def test_ring_reads_count_per_block_and_disturb_triggers_refresh(tmp_path):
         assert m.ctl.refresh.background_drained_bytes == r["debt_disposition"]["background_drained_bytes"] > 0
         assert h.stop() == 0
     finally:
-        if h.proc.poll() is None:
-            h.proc.kill()
+        h.kill()
 
 
 def test_refresh_drains_through_the_media_model_on_an_idle_device(tmp_path):
@@ -232,5 +228,4 @@ def test_refresh_drains_through_the_media_model_on_an_idle_device(tmp_path):
         assert m.ctl.refresh.background_drained_bytes == r["idle_media_refresh_bytes"]
         assert h.stop() == 0
     finally:
-        if h.proc.poll() is None:
-            h.proc.kill()
+        h.kill()

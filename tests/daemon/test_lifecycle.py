@@ -316,8 +316,7 @@ def test_shutdown_posts_terminal_completions_before_the_failure_word(tmp_path):
         with pytest.raises(DaemonError):
             drv.wait(drv.issue(arrival_ns=0, address=0, media_address=0, nbytes=64, op=0), timeout_s=1)
     finally:
-        if h.proc.poll() is None:
-            h.proc.kill()
+        h.kill()
 
 
 def test_engine_failure_is_loud_and_ordered(tmp_path):
