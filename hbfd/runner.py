@@ -47,6 +47,7 @@ class DaemonProcess:
         self.summary = summary
         self.log = log
         self.env = dict(env)
+        self.ready_status = None        # the Status reply that showed readiness (wait_ready)
         self._logf = logf
 
     @property
@@ -101,6 +102,7 @@ class DaemonProcess:
                     with self.client(timeout_s=max(0.05, min(2.0, deadline - now))) as c:
                         st = c.call("Status")
                     if st.heartbeat > 0 and st.daemon_pid == self.pid:   # ours, not another on the path
+                        self.ready_status = st
                         return st
                 except HbfError:        # gRPC not serving yet, or hbfd still starting: poll again
                     pass
