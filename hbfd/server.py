@@ -1,7 +1,8 @@
 """hbfd's server layer: the only part of hbfd with threads, clocks, sockets and gRPC.
 
 Start-up order (DESIGN.md §3.4): profile -> control region (header, no heartbeat) -> models
-(engine, thermal, refresh) -> thermal snapshot, refresh debt, empty range snapshot -> ring
+(engine, thermal, refresh: built by the composition root, :func:`hbfd.services.compose`; what this
+module calls on them is declared in hbfd/contracts.py) -> thermal snapshot, refresh debt, empty range snapshot -> ring
 service -> gRPC -> first heartbeat (readiness) -> the heartbeat helper process (hbfd/heartbeat.py) keeps
 it fresh (every 2 ms by default) while hbfd's control loop makes progress.
 
