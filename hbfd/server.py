@@ -409,23 +409,27 @@ class Daemon:
         op = w >> np.uint64(32)
         batch["op"] = op if op.max() < 256 else np.minimum(op, 255)
         amax = int(batch["arrival_ns"].max())
-        if self._count_reads:                       # application reads per block (read disturb)
-            rd = op != np.uint64(ctl.HBF_OP_STORE)
+        work = None
+        if self._count_reads or self._refresh_engine is not None:
+            # one ledger section: the reads of this batch are counted, and the refresh block planned
+            # BEFORE them is taken (a plan the control tick makes in between waits for the next batch
+            # or the idle tick, never lands mid-batch)
             with self._ledger_lock:
-                self.refresh.count_reads(req[:, 3] if rd.all() else req[rd, 3])
+                if self._count_reads:               # application reads per block (read disturb)
+                    rd = op != np.uint64(ctl.HBF_OP_STORE)
+                    self.refresh.count_reads(req[:, 3] if rd.all() else req[rd, 3])
+                if self._refresh_engine is not None:
+                    work = self.refresh.media_work(time.monotonic_ns() - self._t0)
         with self._engine_lock:
             self.engine.submit(batch)
             self._quiet_collected = False
             self.engine.advance(amax)
             self._gpu_anchor = (amax, seen)
             self._engine_t = max(self._engine_t, amax)
-            if self._refresh_engine is not None:
+            if work is not None:                    # a refresh block beside this batch: only its duration
+                end = self._refresh_engine.refresh(work[1], amax)   # crosses clocks
                 with self._ledger_lock:
-                    work = self.refresh.media_work(time.monotonic_ns() - self._t0)
-                if work is not None:                # a refresh block: only its duration crosses clocks
-                    end = self._refresh_engine.refresh(work[1], amax)
-                    with self._ledger_lock:
-                        self.refresh.media_done(work[0], end - amax)
+                    self.refresh.media_done(work[0], end - amax)
             done = self.engine.collect()
         if done.size:
             self._post(done["id"], done["modeled_ns"], done["status"])
