@@ -166,12 +166,16 @@ class DaemonProcess:
         return f"DaemonProcess(pid={self.pid}, socket={str(self.socket)!r}, returncode={self.proc.poll()})"
 
 
-def _warm_rpc() -> None:
-    """Import the RPC stack (grpc, the stubs) before the child starts: a first import takes ~0.4 s, which
-    would otherwise delay the first Status poll past a daemon that is already ready."""
-    import grpc  # noqa: F401, PLC0415
-
-    from hbfproto import hbf_pb2, hbf_pb2_grpc  # noqa: F401, PLC0415
+def _warm_rpc(sock: Path) -> None:
+    """Let the one RPC client (hbfcommon.rpc) import grpc and the stubs now, before the child starts: a
+    first use costs a few hundred ms, which would otherwise delay the first Status poll past a daemon
+    that is already ready. The client is made for the socket path and closed at once (it connects lazily;
+    with no socket there yet it refuses after its imports)."""
+    from hbfcommon.rpc import Client
+    try:
+        Client(sock, timeout_s=1.0).close()
+    except DaemonError:
+        pass
 
 
 def start_daemon(profile: str | os.PathLike = "nominal", *, workdir: str | os.PathLike,
@@ -197,7 +201,7 @@ def start_daemon(profile: str | os.PathLike = "nominal", *, workdir: str | os.Pa
     paths = [str(p) for p in pythonpath] + [str(_PKG_ROOT)] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else [])
     e["PYTHONPATH"] = os.pathsep.join(paths)
     if wait:
-        _warm_rpc()                   # import grpc + stubs now, while nothing waits on them
+        _warm_rpc(sock)
     argv = [sys.executable, "-m", "hbfd.cli", "--profile", os.fspath(profile), "--socket", str(sock),
             "--summary", str(summ), *args]
     logf = open(logp, "w")
