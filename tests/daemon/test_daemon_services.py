@@ -88,23 +88,11 @@ def test_every_service_provides_what_its_protocol_declares():
     assert "refresh" in contracts.protocol_members(contracts.RefreshingEngine)
 
 
-class _NoCollect:
-    name = "no-collect"
-
-    def submit(self, batch): ...
-    def advance(self, now_ns): ...
-    def stats(self): return {}
-
-
-def no_collect(profile):
-    return _NoCollect()
-
-
 not_callable = 42
 
 
 @pytest.mark.parametrize("choice,words", [
-    (f"{__name__}:no_collect", ["lacks", "ServiceEngine", "collect", "no_collect"]),
+    ("engines:lacking_collect", ["lacks", "ServiceEngine", "collect", "lacking_collect"]),
     (f"{__name__}:no_such_factory", ["cannot load", "no_such_factory"]),
     ("no_such_module_hbf:make", ["cannot load", "no_such_module_hbf"]),
     (f"{__name__}:not_callable", ["not callable"]),
