@@ -172,8 +172,8 @@ def child_hang(cubin: str) -> dict:
     import runtime_cuda
     from runtime_cuda import devstate as D
     td = tempfile.mkdtemp(prefix="hbf-hang-")
-    p, sock, summary = RP.start_hbfd(Path(td))
-    s = runtime_cuda.attach(socket=str(sock))
+    hb = RP.start_hbfd(Path(td))
+    s = runtime_cuda.attach(socket=str(hb.socket))
     src = cudrv.mem_alloc(1 << 20)
     out = cudrv.mem_alloc(4096)
     s.register_timing_range(src, 1 << 20)
@@ -182,8 +182,8 @@ def child_hang(cubin: str) -> dict:
                                      "note": "hand-instrumented hang probe"})
     fn = cudrv.module_function(mod, "hang_instr")
     s.note_function(fn, b, "hang_instr")
-    os.kill(p.pid, signal.SIGKILL)
-    p.wait()
+    os.kill(hb.pid, signal.SIGKILL)
+    hb.wait()
     t0 = time.monotonic_ns()
     s.launch(fn, (1,), (64,), [ctypes.c_uint64(src), ctypes.c_uint64(out)], kernel="hang_instr")
     err = None

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
+from hbfd.runner import start_daemon  # noqa: E402
 
 
 def _cpu_s(pid: int) -> float:
@@ -45,28 +46,15 @@ def build_driver(tmp: Path) -> Path:
     return exe
 
 
-def start_hbfd(tmp: Path, engine: str, profile: str):
-    sock, summ, log = tmp / f"hbfd-{engine}.sock", tmp / f"hbfd-{engine}-summary.json", tmp / f"hbfd-{engine}.log"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HBFD_ENGINE=engine, HBFD_THERMAL="none", HBFD_REFRESH="none")
-    proc = subprocess.Popen([sys.executable, "-m", "hbfd.cli", "--profile", str(ROOT / profile), "--socket", str(sock),
-                             "--summary", str(summ)], cwd=tmp, env=env, stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while "hbfd ready" not in log.read_text():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"hbfd did not start:\n{log.read_text()}")
-        time.sleep(0.05)
-    return proc, sock, summ, log
-
-
 def run_one(exe: Path, tmp: Path, engine: str, profile: str, outstanding: list[int], seconds: float,
             nbytes: int, store_ppm: int, poll: str = "any") -> dict:
     from hbfcommon import ctl
-    from hbfcommon.rpc import Client
-    proc, sock, summ, log = start_hbfd(tmp, engine, profile)
+    hb = start_daemon(profile, workdir=tmp, cwd=ROOT, name=f"hbfd-{engine}", timeout_s=30.0,   # a name or a path
+                      env={"HBFD_ENGINE": engine, "HBFD_THERMAL": "none", "HBFD_REFRESH": "none"})
+    proc = hb.proc
     runs = []
     try:
-        with Client(sock) as c:
+        with hb.client() as c:
             rep = c.call("Attach", workload_pid=os.getpid(), abi_version=ctl.HBF_CTL_ABI_VERSION)
             for i, n in enumerate(outstanding):
                 load0 = os.getloadavg()
@@ -85,11 +73,10 @@ def run_one(exe: Path, tmp: Path, engine: str, profile: str, outstanding: list[i
                       f"round trip p50 {r['round_trip_ns']['p50'] / 1e3:8.1f} us  hbfd {r['req_per_hbfd_cpu_s'] / 1e3:7.1f} "
                       f"k req/cpu-s  errors {r['errors']}", flush=True)
             c.call("Shutdown", reason="bench done")
+        hb.wait(30)
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-        proc.wait(30)
-    summary = json.loads(summ.read_text()) if summ.exists() else {}
+        hb.stop()
+    summary = json.loads(hb.summary.read_text()) if hb.summary.exists() else {}
     return {"engine": engine, "engine_name": summary.get("engine"), "profile": profile, "runs": runs,
             "terminal_status": summary.get("terminal_status")}
 
@@ -99,7 +86,7 @@ def engine_batch_cost(profile: str, sizes: list[int], iters: int) -> list[dict]:
     per batch size (random 128 B reads, arrivals 2 us apart per request), microseconds."""
     import numpy as np
 
-    from hbfd import services
+    from hbfd import contracts, services
     from hbfcommon.profile import load_profile
     p = load_profile(str(ROOT / profile))
     out = []
@@ -108,7 +95,7 @@ def engine_batch_cost(profile: str, sizes: list[int], iters: int) -> list[dict]:
         rng = np.random.default_rng(b)
         t, now, times = 0, 1_000_000, []
         for _ in range(iters):
-            batch = np.zeros(b, services.REQUEST_BATCH_DTYPE)
+            batch = np.zeros(b, contracts.REQUEST_BATCH_DTYPE)
             batch["id"] = np.arange(t, t + b)
             now += 2000 * b
             batch["arrival_ns"] = now + np.arange(b) * 10

@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from hbfcommon import ctl as C  # noqa: E402
+from hbfd.runner import DaemonProcess, start_daemon  # noqa: E402
 from runtime_cuda import cudrv, devstate as D, linker  # noqa: E402
 
 F_LOAD, F_STORE, F_ATOMIC, F_ACTIVE = 0, 1, 2, 4
@@ -588,30 +589,10 @@ def exp_hbfcc(H: Harness) -> dict:
 # ------------------------------------------------------------------------------------------------
 # Daemon experiments
 # ------------------------------------------------------------------------------------------------
-def start_hbfd(tmp: Path, profile: str = "nominal", extra_env: dict | None = None):
-    sock = tmp / "hbfd.sock"
-    summary = tmp / "summary.json"
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}",
-               HBFD_THERMAL=os.environ.get("HBF_BENCH_HBFD_THERMAL", "none"), **(extra_env or {}))
-    logf = open(tmp / "hbfd.log", "w")
-    p = subprocess.Popen([sys.executable, "-m", "hbfd.cli", "--profile", profile, "--socket", str(sock),
-                          "--summary", str(summary)], cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT)
-    t = time.time()
-    while not sock.exists():
-        if p.poll() is not None or time.time() - t > 60:
-            raise RuntimeError(f"hbfd did not start: {(tmp / 'hbfd.log').read_text()[-2000:]}")
-        time.sleep(0.05)
-    time.sleep(0.3)
-    return p, sock, summary
-
-
-def stop_hbfd(p) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
+def start_hbfd(tmp: Path, profile: str = "nominal", extra_env: dict | None = None) -> DaemonProcess:
+    """hbfd for the daemon experiments, ready (hbfd.runner): thermal $HBF_BENCH_HBFD_THERMAL (default none)."""
+    env = {"HBFD_THERMAL": os.environ.get("HBF_BENCH_HBFD_THERMAL", "none"), **(extra_env or {})}
+    return start_daemon(profile, workdir=tmp, summary=tmp / "summary.json", env=env, cwd=ROOT, timeout_s=60.0)
 
 
 def session_module(s, cubin: str):
@@ -662,9 +643,9 @@ def exp_reference_rate(cubin: str, plan=None, extra_env: dict | None = None) -> 
     with tempfile.TemporaryDirectory(prefix="hbf-ref-") as td:
         if extra_env is None and os.environ.get("HBF_BENCH_HBFD_ENV"):
             extra_env = json.loads(os.environ["HBF_BENCH_HBFD_ENV"])
-        p, sock, summary = start_hbfd(Path(td), extra_env=extra_env)
+        hb = start_hbfd(Path(td), extra_env=extra_env)
         try:
-            s = runtime_cuda.attach(socket=str(sock))
+            s = runtime_cuda.attach(socket=str(hb.socket))
             d = cudrv.drv()
             nwords = (64 << 20) // 4
             buf = cudrv.mem_alloc(nwords * 4)
@@ -731,7 +712,7 @@ def exp_reference_rate(cubin: str, plan=None, extra_env: dict | None = None) -> 
                     "ring_service": ring, "hbfd_env": extra_env or {},
                     "note": "one request per warp per iteration (32 lanes of a warp hit one page group)"}
         finally:
-            stop_hbfd(p)
+            hb.stop()
 
 
 def child_daemon_lost(cubin: str) -> dict:
@@ -741,8 +722,8 @@ def child_daemon_lost(cubin: str) -> dict:
     raise, and is the context still usable afterwards (a small memcpy)."""
     import runtime_cuda
     td = tempfile.mkdtemp(prefix="hbf-lost-")
-    p, sock, summary = start_hbfd(Path(td))
-    s = runtime_cuda.attach(socket=str(sock))
+    hb = start_hbfd(Path(td))
+    s = runtime_cuda.attach(socket=str(hb.socket))
     nwords = (16 << 20) // 4
     buf = cudrv.mem_alloc(nwords * 4)
     s.register_timing_range(buf, nwords * 4)
@@ -754,7 +735,7 @@ def child_daemon_lost(cubin: str) -> dict:
     d = cudrv.drv()
     running = int(d.cuStreamQuery(d.CUstream(0))[0]) != 0
     t_kill = time.monotonic_ns()
-    os.kill(p.pid, signal.SIGKILL)
+    os.kill(hb.pid, signal.SIGKILL)
     h = s.ctl.ctl.header
     t_seen = t_end = None
     q_end = None
@@ -805,8 +786,9 @@ def child_partial(cubin: str, with_daemon: bool) -> dict:
     out = {}
     if with_daemon:
         td = Path(tempfile.mkdtemp(prefix="hbf-unsup-"))
-        p, sock, summary = start_hbfd(td)
-        s = runtime_cuda.attach(socket=str(sock))
+        hb = start_hbfd(td)
+        summary = hb.summary
+        s = runtime_cuda.attach(socket=str(hb.socket))
         raw = cudrv.mem_alloc(2 << 20)
         src = (raw + 4095) & ~4095
         dst, tier = cudrv.mem_alloc(512 * 32), cudrv.mem_alloc(512 * 8)
@@ -823,7 +805,7 @@ def child_partial(cubin: str, with_daemon: bool) -> dict:
         f = s.device_failure()
         out["device_failure_status"] = D.C_STATUS_NAMES[f[0]] if f else None
         s.client.call("Shutdown", s.client.pb.ShutdownRequest(reason="unsupported-access proof"))
-        p.wait(30)
+        hb.wait(30)
         out["summary_written"] = summary.exists()
         if summary.exists():
             doc = json.loads(summary.read_text())
@@ -911,11 +893,8 @@ def run_child(which: str, cubin: str, timeout: float = 60) -> dict:
 def exp_demo() -> dict:
     from workloads import demo_gpu as demo
     with tempfile.TemporaryDirectory(prefix="hbf-demo-") as td:
-        p, sock, summary = start_hbfd(Path(td))
-        try:
-            return demo.gpu_demo(socket=str(sock))
-        finally:
-            stop_hbfd(p)
+        with start_hbfd(Path(td)) as hb:
+            return demo.gpu_demo(socket=str(hb.socket))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from runtime_triton import derived_profile, log, run_child, start_hbfd, stop_hbfd  # noqa: E402
+from runtime_triton import derived_profile, log, run_child, start_hbfd  # noqa: E402
 
 QS = (1_000_000, 500_000, 250_000)
 HBFD_ENV = {"HBFD_THERMAL": "hbfd.thermal.override:make_service", "HBFD_ENGINE": "fixed", "HBFD_REFRESH": "none",
@@ -109,11 +109,11 @@ def child_q(source: str) -> dict:
     from runtime_cuda import cudrv
     tmp = Path(tempfile.mkdtemp(prefix=f"hbf-thq-{source}-"))
     prof = derived_profile(tmp / "profile.json", source)
-    p, sock, summary = start_hbfd(tmp, prof, HBFD_ENV)
+    hb = start_hbfd(tmp, prof, HBFD_ENV)
     res: dict = {"source": source}
     checks: dict = {}
     try:
-        s = runtime_cuda.attach(socket=str(sock))
+        s = runtime_cuda.attach(socket=str(hb.socket))
         st = s.client.call("Status", s.client.pb.StatusRequest())
         res["hbfd"] = {"engine": st.engine, "timing_source": st.timing_source, "thermal_mode": st.thermal_mode}
         read_ns = int(json.loads(prof.read_text())["timing_model"]["fixed"]["read_ns"]["value"])
@@ -177,17 +177,16 @@ def child_q(source: str) -> dict:
         checks["severe_withholds_admission"] = busy and sev["thermal_waits"] > 0 and req == blocks * threads // 32 * 2
         checks["after_severe_full_rate"] = mod == req * read_ns
         s.close()
-        from hbfcommon.rpc import Client
-        with Client(sock, timeout_s=40.0) as c:
+        with hb.client(timeout_s=40.0) as c:
             c.call("Shutdown", reason="bench done")
-        p.wait(30)
-        doc = json.loads(summary.read_text())
+        hb.wait(30)
+        doc = hb.read_summary()
         th = doc["services"]["thermal"]
         res["summary_thermal"] = {"service": th.get("service"), "history": th.get("operator_override", {}).get("history"),
                                   "terminal_status": doc.get("terminal_status")}
         checks["summary_names_override"] = th.get("service") == "operator-override(none)"
     finally:
-        stop_hbfd(p)
+        hb.stop()
     res["checks"] = checks
     res["ok"] = bool(checks) and all(checks.values())
     return res
@@ -199,10 +198,10 @@ def child_shutdown(source: str) -> dict:
     from runtime_cuda import devstate as D
     tmp = Path(tempfile.mkdtemp(prefix=f"hbf-thsd-{source}-"))
     prof = derived_profile(tmp / "profile.json", source)
-    p, sock, summary = start_hbfd(tmp, prof, HBFD_ENV)
+    hb = start_hbfd(tmp, prof, HBFD_ENV)
     res: dict = {"source": source}
     try:
-        s = runtime_cuda.attach(socket=str(sock))
+        s = runtime_cuda.attach(socket=str(hb.socket))
         f = bind_microbench(s, os.environ["HBF_BENCH_CUBIN"])
         nwords = (16 << 20) // 4
         buf = cudrv.mem_alloc(nwords * 4)
@@ -229,14 +228,14 @@ def child_shutdown(source: str) -> dict:
         res["device_failure_status"] = D.C_STATUS_NAMES[f_[0]] if f_ else None
         res["failure_visible_ms"] = (seen - t0) / 1e6 if seen else None
         try:
-            p.wait(30)
+            hb.wait(30)
         except subprocess.TimeoutExpired:
             pass
-        doc = json.loads(summary.read_text()) if summary.exists() else {}
+        doc = json.loads(hb.summary.read_text()) if hb.summary.exists() else {}
         res["summary_terminal_status"] = doc.get("terminal_status")
         res["summary_shutdown_reason"] = doc.get("shutdown_reason")
     finally:
-        stop_hbfd(p)
+        hb.stop()
     res["checks"] = {"thermal_shutdown": res.get("device_failure_status") == "THERMAL_SHUTDOWN"
                      and res.get("summary_terminal_status") == "thermal_shutdown" and res.get("running_before", False)}
     res["ok"] = all(res["checks"].values())

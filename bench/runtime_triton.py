@@ -34,7 +34,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 T0 = time.time()
+
+from hbfd.runner import DaemonProcess, start_daemon  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -88,46 +89,21 @@ def derived_profile(out: Path, source: str, curve: list | None = None) -> Path:
     return out
 
 
-def start_hbfd(tmp: Path, profile: str | Path = "nominal", extra_env: dict | None = None):
-    """The real daemon on a private socket (as bench/runtime_proofs.py start_hbfd)."""
-    sock, summary = tmp / "hbfd.sock", tmp / "summary.json"
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    env.update({"HBFD_THERMAL": "none", "HBFD_REFRESH": "none", "HBFD_ENGINE": "fixed"})
-    env.update(extra_env or {})
-    logf = open(tmp / "hbfd.log", "w")
-    p = subprocess.Popen([sys.executable, "-m", "hbfd.cli", "--profile", str(profile), "--socket", str(sock),
-                          "--summary", str(summary)], cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT)
-    t = time.time()
-    while not sock.exists():
-        if p.poll() is not None or time.time() - t > 60:
-            raise RuntimeError(f"hbfd did not start: {(tmp / 'hbfd.log').read_text()[-2000:]}")
-        time.sleep(0.05)
-    time.sleep(0.2)
-    return p, sock, summary
+HBFD_BENCH_ENV = {"HBFD_THERMAL": "none", "HBFD_REFRESH": "none", "HBFD_ENGINE": "fixed"}
 
 
-def stop_hbfd(p) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
+def start_hbfd(tmp: Path, profile: str | Path = "nominal", extra_env: dict | None = None) -> DaemonProcess:
+    """The real daemon on a private socket, ready (hbfd.runner): thermal none, refresh none, fixed engine."""
+    return start_daemon(profile, workdir=tmp, summary=tmp / "summary.json", cwd=ROOT, timeout_s=60.0,
+                        env={**HBFD_BENCH_ENV, **(extra_env or {})})
 
 
-def shutdown_summary(sock, p, summary: Path) -> dict:
-    """Shutdown RPC, wait for hbfd, return the summary file it wrote."""
-    from hbfcommon.rpc import Client
-    try:
-        with Client(sock, timeout_s=40.0) as c:
-            c.call("Shutdown", reason="bench done")
-    except Exception as e:  # noqa: BLE001
-        log(f"Shutdown RPC: {e}")
-    try:
-        p.wait(30)
-    except subprocess.TimeoutExpired:
-        stop_hbfd(p)
-    return json.loads(summary.read_text()) if summary.exists() else {}
+def shutdown_summary(hb: DaemonProcess) -> dict:
+    """Shutdown RPC, wait for hbfd (ordered stop if that fails), return the summary it wrote ({} when none)."""
+    rc = hb.shutdown("bench done")
+    if rc != 0:
+        log(f"hbfd exit {rc} at shutdown")
+    return json.loads(hb.summary.read_text()) if hb.summary.exists() else {}
 
 
 def run_child(script: str, which: str, env: dict, timeout: float, partial: Path | None = None) -> dict:
@@ -196,7 +172,7 @@ def child(which: str) -> dict:
     curve = [[1, 30_000], [16, 160_000], [256, 2_000_000]]
     prof = derived_profile(tmp / "profile.json", "curve" if which == "curve" else "fixed",
                            curve if which == "curve" else None)
-    p, sock, summary = start_hbfd(tmp, prof)
+    hb = start_hbfd(tmp, prof)
     res: dict = {"profile": json.loads(prof.read_text())["timing_model"]}
     checks: dict = {}
     partial = work / f"{which}.partial.json"
@@ -205,7 +181,7 @@ def child(which: str) -> dict:
         res["stage"] = stage
         partial.write_text(json.dumps({**res, "checks": checks}, default=str))
     try:
-        s = runtime_cuda.attach(socket=str(sock), allow_unmodeled=(which == "unmodeled"))
+        s = runtime_cuda.attach(socket=str(hb.socket), allow_unmodeled=(which == "unmodeled"))
         s.install_triton_hooks()
         media = s.state.media
         res["media"] = {"timing_source": int(media.timing_source), "fixed_read_ns": int(media.fixed_read_ns),
@@ -381,7 +357,7 @@ def child(which: str) -> dict:
             checks["non_admitted_on_unregistered_run"] = g["prio_on_unregistered_ran"] and g["foreign_on_unregistered_ran"]
             res["gate"] = g
         s.close()
-        doc = shutdown_summary(sock, p, summary)
+        doc = shutdown_summary(hb)
         reps = doc.get("reports", [])
         res["summary"] = {"terminal_status": doc.get("terminal_status"),
                           "attaches": doc.get("attaches"),
@@ -395,7 +371,7 @@ def child(which: str) -> dict:
             checks["summary_says_unmodeled"] = (sum(r["kind"] == "unmodeled_launch" for r in res["summary"]["reports"]) >= 2
                                                 and any(a.get("allow_unmodeled") for a in doc.get("attaches", [])))
     finally:
-        stop_hbfd(p)
+        hb.stop()
     res["checks"] = checks
     res["ok"] = bool(checks) and all(checks.values())
     return res

@@ -14,8 +14,6 @@ from hbfcommon.profile import PROFILE_DIR
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hbfcommon.errors import DaemonError  # noqa: E402
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
+from hbfd.runner import start_daemon  # noqa: E402
 
 
 def main() -> int:
@@ -38,20 +38,13 @@ def main() -> int:
     prof["thermal"]["telemetry"] = "nvml"
     ppath = work / "ocp-sg1-nvml.json"
     ppath.write_text(json.dumps(prof, indent=1))
-    sock, summ = work / "hbfd.sock", work / "summary.json"
-    env = dict(os.environ, HBFD_ENGINE="fixed")
     t0 = time.time()
-    p = subprocess.Popen([sys.executable, "-m", "hbfd.cli", "--profile", str(ppath), "--socket", str(sock),
-                          "--summary", str(summ)], cwd=ROOT, env=env)
-    while not sock.exists():
-        if p.poll() is not None:
-            print(f"hbfd exited early with {p.returncode}", file=sys.stderr)
-            return 1
-        if time.time() - t0 > 120:
-            p.kill()
-            print("hbfd did not become ready in 120 s", file=sys.stderr)
-            return 1
-        time.sleep(0.05)
+    try:
+        hb = start_daemon(ppath, workdir=work, summary=work / "summary.json", cwd=ROOT, env={"HBFD_ENGINE": "fixed"},
+                          timeout_s=120.0)
+    except DaemonError as e:
+        print(f"hbfd did not become ready: {e}", file=sys.stderr)
+        return 1
     ready_s = time.time() - t0
     import torch
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -64,9 +57,8 @@ def main() -> int:
         torch.cuda.synchronize()
         n += 10
     load_s = time.time() - t1
-    p.send_signal(signal.SIGTERM)
-    rc = p.wait(timeout=60)
-    summary = json.loads(summ.read_text())
+    rc = hb.stop(timeout_s=60.0)
+    summary = hb.read_summary()
     th = summary["services"]["thermal"]
     tel = th.get("telemetry", {})
     samples = th.get("samples", [])

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from runtime_triton import (log, module_state, start_hbfd, stop_hbfd,  # noqa: E402
+from runtime_triton import (log, module_state, start_hbfd,  # noqa: E402
                             toolchain_env, use_ptxas)
 
 # the Triton tutorial's grouped-order matmul (workloads/triton_kernels.py), compiled twice
@@ -178,10 +178,10 @@ def main() -> int:
         res["cases"][name]["hb_state_detached"] = module_state(ks["hbf"].module)
     measure("detached")
     tmp = Path(tempfile.mkdtemp(prefix="hbf-mm-hbfd-"))
-    p, sock, _summary = start_hbfd(tmp)
+    hb = start_hbfd(tmp)
     try:
         import runtime_cuda
-        s = runtime_cuda.attach(socket=str(sock))
+        s = runtime_cuda.attach(socket=str(hb.socket))
         s.install_triton_hooks()
         for name, (ks, *_rest) in setups.items():
             for b in ("plain", "hbf"):
@@ -203,7 +203,7 @@ def main() -> int:
             - res["attached_requests_total"]
         s.close()
     finally:
-        stop_hbfd(p)
+        hb.stop()
     ok = [c for c in res["cases"].values() if "error" not in c]
     res["summary"] = {n: {st: round(c[st]["pair_ratio_median"], 4) for st in ("detached", "attached", "range_elsewhere")
                           if st in c}

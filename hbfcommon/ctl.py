@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hbfcommon.errors import ControlRegionError, ErrorCode
+from hbfcommon.status import RequestStatus
 
 HBF_CTL_MAGIC = 0x3130544C43464248  # "HBFCTL01" little-endian
 HBF_CTL_ABI_VERSION = 1
@@ -29,15 +30,19 @@ HBF_N_OPS = 4
 HBF_N_STATUS = 16
 HBF_MAX_KERNEL_SLOTS = 1024
 
-HBF_ST_PENDING = 0
-HBF_ST_READY = 1
-HBF_ST_IO_ERROR = 2
-HBF_ST_COPY_ERROR = 3
-HBF_ST_CHECKSUM_ERROR = 4
-HBF_ST_TIMEOUT = 5
-HBF_ST_UNSUPPORTED = 6
-HBF_ST_DAEMON_LOST = 7
-HBF_ST_THERMAL_SHUTDOWN = 8
+# request states: the values of hbfcommon.status.RequestStatus (the one definition), under their C names
+HBF_ST_PENDING = int(RequestStatus.PENDING)
+HBF_ST_READY = int(RequestStatus.READY)
+HBF_ST_IO_ERROR = int(RequestStatus.IO_ERROR)
+HBF_ST_COPY_ERROR = int(RequestStatus.COPY_ERROR)
+HBF_ST_CHECKSUM_ERROR = int(RequestStatus.CHECKSUM_ERROR)
+HBF_ST_TIMEOUT = int(RequestStatus.TIMEOUT)
+HBF_ST_UNSUPPORTED = int(RequestStatus.UNSUPPORTED)
+HBF_ST_DAEMON_LOST = int(RequestStatus.DAEMON_LOST)
+HBF_ST_THERMAL_SHUTDOWN = int(RequestStatus.THERMAL_SHUTDOWN)
+assert {k for k in globals() if k.startswith("HBF_ST_")} == {s.c_name for s in RequestStatus}, \
+    "every RequestStatus has its HBF_ST_ constant here, and nothing else"
+assert len(RequestStatus) <= HBF_N_STATUS
 
 HBF_OP_LOAD = 0
 HBF_OP_STORE = 1

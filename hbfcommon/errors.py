@@ -1,7 +1,8 @@
 """One error tree for the whole project.
 
-Every error carries a stable ``code`` (shared with ``proto/hbf.proto`` ``ErrorCode``) and
-structured ``fields``. Only CLIs turn these into exit codes.
+Every error carries a stable ``code`` (shared with ``proto/hbf.proto`` ``ErrorCode``: the same names and
+values, checked both ways by tests/daemon/test_proto_contract.py) and structured ``fields``. Only CLIs turn
+these into exit codes.
 """
 from __future__ import annotations
 

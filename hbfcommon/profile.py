@@ -44,11 +44,58 @@ class Provenance:
     source: str
 
 
+def logical_pages_per_plane(blocks_per_plane: int, pages_per_block: int, over_provisioning: float) -> int:
+    """The one capacity rule: the pages of a plane the host may address, raw minus over-provisioning
+    (rounded down). :attr:`Profile.capacity_bytes` (what ranges may claim) and the media model
+    (``hbfd.media.MediaGeometry``) both derive from it."""
+    return int(blocks_per_plane * pages_per_block * (1.0 - over_provisioning))
+
+
+class NandTopology:
+    """The counts a NAND geometry derives from its fields, defined once for the profile's
+    :class:`Geometry` and the media model's ``hbfd.media.MediaGeometry`` (each provides channels,
+    dies_per_channel, planes_per_die, blocks_per_plane, pages_per_block, page_bytes and
+    channel_bytes_per_s)."""
+
+    __slots__ = ()
+
+    @property
+    def aggregate_bytes_per_s(self) -> int:
+        return self.channels * self.channel_bytes_per_s
+
+    @property
+    def dies(self) -> int:
+        return self.channels * self.dies_per_channel
+
+    @property
+    def planes(self) -> int:
+        return self.dies * self.planes_per_die
+
+    @property
+    def blocks(self) -> int:
+        return self.planes * self.blocks_per_plane
+
+    @property
+    def raw_pages(self) -> int:
+        """Every physical page, over-provisioning included."""
+        return self.blocks * self.pages_per_block
+
+    @property
+    def raw_bytes(self) -> int:
+        """Raw media bytes, over-provisioning included (ranges claim only the usable capacity:
+        :attr:`Profile.capacity_bytes`)."""
+        return self.raw_pages * self.page_bytes
+
+    def logical_pages_with(self, over_provisioning: float) -> int:
+        """Host-addressable pages: :func:`logical_pages_per_plane` on every plane."""
+        return logical_pages_per_plane(self.blocks_per_plane, self.pages_per_block, over_provisioning) * self.planes
+
+
 # ---- sections ------------------------------------------------------------------------------
 # Each section is a frozen dataclass. ``_invariants`` yields (field, message) for violations.
 
 @dataclass(frozen=True)
-class Geometry:
+class Geometry(NandTopology):
     page_bytes: int
     read_granularity: int
     write_granularity: int
@@ -66,26 +113,6 @@ class Geometry:
     def channel_bytes_per_s(self) -> int:
         """Per channel: width/8 bytes per transfer × rate (MT/s) × 1e6."""
         return round(self.channel_width_bits / 8 * self.channel_rate_mtps * 1e6)
-
-    @property
-    def aggregate_bytes_per_s(self) -> int:
-        return self.channels * self.channel_bytes_per_s
-
-    @property
-    def dies(self) -> int:
-        return self.channels * self.dies_per_channel
-
-    @property
-    def planes(self) -> int:
-        return self.dies * self.planes_per_die
-
-    @property
-    def pages(self) -> int:
-        return self.planes * self.blocks_per_plane * self.pages_per_block
-
-    @property
-    def capacity_bytes(self) -> int:
-        return self.pages * self.page_bytes
 
     def _invariants(self):
         if self.page_bytes != 4096:
@@ -279,6 +306,17 @@ class Profile:
     text: str = field(default="", repr=False)
     provenance: Mapping[str, Provenance] = field(default_factory=dict, repr=False)
 
+    @property
+    def logical_pages(self) -> int:
+        """Host-addressable pages: the geometry after the media's over-provisioning."""
+        return self.geometry.logical_pages_with(self.media.over_provisioning)
+
+    @property
+    def capacity_bytes(self) -> int:
+        """The usable capacity, after over-provisioning: what registered ranges may claim in total and
+        what the media model serves (``geometry.raw_bytes`` is the raw media)."""
+        return self.logical_pages * self.geometry.page_bytes
+
     def to_media_params(self) -> dict[str, Any]:
         """Values for ``hbf_media_params`` (hbf_ctl.h), field by field."""
         from hbfcommon import ctl
@@ -315,7 +353,7 @@ class Profile:
                 "timing_source": self.timing_model.timing_source,
                 "channel_bytes_per_s": g.channel_bytes_per_s,
                 "aggregate_bytes_per_s": g.aggregate_bytes_per_s,
-                "capacity_bytes": g.capacity_bytes,
+                "capacity_bytes": self.capacity_bytes, "raw_bytes": g.raw_bytes,
                 "reliability_a_t": self.reliability.a_t}
 
 

@@ -1,4 +1,10 @@
-"""Request terminal states, mirrored from runtime_cuda/include/hbf_ctl.h (HBF_ST_*)."""
+"""The one definition of a request's status: :class:`RequestStatus`.
+
+Everything else is derived from or checked against it: ``hbfcommon.ctl.HBF_ST_*`` (the control-region
+mirror) are its values, the C header runtime_cuda/include/hbf_ctl.h defines ``HBF_ST_<NAME>`` for every
+member with the same value (tests/test_ctl_layout.py checks both ways), and the names the summary and
+hbfctl print (``reference_requests_by_state`` ...) are its member names (:data:`STATUS_NAMES`).
+"""
 from __future__ import annotations
 
 import enum
@@ -18,3 +24,13 @@ class RequestStatus(enum.IntEnum):
     @property
     def terminal(self) -> bool:
         return self is not RequestStatus.PENDING
+
+    @property
+    def c_name(self) -> str:
+        """Its name in hbf_ctl.h (``HBF_ST_READY`` ...)."""
+        return f"HBF_ST_{self.name}"
+
+
+# the name of each status, indexed by its value (the values are 0..n-1)
+STATUS_NAMES: tuple[str, ...] = tuple(s.name for s in RequestStatus)
+assert all(s.value == i for i, s in enumerate(RequestStatus)), "RequestStatus values are 0..n-1"

@@ -19,18 +19,19 @@ def default_summary() -> Path:
 
 
 def engine_choice() -> str:
-    """``$HBFD_ENGINE``: ``auto`` (media model if present, else fixed latency), ``fixed``, or
-    ``module:factory`` (factory(profile) -> ServiceEngine, e.g. for tests and experiments)."""
+    """``$HBFD_ENGINE``: ``auto`` (the profile's model: the NAND media model, or the calibrated curve for
+    timing source ``curve``), ``fixed``, or ``module:factory`` (factory(profile) -> ServiceEngine, e.g. for
+    tests and experiments). Built and checked by :func:`hbfd.services.compose`."""
     return os.environ.get("HBFD_ENGINE", "auto")
 
 
 def thermal_choice() -> str:
-    """``$HBFD_THERMAL``: ``auto`` (thermal model if present), ``none``, or ``module:factory``."""
+    """``$HBFD_THERMAL``: ``auto`` (the package thermal model), ``none``, or ``module:factory``."""
     return os.environ.get("HBFD_THERMAL", "auto")
 
 
 def refresh_choice() -> str:
-    """``$HBFD_REFRESH``: ``auto``, ``none``, or ``module:factory``."""
+    """``$HBFD_REFRESH``: ``auto`` (retention + refresh model), ``none``, or ``module:factory``."""
     return os.environ.get("HBFD_REFRESH", "auto")
 
 

@@ -1,7 +1,8 @@
 """hbfd's server layer: the only part of hbfd with threads, clocks, sockets and gRPC.
 
 Start-up order (DESIGN.md §3.4): profile -> control region (header, no heartbeat) -> models
-(engine, thermal, refresh) -> thermal snapshot, refresh debt, empty range snapshot -> ring
+(engine, thermal, refresh: built by the composition root, :func:`hbfd.services.compose`; what this
+module calls on them is declared in hbfd/contracts.py) -> thermal snapshot, refresh debt, empty range snapshot -> ring
 service -> gRPC -> first heartbeat (readiness) -> the heartbeat helper process (hbfd/heartbeat.py) keeps
 it fresh (every 2 ms by default) while hbfd's control loop makes progress.
 
@@ -11,7 +12,6 @@ failure word -> the canonical JSON summary by atomic replace -> gRPC stopped.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -22,14 +22,16 @@ import threading
 import time
 from concurrent import futures
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from hbfcommon import ctl
-from hbfcommon.errors import ConfigError, DaemonError, ErrorCode, HbfError, TelemetryError
+from hbfcommon.errors import DaemonError, ErrorCode, HbfError, TelemetryError
 from hbfcommon.status import RequestStatus
 from hbfd import knobs, services
+from hbfd.contracts import (REQUEST_BATCH_DTYPE, RefreshingEngine, RefreshService, ServiceEngine, ThermalService,
+                            ThermalState)
 from hbfd.heartbeat import HeartbeatProcess
 from hbfcommon.profile import Profile, load_profile
 from hbfd.ranges import Range, RangeTable
@@ -69,19 +71,6 @@ def request_tag(req: np.ndarray) -> np.ndarray:
     return (h >> np.uint64(32)) | np.uint64(1)
 
 
-def _factory(choice: str, default: Callable[[Profile], Any], plugin: Callable[..., Any]):
-    """``auto`` -> plugin (falls back to the default inside build_*), a forced default name, or
-    ``module:factory``."""
-    if ":" in choice:
-        mod, fn = choice.split(":", 1)
-        try:
-            return getattr(importlib.import_module(mod), fn)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(f"cannot load the service factory {choice!r}: {e}", field="factory",
-                              value=choice) from e
-    return lambda p: plugin(p, force=None if choice == "auto" else choice)
-
-
 class Daemon:
     def __init__(self, profile_path: str | os.PathLike, *, socket_path: str | os.PathLike | None = None,
                  summary_path: str | os.PathLike | None = None, engine: str | None = None,
@@ -96,10 +85,11 @@ class Daemon:
         self.heartbeat_period_ns = heartbeat_period_ns or knobs.heartbeat_period_ns()
         self.profile: Profile | None = None
         self.region: ControlRegion | None = None
-        self.engine: services.ServiceEngine | None = None
-        self.thermal: services.ThermalService | None = None
-        self.refresh: services.RefreshService | None = None
-        self.thermal_state = services.ThermalState()
+        self.engine: ServiceEngine | None = None
+        self.thermal: ThermalService | None = None
+        self.refresh: RefreshService | None = None
+        self._refresh_engine: RefreshingEngine | None = None   # the refresh plan runs through it (media model)
+        self.thermal_state = ThermalState()
         self.ranges: RangeTable | None = None
         self._ranges_lock = threading.Lock()
         self._post_lock = threading.RLock()
@@ -110,6 +100,9 @@ class Daemon:
         self._engine_lock = threading.Lock()
         self._ledger_lock = threading.Lock()
         self._count_reads = False
+        self._last_tick_ns: int | None = None
+        self._energy_counted = 0.0
+        self._final_outstanding = 0
         self._gpu_anchor: tuple[int, int] | None = None    # (latest arrival_ns, host ns when seen)
         self._engine_t = 0                                  # latest time handed to the engine
         self._closing = False
@@ -152,17 +145,14 @@ class Daemon:
         self.region.init_header(media_params=p.to_media_params(), profile_sha256=p.sha256,
                                 heartbeat_period_ns=self.heartbeat_period_ns)
         self._ring_views()
-        self.ranges = RangeTable(p.geometry.capacity_bytes)
+        self.ranges = RangeTable(p.capacity_bytes)          # the usable capacity, after over-provisioning
         self._hb = HeartbeatProcess(self.region.fd, ctl.hbf_header.heartbeat.offset, ctl.hbf_header.failure.offset,
                                     self.heartbeat_period_ns, knobs.stale_ns())
-        self.engine = _factory(self.engine_choice, services.FixedLatencyEngine.from_profile, services.build_engine)(p)
-        self.thermal = _factory(self.thermal_choice, lambda _: services.NoThermal(), services.build_thermal)(p)
-        self.refresh = _factory(self.refresh_choice, lambda _: services.NoRefresh(), services.build_refresh)(p)
-        if getattr(self.engine, "name", "") == "media" and hasattr(self.refresh, "attach_media"):
-            self.refresh.attach_media()             # refresh plans run through the media model (ring thread)
-        if hasattr(self.refresh, "use_range_registrations"):
-            self.refresh.use_range_registrations()  # the ledger holds the registered ranges' blocks only
-        self._count_reads = hasattr(self.refresh, "count_reads")
+        svc = services.compose(p, engine=self.engine_choice, thermal=self.thermal_choice,
+                               refresh=self.refresh_choice)
+        self.engine, self.thermal, self.refresh = svc.engine, svc.thermal, svc.refresh
+        self._refresh_engine = svc.refresh_engine   # refresh plans run through the media model (ring thread)
+        self._count_reads = svc.refresh.counts_reads
         log.info("engine %s, thermal %s, refresh %s", self.engine.name, self.thermal.name, self.refresh.name)
         self._control_tick()                        # thermal snapshot + refresh debt before readiness
         self.region.publish_ranges([], 0)
@@ -253,12 +243,12 @@ class Daemon:
         reads = reqs[ctl.HBF_OP_LOAD] + reqs[ctl.HBF_OP_CPASYNC] + reqs[ctl.HBF_OP_ATOMIC]
         writes = reqs[ctl.HBF_OP_STORE] + reqs[ctl.HBF_OP_ATOMIC]
         total = e.j_per_byte * nbytes + e.read_j * reads + e.program_j * writes
-        prev, self._energy_counted = getattr(self, "_energy_counted", 0.0), total
+        prev, self._energy_counted = self._energy_counted, total
         return e.idle_w * dt_s + (total - prev)
 
     def _control_tick(self) -> None:
         now = time.monotonic_ns()
-        dt = (now - getattr(self, "_last_tick_ns", now)) / 1e9
+        dt = (now - (now if self._last_tick_ns is None else self._last_tick_ns)) / 1e9
         self._last_tick_ns = now
         ej = self._energy_since_last(dt)
         self._energy_j += ej
@@ -269,14 +259,14 @@ class Daemon:
         self.region.publish_thermal(self.thermal_state, self._thermal_ticks)
         with self._ledger_lock:
             debt = self.refresh.tick(now - self._t0, self.thermal_state)
-        if getattr(self.refresh, "media_attached", False) and not self._closing \
+        if self._refresh_engine is not None and not self._closing \
                 and self._engine_lock.acquire(blocking=False):  # busy: the ring thread hands refresh out
             try:
                 self._idle_refresh(now)
             finally:
                 self._engine_lock.release()
         self.region.publish_refresh(int(debt), self.profile.media.refresh_quantum_bytes,
-                                    background_drained_bytes=int(getattr(self.refresh, "background_drained_bytes", 0)))
+                                    background_drained_bytes=int(self.refresh.background_drained_bytes))
 
     def _engine_clock(self, now: int) -> int:
         """The engine's clock (the GPU's arrival clock) at host time ``now``: the latest arrival
@@ -296,7 +286,7 @@ class Daemon:
             return
         at = self._engine_clock(now)
         self.engine.advance(at)
-        end = self.engine.refresh(work[1], at)
+        end = self._refresh_engine.refresh(work[1], at)
         with self._ledger_lock:
             self.refresh.media_done(work[0], end - at, idle=True)
         done = self.engine.collect()
@@ -334,7 +324,7 @@ class Daemon:
             try:
                 got = self._serve_once(ring)
             except Exception as e:
-                log.exception("engine %s failed", getattr(self.engine, "name", "?"))
+                log.exception("engine %s failed", self.engine.name)
                 self._engine_error = f"{type(e).__name__}: {e}"
                 self.request_shutdown("engine_failure", f"engine failed: {e}", ctl.HBF_ST_DAEMON_LOST,
                                       ctl.HBF_FAIL_REASON_ENGINE)
@@ -410,7 +400,7 @@ class Daemon:
         rs["requests"] += n
         rs["max_batch"] = max(rs["max_batch"], n)
         rs["batch_log2_hist"][min(n.bit_length() - 1, 13)] += 1
-        batch = np.empty(n, services.REQUEST_BATCH_DTYPE)
+        batch = np.empty(n, REQUEST_BATCH_DTYPE)
         batch["id"] = req[:, 0] - np.uint64(1)
         batch["arrival_ns"] = req[:, 1]
         batch["media_address"] = req[:, 3]
@@ -419,23 +409,27 @@ class Daemon:
         op = w >> np.uint64(32)
         batch["op"] = op if op.max() < 256 else np.minimum(op, 255)
         amax = int(batch["arrival_ns"].max())
-        if self._count_reads:                       # application reads per block (read disturb)
-            rd = op != np.uint64(ctl.HBF_OP_STORE)
+        work = None
+        if self._count_reads or self._refresh_engine is not None:
+            # one ledger section: the reads of this batch are counted, and the refresh block planned
+            # BEFORE them is taken (a plan the control tick makes in between waits for the next batch
+            # or the idle tick, never lands mid-batch)
             with self._ledger_lock:
-                self.refresh.count_reads(req[:, 3] if rd.all() else req[rd, 3])
+                if self._count_reads:               # application reads per block (read disturb)
+                    rd = op != np.uint64(ctl.HBF_OP_STORE)
+                    self.refresh.count_reads(req[:, 3] if rd.all() else req[rd, 3])
+                if self._refresh_engine is not None:
+                    work = self.refresh.media_work(time.monotonic_ns() - self._t0)
         with self._engine_lock:
             self.engine.submit(batch)
             self._quiet_collected = False
             self.engine.advance(amax)
             self._gpu_anchor = (amax, seen)
             self._engine_t = max(self._engine_t, amax)
-            if getattr(self.refresh, "media_attached", False):
+            if work is not None:                    # a refresh block beside this batch: only its duration
+                end = self._refresh_engine.refresh(work[1], amax)   # crosses clocks
                 with self._ledger_lock:
-                    work = self.refresh.media_work(time.monotonic_ns() - self._t0)
-                if work is not None:                # a refresh block: only its duration crosses clocks
-                    end = self.engine.refresh(work[1], amax)
-                    with self._ledger_lock:
-                        self.refresh.media_done(work[0], end - amax)
+                    self.refresh.media_done(work[0], end - amax)
             done = self.engine.collect()
         if done.size:
             self._post(done["id"], done["modeled_ns"], done["status"])
@@ -636,7 +630,7 @@ class Daemon:
             "ranges": ranges,
             "range_events": history,
             "counters": self.counters(),
-            "outstanding_terminated": getattr(self, "_final_outstanding", 0),
+            "outstanding_terminated": self._final_outstanding,
             "lost_unpublished": self._lost_unpublished,
             "ring_service": dict(self._ring_stats, batch_log2_hist=list(self._ring_stats["batch_log2_hist"])),
             "device_failure": int(h.device_failure),
@@ -666,7 +660,7 @@ class Daemon:
         with self._ranges_lock:
             r = self.ranges.register(**kw)
             lo, hi = r.media_extent
-            if hasattr(self.refresh, "register_range") and hi > lo:
+            if hi > lo:
                 try:
                     with self._ledger_lock:         # the range's blocks reach the reliability ledger
                         self.refresh.register_range(r.range_id, lo, hi)
@@ -679,9 +673,8 @@ class Daemon:
     def unregister(self, range_id: int) -> int:
         with self._ranges_lock:
             self.ranges.unregister(range_id)
-            if hasattr(self.refresh, "unregister_range"):
-                with self._ledger_lock:
-                    self.refresh.unregister_range(range_id)
+            with self._ledger_lock:
+                self.refresh.unregister_range(range_id)
             self.region.publish_ranges(self.ranges.ranges, self.ranges.generation)
             return self.ranges.generation
 
@@ -691,12 +684,7 @@ class Daemon:
         except json.JSONDecodeError as e:
             raise HbfError(f"report is not JSON: {e}", code=ErrorCode.INVALID_ARGUMENT, kind=kind) from e
         if kind == "thermal_override":   # operator/test path (hbfd/thermal/override.py), published next tick
-            setter = getattr(self.thermal, "set_override", None)
-            if setter is None:
-                raise HbfError("this hbfd's thermal service takes no operator override (start it with "
-                               "HBFD_THERMAL=hbfd.thermal.override:make_service)", code=ErrorCode.INVALID_ARGUMENT,
-                               thermal=getattr(self.thermal, "name", "?"))
-            setter(obj)
+            self.thermal.set_override(obj)          # a service that takes none says how to start one
         self._reports.append({"kind": kind, "data": obj, "at_ns": time.monotonic_ns() - self._t0})
 
     def heartbeat_age_ns(self) -> int:

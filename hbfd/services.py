@@ -1,208 +1,110 @@
-"""The plug-in interfaces the daemon drives, and their defaults.
+"""hbfd's composition root: the one place that builds the services the daemon drives.
 
-Models are pure: they see arrays and integer nanoseconds handed to them by the server layer, never
-sockets, threads or clocks. The daemon (hbfd/server.py) calls them from one thread.
+The model packages are imported explicitly (no discovery, no fallback): ``hbfd.media`` (the
+reference-path engine), ``hbfd.thermal`` (package thermal model + throttle controller) and
+``hbfd.reliability`` (retention, refresh debt). What the server calls on them is declared in
+``hbfd/contracts.py``.
 
-* :class:`ServiceEngine` serves reference-path requests (the ring). Default until the media model
-  lands: :class:`FixedLatencyEngine`. A media package plugs in by providing
-  ``hbfd.media.make_engine(profile) -> ServiceEngine``.
-* :class:`ThermalService` advances the package thermal model and the throttle controller every
-  tick. Default :class:`NoThermal`. Plug-in: ``hbfd.thermal.make_service(profile)``.
-* :class:`RefreshService` publishes refresh debt to the device. Default :class:`NoRefresh`.
-  Plug-in: ``hbfd.reliability.make_refresh_service(profile)``.
+Each service is chosen by the operator (``--engine`` / ``HBFD_ENGINE``, ``HBFD_THERMAL``,
+``HBFD_REFRESH``, read in hbfd/knobs.py):
 
-The ``build_*`` functions pick the plug-in when its package provides the factory, else the default
-(the summary names what ran, so a fallback is never silent).
+* ``auto``: the model the package builds for this profile (engine: ``hbfd.media.make_engine`` — the
+  NAND media model, or the calibrated curve when the profile's timing source is ``curve``; thermal:
+  ``hbfd.thermal.make_service``; refresh: ``hbfd.reliability.make_refresh_service``);
+* the default's name: ``fixed`` (:class:`~hbfd.contracts.FixedLatencyEngine`), ``none``
+  (:class:`~hbfd.contracts.NoThermal`, :class:`~hbfd.contracts.NoRefresh`);
+* ``module:factory``: ``factory(profile)`` builds it (tests, experiments, operator plug-ins such as
+  ``hbfd.thermal.override:make_service``).
+
+Every product is checked against its protocol: one that lacks a declared member is a ConfigError
+naming it. The summary names what ran.
 """
 from __future__ import annotations
 
 import importlib
-import logging
-import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
-
-from hbfcommon import ctl
+from hbfcommon.errors import ConfigError
+from hbfd import media, reliability, thermal
+from hbfd.contracts import (FixedLatencyEngine, NoRefresh, NoThermal, RefreshingEngine, RefreshService,
+                            ServiceEngine, ThermalService, check_service)
 
 if TYPE_CHECKING:
     from hbfcommon.profile import Profile
 
-log = logging.getLogger(__name__)
 
-# One batch of requests handed to an engine (ids are ring tickets; arrival on the GPU clock).
-REQUEST_BATCH_DTYPE = np.dtype([("id", "<u8"), ("arrival_ns", "<u8"), ("media_address", "<u8"),
-                                ("bytes", "<u4"), ("op", "u1")])
-# What an engine returns: modeled_ns = completion - arrival on the model's clock; status HBF_ST_*.
-COMPLETION_BATCH_DTYPE = np.dtype([("id", "<u8"), ("modeled_ns", "<u8"), ("status", "u1")])
+@dataclass(frozen=True)
+class Services:
+    """What :func:`compose` built. ``refresh_engine`` is the engine the refresh plan runs through (the
+    media model, when the refresh service attached to it), else None (background drain or no refresh)."""
 
-
-@runtime_checkable
-class ServiceEngine(Protocol):
-    """Serves reference requests.
-
-    ``submit(batch)`` schedules requests from the arrivals seen so far (FCFS per resource is
-    decided at submit); ``advance(now_ns)`` runs rare background events (GC, refresh) up to
-    now_ns on the GPU clock; ``collect()`` returns every completion determined so far (each id
-    exactly once); ``stats()`` is a JSON-able dict for the run summary.
-
-    The daemon calls ``submit``, ``advance(max arrival of the batch)``, ``collect`` for every batch
-    it finds in the ring, and one more ``collect`` on the first quiet scan after a submit (no new
-    requests in the ring): an engine that defers a decision until it has seen later arrivals must
-    decide everything it still holds on that call, or a waiting GPU thread never completes.
-    """
-
-    name: str
-
-    def submit(self, batch: np.ndarray) -> None: ...
-    def advance(self, now_ns: int) -> None: ...
-    def collect(self) -> np.ndarray: ...
-    def stats(self) -> dict[str, Any]: ...
-
-
-class FixedLatencyEngine:
-    """Every request costs the profile's fixed latency: loads/cp.async ``read_ns``, stores
-    ``write_ns``, atomics (read-modify-write) ``read_ns + write_ns``. No queueing."""
-
-    name = "fixed-latency"
-
-    def __init__(self, read_ns: int, write_ns: int) -> None:
-        if read_ns < 0 or write_ns < 0:
-            raise ValueError("fixed latencies must be >= 0")
-        self.read_ns, self.write_ns = int(read_ns), int(write_ns)
-        self._by_op = np.array([self.read_ns, self.write_ns, self.read_ns + self.write_ns, self.read_ns],
-                               dtype=np.uint64)
-        self._pending: list[np.ndarray] = []
-        self._served = 0
-        self._unsupported = 0
-
-    @classmethod
-    def from_profile(cls, profile: "Profile") -> "FixedLatencyEngine":
-        f = profile.timing_model.fixed
-        return cls(f.read_ns, f.write_ns)
-
-    def submit(self, batch: np.ndarray) -> None:
-        out = np.zeros(len(batch), COMPLETION_BATCH_DTYPE)
-        out["id"] = batch["id"]
-        op = batch["op"].astype(np.int64)
-        ok = op < ctl.HBF_N_OPS
-        out["modeled_ns"][ok] = self._by_op[op[ok]]
-        out["status"] = np.where(ok, ctl.HBF_ST_READY, ctl.HBF_ST_UNSUPPORTED)
-        self._unsupported += int((~ok).sum())
-        self._pending.append(out)
-
-    def advance(self, now_ns: int) -> None:
-        return None
-
-    def collect(self) -> np.ndarray:
-        if not self._pending:
-            return np.zeros(0, COMPLETION_BATCH_DTYPE)
-        out = np.concatenate(self._pending)
-        self._pending.clear()
-        self._served += len(out)
-        return out
-
-    def stats(self) -> dict[str, Any]:
-        return {"engine": self.name, "read_ns": self.read_ns, "write_ns": self.write_ns,
-                "atomic_ns": self.read_ns + self.write_ns, "served": self._served,
-                "unsupported": self._unsupported}
+    engine: ServiceEngine
+    thermal: ThermalService
+    refresh: RefreshService
+    refresh_engine: RefreshingEngine | None = None
 
 
 @dataclass(frozen=True)
-class ThermalState:
-    mode: int = ctl.HBF_TH_NORMAL       # HBF_TH_*
-    q_ppm: int = 1_000_000              # service fraction; Normal publishes 1e6
-    admission_open: bool = True
-    hbf_max_c: float = math.nan         # nan: no thermal model (published as INT32_MIN millic)
-    hbm_c: float = math.nan
-    gpu_c: float = math.nan
-
-    @property
-    def mode_name(self) -> str:
-        return ctl.THERMAL_MODE_NAMES[self.mode]
+class _Kind:
+    name: str                  # the knob, for messages
+    protocol: type
+    auto: Callable[["Profile"], Any]
+    default_name: str
+    default: Callable[["Profile"], Any]
 
 
-@runtime_checkable
-class ThermalService(Protocol):
-    """``tick(now_ns, media_energy_j)``: advance to now_ns (host monotonic clock handed in by the
-    server) given the media energy spent since the last tick; returns the state to publish."""
-
-    name: str
-
-    def tick(self, now_ns: int, media_energy_j: float) -> ThermalState: ...
-    def summary_section(self) -> dict[str, Any]: ...
+ENGINE = _Kind("HBFD_ENGINE", ServiceEngine, media.make_engine, "fixed", FixedLatencyEngine.from_profile)
+THERMAL = _Kind("HBFD_THERMAL", ThermalService, thermal.make_service, "none", lambda _p: NoThermal())
+REFRESH = _Kind("HBFD_REFRESH", RefreshService, reliability.make_refresh_service, "none", lambda _p: NoRefresh())
 
 
-class NoThermal:
-    """No thermal model: always Normal at full rate; the summary says so."""
-
-    name = "none"
-
-    def __init__(self) -> None:
-        self._state = ThermalState()
-
-    def tick(self, now_ns: int, media_energy_j: float) -> ThermalState:
-        return self._state
-
-    def summary_section(self) -> dict[str, Any]:
-        return {"thermal": "none", "mode": "Normal", "q_ppm": 1_000_000,
-                "note": "no thermal model ran: no throttling was applied"}
-
-
-@runtime_checkable
-class RefreshService(Protocol):
-    """``tick(now_ns, thermal)`` returns the monotonic refresh debt (bytes) to publish."""
-
-    name: str
-
-    def tick(self, now_ns: int, thermal: ThermalState) -> int: ...
-    def summary_section(self) -> dict[str, Any]: ...
-
-
-class NoRefresh:
-    name = "none"
-
-    def tick(self, now_ns: int, thermal: ThermalState) -> int:
-        return 0
-
-    def summary_section(self) -> dict[str, Any]:
-        return {"refresh": "none", "debt_total_bytes": 0}
-
-
-def _plugin(module: str, factory: str):
+def load_factory(choice: str, *, knob: str) -> Callable[["Profile"], Any]:
+    """The callable named by ``module:factory``; a ConfigError naming it when it cannot be loaded."""
+    mod, _, fn = choice.partition(":")
+    if not mod or not fn:
+        raise ConfigError(f"{knob}={choice!r}: a plug-in is named module:factory", field=knob, value=choice)
     try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name == module:
-            return None
-        raise
-    fn = getattr(mod, factory, None)
-    if fn is None:
-        log.warning("%s has no %s(); using the default service", module, factory)
-    return fn
+        f = getattr(importlib.import_module(mod), fn)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"cannot load the service factory {choice!r} ({knob}): {e}", field=knob,
+                          value=choice) from e
+    if not callable(f):
+        raise ConfigError(f"the service factory {choice!r} ({knob}) is not callable", field=knob, value=choice)
+    return f
 
 
-def build_engine(profile: "Profile", *, force: str | None = None) -> ServiceEngine:
-    """The media model when ``hbfd.media.make_engine`` exists (unless force == 'fixed')."""
-    if force != "fixed":
-        fn = _plugin("hbfd.media", "make_engine")
-        if fn is not None:
-            return fn(profile)
-    return FixedLatencyEngine.from_profile(profile)
+def _build(kind: _Kind, profile: "Profile", choice: str):
+    if choice == "auto":
+        return check_service(kind.auto(profile), kind.protocol, what=f"{kind.name}=auto")
+    if choice == kind.default_name:
+        return check_service(kind.default(profile), kind.protocol, what=f"{kind.name}={choice}")
+    if ":" in choice:
+        return check_service(load_factory(choice, knob=kind.name)(profile), kind.protocol,
+                             what=f"the factory {choice!r} ({kind.name})")
+    raise ConfigError(f"{kind.name}={choice!r}: choose auto, {kind.default_name} or module:factory",
+                      field=kind.name, value=choice)
 
 
-def build_thermal(profile: "Profile", *, force: str | None = None) -> ThermalService:
-    if force != "none":
-        fn = _plugin("hbfd.thermal", "make_service")
-        if fn is not None:
-            return fn(profile)
-    return NoThermal()
+def build_engine(profile: "Profile", choice: str = "auto") -> ServiceEngine:
+    return _build(ENGINE, profile, choice)
 
 
-def build_refresh(profile: "Profile", *, force: str | None = None) -> RefreshService:
-    if force != "none":
-        fn = _plugin("hbfd.reliability", "make_refresh_service")
-        if fn is not None:
-            return fn(profile)
-    return NoRefresh()
+def build_thermal(profile: "Profile", choice: str = "auto") -> ThermalService:
+    return _build(THERMAL, profile, choice)
+
+
+def build_refresh(profile: "Profile", choice: str = "auto") -> RefreshService:
+    return _build(REFRESH, profile, choice)
+
+
+def compose(profile: "Profile", *, engine: str = "auto", thermal: str = "auto", refresh: str = "auto") -> Services:
+    """Build and wire the daemon's services for ``profile`` (before readiness): the refresh service
+    follows the range registrations, and its plan runs through the engine when the engine is the
+    media model (:class:`hbfd.media.MediaEngine`)."""
+    e = build_engine(profile, engine)
+    t = build_thermal(profile, thermal)
+    r = build_refresh(profile, refresh)
+    r.use_range_registrations()        # the ledger holds the registered ranges' blocks only
+    via = e if isinstance(e, media.MediaEngine) and r.attach_media() else None
+    return Services(engine=e, thermal=t, refresh=r, refresh_engine=via)

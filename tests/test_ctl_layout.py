@@ -88,3 +88,28 @@ def test_sections_are_64_byte_aligned_and_header_consistent():
         assert off % 64 == 0, name
     assert ctl.hbf_header.media.offset % 64 == 0
     assert ctl.REQUEST_DTYPE.itemsize == 64 and ctl.COMPLETION_DTYPE.itemsize == 64
+
+
+def _c_status_defines() -> dict[str, int]:
+    return {m.group(1): int(m.group(2)) for m in
+            re.finditer(r"^#define (HBF_ST_\w+)\s+(\d+)u?\b", HEADER.read_text(), flags=re.M)}
+
+
+def test_request_status_is_one_definition_both_ways():
+    """RequestStatus (hbfcommon/status.py) is the definition: every member is HBF_ST_<NAME> in hbf_ctl.h
+    and in hbfcommon.ctl with its value, and neither has a state RequestStatus lacks."""
+    from hbfcommon.status import STATUS_NAMES, RequestStatus
+    c = _c_status_defines()
+    want = {s.c_name: s.value for s in RequestStatus}
+    assert c == want, f"hbf_ctl.h HBF_ST_* differ from RequestStatus: {sorted(set(c.items()) ^ set(want.items()))}"
+    py = {k: getattr(ctl, k) for k in dir(ctl) if k.startswith("HBF_ST_")}
+    assert py == want
+    assert len(RequestStatus) <= ctl.HBF_N_STATUS
+    assert STATUS_NAMES == tuple(s.name for s in sorted(RequestStatus))
+
+
+def test_the_runtime_status_names_are_request_status():
+    """The workload runtime's names of device failure states (runtime_cuda.devstate) are RequestStatus's."""
+    from hbfcommon.status import STATUS_NAMES
+    devstate = pytest.importorskip("runtime_cuda.devstate")
+    assert tuple(devstate.C_STATUS_NAMES) == STATUS_NAMES

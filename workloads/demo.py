@@ -182,47 +182,24 @@ def _gpu_demo():
     return gpu_demo
 
 
-def _wait_ready(sock: Path, proc: subprocess.Popen, log: Path, timeout_s: float = 600.0) -> None:
-    from hbfcommon.rpc import Client
-    t0 = time.monotonic()
-    deadline = t0 + timeout_s
-    shown = 0
-    while time.monotonic() < deadline:
-        if time.monotonic() - t0 > 10 * (shown + 1):
-            shown += 1
-            last = (log.read_text().strip().splitlines() or ["(no output yet)"])[-1]
-            print(f"[demo] waiting for hbfd to build its models ({10 * shown} s): {last[-100:]}", flush=True)
-        if proc.poll() is not None:
-            raise HbfError(f"hbfd exited with {proc.returncode}:\n{log.read_text()}")
-        if sock.exists():
-            try:
-                with Client(sock, timeout_s=2.0) as c:
-                    if c.call("Status").heartbeat > 0:
-                        return
-            except HbfError:
-                pass
-        time.sleep(0.05)
-    raise HbfError(f"hbfd not ready after {timeout_s:.0f} s:\n{log.read_text()}")
-
-
 def run_demo(profile: Path = PROFILE, trace: Path = TRACE, gpu_fn=None) -> int:
     """Start hbfd in a temp dir, run the workload (the trace driver in a second process, or
     ``gpu_fn(socket=...)`` on a GPU), shut hbfd down, print the run summary."""
-    from hbfcommon.rpc import Client
     from hbfd.ctl_cli import format_summary, states_line
+    from hbfd.runner import start_daemon
     with tempfile.TemporaryDirectory(prefix="hbfd-demo-") as td:
         tdp = Path(td)
-        sock, summ, log = tdp / "hbfd.sock", tdp / "summary.json", tdp / "hbfd.log"
         shown = profile.relative_to(ROOT) if profile.is_relative_to(ROOT) else profile
         print(f"[demo] starting hbfd --profile {shown} in {td}", flush=True)
-        with open(log, "w") as logf:
-            hbfd = subprocess.Popen([sys.executable, "-m", "hbfd.cli", "--profile", str(profile), "--socket", str(sock),
-                                     "--summary", str(summ)], cwd=td, stdout=logf, stderr=subprocess.STDOUT)
+
+        def waiting(elapsed_s: float, last: str) -> None:
+            print(f"[demo] waiting for hbfd to build its models ({elapsed_s:.0f} s): {(last or '(no output yet)')[-100:]}",
+                  flush=True)
+        hbfd = start_daemon(profile, workdir=tdp, summary=tdp / "summary.json", timeout_s=600.0, on_wait=waiting)
+        sock, summ = hbfd.socket, hbfd.summary
         stats = split = None
         try:
-            _wait_ready(sock, hbfd, log)
-            with Client(sock) as c:
-                st = c.call("Status")
+            st = hbfd.ready_status
             print(f"[demo] hbfd ready: pid {st.daemon_pid}, engine {st.engine}, heartbeat {st.heartbeat}", flush=True)
             if gpu_fn is not None:
                 print("[demo] GPU found: running workloads.demo_gpu.gpu_demo() against this hbfd", flush=True)
@@ -236,13 +213,11 @@ def run_demo(profile: Path = PROFILE, trace: Path = TRACE, gpu_fn=None) -> int:
                     print(r.stderr, file=sys.stderr)
                     raise HbfError(f"the workload process failed (exit {r.returncode})")
                 stats = json.loads(r.stdout)
-            with Client(sock, timeout_s=30) as c:
+            with hbfd.client(timeout_s=30) as c:
                 c.call("Shutdown", reason="demo finished")
             rc = hbfd.wait(30)
         finally:
-            if hbfd.poll() is None:
-                hbfd.kill()
-                hbfd.wait()
+            hbfd.stop()
         summary = json.loads(summ.read_text())
         print()
         if stats is not None:

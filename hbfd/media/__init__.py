@@ -1,6 +1,6 @@
 """NAND media model for hbfd's reference path, and the calibrated cumulative-burst curve.
 
-``make_engine(profile)`` is the plug-in factory ``hbfd.services.build_engine`` looks for.
+``make_engine(profile)`` is the engine factory the composition root (``hbfd.services.compose``) calls.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The online NAND media engine served on hbfd's reference path.
 
-``MediaEngine(geometry)`` implements the daemon's ``ServiceEngine`` protocol
-(``hbfd/services.py``): ``submit(batch)`` / ``advance(now_ns)`` / ``collect()`` / ``stats()``.
+``MediaEngine(geometry)`` implements the daemon's ``ServiceEngine`` and ``RefreshingEngine`` protocols
+(``hbfd/contracts.py``): ``submit(batch)`` / ``advance(now_ns)`` / ``collect()`` / ``stats()`` /
+``refresh(lpns, at_ns)``.
 
 Timing (integer ns; all resources FCFS unless a read has priority):
 
@@ -42,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from hbfcommon import ctl
+from hbfd.contracts import COMPLETION_BATCH_DTYPE, REQUEST_BATCH_DTYPE  # noqa: F401 (re-exported)
 
 from . import eventsim
 from .eventsim import COPYBACK, ERASE, PROG, READ, Commands
@@ -51,10 +53,6 @@ from .hist import LogHistogram
 from .lindley import segment_ends, segment_starts, segmented_fcfs
 
 log = logging.getLogger(__name__)
-
-REQUEST_BATCH_DTYPE = np.dtype([("id", "<u8"), ("arrival_ns", "<u8"), ("media_address", "<u8"),
-                                ("bytes", "<u4"), ("op", "u1")])
-COMPLETION_BATCH_DTYPE = np.dtype([("id", "<u8"), ("modeled_ns", "<u8"), ("status", "u1")])
 
 OP_LOAD, OP_STORE, OP_ATOMIC, OP_CPASYNC = 0, 1, 2, 3
 _FULL_MASK = (1 << SECTORS_PER_PAGE) - 1

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError
+from hbfcommon.profile import NandTopology, logical_pages_per_plane
 
 PAGE_BYTES = 4096
 SECTOR_BYTES = 64
@@ -28,7 +29,9 @@ class MediaError(HbfError):
 
 
 @dataclass(frozen=True)
-class MediaGeometry:
+class MediaGeometry(NandTopology):
+    """dies, planes, blocks, raw_pages, raw_bytes, aggregate_bytes_per_s: :class:`NandTopology`."""
+
     channels: int
     dies_per_channel: int
     planes_per_die: int
@@ -86,38 +89,24 @@ class MediaGeometry:
 
     # ---- derived ------------------------------------------------------------------------------
     @property
-    def dies(self) -> int:
-        return self.channels * self.dies_per_channel
-
-    @property
-    def planes(self) -> int:
-        return self.dies * self.planes_per_die
-
-    @property
-    def blocks(self) -> int:
-        return self.planes * self.blocks_per_plane
-
-    @property
     def logical_pages_per_plane(self) -> int:
-        return int(self.blocks_per_plane * self.pages_per_block * (1.0 - self.over_provisioning))
+        """:func:`hbfcommon.profile.logical_pages_per_plane`, the one capacity rule."""
+        return logical_pages_per_plane(self.blocks_per_plane, self.pages_per_block, self.over_provisioning)
 
     @property
     def logical_pages(self) -> int:
-        return self.logical_pages_per_plane * self.planes
+        return self.logical_pages_with(self.over_provisioning)
 
     @property
     def capacity_bytes(self) -> int:
-        """Logical (host-visible) capacity: raw minus over-provisioning."""
+        """Logical (host-visible) capacity: raw minus over-provisioning (equal to
+        ``Profile.capacity_bytes`` for a geometry built by :meth:`from_profile`)."""
         return self.logical_pages * self.page_bytes
 
     @property
     def gc_start_blocks(self) -> int:
         """GC runs in a plane while its free blocks are fewer than this."""
         return max(1, math.ceil(self.gc_start_free_fraction * self.blocks_per_plane))
-
-    @property
-    def aggregate_bytes_per_s(self) -> int:
-        return self.channels * self.channel_bytes_per_s
 
     @property
     def array_read_bytes_per_s(self) -> int:

@@ -25,6 +25,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from hbfcommon import ctl
+from hbfd.contracts import REQUEST_BATCH_DTYPE
 
 from .ledger import BlockLedger
 
@@ -211,9 +212,8 @@ class RefreshScheduler:
         return out
 
     def request_batch(self, reqs: list[RefreshRequest], arrival_ns: int) -> np.ndarray:
-        """Requests as a media-engine batch (hbfd.services.REQUEST_BATCH_DTYPE layout)."""
-        dt = np.dtype([("id", "<u8"), ("arrival_ns", "<u8"), ("media_address", "<u8"), ("bytes", "<u4"), ("op", "u1")])
-        out = np.zeros(len(reqs), dt)
+        """Requests as a media-engine batch (hbfd.contracts.REQUEST_BATCH_DTYPE)."""
+        out = np.zeros(len(reqs), REQUEST_BATCH_DTYPE)
         out["id"] = [r.id for r in reqs]
         out["arrival_ns"] = arrival_ns
         out["media_address"] = [r.media_address for r in reqs]

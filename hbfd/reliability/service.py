@@ -1,6 +1,6 @@
 """The daemon's refresh service: retention damage, refresh plan, published byte debt, hazard sweep.
 
-Implements ``hbfd.services.RefreshService``: ``tick(now_ns, thermal) -> debt_total_bytes``.
+Implements ``hbfd.contracts.RefreshService``: ``tick(now_ns, thermal) -> debt_total_bytes``.
 
 * Damage ages each HBF layer at its own temperature when the thermal state carries the layers
   (``PackageThermalState.hbf_layers_c``); otherwise at the hottest HBF temperature for every layer
@@ -34,6 +34,7 @@ from .refresh import RefreshScheduler
 
 class ReliabilityService:
     name = "retention-refresh"
+    counts_reads = True                    # the daemon hands it every application read (read disturb)
 
     def __init__(self, ledger: BlockLedger, scheduler: RefreshScheduler, hazard: HazardSweep, *,
                  media_bytes_per_s: float):
@@ -123,12 +124,14 @@ class ReliabilityService:
         self.ledger.count_block_reads(lpn // (cd * L.pages_per_block) * cd + lpn % cd)
 
     # ---- media model hand-off ----------------------------------------------------------------
-    def attach_media(self) -> None:
+    def attach_media(self) -> bool:
         """Refresh runs through the media model instead of the background drain: the caller (the
         thread that owns the engine) takes each planned block with :meth:`media_work`, runs
         ``engine.refresh(lpns, at_ns)`` and reports the duration with :meth:`media_done`; the block
-        commits (PEC, damage and disturb cleared) on the first tick at or after that duration."""
+        commits (PEC, damage and disturb cleared) on the first tick at or after that duration.
+        Returns True (the plan now runs through the engine)."""
         self.media_attached = True
+        return True
 
     def media_work(self, now_ns: int) -> tuple[int, np.ndarray] | None:
         """(token, logical pages) of the planned block not yet handed to the engine, else None."""

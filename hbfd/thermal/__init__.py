@@ -1,6 +1,6 @@
 """Package thermal model (full order + ERA reduced order), throttling controller, telemetry.
 
-Daemon plug-in: :func:`make_service` (``hbfd.services.build_thermal`` calls it). Pure models live in
+Daemon plug-in: :func:`make_service` (the composition root ``hbfd.services.compose`` calls it). Pure models live in
 fom / rom / controller / power / limits / simulate; telemetry.py is the I/O edge (NVML).
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ import dataclasses
 from typing import Any
 
 from hbfcommon.errors import ErrorCode, HbfError
-from hbfd.services import NoThermal, ThermalState
+from hbfd.contracts import NoThermal, ThermalState
 
 from .controller import LIGHT, MODE_NAMES, NORMAL, Q_FULL, SEVERE, SHUTDOWN
 

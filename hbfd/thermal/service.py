@@ -1,6 +1,6 @@
 """The daemon's thermal service: telemetry + binned media energy -> ROM -> controller -> snapshot.
 
-Implements ``hbfd.services.ThermalService``. Each ``tick(now_ns, media_energy_j)`` (now on the run's
+Implements ``hbfd.contracts.ThermalService``. Each ``tick(now_ns, media_energy_j)`` (now on the run's
 clock, handed in by the server) spreads the media energy of ``[previous now, now)`` over 10 ms bins
 in proportion to time overlap, and for every bin completed by ``now``:
 
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from hbfcommon.errors import TelemetryError
-from hbfd.services import ThermalState
+from hbfd.contracts import ThermalState, no_override
 
 from .controller import MODE_NAMES, SHUTDOWN, Decision, Policy
 from .power import EnergyBinner, HbmPowerModel, gpu_die_power_w, hbf_layer_weights
@@ -210,6 +210,10 @@ class PackageThermalService:
     def finish(self) -> None:
         if self.terminal_status == "running":
             self.terminal_status = "clean"
+
+    def set_override(self, obj: Any) -> Any:
+        """The model alone takes no operator override (wrap it: hbfd.thermal.override:make_model_service)."""
+        raise no_override(self.name)
 
     def summary_section(self) -> dict[str, Any]:
         status = "clean" if self.terminal_status == "running" else self.terminal_status

@@ -7,9 +7,6 @@ from hbfd_harness import start_hbfd
 
 @pytest.fixture
 def hbfd(tmp_path):
-    h = start_hbfd(tmp_path)
-    yield h
-    if h.proc.poll() is None:
-        h.proc.kill()
-        h.proc.wait()
-
+    """A ready hbfd (pinned default services) in the test's tmp dir; stopped in order at teardown."""
+    with start_hbfd(tmp_path) as h:
+        yield h

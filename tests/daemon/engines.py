@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from hbfd.services import COMPLETION_BATCH_DTYPE, FixedLatencyEngine
+from hbfd.contracts import COMPLETION_BATCH_DTYPE, FixedLatencyEngine
 
 
 def slow(profile):
@@ -63,3 +63,16 @@ class _Deferring(FixedLatencyEngine):
 
 def deferring(profile):
     return _Deferring.from_profile(profile)
+
+
+class _LacksCollect:
+    """Not a ServiceEngine (no collect), nor a ThermalService: hbfd refuses it at start, naming what is missing."""
+    name = "lacking-test"
+
+    def submit(self, batch): ...
+    def advance(self, now_ns): ...
+    def stats(self): return {}
+
+
+def lacking_collect(profile):
+    return _LacksCollect()

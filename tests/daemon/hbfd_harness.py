@@ -1,70 +1,31 @@
-"""Start hbfd in a temp dir and attach to it like a workload (shared by the daemon tests)."""
+"""The daemon tests' defaults around the one runner (hbfd/runner.py), and attaching like a workload."""
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from hbfd.runner import DaemonProcess, start_daemon
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+# lifecycle tests pin the default services; the plug-ins (media, thermal) test themselves
+PINNED = {"HBFD_ENGINE": "fixed", "HBFD_THERMAL": "none", "HBFD_REFRESH": "none"}
+
+Hbfd = DaemonProcess
 
 
-@dataclass
-class Hbfd:
-    proc: subprocess.Popen
-    socket: Path
-    summary: Path
-    log: Path
-    env: dict = field(default_factory=dict)
-
-    def client(self):
-        from hbfcommon.rpc import Client
-        return Client(self.socket)
-
-    def stop(self, sig=signal.SIGTERM, timeout=15) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout)
-
-    def read_summary(self) -> dict:
-        return json.loads(self.summary.read_text())
+def start_hbfd(tmp_path: Path, *, profile="nominal", env=None, wait=True, name="hbfd") -> DaemonProcess:
+    """hbfd in ``tmp_path`` with the pinned default services (``env`` overrides them); the test engines
+    of tests/daemon/engines.py load as ``HBFD_ENGINE=engines:<factory>``."""
+    return start_daemon(profile, workdir=tmp_path, name=name, env={**PINNED, **(env or {})},
+                        pythonpath=[HERE, ROOT], wait=wait, timeout_s=30.0)
 
 
-def start_hbfd(tmp_path: Path, *, profile="nominal", env=None, wait=True, name="hbfd") -> Hbfd:
-    sock, summ, log = tmp_path / f"{name}.sock", tmp_path / f"{name}-summary.json", tmp_path / f"{name}.log"
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), e.get("PYTHONPATH", "")])
-    # lifecycle tests pin the default services; the plug-ins (media, thermal) test themselves
-    e.update({"HBFD_ENGINE": "fixed", "HBFD_THERMAL": "none", "HBFD_REFRESH": "none"})
-    e.update(env or {})
-    proc = subprocess.Popen([sys.executable, "-m", "hbfd.cli", "--profile", str(profile),
-                             "--socket", str(sock), "--summary", str(summ)],
-                            cwd=tmp_path, env=e, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    h = Hbfd(proc, sock, summ, log, e)
-    if wait:
-        wait_ready(h)
-    return h
+def wait_ready(h: DaemonProcess, timeout=20.0):
+    return h.wait_ready(timeout)
 
 
-def wait_ready(h: Hbfd, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if h.proc.poll() is not None:
-            raise AssertionError(f"hbfd exited {h.proc.returncode}:\n{h.log.read_text()}")
-        if "hbfd ready" in h.log.read_text():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"hbfd not ready:\n{h.log.read_text()}")
-
-
-
-def attach(h: Hbfd):
+def attach(h: DaemonProcess):
     """Attach like a workload: gRPC Attach, then open + mmap the returned /proc path."""
     from hbfcommon import ctl
     with h.client() as c:

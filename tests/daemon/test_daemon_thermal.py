@@ -51,6 +51,31 @@ def _watch_failure(m, n_tickets: int) -> tuple[threading.Thread, dict]:
     return w, seen
 
 
+def _run_into_a_terminal(tmp_path, prof: Path, n_tickets: int, status: int, reason: int) -> tuple[dict, dict, tuple]:
+    """hbfd with the thermal model and a blocking engine, ``n_tickets`` requests in the ring: the run ends
+    by itself (exit 1) with every ticket answered ``status`` before the failure word (status, reason)
+    becomes visible, and admission closed. Returns (seen at the failure word, the summary, the thermal
+    snapshot (mode, admission_open) after the end)."""
+    h = start_hbfd(tmp_path, profile=str(prof), env={"HBFD_THERMAL": "auto", "HBFD_ENGINE": "engines:blocking"})
+    try:
+        _, m = attach(h)
+        drv = RingDriver(m)
+        tickets = [drv.issue(arrival_ns=i, address=0, media_address=0, nbytes=4096, op=0) for i in range(n_tickets)]
+        w, seen = _watch_failure(m, len(tickets))
+        w.join(25)
+        assert seen.get("failure"), "the failure word never appeared"
+        assert (seen["seq"] == np.arange(1, n_tickets + 1)).all(), \
+            "a ticket had no completion when the failure word appeared"
+        assert (seen["status"] == status).all()
+        assert seen["failure"] == ctl.failure_word(status, reason)
+        assert seen["admission_closed"] == 1
+        th = (int(m.ctl.thermal.mode), int(m.ctl.thermal.admission_open))
+        assert h.proc.wait(15) == 1
+        return seen, h.read_summary(), th
+    finally:
+        h.kill()
+
+
 def test_stale_telemetry_is_a_distinct_visible_terminal(tmp_path):
     # a telemetry trace that stops after 2 s; readings older than 200 ms end the run
     rows = ["t_ns,gpu_power_w,gpu_temp_c"] + [f"{i * 10_000_000},300,50" for i in range(200)]
@@ -59,56 +84,25 @@ def test_stale_telemetry_is_a_distinct_visible_terminal(tmp_path):
     prof = _profile(tmp_path, "stale", thermal={
         "telemetry": "trace", "telemetry_trace": str(trace),
         "telemetry_trace_sha256": hashlib.sha256(trace.read_bytes()).hexdigest(), "telemetry_max_age_ms": 200})
-    h = start_hbfd(tmp_path, profile=str(prof), env={"HBFD_THERMAL": "auto", "HBFD_ENGINE": "engines:blocking"})
-    try:
-        _, m = attach(h)
-        drv = RingDriver(m)
-        tickets = [drv.issue(arrival_ns=i, address=0, media_address=0, nbytes=4096, op=0) for i in range(20)]
-        w, seen = _watch_failure(m, len(tickets))
-        w.join(25)
-        assert seen.get("failure"), "the failure word never appeared"
-        assert (seen["seq"] == np.arange(1, 21)).all(), "a ticket had no completion when the failure word appeared"
-        assert (seen["status"] == ctl.HBF_ST_DAEMON_LOST).all()
-        assert seen["failure"] == ctl.failure_word(ctl.HBF_ST_DAEMON_LOST, ctl.HBF_FAIL_REASON_TELEMETRY)
-        assert seen["admission_closed"] == 1
-        assert h.proc.wait(15) == 1
-        s = h.read_summary()
-        assert s["terminal_status"] == "telemetry_failure"
-        assert "stale" in s["shutdown_reason"] and "telemetry" in s["shutdown_reason"]
-        assert s["services"]["thermal"]["terminal_status"] == "source_failed"
-        assert s["failure_word"] == seen["failure"]
-    finally:
-        if h.proc.poll() is None:
-            h.proc.kill()
+    seen, s, _ = _run_into_a_terminal(tmp_path, prof, 20, ctl.HBF_ST_DAEMON_LOST, ctl.HBF_FAIL_REASON_TELEMETRY)
+    assert s["terminal_status"] == "telemetry_failure"
+    assert "stale" in s["shutdown_reason"] and "telemetry" in s["shutdown_reason"]
+    assert s["services"]["thermal"]["terminal_status"] == "source_failed"
+    assert s["failure_word"] == seen["failure"]
 
 
 def test_thermal_shutdown_publishes_thermal_shutdown(tmp_path):
-    # 700 W of constant GPU power heats the HBF stack past a 37.8 C shutdown threshold in < 1 s
-    prof = _profile(tmp_path, "hot", thermal={"rtt_c": 36.0, "ltt_c": 36.6, "stt_c": 37.2, "shutdown_c": 37.8,
+    # 700 W of constant GPU power heats the HBF stack past a 42 C shutdown threshold about 2 s after the
+    # model's first tick (before readiness): late enough that the test has attached and queued its tickets
+    # (at 37.8 C, 0.6 s, the run could end before a cold client had attached)
+    prof = _profile(tmp_path, "hot", thermal={"rtt_c": 40.2, "ltt_c": 40.8, "stt_c": 41.4, "shutdown_c": 42.0,
                                               "hysteresis_k": 0.5, "telemetry_gpu_power_w": 700})
-    h = start_hbfd(tmp_path, profile=str(prof), env={"HBFD_THERMAL": "auto", "HBFD_ENGINE": "engines:blocking"})
-    try:
-        _, m = attach(h)
-        drv = RingDriver(m)
-        tickets = [drv.issue(arrival_ns=i, address=0, media_address=0, nbytes=4096, op=0) for i in range(10)]
-        w, seen = _watch_failure(m, len(tickets))
-        w.join(25)
-        assert seen.get("failure"), "the failure word never appeared"
-        assert (seen["seq"] == np.arange(1, 11)).all()
-        assert (seen["status"] == ctl.HBF_ST_THERMAL_SHUTDOWN).all()
-        assert seen["failure"] == ctl.failure_word(ctl.HBF_ST_THERMAL_SHUTDOWN, ctl.HBF_FAIL_REASON_THERMAL)
-        assert seen["admission_closed"] == 1
-        th = m.ctl.thermal
-        assert th.mode == ctl.HBF_TH_SHUTDOWN and th.admission_open == 0
-        assert h.proc.wait(15) == 1
-        s = h.read_summary()
-        assert s["terminal_status"] == "thermal_shutdown"
-        t = s["services"]["thermal"]
-        assert t["terminal_status"] == "thermal_shutdown" and t["mode"] == "Shutdown"
-        assert t["transitions"][-1]["to"] == "Shutdown"
-    finally:
-        if h.proc.poll() is None:
-            h.proc.kill()
+    _, s, th = _run_into_a_terminal(tmp_path, prof, 10, ctl.HBF_ST_THERMAL_SHUTDOWN, ctl.HBF_FAIL_REASON_THERMAL)
+    assert th == (ctl.HBF_TH_SHUTDOWN, 0)
+    assert s["terminal_status"] == "thermal_shutdown"
+    t = s["services"]["thermal"]
+    assert t["terminal_status"] == "thermal_shutdown" and t["mode"] == "Shutdown"
+    assert t["transitions"][-1]["to"] == "Shutdown"
 
 
 def _summary(h) -> dict:
@@ -147,8 +141,7 @@ def test_range_registrations_reach_the_reliability_ledger(tmp_path):
             assert led()["ledger"]["registered_blocks"] == 0
         assert h.stop() == 0
     finally:
-        if h.proc.poll() is None:
-            h.proc.kill()
+        h.kill()
 
 
 def _disturb_profile(tmp_path):
@@ -193,8 +186,7 @@ def test_ring_reads_count_per_block_and_disturb_triggers_refresh(tmp_path):
         assert m.ctl.refresh.background_drained_bytes == r["debt_disposition"]["background_drained_bytes"] > 0
         assert h.stop() == 0
     finally:
-        if h.proc.poll() is None:
-            h.proc.kill()
+        h.kill()
 
 
 def test_refresh_drains_through_the_media_model_on_an_idle_device(tmp_path):
@@ -232,5 +224,4 @@ def test_refresh_drains_through_the_media_model_on_an_idle_device(tmp_path):
         assert m.ctl.refresh.background_drained_bytes == r["idle_media_refresh_bytes"]
         assert h.stop() == 0
     finally:
-        if h.proc.poll() is None:
-            h.proc.kill()
+        h.kill()

@@ -316,8 +316,7 @@ def test_shutdown_posts_terminal_completions_before_the_failure_word(tmp_path):
         with pytest.raises(DaemonError):
             drv.wait(drv.issue(arrival_ns=0, address=0, media_address=0, nbytes=64, op=0), timeout_s=1)
     finally:
-        if h.proc.poll() is None:
-            h.proc.kill()
+        h.kill()
 
 
 def test_engine_failure_is_loud_and_ordered(tmp_path):
@@ -446,10 +445,17 @@ def test_deferred_completions_are_collected_when_the_ring_goes_quiet(tmp_path):
         h.stop()
 
 
-def test_bad_engine_factory_exits_2_and_leaves_nothing_behind(tmp_path):
-    h = start_hbfd(tmp_path, env={"HBFD_ENGINE": "engines:no_such_factory"}, wait=False)
+@pytest.mark.parametrize("env,words", [
+    ({"HBFD_ENGINE": "engines:no_such_factory"}, ["no_such_factory"]),
+    ({"HBFD_ENGINE": "engines:lacking_collect"}, ["engines:lacking_collect", "ServiceEngine", "collect"]),
+    ({"HBFD_THERMAL": "engines:lacking_collect"}, ["HBFD_THERMAL", "set_override", "tick"]),
+    ({"HBFD_REFRESH": "nothing"}, ["HBFD_REFRESH", "auto, none or module:factory"]),
+])
+def test_bad_engine_factory_exits_2_and_leaves_nothing_behind(tmp_path, env, words):
+    h = start_hbfd(tmp_path, env=env, wait=False)
     assert h.proc.wait(30) == 2
-    assert "no_such_factory" in h.log.read_text()
+    log = h.log.read_text()
+    assert all(w in log for w in words), log
     assert not h.socket.exists()
     time.sleep(0.2)
     for pid in os.listdir("/proc"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hbfd import services
+from hbfd import contracts, services
 from hbfd.media import MediaEngine, MediaGeometry
 from hbfd.media.bench import main as bench_main
 from hbfcommon.profile import load_profile
@@ -21,11 +21,11 @@ PROFILES = ("conservative", "nominal", "aggressive", "ocp-sg1")
 def test_daemon_builds_the_media_engine_from_each_profile(name):
     p = load_profile(PROFILE_DIR / f"{name}.json")
     eng = services.build_engine(p)
-    assert isinstance(eng, MediaEngine) and isinstance(eng, services.ServiceEngine)
+    assert isinstance(eng, MediaEngine) and isinstance(eng, contracts.ServiceEngine)
     g = MediaGeometry.from_profile(p)
     assert g.channels == p.geometry.channels and g.queue_depth == p.media.queue_depth
     assert g.channel_bytes_per_s == p.geometry.channel_bytes_per_s
-    b = np.zeros(4, services.REQUEST_BATCH_DTYPE)
+    b = np.zeros(4, contracts.REQUEST_BATCH_DTYPE)
     b["id"] = [10, 11, 12, 13]
     b["arrival_ns"] = 1_700_000_000_000_000_000 + np.arange(4) * 1000   # GPU-clock-sized times
     b["media_address"] = [0, 4096, 8192, 12288]
@@ -36,7 +36,7 @@ def test_daemon_builds_the_media_engine_from_each_profile(name):
     c = eng.collect()
     assert len(c) < 4 or True
     c = np.concatenate([c, eng.collect()])     # a quiet scan decides the deferred transfers
-    assert c.dtype == services.COMPLETION_BATCH_DTYPE
+    assert c.dtype == contracts.COMPLETION_BATCH_DTYPE
     assert sorted(c["id"].tolist()) == [10, 11, 12, 13]
     assert (c["status"] == 1).all()
     m = dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))

@@ -8,12 +8,9 @@
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +20,7 @@ import pytest
 import runtime_cuda
 from hbfcommon import ctl as C
 from hbfcommon.errors import ErrorCode
+from hbfd.runner import start_daemon
 from hbfd.server import request_tag
 from runtime_cuda.session import DeviceFailure
 
@@ -63,27 +61,9 @@ def test_device_tag_equals_hbfd_tag(tmp_path):
 @pytest.fixture(scope="module")
 def tagged_hbfd(tmp_path_factory):
     """A real hbfd that validates request check tags (HBFD_RING_TAGS=1)."""
-    d = tmp_path_factory.mktemp("hbfd_tags")
-    sock = d / "hbfd.sock"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               HBFD_THERMAL="none", HBFD_RING_TAGS="1")
-    logf = open(d / "hbfd.log", "w")
-    p = subprocess.Popen([sys.executable, "-m", "hbfd.cli", "--profile", "nominal", "--socket", str(sock),
-                          "--summary", str(d / "summary.json")], cwd=ROOT, env=env, stdout=logf,
-                         stderr=subprocess.STDOUT)
-    t = time.time()
-    while not sock.exists():
-        if p.poll() is not None or time.time() - t > 90:
-            pytest.fail(f"hbfd did not start: {(d / 'hbfd.log').read_text()[-3000:]}")
-        time.sleep(0.05)
-    yield str(sock)
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-    logf.close()
+    with start_daemon("nominal", workdir=tmp_path_factory.mktemp("hbfd_tags"), pythonpath=[ROOT],
+                      env={"HBFD_THERMAL": "none", "HBFD_RING_TAGS": "1"}, timeout_s=90.0) as d:
+        yield str(d.socket)
 
 
 @pytest.fixture()

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,32 +13,14 @@ import pytest
 
 from hbfcommon import ctl
 from hbfcommon.errors import ErrorCode, HbfError
+from hbfd.runner import DaemonProcess, start_daemon
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _start(tmp: Path, thermal: str):
-    sock, summary = tmp / "hbfd.sock", tmp / "summary.json"
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               HBFD_THERMAL=thermal, HBFD_REFRESH="none", HBFD_THERMAL_TICK_NS="2000000")
-    logf = open(tmp / "hbfd.log", "w")
-    p = subprocess.Popen([sys.executable, "-m", "hbfd.cli", "--profile", "nominal", "--socket", str(sock),
-                          "--summary", str(summary)], cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT)
-    t = time.time()
-    while not sock.exists():
-        if p.poll() is not None or time.time() - t > 60:
-            pytest.fail(f"hbfd did not start: {(tmp / 'hbfd.log').read_text()[-3000:]}")
-        time.sleep(0.05)
-    return p, sock, summary
-
-
-def _stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
+def _start(tmp: Path, thermal: str) -> DaemonProcess:
+    return start_daemon("nominal", workdir=tmp, pythonpath=[ROOT], timeout_s=60.0,
+                        env={"HBFD_THERMAL": thermal, "HBFD_REFRESH": "none", "HBFD_THERMAL_TICK_NS": "2000000"})
 
 
 def _wait_published(m, mode: int, q: int, adm: int, timeout: float = 5.0) -> None:
@@ -57,8 +36,8 @@ def _wait_published(m, mode: int, q: int, adm: int, timeout: float = 5.0) -> Non
 def test_operator_override_drives_the_published_thermal_state(tmp_path):
     from hbfcommon.rpc import Client
     from hbfd.ctl_cli import main as hbfctl
-    p, sock, summary = _start(tmp_path, "hbfd.thermal.override:make_service")
-    try:
+    with _start(tmp_path, "hbfd.thermal.override:make_service") as d:
+        sock = d.socket
         with Client(sock) as c:
             rep = c.call("Attach", workload_pid=os.getpid(), abi_version=ctl.HBF_CTL_ABI_VERSION)
             m = ctl.map_region(rep.ctl_path)
@@ -80,26 +59,20 @@ def test_operator_override_drives_the_published_thermal_state(tmp_path):
                 assert hbfctl(["thermal-override", "Light", "--q-ppm", "400000", "--socket", str(sock)]) == 0
                 _wait_published(m, ctl.HBF_TH_LIGHT, 400_000, 1)
                 assert hbfctl(["thermal-override", "Shutdown", "--socket", str(sock)]) == 0
-                p.wait(30)
+                d.wait(30)
             finally:
                 m.close()
-        doc = json.loads(summary.read_text())
+        doc = d.read_summary()
         assert doc["terminal_status"] == "thermal_shutdown", doc["terminal_status"]
         th = doc["services"]["thermal"]
         assert th["service"] == "operator-override(none)" and th["mode"] == "Shutdown"
         hist = [h["override"] for h in th["operator_override"]["history"]]
         assert [h["mode"] if h else None for h in hist] == ["Light", "Light", "Severe", None, "Light", "Shutdown"]
-    finally:
-        _stop(p)
 
 
 def test_override_refused_without_the_override_service(tmp_path):
     from hbfcommon.rpc import Client
-    p, sock, _ = _start(tmp_path, "none")
-    try:
-        with Client(sock) as c:
-            with pytest.raises(HbfError) as ei:
-                c.call("Report", kind="thermal_override", json=json.dumps({"mode": "Light", "q_ppm": 500000}))
-            assert ei.value.code == ErrorCode.INVALID_ARGUMENT and "override" in str(ei.value)
-    finally:
-        _stop(p)
+    with _start(tmp_path, "none") as d, Client(d.socket) as c:
+        with pytest.raises(HbfError) as ei:
+            c.call("Report", kind="thermal_override", json=json.dumps({"mode": "Light", "q_ppm": 500000}))
+        assert ei.value.code == ErrorCode.INVALID_ARGUMENT and "override" in str(ei.value)

@@ -148,7 +148,7 @@ def test_refresh_through_the_media_model_commits_after_its_duration():
     from hbfcommon.profile import load_profile
     from hbfd.reliability.refresh import RefreshScheduler
     from hbfd.reliability.service import ReliabilityService, make_ledger
-    from hbfd.services import ThermalState
+    from hbfd.contracts import ThermalState
     prof = load_profile("ocp-sg1")
     eng = MediaEngine(MediaGeometry.from_profile(prof))
     led = make_ledger(prof, logical_pages=eng.g.logical_pages)

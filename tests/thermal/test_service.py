@@ -10,7 +10,7 @@ from hbfcommon.errors import TelemetryError
 from hbfd.reliability.hazard import HazardSweep
 from hbfd.reliability.ledger import BlockLedger, ReliabilityParams
 from hbfd.reliability.refresh import RefreshScheduler
-from hbfd.services import ThermalService
+from hbfd.contracts import ThermalService
 from hbfd.thermal.controller import PolicyConfig, make_policy
 from hbfd.thermal.power import HbmPowerModel
 from hbfd.thermal.service import PackageThermalService
@@ -123,7 +123,7 @@ def test_closed_loop_fast_path_equals_tick_by_tick(small_rom, policy):
 def test_daemon_plugins_build_from_a_shipped_profile():
     from hbfcommon.profile import load_profile
     from hbfd.reliability import make_refresh_service
-    from hbfd.services import RefreshService
+    from hbfd.contracts import RefreshService
     from hbfd.thermal import make_service
     p = load_profile("ocp-sg1")
     th = make_service(p)                            # committed ROM, declared constant telemetry
