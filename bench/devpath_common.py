@@ -793,10 +793,9 @@ def supervise(argv_for: Callable[[int], list[str]], *, n_cases: int | None, case
             break
         failures = 0 if progressed else failures + 1
         if failures >= max_failures:
-            if n is not None:
-                for i in range(start, n):
-                    on_record(i, {"status": "not_run", "detail": f"{failures} children in a row made no progress "
-                                                                 f"(last: {outcome})"})
+            last = [ln for ln in _tail(errp, 2000).splitlines() if ln.strip()][-1:]
+            why = f"{failures} children in a row made no progress (last: {outcome}" + (f": {last[0][:300]})" if last else ")")
+            not_run_from(start, why)
             break
     return {"children": children, "n_cases": n, "budget_hit": budget_hit}
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Issue 13 goals 2 and 3 on the GPU: what the device timing path costs, and who pays for it.
 
-    PYTHONUNBUFFERED=1 python3 bench/devpath_cost.py --out $OUT/dc                      # ~4 min
-    PYTHONUNBUFFERED=1 python3 bench/devpath_cost.py --out $OUT/dc --unrelated-gib 60   # the issue's 60 GB
+    PYTHONUNBUFFERED=1 python3 bench/devpath_cost.py --out $OUT/dc                      # 2-5 min (budget 540 s)
+    PYTHONUNBUFFERED=1 python3 bench/devpath_cost.py --out $OUT/dc --parts unrelated --unrelated-gib 60
+    python3 bench/devpath_cost.py --cpu-check --out DIR                                  # no GPU
 
 Parts (each runs in a child process with its own hbfd and the source it needs; a watchdog per step
 as in bench/devpath_matrix.py: a step that does not end in --launch-timeout is recorded as a hang):
@@ -265,6 +266,9 @@ def part_probe(ctx, a, phase, _v=None) -> dict:
     x = torch.randint(0, 1000, (Gfull * R * 32,), device="cuda", dtype=torch.int32)
     x2 = x.clone()
     ctx.keep.append((x, x2))
+    # the unregistered twin must lie outside [first range - 64 KiB guard, last range end) to take the inline
+    # fast reject only; recorded so the baseline can be judged
+    out["addresses"] = {"registered": hex(x.data_ptr()), "unregistered": hex(x2.data_ptr()), "bytes": x.numel() * 4}
     r = _reg(ctx, x, "probe.x")
     try:
         for mode, G in (("idle", 1), ("full", Gfull)):
@@ -319,11 +323,12 @@ def part_consume(ctx, a, phase, _v=None) -> dict:
         return {"work": v[:, 0], "exposed": v[:, 1], "total": v[:, 2]}, cs, tt["vout"]
     phase("calibrate", a.launch_timeout)
     it0 = 4096
-    v0, _c, _v = run("plain", x2, 1, it0)
+    v0, _cs, _vo = run("plain", x2, 1, it0)
     w0 = statistics.median(v0["work"].tolist())
     iters = max(16, int(round(it0 * a.work_ns / max(1.0, w0))))
     out: dict = {"latency_ns": ctx.fixed_read_ns, "work_goal_ns": a.work_ns, "iters": iters,
                  "calibration": {"iters": it0, "work_median_ns": w0}, "goal_added_ns": 100,
+                 "addresses": {"registered": hex(x.data_ptr()), "unregistered": hex(x2.data_ptr())},
                  "what": "total = issue-to-use on %globaltimer (stamp before the load .. stamp once the value is "
                          "used), work = before the load .. after the work, exposed = after the work .. use"}
     r = _reg(ctx, x, "consume.x")
@@ -674,6 +679,7 @@ def main() -> int:
     ap.add_argument("--compile-timeout", type=float, default=300.0)
     ap.add_argument("--compile-threads", type=int, default=8)
     ap.add_argument("--cpu-check", action="store_true", help="no GPU: compile the Triton kernels for sm_90a, check admission")
+    ap.add_argument("--work", default="", help="work directory (Triton/hbfcc caches) to reuse across runs; default: a new one")
     ap.add_argument("--child", default="")
     ap.add_argument("--start", type=int, default=0)
     a = ap.parse_args()
@@ -687,7 +693,7 @@ def main() -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     jpath = out / "devpath_cost.json"
-    work = Path(tempfile.mkdtemp(prefix="hbf-devpath-cost."))
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="hbf-devpath-cost."))
     env = DC.toolchain_env(work)
     os.environ.update(env)
     if a.cpu_check:
@@ -736,7 +742,8 @@ def main() -> int:
             DC.write_json(jpath, res)
             log(f"part {name}: {rec.get('status')} in {rec.get('seconds')} s "
                 f"{str(rec.get('detail') or rec.get('error') or '')[:300]}")
-        sv = DC.supervise(lambda st, src=src: argv0 + ["--child", src, "--start", str(st)] + common, n_cases=None,
+        sv = DC.supervise(lambda st, src=src: argv0 + ["--child", src, "--start", str(st)] + common,
+                          n_cases=len(names),
                           case_timeout=a.launch_timeout, setup_timeout=a.setup_timeout, on_record=on_record,
                           err_dir=work / "stderr", tag=src, env=penv, stop_at=stop_at)
         res.setdefault("children", {})[src] = sv["children"]

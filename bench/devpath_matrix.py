@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """Issue 13 goal 1 on the GPU: no hang, no fault, bit-identical outputs, on a stress matrix.
 
-    PYTHONUNBUFFERED=1 python3 bench/devpath_matrix.py --out $OUT/dm            # ~4-6 min
-    PYTHONUNBUFFERED=1 python3 bench/devpath_matrix.py --out $OUT/dm --quick    # ~2 min
+    PYTHONUNBUFFERED=1 python3 bench/devpath_matrix.py --out $OUT/dm            # 3-9 min (budget 540 s)
+    PYTHONUNBUFFERED=1 python3 bench/devpath_matrix.py --out $OUT/dm --quick    # 2-5 min (budget 300 s)
+    python3 bench/devpath_matrix.py --cpu-check --out DIR                       # no GPU: compile + admission
+
+Run time is set by the hangs: each costs --case-timeout (10 s) plus a new child (~6-8 s); the
+one-per-dimension (--quick) cases run first in every source, and --budget-s bounds the whole run
+(cases past it are recorded as not_run, the JSON stays complete).
 
 Kernels (bench/devpath_common.py): Triton kernels compiled twice in one Triton cache (``*_plain`` with
 CUDA's ptxas, ``*_hbf`` with hbfcc-ptxas, as bench/runtime_triton.py does) -- a streaming fp16/fp32
@@ -167,7 +172,7 @@ def _inputs(c: dict, gen) -> dict:
         elif c["kernel"] == "asum":
             ins[name] = torch.randint(-1000, 1000, (n,), device="cuda", dtype=torch.int32, generator=gen)
         elif dt == "int8":
-            ins[name] = torch.randint(-128, 128, (n,), device="cuda", dtype=torch.int8, generator=gen)
+            ins[name] = torch.randint(-100, 100, (n,), device="cuda", dtype=torch.int8, generator=gen)
         else:
             ins[name] = torch.randn(n, device="cuda", dtype=getattr(torch, dt), generator=gen)
     return ins
@@ -546,6 +551,10 @@ def summarize(res: dict) -> dict:
         out[src] = {"counts": counts, "not_ok": {c["name"]: c.get("status") for c in cases if c.get("status") != "ok"},
                     "ratio": DC.stats(ratios) if ratios else None,
                     "all_ok": bool(cases) and all(c.get("status") == "ok" for c in cases)}
+        ch = d.get("children") or []
+        if ch and all(c.get("outcome") not in ("done", "hang", "fault", "budget") and c.get("next_start") == 0
+                      for c in ch):   # no child got through its setup
+            out[src]["setup_failed"] = (ch[-1].get("stderr_tail") or "")[-1500:]
     return out
 
 
@@ -558,8 +567,9 @@ def main() -> int:
     ap.add_argument("--case-timeout", type=float, default=None,
                     help="seconds one step of a case (plain run, instrumented launch, timing) may take before the "
                          "case counts as a hang (default 10; --quick 6); the legitimate ones take well under 1 s")
-    ap.add_argument("--budget-s", type=float, default=540.0,
-                    help="wall-time budget of the whole run, shared among the sources; cases past it are not_run")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="wall-time budget of the whole run, shared among the sources; cases past it are not_run "
+                         "(default 540; --quick 300)")
     ap.add_argument("--setup-timeout", type=float, default=120.0, help="child start (torch, hbfd, attach)")
     ap.add_argument("--compile-timeout", type=float, default=300.0)
     ap.add_argument("--compile-threads", type=int, default=8)
@@ -567,6 +577,7 @@ def main() -> int:
     ap.add_argument("--reps-hbf", type=int, default=3)
     ap.add_argument("--rep-limit-s", type=float, default=1.0, help="no instrumented reps when the checked launch took longer")
     ap.add_argument("--no-nvcc", action="store_true")
+    ap.add_argument("--work", default="", help="work directory (Triton/hbfcc caches) to reuse across runs; default: a new one")
     ap.add_argument("--cpu-check", action="store_true",
                     help="no GPU: compile every Triton specialization for sm_90a (plain + hbfcc-ptxas), check admission")
     ap.add_argument("--child", default="")
@@ -575,6 +586,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.case_timeout is None:
         a.case_timeout = 6.0 if a.quick else 10.0
+    if a.budget_s is None:
+        a.budget_s = 300.0 if a.quick else 540.0
     if a.child:
         child(a)
         return 0
@@ -586,7 +599,7 @@ def main() -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     jpath = out / "devpath_matrix.json"
-    work = Path(tempfile.mkdtemp(prefix="hbf-devpath-matrix."))
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="hbf-devpath-matrix."))
     env = DC.toolchain_env(work)
     os.environ.update(env)
     if a.cpu_check:
@@ -631,7 +644,9 @@ def main() -> int:
         left = a.budget_s - (time.time() - t_start)
         stop_at = time.monotonic() + max(0.0, left) / (len(srcs) - si)
         log(f"=== source {src} (budget {max(0.0, left) / (len(srcs) - si):.0f} s)")
-        d = res["sources"][src] = {"cases": [], "names": []}
+        # the names as the parent sees them (an H200 has 132 SMs; the child's ready line has the real ones)
+        guess = [c["name"] for c in select(case_list(132, quick=a.quick, nvcc=not a.no_nvcc), a.only)]
+        d = res["sources"][src] = {"cases": [None] * len(guess), "names": guess}
 
         def on_ready(obj, d=d):
             d["names"] = obj.get("names", d["names"])
@@ -649,7 +664,7 @@ def main() -> int:
             d["cases"][i] = rec
             log(case_line(src, i, rec))
             DC.write_json(jpath, res)
-        sv = DC.supervise(lambda st, src=src: argv0 + ["--child", src, "--start", str(st)] + common, n_cases=None,
+        sv = DC.supervise(lambda st, src=src: argv0 + ["--child", src, "--start", str(st)] + common, n_cases=len(guess),
                           case_timeout=a.case_timeout, setup_timeout=a.setup_timeout, on_record=on_record,
                           on_ready=on_ready, err_dir=work / "stderr", tag=src, env=penv, stop_at=stop_at)
         d["children"] = sv["children"]

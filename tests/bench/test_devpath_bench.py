@@ -103,6 +103,7 @@ def test_supervisor_gives_up_on_a_child_that_never_starts(tmp_path):
     assert len(sv["children"]) == 2
     assert {i: r["status"] for i, r in recs.items()} == {0: "not_run", 1: "not_run", 2: "not_run"}
     assert "setup failed" in sv["children"][0]["stderr_tail"]
+    assert recs[0]["detail"] == "2 children in a row made no progress (last: exit rc 2: setup failed)"
 
 
 def test_supervisor_setup_timeout_kills_a_stalled_child(tmp_path):
