@@ -39,8 +39,10 @@ for _p in (str(ROOT), str(ROOT / "bench")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from runtime_triton import (derived_profile, import_source, log, real_ptxas, start_hbfd,  # noqa: E402,F401
-                            stop_hbfd, toolchain_env, use_ptxas)
+from runtime_triton import (derived_profile, log, real_ptxas, start_hbfd,  # noqa: E402,F401
+                            toolchain_env, use_ptxas)
+
+from workloads.triton_kernels import import_text as import_source  # noqa: E402
 
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
@@ -76,11 +78,11 @@ def source_profile(tmp: Path, source: str) -> Path:
 def hbfd_daemon(tmp: Path, profile: Path):
     """The real hbfd on a private socket for one child; yields the socket path. The ONE place these
     benches start and stop the daemon (runtime_triton.start_hbfd / stop_hbfd)."""
-    p, sock, _summary = start_hbfd(tmp, profile)
+    hb = start_hbfd(tmp, profile)
     try:
-        yield str(sock)
+        yield str(hb.socket)
     finally:
-        stop_hbfd(p)
+        hb.stop()
 
 
 def gpu_info() -> str:

@@ -164,8 +164,13 @@ def source(names: Mapping[str, str]) -> str:
 def load(path: str | Path, names: Mapping[str, str], module: str | None = None) -> ModuleType:
     """Write :func:`source` of ``names`` to ``path`` and import it (as ``module``, default the file's
     stem). Needs Triton. The file stays: Triton reads the kernels' source from it."""
+    return import_text(path, source(names), module)
+
+
+def import_text(path: str | Path, text: str, module: str | None = None) -> ModuleType:
+    """Write kernel source ``text`` to ``path`` and import it (Triton reads a kernel's source from its file)."""
     path = Path(path)
-    atomic_write_text(path, source(names))
+    atomic_write_text(path, text)
     spec = importlib.util.spec_from_file_location(module or path.stem, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
