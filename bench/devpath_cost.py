@@ -102,8 +102,11 @@ def all_specs(a) -> list[dict]:
 
 
 def mm_source() -> str:
-    from triton_matmul_overhead import MM
-    return "import triton\nimport triton.language as tl\n" + MM.replace("SFX", "plain") + MM.replace("SFX", "hbf")
+    """The Triton tutorial's grouped matmul (workloads/triton_kernels.py) as mm_plain and mm_hbf."""
+    from triton_matmul_overhead import KERNELS
+
+    from workloads import triton_kernels as TK
+    return TK.source(KERNELS)
 
 
 def mm_warm(Kmm, cfg, sfx: str):
