@@ -652,9 +652,11 @@ HB_SPLIT_FN unsigned long long hb_group_request(hbf_device_state* st, const hbf_
     unsigned long long fut = 0ull;
     out[1] = 0ull;
     hbf_ctl* c = (hbf_ctl*)st->ctl;
+    // granule: 1 B for stores, the read granularity for loads -- a power of two (the profile validates
+    // 64 B), so the rounding is a mask, not two 64-bit divisions on every request
     const uint64_t g = (op == HBF_OP_STORE) ? 1u : (st->media.read_granularity ? st->media.read_granularity : 64u);
-    const uint64_t b0 = ((uint64_t)gmin / g) * g;
-    uint64_t req_bytes = hb_ceil_div((uint64_t)gmax, g) * g - b0;
+    const uint64_t b0 = (uint64_t)gmin & ~(g - 1ull);
+    uint64_t req_bytes = (((uint64_t)gmax + g - 1ull) & ~(g - 1ull)) - b0;
     if (uniq != 0u && (uint64_t)uniq < req_bytes) req_bytes = uniq;
     const uint64_t gaddr = media - off + b0;  // media address of the group's first granule
     const uint64_t w = HB_OOL(hb_admit)(st, c, t0, site, addr);   // thermal snapshot before the reservation
