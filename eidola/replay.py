@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from hbfcommon import resources
 from hbfcommon.errors import ConfigError, CudaError, HbfError, ToolchainError
 from hbfcommon.fsutil import atomic_output
 from eidola.accounting import COUNTERS, MAX_CLASSES, summarize
@@ -36,9 +37,13 @@ from eidola.wtt import FrozenWtt, WriteTrackingTable
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent
-SOURCES = (ROOT / "eidola/src/eidola_kernels.cu", ROOT / "workloads/gemv_allreduce/gemv_allreduce.cu")
-HEADERS = (ROOT / "eidola/src/hbf_eidola.cuh",)
+ROOT = Path(__file__).resolve().parent.parent     # only for the default build output (ROOT/build/eidola)
+# the device sources: package data of eidola, workloads and runtime_cuda (hbfcommon.resources)
+SOURCES = (resources.data_path("eidola", "src", "eidola_kernels.cu"),
+           resources.data_path("workloads", "gemv_allreduce", "gemv_allreduce.cu"))
+HEADERS = (resources.data_path("eidola", "src", "hbf_eidola.cuh"),)
+INCLUDE_DIRS = (resources.data_path("runtime_cuda", "include"), resources.data_path("runtime_cuda", "src"),
+                resources.data_path("eidola", "src"))
 ARCH = "sm_90a"
 
 ENGINE_REAL, ENGINE_VIRT = 0, 1
@@ -75,7 +80,7 @@ def build_library(out_dir: str | os.PathLike | None = None, *, nvcc: str | None 
         return lib
     with atomic_output(lib) as tmp:
         argv = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC",
-                f"-I{ROOT / 'runtime_cuda/include'}", f"-I{ROOT / 'runtime_cuda/src'}", f"-I{ROOT / 'eidola/src'}",
+                *(f"-I{d}" for d in INCLUDE_DIRS),
                 "-o", str(tmp), *map(str, SOURCES)]
         r = subprocess.run(argv, capture_output=True, text=True)
         if r.returncode != 0:
