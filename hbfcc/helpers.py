@@ -326,8 +326,8 @@ def _drop_debug_lines(t: str) -> str:
 
 
 def load_helper(path: Optional[str] = None, *, module_text: Optional[str] = None) -> HelperModule:
-    """The helper module: ``path``, else HBFCC_HELPER_PTX, else the build tree's helper chosen for
-    ``module_text`` by :func:`choose_helper_path` (direct build when no module is given)."""
+    """The helper module: ``path``, else HBFCC_HELPER_PTX, else the packaged helper (runtime_cuda/ptx)
+    chosen for ``module_text`` by :func:`choose_helper_path` (direct build when no module is given)."""
     p = path or knobs.load().helper_ptx
     if p and not os.path.isfile(p):
         raise ConfigError("helper PTX module not found", path=p,
@@ -440,7 +440,7 @@ def _load_eidola_cached(path: str, mtime_ns: int, size: int) -> EidolaHelperModu
 
 
 def load_eidola_helper(path: Optional[str] = None) -> EidolaHelperModule:
-    """The eidola helper module: ``path``, else HBFCC_EIDOLA_HELPER_PTX, else the build tree's."""
+    """The eidola helper module: ``path``, else HBFCC_EIDOLA_HELPER_PTX, else the packaged one."""
     p = path or knobs.load().eidola_helper_ptx
     if p and not os.path.isfile(p):
         raise ConfigError("eidola helper PTX not found; the flags pass (HBFCC_PASSES=...,flags) needs it", path=p,
