@@ -11,7 +11,6 @@ inserted by the timing pass (:data:`PROTOTYPES`), before the first function.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import logging
 import os
 import re
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
+from hbfcommon import resources
 from hbfcommon.errors import ConfigError, RewriteError
 
 from . import knobs
@@ -54,10 +54,10 @@ F_RELEASE = 0x40
 
 
 def _runtime_cuda_dir() -> Optional[Path]:
-    spec = importlib.util.find_spec("runtime_cuda")
-    if spec is None or not spec.submodule_search_locations:
+    try:   # runtime_cuda's package data, found without importing runtime_cuda
+        return resources.package_dir("runtime_cuda")
+    except ConfigError:
         return None
-    return Path(list(spec.submodule_search_locations)[0])
 
 
 def abi_header_path() -> Path:
@@ -82,13 +82,14 @@ def abi_version() -> int:
 
 
 def default_helper_path() -> Path:
-    """build/runtime_cuda/hbf_helpers.ptx of the source tree hbfcc runs from."""
-    return Path(__file__).resolve().parent.parent / "build" / "runtime_cuda" / "hbf_helpers.ptx"
+    """runtime_cuda/ptx/hbf_helpers.ptx, the direct build (package data of the runtime_cuda that an
+    import would load: the source tree's after `make helpers-ptx`, the install's after a build with nvcc)."""
+    return resources.helper_ptx_path("direct")
 
 
 def lean_helper_path() -> Path:
-    """build/runtime_cuda/hbf_helpers_lean.ptx: heavy paths behind one opaque call (fewer registers)."""
-    return default_helper_path().with_name("hbf_helpers_lean.ptx")
+    """runtime_cuda/ptx/hbf_helpers_lean.ptx: heavy paths behind one opaque call (fewer registers)."""
+    return resources.helper_ptx_path("lean")
 
 
 # Tensor-core instructions: ptxas serializes wgmma across an opaque call (C7510) and register-heavy
@@ -325,12 +326,16 @@ def _drop_debug_lines(t: str) -> str:
 
 
 def load_helper(path: Optional[str] = None, *, module_text: Optional[str] = None) -> HelperModule:
-    """The helper module: ``path``, else HBFCC_HELPER_PTX, else the build tree's helper chosen for
-    ``module_text`` by :func:`choose_helper_path` (direct build when no module is given)."""
-    p = path or knobs.load().helper_ptx or str(choose_helper_path(module_text))
-    if not os.path.isfile(p):
-        raise ConfigError("helper PTX module not found (run `make helpers-ptx` or set HBFCC_HELPER_PTX)",
-                          path=p)
+    """The helper module: ``path``, else HBFCC_HELPER_PTX, else the packaged helper (runtime_cuda/ptx)
+    chosen for ``module_text`` by :func:`choose_helper_path` (direct build when no module is given)."""
+    p = path or knobs.load().helper_ptx
+    if p and not os.path.isfile(p):
+        raise ConfigError("helper PTX module not found", path=p,
+                          given_by="--helper" if path else "HBFCC_HELPER_PTX")
+    if not p:
+        p = str(choose_helper_path(module_text))
+        if not os.path.isfile(p):
+            raise resources.helper_ptx_missing("direct", p)
     st = os.stat(p)
     return _load_helper_cached(os.path.abspath(p), st.st_mtime_ns, st.st_size)
 
@@ -391,8 +396,8 @@ def link_text(module_text: str, helper: HelperModule, *, module_names: Iterable[
 # --------------------------------------------------------------------------------------------
 
 def default_eidola_helper_path() -> Path:
-    """build/runtime_cuda/hbf_eidola_helpers.ptx (``make helpers-ptx``, eidola/src/hbf_eidola_helpers.cu)."""
-    return default_helper_path().with_name("hbf_eidola_helpers.ptx")
+    """runtime_cuda/ptx/hbf_eidola_helpers.ptx (from eidola/src/hbf_eidola_helpers.cu; built with the others)."""
+    return resources.helper_ptx_path("eidola")
 
 
 @dataclass(frozen=True)
@@ -435,11 +440,15 @@ def _load_eidola_cached(path: str, mtime_ns: int, size: int) -> EidolaHelperModu
 
 
 def load_eidola_helper(path: Optional[str] = None) -> EidolaHelperModule:
-    """The eidola helper module: ``path``, else HBFCC_EIDOLA_HELPER_PTX, else the build tree's."""
-    p = path or knobs.load().eidola_helper_ptx or str(default_eidola_helper_path())
-    if not os.path.isfile(p):
-        raise ConfigError("eidola helper PTX not found (run `make helpers-ptx` or set HBFCC_EIDOLA_HELPER_PTX); "
-                          "the flags pass (HBFCC_PASSES=...,flags) needs it", path=p)
+    """The eidola helper module: ``path``, else HBFCC_EIDOLA_HELPER_PTX, else the packaged one."""
+    p = path or knobs.load().eidola_helper_ptx
+    if p and not os.path.isfile(p):
+        raise ConfigError("eidola helper PTX not found; the flags pass (HBFCC_PASSES=...,flags) needs it", path=p,
+                          given_by="argument" if path else "HBFCC_EIDOLA_HELPER_PTX")
+    if not p:
+        p = str(default_eidola_helper_path())
+        if not os.path.isfile(p):
+            raise resources.helper_ptx_missing("eidola", p)
     st = os.stat(p)
     return _load_eidola_cached(os.path.abspath(p), st.st_mtime_ns, st.st_size)
 

@@ -43,7 +43,7 @@ inserts ``hit = __hb_eidola_monitor(addr, 4, K); @!hit __hb_eidola_mwait(addr)``
 compare stay (Mesa-safe: the loop still checks), so each parked wait makes two flag reads (the
 monitor's and the load's) where a hand-written ``monitor; mwait`` makes one.
 
-The functions come from build/runtime_cuda/hbf_eidola_helpers.ptx (``make helpers-ptx``), linked
+The functions come from runtime_cuda/ptx/hbf_eidola_helpers.ptx (``make helpers-ptx``), linked
 textually by :func:`hbfcc.helpers.link_eidola_text`; :func:`admit_eidola_calls` (the pipeline stage
 ``flags_admission`` after the timing pass) counts them as admitted callees.
 
@@ -58,6 +58,7 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
+from hbfcommon import resources
 from hbfcommon.errors import RewriteError, ToolchainError
 
 from hbfcc.ptx.model import (Address, ArgList, Block, Declarator, Function, Guard, Immediate, Instruction,
@@ -507,13 +508,14 @@ def prototypes_text(names) -> str:
 def build_extern_ptx(out_dir: str | Path, *, nvcc: Optional[str] = None, arch: str = "compute_90a") -> Path:
     """Compile the extern API (eidola/src/hbf_eidola_helpers.cu: hbf_eidola.cuh with
     HBF_EIDOLA_EXTERN_API, plus __hb_eidola_flush_nonflag) to an -rdc PTX module. The build tree's
-    ``make helpers-ptx`` output (build/runtime_cuda/hbf_eidola_helpers.ptx) is the same module."""
+    ``make helpers-ptx`` output (runtime_cuda/ptx/hbf_eidola_helpers.ptx) is the same module. The sources
+    are package data of eidola and runtime_cuda (found through hbfcommon.resources, not imported)."""
     nvcc = nvcc or shutil.which("nvcc")
     if not nvcc:
         raise ToolchainError("nvcc not found", argv=["nvcc"])
-    root = Path(__file__).resolve().parents[2]
-    src_dir = root / "eidola" / "src"
-    ptx_dir = root / "runtime_cuda" / "src"
+    src_dir = resources.data_path("eidola", "src")
+    ptx_dir = resources.data_path("runtime_cuda", "src")
+    inc_dir = resources.data_path("runtime_cuda", "include")
     srcs = [src_dir / "hbf_eidola_helpers.cu", src_dir / "hbf_eidola.cuh", ptx_dir / "hbf_ptx.cuh"]
     tag = hashlib.sha256(b"".join(p.read_bytes() for p in srcs if p.is_file()) + arch.encode()).hexdigest()[:12]
     out = Path(out_dir) / f"hbf_eidola_extern-{tag}.ptx"
@@ -521,7 +523,7 @@ def build_extern_ptx(out_dir: str | Path, *, nvcc: Optional[str] = None, arch: s
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     argv = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-rdc=true", "-ptx", f"-I{src_dir}", f"-I{ptx_dir}",
-            f"-I{root / 'runtime_cuda' / 'include'}", str(srcs[0]), "-o", str(out)]
+            f"-I{inc_dir}", str(srcs[0]), "-o", str(out)]
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
         raise ToolchainError("nvcc failed building the eidola extern module", argv=argv,

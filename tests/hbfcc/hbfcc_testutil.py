@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from hbfcommon import resources
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -48,7 +50,7 @@ def fixture_helper_ptx() -> str:
 
 
 def real_helper_ptx() -> str | None:
-    p = REPO / "build" / "runtime_cuda" / "hbf_helpers.ptx"
+    p = resources.helper_ptx_path("direct")      # runtime_cuda/ptx (make helpers-ptx)
     if not p.is_file() and shutil.which("nvcc") and (REPO / "runtime_cuda" / "src" / "hbf_helpers.cu").is_file():
         subprocess.run(["make", "-C", str(REPO), "helpers-ptx"], capture_output=True)
     return str(p) if p.is_file() else None
