@@ -1,4 +1,4 @@
-"""The real CUDA tools behind hbfcc: finding them, running them, reading what they print.
+"""The real CUDA tools behind hbfcc: finding them, running them, reading what they print and write.
 
 Every subprocess failure raises ``ToolchainError(argv=...)`` so the command can be reproduced.
 """
@@ -146,7 +146,8 @@ _RE_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?")
 
 
 def parse_ptxas_v(text: str) -> PtxasStats:
-    """Registers / stack / spills per function from ``ptxas -v`` output (stderr or stdout)."""
+    """Registers / stack / spills per function from ``ptxas -v`` output (stderr or stdout); what the
+    cubin records replaces the first two in :func:`build_stats`."""
     st = PtxasStats()
     last: Optional[str] = None       # last function named by "Compiling entry function"/"properties"
     for line in text.splitlines():
@@ -166,6 +167,25 @@ def parse_ptxas_v(text: str) -> PtxasStats:
             fs.registers = int(m.group(1))
             if m.group(2) is not None:
                 fs.barriers = int(m.group(2))
+    return st
+
+
+def build_stats(ptxas_output: str, elf_path: Optional[str]) -> PtxasStats:
+    """Per function facts of one ptxas build: registers, stack frame and barriers from the ELF it
+    wrote (:mod:`hbfcc.cubin`, for every function the ELF records), spill bytes from its ``-v``
+    output (the ELF has none). Without an ELF (no ``-o``) the ``-v`` output gives everything."""
+    st = parse_ptxas_v(ptxas_output)
+    if elf_path is None or not os.path.isfile(elf_path):
+        return st
+    from .cubin import function_facts
+    for name, f in function_facts(elf_path).items():
+        fs = st.get(name)
+        if f.registers is not None:
+            fs.registers = f.registers
+        if f.frame_bytes is not None:
+            fs.stack_bytes = f.frame_bytes
+        if f.barriers is not None:
+            fs.barriers = f.barriers
     return st
 
 
