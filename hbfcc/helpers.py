@@ -105,7 +105,7 @@ def default_eidola_helper_path() -> Path:
 def _eidola_helper(raw: bytes, path: str) -> HelperModule:
     mod = parse_module(raw.decode("utf-8", "replace"), filename=path)
     helper = prepare(mod, role="eidola helper", path=path, sha256=sha256_bytes(raw), required=abi.EIDOLA_HELPERS,
-                     private_prefix="__hb_le_", export_prefix="__hb_eidola_")
+                     private_prefix="__hb_le_", export_prefix="__hb_eidola_", stage_name="link_eidola")
     if abi.EIDOLA_STATE_GLOBAL not in helper.defined:
         raise RewriteError(f"eidola helper module has no {abi.EIDOLA_STATE_GLOBAL} global", helper=path)
     return helper

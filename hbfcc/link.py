@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 from hbfcommon.abi import HELPER_PREFIX, Signature
 from hbfcommon.errors import RewriteError
@@ -80,6 +80,7 @@ class HelperModule:
     functions: tuple[Function, ...]  # its function definitions, in source order
     defined: frozenset[str]          # every top-level name it defines (after renaming)
     export_prefix: str = HELPER_PREFIX   # the names :meth:`to_dict` lists as its functions
+    stage_name: str = "link"             # its pipeline stage (:func:`stage`)
 
     @property
     def ptx_version(self) -> str:
@@ -109,8 +110,8 @@ def version_tuple(v: str) -> tuple[int, int]:
 
 
 def prepare(mod: Module, *, role: str, path: str, sha256: str, required: Mapping[str, Signature],
-            private_prefix: str, abi_version: Optional[int] = None,
-            export_prefix: str = HELPER_PREFIX) -> HelperModule:
+            private_prefix: str, abi_version: Optional[int] = None, export_prefix: str = HELPER_PREFIX,
+            stage_name: str = "link") -> HelperModule:
     """A parsed helper module made ready to link. Every function of ``required`` must be defined
     with exactly its parameter widths (else :class:`RewriteError` naming the function)."""
     funcs = {it.name: it for it in mod.items if type(it) is Function and it.body is not None}
@@ -155,7 +156,7 @@ def prepare(mod: Module, *, role: str, path: str, sha256: str, required: Mapping
     return HelperModule(role=role, path=path, sha256=sha256, abi_version=abi_version,
                         version=version_tuple(mod.version), target_sm=_sm_of(mod.target),
                         globals=tuple(globals_), externs=tuple(externs), functions=tuple(functions),
-                        defined=frozenset(defined), export_prefix=export_prefix)
+                        defined=frozenset(defined), export_prefix=export_prefix, stage_name=stage_name)
 
 
 def _defines(it) -> tuple[str, ...]:
@@ -288,10 +289,10 @@ def link(module: Module, helper: HelperModule) -> Module:
     return replace(module, items=tuple(items) + tuple(tail))
 
 
-def stage(helper: HelperModule):
-    """The pipeline stage ``(module, meta) -> module`` that links ``helper``; it records what it
-    linked under ``meta[name]`` (``name`` = ``link`` or ``link_eidola``)."""
-    name = "link" if helper.abi_version is not None else "link_eidola"
+def stage(helper: HelperModule) -> tuple[str, Callable[[Module, dict], Module]]:
+    """(name, stage): the pipeline stage ``(module, meta) -> module`` that links ``helper``
+    (``link``, ``link_eidola``); it records what it linked under ``meta[name]``."""
+    name = helper.stage_name
 
     def run(module: Module, meta: dict) -> Module:
         meta[name] = helper.to_dict()

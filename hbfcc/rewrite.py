@@ -38,7 +38,6 @@ from .toolchain import sha256_bytes
 log = logging.getLogger(__name__)
 
 MARKER = "// hbfcc: instrumented"
-PIPELINE = ("timing",)
 
 Stage = Callable[[Module, dict], Module]
 

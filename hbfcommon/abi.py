@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hbfcommon.ctl import HBF_OP_ATOMIC, HBF_OP_CPASYNC, HBF_OP_LOAD, HBF_OP_STORE  # noqa: F401
-
 # ---- hbf_abi.h ---------------------------------------------------------------------------------
 
 HBF_HELPER_ABI_VERSION = 1
 
-# flags argument of __hb_issue (the low bits are the op: HBF_OP_* of hbf_ctl.h)
+# the operation: the low bits of __hb_issue's flags and the op field of a ring request (hbf_ctl.h
+# defines them; hbfcommon.ctl imports them from here, so the compiler needs no control-region mirror)
+HBF_OP_LOAD = 0
+HBF_OP_STORE = 1
+HBF_OP_ATOMIC = 2
+HBF_OP_CPASYNC = 3
+
+# flags argument of __hb_issue
 HBF_F_OP_MASK = 0x3
 HBF_F_ACTIVE = 0x4
 HBF_F_GENERIC = 0x8

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hbfcommon.abi import HBF_OP_ATOMIC, HBF_OP_CPASYNC, HBF_OP_LOAD, HBF_OP_STORE  # noqa: F401 (HBF_OP_*: one definition)
 from hbfcommon.errors import ControlRegionError, ErrorCode
 
 HBF_CTL_MAGIC = 0x3130544C43464248  # "HBFCTL01" little-endian
@@ -39,10 +40,6 @@ HBF_ST_UNSUPPORTED = 6
 HBF_ST_DAEMON_LOST = 7
 HBF_ST_THERMAL_SHUTDOWN = 8
 
-HBF_OP_LOAD = 0
-HBF_OP_STORE = 1
-HBF_OP_ATOMIC = 2
-HBF_OP_CPASYNC = 3
 OP_NAMES = ("load", "store", "atomic", "cpasync")
 
 HBF_MODE_TIMING = 1

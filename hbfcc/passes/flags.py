@@ -69,10 +69,6 @@ from hbfcc.ptx.model import (Address, ArgList, Block, Declarator, Function, Guar
 PASS_NAME = "flags"
 EXTERN_DEFINE = "HBF_EIDOLA_EXTERN_API"
 
-# what the pass calls (hbfcommon.abi: load_eidola_helper checks the helper module against them)
-SIGNATURES = abi.EIDOLA_HELPERS
-STATE_GLOBAL = abi.EIDOLA_STATE_GLOBAL
-
 _SEMANTICS = {"volatile", "acquire", "relaxed"}
 _SIZES = {"u32": 32, "b32": 32, "s32": 32, "u64": 64, "b64": 64, "s64": 64}
 _OTHER_SPACES = {"shared", "local", "const", "param", "tex"}
@@ -363,7 +359,7 @@ def _insert_flushes(body: tuple[Statement, ...], flags: bool) -> tuple[Statement
 
 def prototypes(names) -> list[Function]:
     """Declarations (``.weak .func``, no body) of the extern functions in ``names``, sorted."""
-    return link.declarations(SIGNATURES[n] for n in sorted(names))
+    return link.declarations(abi.EIDOLA_HELPERS[n] for n in sorted(names))
 
 
 def flags_pass(module: Module, meta: dict, *, mwait: Optional[bool] = None,
@@ -427,7 +423,7 @@ def admit_eidola_calls(module: Module, meta: dict) -> Module:
     tm = meta.get("timing")
     if fl is None or tm is None:
         return module
-    linked = set(SIGNATURES)
+    linked = set(abi.EIDOLA_HELPERS)
     reports = {f["name"]: f for f in tm["functions"]}
     for name, r in reports.items():
         r["calls"] = list(dict.fromkeys(list(r.get("calls", [])) + fl["calls"].get(name, [])))

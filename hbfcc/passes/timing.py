@@ -75,7 +75,6 @@ R_ADDR, R_TMP, R_DRAIN, R_FLAGS, R_PRED, R_NOW = "%__hb_a", "%__hb_t", "%__hb_d"
 R_FUT, R_GRP = "%__hb_f", "%__hb_g"
 R_STATE, R_OFF, R_ZERO = "%__hb_s", "%__hb_off", "%__hb_z"
 R_LO, R_SPAN, R_BAND, R_OUT, R_NONE = "%__hb_lo", "%__hb_span", "%__hb_b", "%__hb_o", "%__hb_n"
-STATE_GLOBAL = abi.STATE_GLOBAL
 
 
 # --------------------------------------------------------------------------------------------
@@ -811,7 +810,7 @@ class _FunctionRewriter:
             VarDecl((), "reg", (), ".b64", (Declarator(R_GRP, count=self.K + 1),)),
         ]
         init: list[Statement] = [
-            _ins("ld", ("global", "u64"), (_R(R_STATE), Address(Symbol(STATE_GLOBAL)))),
+            _ins("ld", ("global", "u64"), (_R(R_STATE), Address(Symbol(abi.STATE_GLOBAL)))),
             _ins("setp", ("eq", "u64"), (_R(R_OFF), _R(R_STATE), _I(0))),
             # fast-reject band {lo, span} (the first 16 bytes of hbf_device_state): span 0 = native
             _ins("mov", ("b64",), (_R(R_LO), _I(0))),
@@ -892,7 +891,7 @@ def _already_instrumented(module: Module) -> bool:
 
 # the module global the rewritten code reads at entry; the linker replaces this declaration with the
 # helper module's (weak) definition
-STATE_DECL = link.extern_global(STATE_GLOBAL, ".u64", 8)
+STATE_DECL = link.extern_global(abi.STATE_GLOBAL, ".u64", 8)
 
 
 def prototypes() -> list[Function]:

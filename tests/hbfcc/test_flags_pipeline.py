@@ -14,11 +14,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hbfcc_testutil as U  # noqa: E402
 
+from hbfcommon import abi  # noqa: E402
 from hbfcommon.errors import ConfigError  # noqa: E402
 from hbfcc import artifact, knobs  # noqa: E402
 from hbfcc import helpers as H  # noqa: E402
 from hbfcc.link import link  # noqa: E402
-from hbfcc.passes.flags import SIGNATURES, _spin_loops, flags_pass  # noqa: E402
+from hbfcc.passes.flags import _spin_loops, flags_pass  # noqa: E402
 from hbfcc.ptx import parse_module, print_module  # noqa: E402
 from hbfcc.ptx.model import Block, Function, Instruction  # noqa: E402
 from hbfcc.rewrite import rewrite_text  # noqa: E402
@@ -133,7 +134,7 @@ def test_flags_pipeline_admitted_linked_assembles(env, spin_ptx, passes):
     artifact.validate(doc)
     assert doc["admitted"] is True and doc["passes"] == list(passes)
     assert doc["eidola_helper"]["sha256"] == hashlib.sha256(Path(env["eidola"]).read_bytes()).hexdigest()
-    assert set(doc["eidola_helper"]["functions"]) >= set(SIGNATURES)
+    assert set(doc["eidola_helper"]["functions"]) >= set(abi.EIDOLA_HELPERS)
     assert doc["flags"]["rewritten_loads"] == fl["rewritten_loads"]
 
 
