@@ -39,54 +39,35 @@ def _executable(p: str) -> bool:
     return os.path.isfile(p) and os.access(p, os.X_OK)
 
 
+def _find_real(tool: str, chosen: Optional[str], variable: str, more: Sequence[str] = ()) -> str:
+    """``chosen`` (the knob ``variable``), else ``tool`` on PATH, else $CUDA_HOME/bin/``tool``, else
+    the paths in ``more``; never one of hbfcc's own wrappers (that would recurse)."""
+    if chosen:
+        if not _executable(chosen):
+            raise ConfigError(f"{variable} is not an executable file", path=chosen)
+        return chosen
+    dirs = [d for d in knobs.env_path().split(os.pathsep) if d]
+    dirs += [os.path.join(home, "bin") for home in knobs.cuda_home_candidates()]
+    for p in [os.path.join(d, tool) for d in dirs] + list(more):
+        if _executable(p) and not _is_hbfcc_wrapper(p):
+            return p
+    raise ConfigError(f"no real {tool} found: set {variable}, put the CUDA toolkit's bin on PATH "
+                      "or set CUDA_HOME")
+
+
 def find_real_ptxas() -> str:
     """The ptxas hbfcc runs: HBFCC_REAL_PTXAS, else `ptxas` on PATH (never one of our wrappers),
     else $CUDA_HOME/bin/ptxas, else the ptxas bundled in the Triton wheel."""
-    k = knobs.load()
-    if k.real_ptxas:
-        if not _executable(k.real_ptxas):
-            raise ConfigError("HBFCC_REAL_PTXAS is not an executable file", path=k.real_ptxas)
-        return k.real_ptxas
-    for d in knobs.env_path().split(os.pathsep):
-        if not d:
-            continue
-        p = os.path.join(d, "ptxas")
-        if _executable(p) and not _is_hbfcc_wrapper(p):
-            return p
-    for home in knobs.cuda_home_candidates():
-        p = os.path.join(home, "bin", "ptxas")
-        if _executable(p) and not _is_hbfcc_wrapper(p):
-            return p
     spec = importlib.util.find_spec("triton")
-    if spec is not None and spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            p = os.path.join(loc, "backends", "nvidia", "bin", "ptxas")
-            if _executable(p):
-                return p
-    raise ConfigError("no real ptxas found: set HBFCC_REAL_PTXAS, put the CUDA toolkit's bin on PATH "
-                      "or set CUDA_HOME")
+    bundled = [os.path.join(loc, "backends", "nvidia", "bin", "ptxas")
+               for loc in (spec.submodule_search_locations or ())] if spec is not None else []
+    return _find_real("ptxas", knobs.load().real_ptxas, "HBFCC_REAL_PTXAS", bundled)
 
 
 def find_real_nvcc() -> str:
     """The nvcc hbfcc wraps: HBFCC_REAL_NVCC, else `nvcc` on PATH (never ourselves), else
     $CUDA_HOME/bin/nvcc."""
-    k = knobs.load()
-    if k.real_nvcc:
-        if not _executable(k.real_nvcc):
-            raise ConfigError("HBFCC_REAL_NVCC is not an executable file", path=k.real_nvcc)
-        return k.real_nvcc
-    for d in knobs.env_path().split(os.pathsep):
-        if not d:
-            continue
-        p = os.path.join(d, "nvcc")
-        if _executable(p) and not _is_hbfcc_wrapper(p):
-            return p
-    for home in knobs.cuda_home_candidates():
-        p = os.path.join(home, "bin", "nvcc")
-        if _executable(p):
-            return p
-    raise ConfigError("no real nvcc found: set HBFCC_REAL_NVCC, put the CUDA toolkit's bin on PATH "
-                      "or set CUDA_HOME")
+    return _find_real("nvcc", knobs.load().real_nvcc, "HBFCC_REAL_NVCC")
 
 
 def run(argv: Sequence[str], *, what: str, env: Optional[dict] = None, cwd: Optional[str] = None,
