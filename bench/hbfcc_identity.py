@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from hbfcommon import resources  # noqa: E402
 
 CUDA_SRC = r"""
 #include <cstdio>
@@ -264,11 +266,9 @@ def main() -> int:
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["HBFCC_ARTIFACT_DIR"] = str(work / "artifacts")
     env["HBFCC_CACHE_DIR"] = str(work / "hbfcc-cache")
-    helper = REPO / "build" / "runtime_cuda" / "hbf_helpers.ptx"
+    helper = resources.helper_ptx_path("direct")
     if not helper.is_file() or helper.stat().st_mtime < (REPO / "runtime_cuda" / "src" / "hbf_helpers.cu").stat().st_mtime:
-        helper.parent.mkdir(parents=True, exist_ok=True)   # as the Makefile's helpers-ptx target
-        sh(["nvcc", "-std=c++17", "-O3", "-arch=compute_90a", "-rdc=true", "-ptx", "-Iruntime_cuda/include",
-            "runtime_cuda/src/hbf_helpers.cu", "-o", helper], cwd=REPO)
+        sh([sys.executable, "setup.py", "helper-ptx", "direct", helper], cwd=REPO)   # = make helpers-ptx
     env["HBFCC_HELPER_PTX"] = str(helper)
     real_ptxas = shutil.which("ptxas") or os.path.join(os.path.dirname(os.path.realpath(shutil.which("nvcc") or "")), "ptxas")
     env["HBFCC_REAL_PTXAS"] = real_ptxas

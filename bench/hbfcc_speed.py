@@ -60,7 +60,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "hbfcc_speed_cpu.json"))
-    ap.add_argument("--helper", default=None, help="helper PTX (default: build/runtime_cuda/hbf_helpers.ptx)")
+    ap.add_argument("--helper", default=None, help="helper PTX (default: HBFCC_HELPER_PTX, else runtime_cuda/ptx/hbf_helpers.ptx)")
     ap.add_argument("--limit", type=int, default=0, help="first N modules only (smoke runs)")
     ns = ap.parse_args()
 

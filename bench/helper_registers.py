@@ -18,7 +18,7 @@ For each kernel (the float4 streaming kernel of workloads/microbench/hbf_microbe
                  sets the kernel's maximum; STL/LDL inside the kernel's own loops (backward
                  branches of the entry body, helper bodies excluded);
   variants     : before = helper PTX built from --baseline-rev (the helpers before this change);
-                 direct = the default build (build/runtime_cuda/hbf_helpers.ptx, HBF_OOL_OPAQUE=0);
+                 direct = the default build (runtime_cuda/ptx/hbf_helpers.ptx, HBF_OOL_OPAQUE=0);
                  lean = hbf_helpers_lean.ptx (HBF_OOL_OPAQUE=1, heavy pieces behind ABI calls);
   maxnreg what-if : the lean-instrumented PTX with `.maxnreg N` on each entry, N = max(40, plain
                  rounded up to 8) -- what hbfcc could emit; registers + hot-loop STL/LDL.
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
                         "hot-loop STL/LDL = local-memory instructions inside the entry's own loops (nvdisasm); "
                         "function_max_register = highest register a helper touches where the allocator put it; "
                         "warps_per_SM from registers alone. before = helpers at --baseline-rev; direct = "
-                        "build/runtime_cuda/hbf_helpers.ptx (default); lean = hbf_helpers_lean.ptx "
+                        "runtime_cuda/ptx/hbf_helpers.ptx (default); lean = hbf_helpers_lean.ptx "
                         "(HBF_OOL_OPAQUE=1); lean_maxnreg_whatif = lean + `.maxnreg max(40, plain rounded "
                         "to 8)` on each entry (not emitted by hbfcc today); lean_maxnreg_ladder_whatif = the smallest "
                         "such cap (steps of 8) with no entry spill and no STL/LDL in the entry body, non-MMA "

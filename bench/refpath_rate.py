@@ -159,7 +159,7 @@ def build_variant(name: str, src: Path, macros: list[str], outdir: Path) -> dict
     linker.run([linker.tool("nvcc"), "-std=c++17", "-O3", "-arch=compute_90a", "-rdc=true", "-ptx",
                 f"-I{ROOT / 'runtime_cuda' / 'include'}", f"-I{ROOT / 'runtime_cuda' / 'src'}", *macros, str(src), "-o", str(ptx) + ".tmp"])
     ptx.write_text(Path(str(ptx) + ".tmp").read_text().replace("\n.visible .func", "\n.weak .func"))
-    os.environ["HBF_HELPER_PTX"] = str(ptx)
+    os.environ["HBFCC_HELPER_PTX"] = str(ptx)
     info = linker.build_microbench(outdir)
     (outdir / "hang.cu").write_text(HANG_SRC)
     hang_ptx = linker.cu_to_ptx(outdir / "hang.cu", outdir / "hang.ptx")

@@ -5,7 +5,7 @@
 
 Kernels: workloads/microbench/hbf_microbench.cu — CUDA C++ test kernels that call the device
 helpers (__hb_issue/__hb_wait) DIRECTLY, built with nvcc -rdc -ptx and linked with the helper PTX
-(build/runtime_cuda/hbf_helpers.ptx) by ptxas -c + nvlink (runtime_cuda/linker.py). Each kernel
+(runtime_cuda/ptx/hbf_helpers.ptx) by ptxas -c + nvlink (runtime_cuda/linker.py). Each kernel
 has a plain twin with no helper calls. hbfcc-built kernels are not used here.
 
 Device-only experiments (semantic, fidelity, native overhead) use a control region created by

@@ -34,6 +34,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from hbfcommon import resources
 from hbfcommon.errors import ConfigError, CudaError, ErrorCode, HbfError, RangeError, ToolchainError
 from hbfcommon.fsutil import atomic_output
 from eidola.accounting import COUNTERS, MAX_CLASSES, FlagClassifier, FlagRange, summarize
@@ -42,13 +43,14 @@ from eidola.wtt import FrozenWtt, WriteTrackingTable
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent
-SRC_DIR = ROOT / "eidola" / "src"
+ROOT = Path(__file__).resolve().parent.parent     # only for the default build output (ROOT/build/eidola)
+# the device sources are package data of eidola and runtime_cuda (hbfcommon.resources)
+SRC_DIR = resources.data_path("eidola", "src")
 SOURCE = SRC_DIR / "eidola_kernels.cu"
 # what an eidola-aware kernel includes: hbf_eidola.cuh (eidola/src), hbf_ptx.cuh (runtime_cuda/src),
 # the ABI headers (runtime_cuda/include)
-INCLUDE_DIRS = (ROOT / "runtime_cuda" / "include", ROOT / "runtime_cuda" / "src", SRC_DIR)
-HEADERS = (SRC_DIR / "hbf_eidola.cuh", ROOT / "runtime_cuda" / "src" / "hbf_ptx.cuh")
+INCLUDE_DIRS = (resources.data_path("runtime_cuda", "include"), resources.data_path("runtime_cuda", "src"), SRC_DIR)
+HEADERS = (SRC_DIR / "hbf_eidola.cuh", resources.data_path("runtime_cuda", "src", "hbf_ptx.cuh"))
 ARCH = "sm_90a"
 BUILD_DIR = ROOT / "build" / "eidola"
 

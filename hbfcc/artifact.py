@@ -7,11 +7,13 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+from hbfcommon.abi import HBF_HELPER_ABI_VERSION
 from hbfcommon.artifact import (LINK_SCHEMA_ID, SCHEMA, SCHEMA_ID, SCHEMA_VERSION, lookup_by_ptx,  # noqa: F401
                                 store_dir, store_path, validate, write)
 
-from . import helpers as H
+from .admission import INDIRECT, admit
 from .toolchain import PtxasStats, rewriter_sha
+
 
 def build(*, path: str, result, ptxas: Optional[dict], before: Optional[PtxasStats],
           after: Optional[PtxasStats]) -> dict:
@@ -38,7 +40,7 @@ def build(*, path: str, result, ptxas: Optional[dict], before: Optional[PtxasSta
         "schema": SCHEMA_ID,
         "schema_version": SCHEMA_VERSION,
         "created_unix_s": int(time.time()),
-        "tool": {"name": "hbfcc", "rewriter_sha256": rewriter_sha(), "helper_abi_version": H.abi_version()},
+        "tool": {"name": "hbfcc", "rewriter_sha256": rewriter_sha(), "helper_abi_version": HBF_HELPER_ABI_VERSION},
         "input": {"path": path, "original_sha256": result.original_sha256,
                   "transformed_sha256": result.transformed_sha256,
                   "already_instrumented": bool(result.already_instrumented)},
@@ -68,42 +70,24 @@ def _flags_summary(fl: Optional[dict]) -> Optional[dict]:
 def resolve_link(module_docs: list[dict], *, output: str, argv: list[str]) -> dict:
     """Admission across the modules of one device link (``-rdc``): a kernel that calls functions
     defined in *other* modules is admitted when every function it reaches, in any module of the
-    link, was rewritten by hbfcc with nothing refused (greatest fixpoint, recursion allowed).
-    Functions defined nowhere in the link keep the kernel not admitted."""
-    from .passes.timing import SYSTEM_CALLS
-
+    link, was rewritten by hbfcc with nothing refused (:func:`hbfcc.admission.admit`, recursion
+    allowed). Functions defined nowhere in the link keep the kernel not admitted."""
     funcs: dict[str, dict] = {}
     for m in module_docs:
         for f in m.get("kernels", []) + m.get("functions", []):
             prev = funcs.get(f["name"])
-            base_ok = (not f["refused"] and "<indirect>" not in f.get("calls", [])
+            base_ok = (not f["refused"] and INDIRECT not in f.get("calls", [])
                        and all(r.startswith("calls ") for r in f["not_admitted_reasons"]))
             if prev is None:
-                funcs[f["name"]] = {"kind": f["kind"], "calls": set(f.get("calls", [])), "ok": base_ok,
+                funcs[f["name"]] = {"kind": f["kind"], "calls": list(f.get("calls", [])), "ok": base_ok,
                                     "reasons": list(f["not_admitted_reasons"])}
             else:
-                prev["calls"] |= set(f.get("calls", []))
+                prev["calls"] = list(dict.fromkeys(prev["calls"] + list(f.get("calls", []))))
                 prev["ok"] = prev["ok"] and base_ok
-    adm = {n: v["ok"] for n, v in funcs.items()}
     why: dict[str, str] = {n: "; ".join(v["reasons"]) for n, v in funcs.items() if not v["ok"]}
-    changed = True
-    while changed:
-        changed = False
-        for n, v in funcs.items():
-            if not adm[n]:
-                continue
-            for c in v["calls"]:
-                if c in SYSTEM_CALLS:
-                    continue
-                if c not in adm:
-                    adm[n], why[n] = False, f"calls {c}, defined in no module of this link"
-                elif not adm[c]:
-                    adm[n], why[n] = False, f"calls {c}, which is not admitted"
-                else:
-                    continue
-                changed = True
-                break
-    kernels = [{"name": n, "admitted": adm[n], "reason": why.get(n, "")}
+    why.update(admit({n: v["ok"] for n, v in funcs.items()}, {n: v["calls"] for n, v in funcs.items()},
+                     lambda c: f"calls {c}, defined in no module of this link"))
+    kernels = [{"name": n, "admitted": n not in why, "reason": why.get(n, "")}
                for n, v in sorted(funcs.items()) if v["kind"] == "entry"]
     return {"schema": LINK_SCHEMA_ID, "schema_version": SCHEMA_VERSION, "output": output, "argv": argv,
             "admitted": all(k["admitted"] for k in kernels), "kernels": kernels, "modules": module_docs}

@@ -21,7 +21,9 @@ import threading
 from pathlib import Path
 from typing import Optional, Sequence
 
+from hbfcommon.abi import HBF_HELPER_ABI_VERSION
 from hbfcommon.errors import ConfigError, HbfError, ToolchainError
+from hbfcommon.fsutil import atomic_write_text
 
 from . import artifact, knobs
 from . import helpers as H
@@ -59,7 +61,7 @@ def marker_line() -> str:
             hsha += "+" + H.load_helper(str(H.lean_helper_path())).sha256[:16]
     except HbfError:
         hsha = "none"
-    line = f"hbfcc {H.abi_version()} {rewriter_sha()[:16]} helper {hsha}"
+    line = f"hbfcc {HBF_HELPER_ABI_VERSION} {rewriter_sha()[:16]} helper {hsha}"
     passes = knobs.load().passes      # HBFCC_PASSES: a different selection is a different build
     if passes != ("timing",):
         try:
@@ -162,8 +164,8 @@ def ptxas_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _ptxas(args: list[str]) -> int:
-    from .toolchain import find_real_ptxas, parse_ptxas_v, ptxas_version_text
-    from .rewrite import rewrite_text, write_atomic
+    from .toolchain import build_stats, find_real_ptxas, ptxas_version_text
+    from .rewrite import rewrite_text
 
     real = find_real_ptxas()
     if any(a in ("--version", "-V") for a in args):
@@ -213,7 +215,7 @@ def _ptxas(args: list[str]) -> int:
             base_thread = threading.Thread(target=lambda: base_cp.setdefault("cp", _run_capture([real] + bargs)))
             base_thread.start()
         res = rewrite_text(original, filename=in_path, helper=helper)
-        write_atomic(Path(in_path), res.text)
+        atomic_write_text(in_path, res.text, fsync=False)
         rargs = [real] + list(args) + ([] if user_v else ["-v"])
         cp = _run_capture(rargs)
         if user_v:
@@ -235,12 +237,12 @@ def _ptxas(args: list[str]) -> int:
             base_thread.join()
             bcp = base_cp.get("cp")
             if bcp is not None and bcp.returncode == 0:
-                before = parse_ptxas_v(bcp.stdout + bcp.stderr)
+                before = build_stats(bcp.stdout + bcp.stderr, os.path.join(tmpdir, "orig.o"))
             elif bcp is not None:
                 log.warning("baseline ptxas on the original PTX failed (exit %d)", bcp.returncode)
-        after = parse_ptxas_v(cp.stdout + cp.stderr) if sass else None
+        after = build_stats(cp.stdout + cp.stderr, out_path) if sass else None
         if k.occupancy_guard and before is not None and after is not None and not res.already_instrumented:
-            res, cp, after = _occupancy_guard(res, in_path, rargs, before, after, cp, user_v)
+            res, cp, after = _occupancy_guard(res, in_path, out_path, rargs, before, after, cp, user_v)
         ptxas_info = {"path": real, "version": ptxas_version_text(real), "argv": [real] + list(args),
                       "returncode": cp.returncode, "target": arch}
         if res.already_instrumented:
@@ -253,6 +255,8 @@ def _ptxas(args: list[str]) -> int:
         else:
             doc = artifact.build(path=in_path, result=res, ptxas=ptxas_info, before=before, after=after)
         _emit_artifact(doc, Path(out_path) if out_path else Path(in_path), k)
+        if res.dumps is not None:
+            res.dumps.json("artifact", doc)
         for kern in doc["kernels"]:
             if not kern["admitted"]:
                 print(f"hbfcc-ptxas: warning: kernel {kern['name']} is NOT admitted: "
@@ -263,45 +267,52 @@ def _ptxas(args: list[str]) -> int:
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 
-def _occupancy_guard(res, in_path: str, rargs: list[str], before, after, cp, user_v: bool):
+def _occupancy_guard(res, in_path: str, out_path: Optional[str], rargs: list[str], before, after, cp, user_v: bool):
     """hbfcc/occupancy.py: where the instrumented build holds fewer blocks per SM (by registers) than
-    the plain one, add ``.maxnreg`` to those entries and assemble again. The decision, per entry, goes
-    into the artifact (``occupancy_guard``). A failed guarded build keeps the unguarded one, loudly."""
+    the plain one, the ``occupancy_guard`` stage adds ``.maxnreg`` to those entries of the rewritten
+    module and ptxas assembles it again. The decision, per entry, goes into the artifact
+    (``occupancy_guard``). A failed guarded build keeps the unguarded one, loudly."""
     from dataclasses import replace as _replace
 
     from . import occupancy
-    from .rewrite import write_atomic
-    from .toolchain import parse_ptxas_v, sha256_bytes
+    from .rewrite import print_text
+    from .toolchain import build_stats, sha256_bytes
 
     reg = lambda st: {n: f.registers for n, f in st.functions.items()}  # noqa: E731
-    decisions = occupancy.plan(res.text, reg(before), reg(after))
-    caps = {n: d["bound"] for n, d in decisions.items() if d["applied"]}
+    decisions = occupancy.plan(res.module, reg(before), reg(after))
     meta = dict(res.meta, occupancy_guard=decisions)
-    if not caps:
+    if not any(d["applied"] for d in decisions.values()):
+        if res.dumps is not None:
+            res.dumps.json(occupancy.PASS_NAME, decisions)
         return _replace(res, meta=meta), cp, after
-    text = occupancy.apply(res.text, caps)
-    write_atomic(Path(in_path), text)
+    module = occupancy.guard_stage(res.module, meta)
+    text = print_text(module)
+    if res.dumps is not None:
+        res.dumps.module(occupancy.PASS_NAME, module, decisions)
+        res.dumps.text("print", text)
+    atomic_write_text(in_path, text, fsync=False)
     cp2 = _run_capture(rargs)
     if cp2.returncode != 0:
         log.warning("occupancy guard: ptxas rejected the guarded PTX (exit %d); keeping the unguarded build",
                     cp2.returncode)
-        write_atomic(Path(in_path), res.text)
+        atomic_write_text(in_path, res.text, fsync=False)
         cp3 = _run_capture(rargs)
         for d in decisions.values():
             if d["applied"]:
                 d["applied"], d["reason"] = False, f"guarded build failed (ptxas exit {cp2.returncode})"
-        return _replace(res, meta=meta), cp3, parse_ptxas_v(cp3.stdout + cp3.stderr)
+        return _replace(res, meta=meta), cp3, build_stats(cp3.stdout + cp3.stderr, out_path)
     if user_v:
         sys.stdout.write(cp2.stdout)
         sys.stderr.write(cp2.stderr)
-    after2 = parse_ptxas_v(cp2.stdout + cp2.stderr)
+    after2 = build_stats(cp2.stdout + cp2.stderr, out_path)
     for n, d in decisions.items():
         f = after2.functions.get(n)
         if d["applied"] and f is not None:
             d["guarded_registers"] = f.registers
             d["guarded_spill_store_bytes"] = f.spill_stores
             d["guarded_spill_load_bytes"] = f.spill_loads
-    return (_replace(res, text=text, transformed_sha256=sha256_bytes(text.encode()), meta=meta), cp2, after2)
+    return (_replace(res, text=text, transformed_sha256=sha256_bytes(text.encode()), meta=meta, module=module),
+            cp2, after2)
 
 
 def _store_dir(k: knobs.Knobs) -> Path:
@@ -380,6 +391,8 @@ def _prerewrite_ptx_inputs(args: list[str], tmp: Path) -> list[str]:
         doc = artifact.build(path=a, result=res, ptxas=None, before=None, after=None)
         k = knobs.load()
         _emit_artifact(doc, copy, _nosink(k))
+        if res.dumps is not None:
+            res.dumps.json("artifact", doc)
         out[i] = str(copy)
     return out
 
@@ -434,6 +447,8 @@ def nvcc_main(args: list[str]) -> int:
                 log.info("rewrote nvcc -ptx output %s", out)
                 doc = artifact.build(path=out, result=res, ptxas=None, before=None, after=None)
                 _emit_artifact(doc, Path(out), knobs.load())
+                if res.dumps is not None:
+                    res.dumps.json("artifact", doc)
             return 0
         docs = []
         for p in sorted(sink.glob("*.json")):
@@ -516,6 +531,8 @@ def rewrite_main(args: list[str]) -> int:
     if not ns.no_artifact:
         doc = artifact.build(path=ns.input, result=res, ptxas=None, before=None, after=None)
         artifact.write(doc, Path(ns.output + ".hbfcc.json"))
+        if res.dumps is not None:
+            res.dumps.json("artifact", doc)
         for kern in doc["kernels"]:
             state = "admitted" if kern["admitted"] else "NOT admitted: " + "; ".join(kern["not_admitted_reasons"])
             print(f"{kern['name']}: {kern['sites']} sites, {kern['waits']} waits, {state}", file=sys.stderr)

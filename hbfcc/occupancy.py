@@ -13,14 +13,19 @@ The guard needs the block size, so it applies only to entries that declare it (`
 register count (the baseline ``ptxas -v`` hbfcc-ptxas runs anyway). Shared memory is not known to
 hbfcc (Triton passes it at launch), so the bound is the register bound alone: conservative.
 
+A pipeline stage on the AST (:func:`guard_stage`): the decision per entry (:func:`plan`) and the
+``.maxnreg`` directive it adds or lowers (:func:`apply`) read and edit the entries' directives.
+
 H100/H200 (sm_90) limits, from the CUDA occupancy calculator's rules: 65536 registers per SM,
 allocated per warp in units of 256 (8 per thread), at most 255 per thread, 64 resident warps and
 32 resident blocks per SM.
 """
 from __future__ import annotations
 
-import re
+from dataclasses import replace
 from typing import Optional
+
+from .ptx.model import Directive, Function, Module
 
 REGS_PER_SM = 65536
 REG_UNIT = 8                 # per-thread allocation granularity (256 per warp)
@@ -29,9 +34,7 @@ MAX_WARPS_PER_SM = 64
 MAX_BLOCKS_PER_SM = 32
 MIN_BOUND = 24               # never ask ptxas for less than this
 
-_ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([\w$.]+)", re.M)
-_NTID = re.compile(r"\.(reqntid|maxntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?")
-_MAXNREG = re.compile(r"\.maxnreg\s+(\d+)")
+PASS_NAME = "occupancy_guard"
 
 
 def _alloc(regs: int) -> int:
@@ -57,40 +60,31 @@ def register_bound(plain_regs: int, threads: int) -> int:
     return best
 
 
-def entry_headers(ptx: str) -> dict[str, tuple[int, int]]:
-    """Per entry: (span of its header text between the name and the opening brace)."""
-    out = {}
-    for m in _ENTRY.finditer(ptx):
-        brace = ptx.find("{", m.end())
-        if brace < 0:
-            continue
-        out[m.group(1)] = (m.end(), brace)
-    return out
+def _entries(module: Module) -> list[Function]:
+    return [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
 
 
-def entry_threads(ptx: str) -> dict[str, Optional[int]]:
+def _threads(f: Function) -> Optional[int]:
+    """Threads per block the entry declares: its first ``.reqntid`` / ``.maxntid`` (x*y*z), else None."""
+    for d in f.directives:
+        if d.name in ("reqntid", "maxntid"):
+            n = 1
+            for a in d.args:
+                if a != ",":
+                    n *= int(a, 0)
+            return n
+    return None
+
+
+def entry_threads(module: Module) -> dict[str, Optional[int]]:
     """Threads per block each entry declares (``.reqntid`` / ``.maxntid``), else None."""
-    res: dict[str, Optional[int]] = {}
-    for name, (a, b) in entry_headers(ptx).items():
-        hdr = ptx[a:b]
-        # the parameter list may contain parentheses but never these directives
-        m = _NTID.search(hdr)
-        if m is None:
-            res[name] = None
-            continue
-        n = 1
-        for g in m.groups()[1:]:
-            if g is not None:
-                n *= int(g)
-        res[name] = n
-    return res
+    return {f.name: _threads(f) for f in _entries(module)}
 
 
-def plan(ptx: str, plain: dict[str, Optional[int]], instrumented: dict[str, Optional[int]]) -> dict[str, dict]:
-    """Per entry: the guard decision. ``plain``/``instrumented``: registers from ``ptxas -v``."""
-    threads = entry_threads(ptx)
+def plan(module: Module, plain: dict[str, Optional[int]], instrumented: dict[str, Optional[int]]) -> dict[str, dict]:
+    """Per entry: the guard decision. ``plain``/``instrumented``: registers per function (hbfcc.toolchain)."""
     out: dict[str, dict] = {}
-    for name, t in threads.items():
+    for name, t in entry_threads(module).items():
         p, i = plain.get(name), instrumented.get(name)
         d: dict = {"threads_per_block": t, "plain_registers": p, "instrumented_registers": i,
                    "bound": None, "applied": False}
@@ -113,18 +107,25 @@ def plan(ptx: str, plain: dict[str, Optional[int]], instrumented: dict[str, Opti
     return out
 
 
-def apply(ptx: str, caps: dict[str, int]) -> str:
-    """Add (or lower) ``.maxnreg`` on the named entries."""
+def apply(module: Module, caps: dict[str, int]) -> Module:
+    """Add ``.maxnreg`` to the named entries (after their other directives), or lower the one they have."""
     if not caps:
-        return ptx
-    heads = sorted(((a, b, n) for n, (a, b) in entry_headers(ptx).items() if n in caps), reverse=True)
-    for a, b, name in heads:
-        hdr = ptx[a:b]
-        m = _MAXNREG.search(hdr)
-        if m is not None:
-            cap = min(int(m.group(1)), caps[name])
-            hdr = hdr[:m.start()] + f".maxnreg {cap}" + hdr[m.end():]
-        else:
-            hdr = hdr.rstrip() + f"\n.maxnreg {caps[name]}\n"
-        ptx = ptx[:a] + hdr + ptx[b:]
-    return ptx
+        return module
+    items = []
+    for it in module.items:
+        if type(it) is Function and it.is_entry and it.body is not None and it.name in caps:
+            ds = list(it.directives)
+            j = next((k for k, d in enumerate(ds) if d.name == "maxnreg"), None)
+            if j is None:
+                ds.append(Directive("maxnreg", (str(caps[it.name]),)))
+            else:
+                ds[j] = replace(ds[j], args=(str(min(int(ds[j].args[0], 0), caps[it.name])),))
+            it = replace(it, directives=tuple(ds))
+        items.append(it)
+    return replace(module, items=tuple(items))
+
+
+def guard_stage(module: Module, meta: dict) -> Module:
+    """The stage ``(module, meta) -> module``: ``.maxnreg`` on the entries ``meta["occupancy_guard"]``
+    (the decisions of :func:`plan`) applies the guard to."""
+    return apply(module, {n: d["bound"] for n, d in meta.get(PASS_NAME, {}).items() if d["applied"]})

@@ -1,7 +1,16 @@
-"""The rewrite pipeline: parse -> timing pass -> print -> link helpers. Every stage can be dumped.
+"""The rewrite pipeline: named stages over one representation, the PTX AST; every stage can be dumped.
+
+    parse -> [flags] -> timing -> [flags_admission] -> link -> [link_eidola] -> print
+
+Between parse and print every stage is ``(module, metadata) -> module`` on
+:class:`hbfcc.ptx.model.Module` (the passes of :mod:`hbfcc.passes`, the linker of :mod:`hbfcc.link`);
+hbfcc-ptxas adds ``occupancy_guard`` (:mod:`hbfcc.occupancy`) and ``print`` again after assembling,
+and the artifact. With a dump directory (``dump_dir``, ``hbfcc rewrite --dump-stages DIR``,
+HBFCC_DUMP_DIR) each stage writes ``NN-<stage>.ptx`` (the module, printed) and, when it reports
+something, ``NN-<stage>.json`` into ``DIR/<file>.<sha12>/`` (``00-input.ptx`` is the input as given).
 
     res = rewrite_text(ptx_text, filename="k.ptx")
-    res.text            # the rewritten, helper-linked PTX
+    res.text            # the rewritten, helper-linked PTX (print_text(res.module))
     res.meta["timing"]  # per-function classification report (see hbfcc.passes.timing)
 """
 from __future__ import annotations
@@ -13,21 +22,50 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-
+from hbfcommon import abi
 from hbfcommon.fsutil import atomic_write_text
 
 from . import helpers as H
 from . import knobs
+from . import link as L
 from .passes import get as get_pass
 from .passes import pipeline as pass_pipeline
+from .ptx.model import Module
 from .toolchain import sha256_bytes
 
 log = logging.getLogger(__name__)
 
 MARKER = "// hbfcc: instrumented"
-PIPELINE = ("timing",)
+
+Stage = Callable[[Module, dict], Module]
+
+
+class Dumps:
+    """The dump directory of one rewrite: ``NN-<stage>.<ext>`` files, numbered in stage order."""
+
+    def __init__(self, directory: Path):
+        self.dir = directory
+        self.n = 0
+
+    def _write(self, stage: str, ext: str, data: str) -> None:
+        atomic_write_text(self.dir / f"{self.n:02d}-{stage}{ext}", data, fsync=False)  # debugging: no fsync
+
+    def text(self, stage: str, text: str, report=None) -> None:
+        """One stage's output text (and its report as JSON, when it has one)."""
+        self._write(stage, ".ptx", text)
+        if report is not None:
+            self._write(stage, ".json", json.dumps(report, indent=1))
+        self.n += 1
+
+    def module(self, stage: str, module: Module, report=None) -> None:
+        from .ptx import print_module
+        self.text(stage, print_module(module), report)
+
+    def json(self, stage: str, doc) -> None:
+        self._write(stage, ".json", json.dumps(doc, indent=1))
+        self.n += 1
 
 
 @dataclass
@@ -39,16 +77,20 @@ class RewriteResult:
     helper: Optional[H.HelperModule]
     already_instrumented: bool = False
     timings_s: dict[str, float] = field(default_factory=dict)
+    module: Optional[Module] = None      # the AST ``text`` was printed from (the input's when left as is)
+    dumps: Optional[Dumps] = None        # where later stages (occupancy guard, artifact) dump
 
 
-def is_instrumented(text: str) -> bool:
-    return MARKER in text or re.search(r"\b__hb_issue\b", text) is not None
+def is_instrumented(module: Module) -> bool:
+    """hbfcc's marker in the header, or the module declares or defines a timing helper."""
+    return any(MARKER in c.text for c in module.header_comments) or \
+        any(f.name in abi.HELPERS for f in module.functions())
 
 
-def _dump(dump_dir: Optional[Path], name: str, data: str) -> None:
-    if dump_dir is None:
-        return
-    atomic_write_text(dump_dir / name, data, fsync=False)  # debugging dumps: no fsync cost
+def print_text(module: Module) -> str:
+    """The print stage: the module's text, marked as instrumented."""
+    from .ptx import print_module
+    return f"{MARKER} by hbfcc (helper ABI {abi.HBF_HELPER_ABI_VERSION})\n" + print_module(module)
 
 
 def rewrite_text(text: str, *, filename: str = "<ptx>", helper: Optional[H.HelperModule] = None,
@@ -57,33 +99,39 @@ def rewrite_text(text: str, *, filename: str = "<ptx>", helper: Optional[H.Helpe
     """Rewrite one PTX module. ``helper``: the helper module to link (default: :func:`H.load_helper`);
     ``link=False`` leaves the helpers as prototypes only (for inspection; not loadable).
     ``passes``: the pass selection (default HBFCC_PASSES, see :func:`knobs.parse_passes`)."""
-    from hbfcc.ptx import parse_module, print_module
+    from hbfcc.ptx import parse_module
 
     k = knobs.load()
     dd = Path(dump_dir) if dump_dir is not None else (k.dump_dir if k.dump_dir else None)
     orig_sha = sha256_bytes(text.encode())
-    if dd is not None:
-        dd = dd / (Path(filename).name + "." + orig_sha[:12])
+    dumps = Dumps(dd / (Path(filename).name + "." + orig_sha[:12])) if dd is not None else None
     if link and helper is None:
         helper = H.load_helper(module_text=text)
-    if is_instrumented(text):
-        log.info("%s is already instrumented: left as is", filename)
-        return RewriteResult(text, orig_sha, orig_sha, {"already_instrumented": True}, helper, True)
     t = {}
     t0 = time.perf_counter()
-    _dump(dd, "00-input.ptx", text)
+    if dumps is not None:
+        dumps.text("input", text)
     module = parse_module(text, filename=filename)
     t["parse"] = time.perf_counter() - t0
+    if dumps is not None:
+        dumps.module("parse", module)
+    if is_instrumented(module):
+        log.info("%s is already instrumented: left as is", filename)
+        return RewriteResult(text, orig_sha, orig_sha, {"already_instrumented": True}, helper, True,
+                             module=module, dumps=dumps)
     meta: dict = {"cpasync_window": cpasync_window or k.cpasync_window, "filename": filename}
     selection = k.passes if passes is None else knobs.parse_passes(",".join(passes), "passes")
-    pipeline = pass_pipeline(selection)
+    stages: list[tuple[str, Stage]] = [(name, get_pass(name)) for name in pass_pipeline(selection)]
     meta["passes"] = list(selection)
-    eidola = None
     if "flags" in selection:
         meta["flags_options"] = {"mwait": "mwait" in selection, "count_nonflag": True}
-        if link:
+    if link:
+        assert helper is not None
+        stages.append(L.stage(helper))
+        if "flags" in selection:
             eidola = H.load_eidola_helper()
             meta["eidola_helper"] = eidola.to_dict()
+            stages.append(L.stage(eidola))
     why = _target_too_old(module, helper)
     if why is not None:
         # Not instrumented, loudly: every kernel is recorded as not admitted (the runtime refuses
@@ -92,35 +140,21 @@ def rewrite_text(text: str, *, filename: str = "<ptx>", helper: Optional[H.Helpe
         log.warning("%s: %s", filename, why)
         meta["timing"] = _not_instrumented_report(module, why)
         meta["not_instrumented"] = why
-        return RewriteResult(text, orig_sha, orig_sha, meta, helper, False, t)
-    for i, name in enumerate(pipeline, start=1):
+        return RewriteResult(text, orig_sha, orig_sha, meta, helper, False, t, module=module, dumps=dumps)
+    for name, run in stages:
         t1 = time.perf_counter()
-        module = get_pass(name)(module, meta)
+        module = run(module, meta)
         t[name] = time.perf_counter() - t1
-        if dd is not None:
-            _dump(dd, f"{i:02d}-{name}.ptx", print_module(module))
-            _dump(dd, f"{i:02d}-{name}.json", json.dumps(meta.get(name, {}), indent=1))
+        if dumps is not None:
+            dumps.module(name, module, meta.get(name))
     t1 = time.perf_counter()
-    out = print_module(module)
+    out = print_text(module)
     t["print"] = time.perf_counter() - t1
-    defined, declared = [], []
-    for it in module.items:
-        if type(it).__name__ == "Function":
-            (declared if it.body is None else defined).append(it.name)
-        for d in getattr(it, "decls", ()):
-            (declared if ".extern" in getattr(it, "linkage", ()) else defined).append(d.name)
-    header = f"{MARKER} by hbfcc (helper ABI {H.abi_version()})\n"
-    out = header + out
-    if link:
-        assert helper is not None
-        t1 = time.perf_counter()
-        out = H.link_text(out, helper, module_names=defined, declared_names=declared)
-        if eidola is not None:
-            out = H.link_eidola_text(out, eidola, module_names=defined, declared_names=declared)
-        t["link"] = time.perf_counter() - t1
-        _dump(dd, f"{len(pipeline) + 1:02d}-linked.ptx", out)
+    if dumps is not None:
+        dumps.text("print", out)
     t["total"] = time.perf_counter() - t0
-    return RewriteResult(out, orig_sha, sha256_bytes(out.encode()), meta, helper, False, t)
+    return RewriteResult(out, orig_sha, sha256_bytes(out.encode()), meta, helper, False, t, module=module,
+                         dumps=dumps)
 
 
 def _sm(target: str) -> Optional[int]:
@@ -128,7 +162,7 @@ def _sm(target: str) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
-def _target_too_old(module, helper: Optional[H.HelperModule]) -> Optional[str]:
+def _target_too_old(module: Module, helper: Optional[H.HelperModule]) -> Optional[str]:
     if helper is None or helper.target_sm is None:
         return None
     sms = [x for x in (_sm(t) for t in module.target) if x is not None]
@@ -138,7 +172,7 @@ def _target_too_old(module, helper: Optional[H.HelperModule]) -> Optional[str]:
     return None
 
 
-def _not_instrumented_report(module, why: str) -> dict:
+def _not_instrumented_report(module: Module, why: str) -> dict:
     funcs = []
     entries = [f for f in module.functions() if f.is_entry and f.body is not None]
     for i, f in enumerate(entries):
@@ -152,19 +186,5 @@ def rewrite_file(src: os.PathLike, dst: os.PathLike, **kw) -> RewriteResult:
     """Rewrite ``src`` into ``dst`` (atomic replace; ``dst`` may equal ``src``)."""
     text = Path(src).read_text()
     res = rewrite_text(text, filename=str(src), **kw)
-    write_atomic(Path(dst), res.text)
+    atomic_write_text(dst, res.text, fsync=False)
     return res
-
-
-def write_atomic(path: Path, data: str) -> None:
-    tmp = path.with_name(path.name + f".hbfcc-tmp.{os.getpid()}")
-    mode = None
-    try:
-        mode = os.stat(path).st_mode & 0o7777
-    except FileNotFoundError:
-        pass
-    with open(tmp, "w") as f:
-        f.write(data)
-    if mode is not None:
-        os.chmod(tmp, mode)
-    os.replace(tmp, path)

@@ -1,4 +1,4 @@
-"""The real CUDA tools behind hbfcc: finding them, running them, reading what they print.
+"""The real CUDA tools behind hbfcc: finding them, running them, reading what they print and write.
 
 Every subprocess failure raises ``ToolchainError(argv=...)`` so the command can be reproduced.
 """
@@ -39,54 +39,35 @@ def _executable(p: str) -> bool:
     return os.path.isfile(p) and os.access(p, os.X_OK)
 
 
+def _find_real(tool: str, chosen: Optional[str], variable: str, more: Sequence[str] = ()) -> str:
+    """``chosen`` (the knob ``variable``), else ``tool`` on PATH, else $CUDA_HOME/bin/``tool``, else
+    the paths in ``more``; never one of hbfcc's own wrappers (that would recurse)."""
+    if chosen:
+        if not _executable(chosen):
+            raise ConfigError(f"{variable} is not an executable file", path=chosen)
+        return chosen
+    dirs = [d for d in knobs.env_path().split(os.pathsep) if d]
+    dirs += [os.path.join(home, "bin") for home in knobs.cuda_home_candidates()]
+    for p in [os.path.join(d, tool) for d in dirs] + list(more):
+        if _executable(p) and not _is_hbfcc_wrapper(p):
+            return p
+    raise ConfigError(f"no real {tool} found: set {variable}, put the CUDA toolkit's bin on PATH "
+                      "or set CUDA_HOME")
+
+
 def find_real_ptxas() -> str:
     """The ptxas hbfcc runs: HBFCC_REAL_PTXAS, else `ptxas` on PATH (never one of our wrappers),
     else $CUDA_HOME/bin/ptxas, else the ptxas bundled in the Triton wheel."""
-    k = knobs.load()
-    if k.real_ptxas:
-        if not _executable(k.real_ptxas):
-            raise ConfigError("HBFCC_REAL_PTXAS is not an executable file", path=k.real_ptxas)
-        return k.real_ptxas
-    for d in knobs.env_path().split(os.pathsep):
-        if not d:
-            continue
-        p = os.path.join(d, "ptxas")
-        if _executable(p) and not _is_hbfcc_wrapper(p):
-            return p
-    for home in knobs.cuda_home_candidates():
-        p = os.path.join(home, "bin", "ptxas")
-        if _executable(p) and not _is_hbfcc_wrapper(p):
-            return p
     spec = importlib.util.find_spec("triton")
-    if spec is not None and spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            p = os.path.join(loc, "backends", "nvidia", "bin", "ptxas")
-            if _executable(p):
-                return p
-    raise ConfigError("no real ptxas found: set HBFCC_REAL_PTXAS, put the CUDA toolkit's bin on PATH "
-                      "or set CUDA_HOME")
+    bundled = [os.path.join(loc, "backends", "nvidia", "bin", "ptxas")
+               for loc in (spec.submodule_search_locations or ())] if spec is not None else []
+    return _find_real("ptxas", knobs.load().real_ptxas, "HBFCC_REAL_PTXAS", bundled)
 
 
 def find_real_nvcc() -> str:
     """The nvcc hbfcc wraps: HBFCC_REAL_NVCC, else `nvcc` on PATH (never ourselves), else
     $CUDA_HOME/bin/nvcc."""
-    k = knobs.load()
-    if k.real_nvcc:
-        if not _executable(k.real_nvcc):
-            raise ConfigError("HBFCC_REAL_NVCC is not an executable file", path=k.real_nvcc)
-        return k.real_nvcc
-    for d in knobs.env_path().split(os.pathsep):
-        if not d:
-            continue
-        p = os.path.join(d, "nvcc")
-        if _executable(p) and not _is_hbfcc_wrapper(p):
-            return p
-    for home in knobs.cuda_home_candidates():
-        p = os.path.join(home, "bin", "nvcc")
-        if _executable(p):
-            return p
-    raise ConfigError("no real nvcc found: set HBFCC_REAL_NVCC, put the CUDA toolkit's bin on PATH "
-                      "or set CUDA_HOME")
+    return _find_real("nvcc", knobs.load().real_nvcc, "HBFCC_REAL_NVCC")
 
 
 def run(argv: Sequence[str], *, what: str, env: Optional[dict] = None, cwd: Optional[str] = None,
@@ -146,7 +127,8 @@ _RE_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?")
 
 
 def parse_ptxas_v(text: str) -> PtxasStats:
-    """Registers / stack / spills per function from ``ptxas -v`` output (stderr or stdout)."""
+    """Registers / stack / spills per function from ``ptxas -v`` output (stderr or stdout); what the
+    cubin records replaces the first two in :func:`build_stats`."""
     st = PtxasStats()
     last: Optional[str] = None       # last function named by "Compiling entry function"/"properties"
     for line in text.splitlines():
@@ -166,6 +148,25 @@ def parse_ptxas_v(text: str) -> PtxasStats:
             fs.registers = int(m.group(1))
             if m.group(2) is not None:
                 fs.barriers = int(m.group(2))
+    return st
+
+
+def build_stats(ptxas_output: str, elf_path: Optional[str]) -> PtxasStats:
+    """Per function facts of one ptxas build: registers, stack frame and barriers from the ELF it
+    wrote (:mod:`hbfcc.cubin`, for every function the ELF records), spill bytes from its ``-v``
+    output (the ELF has none). Without an ELF (no ``-o``) the ``-v`` output gives everything."""
+    st = parse_ptxas_v(ptxas_output)
+    if elf_path is None or not os.path.isfile(elf_path):
+        return st
+    from .cubin import function_facts
+    for name, f in function_facts(elf_path).items():
+        fs = st.get(name)
+        if f.registers is not None:
+            fs.registers = f.registers
+        if f.frame_bytes is not None:
+            fs.stack_bytes = f.frame_bytes
+        if f.barriers is not None:
+            fs.barriers = f.barriers
     return st
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hbfcommon.abi import HBF_OP_ATOMIC, HBF_OP_CPASYNC, HBF_OP_LOAD, HBF_OP_STORE  # noqa: F401 (HBF_OP_*: one definition)
 from hbfcommon.errors import ControlRegionError, ErrorCode
 from hbfcommon.status import RequestStatus
 
@@ -44,10 +45,6 @@ assert {k for k in globals() if k.startswith("HBF_ST_")} == {s.c_name for s in R
     "every RequestStatus has its HBF_ST_ constant here, and nothing else"
 assert len(RequestStatus) <= HBF_N_STATUS
 
-HBF_OP_LOAD = 0
-HBF_OP_STORE = 1
-HBF_OP_ATOMIC = 2
-HBF_OP_CPASYNC = 3
 OP_NAMES = ("load", "store", "atomic", "cpasync")
 
 HBF_MODE_TIMING = 1

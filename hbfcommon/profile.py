@@ -29,8 +29,9 @@ from typing import Any, Mapping
 
 from hbfcommon.errors import ProfileError
 from hbfcommon.fsutil import read_json_document
+from hbfcommon.resources import data_path
 
-PROFILE_DIR = Path(__file__).resolve().parent / "profiles"   # packaged data (hbfcommon/profiles)
+PROFILE_DIR = data_path("hbfcommon", "profiles")   # packaged data (hbfcommon/profiles; hbfcommon.resources)
 SCHEMA_PATH = PROFILE_DIR / "profile.schema.json"
 SCHEMA_VERSION = 1
 PROVENANCE_KINDS = ("spec", "literature", "measured", "assumed")

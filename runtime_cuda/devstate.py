@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from hbfcommon import ctl as C
+from hbfcommon.abi import (HBF_F_ACTIVE, HBF_F_GENERIC, HBF_F_NC, HBF_F_OP_MASK, HBF_F_RELEASE,  # noqa: F401
+                           HBF_F_WAIT_NOW, HBF_FUTURE_TICKET_BIT, HBF_HELPER_ABI_VERSION)  # hbf_abi.h
 from hbfcommon.errors import ErrorCode, RangeError
 
 HBF_DEVSTATE_MAGIC = 0x3130545344464248  # "HBFDST01"
@@ -30,16 +32,6 @@ HBF_KSHARDS = 32   # counter shards per kernel slot (hbf_device.h): by %smid
 # tests/runtime/test_runtime_helpers_ptx.py checks against ptxas -v of both helper builds.
 HELPER_STACK_BOUND = 2048
 HBF_DSF_ALLOW_UNMODELED = 0x1
-
-# hbf_abi.h
-HBF_HELPER_ABI_VERSION = 1
-HBF_F_OP_MASK = 0x3
-HBF_F_ACTIVE = 0x4
-HBF_F_GENERIC = 0x8
-HBF_F_WAIT_NOW = 0x10
-HBF_F_NC = 0x20
-HBF_F_RELEASE = 0x40
-HBF_FUTURE_TICKET_BIT = 1 << 63
 
 
 class hbf_dev_range(ctypes.Structure):

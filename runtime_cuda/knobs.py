@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hbfcommon import resources
 from hbfcommon.env import env_bool, env_int
 from hbfcommon.errors import ConfigError
 
@@ -41,10 +42,12 @@ def backoff_max_ns() -> int:
 
 
 def helper_ptx() -> Path:
-    """HBF_HELPER_PTX: the helper PTX module (default build/runtime_cuda/hbf_helpers.ptx)."""
-    v = os.environ.get("HBF_HELPER_PTX")
+    """HBFCC_HELPER_PTX (the one helper-PTX variable, the same hbfcc reads): the helper PTX module the
+    runtime links; default the packaged direct build, runtime_cuda/ptx/hbf_helpers.ptx (it may not be
+    built: see hbfcommon.resources)."""
+    v = os.environ.get("HBFCC_HELPER_PTX")
     if v:
         return Path(v)
-    return Path(__file__).resolve().parent.parent / "build" / "runtime_cuda" / "hbf_helpers.ptx"
+    return resources.helper_ptx_path("direct")
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from hbfcommon import abi
 from hbfcommon import artifact as A
 from hbfcommon import ctl as C
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError, RangeError
@@ -399,7 +400,7 @@ class Session:
             instrumented = False
             kslot_base = self._next_kslot
             if self.use_cuda:
-                g = self._cu.module_global(module, "__hb_state")
+                g = self._cu.module_global(module, abi.STATE_GLOBAL)
                 if g is not None:
                     instrumented = True
                     if kslot_base + nslots > C.HBF_MAX_KERNEL_SLOTS:
@@ -407,7 +408,7 @@ class Session:
                                        slots=C.HBF_MAX_KERNEL_SLOTS)
                     v = ctypes.c_uint64(self.state_dptr)
                     self._cu.htod(g[0], v, 8)
-                    kb = self._cu.module_global(module, "__hb_kslot_base")
+                    kb = self._cu.module_global(module, abi.KSLOT_BASE_GLOBAL)
                     if kb is not None:
                         self._cu.htod(kb[0], ctypes.c_uint32(kslot_base), 4)
                     self._next_kslot += nslots
@@ -822,7 +823,7 @@ class Session:
             for b in self.bindings.values():   # detach modules: their accesses become native again
                 if b.instrumented:
                     try:
-                        g = self._cu.module_global(b.module, "__hb_state")
+                        g = self._cu.module_global(b.module, abi.STATE_GLOBAL)
                         if g:
                             self._cu.htod(g[0], ctypes.c_uint64(0), 8)
                     except HbfError:

@@ -27,10 +27,11 @@ import numpy as np
 
 from hbfcommon import ctl
 from hbfcommon.profile import PROFILE_DIR
+from hbfcommon.resources import data_path
 from hbfcommon.errors import HbfError
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACE = Path(__file__).resolve().parent / "data" / "demo_trace.csv"
+TRACE = data_path("workloads", "data", "demo_trace.csv")   # packaged data (hbfcommon.resources)
 PROFILE = PROFILE_DIR / "nominal.json"
 RANGE_BASE = 0x7F00_0000_0000
 RANGE_BYTES = 16 << 20

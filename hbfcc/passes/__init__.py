@@ -1,7 +1,8 @@
 """Named compiler passes: each is ``(module, metadata) -> module`` (DESIGN.md §6).
 
 ``metadata`` is a dict the pass adds its report to (under its own name); the pipeline in
-:mod:`hbfcc.rewrite` dumps the module after every pass when asked to.
+:mod:`hbfcc.rewrite` runs them, then the link stages (:func:`hbfcc.link.stage`), and dumps the
+module after every stage when asked to.
 """
 from __future__ import annotations
 

@@ -43,58 +43,31 @@ inserts ``hit = __hb_eidola_monitor(addr, 4, K); @!hit __hb_eidola_mwait(addr)``
 compare stay (Mesa-safe: the loop still checks), so each parked wait makes two flag reads (the
 monitor's and the load's) where a hand-written ``monitor; mwait`` makes one.
 
-The functions come from build/runtime_cuda/hbf_eidola_helpers.ptx (``make helpers-ptx``), linked
-textually by :func:`hbfcc.helpers.link_eidola_text`; :func:`admit_eidola_calls` (the pipeline stage
-``flags_admission`` after the timing pass) counts them as admitted callees.
+The functions come from runtime_cuda/ptx/hbf_eidola_helpers.ptx (``make helpers-ptx``), linked by
+the pipeline's ``link_eidola`` stage (:func:`hbfcc.link.link`); :func:`admit_eidola_calls` (the
+pipeline stage ``flags_admission`` after the timing pass) counts them as admitted callees.
 
 Stage: ``flags_pass(module, meta) -> module`` (DESIGN.md §6); report under ``meta["flags"]``.
 """
 from __future__ import annotations
 
 import hashlib
-import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Optional
 
+from hbfcommon import abi, resources
 from hbfcommon.errors import RewriteError, ToolchainError
 
+from hbfcc import link
+from hbfcc.admission import admit, not_seen_by_rewrite
 from hbfcc.ptx.model import (Address, ArgList, Block, Declarator, Function, Guard, Immediate, Instruction,
-                             Label, LabelRef, Module, Negated, Param, PredPair, Register, Statement, Symbol,
+                             Label, LabelRef, Module, Negated, PredPair, Register, Statement, Symbol,
                              VarDecl)
 
 PASS_NAME = "flags"
 EXTERN_DEFINE = "HBF_EIDOLA_EXTERN_API"
-
-# name -> (return widths, param widths): what the pass calls; load_eidola_helper checks the helper
-SIGNATURES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "__hb_eidola_ld_flag_u32": ((32,), (64,)),
-    "__hb_eidola_ld_flag_u64": ((64,), (64,)),
-    "__hb_eidola_kernel_enter": ((), ()),
-    "__hb_eidola_monitor": ((32,), (64, 32, 64)),
-    "__hb_eidola_mwait": ((), (64,)),
-    "__hb_eidola_flush_nonflag": ((), (32, 32)),
-    "__hb_eidola_ld_flag32_acct": ((64,), (64,)),
-    "__hb_eidola_count_flag_other": ((), (32, 32, 32)),
-    "__hb_eidola_flush_flag": ((), (32, 32, 32, 32)),
-}
-PROTOTYPES = {
-    "__hb_eidola_ld_flag_u32": ".weak .func (.param .b32 func_retval0) __hb_eidola_ld_flag_u32(.param .b64 addr);",
-    "__hb_eidola_ld_flag_u64": ".weak .func (.param .b64 func_retval0) __hb_eidola_ld_flag_u64(.param .b64 addr);",
-    "__hb_eidola_kernel_enter": ".weak .func __hb_eidola_kernel_enter();",
-    "__hb_eidola_monitor": ".weak .func (.param .b32 func_retval0) __hb_eidola_monitor(.param .b64 addr, "
-                           ".param .b32 nbytes, .param .b64 wake);",
-    "__hb_eidola_mwait": ".weak .func __hb_eidola_mwait(.param .b64 addr);",
-    "__hb_eidola_flush_nonflag": ".weak .func __hb_eidola_flush_nonflag(.param .b32 thread_reads, "
-                                 ".param .b32 warp_reads);",
-    "__hb_eidola_ld_flag32_acct": ".weak .func (.param .b64 func_retval0) __hb_eidola_ld_flag32_acct(.param .b64 addr);",
-    "__hb_eidola_count_flag_other": ".weak .func __hb_eidola_count_flag_other(.param .b32 klass, .param .b32 lead, "
-                                    ".param .b32 virt);",
-    "__hb_eidola_flush_flag": ".weak .func __hb_eidola_flush_flag(.param .b32 klass, .param .b32 thread_reads, "
-                              ".param .b32 warp_reads, .param .b32 virtual_loads);",
-}
-STATE_GLOBAL = "__hb_eidola_state"
 
 _SEMANTICS = {"volatile", "acquire", "relaxed"}
 _SIZES = {"u32": 32, "b32": 32, "s32": 32, "u64": 64, "b64": 64, "s64": 64}
@@ -385,26 +358,14 @@ def _insert_flushes(body: tuple[Statement, ...], flags: bool) -> tuple[Statement
 
 
 def prototypes(names) -> list[Function]:
-    """Declarations (``.weak .func``, no body) of the extern functions in ``names``."""
-    b = lambda w, n: Param("param", f".b{w}", n)  # noqa: E731
-    pnames = {"__hb_eidola_ld_flag_u32": ("addr",), "__hb_eidola_ld_flag_u64": ("addr",),
-              "__hb_eidola_kernel_enter": (), "__hb_eidola_monitor": ("addr", "nbytes", "wake"),
-              "__hb_eidola_mwait": ("addr",), "__hb_eidola_flush_nonflag": ("thread_reads", "warp_reads"),
-              "__hb_eidola_ld_flag32_acct": ("addr",), "__hb_eidola_count_flag_other": ("klass", "lead", "virt"),
-              "__hb_eidola_flush_flag": ("klass", "thread_reads", "warp_reads", "virtual_loads")}
-    out = []
-    for n in sorted(names):
-        rets, params = SIGNATURES[n]
-        out.append(Function((".weak",), "func", n, tuple(b(w, "func_retval0") for w in rets),
-                            tuple(b(w, pn) for w, pn in zip(params, pnames[n])), (), None))
-    return out
+    """Declarations (``.weak .func``, no body) of the extern functions in ``names``, sorted."""
+    return link.declarations(abi.EIDOLA_HELPERS[n] for n in sorted(names))
 
 
-def flags_pass(module: Module, meta: dict, *, mwait: Optional[bool] = None, count_nonflag: Optional[bool] = None,
-               declare: bool = True) -> Module:
+def flags_pass(module: Module, meta: dict, *, mwait: Optional[bool] = None,
+               count_nonflag: Optional[bool] = None) -> Module:
     """``mwait``/``count_nonflag`` default to ``meta["flags_options"]`` (set by the pipeline), else off.
-    ``declare``: put the extern prototypes into the module (the pipeline); False leaves them to
-    :func:`link_extern` (the standalone :func:`rewrite_text`)."""
+    The prototypes of the extern functions it calls go before the module's first function."""
     opts = meta.get("flags_options", {})
     mwait = bool(opts.get("mwait", False)) if mwait is None else mwait
     count_nonflag = bool(opts.get("count_nonflag", False)) if count_nonflag is None else count_nonflag
@@ -441,7 +402,7 @@ def flags_pass(module: Module, meta: dict, *, mwait: Optional[bool] = None, coun
             used_all |= fstate["used"]
             it = Function(it.linkage, it.kind, it.name, it.returns, it.params, it.directives, body, it.line)
         items.append(it)
-    if declare and used_all:
+    if used_all:
         have = {it.name for it in items if isinstance(it, Function)}
         protos = [f for f in prototypes(used_all) if f.name not in have]
         first = next((i for i, it in enumerate(items) if isinstance(it, Function)), len(items))
@@ -455,65 +416,42 @@ def flags_pass(module: Module, meta: dict, *, mwait: Optional[bool] = None, coun
 
 def admit_eidola_calls(module: Module, meta: dict) -> Module:
     """Pipeline stage after the timing pass: the eidola helper functions the flags pass calls are
-    linked into the module (hbfcc.helpers.link_eidola_text), so they are admitted callees. The
-    timing pass saw them as external calls; admission through calls is recomputed here with them
-    counted as admitted (greatest fixpoint, same rule as the timing pass). Returns ``module``."""
-    from .timing import SYSTEM_CALLS
-
+    linked into the module (the ``link_eidola`` stage), so they are admitted callees. The timing
+    pass saw them as external calls; admission through calls is recomputed here with them counted
+    as seen (:func:`hbfcc.admission.admit`, the same fixpoint). Returns ``module``."""
     fl = meta.get(PASS_NAME)
     tm = meta.get("timing")
     if fl is None or tm is None:
         return module
-    linked = set(SIGNATURES)
+    linked = set(abi.EIDOLA_HELPERS)
     reports = {f["name"]: f for f in tm["functions"]}
-    base_ok = {}
     for name, r in reports.items():
         r["calls"] = list(dict.fromkeys(list(r.get("calls", [])) + fl["calls"].get(name, [])))
         r["external_calls"] = [c for c in r.get("external_calls", []) if c not in linked]
         r["eidola_calls"] = [c for c in r["calls"] if c in linked]
         r["not_admitted_reasons"] = [x for x in r["not_admitted_reasons"] if not x.startswith("calls ")
                                      and not x.startswith("indirect call")]
-        base_ok[name] = not r["refused"] and not r["not_admitted_reasons"]
-    adm = dict(base_ok)
-    changed = True
-    while changed:
-        changed = False
-        for name, r in reports.items():
-            if not adm[name]:
-                continue
-            for c in r["calls"]:
-                why = None
-                if c == "<indirect>":
-                    why = "indirect call (callee not seen)"
-                elif c in reports:
-                    if not adm[c]:
-                        why = f"calls {c}, which is not admitted"
-                elif c not in SYSTEM_CALLS and c not in linked:
-                    why = f"calls external function {c} (not seen by this rewrite)"
-                if why:
-                    adm[name] = False
-                    r["not_admitted_reasons"].append(why)
-                    changed = True
-                    break
+    base_ok = {n: not r["refused"] and not r["not_admitted_reasons"] for n, r in reports.items()}
+    why = admit(base_ok, {n: r["calls"] for n, r in reports.items()},
+                lambda c: None if c in linked else not_seen_by_rewrite(c))
     for name, r in reports.items():
-        r["admitted"] = adm[name]
+        if name in why:
+            r["not_admitted_reasons"].append(why[name])
+        r["admitted"] = base_ok[name] and name not in why
     return module
-
-
-def prototypes_text(names) -> str:
-    return "\n".join(PROTOTYPES[n] for n in sorted(names)) + "\n"
 
 
 def build_extern_ptx(out_dir: str | Path, *, nvcc: Optional[str] = None, arch: str = "compute_90a") -> Path:
     """Compile the extern API (eidola/src/hbf_eidola_helpers.cu: hbf_eidola.cuh with
     HBF_EIDOLA_EXTERN_API, plus __hb_eidola_flush_nonflag) to an -rdc PTX module. The build tree's
-    ``make helpers-ptx`` output (build/runtime_cuda/hbf_eidola_helpers.ptx) is the same module."""
+    ``make helpers-ptx`` output (runtime_cuda/ptx/hbf_eidola_helpers.ptx) is the same module. The sources
+    are package data of eidola and runtime_cuda (found through hbfcommon.resources, not imported)."""
     nvcc = nvcc or shutil.which("nvcc")
     if not nvcc:
         raise ToolchainError("nvcc not found", argv=["nvcc"])
-    root = Path(__file__).resolve().parents[2]
-    src_dir = root / "eidola" / "src"
-    ptx_dir = root / "runtime_cuda" / "src"
+    src_dir = resources.data_path("eidola", "src")
+    ptx_dir = resources.data_path("runtime_cuda", "src")
+    inc_dir = resources.data_path("runtime_cuda", "include")
     srcs = [src_dir / "hbf_eidola_helpers.cu", src_dir / "hbf_eidola.cuh", ptx_dir / "hbf_ptx.cuh"]
     tag = hashlib.sha256(b"".join(p.read_bytes() for p in srcs if p.is_file()) + arch.encode()).hexdigest()[:12]
     out = Path(out_dir) / f"hbf_eidola_extern-{tag}.ptx"
@@ -521,7 +459,7 @@ def build_extern_ptx(out_dir: str | Path, *, nvcc: Optional[str] = None, arch: s
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     argv = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-rdc=true", "-ptx", f"-I{src_dir}", f"-I{ptx_dir}",
-            f"-I{root / 'runtime_cuda' / 'include'}", str(srcs[0]), "-o", str(out)]
+            f"-I{inc_dir}", str(srcs[0]), "-o", str(out)]
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
         raise ToolchainError("nvcc failed building the eidola extern module", argv=argv,
@@ -529,33 +467,15 @@ def build_extern_ptx(out_dir: str | Path, *, nvcc: Optional[str] = None, arch: s
     return out
 
 
-_HEADER_RE = re.compile(r"^\s*\.(version|target|address_size)\b.*$", re.M)
-
-
-def link_extern(module_text: str, extern_text: str, used) -> str:
-    """Insert the prototypes (those not declared yet) before the first function of ``module_text``
-    and append the extern module's items (``.visible`` made ``.weak``); the module's ``.version`` is
-    raised if needed. (The pipeline links with hbfcc.helpers.link_eidola_text instead.)"""
-    body = _HEADER_RE.sub("", extern_text)
-    body = re.sub(r"^\s*//.*$", "", body, flags=re.M)
-    body = re.sub(r"^\.visible\s+", ".weak ", body, flags=re.M)
-    mv = re.search(r"^\s*\.version\s+(\d+)\.(\d+)", module_text, re.M)
-    ev = re.search(r"^\s*\.version\s+(\d+)\.(\d+)", extern_text, re.M)
-    if mv and ev and (int(ev.group(1)), int(ev.group(2))) > (int(mv.group(1)), int(mv.group(2))):
-        module_text = module_text[:mv.start()] + f".version {ev.group(1)}.{ev.group(2)}" + module_text[mv.end():]
-    m = re.search(r"^\s*(\.visible|\.weak|\.extern)?\s*\.(entry|func)\b", module_text, re.M)
-    if m is None:
-        raise RewriteError("module has no function to instrument")
-    declared = {n for n in used if re.search(r"\.func\b[^;{]*\b" + re.escape(n) + r"\s*\([^;{]*;", module_text)}
-    protos = prototypes_text(set(used) - declared) if set(used) - declared else ""
-    return module_text[:m.start()] + protos + module_text[m.start():] + "\n" + body
-
-
 def rewrite_text(ptx: str, extern_ptx: str, meta: Optional[dict] = None, *, mwait: bool = False,
                  count_nonflag: bool = False) -> str:
-    """Parse, run the flags pass alone (no timing pass), print, link the extern module textually."""
+    """The flags pass alone (no timing pass): parse, run it, link the extern module ``extern_ptx``
+    (the same linker as the pipeline's ``link_eidola`` stage), print."""
+    from hbfcc.helpers import eidola_helper_from_text
     from hbfcc.ptx.parser import parse_module
     from hbfcc.ptx.printer import print_module
     meta = {} if meta is None else meta
-    mod = flags_pass(parse_module(ptx), meta, mwait=mwait, count_nonflag=count_nonflag, declare=False)
-    return link_extern(print_module(mod), extern_ptx, meta[PASS_NAME]["extern"])
+    mod = flags_pass(parse_module(ptx), meta, mwait=mwait, count_nonflag=count_nonflag)
+    if not any(isinstance(it, Function) for it in mod.items):
+        raise RewriteError("module has no function to instrument")
+    return print_module(link.link(mod, eidola_helper_from_text(extern_ptx)))

@@ -47,24 +47,20 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
+from hbfcommon import abi
 from hbfcommon.errors import RewriteError
 
-from hbfcc import helpers as H
+from hbfcc import link
+from hbfcc.admission import SYSTEM_CALLS, admit, not_seen_by_rewrite
+from hbfcc.ptx.cfg import build_cfg
 from hbfcc.passes.provenance import address_provenance
 from hbfcc.ptx.model import (Address, ArgList, Block, Comment, Declarator, Directive, Function,
-                             Guard, Immediate, Instruction, Label, LabelRef, Module, Negated, Param, Register, Statement,
+                             Guard, Immediate, Instruction, Label, LabelRef, Module, Negated, Register, Statement,
                              Symbol, VarDecl, Vector, walk)
 
 log = logging.getLogger(__name__)
 
 PASS_NAME = "timing"
-
-# calls to these external functions do not touch memory the program can register
-SYSTEM_CALLS = frozenset({
-    "vprintf", "malloc", "free", "__assertfail", "__assert_fail", "cudaGetParameterBufferV2",
-    "cudaLaunchDeviceV2", "cudaGetParameterBuffer", "cudaLaunchDevice", "cudaDeviceSynchronize",
-    "cudaGetLastError", "cudaPeekAtLastError",
-})
 
 _TYPE_BYTES = {
     "b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
@@ -80,7 +76,6 @@ R_ADDR, R_TMP, R_DRAIN, R_FLAGS, R_PRED, R_NOW = "%__hb_a", "%__hb_t", "%__hb_d"
 R_FUT, R_GRP = "%__hb_f", "%__hb_g"
 R_STATE, R_OFF, R_ZERO = "%__hb_s", "%__hb_off", "%__hb_z"
 R_LO, R_SPAN, R_BAND, R_OUT, R_NONE = "%__hb_lo", "%__hb_span", "%__hb_b", "%__hb_o", "%__hb_n"
-STATE_GLOBAL = "__hb_state"
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,19 +196,19 @@ def classify(inst: Instruction, ctx: _Ctx) -> Optional[Decision]:
             return Decision(cls, "refused", reason=f"no data type in {inst.mnemonic}")
         nbytes = tb * inst.vector_width
         if op == "st":
-            flags = H.F_OP_STORE
+            flags = abi.HBF_OP_STORE
             if "release" in mods:
-                flags |= H.F_RELEASE
+                flags |= abi.HBF_F_RELEASE
             kind = "store"
         else:
-            flags = H.F_OP_LOAD
+            flags = abi.HBF_OP_LOAD
             if nc:
-                flags |= H.F_NC
+                flags |= abi.HBF_F_NC
             kind = "load"
             if "volatile" in mods or "acquire" in mods or "mmio" in mods:
-                flags |= H.F_WAIT_NOW
+                flags |= abi.HBF_F_WAIT_NOW
         if space == "generic" and not sym_global:
-            flags |= H.F_GENERIC
+            flags |= abi.HBF_F_GENERIC
         return Decision(cls, "rewritten", kind=kind, flags=flags, nbytes=nbytes, addr=addr,
                         generic_symbol_global=sym_global)
     if op in ("atom", "red"):
@@ -233,13 +228,13 @@ def classify(inst: Instruction, ctx: _Ctx) -> Optional[Decision]:
         tb = _type_bytes(inst)
         if tb is None:
             return Decision(cls, "refused", reason=f"no data type in {inst.mnemonic}")
-        flags = H.F_OP_ATOMIC
+        flags = abi.HBF_OP_ATOMIC
         if op == "atom":
-            flags |= H.F_WAIT_NOW
+            flags |= abi.HBF_F_WAIT_NOW
         if "release" in mods or "acq_rel" in mods:
-            flags |= H.F_RELEASE
+            flags |= abi.HBF_F_RELEASE
         if space == "generic":
-            flags |= H.F_GENERIC
+            flags |= abi.HBF_F_GENERIC
         return Decision(cls, "rewritten", kind="atomic" if op == "atom" else "red", flags=flags,
                         nbytes=tb * inst.vector_width, addr=addr)
     if op == "cp":
@@ -266,7 +261,7 @@ def classify(inst: Instruction, ctx: _Ctx) -> Optional[Decision]:
             addrs = [o for o in inst.operands if type(o) is Address]
             if len(addrs) != 2 or len(inst.operands) < 3 or type(inst.operands[2]) is not Immediate:
                 return Decision(cls, "refused", reason="cp.async operands not understood")
-            return Decision(cls, "rewritten", kind="cpasync", flags=H.F_OP_CPASYNC,
+            return Decision(cls, "rewritten", kind="cpasync", flags=abi.HBF_OP_CPASYNC,
                             nbytes=int(inst.operands[2].value), addr=addrs[1])
         return Decision(fam, "refused", reason=f"unknown copy instruction {inst.mnemonic}")
     if op == "multimem":
@@ -318,60 +313,6 @@ def _drains(inst: Instruction) -> bool:
     if _family(inst) == "barrier.cluster" and "arrive" in inst.modifiers and "relaxed" not in inst.modifiers:
         return True
     return False
-
-
-# --------------------------------------------------------------------------------------------
-# Instruction-level CFG
-# --------------------------------------------------------------------------------------------
-
-def build_cfg(body: tuple[Statement, ...]) -> tuple[list[tuple[tuple[int, ...], Instruction]], list[list[int]]]:
-    """Instruction nodes (position path, instruction) in source order and their successors.
-    Labels are scoped to their Block; a branch resolves to the innermost enclosing definition."""
-    nodes: list[tuple[tuple[int, ...], Instruction]] = []
-    labels: dict[tuple[tuple[int, ...], str], int] = {}
-    pending: list[tuple[tuple[int, ...], str]] = []
-    all_labels: list[int] = []
-    for path, s in walk(body):
-        t = type(s)
-        if t is Label:
-            pending.append((path[:-1], s.name))
-        elif t is Instruction:
-            idx = len(nodes)
-            nodes.append((path, s))
-            for key in pending:
-                labels[key] = idx
-                all_labels.append(idx)
-            pending = []
-    for key in pending:
-        labels[key] = len(nodes)
-    n = len(nodes)
-
-    def resolve(path: tuple[int, ...], name: str) -> int:
-        scope = path[:-1]
-        while True:
-            j = labels.get((scope, name))
-            if j is not None:
-                return j
-            if not scope:
-                raise RewriteError("branch to an undefined label", label=name)
-            scope = scope[:-1]
-
-    succ: list[list[int]] = []
-    for i, (path, inst) in enumerate(nodes):
-        s: list[int] = []
-        op = inst.opcode
-        if op == "bra":
-            tgt = inst.branch_target
-            if tgt is None:
-                raise RewriteError("bra without a label target", line=inst.line)
-            s.append(resolve(path, tgt))
-        elif op == "brx":
-            s.extend(sorted(set(all_labels)))
-        terminal = op in ("bra", "brx", "ret", "exit", "trap")
-        if (not terminal or inst.guard is not None) and i + 1 < n:
-            s.append(i + 1)
-        succ.append([j for j in dict.fromkeys(s) if j < n])
-    return nodes, succ
 
 
 # --------------------------------------------------------------------------------------------
@@ -518,7 +459,7 @@ class _FunctionRewriter:
 
     def _flags_code(self, inst: Instruction, flags: int, out: list[Statement], extra_inactive=None):
         g = inst.guard
-        act = flags | H.F_ACTIVE
+        act = flags | abi.HBF_F_ACTIVE
         if g is None and extra_inactive is None:
             return _I(act)
         if g is None:
@@ -605,27 +546,27 @@ class _FunctionRewriter:
                 v = int(o.value)
                 nbytes = _I(v)
                 if v == 0:
-                    clear.append(_ins("and", ("b32",), (_R(R_FLAGS), _R(R_FLAGS), _I(~H.F_ACTIVE & 0xFFFFFFFF))))
+                    clear.append(_ins("and", ("b32",), (_R(R_FLAGS), _R(R_FLAGS), _I(~abi.HBF_F_ACTIVE & 0xFFFFFFFF))))
             elif type(o) is Register:
                 rt = self.ctx.reg_type(o.name)
                 if rt == ".pred":          # ignore-src
                     clear.append(_ins("and", ("b32",), (_R(R_FLAGS), _R(R_FLAGS),
-                                                       _I(~H.F_ACTIVE & 0xFFFFFFFF)), Guard(o, False)))
+                                                       _I(~abi.HBF_F_ACTIVE & 0xFFFFFFFF)), Guard(o, False)))
                 else:                      # src-size
                     nbytes = o
                     clear.append(_ins("setp", ("eq", "u32"), (_R(R_PRED), o, _I(0))))
                     clear.append(_ins("and", ("b32",), (_R(R_FLAGS), _R(R_FLAGS),
-                                                       _I(~H.F_ACTIVE & 0xFFFFFFFF)), Guard(_R(R_PRED), False)))
+                                                       _I(~abi.HBF_F_ACTIVE & 0xFFFFFFFF)), Guard(_R(R_PRED), False)))
             elif type(o) is Negated:   # !p as ignore-src
                 clear.append(_ins("and", ("b32",), (_R(R_FLAGS), _R(R_FLAGS),
-                                                   _I(~H.F_ACTIVE & 0xFFFFFFFF)), Guard(o.reg, True)))
+                                                   _I(~abi.HBF_F_ACTIVE & 0xFFFFFFFF)), Guard(o.reg, True)))
         return (nbytes, clear or None)
 
     # ---- the function ---------------------------------------------------------------------
     def run(self) -> Function:
         fn = self.fn
         body = fn.body or ()
-        nodes, succ = build_cfg(body)
+        nodes, succ = build_cfg(fn).instruction_graph()
         decisions: list[Optional[Decision]] = []
         for path, inst in nodes:
             d = classify(inst, self.ctx)
@@ -644,7 +585,7 @@ class _FunctionRewriter:
             if d is None:
                 continue
             self.node_site[i] = self.site_id()
-            if d.kind == "load" and not (d.flags & H.F_WAIT_NOW):
+            if d.kind == "load" and not (d.flags & abi.HBF_F_WAIT_NOW):
                 fut_of[i] = len(fut_of)
                 self.fut_site[fut_of[i]] = self.node_site[i]
 
@@ -877,7 +818,7 @@ class _FunctionRewriter:
             VarDecl((), "reg", (), ".b64", (Declarator(R_GRP, count=self.K + 1),)),
         ]
         init: list[Statement] = [
-            _ins("ld", ("global", "u64"), (_R(R_STATE), Address(Symbol(STATE_GLOBAL)))),
+            _ins("ld", ("global", "u64"), (_R(R_STATE), Address(Symbol(abi.STATE_GLOBAL)))),
             _ins("setp", ("eq", "u64"), (_R(R_OFF), _R(R_STATE), _I(0))),
             # fast-reject band {lo, span} (the first 16 bytes of hbf_device_state): span 0 = native
             _ins("mov", ("b64",), (_R(R_LO), _I(0))),
@@ -953,25 +894,17 @@ def _native_copy(body, names: set[str], top: bool) -> list:
 
 
 def _already_instrumented(module: Module) -> bool:
-    return any(f.name in H.ABI_SIGNATURES for f in module.functions())
+    return any(f.name in abi.HELPERS for f in module.functions())
 
 
 # the module global the rewritten code reads at entry; the linker replaces this declaration with the
 # helper module's (weak) definition
-STATE_DECL = VarDecl((".extern",), "global", (".align 8",), ".u64", (Declarator(STATE_GLOBAL),))
+STATE_DECL = link.extern_global(abi.STATE_GLOBAL, ".u64", 8)
 
 
 def prototypes() -> list[Function]:
-    b64 = lambda n: Param("param", ".b64", n)  # noqa: E731
-    b32 = lambda n: Param("param", ".b32", n)  # noqa: E731
-    w = (".weak",)
-    return [
-        Function(w, "func", "__hb_issue", (b64("fut"),), (b64("addr"), b32("bytes"), b32("flags"), b32("site")), (), None),
-        Function(w, "func", "__hb_wait", (), (b64("fut"), b32("site")), (), None),
-        Function(w, "func", "__hb_future_join", (b64("fut"),), (b64("a"), b64("b")), (), None),
-        Function(w, "func", "__hb_kernel_enter", (), (b32("kernel_index"),), (), None),
-        Function(w, "func", "__hb_kernel_exit", (), (b32("kernel_index"),), (), None),
-    ]
+    """The helper prototypes (hbf_abi.h) the rewritten functions call."""
+    return link.declarations(abi.HELPERS.values())
 
 
 def timing_pass(module: Module, meta: dict) -> Module:
@@ -996,41 +929,20 @@ def timing_pass(module: Module, meta: dict) -> Module:
         else:
             new_items.append(it)
     # admission through calls: a function is admitted only if everything it calls is
-    defined = set(reports)
     for r in reports.values():
-        r.external_calls = [c for c in r.calls if c not in defined and c not in SYSTEM_CALLS]
-    changed = True
-    while changed:
-        changed = False
-        for r in reports.values():
-            if not r.admitted:
-                continue
-            for c in r.calls:
-                why = None
-                if c == "<indirect>":
-                    why = "indirect call (callee not seen)"
-                elif c in defined:
-                    if not reports[c].admitted:
-                        why = f"calls {c}, which is not admitted"
-                elif c not in SYSTEM_CALLS:
-                    why = f"calls external function {c} (not seen by this rewrite)"
-                if why:
-                    r.admitted = False
-                    r.not_admitted_reasons.append(why)
-                    changed = True
-                    break
-    # address provenance through calls: a function whose callee may take addresses from memory (or is
-    # not seen, or is called indirectly) may too
-    changed = True
-    while changed:
-        changed = False
-        for r in reports.values():
-            if r.address_source == "memory":
-                continue
-            if any(c == "<indirect>" or (c in defined and reports[c].address_source == "memory") or
-                   (c not in defined and c not in SYSTEM_CALLS) for c in r.calls):
-                r.address_source = "memory"
-                changed = True
+        r.external_calls = [c for c in r.calls if c not in reports and c not in SYSTEM_CALLS]
+    why = admit({n: r.admitted for n, r in reports.items()}, {n: r.calls for n, r in reports.items()},
+                not_seen_by_rewrite)
+    for n, reason in why.items():
+        reports[n].admitted = False
+        reports[n].not_admitted_reasons.append(reason)
+    # address provenance through calls (the same fixpoint): a function takes its addresses from its
+    # parameters only when its own accesses do and every function it calls does too (an indirect or an
+    # unseen callee may take them from anywhere)
+    mem = admit({n: r.address_source == "params" for n, r in reports.items()},
+                {n: r.calls for n, r in reports.items()}, lambda c: f"calls {c}, not seen by this rewrite")
+    for n in mem:
+        reports[n].address_source = "memory"
     # prototypes before the first function
     first = next((i for i, it in enumerate(new_items) if type(it) is Function), len(new_items))
     protos = [Comment("// hbfcc: helper prototypes (runtime_cuda/include/hbf_abi.h)"), STATE_DECL] + prototypes()

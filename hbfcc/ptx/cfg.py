@@ -116,6 +116,25 @@ class CFG:
         """Every non-Block statement with its path, in linear source order."""
         return self._linear
 
+    def instruction_graph(self) -> tuple[list[tuple[Path, Instruction]], list[list[int]]]:
+        """The same graph at instruction level (what an instruction-precise dataflow walks):
+        every instruction with its path, in linear source order, and each one's successors as
+        indices into that list. Inside a block an instruction flows to the next; the last one of
+        a block to the first instruction of each successor block (the empty end block has none)."""
+        nodes: list[tuple[Path, Instruction]] = []
+        first: list[int] = []
+        for b in self.blocks:
+            first.append(len(nodes))
+            nodes.extend(b.instrs)
+        succ: list[list[int]] = []
+        for b in self.blocks:
+            if not b.instrs:
+                continue
+            start = len(succ)
+            succ.extend([start + k + 1] for k in range(len(b.instrs) - 1))
+            succ.append([first[s] for s in b.succs if self.blocks[s].instrs])
+        return nodes, succ
+
 
 def _linearize(body: tuple, path: Path, out: list) -> None:
     for i, s in enumerate(body):

@@ -529,11 +529,16 @@ def _parse_param(toks: list[str], err) -> Param:
     if i >= len(toks) or not _IDENT.match(toks[i]):
         raise err("expected a parameter name")
     name = toks[i]
-    i += 1
-    dims = []
-    while i < len(toks):
-        if toks[i] != "[":
-            raise err(f"unexpected {toks[i]!r} in parameter")
+    dims, i = _array_dims(toks, i + 1, err)
+    if i < len(toks):
+        raise err(f"unexpected {toks[i]!r} in parameter")
+    return Param(space, typ, name, align, tuple(dims), ptr_space, ptr_align)
+
+
+def _array_dims(toks: list[str], i: int, err) -> tuple[list, int]:
+    """``[N]`` / ``[]`` dimensions from ``toks[i]`` on: (dims, index after them)."""
+    dims: list = []
+    while i < len(toks) and toks[i] == "[":
         if i + 1 < len(toks) and toks[i + 1] == "]":
             dims.append(None)
             i += 2
@@ -542,7 +547,7 @@ def _parse_param(toks: list[str], err) -> Param:
             raise err("bad array dimension")
         dims.append(_ival(toks[i + 1]))
         i += 3
-    return Param(space, typ, name, align, tuple(dims), ptr_space, ptr_align)
+    return dims, i
 
 
 def _parse_decl(toks: list[str], err, line: int) -> VarDecl:
@@ -592,22 +597,13 @@ def _parse_decl(toks: list[str], err, line: int) -> VarDecl:
         name = toks[i]
         i += 1
         count = None
-        dims = []
         init = None
         if i < len(toks) and toks[i] == "<":
             if i + 2 >= len(toks) or not _INT.match(toks[i + 1]) or toks[i + 2] != ">":
                 raise err("bad register range <N>")
             count = _ival(toks[i + 1])
             i += 3
-        while i < len(toks) and toks[i] == "[":
-            if i + 1 < len(toks) and toks[i + 1] == "]":
-                dims.append(None)
-                i += 2
-                continue
-            if i + 2 >= len(toks) or not _INT.match(toks[i + 1]) or toks[i + 2] != "]":
-                raise err("bad array dimension")
-            dims.append(_ival(toks[i + 1]))
-            i += 3
+        dims, i = _array_dims(toks, i, err)
         if i < len(toks) and toks[i] == "=":
             j = i + 1
             depth = 0

@@ -14,7 +14,12 @@ from .model import (
 )
 
 __all__ = ["print_module", "print_function", "print_body", "format_instruction", "format_operand",
-           "format_param", "format_decl", "format_directive"]
+           "format_param", "format_decl", "format_directive", "remember"]
+
+# Top-level items printed into many modules (the prepared helper modules, hbfcc.link): id -> (item, text).
+# Nodes are immutable, so a remembered text cannot go stale; the entry keeps its item alive.
+_remembered: dict[int, tuple[object, str]] = {}
+_REMEMBER_MAX = 4096
 
 
 def format_operand(op) -> str:
@@ -185,6 +190,16 @@ def print_function(f: Function) -> str:
     return "\n".join(out) + "\n"
 
 
+def remember(items: Iterable) -> None:
+    """Print these top-level functions once; :func:`print_module` reuses the text whenever the same
+    objects are printed again (a linked helper is printed into every rewritten module)."""
+    if len(_remembered) > _REMEMBER_MAX:
+        _remembered.clear()
+    for it in items:
+        if type(it) is Function:
+            _remembered[id(it)] = (it, print_function(it))
+
+
 def print_module(m: Module) -> str:
     out: list[str] = [c.text for c in m.header_comments]
     if out:
@@ -196,7 +211,8 @@ def print_module(m: Module) -> str:
     for it in m.items:
         t = type(it)
         if t is Function:
-            out.append(print_function(it))
+            hit = _remembered.get(id(it))
+            out.append(hit[1] if hit is not None and hit[0] is it else print_function(it))
         elif t is VarDecl:
             out.append(format_decl(it))
         elif t is Comment:

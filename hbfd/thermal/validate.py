@@ -139,8 +139,10 @@ def format_table(res: dict[str, Any]) -> str:
     o = max(by, key=by.get)
     lines.append(f"worst aligned error {res['worst_error_k']:.5f} K ({worst['trace']}, output {o}); "
                  f"DC gain vs FOM R: {res['dc_gain_max_diff_k_per_w']:.2e} K/W")
-    if "python_control" in res:
-        pc = res["python_control"]
+    pc = res.get("python_control")
+    if pc is not None and "skipped" in pc:
+        lines.append(f"python-control comparison skipped: {pc['skipped']}")
+    elif pc is not None:
         lines.append(f"python-control eigensys_realization, same data, r={pc['order']}: max Markov diff "
                      f"{pc['max_markov_diff_k_per_w']:.1e} K/W, DC diff {pc['max_dc_gain_diff_k_per_w']:.1e} K/W, "
                      f"{pc['seconds_python_control']:.2f} s vs ours {pc['seconds_ours']:.2f} s")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from hbfcommon import resources
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -48,7 +50,7 @@ def fixture_helper_ptx() -> str:
 
 
 def real_helper_ptx() -> str | None:
-    p = REPO / "build" / "runtime_cuda" / "hbf_helpers.ptx"
+    p = resources.helper_ptx_path("direct")      # runtime_cuda/ptx (make helpers-ptx)
     if not p.is_file() and shutil.which("nvcc") and (REPO / "runtime_cuda" / "src" / "hbf_helpers.cu").is_file():
         subprocess.run(["make", "-C", str(REPO), "helpers-ptx"], capture_output=True)
     return str(p) if p.is_file() else None
@@ -101,21 +103,11 @@ def env_with(**kw) -> dict:
 # ---- fatbin (notes §6): PTX entries embedded in a host object ----------------------------------
 
 def _elf_sections(data: bytes) -> dict[str, bytes]:
-    assert data[:4] == b"\x7fELF" and data[4] == 2, "not a 64-bit ELF"
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    hdrs = []
-    for i in range(shnum):
-        off = shoff + i * shentsize
-        name, typ, flags, addr, offset, size = struct.unpack_from("<IIQQQQ", data, off)
-        hdrs.append((name, typ, offset, size))
-    strtab = hdrs[shstrndx]
-    names = data[strtab[2]:strtab[2] + strtab[3]]
-    out = {}
-    for name, typ, offset, size in hdrs:
-        n = names[name:names.index(b"\0", name)].decode()
-        out[n] = data[offset:offset + size] if typ != 8 else b""
-    return out
+    """Section name -> contents of an ELF (pyelftools; NOBITS sections are empty)."""
+    import io
+    from elftools.elf.elffile import ELFFile
+    elf = ELFFile(io.BytesIO(data))
+    return {s.name: (b"" if s["sh_type"] == "SHT_NOBITS" else s.data()) for s in elf.iter_sections()}
 
 
 def fatbin_entries(obj: bytes) -> list[dict]:

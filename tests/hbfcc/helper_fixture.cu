@@ -1,6 +1,6 @@
 // Test fixture (NOT the product): a minimal implementation of the helper ABI of
 // runtime_cuda/include/hbf_abi.h, used by the hbfcc linking tests alongside the real helper PTX
-// (build/runtime_cuda/hbf_helpers.ptx). It deliberately has a module-local symbol that collides
+// (runtime_cuda/ptx/hbf_helpers.ptx). It deliberately has a module-local symbol that collides
 // with nvcc's own naming ($str from printf) and an internal function, to exercise the linker's
 // renaming and .extern handling.
 #include <cstdio>

@@ -180,7 +180,11 @@ def test_rewrite_cli_standalone(tmp_path):
     out = (tmp_path / "out.ptx").read_text()
     U.assemble(out)
     stages = sorted(x.name for x in next((tmp_path / "dump").iterdir()).iterdir())
-    assert stages == ["00-input.ptx", "01-timing.json", "01-timing.ptx", "02-linked.ptx"]
+    assert stages == ["00-input.ptx", "01-parse.ptx", "02-timing.json", "02-timing.ptx", "03-link.json",
+                      "03-link.ptx", "04-print.ptx", "05-artifact.json"]
+    dump = next((tmp_path / "dump").iterdir())
+    assert (dump / "04-print.ptx").read_text() == out
+    assert json.loads((dump / "05-artifact.json").read_text()) == json.loads((tmp_path / "out.ptx.hbfcc.json").read_text())
     doc = json.loads((tmp_path / "out.ptx.hbfcc.json").read_text())
     artifact.validate(doc)
     assert p.read_text() == SIMPLE   # input untouched

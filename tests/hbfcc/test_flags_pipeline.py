@@ -14,10 +14,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hbfcc_testutil as U  # noqa: E402
 
+from hbfcommon import abi  # noqa: E402
 from hbfcommon.errors import ConfigError  # noqa: E402
 from hbfcc import artifact, knobs  # noqa: E402
 from hbfcc import helpers as H  # noqa: E402
-from hbfcc.passes.flags import SIGNATURES, _spin_loops, flags_pass  # noqa: E402
+from hbfcc.link import link  # noqa: E402
+from hbfcc.passes.flags import _spin_loops, flags_pass  # noqa: E402
 from hbfcc.ptx import parse_module, print_module  # noqa: E402
 from hbfcc.ptx.model import Block, Function, Instruction  # noqa: E402
 from hbfcc.rewrite import rewrite_text  # noqa: E402
@@ -120,18 +122,19 @@ def test_flags_pipeline_admitted_linked_assembles(env, spin_ptx, passes):
     assert all(f["admitted"] for f in funcs.values()), {n: f["not_admitted_reasons"] for n, f in funcs.items()}
     assert all(not f["external_calls"] for f in funcs.values())
     # linked: every eidola function called is defined once, the state global once, all weak
-    items = H.split_top_level(r.text)
+    m = parse_module(r.text)
     for name in fl["extern"]:
-        defs = [it for it in items if it.kind == "func" and it.name == name]
-        assert len(defs) == 1 and defs[0].linkage == ".weak", name
-    assert r.text.count(".weak .global .align 8 .u64 __hb_eidola_state;") == 1
+        defs = [f for f in m.functions() if f.name == name and f.body is not None]
+        assert len(defs) == 1 and defs[0].linkage == (".weak",), name
+    state = [g for g in m.globals() if any(d.name == "__hb_eidola_state" for d in g.decls)]
+    assert [(g.linkage, g.attrs, g.type) for g in state] == [((".weak",), (".align 8",), ".u64")]
     assert "sha256 " + hashlib.sha256(Path(env["eidola"]).read_bytes()).hexdigest() in r.text
     U.assemble(r.text)
     doc = artifact.build(path="k.ptx", result=r, ptxas=None, before=None, after=None)
     artifact.validate(doc)
     assert doc["admitted"] is True and doc["passes"] == list(passes)
     assert doc["eidola_helper"]["sha256"] == hashlib.sha256(Path(env["eidola"]).read_bytes()).hexdigest()
-    assert set(doc["eidola_helper"]["functions"]) >= set(SIGNATURES)
+    assert set(doc["eidola_helper"]["functions"]) >= set(abi.EIDOLA_HELPERS)
     assert doc["flags"]["rewritten_loads"] == fl["rewritten_loads"]
 
 
@@ -177,8 +180,9 @@ def test_wrong_helper_signature_is_refused(monkeypatch, env, spin_ptx, tmp_path)
 
 def test_link_skips_functions_the_module_already_defines(env, spin_ptx):
     r = rewrite_text(spin_ptx, passes=("timing", "flags"))
-    again = H.link_eidola_text(r.text, H.load_eidola_helper(), module_names=[])
-    n = lambda t: sum(1 for it in H.split_top_level(t) if it.kind == "func" and it.name == "__hb_eidola_ld_flag32_acct")  # noqa: E731
+    again = print_module(link(parse_module(r.text), H.load_eidola_helper()))
+    n = lambda t: sum(1 for f in parse_module(t).functions()  # noqa: E731
+                      if f.body is not None and f.name == "__hb_eidola_ld_flag32_acct")
     assert n(again) == n(r.text) == 1
     U.assemble(again)
 

@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hbfcc_testutil as U  # noqa: E402
 
 from hbfcc import artifact, occupancy as O  # noqa: E402
+from hbfcc.ptx import parse_module, print_module  # noqa: E402
 
 FIX = U.REPO / "tests" / "fixtures" / "triton"
 
@@ -58,13 +59,19 @@ def test_entry_threads_and_apply():
     ret;
 }
 """
-    assert O.entry_threads(ptx) == {"a": 256, "b": 256, "c": None}
-    out = O.apply(ptx, {"a": 64, "b": 128})
+    m = parse_module(ptx)
+    assert O.entry_threads(m) == {"a": 256, "b": 256, "c": None}
+    out = print_module(O.apply(m, {"a": 64, "b": 128}))
     assert ".reqntid 128, 2, 1\n.maxnreg 64\n" in out
     assert ".maxnreg 128" in out and ".maxnreg 200" not in out
     assert out.count(".maxnreg") == 2
-    assert O.apply(ptx, {"b": 255}).count(".maxnreg 200") == 1    # never raised
-    d = O.plan(ptx, {"a": 30, "b": 100, "c": 10}, {"a": 90, "b": 110, "c": 80})
+    assert print_module(O.apply(m, {"b": 255})).count(".maxnreg 200") == 1    # never raised
+    assert O.apply(m, {}) is m
+    # the stage applies what the plan decided, and only that
+    meta = {O.PASS_NAME: {"a": {"applied": True, "bound": 64}, "b": {"applied": False, "bound": 128}}}
+    assert print_module(O.guard_stage(m, meta)).count(".maxnreg") == 2          # a's new one, b's own
+    assert parse_module(print_module(O.guard_stage(m, meta))).function("a").directives[-1].args == ("64",)
+    d = O.plan(m, {"a": 30, "b": 100, "c": 10}, {"a": 90, "b": 110, "c": 80})
     assert d["a"]["applied"] and d["a"]["bound"] == 32
     assert not d["b"]["applied"] and d["b"]["bound"] >= 110
     assert not d["c"]["applied"] and "not declared" in d["c"]["reason"]

@@ -207,3 +207,57 @@ def test_whole_corpus_builds(cuda_ptx):
             total = sum(len(b.instrs) for b in c.blocks)
             assert total == sum(1 for _ in f.instructions())
     assert n >= 70
+
+
+def test_instruction_graph_of_a_diamond_and_an_end_label():
+    c = cfg_of("""
+\t.reg .pred %p<2>; .reg .b32 %r<5>; .reg .b64 %rd<2>;
+\tld.param.u64 %rd1, [p];
+\tsetp.ne.s32 %p1, %rd1, 0;
+\t@%p1 bra THEN;
+\tmov.u32 %r2, 2;
+\tbra.uni JOIN;
+THEN:
+\tmov.u32 %r2, 1;
+JOIN:
+\tadd.s32 %r3, %r2, 1;
+\t@%p1 bra END;
+\tret;
+END:
+""")
+    nodes, succ = c.instruction_graph()
+    assert [i.opcode for _, i in nodes] == ["ld", "setp", "bra", "mov", "bra", "mov", "add", "bra", "ret"]
+    assert succ == [[1], [2], [5, 3], [4], [6], [6], [7], [8], []]   # the branch to END (no instruction) exits
+    assert [p for p, _ in nodes] == [p for p, s in c.linear() if isinstance(s, Instruction)]
+
+
+def test_instruction_graph_follows_the_blocks_on_the_corpus(cuda_ptx):
+    """Every instruction flows to the next unless it ends its block; a block's last instruction to
+    the first instruction of each successor block; bra targets sit right after their label."""
+    files = list(ptx_corpus.triton_corpus().values()) + list(cuda_ptx.values())
+    for p in files:
+        m = parse_module(p.read_text(), p.name)
+        for f in m.functions():
+            if f.body is None:
+                continue
+            c = build_cfg(f)
+            nodes, succ = c.instruction_graph()
+            assert [i for _, i in nodes] == list(f.instructions()), p.name
+            lin = c.linear()
+            pos = {path: k for k, (path, _) in enumerate(lin)}
+            for k, (path, ins) in enumerate(nodes):
+                if not ins.is_terminator:
+                    assert succ[k] == ([k + 1] if k + 1 < len(nodes) else []) or \
+                        c.block_of(path) != c.block_of(nodes[k + 1][0]), (p.name, f.name, k)
+                if ins.opcode in ("ret", "exit", "trap") and ins.guard is None:
+                    assert succ[k] == [], (p.name, f.name, k)
+                if ins.opcode == "bra":
+                    for j in succ[k]:
+                        if j == k + 1 and ins.guard is not None:
+                            continue
+                        labels, q = [], pos[nodes[j][0]] - 1     # the labels right before the target
+                        while q >= 0 and not isinstance(lin[q][1], Instruction):
+                            if isinstance(lin[q][1], Label):
+                                labels.append(lin[q][1].name)
+                            q -= 1
+                        assert ins.branch_target in labels, (p.name, f.name, k)

@@ -87,3 +87,28 @@ def test_artifact_validates_against_schema():
     f = d["functions"][0]
     assert f["refused"][0]["class"] == "cp.async.bulk.tensor" and f["refused"][0]["reason"]
     assert d["schema"] == "hbfcc.admission" and d["schema_version"] == artifact.SCHEMA_VERSION
+
+
+def test_the_one_fixpoint():
+    """hbfcc.admission.admit: greatest fixpoint (a recursive pair stays admitted), the first failing
+    callee in call order names the reason, system calls pass, the caller's rule judges the rest."""
+    from hbfcc.admission import INDIRECT, admit, not_seen_by_rewrite
+    base = {"k": True, "a": True, "b": True, "bad": False, "c": True, "d": True}
+    calls = {"k": ["vprintf", "a"], "a": ["b"], "b": ["a"], "c": ["a", "bad", "zz"], "d": [INDIRECT]}
+    assert admit(base, calls) == {"c": "calls bad, which is not admitted", "d": "indirect call (callee not seen)"}
+    calls["a"] = ["zz", "b"]
+    why = admit(base, calls)
+    assert why["a"] == not_seen_by_rewrite("zz") and why["b"] == why["k"] == "calls a, which is not admitted"
+    assert admit(base, calls, lambda c: None) == {"c": "calls bad, which is not admitted",
+                                                  "d": "indirect call (callee not seen)"}
+
+
+def test_link_reason_is_the_first_failing_callee_in_call_order():
+    """resolve_link keeps the callees in call order (it used a set: the reason depended on hashing)."""
+    k = module(CALLER.replace("call (pr), ext_a, (pa);", "call (pr), ext_a, (pa);\n    call (pr), ext_z, (pa);")
+               .replace(".extern .func (.param .b32 rv) ext_a(.param .b64 p);",
+                        ".extern .func (.param .b32 rv) ext_a(.param .b64 p);\n"
+                        ".extern .func (.param .b32 rv) ext_z(.param .b64 p);"))
+    assert k["kernels"][0]["calls"] == ["ext_a", "ext_z"]
+    link = artifact.resolve_link([k], output="a.out", argv=[])
+    assert link["kernels"] == [{"name": "k", "admitted": False, "reason": "calls ext_a, defined in no module of this link"}]

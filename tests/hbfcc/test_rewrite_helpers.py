@@ -1,4 +1,4 @@
-"""Helper ABI constants and textual helper linking."""
+"""Helper ABI facts (hbfcommon.abi against hbf_abi.h) and helper linking (hbfcc.link)."""
 from __future__ import annotations
 
 import re
@@ -10,11 +10,37 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hbfcc_testutil as U  # noqa: E402
 
+from hbfcommon import abi  # noqa: E402
 from hbfcommon.errors import ConfigError, RewriteError  # noqa: E402
 from hbfcc import helpers as H  # noqa: E402
+from hbfcc import link as L  # noqa: E402
 from hbfcc.passes.timing import prototypes  # noqa: E402
+from hbfcc.ptx import parse_module  # noqa: E402
+from hbfcc.ptx.model import Function, VarDecl  # noqa: E402
 from hbfcc.ptx.printer import print_function  # noqa: E402
 from hbfcc.rewrite import rewrite_text  # noqa: E402
+
+ABI_H = U.REPO / "runtime_cuda" / "include" / "hbf_abi.h"
+CTL_H = ABI_H.with_name("hbf_ctl.h")
+
+
+def _defines(path: Path) -> dict[str, int]:
+    """``#define NAME value`` integer constants of a C header."""
+    out: dict[str, int] = {}
+    for m in re.finditer(r"^#define\s+(HBF_\w+)\s+\(?\s*(0x[0-9a-fA-F]+|\d+)u?(?:ll|ull)?\s*(?:<<\s*(\d+))?\)?"
+                         r"\s*(?:/[*/]|$)", path.read_text(), re.M):
+        out[m.group(1)] = int(m.group(2), 0) << int(m.group(3) or 0)
+    return out
+
+
+def _header_prototypes() -> dict[str, tuple[list[tuple[int, str]], list[tuple[int, str]]]]:
+    """The prototypes hbf_abi.h documents: name -> ([(width, name)] returns, [(width, name)] params)."""
+    text = re.sub(r"\n\s*\*\s*", " ", ABI_H.read_text())
+    out = {}
+    for m in re.finditer(r"\.weak \.func\s*(?:\((.*?)\))?\s*(__hb_\w+)\((.*?)\);", text):
+        ps = lambda t: [(int(w), n) for w, n in re.findall(r"\.param \.b(\d+) (\w+)", t or "")]  # noqa: E731
+        out[m.group(2)] = (ps(m.group(1)), ps(m.group(3)))
+    return out
 
 KERNEL = """.version 9.0
 .target sm_90a
@@ -33,29 +59,32 @@ KERNEL = """.version 9.0
 """
 
 
-def test_flag_bits_match_hbf_abi_h():
-    d = H.abi_defines()
-    assert d["HBF_F_ACTIVE"] == H.F_ACTIVE and d["HBF_F_GENERIC"] == H.F_GENERIC
-    assert d["HBF_F_WAIT_NOW"] == H.F_WAIT_NOW and d["HBF_F_NC"] == H.F_NC
-    assert d["HBF_F_RELEASE"] == H.F_RELEASE and d["HBF_F_OP_MASK"] == 3
-    ctl = (H.abi_header_path().parent / "hbf_ctl.h").read_text()
-    for name, v in (("LOAD", H.F_OP_LOAD), ("STORE", H.F_OP_STORE), ("ATOMIC", H.F_OP_ATOMIC),
-                    ("CPASYNC", H.F_OP_CPASYNC)):
-        assert re.search(rf"#define HBF_OP_{name} {v}u\b", ctl), name
-    assert H.abi_version() == d["HBF_HELPER_ABI_VERSION"]
+def test_abi_facts_match_hbf_abi_h():
+    d = _defines(ABI_H)
+    assert d["HBF_HELPER_ABI_VERSION"] == abi.HBF_HELPER_ABI_VERSION
+    for name in ("HBF_F_OP_MASK", "HBF_F_ACTIVE", "HBF_F_GENERIC", "HBF_F_WAIT_NOW", "HBF_F_NC", "HBF_F_RELEASE",
+                 "HBF_FUTURE_TICKET_BIT"):
+        assert d[name] == getattr(abi, name), name
+    c = _defines(CTL_H)
+    for name in ("HBF_OP_LOAD", "HBF_OP_STORE", "HBF_OP_ATOMIC", "HBF_OP_CPASYNC"):
+        assert c[name] == getattr(abi, name) and c[name] & ~abi.HBF_F_OP_MASK == 0, name
+    header = ABI_H.read_text()
+    for g in (abi.STATE_GLOBAL, abi.KSLOT_BASE_GLOBAL):
+        assert re.search(rf"\.visible \.global \.align \d+ \.u\d+ {g};", header), g
 
 
 def test_prototypes_follow_the_abi_header():
-    header = H.abi_header_path().read_text()
+    documented = _header_prototypes()
+    assert list(documented) == list(abi.HELPERS)
     for f in prototypes():
-        rets, params = H.ABI_SIGNATURES[f.name]
-        assert tuple(int(p.type[2:]) for p in f.returns) == rets
-        assert tuple(int(p.type[2:]) for p in f.params) == params
+        sig = abi.HELPERS[f.name]
+        assert (list(sig.returns), list(sig.params)) == documented[f.name]
+        assert tuple(int(p.type[2:]) for p in f.returns) == sig.widths[0]
+        assert tuple(int(p.type[2:]) for p in f.params) == sig.widths[1]
+        assert tuple(p.name for p in f.params) == tuple(n for _, n in sig.params)
         assert f.linkage == (".weak",) and f.body is None
-        assert f.name in header
-        # the printed prototype declares the same widths as the documented one in helpers.PROTOTYPES
-        widths = lambda txt: re.findall(r"\.b(\d+)", txt)  # noqa: E731
-        assert widths(print_function(f)) == widths(H.PROTOTYPES[f.name])
+        assert L.signature_widths(parse_module(".version 8.0\n.target sm_90a\n.address_size 64\n"
+                                               + print_function(f)).function(f.name)) == sig.widths
 
 
 @pytest.mark.parametrize("which", ["fixture", "real"])
@@ -69,9 +98,12 @@ def test_link_renames_private_symbols_and_assembles(which):
     # the module's own $str is untouched; the helper's $str (fixture: printf) became private
     assert len(re.findall(r"\$str\[3\]\s*=\s*\{\s*104,\s*105,\s*0\s*\}", t)) == 1
     assert not re.search(r"\.visible\s+\.(func|global)\s+(\(.*\)\s*)?__hb_", t)
-    for name in H.ABI_SIGNATURES:
-        assert re.search(rf"\.weak \.func\s*(\([^)]*\)\s*)?{name}\s*\(", t), name
-    assert re.search(r"\.weak \.global \.align 8 \.u64 __hb_state;", t)
+    m = parse_module(t)
+    for name in abi.HELPERS:
+        defs = [f for f in m.functions() if f.name == name and f.body is not None]
+        assert len(defs) == 1 and defs[0].linkage == (".weak",), name
+    state = [g for g in m.globals() if any(d.name == abi.STATE_GLOBAL for d in g.decls)]
+    assert [(g.linkage, g.attrs, g.type) for g in state] == [((".weak",), (".align 8",), ".u64")]
     # the module declares vprintf already: the helper's declaration is not repeated
     assert len(re.findall(r"\.extern\s+\.func\s*\(\s*\.param\s+\.b32\s+func_retval0\s*\)\s*vprintf", t)) == 1
     if which == "fixture":
@@ -109,11 +141,26 @@ def test_missing_helper_file_is_a_config_error(tmp_path):
         H.load_helper(str(tmp_path / "none.ptx"))
 
 
-def test_split_top_level_items():
-    items = H.split_top_level(Path(U.fixture_helper_ptx()).read_text())
-    kinds = {(i.kind, i.name) for i in items}
-    assert ("func", "__hb_issue") in kinds and ("var", "__hb_state") in kinds
-    assert ("funcdecl", "vprintf") in kinds and ("var", "$str") in kinds
+def test_prepared_helper_items():
+    h = H.load_helper(U.fixture_helper_ptx())
+    assert {f.name for f in h.functions} >= set(abi.HELPERS)
+    assert {d.name for g in h.globals for d in g.decls} >= {abi.STATE_GLOBAL, "__hb_l_str"}
+    assert [e.name for e in h.externs if type(e) is Function] == ["vprintf"]
+    assert all(type(g) is VarDecl and ".visible" not in g.linkage for g in h.globals)
+    assert h.defined == {f.name for f in h.functions} | {d.name for g in h.globals for d in g.decls}
+    assert all(n.startswith(abi.HELPER_PREFIX) for n in h.defined)     # the rest was renamed __hb_l_*
+
+
+def test_link_refuses_a_module_with_some_helpers_and_keeps_a_linked_one():
+    h = H.load_helper(U.fixture_helper_ptx())
+    linked = parse_module(rewrite_text(KERNEL, helper=h).text)
+    assert L.link(linked, h) is linked                      # everything there: linked before
+    part = linked.__class__(linked.version, linked.target, linked.address_size,
+                            tuple(it for it in linked.items if not (type(it) is Function and it.name == "__hb_wait"
+                                                                    and it.body is not None)))
+    with pytest.raises(RewriteError) as e:
+        L.link(part, h)
+    assert "__hb_issue" in e.value.fields["names"]
 
 
 def test_helper_debug_lines_dropped(tmp_path):

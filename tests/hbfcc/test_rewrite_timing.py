@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hbfcc_testutil as U  # noqa: E402
 
+from hbfcommon import abi  # noqa: E402
 from hbfcc import helpers as H  # noqa: E402
 from hbfcc.passes.timing import timing_pass  # noqa: E402
 from hbfcc.ptx import parse_module  # noqa: E402
@@ -24,8 +25,8 @@ HDR = """.version 9.0
 .address_size 64
 """
 
-LD = H.F_OP_LOAD | H.F_ACTIVE            # 4
-ST = H.F_OP_STORE | H.F_ACTIVE           # 5
+LD = abi.HBF_OP_LOAD | abi.HBF_F_ACTIVE      # 4
+ST = abi.HBF_OP_STORE | abi.HBF_F_ACTIVE     # 5
 
 
 def kernel(body: str, regs: str = "", params: str = ".param .u64 k_p, .param .u32 k_n", extra_top: str = "") -> str:
@@ -258,13 +259,13 @@ def test_volatile_acquire_and_atomics_wait_at_once():
     add.s32 %r5, %r5, %r4;
     ret;""")
     t = trace_of(src)
-    wn = H.F_WAIT_NOW
+    wn = abi.HBF_F_WAIT_NOW
     i = t.index("ld.volatile.global.u32 %r2, [%rd1];")
     assert t[i - 2:i] == [f"issue bytes=4 flags={LD | wn} site=0", "wait %__hb_w"]
     i = t.index("ld.acquire.gpu.global.u32 %r3, [%rd1+4];")
     assert t[i - 2:i] == [f"issue bytes=4 flags={LD | wn} site=1", "wait %__hb_w"]
     i = t.index("atom.global.add.u32 %r4, [%rd1+8], 1;")
-    assert t[i - 3:i] == ["wait %__hb_d", f"issue bytes=4 flags={H.F_OP_ATOMIC | H.F_ACTIVE | wn} site=2",
+    assert t[i - 3:i] == ["wait %__hb_d", f"issue bytes=4 flags={abi.HBF_OP_ATOMIC | abi.HBF_F_ACTIVE | wn} site=2",
                           "wait %__hb_w"]
     # nothing pending afterwards
     assert not any(x.startswith("wait %__hb_f") for x in t)
@@ -289,7 +290,7 @@ def test_stores_posted_and_drained_at_fences_release_and_exit():
         assert t[t.index(anchor) - 1 if not anchor.startswith("red") else t.index(anchor) - 3] == "wait %__hb_d", anchor
     i = t.index("st.release.gpu.global.u32 [%rd1+12], %r1;")
     assert t[i - 3] == "wait %__hb_d"
-    assert t[i - 2] == f"issue bytes=4 flags={ST | H.F_RELEASE} site=3"
+    assert t[i - 2] == f"issue bytes=4 flags={ST | abi.HBF_F_RELEASE} site=3"
     assert t[-3:] == EXIT
     assemble_linked(src)
 
@@ -323,9 +324,9 @@ def test_generic_shared_local_param_classes():
     assert cls["ld.global"]["rewritten"] == 1 and cls["st.generic"]["rewritten"] == 1
     assert fn["admitted"] is True
     t = U.trace(m, "k", keep_hb_movs=True)
-    assert f"issue bytes=4 flags={LD | H.F_GENERIC} site=0" in t
+    assert f"issue bytes=4 flags={LD | abi.HBF_F_GENERIC} site=0" in t
     assert "hb: cvta.global.u64 %__hb_a, gvar;" in t and "hb: add.s64 %__hb_a, %__hb_a, 8;" in t
-    assert f"issue bytes=4 flags={ST | H.F_GENERIC} site=2" in t
+    assert f"issue bytes=4 flags={ST | abi.HBF_F_GENERIC} site=2" in t
     assemble_linked(src)
 
 
@@ -536,7 +537,11 @@ def test_detached_and_zero_future_fast_paths():
     # the extern declaration the pass emits is replaced by the helper's weak definition at link time
     res = rewrite_text(src, helper=H.load_helper(U.fixture_helper_ptx()))
     assert ".extern .global .align 8 .u64" not in res.text
-    assert res.text.index(".weak .global .align 8 .u64 __hb_state;") < res.text.index(".visible .entry k")
+    items = parse_module(res.text).items
+    at = next(i for i, it in enumerate(items) if type(it).__name__ == "VarDecl"
+              and [d.name for d in it.decls] == ["__hb_state"])
+    assert items[at].linkage == (".weak",) and items[at].attrs == (".align 8",) and items[at].type == ".u64"
+    assert at < next(i for i, it in enumerate(items) if getattr(it, "name", None) == "k")
     U.assemble(res.text)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hbfcommon import resources
 from hbfcommon.artifact import kernels as artifact_kernels
 from runtime_cuda.session import triton_artifact
 
@@ -35,7 +36,7 @@ DONE:
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not installed")
 def test_triton_kernel_artifact_found_by_original_ptx(tmp_path, monkeypatch):
-    helper = Path(__file__).resolve().parents[2] / "build" / "runtime_cuda" / "hbf_helpers.ptx"
+    helper = resources.helper_ptx_path("direct")
     if not helper.is_file():
         pytest.skip("helper PTX not built (make helpers-ptx)")
     store = tmp_path / "store"

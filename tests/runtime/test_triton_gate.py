@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from hbfcommon import resources
 from hbfcommon.errors import ErrorCode
 
 ROOT = Path(__file__).resolve().parents[2]
-HELPER = ROOT / "build" / "runtime_cuda" / "hbf_helpers.ptx"
+HELPER = resources.helper_ptx_path("direct")
 
 # k_add and k_prio (an applypriority.global: instrumented, not admitted) go through hbfcc-ptxas,
 # k_copy_plain through the real ptxas (workloads/triton_kernels.py)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from hbfcommon import resources
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # the same kernel twice: add_hbf_t through hbfcc-ptxas, add_plain_t through the real ptxas
@@ -22,7 +24,7 @@ def test_triton_hbfcc_kernel_bound_counted_and_plain_refused(gpu, hbfd_daemon, t
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
     real = shutil.which("ptxas") or os.path.join(os.path.dirname(os.path.realpath(shutil.which("nvcc") or "/x")), "ptxas")
-    if not os.path.isfile(real) or not (ROOT / "build" / "runtime_cuda" / "hbf_helpers.ptx").is_file():
+    if not os.path.isfile(real) or not resources.helper_ptx_path("direct").is_file():
         pytest.skip("ptxas or the helper PTX missing")
     import triton
 

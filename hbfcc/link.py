@@ -1,0 +1,301 @@
+"""The one PTX linker: a helper module's definitions merged into a rewritten module, on the AST.
+
+Linking is at the PTX level, not nvJitLink (docs/hbfcc.md §Linking says why): both helper modules
+(the timing helpers of hbf_abi.h and the Eidola helpers the flags pass calls) are parsed with
+:mod:`hbfcc.ptx.parser` and prepared once (:func:`prepare`): ``__hb_*`` symbols are made
+``.weak`` (several modules of an ``-rdc`` build may each carry them), every other symbol the
+helper defines is renamed to a private name (``__hb_l_`` / ``__hb_le_``: the helper's ``$str``
+never meets the module's), ``.loc``/``.file``/``.section`` debug information and comments are
+dropped (their file indices belong to the helper's own compilation), forward declarations of
+what the helper defines are dropped and its other declarations kept as its ``.extern`` needs.
+:func:`link` then appends a prepared helper to a module (a pipeline stage: :func:`stage`).
+
+The declarations rewritten code needs (:func:`declarations`, :func:`extern_global`) are built here
+too, from the ABI facts of :mod:`hbfcommon.abi`, so the names the passes call and the names the
+linker checks are one list.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Mapping, Optional
+
+from hbfcommon.abi import HELPER_PREFIX, Signature
+from hbfcommon.errors import RewriteError
+
+from hbfcc.ptx.model import (Address, ArgList, Block, Comment, Declarator, Directive, Function, Instruction,
+                             Label, LabelRef, Module, Param, Register, Statement, Symbol, TopItem, VarDecl,
+                             Vector)
+from hbfcc.ptx.printer import remember
+
+log = logging.getLogger(__name__)
+
+_LINKAGE = (".visible", ".weak", ".common")
+
+
+# --------------------------------------------------------------------------------------------
+# Declarations from the ABI
+# --------------------------------------------------------------------------------------------
+
+def declarations(signatures: Iterable[Signature]) -> list[Function]:
+    """``.weak .func`` prototypes (no body) of helper functions, in the order given."""
+    p = lambda w, n: Param("param", f".b{w}", n)  # noqa: E731
+    return [Function((".weak",), "func", s.name, tuple(p(w, n) for w, n in s.returns),
+                     tuple(p(w, n) for w, n in s.params), (), None) for s in signatures]
+
+
+def extern_global(name: str, type_: str, align: int) -> VarDecl:
+    """``.extern .global .align A TYPE name;``: a module global the helper module defines (the
+    linker puts the helper's definition in its place)."""
+    return VarDecl((".extern",), "global", (f".align {align}",), type_, (Declarator(name),))
+
+
+def signature_widths(f: Function) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(return widths, parameter widths) of a function header, as in :attr:`Signature.widths`."""
+    def w(p: Param) -> int:
+        digits = "".join(ch for ch in p.type if ch.isdigit())
+        if not digits or p.dims:
+            raise RewriteError("helper parameter has no scalar type", function=f.name, param=p.name)
+        return int(digits)
+    return tuple(w(p) for p in f.returns), tuple(w(p) for p in f.params)
+
+
+# --------------------------------------------------------------------------------------------
+# A prepared helper module
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HelperModule:
+    """A helper module ready to link (see :func:`prepare`)."""
+
+    role: str                        # "helper" (hbf_abi.h) | "eidola helper" (the flags pass's extern API)
+    path: str
+    sha256: str
+    abi_version: Optional[int]       # HBF_HELPER_ABI_VERSION for the timing helper, else None
+    version: tuple[int, int]         # its .version (a module below it is raised to it)
+    target_sm: Optional[int]         # its .target SM number (modules below it cannot link it)
+    globals: tuple[VarDecl, ...]     # its global variables (before the module's functions)
+    externs: tuple[TopItem, ...]     # the declarations its functions need (added once)
+    functions: tuple[Function, ...]  # its function definitions, in source order
+    defined: frozenset[str]          # every top-level name it defines (after renaming)
+    export_prefix: str = HELPER_PREFIX   # the names :meth:`to_dict` lists as its functions
+    stage_name: str = "link"             # its pipeline stage (:func:`stage`)
+
+    @property
+    def ptx_version(self) -> str:
+        return f"{self.version[0]}.{self.version[1]}"
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "sha256": self.sha256, "ptx_version": self.ptx_version,
+                "functions": sorted(n for n in self.defined if n.startswith(self.export_prefix))}
+
+    def banner(self) -> Comment:
+        """The comment the linker puts before the helper's items."""
+        abi = f" ABI {self.abi_version}" if self.abi_version is not None else ""
+        return Comment(f"// ---- hbfcc: {self.role} module {os.path.basename(self.path)} sha256 {self.sha256}"
+                       f"{abi} ----")
+
+
+def _sm_of(target: tuple[str, ...]) -> Optional[int]:
+    for t in target:
+        if t.startswith("sm_") and t[3:].rstrip("af").isdigit():
+            return int(t[3:].rstrip("af"))
+    return None
+
+
+def version_tuple(v: str) -> tuple[int, int]:
+    a, _, b = v.strip().partition(".")
+    return int(a), int(b or 0)
+
+
+def prepare(mod: Module, *, role: str, path: str, sha256: str, required: Mapping[str, Signature],
+            private_prefix: str, abi_version: Optional[int] = None, export_prefix: str = HELPER_PREFIX,
+            stage_name: str = "link") -> HelperModule:
+    """A parsed helper module made ready to link. Every function of ``required`` must be defined
+    with exactly its parameter widths (else :class:`RewriteError` naming the function)."""
+    funcs = {it.name: it for it in mod.items if type(it) is Function and it.body is not None}
+    for name, sig in required.items():
+        f = funcs.get(name)
+        if f is None:
+            raise RewriteError(f"{role} module does not define a function rewritten code calls", helper=path,
+                               function=name)
+        found = signature_widths(f)
+        if found != sig.widths:
+            raise RewriteError(f"{role} function signature differs from the ABI", helper=path, function=name,
+                               expected=str(sig.widths), found=str(found))
+    renames: dict[str, str] = {}
+    for it in mod.items:
+        for n in _defines(it):
+            if not n.startswith(HELPER_PREFIX):
+                renames[n] = private_prefix + n.lstrip("$")
+    globals_: list[VarDecl] = []
+    externs: list[TopItem] = []
+    functions: list[Function] = []
+    for it in mod.items:
+        t = type(it)
+        if t is Function:
+            if it.body is None:
+                if it.name not in funcs:            # a forward declaration of its own function: dropped
+                    externs.append(it)
+                continue
+            body = _rename_body(_strip_debug(it.body), renames)
+            functions.append(replace(it, name=renames.get(it.name, it.name), body=body,
+                                     linkage=_linkage(it.linkage, it.name.startswith(HELPER_PREFIX))))
+        elif t is VarDecl:
+            if ".extern" in it.linkage:
+                externs.append(it)
+                continue
+            exported = any(d.name.startswith(HELPER_PREFIX) for d in it.decls)
+            decls = tuple(replace(d, name=renames.get(d.name, d.name), init=_rename_tokens(d.init, renames))
+                          for d in it.decls)
+            globals_.append(replace(it, decls=decls, linkage=_linkage(it.linkage, exported)))
+        # Comment, Directive (.file, .section debug bodies, anything else at top level): dropped
+    defined = {f.name for f in functions} | {d.name for g in globals_ for d in g.decls}
+    remember(functions)          # printed into every module it is linked into: print once
+    return HelperModule(role=role, path=path, sha256=sha256, abi_version=abi_version,
+                        version=version_tuple(mod.version), target_sm=_sm_of(mod.target),
+                        globals=tuple(globals_), externs=tuple(externs), functions=tuple(functions),
+                        defined=frozenset(defined), export_prefix=export_prefix, stage_name=stage_name)
+
+
+def _defines(it) -> tuple[str, ...]:
+    if type(it) is Function:
+        return (it.name,) if it.body is not None else ()
+    if type(it) is VarDecl and ".extern" not in it.linkage:
+        return tuple(d.name for d in it.decls)
+    return ()
+
+
+def _linkage(linkage: tuple[str, ...], exported: bool) -> tuple[str, ...]:
+    """``.weak`` for an exported (``__hb_*``) symbol, no visibility for a renamed private one."""
+    rest = tuple(x for x in linkage if x not in _LINKAGE)
+    return ((".weak",) + rest) if exported else rest
+
+
+def _strip_debug(body: tuple[Statement, ...]) -> tuple[Statement, ...]:
+    out: list[Statement] = []
+    for s in body:
+        t = type(s)
+        if t is Comment or (t is Directive and s.name in ("loc", "file")):
+            continue
+        out.append(replace(s, body=_strip_debug(s.body)) if t is Block else s)
+    return tuple(out)
+
+
+def _rename_tokens(toks: Optional[tuple[str, ...]], names: Mapping[str, str]) -> Optional[tuple[str, ...]]:
+    if toks is None or not names:
+        return toks
+    return tuple(names.get(x, x) for x in toks)
+
+
+def _rename_op(op, names: Mapping[str, str]):
+    t = type(op)
+    if t is Symbol or t is LabelRef:
+        n = names.get(op.name)
+        return op if n is None else t(n)
+    if t is Register and not op.name.startswith("%"):
+        n = names.get(op.name)
+        return op if n is None else Register(n)
+    if t is Address and op.base is not None and type(op.base) is not Register:
+        return replace(op, base=_rename_op(op.base, names))
+    if t is ArgList:
+        return ArgList(tuple(_rename_op(x, names) for x in op.items))
+    if t is Vector:
+        return Vector(tuple(_rename_op(x, names) for x in op.elems))
+    return op
+
+
+def _rename_body(body: tuple[Statement, ...], names: Mapping[str, str]) -> tuple[Statement, ...]:
+    """Every use of a renamed name: operands, labels, declarations and directive arguments."""
+    if not names:
+        return body
+    out: list[Statement] = []
+    for s in body:
+        t = type(s)
+        if t is Block:
+            s = replace(s, body=_rename_body(s.body, names))
+        elif t is Instruction:
+            ops = tuple(_rename_op(o, names) for o in s.operands)
+            if ops != s.operands:
+                s = replace(s, operands=ops)
+        elif t is Label and s.name in names:
+            s = replace(s, name=names[s.name])
+        elif t is VarDecl:
+            s = replace(s, decls=tuple(replace(d, name=names.get(d.name, d.name), init=_rename_tokens(d.init, names))
+                                       for d in s.decls))
+        elif t is Directive and s.args:
+            s = replace(s, args=_rename_tokens(s.args, names))
+        out.append(s)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Linking
+# --------------------------------------------------------------------------------------------
+
+def symbols(module: Module) -> tuple[set[str], set[str]]:
+    """(names the module defines, names it only declares) at top level."""
+    defined: set[str] = set()
+    declared: set[str] = set()
+    for it in module.items:
+        if type(it) is Function:
+            (declared if it.body is None else defined).add(it.name)
+        elif type(it) is VarDecl:
+            (declared if ".extern" in it.linkage else defined).update(d.name for d in it.decls)
+    return defined, declared
+
+
+def _declares(it) -> set[str]:
+    if type(it) is Function:
+        return {it.name}
+    if type(it) is VarDecl:
+        return {d.name for d in it.decls}
+    return set()
+
+
+def link(module: Module, helper: HelperModule) -> Module:
+    """``module`` with ``helper`` linked in.
+
+    The module's ``.version`` is raised to the helper's when lower. A module that already defines
+    everything the helper defines is returned as it is (linked before); one that defines only some
+    of it is refused (two copies of a helper function, or helpers out of step, would link wrong).
+    Otherwise the helper's globals take the place of the module's ``.extern`` declaration of one
+    of them (the timing pass declares ``__hb_state`` before the functions that read it), or else
+    follow the banner comment at the end; then the declarations the helper needs that the module
+    does not have, then the helper's functions."""
+    v = version_tuple(module.version)
+    if helper.version > v:
+        log.info("raised .version %d.%d -> %d.%d for the %s module", *v, *helper.version, helper.role)
+        module = replace(module, version=helper.ptx_version)
+    defined, declared = symbols(module)
+    already = defined & helper.defined
+    if already == helper.defined:
+        return module
+    if already:
+        raise RewriteError(f"module defines some {helper.role} symbols but not all", names=sorted(already))
+    known = defined | declared
+    items = list(module.items)
+    tail: list[TopItem] = [helper.banner()]
+    gnames = {d.name for g in helper.globals for d in g.decls}
+    at = next((i for i, it in enumerate(items) if type(it) is VarDecl and ".extern" in it.linkage
+               and {d.name for d in it.decls} <= gnames), None)
+    if at is not None:
+        items[at:at + 1] = helper.globals
+    else:
+        tail.extend(helper.globals)
+    tail.extend(e for e in helper.externs if not _declares(e) <= known)
+    tail.extend(helper.functions)
+    return replace(module, items=tuple(items) + tuple(tail))
+
+
+def stage(helper: HelperModule) -> tuple[str, Callable[[Module, dict], Module]]:
+    """(name, stage): the pipeline stage ``(module, meta) -> module`` that links ``helper``
+    (``link``, ``link_eidola``); it records what it linked under ``meta[name]``."""
+    name = helper.stage_name
+
+    def run(module: Module, meta: dict) -> Module:
+        meta[name] = helper.to_dict()
+        return link(module, helper)
+    run.__name__ = name
+    return name, run

@@ -1,0 +1,85 @@
+"""The helper ABI: what rewritten code calls and which module globals the runtime sets, in one place.
+
+Python mirror of runtime_cuda/include/hbf_abi.h (the timing helpers, their flag bits and globals)
+plus the extern API of the Eidola helper module (eidola/src/hbf_eidola_helpers.cu) that the flags
+pass calls. hbfcc declares, checks and links these; runtime_cuda and eidola set the globals and
+read the version. ``tests/hbfcc/test_rewrite_helpers.py`` and ``tests/runtime/test_runtime_abi.py``
+compare every value here with the header; change both together (and bump the version).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# ---- hbf_abi.h ---------------------------------------------------------------------------------
+
+HBF_HELPER_ABI_VERSION = 1
+
+# the operation: the low bits of __hb_issue's flags and the op field of a ring request (hbf_ctl.h
+# defines them; hbfcommon.ctl imports them from here, so the compiler needs no control-region mirror)
+HBF_OP_LOAD = 0
+HBF_OP_STORE = 1
+HBF_OP_ATOMIC = 2
+HBF_OP_CPASYNC = 3
+
+# flags argument of __hb_issue
+HBF_F_OP_MASK = 0x3
+HBF_F_ACTIVE = 0x4
+HBF_F_GENERIC = 0x8
+HBF_F_WAIT_NOW = 0x10
+HBF_F_NC = 0x20
+HBF_F_RELEASE = 0x40
+HBF_FUTURE_TICKET_BIT = 1 << 63
+
+# module globals the helper PTX defines and the runtime points at its state after loading a module
+STATE_GLOBAL = "__hb_state"            # .u64: device address of hbf_device_state (0 = detached)
+KSLOT_BASE_GLOBAL = "__hb_kslot_base"  # .u32: first per-kernel counter slot of the module
+
+# every helper symbol starts with this; the linker keeps these names and makes them .weak
+HELPER_PREFIX = "__hb_"
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A helper function as rewritten code declares it: ``(width, name)`` per return and parameter."""
+
+    name: str
+    returns: tuple[tuple[int, str], ...]
+    params: tuple[tuple[int, str], ...]
+
+    @property
+    def widths(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(return widths, parameter widths): what a helper module's definition must match."""
+        return tuple(w for w, _ in self.returns), tuple(w for w, _ in self.params)
+
+
+def _sig(name: str, returns=(), params=()) -> Signature:
+    return Signature(name, tuple(returns), tuple(params))
+
+
+# the timing helpers (hbf_abi.h "PTX prototypes"), in the order hbfcc declares them
+HELPERS: dict[str, Signature] = {s.name: s for s in (
+    _sig("__hb_issue", [(64, "fut")], [(64, "addr"), (32, "bytes"), (32, "flags"), (32, "site")]),
+    _sig("__hb_wait", [], [(64, "fut"), (32, "site")]),
+    _sig("__hb_future_join", [(64, "fut")], [(64, "a"), (64, "b")]),
+    _sig("__hb_kernel_enter", [], [(32, "kernel_index")]),
+    _sig("__hb_kernel_exit", [], [(32, "kernel_index")]),
+)}
+
+# ---- the Eidola helper module (the flags pass, issue 7) ----------------------------------------
+
+EIDOLA_STATE_GLOBAL = "__hb_eidola_state"   # .u64: device address of the replay's state (0 = none)
+
+_R = [(32, "func_retval0")]
+_R64 = [(64, "func_retval0")]
+EIDOLA_HELPERS: dict[str, Signature] = {s.name: s for s in (
+    _sig("__hb_eidola_ld_flag_u32", _R, [(64, "addr")]),
+    _sig("__hb_eidola_ld_flag_u64", _R64, [(64, "addr")]),
+    _sig("__hb_eidola_kernel_enter"),
+    _sig("__hb_eidola_monitor", _R, [(64, "addr"), (32, "nbytes"), (64, "wake")]),
+    _sig("__hb_eidola_mwait", [], [(64, "addr")]),
+    _sig("__hb_eidola_flush_nonflag", [], [(32, "thread_reads"), (32, "warp_reads")]),
+    _sig("__hb_eidola_ld_flag32_acct", _R64, [(64, "addr")]),
+    _sig("__hb_eidola_count_flag_other", [], [(32, "klass"), (32, "lead"), (32, "virt")]),
+    _sig("__hb_eidola_flush_flag", [], [(32, "klass"), (32, "thread_reads"), (32, "warp_reads"),
+                                        (32, "virtual_loads")]),
+)}
