@@ -55,10 +55,8 @@ def _fail(e: BaseException, tool: str) -> int:
 def marker_line() -> str:
     """The line hbfcc-ptxas adds to ``--version`` (Triton hashes that output into its cache key)."""
     from .toolchain import rewriter_sha
-    try:  # both default builds: the per-module choice must change the cache key too
+    try:  # the helper build that rewrites link (HBFCC_HELPER_PTX, else the direct build)
         hsha = H.load_helper().sha256[:16]
-        if not knobs.load().helper_ptx and H.lean_helper_path().is_file():
-            hsha += "+" + H.load_helper(str(H.lean_helper_path())).sha256[:16]
     except HbfError:
         hsha = "none"
     line = f"hbfcc {HBF_HELPER_ABI_VERSION} {rewriter_sha()[:16]} helper {hsha}"
@@ -69,8 +67,8 @@ def marker_line() -> str:
         except HbfError:
             esha = "none"
         line += f" passes {'+'.join(passes)} eidola {esha}"
-    if not knobs.load().occupancy_guard:   # HBFCC_OCCUPANCY_GUARD=0 builds differently
-        line += " occupancy-guard off"
+    if knobs.load().occupancy_guard:   # HBFCC_OCCUPANCY_GUARD=1 builds differently
+        line += " occupancy-guard on"
     return line
 
 

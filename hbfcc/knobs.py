@@ -33,7 +33,7 @@ class Knobs:
     sink: Optional[Path]           # HBFCC_ARTIFACT_SINK (internal, set by the nvcc wrapper)
     log_level: str                 # HBFCC_LOG (default WARNING)
     passes: tuple[str, ...] = ("timing",)  # HBFCC_PASSES (default timing): see parse_passes
-    occupancy_guard: bool = True   # HBFCC_OCCUPANCY_GUARD (default 1): hbfcc/occupancy.py
+    occupancy_guard: bool = False  # HBFCC_OCCUPANCY_GUARD (default 0): hbfcc/occupancy.py
 
 
 def load() -> Knobs:
@@ -51,7 +51,7 @@ def load() -> Knobs:
         sink=env_path_var(ENV_SINK),
         log_level=os.environ.get("HBFCC_LOG", "WARNING").upper(),
         passes=parse_passes(os.environ.get("HBFCC_PASSES"), "HBFCC_PASSES"),
-        occupancy_guard=env_bool("HBFCC_OCCUPANCY_GUARD", True),
+        occupancy_guard=env_bool("HBFCC_OCCUPANCY_GUARD", False),
     )
 
 
