@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from hbfcommon import resources
+from hbfcommon import abi, resources
 from hbfcommon.errors import ConfigError, CudaError, ErrorCode, HbfError, RangeError, ToolchainError
 from hbfcommon.fsutil import atomic_output
 from eidola.accounting import COUNTERS, MAX_CLASSES, FlagClassifier, FlagRange, summarize
@@ -84,7 +84,7 @@ KERNELS = (("hbf_eidola_timer_probe", "hbf_eidola_probe", "hbf_eidola_probe_min"
            + tuple(tprobe_kernel(k, p) for k in PROBE_LOADS.values() for p in (0, 1)))
 LAYOUT_GLOBAL = "hbf_eidola_layout"           # HBF_EIDOLA_LAYOUT_VALUES
 DEFAULTS_GLOBAL = "hbf_eidolon_defaults"      # {store kind, layout}
-EIDOLA_STATE_GLOBAL = "__hb_eidola_state"    # hbfcc.passes.flags.STATE_GLOBAL (the eidola helper PTX)
+EIDOLA_STATE_GLOBAL = abi.EIDOLA_STATE_GLOBAL   # the eidola helper PTX's module global (hbfcommon.abi)
 
 
 class EidolaDeviceFailure(HbfError):

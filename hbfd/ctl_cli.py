@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     except HbfError as e:
         if e.code in (ErrorCode.DAEMON_UNAVAILABLE, ErrorCode.DAEMON_LOST):
             sock = args.socket or knobs.default_socket()
-            print(f"hbfctl: no hbfd is running on {sock} (start one: hbfd --profile profiles/nominal.json)",
+            print(f"hbfctl: no hbfd is running on {sock} (start one: hbfd --profile nominal)",
                   file=sys.stderr)
             return 2
         print(f"hbfctl: {e.code.name}: {e}", file=sys.stderr)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from hbfcommon import abi
 from hbfcommon import ctl as C
 from hbfcommon.errors import ErrorCode, HbfError
 
@@ -99,7 +100,7 @@ def measure_on_device(module, state_dptr: int, *, kslot_base: int = 0, delay_ns:
     if not 0 <= slot < C.HBF_MAX_KERNEL_SLOTS:
         raise CalibrationError("probe counter slot out of range", code=ErrorCode.INVALID_ARGUMENT, slot=slot)
     fn = cudrv.module_function(module, kernel)
-    g_state = cudrv.module_global(module, "__hb_state")
+    g_state = cudrv.module_global(module, abi.STATE_GLOBAL)
     g_kb = cudrv.module_global(module, "__hb_kslot_base")
     if g_state is None or g_kb is None:
         raise CalibrationError("calibration module has no __hb_state/__hb_kslot_base (not linked with the helpers)")

@@ -16,6 +16,7 @@ from hbfcommon import ctl as C
 from hbfcommon.abi import (HBF_F_ACTIVE, HBF_F_GENERIC, HBF_F_NC, HBF_F_OP_MASK, HBF_F_RELEASE,  # noqa: F401
                            HBF_F_WAIT_NOW, HBF_FUTURE_TICKET_BIT, HBF_HELPER_ABI_VERSION)  # hbf_abi.h
 from hbfcommon.errors import ErrorCode, RangeError
+from hbfcommon.status import STATUS_NAMES
 
 HBF_DEVSTATE_MAGIC = 0x3130545344464248  # "HBFDST01"
 HBF_DEVSTATE_VERSION = 1
@@ -193,8 +194,7 @@ def kernel_counters_dict(k: hbf_kernel_counters) -> dict:
     return d
 
 
-C_STATUS_NAMES = ("PENDING", "READY", "IO_ERROR", "COPY_ERROR", "CHECKSUM_ERROR", "TIMEOUT",
-                  "UNSUPPORTED", "DAEMON_LOST", "THERMAL_SHUTDOWN")
+C_STATUS_NAMES = STATUS_NAMES   # hbfcommon.status: the one definition of the request states
 
 
 def sum_shards(slots: "ctypes.Array", shards: "ctypes.Array", n: int) -> None:

@@ -1,7 +1,7 @@
 """``make demo``: hbfd end to end.
 
 With a GPU and ``workloads.demo_gpu.gpu_demo`` available: starts hbfd and runs that against it (the
-instrumented microbenchmark), then prints the run summary. Otherwise (or with HBFD_DEMO=cpu): starts hbfd on profiles/nominal.json in a temp
+instrumented microbenchmark), then prints the run summary. Otherwise (or with HBFD_DEMO=cpu): starts hbfd on the bundled nominal profile in a temp
 dir; a SECOND PROCESS attaches (gRPC Attach + mmap of the /proc path), registers a timing range and
 drives the bundled access trace (workloads/data/demo_trace.csv) through the request ring exactly as the
 GPU helper does (payload, then seq; wait for the completion; mark it consumed; the consumer waits
