@@ -38,7 +38,7 @@ ALLOWED = {
 }
 HBFPROTO_USERS = {"hbfcommon/rpc.py", "hbfd/server.py"}
 # hbfd's server shell: the model packages never import these
-SERVER_SHELL = {"hbfd.server", "hbfd.cli", "hbfd.ctl_cli", "hbfd.app", "hbfd.heartbeat", "hbfd.region",
+SERVER_SHELL = {"hbfd.server", "hbfd.cli", "hbfd.ctl_cli", "hbfd.heartbeat", "hbfd.region",
                 "hbfd.knobs", "hbfd.services", "hbfd.runner"}
 CLI_MODULES = {"bench.py", "validate.py", "cli.py", "__main__.py"}
 BANNED_IN_MODELS = {"socket", "grpc", "hbfproto", "threading", "_thread", "subprocess", "multiprocessing",
