@@ -489,7 +489,7 @@ class Session:
             b.attached = not native
         b.last_stream, b.last_epoch = st, self._epoch
         sel = self.launch_selection.setdefault(name, {"native": 0, "instrumented": 0, "rules": {}})
-        sel["native" if (native or (native is None and not self.ranges)) else "instrumented"] += 1
+        sel["native" if native is not False else "instrumented"] += 1   # None: nothing registered
         sel["rules"][why] = sel["rules"].get(why, 0) + 1
 
     # ---------------------------------------------------------------------------- launch gate
