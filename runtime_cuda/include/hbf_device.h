@@ -14,11 +14,11 @@
  * refresh-debt snapshot refresh (at most once per
  * thermal_max_age_ns per GPU), and when a terminal failure is recorded.
  *
- * Range table update protocol (host writer, GPU readers): the runtime writes range_seq odd, then
- * the ranges + bounds + generation, then range_seq even (three copies in stream order, never while
- * a kernel that could touch a range runs — registration after admission is refused). The helper
- * reads range_seq before and after the binary search and retries on an odd or changed value
- * (generation check).
+ * Range table update protocol (host writer, GPU readers): the table is immutable while any kernel
+ * runs. The runtime synchronizes the context, then writes range_seq odd, the ranges + bounds +
+ * generation, and range_seq even (the sequence word stays as a record of updates). The helpers read
+ * the table through the read-only data cache (ld.global.nc, invalidated at every launch) without
+ * checking range_seq: a launch sees the table as of its launch.
  */
 #ifndef HBF_DEVICE_H
 #define HBF_DEVICE_H
