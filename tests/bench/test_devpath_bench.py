@@ -344,7 +344,8 @@ def test_cli_arguments_are_checked():
 @pytest.mark.slow
 def test_probe_kernels_compile_instrumented_and_admitted(tmp_path, monkeypatch):
     pytest.importorskip("triton")
-    if shutil.which("ptxas") is None or not (ROOT / "build" / "runtime_cuda" / "hbf_helpers.ptx").is_file():
+    from hbfcommon import resources
+    if shutil.which("ptxas") is None or not resources.helper_ptx_path("direct").is_file():
         pytest.skip("ptxas or the helper PTX (make helpers-ptx) missing")
     env = DC.toolchain_env(tmp_path)
     for k, v in env.items():
