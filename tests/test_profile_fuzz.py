@@ -130,3 +130,29 @@ def test_profile_mutations_raise_only_profile_errors(tmp_path):
             _check_loaded(p)
             seen["loaded"] += 1
     assert seen["refused"] > 0 and sum(seen.values()) >= min(N_MUTANTS, 100), seen
+
+
+def test_thermal_geometry_mutations_raise_only_geometry_errors(tmp_path):
+    """The same mutations of the bundled package geometry (profiles/thermal): only GeometryError, and a
+    geometry that loads has a grid within the bounds the thermal model allocates for."""
+    from hbfd.thermal.geometry import GEOMETRY_DIR, MAX_CELLS, GeometryError, load_geometry
+    rng = random.Random(SEED + 1)
+    base = (GEOMETRY_DIR / "hbf-package-8hi.json").read_text()
+    tree = json.loads(base)
+    target = tmp_path / "mutant.json"
+    t0, refused = time.monotonic(), 0
+    for i in range(N_MUTANTS // 2):
+        if time.monotonic() - t0 > BUDGET_S / 3:
+            break
+        text = _mutate_text(rng, base) if rng.random() < 0.3 else _mutate_tree(rng, tree)
+        target.write_text(text)
+        try:
+            g = load_geometry(target)
+        except GeometryError as e:
+            assert e.code == ErrorCode.INVALID_ARGUMENT and e.fields.get("file") == str(target), str(e)
+            refused += 1
+        except Exception as e:              # noqa: BLE001
+            pytest.fail(f"geometry mutant {i} (seed {SEED}) raised {type(e).__name__}: {e}\n{text[:2000]}")
+        else:
+            assert g.nx * g.ny * sum(L.nz for L in g.layers) <= MAX_CELLS
+    assert refused > 0

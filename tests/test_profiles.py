@@ -336,3 +336,39 @@ def test_directory_and_oversized_file_are_refused(tmp_path):
     assert "not a regular file" in str(_load_error(d))
     big = _write(tmp_path, " " * (fsutil.JSON_MAX_BYTES + 1), "big.json")
     assert "limit" in str(_load_error(big))
+
+
+# ---- the thermal geometry shares the reader and names its fields the same way -------------------
+def _geometry_error(tmp_path, mutate):
+    from hbfd.thermal.geometry import GEOMETRY_DIR, GeometryError, load_geometry
+    d = json.loads((GEOMETRY_DIR / "hbf-package-8hi.json").read_text())
+    mutate(d)
+    p = _write(tmp_path, json.dumps(d), "geom.json")
+    with pytest.raises(GeometryError) as ei:
+        load_geometry(p)
+    assert ei.value.fields["file"] == str(p) and str(p) in str(ei.value)
+    return ei.value
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda d: d["layers"][0].__setitem__("name", ["x"]), "layers.0.name"),        # was: unhashable type
+    (lambda d: d.__setitem__("layers", 7), "layers"),
+    (lambda d: d["outputs"][0].__setitem__("block", {"a": 1}), "outputs.0.block"),
+    (lambda d: next(iter(d["blocks"].values())).__setitem__("rects_mm", 1.5), None),
+    (lambda d: d["cell_mm"].__setitem__("value", 1e-300), "domain_mm.x"),          # was: a grid of 1e300 cells
+])
+def test_geometry_loader_refuses_bad_types_and_sizes(tmp_path, mutate, field):
+    e = _geometry_error(tmp_path, mutate)
+    if field is not None:
+        assert e.fields["field"] == field, str(e)
+    else:
+        assert e.fields["field"].endswith(".rects_mm"), str(e)
+
+
+def test_geometry_duplicate_key_is_refused(tmp_path):
+    from hbfd.thermal.geometry import GEOMETRY_DIR, GeometryError, load_geometry
+    text = (GEOMETRY_DIR / "hbf-package-8hi.json").read_text()
+    i = text.index('"schema"')
+    p = _write(tmp_path, text[:i] + '"schema": "x", ' + text[i:], "geom.json")
+    with pytest.raises(GeometryError, match="duplicate key 'schema'"):
+        load_geometry(p)
