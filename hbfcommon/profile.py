@@ -411,7 +411,8 @@ def _schema_error(err, where: str) -> ProfileError:
     if path and path[-1] == "value":  # {value, provenance, source}: name the quantity
         path = path[:-1]
     name = _dotted(path)
-    return ProfileError(f"{where}: field {name!r}: {err.message}", file=where, field=name)
+    msg = err.message if len(err.message) <= 400 else err.message[:400] + " ..."   # it quotes the value
+    return ProfileError(f"{where}: field {name!r}: {msg}", file=where, field=name)
 
 
 def _unwrap(raw: Any, prefix: str, prov: dict[str, Provenance]) -> Any:
@@ -452,13 +453,18 @@ MAX_HAZARD_POINTS = 100_000
 MIN_TELEMETRY_AGE_MS = 1e-6
 
 
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 80 else r[:80] + " ..."
+
+
 def _range_error(where: str, name: str, msg: str) -> ProfileError:
     return ProfileError(f"{where}: field {name!r}: {msg}", file=where, field=name)
 
 
 def _check_int(v: Any, name: str, where: str, hi: int | None = None, what: str = "") -> int:
     if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
-        raise ProfileError(f"{where}: field {name!r} must be an integer, got {v!r}", file=where, field=name)
+        raise ProfileError(f"{where}: field {name!r} must be an integer, got {_short(v)}", file=where, field=name)
     v = int(v)
     hi = _INT_MAX.get(name, I64_MAX) if hi is None else hi
     if not 0 <= v <= hi:
@@ -468,7 +474,7 @@ def _check_int(v: Any, name: str, where: str, hi: int | None = None, what: str =
 
 def _check_float(v: Any, name: str, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ProfileError(f"{where}: field {name!r} must be a number, got {v!r}", file=where, field=name)
+        raise ProfileError(f"{where}: field {name!r} must be a number, got {_short(v)}", file=where, field=name)
     try:
         v = float(v)
     except OverflowError:

@@ -372,3 +372,38 @@ def test_geometry_duplicate_key_is_refused(tmp_path):
     p = _write(tmp_path, text[:i] + '"schema": "x", ' + text[i:], "geom.json")
     with pytest.raises(GeometryError, match="duplicate key 'schema'"):
         load_geometry(p)
+
+
+# ---- the daemon's CLI: one line, exit 2, no traceback, for every hostile profile ------------------
+@pytest.mark.parametrize("case", ["t_erase_2_64", "blocks_1e12", "max_age_1e-9", "duplicate", "deep", "fifo"])
+def test_hbfd_cli_refuses_hostile_profiles_in_one_line(tmp_path, case):
+    import os
+    import subprocess
+    import sys
+    d = _raw()
+    p = tmp_path / "p.json"
+    if case == "t_erase_2_64":
+        d["timing"]["t_erase_ns"]["value"] = 2 ** 64
+    elif case == "blocks_1e12":
+        d["geometry"]["blocks_per_plane"]["value"] = 1e12
+    elif case == "max_age_1e-9":
+        d["thermal"]["telemetry_max_age_ms"]["value"] = 1e-9
+    if case == "duplicate":
+        p.write_text(json.dumps(d).replace('"name": "nominal"', '"name": "nominal", "name": "x"', 1))
+    elif case == "deep":
+        p.write_text("[" * 100_000 + "]" * 100_000)
+    elif case == "fifo":
+        os.mkfifo(p)
+    else:
+        p.write_text(json.dumps(d))
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+           "HBFD_THERMAL": "none", "HBFD_ENGINE": "fixed", "HBFD_REFRESH": "none"}
+    r = subprocess.run([sys.executable, "-m", "hbfd.cli", "--profile", str(p), "--socket", str(tmp_path / "s"),
+                        "--summary", str(tmp_path / "sum.json")], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    errs = [ln for ln in r.stderr.splitlines() if ln.startswith("hbfd: ")]
+    assert len(errs) == 1 and str(p) in errs[0] and "field=" in errs[0], r.stderr
+    assert not (tmp_path / "s").exists()
