@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
 
@@ -140,24 +142,108 @@ class JsonDocument(NamedTuple):
     data: Any       # the parsed JSON
 
 
+JSON_MAX_BYTES = 4 << 20      # a JSON input (profile, geometry) larger than this is refused unread
+JSON_MAX_DEPTH = 32           # containers nested deeper than this are refused (ours nest <= 6)
+
+
+class _JsonRefused(Exception):
+    """Raised inside the parse hooks; carries (message, dotted field)."""
+
+
+def _parse_json(text: str) -> Any:
+    """``json.loads`` that records duplicate keys (object_pairs_hook) instead of letting the last win."""
+    dups: dict[int, str] = {}
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        for k, v in items:
+            if k in d and id(d) not in dups:
+                dups[id(d)] = k
+            d[k] = v
+        return d
+
+    data = json.loads(text, object_pairs_hook=pairs)
+    _walk_json(data, dups)
+    return data
+
+
+def _walk_json(data: Any, dups: dict[int, str]) -> None:
+    """Iteratively check what the parser let through: depth, duplicate keys, non-finite numbers
+    (``NaN``, ``Infinity``, ``1e400``). Raises :class:`_JsonRefused` naming the dotted field."""
+    stack: list[tuple[Any, tuple, int]] = [(data, (), 0)]
+    while stack:
+        obj, path, depth = stack.pop()
+        name = ".".join(map(str, path)) or "<root>"
+        if isinstance(obj, (dict, list)):
+            if depth >= JSON_MAX_DEPTH:
+                raise _JsonRefused(f"nested deeper than {JSON_MAX_DEPTH} levels", name)
+            if isinstance(obj, dict):
+                if id(obj) in dups:
+                    k = dups[id(obj)]
+                    raise _JsonRefused(f"duplicate key {k!r}", ".".join(map(str, path + (k,))))
+                items = obj.items()
+            else:
+                items = enumerate(obj)
+            for k, v in items:
+                stack.append((v, path + (k,), depth + 1))
+        elif isinstance(obj, float) and not math.isfinite(obj):
+            raise _JsonRefused(f"{obj!r} is not a finite number", name)
+
+
 def read_json_document(path: StrPath, *, what: str, error: Callable[..., Exception],
-                       search_dir: Path | None = None) -> JsonDocument:
+                       search_dir: Path | None = None, max_bytes: int = JSON_MAX_BYTES) -> JsonDocument:
     """Read and parse one JSON file, failing loudly with ``error`` (an HbfError subclass).
 
     ``path`` may be a bare name (no suffix, not an existing file) found as ``search_dir/NAME.json``.
-    Failures raise ``error(msg, file=where, field="<file>")`` with msg
-    ``"{where}: cannot read {what}: {strerror}"`` or ``"{where}: not valid JSON: {detail}"``."""
+    Only a regular file of at most ``max_bytes`` is read (a FIFO, a device or a directory is refused
+    without blocking: it is opened non-blocking and checked with fstat before any read). The JSON
+    must be strict: no duplicate keys, no ``NaN``/``Infinity`` (nor a number too large for a float),
+    at most :data:`JSON_MAX_DEPTH` levels of nesting.
+
+    Failures raise ``error(msg, file=where, field=F)``: F is ``"<file>"`` with msg
+    ``"{where}: cannot read {what}: {why}"`` or ``"{where}: not valid JSON: {detail}"``; a duplicate
+    key, a non-finite number or too deep a nesting names its dotted field as F."""
     p = Path(path)
     if search_dir is not None and not p.exists() and not p.suffix and (search_dir / f"{p}.json").exists():
         p = search_dir / f"{p}.json"
     where = str(p)
+
+    def refuse(why: str, cause: BaseException | None = None):
+        raise error(f"{where}: cannot read {what}: {why}", file=where, field="<file>") from cause
+
     try:
-        raw = p.read_bytes()
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise error(f"{where}: cannot read {what}: {e.strerror}", file=where, field="<file>") from e
+        refuse(e.strerror or str(e), e)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if
+                    (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) else "not a regular file")
+            refuse(f"{kind}, not a regular file")
+        if st.st_size > max_bytes:
+            refuse(f"{st.st_size} bytes, more than the {max_bytes} B limit")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            raw = f.read(max_bytes + 1)
+    except OSError as e:
+        refuse(e.strerror or str(e), e)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(raw) > max_bytes:                 # grew between fstat and read
+        refuse(f"more than the {max_bytes} B limit")
     try:
         text = raw.decode("utf-8")
-        data = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = _parse_json(text)
+    except _JsonRefused as e:
+        msg, name = e.args
+        raise error(f"{where}: field {name!r}: {msg}", file=where, field=name) from None
+    except RecursionError:
+        raise error(f"{where}: not valid JSON: nested deeper than {JSON_MAX_DEPTH} levels",
+                    file=where, field="<file>") from None
+    except (UnicodeDecodeError, ValueError) as e:   # JSONDecodeError, and ints over the digit limit
         raise error(f"{where}: not valid JSON: {e}", file=where, field="<file>") from e
     return JsonDocument(where, raw, text, data)

@@ -124,6 +124,13 @@ class Geometry(NandTopology):
             yield "write_granularity", "writes are assembled to 4 KiB (4096)"
         if self.channel_width_bits % 8:
             yield "channel_width_bits", "must be a whole number of bytes"
+        cbps = self.channel_width_bits / 8 * self.channel_rate_mtps * 1e6
+        if not 1 <= cbps <= I64_MAX or not 1 <= cbps * self.channels <= I64_MAX:
+            yield ("channel_rate_mtps",
+                   f"channel_width_bits/8 x channel_rate_mtps x 1e6 = {cbps:.6g} B/s per channel, {self.channels} "
+                   f"channels: the rate must be in [1, {I64_MAX}] B/s in total (channel_bytes_per_s is a u64 "
+                   "of hbf_media_params)")
+            return
         if self.host_link_bytes_per_s is not None and self.aggregate_bytes_per_s > self.host_link_bytes_per_s:
             yield ("host_link_bytes_per_s",
                    f"aggregate media bandwidth channels × channel_bytes_per_s = {self.channels} × "
@@ -404,7 +411,8 @@ def _schema_error(err, where: str) -> ProfileError:
     if path and path[-1] == "value":  # {value, provenance, source}: name the quantity
         path = path[:-1]
     name = _dotted(path)
-    return ProfileError(f"{where}: field {name!r}: {err.message}", file=where, field=name)
+    msg = err.message if len(err.message) <= 400 else err.message[:400] + " ..."   # it quotes the value
+    return ProfileError(f"{where}: field {name!r}: {msg}", file=where, field=name)
 
 
 def _unwrap(raw: Any, prefix: str, prov: dict[str, Provenance]) -> Any:
@@ -417,6 +425,65 @@ def _unwrap(raw: Any, prefix: str, prov: dict[str, Provenance]) -> Any:
     return raw
 
 
+# ---- ranges: what the C layout and the models hold ---------------------------------------------
+# Integers bound by the field that carries them: hbf_media_params (hbf_ctl.h; hbfcommon.ctl) holds u32
+# and u64 fields; times are int64 nanoseconds in the models (hbfd/media/engine.py: below 2^62, the
+# engine's time horizon); every other count is an int64 in the models' numpy arrays.
+U32_MAX = (1 << 32) - 1
+NS_MAX = (1 << 62) - 1
+I64_MAX = (1 << 63) - 1
+_INT_MAX: dict[str, int] = {
+    **{f"geometry.{k}": U32_MAX for k in ("page_bytes", "read_granularity", "write_granularity", "channels",
+                                          "dies_per_channel", "planes_per_die")},
+    "media.queue_depth": U32_MAX, "media.interleave": U32_MAX,
+    **{f"timing.{k}": NS_MAX for k in ("t_read_ns", "t_prog_ns", "t_erase_ns", "t_cmd_ns")},
+    "timing_model.fixed.read_ns": NS_MAX, "timing_model.fixed.write_ns": NS_MAX,
+    "timing_model.curve.write_ns": NS_MAX, "thermal.min_dwell_ticks": NS_MAX,
+}
+_INT_WHY = {U32_MAX: "a u32 field of hbf_media_params (hbf_ctl.h)",
+            NS_MAX: "int64 nanoseconds below the models' 2^62 ns time horizon",
+            I64_MAX: "an int64 in the models"}
+# Derived sizes, bounded before any model allocates for them: hbfd's FTL keeps per-block state
+# (hbfd/media/ftl.py), the media engine a queue_depth slot table per die, the hazard sweep one
+# entry per activation energy.
+MAX_BLOCKS = 1 << 22
+MAX_DIE_QUEUE_SLOTS = 1 << 22
+MAX_HAZARD_POINTS = 100_000
+# telemetry_max_age_ms becomes whole nanoseconds (hbfd/thermal): at least 1 ns, below NS_MAX
+MIN_TELEMETRY_AGE_MS = 1e-6
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 80 else r[:80] + " ..."
+
+
+def _range_error(where: str, name: str, msg: str) -> ProfileError:
+    return ProfileError(f"{where}: field {name!r}: {msg}", file=where, field=name)
+
+
+def _check_int(v: Any, name: str, where: str, hi: int | None = None, what: str = "") -> int:
+    if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
+        raise ProfileError(f"{where}: field {name!r} must be an integer, got {_short(v)}", file=where, field=name)
+    v = int(v)
+    hi = _INT_MAX.get(name, I64_MAX) if hi is None else hi
+    if not 0 <= v <= hi:
+        raise _range_error(where, name, f"{what}{v} is out of range [0, {hi}] ({_INT_WHY[hi]})")
+    return v
+
+
+def _check_float(v: Any, name: str, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ProfileError(f"{where}: field {name!r} must be a number, got {_short(v)}", file=where, field=name)
+    try:
+        v = float(v)
+    except OverflowError:
+        v = math.inf
+    if not math.isfinite(v):
+        raise ProfileError(f"{where}: field {name!r} must be finite", file=where, field=name)
+    return v
+
+
 def _build(cls: type, data: dict[str, Any], prefix: str, where: str):
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
@@ -427,22 +494,53 @@ def _build(cls: type, data: dict[str, Any], prefix: str, where: str):
         if sub is not None:
             v = _build(sub, v, name, where)
         elif f.type == "int":
-            if not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
-                raise ProfileError(f"{where}: field {name!r} must be an integer, got {v!r}",
-                                   file=where, field=name)
-            v = int(v)
+            v = _check_int(v, name, where)
         elif f.type in ("float", "float | None"):
-            v = float(v)
-            if not math.isfinite(v):
-                raise ProfileError(f"{where}: field {name!r} must be finite", file=where, field=name)
-        elif isinstance(v, list):
-            v = tuple(tuple(int(x) for x in p) for p in v)
+            v = _check_float(v, name, where)
+        elif isinstance(v, list):   # curve points: [pages (u32 curve_pages), cumulative ns (curve_cum_ns)]
+            pts = []
+            for i, pt in enumerate(v):
+                pname = f"{name}.{i}"
+                if not isinstance(pt, list) or len(pt) != 2:
+                    raise _range_error(where, pname, "a point is [pages, cumulative_ns]")
+                pg = _check_int(pt[0], pname, where, U32_MAX, "pages ")        # u32 curve_pages
+                ns = _check_int(pt[1], pname, where, NS_MAX, "cumulative_ns ")  # u64 curve_cum_ns
+                pts.append((pg, ns))
+            v = tuple(pts)
         kwargs[f.name] = v
     obj = cls(**kwargs)
     for fname, msg in obj._invariants():
         name = f"{prefix}.{fname}"
         raise ProfileError(f"{where}: field {name!r}: {msg}", file=where, field=name)
     return obj
+
+
+def _check_derived(p: "Profile", where: str) -> None:
+    """Bound what the models derive from the profile before anything is allocated or published."""
+    g, m, th, r = p.geometry, p.media, p.thermal, p.reliability
+    if g.blocks > MAX_BLOCKS:
+        raise _range_error(where, "geometry.blocks_per_plane",
+                           f"channels x dies_per_channel x planes_per_die x blocks_per_plane = {g.blocks} blocks; "
+                           f"at most {MAX_BLOCKS} (hbfd's media model keeps state per block)")
+    if g.dies * m.queue_depth > MAX_DIE_QUEUE_SLOTS:
+        raise _range_error(where, "media.queue_depth",
+                           f"dies x queue_depth = {g.dies * m.queue_depth}; at most {MAX_DIE_QUEUE_SLOTS} "
+                           "(the media engine keeps a slot per outstanding command)")
+    if g.raw_bytes > I64_MAX:
+        raise _range_error(where, "geometry.pages_per_block",
+                           f"raw media of {g.raw_bytes} B does not fit int64 media addresses")
+    if m.refresh_quantum_bytes > I64_MAX:
+        raise _range_error(where, "media.refresh_quantum_bytes", f"at most {I64_MAX}")
+    if th.telemetry_max_age_ms is not None and not (
+            MIN_TELEMETRY_AGE_MS <= th.telemetry_max_age_ms <= NS_MAX / 1e6):
+        raise _range_error(where, "thermal.telemetry_max_age_ms",
+                           f"{th.telemetry_max_age_ms} ms must be in [{MIN_TELEMETRY_AGE_MS}, {NS_MAX / 1e6:.6g}] "
+                           "(it is held as whole nanoseconds)")
+    n = (r.ea_failure_ev_max - r.ea_failure_ev_min) / r.ea_failure_ev_step + 1
+    if not n <= MAX_HAZARD_POINTS:
+        raise _range_error(where, "reliability.ea_failure_ev_step",
+                           f"the sweep ea_failure_ev_min..ea_failure_ev_max by ea_failure_ev_step has {n:.6g} "
+                           f"points; at most {MAX_HAZARD_POINTS}")
 
 
 def profile_from_dict(data: Mapping[str, Any], *, where: str = "<dict>", text: str = "",
@@ -461,8 +559,10 @@ def profile_from_dict(data: Mapping[str, Any], *, where: str = "<dict>", text: s
     prov: dict[str, Provenance] = {}
     plain = _unwrap(dict(data), "", prov)
     sections = {name: _build(cls, plain[name], name, where) for name, cls in SECTIONS.items()}
-    return Profile(name=plain["name"], description=plain.get("description", ""), path=where,
-                   sha256=sha256, text=text, provenance=prov, **sections)
+    p = Profile(name=plain["name"], description=plain.get("description", ""), path=where,
+                sha256=sha256, text=text, provenance=prov, **sections)
+    _check_derived(p, where)
+    return p
 
 
 def load_profile(path: str | Path) -> Profile:

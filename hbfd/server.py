@@ -171,19 +171,82 @@ class Daemon:
         self._threads.append(t)
 
     def _claim_socket(self) -> None:
+        """Make the socket path ready to bind, or refuse with a one-line error naming it. hbfd removes
+        only a stale socket of its own user (nobody listening: connect refused); anything else at the
+        path (a regular file, a directory, a symlink, a live hbfd, another user's socket) stays."""
+        import errno
+        import stat as st_
+        SUN_PATH_MAX = 108      # sizeof(sockaddr_un.sun_path) on Linux, the terminating NUL included
         path = self.socket_path
-        if path.exists() or path.is_symlink():
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+
+        def refuse(why: str) -> DaemonError:
+            return DaemonError(f"socket {path}: {why}", code=ErrorCode.INVALID_ARGUMENT, socket=str(path))
+
+        n = len(os.fsencode(os.fspath(path)))
+        if n >= SUN_PATH_MAX:
+            raise refuse(f"the path is {n} bytes; a unix socket path holds at most {SUN_PATH_MAX - 1} "
+                         "(sun_path); choose a shorter --socket")
+        parent = path.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise refuse(f"the parent {parent} exists and is not a directory") from None
+        except OSError as e:
+            raise refuse(f"cannot create the directory {parent}: {e.strerror}") from None
+        if not parent.is_dir():
+            raise refuse(f"the parent {parent} is not a directory")
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            self._probe_bind(path, refuse)
+            return
+        except OSError as e:
+            raise refuse(f"cannot inspect it: {e.strerror}") from None
+        if not st_.S_ISSOCK(st.st_mode):
+            kind = ("a directory" if st_.S_ISDIR(st.st_mode) else "a symlink" if st_.S_ISLNK(st.st_mode)
+                    else "a regular file" if st_.S_ISREG(st.st_mode) else "not a socket")
+            raise refuse(f"{kind} is in the way; hbfd removes only a stale socket of its own: "
+                         "remove it yourself or choose another --socket")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(2.0)
+        try:
+            s.connect(os.fspath(path))
+        except OSError as e:
+            if e.errno != errno.ECONNREFUSED:      # not provably stale (timeout: a listener that is busy)
+                raise refuse(f"cannot tell whether it is stale: connect failed ({e.strerror or e})") from None
+        else:
+            raise refuse(f"another hbfd is running on {path} (already serving it); stop it or choose "
+                         "another --socket")
+        finally:
+            s.close()
+        if st.st_uid != os.geteuid():
+            raise refuse(f"a stale socket of another user (uid {st.st_uid}); hbfd removes only its own")
+        log.info("removing the stale socket %s (nobody listening)", path)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise refuse(f"cannot remove the stale socket: {e.strerror}") from None
+        self._probe_bind(path, refuse)
+
+    @staticmethod
+    def _probe_bind(path: Path, refuse) -> None:
+        """Bind (and remove again) a plain unix socket at the free path: the real permission check
+        (as root too, and on read-only or special filesystems), so gRPC's bind does not fail later
+        with a traceback."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.bind(os.fspath(path))
+        except OSError as e:
+            raise refuse(f"cannot create a socket in {path.parent}: {e.strerror or e}") from None
+        else:
             try:
-                s.connect(str(path))
-            except OSError:
-                path.unlink()                       # stale socket of a dead daemon
-            else:
-                raise DaemonError(f"another hbfd is already serving {path}", code=ErrorCode.INVALID_ARGUMENT,
-                                  socket=str(path))
-            finally:
-                s.close()
-        path.parent.mkdir(parents=True, exist_ok=True)
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        finally:
+            s.close()
 
     def _start_grpc(self) -> None:
         import grpc

@@ -227,3 +227,183 @@ def test_dict_input_accepted():
     assert p.name == "aggressive" and p.path == "<dict>"
     with pytest.raises(ProfileError):
         prof.as_profile({**_raw(), "time_scale": 2})
+
+
+# ---- issue 19: hostile values are refused, each naming the file and the field -------------------
+HOSTILE = [
+    ("timing.t_erase_ns", 2 ** 64, "timing.t_erase_ns", "out of range"),            # wrapped to 0 in the region
+    ("timing_model.fixed.read_ns", 2 ** 64 + 5, "timing_model.fixed.read_ns", "out of range"),  # wrapped to 5
+    ("geometry.channel_rate_mtps", 1e300, "geometry.channel_rate_mtps", "B/s"),       # channel rate 0 B/s
+    ("geometry.channel_rate_mtps", 1e-300, "geometry.channel_rate_mtps", "B/s"),
+    ("geometry.channels", 1e30, "geometry.channels", "u32"),
+    ("geometry.channels", 2 ** 32, "geometry.channels", "u32"),
+    ("media.queue_depth", 2 ** 32, "media.queue_depth", "u32"),
+    ("media.queue_depth", 2 ** 31, "media.queue_depth", "slot"),
+    ("geometry.blocks_per_plane", 1e12, "geometry.blocks_per_plane", "per block"),   # was MemoryError
+    ("geometry.pages_per_block", 2 ** 62, "geometry.pages_per_block", "int64"),
+    ("media.refresh_quantum_bytes", 2 ** 64, "media.refresh_quantum_bytes", "out of range"),
+    ("thermal.telemetry_max_age_ms", 1e-9, "thermal.telemetry_max_age_ms", "nanoseconds"),  # was ValueError
+    ("thermal.min_dwell_ticks", 2 ** 63, "thermal.min_dwell_ticks", "out of range"),
+    ("reliability.ea_failure_ev_step", 1e-12, "reliability.ea_failure_ev_step", "points"),
+    ("reliability.mtbf_ref_h", 10 ** 400, "reliability.mtbf_ref_h", "finite"),
+    ("energy.idle_w", True, "energy.idle_w", ""),
+]
+
+
+@pytest.mark.parametrize("dotted,value,field,words", HOSTILE)
+def test_hostile_values_are_refused(tmp_path, dotted, value, field, words):
+    d = _raw()
+    _set(d, dotted + ".value", value)
+    _expect_error(tmp_path, d, field, words)
+
+
+def test_curve_points_fit_their_c_fields(tmp_path):
+    d = _raw()
+    d["timing_model"]["timing_source"] = "curve"
+    d["timing_model"]["curve"] = {
+        "points": {"value": [[1, 20000], [2 ** 32, 21000]], "provenance": "measured", "source": "t"},
+        "write_ns": {"value": 600000, "provenance": "assumed", "source": "t"}}
+    _expect_error(tmp_path, d, "timing_model.curve.points.1", "u32")
+    d["timing_model"]["curve"]["points"]["value"] = [[1, 20000], [2, 2 ** 64]]
+    _expect_error(tmp_path, d, "timing_model.curve.points.1", "cumulative_ns")
+
+
+def test_largest_values_the_layout_holds_are_accepted(tmp_path):
+    d = _raw()
+    d["timing"]["t_erase_ns"]["value"] = prof.NS_MAX
+    p = tmp_path / "edge.json"
+    p.write_text(json.dumps(d))
+    mp = prof.load_profile(p).to_media_params()
+    s = ctl.hbf_media_params()
+    s.t_erase_ns = mp["t_erase_ns"]
+    assert s.t_erase_ns == prof.NS_MAX                  # what the region holds is what the file says
+
+
+def _write(tmp_path, text, name="bad.json"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def _load_error(p) -> ProfileError:
+    with pytest.raises(ProfileError) as ei:
+        prof.load_profile(p)
+    assert ei.value.fields["file"] == str(p) and str(p) in str(ei.value)
+    return ei.value
+
+
+@pytest.mark.parametrize("where,field", [("root", "name"), ("quantity", "timing.t_read_ns.value")])
+def test_duplicate_keys_are_refused(tmp_path, where, field):
+    text = (prof.PROFILE_DIR / "nominal.json").read_text()
+    if where == "root":
+        text = text.replace('"name": "nominal",', '"name": "nominal", "name": "other",', 1)
+    else:
+        text = text.replace('"value": 20000,', '"value": 20000, "value": 1,', 1)
+    e = _load_error(_write(tmp_path, text))
+    assert e.fields["field"] == field and "duplicate key" in str(e)
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_non_finite_numbers_are_refused(tmp_path, token):
+    text = (prof.PROFILE_DIR / "nominal.json").read_text().replace('"value": 5.0,', f'"value": {token},', 1)
+    e = _load_error(_write(tmp_path, text))
+    assert e.fields["field"] == "energy.idle_w.value" and "finite" in str(e)
+
+
+@pytest.mark.parametrize("depth", [40, 100_000])
+def test_deep_nesting_is_refused(tmp_path, depth):
+    e = _load_error(_write(tmp_path, "[" * depth + "]" * depth))
+    assert "nested deeper" in str(e)
+
+
+def test_huge_integer_literal_is_refused(tmp_path):
+    e = _load_error(_write(tmp_path, '{"a": ' + "9" * 5000 + "}"))
+    assert "not valid JSON" in str(e)
+
+
+def test_fifo_is_refused_without_blocking(tmp_path):
+    import os
+    p = tmp_path / "fifo.json"
+    os.mkfifo(p)
+    e = _load_error(p)                   # before the fix this open() blocked forever
+    assert "FIFO" in str(e) and e.fields["field"] == "<file>"
+
+
+def test_directory_and_oversized_file_are_refused(tmp_path):
+    from hbfcommon import fsutil
+    d = tmp_path / "dir.json"
+    d.mkdir()
+    assert "not a regular file" in str(_load_error(d))
+    big = _write(tmp_path, " " * (fsutil.JSON_MAX_BYTES + 1), "big.json")
+    assert "limit" in str(_load_error(big))
+
+
+# ---- the thermal geometry shares the reader and names its fields the same way -------------------
+def _geometry_error(tmp_path, mutate):
+    from hbfd.thermal.geometry import GEOMETRY_DIR, GeometryError, load_geometry
+    d = json.loads((GEOMETRY_DIR / "hbf-package-8hi.json").read_text())
+    mutate(d)
+    p = _write(tmp_path, json.dumps(d), "geom.json")
+    with pytest.raises(GeometryError) as ei:
+        load_geometry(p)
+    assert ei.value.fields["file"] == str(p) and str(p) in str(ei.value)
+    return ei.value
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda d: d["layers"][0].__setitem__("name", ["x"]), "layers.0.name"),        # was: unhashable type
+    (lambda d: d.__setitem__("layers", 7), "layers"),
+    (lambda d: d["outputs"][0].__setitem__("block", {"a": 1}), "outputs.0.block"),
+    (lambda d: next(iter(d["blocks"].values())).__setitem__("rects_mm", 1.5), None),
+    (lambda d: d["cell_mm"].__setitem__("value", 1e-300), "domain_mm.x"),          # was: a grid of 1e300 cells
+])
+def test_geometry_loader_refuses_bad_types_and_sizes(tmp_path, mutate, field):
+    e = _geometry_error(tmp_path, mutate)
+    if field is not None:
+        assert e.fields["field"] == field, str(e)
+    else:
+        assert e.fields["field"].endswith(".rects_mm"), str(e)
+
+
+def test_geometry_duplicate_key_is_refused(tmp_path):
+    from hbfd.thermal.geometry import GEOMETRY_DIR, GeometryError, load_geometry
+    text = (GEOMETRY_DIR / "hbf-package-8hi.json").read_text()
+    i = text.index('"schema"')
+    p = _write(tmp_path, text[:i] + '"schema": "x", ' + text[i:], "geom.json")
+    with pytest.raises(GeometryError, match="duplicate key 'schema'"):
+        load_geometry(p)
+
+
+# ---- the daemon's CLI: one line, exit 2, no traceback, for every hostile profile ------------------
+@pytest.mark.parametrize("case", ["t_erase_2_64", "blocks_1e12", "max_age_1e-9", "duplicate", "deep", "fifo"])
+def test_hbfd_cli_refuses_hostile_profiles_in_one_line(tmp_path, case):
+    import os
+    import subprocess
+    import sys
+    d = _raw()
+    p = tmp_path / "p.json"
+    if case == "t_erase_2_64":
+        d["timing"]["t_erase_ns"]["value"] = 2 ** 64
+    elif case == "blocks_1e12":
+        d["geometry"]["blocks_per_plane"]["value"] = 1e12
+    elif case == "max_age_1e-9":
+        d["thermal"]["telemetry_max_age_ms"]["value"] = 1e-9
+    if case == "duplicate":
+        p.write_text(json.dumps(d).replace('"name": "nominal"', '"name": "nominal", "name": "x"', 1))
+    elif case == "deep":
+        p.write_text("[" * 100_000 + "]" * 100_000)
+    elif case == "fifo":
+        os.mkfifo(p)
+    else:
+        p.write_text(json.dumps(d))
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+           "HBFD_THERMAL": "none", "HBFD_ENGINE": "fixed", "HBFD_REFRESH": "none"}
+    r = subprocess.run([sys.executable, "-m", "hbfd.cli", "--profile", str(p), "--socket", str(tmp_path / "s"),
+                        "--summary", str(tmp_path / "sum.json")], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    errs = [ln for ln in r.stderr.splitlines() if ln.startswith("hbfd: ")]
+    assert len(errs) == 1 and str(p) in errs[0] and "field=" in errs[0], r.stderr
+    assert not (tmp_path / "s").exists()

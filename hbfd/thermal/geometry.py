@@ -27,6 +27,9 @@ from hbfcommon.errors import ConfigError
 from hbfcommon.fsutil import read_json_document
 
 GEOMETRY_DIR = PROFILE_DIR / "thermal"
+# grid bounds, checked before the thermal model allocates its (nx x ny x sum nz) network
+MAX_LATERAL_CELLS = 1024              # per axis (the bundled package is 28 x 22)
+MAX_CELLS = 1 << 18                   # nx x ny x sum(nz) (the bundled package: 15,400)
 SCHEMA = "hbfsim.thermal.geometry/1"
 PROVENANCE_KINDS = ("spec", "literature", "measured", "assumed")
 
@@ -118,6 +121,19 @@ def _keys(obj: Any, allowed: set[str], required: set[str], where: str, prefix: s
         raise GeometryError(f"{where}: missing required field {name!r}", file=where, field=name)
 
 
+def _name(v: Any, where: str, fieldname: str) -> str:
+    """A name (of a layer, block, material, source, output): a non-empty string."""
+    if not isinstance(v, str) or not v:
+        raise _err(where, fieldname, f"must be a non-empty string, got {v!r}")
+    return v
+
+
+def _list(v: Any, where: str, fieldname: str) -> list:
+    if not isinstance(v, list):
+        raise _err(where, fieldname, f"must be a list, got {type(v).__name__}")
+    return v
+
+
 def _num(obj: Any, where: str, name: str, prov: dict, *, positive: bool = False,
          nonneg: bool = False) -> float:
     _keys(obj, {"value", "provenance", "source"}, {"value", "provenance", "source"}, where, name)
@@ -150,6 +166,8 @@ def geometry_from_dict(data: Mapping[str, Any], *, where: str = "<dict>", sha256
     dy = _num(dom["y"], where, "domain_mm.y", prov, positive=True)
     cell = _num(data["cell_mm"], where, "cell_mm", prov, positive=True)
     for nm, v in (("domain_mm.x", dx), ("domain_mm.y", dy)):
+        if not v / cell <= MAX_LATERAL_CELLS:
+            raise _err(where, nm, f"{v} mm is more than {MAX_LATERAL_CELLS} cells of {cell} mm")
         if abs(v / cell - round(v / cell)) > 1e-9:
             raise _err(where, nm, f"{v} mm is not a whole number of {cell} mm cells")
     ambient = _num(data["ambient_c"], where, "ambient_c", prov)
@@ -170,9 +188,10 @@ def geometry_from_dict(data: Mapping[str, Any], *, where: str = "<dict>", sha256
         p = f"blocks.{bname}"
         _keys(b, {"rects_mm", "source"}, {"rects_mm", "source"}, where, p)
         rects = []
-        for i, r in enumerate(b["rects_mm"]):
+        for i, r in enumerate(_list(b["rects_mm"], where, f"{p}.rects_mm")):
             if (not isinstance(r, list) or len(r) != 4
-                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r)):
+                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                               for v in r)):
                 raise _err(where, f"{p}.rects_mm.{i}", "a rectangle is [x0, y0, x1, y1] in mm")
             x0, y0, x1, y1 = map(float, r)
             if not (0 <= x0 < x1 <= dx and 0 <= y0 < y1 <= dy):
@@ -194,10 +213,12 @@ def geometry_from_dict(data: Mapping[str, Any], *, where: str = "<dict>", sha256
     layers: list[Layer] = []
     seen_layers: set[str] = set()
     used_sources: set[str] = set()
-    for i, L in enumerate(data["layers"]):
+    for i, L in enumerate(_list(data["layers"], where, "layers")):
         p = f"layers.{i}"
         _keys(L, {"name", "thickness_um", "material", "nz", "regions"}, {"name", "thickness_um", "material"},
               where, p)
+        _name(L["name"], where, f"{p}.name")
+        _name(L["material"], where, f"{p}.material")
         if L["name"] in seen_layers:
             raise _err(where, f"{p}.name", f"duplicate layer {L['name']!r}")
         seen_layers.add(L["name"])
@@ -207,9 +228,13 @@ def geometry_from_dict(data: Mapping[str, Any], *, where: str = "<dict>", sha256
         if not isinstance(nz, int) or isinstance(nz, bool) or not 1 <= nz <= 8:
             raise _err(where, f"{p}.nz", "an integer in 1..8")
         regs = []
-        for j, r in enumerate(L.get("regions", [])):
+        for j, r in enumerate(_list(L.get("regions", []), where, f"{p}.regions")):
             rp = f"{p}.regions.{j}"
             _keys(r, {"block", "material", "source"}, {"block", "material"}, where, rp)
+            _name(r["block"], where, f"{rp}.block")
+            _name(r["material"], where, f"{rp}.material")
+            if r.get("source") is not None:
+                _name(r["source"], where, f"{rp}.source")
             if r["block"] not in blocks:
                 raise _err(where, f"{rp}.block", f"unknown block {r['block']!r}")
             if r["material"] not in mats:
@@ -224,14 +249,21 @@ def geometry_from_dict(data: Mapping[str, Any], *, where: str = "<dict>", sha256
                             L["material"], nz, tuple(regs)))
     if not layers:
         raise _err(where, "layers", "at least one layer")
+    cells = round(dx / cell) * round(dy / cell) * sum(L.nz for L in layers)
+    if cells > MAX_CELLS:
+        raise _err(where, "cell_mm", f"the grid has {cells} cells (nx x ny x sum of nz); at most {MAX_CELLS}")
     unused = [s for s in sources if s not in used_sources]
     if unused:
         raise _err(where, "sources", f"source {unused[0]!r} heats no region")
 
     outputs: list[Output] = []
-    for i, o in enumerate(data["outputs"]):
+    for i, o in enumerate(_list(data["outputs"], where, "outputs")):
         p = f"outputs.{i}"
         _keys(o, {"name", "layer", "block", "limit"}, {"name", "layer", "block"}, where, p)
+        for k in ("name", "layer", "block"):
+            _name(o[k], where, f"{p}.{k}")
+        if o.get("limit") is not None:
+            _name(o["limit"], where, f"{p}.limit")
         if o["layer"] not in seen_layers:
             raise _err(where, f"{p}.layer", f"unknown layer {o['layer']!r}")
         if o["block"] not in blocks:
