@@ -57,8 +57,11 @@ _LINE_DIRECTIVE = re.compile(r"\.(?:loc|file|version|target|address_size)(?![\w$
 _LABEL = re.compile(r"([A-Za-z_$%][\w$]*)\s*:(?!:)\s*")
 _HEADER = re.compile(r"\s*(?:\.(?:extern|visible|weak|common)\s+)*\.(?:entry|func)(?![\w$])")
 # names that a generic Directive may not take (they are structure, parsed elsewhere)
+# (.section has a { } body: one ended by ';' is refused, else it would print as a body-less .section
+# that does not parse back)
 _RESERVED = frozenset({"entry", "func", "version", "target", "address_size", "reg", "local", "shared",
-                       "global", "const", "param", "tex", "sreg", "extern", "visible", "weak", "common"})
+                       "global", "const", "param", "tex", "sreg", "extern", "visible", "weak", "common",
+                       "section"})
 
 # ---------------------------------------------------------------------------------------------
 # Instructions and operands

@@ -230,3 +230,15 @@ def test_initializer_and_header_comments(tmp_path):
     assert [p.name for p in m.function("k").params] == ["a", "b"]
     printed = print_module(m)
     assert parse_module(printed) == m and _ptxas_ok(printed, tmp_path)
+
+
+@pytest.mark.parametrize("where", ["body", "top"])
+def test_section_without_a_body_is_refused(where):
+    # found by test_ptx_fuzz in random mode: `.section ... ;` in a body parsed as a generic directive
+    # and printed as text that does not parse back
+    if where == "body":
+        text = SMALL.replace("\tret;", "\t.section/ x @%p2 st.global.b32 [ %rd1 + 0 ], %r1;\n\tret;")
+    else:
+        text = SMALL.replace(".visible", ".section .debug_x;\n.visible")
+    with pytest.raises(PtxError, match="unexpected (directive )?'.section'"):
+        parse_module(text, "s.ptx")
