@@ -444,11 +444,7 @@ def nvcc_main(args: list[str]) -> int:
         if _is_ptx_mode(args):
             out = _nvcc_output(args)
             if out and os.path.isfile(out):
-                try:
-                    res = rewrite_file(out, out)
-                except HbfError:
-                    os.unlink(out)     # no uninstrumented output left where instrumented PTX was asked for
-                    raise
+                res = rewrite_file(out, out)
                 log.info("rewrote nvcc -ptx output %s", out)
                 doc = artifact.build(path=out, result=res, ptxas=None, before=None, after=None)
                 _emit_artifact(doc, Path(out), knobs.load())
