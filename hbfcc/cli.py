@@ -144,7 +144,7 @@ def _filter_info(text: str) -> str:
 
 def _run_capture(argv: list[str], env=None) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, env=env)
+        return subprocess.run(argv, capture_output=True, text=True, errors="replace", env=env)
     except OSError as e:
         raise ToolchainError(f"cannot run {argv[0]}: {e}", argv=argv) from e
 
@@ -188,14 +188,15 @@ def _ptxas(args: list[str]) -> int:
     in_path = args[inputs[0]]
     out_path = _out_path(args, out_idx)
     user_v = "-v" in args or "--verbose" in args
-    original = Path(in_path).read_text()
+    from .ptx.parser import read_ptx
+    original = read_ptx(in_path)          # not UTF-8 / unreadable: an error before anything is written
     helper = H.load_helper(module_text=original)
     sass = arch is not None and not arch.startswith("compute_")
     # baseline (the original PTX, same options) runs in parallel with the rewrite and the build
     base_cp: dict = {}
     tmpdir = tempfile.mkdtemp(prefix="hbfcc-ptxas.")
+    base_thread = None
     try:
-        base_thread = None
         if k.baseline and sass:
             bin_ = os.path.join(tmpdir, "orig.ptx")
             Path(bin_).write_text(original)
@@ -262,6 +263,8 @@ def _ptxas(args: list[str]) -> int:
                       file=sys.stderr)
         return 0
     finally:
+        if base_thread is not None:
+            base_thread.join()     # an error in the rewrite: let the baseline ptxas end before its dir goes
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 
@@ -523,7 +526,7 @@ def rewrite_main(args: list[str]) -> int:
                     "(default: HBFCC_PASSES, else timing; see docs/hbfcc.md)")
     ns = ap.parse_args(args)
     passes = knobs.parse_passes(ns.passes, "--passes") if ns.passes is not None else None
-    helper = None if ns.no_link else H.load_helper(ns.helper, module_text=Path(ns.input).read_text())
+    helper = None if ns.no_link else H.load_helper(ns.helper)   # the input is read (checked) by rewrite_file
     res = rewrite_file(ns.input, ns.output, helper=helper, link=not ns.no_link, dump_dir=ns.dump_stages,
                        passes=passes)
     if not ns.no_artifact:

@@ -22,7 +22,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from hbfcommon import abi
 from hbfcommon.fsutil import atomic_write_text
@@ -93,14 +93,16 @@ def print_text(module: Module) -> str:
     return f"{MARKER} by hbfcc (helper ABI {abi.HBF_HELPER_ABI_VERSION})\n" + print_module(module)
 
 
-def rewrite_text(text: str, *, filename: str = "<ptx>", helper: Optional[H.HelperModule] = None,
+def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Optional[H.HelperModule] = None,
                  link: bool = True, dump_dir: Optional[os.PathLike] = None,
                  cpasync_window: Optional[int] = None, passes: Optional[tuple[str, ...]] = None) -> RewriteResult:
     """Rewrite one PTX module. ``helper``: the helper module to link (default: :func:`H.load_helper`);
     ``link=False`` leaves the helpers as prototypes only (for inspection; not loadable).
-    ``passes``: the pass selection (default HBFCC_PASSES, see :func:`knobs.parse_passes`)."""
-    from hbfcc.ptx import parse_module
+    ``passes``: the pass selection (default HBFCC_PASSES, see :func:`knobs.parse_passes`).
+    ``text`` may be bytes (UTF-8); text that is not UTF-8 or holds NUL is a PtxError naming where."""
+    from hbfcc.ptx.parser import as_text, parse_module
 
+    text = as_text(text, filename)
     k = knobs.load()
     dd = Path(dump_dir) if dump_dir is not None else (k.dump_dir if k.dump_dir else None)
     orig_sha = sha256_bytes(text.encode())
@@ -183,8 +185,10 @@ def _not_instrumented_report(module: Module, why: str) -> dict:
 
 
 def rewrite_file(src: os.PathLike, dst: os.PathLike, **kw) -> RewriteResult:
-    """Rewrite ``src`` into ``dst`` (atomic replace; ``dst`` may equal ``src``)."""
-    text = Path(src).read_text()
+    """Rewrite ``src`` into ``dst`` (atomic replace; ``dst`` may equal ``src``). ``src`` is read with
+    :func:`hbfcc.ptx.parser.read_ptx` (refused, and ``dst`` left as it is, when it is not UTF-8)."""
+    from hbfcc.ptx.parser import read_ptx
+    text = read_ptx(src)
     res = rewrite_text(text, filename=str(src), **kw)
     atomic_write_text(dst, res.text, fsync=False)
     return res

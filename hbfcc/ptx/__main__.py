@@ -13,10 +13,10 @@ import argparse
 import collections
 import sys
 
-from hbfcommon.errors import PtxError
+from hbfcommon.errors import HbfError
 
 from .cfg import build_cfg
-from .parser import parse_module
+from .parser import parse_module, read_ptx
 from .printer import format_instruction, print_module
 
 
@@ -29,8 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--check", action="store_true", help="round-trip check")
     a = ap.parse_args(argv)
     try:
-        with open(a.file) as f:
-            text = f.read()
+        text = read_ptx(a.file)
         m = parse_module(text, a.file)
         if a.print:
             sys.stdout.write(print_module(m))
@@ -66,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             for k, v in sorted(cls.items()):
                 print(f"      {k:40s} {v}")
         return 0
-    except PtxError as e:
+    except HbfError as e:      # PtxError, or ConfigError for a file that cannot be read
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyError as e:

@@ -11,20 +11,28 @@ statements over several lines; labels (``$L__BB0_1:``, ``waitLoop:``) alone or b
 order; spaced operands (``[ %rd2 + 0 ]``, ``{ %r5, %r6 }``); ``_`` sinks; ``p|q``; ``!p``; call
 argument lists; ``.param`` aggregates; ``.extern .shared``; ``.section`` bodies (kept raw);
 ``.loc``/``.file``/``.pragma`` and any other directive (kept as tokens).
+
+Input is UTF-8 text: :func:`parse_module` takes ``str`` or ``bytes``; bytes that are not UTF-8, and
+NUL characters (ptxas reads NUL as the end of the file), are refused with a PtxError naming the line,
+column and byte offset of the first bad byte. :func:`read_ptx` reads a file the same way (and is how
+every hbfcc entry point reads PTX). Braces, quotes and ``//`` inside comments and string literals do
+not count as structure anywhere, including ``.section`` bodies and ``{ }`` initializers.
 """
 from __future__ import annotations
 
+import os
 import re
-from typing import Optional
+import stat
+from typing import Optional, Union
 
-from hbfcommon.errors import PtxError
+from hbfcommon.errors import ConfigError, PtxError
 
 from .model import (
     Address, ArgList, Block, Comment, Declarator, Directive, Function, Guard, Immediate, Instruction,
     Label, LabelRef, Module, Negated, Param, PredPair, Register, Sink, Symbol, Vector, VarDecl,
 )
 
-__all__ = ["parse_module", "parse_instruction", "clear_caches", "PtxError"]
+__all__ = ["parse_module", "parse_instruction", "as_text", "decode_ptx", "read_ptx", "clear_caches", "PtxError"]
 
 # ---------------------------------------------------------------------------------------------
 # Chunking
@@ -49,8 +57,11 @@ _LINE_DIRECTIVE = re.compile(r"\.(?:loc|file|version|target|address_size)(?![\w$
 _LABEL = re.compile(r"([A-Za-z_$%][\w$]*)\s*:(?!:)\s*")
 _HEADER = re.compile(r"\s*(?:\.(?:extern|visible|weak|common)\s+)*\.(?:entry|func)(?![\w$])")
 # names that a generic Directive may not take (they are structure, parsed elsewhere)
+# (.section has a { } body: one ended by ';' is refused, else it would print as a body-less .section
+# that does not parse back)
 _RESERVED = frozenset({"entry", "func", "version", "target", "address_size", "reg", "local", "shared",
-                       "global", "const", "param", "tex", "sreg", "extern", "visible", "weak", "common"})
+                       "global", "const", "param", "tex", "sreg", "extern", "visible", "weak", "common",
+                       "section"})
 
 # ---------------------------------------------------------------------------------------------
 # Instructions and operands
@@ -152,11 +163,85 @@ def clear_caches() -> None:
     _mod_cache[""] = ()
 
 
-def parse_module(text: str, filename: str = "<ptx>") -> Module:
-    """Parse PTX text. Raises PtxError(line=, column=) on malformed input."""
-    if not isinstance(text, str):
-        raise PtxError("PTX text must be str", file=filename, line=0, column=0)
-    return _Parser(text, filename).run()
+def parse_module(text: Union[str, bytes], filename: str = "<ptx>") -> Module:
+    """Parse PTX text (``str``, or ``bytes`` that must be UTF-8). Raises PtxError(line=, column=)
+    on malformed input, including bytes that are not UTF-8 and NUL characters."""
+    return _Parser(as_text(text, filename), filename).run()
+
+
+def as_text(text: Union[str, bytes], filename: str = "<ptx>") -> str:
+    """The PTX text of ``text``: bytes decoded with :func:`decode_ptx`, a str checked the same way
+    (no NUL, no lone surrogates); anything else is a PtxError."""
+    if isinstance(text, str):
+        _check_text(text, filename)
+        return text
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        return decode_ptx(bytes(text), filename)
+    raise PtxError(f"{filename}: PTX text must be str or bytes, not {type(text).__name__}",
+                   file=filename, line=0, column=0)
+
+
+def decode_ptx(data: bytes, filename: str = "<ptx>") -> str:
+    """PTX bytes -> text. Refuses (PtxError with ``line``, ``column``, ``offset``) bytes that are not
+    UTF-8 and NUL characters, naming the first bad byte; never a UnicodeDecodeError."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = e.start
+        line = data.count(b"\n", 0, bad) + 1
+        lstart = data.rfind(b"\n", 0, bad) + 1
+        col = len(data[lstart:bad].decode("utf-8", "replace")) + 1
+        raise PtxError(f"{filename}:{line}:{col}: not UTF-8 text: byte 0x{data[bad]:02x} at byte offset {bad} "
+                       f"({e.reason}); PTX is ASCII/UTF-8 text", line=line, column=col, offset=bad,
+                       file=filename) from None
+    _check_text(text, filename)
+    return text
+
+
+def _check_text(text: str, filename: str) -> None:
+    """Refuse NUL (ptxas stops reading there) and lone surrogates (text that cannot be UTF-8)."""
+    bad = text.find("\x00")
+    what = "a NUL character (ptxas reads it as the end of the file)"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            if bad < 0 or e.start < bad:
+                bad = e.start
+                what = f"a character that is not UTF-8 (U+{ord(text[bad]):04X}, a lone surrogate)"
+    if bad < 0:
+        return
+    line = text.count("\n", 0, bad) + 1
+    col = bad - (text.rfind("\n", 0, bad) + 1) + 1
+    offset = len(text[:bad].encode("utf-8", "surrogateescape"))
+    raise PtxError(f"{filename}:{line}:{col}: {what} at byte offset {offset}", line=line, column=col,
+                   offset=offset, file=filename)
+
+
+def read_ptx(path: Union[str, os.PathLike]) -> str:
+    """Read a PTX file as text, the one way every hbfcc entry point does: bytes, strict UTF-8
+    (:func:`decode_ptx`), newlines as :meth:`pathlib.Path.read_text` gives them (``\\r\\n`` and
+    ``\\r`` -> ``\\n``). A file that cannot be read or is not a regular file (a FIFO would block) is a
+    ConfigError naming it; text that is not UTF-8 is a PtxError with line/column/offset."""
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise ConfigError(f"cannot read PTX input {name}: {e.strerror or e}", file=name) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"PTX input {name} is not a regular file", file=name)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read PTX input {name}: {e.strerror or e}", file=name) from None
+    finally:
+        os.close(fd)
+    text = decode_ptx(data, name)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
 
 
 def parse_instruction(text: str, plain_registers: frozenset[str] = frozenset()) -> Instruction:
@@ -294,9 +379,7 @@ class _Parser:
                 if pending:
                     hdr = " ".join(pending).strip()
                     if hdr.startswith(".section"):
-                        end = _match_brace(text, pos)
-                        if end < 0:
-                            raise ctx.error("unterminated .section body", line, start)
+                        end = _match_brace(text, pos, ctx, line, ".section body")
                         raw = text[pos:end]
                         toks = _tokens(hdr, lambda msg: ctx.error(msg, p_line, p_pos))
                         if len(stack) != 1:
@@ -320,12 +403,10 @@ class _Parser:
                         block_lines.append(line)
                         continue
                     # `{` inside a statement (vector over lines, initializer): keep it as text
-                    end = _match_brace(text, pos)
-                    if end < 0:
-                        raise ctx.error("unbalanced '{'", line, start)
+                    end = _match_brace(text, pos, ctx, line, "'{' in a statement")
                     piece = text[start:end + 1]
                     line += piece.count("\n")
-                    pending.append(piece.replace("\n", " "))
+                    pending.append(_strip_comments(piece).replace("\n", " "))
                     pos = end + 1
                     continue
                 if len(stack) == 1:
@@ -409,18 +490,44 @@ class _Parser:
         top.append(Directive(d[1:], tuple(toks[1:]), None, line))
 
 
-def _match_brace(text: str, pos: int) -> int:
-    """Index of the '}' closing the '{' just before ``pos`` (no nesting expected, but handled)."""
+# a run of body text without braces, where comments and string literals are skipped whole (a `{`, `}`
+# or `"` inside them is not structure); it stops at `{`, `}`, an unterminated string or `/*`, or the end
+_BRACED_RUN = re.compile(r'(?:[^{}"/]+|"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*(?:[^*]|\*(?!/))*\*/|/(?![/*]))*')
+_COMMENT_OR_STRING = re.compile(r'("(?:[^"\\\n]|\\.)*")|//[^\n]*|/\*(?:[^*]|\*(?!/))*\*/')
+
+
+def _match_brace(text: str, pos: int, ctx: _Ctx, line: int, what: str) -> int:
+    """Index of the '}' closing the '{' just before ``pos`` (nesting handled; braces inside comments
+    and string literals do not count). Raises PtxError at the open brace's ``line`` when there is none."""
     depth = 1
     i = pos
+    n = len(text)
+    run = _BRACED_RUN.match
     while True:
-        j = text.find("}", i)
-        if j < 0:
-            return -1
-        depth += text.count("{", i, j) - 1
-        if depth <= 0:
-            return j
+        j = run(text, i).end()
+        if j >= n:
+            raise ctx.error(f"unterminated {what} (no closing '}}')", line, pos - 1)
+        c = text[j]
+        if c == "}":
+            depth -= 1
+            if depth == 0:
+                return j
+        elif c == "{":
+            depth += 1
+            if depth > _MAX_DEPTH:
+                raise ctx.error(f"braces nested deeper than {_MAX_DEPTH} in {what}", line, pos - 1)
+        elif c == '"':
+            raise ctx.error("unterminated string", line + text.count("\n", pos, j), j)
+        else:  # '/*' without '*/'
+            raise ctx.error("unterminated /* comment", line + text.count("\n", pos, j), j)
         i = j + 1
+
+
+def _strip_comments(s: str) -> str:
+    """``s`` with each comment replaced by a space (string literals kept as they are)."""
+    if "/" not in s:
+        return s
+    return _COMMENT_OR_STRING.sub(lambda m: m.group(1) or " ", s)
 
 
 def _norm_raw(raw: str) -> str:

@@ -1,6 +1,7 @@
 """Property test: random mutations of fixture PTX never crash the front end. Each mutant either
 parses (and then round-trips: parse(print(m)) == m, and its CFGs build or raise PtxError) or raises
-PtxError carrying a line number. Any other exception is a bug.
+PtxError carrying a line number. Any other exception is a bug. (Byte-level mutations -- invalid
+UTF-8, NUL, CRLF, huge numbers -- and the rewrite + ptxas properties: test_ptx_hostile_fuzz.py.)
 
 The examples are derandomized so CI is reproducible; for exploration run with random seeds, e.g.
 ``HBF_FUZZ_RANDOM=1 pytest tests/hbfcc/test_ptx_fuzz.py`` (more examples, new seed each run)."""
@@ -85,12 +86,13 @@ def _mutate(text: str, ops) -> str:
 _op = st.tuples(st.integers(0, 6), st.integers(0, 10**6), st.integers(0, 100), st.sampled_from(_VOCAB))
 
 
-def _check(text: str) -> None:
+def _check(text: str | bytes) -> None:
+    """The parser's properties for one input (str, or bytes: test_ptx_hostile_fuzz.py mutates bytes)."""
     try:
         m = parse_module(text, "mut.ptx")
     except PtxError as e:
         assert isinstance(e.fields.get("line"), int) and e.fields["line"] >= 0
-        assert e.fields["line"] <= text.count("\n") + 2
+        assert e.fields["line"] <= text.count(b"\n" if isinstance(text, bytes) else "\n") + 2
         return
     printed = print_module(m)
     assert parse_module(printed, "mut.printed") == m
