@@ -131,7 +131,7 @@ class Daemon:
         self._ring_tags = knobs.ring_tags()
         # ring-service statistics (summary "ring_service"): scans that found work, requests taken,
         # batch sizes (log2 buckets), tagged slots retried because their check did not match yet
-        self._ring_stats = {"batches": 0, "requests": 0, "max_batch": 0, "tag_retries": 0,
+        self._ring_stats = {"batches": 0, "requests": 0, "max_batch": 0, "tag_retries": 0, "reuse_holds": 0,
                             "tagged_requests": 0, "batch_log2_hist": [0] * 14}
         self._reports: collections.deque[dict] = collections.deque(maxlen=RETAINED_MAX)
         self._attaches: collections.deque[dict] = collections.deque(maxlen=RETAINED_MAX)
@@ -378,16 +378,12 @@ class Daemon:
         # (t == s for its first, else the last served there + N), published only once the
         # previous completion there was consumed (the slot-reuse rule). Anything else is not
         # answered (it would overwrite an unread completion, or answer/skip a ticket nobody
-        # reserved in that order): counted once per (slot, seq) in ``foreign_requests``.
+        # reserved in that order): counted once per (slot, seq) in ``foreign_requests``; one
+        # published before that completion was consumed is held until it is.
         seq = req[:, 0]
         served = self._served[slots]
         expect = np.where(served == 0, slots.astype(np.uint64) + np.uint64(1), served + np.uint64(N))
         ok = seq == expect
-        if ok.all():
-            freed = self._comp64[slots, 5] == served          # completion.consumed (word 5)
-            ok = freed | (served == 0)
-        else:
-            ok &= (self._comp64[slots, 5] == served) | (served == 0)
         if not ok.all():
             bad = ~ok
             new = bad & (self._foreign_seq[slots] != seq)
@@ -399,7 +395,17 @@ class Daemon:
                                 int(slots[new][0]), int(seq[new][0]), int(expect[new][0]))
                 self._foreign += k
                 self._foreign_seq[slots[new]] = seq[new]
-            slots, req, seq = slots[ok], req[ok], seq[ok]
+            slots, req, seq, served = slots[ok], req[ok], seq[ok], served[ok]
+            if slots.size == 0:
+                return slots, req
+        # the next ticket of a reused slot is taken once the previous completion there reads as
+        # consumed (completion.consumed, word 5, >= its seq, the test the device issuer makes); until
+        # then it is held, not counted as foreign (the consumed store may become visible to the host
+        # after the seq: the GPU's waiter releases it at gpu scope)
+        free = (served == 0) | (self._comp64[slots, 5] >= served)
+        if not free.all():
+            self._ring_stats["reuse_holds"] += int((~free).sum())
+            slots, req, seq = slots[free], req[free], seq[free]
             if slots.size == 0:
                 return slots, req
         self._served[slots] = seq

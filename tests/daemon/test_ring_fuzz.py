@@ -172,3 +172,35 @@ def test_bad_requests_do_not_stop_the_media_engine_or_the_ledger(tmp_path):
     assert s["terminal_status"] == "clean" and s["engine_error"] is None
     assert sum(s["rejected_requests"].values()) == len(bad)
     assert s["rejected_requests"]["media_address"] == 5 and s["rejected_requests"]["arrival_ns"] == 2
+
+
+def test_a_slot_is_reused_only_after_its_completion_was_consumed(tmp_path):
+    """The next ticket of a slot published before the previous completion there was consumed (a
+    writer that ignores the reuse rule) is held, not answered over the unread completion."""
+    with start_hbfd(tmp_path) as h:
+        _, m = attach(h)
+        try:
+            drv = RingDriver(m)
+            tickets = [drv.issue(arrival_ns=10 * i, address=0, media_address=64 * i, nbytes=64,
+                                 op=ctl.HBF_OP_LOAD) for i in range(N)]
+            comp = m.completions
+            deadline = time.monotonic() + 20
+            while int(comp["seq"][0]) != 1 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            for t in tickets[1:]:
+                drv.wait(t)                               # every slot but 0 consumed
+            assert int(comp["consumed"][0]) == 0
+            _write(m, 0, N + 1, arrival=10 * N)           # ticket N, slot 0 not yet free
+            time.sleep(0.3)
+            assert int(comp["seq"][0]) == 1               # the unread completion stays
+            comp["consumed"][0] = 1                       # its waiter reads it: now the slot is free
+            deadline = time.monotonic() + 10
+            while int(comp["seq"][0]) != N + 1 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert int(comp["seq"][0]) == N + 1 and int(comp["status"][0]) == ctl.HBF_ST_READY
+        finally:
+            m.close()
+        assert h.stop() == 0
+    s = h.read_summary()
+    assert s["ring_service"]["reuse_holds"] > 0 and s["foreign_requests"] == 0
+    assert s["counters"]["reference_requests_by_state"]["READY"] == N + 1
