@@ -36,6 +36,42 @@ def _tmp_name(path: Path, suffix: str) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp{suffix}")
 
 
+def remove_stale_tmp(path: StrPath) -> list[Path]:
+    """Remove the temp files that an atomic write of ``path`` left behind when its writer was
+    killed: only names of exactly our pattern (``.<name>.<pid>.<8 hex>.tmp<suffix>`` beside
+    ``path``, :func:`_tmp_name`), only regular files (never a link or a directory), and only
+    when that pid is no longer a live process (a running writer's temp file is left alone).
+    Returns what was removed."""
+    import re
+    p = Path(path)
+    pat = re.compile(r"\." + re.escape(p.name) + r"\.(\d+)\.[0-9a-f]{8}\.tmp(" + re.escape(p.suffix) + r")?\Z")
+    out: list[Path] = []
+    try:
+        entries = list(os.scandir(p.parent))
+    except OSError:
+        return out
+    for e in entries:
+        m = pat.match(e.name)
+        if not m or not e.is_file(follow_symlinks=False):
+            continue
+        pid = int(m.group(1))
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue                            # alive (or not ours to signal): leave it
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError, OSError):
+            continue
+        try:
+            os.unlink(e.path)
+            out.append(Path(e.path))
+        except OSError:
+            pass
+    return out
+
+
 def _unlink_quietly(p: Path) -> None:
     try:
         os.unlink(p)

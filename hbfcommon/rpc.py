@@ -13,6 +13,13 @@ from pathlib import Path
 from hbfcommon.errors import ConfigError, DaemonError, ErrorCode, HbfError
 
 DEFAULT_TIMEOUT_S = 10.0
+MAX_MESSAGE_BYTES = 64 << 20    # gRPC send/receive limit of hbfd and its clients (a large summary fits)
+
+
+def message_size_options() -> list[tuple[str, int]]:
+    """The gRPC channel/server options for :data:`MAX_MESSAGE_BYTES`, the same on both ends."""
+    return [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
 
 
 def default_socket() -> Path:
@@ -58,7 +65,7 @@ class Client:
         if not self.socket_path.exists():
             raise DaemonError(f"no hbfd is running (no socket at {self.socket_path})",
                               socket=str(self.socket_path))
-        self.channel = grpc.insecure_channel(f"unix:{self.socket_path}")
+        self.channel = grpc.insecure_channel(f"unix:{self.socket_path}", options=message_size_options())
         self.stub = hbf_pb2_grpc.HbfdStub(self.channel)
 
     @property
@@ -73,6 +80,10 @@ class Client:
         except self._grpc.RpcError as e:
             code = e.code() if hasattr(e, "code") else None
             details = e.details() if hasattr(e, "details") else str(e)
+            if code == self._grpc.StatusCode.RESOURCE_EXHAUSTED:   # hbfd answered, but too much
+                raise HbfError(f"hbfd's {method} message exceeds the gRPC limit of {MAX_MESSAGE_BYTES} bytes "
+                               f"({details})", code=ErrorCode.INVALID_ARGUMENT, socket=str(self.socket_path),
+                               limit_bytes=MAX_MESSAGE_BYTES) from None
             raise DaemonError(f"no hbfd answering {method} on {self.socket_path} "
                               f"({code.name if code else ''}: {details})",
                               socket=str(self.socket_path), grpc_code=str(code)) from None

@@ -3,13 +3,15 @@
   hbfctl status    heartbeat age, profile, engine, thermal state, ring depth, ranges, counters
   hbfctl ranges    the registered ranges
   hbfctl summary   the run summary so far (counts by state, per-op counters)
-  hbfctl shutdown  ordered shutdown; prints where the summary was written
+  hbfctl shutdown  ordered shutdown; prints where the summary was written (exit 1, and says so,
+                   when hbfd could not write it)
   hbfctl thermal-override MODE [--q-ppm Q] | clear
                    force the published thermal state (test/operator path; needs hbfd started with
                    HBFD_THERMAL=hbfd.thermal.override:make_service, see hbfd/thermal/override.py)
 
 ``--json`` prints machine-readable JSON instead of tables. Exit codes: 0 ok, 1 the daemon
-answered with an error, 2 no daemon is running (or bad usage).
+answered with an error (a reply over the gRPC message limit included, named as such), 2 no daemon
+is running (or bad usage).
 """
 from __future__ import annotations
 
@@ -117,6 +119,14 @@ def format_summary(s: dict) -> str:
     ]
     if s.get("outstanding_terminated"):
         lines.append(f"terminated at shutdown: {s['outstanding_terminated']} outstanding ticket(s)")
+    rej = s.get("rejected_requests") or {}
+    if rej or s.get("foreign_requests"):
+        lines.append(f"ring requests refused: {sum(rej.values())} rejected "
+                     f"({', '.join(f'{k} {v}' for k, v in sorted(rej.items())) or 'none'}), "
+                     f"{s.get('foreign_requests', 0)} foreign (not their slot's next ticket; unanswered)")
+    if s.get("reports_dropped") or s.get("attaches_dropped"):
+        lines.append(f"not retained: {s.get('reports_dropped', 0)} report(s), "
+                     f"{s.get('attaches_dropped', 0)} attach(es) (only the latest are kept)")
     if s.get("engine_error"):
         lines.append(f"engine error: {s['engine_error']}")
     return "\n".join(lines)

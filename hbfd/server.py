@@ -12,8 +12,10 @@ failure word -> the canonical JSON summary by atomic replace -> gRPC stopped.
 """
 from __future__ import annotations
 
+import collections
 import json
 import logging
+import math
 import os
 import platform
 import socket
@@ -26,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from hbfcommon import ctl
+from hbfcommon import ctl, rpc
 from hbfcommon.errors import DaemonError, ErrorCode, HbfError, TelemetryError
 from hbfcommon.status import RequestStatus
 from hbfd import knobs, services
@@ -36,10 +38,14 @@ from hbfd.heartbeat import HeartbeatProcess
 from hbfcommon.profile import Profile, load_profile
 from hbfd.ranges import Range, RangeTable
 from hbfd.region import ControlRegion
+from hbfcommon.fsutil import remove_stale_tmp
 from hbfd.summary import SUMMARY_SCHEMA, write_json_atomic
 
 log = logging.getLogger(__name__)
 N = ctl.HBF_RING_SLOTS
+RETAINED_MAX = 1000                          # reports / attaches kept for the summary (the latest; older dropped, counted)
+REPORT_MAX_BYTES = 1 << 20                   # one Report's JSON text
+_MAX_ARRIVAL_NS = 1 << 62                    # the engines' time domain (arrival_ns beyond it: IO_ERROR)
 assert N & (N - 1) == 0, "the ring size is a power of two"
 
 
@@ -112,6 +118,9 @@ class Daemon:
         self._shutdown_reason = ("clean", "", ctl.HBF_ST_DAEMON_LOST, ctl.HBF_FAIL_REASON_SHUTDOWN)
         self._threads: list[threading.Thread] = []
         self._served = np.zeros(N, np.uint64)    # last request seq served, per slot
+        self._foreign_seq = np.zeros(N, np.uint64)   # last foreign seq counted, per slot (count once)
+        self._foreign = 0                        # requests not belonging to their slot's next ticket
+        self._rejected: dict[str, int] = {}      # answered IO_ERROR/UNSUPPORTED at validation, by kind
         # pending requests, per ring slot (a slot holds at most one outstanding ticket): the
         # request record as read from the ring (its seq = ticket + 1) and when hbfd first saw it
         self._quiet_collected = True
@@ -122,10 +131,14 @@ class Daemon:
         self._ring_tags = knobs.ring_tags()
         # ring-service statistics (summary "ring_service"): scans that found work, requests taken,
         # batch sizes (log2 buckets), tagged slots retried because their check did not match yet
-        self._ring_stats = {"batches": 0, "requests": 0, "max_batch": 0, "tag_retries": 0,
+        self._ring_stats = {"batches": 0, "requests": 0, "max_batch": 0, "tag_retries": 0, "reuse_holds": 0,
                             "tagged_requests": 0, "batch_log2_hist": [0] * 14}
-        self._reports: list[dict] = []
-        self._attaches: list[dict] = []
+        self._reports: collections.deque[dict] = collections.deque(maxlen=RETAINED_MAX)
+        self._attaches: collections.deque[dict] = collections.deque(maxlen=RETAINED_MAX)
+        self._reports_dropped = 0                # the oldest beyond RETAINED_MAX, not kept
+        self._attaches_dropped = 0
+        self._attached = False
+        self._summary_written = False
         self._grpc = None
         self._t0 = time.monotonic_ns()
         self._started_wall = time.time()
@@ -141,6 +154,8 @@ class Daemon:
         p = self.profile
         log.info("profile %s (%s) sha256 %s", p.name, p.path, p.sha256)
         self._claim_socket()
+        for stale in remove_stale_tmp(self.summary_path):   # a writer killed mid-summary left it
+            log.warning("removed a stale summary temp file %s", stale)
         self.region = ControlRegion()
         self.region.init_header(media_params=p.to_media_params(), profile_sha256=p.sha256,
                                 heartbeat_period_ns=self.heartbeat_period_ns)
@@ -253,7 +268,7 @@ class Daemon:
 
         from hbfproto import hbf_pb2_grpc
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="hbfd-rpc"),
-                             options=[("grpc.so_reuseport", 0)])
+                             options=[("grpc.so_reuseport", 0), *rpc.message_size_options()])
         hbf_pb2_grpc.add_HbfdServicer_to_server(_Servicer(self), server)
         old = os.umask(0o177)                       # the socket is born 0600
         try:
@@ -421,18 +436,82 @@ class Daemon:
                     slots, req = slots[ok], req[ok]
                     if slots.size == 0:
                         return slots, req
+        # tickets are bound to their slot and to the slot's reservation order: the request in
+        # slot s must carry ticket t with t % N == s and be exactly the next ticket of that slot
+        # (t == s for its first, else the last served there + N), published only once the
+        # previous completion there was consumed (the slot-reuse rule). Anything else is not
+        # answered (it would overwrite an unread completion, or answer/skip a ticket nobody
+        # reserved in that order): counted once per (slot, seq) in ``foreign_requests``; one
+        # published before that completion was consumed is held until it is.
         seq = req[:, 0]
-        if (((seq.astype(np.int64) - 1) & (N - 1)) != slots).any():
-            tickets = seq - np.uint64(1)
-            bad = (tickets % np.uint64(N)) != slots.astype(np.uint64)
-            raise HbfError("ring protocol violation: a request sits in the wrong slot",
-                           code=ErrorCode.CONTROL_REGION, slots=slots[bad][:8].tolist(),
-                           tickets=tickets[bad][:8].tolist())
+        served = self._served[slots]
+        expect = np.where(served == 0, slots.astype(np.uint64) + np.uint64(1), served + np.uint64(N))
+        ok = seq == expect
+        if not ok.all():
+            bad = ~ok
+            new = bad & (self._foreign_seq[slots] != seq)
+            if new.any():
+                k = int(new.sum())
+                if self._foreign == 0:
+                    log.warning("ring: %d request(s) do not belong to their slot's next ticket (first: slot %d "
+                                "seq %d, expected %d); not answered, counted as foreign_requests", k,
+                                int(slots[new][0]), int(seq[new][0]), int(expect[new][0]))
+                self._foreign += k
+                self._foreign_seq[slots[new]] = seq[new]
+            slots, req, seq, served = slots[ok], req[ok], seq[ok], served[ok]
+            if slots.size == 0:
+                return slots, req
+        # the next ticket of a reused slot is taken once the previous completion there reads as
+        # consumed (completion.consumed, word 5, >= its seq, the test the device issuer makes); until
+        # then it is held, not counted as foreign (the consumed store may become visible to the host
+        # after the seq: the GPU's waiter releases it at gpu scope)
+        free = (served == 0) | (self._comp64[slots, 5] >= served)
+        if not free.all():
+            self._ring_stats["reuse_holds"] += int((~free).sum())
+            slots, req, seq = slots[free], req[free], seq[free]
+            if slots.size == 0:
+                return slots, req
         self._served[slots] = seq
         self._p_valid[slots] = True
         self._p_req[slots] = req
         self._p_seen[slots] = seen
         return slots, req
+
+    def _reject_invalid(self, slots: np.ndarray, req: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Validate the taken requests (rows as in :meth:`_take`) before any model sees them: an
+        unknown op is answered UNSUPPORTED; a zero byte count, a media extent outside the usable
+        capacity (any address >= 2^63 included) or an arrival >= 2^62 is answered IO_ERROR. Each
+        is posted for its own ticket at once, counted by kind in ``rejected_requests`` and logged
+        once per kind; the run goes on. Returns the valid (slots, req) rows."""
+        w = req[:, 4]
+        op = w >> np.uint64(32)
+        nbytes = w & np.uint64(0xFFFFFFFF)
+        addr = req[:, 3]
+        bad_op = op >= np.uint64(ctl.HBF_N_OPS)
+        bad_bytes = nbytes == 0
+        cap = np.uint64(self.profile.capacity_bytes)
+        bad_addr = (addr >= cap) | (nbytes > cap - np.minimum(addr, cap))
+        bad_arr = req[:, 1] >= np.uint64(_MAX_ARRIVAL_NS)
+        bad = bad_op | bad_bytes | bad_addr | bad_arr
+        if not bad.any():
+            return slots, req
+        # one kind per request, first match: op, bytes, media_address, arrival_ns
+        kinds = (("op", bad_op), ("bytes", bad_bytes & ~bad_op),
+                 ("media_address", bad_addr & ~bad_op & ~bad_bytes),
+                 ("arrival_ns", bad_arr & ~bad_op & ~bad_bytes & ~bad_addr))
+        for kind, m in kinds:
+            k = int(m.sum())
+            if k:
+                if kind not in self._rejected:
+                    i = int(np.flatnonzero(m)[0])
+                    log.warning("ring: rejected %s request(s) (first: ticket %d op %d bytes %d media_address %#x "
+                                "arrival_ns %d); answered %s, counted in rejected_requests", kind,
+                                int(req[i, 0]) - 1, int(op[i]), int(nbytes[i]), int(addr[i]), int(req[i, 1]),
+                                "UNSUPPORTED" if kind == "op" else "IO_ERROR")
+                self._rejected[kind] = self._rejected.get(kind, 0) + k
+        st = np.where(bad_op, ctl.HBF_ST_UNSUPPORTED, ctl.HBF_ST_IO_ERROR).astype(np.uint8)[bad]
+        self._post(req[bad, 0] - np.uint64(1), np.zeros(int(bad.sum()), np.uint64), st)
+        return slots[~bad], req[~bad]
 
     def _published(self) -> np.ndarray:
         """Ring slots holding a request not yet taken (all at once, from the seq words)."""
@@ -455,8 +534,16 @@ class Daemon:
             if self._closing:
                 return 0
             slots, req = self._take(slots, seen)
+            if slots.size:
+                slots, req = self._reject_invalid(slots, req)
         n = slots.size
         if n == 0:
+            if not self._quiet_collected:           # only foreign/rejected records: still collect once
+                self._quiet_collected = True
+                with self._engine_lock:
+                    done = self.engine.collect()
+                if done.size:
+                    self._post(done["id"], done["modeled_ns"], done["status"])
             return 0
         rs = self._ring_stats
         rs["batches"] += 1
@@ -575,17 +662,18 @@ class Daemon:
             seen = time.monotonic_ns()
             seqs = m.ring["seq"].copy()
             slots = self._published()
-            try:
-                self._take(slots, seen)
-            except HbfError:              # misplaced requests: answer the well-placed ones
-                ok = (seqs[slots] - np.uint64(1)) % np.uint64(N) == slots.astype(np.uint64)
-                self._take(slots[ok], seen)
+            self._take(slots, seen)       # foreign records stay unanswered (counted)
             tickets = np.sort(self._p_req[self._p_valid, 0] - np.uint64(1))
             n = self._post(tickets, np.zeros(tickets.size, np.uint64),
                            np.full(tickets.size, req_status, np.uint8), closing=True)
             # ring_head is a lower bound of the reserved tickets (a runtime may reserve from a
-            # device-memory counter, hbf_ctl.h): at least every published ticket was reserved
-            head = max(int(self.region.ctl.header.ring_head), int(seqs.max()))
+            # device-memory counter, hbf_ctl.h): at least every published ticket was reserved.
+            # Only seqs that belong to their slot count (a foreign seq such as s + N*2^40 must
+            # not move the window), and ring_head at most N past them (reservations wait there)
+            exp = np.where(self._served == 0, np.arange(1, N + 1, dtype=np.uint64), self._served + np.uint64(N))
+            own = (seqs == exp) | (seqs == self._served)
+            vmax = int(seqs[own].max()) if own.any() else 0
+            head = max(vmax, min(int(self.region.ctl.header.ring_head), vmax + N))
             comp = m.completions
             for t in range(max(0, head - N), head):
                 s = t % N
@@ -615,7 +703,22 @@ class Daemon:
         self._final_outstanding = n
         self.exit_code = 0 if status == "clean" else 1
         try:
-            write_json_atomic(self.summary_path, self.summary(terminal=True))
+            summ = self.summary(terminal=True)
+        except Exception as e:   # a model's summary section failed: still write what is known
+            log.exception("could not build the full summary")
+            summ = {"schema": SUMMARY_SCHEMA, "terminal_status": status, "shutdown_reason": reason,
+                    "failure_word": int(h.failure), "summary_error": f"{type(e).__name__}: {e}",
+                    "outstanding_terminated": n, "rejected_requests": dict(self._rejected),
+                    "foreign_requests": self._foreign, "engine_error": self._engine_error}
+        try:
+            try:
+                write_json_atomic(self.summary_path, summ)
+            except ValueError:   # a non-finite float somewhere: encoded as a string, counted
+                enc, k = _encode_non_finite(summ)
+                log.warning("summary held %d non-finite value(s); written as strings", k)
+                enc["non_finite_encoded"] = k
+                write_json_atomic(self.summary_path, enc)
+            self._summary_written = True
             log.info("summary: %s", self.summary_path)
         except Exception:
             log.exception("could not write the summary to %s", self.summary_path)
@@ -701,7 +804,11 @@ class Daemon:
                                      "ticks": self._thermal_ticks, "media_energy_j": self._energy_j},
                          "refresh": {"service": self.refresh.name, **self.refresh.summary_section()}},
             "attaches": list(self._attaches),
+            "attaches_dropped": self._attaches_dropped,
             "reports": list(self._reports),
+            "reports_dropped": self._reports_dropped,
+            "rejected_requests": dict(sorted(self._rejected.items())),
+            "foreign_requests": self._foreign,
             "engine_error": self._engine_error,
         }
 
@@ -712,6 +819,9 @@ class Daemon:
         if abi_version != ctl.HBF_CTL_ABI_VERSION:
             raise HbfError("control-region ABI mismatch", code=ErrorCode.ABI_MISMATCH,
                            workload=abi_version, daemon=ctl.HBF_CTL_ABI_VERSION)
+        if len(self._attaches) == self._attaches.maxlen:
+            self._attaches_dropped += 1
+        self._attached = True
         self._attaches.append({"workload_pid": workload_pid, "allow_unmodeled": allow_unmodeled,
                                "at_ns": time.monotonic_ns() - self._t0})
         return {"ctl_path": self.region.path, "ctl_bytes": ctl.CTL_BYTES,
@@ -742,16 +852,45 @@ class Daemon:
             return self.ranges.generation
 
     def report(self, kind: str, text: str) -> None:
+        if len(text) > REPORT_MAX_BYTES:
+            raise HbfError(f"report is {len(text)} bytes, over the {REPORT_MAX_BYTES}-byte limit",
+                           code=ErrorCode.INVALID_ARGUMENT, kind=kind)
         try:
-            obj = json.loads(text) if text else None
+            obj = json.loads(text, parse_constant=_refuse_constant) if text else None
         except json.JSONDecodeError as e:
             raise HbfError(f"report is not JSON: {e}", code=ErrorCode.INVALID_ARGUMENT, kind=kind) from e
+        except ValueError as e:      # NaN / Infinity: not JSON, and the summary must stay strict JSON
+            raise HbfError(f"report is not strict JSON: {e}", code=ErrorCode.INVALID_ARGUMENT, kind=kind) from e
         if kind == "thermal_override":   # operator/test path (hbfd/thermal/override.py), published next tick
             self.thermal.set_override(obj)          # a service that takes none says how to start one
+        if len(self._reports) == self._reports.maxlen:
+            self._reports_dropped += 1
         self._reports.append({"kind": kind, "data": obj, "at_ns": time.monotonic_ns() - self._t0})
 
     def heartbeat_age_ns(self) -> int:
         return self._hb.age_ns()
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _encode_non_finite(obj: Any) -> tuple[Any, int]:
+    """A copy of ``obj`` with every NaN/Infinity float replaced by its name as a string ("NaN",
+    "Infinity", "-Infinity"), and how many were replaced."""
+    n = 0
+
+    def enc(o):
+        nonlocal n
+        if isinstance(o, float) and not math.isfinite(o):
+            n += 1
+            return "NaN" if o != o else ("Infinity" if o > 0 else "-Infinity")
+        if isinstance(o, dict):
+            return {k: enc(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [enc(v) for v in o]
+        return o
+    return enc(obj), n
 
 
 def _range_msg(pb, r: Range):
@@ -793,7 +932,7 @@ class _Servicer:
                 timing_source=p.timing_model.timing_source, engine=d.engine.name, ranges=rs,
                 ring_depth=d.ring_depth(), thermal_mode=th.mode_name, thermal_q_ppm=th.q_ppm,
                 hbf_max_c=th.hbf_max_c, counters_json=json.dumps(d.counters(), sort_keys=True),
-                uptime_ns=time.monotonic_ns() - d._t0, attached=bool(d._attaches), ctl_path=d.region.path)
+                uptime_ns=time.monotonic_ns() - d._t0, attached=d._attached, ctl_path=d.region.path)
         return self._guard(pb.StatusReply, body)
 
     def Attach(self, request, context):
@@ -833,13 +972,22 @@ class _Servicer:
         return self._guard(self.pb.ReportReply, body)
 
     def GetSummary(self, request, context):
-        return self._guard(self.pb.GetSummaryReply, lambda: self.pb.GetSummaryReply(
-            summary_json=json.dumps(self.d.summary(), sort_keys=True)))
+        def body():
+            summ = self.d.summary()
+            try:
+                text = json.dumps(summ, sort_keys=True, allow_nan=False)
+            except ValueError:
+                text = json.dumps(_encode_non_finite(summ)[0], sort_keys=True)
+            return self.pb.GetSummaryReply(summary_json=text)
+        return self._guard(self.pb.GetSummaryReply, body)
 
     def Shutdown(self, request, context):
         def body():
             self.d.request_shutdown("clean", request.reason or "Shutdown RPC")
             if not self.d._done.wait(30):
                 raise DaemonError("shutdown did not finish within 30 s", code=ErrorCode.TIMEOUT)
+            if not self.d._summary_written:
+                raise DaemonError("hbfd shut down but could not write the summary (see its log)",
+                                  code=ErrorCode.INTERNAL, summary=str(self.d.summary_path))
             return self.pb.ShutdownReply(summary_path=str(self.d.summary_path.resolve()))
         return self._guard(self.pb.ShutdownReply, body)

@@ -219,11 +219,11 @@ class BlockLedger:
         if not n:
             return
         live = self._live
-        if int(b.max()) < len(live):
+        if int(b.max()) < len(live) and int(b.min()) >= 0:
             idx = live[b]
-        else:
+        else:   # ids outside the ledger (a negative one too: an address >= 2^63 seen as int64)
             idx = np.full(n, -1, np.int64)
-            inside = b < len(live)
+            inside = (b >= 0) & (b < len(live))
             idx[inside] = live[b[inside]]
         if int(idx.min()) < 0:
             ok = idx >= 0
