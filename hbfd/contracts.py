@@ -156,6 +156,15 @@ def check_service(obj: Any, proto: type, *, what: str) -> Any:
 
 # ---- defaults --------------------------------------------------------------------------------------
 
+def drain_completions(pending: list[np.ndarray]) -> np.ndarray:
+    """Every completion batch an engine holds, concatenated and handed out once (``collect``)."""
+    if not pending:
+        return np.zeros(0, COMPLETION_BATCH_DTYPE)
+    out = np.concatenate(pending)
+    pending.clear()
+    return out
+
+
 class FixedLatencyEngine:
     """Every request costs the profile's fixed latency: loads/cp.async ``read_ns``, stores
     ``write_ns``, atomics (read-modify-write) ``read_ns + write_ns``. No queueing."""
@@ -191,10 +200,7 @@ class FixedLatencyEngine:
         return None
 
     def collect(self) -> np.ndarray:
-        if not self._pending:
-            return np.zeros(0, COMPLETION_BATCH_DTYPE)
-        out = np.concatenate(self._pending)
-        self._pending.clear()
+        out = drain_completions(self._pending)
         self._served += len(out)
         return out
 

@@ -35,6 +35,8 @@ import numpy as np
 from hbfcommon import ctl
 from hbfcommon.errors import ConfigError
 
+from hbfd.contracts import drain_completions
+
 from .engine import COMPLETION_BATCH_DTYPE, OP_ATOMIC, OP_STORE
 from .geometry import PAGE_BYTES
 from .lindley import segmented_fcfs
@@ -221,11 +223,7 @@ class CurveEngine:
         return None
 
     def collect(self) -> np.ndarray:
-        if not self._pending:
-            return np.zeros(0, COMPLETION_BATCH_DTYPE)
-        out = np.concatenate(self._pending)
-        self._pending = []
-        return out
+        return drain_completions(self._pending)
 
     def stats(self) -> dict[str, Any]:
         return {"engine": self.name, "requests": self.n_requests, "pages": self.n_pages,
