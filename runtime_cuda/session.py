@@ -228,9 +228,9 @@ class Session:
             return
         cu, st = self._cu, self.state
         # The helpers read the table through the read-only data cache without a seqlock: it must not
-        # change while any kernel runs (on any stream), so the context is idle before it is rewritten.
-        cu.ctx_synchronize()
-        self._epoch += 1
+        # change while any kernel runs (on any stream), so the context is idle before it is rewritten
+        # (_wait_idle: never forever after a recorded device failure; it counts the epoch).
+        self._wait_idle()
         line0 = 64
         st.range_seq += 1                        # odd: readers retry
         cu.htod(self.state_dptr, st, line0)
