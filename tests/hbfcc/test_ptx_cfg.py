@@ -190,22 +190,24 @@ def test_cuda_fixtures(cuda_ptx):
     assert len(c.blocks) == 1 and ld                                  # straight-line: guard, no branch
 
 
+def _corpus_cfgs(cuda_ptx):
+    """(file, function, its CFG) for every defined function of the Triton and CUDA corpora."""
+    for p in list(ptx_corpus.triton_corpus().values()) + list(cuda_ptx.values()):
+        for f in parse_module(p.read_text(), p.name).functions():
+            if f.body is not None:
+                yield p, f, build_cfg(f)
+
+
 def test_whole_corpus_builds(cuda_ptx):
-    files = list(ptx_corpus.triton_corpus().values()) + list(cuda_ptx.values())
     n = 0
-    for p in files:
-        m = parse_module(p.read_text(), p.name)
-        for f in m.functions():
-            if f.body is None:
-                continue
-            c = build_cfg(f)
-            n += 1
-            assert c.blocks and c.exits(), p.name
-            for b in c.blocks:
-                for s in b.succs:
-                    assert b.index in c.blocks[s].preds
-            total = sum(len(b.instrs) for b in c.blocks)
-            assert total == sum(1 for _ in f.instructions())
+    for p, f, c in _corpus_cfgs(cuda_ptx):
+        n += 1
+        assert c.blocks and c.exits(), p.name
+        for b in c.blocks:
+            for s in b.succs:
+                assert b.index in c.blocks[s].preds
+        total = sum(len(b.instrs) for b in c.blocks)
+        assert total == sum(1 for _ in f.instructions())
     assert n >= 70
 
 
@@ -234,30 +236,24 @@ END:
 def test_instruction_graph_follows_the_blocks_on_the_corpus(cuda_ptx):
     """Every instruction flows to the next unless it ends its block; a block's last instruction to
     the first instruction of each successor block; bra targets sit right after their label."""
-    files = list(ptx_corpus.triton_corpus().values()) + list(cuda_ptx.values())
-    for p in files:
-        m = parse_module(p.read_text(), p.name)
-        for f in m.functions():
-            if f.body is None:
-                continue
-            c = build_cfg(f)
-            nodes, succ = c.instruction_graph()
-            assert [i for _, i in nodes] == list(f.instructions()), p.name
-            lin = c.linear()
-            pos = {path: k for k, (path, _) in enumerate(lin)}
-            for k, (path, ins) in enumerate(nodes):
-                if not ins.is_terminator:
-                    assert succ[k] == ([k + 1] if k + 1 < len(nodes) else []) or \
-                        c.block_of(path) != c.block_of(nodes[k + 1][0]), (p.name, f.name, k)
-                if ins.opcode in ("ret", "exit", "trap") and ins.guard is None:
-                    assert succ[k] == [], (p.name, f.name, k)
-                if ins.opcode == "bra":
-                    for j in succ[k]:
-                        if j == k + 1 and ins.guard is not None:
-                            continue
-                        labels, q = [], pos[nodes[j][0]] - 1     # the labels right before the target
-                        while q >= 0 and not isinstance(lin[q][1], Instruction):
-                            if isinstance(lin[q][1], Label):
-                                labels.append(lin[q][1].name)
-                            q -= 1
-                        assert ins.branch_target in labels, (p.name, f.name, k)
+    for p, f, c in _corpus_cfgs(cuda_ptx):
+        nodes, succ = c.instruction_graph()
+        assert [i for _, i in nodes] == list(f.instructions()), p.name
+        lin = c.linear()
+        pos = {path: k for k, (path, _) in enumerate(lin)}
+        for k, (path, ins) in enumerate(nodes):
+            if not ins.is_terminator:
+                assert succ[k] == ([k + 1] if k + 1 < len(nodes) else []) or \
+                    c.block_of(path) != c.block_of(nodes[k + 1][0]), (p.name, f.name, k)
+            if ins.opcode in ("ret", "exit", "trap") and ins.guard is None:
+                assert succ[k] == [], (p.name, f.name, k)
+            if ins.opcode == "bra":
+                for j in succ[k]:
+                    if j == k + 1 and ins.guard is not None:
+                        continue
+                    labels, q = [], pos[nodes[j][0]] - 1     # the labels right before the target
+                    while q >= 0 and not isinstance(lin[q][1], Instruction):
+                        if isinstance(lin[q][1], Label):
+                            labels.append(lin[q][1].name)
+                        q -= 1
+                    assert ins.branch_target in labels, (p.name, f.name, k)
