@@ -28,6 +28,7 @@ import queue
 import signal
 import statistics
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -83,6 +84,17 @@ def hbfd_daemon(tmp: Path, profile: Path):
         yield str(hb.socket)
     finally:
         hb.stop()
+
+
+def prepare_run(out_dir: str, name: str, work: str) -> tuple[Path, Path, Path, dict]:
+    """A bench's output folder (created), its JSON path ``<out>/<name>.json``, its work folder (``work``,
+    else a new temporary one) and the toolchain environment, already applied to this process."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    wd = Path(work) if work else Path(tempfile.mkdtemp(prefix=f"hbf-{name}."))
+    env = toolchain_env(wd)
+    os.environ.update(env)
+    return out, out / f"{name}.json", wd, env
 
 
 def gpu_info() -> str:

@@ -693,12 +693,7 @@ def main() -> int:
         child(a)
         return 0
     t_start = time.time()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    jpath = out / "devpath_cost.json"
-    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="hbf-devpath-cost."))
-    env = DC.toolchain_env(work)
-    os.environ.update(env)
+    out, jpath, work, env = DC.prepare_run(a.out, "devpath_cost", a.work)
     if a.cpu_check:
         r = DC.cpu_check(DC.load_kernels(work), all_specs(a))
         DC.write_json(out / "devpath_cost_cpu_check.json", r)

@@ -282,6 +282,11 @@ def run_triton(ctx: Ctx, c: dict, phase) -> dict:
             _timing(rec, "hbf_ms", lambda: _tlaunch(K, c, "hbf", {**ins, **ho}), s.synchronize, ctx.reps_hbf)
     finally:
         _unregister(s, rs)
+    return _finished(rec)
+
+
+def _finished(rec: dict) -> dict:
+    """The case's status and, when both builds were timed, its instrumented/plain ratio."""
     rec["status"] = _status(rec)
     if rec.get("plain_ms") and rec.get("hbf_ms"):
         rec["ratio"] = rec["hbf_ms"]["median"] / rec["plain_ms"]["median"]
@@ -433,10 +438,7 @@ def run_nvcc(ctx: Ctx, c: dict, phase) -> dict:
                     s.synchronize, ctx.reps_hbf)
     finally:
         _unregister(s, rs)
-    rec["status"] = _status(rec)
-    if rec.get("plain_ms") and rec.get("hbf_ms"):
-        rec["ratio"] = rec["hbf_ms"]["median"] / rec["plain_ms"]["median"]
-    return rec
+    return _finished(rec)
 
 
 def child(a) -> None:
@@ -596,12 +598,7 @@ def main() -> int:
     for x in srcs:
         if x not in DC.SOURCES:
             ap.error(f"unknown source {x!r} (known: {', '.join(DC.SOURCES)})")
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    jpath = out / "devpath_matrix.json"
-    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="hbf-devpath-matrix."))
-    env = DC.toolchain_env(work)
-    os.environ.update(env)
+    out, jpath, work, env = DC.prepare_run(a.out, "devpath_matrix", a.work)
     if a.cpu_check:
         r = DC.cpu_check(DC.load_kernels(work), specs_of(select(case_list(132, quick=a.quick), a.only)))
         DC.write_json(out / "devpath_matrix_cpu_check.json", r)
