@@ -370,19 +370,6 @@ def test_socket_mode_0600_and_one_daemon_per_socket(hbfd, tmp_path):
         assert c.call("Status").daemon_pid == hbfd.proc.pid
 
 
-def test_stale_socket_is_replaced(tmp_path):
-    import socket as so
-    s = so.socket(so.AF_UNIX)
-    s.bind(str(tmp_path / "hbfd.sock"))
-    s.close()                                  # leaves a dead socket file behind
-    h = start_hbfd(tmp_path)
-    try:
-        with h.client() as c:
-            assert c.call("Status").daemon_pid == h.proc.pid
-    finally:
-        h.stop()
-
-
 def test_sigint_also_shuts_down_cleanly(hbfd):
     assert hbfd.stop(signal.SIGINT) == 0
     assert hbfd.read_summary()["shutdown_reason"] == "signal SIGINT"
