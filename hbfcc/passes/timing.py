@@ -487,10 +487,19 @@ class _FunctionRewriter:
                 Label(L)]
 
     def _join_into(self, dst: str, other: str) -> list[Statement]:
-        """dst = __hb_future_join(dst, other); a zero ``other`` changes nothing (skipped inline)."""
-        L = self._label()
+        """dst = __hb_future_join(dst, other). Inline where the helper's answer is known without it: a
+        zero ``other`` changes nothing, and two deadline futures (neither has the ticket bit, bit 63:
+        ``dst | other`` not negative as s64) join to their maximum (``max.u64``, which also covers a
+        zero ``dst``), exactly what the helper returns for them. Only a ticket calls the helper."""
+        L, Lcall = self._label(), self._label()
         return [_ins("setp", ("eq", "u64"), (_R(R_ZERO), _R(other), _I(0))),
                 _ins("bra", (), (LabelRef(L),), Guard(_R(R_ZERO))),
+                _ins("or", ("b64",), (_R(R_NOW), _R(dst), _R(other))),
+                _ins("setp", ("lt", "s64"), (_R(R_PRED), _R(R_NOW), _I(0))),
+                _ins("bra", (), (LabelRef(Lcall),), Guard(_R(R_PRED))),
+                _ins("max", ("u64",), (_R(dst), _R(dst), _R(other))),
+                _ins("bra", (), (LabelRef(L),), Guard(_R(R_PRED), True)),   # always taken here
+                Label(Lcall),
                 _call("__hb_future_join", [("b64", _R(dst)), ("b64", _R(other))], ret=dst),
                 Label(L)]
 

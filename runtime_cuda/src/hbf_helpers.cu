@@ -98,6 +98,16 @@ static __device__ __forceinline__ F* hb_ool(F* f) {
 #include "hbf_ptx.cuh"   // hb_now, hb_laneid, acquire/volatile/release loads and stores
 HB_DEV void hb_sleep(uint32_t ns) { __nanosleep(ns); }
 
+// Counter updates whose old value nobody reads: fire-and-forget reductions on the GLOBAL window. A
+// plain atomicAdd through a generic pointer compiles to ATOM with a return value plus a shared-window
+// CAS loop (the compiler cannot prove the address global): ~25 SASS instructions per counter.
+HB_DEV void hb_red_add(void* p, uint64_t v) {
+    asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "l"(v) : "memory");
+}
+HB_DEV void hb_red_max(void* p, uint64_t v) {
+    asm volatile("red.relaxed.gpu.global.max.u64 [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "l"(v) : "memory");
+}
+
 HB_DEV uint64_t hb_ceil_div(uint64_t a, uint64_t b) { return b ? (a + b - 1) / b : a; }
 
 // Thermal: s_T = ceil(s * 1e6 / q), applied exactly once per reservation.
@@ -161,7 +171,7 @@ HB_OOL_FN void hb_fail(hbf_device_state* st, uint32_t status, uint32_t site,
     if (atomicCAS((unsigned long long*)&st->failure, 0ull, word) == 0ull) {
         hb_st_vol(&st->failure_addr, addr);
     }
-    atomicAdd((unsigned long long*)&hb_kslot(st, site)->status[status & (HBF_N_STATUS - 1u)], 1ull);
+    hb_red_add(&hb_kslot(st, site)->status[status & (HBF_N_STATUS - 1u)], 1ull);
     hbf_ctl* c = (hbf_ctl*)st->ctl;
     if (c != nullptr) {
         // GPU-owned word of the control region: GPU-only atomics, the host only reads it.
@@ -270,7 +280,7 @@ HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
         if (q > 1000000u) q = 1000000u;
         if (st->refresh_quantum != 0ull) {
             const uint64_t debt = hb_ld_acq_sys(&c->refresh.debt_total_bytes);
-            atomicMax((unsigned long long*)&st->debt_seen, (unsigned long long)debt);
+            hb_red_max(&st->debt_seen, (unsigned long long)debt);
         }
     }
     const uint64_t w = hb_pack_thermal(q, adm, mode, now);
@@ -334,7 +344,7 @@ HB_SPLIT_FN uint64_t hb_admit_withheld(hbf_device_state* st, const hbf_ctl* c, u
                                      uint32_t site, uint64_t addr) {
     uint64_t w;
     hbf_kernel_counters* ks = hb_kslot(st, site);
-    atomicAdd((unsigned long long*)&ks->thermal_waits, 1ull);
+    hb_red_add(&ks->thermal_waits, 1ull);
     const uint64_t t0 = now;
     uint32_t backoff = 256;
     hb_live lv;
@@ -358,7 +368,7 @@ HB_SPLIT_FN uint64_t hb_admit_withheld(hbf_device_state* st, const hbf_ctl* c, u
             return 0ull;
         }
         if (HBF_THC_ADM(w)) {
-            atomicAdd((unsigned long long*)&ks->thermal_wait_ns, (unsigned long long)(t - t0));
+            hb_red_add(&ks->thermal_wait_ns, (unsigned long long)(t - t0));
             return w;
         }
     }
@@ -389,8 +399,8 @@ HB_DEV uint64_t hb_claim_refresh(hbf_device_state* st, uint32_t site) {
                                         (unsigned long long)claimed, (unsigned long long)(claimed + amt));
         if (prev == claimed) {
             hbf_kernel_counters* ks = hb_kslot(st, site);
-            atomicAdd((unsigned long long*)&ks->refresh_claims, 1ull);
-            atomicAdd((unsigned long long*)&ks->refresh_bytes, (unsigned long long)amt);
+            hb_red_add(&ks->refresh_claims, 1ull);
+            hb_red_add(&ks->refresh_bytes, (unsigned long long)amt);
             return amt;
         }
         claimed = prev;
@@ -615,7 +625,7 @@ HB_DEV uint64_t hb_apply_bias(hbf_device_state* st, uint64_t deadline, uint64_t 
     const uint64_t bias = st->deadline_bias_ns;
     if (bias == 0ull) return deadline;
     if (deadline > t0 + bias) return deadline - bias;
-    atomicAdd((unsigned long long*)&hb_kslot(st, site)->bias_clamps, 1ull);
+    hb_red_add(&hb_kslot(st, site)->bias_clamps, 1ull);
     return t0 ? t0 : 1ull;  // a future is nonzero
 }
 
@@ -743,13 +753,105 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
     const uint32_t helper = __reduce_max_sync(mask, hb_sat32(t1 - t0));
     if (lane == (uint32_t)(__ffs(mask) - 1)) {
         hbf_op_counters* oc = &hb_kslot(st, site)->ops[op];
-        atomicAdd((unsigned long long*)&oc->requests, (unsigned long long)nreq);
-        atomicAdd((unsigned long long*)&oc->bytes, (unsigned long long)nbytes);
-        atomicAdd((unsigned long long*)&oc->program_bytes, (unsigned long long)pbytes);
-        if (msum) atomicAdd((unsigned long long*)&oc->modeled_ns, (unsigned long long)msum);
-        atomicAdd((unsigned long long*)&oc->overhead_ns, (unsigned long long)helper);
+        hb_red_add(&oc->requests, (unsigned long long)nreq);
+        hb_red_add(&oc->bytes, (unsigned long long)nbytes);
+        hb_red_add(&oc->program_bytes, (unsigned long long)pbytes);
+        if (msum) hb_red_add(&oc->modeled_ns, (unsigned long long)msum);
+        hb_red_add(&oc->overhead_ns, (unsigned long long)helper);
     }
     return fut;
+}
+
+// ------------------------------------------------------------------------------------------
+// The common path, compact (HBF_FAST_ISSUE, default on; issue 13)
+// ------------------------------------------------------------------------------------------
+// What a registered stream asks for at every warp access: the FIXED source, no refresh quantum, a
+// fresh thermal snapshot at full rate with admission open, every lane of the call a hit on one media
+// page of a timing range it may access. That case is served here with straight-line code: no calls,
+// no divisions, no 64-bit match over pages, no admission/refresh/model machinery (which made the
+// general path ~1000 SASS instructions per warp request and its cost per access microseconds,
+// bench/results/devpath_cost_r2.json). Everything else goes, warp-uniformly, to hb_issue_slow, which
+// stays the one general definition; for the case served here both produce the SAME future and the
+// SAME counter updates (request = the granules the lanes touch on the page, modeled = the fixed
+// service, the measured deadline bias applied once, helper time max over the lanes, one atomic per
+// counter per warp).
+#ifndef HBF_FAST_ISSUE
+#define HBF_FAST_ISSUE 1
+#endif
+enum { HB_FAST_DONE = 0, HB_FAST_SLOW = 1 };
+
+HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t bytes, uint32_t flags,
+                              uint32_t site, uint64_t t0, unsigned long long& fut) {
+    const uint32_t mask = __activemask();
+    const uint32_t op = flags & HBF_F_OP_MASK;
+    // run parameters (host-written, constant while kernels run: read-only cache) + the thermal word
+    const uint32_t src = __ldg(&st->timing_source);
+    const uint64_t rq = __ldg(&st->refresh_quantum);
+    const uint64_t max_age = __ldg(&st->thermal_max_age_ns);
+    const uint64_t w = hb_ld_vol(&st->thermal_cache);
+    bool ok = src == HBF_SRC_FIXED && rq == 0ull && max_age != 0ull && HBF_THC_VALID(w) &&
+              HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) && HBF_THC_MODE(w) != HBF_TH_SHUTDOWN &&
+              hb_thc_age_ns(w, t0) <= max_age;
+    hbf_dev_range r;
+    const int cls = hb_classify(st, addr, bytes, r);
+    if (cls == HB_PARTIAL) ok = false;
+    else if (cls == HB_HIT && ((r.perms & hb_perm_needed(op)) == 0u || r.mode != HBF_MODE_TIMING)) ok = false;
+    if (!__all_sync(mask, ok)) return HB_FAST_SLOW;            // the general path decides (and fails closed)
+    const uint32_t hits = __ballot_sync(mask, cls == HB_HIT);
+    if (hits == 0u) {                                           // in band, no range: native
+        fut = 0ull;
+        return HB_FAST_DONE;
+    }
+    if (hits != mask) return HB_FAST_SLOW;                      // mixed native/hit lanes
+    const uint64_t media = r.media_offset + (addr - r.base);
+    const uint32_t pshift = r.page_shift ? r.page_shift : 12u;
+    int one_page = 0;
+    (void)__match_all_sync(mask, (unsigned long long)(media >> pshift), &one_page);
+    if (!one_page) return HB_FAST_SLOW;                         // several page groups
+    // one group = the whole call: what hb_issue_slow computes for it, step for step
+    const uint32_t lane = hb_laneid();
+    const uint32_t leader = (uint32_t)(__ffs(mask) - 1);
+    const uint32_t off = (uint32_t)(media & ((1ull << pshift) - 1ull));
+    const uint32_t nb = bytes ? bytes : 1u;
+    const uint32_t gmin = __reduce_min_sync(mask, off);
+    const uint32_t gmax = __reduce_max_sync(mask, off + nb);
+    const uint32_t rg = __ldg(&st->media.read_granularity);
+    const uint32_t gsh = (op == HBF_OP_STORE) ? 0u : (uint32_t)(__ffs((int)(rg ? rg : 64u)) - 1);
+    const uint32_t gk = off >> gsh;
+    const uint32_t same = __match_any_sync(mask, gk);
+    const uint32_t mine = (lane == (uint32_t)(__ffs(same) - 1)) ? (((off + nb - 1u) >> gsh) - gk + 1u) << gsh : 0u;
+    const uint32_t uniq = __reduce_add_sync(mask, mine);
+    const uint64_t g = 1ull << gsh;
+    const uint64_t b0 = (uint64_t)gmin & ~(g - 1ull);
+    uint64_t req_bytes = (((uint64_t)gmax + g - 1ull) & ~(g - 1ull)) - b0;
+    if (uniq != 0u && (uint64_t)uniq < req_bytes) req_bytes = uniq;
+    const uint64_t tl = __shfl_sync(mask, t0, leader);          // the request's issue time (the leader's)
+    uint64_t s = hbf_fixed_service_ns(&st->media, op);          // q = 1e6: no thermal scaling
+    uint64_t dl = tl + s;
+    if (dl <= tl) dl = tl + 1ull;                               // a zero service still yields a valid future
+    const uint64_t modeled = dl - tl;
+    const uint64_t bias = __ldg(&st->deadline_bias_ns);
+    bool clamp = false;
+    if (bias != 0ull) {
+        if (dl > tl + bias) dl -= bias;
+        else { dl = tl ? tl : 1ull; clamp = true; }
+    }
+    fut = dl;
+    // counters: one atomic per counter per warp (the same fields hb_issue_slow updates)
+    const uint64_t t1 = hb_now();
+    const uint32_t pbytes = __reduce_add_sync(mask, nb);
+    const uint32_t helper = __reduce_max_sync(mask, hb_sat32(t1 - t0));
+    if (lane == leader) {
+        hbf_kernel_counters* ks = hb_kslot(st, site);
+        hbf_op_counters* oc = &ks->ops[op];
+        hb_red_add(&oc->requests, 1ull);
+        hb_red_add(&oc->bytes, (unsigned long long)req_bytes);
+        hb_red_add(&oc->program_bytes, (unsigned long long)pbytes);
+        hb_red_add(&oc->modeled_ns, (unsigned long long)modeled);
+        hb_red_add(&oc->overhead_ns, (unsigned long long)helper);
+        if (clamp) hb_red_add(&ks->bias_clamps, 1ull);
+    }
+    return HB_FAST_DONE;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -839,14 +941,14 @@ HB_OOL_FN uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket, uin
     asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(&cp->consumed), "l"(want) : "memory");
 #endif
     hbf_kernel_counters* ks = hb_kslot(st, site);
-    atomicAdd((unsigned long long*)&ks->status[status & (HBF_N_STATUS - 1u)], 1ull);
+    hb_red_add(&ks->status[status & (HBF_N_STATUS - 1u)], 1ull);
     if (status != HBF_ST_READY) {
         HB_OOL(hb_fail)(st, status, site, ticket);
         return HB_FAILED;
     }
     const uint64_t modeled_t = hb_thermal_scale(modeled, (uint32_t)q);  // thermal applied exactly once
-    atomicAdd((unsigned long long*)&ks->ops[op].modeled_ns, (unsigned long long)modeled_t);
-    atomicAdd((unsigned long long*)&ks->ops[op].service_ns, (unsigned long long)service);
+    hb_red_add(&ks->ops[op].modeled_ns, (unsigned long long)modeled_t);
+    hb_red_add(&ks->ops[op].service_ns, (unsigned long long)service);
     HB_TRACE(ticket, 5, polls);
     HB_TRACE(ticket, 6, arrival + modeled_t);
     HB_TRACE(ticket, 7, service);
@@ -892,12 +994,12 @@ HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsi
     const uint32_t slack = __reduce_min_sync(mask, hb_sat32(deadline < t_in ? t_in - deadline : 0ull));
     if (hb_laneid() == (uint32_t)(__ffs(mask) - 1)) {
         hbf_kernel_counters* ks = hb_kslot(st, site);
-        atomicAdd((unsigned long long*)&ks->wait_calls, 1ull);
-        atomicAdd((unsigned long long*)&ks->wait_wall_ns, (unsigned long long)wall);
-        atomicAdd((unsigned long long*)&ks->wait_overhead_ns, (unsigned long long)late);
+        hb_red_add(&ks->wait_calls, 1ull);
+        hb_red_add(&ks->wait_wall_ns, (unsigned long long)wall);
+        hb_red_add(&ks->wait_overhead_ns, (unsigned long long)late);
         if (slack) {
-            atomicAdd((unsigned long long*)&ks->ready_waits, 1ull);
-            atomicAdd((unsigned long long*)&ks->slack_ns, (unsigned long long)slack);
+            hb_red_add(&ks->ready_waits, 1ull);
+            hb_red_add(&ks->slack_ns, (unsigned long long)slack);
         }
     }
 }
@@ -909,8 +1011,8 @@ HB_DEV void hb_wait_ready(hbf_device_state* st, uint64_t deadline, uint32_t site
     const uint32_t slack = __reduce_min_sync(mask, hb_sat32(t_in - deadline));
     if (hb_laneid() == (uint32_t)(__ffs(mask) - 1)) {
         hbf_kernel_counters* ks = hb_kslot(st, site);
-        atomicAdd((unsigned long long*)&ks->ready_waits, 1ull);
-        atomicAdd((unsigned long long*)&ks->slack_ns, (unsigned long long)slack);
+        hb_red_add(&ks->ready_waits, 1ull);
+        hb_red_add(&ks->slack_ns, (unsigned long long)slack);
     }
 }
 
@@ -936,6 +1038,10 @@ extern "C" __device__ __noinline__ unsigned long long __hb_issue(unsigned long l
     if (sp == 0ull) return 0ull;
     const ulonglong2 b = __ldg((const ulonglong2*)sp);  // {lo, span}
     if (addr - b.x >= b.y && bytes <= HBF_DEV_GUARD_BYTES) return 0ull;
+#if HBF_FAST_ISSUE
+    unsigned long long fut;
+    if (hb_issue_fast((hbf_device_state*)sp, addr, bytes, flags, site, t0, fut) == HB_FAST_DONE) return fut;
+#endif
     return HB_OOL(hb_issue_slow)((hbf_device_state*)sp, addr, bytes, flags, site, t0);
 }
 
@@ -967,7 +1073,7 @@ extern "C" __device__ __noinline__ void __hb_kernel_enter(unsigned int kernel_in
     if (sp == 0ull) return;
     if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0u) {
         hbf_kernel_counters* ks = hb_kslot((hbf_device_state*)sp, kernel_index << 16);
-        atomicAdd((unsigned long long*)&ks->launches, 1ull);
+        hb_red_add(&ks->launches, 1ull);
         hb_st_vol(&ks->kstart_ns, hb_now());
     }
 }
@@ -977,7 +1083,7 @@ extern "C" __device__ __noinline__ void __hb_kernel_exit(unsigned int kernel_ind
     if (sp == 0ull) return;
     if ((threadIdx.x | threadIdx.y | threadIdx.z) == 0u) {
         hbf_kernel_counters* ks = hb_kslot((hbf_device_state*)sp, kernel_index << 16);
-        atomicAdd((unsigned long long*)&ks->blocks_exited, 1ull);
-        atomicMax((unsigned long long*)&ks->kend_ns, (unsigned long long)hb_now());
+        hb_red_add(&ks->blocks_exited, 1ull);
+        hb_red_max(&ks->kend_ns, (unsigned long long)hb_now());
     }
 }

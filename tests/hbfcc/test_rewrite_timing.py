@@ -531,7 +531,11 @@ def test_detached_and_zero_future_fast_paths():
     assert t[s - 4:s - 1] == ["hb: add.s64 %__hb_a, %rd1, 4;", "hb: sub.u64 %__hb_b, %__hb_a, %__hb_lo;",
                               "hb: setp.ge.u64 %__hb_o, %__hb_b, %__hb_span;"]
     j = t.index("join %__hb_d %__hb_t")
-    assert t[j - 2] == "hb: setp.eq.u64 %__hb_z, %__hb_t, 0;" and t[j - 1].startswith("hb: @%__hb_z bra $__hb_L")
+    assert t[j - 7] == "hb: setp.eq.u64 %__hb_z, %__hb_t, 0;" and t[j - 6].startswith("hb: @%__hb_z bra $__hb_L")
+    # two deadline futures join inline (max); only a ticket (bit 63: negative as s64) calls the helper
+    assert t[j - 5:j - 1] == ["hb: or.b64 %__hb_w, %__hb_d, %__hb_t;", "hb: setp.lt.s64 %__hb_q, %__hb_w, 0;",
+                              t[j - 3], "hb: max.u64 %__hb_d, %__hb_d, %__hb_t;"]
+    assert t[j - 3].startswith("hb: @%__hb_q bra $__hb_L") and t[j - 1].startswith("hb: @!%__hb_q bra $__hb_L")
     e = t.index("kernel_enter 0")
     assert t[e - 1].startswith("hb: @%__hb_off bra.uni $__hb_L")
     # the extern declaration the pass emits is replaced by the helper's weak definition at link time
