@@ -11,6 +11,7 @@
 //
 // Host-mapped memory (the control region) is read only with ld.acquire.sys / ld.volatile and
 // written with st.release.sys (or GPU-only atomics on GPU-owned words), as measured on the H200.
+#include <cstddef>
 #include <cstdint>
 
 #include "hbf_abi.h"
@@ -765,7 +766,7 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
 // ------------------------------------------------------------------------------------------
 // The common path, compact (HBF_FAST_ISSUE, default on; issue 13)
 // ------------------------------------------------------------------------------------------
-// What a registered stream asks for at every warp access: the FIXED source, no refresh quantum, a
+// What a registered stream asks for at every warp access: the FIXED source, no refresh debt to claim, a
 // fresh thermal snapshot at full rate with admission open, every lane of the call a hit on one media
 // page of a timing range it may access. That case is served here with straight-line code: no calls,
 // no divisions, no 64-bit match over pages, no admission/refresh/model machinery (which made the
@@ -780,6 +781,9 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
 #endif
 enum { HB_FAST_DONE = 0, HB_FAST_SLOW = 1 };
 
+static_assert(offsetof(hbf_device_state, thermal_cache) % 16 == 0 &&
+              offsetof(hbf_device_state, debt_seen) == offsetof(hbf_device_state, thermal_cache) + 8,
+              "hb_issue_fast reads {thermal_cache, debt_seen} with one 16-byte load");
 HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t bytes, uint32_t flags,
                               uint32_t site, uint64_t t0, unsigned long long& fut) {
     const uint32_t mask = __activemask();
@@ -788,8 +792,13 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     const uint32_t src = __ldg(&st->timing_source);
     const uint64_t rq = __ldg(&st->refresh_quantum);
     const uint64_t max_age = __ldg(&st->thermal_max_age_ns);
-    const uint64_t w = hb_ld_vol(&st->thermal_cache);
-    bool ok = src == HBF_SRC_FIXED && rq == 0ull && max_age != 0ull && HBF_THC_VALID(w) &&
+    // thermal word and refresh debt seen: one 16-byte volatile load (adjacent words of line 2)
+    uint64_t w, seen;
+    hb_ld_vol_v2(&st->thermal_cache, w, seen);
+    // refresh debt: the general path claims a quantum only while debt_claimed < debt_seen; with
+    // nothing to claim it adds nothing, which is what happens here
+    const bool no_debt = rq == 0ull || hb_ld_vol(&st->debt_claimed) >= seen;
+    bool ok = src == HBF_SRC_FIXED && no_debt && max_age != 0ull && HBF_THC_VALID(w) &&
               HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) && HBF_THC_MODE(w) != HBF_TH_SHUTDOWN &&
               hb_thc_age_ns(w, t0) <= max_age;
     hbf_dev_range r;
