@@ -24,6 +24,7 @@ HBF_DEV_MAX_CHANNELS = 64
 HBF_DEV_MAX_DIES = 1024
 HBF_DEV_GUARD_BYTES = 65536
 HBF_KSHARDS = 32   # counter shards per kernel slot (hbf_device.h): by %smid
+HBF_THC_REPLICA_STRIDE = 16   # u64 words between two thermal replicas (hbf_device.h)
 # Stack bytes the helpers' calls can add to a kernel's own frame (per thread). The lean helper build calls
 # its pieces through opaque pointers, so ptxas cannot bound a kernel's stack ("cannot be statically
 # determined") and the driver's default stack (1 KiB) applies: a kernel with a large frame (Triton with a
@@ -67,6 +68,7 @@ class hbf_device_state(ctypes.Structure):
         ("chan_tail", c_uint64 * HBF_DEV_MAX_CHANNELS), ("die_tail", c_uint64 * HBF_DEV_MAX_DIES),
         ("kslots", hbf_kernel_counters * C.HBF_MAX_KERNEL_SLOTS),
         ("ranges", hbf_dev_range * C.HBF_MAX_RANGES),
+        ("thc_replica", c_uint64 * (HBF_KSHARDS * HBF_THC_REPLICA_STRIDE)),
     ]
 
 

@@ -31,6 +31,7 @@
 #define HBF_DEV_MAX_DIES 1024u          /* channels * dies_per_channel <= this */
 #define HBF_DEV_GUARD_BYTES 65536u      /* fast-reject guard band below the lowest range */
 #define HBF_KSHARDS 32u                 /* counter shards per kernel slot (power of two; by %smid) */
+#define HBF_THC_REPLICA_STRIDE 16u      /* u64 words between two thermal replicas (128 B) */
 
 /* Device-state flags */
 #define HBF_DSF_ALLOW_UNMODELED 0x1u
@@ -133,6 +134,14 @@ typedef struct hbf_device_state {
     uint64_t die_tail[HBF_DEV_MAX_DIES];       /* fast model: die busy until (GPU ns) */
     hbf_kernel_counters kslots[HBF_MAX_KERNEL_SLOTS];
     hbf_dev_range ranges[HBF_MAX_RANGES];
+    /* Replicas of the thermal word for the compact issue path, one per SM shard (smid % HBF_KSHARDS),
+     * each in its own 128-byte line (index shard * HBF_THC_REPLICA_STRIDE): every warp-request reads
+     * one, so one word read by every SM would serialize in one L2 slice (H200: 423 -> 7562 cycles per
+     * request under load, bench/results/issue_path_profile_r1.json). Written (GPU) by the thread that
+     * refreshed the snapshot, and by a claimer that paid the last outstanding refresh debt; a replica
+     * is the thermal word with its valid bit CLEAR while refresh debt is outstanding (the compact path
+     * never claims debt: it sends such requests to the general path). Zero = not published yet. */
+    uint64_t thc_replica[HBF_KSHARDS * HBF_THC_REPLICA_STRIDE];
 } hbf_device_state;
 
 HBF_STATIC_ASSERT(sizeof(hbf_dev_range) == 32, "dev range 32B");

@@ -124,13 +124,16 @@ HB_DEV uint32_t hb_smid() {
 // hbf_device.h): every warp of a kernel adds to its counters, and one word shared by all of them
 // serializes those atomics in one L2 slice and backs up the memory system; by SM they spread over
 // HBF_KSHARDS words. The runtime sums the shards.
-HB_DEV hbf_kernel_counters* hb_kslot(hbf_device_state* st, uint32_t site) {
+HB_DEV hbf_kernel_counters* hb_kslot_sm(hbf_device_state* st, uint32_t site, uint32_t smid) {
     uint32_t k = __hb_kslot_base + (site >> 16);
     if (k >= HBF_MAX_KERNEL_SLOTS) k = HBF_MAX_KERNEL_SLOTS - 1u;  // overflow bucket
     const uint64_t ks = st->kshards;   // host-owned run parameter: constant while kernels run
     if (ks != 0ull)
-        return (hbf_kernel_counters*)ks + ((uint64_t)k * HBF_KSHARDS + (hb_smid() & (HBF_KSHARDS - 1u)));
+        return (hbf_kernel_counters*)ks + ((uint64_t)k * HBF_KSHARDS + (smid & (HBF_KSHARDS - 1u)));
     return &st->kslots[k];
+}
+HB_DEV hbf_kernel_counters* hb_kslot(hbf_device_state* st, uint32_t site) {
+    return hb_kslot_sm(st, site, hb_smid());
 }
 
 // ------------------------------------------------------------------------------------------
@@ -256,6 +259,30 @@ HB_DEV uint64_t hb_pack_thermal(uint32_t q, uint32_t adm, uint32_t mode, uint64_
            (1ull << 23) | ((((now >> 10) & ((1ull << 40) - 1ull))) << 24);
 }
 
+// Thermal replicas (hbf_device.h thc_replica): what the compact issue path reads instead of the one
+// thermal word. Published as the word itself while no refresh debt is outstanding, with the valid bit
+// clear while some is (those requests must claim it: the general path). Written, fenced, then the debt
+// checked again: a refresh that raised debt_seen after our first check and published before our
+// write is caught by the second check (and a later one publishes after its own raise), so a replica
+// never stays valid while debt is outstanding.
+HB_DEV bool hb_debt_pending(const hbf_device_state* st) {
+    return st->refresh_quantum != 0ull && hb_ld_vol(&st->debt_claimed) < hb_ld_vol(&st->debt_seen);
+}
+HB_DEV void hb_publish_replicas_as(hbf_device_state* st, uint64_t w) {
+#pragma unroll 4
+    for (uint32_t i = 0; i < HBF_KSHARDS; ++i) hb_st_vol(&st->thc_replica[i * HBF_THC_REPLICA_STRIDE], w);
+    __threadfence();
+}
+HB_DEV void hb_publish_replicas(hbf_device_state* st, uint64_t w) {
+    const uint64_t invalid = w & ~(1ull << 23);
+    if (!HBF_THC_VALID(w) || hb_debt_pending(st)) {
+        hb_publish_replicas_as(st, invalid);
+        return;
+    }
+    hb_publish_replicas_as(st, w);
+    if (hb_debt_pending(st)) hb_publish_replicas_as(st, invalid);
+}
+
 // Returns the packed word (valid bit set), or 0 after recording DAEMON_LOST (seqlock writer died).
 HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
                                                         uint64_t now) {
@@ -281,11 +308,12 @@ HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
         if (q > 1000000u) q = 1000000u;
         if (st->refresh_quantum != 0ull) {
             const uint64_t debt = hb_ld_acq_sys(&c->refresh.debt_total_bytes);
-            hb_red_max(&st->debt_seen, (unsigned long long)debt);
+            atomicMax((unsigned long long*)&st->debt_seen, (unsigned long long)debt);
         }
     }
     const uint64_t w = hb_pack_thermal(q, adm, mode, now);
     hb_st_vol(&st->thermal_cache, w);
+    if (st->thermal_max_age_ns != 0ull) hb_publish_replicas(st, w);   // 0: every request reads (general path)
     return w;
 }
 
@@ -402,6 +430,8 @@ HB_DEV uint64_t hb_claim_refresh(hbf_device_state* st, uint32_t site) {
             hbf_kernel_counters* ks = hb_kslot(st, site);
             hb_red_add(&ks->refresh_claims, 1ull);
             hb_red_add(&ks->refresh_bytes, (unsigned long long)amt);
+            // the last outstanding debt is paid: the compact path may serve again (replicas valid)
+            if (claimed + amt >= seen) hb_publish_replicas(st, hb_ld_vol(&st->thermal_cache));
             return amt;
         }
         claimed = prev;
@@ -781,32 +811,56 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
 #endif
 enum { HB_FAST_DONE = 0, HB_FAST_SLOW = 1 };
 
-static_assert(offsetof(hbf_device_state, thermal_cache) % 16 == 0 &&
-              offsetof(hbf_device_state, debt_seen) == offsetof(hbf_device_state, thermal_cache) + 8,
-              "hb_issue_fast reads {thermal_cache, debt_seen} with one 16-byte load");
+// Measurement build only (HBF_ISSUE_PROFILE=1, bench/issue_path_profile.py): lane 0 of the calling warp
+// stamps %clock64 at the checkpoints of the compact path into __hb_prof[i], each stamp taken once the
+// value named at that checkpoint is available (it is consumed first), so a step's cost is the difference
+// of two consecutive stamps.
+#ifndef HBF_ISSUE_PROFILE
+#define HBF_ISSUE_PROFILE 0
+#endif
+#if HBF_ISSUE_PROFILE
+#define HBF_PROF_WARPS 4096u
+extern "C" {
+__device__ unsigned long long __hb_prof[HBF_PROF_WARPS * 16u];   // [global warp % HBF_PROF_WARPS][checkpoint]
+}
+HB_DEV void hb_prof(uint32_t i, uint64_t dep) {
+    uint64_t t;
+    asm volatile("{ .reg .u64 x; xor.b64 x, %1, %1; mov.u64 %0, %%clock64; add.u64 %0, %0, x; }"
+                 : "=l"(t) : "l"(dep) : "memory");
+    const uint32_t tpb = blockDim.x * blockDim.y * blockDim.z;
+    const uint32_t tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const uint32_t blk = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const uint32_t warp = (blk * ((tpb + 31u) / 32u) + tid / 32u) % HBF_PROF_WARPS;
+    if (hb_laneid() == 0u) __hb_prof[warp * 16u + i] = t;
+}
+#define HB_PROF(i, dep) hb_prof((i), (uint64_t)(dep))
+#else
+#define HB_PROF(i, dep) ((void)0)
+#endif
+
 HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t bytes, uint32_t flags,
                               uint32_t site, uint64_t t0, unsigned long long& fut) {
     const uint32_t mask = __activemask();
     const uint32_t op = flags & HBF_F_OP_MASK;
     // run parameters (host-written, constant while kernels run: read-only cache) + the thermal word
     const uint32_t src = __ldg(&st->timing_source);
-    const uint64_t rq = __ldg(&st->refresh_quantum);
     const uint64_t max_age = __ldg(&st->thermal_max_age_ns);
-    // thermal word and refresh debt seen: one 16-byte volatile load (adjacent words of line 2)
-    uint64_t w, seen;
-    hb_ld_vol_v2(&st->thermal_cache, w, seen);
-    // refresh debt: the general path claims a quantum only while debt_claimed < debt_seen; with
-    // nothing to claim it adds nothing, which is what happens here
-    const bool no_debt = rq == 0ull || hb_ld_vol(&st->debt_claimed) >= seen;
-    bool ok = src == HBF_SRC_FIXED && no_debt && max_age != 0ull && HBF_THC_VALID(w) &&
+    // the thermal word, from this SM shard's replica (valid only while no refresh debt is outstanding:
+    // the general path claims a quantum only while debt_claimed < debt_seen and adds nothing otherwise)
+    const uint32_t smid = hb_smid();
+    const uint64_t w = hb_ld_vol(&st->thc_replica[(smid & (HBF_KSHARDS - 1u)) * HBF_THC_REPLICA_STRIDE]);
+    bool ok = src == HBF_SRC_FIXED && max_age != 0ull && HBF_THC_VALID(w) &&
               HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) && HBF_THC_MODE(w) != HBF_TH_SHUTDOWN &&
               hb_thc_age_ns(w, t0) <= max_age;
+    HB_PROF(1, ok);
     hbf_dev_range r;
     const int cls = hb_classify(st, addr, bytes, r);
+    HB_PROF(2, r.media_offset + (uint64_t)cls);
     if (cls == HB_PARTIAL) ok = false;
     else if (cls == HB_HIT && ((r.perms & hb_perm_needed(op)) == 0u || r.mode != HBF_MODE_TIMING)) ok = false;
     if (!__all_sync(mask, ok)) return HB_FAST_SLOW;            // the general path decides (and fails closed)
     const uint32_t hits = __ballot_sync(mask, cls == HB_HIT);
+    HB_PROF(3, hits);
     if (hits == 0u) {                                           // in band, no range: native
         fut = 0ull;
         return HB_FAST_DONE;
@@ -817,6 +871,7 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     int one_page = 0;
     (void)__match_all_sync(mask, (unsigned long long)(media >> pshift), &one_page);
     if (!one_page) return HB_FAST_SLOW;                         // several page groups
+    HB_PROF(4, one_page);
     // one group = the whole call: what hb_issue_slow computes for it, step for step
     const uint32_t lane = hb_laneid();
     const uint32_t leader = (uint32_t)(__ffs(mask) - 1);
@@ -827,13 +882,23 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     const uint32_t rg = __ldg(&st->media.read_granularity);
     const uint32_t gsh = (op == HBF_OP_STORE) ? 0u : (uint32_t)(__ffs((int)(rg ? rg : 64u)) - 1);
     const uint32_t gk = off >> gsh;
-    const uint32_t same = __match_any_sync(mask, gk);
-    const uint32_t mine = (lane == (uint32_t)(__ffs(same) - 1)) ? (((off + nb - 1u) >> gsh) - gk + 1u) << gsh : 0u;
+    // "the first lane on each granule" (hb_issue_slow: the lowest lane of its __match_any_sync group)
+    // without MATCH (a shared unit: 531 -> 5152 cycles per request under load): when the lanes' offsets
+    // do not decrease with the lane index (a coalesced access, masked tails included), equal granules
+    // are contiguous in lane order and the first lane of a granule is the one whose active predecessor
+    // is on another granule (or that has none). Any other order goes to the general path.
+    const uint32_t below = mask & ((1u << lane) - 1u);          // active lanes below this one
+    const uint32_t pred = below ? 31u - (uint32_t)__clz(below) : lane;
+    const uint32_t prev_off = __shfl_sync(mask, off, pred);
+    if (!__all_sync(mask, below == 0u || prev_off <= off)) return HB_FAST_SLOW;
+    const bool first = below == 0u || (prev_off >> gsh) != gk;
+    const uint32_t mine = first ? (((off + nb - 1u) >> gsh) - gk + 1u) << gsh : 0u;
     const uint32_t uniq = __reduce_add_sync(mask, mine);
     const uint64_t g = 1ull << gsh;
     const uint64_t b0 = (uint64_t)gmin & ~(g - 1ull);
     uint64_t req_bytes = (((uint64_t)gmax + g - 1ull) & ~(g - 1ull)) - b0;
     if (uniq != 0u && (uint64_t)uniq < req_bytes) req_bytes = uniq;
+    HB_PROF(5, req_bytes);
     const uint64_t tl = __shfl_sync(mask, t0, leader);          // the request's issue time (the leader's)
     uint64_t s = hbf_fixed_service_ns(&st->media, op);          // q = 1e6: no thermal scaling
     uint64_t dl = tl + s;
@@ -846,12 +911,13 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
         else { dl = tl ? tl : 1ull; clamp = true; }
     }
     fut = dl;
+    HB_PROF(6, dl);
     // counters: one atomic per counter per warp (the same fields hb_issue_slow updates)
     const uint64_t t1 = hb_now();
     const uint32_t pbytes = __reduce_add_sync(mask, nb);
     const uint32_t helper = __reduce_max_sync(mask, hb_sat32(t1 - t0));
     if (lane == leader) {
-        hbf_kernel_counters* ks = hb_kslot(st, site);
+        hbf_kernel_counters* ks = hb_kslot_sm(st, site, smid);
         hbf_op_counters* oc = &ks->ops[op];
         hb_red_add(&oc->requests, 1ull);
         hb_red_add(&oc->bytes, (unsigned long long)req_bytes);
@@ -860,6 +926,7 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
         hb_red_add(&oc->overhead_ns, (unsigned long long)helper);
         if (clamp) hb_red_add(&ks->bias_clamps, 1ull);
     }
+    HB_PROF(7, helper);
     return HB_FAST_DONE;
 }
 
@@ -1043,10 +1110,12 @@ extern "C" __device__ __noinline__ unsigned long long __hb_issue(unsigned long l
     // The issue time is taken before any memory access of the helper: the two dependent loads
     // below cost ~600 ns on the H200 when they miss L1, and the modeled service starts at issue.
     const uint64_t t0 = hb_now();
+    HB_PROF(0, t0);
     const unsigned long long sp = __hb_state;
     if (sp == 0ull) return 0ull;
     const ulonglong2 b = __ldg((const ulonglong2*)sp);  // {lo, span}
     if (addr - b.x >= b.y && bytes <= HBF_DEV_GUARD_BYTES) return 0ull;
+    HB_PROF(8, b.x);
 #if HBF_FAST_ISSUE
     unsigned long long fut;
     if (hb_issue_fast((hbf_device_state*)sp, addr, bytes, flags, site, t0, fut) == HB_FAST_DONE) return fut;

@@ -78,7 +78,8 @@ def test_constants_match(probe):
           "HBF_HELPER_ABI_VERSION": D.HBF_HELPER_ABI_VERSION, "HBF_F_OP_MASK": D.HBF_F_OP_MASK,
           "HBF_F_ACTIVE": D.HBF_F_ACTIVE, "HBF_F_GENERIC": D.HBF_F_GENERIC, "HBF_F_WAIT_NOW": D.HBF_F_WAIT_NOW,
           "HBF_F_NC": D.HBF_F_NC, "HBF_F_RELEASE": D.HBF_F_RELEASE,
-          "HBF_FUTURE_TICKET_BIT": D.HBF_FUTURE_TICKET_BIT, "HBF_KSHARDS": D.HBF_KSHARDS}
+          "HBF_FUTURE_TICKET_BIT": D.HBF_FUTURE_TICKET_BIT, "HBF_KSHARDS": D.HBF_KSHARDS,
+          "HBF_THC_REPLICA_STRIDE": D.HBF_THC_REPLICA_STRIDE}
     assert set(py) == set(defs), set(defs) ^ set(py)
     for k, v in py.items():
         assert defs[k] == v, k
