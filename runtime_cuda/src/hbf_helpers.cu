@@ -124,13 +124,17 @@ HB_DEV uint32_t hb_smid() {
 // hbf_device.h): every warp of a kernel adds to its counters, and one word shared by all of them
 // serializes those atomics in one L2 slice and backs up the memory system; by SM they spread over
 // HBF_KSHARDS words. The runtime sums the shards.
-HB_DEV hbf_kernel_counters* hb_kslot_sm(hbf_device_state* st, uint32_t site, uint32_t smid) {
-    uint32_t k = __hb_kslot_base + (site >> 16);
+HB_DEV hbf_kernel_counters* hb_kslot_of(hbf_device_state* st, uint32_t kbase, uint64_t ks, uint32_t site,
+                                        uint32_t smid) {
+    uint32_t k = kbase + (site >> 16);
     if (k >= HBF_MAX_KERNEL_SLOTS) k = HBF_MAX_KERNEL_SLOTS - 1u;  // overflow bucket
-    const uint64_t ks = st->kshards;   // host-owned run parameter: constant while kernels run
     if (ks != 0ull)
         return (hbf_kernel_counters*)ks + ((uint64_t)k * HBF_KSHARDS + (smid & (HBF_KSHARDS - 1u)));
     return &st->kslots[k];
+}
+// st->kshards: a host-owned run parameter, constant while kernels run
+HB_DEV hbf_kernel_counters* hb_kslot_sm(hbf_device_state* st, uint32_t site, uint32_t smid) {
+    return hb_kslot_of(st, __hb_kslot_base, st->kshards, site, smid);
 }
 HB_DEV hbf_kernel_counters* hb_kslot(hbf_device_state* st, uint32_t site) {
     return hb_kslot_sm(st, site, hb_smid());
@@ -838,23 +842,41 @@ HB_DEV void hb_prof(uint32_t i, uint64_t dep) {
 #define HB_PROF(i, dep) ((void)0)
 #endif
 
+// hb_classify for a table of one range, from its entry loaded beforehand (the same answers: a hit when
+// [addr, addr + bytes) lies in it, partial when it overlaps it otherwise, else native).
+HB_DEV int hb_classify_one(const hbf_dev_range& r, uint64_t addr, uint64_t bytes) {
+    const uint64_t last = addr + (bytes ? bytes : 1ull);
+    if (r.base <= addr) return addr < r.end ? (last <= r.end ? HB_HIT : HB_PARTIAL) : HB_NATIVE;
+    return last > r.base ? HB_PARTIAL : HB_NATIVE;
+}
+
 HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t bytes, uint32_t flags,
                               uint32_t site, uint64_t t0, unsigned long long& fut) {
     const uint32_t mask = __activemask();
     const uint32_t op = flags & HBF_F_OP_MASK;
-    // run parameters (host-written, constant while kernels run: read-only cache) + the thermal word
-    const uint32_t src = __ldg(&st->timing_source);
-    const uint64_t max_age = __ldg(&st->thermal_max_age_ns);
-    // the thermal word, from this SM shard's replica (valid only while no refresh debt is outstanding:
-    // the general path claims a quantum only while debt_claimed < debt_seen and adds nothing otherwise)
+    // Every value the path needs, loaded together (one memory round trip after st, not a chain):
+    // run parameters (host-written, constant while kernels run: read-only cache), the first range
+    // entry (a table of one range needs no search), the counter slot's bases, and the thermal word
+    // from this SM shard's replica (valid only while no refresh debt is outstanding: the general
+    // path claims a quantum only while debt_claimed < debt_seen and adds nothing otherwise).
     const uint32_t smid = hb_smid();
+    const uint32_t src = __ldg(&st->timing_source);
+    const uint32_t n = __ldg(&st->n_ranges);
+    const uint64_t max_age = __ldg(&st->thermal_max_age_ns);
+    const uint32_t rg = __ldg(&st->media.read_granularity);
+    hbf_media_params fx;                                         // the two fields the FIXED source reads
+    fx.fixed_read_ns = __ldg(&st->media.fixed_read_ns);
+    fx.fixed_write_ns = __ldg(&st->media.fixed_write_ns);
+    const uint64_t bias = __ldg(&st->deadline_bias_ns);
+    const uint64_t kshards = __ldg(&st->kshards);
+    const uint32_t kbase = __ldg(&__hb_kslot_base);
+    hbf_dev_range r = hb_ld_range(&st->ranges[0]);
     const uint64_t w = hb_ld_vol(&st->thc_replica[(smid & (HBF_KSHARDS - 1u)) * HBF_THC_REPLICA_STRIDE]);
     bool ok = src == HBF_SRC_FIXED && max_age != 0ull && HBF_THC_VALID(w) &&
               HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) && HBF_THC_MODE(w) != HBF_TH_SHUTDOWN &&
               hb_thc_age_ns(w, t0) <= max_age;
     HB_PROF(1, ok);
-    hbf_dev_range r;
-    const int cls = hb_classify(st, addr, bytes, r);
+    const int cls = (n == 1u) ? hb_classify_one(r, addr, bytes) : hb_classify(st, addr, bytes, r);
     HB_PROF(2, r.media_offset + (uint64_t)cls);
     if (cls == HB_PARTIAL) ok = false;
     else if (cls == HB_HIT && ((r.perms & hb_perm_needed(op)) == 0u || r.mode != HBF_MODE_TIMING)) ok = false;
@@ -879,7 +901,6 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     const uint32_t nb = bytes ? bytes : 1u;
     const uint32_t gmin = __reduce_min_sync(mask, off);
     const uint32_t gmax = __reduce_max_sync(mask, off + nb);
-    const uint32_t rg = __ldg(&st->media.read_granularity);
     const uint32_t gsh = (op == HBF_OP_STORE) ? 0u : (uint32_t)(__ffs((int)(rg ? rg : 64u)) - 1);
     const uint32_t gk = off >> gsh;
     // "the first lane on each granule" (hb_issue_slow: the lowest lane of its __match_any_sync group)
@@ -900,11 +921,10 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     if (uniq != 0u && (uint64_t)uniq < req_bytes) req_bytes = uniq;
     HB_PROF(5, req_bytes);
     const uint64_t tl = __shfl_sync(mask, t0, leader);          // the request's issue time (the leader's)
-    uint64_t s = hbf_fixed_service_ns(&st->media, op);          // q = 1e6: no thermal scaling
+    uint64_t s = hbf_fixed_service_ns(&fx, op);                 // q = 1e6: no thermal scaling
     uint64_t dl = tl + s;
     if (dl <= tl) dl = tl + 1ull;                               // a zero service still yields a valid future
     const uint64_t modeled = dl - tl;
-    const uint64_t bias = __ldg(&st->deadline_bias_ns);
     bool clamp = false;
     if (bias != 0ull) {
         if (dl > tl + bias) dl -= bias;
@@ -917,7 +937,7 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     const uint32_t pbytes = __reduce_add_sync(mask, nb);
     const uint32_t helper = __reduce_max_sync(mask, hb_sat32(t1 - t0));
     if (lane == leader) {
-        hbf_kernel_counters* ks = hb_kslot_sm(st, site, smid);
+        hbf_kernel_counters* ks = hb_kslot_of(st, kbase, kshards, site, smid);
         hbf_op_counters* oc = &ks->ops[op];
         hb_red_add(&oc->requests, 1ull);
         hb_red_add(&oc->bytes, (unsigned long long)req_bytes);
