@@ -34,6 +34,7 @@ class Knobs:
     log_level: str                 # HBFCC_LOG (default WARNING)
     passes: tuple[str, ...] = ("timing",)  # HBFCC_PASSES (default timing): see parse_passes
     occupancy_guard: bool = False  # HBFCC_OCCUPANCY_GUARD (default 0): hbfcc/occupancy.py
+    hoist_issues: bool = True      # HBFCC_HOIST_ISSUES (default 1): load issues hoisted (passes/timing.py)
 
 
 def load() -> Knobs:
@@ -52,6 +53,7 @@ def load() -> Knobs:
         log_level=os.environ.get("HBFCC_LOG", "WARNING").upper(),
         passes=parse_passes(os.environ.get("HBFCC_PASSES"), "HBFCC_PASSES"),
         occupancy_guard=env_bool("HBFCC_OCCUPANCY_GUARD", False),
+        hoist_issues=env_bool("HBFCC_HOIST_ISSUES", True),
     )
 
 

@@ -121,7 +121,8 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
         log.info("%s is already instrumented: left as is", filename)
         return RewriteResult(text, orig_sha, orig_sha, {"already_instrumented": True}, helper, True,
                              module=module, dumps=dumps)
-    meta: dict = {"cpasync_window": cpasync_window or k.cpasync_window, "filename": filename}
+    meta: dict = {"cpasync_window": cpasync_window or k.cpasync_window, "filename": filename,
+                  "hoist_issues": k.hoist_issues}
     selection = k.passes if passes is None else knobs.parse_passes(",".join(passes), "passes")
     stages: list[tuple[str, Stage]] = [(name, get_pass(name)) for name in pass_pipeline(selection)]
     meta["passes"] = list(selection)

@@ -390,6 +390,7 @@ class FunctionReport:
     # runtime may run a launch natively when its pointer arguments reach no range) or "memory"
     address_source: str = "params"
     memory_address_lines: list[int] = field(default_factory=list)
+    hoisted_issues: int = 0          # load issues placed before earlier instructions (_hoist_target)
 
     def count(self, d: Decision) -> None:
         c = self.classes.setdefault(d.cls, {"count": 0, "rewritten": 0, "native": 0, "refused": 0})
@@ -405,11 +406,69 @@ class FunctionReport:
                 "sites": self.sites, "waits": self.waits, "drains": self.drains,
                 "cp_async_window": self.cp_async_window, "calls": self.calls,
                 "external_calls": self.external_calls, "native_version": self.native_version,
-                "address_source": self.address_source, "memory_address_lines": self.memory_address_lines}
+                "address_source": self.address_source, "memory_address_lines": self.memory_address_lines,
+                "hoisted_issues": self.hoisted_issues}
+
+
+# Issue hoisting: what a load's issue may be moved above. Plain computation and plain (weak) memory
+# accesses only: no control flow, labels, calls, barriers, fences, atomics, strong or volatile accesses,
+# asynchronous copies, and no read of a clock (a program that stamps time around its own loads must see
+# the issue where it put the load).
+_HOIST_PAST = frozenset((
+    "add", "sub", "mul", "mad", "mul24", "mad24", "fma", "div", "rem", "abs", "neg", "min", "max", "and",
+    "or", "xor", "not", "cnot", "shl", "shr", "lop3", "shf", "prmt", "bfe", "bfi", "brev", "clz", "popc",
+    "bfind", "mov", "cvt", "cvta", "setp", "selp", "set", "slct", "rcp", "sqrt", "rsqrt", "ex2", "lg2",
+    "sin", "cos", "tanh", "copysign", "testp", "addc", "subc", "madc", "sad", "dp4a", "dp2a", "isspacep",
+    "ld", "st"))
+_STRONG_MODS = frozenset(("volatile", "acquire", "release", "relaxed", "mmio", "weak_sys"))
+_CLOCK_PREFIXES = ("%globaltimer", "%clock", "%pm")
+HOIST_WINDOW = 256   # instructions an issue may move up (bounds the rewrite's cost)
+HOIST_CHAIN = 16     # computations copied for one hoisted issue
+# what a hoisted issue may copy: pure single-destination computations
+_CLONEABLE = frozenset(("add", "sub", "mul", "mad", "mul24", "mad24", "shl", "shr", "and", "or", "xor", "not",
+                        "cvt", "cvta", "setp", "selp", "mov", "min", "max", "neg", "abs", "lop3", "shf", "prmt",
+                        "bfe", "bfi"))
+
+
+def _cloneable(inst: Instruction) -> bool:
+    if inst.opcode not in _CLONEABLE or inst.guard is not None or len(inst.defs()) != 1:
+        return False
+    ops = inst.operands
+    if not ops or type(ops[0]) is not Register:
+        return False
+    for o in ops[1:]:
+        if type(o) is Negated:
+            o = o.reg
+        if type(o) is Register:
+            if o.name.startswith(_CLOCK_PREFIXES):
+                return False
+        elif type(o) is not Immediate:
+            return False
+    return True
+
+
+def _rename_reg(o, ren: dict[str, str]):
+    if type(o) is Register and o.name in ren:
+        return Register(ren[o.name])
+    if type(o) is Negated and o.reg.name in ren:
+        return Negated(Register(ren[o.reg.name]))
+    return o
+
+
+def _hoistable_past(inst: Instruction) -> bool:
+    if inst.opcode not in _HOIST_PAST:
+        return False
+    if inst.opcode in ("ld", "st") and _STRONG_MODS.intersection(inst.modifiers):
+        return False
+    return not any(type(o) is Register and o.name.startswith(_CLOCK_PREFIXES) for o in inst.operands)
 
 
 class _FunctionRewriter:
-    def __init__(self, module: Module, fn: Function, kidx: int, window: int):
+    def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True):
+        self.hoist = hoist
+        self.hoisted: dict[tuple[int, ...], list[Statement]] = {}
+        self.clones: list[tuple[str, str]] = []     # (register, type) copied for hoisted issues
+        self._branch_targets: Optional[set[str]] = None
         self.fn = fn
         self.kidx = kidx
         self.ctx = _Ctx(module, fn)
@@ -629,7 +688,14 @@ class _FunctionRewriter:
             d = decisions[i]
             self._node = i
             if d is not None:
-                self._site_code(inst, d, i, fut_of, pre)
+                h, chain = self._hoist_target(i, nodes, decisions, fut_of, IN) if self.hoist else (i, [])
+                if h == i:
+                    self._site_code(inst, d, i, fut_of, pre)
+                else:
+                    code, inst_h, d_h = self._hoisted_site(inst, d, chain)
+                    self._site_code(inst_h, d_h, i, fut_of, code)
+                    self.hoisted.setdefault(nodes[h][0], []).extend(code)
+                    self.report.hoisted_issues += 1
             # 5. cp.async group accounting
             fam = _family(inst)
             if fam == "cp.async.commit_group":
@@ -647,6 +713,8 @@ class _FunctionRewriter:
                 pre.extend(ws)
             if pre:
                 self.pre[path] = pre
+        for path, code in self.hoisted.items():    # hoisted issues run before that point's own code
+            self.pre[path] = code + self.pre.get(path, [])
         new_body = self._rebuild(body, ())
         new_body = self._prologue(new_body, len(fut_of))
         new_body = self._with_native_version(new_body, body)
@@ -681,6 +749,120 @@ class _FunctionRewriter:
         out += [Label(_NATIVE_LABEL)] + copy
         self.report.native_version = True
         return out
+
+    def _hoist_target(self, i: int, nodes, decisions, fut_of, IN):
+        """Where a load's issue goes, and the copies of the computations it needs there.
+
+        The plain build's ptxas moves independent loads above the uses of earlier ones (several loads
+        in flight per thread, the order Triton's PTX does not have: it computes each load's address
+        right before the load). The helper calls keep ptxas from doing so in the rewritten module, so
+        every load after a use would be issued only once that use's wait is over and a run of k loads
+        would take k modeled latencies instead of one. So the issue (never the load itself: the program
+        runs as written) is placed as early as its straight-line run of sibling instructions allows,
+        walking up from the load:
+        * an instruction that writes a register the issue needs (address base, guard predicate, or one
+          a copied computation reads) is COPIED into fresh hbfcc registers when it is a plain
+          single-destination computation (_CLONEABLE, unguarded, register/immediate operands) -- the
+          issue then computes the same address and guard from the same inputs -- and else ends the walk;
+        * the walk also ends where a register the issue or a copy reads may still have a pending
+          future (its wait is at its own use): a dependent load is never issued before the value its
+          address comes from has arrived (pointer chasing keeps its serial latencies);
+        * any other instruction is passed when it is plain (_hoistable_past) and does not read the
+          load's destination registers (a wait is placed only before a read of a register whose
+          value may still be pending, so no wait between the two positions can be on this load's
+          future register; a write there, such as Triton's default value for masked lanes, is fine);
+        * labels, nested blocks, the start of the run and HOIST_WINDOW end the walk.
+        Only loads that wait at their first use are hoisted (not atomics, volatile/acquire loads,
+        stores or cp.async). Returns (h, chain): the node the issue goes before, and the copied
+        instructions in program order."""
+        d = decisions[i]
+        if d.kind != "load" or i not in fut_of:
+            return i, []
+        path_i, inst = nodes[i]
+        need = set()
+        if inst.guard is not None:
+            need.add(inst.guard.reg.name)
+        if d.addr is not None and type(d.addr.base) is Register:
+            need.add(d.addr.base.name)
+        dest = set(inst.defs())
+        chain: list[Instruction] = []
+        h = i
+        for j in range(i - 1, max(-1, i - 1 - HOIST_WINDOW), -1):
+            pj, ij = nodes[j]
+            pn = nodes[j + 1][0]
+            if pj[:-1] != pn[:-1] or not self._only_notes_between(pj, pn):
+                break                                  # not the previous sibling (a label or block between)
+            defs_j = set(ij.defs())
+            uses_j = set(ij.uses())
+            if dest & uses_j:
+                break                                  # a read of the destination may wait on its future
+            if defs_j & need:
+                if len(chain) >= HOIST_CHAIN or not _cloneable(ij) or \
+                        any(self.ctx.reg_type(r) is None for r in uses_j | defs_j):
+                    break
+                n2 = (need - defs_j) | uses_j
+            elif not _hoistable_past(ij):
+                break
+            else:
+                n2 = need
+            # at the new position every value the issue (or a copy) reads must be one that is not
+            # waiting: a register with a pending future there gets its wait only at its own use, so
+            # reading it earlier would issue a dependent load before its address has arrived
+            S = IN[j] or {}
+            if any(S.get(r) for r in n2):
+                break
+            if defs_j & need:
+                chain.insert(0, ij)
+            need = n2
+            h = j
+        return h, chain
+
+    def _only_notes_between(self, pa: tuple[int, ...], pb: tuple[int, ...]) -> bool:
+        """Statements strictly between two siblings are only comments and directives (.loc)."""
+        body = self.fn.body or ()
+        for k in pa[:-1]:
+            body = body[k].body
+        if self._branch_targets is None:
+            refs: set[str] = set()
+            labels: set[str] = set()
+            jump_tables = False
+            for _, st in walk(self.fn.body or ()):
+                if type(st) is Instruction:
+                    refs.update(o.name for o in st.operands if type(o) is LabelRef)
+                    for o in st.operands:
+                        if type(o) is ArgList:
+                            refs.update(x.name for x in o.items if type(x) is LabelRef)
+                    jump_tables |= st.opcode == "brx"
+                elif type(st) is Label:
+                    labels.add(st.name)
+                elif type(st) is not Comment and "targets" in str(st):
+                    jump_tables = True         # .branchtargets / .calltargets lists name labels
+            self._branch_targets = labels if jump_tables else refs
+        # a label nothing branches to (Triton's debug labels $L__tmp<n>) is a note too
+        return all(type(st) in (Comment, Directive) or (type(st) is Label and st.name not in self._branch_targets)
+                   for st in body[pa[-1] + 1:pb[-1]])
+
+    def _hoisted_site(self, inst: Instruction, d: Decision, chain: list[Instruction]):
+        """The copies of ``chain`` into fresh registers (%__hb_x<n>, declared in the prologue), and the
+        load and its decision with the address base and guard renamed to those copies."""
+        ren: dict[str, str] = {}
+        code: list[Statement] = []
+        for c in chain:
+            (dname,) = c.defs()
+            new = f"%__hb_x{len(self.clones)}"
+            ty = self.ctx.reg_type(dname)
+            self.clones.append((new, ty))
+            self.ctx.reg_exact[new] = ty
+            ops = [_rename_reg(o, ren) for o in c.operands[1:]]
+            ren[dname] = new
+            code.append(replace(c, operands=(Register(new),) + tuple(ops), line=0))
+        g = inst.guard
+        if g is not None and g.reg.name in ren:
+            g = Guard(Register(ren[g.reg.name]), g.negated)
+        a = d.addr
+        if a is not None and type(a.base) is Register and a.base.name in ren:
+            a = replace(a, base=Register(ren[a.base.name]))
+        return code, replace(inst, guard=g), replace(d, addr=a)
 
     def _site_of_fut(self, k: int) -> int:
         return self.fut_site[k]
@@ -825,7 +1007,7 @@ class _FunctionRewriter:
             VarDecl((), "reg", (), ".b64", (Declarator(R_STATE), Declarator(R_LO), Declarator(R_SPAN),
                                             Declarator(R_BAND))),
             VarDecl((), "reg", (), ".b64", (Declarator(R_GRP, count=self.K + 1),)),
-        ]
+        ] + [VarDecl((), "reg", (), ty, (Declarator(name),)) for name, ty in self.clones]
         init: list[Statement] = [
             _ins("ld", ("global", "u64"), (_R(R_STATE), Address(Symbol(abi.STATE_GLOBAL)))),
             _ins("setp", ("eq", "u64"), (_R(R_OFF), _R(R_STATE), _I(0))),
@@ -922,6 +1104,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     if _already_instrumented(module):
         raise RewriteError("module is already instrumented (defines or declares the timing helpers)")
     window = int(meta.get("cpasync_window", 2))
+    hoist = bool(meta.get("hoist_issues", True))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -932,7 +1115,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     new_items = []
     for it in module.items:
         if type(it) is Function and it.body is not None:
-            rw = _FunctionRewriter(module, it, kidx_of[it.name], window)
+            rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist)
             new_items.append(rw.run())
             reports[it.name] = rw.report
         else:
@@ -960,5 +1143,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "kernels": [f.name for f in entries],
         "functions": [reports[f.name].to_dict() for f in entries + funcs],
         "cpasync_window_default": window,
+        "hoist_issues": hoist,
     }
     return replace(module, items=tuple(new_items))

@@ -51,7 +51,9 @@ EXIT = ["wait %__hb_d", "kernel_exit 0", "ret;"]
 
 
 def run_pass(text: str, meta=None):
-    meta = {} if meta is None else meta
+    """The timing pass; by default WITHOUT issue hoisting, so a site's issue stays at its access and the
+    traces below pin the wait/future rules on their own (the hoisting tests at the end turn it on)."""
+    meta = {"hoist_issues": False} if meta is None else meta
     m = timing_pass(parse_module(text), meta)
     return m, meta
 
@@ -564,3 +566,137 @@ def test_cp_async_committed_elsewhere_refused():
     _, meta = run_pass(src)
     f = meta["timing"]["functions"][0]
     assert not f["admitted"] and "never committed in this function" in f["refused"][0]["reason"]
+
+
+# ---- issue hoisting (HBFCC_HOIST_ISSUES, default on) -----------------------------------------------
+
+HOIST = {"hoist_issues": True}
+
+
+def hoisted_trace(src: str) -> tuple[list[str], dict]:
+    m, meta = run_pass(src, dict(HOIST))
+    return U.trace(m, "k", keep_hb_movs=True), meta["timing"]["functions"][0]
+
+
+def test_hoisting_puts_a_later_load_in_flight_before_the_earlier_use():
+    """Triton's order: load, use, then the next address and load. The second issue moves above the first
+    use's wait, with its address computed into an hbfcc register from the same inputs; the loads and
+    the uses stay where they were, each use still waits for its own future."""
+    src = kernel("""
+    ld.global.u32 %r2, [%rd1];
+    add.s32 %r3, %r2, 1;
+    add.s64 %rd2, %rd1, 256;
+    ld.global.u32 %r4, [%rd2];
+    add.s32 %r5, %r4, %r3;
+    st.global.u32 [%rd1+4], %r5;
+    ret;""")
+    t, rep = hoisted_trace(src)
+    ev = [x for x in t if not x.startswith("hb: ")]
+    i0 = ev.index(f"issue bytes=4 flags={LD} site=0")
+    i1 = ev.index(f"issue bytes=4 flags={LD} site=1")
+    w0 = ev.index("wait %__hb_f0")
+    assert i0 < i1 < w0 < ev.index("add.s32 %r3, %r2, 1;")
+    # program order of the original instructions is unchanged
+    orig = [x for x in ev if not x.startswith(("issue", "wait", "join", "kernel_"))]
+    assert orig == ["ld.param.u64 %rd1, [k_p];", "ld.param.u32 %r1, [k_n];", "setp.gt.u32 %p1, %r1, 5;",
+                    "ld.global.u32 %r2, [%rd1];", "add.s32 %r3, %r2, 1;", "add.s64 %rd2, %rd1, 256;",
+                    "ld.global.u32 %r4, [%rd2];", "add.s32 %r5, %r4, %r3;", "st.global.u32 [%rd1+4], %r5;", "ret;"]
+    assert ev.index("wait %__hb_f1") < ev.index("add.s32 %r5, %r4, %r3;")
+    # the address of the hoisted issue: a copy of add.s64 %rd2 into an hbfcc register
+    copy = next(x for x in t if x.startswith("hb: add.s64 %__hb_x"))
+    assert copy.endswith(", %rd1, 256;")
+    assert rep["hoisted_issues"] == 2      # the first load's issue moved above the parameter loads too
+    assemble_linked(src)
+
+
+def test_hoisting_copies_a_late_guard():
+    """A guard computed after the earlier use is copied too: the issue's ACTIVE flag and the future
+    update use the copy; the load keeps its own guard."""
+    src = kernel("""
+    ld.global.u32 %r2, [%rd1];
+    add.s32 %r3, %r2, 1;
+    setp.lt.u32 %p2, %r1, 9;
+    @%p2 ld.global.u32 %r4, [%rd1+64];
+    add.s32 %r5, %r4, %r3;
+    st.global.u32 [%rd1+4], %r5;
+    ret;""")
+    t, _ = hoisted_trace(src)
+    ev = [x for x in t if not x.startswith("hb: ")]
+    assert ev.index(f"issue bytes=4 flags=%__hb_fl site=1") < ev.index("wait %__hb_f0")
+    assert "@%p2 ld.global.u32 %r4, [%rd1+64];" in ev
+    setp = next(x for x in t if x.startswith("hb: setp.lt.u32 %__hb_x"))
+    px = setp.split()[2].rstrip(",")
+    assert f"hb: selp.b32 %__hb_fl, {LD}, 0, {px};" in t
+    assert f"hb: @{px} mov.b64 %__hb_f1, %__hb_t;" in t
+    assemble_linked(src)
+
+
+@pytest.mark.parametrize("between, why, site", [
+    ("bar.sync 0;", "barrier", 1),
+    ("mov.u64 %rd5, %globaltimer;", "clock read", 1),
+    ("ld.volatile.global.u32 %r6, [%rd1+128];", "volatile load", 2),   # itself site 1 (waits at once)
+    ("membar.gl;", "fence", 1),
+])
+def test_hoisting_stops_at_ordering_points(between, why, site):
+    src = kernel(f"""
+    ld.global.u32 %r2, [%rd1];
+    add.s32 %r3, %r2, 1;
+    {between}
+    ld.global.u32 %r4, [%rd1+256];
+    add.s32 %r5, %r4, %r3;
+    st.global.u32 [%rd1+4], %r5;
+    ret;""")
+    t, _ = hoisted_trace(src)
+    ev = [x for x in t if not x.startswith("hb: ")]
+    b = next(i for i, x in enumerate(ev) if x.startswith(between.split()[0]))
+    assert ev.index(f"issue bytes=4 flags={LD} site={site}") > b, why
+    assemble_linked(src)
+
+
+def test_hoisting_never_moves_above_a_use_of_its_address_source():
+    """Pointer chase: the second address is the first load's value, so its issue comes after that
+    value's wait (the address is not known earlier)."""
+    src = kernel("""
+    ld.global.u64 %rd2, [%rd1];
+    add.s64 %rd3, %rd2, 8;
+    ld.global.u32 %r4, [%rd3];
+    st.global.u32 [%rd1+4], %r4;
+    ret;""")
+    t, _ = hoisted_trace(src)
+    ev = [x for x in t if not x.startswith("hb: ")]
+    assert ev.index("wait %__hb_f0") < ev.index(f"issue bytes=4 flags={LD} site=1")
+    assemble_linked(src)
+
+
+def test_hoisting_stops_at_a_read_of_the_loads_destination():
+    """In a loop body the destination may still hold the previous iteration's value, whose wait uses
+    the same future register: the issue never moves above a read of it."""
+    src = kernel("""
+    mov.u32 %r4, 0;
+$LOOP:
+    add.s32 %r6, %r4, 1;
+    add.s64 %rd3, %rd1, 64;
+    ld.global.u32 %r4, [%rd3];
+    add.s32 %r1, %r1, -1;
+    setp.ne.u32 %p3, %r1, 0;
+    @%p3 bra $LOOP;
+    st.global.u32 [%rd1+4], %r4;
+    ret;""")
+    t, _ = hoisted_trace(src)
+    ev = [x for x in t if not x.startswith("hb: ")]
+    assert ev.index("add.s32 %r6, %r4, 1;") < ev.index(f"issue bytes=4 flags={LD} site=0")
+    assemble_linked(src)
+
+
+def test_hoisting_off_keeps_issues_at_their_access():
+    src = kernel("""
+    ld.global.u32 %r2, [%rd1];
+    add.s32 %r3, %r2, 1;
+    ld.global.u32 %r4, [%rd1+256];
+    add.s32 %r5, %r4, %r3;
+    st.global.u32 [%rd1+4], %r5;
+    ret;""")
+    m, meta = run_pass(src)
+    assert meta["timing"]["functions"][0]["hoisted_issues"] == 0 and meta["timing"]["hoist_issues"] is False
+    ev = U.trace(m, "k")
+    assert ev.index("wait %__hb_f0") < ev.index(f"issue bytes=4 flags={LD} site=1")
