@@ -69,6 +69,8 @@ def marker_line() -> str:
         line += f" passes {'+'.join(passes)} eidola {esha}"
     if knobs.load().occupancy_guard:   # HBFCC_OCCUPANCY_GUARD=1 builds differently
         line += " occupancy-guard on"
+    if not knobs.load().hoist_issues:  # HBFCC_HOIST_ISSUES=0 builds differently
+        line += " hoist-issues off"
     return line
 
 

@@ -700,3 +700,13 @@ def test_hoisting_off_keeps_issues_at_their_access():
     assert meta["timing"]["functions"][0]["hoisted_issues"] == 0 and meta["timing"]["hoist_issues"] is False
     ev = U.trace(m, "k")
     assert ev.index("wait %__hb_f0") < ev.index(f"issue bytes=4 flags={LD} site=1")
+
+
+def test_hoisting_setting_is_in_the_version_marker(monkeypatch):
+    """Triton keys its cache on `hbfcc-ptxas --version`: a build without hoisting must not reuse one with."""
+    from hbfcc.cli import marker_line
+    monkeypatch.delenv("HBFCC_HOIST_ISSUES", raising=False)
+    on = marker_line()
+    monkeypatch.setenv("HBFCC_HOIST_ISSUES", "0")
+    off = marker_line()
+    assert "hoist-issues" not in on and off.endswith(" hoist-issues off") and off.startswith(on)
