@@ -684,6 +684,26 @@ HB_SPLIT_FN uint64_t hb_device_deadline(hbf_device_state* st, uint64_t gaddr, ui
     return deadline;
 }
 
+// One definition of a page group's request bytes (the general and the compact path both use it).
+// The granule: 1 B for stores, the read granularity (a power of two, profile-validated: 64 B) for loads.
+HB_DEV uint32_t hb_granule_shift(uint32_t op, uint64_t read_granularity) {
+    return op == HBF_OP_STORE ? 0u : (uint32_t)(__ffsll((long long)(read_granularity ? read_granularity : 64ull)) - 1);
+}
+// What the first lane of the group on a granule counts: the granules its access [off, off + nb) spans,
+// from its own (a lane straddling into a granule another lane starts may count it twice: never above the span).
+HB_DEV uint32_t hb_lane_granule_bytes(uint32_t off, uint32_t nb, uint32_t gsh) {
+    return (((off + nb - 1u) >> gsh) - (off >> gsh) + 1u) << gsh;
+}
+// The request: [gmin, gmax) rounded out to granules (b0: its first byte in the page), at most the
+// granules the lanes touch (uniq), so a strided warp in one page is not charged for the bytes between them.
+HB_DEV uint64_t hb_group_bytes(uint32_t gmin, uint32_t gmax, uint32_t uniq, uint32_t gsh, uint64_t& b0) {
+    const uint64_t g = 1ull << gsh;
+    b0 = (uint64_t)gmin & ~(g - 1ull);
+    uint64_t req = (((uint64_t)gmax + g - 1ull) & ~(g - 1ull)) - b0;
+    if (uniq != 0u && (uint64_t)uniq < req) req = uniq;
+    return req;
+}
+
 // The group leader's request: admission (thermal snapshot before the reservation), timing source,
 // refresh claim. Returns the future (HB_FAILED after a recorded terminal failure); out[0] = request
 // bytes, out[1] = modeled ns (0 for a ticket). The request starts at the group's first granule and
@@ -697,12 +717,9 @@ HB_SPLIT_FN unsigned long long hb_group_request(hbf_device_state* st, const hbf_
     unsigned long long fut = 0ull;
     out[1] = 0ull;
     hbf_ctl* c = (hbf_ctl*)st->ctl;
-    // granule: 1 B for stores, the read granularity for loads -- a power of two (the profile validates
-    // 64 B), so the rounding is a mask, not two 64-bit divisions on every request
-    const uint64_t g = (op == HBF_OP_STORE) ? 1u : (st->media.read_granularity ? st->media.read_granularity : 64u);
-    const uint64_t b0 = (uint64_t)gmin & ~(g - 1ull);
-    uint64_t req_bytes = (((uint64_t)gmax + g - 1ull) & ~(g - 1ull)) - b0;
-    if (uniq != 0u && (uint64_t)uniq < req_bytes) req_bytes = uniq;
+    // a power-of-two granule: the rounding is a mask, not two 64-bit divisions on every request
+    uint64_t b0;
+    const uint64_t req_bytes = hb_group_bytes(gmin, gmax, uniq, hb_granule_shift(op, st->media.read_granularity), b0);
     const uint64_t gaddr = media - off + b0;  // media address of the group's first granule
     const uint64_t w = HB_OOL(hb_admit)(st, c, t0, site, addr);   // thermal snapshot before the reservation
     if (w == 0ull) return HB_FAILED;                                // recorded (Shutdown, daemon lost)
@@ -758,14 +775,11 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
     const uint32_t nb = bytes ? bytes : 1u;
     const uint32_t gmin = __reduce_min_sync(grp, off);
     const uint32_t gmax = __reduce_max_sync(grp, off + nb);
-    // granules the group touches (the first lane on each granule counts the granules its access spans;
-    // a lane straddling into a granule another lane starts may count it twice: never above the span)
-    // granule: 1 B for stores, the read granularity (a power of two, profile-validated: 64) for loads
-    const uint32_t gsh = (op == HBF_OP_STORE) ? 0u
-        : (uint32_t)(__ffsll((long long)(st->media.read_granularity ? st->media.read_granularity : 64ull)) - 1);
+    // granules the group touches: the first lane on each granule counts (hb_lane_granule_bytes)
+    const uint32_t gsh = hb_granule_shift(op, st->media.read_granularity);
     const uint32_t gk = off >> gsh;
     const uint32_t same = __match_any_sync(grp, gk);
-    const uint32_t mine = (lane == (uint32_t)(__ffs(same) - 1)) ? (((off + nb - 1u) >> gsh) - gk + 1u) << gsh : 0u;
+    const uint32_t mine = (lane == (uint32_t)(__ffs(same) - 1)) ? hb_lane_granule_bytes(off, nb, gsh) : 0u;
     const uint32_t uniq = __reduce_add_sync(grp, mine);
     unsigned long long fut = 0ull;
     uint64_t req_bytes = 0, modeled = 0;
@@ -901,7 +915,7 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     const uint32_t nb = bytes ? bytes : 1u;
     const uint32_t gmin = __reduce_min_sync(mask, off);
     const uint32_t gmax = __reduce_max_sync(mask, off + nb);
-    const uint32_t gsh = (op == HBF_OP_STORE) ? 0u : (uint32_t)(__ffs((int)(rg ? rg : 64u)) - 1);
+    const uint32_t gsh = hb_granule_shift(op, rg);
     const uint32_t gk = off >> gsh;
     // "the first lane on each granule" (hb_issue_slow: the lowest lane of its __match_any_sync group)
     // without MATCH (a shared unit: 531 -> 5152 cycles per request under load): when the lanes' offsets
@@ -913,12 +927,10 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     const uint32_t prev_off = __shfl_sync(mask, off, pred);
     if (!__all_sync(mask, below == 0u || prev_off <= off)) return HB_FAST_SLOW;
     const bool first = below == 0u || (prev_off >> gsh) != gk;
-    const uint32_t mine = first ? (((off + nb - 1u) >> gsh) - gk + 1u) << gsh : 0u;
+    const uint32_t mine = first ? hb_lane_granule_bytes(off, nb, gsh) : 0u;
     const uint32_t uniq = __reduce_add_sync(mask, mine);
-    const uint64_t g = 1ull << gsh;
-    const uint64_t b0 = (uint64_t)gmin & ~(g - 1ull);
-    uint64_t req_bytes = (((uint64_t)gmax + g - 1ull) & ~(g - 1ull)) - b0;
-    if (uniq != 0u && (uint64_t)uniq < req_bytes) req_bytes = uniq;
+    uint64_t b0;
+    const uint64_t req_bytes = hb_group_bytes(gmin, gmax, uniq, gsh, b0);
     HB_PROF(5, req_bytes);
     const uint64_t tl = __shfl_sync(mask, t0, leader);          // the request's issue time (the leader's)
     uint64_t s = hbf_fixed_service_ns(&fx, op);                 // q = 1e6: no thermal scaling
