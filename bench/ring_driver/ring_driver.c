@@ -11,7 +11,12 @@
  * slot is free: the device would reserve and then wait, the effect on hbfd is the same);
  * POLL = oldest: one consumer that waits for the oldest ticket first (head-of-line blocking).
  *
- * usage: ring_driver CTL_PATH OUTSTANDING SECONDS BYTES STORE_PPM MEDIA_SPAN_BYTES SEED [POLL]
+ * RATE (optional, requests/s; 0 or absent = as fast as the ring allows): a new ticket is reserved only
+ * while the tickets issued so far are below RATE x elapsed (an open-loop offered load for soaks,
+ * bench/daemon_soak.py); with a RATE the idle poll sleeps 20 us instead of yielding, so the driver
+ * does not take a core from hbfd.
+ *
+ * usage: ring_driver CTL_PATH OUTSTANDING SECONDS BYTES STORE_PPM MEDIA_SPAN_BYTES SEED [POLL [RATE]]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -53,8 +58,8 @@ static uint64_t pct(uint64_t *v, size_t n, double p) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 8 && argc != 9) {
-        fprintf(stderr, "usage: %s CTL_PATH OUTSTANDING SECONDS BYTES STORE_PPM MEDIA_SPAN SEED [any|oldest]\n", argv[0]);
+    if (argc < 8 || argc > 10) {
+        fprintf(stderr, "usage: %s CTL_PATH OUTSTANDING SECONDS BYTES STORE_PPM MEDIA_SPAN SEED [any|oldest [RATE]]\n", argv[0]);
         return 2;
     }
     const char *path = argv[1];
@@ -65,7 +70,9 @@ int main(int argc, char **argv) {
     uint64_t span = strtoull(argv[6], 0, 10);
     rng_state = strtoull(argv[7], 0, 10);
     const int any_order = argc < 9 || strcmp(argv[8], "oldest") != 0;
+    const double rate = argc > 9 ? atof(argv[9]) : 0.0;
     const uint64_t N = HBF_RING_SLOTS;
+    if (rate < 0) { fprintf(stderr, "RATE must be >= 0\n"); return 2; }
     if (outstanding < 1 || outstanding > N || span < 4096) {
         fprintf(stderr, "outstanding must be 1..%llu and span >= 4096\n", (unsigned long long)N);
         return 2;
@@ -93,7 +100,8 @@ int main(int argc, char **argv) {
     for (;;) {
         uint64_t t = now_ns();
         if (issuing && t >= stop) { issuing = 0; t_end = t; }
-        while (issuing && k < outstanding) {                     /* issue */
+        const uint64_t allowed = rate > 0 ? (uint64_t)(rate * (double)(t - t0) / 1e9) + 1 : UINT64_MAX;
+        while (issuing && k < outstanding && head - first < allowed) {   /* issue */
             uint64_t tk = head;
             uint64_t s = tk % N;
             if (tk >= N && __atomic_load_n(&c->completions[s].consumed, __ATOMIC_ACQUIRE) != tk - N + 1)
@@ -118,6 +126,7 @@ int main(int argc, char **argv) {
         }
         if (k == 0) {
             if (!issuing) break;
+            if (rate > 0) { struct timespec z = {0, 20000}; nanosleep(&z, 0); }
             continue;
         }
         int got_any = 0;
@@ -159,7 +168,8 @@ int main(int argc, char **argv) {
         if (!got_any) {
             if (h->failure) { fprintf(stderr, "hbfd failure word %#llx\n", (unsigned long long)h->failure); return 1; }
             spins++;
-            sched_yield();            /* a GPU costs the host no CPU: leave the core to hbfd */
+            if (rate > 0) { struct timespec z = {0, 20000}; nanosleep(&z, 0); }   /* paced: sleep */
+            else sched_yield();       /* a GPU costs the host no CPU: leave the core to hbfd */
         }
     }
     uint64_t t1 = now_ns();
@@ -167,11 +177,11 @@ int main(int argc, char **argv) {
     qsort(rtt, ns, sizeof(uint64_t), cmp_u64);
     double el = (double)(t1 - t0) / 1e9;
     printf("{\"requests\": %llu, \"errors\": %llu, \"elapsed_s\": %.6f, \"issue_window_s\": %.6f, "
-           "\"req_per_s\": %.1f, \"outstanding\": %llu, \"poll\": \"%s\", \"bytes\": %u, \"store_ppm\": %llu, "
+           "\"req_per_s\": %.1f, \"rate\": %.1f, \"outstanding\": %llu, \"poll\": \"%s\", \"bytes\": %u, \"store_ppm\": %llu, "
            "\"first_ticket\": %llu, \"service_ns\": {\"p50\": %llu, \"p90\": %llu, \"p99\": %llu, \"max\": %llu}, "
            "\"round_trip_ns\": {\"p50\": %llu, \"p90\": %llu, \"p99\": %llu, \"max\": %llu}, \"poll_misses\": %llu}\n",
            (unsigned long long)done, (unsigned long long)errors, el, (double)(t_end - t0) / 1e9,
-           (double)done / el, (unsigned long long)outstanding, any_order ? "any" : "oldest", nbytes, (unsigned long long)store_ppm,
+           (double)done / el, rate, (unsigned long long)outstanding, any_order ? "any" : "oldest", nbytes, (unsigned long long)store_ppm,
            (unsigned long long)first,
            (unsigned long long)pct(svc, ns, .5), (unsigned long long)pct(svc, ns, .9),
            (unsigned long long)pct(svc, ns, .99), (unsigned long long)(ns ? svc[ns - 1] : 0),

@@ -26,10 +26,15 @@ class Ftl:
         self._valid = [0] * g.blocks
         self._pe = [0] * g.blocks
         self._state = bytearray(g.blocks)
-        self._free: dict[int, deque] = {}
+        # free blocks of a plane: the never-programmed ones are ``_fresh[plane] .. bpp - 1`` (a counter,
+        # not a list: a plane's state costs nothing until it is written), then erased ones in erase order
+        self._fresh: dict[int, int] = {}              # plane -> next never-programmed block (local index)
+        self._erased: dict[int, deque] = {}           # plane -> erased blocks, FIFO
         self._open: dict[int, list[int]] = {}         # plane -> [block, next_page]
         self.l2p: dict[int, int] = {}                 # lpn -> ppn (block * ppb + page)
-        self.p2l: dict[int, list[int]] = {}           # block -> lpn per page (-1: invalid/unwritten)
+        # block -> lpn per page (-1: invalid/unwritten), for blocks holding a valid page or open: a block
+        # whose pages are all invalid drops its list (memory follows the live data, not the pages written)
+        self.p2l: dict[int, list[int]] = {}
         self._gc_start = g.gc_start_blocks
         self._C, self._D, self._P = g.channels, g.dies_per_channel, g.planes_per_die
         self.host_programs = 0
@@ -53,24 +58,29 @@ class Ftl:
         return ((lpn % C) * D + (lpn // C) % D) * P + (lpn // (C * D)) % P
 
     def free_blocks(self, plane: int) -> int:
-        f = self._free.get(plane)
-        return self.bpp if f is None else len(f)
+        e = self._erased.get(plane)
+        return self.bpp - self._fresh.get(plane, 0) + (len(e) if e else 0)
 
-    def _free_list(self, plane: int) -> deque:
-        f = self._free.get(plane)
-        if f is None:
-            f = self._free[plane] = deque(range(plane * self.bpp, (plane + 1) * self.bpp))
-        return f
+    def _take_free(self, plane: int) -> int | None:
+        """The next free block of ``plane`` (never-programmed ones first, in order, then erased ones
+        in erase order), or None."""
+        k = self._fresh.get(plane, 0)
+        if k < self.bpp:
+            self._fresh[plane] = k + 1
+            return plane * self.bpp + k
+        e = self._erased.get(plane)
+        return e.popleft() if e else None
 
     def _alloc(self, plane: int) -> int:
         op = self._open.get(plane)
         if op is None or op[1] == self.ppb:
             if op is not None:
                 self._state[op[0]] = CLOSED
-            free = self._free_list(plane)
-            if not free:
+                if not self._valid[op[0]]:
+                    del self.p2l[op[0]]
+            b = self._take_free(plane)
+            if b is None:
                 raise MediaError("no free block left in plane (GC could not keep up)", plane=plane)
-            b = free.popleft()
             self._state[b] = OPEN
             self.p2l[b] = [-1] * self.ppb
             op = self._open[plane] = [b, 0]
@@ -85,6 +95,8 @@ class Ftl:
             ob, opg = divmod(old, self.ppb)
             self.p2l[ob][opg] = -1
             self._valid[ob] -= 1
+            if not self._valid[ob] and self._state[ob] == CLOSED:
+                del self.p2l[ob]                      # nothing valid left: GC erases it without copies
         self.l2p[lpn] = ppn
         b, pg = divmod(ppn, self.ppb)
         self.p2l[b][pg] = lpn
@@ -113,17 +125,17 @@ class Ftl:
                 if self._state[victim] != CLOSED or self._valid[victim] >= self.ppb:
                     raise MediaError("GC found no block with an invalid page", plane=plane)
                 self.gc_runs += 1
-                for lpn in [x for x in self.p2l[victim] if x >= 0]:
+                for lpn in [x for x in self.p2l.get(victim, ()) if x >= 0]:
                     self._place(int(lpn), plane)
                     self.gc_copies += 1
                     ops.append(("copyback", plane))
                 # erase
                 assert self._valid[victim] == 0
-                del self.p2l[victim]
+                self.p2l.pop(victim, None)
                 self._state[victim] = FREE
                 self._pe[victim] += 1
                 self.erases += 1
-                self._free_list(plane).append(victim)
+                self._erased.setdefault(plane, deque()).append(victim)
                 ops.append(("erase", plane))
         finally:
             self._in_gc = False

@@ -110,3 +110,20 @@ def test_refresh_rewrites_out_of_place_and_delays_reads_on_that_plane():
     m = e.drain()["modeled_ns"].tolist()
     assert m[-1] == end + g.t_read_ns + g.transfer_ns(4096) - 10_001
     e.ftl.check()
+
+
+def test_ftl_memory_follows_live_data_not_pages_written():
+    """Issue 19 (soak: hbfd's RSS grew with every page programmed): rewriting a small working set on a
+    large device keeps the FTL's per-block maps to the blocks that hold valid pages (plus the open
+    ones), and the free-block accounting exact, long before GC runs."""
+    from hbfd.media.ftl import Ftl
+    g = geom(blocks_per_plane=1024, pages_per_block=8)
+    f = Ftl(g)
+    lpns = 16
+    for i in range(8000):
+        f.program(i % lpns)
+    assert f.gc_runs == 0 and f.host_programs == 8000
+    assert len(f.p2l) <= lpns + g.planes, len(f.p2l)          # was one list per block ever opened (~1000)
+    used = sum(g.blocks_per_plane - f.free_blocks(p) for p in range(g.planes))
+    assert used == 8000 // g.pages_per_block                    # every program took a fresh page
+    f.check()
