@@ -31,9 +31,10 @@ def build(*, path: str, result, ptxas: Optional[dict], before: Optional[PtxasSta
                                 "stack_bytes": (a.stack_bytes or 0) - (b.stack_bytes or 0),
                                 "spill_store_bytes": (a.spill_stores or 0) - (b.spill_stores or 0),
                                 "spill_load_bytes": (a.spill_loads or 0) - (b.spill_loads or 0)}
-        og = result.meta.get("occupancy_guard", {}).get(f["name"])
-        if og is not None:
-            f["occupancy_guard"] = og
+        for stage in ("occupancy_guard", "launch_bound"):
+            dec = result.meta.get(stage, {}).get(f["name"])
+            if dec is not None:
+                f[stage] = dec
         (kernels if f["kind"] == "entry" else funcs).append(f)
     helper = result.helper
     doc = {

@@ -71,6 +71,8 @@ def marker_line() -> str:
         line += " occupancy-guard on"
     if not knobs.load().hoist_issues:  # HBFCC_HOIST_ISSUES=0 builds differently
         line += " hoist-issues off"
+    if not knobs.load().launch_bound:  # HBFCC_LAUNCH_BOUND=0 builds differently
+        line += " launch-bound off"
     return line
 
 
@@ -244,6 +246,8 @@ def _ptxas(args: list[str]) -> int:
         after = build_stats(cp.stdout + cp.stderr, out_path) if sass else None
         if k.occupancy_guard and before is not None and after is not None and not res.already_instrumented:
             res, cp, after = _occupancy_guard(res, in_path, out_path, rargs, before, after, cp, user_v)
+        if k.launch_bound and before is not None and after is not None and not res.already_instrumented:
+            res, cp, after = _launch_bound(res, in_path, out_path, rargs, before, after, cp, user_v)
         ptxas_info = {"path": real, "version": ptxas_version_text(real), "argv": [real] + list(args),
                       "returncode": cp.returncode, "target": arch}
         if res.already_instrumented:
@@ -275,34 +279,58 @@ def _occupancy_guard(res, in_path: str, out_path: Optional[str], rargs: list[str
     the plain one, the ``occupancy_guard`` stage adds ``.maxnreg`` to those entries of the rewritten
     module and ptxas assembles it again. The decision, per entry, goes into the artifact
     (``occupancy_guard``). A failed guarded build keeps the unguarded one, loudly."""
+    from . import occupancy
+    decisions = occupancy.plan(res.module, _registers(before), _registers(after))
+    return _reassemble(res, in_path, out_path, rargs, after, cp, user_v, occupancy.PASS_NAME, decisions,
+                       occupancy.guard_stage, ("guarded_registers", "guarded_spill_store_bytes",
+                                               "guarded_spill_load_bytes"))
+
+
+def _launch_bound(res, in_path: str, out_path: Optional[str], rargs: list[str], before, after, cp, user_v: bool):
+    """hbfcc/occupancy.py: an entry without a declared block size whose instrumented registers would
+    refuse a block the plain build launches gets ``.maxntid`` (the ``launch_bound`` stage), and ptxas
+    assembles it again. The decision, per entry, goes into the artifact (``launch_bound``)."""
+    from . import occupancy
+    decisions = occupancy.launch_plan(res.module, _registers(before), _registers(after))
+    return _reassemble(res, in_path, out_path, rargs, after, cp, user_v, occupancy.LAUNCH_PASS_NAME, decisions,
+                       occupancy.launch_stage, ("bounded_registers", "bounded_spill_store_bytes",
+                                                "bounded_spill_load_bytes"))
+
+
+def _registers(st) -> dict:
+    return {n: f.registers for n, f in st.functions.items()}
+
+
+def _reassemble(res, in_path: str, out_path: Optional[str], rargs: list[str], after, cp, user_v: bool,
+                name: str, decisions: dict, stage, fact_keys: tuple[str, str, str]):
+    """Apply the named stage to the rewritten module when any decision applies, assemble again, record
+    the new register/spill facts in the decisions (``fact_keys``); a build ptxas rejects keeps the
+    previous one, loudly (the decisions then say so)."""
     from dataclasses import replace as _replace
 
-    from . import occupancy
     from .rewrite import print_text
     from .toolchain import build_stats, sha256_bytes
 
-    reg = lambda st: {n: f.registers for n, f in st.functions.items()}  # noqa: E731
-    decisions = occupancy.plan(res.module, reg(before), reg(after))
-    meta = dict(res.meta, occupancy_guard=decisions)
+    meta = dict(res.meta, **{name: decisions})
     if not any(d["applied"] for d in decisions.values()):
         if res.dumps is not None:
-            res.dumps.json(occupancy.PASS_NAME, decisions)
+            res.dumps.json(name, decisions)
         return _replace(res, meta=meta), cp, after
-    module = occupancy.guard_stage(res.module, meta)
+    module = stage(res.module, meta)
     text = print_text(module)
     if res.dumps is not None:
-        res.dumps.module(occupancy.PASS_NAME, module, decisions)
+        res.dumps.module(name, module, decisions)
         res.dumps.text("print", text)
     atomic_write_text(in_path, text, fsync=False)
     cp2 = _run_capture(rargs)
     if cp2.returncode != 0:
-        log.warning("occupancy guard: ptxas rejected the guarded PTX (exit %d); keeping the unguarded build",
-                    cp2.returncode)
+        log.warning("%s: ptxas rejected the PTX with it (exit %d); keeping the build without it",
+                    name.replace("_", " "), cp2.returncode)
         atomic_write_text(in_path, res.text, fsync=False)
         cp3 = _run_capture(rargs)
         for d in decisions.values():
             if d["applied"]:
-                d["applied"], d["reason"] = False, f"guarded build failed (ptxas exit {cp2.returncode})"
+                d["applied"], d["reason"] = False, f"{name} build failed (ptxas exit {cp2.returncode})"
         return _replace(res, meta=meta), cp3, build_stats(cp3.stdout + cp3.stderr, out_path)
     if user_v:
         sys.stdout.write(cp2.stdout)
@@ -311,9 +339,9 @@ def _occupancy_guard(res, in_path: str, out_path: Optional[str], rargs: list[str
     for n, d in decisions.items():
         f = after2.functions.get(n)
         if d["applied"] and f is not None:
-            d["guarded_registers"] = f.registers
-            d["guarded_spill_store_bytes"] = f.spill_stores
-            d["guarded_spill_load_bytes"] = f.spill_loads
+            d[fact_keys[0]] = f.registers
+            d[fact_keys[1]] = f.spill_stores
+            d[fact_keys[2]] = f.spill_loads
     return (_replace(res, text=text, transformed_sha256=sha256_bytes(text.encode()), meta=meta, module=module),
             cp2, after2)
 

@@ -35,6 +35,7 @@ class Knobs:
     passes: tuple[str, ...] = ("timing",)  # HBFCC_PASSES (default timing): see parse_passes
     occupancy_guard: bool = False  # HBFCC_OCCUPANCY_GUARD (default 0): hbfcc/occupancy.py
     hoist_issues: bool = True      # HBFCC_HOIST_ISSUES (default 1): load issues hoisted (passes/timing.py)
+    launch_bound: bool = True      # HBFCC_LAUNCH_BOUND (default 1): .maxntid keeps plain blocks launchable
 
 
 def load() -> Knobs:
@@ -54,6 +55,7 @@ def load() -> Knobs:
         passes=parse_passes(os.environ.get("HBFCC_PASSES"), "HBFCC_PASSES"),
         occupancy_guard=env_bool("HBFCC_OCCUPANCY_GUARD", False),
         hoist_issues=env_bool("HBFCC_HOIST_ISSUES", True),
+        launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
     )
 
 

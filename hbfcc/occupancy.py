@@ -16,6 +16,15 @@ hbfcc (Triton passes it at launch), so the bound is the register bound alone: co
 A pipeline stage on the AST (:func:`guard_stage`): the decision per entry (:func:`plan`) and the
 ``.maxnreg`` directive it adds or lowers (:func:`apply`) read and edit the entries' directives.
 
+The launch bound (:func:`launch_plan`, :func:`launch_stage`; HBFCC_LAUNCH_BOUND, default on) is the
+other half, for entries that do NOT declare their block size (nvcc kernels without
+``__launch_bounds__``): the plain build launches with any block the register file takes at its
+register count (1024 threads up to 64 registers), the instrumented one only with what its own count
+allows (H200: a 1024-thread nvcc reduction failed with LAUNCH_OUT_OF_RESOURCES instrumented). So such
+an entry gets ``.maxntid T``, T the plain build's largest launchable block, when the instrumented
+count would refuse it; ptxas then keeps the registers within 65536 / T (spilling around the helper
+calls) and every launch the plain build accepts is accepted.
+
 H100/H200 (sm_90) limits, from the CUDA occupancy calculator's rules: 65536 registers per SM,
 allocated per warp in units of 256 (8 per thread), at most 255 per thread, 64 resident warps and
 32 resident blocks per SM.
@@ -105,6 +114,59 @@ def plan(module: Module, plain: dict[str, Optional[int]], instrumented: dict[str
                               f"(unguarded: {d['blocks_per_sm_instrumented']})"
         out[name] = d
     return out
+
+
+def max_block_threads(regs: int) -> int:
+    """The largest block (threads, a multiple of 32, at most 1024) the register file takes at ``regs``
+    registers per thread."""
+    return max(32, min(1024, REGS_PER_SM // (_alloc(regs) * 32) * 32))
+
+
+def launch_plan(module: Module, plain: dict[str, Optional[int]],
+                instrumented: dict[str, Optional[int]]) -> dict[str, dict]:
+    """Per entry without a declared block size: does the instrumented build still launch every block
+    the plain one does? If not, ``.maxntid`` = the plain build's largest launchable block."""
+    out: dict[str, dict] = {}
+    for name, t in entry_threads(module).items():
+        if t is not None:
+            continue                      # a declared block size: ptxas already keeps it launchable
+        p, i = plain.get(name), instrumented.get(name)
+        d: dict = {"plain_registers": p, "instrumented_registers": i, "maxntid": None, "applied": False}
+        if p is None or i is None:
+            d["reason"] = "register counts unavailable"
+        else:
+            tp, ti = max_block_threads(p), max_block_threads(i)
+            d["plain_max_threads"], d["instrumented_max_threads"] = tp, ti
+            if ti >= tp:
+                d["reason"] = "the instrumented build launches every block the plain one does"
+            else:
+                d["applied"], d["maxntid"] = True, tp
+                d["reason"] = f".maxntid {tp}: the plain build launches up to {tp} threads per block, " \
+                              f"the instrumented one ({i} registers) only {ti}"
+        out[name] = d
+    return out
+
+
+def apply_maxntid(module: Module, caps: dict[str, int]) -> Module:
+    """Add ``.maxntid N`` to the named entries (they declare no block size)."""
+    if not caps:
+        return module
+    items = []
+    for it in module.items:
+        if type(it) is Function and it.is_entry and it.body is not None and it.name in caps:
+            it = replace(it, directives=tuple(it.directives) + (Directive("maxntid", (str(caps[it.name]),)),))
+        items.append(it)
+    return replace(module, items=tuple(items))
+
+
+LAUNCH_PASS_NAME = "launch_bound"
+
+
+def launch_stage(module: Module, meta: dict) -> Module:
+    """The stage ``(module, meta) -> module``: ``.maxntid`` on the entries ``meta["launch_bound"]``
+    (the decisions of :func:`launch_plan`) applies it to."""
+    return apply_maxntid(module, {n: d["maxntid"] for n, d in meta.get(LAUNCH_PASS_NAME, {}).items()
+                                  if d["applied"]})
 
 
 def apply(module: Module, caps: dict[str, int]) -> Module:

@@ -109,3 +109,81 @@ def test_hbfcc_ptxas_guards_a_triton_matmul(tmp_path, guard):
     else:
         assert "occupancy_guard" not in k and ".maxnreg" not in text
         assert k["ptxas_after"]["registers"] > 128
+
+
+# ---- launch bound (HBFCC_LAUNCH_BOUND, default on) ------------------------------------------------
+
+def test_max_block_threads_follows_the_register_file():
+    assert O.max_block_threads(12) == 1024 and O.max_block_threads(64) == 1024
+    assert O.max_block_threads(72) == 896 and O.max_block_threads(128) == 512
+    assert O.max_block_threads(255) == 256
+
+
+def test_launch_plan_only_for_entries_without_a_block_size():
+    m = parse_module(""".version 8.7
+.target sm_90a
+.address_size 64
+.visible .entry a(.param .u64 p)
+{
+    ret;
+}
+.visible .entry b(.param .u64 p)
+.maxntid 1024, 1, 1
+{
+    ret;
+}
+.visible .entry c(.param .u64 p)
+{
+    ret;
+}
+""")
+    d = O.launch_plan(m, {"a": 12, "b": 12, "c": 40}, {"a": 72, "b": 72, "c": 64})
+    assert set(d) == {"a", "c"}                  # b declares its block size: ptxas keeps it launchable
+    assert d["a"]["applied"] and d["a"]["maxntid"] == 1024 and d["a"]["instrumented_max_threads"] == 896
+    assert not d["c"]["applied"] and d["c"]["maxntid"] is None
+    out = print_module(O.launch_stage(m, {O.LAUNCH_PASS_NAME: d}))
+    assert out.count(".maxntid 1024") == 2     # b's own, and a's new one
+
+
+@pytest.mark.parametrize("bound", ["1", "0"])
+def test_hbfcc_ptxas_keeps_a_1024_thread_kernel_launchable(tmp_path, bound):
+    """An nvcc kernel without __launch_bounds__ (12 registers plain: launchable with 1024 threads)
+    goes above 64 registers instrumented, which a 1024-thread block cannot hold (H200:
+    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES). The launch bound gives it .maxntid 1024: <= 64 registers."""
+    U.tool("ptxas")
+    helper = U.real_helper_ptx()
+    if helper is None:
+        pytest.skip("the real helper PTX (make helpers-ptx) is not built")
+    cu = tmp_path / "red.cu"
+    cu.write_text("""extern "C" __global__ void red(const float* a, float* out, int n) {
+  __shared__ float s[1024];
+  float acc = 0; for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) acc += a[i];
+  s[threadIdx.x] = acc; __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k >>= 1) { if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k]; __syncthreads(); }
+  if (threadIdx.x == 0) atomicAdd(out, s[0]);
+}""")
+    import subprocess
+    p = tmp_path / "red.ptx"
+    subprocess.run([U.tool("nvcc"), "-arch=sm_90a", "-ptx", str(cu), "-o", str(p)], check=True)
+    e = U.env_with(HBFCC_ARTIFACT_DIR=tmp_path / "store", HBFCC_LAUNCH_BOUND=bound, HBFCC_HELPER_PTX=helper)
+    cp = subprocess.run([U.console("hbfcc-ptxas"), "--gpu-name=sm_90a", str(p), "-o", str(p) + ".o"],
+                        capture_output=True, text=True, env=e, cwd=tmp_path)
+    assert cp.returncode == 0, cp.stderr
+    doc = json.loads(Path(str(p) + ".o.hbfcc.json").read_text())
+    artifact.validate(doc)
+    k = doc["kernels"][0]
+    assert k["ptxas_before"]["registers"] <= 64
+    if bound == "1":
+        lb = k["launch_bound"]
+        assert lb["applied"] and lb["maxntid"] == 1024 and lb["instrumented_registers"] > 64
+        assert ".maxntid 1024" in p.read_text() and k["ptxas_after"]["registers"] <= 64
+    else:
+        assert "launch_bound" not in k and k["ptxas_after"]["registers"] > 64
+
+
+def test_launch_bound_setting_is_in_the_version_marker(monkeypatch):
+    from hbfcc.cli import marker_line
+    monkeypatch.delenv("HBFCC_LAUNCH_BOUND", raising=False)
+    on = marker_line()
+    monkeypatch.setenv("HBFCC_LAUNCH_BOUND", "0")
+    assert "launch-bound" not in on and marker_line() == on + " launch-bound off"
