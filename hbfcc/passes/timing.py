@@ -455,6 +455,16 @@ def _rename_reg(o, ren: dict[str, str]):
     return o
 
 
+@dataclass
+class _HoistFacts:
+    uses: list[frozenset]
+    defs: list[frozenset]
+    sib: list[bool]          # node j is the previous sibling of node j + 1 (only notes between)
+    passable: list[bool]
+    clone_ok: list[bool]
+    pending: list[frozenset]  # registers with a pending future before node j
+
+
 def _hoistable_past(inst: Instruction) -> bool:
     if inst.opcode not in _HOIST_PAST:
         return False
@@ -467,8 +477,10 @@ class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True):
         self.hoist = hoist
         self.hoisted: dict[tuple[int, ...], list[Statement]] = {}
-        self.clones: list[tuple[str, str]] = []     # (register, type) copied for hoisted issues
+        self.clones: dict[str, int] = {}            # type -> registers copied for hoisted issues
+        self.clone_at: dict[tuple[int, int], str] = {}   # (hoist node, copied node) -> its copy
         self._branch_targets: Optional[set[str]] = None
+        self._hfacts: Optional[_HoistFacts] = None
         self.fn = fn
         self.kidx = kidx
         self.ctx = _Ctx(module, fn)
@@ -692,7 +704,7 @@ class _FunctionRewriter:
                 if h == i:
                     self._site_code(inst, d, i, fut_of, pre)
                 else:
-                    code, inst_h, d_h = self._hoisted_site(inst, d, chain)
+                    code, inst_h, d_h = self._hoisted_site(h, inst, d, chain)
                     self._site_code(inst_h, d_h, i, fut_of, code)
                     self.hoisted.setdefault(nodes[h][0], []).extend(code)
                     self.report.hoisted_issues += 1
@@ -778,44 +790,58 @@ class _FunctionRewriter:
         d = decisions[i]
         if d.kind != "load" or i not in fut_of:
             return i, []
+        F = self._hoist_facts(nodes, IN)
         path_i, inst = nodes[i]
         need = set()
         if inst.guard is not None:
             need.add(inst.guard.reg.name)
         if d.addr is not None and type(d.addr.base) is Register:
             need.add(d.addr.base.name)
-        dest = set(inst.defs())
-        chain: list[Instruction] = []
+        dest = F.defs[i]
+        chain: list[tuple[int, Instruction]] = []
         h = i
         for j in range(i - 1, max(-1, i - 1 - HOIST_WINDOW), -1):
-            pj, ij = nodes[j]
-            pn = nodes[j + 1][0]
-            if pj[:-1] != pn[:-1] or not self._only_notes_between(pj, pn):
+            if not F.sib[j]:
                 break                                  # not the previous sibling (a label or block between)
-            defs_j = set(ij.defs())
-            uses_j = set(ij.uses())
+            defs_j, uses_j = F.defs[j], F.uses[j]
             if dest & uses_j:
                 break                                  # a read of the destination may wait on its future
             if defs_j & need:
-                if len(chain) >= HOIST_CHAIN or not _cloneable(ij) or \
-                        any(self.ctx.reg_type(r) is None for r in uses_j | defs_j):
+                if len(chain) >= HOIST_CHAIN or not F.clone_ok[j]:
                     break
                 n2 = (need - defs_j) | uses_j
-            elif not _hoistable_past(ij):
+            elif not F.passable[j]:
                 break
             else:
                 n2 = need
             # at the new position every value the issue (or a copy) reads must be one that is not
             # waiting: a register with a pending future there gets its wait only at its own use, so
             # reading it earlier would issue a dependent load before its address has arrived
-            S = IN[j] or {}
-            if any(S.get(r) for r in n2):
+            if F.pending[j] & n2:
                 break
             if defs_j & need:
-                chain.insert(0, ij)
+                chain.insert(0, (j, nodes[j][1]))
             need = n2
             h = j
         return h, chain
+
+    def _hoist_facts(self, nodes, IN) -> "_HoistFacts":
+        """Per node, once per function: what the hoisting walk asks of it (its register sets, whether it
+        is the previous sibling of the next node, whether an issue may pass it or copy it, and the
+        registers with a pending future before it)."""
+        if self._hfacts is None:
+            n = len(nodes)
+            F = _HoistFacts(
+                uses=[frozenset(inst.uses()) for _, inst in nodes],
+                defs=[frozenset(inst.defs()) for _, inst in nodes],
+                sib=[j + 1 < n and nodes[j][0][:-1] == nodes[j + 1][0][:-1]
+                     and self._only_notes_between(nodes[j][0], nodes[j + 1][0]) for j in range(n)],
+                passable=[_hoistable_past(inst) for _, inst in nodes],
+                clone_ok=[], pending=[frozenset(r for r, v in (IN[j] or {}).items() if v) for j in range(n)])
+            F.clone_ok = [_cloneable(inst) and all(self.ctx.reg_type(r) is not None for r in F.uses[j] | F.defs[j])
+                          for j, (_, inst) in enumerate(nodes)]
+            self._hfacts = F
+        return self._hfacts
 
     def _only_notes_between(self, pa: tuple[int, ...], pb: tuple[int, ...]) -> bool:
         """Statements strictly between two siblings are only comments and directives (.loc)."""
@@ -842,19 +868,28 @@ class _FunctionRewriter:
         return all(type(st) in (Comment, Directive) or (type(st) is Label and st.name not in self._branch_targets)
                    for st in body[pa[-1] + 1:pb[-1]])
 
-    def _hoisted_site(self, inst: Instruction, d: Decision, chain: list[Instruction]):
-        """The copies of ``chain`` into fresh registers (%__hb_x<n>, declared in the prologue), and the
-        load and its decision with the address base and guard renamed to those copies."""
+    def _hoisted_site(self, h: int, inst: Instruction, d: Decision, chain: list[tuple[int, Instruction]]):
+        """The copies of ``chain`` into fresh registers (%__hb_x_<type>_<n>, declared per type in the
+        prologue), and the load and its decision with the address base and guard renamed to those
+        copies. A computation already copied for another issue hoisted to the same node is reused (the
+        same instruction on the same inputs at the same place: the same value)."""
         ren: dict[str, str] = {}
         code: list[Statement] = []
-        for c in chain:
+        for j, c in chain:
             (dname,) = c.defs()
-            new = f"%__hb_x{len(self.clones)}"
+            have = self.clone_at.get((h, j))
+            if have is not None:
+                ren[dname] = have
+                continue
             ty = self.ctx.reg_type(dname)
-            self.clones.append((new, ty))
+            tag = ty.lstrip(".")
+            k = self.clones.get(ty, 0)
+            self.clones[ty] = k + 1
+            new = f"%__hb_x_{tag}_{k}"
             self.ctx.reg_exact[new] = ty
             ops = [_rename_reg(o, ren) for o in c.operands[1:]]
             ren[dname] = new
+            self.clone_at[(h, j)] = new
             code.append(replace(c, operands=(Register(new),) + tuple(ops), line=0))
         g = inst.guard
         if g is not None and g.reg.name in ren:
@@ -1007,7 +1042,8 @@ class _FunctionRewriter:
             VarDecl((), "reg", (), ".b64", (Declarator(R_STATE), Declarator(R_LO), Declarator(R_SPAN),
                                             Declarator(R_BAND))),
             VarDecl((), "reg", (), ".b64", (Declarator(R_GRP, count=self.K + 1),)),
-        ] + [VarDecl((), "reg", (), ty, (Declarator(name),)) for name, ty in self.clones]
+        ] + [VarDecl((), "reg", (), ty, (Declarator(f"%__hb_x_{ty.lstrip('.')}_", count=n),))
+             for ty, n in self.clones.items()]
         init: list[Statement] = [
             _ins("ld", ("global", "u64"), (_R(R_STATE), Address(Symbol(abi.STATE_GLOBAL)))),
             _ins("setp", ("eq", "u64"), (_R(R_OFF), _R(R_STATE), _I(0))),
