@@ -147,16 +147,21 @@ def launch_plan(module: Module, plain: dict[str, Optional[int]],
     return out
 
 
-def apply_maxntid(module: Module, caps: dict[str, int]) -> Module:
-    """Add ``.maxntid N`` to the named entries (they declare no block size)."""
+def _edit_entries(module: Module, caps: dict[str, int], edit) -> Module:
+    """``edit(directives, cap) -> directives`` on each named entry with a body."""
     if not caps:
         return module
     items = []
     for it in module.items:
         if type(it) is Function and it.is_entry and it.body is not None and it.name in caps:
-            it = replace(it, directives=tuple(it.directives) + (Directive("maxntid", (str(caps[it.name]),)),))
+            it = replace(it, directives=tuple(edit(list(it.directives), caps[it.name])))
         items.append(it)
     return replace(module, items=tuple(items))
+
+
+def apply_maxntid(module: Module, caps: dict[str, int]) -> Module:
+    """Add ``.maxntid N`` to the named entries (they declare no block size)."""
+    return _edit_entries(module, caps, lambda ds, n: ds + [Directive("maxntid", (str(n),))])
 
 
 LAUNCH_PASS_NAME = "launch_bound"
@@ -169,22 +174,18 @@ def launch_stage(module: Module, meta: dict) -> Module:
                                   if d["applied"]})
 
 
+def _with_maxnreg(ds: list, cap: int) -> list:
+    j = next((k for k, d in enumerate(ds) if d.name == "maxnreg"), None)
+    if j is None:
+        ds.append(Directive("maxnreg", (str(cap),)))
+    else:
+        ds[j] = replace(ds[j], args=(str(min(int(ds[j].args[0], 0), cap)),))
+    return ds
+
+
 def apply(module: Module, caps: dict[str, int]) -> Module:
     """Add ``.maxnreg`` to the named entries (after their other directives), or lower the one they have."""
-    if not caps:
-        return module
-    items = []
-    for it in module.items:
-        if type(it) is Function and it.is_entry and it.body is not None and it.name in caps:
-            ds = list(it.directives)
-            j = next((k for k, d in enumerate(ds) if d.name == "maxnreg"), None)
-            if j is None:
-                ds.append(Directive("maxnreg", (str(caps[it.name]),)))
-            else:
-                ds[j] = replace(ds[j], args=(str(min(int(ds[j].args[0], 0), caps[it.name])),))
-            it = replace(it, directives=tuple(ds))
-        items.append(it)
-    return replace(module, items=tuple(items))
+    return _edit_entries(module, caps, _with_maxnreg)
 
 
 def guard_stage(module: Module, meta: dict) -> Module:
