@@ -133,11 +133,8 @@ HB_DEV hbf_kernel_counters* hb_kslot_of(hbf_device_state* st, uint32_t kbase, ui
     return &st->kslots[k];
 }
 // st->kshards: a host-owned run parameter, constant while kernels run
-HB_DEV hbf_kernel_counters* hb_kslot_sm(hbf_device_state* st, uint32_t site, uint32_t smid) {
-    return hb_kslot_of(st, __hb_kslot_base, st->kshards, site, smid);
-}
 HB_DEV hbf_kernel_counters* hb_kslot(hbf_device_state* st, uint32_t site) {
-    return hb_kslot_sm(st, site, hb_smid());
+    return hb_kslot_of(st, __hb_kslot_base, st->kshards, site, hb_smid());
 }
 
 // ------------------------------------------------------------------------------------------
@@ -886,9 +883,11 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     const uint32_t kbase = __ldg(&__hb_kslot_base);
     hbf_dev_range r = hb_ld_range(&st->ranges[0]);
     const uint64_t w = hb_ld_vol(&st->thc_replica[(smid & (HBF_KSHARDS - 1u)) * HBF_THC_REPLICA_STRIDE]);
-    bool ok = src == HBF_SRC_FIXED && max_age != 0ull && HBF_THC_VALID(w) &&
-              HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) && HBF_THC_MODE(w) != HBF_TH_SHUTDOWN &&
-              hb_thc_age_ns(w, t0) <= max_age;
+    // another source, or a snapshot read at every request: the general path, before any classification
+    // (run parameters: every lane of the call read the same words, so this return is warp-uniform)
+    if (src != HBF_SRC_FIXED || max_age == 0ull) return HB_FAST_SLOW;
+    bool ok = HBF_THC_VALID(w) && HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) &&
+              HBF_THC_MODE(w) != HBF_TH_SHUTDOWN && hb_thc_age_ns(w, t0) <= max_age;
     HB_PROF(1, ok);
     const int cls = (n == 1u) ? hb_classify_one(r, addr, bytes) : hb_classify(st, addr, bytes, r);
     HB_PROF(2, r.media_offset + (uint64_t)cls);
