@@ -479,7 +479,6 @@ class _FunctionRewriter:
         self.hoisted: dict[tuple[int, ...], list[Statement]] = {}
         self.clones: dict[str, int] = {}            # type -> registers copied for hoisted issues
         self.clone_at: dict[tuple[int, int], str] = {}   # (hoist node, copied node) -> its copy
-        self._branch_targets: Optional[set[str]] = None
         self._hfacts: Optional[_HoistFacts] = None
         self.fn = fn
         self.kidx = kidx
@@ -831,11 +830,12 @@ class _FunctionRewriter:
         registers with a pending future before it)."""
         if self._hfacts is None:
             n = len(nodes)
+            targets = self._branch_targets()
             F = _HoistFacts(
                 uses=[frozenset(inst.uses()) for _, inst in nodes],
                 defs=[frozenset(inst.defs()) for _, inst in nodes],
                 sib=[j + 1 < n and nodes[j][0][:-1] == nodes[j + 1][0][:-1]
-                     and self._only_notes_between(nodes[j][0], nodes[j + 1][0]) for j in range(n)],
+                     and self._only_notes_between(nodes[j][0], nodes[j + 1][0], targets) for j in range(n)],
                 passable=[_hoistable_past(inst) for _, inst in nodes],
                 clone_ok=[], pending=[frozenset(r for r, v in (IN[j] or {}).items() if v) for j in range(n)])
             F.clone_ok = [_cloneable(inst) and all(self.ctx.reg_type(r) is not None for r in F.uses[j] | F.defs[j])
@@ -843,29 +843,32 @@ class _FunctionRewriter:
             self._hfacts = F
         return self._hfacts
 
-    def _only_notes_between(self, pa: tuple[int, ...], pb: tuple[int, ...]) -> bool:
-        """Statements strictly between two siblings are only comments and directives (.loc)."""
+    def _branch_targets(self) -> set[str]:
+        """Labels something may branch to: every label when the function has jump tables (brx,
+        .branchtargets / .calltargets), else those a branch operand names."""
+        refs: set[str] = set()
+        labels: set[str] = set()
+        jump_tables = False
+        for _, st in walk(self.fn.body or ()):
+            if type(st) is Instruction:
+                refs.update(o.name for o in st.operands if type(o) is LabelRef)
+                for o in st.operands:
+                    if type(o) is ArgList:
+                        refs.update(x.name for x in o.items if type(x) is LabelRef)
+                jump_tables |= st.opcode == "brx"
+            elif type(st) is Label:
+                labels.add(st.name)
+            elif type(st) is not Comment and "targets" in str(st):
+                jump_tables = True
+        return labels if jump_tables else refs
+
+    def _only_notes_between(self, pa: tuple[int, ...], pb: tuple[int, ...], targets: set[str]) -> bool:
+        """Statements strictly between two siblings are only comments, directives (.loc) and labels
+        nothing branches to (Triton's debug labels $L__tmp<n>)."""
         body = self.fn.body or ()
         for k in pa[:-1]:
             body = body[k].body
-        if self._branch_targets is None:
-            refs: set[str] = set()
-            labels: set[str] = set()
-            jump_tables = False
-            for _, st in walk(self.fn.body or ()):
-                if type(st) is Instruction:
-                    refs.update(o.name for o in st.operands if type(o) is LabelRef)
-                    for o in st.operands:
-                        if type(o) is ArgList:
-                            refs.update(x.name for x in o.items if type(x) is LabelRef)
-                    jump_tables |= st.opcode == "brx"
-                elif type(st) is Label:
-                    labels.add(st.name)
-                elif type(st) is not Comment and "targets" in str(st):
-                    jump_tables = True         # .branchtargets / .calltargets lists name labels
-            self._branch_targets = labels if jump_tables else refs
-        # a label nothing branches to (Triton's debug labels $L__tmp<n>) is a note too
-        return all(type(st) in (Comment, Directive) or (type(st) is Label and st.name not in self._branch_targets)
+        return all(type(st) in (Comment, Directive) or (type(st) is Label and st.name not in targets)
                    for st in body[pa[-1] + 1:pb[-1]])
 
     def _hoisted_site(self, h: int, inst: Instruction, d: Decision, chain: list[tuple[int, Instruction]]):
