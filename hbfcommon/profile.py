@@ -109,11 +109,15 @@ class Geometry(NandTopology):
     channel_rate_mtps: float
     stack_height: int
     host_link_bytes_per_s: float | None = None
+    # payload fraction of the raw channel rate (OCP HBF v0.7.0 p16: x64 * GT/s / 8 * 0.75)
+    channel_efficiency: float = 1.0
+    # decoded page buffers per plane (the OCP "bank": one ordered sense engine, two page buffers)
+    page_buffers_per_plane: int = 2
 
     @property
     def channel_bytes_per_s(self) -> int:
-        """Per channel: width/8 bytes per transfer × rate (MT/s) × 1e6."""
-        return round(self.channel_width_bits / 8 * self.channel_rate_mtps * 1e6)
+        """Per channel payload: width/8 bytes per transfer × rate (MT/s) × 1e6 × channel_efficiency."""
+        return round(self.channel_width_bits / 8 * self.channel_rate_mtps * 1e6 * self.channel_efficiency)
 
     def _invariants(self):
         if self.page_bytes != 4096:
@@ -124,7 +128,12 @@ class Geometry(NandTopology):
             yield "write_granularity", "writes are assembled to 4 KiB (4096)"
         if self.channel_width_bits % 8:
             yield "channel_width_bits", "must be a whole number of bytes"
-        cbps = self.channel_width_bits / 8 * self.channel_rate_mtps * 1e6
+        if not 0.0 < self.channel_efficiency <= 1.0:
+            yield "channel_efficiency", "must be a fraction in (0, 1]"
+            return
+        if not 1 <= self.page_buffers_per_plane <= 8:
+            yield "page_buffers_per_plane", "must be in [1, 8] (the device model keeps them in one bank record)"
+        cbps = self.channel_width_bits / 8 * self.channel_rate_mtps * 1e6 * self.channel_efficiency
         if not 1 <= cbps <= I64_MAX or not 1 <= cbps * self.channels <= I64_MAX:
             yield ("channel_rate_mtps",
                    f"channel_width_bits/8 x channel_rate_mtps x 1e6 = {cbps:.6g} B/s per channel, {self.channels} "

@@ -49,6 +49,7 @@ class MediaGeometry(NandTopology):
     write_flush_timeout_ns: int = 1_000_000   # a partial page is programmed this long after its first store
     page_bytes: int = PAGE_BYTES
     read_granularity: int = SECTOR_BYTES
+    page_buffers_per_plane: int = 2  # decoded page buffers per plane (OCP bank), LRU by use
 
     def __post_init__(self) -> None:
         bad = list(self._invariants())
@@ -58,7 +59,8 @@ class MediaGeometry(NandTopology):
 
     def _invariants(self):
         for f in ("channels", "dies_per_channel", "planes_per_die", "blocks_per_plane", "pages_per_block",
-                  "channel_bytes_per_s", "t_read_ns", "t_prog_ns", "t_erase_ns", "queue_depth"):
+                  "channel_bytes_per_s", "t_read_ns", "t_prog_ns", "t_erase_ns", "queue_depth",
+                  "page_buffers_per_plane"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 yield f, "must be an integer >= 1"
@@ -151,6 +153,6 @@ class MediaGeometry(NandTopology):
             t_erase_ns=t.t_erase_ns, t_cmd_ns=t.t_cmd_ns, queue_depth=m.queue_depth,
             over_provisioning=m.over_provisioning, gc_start_free_fraction=m.gc_start_free_fraction,
             gc_hard_free_fraction=m.gc_hard_free_fraction, page_bytes=g.page_bytes,
-            read_granularity=g.read_granularity)
+            read_granularity=g.read_granularity, page_buffers_per_plane=g.page_buffers_per_plane)
         kw.update(overrides)
         return cls(**kw)
