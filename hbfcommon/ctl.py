@@ -92,7 +92,8 @@ class hbf_media_params(ctypes.Structure):
         ("curve_pages", c_uint32 * HBF_MAX_CURVE_POINTS),
         ("curve_cum_ns", c_uint64 * HBF_MAX_CURVE_POINTS),
         ("curve_write_ns", c_uint64), ("refresh_quantum_bytes", c_uint64),
-        ("reserved", c_uint64 * 3),
+        ("page_buffers", c_uint32), ("t_cmd_ns", c_uint32),
+        ("reserved", c_uint64 * 2),
     ]
 
 

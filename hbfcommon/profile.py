@@ -131,8 +131,8 @@ class Geometry(NandTopology):
         if not 0.0 < self.channel_efficiency <= 1.0:
             yield "channel_efficiency", "must be a fraction in (0, 1]"
             return
-        if not 1 <= self.page_buffers_per_plane <= 8:
-            yield "page_buffers_per_plane", "must be in [1, 8] (the device model keeps them in one bank record)"
+        if not 1 <= self.page_buffers_per_plane <= 2:
+            yield "page_buffers_per_plane", "must be 1 or 2 (the device model keeps a plane's buffers in one 16-byte record)"
         cbps = self.channel_width_bits / 8 * self.channel_rate_mtps * 1e6 * self.channel_efficiency
         if not 1 <= cbps <= I64_MAX or not 1 <= cbps * self.channels <= I64_MAX:
             yield ("channel_rate_mtps",
@@ -362,6 +362,8 @@ class Profile:
             "curve_cum_ns": [ns for _, ns in pts] + [0] * pad,
             "curve_write_ns": curve.write_ns if curve else 0,
             "refresh_quantum_bytes": self.media.refresh_quantum_bytes,
+            "page_buffers": g.page_buffers_per_plane,
+            "t_cmd_ns": t.t_cmd_ns,
         }
 
     def summary_section(self) -> dict[str, Any]:
@@ -457,6 +459,7 @@ _INT_WHY = {U32_MAX: "a u32 field of hbf_media_params (hbf_ctl.h)",
 # entry per activation energy.
 MAX_BLOCKS = 1 << 22
 MAX_DIE_QUEUE_SLOTS = 1 << 22
+MAX_DEVICE_PLANES = 8192   # HBF_DEV_MAX_BANKS (runtime_cuda/include/hbf_device.h)
 MAX_HAZARD_POINTS = 100_000
 # telemetry_max_age_ms becomes whole nanoseconds (hbfd/thermal): at least 1 ns, below NS_MAX
 MIN_TELEMETRY_AGE_MS = 1e-6
@@ -538,6 +541,16 @@ def _check_derived(p: "Profile", where: str) -> None:
     if g.raw_bytes > I64_MAX:
         raise _range_error(where, "geometry.pages_per_block",
                            f"raw media of {g.raw_bytes} B does not fit int64 media addresses")
+    if g.planes > MAX_DEVICE_PLANES:
+        raise _range_error(where, "geometry.planes_per_die",
+                           f"channels x dies_per_channel x planes_per_die = {g.planes} planes; at most "
+                           f"{MAX_DEVICE_PLANES} (the device fast model keeps one record per plane, "
+                           "HBF_DEV_MAX_BANKS in hbf_device.h)")
+    if g.blocks_per_plane * g.pages_per_block >= 1 << 24:
+        raise _range_error(where, "geometry.pages_per_block",
+                           f"blocks_per_plane x pages_per_block = {g.blocks_per_plane * g.pages_per_block} pages "
+                           "per plane; at most 2^24 - 1 (the device fast model tags a page buffer with the "
+                           "page's index in its plane in 24 bits)")
     if m.refresh_quantum_bytes > I64_MAX:
         raise _range_error(where, "media.refresh_quantum_bytes", f"at most {I64_MAX}")
     if th.telemetry_max_age_ms is not None and not (

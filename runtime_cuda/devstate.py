@@ -19,9 +19,10 @@ from hbfcommon.errors import ErrorCode, RangeError
 from hbfcommon.status import STATUS_NAMES
 
 HBF_DEVSTATE_MAGIC = 0x3130545344464248  # "HBFDST01"
-HBF_DEVSTATE_VERSION = 1
+HBF_DEVSTATE_VERSION = 2
 HBF_DEV_MAX_CHANNELS = 64
-HBF_DEV_MAX_DIES = 1024
+HBF_DEV_MAX_BANKS = 8192   # channels * dies_per_channel * planes_per_die, fast source (hbf_device.h)
+HBF_BUF_READY_BITS = 40
 HBF_DEV_GUARD_BYTES = 65536
 HBF_KSHARDS = 32   # counter shards per kernel slot (hbf_device.h): by %smid
 HBF_THC_REPLICA_STRIDE = 16   # u64 words between two thermal replicas (hbf_device.h)
@@ -65,10 +66,11 @@ class hbf_device_state(ctypes.Structure):
         ("debt_seen", c_uint64), ("debt_claimed", c_uint64), ("refresh_quantum", c_uint64),
         ("ref_next_ticket", c_uint64), ("reserved2", c_uint64 * 1),
         ("media", C.hbf_media_params),
-        ("chan_tail", c_uint64 * HBF_DEV_MAX_CHANNELS), ("die_tail", c_uint64 * HBF_DEV_MAX_DIES),
+        ("chan_tail", c_uint64 * HBF_DEV_MAX_CHANNELS),
         ("kslots", hbf_kernel_counters * C.HBF_MAX_KERNEL_SLOTS),
         ("ranges", hbf_dev_range * C.HBF_MAX_RANGES),
         ("thc_replica", c_uint64 * (HBF_KSHARDS * HBF_THC_REPLICA_STRIDE)),
+        ("bank_buf", c_uint64 * (HBF_DEV_MAX_BANKS * 2)), ("bank_busy", c_uint64 * HBF_DEV_MAX_BANKS),
     ]
 
 

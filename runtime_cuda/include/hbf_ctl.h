@@ -112,7 +112,9 @@ typedef struct hbf_media_params {
     uint64_t curve_cum_ns[HBF_MAX_CURVE_POINTS];   /* y (cumulative ns) */
     uint64_t curve_write_ns;       /* per 4 KiB program in curve mode */
     uint64_t refresh_quantum_bytes;
-    uint64_t reserved[3];
+    uint32_t page_buffers;         /* decoded page buffers per plane (OCP bank): 1 or 2 */
+    uint32_t t_cmd_ns;             /* command/address time before a plane operation starts */
+    uint64_t reserved[2];
 } hbf_media_params;
 
 typedef struct hbf_header {

@@ -26,9 +26,10 @@
 #include "hbf_ctl.h"
 
 #define HBF_DEVSTATE_MAGIC 0x3130545344464248ULL  /* "HBFDST01" little-endian */
-#define HBF_DEVSTATE_VERSION 1u
+#define HBF_DEVSTATE_VERSION 2u
 #define HBF_DEV_MAX_CHANNELS 64u
-#define HBF_DEV_MAX_DIES 1024u          /* channels * dies_per_channel <= this */
+#define HBF_DEV_MAX_BANKS 8192u         /* channels * dies_per_channel * planes_per_die <= this (fast source) */
+#define HBF_BUF_READY_BITS 40u          /* page buffer word: bits 40..63 tag (page in plane + 1), 0..39 ready */
 #define HBF_DEV_GUARD_BYTES 65536u      /* fast-reject guard band below the lowest range */
 #define HBF_KSHARDS 32u                 /* counter shards per kernel slot (power of two; by %smid) */
 #define HBF_THC_REPLICA_STRIDE 16u      /* u64 words between two thermal replicas (128 B) */
@@ -131,7 +132,6 @@ typedef struct hbf_device_state {
     uint64_t reserved2[1];
     hbf_media_params media;        /* copy of header.media */
     uint64_t chan_tail[HBF_DEV_MAX_CHANNELS];  /* fast model: channel busy until (GPU ns) */
-    uint64_t die_tail[HBF_DEV_MAX_DIES];       /* fast model: die busy until (GPU ns) */
     hbf_kernel_counters kslots[HBF_MAX_KERNEL_SLOTS];
     hbf_dev_range ranges[HBF_MAX_RANGES];
     /* Replicas of the thermal word for the compact issue path, one per SM shard (smid % HBF_KSHARDS),
@@ -142,10 +142,22 @@ typedef struct hbf_device_state {
      * is the thermal word with its valid bit CLEAR while refresh debt is outstanding (the compact path
      * never claims debt: it sends such requests to the general path). Zero = not published yet. */
     uint64_t thc_replica[HBF_KSHARDS * HBF_THC_REPLICA_STRIDE];
+    /* Fast model (docs/design.md "HBF media semantics"): per plane (OCP bank, index
+     * (page % (C*D)) + (C*D) * ((page / (C*D)) % P), i.e. channel-major like the page map) its two decoded
+     * page buffers, [MRU, LRU], one 16-byte record updated by one 128-bit CAS (a miss = a sense: the new
+     * page becomes MRU, the LRU page is evicted; a hit on the LRU buffer swaps them; a store empties the
+     * buffer of its page and makes it LRU). A word: bits 40..63 the page's index in its plane + 1
+     * (0: empty), bits 0..39 the low 40 bits of the GPU ns at which its sense ends (a window of +-2^39 ns
+     * around now: backlogs beyond 9 minutes are out of model). The latest sense's end is always in the
+     * record (a later miss only evicts an older one; an emptied buffer keeps its time), so the plane's
+     * sense engine is free at max(both readies, bank_busy). */
+    uint64_t bank_buf[HBF_DEV_MAX_BANKS * 2];
+    uint64_t bank_busy[HBF_DEV_MAX_BANKS];     /* programs and refresh: the plane busy until (GPU ns) */
 } hbf_device_state;
 
 HBF_STATIC_ASSERT(sizeof(hbf_dev_range) == 32, "dev range 32B");
 HBF_STATIC_ASSERT(sizeof(hbf_kernel_counters) % 64 == 0, "kernel counters 64B multiple");
 HBF_STATIC_ASSERT(sizeof(hbf_device_state) % 64 == 0, "device state 64B multiple");
+HBF_STATIC_ASSERT(offsetof(hbf_device_state, bank_buf) % 16 == 0, "bank records 16B aligned (128-bit CAS)");
 
 #endif /* HBF_DEVICE_H */

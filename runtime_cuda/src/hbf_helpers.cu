@@ -462,43 +462,120 @@ HB_DEV uint64_t hb_refresh_service(const hbf_media_params& m, uint64_t rbytes) {
     return pages * (m.t_read_ns + m.t_prog_ns);
 }
 
+// ---- the fast model: HBF media semantics (docs/design.md §3.9), one page transaction per call ----
+// Plane (OCP bank) record: bank_buf[2 * b] = MRU buffer word, [2 * b + 1] = LRU (hbf_device.h).
+#define HB_RDY_MASK ((1ull << HBF_BUF_READY_BITS) - 1ull)
+HB_DEV uint32_t hb_buf_tag(uint64_t w) { return (uint32_t)(w >> HBF_BUF_READY_BITS); }
+// The sense end of a buffer word, expanded to the 64-bit GPU ns nearest `now` (+-2^39 ns); 0: never used.
+HB_DEV uint64_t hb_buf_ready(uint64_t w, uint64_t now) {
+    if (w == 0ull) return 0ull;
+    const uint64_t d = ((w & HB_RDY_MASK) - (now & HB_RDY_MASK)) & HB_RDY_MASK;
+    return (d >> (HBF_BUF_READY_BITS - 1u)) ? now - ((HB_RDY_MASK + 1ull) - d) : now + d;
+}
+HB_DEV uint64_t hb_buf_word(uint32_t tag, uint64_t ready) {
+    return ((uint64_t)tag << HBF_BUF_READY_BITS) | (ready & HB_RDY_MASK);
+}
+
+// One 128-bit compare-and-swap of a plane record (sm_90: atom.global.cas.b128). Returns the record as
+// found (== expected on success).
+HB_DEV ulonglong2 hb_cas128(uint64_t* p, ulonglong2 expect, ulonglong2 desired) {
+    ulonglong2 old;
+    asm volatile("{\n\t.reg .b128 e, n, o;\n\t"
+                 "mov.b128 e, {%2, %3};\n\tmov.b128 n, {%4, %5};\n\t"
+                 "atom.global.cas.b128 o, [%6], e, n;\n\tmov.b128 {%0, %1}, o;\n\t}"
+                 : "=l"(old.x), "=l"(old.y)
+                 : "l"(expect.x), "l"(expect.y), "l"(desired.x), "l"(desired.y), "l"(p) : "memory");
+    return old;
+}
+HB_DEV ulonglong2 hb_ld_rec(const uint64_t* p) {   // one 16-byte load (the CAS checks what it saw)
+    ulonglong2 r;
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(r.x), "=l"(r.y) : "l"(p) : "memory");
+    return r;
+}
+HB_DEV uint64_t hb_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+// The read half: the plane's buffers, then a sense only on a miss. Returns when the page's data is in a
+// page buffer (data ready); `tr` is the (thermally scaled) tR, `nb` the plane's buffers (1 or 2).
+HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, uint64_t cmd, uint64_t tr,
+                              uint32_t nb, uint64_t now) {
+    uint64_t* rec = &st->bank_buf[2u * b];
+    ulonglong2 cur = hb_ld_rec(rec);
+#pragma unroll 1
+    for (;;) {
+        if (hb_buf_tag(cur.x) == tag) {                       // MRU hit (or its sense in flight): no write
+            const uint64_t r = hb_buf_ready(cur.x, now);
+            return r > cmd ? r : cmd;
+        }
+        ulonglong2 want;
+        uint64_t ready;
+        if (nb > 1u && hb_buf_tag(cur.y) == tag) {             // LRU hit: it becomes MRU
+            ready = hb_buf_ready(cur.y, now);
+            if (ready < cmd) ready = cmd;
+            want.x = cur.y; want.y = cur.x;
+        } else {                                              // miss: one sense on the plane's engine
+            const uint64_t busy = hb_ld_vol(&st->bank_busy[b]);
+            const uint64_t start = hb_max(hb_max(cmd, busy), hb_max(hb_buf_ready(cur.x, now), hb_buf_ready(cur.y, now)));
+            ready = start + tr;
+            want.x = hb_buf_word(tag, ready);
+            // an empty LRU slot is filled first; with one buffer the record keeps the latest sense end in y
+            want.y = nb > 1u ? cur.x : hb_buf_word(0u, ready);
+        }
+        const ulonglong2 old = hb_cas128(rec, cur, want);
+        if (old.x == cur.x && old.y == cur.y) return ready;
+        cur = old;                                            // raced: decide again on what is there now
+    }
+}
+
+// A store's buffer invalidation: the buffer holding the page (if any) becomes empty and LRU; it keeps
+// its time (the plane's latest sense end stays in the record). Returns the plane's sense-engine free time.
+HB_DEV uint64_t hb_plane_invalidate(hbf_device_state* st, uint32_t b, uint32_t tag, uint64_t now) {
+    uint64_t* rec = &st->bank_buf[2u * b];
+    ulonglong2 cur = hb_ld_rec(rec);
+#pragma unroll 1
+    for (;;) {
+        const uint64_t pf = hb_max(hb_buf_ready(cur.x, now), hb_buf_ready(cur.y, now));
+        ulonglong2 want;
+        if (hb_buf_tag(cur.x) == tag) { want.x = cur.y; want.y = cur.x & HB_RDY_MASK; }
+        else if (hb_buf_tag(cur.y) == tag) { want.x = cur.x; want.y = cur.y & HB_RDY_MASK; }
+        else return pf;
+        const ulonglong2 old = hb_cas128(rec, cur, want);
+        if (old.x == cur.x && old.y == cur.y) return pf;
+        cur = old;
+    }
+}
+
 HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
                                                       uint64_t bytes, uint32_t op, uint32_t q,
                                                       uint64_t rbytes, uint64_t now) {
     const hbf_media_params& m = st->media;
-    const uint32_t C = m.channels ? (m.channels < HBF_DEV_MAX_CHANNELS ? m.channels : HBF_DEV_MAX_CHANNELS) : 1u;
-    uint32_t D = m.dies_per_channel ? m.dies_per_channel : 1u;
-    if (C * D > HBF_DEV_MAX_DIES) D = HBF_DEV_MAX_DIES / C;
-    const uint64_t page = media_addr / (m.page_bytes ? m.page_bytes : 4096u);
+    const uint32_t C = m.channels ? m.channels : 1u;
+    const uint32_t CD = C * (m.dies_per_channel ? m.dies_per_channel : 1u);
+    const uint32_t P = m.planes_per_die ? m.planes_per_die : 1u;
+    const uint64_t page = media_addr >> 12;                   // 4 KiB pages (profile-validated)
     const uint32_t ch = (uint32_t)(page % C);
-    const uint32_t die = ch * D + (uint32_t)((page / C) % D);
-    const uint64_t xfer = hb_xfer_ns(m, bytes);
-    uint64_t array;  // die-side time: sense for reads, amortized program for writes; + refresh
-    if (op == HBF_OP_STORE) {
-        const uint64_t wg = m.write_granularity ? m.write_granularity : 4096u;
-        array = hb_ceil_div(m.t_prog_ns * bytes, wg);
-    } else if (op == HBF_OP_ATOMIC) {
-        const uint64_t wg = m.write_granularity ? m.write_granularity : 4096u;
-        array = m.t_read_ns + hb_ceil_div(m.t_prog_ns * bytes, wg);
-    } else {
-        array = m.t_read_ns;
+    const uint64_t pcd = page / CD;
+    const uint32_t b = (uint32_t)(page % CD) + CD * (uint32_t)(pcd % P);   // < HBF_DEV_MAX_BANKS (validated)
+    const uint32_t tag = (uint32_t)((pcd / P + 1ull) & 0xFFFFFFull);       // page in its plane + 1 (validated < 2^24)
+    const uint32_t nb = m.page_buffers == 1u ? 1u : 2u;
+    const uint64_t cmd = now + m.t_cmd_ns;
+    const uint64_t xfer = hb_thermal_scale(hb_xfer_ns(m, bytes), q);    // only the requested bytes
+    if (rbytes != 0ull)                                       // a refresh quantum claimed by this request
+        hb_reserve(&st->bank_busy[b], now, hb_refresh_service(m, rbytes));
+    uint64_t done = 0ull;
+    if (op != HBF_OP_STORE) {                                 // load, cp.async, the read half of an atomic
+        const uint64_t ready = hb_plane_read(st, b, tag, cmd, hb_thermal_scale(m.t_read_ns, q), nb, now);
+        done = hb_reserve(&st->chan_tail[ch], ready, xfer) + xfer;
+        if (op != HBF_OP_ATOMIC) return done;
     }
-    array += hb_refresh_service(m, rbytes);
-    const uint64_t s = array + xfer;
-    const uint64_t sT = hb_thermal_scale(s, q);          // thermal applied once, to the whole service
-    const uint64_t xT = s ? (sT * xfer) / s : 0ull;      // split of the scaled service (no 2nd scaling)
-    const uint64_t aT = sT - xT;
-    uint64_t done;
-    if (op == HBF_OP_STORE) {  // bus transfer first, then the array program
-        const uint64_t cs = hb_reserve(&st->chan_tail[ch], now, xT);
-        const uint64_t ds = hb_reserve(&st->die_tail[die], cs + xT, aT);
-        done = ds + aT;
-    } else {  // array sense first, then the bus transfer
-        const uint64_t ds = hb_reserve(&st->die_tail[die], now, aT);
-        const uint64_t cs = hb_reserve(&st->chan_tail[ch], ds + aT, xT);
-        done = cs + xT;
-    }
-    return done;
+    // store (or an atomic's write at its read's completion): data-in, acknowledged when it has crossed the
+    // channel; the 4 KiB program it is part of occupies the plane tPROG * bytes / 4096 after it.
+    const uint64_t a = (op == HBF_OP_STORE) ? now : done;
+    const uint64_t pf = hb_plane_invalidate(st, b, tag, a);
+    const uint64_t xs = hb_reserve(&st->chan_tail[ch], a + m.t_cmd_ns, xfer);
+    const uint64_t xe = xs + xfer;
+    const uint64_t wg = m.write_granularity ? m.write_granularity : 4096u;
+    hb_reserve(&st->bank_busy[b], hb_max(xe, pf), hb_ceil_div(m.t_prog_ns * bytes, wg));
+    return hb_max(xe, done);
 }
 
 // The ring is full: wait until the slot's previous ticket has been consumed (daemon liveness checked).
@@ -885,7 +962,7 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     const uint64_t w = hb_ld_vol(&st->thc_replica[(smid & (HBF_KSHARDS - 1u)) * HBF_THC_REPLICA_STRIDE]);
     // another source, or a snapshot read at every request: the general path, before any classification
     // (run parameters: every lane of the call read the same words, so this return is warp-uniform)
-    if (src != HBF_SRC_FIXED || max_age == 0ull) return HB_FAST_SLOW;
+    if ((src != HBF_SRC_FIXED && src != HBF_SRC_FAST) || max_age == 0ull) return HB_FAST_SLOW;
     bool ok = HBF_THC_VALID(w) && HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) &&
               HBF_THC_MODE(w) != HBF_TH_SHUTDOWN && hb_thc_age_ns(w, t0) <= max_age;
     HB_PROF(1, ok);
@@ -932,8 +1009,14 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     const uint64_t req_bytes = hb_group_bytes(gmin, gmax, uniq, gsh, b0);
     HB_PROF(5, req_bytes);
     const uint64_t tl = __shfl_sync(mask, t0, leader);          // the request's issue time (the leader's)
-    uint64_t s = hbf_fixed_service_ns(&fx, op);                 // q = 1e6: no thermal scaling
-    uint64_t dl = tl + s;
+    uint64_t dl;                                                // q = 1e6: no thermal scaling; no refresh debt
+    if (src == HBF_SRC_FAST) {                                  // the leader's page transaction (hb_group_request)
+        uint64_t d = 0ull;
+        if (lane == leader) d = HB_OOL(hb_fast_model)(st, media - off + b0, req_bytes, op, 1000000u, 0ull, tl);
+        dl = __shfl_sync(mask, d, leader);
+    } else {
+        dl = tl + hbf_fixed_service_ns(&fx, op);
+    }
     if (dl <= tl) dl = tl + 1ull;                               // a zero service still yields a valid future
     const uint64_t modeled = dl - tl;
     bool clamp = false;
