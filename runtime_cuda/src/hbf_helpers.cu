@@ -888,7 +888,8 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
 // ------------------------------------------------------------------------------------------
 // The common path, compact (HBF_FAST_ISSUE, default on; issue 13)
 // ------------------------------------------------------------------------------------------
-// What a registered stream asks for at every warp access: the FIXED source, no refresh debt to claim, a
+// What a registered stream asks for at every warp access: the FIXED or FAST source (the fast model's page
+// transaction made by the leader lane), no refresh debt to claim, a
 // fresh thermal snapshot at full rate with admission open, every lane of the call a hit on one media
 // page of a timing range it may access. That case is served here with straight-line code: no calls,
 // no divisions, no 64-bit match over pages, no admission/refresh/model machinery (which made the
