@@ -444,9 +444,14 @@ HB_DEV uint64_t hb_claim_refresh(hbf_device_state* st, uint32_t site) {
 // atomics, with two atomics and no retry loop (a CAS loop on a tail that every warp of a stream
 // shares retries O(warps) times under contention): lift an idle tail to `earliest`, then take `dur`.
 // The value before the add is >= earliest (the tail only grows) and is this request's start.
+// Both on the global window (a generic atomic is a shared-window check + CAS loop on sm_90), the max as
+// a fire-and-forget red: one round trip. Same thread, same address, relaxed.gpu: the add is after the
+// max in the word's coherence order.
 HB_DEV uint64_t hb_reserve(uint64_t* tail, uint64_t earliest, uint64_t dur) {
-    atomicMax((unsigned long long*)tail, (unsigned long long)earliest);
-    return atomicAdd((unsigned long long*)tail, (unsigned long long)dur);
+    uint64_t old;
+    asm volatile("red.relaxed.gpu.global.max.u64 [%1], %2;\n\tatom.relaxed.gpu.global.add.u64 %0, [%1], %3;"
+                 : "=l"(old) : "l"(__cvta_generic_to_global(tail)), "l"(earliest), "l"(dur) : "memory");
+    return old;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -484,12 +489,14 @@ HB_DEV ulonglong2 hb_cas128(uint64_t* p, ulonglong2 expect, ulonglong2 desired) 
                  "mov.b128 e, {%2, %3};\n\tmov.b128 n, {%4, %5};\n\t"
                  "atom.global.cas.b128 o, [%6], e, n;\n\tmov.b128 {%0, %1}, o;\n\t}"
                  : "=l"(old.x), "=l"(old.y)
-                 : "l"(expect.x), "l"(expect.y), "l"(desired.x), "l"(desired.y), "l"(p) : "memory");
+                 : "l"(expect.x), "l"(expect.y), "l"(desired.x), "l"(desired.y), "l"(__cvta_generic_to_global(p))
+                 : "memory");
     return old;
 }
 HB_DEV ulonglong2 hb_ld_rec(const uint64_t* p) {   // one 16-byte load (the CAS checks what it saw)
     ulonglong2 r;
-    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(r.x), "=l"(r.y) : "l"(p) : "memory");
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(r.x), "=l"(r.y)
+                 : "l"(__cvta_generic_to_global(p)) : "memory");
     return r;
 }
 HB_DEV uint64_t hb_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
