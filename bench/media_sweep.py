@@ -1,4 +1,4 @@
-"""Media model sweep: modeled latency and bandwidth against offered load for the four device
+"""Media model sweep: modeled latency and bandwidth against offered load for the bundled device
 profiles, and how fast the model runs. Writes bench/results/media_sweep.json and prints the
 markdown table for docs/RESULTS.md.
 
@@ -26,7 +26,7 @@ from hbfd.media.bench import run_bench  # noqa: E402
 from hbfd.media.geometry import MediaGeometry  # noqa: E402
 from hbfcommon.profile import load_profile  # noqa: E402
 
-PROFILES = ("conservative", "nominal", "aggressive", "ocp-sg1")
+PROFILES = ("conservative", "nominal", "aggressive", "ocp-sg1", "ocp-sg2", "ocp-sg3")
 LOADS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 2.0, None)   # None: all at once
 
 

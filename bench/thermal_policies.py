@@ -2,7 +2,7 @@
 """Thermal experiment: five throttling policies × 600 / 3,600 / 86,400 s at the OCP SG1 operating
 point (HBFSim paper §6.3), in simulated time on the CPU (card: "CPU (simulated time)").
 
-Operating point (profile ocp-sg1): one 8-hi HBF stack, 16 channels, 384 GB/s offered read load,
+Operating point (profile ocp-sg1): one 8-hi HBF stack, 8 channels x 48 GB/s, 384 GB/s offered read load,
 5 W idle + 8.4e-11 J/B; the package ROM fit on profiles/thermal/hbf-package-8hi.json.
 Scenarios (GPU board power from a declared source — no GPU is used):
   h200-700W       constant 700 W (H200 under bf16 GEMM, measured ~693 W), coolant 35 C (profile)

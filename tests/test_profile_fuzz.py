@@ -24,7 +24,7 @@ from hbfcommon.errors import ErrorCode, ProfileError
 SEED = int(os.environ.get("HBF_PROFILE_FUZZ_SEED", "19"))
 N_MUTANTS = int(os.environ.get("HBF_PROFILE_FUZZ_N", "400"))
 BUDGET_S = float(os.environ.get("HBF_PROFILE_FUZZ_BUDGET_S", "12"))
-NAMES = ["conservative", "nominal", "aggressive", "ocp-sg1"]
+NAMES = ["conservative", "nominal", "aggressive", "ocp-sg1", "ocp-sg2", "ocp-sg3"]
 
 NUMBERS = [0, -1, 1, 2 ** 31, 2 ** 32, 2 ** 32 - 1, 2 ** 62, 2 ** 63, 2 ** 64, 2 ** 64 + 5, 10 ** 30, -(2 ** 63),
            0.5, 1.5, -0.0, 1e-9, 1e-300, 1e30, 1e300, 1e12, float("nan"), float("inf"), float("-inf"),

@@ -13,7 +13,7 @@ from hbfcommon import ctl
 from hbfcommon.errors import ErrorCode, ProfileError
 from hbfcommon import profile as prof
 
-NAMES = ["conservative", "nominal", "aggressive", "ocp-sg1"]
+NAMES = ["conservative", "nominal", "aggressive", "ocp-sg1", "ocp-sg2", "ocp-sg3"]
 
 
 def _raw(name="nominal"):
@@ -63,14 +63,68 @@ def test_bare_name_resolves_to_profiles_dir():
     assert prof.load_profile("nominal").name == "nominal"
 
 
-def test_ocp_sg1_matches_the_speed_grade():
-    p = prof.load_profile("ocp-sg1")
+# OCP HBF v0.7.0 p16 Tables 2/4 (FlashLab-MBZUAI/HBServe transcription): grade -> (channels, dies, GT/s,
+# payload B/s per channel, B/s per stack); payload = 64 bit x GT/s / 8 x 0.75
+OCP_GRADES = {
+    "ocp-sg1": (8, 8, 8, 48_000_000_000, 384_000_000_000),
+    "ocp-sg2": (16, 16, 16, 96_000_000_000, 1_536_000_000_000),
+    "ocp-sg3": (16, 16, 32, 192_000_000_000, 3_072_000_000_000),
+}
+OCP_SPEC_FIELDS = ("page_bytes", "read_granularity", "write_granularity", "channels", "channel_width_bits",
+                   "channel_rate_mtps", "channel_efficiency", "page_buffers_per_plane", "stack_height",
+                   "host_link_bytes_per_s")
+
+
+@pytest.mark.parametrize("name", sorted(OCP_GRADES))
+def test_ocp_grades_match_the_spec_bandwidth_exactly(name):
+    channels, dies, gtps, per_channel, per_stack = OCP_GRADES[name]
+    p = prof.load_profile(name)
     g = p.geometry
-    assert g.channels == 16 and g.channel_width_bits == 64 and g.stack_height == 8
-    assert g.channel_bytes_per_s == 24_000_000_000          # 8 B x 3.0 GT/s
-    assert g.aggregate_bytes_per_s == 384_000_000_000       # 384 GB/s per cube
+    assert (g.channels, g.dies, g.stack_height) == (channels, dies, dies)
+    assert (g.channel_width_bits, g.channel_rate_mtps, g.channel_efficiency) == (64, gtps * 1000, 0.75)
+    assert g.channel_bytes_per_s == per_channel                      # exact, integer B/s
+    assert g.aggregate_bytes_per_s == per_stack
+    assert g.host_link_bytes_per_s == per_stack
+    assert g.page_buffers_per_plane == 2 and g.planes_per_die == 256
+    assert p.media.queue_depth >= 2 * g.planes_per_die
+    for f in OCP_SPEC_FIELDS:
+        pv = p.provenance[f"geometry.{f}"]
+        assert pv.kind == "spec", f
+        assert "OCP HBF Architecture Specification v0.7.0" in pv.source and "not reachable" in pv.source, f
+    # what the spec does not fix is not called spec
+    for f in ("geometry.dies_per_channel", "geometry.planes_per_die", "geometry.blocks_per_plane",
+              "geometry.pages_per_block", "timing.t_read_ns", "timing.t_prog_ns", "timing.t_erase_ns",
+              "media.queue_depth"):
+        assert p.provenance[f].kind != "spec", f
+
+
+@pytest.mark.parametrize("name", sorted(OCP_GRADES))
+def test_ocp_grades_timing_and_capacity(name):
+    p = prof.load_profile(name)
+    g, t = p.geometry, p.timing
+    assert (t.t_cmd_ns, t.t_read_ns, t.t_prog_ns, t.t_erase_ns) == (300, 4000, 75_000, 2_000_000)
+    xfer512 = -(-512 * 10**9 // g.channel_bytes_per_s)               # one 512 B warp request, ceil ns
+    assert p.timing_model.timing_source == "fast"
+    assert p.timing_model.fixed.read_ns == t.t_cmd_ns + t.t_read_ns + xfer512
+    assert p.timing_model.fixed.write_ns == t.t_cmd_ns + xfer512 + t.t_prog_ns
+    assert g.raw_bytes == g.dies * 256 * (128 << 20)                 # 128 MiB raw per bank
+    assert g.raw_bytes == (256 << 30 if name == "ocp-sg1" else 512 << 30)
+    # the sensing bound the planes_per_die source states: banks x 4 KiB / tR vs the channel bound
+    src = p.provenance["geometry.planes_per_die"].source
+    for tr in (2000, 4000, 8000, 20000):
+        sense = g.planes * 4096 * 1e9 / tr
+        kind = "sensing-bound" if sense < g.aggregate_bytes_per_s else "channel-bound"
+        assert f"{tr // 1000} us: {sense / 1e9:,.1f} GB/s ({kind})" in src
+
+
+def test_ocp_sg1_energy_is_the_papers():
+    p = prof.load_profile("ocp-sg1")
     assert p.energy.idle_w == 5.0 and p.energy.j_per_byte == pytest.approx(8.4e-11)
-    assert p.provenance["geometry.channel_rate_mtps"].kind == "spec"
+    assert p.provenance["energy.idle_w"].kind == "literature"
+    for name in ("ocp-sg2", "ocp-sg3"):             # carried over to a faster grade: an assumption
+        q = prof.load_profile(name)
+        assert (q.energy.idle_w, q.energy.j_per_byte) == (p.energy.idle_w, p.energy.j_per_byte)
+        assert q.provenance["energy.idle_w"].kind == "assumed"
 
 
 def test_provenance_exposed_next_to_plain_values():
@@ -175,10 +229,10 @@ def test_time_scale_is_rejected(tmp_path, where):
 
 def test_host_link_must_not_contradict_geometry(tmp_path):
     d = _raw("ocp-sg1")
-    d["geometry"]["channel_rate_mtps"]["value"] = 3200.0   # 16 x 25.6 GB/s = 409.6 GB/s > 384 GB/s link
+    d["geometry"]["channel_rate_mtps"]["value"] = 8500.0   # 8 x 51 GB/s = 408 GB/s > 384 GB/s link
     e = _expect_error(tmp_path, d, "geometry.host_link_bytes_per_s", "exceeds the host link")
-    assert "409600000000" in str(e)
-    d["geometry"]["channel_rate_mtps"]["value"] = 2400.0   # below the link: consistent
+    assert "408000000000" in str(e)
+    d["geometry"]["channel_rate_mtps"]["value"] = 6400.0   # 8 x 38.4 GB/s = 307.2 GB/s: below the link
     p = tmp_path / "ok.json"
     p.write_text(json.dumps(d))
     assert prof.load_profile(p).geometry.aggregate_bytes_per_s == 307_200_000_000
@@ -218,7 +272,7 @@ def test_media_params_fill_every_field_of_the_c_struct():
             getattr(s, k)[:] = v
         else:
             setattr(s, k, v)
-    assert s.channel_bytes_per_s == 24_000_000_000 and s.timing_source == ctl.HBF_SRC_FAST
+    assert s.channel_bytes_per_s == 48_000_000_000 and s.timing_source == ctl.HBF_SRC_FAST
     assert s.fixed_read_ns == p.timing_model.fixed.read_ns
 
 

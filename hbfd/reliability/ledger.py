@@ -13,8 +13,11 @@ last programmed: ``damage_b = I_layer(b) − base_b``. Accumulation is O(layers)
 number of blocks.
 
 Physical block id → location (the reference scheduler's mapping, interleave 0):
-``channel = b % C``, ``die = (b // C) % D``; the die index within a channel is its NAND layer
-(layer 0 at the bottom of the stack), so ``layer = die % stack_height``.
+``channel = b % C``, ``die = (b // C) % D``. The stack's dies are numbered ``die * C + channel`` (the
+media map's order, channel fastest) and fill the ``layers`` from the bottom (layer 0) up, ``C * D / layers``
+dies per layer: ``layer = (die * C + channel) * layers // (C * D)``. With ``layers == D`` (several dies
+per channel) that is the die index within its channel; with one die per channel (the OCP grades: die c
+on channel c) it is the channel.
 
 Pure.
 """
@@ -64,6 +67,8 @@ class BlockLedger:
                  block_bytes: int, pages_per_block: int, blocks_per_entry: int = 1):
         if min(channels, dies_per_channel, layers, block_bytes, pages_per_block) <= 0:
             raise ValueError("ledger geometry must be positive")
+        if layers > channels * dies_per_channel:
+            raise ValueError(f"{layers} layers for {channels * dies_per_channel} dies: a layer holds at least one die")
         self.p = params
         self.channels, self.dies, self.layers = channels, dies_per_channel, layers
         self.block_bytes, self.pages_per_block = block_bytes, pages_per_block
@@ -125,7 +130,8 @@ class BlockLedger:
         die = ((blocks // self.channels) % self.dies).astype(np.int32)
         self.channel = np.concatenate([self.channel, ch])
         self.die = np.concatenate([self.die, die])
-        lay = (die % self.layers).astype(np.int32)
+        lay = ((die.astype(np.int64) * self.channels + ch) * self.layers
+               // (self.channels * self.dies)).astype(np.int32)
         self.layer = np.concatenate([self.layer, lay])
         self.base = np.concatenate([self.base, self.integral[lay]])
         self.reads = np.concatenate([self.reads, np.zeros(len(blocks), np.int64)])

@@ -244,7 +244,7 @@ def make_ledger(profile, *, register_all: bool = True, logical_pages: int | None
     keeps only blocks whose pages all lie inside it."""
     g = profile.geometry
     led = BlockLedger(ReliabilityParams.from_profile(profile.reliability), channels=g.channels,
-                      dies_per_channel=g.dies_per_channel, layers=min(g.stack_height, g.dies_per_channel),
+                      dies_per_channel=g.dies_per_channel, layers=min(g.stack_height, g.dies),
                       block_bytes=g.pages_per_block * g.page_bytes, pages_per_block=g.pages_per_block)
     if register_all:
         n_blocks = g.channels * g.dies_per_channel * g.planes_per_die * g.blocks_per_plane

@@ -14,7 +14,7 @@ from hbfd.media.bench import main as bench_main
 from hbfcommon.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
-PROFILES = ("conservative", "nominal", "aggressive", "ocp-sg1")
+PROFILES = ("conservative", "nominal", "aggressive", "ocp-sg1", "ocp-sg2", "ocp-sg3")
 
 
 @pytest.mark.parametrize("name", PROFILES)

@@ -171,3 +171,42 @@ def test_refresh_through_the_media_model_commits_after_its_duration():
     svc.tick(10_000_000 + t_done, th)
     assert led.pec[blk] == 1 and led.disturb()[blk] == 0
     assert svc.summary_section()["refresh_path"] == "media model (engine.refresh)"
+
+
+def test_dies_fill_the_stack_layers_from_the_bottom():
+    # several dies per channel: the die index within its channel is its layer (as before)
+    L = BlockLedger(P, channels=4, dies_per_channel=4, layers=4, block_bytes=4096, pages_per_block=1)
+    L.register(0, np.arange(64))
+    assert (L.layer == (np.arange(64) // 4) % 4).all()
+    # one die per channel (the OCP grades): die c sits on channel c, so the layer is the channel
+    L = BlockLedger(P, channels=8, dies_per_channel=1, layers=8, block_bytes=4096, pages_per_block=1)
+    L.register(0, np.arange(64))
+    assert (L.layer == np.arange(64) % 8).all()
+    # 16 dies in 8 layers: two dies per layer
+    L = BlockLedger(P, channels=16, dies_per_channel=1, layers=8, block_bytes=4096, pages_per_block=1)
+    L.register(0, np.arange(32))
+    assert (L.layer == (np.arange(32) % 16) // 2).all()
+    with pytest.raises(ValueError, match="layer holds at least one die"):
+        BlockLedger(P, channels=2, dies_per_channel=1, layers=4, block_bytes=4096, pages_per_block=1)
+
+
+def test_ocp_sg1_ages_each_layer_at_its_own_temperature():
+    from hbfcommon.profile import load_profile
+    from hbfd.contracts import ThermalState
+    from hbfd.reliability.service import ReliabilityService, make_ledger
+    from hbfd.thermal.service import PackageThermalState
+    for name, layers, source in (("ocp-sg1", 8, "per-layer"), ("ocp-sg2", 16, "hbf_max for every layer")):
+        prof = load_profile(name)
+        led = make_ledger(prof)
+        assert led.layers == layers and sorted(set(led.layer.tolist())) == list(range(layers))
+        svc = ReliabilityService(led, RefreshScheduler(led), HazardSweep.from_profile(prof.reliability),
+                                 media_bytes_per_s=float(prof.geometry.aggregate_bytes_per_s))
+        temps = tuple(40.0 + 5.0 * i for i in range(8))           # the 8-high package model's layers
+        svc.tick(0, ThermalState(hbf_max_c=75.0))
+        svc.tick(3_600_000_000_000, PackageThermalState(hbf_max_c=75.0, hbf_layers_c=temps))
+        assert svc.layer_source == source
+        d = led.damage()
+        if layers == 8:
+            assert (np.diff([d[led.layer == i].max() for i in range(8)]) > 0).all()  # hotter layer, more damage
+        else:
+            assert np.allclose(d, d.max())                         # every block at the hottest layer
