@@ -447,7 +447,8 @@ _INT_MAX: dict[str, int] = {
     **{f"geometry.{k}": U32_MAX for k in ("page_bytes", "read_granularity", "write_granularity", "channels",
                                           "dies_per_channel", "planes_per_die")},
     "media.queue_depth": U32_MAX, "media.interleave": U32_MAX,
-    **{f"timing.{k}": NS_MAX for k in ("t_read_ns", "t_prog_ns", "t_erase_ns", "t_cmd_ns")},
+    **{f"timing.{k}": NS_MAX for k in ("t_read_ns", "t_prog_ns", "t_erase_ns")},
+    "timing.t_cmd_ns": U32_MAX, "geometry.page_buffers_per_plane": U32_MAX,   # u32 in hbf_media_params
     "timing_model.fixed.read_ns": NS_MAX, "timing_model.fixed.write_ns": NS_MAX,
     "timing_model.curve.write_ns": NS_MAX, "thermal.min_dwell_ticks": NS_MAX,
 }
