@@ -45,7 +45,7 @@ BODY = r'''
 @triton.jit
 def bwreduce_SFX(x, out, n, EPP: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
-    base = pid * EPP
+    base = pid.to(tl.int64) * EPP          # 16 GiB of fp16 is 2^33 elements
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for i in range(0, EPP, BLOCK):
         offs = base + i + tl.arange(0, BLOCK)
