@@ -29,14 +29,15 @@ static __device__ __forceinline__ uint64_t clk_after(uint64_t dep) {
     return t;
 }
 
-// out[(warp * R + r) * 20 + k]: k 0..8 the checkpoints of __hb_issue, 9 before the call, 10 future
-// known, 11 value used after __hb_wait
-__global__ void prof_kernel(const int* x, int R, int stride_warp, unsigned long long* out, int* sink) {
+// out[(warp * R + r) * 20 + k]: k 0..15 the checkpoints of __hb_issue (10..14 inside the fast model), 16 before
+// the call, 17 future known, 18 value used after __hb_wait. Round r of a warp reads 128 B at
+// warp * stride_warp + r * stride_round (ints): stride_round 32 = 32 rounds on one page, 1024 = a page per round.
+__global__ void prof_kernel(const int* x, int R, int stride_warp, int stride_round, unsigned long long* out, int* sink) {
     const int lane = threadIdx.x & 31;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int acc = 0;
     for (int r = 0; r < R; ++r) {
-        const int* a = x + (size_t)warp * stride_warp + r * 32 + lane + (acc & 0x40000000);
+        const int* a = x + (size_t)warp * stride_warp + (size_t)r * stride_round + lane + (acc & 0x40000000);
         const uint64_t c0 = clk_after((uint64_t)acc);
         const unsigned long long fut = __hb_issue((unsigned long long)a, 4u, HBF_F_ACTIVE | HBF_OP_LOAD, 0u);
         const uint64_t c1 = clk_after(fut);
@@ -47,11 +48,11 @@ __global__ void prof_kernel(const int* x, int R, int stride_warp, unsigned long 
         if (lane == 0 && warp < (int)HBF_PROF_WARPS) {
             unsigned long long* o = out + ((size_t)warp * R + r) * 20;
 #if HBF_ISSUE_PROFILE
-            for (int k = 0; k < 9; ++k) o[k] = __hb_prof[warp * 16 + k];
+            for (int k = 0; k < 16; ++k) o[k] = __hb_prof[warp * 16 + k];
 #else
-            for (int k = 0; k < 9; ++k) o[k] = 0;
+            for (int k = 0; k < 16; ++k) o[k] = 0;
 #endif
-            o[9] = c0; o[10] = c1; o[11] = c2;
+            o[16] = c0; o[17] = c1; o[18] = c2;
         }
     }
     sink[blockIdx.x * blockDim.x + threadIdx.x] = acc;
@@ -71,10 +72,15 @@ static double pct(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
     const int R = 32;
     const uint64_t fixed_ns = argc > 1 ? strtoull(argv[1], 0, 10) : 0;
+    // argv[2]: fixed (default) | fast (the fast model, OCP-SG1-like geometry: 8 ch x 1 die x 256 planes,
+    // 48 GB/s channels, tR 4 us, t_cmd 300 ns, 2 page buffers); argv[3]: hit (32 rounds on a page) | miss
+    const bool fast = argc > 2 && strcmp(argv[2], "fast") == 0;
+    const bool miss = argc > 3 && strcmp(argv[3], "miss") == 0;
+    const int stride_round = miss ? 1024 : 32;
     int sms = 0; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     int clk_khz = 0; CK(cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, 0));
     const int max_warps = HBF_PROF_WARPS;
-    const size_t n_int = (size_t)max_warps * R * 32 + 4096;
+    const size_t n_int = (size_t)max_warps * R * 1024 + 4096;
     int* x; CK(cudaMalloc(&x, n_int * sizeof(int)));
     CK(cudaMemset(x, 0, n_int * sizeof(int)));
     unsigned long long* out; CK(cudaMalloc(&out, (size_t)max_warps * R * 20 * 8));
@@ -83,12 +89,15 @@ int main(int argc, char** argv) {
     hbf_device_state* h = (hbf_device_state*)calloc(1, sizeof(hbf_device_state));
     const uint64_t base = (uint64_t)x, end = base + n_int * sizeof(int);
     h->lo = base - HBF_DEV_GUARD_BYTES; h->span = end - h->lo; h->enabled = 1; h->n_ranges = 1;
-    h->timing_source = HBF_SRC_FIXED; h->version = HBF_DEVSTATE_VERSION; h->state_bytes = sizeof(hbf_device_state);
+    h->timing_source = fast ? HBF_SRC_FAST : HBF_SRC_FIXED; h->version = HBF_DEVSTATE_VERSION; h->state_bytes = sizeof(hbf_device_state);
     h->magic = HBF_DEVSTATE_MAGIC; h->thermal_max_age_ns = 1ull << 62; h->backoff_max_ns = 8192;
     h->heartbeat_timeout_ns = 50000000ull;
     h->thermal_cache = (uint64_t)1000000u | (1ull << 20) | (1ull << 23);   // q 1e6, admission open, Normal, valid
     for (unsigned i = 0; i < HBF_KSHARDS; ++i) h->thc_replica[i * HBF_THC_REPLICA_STRIDE] = h->thermal_cache;
-    h->media.timing_source = HBF_SRC_FIXED; h->media.page_bytes = 4096; h->media.read_granularity = 64;
+    h->media.timing_source = h->timing_source; h->media.page_bytes = 4096;
+    h->media.channels = 8; h->media.dies_per_channel = 1; h->media.planes_per_die = 256; h->media.queue_depth = 512;
+    h->media.t_read_ns = 4000; h->media.t_prog_ns = 75000; h->media.t_erase_ns = 2000000;
+    h->media.channel_bytes_per_s = 48000000000ull; h->media.page_buffers = 2; h->media.t_cmd_ns = 300; h->media.read_granularity = 64;
     h->media.write_granularity = 4096; h->media.fixed_read_ns = fixed_ns; h->media.fixed_write_ns = fixed_ns;
     h->ranges[0].base = base; h->ranges[0].end = end; h->ranges[0].media_offset = base & 4095u;
     h->ranges[0].range_id = 1; h->ranges[0].mode = HBF_MODE_TIMING; h->ranges[0].perms = HBF_PERM_READ;
@@ -98,15 +107,15 @@ int main(int argc, char** argv) {
     unsigned int kb = 0;
     CK(cudaMemcpyToSymbol(__hb_state, &sp, sizeof(sp)));
     CK(cudaMemcpyToSymbol(__hb_kslot_base, &kb, sizeof(kb)));
-    printf("{\"sms\": %d, \"clock_khz\": %d, \"fixed_ns\": %llu, \"R\": %d, \"runs\": [", sms, clk_khz,
-           (unsigned long long)fixed_ns, R);
+    printf("{\"sms\": %d, \"clock_khz\": %d, \"fixed_ns\": %llu, \"source\": \"%s\", \"pages\": \"%s\", \"R\": %d, \"runs\": [",
+           sms, clk_khz, (unsigned long long)fixed_ns, fast ? "fast" : "fixed", miss ? "miss" : "hit", R);
     // (blocks, threads): idle = one warp; loaded = 16 blocks of 128 threads per SM (HBF_PROF_WARPS warps max)
     const int cfg[2][2] = {{1, 32}, {std::min(sms * 16, max_warps / 4), 128}};
     const char* names[2] = {"idle_1warp", "loaded"};
     for (int c = 0; c < 2; ++c) {
         const int blocks = cfg[c][0], threads = cfg[c][1], warps = blocks * threads / 32;
         for (int warm = 0; warm < 2; ++warm) {
-            prof_kernel<<<blocks, threads>>>(x, R, R * 32, out, sink);
+            prof_kernel<<<blocks, threads>>>(x, R, R * stride_round, stride_round, out, sink);
             CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
         }
         std::vector<unsigned long long> hb((size_t)warps * R * 20);
@@ -114,13 +123,17 @@ int main(int argc, char** argv) {
         // steps in path order: 9->0 call entry, 0->8 band check, 8->1 params+thermal, 1->2 classify,
         // 2->3 votes, 3->4 one-page match, 4->5 granules, 5->6 deadline, 6->7 counters, 7->10 return,
         // 9->10 the whole issue, 10->11 load + wait + use
-        const int steps[12][2] = {{9, 0}, {0, 8}, {8, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 10},
-                                  {9, 10}, {10, 11}};
-        const char* sn[12] = {"call_entry", "band_check", "params_thermal", "classify", "votes", "one_page_match",
-                              "granules", "deadline", "counters", "return", "issue_total", "load_wait_use"};
+        // fast source: 5->10 model entry + map (divisions), 10->11 plane record load, 11->12 plane decision
+        // (+ 128-bit CAS on a miss), 12->13 channel reservation, 13->6 model return + broadcast
+        const int steps[17][2] = {{16, 0}, {0, 8}, {8, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 17},
+                                  {16, 17}, {17, 18}, {5, 10}, {10, 11}, {11, 12}, {12, 13}, {13, 6}};
+        const char* sn[17] = {"call_entry", "band_check", "params_thermal", "classify", "votes", "one_page_match",
+                              "granules", "deadline", "counters", "return", "issue_total", "load_wait_use",
+                              "model_map", "model_record_load", "model_plane", "model_channel", "model_return"};
+        const int nsteps = fast ? 17 : 12;
         printf("%s{\"name\": \"%s\", \"blocks\": %d, \"threads\": %d, \"steps_cycles\": {", c ? ", " : "",
                names[c], blocks, threads);
-        for (int s = 0; s < 12; ++s) {
+        for (int s = 0; s < nsteps; ++s) {
             std::vector<double> v;
             for (int w = 0; w < warps; ++w)
                 for (int r = 1; r < R; ++r) {

@@ -440,6 +440,33 @@ HB_DEV uint64_t hb_claim_refresh(hbf_device_state* st, uint32_t site) {
     return 0ull;
 }
 
+// Measurement build only (HBF_ISSUE_PROFILE=1, bench/issue_path_profile.py): lane 0 of the calling warp
+// stamps %clock64 at the checkpoints of the compact path into __hb_prof[i], each stamp taken once the
+// value named at that checkpoint is available (it is consumed first), so a step's cost is the difference
+// of two consecutive stamps.
+#ifndef HBF_ISSUE_PROFILE
+#define HBF_ISSUE_PROFILE 0
+#endif
+#if HBF_ISSUE_PROFILE
+#define HBF_PROF_WARPS 4096u
+extern "C" {
+__device__ unsigned long long __hb_prof[HBF_PROF_WARPS * 16u];   // [global warp % HBF_PROF_WARPS][checkpoint]
+}
+HB_DEV void hb_prof(uint32_t i, uint64_t dep) {
+    uint64_t t;
+    asm volatile("{ .reg .u64 x; xor.b64 x, %1, %1; mov.u64 %0, %%clock64; add.u64 %0, %0, x; }"
+                 : "=l"(t) : "l"(dep) : "memory");
+    const uint32_t tpb = blockDim.x * blockDim.y * blockDim.z;
+    const uint32_t tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const uint32_t blk = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const uint32_t warp = (blk * ((tpb + 31u) / 32u) + tid / 32u) % HBF_PROF_WARPS;
+    if (hb_laneid() == 0u) __hb_prof[warp * 16u + i] = t;
+}
+#define HB_PROF(i, dep) hb_prof((i), (uint64_t)(dep))
+#else
+#define HB_PROF(i, dep) ((void)0)
+#endif
+
 // start = max(earliest, tail); tail = start + dur, first come first served in the order of the
 // atomics, with two atomics and no retry loop (a CAS loop on a tail that every warp of a stream
 // shares retries O(warps) times under contention): lift an idle tail to `earliest`, then take `dur`.
@@ -457,8 +484,15 @@ HB_DEV uint64_t hb_reserve(uint64_t* tail, uint64_t earliest, uint64_t dur) {
 // ------------------------------------------------------------------------------------------
 // Timing sources. Each returns the deadline (GPU ns) and sets *modeled = deadline - now.
 // ------------------------------------------------------------------------------------------
-HB_DEV uint64_t hb_xfer_ns(const hbf_media_params& m, uint64_t bytes) {
-    return m.channel_bytes_per_s ? hb_ceil_div(bytes * 1000000000ull, m.channel_bytes_per_s) : 0ull;
+// ceil(n / d), exact, for n < 2^53 (the model's transfer times: bytes * 1e9 <= 2^42): an FP64 estimate corrected
+// in integers instead of a 64-bit integer division (~150 cycles on sm_90); larger n: the integer division.
+HB_DEV uint64_t hb_ceil_div_f(uint64_t n, uint64_t d) {
+    if (d == 0ull) return 0ull;
+    if (n >> 53) return hb_ceil_div(n, d);
+    uint64_t qf = (uint64_t)((double)n / (double)d);          // within 1 of floor(n / d)
+    if (qf * d > n) --qf;
+    else if ((qf + 1ull) * d <= n) ++qf;
+    return qf + (qf * d < n ? 1ull : 0ull);
 }
 
 HB_DEV uint64_t hb_refresh_service(const hbf_media_params& m, uint64_t rbytes) {
@@ -507,6 +541,7 @@ HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, ui
                               uint32_t nb, uint64_t now) {
     uint64_t* rec = &st->bank_buf[2u * b];
     ulonglong2 cur = hb_ld_rec(rec);
+    HB_PROF(11, cur.x + cur.y);
 #pragma unroll 1
     for (;;) {
         if (hb_buf_tag(cur.x) == tag) {                       // MRU hit (or its sense in flight): no write
@@ -555,23 +590,43 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
                                                       uint64_t bytes, uint32_t op, uint32_t q,
                                                       uint64_t rbytes, uint64_t now) {
     const hbf_media_params& m = st->media;
-    const uint32_t C = m.channels ? m.channels : 1u;
-    const uint32_t CD = C * (m.dies_per_channel ? m.dies_per_channel : 1u);
-    const uint32_t P = m.planes_per_die ? m.planes_per_die : 1u;
+    // run parameters (constant while kernels run): read-only cache, loaded together
+    const uint32_t C0 = __ldg(&m.channels), D0 = __ldg(&m.dies_per_channel), P0 = __ldg(&m.planes_per_die);
+    const uint32_t nb = __ldg(&m.page_buffers) == 1u ? 1u : 2u;
+    const uint64_t cmd = now + __ldg(&m.t_cmd_ns);
+    const uint64_t t_read = __ldg(&m.t_read_ns), cbps = __ldg(&m.channel_bytes_per_s);
+    const uint32_t C = C0 ? C0 : 1u, CD = C * (D0 ? D0 : 1u), P = P0 ? P0 : 1u;
     const uint64_t page = media_addr >> 12;                   // 4 KiB pages (profile-validated)
-    const uint32_t ch = (uint32_t)(page % C);
-    const uint64_t pcd = page / CD;
-    const uint32_t b = (uint32_t)(page % CD) + CD * (uint32_t)(pcd % P);   // < HBF_DEV_MAX_BANKS (validated)
-    const uint32_t tag = (uint32_t)((pcd / P + 1ull) & 0xFFFFFFull);       // page in its plane + 1 (validated < 2^24)
-    const uint32_t nb = m.page_buffers == 1u ? 1u : 2u;
-    const uint64_t cmd = now + m.t_cmd_ns;
-    const uint64_t xfer = hb_thermal_scale(hb_xfer_ns(m, bytes), q);    // only the requested bytes
+    // the page map: channel page % C, plane (page % CD) + CD * ((page / CD) % P) (< HBF_DEV_MAX_BANKS,
+    // validated), tag = page / (CD * P) + 1 (< 2^24, validated); shifts for power-of-two geometries (the OCP
+    // grades), 32-bit divisions below 2^32 pages, 64-bit ones otherwise (a 64-bit division is ~150 cycles)
+    uint32_t ch, b, tag;
+    if (((C & (C - 1u)) | (CD & (CD - 1u)) | (P & (P - 1u))) == 0u) {
+        const uint32_t lcd = (uint32_t)__ffs((int)CD) - 1u, lp = (uint32_t)__ffs((int)P) - 1u;
+        ch = (uint32_t)page & (C - 1u);
+        b = ((uint32_t)page & (CD - 1u)) | (((uint32_t)(page >> lcd) & (P - 1u)) << lcd);
+        tag = (uint32_t)((page >> (lcd + lp)) + 1ull) & 0xFFFFFFu;
+    } else if ((page >> 32) == 0ull) {
+        const uint32_t pg = (uint32_t)page, pcd = pg / CD;
+        ch = pg % C;
+        b = pg % CD + CD * (pcd % P);
+        tag = (pcd / P + 1u) & 0xFFFFFFu;
+    } else {
+        const uint64_t pcd = page / CD;
+        ch = (uint32_t)(page % C);
+        b = (uint32_t)(page % CD) + CD * (uint32_t)(pcd % P);
+        tag = (uint32_t)((pcd / P + 1ull) & 0xFFFFFFull);
+    }
+    const uint64_t xfer = hb_thermal_scale(hb_ceil_div_f(bytes * 1000000000ull, cbps), q);   // requested bytes only
+    HB_PROF(10, xfer + b + tag);
     if (rbytes != 0ull)                                       // a refresh quantum claimed by this request
         hb_reserve(&st->bank_busy[b], now, hb_refresh_service(m, rbytes));
     uint64_t done = 0ull;
     if (op != HBF_OP_STORE) {                                 // load, cp.async, the read half of an atomic
-        const uint64_t ready = hb_plane_read(st, b, tag, cmd, hb_thermal_scale(m.t_read_ns, q), nb, now);
+        const uint64_t ready = hb_plane_read(st, b, tag, cmd, hb_thermal_scale(t_read, q), nb, now);
+        HB_PROF(12, ready);
         done = hb_reserve(&st->chan_tail[ch], ready, xfer) + xfer;
+        HB_PROF(13, done);
         if (op != HBF_OP_ATOMIC) return done;
     }
     // store (or an atomic's write at its read's completion): data-in, acknowledged when it has crossed the
@@ -911,32 +966,6 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
 #endif
 enum { HB_FAST_DONE = 0, HB_FAST_SLOW = 1 };
 
-// Measurement build only (HBF_ISSUE_PROFILE=1, bench/issue_path_profile.py): lane 0 of the calling warp
-// stamps %clock64 at the checkpoints of the compact path into __hb_prof[i], each stamp taken once the
-// value named at that checkpoint is available (it is consumed first), so a step's cost is the difference
-// of two consecutive stamps.
-#ifndef HBF_ISSUE_PROFILE
-#define HBF_ISSUE_PROFILE 0
-#endif
-#if HBF_ISSUE_PROFILE
-#define HBF_PROF_WARPS 4096u
-extern "C" {
-__device__ unsigned long long __hb_prof[HBF_PROF_WARPS * 16u];   // [global warp % HBF_PROF_WARPS][checkpoint]
-}
-HB_DEV void hb_prof(uint32_t i, uint64_t dep) {
-    uint64_t t;
-    asm volatile("{ .reg .u64 x; xor.b64 x, %1, %1; mov.u64 %0, %%clock64; add.u64 %0, %0, x; }"
-                 : "=l"(t) : "l"(dep) : "memory");
-    const uint32_t tpb = blockDim.x * blockDim.y * blockDim.z;
-    const uint32_t tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    const uint32_t blk = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    const uint32_t warp = (blk * ((tpb + 31u) / 32u) + tid / 32u) % HBF_PROF_WARPS;
-    if (hb_laneid() == 0u) __hb_prof[warp * 16u + i] = t;
-}
-#define HB_PROF(i, dep) hb_prof((i), (uint64_t)(dep))
-#else
-#define HB_PROF(i, dep) ((void)0)
-#endif
 
 // hb_classify for a table of one range, from its entry loaded beforehand (the same answers: a hit when
 // [addr, addr + bytes) lies in it, partial when it overlaps it otherwise, else native).
