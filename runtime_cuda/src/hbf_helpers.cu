@@ -617,7 +617,11 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
         b = (uint32_t)(page % CD) + CD * (uint32_t)(pcd % P);
         tag = (uint32_t)((pcd / P + 1ull) & 0xFFFFFFull);
     }
-    const uint64_t xfer = hb_thermal_scale(hb_ceil_div_f(bytes * 1000000000ull, cbps), q);   // requested bytes only
+    // only the 64 B sectors the request touches cross the channel: loads arrive sector-rounded (their granule);
+    // a store's bytes are counted exactly by the caller, its sectors are those of [addr, addr + bytes)
+    const uint64_t off = media_addr & 63ull;
+    const uint64_t xbytes = (op == HBF_OP_STORE) ? ((off + bytes + 63ull) & ~63ull) : bytes;
+    const uint64_t xfer = hb_thermal_scale(hb_ceil_div_f(xbytes * 1000000000ull, cbps), q);
     HB_PROF(10, xfer + b + tag);
     if (rbytes != 0ull)                                       // a refresh quantum claimed by this request
         hb_reserve(&st->bank_busy[b], now, hb_refresh_service(m, rbytes));
@@ -633,10 +637,10 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
     // channel; the 4 KiB program it is part of occupies the plane tPROG * bytes / 4096 after it.
     const uint64_t a = (op == HBF_OP_STORE) ? now : done;
     const uint64_t pf = hb_plane_invalidate(st, b, tag, a);
-    const uint64_t xs = hb_reserve(&st->chan_tail[ch], a + m.t_cmd_ns, xfer);
+    const uint64_t xs = hb_reserve(&st->chan_tail[ch], a + __ldg(&m.t_cmd_ns), xfer);
     const uint64_t xe = xs + xfer;
     const uint64_t wg = m.write_granularity ? m.write_granularity : 4096u;
-    hb_reserve(&st->bank_busy[b], hb_max(xe, pf), hb_ceil_div(m.t_prog_ns * bytes, wg));
+    hb_reserve(&st->bank_busy[b], hb_max(xe, pf), hb_ceil_div(__ldg(&m.t_prog_ns) * xbytes, wg));
     return hb_max(xe, done);
 }
 
