@@ -136,6 +136,34 @@ def fifo_exact(r, die, plane, service, *, t_cmd: int, queue_depth: int, nplanes:
     if n == 0:
         return np.zeros(0, np.int64)
     scalar = np.ndim(service) == 0
+    if n + len(carry) > Q and len(carry) >= Q:
+        # dies whose Q slots are all held past their first command's arrival: the depth binds at
+        # once (saturation), go straight to the exact form
+        c0 = np.bincount(carry.die, minlength=ndies)
+        full = c0 >= Q
+        if full.any():
+            cmin = np.full(ndies, _BIG, np.int64)
+            np.minimum.at(cmin, carry.die, carry.t)
+            first = np.full(ndies, _BIG, np.int64)
+            first[die[::-1]] = r[::-1]                   # first arrival per die
+            sure = full & (cmin > first)
+            if sure.any():
+                sm = sure[die]
+                E = np.empty(n, np.int64)
+                if stats is not None:
+                    stats["qd_bound_batches"] += 1
+                    stats["qd_bound_dies"] += int(sure.sum())
+                si = np.flatnonzero(sm)
+                cd, ct = carry.take(sure)
+                E[si] = _window(r[si], die[si], plane[si], service if scalar else service[si], cd, ct,
+                                t_cmd=t_cmd, Q=Q, nplanes=nplanes, ndies=ndies, plane_free=plane_free,
+                                carry=carry, horizon=horizon)
+                rest = np.flatnonzero(~sm)
+                if len(rest):
+                    E[rest] = fifo_exact(r[rest], die[rest], plane[rest], service if scalar else service[rest],
+                                         t_cmd=t_cmd, queue_depth=Q, nplanes=nplanes, ndies=ndies,
+                                         plane_free=plane_free, carry=carry, horizon=horizon, stats=stats)
+                return E
     # 1. unconstrained (A = r), plane state on a copy of the planes it touches
     pf0 = plane_free.copy() if (n + len(carry) > Q) else None
     E = plane_lindley(r + t_cmd, service, plane, nplanes, plane_free)
@@ -150,7 +178,7 @@ def fifo_exact(r, die, plane, service, *, t_cmd: int, queue_depth: int, nplanes:
     badm = np.zeros(ndies, bool)
     badm[bad] = True
     sel = badm[die]
-    ps = np.unique(plane[sel])
+    ps = plane[sel]
     plane_free[ps] = pf0[ps]
     good = ~sel
     if good.any():
@@ -220,7 +248,12 @@ def _violations(r, die, E, Q, ndies, carry: DieCarry):
 
 
 def _window(r, die, plane, service, cd, ct, *, t_cmd, Q, nplanes, ndies, plane_free, carry, horizon):
-    """The sorted-release form, stepwise (module doc). ``cd``/``ct``: carried releases of these dies."""
+    """The sorted-release form, stepwise (module doc). ``cd``/``ct``: carried releases of these dies.
+
+    The releases a die still needs (ranks c.., c: its first command not admitted yet) are exactly
+    its Q slots: a matrix S (dies x Q, rows sorted, -inf for free slots). Candidate k of a die is
+    its command c + k with M = S[d, k]; an admitted command takes the slot it waited for, so a step
+    writes the new releases into the consumed slots and re-sorts the rows."""
     n = len(r)
     scalar = np.ndim(service) == 0
     od = np.argsort(small_int(die, ndies), kind="stable")
@@ -232,60 +265,59 @@ def _window(r, die, plane, service, cd, ct, *, t_cmd, Q, nplanes, ndies, plane_f
     lens = np.diff(np.append(st, n))
     udies = ds[st]
     nd = len(st)
-    code = np.full(ndies, -1, np.int64)
-    code[udies] = np.arange(nd)
-    ccode = code[cd] if len(cd) else np.zeros(0, np.int64)
-    c0 = np.bincount(ccode, minlength=nd) if len(cd) else np.zeros(nd, np.int64)
-    pads = Q - c0
+    S = np.full((nd, Q), -_BIG, np.int64)
+    if len(cd):
+        code = np.full(ndies, -1, np.int64)
+        code[udies] = np.arange(nd)
+        cc = code[cd]
+        o = np.lexsort((ct, cc))
+        cc, tt = cc[o], ct[o]
+        cst = segment_starts(cc)
+        clen = np.diff(np.append(cst, len(cc)))
+        # right-aligned: the largest release in column Q - 1
+        col = Q - np.repeat(cst + clen, clen) + np.arange(len(cc))
+        S[cc, col] = tt
     smin = int(service) if scalar else int(SV.min())
-    base = min(int(R.min()), int(ct.min()) if len(ct) else int(R.min())) - 1
-    pmax = int(plane_free[PL].max())
-    tot_svc = (int(service) * n) if scalar else int(SV.sum())
-    hi = max(int(R.max()), int(ct.max()) if len(ct) else 0, pmax) + n * t_cmd + tot_svc + 2
-    span = hi - base + 1
-    if span * (nd + 1) >= (1 << 62):
-        raise OverflowError("die stage: time span too large for the sorted-release form")
-    K = np.sort(ccode * span + (ct - base)) if len(ct) else np.zeros(0, np.int64)
     c = np.zeros(nd, np.int64)
     out = np.empty(n, np.int64)
     act = np.arange(nd)
+    kk = np.arange(Q, dtype=np.int64)
+    mlim = Q
     while len(act):
-        m = np.minimum(lens[act] - c[act], Q)
-        first = np.cumsum(m) - m
-        tot = int(m.sum())
-        dd = np.repeat(np.arange(len(act)), m)
-        loc = np.arange(tot, dtype=np.int64) - first[dd]
-        da = act[dd]
-        j = c[da] + loc
-        idx = j - pads[da]
-        has = idx >= 0
-        off = np.searchsorted(K, act * span)
-        kv = np.full(tot, -_BIG, np.int64)
-        if has.any():
-            kv[has] = K[off[dd[has]] + idx[has]] - da[has] * span + base
-        pos = st[da] + j
-        rj = R[pos]
-        F = np.maximum(rj[first], kv[first]) + t_cmd + smin
-        ok = (kv < F[dd]) | (kv <= rj)
-        badloc = np.where(ok, _BIG, loc)
-        pre = np.minimum(np.minimum.reduceat(badloc, first), m)
-        adm = loc < pre[dd]
+        Sa = S[act]
+        rem = lens[act] - c[act]
+        m = np.minimum(rem, mlim)
+        valid = kk[None, :mlim] < m[:, None]
+        pos = np.where(valid, (st[act] + c[act])[:, None] + kk[None, :mlim], 0)
+        Rm = R[pos]
+        Km = Sa[:, :mlim]
+        F = np.maximum(Rm[:, 0], Km[:, 0]) + (t_cmd + smin)
+        ok = ((Km < F[:, None]) | (Km <= Rm)) & valid
+        allok = ok.all(axis=1)
+        pre = np.where(allok, mlim, ok.argmin(axis=1))
+        adm = kk[None, :mlim] < pre[:, None]
         pa = pos[adm]
-        A = np.maximum(rj[adm], kv[adm])
+        A = np.maximum(Rm, Km)[adm]
         e = plane_lindley(A + t_cmd, service if scalar else SV[pa], PL[pa], nplanes, plane_free)
         out[pa] = e
-        nk = np.sort(da[adm] * span + (e - base))
-        K = np.insert(K, np.searchsorted(K, nk), nk) if len(K) else nk
+        Km = Km.copy()
+        Km[adm] = e
+        if mlim < Q:
+            Sa[:, :mlim] = Km
+        else:
+            Sa = Km
+        Sa.sort(axis=1)
+        S[act] = Sa
         c[act] += pre
-        act = act[c[act] < lens[act]]
-    # carry: the Q largest releases per die (later than the horizon)
-    kd = K // span
-    kt = K - kd * span + base
-    kst = segment_starts(kd)
-    klen = np.diff(np.append(kst, len(kd)))
-    rank_from_end = np.repeat(kst + klen, klen) - np.arange(len(kd))
-    keep = (rank_from_end <= Q) & (kt > horizon)
-    carry.put(udies[kd[keep]], kt[keep], horizon)
+        # fewer candidates when steps admit few (cheaper steps, same result)
+        mlim = int(min(Q, max(8, 2 * int(pre.max()) + 4)))
+        keep = c[act] < lens[act]
+        if not keep.all():
+            act = act[keep]
+    # carry: the slots (the Q largest releases per die) later than the horizon
+    dd = np.repeat(udies, Q)
+    tv = S.ravel()
+    carry.put(dd, tv, horizon)
     res = np.empty(n, np.int64)
     res[od] = out
     return res
