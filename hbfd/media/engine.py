@@ -53,6 +53,16 @@ _MAX_TIME = 1 << 62
 _E0 = np.zeros(0, np.int64)
 
 
+def _map_ref(r: np.ndarray, idx: np.ndarray, poff: int) -> np.ndarray:
+    """Buffer refs local to a lookup part -> global: read k of the part -> idx[k]; pseudo -1-j ->
+    pseudo -1-(j + poff)."""
+    out = r - poff
+    pos = r >= 0
+    if pos.any():
+        out[pos] = idx[r[pos]]
+    return out
+
+
 class MediaEngine:
     """The NAND media model (see module doc)."""
 
@@ -636,10 +646,8 @@ class MediaEngine:
         poff = 0
         for idx, (m, r, pr, (up, sp, sr)) in parts:
             miss[idx] = m
-            gr = np.where(r >= 0, idx[np.maximum(r, 0)], r - poff)
-            ref[idx] = gr
-            srg = np.where(sr >= 0, idx[np.maximum(sr, 0)], sr - poff)
-            states.append((up, sp, srg))
+            ref[idx] = _map_ref(r, idx, poff)
+            states.append((up, sp, _map_ref(sr, idx, poff)))
             pready_all.append(pr)
             poff += len(pr)
         pready = np.concatenate(pready_all) if len(pready_all) > 1 else (pready_all[0] if pready_all else _E0)
@@ -825,31 +833,42 @@ class MediaEngine:
         return done
 
     def _programs(self, lpns, ready, presense):
-        """FTL programs of pages (with the GC they trigger) -> array commands (kind, ready, plane, service)."""
+        """FTL programs of pages (with the GC they trigger) -> array commands (kind, ready, plane,
+        service), in (ready, creation) order."""
         g = self.g
-        kinds, rdy, planes, svc = [], [], [], []
         t_prog = g.t_prog_ns
-        for lp, t, pre in zip(lpns.tolist(), ready.tolist(), presense.tolist()):
-            plane, _, ops = self.ftl.program(lp)
-            self.n["programs"] += 1
-            kinds.append(PROG)
-            rdy.append(t)
-            planes.append(plane)
-            svc.append(t_prog + (g.t_read_ns if pre else 0))
-            for kind, p in ops:
-                if kind == "copyback":
-                    self.n["copybacks"] += 1
-                    kinds.append(COPYBACK)
-                    svc.append(g.t_read_ns + t_prog)
-                else:
-                    self.n["erases"] += 1
-                    kinds.append(ERASE)
-                    svc.append(g.t_erase_ns)
-                rdy.append(t)
-                planes.append(p)
-        r = np.asarray(rdy, np.int64)
-        o = np.argsort(r, kind="stable")
-        return (np.asarray(kinds, np.uint8)[o], r[o], np.asarray(planes, np.int64)[o], np.asarray(svc, np.int64)[o])
+        planes, gc = self.ftl.program_many(lpns)
+        n = len(planes)
+        self.n["programs"] += n
+        kinds = np.full(n, PROG, np.uint8)
+        rdy = np.asarray(ready, np.int64)
+        svc = t_prog + np.where(np.asarray(presense, bool), g.t_read_ns, 0).astype(np.int64)
+        if gc:
+            # GC commands follow their program, at its ready time
+            k_l, r_l, p_l, s_l, pos_l = [], [], [], [], []
+            for i, ops in gc.items():
+                for kind, p in ops:
+                    if kind == "copyback":
+                        self.n["copybacks"] += 1
+                        k_l.append(COPYBACK)
+                        s_l.append(g.t_read_ns + t_prog)
+                    else:
+                        self.n["erases"] += 1
+                        k_l.append(ERASE)
+                        s_l.append(g.t_erase_ns)
+                    r_l.append(int(rdy[i]))
+                    p_l.append(p)
+                    pos_l.append(i)
+            pos = np.concatenate([np.arange(n, dtype=np.float64), np.asarray(pos_l, np.float64) + 0.5])
+            co = np.argsort(pos, kind="stable")
+            kinds = np.concatenate([kinds, np.asarray(k_l, np.uint8)])[co]
+            rdy = np.concatenate([rdy, np.asarray(r_l, np.int64)])[co]
+            planes = np.concatenate([planes, np.asarray(p_l, np.int64)])[co]
+            svc = np.concatenate([svc, np.asarray(s_l, np.int64)])[co]
+        if n > 1 and not bool((rdy[1:] >= rdy[:-1]).all()):
+            o = np.argsort(rdy, kind="stable")
+            return kinds[o], rdy[o], planes[o], svc[o]
+        return kinds, rdy, planes, svc
 
     def _schedule_cmds(self, cmds) -> int:
         """Array commands alone (flushes, refresh): returns the time the last one ends."""

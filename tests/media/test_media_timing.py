@@ -224,22 +224,25 @@ def test_a_store_invalidates_the_buffered_page():
     g = geom()
     e = MediaEngine(g)
     e.submit(batch([(0, 0, 4096, 0), (1000, 0, 64, 0)]))          # sensed, then buffered
-    b = batch([(2000, 128, 64, 1), (3000, 0, 64, 0)])             # a store to the page, then a read
-    b["id"] += 2
+    b = batch([(2000, 128, 64, 1), (2500, 4096, 64, 0)])          # a store to the page (a batch with
+    b["id"] += 2                                                  # no read of that plane)
+    e.submit(b)
+    b = batch([(3000, 0, 64, 0)])                                 # then a read of the page
+    b["id"] += 4
     e.submit(b)
     c = e.drain()
     m = dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))
     assert m[1] == g.t_cmd_ns + g.transfer_ns(64)                 # buffer hit
     assert m[2] == g.t_cmd_ns + g.transfer_ns(64)                 # store: its 64 B data-in
-    assert m[3] == g.single_read_ns(64)                           # senses again (sector 0 not stored)
-    assert e.n["senses"] == 2 and e.n["buffer_hits"] == 1 and e.n["stores"] == 1
+    assert m[4] == g.single_read_ns(64)                           # senses again (sector 0 not stored)
+    assert e.n["senses"] == 3 and e.n["buffer_hits"] == 1 and e.n["stores"] == 1
     # the same read with its sector in the write buffer is served from the write buffer
     b = batch([(4000, 0, 64, 1), (5000, 0, 64, 0)])
-    b["id"] += 4
+    b["id"] += 5
     e.submit(b)
     c = e.drain()
     m = dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))
-    assert m[5] == g.t_cmd_ns + g.transfer_ns(64) and e.n["write_buffer_hits"] == 1
+    assert m[6] == g.t_cmd_ns + g.transfer_ns(64) and e.n["write_buffer_hits"] == 1
 
 
 def _random_mixed(rng, g, n, span, pwrite, npages):
