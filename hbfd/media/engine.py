@@ -53,11 +53,13 @@ _MAX_TIME = 1 << 62
 _E0 = np.zeros(0, np.int64)
 
 
-def _map_ref(r: np.ndarray, idx: np.ndarray, poff: int) -> np.ndarray:
+def _map_ref(r: np.ndarray, idx: np.ndarray, poff: int, valid: np.ndarray | None = None) -> np.ndarray:
     """Buffer refs local to a lookup part -> global: read k of the part -> idx[k]; pseudo -1-j ->
-    pseudo -1-(j + poff)."""
+    pseudo -1-(j + poff). ``valid``: entries that hold a page (the others are ignored)."""
     out = r - poff
     pos = r >= 0
+    if valid is not None:
+        pos &= valid
     if pos.any():
         out[pos] = idx[r[pos]]
     return out
@@ -647,7 +649,7 @@ class MediaEngine:
         for idx, (m, r, pr, (up, sp, sr)) in parts:
             miss[idx] = m
             ref[idx] = _map_ref(r, idx, poff)
-            states.append((up, sp, _map_ref(sr, idx, poff)))
+            states.append((up, sp, _map_ref(sr, idx, poff, sp >= 0)))
             pready_all.append(pr)
             poff += len(pr)
         pready = np.concatenate(pready_all) if len(pready_all) > 1 else (pready_all[0] if pready_all else _E0)
