@@ -599,8 +599,8 @@ class MediaEngine:
         if n:
             self.n["page_reads"] += n
         loopm = None
-        if g.page_buffers_per_plane > 2:
-            loopm = np.ones(n, bool)
+        if g.page_buffers_per_plane > 2 or (n <= 16 and inval is None):
+            loopm = np.ones(n, bool)       # (small batches: one event at a time is cheaper)
         elif inval is not None and len(inval[0]):
             ip, ipg, _ = inval
             # invalidations that can matter: their page is read in the batch or buffered now
@@ -619,7 +619,7 @@ class MediaEngine:
             if len(vi):
                 parts.append((vi, self._lookup_runs(plane[vi], lpn[vi])))
             li = np.flatnonzero(loopm)
-            if g.page_buffers_per_plane > 2:
+            if len(li) == n:
                 ev_p, ev_g, ev_r, ev_s, ev_i = plane, lpn, np.ones(n, bool), seq, np.arange(n, dtype=np.int64)
                 if inval is not None and len(inval[0]):
                     ev_p = np.concatenate([plane, inval[0]])
