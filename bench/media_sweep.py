@@ -4,6 +4,7 @@ markdown table for docs/RESULTS.md.
 
     .venv/bin/python bench/media_sweep.py [--requests 200000] [--out bench/results/media_sweep.json]
 
+Also the host speed of write-heavy streams (nominal: whole-page stores, and 30 % stores).
 Host speed: median over --repeat runs of wall time and of CPU time (the CI box is shared: CPU time
 is the fairer number). Random 4 KiB reads, one every G ns (G from the offered load as a fraction of the geometry's page
 rate; G = 0 is one burst), submitted in batches of 16384. CPU only.
@@ -36,6 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--speed-requests", type=int, default=1_000_000)
     ap.add_argument("--speed-repeat", type=int, default=5)
+    ap.add_argument("--write-requests", type=int, default=200_000)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "media_sweep.json"))
     args = ap.parse_args(argv)
     rows = []
@@ -73,18 +75,33 @@ def main(argv=None) -> int:
                           "best_requests_per_cpu_s": r["simulated_requests_per_cpu_s_best"]})
             print(f"speed {name:12s} batch {b:6d}: median {r['simulated_requests_per_cpu_s'] / 1e6:.2f} M req/cpu-s, "
                   f"{r['simulated_requests_per_s'] / 1e6:.2f} M req/wall-s", file=sys.stderr, flush=True)
+    # write-heavy host speed (nominal): whole-page stores / 30 % stores, burst and 10 % load
+    wspeed = []
+    prof = load_profile("nominal")
+    g = MediaGeometry.from_profile(prof)
+    for op in ("write", "mixed"):
+        for load in (0.1, None):
+            gap = 0 if load is None else round(1e9 / (load * g.aggregate_bytes_per_s / 4096))
+            r = run_bench(g, requests=args.write_requests, nbytes=4096, op=op, gap_ns=gap, repeat=args.repeat)
+            wspeed.append({"profile": "nominal", "op": op, "arrival_gap_ns": gap, "requests": args.write_requests,
+                           "cpu_s": r["host_cpu_s_all"], "median_requests_per_cpu_s": r["simulated_requests_per_cpu_s"],
+                           "median_requests_per_wall_s": r["simulated_requests_per_s"], "paths": r["paths"]})
+            print(f"write speed {op:6s} gap {gap:4d}: median {r['simulated_requests_per_cpu_s'] / 1e6:.2f} M req/cpu-s",
+                  file=sys.stderr, flush=True)
     over = [r for r in rows if r["modeled_bytes_per_s"] > r["read_bound_bytes_per_s"]]
     doc = {
         "what": "media model: random 4 KiB reads vs offered load",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "card": "CPU (2-core CI-class machine)",
+        "card": "CPU, this 2-core box (one core per run)",
         "host": {"python": platform.python_version(), "machine": platform.machine(),
                  "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0]},
         "command": "python bench/media_sweep.py --requests %d --repeat %d --speed-requests %d --speed-repeat %d"
-                   % (args.requests, args.repeat, args.speed_requests, args.speed_repeat),
+                   " --write-requests %d"
+                   % (args.requests, args.repeat, args.speed_requests, args.speed_repeat, args.write_requests),
         "bandwidth_exceeded_bound": len(over),
         "rows": rows,
         "speed": speed,
+        "write_speed": wspeed,
     }
     atomic_write_json(args.out, doc, indent=1)
     print("| profile | gap ns | offered load | lat avg ns | p50 ns | p99 ns | modeled GB/s | bound GB/s (channels / sensing) | sim M req/s wall (cpu) |")
@@ -102,6 +119,11 @@ def main(argv=None) -> int:
     for r in speed:
         print(f"| {r['profile']} | {r['batch']} | {r['median_requests_per_cpu_s'] / 1e6:.2f}; "
               f"{r['best_requests_per_cpu_s'] / 1e6:.2f} | {r['median_requests_per_wall_s'] / 1e6:.2f} |")
+    print()
+    print("| op | gap ns | M req/s per CPU-s (median of %d) |" % args.repeat)
+    print("|---|---|---|")
+    for r in wspeed:
+        print(f"| {r['op']} | {r['arrival_gap_ns']} | {r['median_requests_per_cpu_s'] / 1e6:.2f} |")
     return 1 if over else 0
 
 

@@ -102,7 +102,8 @@ def run_bench(geometry: MediaGeometry, *, requests: int, nbytes: int, op: str, g
         "channel_utilization_mean": float(np.mean(st["channel_utilization"])),
         "gc": st["gc"], "write_amplification": st["write_amplification"],
         "paths": {k: st["counts"][k] for k in ("fast_batches", "qd_bound_batches", "qd_bound_dies",
-                                                  "event_batches", "event_channels")},
+                                                  "event_batches", "event_dies")},
+        "buffers": {k: st["counts"][k] for k in ("page_reads", "senses", "buffer_hits", "coalesced_reads")},
     }
 
 

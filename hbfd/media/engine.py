@@ -1,38 +1,30 @@
-"""The online NAND media engine served on hbfd's reference path.
+"""The online NAND media engine served on hbfd's reference path (media semantics v2).
 
 ``MediaEngine(geometry)`` implements the daemon's ``ServiceEngine`` and ``RefreshingEngine`` protocols
 (``hbfd/contracts.py``): ``submit(batch)`` / ``advance(now_ns)`` / ``collect()`` / ``stats()`` /
-``refresh(lpns, at_ns)``.
+``refresh(lpns, at_ns)``. The semantics (README "Timing model") are the one definition shared with the
+device model; ``tests/media/refsim.py`` is the 1 ns time-stepped reference this engine equals exactly.
 
-Timing (integer ns; all resources FCFS unless a read has priority):
+* A request ``(arrival, media_address, bytes, op)`` is split into page transactions (4 KiB pages);
+  only the requested 64 B sectors of a page cross the channel. A request completes with its last page.
+* Read (load, cp.async, the read half of an atomic): lookup in the plane's ``page_buffers_per_plane``
+  decoded page buffers (LRU by use, in arrival order per plane). Hit: data ready at
+  ``max(arrival + t_cmd, buffer ready)`` (a page still being sensed is waited for: coalescing); no die
+  slot, no plane. Miss: die slot (queue depth) -> sense tR on the plane (FCFS, reads before programs)
+  -> the LRU buffer holds the page from the sense end. A read whose sectors are all in the write
+  buffer is served from it (data ready at arrival + t_cmd). Then the channel, FCFS by data-ready time.
+* Store (and the write half of an atomic): invalidates any page buffer holding the page; the written
+  sectors cross the channel (ready at arrival + t_cmd) and the store completes at the end of that
+  data-in. Pages are assembled in the write buffer; a full page (or a partial one
+  ``write_flush_timeout_ns`` after its first store, with a read-merge sense if it held data) is
+  programmed out of place (``ftl.Ftl``): die slot -> plane busy tPROG, no channel. GC copybacks and
+  erases queue behind reads like programs.
 
-* A request ``(arrival, media_address, bytes, op)`` is split into page transactions (4 KiB pages).
-* Load / cp.async-load: for each page touched, a read command. Idle-device latency of one page:
-  ``t_cmd + tR + ceil(xfer_bytes * 1e9 / channel_bytes_per_s)`` where ``xfer_bytes`` is the
-  requested span rounded out to 64 B sectors (the whole page is sensed; only the asked sectors
-  cross the channel). A request completes when its last page completes.
-* Store: bytes are assembled in a per-logical-page write buffer (64 B sector mask). A store is
-  accepted at ``arrival + t_cmd``; the store that fills the page triggers the page program and is
-  acknowledged when the program's data-in has crossed the channel (the die holds the data), so a
-  writer is back-pressured by the plane and the channel. A partial page is programmed (with a
-  read-merge sense if it held data) ``write_flush_timeout_ns`` after its first store, by
-  ``advance``. A load whose sectors are all in the write buffer is served from it at
-  ``arrival + t_cmd``.
-* Atomic: a read (or buffer hit) plus a store of the same bytes; completes at the later of both.
-* Programs are out of place (``ftl.Ftl``); GC copybacks and erases are scheduled on the plane
-  behind reads (read priority over program/erase). Queue depth: a die admits at most
-  ``queue_depth`` outstanding commands.
-
-Speed: read-only channels are scheduled with the exact vectorized Lindley form (plane stage by
-arrival, channel stage by sense end), verified against the die queue depth; channels with writes,
-GC or a binding queue depth go through the exact event scheduler (``eventsim``). Both share the
-carried state (per-plane and per-channel next-free, per-die outstanding completions), so the
-result within a batch is the exact FCFS/priority schedule. Across batches, planes and dies are
-exact (FCFS by arrival); a channel transfer is decided only once no later arrival can overtake it
-(its sense ends by latest arrival + t_cmd + tR), so cutting a time-ordered read stream into batches
-changes nothing; the rest wait for more arrivals, an ``advance`` past them, or a ``collect`` after a
-quiet scan (no submit since the previous collect), which decides them. Channels with programs or
-GC are scheduled to the end of their batch (their state carried as next-free times).
+Exactness across batches: planes, dies (Q largest slot releases) and page buffers carry their
+state; a channel transfer is decided only once no later arrival can overtake it (data ready <=
+latest arrival + t_cmd), the rest wait for more arrivals, an ``advance`` past them, or a
+``collect`` after a quiet scan. Dies whose batch mixes reads and array ops of another kind go
+through ``eventsim`` (read priority is not FIFO) and are decided to the end of their batch.
 """
 from __future__ import annotations
 
@@ -46,7 +38,8 @@ from hbfcommon import ctl
 from hbfd.contracts import COMPLETION_BATCH_DTYPE, REQUEST_BATCH_DTYPE  # noqa: F401 (re-exported)
 
 from . import eventsim
-from .eventsim import COPYBACK, ERASE, PROG, READ, Commands
+from .diestage import DieCarry, fifo_exact, small_int
+from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from .hist import LogHistogram
@@ -57,11 +50,19 @@ log = logging.getLogger(__name__)
 OP_LOAD, OP_STORE, OP_ATOMIC, OP_CPASYNC = 0, 1, 2, 3
 _FULL_MASK = (1 << SECTORS_PER_PAGE) - 1
 _MAX_TIME = 1 << 62
+_E0 = np.zeros(0, np.int64)
 
 
-def _small_int(x: np.ndarray, n: int) -> np.ndarray:
-    """Ids as int16 when they fit, so a stable argsort uses radix sort (O(n))."""
-    return x.astype(np.int16) if n < (1 << 15) else x
+def _map_ref(r: np.ndarray, idx: np.ndarray, poff: int, valid: np.ndarray | None = None) -> np.ndarray:
+    """Buffer refs local to a lookup part -> global: read k of the part -> idx[k]; pseudo -1-j ->
+    pseudo -1-(j + poff). ``valid``: entries that hold a page (the others are ignored)."""
+    out = r - poff
+    pos = r >= 0
+    if valid is not None:
+        pos &= valid
+    if pos.any():
+        out[pos] = idx[r[pos]]
+    return out
 
 
 class MediaEngine:
@@ -75,17 +76,20 @@ class MediaEngine:
         self.trace: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] | None = [] if trace else None
         self.plane_free = np.zeros(g.planes, np.int64)
         self.chan_free = np.zeros(g.channels, np.int64)
-        self.carry_die = np.zeros(0, np.int64)    # outstanding commands from earlier batches
-        self.carry_t = np.zeros(0, np.int64)
+        self.slots = DieCarry(g.dies, g.queue_depth)      # outstanding slot releases per die
+        nb = g.page_buffers_per_plane
+        self.bpage = np.full((g.planes, nb), -1, np.int64)   # page buffers, MRU first (-1: empty)
+        self.bready = np.zeros((g.planes, nb), np.int64)
         self.ftl = Ftl(g)
-        self.buf: dict[int, list[int]] = {}        # lpn -> [sector mask, first store time]
+        self.buf: dict[int, list[int]] = {}        # write buffer: lpn -> [sector mask, first store time]
         self._timers: list[tuple[int, int, int]] = []   # (due, lpn, first store time)
         self._pending: list[np.ndarray] = []
         self.horizon = 0                           # latest arrival seen
         self._seq = 0                              # global page-transaction sequence (FCFS ties)
         self._serial = 0                           # global request serial
-        self._dq: dict[str, np.ndarray] | None = None   # sensed reads whose transfer is not decided yet
-        self._pr: dict[str, np.ndarray] | None = None   # requests waiting for deferred pages
+        self._dq: list[dict[str, np.ndarray]] = []  # chunks of channel items not decided yet
+        self._dq_min: list[int] = []
+        self._pr_chunks: list[dict[str, np.ndarray]] = []   # requests waiting for deferred pages
         self._fresh: list[np.ndarray] = []         # serials deferred during the current submit
         self._since_collect = False
         # statistics
@@ -93,12 +97,11 @@ class MediaEngine:
         self.qdelay = LogHistogram()
         self.first_arrival: int | None = None
         self.last_completion = 0
-        self.n = {k: 0 for k in ("requests", "served", "io_error", "unsupported", "page_reads",
-                                 "buffer_hits", "stores", "programs", "flush_programs", "copybacks",
-                                 "erases", "read_bytes", "write_bytes", "fast_batches",
-                                 "event_batches", "event_channels", "out_of_order_arrivals",
+        self.n = {k: 0 for k in ("requests", "served", "io_error", "unsupported", "page_reads", "senses",
+                                 "buffer_hits", "coalesced_reads", "write_buffer_hits", "stores", "programs",
+                                 "flush_programs", "copybacks", "erases", "read_bytes", "write_bytes",
+                                 "fast_batches", "event_batches", "event_dies", "out_of_order_arrivals",
                                  "qd_bound_batches", "qd_bound_dies", "deferred_pages", "refresh_pages")}
-        self._xfer_page = g.transfer_ns(PAGE_BYTES)
         self._pow2 = all(x & (x - 1) == 0 for x in (g.channels, g.dies_per_channel, g.planes_per_die))
         self._xfer_by_sectors = np.array([g.transfer_ns(k * SECTOR_BYTES) for k in range(SECTORS_PER_PAGE + 1)],
                                          np.int64)
@@ -171,7 +174,7 @@ class MediaEngine:
                 show[idx] = False
                 self._fresh = []
             self.last_completion = max(self.last_completion, int(d.max()))
-            self._prune_carry()
+            self.slots.prune(self.horizon)
         out = np.empty(n if show is None else int(show.sum()), COMPLETION_BATCH_DTYPE)
         if show is None:
             out["id"] = ids
@@ -187,24 +190,33 @@ class MediaEngine:
 
     # ------------------------------------------------------------------ deferred transfers
     def _add_pending(self, serial, ids, arrival, done, rem) -> None:
-        new = {"serial": serial, "id": ids, "arrival": arrival, "done": done.copy(), "rem": rem.astype(np.int64)}
-        if self._pr is None:
-            self._pr = new
-        else:
-            self._pr = {k: np.concatenate([self._pr[k], new[k]]) for k in new}
+        self._pr_chunks.append({"serial": serial, "id": ids, "arrival": arrival, "done": done.copy(),
+                                "rem": rem.astype(np.int64)})
+
+    def _pr_all(self):
+        ch = self._pr_chunks
+        if not ch:
+            return None
+        if len(ch) > 1:
+            self._pr_chunks = [{k: np.concatenate([c[k] for c in ch]) for k in ch[0]}]
+        return self._pr_chunks[0]
 
     def _complete_parts(self, serial, done) -> None:
         """Deferred pages of pending requests got their completion times."""
         if len(serial) == 0:
             return
-        pr = self._pr
+        pr = self._pr_all()
         if pr is None:
             raise MediaError("internal: deferred page of an unknown request")
         idx = np.searchsorted(pr["serial"], serial)
         if (idx >= len(pr["serial"])).any() or (pr["serial"][np.minimum(idx, len(pr["serial"]) - 1)] != serial).any():
             raise MediaError("internal: deferred page of an unknown request")
-        np.maximum.at(pr["done"], idx, done)
-        pr["rem"] -= np.bincount(idx, minlength=len(pr["serial"]))
+        if len(idx) == 1 or bool((idx[1:] > idx[:-1]).all()):     # one deferred page per request
+            pr["done"][idx] = np.maximum(pr["done"][idx], done)
+            pr["rem"][idx] -= 1
+        else:
+            np.maximum.at(pr["done"], idx, done)
+            pr["rem"] -= np.bincount(idx, minlength=len(pr["serial"]))
         fin = pr["rem"] == 0
         if fin.any():
             out = np.empty(int(fin.sum()), COMPLETION_BATCH_DTYPE)
@@ -214,25 +226,36 @@ class MediaEngine:
             self._pending.append(out)
             self.last_completion = max(self.last_completion, int(pr["done"][fin].max()))
             keep = ~fin
-            self._pr = {k: v[keep] for k, v in pr.items()} if keep.any() else None
+            self._pr_chunks = [{k: v[keep] for k, v in pr.items()}] if keep.any() else []
 
-    def _chan_lindley(self, ch, se, x, ready, seq) -> np.ndarray:
-        """Channel stage: FCFS per channel by (sense end, seq) from the channels' next-free times."""
+    _DQ_KEYS = ("ch", "rd", "x", "seq", "serial", "q0")
+
+    def _chan_lindley(self, it: dict[str, np.ndarray]) -> np.ndarray:
+        """Channel stage: FCFS per channel by (data ready, seq) from the channels' next-free times."""
         g = self.g
+        ch, rd, x, seq = it["ch"], it["rd"], it["x"], it["seq"]
         n = len(ch)
         if n == 0:
-            return np.zeros(0, np.int64)
-        lo = int(se.min())
-        span = int(se.max()) - lo + 1
-        smin = int(seq.min())
-        rng_ = int(seq.max()) - smin + 1
-        if span * g.channels * rng_ < (1 << 62):
-            o = np.argsort((ch * span + (se - lo)) * rng_ + (seq - smin))   # unique keys: exact
+            return _E0
+        if n == 1:
+            c = int(ch[0])
+            d = max(int(rd[0]), int(self.chan_free[c])) + int(x[0])
+            self.chan_free[c] = d
+            self.chan_busy_ns[c] += int(x[0])
+            self.qdelay.add(np.array([d - int(x[0]) - int(it["q0"][0])], np.int64))
+            if self.trace is not None:
+                self.trace.append(("channel", ch.copy(), np.array([d - int(x[0])]), np.array([d])))
+            return np.array([d], np.int64)
+        # order by (channel, ready, seq): stable sorts on seq order (timsort gains from the runs
+        # that plane-ordered sense ends form), then a radix sort by channel
+        if bool((seq[1:] > seq[:-1]).all()):
+            o = np.argsort(rd, kind="stable")
         else:
-            o = np.lexsort((seq, se, ch))
+            o = np.lexsort((seq, rd))
+        o = o[np.argsort(small_int(ch[o], g.channels), kind="stable")]
         c2 = ch[o]
         x2 = x[o]
-        d2 = segmented_fcfs(se[o], x2, c2, self.chan_free)
+        d2 = segmented_fcfs(rd[o], x2, c2, self.chan_free)
         cst = segment_starts(c2)
         cend = segment_ends(cst, n)
         self.chan_free[c2[cend]] = d2[cend]
@@ -240,67 +263,94 @@ class MediaEngine:
             np.add.at(self.chan_busy_ns, c2, x2)
         else:
             self.chan_busy_ns += np.bincount(c2, weights=x2, minlength=g.channels).astype(np.int64)
-        self.qdelay.add(d2 - ready[o] - (g.t_cmd_ns + g.t_read_ns) - x2)
+        self.qdelay.add(d2 - x2 - it["q0"][o])
         if self.trace is not None:
             self.trace.append(("channel", c2, d2 - x2, d2))
         done = np.empty(n, np.int64)
         done[o] = d2
         return done
 
-    _DQ_KEYS = ("ch", "se", "x", "ready", "seq", "serial")
-
     def _channel_stage(self, new: dict[str, np.ndarray]) -> np.ndarray:
-        """Transfers of sensed reads. A read whose sense ends by horizon + t_cmd + tR can never
-        be overtaken by a later arrival, so its transfer is decided now; later ones wait (with the
-        deferred reads of earlier batches) for more arrivals, an ``advance`` past them, or a
-        ``collect`` after a quiet scan. Returns completion times of ``new`` (0 = deferred)."""
-        g = self.g
-        dq = self._dq
-        nd = 0 if dq is None else len(dq["ch"])
-        allv = new if dq is None else {k: np.concatenate([dq[k], new[k]]) for k in self._DQ_KEYS}
-        limit = self.horizon + g.t_cmd_ns + g.t_read_ns
-        commit = allv["se"] <= limit      # a later arrival senses no earlier, and ties go by seq
-        if nd == 0 and bool(commit.all()):
-            return self._chan_lindley(new["ch"], new["se"], new["x"], new["ready"], new["seq"])
-        ci = np.flatnonzero(commit)
-        dc = self._chan_lindley(allv["ch"][ci], allv["se"][ci], allv["x"][ci], allv["ready"][ci], allv["seq"][ci])
-        di = np.flatnonzero(~commit)
-        self._dq = {k: v[di] for k, v in allv.items()} if len(di) else None
-        out = np.zeros(len(new["ch"]), np.int64)
-        isnew = ci >= nd
-        out[ci[isnew] - nd] = dc[isnew]
-        if nd:
-            self._complete_parts(allv["serial"][ci[~isnew]], dc[~isnew])
-        fresh = di[di >= nd]
-        if len(fresh):
-            self._fresh.append(allv["serial"][fresh])
-            self.n["deferred_pages"] += len(fresh)
+        """Transfers of the batch's channel items. An item whose data is ready by horizon + t_cmd
+        can never be overtaken by a later arrival (a later arrival's data is ready no earlier; ties
+        go by seq), so it is decided now; later ones wait (with the deferred items of earlier
+        batches) for more arrivals, an ``advance`` past them, or a ``collect`` after a quiet scan.
+        Returns completion times of ``new`` (0 = deferred)."""
+        limit = self.horizon + self.g.t_cmd_ns
+        rd = new["rd"]
+        if not len(rd):
+            return _E0
+        commit = rd <= limit
+        allc = bool(commit.all())
+        old = self._take_deferred(limit) if self._dq else None
+        if old is None and allc:
+            return self._chan_lindley(new)
+        out = np.zeros(len(rd), np.int64)
+        if allc:
+            ci = None
+            cur = new
+        else:
+            ci = np.flatnonzero(commit)
+            cur = {k: v[ci] for k, v in new.items()}
+            di = np.flatnonzero(~commit)
+            chunk = {k: v[di] for k, v in new.items()}
+            self._dq.append(chunk)
+            self._dq_min.append(int(chunk["rd"].min()))
+            self._fresh.append(chunk["serial"])
+            self.n["deferred_pages"] += len(di)
+        if old is not None:
+            no = len(old["ch"])
+            both = {k: np.concatenate([old[k], cur[k]]) for k in self._DQ_KEYS}
+            dc = self._chan_lindley(both)
+            self._complete_parts(old["serial"], dc[:no])
+            dcur = dc[no:]
+        else:
+            dcur = self._chan_lindley(cur)
+        if ci is None:
+            out[:] = dcur
+        else:
+            out[ci] = dcur
         return out
 
-    def _commit_deferred(self, channels=None, before: int | None = None) -> None:
-        """Decide deferred transfers now (all, those of ``channels``, or sense end < ``before``)."""
-        dq = self._dq
-        if dq is None:
+    def _take_deferred(self, before: int | None, channels=None):
+        """Remove and return the deferred items with data ready <= ``before`` (None: all)."""
+        if not self._dq:
+            return None
+        take = []
+        keep, keep_min = [], []
+        for ch, mn in zip(self._dq, self._dq_min):
+            if before is not None and mn > before:
+                keep.append(ch)
+                keep_min.append(mn)
+                continue
+            m = np.ones(len(ch["rd"]), bool) if before is None else ch["rd"] <= before
+            if m.all():
+                take.append(ch)
+            else:
+                take.append({k: v[m] for k, v in ch.items()})
+                rest = {k: v[~m] for k, v in ch.items()}
+                keep.append(rest)
+                keep_min.append(int(rest["rd"].min()))
+        self._dq, self._dq_min = keep, keep_min
+        if not take:
+            return None
+        if len(take) == 1:
+            return take[0]
+        return {k: np.concatenate([c[k] for c in take]) for k in self._DQ_KEYS}
+
+    def _commit_deferred(self, before: int | None = None) -> None:
+        """Decide deferred transfers now (all, or data ready <= ``before``)."""
+        old = self._take_deferred(before)
+        if old is None:
             return
-        m = np.ones(len(dq["ch"]), bool)
-        if channels is not None:
-            m &= np.isin(dq["ch"], channels)
-        if before is not None:
-            m &= dq["se"] <= before
-        ci = np.flatnonzero(m)
-        if len(ci) == 0:
-            return
-        dc = self._chan_lindley(dq["ch"][ci], dq["se"][ci], dq["x"][ci], dq["ready"][ci], dq["seq"][ci])
-        serial = dq["serial"][ci]
-        keep = ~m
-        self._dq = {k: v[keep] for k, v in dq.items()} if keep.any() else None
-        self._complete_parts(serial, dc)
+        dc = self._chan_lindley(old)
+        self._complete_parts(old["serial"], dc)
 
     def advance(self, now_ns: int) -> None:
         """Run write-buffer flushes (and the GC they trigger) due at or before ``now_ns``."""
         self._run_timers(int(now_ns) + 1)
-        self._commit_deferred(before=int(now_ns) + self.g.t_cmd_ns + self.g.t_read_ns)
-        self._prune_carry()
+        self._commit_deferred(before=int(now_ns) + self.g.t_cmd_ns)
+        self.slots.prune(self.horizon)
 
     def collect(self) -> np.ndarray:
         """Completions decided so far. A collect with no submit since the previous one (the
@@ -318,8 +368,7 @@ class MediaEngine:
         """Decide everything submitted so far and return all completions (tests, benchmarks)."""
         self._commit_deferred()
         self._since_collect = False
-        out = self.collect()
-        return out
+        return self.collect()
 
     def flush(self, now_ns: int) -> None:
         """Program every partial page in the write buffer at ``now_ns`` (e.g. at shutdown)."""
@@ -329,14 +378,14 @@ class MediaEngine:
         self._run_timers(int(now_ns) + 1)
 
     # ------------------------------------------------------------------ transactions
-    def _expand(self, a, addr, nbytes, op):
+    def _expand(self, a, addr, nbytes):
         """Requests (sorted by arrival) -> page transactions in (arrival, request, page) order."""
         pb = PAGE_BYTES
         first = addr // pb
         last = (addr + nbytes - 1) // pb
         npg = last - first + 1
         if int(npg.max()) == 1:
-            req = np.arange(len(a), dtype=np.int64)
+            req = None
             lpn = first
             slo = (addr - first * pb) // SECTOR_BYTES
             shi = (addr + nbytes - first * pb + SECTOR_BYTES - 1) // SECTOR_BYTES
@@ -367,362 +416,478 @@ class MediaEngine:
 
     def _serve(self, a, addr, nbytes, op, serial) -> np.ndarray:
         """Schedule sorted requests; returns each request's completion time."""
-        req, lpn, slo, shi = self._expand(a, addr, nbytes, op)
-        top = op[req]
-        ta = a[req]
-        is_read = (top == OP_LOAD) | (top == OP_CPASYNC)
-        done_req = a.copy()
-        if bool(is_read.all()) and not self.buf:
-            # pure reads, nothing buffered: every transaction is a media page read
+        req, lpn, slo, shi = self._expand(a, addr, nbytes)
+        nt = len(lpn)
+        seq = 2 * (self._seq + np.arange(nt, dtype=np.int64))
+        self._seq += nt
+        if req is None:
+            top, ta, tser = op, a, serial
+        else:
+            top, ta, tser = op[req], a[req], serial[req]
+        nsec = shi - slo
+        has_store = bool(((top == OP_STORE) | (top == OP_ATOMIC)).any())
+        if not has_store and not self.buf:
             ch, die, plane = self._where(lpn)
-            xfer = self._xfer_by_sectors[shi - slo]
-            self.n["read_bytes"] += int(((shi - slo) * SECTOR_BYTES).sum())
-            tdone = self._schedule_reads(ta, ch, die, plane, xfer, serial[req])
-            self._reduce_max(done_req, req, tdone)
-            return done_req
-        return self._serve_mixed(a, req, lpn, slo, shi, top, ta, is_read, done_req, serial)
-
-    @staticmethod
-    def _reduce_max(done_req, req, tdone):
-        if len(req) == len(done_req):
-            np.maximum(done_req, tdone, out=done_req)
+            self.n["read_bytes"] += int(nsec.sum()) * SECTOR_BYTES
+            rd_items = self._reads(ta, lpn, ch, die, plane, self._xfer_by_sectors[nsec], seq, tser, None, None)
+            done = self._channel_stage(rd_items)
         else:
-            starts = segment_starts(req)
-            np.maximum(done_req, np.maximum.reduceat(tdone, starts), out=done_req)
-
-    # ------------------------------------------------------------------ reads (fast path)
-    def _schedule_reads(self, ready, ch, die, plane, xfer, serial) -> np.ndarray:
-        """Media reads only, in (ready, seq) order; returns completion times (0: deferred, see
-        ``_channel_stage``; ``serial``: each page's request serial).
-
-        Die/plane stage: exact Lindley per plane; where a die's queue depth binds, that die's
-        stage is recomputed exactly by ``_die_stage_exact``. Channel stage: exact Lindley by
-        (sense end, seq)."""
-        g = self.g
-        n = len(ready)
-        if n == 0:
-            return np.zeros(0, np.int64)
-        self.n["page_reads"] += n
-        # plane stage: FCFS by (ready + t_cmd, seq) per plane (stable radix sort keeps seq order)
-        o1 = np.argsort(_small_int(plane, g.planes), kind="stable")
-        p1 = plane[o1]
-        se1 = segmented_fcfs(ready[o1] + g.t_cmd_ns, g.t_read_ns, p1, self.plane_free)
-        se = np.empty(n, np.int64)
-        se[o1] = se1
-        bad = self._qd_violations(ready, die, se)
-        pst = segment_starts(p1)
-        pend = segment_ends(pst, n)
-        if bad is not None:
-            sel = np.flatnonzero(np.isin(die, bad))
-            keep = ~np.isin(p1[pend] // g.planes_per_die, bad)
-            self.plane_free[p1[pend][keep]] = se1[pend][keep]
-            se[sel] = self._die_stage_exact(ready[sel], die[sel], plane[sel])
-            se1 = se[o1]
-            self.n["qd_bound_batches"] += 1
-            self.n["qd_bound_dies"] += len(bad)
-        else:
-            self.plane_free[p1[pend]] = se1[pend]
-            self.n["fast_batches"] += 1
-        if self.trace is not None:
-            self.trace.append(("plane", plane, se - g.t_read_ns, se))
-        # die slots still held after this batch's last arrival
-        h = max(self.horizon, int(ready[-1]))
-        keep = se > h
-        self._add_carry(die[keep], se[keep])
-        # channel stage (transfers decided now or deferred, see _channel_stage)
-        seq = self._seq + np.arange(n, dtype=np.int64)
-        self._seq += n
-        return self._channel_stage({"ch": ch, "se": se, "x": xfer, "ready": ready, "seq": seq,
-                                    "serial": serial})
-
-    def _die_stage_exact(self, ready, die, plane) -> np.ndarray:
-        """Sense end of reads on dies whose queue depth binds (reads in (ready, seq) order).
-
-        Each die has ``queue_depth`` slots holding the time their last command finishes sensing;
-        commands are admitted FIFO: A_i = max(a_i, A_{i-1}, earliest slot release), take that slot,
-        then sense FCFS on their plane: end = max(A_i + t_cmd, plane free) + tR. (Equivalent to
-        "fewer than queue_depth admitted commands still sensing or waiting for their plane".)
-        Vectorized across dies: step k handles the k-th command of every die at once."""
-        g = self.g
-        qd, t_cmd, t_r = g.queue_depth, g.t_cmd_ns, g.t_read_ns
-        n = len(ready)
-        od = np.argsort(die, kind="stable")
-        ds = die[od]
-        st = segment_starts(ds)
-        lens = np.diff(np.append(st, n))
-        udies = ds[st]
-        # dies by decreasing command count: the dies active at step k are a prefix
-        byl = np.argsort(-lens, kind="stable")
-        st, lens, udies = st[byl], lens[byl], udies[byl]
-        nd, kmax = len(udies), int(lens[0])
-        # slots: carried releases (the queue_depth latest per die), padded with -1 (free)
-        slots = np.full((nd, qd), -1, np.int64)
-        if len(self.carry_die):
-            pos = np.full(g.dies, -1, np.int64)
-            pos[udies] = np.arange(nd)
-            m = pos[self.carry_die] >= 0
-            if m.any():
-                cd, ct = pos[self.carry_die[m]], self.carry_t[m]
-                o = np.lexsort((-ct, cd))
-                cd, ct = cd[o], ct[o]
-                cst = segment_starts(cd)
-                rk = np.arange(len(cd)) - np.repeat(cst, np.diff(np.append(cst, len(cd))))
-                keep = rk < qd
-                slots[cd[keep], rk[keep]] = ct[keep]
-        # per-die command matrices (padded)
-        kk = np.arange(kmax)
-        valid = kk[None, :] < lens[:, None]
-        src = np.where(valid, st[:, None] + kk[None, :], 0)
-        A_mat = ready[od][src]
-        P_mat = plane[od][src]
-        E_mat = np.zeros((nd, kmax), np.int64)
-        pf = self.plane_free
-        last_a = np.full(nd, -1, np.int64)
-        rows = np.arange(nd)
-        na = nd
-        for k in range(kmax):
-            while na and lens[na - 1] <= k:
-                na -= 1
-            sl = slots[:na]
-            j = sl.argmin(axis=1)
-            r = rows[:na]
-            a_ = np.maximum(np.maximum(A_mat[:na, k], last_a[:na]), sl[r, j])
-            last_a[:na] = a_
-            p = P_mat[:na, k]
-            e = np.maximum(a_ + t_cmd, pf[p]) + t_r      # planes of different dies never collide
-            pf[p] = e
-            sl[r, j] = e
-            E_mat[:na, k] = e
-        out = np.empty(n, np.int64)
-        out[od[src[valid]]] = E_mat[valid]
+            done = self._serve_mixed(ta, lpn, slo, shi, top, seq, tser)
+        if req is None:
+            return np.maximum(done, a)
+        out = a.copy()
+        np.maximum.at(out, req, done)
         return out
 
-    def _qd_violations(self, a, die, rel):
-        """Dies on which some admission would find >= queue_depth commands still holding a slot
-        (``rel``: when each command releases its slot). None when no die binds."""
+    # ------------------------------------------------------------------ page buffers
+    def _lookup_runs(self, plane, page):
+        """Page-buffer lookup of media reads on planes without invalidations (P_buf <= 2), vectorized:
+        a plane's buffers after an arrival-ordered sequence are its last P_buf distinct-page runs.
+        Returns (miss, ref, pseudo_ready, state) (see ``_lookup``)."""
         g = self.g
-        qd = g.queue_depth
-        if len(die) + len(self.carry_die) <= qd:     # no die can hold more than all of them
-            return None
-        cnt = np.bincount(die, minlength=g.dies)
-        if len(self.carry_die):
-            cnt = cnt + np.bincount(self.carry_die, minlength=g.dies)
-        if int(cnt.max()) <= qd:
-            return None
-        base = int(a.min())
-        carried_total = np.zeros(g.dies, np.int64)
-        if len(self.carry_die):
-            carried_total = np.bincount(self.carry_die, minlength=g.dies)
-        # cheap bounds first: a command still holds its slot at a_i only if it arrived after
-        # a_i - H (H: the longest slot hold in the batch). Bins of width H: any such window lies
-        # in two adjacent bins.
-        hold = int((rel - a).max())
-        nbins = (int(a.max()) - base) // hold + 2
-        if nbins * g.dies < (1 << 24):
-            cnt2 = np.bincount(die * nbins + (a - base) // hold, minlength=g.dies * nbins).reshape(g.dies, nbins)
-            pair = cnt2[:, :-1] + cnt2[:, 1:]
-            if int((pair.max(axis=1) + carried_total).max()) < qd:
-                return None
-        od = np.argsort(_small_int(die, g.dies), kind="stable")
-        ds = die[od]
-        as_ = a[od]
-        span_a = int(a.max()) - base + hold + 2
-        if span_a * g.dies < (1 << 62):
-            keya = ds * span_a + (as_ - base)
-            win = np.arange(len(ds), dtype=np.int64) - np.searchsorted(keya, keya - hold, "right")
-            if int((win + carried_total[ds]).max()) < qd:
-                return None
-        st = segment_starts(ds)
-        rank = np.arange(len(ds), dtype=np.int64) - np.repeat(st, np.diff(np.append(st, len(ds))))
-        ct, cd = rel, die
-        if len(self.carry_die):
-            ct = np.concatenate([rel, np.maximum(self.carry_t, base)])
-            cd = np.concatenate([die, self.carry_die])
-        span = int(ct.max()) - base + 1
-        if span * g.dies >= (1 << 62):
-            return np.unique(die)            # cannot check cheaply: schedule every die exactly
-        keyc = np.sort(cd * span + (ct - base))
-        keya = ds * span + (as_ - base)
-        ndone = np.searchsorted(keyc, keya, "right") - np.searchsorted(keyc, ds * span, "left")
-        outst = rank + carried_total[ds] - ndone
-        badd = np.unique(ds[outst >= qd])
-        return badd if len(badd) else None
+        P = g.page_buffers_per_plane
+        n = len(plane)
+        o = np.argsort(small_int(plane, g.planes), kind="stable")
+        ps = plane[o]
+        gs = page[o]
+        st = segment_starts(ps)
+        up = ps[st]
+        nu = len(up)
+        cnt = np.diff(np.append(st, n))
+        bpg = self.bpage[up]
+        if P == 2 and n > 2:
+            # no page met twice on its plane within a window of three accesses (the carried
+            # buffers included): every read is a miss, the new buffers are the last two accesses
+            same1 = ps[1:] == ps[:-1]
+            same2 = ps[2:] == ps[:-2]
+            if not ((same1 & (gs[1:] == gs[:-1])).any() or (same2 & (gs[2:] == gs[:-2])).any()):
+                g0 = gs[st]
+                sec = np.minimum(st + 1, n - 1)
+                has2 = np.append(same1, False)[st]
+                if not ((g0 == bpg[:, 0]).any() or (g0 == bpg[:, 1]).any()
+                        or (has2 & (gs[sec] == bpg[:, 0])).any()):
+                    en = segment_ends(st, n)
+                    s_page = np.empty((nu, 2), np.int64)
+                    s_ref = np.empty((nu, 2), np.int64)
+                    s_page[:, 0] = gs[en]
+                    s_ref[:, 0] = o[en]
+                    # LRU: the plane's previous access, or its carried MRU
+                    npse = np.where(has2, 0, (bpg[:, 0] >= 0).astype(np.int64))
+                    pk = np.flatnonzero(npse)
+                    pready = self.bready[up[pk], 0]
+                    s_page[:, 1] = np.where(has2, gs[np.maximum(en - 1, 0)], bpg[:, 0])
+                    pref = np.zeros(nu, np.int64)
+                    pref[pk] = -1 - np.arange(len(pk), dtype=np.int64)
+                    s_ref[:, 1] = np.where(has2, o[np.maximum(en - 1, 0)], pref)
+                    return np.ones(n, bool), np.arange(n, dtype=np.int64), pready, (up, s_page, s_ref)
+        # carried buffers of these planes become pseudo accesses (LRU first) before the batch's
+        npse = (bpg >= 0).sum(axis=1)
+        cum = np.cumsum(npse)
+        tot = n + int(cum[-1])
+        comb_plane = np.empty(tot, np.int64)
+        comb_page = np.empty(tot, np.int64)
+        src = np.empty(tot, np.int64)          # >= 0: read index; < 0: -1 - pseudo index
+        # positions: plane u's segment begins at st[u] + cum_before(u)
+        before = cum - npse
+        seg0 = st + before
+        bpos = np.arange(n, dtype=np.int64) + np.repeat(cum, cnt)
+        comb_plane[bpos] = ps
+        comb_page[bpos] = gs
+        src[bpos] = o
+        npt = int(cum[-1])
+        pready = np.zeros(npt, np.int64)
+        if npt:
+            # pseudo k of plane u at seg0[u] + k: column npse[u] - 1 - k (LRU first)
+            uu = np.repeat(np.arange(nu), npse)
+            kk = np.arange(npt, dtype=np.int64) - np.repeat(before, npse)
+            col = npse[uu] - 1 - kk
+            ppos = seg0[uu] + kk
+            comb_plane[ppos] = up[uu]
+            comb_page[ppos] = bpg[uu, col]
+            src[ppos] = -1 - np.arange(npt, dtype=np.int64)
+            pready[:] = self.bready[up[uu], col]
+        # runs over the combined sequence
+        brk = np.empty(tot, bool)
+        brk[0] = True
+        np.not_equal(comb_page[1:], comb_page[:-1], out=brk[1:])
+        brk[1:] |= comb_plane[1:] != comb_plane[:-1]
+        rs = np.flatnonzero(brk)
+        nr = len(rs)
+        rpl = comb_plane[rs]
+        rpg = comb_page[rs]
+        hit = np.zeros(nr, bool)
+        if P >= 2 and nr > 2:
+            hit[2:] = (rpl[2:] == rpl[:-2]) & (rpg[2:] == rpg[:-2])
+        ridx = np.arange(nr, dtype=np.int64)
+        lr = np.where(hit, 0, ridx)
+        if P >= 2:
+            lr[0::2] = np.maximum.accumulate(lr[0::2])
+            lr[1::2] = np.maximum.accumulate(lr[1::2])
+        runid = np.cumsum(brk) - 1
+        loader_pos = rs[lr[runid]]             # combined position of each element's loader
+        lsrc = src[loader_pos]
+        bmask = src >= 0
+        # per read (batch element): miss iff it is its own loader
+        ref = np.empty(n, np.int64)
+        ref[src[bmask]] = lsrc[bmask]
+        miss = ref == np.arange(n, dtype=np.int64)
+        # new state: last P runs of each plane (MRU first)
+        seg_end = np.append(seg0[1:], tot) - 1
+        r_last = runid[seg_end]
+        s_page = np.full((nu, P), -1, np.int64)
+        s_ref = np.zeros((nu, P), np.int64)
+        s_page[:, 0] = rpg[r_last]
+        s_ref[:, 0] = src[rs[lr[r_last]]]
+        if P >= 2:
+            r_prev = r_last - 1
+            okp = (r_prev >= 0) & (rpl[np.maximum(r_prev, 0)] == up)
+            rp = np.maximum(r_prev, 0)
+            s_page[:, 1] = np.where(okp, rpg[rp], -1)
+            s_ref[:, 1] = np.where(okp, src[rs[lr[rp]]], 0)
+        return miss, ref, pready, (up, s_page, s_ref)
 
-    # ------------------------------------------------------------------ carry
-    def _add_carry(self, die, t):
-        if len(die):
-            self.carry_die = np.concatenate([self.carry_die, die])
-            self.carry_t = np.concatenate([self.carry_t, t])
+    def _lookup_loop(self, ev_plane, ev_page, ev_read, nread_index):
+        """Page-buffer lookup, one event at a time (planes with invalidations, or P_buf > 2).
+        Events in (arrival, seq) order: reads (``ev_read``, numbered by ``nread_index``) and
+        invalidations. Same outputs as ``_lookup_runs``."""
+        P = self.g.page_buffers_per_plane
+        state: dict[int, list[list[int]]] = {}
+        pready: list[int] = []
+        miss: list[bool] = []
+        ref: list[int] = []
+        for p, pg, isr, ri in zip(ev_plane.tolist(), ev_page.tolist(), ev_read.tolist(), nread_index.tolist()):
+            s = state.get(p)
+            if s is None:
+                s = state[p] = []
+                for c in range(P):
+                    bp = int(self.bpage[p, c])
+                    if bp < 0:
+                        break
+                    s.append([bp, -1 - len(pready)])
+                    pready.append(int(self.bready[p, c]))
+            k = next((i for i, e in enumerate(s) if e[0] == pg), -1)
+            if not isr:
+                if k >= 0:
+                    del s[k]
+                continue
+            if k >= 0:
+                e = s.pop(k)
+                s.insert(0, e)
+                miss.append(False)
+                ref.append(e[1])
+            else:
+                s.insert(0, [pg, ri])
+                del s[P:]
+                miss.append(True)
+                ref.append(ri)
+        up = np.array(sorted(state), np.int64)
+        s_page = np.full((len(up), P), -1, np.int64)
+        s_ref = np.zeros((len(up), P), np.int64)
+        for u, p in enumerate(up.tolist()):
+            for c, e in enumerate(state[p]):
+                s_page[u, c] = e[0]
+                s_ref[u, c] = e[1]
+        return (np.array(miss, bool), np.array(ref, np.int64), np.array(pready, np.int64), (up, s_page, s_ref))
 
-    def _prune_carry(self):
-        if len(self.carry_t):
-            keep = self.carry_t > self.horizon
-            if not keep.all():
-                self.carry_die = self.carry_die[keep]
-                self.carry_t = self.carry_t[keep]
-
-    def _event(self, cmds: Commands, channels) -> np.ndarray:
-        """Exact event scheduling of ``cmds`` (all commands of ``channels`` in this batch)."""
+    def _reads(self, ta, lpn, ch, die, plane, x, seq, tser, inval, cmds):
+        """Media reads (in (arrival, seq) order) -> channel items. ``inval``: (plane, page, seq) of
+        the batch's buffer invalidations (stores) or None; ``cmds``: the batch's other array commands
+        (kind, ready, plane, die, service) or None."""
         g = self.g
-        if len(cmds) == 0:
-            self._last_ack = np.zeros(0, np.int64)
-            return np.zeros(0, np.int64)
-        self.n["event_channels"] += len(channels)
-        self._commit_deferred(channels)
-        in_ch = np.isin(self.carry_die // g.dies_per_channel, channels)
-        carry: dict[int, list[int]] = {}
-        for d, t in zip(self.carry_die[in_ch].tolist(), self.carry_t[in_ch].tolist()):
-            carry.setdefault(d, []).append(t)
-        self.carry_die = self.carry_die[~in_ch]
-        self.carry_t = self.carry_t[~in_ch]
-        done, ack, admit, start = eventsim.simulate(
-            cmds, t_cmd=g.t_cmd_ns, t_read=g.t_read_ns, t_prog=g.t_prog_ns, t_erase=g.t_erase_ns,
-            queue_depth=g.queue_depth, plane_free=self.plane_free, chan_free=self.chan_free,
-            die_carry=carry, chan_busy_acc=self.chan_busy_ns)
-        h = max(self.horizon, int(cmds.ready.max()) if len(cmds) else 0)
-        # carried outstanding: old carried and new completions still in the future
-        old_d = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
-        old_t = np.array([t for ts in carry.values() for t in ts], np.int64)
-        self._add_carry(old_d, old_t)
-        rd = cmds.kind == READ
-        rel = np.where(rd, start + g.t_read_ns, done)     # when each command frees its die slot
-        sel = rel > h
-        self._add_carry(cmds.die[sel], rel[sel])
-        if self.trace is not None:
-            k = cmds.kind
-            pend = np.where(rd, start + g.t_read_ns, done)
-            self.trace.append(("plane", cmds.plane, start, pend))
-            xc = (k == READ) | (k == PROG)
-            cend = np.where(rd, done, ack)[xc]
-            self.trace.append(("channel", cmds.chan[xc], cend - cmds.xfer_ns[xc], cend))
-        self.qdelay.add(done[rd] - cmds.ready[rd] - (g.t_cmd_ns + g.t_read_ns) - cmds.xfer_ns[rd])
-        self._last_ack = ack
-        return done
+        n = len(ta)
+        t_cmd = g.t_cmd_ns
+        if n:
+            self.n["page_reads"] += n
+        loopm = None
+        if g.page_buffers_per_plane > 2 or (n <= 16 and inval is None):
+            loopm = np.ones(n, bool)       # (small batches: one event at a time is cheaper)
+        elif inval is not None and len(inval[0]):
+            ip, ipg, _ = inval
+            # invalidations that can matter: their page is read in the batch or buffered now
+            rel = np.isin(ipg, lpn) | (self.bpage[ip] == ipg[:, None]).any(axis=1)
+            if rel.any():
+                lp_planes = np.unique(ip[rel])
+                loopm = np.isin(plane, lp_planes)
+                if not loopm.any() and not rel.any():
+                    loopm = None
+        parts = []
+        if loopm is None:
+            if n:
+                parts.append((np.arange(n, dtype=np.int64), self._lookup_runs(plane, lpn)))
+        else:
+            vi = np.flatnonzero(~loopm)
+            if len(vi):
+                parts.append((vi, self._lookup_runs(plane[vi], lpn[vi])))
+            li = np.flatnonzero(loopm)
+            if len(li) == n:
+                ev_p, ev_g, ev_r, ev_s, ev_i = plane, lpn, np.ones(n, bool), seq, np.arange(n, dtype=np.int64)
+                if inval is not None and len(inval[0]):
+                    ev_p = np.concatenate([plane, inval[0]])
+                    ev_g = np.concatenate([lpn, inval[1]])
+                    ev_r = np.concatenate([np.ones(n, bool), np.zeros(len(inval[0]), bool)])
+                    ev_s = np.concatenate([seq, inval[2]])
+                    ev_i = np.concatenate([np.arange(n, dtype=np.int64), np.zeros(len(inval[0]), np.int64)])
+                    o = np.argsort(ev_s, kind="stable")
+                    ev_p, ev_g, ev_r, ev_i = ev_p[o], ev_g[o], ev_r[o], ev_i[o]
+                li = np.arange(n, dtype=np.int64)
+                parts = [(li, self._lookup_loop(ev_p, ev_g, ev_r, ev_i))]
+            else:
+                im = np.isin(inval[0], lp_planes)
+                ev_p = np.concatenate([plane[li], inval[0][im]])
+                ev_g = np.concatenate([lpn[li], inval[1][im]])
+                ev_r = np.concatenate([np.ones(len(li), bool), np.zeros(int(im.sum()), bool)])
+                ev_s = np.concatenate([seq[li], inval[2][im]])
+                ev_i = np.concatenate([np.arange(len(li), dtype=np.int64), np.zeros(int(im.sum()), np.int64)])
+                o = np.argsort(ev_s, kind="stable")
+                parts.append((li, self._lookup_loop(ev_p[o], ev_g[o], ev_r[o], ev_i[o])))
+        # combine parts: refs local to each part -> global read index / global pseudo index
+        miss = np.zeros(n, bool)
+        ref = np.zeros(n, np.int64)
+        pready_all = []
+        states = []
+        poff = 0
+        for idx, (m, r, pr, (up, sp, sr)) in parts:
+            miss[idx] = m
+            ref[idx] = _map_ref(r, idx, poff)
+            states.append((up, sp, _map_ref(sr, idx, poff, sp >= 0)))
+            pready_all.append(pr)
+            poff += len(pr)
+        pready = np.concatenate(pready_all) if len(pready_all) > 1 else (pready_all[0] if pready_all else _E0)
+        # die/plane stage for the misses (and the other array commands)
+        mi = np.flatnonzero(miss)
+        nm = len(mi)
+        self.n["senses"] += nm
+        E = np.zeros(n, np.int64)
+        if cmds is None or not len(cmds[0]):
+            if nm:
+                E[mi] = fifo_exact(ta[mi], die[mi], plane[mi], g.t_read_ns, t_cmd=t_cmd,
+                                   queue_depth=g.queue_depth, nplanes=g.planes, ndies=g.dies,
+                                   plane_free=self.plane_free, carry=self.slots, horizon=self.horizon,
+                                   stats=self.n)
+                if self.trace is not None:
+                    self.trace.append(("plane", plane[mi], E[mi] - g.t_read_ns, E[mi]))
+            self.n["fast_batches"] += 1
+        else:
+            E[mi] = self._array_ops(ta[mi], die[mi], plane[mi], cmds)
+        # data ready, buffer state
+        rb = np.where(ref >= 0, E[np.maximum(ref, 0)], pready[np.clip(-1 - ref, 0, len(pready) - 1)]
+                      if len(pready) else 0)
+        hitm = ~miss
+        early = ta + t_cmd
+        rd = np.where(miss, E, np.maximum(early, rb))
+        if hitm.any():
+            nh = int(hitm.sum())
+            nco = int((rb[hitm] > early[hitm]).sum())
+            self.n["coalesced_reads"] += nco
+            self.n["buffer_hits"] += nh - nco
+        for up, sp, sr in states:
+            rv = np.where(sr >= 0, E[np.maximum(sr, 0)], pready[np.clip(-1 - sr, 0, len(pready) - 1)]
+                          if len(pready) else 0)
+            self.bpage[up] = sp
+            self.bready[up] = np.where(sp >= 0, rv, 0)
+        q0 = early + np.where(miss, g.t_read_ns, 0)
+        return {"ch": ch, "rd": rd, "x": x, "seq": seq, "serial": tser, "q0": q0}
+
+    # ------------------------------------------------------------------ array commands
+    def _array_ops(self, r_read, die_read, plane_read, cmds):
+        """Read senses plus other array commands (kind, ready, plane, service; in (ready, seq) order):
+        vectorized FIFO on dies with one class, the event scheduler on dies with both. Returns the
+        sense ends of the reads (and sets ``self._cmd_end`` for the others)."""
+        g = self.g
+        ck, cr, cp, cs = cmds
+        cd = cp // g.planes_per_die
+        nr = len(r_read)
+        mixed = np.zeros(g.dies, bool)
+        if nr and len(ck):
+            mixed[np.intersect1d(die_read, cd)] = True
+        Er = np.zeros(nr, np.int64)
+        Ec = np.zeros(len(ck), np.int64)
+        kw = dict(t_cmd=g.t_cmd_ns, queue_depth=g.queue_depth, nplanes=g.planes, ndies=g.dies,
+                  plane_free=self.plane_free, carry=self.slots, horizon=self.horizon, stats=self.n)
+        rm = mixed[die_read] if nr else np.zeros(0, bool)
+        cm = mixed[cd]
+        fr = np.flatnonzero(~rm)
+        if len(fr):
+            Er[fr] = fifo_exact(r_read[fr], die_read[fr], plane_read[fr], g.t_read_ns, **kw)
+            if self.trace is not None:
+                self.trace.append(("plane", plane_read[fr], Er[fr] - g.t_read_ns, Er[fr]))
+        fc = np.flatnonzero(~cm)
+        if len(fc):
+            Ec[fc] = fifo_exact(cr[fc], cd[fc], cp[fc], cs[fc], **kw)
+            if self.trace is not None:
+                self.trace.append(("plane", cp[fc], Ec[fc] - cs[fc], Ec[fc]))
+        if mixed.any():
+            ri = np.flatnonzero(rm)
+            ci = np.flatnonzero(cm)
+            kind = np.concatenate([np.zeros(len(ri), np.uint8), ck[ci]])
+            ready = np.concatenate([r_read[ri], cr[ci]])
+            order = np.argsort(ready, kind="stable")     # reads first at equal ready (seq order)
+            pl = np.concatenate([plane_read[ri], cp[ci]])[order]
+            dd = np.concatenate([die_read[ri], cd[ci]])[order]
+            sv = np.concatenate([np.full(len(ri), g.t_read_ns, np.int64), cs[ci]])[order]
+            carry = self.slots.as_dict(mixed)
+            start, end = eventsim.simulate(kind[order], ready[order], pl, dd, sv, t_cmd=g.t_cmd_ns,
+                                           queue_depth=g.queue_depth, plane_free=self.plane_free,
+                                           die_carry=carry)
+            self.n["event_batches"] += 1
+            self.n["event_dies"] += int(mixed.sum())
+            if self.trace is not None:
+                self.trace.append(("plane", pl, start, end))
+            cd_old = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
+            ct_old = np.array([t for ts in carry.values() for t in ts], np.int64)
+            self.slots.put(np.concatenate([cd_old, dd]), np.concatenate([ct_old, end]), self.horizon)
+            e = np.empty(len(order), np.int64)
+            e[order] = end
+            Er[ri] = e[:len(ri)]
+            Ec[ci] = e[len(ri):]
+        self._cmd_end = Ec
+        return Er
 
     # ------------------------------------------------------------------ writes (mixed path)
-    def _serve_mixed(self, a, req, lpn, slo, shi, top, ta, is_read, done_req, serial):
+    def _serve_mixed(self, ta, lpn, slo, shi, top, seq, tser):
         g = self.g
         t_cmd = g.t_cmd_ns
-        nt = len(req)
-        media = is_read.copy()           # transaction needs a media read
-        media |= top == OP_ATOMIC
-        special = ~is_read               # stores and atomics
-        touched = set(lpn[special].tolist()) | set(self.buf)
+        nt = len(lpn)
+        nsec = shi - slo
+        is_st = (top == OP_STORE) | (top == OP_ATOMIC)
+        is_rd = top != OP_STORE
+        media = is_rd.copy()                  # read parts that need a media read
+        full = nsec == SECTORS_PER_PAGE
+        special = np.zeros(nt, bool)           # write-buffer bookkeeping one at a time
+        partial_lp = lpn[is_st & ~full]
+        touched = set(partial_lp.tolist()) | set(self.buf)
         if touched:
-            special |= np.isin(lpn, np.fromiter(touched, np.int64, len(touched)))
-        comp_req: list[int] = []
-        comp_t: list[int] = []
-        # internal commands created in order: (ready, seq_key, kind, plane, xfer, presense, owner tx)
-        icmds: list[tuple[int, int, int, int, int, bool, int]] = []
-        for i in np.flatnonzero(special).tolist():
-            t = int(ta[i])
-            lp = int(lpn[i])
-            o = int(top[i])
-            lo, hi = int(slo[i]), int(shi[i])
-            want = ((1 << (hi - lo)) - 1) << lo
-            if o != OP_STORE:                    # load / cp.async / atomic read part
+            special = np.isin(lpn, np.fromiter(touched, np.int64, len(touched)))
+        xst = self._xfer_by_sectors[nsec]
+        prog_tx: list[int] = []                 # transactions whose store fills a page
+        wb_hit = np.zeros(nt, bool)
+        if special.any():
+            for i in np.flatnonzero(special).tolist():
+                t = int(ta[i])
+                lp = int(lpn[i])
+                o = int(top[i])
+                lo, hi = int(slo[i]), int(shi[i])
+                want = ((1 << (hi - lo)) - 1) << lo
+                if o != OP_STORE:                    # load / cp.async / atomic read part
+                    e = self.buf.get(lp)
+                    if e is not None and (e[0] & want) == want:
+                        media[i] = False
+                        wb_hit[i] = True
+                    if o != OP_ATOMIC:
+                        continue
                 e = self.buf.get(lp)
-                if e is not None and (e[0] & want) == want:
-                    media[i] = False
-                    self.n["buffer_hits"] += 1
-                    comp_req.append(int(req[i]))
-                    comp_t.append(t + t_cmd)
-                if o != OP_ATOMIC:
-                    continue
-            self.n["stores"] += 1
-            self.n["write_bytes"] += (hi - lo) * SECTOR_BYTES
-            e = self.buf.get(lp)
-            if e is None:
-                e = self.buf[lp] = [0, t]
-                heapq.heappush(self._timers, (t + g.write_flush_timeout_ns, lp, t))
-            e[0] |= want
-            if e[0] == _FULL_MASK:
-                del self.buf[lp]
-                self._program(lp, t, SECTORS_PER_PAGE, False, icmds, owner=i)
-            else:
-                comp_req.append(int(req[i]))
-                comp_t.append(t + t_cmd)
-        if comp_req:
-            np.maximum.at(done_req, np.asarray(comp_req, np.int64), np.asarray(comp_t, np.int64))
-        # media reads + internal commands, in (ready, seq) order
-        rsel = np.flatnonzero(media)
-        self.n["read_bytes"] += int(((shi[rsel] - slo[rsel]) * SECTOR_BYTES).sum())
-        rch, rdie, rpl = self._where(lpn[rsel])
-        rx = self._xfer_by_sectors[shi[rsel] - slo[rsel]]
-        if not icmds:
-            tdone = self._schedule_reads(ta[rsel], rch, rdie, rpl, rx, serial[req[rsel]])
-            np.maximum.at(done_req, req[rsel], tdone)
-            return done_req
-        self._schedule_all(ta[rsel], rch, rdie, rpl, rx, icmds, done_req, req[rsel], req, serial)
-        return done_req
+                if e is None:
+                    e = self.buf[lp] = [0, t]
+                    heapq.heappush(self._timers, (t + g.write_flush_timeout_ns, lp, t))
+                e[0] |= want
+                if e[0] == _FULL_MASK:
+                    del self.buf[lp]
+                    prog_tx.append(i)
+        direct = np.flatnonzero(is_st & full & ~special)
+        if prog_tx:
+            ptx = np.sort(np.concatenate([direct, np.asarray(prog_tx, np.int64)]))
+        else:
+            ptx = direct
+        nst = int(is_st.sum())
+        self.n["stores"] += nst
+        self.n["write_bytes"] += int(nsec[is_st].sum()) * SECTOR_BYTES
+        nwb = int(wb_hit.sum())
+        self.n["write_buffer_hits"] += nwb
+        # programs: ready when the filling store's data is in (idle data-in end)
+        cmds = self._programs(lpn[ptx], ta[ptx] + t_cmd + xst[ptx], np.zeros(len(ptx), bool)) if len(ptx) else None
+        # media reads
+        ri = np.flatnonzero(media)
+        ch, die, plane = self._where(lpn)
+        self.n["read_bytes"] += int(nsec[is_rd].sum()) * SECTOR_BYTES
+        si = np.flatnonzero(is_st)
+        inval = (plane[si], lpn[si], seq[si] + 1) if len(si) else None
+        items = []
+        if len(ri) or cmds is not None:
+            rit = self._reads(ta[ri], lpn[ri], ch[ri], die[ri], plane[ri], xst[ri], seq[ri], tser[ri], inval, cmds)
+            items.append((ri, rit))
+        if cmds is not None and not len(ri):
+            pass
+        # write-buffer hits: data ready at arrival + t_cmd
+        wi = np.flatnonzero(wb_hit)
+        if len(wi):
+            early = ta[wi] + t_cmd
+            items.append((wi, {"ch": ch[wi], "rd": early, "x": xst[wi], "seq": seq[wi], "serial": tser[wi],
+                               "q0": early}))
+        # store data-in
+        if len(si):
+            early = ta[si] + t_cmd
+            items.append((si, {"ch": ch[si], "rd": early, "x": xst[si], "seq": seq[si] + 1, "serial": tser[si],
+                               "q0": early}))
+        if len(items) == 1:
+            idx, it = items[0]
+        else:
+            idx = np.concatenate([p[0] for p in items])
+            it = {k: np.concatenate([p[1][k] for p in items]) for k in self._DQ_KEYS}
+        d = self._channel_stage(it)
+        # a transaction's completion: the later of its parts (0 = deferred part)
+        done = np.zeros(nt, np.int64)
+        np.maximum.at(done, idx, d)
+        if len(si) and is_rd[si].any():
+            # an atomic with a deferred read part stays pending even if its store part is decided
+            dz = np.zeros(nt, bool)
+            dz[idx[d == 0]] = True
+            done[dz] = 0
+        return done
 
-    def _program(self, lp: int, t: int, nsect: int, presense: bool, icmds: list, owner: int) -> None:
+    def _programs(self, lpns, ready, presense):
+        """FTL programs of pages (with the GC they trigger) -> array commands (kind, ready, plane,
+        service), in (ready, creation) order."""
         g = self.g
-        plane, _, ops = self.ftl.program(lp)
-        self.n["programs"] += 1
-        icmds.append((t, PROG, plane, int(self._xfer_by_sectors[nsect]), presense, owner))
-        for kind, p in ops:
-            if kind == "copyback":
-                self.n["copybacks"] += 1
-                icmds.append((t, COPYBACK, p, 0, False, -1))
-            else:
-                self.n["erases"] += 1
-                icmds.append((t, ERASE, p, 0, False, -1))
+        t_prog = g.t_prog_ns
+        planes, gc = self.ftl.program_many(lpns)
+        n = len(planes)
+        self.n["programs"] += n
+        kinds = np.full(n, PROG, np.uint8)
+        rdy = np.asarray(ready, np.int64)
+        svc = t_prog + np.where(np.asarray(presense, bool), g.t_read_ns, 0).astype(np.int64)
+        if gc:
+            # GC commands follow their program, at its ready time
+            k_l, r_l, p_l, s_l, pos_l = [], [], [], [], []
+            for i, ops in gc.items():
+                for kind, p in ops:
+                    if kind == "copyback":
+                        self.n["copybacks"] += 1
+                        k_l.append(COPYBACK)
+                        s_l.append(g.t_read_ns + t_prog)
+                    else:
+                        self.n["erases"] += 1
+                        k_l.append(ERASE)
+                        s_l.append(g.t_erase_ns)
+                    r_l.append(int(rdy[i]))
+                    p_l.append(p)
+                    pos_l.append(i)
+            pos = np.concatenate([np.arange(n, dtype=np.float64), np.asarray(pos_l, np.float64) + 0.5])
+            co = np.argsort(pos, kind="stable")
+            kinds = np.concatenate([kinds, np.asarray(k_l, np.uint8)])[co]
+            rdy = np.concatenate([rdy, np.asarray(r_l, np.int64)])[co]
+            planes = np.concatenate([planes, np.asarray(p_l, np.int64)])[co]
+            svc = np.concatenate([svc, np.asarray(s_l, np.int64)])[co]
+        if n > 1 and not bool((rdy[1:] >= rdy[:-1]).all()):
+            o = np.argsort(rdy, kind="stable")
+            return kinds[o], rdy[o], planes[o], svc[o]
+        return kinds, rdy, planes, svc
 
-    def _schedule_all(self, rready, rch, rdie, rpl, rx, icmds, done_req, rreq, req, serial):
-        """Reads plus internal commands: event scheduler on channels with internal commands,
-        Lindley on the rest."""
-        g = self.g
-        dpc = g.dies_per_channel * g.planes_per_die
-        ik = np.array([c[1] for c in icmds], np.uint8)
-        it = np.array([c[0] for c in icmds], np.int64)
-        ipl = np.array([c[2] for c in icmds], np.int64)
-        ix = np.array([c[3] for c in icmds], np.int64)
-        ipre = np.array([c[4] for c in icmds], bool)
-        iown = np.array([c[5] for c in icmds], np.int64)
-        ich = ipl // dpc
-        idie = ipl // g.planes_per_die
-        slow = np.unique(ich)
-        rs = np.isin(rch, slow)
-        fast_i = np.flatnonzero(~rs)
-        if len(fast_i):
-            tdone = self._schedule_reads(rready[fast_i], rch[fast_i], rdie[fast_i], rpl[fast_i], rx[fast_i],
-                                         serial[rreq[fast_i]])
-            np.maximum.at(done_req, rreq[fast_i], tdone)
-        slow_i = np.flatnonzero(rs)
-        self.n["page_reads"] += len(slow_i)
-        # merge reads (seq = their order) and internal commands; internal ones at equal ready time
-        # come after the reads that arrived at that instant
-        kind = np.concatenate([np.zeros(len(slow_i), np.uint8), ik])
-        ready = np.concatenate([rready[slow_i], it])
-        order = np.argsort(ready, kind="stable")
-        cmds = Commands(kind=kind[order], ready=ready[order],
-                        plane=np.concatenate([rpl[slow_i], ipl])[order],
-                        die=np.concatenate([rdie[slow_i], idie])[order],
-                        chan=np.concatenate([rch[slow_i], ich])[order],
-                        xfer_ns=np.concatenate([rx[slow_i], ix])[order],
-                        presense=np.concatenate([np.zeros(len(slow_i), bool), ipre])[order])
-        done = self._event(cmds, slow)
-        ack = self._last_ack
-        self.n["event_batches"] += 1
-        inv = np.empty(len(order), np.int64)
-        inv[order] = np.arange(len(order))
-        nr = len(slow_i)
-        if nr:
-            np.maximum.at(done_req, rreq[slow_i], done[inv[:nr]])
-        own = iown >= 0
-        if own.any():
-            np.maximum.at(done_req, req[iown[own]], ack[inv[nr:]][own])
-        self.last_completion = max(self.last_completion, int(done.max()))
-        return int(done[inv[nr:]].max()) if len(icmds) else None
+    def _schedule_cmds(self, cmds) -> int:
+        """Array commands alone (flushes, refresh): returns the time the last one ends."""
+        if cmds is None or not len(cmds[0]):
+            return 0
+        self._array_ops(_E0, _E0, _E0, cmds)
+        end = self._cmd_end
+        self.last_completion = max(self.last_completion, int(end.max()))
+        return int(end.max())
 
     # ------------------------------------------------------------------ background work
     def refresh(self, lpns, at_ns: int) -> int:
         """Refresh (read-reclaim / retention) of logical pages at ``at_ns``: each page is sensed and
-        rewritten out of place (a program with a read-merge sense: tR, 4 KiB data-in, tPROG),
-        queued behind reads like GC, with the P/E and GC it causes. For the reliability service's
-        refresh plan; these are not requests and post no completion. Returns the time the last
-        of them finishes."""
+        rewritten out of place inside its plane (a program with a read-merge sense: tR + tPROG, no
+        channel), queued behind reads like GC, with the P/E and GC it causes. For the reliability
+        service's refresh plan; these are not requests and post no completion. Returns the time the
+        last of them finishes."""
         lp = np.asarray(lpns, np.int64).ravel()
         if len(lp) == 0:
             return int(at_ns)
@@ -730,34 +895,45 @@ class MediaEngine:
             raise MediaError("refresh of a page outside the media", max_page=int(lp.max()),
                              logical_pages=self.g.logical_pages)
         self._run_timers(int(at_ns))
-        icmds: list = []
-        for p in lp.tolist():
-            self._program(int(p), int(at_ns), SECTORS_PER_PAGE, True, icmds, owner=-1)
+        self._invalidate(lp)
+        cmds = self._programs(lp, np.full(len(lp), int(at_ns), np.int64), np.ones(len(lp), bool))
         self.n["refresh_pages"] += len(lp)
-        empty = np.zeros(0, np.int64)
-        return int(self._schedule_all(empty, empty, empty, empty, empty, icmds, empty, empty, empty, empty))
+        return self._schedule_cmds(cmds)
+
+    def _invalidate(self, lpns) -> None:
+        """Drop rewritten pages from the page buffers (between batches)."""
+        _, _, plane = self._where(lpns)
+        hitm = self.bpage[plane] == lpns[:, None]
+        if not hitm.any():
+            return
+        for p in np.unique(plane[hitm.any(axis=1)]).tolist():
+            gone = set(lpns[plane == p].tolist())
+            keep = [(int(a), int(b)) for a, b in zip(self.bpage[p], self.bready[p]) if a >= 0 and int(a) not in gone]
+            self.bpage[p] = -1
+            self.bready[p] = 0
+            for c, (a, b) in enumerate(keep):
+                self.bpage[p, c] = a
+                self.bready[p, c] = b
 
     # ------------------------------------------------------------------ timers (rare events)
     def _run_timers(self, before: int) -> None:
         """Flush partial pages whose timeout is due before ``before``."""
         if not self._timers or self._timers[0][0] >= before:
             return
-        icmds: list = []
+        lps, dues, pres = [], [], []
         while self._timers and self._timers[0][0] < before:
             due, lp, first = heapq.heappop(self._timers)
             e = self.buf.get(lp)
             if e is None or e[1] != first:
                 continue                        # that buffer entry was already programmed
             del self.buf[lp]
-            nsect = bin(e[0]).count("1")
-            presense = lp in self.ftl.l2p       # merge the rest of the page from its old copy
             self.n["flush_programs"] += 1
-            self._program(lp, due, nsect, presense, icmds, owner=-1)
-        if icmds:
-            icmds.sort(key=lambda c: c[0])
-            empty = np.zeros(0, np.int64)
-            dummy = np.zeros(0, np.int64)
-            self._schedule_all(empty, empty, empty, empty, empty, icmds, dummy, empty, empty, empty)
+            lps.append(lp)
+            dues.append(due)
+            pres.append(lp in self.ftl.l2p)     # merge the rest of the page from its old copy
+        if lps:
+            cmds = self._programs(np.asarray(lps, np.int64), np.asarray(dues, np.int64), np.asarray(pres, bool))
+            self._schedule_cmds(cmds)
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict[str, Any]:
@@ -783,6 +959,7 @@ class MediaEngine:
             "byte_write_amplification": ((self.ftl.host_programs + self.ftl.gc_copies) * PAGE_BYTES
                                          / self.n["write_bytes"]) if self.n["write_bytes"] else None,
             "write_buffer_pages": len(self.buf),
-            "undecided_transfers": 0 if self._dq is None else len(self._dq["ch"]),
+            "page_buffers_per_plane": g.page_buffers_per_plane,
+            "undecided_transfers": sum(len(c["rd"]) for c in self._dq),
             "mapped_pages": len(self.ftl.l2p),
         }

@@ -113,6 +113,56 @@ class Ftl:
             ops = self._gc(plane)
         return plane, ppn, ops
 
+    def program_many(self, lpns) -> tuple[np.ndarray, dict[int, list[tuple[str, int]]]]:
+        """``program`` of every page of ``lpns`` in order (the same mapping, counts and GC), in bulk
+        where it can: a plane's pages that fit its open block, none of them twice, take consecutive
+        pages of it. Returns (home plane per page, {index: GC operations} for pages that caused GC)."""
+        lp = np.asarray(lpns, np.int64)
+        C, D, P = self._C, self._D, self._P
+        planes = ((lp % C) * D + (lp // C) % D) * P + (lp // (C * D)) % P
+        ops_out: dict[int, list[tuple[str, int]]] = {}
+        n = len(lp)
+        if n == 0:
+            return planes, ops_out
+        o = np.argsort(planes, kind="stable")
+        ps = planes[o]
+        brk = np.flatnonzero(np.diff(ps)) + 1
+        starts = [0] + brk.tolist()
+        ends = brk.tolist() + [n]
+        ol = o.tolist()
+        lpl = lp.tolist()
+        psl = ps.tolist()
+        l2p = self.l2p
+        get = l2p.get
+        ppb = self.ppb
+        for s0, s1 in zip(starts, ends):
+            plane = psl[s0]
+            idxs = ol[s0:s1]
+            k = s1 - s0
+            op = self._open.get(plane)
+            pages = [lpl[i] for i in idxs]
+            if op is None or op[1] + k > ppb or self._in_gc or (k > 1 and len(set(pages)) != k):
+                for i in idxs:
+                    _, _, ops = self.program(lpl[i])
+                    if ops:
+                        ops_out[i] = ops
+                continue
+            b, pg0 = op
+            op[1] += k
+            for x, old in zip(pages, [get(x) for x in pages]):
+                if old is not None:
+                    ob, opg = divmod(old, ppb)
+                    self.p2l[ob][opg] = -1
+                    self._valid[ob] -= 1
+                    if not self._valid[ob] and self._state[ob] == CLOSED:
+                        del self.p2l[ob]
+            base = b * ppb + pg0
+            l2p.update(zip(pages, range(base, base + k)))
+            self.p2l[b][pg0:pg0 + k] = pages
+            self._valid[b] += k
+            self.host_programs += k
+        return planes, ops_out
+
     def _gc(self, plane: int) -> list[tuple[str, int]]:
         ops: list[tuple[str, int]] = []
         self._in_gc = True

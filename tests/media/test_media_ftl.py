@@ -15,16 +15,17 @@ def test_sixteen_partial_writes_make_one_program():
     c = e.drain()
     m = dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))
     assert e.n["programs"] == 1 and e.ftl.host_programs == 1
-    assert all(m[i] == g.t_cmd_ns for i in range(15))     # buffered
-    assert m[15] == g.t_cmd_ns + g.transfer_ns(4096)       # the filling store waits for the data-in
-    # a read of buffered sectors is served from the buffer before the page fills
+    # every store completes when its own 256 B have crossed the channel (semantics v2)
+    assert all(m[i] == g.t_cmd_ns + g.transfer_ns(256) for i in range(16))
+    assert e.stats()["channel_busy_ns"][5 % g.channels] == 16 * g.transfer_ns(256)
+    # a read of buffered sectors is served from the write buffer before the page fills
     e2 = MediaEngine(g)
     e2.submit(batch([(0, 0, 256, 1), (5, 0, 128, 0), (6, 0, 512, 0)]))
     c2 = e2.drain()
     m2 = dict(zip(c2["id"].tolist(), c2["modeled_ns"].tolist()))
-    assert m2[1] == g.t_cmd_ns                               # hit
+    assert m2[1] == g.t_cmd_ns + g.transfer_ns(128)          # write-buffer hit: no tR
     assert m2[2] >= g.t_cmd_ns + g.t_read_ns                 # not all sectors buffered: media read
-    assert e2.n["programs"] == 0
+    assert e2.n["programs"] == 0 and e2.n["write_buffer_hits"] == 1
 
 
 def test_partial_page_is_flushed_by_timeout_with_read_merge():
@@ -104,8 +105,8 @@ def test_refresh_rewrites_out_of_place_and_delays_reads_on_that_plane():
     old = e.ftl.lookup(7)
     end = e.refresh([7], 10_000)
     assert e.ftl.lookup(7) != old and e.n["refresh_pages"] == 1
-    # sense tR, data-in 4 KiB, program tPROG, after t_cmd
-    assert end == 10_000 + g.t_cmd_ns + g.t_read_ns + g.transfer_ns(4096) + g.t_prog_ns
+    # inside the plane after t_cmd: sense tR, program tPROG (semantics v2: no channel)
+    assert end == 10_000 + g.t_cmd_ns + g.t_read_ns + g.t_prog_ns
     e.submit(batch([(10_001, 7 * 4096, 4096, 0)]))       # same plane: waits for the refresh program
     m = e.drain()["modeled_ns"].tolist()
     assert m[-1] == end + g.t_read_ns + g.transfer_ns(4096) - 10_001

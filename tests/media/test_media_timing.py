@@ -1,5 +1,6 @@
-"""Timing of the NAND media engine: exact single-op formulas, hand-computed contention, an
-exact-FCFS reference on random streams, queue depth, priority, and scheduling properties."""
+"""Timing of the NAND media engine (semantics v2): exact single-op formulas, hand-computed
+contention, page buffers and sense coalescing, an exact time-stepped reference on random read and
+mixed streams, queue depth, priority, batching, and scheduling properties."""
 from __future__ import annotations
 
 import numpy as np
@@ -112,7 +113,9 @@ def test_queue_depth_changes_latency_under_load():
 
 def _ref(g, rows):
     return refsim.simulate(rows, C=g.channels, D=g.dies_per_channel, P=g.planes_per_die, t_cmd=g.t_cmd_ns,
-                           t_read=g.t_read_ns, xfer_ns=g.transfer_ns, queue_depth=g.queue_depth)
+                           t_read=g.t_read_ns, xfer_ns=g.transfer_ns, queue_depth=g.queue_depth,
+                           page_buffers=g.page_buffers_per_plane, t_prog=g.t_prog_ns,
+                           flush_timeout=g.write_flush_timeout_ns)
 
 
 @settings(max_examples=60, deadline=None)
@@ -160,123 +163,152 @@ def test_batches_that_do_not_overlap_equal_one_batch():
 def test_read_has_priority_over_a_waiting_program():
     g = geom()
     s = same_plane_stride(g)
-    # t=0: full-page store to page 0 -> program P1 on plane 0 (data-in 3..11, program 11..211)
-    # t=1: full-page store to page s -> program P2 on plane 0, waits
-    # t=2: read of page 2s -> plane 0; must go before P2 when P1 ends at 211
-    e, m = run(g, [(0, 0, 4096, 1), (1, s, 4096, 1), (2, 2 * s, 4096, 0)])
+    # t=0: full-page store to page 0: data-in 3..11 (acknowledged), program P1 reaches the die at
+    #      11 (its data is in), the plane at 14: busy 14..214
+    # t=1: full-page store to page s (same plane): data-in 11..19, P2 at the die at 12, plane 15: waits
+    # t=20: read of page 2s (same plane): at the plane at 23, waits; at 214 it goes before P2
+    e, m = run(g, [(0, 0, 4096, 1), (1, s, 4096, 1), (20, 2 * s, 4096, 0)])
     assert m[0] == 3 + 8                       # acknowledged when the data is in the die
-    assert m[2] == 211 + 30 + 8 - 2            # sense 211..241, transfer 241..249
-    # P2 gets the plane at 241; its data-in waits for the read's transfer (read first): 249..257
-    assert m[1] == 257 - 1
-    assert e.n["programs"] == 2
+    assert m[1] == 19 - 1
+    assert m[2] == 214 + 30 + 8 - 20           # sense 214..244, transfer 244..252
+    assert e.n["programs"] == 2 and e.n["event_batches"] == 1
+    assert [m[i] + r[0] for i, r in enumerate([(0,), (1,), (20,)])] == _ref(
+        g, [(0, 0, 4096, 1), (1, s, 4096, 1), (20, 2 * s, 4096, 0)])
 
 
-@settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 120), span=st.sampled_from([10, 500, 5000]),
-       qd=st.sampled_from([1, 4, 1000]), pwrite=st.sampled_from([0.0, 0.3, 0.8]))
-def test_properties_on_random_mixed_streams(seed, n, span, qd, pwrite):
-    rng = np.random.default_rng(seed)
-    g = geom(queue_depth=qd)
-    e = MediaEngine(g, trace=True)
-    a = np.sort(rng.integers(0, span, n))
-    page = rng.integers(0, g.logical_pages, n)
-    off = rng.integers(0, 64, n) * 64
-    nb = rng.choice([64, 256, 4096], n)
-    nb = np.minimum(nb, 4096 - off)
-    op = np.where(rng.random(n) < pwrite, rng.choice([1, 2], n), rng.choice([0, 3], n))
-    rows = [(int(a[i]), int(page[i] * 4096 + off[i]), int(nb[i]), int(op[i])) for i in range(n)]
-    # submit in a few batches, then let the write buffer flush
-    cuts = sorted(set(rng.integers(0, n, 3).tolist()) | {0, n})
-    for lo, hi in zip(cuts, cuts[1:]):
-        b = batch(rows[lo:hi])
-        b["id"] += lo
-        e.submit(b)
-    e.advance(int(a.max()) + 10 * g.write_flush_timeout_ns)
-    c = e.drain()
-    assert sorted(c["id"].tolist()) == list(range(n))
-    m = dict(zip(c["id"].tolist(), c["modeled_ns"].astype(np.int64).tolist()))
-    for i, (_, _, nbytes, o) in enumerate(rows):
-        if o in (0, 3):
-            assert m[i] >= g.t_cmd_ns       # a buffer hit costs t_cmd, a media read more
-        else:
-            assert m[i] >= g.t_cmd_ns
-    # per-resource busy intervals never overlap
-    for kind in ("plane", "channel"):
-        parts = [(r, s_, e_) for k, r, s_, e_ in e.trace if k == kind]
-        if not parts:
-            continue
-        res = np.concatenate([p[0] for p in parts])
-        s = np.concatenate([p[1] for p in parts])
-        en = np.concatenate([p[2] for p in parts])
-        assert (en > s).all()
-        o = np.lexsort((s, res))
-        res, s, en = res[o], s[o], en[o]
-        same = res[1:] == res[:-1]
-        assert (s[1:][same] >= en[:-1][same]).all(), kind
-    e.ftl.check()
-
-
-def test_media_read_never_faster_than_minimum_service():
-    rng = np.random.default_rng(9)
-    g = geom(queue_depth=2)
-    rows = _random_reads(rng, g, 200, 500)
-    _, m = run(g, rows)
-    for i, (a, addr, nb) in enumerate(rows):
-        lo = addr % 4096
-        first_page_bytes = ((min(lo + nb, 4096) + 63) // 64 - lo // 64) * 64
-        assert m[i] >= g.t_cmd_ns + g.t_read_ns + g.transfer_ns(first_page_bytes)
-
-
-@pytest.mark.parametrize("gap", [0, 2, 20])
-def test_bandwidth_never_exceeds_geometry(gap):
-    rng = np.random.default_rng(gap)
-    g = geom(queue_depth=1000)
-    n = 3000
-    rows = [(i * gap, int(p) * 4096, 4096) for i, p in enumerate(rng.integers(0, g.logical_pages, n))]
+def test_eight_sector_reads_of_one_page_sense_once():
+    """8 x 512 B reads of one 4 KiB page arriving together: one sense, the other seven wait for it
+    (coalesced), transfers of 512 B each, serialized on the channel."""
+    g = geom()
+    rows = [(0, 3 * 4096 + 512 * k, 512) for k in range(8)]
     e, m = run(g, rows)
-    done = max(m[i] + rows[i][0] for i in range(n))
-    makespan = done - rows[0][0]
-    bw = n * 4096 / (makespan * 1e-9)
-    assert bw <= g.aggregate_bytes_per_s and bw <= g.read_bound_bytes_per_s
-    st_ = e.stats()
-    assert all(0 <= u <= 1.0 for u in st_["channel_utilization"])
-    if gap == 0:   # saturated: close to the geometry's bound
-        assert bw > 0.8 * g.read_bound_bytes_per_s
+    x = g.transfer_ns(512)
+    assert [m[k] for k in range(8)] == [g.t_cmd_ns + g.t_read_ns + (k + 1) * x for k in range(8)]
+    assert e.n["senses"] == 1 and e.n["coalesced_reads"] == 7 and e.n["buffer_hits"] == 0
+    assert e.stats()["channel_busy_ns"][3 % g.channels] == 8 * x      # only the asked bytes crossed
+    # a later read of the page: buffered, no tR
+    e.submit(batch([(1000, 3 * 4096, 64)]))
+    c = e.drain()
+    assert c["modeled_ns"].tolist() == [g.t_cmd_ns + g.transfer_ns(64)]
+    assert e.n["senses"] == 1 and e.n["buffer_hits"] == 1
 
 
-@settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 50), span=st.sampled_from([1, 60, 500]),
-       qd=st.sampled_from([1, 2, 5, 1000]))
-def test_event_scheduler_agrees_with_reference_on_reads(seed, n, span, qd):
-    """The exact event scheduler (used for channels with programs/GC) on read-only streams."""
-    from hbfd.media import eventsim
-    rng = np.random.default_rng(seed)
-    g = geom(queue_depth=qd)
-    a = np.sort(rng.integers(0, span, n))
-    page = rng.integers(0, 4 * g.planes, n)
-    nb = rng.choice([64, 640, 4096], n)
-    rows = [(int(a[i]), int(page[i]) * 4096, int(nb[i])) for i in range(n)]
+def test_read_arriving_during_the_sense_waits_for_it():
+    g = geom()
+    e, m = run(g, [(0, 0, 4096), (10, 64, 64)])
+    assert m[0] == 3 + 30 + 8
+    assert m[1] == (33 + 8 + 1) - 10           # data ready at the sense end 33; channel free at 41
+    assert e.n["senses"] == 1 and e.n["coalesced_reads"] == 1
+
+
+def test_third_page_on_a_plane_evicts_the_least_recently_used():
+    g = geom()
+    s = same_plane_stride(g)
+    one = g.t_cmd_ns + g.transfer_ns(64)       # a buffered read
     e = MediaEngine(g)
-    ch, die, plane = e._where(page.astype(np.int64))
-    cmds = eventsim.Commands(kind=np.zeros(n, np.uint8), ready=a.astype(np.int64), plane=plane, die=die, chan=ch,
-                             xfer_ns=np.array([g.transfer_ns(int(b)) for b in nb], np.int64),
-                             presense=np.zeros(n, bool))
-    done, *_ = eventsim.simulate(cmds, t_cmd=g.t_cmd_ns, t_read=g.t_read_ns, t_prog=g.t_prog_ns,
-                                 t_erase=g.t_erase_ns, queue_depth=qd, plane_free=np.zeros(g.planes, np.int64),
-                                 chan_free=np.zeros(g.channels, np.int64), die_carry={})
-    assert done.tolist() == _ref(g, rows)
+    rows = [(0, 0, 64), (1000, s, 64), (2000, 0, 64),      # buffers: page 0 (MRU), page s
+            (3000, 2 * s, 64),                             # miss: evicts page s (LRU), not page 0
+            (4000, 0, 64), (5000, s, 64)]
+    e.submit(batch(rows))
+    c = e.drain()
+    m = dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))
+    assert m[2] == one and m[4] == one
+    assert m[3] == g.single_read_ns(64) and m[5] == g.single_read_ns(64)
+    assert e.n["senses"] == 4 and e.n["buffer_hits"] == 2
+    # with one buffer per plane, page 0 is gone after page s
+    _, m1 = run(geom(page_buffers_per_plane=1), rows[:3])
+    assert m1[2] == g.single_read_ns(64)
+
+
+def test_a_store_invalidates_the_buffered_page():
+    g = geom()
+    e = MediaEngine(g)
+    e.submit(batch([(0, 0, 4096, 0), (1000, 0, 64, 0)]))          # sensed, then buffered
+    b = batch([(2000, 128, 64, 1), (2500, 4096, 64, 0)])          # a store to the page (a batch with
+    b["id"] += 2                                                  # no read of that plane)
+    e.submit(b)
+    b = batch([(3000, 0, 64, 0)])                                 # then a read of the page
+    b["id"] += 4
+    e.submit(b)
+    c = e.drain()
+    m = dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))
+    assert m[1] == g.t_cmd_ns + g.transfer_ns(64)                 # buffer hit
+    assert m[2] == g.t_cmd_ns + g.transfer_ns(64)                 # store: its 64 B data-in
+    assert m[4] == g.single_read_ns(64)                           # senses again (sector 0 not stored)
+    assert e.n["senses"] == 3 and e.n["buffer_hits"] == 1 and e.n["stores"] == 1
+    # the same read with its sector in the write buffer is served from the write buffer
+    b = batch([(4000, 0, 64, 1), (5000, 0, 64, 0)])
+    b["id"] += 5
+    e.submit(b)
+    c = e.drain()
+    m = dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))
+    assert m[6] == g.t_cmd_ns + g.transfer_ns(64) and e.n["write_buffer_hits"] == 1
+
+
+def _random_mixed(rng, g, n, span, pwrite, npages):
+    a = np.sort(rng.integers(0, span, n))
+    page = rng.integers(0, npages, n)
+    off = rng.integers(0, 64, n) * 64
+    nb = np.minimum(rng.choice([64, 256, 2048, 4096], n), 4096 - off)
+    full = rng.random(n) < 0.5
+    off = np.where(full, 0, off)
+    nb = np.where(full, 4096, nb)
+    op = np.where(rng.random(n) < pwrite, rng.choice([1, 2], n, p=[0.8, 0.2]), rng.choice([0, 3], n))
+    return [(int(a[i]), int(page[i] * 4096 + off[i]), int(nb[i]), int(op[i])) for i in range(n)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 80), span=st.sampled_from([10, 300, 3000]),
+       qd=st.sampled_from([1, 2, 4, 1000]), pwrite=st.sampled_from([0.1, 0.3, 0.7]),
+       npages=st.sampled_from([8, 32, 64]), nbuf=st.sampled_from([1, 2, 2, 3]))
+def test_mixed_streams_agree_with_exact_reference(seed, n, span, qd, pwrite, npages, nbuf):
+    """Loads, cp.async, stores (partial and whole pages) and atomics on few pages (page-buffer hits,
+    coalescing, invalidation, write-buffer hits, programs with read priority)."""
+    rng = np.random.default_rng(seed)
+    g = geom(queue_depth=qd, page_buffers_per_plane=nbuf, write_flush_timeout_ns=10**8, blocks_per_plane=64)
+    rows = _random_mixed(rng, g, n, span, pwrite, npages)
+    e, m = run(g, rows)
+    assert e.ftl.gc_runs == 0
+    assert [m[i] + rows[i][0] for i in range(n)] == _ref(g, rows)
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 150), span=st.sampled_from([20, 300, 3000]),
-       qd=st.sampled_from([1, 3, 1000]), quiet=st.booleans())
-def test_any_batching_of_a_read_stream_gives_the_single_batch_result(seed, n, span, qd, quiet):
-    """Transfers that a later arrival could still overtake are decided only once it cannot, so
-    cutting a time-ordered read stream into batches (as the daemon's ring scans do) changes
-    nothing (collect after every submit, as the daemon does)."""
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 120), span=st.sampled_from([1, 60, 500]),
+       qd=st.sampled_from([1, 2, 5, 1000]))
+def test_event_scheduler_agrees_with_the_vectorized_die_stage(seed, n, span, qd):
+    """The exact event scheduler (dies with reads and programs) and the sorted-release form
+    (``diestage.fifo_exact``) on read senses alone: the same sense ends."""
+    from hbfd.media import diestage, eventsim
     rng = np.random.default_rng(seed)
     g = geom(queue_depth=qd)
+    a = np.sort(rng.integers(0, span, n)).astype(np.int64)
+    page = rng.integers(0, 4 * g.planes, n).astype(np.int64)
+    e = MediaEngine(g)
+    _, die, plane = e._where(page)
+    _, end = eventsim.simulate(np.zeros(n, np.uint8), a, plane, die, np.full(n, g.t_read_ns, np.int64),
+                               t_cmd=g.t_cmd_ns, queue_depth=qd, plane_free=np.zeros(g.planes, np.int64),
+                               die_carry={})
+    vec = diestage.fifo_exact(a, die, plane, g.t_read_ns, t_cmd=g.t_cmd_ns, queue_depth=qd, nplanes=g.planes,
+                              ndies=g.dies, plane_free=np.zeros(g.planes, np.int64),
+                              carry=diestage.DieCarry(g.dies, qd), horizon=0)
+    assert end.tolist() == vec.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 150), span=st.sampled_from([20, 300, 3000]),
+       qd=st.sampled_from([1, 3, 1000]), quiet=st.booleans(), npages=st.sampled_from([8, 32, 10**6]),
+       nbuf=st.sampled_from([1, 2, 3]))
+def test_any_batching_of_a_read_stream_gives_the_single_batch_result(seed, n, span, qd, quiet, npages, nbuf):
+    """Transfers that a later arrival could still overtake are decided only once it cannot, and
+    planes, die slots and page buffers carry their state, so cutting a time-ordered read stream
+    into batches (as the daemon's ring scans do) changes nothing (collect after every submit, as
+    the daemon does), buffer hits and coalesced reads included."""
+    rng = np.random.default_rng(seed)
+    g = geom(queue_depth=qd, page_buffers_per_plane=nbuf)
     rows = _random_reads(rng, g, n, span)
+    if npages < 10**6:   # few distinct pages: many buffer hits and coalesced reads across cuts
+        rows = [(a, (addr // 4096 % npages) * 4096 + addr % 4096, nb) for a, addr, nb in rows]
+        rows = [(a, addr, min(nb, 4096 - addr % 4096)) for a, addr, nb in rows]
     _, m_all = run(g, rows)
     e = MediaEngine(g)
     cuts = sorted(set(rng.integers(1, n, 4).tolist()) | {0, n})
@@ -295,6 +327,7 @@ def test_any_batching_of_a_read_stream_gives_the_single_batch_result(seed, n, sp
     m = dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))
     if not quiet:
         assert m == m_all
+        assert [m[i] + rows[i][0] for i in range(n)] == _ref(g, rows)
     else:   # decided early: never earlier than the exact schedule would have served it... and causal
         for i, (a, addr, nb) in enumerate(rows):
-            assert m[i] >= g.t_cmd_ns + g.t_read_ns + 1
+            assert m[i] >= g.t_cmd_ns + 1
