@@ -680,8 +680,9 @@ class MediaEngine:
             nco = int((rb[hitm] > early[hitm]).sum())
             self.n["coalesced_reads"] += nco
             self.n["buffer_hits"] += nh - nco
+        E1 = E if n else np.zeros(1, np.int64)   # a part without reads refers to no read (sr < 0 everywhere)
         for up, sp, sr in states:
-            rv = np.where(sr >= 0, E[np.maximum(sr, 0)], pready[np.clip(-1 - sr, 0, len(pready) - 1)]
+            rv = np.where(sr >= 0, E1[np.maximum(sr, 0)], pready[np.clip(-1 - sr, 0, len(pready) - 1)]
                           if len(pready) else 0)
             self.bpage[up] = sp
             self.bready[up] = np.where(sp >= 0, rv, 0)
