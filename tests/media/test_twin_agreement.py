@@ -235,12 +235,14 @@ def test_twin_equals_engine_exactly_where_the_semantics_coincide():
 
 
 V2 = pytest.mark.xfail(strict=True, reason="engine v2 not merged")
+V2_MIXED = pytest.mark.xfail(strict=True, reason="engine v2 not merged (after it p99 may still differ: a read queued "
+                             "behind a program holds the device's arrival-order channel, bench/media_crosscheck.py)")
 AGREEMENT = [
     pytest.param("sequential", 0.25, 4000, {}, marks=V2),
     pytest.param("strided", 0.5, 4000, {}),
     pytest.param("random", 0.1, 3000, {}),
     pytest.param("moe", 0.25, 4000, {"experts": 16, "expert_bytes": 1 << 20}, marks=V2),
-    pytest.param("mixed", 0.05, 4000, {"write_fraction": 0.05}, marks=V2),
+    pytest.param("mixed", 0.05, 4000, {"write_fraction": 0.05}, marks=V2_MIXED),
 ]
 
 
