@@ -1,0 +1,265 @@
+"""The device-model twin (hbfd/media/twin.py): equal to the literal scalar reference (twin_ref.py),
+batching-invariant, hand-computed cases of media semantics v2, and its agreement with the CPU
+media engine on small versions of the cross-check streams (bench/media_crosscheck.py)."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from twin_ref import device_model
+
+from hbfcommon.errors import ConfigError
+from hbfd.media.crosscheck import TOLERANCE, compare, run_engine, run_twin
+from hbfd.media.geometry import MediaError, MediaGeometry
+from hbfd.media.streams import KINDS, bound_bytes_per_s, channel_bytes, make_stream
+from hbfd.media.twin import DeviceModelTwin
+
+LOAD, STORE, ATOMIC, CPASYNC = 0, 1, 2, 3
+
+
+def geom(C=2, D=2, B=2, P=2, t_cmd=50, t_read=1000, t_prog=3000, cbps=1_000_000_000, **kw):
+    return MediaGeometry(channels=C, dies_per_channel=D, planes_per_die=B, blocks_per_plane=16, pages_per_block=8,
+                         channel_bytes_per_s=cbps, t_read_ns=t_read, t_prog_ns=t_prog, t_erase_ns=10_000,
+                         t_cmd_ns=t_cmd, page_buffers_per_plane=P, over_provisioning=0.3, **kw)
+
+
+# one page per plane index: with C = D = B = 2 page n lives on plane ((n%2)*2 + (n//2)%2)*2 + (n//4)%2,
+# so pages 0, 8, 16, ... share plane 0 (and channel 0)
+SAME_PLANE = 8
+
+
+def random_stream(rng, g, n, *, pages=10, p_ops=(0.5, 0.2, 0.1, 0.2), sorted_=False, thermal=False):
+    a = rng.integers(0, 20_000, n)
+    if sorted_:
+        a = np.sort(a)
+    addr = rng.integers(0, pages * 4096, n)
+    nb = np.minimum(rng.integers(1, 6000, n), g.capacity_bytes - addr)
+    op = rng.choice([LOAD, STORE, ATOMIC, CPASYNC], n, p=p_ops)
+    q = rng.choice([1_000_000, 500_000, 333_333, 0, 2_000_000], n) if thermal else np.full(n, 1_000_000)
+    return a, addr, nb, op, q
+
+
+def as_requests(a, addr, nb, op, q=None):
+    return [(int(a[i]), int(addr[i]), int(nb[i]), int(op[i])) + (() if q is None else (int(q[i]),))
+            for i in range(len(a))]
+
+
+# ---------------------------------------------------------------------------------------------
+# the twin equals the literal reference
+
+@pytest.mark.parametrize("seed", range(60))
+def test_twin_equals_scalar_reference(seed):
+    rng = np.random.default_rng(seed)
+    g = geom(C=int(rng.integers(1, 3)), D=int(rng.integers(1, 3)), B=int(rng.integers(1, 3)),
+             P=int(rng.integers(1, 3)), t_cmd=int(rng.integers(0, 100)))
+    n = int(rng.integers(1, 120))
+    p_ops = (1.0, 0, 0, 0) if seed % 4 == 0 else (0.5, 0.2, 0.1, 0.2)
+    a, addr, nb, op, q = random_stream(rng, g, n, pages=int(rng.integers(1, 14)), p_ops=p_ops,
+                                       thermal=seed % 3 == 0)
+    assert DeviceModelTwin(g).run(a, addr, nb, op, q).tolist() == device_model(g, as_requests(a, addr, nb, op, q))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_stepped_solver_equals_scalar_reference(seed, monkeypatch):
+    """The exact fallback for long write chains (forced after one fixed-point pass)."""
+    monkeypatch.setattr(DeviceModelTwin, "max_fixed_point_iterations", 1)
+    rng = np.random.default_rng(100 + seed)
+    g = geom(C=int(rng.integers(1, 3)), B=int(rng.integers(1, 3)), P=int(rng.integers(1, 3)))
+    a, addr, nb, op, q = random_stream(rng, g, 150, pages=8, p_ops=(0.4, 0.3, 0.1, 0.2), thermal=True)
+    tw = DeviceModelTwin(g)
+    assert tw.run(a, addr, nb, op, q).tolist() == device_model(g, as_requests(a, addr, nb, op, q))
+    assert tw.counts["stepped_channels"] >= 1
+
+
+def test_twin_equals_reference_on_a_long_write_chain():
+    """Stores far beyond what the planes sustain: the fixed point needs the stepped solver."""
+    g = geom(C=1, D=1, B=2, t_prog=50_000)
+    n = 400
+    rng = np.random.default_rng(7)
+    op = np.where(rng.random(n) < 0.4, STORE, LOAD)
+    addr = np.where(op == STORE, 4096 * (64 + np.arange(n) % 8), 512 * (np.arange(n) % 64))
+    nb = np.where(op == STORE, 4096, 512)
+    a = np.arange(n) * 200
+    tw = DeviceModelTwin(g)
+    got = tw.run(a, addr, nb, op)
+    assert got.tolist() == device_model(g, as_requests(a, addr, nb, op))
+    assert tw.counts["stepped_channels"] == 1
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_batches_give_the_one_batch_result(seed):
+    rng = np.random.default_rng(1000 + seed)
+    g = geom(P=int(rng.integers(1, 3)), t_cmd=int(rng.integers(0, 100)))
+    n = int(rng.integers(2, 150))
+    a, addr, nb, op, q = random_stream(rng, g, n, sorted_=True, thermal=seed % 2 == 0)
+    one = DeviceModelTwin(g).run(a, addr, nb, op, q)
+    cuts = np.sort(rng.choice(np.arange(1, n), min(n - 1, int(rng.integers(1, 8))), replace=False))
+    tw, state, parts, ref = DeviceModelTwin(g), {}, [], []
+    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, n]):
+        parts.append(tw.run(a[lo:hi], addr[lo:hi], nb[lo:hi], op[lo:hi], q[lo:hi]))
+        ref += device_model(g, as_requests(a[lo:hi], addr[lo:hi], nb[lo:hi], op[lo:hi], q[lo:hi]), state)
+    assert np.concatenate(parts).tolist() == one.tolist() == ref
+    assert tw.plane_free.tolist() == state["plane_free"] and tw.chan_free.tolist() == state["chan_free"]
+
+
+def test_one_request_at_a_time_equals_one_batch():
+    rng = np.random.default_rng(5)
+    g = geom()
+    a, addr, nb, op, q = random_stream(rng, g, 80, sorted_=True)
+    one = DeviceModelTwin(g).run(a, addr, nb, op)
+    tw = DeviceModelTwin(g)
+    assert [int(tw.run(a[i:i + 1], addr[i:i + 1], nb[i:i + 1], op[i:i + 1])[0]) for i in range(80)] == one.tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# hand-computed cases (t_cmd 50, tR 1000, tPROG 3000, 1 GB/s: xfer(b) = b ns)
+
+def run1(g, reqs, q=1_000_000):
+    tw = DeviceModelTwin(g)
+    a, addr, nb, op = (np.array(x) for x in zip(*reqs))
+    return tw.run(a, addr, nb, op, q).tolist(), tw
+
+
+def test_eight_warp_reads_of_one_page_cost_one_sense():
+    done, tw = run1(geom(), [(0, 512 * k, 512, LOAD) for k in range(8)])
+    assert done == [50 + 1000 + 512 * (k + 1) for k in range(8)]      # one sense, then the channel
+    assert tw.counts["senses"] == 1 and tw.counts["hits"] == 7
+
+
+def test_a_read_of_a_page_being_sensed_waits_for_that_sense():
+    done, tw = run1(geom(), [(0, 0, 64, LOAD), (400, 64, 64, LOAD), (2000, 128, 64, LOAD)])
+    assert done == [1114, 1178, 2114]        # 2nd: ready at the 1st's sense end (1050) + channel; 3rd: buffered
+    assert tw.counts["senses"] == 1 and tw.counts["coalesced"] == 1
+
+
+def test_two_buffers_lru_by_use_and_eviction():
+    A, B_, C_ = 0, SAME_PLANE * 4096, 2 * SAME_PLANE * 4096            # three pages of one plane
+    t = [0, 10_000, 20_000, 30_000]
+    done, tw = run1(geom(), [(t[0], A, 64, LOAD), (t[1], B_, 64, LOAD), (t[2], A, 64, LOAD), (t[3], C_, 64, LOAD)])
+    assert tw.counts["senses"] == 3 and done[2] == t[2] + 50 + 64      # A hit (no tR)
+    done, tw = run1(geom(), [(t[0], A, 64, LOAD), (t[1], B_, 64, LOAD), (t[2], C_, 64, LOAD), (t[3], A, 64, LOAD)])
+    assert tw.counts["senses"] == 4 and done[3] == t[3] + 50 + 1000 + 64   # A was evicted by C
+    done, tw = run1(geom(P=1), [(t[0], A, 64, LOAD), (t[1], B_, 64, LOAD), (t[2], A, 64, LOAD)])
+    assert tw.counts["senses"] == 3                                     # one buffer: B evicts A
+
+
+def test_store_invalidates_the_buffer_and_holds_the_plane():
+    done, tw = run1(geom(), [(0, 0, 4096, LOAD), (10_000, 0, 64, STORE), (10_100, 0, 64, LOAD)])
+    assert done[0] == 50 + 1000 + 4096
+    assert done[1] == 10_000 + 50 + 64                                  # ack at the end of the data-in
+    # the page is no longer buffered; the plane programs ceil(3000 * 64 / 4096) = 47 ns after the data-in
+    assert done[2] == (10_114 + 47) + 1000 + 64
+    assert tw.counts["senses"] == 2
+
+
+def test_atomic_reads_then_writes_at_the_read_completion():
+    done, tw = run1(geom(), [(0, 0, 8, ATOMIC), (1200, 0, 8, LOAD)])
+    read_done = 50 + 1000 + 64
+    assert done[0] == read_done + 50 + 64                               # data-in at read completion + t_cmd
+    # the write invalidated the page and programs ceil(3000 * 64 / 4096) = 47 ns after its data-in
+    assert done[1] == (done[0] + 47) + 1000 + 64
+
+
+def test_thermal_half_rate_doubles_tr_and_transfer():
+    g = geom()
+    done, _ = run1(g, [(0, 0, 512, LOAD)], q=500_000)
+    assert done == [50 + 2 * 1000 + 2 * 512]                            # t_cmd is not scaled
+    done, _ = run1(g, [(0, 0, 64, LOAD)], q=300_000)
+    assert done == [50 + -(-1000 * 10 // 3) + -(-64 * 10 // 3)]        # ceil each
+
+
+def test_only_touched_sectors_cross_the_channel_and_a_request_ends_with_its_last_page():
+    done, tw = run1(geom(), [(0, 60, 8, LOAD)])                         # bytes 60..67: sectors 0 and 1
+    assert done == [50 + 1000 + 128]
+    done, tw = run1(geom(), [(0, 4096 - 64, 128, LOAD)])                # two pages on two channels
+    assert done == [50 + 1000 + 64] and tw.counts["transactions"] == 2
+
+
+def test_ties_go_in_input_order_and_results_come_back_in_input_order():
+    done, _ = run1(geom(), [(100, 0, 512, LOAD), (0, 512, 512, LOAD), (100, 1024, 512, LOAD)])
+    # one page: the a=0 request senses (50..1050) and transfers first; the two at a=100 hit, in input order
+    assert done == [1050 + 512 + 512, 1050 + 512, 1050 + 3 * 512]
+
+
+def test_bad_input_is_a_clear_error():
+    g = geom()
+    tw = DeviceModelTwin(g)
+    with pytest.raises(MediaError, match="op"):
+        tw.run([0], [0], [64], [7])
+    with pytest.raises(MediaError, match="address"):
+        tw.run([0], [g.capacity_bytes - 8], [64], [LOAD])
+    with pytest.raises(MediaError, match="bytes"):
+        tw.run([0], [0], [0], [LOAD])
+    with pytest.raises(MediaError, match="length"):
+        tw.run([0, 1], [0], [64], [LOAD])
+    with pytest.raises(ConfigError, match="page_buffers_per_plane"):
+        DeviceModelTwin(geom(P=3))
+
+
+# ---------------------------------------------------------------------------------------------
+# streams
+
+def test_streams_are_seeded_and_offer_the_asked_load():
+    g = geom(C=4, D=2, B=4)
+    for kind in KINDS:
+        kw = {"experts": 4, "expert_bytes": 64 << 10} if kind == "moe" else {}
+        b1 = make_stream(kind, g, 4000, load=0.5, arrivals="deterministic", seed=3, **kw)
+        b2 = make_stream(kind, g, 4000, load=0.5, arrivals="deterministic", seed=3, **kw)
+        assert (b1 == b2).all()
+        assert ((b1["media_address"] + b1["bytes"]) <= g.capacity_bytes).all()
+        cb = channel_bytes(b1)
+        wf = float(cb[b1["op"] == STORE].sum()) / float(cb.sum())
+        span = int(b1["arrival_ns"][-1] - b1["arrival_ns"][0])
+        offered = cb[:-1].sum() * 1e9 / span
+        assert offered == pytest.approx(0.5 * bound_bytes_per_s(g, wf), rel=0.01), kind
+    with pytest.raises(ConfigError, match="kind"):
+        make_stream("zigzag", g, 10)
+    with pytest.raises(ConfigError, match="stride"):
+        make_stream("strided", g, 10, stride=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# twin vs media engine
+
+SG1 = MediaGeometry(channels=8, dies_per_channel=1, planes_per_die=256, blocks_per_plane=128, pages_per_block=256,
+                    channel_bytes_per_s=48_000_000_000, t_read_ns=4000, t_prog_ns=600_000, t_erase_ns=3_500_000,
+                    t_cmd_ns=300, queue_depth=256, page_buffers_per_plane=2)
+
+
+def test_twin_equals_engine_exactly_where_the_semantics_coincide():
+    """Distinct pages, idle planes: data ready is monotone in arrival, so the device's arrival-order
+    channel and the engine's data-ready order are the same schedule."""
+    b = make_stream("strided", SG1, 5000, load=0.5, seed=2)
+    assert run_twin(SG1, b)[0].tolist() == run_engine(SG1, b)[0].tolist()
+
+
+V2 = pytest.mark.xfail(strict=True, reason="engine v2 not merged")
+V2_MIXED = pytest.mark.xfail(strict=True, reason="engine v2 not merged (after it p99 may still differ: a read queued "
+                             "behind a program holds the device's arrival-order channel, bench/media_crosscheck.py)")
+AGREEMENT = [
+    pytest.param("sequential", 0.25, 4000, {}, marks=V2),
+    pytest.param("strided", 0.5, 4000, {}),
+    pytest.param("random", 0.1, 3000, {}),
+    pytest.param("moe", 0.25, 4000, {"experts": 16, "expert_bytes": 1 << 20}, marks=V2),
+    pytest.param("mixed", 0.05, 4000, {"write_fraction": 0.05}, marks=V2_MIXED),
+]
+
+
+@pytest.mark.parametrize("kind,load,n,kw", AGREEMENT)
+@pytest.mark.parametrize("arrivals", ["poisson", "deterministic"])
+def test_twin_agrees_with_engine(kind, load, n, kw, arrivals):
+    r = compare(SG1, make_stream(kind, SG1, n, load=load, arrivals=arrivals, seed=3, **kw))
+    assert r["bounds_ok"], (r["twin"]["within_bounds"], r["engine"]["within_bounds"])
+    bad = {k: round(v, 4) for k, v in r["rel_diff"].items() if abs(v) > TOLERANCE[k]}
+    assert not bad, f"twin vs engine beyond {TOLERANCE}: {bad}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_both_models_stay_within_the_geometry_bounds_at_overload(kind):
+    kw = {"experts": 16, "expert_bytes": 1 << 20} if kind == "moe" else {}
+    r = compare(SG1, make_stream(kind, SG1, 4000, load=2.0, seed=4, **kw))
+    assert r["bounds_ok"], (r["twin"]["within_bounds"], r["engine"]["within_bounds"])
+    g20 = dataclasses.replace(SG1, t_read_ns=20_000)
+    r = compare(g20, make_stream(kind, g20, 4000, load=2.0, seed=4, **kw))
+    assert r["bounds_ok"], (r["twin"]["within_bounds"], r["engine"]["within_bounds"])

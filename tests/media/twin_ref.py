@@ -1,0 +1,61 @@
+"""The device fast model, one request at a time: the slow, literal reference of media semantics v2
+(/work/plan/media_semantics_v2.md) that ``hbfd.media.twin.DeviceModelTwin`` (numpy) must equal
+exactly, and that the CUDA ``hb_fast_model`` follows.
+
+``state`` (a dict, updated in place) carries plane_free, chan_free and the page buffers between
+calls. ``requests``: (arrival, media_address, bytes, op[, q_ppm]) with op 0 load, 1 store, 2 atomic,
+3 cp.async. Returns each request's completion time (ns), in input order.
+"""
+from __future__ import annotations
+
+
+def device_model(g, requests, state=None):
+    C, D, B = g.channels, g.dies_per_channel, g.planes_per_die
+    if state is None:
+        state = {}
+    plane_free = state.setdefault("plane_free", [0] * (C * D * B))
+    chan_free = state.setdefault("chan_free", [0] * C)
+    bufs = state.setdefault("bufs", [[] for _ in range(C * D * B)])  # per plane: [page, valid, ready], MRU first
+
+    def scaled(x, q):                          # thermal: ceil(x * 1e6 / q), q clipped to [1, 1e6]
+        q = min(max(q, 1), 1_000_000)
+        return -(-x * 1_000_000 // q)
+
+    done = [0] * len(requests)
+    for i in sorted(range(len(requests)), key=lambda i: (requests[i][0], i)):   # arrival order, ties: input
+        a, addr, nbytes, op = requests[i][:4]
+        q = requests[i][4] if len(requests[i]) > 4 else 1_000_000
+        done[i] = a
+        for page in range(addr // 4096, (addr + nbytes - 1) // 4096 + 1):      # one page transaction each
+            lo = max(addr, page * 4096) - page * 4096
+            hi = min(addr + nbytes, page * 4096 + 4096) - page * 4096
+            xbytes = 64 * ((hi + 63) // 64 - lo // 64)                           # only the touched 64 B sectors
+            ch = page % C                                                        # static interleave
+            plane = (ch * D + (page // C) % D) * B + (page // (C * D)) % B
+            xfer = scaled(-(-xbytes * 1_000_000_000 // g.channel_bytes_per_s), q)   # xfer(b), thermal-scaled
+            buf = bufs[plane]
+            e = next((x for x in buf if x[0] == page), None)
+            t = a
+            if op != 1:                                                          # READ (load, cp.async, atomic)
+                if e is not None and e[1]:                                       # hit (buffered or being sensed)
+                    ready = max(a + g.t_cmd_ns, e[2])                           #   no tR, waits for that sense
+                    buf.remove(e)
+                    buf.insert(0, e)                                             #   the page becomes MRU
+                else:                                                            # miss: sense
+                    start = max(a + g.t_cmd_ns, plane_free[plane])
+                    ready = plane_free[plane] = start + scaled(g.t_read_ns, q)  #   sense_end
+                    buf[:] = [x for x in buf if x[0] != page]                    #   (its stale entry is reused)
+                    buf.insert(0, [page, True, ready])                           #   into the MRU buffer
+                    del buf[g.page_buffers_per_plane:]                           #   the LRU one is replaced
+                start = max(ready, chan_free[ch])                                # channel FCFS in arrival order
+                t = chan_free[ch] = start + xfer
+            if op in (1, 2):                                                     # WRITE (store; atomic's 2nd half)
+                arrive = a if op == 1 else t                                     # atomic: at the read's completion
+                start = max(arrive + g.t_cmd_ns, chan_free[ch])                  # data-in over the channel
+                t = chan_free[ch] = start + xfer                                 # ack at the end of the data-in
+                plane_free[plane] = max(plane_free[plane], t) + -(-g.t_prog_ns * xbytes // 4096)  # amortized tPROG
+                buf[:] = [x for x in buf if x[0] != page]                        # a buffer holding the page is
+                buf.insert(0, [page, False, 0])                                  #   invalidated; the data-in uses
+                del buf[g.page_buffers_per_plane:]                               #   one (MRU, invalid)
+            done[i] = max(done[i], t)                                            # the request: its last page
+    return done
