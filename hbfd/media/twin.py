@@ -22,10 +22,11 @@ For a page transaction: ``xbytes = 64 x (distinct 64 B sectors touched)``, ``xfe
 * write (store; an atomic's second half at its read's completion ``t``): data-in ``start = max(t +
   t_cmd, chan_free)``, ``chan_free = start + xfer`` = the ack (completion);
   ``plane_free = max(plane_free, ack) + ceil(tPROG x xbytes / 4096)`` (amortized program, reads
-  queue behind it). The page's buffer is invalidated: the data-in takes a buffer of the plane, the
-  page is MRU but not valid (the next read of it senses again).
-  So with P buffers, a read hits iff its page is among the P most recently accessed distinct pages
-  of its plane and the last access to it was a read.
+  queue behind it). The buffer holding the page (if any) is emptied and refilled first by the plane's
+  next sense (docs/design.md §3.9; the device and the engine do the same).
+  So in a batch without writes, with P buffers, a read hits iff its page is among the P most recently
+  accessed distinct pages of its plane; batches with writes step the planes' buffer logic (a Python loop
+  over the accesses; the timing stays vectorized).
 
 Vectorized (no Python loop per request): hit/miss depends only on the page sequence (P <= 2: the page
 equals the previous access's or, at the start of a run of equal pages, the page of the run before
@@ -201,6 +202,11 @@ class DeviceModelTwin:
             ok = (r >= 2) & (spl[rst[r2]] == spl[rst]) & (spg[rst[r2]] == spg[rst]) & (skind[rlast[r2]] == _R)
             cand[rst] = ok
         real_r = (skind == _R) & ~virt
+        stepped = None
+        if bool(((skind == _W) & ~virt).any()):
+            # a write removes its page's buffer (it becomes empty, refilled first): the last-two-runs form
+            # does not hold, so the planes' accesses are stepped (logic only; the timing stays vectorized)
+            cand, stepped = self._buffers_stepped(spl, spg, skind)
         hit = cand & real_r
         miss = real_r & ~hit
         # source of every read (the latest miss of its page on its plane, or a carried valid buffer)
@@ -304,7 +310,16 @@ class DeviceModelTwin:
         rs_pl = spl[rst]
         last_run = np.searchsorted(rst, segment_ends(ps, M), "right") - 1    # last run of each plane
         pls = spl[ps]
-        for slot in range(self.P):
+        if stepped is not None:
+            self.buf_page[pls] = -1
+            self.buf_valid[pls] = False
+            self.buf_ready[pls] = 0
+            for pl, lst in stepped.items():
+                for slot, (page, j) in enumerate(lst):
+                    self.buf_page[pl, slot] = page
+                    self.buf_valid[pl, slot] = True
+                    self.buf_ready[pl, slot] = last_ready[j]
+        for slot in range(self.P if stepped is None else 0):
             rr = last_run - slot
             okr = (rr >= 0)
             okr[okr] &= rs_pl[rr[okr]] == pls[okr]
@@ -324,6 +339,33 @@ class DeviceModelTwin:
         if T == n:
             return np.maximum(d_tx, a)
         return np.maximum(np.maximum.reduceat(d_tx, segment_starts(req)), a)
+
+    def _buffers_stepped(self, spl, spg, skind):
+        """The plane buffers, stepped in plane order (accesses of a plane in their order, the carried buffers
+        first as reads): a read finds a buffer of its page (a hit; it becomes MRU) or takes the MRU buffer
+        (a sense; the LRU one is replaced, an empty one first); a write empties its page's buffer. Returns
+        (hit candidates, {plane: [[page, last read access], ...] MRU first})."""
+        M = len(spl)
+        hit = np.zeros(M, bool)
+        fin: dict[int, list] = {}
+        P = self.P
+        cur, lst = -1, None
+        for j, (pl, pg, kd) in enumerate(zip(spl.tolist(), spg.tolist(), skind.tolist())):
+            if pl != cur:
+                cur, lst = pl, fin.setdefault(pl, [])
+            k = next((i for i, e in enumerate(lst) if e[0] == pg), -1)
+            if kd == _R:
+                if k >= 0:
+                    e = lst.pop(k)
+                    e[1] = j
+                    hit[j] = True
+                    lst.insert(0, e)
+                else:
+                    lst.insert(0, [pg, j])
+                    del lst[P:]
+            elif k >= 0:
+                lst.pop(k)
+        return hit, fin
 
     def _stepped_acks(self, chans, oc, ch_s, ta, plane, t_read, serv_tx, prog, has_w, r_acc, hit, miss, src,
                       vready, ack) -> np.ndarray:

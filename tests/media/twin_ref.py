@@ -54,8 +54,7 @@ def device_model(g, requests, state=None):
                 start = max(arrive + g.t_cmd_ns, chan_free[ch])                  # data-in over the channel
                 t = chan_free[ch] = start + xfer                                 # ack at the end of the data-in
                 plane_free[plane] = max(plane_free[plane], t) + -(-g.t_prog_ns * xbytes // 4096)  # amortized tPROG
-                buf[:] = [x for x in buf if x[0] != page]                        # a buffer holding the page is
-                buf.insert(0, [page, False, 0])                                  #   invalidated; the data-in uses
-                del buf[g.page_buffers_per_plane:]                               #   one (MRU, invalid)
+                buf[:] = [x for x in buf if x[0] != page]                        # the buffer holding the page is
+                                                                                 #   emptied (refilled first)
             done[i] = max(done[i], t)                                            # the request: its last page
     return done
