@@ -256,6 +256,7 @@ class DeviceModelTwin:
         iters = 0
         active_ch = None                                     # None: all channels
         d_tx = np.zeros(T, np.int64)
+        slot_tx = np.zeros(T, np.int64)                      # channel slot ends (what the channel carries)
         pe_last = np.zeros(len(ev), np.int64)
         while True:
             iters += 1
@@ -272,11 +273,16 @@ class DeviceModelTwin:
             rready = np.where(hit[rd], np.maximum(ta[rd_tx] + g.t_cmd_ns, src_ready[src[rd]]), sense_end_acc[rd])
             jready = ta + g.t_cmd_ns                         # stores: data-in from arrival + t_cmd
             jready[rd_tx] = rready
+            # the channel slot is reserved in arrival order at the no-wait ready time (a sense: a + t_cmd + tR;
+            # a hit: its buffer's ready; a store: a + t_cmd); the transfer runs at max(slot, data ready)
+            nowait = ta + g.t_cmd_ns
+            nowait[rd_tx] = np.where(miss[rd], ta[rd_tx] + g.t_cmd_ns + t_read[rd_tx], rready)
             if active_ch is None:
-                d_tx[oc] = segmented_fcfs(jready[oc], serv, ch_s, self.chan_free)
+                slot_tx[oc] = segmented_fcfs(nowait[oc], serv, ch_s, self.chan_free)
             else:
                 ij = np.flatnonzero(np.isin(ch_s, active_ch))
-                d_tx[oc[ij]] = segmented_fcfs(jready[oc[ij]], serv[ij], ch_s[ij], self.chan_free)
+                slot_tx[oc[ij]] = segmented_fcfs(nowait[oc[ij]], serv[ij], ch_s[ij], self.chan_free)
+            d_tx = np.maximum(slot_tx - serv_tx, jready) + serv_tx
             if not has_w.any():
                 break
             new_ack = np.where(has_w, d_tx, ack)
@@ -303,7 +309,7 @@ class DeviceModelTwin:
             self.plane_free[ev_pl[eend]] = pe_last[eend]
         cst = segment_starts(ch_s)
         cend = segment_ends(cst, T)
-        self.chan_free[ch_s[cend]] = d_tx[oc[cend]]
+        self.chan_free[ch_s[cend]] = slot_tx[oc[cend]]
         src_ready = np.where(virt, vready, sense_end_acc)
         last_ready = np.where(skind == _R, src_ready[np.maximum(src, 0)], 0)  # ready of a valid access's buffer
         ps = segment_starts(spl)
@@ -406,11 +412,16 @@ class DeviceModelTwin:
                 pf[p[m]] = se
                 ready_acc[r_acc[tx[m]]] = se
                 rdy[m] = se
+            nw = ta[tx] + t_cmd                                 # the no-wait ready (slot reservation)
+            if m.any():
+                nw[m] += t_read[tx[m]]
             h = tx_hit[tx]
             if h.any():
                 rdy[h] = np.maximum(rdy[h], ready_acc[tx_src[tx[h]]])
-            d = np.maximum(rdy, cf[c]) + serv_tx[tx]
-            cf[c] = d
+                nw[h] = rdy[h]
+            slot = np.maximum(nw, cf[c])
+            cf[c] = slot + serv_tx[tx]
+            d = np.maximum(slot, rdy) + serv_tx[tx]
             w = has_w[tx]
             if w.any():
                 pf[p[w]] = np.maximum(pf[p[w]], d[w]) + prog[tx[w]]

@@ -537,8 +537,9 @@ HB_DEV uint64_t hb_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 // The read half: the plane's buffers, then a sense only on a miss. Returns when the page's data is in a
 // page buffer (data ready); `tr` is the (thermally scaled) tR, `nb` the plane's buffers (1 or 2).
+// *nowait: when the data would be ready on an idle plane (a sense: cmd + tR; a hit: the same as the return).
 HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, uint64_t cmd, uint64_t tr,
-                              uint32_t nb, uint64_t now) {
+                              uint32_t nb, uint64_t now, uint64_t* nowait) {
     uint64_t* rec = &st->bank_buf[2u * b];
     ulonglong2 cur = hb_ld_rec(rec);
     HB_PROF(11, cur.x + cur.y);
@@ -546,18 +547,21 @@ HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, ui
     for (;;) {
         if (hb_buf_tag(cur.x) == tag) {                       // MRU hit (or its sense in flight): no write
             const uint64_t r = hb_buf_ready(cur.x, now);
-            return r > cmd ? r : cmd;
+            *nowait = r > cmd ? r : cmd;
+            return *nowait;
         }
         ulonglong2 want;
         uint64_t ready;
         if (nb > 1u && hb_buf_tag(cur.y) == tag) {             // LRU hit: it becomes MRU
             ready = hb_buf_ready(cur.y, now);
             if (ready < cmd) ready = cmd;
+            *nowait = ready;
             want.x = cur.y; want.y = cur.x;
         } else {                                              // miss: one sense on the plane's engine
             const uint64_t busy = hb_ld_vol(&st->bank_busy[b]);
             const uint64_t start = hb_max(hb_max(cmd, busy), hb_max(hb_buf_ready(cur.x, now), hb_buf_ready(cur.y, now)));
             ready = start + tr;
+            *nowait = cmd + tr;
             want.x = hb_buf_word(tag, ready);
             // an empty LRU slot is filled first; with one buffer the record keeps the latest sense end in y
             want.y = nb > 1u ? cur.x : hb_buf_word(0u, ready);
@@ -625,20 +629,27 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
     HB_PROF(10, xfer + b + tag);
     if (rbytes != 0ull)                                       // a refresh quantum claimed by this request
         hb_reserve(&st->bank_busy[b], now, hb_refresh_service(m, rbytes));
-    uint64_t done = 0ull;
+    uint64_t done = 0ull, slot = 0ull;
     if (op != HBF_OP_STORE) {                                 // load, cp.async, the read half of an atomic
-        const uint64_t ready = hb_plane_read(st, b, tag, cmd, hb_thermal_scale(t_read, q), nb, now);
+        // the channel slot is reserved (arrival order) at the no-wait ready time; the transfer runs at
+        // max(slot, data ready): a read waiting for a busy plane does not hold the channel for the reads
+        // behind it (docs/design.md §3.9), and no slot is ever used twice (completions never outrun the channel)
+        uint64_t nowait;
+        const uint64_t ready = hb_plane_read(st, b, tag, cmd, hb_thermal_scale(t_read, q), nb, now, &nowait);
         HB_PROF(12, ready);
-        done = hb_reserve(&st->chan_tail[ch], ready, xfer) + xfer;
+        slot = hb_reserve(&st->chan_tail[ch], nowait, xfer);
+        done = hb_max(slot, ready) + xfer;
         HB_PROF(13, done);
         if (op != HBF_OP_ATOMIC) return done;
     }
     // store (or an atomic's write at its read's completion): data-in, acknowledged when it has crossed the
     // channel; the 4 KiB program it is part of occupies the plane tPROG * bytes / 4096 after it.
+    // an atomic's data-in: its slot right after its read's slot (+ t_cmd), the transfer at its read's completion
     const uint64_t a = (op == HBF_OP_STORE) ? now : done;
+    const uint64_t tc = __ldg(&m.t_cmd_ns);
     const uint64_t pf = hb_plane_invalidate(st, b, tag, a);
-    const uint64_t xs = hb_reserve(&st->chan_tail[ch], a + __ldg(&m.t_cmd_ns), xfer);
-    const uint64_t xe = xs + xfer;
+    const uint64_t xs = hb_reserve(&st->chan_tail[ch], ((op == HBF_OP_STORE) ? now : slot + xfer) + tc, xfer);
+    const uint64_t xe = hb_max(xs, (op == HBF_OP_STORE) ? xs : done + tc) + xfer;
     const uint64_t wg = m.write_granularity ? m.write_granularity : 4096u;
     hb_reserve(&st->bank_busy[b], hb_max(xe, pf), hb_ceil_div(__ldg(&m.t_prog_ns) * xbytes, wg));
     return hb_max(xe, done);

@@ -38,21 +38,25 @@ def device_model(g, requests, state=None):
             t = a
             if op != 1:                                                          # READ (load, cp.async, atomic)
                 if e is not None and e[1]:                                       # hit (buffered or being sensed)
-                    ready = max(a + g.t_cmd_ns, e[2])                           #   no tR, waits for that sense
+                    ready = nowait = max(a + g.t_cmd_ns, e[2])                  #   no tR, waits for that sense
                     buf.remove(e)
                     buf.insert(0, e)                                             #   the page becomes MRU
                 else:                                                            # miss: sense
                     start = max(a + g.t_cmd_ns, plane_free[plane])
                     ready = plane_free[plane] = start + scaled(g.t_read_ns, q)  #   sense_end
+                    nowait = a + g.t_cmd_ns + scaled(g.t_read_ns, q)             #   ... on an idle plane
                     buf[:] = [x for x in buf if x[0] != page]                    #   (its stale entry is reused)
                     buf.insert(0, [page, True, ready])                           #   into the MRU buffer
                     del buf[g.page_buffers_per_plane:]                           #   the LRU one is replaced
-                start = max(ready, chan_free[ch])                                # channel FCFS in arrival order
-                t = chan_free[ch] = start + xfer
+                slot = max(nowait, chan_free[ch])                                # channel slot: arrival order, at
+                chan_free[ch] = slot + xfer                                      #   the no-wait ready time;
+                t = max(slot, ready) + xfer                                      #   the transfer when data is ready
             if op in (1, 2):                                                     # WRITE (store; atomic's 2nd half)
-                arrive = a if op == 1 else t                                     # atomic: at the read's completion
-                start = max(arrive + g.t_cmd_ns, chan_free[ch])                  # data-in over the channel
-                t = chan_free[ch] = start + xfer                                 # ack at the end of the data-in
+                # data-in over the channel; a store's slot at a + t_cmd; an atomic's at its read's slot end +
+                # t_cmd (no-wait), the data-in itself at its read's completion + t_cmd
+                slot = max((a if op == 1 else chan_free[ch]) + g.t_cmd_ns, chan_free[ch])
+                chan_free[ch] = slot + xfer
+                t = max(slot, t + g.t_cmd_ns if op == 2 else slot) + xfer         # ack at the end of the data-in
                 plane_free[plane] = max(plane_free[plane], t) + -(-g.t_prog_ns * xbytes // 4096)  # amortized tPROG
                 buf[:] = [x for x in buf if x[0] != page]                        # the buffer holding the page is
                                                                                  #   emptied (refilled first)
