@@ -138,6 +138,24 @@ def child(a) -> None:
         def counters_since(before, names):
             return DC.csummary(DC.kernel_delta(before, s.counters(publish=False)["kernels"], names))
 
+        def side_by_side(run_p, run_h, ptr: int, nbytes: int, label: str, kernel: str, before_hbf=None):
+            """plain launches, then the registered range and the hbf launches (one checked launch first);
+            (plain ms stats, hbf ms stats, the hbf launches' counters)."""
+            run_p()
+            torch.cuda.synchronize()
+            plain = DC.stats(DC.event_times(run_p, 3, torch.cuda.synchronize))
+            r = s.register_timing_range(ptr, nbytes, label=label)
+            try:
+                if before_hbf is not None:
+                    before_hbf()
+                run_h()
+                s.synchronize()
+                b0 = s.counters(publish=False)["kernels"]
+                hbf = DC.stats(DC.event_times(run_h, 3, s.synchronize))
+                return plain, hbf, counters_since(b0, [kernel])
+            finally:
+                s.unregister(r)
+
         def triton_stream(mib: int) -> dict:
             n = mib * (1 << 20) // 2
             EPP, BLOCK = 65536, 8192
@@ -146,21 +164,10 @@ def child(a) -> None:
             po = torch.empty(grid, device="cuda", dtype=torch.float32)
             ho = torch.empty(grid, device="cuda", dtype=torch.float32)
             DC.use_ptxas("plain")
-            run_p = lambda: K.bwreduce_plain[(grid,)](x, po, n, EPP=EPP, BLOCK=BLOCK, num_warps=4)  # noqa: E731
-            run_p()
-            torch.cuda.synchronize()
-            plain = DC.stats(DC.event_times(run_p, 3, torch.cuda.synchronize))
-            r = s.register_timing_range(x.data_ptr(), n * 2, label=f"bw.{mib}")
-            try:
-                DC.use_ptxas("hbf")
-                run_h = lambda: K.bwreduce_hbf[(grid,)](x, ho, n, EPP=EPP, BLOCK=BLOCK, num_warps=4)  # noqa: E731
-                run_h()
-                s.synchronize()
-                b0 = s.counters(publish=False)["kernels"]
-                hbf = DC.stats(DC.event_times(run_h, 3, s.synchronize))
-                cs = counters_since(b0, ["bwreduce_hbf"])
-            finally:
-                s.unregister(r)
+            plain, hbf, cs = side_by_side(
+                lambda: K.bwreduce_plain[(grid,)](x, po, n, EPP=EPP, BLOCK=BLOCK, num_warps=4),
+                lambda: K.bwreduce_hbf[(grid,)](x, ho, n, EPP=EPP, BLOCK=BLOCK, num_warps=4),
+                x.data_ptr(), n * 2, f"bw.{mib}", "bwreduce_hbf", before_hbf=lambda: DC.use_ptxas("hbf"))
             return _stream_rec("triton_reduce", n * 2, plain, hbf, cs, ex, identical=DC.bytes_equal(po, ho), grid=grid,
                                reps=3)
 
@@ -176,20 +183,10 @@ def child(a) -> None:
             args = lambda y: [ctypes.c_uint64(x.data_ptr()), ctypes.c_uint64(y.data_ptr()),  # noqa: E731
                               ctypes.c_int64(n4)]
             fp, fh = b["plain"]["nv_copy4"], b["hbf"]["nv_copy4"]
-            run_p = lambda: cudrv.launch(fp, grid, block, args(yp))  # noqa: E731
-            run_p()
-            torch.cuda.synchronize()
-            plain = DC.stats(DC.event_times(run_p, 3, torch.cuda.synchronize))
-            r = s.register_timing_range(x.data_ptr(), n4 * 16, label=f"bwnv.{mib}")
-            try:
-                run_h = lambda: s.launch(fh, grid, block, args(yh), kernel="nv_copy4", binding=b["binding"])  # noqa: E731
-                run_h()
-                s.synchronize()
-                b0 = s.counters(publish=False)["kernels"]
-                hbf = DC.stats(DC.event_times(run_h, 3, s.synchronize))
-                cs = counters_since(b0, ["nv_copy4"])
-            finally:
-                s.unregister(r)
+            plain, hbf, cs = side_by_side(
+                lambda: cudrv.launch(fp, grid, block, args(yp)),
+                lambda: s.launch(fh, grid, block, args(yh), kernel="nv_copy4", binding=b["binding"]),
+                x.data_ptr(), n4 * 16, f"bwnv.{mib}", "nv_copy4")
             return _stream_rec("nvcc_copy4", n4 * 16, plain, hbf, cs, ex, identical=DC.bytes_equal(yp, yh),
                                grid=grid[0], reps=3)
 

@@ -1,0 +1,33 @@
+"""CPU checks of bench/hbf_bandwidth.py's pure parts: the derived grade profiles and the expected bounds."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import hbf_bandwidth as HB  # noqa: E402
+
+
+@pytest.mark.parametrize("grade,tr,chan,sense", [
+    ("ocp-sg1", 4000, 384.0, 8 * 256 * 4096 / 4000),
+    ("ocp-sg2", 8000, 1536.0, 16 * 256 * 4096 / 8000),
+    ("ocp-sg3", 8000, 3072.0, 16 * 256 * 4096 / 8000),
+])
+def test_grade_profile_bounds(tmp_path, grade, tr, chan, sense):
+    p = HB.grade_profile(tmp_path, grade, tr)
+    ex = HB.expectations(p)
+    assert ex["t_read_ns"] == tr and ex["channel_bound_GBps"] == chan
+    assert ex["sense_bound_GBps"] == pytest.approx(sense)
+    assert ex["bound_GBps"] == pytest.approx(min(chan, sense))
+    assert ex["miss_128B_ns"] == ex["t_cmd_ns"] + tr + -(-128 * 10**9 // ex["channel_bytes_per_s"])
+
+
+def test_stream_record_says_when_the_run_is_off_the_model():
+    ex = {"bound_GBps": 384.0, "t_cmd_ns": 300, "t_read_ns": 4000}
+    hbf = {"median": 5.6}                      # ms for 1 GiB: ~192 GB/s, half the bound
+    cs = {"ops_total": {"requests": 3 * 2**21, "bytes": 3 * 2**30, "overhead_ns": 3 * 2**21 * 2000}}
+    r = HB._stream_rec("k", 2**30, {"median": 0.25}, hbf, cs, ex, reps=3)
+    assert not r["within_5pct"] and r["measured_over_expected"] > 1.9
+    assert r["helper_ns_per_request"] == 2000 and r["bytes_per_request"] == 512
