@@ -140,7 +140,7 @@ def child(a) -> None:
 
         def side_by_side(run_p, run_h, ptr: int, nbytes: int, label: str, kernel: str, before_hbf=None):
             """plain launches, then the registered range and the hbf launches (one checked launch first);
-            (plain ms stats, hbf ms stats, the hbf launches' counters)."""
+            (plain ms stats, hbf ms stats, the hbf launches' counters, what the first hbf launch returned)."""
             run_p()
             torch.cuda.synchronize()
             plain = DC.stats(DC.event_times(run_p, 3, torch.cuda.synchronize))
@@ -148,11 +148,11 @@ def child(a) -> None:
             try:
                 if before_hbf is not None:
                     before_hbf()
-                run_h()
+                kh = run_h()
                 s.synchronize()
                 b0 = s.counters(publish=False)["kernels"]
                 hbf = DC.stats(DC.event_times(run_h, 3, s.synchronize))
-                return plain, hbf, counters_since(b0, [kernel])
+                return plain, hbf, counters_since(b0, [kernel]), kh
             finally:
                 s.unregister(r)
 
@@ -164,12 +164,13 @@ def child(a) -> None:
             po = torch.empty(grid, device="cuda", dtype=torch.float32)
             ho = torch.empty(grid, device="cuda", dtype=torch.float32)
             DC.use_ptxas("plain")
-            plain, hbf, cs = side_by_side(
+            plain, hbf, cs, kh = side_by_side(
                 lambda: K.bwreduce_plain[(grid,)](x, po, n, EPP=EPP, BLOCK=BLOCK, num_warps=4),
                 lambda: K.bwreduce_hbf[(grid,)](x, ho, n, EPP=EPP, BLOCK=BLOCK, num_warps=4),
                 x.data_ptr(), n * 2, f"bw.{mib}", "bwreduce_hbf", before_hbf=lambda: DC.use_ptxas("hbf"))
+            bps = DC.driver_blocks_per_sm(kh.function, 128, int(getattr(kh.metadata, "shared", 0) or 0))
             return _stream_rec("triton_reduce", n * 2, plain, hbf, cs, ex, identical=DC.bytes_equal(po, ho), grid=grid,
-                               reps=3)
+                               reps=3, resident_warps=min(grid, (bps or 0) * sms) * 4, blocks_per_sm=bps)
 
         def nvcc_stream(mib: int) -> dict:
             if "error" in nv:
@@ -183,12 +184,13 @@ def child(a) -> None:
             args = lambda y: [ctypes.c_uint64(x.data_ptr()), ctypes.c_uint64(y.data_ptr()),  # noqa: E731
                               ctypes.c_int64(n4)]
             fp, fh = b["plain"]["nv_copy4"], b["hbf"]["nv_copy4"]
-            plain, hbf, cs = side_by_side(
+            plain, hbf, cs, _ = side_by_side(
                 lambda: cudrv.launch(fp, grid, block, args(yp)),
                 lambda: s.launch(fh, grid, block, args(yh), kernel="nv_copy4", binding=b["binding"]),
                 x.data_ptr(), n4 * 16, f"bwnv.{mib}", "nv_copy4")
+            bps = DC.driver_blocks_per_sm(fh, 256, 0)
             return _stream_rec("nvcc_copy4", n4 * 16, plain, hbf, cs, ex, identical=DC.bytes_equal(yp, yh),
-                               grid=grid[0], reps=3)
+                               grid=grid[0], reps=3, resident_warps=min(grid[0], (bps or 0) * sms) * 8, blocks_per_sm=bps)
 
         def little(G: int, R: int = 64) -> dict:
             STRIDE = 1024                          # int32: one 4 KiB page per round
@@ -253,7 +255,7 @@ def child(a) -> None:
 
 
 def _brief(cs: dict) -> dict:
-    return {k: cs.get(k) for k in ("ops_total", "per_request", "per_wait") if k in cs}
+    return {k: cs.get(k) for k in ("ops_total", "per_request", "per_wait", "wait_calls", "wait_wall_ns") if k in cs}
 
 
 def _stream_rec(kernel: str, nbytes: int, plain: dict, hbf: dict, cs: dict, ex: dict, **kw) -> dict:
@@ -272,6 +274,17 @@ def _stream_rec(kernel: str, nbytes: int, plain: dict, hbf: dict, cs: dict, ex: 
            "helper_ns_per_request": (ot.get("overhead_ns", 0) / req) if req else None,
            "modeled_wall_ns_per_request": (meas_ns * kw.get("reps", 1) / req) if req else None,
            "counters": _brief(cs)}
+    # what the counters explain: every warp's life is its helper time at issue plus its exposed waits (its
+    # own work is the plain kernel's); the resident warps share the launch: explained = (sum of helper ns +
+    # sum of exposed wait ns) / (launches x resident warps), next to the measured wall
+    rw = kw.get("resident_warps") or 0
+    if rw and req:
+        tot = ot.get("overhead_ns", 0) + (cs.get("wait_wall_ns") or 0)
+        expl = tot / (kw.get("reps", 1) * rw) + plain["median"] * 1e6
+        rec["explained"] = {"resident_warps": rw, "helper_ns_total": ot.get("overhead_ns", 0),
+                            "exposed_wait_ns_total": cs.get("wait_wall_ns") or 0, "explained_ns": expl,
+                            "explained_over_measured": expl / meas_ns,
+                            "helper_share": ot.get("overhead_ns", 0) / tot if tot else None}
     rec.update({k: v for k, v in kw.items() if k != "reps"})
     return rec
 
@@ -352,7 +365,9 @@ def _line(r: dict) -> str:
     if k in ("stream", "flat") and "hbf_ms" in r:
         return (f"{head} {r['kernel']} {r['bytes'] >> 20} MiB: {r['GBps_measured']:.1f} GB/s vs bound {r['GBps_bound']:.1f} "
                 f"(x{r['measured_over_expected']:.3f} of expected), plain {r['GBps_plain']:.0f} GB/s, helper "
-                f"{r['helper_ns_per_request']} ns/req, identical {r.get('identical')}")
+                f"{r['helper_ns_per_request']} ns/req, identical {r.get('identical')}, counters explain "
+                f"{(r.get('explained') or {}).get('explained_over_measured')} of the wall (helper share "
+                f"{(r.get('explained') or {}).get('helper_share')})")
     if k == "little":
         return (f"{head} G={r['G']}: x{r['measured_over_little']:.3f} of Little (L {r['latency_model_ns']} ns, round "
                 f"median {r['round_ns'].get('median')} ns)")
