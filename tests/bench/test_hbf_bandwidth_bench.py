@@ -31,3 +31,12 @@ def test_stream_record_says_when_the_run_is_off_the_model():
     r = HB._stream_rec("k", 2**30, {"median": 0.25}, hbf, cs, ex, reps=3)
     assert not r["within_5pct"] and r["measured_over_expected"] > 1.9
     assert r["helper_ns_per_request"] == 2000 and r["bytes_per_request"] == 512
+
+
+def test_counters_explain_the_wall_from_helper_and_wait_time():
+    ex = {"bound_GBps": 384.0, "t_cmd_ns": 300, "t_read_ns": 4000}
+    cs = {"ops_total": {"requests": 3000, "bytes": 3000 * 512, "overhead_ns": 3000 * 2000}, "wait_wall_ns": 3000 * 1000}
+    r = HB._stream_rec("k", 1 << 20, {"median": 0.001}, {"median": 0.2}, cs, ex, reps=3, resident_warps=50)
+    e = r["explained"]
+    assert e["explained_ns"] == (3000 * 2000 + 3000 * 1000) / (3 * 50) + 1000      # + the plain kernel's time
+    assert e["helper_share"] == 2 / 3 and abs(e["explained_over_measured"] - 61000 / 200000) < 1e-12
