@@ -149,8 +149,8 @@ typedef struct hbf_device_state {
      * buffer of its page and makes it LRU). A word: bits 40..63 the page's index in its plane + 1
      * (0: empty), bits 0..39 the low 40 bits of the GPU ns at which its sense ends (a window of +-2^39 ns
      * around now: backlogs beyond 9 minutes are out of model). The latest sense's end is always in the
-     * record (a later miss only evicts an older one; an emptied buffer keeps its time), so the plane's
-     * sense engine is free at max(both readies, bank_busy). */
+     * record (a miss's sense starts after both recorded times, so it ends after any time it evicts; an
+     * emptied buffer keeps its time), so the plane's sense engine is free at max(both readies, bank_busy). */
     uint64_t bank_buf[HBF_DEV_MAX_BANKS * 2];
     uint64_t bank_busy[HBF_DEV_MAX_BANKS];     /* programs and refresh: the plane busy until (GPU ns) */
 } hbf_device_state;

@@ -643,8 +643,8 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
         if (op != HBF_OP_ATOMIC) return done;
     }
     // store (or an atomic's write at its read's completion): data-in, acknowledged when it has crossed the
-    // channel; the 4 KiB program it is part of occupies the plane tPROG * bytes / 4096 after it.
-    // an atomic's data-in: its slot right after its read's slot (+ t_cmd), the transfer at its read's completion
+    // channel; the 4 KiB program it is part of occupies the plane tPROG * sector bytes / 4096 after it. An
+    // atomic's data-in has its slot right after its read's slot (+ t_cmd) and runs at its read's completion.
     const uint64_t a = (op == HBF_OP_STORE) ? now : done;
     const uint64_t tc = __ldg(&m.t_cmd_ns);
     const uint64_t pf = hb_plane_invalidate(st, b, tag, a);
@@ -965,17 +965,16 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
 // ------------------------------------------------------------------------------------------
 // The common path, compact (HBF_FAST_ISSUE, default on; issue 13)
 // ------------------------------------------------------------------------------------------
-// What a registered stream asks for at every warp access: the FIXED or FAST source (the fast model's page
-// transaction made by the leader lane), no refresh debt to claim, a
-// fresh thermal snapshot at full rate with admission open, every lane of the call a hit on one media
-// page of a timing range it may access. That case is served here with straight-line code: no calls,
-// no divisions, no 64-bit match over pages, no admission/refresh/model machinery (which made the
-// general path ~1000 SASS instructions per warp request and its cost per access microseconds,
-// bench/results/devpath_cost_r2.json). Everything else goes, warp-uniformly, to hb_issue_slow, which
-// stays the one general definition; for the case served here both produce the SAME future and the
-// SAME counter updates (request = the granules the lanes touch on the page, modeled = the fixed
-// service, the measured deadline bias applied once, helper time max over the lanes, one atomic per
-// counter per warp).
+// What a registered stream asks for at every warp access: the FIXED or FAST source, no refresh debt to
+// claim, a fresh thermal snapshot at full rate with admission open, every lane of the call a hit on one
+// media page of a timing range it may access. That case is served here with straight-line code: no
+// divisions, no 64-bit match over pages, no admission/refresh machinery (which made the general path ~1000
+// SASS instructions per warp request and its cost per access microseconds, bench/results/devpath_cost_r2.json);
+// the FAST source's one call is the leader lane's page transaction in hb_fast_model. Everything else goes,
+// warp-uniformly, to hb_issue_slow, which stays the one general definition; for the case served here both
+// produce the SAME future and the SAME counter updates (request = the granules the lanes touch on the page,
+// modeled = the source's service, the measured deadline bias applied once, helper time max over the lanes,
+// one atomic per counter per warp).
 #ifndef HBF_FAST_ISSUE
 #define HBF_FAST_ISSUE 1
 #endif
