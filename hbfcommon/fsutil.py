@@ -243,10 +243,31 @@ def read_json_document(path: StrPath, *, what: str, error: Callable[..., Excepti
     if search_dir is not None and not p.exists() and not p.suffix and (search_dir / f"{p}.json").exists():
         p = search_dir / f"{p}.json"
     where = str(p)
+    raw = read_regular_bytes(p, what=what, error=error, max_bytes=max_bytes)
+    try:
+        text = raw.decode("utf-8")
+        data = _parse_json(text)
+    except _JsonRefused as e:
+        msg, name = e.args
+        raise error(f"{where}: field {name!r}: {msg}", file=where, field=name) from None
+    except RecursionError:
+        raise error(f"{where}: not valid JSON: nested deeper than {JSON_MAX_DEPTH} levels",
+                    file=where, field="<file>") from None
+    except (UnicodeDecodeError, ValueError) as e:   # JSONDecodeError, and ints over the digit limit
+        raise error(f"{where}: not valid JSON: {e}", file=where, field="<file>") from e
+    return JsonDocument(where, raw, text, data)
+
+
+def read_regular_bytes(path: StrPath, *, what: str, error: Callable[..., Exception], max_bytes: int) -> bytes:
+    """The bytes of one regular file of at most ``max_bytes``, failing with ``error(msg, file=where,
+    field="<file>")`` and msg ``"{where}: cannot read {what}: {why}"``: a FIFO, a socket, a device or a
+    directory is refused without blocking (opened non-blocking and checked with fstat before any read)."""
+    where = str(path)
 
     def refuse(why: str, cause: BaseException | None = None):
         raise error(f"{where}: cannot read {what}: {why}", file=where, field="<file>") from cause
 
+    p = Path(path)
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
@@ -271,15 +292,4 @@ def read_json_document(path: StrPath, *, what: str, error: Callable[..., Excepti
             os.close(fd)
     if len(raw) > max_bytes:                 # grew between fstat and read
         refuse(f"more than the {max_bytes} B limit")
-    try:
-        text = raw.decode("utf-8")
-        data = _parse_json(text)
-    except _JsonRefused as e:
-        msg, name = e.args
-        raise error(f"{where}: field {name!r}: {msg}", file=where, field=name) from None
-    except RecursionError:
-        raise error(f"{where}: not valid JSON: nested deeper than {JSON_MAX_DEPTH} levels",
-                    file=where, field="<file>") from None
-    except (UnicodeDecodeError, ValueError) as e:   # JSONDecodeError, and ints over the digit limit
-        raise error(f"{where}: not valid JSON: {e}", file=where, field="<file>") from e
-    return JsonDocument(where, raw, text, data)
+    return raw

@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hbfcommon.errors import TelemetryError, TraceError
+from hbfcommon.fsutil import read_regular_bytes
+
+TRACE_MAX_BYTES = 256 << 20      # a telemetry trace of at most 256 MiB (millions of samples)
 
 
 @dataclass(frozen=True)
@@ -69,16 +72,18 @@ class TraceSource:
 
     def __init__(self, path: str | Path, sha256: str):
         p = Path(path)
-        try:
-            raw = p.read_bytes()
-        except OSError as e:
-            raise TraceError(f"{p}: cannot read telemetry trace: {e.strerror}", file=str(p)) from e
+        raw = read_regular_bytes(p, what="telemetry trace", error=TraceError, max_bytes=TRACE_MAX_BYTES)
         got = hashlib.sha256(raw).hexdigest()
         if not sha256 or got != sha256.lower():
             raise TraceError(f"{p}: telemetry trace SHA-256 {got} does not match the declared {sha256 or '(none)'}",
                              file=str(p), declared=sha256, actual=got)
         self.path, self.sha256 = str(p), got
-        self.t, self.power, self.temp, self.hbm = self._parse(raw.decode("utf-8"), str(p))
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TraceError(f"{p}: telemetry trace is not UTF-8 text (byte {e.start}: {e.reason})",
+                             file=str(p)) from None
+        self.t, self.power, self.temp, self.hbm = self._parse(text, str(p))
         self._i = 0
 
     @staticmethod

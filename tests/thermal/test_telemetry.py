@@ -24,6 +24,22 @@ def test_trace_is_hash_bound(tmp_path):
         TraceSource(p, "0" * 64)
 
 
+def test_trace_must_be_a_regular_utf8_file(tmp_path):
+    """A FIFO (or a directory) at the trace path is refused at once, without blocking on it; bytes that are
+    not UTF-8 are refused with a located message, never a traceback."""
+    import os
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(TraceError, match="a FIFO, not a regular file"):
+        TraceSource(fifo, "0" * 64)
+    with pytest.raises(TraceError, match="a directory, not a regular file"):
+        TraceSource(tmp_path, "0" * 64)
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"t_ns,gpu_power_w,gpu_temp_c\n0,\xff,50\n")
+    with pytest.raises(TraceError, match="not UTF-8 text .byte 30: invalid start byte"):
+        TraceSource(bad, hashlib.sha256(bad.read_bytes()).hexdigest())
+
+
 def test_trace_must_increase(tmp_path):
     p, sha = write_trace(tmp_path, [(0, 500, 50, 45), (0, 600, 52, 46)])
     with pytest.raises(TraceError, match="does not increase"):
