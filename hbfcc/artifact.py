@@ -75,7 +75,7 @@ def kernel_reason(k: dict) -> str:
     """Why a module document's kernel (or function) is not admitted: its reasons, then the first
     refused operations' (never empty for a kernel that is not admitted)."""
     parts = list(k.get("not_admitted_reasons") or [])
-    parts += [f"{r['instruction'].strip()}: {r['reason']}" for r in (k.get("refused") or [])[:3]]
+    parts += [f"{' '.join(r['instruction'].split())}: {r['reason']}" for r in (k.get("refused") or [])[:3]]
     if not parts and not k.get("admitted", False):
         parts = ["not admitted (no reason recorded)"]
     return "; ".join(dict.fromkeys(parts))
@@ -154,7 +154,7 @@ def _resolve_group(module_docs: list[dict]) -> dict[str, tuple[bool, str]]:
             base_ok = (not f["refused"] and INDIRECT not in f.get("calls", [])
                        and all(r.startswith("calls ") for r in f["not_admitted_reasons"]))
             own = [r for r in f["not_admitted_reasons"] if not r.startswith("calls ")]
-            own += [f"{r['instruction'].strip()}: {r['reason']}" for r in f["refused"][:3]]
+            own += [f"{' '.join(r['instruction'].split())}: {r['reason']}" for r in f["refused"][:3]]
             if INDIRECT in f.get("calls", []):
                 own.append("indirect call (callee not seen)")
             if prev is None:

@@ -35,13 +35,13 @@ EXIT_USAGE = 2
 EXIT_REWRITE = 3
 
 
-def _setup_logging() -> None:
+def _setup_logging(tool: str = "hbfcc") -> None:
     try:
         lvl = knobs.load().log_level
     except HbfError:
         lvl = "WARNING"
     logging.basicConfig(level=getattr(logging, lvl, logging.WARNING),
-                        format="hbfcc: %(levelname)s: %(message)s", stream=sys.stderr)
+                        format=f"{tool}: %(levelname)s: %(message)s", stream=sys.stderr)
 
 
 def _fail(e: BaseException, tool: str) -> int:
@@ -155,7 +155,7 @@ def _run_capture(argv: list[str], env=None) -> subprocess.CompletedProcess:
 
 
 def ptxas_main(argv: Optional[Sequence[str]] = None) -> int:
-    _setup_logging()
+    _setup_logging("hbfcc-ptxas")
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         return _ptxas(args)
