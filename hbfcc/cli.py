@@ -222,10 +222,10 @@ def _ptxas(args: list[str]) -> int:
     original = read_ptx(in_path)          # not UTF-8 / unreadable: an error before anything is written
     cap = max_ptx_version(real)
     got = _ptx_version(original)
+    instead_of = None
     if got is not None and got > cap:
-        raise ConfigError(f"{in_path}: PTX .version {got[0]}.{got[1]} is newer than the ptxas hbfcc-ptxas runs "
-                          f"accepts ({cap[0]}.{cap[1]}: {real}, chosen by {choice.source}); set HBFCC_REAL_PTXAS "
-                          "to a ptxas that takes this PTX", ptxas=real)
+        choice, instead_of = _newer_ptx(in_path, got, choice, cap)
+        real, cap = choice.path, max_ptx_version(choice.path)
     helper = H.load_helper(module_text=original)
     sass = arch is not None and not arch.startswith("compute_")
     # baseline (the original PTX, same options) runs in parallel with the rewrite and the build
@@ -298,7 +298,7 @@ def _ptxas(args: list[str]) -> int:
             res, cp, after = _launch_bound(res, work, out_path, rargs, before, after, cp, user_v)
         ptxas_info = {"path": real, "source": choice.source, "version": ptxas_version_text(real),
                       "argv": [real] + list(args), "returncode": cp.returncode, "target": arch,
-                      "max_ptx_version": f"{cap[0]}.{cap[1]}"}
+                      "max_ptx_version": f"{cap[0]}.{cap[1]}", "instead_of": instead_of}
         doc = artifact.build(path=in_path, result=res, ptxas=ptxas_info, before=before, after=after)
         if res.already_instrumented:
             prev = _lookup_prev(k, res.original_sha256)
@@ -320,6 +320,25 @@ def _ptxas(args: list[str]) -> int:
         if base_thread is not None:
             base_thread.join()     # an error in the rewrite: let the baseline ptxas end before its dir goes
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _newer_ptx(in_path: str, got: tuple[int, int], choice, cap: tuple[int, int]):
+    """Input PTX newer than the chosen ptxas accepts. Chosen by a knob (or nvcc's toolkit): an error.
+    Chosen as the ptxas Triton would run: this PTX cannot come from Triton with that ptxas (Triton emits
+    the version its ptxas reports), so CUDA's ptxas (PATH, $CUDA_HOME) assembles it when it accepts
+    it, with a warning, and the record says so (``ptxas.instead_of``); else an error."""
+    from .toolchain import cuda_ptxas, max_ptx_version
+    need = f"{got[0]}.{got[1]}"
+    why = (f"{in_path}: PTX .version {need} is newer than {choice.path} (chosen by {choice.source}) "
+           f"accepts ({cap[0]}.{cap[1]})")
+    if choice.source not in ("HBFCC_REAL_PTXAS", "nvcc toolkit"):
+        alt = cuda_ptxas()
+        if alt is not None and alt.path != choice.path and max_ptx_version(alt.path) >= got:
+            log.warning("%s; assembling with %s (%s) instead (set HBFCC_REAL_PTXAS to choose)", why, alt.path,
+                        alt.source)
+            return alt, {"path": choice.path, "source": choice.source, "max_ptx_version": f"{cap[0]}.{cap[1]}",
+                         "why": f"input PTX .version {need}"}
+    raise ConfigError(f"{why}; set HBFCC_REAL_PTXAS to a ptxas that takes this PTX", ptxas=choice.path)
 
 
 def warn_not_admitted(kernels: Sequence[dict], where: str = "") -> None:

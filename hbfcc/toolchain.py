@@ -103,12 +103,24 @@ def choose_ptxas(arch: Optional[str] = None, *, nvcc_step: bool = False) -> Ptxa
     for p in _triton_bundled(tool):
         if _executable(p) and not _is_hbfcc_wrapper(p):
             return PtxasChoice(p, "triton bundled")
-    dirs = [d for d in knobs.env_path().split(os.pathsep) if d]
-    for d in dirs:
+    c = cuda_ptxas()
+    if c is None:
+        _find_real("ptxas", None, "HBFCC_REAL_PTXAS")       # raises the error naming the knob
+    assert c is not None
+    return c
+
+
+def cuda_ptxas() -> Optional[PtxasChoice]:
+    """``ptxas`` on PATH (never one of our wrappers), else ``$CUDA_HOME/bin/ptxas``; None when neither."""
+    for d in [d for d in knobs.env_path().split(os.pathsep) if d]:
         p = os.path.join(d, "ptxas")
         if _executable(p) and not _is_hbfcc_wrapper(p):
             return PtxasChoice(p, "PATH")
-    return PtxasChoice(_find_real("ptxas", None, "HBFCC_REAL_PTXAS"), "CUDA_HOME")
+    for home in knobs.cuda_home_candidates():
+        p = os.path.join(home, "bin", "ptxas")
+        if _executable(p) and not _is_hbfcc_wrapper(p):
+            return PtxasChoice(p, "CUDA_HOME")
+    return None
 
 
 def find_real_ptxas() -> str:

@@ -370,7 +370,18 @@ def test_real_triton_bundled_ptxas_and_ptx_version_cap(tmp_path):
     out = (next((tmp_path / "dump").iterdir()) / "04-print.ptx").read_text()
     assert re.search(rf"^\.version {cap[0]}\.{cap[1]}$", out, re.M)
     assert b"__hb_issue" in Path(str(p) + ".o").read_bytes()
-    # PTX newer than that ptxas takes: a clear error naming the knob, the input untouched
+    # PTX newer than that ptxas takes cannot come from Triton with it: CUDA's ptxas assembles it, loudly
+    r = tmp_path / "cuda13.ptx"
+    r.write_text(_ptx(tmp_path))
+    if max_ptx_version(U.tool("ptxas")) >= (9, 0) > cap:
+        cp = ptxas(["--gpu-name=sm_90a", str(r), "-o", str(r) + ".o"], tmp_path,
+                   TRITON_PTXAS_PATH=U.console("hbfcc-ptxas"))
+        assert cp.returncode == 0, cp.stderr
+        assert "newer than" in cp.stderr and "HBFCC_REAL_PTXAS" in cp.stderr
+        d = _doc(Path(str(r) + ".o"))["ptxas"]
+        assert d["path"] == U.tool("ptxas") and d["source"] == "PATH"
+        assert d["instead_of"]["path"] == bundled[0] and d["instead_of"]["source"] == "triton bundled"
+    # newer than any ptxas here takes: a clear error naming the knob, the input untouched
     q = tmp_path / "new.ptx"
     q.write_text(_ptx(tmp_path, version="9.9"))
     before = q.read_bytes()
