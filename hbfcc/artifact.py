@@ -104,7 +104,9 @@ def _combine(per_target: dict[str, dict[str, tuple[bool, str]]], below: set[str]
     (not instrumented) do not count when the build has another image; the kernel is admitted when
     every image that counts admits it; the reason names the failing target(s) when there are several."""
     counted = [t for t in per_target if t not in below] or list(per_target)
-    names = sorted({n for v in per_target.values() for n in v})
+    # .entry order (the kernel index the rewritten code counts under, which the runtime's slots follow)
+    names = list(dict.fromkeys(n for t in counted + [t for t in per_target if t not in counted]
+                               for n in per_target[t]))
     kernels = []
     for n in names:
         groups = [t for t in counted if n in per_target[t]] or [t for t in per_target if n in per_target[t]]
@@ -118,7 +120,7 @@ def _combine(per_target: dict[str, dict[str, tuple[bool, str]]], below: set[str]
         kernels.append({"name": n, "admitted": not fails, "reason": reason})
     targets = {}
     for t, v in per_target.items():
-        ks = [{"name": n, "admitted": ok, "reason": r} for n, (ok, r) in sorted(v.items())]
+        ks = [{"name": n, "admitted": ok, "reason": r} for n, (ok, r) in v.items()]
         targets[t] = {"admitted": all(k["admitted"] for k in ks), "counted": t in counted, "kernels": ks}
         if t not in counted:
             targets[t]["not_counted"] = BELOW_TARGET
@@ -137,7 +139,7 @@ def resolve_compile(module_docs: list[dict]) -> tuple[list[dict], dict]:
     for t, ds in groups.items():
         v: dict[str, tuple[bool, str]] = {}
         for d in ds:
-            for k in d.get("kernels", []):
+            for k in sorted(d.get("kernels", []), key=lambda k: k.get("kernel_index", 0)):
                 ok0, r0 = v.get(k["name"], (True, ""))
                 ok = bool(k["admitted"])
                 v[k["name"]] = (ok0 and ok, r0 or ("" if ok else kernel_reason(k)))
