@@ -161,6 +161,9 @@ def ptxas_main(argv: Optional[Sequence[str]] = None) -> int:
         return _ptxas(args)
     except HbfError as e:
         return _fail(e, "hbfcc-ptxas")
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141
     except OSError as e:
         print(f"hbfcc-ptxas: error: {e}", file=sys.stderr)
         return 1
@@ -779,6 +782,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return nvcc_main(args)
     except HbfError as e:
         return _fail(e, "hbfcc")
+    except BrokenPipeError:          # `hbfcc --help | head`: the reader left; no traceback
+        _quiet_stdout()
+        return 141
+
+
+def _quiet_stdout() -> None:
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError:
+        pass
 
 
 def _ptxas_entry(args: list[str]) -> int:

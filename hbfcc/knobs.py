@@ -78,7 +78,7 @@ def _choice(variable: str, default: str, choices: tuple[str, ...]) -> str:
 # (variable, default, meaning): what `hbfcc --help` / `hbfcc-ptxas --help` print (docs/hbfcc.md has
 # the long form). Internal variables (ENV_SINK, ENV_NVCC_STEP) are not listed.
 DOCS: tuple[tuple[str, str, str], ...] = (
-    ("HBFCC_REAL_PTXAS", "see below", "the ptxas hbfcc-ptxas runs; unset: the one Triton would run "
+    ("HBFCC_REAL_PTXAS", "unset", "the ptxas hbfcc-ptxas runs; unset: the one Triton would run "
      "(TRITON_PTXAS_PATH when it is not hbfcc-ptxas, else Triton's bundled ptxas), else ptxas on PATH"),
     ("HBFCC_REAL_NVCC", "nvcc on PATH", "the nvcc hbfcc wraps"),
     ("HBFCC_HELPER_PTX", "per module", "the helper PTX module to link (default: lean, direct for "
