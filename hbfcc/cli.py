@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -34,13 +35,13 @@ EXIT_USAGE = 2
 EXIT_REWRITE = 3
 
 
-def _setup_logging() -> None:
+def _setup_logging(tool: str = "hbfcc") -> None:
     try:
         lvl = knobs.load().log_level
     except HbfError:
         lvl = "WARNING"
     logging.basicConfig(level=getattr(logging, lvl, logging.WARNING),
-                        format="hbfcc: %(levelname)s: %(message)s", stream=sys.stderr)
+                        format=f"{tool}: %(levelname)s: %(message)s", stream=sys.stderr)
 
 
 def _fail(e: BaseException, tool: str) -> int:
@@ -154,33 +155,62 @@ def _run_capture(argv: list[str], env=None) -> subprocess.CompletedProcess:
 
 
 def ptxas_main(argv: Optional[Sequence[str]] = None) -> int:
-    _setup_logging()
+    _setup_logging("hbfcc-ptxas")
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         return _ptxas(args)
     except HbfError as e:
         return _fail(e, "hbfcc-ptxas")
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141
     except OSError as e:
         print(f"hbfcc-ptxas: error: {e}", file=sys.stderr)
         return 1
 
 
+PTXAS_HELP = """\
+hbfcc-ptxas: a drop-in ptxas that rewrites the PTX for hbfsim (TRITON_PTXAS_PATH=hbfcc-ptxas).
+
+It rewrites the one .ptx input into a private temporary copy (the input is never modified),
+assembles that copy with the real ptxas and the same options, and writes the admission record to
+the artifact store (and beside the output, see HBFCC_SIDECAR). A kernel that is not admitted is
+named, with the reason, in a warning on stderr. --version prints the real ptxas's text and a line
+'hbfcc <ABI> <rewriter sha> helper <sha> ...' (Triton puts the whole text in its cache key).
+
+The real ptxas: HBFCC_REAL_PTXAS, else the one Triton would run (TRITON_PTXAS_PATH when it is
+not hbfcc-ptxas, else the ptxas bundled in the Triton wheel), else ptxas on PATH / $CUDA_HOME/bin.
+
+Environment (hbfcc/knobs.py, docs/hbfcc.md):
+"""
+
+
+def _ptx_version(text: str) -> Optional[tuple[int, int]]:
+    m = re.search(r"^\s*\.version\s+(\d+)\.(\d+)", text, re.M)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def _ptxas(args: list[str]) -> int:
-    from .toolchain import build_stats, find_real_ptxas, ptxas_version_text
+    from .toolchain import build_stats, choose_ptxas, max_ptx_version, ptxas_version_text
     from .rewrite import rewrite_text
 
-    real = find_real_ptxas()
+    k = knobs.load()
     if any(a in ("--version", "-V") for a in args):
+        real = choose_ptxas(None, nvcc_step=k.nvcc_step).path
         text = ptxas_version_text(real)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         sys.stdout.write(marker_line() + "\n")
         sys.stdout.flush()
         return 0
     if any(a in ("--help", "-h") for a in args):
-        return subprocess.call([real] + args)
+        sys.stdout.write(PTXAS_HELP + knobs.help_text() + "\nThe real ptxas's options follow.\n\n")
+        sys.stdout.flush()
+        return subprocess.call([choose_ptxas(None, nvcc_step=k.nvcc_step).path] + args)
+    inputs, out_idx, arch = _ptxas_args(args)
+    choice = choose_ptxas(arch, nvcc_step=k.nvcc_step)
+    real = choice.path
     if any(a in ("--input-as-string", "-ias") for a in args):
         raise ConfigError("hbfcc-ptxas cannot rewrite PTX given with --input-as-string; pass a .ptx file")
-    inputs, out_idx, arch = _ptxas_args(args)
     if not inputs:
         if any(not a.startswith("-") for a in args):
             raise ConfigError("hbfcc-ptxas: no .ptx input among the arguments (nothing would be "
@@ -188,18 +218,28 @@ def _ptxas(args: list[str]) -> int:
         return subprocess.call([real] + args)
     if len(inputs) > 1:
         raise ConfigError("hbfcc-ptxas rewrites one .ptx input per call", inputs=[args[i] for i in inputs])
-    k = knobs.load()
     in_path = args[inputs[0]]
     out_path = _out_path(args, out_idx)
     user_v = "-v" in args or "--verbose" in args
     from .ptx.parser import read_ptx
     original = read_ptx(in_path)          # not UTF-8 / unreadable: an error before anything is written
+    cap = max_ptx_version(real)
+    got = _ptx_version(original)
+    instead_of = None
+    if got is not None and got > cap:
+        choice, instead_of = _newer_ptx(in_path, got, choice, cap)
+        real, cap = choice.path, max_ptx_version(choice.path)
     helper = H.load_helper(module_text=original)
     sass = arch is not None and not arch.startswith("compute_")
     # baseline (the original PTX, same options) runs in parallel with the rewrite and the build
     base_cp: dict = {}
     tmpdir = tempfile.mkdtemp(prefix="hbfcc-ptxas.")
     base_thread = None
+    # nvcc's steps (the shadow toolkit's shim) rewrite nvcc's intermediate in place: fatbinary embeds
+    # the file ptxas read. Anyone else's input is never touched: the rewrite goes to a private copy.
+    work = in_path if k.nvcc_step else os.path.join(tmpdir, "in", os.path.basename(in_path))
+    wargs = list(args)
+    wargs[inputs[0]] = work
     try:
         if k.baseline and sass:
             bin_ = os.path.join(tmpdir, "orig.ptx")
@@ -217,9 +257,11 @@ def _ptxas(args: list[str]) -> int:
                 bargs.append("-v")
             base_thread = threading.Thread(target=lambda: base_cp.setdefault("cp", _run_capture([real] + bargs)))
             base_thread.start()
-        res = rewrite_text(original, filename=in_path, helper=helper)
-        atomic_write_text(in_path, res.text, fsync=False)
-        rargs = [real] + list(args) + ([] if user_v else ["-v"])
+        res = rewrite_text(original, filename=in_path, helper=helper, max_version=cap)
+        if not k.nvcc_step:
+            os.makedirs(os.path.dirname(work), exist_ok=True)
+        atomic_write_text(work, res.text, fsync=False)
+        rargs = [real] + wargs + ([] if user_v else ["-v"])
         cp = _run_capture(rargs)
         if user_v:
             sys.stdout.write(cp.stdout)
@@ -228,11 +270,20 @@ def _ptxas(args: list[str]) -> int:
             sys.stdout.write(_filter_info(cp.stdout))
             sys.stderr.write(_filter_info(cp.stderr))
         if cp.returncode != 0:
-            keep = os.path.join(tmpdir, "..", f"hbfcc-failed-{res.original_sha256[:12]}.orig.ptx")
-            keep = os.path.abspath(keep)
-            Path(keep).write_text(original)
-            print(f"hbfcc-ptxas: error: the real ptxas rejected the rewritten PTX (exit {cp.returncode}); "
-                  f"rewritten: {in_path}, original kept at {keep}\n  reproduce: {shlex.join(rargs)}",
+            keep_dir = os.path.abspath(os.path.join(tmpdir, ".."))
+            sha12 = res.original_sha256[:12]
+            if k.nvcc_step:
+                keep = os.path.join(keep_dir, f"hbfcc-failed-{sha12}.orig.ptx")
+                Path(keep).write_text(original)
+                what = f"rewritten: {in_path}, original kept at {keep}"
+                repro = rargs
+            else:
+                keep = os.path.join(keep_dir, f"hbfcc-failed-{sha12}.ptx")
+                Path(keep).write_text(res.text)
+                what = f"rewritten PTX kept at {keep} (the input {in_path} is unchanged)"
+                repro = [keep if x == work else x for x in rargs]
+            print(f"hbfcc-ptxas: error: the real ptxas rejected the rewritten PTX (exit {cp.returncode}; "
+                  f"{real}, chosen by {choice.source}); {what}\n  reproduce: {shlex.join(repro)}",
                   file=sys.stderr)
             return cp.returncode
         before = None
@@ -245,33 +296,78 @@ def _ptxas(args: list[str]) -> int:
                 log.warning("baseline ptxas on the original PTX failed (exit %d)", bcp.returncode)
         after = build_stats(cp.stdout + cp.stderr, out_path) if sass else None
         if k.occupancy_guard and before is not None and after is not None and not res.already_instrumented:
-            res, cp, after = _occupancy_guard(res, in_path, out_path, rargs, before, after, cp, user_v)
+            res, cp, after = _occupancy_guard(res, work, out_path, rargs, before, after, cp, user_v)
         if k.launch_bound and before is not None and after is not None and not res.already_instrumented:
-            res, cp, after = _launch_bound(res, in_path, out_path, rargs, before, after, cp, user_v)
-        ptxas_info = {"path": real, "version": ptxas_version_text(real), "argv": [real] + list(args),
-                      "returncode": cp.returncode, "target": arch}
+            res, cp, after = _launch_bound(res, work, out_path, rargs, before, after, cp, user_v)
+        ptxas_info = {"path": real, "source": choice.source, "version": ptxas_version_text(real),
+                      "argv": [real] + list(args), "returncode": cp.returncode, "target": arch,
+                      "max_ptx_version": f"{cap[0]}.{cap[1]}", "instead_of": instead_of}
+        doc = artifact.build(path=in_path, result=res, ptxas=ptxas_info, before=before, after=after)
         if res.already_instrumented:
-            prev = _lookup_store(k, res.original_sha256, transformed=True)
-            doc = artifact.build(path=in_path, result=res, ptxas=ptxas_info, before=before, after=after)
+            prev = _lookup_prev(k, res.original_sha256)
             if prev is not None:
                 doc["kernels"], doc["functions"] = prev["kernels"], prev["functions"]
                 doc["admitted"] = prev["admitted"]
                 doc["input"]["original_sha256"] = prev["input"]["original_sha256"]
-        else:
-            doc = artifact.build(path=in_path, result=res, ptxas=ptxas_info, before=before, after=after)
-        _emit_artifact(doc, Path(out_path) if out_path else Path(in_path), k)
+                doc["input"]["below_helper_target"] = prev["input"].get("below_helper_target", False)
+        out = Path(out_path) if out_path else Path(in_path)
+        # an input hbfcc had rewritten already is no original PTX: its record never enters the store
+        _emit_artifact(doc, out, k, sidecar=_sidecar_wanted(k, out), store=not res.already_instrumented)
         if res.dumps is not None:
             res.dumps.json("artifact", doc)
-        for kern in doc["kernels"]:
-            if not kern["admitted"]:
-                print(f"hbfcc-ptxas: warning: kernel {kern['name']} is NOT admitted: "
-                      + "; ".join(kern["not_admitted_reasons"] + [r["reason"] for r in kern["refused"][:3]]),
-                      file=sys.stderr)
+        if not doc["input"]["below_helper_target"]:     # rewrite.py warned once for the module
+            warn_not_admitted(doc["kernels"], f" ({artifact.image_target(doc)} image of {in_path})"
+                              if k.nvcc_step else "")
         return 0
     finally:
         if base_thread is not None:
             base_thread.join()     # an error in the rewrite: let the baseline ptxas end before its dir goes
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _newer_ptx(in_path: str, got: tuple[int, int], choice, cap: tuple[int, int]):
+    """Input PTX newer than the chosen ptxas accepts. Chosen by a knob (or nvcc's toolkit): an error.
+    Chosen as the ptxas Triton would run: this PTX cannot come from Triton with that ptxas (Triton emits
+    the version its ptxas reports), so CUDA's ptxas (PATH, $CUDA_HOME) assembles it when it accepts
+    it, with a warning, and the record says so (``ptxas.instead_of``); else an error."""
+    from .toolchain import cuda_ptxas, max_ptx_version
+    need = f"{got[0]}.{got[1]}"
+    why = (f"{in_path}: PTX .version {need} is newer than {choice.path} (chosen by {choice.source}) "
+           f"accepts ({cap[0]}.{cap[1]})")
+    if choice.source not in ("HBFCC_REAL_PTXAS", "nvcc toolkit"):
+        alt = cuda_ptxas()
+        if alt is not None and alt.path != choice.path and max_ptx_version(alt.path) >= got:
+            log.warning("%s; assembling with %s (%s) instead (set HBFCC_REAL_PTXAS to choose)", why, alt.path,
+                        alt.source)
+            return alt, {"path": choice.path, "source": choice.source, "max_ptx_version": f"{cap[0]}.{cap[1]}",
+                         "why": f"input PTX .version {need}"}
+    raise ConfigError(f"{why}; set HBFCC_REAL_PTXAS to a ptxas that takes this PTX", ptxas=choice.path)
+
+
+def warn_not_admitted(kernels: Sequence[dict], where: str = "") -> None:
+    """The compile-time word on non-admission: one logged warning per kernel that is not admitted,
+    naming it and the reason (module documents' kernels, or link/compile verdicts with ``reason``)."""
+    for kern in kernels:
+        if kern["admitted"]:
+            continue
+        why = kern["reason"] if "reason" in kern else artifact.kernel_reason(kern)
+        log.warning("kernel %s is NOT admitted%s: %s", kern["name"], where, why or "no reason recorded")
+
+
+def _sidecar_wanted(k: knobs.Knobs, out: Path) -> bool:
+    """Whether hbfcc-ptxas writes ``<output>.hbfcc.json``: never for nvcc's steps under hbfcc (the
+    nvcc wrapper collects the records from its sink and writes its own beside nvcc's output); else by
+    HBFCC_SIDECAR; ``auto``: not when the output lies directly in the system temp directory, where
+    the caller's temporary files go (Triton's ``/tmp/tmpXXXX.ptx.o``: Triton removes its own files,
+    a record beside them would be left behind). The artifact store always has the record."""
+    if k.nvcc_step and k.sink is not None:
+        return False
+    if k.sidecar != "auto":
+        return k.sidecar == "1"
+    try:
+        return os.path.realpath(out.parent or ".") != os.path.realpath(tempfile.gettempdir())
+    except OSError:
+        return True
 
 
 def _occupancy_guard(res, in_path: str, out_path: Optional[str], rargs: list[str], before, after, cp, user_v: bool):
@@ -350,22 +446,34 @@ def _store_dir(k: knobs.Knobs) -> Path:
     return k.artifact_dir if k.artifact_dir is not None else k.cache_dir / "artifacts"
 
 
-def _lookup_store(k: knobs.Knobs, sha: str, transformed: bool = False) -> Optional[dict]:
-    p = _store_dir(k) / (f"by-transformed/{sha}.hbfcc.json" if transformed else f"{sha}.hbfcc.json")
-    try:
-        return json.loads(p.read_text())
-    except (OSError, ValueError):
-        return None
+def _lookup_prev(k: knobs.Knobs, transformed_sha: str) -> Optional[dict]:
+    """The record of the rewrite that produced this (already instrumented) PTX: from this nvcc run's
+    sink (its pre-rewritten .ptx inputs and earlier ptxas steps), else the store's by-transformed entry."""
+    cands: list[Path] = []
+    if k.sink is not None:
+        cands.append(k.sink / "pre" / f"{transformed_sha}.hbfcc.json")
+        cands += sorted(k.sink.glob(f"{transformed_sha}.*.json"))
+    cands.append(_store_dir(k) / "by-transformed" / f"{transformed_sha}.hbfcc.json")
+    for p in cands:
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if not d.get("input", {}).get("already_instrumented"):
+            return d
+    return None
 
 
-def _emit_artifact(doc: dict, out: Path, k: knobs.Knobs) -> None:
-    artifact.write(doc, out.with_name(out.name + ".hbfcc.json"))
-    store = _store_dir(k)
-    try:
-        artifact.write(doc, artifact.store_path(store, doc["input"]["original_sha256"]))
-        artifact.write(doc, store / "by-transformed" / f"{doc['input']['transformed_sha256']}.hbfcc.json")
-    except OSError as e:
-        log.warning("cannot write to the artifact store %s: %s", store, e)
+def _emit_artifact(doc: dict, out: Path, k: knobs.Knobs, *, sidecar: bool = True, store: bool = True) -> None:
+    if sidecar:
+        artifact.write(doc, out.with_name(out.name + ".hbfcc.json"))
+    store_d = _store_dir(k)
+    if store:
+        try:
+            artifact.write(doc, artifact.store_path(store_d, doc["input"]["original_sha256"]))
+            artifact.write(doc, store_d / "by-transformed" / f"{doc['input']['transformed_sha256']}.hbfcc.json")
+        except OSError as e:
+            log.warning("cannot write to the artifact store %s: %s", store_d, e)
     if k.sink is not None:
         artifact.write(doc, k.sink / f"{doc['input']['transformed_sha256']}.{os.getpid()}.json")
 
@@ -421,7 +529,10 @@ def _prerewrite_ptx_inputs(args: list[str], tmp: Path) -> list[str]:
         res = rewrite_file(a, copy)
         doc = artifact.build(path=a, result=res, ptxas=None, before=None, after=None)
         k = knobs.load()
-        _emit_artifact(doc, copy, _nosink(k))
+        _emit_artifact(doc, copy, _nosink(k), sidecar=False, store=not res.already_instrumented)
+        # where the ptxas steps that assemble the copy find this record (_lookup_prev), even when
+        # the store cannot be written; not a module of the build itself (the steps' records are)
+        artifact.write(doc, tmp / "pre" / f"{res.transformed_sha256}.hbfcc.json")
         if res.dumps is not None:
             res.dumps.json("artifact", doc)
         out[i] = str(copy)
@@ -440,7 +551,6 @@ def _is_ptx_mode(args: Sequence[str]) -> bool:
 def nvcc_main(args: list[str]) -> int:
     from .shadow import shadow_nvcc
     from .toolchain import find_real_nvcc
-    from .rewrite import rewrite_file
 
     real = None
     # launcher mode: `hbfcc /path/to/nvcc ARGS` (CMAKE_CUDA_COMPILER_LAUNCHER)
@@ -454,6 +564,8 @@ def nvcc_main(args: list[str]) -> int:
             args = args[1:]
         else:
             raise ConfigError("hbfcc as a compiler launcher supports nvcc only", compiler=args[0])
+    if any(a in ("--help", "-h", "--version", "-V") for a in args):
+        return _nvcc_query(args, real)
     env_flags = shlex.split(os.environ.get("NVCC_PREPEND_FLAGS", "")) + \
         shlex.split(os.environ.get("NVCC_APPEND_FLAGS", ""))
     why = _lto_reason(list(args) + env_flags)
@@ -471,34 +583,115 @@ def nvcc_main(args: list[str]) -> int:
         rc = subprocess.call([nvcc] + list(args), env=env)
         if rc != 0:
             return rc
-        if _is_ptx_mode(args):
-            out = _nvcc_output(args)
-            if out and os.path.isfile(out):
-                res = rewrite_file(out, out)
-                log.info("rewrote nvcc -ptx output %s", out)
-                doc = artifact.build(path=out, result=res, ptxas=None, before=None, after=None)
-                _emit_artifact(doc, Path(out), knobs.load())
-                if res.dumps is not None:
-                    res.dumps.json("artifact", doc)
-            return 0
         docs = []
         for p in sorted(sink.glob("*.json")):
             try:
                 docs.append(json.loads(p.read_text()))
             except ValueError:
                 pass
+        if _is_ptx_mode(args):
+            _ptx_mode_artifact(args, docs)
+            return 0
         if not any(a in _COMPILE_ONLY for a in args):     # a link step (maybe compile + link)
             _link_artifact(args, real, docs)
             return 0
         out = _nvcc_output(args)
         if docs and out:
+            kernels, targets = artifact.resolve_compile(docs)
             combined = {"schema": artifact.SCHEMA_ID + ".nvcc", "schema_version": artifact.SCHEMA_VERSION,
                         "nvcc_argv": [real] + list(args), "output": out,
-                        "admitted": all(d["admitted"] for d in docs), "modules": docs}
+                        "admitted": all(kk["admitted"] for kk in kernels), "kernels": kernels,
+                        "targets": targets, "modules": docs}
             artifact.write(combined, Path(out + ".hbfcc.json"))
+            warn_not_admitted(kernels, f" in {out}")
         return 0
     finally:
         shutil.rmtree(sink, ignore_errors=True)
+
+
+def _ptx_mode_artifact(args: Sequence[str], docs: list[dict]) -> None:
+    """``hbfcc -ptx``: nvcc checks the PTX it writes with ``ptxas -arch=compute_XX`` on the output
+    file itself, so the shim has already rewritten it in place and recorded it (``docs``); that record
+    goes beside the output. Without one (no ptxas step ran), hbfcc rewrites the output here. An
+    output that is already instrumented is never recorded as a new (empty) module."""
+    from .ptx.parser import parse_module, read_ptx
+    from .rewrite import is_instrumented, rewrite_text
+
+    out = _nvcc_output(args)
+    if not out or not os.path.isfile(out):
+        return
+    mine = [d for d in docs if os.path.abspath(d["input"]["path"]) == os.path.abspath(out)]
+    mine.sort(key=lambda d: bool(d["input"]["already_instrumented"]))
+    if mine:
+        doc = mine[0]
+    else:
+        k = knobs.load()
+        text = read_ptx(out)
+        if is_instrumented(parse_module(text, filename=out)):
+            from .toolchain import sha256_bytes
+            doc = _lookup_prev(k, sha256_bytes(text.encode()))
+            if doc is None:
+                res = rewrite_text(text, filename=out)
+                doc = artifact.build(path=out, result=res, ptxas=None, before=None, after=None)
+        else:
+            res = rewrite_text(text, filename=out)
+            atomic_write_text(out, res.text, fsync=False)
+            log.info("rewrote nvcc -ptx output %s", out)
+            doc = artifact.build(path=out, result=res, ptxas=None, before=None, after=None)
+            _emit_artifact(doc, Path(out), _nosink(k), sidecar=False)
+            if res.dumps is not None:
+                res.dumps.json("artifact", doc)
+            if not doc["input"]["below_helper_target"]:
+                warn_not_admitted(doc["kernels"])
+    artifact.write(doc, Path(out + ".hbfcc.json"))
+
+
+NVCC_HELP = """\
+hbfcc: nvcc that instruments every kernel for hbfsim (docs/hbfcc.md).
+
+Use it wherever nvcc goes: CUDACXX=hbfcc / CMAKE_CUDA_COMPILER=hbfcc / CUDA_NVCC_EXECUTABLE=hbfcc,
+CMAKE_CUDA_COMPILER_LAUNCHER=hbfcc (then: hbfcc nvcc ARGS), or on the command line:
+    hbfcc -arch=sm_90a -c k.cu -o k.o          any nvcc command line; every ptxas step nvcc runs
+                                               rewrites the PTX (a shadow toolkit's ptxas)
+    hbfcc rewrite IN.ptx -o OUT.ptx [--dump-stages DIR] [--no-link] [--helper H.ptx] [--passes LIST]
+    hbfcc --hbfcc-version                      the version marker only
+Each output gets <output>.hbfcc.json: which kernels are admitted (modeled) and why not, per
+-gencode target; the artifact store keeps each module's record by its original PTX's sha256.
+Refused: -dlto / lto_* targets (no ptxas runs) and --dont-use-profile. A kernel that is not
+admitted is named, with the reason, in a warning on stderr. Triton: TRITON_PTXAS_PATH=hbfcc-ptxas.
+
+Environment (hbfcc/knobs.py):
+"""
+
+
+def version_lines() -> str:
+    """hbfcc's own --version text: the package version and the marker line (helper ABI, rewriter
+    and helper sha), which holds no ``release X.Y`` (tools that parse nvcc's version find nvcc's)."""
+    from importlib import metadata
+    try:
+        ver = metadata.version("hbfsim")
+    except metadata.PackageNotFoundError:
+        ver = "unknown (not installed)"
+    return f"hbfcc (hbfsim {ver})\n{marker_line()}\n"
+
+
+def _nvcc_query(args: list[str], real: Optional[str]) -> int:
+    """``--help`` / ``--version``: hbfcc's own text, then the real nvcc's."""
+    from .toolchain import find_real_nvcc
+    if any(a in ("--help", "-h") for a in args):
+        sys.stdout.write(NVCC_HELP + knobs.help_text() + "\n")
+    else:
+        sys.stdout.write(version_lines())
+    try:
+        real = real or find_real_nvcc()
+    except ConfigError as e:
+        sys.stdout.flush()
+        print(f"hbfcc: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(f"wrapping {real}:\n" if "--version" in args or "-V" in args else
+                     f"The options of the nvcc it wraps ({real}) follow.\n\n")
+    sys.stdout.flush()
+    return subprocess.call([real] + list(args))
 
 
 _COMPILE_ONLY = ("-c", "--compile", "-ptx", "--ptx", "-cubin", "--cubin", "-fatbin", "--fatbin", "-E",
@@ -538,8 +731,13 @@ def _link_artifact(args: Sequence[str], real: str, docs: list) -> None:
                 continue
             docs += d.get("modules", [d])
     if docs:
-        artifact.write(artifact.resolve_link(docs, output=out, argv=[real] + list(args)),
-                       Path(out + ".hbfcc.json"))
+        doc = artifact.resolve_link(docs, output=out, argv=[real] + list(args))
+        artifact.write(doc, Path(out + ".hbfcc.json"))
+        warn_not_admitted(doc["kernels"], f" in {out}")
+        refused_in_a_module = {x["name"] for m in docs for x in m.get("kernels", []) if not x["admitted"]}
+        for kk in doc["kernels"]:
+            if kk["admitted"] and kk["name"] in refused_in_a_module:
+                log.info("kernel %s is admitted by the device link of %s", kk["name"], out)
 
 
 def rewrite_main(args: list[str]) -> int:
@@ -584,6 +782,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return nvcc_main(args)
     except HbfError as e:
         return _fail(e, "hbfcc")
+    except BrokenPipeError:          # `hbfcc --help | head`: the reader left; no traceback
+        _quiet_stdout()
+        return 141
+
+
+def _quiet_stdout() -> None:
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError:
+        pass
 
 
 def _ptxas_entry(args: list[str]) -> int:

@@ -17,6 +17,11 @@ from hbfcommon.errors import ConfigError
 
 # Internal: set by `hbfcc` (the nvcc wrapper) for the ptxas shim that nvcc runs.
 ENV_SINK = "HBFCC_ARTIFACT_SINK"
+# Internal: set by the shadow toolkit's shim (hbfcc/shadow.py): this ptxas step is one of nvcc's, so
+# the .ptx (nvcc's intermediate, embedded by fatbinary) is rewritten in place.
+ENV_NVCC_STEP = "HBFCC_NVCC_STEP"
+
+SIDECAR_CHOICES = ("auto", "1", "0")
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,8 @@ class Knobs:
     occupancy_guard: bool = False  # HBFCC_OCCUPANCY_GUARD (default 0): hbfcc/occupancy.py
     hoist_issues: bool = True      # HBFCC_HOIST_ISSUES (default 1): load issues hoisted (passes/timing.py)
     launch_bound: bool = True      # HBFCC_LAUNCH_BOUND (default 1): .maxntid keeps plain blocks launchable
+    sidecar: str = "auto"          # HBFCC_SIDECAR (auto|1|0): hbfcc-ptxas's <output>.hbfcc.json
+    nvcc_step: bool = False        # HBFCC_NVCC_STEP (internal, set by the shadow toolkit's shim)
 
 
 def load() -> Knobs:
@@ -56,7 +63,46 @@ def load() -> Knobs:
         occupancy_guard=env_bool("HBFCC_OCCUPANCY_GUARD", False),
         hoist_issues=env_bool("HBFCC_HOIST_ISSUES", True),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
+        sidecar=_choice("HBFCC_SIDECAR", "auto", SIDECAR_CHOICES),
+        nvcc_step=env_bool(ENV_NVCC_STEP, False),
     )
+
+
+def _choice(variable: str, default: str, choices: tuple[str, ...]) -> str:
+    v = (os.environ.get(variable) or default).strip().lower()
+    if v not in choices:
+        raise ConfigError(f"{variable} must be one of {', '.join(choices)}", variable=variable, value=v)
+    return v
+
+
+# (variable, default, meaning): what `hbfcc --help` / `hbfcc-ptxas --help` print (docs/hbfcc.md has
+# the long form). Internal variables (ENV_SINK, ENV_NVCC_STEP) are not listed.
+DOCS: tuple[tuple[str, str, str], ...] = (
+    ("HBFCC_REAL_PTXAS", "unset", "the ptxas hbfcc-ptxas runs; unset: the one Triton would run "
+     "(TRITON_PTXAS_PATH when it is not hbfcc-ptxas, else Triton's bundled ptxas), else ptxas on PATH"),
+    ("HBFCC_REAL_NVCC", "nvcc on PATH", "the nvcc hbfcc wraps"),
+    ("HBFCC_HELPER_PTX", "per module", "the helper PTX module to link (default: lean, direct for "
+     "tensor-core modules; runtime_cuda/ptx)"),
+    ("HBFCC_EIDOLA_HELPER_PTX", "runtime_cuda/ptx", "the eidola helper module (flags pass)"),
+    ("HBFCC_PASSES", "timing", "pass selection: timing | timing,flags | timing,flags,mwait"),
+    ("HBFCC_CACHE_DIR", "~/.cache/hbfcc", "shadow toolkits (and the store's default home)"),
+    ("HBFCC_ARTIFACT_DIR", "$HBFCC_CACHE_DIR/artifacts", "the artifact store (by original PTX sha256)"),
+    ("HBFCC_SIDECAR", "auto", "hbfcc-ptxas writes <output>.hbfcc.json: 1 always, 0 never, auto unless "
+     "the output is directly in the system temp directory (Triton's temp files)"),
+    ("HBFCC_DUMP_DIR", "unset", "dump every stage of every rewrite here"),
+    ("HBFCC_BASELINE", "1", "also run ptxas -v on the original PTX (register/spill delta)"),
+    ("HBFCC_CPASYNC_WINDOW", "2", "cp.async group registers (2..64)"),
+    ("HBFCC_HOIST_ISSUES", "1", "hoist load issues (0: each issue at its access)"),
+    ("HBFCC_LAUNCH_BOUND", "1", ".maxntid keeps the plain build's blocks launchable"),
+    ("HBFCC_OCCUPANCY_GUARD", "0", ".maxnreg keeps the plain build's blocks per SM"),
+    ("HBFCC_LOG", "WARNING", "log level"),
+)
+
+
+def help_text() -> str:
+    """The environment section of hbfcc's --help."""
+    w = max(len(v) for v, _, _ in DOCS)
+    return "\n".join(f"  {v:<{w}}  {meaning} [default: {d}]" for v, d, meaning in DOCS) + "\n"
 
 
 PASS_CHOICES = ("timing", "flags", "mwait")

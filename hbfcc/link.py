@@ -254,10 +254,13 @@ def _declares(it) -> set[str]:
     return set()
 
 
-def link(module: Module, helper: HelperModule) -> Module:
+def link(module: Module, helper: HelperModule, max_version: Optional[tuple[int, int]] = None) -> Module:
     """``module`` with ``helper`` linked in.
 
-    The module's ``.version`` is raised to the helper's when lower. A module that already defines
+    The module's ``.version`` is raised to the helper's when lower, but not above ``max_version``
+    (the newest PTX ISA the ptxas that assembles it accepts: Triton's bundled ptxas 12.8 takes 8.7,
+    the helper is built as 9.0 and uses nothing newer; a helper that did would be rejected by that
+    ptxas, loudly). A module that already defines
     everything the helper defines is returned as it is (linked before); one that defines only some
     of it is refused (two copies of a helper function, or helpers out of step, would link wrong).
     Otherwise the helper's globals take the place of the module's ``.extern`` declaration of one
@@ -265,9 +268,10 @@ def link(module: Module, helper: HelperModule) -> Module:
     follow the banner comment at the end; then the declarations the helper needs that the module
     does not have, then the helper's functions."""
     v = version_tuple(module.version)
-    if helper.version > v:
-        log.info("raised .version %d.%d -> %d.%d for the %s module", *v, *helper.version, helper.role)
-        module = replace(module, version=helper.ptx_version)
+    want = helper.version if max_version is None else max(v, min(helper.version, max_version))
+    if want > v:
+        log.info("raised .version %d.%d -> %d.%d for the %s module", *v, *want, helper.role)
+        module = replace(module, version=f"{want[0]}.{want[1]}")
     defined, declared = symbols(module)
     already = defined & helper.defined
     if already == helper.defined:
@@ -289,13 +293,15 @@ def link(module: Module, helper: HelperModule) -> Module:
     return replace(module, items=tuple(items) + tuple(tail))
 
 
-def stage(helper: HelperModule) -> tuple[str, Callable[[Module, dict], Module]]:
+def stage(helper: HelperModule, max_version: Optional[tuple[int, int]] = None
+          ) -> tuple[str, Callable[[Module, dict], Module]]:
     """(name, stage): the pipeline stage ``(module, meta) -> module`` that links ``helper``
-    (``link``, ``link_eidola``); it records what it linked under ``meta[name]``."""
+    (``link``, ``link_eidola``); it records what it linked under ``meta[name]``. ``max_version``:
+    see :func:`link`."""
     name = helper.stage_name
 
     def run(module: Module, meta: dict) -> Module:
         meta[name] = helper.to_dict()
-        return link(module, helper)
+        return link(module, helper, max_version)
     run.__name__ = name
     return name, run

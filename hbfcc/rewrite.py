@@ -95,10 +95,13 @@ def print_text(module: Module) -> str:
 
 def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Optional[H.HelperModule] = None,
                  link: bool = True, dump_dir: Optional[os.PathLike] = None,
-                 cpasync_window: Optional[int] = None, passes: Optional[tuple[str, ...]] = None) -> RewriteResult:
+                 cpasync_window: Optional[int] = None, passes: Optional[tuple[str, ...]] = None,
+                 max_version: Optional[tuple[int, int]] = None) -> RewriteResult:
     """Rewrite one PTX module. ``helper``: the helper module to link (default: :func:`H.load_helper`);
     ``link=False`` leaves the helpers as prototypes only (for inspection; not loadable).
     ``passes``: the pass selection (default HBFCC_PASSES, see :func:`knobs.parse_passes`).
+    ``max_version``: the newest PTX ISA the assembling ptxas accepts (linking raises ``.version`` no
+    higher, :func:`hbfcc.link.link`).
     ``text`` may be bytes (UTF-8); text that is not UTF-8 or holds NUL is a PtxError naming where."""
     from hbfcc.ptx.parser import as_text, parse_module
 
@@ -119,8 +122,8 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
         dumps.module("parse", module)
     if is_instrumented(module):
         log.info("%s is already instrumented: left as is", filename)
-        return RewriteResult(text, orig_sha, orig_sha, {"already_instrumented": True}, helper, True,
-                             module=module, dumps=dumps)
+        meta0 = {"already_instrumented": True, "timing": _not_instrumented_report(module, ALREADY_INSTRUMENTED)}
+        return RewriteResult(text, orig_sha, orig_sha, meta0, helper, True, module=module, dumps=dumps)
     meta: dict = {"cpasync_window": cpasync_window or k.cpasync_window, "filename": filename,
                   "hoist_issues": k.hoist_issues}
     selection = k.passes if passes is None else knobs.parse_passes(",".join(passes), "passes")
@@ -130,11 +133,11 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
         meta["flags_options"] = {"mwait": "mwait" in selection, "count_nonflag": True}
     if link:
         assert helper is not None
-        stages.append(L.stage(helper))
+        stages.append(L.stage(helper, max_version))
         if "flags" in selection:
             eidola = H.load_eidola_helper()
             meta["eidola_helper"] = eidola.to_dict()
-            stages.append(L.stage(eidola))
+            stages.append(L.stage(eidola, max_version))
     why = _target_too_old(module, helper)
     if why is not None:
         # Not instrumented, loudly: every kernel is recorded as not admitted (the runtime refuses
@@ -143,6 +146,7 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
         log.warning("%s: %s", filename, why)
         meta["timing"] = _not_instrumented_report(module, why)
         meta["not_instrumented"] = why
+        meta["below_helper_target"] = True
         return RewriteResult(text, orig_sha, orig_sha, meta, helper, False, t, module=module, dumps=dumps)
     for name, run in stages:
         t1 = time.perf_counter()
@@ -158,6 +162,12 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
     t["total"] = time.perf_counter() - t0
     return RewriteResult(out, orig_sha, sha256_bytes(out.encode()), meta, helper, False, t, module=module,
                          dumps=dumps)
+
+
+# the reason recorded for the kernels of an input that hbfcc had already rewritten, until the
+# record of that rewrite (the store's by-transformed entry, or nvcc's sink) replaces it
+ALREADY_INSTRUMENTED = ("the PTX was already instrumented by hbfcc and the record of that rewrite was not found "
+                        "(artifact store by-transformed/<sha256>.hbfcc.json)")
 
 
 def _sm(target: str) -> Optional[int]:

@@ -13,7 +13,9 @@ PATH, so a ptxas earlier on the user's PATH is never used (docs/hbfcc.md, notes 
                                            set to the real toolkit's ptxas
 
 Both ptxas steps of nvcc (the ``-arch=compute_XX`` check of the PTX that gets embedded, and the
-``-arch=sm_XX -o X.cubin`` build) then run the shim, which rewrites the .ptx file *in place*, so the
+``-arch=sm_XX -o X.cubin`` build) then run the shim, which marks the step as nvcc's
+(``HBFCC_NVCC_STEP=1``) so hbfcc-ptxas rewrites the .ptx file *in place* (anywhere else it never
+touches its input), so the
 PTX that fatbinary embeds is the rewritten PTX. ``#$ TOP=`` still names the real toolkit, so CMake's
 compiler detection finds the real toolkit root.
 """
@@ -38,7 +40,7 @@ from .toolchain import run
 log = logging.getLogger(__name__)
 
 SHIM_MARKER = "hbfcc-ptxas-shim"
-SHADOW_LAYOUT = "2"
+SHADOW_LAYOUT = "3"
 
 
 def _is_elf(p: str) -> bool:
@@ -91,6 +93,8 @@ def _shim_text(real_bin: str) -> str:
         f"# {SHIM_MARKER}: runs hbfcc-ptxas in place of ptxas for nvcc\n"
         f"HBFCC_REAL_PTXAS={shlex.quote(os.path.join(real_bin, 'ptxas'))}\n"
         "export HBFCC_REAL_PTXAS\n"
+        f"{knobs.ENV_NVCC_STEP}=1\n"
+        f"export {knobs.ENV_NVCC_STEP}\n"
         f"PYTHONPATH={shlex.quote(pkg_parent)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
         "export PYTHONPATH\n"
         f"exec {shlex.quote(sys.executable)} -m hbfcc.cli ptxas \"$@\"\n"

@@ -55,13 +55,102 @@ def _find_real(tool: str, chosen: Optional[str], variable: str, more: Sequence[s
                       "or set CUDA_HOME")
 
 
+def _triton_bundled(tool: str) -> list[str]:
+    """The ``tool`` bundled in the Triton wheel (``<triton>/backends/nvidia/bin/<tool>``), when
+    Triton is importable (found without importing it)."""
+    try:
+        spec = importlib.util.find_spec("triton")
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    return [os.path.join(loc, "backends", "nvidia", "bin", tool) for loc in (spec.submodule_search_locations or ())]
+
+
+@dataclass(frozen=True)
+class PtxasChoice:
+    """The real ptxas hbfcc-ptxas runs and why that one (recorded in the artifact as ``ptxas.source``)."""
+    path: str
+    source: str   # HBFCC_REAL_PTXAS | nvcc toolkit | TRITON_PTXAS_PATH | TRITON_PTXAS_BLACKWELL_PATH |
+    #               triton bundled | PATH | CUDA_HOME
+
+
+def _blackwell(arch: Optional[str]) -> bool:
+    m = re.match(r"(?:sm|compute)_(\d+)", arch or "")
+    return m is not None and int(m.group(1)) >= 100
+
+
+def choose_ptxas(arch: Optional[str] = None, *, nvcc_step: bool = False) -> PtxasChoice:
+    """The ptxas hbfcc-ptxas runs.
+
+    1. ``HBFCC_REAL_PTXAS`` (the knob; the shadow toolkit's shim sets it to the toolkit's ptxas for
+       nvcc's steps: ``nvcc_step``);
+    2. the ptxas plain Triton would run: ``TRITON_PTXAS_PATH`` (``TRITON_PTXAS_BLACKWELL_PATH`` for
+       sm_100+) when it names a ptxas that is not one of hbfcc's wrappers, else the ptxas bundled in
+       the Triton wheel (what Triton falls back to; notes §1.1) when Triton is installed;
+    3. ``ptxas`` on PATH (never one of our wrappers), then ``$CUDA_HOME/bin/ptxas``."""
+    k = knobs.load()
+    if k.real_ptxas:
+        return PtxasChoice(_find_real("ptxas", k.real_ptxas, "HBFCC_REAL_PTXAS"),
+                           "nvcc toolkit" if nvcc_step else "HBFCC_REAL_PTXAS")
+    var, tool = ("TRITON_PTXAS_BLACKWELL_PATH", "ptxas-blackwell") if _blackwell(arch) else \
+        ("TRITON_PTXAS_PATH", "ptxas")
+    tp = os.environ.get(var)
+    if tp:
+        tp = shutil.which(tp) or tp
+        if _executable(tp) and not _is_hbfcc_wrapper(tp):
+            return PtxasChoice(tp, var)
+    for p in _triton_bundled(tool):
+        if _executable(p) and not _is_hbfcc_wrapper(p):
+            return PtxasChoice(p, "triton bundled")
+    c = cuda_ptxas()
+    if c is None:
+        _find_real("ptxas", None, "HBFCC_REAL_PTXAS")       # raises the error naming the knob
+    assert c is not None
+    return c
+
+
+def cuda_ptxas() -> Optional[PtxasChoice]:
+    """``ptxas`` on PATH (never one of our wrappers), else ``$CUDA_HOME/bin/ptxas``; None when neither."""
+    for d in [d for d in knobs.env_path().split(os.pathsep) if d]:
+        p = os.path.join(d, "ptxas")
+        if _executable(p) and not _is_hbfcc_wrapper(p):
+            return PtxasChoice(p, "PATH")
+    for home in knobs.cuda_home_candidates():
+        p = os.path.join(home, "bin", "ptxas")
+        if _executable(p) and not _is_hbfcc_wrapper(p):
+            return PtxasChoice(p, "CUDA_HOME")
+    return None
+
+
 def find_real_ptxas() -> str:
-    """The ptxas hbfcc runs: HBFCC_REAL_PTXAS, else `ptxas` on PATH (never one of our wrappers),
-    else $CUDA_HOME/bin/ptxas, else the ptxas bundled in the Triton wheel."""
-    spec = importlib.util.find_spec("triton")
-    bundled = [os.path.join(loc, "backends", "nvidia", "bin", "ptxas")
-               for loc in (spec.submodule_search_locations or ())] if spec is not None else []
-    return _find_real("ptxas", knobs.load().real_ptxas, "HBFCC_REAL_PTXAS", bundled)
+    """CUDA's ptxas (what nvcc runs): HBFCC_REAL_PTXAS, else `ptxas` on PATH (never one of our
+    wrappers), else $CUDA_HOME/bin/ptxas, else the ptxas bundled in the Triton wheel. hbfcc-ptxas
+    itself runs :func:`choose_ptxas`."""
+    return _find_real("ptxas", knobs.load().real_ptxas, "HBFCC_REAL_PTXAS", _triton_bundled("ptxas"))
+
+
+def ptxas_release(ptxas: str) -> tuple[int, int]:
+    """The CUDA release of a ptxas (``release X.Y`` of its ``--version``)."""
+    m = re.search(r"release (\d+)\.(\d+)", ptxas_version_text(ptxas))
+    assert m is not None          # ptxas_version_text checked it
+    return int(m.group(1)), int(m.group(2))
+
+
+def max_ptx_version(ptxas: str) -> tuple[int, int]:
+    """The newest PTX ISA (``.version``) a ptxas accepts, from its release; the rule Triton uses to
+    pick the ``.version`` it emits (``ptx_get_version``): 12.0-12.5 -> 8.0-8.5, 12.6+ -> 8.(minor-1),
+    11.x -> 7.x, 13.x+ -> 9.x (10.x for 14.x)."""
+    major, minor = ptxas_release(ptxas)
+    if major == 12:
+        v = 80 + minor if minor < 6 else 80 + minor - 1
+    elif major == 11:
+        v = 70 + minor
+    elif major >= 13:
+        v = 90 + (major - 13) * 10 + minor
+    else:
+        v = 63 + minor
+    return v // 10, v % 10
 
 
 def find_real_nvcc() -> str:

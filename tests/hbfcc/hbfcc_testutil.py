@@ -90,6 +90,13 @@ def compile_cu(src: str, arch: str = "sm_90a", extra=()) -> str:
         return out.read_text()
 
 
+def rewritten_text(dump_dir: Path) -> str:
+    """The PTX hbfcc-ptxas assembled last (it never rewrites its input: read the HBFCC_DUMP_DIR of
+    its one rewrite, the newest ``NN-print.ptx``: after an occupancy guard or launch bound stage)."""
+    (d,) = list(Path(dump_dir).iterdir())
+    return sorted(d.glob("*-print.ptx"))[-1].read_text()
+
+
 def env_with(**kw) -> dict:
     e = dict(os.environ)
     for k, v in kw.items():

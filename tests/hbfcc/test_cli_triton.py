@@ -62,7 +62,10 @@ def test_triton_compiles_through_hbfcc_ptxas_and_cache_is_not_shared(tmp_path):
     U.tool("ptxas")
     plain = compile_once(tmp_path)
     assert not plain["cubin_has_hb"]
-    inst = compile_once(tmp_path, TRITON_PTXAS_PATH=U.console("hbfcc-ptxas"))
+    tmp = tmp_path / "tmp"          # Triton's temp files (and anything hbfcc-ptxas would leave) go here
+    tmp.mkdir()
+    inst = compile_once(tmp_path, TRITON_PTXAS_PATH=U.console("hbfcc-ptxas"), TMPDIR=tmp)
+    assert sorted(tmp.iterdir()) == []        # no litter: Triton removed its files, hbfcc left none
     # same cache dir: the instrumented build did not reuse the plain cubin (the --version marker
     # is part of Triton's cache key), and it really ran hbfcc-ptxas (no silent fallback)
     assert inst["ptxas"].endswith("hbfcc-ptxas")
@@ -77,6 +80,12 @@ def test_triton_compiles_through_hbfcc_ptxas_and_cache_is_not_shared(tmp_path):
     assert k["classes"]["ld.global"]["rewritten"] >= 2 and k["classes"]["st.global"]["rewritten"] >= 1
     assert k["classes"]["atom.global"]["rewritten"] >= 1
     assert doc["ptxas"]["argv"][1:4] == ["-lineinfo", "-v", "--gpu-name=sm_90a"]
+    # the ptxas plain Triton runs (the one in its wheel: TRITON_PTXAS_PATH names hbfcc-ptxas), recorded
+    import triton
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    assert doc["ptxas"]["source"] == "triton bundled"
+    assert Path(doc["ptxas"]["path"]).resolve() == bundled.resolve()
+    assert plain["ptxas"] and Path(plain["ptxas"]).resolve() == bundled.resolve()
     # compiling again hits the instrumented cache entry
     again = compile_once(tmp_path, TRITON_PTXAS_PATH=U.console("hbfcc-ptxas"))
     assert again["cubin_has_hb"] and again["ptx_sha256"] == inst["ptx_sha256"]

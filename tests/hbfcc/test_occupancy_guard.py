@@ -88,7 +88,8 @@ def test_hbfcc_ptxas_guards_a_triton_matmul(tmp_path, guard):
     helper = U.real_helper_ptx()
     if helper is None:   # `make test` builds it; the fixture helper is too small to raise the count
         pytest.skip("the real helper PTX (make helpers-ptx) is not built")
-    e = U.env_with(HBFCC_ARTIFACT_DIR=tmp_path / "store", HBFCC_OCCUPANCY_GUARD=guard, HBFCC_HELPER_PTX=helper)
+    e = U.env_with(HBFCC_ARTIFACT_DIR=tmp_path / "store", HBFCC_OCCUPANCY_GUARD=guard, HBFCC_HELPER_PTX=helper,
+                   HBFCC_DUMP_DIR=tmp_path / "dump")
     import subprocess
     cp = subprocess.run([U.console("hbfcc-ptxas"), "-v", "--gpu-name=sm_90a", str(p), "-o", str(p) + ".o"],
                         capture_output=True, text=True, env=e, cwd=tmp_path)
@@ -97,7 +98,8 @@ def test_hbfcc_ptxas_guards_a_triton_matmul(tmp_path, guard):
     artifact.validate(doc)
     k = doc["kernels"][0]
     assert doc["admitted"] and k["ptxas_before"]["registers"] <= 128
-    text = p.read_text()
+    assert p.read_text() == src.read_text()              # the input is never modified
+    text = U.rewritten_text(tmp_path / "dump")
     if guard == "1":
         g = k["occupancy_guard"]
         assert g["threads_per_block"] == 256 and g["bound"] == 128
@@ -165,7 +167,8 @@ def test_hbfcc_ptxas_keeps_a_1024_thread_kernel_launchable(tmp_path, bound):
     import subprocess
     p = tmp_path / "red.ptx"
     subprocess.run([U.tool("nvcc"), "-arch=sm_90a", "-ptx", str(cu), "-o", str(p)], check=True)
-    e = U.env_with(HBFCC_ARTIFACT_DIR=tmp_path / "store", HBFCC_LAUNCH_BOUND=bound, HBFCC_HELPER_PTX=helper)
+    e = U.env_with(HBFCC_ARTIFACT_DIR=tmp_path / "store", HBFCC_LAUNCH_BOUND=bound, HBFCC_HELPER_PTX=helper,
+                   HBFCC_DUMP_DIR=tmp_path / "dump")
     cp = subprocess.run([U.console("hbfcc-ptxas"), "--gpu-name=sm_90a", str(p), "-o", str(p) + ".o"],
                         capture_output=True, text=True, env=e, cwd=tmp_path)
     assert cp.returncode == 0, cp.stderr
@@ -176,7 +179,7 @@ def test_hbfcc_ptxas_keeps_a_1024_thread_kernel_launchable(tmp_path, bound):
     if bound == "1":
         lb = k["launch_bound"]
         assert lb["applied"] and lb["maxntid"] == 1024 and lb["instrumented_registers"] > 64
-        assert ".maxntid 1024" in p.read_text() and k["ptxas_after"]["registers"] <= 64
+        assert ".maxntid 1024" in U.rewritten_text(tmp_path / "dump") and k["ptxas_after"]["registers"] <= 64
     else:
         assert "launch_bound" not in k and k["ptxas_after"]["registers"] > 64
 
