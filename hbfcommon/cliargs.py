@@ -20,6 +20,7 @@ from typing import Sequence
 EXIT_USAGE = 2
 _CHOICE = re.compile(r"argument (?P<arg>.+?): invalid choice: (?P<val>.+?) \(choose from (?P<choices>.*)\)$")
 _PARSER_KEY = "_hbf_cli_parser"
+_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")      # argparse's own test for a negative number
 
 
 def _unquote(s: str) -> str:
@@ -92,10 +93,11 @@ def parse(parser: Parser, argv: Sequence[str]) -> argparse.Namespace:
     option before the command is named as such, not as an unknown command made of its value)."""
     argv = list(argv)
     subs, known = set(parser.subcommands()), _all_option_strings(parser)
-    for tok in argv:
+    for tok in argv if subs else ():
         if tok in subs or tok == "--":
             break
-        if tok.startswith("-") and len(tok) > 1 and tok.split("=", 1)[0] not in known:
+        if (tok.startswith("-") and len(tok) > 1 and not _NEGATIVE.match(tok)
+                and tok.split("=", 1)[0] not in known):
             parser.unknown_argument(tok)
     ns, extra = parser.parse_known_args(argv)
     if extra:

@@ -13,7 +13,6 @@ Exit status 0 when the worst aligned error is within ``--tolerance-k`` (0.02 K),
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import contextlib
@@ -24,6 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from hbfcommon.cliargs import Parser, parse
 from hbfcommon.errors import HbfError
 
 from .fom import PackageModel, build_model
@@ -219,21 +219,26 @@ def format_table(res: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="hbfd thermal validate", description=__doc__.splitlines()[0])
-    ap.add_argument("--geometry", default=str(DEFAULT_GEOMETRY))
-    ap.add_argument("--seconds", type=float, default=30.0, help="length of each held-out trace")
-    ap.add_argument("--hankel-blocks", type=int, default=DEFAULT_HANKEL_BLOCKS)
-    ap.add_argument("--dt-ms", type=float, default=DEFAULT_DT_S * 1e3)
-    ap.add_argument("--tolerance-k", type=float, default=0.02)
+    ap = Parser(prog="hbfd thermal validate", description=__doc__.split("\n\n")[0].replace("``", "`"))
+    ap.add_argument("--geometry", default=str(DEFAULT_GEOMETRY), metavar="FILE",
+                    help="package geometry JSON (default: the packaged 8-high HBF package)")
+    ap.add_argument("--seconds", type=float, default=30.0, metavar="S",
+                    help="length of each held-out trace: step, square wave, bursts (default 30)")
+    ap.add_argument("--hankel-blocks", type=int, default=DEFAULT_HANKEL_BLOCKS, metavar="M",
+                    help=f"ERA Hankel blocks m of a fresh fit: 2m+2 unit-step samples (default {DEFAULT_HANKEL_BLOCKS})")
+    ap.add_argument("--dt-ms", type=float, default=DEFAULT_DT_S * 1e3, metavar="MS",
+                    help=f"ROM sample period (default {DEFAULT_DT_S * 1e3:g} ms)")
+    ap.add_argument("--tolerance-k", type=float, default=0.02, metavar="K",
+                    help="pass when the worst aligned error is at most this (default 0.02 K); exit 1 otherwise")
     ap.add_argument("--no-python-control", action="store_true", help="skip the python-control comparison")
     ap.add_argument("--committed", action="store_true",
                     help="validate the ROM the daemon loads (profiles/thermal/<name>.rom.npz) instead of a fresh fit")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
     ap.add_argument("--progress-s", type=float, default=5.0, metavar="S",
                     help="seconds between progress lines on stderr (default 5; 0 = only a line per phase)")
-    args = ap.parse_args(argv)
+    args = parse(ap, sys.argv[1:] if argv is None else argv)
     if args.progress_s < 0:
-        ap.error(f"--progress-s must be >= 0 (got {args.progress_s})")
+        ap.fail(f"--progress-s must be >= 0 (got {args.progress_s})")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         geom = load_geometry(args.geometry)

@@ -48,6 +48,8 @@ def _one_line_error(rc, out, err, *needles):
     (["serve", "--profile", "nominal", "--bogus"], ["hbfd serve: error: unknown option '--bogus'", "--summary"]),
     (["--profile", "nominal", "extra"], ["unexpected argument 'extra'"]),
     (["serve", "--profile"], ["--profile: expected one argument"]),
+    (["thermal", "validate", "--secnds", "3"], ["hbfd thermal validate: error: unknown option '--secnds'",
+                                                "did you mean '--seconds'", "--progress-s"]),
 ])
 def test_hbfd_bad_command_lines_are_one_line_errors(argv, needles, capsys):
     _one_line_error(*_main(cli.main, argv, capsys), *needles)
