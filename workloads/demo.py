@@ -155,8 +155,9 @@ def drive(socket_path: str, trace_path: Path, window: int = 64) -> dict:
         a = np.asarray(a, np.float64)
         return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)), "max": float(a.max())}
     span = int(trace["arrival_ns"][-1] - trace["arrival_ns"][0]) if n else 0
-    return {"requests": n, "elapsed_ns": elapsed, "trace_span_ns": span, "window": window, "range_id": rng.range_id, "media_offset": rng.media_offset,
-            "ctl_path": rep.ctl_path, "modeled_ns": pct(modeled), "wall_ns": pct(wall),
+    return {"requests": n, "elapsed_ns": elapsed, "trace_span_ns": span, "window": window,
+            "range_id": rng.range_id, "media_offset": rng.media_offset, "ctl_path": rep.ctl_path,
+            "modeled_ns": pct(modeled), "wall_ns": pct(wall),
             "overhead_ns": pct(over), "service_ns": pct(service),
             "by_state": {ctl_name: int(by_state[v]) for ctl_name, v in _states().items() if by_state[v]}}
 
@@ -206,8 +207,8 @@ MEANING_GPU = {
     "modeled_ns": "sum over requests of the device time the model charged (requests overlap across warps, so "
                   "the sum exceeds the kernel's run)",
     "wall_ns": "sum over the consumers (warps) of the time they spent in waits",
-    "service_ns": "sum over requests of hbfd's host time serving them (reference path; 0 when the device "
-                  "computed the timing)",
+    "service_ns": "sum over the requests hbfd served on the reference path of its host time serving each "
+                  "(none when the device computes the timing)",
     "overhead_ns": "time lost that the model does not account for: waits past their deadline plus the "
                    "helpers' own time at issue, summed",
 }
@@ -297,7 +298,7 @@ def run_demo(profile: Path = PROFILE, trace: Path = TRACE, gpu_fn=None, *,
                   f"max {v['max'] / 1e3:9.1f} us")
         print(f"         completions by state: {stats['by_state']}")
         print()
-    print("[demo] run summary (hbfd, canonical JSON written at exit):")
+    print("[demo] run summary (hbfd's canonical JSON, written at its exit; kept in the demo summary below):")
     print(format_summary(summary))
     print()
     print("[demo] what the numbers mean:")

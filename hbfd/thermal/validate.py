@@ -63,7 +63,8 @@ class Progress:
             return f"[{self._i}/{self.n_phases}] {name}: running, {el:.0f} s"
         frac = self._done / self._total
         left = f", ~{el / frac - el:.0f} s left" if self._done else ""
-        return f"[{self._i}/{self.n_phases}] {name}: step {self._done}/{self._total} ({100 * frac:.0f} %), {el:.0f} s{left}"
+        return (f"[{self._i}/{self.n_phases}] {name}: step {self._done}/{self._total} ({100 * frac:.0f} %), "
+                f"{el:.0f} s{left}")
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[Callable[[int, int], None]]:
@@ -225,7 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=30.0, metavar="S",
                     help="length of each held-out trace: step, square wave, bursts (default 30)")
     ap.add_argument("--hankel-blocks", type=int, default=DEFAULT_HANKEL_BLOCKS, metavar="M",
-                    help=f"ERA Hankel blocks m of a fresh fit: 2m+2 unit-step samples (default {DEFAULT_HANKEL_BLOCKS})")
+                    help=f"ERA Hankel blocks m of a fresh fit: 2m+2 unit-step samples "
+                         f"(default {DEFAULT_HANKEL_BLOCKS})")
     ap.add_argument("--dt-ms", type=float, default=DEFAULT_DT_S * 1e3, metavar="MS",
                     help=f"ROM sample period (default {DEFAULT_DT_S * 1e3:g} ms)")
     ap.add_argument("--tolerance-k", type=float, default=0.02, metavar="K",
