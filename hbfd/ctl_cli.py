@@ -9,7 +9,9 @@
                    force the published thermal state (test/operator path; needs hbfd started with
                    HBFD_THERMAL=hbfd.thermal.override:make_service, see hbfd/thermal/override.py)
 
-``--json`` prints machine-readable JSON instead of tables. Exit codes: 0 ok, 1 the daemon
+``--json`` prints machine-readable JSON instead of tables; ``--socket PATH`` names another daemon's
+socket (both before or after the command); ``hbfctl --version`` the package and ABI versions; every
+command has its own ``--help``. Exit codes: 0 ok, 1 the daemon
 answered with an error (a reply over the gRPC message limit included, named as such), 2 no daemon
 is running (or bad usage).
 """
@@ -18,11 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from typing import Any
 
 from hbfcommon import ctl
+from hbfcommon.cliargs import Parser, chosen_parser, parse
 from hbfcommon.errors import DaemonError, ErrorCode, HbfError
+from hbfcommon.version import version_line
 from hbfd import knobs
 
 OPS = ctl.OP_NAMES
@@ -148,15 +153,80 @@ def _status_dict(rep) -> dict:
     return d
 
 
+THERMAL_MODES = ("Normal", "Light", "Severe", "Shutdown", "clear")
+SOCKET_HELP = f"hbfd's unix socket (default {knobs.default_socket()}; env HBFD_SOCKET)"
+JSON_HELP = "print machine-readable JSON instead of tables"
+COMMANDS = {
+    "status": ("the daemon at a glance",
+               "Heartbeat (count and age; STALE past 10 ms), uptime, the profile (name, path, SHA-256), the timing "
+               "engine and its timing source, the published thermal state (mode, service fraction q, hottest HBF "
+               "layer), ring depth (outstanding requests), whether a workload is attached, the registered "
+               "ranges, and the counters per op: reference path (requests, media bytes, modeled_ns = what the "
+               "model asked for, service_ns = hbfd's host time from seeing a request to posting it) and device "
+               "side (modeled_ns, wall_ns = what the consumers waited, overhead_ns = time lost that the model "
+               "does not account for). Times are sums over requests, which overlap: a sum can exceed the run."),
+    "ranges": ("the registered address ranges",
+               "Each range a workload registered: id, mode (TIMING = charged the modeled media time), base "
+               "address and length, permissions (r read, w write, a atomic), offset into the modeled media, label."),
+    "summary": ("the run summary so far",
+                "The summary hbfd writes at shutdown, as of now: run status, profile, engine and time model, "
+                "thermal service, ranges, requests by terminal state (READY, IO_ERROR, ...), and the per-op "
+                "counters (see `hbfctl status --help` for what each time means)."),
+    "shutdown": ("ordered shutdown; prints where the summary was written",
+                 "hbfd answers every outstanding request (DAEMON_LOST), sets the failure word, writes the run "
+                 "summary by atomic replace and exits. Exit 1, and says so, when hbfd could not write it."),
+    "thermal-override": ("force the published thermal state (test / operator drills)",
+                         "Needs hbfd started with HBFD_THERMAL=hbfd.thermal.override:make_service (override over "
+                         "no thermal model) or hbfd.thermal.override:make_model_service (over the profile's "
+                         "model). The control loop publishes the override at its next tick; Shutdown ends the "
+                         "run as a model-reached Shutdown does; clear returns to the model. The summary names "
+                         "the thermal service operator-override(...) and lists every override."),
+}
+
+
+def _thermal_mode(v: str) -> str:
+    for m in THERMAL_MODES:
+        if v.lower() == m.lower():
+            return m
+    return v       # argparse's choices check names it with the valid modes
+
+
+def build_parser() -> Parser:
+    ap = Parser(prog="hbfctl", formatter_class=argparse.RawDescriptionHelpFormatter,
+                description="Look at and control a running hbfd (over its gRPC unix socket).",
+                epilog="Exit status: 0 ok, 1 the daemon answered with an error, 2 no hbfd is running on the "
+                       "socket,\nor bad usage. Each command has its own help: hbfctl COMMAND --help.")
+    ap.add_argument("--version", action="version", version=version_line("hbfctl"),
+                    help="print the package version, the control-region ABI and the helper ABI, and exit")
+    ap.add_argument("--socket", metavar="PATH", help=SOCKET_HELP)
+    ap.add_argument("--json", action="store_true", help=JSON_HELP)
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name, (short, long) in COMMANDS.items():
+        p = sub.add_parser(name, help=short, description=long)
+        # also after the command (hbfctl status --socket S --json); SUPPRESS keeps a value given before it
+        p.add_argument("--socket", metavar="PATH", default=argparse.SUPPRESS, help=SOCKET_HELP)
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
+        if name == "shutdown":
+            p.add_argument("--reason", default="hbfctl shutdown",
+                           help="why, recorded in the summary as shutdown_reason (default: hbfctl shutdown)")
+        elif name == "thermal-override":
+            p.add_argument("mode", metavar="MODE", type=_thermal_mode, choices=THERMAL_MODES,
+                           help="Normal (q = 100 %%, admission open) | Light (0 < q <= 100 %%, admission open) | "
+                                "Severe (admission closed) | Shutdown (ends the run) | clear (back to the model); "
+                                "any case")
+            p.add_argument("--q-ppm", type=int, default=None, metavar="Q",
+                           help="service fraction q in parts per million, 1..1000000 (Light: required; Severe: "
+                                "default the current q; Normal: 1000000 only; not with clear)")
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="hbfctl", description="Look at and control a running hbfd.")
-    ap.add_argument("command", choices=["status", "ranges", "summary", "shutdown", "thermal-override"])
-    ap.add_argument("mode", nargs="?", help="thermal-override: Normal | Light | Severe | Shutdown | clear")
-    ap.add_argument("--q-ppm", type=int, default=None, help="thermal-override: service fraction q (ppm)")
-    ap.add_argument("--socket", help=f"hbfd's unix socket (default {knobs.default_socket()})")
-    ap.add_argument("--json", action="store_true", help="machine-readable output")
-    ap.add_argument("--reason", default="hbfctl shutdown", help="shutdown: reason recorded in the summary")
-    args = ap.parse_args(argv)
+    ap = build_parser()
+    args = parse(ap, list(sys.argv[1:] if argv is None else argv))
+    if args.command is None:
+        ap.fail(f"choose a command (valid: {', '.join(COMMANDS)})")
+    if args.command == "thermal-override" and args.mode == "clear" and args.q_ppm is not None:
+        chosen_parser(args, ap).fail("clear takes no --q-ppm")
     try:
         from hbfcommon.rpc import Client
         with Client(args.socket, timeout_s=30.0 if args.command == "shutdown" else 5.0) as c:
@@ -174,9 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 s = json.loads(c.call("GetSummary").summary_json)
                 print(json.dumps(s, indent=2, sort_keys=True) if args.json else format_summary(s))
             elif args.command == "thermal-override":
-                if not args.mode:
-                    ap.error("thermal-override needs a mode (Normal, Light, Severe, Shutdown) or clear")
-                ov = {"clear": True} if args.mode.lower() == "clear" else \
+                ov = {"clear": True} if args.mode == "clear" else \
                     {"mode": args.mode, **({"q_ppm": args.q_ppm} if args.q_ppm is not None else {})}
                 c.call("Report", kind="thermal_override", json=json.dumps(ov))
                 print(json.dumps(ov) if args.json else f"thermal override sent: {ov}")
@@ -186,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(json.dumps({"summary_path": rep.summary_path}))
                 else:
                     print(f"hbfd shut down; summary: {rep.summary_path}")
+    except BrokenPipeError:             # the reader went away (hbfctl status | head): no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except HbfError as e:
         if e.code in (ErrorCode.DAEMON_UNAVAILABLE, ErrorCode.DAEMON_LOST):
             sock = args.socket or knobs.default_socket()

@@ -6,7 +6,7 @@ benches and the demo.
         ...
     d.read_summary()
 
-:func:`start_daemon` launches ``python -m hbfd.cli --profile P --socket S --summary J`` with stdout and
+:func:`start_daemon` launches ``python -m hbfd.cli serve --profile P --socket S --summary J`` with stdout and
 stderr in a log file and (by default) waits for readiness: :meth:`DaemonProcess.wait_ready` polls the
 Status RPC until this child answers with a heartbeat (hbfd beats for the first time only when the models, the
 thermal snapshot, the refresh debt, the ring service and gRPC are all up). An hbfd that exits first, or
@@ -202,7 +202,7 @@ def start_daemon(profile: str | os.PathLike = "nominal", *, workdir: str | os.Pa
     e["PYTHONPATH"] = os.pathsep.join(paths)
     if wait:
         _warm_rpc(sock)
-    argv = [sys.executable, "-m", "hbfd.cli", "--profile", os.fspath(profile), "--socket", str(sock),
+    argv = [sys.executable, "-m", "hbfd.cli", "serve", "--profile", os.fspath(profile), "--socket", str(sock),
             "--summary", str(summ), *args]
     logf = open(logp, "w")
     try:

@@ -268,7 +268,16 @@ def test_wheel_carries_stubs_data_and_helper_ptx(installed):
 def test_console_scripts_from_another_directory(installed):
     r = installed.run("hbfd", "--help")
     _check(r, "hbfd --help")
-    assert "--profile" in r.stdout
+    assert "--profile" in r.stdout and "serve" in r.stdout and "--version" in r.stdout
+    from hbfcommon.abi import HBF_HELPER_ABI_VERSION
+    from hbfcommon.ctl import HBF_CTL_ABI_VERSION
+    for prog in ("hbfd", "hbfctl"):         # the version from the installed distribution's metadata
+        r = installed.run(prog, "--version")
+        _check(r, f"{prog} --version")
+        assert r.stdout == (f"{prog} {PYPROJECT['project']['version']} (hbfsim; control-region ABI "
+                            f"{HBF_CTL_ABI_VERSION}, helper ABI {HBF_HELPER_ABI_VERSION})\n"), r.stdout
+    r = installed.run("hbfd", "bench")
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "media" in r.stderr, r.stderr
     r = installed.run("hbfctl", "status")
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and "no hbfd" in r.stderr, r.stderr
@@ -326,6 +335,8 @@ def test_thermal_validate_and_demo_without_dev_dependencies(installed):
     r = installed.run("python", "-m", "workloads.demo", timeout=300, env=dict(installed.env, HBFD_DEMO="cpu"))
     _check(r, "python -m workloads.demo (the packaged profile and trace)")
     assert "[demo] OK" in r.stdout + r.stderr
+    kept = installed.work / "hbfd-demo-summary.json"
+    assert f"[demo] summary kept at {kept}" in r.stdout and json.loads(kept.read_text())["ok"] is True
 
 
 @pytest.mark.slow

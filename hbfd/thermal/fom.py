@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from .geometry import Geometry
+
+StepCallback = Callable[[int, int], None]      # (steps done, steps in all): progress of a stepping loop
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +125,9 @@ class BackwardEuler:
             out[k] = self.step(p_trace_w[k])
         return out
 
-    def run_many(self, p_traces_w: np.ndarray) -> np.ndarray:
-        """Several traces (n×K×p) from rest at once (one multi-RHS solve per step): n×K×q °C."""
+    def run_many(self, p_traces_w: np.ndarray, on_step: StepCallback | None = None) -> np.ndarray:
+        """Several traces (n×K×p) from rest at once (one multi-RHS solve per step): n×K×q °C.
+        ``on_step(k + 1, K)`` after each step (progress; the model itself keeps no clock)."""
         P = np.asarray(p_traces_w, float)
         n, K, _ = P.shape
         m = self.model
@@ -133,11 +137,14 @@ class BackwardEuler:
         for k in range(K):
             X = self._lu.solve(c * X + m.B @ P[:, k, :].T)
             out[:, k, :] = (m.Cout @ X).T + m.ambient_c
+            if on_step is not None:
+                on_step(k + 1, K)
         return out
 
-    def unit_step_responses(self, n_steps: int) -> np.ndarray:
+    def unit_step_responses(self, n_steps: int, on_step: StepCallback | None = None) -> np.ndarray:
         """Output rise (n_steps×q×p) after k+1 steps of 1 W on each input from rest, all inputs at once
-        (multi-RHS solves, float64, direct LU: ERA needs noise-free Markov data)."""
+        (multi-RHS solves, float64, direct LU: ERA needs noise-free Markov data). ``on_step(k + 1,
+        n_steps)`` after each step."""
         m = self.model
         Bd = np.asarray(m.B.toarray())
         X = np.zeros((m.n_nodes, Bd.shape[1]))
@@ -146,6 +153,8 @@ class BackwardEuler:
         for k in range(n_steps):
             X = self._lu.solve(c * X + Bd)
             out[k] = m.Cout @ X
+            if on_step is not None:
+                on_step(k + 1, n_steps)
         return out
 
 

@@ -124,9 +124,9 @@ def test_subtool_dispatch(tmp_path, monkeypatch, capsys):
     from hbfd import cli
     (tmp_path / "fake_subtool.py").write_text("def main(argv):\n    print('got', argv)\n    return 3\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(cli.SUBTOOLS, ("bench", "media"), "fake_subtool")
+    monkeypatch.setitem(cli.SUBTOOLS["bench"], "media", ("fake_subtool", "a fake tool"))
     assert cli.main(["bench", "media", "--x", "1"]) == 3
     assert "got ['--x', '1']" in capsys.readouterr().out
-    monkeypatch.setitem(cli.SUBTOOLS, ("thermal", "validate"), "no_such_subtool_module")
+    monkeypatch.setitem(cli.SUBTOOLS["thermal"], "validate", ("no_such_subtool_module", "a missing tool"))
     assert cli.main(["thermal", "validate"]) == 2
     assert "not available" in capsys.readouterr().err
