@@ -358,7 +358,7 @@ def _sidecar_wanted(k: knobs.Knobs, out: Path) -> bool:
     """Whether hbfcc-ptxas writes ``<output>.hbfcc.json``: never for nvcc's steps under hbfcc (the
     nvcc wrapper collects the records from its sink and writes its own beside nvcc's output); else by
     HBFCC_SIDECAR; ``auto``: not when the output lies directly in the system temp directory, where
-    the caller's temporary files go (Triton's ``/tmp/tmpXXXX.ptx.o``: Triton removes its own files,
+    the caller's temporary files go (Triton's ``/tmp/tmp<random>.ptx.o``: Triton removes its own files,
     a record beside them would be left behind). The artifact store always has the record."""
     if k.nvcc_step and k.sink is not None:
         return False

@@ -80,9 +80,9 @@ class DeviceModelTwin:
                               value=self.P)
         self.plane_free = np.zeros(g.planes, np.int64)
         self.chan_free = np.zeros(g.channels, np.int64)
-        # buffers per plane, slot 0 = MRU: page (-1 empty), valid, ready
+        # buffers per plane, slot 0 = MRU: page (-1 empty), ready (a store empties its page's buffer, so a
+        # buffer that holds a page holds valid data)
         self.buf_page = np.full((g.planes, self.P), -1, np.int64)
-        self.buf_valid = np.zeros((g.planes, self.P), bool)
         self.buf_ready = np.zeros((g.planes, self.P), np.int64)
         self.counts = {k: 0 for k in ("requests", "transactions", "senses", "hits", "coalesced", "writes",
                                       "fixed_point_iterations", "max_iterations", "stepped_channels")}
@@ -164,7 +164,7 @@ class DeviceModelTwin:
         is_atomic = top == HBF_OP_ATOMIC
 
         # ---- plane accesses: a read then a write (atomic), in transaction order; the carried buffers
-        # of the touched planes go first as virtual accesses (LRU first; valid = a read, else a write)
+        # of the touched planes go first as virtual reads (LRU first)
         cnt = has_r.astype(np.int64) + has_w
         if bool((cnt == 1).all()):
             acc_tx = np.arange(T, dtype=np.int64)
@@ -182,7 +182,7 @@ class DeviceModelTwin:
         nv = len(v_pl)
         pl_all = np.concatenate([v_pl, plane[acc_tx]])
         pg_all = np.concatenate([self.buf_page[v_pl, v_sl], lpn[acc_tx]])
-        kind_all = np.concatenate([np.where(self.buf_valid[v_pl, v_sl], _R, _W), kind])
+        kind_all = np.concatenate([np.full(nv, _R, kind.dtype), kind])
         op_ = np.argsort(pl_all, kind="stable")    # plane order; within a plane, access order
         spl, spg, skind = pl_all[op_], pg_all[op_], kind_all[op_]
         virt = op_ < nv
@@ -318,21 +318,19 @@ class DeviceModelTwin:
         pls = spl[ps]
         if stepped is not None:
             self.buf_page[pls] = -1
-            self.buf_valid[pls] = False
             self.buf_ready[pls] = 0
             for pl, lst in stepped.items():
                 for slot, (page, j) in enumerate(lst):
                     self.buf_page[pl, slot] = page
-                    self.buf_valid[pl, slot] = True
                     self.buf_ready[pl, slot] = last_ready[j]
-        for slot in range(self.P if stepped is None else 0):
-            rr = last_run - slot
-            okr = (rr >= 0)
-            okr[okr] &= rs_pl[rr[okr]] == pls[okr]
-            j = rlast[np.maximum(rr, 0)]
-            self.buf_page[pls, slot] = np.where(okr, spg[j], -1)
-            self.buf_valid[pls, slot] = okr & (skind[j] == _R)
-            self.buf_ready[pls, slot] = np.where(okr & (skind[j] == _R), last_ready[j], 0)
+        else:                                   # no writes: the last P runs of each plane, MRU first
+            for slot in range(self.P):
+                rr = last_run - slot
+                okr = (rr >= 0)
+                okr[okr] &= rs_pl[rr[okr]] == pls[okr]
+                j = rlast[np.maximum(rr, 0)]
+                self.buf_page[pls, slot] = np.where(okr, spg[j], -1)
+                self.buf_ready[pls, slot] = np.where(okr, last_ready[j], 0)
 
         # ---- counts, completions
         c = self.counts

@@ -597,7 +597,7 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
     // run parameters (constant while kernels run): read-only cache, loaded together
     const uint32_t C0 = __ldg(&m.channels), D0 = __ldg(&m.dies_per_channel), P0 = __ldg(&m.planes_per_die);
     const uint32_t nb = __ldg(&m.page_buffers) == 1u ? 1u : 2u;
-    const uint64_t cmd = now + __ldg(&m.t_cmd_ns);
+    const uint64_t tc = __ldg(&m.t_cmd_ns), cmd = now + tc;
     const uint64_t t_read = __ldg(&m.t_read_ns), cbps = __ldg(&m.channel_bytes_per_s);
     const uint32_t C = C0 ? C0 : 1u, CD = C * (D0 ? D0 : 1u), P = P0 ? P0 : 1u;
     const uint64_t page = media_addr >> 12;                   // 4 KiB pages (profile-validated)
@@ -646,7 +646,6 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
     // channel; the 4 KiB program it is part of occupies the plane tPROG * sector bytes / 4096 after it. An
     // atomic's data-in has its slot right after its read's slot (+ t_cmd) and runs at its read's completion.
     const uint64_t a = (op == HBF_OP_STORE) ? now : done;
-    const uint64_t tc = __ldg(&m.t_cmd_ns);
     const uint64_t pf = hb_plane_invalidate(st, b, tag, a);
     const uint64_t xs = hb_reserve(&st->chan_tail[ch], ((op == HBF_OP_STORE) ? now : slot + xfer) + tc, xfer);
     const uint64_t xe = hb_max(xs, (op == HBF_OP_STORE) ? xs : done + tc) + xfer;

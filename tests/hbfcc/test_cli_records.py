@@ -234,7 +234,7 @@ def test_no_litter_in_tmpdir_nvcc(tmp_path):
 
 
 def test_no_litter_in_tmpdir_triton_style(tmp_path):
-    """Triton writes /tmp/tmpXXXX.ptx, runs ptxas ... -o /tmp/tmpXXXX.ptx.o and removes both: nothing
+    """Triton writes /tmp/tmp<random>.ptx, runs ptxas ... -o /tmp/tmp<random>.ptx.o and removes both: nothing
     of hbfcc's may stay behind (the record is in the store)."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()

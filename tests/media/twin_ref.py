@@ -15,7 +15,7 @@ def device_model(g, requests, state=None):
         state = {}
     plane_free = state.setdefault("plane_free", [0] * (C * D * B))
     chan_free = state.setdefault("chan_free", [0] * C)
-    bufs = state.setdefault("bufs", [[] for _ in range(C * D * B)])  # per plane: [page, valid, ready], MRU first
+    bufs = state.setdefault("bufs", [[] for _ in range(C * D * B)])  # per plane: [page, ready], MRU first
 
     def scaled(x, q):                          # thermal: ceil(x * 1e6 / q), q clipped to [1, 1e6]
         q = min(max(q, 1), 1_000_000)
@@ -37,16 +37,15 @@ def device_model(g, requests, state=None):
             e = next((x for x in buf if x[0] == page), None)
             t = a
             if op != 1:                                                          # READ (load, cp.async, atomic)
-                if e is not None and e[1]:                                       # hit (buffered or being sensed)
-                    ready = nowait = max(a + g.t_cmd_ns, e[2])                  #   no tR, waits for that sense
+                if e is not None:                                                # hit (buffered or being sensed)
+                    ready = nowait = max(a + g.t_cmd_ns, e[1])                  #   no tR, waits for that sense
                     buf.remove(e)
                     buf.insert(0, e)                                             #   the page becomes MRU
                 else:                                                            # miss: sense
                     start = max(a + g.t_cmd_ns, plane_free[plane])
                     ready = plane_free[plane] = start + scaled(g.t_read_ns, q)  #   sense_end
                     nowait = a + g.t_cmd_ns + scaled(g.t_read_ns, q)             #   ... on an idle plane
-                    buf[:] = [x for x in buf if x[0] != page]                    #   (its stale entry is reused)
-                    buf.insert(0, [page, True, ready])                           #   into the MRU buffer
+                    buf.insert(0, [page, ready])                                 #   into the MRU buffer
                     del buf[g.page_buffers_per_plane:]                           #   the LRU one is replaced
                 slot = max(nowait, chan_free[ch])                                # channel slot: arrival order, at
                 chan_free[ch] = slot + xfer                                      #   the no-wait ready time;
