@@ -306,6 +306,14 @@ def main() -> int:
     ap.add_argument("--tr", type=int, default=4000)
     ap.add_argument("--bias", type=int, default=None)
     a = ap.parse_args()
+    bad = [g for g in (a.child or a.grades).split(",") if not (PROFILE_DIR / f"{g}.json").is_file()]
+    if bad:
+        raise SystemExit(f"hbf_bandwidth: unknown grade profile {bad[0]!r} (bundled: "
+                         f"{', '.join(sorted(p.stem for p in PROFILE_DIR.glob('ocp-*.json')))})")
+    try:
+        trs = [int(x) for x in a.trs.split(",")]
+    except ValueError:
+        raise SystemExit(f"hbf_bandwidth: --trs must be a comma list of integer ns, got {a.trs!r}") from None
     if a.child:
         child(a)
         return 0
@@ -318,7 +326,7 @@ def main() -> int:
     bias = None
     first = True
     for grade in a.grades.split(","):
-        for tr in (int(x) for x in a.trs.split(",")):
+        for tr in trs:
             left = a.budget_s - (time.time() - t_start)
             if left < 30:
                 doc["children"].append({"grade": grade, "t_read_ns": tr, "status": "not_run (budget)"})
