@@ -98,6 +98,9 @@ class Harness:
         self.g_state = cudrv.module_global(self.mod, "__hb_state")[0]
         self.g_kslot = cudrv.module_global(self.mod, "__hb_kslot_base")[0]
         cudrv.htod(self.g_kslot, ctypes.c_uint32(0), 4)
+        cd = cudrv.module_global(self.mod, "__hb_cdesc")
+        self.g_cdesc = cd[0] if cd is not None and cd[1] >= D.CDESC_BYTES else 0
+        self.upload()
         self.attach(True)
 
     def calibrate(self, buf: int, delay_ns: int = 20_000, n: int = 256) -> dict:
@@ -131,6 +134,17 @@ class Harness:
         cudrv.ctx_synchronize()
         self.state.thermal_cache = 0
         cudrv.htod(self.sptr, self.state, D.STATE_BYTES)
+        # every module's launch descriptor follows the block (as the runtime does)
+        for addr, kbase in [(getattr(self, "g_cdesc", 0), 0)] + list(getattr(self, "extra_cdesc", [])):
+            if addr:
+                cudrv.htod(addr, D.cdesc_for(self.state, self.sptr, kbase), D.CDESC_BYTES)
+
+    def bind_cdesc(self, module, kbase: int) -> None:
+        """Another module bound to this state (counter slots from kbase): its descriptor is kept current."""
+        cd = cudrv.module_global(module, "__hb_cdesc")
+        if cd is not None and cd[1] >= D.CDESC_BYTES:
+            self.extra_cdesc = list(getattr(self, "extra_cdesc", [])) + [(cd[0], kbase)]
+            self.upload()
 
     def configure(self, ranges, source=C.HBF_SRC_FIXED, **media) -> None:
         for k, v in media.items():
@@ -494,6 +508,7 @@ def exp_hbfcc(H: Harness) -> dict:
     cudrv.htod(g[0], ctypes.c_uint64(H.sptr), 8)
     if kb:
         cudrv.htod(kb[0], ctypes.c_uint32(8), 4)
+    H.bind_cdesc(mh, 8)
     fh = {n: cudrv.module_function(mh, n) for n in ("stream_plain", "probe_plain", "sem_plain")}
     fp = {n: cudrv.module_function(mp, n) for n in ("stream_plain", "probe_plain", "sem_plain")}
     res = {"artifact_kernels": [{k: v for k, v in kk.items() if k in ("name", "admitted", "sites", "waits",

@@ -33,6 +33,7 @@ HBF_FUTURE_TICKET_BIT = 1 << 63
 # module globals the helper PTX defines and the runtime points at its state after loading a module
 STATE_GLOBAL = "__hb_state"            # .u64: device address of hbf_device_state (0 = detached)
 KSLOT_BASE_GLOBAL = "__hb_kslot_base"  # .u32: first per-kernel counter slot of the module
+CDESC_GLOBAL = "__hb_cdesc"            # .const 96 B: the launch descriptor (hbf_device.h hbf_cdesc; 0 = none)
 
 # every helper symbol starts with this; the linker keeps these names and makes them .weak
 HELPER_PREFIX = "__hb_"

@@ -102,6 +102,9 @@ def measure_on_device(module, state_dptr: int, *, kslot_base: int = 0, delay_ns:
     fn = cudrv.module_function(module, kernel)
     g_state = cudrv.module_global(module, abi.STATE_GLOBAL)
     g_kb = cudrv.module_global(module, "__hb_kslot_base")
+    g_cd = cudrv.module_global(module, abi.CDESC_GLOBAL)
+    if g_cd is not None and g_cd[1] < D.CDESC_BYTES:
+        g_cd = None
     if g_state is None or g_kb is None:
         raise CalibrationError("calibration module has no __hb_state/__hb_kslot_base (not linked with the helpers)")
     cudrv.ctx_synchronize()
@@ -148,6 +151,8 @@ def measure_on_device(module, state_dptr: int, *, kslot_base: int = 0, delay_ns:
         cudrv.htod(state_dptr + ks_off, D.hbf_kernel_counters(), ctypes.sizeof(D.hbf_kernel_counters))
         cudrv.htod(g_state[0], ctypes.c_uint64(state_dptr), 8)
         cudrv.htod(g_kb[0], ctypes.c_uint32(kslot_base), 4)
+        if g_cd is not None:   # the probe measures the path the workload's accesses take
+            cudrv.htod(g_cd[0], D.cdesc_for(tmp, state_dptr, kslot_base), D.CDESC_BYTES)
 
         def run(reps: int) -> np.ndarray:
             cudrv.launch(fn, (1,), (32,), [ctypes.c_uint64(scratch), ctypes.c_uint64(out), ctypes.c_uint64(0),
@@ -174,6 +179,8 @@ def measure_on_device(module, state_dptr: int, *, kslot_base: int = 0, delay_ns:
         cudrv.htod(state_dptr + ks_off, saved_ks, ctypes.sizeof(saved_ks))
         cudrv.htod(g_state[0], old_state, 8)
         cudrv.htod(g_kb[0], old_kb, 4)
+        if g_cd is not None:
+            cudrv.htod(g_cd[0], D.hbf_cdesc(), D.CDESC_BYTES)
         cudrv.mem_free(scratch)
         cudrv.mem_free(out)
     # Every sample must take at least the modeled delay (bias_from_rows refuses an early one), so an

@@ -74,7 +74,16 @@ class hbf_device_state(ctypes.Structure):
     ]
 
 
-STRUCTS = {c.__name__: c for c in (hbf_dev_range, hbf_kernel_counters, hbf_device_state)}
+class hbf_cdesc(ctypes.Structure):
+    _fields_ = [("st", c_uint64), ("r0_base", c_uint64), ("r0_end", c_uint64), ("r0_media", c_uint64),
+                ("kslot", c_uint64), ("replica", c_uint64), ("bias", c_uint64), ("max_age", c_uint64),
+                ("fixed_read_ns", c_uint32), ("fixed_write_ns", c_uint32), ("flags", c_uint32),
+                ("kslot_stride", c_uint32), ("kshard_stride", c_uint32), ("kmax", c_uint32),
+                ("r0_perms", c_uint8), ("r0_page_shift", c_uint8), ("read_gshift", c_uint8),
+                ("reserved0", c_uint8), ("reserved1", c_uint32)]
+
+
+STRUCTS = {c.__name__: c for c in (hbf_dev_range, hbf_kernel_counters, hbf_device_state, hbf_cdesc)}
 STATE_BYTES = ctypes.sizeof(hbf_device_state)
 HEAD_BYTES = hbf_device_state.media.offset          # lines 0..2 (what a range update rewrites)
 KSLOTS_OFF = hbf_device_state.kslots.offset
@@ -85,6 +94,51 @@ COUNTER_MAX_FIELDS = ("kstart_ns", "kend_ns")
 RANGES_OFF = hbf_device_state.ranges.offset
 REF_NEXT_TICKET_OFF = hbf_device_state.ref_next_ticket.offset   # line 2: never rewritten by range updates
 DEADLINE_BIAS_OFF = hbf_device_state.deadline_bias_ns.offset     # line 1: host-owned run parameter
+
+
+HBF_CD_ON, HBF_CD_FAST, HBF_CD_SHARDED, HBF_CD_MULTI = 0x1, 0x2, 0x4, 0x8   # hbf_cdesc.flags (hbf_device.h)
+CDESC_BYTES = ctypes.sizeof(hbf_cdesc)
+THC_REPLICA_OFF = hbf_device_state.thc_replica.offset
+_U32 = (1 << 32) - 1
+
+
+def cdesc_for(st: hbf_device_state, state_dptr: int, kslot_base: int) -> hbf_cdesc:
+    """A module's launch descriptor (hbf_device.h hbf_cdesc) for the device state ``st`` at ``state_dptr``:
+    a pure function of the block's host-owned words and the module's first counter slot. flags stays 0
+    (the general path for every access, as without a descriptor) unless the compact path may serve it:
+    the FIXED or FAST source, a thermal snapshot reused (thermal_max_age_ns > 0), at least one range, a
+    module with counter slots, fixed service times that fit 32 bits."""
+    d = hbf_cdesc()
+    src = int(st.timing_source)
+    n = int(st.n_ranges)
+    kshards = int(st.kshards)
+    size = ctypes.sizeof(hbf_kernel_counters)
+    if not 0 <= kslot_base < C.HBF_MAX_KERNEL_SLOTS:
+        return d
+    fr, fw = int(st.media.fixed_read_ns), int(st.media.fixed_write_ns)
+    if (src not in (C.HBF_SRC_FIXED, C.HBF_SRC_FAST) or int(st.thermal_max_age_ns) <= 0 or n < 1
+            or int(st.span) == 0 or fr > _U32 or fw > _U32 or state_dptr == 0):
+        return d
+    d.st = state_dptr
+    r = st.ranges[0]
+    d.r0_base, d.r0_end, d.r0_media = int(r.base), int(r.end), int(r.media_offset)
+    d.r0_perms = int(r.perms) if int(r.mode) == C.HBF_MODE_TIMING else 0
+    d.r0_page_shift = int(r.page_shift) or 12
+    rg = int(st.media.read_granularity) or 64
+    d.read_gshift = (rg & -rg).bit_length() - 1          # hb_granule_shift: the lowest set bit
+    if kshards:
+        d.kslot = kshards + kslot_base * HBF_KSHARDS * size
+        d.kslot_stride, d.kshard_stride = HBF_KSHARDS * size, size
+    else:
+        d.kslot = state_dptr + KSLOTS_OFF + kslot_base * size
+        d.kslot_stride, d.kshard_stride = size, 0
+    d.kmax = C.HBF_MAX_KERNEL_SLOTS - 1 - kslot_base
+    d.replica = state_dptr + THC_REPLICA_OFF
+    d.bias, d.max_age = int(st.deadline_bias_ns), int(st.thermal_max_age_ns)
+    d.fixed_read_ns, d.fixed_write_ns = fr, fw
+    d.flags = (HBF_CD_ON | (HBF_CD_FAST if src == C.HBF_SRC_FAST else 0) | (HBF_CD_SHARDED if kshards else 0)
+               | (HBF_CD_MULTI if n > 1 else 0))
+    return d
 
 
 @dataclass(frozen=True)

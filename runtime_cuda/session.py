@@ -75,6 +75,7 @@ class ModuleBinding:
     last_stream: int | None = None
     last_epoch: int = -1
     state_addr: int = 0
+    cdesc_addr: int = 0   # the module's __hb_cdesc (0: a helper build without one)
 
     def kernel(self, name: str) -> KernelInfo | None:
         return self.kernels.get(name)
@@ -239,6 +240,7 @@ class Session:
                 n * ctypes.sizeof(D.hbf_dev_range))
         st.range_seq += 1                        # even: stable
         cu.htod(self.state_dptr, st, line0)
+        self._publish_cdescs()                   # still idle: every module's descriptor follows the table
 
     def _refresh_ranges(self, want_generation: int = 0) -> None:
         """Mirror the control region's range snapshot (what hbfd published) into the device block."""
@@ -267,6 +269,7 @@ class Session:
         if self.use_cuda and self.state_dptr:
             self._cu.ctx_synchronize()
             self._cu.htod(self.state_dptr, self.state, 128)   # lines 0-1: host-owned
+            self._publish_cdescs()
 
     # ---------------------------------------------------------------------------- calibration
     def calibrate(self, *, delay_ns: int = 20_000, n: int = 256, cubin: str | os.PathLike | None = None,
@@ -296,6 +299,7 @@ class Session:
             if apply:
                 CAL.set_bias(self.state_dptr, cal.bias_ns)
                 self.state.deadline_bias_ns = cal.bias_ns
+                self._publish_cdescs()
             self.calibration = result
         self._report("calibration", result)
         return result
@@ -398,6 +402,7 @@ class Session:
         handle = int(getattr(module, "getPtr", lambda: module)()) if not isinstance(module, int) else module
         with self._lock:
             instrumented = False
+            cdesc_addr = 0
             kslot_base = self._next_kslot
             if self.use_cuda:
                 g = self._cu.module_global(module, abi.STATE_GLOBAL)
@@ -411,6 +416,8 @@ class Session:
                     kb = self._cu.module_global(module, abi.KSLOT_BASE_GLOBAL)
                     if kb is not None:
                         self._cu.htod(kb[0], ctypes.c_uint32(kslot_base), 4)
+                    cd = self._cu.module_global(module, abi.CDESC_GLOBAL)
+                    cdesc_addr = cd[0] if cd is not None and cd[1] >= D.CDESC_BYTES else 0
                     self._next_kslot += nslots
             if instrumented:
                 self._fit_stack(module, names)
@@ -427,9 +434,24 @@ class Session:
                     infos[name] = KernelInfo(name, i, slot(i), False, ["no admission artifact"])
             b = ModuleBinding(handle, instrumented, kslot_base, infos,
                               str(artifact) if isinstance(artifact, (str, os.PathLike)) else None,
-                              state_addr=g[0] if instrumented else 0)
+                              state_addr=g[0] if instrumented else 0, cdesc_addr=cdesc_addr)
             self.bindings[handle] = b
+            self._write_cdesc(b)   # a module just loaded: none of its kernels runs yet
             return b
+
+    def _write_cdesc(self, b: ModuleBinding, *, clear: bool = False) -> None:
+        """The module's launch descriptor (devstate.cdesc_for) for the current device state; zero
+        (no compact path) when clear. Only while none of the module's kernels runs."""
+        if not self.use_cuda or not b.instrumented or not b.cdesc_addr:
+            return
+        d = D.hbf_cdesc() if clear else D.cdesc_for(self.state, self.state_dptr, b.kslot_base)
+        self._cu.htod(b.cdesc_addr, d, D.CDESC_BYTES)
+
+    def _publish_cdescs(self) -> None:
+        """Rewrite every bound module's descriptor after the state block's host-owned words changed
+        (callers hold the context idle, as they do for those words)."""
+        for b in self.bindings.values():
+            self._write_cdesc(b)
 
     def _fit_stack(self, module, names: Sequence[str]) -> None:
         """Give the module's kernels room for the helpers' calls on their stack (devstate.HELPER_STACK_BOUND)."""
@@ -826,6 +848,7 @@ class Session:
                         g = self._cu.module_global(b.module, abi.STATE_GLOBAL)
                         if g:
                             self._cu.htod(g[0], ctypes.c_uint64(0), 8)
+                        self._write_cdesc(b, clear=True)
                     except HbfError:
                         pass
             try:

@@ -107,6 +107,15 @@ int main(int argc, char** argv) {
     unsigned int kb = 0;
     CK(cudaMemcpyToSymbol(__hb_state, &sp, sizeof(sp)));
     CK(cudaMemcpyToSymbol(__hb_kslot_base, &kb, sizeof(kb)));
+    // the launch descriptor (runtime_cuda/devstate.py cdesc_for), kshards 0: counters in kslots[]
+    hbf_cdesc cd; memset(&cd, 0, sizeof(cd));
+    cd.st = sp; cd.r0_base = base; cd.r0_end = end; cd.r0_media = h->ranges[0].media_offset;
+    cd.kslot = sp + offsetof(hbf_device_state, kslots); cd.kslot_stride = sizeof(hbf_kernel_counters);
+    cd.kshard_stride = 0; cd.kmax = HBF_MAX_KERNEL_SLOTS - 1u; cd.replica = sp + offsetof(hbf_device_state, thc_replica);
+    cd.bias = 0; cd.max_age = h->thermal_max_age_ns; cd.fixed_read_ns = (uint32_t)fixed_ns; cd.fixed_write_ns = (uint32_t)fixed_ns;
+    cd.r0_perms = HBF_PERM_READ; cd.r0_page_shift = 12; cd.read_gshift = 6;
+    cd.flags = HBF_CD_ON | (fast ? HBF_CD_FAST : 0u);
+    CK(cudaMemcpyToSymbol(__hb_cdesc, &cd, sizeof(cd)));
     printf("{\"sms\": %d, \"clock_khz\": %d, \"fixed_ns\": %llu, \"source\": \"%s\", \"pages\": \"%s\", \"R\": %d, \"runs\": [",
            sms, clk_khz, (unsigned long long)fixed_ns, fast ? "fast" : "fixed", miss ? "miss" : "hit", R);
     // (blocks, threads): idle = one warp; loaded = 16 blocks of 128 threads per SM (HBF_PROF_WARPS warps max)
@@ -120,14 +129,14 @@ int main(int argc, char** argv) {
         }
         std::vector<unsigned long long> hb((size_t)warps * R * 20);
         CK(cudaMemcpy(hb.data(), out, hb.size() * 8, cudaMemcpyDeviceToHost));
-        // steps in path order: 9->0 call entry, 0->8 band check, 8->1 params+thermal, 1->2 classify,
-        // 2->3 votes, 3->4 one-page match, 4->5 granules, 5->6 deadline, 6->7 counters, 7->10 return,
+        // steps in path order: 9->0 call entry, 0->8 descriptor check, 8->2 classify (descriptor range),
+        // 2->1 thermal replica word (its load issued after the classification), 1->3 votes, 3->4 one-page match, 4->5 granules, 5->6 deadline, 6->7 counters, 7->10 return,
         // 9->10 the whole issue, 10->11 load + wait + use
         // fast source: 5->10 model entry + map (divisions), 10->11 plane record load, 11->12 plane decision
         // (+ 128-bit CAS on a miss), 12->13 channel reservation, 13->6 model return + broadcast
-        const int steps[17][2] = {{16, 0}, {0, 8}, {8, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 17},
+        const int steps[17][2] = {{16, 0}, {0, 8}, {8, 2}, {2, 1}, {1, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 17},
                                   {16, 17}, {17, 18}, {5, 10}, {10, 11}, {11, 12}, {12, 13}, {13, 6}};
-        const char* sn[17] = {"call_entry", "band_check", "params_thermal", "classify", "votes", "one_page_match",
+        const char* sn[17] = {"call_entry", "descriptor", "classify", "thermal_word", "votes", "one_page_match",
                               "granules", "deadline", "counters", "return", "issue_total", "load_wait_use",
                               "model_map", "model_record_load", "model_plane", "model_channel", "model_return"};
         const int nsteps = fast ? 17 : 12;

@@ -77,6 +77,8 @@
  * (cuModuleGetGlobal; the Triton kernel_load_end_hook; default 0 = detached = native path):
  *   .visible .global .align 8 .u64 __hb_state;        device address of hbf_device_state
  *   .visible .global .align 4 .u32 __hb_kslot_base;   first per-kernel counter slot of module
+ *   .visible .const .align 8 .b8 __hb_cdesc[96];      the launch descriptor (hbf_device.h hbf_cdesc:
+ *                                                     all zero = no compact path, the general one)
  */
 #ifndef HBF_ABI_H
 #define HBF_ABI_H

@@ -155,9 +155,45 @@ typedef struct hbf_device_state {
     uint64_t bank_busy[HBF_DEV_MAX_BANKS];     /* programs and refresh: the plane busy until (GPU ns) */
 } hbf_device_state;
 
+/* The module's launch descriptor, __hb_cdesc (hbf_abi.h): one per instrumented module, in the .const
+ * state space, read by the compact issue path (and the ready-wait) through the constant cache: operands
+ * of the instructions, no load round trip, no registers for run parameters, not evicted by a streaming
+ * kernel's data. What it holds is a pure function of the device state block's host-owned words (lines
+ * 0-1, media, the range table) plus the module's counter slot base (devstate.cdesc_for): the runtime
+ * rewrites it in every bound module whenever it rewrites those words, with the context idle (a kernel
+ * never sees it change), and at bind time. flags == 0 (a module nobody wrote, a state that does not
+ * qualify) = the helpers take the general path through __hb_state, exactly as without a descriptor. */
+#define HBF_CD_ON 0x1u            /* written for the state at st, compact path allowed */
+#define HBF_CD_FAST 0x2u          /* timing source FAST (else FIXED) */
+#define HBF_CD_SHARDED 0x4u       /* counters sharded by SM (kshard_stride != 0) */
+#define HBF_CD_MULTI 0x8u         /* several ranges: the lanes search the table (r0_* unused) */
+typedef struct hbf_cdesc {
+    uint64_t st;                   /* device address of hbf_device_state */
+    uint64_t r0_base;              /* the one range (n_ranges == 1; perms 0 unless its mode is TIMING) */
+    uint64_t r0_end;
+    uint64_t r0_media;             /* its media offset */
+    uint64_t kslot;                /* counters of this module's first slot, shard 0 */
+    uint64_t replica;              /* &st->thc_replica[0] */
+    uint64_t bias;                 /* deadline_bias_ns */
+    uint64_t max_age;              /* thermal_max_age_ns (> 0) */
+    uint32_t fixed_read_ns;        /* media.fixed_read_ns / fixed_write_ns (FIXED source) */
+    uint32_t fixed_write_ns;
+    uint32_t flags;                /* HBF_CD_* */
+    uint32_t kslot_stride;         /* bytes between two counter slots */
+    uint32_t kshard_stride;        /* bytes between two shards of a slot (0: not sharded) */
+    uint32_t kmax;                 /* highest slot index relative to kslot (the overflow bucket) */
+    uint8_t r0_perms;              /* HBF_PERM_* */
+    uint8_t r0_page_shift;         /* log2(page bytes) */
+    uint8_t read_gshift;           /* log2(media.read_granularity) */
+    uint8_t reserved0;
+    uint32_t reserved1;
+} hbf_cdesc;
+
 HBF_STATIC_ASSERT(sizeof(hbf_dev_range) == 32, "dev range 32B");
 HBF_STATIC_ASSERT(sizeof(hbf_kernel_counters) % 64 == 0, "kernel counters 64B multiple");
 HBF_STATIC_ASSERT(sizeof(hbf_device_state) % 64 == 0, "device state 64B multiple");
 HBF_STATIC_ASSERT(offsetof(hbf_device_state, bank_buf) % 16 == 0, "bank records 16B aligned (128-bit CAS)");
+
+HBF_STATIC_ASSERT(sizeof(hbf_cdesc) == 96, "cdesc 96B");
 
 #endif /* HBF_DEVICE_H */

@@ -23,6 +23,9 @@
 extern "C" {
 __device__ unsigned long long __hb_state;
 __device__ unsigned int __hb_kslot_base;
+// The module's launch descriptor (hbf_device.h hbf_cdesc): .const space, written by the runtime with the
+// context idle; all zero = no compact path.
+__constant__ hbf_cdesc __hb_cdesc;
 }
 
 #define HB_DEV static __device__ __forceinline__
@@ -980,56 +983,79 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
 enum { HB_FAST_DONE = 0, HB_FAST_SLOW = 1 };
 
 
-// hb_classify for a table of one range, from its entry loaded beforehand (the same answers: a hit when
-// [addr, addr + bytes) lies in it, partial when it overlaps it otherwise, else native).
-HB_DEV int hb_classify_one(const hbf_dev_range& r, uint64_t addr, uint64_t bytes) {
-    const uint64_t last = addr + (bytes ? bytes : 1ull);
-    if (r.base <= addr) return addr < r.end ? (last <= r.end ? HB_HIT : HB_PARTIAL) : HB_NATIVE;
-    return last > r.base ? HB_PARTIAL : HB_NATIVE;
+// hb_kslot_of from the descriptor: the calling warp's counter slot (kernel = site >> 16, clamped to the
+// overflow bucket), in its SM's shard.
+HB_DEV hbf_kernel_counters* hb_cd_kslot(uint32_t site, uint32_t smid) {
+    const hbf_cdesc& d = __hb_cdesc;
+    uint32_t k = site >> 16;
+    if (k > d.kmax) k = d.kmax;
+    return (hbf_kernel_counters*)(d.kslot + (uint64_t)k * d.kslot_stride +
+                                  (uint64_t)(smid & (HBF_KSHARDS - 1u)) * d.kshard_stride);
 }
 
-HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t bytes, uint32_t flags,
-                              uint32_t site, uint64_t t0, unsigned long long& fut) {
-    const uint32_t mask = __activemask();
+// The lane's range in a table of several (HBF_CD_MULTI): {media address, class | page shift << 8 | perms
+// << 16 (0 unless the range is a TIMING range)}. A real call (noinline): its search's registers are not
+// part of the compact path's footprint, only of this call's (few values are live across it).
+static __device__ __noinline__ ulonglong2 hb_cd_classify(uint64_t addr, uint32_t nb) {
+    hbf_dev_range r;
+    const int cls = hb_classify((const hbf_device_state*)__hb_cdesc.st, addr, nb, r);
+    const uint32_t pshift = r.page_shift ? r.page_shift : 12u;
+    const uint32_t perms = r.mode == HBF_MODE_TIMING ? r.perms : 0u;
+    return make_ulonglong2(cls == HB_NATIVE ? 0ull : r.media_offset + (addr - r.base),
+                           (unsigned long long)((uint32_t)cls | (pshift << 8) | (perms << 16)));
+}
+
+// The compact path reads nothing but the descriptor (constant bank: instruction operands) and this SM
+// shard's thermal replica (one load, issued first, its latency under the lane arithmetic): no pointer
+// chase through __hb_state and the state block, no run parameters in registers. Its register footprint
+// is what the kernel pays at every call site (whole-program allocation stacks it on the caller's live
+// values), so values are 32-bit wherever they fit and nothing is computed before it is needed.
+HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uint32_t site, uint64_t t0,
+                              unsigned long long& fut) {
+    HB_PROF(8, addr);
+    const hbf_cdesc& d = __hb_cdesc;
+    const unsigned long long sp = __hb_state;                  // attached to the descriptor's state (the ABI's
+    const uint32_t mask = __activemask();                       // switch; a load in flight with the replica's)
     const uint32_t op = flags & HBF_F_OP_MASK;
-    // Every value the path needs, loaded together (one memory round trip after st, not a chain):
-    // run parameters (host-written, constant while kernels run: read-only cache), the first range
-    // entry (a table of one range needs no search), the counter slot's bases, and the thermal word
-    // from this SM shard's replica (valid only while no refresh debt is outstanding: the general
-    // path claims a quantum only while debt_claimed < debt_seen and adds nothing otherwise).
+    const uint32_t nb = bytes ? bytes : 1u;
+    // the lane's range: the descriptor's one range, or (HBF_CD_MULTI) a search of the table (hb_classify)
+    uint64_t media;
+    uint32_t pshift, perms;
+    bool hit, partial;
+    if (d.flags & HBF_CD_MULTI) {
+        const ulonglong2 c = hb_cd_classify(addr, nb);
+        media = c.x;
+        const uint32_t cls = (uint32_t)c.y & 0xFFu;
+        hit = cls == HB_HIT;
+        partial = cls == HB_PARTIAL;
+        pshift = (uint32_t)(c.y >> 8) & 0xFFu;
+        perms = (uint32_t)(c.y >> 16) & 0xFFu;
+    } else {                                                    // hb_classify_one
+        const uint64_t rel = addr - d.r0_base;
+        const uint64_t len = d.r0_end - d.r0_base;
+        const bool inside = rel < len;
+        hit = inside && rel + nb <= len;
+        partial = inside ? !hit : (addr < d.r0_base && addr + nb > d.r0_base);
+        media = d.r0_media + rel;
+        pshift = d.r0_page_shift;
+        perms = d.r0_perms;
+    }
+    HB_PROF(2, media + (hit ? 1u : 0u));
     const uint32_t smid = hb_smid();
-    const uint32_t src = __ldg(&st->timing_source);
-    const uint32_t n = __ldg(&st->n_ranges);
-    const uint64_t max_age = __ldg(&st->thermal_max_age_ns);
-    const uint32_t rg = __ldg(&st->media.read_granularity);
-    hbf_media_params fx;                                         // the two fields the FIXED source reads
-    fx.fixed_read_ns = __ldg(&st->media.fixed_read_ns);
-    fx.fixed_write_ns = __ldg(&st->media.fixed_write_ns);
-    const uint64_t bias = __ldg(&st->deadline_bias_ns);
-    const uint64_t kshards = __ldg(&st->kshards);
-    const uint32_t kbase = __ldg(&__hb_kslot_base);
-    hbf_dev_range r = hb_ld_range(&st->ranges[0]);
-    const uint64_t w = hb_ld_vol(&st->thc_replica[(smid & (HBF_KSHARDS - 1u)) * HBF_THC_REPLICA_STRIDE]);
-    // another source, or a snapshot read at every request: the general path, before any classification
-    // (run parameters: every lane of the call read the same words, so this return is warp-uniform)
-    if ((src != HBF_SRC_FIXED && src != HBF_SRC_FAST) || max_age == 0ull) return HB_FAST_SLOW;
-    bool ok = HBF_THC_VALID(w) && HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) &&
-              HBF_THC_MODE(w) != HBF_TH_SHUTDOWN && hb_thc_age_ns(w, t0) <= max_age;
+    const uint32_t shard = smid & (HBF_KSHARDS - 1u);
+    const uint64_t w = hb_ld_vol((const uint64_t*)(d.replica + (uint64_t)shard * (HBF_THC_REPLICA_STRIDE * 8u)));
+    bool ok = !partial && (!hit || (perms & hb_perm_needed(op)) != 0u) && sp == d.st;
+    ok = ok && HBF_THC_VALID(w) && HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) &&
+         HBF_THC_MODE(w) != HBF_TH_SHUTDOWN && hb_thc_age_ns(w, t0) <= d.max_age;
     HB_PROF(1, ok);
-    const int cls = (n == 1u) ? hb_classify_one(r, addr, bytes) : hb_classify(st, addr, bytes, r);
-    HB_PROF(2, r.media_offset + (uint64_t)cls);
-    if (cls == HB_PARTIAL) ok = false;
-    else if (cls == HB_HIT && ((r.perms & hb_perm_needed(op)) == 0u || r.mode != HBF_MODE_TIMING)) ok = false;
     if (!__all_sync(mask, ok)) return HB_FAST_SLOW;            // the general path decides (and fails closed)
-    const uint32_t hits = __ballot_sync(mask, cls == HB_HIT);
+    const uint32_t hits = __ballot_sync(mask, hit);
     HB_PROF(3, hits);
     if (hits == 0u) {                                           // in band, no range: native
         fut = 0ull;
         return HB_FAST_DONE;
     }
     if (hits != mask) return HB_FAST_SLOW;                      // mixed native/hit lanes
-    const uint64_t media = r.media_offset + (addr - r.base);
-    const uint32_t pshift = r.page_shift ? r.page_shift : 12u;
     int one_page = 0;
     (void)__match_all_sync(mask, (unsigned long long)(media >> pshift), &one_page);
     if (!one_page) return HB_FAST_SLOW;                         // several page groups
@@ -1037,11 +1063,8 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     // one group = the whole call: what hb_issue_slow computes for it, step for step
     const uint32_t lane = hb_laneid();
     const uint32_t leader = (uint32_t)(__ffs(mask) - 1);
-    const uint32_t off = (uint32_t)(media & ((1ull << pshift) - 1ull));
-    const uint32_t nb = bytes ? bytes : 1u;
-    const uint32_t gmin = __reduce_min_sync(mask, off);
-    const uint32_t gmax = __reduce_max_sync(mask, off + nb);
-    const uint32_t gsh = hb_granule_shift(op, rg);
+    const uint32_t off = (uint32_t)media & ((1u << pshift) - 1u);
+    const uint32_t gsh = op == HBF_OP_STORE ? 0u : d.read_gshift;
     const uint32_t gk = off >> gsh;
     // "the first lane on each granule" (hb_issue_slow: the lowest lane of its __match_any_sync group)
     // without MATCH (a shared unit: 531 -> 5152 cycles per request under load): when the lanes' offsets
@@ -1053,25 +1076,28 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     const uint32_t prev_off = __shfl_sync(mask, off, pred);
     if (!__all_sync(mask, below == 0u || prev_off <= off)) return HB_FAST_SLOW;
     const bool first = below == 0u || (prev_off >> gsh) != gk;
-    const uint32_t mine = first ? hb_lane_granule_bytes(off, nb, gsh) : 0u;
-    const uint32_t uniq = __reduce_add_sync(mask, mine);
+    const uint32_t uniq = __reduce_add_sync(mask, first ? hb_lane_granule_bytes(off, nb, gsh) : 0u);
+    const uint32_t gmin = __reduce_min_sync(mask, off);
+    const uint32_t gmax = __reduce_max_sync(mask, off + nb);
     uint64_t b0;
     const uint64_t req_bytes = hb_group_bytes(gmin, gmax, uniq, gsh, b0);
     HB_PROF(5, req_bytes);
     const uint64_t tl = __shfl_sync(mask, t0, leader);          // the request's issue time (the leader's)
     uint64_t dl;                                                // q = 1e6: no thermal scaling; no refresh debt
-    if (src == HBF_SRC_FAST) {                                  // the leader's page transaction (hb_group_request)
-        uint64_t d = 0ull;
-        if (lane == leader) d = HB_OOL(hb_fast_model)(st, media - off + b0, req_bytes, op, 1000000u, 0ull, tl);
-        dl = __shfl_sync(mask, d, leader);
-    } else {
-        dl = tl + hbf_fixed_service_ns(&fx, op);
+    if (d.flags & HBF_CD_FAST) {                                // the leader's page transaction (hb_group_request)
+        uint64_t dd = 0ull;
+        if (lane == leader)
+            dd = HB_OOL(hb_fast_model)((hbf_device_state*)d.st, media - off + b0, req_bytes, op, 1000000u, 0ull, tl);
+        dl = __shfl_sync(mask, dd, leader);
+    } else {                                                    // hbf_fixed_service_ns
+        const uint32_t fr = d.fixed_read_ns, fw = d.fixed_write_ns;
+        dl = tl + (op == HBF_OP_STORE ? fw : (op == HBF_OP_ATOMIC ? (uint64_t)fr + fw : fr));
     }
     if (dl <= tl) dl = tl + 1ull;                               // a zero service still yields a valid future
     const uint64_t modeled = dl - tl;
     bool clamp = false;
-    if (bias != 0ull) {
-        if (dl > tl + bias) dl -= bias;
+    if (d.bias != 0ull) {
+        if (dl > tl + d.bias) dl -= d.bias;
         else { dl = tl ? tl : 1ull; clamp = true; }
     }
     fut = dl;
@@ -1081,7 +1107,7 @@ HB_DEV uint32_t hb_issue_fast(hbf_device_state* st, uint64_t addr, uint32_t byte
     const uint32_t pbytes = __reduce_add_sync(mask, nb);
     const uint32_t helper = __reduce_max_sync(mask, hb_sat32(t1 - t0));
     if (lane == leader) {
-        hbf_kernel_counters* ks = hb_kslot_of(st, kbase, kshards, site, smid);
+        hbf_kernel_counters* ks = hb_cd_kslot(site, smid);
         hbf_op_counters* oc = &ks->ops[op];
         hb_red_add(&oc->requests, 1ull);
         hb_red_add(&oc->bytes, (unsigned long long)req_bytes);
@@ -1271,24 +1297,39 @@ HB_SPLIT_FN unsigned long long hb_join_slow(hbf_device_state* st, unsigned long 
 extern "C" __device__ __noinline__ unsigned long long __hb_issue(unsigned long long addr, unsigned int bytes,
                                                                  unsigned int flags, unsigned int site) {
     if ((flags & HBF_F_ACTIVE) == 0u) return 0ull;
-    // The issue time is taken before any memory access of the helper: the two dependent loads
-    // below cost ~600 ns on the H200 when they miss L1, and the modeled service starts at issue.
+    // The issue time is taken before any memory access of the helper: the modeled service starts at issue.
     const uint64_t t0 = hb_now();
     HB_PROF(0, t0);
+#if HBF_FAST_ISSUE
+    if (__hb_cdesc.flags & HBF_CD_ON) {                         // the descriptor: no load before the path
+        unsigned long long fut;
+        if (hb_issue_fast(addr, bytes, flags, site, t0, fut) == HB_FAST_DONE) return fut;
+    }
+#endif
     const unsigned long long sp = __hb_state;
     if (sp == 0ull) return 0ull;
     const ulonglong2 b = __ldg((const ulonglong2*)sp);  // {lo, span}
     if (addr - b.x >= b.y && bytes <= HBF_DEV_GUARD_BYTES) return 0ull;
-    HB_PROF(8, b.x);
-#if HBF_FAST_ISSUE
-    unsigned long long fut;
-    if (hb_issue_fast((hbf_device_state*)sp, addr, bytes, flags, site, t0, fut) == HB_FAST_DONE) return fut;
-#endif
     return HB_OOL(hb_issue_slow)((hbf_device_state*)sp, addr, bytes, flags, site, t0);
 }
 
 extern "C" __device__ __noinline__ void __hb_wait(unsigned long long fut, unsigned int site) {
     if (fut == 0ull) return;
+#if HBF_FAST_ISSUE
+    if ((fut & HBF_FUTURE_TICKET_BIT) == 0ull && (__hb_cdesc.flags & HBF_CD_ON)) {
+        const uint64_t t_in = hb_now();
+        if (fut <= t_in && __hb_state == __hb_cdesc.st) {                                     // due already: hb_wait_ready, counters by the descriptor
+            const uint32_t mask = __activemask();
+            const uint32_t slack = __reduce_min_sync(mask, hb_sat32(t_in - fut));
+            if (hb_laneid() == (uint32_t)(__ffs(mask) - 1)) {
+                hbf_kernel_counters* ks = hb_cd_kslot(site, hb_smid());
+                hb_red_add(&ks->ready_waits, 1ull);
+                hb_red_add(&ks->slack_ns, (unsigned long long)slack);
+            }
+            return;
+        }
+    }
+#endif
     const unsigned long long sp = __hb_state;
     if (sp == 0ull) return;
     const uint64_t t_in = hb_now();

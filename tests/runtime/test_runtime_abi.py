@@ -2,6 +2,7 @@
 Python constants match hbf_abi.h / hbf_device.h."""
 from __future__ import annotations
 
+import ctypes
 import re
 import shutil
 import subprocess
@@ -79,7 +80,8 @@ def test_constants_match(probe):
           "HBF_F_ACTIVE": D.HBF_F_ACTIVE, "HBF_F_GENERIC": D.HBF_F_GENERIC, "HBF_F_WAIT_NOW": D.HBF_F_WAIT_NOW,
           "HBF_F_NC": D.HBF_F_NC, "HBF_F_RELEASE": D.HBF_F_RELEASE,
           "HBF_FUTURE_TICKET_BIT": D.HBF_FUTURE_TICKET_BIT, "HBF_KSHARDS": D.HBF_KSHARDS,
-          "HBF_THC_REPLICA_STRIDE": D.HBF_THC_REPLICA_STRIDE}
+          "HBF_THC_REPLICA_STRIDE": D.HBF_THC_REPLICA_STRIDE, "HBF_CD_ON": D.HBF_CD_ON,
+          "HBF_CD_FAST": D.HBF_CD_FAST, "HBF_CD_SHARDED": D.HBF_CD_SHARDED, "HBF_CD_MULTI": D.HBF_CD_MULTI}
     assert set(py) == set(defs), set(defs) ^ set(py)
     for k, v in py.items():
         assert defs[k] == v, k
@@ -120,3 +122,52 @@ def test_fill_ranges_rejects(bad, code):
     with pytest.raises(RangeError) as ei:
         D.fill_ranges(st, bad, 1)
     assert ei.value.code.name == code
+
+
+def _state_for_cdesc(source=C.HBF_SRC_FIXED, ranges=None, max_age=1_000_000, kshards=0):
+    m = C.hbf_media_params()
+    m.timing_source, m.read_granularity, m.fixed_read_ns, m.fixed_write_ns = source, 64, 2_000, 3_000
+    st = D.new_state(0, m, D.RunParams(thermal_max_age_ns=max_age, deadline_bias_ns=250))
+    st.kshards = kshards
+    D.fill_ranges(st, ranges if ranges is not None else [_r(1 << 40, 1 << 20)], 1)
+    return st
+
+
+def test_cdesc_for_fixed_one_range():
+    sp = 0x7F0000000000
+    st = _state_for_cdesc()
+    d = D.cdesc_for(st, sp, 3)
+    assert d.flags == D.HBF_CD_ON and d.st == sp
+    assert (d.r0_base, d.r0_end, d.r0_perms, d.r0_page_shift) == (1 << 40, (1 << 40) + (1 << 20), C.HBF_PERM_ALL, 12)
+    assert (d.fixed_read_ns, d.fixed_write_ns, d.bias, d.max_age, d.read_gshift) == (2_000, 3_000, 250, 1_000_000, 6)
+    size = ctypes.sizeof(D.hbf_kernel_counters)
+    # unsharded: hb_kslot_of's &st->kslots[kbase + k], the overflow bucket HBF_MAX_KERNEL_SLOTS - 1
+    assert d.kslot == sp + D.KSLOTS_OFF + 3 * size and (d.kslot_stride, d.kshard_stride) == (size, 0)
+    assert 3 + d.kmax == C.HBF_MAX_KERNEL_SLOTS - 1
+    assert d.replica == sp + D.hbf_device_state.thc_replica.offset
+
+
+def test_cdesc_for_sharded_fast_multi():
+    ks = 0x7E0000000000
+    st = _state_for_cdesc(C.HBF_SRC_FAST, [_r(1 << 40, 1 << 20), _r(1 << 41, 1 << 20, rid=2)], kshards=ks)
+    d = D.cdesc_for(st, 0x1000, 5)
+    assert d.flags == D.HBF_CD_ON | D.HBF_CD_FAST | D.HBF_CD_SHARDED | D.HBF_CD_MULTI
+    size = ctypes.sizeof(D.hbf_kernel_counters)
+    # [slot][shard] (hb_kslot_of): slot k, shard s at ks + (k * HBF_KSHARDS + s) * size
+    assert d.kslot == ks + 5 * D.HBF_KSHARDS * size
+    assert (d.kslot_stride, d.kshard_stride) == (D.HBF_KSHARDS * size, size)
+
+
+@pytest.mark.parametrize("why", ["reference", "curve", "max_age0", "no_ranges", "fixed_u32", "no_state", "slot"])
+def test_cdesc_for_general_path_cases(why):
+    st = _state_for_cdesc(source={"reference": C.HBF_SRC_REFERENCE, "curve": C.HBF_SRC_CURVE}.get(why, C.HBF_SRC_FIXED),
+                          ranges=[] if why == "no_ranges" else None, max_age=0 if why == "max_age0" else 1_000_000)
+    if why == "fixed_u32":
+        st.media.fixed_read_ns = 1 << 32
+    d = D.cdesc_for(st, 0 if why == "no_state" else 0x1000, C.HBF_MAX_KERNEL_SLOTS if why == "slot" else 0)
+    assert d.flags == 0 and bytes(d) == bytes(D.hbf_cdesc())   # all zero: the general path
+
+
+def test_cdesc_non_timing_range_has_no_permissions():
+    st = _state_for_cdesc(ranges=[_r(1 << 40, 1 << 20, mode=C.HBF_MODE_CAPACITY)])
+    assert D.cdesc_for(st, 0x1000, 0).r0_perms == 0    # every hit goes to the general path

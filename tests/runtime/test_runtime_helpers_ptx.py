@@ -32,8 +32,8 @@ def _decls(text: str) -> dict[str, tuple[str, str, list[str], list[str]]]:
         rets = re.findall(r"\.param\s+\.(\w+)", m.group(3) or "")
         params = re.findall(r"\.param\s+\.(\w+)", m.group(5))
         out[m.group(4)] = (m.group(1), "func", rets, params)
-    for m in re.finditer(r"^\.(visible|weak) \.global\s+(?:\.align \d+\s+)?\.(\w+)\s+(\w+)", text, flags=re.M):
-        out[m.group(3)] = (m.group(1), "global", [m.group(2)], [])
+    for m in re.finditer(r"^\.(visible|weak) \.(global|const)\s+(?:\.align \d+\s+)?\.(\w+)\s+(\w+)", text, flags=re.M):
+        out[m.group(4)] = (m.group(1), m.group(2), [m.group(3)], [])
     return out
 
 
@@ -44,15 +44,16 @@ def _abi_decls() -> dict[str, tuple[str, str, list[str], list[str]]]:
     for m in re.finditer(r"\.weak \.func\s*(\((.*?)\))?\s*(__hb_\w+)\((.*?)\);", text, flags=re.S):
         out[m.group(3)] = ("weak", "func", re.findall(r"\.param \.(\w+)", m.group(2) or ""),
                            re.findall(r"\.param \.(\w+)", m.group(4)))
-    for m in re.finditer(r"\.visible \.global \.align \d+ \.(\w+) (__hb_\w+);", text):
-        out[m.group(2)] = ("visible", "global", [m.group(1)], [])
+    for m in re.finditer(r"\.visible \.(global|const) \.align \d+ \.(\w+) (__hb_\w+)(?:\[\d+\])?;", text):
+        out[m.group(3)] = ("visible", m.group(1), [m.group(2)], [])
     return out
 
 
-def test_abi_header_lists_the_five_helpers_and_two_globals():
+def test_abi_header_lists_the_five_helpers_and_three_globals():
     a = _abi_decls()
     assert set(a) == {"__hb_issue", "__hb_wait", "__hb_future_join", "__hb_kernel_enter", "__hb_kernel_exit",
-                      "__hb_state", "__hb_kslot_base"}
+                      "__hb_state", "__hb_kslot_base", "__hb_cdesc"}
+    assert a["__hb_cdesc"][1] == "const"   # the launch descriptor lives in the constant bank
 
 
 def test_helper_ptx_exports_exactly_the_abi(helper):
