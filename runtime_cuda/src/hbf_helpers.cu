@@ -1043,7 +1043,19 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
     HB_PROF(2, media + (hit ? 1u : 0u));
     const uint32_t smid = hb_smid();
     const uint32_t shard = smid & (HBF_KSHARDS - 1u);
-    const uint64_t w = hb_ld_vol((const uint64_t*)(d.replica + (uint64_t)shard * (HBF_THC_REPLICA_STRIDE * 8u)));
+    // this shard's replica through L1 (hb_ld_l1): every warp-request of the SM touches the line, so it stays
+    // there; a copy another SM replaced is used at most until its snapshot's age passes max_age (the check
+    // below), the bound every snapshot has. The SM that refreshes writes the replicas (its L1 follows).
+    uint64_t* const rp = (uint64_t*)(d.replica + (uint64_t)shard * (HBF_THC_REPLICA_STRIDE * 8u));
+    uint64_t w = hb_ld_l1(rp);
+    if (!(HBF_THC_VALID(w) && hb_thc_age_ns(w, t0) <= d.max_age)) {
+        // this SM's copy aged (or was never valid): the replica itself; when that is current, an atomic that
+        // changes nothing drops the stale line from this SM's L1 (atomics are performed at L2 and invalidate
+        // the local copy), so the next requests read the current one there again
+        w = hb_ld_vol(rp);
+        if (HBF_THC_VALID(w) && hb_thc_age_ns(w, t0) <= d.max_age)
+            asm volatile("red.relaxed.gpu.global.or.b64 [%0], 0;" ::"l"(rp) : "memory");
+    }
     bool ok = !partial && (!hit || (perms & hb_perm_needed(op)) != 0u) && sp == d.st;
     ok = ok && HBF_THC_VALID(w) && HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) &&
          HBF_THC_MODE(w) != HBF_TH_SHUTDOWN && hb_thc_age_ns(w, t0) <= d.max_age;

@@ -35,6 +35,15 @@ HBF_PTX_DEV uint64_t hb_ld_vol(const void* p) {
     asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
+// A relaxed load at CTA scope: served from this SM's L1 when the line is there (no L2 round trip; under a
+// streaming kernel an L2 read costs as much as a DRAM one, ~3000 cycles, bench/results/issue_path_profile_r5);
+// it may return a value another SM has since replaced. Only for words whose staleness is bounded by their
+// own content (the thermal replicas carry the time their snapshot was read: the age check bounds it).
+HBF_PTX_DEV uint64_t hb_ld_l1(const void* p) {
+    uint64_t v;
+    asm("ld.relaxed.cta.global.u64 %0, [%1];" : "=l"(v) : "l"(p));
+    return v;
+}
 HBF_PTX_DEV uint32_t hb_ld_vol32(const void* p) {
     uint32_t v;
     asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
