@@ -38,11 +38,12 @@ from hbfcommon import ctl
 from hbfd.contracts import COMPLETION_BATCH_DTYPE, REQUEST_BATCH_DTYPE  # noqa: F401 (re-exported)
 
 from . import eventsim
-from .diestage import DieCarry, fifo_exact, small_int
+from .diestage import DieCarry, _violations, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from .hist import LogHistogram
+from .prioplane import priority_planes
 from .lindley import segment_ends, segment_starts, segmented_fcfs
 
 log = logging.getLogger(__name__)
@@ -726,17 +727,37 @@ class MediaEngine:
             pl = np.concatenate([plane_read[ri], cp[ci]])[order]
             dd = np.concatenate([die_read[ri], cd[ci]])[order]
             sv = np.concatenate([np.full(len(ri), g.t_read_ns, np.int64), cs[ci]])[order]
-            carry = self.slots.as_dict(mixed)
-            start, end = eventsim.simulate(kind[order], ready[order], pl, dd, sv, t_cmd=g.t_cmd_ns,
+            kd, rdy = kind[order], ready[order]
+            # dies whose queue depth does not bind: planes with read priority, vectorized (checked
+            # with the sorted-release rule); the others: the event scheduler
+            pf0 = self.plane_free.copy()
+            start, end = priority_planes(kd, rdy, pl, sv, t_cmd=g.t_cmd_ns, plane_free=self.plane_free,
+                                         nplanes=g.planes)
+            bad = _violations(rdy, dd, end, g.queue_depth, g.dies, self.slots)
+            if bad is None:
+                self.slots.put(dd, end, self.horizon)
+            else:
+                badm = np.zeros(g.dies, bool)
+                badm[bad] = True
+                evm = badm[dd]
+                self.plane_free[pl[evm]] = pf0[pl[evm]]
+                good = ~evm
+                if good.any():
+                    self.slots.put(dd[good], end[good], self.horizon)
+                idx = np.flatnonzero(evm)
+                carry = self.slots.as_dict(badm)
+                s2, e2 = eventsim.simulate(kd[idx], rdy[idx], pl[idx], dd[idx], sv[idx], t_cmd=g.t_cmd_ns,
                                            queue_depth=g.queue_depth, plane_free=self.plane_free,
                                            die_carry=carry)
-            self.n["event_batches"] += 1
-            self.n["event_dies"] += int(mixed.sum())
+                start[idx] = s2
+                end[idx] = e2
+                self.n["event_batches"] += 1
+                self.n["event_dies"] += len(bad)
+                cd_old = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
+                ct_old = np.array([t for ts in carry.values() for t in ts], np.int64)
+                self.slots.put(np.concatenate([cd_old, dd[idx]]), np.concatenate([ct_old, e2]), self.horizon)
             if self.trace is not None:
                 self.trace.append(("plane", pl, start, end))
-            cd_old = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
-            ct_old = np.array([t for ts in carry.values() for t in ts], np.int64)
-            self.slots.put(np.concatenate([cd_old, dd]), np.concatenate([ct_old, end]), self.horizon)
             e = np.empty(len(order), np.int64)
             e[order] = end
             Er[ri] = e[:len(ri)]
