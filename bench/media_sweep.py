@@ -16,6 +16,7 @@ import datetime
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,12 +28,139 @@ from hbfd.media.bench import run_bench  # noqa: E402
 from hbfd.media.geometry import MediaGeometry  # noqa: E402
 from hbfcommon.profile import load_profile  # noqa: E402
 
+import numpy as np  # noqa: E402
+
 PROFILES = ("conservative", "nominal", "aggressive", "ocp-sg1", "ocp-sg2", "ocp-sg3")
 LOADS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 2.0, None)   # None: all at once
 
 
+def _load_engine(spec: str):
+    """``DIR:module`` (e.g. ``/tmp/oldmedia:media_old.engine``, a copy of hbfd/media as package
+    ``media_old``) -> its MediaEngine class."""
+    import importlib
+    d, mod = spec.split(":", 1)
+    sys.path.insert(0, d)
+    return importlib.import_module(mod).MediaEngine
+
+
+def batch_cost(cls, g, b: int, iters: int) -> list[int]:
+    """CPU ns of one submit + advance + collect + quiet-scan collect per batch of ``b`` random 128 B
+    reads, arrivals 2 us apart per request (bench/ring_throughput.py's engine_batch_cost stream);
+    the first 10 % dropped."""
+    from hbfd.contracts import REQUEST_BATCH_DTYPE
+    e = cls(g)
+    rng = np.random.default_rng(b)
+    t, now, times = 0, 1_000_000, []
+    batches = []
+    for _ in range(iters):
+        batch = np.zeros(b, REQUEST_BATCH_DTYPE)
+        batch["id"] = np.arange(t, t + b)
+        now += 2000 * b
+        batch["arrival_ns"] = now + np.arange(b) * 10
+        batch["media_address"] = rng.integers(0, 1 << 22, b) * 4096 + 64 * rng.integers(0, 32, b)
+        batch["bytes"] = 128
+        batches.append(batch)
+        t += b
+    for batch in batches:
+        c0 = time.process_time_ns()
+        e.submit(batch)
+        e.advance(int(batch["arrival_ns"].max()))
+        e.collect()
+        e.collect()
+        times.append(time.process_time_ns() - c0)
+    return times[iters // 10:]
+
+
+ENGINE_REGIMES = (
+    # (name, profile, op, write_fraction, load (None: burst), batch, requests)
+    ("read burst b16384", "nominal", "read", 0.0, None, 16384, 200_000),
+    ("read 10% b16384", "nominal", "read", 0.0, 0.1, 16384, 200_000),
+    ("read burst b4096", "nominal", "read", 0.0, None, 4096, 200_000),
+    ("read 10% b4096", "nominal", "read", 0.0, 0.1, 4096, 200_000),
+    ("read burst b4096 ocp-sg1", "ocp-sg1", "read", 0.0, None, 4096, 200_000),
+    ("read 10% b4096 ocp-sg1", "ocp-sg1", "read", 0.0, 0.1, 4096, 200_000),
+    ("write burst", "nominal", "write", 0.0, None, 16384, 100_000),
+    ("write 10%", "nominal", "write", 0.0, 0.1, 16384, 100_000),
+    ("mixed 50/50 burst", "nominal", "mixed", 0.5, None, 16384, 50_000),
+    ("mixed 50/50 10%", "nominal", "mixed", 0.5, 0.1, 16384, 50_000),
+    ("mixed 90/10 burst", "nominal", "mixed", 0.1, None, 16384, 50_000),
+    ("mixed 90/10 10%", "nominal", "mixed", 0.1, 0.1, 16384, 50_000),
+)
+
+
+def engine_speed(args) -> int:
+    """Media engine host speed, this tree (``new``) against ``--old-engine`` (``old``), runs
+    interleaved: M simulated requests per CPU-second (median of --repeat, min-max) per regime, and
+    the per-batch CPU cost of tiny batches (1 / 16 / 256 reads)."""
+    from hbfd.media.engine import MediaEngine
+    engines = {"new": MediaEngine}
+    if args.old_engine:
+        engines = {"old": _load_engine(args.old_engine), "new": MediaEngine}
+    rows = []
+    for name, pname, op, wf, load, b, n in ENGINE_REGIMES:
+        g = MediaGeometry.from_profile(load_profile(pname))
+        gap = 0 if load is None else round(1e9 / (load * g.aggregate_bytes_per_s / 4096))
+        cpu = {k: [] for k in engines}
+        for _ in range(args.repeat):
+            for k, cls in engines.items():
+                r = run_bench(g, requests=n, nbytes=4096, op=op, gap_ns=gap, batch=b, write_fraction=wf,
+                              repeat=1, engine_cls=cls)
+                cpu[k].append(r["host_cpu_s"])
+        row = {"regime": name, "profile": pname, "op": op, "write_fraction": wf, "arrival_gap_ns": gap,
+               "batch": b, "requests": n}
+        for k, v in cpu.items():
+            m = [n / x / 1e6 for x in v]
+            row[k] = {"cpu_s": v, "mreq_per_cpu_s_median": float(np.median(m)), "min": min(m), "max": max(m)}
+        rows.append(row)
+        print(f"{name:26s} " + "  ".join(f"{k} {row[k]['mreq_per_cpu_s_median']:5.2f} "
+                                         f"({row[k]['min']:.2f}-{row[k]['max']:.2f})" for k in engines)
+              + " M req/cpu-s", file=sys.stderr, flush=True)
+    tiny = []
+    g = MediaGeometry.from_profile(load_profile("nominal"))
+    for b in (1, 16, 256):
+        med = {k: [] for k in engines}
+        for _ in range(args.repeat):
+            for k, cls in engines.items():
+                med[k].append(float(np.median(batch_cost(cls, g, b, args.batch_iters))) / 1e3)
+        row = {"batch": b, "iters": args.batch_iters}
+        for k, v in med.items():
+            row[k] = {"median_us_per_batch": float(np.median(v)), "runs_median_us": v,
+                      "mreq_per_cpu_s": b / float(np.median(v))}
+        tiny.append(row)
+        print(f"batch {b:4d}: " + "  ".join(f"{k} {row[k]['median_us_per_batch']:7.1f} us ({min(v):.1f}-{max(v):.1f})"
+                                           for k, v in med.items()), file=sys.stderr, flush=True)
+    doc = {"what": "media engine host speed (issue 14 item 5): M simulated requests per CPU-second, one core",
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "card": "CPU (this 2-core box)",
+           "host": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+                    "loadavg_1m": os.getloadavg()[0]},
+           "command": "python bench/media_sweep.py --engine-speed --repeat %d --batch-iters %d%s"
+                      % (args.repeat, args.batch_iters, f" --old-engine {args.old_engine}" if args.old_engine else ""),
+           "old_engine": args.old_engine, "goal": {"every_regime_mreq_per_cpu_s": 5.0, "write_heavy": 1.0},
+           "regimes": rows, "tiny_batches": tiny}
+    atomic_write_json(args.engine_out, doc, indent=1)
+    print("| regime | batch | " + " | ".join(f"{k} M req/CPU-s median (min-max)" for k in engines) + " |")
+    print("|---|---|" + "---|" * len(engines))
+    for r in rows:
+        print(f"| {r['regime']} | {r['batch']} | " + " | ".join(
+            f"{r[k]['mreq_per_cpu_s_median']:.2f} ({r[k]['min']:.2f}-{r[k]['max']:.2f})" for k in engines) + " |")
+    print()
+    print("| batch | " + " | ".join(f"{k} us per batch, median (runs min-max)" for k in engines) + " |")
+    print("|---|" + "---|" * len(engines))
+    for r in tiny:
+        print(f"| {r['batch']} | " + " | ".join(
+            f"{r[k]['median_us_per_batch']:.1f} ({min(r[k]['runs_median_us']):.1f}-{max(r[k]['runs_median_us']):.1f})"
+            for k in engines) + " |")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--engine-speed", action="store_true",
+                    help="only the engine's host speed per regime (bench/results/media_engine_speed.json)")
+    ap.add_argument("--old-engine", default=None, help="DIR:module of another engine build to run side by side")
+    ap.add_argument("--batch-iters", type=int, default=400)
+    ap.add_argument("--engine-out", default=str(ROOT / "bench" / "results" / "media_engine_speed.json"))
     ap.add_argument("--requests", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--speed-requests", type=int, default=1_000_000)
@@ -40,6 +168,8 @@ def main(argv=None) -> int:
     ap.add_argument("--write-requests", type=int, default=200_000)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "media_sweep.json"))
     args = ap.parse_args(argv)
+    if args.engine_speed:
+        return engine_speed(args)
     rows = []
     for name in PROFILES:
         prof = load_profile(name)

@@ -52,12 +52,15 @@ def make_stream(g: MediaGeometry, n: int, nbytes: int, op: str, gap_ns: int, *, 
 
 def run_bench(geometry: MediaGeometry, *, requests: int, nbytes: int, op: str, gap_ns: int,
               batch: int = 16384, seed: int = 0, pattern: str = "random",
-              write_fraction: float = 0.3, repeat: int = 1) -> dict[str, Any]:
+              write_fraction: float = 0.3, repeat: int = 1, engine_cls: Any = None) -> dict[str, Any]:
+    """``engine_cls``: the engine class to drive (default ``MediaEngine``; benches pass another
+    build of it for side-by-side speed)."""
+    engine_cls = MediaEngine if engine_cls is None else engine_cls
     stream = make_stream(geometry, requests, nbytes, op, gap_ns, seed=seed, pattern=pattern,
                          write_fraction=write_fraction)
     walls, cpus = [], []
     for _ in range(max(1, repeat)):
-        eng = MediaEngine(geometry)
+        eng = engine_cls(geometry)
         outs = []
         t0 = time.perf_counter()
         c0 = time.process_time()

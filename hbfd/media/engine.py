@@ -28,6 +28,7 @@ through ``eventsim`` (read priority is not FIFO) and are decided to the end of t
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import logging
 from typing import Any
@@ -38,11 +39,12 @@ from hbfcommon import ctl
 from hbfd.contracts import COMPLETION_BATCH_DTYPE, REQUEST_BATCH_DTYPE  # noqa: F401 (re-exported)
 
 from . import eventsim
-from .diestage import DieCarry, fifo_exact, small_int
+from .diestage import DieCarry, _violations, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from .hist import LogHistogram
+from .prioplane import priority_planes
 from .lindley import segment_ends, segment_starts, segmented_fcfs
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,7 @@ OP_LOAD, OP_STORE, OP_ATOMIC, OP_CPASYNC = 0, 1, 2, 3
 _FULL_MASK = (1 << SECTORS_PER_PAGE) - 1
 _MAX_TIME = 1 << 62
 _E0 = np.zeros(0, np.int64)
+_SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
 
 
 def _map_ref(r: np.ndarray, idx: np.ndarray, poff: int, valid: np.ndarray | None = None) -> np.ndarray:
@@ -246,6 +249,8 @@ class MediaEngine:
             if self.trace is not None:
                 self.trace.append(("channel", ch.copy(), np.array([d - int(x[0])]), np.array([d])))
             return np.array([d], np.int64)
+        if n <= _SMALL and self.trace is None:
+            return self._chan_small(ch, rd, x, seq, it["q0"])
         # order by (channel, ready, seq): stable sorts on seq order (timsort gains from the runs
         # that plane-ordered sense ends form), then a radix sort by channel
         if bool((seq[1:] > seq[:-1]).all()):
@@ -269,6 +274,33 @@ class MediaEngine:
         done = np.empty(n, np.int64)
         done[o] = d2
         return done
+
+    def _chan_small(self, ch, rd, x, seq, q0) -> np.ndarray:
+        """``_chan_lindley`` of a few items in plain Python (the same order and arithmetic)."""
+        chl, rdl, xl = ch.tolist(), rd.tolist(), x.tolist()
+        n = len(chl)
+        order = sorted(range(n), key=list(zip(chl, rdl, seq.tolist())).__getitem__)
+        cf = self.chan_free
+        busy = self.chan_busy_ns
+        free: dict[int, int] = {}
+        done = [0] * n
+        for i in order:
+            c = chl[i]
+            f = free.get(c)
+            if f is None:
+                f = int(cf[c])
+            r = rdl[i]
+            d = (r if r > f else f) + xl[i]
+            free[c] = d
+            done[i] = d
+        for c, f in free.items():
+            cf[c] = f
+        out = np.array(done, np.int64)
+        np.add.at(busy, ch, x)
+        # the queueing delays in (channel, ready, seq) order, as the vector form adds them
+        o = np.array(order, np.int64)
+        self.qdelay.add((out - x - q0)[o])
+        return out
 
     def _channel_stage(self, new: dict[str, np.ndarray]) -> np.ndarray:
         """Transfers of the batch's channel items. An item whose data is ready by horizon + t_cmd
@@ -596,6 +628,8 @@ class MediaEngine:
         g = self.g
         n = len(ta)
         t_cmd = g.t_cmd_ns
+        if 0 < n <= _SMALL and inval is None and (cmds is None or not len(cmds[0])) and self.trace is None:
+            return self._reads_small(ta, lpn, ch, die, plane, x, seq, tser)
         if n:
             self.n["page_reads"] += n
         loopm = None
@@ -689,6 +723,82 @@ class MediaEngine:
         q0 = early + np.where(miss, g.t_read_ns, 0)
         return {"ch": ch, "rd": rd, "x": x, "seq": seq, "serial": tser, "q0": q0}
 
+    def _reads_small(self, ta, lpn, ch, die, plane, x, seq, tser):
+        """``_reads`` of a few reads (no stores, no other array commands), one at a time in plain
+        Python: the same lookup, die stage and buffer state (the die stage in its slot form: a
+        miss is admitted at max(arrival, the Q-th largest earlier release of its die, carried ones
+        included), which the sorted-release form of ``diestage`` equals)."""
+        g = self.g
+        n = len(ta)
+        t_cmd, t_r, Q, P = g.t_cmd_ns, g.t_read_ns, g.queue_depth, g.page_buffers_per_plane
+        self.n["page_reads"] += n
+        bpage, bready = self.bpage, self.bready
+        cd, ct = self.slots.die, self.slots.t
+        state: dict[int, list[list[int]]] = {}
+        rel: dict[int, list[int]] = {}
+        pf: dict[int, int] = {}
+        rd = [0] * n
+        q0 = [0] * n
+        md: list[int] = []
+        me: list[int] = []
+        nh = nco = 0
+        for i, (a, pg, d, p) in enumerate(zip(ta.tolist(), lpn.tolist(), die.tolist(), plane.tolist())):
+            sb = state.get(p)
+            if sb is None:
+                sb = state[p] = []
+                for bp, br in zip(bpage[p].tolist(), bready[p].tolist()):
+                    if bp < 0:
+                        break
+                    sb.append([bp, br])
+            early = a + t_cmd
+            for k, e in enumerate(sb):
+                if e[0] == pg:
+                    if k:
+                        del sb[k]
+                        sb.insert(0, e)
+                    rb = e[1]
+                    if rb > early:
+                        nco += 1
+                        rd[i] = rb
+                    else:
+                        nh += 1
+                        rd[i] = early
+                    q0[i] = early
+                    break
+            else:
+                R = rel.get(d)
+                if R is None:
+                    R = rel[d] = sorted(ct[cd == d].tolist()) if len(cd) else []
+                A = a
+                if len(R) >= Q and R[-Q] > a:
+                    A = R[-Q]
+                f = pf.get(p)
+                if f is None:
+                    f = int(self.plane_free[p])
+                E = (A + t_cmd if A + t_cmd > f else f) + t_r
+                pf[p] = E
+                bisect.insort(R, E)
+                sb.insert(0, [pg, E])
+                del sb[P:]
+                rd[i] = E
+                q0[i] = early + t_r
+                md.append(d)
+                me.append(E)
+        for p, sb in state.items():
+            row = [e[0] for e in sb] + [-1] * (P - len(sb))
+            bpage[p] = row
+            bready[p] = [e[1] for e in sb] + [0] * (P - len(sb))
+        for p, f in pf.items():
+            self.plane_free[p] = f
+        if md:
+            self.slots.put(np.array(md, np.int64), np.array(me, np.int64), self.horizon)
+        self.n["senses"] += len(md)
+        self.n["buffer_hits"] += nh
+        self.n["coalesced_reads"] += nco
+        self.n["fast_batches"] += 1
+        return {"ch": ch, "rd": np.array(rd, np.int64), "x": x, "seq": seq, "serial": tser,
+                "q0": np.array(q0, np.int64)}
+
     # ------------------------------------------------------------------ array commands
     def _array_ops(self, r_read, die_read, plane_read, cmds):
         """Read senses plus other array commands (kind, ready, plane, service; in (ready, seq) order):
@@ -726,17 +836,37 @@ class MediaEngine:
             pl = np.concatenate([plane_read[ri], cp[ci]])[order]
             dd = np.concatenate([die_read[ri], cd[ci]])[order]
             sv = np.concatenate([np.full(len(ri), g.t_read_ns, np.int64), cs[ci]])[order]
-            carry = self.slots.as_dict(mixed)
-            start, end = eventsim.simulate(kind[order], ready[order], pl, dd, sv, t_cmd=g.t_cmd_ns,
+            kd, rdy = kind[order], ready[order]
+            # dies whose queue depth does not bind: planes with read priority, vectorized (checked
+            # with the sorted-release rule); the others: the event scheduler
+            pf0 = self.plane_free.copy()
+            start, end = priority_planes(kd, rdy, pl, sv, t_cmd=g.t_cmd_ns, plane_free=self.plane_free,
+                                         nplanes=g.planes)
+            bad = _violations(rdy, dd, end, g.queue_depth, g.dies, self.slots)
+            if bad is None:
+                self.slots.put(dd, end, self.horizon)
+            else:
+                badm = np.zeros(g.dies, bool)
+                badm[bad] = True
+                evm = badm[dd]
+                self.plane_free[pl[evm]] = pf0[pl[evm]]
+                good = ~evm
+                if good.any():
+                    self.slots.put(dd[good], end[good], self.horizon)
+                idx = np.flatnonzero(evm)
+                carry = self.slots.as_dict(badm)
+                s2, e2 = eventsim.simulate(kd[idx], rdy[idx], pl[idx], dd[idx], sv[idx], t_cmd=g.t_cmd_ns,
                                            queue_depth=g.queue_depth, plane_free=self.plane_free,
                                            die_carry=carry)
-            self.n["event_batches"] += 1
-            self.n["event_dies"] += int(mixed.sum())
+                start[idx] = s2
+                end[idx] = e2
+                self.n["event_batches"] += 1
+                self.n["event_dies"] += len(bad)
+                cd_old = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
+                ct_old = np.array([t for ts in carry.values() for t in ts], np.int64)
+                self.slots.put(np.concatenate([cd_old, dd[idx]]), np.concatenate([ct_old, e2]), self.horizon)
             if self.trace is not None:
                 self.trace.append(("plane", pl, start, end))
-            cd_old = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
-            ct_old = np.array([t for ts in carry.values() for t in ts], np.int64)
-            self.slots.put(np.concatenate([cd_old, dd]), np.concatenate([ct_old, end]), self.horizon)
             e = np.empty(len(order), np.int64)
             e[order] = end
             Er[ri] = e[:len(ri)]

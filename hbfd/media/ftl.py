@@ -30,7 +30,9 @@ class Ftl:
         # not a list: a plane's state costs nothing until it is written), then erased ones in erase order
         self._fresh: dict[int, int] = {}              # plane -> next never-programmed block (local index)
         self._erased: dict[int, deque] = {}           # plane -> erased blocks, FIFO
-        self._open: dict[int, list[int]] = {}         # plane -> [block, next_page]
+        # open block of each plane (-1: none) and its next free page (numpy: bulk programs index them)
+        self._ob = np.full(g.planes, -1, np.int64)
+        self._onx = np.zeros(g.planes, np.int64)
         self.l2p: dict[int, int] = {}                 # lpn -> ppn (block * ppb + page)
         # block -> lpn per page (-1: invalid/unwritten), for blocks holding a valid page or open: a block
         # whose pages are all invalid drops its list (memory follows the live data, not the pages written)
@@ -72,20 +74,21 @@ class Ftl:
         return e.popleft() if e else None
 
     def _alloc(self, plane: int) -> int:
-        op = self._open.get(plane)
-        if op is None or op[1] == self.ppb:
-            if op is not None:
-                self._state[op[0]] = CLOSED
-                if not self._valid[op[0]]:
-                    del self.p2l[op[0]]
+        b = int(self._ob[plane])
+        pg = int(self._onx[plane])
+        if b < 0 or pg == self.ppb:
+            if b >= 0:
+                self._state[b] = CLOSED
+                if not self._valid[b]:
+                    del self.p2l[b]
             b = self._take_free(plane)
             if b is None:
                 raise MediaError("no free block left in plane (GC could not keep up)", plane=plane)
             self._state[b] = OPEN
             self.p2l[b] = [-1] * self.ppb
-            op = self._open[plane] = [b, 0]
-        b, pg = op
-        op[1] += 1
+            self._ob[plane] = b
+            pg = 0
+        self._onx[plane] = pg + 1
         return b * self.ppb + pg
 
     def _place(self, lpn: int, plane: int) -> int:
@@ -115,8 +118,9 @@ class Ftl:
 
     def program_many(self, lpns) -> tuple[np.ndarray, dict[int, list[tuple[str, int]]]]:
         """``program`` of every page of ``lpns`` in order (the same mapping, counts and GC), in bulk
-        where it can: a plane's pages that fit its open block, none of them twice, take consecutive
-        pages of it. Returns (home plane per page, {index: GC operations} for pages that caused GC)."""
+        where it can: a plane's pages that fit its open block, none of them twice in the batch, take
+        consecutive pages of it (planes are independent, so the order across planes is free). Returns
+        (home plane per page, {index: GC operations} for pages that caused GC)."""
         lp = np.asarray(lpns, np.int64)
         C, D, P = self._C, self._D, self._P
         planes = ((lp % C) * D + (lp // C) % D) * P + (lp // (C * D)) % P
@@ -124,44 +128,84 @@ class Ftl:
         n = len(lp)
         if n == 0:
             return planes, ops_out
-        o = np.argsort(planes, kind="stable")
+        if n < 8 or self._in_gc:
+            for i, x in enumerate(lp.tolist()):
+                _, _, ops = self.program(x)
+                if ops:
+                    ops_out[i] = ops
+            return planes, ops_out
+        o = np.argsort(planes.astype(np.int16) if self.g.planes < (1 << 15) else planes, kind="stable")
         ps = planes[o]
-        brk = np.flatnonzero(np.diff(ps)) + 1
-        starts = [0] + brk.tolist()
-        ends = brk.tolist() + [n]
-        ol = o.tolist()
-        lpl = lp.tolist()
-        psl = ps.tolist()
-        l2p = self.l2p
-        get = l2p.get
+        ls = lp[o]
+        brk = np.empty(n, bool)
+        brk[0] = True
+        np.not_equal(ps[1:], ps[:-1], out=brk[1:])
+        st = np.flatnonzero(brk)
+        cnt = np.diff(np.append(st, n))
+        up = ps[st]
+        ob = self._ob[up]
+        if (ob < 0).any():
+            # planes never written: open their first block now when that cannot start GC (as the
+            # first program() there would: a block taken, GC only if free blocks drop below the start)
+            for p, k in zip(up[ob < 0].tolist(), cnt[ob < 0].tolist()):
+                if k <= self.ppb and self.free_blocks(p) - 1 >= self._gc_start:
+                    b = self._take_free(p)
+                    self._state[b] = OPEN
+                    self.p2l[b] = [-1] * self.ppb
+                    self._ob[p] = b
+                    self._onx[p] = 0
+            ob = self._ob[up]
+        onx = self._onx[up]
+        bulk = (ob >= 0) & (onx + cnt <= self.ppb)
+        srt = np.sort(lp)
+        dup = srt[1:] == srt[:-1]
+        if dup.any():                          # a page twice: its plane goes one page at a time
+            dpl = np.unique(self._planes_of(srt[1:][dup]))
+            bulk &= ~np.isin(up, dpl)
+        segid = np.cumsum(brk) - 1
+        em = bulk[segid]
+        if not em.all():                       # the other planes: one page at a time, in order
+            for i in o[~em].tolist():
+                _, _, ops = self.program(int(lp[i]))
+                if ops:
+                    ops_out[i] = ops
+        if not bulk.any():
+            return planes, ops_out
+        if not em.all():
+            ls = ls[em]
+            st_b = st[bulk]
+            cnt_b = cnt[bulk]
+            st_b = np.cumsum(cnt_b) - cnt_b    # segment starts in the bulk-only order
+            segid = np.repeat(np.arange(len(cnt_b)), cnt_b)
+        else:
+            st_b, cnt_b = st, cnt
+            segid = segid
+        ob_b, onx_b = ob[bulk], onx[bulk]
         ppb = self.ppb
-        for s0, s1 in zip(starts, ends):
-            plane = psl[s0]
-            idxs = ol[s0:s1]
-            k = s1 - s0
-            op = self._open.get(plane)
-            pages = [lpl[i] for i in idxs]
-            if op is None or op[1] + k > ppb or self._in_gc or (k > 1 and len(set(pages)) != k):
-                for i in idxs:
-                    _, _, ops = self.program(lpl[i])
-                    if ops:
-                        ops_out[i] = ops
-                continue
-            b, pg0 = op
-            op[1] += k
-            for x, old in zip(pages, [get(x) for x in pages]):
-                if old is not None:
-                    ob, opg = divmod(old, ppb)
-                    self.p2l[ob][opg] = -1
-                    self._valid[ob] -= 1
-                    if not self._valid[ob] and self._state[ob] == CLOSED:
-                        del self.p2l[ob]
-            base = b * ppb + pg0
-            l2p.update(zip(pages, range(base, base + k)))
-            self.p2l[b][pg0:pg0 + k] = pages
-            self._valid[b] += k
-            self.host_programs += k
+        rank = np.arange(len(ls), dtype=np.int64) - st_b[segid]
+        ppn = (ob_b * ppb + onx_b)[segid] + rank
+        self._onx[up[bulk]] = onx_b + cnt_b
+        lsl = ls.tolist()
+        l2p = self.l2p
+        p2l = self.p2l
+        valid = self._valid
+        state = self._state
+        for old in [x for x in map(l2p.get, lsl) if x is not None]:
+            ob_, opg = divmod(old, ppb)
+            p2l[ob_][opg] = -1
+            valid[ob_] -= 1
+            if not valid[ob_] and state[ob_] == CLOSED:
+                del p2l[ob_]
+        l2p.update(zip(lsl, ppn.tolist()))
+        for b, pg0, s0, k in zip(ob_b.tolist(), onx_b.tolist(), st_b.tolist(), cnt_b.tolist()):
+            p2l[b][pg0:pg0 + k] = lsl[s0:s0 + k]
+            valid[b] += k
+        self.host_programs += len(lsl)
         return planes, ops_out
+
+    def _planes_of(self, lp: np.ndarray) -> np.ndarray:
+        C, D, P = self._C, self._D, self._P
+        return ((lp % C) * D + (lp // C) % D) * P + (lp // (C * D)) % P
 
     def _gc(self, plane: int) -> list[tuple[str, int]]:
         ops: list[tuple[str, int]] = []
