@@ -180,6 +180,12 @@ COMMANDS = {
     "shutdown": ("ordered shutdown; prints where the summary was written",
                  "hbfd answers every outstanding request (DAEMON_LOST), sets the failure word, writes the run "
                  "summary by atomic replace and exits. Exit 1, and says so, when hbfd could not write it."),
+    "thermal-override": ("force the published thermal state (test / operator drills)",
+                         "Needs hbfd started with HBFD_THERMAL=hbfd.thermal.override:make_service (override over "
+                         "no thermal model) or hbfd.thermal.override:make_model_service (over the profile's "
+                         "model). The control loop publishes the override at its next tick; Shutdown ends the "
+                         "run as a model-reached Shutdown does; clear returns to the model. The summary names "
+                         "the thermal service operator-override(...) and lists every override."),
     "trace": ("a finished run as a Chrome/Perfetto trace (no daemon needed)",
               "Reads a run summary (hbfd's, or the demo's ./hbfd-demo-summary.json) and writes the JSON trace-event "
               "file that ui.perfetto.dev and chrome://tracing open: counter tracks over the run for temperatures, "
@@ -192,12 +198,6 @@ COMMANDS = {
                "scripts, nothing from the network): the run header, requests per op, the per-kernel table, the "
                "latency CDF, bandwidth over time, temperatures and thermal state over time, refresh; each number "
                "with one line saying what it is, and a section without data says so. See docs/report.md."),
-    "thermal-override": ("force the published thermal state (test / operator drills)",
-                         "Needs hbfd started with HBFD_THERMAL=hbfd.thermal.override:make_service (override over "
-                         "no thermal model) or hbfd.thermal.override:make_model_service (over the profile's "
-                         "model). The control loop publishes the override at its next tick; Shutdown ends the "
-                         "run as a model-reached Shutdown does; clear returns to the model. The summary names "
-                         "the thermal service operator-override(...) and lists every override."),
 }
 
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import kernel_counters
+from report_inputs import kernel_counters
 
 from hbfd.runreport.trace import check_trace
 

@@ -6,7 +6,7 @@ import os
 import re
 
 import pytest
-from conftest import old_summary
+from report_inputs import old_summary
 
 from hbfd import ctl_cli
 from hbfd.runreport import load_run
@@ -170,3 +170,15 @@ def test_default_output_is_beside_the_summary(tmp_path, demo_path, capsys):
     assert out == str(demo_path.with_suffix(".html")) and os.path.getsize(out) > 10_000
     assert ctl_cli.main(["trace", str(demo_path)]) == 0
     assert demo_path.with_suffix(".perfetto.json").exists()
+
+
+@pytest.mark.parametrize("command", ["report", "trace"])
+def test_command_line_mistakes_are_one_line(capsys, command):
+    with pytest.raises(SystemExit) as ex:
+        ctl_cli.main([command])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and err.count("\n") == 1 and "SUMMARY.json" in err and "Traceback" not in err, err
+    with pytest.raises(SystemExit):
+        ctl_cli.main([command, "s.json", "--countres", "c.json"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did you mean '--counters'" in err, err

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import GLOBALTIMER_BASE, old_summary
+from report_inputs import GLOBALTIMER_BASE, old_summary
 
 from hbfd import ctl_cli
 from hbfd.runreport import load_run
