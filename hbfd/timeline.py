@@ -20,6 +20,7 @@ model are ``null`` (the summary is strict JSON).
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -66,7 +67,9 @@ def quantiles_of(h: LogHistogram) -> list[int] | None:
 
 
 class RunTimeline:
-    """Bounded per-tick rows and the reference-path latency histograms (see the module doc)."""
+    """Bounded per-tick rows and the reference-path latency histograms (see the module doc). The
+    control thread records rows, the ring thread completions and an RPC thread reads the section:
+    one lock keeps each consistent (equal-length columns, a histogram flushed once)."""
 
     def __init__(self, *, tick_ns: int, max_points: int = DEFAULT_MAX_POINTS,
                  refresh_quantum_bytes: int | None = None) -> None:
@@ -82,6 +85,7 @@ class RunTimeline:
         self._last_kept = False
         self.modeled = LogHistogram()
         self.service = LogHistogram()
+        self._lock = threading.Lock()
 
     def record(self, t_ns: int, state: Any, *, refresh_debt_bytes: int, refresh_drained_bytes: int,
                ref_requests: int, ref_bytes: int, dev_requests: int, dev_bytes: int) -> None:
@@ -89,6 +93,10 @@ class RunTimeline:
         row = (int(t_ns), int(state.mode), int(state.q_ppm), int(bool(state.admission_open)),
                _temp(state.hbf_max_c), _temp(state.hbm_c), _temp(state.gpu_c), int(refresh_debt_bytes),
                int(refresh_drained_bytes), int(ref_requests), int(ref_bytes), int(dev_requests), int(dev_bytes))
+        with self._lock:
+            self._record(row)
+
+    def _record(self, row: tuple) -> None:
         self.ticks += 1
         self._last = row
         self._last_kept = (self.ticks - 1) % self.stride == 0
@@ -104,10 +112,15 @@ class RunTimeline:
 
     def completed(self, modeled_ns: np.ndarray, service_ns: np.ndarray) -> None:
         """READY reference completions just posted (their modeled and service ns)."""
-        self.modeled.add(np.asarray(modeled_ns, np.int64))
-        self.service.add(np.asarray(service_ns, np.int64))
+        with self._lock:
+            self.modeled.add(np.asarray(modeled_ns, np.int64))
+            self.service.add(np.asarray(service_ns, np.int64))
 
     def section(self) -> dict[str, Any]:
+        with self._lock:
+            return self._section()
+
+    def _section(self) -> dict[str, Any]:
         cols = {c: list(v) for c, v in self.cols.items()}
         if self._last is not None and not self._last_kept:
             for c, v in zip(COLUMNS, self._last):
