@@ -23,7 +23,7 @@ HELPER_LEAN_PTX := $(HELPER_DIR)/hbf_helpers_lean.ptx
 # Eidola extern API (hbf_eidola.cuh) as the helper module hbfcc's flags pass links (HBFCC_PASSES=timing,flags)
 EIDOLA_HELPER_PTX := $(HELPER_DIR)/hbf_eidola_helpers.ptx
 
-.PHONY: all venv proto helpers-ptx test test-gpu demo clean
+.PHONY: all venv proto helpers-ptx browser test test-gpu demo clean
 
 all: $(INSTALL_STAMP) helpers-ptx
 
@@ -53,7 +53,20 @@ $(HELPER_LEAN_PTX): $(HELPER_DEPS)
 $(EIDOLA_HELPER_PTX): $(HELPER_DEPS) $(wildcard eidola/src/*.cu eidola/src/*.cuh)
 	@$(PY) setup.py helper-ptx eidola $@
 
-test: $(INSTALL_STAMP) proto helpers-ptx
+# Chromium for the report's browser test (tests/report/test_report_end_to_end.py, Playwright from the dev
+# extra): Debian's package, installed with apt-get when none is found and we are root. Playwright's own
+# browser download is not used (it fetches from a CDN). Without a browser that test skips and says why.
+browser:
+	@if [ -z "$$HBFSIM_CHROMIUM" ] && ! command -v chromium >/dev/null 2>&1 \
+	    && ! command -v chromium-browser >/dev/null 2>&1 && ! command -v google-chrome >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium (the report's browser test)"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+	      || echo "warning: could not install chromium: the report's browser test will skip"; \
+	  else echo "note: no Chromium (and no root apt-get): the report's browser test will skip"; fi; \
+	fi
+
+test: $(INSTALL_STAMP) proto helpers-ptx browser
 	$(VPY) -m pytest -q -p no:cacheprovider
 
 test-gpu: $(INSTALL_STAMP) proto helpers-ptx

@@ -8,6 +8,10 @@
   hbfctl thermal-override MODE [--q-ppm Q] | clear
                    force the published thermal state (test/operator path; needs hbfd started with
                    HBFD_THERMAL=hbfd.thermal.override:make_service, see hbfd/thermal/override.py)
+  hbfctl trace SUMMARY.json [-o run.perfetto.json] [--counters C.json]
+                   a finished run as a Chrome/Perfetto trace (no daemon needed; docs/report.md)
+  hbfctl report SUMMARY.json [-o report.html] [--counters C.json]
+                   a finished run as a one-page HTML report with plots (no daemon needed)
 
 ``--json`` prints machine-readable JSON instead of tables; ``--socket PATH`` names another daemon's
 socket (both before or after the command); ``hbfctl --version`` the package and ABI versions; every
@@ -154,6 +158,7 @@ def _status_dict(rep) -> dict:
 
 
 THERMAL_MODES = ("Normal", "Light", "Severe", "Shutdown", "clear")
+OFFLINE = {"trace": ".perfetto.json", "report": ".html"}     # commands that read files, not the daemon
 SOCKET_HELP = f"hbfd's unix socket (default {knobs.default_socket()}; env HBFD_SOCKET)"
 JSON_HELP = "print machine-readable JSON instead of tables"
 COMMANDS = {
@@ -181,6 +186,18 @@ COMMANDS = {
                          "model). The control loop publishes the override at its next tick; Shutdown ends the "
                          "run as a model-reached Shutdown does; clear returns to the model. The summary names "
                          "the thermal service operator-override(...) and lists every override."),
+    "trace": ("a finished run as a Chrome/Perfetto trace (no daemon needed)",
+              "Reads a run summary (hbfd's, or the demo's ./hbfd-demo-summary.json) and writes the JSON trace-event "
+              "file that ui.perfetto.dev and chrome://tracing open: counter tracks over the run for temperatures, "
+              "the service fraction q, thermal mode and admission, refresh debt and completed bandwidth; instant "
+              "events for mode transitions, refresh-debt increases, attaches and workload reports; and, with "
+              "--counters, one track per instrumented kernel (its latest launch's span on the GPU clock, its "
+              "modeled time and exposed wait as args). Written by atomic replace. See docs/report.md."),
+    "report": ("a finished run as a one-page HTML report (no daemon needed)",
+               "Reads a run summary (and --counters) and writes one self-contained HTML page (inline SVG plots, no "
+               "scripts, nothing from the network): the run header, requests per op, the per-kernel table, the "
+               "latency CDF, bandwidth over time, temperatures and thermal state over time, refresh; each number "
+               "with one line saying what it is, and a section without data says so. See docs/report.md."),
 }
 
 
@@ -206,7 +223,16 @@ def build_parser() -> Parser:
         # also after the command (hbfctl status --socket S --json); SUPPRESS keeps a value given before it
         p.add_argument("--socket", metavar="PATH", default=argparse.SUPPRESS, help=SOCKET_HELP)
         p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
-        if name == "shutdown":
+        if name in OFFLINE:
+            p.add_argument("summary", metavar="SUMMARY.json",
+                           help="the run summary: hbfd's (HBFD_SUMMARY, default ./hbfd-summary.json) or the demo's "
+                                "(./hbfd-demo-summary.json)")
+            p.add_argument("-o", "--output", metavar="PATH", default=None,
+                           help=f"where to write it (default: SUMMARY with the suffix {OFFLINE[name]})")
+            p.add_argument("--counters", metavar="PATH", default=None,
+                           help="the runtime's per-kernel counters: a JSON file written by "
+                                "json.dump(session.counters(), f)")
+        elif name == "shutdown":
             p.add_argument("--reason", default="hbfctl shutdown",
                            help="why, recorded in the summary as shutdown_reason (default: hbfctl shutdown)")
         elif name == "thermal-override":
@@ -227,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.fail(f"choose a command (valid: {', '.join(COMMANDS)})")
     if args.command == "thermal-override" and args.mode == "clear" and args.q_ppm is not None:
         chosen_parser(args, ap).fail("clear takes no --q-ppm")
+    if args.command in OFFLINE:
+        return _offline(args)
     try:
         from hbfcommon.rpc import Client
         with Client(args.socket, timeout_s=30.0 if args.command == "shutdown" else 5.0) as c:
@@ -265,6 +293,27 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"hbfctl: {e.code.name}: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _offline(args) -> int:
+    """``hbfctl trace`` / ``hbfctl report``: read the run's files, write one output by atomic replace.
+    Bad input is one line naming the file and what is wrong, exit 2; nothing is written then."""
+    from pathlib import Path
+
+    from hbfd import runreport
+    out = args.output or str(Path(args.summary).with_suffix(OFFLINE[args.command]))
+    try:
+        run = runreport.load_run(args.summary, args.counters)
+        write = runreport.write_trace if args.command == "trace" else runreport.write_report
+        path = write(run, out)
+    except HbfError as e:
+        print(f"hbfctl {args.command}: {e.code.name}: {e.message}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"output": str(path)}))
+    else:
+        print(f"hbfctl {args.command}: wrote {path}")
     return 0
 
 

@@ -39,7 +39,9 @@ from hbfcommon.profile import Profile, load_profile
 from hbfd.ranges import Range, RangeTable
 from hbfd.region import ControlRegion
 from hbfcommon.fsutil import remove_stale_tmp
+from hbfcommon.version import package_version
 from hbfd.summary import SUMMARY_SCHEMA, write_json_atomic
+from hbfd.timeline import RunTimeline
 
 log = logging.getLogger(__name__)
 N = ctl.HBF_RING_SLOTS
@@ -145,6 +147,8 @@ class Daemon:
         self._hb: HeartbeatProcess | None = None
         self._thermal_ticks = 0
         self._energy_j = 0.0
+        # the run over time (summary "timeline"): one row per control tick, reference latencies
+        self._timeline = RunTimeline(tick_ns=knobs.thermal_tick_ns())
         self._engine_error: str | None = None
         self.exit_code = 0
 
@@ -153,6 +157,7 @@ class Daemon:
         self.profile = load_profile(self.profile_path)
         p = self.profile
         log.info("profile %s (%s) sha256 %s", p.name, p.path, p.sha256)
+        self._timeline.refresh_quantum_bytes = int(p.media.refresh_quantum_bytes)
         self._claim_socket()
         for stale in remove_stale_tmp(self.summary_path):   # a writer killed mid-summary left it
             log.warning("removed a stale summary temp file %s", stale)
@@ -345,6 +350,12 @@ class Daemon:
                 self._engine_lock.release()
         self.region.publish_refresh(int(debt), self.profile.media.refresh_quantum_bytes,
                                     background_drained_bytes=int(self.refresh.background_drained_bytes))
+        m = self.region.map
+        ref, dev = m.daemon_counters, m.device_counters
+        self._timeline.record(now - self._t0, self.thermal_state, refresh_debt_bytes=int(debt),
+                              refresh_drained_bytes=int(self.refresh.background_drained_bytes),
+                              ref_requests=int(ref["requests"].sum()), ref_bytes=int(ref["bytes"].sum()),
+                              dev_requests=int(dev["requests"].sum()), dev_bytes=int(dev["bytes"].sum()))
 
     def _engine_clock(self, now: int) -> int:
         """The engine's clock (the GPU's arrival clock) at host time ``now``: the latest arrival
@@ -633,6 +644,8 @@ class Daemon:
                     m = opi == o
                     if m.any():
                         self._count(o, pay[m].sum(axis=0, dtype=np.uint64))
+            ready = st == np.uint64(ctl.HBF_ST_READY)
+            self._timeline.completed(mod[ready], pay[ready, 3])     # pay[:, 3] is service_ns here
             s0, s1 = int(st.min()), int(st.max())
             if s0 == s1:
                 self._status64[s0] += np.uint64(n)
@@ -810,6 +823,8 @@ class Daemon:
             "rejected_requests": dict(sorted(self._rejected.items())),
             "foreign_requests": self._foreign,
             "engine_error": self._engine_error,
+            "timeline": self._timeline.section(),
+            "hbfsim_version": package_version(),
         }
 
     # ---- RPC bodies (raise HbfError; the servicer turns them into reply Errors) ---------------

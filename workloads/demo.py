@@ -155,7 +155,12 @@ def drive(socket_path: str, trace_path: Path, window: int = 64) -> dict:
         a = np.asarray(a, np.float64)
         return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)), "max": float(a.max())}
     span = int(trace["arrival_ns"][-1] - trace["arrival_ns"][0]) if n else 0
-    return {"requests": n, "elapsed_ns": elapsed, "trace_span_ns": span, "window": window,
+    from hbfd.timeline import CDF_QUANTILES       # the one quantile grid of a summary's latency CDFs
+    q = np.asarray(CDF_QUANTILES)
+    cdf = {"q": list(CDF_QUANTILES), **{k: [int(x) for x in np.quantile(np.asarray(a, np.int64), q)] if a else None
+                                        for k, a in (("wall_ns", wall), ("modeled_ns", modeled),
+                                                     ("overhead_ns", over), ("service_ns", service))}}
+    return {"requests": n, "elapsed_ns": elapsed, "trace_span_ns": span, "window": window, "cdf": cdf,
             "range_id": rng.range_id, "media_offset": rng.media_offset, "ctl_path": rep.ctl_path,
             "modeled_ns": pct(modeled), "wall_ns": pct(wall),
             "overhead_ns": pct(over), "service_ns": pct(service),
@@ -201,6 +206,7 @@ MEANING_CPU = {
                 "summed time exceeds the run's length",
     "ref_vs_dev": "ref = hbfd's reference path, which computed the timing (ref service = its host time, summed); "
                   "dev = what the workload side booked for the same requests (dev wall, dev overhead)",
+    "cdf": "numbers.cdf: each per-request time at the quantiles q (the latency CDF; `hbfctl report` plots it)",
 }
 MEANING_GPU = {
     "requests": "requests the instrumented kernel issued to registered ranges (all warps, all iterations)",
