@@ -377,6 +377,11 @@ def _occupancy_guard(res, in_path: str, out_path: Optional[str], rargs: list[str
     (``occupancy_guard``). A failed guarded build keeps the unguarded one, loudly."""
     from . import occupancy
     decisions = occupancy.plan(res.module, _registers(before), _registers(after))
+    if any(d.get("applied") for d in decisions.values()):
+        log.warning("HBFCC_OCCUPANCY_GUARD=1 caps %s with .maxnreg: EXPERIMENTAL -- on the H200 guarded "
+                    "instrumented kernels hung (stream reduce/copy, every run, 2026-12-02) and ran slower "
+                    "than unguarded ones even with helpers that do nothing (docs/RESULTS.md, issue 13)",
+                    ", ".join(n for n, d in decisions.items() if d.get("applied")))
     return _reassemble(res, in_path, out_path, rargs, after, cp, user_v, occupancy.PASS_NAME, decisions,
                        occupancy.guard_stage, ("guarded_registers", "guarded_spill_store_bytes",
                                                "guarded_spill_load_bytes"))

@@ -105,11 +105,13 @@ def test_hbfcc_ptxas_guards_a_triton_matmul(tmp_path, guard):
         assert g["threads_per_block"] == 256 and g["bound"] == 128
         assert g["instrumented_registers"] > 128          # ~210 unguarded: 1 block/SM instead of 2
         assert g["applied"] and ".maxnreg 128" in text
+        assert "HBFCC_OCCUPANCY_GUARD=1 caps" in cp.stderr and "EXPERIMENTAL" in cp.stderr   # said, loudly
         assert k["ptxas_after"]["registers"] <= 128 and g["guarded_registers"] <= 128
         import hashlib
         assert doc["input"]["transformed_sha256"] == hashlib.sha256(text.encode()).hexdigest()
     else:
         assert "occupancy_guard" not in k and ".maxnreg" not in text
+        assert "HBFCC_OCCUPANCY_GUARD" not in cp.stderr
         assert k["ptxas_after"]["registers"] > 128
 
 
