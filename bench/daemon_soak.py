@@ -238,7 +238,8 @@ def run_soak(opt: SoakOptions, out_path: Path | None, *, workdir: Path,
             argv = [str(exe), rep.ctl_path, str(opt.outstanding), f"{chunk:.3f}", str(opt.nbytes), str(opt.store_ppm),
                     str(opt.span_bytes), str(seed), "any", str(opt.rate)]
             cpu0, steal0 = _cpu_s(d.pid), steal_ms()
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=chunk * 10 + 60)
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=chunk * 10 + 60,
+                               env={**os.environ, "HBF_RING_KEY": str(rep.ring_key)})
             if not d.alive():
                 raise RuntimeError(f"hbfd exited ({d.returncode}) during the soak; log:\n{d.log_tail()}")
             sample = {"t_s": round(time.monotonic() - t0, 3), "rss_kb": rss_kb(d.pid),

@@ -61,7 +61,7 @@ def run_one(exe: Path, tmp: Path, engine: str, profile: str, outstanding: list[i
                 cpu0 = _cpu_s(proc.pid)
                 out = subprocess.run([str(exe), rep.ctl_path, str(n), str(seconds), str(nbytes), str(store_ppm),
                                       str(1 << 34), str(1234 + i), poll], check=True, capture_output=True, text=True,
-                                     timeout=seconds * 10 + 60)
+                                     timeout=seconds * 10 + 60, env={**os.environ, "HBF_RING_KEY": str(rep.ring_key)})
                 r = json.loads(out.stdout)
                 r["hbfd_cpu_s"] = round(_cpu_s(proc.pid) - cpu0, 4)
                 r["req_per_hbfd_cpu_s"] = round(r["requests"] / r["hbfd_cpu_s"], 1) if r["hbfd_cpu_s"] else None

@@ -77,6 +77,25 @@ HBF_FAIL_REASON_DEVICE = 4
 HBF_FAIL_REASON_TELEMETRY = 5
 
 
+_TAG_K = np.uint64(0x9E3779B97F4A7C15)
+
+
+def request_tag(req: np.ndarray, key: int) -> np.ndarray:
+    """The 32-bit tag of raw request records (uint64 rows: 0 seq, 1 arrival_ns, 2 address, 3 media_address,
+    4 bytes | op << 32, 5 range_id | kernel_slot << 32, 6 site | flags << 32, 7 thermal_q_ppm | tag << 32)
+    under the run's ring key (hbfd's AttachReply.ring_key, never written into the region): the hash the
+    device helpers compute (runtime_cuda/src/hbf_helpers.cu hb_req_tag), never 0. A writer that only maps
+    the region does not know the key, so hbfd does not take what it writes (a check against mistakes and
+    stray writers, not a cryptographic one)."""
+    with np.errstate(over="ignore"):
+        h = (req[:, 0] ^ np.uint64(key)) * _TAG_K
+        for i in range(1, 7):
+            h = (h ^ req[:, i]) * _TAG_K
+        h = (h ^ (req[:, 7] & np.uint64(0xFFFFFFFF))) * _TAG_K
+        h ^= h >> np.uint64(29)
+    return (h >> np.uint64(32)) | np.uint64(1)
+
+
 def failure_word(status: int, reason: int) -> int:
     return (status << 32) | reason
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from hbfcommon import ctl
 from hbfcommon.errors import DaemonError, ErrorCode
 
@@ -25,10 +27,22 @@ class Completion:
     status: int
 
 
+def seal(m: ctl.CtlMap, slot: int, seq: int, key: int) -> None:
+    """Write the tag of slot ``slot``'s payload as ticket ``seq - 1`` under ``key`` (thermal_q_ppm bits
+    32..63, ctl.request_tag), before its seq is published."""
+    r = m.ring
+    row = np.frombuffer(r[slot:slot + 1].tobytes(), np.uint64).copy().reshape(1, 8)
+    row[0, 0] = seq
+    row[0, 7] &= np.uint64(0xFFFFFFFF)
+    r["thermal_q_ppm"][slot] = int(row[0, 7]) | (int(ctl.request_tag(row, key)[0]) << 32)
+
+
 class RingDriver:
-    def __init__(self, m: ctl.CtlMap) -> None:
+    def __init__(self, m: ctl.CtlMap, key: int) -> None:
+        """``key``: the run's ring key (AttachReply.ring_key): every record carries its tag under it."""
         self.m = m
         self.h = m.ctl.header
+        self.key = int(key)
 
     def failed(self) -> int:
         return int(self.h.failure)
@@ -48,6 +62,8 @@ class RingDriver:
         r = self.m.ring
         r["arrival_ns"][s], r["address"][s], r["media_address"][s] = arrival_ns, address, media_address
         r["bytes"][s], r["op"][s], r["range_id"][s], r["site"][s] = nbytes, op, range_id, site
+        r["kernel_slot"][s], r["flags"][s], r["thermal_q_ppm"][s] = 0, 0, 0   # q 0: unthrottled
+        seal(self.m, s, t + 1, self.key)
         r["seq"][s] = t + 1                        # release: after the payload
         return t
 

@@ -36,9 +36,10 @@ def refresh_choice() -> str:
 
 
 def ring_tags() -> bool:
-    """``$HBFD_RING_TAGS=1``: validate request check tags (bits 32..63 of ``thermal_q_ppm``; the device
-    helpers' measurement variant ``HBF_REF_TAGGED`` publishes without a fence). Default off: the ring
-    protocol is "payload, then release the seq word" and those bits are not interpreted."""
+    """``$HBFD_RING_TAGS=1``: the device helpers' measurement variant ``HBF_REF_TAGGED`` publishes without a
+    fence, so a record whose tag (bits 32..63 of ``thermal_q_ppm``) does not match yet is a payload store not
+    visible yet: counted as a retry. Default off: the protocol is "payload, then release the seq word", and a
+    record whose tag does not match the run's key is a foreign one (every record is checked either way)."""
     return env_bool("HBFD_RING_TAGS", False)
 
 

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import platform
+import secrets
 import socket
 import sys
 import threading
@@ -61,22 +62,6 @@ def _store_fence() -> None:
     _FENCE.acquire()
     _FENCE.release()
 
-
-
-_TAG_K = np.uint64(0x9E3779B97F4A7C15)
-
-
-def request_tag(req: np.ndarray) -> np.ndarray:
-    """The 32-bit check of raw request records (uint64 rows as in ``Daemon._take``): the hash the
-    device helpers compute over (seq, payload words 1..6, q) when they publish without a fence
-    (runtime_cuda/src/hbf_helpers.cu hb_req_tag; the tag itself is in bits 32..63 of word 7)."""
-    with np.errstate(over="ignore"):
-        h = req[:, 0] * _TAG_K
-        for i in range(1, 7):
-            h = (h ^ req[:, i]) * _TAG_K
-        h = (h ^ (req[:, 7] & np.uint64(0xFFFFFFFF))) * _TAG_K
-        h ^= h >> np.uint64(29)
-    return (h >> np.uint64(32)) | np.uint64(1)
 
 
 class Daemon:
@@ -131,6 +116,9 @@ class Daemon:
         self._p_seen = np.zeros(N, np.int64)
         self._lost_unpublished = 0
         self._ring_tags = knobs.ring_tags()
+        # the key of the ring's request tags (ctl.request_tag): handed to clients by Attach (the 0600
+        # socket), never written into the region, so a writer that only maps it makes nothing hbfd takes
+        self._ring_key = secrets.randbits(64)
         # ring-service statistics (summary "ring_service"): scans that found work, requests taken,
         # batch sizes (log2 buckets), tagged slots retried because their check did not match yet
         self._ring_stats = {"batches": 0, "requests": 0, "max_batch": 0, "tag_retries": 0, "reuse_holds": 0,
@@ -428,25 +416,29 @@ class Daemon:
         """Record the published requests in ``slots`` as pending (caller holds _post_lock).
         A published slot's seq cannot change until its completion is posted and consumed, so
         the seq words re-read here are the ones the scan saw; the payloads are read after them
-        (one gather of the raw 64 B records; acquire on x86). With HBFD_RING_TAGS=1 (measurement
-        variant, off by default) a record whose thermal_q_ppm word carries a check tag (bits 32..63
-        nonzero: a writer that publishes without a fence, ``request_tag``) is taken only when the tag
-        matches its seq and payload; otherwise a payload store is not visible yet and the slot is left
-        for a later scan. Returns (slots taken,
+        (one gather of the raw 64 B records; acquire on x86). A record is taken only when its tag
+        (thermal_q_ppm bits 32..63) is ``ctl.request_tag`` of its seq and payload under the run's key.
+        With HBFD_RING_TAGS=1 (the unfenced publication variant) a mismatch means a payload store
+        that is not visible yet (counted as a retry). Returns (slots taken,
         records as uint64 rows: 0 seq, 1 arrival_ns, 2 address, 3 media_address, 4 bytes | op << 32,
         5 range_id | kernel_slot << 32, 6 site | flags << 32, 7 thermal_q_ppm | tag << 32)."""
         req = self._ring64.take(slots, axis=0)
-        if self._ring_tags:   # measurement variant only: no per-batch work on the default path
-            tag = req[:, 7] >> np.uint64(32)
-            tagged = tag != 0
-            if tagged.any():
-                ok = ~tagged | (request_tag(req) == tag)
-                self._ring_stats["tagged_requests"] += int(tagged.sum())
-                if not ok.all():
-                    self._ring_stats["tag_retries"] += int((~ok).sum())
-                    slots, req = slots[ok], req[ok]
-                    if slots.size == 0:
-                        return slots, req
+        # every record carries its tag under the run's key (ctl.request_tag): a record without the right
+        # one was not written by a client of this run (or, with the unfenced publication variant,
+        # HBFD_RING_TAGS=1, its payload is not visible yet): it is not taken, the slot stays for a
+        # later scan (the client's own record of that ticket is taken when it arrives), and it is
+        # counted once per (slot, seq) in foreign_requests (tag_retries in the unfenced variant)
+        ok = (req[:, 7] >> np.uint64(32)) == ctl.request_tag(req, self._ring_key)
+        self._ring_stats["tagged_requests"] += int(ok.sum())
+        if not ok.all():
+            bad = ~ok
+            if self._ring_tags:
+                self._ring_stats["tag_retries"] += int(bad.sum())
+            else:
+                self._count_foreign(slots[bad], req[bad, 0], None, "carry no tag of this run's key")
+            slots, req = slots[ok], req[ok]
+            if slots.size == 0:
+                return slots, req
         # tickets are bound to their slot and to the slot's reservation order: the request in
         # slot s must carry ticket t with t % N == s and be exactly the next ticket of that slot
         # (t == s for its first, else the last served there + N), published only once the
@@ -460,15 +452,7 @@ class Daemon:
         ok = seq == expect
         if not ok.all():
             bad = ~ok
-            new = bad & (self._foreign_seq[slots] != seq)
-            if new.any():
-                k = int(new.sum())
-                if self._foreign == 0:
-                    log.warning("ring: %d request(s) do not belong to their slot's next ticket (first: slot %d "
-                                "seq %d, expected %d); not answered, counted as foreign_requests", k,
-                                int(slots[new][0]), int(seq[new][0]), int(expect[new][0]))
-                self._foreign += k
-                self._foreign_seq[slots[new]] = seq[new]
+            self._count_foreign(slots[bad], seq[bad], expect[bad], "do not belong to their slot's next ticket")
             slots, req, seq, served = slots[ok], req[ok], seq[ok], served[ok]
             if slots.size == 0:
                 return slots, req
@@ -487,6 +471,19 @@ class Daemon:
         self._p_req[slots] = req
         self._p_seen[slots] = seen
         return slots, req
+
+    def _count_foreign(self, slots: np.ndarray, seq: np.ndarray, expect: np.ndarray | None, why: str) -> None:
+        """Count records hbfd does not answer, once per (slot, seq); the first is logged."""
+        new = self._foreign_seq[slots] != seq
+        if not new.any():
+            return
+        k = int(new.sum())
+        if self._foreign == 0:
+            exp = f", expected {int(expect[new][0])}" if expect is not None else ""
+            log.warning("ring: %d request(s) %s (first: slot %d seq %d%s); not answered, counted as "
+                        "foreign_requests", k, why, int(slots[new][0]), int(seq[new][0]), exp)
+        self._foreign += k
+        self._foreign_seq[slots[new]] = seq[new]
 
     def _reject_invalid(self, slots: np.ndarray, req: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Validate the taken requests (rows as in :meth:`_take`) before any model sees them: an
@@ -840,7 +837,7 @@ class Daemon:
         self._attaches.append({"workload_pid": workload_pid, "allow_unmodeled": allow_unmodeled,
                                "at_ns": time.monotonic_ns() - self._t0})
         return {"ctl_path": self.region.path, "ctl_bytes": ctl.CTL_BYTES,
-                "generation": int(self.region.ctl.header.generation)}
+                "generation": int(self.region.ctl.header.generation), "ring_key": self._ring_key}
 
     def register(self, **kw) -> tuple[Range, int]:
         if self._shutdown_req.is_set():
@@ -956,7 +953,7 @@ class _Servicer:
             p = self.d.profile
             return self.pb.AttachReply(ctl_path=a["ctl_path"], ctl_bytes=a["ctl_bytes"],
                                        abi_version=ctl.HBF_CTL_ABI_VERSION, generation=a["generation"],
-                                       profile_json=p.text, profile_sha256=p.sha256)
+                                       profile_json=p.text, profile_sha256=p.sha256, ring_key=a["ring_key"])
         return self._guard(self.pb.AttachReply, body)
 
     def RegisterRange(self, request, context):

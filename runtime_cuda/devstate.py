@@ -61,7 +61,7 @@ class hbf_device_state(ctypes.Structure):
         ("version", c_uint32), ("state_bytes", c_uint32), ("heartbeat_timeout_ns", c_uint64),
         ("thermal_max_age_ns", c_uint64), ("completion_timeout_ns", c_uint64),
         ("backoff_max_ns", c_uint64), ("deadline_bias_ns", c_uint64), ("kshards", c_uint64),
-        ("reserved1", c_uint64 * 1),
+        ("ring_key", c_uint64),
         ("failure", c_uint64), ("failure_addr", c_uint64), ("thermal_cache", c_uint64),
         ("debt_seen", c_uint64), ("debt_claimed", c_uint64), ("refresh_quantum", c_uint64),
         ("ref_next_ticket", c_uint64), ("reserved2", c_uint64 * 1),

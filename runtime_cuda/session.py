@@ -196,6 +196,9 @@ class Session:
         h = ctlmap.ctl.header
         self.state = D.new_state(0, h.media, params, int(ctlmap.ctl.refresh.quantum_bytes))
         self.state.ref_next_ticket = ticket_floor(ctlmap)   # published with the whole block below
+        # the run's ring key (hbfd's AttachReply): the helpers tag every reference-path request with it
+        self.ring_key = int(getattr(attach_reply, "ring_key", 0) or 0)
+        self.state.ring_key = self.ring_key
         if use_cuda:
             self._cuda_setup()
         self._refresh_ranges()

@@ -101,7 +101,7 @@ def drive(socket_path: str, trace_path: Path, window: int = 64) -> dict:
             base=RANGE_BASE, length=RANGE_BYTES, mode=c.pb.TIMING,
             perms=ctl.HBF_PERM_READ | ctl.HBF_PERM_WRITE | ctl.HBF_PERM_ATOMIC, label="demo")))
         rng = rr.range
-    drv = RingDriver(m)
+    drv = RingDriver(m, rep.ring_key)
     dev = m.device_counters
     by_state = np.zeros(ctl.HBF_N_STATUS, np.int64)
     modeled, wall, over, service = [], [], [], []

@@ -16,7 +16,11 @@
  * bench/daemon_soak.py); with a RATE the idle poll sleeps 20 us instead of yielding, so the driver
  * does not take a core from hbfd.
  *
- * usage: ring_driver CTL_PATH OUTSTANDING SECONDS BYTES STORE_PPM MEDIA_SPAN_BYTES SEED [POLL [RATE]]
+ * Every request carries its tag under the run's ring key (AttachReply.ring_key, given in $HBF_RING_KEY,
+ * decimal): the hash of runtime_cuda/src/hbf_helpers.cu hb_req_tag / hbfcommon/ctl.py request_tag; hbfd
+ * answers no record without it.
+ *
+ * usage: HBF_RING_KEY=K ring_driver CTL_PATH OUTSTANDING SECONDS BYTES STORE_PPM MEDIA_SPAN_BYTES SEED [POLL [RATE]]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +40,19 @@ static inline uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* hb_req_tag (runtime_cuda/src/hbf_helpers.cu), word for word */
+static uint32_t req_tag(uint64_t key, const hbf_request *r, uint64_t seq) {
+    const uint64_t K = 0x9E3779B97F4A7C15ull;
+    const uint64_t w[7] = {r->arrival_ns, r->address, r->media_address,
+                           (uint64_t)r->bytes | ((uint64_t)r->op << 32),
+                           (uint64_t)r->range_id | ((uint64_t)r->kernel_slot << 32),
+                           (uint64_t)r->site | ((uint64_t)r->flags << 32), 0ull /* q: unthrottled */};
+    uint64_t h = (seq ^ key) * K;
+    for (int i = 0; i < 7; ++i) h = (h ^ w[i]) * K;
+    h ^= h >> 29;
+    return (uint32_t)(h >> 32) | 1u;
 }
 
 static uint64_t rng_state;
@@ -62,6 +79,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s CTL_PATH OUTSTANDING SECONDS BYTES STORE_PPM MEDIA_SPAN SEED [any|oldest [RATE]]\n", argv[0]);
         return 2;
     }
+    const char *key_env = getenv("HBF_RING_KEY");
+    if (!key_env || !*key_env) {
+        fprintf(stderr, "ring_driver: HBF_RING_KEY (the Attach reply's ring_key) is not set\n");
+        return 2;
+    }
+    const uint64_t ring_key = strtoull(key_env, 0, 10);
     const char *path = argv[1];
     uint64_t outstanding = strtoull(argv[2], 0, 10);
     double seconds = atof(argv[3]);
@@ -120,6 +143,7 @@ int main(int argc, char **argv) {
             r->kernel_slot = 0;
             r->site = 0;
             r->flags = 0;
+            r->thermal_q_ppm = (uint64_t)req_tag(ring_key, r, tk + 1) << 32;   /* q 0 (unthrottled) | tag */
             issued_at[s] = a;
             __atomic_store_n(&r->seq, tk + 1, __ATOMIC_RELEASE);  /* payload, then seq */
             outq[k++] = tk;

@@ -219,9 +219,11 @@ typedef struct hbf_request {
     uint32_t kernel_slot;
     uint32_t site;
     uint32_t flags;
-    uint64_t thermal_q_ppm;        /* the issuing GPU's service-fraction snapshot (taken before the
+    uint64_t thermal_q_ppm;        /* bits 0..31: the issuing GPU's service-fraction snapshot (taken before the
                                       reservation); the waiter applies ceil(modeled_ns * 1e6 / q) once.
-                                      0 (a host driver) = unthrottled */
+                                      0 (a host driver) = unthrottled. Bits 32..63: the record's tag
+                                      under the run's ring key (hbfcommon/ctl.py request_tag); hbfd
+                                      takes no record without it */
 } hbf_request;
 
 /* One completion (hbfd -> GPU). Payload first, then seq = ticket + 1 with st.release.sys.

@@ -116,7 +116,9 @@ typedef struct hbf_device_state {
                                       clamped so a deadline is never before its issue time. 0 = off. */
     uint64_t kshards;              /* device address of the sharded per-kernel counters
                                       (hbf_kernel_counters[HBF_MAX_KERNEL_SLOTS][HBF_KSHARDS]); 0: kslots[] */
-    uint64_t reserved1[1];
+    uint64_t ring_key;             /* the run's key of the reference path's request tags (hbfd's
+                                      AttachReply.ring_key; hb_req_tag): not in the control region, so a
+                                      writer that only maps the region cannot make a request hbfd takes */
     /* --- line 2: GPU-written run state --- */
     uint64_t failure;              /* first terminal failure: (status << 32) | site */
     uint64_t failure_addr;         /* the address of that access */

@@ -683,24 +683,25 @@ HB_SPLIT_FN uint32_t hb_ref_slot_wait(hbf_device_state* st, hbf_ctl* c, uint32_t
 // Request publication. The payload goes out in 4 stores (one 8-byte, three 16-byte vector stores of
 // the 64-byte slot) instead of 11 scalar ones, then seq = ticket + 1 with st.release.sys (one system
 // fence per request: MEMBAR.ALL.SYS on sm_90).
-// HBF_REF_TAGGED (measurement variant, default off): no fence; the last payload word carries a 32-bit
-// check of (seq, payload) in thermal_q_ppm bits 32..63 and hbfd takes a slot only when the check
-// matches (hbfd/server.py), i.e. a payload store that is not visible yet makes hbfd retry later.
+// Every request carries a 32-bit tag of (seq, payload) under the run's ring key (st->ring_key, from hbfd's
+// AttachReply; not in the control region) in thermal_q_ppm bits 32..63: hbfd takes a record only when its
+// tag matches (hbfcommon/ctl.py request_tag), so a writer that only maps the region cannot make hbfd
+// answer a ticket nobody of this run asked for.
+// HBF_REF_TAGGED (measurement variant, default off): no fence; a record whose tag does not match yet is a
+// payload store not visible yet, and hbfd retries it later (HBFD_RING_TAGS=1).
 #ifndef HBF_REF_TAGGED
 #define HBF_REF_TAGGED 0
 #endif
-#if HBF_REF_TAGGED
 #define HB_TAG_K 0x9E3779B97F4A7C15ull
-HB_DEV uint32_t hb_req_tag(uint64_t seq, uint64_t w1, uint64_t w2, uint64_t w3, uint64_t w4, uint64_t w5,
-                           uint64_t w6, uint64_t q) {
-    uint64_t h = seq * HB_TAG_K;
+HB_DEV uint32_t hb_req_tag(uint64_t key, uint64_t seq, uint64_t w1, uint64_t w2, uint64_t w3, uint64_t w4,
+                           uint64_t w5, uint64_t w6, uint64_t q) {
+    uint64_t h = (seq ^ key) * HB_TAG_K;
     h = (h ^ w1) * HB_TAG_K; h = (h ^ w2) * HB_TAG_K; h = (h ^ w3) * HB_TAG_K;
     h = (h ^ w4) * HB_TAG_K; h = (h ^ w5) * HB_TAG_K; h = (h ^ w6) * HB_TAG_K;
     h = (h ^ q) * HB_TAG_K;
     h ^= h >> 29;
     return (uint32_t)(h >> 32) | 1u;
 }
-#endif
 HB_DEV void hb_st_vol_v2(void* p, uint64_t a, uint64_t b) {
     asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
 }
@@ -729,11 +730,8 @@ HB_OOL_FN uint64_t hb_ref_issue(hbf_device_state* st, hbf_ctl* c, uint64_t addr,
     const uint64_t w4 = (uint64_t)bytes | ((uint64_t)op << 32);
     const uint64_t w5 = (uint64_t)range_id | ((uint64_t)(__hb_kslot_base + (site >> 16)) << 32);
     const uint64_t w6 = (uint64_t)site | ((uint64_t)flags << 32);
-#if HBF_REF_TAGGED
-    const uint64_t w7 = (uint64_t)q | ((uint64_t)hb_req_tag(ticket + 1ull, now, addr, media_addr, w4, w5, w6, q) << 32);
-#else
-    const uint64_t w7 = (uint64_t)q;
-#endif
+    const uint64_t w7 = (uint64_t)q | ((uint64_t)hb_req_tag(__ldg(&st->ring_key), ticket + 1ull, now, addr,
+                                                            media_addr, w4, w5, w6, q) << 32);
     hb_st_vol(&r->arrival_ns, now);
     hb_st_vol_v2(&r->address, addr, media_addr);
     hb_st_vol_v2(&r->bytes, w4, w5);

@@ -75,7 +75,7 @@ def test_the_daemon_serves_a_capacity_range_to_its_last_byte(tmp_path):
     p = load_profile("nominal")
     cap = p.capacity_bytes
     with start_hbfd(tmp_path, env={"HBFD_ENGINE": "auto"}) as h:
-        _, m = attach(h)
+        att, m = attach(h)
         try:
             with h.client() as c:
                 with pytest.raises(HbfError) as ei:
@@ -85,7 +85,7 @@ def test_the_daemon_serves_a_capacity_range_to_its_last_byte(tmp_path):
                 r = rep.range
                 assert r.length == cap and r.media_offset == 0
                 assert c.call("Status").engine == "media"
-            drv = RingDriver(m)
+            drv = RingDriver(m, att.ring_key)
             for off, nbytes in ((cap - 1, 1), (cap - 128, 128), (245 << 30, 64) if cap > (245 << 30) + 64
                                 else (cap // 2, 64)):
                 t = drv.issue(arrival_ns=10, address=BASE + off, media_address=r.media_offset + off,

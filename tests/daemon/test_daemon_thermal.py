@@ -58,8 +58,8 @@ def _run_into_a_terminal(tmp_path, prof: Path, n_tickets: int, status: int, reas
     snapshot (mode, admission_open) after the end)."""
     h = start_hbfd(tmp_path, profile=str(prof), env={"HBFD_THERMAL": "auto", "HBFD_ENGINE": "engines:blocking"})
     try:
-        _, m = attach(h)
-        drv = RingDriver(m)
+        att, m = attach(h)
+        drv = RingDriver(m, att.ring_key)
         tickets = [drv.issue(arrival_ns=i, address=0, media_address=0, nbytes=4096, op=0) for i in range(n_tickets)]
         w, seen = _watch_failure(m, len(tickets))
         w.join(25)
@@ -153,12 +153,12 @@ def test_ring_reads_count_per_block_and_disturb_triggers_refresh(tmp_path):
     the block is refreshed (fixed engine: the background drain), stores do not count."""
     h = start_hbfd(tmp_path, profile=str(_disturb_profile(tmp_path)), env={"HBFD_REFRESH": "auto"})
     try:
-        _, m = attach(h)
+        att, m = attach(h)
         with h.client() as c:
             pb = c.pb
             a = c.call("RegisterRange", _rng(pb, base=0x7000_0000_0000, length=1 << 20, mode=pb.TIMING, perms=3))
         mo = a.range.media_offset
-        drv = RingDriver(m)
+        drv = RingDriver(m, att.ring_key)
         # 30 loads + 40 stores on one page: below the limit (stores do not disturb)
         ts = [drv.issue(arrival_ns=i, address=0x7000_0000_0000, media_address=mo, nbytes=64,
                         op=ctl.HBF_OP_LOAD if i < 30 else ctl.HBF_OP_STORE) for i in range(70)]
@@ -195,11 +195,11 @@ def test_refresh_drains_through_the_media_model_on_an_idle_device(tmp_path):
     h = start_hbfd(tmp_path, profile=str(_disturb_profile(tmp_path)),
                    env={"HBFD_REFRESH": "auto", "HBFD_ENGINE": "auto"})
     try:
-        _, m = attach(h)
+        att, m = attach(h)
         with h.client() as c:
             pb = c.pb
             a = c.call("RegisterRange", _rng(pb, base=0x7000_0000_0000, length=1 << 20, mode=pb.TIMING, perms=3))
-        drv = RingDriver(m)
+        drv = RingDriver(m, att.ring_key)
         # 49 loads (below the read-disturb limit of 50), then the 50th alone: the block becomes eligible
         # with a batch of one load, and the control tick plans the refresh only after it, so no ring
         # traffic can carry it (with 60 loads in a burst it sometimes went beside the last batches)

@@ -92,7 +92,7 @@ def test_heartbeat_cadence_within_10ms(hbfd):
     """Sample the heartbeat for 0.5 s: no gap above 10 ms. A shared, overloaded host can stall any
     process for 10 ms once in a while, so a window with a miss is measured again once; two bad
     windows in a row fail (both are reported)."""
-    _, m = attach(hbfd)
+    att, m = attach(hbfd)
     hdr = m.ctl.header
     assert hdr.heartbeat_period_ns <= 10_000_000
     windows = []
@@ -152,7 +152,7 @@ def _rng(pb, **kw):
 
 
 def test_register_unregister_and_snapshot(hbfd):
-    _, m = attach(hbfd)
+    att, m = attach(hbfd)
     with hbfd.client() as c:
         pb = c.pb
         a = c.call("RegisterRange", _rng(pb, base=0x7000_0000_0000, length=1 << 20, mode=pb.TIMING, perms=3))
@@ -178,7 +178,7 @@ def test_register_unregister_and_snapshot(hbfd):
 def test_unaligned_tensor_ranges_register(hbfd):
     """torch tensors (512 B aligned) and odd cuMemAlloc sub-buffers register as they are; the media
     offset keeps the device in-page offset and neighbours never share a media page."""
-    _, m = attach(hbfd)
+    att, m = attach(hbfd)
     with hbfd.client() as c:
         pb = c.pb
         a = c.call("RegisterRange", _rng(pb, base=0x7f00_0000_0200, length=0x300, mode=pb.TIMING, perms=3)).range
@@ -242,8 +242,8 @@ def test_overlap_not_found_and_table_full(hbfd):
 def test_ring_requests_are_served_with_fixed_latency(hbfd):
     from hbfcommon.profile import load_profile
     prof = load_profile(PROFILE_DIR / "nominal.json")
-    _, m = attach(hbfd)
-    drv = RingDriver(m)
+    att, m = attach(hbfd)
+    drv = RingDriver(m, att.ring_key)
     ops = [ctl.HBF_OP_LOAD, ctl.HBF_OP_STORE, ctl.HBF_OP_ATOMIC, ctl.HBF_OP_CPASYNC] * 50
     tickets = [drv.issue(arrival_ns=1000 + i, address=0x1000 * i, media_address=0x1000 * i, nbytes=4096, op=op)
                for i, op in enumerate(ops)]
@@ -263,8 +263,8 @@ def test_ring_requests_are_served_with_fixed_latency(hbfd):
 
 
 def test_ring_slot_reuse_beyond_ring_size(hbfd):
-    _, m = attach(hbfd)
-    drv = RingDriver(m)
+    att, m = attach(hbfd)
+    drv = RingDriver(m, att.ring_key)
     n = ctl.HBF_RING_SLOTS + 500
     window = []
     for i in range(n):
@@ -284,8 +284,8 @@ def test_ring_slot_reuse_beyond_ring_size(hbfd):
 def test_shutdown_posts_terminal_completions_before_the_failure_word(tmp_path):
     h = start_hbfd(tmp_path, env={"HBFD_ENGINE": "engines:blocking"})
     try:
-        _, m = attach(h)
-        drv = RingDriver(m)
+        att, m = attach(h)
+        drv = RingDriver(m, att.ring_key)
         published = [drv.issue(arrival_ns=i, address=0, media_address=0, nbytes=4096, op=i % 2) for i in range(300)]
         m.ctl.header.ring_head = 305        # 5 tickets reserved by "GPU threads" but not yet published
         time.sleep(0.2)                     # the blocking engine has taken some, the rest sit in the ring
@@ -321,8 +321,8 @@ def test_shutdown_posts_terminal_completions_before_the_failure_word(tmp_path):
 
 def test_engine_failure_is_loud_and_ordered(tmp_path):
     h = start_hbfd(tmp_path, env={"HBFD_ENGINE": "engines:failing"})
-    _, m = attach(h)
-    drv = RingDriver(m)
+    att, m = attach(h)
+    drv = RingDriver(m, att.ring_key)
     t = drv.issue(arrival_ns=5, address=0, media_address=0, nbytes=64, op=0)
     c = drv.wait(t)
     assert c.status == ctl.HBF_ST_DAEMON_LOST
@@ -333,8 +333,8 @@ def test_engine_failure_is_loud_and_ordered(tmp_path):
 
 
 def test_shutdown_rpc_writes_the_summary(hbfd):
-    _, m = attach(hbfd)
-    drv = RingDriver(m)
+    att, m = attach(hbfd)
+    drv = RingDriver(m, att.ring_key)
     for i in range(10):
         drv.wait(drv.issue(arrival_ns=i, address=0, media_address=0, nbytes=4096, op=ctl.HBF_OP_LOAD))
     with hbfd.client() as c:
@@ -401,7 +401,7 @@ def _heartbeat_after(m, wait_s: float) -> tuple[int, int]:
 def test_heartbeat_stops_when_hbfd_hangs_or_dies(tmp_path):
     h = start_hbfd(tmp_path, env={"HBFD_STALE_NS": "200000000"})
     try:
-        _, m = attach(h)
+        att, m = attach(h)
         a, b = _heartbeat_after(m, 0.1)
         assert b > a
         os.kill(h.proc.pid, signal.SIGSTOP)           # hbfd hung: no progress
@@ -422,8 +422,8 @@ def test_heartbeat_stops_when_hbfd_hangs_or_dies(tmp_path):
 def test_deferred_completions_are_collected_when_the_ring_goes_quiet(tmp_path):
     h = start_hbfd(tmp_path, env={"HBFD_ENGINE": "engines:deferring"})
     try:
-        _, m = attach(h)
-        drv = RingDriver(m)
+        att, m = attach(h)
+        drv = RingDriver(m, att.ring_key)
         c = drv.wait(drv.issue(arrival_ns=7, address=0, media_address=0, nbytes=64, op=0), timeout_s=5)
         assert c.status == ctl.HBF_ST_READY and c.arrival_ns == 7
         ts = [drv.issue(arrival_ns=i, address=0, media_address=0, nbytes=64, op=1) for i in range(100)]
@@ -460,7 +460,7 @@ def test_ring_batch_published_at_once_is_served_exactly(hbfd):
     unknown op: every completion is exact and the counters add up per op and per state."""
     from hbfcommon.profile import load_profile
     f = load_profile(PROFILE_DIR / "nominal.json").timing_model.fixed
-    _, m = attach(hbfd)
+    att, m = attach(hbfd)
     n = 1000
     t = np.arange(n, dtype=np.uint64)
     ops = np.array([ctl.HBF_OP_LOAD, ctl.HBF_OP_STORE, ctl.HBF_OP_ATOMIC, ctl.HBF_OP_CPASYNC, 9], np.uint32)[t % 5]
@@ -469,6 +469,10 @@ def test_ring_batch_published_at_once_is_served_exactly(hbfd):
     r["media_address"][:n] = 64 * t
     r["bytes"][:n] = 64 + (t % 7)
     r["op"][:n] = ops
+    r["thermal_q_ppm"][:n] = 0
+    raw = m.ring.view(np.uint64).reshape(-1, 8)[:n].copy()
+    raw[:, 0] = t + 1
+    r["thermal_q_ppm"][:n] = ctl.request_tag(raw, att.ring_key) << np.uint64(32)   # the run's tags, vectorized
     m.ctl.header.ring_head = n
     r["seq"][:n] = t + 1                                   # release: after every payload
     c = m.completions

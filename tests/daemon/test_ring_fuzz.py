@@ -13,7 +13,7 @@ import numpy as np
 from hbfcommon import ctl
 from hbfcommon.profile import load_profile
 from hbfd.contracts import REQUEST_BATCH_DTYPE, FixedLatencyEngine
-from hbfd.hostring import RingDriver
+from hbfd.hostring import RingDriver, seal
 
 from hbfd_harness import attach, start_hbfd
 
@@ -37,10 +37,15 @@ def _expected_modeled(profile, ops, nbytes):
     return dict(zip(out["id"].tolist(), out["modeled_ns"].tolist()))
 
 
-def _write(m, slot, seq, *, arrival=1000, media=4096, nbytes=64, op=ctl.HBF_OP_LOAD):
+def _write(m, slot, seq, *, arrival=1000, media=4096, nbytes=64, op=ctl.HBF_OP_LOAD, key=None):
+    """A record in ``slot``: tagged under ``key`` (a client of the run, however buggy) or not (a writer
+    that only maps the region)."""
     r = m.ring
     r["arrival_ns"][slot], r["media_address"][slot], r["bytes"][slot] = arrival, media, nbytes
     r["op"][slot], r["range_id"][slot], r["site"][slot] = op, 0, 7
+    r["thermal_q_ppm"][slot] = 0
+    if key is not None:
+        seal(m, slot, seq, key)
     r["seq"][slot] = seq
 
 
@@ -71,37 +76,43 @@ def test_second_writer_cannot_change_or_stop_the_legitimate_client(tmp_path):
            for _ in range(LEGIT)]
     expect = _expected_modeled(p, ops, 4096)
     with start_hbfd(tmp_path) as h:
-        _, m = attach(h)
+        att, m = attach(h)
         try:
             # 1. before the client runs: foreign seqs in the slots it will use (the s + N*2^40 hang,
             #    a skipped ticket, the wrong slot); the client's own writes replace them later
             planted = 0
             for s in rng.sample(range(1, LEGIT), 48):
-                _write(m, s, rng.choice(_seq_mutations(s)))
+                _write(m, s, rng.choice(_seq_mutations(s)), key=att.ring_key if planted % 2 else None)
                 planted += 1
             # 2. while it runs: a second writer in slots it never reaches
             stop = threading.Event()
             corpus = _corpus(cap)
-            fuzz_log = {"foreign": 0, "rejected": {}, "answered": []}
+            fuzz_log = {"foreign": 0, "rejected": {}, "answered": [], "unanswered": []}
 
             def writer():
                 wr = random.Random(SEED + 1)
                 slot = FREE0
                 while not stop.is_set() and slot < N - 1:
-                    if wr.random() < 0.5:
+                    x = wr.random()
+                    if x < 0.4:   # a buggy client of the run (its records carry the run's tag): validated
                         mut, kind = wr.choice(corpus)
-                        _write(m, slot, slot + 1, **mut)
+                        _write(m, slot, slot + 1, key=att.ring_key, **mut)
                         fuzz_log["rejected"][kind] = fuzz_log["rejected"].get(kind, 0) + 1
                         fuzz_log["answered"].append((slot, ctl.HBF_ST_UNSUPPORTED if kind == "op"
                                                      else ctl.HBF_ST_IO_ERROR))
+                    elif x < 0.6:   # a writer that only maps the region: the slot's exact next ticket,
+                        _write(m, slot, slot + 1)   # well formed, but without the run's tag: never answered
+                        fuzz_log["foreign"] += 1
+                        fuzz_log["unanswered"].append(slot)
                     else:
-                        _write(m, slot, wr.choice(_seq_mutations(slot)), media=wr.randrange(1 << 64))
+                        _write(m, slot, wr.choice(_seq_mutations(slot)), media=wr.randrange(1 << 64),
+                               key=att.ring_key if x < 0.8 else None)
                         fuzz_log["foreign"] += 1
                     slot += 1
                     time.sleep(0.0005)
             t = threading.Thread(target=writer, daemon=True)
             t.start()
-            drv = RingDriver(m)
+            drv = RingDriver(m, att.ring_key)
             got = []
             for i in range(LEGIT):
                 tk = drv.issue(arrival_ns=1000 * i, address=0x7f00_0000_0000 + 4096 * i,
@@ -118,6 +129,8 @@ def test_second_writer_cannot_change_or_stop_the_legitimate_client(tmp_path):
             comp = m.completions
             for slot, st in fuzz_log["answered"]:
                 assert int(comp["seq"][slot]) == slot + 1 and int(comp["status"][slot]) == st, slot
+            for slot in fuzz_log["unanswered"]:
+                assert int(comp["seq"][slot]) == 0, slot    # hbfd answered a record it was not asked for
             assert h.alive()
             with h.client() as c:
                 assert c.call("Status").engine
@@ -139,14 +152,14 @@ def _media_run(tmp_path, name, bad):
     records in free slots first, then 64 legitimate tickets. Returns (their answers, summary)."""
     p = load_profile("nominal")
     with start_hbfd(tmp_path, name=name, env={"HBFD_ENGINE": "auto", "HBFD_REFRESH": "auto"}) as h:
-        _, m = attach(h)
+        att, m = attach(h)
         try:
             for i, mut in enumerate(bad):
-                _write(m, FREE0 + i, FREE0 + i + 1, **mut)
+                _write(m, FREE0 + i, FREE0 + i + 1, key=att.ring_key, **mut)
             deadline = time.monotonic() + 10
             while bad and int(m.completions["seq"][FREE0 + len(bad) - 1]) == 0 and time.monotonic() < deadline:
                 time.sleep(0.01)
-            drv = RingDriver(m)
+            drv = RingDriver(m, att.ring_key)
             got = []
             for i in range(64):
                 tk = drv.issue(arrival_ns=50_000 * (i + 1), address=0x7f00_0000_0000 + 4096 * i,
@@ -178,9 +191,9 @@ def test_a_slot_is_reused_only_after_its_completion_was_consumed(tmp_path):
     """The next ticket of a slot published before the previous completion there was consumed (a
     writer that ignores the reuse rule) is held, not answered over the unread completion."""
     with start_hbfd(tmp_path) as h:
-        _, m = attach(h)
+        att, m = attach(h)
         try:
-            drv = RingDriver(m)
+            drv = RingDriver(m, att.ring_key)
             tickets = [drv.issue(arrival_ns=10 * i, address=0, media_address=64 * i, nbytes=64,
                                  op=ctl.HBF_OP_LOAD) for i in range(N)]
             comp = m.completions
@@ -190,7 +203,7 @@ def test_a_slot_is_reused_only_after_its_completion_was_consumed(tmp_path):
             for t in tickets[1:]:
                 drv.wait(t)                               # every slot but 0 consumed
             assert int(comp["consumed"][0]) == 0
-            _write(m, 0, N + 1, arrival=10 * N)           # ticket N, slot 0 not yet free
+            _write(m, 0, N + 1, arrival=10 * N, key=att.ring_key)   # ticket N, slot 0 not yet free
             time.sleep(0.3)
             assert int(comp["seq"][0]) == 1               # the unread completion stays
             comp["consumed"][0] = 1                       # its waiter reads it: now the slot is free

@@ -21,7 +21,7 @@ import runtime_cuda
 from hbfcommon import ctl as C
 from hbfcommon.errors import ErrorCode
 from hbfd.runner import start_daemon
-from hbfd.server import request_tag
+from hbfcommon.ctl import request_tag
 from runtime_cuda.session import DeviceFailure
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +36,9 @@ def _device_tag_source() -> str:
     return f"#include <cstdint>\n#define HB_DEV static inline\n#define HB_TAG_K {m.group(1)}\n{m.group(2)}\n"
 
 
+KEY = 0x1234_5678_9ABC_DEF1
+
+
 def test_device_tag_equals_hbfd_tag(tmp_path):
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
@@ -45,17 +48,18 @@ def test_device_tag_equals_hbfd_tag(tmp_path):
     rows[:, 7] &= np.uint64(0xFFFFFFFF)          # q in the low half, no tag yet
     src = tmp_path / "tag.cpp"
     body = "".join(
-        "printf(\"%u\\n\", hb_req_tag(" + ", ".join(f"{int(v)}ull" for v in r) + "));\n" for r in rows)
+        "printf(\"%u\\n\", hb_req_tag(" + ", ".join(f"{int(v)}ull" for v in [KEY, *r]) + "));\n" for r in rows)
     src.write_text(_device_tag_source() + "#include <cstdio>\nint main() {\n" + body + "return 0;\n}\n")
     exe = tmp_path / "tag"
     subprocess.run([cxx, "-O1", "-std=c++17", str(src), "-o", str(exe)], check=True)
     dev = np.array([int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True,
                                                    check=True).stdout.split()], np.uint64)
-    assert (dev == request_tag(rows)).all()
-    assert (dev & np.uint64(1)).all()            # never 0 (0 = untagged)
+    assert (dev == request_tag(rows, KEY)).all()
+    assert (dev & np.uint64(1)).all()            # never 0
     bad = rows.copy()
     bad[:, 2] ^= np.uint64(1 << 12)              # one payload word differs: the tag differs
-    assert (request_tag(bad) != dev).all()
+    assert (request_tag(bad, KEY) != dev).all()
+    assert (request_tag(rows, KEY ^ 1) != dev).sum() >= 60   # another key: (almost) every tag differs
 
 
 @pytest.fixture(scope="module")
@@ -81,13 +85,14 @@ def tagged_region(tagged_hbfd):
     s.close()
 
 
-def _publish(m, t: int, *, tag_ok: bool | None, media: int = 0) -> None:
+def _publish(m, t: int, *, tag_ok: bool | None, key: int, media: int = 0) -> None:
+    """Publish ticket t: with its tag under ``key`` (tag_ok True), a wrong tag (False), none (None)."""
     s = t % N
     raw = m.ring.view(np.uint64).reshape(N, 8)
     row = np.array([t + 1, 1000 + t, 0x7F0000000000 + 64 * t, media, 128 | (C.HBF_OP_LOAD << 32),
                     1 | (0 << 32), 7 | (4 << 32), 1_000_000], np.uint64)
     if tag_ok is not None:
-        tag = int(request_tag(row[None, :])[0])
+        tag = int(request_tag(row[None, :], key)[0])
         row[7] |= np.uint64((tag if tag_ok else tag ^ 0x10) << 32)
     raw[s, 1:] = row[1:]
     raw[s, 0] = row[0]
@@ -109,12 +114,29 @@ def _fresh_tickets(m, n: int) -> int:
     return base
 
 
-def test_by_default_hbfd_does_not_interpret_tag_bits(region):
+def _ring_summary(region) -> dict:
+    import json
+    summ = region.client.call("GetSummary", region.client.pb.GetSummaryRequest())
+    return json.loads(summ.summary_json)
+
+
+def test_a_record_without_the_runs_key_is_never_answered(region):
+    """A second writer that maps the region publishes a slot's exact next ticket, untagged, with a wrong
+    tag, and tagged under another key: hbfd answers none of them (counted as foreign_requests, once per
+    (slot, seq)); the client's own record of that ticket is answered when it arrives, with its payload."""
     m = region.ctl
+    assert region.ring_key != 0
     t = _fresh_tickets(m, 1)
-    _publish(m, t, tag_ok=False)                 # bits 32..63 of thermal_q_ppm set, wrong "tag"
-    assert _wait_completion(m, t, 10), "with HBFD_RING_TAGS off the slot must be served as published"
+    before = int(_ring_summary(region)["foreign_requests"])
+    for kind in ("untagged", "wrong tag", "other key"):
+        _publish(m, t, tag_ok=None if kind == "untagged" else kind == "other key",
+                 key=region.ring_key ^ 0x5A5A, media=4096)
+        assert not _wait_completion(m, t, 0.3), f"hbfd answered a record {kind}"
+    _publish(m, t, tag_ok=True, key=region.ring_key)     # the client's own record of the same ticket
+    assert _wait_completion(m, t, 10), "the client's record was never answered"
     assert int(m.completions["status"][t % N]) == C.HBF_ST_READY
+    assert int(m.completions["arrival_ns"][t % N]) == 1000 + t
+    assert int(_ring_summary(region)["foreign_requests"]) == before + 1   # once per (slot, seq)
 
 
 def test_hbfd_takes_a_tagged_slot_only_when_its_tag_matches(tagged_region):
@@ -124,17 +146,15 @@ def test_hbfd_takes_a_tagged_slot_only_when_its_tag_matches(tagged_region):
     base = max(int(h.ring_head), int(m.ring["seq"].max()), int(m.completions["seq"].max()))
     t_untagged, t_tagged = base, base + 1
     h.ring_head = base + 2
-    _publish(m, t_untagged, tag_ok=None)
-    assert _wait_completion(m, t_untagged, 10), "an untagged (release-published) request was not served"
-    _publish(m, t_tagged, tag_ok=False)          # seq visible, payload (as far as the tag says) not yet
+    _publish(m, t_untagged, tag_ok=True, key=region.ring_key)
+    assert _wait_completion(m, t_untagged, 10), "a tagged request was not served"
+    _publish(m, t_tagged, tag_ok=False, key=region.ring_key)   # seq visible, payload (as far as the tag says) not yet
     assert not _wait_completion(m, t_tagged, 0.3), "hbfd served a slot whose check tag does not match"
-    _publish(m, t_tagged, tag_ok=True)           # the missing store arrives
+    _publish(m, t_tagged, tag_ok=True, key=region.ring_key)    # the missing store arrives
     assert _wait_completion(m, t_tagged, 10), "the tagged request was never served after its tag matched"
     assert int(m.completions["status"][t_tagged % N]) == C.HBF_ST_READY
     assert int(m.completions["arrival_ns"][t_tagged % N]) == 1000 + t_tagged
-    summ = region.client.call("GetSummary", region.client.pb.GetSummaryRequest())
-    import json
-    ring = json.loads(summ.summary_json)["ring_service"]
+    ring = _ring_summary(region)["ring_service"]
     assert ring["tag_retries"] >= 1 and ring["tagged_requests"] >= 1
     assert ring["requests"] >= 2 and sum(ring["batch_log2_hist"]) == ring["batches"]
 

@@ -13,7 +13,7 @@ import pytest
 
 import runtime_cuda
 from hbfcommon import ctl as C
-from hbfd.hostring import RingDriver
+from hbfd.hostring import RingDriver, seal
 from runtime_cuda import devstate as D
 from runtime_cuda.session import ticket_floor
 
@@ -37,7 +37,7 @@ def test_attach_seeds_the_device_ticket_counter_from_the_region(hbfd_daemon):
     try:
         h0 = int(a.ctl.ctl.header.ring_head)
         assert a.state.ref_next_ticket == ticket_floor(a.ctl) >= h0
-        drv = RingDriver(a.ctl)
+        drv = RingDriver(a.ctl, a.ring_key)
         ts = [drv.issue(arrival_ns=1000 + i, address=0x1000 * i, media_address=0x1000 * i, nbytes=4096,
                         op=C.HBF_OP_LOAD) for i in range(3)]
         assert ts == [h0, h0 + 1, h0 + 2]
@@ -50,6 +50,8 @@ def test_attach_seeds_the_device_ticket_counter_from_the_region(hbfd_daemon):
             s = t % N
             r["arrival_ns"][s], r["address"][s], r["media_address"][s] = 5000 + t, 0x2000, 0x2000
             r["bytes"][s], r["op"][s], r["range_id"][s], r["site"][s] = 4096, C.HBF_OP_LOAD, 0, 0
+            r["kernel_slot"][s], r["flags"][s], r["thermal_q_ppm"][s] = 0, 0, 0
+            seal(a.ctl, s, t + 1, a.ring_key)            # what the device helper tags it with
             r["seq"][s] = t + 1                          # release: after the payload
         _wait_completions(a.ctl, extra)
         assert int(a.ctl.ctl.header.ring_head) == h0 + 3
