@@ -47,28 +47,9 @@ def batch_cost(cls, g, b: int, iters: int) -> list[int]:
     """CPU ns of one submit + advance + collect + quiet-scan collect per batch of ``b`` random 128 B
     reads, arrivals 2 us apart per request (bench/ring_throughput.py's engine_batch_cost stream);
     the first 10 % dropped."""
-    from hbfd.contracts import REQUEST_BATCH_DTYPE
-    e = cls(g)
-    rng = np.random.default_rng(b)
-    t, now, times = 0, 1_000_000, []
-    batches = []
-    for _ in range(iters):
-        batch = np.zeros(b, REQUEST_BATCH_DTYPE)
-        batch["id"] = np.arange(t, t + b)
-        now += 2000 * b
-        batch["arrival_ns"] = now + np.arange(b) * 10
-        batch["media_address"] = rng.integers(0, 1 << 22, b) * 4096 + 64 * rng.integers(0, 32, b)
-        batch["bytes"] = 128
-        batches.append(batch)
-        t += b
-    for batch in batches:
-        c0 = time.process_time_ns()
-        e.submit(batch)
-        e.advance(int(batch["arrival_ns"].max()))
-        e.collect()
-        e.collect()
-        times.append(time.process_time_ns() - c0)
-    return times[iters // 10:]
+    sys.path.insert(0, str(ROOT / "bench"))
+    from ring_throughput import engine_batch_stream, engine_batch_times  # noqa: PLC0415
+    return engine_batch_times(cls(g), engine_batch_stream(b, iters), time.process_time_ns)[iters // 10:]
 
 
 ENGINE_REGIMES = (

@@ -81,33 +81,51 @@ def run_one(exe: Path, tmp: Path, engine: str, profile: str, outstanding: list[i
             "terminal_status": summary.get("terminal_status")}
 
 
+def engine_batch_stream(b: int, iters: int) -> list:
+    """The per-batch cost stream: ``iters`` batches of ``b`` random 128 B reads (seeded by ``b``), arrivals
+    10 ns apart within a batch and 2 us per request between batches (also bench/media_sweep.py's)."""
+    import numpy as np
+
+    from hbfd import contracts
+    rng = np.random.default_rng(b)
+    t, now, out = 0, 1_000_000, []
+    for _ in range(iters):
+        batch = np.zeros(b, contracts.REQUEST_BATCH_DTYPE)
+        batch["id"] = np.arange(t, t + b)
+        now += 2000 * b
+        batch["arrival_ns"] = now + np.arange(b) * 10
+        batch["media_address"] = rng.integers(0, 1 << 22, b) * 4096 + 64 * rng.integers(0, 32, b)
+        batch["bytes"] = 128
+        out.append(batch)
+        t += b
+    return out
+
+
+def engine_batch_times(e, batches: list, clock) -> list[int]:
+    """``clock()`` ns of one submit + advance + collect + quiet-scan collect per batch."""
+    times = []
+    for batch in batches:
+        t0 = clock()
+        e.submit(batch)
+        e.advance(int(batch["arrival_ns"].max()))
+        e.collect()
+        e.collect()
+        times.append(clock() - t0)
+    return times
+
+
 def engine_batch_cost(profile: str, sizes: list[int], iters: int) -> list[dict]:
     """In-process cost of one submit + advance + collect + quiet-scan collect of the media engine,
     per batch size (random 128 B reads, arrivals 2 us apart per request), microseconds."""
     import numpy as np
 
-    from hbfd import contracts, services
+    from hbfd import services
     from hbfcommon.profile import load_profile
     p = load_profile(str(ROOT / profile))
     out = []
     for b in sizes:
         e = services.build_engine(p)
-        rng = np.random.default_rng(b)
-        t, now, times = 0, 1_000_000, []
-        for _ in range(iters):
-            batch = np.zeros(b, contracts.REQUEST_BATCH_DTYPE)
-            batch["id"] = np.arange(t, t + b)
-            now += 2000 * b
-            batch["arrival_ns"] = now + np.arange(b) * 10
-            batch["media_address"] = rng.integers(0, 1 << 22, b) * 4096 + 64 * rng.integers(0, 32, b)
-            batch["bytes"] = 128
-            t0 = time.perf_counter_ns()
-            e.submit(batch)
-            e.advance(int(batch["arrival_ns"].max()))
-            e.collect()
-            e.collect()
-            times.append(time.perf_counter_ns() - t0)
-            t += b
+        times = engine_batch_times(e, engine_batch_stream(b, iters), time.perf_counter_ns)
         v = np.array(times[iters // 10:]) / 1e3
         out.append({"batch": b, "engine": e.name, "median_us": round(float(np.median(v)), 1),
                     "p90_us": round(float(np.percentile(v, 90)), 1), "iters": len(v)})
