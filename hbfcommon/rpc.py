@@ -14,6 +14,7 @@ from hbfcommon.errors import ConfigError, DaemonError, ErrorCode, HbfError
 
 DEFAULT_TIMEOUT_S = 10.0
 MAX_MESSAGE_BYTES = 64 << 20    # gRPC send/receive limit of hbfd and its clients (a large summary fits)
+REPORT_MAX_BYTES = 1 << 20      # one Report's JSON text (hbfd refuses a longer one)
 
 
 def message_size_options() -> list[tuple[str, int]]:

@@ -47,7 +47,7 @@ from hbfd.timeline import RunTimeline
 log = logging.getLogger(__name__)
 N = ctl.HBF_RING_SLOTS
 RETAINED_MAX = 1000                          # reports / attaches kept for the summary (the latest; older dropped, counted)
-REPORT_MAX_BYTES = 1 << 20                   # one Report's JSON text
+REPORT_MAX_BYTES = rpc.REPORT_MAX_BYTES      # one Report's JSON text (the RPC contract's limit)
 _MAX_ARRIVAL_NS = 1 << 62                    # the engines' time domain (arrival_ns beyond it: IO_ERROR)
 assert N & (N - 1) == 0, "the ring size is a power of two"
 

@@ -26,6 +26,7 @@ from hbfcommon import abi
 from hbfcommon import artifact as A
 from hbfcommon import ctl as C
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError, RangeError
+from hbfcommon.rpc import REPORT_MAX_BYTES
 
 from . import devstate as D
 from . import knobs
@@ -828,6 +829,21 @@ class Session:
         except HbfError as e:   # the event is also kept locally; the daemon may be the thing that failed
             log.error("could not report %s to hbfd: %s", kind, e)
 
+    def _report_kernel_counters(self, c: dict) -> None:
+        """The per-kernel counters into hbfd's summary (Report kind ``kernel_counters``: what
+        ``hbfctl report``/``trace`` draw per kernel). A Report is at most REPORT_MAX_BYTES: the kernels with
+        the fewest requests are left out first, and how many is said (``kernels_dropped``)."""
+        doc = dict(c)
+        kernels = sorted(doc.get("kernels", {}).items(),
+                         key=lambda kv: -sum(int(o.get("requests", 0)) for o in (kv[1].get("ops") or {}).values()))
+        text = json.dumps(doc, allow_nan=False)
+        while len(text) > REPORT_MAX_BYTES and kernels:
+            kernels = kernels[: len(kernels) // 2]
+            doc = dict(c, kernels=dict(kernels), kernels_dropped=len(c.get("kernels", {})) - len(kernels))
+            text = json.dumps(doc, allow_nan=False)
+        if len(text) <= REPORT_MAX_BYTES:
+            self._report("kernel_counters", doc)
+
     # ---------------------------------------------------------------------------- lifetime
     def _ensure_open(self) -> None:
         if self.closed:
@@ -842,7 +858,7 @@ class Session:
             log.exception("uninstalling Triton hooks")
         if self.use_cuda:
             try:
-                self.counters(publish=True)
+                self._report_kernel_counters(self.counters(publish=True))
             except HbfError as e:
                 log.warning("final counters not published: %s", e)
             for b in self.bindings.values():   # detach modules: their accesses become native again

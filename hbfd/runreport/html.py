@@ -176,9 +176,9 @@ KERNEL_COLUMNS = [
 def kernels_section(run: Run) -> str:
     out = ["<h2>Kernels</h2>"]
     if run.counters is None:
-        out.append(missing("No per-kernel counters: hbfd's summary has none (the GPU keeps them). Give the runtime's "
-                           "counters with --counters FILE, written by json.dump(session.counters(), f) at the end "
-                           "of the program."))
+        out.append(missing("No per-kernel counters: hbfd's summary has none (a GPU session reports them when it "
+                           "closes; this run had none, or it did not close). Give them with --counters FILE, "
+                           "written by json.dump(session.counters(), f)."))
         return "".join(out)
     rows = kernel_rows(run)
     if not rows:

@@ -113,6 +113,11 @@ def read_counters(path: str | Path) -> tuple[str, dict[str, Any]]:
     """The runtime's counters (``json.dump(session.counters(), f)``): ``kernels`` (name -> counters)
     and ``totals``."""
     where, data = _read(path, "the kernel counters")
+    return where, check_counters(data, where)
+
+
+def check_counters(data: Any, where: str) -> dict[str, Any]:
+    """``data`` as the runtime's counters (``kernels`` name -> counters, ``totals``), checked."""
     if not isinstance(data, dict) or not isinstance(data.get("kernels"), dict):
         raise RunInputError(f"{where}: not the runtime's counters (expected a JSON object with 'kernels' and "
                             f"'totals', as json.dump(session.counters()) writes)", file=where, field="kernels")
@@ -123,12 +128,25 @@ def read_counters(path: str | Path) -> tuple[str, dict[str, Any]]:
             if v < 0:
                 raise RunInputError(f"{where}: kernels.{name}.{f} is negative ({v})", file=where,
                                     field=f"kernels.{name}.{f}")
-    return where, data
+    return data
+
+
+def reported_counters(run: Run) -> dict[str, Any] | None:
+    """The per-kernel counters the runtime reported to hbfd when its session closed (the last Report
+    of kind ``kernel_counters`` kept in the summary), or None."""
+    reps = [r for r in (run.hbfd.get("reports") or []) if isinstance(r, dict) and r.get("kind") == "kernel_counters"]
+    if not reps:
+        return None
+    return check_counters(reps[-1].get("data"), f"{run.path} (reports[kernel_counters])")
 
 
 def load_run(summary: str | Path, counters: str | Path | None = None) -> Run:
     run = read_summary(summary)
     if counters is None:
-        return run
+        c = reported_counters(run)
+        if c is None:
+            return run
+        return Run(path=run.path, schema=run.schema, hbfd=run.hbfd, demo=run.demo, counters=c,
+                   counters_path=f"{run.path} (the runtime's kernel_counters report)")
     cwhere, c = read_counters(counters)
     return Run(path=run.path, schema=run.schema, hbfd=run.hbfd, demo=run.demo, counters=c, counters_path=cwhere)

@@ -69,6 +69,22 @@ def test_kernel_table(tmp_path, demo_path, counters_path):
         assert f"<dt>{col}</dt>" in k
 
 
+def test_kernel_table_from_the_runtimes_report_in_the_summary(tmp_path, demo_doc):
+    """Without --counters the page uses the kernel_counters Report the runtime sent when its session
+    closed (Session._report_kernel_counters), kept in hbfd's summary."""
+    from report_inputs import kernel_counters
+    d = json.loads(json.dumps(demo_doc))
+    d["hbfd_summary"].setdefault("reports", []).append({"kind": "kernel_counters", "data": kernel_counters(),
+                                                        "at_ns": 1})
+    p = tmp_path / "with-kernels.json"
+    p.write_text(json.dumps(d))
+    k = _section(_report(tmp_path, p), "Kernels")
+    assert "gemv_instr" in k and "rate_instr" in k and "20,496" in k and "No per-kernel counters" not in k
+    d["hbfd_summary"]["reports"][-1]["data"] = {"kernels": {"k": {"launches": -1}}}   # checked like a file
+    p.write_text(json.dumps(d))
+    assert ctl_cli.main(["report", str(p), "-o", str(tmp_path / "bad.html")]) == 2
+
+
 def test_old_summary_says_what_is_missing(tmp_path, demo_doc):
     p = tmp_path / "old.json"
     p.write_text(json.dumps(old_summary(demo_doc)))
