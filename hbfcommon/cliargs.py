@@ -93,7 +93,9 @@ def parse(parser: Parser, argv: Sequence[str]) -> argparse.Namespace:
     option before the command is named as such, not as an unknown command made of its value)."""
     argv = list(argv)
     subs, known = set(parser.subcommands()), _all_option_strings(parser)
-    for tok in argv if subs else ():
+    # before the command (or, for a parser without commands, anywhere): an option nobody takes is named
+    # as such, before argparse would report a required option as missing
+    for tok in argv:
         if tok in subs or tok == "--":
             break
         if (tok.startswith("-") and len(tok) > 1 and not _NEGATIVE.match(tok)

@@ -111,7 +111,8 @@ def run_bench(geometry: MediaGeometry, *, requests: int, nbytes: int, op: str, g
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="hbfd bench media", description=__doc__.split("\n\n")[0])
+    from hbfcommon.cliargs import Parser   # one-line command-line errors, like every hbfsim tool
+    ap = Parser(prog="hbfd bench media", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", required=True, help="profile file, or the name of a bundled profile (nominal, ocp-sg1, ...)")
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--bytes", type=int, default=4096)
@@ -127,11 +128,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    from hbfcommon.cliargs import parse
+    args = parse(_parser(), sys.argv[1:] if argv is None else argv)
     from hbfcommon.errors import HbfError
     try:
-        if args.requests < 1 or args.bytes < 1 or args.arrival_gap_ns < 0 or args.batch < 1:
-            raise HbfError("--requests, --bytes, --batch must be >= 1 and --arrival-gap-ns >= 0")
+        if args.requests < 1 or args.bytes < 1 or args.arrival_gap_ns < 0 or args.batch < 1 or args.repeat < 1:
+            raise HbfError("--requests, --bytes, --batch, --repeat must be >= 1 and --arrival-gap-ns >= 0")
+        if not 0.0 <= args.write_fraction <= 1.0:
+            raise HbfError(f"--write-fraction must be in [0, 1] (got {args.write_fraction})")
         from hbfcommon.profile import load_profile
         prof = load_profile(args.profile)
         g = MediaGeometry.from_profile(prof)

@@ -50,6 +50,12 @@ def _one_line_error(rc, out, err, *needles):
     (["serve", "--profile"], ["--profile: expected one argument"]),
     (["thermal", "validate", "--secnds", "3"], ["hbfd thermal validate: error: unknown option '--secnds'",
                                                 "did you mean '--seconds'", "--progress-s"]),
+    (["bench", "media", "--prfile", "nominal"], ["hbfd bench media: error: unknown option '--prfile'",
+                                                 "did you mean '--profile'"]),   # not "--profile is required"
+    (["bench", "media", "--profile", "nominal", "--requests", "abc"], ["argument --requests: invalid int value"]),
+    (["bench", "media", "--profile", "nominal", "--op", "rd"], ["unknown value for --op 'rd'", "read, write, mixed"]),
+    (["bench", "media", "--profile", "nominal", "--repeat", "0"], ["--repeat must be >= 1"]),
+    (["bench", "media", "--profile", "nominal", "--write-fraction", "2"], ["--write-fraction must be in [0, 1]"]),
 ])
 def test_hbfd_bad_command_lines_are_one_line_errors(argv, needles, capsys):
     _one_line_error(*_main(cli.main, argv, capsys), *needles)
