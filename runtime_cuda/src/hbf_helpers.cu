@@ -995,7 +995,7 @@ HB_DEV hbf_kernel_counters* hb_cd_kslot(uint32_t site, uint32_t smid) {
 // << 16 (0 unless the range is a TIMING range)}. A real call (noinline): its search's registers are not
 // part of the compact path's footprint, only of this call's (few values are live across it).
 static __device__ __noinline__ ulonglong2 hb_cd_classify(uint64_t addr, uint32_t nb) {
-    hbf_dev_range r;
+    hbf_dev_range r = {};
     const int cls = hb_classify((const hbf_device_state*)__hb_cdesc.st, addr, nb, r);
     const uint32_t pshift = r.page_shift ? r.page_shift : 12u;
     const uint32_t perms = r.mode == HBF_MODE_TIMING ? r.perms : 0u;
@@ -1003,9 +1003,9 @@ static __device__ __noinline__ ulonglong2 hb_cd_classify(uint64_t addr, uint32_t
                            (unsigned long long)((uint32_t)cls | (pshift << 8) | (perms << 16)));
 }
 
-// The compact path reads nothing but the descriptor (constant bank: instruction operands) and this SM
-// shard's thermal replica (one load, issued first, its latency under the lane arithmetic): no pointer
-// chase through __hb_state and the state block, no run parameters in registers. Its register footprint
+// The compact path reads nothing but the descriptor (constant bank: instruction operands), __hb_state (the
+// attach switch, in flight with the rest) and this SM shard's thermal replica (through L1): no pointer
+// chase through the state block, no run parameters in registers. Its register footprint
 // is what the kernel pays at every call site (whole-program allocation stacks it on the caller's live
 // values), so values are 32-bit wherever they fit and nothing is computed before it is needed.
 HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uint32_t site, uint64_t t0,
@@ -1099,9 +1099,11 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
         if (lane == leader)
             dd = HB_OOL(hb_fast_model)((hbf_device_state*)d.st, media - off + b0, req_bytes, op, 1000000u, 0ull, tl);
         dl = __shfl_sync(mask, dd, leader);
-    } else {                                                    // hbf_fixed_service_ns
-        const uint32_t fr = d.fixed_read_ns, fw = d.fixed_write_ns;
-        dl = tl + (op == HBF_OP_STORE ? fw : (op == HBF_OP_ATOMIC ? (uint64_t)fr + fw : fr));
+    } else {
+        hbf_media_params fx;                                    // the two fields the FIXED source reads
+        fx.fixed_read_ns = d.fixed_read_ns;
+        fx.fixed_write_ns = d.fixed_write_ns;
+        dl = tl + hbf_fixed_service_ns(&fx, op);
     }
     if (dl <= tl) dl = tl + 1ull;                               // a zero service still yields a valid future
     const uint64_t modeled = dl - tl;
