@@ -77,7 +77,10 @@ HBF_FAIL_REASON_DEVICE = 4
 HBF_FAIL_REASON_TELEMETRY = 5
 
 
-_TAG_K = np.uint64(0x9E3779B97F4A7C15)
+_TAG_KI = 0x9E3779B97F4A7C15
+_TAG_K = np.uint64(_TAG_KI)
+_M64 = (1 << 64) - 1
+_TAG_SCALAR_ROWS = 2
 
 
 def request_tag(req: np.ndarray, key: int) -> np.ndarray:
@@ -86,13 +89,28 @@ def request_tag(req: np.ndarray, key: int) -> np.ndarray:
     under the run's ring key (hbfd's AttachReply.ring_key, never written into the region): the hash the
     device helpers compute (runtime_cuda/src/hbf_helpers.cu hb_req_tag), never 0. A writer that only maps
     the region does not know the key, so hbfd does not take what it writes (a check against mistakes and
-    stray writers, not a cryptographic one)."""
-    with np.errstate(over="ignore"):
-        h = (req[:, 0] ^ np.uint64(key)) * _TAG_K
-        for i in range(1, 7):
-            h = (h ^ req[:, i]) * _TAG_K
-        h = (h ^ (req[:, 7] & np.uint64(0xFFFFFFFF))) * _TAG_K
-        h ^= h >> np.uint64(29)
+    stray writers, not a cryptographic one). hbfd computes it for every batch it takes: a few rows go
+    through Python integers (numpy's per-call cost is larger there), more through in-place array ops
+    (unsigned array arithmetic wraps modulo 2^64 without a warning)."""
+    n = req.shape[0]
+    if n <= _TAG_SCALAR_ROWS:
+        out = np.empty(n, np.uint64)
+        for i, r in enumerate(req.tolist()):
+            h = ((r[0] ^ key) * _TAG_KI) & _M64
+            for w in r[1:7]:
+                h = ((h ^ w) * _TAG_KI) & _M64
+            h = ((h ^ (r[7] & 0xFFFFFFFF)) * _TAG_KI) & _M64
+            h ^= h >> 29
+            out[i] = (h >> 32) | 1
+        return out
+    h = req[:, 0] ^ np.uint64(key)
+    h *= _TAG_K
+    for i in range(1, 7):
+        h ^= req[:, i]
+        h *= _TAG_K
+    h ^= req[:, 7] & np.uint64(0xFFFFFFFF)
+    h *= _TAG_K
+    h ^= h >> np.uint64(29)
     return (h >> np.uint64(32)) | np.uint64(1)
 
 
