@@ -22,7 +22,7 @@ from hbfcommon.errors import ControlRegionError, ErrorCode
 from hbfcommon.status import RequestStatus
 
 HBF_CTL_MAGIC = 0x3130544C43464248  # "HBFCTL01" little-endian
-HBF_CTL_ABI_VERSION = 1
+HBF_CTL_ABI_VERSION = 2   # 2: every ring request carries its tag under the run key (request_tag)
 
 HBF_MAX_RANGES = 1024
 HBF_RING_SLOTS = 4096

@@ -47,7 +47,6 @@ from hbfd.timeline import RunTimeline
 log = logging.getLogger(__name__)
 N = ctl.HBF_RING_SLOTS
 RETAINED_MAX = 1000                          # reports / attaches kept for the summary (the latest; older dropped, counted)
-REPORT_MAX_BYTES = rpc.REPORT_MAX_BYTES      # one Report's JSON text (the RPC contract's limit)
 _MAX_ARRIVAL_NS = 1 << 62                    # the engines' time domain (arrival_ns beyond it: IO_ERROR)
 assert N & (N - 1) == 0, "the ring size is a power of two"
 
@@ -641,9 +640,12 @@ class Daemon:
                     m = opi == o
                     if m.any():
                         self._count(o, pay[m].sum(axis=0, dtype=np.uint64))
-            ready = st == np.uint64(ctl.HBF_ST_READY)
-            self._timeline.completed(mod[ready], pay[ready, 3])     # pay[:, 3] is service_ns here
             s0, s1 = int(st.min()), int(st.max())
+            if s0 == s1 == ctl.HBF_ST_READY:                       # pay[:, 3] is service_ns here
+                self._timeline.completed(mod, pay[:, 3])
+            elif s0 <= ctl.HBF_ST_READY <= s1:
+                ready = st == np.uint64(ctl.HBF_ST_READY)
+                self._timeline.completed(mod[ready], pay[ready, 3])
             if s0 == s1:
                 self._status64[s0] += np.uint64(n)
             else:
@@ -864,8 +866,8 @@ class Daemon:
             return self.ranges.generation
 
     def report(self, kind: str, text: str) -> None:
-        if len(text) > REPORT_MAX_BYTES:
-            raise HbfError(f"report is {len(text)} bytes, over the {REPORT_MAX_BYTES}-byte limit",
+        if len(text) > rpc.REPORT_MAX_BYTES:
+            raise HbfError(f"report is {len(text)} bytes, over the {rpc.REPORT_MAX_BYTES}-byte limit",
                            code=ErrorCode.INVALID_ARGUMENT, kind=kind)
         try:
             obj = json.loads(text, parse_constant=_refuse_constant) if text else None

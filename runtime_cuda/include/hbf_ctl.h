@@ -34,7 +34,7 @@
 #endif
 
 #define HBF_CTL_MAGIC 0x3130544c43464248ULL /* "HBFCTL01" little-endian */
-#define HBF_CTL_ABI_VERSION 1u
+#define HBF_CTL_ABI_VERSION 2u   /* 2: every request carries its tag under the run key (hbf_request) */
 
 #define HBF_MAX_RANGES 1024u
 #define HBF_RING_SLOTS 4096u            /* power of two */

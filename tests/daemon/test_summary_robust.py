@@ -47,7 +47,7 @@ def test_retained_attaches_and_reports_are_bounded(hbfd):
             c.call("Attach", workload_pid=i + 1, abi_version=ctl.HBF_CTL_ABI_VERSION)
             c.call("Report", kind="n", json=str(i))
         with pytest.raises(HbfError) as ei:
-            c.call("Report", kind="big", json=" " * (server.REPORT_MAX_BYTES + 1))
+            c.call("Report", kind="big", json=" " * (rpc.REPORT_MAX_BYTES + 1))
         assert ei.value.code == ErrorCode.INVALID_ARGUMENT
     assert hbfd.shutdown() == 0
     s = hbfd.read_summary()

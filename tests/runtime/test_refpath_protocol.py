@@ -55,6 +55,9 @@ def test_device_tag_equals_hbfd_tag(tmp_path):
     dev = np.array([int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True,
                                                    check=True).stdout.split()], np.uint64)
     assert (dev == request_tag(rows, KEY)).all()
+    for i in range(0, 64, 7):                    # one and two rows: the Python-integer path, the same tags
+        assert (request_tag(rows[i:i + 1], KEY) == dev[i:i + 1]).all()
+        assert (request_tag(rows[i:i + 2], KEY) == dev[i:i + 2]).all()
     assert (dev & np.uint64(1)).all()            # never 0
     bad = rows.copy()
     bad[:, 2] ^= np.uint64(1 << 12)              # one payload word differs: the tag differs
