@@ -1284,11 +1284,13 @@ HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsi
 
 // A deadline future that is already due when the consumer asks: no wait, only the slack (how long the
 // value was ready before its use, min over the warp's lanes here) is counted, one atomic pair per warp.
-HB_DEV void hb_wait_ready(hbf_device_state* st, uint64_t deadline, uint32_t site, uint64_t t_in) {
+// `slot()` gives the warp's counter slot (called by the leader lane only).
+template <class Slot>
+HB_DEV void hb_wait_ready(uint64_t deadline, uint64_t t_in, Slot slot) {
     const uint32_t mask = __activemask();
     const uint32_t slack = __reduce_min_sync(mask, hb_sat32(t_in - deadline));
     if (hb_laneid() == (uint32_t)(__ffs(mask) - 1)) {
-        hbf_kernel_counters* ks = hb_kslot(st, site);
+        hbf_kernel_counters* ks = slot();
         hb_red_add(&ks->ready_waits, 1ull);
         hb_red_add(&ks->slack_ns, (unsigned long long)slack);
     }
@@ -1330,14 +1332,8 @@ extern "C" __device__ __noinline__ void __hb_wait(unsigned long long fut, unsign
 #if HBF_FAST_ISSUE
     if ((fut & HBF_FUTURE_TICKET_BIT) == 0ull && (__hb_cdesc.flags & HBF_CD_ON)) {
         const uint64_t t_in = hb_now();
-        if (fut <= t_in && __hb_state == __hb_cdesc.st) {                                     // due already: hb_wait_ready, counters by the descriptor
-            const uint32_t mask = __activemask();
-            const uint32_t slack = __reduce_min_sync(mask, hb_sat32(t_in - fut));
-            if (hb_laneid() == (uint32_t)(__ffs(mask) - 1)) {
-                hbf_kernel_counters* ks = hb_cd_kslot(site, hb_smid());
-                hb_red_add(&ks->ready_waits, 1ull);
-                hb_red_add(&ks->slack_ns, (unsigned long long)slack);
-            }
+        if (fut <= t_in && __hb_state == __hb_cdesc.st) {      // due already: counters by the descriptor
+            hb_wait_ready(fut, t_in, [&] { return hb_cd_kslot(site, hb_smid()); });
             return;
         }
     }
@@ -1346,7 +1342,7 @@ extern "C" __device__ __noinline__ void __hb_wait(unsigned long long fut, unsign
     if (sp == 0ull) return;
     const uint64_t t_in = hb_now();
     if ((fut & HBF_FUTURE_TICKET_BIT) == 0ull && fut <= t_in) {   // due already: ready before use
-        hb_wait_ready((hbf_device_state*)sp, fut, site, t_in);
+        hb_wait_ready(fut, t_in, [&] { return hb_kslot((hbf_device_state*)sp, site); });
         return;
     }
     HB_OOL(hb_wait_slow)((hbf_device_state*)sp, fut, site, t_in);
