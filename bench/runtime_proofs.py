@@ -144,7 +144,7 @@ class Harness:
         cd = cudrv.module_global(module, "__hb_cdesc")
         if cd is not None and cd[1] >= D.CDESC_BYTES:
             self.extra_cdesc = list(getattr(self, "extra_cdesc", [])) + [(cd[0], kbase)]
-            self.upload()
+            cudrv.htod(cd[0], D.cdesc_for(self.state, self.sptr, kbase), D.CDESC_BYTES)   # the block is unchanged
 
     def configure(self, ranges, source=C.HBF_SRC_FIXED, **media) -> None:
         for k, v in media.items():
