@@ -94,13 +94,12 @@ class Harness:
         self.params = D.RunParams()
         self.state = D.new_state(self.ctl_dev, m, self.params)
         self.sptr = cudrv.mem_alloc(D.STATE_BYTES)
-        self.upload()
         self.g_state = cudrv.module_global(self.mod, "__hb_state")[0]
         self.g_kslot = cudrv.module_global(self.mod, "__hb_kslot_base")[0]
         cudrv.htod(self.g_kslot, ctypes.c_uint32(0), 4)
         cd = cudrv.module_global(self.mod, "__hb_cdesc")
         self.g_cdesc = cd[0] if cd is not None and cd[1] >= D.CDESC_BYTES else 0
-        self.upload()
+        self.upload()                            # the block and the module's descriptor
         self.attach(True)
 
     def calibrate(self, buf: int, delay_ns: int = 20_000, n: int = 256) -> dict:
@@ -135,7 +134,7 @@ class Harness:
         self.state.thermal_cache = 0
         cudrv.htod(self.sptr, self.state, D.STATE_BYTES)
         # every module's launch descriptor follows the block (as the runtime does)
-        for addr, kbase in [(getattr(self, "g_cdesc", 0), 0)] + list(getattr(self, "extra_cdesc", [])):
+        for addr, kbase in [(self.g_cdesc, 0)] + list(getattr(self, "extra_cdesc", [])):
             if addr:
                 cudrv.htod(addr, D.cdesc_for(self.state, self.sptr, kbase), D.CDESC_BYTES)
 
