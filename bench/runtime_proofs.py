@@ -99,6 +99,7 @@ class Harness:
         cudrv.htod(self.g_kslot, ctypes.c_uint32(0), 4)
         cd = cudrv.module_global(self.mod, "__hb_cdesc")
         self.g_cdesc = cd[0] if cd is not None and cd[1] >= D.CDESC_BYTES else 0
+        self.extra_cdesc: list[tuple[int, int]] = []   # (descriptor address, counter slot base) of bind_cdesc
         self.upload()                            # the block and the module's descriptor
         self.attach(True)
 
@@ -134,7 +135,7 @@ class Harness:
         self.state.thermal_cache = 0
         cudrv.htod(self.sptr, self.state, D.STATE_BYTES)
         # every module's launch descriptor follows the block (as the runtime does)
-        for addr, kbase in [(self.g_cdesc, 0)] + list(getattr(self, "extra_cdesc", [])):
+        for addr, kbase in [(self.g_cdesc, 0)] + self.extra_cdesc:
             if addr:
                 cudrv.htod(addr, D.cdesc_for(self.state, self.sptr, kbase), D.CDESC_BYTES)
 
@@ -142,7 +143,7 @@ class Harness:
         """Another module bound to this state (counter slots from kbase): its descriptor is kept current."""
         cd = cudrv.module_global(module, "__hb_cdesc")
         if cd is not None and cd[1] >= D.CDESC_BYTES:
-            self.extra_cdesc = list(getattr(self, "extra_cdesc", [])) + [(cd[0], kbase)]
+            self.extra_cdesc.append((cd[0], kbase))
             cudrv.htod(cd[0], D.cdesc_for(self.state, self.sptr, kbase), D.CDESC_BYTES)   # the block is unchanged
 
     def configure(self, ranges, source=C.HBF_SRC_FIXED, **media) -> None:
