@@ -84,7 +84,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ring_driver: HBF_RING_KEY (the Attach reply's ring_key) is not set\n");
         return 2;
     }
-    const uint64_t ring_key = strtoull(key_env, 0, 10);
+    char *key_end = 0;
+    errno = 0;
+    const uint64_t ring_key = strtoull(key_env, &key_end, 10);
+    if (errno != 0 || *key_end != '\0' || key_env[0] == '-') {
+        fprintf(stderr, "ring_driver: HBF_RING_KEY=%s is not a decimal 64-bit key (the Attach reply's ring_key)\n", key_env);
+        return 2;
+    }
     const char *path = argv[1];
     uint64_t outstanding = strtoull(argv[2], 0, 10);
     double seconds = atof(argv[3]);
