@@ -198,6 +198,12 @@ COMMANDS = {
                "scripts, nothing from the network): the run header, requests per op, the per-kernel table, the "
                "latency CDF, bandwidth over time, temperatures and thermal state over time, refresh; each number "
                "with one line saying what it is, and a section without data says so. See docs/report.md."),
+    "plan": ("EQ3 capacity planning: HBM/HBF package layouts under an area budget (no daemon needed)",
+             "For each layout (default: the HBFSim paper's A = 6 HBM, B = 3 HBM + 2 HBF, C = 1 HBM + 3 HBF under its "
+             "861.1 mm2 budget): area and whether it fits the budget, installed capacity, HBM available after the "
+             "non-expert terms, whether the served model's whole expert set fits in HBM and the KV tokens HBM then "
+             "holds, and the per-stack expert-residency threshold. Every parameter is data with its provenance "
+             "(hbfd/eq3_plan.json; --params for your own; --json prints them). Nothing here is measured."),
 }
 
 
@@ -232,6 +238,12 @@ def build_parser() -> Parser:
             p.add_argument("--counters", metavar="PATH", default=None,
                            help="the runtime's per-kernel counters: a JSON file written by "
                                 "json.dump(session.counters(), f)")
+        elif name == "plan":
+            p.add_argument("--params", metavar="PATH", default=None,
+                           help="parameters JSON ({parameters: {NAME: {value, provenance}}, layouts: [...]}; "
+                                "default: the paper's, hbfd/eq3_plan.json)")
+            p.add_argument("--layout", metavar="NAME=HBMxHBF", action="append", default=None,
+                           help="a layout to plan instead of the file's (repeatable), e.g. --layout D=2x3")
         elif name == "shutdown":
             p.add_argument("--reason", default="hbfctl shutdown",
                            help="why, recorded in the summary as shutdown_reason (default: hbfctl shutdown)")
@@ -255,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         chosen_parser(args, ap).fail("clear takes no --q-ppm")
     if args.command in OFFLINE:
         return _offline(args)
+    if args.command == "plan":
+        return _plan(args)
     try:
         from hbfcommon.rpc import Client
         with Client(args.socket, timeout_s=30.0 if args.command == "shutdown" else 5.0) as c:
@@ -293,6 +307,19 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"hbfctl: {e.code.name}: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _plan(args) -> int:
+    """``hbfctl plan``: EQ3 layouts from parameters with provenance; bad input is one line, exit 2."""
+    from hbfd import plan
+    try:
+        lays = [plan.parse_layout(x) for x in args.layout] if args.layout else None
+        p = plan.plan(plan.load_params(args.params), lays)
+    except HbfError as e:
+        print(f"hbfctl plan: {e.code.name}: {e.message}", file=sys.stderr)
+        return 2
+    print(json.dumps(p, indent=2, sort_keys=True) if args.json else plan.format_plan(p))
     return 0
 
 
