@@ -71,13 +71,19 @@ def kv_bytes_per_token(params: dict) -> int:
                * _value(params, "kv_dtype_bytes"))
 
 
+def _not_for_experts_gib(params: dict, *, with_hbf: bool) -> float:
+    """HBM that holds neither experts nor KV: pinned non-expert weights, workspace + reserve, metadata, and the
+    transfer staging that exists only when an HBF unit is present."""
+    return (_value(params, "pinned_nonexpert_gib") + _value(params, "workspace_reserve_gib")
+            + _value(params, "metadata_gib") + (_value(params, "staging_gib") if with_hbf else 0.0))
+
+
 def plan_layout(params: dict, lay: Layout) -> dict[str, Any]:
     hbm_area, hbf_area = _value(params, "hbm_stack_area_mm2"), _value(params, "hbf_unit_area_mm2")
     budget = _value(params, "area_budget_mm2")
     hbm_gib, hbf_gib = _value(params, "hbm_stack_gib"), _value(params, "hbf_unit_gib")
     experts = _value(params, "expert_set_gib")
-    reserved = (_value(params, "pinned_nonexpert_gib") + _value(params, "workspace_reserve_gib")
-                + _value(params, "metadata_gib") + (_value(params, "staging_gib") if lay.hbf_units else 0.0))
+    reserved = _not_for_experts_gib(params, with_hbf=lay.hbf_units > 0)
     area = lay.hbm_stacks * hbm_area + lay.hbf_units * hbf_area
     hbm_total = lay.hbm_stacks * hbm_gib
     avail = max(0.0, hbm_total - reserved)
@@ -99,8 +105,7 @@ def plan_layout(params: dict, lay: Layout) -> dict[str, Any]:
 
 def expert_residency_threshold_gib(params: dict) -> float:
     """HBM one stack needs to hold the whole expert set with an HBF unit present (the paper's 59.012 GiB)."""
-    return (_value(params, "expert_set_gib") + _value(params, "pinned_nonexpert_gib")
-            + _value(params, "workspace_reserve_gib") + _value(params, "metadata_gib") + _value(params, "staging_gib"))
+    return _value(params, "expert_set_gib") + _not_for_experts_gib(params, with_hbf=True)
 
 
 def parse_layout(spec: str) -> Layout:
