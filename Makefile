@@ -23,7 +23,7 @@ HELPER_LEAN_PTX := $(HELPER_DIR)/hbf_helpers_lean.ptx
 # Eidola extern API (hbf_eidola.cuh) as the helper module hbfcc's flags pass links (HBFCC_PASSES=timing,flags)
 EIDOLA_HELPER_PTX := $(HELPER_DIR)/hbf_eidola_helpers.ptx
 
-.PHONY: all venv proto helpers-ptx browser test test-gpu demo clean
+.PHONY: all venv torch proto helpers-ptx browser test test-gpu demo clean
 
 all: $(INSTALL_STAMP) helpers-ptx
 
@@ -31,8 +31,22 @@ all: $(INSTALL_STAMP) helpers-ptx
 $(INSTALL_STAMP): pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[dev,gpu]'
+	$(VPY) -m pip install -q -e '.[dev,gpu,llm]'
+	@$(MAKE) --no-print-directory torch
 	touch $@
+
+# torch for the LLM workload (workloads/qwen3moe) and its tests: with a GPU (nvidia-smi works) the CUDA
+# build that matches triton 3.6 (torch 2.11); without one a CPU build (the Triton interpreter runs the
+# kernels): TORCH_CPU_SPEC (a wheel on this machine's disk where there is one), else PyTorch's CPU index.
+# Without torch the workload's tests skip and say why.
+TORCH_GPU_SPEC ?= torch==2.11.0
+TORCH_CPU_SPEC ?= torch==2.13.0+cpu
+torch:
+	@if nvidia-smi -L >/dev/null 2>&1; then $(VPY) -m pip install -q '$(TORCH_GPU_SPEC)'; \
+	elif $(VPY) -c 'import torch' 2>/dev/null; then :; \
+	else $(VPY) -m pip install -q '$(TORCH_CPU_SPEC)' 2>/dev/null \
+	  || $(VPY) -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch \
+	  || echo "warning: no torch: the LLM workload's tests will skip"; fi
 
 venv: $(INSTALL_STAMP)
 

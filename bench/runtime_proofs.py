@@ -909,7 +909,7 @@ def exp_demo() -> dict:
     from workloads import demo_gpu as demo
     with tempfile.TemporaryDirectory(prefix="hbf-demo-") as td:
         with start_hbfd(Path(td)) as hb:
-            return demo.gpu_demo(socket=str(hb.socket))
+            return demo.microbench_demo(socket=str(hb.socket))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -64,5 +64,7 @@ def log_level() -> str:
 
 
 def demo_mode() -> str:
-    """``$HBFD_DEMO``: ``auto`` (GPU demo when a GPU and workloads.demo_gpu exist) or ``cpu``."""
+    """``$HBFD_DEMO``: ``auto`` (on a GPU: the LLM decode with its expert weights in HBF, workloads/qwen3moe,
+    when torch and Triton are there, else the microbenchmark), ``microbench`` (on a GPU: the microbenchmark)
+    or ``cpu``."""
     return os.environ.get("HBFD_DEMO", "auto")

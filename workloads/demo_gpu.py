@@ -1,4 +1,10 @@
-"""`gpu_demo()`: the instrumented microbenchmark end to end on a GPU, with the four-way time split.
+"""`gpu_demo()`: what ``make demo`` runs on a GPU.
+
+By default the LLM decode (:func:`llm_demo`): the small Qwen3-MoE config (workloads/qwen3moe) decoding 8
+tokens at batch 1, natively and then with every expert weight registered as a timing range, against the
+demo's hbfd; it prints the per-token split, the tokens (identical to native) and where the step trace,
+the per-layer PNG and the run summary are. ``HBFD_DEMO=microbench`` (or no torch/Triton) runs the
+instrumented microbenchmark instead (:func:`microbench_demo`), described below.
 
 hbfd (already running, or the socket given) + the microbenchmark kernels linked with the device
 helpers (workloads/microbench/hbf_microbench.cu: CUDA C++ kernels that call __hb_issue/__hb_wait
@@ -16,7 +22,39 @@ from hbfcommon import ctl as C
 log = logging.getLogger(__name__)
 
 
-def gpu_demo(socket: str | None = None, *, warps: int = 512, iters: int = 20, nbytes: int = 64 << 20,
+def gpu_demo(socket: str | None = None, **kw) -> dict:
+    from hbfd import knobs  # noqa: PLC0415
+    if knobs.demo_mode() != "microbench":
+        import importlib.util  # noqa: PLC0415
+        missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
+        if missing:
+            log.warning("no LLM demo (%s not installed): running the microbenchmark", ", ".join(missing))
+        else:
+            return llm_demo(socket, **kw)
+    return microbench_demo(socket, **kw)
+
+
+def llm_demo(socket: str | None = None, *, out: str | Path = "qwen3moe-demo", tokens: int = 8,
+             echo: bool = True) -> dict:
+    """the small Qwen3-MoE decode against the running hbfd at `socket`, expert weights in HBF"""
+    from workloads.qwen3moe.cli import print_summary  # noqa: PLC0415
+    from workloads.qwen3moe.run import RunOptions, run  # noqa: PLC0415
+    res = run(RunOptions(model="small", batches=(1,), prompt_len=4, new_tokens=tokens, placement="experts",
+                         out=str(out), socket=socket))
+    b = res["batches"]["1"]
+    s = b["summary"]
+    if echo:
+        print_summary(res)
+        print(f"  tokens identical to the native run: {s['tokens_identical_to_native']}; "
+              f"unmodeled launches: {res['unmodeled_launches']}")
+        print(f"  run summary: {Path(out) / 'run.json'}; step trace (ui.perfetto.dev): {b.get('trace')}; "
+              f"per-layer split: {b.get('png')}")
+    return {"workload": "qwen3moe-small", "run_json": str(Path(out) / "run.json"), **s,
+            "unmodeled_launches": res["unmodeled_launches"], "refused_launches": res["refused_launches"],
+            "trace": b.get("trace"), "png": b.get("png")}
+
+
+def microbench_demo(socket: str | None = None, *, warps: int = 512, iters: int = 20, nbytes: int = 64 << 20,
              cubin: str | Path | None = None, echo: bool = True) -> dict:
     from runtime_cuda import attach, cudrv, linker  # noqa: PLC0415
     cub = Path(cubin) if cubin else linker.build_microbench()["cubin"]
