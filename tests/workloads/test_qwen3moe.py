@@ -116,6 +116,18 @@ def test_decode_matches_transformers(tmp_path):
     assert d["teacher_forced_token_agreement"] == 1.0 and d["generate_identical"], d
 
 
+def test_small_config_matches_transformers(tmp_path):
+    """the small config (Qwen3-30B-A3B's heads, 128 experts top-8, width 512) at one layer: ~1 min on
+    the interpreter"""
+    pytest.importorskip("triton")
+    pytest.importorskip("transformers")
+    r = _cli("check", "--model", "small", "--layers", "1", "--interpret", "--batch", "1", "--prompt", "2",
+             "--tokens", "2", "--out", str(tmp_path / "check.json"))
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
+    d = json.loads((tmp_path / "check.json").read_text())
+    assert d["model"] == "small-1l" and d["rel_max_diff"] < 0.03 and d["generate_identical"], d
+
+
 ROUTING_CHECK = r"""
 import json, sys, torch
 from workloads.qwen3moe import config, model, weights

@@ -197,6 +197,14 @@ def route_lists(ids_ptr, NA, list_ptr, count_ptr, NA_MAX: tl.constexpr, BLOCK_A:
 
 
 @triton.jit
+def _routed(list_ptr, e, n, NA_MAX: tl.constexpr, BLOCK_A: tl.constexpr):
+    """the n assignments routed to expert e (list[e, :n]) as a masked block of BLOCK_A"""
+    ra = tl.arange(0, BLOCK_A)
+    ma = ra < n
+    return ma, tl.load(list_ptr + e * NA_MAX + ra, mask=ma, other=0)
+
+
+@triton.jit
 def moe_gate_up(x_ptr, w_ptr, list_ptr, count_ptr, act_ptr, H: tl.constexpr, F: tl.constexpr,
                 TOPK: tl.constexpr, NA_MAX: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_F: tl.constexpr,
                 BLOCK_K: tl.constexpr, F32DOT: tl.constexpr):
@@ -207,9 +215,7 @@ def moe_gate_up(x_ptr, w_ptr, list_ptr, count_ptr, act_ptr, H: tl.constexpr, F: 
     fb = tl.program_id(1)
     n = tl.load(count_ptr + e)
     if n > 0:
-        ra = tl.arange(0, BLOCK_A)
-        ma = ra < n
-        asg = tl.load(list_ptr + e * NA_MAX + ra, mask=ma, other=0)
+        ma, asg = _routed(list_ptr, e, n, NA_MAX, BLOCK_A)
         tok = asg // TOPK
         rf = fb * BLOCK_F + tl.arange(0, BLOCK_F)
         rk = tl.arange(0, BLOCK_K)
@@ -237,9 +243,7 @@ def moe_down(act_ptr, w_ptr, list_ptr, count_ptr, out_ptr, H: tl.constexpr, F: t
     hb = tl.program_id(1)
     n = tl.load(count_ptr + e)
     if n > 0:
-        ra = tl.arange(0, BLOCK_A)
-        ma = ra < n
-        asg = tl.load(list_ptr + e * NA_MAX + ra, mask=ma, other=0)
+        ma, asg = _routed(list_ptr, e, n, NA_MAX, BLOCK_A)
         rh = hb * BLOCK_H + tl.arange(0, BLOCK_H)
         rk = tl.arange(0, BLOCK_K)
         wd = w_ptr + e.to(tl.int64) * (H * F) + rh[:, None] * F
