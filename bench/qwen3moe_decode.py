@@ -12,7 +12,10 @@ decode against transformers' Qwen3-MoE with the same generated weights in this p
                  8-token prompt: wall time of the whole command, start-up included (goal < 600 s).
 * ``batches``    48 layers, ocp-sg1, experts in HBF, batch 8, 16, 64 (2-token prompt, 4 tokens).
 * ``profiles``   48 layers, batch 1, 8 tokens: ocp-sg2, ocp-sg3, and ocp-sg1 with tR 8 us.
+* ``matrix``     48 layers, 4 tokens: ocp-sg2 and ocp-sg3 at batch 8 and 64; ocp-sg1 with tR 8 us at batch 8.
 * ``placements`` 48 layers, batch 1, 4 tokens, ocp-sg1: all weights in HBF; all but attention.
+* ``kvprefix``   48 layers, batch 16, ocp-sg1: an 8-token prompt whose first 6 positions the batch shares,
+                 their K/V kept once and placed in HBF with the expert weights (placement kv-prefix).
 * ``routes``     48 layers, batch 8 and 16, 4 tokens, ocp-sg1: a Zipf router (s = 2.30, calibrated by
                  ``python -m workloads.qwen3moe zipf`` to the paper's x2.487 at batch 8) in place of the
                  model's own near-uniform routing.
@@ -42,6 +45,12 @@ RUNS = {
                  ("sg3-b1", QWEN + ["--batch", "1", "--tokens", "8", "--prompt", "2", "--profile", "ocp-sg3"]),
                  ("sg1-tR8us-b1", QWEN + ["--batch", "1", "--tokens", "8", "--prompt", "2", "--profile", "ocp-sg1",
                                           "--t-read-ns", "8000"])],
+    "matrix": [(f"{g}-b{b}", QWEN + ["--batch", str(b), "--tokens", "4", "--prompt", "2", "--profile", f"ocp-{g}"])
+               for g in ("sg2", "sg3") for b in (8, 64)]
+              + [("sg1-tR8us-b8", QWEN + ["--batch", "8", "--tokens", "4", "--prompt", "2", "--profile", "ocp-sg1",
+                                          "--t-read-ns", "8000"])],
+    "kvprefix": [("sg1-kvprefix-b16", QWEN + ["--batch", "16", "--tokens", "4", "--prompt", "8", "--shared-prefix", "6",
+                                              "--placement", "kv-prefix"])],
     "placements": [(f"sg1-{p}-b1", QWEN + ["--batch", "1", "--tokens", "4", "--prompt", "2", "--placement", p])
                    for p in ("all", "attention-hbm")],
     "routes": [("sg1-zipf-b8-b16", QWEN + ["--batch", "8", "--batch", "16", "--tokens", "4", "--prompt", "2",
