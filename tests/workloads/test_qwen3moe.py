@@ -161,6 +161,47 @@ print("RESULT " + json.dumps(out))
 """
 
 
+PREFIX_CHECK = r"""
+import json, sys, torch
+from workloads.qwen3moe import config, model, weights
+cfg = config.TINY
+w = weights.generate(cfg, seed=1, device="cpu")
+K = model.load_kernels("plain", sys.argv[1])
+B, P, N = 3, 4, 2
+prompt = model.make_prompt(cfg, B, P, seed=2, device="cpu", shared_prefix=3)
+out = {"prefix_shared": bool(torch.equal(prompt[:3], prompt[:3, :1].expand(3, B))),
+       "rest_differs": not torch.equal(prompt[3], prompt[3, :1].expand(B))}
+runs = []
+for P0 in (0, 3):
+    dec = model.Decoder(cfg, w, K, B, P + N - 1, device="cpu", f32dot=True, shared_prefix=P0)
+    logits = []
+    for t in range(P + N - 1):
+        dec.step(t, prompt)
+        logits.append(dec.buf["logits"].clone())
+    runs.append((dec, torch.stack(logits)))
+out["logits_identical"] = bool(torch.equal(runs[0][1], runs[1][1]))
+out["tokens_identical"] = bool(torch.equal(runs[0][0].buf["generated"], runs[1][0].buf["generated"]))
+kp = runs[1][0].prefix_kv[0]
+# the shared copy holds what every sequence's own cache holds for those positions
+out["prefix_kv_equal"] = all(bool(torch.equal(kp[:, :, :3], runs[0][0].buf["kcache"][:, b, :, :3])) for b in range(B))
+out["own_cache_unused_below_prefix"] = bool((runs[1][0].buf["kcache"][:, :, :, :3] == 0).all())
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_shared_prefix_is_bit_identical(tmp_path):
+    """a prompt prefix shared by the batch, kept once (the kv-prefix placement's buffers): the same
+    logits, bit for bit, as every sequence keeping its own copy"""
+    pytest.importorskip("triton")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-c", PREFIX_CHECK, str(tmp_path)], capture_output=True, text=True,
+                       env=env, timeout=300)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert r.returncode == 0 and line, r.stderr[-3000:]
+    d = json.loads(line[0][7:])
+    assert all(d.values()), d
+
+
 def test_routing_trace_and_override(tmp_path):
     pytest.importorskip("triton")
     env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1")
@@ -186,11 +227,13 @@ def _sigs(cfg):
                    {"K": H, "HAS_RES": True, "OUT_F32": False, "BLOCK_B": 16, "BLOCK_N": 16, "BLOCK_K": 128,
                     "F32DOT": False}),
         "qk_norm_rope": ({"qkv_ptr": bf, "qn_ptr": bf, "kn_ptr": bf, "cos_ptr": bf, "sin_ptr": bf, "q_out": bf,
-                          "kc_ptr": bf, "vc_ptr": bf, "pos": "i32", "eps": "fp32"},
-                         {"NQ": cfg.q_heads, "NKV": cfg.kv_heads, "T_MAX": 64, "D": D}),
-        "attention": ({"q_ptr": bf, "kc_ptr": bf, "vc_ptr": bf, "out_ptr": bf, "T": "i32", "scale": "fp32"},
-                      {"NQ": cfg.q_heads, "NKV": cfg.kv_heads, "T_MAX": 64, "D": D, "G": cfg.group, "BLOCK_G": 16,
-                       "BLOCK_T": 32, "F32DOT": False}),
+                          "kc_ptr": bf, "vc_ptr": bf, "pos": "i32", "eps": "fp32", "b_stride": "i32",
+                          "h_stride": "i32"},
+                         {"NQ": cfg.q_heads, "NKV": cfg.kv_heads, "D": D}),
+        "attention": ({"q_ptr": bf, "kc_ptr": bf, "vc_ptr": bf, "kp_ptr": bf, "vp_ptr": bf, "out_ptr": bf, "T": "i32",
+                       "P0": "i32", "scale": "fp32"},
+                      {"NQ": cfg.q_heads, "NKV": cfg.kv_heads, "T_MAX": 64, "T_P": 16, "D": D, "G": cfg.group,
+                       "BLOCK_G": 16, "BLOCK_T": 32, "F32DOT": False}),
         "router_topk": ({"logits_ptr": bf, "ids_ptr": i32, "w_ptr": f32, "ovr_ptr": i32},
                         {"E": E, "TOPK": TK, "NORM": True, "OVERRIDE": False, "BLOCK_E": E}),
         "route_lists": ({"ids_ptr": i32, "NA": "i32", "list_ptr": i32, "count_ptr": i32},
@@ -257,6 +300,15 @@ def test_derived_profile_and_placement(tmp_path):
     assert not any(k.endswith(("wqkv", "wo", "norm")) for k in ah) and "embed" in ah and "layers.0.router" in ah
     with pytest.raises(ConfigError, match="placement"):
         run.RunOptions(placement="kv")
+    with pytest.raises(ConfigError, match="shared prefix"):
+        run.RunOptions(placement="kv-prefix")
+    with pytest.raises(ConfigError, match="shared prefix"):
+        run.RunOptions(shared_prefix=9, prompt_len=8)
+    kv = (torch.zeros(2, 2, 16, 32), torch.zeros(2, 2, 16, 32))
+    kvp = run.placed_tensors("kv-prefix", w, kv)
+    assert sorted(kvp) == sorted(["prefix.k", "prefix.v", *ex]) and kvp["prefix.k"] is kv[0]
+    with pytest.raises(ConfigError, match="kv-prefix"):
+        run.placed_tensors("kv-prefix", w)
     with pytest.raises(ConfigError, match="batch"):
         run.RunOptions(batches=(65,))
 

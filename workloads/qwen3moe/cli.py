@@ -2,7 +2,8 @@
 
     python -m workloads.qwen3moe run  [--model small|qwen3-30b-a3b|tiny|CKPT_DIR] [--layers N]
                                       [--checkpoint DIR] [--batch 1 --batch 8 ...] [--tokens 32] [--prompt 8]
-                                      [--placement experts|all|attention-hbm|none] [--profile ocp-sg1]
+                                      [--placement experts|all|attention-hbm|kv-prefix|none] [--shared-prefix N]
+                                      [--profile ocp-sg1]
                                       [--t-read-ns NS] [--route model|uniform|zipf:S|trace:FILE] [--out DIR]
     python -m workloads.qwen3moe write-checkpoint --model tiny --out DIR [--seed 0]   (no GPU needed)
     python -m workloads.qwen3moe demand TRACE.json [--batch 1 --batch 8 ...]          (no GPU needed)
@@ -39,6 +40,8 @@ def _parser() -> Parser:
     r.add_argument("--tokens", type=int, default=32)
     r.add_argument("--prompt", type=int, default=8)
     r.add_argument("--placement", default="experts")
+    r.add_argument("--shared-prefix", type=int, default=0,
+                   help="the first N prompt positions shared by the batch: one K/V copy (kv-prefix puts it in HBF)")
     r.add_argument("--profile", default="ocp-sg1")
     r.add_argument("--t-read-ns", type=int)
     r.add_argument("--route", default="model")
@@ -68,6 +71,7 @@ def _parser() -> Parser:
     c.add_argument("--batch", type=int, default=2)
     c.add_argument("--prompt", type=int, default=4)
     c.add_argument("--tokens", type=int, default=4)
+    c.add_argument("--shared-prefix", type=int, default=0)
     c.add_argument("--tolerance", type=float, default=0.03, help="max |logit diff| / max |logit|")
     c.add_argument("--interpret", action="store_true", help="CPU: the Triton interpreter (TRITON_INTERPRET=1)")
     c.add_argument("--out", help="write the comparison here (JSON)")
@@ -122,7 +126,7 @@ def _run(ns) -> int:
                       batches=tuple(ns.batch or [1]), prompt_len=ns.prompt, new_tokens=ns.tokens,
                       placement=ns.placement, profile=ns.profile, t_read_ns=ns.t_read_ns, out=ns.out,
                       route=ns.route, profile_step=not ns.no_profile_step, native=not ns.no_native,
-                      cache=ns.cache, socket=ns.socket)
+                      cache=ns.cache, socket=ns.socket, shared_prefix=ns.shared_prefix)
     res = run(opts)
     print_summary(res)
     return 0 if all(b["summary"]["tokens_identical_to_native"] in (True, None) for b in res["batches"].values()) \
@@ -142,7 +146,7 @@ def _check(ns, cfgmod) -> int:
     with tempfile.TemporaryDirectory(prefix="qwen3moe-check-") as td:
         K = model.load_kernels("plain", td)
         r = reference.compare(cfg, w, K, batch=ns.batch, prompt_len=ns.prompt, new_tokens=ns.tokens, seed=ns.seed,
-                              device=dev, f32dot=ns.interpret)
+                              device=dev, f32dot=ns.interpret, shared_prefix=ns.shared_prefix)
     ok = r["rel_max_diff"] <= ns.tolerance and r["agreement_counting_bf16_ties"] == 1.0
     r["ok"], r["tolerance"], r["model"] = ok, ns.tolerance, cfg.name
     if ns.out:

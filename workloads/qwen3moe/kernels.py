@@ -81,10 +81,12 @@ def linear(x_ptr, w_ptr, out_ptr, res_ptr, B, N, K: tl.constexpr, HAS_RES: tl.co
 
 
 @triton.jit(do_not_specialize=["pos"])     # one binary for every position (no recompiles at 1, 16, ...)
-def qk_norm_rope(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, q_out, kc_ptr, vc_ptr, pos, eps,
-                 NQ: tl.constexpr, NKV: tl.constexpr, T_MAX: tl.constexpr, D: tl.constexpr):
-    """q/k RMSNorm over the head, RoPE (rotate_half) at `pos`; q to q_out [B, NQ, D], k and v into the
-    layer's cache [B, NKV, T_MAX, D] at `pos`. Grid (B, NQ + NKV)."""
+def qk_norm_rope(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, q_out, kc_ptr, vc_ptr, pos, eps, b_stride, h_stride,
+                 NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr):
+    """q/k RMSNorm over the head, RoPE (rotate_half) at `pos`; q to q_out [B, NQ, D], k and v into a
+    cache at `pos`: element (b, g, t, d) at b * b_stride + g * h_stride + t * D + d -- the layer's cache
+    [B, NKV, T_MAX, D] (b_stride NKV * T_MAX * D, h_stride T_MAX * D), or a prefix shared by the batch
+    [NKV, T_P, D] (b_stride 0, h_stride T_P * D: sequence 0 writes it). Grid (B, NQ + NKV)."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     HALF: tl.constexpr = D // 2
@@ -107,19 +109,21 @@ def qk_norm_rope(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, q_out, kc_ptr, vc_pt
     o = (t1 + t2).to(tl.bfloat16)
     if is_q:
         tl.store(q_out + (b * NQ + h) * D + d, o)
-    else:
+    elif (b_stride > 0) | (b == 0):
         g = h - NQ
-        slot = ((b * NKV + g) * T_MAX + pos) * D
+        slot = b.to(tl.int64) * b_stride + g * h_stride + pos * D
         tl.store(kc_ptr + slot + d, o)
         tl.store(vc_ptr + slot + d, tl.load(row + NKV * D + d))
 
 
-@triton.jit(do_not_specialize=["T"])
-def attention(q_ptr, kc_ptr, vc_ptr, out_ptr, T, scale, NQ: tl.constexpr, NKV: tl.constexpr,
-              T_MAX: tl.constexpr, D: tl.constexpr, G: tl.constexpr, BLOCK_G: tl.constexpr,
+@triton.jit(do_not_specialize=["T", "P0"])
+def attention(q_ptr, kc_ptr, vc_ptr, kp_ptr, vp_ptr, out_ptr, T, P0, scale, NQ: tl.constexpr, NKV: tl.constexpr,
+              T_MAX: tl.constexpr, T_P: tl.constexpr, D: tl.constexpr, G: tl.constexpr, BLOCK_G: tl.constexpr,
               BLOCK_T: tl.constexpr, F32DOT: tl.constexpr):
-    """decode attention of the G query heads of one KV head over positions [0, T): exact softmax in
-    fp32 (two passes: max and sum, then bf16 probabilities x V). Grid (B, NKV)."""
+    """decode attention of the G query heads of one KV head over positions [0, T): positions below P0
+    from the prefix shared by the batch (kp/vp [NKV, T_P, D]), the rest from the sequence's cache
+    (kc/vc [B, NKV, T_MAX, D]). Exact softmax in fp32 (two passes: max and sum, then bf16 probabilities
+    x V). Grid (B, NKV)."""
     b = tl.program_id(0)
     g = tl.program_id(1)
     rg = tl.arange(0, BLOCK_G)
@@ -127,12 +131,15 @@ def attention(q_ptr, kc_ptr, vc_ptr, out_ptr, T, scale, NQ: tl.constexpr, NKV: t
     mg = rg < G
     q = tl.load(q_ptr + (b * NQ + g * G + rg)[:, None] * D + d[None, :], mask=mg[:, None], other=0.0)
     base = (b * NKV + g) * T_MAX * D
+    pbase = g * T_P * D
     m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_G,), tl.float32)
     for t0 in range(0, T, BLOCK_T):
         rt = t0 + tl.arange(0, BLOCK_T)
         mt = rt < T
-        k = tl.load(kc_ptr + base + rt[:, None] * D + d[None, :], mask=mt[:, None], other=0.0)
+        inp = (rt < P0)[:, None]
+        off = rt[:, None] * D + d[None, :]
+        k = tl.load(tl.where(inp, kp_ptr + pbase + off, kc_ptr + base + off), mask=mt[:, None], other=0.0)
         s = _dot(q, k, tl.zeros((BLOCK_G, BLOCK_T), tl.float32), F32DOT) * scale
         s = tl.where(mt[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -142,11 +149,13 @@ def attention(q_ptr, kc_ptr, vc_ptr, out_ptr, T, scale, NQ: tl.constexpr, NKV: t
     for t0 in range(0, T, BLOCK_T):
         rt = t0 + tl.arange(0, BLOCK_T)
         mt = rt < T
-        k = tl.load(kc_ptr + base + rt[:, None] * D + d[None, :], mask=mt[:, None], other=0.0)
+        inp = (rt < P0)[:, None]
+        off = rt[:, None] * D + d[None, :]
+        k = tl.load(tl.where(inp, kp_ptr + pbase + off, kc_ptr + base + off), mask=mt[:, None], other=0.0)
         s = _dot(q, k, tl.zeros((BLOCK_G, BLOCK_T), tl.float32), F32DOT) * scale
         s = tl.where(mt[None, :], s, float("-inf"))
         p = (tl.exp(s - m_i[:, None]) / l_i[:, None]).to(tl.bfloat16)
-        v = tl.load(vc_ptr + base + rt[:, None] * D + d[None, :], mask=mt[:, None], other=0.0)
+        v = tl.load(tl.where(inp, vp_ptr + pbase + off, vc_ptr + base + off), mask=mt[:, None], other=0.0)
         acc = _dot(p, tl.trans(v), acc, F32DOT)
     tl.store(out_ptr + (b * NQ + g * G + rg)[:, None] * D + d[None, :], acc.to(tl.bfloat16), mask=mg[:, None])
 

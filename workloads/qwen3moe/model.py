@@ -92,6 +92,8 @@ class Decoder:
     device: str = "cuda"
     f32dot: bool = False
     launch_hook: Callable[[Launch, Callable[[], None]], None] | None = None
+    shared_prefix: int = 0              # positions [0, P0) of every sequence are one shared prefix
+    prefix_kv: tuple[Any, Any] | None = None   # its K/V [L, NKV, T_P, D] (allocated here when None)
     buf: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -118,6 +120,16 @@ class Decoder:
         }
         self.cos, self.sin = rope_tables(c, self.t_max, dev)
         self.block_b = max(16, _pow2(B))
+        P0 = self.shared_prefix
+        if not 0 <= P0 <= self.steps:
+            raise ConfigError(f"shared prefix {P0} is outside 0..{self.steps} (the positions run)", shared_prefix=P0)
+        if P0 and self.prefix_kv is None:
+            self.prefix_kv = prefix_buffers(c, P0, dev)
+        if P0:
+            kp, vp = self.prefix_kv
+            if tuple(kp.shape[:2]) != (c.layers, c.kv_heads) or kp.shape[2] < P0 or kp.shape[3] != c.head_dim:
+                raise ConfigError(f"prefix K/V of shape {tuple(kp.shape)} does not hold {P0} positions of "
+                                  f"{c.layers} layers x {c.kv_heads} KV heads x {c.head_dim}", shared_prefix=P0)
 
     # ------------------------------------------------------------------ launches
     def _go(self, name: str, layer: int, step: int, fn) -> None:
@@ -137,7 +149,7 @@ class Decoder:
 
     def step(self, t: int, prompt, route_override=None) -> None:
         """position t (0-based) for the whole batch; prompt [P, B] int32 on the device"""
-        c, K, b, B = self.cfg, self.K, self.buf, self.batch
+        c, K, b, B, P0 = self.cfg, self.K, self.buf, self.batch, self.shared_prefix
         H, D, E, F, TK = c.hidden, c.head_dim, c.experts, c.expert_ffn, c.top_k
         P = prompt.shape[0]
         tok = prompt[t] if t < P else b["generated"][t - 1]
@@ -151,12 +163,18 @@ class Decoder:
                                                               BLOCK_D=_pow2(H)))
             self._linear(b["x"], w[p + "wqkv"], b["qkv"], name="qkv", layer=i, step=t)
             kc, vc = b["kcache"][i], b["vcache"][i]
+            kp, vp = (self.prefix_kv[0][i], self.prefix_kv[1][i]) if P0 else (kc, vc)
+            t_p = kp.shape[-2] if P0 else self.t_max
+            if t < P0:      # the shared prefix: written once (sequence 0), read by every sequence
+                wk, wv, bs, hs = kp, vp, 0, t_p * D
+            else:
+                wk, wv, bs, hs = kc, vc, c.kv_heads * self.t_max * D, self.t_max * D
             self._go("qk_norm_rope", i, t, lambda: K.qk_norm_rope[(B, c.q_heads + c.kv_heads)](
-                b["qkv"], w[p + "q_norm"], w[p + "k_norm"], self.cos, self.sin, b["q"], kc, vc, t, c.rms_eps,
-                NQ=c.q_heads, NKV=c.kv_heads, T_MAX=self.t_max, D=D))
+                b["qkv"], w[p + "q_norm"], w[p + "k_norm"], self.cos, self.sin, b["q"], wk, wv, t, c.rms_eps, bs, hs,
+                NQ=c.q_heads, NKV=c.kv_heads, D=D))
             self._go("attention", i, t, lambda: K.attention[(B, c.kv_heads)](
-                b["q"], kc, vc, b["attn"], t + 1, scale, NQ=c.q_heads, NKV=c.kv_heads, T_MAX=self.t_max, D=D,
-                G=c.group, BLOCK_G=max(16, _pow2(c.group)), BLOCK_T=32, F32DOT=self.f32dot))
+                b["q"], kc, vc, kp, vp, b["attn"], t + 1, P0, scale, NQ=c.q_heads, NKV=c.kv_heads, T_MAX=self.t_max,
+                T_P=t_p, D=D, G=c.group, BLOCK_G=max(16, _pow2(c.group)), BLOCK_T=32, F32DOT=self.f32dot))
             self._linear(b["attn"], w[p + "wo"], b["h2"], res=b["h"], name="o_proj", layer=i, step=t)
             self._go("rmsnorm", i, t, lambda: K.rmsnorm[(B,)](b["h2"], w[p + "post_norm"], b["x"], c.rms_eps,
                                                               D=H, BLOCK_D=_pow2(H)))
@@ -187,12 +205,24 @@ class Decoder:
         return 4 + 12 * self.cfg.layers
 
 
-def make_prompt(cfg: ModelConfig, batch: int, length: int, *, seed: int = 0, device: str = "cuda"):
-    """[length, batch] int32 prompt token ids (seeded, uniform over the vocabulary)."""
+def prefix_buffers(cfg: ModelConfig, positions: int, device: str):
+    """K and V of a prefix shared by the batch: [L, NKV, T_P, D] bf16 each (T_P a power of two >= 16)"""
+    import torch  # noqa: PLC0415
+    shp = (cfg.layers, cfg.kv_heads, _pow2(max(16, positions)), cfg.head_dim)
+    return (torch.zeros(shp, dtype=torch.bfloat16, device=device), torch.zeros(shp, dtype=torch.bfloat16, device=device))
+
+
+def make_prompt(cfg: ModelConfig, batch: int, length: int, *, seed: int = 0, device: str = "cuda",
+                shared_prefix: int = 0):
+    """[length, batch] int32 prompt token ids (seeded, uniform over the vocabulary); the first
+    `shared_prefix` positions are the same for every sequence."""
     import torch  # noqa: PLC0415
     g = torch.Generator(device="cpu")
     g.manual_seed(seed)
-    return torch.randint(0, cfg.vocab, (length, batch), generator=g, dtype=torch.int32).to(device).contiguous()
+    p = torch.randint(0, cfg.vocab, (length, batch), generator=g, dtype=torch.int32)
+    if shared_prefix:
+        p[:shared_prefix] = p[:shared_prefix, :1]
+    return p.to(device).contiguous()
 
 
 def interpret_mode() -> bool:

@@ -48,13 +48,13 @@ def hf_model(cfg: ModelConfig, w: dict[str, Any], device: str):
 
 
 def compare(cfg: ModelConfig, w: dict[str, Any], K, *, batch: int = 2, prompt_len: int = 6, new_tokens: int = 6,
-            seed: int = 0, device: str = "cuda", f32dot: bool = False) -> dict:
+            seed: int = 0, device: str = "cuda", f32dot: bool = False, shared_prefix: int = 0) -> dict:
     import torch  # noqa: PLC0415
 
     from . import model
     steps = prompt_len + new_tokens - 1
-    dec = model.Decoder(cfg, w, K, batch, steps, device=device, f32dot=f32dot)
-    prompt = model.make_prompt(cfg, batch, prompt_len, seed=seed, device=device)
+    dec = model.Decoder(cfg, w, K, batch, steps, device=device, f32dot=f32dot, shared_prefix=shared_prefix)
+    prompt = model.make_prompt(cfg, batch, prompt_len, seed=seed, device=device, shared_prefix=shared_prefix)
     ours = []
     for t in range(steps):
         dec.step(t, prompt)
@@ -77,7 +77,7 @@ def compare(cfg: ModelConfig, w: dict[str, Any], K, *, batch: int = 2, prompt_le
     gap = gaps.amax().item()
     # a disagreement where our token is also a maximum of the reference's bf16 logits is a tie there
     tie_ok = ((ref_tok == gen) | (gaps == 0)).float().mean().item()
-    return {"batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens, "layers": cfg.layers,
+    return {"batch": batch, "prompt_len": prompt_len, "shared_prefix": shared_prefix, "new_tokens": new_tokens, "layers": cfg.layers,
             "max_abs_logit_diff": diff.amax().item(), "mean_abs_logit_diff": diff.mean().item(),
             "logit_scale": scale, "rel_max_diff": diff.amax().item() / max(scale, 1e-30),
             "teacher_forced_token_agreement": agree, "agreement_counting_bf16_ties": tie_ok, "max_ref_logit_gap_of_our_tokens": gap,

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 PROFILE_SLEEP_CYCLES = 1_000_000   # ~0.5 ms of GPU spin before each profiled launch
 WARM_STEPS = 2          # steps run before the timed pass: every kernel compiled (and bound) once
-PLACEMENTS = ("experts", "all", "attention-hbm", "none")
+PLACEMENTS = ("experts", "all", "attention-hbm", "kv-prefix", "none")
 SCHEMA = "hbfsim.qwen3moe-run"
 
 
@@ -63,6 +63,7 @@ class RunOptions:
     native: bool = True
     cache: str | None = None             # Triton and hbfcc caches (shared by runs); default <out>/work
     socket: str | None = None            # attach to this running hbfd instead of starting one (make demo)
+    shared_prefix: int = 0               # the first N prompt positions shared by the batch (one K/V copy)
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -72,6 +73,11 @@ class RunOptions:
                 raise ConfigError(f"batch {b} is outside 1..{model.MAX_BATCH}", field="batches")
         if self.prompt_len < 1 or self.new_tokens < 1:
             raise ConfigError("prompt_len and new_tokens must be >= 1", field="new_tokens")
+        if not 0 <= self.shared_prefix <= self.prompt_len:
+            raise ConfigError(f"shared prefix {self.shared_prefix} is outside 0..prompt_len ({self.prompt_len})",
+                              field="shared_prefix")
+        if self.placement == "kv-prefix" and not self.shared_prefix:
+            raise ConfigError("placement kv-prefix needs a shared prefix (--shared-prefix N)", field="placement")
         if self.t_read_ns is not None and self.t_read_ns <= 0:
             raise ConfigError(f"t_read_ns {self.t_read_ns} must be > 0", field="t_read_ns")
         if not (self.route in ("model", "uniform") or self.route.startswith(("trace:", "zipf:"))):
@@ -137,9 +143,17 @@ def derived_profile(name: str, t_read_ns: int | None, out: Path) -> Path:
 
 
 # ------------------------------------------------------------------ placement
-def placed_tensors(placement: str, w: dict[str, Any]) -> dict[str, Any]:
+def placed_tensors(placement: str, w: dict[str, Any], prefix_kv: tuple | None = None) -> dict[str, Any]:
+    """the tensors a placement puts in HBF: experts (every layer's expert weights), all (every weight),
+    attention-hbm (all but the attention weights and norms), kv-prefix (the experts and the K/V of the
+    prefix the batch shares)"""
     attn = ("wqkv", "wo", "norm")
     out = {}
+    if placement == "kv-prefix":
+        if prefix_kv is None:
+            raise ConfigError("placement kv-prefix needs the shared prefix's K/V buffers", field="placement")
+        out.update({"prefix.k": prefix_kv[0], "prefix.v": prefix_kv[1]})
+        placement = "experts"
     for k, t in w.items():
         e = k.endswith(("w_gate_up", "w_down"))
         if placement == "experts" and e or placement == "all" or \
@@ -180,11 +194,14 @@ def _dist(xs: list[float]) -> dict[str, float]:
 class Pass:
     """the steps of one variant at one batch size"""
 
-    def __init__(self, cfg, w, K, batch: int, opts: RunOptions, session, override):
+    def __init__(self, cfg, w, K, batch: int, opts: RunOptions, session, override, prefix_kv=None):
         self.cfg, self.w, self.K, self.batch, self.opts, self.s = cfg, w, K, batch, opts, session
         self.steps = opts.prompt_len + opts.new_tokens - 1
-        self.dec = model.Decoder(cfg, w, K, batch, self.steps)
-        self.prompt = model.make_prompt(cfg, batch, opts.prompt_len, seed=opts.seed + 17 * batch)
+        self.dec = model.Decoder(cfg, w, K, batch, self.steps, shared_prefix=opts.shared_prefix, prefix_kv=prefix_kv)
+        self.prompt = model.make_prompt(cfg, batch, opts.prompt_len, seed=opts.seed + 17 * batch,
+                                        shared_prefix=opts.shared_prefix)
+        # the warm-up compiles every kernel the timed pass launches: past the shared prefix too
+        self.warm = max(WARM_STEPS, opts.shared_prefix + 1)
         self.override = override
 
     def _totals(self) -> dict[str, int] | None:
@@ -322,18 +339,20 @@ def run(opts: RunOptions) -> dict:
         steps = opts.prompt_len + opts.new_tokens - 1
         prof_step = opts.prompt_len     # the first step that reads a generated token
         overrides = {b: _route_override(opts, cfg, b, steps) for b in opts.batches}
+        # one prefix K/V for the run (its address never changes: registered once, before any admitted launch)
+        prefix_kv = model.prefix_buffers(cfg, opts.shared_prefix, "cuda") if opts.shared_prefix else None
         native: dict[int, dict] = {}
         if opts.native:
             with variant_env(tc, "plain", work):
                 for b in opts.batches:
-                    ps = Pass(cfg, w, Kp, b, opts, s, overrides[b][0])
-                    ps.run(WARM_STEPS)                         # compiles and warms up
+                    ps = Pass(cfg, w, Kp, b, opts, s, overrides[b][0], prefix_kv)
+                    ps.run(ps.warm)                            # compiles and warms up
                     native[b] = ps.run()
                     if opts.profile_step and prof_step < steps:
                         native[b]["profile"] = ps.profile(prof_step)
                     log.info("native batch %d: %.2f ms/step (median)", b,
                              statistics.median(r["wall_ns"] for r in native[b]["per_step"]) / 1e6)
-        placed = placed_tensors(opts.placement, w)
+        placed = placed_tensors(opts.placement, w, prefix_kv)
         ranges = {k: s.register_timing_range(t.data_ptr(), t.numel() * t.element_size(), label=k)
                   for k, t in placed.items()} if opts.placement != "none" else {}
         res["placement"] = {"name": opts.placement, "tensors": len(ranges),
@@ -343,9 +362,9 @@ def run(opts: RunOptions) -> dict:
         t_native = time.perf_counter_ns()
         with variant_env(tc, "hbf", work):
             for b in opts.batches:
-                ps = Pass(cfg, w, Kh, b, opts, s, overrides[b][0])
+                ps = Pass(cfg, w, Kh, b, opts, s, overrides[b][0], prefix_kv)
                 tb = time.perf_counter_ns()
-                ps.run(WARM_STEPS)                             # compiles through hbfcc-ptxas, warms up
+                ps.run(ps.warm)                                # compiles through hbfcc-ptxas, warms up
                 tc1 = time.perf_counter_ns()
                 inst = ps.run()
                 if opts.profile_step and prof_step < steps:
