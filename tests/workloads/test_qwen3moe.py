@@ -313,6 +313,24 @@ def test_derived_profile_and_placement(tmp_path):
         run.RunOptions(batches=(65,))
 
 
+def test_simulator_bound_verdict():
+    from workloads.qwen3moe import run
+    base = {"hbf_gb_per_token": 3.6, "link_gb_per_s": 384.0, "device_floor_ms_per_token": 9.4}
+    # the H200 goal run: 38 GB/s of 384, +80 ms over native against a 9.4 ms floor
+    assert run.simulator_bound({**base, "achieved_hbf_gb_per_s": 38.0, "added_ms_per_token": 80.2}) is True
+    # a step that streams near the link and adds about the floor: the device's time
+    assert run.simulator_bound({**base, "achieved_hbf_gb_per_s": 300.0, "added_ms_per_token": 11.0}) is False
+    assert run.simulator_bound({**base, "achieved_hbf_gb_per_s": 38.0, "added_ms_per_token": 15.0}) is False
+    assert run.simulator_bound({**base, "achieved_hbf_gb_per_s": None, "added_ms_per_token": 80.0}) is None
+    nat = {"per_step": [{"step": 0, "decode": True, "wall_ns": 15_000_000}], "tokens": [[1]]}
+    inst = {"per_step": [{"step": 0, "decode": True, "wall_ns": 95_000_000, "modeled_ns": 7, "exposed_wait_ns": 0,
+                          "overhead_ns": 3, "service_ns": 0, "hbf_bytes": 3_600_000_000, "requests": 1}],
+            "tokens": [[1]]}
+    s = run._batch_result(1, nat, inst, "captured", 0, 384e9)["summary"]
+    assert s["tokens_identical_to_native"] and s["simulator_bound"] is True
+    assert abs(s["device_floor_ms_per_token"] - 9.375) < 1e-9 and abs(s["achieved_hbf_gb_per_s"] - 37.89) < 0.01
+
+
 # ------------------------------------------------------------------ CLI
 def _cli(*args, cwd=None):
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -178,6 +178,12 @@ def print_summary(res: dict) -> None:
                                  f(s["modeled_ms_per_token"]),
                                  f(s["exposed_wait_ms_per_token"]), f(s["overhead_ms_per_token"]),
                                  f(s["hbf_gb_per_token"]), f(s["achieved_hbf_gb_per_s"])]))
+        if s.get("simulator_bound"):
+            print(f"    WARNING: this time is the simulator's, not the modeled device's: HBF streamed at "
+                  f"{s['achieved_hbf_gb_per_s']:.0f} GB/s of the profile's {s['link_gb_per_s']:.0f} GB/s, and the "
+                  f"step added {s['added_ms_per_token']:.1f} ms over native where the device floor is "
+                  f"{s['device_floor_ms_per_token']:.1f} ms (helper {s['overhead_ns_per_request'] or 0:.0f} ns per "
+                  f"request vs {s['modeled_ns_per_request'] or 0:.0f} ns modeled)")
         print(f"    tokens[0]: {r['tokens'][0][:16]}")
         for k in ("trace", "png", "routing_trace"):
             if k in r:

@@ -440,6 +440,17 @@ def _med(rows: list[dict], key: str) -> float | None:
     return statistics.median(int(r.get(key, 0)) for r in rows) if rows else None
 
 
+def simulator_bound(s: dict) -> bool | None:
+    """True when the instrumented step's time is not the modeled device's: it streamed HBF at under half
+    the profile's link bandwidth while adding more than twice the device floor over native. Then the
+    added time is mostly the simulator's own (the helpers' cost per access), and the run says so."""
+    need = ("achieved_hbf_gb_per_s", "link_gb_per_s", "added_ms_per_token", "device_floor_ms_per_token")
+    if any(s.get(k) is None for k in need) or not s["hbf_gb_per_token"]:
+        return None
+    return s["achieved_hbf_gb_per_s"] < 0.5 * s["link_gb_per_s"] and \
+        s["added_ms_per_token"] > 2 * s["device_floor_ms_per_token"]
+
+
 def _batch_result(b, nat, inst, route_src, compile_ns, link_bps) -> dict:
     """per decode step medians (the steps after the prompt), totals, and the time split"""
     dec = [r for r in inst["per_step"] if r["decode"]]
@@ -472,6 +483,7 @@ def _batch_result(b, nat, inst, route_src, compile_ns, link_bps) -> dict:
                # latency hides behind the helper's cost and the injected time is not the device's
                "overhead_over_modeled": tot["overhead_ns"] / tot["modeled_ns"] if tot["modeled_ns"] else None,
                "compile_and_first_pass_s": compile_ns / 1e9}
+    summary["simulator_bound"] = simulator_bound(summary)
     return {"summary": summary, "tokens": inst["tokens"], "native_tokens": nat["tokens"] if nat else None,
             "per_step": inst["per_step"], "native_per_step": nat["per_step"] if nat else None,
             "dist": {"instrumented_wall_ns": _dist([r["wall_ns"] for r in dec]),
