@@ -100,32 +100,41 @@ def test_checkpoint_round_trip(tiny, tmp_path):
     (f / "model.safetensors").unlink()
     with pytest.raises(ConfigError, match="no \\*.safetensors"):
         weights.load_checkpoint(cfg, f, device="cpu")
+    (f / "model.safetensors.index.json").write_text('{"weight_map": [1, 2]}')
+    with pytest.raises(ConfigError, match="not a safetensors index"):
+        weights.load_checkpoint(cfg, f, device="cpu")
+    (f / "model.safetensors.index.json").write_text('{"weight_map": {"a": "part-1.safetensors"}')
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        weights.load_checkpoint(cfg, f, device="cpu")
+    (f / "model.safetensors.index.json").write_text('{"weight_map": {"a": "part-1.safetensors"}}')
+    with pytest.raises(ConfigError, match="part-1.safetensors, which is missing"):
+        weights.load_checkpoint(cfg, f, device="cpu")
 
 
-def test_decode_matches_transformers(tmp_path):
-    """the CLI's check, on the CPU (Triton interpreter): its own process, TRITON_INTERPRET set before
-    Triton is imported (Triton decorates its language functions at import)"""
+def _check(tmp_path, *args) -> dict:
+    """the CLI's check on the CPU (Triton interpreter; its own process, TRITON_INTERPRET set before Triton
+    is imported: Triton decorates its language functions at import); its JSON"""
     pytest.importorskip("triton")
     pytest.importorskip("transformers")
-    r = _cli("check", "--model", "tiny", "--interpret", "--batch", "2", "--prompt", "3", "--tokens", "3",
-             "--seed", "5", "--out", str(tmp_path / "check.json"))
+    r = _cli("check", "--interpret", *args, "--out", str(tmp_path / "check.json"))
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
     d = json.loads((tmp_path / "check.json").read_text())
     # bf16 tolerance: the reference's logits are bf16 (spacing 2^-8 of their scale), ours fp32
-    assert d["rel_max_diff"] < 0.03 and d["max_abs_logit_diff"] > 0, d
-    assert d["teacher_forced_token_agreement"] == 1.0 and d["generate_identical"], d
+    assert d["rel_max_diff"] < 0.03 and d["max_abs_logit_diff"] > 0 and d["generate_identical"], d
+    assert d["teacher_forced_token_agreement"] == 1.0, d
+    return d
+
+
+def test_decode_matches_transformers(tmp_path):
+    d = _check(tmp_path, "--model", "tiny", "--batch", "2", "--prompt", "3", "--tokens", "3", "--seed", "5")
+    assert d["model"] == "tiny" and d["batch"] == 2 and d["layers"] == 2, d
 
 
 def test_small_config_matches_transformers(tmp_path):
     """the small config (Qwen3-30B-A3B's heads, 128 experts top-8, width 512) at one layer: ~1 min on
     the interpreter"""
-    pytest.importorskip("triton")
-    pytest.importorskip("transformers")
-    r = _cli("check", "--model", "small", "--layers", "1", "--interpret", "--batch", "1", "--prompt", "2",
-             "--tokens", "2", "--out", str(tmp_path / "check.json"))
-    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
-    d = json.loads((tmp_path / "check.json").read_text())
-    assert d["model"] == "small-1l" and d["rel_max_diff"] < 0.03 and d["generate_identical"], d
+    d = _check(tmp_path, "--model", "small", "--layers", "1", "--batch", "1", "--prompt", "2", "--tokens", "2")
+    assert d["model"] == "small-1l", d
 
 
 ROUTING_CHECK = r"""
@@ -161,6 +170,18 @@ print("RESULT " + json.dumps(out))
 """
 
 
+def _interpreted(code: str, tmp_path) -> dict:
+    """run `code` in its own process on the Triton interpreter (TRITON_INTERPRET set before Triton is
+    imported); its last "RESULT {json}" line"""
+    pytest.importorskip("triton")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
+                       timeout=300)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert r.returncode == 0 and line, r.stderr[-3000:]
+    return json.loads(line[-1][7:])
+
+
 PREFIX_CHECK = r"""
 import json, sys, torch
 from workloads.qwen3moe import config, model, weights
@@ -192,24 +213,12 @@ print("RESULT " + json.dumps(out))
 def test_shared_prefix_is_bit_identical(tmp_path):
     """a prompt prefix shared by the batch, kept once (the kv-prefix placement's buffers): the same
     logits, bit for bit, as every sequence keeping its own copy"""
-    pytest.importorskip("triton")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-c", PREFIX_CHECK, str(tmp_path)], capture_output=True, text=True,
-                       env=env, timeout=300)
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert r.returncode == 0 and line, r.stderr[-3000:]
-    d = json.loads(line[0][7:])
+    d = _interpreted(PREFIX_CHECK, tmp_path)
     assert all(d.values()), d
 
 
 def test_routing_trace_and_override(tmp_path):
-    pytest.importorskip("triton")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-c", ROUTING_CHECK, str(tmp_path)], capture_output=True, text=True,
-                       env=env, timeout=300)
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert r.returncode == 0 and line, r.stderr[-3000:]
-    d = json.loads(line[0][7:])
+    d = _interpreted(ROUTING_CHECK, tmp_path)
     c = config.TINY
     assert d["shape"] == [2, c.layers, 3, c.top_k] and 0 <= d["min"] and d["max"] < c.experts, d
     assert d["distinct"] and d["counts_ok"] and d["weights_ok"] and d["weights_sum_ok"], d
@@ -268,7 +277,7 @@ def test_every_step_kernel_is_admitted_by_hbfcc(tmp_path, monkeypatch):
     cfg = config.SMALL
     names = {n for n in _sigs(cfg)}
     assert names == {n for n in dir(K) if n + "_hbf" in dir(K) and not n.startswith("_")}
-    with run.variant_env(tc, "hbf", tmp_path):
+    with run.variant_env(tc, "hbf"):
         for name, (sig, const) in _sigs(cfg).items():
             fn = getattr(K, name)
             src = ASTSource(fn=fn, signature={**sig, **{k: "constexpr" for k in const}}, constexprs=const)
@@ -280,17 +289,24 @@ def test_every_step_kernel_is_admitted_by_hbfcc(tmp_path, monkeypatch):
 
 
 def test_derived_profile_and_placement(tmp_path):
-    from hbfcommon.profile import load_profile
+    from hbfcommon.errors import ProfileError
     from workloads.qwen3moe import run
-    p = run.derived_profile("ocp-sg1", 8000, tmp_path / "p.json")
-    prof = load_profile(p)
-    assert prof is not None
-    d = json.loads(p.read_text())
+    prof = run.derived_profile("ocp-sg1", 8000, tmp_path / "p.json")
+    assert prof.path == str(tmp_path / "p.json") and prof.timing.t_read_ns == 8000 and prof.name == "ocp-sg1-tr8000"
+    assert run.floor_bandwidth(prof) == 384e9
+    d = json.loads((tmp_path / "p.json").read_text())
     assert d["timing"]["t_read_ns"]["value"] == 8000
     assert d["timing_model"]["fixed"]["read_ns"]["value"] == 4311 + 4000
-    assert run.derived_profile("ocp-sg1", None, tmp_path / "q.json").name == "ocp-sg1.json"
-    with pytest.raises(ConfigError, match="no such"):
+    assert run.derived_profile("ocp-sg1", None, tmp_path / "q.json").path.endswith("ocp-sg1.json")
+    assert not (tmp_path / "q.json").exists()
+    with pytest.raises(ProfileError, match="nope: cannot read profile"):
         run.derived_profile("nope", None, tmp_path / "r.json")
+    with pytest.raises(ProfileError, match="nope: cannot read profile"):
+        run.derived_profile("nope", 8000, tmp_path / "r.json")
+    (tmp_path / "bad.json").write_text('{"name": "x", "timing": {}}')
+    with pytest.raises(ProfileError, match="t_read_ns"):
+        run.derived_profile(str(tmp_path / "bad.json"), 8000, tmp_path / "r.json")
+    assert not (tmp_path / "r.json").exists()
     from workloads.qwen3moe import weights
     w = weights.generate(config.TINY, device="cpu")
     ex = run.placed_tensors("experts", w)
@@ -352,6 +368,15 @@ def test_cli_checkpoint_info_demand(tmp_path):
     r = _cli("demand", str(tmp_path / "t.json"), "--batch", "1", "--batch", "8")
     assert r.returncode == 0, r.stderr
     assert "8" in r.stdout
+
+
+def test_cli_run_without_a_gpu_is_one_line():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: run would run")
+    r = _cli("run", "--batch", "1")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "no CUDA GPU" in err[0], r.stderr
 
 
 @pytest.mark.parametrize("args,needle", [

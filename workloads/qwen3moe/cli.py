@@ -23,7 +23,7 @@ import sys
 from typing import Sequence
 
 from hbfcommon.cliargs import Parser, parse
-from hbfcommon.errors import HbfError
+from hbfcommon.errors import ConfigError, HbfError
 
 log = logging.getLogger("workloads.qwen3moe")
 
@@ -90,10 +90,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _require(*modules: str, gpu: bool = False) -> None:
+    """a one-line error, not an ImportError or a CUDA traceback, when the workload cannot run here"""
+    import importlib.util  # noqa: PLC0415
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"{', '.join(missing)} not installed (make torch, or pip install torch "
+                          "'hbfsim[llm]')", missing=missing)
+    if gpu:
+        import torch  # noqa: PLC0415
+        if not torch.cuda.is_available():
+            raise ConfigError("no CUDA GPU here (torch.cuda.is_available() is false): `run` needs one; "
+                              "`check --interpret` runs on the CPU", field="gpu")
+
+
 def _run(ns) -> int:
     if ns.cmd == "check" and ns.interpret:
         import os   # noqa: PLC0415  (before anything imports triton: its language is decorated at import)
         os.environ["TRITON_INTERPRET"] = "1"
+    if ns.cmd == "check":
+        _require("torch", "triton", "transformers", gpu=not ns.interpret)
+    elif ns.cmd == "write-checkpoint":
+        _require("torch", "safetensors")
     from . import config as cfgmod
     from . import routing
     if ns.cmd == "check":
@@ -127,6 +145,7 @@ def _run(ns) -> int:
                       placement=ns.placement, profile=ns.profile, t_read_ns=ns.t_read_ns, out=ns.out,
                       route=ns.route, profile_step=not ns.no_profile_step, native=not ns.no_native,
                       cache=ns.cache, socket=ns.socket, shared_prefix=ns.shared_prefix)
+    _require("torch", "triton", gpu=True)          # after the options: a bad option is named first
     res = run(opts)
     print_summary(res)
     return 0 if all(b["summary"]["tokens_identical_to_native"] in (True, None) for b in res["batches"].values()) \

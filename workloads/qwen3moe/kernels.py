@@ -116,6 +116,21 @@ def qk_norm_rope(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, q_out, kc_ptr, vc_pt
         tl.store(vc_ptr + slot + d, tl.load(row + NKV * D + d))
 
 
+@triton.jit
+def _scores(q, kc, kp, t0, T, P0, scale, D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_T: tl.constexpr,
+            F32DOT: tl.constexpr):
+    """scaled q.k over positions [t0, t0 + BLOCK_T) (-inf at and past T), K rows below P0 from the shared
+    prefix `kp`, the others from the sequence's cache `kc` (both at the KV head's base); also the rows'
+    prefix flags, their element offsets and their in-range mask (for the V rows of the same block)"""
+    rt = t0 + tl.arange(0, BLOCK_T)
+    mt = rt < T
+    inp = rt < P0
+    off = rt[:, None] * D + tl.arange(0, D)[None, :]
+    k = tl.load(tl.where(inp[:, None], kp + off, kc + off), mask=mt[:, None], other=0.0)
+    s = _dot(q, k, tl.zeros((BLOCK_G, BLOCK_T), tl.float32), F32DOT) * scale
+    return tl.where(mt[None, :], s, float("-inf")), inp, off, mt
+
+
 @triton.jit(do_not_specialize=["T", "P0"])
 def attention(q_ptr, kc_ptr, vc_ptr, kp_ptr, vp_ptr, out_ptr, T, P0, scale, NQ: tl.constexpr, NKV: tl.constexpr,
               T_MAX: tl.constexpr, T_P: tl.constexpr, D: tl.constexpr, G: tl.constexpr, BLOCK_G: tl.constexpr,
@@ -135,27 +150,16 @@ def attention(q_ptr, kc_ptr, vc_ptr, kp_ptr, vp_ptr, out_ptr, T, P0, scale, NQ: 
     m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_G,), tl.float32)
     for t0 in range(0, T, BLOCK_T):
-        rt = t0 + tl.arange(0, BLOCK_T)
-        mt = rt < T
-        inp = (rt < P0)[:, None]
-        off = rt[:, None] * D + d[None, :]
-        k = tl.load(tl.where(inp, kp_ptr + pbase + off, kc_ptr + base + off), mask=mt[:, None], other=0.0)
-        s = _dot(q, k, tl.zeros((BLOCK_G, BLOCK_T), tl.float32), F32DOT) * scale
-        s = tl.where(mt[None, :], s, float("-inf"))
+        s, _, _, _ = _scores(q, kc_ptr + base, kp_ptr + pbase, t0, T, P0, scale, D, BLOCK_G, BLOCK_T, F32DOT)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         l_i = l_i * tl.exp(m_i - m_new) + tl.sum(tl.exp(s - m_new[:, None]), axis=1)
         m_i = m_new
     acc = tl.zeros((BLOCK_G, D), tl.float32)
     for t0 in range(0, T, BLOCK_T):
-        rt = t0 + tl.arange(0, BLOCK_T)
-        mt = rt < T
-        inp = (rt < P0)[:, None]
-        off = rt[:, None] * D + d[None, :]
-        k = tl.load(tl.where(inp, kp_ptr + pbase + off, kc_ptr + base + off), mask=mt[:, None], other=0.0)
-        s = _dot(q, k, tl.zeros((BLOCK_G, BLOCK_T), tl.float32), F32DOT) * scale
-        s = tl.where(mt[None, :], s, float("-inf"))
+        s, inp, off, mt = _scores(q, kc_ptr + base, kp_ptr + pbase, t0, T, P0, scale, D, BLOCK_G, BLOCK_T, F32DOT)
         p = (tl.exp(s - m_i[:, None]) / l_i[:, None]).to(tl.bfloat16)
-        v = tl.load(tl.where(inp, vp_ptr + pbase + off, vc_ptr + base + off), mask=mt[:, None], other=0.0)
+        v = tl.load(tl.where(inp[:, None], vp_ptr + pbase + off, vc_ptr + base + off), mask=mt[:, None],
+                    other=0.0)
         acc = _dot(p, tl.trans(v), acc, F32DOT)
     tl.store(out_ptr + (b * NQ + g * G + rg)[:, None] * D + d[None, :], acc.to(tl.bfloat16), mask=mg[:, None])
 

@@ -10,18 +10,14 @@ instead (replayed or synthetic) and only their weights are computed.
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
-import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
 from hbfcommon.errors import ConfigError
-from hbfcommon.fsutil import atomic_write_text
 
 from .config import ModelConfig
 
@@ -39,27 +35,18 @@ def _pow2(n: int) -> int:
 def load_kernels(variant: str, work: str | Path) -> ModuleType:
     """kernels.py with every @triton.jit function renamed NAME_<variant>, written under `work` and
     imported: one compiled-kernel cache per variant, and kernel names that say which (the runtime's
-    per-kernel counters and hbfd's summary are keyed by name)."""
+    per-kernel counters and hbfd's summary are keyed by name). ``K.linear`` is the variant's linear."""
+    from workloads.triton_kernels import import_text  # noqa: PLC0415
     if variant not in VARIANTS:
         raise ConfigError(f"kernel variant {variant!r} is not one of {VARIANTS}", variant=variant)
     src = KERNEL_SOURCE.read_text()
     names = re.findall(r"@triton\.jit(?:\([^)]*\))?[^\n]*\ndef (\w+)\(", src)
     pat = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
-    text = pat.sub(lambda m: f"{m.group(1)}_{variant}", src)
-    path = Path(work) / f"qwen3moe_kernels_{variant}.py"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists() or path.read_text() != text:
-        atomic_write_text(path, text)
-    modname = f"hbfsim_qwen3moe_kernels_{variant}_{abs(hash(str(path))) & 0xFFFF:x}"
-    if modname in sys.modules:
-        return sys.modules[modname]
-    spec = importlib.util.spec_from_file_location(modname, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = mod
-    spec.loader.exec_module(mod)
+    mod = import_text(Path(work) / f"qwen3moe_kernels_{variant}.py",
+                      pat.sub(lambda m: f"{m.group(1)}_{variant}", src))
     mod.VARIANT = variant
     for n in names:
-        setattr(mod, n, getattr(mod, f"{n}_{variant}"))   # K.linear is the variant's linear
+        setattr(mod, n, getattr(mod, f"{n}_{variant}"))
     return mod
 
 
@@ -78,8 +65,7 @@ def rope_tables(cfg: ModelConfig, t_max: int, device: str):
 class Launch:
     """one kernel launch of a step, as the launch hook sees it"""
     name: str
-    layer: int
-    step: int
+    layer: int                          # -1: outside the layers
 
 
 @dataclass
@@ -132,18 +118,18 @@ class Decoder:
                                   f"{c.layers} layers x {c.kv_heads} KV heads x {c.head_dim}", shared_prefix=P0)
 
     # ------------------------------------------------------------------ launches
-    def _go(self, name: str, layer: int, step: int, fn) -> None:
+    def _go(self, name: str, layer: int, fn) -> None:
         if self.launch_hook is None:
             fn()
         else:
-            self.launch_hook(Launch(name, layer, step), fn)
+            self.launch_hook(Launch(name, layer), fn)
 
-    def _linear(self, x, wt, out, *, res=None, out_f32=False, name="linear", layer=-1, step=0) -> None:
+    def _linear(self, x, wt, out, *, res=None, out_f32=False, name="linear", layer=-1) -> None:
         N, Kd = wt.shape
         bn = 16 if N <= 8192 else 64
         bk = 128 if Kd % 128 == 0 else 64
         grid = ((N + bn - 1) // bn,)
-        self._go(name, layer, step, lambda: self.K.linear[grid](
+        self._go(name, layer, lambda: self.K.linear[grid](
             x, wt, out, res if res is not None else out, self.batch, N, K=Kd, HAS_RES=res is not None,
             OUT_F32=out_f32, BLOCK_B=self.block_b, BLOCK_N=bn, BLOCK_K=bk, F32DOT=self.f32dot))
 
@@ -154,14 +140,14 @@ class Decoder:
         P = prompt.shape[0]
         tok = prompt[t] if t < P else b["generated"][t - 1]
         bh = min(1024, _pow2(H))
-        self._go("embed", -1, t, lambda: K.embed[(B,)](tok, self.w["embed"], b["h"], H=H, BLOCK_H=bh))
+        self._go("embed", -1, lambda: K.embed[(B,)](tok, self.w["embed"], b["h"], H=H, BLOCK_H=bh))
         scale = D ** -0.5
         for i in range(c.layers):
             p = f"layers.{i}."
             w = self.w
-            self._go("rmsnorm", i, t, lambda: K.rmsnorm[(B,)](b["h"], w[p + "in_norm"], b["x"], c.rms_eps, D=H,
+            self._go("rmsnorm", i, lambda: K.rmsnorm[(B,)](b["h"], w[p + "in_norm"], b["x"], c.rms_eps, D=H,
                                                               BLOCK_D=_pow2(H)))
-            self._linear(b["x"], w[p + "wqkv"], b["qkv"], name="qkv", layer=i, step=t)
+            self._linear(b["x"], w[p + "wqkv"], b["qkv"], name="qkv", layer=i)
             kc, vc = b["kcache"][i], b["vcache"][i]
             kp, vp = (self.prefix_kv[0][i], self.prefix_kv[1][i]) if P0 else (kc, vc)
             t_p = kp.shape[-2] if P0 else self.t_max
@@ -169,40 +155,37 @@ class Decoder:
                 wk, wv, bs, hs = kp, vp, 0, t_p * D
             else:
                 wk, wv, bs, hs = kc, vc, c.kv_heads * self.t_max * D, self.t_max * D
-            self._go("qk_norm_rope", i, t, lambda: K.qk_norm_rope[(B, c.q_heads + c.kv_heads)](
+            self._go("qk_norm_rope", i, lambda: K.qk_norm_rope[(B, c.q_heads + c.kv_heads)](
                 b["qkv"], w[p + "q_norm"], w[p + "k_norm"], self.cos, self.sin, b["q"], wk, wv, t, c.rms_eps, bs, hs,
                 NQ=c.q_heads, NKV=c.kv_heads, D=D))
-            self._go("attention", i, t, lambda: K.attention[(B, c.kv_heads)](
+            self._go("attention", i, lambda: K.attention[(B, c.kv_heads)](
                 b["q"], kc, vc, kp, vp, b["attn"], t + 1, P0, scale, NQ=c.q_heads, NKV=c.kv_heads, T_MAX=self.t_max,
                 T_P=t_p, D=D, G=c.group, BLOCK_G=max(16, _pow2(c.group)), BLOCK_T=32, F32DOT=self.f32dot))
-            self._linear(b["attn"], w[p + "wo"], b["h2"], res=b["h"], name="o_proj", layer=i, step=t)
-            self._go("rmsnorm", i, t, lambda: K.rmsnorm[(B,)](b["h2"], w[p + "post_norm"], b["x"], c.rms_eps,
+            self._linear(b["attn"], w[p + "wo"], b["h2"], res=b["h"], name="o_proj", layer=i)
+            self._go("rmsnorm", i, lambda: K.rmsnorm[(B,)](b["h2"], w[p + "post_norm"], b["x"], c.rms_eps,
                                                               D=H, BLOCK_D=_pow2(H)))
-            self._linear(b["x"], w[p + "router"], b["rlogits"], name="router", layer=i, step=t)
+            self._linear(b["x"], w[p + "router"], b["rlogits"], name="router", layer=i)
             ids = b["route_ids"][t, i]
             ovr = route_override[t, i] if route_override is not None else ids
-            self._go("router_topk", i, t, lambda: K.router_topk[(B,)](
+            self._go("router_topk", i, lambda: K.router_topk[(B,)](
                 b["rlogits"], ids, b["rw"], ovr, E=E, TOPK=TK, NORM=c.norm_topk_prob,
                 OVERRIDE=route_override is not None, BLOCK_E=_pow2(E)))
-            self._go("route_lists", i, t, lambda: K.route_lists[(E,)](
+            self._go("route_lists", i, lambda: K.route_lists[(E,)](
                 ids, B * TK, b["lists"], b["counts"], NA_MAX=B, BLOCK_A=_pow2(B * TK)))
             bf = 32
-            self._go("moe_gate_up", i, t, lambda: K.moe_gate_up[(E, F // bf)](
+            self._go("moe_gate_up", i, lambda: K.moe_gate_up[(E, F // bf)](
                 b["x"], w[p + "w_gate_up"], b["lists"], b["counts"], b["act"], H=H, F=F, TOPK=TK, NA_MAX=B,
                 BLOCK_A=self.block_b, BLOCK_F=bf, BLOCK_K=128 if H % 128 == 0 else 64, F32DOT=self.f32dot))
             bhd = 64
-            self._go("moe_down", i, t, lambda: K.moe_down[(E, H // bhd)](
+            self._go("moe_down", i, lambda: K.moe_down[(E, H // bhd)](
                 b["act"], w[p + "w_down"], b["lists"], b["counts"], b["eout"], H=H, F=F, NA_MAX=B,
                 BLOCK_A=self.block_b, BLOCK_H=bhd, BLOCK_K=64 if F % 64 == 0 else 32, F32DOT=self.f32dot))
-            self._go("moe_combine", i, t, lambda: K.moe_combine[(B,)](
+            self._go("moe_combine", i, lambda: K.moe_combine[(B,)](
                 b["eout"], b["rw"], b["h2"], b["h"], H=H, TOPK=TK, BLOCK_H=min(512, _pow2(H))))
-        self._go("rmsnorm", -1, t, lambda: K.rmsnorm[(B,)](b["h"], self.w["final_norm"], b["x"], c.rms_eps, D=H,
+        self._go("rmsnorm", -1, lambda: K.rmsnorm[(B,)](b["h"], self.w["final_norm"], b["x"], c.rms_eps, D=H,
                                                            BLOCK_D=_pow2(H)))
-        self._linear(b["x"], self.w["lm_head"], b["logits"], out_f32=True, name="lm_head", layer=-1, step=t)
-        self._go("argmax", -1, t, lambda: K.argmax[(B,)](b["logits"], b["generated"][t], c.vocab, BLOCK_V=1024))
-
-    def launches_per_step(self) -> int:
-        return 4 + 12 * self.cfg.layers
+        self._linear(b["x"], self.w["lm_head"], b["logits"], out_f32=True, name="lm_head", layer=-1)
+        self._go("argmax", -1, lambda: K.argmax[(B,)](b["logits"], b["generated"][t], c.vocab, BLOCK_V=1024))
 
 
 def prefix_buffers(cfg: ModelConfig, positions: int, device: str):
@@ -224,6 +207,3 @@ def make_prompt(cfg: ModelConfig, batch: int, length: int, *, seed: int = 0, dev
         p[:shared_prefix] = p[:shared_prefix, :1]
     return p.to(device).contiguous()
 
-
-def interpret_mode() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"

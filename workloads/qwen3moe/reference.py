@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from hbfcommon.errors import ConfigError
+
 from .config import ModelConfig
 from .weights import to_hf
 
@@ -40,7 +42,8 @@ def hf_model(cfg: ModelConfig, w: dict[str, Any], device: str):
         src = dict(to_hf(cfg, w))
     missing = sorted(set(sd) - set(src) - {k for k in sd if k.endswith("inv_freq")})
     if missing:
-        raise RuntimeError(f"transformers' model has parameters we do not provide: {missing[:5]}")
+        raise ConfigError(f"this transformers' Qwen3-MoE has parameters our weights do not map to: {missing[:5]} "
+                          "(a transformers version whose layout we do not know)", missing=missing[:5])
     m.load_state_dict({k: v.contiguous() for k, v in src.items()}, strict=False)
     m.model.rotary_emb = type(m.model.rotary_emb)(hc).to(device)   # inv_freq: a non-persistent buffer
     m.eval()

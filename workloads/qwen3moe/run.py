@@ -22,7 +22,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -31,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from hbfcommon.errors import ConfigError
-from hbfcommon.fsutil import atomic_write_json
-from hbfcommon.profile import PROFILE_DIR
+from hbfcommon.errors import ProfileError
+from hbfcommon.fsutil import atomic_write_json, read_json_document
+from hbfcommon.profile import PROFILE_DIR, Profile, load_profile
 
 from . import config as cfgmod
 from . import model, weights
@@ -86,14 +86,10 @@ class RunOptions:
 
 # ------------------------------------------------------------------ toolchain + daemon
 def toolchain(work: Path, cache: Path | None = None) -> dict[str, str]:
-    """hbfcc-ptxas as an executable (this interpreter), its artifact/cache dirs, and the real ptxas."""
-    real = os.environ.get("HBFCC_REAL_PTXAS") or shutil.which("ptxas") or ""
-    if not real:
-        nv = shutil.which("nvcc")
-        cand = Path(os.path.realpath(nv)).with_name("ptxas") if nv else None
-        real = str(cand) if cand and cand.is_file() else ""
-    if not real:
-        raise ConfigError("no ptxas found (PATH, beside nvcc, or HBFCC_REAL_PTXAS)")
+    """hbfcc-ptxas as an executable (this interpreter), its artifact/cache dirs, and the real ptxas
+    (hbfcc's own choice: HBFCC_REAL_PTXAS, PATH, $CUDA_HOME, Triton's bundled one)."""
+    from hbfcc.toolchain import find_real_ptxas  # noqa: PLC0415
+    real = find_real_ptxas()
     wrap = work / "bin" / "hbfcc-ptxas"
     wrap.parent.mkdir(parents=True, exist_ok=True)
     wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.cli ptxas \"$@\"\n")
@@ -104,12 +100,12 @@ def toolchain(work: Path, cache: Path | None = None) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def variant_env(tc: dict[str, str], variant: str, work: Path):
+def variant_env(tc: dict[str, str], variant: str):
     """TRITON_PTXAS_PATH and TRITON_CACHE_DIR for the compiles of one variant (Triton reads them per compile)."""
     keys = ("TRITON_PTXAS_PATH", "TRITON_CACHE_DIR", "HBFCC_ARTIFACT_DIR", "HBFCC_CACHE_DIR", "HBFCC_REAL_PTXAS")
     old = {k: os.environ.get(k) for k in keys}
     os.environ.update({"TRITON_PTXAS_PATH": tc[variant],
-                       "TRITON_CACHE_DIR": str(Path(tc.get("cache", work)) / f"triton-cache-{variant}"),
+                       "TRITON_CACHE_DIR": str(Path(tc["cache"]) / f"triton-cache-{variant}"),
                        "HBFCC_ARTIFACT_DIR": tc["HBFCC_ARTIFACT_DIR"], "HBFCC_CACHE_DIR": tc["HBFCC_CACHE_DIR"],
                        "HBFCC_REAL_PTXAS": tc["HBFCC_REAL_PTXAS"]})
     try:
@@ -122,15 +118,17 @@ def variant_env(tc: dict[str, str], variant: str, work: Path):
                 os.environ[k] = v
 
 
-def derived_profile(name: str, t_read_ns: int | None, out: Path) -> Path:
-    """the bundled profile `name` (or a path), with tR replaced when asked (fixed read time kept consistent)"""
-    src = Path(name) if Path(name).is_file() else PROFILE_DIR / f"{name}.json"
-    if not src.is_file():
-        raise ConfigError(f"profile {name!r}: no such file or bundled profile", field="profile")
+def derived_profile(name: str, t_read_ns: int | None, out: Path) -> Profile:
+    """the profile `name` (a bundled name or a path), with tR replaced when asked (the fixed read time kept
+    consistent, written to `out`); validated here, before hbfd starts"""
     if t_read_ns is None:
-        return src
-    d = json.loads(src.read_text())
-    old = int(d["timing"]["t_read_ns"]["value"])
+        return load_profile(name)
+    d = read_json_document(name, what="profile", error=ProfileError, search_dir=PROFILE_DIR).data
+    try:
+        old = int(d["timing"]["t_read_ns"]["value"])
+    except (KeyError, TypeError, ValueError):
+        raise ProfileError(f"profile {name!r}: no timing.t_read_ns.value to replace", field="timing.t_read_ns") \
+            from None
     d["timing"]["t_read_ns"] = {"value": int(t_read_ns), "provenance": "assumed",
                                 "source": f"workloads.qwen3moe --t-read-ns (the profile's {old} ns replaced)"}
     fx = d.get("timing_model", {}).get("fixed", {}).get("read_ns")
@@ -139,7 +137,13 @@ def derived_profile(name: str, t_read_ns: int | None, out: Path) -> Path:
         fx["source"] = f"{fx.get('source', '')} (tR {old} -> {t_read_ns} ns)"
     d["name"] = f"{d['name']}-tr{t_read_ns}"
     atomic_write_json(out, d)
-    return out
+    return load_profile(out)
+
+
+def floor_bandwidth(prof: Profile) -> float:
+    """what a device of this profile can deliver (bytes/s): its channels, capped by the host link"""
+    g = prof.geometry
+    return min(g.aggregate_bytes_per_s, g.host_link_bytes_per_s or float("inf"))
 
 
 # ------------------------------------------------------------------ placement
@@ -205,27 +209,32 @@ class Pass:
         self.override = override
 
     def _totals(self) -> dict[str, int] | None:
+        """the session's counter totals (instrumented variant only; each read synchronizes and copies)"""
         if self.s is None or self.K.VARIANT != "hbf":
             return None
         return split_of(self.s.counters(publish=False)["totals"])
 
+    def _sync(self) -> None:
+        if self.s is not None and self.K.VARIANT == "hbf":
+            self.s.synchronize()      # raises a device failure the step recorded
+        else:
+            import torch  # noqa: PLC0415
+            torch.cuda.synchronize()
+
     def run(self, steps: int | None = None) -> dict:
         """positions 0..steps-1 (all by default); a short run compiles and warms up"""
-        import torch  # noqa: PLC0415
         per_step = []
+        c0 = self._totals()
         for t in range(self.steps if steps is None else min(steps, self.steps)):
-            c0 = self._totals()
             t0 = time.perf_counter_ns()
             self.dec.step(t, self.prompt, self.override)
-            if self.s is not None and self.K.VARIANT == "hbf":
-                self.s.synchronize()
-            else:
-                torch.cuda.synchronize()
+            self._sync()
             t1 = time.perf_counter_ns()
             row = {"step": t, "decode": t >= self.opts.prompt_len - 1, "wall_ns": t1 - t0}
             c1 = self._totals()
             if c0 is not None:
                 row.update(_delta(c0, c1))
+            c0 = c1
             per_step.append(row)
         gen = self.dec.buf["generated"][self.opts.prompt_len - 1:].T.contiguous().cpu().tolist()
         return {"per_step": per_step, "tokens": gen,
@@ -235,10 +244,9 @@ class Pass:
         """re-run step `step` (after run(): the cache holds the earlier positions) launch by launch"""
         import torch  # noqa: PLC0415
         recs: list[dict] = []
-        hbf = self.s is not None and self.K.VARIANT == "hbf"
+        last = [self._totals()]
 
         def hook(launch: model.Launch, fn) -> None:
-            c0 = split_of(self.s.counters(publish=False)["totals"]) if hbf else None
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             # keep the GPU busy while the host prepares the launch (Triton's launcher, the session's
             # gate): the events then time the kernel, not the host's launch work
@@ -246,12 +254,12 @@ class Pass:
             e0.record()
             fn()
             e1.record()
-            if hbf:
-                self.s.synchronize()
-            torch.cuda.synchronize()
+            self._sync()
             r = {"name": launch.name, "layer": launch.layer, "wall_ns": int(round(e0.elapsed_time(e1) * 1e6))}
-            if hbf:
-                r.update(_delta(c0, split_of(self.s.counters(publish=False)["totals"])))
+            now = self._totals()
+            if now is not None:
+                r.update(_delta(last[0], now))
+                last[0] = now
             recs.append(r)
         self.dec.launch_hook = hook
         try:
@@ -319,15 +327,14 @@ def run(opts: RunOptions) -> dict:
         hb, prof = None, None
     else:
         prof = derived_profile(opts.profile, opts.t_read_ns, work / "profile.json")
-        hb = start_daemon(prof, workdir=work, summary=out / "hbfd-summary.json", timeout_s=60.0,
+        hb = start_daemon(prof.path, workdir=work, summary=out / "hbfd-summary.json", timeout_s=60.0,
                           env={"HBFD_THERMAL": os.environ.get("HBFD_THERMAL", "none"),
                                "HBFD_REFRESH": os.environ.get("HBFD_REFRESH", "none")})
-    pdoc = json.loads(Path(prof).read_text()) if prof else None
     res: dict[str, Any] = {"schema": SCHEMA, "version": 1, "options": dataclasses.asdict(opts),
                            "model": dataclasses.asdict(cfg), "weights": wsrc,
                            "weight_bytes": weights.nbytes(w), "expert_bytes": weights.nbytes(w, "experts"),
-                           "profile": {"path": str(prof), "name": pdoc["name"],
-                                       "link_bytes_per_s": _link_bandwidth(pdoc)} if pdoc else
+                           "profile": {"path": prof.path, "name": prof.name,
+                                       "link_bytes_per_s": floor_bandwidth(prof)} if prof else
                            {"path": None, "name": "(the running hbfd's)", "link_bytes_per_s": None},
                            "gpu": torch.cuda.get_device_name(), "batches": {}}
     partial = out / "run.partial.json"
@@ -343,7 +350,7 @@ def run(opts: RunOptions) -> dict:
         prefix_kv = model.prefix_buffers(cfg, opts.shared_prefix, "cuda") if opts.shared_prefix else None
         native: dict[int, dict] = {}
         if opts.native:
-            with variant_env(tc, "plain", work):
+            with variant_env(tc, "plain"):
                 for b in opts.batches:
                     ps = Pass(cfg, w, Kp, b, opts, s, overrides[b][0], prefix_kv)
                     ps.run(ps.warm)                            # compiles and warms up
@@ -360,7 +367,7 @@ def run(opts: RunOptions) -> dict:
         log.info("placement %s: %d ranges, %.2f GB in HBF", opts.placement, len(ranges),
                  res["placement"]["bytes"] / 1e9)
         t_native = time.perf_counter_ns()
-        with variant_env(tc, "hbf", work):
+        with variant_env(tc, "hbf"):
             for b in opts.batches:
                 ps = Pass(cfg, w, Kh, b, opts, s, overrides[b][0], prefix_kv)
                 tb = time.perf_counter_ns()
@@ -428,12 +435,6 @@ def _merge_profile(nat: list[dict] | None, inst: list[dict]) -> list[dict]:
                      "exposed_wait_ns": int(r.get("exposed_wait_ns", 0)), "overhead_ns": int(r.get("overhead_ns", 0)),
                      "hbf_bytes": int(r.get("hbf_bytes", 0)), "requests": int(r.get("requests", 0))})
     return recs
-
-
-def _link_bandwidth(pdoc: dict) -> float | None:
-    """the profile's host link bandwidth (bytes/s): the modeled device cannot deliver faster"""
-    v = pdoc.get("geometry", {}).get("host_link_bytes_per_s")
-    return float(v["value"]) if isinstance(v, dict) else None
 
 
 def _med(rows: list[dict], key: str) -> float | None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from hbfcommon.errors import ConfigError
-from hbfcommon.fsutil import atomic_write_text
+from hbfcommon.fsutil import atomic_write_text, read_json_document
 
 from .config import ModelConfig
 
@@ -113,10 +113,10 @@ def write_checkpoint(cfg: ModelConfig, w: dict[str, Any], directory: str | Path)
 def _checkpoint_files(d: Path) -> list[Path]:
     idx = d / "model.safetensors.index.json"
     if idx.is_file():
-        try:
-            m = json.loads(idx.read_text())["weight_map"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise ConfigError(f"{idx}: not a safetensors index ({e})", file=str(idx)) from None
+        m = read_json_document(idx, what="safetensors index", error=ConfigError, max_bytes=64 << 20).data
+        m = m.get("weight_map") if isinstance(m, dict) else None
+        if not isinstance(m, dict) or not all(isinstance(f, str) for f in m.values()):
+            raise ConfigError(f"{idx}: not a safetensors index (no weight_map of tensor -> file)", file=str(idx))
         files = sorted({d / f for f in m.values()})
     else:
         files = sorted(d.glob("*.safetensors"))
