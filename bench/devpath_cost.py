@@ -159,8 +159,11 @@ def _snap(ctx) -> dict:
 
 
 def _per_request(cs: dict, field: str = "overhead_ns") -> float | None:
+    """field per request; helper time (overhead_ns) per request served by the helpers (the inline path's
+    requests, cs["inline_requests"], have no measured helper time)."""
     ot = cs.get("ops_total") or {}
-    return ot[field] / ot["requests"] if ot.get("requests") and field in ot else None
+    n = ot.get("requests", 0) - (cs.get("inline_requests", 0) if field == "overhead_ns" else 0)
+    return ot[field] / n if n > 0 and field in ot else None
 
 
 def part_stream(ctx, a, phase, kname: str) -> dict:

@@ -72,6 +72,8 @@ def marker_line() -> str:
         line += " occupancy-guard on"
     if not knobs.load().hoist_issues:  # HBFCC_HOIST_ISSUES=0 builds differently
         line += " hoist-issues off"
+    if not knobs.load().inline_issues:  # HBFCC_INLINE_ISSUE=0 builds differently
+        line += " inline-issue off"
     if not knobs.load().launch_bound:  # HBFCC_LAUNCH_BOUND=0 builds differently
         line += " launch-bound off"
     return line

@@ -40,6 +40,7 @@ class Knobs:
     passes: tuple[str, ...] = ("timing",)  # HBFCC_PASSES (default timing): see parse_passes
     occupancy_guard: bool = False  # HBFCC_OCCUPANCY_GUARD (default 0): hbfcc/occupancy.py
     hoist_issues: bool = True      # HBFCC_HOIST_ISSUES (default 1): load issues hoisted (passes/timing.py)
+    inline_issues: bool = True     # HBFCC_INLINE_ISSUE (default 1): the inline issue path in entries
     launch_bound: bool = True      # HBFCC_LAUNCH_BOUND (default 1): .maxntid keeps plain blocks launchable
     sidecar: str = "auto"          # HBFCC_SIDECAR (auto|1|0): hbfcc-ptxas's <output>.hbfcc.json
     nvcc_step: bool = False        # HBFCC_NVCC_STEP (internal, set by the shadow toolkit's shim)
@@ -62,6 +63,7 @@ def load() -> Knobs:
         passes=parse_passes(os.environ.get("HBFCC_PASSES"), "HBFCC_PASSES"),
         occupancy_guard=env_bool("HBFCC_OCCUPANCY_GUARD", False),
         hoist_issues=env_bool("HBFCC_HOIST_ISSUES", True),
+        inline_issues=env_bool("HBFCC_INLINE_ISSUE", True),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
         sidecar=_choice("HBFCC_SIDECAR", "auto", SIDECAR_CHOICES),
         nvcc_step=env_bool(ENV_NVCC_STEP, False),
@@ -93,6 +95,7 @@ DOCS: tuple[tuple[str, str, str], ...] = (
     ("HBFCC_BASELINE", "1", "also run ptxas -v on the original PTX (register/spill delta)"),
     ("HBFCC_CPASYNC_WINDOW", "2", "cp.async group registers (2..64)"),
     ("HBFCC_HOIST_ISSUES", "1", "hoist load issues (0: each issue at its access)"),
+    ("HBFCC_INLINE_ISSUE", "1", "emit the inline issue path in kernels (0: every access calls the helpers)"),
     ("HBFCC_LAUNCH_BOUND", "1", ".maxntid keeps the plain build's blocks launchable"),
     ("HBFCC_OCCUPANCY_GUARD", "0", ".maxnreg keeps the plain build's blocks per SM"),
     ("HBFCC_LOG", "WARNING", "log level"),

@@ -45,10 +45,11 @@ def declarations(signatures: Iterable[Signature]) -> list[Function]:
                      tuple(p(w, n) for w, n in s.params), (), None) for s in signatures]
 
 
-def extern_global(name: str, type_: str, align: int) -> VarDecl:
-    """``.extern .global .align A TYPE name;``: a module global the helper module defines (the
-    linker puts the helper's definition in its place)."""
-    return VarDecl((".extern",), "global", (f".align {align}",), type_, (Declarator(name),))
+def extern_global(name: str, type_: str, align: int, space: str = "global", nbytes: Optional[int] = None) -> VarDecl:
+    """``.extern .global .align A TYPE name;`` (``.extern .const ... name[nbytes]``): a module global the
+    helper module defines (the linker puts the helper's definition in its place)."""
+    d = Declarator(name, dims=(nbytes,)) if nbytes is not None else Declarator(name)
+    return VarDecl((".extern",), space, (f".align {align}",), type_, (d,))
 
 
 def signature_widths(f: Function) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -263,8 +264,9 @@ def link(module: Module, helper: HelperModule, max_version: Optional[tuple[int, 
     ptxas, loudly). A module that already defines
     everything the helper defines is returned as it is (linked before); one that defines only some
     of it is refused (two copies of a helper function, or helpers out of step, would link wrong).
-    Otherwise the helper's globals take the place of the module's ``.extern`` declaration of one
-    of them (the timing pass declares ``__hb_state`` before the functions that read it), or else
+    Otherwise the helper's globals take the place of the module's first ``.extern`` declaration of
+    them (the timing pass declares ``__hb_state`` and ``__hb_cdesc`` before the functions that read
+    them; the other such declarations are dropped), or else
     follow the banner comment at the end; then the declarations the helper needs that the module
     does not have, then the helper's functions."""
     v = version_tuple(module.version)
@@ -282,10 +284,12 @@ def link(module: Module, helper: HelperModule, max_version: Optional[tuple[int, 
     items = list(module.items)
     tail: list[TopItem] = [helper.banner()]
     gnames = {d.name for g in helper.globals for d in g.decls}
-    at = next((i for i, it in enumerate(items) if type(it) is VarDecl and ".extern" in it.linkage
-               and {d.name for d in it.decls} <= gnames), None)
-    if at is not None:
-        items[at:at + 1] = helper.globals
+    ext = [i for i, it in enumerate(items) if type(it) is VarDecl and ".extern" in it.linkage
+           and {d.name for d in it.decls} <= gnames]
+    if ext:   # the first such declaration becomes the definitions, the others go
+        for i in reversed(ext[1:]):
+            del items[i]
+        items[ext[0]:ext[0] + 1] = helper.globals
     else:
         tail.extend(helper.globals)
     tail.extend(e for e in helper.externs if not _declares(e) <= known)

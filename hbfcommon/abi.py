@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 # ---- hbf_abi.h ---------------------------------------------------------------------------------
 
-HBF_HELPER_ABI_VERSION = 1
+HBF_HELPER_ABI_VERSION = 2   # 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc
 
 # the operation: the low bits of __hb_issue's flags and the op field of a ring request (hbf_ctl.h
 # defines them; hbfcommon.ctl imports them from here, so the compiler needs no control-region mirror)
@@ -33,7 +33,17 @@ HBF_FUTURE_TICKET_BIT = 1 << 63
 # module globals the helper PTX defines and the runtime points at its state after loading a module
 STATE_GLOBAL = "__hb_state"            # .u64: device address of hbf_device_state (0 = detached)
 KSLOT_BASE_GLOBAL = "__hb_kslot_base"  # .u32: first per-kernel counter slot of the module
-CDESC_GLOBAL = "__hb_cdesc"            # .const 96 B: the launch descriptor (hbf_device.h hbf_cdesc; 0 = none)
+CDESC_GLOBAL = "__hb_cdesc"            # .const 128 B: the launch descriptor (hbf_device.h hbf_cdesc; 0 = none)
+CDESC_BYTES = 128                      # sizeof(hbf_cdesc)
+# byte offsets in hbf_cdesc that inline sites read (hbf_device.h; tests/runtime/test_runtime_abi.py checks them)
+CDESC_R0_BASE_OFF = 8
+CDESC_READ_GSHIFT_OFF = 90
+CDESC_R0_LEN_OFF = 96
+CDESC_INL_READ_DELAY_OFF = 104
+CDESC_INL_WRITE_DELAY_OFF = 112
+HBF_CDI_READ = 0x1                     # hbf_cdesc.inl_flags: loads may be served inline
+HBF_CDI_WRITE = 0x2                    # stores may be served inline
+INLINE_NEVER = -(2 ** 63 - 1)          # __hb_inline_until: not inline for the rest of this launch
 
 # every helper symbol starts with this; the linker keeps these names and makes them .weak
 HELPER_PREFIX = "__hb_"
@@ -64,6 +74,9 @@ HELPERS: dict[str, Signature] = {s.name: s for s in (
     _sig("__hb_future_join", [(64, "fut")], [(64, "a"), (64, "b")]),
     _sig("__hb_kernel_enter", [], [(32, "kernel_index")]),
     _sig("__hb_kernel_exit", [], [(32, "kernel_index")]),
+    _sig("__hb_inline_until", [(64, "until")], [(32, "op")]),
+    _sig("__hb_kernel_flush", [], [(32, "kernel_index"), (32, "rd_req"), (32, "rd_granules"), (64, "rd_bytes"),
+                                   (32, "wr_req"), (64, "wr_bytes"), (32, "ready_waits"), (64, "slack_ns")]),
 )}
 
 # ---- the Eidola helper module (the flags pass, issue 7) ----------------------------------------

@@ -12,6 +12,7 @@ from ctypes import c_uint8, c_uint32, c_uint64
 from dataclasses import dataclass
 from typing import Iterable
 
+from hbfcommon import abi
 from hbfcommon import ctl as C
 from hbfcommon.abi import (HBF_F_ACTIVE, HBF_F_GENERIC, HBF_F_NC, HBF_F_OP_MASK, HBF_F_RELEASE,  # noqa: F401
                            HBF_F_WAIT_NOW, HBF_FUTURE_TICKET_BIT, HBF_HELPER_ABI_VERSION)  # hbf_abi.h
@@ -50,7 +51,7 @@ class hbf_kernel_counters(ctypes.Structure):
                 ("kend_ns", c_uint64), ("thermal_waits", c_uint64), ("thermal_wait_ns", c_uint64),
                 ("refresh_claims", c_uint64), ("refresh_bytes", c_uint64), ("bias_clamps", c_uint64),
                 ("ready_waits", c_uint64), ("slack_ns", c_uint64), ("wait_helper_ns", c_uint64),
-                ("reserved", c_uint64 * 1)]
+                ("inline_requests", c_uint64)]
 
 
 class hbf_device_state(ctypes.Structure):
@@ -80,7 +81,9 @@ class hbf_cdesc(ctypes.Structure):
                 ("fixed_read_ns", c_uint32), ("fixed_write_ns", c_uint32), ("flags", c_uint32),
                 ("kslot_stride", c_uint32), ("kshard_stride", c_uint32), ("kmax", c_uint32),
                 ("r0_perms", c_uint8), ("r0_page_shift", c_uint8), ("read_gshift", c_uint8),
-                ("reserved0", c_uint8), ("reserved1", c_uint32)]
+                ("reserved0", c_uint8), ("reserved1", c_uint32),
+                ("r0_len", c_uint64), ("inl_read_delay", c_uint64), ("inl_write_delay", c_uint64),
+                ("inl_flags", c_uint32), ("reserved2", c_uint32)]
 
 
 STRUCTS = {c.__name__: c for c in (hbf_dev_range, hbf_kernel_counters, hbf_device_state, hbf_cdesc)}
@@ -97,17 +100,27 @@ DEADLINE_BIAS_OFF = hbf_device_state.deadline_bias_ns.offset     # line 1: host-
 
 
 HBF_CD_ON, HBF_CD_FAST, HBF_CD_SHARDED, HBF_CD_MULTI = 0x1, 0x2, 0x4, 0x8   # hbf_cdesc.flags (hbf_device.h)
+HBF_CDI_READ, HBF_CDI_WRITE = abi.HBF_CDI_READ, abi.HBF_CDI_WRITE              # hbf_cdesc.inl_flags
 CDESC_BYTES = ctypes.sizeof(hbf_cdesc)
 THC_REPLICA_OFF = hbf_device_state.thc_replica.offset
 _U32 = (1 << 32) - 1
 
 
-def cdesc_for(st: hbf_device_state, state_dptr: int, kslot_base: int) -> hbf_cdesc:
+# the inline path's limits: granule keys are 32 bits of (address >> read_gshift), exact within 2^37 bytes
+# for the smallest granule it serves (32 B); a deadline further than the wait's bound is the helpers' to refuse
+INLINE_MAX_RANGE = 1 << 37
+INLINE_MAX_DELAY_NS = 10_000_000_000     # HBF_MAX_WAIT_NS (hbf_helpers.cu)
+
+
+def cdesc_for(st: hbf_device_state, state_dptr: int, kslot_base: int, inline: bool = True) -> hbf_cdesc:
     """A module's launch descriptor (hbf_device.h hbf_cdesc) for the device state ``st`` at ``state_dptr``:
-    a pure function of the block's host-owned words and the module's first counter slot. flags stays 0
-    (the general path for every access, as without a descriptor) unless the compact path may serve it:
-    the FIXED or FAST source, a thermal snapshot reused (thermal_max_age_ns > 0), at least one range, a
-    module with counter slots, fixed service times that fit 32 bits."""
+    a pure function of the block's host-owned words, the module's first counter slot and ``inline``
+    (runtime knob HBF_INLINE_ISSUE). flags stays 0 (the general path for every access, as without a
+    descriptor) unless the compact path may serve it: the FIXED or FAST source, a thermal snapshot reused
+    (thermal_max_age_ns > 0), at least one range, a module with counter slots, fixed service times that fit
+    32 bits. inl_flags (hbf_abi.h "Inline issue") allows loads / stores inline only for the FIXED source
+    with one TIMING range that grants the op, up to INLINE_MAX_RANGE bytes (loads: a read granularity of at
+    least 32 B, so an aligned access of at most 32 B touches one granule)."""
     d = hbf_cdesc()
     src = int(st.timing_source)
     n = int(st.n_ranges)
@@ -138,6 +151,19 @@ def cdesc_for(st: hbf_device_state, state_dptr: int, kslot_base: int) -> hbf_cde
     d.fixed_read_ns, d.fixed_write_ns = fr, fw
     d.flags = (HBF_CD_ON | (HBF_CD_FAST if src == C.HBF_SRC_FAST else 0) | (HBF_CD_SHARDED if kshards else 0)
                | (HBF_CD_MULTI if n > 1 else 0))
+    d.r0_len = d.r0_end - d.r0_base
+    bias = d.bias
+
+    def delay(fixed: int) -> int:          # hb_issue_fast: max(service, 1), less the bias unless it clamps
+        m = max(fixed, 1)
+        return m - bias if bias == 0 or m > bias else 0
+
+    d.inl_read_delay, d.inl_write_delay = delay(fr), delay(fw)
+    if (inline and src == C.HBF_SRC_FIXED and n == 1 and d.r0_perms and 0 < d.r0_len <= INLINE_MAX_RANGE):
+        if d.r0_perms & C.HBF_PERM_READ and d.read_gshift >= 5 and d.inl_read_delay < INLINE_MAX_DELAY_NS:
+            d.inl_flags |= HBF_CDI_READ
+        if d.r0_perms & C.HBF_PERM_WRITE and d.inl_write_delay < INLINE_MAX_DELAY_NS:
+            d.inl_flags |= HBF_CDI_WRITE
     return d
 
 
@@ -247,7 +273,7 @@ def kernel_counters_dict(k: hbf_kernel_counters) -> dict:
                                 if int(k.status[i])}}
     for f in ("wait_calls", "wait_wall_ns", "wait_overhead_ns", "launches", "blocks_exited", "kstart_ns",
               "kend_ns", "thermal_waits", "thermal_wait_ns", "refresh_claims", "refresh_bytes", "bias_clamps",
-              "ready_waits", "slack_ns"):
+              "ready_waits", "slack_ns", "inline_requests"):
         d[f] = int(getattr(k, f))
     return d
 

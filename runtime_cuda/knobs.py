@@ -36,6 +36,13 @@ def native_select() -> bool:
     return env_bool("HBF_NATIVE_SELECT", True)
 
 
+def inline_issue() -> bool:
+    """HBF_INLINE_ISSUE (default 1): hbfcc-built kernels serve the FIXED source's common case inline (no helper
+    call; hbf_abi.h "Inline issue"); 0: the descriptor allows no op inline, so every access calls the helpers
+    (the same cubin measured both ways)."""
+    return env_bool("HBF_INLINE_ISSUE", True)
+
+
 def backoff_max_ns() -> int:
     """HBF_BACKOFF_MAX_NS: nanosleep backoff cap while polling host-written words."""
     return env_int("HBF_BACKOFF_MAX_NS", 8192, lo=0)

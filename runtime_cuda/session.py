@@ -192,6 +192,7 @@ class Session:
         self._stack_limit = 0
         self._epoch = 0            # bumps at every full synchronization of the context by the session
         self.native_select = knobs.native_select()
+        self.inline_issue = knobs.inline_issue()
         self.launch_selection: dict[str, dict] = {}
         self.host_registered = False
         h = ctlmap.ctl.header
@@ -448,7 +449,7 @@ class Session:
         (no compact path) when clear. Only while none of the module's kernels runs."""
         if not self.use_cuda or not b.instrumented or not b.cdesc_addr:
             return
-        d = D.hbf_cdesc() if clear else D.cdesc_for(self.state, self.state_dptr, b.kslot_base)
+        d = D.hbf_cdesc() if clear else D.cdesc_for(self.state, self.state_dptr, b.kslot_base, self.inline_issue)
         self._cu.htod(b.cdesc_addr, d, D.CDESC_BYTES)
 
     def _publish_cdescs(self) -> None:

@@ -76,6 +76,15 @@ R_ADDR, R_TMP, R_DRAIN, R_FLAGS, R_PRED, R_NOW = "%__hb_a", "%__hb_t", "%__hb_d"
 R_FUT, R_GRP = "%__hb_f", "%__hb_g"
 R_STATE, R_OFF, R_ZERO = "%__hb_s", "%__hb_off", "%__hb_z"
 R_LO, R_SPAN, R_BAND, R_OUT, R_NONE = "%__hb_lo", "%__hb_span", "%__hb_b", "%__hb_o", "%__hb_n"
+# the inline issue path (entries only, hbf_abi.h "Inline issue"): per-op until, the thread's counters, temps
+R_IUR, R_IUW = "%__hb_iur", "%__hb_iuw"                                   # .b64 until (loads, stores)
+R_ICR, R_IGR, R_ICW, R_IRW = "%__hb_icr", "%__hb_igr", "%__hb_icw", "%__hb_irw"   # .b32 counters
+R_IBR, R_IBW, R_ISL = "%__hb_ibr", "%__hb_ibw", "%__hb_isl"               # .b64 counters
+R_IT, R_IX, R_IY = "%__hb_it", "%__hb_ix", "%__hb_iy"                    # .b64 temps
+R_IM, R_IL, R_IK, R_IP, R_IQ, R_IH = ("%__hb_im", "%__hb_il", "%__hb_ik", "%__hb_ip", "%__hb_iq",
+                                      "%__hb_ih")                          # .b32 temps
+R_IPA, R_IPB, R_IPL = "%__hb_ipa", "%__hb_ipb", "%__hb_ipl"               # .pred temps
+INLINE_BYTES = frozenset((1, 2, 4, 8, 16, 32))   # access sizes an inline site serves (one granule >= 32 B)
 
 
 # --------------------------------------------------------------------------------------------
@@ -474,8 +483,11 @@ def _hoistable_past(inst: Instruction) -> bool:
 
 
 class _FunctionRewriter:
-    def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True):
+    def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
+                 inline: bool = True):
         self.hoist = hoist
+        self.inline = inline and fn.is_entry      # the thread's counters are flushed at the entry's exits
+        self.inline_sites = 0
         self.hoisted: dict[tuple[int, ...], list[Statement]] = {}
         self.clones: dict[str, int] = {}            # type -> registers copied for hoisted issues
         self.clone_at: dict[tuple[int, int], str] = {}   # (hoist node, copied node) -> its copy
@@ -546,15 +558,53 @@ class _FunctionRewriter:
         self.nlabels += 1
         return f"$__hb_L{self.nlabels}"
 
-    def _wait(self, fut: str, site: int, guard: Optional[Guard]) -> list[Statement]:
-        """Wait for ``fut`` (then zero it); a zero future skips the call inline (the helper would
-        return at once: nothing to wait for)."""
+    def _wait(self, fut: str, site: int, guard: Optional[Guard], clear: bool = True) -> list[Statement]:
+        """Wait for ``fut`` (then zero it unless ``clear`` is False); a zero future skips the call inline
+        (the helper would return at once: nothing to wait for). In an entry with the inline path, a
+        deadline already due is counted inline as a ready wait (the lowest lane's count and slack, in the
+        thread's registers) and only a pending one calls ``__hb_wait``."""
         L = self._label()
-        return [_ins("setp", ("eq", "u64"), (_R(R_ZERO), _R(fut), _I(0))),
-                _ins("bra", (), (LabelRef(L),), Guard(_R(R_ZERO))),
-                _call("__hb_wait", [("b64", _R(fut)), ("b32", _I(site))], guard=guard),
-                _ins("mov", ("b64",), (_R(fut), _I(0)), guard),
-                Label(L)]
+        out = [_ins("setp", ("eq", "u64"), (_R(R_ZERO), _R(fut), _I(0))),
+               _ins("bra", (), (LabelRef(L),), Guard(_R(R_ZERO)))]
+        if not self.inline:
+            out.append(_call("__hb_wait", [("b64", _R(fut)), ("b32", _I(site))], guard=guard))
+            if clear:
+                out.append(_ins("mov", ("b64",), (_R(fut), _I(0)), guard))
+            out.append(Label(L))
+            return out
+        if guard is not None:                     # lanes whose reading instruction does not run keep it
+            out.append(_ins("bra", (), (LabelRef(L),), Guard(guard.reg, not guard.negated)))
+        Lslow = self._label()
+        out += [_ins("mov", ("u64",), (_R(R_IT), _R("%globaltimer"))),
+                _ins("setp", ("lt", "u64"), (_R(R_IPA), _R(R_IT), _R(fut))),   # a ticket (bit 63) is never due
+                _ins("bra", (), (LabelRef(Lslow),), Guard(_R(R_IPA)))]
+        out += self._leader()
+        out += [_ins("add", ("u32",), (_R(R_IRW), _R(R_IRW), _I(1)), Guard(_R(R_IPL))),
+                _ins("sub", ("u64",), (_R(R_IX), _R(R_IT), _R(fut))),
+                _ins("add", ("u64",), (_R(R_ISL), _R(R_ISL), _R(R_IX)), Guard(_R(R_IPL)))]
+        if clear:
+            out.append(_ins("mov", ("b64",), (_R(fut), _I(0))))
+        out += [_ins("bra", ("uni",), (LabelRef(L),)),
+                Label(Lslow),
+                _call("__hb_wait", [("b64", _R(fut)), ("b32", _I(site))])]
+        if clear:
+            out.append(_ins("mov", ("b64",), (_R(fut), _I(0))))
+        out.append(Label(L))
+        return out
+
+    def _leader(self) -> list[Statement]:
+        """R_IM = the active lanes, R_IL = those below this lane, R_IPL = this is the lowest one."""
+        return [_ins("activemask", ("b32",), (_R(R_IM),)),
+                _ins("mov", ("b32",), (_R(R_IL), _R("%lanemask_lt"))),
+                _ins("and", ("b32",), (_R(R_IL), _R(R_IL), _R(R_IM))),
+                _ins("setp", ("eq", "u32"), (_R(R_IPL), _R(R_IL), _I(0)))]
+
+    def _inline_ok(self, inst: Instruction, d: Decision, i: int, fut_of: dict[int, int]) -> bool:
+        """The site may be served inline: an entry's plain load whose future waits at its use, or a
+        posted store, of at most 32 naturally aligned bytes."""
+        if not self.inline or d.nbytes not in INLINE_BYTES:
+            return False
+        return (d.kind == "load" and i in fut_of) or d.kind == "store"
 
     def _join_into(self, dst: str, other: str) -> list[Statement]:
         """dst = __hb_future_join(dst, other). Inline where the helper's answer is known without it: a
@@ -572,6 +622,16 @@ class _FunctionRewriter:
                 Label(Lcall),
                 _call("__hb_future_join", [("b64", _R(dst)), ("b64", _R(other))], ret=dst),
                 Label(L)]
+
+    def _exit_calls(self, g: Optional[Guard]) -> list[Statement]:
+        """At an exit of an entry: the thread's inline counters into the kernel's, then the exit's bookkeeping."""
+        out: list[Statement] = []
+        if self.inline:
+            out.append(_call("__hb_kernel_flush", [
+                ("b32", _I(self.kidx)), ("b32", _R(R_ICR)), ("b32", _R(R_IGR)), ("b64", _R(R_IBR)),
+                ("b32", _R(R_ICW)), ("b64", _R(R_IBW)), ("b32", _R(R_IRW)), ("b64", _R(R_ISL))], guard=g))
+        out.append(_call("__hb_kernel_exit", [("b32", _I(self.kidx))], guard=g))
+        return out
 
     def _unless_detached(self, body: list[Statement]) -> list[Statement]:
         """Skip ``body`` when the module is detached (__hb_state == 0, read once at entry): the
@@ -591,11 +651,80 @@ class _FunctionRewriter:
         out.append(_ins("sub", ("u64",), (_R(R_BAND), addr, _R(R_LO))))
         out.append(_ins("setp", ("ge", "u64"), (_R(R_OUT), _R(R_BAND), _R(R_SPAN))))
         out.append(_ins("bra", (), (LabelRef(L),), Guard(_R(R_OUT))))
-        self._issue_call(inst, d, addr, out_reg, site, out)
+        if self._inline_ok(inst, d, self._node, self._fut_of):
+            self._inline_issue(inst, d, addr, out_reg, site, out, L)
+        else:
+            self._issue_call(inst, d, addr, out_reg, site, out)
         if tail:
             out.extend(tail)
         out.append(Label(L))
         return site
+
+    def _inline_issue(self, inst: Instruction, d: Decision, addr, out_reg: str, site: int,
+                      out: list[Statement], L: str) -> None:
+        """The inline issue (hbf_abi.h "Inline issue"): the lanes whose guard holds (the others skip to
+        ``L``: future 0, as the helper gives an inactive lane) serve the access without a call when the
+        thread's until has not passed, the address is inside the descriptor's range, and every active lane
+        agrees with lanes in ascending address order; else they call ``__hb_issue``, and a lane whose
+        until has expired asks ``__hb_inline_until`` again (a negative until: ask at -until)."""
+        g = inst.guard
+        if g is not None:
+            out.append(_ins("bra", (), (LabelRef(L),), Guard(g.reg, not g.negated)))
+        load = d.kind == "load"
+        until = R_IUR if load else R_IUW
+        nb = d.nbytes
+        cd = abi.CDESC_GLOBAL
+        Lslow, Ldone, Lkeep = self._label(), self._label(), self._label()
+        out += [_ins("mov", ("u64",), (_R(R_IT), _R("%globaltimer"))),
+                _ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IT), _R(until))),
+                _ins("ld", ("const", "u64"), (_R(R_IX), Address(Symbol(cd), abi.CDESC_R0_BASE_OFF))),
+                _ins("sub", ("u64",), (_R(R_IX), addr, _R(R_IX))),
+                _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_R0_LEN_OFF))),
+                _ins("setp", ("lt", "and", "u64"), (_R(R_IPA), _R(R_IX), _R(R_IY), _R(R_IPA))),
+                _ins("add", ("u64",), (_R(R_IX), _R(R_IX), _I(nb))),
+                _ins("setp", ("le", "and", "u64"), (_R(R_IPA), _R(R_IX), _R(R_IY), _R(R_IPA)))]
+        out += self._leader()
+        # the nearest active lane below (none: this lane itself; its value is then not used)
+        out += [_ins("clz", ("b32",), (_R(R_IP), _R(R_IL))),
+                _ins("sub", ("u32",), (_R(R_IP), _I(31), _R(R_IP)))]
+        if load:   # granule keys: 32 bits of addr >> read_gshift (exact in a range of <= 2^37 B)
+            out += [_ins("ld", ("const", "u8"), (_R(R_IH), Address(Symbol(cd), abi.CDESC_READ_GSHIFT_OFF))),
+                    _ins("shr", ("b64",), (_R(R_IX), addr, _R(R_IH))),
+                    _ins("cvt", ("u32", "u64"), (_R(R_IK), _R(R_IX))),
+                    _ins("shfl", ("sync", "idx", "b32"), (_R(R_IQ), _R(R_IK), _R(R_IP), _I(31), _R(R_IM))),
+                    _ins("setp", ("le", "or", "u32"), (_R(R_IPB), _R(R_IQ), _R(R_IK), _R(R_IPL)))]
+        else:      # stores: the lane below ends at or before this lane's first byte
+            out += [_ins("add", ("u64",), (_R(R_IX), addr, _I(nb))),
+                    _ins("mov", ("b64",), (Vector((_R(R_IK), _R(R_IH))), _R(R_IX))),
+                    _ins("shfl", ("sync", "idx", "b32"), (_R(R_IQ), _R(R_IK), _R(R_IP), _I(31), _R(R_IM))),
+                    _ins("shfl", ("sync", "idx", "b32"), (_R(R_IH), _R(R_IH), _R(R_IP), _I(31), _R(R_IM))),
+                    _ins("mov", ("b64",), (_R(R_IY), Vector((_R(R_IQ), _R(R_IH))))),
+                    _ins("setp", ("le", "or", "u64"), (_R(R_IPB), _R(R_IY), addr, _R(R_IPL)))]
+        out += [_ins("and", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_IPB))),
+                _ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_IPA), _R(R_IM))),
+                _ins("bra", (), (LabelRef(Lslow),), Guard(_R(R_IPA), True)),
+                _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_READ_DELAY_OFF if load
+                                                               else abi.CDESC_INL_WRITE_DELAY_OFF))),
+                _ins("add", ("u64",), (_R(out_reg), _R(R_IT), _R(R_IY)))]
+        if load:
+            out += [_ins("add", ("u32",), (_R(R_ICR), _R(R_ICR), _I(1)), Guard(_R(R_IPL))),
+                    _ins("setp", ("ne", "or", "u32"), (_R(R_IPB), _R(R_IQ), _R(R_IK), _R(R_IPL))),
+                    _ins("add", ("u32",), (_R(R_IGR), _R(R_IGR), _I(1)), Guard(_R(R_IPB))),
+                    _ins("add", ("u64",), (_R(R_IBR), _R(R_IBR), _I(nb)))]
+        else:
+            out += [_ins("add", ("u32",), (_R(R_ICW), _R(R_ICW), _I(1)), Guard(_R(R_IPL))),
+                    _ins("add", ("u64",), (_R(R_IBW), _R(R_IBW), _I(nb)))]
+        out += [_ins("bra", ("uni",), (LabelRef(Ldone),)), Label(Lslow)]
+        nbytes = _I(nb)
+        out.append(_call("__hb_issue", [("b64", addr), ("b32", nbytes), ("b32", _I(d.flags | abi.HBF_F_ACTIVE)),
+                                        ("b32", _I(site))], ret=out_reg))
+        out += [_ins("neg", ("s64",), (_R(R_IX), _R(until))),
+                _ins("setp", ("lt", "s64"), (_R(R_IPB), _R(R_IT), _R(R_IX))),
+                _ins("bra", (), (LabelRef(Lkeep),), Guard(_R(R_IPB))),
+                _call("__hb_inline_until", [("b32", _I(abi.HBF_OP_LOAD if load else abi.HBF_OP_STORE))], ret=until),
+                Label(Lkeep), Label(Ldone)]
+        self.report.sites += 1
+        self.inline_sites += 1
 
     def _issue_call(self, inst: Instruction, d: Decision, addr, out_reg: str, site: int,
                     out: list[Statement]) -> None:
@@ -668,6 +797,7 @@ class _FunctionRewriter:
                 fut_of[i] = len(fut_of)
                 self.fut_site[fut_of[i]] = self.node_site[i]
 
+        self._fut_of = fut_of
         IN = self._dataflow(nodes, succ, decisions, fut_of)
         src, lines = address_provenance([inst for _, inst in nodes], [d.addr if d else None for d in decisions])
         self.report.address_source, self.report.memory_address_lines = src, lines[:8]
@@ -694,7 +824,7 @@ class _FunctionRewriter:
             pre.extend(ws)
             # 3. kernel exit
             if inst.opcode in ("ret", "exit") and fn.is_entry:
-                pre.extend(self._unless_detached([_call("__hb_kernel_exit", [("b32", _I(self.kidx))], guard=g)]))
+                pre.extend(self._unless_detached(self._exit_calls(g)))
             # 4. access site
             d = decisions[i]
             self._node = i
@@ -755,7 +885,7 @@ class _FunctionRewriter:
         if last is None or last.guard is not None or last.opcode not in ("ret", "exit", "bra", "trap"):
             end = _ins("ret", (), ())
             if self.fn.is_entry:
-                out += self._unless_detached([_call("__hb_kernel_exit", [("b32", _I(self.kidx))])])
+                out += self._unless_detached(self._exit_calls(None))
             out.append(end)
         out += [Label(_NATIVE_LABEL)] + copy
         self.report.native_version = True
@@ -935,8 +1065,7 @@ class _FunctionRewriter:
                 out.append(_ins("mov", ("b64",), (_R(f"{R_FUT}{k}"), _R(R_TMP)), g))
         elif d.kind in ("load", "atomic"):        # wait at once (inactive lanes get future 0)
             site = self.node_site[self._node]
-            w = self._wait(R_NOW, site, None)
-            del w[3]                              # R_NOW is rewritten at the next site anyway
+            w = self._wait(R_NOW, site, None, clear=False)   # R_NOW is rewritten at the next site anyway
             self._issue(inst, d, R_NOW, out, tail=w)
         elif d.kind in ("store", "red"):          # posted
             self._issue(inst, d, R_TMP, out, tail=self._join_into(R_DRAIN, R_TMP))
@@ -1057,6 +1186,14 @@ class _FunctionRewriter:
             _ins("ld", ("global", "u64"), (_R(R_SPAN), Address(_R(R_STATE), 8)), Guard(_R(R_OFF), True)),
             _ins("setp", ("eq", "u64"), (_R(R_NONE), _R(R_SPAN), _I(0))),
             _ins("mov", ("b64",), (_R(R_DRAIN), _I(0)))]
+        if self.inline:
+            decls += [VarDecl((), "reg", (), ".b64", tuple(Declarator(r) for r in (R_IUR, R_IUW, R_IBR, R_IBW, R_ISL,
+                                                                                  R_IT, R_IX, R_IY))),
+                      VarDecl((), "reg", (), ".b32", tuple(Declarator(r) for r in (R_ICR, R_IGR, R_ICW, R_IRW, R_IM,
+                                                                                  R_IL, R_IK, R_IP, R_IQ, R_IH))),
+                      VarDecl((), "reg", (), ".pred", tuple(Declarator(r) for r in (R_IPA, R_IPB, R_IPL)))]
+            init += [_ins("mov", ("b64",), (_R(r), _I(0))) for r in (R_IUR, R_IUW, R_IBR, R_IBW, R_ISL)]
+            init += [_ins("mov", ("b32",), (_R(r), _I(0))) for r in (R_ICR, R_IGR, R_ICW, R_IRW)]
         if nfut:
             decls.append(VarDecl((), "reg", (), ".b64", (Declarator(R_FUT, count=nfut),)))
             init += [_ins("mov", ("b64",), (_R(f"{R_FUT}{k}"), _I(0))) for k in range(nfut)]
@@ -1130,6 +1267,8 @@ def _already_instrumented(module: Module) -> bool:
 # the module global the rewritten code reads at entry; the linker replaces this declaration with the
 # helper module's (weak) definition
 STATE_DECL = link.extern_global(abi.STATE_GLOBAL, ".u64", 8)
+# the launch descriptor inline sites read (constant bank operands), the same way
+CDESC_DECL = link.extern_global(abi.CDESC_GLOBAL, ".b8", 8, space="const", nbytes=abi.CDESC_BYTES)
 
 
 def prototypes() -> list[Function]:
@@ -1144,6 +1283,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
         raise RewriteError("module is already instrumented (defines or declares the timing helpers)")
     window = int(meta.get("cpasync_window", 2))
     hoist = bool(meta.get("hoist_issues", True))
+    inline = bool(meta.get("inline_issues", True))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -1152,11 +1292,13 @@ def timing_pass(module: Module, meta: dict) -> Module:
         kidx_of.setdefault(f.name, n_entries + j)
     reports: dict[str, FunctionReport] = {}
     new_items = []
+    any_inline = False
     for it in module.items:
         if type(it) is Function and it.body is not None:
-            rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist)
+            rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline)
             new_items.append(rw.run())
             reports[it.name] = rw.report
+            any_inline |= rw.inline and rw.report.sites > 0
         else:
             new_items.append(it)
     # admission through calls: a function is admitted only if everything it calls is
@@ -1176,12 +1318,14 @@ def timing_pass(module: Module, meta: dict) -> Module:
         reports[n].address_source = "memory"
     # prototypes before the first function
     first = next((i for i, it in enumerate(new_items) if type(it) is Function), len(new_items))
-    protos = [Comment("// hbfcc: helper prototypes (runtime_cuda/include/hbf_abi.h)"), STATE_DECL] + prototypes()
+    protos = [Comment("// hbfcc: helper prototypes (runtime_cuda/include/hbf_abi.h)"), STATE_DECL] + \
+        ([CDESC_DECL] if any_inline else []) + prototypes()
     new_items = new_items[:first] + protos + new_items[first:]
     meta[PASS_NAME] = {
         "kernels": [f.name for f in entries],
         "functions": [reports[f.name].to_dict() for f in entries + funcs],
         "cpasync_window_default": window,
         "hoist_issues": hoist,
+        "inline_issues": inline,
     }
     return replace(module, items=tuple(new_items))

@@ -25,6 +25,24 @@
  *   .weak .func (.param .b64 fut) __hb_future_join(.param .b64 a, .param .b64 b);
  *   .weak .func __hb_kernel_enter(.param .b32 kernel_index);
  *   .weak .func __hb_kernel_exit(.param .b32 kernel_index);
+ *   .weak .func (.param .b64 until) __hb_inline_until(.param .b32 op);
+ *   .weak .func __hb_kernel_flush(.param .b32 kernel_index, .param .b32 rd_req, .param .b32 rd_granules,
+ *                                 .param .b64 rd_bytes, .param .b32 wr_req, .param .b64 wr_bytes,
+ *                                 .param .b32 ready_waits, .param .b64 slack_ns);
+ * Inline issue (ABI 2; hbfcc's timing pass emits it in .entry functions, docs/design.md §3.3): the
+ *   FIXED source's common case needs no helper call. A site serves its access inline when
+ *   %globaltimer < until (signed; a per-thread register, 0 at entry), the address is inside the
+ *   descriptor's range (rel = addr - r0_base < r0_len and rel + nb <= r0_len), and every active lane
+ *   of the warp agrees (vote.all) with lanes in ascending address order (the granule count below is
+ *   then exact). The future is %globaltimer + inl_read_delay / inl_write_delay. The thread counts in
+ *   registers: warp requests (the lowest active lane counts one), granules first touched by the lane
+ *   (loads; media bytes = granules << read_gshift), program bytes, and for ready waits (a deadline
+ *   already due when the consumer asks, tested inline) the lowest lane's count and slack. Otherwise
+ *   the lanes call __hb_issue (__hb_wait), and a lane whose %globaltimer >= -until calls
+ *   __hb_inline_until: > 0 = inline until that time (the thermal snapshot's expiry; full rate, admission
+ *   open, no refresh debt), < 0 = not inline, ask again at -value (-(2^63 - 1): never, this launch).
+ *   __hb_kernel_flush (before __hb_kernel_exit at every exit) adds the thread's inline counters to the
+ *   kernel's (warp sums, one atomic per counter per warp; modeled_ns = requests x the fixed service).
  *
  * __hb_issue: called by the lanes of a rewritten access site whose address is in the fast-reject
  *   band (hbfcc tests the band inline, see "Fast reject" below; a predicated access passes
@@ -77,13 +95,13 @@
  * (cuModuleGetGlobal; the Triton kernel_load_end_hook; default 0 = detached = native path):
  *   .visible .global .align 8 .u64 __hb_state;        device address of hbf_device_state
  *   .visible .global .align 4 .u32 __hb_kslot_base;   first per-kernel counter slot of module
- *   .visible .const .align 8 .b8 __hb_cdesc[96];      the launch descriptor (hbf_device.h hbf_cdesc:
+ *   .visible .const .align 8 .b8 __hb_cdesc[128];      the launch descriptor (hbf_device.h hbf_cdesc:
  *                                                     all zero = no compact path, the general one)
  */
 #ifndef HBF_ABI_H
 #define HBF_ABI_H
 
-#define HBF_HELPER_ABI_VERSION 1u
+#define HBF_HELPER_ABI_VERSION 2u   /* 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc */
 
 /* flags argument of __hb_issue */
 #define HBF_F_OP_MASK 0x3u          /* HBF_OP_LOAD / STORE / ATOMIC / CPASYNC (hbf_ctl.h) */

@@ -84,10 +84,11 @@ typedef struct hbf_kernel_counters {
     uint64_t bias_clamps;              /* deadlines clamped to the issue time by deadline_bias_ns
                                           (the modeled delay was shorter than the bias) */
     uint64_t ready_waits;              /* warp-level waits whose future was already due at entry */
-    uint64_t slack_ns;                 /* ready-before-use: entry - deadline of those waits (min over the
-                                          warp's lanes): time the value was ready before the consumer */
+    uint64_t slack_ns;                 /* ready-before-use: entry - deadline of those waits (the warp's lowest
+                                          active lane): time the value was ready before the consumer */
     uint64_t wait_helper_ns;           /* helper time of ready waits (entry -> return, max over lanes) */
-    uint64_t reserved[1];
+    uint64_t inline_requests;          /* requests served by the inline issue path (in ops[] too; their helper
+                                          time is not measured per access: overhead_ns excludes them) */
 } hbf_kernel_counters;
 
 typedef struct hbf_device_state {
@@ -189,13 +190,22 @@ typedef struct hbf_cdesc {
     uint8_t read_gshift;           /* log2(media.read_granularity) */
     uint8_t reserved0;
     uint32_t reserved1;
+    /* --- the inline issue path (hbfcc emits it in kernels; __hb_inline_until decides per thread) --- */
+    uint64_t r0_len;               /* r0_end - r0_base (an inline site's range check: rel < len, rel + nb <= len) */
+    uint64_t inl_read_delay;       /* the deadline an inline load gets: issue + this (max(fixed_read_ns, 1)
+                                      less the bias, 0 when the bias clamps it; the FIXED source at full rate) */
+    uint64_t inl_write_delay;      /* the same for stores (fixed_write_ns) */
+    uint32_t inl_flags;            /* HBF_CDI_*: which ops may be served inline (0: none, the helpers serve all) */
+    uint32_t reserved2;
 } hbf_cdesc;
+#define HBF_CDI_READ 0x1u         /* loads inline: FIXED source, one TIMING range with READ, granule >= 32 B */
+#define HBF_CDI_WRITE 0x2u        /* stores inline: FIXED source, one TIMING range with WRITE */
 
 HBF_STATIC_ASSERT(sizeof(hbf_dev_range) == 32, "dev range 32B");
 HBF_STATIC_ASSERT(sizeof(hbf_kernel_counters) % 64 == 0, "kernel counters 64B multiple");
 HBF_STATIC_ASSERT(sizeof(hbf_device_state) % 64 == 0, "device state 64B multiple");
 HBF_STATIC_ASSERT(offsetof(hbf_device_state, bank_buf) % 16 == 0, "bank records 16B aligned (128-bit CAS)");
 
-HBF_STATIC_ASSERT(sizeof(hbf_cdesc) == 96, "cdesc 96B");
+HBF_STATIC_ASSERT(sizeof(hbf_cdesc) == 128, "cdesc 128B");
 
 #endif /* HBF_DEVICE_H */

@@ -1003,6 +1003,24 @@ static __device__ __noinline__ ulonglong2 hb_cd_classify(uint64_t addr, uint32_t
                            (unsigned long long)((uint32_t)cls | (pshift << 8) | (perms << 16)));
 }
 
+// This SM shard's thermal replica through L1 (hb_ld_l1): every warp-request of the SM touches the line, so
+// it stays there; a copy another SM replaced is used at most until its snapshot's age passes max_age (the
+// caller checks), the bound every snapshot has. The SM that refreshes writes the replicas (its L1 follows).
+HB_DEV uint64_t hb_cd_thermal_word(uint32_t smid, uint64_t t0) {
+    const hbf_cdesc& d = __hb_cdesc;
+    uint64_t* const rp = (uint64_t*)(d.replica + (uint64_t)(smid & (HBF_KSHARDS - 1u)) * (HBF_THC_REPLICA_STRIDE * 8u));
+    uint64_t w = hb_ld_l1(rp);
+    if (!(HBF_THC_VALID(w) && hb_thc_age_ns(w, t0) <= d.max_age)) {
+        // this SM's copy aged (or was never valid): the replica itself; when that is current, an atomic that
+        // changes nothing drops the stale line from this SM's L1 (atomics are performed at L2 and invalidate
+        // the local copy), so the next requests read the current one there again
+        w = hb_ld_vol(rp);
+        if (HBF_THC_VALID(w) && hb_thc_age_ns(w, t0) <= d.max_age)
+            asm volatile("red.relaxed.gpu.global.or.b64 [%0], 0;" ::"l"(rp) : "memory");
+    }
+    return w;
+}
+
 // The compact path reads nothing but the descriptor (constant bank: instruction operands), __hb_state (the
 // attach switch, in flight with the rest) and this SM shard's thermal replica (through L1): no pointer
 // chase through the state block, no run parameters in registers. Its register footprint
@@ -1040,20 +1058,7 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
     }
     HB_PROF(2, media + (hit ? 1u : 0u));
     const uint32_t smid = hb_smid();
-    const uint32_t shard = smid & (HBF_KSHARDS - 1u);
-    // this shard's replica through L1 (hb_ld_l1): every warp-request of the SM touches the line, so it stays
-    // there; a copy another SM replaced is used at most until its snapshot's age passes max_age (the check
-    // below), the bound every snapshot has. The SM that refreshes writes the replicas (its L1 follows).
-    uint64_t* const rp = (uint64_t*)(d.replica + (uint64_t)shard * (HBF_THC_REPLICA_STRIDE * 8u));
-    uint64_t w = hb_ld_l1(rp);
-    if (!(HBF_THC_VALID(w) && hb_thc_age_ns(w, t0) <= d.max_age)) {
-        // this SM's copy aged (or was never valid): the replica itself; when that is current, an atomic that
-        // changes nothing drops the stale line from this SM's L1 (atomics are performed at L2 and invalidate
-        // the local copy), so the next requests read the current one there again
-        w = hb_ld_vol(rp);
-        if (HBF_THC_VALID(w) && hb_thc_age_ns(w, t0) <= d.max_age)
-            asm volatile("red.relaxed.gpu.global.or.b64 [%0], 0;" ::"l"(rp) : "memory");
-    }
+    const uint64_t w = hb_cd_thermal_word(smid, t0);
     bool ok = !partial && (!hit || (perms & hb_perm_needed(op)) != 0u) && sp == d.st;
     ok = ok && HBF_THC_VALID(w) && HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) &&
          HBF_THC_MODE(w) != HBF_TH_SHUTDOWN && hb_thc_age_ns(w, t0) <= d.max_age;
@@ -1130,6 +1135,81 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
     }
     HB_PROF(7, helper);
     return HB_FAST_DONE;
+}
+
+// ------------------------------------------------------------------------------------------
+// The inline issue path (hbf_abi.h "Inline issue"; hbfcc emits it, these two helpers serve it)
+// ------------------------------------------------------------------------------------------
+#define HB_INLINE_NEVER (-0x7FFFFFFFFFFFFFFFll)
+
+// Until when this thread may serve `op` inline: the expiry of a fresh full-rate thermal snapshot with
+// admission open and no refresh debt (the replica the compact path reads: valid only then), as long as
+// the descriptor allows the op (devstate.cdesc_for: the FIXED source, one TIMING range with the op's
+// permission). < 0: not inline; ask again at -value (a stale or invalid replica: at once -- the general
+// path the site takes meanwhile refreshes it or claims the debt; a snapshot below full rate: when it
+// ages; the descriptor: never, it does not change while a kernel runs).
+extern "C" __device__ __noinline__ long long __hb_inline_until(unsigned int op) {
+    const hbf_cdesc& d = __hb_cdesc;
+    const uint32_t bit = op == HBF_OP_LOAD ? HBF_CDI_READ : (op == HBF_OP_STORE ? HBF_CDI_WRITE : 0u);
+    if (bit == 0u || (d.flags & HBF_CD_ON) == 0u || (d.inl_flags & bit) == 0u || __hb_state != d.st)
+        return HB_INLINE_NEVER;
+    const uint64_t now = hb_now();
+    const uint64_t w = hb_cd_thermal_word(hb_smid(), now);
+    if (!HBF_THC_VALID(w)) return -(long long)now;
+    const uint64_t age = hb_thc_age_ns(w, now);
+    if (age > d.max_age) return -(long long)now;
+    const uint64_t until = now - age + d.max_age;
+    if (HBF_THC_Q(w) < 1000000u || !HBF_THC_ADM(w) || HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) return -(long long)until;
+    return (long long)until;
+}
+
+// The thread's inline counters into the kernel's (before __hb_kernel_exit at every exit of an entry): warp
+// sums, one atomic per counter per warp into the SM's shard, the same fields the compact path updates for
+// the same requests (requests, media bytes, program bytes, modeled_ns = requests x the FIXED service, bias
+// clamps), plus inline_requests; helper time is not measured per inline access (a few instructions: the
+// instrumented/native time of the kernel is its measure). Ready waits tested inline: the lowest lane's
+// count and slack, as hb_wait_ready counts them.
+extern "C" __device__ __noinline__ void __hb_kernel_flush(unsigned int kernel_index, unsigned int rd_req,
+                                                          unsigned int rd_granules, unsigned long long rd_bytes,
+                                                          unsigned int wr_req, unsigned long long wr_bytes,
+                                                          unsigned int ready_waits, unsigned long long slack_ns) {
+    const unsigned long long sp = __hb_state;
+    if (sp == 0ull) return;
+    const uint32_t mask = __activemask();
+    if (__reduce_or_sync(mask, rd_req | wr_req | ready_waits) == 0u) return;
+    const uint64_t rq = hb_warp_sum(mask, rd_req), rg = hb_warp_sum(mask, rd_granules);
+    const uint64_t rb = hb_warp_sum(mask, rd_bytes), wq = hb_warp_sum(mask, wr_req);
+    const uint64_t wb = hb_warp_sum(mask, wr_bytes), rw = hb_warp_sum(mask, ready_waits);
+    const uint64_t sl = hb_warp_sum(mask, slack_ns);
+    if (hb_laneid() != (uint32_t)(__ffs(mask) - 1)) return;
+    const hbf_cdesc& d = __hb_cdesc;
+    const uint32_t site = kernel_index << 16;
+    hbf_kernel_counters* ks = (d.flags & HBF_CD_ON) ? hb_cd_kslot(site, hb_smid())
+                                                    : hb_kslot((hbf_device_state*)sp, site);
+    if (rq | wq) {   // inline requests exist only under a descriptor (cdesc ON)
+        const uint64_t sr = d.fixed_read_ns ? d.fixed_read_ns : 1ull, sw = d.fixed_write_ns ? d.fixed_write_ns : 1ull;
+        if (rq) {
+            hbf_op_counters* oc = &ks->ops[HBF_OP_LOAD];
+            hb_red_add(&oc->requests, rq);
+            hb_red_add(&oc->bytes, rg << d.read_gshift);
+            hb_red_add(&oc->program_bytes, rb);
+            hb_red_add(&oc->modeled_ns, rq * sr);
+        }
+        if (wq) {
+            hbf_op_counters* oc = &ks->ops[HBF_OP_STORE];
+            hb_red_add(&oc->requests, wq);
+            hb_red_add(&oc->bytes, wb);
+            hb_red_add(&oc->program_bytes, wb);
+            hb_red_add(&oc->modeled_ns, wq * sw);
+        }
+        const uint64_t clamps = (d.bias != 0ull && sr <= d.bias ? rq : 0ull) + (d.bias != 0ull && sw <= d.bias ? wq : 0ull);
+        if (clamps) hb_red_add(&ks->bias_clamps, clamps);
+        hb_red_add(&ks->inline_requests, rq + wq);
+    }
+    if (rw) {
+        hb_red_add(&ks->ready_waits, rw);
+        hb_red_add(&ks->slack_ns, sl);
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1283,16 +1363,15 @@ HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsi
 }
 
 // A deadline future that is already due when the consumer asks: no wait, only the slack (how long the
-// value was ready before its use, min over the warp's lanes here) is counted, one atomic pair per warp.
+// value was ready before its use, the warp's lowest active lane's) is counted, one atomic pair per warp.
 // `slot()` gives the warp's counter slot (called by the leader lane only).
 template <class Slot>
 HB_DEV void hb_wait_ready(uint64_t deadline, uint64_t t_in, Slot slot) {
     const uint32_t mask = __activemask();
-    const uint32_t slack = __reduce_min_sync(mask, hb_sat32(t_in - deadline));
-    if (hb_laneid() == (uint32_t)(__ffs(mask) - 1)) {
+    if (hb_laneid() == (uint32_t)(__ffs(mask) - 1)) {       // the lowest lane's slack (as the inline wait counts)
         hbf_kernel_counters* ks = slot();
         hb_red_add(&ks->ready_waits, 1ull);
-        hb_red_add(&ks->slack_ns, (unsigned long long)slack);
+        hb_red_add(&ks->slack_ns, (unsigned long long)(t_in - deadline));
     }
 }
 

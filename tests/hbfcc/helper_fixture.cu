@@ -8,6 +8,7 @@
 extern "C" {
 __device__ unsigned long long __hb_state;
 __device__ unsigned int __hb_kslot_base;
+__constant__ unsigned char __hb_cdesc[128];   // read by inline sites; all zero: nothing inline
 }
 
 static __device__ __noinline__ unsigned long long fixture_now() {
@@ -40,4 +41,16 @@ extern "C" __device__ __noinline__ void __hb_kernel_enter(unsigned int kernel_in
 
 extern "C" __device__ __noinline__ void __hb_kernel_exit(unsigned int kernel_index) {
     if (__hb_state) atomicAdd(&__hb_kslot_base, 0u);
+}
+
+// never inline (the fixture serves every access through __hb_issue, whose prints the tests read)
+extern "C" __device__ __noinline__ long long __hb_inline_until(unsigned int op) {
+    return -0x7FFFFFFFFFFFFFFFll;
+}
+
+extern "C" __device__ __noinline__ void __hb_kernel_flush(unsigned int kernel_index, unsigned int rd_req,
+                                                          unsigned int rd_granules, unsigned long long rd_bytes,
+                                                          unsigned int wr_req, unsigned long long wr_bytes,
+                                                          unsigned int ready_waits, unsigned long long slack_ns) {
+    if (__hb_state && (rd_req | wr_req | ready_waits)) atomicAdd(&__hb_kslot_base, 0u);
 }

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hbfcommon import abi
 from hbfcommon import ctl as C
 from runtime_cuda import devstate as D
 
@@ -81,7 +82,8 @@ def test_constants_match(probe):
           "HBF_F_NC": D.HBF_F_NC, "HBF_F_RELEASE": D.HBF_F_RELEASE,
           "HBF_FUTURE_TICKET_BIT": D.HBF_FUTURE_TICKET_BIT, "HBF_KSHARDS": D.HBF_KSHARDS,
           "HBF_THC_REPLICA_STRIDE": D.HBF_THC_REPLICA_STRIDE, "HBF_CD_ON": D.HBF_CD_ON,
-          "HBF_CD_FAST": D.HBF_CD_FAST, "HBF_CD_SHARDED": D.HBF_CD_SHARDED, "HBF_CD_MULTI": D.HBF_CD_MULTI}
+          "HBF_CD_FAST": D.HBF_CD_FAST, "HBF_CD_SHARDED": D.HBF_CD_SHARDED, "HBF_CD_MULTI": D.HBF_CD_MULTI,
+          "HBF_CDI_READ": D.HBF_CDI_READ, "HBF_CDI_WRITE": D.HBF_CDI_WRITE}
     assert set(py) == set(defs), set(defs) ^ set(py)
     for k, v in py.items():
         assert defs[k] == v, k
@@ -171,3 +173,56 @@ def test_cdesc_for_general_path_cases(why):
 def test_cdesc_non_timing_range_has_no_permissions():
     st = _state_for_cdesc(ranges=[_r(1 << 40, 1 << 20, mode=C.HBF_MODE_CAPACITY)])
     assert D.cdesc_for(st, 0x1000, 0).r0_perms == 0    # every hit goes to the general path
+
+
+def test_cdesc_inline_offsets_match_the_abi():
+    """The byte offsets inline sites read (hbfcommon.abi) are hbf_cdesc's fields."""
+    assert D.CDESC_BYTES == abi.CDESC_BYTES == 128
+    assert D.hbf_cdesc.r0_base.offset == abi.CDESC_R0_BASE_OFF
+    assert D.hbf_cdesc.read_gshift.offset == abi.CDESC_READ_GSHIFT_OFF
+    assert D.hbf_cdesc.r0_len.offset == abi.CDESC_R0_LEN_OFF
+    assert D.hbf_cdesc.inl_read_delay.offset == abi.CDESC_INL_READ_DELAY_OFF
+    assert D.hbf_cdesc.inl_write_delay.offset == abi.CDESC_INL_WRITE_DELAY_OFF
+
+
+def test_cdesc_inline_fixed_one_range():
+    st = _state_for_cdesc()                 # fixed 2000 / 3000 ns, bias 250, one TIMING range of 1 MiB, perms all
+    d = D.cdesc_for(st, 0x1000, 0)
+    assert d.inl_flags == D.HBF_CDI_READ | D.HBF_CDI_WRITE and d.r0_len == 1 << 20
+    assert (d.inl_read_delay, d.inl_write_delay) == (2_000 - 250, 3_000 - 250)   # the bias applied once
+    assert D.cdesc_for(st, 0x1000, 0, inline=False).inl_flags == 0               # HBF_INLINE_ISSUE=0
+
+
+def test_cdesc_inline_delay_clamped_by_the_bias():
+    st = _state_for_cdesc()
+    st.media.fixed_read_ns, st.media.fixed_write_ns = 0, 250      # max(0, 1) and 250 are <= the bias 250
+    d = D.cdesc_for(st, 0x1000, 0)
+    assert (d.inl_read_delay, d.inl_write_delay) == (0, 0)        # deadline = the issue time (hb_apply_bias)
+    st.deadline_bias_ns = 0
+    d = D.cdesc_for(st, 0x1000, 0)
+    assert (d.inl_read_delay, d.inl_write_delay) == (1, 250)      # a zero service is one ns (a valid future)
+
+
+@pytest.mark.parametrize("why", ["fast", "multi", "read_only", "small_granule", "big_range", "capacity"])
+def test_cdesc_inline_refused(why):
+    ranges = None
+    if why == "multi":
+        ranges = [_r(1 << 40, 1 << 20), _r(1 << 41, 1 << 20, rid=2)]
+    elif why == "read_only":
+        ranges = [_r(1 << 40, 1 << 20, perms=C.HBF_PERM_READ)]
+    elif why == "big_range":
+        ranges = [_r(1 << 40, D.INLINE_MAX_RANGE + 4096)]
+    elif why == "capacity":
+        ranges = [_r(1 << 40, 1 << 20, mode=C.HBF_MODE_CAPACITY)]
+    st = _state_for_cdesc(C.HBF_SRC_FAST if why == "fast" else C.HBF_SRC_FIXED, ranges)
+    if why == "small_granule":
+        st.media.read_granularity = 16
+    d = D.cdesc_for(st, 0x1000, 0)
+    want = {"read_only": D.HBF_CDI_READ, "small_granule": D.HBF_CDI_WRITE}.get(why, 0)
+    assert d.inl_flags == want
+
+
+def test_kernel_counters_have_inline_requests():
+    k = D.hbf_kernel_counters()
+    k.inline_requests = 7
+    assert D.kernel_counters_dict(k)["inline_requests"] == 7
