@@ -90,6 +90,40 @@ def load_helper(path: Optional[str] = None, *, module_text: Optional[str] = None
     return _load_helper_cached(os.path.abspath(p), st.st_mtime_ns, st.st_size)
 
 
+def _stub_body(sig: abi.Signature) -> str:
+    if not sig.returns:
+        return "{ ret; }"
+    w, n = sig.returns[0]
+    val = str(abi.INLINE_NEVER) if sig.name == "__hb_inline_until" else "0"
+    return f"{{ st.param.b{w} [{n}], {val}; ret; }}"
+
+
+def stub_helper_text(version: str = "8.0") -> str:
+    """A helper module whose functions do nothing (every call returns at once; __hb_inline_until: never).
+    NOT for running: hbfcc-ptxas's occupancy guard assembles a module linked with it to learn the
+    registers the kernel's own code needs (the inline path, the sites, the counters) without the real
+    helpers' registers, which ptxas adds to every kernel that calls them."""
+    lines = [f".version {version}", ".target sm_90a", ".address_size 64", "",
+             f".visible .global .align 8 .u64 {abi.STATE_GLOBAL};",
+             f".visible .global .align 4 .u32 {abi.KSLOT_BASE_GLOBAL};",
+             f".visible .const .align 8 .b8 {abi.CDESC_GLOBAL}[{abi.CDESC_BYTES}];", ""]
+    for sig in abi.HELPERS.values():
+        rets = ", ".join(f".param .b{w} {n}" for w, n in sig.returns)
+        params = ", ".join(f".param .b{w} {n}" for w, n in sig.params)
+        head = f".visible .func ({rets}) {sig.name}({params})" if rets else f".visible .func {sig.name}({params})"
+        lines.append(f"{head}\n{_stub_body(sig)}")
+    return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=1)
+def stub_helper() -> HelperModule:
+    """:func:`stub_helper_text` as a helper module (linked like the real one)."""
+    text = stub_helper_text()
+    mod = parse_module(text, filename="<stub helper>")
+    return prepare(mod, role="helper", path="<stub helper>", sha256=sha256_bytes(text.encode()),
+                   required=abi.HELPERS, private_prefix="__hb_l_", abi_version=abi.HBF_HELPER_ABI_VERSION)
+
+
 # --------------------------------------------------------------------------------------------
 # The eidola helper module (the functions the flags pass calls; issue 7)
 # --------------------------------------------------------------------------------------------

@@ -664,9 +664,10 @@ class _FunctionRewriter:
                       out: list[Statement], L: str) -> None:
         """The inline issue (hbf_abi.h "Inline issue"): the lanes whose guard holds (the others skip to
         ``L``: future 0, as the helper gives an inactive lane) serve the access without a call when the
-        thread's until has not passed, the address is inside the descriptor's range, and every active lane
-        agrees with lanes in ascending address order; else they call ``__hb_issue``, and a lane whose
-        until has expired asks ``__hb_inline_until`` again (a negative until: ask at -until)."""
+        thread's until has not passed (a lane whose until has passed asks ``__hb_inline_until`` first; a
+        negative until: only once its ask-again time -until has come), the address is inside the
+        descriptor's range, and every active lane agrees with lanes in ascending address order; else they
+        call ``__hb_issue``."""
         g = inst.guard
         if g is not None:
             out.append(_ins("bra", (), (LabelRef(L),), Guard(g.reg, not g.negated)))
@@ -674,9 +675,17 @@ class _FunctionRewriter:
         until = R_IUR if load else R_IUW
         nb = d.nbytes
         cd = abi.CDESC_GLOBAL
-        Lslow, Ldone, Lkeep = self._label(), self._label(), self._label()
+        Lslow, Ldone, Lgo = self._label(), self._label(), self._label()
+        # until passed (or a negative until whose ask-again time has come): ask __hb_inline_until first
         out += [_ins("mov", ("u64",), (_R(R_IT), _R("%globaltimer"))),
                 _ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IT), _R(until))),
+                _ins("bra", (), (LabelRef(Lgo),), Guard(_R(R_IPA))),
+                _ins("neg", ("s64",), (_R(R_IX), _R(until))),
+                _ins("setp", ("lt", "s64"), (_R(R_IPB), _R(R_IT), _R(R_IX))),
+                _ins("bra", (), (LabelRef(Lgo),), Guard(_R(R_IPB))),
+                _call("__hb_inline_until", [("b32", _I(abi.HBF_OP_LOAD if load else abi.HBF_OP_STORE))], ret=until),
+                _ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IT), _R(until))),
+                Label(Lgo),
                 _ins("ld", ("const", "u64"), (_R(R_IX), Address(Symbol(cd), abi.CDESC_R0_BASE_OFF))),
                 _ins("sub", ("u64",), (_R(R_IX), addr, _R(R_IX))),
                 _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_R0_LEN_OFF))),
@@ -718,11 +727,7 @@ class _FunctionRewriter:
         nbytes = _I(nb)
         out.append(_call("__hb_issue", [("b64", addr), ("b32", nbytes), ("b32", _I(d.flags | abi.HBF_F_ACTIVE)),
                                         ("b32", _I(site))], ret=out_reg))
-        out += [_ins("neg", ("s64",), (_R(R_IX), _R(until))),
-                _ins("setp", ("lt", "s64"), (_R(R_IPB), _R(R_IT), _R(R_IX))),
-                _ins("bra", (), (LabelRef(Lkeep),), Guard(_R(R_IPB))),
-                _call("__hb_inline_until", [("b32", _I(abi.HBF_OP_LOAD if load else abi.HBF_OP_STORE))], ret=until),
-                Label(Lkeep), Label(Ldone)]
+        out.append(Label(Ldone))
         self.report.sites += 1
         self.inline_sites += 1
 

@@ -37,10 +37,13 @@
  *   then exact). The future is %globaltimer + inl_read_delay / inl_write_delay. The thread counts in
  *   registers: warp requests (the lowest active lane counts one), granules first touched by the lane
  *   (loads; media bytes = granules << read_gshift), program bytes, and for ready waits (a deadline
- *   already due when the consumer asks, tested inline) the lowest lane's count and slack. Otherwise
- *   the lanes call __hb_issue (__hb_wait), and a lane whose %globaltimer >= -until calls
- *   __hb_inline_until: > 0 = inline until that time (the thermal snapshot's expiry; full rate, admission
- *   open, no refresh debt), < 0 = not inline, ask again at -value (-(2^63 - 1): never, this launch).
+ *   already due when the consumer asks, tested inline) the lowest lane's count and slack. A lane whose
+ *   until has passed (or, for a negative until, whose %globaltimer >= -until) first asks
+ *   __hb_inline_until: > 0 = inline until that time (half the thermal snapshot's age; once the snapshot is
+ *   half aged, the first asker claims its refresh and every asker gets its expiry, so the snapshots are
+ *   replaced before threads expire together; full rate, admission open, no refresh debt), < 0 = not
+ *   inline, ask again at -value (-(2^63 - 1): never, this launch). Lanes not served inline call
+ *   __hb_issue (__hb_wait).
  *   __hb_kernel_flush (before __hb_kernel_exit at every exit) adds the thread's inline counters to the
  *   kernel's (warp sums, one atomic per counter per warp; modeled_ns = requests x the fixed service).
  *

@@ -1142,12 +1142,27 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
 // ------------------------------------------------------------------------------------------
 #define HB_INLINE_NEVER (-0x7FFFFFFFFFFFFFFFll)
 
-// Until when this thread may serve `op` inline: the expiry of a fresh full-rate thermal snapshot with
-// admission open and no refresh debt (the replica the compact path reads: valid only then), as long as
-// the descriptor allows the op (devstate.cdesc_for: the FIXED source, one TIMING range with the op's
-// permission). < 0: not inline; ask again at -value (a stale or invalid replica: at once -- the general
-// path the site takes meanwhile refreshes it or claims the debt; a snapshot below full rate: when it
-// ages; the descriptor: never, it does not change while a kernel runs).
+// A refresh of the thermal snapshot claimed ahead of its expiry (at half its age) by the first inline thread
+// that asks: the same claim as hb_thermal_snapshot's (the marker: the word with its valid bit clear, stamped
+// now; general-path readers wait for it as for any claim), but nobody waits here -- the losers, and the
+// winner once it has published, keep using the snapshot they hold until it ages. So the snapshot every
+// inline thread holds is replaced before it expires, and the threads do not all ask at its expiry.
+HB_DEV void hb_inline_refresh(hbf_device_state* st, uint64_t held, uint64_t now) {
+    const uint64_t cur = hb_ld_vol(&st->thermal_cache);
+    if (!HBF_THC_VALID(cur) || HBF_THC_STAMP(cur) != HBF_THC_STAMP(held)) return;   // claimed or replaced
+    const uint64_t claim = hb_pack_thermal(HBF_THC_Q(cur), HBF_THC_ADM(cur), HBF_THC_MODE(cur), now) & ~(1ull << 23);
+    if (atomicCAS((unsigned long long*)&st->thermal_cache, (unsigned long long)cur, (unsigned long long)claim) ==
+        (unsigned long long)cur)
+        (void)HB_OOL(hb_thermal_read)(st, (const hbf_ctl*)st->ctl, now);
+}
+
+// Until when this thread may serve `op` inline: a fresh full-rate thermal snapshot with admission open and
+// no refresh debt (this SM's replica, as the compact path reads it), as long as the descriptor allows the op
+// (devstate.cdesc_for: the FIXED source, one TIMING range with the op's permission). Positive: inline until
+// then -- half the snapshot's age, or its expiry once a refresh has been claimed (hb_inline_refresh).
+// Negative: not inline; ask again at -value (a stale or invalid replica: at once, the general path the site
+// takes meanwhile refreshes it or claims the debt; a snapshot below full rate: when it ages; the descriptor:
+// never, it does not change while a kernel runs).
 extern "C" __device__ __noinline__ long long __hb_inline_until(unsigned int op) {
     const hbf_cdesc& d = __hb_cdesc;
     const uint32_t bit = op == HBF_OP_LOAD ? HBF_CDI_READ : (op == HBF_OP_STORE ? HBF_CDI_WRITE : 0u);
@@ -1158,9 +1173,12 @@ extern "C" __device__ __noinline__ long long __hb_inline_until(unsigned int op) 
     if (!HBF_THC_VALID(w)) return -(long long)now;
     const uint64_t age = hb_thc_age_ns(w, now);
     if (age > d.max_age) return -(long long)now;
-    const uint64_t until = now - age + d.max_age;
-    if (HBF_THC_Q(w) < 1000000u || !HBF_THC_ADM(w) || HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) return -(long long)until;
-    return (long long)until;
+    const uint64_t expiry = now - age + d.max_age;
+    if (HBF_THC_Q(w) < 1000000u || !HBF_THC_ADM(w) || HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) return -(long long)expiry;
+    const uint64_t half = d.max_age >> 1;
+    if (age < half) return (long long)(now - age + half);
+    hb_inline_refresh((hbf_device_state*)d.st, w, now);
+    return (long long)expiry;
 }
 
 // The thread's inline counters into the kernel's (before __hb_kernel_exit at every exit of an entry): warp

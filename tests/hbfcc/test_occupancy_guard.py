@@ -192,3 +192,41 @@ def test_launch_bound_setting_is_in_the_version_marker(monkeypatch):
     on = marker_line()
     monkeypatch.setenv("HBFCC_LAUNCH_BOUND", "0")
     assert "launch-bound" not in on and marker_line() == on + " launch-bound off"
+
+
+# ---- the guard's hot-path bound and indirect helper calls ----------------------------------------
+
+def test_plan_never_caps_below_the_hot_path():
+    m = parse_module(""".version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry a() .maxntid 128, 1, 1 { ret; }
+""")
+    d = O.plan(m, {"a": 26}, {"a": 116}, {"a": 45})
+    assert d["a"]["hot_path_registers"] == 45 and d["a"]["bound"] == 48 and d["a"]["applied"]
+    assert d["a"]["blocks_per_sm_guarded"] == O.blocks_per_sm(48, 128)
+    d = O.plan(m, {"a": 26}, {"a": 116}, {"a": 120})     # the kernel's own code needs it all: no cap
+    assert not d["a"]["applied"]
+
+
+def test_stub_helper_defines_the_abi_and_links():
+    from hbfcc import helpers as H
+    from hbfcc.rewrite import rewrite_text
+    h = H.stub_helper()
+    assert set(h.defined) >= set(__import__("hbfcommon.abi", fromlist=["HELPERS"]).HELPERS)
+    res = rewrite_text((FIX / "vector_add_f32.ptx").read_text(), helper=h)
+    U.assemble(res.text)
+
+
+def test_indirect_calls_assemble_and_name_no_helper_directly():
+    from hbfcc.rewrite import rewrite_text
+    helper = U.real_helper_ptx()
+    if helper is None:
+        pytest.skip("the real helper PTX (make helpers-ptx) is not built")
+    from hbfcc import helpers as H
+    res = rewrite_text((FIX / "vector_add_f32.ptx").read_text(), helper=H.load_helper(helper))
+    m = O.indirect_calls(res.module, ["add_kernel"])
+    text = print_module(m)
+    body = text[text.index(".entry add_kernel"):text.index("// ---- hbfcc: helper module")]
+    assert "call \t(__hb_rv), __hb_issue," not in body and "%__hb_fp, (" in body and ".callprototype" in body
+    U.assemble(text)
