@@ -102,11 +102,15 @@ def test_hbfcc_ptxas_guards_a_triton_matmul(tmp_path, guard):
     text = U.rewritten_text(tmp_path / "dump")
     if guard == "1":
         g = k["occupancy_guard"]
-        assert g["threads_per_block"] == 256 and g["bound"] == 128
-        assert g["instrumented_registers"] > 128          # ~210 unguarded: 1 block/SM instead of 2
-        assert g["applied"] and ".maxnreg 128" in text
-        assert "HBFCC_OCCUPANCY_GUARD=1 caps" in cp.stderr and "EXPERIMENTAL" in cp.stderr   # said, loudly
-        assert k["ptxas_after"]["registers"] <= 128 and g["guarded_registers"] <= 128
+        # the bound: the plain build's (128: 2 blocks/SM) unless the kernel's own code needs more
+        assert g["threads_per_block"] == 256 and g["bound"] == max(128, -(-g["hot_path_registers"] // 8) * 8)
+        assert g["instrumented_registers"] > 128          # unguarded: 1 block/SM instead of 2
+        if g["instrumented_registers"] > g["bound"]:
+            assert g["applied"] and f".maxnreg {g['bound']}" in text
+            assert "HBFCC_OCCUPANCY_GUARD=1 caps" in cp.stderr and "EXPERIMENTAL" in cp.stderr   # said, loudly
+            assert k["ptxas_after"]["registers"] <= g["bound"] and g["guarded_registers"] <= g["bound"]
+        else:
+            assert not g["applied"] and ".maxnreg" not in text
         import hashlib
         assert doc["input"]["transformed_sha256"] == hashlib.sha256(text.encode()).hexdigest()
     else:
