@@ -34,10 +34,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from hbfcommon import abi
-
-from .ptx.model import (ArgList, Block, Declarator, Directive, Function, Instruction, Label, Module, Register,
-                        Symbol, VarDecl)
+from .ptx.model import Directive, Function, Module
 
 REGS_PER_SM = 65536
 REG_UNIT = 8                 # per-thread allocation granularity (256 per warp)
@@ -200,71 +197,7 @@ def apply(module: Module, caps: dict[str, int]) -> Module:
     return _edit_entries(module, caps, _with_maxnreg)
 
 
-R_FP = "%__hb_fp"
-_PROTO = "__hb_proto"
-
-
-def _proto_args(sig: abi.Signature) -> tuple[str, ...]:
-    """``.callprototype`` tokens of a helper signature: ``(.param .b64 _) _ (.param .b64 _, ...)``."""
-    def plist(ws):
-        out: list[str] = ["("]
-        for k, (w, _n) in enumerate(ws):
-            if k:
-                out.append(",")
-            out += [".param", f".b{w}", "_"]
-        return out + [")"]
-    return tuple(plist(sig.returns) + ["_"] + plist(sig.params))
-
-
-def _indirect_block(b: Block) -> Block:
-    """A call block of the timing pass (``{ .param ...; st.param ...; call ... helper ...; ld.param ...}``)
-    with its helper call made through a register: an indirect call, so ptxas uses the ABI calling
-    convention there (the caller saves its live values around the call) instead of allocating the
-    helper's registers on top of the caller's in whole-program mode."""
-    body = list(b.body)
-    for k, st in enumerate(body):
-        if type(st) is Instruction and st.opcode == "call":
-            ops = st.operands
-            j = next((i for i, o in enumerate(ops) if type(o) is Symbol and o.name in abi.HELPERS), None)
-            if j is None:
-                return b
-            sig = abi.HELPERS[ops[j].name]
-            call = Instruction(st.guard, "call", st.modifiers, ops[:j] + (Register(R_FP),) + ops[j + 1:]
-                               + (Symbol(_PROTO),), st.line)
-            pre = [VarDecl((), "reg", (), ".b64", (Declarator(R_FP),)),
-                   Instruction(None, "mov", ("u64",), (Register(R_FP), Symbol(sig.name))),
-                   Label(_PROTO), Directive("callprototype", _proto_args(sig))]
-            return Block(tuple(body[:k] + pre + [call] + body[k + 1:]))
-    return b
-
-
-def _indirect(body):
-    out = []
-    for st in body:
-        if type(st) is Block:
-            has = any(type(x) is Instruction and x.opcode == "call" and any(
-                type(o) is Symbol and o.name in abi.HELPERS for o in x.operands) for x in st.body)
-            out.append(_indirect_block(st) if has else Block(tuple(_indirect(st.body))))
-        else:
-            out.append(st)
-    return out
-
-
-def indirect_calls(module: Module, names) -> Module:
-    """The named entries with every helper call made indirect (:func:`_indirect_block`)."""
-    names = set(names)
-    items = []
-    for it in module.items:
-        if type(it) is Function and it.is_entry and it.body is not None and it.name in names:
-            it = replace(it, body=tuple(_indirect(it.body)))
-        items.append(it)
-    return replace(module, items=tuple(items))
-
-
 def guard_stage(module: Module, meta: dict) -> Module:
     """The stage ``(module, meta) -> module``: ``.maxnreg`` on the entries ``meta["occupancy_guard"]``
-    (the decisions of :func:`plan`) applies the guard to, and their helper calls made indirect (the ABI's
-    caller saves land at the calls, on the paths that call, and the helpers fit the cap with their own
-    spills), so the kernel's own code keeps the registers it needs."""
-    caps = {n: d["bound"] for n, d in meta.get(PASS_NAME, {}).items() if d["applied"]}
-    return apply(indirect_calls(module, caps), caps)
+    (the decisions of :func:`plan`) applies the guard to."""
+    return apply(module, {n: d["bound"] for n, d in meta.get(PASS_NAME, {}).items() if d["applied"]})

@@ -487,7 +487,7 @@ def _hoistable_past(inst: Instruction) -> bool:
 
 class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
-                 inline: bool = True, save_across_calls: bool = True):
+                 inline: bool = True, save_across_calls: bool = False):
         self.hoist = hoist
         self.inline = inline and fn.is_entry      # the thread's counters are flushed at the entry's exits
         self.inline_sites = 0
@@ -1232,7 +1232,9 @@ class _FunctionRewriter:
 # live across it are stored to a per-thread local buffer and loaded back after it: for ptxas none of them
 # lives across the call, and only the calls' own paths pay the stores and loads. The stores and loads go
 # through a generic pointer with .volatile (local space takes no .volatile), so ptxas cannot forward them
-# away and keep the values in registers after all.
+# away and keep the values in registers after all. OFF by default (HBFCC_SAVE_ACROSS_CALLS=1): on the H200
+# the stream kernels got fewer registers (118 -> 80, 4 -> 6 blocks/SM) but ran slower (reduce x2.71 vs
+# x2.46, copy x2.09 vs x1.45; bench/results/devpath_cost_r15_save_across.json).
 R_SAVE, R_SV32, R_SVP = "__hb_save", "%__hb_sv", "%__hb_svp"
 _SAVE_BYTES = {"pred": 4, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2, "b32": 4, "u32": 4, "s32": 4,
                "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8}
@@ -1434,7 +1436,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     window = int(meta.get("cpasync_window", 2))
     hoist = bool(meta.get("hoist_issues", True))
     inline = bool(meta.get("inline_issues", True))
-    save_across = bool(meta.get("save_across_calls", True))
+    save_across = bool(meta.get("save_across_calls", False))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)

@@ -220,17 +220,3 @@ def test_stub_helper_defines_the_abi_and_links():
     assert set(h.defined) >= set(__import__("hbfcommon.abi", fromlist=["HELPERS"]).HELPERS)
     res = rewrite_text((FIX / "vector_add_f32.ptx").read_text(), helper=h)
     U.assemble(res.text)
-
-
-def test_indirect_calls_assemble_and_name_no_helper_directly():
-    from hbfcc.rewrite import rewrite_text
-    helper = U.real_helper_ptx()
-    if helper is None:
-        pytest.skip("the real helper PTX (make helpers-ptx) is not built")
-    from hbfcc import helpers as H
-    res = rewrite_text((FIX / "vector_add_f32.ptx").read_text(), helper=H.load_helper(helper))
-    m = O.indirect_calls(res.module, ["add_kernel"])
-    text = print_module(m)
-    body = text[text.index(".entry add_kernel"):text.index("// ---- hbfcc: helper module")]
-    assert "call \t(__hb_rv), __hb_issue," not in body and "%__hb_fp, (" in body and ".callprototype" in body
-    U.assemble(text)
