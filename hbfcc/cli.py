@@ -74,8 +74,6 @@ def marker_line() -> str:
         line += " hoist-issues off"
     if not knobs.load().inline_issues:  # HBFCC_INLINE_ISSUE=0 builds differently
         line += " inline-issue off"
-    if knobs.load().save_across_calls:  # HBFCC_SAVE_ACROSS_CALLS=1 builds differently
-        line += " save-across-calls on"
     if not knobs.load().launch_bound:  # HBFCC_LAUNCH_BOUND=0 builds differently
         line += " launch-bound off"
     return line

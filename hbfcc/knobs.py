@@ -41,7 +41,6 @@ class Knobs:
     occupancy_guard: bool = False  # HBFCC_OCCUPANCY_GUARD (default 0): hbfcc/occupancy.py
     hoist_issues: bool = True      # HBFCC_HOIST_ISSUES (default 1): load issues hoisted (passes/timing.py)
     inline_issues: bool = True     # HBFCC_INLINE_ISSUE (default 1): the inline issue path in entries
-    save_across_calls: bool = False  # HBFCC_SAVE_ACROSS_CALLS (default 0): live values saved around helper calls
     launch_bound: bool = True      # HBFCC_LAUNCH_BOUND (default 1): .maxntid keeps plain blocks launchable
     sidecar: str = "auto"          # HBFCC_SIDECAR (auto|1|0): hbfcc-ptxas's <output>.hbfcc.json
     nvcc_step: bool = False        # HBFCC_NVCC_STEP (internal, set by the shadow toolkit's shim)
@@ -65,7 +64,6 @@ def load() -> Knobs:
         occupancy_guard=env_bool("HBFCC_OCCUPANCY_GUARD", False),
         hoist_issues=env_bool("HBFCC_HOIST_ISSUES", True),
         inline_issues=env_bool("HBFCC_INLINE_ISSUE", True),
-        save_across_calls=env_bool("HBFCC_SAVE_ACROSS_CALLS", False),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
         sidecar=_choice("HBFCC_SIDECAR", "auto", SIDECAR_CHOICES),
         nvcc_step=env_bool(ENV_NVCC_STEP, False),
@@ -98,8 +96,6 @@ DOCS: tuple[tuple[str, str, str], ...] = (
     ("HBFCC_CPASYNC_WINDOW", "2", "cp.async group registers (2..64)"),
     ("HBFCC_HOIST_ISSUES", "1", "hoist load issues (0: each issue at its access)"),
     ("HBFCC_INLINE_ISSUE", "1", "emit the inline issue path in kernels (0: every access calls the helpers)"),
-    ("HBFCC_SAVE_ACROSS_CALLS", "0", "1: save the values live across each helper call to local memory (fewer "
-     "registers; measured slower on the H200, docs/RESULTS.md)"),
     ("HBFCC_LAUNCH_BOUND", "1", ".maxntid keeps the plain build's blocks launchable"),
     ("HBFCC_OCCUPANCY_GUARD", "0", ".maxnreg keeps the plain build's blocks per SM"),
     ("HBFCC_LOG", "WARNING", "log level"),

@@ -109,7 +109,7 @@ _U32 = (1 << 32) - 1
 # the inline path's limits: granule keys are 32 bits of (address >> read_gshift), exact within 2^37 bytes
 # for the smallest granule it serves (32 B); a deadline further than the wait's bound is the helpers' to refuse
 INLINE_MAX_RANGE = 1 << 37
-INLINE_MAX_DELAY_NS = 10_000_000_000     # HBF_MAX_WAIT_NS (hbf_helpers.cu)
+HBF_MAX_WAIT_NS = 10_000_000_000         # hbf_device.h: the longest single modeled wait
 
 
 def cdesc_for(st: hbf_device_state, state_dptr: int, kslot_base: int, inline: bool = True) -> hbf_cdesc:
@@ -160,9 +160,9 @@ def cdesc_for(st: hbf_device_state, state_dptr: int, kslot_base: int, inline: bo
 
     d.inl_read_delay, d.inl_write_delay = delay(fr), delay(fw)
     if (inline and src == C.HBF_SRC_FIXED and n == 1 and d.r0_perms and 0 < d.r0_len <= INLINE_MAX_RANGE):
-        if d.r0_perms & C.HBF_PERM_READ and d.read_gshift >= 5 and d.inl_read_delay < INLINE_MAX_DELAY_NS:
+        if d.r0_perms & C.HBF_PERM_READ and d.read_gshift >= 5 and d.inl_read_delay < HBF_MAX_WAIT_NS:
             d.inl_flags |= HBF_CDI_READ
-        if d.r0_perms & C.HBF_PERM_WRITE and d.inl_write_delay < INLINE_MAX_DELAY_NS:
+        if d.r0_perms & C.HBF_PERM_WRITE and d.inl_write_delay < HBF_MAX_WAIT_NS:
             d.inl_flags |= HBF_CDI_WRITE
     return d
 

@@ -400,8 +400,6 @@ class FunctionReport:
     address_source: str = "params"
     memory_address_lines: list[int] = field(default_factory=list)
     hoisted_issues: int = 0          # load issues placed before earlier instructions (_hoist_target)
-    saved_calls: int = 0             # helper calls with the values live across them saved (_save_across_calls)
-    saved_bytes_max: int = 0
 
     def count(self, d: Decision) -> None:
         c = self.classes.setdefault(d.cls, {"count": 0, "rewritten": 0, "native": 0, "refused": 0})
@@ -418,8 +416,7 @@ class FunctionReport:
                 "cp_async_window": self.cp_async_window, "calls": self.calls,
                 "external_calls": self.external_calls, "native_version": self.native_version,
                 "address_source": self.address_source, "memory_address_lines": self.memory_address_lines,
-                "hoisted_issues": self.hoisted_issues, "saved_calls": self.saved_calls,
-                "saved_bytes_max": self.saved_bytes_max}
+                "hoisted_issues": self.hoisted_issues}
 
 
 # Issue hoisting: what a load's issue may be moved above. Plain computation and plain (weak) memory
@@ -487,11 +484,9 @@ def _hoistable_past(inst: Instruction) -> bool:
 
 class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
-                 inline: bool = True, save_across_calls: bool = False):
+                 inline: bool = True):
         self.hoist = hoist
         self.inline = inline and fn.is_entry      # the thread's counters are flushed at the entry's exits
-        self.inline_sites = 0
-        self.save_across_calls = save_across_calls
         self.hoisted: dict[tuple[int, ...], list[Statement]] = {}
         self.clones: dict[str, int] = {}            # type -> registers copied for hoisted issues
         self.clone_at: dict[tuple[int, int], str] = {}   # (hoist node, copied node) -> its copy
@@ -603,12 +598,12 @@ class _FunctionRewriter:
                 _ins("and", ("b32",), (_R(R_IL), _R(R_IL), _R(R_IM))),
                 _ins("setp", ("eq", "u32"), (_R(R_IPL), _R(R_IL), _I(0)))]
 
-    def _inline_ok(self, inst: Instruction, d: Decision, i: int, fut_of: dict[int, int]) -> bool:
+    def _inline_ok(self, d: Decision) -> bool:
         """The site may be served inline: an entry's plain load whose future waits at its use, or a
         posted store, of at most 32 naturally aligned bytes."""
         if not self.inline or d.nbytes not in INLINE_BYTES:
             return False
-        return (d.kind == "load" and i in fut_of) or d.kind == "store"
+        return (d.kind == "load" and self._node in self._fut_of) or d.kind == "store"
 
     def _join_into(self, dst: str, other: str) -> list[Statement]:
         """dst = __hb_future_join(dst, other). Inline where the helper's answer is known without it: a
@@ -655,7 +650,7 @@ class _FunctionRewriter:
         out.append(_ins("sub", ("u64",), (_R(R_BAND), addr, _R(R_LO))))
         out.append(_ins("setp", ("ge", "u64"), (_R(R_OUT), _R(R_BAND), _R(R_SPAN))))
         out.append(_ins("bra", (), (LabelRef(L),), Guard(_R(R_OUT))))
-        if self._inline_ok(inst, d, self._node, self._fut_of):
+        if self._inline_ok(d):
             self._inline_issue(inst, d, addr, out_reg, site, out, L)
         else:
             self._issue_call(inst, d, addr, out_reg, site, out)
@@ -728,12 +723,10 @@ class _FunctionRewriter:
             out += [_ins("add", ("u32",), (_R(R_ICW), _R(R_ICW), _I(1)), Guard(_R(R_IPL))),
                     _ins("add", ("u64",), (_R(R_IBW), _R(R_IBW), _I(nb)))]
         out += [_ins("bra", ("uni",), (LabelRef(Ldone),)), Label(Lslow)]
-        nbytes = _I(nb)
-        out.append(_call("__hb_issue", [("b64", addr), ("b32", nbytes), ("b32", _I(d.flags | abi.HBF_F_ACTIVE)),
+        out.append(_call("__hb_issue", [("b64", addr), ("b32", _I(nb)), ("b32", _I(d.flags | abi.HBF_F_ACTIVE)),
                                         ("b32", _I(site))], ret=out_reg))
         out.append(Label(Ldone))
         self.report.sites += 1
-        self.inline_sites += 1
 
     def _issue_call(self, inst: Instruction, d: Decision, addr, out_reg: str, site: int,
                     out: list[Statement]) -> None:
@@ -867,8 +860,6 @@ class _FunctionRewriter:
             self.pre[path] = code + self.pre.get(path, [])
         new_body = self._rebuild(body, ())
         new_body = self._prologue(new_body, len(fut_of))
-        if self.inline and self.save_across_calls and self.report.sites:
-            new_body = _save_across_calls(self.fn, new_body, self.report)
         new_body = self._with_native_version(new_body, body)
         self.report.admitted = not self.report.refused
         if self.report.refused:
@@ -1222,147 +1213,6 @@ class _FunctionRewriter:
         return body[:j] + decls + init + body[j:]
 
 
-# --------------------------------------------------------------------------------------------
-# Registers saved around the helper calls (entries with the inline path)
-# --------------------------------------------------------------------------------------------
-# ptxas assembles a rewritten module in whole-program mode and gives a directly called helper registers
-# disjoint from every value of the caller that lives across the call: the kernel's count becomes its live
-# values plus the helper's footprint (the float4 stream: 116 registers, 48 with helpers that do nothing),
-# although with the inline path the calls sit on cold branches. So, around each helper call, the values
-# live across it are stored to a per-thread local buffer and loaded back after it: for ptxas none of them
-# lives across the call, and only the calls' own paths pay the stores and loads. The stores and loads go
-# through a generic pointer with .volatile (local space takes no .volatile), so ptxas cannot forward them
-# away and keep the values in registers after all. OFF by default (HBFCC_SAVE_ACROSS_CALLS=1): on the H200
-# the stream kernels got fewer registers (118 -> 80, 4 -> 6 blocks/SM) but ran slower (reduce x2.71 vs
-# x2.46, copy x2.09 vs x1.45; bench/results/devpath_cost_r15_save_across.json).
-R_SAVE, R_SV32, R_SVP = "__hb_save", "%__hb_sv", "%__hb_svp"
-_SAVE_BYTES = {"pred": 4, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2, "b32": 4, "u32": 4, "s32": 4,
-               "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8}
-
-
-def _reg_types(body) -> dict[str, str]:
-    """Register name -> PTX type (without the dot) for every .reg declaration in ``body`` (families expanded
-    by name prefix at lookup)."""
-    exact: dict[str, str] = {}
-    fam: dict[str, str] = {}
-    for _, st in walk(body):
-        if type(st) is VarDecl and st.space == "reg":
-            for d in st.decls:
-                (fam if d.count is not None else exact)[d.name] = st.type.lstrip(".")
-    out = dict(exact)
-    out["__families__"] = fam   # type: ignore[assignment]
-    return out
-
-
-def _type_of(types: dict, name: str) -> Optional[str]:
-    t = types.get(name)
-    if t is not None:
-        return t
-    m = re.match(r"^(.*?)(\d+)$", name)
-    return types["__families__"].get(m.group(1)) if m else None
-
-
-def _save_across_calls(fn: Function, body: list[Statement], report: "FunctionReport") -> list[Statement]:
-    types = _reg_types(body)
-    nodes, succ = build_cfg(replace(fn, body=tuple(body))).instruction_graph()
-    n = len(nodes)
-    index: dict[str, int] = {}
-
-    def bits(names) -> int:
-        v = 0
-        for r in names:
-            k = index.get(r)
-            if k is None:
-                if _type_of(types, r) not in _SAVE_BYTES:
-                    continue                       # special registers, vectors of unknown type
-                k = index[r] = len(index)
-            v |= 1 << k
-        return v
-    use = [bits(inst.uses()) for _, inst in nodes]
-    kill = [0 if inst.guard is not None else bits(inst.defs()) for _, inst in nodes]
-    dfs = [bits(inst.defs()) for _, inst in nodes]
-    pred: list[list[int]] = [[] for _ in range(n)]
-    for i, ss in enumerate(succ):
-        for j in ss:
-            pred[j].append(i)
-    live_in = [0] * n
-    live_out = [0] * n
-    work = deque(range(n - 1, -1, -1))
-    queued = [True] * n
-    while work:
-        i = work.pop()
-        queued[i] = False
-        out = 0
-        for j in succ[i]:
-            out |= live_in[j]
-        live_out[i] = out
-        new_in = use[i] | (out & ~kill[i])
-        if new_in != live_in[i]:
-            live_in[i] = new_in
-            for p in pred[i]:
-                if not queued[p]:
-                    queued[p] = True
-                    work.appendleft(p)
-    names = {k: r for r, k in index.items()}
-    edits: dict[tuple[int, ...], tuple[list[Statement], list[Statement]]] = {}
-    need = 0
-    for i, (path, inst) in enumerate(nodes):
-        if inst.opcode != "call" or not any(type(o) is Symbol and o.name in abi.HELPERS for o in inst.operands):
-            continue
-        across = live_out[i] & ~dfs[i]
-        regs = sorted((names[k] for k in range(len(index)) if across >> k & 1),
-                      key=lambda r: (-_SAVE_BYTES[_type_of(types, r)], r))
-        if not regs:
-            continue
-        saves: list[Statement] = [_ins("mov", ("u64",), (_R(R_SVP), Symbol(R_SAVE))),
-                                  _ins("cvta", ("local", "u64"), (_R(R_SVP), _R(R_SVP)))]
-        loads: list[Statement] = list(saves)
-        off = 0
-        for r in regs:
-            t = _type_of(types, r)
-            nb = _SAVE_BYTES[t]
-            off = -(-off // nb) * nb
-            a = Address(_R(R_SVP), off)
-            if t == "pred":
-                saves += [_ins("selp", ("b32",), (_R(R_SV32), _I(1), _I(0), _R(r))),
-                          _ins("st", ("volatile", "b32"), (a, _R(R_SV32)))]
-                loads += [_ins("ld", ("volatile", "b32"), (_R(R_SV32), a)),
-                          _ins("setp", ("ne", "b32"), (_R(r), _R(R_SV32), _I(0)))]
-            else:
-                w = f"b{nb * 8}"
-                saves.append(_ins("st", ("volatile", w), (a, _R(r))))
-                loads.append(_ins("ld", ("volatile", w), (_R(r), a)))
-            off += nb
-        need = max(need, off)
-        edits[path] = (saves, loads)
-        report.saved_calls += 1
-        report.saved_bytes_max = max(report.saved_bytes_max, off)
-    if not edits:
-        return body
-    body = _insert_around(body, (), edits)
-    decls = [VarDecl((), "local", (".align 8",), ".b8", (Declarator(R_SAVE, dims=(-(-need // 8) * 8,)),)),
-             VarDecl((), "reg", (), ".b32", (Declarator(R_SV32),)),
-             VarDecl((), "reg", (), ".b64", (Declarator(R_SVP),))]
-    return decls + body
-
-
-def _insert_around(body, prefix: tuple[int, ...], edits) -> list[Statement]:
-    out: list[Statement] = []
-    for i, st in enumerate(body):
-        p = prefix + (i,)
-        if type(st) is Block:
-            out.append(replace(st, body=tuple(_insert_around(st.body, p, edits))))
-            continue
-        e = edits.get(p)
-        if e is None:
-            out.append(st)
-        else:
-            out.extend(e[0])
-            out.append(st)
-            out.extend(e[1])
-    return out
-
-
 _NATIVE_LABEL = "$__hb_native"
 _NATIVE_SUFFIX = "_hbn"
 
@@ -1436,7 +1286,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
     window = int(meta.get("cpasync_window", 2))
     hoist = bool(meta.get("hoist_issues", True))
     inline = bool(meta.get("inline_issues", True))
-    save_across = bool(meta.get("save_across_calls", False))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -1448,7 +1297,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     any_inline = False
     for it in module.items:
         if type(it) is Function and it.body is not None:
-            rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, save_across)
+            rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0

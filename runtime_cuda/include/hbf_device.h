@@ -198,6 +198,8 @@ typedef struct hbf_cdesc {
     uint32_t inl_flags;            /* HBF_CDI_*: which ops may be served inline (0: none, the helpers serve all) */
     uint32_t reserved2;
 } hbf_cdesc;
+#define HBF_MAX_WAIT_NS 10000000000ull   /* the longest single modeled wait (longer: TIMEOUT); devstate.cdesc_for
+                                            keeps inline delays below it */
 #define HBF_CDI_READ 0x1u         /* loads inline: FIXED source, one TIMING range with READ, granule >= 32 B */
 #define HBF_CDI_WRITE 0x2u        /* stores inline: FIXED source, one TIMING range with WRITE */
 

@@ -93,8 +93,7 @@ static __device__ __forceinline__ F* hb_ool(F* f) {
     return f;
 }
 #define HB_OOL(fn) (*hb_ool(&(fn)))
-// A single modeled wait longer than this is a model bug: TIMEOUT instead of a hang.
-#define HBF_MAX_WAIT_NS 10000000000ull
+// HBF_MAX_WAIT_NS (hbf_device.h): a single modeled wait longer than that is a model bug: TIMEOUT, not a hang.
 
 // ------------------------------------------------------------------------------------------
 // PTX primitives

@@ -108,18 +108,3 @@ def test_inline_forms_assemble_with_every_helper_build():
             res = rewrite_text(src, helper=H.load_helper(hp))
             U.assemble(res.text)
 
-
-def test_values_live_across_a_helper_call_are_saved_and_restored():
-    """Around each helper call of an entry with the inline path, what lives across it goes to the local
-    save buffer and comes back (volatile, through a generic pointer), so ptxas does not stack the helper's
-    registers on the kernel's values (HBFCC_SAVE_ACROSS_CALLS=1); off (the default): no buffer."""
-    m = timing_pass(parse_module(STREAM), {"inline_issues": True, "save_across_calls": True})
-    out = print_module(m)
-    assert ".local .align 8 .b8 \t__hb_save[" in out and "cvta.local.u64" in out
-    assert "st.volatile.b64" in out and "ld.volatile.b64" in out
-    # a value the kernel uses after the store site's call (the loaded %r5) is saved before and loaded after it
-    k = out.index("__hb_issue, (", out.index("%__hb_iuw"))
-    assert out.rfind("st.volatile.b32 \t[%__hb_svp", 0, k) > out.rfind("__hb_issue, (", 0, k - 1)
-    assert "ld.volatile.b32 \t%r5" in out[k:k + 2000] or "ld.volatile.b32 \t%r6" in out[k:k + 2000]
-    off = print_module(timing_pass(parse_module(STREAM), {"inline_issues": True}))
-    assert "__hb_save" not in off
