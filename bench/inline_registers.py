@@ -9,6 +9,10 @@ entry's register count (ptxas -v) for:
   direct    the rewrite linked with the default helper build (runtime_cuda/ptx/hbf_helpers.ptx);
   lean      the same with hbf_helpers_lean.ptx (the heavy pieces behind ABI calls);
   *_indirect  the same three with every helper call of the kernel made through a register (an ABI call);
+  callfree  the direct rewrite with every helper call except entry and exit (`__hb_kernel_enter`/`_flush`) removed, the
+            call's result replaced by an opaque value (%globaltimer): an estimate of a call-free inline body
+            selected per launch (the inline refresh it would need instead of `__hb_inline_until` is not in it);
+  callfree_none  the same with entry and exit calls removed too (the body and its inline path alone);
 and, per exported helper of each build, the registers of a one-thread entry that calls only that helper with
 arguments loaded from memory (the helper's own footprint as a direct callee).
 
@@ -75,6 +79,33 @@ def indirect(text: str) -> str:
     return re.sub(r"call\s+(\(__hb_rv\),\s*)?(__hb_\w+),\s*\(([^)]*)\);", rep, head) + tail
 
 
+def callfree(text: str, keep: tuple[str, ...] = ("__hb_kernel_flush", "__hb_kernel_enter")) -> str:
+    """Every helper call block of the module's own functions but entry and exit removed; the call's result
+    register gets an opaque value (%globaltimer / %clock), so no code that depends on it is folded away."""
+    cut = text.find("// ---- hbfcc: helper module")
+    head, tail = (text, "") if cut < 0 else (text[:cut], text[cut:])
+    lines, out, i = head.split("\n"), [], 0
+    while i < len(lines):
+        if lines[i].strip() == "{":
+            j = i + 1
+            while j < len(lines) and lines[j].strip() != "}" and lines[j].strip() != "{":
+                j += 1
+            block = lines[i:j + 1]
+            call = next((re.search(r"call\S*\s+(?:\(__hb_rv\),\s*)?(__hb_\w+)", x) for x in block if "call" in x), None)
+            if j < len(lines) and lines[j].strip() == "}" and call and call.group(1) in abi.HELPERS \
+                    and call.group(1) not in keep:
+                for x in block:
+                    m = re.search(r"ld\.param\.b(\d+)\s+(%[\w$]+),\s*\[__hb_rv\]", x)
+                    if m:
+                        out.append(f"\tmov.u{m.group(1)} {m.group(2)}, {'%globaltimer' if m.group(1) == '64' else '%clock'};")
+                out.append(f"\t// call removed: {call.group(1)}")
+                i = j + 1
+                continue
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out) + tail
+
+
 def helper_footprints(helper_text: str, wd: Path) -> dict[str, int]:
     """Per exported helper: registers of an entry that calls only it (arguments loaded from memory, so
     nothing is constant-folded away)."""
@@ -110,6 +141,9 @@ def main() -> int:
                 text = rewrite_text(src, helper=h).text
                 row[b] = regs(text, wd)
                 row[f"{b}_indirect"] = regs(indirect(text), wd)
+            direct = rewrite_text(src, helper=helpers["direct"]).text
+            row["callfree"] = regs(callfree(direct), wd)
+            row["callfree_none"] = regs(callfree(direct, keep=()), wd)
             res["kernels"][k] = row
             print(k, {v: list(r.values())[0] for v, r in row.items()}, flush=True)
         for b, p in BUILDS.items():
