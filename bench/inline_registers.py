@@ -141,9 +141,9 @@ def main() -> int:
                 text = rewrite_text(src, helper=h).text
                 row[b] = regs(text, wd)
                 row[f"{b}_indirect"] = regs(indirect(text), wd)
-            direct = rewrite_text(src, helper=helpers["direct"]).text
-            row["callfree"] = regs(callfree(direct), wd)
-            row["callfree_none"] = regs(callfree(direct, keep=()), wd)
+                if b == "direct":
+                    row["callfree"] = regs(callfree(text), wd)
+                    row["callfree_none"] = regs(callfree(text, keep=()), wd)
             res["kernels"][k] = row
             print(k, {v: list(r.values())[0] for v, r in row.items()}, flush=True)
         for b, p in BUILDS.items():
