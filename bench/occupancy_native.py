@@ -18,6 +18,7 @@ import json
 import logging
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,30 +45,16 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     import torch
-    import triton
-    import triton.language as tl
     from cuda.bindings import driver as cu
     import devpath_common as DC
 
-    @triton.jit
-    def reduce_k(x, out, n, EPP: tl.constexpr, BLOCK: tl.constexpr, PAD: tl.constexpr):
-        pid = tl.program_id(0)
-        base = pid * EPP
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for i in range(0, EPP, BLOCK):
-            offs = base + i + tl.arange(0, BLOCK)
-            acc += tl.load(x + offs, mask=offs < n, other=0).to(tl.float32)
-        tl.store(out + pid, tl.sum(acc, axis=0))
-
-    @triton.jit
-    def copy_k(x, y, n, EPP: tl.constexpr, BLOCK: tl.constexpr, PAD: tl.constexpr):
-        base = tl.program_id(0) * EPP
-        for i in range(0, EPP, BLOCK):
-            offs = base + i + tl.arange(0, BLOCK)
-            m = offs < n
-            tl.store(y + offs, tl.load(x + offs, mask=m), mask=m)
-
-    EPP, BLOCK = 16384, 2048
+    work = Path(tempfile.mkdtemp(prefix="hbf-occ."))
+    # the stream part's own kernels (devpath_common.KERNEL_BODY), one copy per setting so that each has
+    # its own compiled kernel (the launch's shared memory is per compiled kernel)
+    sfx = [f"occ{i}" for i in range(len(TARGET_BLOCKS))]
+    K = DC.import_source(work / "tk_occ.py", DC.KERNEL_HEADER + "".join(DC.KERNEL_BODY.replace("SFX", x) for x in sfx),
+                         "tk_occ")
+    EPP, BLOCK = 16384, 2048            # bench/devpath_cost.py's STREAM_EPP, STREAM_BLOCK
     n = int(a.gib * (1 << 30)) // 2 // EPP * EPP
     G = n // EPP
     x = torch.randn(n, device="cuda", dtype=torch.float16)
@@ -75,10 +62,10 @@ def main() -> int:
     out = torch.empty(G, device="cuda", dtype=torch.float32)
     res: dict = {"what": __doc__.split("\n\n")[0], "gpu": DC.gpu_info(), "n": n, "grid": G, "rounds": a.rounds,
                  "command": " ".join(["python3", "bench/occupancy_native.py"] + sys.argv[1:]), "kernels": {}}
-    for name, K, args in (("reduce", reduce_k, (x, out, n)), ("copy", copy_k, (x, y, n))):
+    for name, args in (("reduce", (x, out, n)), ("copy", (x, y, n))):
         variants = []
-        for pad, tb in enumerate(TARGET_BLOCKS):
-            ck = K.warmup(*args, EPP=EPP, BLOCK=BLOCK, PAD=pad, grid=(G,), num_warps=4)
+        for i, tb in enumerate(TARGET_BLOCKS):
+            ck = getattr(K, f"{name}_{sfx[i]}").warmup(*args, EPP=EPP, BLOCK=BLOCK, grid=(G,), num_warps=4)
             ck._init_handles()
             base_smem = int(ck.metadata.shared or 0)
             smem = base_smem if tb is None else max(base_smem, smem_for(tb))
@@ -91,10 +78,9 @@ def main() -> int:
             ck.packed_metadata = (ck.metadata.num_warps, ck.metadata.num_ctas, smem)
             bps = DC.driver_blocks_per_sm(int(ck.function), 128, smem)
             variants.append({"target_blocks": tb, "smem": smem, "blocks_per_sm": bps, "regs": ck.n_regs, "ck": ck})
-            log.info("%s pad %d: smem %d -> %s blocks/SM (regs %s)", name, pad, smem, bps, ck.n_regs)
+            log.info("%s setting %d: smem %d -> %s blocks/SM (regs %s)", name, i, smem, bps, ck.n_regs)
         # a CompiledKernel's runner takes every argument of the signature, constexprs included
-        runners = [(lambda r, pad: (lambda *xs: r(*xs, EPP, BLOCK, pad)))(v["ck"][(G, 1, 1)], pad)
-                   for pad, v in enumerate(variants)]
+        runners = [(lambda r: (lambda *xs: r(*xs, EPP, BLOCK)))(v["ck"][(G, 1, 1)]) for v in variants]
         for r in runners:            # warm
             r(*args)
         torch.cuda.synchronize()
