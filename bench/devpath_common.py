@@ -149,6 +149,28 @@ def copy_SFX(x, y, n, EPP: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def sreduce_SFX(x, out, n, EPP: tl.constexpr, BLOCK: tl.constexpr):
+    # reduce_SFX with the loop unrolled by Triton (tl.static_range): the instrumented body is straight-line
+    pid = tl.program_id(0)
+    base = pid * EPP
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in tl.static_range(0, EPP, BLOCK):
+        offs = base + i + tl.arange(0, BLOCK)
+        acc += tl.load(x + offs, mask=offs < n, other=0).to(tl.float32)
+    tl.store(out + pid, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def scopy_SFX(x, y, n, EPP: tl.constexpr, BLOCK: tl.constexpr):
+    # copy_SFX with the loop unrolled by Triton (tl.static_range)
+    base = tl.program_id(0) * EPP
+    for i in tl.static_range(0, EPP, BLOCK):
+        offs = base + i + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(y + offs, tl.load(x + offs, mask=m), mask=m)
+
+
+@triton.jit
 def hist_SFX(x, h, n, EPP: tl.constexpr, BLOCK: tl.constexpr, NB: tl.constexpr):
     # integer histogram with atomics: h[x % NB] += 1 (deterministic totals)
     base = tl.program_id(0) * EPP
@@ -228,6 +250,8 @@ def consume_SFX(x, t, vout, iters, R: tl.constexpr):
 KERNEL_ARGS = {
     "reduce": (("x", "IN"), ("out", "*fp32"), ("n", "i32")),
     "copy": (("x", "IN"), ("y", "IN"), ("n", "i32")),
+    "sreduce": (("x", "IN"), ("out", "*fp32"), ("n", "i32")),
+    "scopy": (("x", "IN"), ("y", "IN"), ("n", "i32")),
     "hist": (("x", "*i32"), ("h", "*i32"), ("n", "i32")),
     "asum": (("x", "*i32"), ("out", "*i32"), ("n", "i32")),
     "add4": (("a", "IN"), ("b", "IN"), ("c", "IN"), ("d", "IN"), ("o", "IN"), ("n", "i32")),

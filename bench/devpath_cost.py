@@ -9,7 +9,8 @@ Parts (each runs in a child process with its own hbfd and the source it needs; a
 as in bench/devpath_matrix.py: a step that does not end in --launch-timeout is recorded as a hang):
 
 * ``stream`` (fixed 0 ns): a bandwidth-bound fp16 streaming reduction and copy over --stream-gib
-  (default 1 GiB; 16384 elements per program, 4 warps, grid = n / 16384 >> the resident capacity).
+  (default 1 GiB; 16384 elements per program, 4 warps, grid = n / 16384 >> the resident capacity), and the
+  same two with the loop unrolled by Triton (``sreduce``/``scopy``, tl.static_range: a straight-line body).
   The hbf build reads the registered tensor, the plain build an unregistered clone (the gate refuses a
   plain kernel on a registered range). --reps interleaved pairs: hbf/plain ratio (median, p10/p90,
   spread; goal <= 1.3), and per launch the helper's cost per request from the counters
@@ -57,7 +58,8 @@ STREAM_EPP, STREAM_BLOCK = 16384, 2048
 PROBE_R = 32
 LITTLE = ((8192, 512), (8192, 2048), (8192, 8192))   # (elements per program, per round): 1, 2, 8 loads/thread
 # parts in run order: (name, timing source, variant); one part = one watchdog "case"
-PART_TABLE = ([("stream_reduce", "fixed0", "reduce"), ("stream_copy", "fixed0", "copy"), ("probe", "fixed0", None),
+PART_TABLE = ([("stream_reduce", "fixed0", "reduce"), ("stream_copy", "fixed0", "copy"),
+               ("stream_sreduce", "fixed0", "sreduce"), ("stream_scopy", "fixed0", "scopy"), ("probe", "fixed0", None),
                ("unrelated", "fixed0", None), ("consume", "fixed2us", None)]
               + [(f"little_e{e}_b{b}", "fixed20us", (e, b)) for e, b in LITTLE])
 PARTS = tuple(p[0] for p in PART_TABLE)
@@ -97,7 +99,7 @@ def little_spec(epp: int, block: int, grid: int = 1) -> dict:
 
 
 def all_specs(a) -> list[dict]:
-    return ([stream_spec("reduce", a.stream_gib), stream_spec("copy", a.stream_gib), probe_spec(), consume_spec()]
+    return ([stream_spec(k, a.stream_gib) for k in ("reduce", "copy", "sreduce", "scopy")] + [probe_spec(), consume_spec()]
             + [little_spec(e, b) for e, b in LITTLE])
 
 
@@ -176,7 +178,7 @@ def part_stream(ctx, a, phase, kname: str) -> dict:
     phase(f"{kname}: plain", a.launch_timeout)
     x = torch.randn(c["n"], device="cuda", dtype=torch.float16)
     x2 = x.clone()
-    if kname == "reduce":
+    if kname in ("reduce", "sreduce"):
         po = {"out": torch.empty(c["grid"], device="cuda", dtype=torch.float32)}
         ho = {"out": torch.empty(c["grid"], device="cuda", dtype=torch.float32)}
     else:
@@ -626,7 +628,7 @@ def _get(d, *path):
 def summarize(parts: dict) -> dict:
     """The numbers of the issue's goals, from the part records."""
     s: dict = {}
-    for k in ("reduce", "copy"):
+    for k in ("reduce", "copy", "sreduce", "scopy"):
         st = parts.get(f"stream_{k}")
         if st:
             s[f"stream_{k}_ratio"] = {"median": _get(st, "pairs", "pair_ratio", "median"),

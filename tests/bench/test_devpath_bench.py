@@ -314,7 +314,7 @@ def test_matrix_case_list_covers_the_issue():
 
 def test_cost_parts_and_specs():
     import devpath_cost as DCO
-    assert DCO.select_parts("stream") == ["stream_reduce", "stream_copy"]
+    assert DCO.select_parts("stream") == ["stream_reduce", "stream_copy", "stream_sreduce", "stream_scopy"]
     assert DCO.select_parts("little") == [f"little_e{e}_b{b}" for e, b in DCO.LITTLE]
     with pytest.raises(SystemExit):
         DCO.select_parts("nope")
