@@ -125,7 +125,8 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
         meta0 = {"already_instrumented": True, "timing": _not_instrumented_report(module, ALREADY_INSTRUMENTED)}
         return RewriteResult(text, orig_sha, orig_sha, meta0, helper, True, module=module, dumps=dumps)
     meta: dict = {"cpasync_window": cpasync_window or k.cpasync_window, "filename": filename,
-                  "hoist_issues": k.hoist_issues, "inline_issues": k.inline_issues}
+                  "hoist_issues": k.hoist_issues, "inline_issues": k.inline_issues,
+                  "group_issues": k.group_issues}
     selection = k.passes if passes is None else knobs.parse_passes(",".join(passes), "passes")
     stages: list[tuple[str, Stage]] = [(name, get_pass(name)) for name in pass_pipeline(selection)]
     meta["passes"] = list(selection)

@@ -85,6 +85,11 @@ R_IM, R_IL, R_IK, R_IP, R_IQ, R_IH = ("%__hb_im", "%__hb_il", "%__hb_ik", "%__hb
                                       "%__hb_ih")                          # .b32 temps
 R_IPA, R_IPB, R_IPL = "%__hb_ipa", "%__hb_ipb", "%__hb_ipl"               # .pred temps
 INLINE_BYTES = frozenset((1, 2, 4, 8, 16, 32))   # access sizes an inline site serves (one granule >= 32 B)
+# issue groups (HBFCC_GROUP_ISSUES, _group_code): adjacent inline load issues served together
+R_GA, R_GP = "%__hb_ga", "%__hb_gp"                                       # per slot: .b64 address, .pred lane accesses
+R_GANY, R_GOK, R_CDB = "%__hb_gany", "%__hb_gok", "%__hb_cdb"             # .pred
+R_GC, R_GG, R_GB = "%__hb_gc", "%__hb_gg", "%__hb_gbn"                    # .b32 the group's counts
+GROUP_MAX = 8      # sites per group (bounds the per-slot predicates live across it)
 
 
 # --------------------------------------------------------------------------------------------
@@ -400,6 +405,8 @@ class FunctionReport:
     address_source: str = "params"
     memory_address_lines: list[int] = field(default_factory=list)
     hoisted_issues: int = 0          # load issues placed before earlier instructions (_hoist_target)
+    issue_groups: int = 0            # groups of adjacent inline load issues (_group_code)
+    grouped_issues: int = 0          # load issues in those groups
 
     def count(self, d: Decision) -> None:
         c = self.classes.setdefault(d.cls, {"count": 0, "rewritten": 0, "native": 0, "refused": 0})
@@ -416,7 +423,8 @@ class FunctionReport:
                 "cp_async_window": self.cp_async_window, "calls": self.calls,
                 "external_calls": self.external_calls, "native_version": self.native_version,
                 "address_source": self.address_source, "memory_address_lines": self.memory_address_lines,
-                "hoisted_issues": self.hoisted_issues}
+                "hoisted_issues": self.hoisted_issues, "issue_groups": self.issue_groups,
+                "grouped_issues": self.grouped_issues}
 
 
 # Issue hoisting: what a load's issue may be moved above. Plain computation and plain (weak) memory
@@ -482,11 +490,31 @@ def _hoistable_past(inst: Instruction) -> bool:
     return not any(type(o) is Register and o.name.startswith(_CLOCK_PREFIXES) for o in inst.operands)
 
 
+@dataclass(frozen=True)
+class _GSite:
+    """An inline load issue held back until its neighbours are known (_FunctionRewriter._lower_groups);
+    never reaches the printer."""
+    inst: Instruction
+    d: Decision
+    k: int          # its future register: R_FUT<k>
+    node: int
+
+
+def _is_copy(st) -> bool:
+    """A hoisting copy (_hoisted_site): an unguarded pure instruction writing a fresh hbfcc register."""
+    if type(st) is not Instruction or st.guard is not None or st.opcode not in _CLONEABLE:
+        return False
+    ds = st.defs()
+    return bool(ds) and all(r.startswith("%__hb_x_") for r in ds)
+
+
 class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
-                 inline: bool = True):
+                 inline: bool = True, group: bool = True):
         self.hoist = hoist
         self.inline = inline and fn.is_entry      # the thread's counters are flushed at the entry's exits
+        self.group = group and self.inline
+        self.group_slots = 0                      # the largest group emitted (per-slot registers)
         self.hoisted: dict[tuple[int, ...], list[Statement]] = {}
         self.clones: dict[str, int] = {}            # type -> registers copied for hoisted issues
         self.clone_at: dict[tuple[int, int], str] = {}   # (hoist node, copied node) -> its copy
@@ -742,6 +770,155 @@ class _FunctionRewriter:
                          ret=out_reg))
         self.report.sites += 1
 
+    # ---- issue groups (HBFCC_GROUP_ISSUES) ------------------------------------------------------
+    def _lower_groups(self, code: list) -> list[Statement]:
+        """Every run of adjacent inline load issues (_GSite, with the hoisting copies between them:
+        pure writes of fresh hbfcc registers, moved ahead of the run) becomes one group (_group_code),
+        at most GROUP_MAX sites each."""
+        out: list[Statement] = []
+        i, n = 0, len(code)
+        while i < n:
+            if type(code[i]) is not _GSite:
+                out.append(code[i])
+                i += 1
+                continue
+            sites: list[_GSite] = []
+            moved: list[Statement] = []
+            pending: list[Statement] = []
+            j = i
+            while j < n:
+                st = code[j]
+                if type(st) is _GSite:
+                    moved += pending
+                    pending = []
+                    sites.append(st)
+                elif _is_copy(st):
+                    pending.append(st)
+                else:
+                    break
+                j += 1
+            out += moved
+            for c in range(0, len(sites), GROUP_MAX):
+                out += self._group_code(sites[c:c + GROUP_MAX])
+            out += pending
+            i = j
+        return out
+
+    def _site_alone(self, s: "_GSite", out: list[Statement]) -> None:
+        """The site's code without a group (what HBFCC_GROUP_ISSUES=0 emits for it)."""
+        self._node = s.node
+        fut = f"{R_FUT}{s.k}"
+        g = s.inst.guard
+        if g is None:
+            self._issue(s.inst, s.d, fut, out)
+        else:
+            self._issue(s.inst, s.d, R_TMP, out)
+            out.append(_ins("mov", ("b64",), (_R(fut), _R(R_TMP)), g))
+
+    def _group_code(self, sites: list["_GSite"]) -> list[Statement]:
+        """Adjacent inline load issues served as one group: the per-site work of the inline path
+        (_inline_issue) without divergence, and what it does once per warp-request done once per group.
+
+        Per site j, a predicate P_j: this lane accesses (its guard holds and addr - lo < span, the fast
+        reject of _issue). No lane of the warp accesses at any site: every future 0, as each site alone
+        gives (a uniform branch). Else one %globaltimer read and one until check for the group (a lane
+        that accesses somewhere and whose until has passed asks __hb_inline_until first, as alone), and
+        per site, with the lanes that access only: the nearest accessing lane below (a ballot), its
+        granule key (a shfl), ascending order, the counts of _inline_issue (the lowest accessing lane one
+        request, each lane whose granule differs from its predecessor's one granule, every accessing lane
+        its bytes) into group counts, and the future (issue time + the descriptor's inline delay for an
+        accessing lane, 0 for the others). One warp vote decides: every lane accessing somewhere has an
+        until in force, R_CDB holds (the band is the descriptor's one range, 32-byte aligned at both
+        ends, so an access that starts in the band ends in it: accesses are naturally aligned and at most
+        32 bytes), and at every site its lanes ascend. Then the group counts go into the thread's
+        counters; else each site runs alone, exactly as without groups (it overwrites the futures)."""
+        cd = abi.CDESC_GLOBAL
+        self.group_slots = max(self.group_slots, len(sites))
+        self.report.issue_groups += 1
+        self.report.grouped_issues += len(sites)
+        Lgo, Lslow, Lzero, Ldone = self._label(), self._label(), self._label(), self._label()
+        out: list[Statement] = []
+        addrs = []
+        for j, s in enumerate(sites):
+            self._node = s.node
+            tmp: list[Statement] = []
+            a = self._addr_code(s.d, tmp)
+            if tmp:                        # a computed address: into the slot's own register
+                slot = f"{R_GA}{j}"
+                tmp = [replace(x, operands=tuple(_R(slot) if type(o) is Register and o.name == R_ADDR else o
+                                                 for o in x.operands)) for x in tmp]
+                a = _R(slot)
+            out += tmp
+            addrs.append(a)
+        for j, s in enumerate(sites):
+            P = _R(f"{R_GP}{j}")
+            g = s.inst.guard
+            out.append(_ins("sub", ("u64",), (_R(R_BAND), addrs[j], _R(R_LO))))
+            if g is None:
+                out.append(_ins("setp", ("lt", "u64"), (P, _R(R_BAND), _R(R_SPAN))))
+            else:
+                out.append(_ins("setp", ("lt", "and", "u64"),
+                                (P, _R(R_BAND), _R(R_SPAN), Negated(g.reg) if g.negated else g.reg)))
+            out.append(_ins("mov", ("pred",), (_R(R_GANY), P)) if j == 0 else
+                       _ins("or", ("pred",), (_R(R_GANY), _R(R_GANY), P)))
+        out += [_ins("activemask", ("b32",), (_R(R_IM),)),
+                _ins("vote", ("sync", "any", "pred"), (_R(R_IPB), _R(R_GANY), _R(R_IM))),
+                _ins("bra", (), (LabelRef(Lzero),), Guard(_R(R_IPB), True)),
+                # the until, as each site alone checks it
+                _ins("mov", ("u64",), (_R(R_IT), _R("%globaltimer"))),
+                _ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IT), _R(R_IUR))),
+                _ins("bra", (), (LabelRef(Lgo),), Guard(_R(R_IPA))),
+                _ins("bra", (), (LabelRef(Lgo),), Guard(_R(R_GANY), True)),
+                _ins("neg", ("s64",), (_R(R_IX), _R(R_IUR))),
+                _ins("setp", ("lt", "s64"), (_R(R_IPB), _R(R_IT), _R(R_IX))),
+                _ins("bra", (), (LabelRef(Lgo),), Guard(_R(R_IPB))),
+                _call("__hb_inline_until", [("b32", _I(abi.HBF_OP_LOAD))], ret=R_IUR),
+                _ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IT), _R(R_IUR))),
+                Label(Lgo),
+                _ins("and", ("pred",), (_R(R_GOK), _R(R_IPA), _R(R_CDB))),
+                _ins("not", ("pred",), (_R(R_IPB), _R(R_GANY))),
+                _ins("or", ("pred",), (_R(R_GOK), _R(R_GOK), _R(R_IPB))),
+                _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_READ_DELAY_OFF))),
+                _ins("add", ("u64",), (_R(R_IT), _R(R_IT), _R(R_IY))),          # the group's deadline
+                _ins("mov", ("b32",), (_R(R_IL), _R("%lanemask_lt"))),
+                _ins("ld", ("const", "u8"), (_R(R_IH), Address(Symbol(cd), abi.CDESC_READ_GSHIFT_OFF))),
+                _ins("mov", ("b32",), (_R(R_GC), _I(0))),
+                _ins("mov", ("b32",), (_R(R_GG), _I(0))),
+                _ins("mov", ("b32",), (_R(R_GB), _I(0)))]
+        for j, s in enumerate(sites):
+            P = _R(f"{R_GP}{j}")
+            out += [_ins("vote", ("sync", "ballot", "b32"), (_R(R_IP), P, _R(R_IM))),
+                    _ins("and", ("b32",), (_R(R_IP), _R(R_IP), _R(R_IL))),      # accessing lanes below
+                    _ins("setp", ("eq", "u32"), (_R(R_IPL), _R(R_IP), _I(0))),  # none: the lowest
+                    _ins("clz", ("b32",), (_R(R_IP), _R(R_IP))),
+                    _ins("sub", ("u32",), (_R(R_IP), _I(31), _R(R_IP))),
+                    _ins("shr", ("b64",), (_R(R_IX), addrs[j], _R(R_IH))),
+                    _ins("cvt", ("u32", "u64"), (_R(R_IK), _R(R_IX))),
+                    _ins("shfl", ("sync", "idx", "b32"), (_R(R_IQ), _R(R_IK), _R(R_IP), _I(31), _R(R_IM))),
+                    _ins("setp", ("le", "or", "u32"), (_R(R_IPB), _R(R_IQ), _R(R_IK), _R(R_IPL))),
+                    _ins("and", ("pred",), (_R(R_GOK), _R(R_GOK), _R(R_IPB)), Guard(P)),
+                    _ins("setp", ("ne", "or", "u32"), (_R(R_IPB), _R(R_IQ), _R(R_IK), _R(R_IPL))),
+                    _ins("and", ("pred",), (_R(R_IPB), _R(R_IPB), P)),
+                    _ins("add", ("u32",), (_R(R_GG), _R(R_GG), _I(1)), Guard(_R(R_IPB))),
+                    _ins("and", ("pred",), (_R(R_IPL), _R(R_IPL), P)),
+                    _ins("add", ("u32",), (_R(R_GC), _R(R_GC), _I(1)), Guard(_R(R_IPL))),
+                    _ins("add", ("u32",), (_R(R_GB), _R(R_GB), _I(s.d.nbytes)), Guard(P)),
+                    _ins("selp", ("b64",), (_R(f"{R_FUT}{s.k}"), _R(R_IT), _I(0), P), s.inst.guard)]
+        out += [_ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_GOK), _R(R_IM))),
+                _ins("bra", (), (LabelRef(Lslow),), Guard(_R(R_IPA), True)),
+                _ins("add", ("u32",), (_R(R_ICR), _R(R_ICR), _R(R_GC))),
+                _ins("add", ("u32",), (_R(R_IGR), _R(R_IGR), _R(R_GG))),
+                _ins("cvt", ("u64", "u32"), (_R(R_IX), _R(R_GB))),
+                _ins("add", ("u64",), (_R(R_IBR), _R(R_IBR), _R(R_IX))),
+                _ins("bra", ("uni",), (LabelRef(Ldone),)),
+                Label(Lslow)]
+        for s in sites:
+            self._site_alone(s, out)
+        out += [_ins("bra", ("uni",), (LabelRef(Ldone),)), Label(Lzero)]
+        out += [_ins("mov", ("b64",), (_R(f"{R_FUT}{s.k}"), _I(0)), s.inst.guard) for s in sites]
+        out.append(Label(Ldone))
+        return out
+
     def _cpasync_masks(self, inst: Instruction, out: list[Statement]):
         """cp.async's optional src-size (bytes really read; 0 = nothing read) and ignore-src
         predicate: bytes passed to the helper, and instructions that clear HBF_F_ACTIVE."""
@@ -858,6 +1035,9 @@ class _FunctionRewriter:
                 self.pre[path] = pre
         for path, code in self.hoisted.items():    # hoisted issues run before that point's own code
             self.pre[path] = code + self.pre.get(path, [])
+        for path, code in self.pre.items():
+            if any(type(st) is _GSite for st in code):
+                self.pre[path] = self._lower_groups(code)
         new_body = self._rebuild(body, ())
         new_body = self._prologue(new_body, len(fut_of))
         new_body = self._with_native_version(new_body, body)
@@ -1060,6 +1240,9 @@ class _FunctionRewriter:
         out: list[Statement] = []
         if d.kind == "load" and i in fut_of:
             k = fut_of[i]
+            if self.group and self._inline_ok(d):   # emitted with its neighbours (_lower_groups)
+                pre.append(_GSite(inst, d, k, self._node))
+                return
             if g is None:
                 self._issue(inst, d, f"{R_FUT}{k}", out)
             else:
@@ -1196,6 +1379,23 @@ class _FunctionRewriter:
                       VarDecl((), "reg", (), ".pred", tuple(Declarator(r) for r in (R_IPA, R_IPB, R_IPL)))]
             init += [_ins("mov", ("b64",), (_R(r), _I(0))) for r in (R_IUR, R_IUW, R_IBR, R_IBW, R_ISL)]
             init += [_ins("mov", ("b32",), (_R(r), _I(0))) for r in (R_ICR, R_IGR, R_ICW, R_IRW)]
+        if self.group_slots:
+            n = self.group_slots
+            decls += [VarDecl((), "reg", (), ".b64", (Declarator(R_GA, count=n),)),
+                      VarDecl((), "reg", (), ".pred", (Declarator(R_GP, count=n), Declarator(R_GANY),
+                                                       Declarator(R_GOK), Declarator(R_CDB))),
+                      VarDecl((), "reg", (), ".b32", (Declarator(R_GC), Declarator(R_GG), Declarator(R_GB)))]
+            # R_CDB: the band {lo, span} is the descriptor's one range, both ends 32-byte aligned (a group
+            # then needs no end check); fixed for the launch (the descriptor changes only between launches)
+            cd = abi.CDESC_GLOBAL
+            init += [_ins("ld", ("const", "u64"), (_R(R_IX), Address(Symbol(cd), abi.CDESC_R0_BASE_OFF))),
+                     _ins("setp", ("eq", "u64"), (_R(R_CDB), _R(R_IX), _R(R_LO))),
+                     _ins("ld", ("const", "u64"), (_R(R_IX), Address(Symbol(cd), abi.CDESC_R0_LEN_OFF))),
+                     _ins("setp", ("eq", "and", "u64"), (_R(R_CDB), _R(R_IX), _R(R_SPAN), _R(R_CDB))),
+                     _ins("setp", ("ne", "and", "u64"), (_R(R_CDB), _R(R_SPAN), _I(0), _R(R_CDB))),
+                     _ins("or", ("b64",), (_R(R_IX), _R(R_LO), _R(R_SPAN))),
+                     _ins("and", ("b64",), (_R(R_IX), _R(R_IX), _I(31))),
+                     _ins("setp", ("eq", "and", "u64"), (_R(R_CDB), _R(R_IX), _I(0), _R(R_CDB)))]
         if nfut:
             decls.append(VarDecl((), "reg", (), ".b64", (Declarator(R_FUT, count=nfut),)))
             init += [_ins("mov", ("b64",), (_R(f"{R_FUT}{k}"), _I(0))) for k in range(nfut)]
@@ -1286,6 +1486,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     window = int(meta.get("cpasync_window", 2))
     hoist = bool(meta.get("hoist_issues", True))
     inline = bool(meta.get("inline_issues", True))
+    group = bool(meta.get("group_issues", True))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -1297,7 +1498,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     any_inline = False
     for it in module.items:
         if type(it) is Function and it.body is not None:
-            rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline)
+            rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -1329,5 +1530,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "cpasync_window_default": window,
         "hoist_issues": hoist,
         "inline_issues": inline,
+        "group_issues": group,
     }
     return replace(module, items=tuple(new_items))

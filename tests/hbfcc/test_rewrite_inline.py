@@ -3,6 +3,7 @@ sites, waits and exits become, where it is NOT emitted, and that every form asse
 helpers. The GPU side (counters, bit-identity, cost) is bench/devpath_cost.py and bench/devpath_matrix.py."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -56,9 +57,10 @@ FUNC = HDR + """
 """
 
 
-def rewrite(text: str, inline: bool = True) -> str:
-    meta = {"inline_issues": inline}
-    return print_module(timing_pass(parse_module(text), meta))
+def rewrite(text: str, inline: bool = True, group: bool = False, meta: dict | None = None) -> str:
+    """The timing pass; issue groups off unless asked (the per-site form is pinned first, groups below)."""
+    m = {"inline_issues": inline, "group_issues": group} if meta is None else meta
+    return print_module(timing_pass(parse_module(text), m))
 
 
 def test_entry_sites_are_served_inline_with_the_helpers_as_fallback():
@@ -108,3 +110,104 @@ def test_inline_forms_assemble_with_every_helper_build():
             res = rewrite_text(src, helper=H.load_helper(hp))
             U.assemble(res.text)
 
+
+
+# ---- issue groups (HBFCC_GROUP_ISSUES, default on) ---------------------------------------------------
+
+def loads(n: int, offset: bool = False, guard: bool = True) -> str:
+    """An entry with n independent 16-byte loads of one pointer, then their uses (the hoisting walk
+    puts every issue before the first use: one run of n inline issues)."""
+    body = []
+    for i in range(n):
+        addr = f"[%rd4+{16 * i}]" if offset else f"[%rd{10 + i}]"
+        if not offset:
+            body.append(f"    add.s64 %rd{10 + i}, %rd4, {16 * i};")
+        g = "@%p1 " if guard else ""
+        body.append(f"    {g}ld.global.v4.b32 {{%r{20 + 4 * i}, %r{21 + 4 * i}, %r{22 + 4 * i}, %r{23 + 4 * i}}}, {addr};")
+    uses = [f"    add.s32 %r8, %r8, %r{20 + 4 * i};" for i in range(n)]
+    return HDR + f"""
+.visible .entry k(.param .u64 k_p, .param .u32 k_n)
+{{
+    .reg .pred %p<4>;
+    .reg .b32 %r<{24 + 4 * n}>;
+    .reg .b64 %rd<{12 + n}>;
+    ld.param.u64 %rd1, [k_p];
+    ld.param.u32 %r1, [k_n];
+    mov.u32 %r2, %tid.x;
+    setp.lt.u32 %p1, %r2, %r1;
+    mul.wide.u32 %rd3, %r2, 16;
+    add.s64 %rd4, %rd1, %rd3;
+    mov.u32 %r8, 0;
+""" + "\n".join(body + uses) + """
+    st.global.u32 [%rd1], %r8;
+    ret;
+}
+"""
+
+
+def group_meta() -> dict:
+    return {"inline_issues": True, "group_issues": True, "hoist_issues": True}
+
+
+def fast_path(out: str) -> str:
+    """The first group's code up to its warp vote."""
+    i = out.index("vote.sync.any.pred")
+    return out[out.index("sub.u64 \t%__hb_b"):out.index("vote.sync.all.pred", i)]
+
+
+def test_adjacent_inline_loads_are_served_as_one_group():
+    meta = group_meta()
+    out = print_module(timing_pass(parse_module(loads(4)), meta))
+    rep = meta["timing"]["functions"][0]
+    assert rep["issue_groups"] == 1 and rep["grouped_issues"] == 4 and rep["sites"] == 5   # + the store
+    fp = fast_path(out)
+    # once per group: the any-lane vote, the clock read, the until check, the warp vote
+    assert out.count("vote.sync.any.pred") == 1 and fp.count("%globaltimer") == 1
+    assert fp.count("setp.lt.s64 \t%__hb_ipa, %__hb_it, %__hb_iur;") == 2      # the check, and again after an ask
+    assert fp.count("__hb_inline_until, (") == 1
+    # per site: its lanes (guard and band), their predecessor (a ballot) and granule key (a shfl), its future
+    for j in range(4):
+        assert f"setp.lt.and.u64 \t%__hb_gp{j}, %__hb_b, %__hb_span, %p1;" in fp \
+            or f"setp.lt.and.u64 \t%__hb_gp{j}, %__hb_b, %__hb_span, %__hb_x_pred" in fp
+        assert f"vote.sync.ballot.b32 \t%__hb_ip, %__hb_gp{j}, %__hb_im;" in fp
+        assert f"selp.b64 \t%__hb_f{j}, %__hb_it, 0, %__hb_gp{j};" in fp
+    assert fp.count("shfl.sync.idx.b32") == 4 and "__hb_issue" not in fp and "bra.uni" not in fp
+    # the group's counts go to the thread's counters only when the vote passes; else each site alone
+    i = out.index("vote.sync.all.pred")
+    tail = out[i:]
+    assert tail.index("add.u32 \t%__hb_icr, %__hb_icr, %__hb_gc;") < tail.index("__hb_issue, (")
+    assert tail.count("__hb_issue, (") >= 4             # the per-site fallback of every site
+    # the band == the descriptor's one range, both ends 32-byte aligned: computed once at entry
+    assert out.count("%__hb_cdb, %__hb_ix, 0, %__hb_cdb;") == 1
+
+
+def test_groups_off_keep_each_site_alone():
+    meta = dict(group_meta(), group_issues=False)
+    out = print_module(timing_pass(parse_module(loads(4)), meta))
+    rep = meta["timing"]["functions"][0]
+    assert rep["issue_groups"] == 0 and "%__hb_gany" not in out and "%__hb_cdb" not in out
+    assert meta["timing"]["group_issues"] is False
+
+
+def test_group_size_is_bounded_and_computed_addresses_get_their_own_register():
+    meta = group_meta()
+    out = print_module(timing_pass(parse_module(loads(11, offset=True)), meta))
+    rep = meta["timing"]["functions"][0]
+    assert rep["grouped_issues"] == 11 and rep["issue_groups"] == 2          # GROUP_MAX = 8
+    assert re.search(r"add\.s64 \t%__hb_ga7, %[\w]+, 112;", out) and ".reg .b64 \t%__hb_ga<8>;" in out
+
+
+def test_an_unguarded_group_and_a_lone_site():
+    meta = group_meta()
+    out = print_module(timing_pass(parse_module(loads(1, guard=False)), meta))
+    assert "setp.lt.u64 \t%__hb_gp0, %__hb_b, %__hb_span;" in out
+    assert "selp.b64 \t%__hb_f0, %__hb_it, 0, %__hb_gp0;" in out
+    assert meta["timing"]["functions"][0]["issue_groups"] == 1
+
+
+def test_groups_assemble_with_every_helper_build():
+    for hp in U.helper_paths():
+        for src in (loads(4), loads(11, offset=True), loads(2, guard=False)):
+            res = rewrite_text(src, helper=H.load_helper(hp))
+            assert res.meta["timing"]["functions"][0]["issue_groups"] >= 1
+            U.assemble(res.text)
