@@ -406,6 +406,7 @@ class FunctionReport:
     memory_address_lines: list[int] = field(default_factory=list)
     hoisted_issues: int = 0          # load issues placed before earlier instructions (_hoist_target)
     issue_groups: int = 0            # groups of adjacent inline load issues (_group_code)
+    moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
     grouped_issues: int = 0          # load issues in those groups
 
     def count(self, d: Decision) -> None:
@@ -424,7 +425,7 @@ class FunctionReport:
                 "external_calls": self.external_calls, "native_version": self.native_version,
                 "address_source": self.address_source, "memory_address_lines": self.memory_address_lines,
                 "hoisted_issues": self.hoisted_issues, "issue_groups": self.issue_groups,
-                "grouped_issues": self.grouped_issues}
+                "grouped_issues": self.grouped_issues, "moved_loads": self.moved_loads}
 
 
 # Issue hoisting: what a load's issue may be moved above. Plain computation and plain (weak) memory
@@ -469,6 +470,8 @@ def _rename_reg(o, ren: dict[str, str]):
         return Register(ren[o.name])
     if type(o) is Negated and o.reg.name in ren:
         return Negated(Register(ren[o.reg.name]))
+    if type(o) is Address and type(o.base) is Register and o.base.name in ren:
+        return replace(o, base=Register(ren[o.base.name]))
     return o
 
 
@@ -510,8 +513,11 @@ def _is_copy(st) -> bool:
 
 class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
-                 inline: bool = True, group: bool = True):
+                 inline: bool = True, group: bool = True, move_loads: bool = False):
         self.hoist = hoist
+        self.move_loads = move_loads and hoist
+        self.moved: dict[tuple[int, ...], list[Statement]] = {}   # hoist point -> loads moved there
+        self.drop: set[tuple[int, ...]] = set()                   # statements moved away
         self.inline = inline and fn.is_entry      # the thread's counters are flushed at the entry's exits
         self.group = group and self.inline
         self.group_slots = 0                      # the largest group emitted (per-slot registers)
@@ -1012,10 +1018,15 @@ class _FunctionRewriter:
                 if h == i:
                     self._site_code(inst, d, i, fut_of, pre)
                 else:
-                    code, inst_h, d_h = self._hoisted_site(h, inst, d, chain)
+                    code, inst_h, d_h, ren = self._hoisted_site(h, inst, d, chain)
                     self._site_code(inst_h, d_h, i, fut_of, code)
                     self.hoisted.setdefault(nodes[h][0], []).extend(code)
                     self.report.hoisted_issues += 1
+                    mv = self._movable_load(h, i, nodes, IN, ren) if self.move_loads and not need else None
+                    if mv is not None:
+                        self.moved.setdefault(nodes[h][0], []).extend(mv[0])
+                        self.drop |= mv[1]
+                        self.report.moved_loads += 1
             # 5. cp.async group accounting
             fam = _family(inst)
             if fam == "cp.async.commit_group":
@@ -1033,8 +1044,8 @@ class _FunctionRewriter:
                 pre.extend(ws)
             if pre:
                 self.pre[path] = pre
-        for path, code in self.hoisted.items():    # hoisted issues run before that point's own code
-            self.pre[path] = code + self.pre.get(path, [])
+        for path, code in self.hoisted.items():    # hoisted issues (then loads moved with them) run before
+            self.pre[path] = code + self.moved.get(path, []) + self.pre.get(path, [])   # that point's own code
         for path, code in self.pre.items():
             if any(type(st) is _GSite for st in code):
                 self.pre[path] = self._lower_groups(code)
@@ -1212,7 +1223,57 @@ class _FunctionRewriter:
         a = d.addr
         if a is not None and type(a.base) is Register and a.base.name in ren:
             a = replace(a, base=Register(ren[a.base.name]))
-        return code, replace(inst, guard=g), replace(d, addr=a)
+        return code, replace(inst, guard=g), replace(d, addr=a), ren
+
+    def _movable_load(self, h: int, i: int, nodes, IN, ren: dict[str, str]):
+        """HBFCC_HOIST_LOADS: the load itself (not only its issue) moved to its hoist point h, so that a
+        run of loads is in flight before the first use's wait (ptxas does not move a load above a wait,
+        whose slow path is a call). Only where that is the same program: between h and the load no store
+        (a weak load may pass weak loads and computation, which is all the hoisting walk passes) and no
+        write of the load's destination, except the movs right before it that give masked lanes their
+        default (Triton's `other=`): they move with it, their source an immediate, a register nothing
+        between writes, or one an unguarded `mov` of an immediate writes there (the immediate is used).
+        Returns (statements for h, paths to drop) or None."""
+        F = self._hoist_facts(nodes, IN)
+        dest = F.defs[i]
+        j = i - 1
+        movs: list[int] = []
+        while j >= h and F.sib[j]:
+            mi = nodes[j][1]
+            if mi.opcode == "mov" and mi.guard is None and len(F.defs[j]) == 1 and F.defs[j] <= dest:
+                movs.insert(0, j)
+                j -= 1
+                continue
+            break
+        consts: dict[str, Immediate] = {}
+        for t in range(h, j + 1):
+            it = nodes[t][1]
+            if it.opcode == "st" or F.defs[t] & dest:
+                return None
+            if it.opcode == "mov" and it.guard is None and len(it.operands) == 2 and type(it.operands[1]) is Immediate:
+                consts[it.operands[0].name] = it.operands[1]
+            else:
+                for r in F.defs[t]:
+                    consts.pop(r, None)
+        span_defs = set().union(*(F.defs[t] for t in range(h, j + 1))) if j >= h else set()
+        out: list[Statement] = []
+        for t in movs:
+            mi = nodes[t][1]
+            src = mi.operands[1]
+            if type(src) is Register and src.name in span_defs:
+                if src.name not in consts:
+                    return None
+                src = consts[src.name]
+            elif type(src) is not Immediate and type(src) is not Register:
+                return None
+            out.append(replace(mi, operands=(mi.operands[0], src), line=0))
+        ld = nodes[i][1]
+        g = ld.guard
+        if g is not None and g.reg.name in ren:
+            g = Guard(Register(ren[g.reg.name]), g.negated)
+        out.append(replace(ld, guard=g, operands=(ld.operands[0],) + tuple(_rename_reg(o, ren) for o in ld.operands[1:]),
+                           line=0))
+        return out, {nodes[t][0] for t in movs} | {nodes[i][0]}
 
     def _site_of_fut(self, k: int) -> int:
         return self.fut_site[k]
@@ -1342,6 +1403,8 @@ class _FunctionRewriter:
             ins = self.pre.get(p)
             if ins:
                 out.extend(ins)
+            if p in self.drop:
+                continue
             if type(s) is Block:
                 out.append(replace(s, body=tuple(self._rebuild(s.body, p))))
             else:
@@ -1487,6 +1550,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     hoist = bool(meta.get("hoist_issues", True))
     inline = bool(meta.get("inline_issues", True))
     group = bool(meta.get("group_issues", True))
+    move_loads = bool(meta.get("hoist_loads", False))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -1498,7 +1562,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     any_inline = False
     for it in module.items:
         if type(it) is Function and it.body is not None:
-            rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group)
+            rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -1531,5 +1595,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "hoist_issues": hoist,
         "inline_issues": inline,
         "group_issues": group,
+        "hoist_loads": move_loads,
     }
     return replace(module, items=tuple(new_items))

@@ -211,3 +211,29 @@ def test_groups_assemble_with_every_helper_build():
             res = rewrite_text(src, helper=H.load_helper(hp))
             assert res.meta["timing"]["functions"][0]["issue_groups"] >= 1
             U.assemble(res.text)
+
+
+# ---- loads moved with their issue (HBFCC_HOIST_LOADS, default off) ----------------------------------
+
+def test_loads_move_with_their_hoisted_issue_and_their_default_values():
+    src = loads(3).replace("    @%p1 ld.global.v4.b32 {%r24", "    mov.u32 %r24, 0;\n    @%p1 ld.global.v4.b32 {%r24")
+    meta = dict(group_meta(), hoist_loads=True)
+    out = print_module(timing_pass(parse_module(src), meta))
+    rep = meta["timing"]["functions"][0]
+    assert rep["moved_loads"] == 3 and meta["timing"]["hoist_loads"] is True
+    inst = out[:out.index("$__hb_native:")]
+    first_wait = inst.index("setp.eq.u64 \t%__hb_z, %__hb_f")
+    lds = [m.start() for m in re.finditer(r"ld\.global\.v4\.b32", inst)]
+    assert len(lds) == 3 and all(p < first_wait for p in lds)          # every load in flight before a wait
+    assert inst.index("mov.u32 \t%r24, 0;") < lds[1]                    # its default value moved with it
+    # off (the default): the loads stay where the program put them
+    meta = group_meta()
+    out = print_module(timing_pass(parse_module(src), meta))
+    assert meta["timing"]["functions"][0]["moved_loads"] == 0
+
+
+def test_a_store_between_keeps_the_load_in_place():
+    src = loads(2).replace("    add.s64 %rd11, %rd4, 16;", "    st.global.u32 [%rd1+4], %r2;\n    add.s64 %rd11, %rd4, 16;")
+    meta = dict(group_meta(), hoist_loads=True)
+    print_module(timing_pass(parse_module(src), meta))
+    assert meta["timing"]["functions"][0]["moved_loads"] < 2
