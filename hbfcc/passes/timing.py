@@ -87,7 +87,8 @@ R_IPA, R_IPB, R_IPL = "%__hb_ipa", "%__hb_ipb", "%__hb_ipl"               # .pre
 INLINE_BYTES = frozenset((1, 2, 4, 8, 16, 32))   # access sizes an inline site serves (one granule >= 32 B)
 # issue groups (HBFCC_GROUP_ISSUES, _group_code): adjacent inline load issues served together
 R_GA, R_GP = "%__hb_ga", "%__hb_gp"                                       # per slot: .b64 address, .pred lane accesses
-R_GANY, R_GOK, R_CDB = "%__hb_gany", "%__hb_gok", "%__hb_cdb"             # .pred
+R_GANY, R_GOK, R_CDB, R_GIN = "%__hb_gany", "%__hb_gok", "%__hb_cdb", "%__hb_gin"   # .pred
+R_GZ = "%__hb_gz"                                                          # .b64 the band's guard zone
 R_GC, R_GG, R_GB = "%__hb_gc", "%__hb_gg", "%__hb_gbn"                    # .b32 the group's counts
 GROUP_MAX = 8      # sites per group (bounds the per-slot predicates live across it)
 
@@ -834,9 +835,10 @@ class _FunctionRewriter:
         request, each lane whose granule differs from its predecessor's one granule, every accessing lane
         its bytes) into group counts, and the future (issue time + the descriptor's inline delay for an
         accessing lane, 0 for the others). One warp vote decides: every lane accessing somewhere has an
-        until in force, R_CDB holds (the band is the descriptor's one range, 32-byte aligned at both
-        ends, so an access that starts in the band ends in it: accesses are naturally aligned and at most
-        32 bytes), and at every site its lanes ascend. Then the group counts go into the thread's
+        until in force, R_CDB holds (the band ends with the descriptor's one range, whose ends are
+        32-byte aligned, so an access that starts in the range ends in it: accesses are naturally aligned
+        and at most 32 bytes), every accessing lane is in the range (not in the guard zone of R_GZ bytes
+        below it that the band also covers), and at every site its lanes ascend. Then the group counts go into the thread's
         counters; else each site runs alone, exactly as without groups (it overwrites the futures)."""
         cd = abi.CDESC_GLOBAL
         self.group_slots = max(self.group_slots, len(sites))
@@ -867,6 +869,12 @@ class _FunctionRewriter:
                                 (P, _R(R_BAND), _R(R_SPAN), Negated(g.reg) if g.negated else g.reg)))
             out.append(_ins("mov", ("pred",), (_R(R_GANY), P)) if j == 0 else
                        _ins("or", ("pred",), (_R(R_GANY), _R(R_GANY), P)))
+            # an accessing lane must be in the descriptor's range, not in the band's guard zone below it
+            if j == 0:
+                out.append(_ins("setp", ("ge", "or", "u64"), (_R(R_GIN), _R(R_BAND), _R(R_GZ), Negated(P))))
+            else:
+                out += [_ins("setp", ("ge", "or", "u64"), (_R(R_IPB), _R(R_BAND), _R(R_GZ), Negated(P))),
+                        _ins("and", ("pred",), (_R(R_GIN), _R(R_GIN), _R(R_IPB)))]
         out += [_ins("activemask", ("b32",), (_R(R_IM),)),
                 _ins("vote", ("sync", "any", "pred"), (_R(R_IPB), _R(R_GANY), _R(R_IM))),
                 _ins("bra", (), (LabelRef(Lzero),), Guard(_R(R_IPB), True)),
@@ -882,6 +890,7 @@ class _FunctionRewriter:
                 _ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IT), _R(R_IUR))),
                 Label(Lgo),
                 _ins("and", ("pred",), (_R(R_GOK), _R(R_IPA), _R(R_CDB))),
+                _ins("and", ("pred",), (_R(R_GOK), _R(R_GOK), _R(R_GIN))),
                 _ins("not", ("pred",), (_R(R_IPB), _R(R_GANY))),
                 _ins("or", ("pred",), (_R(R_GOK), _R(R_GOK), _R(R_IPB))),
                 _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_READ_DELAY_OFF))),
@@ -1444,21 +1453,27 @@ class _FunctionRewriter:
             init += [_ins("mov", ("b32",), (_R(r), _I(0))) for r in (R_ICR, R_IGR, R_ICW, R_IRW)]
         if self.group_slots:
             n = self.group_slots
-            decls += [VarDecl((), "reg", (), ".b64", (Declarator(R_GA, count=n),)),
+            decls += [VarDecl((), "reg", (), ".b64", (Declarator(R_GA, count=n), Declarator(R_GZ))),
                       VarDecl((), "reg", (), ".pred", (Declarator(R_GP, count=n), Declarator(R_GANY),
-                                                       Declarator(R_GOK), Declarator(R_CDB))),
+                                                       Declarator(R_GOK), Declarator(R_CDB), Declarator(R_GIN))),
                       VarDecl((), "reg", (), ".b32", (Declarator(R_GC), Declarator(R_GG), Declarator(R_GB)))]
-            # R_CDB: the band {lo, span} is the descriptor's one range, both ends 32-byte aligned (a group
-            # then needs no end check); fixed for the launch (the descriptor changes only between launches)
+            # R_CDB: the band {lo, span} ends where the descriptor's one range ends and starts at or below
+            # it (the runtime puts a guard zone of R_GZ = base - lo bytes below the first range), and the
+            # range's both ends are 32-byte aligned (a group then needs no end check: an aligned access of
+            # at most 32 bytes that starts in the range ends in it); fixed for the launch (the descriptor
+            # changes only between launches)
             cd = abi.CDESC_GLOBAL
             init += [_ins("ld", ("const", "u64"), (_R(R_IX), Address(Symbol(cd), abi.CDESC_R0_BASE_OFF))),
-                     _ins("setp", ("eq", "u64"), (_R(R_CDB), _R(R_IX), _R(R_LO))),
-                     _ins("ld", ("const", "u64"), (_R(R_IX), Address(Symbol(cd), abi.CDESC_R0_LEN_OFF))),
-                     _ins("setp", ("eq", "and", "u64"), (_R(R_CDB), _R(R_IX), _R(R_SPAN), _R(R_CDB))),
-                     _ins("setp", ("ne", "and", "u64"), (_R(R_CDB), _R(R_SPAN), _I(0), _R(R_CDB))),
-                     _ins("or", ("b64",), (_R(R_IX), _R(R_LO), _R(R_SPAN))),
-                     _ins("and", ("b64",), (_R(R_IX), _R(R_IX), _I(31))),
-                     _ins("setp", ("eq", "and", "u64"), (_R(R_CDB), _R(R_IX), _I(0), _R(R_CDB)))]
+                     _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_R0_LEN_OFF))),
+                     _ins("sub", ("u64",), (_R(R_GZ), _R(R_IX), _R(R_LO))),
+                     _ins("setp", ("le", "u64"), (_R(R_CDB), _R(R_GZ), _R(R_SPAN))),
+                     _ins("add", ("u64",), (_R(R_GZ), _R(R_GZ), _R(R_IY))),            # (base - lo) + len
+                     _ins("setp", ("eq", "and", "u64"), (_R(R_CDB), _R(R_GZ), _R(R_SPAN), _R(R_CDB))),
+                     _ins("setp", ("ne", "and", "u64"), (_R(R_CDB), _R(R_IY), _I(0), _R(R_CDB))),
+                     _ins("or", ("b64",), (_R(R_GZ), _R(R_IX), _R(R_IY))),
+                     _ins("and", ("b64",), (_R(R_GZ), _R(R_GZ), _I(31))),
+                     _ins("setp", ("eq", "and", "u64"), (_R(R_CDB), _R(R_GZ), _I(0), _R(R_CDB))),
+                     _ins("sub", ("u64",), (_R(R_GZ), _R(R_IX), _R(R_LO)))]
         if nfut:
             decls.append(VarDecl((), "reg", (), ".b64", (Declarator(R_FUT, count=nfut),)))
             init += [_ins("mov", ("b64",), (_R(f"{R_FUT}{k}"), _I(0))) for k in range(nfut)]

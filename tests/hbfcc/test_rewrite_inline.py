@@ -178,7 +178,7 @@ def test_adjacent_inline_loads_are_served_as_one_group():
     assert tail.index("add.u32 \t%__hb_icr, %__hb_icr, %__hb_gc;") < tail.index("__hb_issue, (")
     assert tail.count("__hb_issue, (") >= 4             # the per-site fallback of every site
     # the band == the descriptor's one range, both ends 32-byte aligned: computed once at entry
-    assert out.count("%__hb_cdb, %__hb_ix, 0, %__hb_cdb;") == 1
+    assert out.count("%__hb_cdb, %__hb_gz, 0, %__hb_cdb;") == 1 and "setp.ge.or.u64 \t%__hb_gin, %__hb_b, %__hb_gz, !%__hb_gp0;" in out
 
 
 def test_groups_off_keep_each_site_alone():
@@ -194,7 +194,7 @@ def test_group_size_is_bounded_and_computed_addresses_get_their_own_register():
     out = print_module(timing_pass(parse_module(loads(11, offset=True)), meta))
     rep = meta["timing"]["functions"][0]
     assert rep["grouped_issues"] == 11 and rep["issue_groups"] == 2          # GROUP_MAX = 8
-    assert re.search(r"add\.s64 \t%__hb_ga7, %[\w]+, 112;", out) and ".reg .b64 \t%__hb_ga<8>;" in out
+    assert re.search(r"add\.s64 \t%__hb_ga7, %[\w]+, 112;", out) and ".reg .b64 \t%__hb_ga<8>, %__hb_gz;" in out
 
 
 def test_an_unguarded_group_and_a_lone_site():
