@@ -84,6 +84,7 @@ R_IT, R_IX, R_IY = "%__hb_it", "%__hb_ix", "%__hb_iy"                    # .b64 
 R_IM, R_IL, R_IK, R_IP, R_IQ, R_IH = ("%__hb_im", "%__hb_il", "%__hb_ik", "%__hb_ip", "%__hb_iq",
                                       "%__hb_ih")                          # .b32 temps
 R_IPA, R_IPB, R_IPL = "%__hb_ipa", "%__hb_ipb", "%__hb_ipl"               # .pred temps
+R_LMLT = "%__hb_lmlt"                     # .b32 %lanemask_lt, read once at entry (S2R is slow)
 INLINE_BYTES = frozenset((1, 2, 4, 8, 16, 32))   # access sizes an inline site serves (one granule >= 32 B)
 # issue groups (HBFCC_GROUP_ISSUES, _group_code): adjacent inline load issues served together
 R_GA, R_GP = "%__hb_ga", "%__hb_gp"                                       # per slot: .b64 address, .pred lane accesses
@@ -629,8 +630,7 @@ class _FunctionRewriter:
     def _leader(self) -> list[Statement]:
         """R_IM = the active lanes, R_IL = those below this lane, R_IPL = this is the lowest one."""
         return [_ins("activemask", ("b32",), (_R(R_IM),)),
-                _ins("mov", ("b32",), (_R(R_IL), _R("%lanemask_lt"))),
-                _ins("and", ("b32",), (_R(R_IL), _R(R_IL), _R(R_IM))),
+                _ins("and", ("b32",), (_R(R_IL), _R(R_LMLT), _R(R_IM))),
                 _ins("setp", ("eq", "u32"), (_R(R_IPL), _R(R_IL), _I(0)))]
 
     def _inline_ok(self, d: Decision) -> bool:
@@ -895,7 +895,6 @@ class _FunctionRewriter:
                 _ins("or", ("pred",), (_R(R_GOK), _R(R_GOK), _R(R_IPB))),
                 _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_READ_DELAY_OFF))),
                 _ins("add", ("u64",), (_R(R_IT), _R(R_IT), _R(R_IY))),          # the group's deadline
-                _ins("mov", ("b32",), (_R(R_IL), _R("%lanemask_lt"))),
                 _ins("ld", ("const", "u8"), (_R(R_IH), Address(Symbol(cd), abi.CDESC_READ_GSHIFT_OFF))),
                 _ins("mov", ("b32",), (_R(R_GC), _I(0))),
                 _ins("mov", ("b32",), (_R(R_GG), _I(0))),
@@ -903,7 +902,7 @@ class _FunctionRewriter:
         for j, s in enumerate(sites):
             P = _R(f"{R_GP}{j}")
             out += [_ins("vote", ("sync", "ballot", "b32"), (_R(R_IP), P, _R(R_IM))),
-                    _ins("and", ("b32",), (_R(R_IP), _R(R_IP), _R(R_IL))),      # accessing lanes below
+                    _ins("and", ("b32",), (_R(R_IP), _R(R_IP), _R(R_LMLT))),    # accessing lanes below
                     _ins("setp", ("eq", "u32"), (_R(R_IPL), _R(R_IP), _I(0))),  # none: the lowest
                     _ins("clz", ("b32",), (_R(R_IP), _R(R_IP))),
                     _ins("sub", ("u32",), (_R(R_IP), _I(31), _R(R_IP))),
@@ -1447,10 +1446,12 @@ class _FunctionRewriter:
             decls += [VarDecl((), "reg", (), ".b64", tuple(Declarator(r) for r in (R_IUR, R_IUW, R_IBR, R_IBW, R_ISL,
                                                                                   R_IT, R_IX, R_IY))),
                       VarDecl((), "reg", (), ".b32", tuple(Declarator(r) for r in (R_ICR, R_IGR, R_ICW, R_IRW, R_IM,
-                                                                                  R_IL, R_IK, R_IP, R_IQ, R_IH))),
+                                                                                  R_IL, R_IK, R_IP, R_IQ, R_IH,
+                                                                                  R_LMLT))),
                       VarDecl((), "reg", (), ".pred", tuple(Declarator(r) for r in (R_IPA, R_IPB, R_IPL)))]
             init += [_ins("mov", ("b64",), (_R(r), _I(0))) for r in (R_IUR, R_IUW, R_IBR, R_IBW, R_ISL)]
             init += [_ins("mov", ("b32",), (_R(r), _I(0))) for r in (R_ICR, R_IGR, R_ICW, R_IRW)]
+            init.append(_ins("mov", ("b32",), (_R(R_LMLT), _R("%lanemask_lt"))))
         if self.group_slots:
             n = self.group_slots
             decls += [VarDecl((), "reg", (), ".b64", (Declarator(R_GA, count=n), Declarator(R_GZ))),
