@@ -74,8 +74,8 @@ def marker_line() -> str:
         line += " hoist-issues off"
     if not knobs.load().inline_issues:  # HBFCC_INLINE_ISSUE=0 builds differently
         line += " inline-issue off"
-    if knobs.load().hoist_loads:  # HBFCC_HOIST_LOADS=1 builds differently
-        line += " hoist-loads on"
+    if not knobs.load().hoist_loads:  # HBFCC_HOIST_LOADS=0 builds differently
+        line += " hoist-loads off"
     if not knobs.load().group_issues:  # HBFCC_GROUP_ISSUES=0 builds differently
         line += " group-issues off"
     if not knobs.load().launch_bound:  # HBFCC_LAUNCH_BOUND=0 builds differently

@@ -42,7 +42,7 @@ class Knobs:
     hoist_issues: bool = True      # HBFCC_HOIST_ISSUES (default 1): load issues hoisted (passes/timing.py)
     inline_issues: bool = True     # HBFCC_INLINE_ISSUE (default 1): the inline issue path in entries
     group_issues: bool = True      # HBFCC_GROUP_ISSUES (default 1): adjacent inline load issues as one group
-    hoist_loads: bool = False      # HBFCC_HOIST_LOADS (default 0): loads move with their hoisted issue
+    hoist_loads: bool = True       # HBFCC_HOIST_LOADS (default 1): loads move with their hoisted issue
     launch_bound: bool = True      # HBFCC_LAUNCH_BOUND (default 1): .maxntid keeps plain blocks launchable
     sidecar: str = "auto"          # HBFCC_SIDECAR (auto|1|0): hbfcc-ptxas's <output>.hbfcc.json
     nvcc_step: bool = False        # HBFCC_NVCC_STEP (internal, set by the shadow toolkit's shim)
@@ -67,7 +67,7 @@ def load() -> Knobs:
         hoist_issues=env_bool("HBFCC_HOIST_ISSUES", True),
         inline_issues=env_bool("HBFCC_INLINE_ISSUE", True),
         group_issues=env_bool("HBFCC_GROUP_ISSUES", True),
-        hoist_loads=env_bool("HBFCC_HOIST_LOADS", False),
+        hoist_loads=env_bool("HBFCC_HOIST_LOADS", True),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
         sidecar=_choice("HBFCC_SIDECAR", "auto", SIDECAR_CHOICES),
         nvcc_step=env_bool(ENV_NVCC_STEP, False),
@@ -102,7 +102,7 @@ DOCS: tuple[tuple[str, str, str], ...] = (
     ("HBFCC_INLINE_ISSUE", "1", "emit the inline issue path in kernels (0: every access calls the helpers)"),
     ("HBFCC_GROUP_ISSUES", "1", "serve adjacent inline load issues as one group: one until check and warp vote "
      "(0: each site on its own)"),
-    ("HBFCC_HOIST_LOADS", "0", "move a load with its hoisted issue where that is the same program (1; measurement)"),
+    ("HBFCC_HOIST_LOADS", "1", "move a load with its hoisted issue where that is the same program (0: the issue only)"),
     ("HBFCC_LAUNCH_BOUND", "1", ".maxntid keeps the plain build's blocks launchable"),
     ("HBFCC_OCCUPANCY_GUARD", "0", ".maxnreg keeps the plain build's blocks per SM"),
     ("HBFCC_LOG", "WARNING", "log level"),

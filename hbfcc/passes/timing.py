@@ -515,7 +515,7 @@ def _is_copy(st) -> bool:
 
 class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
-                 inline: bool = True, group: bool = True, move_loads: bool = False):
+                 inline: bool = True, group: bool = True, move_loads: bool = True):
         self.hoist = hoist
         self.move_loads = move_loads and hoist
         self.moved: dict[tuple[int, ...], list[Statement]] = {}   # hoist point -> loads moved there
@@ -1566,7 +1566,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     hoist = bool(meta.get("hoist_issues", True))
     inline = bool(meta.get("inline_issues", True))
     group = bool(meta.get("group_issues", True))
-    move_loads = bool(meta.get("hoist_loads", False))
+    move_loads = bool(meta.get("hoist_loads", True))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)

@@ -213,7 +213,7 @@ def test_groups_assemble_with_every_helper_build():
             U.assemble(res.text)
 
 
-# ---- loads moved with their issue (HBFCC_HOIST_LOADS, default off) ----------------------------------
+# ---- loads moved with their issue (HBFCC_HOIST_LOADS, default on) ----------------------------------
 
 def test_loads_move_with_their_hoisted_issue_and_their_default_values():
     src = loads(3).replace("    @%p1 ld.global.v4.b32 {%r24", "    mov.u32 %r24, 0;\n    @%p1 ld.global.v4.b32 {%r24")
@@ -226,8 +226,8 @@ def test_loads_move_with_their_hoisted_issue_and_their_default_values():
     lds = [m.start() for m in re.finditer(r"ld\.global\.v4\.b32", inst)]
     assert len(lds) == 3 and all(p < first_wait for p in lds)          # every load in flight before a wait
     assert inst.index("mov.u32 \t%r24, 0;") < lds[1]                    # its default value moved with it
-    # off (the default): the loads stay where the program put them
-    meta = group_meta()
+    # HBFCC_HOIST_LOADS=0: the loads stay where the program put them
+    meta = dict(group_meta(), hoist_loads=False)
     out = print_module(timing_pass(parse_module(src), meta))
     assert meta["timing"]["functions"][0]["moved_loads"] == 0
 

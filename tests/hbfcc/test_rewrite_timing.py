@@ -572,7 +572,7 @@ def test_cp_async_committed_elsewhere_refused():
 
 # ---- issue hoisting (HBFCC_HOIST_ISSUES, default on) -----------------------------------------------
 
-HOIST = {"hoist_issues": True}
+HOIST = {"hoist_issues": True, "hoist_loads": False}   # the issue alone; loads moved too: at the end
 
 
 def hoisted_trace(src: str) -> tuple[list[str], dict]:
@@ -712,3 +712,42 @@ def test_hoisting_setting_is_in_the_version_marker(monkeypatch):
     monkeypatch.setenv("HBFCC_HOIST_ISSUES", "0")
     off = marker_line()
     assert "hoist-issues" not in on and off.endswith(" hoist-issues off") and off.startswith(on)
+
+
+# ---- loads moved with their issue (HBFCC_HOIST_LOADS, default on) -----------------------------------
+
+def test_a_load_moves_with_its_hoisted_issue_above_the_earlier_use():
+    """With nothing but computation between, the second load itself runs right after its issue, above the
+    first use and its wait: both loads are in flight before the first wait (ptxas would not move it above
+    the wait's call). Every other instruction keeps its order; the store stays last."""
+    src = kernel("""
+    ld.global.u32 %r2, [%rd1];
+    add.s32 %r3, %r2, 1;
+    add.s64 %rd2, %rd1, 256;
+    ld.global.u32 %r4, [%rd2];
+    add.s32 %r5, %r4, %r3;
+    st.global.u32 [%rd1+4], %r5;
+    ret;""")
+    m, meta = run_pass(src, {"hoist_issues": True, "hoist_loads": True})
+    t = U.trace(m, "k", keep_hb_movs=True)
+    second = next(x for x in t if x.startswith("hb: ld.global.u32 %r4, [%__hb_x"))   # its address: the copy
+    assert t.index(second) < t.index("wait %__hb_f0") < t.index("add.s32 %r3, %r2, 1;")
+    assert "ld.global.u32 %r4, [%rd2];" not in t and t.count("add.s64 %rd2, %rd1, 256;") == 1
+    assert t.index("st.global.u32 [%rd1+4], %r5;") > t.index("add.s32 %r5, %r4, %r3;")
+    assert meta["timing"]["functions"][0]["moved_loads"] >= 1
+    assemble_linked(src)
+
+
+def test_a_store_between_keeps_the_load_where_it_is():
+    src = kernel("""
+    ld.global.u32 %r2, [%rd1];
+    add.s32 %r3, %r2, 1;
+    st.global.u32 [%rd1+8], %r3;
+    add.s64 %rd2, %rd1, 256;
+    ld.global.u32 %r4, [%rd2];
+    add.s32 %r5, %r4, %r3;
+    st.global.u32 [%rd1+4], %r5;
+    ret;""")
+    m, meta = run_pass(src, {"hoist_issues": True, "hoist_loads": True})
+    ev = [x for x in U.trace(m, "k", keep_hb_movs=True) if not x.startswith("hb: ")]
+    assert ev.index("st.global.u32 [%rd1+8], %r3;") < ev.index("ld.global.u32 %r4, [%rd2];")
