@@ -148,27 +148,6 @@ def copy_SFX(x, y, n, EPP: tl.constexpr, BLOCK: tl.constexpr):
         tl.store(y + offs, tl.load(x + offs, mask=m), mask=m)
 
 
-@triton.jit
-def sreduce_SFX(x, out, n, EPP: tl.constexpr, BLOCK: tl.constexpr):
-    # reduce_SFX with the loop unrolled by Triton (tl.static_range): the instrumented body is straight-line
-    pid = tl.program_id(0)
-    base = pid * EPP
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for i in tl.static_range(0, EPP, BLOCK):
-        offs = base + i + tl.arange(0, BLOCK)
-        acc += tl.load(x + offs, mask=offs < n, other=0).to(tl.float32)
-    tl.store(out + pid, tl.sum(acc, axis=0))
-
-
-@triton.jit
-def scopy_SFX(x, y, n, EPP: tl.constexpr, BLOCK: tl.constexpr):
-    # copy_SFX with the loop unrolled by Triton (tl.static_range)
-    base = tl.program_id(0) * EPP
-    for i in tl.static_range(0, EPP, BLOCK):
-        offs = base + i + tl.arange(0, BLOCK)
-        m = offs < n
-        tl.store(y + offs, tl.load(x + offs, mask=m), mask=m)
-
 
 @triton.jit
 def hist_SFX(x, h, n, EPP: tl.constexpr, BLOCK: tl.constexpr, NB: tl.constexpr):
@@ -245,6 +224,19 @@ def consume_SFX(x, t, vout, iters, R: tl.constexpr):
         tl.store(t + 3 * i + 2, t2 - t0)
     tl.store(vout + pid * 32 + lane, acc)
 '''
+
+
+def _unrolled(name: str) -> str:
+    """The kernel ``name``_SFX of KERNEL_BODY with its loop unrolled by Triton (tl.static_range: a straight-line
+    body), as ``s<name>_SFX``: one source text, so the two differ only in the unrolling."""
+    i = KERNEL_BODY.index(f"@triton.jit\ndef {name}_SFX(")
+    j = KERNEL_BODY.find("@triton.jit", i + 1)
+    text = KERNEL_BODY[i:j if j > 0 else len(KERNEL_BODY)]
+    assert text.count("in range(") == 1, name
+    return "\n" + text.replace(f"def {name}_SFX(", f"def s{name}_SFX(").replace("in range(", "in tl.static_range(")
+
+
+KERNEL_BODY += _unrolled("reduce") + _unrolled("copy")
 
 # Triton signature types (for the CPU compile check) and torch dtypes (for warmup) per kernel argument
 KERNEL_ARGS = {

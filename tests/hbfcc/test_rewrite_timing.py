@@ -580,18 +580,21 @@ def hoisted_trace(src: str) -> tuple[list[str], dict]:
     return U.trace(m, "k", keep_hb_movs=True), meta["timing"]["functions"][0]
 
 
-def test_hoisting_puts_a_later_load_in_flight_before_the_earlier_use():
-    """Triton's order: load, use, then the next address and load. The second issue moves above the first
-    use's wait, with its address computed into an hbfcc register from the same inputs; the loads and
-    the uses stay where they were, each use still waits for its own future."""
-    src = kernel("""
+LOAD_USE_LOAD = """
     ld.global.u32 %r2, [%rd1];
     add.s32 %r3, %r2, 1;
     add.s64 %rd2, %rd1, 256;
     ld.global.u32 %r4, [%rd2];
     add.s32 %r5, %r4, %r3;
     st.global.u32 [%rd1+4], %r5;
-    ret;""")
+    ret;"""   # Triton's order: a load, its use, then the next address and load
+
+
+def test_hoisting_puts_a_later_load_in_flight_before_the_earlier_use():
+    """Triton's order: load, use, then the next address and load. The second issue moves above the first
+    use's wait, with its address computed into an hbfcc register from the same inputs; the loads and
+    the uses stay where they were, each use still waits for its own future."""
+    src = kernel(LOAD_USE_LOAD)
     t, rep = hoisted_trace(src)
     ev = [x for x in t if not x.startswith("hb: ")]
     i0 = ev.index(f"issue bytes=4 flags={LD} site=0")
@@ -720,14 +723,7 @@ def test_a_load_moves_with_its_hoisted_issue_above_the_earlier_use():
     """With nothing but computation between, the second load itself runs right after its issue, above the
     first use and its wait: both loads are in flight before the first wait (ptxas would not move it above
     the wait's call). Every other instruction keeps its order; the store stays last."""
-    src = kernel("""
-    ld.global.u32 %r2, [%rd1];
-    add.s32 %r3, %r2, 1;
-    add.s64 %rd2, %rd1, 256;
-    ld.global.u32 %r4, [%rd2];
-    add.s32 %r5, %r4, %r3;
-    st.global.u32 [%rd1+4], %r5;
-    ret;""")
+    src = kernel(LOAD_USE_LOAD)
     m, meta = run_pass(src, {"hoist_issues": True, "hoist_loads": True})
     t = U.trace(m, "k", keep_hb_movs=True)
     second = next(x for x in t if x.startswith("hb: ld.global.u32 %r4, [%__hb_x"))   # its address: the copy
