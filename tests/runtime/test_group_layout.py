@@ -1,0 +1,108 @@
+"""The issue group's range test (hbfcc/passes/timing.py `_group_code`, the prologue's %__hb_cdb / %__hb_gz)
+evaluated on the runtime's own device-state layout (runtime_cuda/devstate.py: fill_ranges puts the band
+HBF_DEV_GUARD_BYTES below the first range; cdesc_for writes the descriptor). The first group build assumed
+lo == base and so never took its fast path on the GPU; this runs the emitted PTX's integer code in a small
+interpreter against the real layout, so such a mismatch fails on the CPU."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hbfcc"))
+from test_rewrite_inline import group_meta, loads  # noqa: E402
+
+from hbfcommon import abi  # noqa: E402
+from hbfcommon import ctl as C  # noqa: E402
+from hbfcc.passes.timing import timing_pass  # noqa: E402
+from hbfcc.ptx import parse_module  # noqa: E402
+from hbfcc.ptx.printer import print_module  # noqa: E402
+from runtime_cuda import devstate as D  # noqa: E402
+
+M64 = (1 << 64) - 1
+INS = re.compile(r"^\s*(\w+)((?:\.\w+)*)\s+(.*);$")
+
+
+def run(lines: list[str], regs: dict, cdesc: bytes) -> dict:
+    """Straight-line u64 integer and predicate PTX (mov, add, sub, or, and, setp with and/or) on ``regs``;
+    ld.const reads the descriptor bytes."""
+    def val(o: str):
+        neg = o.startswith("!")
+        o = o.lstrip("!")
+        v = regs[o] if o.startswith("%") else int(o, 0)
+        return (not v) if neg else v
+    for line in lines:
+        m = INS.match(line)
+        assert m, line
+        op, mods, args = m.group(1), m.group(2).split(".")[1:], [a.strip() for a in m.group(3).split(",")]
+        if op == "ld":
+            off = int(re.search(r"\+(\d+)\]", args[1]).group(1))
+            n = 1 if "u8" in mods else 8
+            regs[args[0]] = int.from_bytes(cdesc[off:off + n], "little")
+        elif op == "mov":
+            regs[args[0]] = val(args[1])
+        elif op in ("add", "sub", "or", "and") and "pred" not in mods:
+            a, b = val(args[1]), val(args[2])
+            regs[args[0]] = {"add": a + b, "sub": a - b, "or": a | b, "and": a & b}[op] & M64
+        elif op in ("or", "and"):
+            a, b = val(args[1]), val(args[2])
+            regs[args[0]] = (a or b) if op == "or" else (a and b)
+        elif op == "not":
+            regs[args[0]] = not val(args[1])
+        elif op == "setp":
+            cmp = mods[0]
+            a, b = val(args[1]), val(args[2])
+            r = {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "ge": a >= b, "gt": a > b}[cmp]
+            if len(args) == 4:
+                c = val(args[3])
+                r = (r and c) if "and" in mods else (r or c)
+            regs[args[0]] = r
+        else:
+            raise AssertionError(f"not interpreted: {line}")
+    return regs
+
+
+def layout(base: int, length: int):
+    m = C.hbf_media_params()
+    m.timing_source, m.read_granularity, m.fixed_read_ns, m.fixed_write_ns = C.HBF_SRC_FIXED, 64, 0, 0
+    st = D.new_state(0, m, D.RunParams())
+    D.fill_ranges(st, [D.DevRange(base, length, 0, 1, C.HBF_MODE_TIMING, C.HBF_PERM_ALL)], 1)
+    return st, bytes(D.cdesc_for(st, 0x7F0000000000, 0))
+
+
+def emitted() -> tuple[list[str], list[str]]:
+    """The prologue's range lines and the first group's band / range lines of site 0."""
+    out = print_module(timing_pass(parse_module(loads(2, guard=False)), group_meta())).splitlines()
+    i = next(k for k, x in enumerate(out) if f"[__hb_cdesc+{abi.CDESC_R0_BASE_OFF}]" in x and "%__hb_ix" in x)
+    j = next(k for k in range(len(out) - 1, i, -1) if "sub.u64 \t%__hb_gz" in out[k])
+    pro = out[i:j + 1]
+    s = next(k for k, x in enumerate(out) if x.strip().startswith("sub.u64 \t%__hb_b") and k > j)
+    site = out[s:s + 4]          # the band, the lane's predicate, the any-lane OR, the range test
+    assert "%__hb_gp0" in site[1] and "%__hb_gin" in site[3], site
+    return pro, site
+
+
+@pytest.mark.parametrize("base, length", [(1 << 40, 1 << 30), (1 << 20, 1 << 12), (D.HBF_DEV_GUARD_BYTES // 2, 4096)])
+def test_the_group_fast_path_holds_on_the_runtimes_layout(base, length):
+    st, cd = layout(base, length)
+    assert st.lo != base or base <= D.HBF_DEV_GUARD_BYTES       # the band starts below the range (or at 0)
+    pro, site = emitted()
+    regs = run(pro, {"%__hb_lo": int(st.lo), "%__hb_span": int(st.span)}, cd)
+    assert regs["%__hb_cdb"] is True
+    addr_reg = re.search(r"sub\.u64 \t%__hb_b, (%[\w]+),", site[0]).group(1)
+
+    def lane(addr: int):
+        r = run(site, dict(regs, **{addr_reg: addr}), cd)
+        return r["%__hb_gp0"], r["%__hb_gin"]
+    assert lane(base) == (True, True) and lane(base + length - 16) == (True, True)   # in the range: inline
+    assert lane(base + length) == (False, True)                                        # beyond the band: no access
+    if base > int(st.lo):
+        assert lane(base - 16) == (True, False)        # the guard zone: in the band, not the range -> fallback
+
+
+def test_a_range_whose_end_is_not_32_byte_aligned_takes_the_fallback():
+    st, cd = layout(1 << 40, (1 << 20) + 16)
+    pro, _ = emitted()
+    assert run(pro, {"%__hb_lo": int(st.lo), "%__hb_span": int(st.span)}, cd)["%__hb_cdb"] is False
