@@ -1240,8 +1240,8 @@ class _FunctionRewriter:
         (a weak load may pass weak loads and computation, which is all the hoisting walk passes) and no
         write of the load's destination, except the movs right before it that give masked lanes their
         default (Triton's `other=`): they move with it, their source an immediate, a register nothing
-        between writes, or one an unguarded `mov` of an immediate writes there (the immediate is used).
-        Returns (statements for h, paths to drop) or None."""
+        between writes and no future between may still be pending on, or one an unguarded `mov` of an
+        immediate writes there (the immediate is used). Returns (statements for h, paths to drop) or None."""
         F = self._hoist_facts(nodes, IN)
         dest = F.defs[i]
         j = i - 1
@@ -1272,7 +1272,10 @@ class _FunctionRewriter:
                 if src.name not in consts:
                     return None
                 src = consts[src.name]
-            elif type(src) is not Immediate and type(src) is not Register:
+            elif type(src) is Register:
+                if any(src.name in F.pending[x] for x in range(h, t + 1)):
+                    return None                # a value whose wait is between: never read before it
+            elif type(src) is not Immediate:
                 return None
             out.append(replace(mi, operands=(mi.operands[0], src), line=0))
         ld = nodes[i][1]

@@ -747,3 +747,22 @@ def test_a_store_between_keeps_the_load_where_it_is():
     m, meta = run_pass(src, {"hoist_issues": True, "hoist_loads": True})
     ev = [x for x in U.trace(m, "k", keep_hb_movs=True) if not x.startswith("hb: ")]
     assert ev.index("st.global.u32 [%rd1+8], %r3;") < ev.index("ld.global.u32 %r4, [%rd2];")
+
+
+def test_a_default_value_still_pending_keeps_the_load_where_it_is():
+    """The default-value mov reads a loaded value whose wait lies between: moved up, it would consume that
+    value before its modeled completion, so the load stays (its issue is still hoisted, to the barrier)."""
+    src = kernel("""
+    ld.global.u32 %r2, [%rd1];
+    bar.sync 0;
+    add.s32 %r3, %r2, 1;
+    add.s64 %rd2, %rd1, 256;
+    mov.u32 %r4, %r2;
+    @%p1 ld.global.u32 %r4, [%rd2];
+    add.s32 %r5, %r4, %r3;
+    st.global.u32 [%rd1+4], %r5;
+    ret;""")
+    m, meta = run_pass(src, {"hoist_issues": True, "hoist_loads": True})
+    t = U.trace(m, "k", keep_hb_movs=True)
+    assert "@%p1 ld.global.u32 %r4, [%rd2];" in t and t.index("mov.u32 %r4, %r2;") > t.index("wait %__hb_f0")
+    assemble_linked(src)
