@@ -148,7 +148,6 @@ def copy_SFX(x, y, n, EPP: tl.constexpr, BLOCK: tl.constexpr):
         tl.store(y + offs, tl.load(x + offs, mask=m), mask=m)
 
 
-
 @triton.jit
 def hist_SFX(x, h, n, EPP: tl.constexpr, BLOCK: tl.constexpr, NB: tl.constexpr):
     # integer histogram with atomics: h[x % NB] += 1 (deterministic totals)

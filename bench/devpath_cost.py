@@ -55,11 +55,11 @@ import devpath_common as DC  # noqa: E402
 from devpath_common import log  # noqa: E402
 
 STREAM_EPP, STREAM_BLOCK = 16384, 2048
+STREAM_KERNELS = ("reduce", "copy", "sreduce", "scopy")   # s*: the loop unrolled by Triton
 PROBE_R = 32
 LITTLE = ((8192, 512), (8192, 2048), (8192, 8192))   # (elements per program, per round): 1, 2, 8 loads/thread
 # parts in run order: (name, timing source, variant); one part = one watchdog "case"
-PART_TABLE = ([("stream_reduce", "fixed0", "reduce"), ("stream_copy", "fixed0", "copy"),
-               ("stream_sreduce", "fixed0", "sreduce"), ("stream_scopy", "fixed0", "scopy"), ("probe", "fixed0", None),
+PART_TABLE = ([(f"stream_{k}", "fixed0", k) for k in STREAM_KERNELS] + [("probe", "fixed0", None),
                ("unrelated", "fixed0", None), ("consume", "fixed2us", None)]
               + [(f"little_e{e}_b{b}", "fixed20us", (e, b)) for e, b in LITTLE])
 PARTS = tuple(p[0] for p in PART_TABLE)
@@ -99,7 +99,7 @@ def little_spec(epp: int, block: int, grid: int = 1) -> dict:
 
 
 def all_specs(a) -> list[dict]:
-    return ([stream_spec(k, a.stream_gib) for k in ("reduce", "copy", "sreduce", "scopy")] + [probe_spec(), consume_spec()]
+    return ([stream_spec(k, a.stream_gib) for k in STREAM_KERNELS] + [probe_spec(), consume_spec()]
             + [little_spec(e, b) for e, b in LITTLE])
 
 
@@ -178,7 +178,7 @@ def part_stream(ctx, a, phase, kname: str) -> dict:
     phase(f"{kname}: plain", a.launch_timeout)
     x = torch.randn(c["n"], device="cuda", dtype=torch.float16)
     x2 = x.clone()
-    if kname in ("reduce", "sreduce"):
+    if "out" in dict(DC.KERNEL_ARGS[kname]):      # a reduction (else a copy into y)
         po = {"out": torch.empty(c["grid"], device="cuda", dtype=torch.float32)}
         ho = {"out": torch.empty(c["grid"], device="cuda", dtype=torch.float32)}
     else:
@@ -628,7 +628,7 @@ def _get(d, *path):
 def summarize(parts: dict) -> dict:
     """The numbers of the issue's goals, from the part records."""
     s: dict = {}
-    for k in ("reduce", "copy", "sreduce", "scopy"):
+    for k in STREAM_KERNELS:
         st = parts.get(f"stream_{k}")
         if st:
             s[f"stream_{k}_ratio"] = {"median": _get(st, "pairs", "pair_ratio", "median"),

@@ -408,8 +408,8 @@ class FunctionReport:
     memory_address_lines: list[int] = field(default_factory=list)
     hoisted_issues: int = 0          # load issues placed before earlier instructions (_hoist_target)
     issue_groups: int = 0            # groups of adjacent inline load issues (_group_code)
-    moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
     grouped_issues: int = 0          # load issues in those groups
+    moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
 
     def count(self, d: Decision) -> None:
         c = self.classes.setdefault(d.cls, {"count": 0, "rewritten": 0, "native": 0, "refused": 0})
@@ -1030,7 +1030,7 @@ class _FunctionRewriter:
                     self._site_code(inst_h, d_h, i, fut_of, code)
                     self.hoisted.setdefault(nodes[h][0], []).extend(code)
                     self.report.hoisted_issues += 1
-                    mv = self._movable_load(h, i, nodes, IN, ren) if self.move_loads and not need else None
+                    mv = self._movable_load(h, i, nodes, IN, inst_h, ren) if self.move_loads and not need else None
                     if mv is not None:
                         self.moved.setdefault(nodes[h][0], []).extend(mv[0])
                         self.drop |= mv[1]
@@ -1233,7 +1233,7 @@ class _FunctionRewriter:
             a = replace(a, base=Register(ren[a.base.name]))
         return code, replace(inst, guard=g), replace(d, addr=a), ren
 
-    def _movable_load(self, h: int, i: int, nodes, IN, ren: dict[str, str]):
+    def _movable_load(self, h: int, i: int, nodes, IN, inst_h: Instruction, ren: dict[str, str]):
         """HBFCC_HOIST_LOADS: the load itself (not only its issue) moved to its hoist point h, so that a
         run of loads is in flight before the first use's wait (ptxas does not move a load above a wait,
         whose slow path is a call). Only where that is the same program: between h and the load no store
@@ -1278,12 +1278,8 @@ class _FunctionRewriter:
             elif type(src) is not Immediate:
                 return None
             out.append(replace(mi, operands=(mi.operands[0], src), line=0))
-        ld = nodes[i][1]
-        g = ld.guard
-        if g is not None and g.reg.name in ren:
-            g = Guard(Register(ren[g.reg.name]), g.negated)
-        out.append(replace(ld, guard=g, operands=(ld.operands[0],) + tuple(_rename_reg(o, ren) for o in ld.operands[1:]),
-                           line=0))
+        ops = inst_h.operands        # inst_h: the load with its guard renamed to the hoisting copies
+        out.append(replace(inst_h, operands=(ops[0],) + tuple(_rename_reg(o, ren) for o in ops[1:]), line=0))
         return out, {nodes[t][0] for t in movs} | {nodes[i][0]}
 
     def _site_of_fut(self, k: int) -> int:
@@ -1469,15 +1465,14 @@ class _FunctionRewriter:
             cd = abi.CDESC_GLOBAL
             init += [_ins("ld", ("const", "u64"), (_R(R_IX), Address(Symbol(cd), abi.CDESC_R0_BASE_OFF))),
                      _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_R0_LEN_OFF))),
-                     _ins("sub", ("u64",), (_R(R_GZ), _R(R_IX), _R(R_LO))),
-                     _ins("setp", ("le", "u64"), (_R(R_CDB), _R(R_GZ), _R(R_SPAN))),
-                     _ins("add", ("u64",), (_R(R_GZ), _R(R_GZ), _R(R_IY))),            # (base - lo) + len
-                     _ins("setp", ("eq", "and", "u64"), (_R(R_CDB), _R(R_GZ), _R(R_SPAN), _R(R_CDB))),
-                     _ins("setp", ("ne", "and", "u64"), (_R(R_CDB), _R(R_IY), _I(0), _R(R_CDB))),
-                     _ins("or", ("b64",), (_R(R_GZ), _R(R_IX), _R(R_IY))),
+                     _ins("or", ("b64",), (_R(R_GZ), _R(R_IX), _R(R_IY))),              # base | len
                      _ins("and", ("b64",), (_R(R_GZ), _R(R_GZ), _I(31))),
-                     _ins("setp", ("eq", "and", "u64"), (_R(R_CDB), _R(R_GZ), _I(0), _R(R_CDB))),
-                     _ins("sub", ("u64",), (_R(R_GZ), _R(R_IX), _R(R_LO)))]
+                     _ins("setp", ("eq", "u64"), (_R(R_CDB), _R(R_GZ), _I(0))),
+                     _ins("setp", ("ne", "and", "u64"), (_R(R_CDB), _R(R_IY), _I(0), _R(R_CDB))),
+                     _ins("sub", ("u64",), (_R(R_GZ), _R(R_IX), _R(R_LO))),              # base - lo
+                     _ins("setp", ("le", "and", "u64"), (_R(R_CDB), _R(R_GZ), _R(R_SPAN), _R(R_CDB))),
+                     _ins("add", ("u64",), (_R(R_IX), _R(R_GZ), _R(R_IY))),              # end - lo
+                     _ins("setp", ("eq", "and", "u64"), (_R(R_CDB), _R(R_IX), _R(R_SPAN), _R(R_CDB)))]
         if nfut:
             decls.append(VarDecl((), "reg", (), ".b64", (Declarator(R_FUT, count=nfut),)))
             init += [_ins("mov", ("b64",), (_R(f"{R_FUT}{k}"), _I(0))) for k in range(nfut)]
