@@ -14,6 +14,9 @@ plain build:
   (a miss: ``t_cmd + tR + xfer(128 B)``); Little's law gives ``R x L`` for the kernel.
 * **flat** (first grade/tR only) -- the stream at 64 MiB .. 16 GiB: the modeled bandwidth is flat.
 
+``--fast-groups on,off`` runs every grade/tR once per hbfcc build (HBFCC_FAST_GROUPS: a group of hoisted
+load issues served by one __hb_issue_group call, or each site calling __hb_issue); every record says which.
+
 The deadline bias is calibrated once (first child, runtime_cuda.calibrate) and applied in every child.
 Writes ``<out>/hbf_bandwidth.json`` after every child (partial results survive a timeout).
 """
@@ -113,8 +116,11 @@ def child(a) -> None:
     ex = expectations(prof)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
 
+    fg = os.environ.get("HBFCC_FAST_GROUPS", "1") != "0"
+
     def out(kind: str, rec: dict) -> None:
-        print(RESULT, json.dumps({"kind": kind, "grade": a.child, "t_read_ns": a.tr, **rec}, default=str), flush=True)
+        print(RESULT, json.dumps({"kind": kind, "grade": a.child, "t_read_ns": a.tr, "fast_groups": fg, **rec},
+                                 default=str), flush=True)
 
     nv = {"error": "--no-nvcc"}
     if not a.no_nvcc:
@@ -305,7 +311,11 @@ def main() -> int:
     ap.add_argument("--child", default=None)
     ap.add_argument("--tr", type=int, default=4000)
     ap.add_argument("--bias", type=int, default=None)
+    ap.add_argument("--fast-groups", default="on", help="hbfcc builds to run: on, off or on,off (HBFCC_FAST_GROUPS)")
     a = ap.parse_args()
+    variants = a.fast_groups.split(",")
+    if not variants or any(v not in ("on", "off") for v in variants):
+        raise SystemExit(f"hbf_bandwidth: --fast-groups must be on, off or a comma list of them, got {a.fast_groups!r}")
     bad = [g for g in (a.child or a.grades).split(",") if not (PROFILE_DIR / f"{g}.json").is_file()]
     if bad:
         raise SystemExit(f"hbf_bandwidth: unknown grade profile {bad[0]!r} (bundled: "
@@ -325,42 +335,44 @@ def main() -> int:
     t_start = time.time()
     bias = None
     first = True
-    for grade in a.grades.split(","):
-        for tr in trs:
-            left = a.budget_s - (time.time() - t_start)
-            if left < 30:
-                doc["children"].append({"grade": grade, "t_read_ns": tr, "status": "not_run (budget)"})
-                continue
-            parts = a.parts + (",flat" if first and a.flat else "")
-            argv = [sys.executable, __file__, "--out", a.out, "--child", grade, "--tr", str(tr), "--parts", parts,
-                    "--mib", str(a.mib)] + (["--bias", str(bias)] if bias is not None else []) + \
-                   (["--no-nvcc"] if a.no_nvcc else [])
-            t0 = time.time()
-            rec = {"grade": grade, "t_read_ns": tr}
-            try:
-                p = subprocess.run(argv, env=dict(os.environ, **env), capture_output=True, text=True,
-                                   timeout=min(a.child_timeout * (2 if first else 1), left))
-                rec["rc"] = p.returncode
-                err = p.stderr
-                lines = p.stdout.splitlines()
-            except subprocess.TimeoutExpired as e:
-                rec["rc"] = "timeout"
-                err = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-                so = e.stdout or b""
-                lines = (so.decode() if isinstance(so, bytes) else so).splitlines()
-            for ln in lines:
-                if ln.startswith(RESULT):
-                    r = json.loads(ln[len(RESULT):])
-                    doc["results"].append(r)
-                    if r["kind"] == "setup" and bias is None:
-                        bias = r["bias_ns"]
-                    DC.log(_line(r))
-            rec["seconds"] = round(time.time() - t0, 1)
-            rec["stderr_tail"] = err[-1500:]
-            doc["children"].append(rec)
-            first = False
-            doc["seconds"] = round(time.time() - t_start, 1)
-            DC.write_json(jpath, doc)
+    plan = [(v, g, tr) for g in a.grades.split(",") for tr in trs for v in variants]
+    for variant, grade, tr in plan:
+        left = a.budget_s - (time.time() - t_start)
+        if left < 30:
+            doc["children"].append({"grade": grade, "t_read_ns": tr, "fast_groups": variant,
+                                    "status": "not_run (budget)"})
+            continue
+        parts = a.parts + (",flat" if first and a.flat else "")
+        argv = [sys.executable, __file__, "--out", a.out, "--child", grade, "--tr", str(tr), "--parts", parts,
+                "--mib", str(a.mib)] + (["--bias", str(bias)] if bias is not None else []) + \
+               (["--no-nvcc"] if a.no_nvcc or variant == "off" else [])   # one nvcc build: groups on
+        t0 = time.time()
+        rec = {"grade": grade, "t_read_ns": tr, "fast_groups": variant}
+        try:
+            p = subprocess.run(argv, env=dict(os.environ, **env, HBFCC_FAST_GROUPS="1" if variant == "on" else "0"),
+                               capture_output=True, text=True,
+                               timeout=min(a.child_timeout * (2 if first else 1), left))
+            rec["rc"] = p.returncode
+            err = p.stderr
+            lines = p.stdout.splitlines()
+        except subprocess.TimeoutExpired as e:
+            rec["rc"] = "timeout"
+            err = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+            so = e.stdout or b""
+            lines = (so.decode() if isinstance(so, bytes) else so).splitlines()
+        for ln in lines:
+            if ln.startswith(RESULT):
+                r = json.loads(ln[len(RESULT):])
+                doc["results"].append(r)
+                if r["kind"] == "setup" and bias is None:
+                    bias = r["bias_ns"]
+                DC.log(_line(r))
+        rec["seconds"] = round(time.time() - t0, 1)
+        rec["stderr_tail"] = err[-1500:]
+        doc["children"].append(rec)
+        first = False
+        doc["seconds"] = round(time.time() - t_start, 1)
+        DC.write_json(jpath, doc)
     doc["summary"] = summarize(doc["results"])
     DC.write_json(jpath, doc)
     DC.log(json.dumps(doc["summary"], indent=1))
@@ -369,7 +381,7 @@ def main() -> int:
 
 def _line(r: dict) -> str:
     k = r["kind"]
-    head = f"{r['grade']} tR {r['t_read_ns']} {k}"
+    head = f"{r['grade']} tR {r['t_read_ns']} groups {'on' if r.get('fast_groups', True) else 'off'} {k}"
     if k in ("stream", "flat") and "hbf_ms" in r:
         return (f"{head} {r['kernel']} {r['bytes'] >> 20} MiB: {r['GBps_measured']:.1f} GB/s vs bound {r['GBps_bound']:.1f} "
                 f"(x{r['measured_over_expected']:.3f} of expected), plain {r['GBps_plain']:.0f} GB/s, helper "
@@ -388,12 +400,14 @@ def summarize(results: list) -> dict:
     rows = []
     for r in results:
         if r["kind"] in ("stream", "flat") and "hbf_ms" in r:
-            rows.append({"grade": r["grade"], "t_read_ns": r["t_read_ns"], "kind": r["kind"], "kernel": r["kernel"],
+            rows.append({"grade": r["grade"], "t_read_ns": r["t_read_ns"], "fast_groups": r.get("fast_groups", True),
+                         "kind": r["kind"], "kernel": r["kernel"],
                          "MiB": r["bytes"] >> 20, "GBps": round(r["GBps_measured"], 1), "bound": round(r["GBps_bound"], 1),
                          "x_expected": round(r["measured_over_expected"], 3), "within_5pct": r["within_5pct"],
                          "helper_ns_per_req": r["helper_ns_per_request"], "identical": r.get("identical")})
         elif r["kind"] == "little":
-            rows.append({"grade": r["grade"], "t_read_ns": r["t_read_ns"], "kind": "little", "G": r["G"],
+            rows.append({"grade": r["grade"], "t_read_ns": r["t_read_ns"], "fast_groups": r.get("fast_groups", True),
+                         "kind": "little", "G": r["G"],
                          "x_little": round(r["measured_over_little"], 3), "within_5pct": r["within_5pct"],
                          "identical": r.get("identical")})
     return {"rows": rows, "n": len(rows), "within_5pct": sum(1 for x in rows if x.get("within_5pct"))}

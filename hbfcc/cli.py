@@ -78,6 +78,8 @@ def marker_line() -> str:
         line += " hoist-loads off"
     if not knobs.load().group_issues:  # HBFCC_GROUP_ISSUES=0 builds differently
         line += " group-issues off"
+    if not knobs.load().fast_groups:  # HBFCC_FAST_GROUPS=0 builds differently
+        line += " fast-groups off"
     if not knobs.load().launch_bound:  # HBFCC_LAUNCH_BOUND=0 builds differently
         line += " launch-bound off"
     return line

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 # ---- hbf_abi.h ---------------------------------------------------------------------------------
 
-HBF_HELPER_ABI_VERSION = 2   # 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc
+HBF_HELPER_ABI_VERSION = 3   # 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group
 
 # the operation: the low bits of __hb_issue's flags and the op field of a ring request (hbf_ctl.h
 # defines them; hbfcommon.ctl imports them from here, so the compiler needs no control-region mirror)
@@ -43,6 +43,9 @@ CDESC_INL_READ_DELAY_OFF = 104
 CDESC_INL_WRITE_DELAY_OFF = 112
 HBF_CDI_READ = 0x1                     # hbf_cdesc.inl_flags: loads may be served inline
 HBF_CDI_WRITE = 0x2                    # stores may be served inline
+HBF_CDI_GROUP = 0x4                    # issue groups through __hb_issue_group (the FAST source)
+CDESC_INL_FLAGS_OFF = 120
+HB_GROUP_SLOW = 2 ** 64 - 1            # __hb_issue_group: the group is not served, each site runs alone
 INLINE_NEVER = -(2 ** 63 - 1)          # __hb_inline_until: not inline for the rest of this launch
 
 # every helper symbol starts with this; the linker keeps these names and makes them .weak
@@ -77,6 +80,7 @@ HELPERS: dict[str, Signature] = {s.name: s for s in (
     _sig("__hb_inline_until", [(64, "until")], [(32, "op")]),
     _sig("__hb_kernel_flush", [], [(32, "kernel_index"), (32, "rd_req"), (32, "rd_granules"), (64, "rd_bytes"),
                                    (32, "wr_req"), (64, "wr_bytes"), (32, "ready_waits"), (64, "slack_ns")]),
+    _sig("__hb_issue_group", [(64, "fut")], [(64, "addrs"), (32, "pmask"), (64, "nbpack"), (32, "site")]),
 )}
 
 # ---- the Eidola helper module (the flags pass, issue 7) ----------------------------------------

@@ -100,7 +100,7 @@ DEADLINE_BIAS_OFF = hbf_device_state.deadline_bias_ns.offset     # line 1: host-
 
 
 HBF_CD_ON, HBF_CD_FAST, HBF_CD_SHARDED, HBF_CD_MULTI = 0x1, 0x2, 0x4, 0x8   # hbf_cdesc.flags (hbf_device.h)
-HBF_CDI_READ, HBF_CDI_WRITE = abi.HBF_CDI_READ, abi.HBF_CDI_WRITE              # hbf_cdesc.inl_flags
+HBF_CDI_READ, HBF_CDI_WRITE, HBF_CDI_GROUP = abi.HBF_CDI_READ, abi.HBF_CDI_WRITE, abi.HBF_CDI_GROUP   # inl_flags
 CDESC_BYTES = ctypes.sizeof(hbf_cdesc)
 THC_REPLICA_OFF = hbf_device_state.thc_replica.offset
 _U32 = (1 << 32) - 1
@@ -120,7 +120,9 @@ def cdesc_for(st: hbf_device_state, state_dptr: int, kslot_base: int, inline: bo
     (thermal_max_age_ns > 0), at least one range, a module with counter slots, fixed service times that fit
     32 bits. inl_flags (hbf_abi.h "Inline issue") allows loads / stores inline only for the FIXED source
     with one TIMING range that grants the op, up to INLINE_MAX_RANGE bytes (loads: a read granularity of at
-    least 32 B, so an aligned access of at most 32 B touches one granule)."""
+    least 32 B, so an aligned access of at most 32 B touches one granule); HBF_CDI_GROUP lets the FAST source
+    serve issue groups in one call (__hb_issue_group: the compact path's decision per site, the page
+    transactions together), with one range or several."""
     d = hbf_cdesc()
     src = int(st.timing_source)
     n = int(st.n_ranges)
@@ -164,6 +166,8 @@ def cdesc_for(st: hbf_device_state, state_dptr: int, kslot_base: int, inline: bo
             d.inl_flags |= HBF_CDI_READ
         if d.r0_perms & C.HBF_PERM_WRITE and d.inl_write_delay < HBF_MAX_WAIT_NS:
             d.inl_flags |= HBF_CDI_WRITE
+    if inline and src == C.HBF_SRC_FAST:
+        d.inl_flags |= HBF_CDI_GROUP
     return d
 
 

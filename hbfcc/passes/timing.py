@@ -90,6 +90,7 @@ INLINE_BYTES = frozenset((1, 2, 4, 8, 16, 32))   # access sizes an inline site s
 R_GA, R_GP = "%__hb_ga", "%__hb_gp"                                       # per slot: .b64 address, .pred lane accesses
 R_GANY, R_GOK, R_CDB, R_GIN = "%__hb_gany", "%__hb_gok", "%__hb_cdb", "%__hb_gin"   # .pred
 R_GZ = "%__hb_gz"                                                          # .b64 the band's guard zone
+GAL = "__hb_gal"                        # .local .b8 [8 x GROUP_MAX]: a group's addresses for __hb_issue_group
 R_GC, R_GG, R_GB = "%__hb_gc", "%__hb_gg", "%__hb_gbn"                    # .b32 the group's counts
 GROUP_MAX = 8      # sites per group (bounds the per-slot predicates live across it)
 
@@ -410,6 +411,7 @@ class FunctionReport:
     issue_groups: int = 0            # groups of adjacent inline load issues (_group_code)
     grouped_issues: int = 0          # load issues in those groups
     moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
+    group_calls: int = 0             # groups with a __hb_issue_group call (HBFCC_FAST_GROUPS)
 
     def count(self, d: Decision) -> None:
         c = self.classes.setdefault(d.cls, {"count": 0, "rewritten": 0, "native": 0, "refused": 0})
@@ -427,7 +429,8 @@ class FunctionReport:
                 "external_calls": self.external_calls, "native_version": self.native_version,
                 "address_source": self.address_source, "memory_address_lines": self.memory_address_lines,
                 "hoisted_issues": self.hoisted_issues, "issue_groups": self.issue_groups,
-                "grouped_issues": self.grouped_issues, "moved_loads": self.moved_loads}
+                "grouped_issues": self.grouped_issues, "moved_loads": self.moved_loads,
+                "group_calls": self.group_calls}
 
 
 # Issue hoisting: what a load's issue may be moved above. Plain computation and plain (weak) memory
@@ -515,13 +518,14 @@ def _is_copy(st) -> bool:
 
 class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
-                 inline: bool = True, group: bool = True, move_loads: bool = True):
+                 inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True):
         self.hoist = hoist
         self.move_loads = move_loads and hoist
         self.moved: dict[tuple[int, ...], list[Statement]] = {}   # hoist point -> loads moved there
         self.drop: set[tuple[int, ...]] = set()                   # statements moved away
         self.inline = inline and fn.is_entry      # the thread's counters are flushed at the entry's exits
         self.group = group and self.inline
+        self.fast_groups = fast_groups and self.group
         self.group_slots = 0                      # the largest group emitted (per-slot registers)
         self.hoisted: dict[tuple[int, ...], list[Statement]] = {}
         self.clones: dict[str, int] = {}            # type -> registers copied for hoisted issues
@@ -926,11 +930,57 @@ class _FunctionRewriter:
                 _ins("add", ("u64",), (_R(R_IBR), _R(R_IBR), _R(R_IX))),
                 _ins("bra", ("uni",), (LabelRef(Ldone),)),
                 Label(Lslow)]
+        if self.fast_groups and len(sites) > 1:
+            out += self._group_call(sites, addrs, Ldone)
         for s in sites:
             self._site_alone(s, out)
         out += [_ins("bra", ("uni",), (LabelRef(Ldone),)), Label(Lzero)]
         out += [_ins("mov", ("b64",), (_R(f"{R_FUT}{s.k}"), _I(0)), s.inst.guard) for s in sites]
         out.append(Label(Ldone))
+        return out
+
+    def _group_call(self, sites: list["_GSite"], addrs: list, Ldone: str) -> list[Statement]:
+        """A group that is not served inline, served by one ``__hb_issue_group`` call (hbf_abi.h) where the
+        descriptor allows it (inl_flags HBF_CDI_GROUP: the FAST source) and the warp is whole: the sites'
+        addresses, which sites this lane accesses (pmask: bit j = P_j), their sizes (a byte each); lane j's
+        answer is site j's future, each accessing lane takes it (shfl from lane j), the others get 0.
+        HB_GROUP_SLOW (the helper served nothing), a partial warp or another source: each site alone."""
+        cd = abi.CDESC_GLOBAL
+        self.report.group_calls += 1
+        Lalone = self._label()
+        out: list[Statement] = [
+            _ins("ld", ("const", "u32"), (_R(R_IK), Address(Symbol(cd), abi.CDESC_INL_FLAGS_OFF))),
+            _ins("and", ("b32",), (_R(R_IK), _R(R_IK), _I(abi.HBF_CDI_GROUP))),
+            _ins("setp", ("eq", "u32"), (_R(R_IPB), _R(R_IK), _I(0))),
+            _ins("bra", (), (LabelRef(Lalone),), Guard(_R(R_IPB))),
+            _ins("setp", ("ne", "b32"), (_R(R_IPB), _R(R_IM), _I(-1))),     # a partial warp
+            _ins("bra", (), (LabelRef(Lalone),), Guard(_R(R_IPB))),
+            _ins("mov", ("b32",), (_R(R_GC), _I(0)))]
+        nbpack = 0
+        for j, s in enumerate(sites):
+            nbpack |= s.d.nbytes << (8 * j)
+            out.append(_ins("or", ("b32",), (_R(R_GC), _R(R_GC), _I(1 << j)), Guard(_R(f"{R_GP}{j}"))))
+        out += [_ins("st", ("local", "u64"), (Address(Symbol(GAL), 8 * j), addrs[j]), Guard(_R(f"{R_GP}{j}")))
+                for j in range(len(sites))]
+        out += [_ins("mov", ("u64",), (_R(R_IX), Symbol(GAL))),
+                _ins("cvta", ("local", "u64"), (_R(R_IX), _R(R_IX))),
+                _call("__hb_issue_group", [("b64", _R(R_IX)), ("b32", _R(R_GC)), ("b64", _I(nbpack)),
+                                           ("b32", _I(self.node_site[sites[0].node]))], ret=R_IX),
+                _ins("setp", ("eq", "s64"), (_R(R_IPB), _R(R_IX), _I(-1))),       # HB_GROUP_SLOW
+                _ins("bra", (), (LabelRef(Lalone),), Guard(_R(R_IPB))),
+                _ins("mov", ("b64",), (Vector((_R(R_IK), _R(R_IQ))), _R(R_IX)))]
+        # after the call the lanes' sites come from pmask, not from the P_j: predicates live across a call
+        # take registers of their own (and ptxas fails to allocate them in some kernels); bit j of pmask
+        # becomes an all-ones / zero mask of the future
+        for j, s in enumerate(sites):
+            out += [_ins("shfl", ("sync", "idx", "b32"), (_R(R_IH), _R(R_IK), _I(j), _I(31), _I(-1))),
+                    _ins("shfl", ("sync", "idx", "b32"), (_R(R_IP), _R(R_IQ), _I(j), _I(31), _I(-1))),
+                    _ins("shl", ("b32",), (_R(R_IL), _R(R_GC), _I(31 - j))),
+                    _ins("shr", ("s32",), (_R(R_IL), _R(R_IL), _I(31))),
+                    _ins("and", ("b32",), (_R(R_IH), _R(R_IH), _R(R_IL))),
+                    _ins("and", ("b32",), (_R(R_IP), _R(R_IP), _R(R_IL))),
+                    _ins("mov", ("b64",), (_R(f"{R_FUT}{s.k}"), Vector((_R(R_IH), _R(R_IP)))), s.inst.guard)]
+        out += [_ins("bra", ("uni",), (LabelRef(Ldone),)), Label(Lalone)]
         return out
 
     def _cpasync_masks(self, inst: Instruction, out: list[Statement]):
@@ -1451,6 +1501,8 @@ class _FunctionRewriter:
             init += [_ins("mov", ("b64",), (_R(r), _I(0))) for r in (R_IUR, R_IUW, R_IBR, R_IBW, R_ISL)]
             init += [_ins("mov", ("b32",), (_R(r), _I(0))) for r in (R_ICR, R_IGR, R_ICW, R_IRW)]
             init.append(_ins("mov", ("b32",), (_R(R_LMLT), _R("%lanemask_lt"))))
+        if self.report.group_calls:
+            decls.append(VarDecl((), "local", (".align 8",), ".b8", (Declarator(GAL, dims=(8 * GROUP_MAX,)),)))
         if self.group_slots:
             n = self.group_slots
             decls += [VarDecl((), "reg", (), ".b64", (Declarator(R_GA, count=n), Declarator(R_GZ))),
@@ -1565,6 +1617,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     inline = bool(meta.get("inline_issues", True))
     group = bool(meta.get("group_issues", True))
     move_loads = bool(meta.get("hoist_loads", True))
+    fast_groups = bool(meta.get("fast_groups", True))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -1576,7 +1629,8 @@ def timing_pass(module: Module, meta: dict) -> Module:
     any_inline = False
     for it in module.items:
         if type(it) is Function and it.body is not None:
-            rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads)
+            rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
+                                   fast_groups)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -1610,5 +1664,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "inline_issues": inline,
         "group_issues": group,
         "hoist_loads": move_loads,
+        "fast_groups": fast_groups,
     }
     return replace(module, items=tuple(new_items))

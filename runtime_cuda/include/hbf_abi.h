@@ -29,6 +29,8 @@
  *   .weak .func __hb_kernel_flush(.param .b32 kernel_index, .param .b32 rd_req, .param .b32 rd_granules,
  *                                 .param .b64 rd_bytes, .param .b32 wr_req, .param .b64 wr_bytes,
  *                                 .param .b32 ready_waits, .param .b64 slack_ns);
+ *   .weak .func (.param .b64 fut) __hb_issue_group(.param .b64 addrs, .param .b32 pmask,
+ *                                                  .param .b64 nbpack, .param .b32 site);
  * Inline issue (ABI 2; hbfcc's timing pass emits it in .entry functions, docs/design.md §3.3): the
  *   FIXED source's common case needs no helper call. A site serves its access inline when
  *   %globaltimer < until (signed; a per-thread register, 0 at entry), the address is inside the
@@ -47,6 +49,14 @@
  *   __hb_kernel_flush (before __hb_kernel_exit at every exit) adds the thread's inline counters to the
  *   kernel's (warp sums, one atomic per counter per warp; modeled_ns = requests x the fixed service).
  *
+ * __hb_issue_group (ABI 3; hbfcc emits it where an issue group of at most 8 load sites is not served inline
+ *   and the descriptor's inl_flags has HBF_CDI_GROUP: the FAST source): called by a full warp; addrs = the
+ *   generic address of the lane's 64-byte local array of site addresses (site j's at 8 j, read where bit j of
+ *   pmask is set: this lane accesses at site j, its guard holds and it is in band), byte j of nbpack = site
+ *   j's access size (0: no site j), site = the group's first site (its kernel's counters).
+ *   Returns HB_GROUP_SLOW (all ones) on every lane when any site is not the compact path's case (nothing is
+ *   modeled or counted then: each site runs alone through __hb_issue); else lane j returns site j's future
+ *   (0: no lane accesses a range there), which the caller takes with shfl from lane j for its accessing lanes.
  * __hb_issue: called by the lanes of a rewritten access site whose address is in the fast-reject
  *   band (hbfcc tests the band inline, see "Fast reject" below; a predicated access passes
  *   HBF_F_ACTIVE only where the guard is true), so __match_any_sync over __activemask() sees
@@ -104,7 +114,7 @@
 #ifndef HBF_ABI_H
 #define HBF_ABI_H
 
-#define HBF_HELPER_ABI_VERSION 2u   /* 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc */
+#define HBF_HELPER_ABI_VERSION 3u   /* 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group */
 
 /* flags argument of __hb_issue */
 #define HBF_F_OP_MASK 0x3u          /* HBF_OP_LOAD / STORE / ATOMIC / CPASYNC (hbf_ctl.h) */

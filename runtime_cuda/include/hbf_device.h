@@ -202,6 +202,7 @@ typedef struct hbf_cdesc {
                                             keeps inline delays below it */
 #define HBF_CDI_READ 0x1u         /* loads inline: FIXED source, one TIMING range with READ, granule >= 32 B */
 #define HBF_CDI_WRITE 0x2u        /* stores inline: FIXED source, one TIMING range with WRITE */
+#define HBF_CDI_GROUP 0x4u        /* issue groups through __hb_issue_group: the FAST source */
 
 HBF_STATIC_ASSERT(sizeof(hbf_dev_range) == 32, "dev range 32B");
 HBF_STATIC_ASSERT(sizeof(hbf_kernel_counters) % 64 == 0, "kernel counters 64B multiple");

@@ -1137,6 +1137,152 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
 }
 
 // ------------------------------------------------------------------------------------------
+// The fast source's issue group (hbf_abi.h "__hb_issue_group"; hbfcc emits the call where an issue group is
+// not served inline and the descriptor allows it, HBF_CDI_GROUP)
+// ------------------------------------------------------------------------------------------
+// A group's hoisted load issues served in ONE call: per site the compact path's decision (hb_issue_fast: the
+// lanes' range, one page, ascending offsets, the granules they touch, the request), then the page
+// transactions of all the group's requests at once -- site j's on lane j -- so their model round trips
+// (plane record, its CAS on a miss, the channel reservation) overlap instead of running one call after
+// another (~2 us each under load, bench/results/hbf_bandwidth_r2.json). Lanes of one instruction racing on a
+// plane record or a channel tail are ordered by the atomics as two warps are; every request's arithmetic is
+// hb_fast_model's, unchanged. Nothing is written before the whole group is decided: any site the compact
+// path would not serve (a lane outside the range or partial, missing permission, several pages, a
+// non-ascending order, mixed native and hit lanes, a stale snapshot, not a full warp) returns HB_GROUP_SLOW
+// on every lane and each site runs alone (__hb_issue). Counters: one request per served site, its granule
+// bytes and program bytes, its modeled service; the helper time once for the group (the warp's time in the
+// call, not once per request).
+// The decided group's requests: site j's page transaction on lane j (lanes 0..n-1 together), the deadlines
+// (bias applied once, as hb_issue_fast does), the counters (one atomic per counter per warp). A call of its
+// own in tail position: nothing of the caller is live across it, so its model call adds no registers there.
+static __device__ __noinline__ unsigned long long hb_group_serve(bool my_has, uint64_t my_media, uint64_t my_bytes,
+                                                                 uint64_t t0, uint32_t nreq, uint64_t tot_bytes,
+                                                                 uint64_t tot_pbytes, uint32_t site) {
+    const hbf_cdesc& d = __hb_cdesc;
+    uint64_t fut = 0ull, modeled = 0ull;
+    bool clamp = false;
+    if (my_has) {
+        uint64_t dl = HB_OOL(hb_fast_model)((hbf_device_state*)d.st, my_media, my_bytes, HBF_OP_LOAD,
+                                            1000000u, 0ull, t0);
+        if (dl <= t0) dl = t0 + 1ull;                           // a zero service still yields a valid future
+        modeled = dl - t0;
+        if (d.bias != 0ull) {
+            if (dl > t0 + d.bias) dl -= d.bias;
+            else { dl = t0 ? t0 : 1ull; clamp = true; }
+        }
+        fut = dl;
+    }
+    const uint32_t mask = 0xFFFFFFFFu;
+    const uint64_t t1 = hb_now();
+    const uint64_t msum = hb_warp_sum(mask, modeled);
+    const uint32_t clamps = __popc(__ballot_sync(mask, clamp));
+    if (hb_laneid() == 0u && nreq != 0u) {
+        hbf_kernel_counters* ks = hb_cd_kslot(site, hb_smid());
+        hbf_op_counters* oc = &ks->ops[HBF_OP_LOAD];
+        hb_red_add(&oc->requests, (unsigned long long)nreq);
+        hb_red_add(&oc->bytes, (unsigned long long)tot_bytes);
+        hb_red_add(&oc->program_bytes, (unsigned long long)tot_pbytes);
+        hb_red_add(&oc->modeled_ns, (unsigned long long)msum);
+        hb_red_add(&oc->overhead_ns, (unsigned long long)(t1 - t0));
+        if (clamps) hb_red_add(&ks->bias_clamps, (unsigned long long)clamps);
+    }
+    return fut;
+}
+#define HB_GROUP_MAX 8u
+#define HB_GROUP_SLOW 0xFFFFFFFFFFFFFFFFull
+extern "C" __device__ __noinline__ unsigned long long __hb_issue_group(unsigned long long addrs, unsigned int pmask,
+                                                                       unsigned long long nbpack, unsigned int site) {
+    const uint64_t t0 = hb_now();
+    const hbf_cdesc& d = __hb_cdesc;
+    const uint32_t mask = __activemask();
+    if (mask != 0xFFFFFFFFu || (d.flags & (HBF_CD_ON | HBF_CD_FAST)) != (HBF_CD_ON | HBF_CD_FAST))
+        return HB_GROUP_SLOW;                                   // warp-uniform: the sites run alone
+    const unsigned long long sp = __hb_state;
+    const uint64_t w = hb_cd_thermal_word(hb_smid(), t0);
+    bool ok = sp == d.st && HBF_THC_VALID(w) && HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) &&
+              HBF_THC_MODE(w) != HBF_TH_SHUTDOWN && hb_thc_age_ns(w, t0) <= d.max_age;
+    const uint32_t lane = hb_laneid();
+    const uint32_t lmlt = (1u << lane) - 1u;
+    const uint32_t gsh = d.read_gshift;
+    // the sites one after another (not unrolled: the helper's registers are what every kernel that calls it
+    // pays, whole-program allocation stacks them on the caller's live values); the addresses from the caller's
+    // stack (eight 64-bit arguments took the kernel 32 registers more, bench/devpath_cost.py --cpu-check copy)
+    const uint64_t* const ap = (const uint64_t*)addrs;
+    // several ranges: every site's search first, few values live across its call (a call inside the loop
+    // below would keep the loop's values in registers across it: +46 registers for every caller)
+    ulonglong2 cls[HB_GROUP_MAX];
+    if (d.flags & HBF_CD_MULTI) {
+#pragma unroll 1
+        for (uint32_t j = 0; j < HB_GROUP_MAX; ++j) {
+            const uint32_t nb = (uint32_t)(nbpack >> (8u * j)) & 0xFFu;
+            cls[j] = (nb != 0u && ((pmask >> j) & 1u)) ? hb_cd_classify(ap[j], nb) : make_ulonglong2(0ull, 0ull);
+        }
+    }
+    uint64_t my_media = 0ull, my_bytes = 0ull;                  // this lane's request (site == lane)
+    bool my_has = false;
+    uint32_t nreq = 0u;
+    uint64_t tot_bytes = 0ull, tot_pbytes = 0ull;
+#pragma unroll 1
+    for (uint32_t j = 0; j < HB_GROUP_MAX; ++j) {
+        const uint32_t nb = (uint32_t)(nbpack >> (8u * j)) & 0xFFu;
+        if (nb == 0u) continue;                                 // no site j (uniform)
+        const bool P = (pmask >> j) & 1u;                       // this lane accesses at site j
+        const uint64_t addr = P ? ap[j] : 0ull;
+        uint64_t media = 0ull;
+        uint32_t pshift = 12u, perms = 0u;
+        bool hit = false, partial = false;
+        if (P) {
+            if (d.flags & HBF_CD_MULTI) {
+                const ulonglong2 c = cls[j];
+                media = c.x;
+                const uint32_t cls = (uint32_t)c.y & 0xFFu;
+                hit = cls == HB_HIT;
+                partial = cls == HB_PARTIAL;
+                pshift = (uint32_t)(c.y >> 8) & 0xFFu;
+                perms = (uint32_t)(c.y >> 16) & 0xFFu;
+            } else {
+                const uint64_t rel = addr - d.r0_base;
+                const uint64_t len = d.r0_end - d.r0_base;
+                const bool inside = rel < len;
+                hit = inside && rel + nb <= len;
+                partial = inside ? !hit : (addr < d.r0_base && addr + nb > d.r0_base);
+                media = d.r0_media + rel;
+                pshift = d.r0_page_shift;
+                perms = d.r0_perms;
+            }
+        }
+        ok = ok && !partial && (!hit || (perms & HBF_PERM_READ) != 0u);
+        const uint32_t m = __ballot_sync(mask, P);
+        const uint32_t hits = __ballot_sync(mask, P && hit);
+        if (hits == 0u) continue;                               // no lane, or in band without a range: native
+        if (hits != m) ok = false;                              // mixed native / hit lanes
+        const uint32_t leader = (uint32_t)(__ffs(m) - 1);
+        const uint64_t page = media >> pshift;
+        const uint64_t lpage = __shfl_sync(mask, page, leader);
+        const uint32_t lshift = __shfl_sync(mask, pshift, leader);
+        if (P && (page != lpage || pshift != lshift)) ok = false;   // several page groups
+        const uint32_t off = (uint32_t)media & ((1u << lshift) - 1u);
+        const uint32_t below = m & lmlt;
+        const uint32_t pred = below ? 31u - (uint32_t)__clz(below) : lane;
+        const uint32_t prev_off = __shfl_sync(mask, off, pred);
+        if (P && below != 0u && prev_off > off) ok = false;    // not ascending: the general path
+        const bool first = P && (below == 0u || (prev_off >> gsh) != (off >> gsh));
+        const uint32_t uniq = __reduce_add_sync(mask, first ? hb_lane_granule_bytes(off, nb, gsh) : 0u);
+        const uint32_t gmin = __reduce_min_sync(mask, P ? off : 0xFFFFFFFFu);
+        const uint32_t gmax = __reduce_max_sync(mask, P ? off + nb : 0u);
+        uint64_t b0;
+        const uint64_t req_bytes = hb_group_bytes(gmin, gmax, uniq, gsh, b0);
+        const uint64_t rq = __shfl_sync(mask, media - off, leader) + b0;   // the request's first granule
+        if (lane == j) { my_has = true; my_media = rq; my_bytes = req_bytes; }
+        nreq += 1u;
+        tot_bytes += req_bytes;
+        tot_pbytes += (uint64_t)__popc(m) * nb;
+    }
+    if (!__all_sync(mask, ok)) return HB_GROUP_SLOW;            // decided before anything is written
+    return hb_group_serve(my_has, my_media, my_bytes, t0, nreq, tot_bytes, tot_pbytes, site);
+}
+
+// ------------------------------------------------------------------------------------------
 // The inline issue path (hbf_abi.h "Inline issue"; hbfcc emits it, these two helpers serve it)
 // ------------------------------------------------------------------------------------------
 #define HB_INLINE_NEVER (-0x7FFFFFFFFFFFFFFFll)

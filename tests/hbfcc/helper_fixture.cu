@@ -54,3 +54,9 @@ extern "C" __device__ __noinline__ void __hb_kernel_flush(unsigned int kernel_in
                                                           unsigned int ready_waits, unsigned long long slack_ns) {
     if (__hb_state && (rd_req | wr_req | ready_waits)) atomicAdd(&__hb_kslot_base, 0u);
 }
+
+// never serves a group (the fixture's descriptor has no HBF_CDI_GROUP; each site runs alone)
+extern "C" __device__ __noinline__ unsigned long long __hb_issue_group(unsigned long long addrs, unsigned int pmask,
+                                                                       unsigned long long nbpack, unsigned int site) {
+    return 0xFFFFFFFFFFFFFFFFull;
+}

@@ -205,6 +205,47 @@ def test_an_unguarded_group_and_a_lone_site():
     assert meta["timing"]["functions"][0]["issue_groups"] == 1
 
 
+def test_a_group_not_served_inline_calls_the_group_helper_once():
+    """HBFCC_FAST_GROUPS: where the group vote fails, a group of two or more sites first tries one
+    __hb_issue_group call (the descriptor's HBF_CDI_GROUP, a whole warp), its addresses in the local array,
+    pmask bit j where the lane accesses at site j, byte j of nbpack its size; each accessing lane takes
+    site j's future from lane j; HB_GROUP_SLOW or no HBF_CDI_GROUP: each site alone."""
+    meta = group_meta()
+    out = print_module(timing_pass(parse_module(loads(4)), meta))
+    rep = meta["timing"]["functions"][0]
+    assert rep["group_calls"] == 1 and meta["timing"]["fast_groups"] is True
+    tail = out[out.index("vote.sync.all.pred"):]
+    call = tail.index("__hb_issue_group, (")
+    alone = tail.index("__hb_issue, (")
+    assert call < alone                                   # tried before the sites run alone
+    pre = tail[:call]
+    assert f"ld.const.u32 \t%__hb_ik, [__hb_cdesc+{abi.CDESC_INL_FLAGS_OFF}];" in pre
+    assert f"and.b32 \t%__hb_ik, %__hb_ik, {abi.HBF_CDI_GROUP};" in pre
+    assert "setp.ne.b32 \t%__hb_ipb, %__hb_im, -1;" in pre          # a partial warp: each site alone
+    for j in range(4):
+        assert f"@%__hb_gp{j} or.b32 \t%__hb_gc, %__hb_gc, {1 << j};" in pre
+        assert f"@%__hb_gp{j} st.local.u64 \t[__hb_gal{'+' + str(8 * j) if j else ''}]," in pre
+    assert f"st.param.b64 \t[__hb_p2], {16 | 16 << 8 | 16 << 16 | 16 << 24};" in pre   # four 16-byte sites
+    post = tail[call:alone]
+    assert "setp.eq.s64 \t%__hb_ipb, %__hb_ix, -1;" in post                 # HB_GROUP_SLOW
+    for j in range(4):
+        assert f"shfl.sync.idx.b32 \t%__hb_ih, %__hb_ik, {j}, 31, -1;" in post
+        assert f"shl.b32 \t%__hb_il, %__hb_gc, {31 - j};" in post
+        assert re.search(rf"mov\.b64 \t%__hb_f{j}, \{{%__hb_ih, %__hb_ip\}};", post)
+    assert ".local .align 8 .b8 \t__hb_gal[64];" in out
+
+
+def test_no_group_call_for_a_lone_site_or_when_off():
+    meta = group_meta()
+    out = print_module(timing_pass(parse_module(loads(1)), meta))
+    assert meta["timing"]["functions"][0]["group_calls"] == 0 and "__hb_issue_group, (" not in out
+    assert "__hb_gal" not in out
+    meta = dict(group_meta(), fast_groups=False)
+    out = print_module(timing_pass(parse_module(loads(4)), meta))
+    assert meta["timing"]["functions"][0]["group_calls"] == 0 and "__hb_issue_group, (" not in out
+    assert meta["timing"]["fast_groups"] is False
+
+
 def test_groups_assemble_with_every_helper_build():
     for hp in U.helper_paths():
         for src in (loads(4), loads(11, offset=True), loads(2, guard=False)):

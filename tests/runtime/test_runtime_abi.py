@@ -83,7 +83,8 @@ def test_constants_match(probe):
           "HBF_FUTURE_TICKET_BIT": D.HBF_FUTURE_TICKET_BIT, "HBF_KSHARDS": D.HBF_KSHARDS,
           "HBF_THC_REPLICA_STRIDE": D.HBF_THC_REPLICA_STRIDE, "HBF_CD_ON": D.HBF_CD_ON,
           "HBF_CD_FAST": D.HBF_CD_FAST, "HBF_CD_SHARDED": D.HBF_CD_SHARDED, "HBF_CD_MULTI": D.HBF_CD_MULTI,
-          "HBF_CDI_READ": D.HBF_CDI_READ, "HBF_CDI_WRITE": D.HBF_CDI_WRITE, "HBF_MAX_WAIT_NS": D.HBF_MAX_WAIT_NS}
+          "HBF_CDI_READ": D.HBF_CDI_READ, "HBF_CDI_WRITE": D.HBF_CDI_WRITE,
+          "HBF_CDI_GROUP": D.HBF_CDI_GROUP, "HBF_MAX_WAIT_NS": D.HBF_MAX_WAIT_NS}
     assert set(py) == set(defs), set(defs) ^ set(py)
     for k, v in py.items():
         assert defs[k] == v, k
@@ -183,6 +184,7 @@ def test_cdesc_inline_offsets_match_the_abi():
     assert D.hbf_cdesc.r0_len.offset == abi.CDESC_R0_LEN_OFF
     assert D.hbf_cdesc.inl_read_delay.offset == abi.CDESC_INL_READ_DELAY_OFF
     assert D.hbf_cdesc.inl_write_delay.offset == abi.CDESC_INL_WRITE_DELAY_OFF
+    assert D.hbf_cdesc.inl_flags.offset == abi.CDESC_INL_FLAGS_OFF
 
 
 def test_cdesc_inline_fixed_one_range():
@@ -191,6 +193,14 @@ def test_cdesc_inline_fixed_one_range():
     assert d.inl_flags == D.HBF_CDI_READ | D.HBF_CDI_WRITE and d.r0_len == 1 << 20
     assert (d.inl_read_delay, d.inl_write_delay) == (2_000 - 250, 3_000 - 250)   # the bias applied once
     assert D.cdesc_for(st, 0x1000, 0, inline=False).inl_flags == 0               # HBF_INLINE_ISSUE=0
+
+
+def test_cdesc_fast_source_serves_groups_with_one_range_or_several():
+    for ranges in (None, [_r(1 << 40, 1 << 20), _r(1 << 41, 1 << 20, rid=2)]):
+        st = _state_for_cdesc(C.HBF_SRC_FAST, ranges)
+        d = D.cdesc_for(st, 0x1000, 0)
+        assert d.inl_flags == D.HBF_CDI_GROUP and d.flags & D.HBF_CD_FAST
+        assert D.cdesc_for(st, 0x1000, 0, inline=False).inl_flags == 0          # HBF_INLINE_ISSUE=0: no groups
 
 
 def test_cdesc_inline_delay_clamped_by_the_bias():
@@ -218,7 +228,8 @@ def test_cdesc_inline_refused(why):
     if why == "small_granule":
         st.media.read_granularity = 16
     d = D.cdesc_for(st, 0x1000, 0)
-    want = {"read_only": D.HBF_CDI_READ, "small_granule": D.HBF_CDI_WRITE}.get(why, 0)
+    want = {"read_only": D.HBF_CDI_READ, "small_granule": D.HBF_CDI_WRITE,
+            "fast": D.HBF_CDI_GROUP}.get(why, 0)        # the FAST source: groups, nothing inline
     assert d.inl_flags == want
 
 
