@@ -349,7 +349,10 @@ def main() -> int:
         t0 = time.time()
         rec = {"grade": grade, "t_read_ns": tr, "fast_groups": variant}
         try:
-            p = subprocess.run(argv, env=dict(os.environ, **env, HBFCC_FAST_GROUPS="1" if variant == "on" else "0"),
+            # a Triton cache per build: Triton's key does not see hbfcc's knobs (issue 18), the kernels would be reused
+            venv = dict(env, HBFCC_FAST_GROUPS="1" if variant == "on" else "0",
+                        TRITON_CACHE_DIR=str(wd / ("triton-cache" if variant == "on" else "triton-cache-fast-groups-off")))
+            p = subprocess.run(argv, env=dict(os.environ, **venv),
                                capture_output=True, text=True,
                                timeout=min(a.child_timeout * (2 if first else 1), left))
             rec["rc"] = p.returncode
