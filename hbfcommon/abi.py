@@ -45,7 +45,7 @@ HBF_CDI_READ = 0x1                     # hbf_cdesc.inl_flags: loads may be serve
 HBF_CDI_WRITE = 0x2                    # stores may be served inline
 HBF_CDI_GROUP = 0x4                    # issue groups through __hb_issue_group (the FAST source)
 CDESC_INL_FLAGS_OFF = 120
-HB_GROUP_SLOW = 2 ** 64 - 1            # __hb_issue_group: the group is not served, each site runs alone
+HB_GROUP_SLOW = -1                      # __hb_issue_group (as .s64; all ones): the group is not served, each site alone
 INLINE_NEVER = -(2 ** 63 - 1)          # __hb_inline_until: not inline for the rest of this launch
 
 # every helper symbol starts with this; the linker keeps these names and makes them .weak

@@ -966,7 +966,7 @@ class _FunctionRewriter:
                 _ins("cvta", ("local", "u64"), (_R(R_IX), _R(R_IX))),
                 _call("__hb_issue_group", [("b64", _R(R_IX)), ("b32", _R(R_GC)), ("b64", _I(nbpack)),
                                            ("b32", _I(self.node_site[sites[0].node]))], ret=R_IX),
-                _ins("setp", ("eq", "s64"), (_R(R_IPB), _R(R_IX), _I(-1))),       # HB_GROUP_SLOW
+                _ins("setp", ("eq", "s64"), (_R(R_IPB), _R(R_IX), _I(abi.HB_GROUP_SLOW))),
                 _ins("bra", (), (LabelRef(Lalone),), Guard(_R(R_IPB))),
                 _ins("mov", ("b64",), (Vector((_R(R_IK), _R(R_IQ))), _R(R_IX)))]
         # after the call the lanes' sites come from pmask, not from the P_j: predicates live across a call

@@ -1020,6 +1020,42 @@ HB_DEV uint64_t hb_cd_thermal_word(uint32_t smid, uint64_t t0) {
     return w;
 }
 
+// A lane's range as the compact path sees it: from hb_cd_classify's answer (several ranges) or the
+// descriptor's one range (hb_classify_one).
+struct hb_cd_lane { uint64_t media; uint32_t pshift, perms; bool hit, partial; };
+HB_DEV hb_cd_lane hb_cd_lane_of(ulonglong2 c) {
+    const uint32_t cls = (uint32_t)c.y & 0xFFu;
+    return {c.x, (uint32_t)(c.y >> 8) & 0xFFu, (uint32_t)(c.y >> 16) & 0xFFu, cls == HB_HIT, cls == HB_PARTIAL};
+}
+HB_DEV hb_cd_lane hb_cd_lane_one(uint64_t addr, uint32_t nb) {
+    const hbf_cdesc& d = __hb_cdesc;
+    const uint64_t rel = addr - d.r0_base;
+    const uint64_t len = d.r0_end - d.r0_base;
+    const bool inside = rel < len;
+    const bool hit = inside && rel + nb <= len;
+    return {d.r0_media + rel, d.r0_page_shift, d.r0_perms, hit,
+            inside ? !hit : (addr < d.r0_base && addr + nb > d.r0_base)};
+}
+// The compact path serves the call: attached to the descriptor's state, a fresh full-rate thermal snapshot with
+// admission open (this SM's replica word w).
+HB_DEV bool hb_cd_snapshot_ok(unsigned long long sp, uint64_t w, uint64_t t0) {
+    return sp == __hb_cdesc.st && HBF_THC_VALID(w) && HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) &&
+           HBF_THC_MODE(w) != HBF_TH_SHUTDOWN && hb_thc_age_ns(w, t0) <= __hb_cdesc.max_age;
+}
+// A request's future from its modeled deadline dl (issued at t0): never t0 itself, the measured bias applied
+// once (clamped to t0 when the service is shorter: *clamp); *modeled = the unbiased service.
+HB_DEV uint64_t hb_cd_future(uint64_t dl, uint64_t t0, uint64_t* modeled, bool* clamp) {
+    if (dl <= t0) dl = t0 + 1ull;                               // a zero service still yields a valid future
+    *modeled = dl - t0;
+    *clamp = false;
+    const uint64_t bias = __hb_cdesc.bias;
+    if (bias != 0ull) {
+        if (dl > t0 + bias) dl -= bias;
+        else { dl = t0 ? t0 : 1ull; *clamp = true; }
+    }
+    return dl;
+}
+
 // The compact path reads nothing but the descriptor (constant bank: instruction operands), __hb_state (the
 // attach switch, in flight with the rest) and this SM shard's thermal replica (through L1): no pointer
 // chase through the state block, no run parameters in registers. Its register footprint
@@ -1034,33 +1070,14 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
     const uint32_t op = flags & HBF_F_OP_MASK;
     const uint32_t nb = bytes ? bytes : 1u;
     // the lane's range: the descriptor's one range, or (HBF_CD_MULTI) a search of the table (hb_classify)
-    uint64_t media;
-    uint32_t pshift, perms;
-    bool hit, partial;
-    if (d.flags & HBF_CD_MULTI) {
-        const ulonglong2 c = hb_cd_classify(addr, nb);
-        media = c.x;
-        const uint32_t cls = (uint32_t)c.y & 0xFFu;
-        hit = cls == HB_HIT;
-        partial = cls == HB_PARTIAL;
-        pshift = (uint32_t)(c.y >> 8) & 0xFFu;
-        perms = (uint32_t)(c.y >> 16) & 0xFFu;
-    } else {                                                    // hb_classify_one
-        const uint64_t rel = addr - d.r0_base;
-        const uint64_t len = d.r0_end - d.r0_base;
-        const bool inside = rel < len;
-        hit = inside && rel + nb <= len;
-        partial = inside ? !hit : (addr < d.r0_base && addr + nb > d.r0_base);
-        media = d.r0_media + rel;
-        pshift = d.r0_page_shift;
-        perms = d.r0_perms;
-    }
+    const hb_cd_lane L = (d.flags & HBF_CD_MULTI) ? hb_cd_lane_of(hb_cd_classify(addr, nb)) : hb_cd_lane_one(addr, nb);
+    const uint64_t media = L.media;
+    const uint32_t pshift = L.pshift, perms = L.perms;
+    const bool hit = L.hit, partial = L.partial;
     HB_PROF(2, media + (hit ? 1u : 0u));
     const uint32_t smid = hb_smid();
     const uint64_t w = hb_cd_thermal_word(smid, t0);
-    bool ok = !partial && (!hit || (perms & hb_perm_needed(op)) != 0u) && sp == d.st;
-    ok = ok && HBF_THC_VALID(w) && HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) &&
-         HBF_THC_MODE(w) != HBF_TH_SHUTDOWN && hb_thc_age_ns(w, t0) <= d.max_age;
+    const bool ok = !partial && (!hit || (perms & hb_perm_needed(op)) != 0u) && hb_cd_snapshot_ok(sp, w, t0);
     HB_PROF(1, ok);
     if (!__all_sync(mask, ok)) return HB_FAST_SLOW;            // the general path decides (and fails closed)
     const uint32_t hits = __ballot_sync(mask, hit);
@@ -1109,14 +1126,9 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
         fx.fixed_write_ns = d.fixed_write_ns;
         dl = tl + hbf_fixed_service_ns(&fx, op);
     }
-    if (dl <= tl) dl = tl + 1ull;                               // a zero service still yields a valid future
-    const uint64_t modeled = dl - tl;
-    bool clamp = false;
-    if (d.bias != 0ull) {
-        if (dl > tl + d.bias) dl -= d.bias;
-        else { dl = tl ? tl : 1ull; clamp = true; }
-    }
-    fut = dl;
+    uint64_t modeled;
+    bool clamp;
+    fut = hb_cd_future(dl, tl, &modeled, &clamp);
     HB_PROF(6, dl);
     // counters: one atomic per counter per warp (the same fields hb_issue_slow updates)
     const uint64_t t1 = hb_now();
@@ -1152,26 +1164,18 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
 // on every lane and each site runs alone (__hb_issue). Counters: one request per served site, its granule
 // bytes and program bytes, its modeled service; the helper time once for the group (the warp's time in the
 // call, not once per request).
+//
 // The decided group's requests: site j's page transaction on lane j (lanes 0..n-1 together), the deadlines
 // (bias applied once, as hb_issue_fast does), the counters (one atomic per counter per warp). A call of its
 // own in tail position: nothing of the caller is live across it, so its model call adds no registers there.
 static __device__ __noinline__ unsigned long long hb_group_serve(bool my_has, uint64_t my_media, uint64_t my_bytes,
                                                                  uint64_t t0, uint32_t nreq, uint64_t tot_bytes,
                                                                  uint64_t tot_pbytes, uint32_t site) {
-    const hbf_cdesc& d = __hb_cdesc;
     uint64_t fut = 0ull, modeled = 0ull;
     bool clamp = false;
-    if (my_has) {
-        uint64_t dl = HB_OOL(hb_fast_model)((hbf_device_state*)d.st, my_media, my_bytes, HBF_OP_LOAD,
-                                            1000000u, 0ull, t0);
-        if (dl <= t0) dl = t0 + 1ull;                           // a zero service still yields a valid future
-        modeled = dl - t0;
-        if (d.bias != 0ull) {
-            if (dl > t0 + d.bias) dl -= d.bias;
-            else { dl = t0 ? t0 : 1ull; clamp = true; }
-        }
-        fut = dl;
-    }
+    if (my_has)
+        fut = hb_cd_future(HB_OOL(hb_fast_model)((hbf_device_state*)__hb_cdesc.st, my_media, my_bytes, HBF_OP_LOAD,
+                                                 1000000u, 0ull, t0), t0, &modeled, &clamp);
     const uint32_t mask = 0xFFFFFFFFu;
     const uint64_t t1 = hb_now();
     const uint64_t msum = hb_warp_sum(mask, modeled);
@@ -1197,16 +1201,13 @@ extern "C" __device__ __noinline__ unsigned long long __hb_issue_group(unsigned 
     const uint32_t mask = __activemask();
     if (mask != 0xFFFFFFFFu || (d.flags & (HBF_CD_ON | HBF_CD_FAST)) != (HBF_CD_ON | HBF_CD_FAST))
         return HB_GROUP_SLOW;                                   // warp-uniform: the sites run alone
-    const unsigned long long sp = __hb_state;
-    const uint64_t w = hb_cd_thermal_word(hb_smid(), t0);
-    bool ok = sp == d.st && HBF_THC_VALID(w) && HBF_THC_Q(w) >= 1000000u && HBF_THC_ADM(w) &&
-              HBF_THC_MODE(w) != HBF_TH_SHUTDOWN && hb_thc_age_ns(w, t0) <= d.max_age;
+    bool ok = hb_cd_snapshot_ok(__hb_state, hb_cd_thermal_word(hb_smid(), t0), t0);
     const uint32_t lane = hb_laneid();
     const uint32_t lmlt = (1u << lane) - 1u;
     const uint32_t gsh = d.read_gshift;
     // the sites one after another (not unrolled: the helper's registers are what every kernel that calls it
     // pays, whole-program allocation stacks them on the caller's live values); the addresses from the caller's
-    // stack (eight 64-bit arguments took the kernel 32 registers more, bench/devpath_cost.py --cpu-check copy)
+    // local array (four parameters, as __hb_issue's, instead of eleven)
     const uint64_t* const ap = (const uint64_t*)addrs;
     // several ranges: every site's search first, few values live across its call (a call inside the loop
     // below would keep the loop's values in registers across it: +46 registers for every caller)
@@ -1227,30 +1228,11 @@ extern "C" __device__ __noinline__ unsigned long long __hb_issue_group(unsigned 
         const uint32_t nb = (uint32_t)(nbpack >> (8u * j)) & 0xFFu;
         if (nb == 0u) continue;                                 // no site j (uniform)
         const bool P = (pmask >> j) & 1u;                       // this lane accesses at site j
-        const uint64_t addr = P ? ap[j] : 0ull;
-        uint64_t media = 0ull;
-        uint32_t pshift = 12u, perms = 0u;
-        bool hit = false, partial = false;
-        if (P) {
-            if (d.flags & HBF_CD_MULTI) {
-                const ulonglong2 c = cls[j];
-                media = c.x;
-                const uint32_t cls = (uint32_t)c.y & 0xFFu;
-                hit = cls == HB_HIT;
-                partial = cls == HB_PARTIAL;
-                pshift = (uint32_t)(c.y >> 8) & 0xFFu;
-                perms = (uint32_t)(c.y >> 16) & 0xFFu;
-            } else {
-                const uint64_t rel = addr - d.r0_base;
-                const uint64_t len = d.r0_end - d.r0_base;
-                const bool inside = rel < len;
-                hit = inside && rel + nb <= len;
-                partial = inside ? !hit : (addr < d.r0_base && addr + nb > d.r0_base);
-                media = d.r0_media + rel;
-                pshift = d.r0_page_shift;
-                perms = d.r0_perms;
-            }
-        }
+        hb_cd_lane L = {0ull, 12u, 0u, false, false};          // a lane that does not access: no range
+        if (P) L = (d.flags & HBF_CD_MULTI) ? hb_cd_lane_of(cls[j]) : hb_cd_lane_one(ap[j], nb);
+        const uint64_t media = L.media;
+        const uint32_t pshift = L.pshift, perms = L.perms;
+        const bool hit = L.hit, partial = L.partial;
         ok = ok && !partial && (!hit || (perms & HBF_PERM_READ) != 0u);
         const uint32_t m = __ballot_sync(mask, P);
         const uint32_t hits = __ballot_sync(mask, P && hit);
