@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import devpath_common as DC  # noqa: E402
 
-from hbfcommon.profile import PROFILE_DIR, load_profile  # noqa: E402
+from hbfcommon.profile import PROFILE_DIR, derive_profile, load_profile  # noqa: E402
 
 GRADES = ("ocp-sg1", "ocp-sg2", "ocp-sg3")
 TRS = (2000, 4000, 8000)
@@ -79,15 +79,9 @@ def kernels(work: Path):
 
 
 def grade_profile(tmp: Path, grade: str, t_read_ns: int) -> Path:
-    """The bundled grade profile with tR replaced (fixed read/write recomputed for the record), fast source."""
-    d = json.loads((PROFILE_DIR / f"{grade}.json").read_text())
-    d["timing"]["t_read_ns"] = {"value": int(t_read_ns), "provenance": "assumed",
-                                "source": f"hbf_bandwidth sweep: tR = {t_read_ns} ns"}
-    d["timing_model"]["timing_source"] = "fast"
-    d["name"] = f"{grade}-tr{t_read_ns}"
-    p = tmp / f"{d['name']}.json"
-    p.write_text(json.dumps(d, indent=1))
-    load_profile(p)          # refuse an inconsistent derivation here, not in hbfd
+    """The bundled grade profile with tR replaced (hbfcommon.profile.derive_profile), fast source."""
+    p = tmp / f"{grade}-tr{t_read_ns}.json"
+    derive_profile(grade, p, t_read_ns=int(t_read_ns), timing_source="fast", why=f"hbf_bandwidth sweep: tR = {t_read_ns} ns")
     return p
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hbfcommon.errors import ProfileError
-from hbfcommon.fsutil import read_json_document
+from hbfcommon.fsutil import atomic_write_json, read_json_document
 from hbfcommon.resources import data_path
 
 PROFILE_DIR = data_path("hbfcommon", "profiles")   # packaged data (hbfcommon/profiles; hbfcommon.resources)
@@ -593,6 +593,41 @@ def load_profile(path: str | Path) -> Profile:
     doc = read_json_document(path, what="profile", error=ProfileError, search_dir=PROFILE_DIR)
     return profile_from_dict(doc.data, where=doc.where, text=doc.text,
                              sha256=hashlib.sha256(doc.raw).hexdigest())
+
+
+def derive_profile(base: str | Path, out: str | Path, *, t_read_ns: int | None = None,
+                   timing_source: str | None = None, why: str = "derived") -> Profile:
+    """The profile ``base`` (a bundled name or a path) with tR and/or the timing source replaced, written to
+    ``out`` (atomic replace) and validated there, so an inconsistent derivation is refused before any hbfd
+    starts. tR keeps the fixed read time consistent (``timing_model.fixed.read_ns`` moves with it) and is
+    recorded as ``assumed`` with ``why`` as its source; the derived profile is named ``<name>-tr<tR>``.
+    With nothing to replace, ``base`` itself is returned (validated) and nothing is written."""
+    if t_read_ns is None and timing_source is None:
+        return load_profile(base)
+    d = read_json_document(base, what="profile", error=ProfileError, search_dir=PROFILE_DIR).data
+    if t_read_ns is not None:
+        if isinstance(t_read_ns, bool) or not isinstance(t_read_ns, int) or t_read_ns <= 0:
+            raise ProfileError(f"profile {str(base)!r}: tR {t_read_ns!r} must be a positive whole number of ns",
+                               field="timing.t_read_ns")
+        try:
+            old = int(d["timing"]["t_read_ns"]["value"])
+        except (KeyError, TypeError, ValueError):
+            raise ProfileError(f"profile {str(base)!r}: no timing.t_read_ns.value to replace",
+                               field="timing.t_read_ns") from None
+        d["timing"]["t_read_ns"] = {"value": t_read_ns, "provenance": "assumed",
+                                    "source": f"{why} (the profile's {old} ns replaced)"}
+        fx = d.get("timing_model", {}).get("fixed", {}).get("read_ns")
+        if isinstance(fx, dict):
+            fx["value"] = int(fx["value"]) - old + t_read_ns
+            fx["source"] = f"{fx.get('source', '')} (tR {old} -> {t_read_ns} ns)"
+        d["name"] = f"{d['name']}-tr{t_read_ns}"
+    if timing_source is not None:
+        if timing_source not in TIMING_SOURCES:
+            raise ProfileError(f"timing source {timing_source!r} is not one of {TIMING_SOURCES}",
+                               field="timing_model.timing_source")
+        d.setdefault("timing_model", {})["timing_source"] = timing_source
+    atomic_write_json(out, d, indent=1)
+    return load_profile(out)
 
 
 def as_profile(p: Profile | Mapping[str, Any] | str | Path) -> Profile:

@@ -353,9 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", type=Path, default=TRACE, help="access trace CSV (CPU path; default: the bundled one)")
     ap.add_argument("--summary", type=Path, default=Path(SUMMARY_NAME), metavar="PATH",
                     help=f"where the demo keeps its summary JSON (atomic replace; default ./{SUMMARY_NAME})")
+    ap.add_argument("--window", type=int, default=64,
+                    help="CPU path: requests the workload process keeps outstanding (default 64)")
     a = ap.parse_args(argv)
+    if a.window < 1:
+        ap.error(f"--window {a.window}: must be >= 1")
     try:
-        return run_demo(a.profile.resolve(), a.trace.resolve(), gpu_fn=_gpu_demo(), summary_out=a.summary)
+        return run_demo(a.profile.resolve(), a.trace.resolve(), gpu_fn=_gpu_demo(), summary_out=a.summary,
+                        window=a.window)
     except HbfError as e:
         print(f"[demo] FAILED: {e}", file=sys.stderr)
         return 1

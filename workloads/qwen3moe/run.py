@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from hbfcommon.errors import ConfigError
-from hbfcommon.errors import ProfileError
-from hbfcommon.fsutil import atomic_write_json, read_json_document
-from hbfcommon.profile import PROFILE_DIR, Profile, load_profile
+from hbfcommon.fsutil import atomic_write_json
+from hbfcommon.profile import Profile, derive_profile
 
 from . import config as cfgmod
 from . import model, weights
@@ -119,25 +118,9 @@ def variant_env(tc: dict[str, str], variant: str):
 
 
 def derived_profile(name: str, t_read_ns: int | None, out: Path) -> Profile:
-    """the profile `name` (a bundled name or a path), with tR replaced when asked (the fixed read time kept
-    consistent, written to `out`); validated here, before hbfd starts"""
-    if t_read_ns is None:
-        return load_profile(name)
-    d = read_json_document(name, what="profile", error=ProfileError, search_dir=PROFILE_DIR).data
-    try:
-        old = int(d["timing"]["t_read_ns"]["value"])
-    except (KeyError, TypeError, ValueError):
-        raise ProfileError(f"profile {name!r}: no timing.t_read_ns.value to replace", field="timing.t_read_ns") \
-            from None
-    d["timing"]["t_read_ns"] = {"value": int(t_read_ns), "provenance": "assumed",
-                                "source": f"workloads.qwen3moe --t-read-ns (the profile's {old} ns replaced)"}
-    fx = d.get("timing_model", {}).get("fixed", {}).get("read_ns")
-    if isinstance(fx, dict):
-        fx["value"] = int(fx["value"]) - old + int(t_read_ns)
-        fx["source"] = f"{fx.get('source', '')} (tR {old} -> {t_read_ns} ns)"
-    d["name"] = f"{d['name']}-tr{t_read_ns}"
-    atomic_write_json(out, d)
-    return load_profile(out)
+    """the profile `name` (a bundled name or a path), with tR replaced when asked (hbfcommon.profile's one
+    derivation, written to `out`); validated here, before hbfd starts"""
+    return derive_profile(name, out, t_read_ns=t_read_ns, why="workloads.qwen3moe --t-read-ns")
 
 
 def floor_bandwidth(prof: Profile) -> float:
