@@ -52,6 +52,25 @@ def logical_pages_per_plane(blocks_per_plane: int, pages_per_block: int, over_pr
     return int(blocks_per_plane * pages_per_block * (1.0 - over_provisioning))
 
 
+def gc_start_blocks(blocks_per_plane: int, gc_start_free_fraction: float) -> int:
+    """GC runs in a plane while its free blocks are fewer than this."""
+    return max(1, math.ceil(gc_start_free_fraction * blocks_per_plane))
+
+
+def gc_victim_problem(blocks_per_plane: int, pages_per_block: int, over_provisioning: float,
+                      gc_start_free_fraction: float) -> str | None:
+    """The one GC rule (the profile's validation and the media model's): when a plane's free blocks drop to
+    gc_start_blocks - 1, its closed blocks must hold more pages than the logical pages, so GC always finds a
+    victim with an invalid page. None when it holds, else what is wrong."""
+    closed = blocks_per_plane - gc_start_blocks(blocks_per_plane, gc_start_free_fraction)
+    logical = logical_pages_per_plane(blocks_per_plane, pages_per_block, over_provisioning)
+    if closed * pages_per_block <= logical:
+        return (f"{logical} logical pages per plane do not leave a GC victim: (blocks_per_plane - gc_start_blocks) "
+                f"x pages_per_block = {closed * pages_per_block} must exceed them (raise over_provisioning or "
+                "lower gc_start_free_fraction)")
+    return None
+
+
 class NandTopology:
     """The counts a NAND geometry derives from its fields, defined once for the profile's
     :class:`Geometry` and the media model's ``hbfd.media.MediaGeometry`` (each provides channels,
@@ -552,6 +571,9 @@ def _check_derived(p: "Profile", where: str) -> None:
                            f"blocks_per_plane x pages_per_block = {g.blocks_per_plane * g.pages_per_block} pages "
                            "per plane; at most 2^24 - 1 (the device fast model tags a page buffer with the "
                            "page's index in its plane in 24 bits)")
+    gc = gc_victim_problem(g.blocks_per_plane, g.pages_per_block, m.over_provisioning, m.gc_start_free_fraction)
+    if gc:
+        raise _range_error(where, "media.over_provisioning", gc)
     if m.refresh_quantum_bytes > I64_MAX:
         raise _range_error(where, "media.refresh_quantum_bytes", f"at most {I64_MAX}")
     if th.telemetry_max_age_ms is not None and not (

@@ -10,12 +10,11 @@ its home plane), so the plane a read senses never depends on the FTL state.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError
-from hbfcommon.profile import NandTopology, logical_pages_per_plane
+from hbfcommon.profile import NandTopology, gc_start_blocks, gc_victim_problem, logical_pages_per_plane
 
 PAGE_BYTES = 4096
 SECTOR_BYTES = 64
@@ -78,16 +77,13 @@ class MediaGeometry(NandTopology):
             yield "gc_start_free_fraction", "need 0 < gc_hard_free_fraction <= gc_start_free_fraction < 1"
         if self.planes >= 1 << 31:
             yield "planes_per_die", "too many planes"
-        # GC must always find a victim with an invalid page: when a plane's free blocks drop to
-        # gc_start_blocks - 1, its closed blocks must hold more pages than the logical pages.
+        # GC must always find a victim with an invalid page (hbfcommon.profile's one rule)
         if all(isinstance(getattr(self, f), int) and getattr(self, f) >= 1
                for f in ("blocks_per_plane", "pages_per_block")) and 0.0 <= self.over_provisioning < 1.0:
-            closed = self.blocks_per_plane - self.gc_start_blocks
-            if closed * self.pages_per_block <= self.logical_pages_per_plane:
-                yield ("over_provisioning",
-                       f"{self.logical_pages_per_plane} logical pages per plane do not leave a GC victim: "
-                       f"(blocks_per_plane - gc_start_blocks) x pages_per_block = {closed * self.pages_per_block}"
-                       " must exceed them (raise over_provisioning or lower gc_start_free_fraction)")
+            gc = gc_victim_problem(self.blocks_per_plane, self.pages_per_block, self.over_provisioning,
+                                   self.gc_start_free_fraction)
+            if gc:
+                yield "over_provisioning", gc
 
     # ---- derived ------------------------------------------------------------------------------
     @property
@@ -108,7 +104,7 @@ class MediaGeometry(NandTopology):
     @property
     def gc_start_blocks(self) -> int:
         """GC runs in a plane while its free blocks are fewer than this."""
-        return max(1, math.ceil(self.gc_start_free_fraction * self.blocks_per_plane))
+        return gc_start_blocks(self.blocks_per_plane, self.gc_start_free_fraction)
 
     @property
     def array_read_bytes_per_s(self) -> int:

@@ -110,14 +110,26 @@ def test_local_sweep_runs_every_point_and_tr_shows(tmp_path, trace):
 
 
 def _tiny_profile(tmp_path) -> str:
-    """ocp-sg1 with 8 MiB of capacity: a valid profile that hbfd refuses to start with (its media geometry leaves
-    no garbage-collection victim), a real failure inside one point"""
+    """ocp-sg1 with 8 MiB of capacity: a valid profile on which the trace's 16 MiB range cannot be registered,
+    a real failure inside one point"""
     d = json.loads((S.PROFILE_DIR / "ocp-sg1.json").read_text())
-    d["geometry"]["blocks_per_plane"]["value"], d["geometry"]["pages_per_block"]["value"] = 1, 2
+    d["geometry"]["blocks_per_plane"]["value"], d["geometry"]["pages_per_block"]["value"] = 4, 1
+    d["media"]["over_provisioning"]["value"] = 0.75
     d["name"] = "ocp-sg1-8mib"
     p = tmp_path / "tiny.json"
     p.write_text(json.dumps(d))
     return str(p)
+
+
+def test_a_profile_hbfd_would_refuse_is_refused_up_front(trace, tmp_path):
+    """the media model's GC rule is the profile's too (hbfcommon.profile.gc_victim_problem): a profile whose
+    closed blocks cannot hold its logical pages is refused before any point runs, not by hbfd at start"""
+    d = json.loads((S.PROFILE_DIR / "ocp-sg1.json").read_text())
+    d["geometry"]["blocks_per_plane"]["value"], d["geometry"]["pages_per_block"]["value"] = 1, 2
+    p = tmp_path / "nogc.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match="do not leave a GC victim"):
+        _spec(trace, profiles=(str(p),))
 
 
 def test_a_failing_point_is_a_row_and_the_others_finish(tmp_path, trace):
@@ -127,7 +139,7 @@ def test_a_failing_point_is_a_row_and_the_others_finish(tmp_path, trace):
     ok, bad = res
     assert ok["status"] == "ok" and ok["rows"][0]["requests"] == 200
     assert bad["status"] == "failed" and bad["reason"] == "the workload exited 1" and bad["exit_code"] == 1
-    assert "[demo] FAILED: hbfd exited" in bad["log_tail"], bad["log_tail"]
+    assert "RANGE_NO_CAPACITY" in bad["log_tail"] or "capacity" in bad["log_tail"], bad["log_tail"]
     doc = json.loads((out / "sweep.json").read_text())
     assert doc["failed"] == 1 and [r["status"] for r in doc["rows"]] == ["ok", "failed"]
     assert S.main(["table", str(out)]) == 1
