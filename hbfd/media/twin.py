@@ -17,8 +17,11 @@ For a page transaction: ``xbytes = 64 x (distinct 64 B sectors touched)``, ``xfe
   page, or one still being sensed: it waits for that sense). Otherwise a miss: ``sense_end =
   max(a + t_cmd, plane_free) + tR``, ``plane_free = sense_end``, the page takes the MRU buffer
   (ready = sense_end; its own stale buffer if it has one, else the LRU one) and ``data_ready =
-  sense_end``. Channel, FCFS in arrival order (the device's ``hb_reserve``): ``start = max(data_ready,
-  chan_free)``, ``chan_free = start + xfer`` = the transaction's completion.
+  sense_end``. Channel (the device's ``hb_reserve``): a slot reserved in arrival order at the no-wait
+  ready time ``nw`` (a miss: ``a + t_cmd + tR``; a hit: ``min(data_ready, a + t_cmd + tR)``: a hit waiting
+  for a sense that a busy plane delayed holds the channel no later than its own sense would),
+  ``slot = max(nw, chan_free)``, ``chan_free = slot + xfer``; the transfer at ``max(slot, data_ready)``,
+  its end = the transaction's completion. No slot depends on a plane's backlog.
 * write (store; an atomic's second half at its read's completion ``t``): data-in ``start = max(t +
   t_cmd, chan_free)``, ``chan_free = start + xfer`` = the ack (completion);
   ``plane_free = max(plane_free, ack) + ceil(tPROG x xbytes / 4096)`` (amortized program, reads
@@ -276,7 +279,8 @@ class DeviceModelTwin:
             # the channel slot is reserved in arrival order at the no-wait ready time (a sense: a + t_cmd + tR;
             # a hit: its buffer's ready; a store: a + t_cmd); the transfer runs at max(slot, data ready)
             nowait = ta + g.t_cmd_ns
-            nowait[rd_tx] = np.where(miss[rd], ta[rd_tx] + g.t_cmd_ns + t_read[rd_tx], rready)
+            nw_sense = ta[rd_tx] + g.t_cmd_ns + t_read[rd_tx]
+            nowait[rd_tx] = np.where(miss[rd], nw_sense, np.minimum(rready, nw_sense))
             if active_ch is None:
                 slot_tx[oc] = segmented_fcfs(nowait[oc], serv, ch_s, self.chan_free)
             else:
@@ -416,7 +420,7 @@ class DeviceModelTwin:
             h = tx_hit[tx]
             if h.any():
                 rdy[h] = np.maximum(rdy[h], ready_acc[tx_src[tx[h]]])
-                nw[h] = rdy[h]
+                nw[h] = np.minimum(rdy[h], nw[h] + t_read[tx[h]])
             slot = np.maximum(nw, cf[c])
             cf[c] = slot + serv_tx[tx]
             d = np.maximum(slot, rdy) + serv_tx[tx]

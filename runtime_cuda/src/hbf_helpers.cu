@@ -539,7 +539,8 @@ HB_DEV uint64_t hb_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 // The read half: the plane's buffers, then a sense only on a miss. Returns when the page's data is in a
 // page buffer (data ready); `tr` is the (thermally scaled) tR, `nb` the plane's buffers (1 or 2).
-// *nowait: when the data would be ready on an idle plane (a sense: cmd + tR; a hit: the same as the return).
+// *nowait: when the data would be ready on an idle plane (a sense: cmd + tR; a hit: its ready, at most cmd + tR:
+// a hit waiting for a sense the busy plane delayed does not hold the channel later than its own sense would).
 HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, uint64_t cmd, uint64_t tr,
                               uint32_t nb, uint64_t now, uint64_t* nowait) {
     uint64_t* rec = &st->bank_buf[2u * b];
@@ -548,16 +549,16 @@ HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, ui
 #pragma unroll 1
     for (;;) {
         if (hb_buf_tag(cur.x) == tag) {                       // MRU hit (or its sense in flight): no write
-            const uint64_t r = hb_buf_ready(cur.x, now);
-            *nowait = r > cmd ? r : cmd;
-            return *nowait;
+            const uint64_t r = hb_max(hb_buf_ready(cur.x, now), cmd);
+            *nowait = r < cmd + tr ? r : cmd + tr;
+            return r;
         }
         ulonglong2 want;
         uint64_t ready;
         if (nb > 1u && hb_buf_tag(cur.y) == tag) {             // LRU hit: it becomes MRU
             ready = hb_buf_ready(cur.y, now);
             if (ready < cmd) ready = cmd;
-            *nowait = ready;
+            *nowait = ready < cmd + tr ? ready : cmd + tr;
             want.x = cur.y; want.y = cur.x;
         } else {                                              // miss: one sense on the plane's engine
             const uint64_t busy = hb_ld_vol(&st->bank_busy[b]);

@@ -38,7 +38,8 @@ def device_model(g, requests, state=None):
             t = a
             if op != 1:                                                          # READ (load, cp.async, atomic)
                 if e is not None:                                                # hit (buffered or being sensed)
-                    ready = nowait = max(a + g.t_cmd_ns, e[1])                  #   no tR, waits for that sense
+                    ready = max(a + g.t_cmd_ns, e[1])                            #   no tR, waits for that sense
+                    nowait = min(ready, a + g.t_cmd_ns + scaled(g.t_read_ns, q))  #   at most a sense's no-wait
                     buf.remove(e)
                     buf.insert(0, e)                                             #   the page becomes MRU
                 else:                                                            # miss: sense
