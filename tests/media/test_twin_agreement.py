@@ -285,3 +285,65 @@ def test_both_models_stay_within_the_geometry_bounds_at_overload(kind):
     g20 = dataclasses.replace(SG1, t_read_ns=20_000)
     r = compare(g20, make_stream(kind, g20, 4000, load=2.0, seed=4, **kw))
     assert r["bounds_ok"], (r["twin"]["within_bounds"], r["engine"]["within_bounds"])
+
+
+# ---------------------------------------------------------------------------------------------
+# the reduced cross-check (CI): bench/media_crosscheck.py's sweep, small. Every stream kind on the OCP SG1
+# profile, SG1 with tR 20 us and nominal, loads 10-200 %, the die queue depth unbounded (the one semantics,
+# docs/design.md §3.9, has none). Both models stay within the geometry's bounds in every case; they agree
+# (5 % bandwidth, 10 % p50 / p99) in every case but the differences §3.9 documents, which must still differ
+# here: the day one is fixed this test says so.
+
+def _unbounded(g):
+    from hbfcommon.profile import MAX_DIE_QUEUE_SLOTS
+    return dataclasses.replace(g, queue_depth=MAX_DIE_QUEUE_SLOTS // g.dies)
+
+
+def _ci_geometries():
+    from hbfcommon.profile import load_profile
+    sg1 = _unbounded(MediaGeometry.from_profile(load_profile("ocp-sg1")))
+    return {"ocp-sg1": sg1, "ocp-sg1/tR20us": dataclasses.replace(sg1, t_read_ns=20_000),
+            "nominal": _unbounded(MediaGeometry.from_profile(load_profile("nominal")))}
+
+
+CI_GEOMETRIES = _ci_geometries()
+CI_LOADS = (0.1, 0.5, 1.0, 2.0)
+CI_PARAMS = {"moe": {"experts": 16, "expert_bytes": 256 << 10}}     # small experts: hot experts are re-read
+# (geometry, kind, load): why they differ (docs/design.md §3.9 table, docs/RESULTS.md "Media cross-validation")
+CI_KNOWN = {
+    ("ocp-sg1", "strided", 2.0): "channel order at overload, a short run's tail (60k requests agree)",
+    ("ocp-sg1", "random", 2.0): "channel order: arrival-order slots vs data-ready order (p99)",
+    ("ocp-sg1", "moe", 0.5): "channel order: hits on buffered experts go first in the engine (p99)",
+    ("ocp-sg1", "moe", 1.0): "channel order: hits on buffered experts go first in the engine (p99)",
+    ("ocp-sg1", "mixed", 0.5): "programs: FCFS amortized on the device, read priority in the engine (p50)",
+    ("ocp-sg1/tR20us", "mixed", 0.5): "programs: FCFS amortized vs read priority (p50, p99)",
+    ("ocp-sg1/tR20us", "mixed", 1.0): "programs: FCFS amortized vs read priority (bandwidth, p50, p99)",
+    ("ocp-sg1/tR20us", "mixed", 2.0): "programs: FCFS amortized vs read priority (bandwidth, p50, p99)",
+}
+
+
+CI_CASES = [pytest.param(gn, kind, load, id=f"{gn}-{kind}-{load}")
+            for gn in CI_GEOMETRIES for kind in KINDS for load in CI_LOADS]
+
+
+@pytest.mark.parametrize("gname,kind,load", CI_CASES)
+def test_reduced_crosscheck(gname, kind, load):
+    g = CI_GEOMETRIES[gname]
+    r = compare(g, make_stream(kind, g, 6000, load=load, seed=5, **CI_PARAMS.get(kind, {})))
+    # never above the geometry, whether or not the models agree
+    assert r["bounds_ok"], (r["twin"]["within_bounds"], r["engine"]["within_bounds"])
+    assert all(r["program_bound_ok"].values()), r["program_bound_ok"]
+    bad = {k: round(v, 4) for k, v in r["rel_diff"].items() if abs(v) > TOLERANCE[k]}
+    why = CI_KNOWN.get((gname, kind, load))
+    if why is None:
+        assert not bad, f"{gname} {kind} load {load}: twin vs engine beyond {TOLERANCE}: {bad}"
+    else:   # a documented difference: when it is gone, take it out of CI_KNOWN and the §3.9 table
+        assert bad, f"{gname} {kind} load {load} now agrees ({why}): update CI_KNOWN and docs/design.md §3.9"
+
+
+def test_reduced_crosscheck_covers_every_kind_and_most_cases():
+    """Every stream kind has cases that must agree, and the known differences stay a minority."""
+    for kind in KINDS:
+        must = [(g, ld) for g in CI_GEOMETRIES for ld in CI_LOADS if (g, kind, ld) not in CI_KNOWN]
+        assert len(must) >= 8, kind
+    assert len(CI_KNOWN) <= len(CI_GEOMETRIES) * len(KINDS) * len(CI_LOADS) // 6
