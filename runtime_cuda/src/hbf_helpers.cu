@@ -538,11 +538,14 @@ HB_DEV ulonglong2 hb_ld_rec(const uint64_t* p) {   // one 16-byte load (the CAS 
 HB_DEV uint64_t hb_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 // The read half: the plane's buffers, then a sense only on a miss. Returns when the page's data is in a
-// page buffer (data ready); `tr` is the (thermally scaled) tR, `nb` the plane's buffers (1 or 2).
+// page buffer (data ready); `tr` is the (thermally scaled) tR, `nb` the plane's buffers (1 or 2), `tprog` tPROG.
+// Reads have priority over programs (non-preemptive, docs/design.md §3.9): a sense waits for the senses ahead
+// of it and for the program running at `cmd` (the queued programs end at bank_busy - k tPROG), not for the
+// programs queued behind that one, which move back by its tR (bank_busy += tr).
 // *nowait: when the data would be ready on an idle plane (a sense: cmd + tR; a hit: its ready, at most cmd + tR:
 // a hit waiting for a sense the busy plane delayed does not hold the channel later than its own sense would).
 HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, uint64_t cmd, uint64_t tr,
-                              uint32_t nb, uint64_t now, uint64_t* nowait) {
+                              uint64_t tprog, uint32_t nb, uint64_t now, uint64_t* nowait) {
     uint64_t* rec = &st->bank_buf[2u * b];
     ulonglong2 cur = hb_ld_rec(rec);
     HB_PROF(11, cur.x + cur.y);
@@ -555,6 +558,7 @@ HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, ui
         }
         ulonglong2 want;
         uint64_t ready;
+        bool displace = false;
         if (nb > 1u && hb_buf_tag(cur.y) == tag) {             // LRU hit: it becomes MRU
             ready = hb_buf_ready(cur.y, now);
             if (ready < cmd) ready = cmd;
@@ -562,7 +566,16 @@ HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, ui
             want.x = cur.y; want.y = cur.x;
         } else {                                              // miss: one sense on the plane's engine
             const uint64_t busy = hb_ld_vol(&st->bank_busy[b]);
-            const uint64_t start = hb_max(hb_max(cmd, busy), hb_max(hb_buf_ready(cur.x, now), hb_buf_ready(cur.y, now)));
+            const uint64_t sf = hb_max(hb_buf_ready(cur.x, now), hb_buf_ready(cur.y, now));   // senses' end
+            uint64_t start = hb_max(cmd, sf);
+            if (busy > start) {                               // programs queued past cmd: the read goes first
+                displace = true;
+                if (sf < cmd) {                               // after the program running at cmd
+                    const uint64_t ahead = busy - cmd;
+                    start = tprog == 0ull ? busy
+                          : busy - (ahead >> 32 ? ahead / tprog : (uint64_t)((uint32_t)ahead / (uint32_t)tprog)) * tprog;
+                }
+            }
             ready = start + tr;
             *nowait = cmd + tr;
             want.x = hb_buf_word(tag, ready);
@@ -570,7 +583,10 @@ HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, ui
             want.y = nb > 1u ? cur.x : hb_buf_word(0u, ready);
         }
         const ulonglong2 old = hb_cas128(rec, cur, want);
-        if (old.x == cur.x && old.y == cur.y) return ready;
+        if (old.x == cur.x && old.y == cur.y) {
+            if (displace) atomicAdd((unsigned long long*)&st->bank_busy[b], (unsigned long long)tr);
+            return ready;
+        }
         cur = old;                                            // raced: decide again on what is there now
     }
 }
@@ -638,7 +654,8 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
         // max(slot, data ready): a read waiting for a busy plane does not hold the channel for the reads
         // behind it (docs/design.md §3.9), and no slot is ever used twice (completions never outrun the channel)
         uint64_t nowait;
-        const uint64_t ready = hb_plane_read(st, b, tag, cmd, hb_thermal_scale(t_read, q), nb, now, &nowait);
+        const uint64_t ready = hb_plane_read(st, b, tag, cmd, hb_thermal_scale(t_read, q), __ldg(&m.t_prog_ns), nb,
+                                             now, &nowait);
         HB_PROF(12, ready);
         slot = hb_reserve(&st->chan_tail[ch], nowait, xfer);
         done = hb_max(slot, ready) + xfer;
