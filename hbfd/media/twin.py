@@ -26,8 +26,11 @@ For a page transaction: ``xbytes = 64 x (distinct 64 B sectors touched)``, ``xfe
   for a sense that a busy plane delayed holds the channel no later than its own sense would),
   ``slot = max(nw, chan_free)``, ``chan_free = slot + xfer``; the transfer at ``max(slot, data_ready)``,
   its end = the transaction's completion. No slot depends on a plane's backlog.
-* write (store; an atomic's second half at its read's completion ``t``): data-in ``start = max(t +
-  t_cmd, chan_free)``, ``chan_free = start + xfer`` = the ack (completion);
+* write (store; an atomic's second half at its read's completion ``t``): a store's slot is reserved in
+  the senses' frame, ``slot = max(a + t_cmd + tR, chan_free)``, ``chan_free = slot + xfer``, its data-in
+  tR earlier, ``max(slot - tR, a + t_cmd)``, and its end is the ack (completion): a store does not wait
+  behind the slots of senses still in flight, its bytes still take channel slots. An atomic's data-in
+  has its slot after its read's (+ t_cmd) and runs at ``max(slot, t + t_cmd)``;
   ``P = max(P, S, ack) + ceil(tPROG x xbytes / 4096)`` (amortized program, after the queued programs and
   senses; later reads go before it unless it is running). The buffer holding the page (if any) is emptied and refilled first by the plane's
   next sense (docs/design.md §3.9; the device and the engine do the same).
@@ -272,6 +275,7 @@ class DeviceModelTwin:
         serv = serv_tx[oc]
         # the acks' lower bound: data-in of an idle channel (atomic: after its read's idle transfer)
         ack = np.where(is_atomic, ta + 2 * (g.t_cmd_ns + xfer), ta + g.t_cmd_ns + xfer)
+        st_shift = np.where(top == HBF_OP_STORE, t_read, 0)  # a store's slot: tR ahead of its data-in
         ev_ack_idx = np.flatnonzero(ev_w)
         sense_end_acc = np.zeros(M, np.int64)
         iters = 0
@@ -298,8 +302,9 @@ class DeviceModelTwin:
             jready = ta + g.t_cmd_ns                         # stores: data-in from arrival + t_cmd
             jready[rd_tx] = rready
             # the channel slot is reserved in arrival order at the no-wait ready time (a sense: a + t_cmd + tR;
-            # a hit: its buffer's ready; a store: a + t_cmd); the transfer runs at max(slot, data ready)
-            nowait = ta + g.t_cmd_ns
+            # a hit: its buffer's ready, at most that; a store: in the senses' frame, a + t_cmd + tR, its
+            # data-in tR before its slot); the transfer runs at max(slot, data ready)
+            nowait = ta + g.t_cmd_ns + st_shift
             nw_sense = ta[rd_tx] + g.t_cmd_ns + t_read[rd_tx]
             nowait[rd_tx] = np.where(miss[rd], nw_sense, np.minimum(rready, nw_sense))
             if active_ch is None:
@@ -307,7 +312,7 @@ class DeviceModelTwin:
             else:
                 ij = np.flatnonzero(np.isin(ch_s, active_ch))
                 slot_tx[oc[ij]] = segmented_fcfs(nowait[oc[ij]], serv[ij], ch_s[ij], self.chan_free)
-            d_tx = np.maximum(slot_tx - serv_tx, jready) + serv_tx
+            d_tx = np.maximum(slot_tx - serv_tx - st_shift, jready) + serv_tx
             if not has_w.any():
                 break
             new_ack = np.where(has_w, d_tx, ack)
@@ -322,7 +327,7 @@ class DeviceModelTwin:
                 r_acc = np.full(T, -1, np.int64)
                 r_acc[rd_tx] = rd
                 ack = self._stepped_acks(active_ch, oc, ch_s, ta, plane, t_read, serv_tx, prog, has_w, r_acc,
-                                         hit, miss, src, vready, ack)
+                                         hit, miss, src, vready, ack, st_shift)
                 self.counts["stepped_channels"] += len(active_ch)
         self.counts["fixed_point_iterations"] += iters
         self.counts["max_iterations"] = max(self.counts["max_iterations"], iters)
@@ -447,7 +452,7 @@ class DeviceModelTwin:
         return hit, fin
 
     def _stepped_acks(self, chans, oc, ch_s, ta, plane, t_read, serv_tx, prog, has_w, r_acc, hit, miss, src,
-                      vready, ack) -> np.ndarray:
+                      vready, ack, st_shift) -> np.ndarray:
         """The write acks of ``chans``, exact: the k-th transaction of every such channel at step k
         (vectorized across channels; a plane belongs to one channel, so no two in a step share one)."""
         t_cmd = self.g.t_cmd_ns
@@ -490,7 +495,8 @@ class DeviceModelTwin:
                 sf[pm] = se
                 ready_acc[r_acc[tx[m]]] = se
                 rdy[m] = se
-            nw = ta[tx] + t_cmd                                 # the no-wait ready (slot reservation)
+            sh = st_shift[tx]
+            nw = ta[tx] + t_cmd + sh                            # the no-wait ready (slot reservation)
             if m.any():
                 nw[m] += t_read[tx[m]]
             h = tx_hit[tx]
@@ -499,7 +505,7 @@ class DeviceModelTwin:
                 nw[h] = np.minimum(rdy[h], nw[h] + t_read[tx[h]])
             slot = np.maximum(nw, cf[c])
             cf[c] = slot + serv_tx[tx]
-            d = np.maximum(slot, rdy) + serv_tx[tx]
+            d = np.maximum(slot - sh, rdy) + serv_tx[tx]
             w = has_w[tx]
             if w.any():
                 pw = p[w]

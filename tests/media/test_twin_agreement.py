@@ -316,10 +316,6 @@ CI_KNOWN = {
     ("ocp-sg1", "random", 2.0): "channel order: arrival-order slots vs data-ready order (p99)",
     ("ocp-sg1", "moe", 0.5): "channel order: hits on buffered experts go first in the engine (p99)",
     ("ocp-sg1", "moe", 1.0): "channel order: hits on buffered experts go first in the engine (p99)",
-    ("ocp-sg1/tR20us", "mixed", 0.5): "programs: the device's running-program estimate, store acks behind "
-                                      "the channel slots of senses (p50)",
-    ("ocp-sg1/tR20us", "mixed", 1.0): "programs: running-program estimate, store acks (bandwidth, p50)",
-    ("ocp-sg1/tR20us", "mixed", 2.0): "programs: running-program estimate, store acks (bandwidth, p50)",
 }
 
 

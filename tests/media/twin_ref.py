@@ -66,11 +66,18 @@ def device_model(g, requests, state=None):
                 chan_free[ch] = slot + xfer                                      #   the no-wait ready time;
                 t = max(slot, ready) + xfer                                      #   the transfer when data is ready
             if op in (1, 2):                                                     # WRITE (store; atomic's 2nd half)
-                # data-in over the channel; a store's slot at a + t_cmd; an atomic's at its read's slot end +
-                # t_cmd (no-wait), the data-in itself at its read's completion + t_cmd
-                slot = max((a if op == 1 else chan_free[ch]) + g.t_cmd_ns, chan_free[ch])
-                chan_free[ch] = slot + xfer
-                t = max(slot, t + g.t_cmd_ns if op == 2 else slot) + xfer         # ack at the end of the data-in
+                # data-in over the channel; a store's slot in the senses' frame (a + t_cmd + tR), its data-in
+                # tR before it; an atomic's slot at its read's slot end + t_cmd (no-wait), the data-in itself
+                # at its read's completion + t_cmd
+                if op == 1:
+                    tr = scaled(g.t_read_ns, q)
+                    slot = max(a + g.t_cmd_ns + tr, chan_free[ch])
+                    chan_free[ch] = slot + xfer
+                    t = max(slot - tr, a + g.t_cmd_ns) + xfer                    # ack at the end of the data-in
+                else:
+                    slot = max(chan_free[ch] + g.t_cmd_ns, chan_free[ch])
+                    chan_free[ch] = slot + xfer
+                    t = max(slot, t + g.t_cmd_ns) + xfer
                 prog_free[plane] = (max(prog_free[plane], sense_free[plane], t)  # amortized tPROG, after the
                                     + -(-g.t_prog_ns * xbytes // 4096))          #   queued programs and senses
                 buf[:] = [x for x in buf if x[0] != page]                        # the buffer holding the page is
