@@ -26,9 +26,11 @@ For a page transaction: ``xbytes = 64 x (distinct 64 B sectors touched)``, ``xfe
   for a sense that a busy plane delayed holds the channel no later than its own sense would),
   ``slot = max(nw, chan_free)``, ``chan_free = slot + xfer``; the transfer at ``max(slot, data_ready)``,
   its end = the transaction's completion. No slot depends on a plane's backlog.
-* write (store; an atomic's second half at its read's completion ``t``): a store's slot is reserved in
-  the senses' frame, ``slot = max(a + t_cmd + tR, chan_free)``, ``chan_free = slot + xfer``, its data-in
-  tR earlier, ``max(slot - tR, a + t_cmd)``, and its end is the ack (completion): a store does not wait
+* write (store; an atomic's second half at its read's completion ``t``): a store's data-in needs a free
+  page buffer of its plane: the B buffers hold the running and queued programs' data, so it is ready at
+  ``r = max(a + t_cmd, P - (B - 1) tPROG)`` (backpressure: stores never outrun what the planes program).
+  Its slot is reserved in the senses' frame, ``slot = max(r + tR, chan_free)``, ``chan_free = slot + xfer``,
+  its data-in tR earlier, ``max(slot - tR, r)``, and its end is the ack (completion): a store does not wait
   behind the slots of senses still in flight, its bytes still take channel slots. An atomic's data-in
   has its slot after its read's (+ t_cmd) and runs at ``max(slot, t + t_cmd)``;
   ``P = max(P, S, ack) + ceil(tPROG x xbytes / 4096)`` (amortized program, after the queued programs and
@@ -275,7 +277,14 @@ class DeviceModelTwin:
         serv = serv_tx[oc]
         # the acks' lower bound: data-in of an idle channel (atomic: after its read's idle transfer)
         ack = np.where(is_atomic, ta + 2 * (g.t_cmd_ns + xfer), ta + g.t_cmd_ns + xfer)
-        st_shift = np.where(top == HBF_OP_STORE, t_read, 0)  # a store's slot: tR ahead of its data-in
+        st_only = top == HBF_OP_STORE
+        st_shift = np.where(st_only, t_read, 0)              # a store's slot: tR ahead of its data-in
+        # a store's data-in needs a free page buffer of its plane: the B buffers hold the running and queued
+        # programs' data, which end at P - k tPROG: one is free from P - (B - 1) tPROG
+        buf_hold = (self.P - 1) * g.t_prog_ns
+        st_ev = np.flatnonzero(ev_w & st_only[ev_tx])
+        ev_first = np.ones(len(ev), bool)
+        ev_first[1:] = ev_pl[1:] != ev_pl[:-1]
         ev_ack_idx = np.flatnonzero(ev_w)
         sense_end_acc = np.zeros(M, np.int64)
         iters = 0
@@ -299,12 +308,15 @@ class DeviceModelTwin:
             # read data-ready: a miss at its sense end, a hit at max(a + t_cmd, its source's ready)
             src_ready = np.where(virt, vready, sense_end_acc)
             rready = np.where(hit[rd], np.maximum(ta[rd_tx] + g.t_cmd_ns, src_ready[src[rd]]), sense_end_acc[rd])
-            jready = ta + g.t_cmd_ns                         # stores: data-in from arrival + t_cmd
+            jready = ta + g.t_cmd_ns                         # stores: data-in from arrival + t_cmd, once a
+            if len(st_ev):                                   # page buffer of the plane is free (backpressure)
+                pb = np.where(ev_first[st_ev], self.prog_free[ev_pl[st_ev]], ev_pf[np.maximum(st_ev - 1, 0)])
+                jready[ev_tx[st_ev]] = np.maximum(jready[ev_tx[st_ev]], pb - buf_hold)
             jready[rd_tx] = rready
             # the channel slot is reserved in arrival order at the no-wait ready time (a sense: a + t_cmd + tR;
-            # a hit: its buffer's ready, at most that; a store: in the senses' frame, a + t_cmd + tR, its
-            # data-in tR before its slot); the transfer runs at max(slot, data ready)
-            nowait = ta + g.t_cmd_ns + st_shift
+            # a hit: its buffer's ready, at most that; a store: in the senses' frame, its data-in ready + tR,
+            # the data-in tR before its slot); the transfer runs at max(slot, data ready)
+            nowait = np.where(st_only, jready, ta + g.t_cmd_ns) + st_shift
             nw_sense = ta[rd_tx] + g.t_cmd_ns + t_read[rd_tx]
             nowait[rd_tx] = np.where(miss[rd], nw_sense, np.minimum(rready, nw_sense))
             if active_ch is None:
@@ -327,7 +339,7 @@ class DeviceModelTwin:
                 r_acc = np.full(T, -1, np.int64)
                 r_acc[rd_tx] = rd
                 ack = self._stepped_acks(active_ch, oc, ch_s, ta, plane, t_read, serv_tx, prog, has_w, r_acc,
-                                         hit, miss, src, vready, ack, st_shift)
+                                         hit, miss, src, vready, ack, st_shift, buf_hold)
                 self.counts["stepped_channels"] += len(active_ch)
         self.counts["fixed_point_iterations"] += iters
         self.counts["max_iterations"] = max(self.counts["max_iterations"], iters)
@@ -452,7 +464,7 @@ class DeviceModelTwin:
         return hit, fin
 
     def _stepped_acks(self, chans, oc, ch_s, ta, plane, t_read, serv_tx, prog, has_w, r_acc, hit, miss, src,
-                      vready, ack, st_shift) -> np.ndarray:
+                      vready, ack, st_shift, buf_hold) -> np.ndarray:
         """The write acks of ``chans``, exact: the k-th transaction of every such channel at step k
         (vectorized across channels; a plane belongs to one channel, so no two in a step share one)."""
         t_cmd = self.g.t_cmd_ns
@@ -496,7 +508,12 @@ class DeviceModelTwin:
                 ready_acc[r_acc[tx[m]]] = se
                 rdy[m] = se
             sh = st_shift[tx]
+            sto = sh > 0                                        # stores: data-in once a page buffer is free
+            if sto.any():
+                rdy[sto] = np.maximum(rdy[sto], pf[p[sto]] - buf_hold)
             nw = ta[tx] + t_cmd + sh                            # the no-wait ready (slot reservation)
+            if sto.any():
+                nw[sto] = rdy[sto] + sh[sto]
             if m.any():
                 nw[m] += t_read[tx[m]]
             h = tx_hit[tx]

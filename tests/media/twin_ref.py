@@ -69,11 +69,14 @@ def device_model(g, requests, state=None):
                 # data-in over the channel; a store's slot in the senses' frame (a + t_cmd + tR), its data-in
                 # tR before it; an atomic's slot at its read's slot end + t_cmd (no-wait), the data-in itself
                 # at its read's completion + t_cmd
-                if op == 1:
+                if op == 1:                                                      # once a page buffer is free:
+                    # the B buffers hold the running and queued programs' data (they end at P - k tPROG)
+                    rdy = max(a + g.t_cmd_ns,
+                              prog_free[plane] - (g.page_buffers_per_plane - 1) * g.t_prog_ns)
                     tr = scaled(g.t_read_ns, q)
-                    slot = max(a + g.t_cmd_ns + tr, chan_free[ch])
+                    slot = max(rdy + tr, chan_free[ch])
                     chan_free[ch] = slot + xfer
-                    t = max(slot - tr, a + g.t_cmd_ns) + xfer                    # ack at the end of the data-in
+                    t = max(slot - tr, rdy) + xfer                               # ack at the end of the data-in
                 else:
                     slot = max(chan_free[ch] + g.t_cmd_ns, chan_free[ch])
                     chan_free[ch] = slot + xfer
