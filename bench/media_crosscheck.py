@@ -72,10 +72,10 @@ def geometries(queue_depth: str = "unbounded") -> dict[str, tuple[MediaGeometry,
 
 
 def _case(args):
-    gname, g, kind, load, arrivals, n, seed = args
+    gname, g, kind, load, arrivals, n, seed, engine_batch = args
     batch = make_stream(kind, g, n, load=load, arrivals=arrivals, seed=seed)
-    r = compare(g, batch, clock=time.process_time)
-    r.update(geometry=gname, stream=kind, load=load, arrivals=arrivals, seed=seed)
+    r = compare(g, batch, engine_batch=engine_batch, clock=time.process_time)
+    r.update(geometry=gname, stream=kind, load=load, arrivals=arrivals, seed=seed, engine_batch=engine_batch)
     return r
 
 
@@ -122,6 +122,8 @@ def main(argv=None) -> int:
                     help="die queue depth: unbounded (the one semantics, default) or each profile's (the "
                          "engine-only admission limit; its effect)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="stream kinds (comma-separated)")
+    ap.add_argument("--engine-batch", type=int, default=16384,
+                    help="requests per engine submit (the daemon's ring scans give small ones; default 16384)")
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/media_crosscheck.json, "
                     "media_crosscheck_profile_qd.json with --queue-depth profile)")
     args = ap.parse_args(argv)
@@ -141,7 +143,10 @@ def main(argv=None) -> int:
         geos = {"ocp-sg1": geos["ocp-sg1"]}
         loads, arrivals = (0.1, 0.5, 1.0, 2.0), ("poisson",)
     label = "engine v2" if engine_has_page_buffers(geos["ocp-sg1"][0]) else "before engine v2"
-    cases = [(gn, g, k, ld, ar, args.requests, args.seed)
+    if args.engine_batch < 1:
+        print("media_crosscheck: --engine-batch must be >= 1", file=sys.stderr)
+        return 2
+    cases = [(gn, g, k, ld, ar, args.requests, args.seed, args.engine_batch)
              for gn, (g, _) in geos.items() for k in kinds for ld in loads for ar in arrivals]
     print(f"media cross-check ({label}): {len(cases)} cases x {args.requests} requests, {args.jobs} jobs",
           file=sys.stderr)
@@ -170,7 +175,7 @@ def main(argv=None) -> int:
         "command": "PYTHONPATH=$PWD .venv/bin/python bench/media_crosscheck.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "tolerance": TOLERANCE, "requests_per_case": args.requests, "seed": args.seed,
-        "queue_depth": args.queue_depth,
+        "queue_depth": args.queue_depth, "engine_batch": args.engine_batch,
         "geometries": {gn: {"source": src, **g.to_dict(), "read_bound_bytes_per_s": g.read_bound_bytes_per_s}
                        for gn, (g, src) in geos.items()},
         "summary": summ, "cases": rows,
