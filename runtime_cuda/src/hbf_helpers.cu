@@ -573,7 +573,8 @@ HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, ui
                 if (sf < cmd) {                               // after the program running at cmd
                     const uint64_t ahead = busy - cmd;
                     start = tprog == 0ull ? busy
-                          : busy - (ahead >> 32 ? ahead / tprog : (uint64_t)((uint32_t)ahead / (uint32_t)tprog)) * tprog;
+                          : busy - (((ahead | tprog) >> 32) ? ahead / tprog
+                                                              : (uint64_t)((uint32_t)ahead / (uint32_t)tprog)) * tprog;
                 }
             }
             ready = start + tr;
