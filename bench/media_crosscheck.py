@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
-from hbfcommon.profile import load_profile  # noqa: E402
+from hbfcommon.profile import MAX_DIE_QUEUE_SLOTS, load_profile  # noqa: E402
 from hbfd.media.crosscheck import TOLERANCE, compare, engine_has_page_buffers  # noqa: E402
 from hbfd.media.geometry import MediaGeometry  # noqa: E402
 from hbfd.media.streams import ARRIVALS, KINDS, make_stream  # noqa: E402
@@ -44,7 +44,14 @@ SG1_SOURCE = ("OCP HBF v0.7.0 SG1 as transcribed by FlashLab-MBZUAI/HBServe para
               "per die, 2 decoded page buffers per bank, tR 4 us (FlashLab's assumption)")
 
 
-def geometries() -> dict[str, tuple[MediaGeometry, str]]:
+def unbounded_queue(g: MediaGeometry) -> MediaGeometry:
+    """``g`` with the largest die queue depth a profile may carry (dies x Q <= MAX_DIE_QUEUE_SLOTS): the die
+    admission limit never binds in these streams, as in the one semantics (docs/design.md §3.9, which has
+    none: the device model cannot keep a per-die order statistic of releases)."""
+    return dataclasses.replace(g, queue_depth=MAX_DIE_QUEUE_SLOTS // g.dies)
+
+
+def geometries(queue_depth: str = "unbounded") -> dict[str, tuple[MediaGeometry, str]]:
     out: dict[str, tuple[MediaGeometry, str]] = {}
     prof = load_profile("ocp-sg1")
     g = MediaGeometry.from_profile(prof)
@@ -58,14 +65,17 @@ def geometries() -> dict[str, tuple[MediaGeometry, str]]:
         out[f"ocp-sg1/tR{tr // 1000}us"] = (dataclasses.replace(g, t_read_ns=tr), src + f"; tR {tr} ns")
     prof = load_profile("nominal")
     out["nominal"] = (MediaGeometry.from_profile(prof), f"profile nominal ({prof.sha256[:12]})")
+    if queue_depth == "unbounded":
+        out = {k: (unbounded_queue(g), src + f"; queue_depth {unbounded_queue(g).queue_depth} (unbounded: "
+                   f"the profile's {g.queue_depth} is the engine's alone)") for k, (g, src) in out.items()}
     return out
 
 
 def _case(args):
-    gname, g, kind, load, arrivals, n, seed = args
+    gname, g, kind, load, arrivals, n, seed, engine_batch = args
     batch = make_stream(kind, g, n, load=load, arrivals=arrivals, seed=seed)
-    r = compare(g, batch, clock=time.process_time)
-    r.update(geometry=gname, stream=kind, load=load, arrivals=arrivals, seed=seed)
+    r = compare(g, batch, engine_batch=engine_batch, clock=time.process_time)
+    r.update(geometry=gname, stream=kind, load=load, arrivals=arrivals, seed=seed, engine_batch=engine_batch)
     return r
 
 
@@ -76,7 +86,8 @@ def _fmt(r) -> str:
             f"{t['bandwidth_bytes_per_s'] / 1e9:7.1f} {e['bandwidth_bytes_per_s'] / 1e9:7.1f} {d['bandwidth'] * 100:+7.1f}% "
             f"{t['p50_ns'] / 1e3:9.1f} {e['p50_ns'] / 1e3:9.1f} {d['p50'] * 100:+7.1f}% "
             f"{t['p99_ns'] / 1e3:9.1f} {e['p99_ns'] / 1e3:9.1f} {d['p99'] * 100:+7.1f}%  {ok}  "
-            f"{'ok' if r['bounds_ok'] else 'ABOVE'}")
+            f"{'ok' if r['bounds_ok'] else 'ABOVE'}"
+            f"{'' if all(r['program_bound_ok'].values()) else ' prog:' + ','.join(m for m, v in r['program_bound_ok'].items() if not v)}")
 
 
 HEADER = (f"{'geometry':17s} {'stream':10s} {'load':4s} {'arr':4s} {'twGB/s':>7s} {'enGB/s':>7s} {'dBW':>8s} "
@@ -96,6 +107,7 @@ def summarize(rows) -> dict:
             **{f"agree_{k}": sum(r["agree"][k] for r in rs) for k in TOLERANCE},
             **{f"max_abs_rel_diff_{k}": max(abs(r["rel_diff"][k]) for r in rs) for k in TOLERANCE},
             "bounds_ok": sum(r["bounds_ok"] for r in rs),
+            **{f"program_bound_ok_{m}": sum(r["program_bound_ok"][m] for r in rs) for m in ("twin", "engine")},
         }
     return out
 
@@ -106,19 +118,36 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)))
     ap.add_argument("--quick", action="store_true", help="ocp-sg1 only, loads 0.1/0.5/1.0/2.0, Poisson")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "media_crosscheck.json"))
+    ap.add_argument("--queue-depth", choices=("unbounded", "profile"), default="unbounded",
+                    help="die queue depth: unbounded (the one semantics, default) or each profile's (the "
+                         "engine-only admission limit; its effect)")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="stream kinds (comma-separated)")
+    ap.add_argument("--engine-batch", type=int, default=16384,
+                    help="requests per engine submit (the daemon's ring scans give small ones; default 16384)")
+    ap.add_argument("--out", default=None, help="JSON path (default bench/results/media_crosscheck.json, "
+                    "media_crosscheck_profile_qd.json with --queue-depth profile)")
     args = ap.parse_args(argv)
     if args.requests < 100 or args.jobs < 1:
         print("media_crosscheck: --requests must be >= 100 and --jobs >= 1", file=sys.stderr)
         return 2
-    geos = geometries()
+    if args.out is None:
+        args.out = str(ROOT / "bench" / "results" / ("media_crosscheck.json" if args.queue_depth == "unbounded"
+                                                     else "media_crosscheck_profile_qd.json"))
+    geos = geometries(args.queue_depth)
+    kinds = [k for k in args.kinds.split(",") if k]
+    if not kinds or any(k not in KINDS for k in kinds):
+        print(f"media_crosscheck: --kinds must name some of {', '.join(KINDS)}", file=sys.stderr)
+        return 2
     loads, arrivals = LOADS, ARRIVALS
     if args.quick:
         geos = {"ocp-sg1": geos["ocp-sg1"]}
         loads, arrivals = (0.1, 0.5, 1.0, 2.0), ("poisson",)
     label = "engine v2" if engine_has_page_buffers(geos["ocp-sg1"][0]) else "before engine v2"
-    cases = [(gn, g, k, ld, ar, args.requests, args.seed)
-             for gn, (g, _) in geos.items() for k in KINDS for ld in loads for ar in arrivals]
+    if args.engine_batch < 1:
+        print("media_crosscheck: --engine-batch must be >= 1", file=sys.stderr)
+        return 2
+    cases = [(gn, g, k, ld, ar, args.requests, args.seed, args.engine_batch)
+             for gn, (g, _) in geos.items() for k in kinds for ld in loads for ar in arrivals]
     print(f"media cross-check ({label}): {len(cases)} cases x {args.requests} requests, {args.jobs} jobs",
           file=sys.stderr)
     print(HEADER)
@@ -133,7 +162,8 @@ def main(argv=None) -> int:
         print(f"  {kind:10s} all {s['agree_all']:3d}/{s['cases']}  bw {s['agree_bandwidth']:3d}  p50 {s['agree_p50']:3d}  "
               f"p99 {s['agree_p99']:3d}  worst |d| bw {s['max_abs_rel_diff_bandwidth'] * 100:6.1f}%  "
               f"p50 {s['max_abs_rel_diff_p50'] * 100:7.1f}%  p99 {s['max_abs_rel_diff_p99'] * 100:7.1f}%  "
-              f"bounds ok {s['bounds_ok']}/{s['cases']}")
+              f"bounds ok {s['bounds_ok']}/{s['cases']}  program bound twin {s['program_bound_ok_twin']} "
+              f"engine {s['program_bound_ok_engine']}")
     try:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 check=True).stdout.strip()
@@ -145,6 +175,7 @@ def main(argv=None) -> int:
         "command": "PYTHONPATH=$PWD .venv/bin/python bench/media_crosscheck.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "tolerance": TOLERANCE, "requests_per_case": args.requests, "seed": args.seed,
+        "queue_depth": args.queue_depth, "engine_batch": args.engine_batch,
         "geometries": {gn: {"source": src, **g.to_dict(), "read_bound_bytes_per_s": g.read_bound_bytes_per_s}
                        for gn, (g, src) in geos.items()},
         "summary": summ, "cases": rows,

@@ -19,7 +19,8 @@ Kinds (addresses; sizes):
   of the requests are full 4 KiB page stores walking the upper half in order.
 
 Offered load: ``load`` x :func:`bound_bytes_per_s` of the stream (the bytes that cross the channel:
-64 B sectors), i.e. the request rate is ``load x bound / mean channel bytes per request``. Arrivals
+64 B sectors; the bound counts the senses the stream's page sequence needs, so partial-page reads saturate
+the planes below the channel), i.e. the request rate is ``load x bound / mean channel bytes per request``. Arrivals
 ``poisson`` (exponential gaps) or ``deterministic`` (equal gaps), integer ns from ``start_ns``.
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from hbfcommon.abi import HBF_OP_LOAD, HBF_OP_STORE
+from hbfcommon.abi import HBF_OP_ATOMIC, HBF_OP_LOAD, HBF_OP_STORE
 from hbfcommon.errors import ConfigError
 from hbfd.contracts import REQUEST_BATCH_DTYPE
 
@@ -56,15 +57,29 @@ def channel_bytes(batch: np.ndarray) -> np.ndarray:
     return SECTOR_BYTES * ((end + SECTOR_BYTES - 1) // SECTOR_BYTES - ad // SECTOR_BYTES)
 
 
-def bound_bytes_per_s(g: MediaGeometry, write_byte_fraction: float = 0.0) -> float:
-    """What the geometry sustains for a stream whose channel bytes are ``write_byte_fraction``
-    writes: min(channels, planes), the planes spending tR per 4 KiB read and tPROG per 4 KiB
-    written. For reads (fraction 0) this is ``geometry.read_bound_bytes_per_s``."""
-    if write_byte_fraction <= 0.0:
-        return float(g.read_bound_bytes_per_s)
-    w = float(write_byte_fraction)
-    plane_ns_per_byte = (w * g.t_prog_ns + (1.0 - w) * g.t_read_ns) / PAGE_BYTES / g.planes
-    return min(float(g.aggregate_bytes_per_s), 1e9 / plane_ns_per_byte)
+def bound_bytes_per_s(g: MediaGeometry, batch: np.ndarray) -> float:
+    """The channel-byte rate (B/s) at which ``batch``'s request mix saturates the geometry: the channels
+    (``channel_bytes`` per request over C x channel rate) or the planes in aggregate (one tR per sense and
+    tPROG per 4 KiB written, over all C x D x P planes). Senses: every read page transaction whose page is
+    not the previous read transaction's (a run of reads of one page is one sense: 8 warp reads of a page,
+    an expert streamed), so a stream of 1 KiB random reads saturates the planes at a quarter of a 4 KiB
+    stream's channel bytes. For reads of whole distinct pages this is ``geometry.read_bound_bytes_per_s``."""
+    ad = batch["media_address"].astype(np.int64)
+    nb = batch["bytes"].astype(np.int64)
+    op = batch["op"].astype(np.int64)
+    n = len(ad)
+    first = ad // PAGE_BYTES
+    npg = (ad + nb - 1) // PAGE_BYTES - first + 1
+    req = np.repeat(np.arange(n, dtype=np.int64), npg)
+    lpn = first[req] + (np.arange(len(req), dtype=np.int64) - np.repeat(np.cumsum(npg) - npg, npg))
+    rd = op[req] != HBF_OP_STORE
+    rp = lpn[rd]
+    senses = int(len(rp) and 1 + np.count_nonzero(rp[1:] != rp[:-1]))
+    cb = channel_bytes(batch)
+    written = float(cb[(op == HBF_OP_STORE) | (op == HBF_OP_ATOMIC)].sum())
+    plane_ns = (senses * g.t_read_ns + written / PAGE_BYTES * g.t_prog_ns) / g.planes   # per stream, aggregate
+    chan_ns = float(cb.sum()) * 1e9 / g.aggregate_bytes_per_s
+    return float(cb.sum()) * 1e9 / max(plane_ns, chan_ns)
 
 
 def make_stream(kind: str, g: MediaGeometry, n: int, *, load: float = 0.5, arrivals: str = "poisson",
@@ -92,8 +107,7 @@ def make_stream(kind: str, g: MediaGeometry, n: int, *, load: float = 0.5, arriv
     b["bytes"] = nbytes.astype(np.uint32)
     b["op"] = op.astype(np.uint8)
     cb = channel_bytes(b)
-    wfrac = float(cb[op == HBF_OP_STORE].sum()) / float(cb.sum())
-    rate = load * bound_bytes_per_s(g, wfrac) / float(cb.mean())     # requests per second
+    rate = load * bound_bytes_per_s(g, b) / float(cb.mean())     # requests per second
     gap = 1e9 / rate
     if arrivals == "poisson":
         t = np.cumsum(rng.exponential(gap, n)) - gap

@@ -14,15 +14,27 @@ For a page transaction: ``xbytes = 64 x (distinct 64 B sectors touched)``, ``xfe
 * read (load, cp.async, an atomic's first half), at the page's plane: the plane's ``page_buffers_per_plane``
   buffers are LRU by use over the plane's page accesses (reads and writes) in arrival order. A read
   whose page is in a valid buffer is a hit: ``data_ready = max(a + t_cmd, buffer ready)`` (a buffered
-  page, or one still being sensed: it waits for that sense). Otherwise a miss: ``sense_end =
-  max(a + t_cmd, plane_free) + tR``, ``plane_free = sense_end``, the page takes the MRU buffer
+  page, or one still being sensed: it waits for that sense). Otherwise a miss senses, with priority
+  over programs (non-preemptive): with ``cmd = a + t_cmd``, ``S`` the plane's latest sense end and ``P``
+  the end of its queued programs, ``start = max(cmd, S)`` if ``P <= max(cmd, S)``; else the read goes
+  before the queued programs: ``start = S`` if ``S >= cmd`` (after the reads ahead of it), else the end of
+  the program running at cmd, ``P - floor((P - cmd) / tPROG) x tPROG`` (the queued programs end at
+  ``P - k tPROG``), and ``P += tR`` (they wait for it). ``sense_end = S = start + tR``; the page takes the MRU buffer
   (ready = sense_end; its own stale buffer if it has one, else the LRU one) and ``data_ready =
-  sense_end``. Channel, FCFS in arrival order (the device's ``hb_reserve``): ``start = max(data_ready,
-  chan_free)``, ``chan_free = start + xfer`` = the transaction's completion.
-* write (store; an atomic's second half at its read's completion ``t``): data-in ``start = max(t +
-  t_cmd, chan_free)``, ``chan_free = start + xfer`` = the ack (completion);
-  ``plane_free = max(plane_free, ack) + ceil(tPROG x xbytes / 4096)`` (amortized program, reads
-  queue behind it). The buffer holding the page (if any) is emptied and refilled first by the plane's
+  sense_end``. Channel (the device's ``hb_reserve``): a slot reserved in arrival order at the no-wait
+  ready time ``nw`` (a miss: ``a + t_cmd + tR``; a hit: ``min(data_ready, a + t_cmd + tR)``: a hit waiting
+  for a sense that a busy plane delayed holds the channel no later than its own sense would),
+  ``slot = max(nw, chan_free)``, ``chan_free = slot + xfer``; the transfer at ``max(slot, data_ready)``,
+  its end = the transaction's completion. No slot depends on a plane's backlog.
+* write (store; an atomic's second half at its read's completion ``t``): a store's data-in needs a free
+  page buffer of its plane: the B buffers hold the running and queued programs' data, so it is ready at
+  ``r = max(a + t_cmd, P - (B - 1) tPROG)`` (backpressure: stores never outrun what the planes program).
+  Its slot is reserved in the senses' frame, ``slot = max(r + tR, chan_free)``, ``chan_free = slot + xfer``,
+  its data-in tR earlier, ``max(slot - tR, r)``, and its end is the ack (completion): a store does not wait
+  behind the slots of senses still in flight, its bytes still take channel slots. An atomic's data-in
+  has its slot after its read's (+ t_cmd) and runs at ``max(slot, t + t_cmd)``;
+  ``P = max(P, S, ack) + ceil(tPROG x xbytes / 4096)`` (amortized program, after the queued programs and
+  senses; later reads go before it unless it is running). The buffer holding the page (if any) is emptied and refilled first by the plane's
   next sense (docs/design.md §3.9; the device and the engine do the same).
   So in a batch without writes, with P buffers, a read hits iff its page is among the P most recently
   accessed distinct pages of its plane; batches with writes step the planes' buffer logic (a Python loop
@@ -31,14 +43,15 @@ For a page transaction: ``xbytes = 64 x (distinct 64 B sectors touched)``, ``xfe
 Vectorized (no Python loop per request): hit/miss depends only on the page sequence (P <= 2: the page
 equals the previous access's or, at the start of a run of equal pages, the page of the run before
 the previous run); the source of a hit is the latest miss of its page (a forward fill per (plane,
-page)); plane_free over misses and programs and chan_free over transactions are Lindley recursions
-(``lindley.segmented_fcfs``). Stores couple the two stages (a program waits for its data-in, the
-channel for senses queued behind programs): where a channel carries writes, the two stages are
+page)); the senses of a plane without programs, and chan_free over transactions, are Lindley recursions
+(``lindley.segmented_fcfs``); planes with programs are stepped one event at a time (``_plane_events``).
+Atomics couple the two stages (an atomic's write follows its read, which waits for the plane; a program
+waits for its data-in): where a channel carries writes, the two stages are
 iterated from a lower bound of the acks to their fixed point, which is the exact sequential result
 (both stages are monotone and every value depends only on earlier transactions). Only a channel
 and its own planes interact, so only channels whose acks still change are recomputed.
 
-State carried across ``run`` calls (plane_free, chan_free, the buffers): feeding a time-ordered stream
+State carried across ``run`` calls (sense_free, prog_free, chan_free, the buffers): feeding a time-ordered stream
 in batches gives the one-batch result.
 """
 from __future__ import annotations
@@ -66,6 +79,18 @@ def thermal_scale(x: np.ndarray, q_ppm: np.ndarray | int) -> np.ndarray:
     return -(-np.asarray(x, np.int64) * Q_FULL // q)
 
 
+def _read_start(cmd, sense_free, prog_free, t_prog):
+    """Vectorized sense start with read priority (see ``DeviceModelTwin._plane_events``): (start, displaced)."""
+    base = np.maximum(cmd, sense_free)
+    disp = prog_free > base
+    if t_prog:
+        running = prog_free - (prog_free - cmd) // t_prog * t_prog
+    else:
+        running = prog_free
+    start = np.where(disp, np.where(sense_free >= cmd, sense_free, running), base)
+    return start, disp
+
+
 class DeviceModelTwin:
     """The device fast model on the CPU (see module doc). ``counts`` accumulates statistics."""
 
@@ -78,7 +103,8 @@ class DeviceModelTwin:
             raise ConfigError(f"device-model twin: page_buffers_per_plane = {self.P}: the vectorized twin "
                               "models 1 or 2 page buffers per plane", field="page_buffers_per_plane",
                               value=self.P)
-        self.plane_free = np.zeros(g.planes, np.int64)
+        self.sense_free = np.zeros(g.planes, np.int64)    # per plane: its latest sense end
+        self.prog_free = np.zeros(g.planes, np.int64)     # per plane: the end of its queued programs
         self.chan_free = np.zeros(g.channels, np.int64)
         # buffers per plane, slot 0 = MRU: page (-1 empty), ready (a store empties its page's buffer, so a
         # buffer that holds a page holds valid data)
@@ -251,6 +277,14 @@ class DeviceModelTwin:
         serv = serv_tx[oc]
         # the acks' lower bound: data-in of an idle channel (atomic: after its read's idle transfer)
         ack = np.where(is_atomic, ta + 2 * (g.t_cmd_ns + xfer), ta + g.t_cmd_ns + xfer)
+        st_only = top == HBF_OP_STORE
+        st_shift = np.where(st_only, t_read, 0)              # a store's slot: tR ahead of its data-in
+        # a store's data-in needs a free page buffer of its plane: the B buffers hold the running and queued
+        # programs' data, which end at P - k tPROG: one is free from P - (B - 1) tPROG
+        buf_hold = (self.P - 1) * g.t_prog_ns
+        st_ev = np.flatnonzero(ev_w & st_only[ev_tx])
+        ev_first = np.ones(len(ev), bool)
+        ev_first[1:] = ev_pl[1:] != ev_pl[:-1]
         ev_ack_idx = np.flatnonzero(ev_w)
         sense_end_acc = np.zeros(M, np.int64)
         iters = 0
@@ -258,31 +292,39 @@ class DeviceModelTwin:
         d_tx = np.zeros(T, np.int64)
         slot_tx = np.zeros(T, np.int64)                      # channel slot ends (what the channel carries)
         pe_last = np.zeros(len(ev), np.int64)
+        ev_sf = np.zeros(len(ev), np.int64)                  # the plane's sense / program tails after each event
+        ev_pf = np.zeros(len(ev), np.int64)
         while True:
             iters += 1
             ev_rdy = ev_rdy0.copy()
             ev_rdy[ev_ack_idx] = ack[ev_tx[ev_ack_idx]]
             if active_ch is None:
-                pe_last = segmented_fcfs(ev_rdy, ev_serv, ev_pl, self.plane_free)
+                pe_last, ev_sf, ev_pf = self._plane_events(ev_rdy, ev_serv, ev_pl, ev_w)
             else:       # only the channels whose acks changed (a channel and its planes interact alone)
                 i_ev = np.flatnonzero(np.isin(ch[ev_tx], active_ch))
-                pe_last[i_ev] = segmented_fcfs(ev_rdy[i_ev], ev_serv[i_ev], ev_pl[i_ev], self.plane_free)
+                pe_last[i_ev], ev_sf[i_ev], ev_pf[i_ev] = self._plane_events(ev_rdy[i_ev], ev_serv[i_ev],
+                                                                             ev_pl[i_ev], ev_w[i_ev])
             sense_end_acc[ev] = pe_last
             # read data-ready: a miss at its sense end, a hit at max(a + t_cmd, its source's ready)
             src_ready = np.where(virt, vready, sense_end_acc)
             rready = np.where(hit[rd], np.maximum(ta[rd_tx] + g.t_cmd_ns, src_ready[src[rd]]), sense_end_acc[rd])
-            jready = ta + g.t_cmd_ns                         # stores: data-in from arrival + t_cmd
+            jready = ta + g.t_cmd_ns                         # stores: data-in from arrival + t_cmd, once a
+            if len(st_ev):                                   # page buffer of the plane is free (backpressure)
+                pb = np.where(ev_first[st_ev], self.prog_free[ev_pl[st_ev]], ev_pf[np.maximum(st_ev - 1, 0)])
+                jready[ev_tx[st_ev]] = np.maximum(jready[ev_tx[st_ev]], pb - buf_hold)
             jready[rd_tx] = rready
             # the channel slot is reserved in arrival order at the no-wait ready time (a sense: a + t_cmd + tR;
-            # a hit: its buffer's ready; a store: a + t_cmd); the transfer runs at max(slot, data ready)
-            nowait = ta + g.t_cmd_ns
-            nowait[rd_tx] = np.where(miss[rd], ta[rd_tx] + g.t_cmd_ns + t_read[rd_tx], rready)
+            # a hit: its buffer's ready, at most that; a store: in the senses' frame, its data-in ready + tR,
+            # the data-in tR before its slot); the transfer runs at max(slot, data ready)
+            nowait = np.where(st_only, jready, ta + g.t_cmd_ns) + st_shift
+            nw_sense = ta[rd_tx] + g.t_cmd_ns + t_read[rd_tx]
+            nowait[rd_tx] = np.where(miss[rd], nw_sense, np.minimum(rready, nw_sense))
             if active_ch is None:
                 slot_tx[oc] = segmented_fcfs(nowait[oc], serv, ch_s, self.chan_free)
             else:
                 ij = np.flatnonzero(np.isin(ch_s, active_ch))
                 slot_tx[oc[ij]] = segmented_fcfs(nowait[oc[ij]], serv[ij], ch_s[ij], self.chan_free)
-            d_tx = np.maximum(slot_tx - serv_tx, jready) + serv_tx
+            d_tx = np.maximum(slot_tx - serv_tx - st_shift, jready) + serv_tx
             if not has_w.any():
                 break
             new_ack = np.where(has_w, d_tx, ack)
@@ -297,7 +339,7 @@ class DeviceModelTwin:
                 r_acc = np.full(T, -1, np.int64)
                 r_acc[rd_tx] = rd
                 ack = self._stepped_acks(active_ch, oc, ch_s, ta, plane, t_read, serv_tx, prog, has_w, r_acc,
-                                         hit, miss, src, vready, ack)
+                                         hit, miss, src, vready, ack, st_shift, buf_hold)
                 self.counts["stepped_channels"] += len(active_ch)
         self.counts["fixed_point_iterations"] += iters
         self.counts["max_iterations"] = max(self.counts["max_iterations"], iters)
@@ -306,7 +348,8 @@ class DeviceModelTwin:
         if len(ev):
             est = segment_starts(ev_pl)
             eend = segment_ends(est, len(ev))
-            self.plane_free[ev_pl[eend]] = pe_last[eend]
+            self.sense_free[ev_pl[eend]] = ev_sf[eend]
+            self.prog_free[ev_pl[eend]] = ev_pf[eend]
         cst = segment_starts(ch_s)
         cend = segment_ends(cst, T)
         self.chan_free[ch_s[cend]] = slot_tx[oc[cend]]
@@ -344,6 +387,55 @@ class DeviceModelTwin:
             return np.maximum(d_tx, a)
         return np.maximum(np.maximum.reduceat(d_tx, segment_starts(req)), a)
 
+    def _plane_events(self, rdy, serv, pl, w):
+        """Senses and programs of planes (events grouped by plane, access order within; ``rdy``: a + t_cmd
+        for a sense, the ack for a program) from the carried tails: (end of each event, the plane's sense
+        tail and program tail after it). Reads have priority (``_read_start``). A plane with no program in
+        the batch whose carried programs end by its first sense's command is plain FCFS (Lindley); the
+        others are stepped one event at a time."""
+        n = len(rdy)
+        end = np.empty(n, np.int64)
+        sf_after = np.empty(n, np.int64)
+        pf_after = np.empty(n, np.int64)
+        if n == 0:
+            return end, sf_after, pf_after
+        st = segment_starts(pl)
+        lens = np.diff(np.append(st, n))
+        seg_w = np.add.reduceat(w.astype(np.int64), st) > 0
+        simple = np.repeat(~seg_w & (self.prog_free[pl[st]] <= rdy[st]), lens)
+        if simple.any():
+            i = np.flatnonzero(simple)
+            end[i] = segmented_fcfs(rdy[i], serv[i], pl[i], np.maximum(self.sense_free, self.prog_free))
+            sf_after[i] = end[i]
+            pf_after[i] = self.prog_free[pl[i]]
+        i = np.flatnonzero(~simple)
+        if len(i):
+            T = self.g.t_prog_ns
+            e_l, s_l, p_l = [], [], []
+            cur = -1
+            S = P = 0
+            for pl_, r, sv, wr in zip(pl[i].tolist(), rdy[i].tolist(), serv[i].tolist(), w[i].tolist()):
+                if pl_ != cur:
+                    cur, S, P = pl_, int(self.sense_free[pl_]), int(self.prog_free[pl_])
+                if wr:                                   # a program: after the queued programs and senses
+                    P = max(P, S, r) + sv
+                    e_l.append(P)
+                else:                                    # a sense (r = a + t_cmd)
+                    base = r if r > S else S
+                    if P > base:                         # programs queued past its command: it goes first
+                        start = S if S >= r else (P - (P - r) // T * T if T else P)
+                        P += sv
+                    else:
+                        start = base
+                    S = start + sv
+                    e_l.append(S)
+                s_l.append(S)
+                p_l.append(P)
+            end[i] = e_l
+            sf_after[i] = s_l
+            pf_after[i] = p_l
+        return end, sf_after, pf_after
+
     def _buffers_stepped(self, spl, spg, skind):
         """The plane buffers, stepped in plane order (accesses of a plane in their order, the carried buffers
         first as reads): a read finds a buffer of its page (a hit; it becomes MRU) or takes the MRU buffer
@@ -372,7 +464,7 @@ class DeviceModelTwin:
         return hit, fin
 
     def _stepped_acks(self, chans, oc, ch_s, ta, plane, t_read, serv_tx, prog, has_w, r_acc, hit, miss, src,
-                      vready, ack) -> np.ndarray:
+                      vready, ack, st_shift, buf_hold) -> np.ndarray:
         """The write acks of ``chans``, exact: the k-th transaction of every such channel at step k
         (vectorized across channels; a plane belongs to one channel, so no two in a step share one)."""
         t_cmd = self.g.t_cmd_ns
@@ -385,7 +477,9 @@ class DeviceModelTwin:
         kk = np.arange(int(lens[0]))
         valid = kk[None, :] < lens[:, None]
         mat = oc[sel][np.where(valid, st[:, None] + kk[None, :], 0)]
-        pf = self.plane_free.copy()
+        sf = self.sense_free.copy()
+        pf = self.prog_free.copy()
+        t_prog = self.g.t_prog_ns
         cf = self.chan_free.copy()
         ready_acc = vready.copy()                           # buffer ready by access: carried, then senses
         tx_miss = np.zeros(len(ta), bool)
@@ -406,22 +500,32 @@ class DeviceModelTwin:
             rdy = ta[tx] + t_cmd
             m = tx_miss[tx]
             if m.any():
-                se = np.maximum(rdy[m], pf[p[m]]) + t_read[tx[m]]
-                pf[p[m]] = se
+                pm, trm = p[m], t_read[tx[m]]
+                start, disp = _read_start(rdy[m], sf[pm], pf[pm], t_prog)
+                pf[pm] += np.where(disp, trm, 0)
+                se = start + trm
+                sf[pm] = se
                 ready_acc[r_acc[tx[m]]] = se
                 rdy[m] = se
-            nw = ta[tx] + t_cmd                                 # the no-wait ready (slot reservation)
+            sh = st_shift[tx]
+            sto = sh > 0                                        # stores: data-in once a page buffer is free
+            if sto.any():
+                rdy[sto] = np.maximum(rdy[sto], pf[p[sto]] - buf_hold)
+            nw = ta[tx] + t_cmd + sh                            # the no-wait ready (slot reservation)
+            if sto.any():
+                nw[sto] = rdy[sto] + sh[sto]
             if m.any():
                 nw[m] += t_read[tx[m]]
             h = tx_hit[tx]
             if h.any():
                 rdy[h] = np.maximum(rdy[h], ready_acc[tx_src[tx[h]]])
-                nw[h] = rdy[h]
+                nw[h] = np.minimum(rdy[h], nw[h] + t_read[tx[h]])
             slot = np.maximum(nw, cf[c])
             cf[c] = slot + serv_tx[tx]
-            d = np.maximum(slot, rdy) + serv_tx[tx]
+            d = np.maximum(slot - sh, rdy) + serv_tx[tx]
             w = has_w[tx]
             if w.any():
-                pf[p[w]] = np.maximum(pf[p[w]], d[w]) + prog[tx[w]]
+                pw = p[w]
+                pf[pw] = np.maximum(np.maximum(pf[pw], sf[pw]), d[w]) + prog[tx[w]]
                 out[tx[w]] = d[w]
         return out

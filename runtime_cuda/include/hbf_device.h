@@ -153,9 +153,10 @@ typedef struct hbf_device_state {
      * (0: empty), bits 0..39 the low 40 bits of the GPU ns at which its sense ends (a window of +-2^39 ns
      * around now: backlogs beyond 9 minutes are out of model). The latest sense's end is always in the
      * record (a miss's sense starts after both recorded times, so it ends after any time it evicts; an
-     * emptied buffer keeps its time), so the plane's sense engine is free at max(both readies, bank_busy). */
+     * emptied buffer keeps its time), so the plane's senses end at max(both readies); its queued programs end at
+     * bank_busy, and a sense goes before those not yet running (read priority, docs/design.md §3.9). */
     uint64_t bank_buf[HBF_DEV_MAX_BANKS * 2];
-    uint64_t bank_busy[HBF_DEV_MAX_BANKS];     /* programs and refresh: the plane busy until (GPU ns) */
+    uint64_t bank_busy[HBF_DEV_MAX_BANKS];     /* programs and refresh queued on the plane end at (GPU ns) */
 } hbf_device_state;
 
 /* The module's launch descriptor, __hb_cdesc (hbf_abi.h): one per instrumented module, in the .const

@@ -538,30 +538,45 @@ HB_DEV ulonglong2 hb_ld_rec(const uint64_t* p) {   // one 16-byte load (the CAS 
 HB_DEV uint64_t hb_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 // The read half: the plane's buffers, then a sense only on a miss. Returns when the page's data is in a
-// page buffer (data ready); `tr` is the (thermally scaled) tR, `nb` the plane's buffers (1 or 2).
-// *nowait: when the data would be ready on an idle plane (a sense: cmd + tR; a hit: the same as the return).
+// page buffer (data ready); `tr` is the (thermally scaled) tR, `nb` the plane's buffers (1 or 2), `tprog` tPROG.
+// Reads have priority over programs (non-preemptive, docs/design.md §3.9): a sense waits for the senses ahead
+// of it and for the program running at `cmd` (the queued programs end at bank_busy - k tPROG), not for the
+// programs queued behind that one, which move back by its tR (bank_busy += tr).
+// *nowait: when the data would be ready on an idle plane (a sense: cmd + tR; a hit: its ready, at most cmd + tR:
+// a hit waiting for a sense the busy plane delayed does not hold the channel later than its own sense would).
 HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, uint64_t cmd, uint64_t tr,
-                              uint32_t nb, uint64_t now, uint64_t* nowait) {
+                              uint64_t tprog, uint32_t nb, uint64_t now, uint64_t* nowait) {
     uint64_t* rec = &st->bank_buf[2u * b];
     ulonglong2 cur = hb_ld_rec(rec);
     HB_PROF(11, cur.x + cur.y);
 #pragma unroll 1
     for (;;) {
         if (hb_buf_tag(cur.x) == tag) {                       // MRU hit (or its sense in flight): no write
-            const uint64_t r = hb_buf_ready(cur.x, now);
-            *nowait = r > cmd ? r : cmd;
-            return *nowait;
+            const uint64_t r = hb_max(hb_buf_ready(cur.x, now), cmd);
+            *nowait = r < cmd + tr ? r : cmd + tr;
+            return r;
         }
         ulonglong2 want;
         uint64_t ready;
+        bool displace = false;
         if (nb > 1u && hb_buf_tag(cur.y) == tag) {             // LRU hit: it becomes MRU
             ready = hb_buf_ready(cur.y, now);
             if (ready < cmd) ready = cmd;
-            *nowait = ready;
+            *nowait = ready < cmd + tr ? ready : cmd + tr;
             want.x = cur.y; want.y = cur.x;
         } else {                                              // miss: one sense on the plane's engine
             const uint64_t busy = hb_ld_vol(&st->bank_busy[b]);
-            const uint64_t start = hb_max(hb_max(cmd, busy), hb_max(hb_buf_ready(cur.x, now), hb_buf_ready(cur.y, now)));
+            const uint64_t sf = hb_max(hb_buf_ready(cur.x, now), hb_buf_ready(cur.y, now));   // senses' end
+            uint64_t start = hb_max(cmd, sf);
+            if (busy > start) {                               // programs queued past cmd: the read goes first
+                displace = true;
+                if (sf < cmd) {                               // after the program running at cmd
+                    const uint64_t ahead = busy - cmd;
+                    start = tprog == 0ull ? busy
+                          : busy - (((ahead | tprog) >> 32) ? ahead / tprog
+                                                              : (uint64_t)((uint32_t)ahead / (uint32_t)tprog)) * tprog;
+                }
+            }
             ready = start + tr;
             *nowait = cmd + tr;
             want.x = hb_buf_word(tag, ready);
@@ -569,7 +584,10 @@ HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, ui
             want.y = nb > 1u ? cur.x : hb_buf_word(0u, ready);
         }
         const ulonglong2 old = hb_cas128(rec, cur, want);
-        if (old.x == cur.x && old.y == cur.y) return ready;
+        if (old.x == cur.x && old.y == cur.y) {
+            if (displace) atomicAdd((unsigned long long*)&st->bank_busy[b], (unsigned long long)tr);
+            return ready;
+        }
         cur = old;                                            // raced: decide again on what is there now
     }
 }
@@ -637,7 +655,8 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
         // max(slot, data ready): a read waiting for a busy plane does not hold the channel for the reads
         // behind it (docs/design.md §3.9), and no slot is ever used twice (completions never outrun the channel)
         uint64_t nowait;
-        const uint64_t ready = hb_plane_read(st, b, tag, cmd, hb_thermal_scale(t_read, q), nb, now, &nowait);
+        const uint64_t ready = hb_plane_read(st, b, tag, cmd, hb_thermal_scale(t_read, q), __ldg(&m.t_prog_ns), nb,
+                                             now, &nowait);
         HB_PROF(12, ready);
         slot = hb_reserve(&st->chan_tail[ch], nowait, xfer);
         done = hb_max(slot, ready) + xfer;
@@ -647,10 +666,20 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
     // store (or an atomic's write at its read's completion): data-in, acknowledged when it has crossed the
     // channel; the 4 KiB program it is part of occupies the plane tPROG * sector bytes / 4096 after it. An
     // atomic's data-in has its slot right after its read's slot (+ t_cmd) and runs at its read's completion.
+    // A store's data-in needs a free page buffer of its plane: the nb buffers hold the running and queued
+    // programs' data (they end at bank_busy - k tPROG), one is free from bank_busy - (nb - 1) tPROG. Its slot
+    // is reserved in the senses' frame (data-in ready + tR, where the reads' slots are) and its data-in runs
+    // tR before it: it does not wait behind the slots of senses still in flight.
     const uint64_t a = (op == HBF_OP_STORE) ? now : done;
     const uint64_t pf = hb_plane_invalidate(st, b, tag, a);
-    const uint64_t xs = hb_reserve(&st->chan_tail[ch], ((op == HBF_OP_STORE) ? now : slot + xfer) + tc, xfer);
-    const uint64_t xe = hb_max(xs, (op == HBF_OP_STORE) ? xs : done + tc) + xfer;
+    const uint64_t sh = (op == HBF_OP_STORE) ? hb_thermal_scale(t_read, q) : 0ull;
+    uint64_t rdy = now + tc;
+    if (op == HBF_OP_STORE) {
+        const uint64_t hold = (uint64_t)(nb - 1u) * __ldg(&m.t_prog_ns), busy = hb_ld_vol(&st->bank_busy[b]);
+        if (busy > hold) rdy = hb_max(rdy, busy - hold);
+    }
+    const uint64_t xs = hb_reserve(&st->chan_tail[ch], (op == HBF_OP_STORE) ? rdy + sh : slot + xfer + tc, xfer);
+    const uint64_t xe = ((op == HBF_OP_STORE) ? hb_max(xs - sh, rdy) : hb_max(xs, done + tc)) + xfer;
     const uint64_t wg = m.write_granularity ? m.write_granularity : 4096u;
     hb_reserve(&st->bank_busy[b], hb_max(xe, pf), hb_ceil_div(__ldg(&m.t_prog_ns) * xbytes, wg));
     return hb_max(xe, done);

@@ -72,19 +72,36 @@ def test_stepped_solver_equals_scalar_reference(seed, monkeypatch):
     assert tw.counts["stepped_channels"] >= 1
 
 
-def test_twin_equals_reference_on_a_long_write_chain():
-    """Stores far beyond what the planes sustain: the fixed point needs the stepped solver."""
+@pytest.mark.parametrize("wop, stepped", [(STORE, 1), (ATOMIC, 0)])
+def test_twin_equals_reference_on_a_long_write_chain(wop, stepped):
+    """Writes far beyond what the planes sustain. A store's data-in waits for a free page buffer of its plane
+    (the end of the program before last), so the stores' acks form a chain through the plane: the fixed
+    point needs the stepped solver. An atomic's write follows its read, which waits only for the program
+    running at its command (read priority) and pays no backpressure: its acks converge at once."""
     g = geom(C=1, D=1, B=2, t_prog=50_000)
     n = 400
     rng = np.random.default_rng(7)
-    op = np.where(rng.random(n) < 0.4, STORE, LOAD)
-    addr = np.where(op == STORE, 4096 * (64 + np.arange(n) % 8), 512 * (np.arange(n) % 64))
-    nb = np.where(op == STORE, 4096, 512)
+    op = np.where(rng.random(n) < 0.4, wop, LOAD)
+    addr = np.where(op == wop, 4096 * (64 + np.arange(n) % 8), 512 * (np.arange(n) % 64))
+    nb = np.where(op == wop, 4096, 512)
     a = np.arange(n) * 200
     tw = DeviceModelTwin(g)
     got = tw.run(a, addr, nb, op)
     assert got.tolist() == device_model(g, as_requests(a, addr, nb, op))
-    assert tw.counts["stepped_channels"] == 1
+    assert tw.counts["stepped_channels"] == stepped
+
+
+def test_a_store_waits_for_a_free_page_buffer():
+    """Two page buffers per plane hold the running and the queued program's data: the third store to a plane
+    in a row starts its data-in when the first program ends."""
+    g = geom(C=1, D=1, B=1, P=2, t_prog=50_000, t_cmd=0)
+    tw = DeviceModelTwin(g)
+    n = 3
+    a = np.zeros(n, np.int64)
+    done = tw.run(a, 4096 * np.arange(n), np.full(n, 4096), np.full(n, STORE))
+    x = -(-4096 * 10**9 // g.channel_bytes_per_s)
+    assert done[0] == x and done[1] == 2 * x                 # buffers free: data-in back to back
+    assert done[2] == x + 50_000 + x                         # after the first program (x .. x + tPROG)
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -100,7 +117,8 @@ def test_batches_give_the_one_batch_result(seed):
         parts.append(tw.run(a[lo:hi], addr[lo:hi], nb[lo:hi], op[lo:hi], q[lo:hi]))
         ref += device_model(g, as_requests(a[lo:hi], addr[lo:hi], nb[lo:hi], op[lo:hi], q[lo:hi]), state)
     assert np.concatenate(parts).tolist() == one.tolist() == ref
-    assert tw.plane_free.tolist() == state["plane_free"] and tw.chan_free.tolist() == state["chan_free"]
+    assert tw.sense_free.tolist() == state["sense_free"] and tw.prog_free.tolist() == state["prog_free"]
+    assert tw.chan_free.tolist() == state["chan_free"]
 
 
 def test_one_request_at_a_time_equals_one_batch():
@@ -223,10 +241,17 @@ def test_streams_are_seeded_and_offer_the_asked_load():
         assert (b1 == b2).all()
         assert ((b1["media_address"] + b1["bytes"]) <= g.capacity_bytes).all()
         cb = channel_bytes(b1)
-        wf = float(cb[b1["op"] == STORE].sum()) / float(cb.sum())
         span = int(b1["arrival_ns"][-1] - b1["arrival_ns"][0])
         offered = cb[:-1].sum() * 1e9 / span
-        assert offered == pytest.approx(0.5 * bound_bytes_per_s(g, wf), rel=0.01), kind
+        assert offered == pytest.approx(0.5 * bound_bytes_per_s(g, b1), rel=0.01), kind
+    # the bound counts senses: whole distinct pages give the geometry's read bound, 1 KiB random reads a
+    # quarter of its sensing bound in channel bytes, 8 warp reads per page the full one
+    b = make_stream("strided", g, 4000, req_bytes=4096, stride_pages=1)
+    assert bound_bytes_per_s(g, b) == pytest.approx(g.read_bound_bytes_per_s)
+    b["bytes"] = 1024
+    sensing = g.planes * 4096 * 1e9 / g.t_read_ns
+    assert bound_bytes_per_s(g, b) == pytest.approx(min(sensing / 4, g.aggregate_bytes_per_s))
+    assert bound_bytes_per_s(g, make_stream("sequential", g, 4000)) == pytest.approx(g.read_bound_bytes_per_s)
     with pytest.raises(ConfigError, match="kind"):
         make_stream("zigzag", g, 10)
     with pytest.raises(ConfigError, match="stride"):
@@ -274,3 +299,61 @@ def test_both_models_stay_within_the_geometry_bounds_at_overload(kind):
     g20 = dataclasses.replace(SG1, t_read_ns=20_000)
     r = compare(g20, make_stream(kind, g20, 4000, load=2.0, seed=4, **kw))
     assert r["bounds_ok"], (r["twin"]["within_bounds"], r["engine"]["within_bounds"])
+
+
+# ---------------------------------------------------------------------------------------------
+# the reduced cross-check (CI): bench/media_crosscheck.py's sweep, small. Every stream kind on the OCP SG1
+# profile, SG1 with tR 20 us and nominal, loads 10-200 %, the die queue depth unbounded (the one semantics,
+# docs/design.md §3.9, has none). Both models stay within the geometry's bounds in every case; they agree
+# (5 % bandwidth, 10 % p50 / p99) in every case but the differences §3.9 documents, which must still differ
+# here: the day one is fixed this test says so.
+
+def _unbounded(g):
+    from hbfcommon.profile import MAX_DIE_QUEUE_SLOTS
+    return dataclasses.replace(g, queue_depth=MAX_DIE_QUEUE_SLOTS // g.dies)
+
+
+def _ci_geometries():
+    from hbfcommon.profile import load_profile
+    sg1 = _unbounded(MediaGeometry.from_profile(load_profile("ocp-sg1")))
+    return {"ocp-sg1": sg1, "ocp-sg1/tR20us": dataclasses.replace(sg1, t_read_ns=20_000),
+            "nominal": _unbounded(MediaGeometry.from_profile(load_profile("nominal")))}
+
+
+CI_GEOMETRIES = _ci_geometries()
+CI_LOADS = (0.1, 0.5, 1.0, 2.0)
+CI_PARAMS = {"moe": {"experts": 16, "expert_bytes": 256 << 10}}     # small experts: hot experts are re-read
+# (geometry, kind, load): why they differ (docs/design.md §3.9 table, docs/RESULTS.md "Media cross-validation")
+CI_KNOWN = {
+    ("ocp-sg1", "strided", 2.0): "channel order at overload, a short run's tail (60k requests agree)",
+    ("ocp-sg1", "random", 2.0): "channel order: arrival-order slots vs data-ready order (p99)",
+    ("ocp-sg1", "moe", 0.5): "channel order: hits on buffered experts go first in the engine (p99)",
+    ("ocp-sg1", "moe", 1.0): "channel order: hits on buffered experts go first in the engine (p99)",
+}
+
+
+CI_CASES = [pytest.param(gn, kind, load, id=f"{gn}-{kind}-{load}")
+            for gn in CI_GEOMETRIES for kind in KINDS for load in CI_LOADS]
+
+
+@pytest.mark.parametrize("gname,kind,load", CI_CASES)
+def test_reduced_crosscheck(gname, kind, load):
+    g = CI_GEOMETRIES[gname]
+    r = compare(g, make_stream(kind, g, 6000, load=load, seed=5, **CI_PARAMS.get(kind, {})))
+    # never above the geometry, whether or not the models agree
+    assert r["bounds_ok"], (r["twin"]["within_bounds"], r["engine"]["within_bounds"])
+    assert all(r["program_bound_ok"].values()), r["program_bound_ok"]
+    bad = {k: round(v, 4) for k, v in r["rel_diff"].items() if abs(v) > TOLERANCE[k]}
+    why = CI_KNOWN.get((gname, kind, load))
+    if why is None:
+        assert not bad, f"{gname} {kind} load {load}: twin vs engine beyond {TOLERANCE}: {bad}"
+    else:   # a documented difference: when it is gone, take it out of CI_KNOWN and the §3.9 table
+        assert bad, f"{gname} {kind} load {load} now agrees ({why}): update CI_KNOWN and docs/design.md §3.9"
+
+
+def test_reduced_crosscheck_covers_every_kind_and_most_cases():
+    """Every stream kind has cases that must agree, and the known differences stay a minority."""
+    for kind in KINDS:
+        must = [(g, ld) for g in CI_GEOMETRIES for ld in CI_LOADS if (g, kind, ld) not in CI_KNOWN]
+        assert len(must) >= 8, kind
+    assert len(CI_KNOWN) <= len(CI_GEOMETRIES) * len(KINDS) * len(CI_LOADS) // 6

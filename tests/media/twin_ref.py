@@ -2,8 +2,10 @@
 (/work/plan/media_semantics_v2.md) that ``hbfd.media.twin.DeviceModelTwin`` (numpy) must equal
 exactly, and that the CUDA ``hb_fast_model`` follows.
 
-``state`` (a dict, updated in place) carries plane_free, chan_free and the page buffers between
-calls. ``requests``: (arrival, media_address, bytes, op[, q_ppm]) with op 0 load, 1 store, 2 atomic,
+``state`` (a dict, updated in place) carries sense_free, prog_free, chan_free and the page buffers
+between calls. Reads have priority over programs at the plane (non-preemptive): a sense waits for the
+reads ahead of it and for the program running at its arrival, not for the programs queued behind that
+one, which move back by its tR (the queued programs end at prog_free - k tPROG). ``requests``: (arrival, media_address, bytes, op[, q_ppm]) with op 0 load, 1 store, 2 atomic,
 3 cp.async. Returns each request's completion time (ns), in input order.
 """
 from __future__ import annotations
@@ -13,7 +15,8 @@ def device_model(g, requests, state=None):
     C, D, B = g.channels, g.dies_per_channel, g.planes_per_die
     if state is None:
         state = {}
-    plane_free = state.setdefault("plane_free", [0] * (C * D * B))
+    sense_free = state.setdefault("sense_free", [0] * (C * D * B))   # the plane's latest sense end
+    prog_free = state.setdefault("prog_free", [0] * (C * D * B))     # its queued programs' end
     chan_free = state.setdefault("chan_free", [0] * C)
     bufs = state.setdefault("bufs", [[] for _ in range(C * D * B)])  # per plane: [page, ready], MRU first
 
@@ -38,12 +41,24 @@ def device_model(g, requests, state=None):
             t = a
             if op != 1:                                                          # READ (load, cp.async, atomic)
                 if e is not None:                                                # hit (buffered or being sensed)
-                    ready = nowait = max(a + g.t_cmd_ns, e[1])                  #   no tR, waits for that sense
+                    ready = max(a + g.t_cmd_ns, e[1])                            #   no tR, waits for that sense
+                    nowait = min(ready, a + g.t_cmd_ns + scaled(g.t_read_ns, q))  #   at most a sense's no-wait
                     buf.remove(e)
                     buf.insert(0, e)                                             #   the page becomes MRU
                 else:                                                            # miss: sense
-                    start = max(a + g.t_cmd_ns, plane_free[plane])
-                    ready = plane_free[plane] = start + scaled(g.t_read_ns, q)  #   sense_end
+                    cmd, s_end, p_end = a + g.t_cmd_ns, sense_free[plane], prog_free[plane]
+                    tr = scaled(g.t_read_ns, q)
+                    if p_end > max(cmd, s_end):                                  # programs queued past cmd: read
+                        if s_end >= cmd:                                         #   priority (non-preemptive):
+                            start = s_end                                        #   after the reads ahead, or
+                        elif g.t_prog_ns:                                        #   after the program running at
+                            start = p_end - (p_end - cmd) // g.t_prog_ns * g.t_prog_ns   # cmd (they end at
+                        else:                                                    #   p_end - k tPROG)
+                            start = p_end
+                        prog_free[plane] = p_end + tr                            #   the programs wait for it
+                    else:
+                        start = max(cmd, s_end)
+                    ready = sense_free[plane] = start + tr                       #   sense_end
                     nowait = a + g.t_cmd_ns + scaled(g.t_read_ns, q)             #   ... on an idle plane
                     buf.insert(0, [page, ready])                                 #   into the MRU buffer
                     del buf[g.page_buffers_per_plane:]                           #   the LRU one is replaced
@@ -51,12 +66,23 @@ def device_model(g, requests, state=None):
                 chan_free[ch] = slot + xfer                                      #   the no-wait ready time;
                 t = max(slot, ready) + xfer                                      #   the transfer when data is ready
             if op in (1, 2):                                                     # WRITE (store; atomic's 2nd half)
-                # data-in over the channel; a store's slot at a + t_cmd; an atomic's at its read's slot end +
-                # t_cmd (no-wait), the data-in itself at its read's completion + t_cmd
-                slot = max((a if op == 1 else chan_free[ch]) + g.t_cmd_ns, chan_free[ch])
-                chan_free[ch] = slot + xfer
-                t = max(slot, t + g.t_cmd_ns if op == 2 else slot) + xfer         # ack at the end of the data-in
-                plane_free[plane] = max(plane_free[plane], t) + -(-g.t_prog_ns * xbytes // 4096)  # amortized tPROG
+                # data-in over the channel; a store's slot in the senses' frame (a + t_cmd + tR), its data-in
+                # tR before it; an atomic's slot at its read's slot end + t_cmd (no-wait), the data-in itself
+                # at its read's completion + t_cmd
+                if op == 1:                                                      # once a page buffer is free:
+                    # the B buffers hold the running and queued programs' data (they end at P - k tPROG)
+                    rdy = max(a + g.t_cmd_ns,
+                              prog_free[plane] - (g.page_buffers_per_plane - 1) * g.t_prog_ns)
+                    tr = scaled(g.t_read_ns, q)
+                    slot = max(rdy + tr, chan_free[ch])
+                    chan_free[ch] = slot + xfer
+                    t = max(slot - tr, rdy) + xfer                               # ack at the end of the data-in
+                else:
+                    slot = max(chan_free[ch] + g.t_cmd_ns, chan_free[ch])
+                    chan_free[ch] = slot + xfer
+                    t = max(slot, t + g.t_cmd_ns) + xfer
+                prog_free[plane] = (max(prog_free[plane], sense_free[plane], t)  # amortized tPROG, after the
+                                    + -(-g.t_prog_ns * xbytes // 4096))          #   queued programs and senses
                 buf[:] = [x for x in buf if x[0] != page]                        # the buffer holding the page is
                                                                                  #   emptied (refilled first)
             done[i] = max(done[i], t)                                            # the request: its last page
