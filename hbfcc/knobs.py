@@ -22,6 +22,7 @@ ENV_SINK = "HBFCC_ARTIFACT_SINK"
 ENV_NVCC_STEP = "HBFCC_NVCC_STEP"
 
 SIDECAR_CHOICES = ("auto", "1", "0")
+CPASYNC_WINDOW_DEFAULT = 2
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def load() -> Knobs:
         artifact_dir=env_path_var("HBFCC_ARTIFACT_DIR"),
         dump_dir=env_path_var("HBFCC_DUMP_DIR"),
         baseline=env_bool("HBFCC_BASELINE", True),
-        cpasync_window=env_int("HBFCC_CPASYNC_WINDOW", 2, 2, 64),
+        cpasync_window=env_int("HBFCC_CPASYNC_WINDOW", CPASYNC_WINDOW_DEFAULT, 2, 64),
         sink=env_path_var(ENV_SINK),
         log_level=os.environ.get("HBFCC_LOG", "WARNING").upper(),
         passes=parse_passes(os.environ.get("HBFCC_PASSES"), "HBFCC_PASSES"),
