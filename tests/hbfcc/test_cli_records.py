@@ -49,10 +49,22 @@ def env(tmp_path, **kw):
 
 
 def hbfcc(args, tmp_path, **kw):
+    """Build in tmp_path with a private TMPDIR; every build mode must leave its inputs byte-identical,
+    nothing in the temp directory, and nothing in the build directory but its output and the output's
+    record (<output>.hbfcc.json)."""
     U.tool("nvcc")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    kw.setdefault("TMPDIR", tmp)
+    out = args[args.index("-o") + 1] if "-o" in args else None
+    before = {p: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != out}
     cp = subprocess.run([U.console("hbfcc"), *args], capture_output=True, text=True, cwd=tmp_path,
                         env=env(tmp_path, **kw))
     assert cp.returncode == 0, cp.stderr
+    assert {p: p.read_bytes() for p in before} == before                 # inputs untouched
+    assert _listing(Path(kw["TMPDIR"])) == []                             # no litter in the temp dir
+    new = {p.name for p in tmp_path.iterdir() if p.is_file() and p not in before}
+    assert new <= ({out, out + ".hbfcc.json"} if out else set()), new     # nor beside the output
     return cp
 
 
