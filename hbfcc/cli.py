@@ -207,9 +207,12 @@ hbfcc-ptxas: a drop-in ptxas that rewrites the PTX for hbfsim (TRITON_PTXAS_PATH
 
 It rewrites the one .ptx input into a private temporary copy (the input is never modified),
 assembles that copy with the real ptxas and the same options, and writes the admission record to
-the artifact store (and beside the output, see HBFCC_SIDECAR). A kernel that is not admitted is
-named, with the reason, in a warning on stderr. --version prints the real ptxas's text and a line
-'hbfcc <ABI> <rewriter sha> helper <sha> ...' (Triton puts the whole text in its cache key).
+the artifact store (and beside the output, see HBFCC_SIDECAR), with what built it (the --version
+marker and the output's sha256: the runtime checks a Triton cubin against it when it binds it). A
+kernel that is not admitted is named, with the reason, in a warning on stderr, and on stdout too when
+stderr is a log file (Triton keeps ptxas's stderr in a log it deletes on success). --version prints
+the real ptxas's text and a line 'hbfcc <ABI> <rewriter sha> helper <sha> ...' naming every knob that
+changes a build (Triton puts the whole text in its cache key).
 
 The real ptxas: HBFCC_REAL_PTXAS, else the one Triton would run (TRITON_PTXAS_PATH when it is
 not hbfcc-ptxas, else the ptxas bundled in the Triton wheel), else ptxas on PATH / $CUDA_HOME/bin.
