@@ -174,13 +174,14 @@ def _hbfcc_marker_now(target: str) -> str | None:
         path = tool.path
     except Exception:      # no Triton, or no ptxas it can run: nothing to compare with
         return None
-    return _marker_of(path, hash(frozenset(os.environ.items())))
+    # the line depends on hbfcc's knobs (HBFCC_*, read by hbfcc-ptxas's own knobs.py): one run per set
+    return _marker_of(path, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("HBFCC_"))))
 
 
 @functools.lru_cache(maxsize=16)
-def _marker_of(ptxas: str, _env: int) -> str | None:
-    """The marker line ``ptxas --version`` prints (hbfcc-ptxas adds it), per ptxas and environment
-    (the knobs hbfcc-ptxas reads are in it)."""
+def _marker_of(ptxas: str, _knobs: tuple) -> str | None:
+    """The marker line ``ptxas --version`` prints (hbfcc-ptxas adds it), per ptxas and set of hbfcc
+    knobs in the environment."""
     try:
         cp = subprocess.run([ptxas, "--version"], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired):
