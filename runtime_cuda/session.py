@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -160,7 +161,6 @@ def triton_record(metadata_group: Mapping[str, Any] | None) -> tuple[Any, str | 
 
 
 def _sha256(b: bytes) -> str:
-    import hashlib
     return hashlib.sha256(b).hexdigest()
 
 
@@ -172,8 +172,8 @@ def _hbfcc_marker_now(target: str) -> str | None:
         m = re.match(r"(?:sm|compute)_(\d+)", target)
         tool = tk.nvidia.ptxas_blackwell if m and int(m.group(1)) >= 100 else tk.nvidia.ptxas
         path = tool.path
-    except Exception:      # no Triton, or no ptxas it can run: nothing to compare with
-        return None
+    except (ImportError, AttributeError, RuntimeError, OSError):   # no Triton, or no ptxas it can run:
+        return None                                                   # nothing to compare with
     # the line depends on hbfcc's knobs (HBFCC_*, read by hbfcc-ptxas's own knobs.py): one run per set
     return _marker_of(path, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("HBFCC_"))))
 
