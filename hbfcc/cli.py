@@ -82,6 +82,8 @@ def marker_line() -> str:
         line += " fast-groups off"
     if not knobs.load().launch_bound:  # HBFCC_LAUNCH_BOUND=0 builds differently
         line += " launch-bound off"
+    if knobs.load().cpasync_window != knobs.CPASYNC_WINDOW_DEFAULT:  # another cp.async group window
+        line += f" cpasync-window {knobs.load().cpasync_window}"
     return line
 
 
@@ -162,8 +164,31 @@ def _run_capture(argv: list[str], env=None) -> subprocess.CompletedProcess:
         raise ToolchainError(f"cannot run {argv[0]}: {e}", argv=argv) from e
 
 
+def _stderr_is_a_log() -> bool:
+    """True when stderr is a regular file and stdout is something else: how Triton runs ptxas (stderr
+    into a temporary log it deletes when ptxas succeeds, stdout the Triton process's own)."""
+    import stat
+    try:
+        err, out = os.fstat(2), os.fstat(1)
+    except OSError:
+        return False
+    return stat.S_ISREG(err.st_mode) and (err.st_dev, err.st_ino) != (out.st_dev, out.st_ino)
+
+
+def _warnings_to_stdout_too(tool: str) -> None:
+    """hbfcc-ptxas under Triton: its warnings (a kernel NOT admitted, another ptxas chosen, ...) go to
+    stdout as well, or the user would never see them (Triton shows ptxas's stderr only when it fails)."""
+    if not _stderr_is_a_log():
+        return
+    h = logging.StreamHandler(sys.stdout)
+    h.setLevel(logging.WARNING)
+    h.setFormatter(logging.Formatter(f"{tool}: %(levelname)s: %(message)s"))
+    log.addHandler(h)
+
+
 def ptxas_main(argv: Optional[Sequence[str]] = None) -> int:
     _setup_logging("hbfcc-ptxas")
+    _warnings_to_stdout_too("hbfcc-ptxas")
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         return _ptxas(args)
@@ -182,9 +207,12 @@ hbfcc-ptxas: a drop-in ptxas that rewrites the PTX for hbfsim (TRITON_PTXAS_PATH
 
 It rewrites the one .ptx input into a private temporary copy (the input is never modified),
 assembles that copy with the real ptxas and the same options, and writes the admission record to
-the artifact store (and beside the output, see HBFCC_SIDECAR). A kernel that is not admitted is
-named, with the reason, in a warning on stderr. --version prints the real ptxas's text and a line
-'hbfcc <ABI> <rewriter sha> helper <sha> ...' (Triton puts the whole text in its cache key).
+the artifact store (and beside the output, see HBFCC_SIDECAR), with what built it (the --version
+marker and the output's sha256: the runtime checks a Triton cubin against it when it binds it). A
+kernel that is not admitted is named, with the reason, in a warning on stderr, and on stdout too when
+stderr is a log file (Triton keeps ptxas's stderr in a log it deletes on success). --version prints
+the real ptxas's text and a line 'hbfcc <ABI> <rewriter sha> helper <sha> ...' naming every knob that
+changes a build (Triton puts the whole text in its cache key).
 
 The real ptxas: HBFCC_REAL_PTXAS, else the one Triton would run (TRITON_PTXAS_PATH when it is
 not hbfcc-ptxas, else the ptxas bundled in the Triton wheel), else ptxas on PATH / $CUDA_HOME/bin.
@@ -311,6 +339,12 @@ def _ptxas(args: list[str]) -> int:
                       "argv": [real] + list(args), "returncode": cp.returncode, "target": arch,
                       "max_ptx_version": f"{cap[0]}.{cap[1]}", "instead_of": instead_of}
         doc = artifact.build(path=in_path, result=res, ptxas=ptxas_info, before=before, after=after)
+        # what built this output: the knobs' marker (what Triton's cache key holds when it hashes our
+        # --version) and the output's own hash, by which the runtime finds the record of the very cubin
+        # Triton hands it (docs/hbfcc.md, "Cache coherence")
+        from .toolchain import sha256_file
+        doc["build"] = {"marker": marker_line(),
+                        "output_sha256": sha256_file(out_path) if out_path and os.path.isfile(out_path) else None}
         if res.already_instrumented:
             prev = _lookup_prev(k, res.original_sha256)
             if prev is not None:
@@ -518,6 +552,9 @@ def _emit_artifact(doc: dict, out: Path, k: knobs.Knobs, *, sidecar: bool = True
         try:
             artifact.write(doc, artifact.store_path(store_d, doc["input"]["original_sha256"]))
             artifact.write(doc, store_d / "by-transformed" / f"{doc['input']['transformed_sha256']}.hbfcc.json")
+            out_sha = (doc.get("build") or {}).get("output_sha256")
+            if out_sha:
+                artifact.write(doc, artifact.output_store_path(store_d, out_sha))
         except OSError as e:
             log.warning("cannot write to the artifact store %s: %s", store_d, e)
     if k.sink is not None:

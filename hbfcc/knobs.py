@@ -22,6 +22,7 @@ ENV_SINK = "HBFCC_ARTIFACT_SINK"
 ENV_NVCC_STEP = "HBFCC_NVCC_STEP"
 
 SIDECAR_CHOICES = ("auto", "1", "0")
+CPASYNC_WINDOW_DEFAULT = 2
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def load() -> Knobs:
         artifact_dir=env_path_var("HBFCC_ARTIFACT_DIR"),
         dump_dir=env_path_var("HBFCC_DUMP_DIR"),
         baseline=env_bool("HBFCC_BASELINE", True),
-        cpasync_window=env_int("HBFCC_CPASYNC_WINDOW", 2, 2, 64),
+        cpasync_window=env_int("HBFCC_CPASYNC_WINDOW", CPASYNC_WINDOW_DEFAULT, 2, 64),
         sink=env_path_var(ENV_SINK),
         log_level=os.environ.get("HBFCC_LOG", "WARNING").upper(),
         passes=parse_passes(os.environ.get("HBFCC_PASSES"), "HBFCC_PASSES"),
@@ -89,8 +90,8 @@ DOCS: tuple[tuple[str, str, str], ...] = (
     ("HBFCC_REAL_PTXAS", "unset", "the ptxas hbfcc-ptxas runs; unset: the one Triton would run "
      "(TRITON_PTXAS_PATH when it is not hbfcc-ptxas, else Triton's bundled ptxas), else ptxas on PATH"),
     ("HBFCC_REAL_NVCC", "nvcc on PATH", "the nvcc hbfcc wraps"),
-    ("HBFCC_HELPER_PTX", "per module", "the helper PTX module to link (default: lean, direct for "
-     "tensor-core modules; runtime_cuda/ptx)"),
+    ("HBFCC_HELPER_PTX", "the direct build", "the helper PTX module to link (runtime_cuda/ptx: "
+     "hbf_helpers.ptx, the direct build; hbf_helpers_lean.ptx by name)"),
     ("HBFCC_EIDOLA_HELPER_PTX", "runtime_cuda/ptx", "the eidola helper module (flags pass)"),
     ("HBFCC_PASSES", "timing", "pass selection: timing | timing,flags | timing,flags,mwait"),
     ("HBFCC_CACHE_DIR", "~/.cache/hbfcc", "shadow toolkits (and the store's default home)"),

@@ -73,6 +73,11 @@ SCHEMA: dict[str, Any] = {
                   "properties": {"argv": {"type": "array", "items": {"type": "string"}},
                                  "version": {"type": "string"}}},
         "passes": {"type": "array", "items": {"enum": ["timing", "flags", "mwait"]}},
+        # what built the output (hbfcc-ptxas): the --version marker line (the knobs that change a build,
+        # what Triton hashes into its cache key) and the sha256 of the file ptxas wrote (the cubin)
+        "build": {"type": "object", "required": ["marker", "output_sha256"],
+                  "properties": {"marker": {"type": "string"},
+                                 "output_sha256": {"type": ["string", "null"], "pattern": "^[0-9a-f]{64}$"}}},
         "eidola_helper": {"type": ["object", "null"], "required": ["path", "sha256"],
                           "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}},
         "kernels": {"type": "array", "items": _FUNC},
@@ -121,6 +126,22 @@ def lookup_by_ptx(original_ptx: bytes | str) -> Optional[dict]:
     try:
         return json.loads(p.read_text())
     except FileNotFoundError:
+        return None
+
+
+def output_store_path(store: Path, output_sha256: str) -> Path:
+    """The store's entry for one assembled output (``build.output_sha256``: e.g. the cubin Triton caches)."""
+    return store / "by-output" / f"{output_sha256}.hbfcc.json"
+
+
+def lookup_by_output(binary: bytes) -> Optional[dict]:
+    """The admission artifact of the build that wrote exactly these bytes (a cubin hbfcc-ptxas
+    assembled); None when the store has none. Unlike :func:`lookup_by_ptx` (one entry per original
+    PTX, the latest build of it), this is the record of this very binary, whatever knobs built it."""
+    p = output_store_path(store_dir(), hashlib.sha256(binary).hexdigest())
+    try:
+        return json.loads(p.read_text())
+    except (FileNotFoundError, ValueError):
         return None
 
 

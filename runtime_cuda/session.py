@@ -12,9 +12,13 @@ counters.
 from __future__ import annotations
 
 import ctypes
+import functools
+import hashlib
 import json
 import logging
 import os
+import re
+import subprocess
 import sys
 import threading
 import time
@@ -83,21 +87,106 @@ class ModuleBinding:
 
 
 def triton_artifact(metadata_group: Mapping[str, Any] | None) -> Any:
-    """The admission artifact of a Triton kernel: one named in its cache group, else the one
-    hbfcc-ptxas stored under the sha256 of the kernel's ORIGINAL PTX (Triton caches the pre-rewrite
-    PTX). None (not admitted) when neither exists."""
+    """The admission artifact of a Triton kernel (:func:`triton_record`), None when there is none or
+    it does not describe the kernel's cubin (then with a logged warning saying why)."""
+    art, why = triton_record(metadata_group)
+    if why:
+        log.warning("Triton kernel %s: no admission record: %s", _group_name(metadata_group), why)
+    return art
+
+
+# what to do about a cubin whose record is missing or describes another build
+STALE_ADVICE = ("remove this kernel's Triton cache entry ({where}) or give each hbfcc configuration its own "
+                "TRITON_CACHE_DIR, and compile again through hbfcc-ptxas")
+
+
+def _group_name(metadata_group: Mapping[str, Any] | None) -> str:
+    for k in dict(metadata_group or {}):
+        if str(k).endswith(".cubin"):
+            return str(k)[:-len(".cubin")]
+    return "?"
+
+
+def _group_file(group: Mapping[str, Any], suffix: str) -> tuple[bytes | None, str | None]:
+    for k, v in group.items():
+        if str(k).endswith(suffix):
+            try:
+                return Path(v).read_bytes(), str(v)
+            except OSError:
+                return None, str(v)
+    return None, None
+
+
+def triton_record(metadata_group: Mapping[str, Any] | None) -> tuple[Any, str | None]:
+    """(artifact, why) of a Triton kernel from its cache group (Triton's ``kernel.metadata_group``).
+
+    The artifact: one named in the group; else the store's record of the very cubin Triton hands over
+    (``by-output/<sha256 of the cubin>``, whatever knobs built it); else the record hbfcc-ptxas stored
+    under the sha256 of the kernel's ORIGINAL PTX (Triton caches the pre-rewrite PTX), when it
+    describes this cubin. ``why`` (artifact None) says why an hbfcc-built cubin has no record it can
+    be trusted with: the store has none (a warm Triton cache with an emptied or another artifact store),
+    the store's record of its PTX is another build, or the cubin was built by another hbfcc configuration
+    than the hbfcc-ptxas this process's Triton runs now (Triton 3.6 hashes ``ptxas --version`` into its
+    cache key once per process, so a knob changed in the process, or a process that compiled with
+    another ptxas first, reuses cubins of the old configuration). (None, None): no hbfcc build at all."""
     group = dict(metadata_group or {})
     for k, v in group.items():
         if str(k).endswith(A.ARTIFACT_SUFFIXES):
-            return v
-    for k, v in group.items():
-        if str(k).endswith(".ptx"):
-            try:
-                ptx = Path(v).read_bytes()
-            except OSError:
-                return None
-            return A.lookup_by_ptx(ptx)
-    return None
+            return v, None
+    cubin, cubin_path = _group_file(group, ".cubin")
+    ptx, _ = _group_file(group, ".ptx")
+    where = os.path.dirname(cubin_path) if cubin_path else "its directory in TRITON_CACHE_DIR"
+    advice = STALE_ADVICE.format(where=where)
+    rec = A.lookup_by_output(cubin) if cubin is not None else None
+    if rec is None and ptx is not None:
+        rec = A.lookup_by_ptx(ptx)
+        built = ((rec or {}).get("build") or {}).get("output_sha256")
+        if rec is not None and cubin is not None and built and built != _sha256(cubin):
+            return None, (f"its cubin (sha256 {_sha256(cubin)[:12]}) is not the build the artifact store "
+                          f"records for its PTX (cubin {built[:12]}, built by '{rec['build'].get('marker')}') "
+                          f"and the store has no record of this cubin: {advice}")
+    if rec is None:
+        if cubin is not None and abi.STATE_GLOBAL.encode() in cubin:
+            return None, (f"an instrumented cubin (built by hbfcc-ptxas) without an admission record in the "
+                          f"artifact store {A.store_dir()} (a warm Triton cache with an emptied or another "
+                          f"artifact store): {advice}")
+        return None, None
+    was = (rec.get("build") or {}).get("marker")
+    now = _hbfcc_marker_now(((rec.get("ptxas") or {}).get("target")) or "")
+    if was and now and was != now:
+        return None, (f"its cubin was built by '{was}' but the hbfcc-ptxas Triton runs now builds '{now}': "
+                      f"Triton's cache key did not see the change (it hashes `ptxas --version` once per "
+                      f"process); {advice}")
+    return rec, None
+
+
+def _sha256(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def _hbfcc_marker_now(target: str) -> str | None:
+    """The ``hbfcc ...`` marker line of the ptxas Triton would run now for ``target`` (sm_100+: its
+    Blackwell ptxas), when that is hbfcc-ptxas; None otherwise (then nothing to compare)."""
+    try:
+        from triton import knobs as tk  # noqa: PLC0415
+        m = re.match(r"(?:sm|compute)_(\d+)", target)
+        tool = tk.nvidia.ptxas_blackwell if m and int(m.group(1)) >= 100 else tk.nvidia.ptxas
+        path = tool.path
+    except (ImportError, AttributeError, RuntimeError, OSError):   # no Triton, or no ptxas it can run:
+        return None                                                   # nothing to compare with
+    # the line depends on hbfcc's knobs (HBFCC_*, read by hbfcc-ptxas's own knobs.py): one run per set
+    return _marker_of(path, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("HBFCC_"))))
+
+
+@functools.lru_cache(maxsize=16)
+def _marker_of(ptxas: str, _knobs: tuple) -> str | None:
+    """The marker line ``ptxas --version`` prints (hbfcc-ptxas adds it), per ptxas and set of hbfcc
+    knobs in the environment."""
+    try:
+        cp = subprocess.run([ptxas, "--version"], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return next((ln.strip() for ln in cp.stdout.splitlines() if ln.startswith("hbfcc ")), None)
 
 
 def _triton_launch_args(metadata: Any, start: int = 2, depth: int = 10, with_stream: bool = False):
@@ -396,9 +485,10 @@ class Session:
 
     # ---------------------------------------------------------------------------- modules
     def bind_module(self, module, artifact: Any = None, *, kernels: Sequence[str] | None = None,
-                    slots: int | None = None) -> ModuleBinding:
+                    slots: int | None = None, missing_reason: str | None = None) -> ModuleBinding:
         """Point an instrumented module's __hb_state/__hb_kslot_base at this session. `module` is a
-        CUmodule (or its int handle). A module without __hb_state is recorded as uninstrumented."""
+        CUmodule (or its int handle). A module without __hb_state is recorded as uninstrumented.
+        Without an artifact its `kernels` are not admitted, for `missing_reason` when given."""
         self._ensure_open()
         art = A.load(artifact)
         ak = A.kernels(art)
@@ -436,7 +526,7 @@ class Session:
                 infos[name] = KernelInfo(name, i, slot(i), adm, reasons, sources.get(name, "memory"))
             if not ak:
                 for i, name in enumerate(names):
-                    infos[name] = KernelInfo(name, i, slot(i), False, ["no admission artifact"])
+                    infos[name] = KernelInfo(name, i, slot(i), False, [missing_reason or "no admission artifact"])
             b = ModuleBinding(handle, instrumented, kslot_base, infos,
                               str(artifact) if isinstance(artifact, (str, os.PathLike)) else None,
                               state_addr=g[0] if instrumented else 0, cdesc_addr=cdesc_addr)
@@ -619,11 +709,16 @@ class Session:
                                    getattr(kernel, "hash", None))
 
     def _triton_loaded(self, module, function, name, metadata_group, hash_=None, *rest) -> ModuleBinding:
-        art = triton_artifact(metadata_group)
-        b = self.bind_module(int(module), artifact=art, kernels=[name])
+        art, why = triton_record(metadata_group)
+        b = self.bind_module(int(module), artifact=art, kernels=[name], missing_reason=why)
         if art is not None and not b.kernels:
             log.warning("Triton kernel %s: its admission artifact lists no kernel", name)
         self.note_function(int(function), b, name)
+        info = b.kernel(name)
+        if why or (art is not None and info is not None and not info.admitted):
+            # loud: a launch that would be modeled is refused (LaunchRefused names the same reason)
+            log.warning("Triton kernel %s is NOT admitted: %s", name,
+                        why or "; ".join(info.reasons if info else []) or "no reason recorded")
         if not b.instrumented and art is None:
             log.info("Triton kernel %s was not built through hbfcc-ptxas (no __hb_state, no artifact): "
                      "not admitted", name)

@@ -5,8 +5,9 @@ model on held-out inputs (step, square wave, burst), with the sample alignment m
 
 A fresh fit on the packaged 8-high geometry takes about 3 minutes on a 2-core machine (the unit-step
 responses, the held-out full-order runs and the python-control comparison dominate): each phase is
-announced on stderr (the log) and a progress line follows every ``--progress-s`` seconds (5; 0 = off),
-with steps done and the time left where the phase counts steps. stdout keeps only the result.
+announced on stderr (the log); while it runs, a progress bar shows on a terminal and, when stderr is not
+one (a log file, CI), a progress line follows every ``--progress-s`` seconds (5; 0 = neither), with steps done
+and the time left where the phase counts steps. stdout keeps only the result.
 
 Exit status 0 when the worst aligned error is within ``--tolerance-k`` (0.02 K), 1 otherwise,
 2 on bad input.
@@ -40,16 +41,21 @@ SG1_IDLE_W, SG1_J_PER_BYTE, SG1_BYTES_PER_S = 5.0, 8.4e-11, 384e9
 
 
 class Progress:
-    """Progress of a long validation on the log: a line when each phase starts and ends, and while it runs
-    one every ``every_s`` seconds (from a ticker thread, so a phase inside one long solver call is still
-    reported): ``[2/4] full-order model on the held-out traces: step 1200/3000 (40 %), 36 s, ~54 s left``.
-    ``every_s`` 0 turns the periodic lines off (the start and end lines stay)."""
+    """Progress of a long validation: a line on the log when each phase starts and ends and, while it
+    runs, a progress bar (tqdm) on a terminal, else (a log file, CI) a line every ``every_s`` seconds
+    (from a ticker thread, so a phase inside one long solver call is still reported):
+    ``[2/4] full-order model on the held-out traces: step 1200/3000 (40 %), 36 s, ~54 s left``.
+    ``every_s`` 0 turns the periodic lines and the bar off (the start and end lines stay). ``bar``:
+    True / False, or None for "when stderr is a terminal"; ``bar_file`` where the bar is drawn."""
 
     def __init__(self, n_phases: int, *, every_s: float = 5.0, logger: logging.Logger = log,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, bar: bool | None = None,
+                 bar_file: Any = None) -> None:
         if every_s < 0:
             raise ValueError("every_s must be >= 0")
         self.n_phases, self.every_s, self.log, self.clock = n_phases, float(every_s), logger, clock
+        self.bar_file = bar_file if bar_file is not None else sys.stderr
+        self.bar = _isatty(self.bar_file) if bar is None else bool(bar)
         self._i = 0
         self._done = self._total = 0
         self._t0 = self._t_start = clock()
@@ -66,6 +72,14 @@ class Progress:
         return (f"[{self._i}/{self.n_phases}] {name}: step {self._done}/{self._total} ({100 * frac:.0f} %), "
                 f"{el:.0f} s{left}")
 
+    def _bar(self, name: str):
+        """A tqdm bar for the phase (None: no bar); its total is set once the phase counts steps."""
+        if not self.bar or self.every_s == 0:
+            return None
+        from tqdm import tqdm
+        return tqdm(total=None, desc=f"[{self._i}/{self.n_phases}] {name}", unit="step", file=self.bar_file,
+                    leave=False, dynamic_ncols=True, mininterval=0.0)
+
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[Callable[[int, int], None]]:
         """Run one phase; yields the step callback (``on_step(done, total)``) for stepping loops."""
@@ -74,10 +88,17 @@ class Progress:
         self._t_start = self.clock()
         self.log.info("[%d/%d] %s ...", self._i, self.n_phases, name)
         stop = threading.Event()
+        bar = self._bar(name)
 
         def tick() -> None:
-            while not stop.wait(self.every_s):
-                self.log.info("%s", self.line(name))
+            while not stop.wait(self.every_s if bar is None else min(self.every_s, 0.25)):
+                if bar is None:
+                    self.log.info("%s", self.line(name))
+                    continue
+                if self._total and bar.total != self._total:
+                    bar.total = self._total
+                bar.n = self._done
+                bar.refresh()
         t = threading.Thread(target=tick, name="validate-progress", daemon=True) if self.every_s > 0 else None
         if t is not None:
             t.start()
@@ -87,8 +108,17 @@ class Progress:
             stop.set()
             if t is not None:
                 t.join()
+            if bar is not None:
+                bar.close()
         self.log.info("[%d/%d] %s: done in %.1f s (%.0f s in all)", self._i, self.n_phases, name,
                       self.clock() - self._t_start, self.clock() - self._t0)
+
+
+def _isatty(f: Any) -> bool:
+    try:
+        return bool(f.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _phase(progress: Progress | None, name: str):
@@ -237,7 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="validate the ROM the daemon loads (profiles/thermal/<name>.rom.npz) instead of a fresh fit")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     ap.add_argument("--progress-s", type=float, default=5.0, metavar="S",
-                    help="seconds between progress lines on stderr (default 5; 0 = only a line per phase)")
+                    help="seconds between progress lines on stderr when it is not a terminal, where a progress "
+                         "bar shows instead (default 5; 0 = only a line per phase, no bar)")
     args = parse(ap, sys.argv[1:] if argv is None else argv)
     if args.progress_s < 0:
         ap.fail(f"--progress-s must be >= 0 (got {args.progress_s})")

@@ -174,3 +174,36 @@ def test_triton_allow_unmodeled_runs_and_summary_says_so(triton_kernels, hbfd_da
         assert any(a["allow_unmodeled"] for a in rep["attaches"])
     finally:
         s.close()
+
+
+def test_triton_instrumented_cubin_without_its_record_is_refused_loudly(triton_kernels, hbfd_daemon, monkeypatch,
+                                                                        tmp_path, caplog):
+    """A warm Triton cache with an emptied (here: another) artifact store (issue 18): the instrumented
+    cubin is not admitted, a warning at load names the kernel and why, and a launch that would be
+    modeled is refused with the same reason."""
+    import logging
+
+    import runtime_cuda
+    from runtime_cuda.session import LaunchRefused
+    ks, _ = triton_kernels
+    monkeypatch.setenv("HBFCC_ARTIFACT_DIR", str(tmp_path / "empty-store"))
+    caplog.set_level(logging.WARNING, logger="runtime_cuda.session")
+    sock, _, _ = hbfd_daemon
+    s = runtime_cuda.attach(socket=sock, allow_unmodeled=False, cuda=False)
+    try:
+        s.install_triton_hooks()
+        from triton import knobs
+        k = ks["k_add"]
+        knobs.runtime.kernel_load_end_hook(0x6100, 0x3001, k.name, k.metadata_group, k.hash)
+        info = s.functions[0x3001][1]
+        assert not info.admitted and "without an admission record" in info.reasons[0], info.reasons
+        assert any("Triton kernel k_add is NOT admitted" in r.getMessage() and "warm Triton cache" in r.getMessage()
+                   for r in caplog.records), [r.getMessage() for r in caplog.records]
+        base = 0x7D00_0000_0000
+        s.register_timing_range(base, 1 << 16)
+        x, y, o = FakeTensor(base, 1024), FakeTensor(base + (1 << 20), 1024), FakeTensor(base + (2 << 20), 1024)
+        with pytest.raises(LaunchRefused) as ei:
+            _launch(k, 0x3001, x, y, o, 1024, 1024)
+        assert "without an admission record" in ei.value.fields["reason"]
+    finally:
+        s.close()

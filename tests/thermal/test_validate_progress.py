@@ -110,3 +110,25 @@ def test_negative_progress_interval_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as ei:
         main(["--progress-s", "-1"])
     assert ei.value.code == 2 and "--progress-s must be >= 0" in capsys.readouterr().err
+
+
+def test_a_terminal_gets_a_progress_bar():
+    """On a terminal (bar=True here, drawn into a buffer) the phase shows a tqdm bar with its steps."""
+    import io
+
+    from hbfd.thermal.validate import Progress
+    buf = io.StringIO()
+    lines: list[str] = []
+
+    class L:
+        def info(self, fmt, *a):
+            lines.append(fmt % a)
+    p = Progress(2, every_s=0.02, logger=L(), bar=True, bar_file=buf)
+    with p.phase("stepping") as on_step:
+        on_step(30, 120)
+        time.sleep(0.3)
+    drawn = buf.getvalue()
+    assert "[1/2] stepping" in drawn and "30/120" in drawn and "25%" in drawn, drawn
+    # the bar replaces the periodic lines; the start and end lines stay on the log
+    assert lines[0] == "[1/2] stepping ..." and lines[-1].startswith("[1/2] stepping: done in") and len(lines) == 2
+    assert Progress(1, bar_file=io.StringIO()).bar is False      # not a terminal: lines
