@@ -53,6 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from tqdm import tqdm
+
 from hbfcommon.errors import ConfigError, HbfError
 from hbfcommon.fsutil import atomic_write_json, atomic_write_text, read_json_document
 from hbfcommon.profile import PROFILE_DIR, derive_profile
@@ -464,13 +466,7 @@ def run_sweep(spec: SweepSpec, out: Path, *, backend: str = "local", jobs: int =
     todo = [p for p in pts if force or have.get(p.id, {}).get("status") != "ok"]
     log.info("sweep: %d points, %d to run (%d already ok in %s)", len(pts), len(todo), len(pts) - len(todo), out)
     sj = spec.to_json()
-    bar = None
-    if progress and todo:
-        try:
-            from tqdm import tqdm
-            bar = tqdm(total=len(todo), desc="sweep", unit="point", file=sys.stderr)
-        except ImportError:
-            bar = None
+    bar = tqdm(total=len(todo), desc="sweep", unit="point", file=sys.stderr) if progress and todo else None
 
     def on_result(r: dict) -> None:
         have[r["id"]] = r
