@@ -68,7 +68,8 @@ class NextPages(NoPrefetch):
 
 class Stride(NoPrefetch):
     """The documented example (docs/capacity.md): when the last two misses of a range were ``d`` pages apart
-    and this one is ``d`` after the last, fetch the next ``depth`` pages along the stride."""
+    and this one is ``d`` after the last, fetch the next ``depth`` pages along the stride; each first use of a
+    prefetched page keeps the window ``depth`` strides ahead of it."""
 
     def __init__(self, depth: int = 4) -> None:
         self.depth = depth
@@ -81,6 +82,15 @@ class Stride(NoPrefetch):
         self._last[view.range_id] = (page, d)
         if d and d == delta:
             return [page + k * d for k in range(1, self.depth + 1)]
+        return ()
+
+    def on_prefetch_hit(self, view, page):
+        # a prefetched page was used: keep the window ``depth`` strides ahead of it (the service skips
+        # the pages already resident)
+        last, delta = self._last.get(view.range_id, (None, None))
+        if delta:
+            self._last[view.range_id] = (page, delta)
+            return [page + k * delta for k in range(1, self.depth + 1)]
         return ()
 
 
