@@ -129,3 +129,61 @@ class CapacityDevice:
         if checksum:
             out["checksum"] = int(total)
         return out
+
+    def run_wide(self, range_id: int, pages, *, width: int, gap_ns: int, t0_ns: int = 0,
+                 checksum: bool = False) -> dict:
+        """Replay a page stream as ``width`` warps in lockstep would: each round the next ``width`` pages are
+        accessed at the same time; their misses reach the host as one ring scan (``miss_many``), then every
+        warp re-translates; the round ends with its longest wait. Loads only."""
+        pool, svc = self.svc.pool, self.svc
+        now = t0_ns
+        total = np.uint64(0)
+        pages = np.asarray(pages, np.int64)
+        for lo in range(0, len(pages), width):
+            now += gap_ns
+            chunk = pages[lo:lo + width].tolist()
+            waits = [0] * len(chunk)
+            frames: list[int | None] = [None] * len(chunk)
+            miss_at = []
+            for i, p in enumerate(chunk):
+                self.c.accesses += 1
+                r = pool.device_pin(range_id, p)
+                if r is None:
+                    miss_at.append(i)
+                    continue
+                f, ready, took = r
+                if took:
+                    svc.hint(range_id, p, now)
+                frames[i], waits[i] = f, max(0, ready - now)
+                if waits[i]:
+                    self.c.late_prefetch_waits += 1
+                    self.c.wait_ns += waits[i]
+                else:
+                    self.c.no_wait += 1
+            if miss_at:
+                res = svc.miss_many([(range_id, chunk[i], ctl.HBF_OP_LOAD, now) for i in miss_at])
+                for i, x in zip(miss_at, res):
+                    if x.status != READY:
+                        for f in frames:
+                            if f is not None:
+                                self.unpin(f)
+                        raise self._fail(x.status)
+                    r = pool.device_pin(range_id, chunk[i])
+                    if r is None:
+                        raise CapacityFailure("a page the service published was not mapped at the retry",
+                                              status="INTERNAL", range_id=range_id, page=chunk[i])
+                    frames[i], waits[i] = r[0], x.modeled_ns
+                    self.c.demand_waits += 1
+                    self.c.wait_ns += x.modeled_ns
+            for i, f in enumerate(frames):
+                if checksum:
+                    d = pool.memory.read(f)
+                    with np.errstate(over="ignore"):
+                        total += np.uint64(span_checksum(np.array([chunk[i]], np.uint64), d[None, :]))
+                self.unpin(f)
+            now += max(waits)
+        out = self.c.as_dict() | {"end_ns": now}
+        if checksum:
+            out["checksum"] = int(total)
+        return out
+

@@ -151,21 +151,22 @@ class CapacityService:
                                   status=RequestStatus(st).name)
 
     # ---------------------------------------------------------------- media
-    def _media(self, reqs: list[tuple[int, int, int]], arrival: int) -> list[int]:
-        """Completion times (GPU clock) of (media_address, bytes, op) requests all arriving at ``arrival``."""
+    def _media(self, reqs: list[tuple[int, int, int, int]]) -> list[int]:
+        """Completion times (GPU clock) of (arrival_ns, media_address, bytes, op) requests, in one batch. An
+        arrival earlier than one already submitted is raised to it (the engine's clock never goes back)."""
         if not reqs:
             return []
-        arrival = max(arrival, self._horizon)
-        self._horizon = arrival
+        arr = np.maximum(np.array([r[0] for r in reqs], np.int64), self._horizon)
+        self._horizon = int(arr.max())
         b = np.zeros(len(reqs), REQUEST_BATCH_DTYPE)
         ids = np.arange(self._ids, self._ids + len(reqs), dtype=np.uint64)
         self._ids += len(reqs)
-        b["id"], b["arrival_ns"] = ids, arrival
-        b["media_address"] = [r[0] for r in reqs]
-        b["bytes"] = [r[1] for r in reqs]
-        b["op"] = [r[2] for r in reqs]
+        b["id"], b["arrival_ns"] = ids, arr
+        b["media_address"] = [r[1] for r in reqs]
+        b["bytes"] = [r[2] for r in reqs]
+        b["op"] = [r[3] for r in reqs]
         self.engine.submit(b)
-        self.engine.advance(arrival)
+        self.engine.advance(self._horizon)
         got: dict[int, tuple[int, int]] = {}
         for _ in range(2):                     # the second collect is the quiet scan: everything is decided
             out = self.engine.collect()
@@ -174,11 +175,11 @@ class CapacityService:
                 break
         self.n["media_batches"] += 1
         done = []
-        for i in ids.tolist():
+        for i, a in zip(ids.tolist(), arr.tolist()):
             if i not in got or got[i][1] != READY:
                 raise HbfError("the media model did not serve a capacity request", code=ErrorCode.INTERNAL, id=i,
                                status=got.get(i))
-            done.append(arrival + got[i][0])
+            done.append(a + got[i][0])
         return done
 
     # ---------------------------------------------------------------- frames
@@ -226,140 +227,164 @@ class CapacityService:
         self.policy.on_evict(self.view(ev.range_id), ev.page, ev.prefetched, ev.used)
         return None
 
-    def _fill(self, r: CapacityRange, page: int, frame: int, *, prefetch: bool) -> tuple[int, MissResult | None]:
-        """Bytes of ``page`` into ``frame`` (FILLING); returns (checksum, failure)."""
-        self.pool.begin_fill(frame, r.range_id, page, prefetch=prefetch)
-        try:
-            data = r.store.read_pages(page, 1)
-        except BackingStoreError as e:
-            self.pool.release_free(frame)
-            return 0, self._fail(RequestStatus.IO_ERROR, str(e), range_id=r.range_id, page=page)
-        pg = np.array([page], np.uint64)
-        want = int(page_checksums(pg, data)[0])
-        try:
-            self.pool.memory.write(frame, data[0])
-            got = int(page_checksums(pg, self.pool.memory.read(frame)[None, :])[0]) if self.verify else want
-        except (CopyFailed, OSError) as e:
-            self.pool.release_free(frame)
-            return 0, self._fail(RequestStatus.COPY_ERROR, f"copy of page {page} into frame {frame} failed: {e}",
-                                 range_id=r.range_id, page=page, frame=frame)
-        if got != want:
-            self.pool.release_free(frame)
-            return 0, self._fail(RequestStatus.CHECKSUM_ERROR, f"frame {frame} holds page {page} of range "
-                                 f"{r.range_id} with checksum {got:#x}, the store's is {want:#x}",
-                                 range_id=r.range_id, page=page, frame=frame)
-        self.n["fills"] += 1
-        self.n["fill_bytes"] += PAGE
-        return want, None
-
-    def _serve(self, r: CapacityRange, pages: list[int], arrival: int, *, demand: bool) -> MissResult:
-        """Fill ``pages`` (the first is the demand when ``demand``), time them in one media batch, publish.
-        Returns the first page's result."""
-        filled: list[tuple[int, int, int, int]] = []   # (page, frame, checksum, index of its read in reqs)
-        reqs: list[tuple[int, int, int]] = []
+    def _serve(self, items: list[tuple[CapacityRange, int, int, bool]]) -> list[MissResult]:
+        """Fill the pages of ``items`` = (range, page, arrival, demand) in order, time them in one media batch,
+        publish them; one result per item (PENDING where no frame could be taken). A failure ends the run: the
+        batch's fills not yet published go back to the free list (clean reads: nothing is lost) and every item
+        gets the terminal status."""
+        taken: list[tuple[int, int, np.ndarray, int]] = []  # (item index, frame, bytes, index of its read in reqs)
+        reqs: list[tuple[int, int, int, int]] = []
         wb_of: dict[int, int] = {}                     # index of a read -> index of its victim's write-back
-        for k, page in enumerate(pages):
+        res: list[MissResult | None] = [None] * len(items)
+        for k, (r, page, arrival, demand) in enumerate(items):
+            if self.failure is not None:
+                break
             frame, ev, fail = self._take_frame()
             if fail is not None:
-                self._publish(r, filled, reqs, wb_of, arrival, demand)
-                return fail
+                break
             if frame is None:
-                if k == 0:
-                    self.n["pending_misses" if demand else "prefetch_dropped"] += 1
-                    return MissResult(PENDING)
-                self.n["prefetch_dropped"] += len(pages) - k
+                self.n["pending_misses" if demand else "prefetch_dropped"] += 1
+                res[k] = MissResult(PENDING)
+                continue
+            self.pool.begin_fill(frame, r.range_id, page, prefetch=not demand)
+            try:
+                data = r.store.read_pages(page, 1)[0]
+            except BackingStoreError as e:
+                self.pool.release_free(frame)
+                self._fail(RequestStatus.IO_ERROR, str(e), range_id=r.range_id, page=page)
                 break
             if ev is not None and ev.dirty:
                 vr = self.ranges[ev.range_id]
                 wb_of[len(reqs) + 1] = len(reqs)
-                reqs.append((vr.media_offset + ev.page * PAGE, PAGE, ctl.HBF_OP_STORE))
-            csum, fail = self._fill(r, page, frame, prefetch=not (demand and k == 0))
-            if fail is not None:
-                self._publish(r, filled, reqs, wb_of, arrival, demand)
-                return fail
-            filled.append((page, frame, csum, len(reqs)))
-            reqs.append((r.media_offset + page * PAGE, PAGE, ctl.HBF_OP_LOAD))
-            if demand and k == 0:
-                self.n["demand_reads"] += 1
+                reqs.append((arrival, vr.media_offset + ev.page * PAGE, PAGE, ctl.HBF_OP_STORE))
+            taken.append((k, frame, data, len(reqs)))
+            reqs.append((arrival, r.media_offset + page * PAGE, PAGE, ctl.HBF_OP_LOAD))
+        if taken and self.failure is None:
+            pages = np.array([items[k][1] for k, *_ in taken], np.uint64)
+            want = page_checksums(pages, np.stack([d for _k, _f, d, _i in taken]))
+            try:
+                for _k, f, d, _i in taken:
+                    self.pool.memory.write(f, d)
+                got = page_checksums(pages, np.stack([self.pool.memory.read(f) for _k, f, _d, _i in taken])) \
+                    if self.verify else want
+            except (CopyFailed, OSError) as e:
+                self._fail(RequestStatus.COPY_ERROR, f"copy of a page into its frame failed: {e}")
             else:
-                self.n["prefetch_reads"] += 1
-        done = self._publish(r, filled, reqs, wb_of, arrival, demand)
-        if not filled:
-            return MissResult(READY)
-        f0, ready0 = filled[0][1], done[0]
-        return MissResult(READY, f0, max(0, ready0 - arrival), ready0)
-
-    def _publish(self, r, filled, reqs, wb_of, arrival, demand) -> list[int]:
-        if not filled:
-            return []
-        try:
-            t = self._media(reqs, arrival)
-        except HbfError as e:
-            for _p, f, _c, _i in filled:
+                bad = np.flatnonzero(got != want)
+                if len(bad):
+                    k, f = taken[bad[0]][0], taken[bad[0]][1]
+                    self._fail(RequestStatus.CHECKSUM_ERROR, f"frame {f} holds page {items[k][1]} of range "
+                               f"{items[k][0].range_id} with checksum {int(got[bad[0]]):#x}, the store's is "
+                               f"{int(want[bad[0]]):#x}", page=items[k][1], frame=f)
+        if self.failure is not None:
+            for _k, f, _d, _i in taken:
                 self.pool.release_free(f)
-            self._fail(RequestStatus.IO_ERROR, f"media model: {e}")
-            raise
-        out = []
-        for page, f, csum, i in filled:
-            ready = max(t[i], t[wb_of[i]]) if i in wb_of else t[i]
-            self.pool.publish(f, ready, csum)
-            out.append(ready)
-        return out
+            return [MissResult(self.failure[0])] * len(items)
+        if taken:
+            try:
+                t = self._media(reqs)
+            except HbfError as e:
+                for _k, f, _d, _i in taken:
+                    self.pool.release_free(f)
+                self._fail(RequestStatus.IO_ERROR, f"media model: {e}")
+                raise
+            for j, (k, f, _d, i) in enumerate(taken):
+                ready = max(t[i], t[wb_of[i]]) if i in wb_of else t[i]
+                self.pool.publish(f, ready, int(want[j]))
+                res[k] = MissResult(READY, f, max(0, ready - items[k][2]), ready)
+                self.n["demand_reads" if items[k][3] else "prefetch_reads"] += 1
+            self.n["fills"] += len(taken)
+            self.n["fill_bytes"] += PAGE * len(taken)
+        return [x if x is not None else MissResult(PENDING) for x in res]
 
     # ---------------------------------------------------------------- requests (what the ring carries)
-    def _prefetch(self, r: CapacityRange, asked, arrival: int) -> None:
-        seen: set[int] = set()
-        pages = []
+    def _prefetch_items(self, r: CapacityRange, asked, arrival: int, seen: set) -> list:
+        """The policy's pages worth fetching: in the range, not resident, not asked twice, at most
+        ``max_prefetch``. A resident page asked for gets its referenced bit (a predicted use keeps it another
+        CLOCK sweep)."""
+        out = []
         for p in asked:
             p = int(p)
-            if not 0 <= p < r.pages or p in seen:
+            if not 0 <= p < r.pages or (r.range_id, p) in seen:
                 continue
-            seen.add(p)
+            seen.add((r.range_id, p))
             f = self.pool.lookup(r.range_id, p)
             if f is not None:
-                if self.touch_resident:        # a predicted use: the page keeps its frame another sweep
+                if self.touch_resident:
                     self.pool.frames[f]["referenced"] = 1
             else:
-                pages.append(p)
-                if len(pages) >= self.max_prefetch:
+                out.append((r, p, arrival, False))
+                if len(out) >= self.max_prefetch:
                     break
-        if pages:
-            self._serve(r, pages, arrival, demand=False)
+        return out
 
     def miss(self, range_id: int, page: int, op: int, arrival_ns: int) -> MissResult:
         """A demand miss (HBF_REQ_CAP_MISS) on ``page`` of ``range_id`` by an access of ``op`` at ``arrival_ns``
         (GPU clock). READY: the page is mapped; the access waits ``modeled_ns`` then re-reads the pte."""
+        return self.miss_many([(range_id, page, op, arrival_ns)])[0]
+
+    def miss_many(self, requests) -> list[MissResult]:
+        """The misses of one ring scan, ``(range_id, page, op, arrival_ns)`` each: their demand reads in one
+        media batch, then the policy's prefetches for all of them in a second (issued at each miss's arrival)."""
         if self.failure is not None:
-            return MissResult(self.failure[0])
+            return [MissResult(self.failure[0])] * len(requests)
         t0 = _ns()
-        r = self.ranges.get(range_id)
-        if r is None or not 0 <= page < r.pages:
-            return self._fail(RequestStatus.UNSUPPORTED, f"miss outside every capacity range: range {range_id} "
-                              f"page {page}", range_id=range_id, page=page)
-        need = {ctl.HBF_OP_LOAD: ctl.HBF_PERM_READ, ctl.HBF_OP_CPASYNC: ctl.HBF_PERM_READ,
-                ctl.HBF_OP_STORE: ctl.HBF_PERM_WRITE, ctl.HBF_OP_ATOMIC: ctl.HBF_PERM_ATOMIC}.get(op)
-        if need is None or not r.perms & need:
-            return self._fail(RequestStatus.UNSUPPORTED, f"op {op} on range {range_id} (perms {r.perms}) is not "
-                              "permitted", range_id=range_id, op=op)
-        self.n["misses"] += 1
-        f = self.pool.lookup(range_id, page)
-        if f is not None:                      # another warp's miss (or a prefetch) published it meanwhile
-            self.n["coalesced_misses"] += 1
-            ready = int(self.pool.frames[f]["ready_ns"])
-            res = MissResult(READY, f, max(0, ready - arrival_ns), ready)
-        else:
-            res = self._serve(r, [page], arrival_ns, demand=True)
-            if res.status == READY:
-                self._prefetch(r, self.policy.on_miss(self.view(range_id), page), arrival_ns)
-                if self.failure is not None:
-                    res = MissResult(self.failure[0])
+        out: list[MissResult | None] = [None] * len(requests)
+        items, where, first = [], [], {}
+        for k, (range_id, page, op, arrival) in enumerate(requests):
+            r = self.ranges.get(range_id)
+            if r is None or not 0 <= page < r.pages:
+                out[k] = self._fail(RequestStatus.UNSUPPORTED, f"miss outside every capacity range: range "
+                                    f"{range_id} page {page}", range_id=range_id, page=page)
+                break
+            need = {ctl.HBF_OP_LOAD: ctl.HBF_PERM_READ, ctl.HBF_OP_CPASYNC: ctl.HBF_PERM_READ,
+                    ctl.HBF_OP_STORE: ctl.HBF_PERM_WRITE, ctl.HBF_OP_ATOMIC: ctl.HBF_PERM_ATOMIC}.get(op)
+            if need is None or not r.perms & need:
+                out[k] = self._fail(RequestStatus.UNSUPPORTED, f"op {op} on range {range_id} (perms {r.perms}) is "
+                                    "not permitted", range_id=range_id, op=op)
+                break
+            self.n["misses"] += 1
+            f = self.pool.lookup(range_id, page)
+            if f is not None:                   # another warp's miss (or a prefetch) published it meanwhile
+                self.n["coalesced_misses"] += 1
+                ready = int(self.pool.frames[f]["ready_ns"])
+                out[k] = MissResult(READY, f, max(0, ready - arrival), ready)
+                continue
+            if (range_id, page) in first:       # the same page twice in one scan: the first fill serves both
+                self.n["coalesced_misses"] += 1
+                where.append((k, first[(range_id, page)]))
+                continue
+            first[(range_id, page)] = len(items)
+            where.append((k, len(items)))
+            items.append((r, page, arrival, True))
+        if self.failure is None and items:
+            got = self._serve(items)
+            for k, i in where:
+                g = got[i]
+                if g.status == READY and requests[k][3] != items[i][2]:
+                    g = MissResult(READY, g.frame, max(0, g.ready_ns - requests[k][3]), g.ready_ns)
+                out[k] = g
+            if self.failure is None:
+                seen: set = set()
+                pf = []
+                for (r, page, arrival, _d), g in zip(items, got):
+                    if g.status == READY:
+                        pf += self._prefetch_items(r, self.policy.on_miss(self.view(r.range_id), page), arrival, seen)
+                if pf:
+                    self._serve(pf)
+        if self.failure is not None:            # the run has ended: every request of the scan gets the status
+            out = [MissResult(self.failure[0]) for _ in out]
+        res = [x if x is not None else MissResult(PENDING) for x in out]
         svc = _ns() - t0
         self.n["service_ns"] += svc
-        if res.status == READY:
-            self.n["modeled_ns"] += res.modeled_ns
-            wall = max(res.modeled_ns, svc)
-            self.n["wall_ns"] += wall
-            self.n["overhead_ns"] += wall - res.modeled_ns
+        ok = [x for x in res if x.status == READY]
+        if ok:
+            per = svc // len(ok)                # the scan's host time, shared by the misses it served
+            for x in ok:
+                self.n["modeled_ns"] += x.modeled_ns
+                wall = max(x.modeled_ns, per)
+                self.n["wall_ns"] += wall
+                self.n["overhead_ns"] += wall - x.modeled_ns
         return res
 
     def hint(self, range_id: int, page: int, now_ns: int) -> None:
@@ -370,7 +395,9 @@ class CapacityService:
         self.n["hints"] += 1
         self.n["prefetch_used"] += 1
         r = self.ranges[range_id]
-        self._prefetch(r, self.policy.on_prefetch_hit(self.view(range_id), page), now_ns)
+        pf = self._prefetch_items(r, self.policy.on_prefetch_hit(self.view(range_id), page), now_ns, set())
+        if pf:
+            self._serve(pf)
         self.n["service_ns"] += _ns() - t0
 
     # ---------------------------------------------------------------- flush, close
@@ -388,7 +415,7 @@ class CapacityService:
             if self._write_back(ev) is not None:
                 break
             r = self.ranges[ev.range_id]
-            self._media([(r.media_offset + ev.page * PAGE, PAGE, ctl.HBF_OP_STORE)], self._horizon)
+            self._media([(self._horizon, r.media_offset + ev.page * PAGE, PAGE, ctl.HBF_OP_STORE)])
             self.pool.release_free(self.pool.complete_eviction(ev))
             done += 1
         for r in {id(x.store): x.store for x in self.ranges.values()}.values():

@@ -168,3 +168,21 @@ def test_pte_of_an_unmapped_page_is_no_frame(geom, tmp_path):
     svc, _ = _svc(geom, tmp_path)
     assert (svc.pool.tables[1]["frame"] == HBF_CAP_NO_FRAME).all()
     assert RequestStatus(svc.miss(1, 0, ctl.HBF_OP_LOAD, 0).status) is RequestStatus.READY
+
+
+def test_many_warps_faulting_the_same_and_neighbouring_pages(geom):
+    """One ring scan with 64 misses on 8 pages (8 warps each): 8 fills, one media batch, every warp answered
+    with its page's frame; then a wide stream with checksums equal to the CPU's."""
+    store = GeneratedStore(seed=5, pages=4096)
+    svc = CapacityService(geom, 64)
+    svc.add_range(1, 4096, 0, ctl.HBF_PERM_READ, store)
+    reqs = [(1, 100 + (w % 8), ctl.HBF_OP_LOAD, 1000 + w) for w in range(64)]
+    res = svc.miss_many(reqs)
+    assert all(r.status == READY for r in res)
+    assert svc.n["fills"] == 8 and svc.n["coalesced_misses"] == 56 and svc.n["media_batches"] == 1
+    for (rid, page, _op, arr), r in zip(reqs, res):
+        assert r.frame == svc.pool.lookup(1, page) and r.ready_ns >= arr and r.modeled_ns == r.ready_ns - arr
+    dev = CapacityDevice(svc)
+    out = dev.run_wide(1, np.arange(2048), width=32, gap_ns=5000, checksum=True)
+    assert out["checksum"] == store.span_checksum(0, 2048)
+    assert out["accesses"] == 2048 and int(svc.pool.frames["pins"].sum()) == 0
