@@ -124,13 +124,13 @@ class CapacityService:
         self.pool.add_range(range_id, pages)
         return r
 
-    @classmethod
-    def from_range(cls, svc: "CapacityService", rng: Any, store: BackingStore) -> CapacityRange:
-        """Serve an hbfd range-table entry (hbfd.ranges.Range, mode capacity)."""
+    def add_hbfd_range(self, rng: Any, store: BackingStore) -> CapacityRange:
+        """Serve an hbfd range-table entry (hbfd.ranges.Range, mode capacity): its id, perms, and the whole media
+        pages it owns (page 0 = the page holding its base)."""
         if rng.mode != ctl.HBF_MODE_CAPACITY:
             raise ConfigError(f"range {rng.range_id} is not a capacity range", range_id=rng.range_id)
         lo, hi = rng.media_extent
-        return svc.add_range(rng.range_id, (hi - lo) // PAGE, lo, rng.perms, store)
+        return self.add_range(rng.range_id, (hi - lo) // PAGE, lo, rng.perms, store)
 
     def view(self, range_id: int) -> RangeView:
         r = self.ranges[range_id]

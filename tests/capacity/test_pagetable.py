@@ -4,7 +4,6 @@ bytes and out of place on the media."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from hbfcommon import ctl
 from hbfcommon.capacity import HBF_CAP_NO_FRAME, HBF_FR_EVICTING, HBF_FR_VALID

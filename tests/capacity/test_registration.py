@@ -3,7 +3,6 @@ refused at registration (UNSUPPORTED, a message saying why), never accepted and 
 access; nothing reaches hbfd's range table. The host service still serves hbfd's capacity ranges."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -52,7 +51,7 @@ def test_the_host_service_serves_an_hbfd_capacity_range():
     t.register(BASE, 1 << 20, C.HBF_MODE_TIMING, C.HBF_PERM_READ)
     r = t.register(BASE + (1 << 30), 64 * 4096 + 100, C.HBF_MODE_CAPACITY, C.HBF_PERM_READ)
     svc = CapacityService(MediaGeometry.from_profile(p), 8)
-    cr = CapacityService.from_range(svc, r, GeneratedStore(5, 65))
+    cr = svc.add_hbfd_range(r, GeneratedStore(5, 65))
     assert cr.pages == 65 and cr.media_offset == r.media_extent[0] and cr.media_offset % 4096 == 0
     out = CapacityDevice(svc).run(r.range_id, range(65), gap_ns=1000, checksum=True)
     assert out["checksum"] == GeneratedStore(5, 65).span_checksum(0, 65)
