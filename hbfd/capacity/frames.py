@@ -60,6 +60,48 @@ class Eviction:
     used: bool          # a prefetched frame whose marker a hit took (always True for demand fills)
 
 
+class PageTable:
+    """One capacity range's page table, entries in PTE_DTYPE (on the device: one dense array, 8 B per 4 KiB
+    page). Here it is materialized in chunks of 2^16 entries on first write, so a range far larger than host
+    memory costs only the chunks its pages touch; an entry never written reads as unmapped."""
+
+    SHIFT = 16
+
+    def __init__(self, pages: int) -> None:
+        self.pages = pages
+        self._chunks: dict[int, np.ndarray] = {}
+
+    def _chunk(self, c: int) -> np.ndarray:
+        a = self._chunks.get(c)
+        if a is None:
+            a = np.zeros(min(1 << self.SHIFT, self.pages - (c << self.SHIFT)), cap.PTE_DTYPE)
+            a["frame"] = NO_FRAME
+            self._chunks[c] = a
+        return a
+
+    def __len__(self) -> int:
+        return self.pages
+
+    def __getitem__(self, page):
+        if isinstance(page, str):                      # a field of every entry (small tables: tests)
+            return self.dense()[page]
+        if not 0 <= page < self.pages:
+            raise IndexError(f"page {page} outside the table's {self.pages} pages")
+        return self._chunk(page >> self.SHIFT)[page & ((1 << self.SHIFT) - 1)]   # a view: writes go through
+
+    def __setitem__(self, page: int, value) -> None:
+        if not 0 <= page < self.pages:
+            raise IndexError(f"page {page} outside the table's {self.pages} pages")
+        self._chunk(page >> self.SHIFT)[page & ((1 << self.SHIFT) - 1)] = value
+
+    def frame_of(self, page: int) -> int:
+        a = self._chunks.get(page >> self.SHIFT)
+        return NO_FRAME if a is None else int(a[page & ((1 << self.SHIFT) - 1)]["frame"])
+
+    def dense(self) -> np.ndarray:
+        return np.concatenate([self._chunk(c) for c in range(-(-self.pages >> self.SHIFT))])
+
+
 class FramePool:
     """``n_frames`` frame records (FRAME_DTYPE) and one dense page table (PTE_DTYPE) per capacity range."""
 
@@ -70,23 +112,22 @@ class FramePool:
         self.frames = np.zeros(n_frames, cap.FRAME_DTYPE)
         self.frames["logical_page"] = np.uint64((1 << 64) - 1)
         self.memory = memory if memory is not None else FrameMemory(n_frames)
-        self.tables: dict[int, np.ndarray] = {}
+        self.tables: dict[int, PageTable] = {}
         self.hand = 0                   # CLOCK hand
         self._free = list(range(n_frames))[::-1]   # stack: lowest index first
 
     # ---------------------------------------------------------------- tables
-    def add_range(self, range_id: int, pages: int) -> np.ndarray:
+    def add_range(self, range_id: int, pages: int) -> PageTable:
         if range_id in self.tables:
             raise ConfigError(f"capacity range {range_id} already has a page table", range_id=range_id)
-        t = np.zeros(pages, cap.PTE_DTYPE)
-        t["frame"] = NO_FRAME
+        t = PageTable(pages)
         self.tables[range_id] = t
         return t
 
     def lookup(self, range_id: int, page: int) -> int | None:
         """The host's view of a mapping: the frame published for the page, or None."""
-        e = self.tables[range_id][page]
-        return None if int(e["frame"]) == NO_FRAME else int(e["frame"])
+        f = self.tables[range_id].frame_of(page)
+        return None if f == NO_FRAME else f
 
     def resident_frames(self) -> np.ndarray:
         st = self.frames["state"]
@@ -96,10 +137,11 @@ class FramePool:
     def device_pin(self, range_id: int, page: int, *, store: bool = False) -> tuple[int, int, bool] | None:
         """The device hit path: read the pte, pin, re-check state and generation. Returns (frame, ready_ns,
         took_marker) pinned, or None (a miss; nothing stays pinned)."""
-        e = self.tables[range_id][page]
-        f = int(e["frame"])
+        t = self.tables[range_id]
+        f = t.frame_of(page)
         if f == NO_FRAME:
             return None
+        e = t[page]
         fr = self.frames[f]
         fr["pins"] += 1                                      # atomicAdd; fence.sc.gpu
         st = int(fr["state"])
