@@ -132,9 +132,11 @@ class CapacityDevice:
 
     def run_wide(self, range_id: int, pages, *, width: int, gap_ns: int, t0_ns: int = 0,
                  checksum: bool = False) -> dict:
-        """Replay a page stream as ``width`` warps in lockstep would: each round the next ``width`` pages are
-        accessed at the same time; their misses reach the host as one ring scan (``miss_many``), then every
-        warp re-translates; the round ends with its longest wait. Loads only."""
+        """Replay a page stream as ``width`` lanes (warps) in lockstep would: each round the next ``width`` pages
+        are accessed at the same time. The device rule: **a warp never waits for a miss while it holds a pin**
+        (that could pin every frame while the misses wait for one): when any lane misses, the lanes that hit
+        unpin, the misses go to the host as one ring scan (``miss_many``), and every lane translates again.
+        The round ends with its longest wait. Loads only."""
         pool, svc = self.svc.pool, self.svc
         now = t0_ns
         total = np.uint64(0)
@@ -142,40 +144,48 @@ class CapacityDevice:
         for lo in range(0, len(pages), width):
             now += gap_ns
             chunk = pages[lo:lo + width].tolist()
+            first = [None] * len(chunk)          # each access's first outcome: "hit", "late" or "miss"
             waits = [0] * len(chunk)
-            frames: list[int | None] = [None] * len(chunk)
-            miss_at = []
-            for i, p in enumerate(chunk):
-                self.c.accesses += 1
-                r = pool.device_pin(range_id, p)
-                if r is None:
-                    miss_at.append(i)
-                    continue
-                f, ready, took = r
-                if took:
-                    svc.hint(range_id, p, now)
-                frames[i], waits[i] = f, max(0, ready - now)
-                if waits[i]:
-                    self.c.late_prefetch_waits += 1
-                    self.c.wait_ns += waits[i]
-                else:
-                    self.c.no_wait += 1
-            if miss_at:
+            for _attempt in range(64):
+                frames: list[int | None] = [None] * len(chunk)
+                miss_at = []
+                for i, p in enumerate(chunk):
+                    r = pool.device_pin(range_id, p)
+                    if r is None:
+                        miss_at.append(i)
+                        first[i] = first[i] or "miss"
+                        continue
+                    f, ready, took = r
+                    if took:
+                        svc.hint(range_id, p, now)
+                    frames[i] = f
+                    w = max(0, ready - now)
+                    waits[i] = max(waits[i], w)
+                    first[i] = first[i] or ("late" if w else "hit")
+                if not miss_at:
+                    break
+                for f in frames:                 # release every pin before waiting
+                    if f is not None:
+                        self.unpin(f)
                 res = svc.miss_many([(range_id, chunk[i], ctl.HBF_OP_LOAD, now) for i in miss_at])
                 for i, x in zip(miss_at, res):
-                    if x.status != READY:
-                        for f in frames:
-                            if f is not None:
-                                self.unpin(f)
+                    if x.status == PENDING:
+                        self.c.retries += 1
+                    elif x.status != READY:
                         raise self._fail(x.status)
-                    r = pool.device_pin(range_id, chunk[i])
-                    if r is None:
-                        raise CapacityFailure("a page the service published was not mapped at the retry",
-                                              status="INTERNAL", range_id=range_id, page=chunk[i])
-                    frames[i], waits[i] = r[0], x.modeled_ns
-                    self.c.demand_waits += 1
-                    self.c.wait_ns += x.modeled_ns
+                    else:
+                        waits[i] = max(waits[i], x.modeled_ns)
+            else:
+                raise CapacityFailure("a round of accesses found no frames for all its lanes after 64 attempts (more lanes than frames?)", status="TIMEOUT")
             for i, f in enumerate(frames):
+                self.c.accesses += 1
+                if first[i] == "miss":
+                    self.c.demand_waits += 1
+                elif first[i] == "late":
+                    self.c.late_prefetch_waits += 1
+                else:
+                    self.c.no_wait += 1
+                self.c.wait_ns += waits[i]
                 if checksum:
                     d = pool.memory.read(f)
                     with np.errstate(over="ignore"):
@@ -186,4 +196,3 @@ class CapacityDevice:
         if checksum:
             out["checksum"] = int(total)
         return out
-

@@ -93,6 +93,10 @@ HB_CAP_DEV void hb_cap_unpin(const hbf_cap_range* r, uint32_t frame) {
 // The access: translate (hit) or miss, wait for the modeled read when the frame's data has not landed yet.
 // Returns the translated address with the frame pinned (the caller accesses it, then hb_cap_unpin), or 0 with
 // *status = the terminal status of a failed miss (the caller records it and exits, docs/design.md §3.4).
+// A warp never waits for a miss while it holds a pin: when any lane of the call misses, the lanes that hit
+// release their pins (no access has happened), the missing lanes post their requests and wait, and every lane
+// translates again (docs/design.md §3.6: else warps holding pins could take every frame while their misses
+// wait for one).
 extern "C" __device__ __noinline__ unsigned long long __hb_cap_access(const hbf_cap_range* r,
                                                                      unsigned long long addr, unsigned int op,
                                                                      unsigned int site, unsigned int* frame,
@@ -103,18 +107,24 @@ extern "C" __device__ __noinline__ unsigned long long __hb_cap_access(const hbf_
     for (;;) {
         uint64_t x, ready;
         const uint32_t h = hb_cap_pin(r, addr, store, &x, frame, &ready);
-        if (h != HB_CAP_MISS) {
-            if (h == HB_CAP_HIT_MARKED) __hb_cap_hint(addr, media, r->range_id, site);
+        if (h == HB_CAP_HIT_MARKED) __hb_cap_hint(addr, media, r->range_id, site);   // the marker is taken once
+        const uint32_t missing = __ballot_sync(__activemask(), h == HB_CAP_MISS);
+        if (missing == 0u) {
 #pragma unroll 1
             while (hb_now() < ready) {
             }
             *status = 1u;                                // HBF_ST_READY
             return x;
         }
-        const uint32_t s = __hb_cap_miss(addr, media, op, r->range_id, site);
-        if (s != 1u) {
-            *status = s;
-            return 0ull;
+        if (h != HB_CAP_MISS) {                          // release: nothing was accessed through it
+            hbf_cap_frame* fr = (hbf_cap_frame*)r->frames + *frame;
+            hb_atom_add_g32(&fr->pins, 0xFFFFFFFFu);
+        } else {
+            const uint32_t s = __hb_cap_miss(addr, media, op, r->range_id, site);
+            if (s != 1u) {
+                *status = s;
+                return 0ull;
+            }
         }
     }
 }

@@ -62,6 +62,7 @@ def test_the_protocol_is_in_the_ptx(built):
     assert "atom.relaxed.gpu.global.exch.b32" in body             # the marker: one taker posts the hint
     assert "ld.relaxed.gpu.global.u64" in body                    # the pte in one 64-bit load
     assert "%globaltimer" in body                                 # the wait for a frame still in flight
+    assert "vote.sync.ballot" in body                             # no lane waits for a miss holding a pin
 
 
 def test_not_wired_yet():

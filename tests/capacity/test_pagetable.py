@@ -4,13 +4,14 @@ bytes and out of place on the media."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from hbfcommon import ctl
 from hbfcommon.capacity import HBF_CAP_NO_FRAME, HBF_FR_EVICTING, HBF_FR_VALID
 from hbfcommon.status import RequestStatus
 from hbfd.capacity.backing import GeneratedStore, SparseFileStore, generated_pages
 from hbfd.capacity.device import CapacityDevice
-from hbfd.capacity.service import PENDING, READY, CapacityService
+from hbfd.capacity.service import PENDING, READY, CapacityFailure, CapacityService
 
 RW = ctl.HBF_PERM_READ | ctl.HBF_PERM_WRITE
 
@@ -185,3 +186,22 @@ def test_many_warps_faulting_the_same_and_neighbouring_pages(geom):
     out = dev.run_wide(1, np.arange(2048), width=32, gap_ns=5000, checksum=True)
     assert out["checksum"] == store.span_checksum(0, 2048)
     assert out["accesses"] == 2048 and int(svc.pool.frames["pins"].sum()) == 0
+
+
+def test_lanes_release_their_pins_before_waiting(geom):
+    """As many lanes in lockstep as frames: every lane is served (a lane that hit releases its pin while the
+    misses wait, so the misses can take frames); nothing stays pinned; the bytes are the store's. More lanes
+    than frames can never all be resident at once: a clear failure, not a hang."""
+    store = GeneratedStore(seed=8, pages=512)
+    pages = np.arange(480) % 300
+    svc = CapacityService(geom, 16)
+    svc.add_range(1, 512, 0, ctl.HBF_PERM_READ, store)
+    out = CapacityDevice(svc).run_wide(1, pages, width=16, gap_ns=1000, checksum=True)
+    assert out["checksum"] == sum(store.span_checksum(int(p), 1) for p in pages) % (1 << 64)
+    assert out["accesses"] == 480 and int(svc.pool.frames["pins"].sum()) == 0
+    svc = CapacityService(geom, 16)
+    svc.add_range(1, 512, 0, ctl.HBF_PERM_READ, store)
+    with pytest.raises(CapacityFailure) as ei:
+        CapacityDevice(svc).run_wide(1, pages, width=48, gap_ns=1000)
+    assert "more lanes than frames" in str(ei.value)
+    assert int(svc.pool.frames["pins"].sum()) == 0
