@@ -2,7 +2,8 @@
 
 A store serves whole 4 KiB pages by page index (0 .. ``pages`` - 1):
 
-* ``read_pages(first, n) -> (n, 4096) uint8``, ``write_page(page, data)``, ``flush()``, ``read_only``.
+* ``read_pages(first, n) -> (n, 4096) uint8``, ``read_many(pages) -> (len, 4096) uint8`` (any pages, in the
+  order given), ``write_page(page, data)``, ``flush()``, ``read_only``.
 * Every I/O failure raises :class:`BackingStoreError` (an ``HbfError``, code ``INTERNAL`` with the OS error
   in its fields); the service turns it into the terminal status IO_ERROR and keeps the dirty bytes.
 
@@ -40,6 +41,7 @@ class BackingStore(Protocol):
     name: str
 
     def read_pages(self, first: int, n: int) -> np.ndarray: ...
+    def read_many(self, pages: np.ndarray) -> np.ndarray: ...
     def write_page(self, page: int, data: np.ndarray) -> None: ...
     def flush(self) -> None: ...
     def close(self) -> None: ...
@@ -82,6 +84,19 @@ class SparseFileStore:
             raise BackingStoreError(f"short read from {self.path}: {len(b)} of {n * PAGE} bytes", path=str(self.path),
                                     first=first, n=n)
         return np.frombuffer(b, np.uint8).reshape(n, PAGE).copy()
+
+    def read_many(self, pages: np.ndarray) -> np.ndarray:
+        """Pages in the order given; runs of consecutive pages are one read."""
+        p = np.asarray(pages, np.int64)
+        out = np.empty((len(p), PAGE), np.uint8)
+        i = 0
+        while i < len(p):
+            j = i + 1
+            while j < len(p) and p[j] == p[j - 1] + 1:
+                j += 1
+            out[i:j] = self.read_pages(int(p[i]), j - i)
+            i = j
+        return out
 
     def write_page(self, page: int, data: np.ndarray) -> None:
         _check_span(self, page, 1)
@@ -137,6 +152,12 @@ class GeneratedStore:
     def read_pages(self, first: int, n: int) -> np.ndarray:
         _check_span(self, first, n)
         return generated_pages(self.seed, np.arange(first, first + n, dtype=np.uint64))
+
+    def read_many(self, pages: np.ndarray) -> np.ndarray:
+        p = np.asarray(pages, np.int64)
+        if len(p) and (p.min() < 0 or p.max() >= self.pages):
+            raise BackingStoreError(f"{self.name}: a page outside the store's {self.pages} pages", pages=self.pages)
+        return generated_pages(self.seed, p.astype(np.uint64))
 
     def write_page(self, page: int, data: np.ndarray) -> None:
         raise BackingStoreError(f"{self.name} is read-only: page {page} cannot be written back", page=page)

@@ -247,24 +247,28 @@ class CapacityService:
                 res[k] = MissResult(PENDING)
                 continue
             self.pool.begin_fill(frame, r.range_id, page, prefetch=not demand)
-            try:
-                data = r.store.read_pages(page, 1)[0]
-            except BackingStoreError as e:
-                self.pool.release_free(frame)
-                self._fail(RequestStatus.IO_ERROR, str(e), range_id=r.range_id, page=page)
-                break
             if ev is not None and ev.dirty:
                 vr = self.ranges[ev.range_id]
                 wb_of[len(reqs) + 1] = len(reqs)
                 reqs.append((arrival, vr.media_offset + ev.page * PAGE, PAGE, ctl.HBF_OP_STORE))
-            taken.append((k, frame, data, len(reqs)))
+            taken.append((k, frame, None, len(reqs)))
             reqs.append((arrival, r.media_offset + page * PAGE, PAGE, ctl.HBF_OP_LOAD))
         if taken and self.failure is None:
             pages = np.array([items[k][1] for k, *_ in taken], np.uint64)
-            want = page_checksums(pages, np.stack([d for _k, _f, d, _i in taken]))
+            data = np.empty((len(taken), PAGE), np.uint8)
+            by_range: dict[int, list[int]] = {}
+            for j, (k, *_rest) in enumerate(taken):
+                by_range.setdefault(items[k][0].range_id, []).append(j)
             try:
-                for _k, f, d, _i in taken:
-                    self.pool.memory.write(f, d)
+                for rid, js in by_range.items():       # one read per store (runs of pages in one call)
+                    data[js] = self.ranges[rid].store.read_many(pages[js].astype(np.int64))
+            except BackingStoreError as e:
+                self._fail(RequestStatus.IO_ERROR, str(e), range_id=rid)
+        if taken and self.failure is None:
+            want = page_checksums(pages, data)
+            try:
+                for j, (_k, f, _d, _i) in enumerate(taken):
+                    self.pool.memory.write(f, data[j])
                 got = page_checksums(pages, np.stack([self.pool.memory.read(f) for _k, f, _d, _i in taken])) \
                     if self.verify else want
             except (CopyFailed, OSError) as e:
