@@ -107,16 +107,19 @@ class MoeExperts(NoPrefetch):
       layer visit; ``guess_first``: at the visit's first expert, heads of other experts of this layer (each is
       one of the 3 of 15 still to come); ``guess_next``: once ``experts_per_token`` experts of the layer have
       started, heads of the next layer (each is one of its 4 of 16). ``guesses`` heads per event, not resident,
-      the most used first (ties: address order after the current expert, wrapping). Experts that hit entirely
-      in HBM are not seen by the host (hits stay on the GPU), so the count is a lower bound.
+      the most used first (ties: address order after the current expert, wrapping); ``head_pages`` pages of each
+      (2: the expert's second page is there too, so the rest, fetched at the head's first use, has one more
+      access of lead time). Experts that hit entirely in HBM are not seen by the host (hits stay on the GPU), so
+      the count is a lower bound.
     """
 
     pages_per_expert: int
     experts_per_layer: int
     experts_per_token: int = 0
-    guesses: int = 1
-    guess_first: bool = False
+    guesses: int = 2
+    guess_first: bool = True
     guess_next: bool = True
+    head_pages: int = 1
     name: str = "moe-experts"
     _uses: dict[int, int] = field(default_factory=dict)
     _visit: tuple[int, int] = (-1, 0)          # (layer, experts started in this visit)
@@ -126,6 +129,9 @@ class MoeExperts(NoPrefetch):
             v = getattr(self, f)
             if not isinstance(v, int) or v < 1:
                 raise ConfigError(f"MoeExperts needs {f} >= 1", field=f, value=v)
+        if not isinstance(self.head_pages, int) or not 1 <= self.head_pages <= self.pages_per_expert:
+            raise ConfigError("MoeExperts needs 1 <= head_pages <= pages_per_expert", field="head_pages",
+                              value=self.head_pages)
         for f in ("guesses", "experts_per_token"):
             v = getattr(self, f)
             if not isinstance(v, int) or v < 0:
@@ -134,7 +140,7 @@ class MoeExperts(NoPrefetch):
             raise ConfigError("MoeExperts guess_next needs experts_per_token (the router's top-k)",
                               field="experts_per_token", value=self.experts_per_token)
         self.name = (f"moe-experts-g{self.guesses}" + ("-first" if self.guess_first else "")
-                     + ("-next" if self.guess_next else ""))
+                     + ("-next" if self.guess_next else "") + (f"-h{self.head_pages}" if self.head_pages > 1 else ""))
 
     def _heads(self, view: RangeView, layer: int, after: int) -> list[int]:
         ppe, epl = self.pages_per_expert, self.experts_per_layer
@@ -144,7 +150,7 @@ class MoeExperts(NoPrefetch):
         cands = [layer0 + (after - layer0 + k) % epl for k in range(1, epl + 1)]
         cands = [e for e in cands if (e + 1) * ppe <= view.pages and not view.resident(e * ppe)]
         cands.sort(key=lambda e: -self._uses.get(e, 0))          # stable: address order breaks ties
-        return [e * ppe for e in cands[:self.guesses]]
+        return [e * ppe + i for e in cands[:self.guesses] for i in range(self.head_pages)]
 
     def _pages(self, view: RangeView, page: int) -> list[int]:
         ppe, epl = self.pages_per_expert, self.experts_per_layer
