@@ -5,7 +5,8 @@
 The stream (hbfd/capacity/streams.py): 4 tokens x 8 layers, 16 experts per layer, top-4, 8 pages per expert,
 std::mt19937_64(seed) + libstdc++ std::shuffle -- seed 5 is the paper's stream bit for bit (the reference
 implementation's readahead bench defaults; "1033 distinct pages" is its store size). 256 frames, media model
-ocp-sg1. Per policy (none, next-pages-8 = the paper's default, moe-experts-g2-first-next = ours), per compute gap
+ocp-sg1. Per policy (none, next-pages-8 = the paper's default, moe-experts-g2-first-next = ours, and ours with
+head_pages=2), per compute gap
 between accesses (1 ms: every prefetch lands before its use, the paper's accounting; 4 us and 500 ns: prefetches
 in the timing path can be late): accesses served without a media wait, demand waits, late prefetch waits, total
 media reads, prefetch reads used / never used, the modeled wait. Writes bench/results/capacity_moe.json.
@@ -35,7 +36,8 @@ from hbfd.capacity.streams import MoeStream, moe_stream  # noqa: E402
 from hbfd.media import MediaGeometry  # noqa: E402
 
 POLICIES = {"none": lambda: NoPrefetch(), "default": lambda: NextPages(8),
-            "moe": lambda: MoeExperts(8, 16, 4, guesses=2, guess_first=True, guess_next=True)}
+            "moe": lambda: MoeExperts(8, 16, 4, guesses=2, guess_first=True, guess_next=True),
+            "moe-h2": lambda: MoeExperts(8, 16, 4, guesses=2, guess_first=True, guess_next=True, head_pages=2)}
 FRAMES, STORE_PAGES = 256, 1033
 
 
