@@ -82,20 +82,47 @@ def _ns() -> int:
     return time.perf_counter_ns()
 
 
+# the permission an access needs (as hb_perm_needed in the device helpers)
+PERM_NEEDED = {ctl.HBF_OP_LOAD: ctl.HBF_PERM_READ, ctl.HBF_OP_CPASYNC: ctl.HBF_PERM_READ,
+               ctl.HBF_OP_STORE: ctl.HBF_PERM_WRITE, ctl.HBF_OP_ATOMIC: ctl.HBF_PERM_ATOMIC}
+
+
+@dataclass(frozen=True)
+class CapacityOptions:
+    """The service's options, validated once. ``n_frames``: the frame pool (>= 32: one warp instruction's pages
+    must fit, docs/design.md §3.6; smaller pools are for tests); ``verify``: read every fill back from its frame
+    and every write-back back from its store and compare checksums; ``max_prefetch``: pages per policy event;
+    ``touch_resident``: a resident page a policy asks for gets its CLOCK bit."""
+
+    n_frames: int
+    verify: bool = True
+    max_prefetch: int = 64
+    touch_resident: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n_frames, int) or isinstance(self.n_frames, bool) or self.n_frames < 1:
+            raise ConfigError("capacity: n_frames must be an integer >= 1", field="n_frames", value=self.n_frames)
+        if not isinstance(self.max_prefetch, int) or self.max_prefetch < 0:
+            raise ConfigError("capacity: max_prefetch must be an integer >= 0", field="max_prefetch",
+                              value=self.max_prefetch)
+        for f in ("verify", "touch_resident"):
+            if not isinstance(getattr(self, f), bool):
+                raise ConfigError(f"capacity: {f} must be true or false", field=f, value=getattr(self, f))
+
+
 class CapacityService:
     def __init__(self, geometry: MediaGeometry, n_frames: int, policy: PrefetchPolicy | None = None, *,
                  verify: bool = True, max_prefetch: int = 64, engine: MediaEngine | None = None,
                  frame_memory=None, touch_resident: bool = True) -> None:
+        self.options = o = CapacityOptions(n_frames, verify, max_prefetch, touch_resident)
         self.geometry = geometry
         self.engine = engine if engine is not None else MediaEngine(geometry)
-        self.pool = FramePool(n_frames, frame_memory)
+        self.pool = FramePool(o.n_frames, frame_memory)
         self.policy: PrefetchPolicy = policy if policy is not None else NoPrefetch()
         if not isinstance(self.policy, PrefetchPolicy):
             raise ConfigError("a prefetch policy needs name, on_miss, on_prefetch_hit and on_evict "
                               "(hbfd.capacity.prefetch.PrefetchPolicy)", policy=type(policy).__name__)
-        self.verify = verify
-        self.max_prefetch = max_prefetch
-        self.touch_resident = touch_resident
+        self.verify, self.max_prefetch, self.touch_resident = o.verify, o.max_prefetch, o.touch_resident
         self.ranges: dict[int, CapacityRange] = {}
         self.failure: tuple[int, str] | None = None      # (status, reason): terminal, first wins
         self._ids = 0
@@ -341,8 +368,7 @@ class CapacityService:
                 out[k] = self._fail(RequestStatus.UNSUPPORTED, f"miss outside every capacity range: range "
                                     f"{range_id} page {page}", range_id=range_id, page=page)
                 break
-            need = {ctl.HBF_OP_LOAD: ctl.HBF_PERM_READ, ctl.HBF_OP_CPASYNC: ctl.HBF_PERM_READ,
-                    ctl.HBF_OP_STORE: ctl.HBF_PERM_WRITE, ctl.HBF_OP_ATOMIC: ctl.HBF_PERM_ATOMIC}.get(op)
+            need = PERM_NEEDED.get(op)
             if need is None or not r.perms & need:
                 out[k] = self._fail(RequestStatus.UNSUPPORTED, f"op {op} on range {range_id} (perms {r.perms}) is "
                                     "not permitted", range_id=range_id, op=op)
@@ -467,7 +493,7 @@ class CapacityService:
         svc_s = n["service_ns"] / 1e9
         filled = n["fills"]
         return {
-            "policy": self.policy.name, "frames": self.pool.n,
+            "policy": self.policy.name, "frames": self.pool.n, "options": dict(self.options.__dict__),
             "counters": n,
             "media_reads": n["demand_reads"] + n["prefetch_reads"],
             "prefetch_wasted_total": n["prefetch_wasted"] + unused,

@@ -129,3 +129,11 @@ def test_an_access_the_range_does_not_permit_ends_the_run(geom):
         svc.add_range(3, 8, 1 << 20, RW, GeneratedStore(1, 8))
     with pytest.raises(ConfigError):                    # a store smaller than its range
         svc.add_range(4, 8, 1 << 21, ctl.HBF_PERM_READ, GeneratedStore(1, 4))
+
+
+def test_bad_options_are_clear_errors(geom):
+    for kw in ({"n_frames": 0}, {"n_frames": 4, "max_prefetch": -1}, {"n_frames": 4, "verify": "yes"}):
+        n = kw.pop("n_frames")
+        with pytest.raises(ConfigError) as ei:
+            CapacityService(geom, n, **kw)
+        assert "capacity:" in str(ei.value)
