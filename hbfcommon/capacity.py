@@ -39,16 +39,27 @@ WORDS_PER_PAGE = HBF_CAP_PAGE_BYTES // 8
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def splitmix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer on uint64 (wrapping), elementwise."""
+def splitmix64(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
+    """splitmix64's finalizer on uint64 (wrapping), elementwise; in place on ``out`` when given (``out`` may be
+    ``x``). One scratch array, no other temporaries."""
+    if out is None:
+        z = x.astype(np.uint64)                 # a copy
+    elif out is x:
+        z = x
+    else:
+        np.copyto(out, x)
+        z = out
+    t = np.empty_like(z)
     with np.errstate(over="ignore"):
-        z = x.astype(np.uint64, copy=True)
         z += _GOLDEN
-        z ^= z >> np.uint64(30)
+        np.right_shift(z, np.uint64(30), out=t)
+        z ^= t
         z *= np.uint64(0xBF58476D1CE4E5B9)
-        z ^= z >> np.uint64(27)
+        np.right_shift(z, np.uint64(27), out=t)
+        z ^= t
         z *= np.uint64(0x94D049BB133111EB)
-        z ^= z >> np.uint64(31)
+        np.right_shift(z, np.uint64(31), out=t)
+        z ^= t
     return z
 
 
@@ -58,10 +69,12 @@ def page_checksums(pages: np.ndarray, data: np.ndarray) -> np.ndarray:
     another page's place give another sum) and additive: a span's checksum is the wrapping sum of its
     pages' (:func:`span_checksum`), so spans can be summed in any chunks."""
     d = np.ascontiguousarray(data, np.uint8).reshape(len(pages), HBF_CAP_PAGE_BYTES).view("<u8")
-    idx = (np.asarray(pages, np.uint64)[:, None] * np.uint64(WORDS_PER_PAGE)
-           + np.arange(WORDS_PER_PAGE, dtype=np.uint64)[None, :])
+    z = np.asarray(pages, np.uint64)[:, None] * np.uint64(WORDS_PER_PAGE) \
+        + np.arange(WORDS_PER_PAGE, dtype=np.uint64)[None, :]
     with np.errstate(over="ignore"):
-        return splitmix64(d ^ (idx * _GOLDEN)).sum(axis=1, dtype=np.uint64)
+        z *= _GOLDEN
+        z ^= d
+        return splitmix64(z, out=z).sum(axis=1, dtype=np.uint64)
 
 
 def span_checksum(pages: np.ndarray, data: np.ndarray) -> int:
