@@ -25,7 +25,10 @@
  *   atomicAdd(&f.pins, 1); fence.sc.gpu; if f.state != VALID || f.generation != e.generation -> unpin, miss.
  *   referenced = 1; (store/atomic: dirty = 1); marker: atomicExch -> HINT; the access's future is
  *   max(now, f.ready_ns) (a prefetched frame whose modeled read has not landed yet is waited for);
- *   the access uses frame_data + frame * 4096 + offset; unpin (atomicSub) after the access has executed.
+ *   the access uses frame_data + frame * 4096 + offset; unpin after the access has executed (a release
+ *   reduction at system scope: its bytes are visible before the host can see pins drop). A warp never waits
+ *   for a miss while it holds a pin: if any lane misses, the lanes that hit unpin, the misses are posted, and
+ *   every lane translates again (runtime_cuda/src/hbf_capacity.cuh).
  * Host eviction: state = EVICTING; fence.sc.sys; read pins: != 0 -> state = VALID, next victim (never
  *   evicts a pinned frame). Else pte = {NO_FRAME, 0}; generation += 1; a dirty frame's 4096 bytes are
  *   written back (out of place on the media), and only then is the frame reused. The two fences make
