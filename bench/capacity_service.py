@@ -9,6 +9,8 @@ eviction pressure whose final bytes must equal a native run's.
   one scan: one media batch); the served bytes' checksum against GeneratedStore.span_checksum (from the seed alone); per rep
   the host's miss-service throughput (pages and GB filled per second of service_ns) and modeled_ns / wall_ns /
   service_ns / overhead_ns. Medians and ranges over ``reps``.
+* paper110: the paper's capacity check at its address-space scale (110 GiB logical on a sparse file, 512 frames
+  = 2 MiB): the first and last 64 pages written through the frames, evicted, read back: 128 checksums vs native.
 * rw: a sparse backing file of ``rw_pages`` pages through ``rw_frames`` frames, 4 warps with interleaved pins,
   50 % stores of 8 B, hot and spread pages; the final file equals a plain array updated the same way (native).
 Media model: ocp-sg1. Writes bench/results/capacity_service.json. Host only: no GPU, no PCIe copies; a frame
@@ -32,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hbfcommon import ctl  # noqa: E402
+from hbfcommon.capacity import span_checksum  # noqa: E402
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 from hbfcommon.profile import load_profile  # noqa: E402
 from hbfd.capacity.backing import GeneratedStore, SparseFileStore  # noqa: E402
@@ -105,6 +108,43 @@ def rw(geom, pages, frames, steps, seed=7):
             "media_programs": rep["media"]["programs"], "write_amplification": rep["media"]["write_amplification"]}
 
 
+def paper110(geom, frames=512, region_pages=64, seed=11):
+    """The paper's capacity check at its scale of address space, on the CPU: a 110 GiB logical range on a sparse
+    file through ``frames`` frames; the first and last ``region_pages`` pages written through the frames (8 B
+    stores at random offsets), everything evicted by a stream through the middle, then the 128 pages' checksums
+    read back through the frames against a native array updated the same way."""
+    pages = (110 << 30) // 4096
+    rng = np.random.default_rng(seed)
+    with tempfile.TemporaryDirectory() as d:
+        store = SparseFileStore(Path(d) / "cap110.bin", pages)
+        svc = CapacityService(geom, frames)
+        svc.add_range(1, pages, 0, ctl.HBF_PERM_READ | ctl.HBF_PERM_WRITE, store)
+        dev = CapacityDevice(svc)
+        regions = list(range(region_pages)) + list(range(pages - region_pages, pages))
+        native = {p: np.zeros(4096, np.uint8) for p in regions}
+        t = 0
+        for _ in range(4):
+            for p in regions:
+                off = int(rng.integers(0, 4096 - 8))
+                val = rng.integers(0, 256, 8, dtype=np.uint8)
+                t += 1000
+                t += dev.store(1, p, off, val, t).wait_ns
+                native[p][off:off + 8] = val
+        t = dev.run(1, np.arange(pages // 2, pages // 2 + 4 * frames), gap_ns=1000, t0_ns=t)["end_ns"]
+        equal = 0
+        for p in regions:
+            t += 10**6
+            data, _a = dev.load(1, p, t)
+            pg = np.array([p], np.uint64)
+            equal += int(span_checksum(pg, data[None, :]) == span_checksum(pg, native[p][None, :]))
+        rep = svc.close()
+        disk = Path(d, "cap110.bin").stat().st_blocks * 512
+    c = rep["counters"]
+    return {"logical_bytes": pages * 4096, "frames": frames, "frame_bytes": frames * 4096, "checksums": len(regions),
+            "checksums_equal": equal, "writebacks": c["writebacks"], "evictions": c["evictions"],
+            "sparse_file_disk_bytes": disk}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pages", type=int, default=32768)
@@ -136,6 +176,8 @@ def main() -> int:
         summary[name]["checksums_equal"] = all(r["checksum_equal"] for r in rs)
     rwr = rw(geom, a.rw_pages, a.rw_frames, a.rw_steps)
     print("rw:", rwr)
+    p110 = paper110(geom)
+    print("paper110:", p110)
     doc = {"what": "issue 16: capacity-mode host service on the CPU: miss-service throughput, the four times, "
                    "generated data vs CPU checksum, read-write under eviction vs native",
            "date": datetime.date.today().isoformat(), "card": "CPU (this 2-core box)", "host": platform.node(),
@@ -143,7 +185,7 @@ def main() -> int:
                                     text=True).stdout.strip(),
            "command": " ".join(["bench/capacity_service.py"] + sys.argv[1:]), "profile": f"ocp-sg1 ({prof.sha256[:12]})",
            "note": "host path only (no GPU, no PCIe copies): a frame copy is a memcpy",
-           "summary": summary, "rows": rows, "rw": rwr}
+           "summary": summary, "rows": rows, "rw": rwr, "paper110": p110}
     atomic_write_json(a.out, doc, end="\n")
     print("->", a.out)
     return 0
