@@ -251,6 +251,15 @@ def selection(ranges: Sequence[D.DevRange], info: KernelInfo | None, spans: list
     return True, f"reaches no range ({rule})"
 
 
+
+def capacity_not_built(ptr: int, nbytes: int) -> RangeError:
+    """The error of a capacity-range registration through the GPU runtime while the device path does not exist
+    (docs/design.md §3.6, issue 16)."""
+    return RangeError("capacity ranges cannot be registered through the GPU runtime yet: the device path "
+                      "(page-table translation and the miss path in rewritten kernels) is not built; the host "
+                      "service is hbfd.capacity (docs/capacity.md)", code=ErrorCode.UNSUPPORTED,
+                      base=hex(int(ptr)), nbytes=int(nbytes), mode="capacity")
+
 class Session:
     """One attachment of this process to hbfd (see attach())."""
 
@@ -412,6 +421,8 @@ class Session:
     def _register(self, ptr: int, nbytes: int, mode: int, perms: int, page_bytes: int, stream: int,
                   label: str, flag_class: int = 0):
         self._ensure_open()
+        if int(mode) == C.HBF_MODE_CAPACITY:
+            raise capacity_not_built(ptr, nbytes)
         if nbytes <= 0:
             raise RangeError("zero-length range", code=ErrorCode.RANGE_ZERO_LENGTH, base=hex(ptr))
         pb = self.client.pb
@@ -426,6 +437,13 @@ class Session:
         """Charge every access to [ptr, ptr+nbytes) the modeled HBF service. Returns the Range
         hbfd assigned (range_id, media_offset)."""
         return self._register(ptr, nbytes, C.HBF_MODE_TIMING, perms, page_bytes, stream, label)
+
+    def register_capacity_range(self, ptr: int, nbytes: int, perms: int = C.HBF_PERM_READ, *, label: str = "",
+                                **_kw: Any):
+        """Capacity mode's device half is not built: refused here, at registration, with UNSUPPORTED (never
+        accepted and then refused at the first access). The host half is hbfd.capacity (docs/capacity.md)."""
+        self._ensure_open()
+        raise capacity_not_built(ptr, nbytes)
 
     # Flag ranges are eidola's: they live in an eidola Replay's device state (hbf_eidola_state
     # flag_ranges, the table the flags pass's loads are classified against). A session reaches

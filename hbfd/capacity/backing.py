@@ -1,0 +1,189 @@
+"""Backing stores of capacity ranges: where a page lives when no frame holds it.
+
+A store serves whole 4 KiB pages by page index (0 .. ``pages`` - 1):
+
+* ``read_pages(first, n) -> (n, 4096) uint8``, ``read_many(pages) -> (len, 4096) uint8`` (any pages, in the
+  order given), ``write_page(page, data)``, ``flush()``, ``read_only``.
+* Every I/O failure raises :class:`BackingStoreError` (an ``HbfError``, code ``INTERNAL`` with the OS error
+  in its fields); the service turns it into the terminal status IO_ERROR and keeps the dirty bytes.
+
+Two stores:
+
+* :class:`SparseFileStore`: a file of ``pages * 4096`` bytes created sparse (``ftruncate``: pages never written
+  read as zeros and take no disk), ``pread``/``pwrite`` of whole pages, ``fsync`` at ``flush``.
+* :class:`GeneratedStore`: read-only data whose content is a pure function of (seed, page)
+  (:func:`generated_pages`, vectorized numpy), so weights far larger than disk and GPU memory can be served
+  and checked: :meth:`GeneratedStore.span_checksum` computes any span's checksum from the seed, never from
+  what a frame held.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE, WORDS_PER_PAGE, page_checksums, splitmix64
+from hbfcommon.errors import ConfigError, ErrorCode, HbfError
+
+
+class BackingStoreError(HbfError):
+    """A backing store's I/O failed (the service's terminal IO_ERROR)."""
+
+    code = ErrorCode.INTERNAL
+
+
+@runtime_checkable
+class BackingStore(Protocol):
+    pages: int
+    read_only: bool
+    name: str
+
+    def read_pages(self, first: int, n: int) -> np.ndarray: ...
+    def read_many(self, pages: np.ndarray) -> np.ndarray: ...
+    def write_page(self, page: int, data: np.ndarray) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def _check_span(store, first: int, n: int) -> None:
+    if first < 0 or n < 1 or first + n > store.pages:
+        raise BackingStoreError(f"{store.name}: pages [{first}, {first + n}) outside the store's {store.pages} pages",
+                                first=first, n=n, pages=store.pages)
+
+
+class SparseFileStore:
+    """A sparse file of ``pages`` 4 KiB pages (created if missing, never truncated if larger)."""
+
+    read_only = False
+
+    def __init__(self, path: str | os.PathLike, pages: int, *, create: bool = True) -> None:
+        if not isinstance(pages, int) or pages < 1:
+            raise ConfigError("a sparse backing file needs pages >= 1", field="pages", value=pages)
+        self.path = Path(path)
+        self.pages = pages
+        self.name = f"sparse-file:{self.path}"
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        try:
+            self._fd = os.open(self.path, flags, 0o600)
+            if os.fstat(self._fd).st_size < pages * PAGE:
+                os.ftruncate(self._fd, pages * PAGE)
+        except OSError as e:
+            raise BackingStoreError(f"cannot open the backing file {self.path}: {e.strerror}", path=str(self.path),
+                                    errno=e.errno) from e
+
+    def read_pages(self, first: int, n: int) -> np.ndarray:
+        _check_span(self, first, n)
+        try:
+            b = os.pread(self._fd, n * PAGE, first * PAGE)
+        except OSError as e:
+            raise BackingStoreError(f"read of pages [{first}, {first + n}) from {self.path} failed: {e.strerror}",
+                                    path=str(self.path), errno=e.errno, first=first, n=n) from e
+        if len(b) != n * PAGE:
+            raise BackingStoreError(f"short read from {self.path}: {len(b)} of {n * PAGE} bytes", path=str(self.path),
+                                    first=first, n=n)
+        return np.frombuffer(b, np.uint8).reshape(n, PAGE).copy()
+
+    def read_many(self, pages: np.ndarray) -> np.ndarray:
+        """Pages in the order given; runs of consecutive pages are one read."""
+        p = np.asarray(pages, np.int64)
+        out = np.empty((len(p), PAGE), np.uint8)
+        i = 0
+        while i < len(p):
+            j = i + 1
+            while j < len(p) and p[j] == p[j - 1] + 1:
+                j += 1
+            out[i:j] = self.read_pages(int(p[i]), j - i)
+            i = j
+        return out
+
+    def write_page(self, page: int, data: np.ndarray) -> None:
+        _check_span(self, page, 1)
+        buf = np.ascontiguousarray(data, np.uint8).tobytes()
+        if len(buf) != PAGE:
+            raise BackingStoreError(f"a page write needs {PAGE} bytes, got {len(buf)}", page=page)
+        try:
+            w = os.pwrite(self._fd, buf, page * PAGE)
+        except OSError as e:
+            raise BackingStoreError(f"write of page {page} to {self.path} failed: {e.strerror}", path=str(self.path),
+                                    errno=e.errno, page=page) from e
+        if w != PAGE:
+            raise BackingStoreError(f"short write to {self.path}: {w} of {PAGE} bytes", path=str(self.path), page=page)
+
+    def flush(self) -> None:
+        try:
+            os.fsync(self._fd)
+        except OSError as e:
+            raise BackingStoreError(f"fsync of {self.path} failed: {e.strerror}", path=str(self.path),
+                                    errno=e.errno) from e
+
+    def allocated_bytes(self) -> int:
+        """Disk the file really takes (a sparse file: only the pages written)."""
+        return os.fstat(self._fd).st_blocks * 512
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def generated_pages(seed: int, pages: np.ndarray) -> np.ndarray:
+    """The content of generated pages: word i of page p is splitmix64(seed * 2^32 ^ (p * 512 + i)) (little
+    endian), as (n, 4096) uint8. Pure function of (seed, page)."""
+    p = np.asarray(pages, np.uint64)
+    idx = p[:, None] * np.uint64(WORDS_PER_PAGE) + np.arange(WORDS_PER_PAGE, dtype=np.uint64)[None, :]
+    with np.errstate(over="ignore"):
+        idx ^= np.uint64(seed & 0xFFFFFFFF) << np.uint64(32)
+        words = splitmix64(idx, out=idx)
+    return words.astype("<u8", copy=False).view(np.uint8).reshape(len(p), PAGE)
+
+
+class GeneratedStore:
+    """Read-only pages generated from ``seed`` (no disk); ``pages`` may be far beyond disk or GPU memory."""
+
+    read_only = True
+
+    def __init__(self, seed: int, pages: int) -> None:
+        if not isinstance(pages, int) or pages < 1:
+            raise ConfigError("a generated store needs pages >= 1", field="pages", value=pages)
+        self.seed, self.pages = int(seed), pages
+        self.name = f"generated:seed={self.seed}"
+
+    def read_pages(self, first: int, n: int) -> np.ndarray:
+        _check_span(self, first, n)
+        return generated_pages(self.seed, np.arange(first, first + n, dtype=np.uint64))
+
+    def read_many(self, pages: np.ndarray) -> np.ndarray:
+        p = np.asarray(pages, np.int64)
+        if len(p) and (p.min() < 0 or p.max() >= self.pages):
+            raise BackingStoreError(f"{self.name}: a page outside the store's {self.pages} pages", pages=self.pages)
+        return generated_pages(self.seed, p.astype(np.uint64))
+
+    def write_page(self, page: int, data: np.ndarray) -> None:
+        raise BackingStoreError(f"{self.name} is read-only: page {page} cannot be written back", page=page)
+
+    def flush(self) -> None:
+        return None
+
+    def span_checksum(self, first: int, n: int, *, chunk_pages: int = 4096, jobs: int = 1) -> int:
+        """The checksum (hbfcommon.capacity.span_checksum) of pages [first, first + n), from the seed alone.
+        ``jobs`` > 1: chunks summed in that many processes (the sum is additive, so the result is the same)."""
+        _check_span(self, first, n)
+        spans = [(lo, min(chunk_pages, first + n - lo)) for lo in range(first, first + n, chunk_pages)]
+        if jobs > 1 and len(spans) > 1:
+            from concurrent.futures import ProcessPoolExecutor
+            with ProcessPoolExecutor(min(jobs, len(spans))) as ex:
+                parts = list(ex.map(_generated_checksum, [self.seed] * len(spans), *zip(*spans)))
+        else:
+            parts = [_generated_checksum(self.seed, lo, k) for lo, k in spans]
+        return sum(parts) % (1 << 64)
+
+    def close(self) -> None:
+        return None
+
+
+def _generated_checksum(seed: int, first: int, n: int) -> int:
+    pg = np.arange(first, first + n, dtype=np.uint64)
+    return int(page_checksums(pg, generated_pages(seed, pg)).sum(dtype=np.uint64))
+

@@ -1,0 +1,198 @@
+"""The GPU's side of capacity mode, on the CPU: what a rewritten access to a capacity range does (the hit path of
+hbf_capacity.h, the miss request, the hint), driving :class:`~hbfd.capacity.service.CapacityService` as the
+device would. Tests and the bench use it; the device half itself (hbfcc + a device helper) is not built.
+
+An access at time ``now_ns`` (GPU clock): pin through the page table; a hit uses the frame (its wait is
+``ready_ns - now`` when a prefetched frame's modeled read has not landed yet, else none) and posts a hint when it
+takes a prefetch marker; a miss sends the miss request, waits its ``modeled_ns``, and retries the hit path (as
+the device re-reads the pte after the completion). Counts, per run: accesses, hits without a media wait, demand
+waits (misses), late prefetch hits (a wait on a prefetched frame still in flight), and their modeled wait.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hbfcommon import ctl
+from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE, span_checksum
+from hbfcommon.status import RequestStatus
+
+from .service import READY, PENDING, CapacityFailure, CapacityService
+
+
+@dataclass
+class DeviceCounters:
+    accesses: int = 0
+    no_wait: int = 0              # hits whose frame was ready: served without a media wait
+    demand_waits: int = 0         # misses: the access waited for a demand read
+    late_prefetch_waits: int = 0  # hits on a prefetched frame whose read had not landed yet
+    wait_ns: int = 0              # modeled time accesses waited (demand + late)
+    retries: int = 0              # misses answered PENDING (every frame pinned) and asked again
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["no_wait_fraction"] = self.no_wait / self.accesses if self.accesses else None
+        d["waits"] = self.demand_waits + self.late_prefetch_waits
+        return d
+
+
+@dataclass
+class Access:
+    frame: int
+    wait_ns: int
+    kind: str                     # "hit", "late", "miss"
+
+
+@dataclass
+class CapacityDevice:
+    svc: CapacityService
+    c: DeviceCounters = field(default_factory=DeviceCounters)
+
+    def _fail(self, status: int) -> CapacityFailure:
+        reason = self.svc.failure[1] if self.svc.failure else ""
+        return CapacityFailure(f"capacity access ended the run: {RequestStatus(status).name}: {reason}",
+                               status=RequestStatus(status).name)
+
+    def pin(self, range_id: int, page: int, op: int, now_ns: int) -> Access:
+        """The access's translation: returns the frame PINNED (call :meth:`unpin` after using it)."""
+        store = op in (ctl.HBF_OP_STORE, ctl.HBF_OP_ATOMIC)
+        pool = self.svc.pool
+        self.c.accesses += 1
+        r = pool.device_pin(range_id, page, store=store)
+        if r is not None:
+            f, ready, took = r
+            if took:
+                self.svc.hint(range_id, page, now_ns)
+            w = max(0, ready - now_ns)
+            if w:
+                self.c.late_prefetch_waits += 1
+                self.c.wait_ns += w
+                return Access(f, w, "late")
+            self.c.no_wait += 1
+            return Access(f, 0, "hit")
+        for _ in range(1000):
+            res = self.svc.miss(range_id, page, op, now_ns)
+            if res.status != PENDING:
+                break
+            self.c.retries += 1
+        if res.status != READY:
+            raise self._fail(res.status)
+        r = pool.device_pin(range_id, page, store=store)
+        if r is None:                           # published pages stay mapped until the access unpins
+            raise CapacityFailure("a page the service published was not mapped at the retry",
+                                  status="INTERNAL", range_id=range_id, page=page)
+        self.c.demand_waits += 1
+        self.c.wait_ns += res.modeled_ns
+        return Access(r[0], res.modeled_ns, "miss")
+
+    def unpin(self, frame: int) -> None:
+        self.svc.pool.device_unpin(frame)
+
+    def load(self, range_id: int, page: int, now_ns: int, op: int = ctl.HBF_OP_LOAD) -> tuple[np.ndarray, Access]:
+        a = self.pin(range_id, page, op, now_ns)
+        try:
+            return self.svc.pool.memory.read(a.frame), a
+        finally:
+            self.unpin(a.frame)
+
+    def store(self, range_id: int, page: int, offset: int, data: bytes | np.ndarray, now_ns: int) -> Access:
+        a = self.pin(range_id, page, ctl.HBF_OP_STORE, now_ns)
+        try:
+            b = np.frombuffer(bytes(data), np.uint8) if not isinstance(data, np.ndarray) else data.astype(np.uint8)
+            if offset < 0 or offset + len(b) > PAGE:
+                raise ValueError("a store stays inside its page")
+            m = self.svc.pool.memory
+            page_bytes = m.read(a.frame)
+            page_bytes[offset:offset + len(b)] = b
+            m.write(a.frame, page_bytes)
+            return a
+        finally:
+            self.unpin(a.frame)
+
+    def run(self, range_id: int, pages, *, gap_ns: int, t0_ns: int = 0, checksum: bool = False) -> dict:
+        """Replay a page stream as one warp would: ``gap_ns`` of compute before each access, then the access
+        (its wait advances the clock). Returns the device counters (+ the served bytes' checksum)."""
+        now = t0_ns
+        total = np.uint64(0)
+        for p in np.asarray(pages, np.int64).tolist():
+            now += gap_ns
+            if checksum:
+                data, a = self.load(range_id, p, now)
+                with np.errstate(over="ignore"):
+                    total += np.uint64(span_checksum(np.array([p], np.uint64), data[None, :]))
+            else:
+                a = self.pin(range_id, p, ctl.HBF_OP_LOAD, now)
+                self.unpin(a.frame)
+            now += a.wait_ns
+        out = self.c.as_dict() | {"end_ns": now}
+        if checksum:
+            out["checksum"] = int(total)
+        return out
+
+    def run_wide(self, range_id: int, pages, *, width: int, gap_ns: int, t0_ns: int = 0,
+                 checksum: bool = False) -> dict:
+        """Replay a page stream as ``width`` lanes (warps) in lockstep would: each round the next ``width`` pages
+        are accessed at the same time. The device rule: **a warp never waits for a miss while it holds a pin**
+        (that could pin every frame while the misses wait for one): when any lane misses, the lanes that hit
+        unpin, the misses go to the host as one ring scan (``miss_many``), and every lane translates again.
+        The round ends with its longest wait. Loads only."""
+        pool, svc = self.svc.pool, self.svc
+        now = t0_ns
+        total = np.uint64(0)
+        pages = np.asarray(pages, np.int64)
+        for lo in range(0, len(pages), width):
+            now += gap_ns
+            chunk = pages[lo:lo + width].tolist()
+            first = [None] * len(chunk)          # each access's first outcome: "hit", "late" or "miss"
+            waits = [0] * len(chunk)
+            for _attempt in range(64):
+                frames: list[int | None] = [None] * len(chunk)
+                miss_at = []
+                for i, p in enumerate(chunk):
+                    r = pool.device_pin(range_id, p)
+                    if r is None:
+                        miss_at.append(i)
+                        first[i] = first[i] or "miss"
+                        continue
+                    f, ready, took = r
+                    if took:
+                        svc.hint(range_id, p, now)
+                    frames[i] = f
+                    w = max(0, ready - now)
+                    waits[i] = max(waits[i], w)
+                    first[i] = first[i] or ("late" if w else "hit")
+                if not miss_at:
+                    break
+                for f in frames:                 # release every pin before waiting
+                    if f is not None:
+                        self.unpin(f)
+                res = svc.miss_many([(range_id, chunk[i], ctl.HBF_OP_LOAD, now) for i in miss_at])
+                for i, x in zip(miss_at, res):
+                    if x.status == PENDING:
+                        self.c.retries += 1
+                    elif x.status != READY:
+                        raise self._fail(x.status)
+                    else:
+                        waits[i] = max(waits[i], x.modeled_ns)
+            else:
+                raise CapacityFailure("a round of accesses found no frames for all its lanes after 64 attempts (more lanes than frames?)", status="TIMEOUT")
+            for i, f in enumerate(frames):
+                self.c.accesses += 1
+                if first[i] == "miss":
+                    self.c.demand_waits += 1
+                elif first[i] == "late":
+                    self.c.late_prefetch_waits += 1
+                else:
+                    self.c.no_wait += 1
+                self.c.wait_ns += waits[i]
+                if checksum:
+                    d = pool.memory.read(f)
+                    with np.errstate(over="ignore"):
+                        total += np.uint64(span_checksum(np.array([chunk[i]], np.uint64), d[None, :]))
+                self.unpin(f)
+            now += max(waits)
+        out = self.c.as_dict() | {"end_ns": now}
+        if checksum:
+            out["checksum"] = int(total)
+        return out

@@ -1,0 +1,263 @@
+"""The frame pool and the page tables: the device-memory state of capacity mode, as numpy arrays in the exact
+layout of runtime_cuda/include/hbf_capacity.h (``hbfcommon.capacity``), with both sides of its protocol.
+
+* The **host side** (hbfd's capacity service) owns ``state``, ``generation``, the page-table entries, and the
+  CLOCK sweep: :meth:`FramePool.take_free`, :meth:`FramePool.begin_eviction` / ``cancel_eviction`` /
+  ``complete_eviction``, :meth:`FramePool.publish`.
+* The **device side** (what the rewritten access does on the GPU; here :meth:`FramePool.device_pin` /
+  :meth:`FramePool.device_unpin`, driven by tests and the bench as the GPU would) touches only ``pins``,
+  ``dirty``, ``referenced`` and ``marker``, exactly as the header's table says.
+
+Eviction never takes a frame with pins != 0: the host marks it EVICTING, then reads pins; the device pins,
+then re-reads state and generation (the two fences of the header make the two outcomes exclusive). The pool is
+single-threaded Python: the interleavings the tests drive are the device's possible orders.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hbfcommon import capacity as cap
+from hbfcommon.capacity import HBF_CAP_NO_FRAME as NO_FRAME
+from hbfcommon.errors import ConfigError, ErrorCode, HbfError
+
+PAGE = cap.HBF_CAP_PAGE_BYTES
+FREE, FILLING, VALID, DIRTY, EVICTING = (cap.HBF_FR_FREE, cap.HBF_FR_FILLING, cap.HBF_FR_VALID, cap.HBF_FR_DIRTY,
+                                         cap.HBF_FR_EVICTING)
+
+
+class CopyFailed(HbfError):
+    """A copy between the host and a frame failed (the service's terminal COPY_ERROR)."""
+
+    code = ErrorCode.INTERNAL
+
+
+class FrameMemory:
+    """The frames' bytes: ``n_frames`` x 4096 (on the GPU: the pool's device allocation, copied with
+    cuMemcpy; here host memory). ``write(frame, data)`` / ``read(frame)`` raise :class:`CopyFailed`."""
+
+    def __init__(self, n_frames: int) -> None:
+        self.data = np.zeros((n_frames, PAGE), np.uint8)
+
+    def write(self, frame: int, data: np.ndarray) -> None:
+        self.data[frame] = data
+
+    def read(self, frame: int) -> np.ndarray:
+        return self.data[frame].copy()
+
+
+@dataclass
+class Eviction:
+    """A frame taken by :meth:`FramePool.begin_eviction`: the page it held and whether it is dirty."""
+
+    frame: int
+    range_id: int
+    page: int
+    generation: int
+    dirty: bool
+    prefetched: bool
+    used: bool          # a prefetched frame whose marker a hit took (always True for demand fills)
+
+
+class PageTable:
+    """One capacity range's page table, entries in PTE_DTYPE (on the device: one dense array, 8 B per 4 KiB
+    page). Here it is materialized in chunks of 2^16 entries on first write, so a range far larger than host
+    memory costs only the chunks its pages touch; an entry never written reads as unmapped."""
+
+    SHIFT = 16
+
+    def __init__(self, pages: int) -> None:
+        self.pages = pages
+        self._chunks: dict[int, np.ndarray] = {}
+
+    def _chunk(self, c: int) -> np.ndarray:
+        a = self._chunks.get(c)
+        if a is None:
+            a = np.zeros(min(1 << self.SHIFT, self.pages - (c << self.SHIFT)), cap.PTE_DTYPE)
+            a["frame"] = NO_FRAME
+            self._chunks[c] = a
+        return a
+
+    def __len__(self) -> int:
+        return self.pages
+
+    def __getitem__(self, page):
+        if isinstance(page, str):                      # a field of every entry (small tables: tests)
+            return self.dense()[page]
+        if not 0 <= page < self.pages:
+            raise IndexError(f"page {page} outside the table's {self.pages} pages")
+        return self._chunk(page >> self.SHIFT)[page & ((1 << self.SHIFT) - 1)]   # a view: writes go through
+
+    def __setitem__(self, page: int, value) -> None:
+        if not 0 <= page < self.pages:
+            raise IndexError(f"page {page} outside the table's {self.pages} pages")
+        self._chunk(page >> self.SHIFT)[page & ((1 << self.SHIFT) - 1)] = value
+
+    def frame_of(self, page: int) -> int:
+        a = self._chunks.get(page >> self.SHIFT)
+        return NO_FRAME if a is None else int(a[page & ((1 << self.SHIFT) - 1)]["frame"])
+
+    def dense(self) -> np.ndarray:
+        return np.concatenate([self._chunk(c) for c in range(-(-self.pages >> self.SHIFT))])
+
+
+class FramePool:
+    """``n_frames`` frame records (FRAME_DTYPE) and one dense page table (PTE_DTYPE) per capacity range."""
+
+    def __init__(self, n_frames: int, memory: FrameMemory | None = None) -> None:
+        if not isinstance(n_frames, int) or not 1 <= n_frames < NO_FRAME:
+            raise ConfigError("a frame pool needs 1 <= n_frames < 2^32 - 1", field="n_frames", value=n_frames)
+        self.n = n_frames
+        self.frames = np.zeros(n_frames, cap.FRAME_DTYPE)
+        self.frames["logical_page"] = np.uint64((1 << 64) - 1)
+        self.memory = memory if memory is not None else FrameMemory(n_frames)
+        self.tables: dict[int, PageTable] = {}
+        self.hand = 0                   # CLOCK hand
+        self._free = list(range(n_frames))[::-1]   # stack: lowest index first
+
+    # ---------------------------------------------------------------- tables
+    def add_range(self, range_id: int, pages: int) -> PageTable:
+        if range_id in self.tables:
+            raise ConfigError(f"capacity range {range_id} already has a page table", range_id=range_id)
+        t = PageTable(pages)
+        self.tables[range_id] = t
+        return t
+
+    def lookup(self, range_id: int, page: int) -> int | None:
+        """The host's view of a mapping: the frame published for the page, or None."""
+        f = self.tables[range_id].frame_of(page)
+        return None if f == NO_FRAME else f
+
+    def resident_frames(self) -> np.ndarray:
+        st = self.frames["state"]
+        return np.flatnonzero((st == VALID) | (st == DIRTY))
+
+    # ---------------------------------------------------------------- device side (the GPU's accesses)
+    def device_pin(self, range_id: int, page: int, *, store: bool = False) -> tuple[int, int, bool] | None:
+        """The device hit path: read the pte, pin, re-check state and generation. Returns (frame, ready_ns,
+        took_marker) pinned, or None (a miss; nothing stays pinned)."""
+        t = self.tables[range_id]
+        f = t.frame_of(page)
+        if f == NO_FRAME:
+            return None
+        e = t[page]
+        fr = self.frames[f]
+        fr["pins"] += 1                                      # atomicAdd; fence.sc.gpu
+        st = int(fr["state"])
+        if st not in (VALID, DIRTY) or int(fr["generation"]) != int(e["generation"]):
+            fr["pins"] -= 1                                  # stale: unpin, miss
+            return None
+        fr["referenced"] = 1
+        if store:
+            fr["dirty"] = 1
+        took = bool(fr["marker"])
+        fr["marker"] = 0                                     # atomicExch(0): the taker posts the hint
+        return f, int(fr["ready_ns"]), took
+
+    def device_unpin(self, frame: int) -> None:
+        fr = self.frames[frame]
+        if int(fr["pins"]) == 0:
+            raise HbfError("unpin of a frame with no pins (a device protocol error)", code=ErrorCode.INTERNAL,
+                           frame=frame)
+        fr["pins"] -= 1
+
+    # ---------------------------------------------------------------- host side
+    def take_free(self) -> int | None:
+        while self._free:
+            f = self._free.pop()
+            if int(self.frames[f]["state"]) == FREE:
+                return f
+        return None
+
+    def begin_eviction(self) -> Eviction | None:
+        """CLOCK (second chance) over resident frames: a referenced frame loses its bit and is passed; an
+        unreferenced one with no pins is marked EVICTING and unmapped (pte cleared, generation + 1). Pinned,
+        filling and evicting frames are never taken. None when two sweeps find nothing (every frame pinned
+        or busy)."""
+        fr = self.frames
+        for _ in range(2 * self.n):
+            f = self.hand
+            self.hand = (self.hand + 1) % self.n
+            st = int(fr[f]["state"])
+            if st not in (VALID, DIRTY):
+                continue
+            if fr[f]["referenced"]:
+                fr[f]["referenced"] = 0
+                continue
+            ev = self.begin_eviction_of(f)
+            if ev is not None:
+                return ev
+        return None
+
+    def begin_eviction_of(self, f: int) -> Eviction | None:
+        """Mark frame ``f`` EVICTING, then read its pins: in use -> put back, None (never evicted). Else unmap it
+        (pte cleared, generation + 1) and return what it held."""
+        fr = self.frames
+        st = int(fr[f]["state"])
+        if st not in (VALID, DIRTY):
+            return None
+        fr[f]["state"] = EVICTING                       # then fence.sc.sys, then read pins
+        if int(fr[f]["pins"]) != 0:
+            fr[f]["state"] = st
+            return None
+        rid, page = int(fr[f]["range_id"]), int(fr[f]["logical_page"])
+        e = Eviction(f, rid, page, int(fr[f]["generation"]), bool(fr[f]["dirty"]), bool(fr[f]["prefetched"]),
+                     not (fr[f]["prefetched"] and fr[f]["marker"]))
+        t = self.tables[rid]
+        t[page]["frame"] = NO_FRAME
+        t[page]["generation"] = 0
+        fr[f]["generation"] = (int(fr[f]["generation"]) + 1) & 0xFFFFFFFF
+        return e
+
+    def cancel_eviction(self, ev: Eviction) -> None:
+        """Put an evicting frame back as it was (its write-back failed: its bytes stay in the frame)."""
+        fr = self.frames[ev.frame]
+        assert int(fr["state"]) == EVICTING
+        fr["generation"] = ev.generation
+        fr["state"] = DIRTY if ev.dirty else VALID
+        t = self.tables[ev.range_id]
+        t[ev.page]["frame"] = ev.frame
+        t[ev.page]["generation"] = ev.generation
+
+    def complete_eviction(self, ev: Eviction) -> int:
+        fr = self.frames[ev.frame]
+        fr["state"] = FREE
+        fr["logical_page"] = np.uint64((1 << 64) - 1)
+        fr["dirty"] = fr["referenced"] = fr["marker"] = fr["prefetched"] = 0
+        return ev.frame
+
+    def release_free(self, frame: int) -> None:
+        """A frame taken for a fill that did not happen goes back to the free list."""
+        fr = self.frames[frame]
+        fr["state"] = FREE
+        fr["logical_page"] = np.uint64((1 << 64) - 1)
+        self._free.append(frame)
+
+    def begin_fill(self, frame: int, range_id: int, page: int, *, prefetch: bool) -> None:
+        fr = self.frames[frame]
+        assert int(fr["state"]) == FREE and int(fr["pins"]) == 0, "fill of a frame that is not free"
+        fr["state"] = FILLING
+        fr["logical_page"] = page
+        fr["range_id"] = range_id
+        fr["dirty"] = 0
+        fr["referenced"] = 0 if prefetch else 1
+        fr["marker"] = 1 if prefetch else 0
+        fr["prefetched"] = 1 if prefetch else 0
+
+    def publish(self, frame: int, ready_ns: int, checksum: int) -> None:
+        """VALID, then the pte (the device can reach the frame only after it is complete)."""
+        fr = self.frames[frame]
+        assert int(fr["state"]) == FILLING
+        fr["ready_ns"] = ready_ns
+        fr["checksum"] = np.uint64(checksum)
+        fr["state"] = VALID
+        t = self.tables[int(fr["range_id"])]
+        page = int(fr["logical_page"])
+        t[page]["frame"] = frame
+        t[page]["generation"] = fr["generation"]
+
+    def state_counts(self) -> dict[str, int]:
+        st = self.frames["state"].copy()
+        st[(st == VALID) & (self.frames["dirty"] != 0)] = DIRTY
+        return {cap.FRAME_STATE_NAMES[s]: int((st == s).sum()) for s in range(cap.HBF_FR_N_STATES)}
