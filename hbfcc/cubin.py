@@ -85,3 +85,69 @@ def function_facts(path: str | Path) -> dict[str, ElfFunctionFacts]:
     except (OSError, ELFError, struct.error) as e:
         raise ToolchainError(f"cannot read the ELF {path}: {e}", argv=[str(path)]) from e
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Code identity: two builds of the same program compared function by function
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FunctionCode:
+    """What one function of a cubin executes, independent of where the ELF puts it: its machine code
+    (the bytes of ``.text.<name>``: in a whole-program cubin a kernel's section also holds its own
+    copies of the helper functions it calls, ``CALL.REL``), its relocations with the symbol they name
+    (not its index, which moves when other symbols come and go), and its ELF facts."""
+
+    text: bytes
+    relocations: tuple[tuple[int, int, str, int], ...]     # (offset, type, symbol name, addend), sorted
+    facts: ElfFunctionFacts
+
+
+def function_code(path: str | Path) -> dict[str, FunctionCode]:
+    """Per ``.text.<name>`` section of a cubin or relocatable object: its :class:`FunctionCode`."""
+    ELFFile = _elffile()
+    from elftools.common.exceptions import ELFError
+    facts = function_facts(path)
+    out: dict[str, FunctionCode] = {}
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            symtab = elf.get_section_by_name(".symtab")
+            names = [s.name for s in symtab.iter_symbols()] if symtab is not None else []
+            texts = {s.name[len(".text."):]: s.data() for s in elf.iter_sections() if s.name.startswith(".text.")}
+            relocs: dict[str, list[tuple[int, int, str, int]]] = {}
+            for sec in elf.iter_sections():
+                for prefix in (".rela.text.", ".rel.text."):
+                    if sec.name.startswith(prefix):
+                        fn = sec.name[len(prefix):]
+                        for r in sec.iter_relocations():
+                            i = r["r_info_sym"]
+                            relocs.setdefault(fn, []).append(
+                                (r["r_offset"], r["r_info_type"], names[i] if i < len(names) else f"#{i}",
+                                 r["r_addend"] if r.is_RELA() else 0))
+    except (OSError, ELFError, struct.error) as e:
+        raise ToolchainError(f"cannot read the ELF {path}: {e}", argv=[str(path)]) from e
+    for name, text in texts.items():
+        out[name] = FunctionCode(text, tuple(sorted(relocs.get(name, ()))), facts.get(name, ElfFunctionFacts()))
+    return out
+
+
+def code_differences(a: dict[str, FunctionCode], b: dict[str, FunctionCode],
+                     names: Optional[set[str]] = None) -> list[str]:
+    """Where two builds' functions (``names``, default: those in both) differ: machine code,
+    relocations, registers, stack frame or barriers; [] when identical. A function in ``names``
+    that one build lacks is a difference too."""
+    diffs: list[str] = []
+    for n in sorted(names if names is not None else set(a) & set(b)):
+        x, y = a.get(n), b.get(n)
+        if x is None or y is None:
+            diffs.append(f"{n}: only in the {'second' if x is None else 'first'} build")
+            continue
+        if x.text != y.text:
+            k = next((i for i, (p, q) in enumerate(zip(x.text, y.text)) if p != q), min(len(x.text), len(y.text)))
+            diffs.append(f"{n}: machine code differs ({len(x.text)} vs {len(y.text)} bytes, first at byte {k:#x})")
+        if x.relocations != y.relocations:
+            diffs.append(f"{n}: relocations differ")
+        if x.facts != y.facts:
+            diffs.append(f"{n}: ELF facts differ ({x.facts} vs {y.facts})")
+    return diffs
