@@ -20,11 +20,16 @@ jobs on the box); ratios are per item, then the median (and p10/p90, min/max) ov
 * ``nvcc``: every tests/fixtures/cuda/*.cu compiled by ``nvcc -arch=sm_90a -c`` and by ``hbfcc`` with
   the same arguments (host code included: a cuda-samples-style object build); ``-cubin`` once each for
   the cubin size ratio.
+* ``separate``: the alternative this issue named, measured, not adopted: a prebuilt helper object
+  through the device linker (the rewrite with the helpers as ``.extern``, ``ptxas -c``, then ``nvlink``
+  with the helper module assembled once): its ptxas + nvlink time, cubin size and each kernel's
+  registers and stack frame against the whole-program build hbfcc makes (a separately compiled callee
+  follows the ABI's calling convention instead of being register-allocated with its caller).
 * ``triton``: a set of Triton kernels compiled on the CPU for sm_90a (``triton.compile``, a fresh cache
   per compile) with plain Triton and with ``TRITON_PTXAS_PATH=hbfcc-ptxas``; the time of each compile
   and the cubin size ratio.
 
-    python bench/hbfcc_buildcost.py [--parts corpus,nvcc,triton] [--reps 3] [--limit N]
+    python bench/hbfcc_buildcost.py [--parts corpus,separate,nvcc,triton] [--reps 3] [--limit N]
                                     [--out bench/results/hbfcc_buildcost_cpu.json]
 """
 from __future__ import annotations
@@ -197,6 +202,71 @@ def part_corpus(ns, ptxas: str, nvdisasm: str | None) -> dict:
         "rdc_object_ratio_pruned_over_full": spread([r["pruned_rdc_bytes"] / r["full_rdc_bytes"] for r in inst]),
         "ptx_ratio_pruned_over_full": spread([r["ptx_bytes"]["pruned"] / r["ptx_bytes"]["full"] for r in inst]),
     }
+    return {"summary": summ, "rows": rows}
+
+
+# --------------------------------------------------------------------------------------------
+# separate: a prebuilt helper object through nvlink, against the whole-program build
+# --------------------------------------------------------------------------------------------
+
+SEPARATE_MODULES = ("triton/inductor_00_triton_poi_fused_zeros_0", "triton/softmax_row", "triton/layernorm_fwd",
+                    "triton/matmul_f16_s3", "triton/embedding_gather", "triton/flash_attn_fwd_d64")
+
+
+def part_separate(ns, ptxas: str, work: Path) -> dict:
+    import re
+
+    import ptx_corpus
+    from hbfcc.ptx.parser import parse_module
+    corpus = {f"triton/{k}": v for k, v in ptx_corpus.triton_corpus().items()}
+    nvlink = shutil.which("nvlink") or str(Path(ptxas).parent / "nvlink")
+    helper = H.load_helper()
+    hobj = work / "helper.o"
+
+    def run(argv: list[str]) -> float:
+        w, c, cp = timed(argv)
+        if cp.returncode != 0:
+            raise SystemExit(f"{argv[0]} failed: {cp.stderr[-2000:]}")
+        return c
+    run([ptxas, "-arch=sm_90a", "-c", "-lineinfo", helper.path, "-o", str(hobj)])     # once, not timed
+    rows = []
+    for name in SEPARATE_MODULES[:ns.limit or None]:
+        text = corpus[name].read_text()
+        whole = rewrite_text(text, filename=name).text
+        sep = re.sub(r"^\.weak \.func", ".extern .func", rewrite_text(text, filename=name, link=False).text, flags=re.M)
+        d = work / "sep" / name.replace("/", "_")
+        d.mkdir(parents=True, exist_ok=True)
+        for k, t in (("original", text), ("whole", whole), ("separate", sep)):
+            (d / f"{k}.ptx").write_text(t)
+
+        def variant(k: str):
+            def go():
+                if k == "separate":
+                    c = run([ptxas, "-arch=sm_90a", "-lineinfo", "-c", str(d / "separate.ptx"), "-o", str(d / "separate.o")])
+                    return c + run([nvlink, "-arch=sm_90a", str(d / "separate.o"), str(hobj), "-o", str(d / "separate.cubin")])
+                return run([ptxas, "-arch=sm_90a", "-lineinfo", str(d / f"{k}.ptx"), "-o", str(d / f"{k}.cubin")])
+            return go
+        t = interleaved({k: variant(k) for k in ("original", "whole", "separate")}, ns.reps)
+        entries = [f.name for f in parse_module(text).functions() if f.is_entry and f.body is not None]
+        facts = {k: cubin.function_facts(d / f"{k}.cubin") for k in ("original", "whole", "separate")}
+        row = {"module": name, **{f"{k}_cpu_s": statistics.median(v) for k, v in t.items()},
+               "cubin_bytes": {k: (d / f"{k}.cubin").stat().st_size for k in facts},
+               "kernels": {e: {k: {"registers": facts[k][e].registers, "frame_bytes": facts[k][e].frame_bytes}
+                               for k in facts if e in facts[k]} for e in entries}}
+        rows.append(row)
+        print(f"[separate] {name}: cpu orig {row['original_cpu_s']:.2f} whole {row['whole_cpu_s']:.2f} separate "
+              f"{row['separate_cpu_s']:.2f} s; regs {row['kernels']}", file=sys.stderr)
+    summ = {"modules": len(rows),
+            "cpu_ratio_whole_over_original": spread([r["whole_cpu_s"] / r["original_cpu_s"] for r in rows]),
+            "cpu_ratio_separate_over_original": spread([r["separate_cpu_s"] / r["original_cpu_s"] for r in rows]),
+            "cubin_ratio_whole_over_original": spread([r["cubin_bytes"]["whole"] / r["cubin_bytes"]["original"]
+                                                       for r in rows]),
+            "cubin_ratio_separate_over_original": spread([r["cubin_bytes"]["separate"] / r["cubin_bytes"]["original"]
+                                                          for r in rows]),
+            "kernels_with_more_registers_separate": sum(
+                1 for r in rows for k in r["kernels"].values()
+                if (k.get("separate", {}).get("registers") or 0) > (k.get("whole", {}).get("registers") or 0)),
+            "kernels": sum(len(r["kernels"]) for r in rows)}
     return {"summary": summ, "rows": rows}
 
 
@@ -426,6 +496,8 @@ def main() -> int:
         work = Path(work)
         if "corpus" in parts:
             doc["corpus"] = part_corpus(ns, ptxas, nvd)
+        if "separate" in parts:
+            doc["separate"] = part_separate(ns, ptxas, work)
         if "nvcc" in parts:
             doc["nvcc"] = part_nvcc(ns, work)
         if "triton" in parts:
