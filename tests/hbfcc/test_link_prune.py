@@ -104,3 +104,24 @@ def test_closure_follows_calls_and_keeps_the_runtime_globals(helper):
     assert "__hb_issue" not in names                             # no prototype left without its definition
     assert L.link(linked, helper) is linked                      # linked before: left as it is
     U.assemble(print_module(linked))
+
+
+def test_rdc_link_of_modules_with_different_helper_subsets(helper, tmp_path):
+    """-rdc: nvlink links relocatable modules that each carry the (weak) helper functions they reach,
+    different subsets (one calls __hb_issue_group, the other __hb_future_join): one copy of each,
+    both kernels there, and no stack-size warning (the direct helper build has no indirect call; the
+    flood of issue 18 came from the lean build's opaque calls, docs/hbfcc.md)."""
+    tri = ptx_corpus.triton_corpus()
+    objs, linked = [], []
+    for name in ("inductor_00_triton_poi_fused_zeros_0", "tl_histogram"):
+        r = rewrite_text(tri[name].read_text(), helper=helper)
+        linked.append(set(r.meta["link"]["linked"]))
+        objs.append(_build(r.text, tmp_path, name, ("-c",)))
+    assert linked[0] != linked[1] and "__hb_issue_group" in linked[1] - linked[0]
+    nvlink = U.tool("nvlink")
+    out = tmp_path / "linked.cubin"
+    cp = subprocess.run([nvlink, "-arch=sm_90a", *map(str, objs), "-o", str(out)], capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr
+    assert "warning" not in (cp.stderr + cp.stdout).lower(), cp.stderr
+    code = cubin.function_code(out)
+    assert {"triton_poi_fused_zeros_0", "histogram_tl", "__hb_issue", "__hb_issue_group"} <= set(code)
