@@ -125,3 +125,13 @@ def test_rdc_link_of_modules_with_different_helper_subsets(helper, tmp_path):
     assert "warning" not in (cp.stderr + cp.stdout).lower(), cp.stderr
     code = cubin.function_code(out)
     assert {"triton_poi_fused_zeros_0", "histogram_tl", "__hb_issue", "__hb_issue_group"} <= set(code)
+
+
+def test_artifact_records_the_linked_helper_functions(helper):
+    from hbfcc import artifact
+    from hbfcommon import artifact as contract
+    r = rewrite_text(ptx_corpus.triton_corpus()["tma_host_desc_copy"].read_text(), helper=helper)
+    doc = artifact.build(path="m.ptx", result=r, ptxas=None, before=None, after=None)
+    contract.validate(doc)
+    assert doc["helper"]["linked"] == r.meta["link"]["linked"]
+    assert "__hb_kernel_enter" in doc["helper"]["linked"] and "__hb_issue" not in doc["helper"]["linked"]
