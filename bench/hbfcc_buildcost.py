@@ -29,7 +29,7 @@ jobs on the box); ratios are per item, then the median (and p10/p90, min/max) ov
   per compile) with plain Triton and with ``TRITON_PTXAS_PATH=hbfcc-ptxas``; the time of each compile
   and the cubin size ratio.
 
-    python bench/hbfcc_buildcost.py [--parts corpus,separate,nvcc,triton] [--reps 3] [--limit N]
+    python bench/hbfcc_buildcost.py [--parts corpus,separate,nvcc,triton] [--reps 3] [--limit N] [--every K]
                                     [--out bench/results/hbfcc_buildcost_cpu.json]
 """
 from __future__ import annotations
@@ -142,7 +142,7 @@ def part_corpus(ns, ptxas: str, nvdisasm: str | None) -> dict:
     if ptx_corpus.nvcc_path():
         cache = Path(tempfile.gettempdir()) / f"hbfcc-corpus-{os.getuid()}"
         corpus.update({f"cuda/{k}": v for k, v in ptx_corpus.build_cuda_corpus(cache).items()})
-    items = sorted(corpus.items())[:ns.limit or None]
+    items = sorted(corpus.items())[::ns.every][:ns.limit or None]
     rows = []
     with tempfile.TemporaryDirectory(prefix="hbfcc-buildcost.") as d:
         d = Path(d)
@@ -476,6 +476,7 @@ def main() -> int:
     ap.add_argument("--parts", default="corpus,nvcc,triton")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--limit", type=int, default=0, help="first N items of each part only (smoke runs)")
+    ap.add_argument("--every", type=int, default=1, help="corpus: every K-th module only (sorted by name)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "hbfcc_buildcost_cpu.json"))
     ns = ap.parse_args()
     parts = [p for p in ns.parts.split(",") if p]
