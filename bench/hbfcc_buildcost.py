@@ -152,7 +152,10 @@ def part_corpus(ns, ptxas: str, nvdisasm: str | None) -> dict:
             fu = rewrite_text(text, filename=name, prune=False)
             helper = pr.helper
             hfun = {f.name for f in helper.functions} if helper is not None else set()
-            files = {"original": text, "pruned": pr.text, "full": fu.text}
+            # the rewrite linked with do-nothing helpers (helpers.stub_helper): what the kernel's own
+            # instrumentation (sites, inline path, native copy) costs ptxas, without the helper library
+            stub = rewrite_text(text, filename=name, helper=H.stub_helper()).text
+            files = {"original": text, "pruned": pr.text, "full": fu.text, "stub": stub}
             for k, t in files.items():
                 (d / f"{k}.ptx").write_text(t)
 
@@ -195,6 +198,10 @@ def part_corpus(ns, ptxas: str, nvdisasm: str | None) -> dict:
         "ptxas_cpu_ratio_pruned_over_original": spread([r["pruned_cpu_s"] / r["original_cpu_s"] for r in inst]),
         "ptxas_cpu_ratio_full_over_original": spread([r["full_cpu_s"] / r["original_cpu_s"] for r in inst]),
         "ptxas_cpu_ratio_pruned_over_full": spread([r["pruned_cpu_s"] / r["full_cpu_s"] for r in inst]),
+        "ptxas_cpu_ratio_stub_over_original": spread([r["stub_cpu_s"] / r["original_cpu_s"] for r in inst]),
+        "helper_share_of_added_ptxas_cpu": spread([(r["pruned_cpu_s"] - r["stub_cpu_s"]) /
+                                                   max(r["pruned_cpu_s"] - r["original_cpu_s"], 1e-9) for r in inst]),
+        "cubin_ratio_stub_over_original": spread([r["cubin_bytes"]["stub"] / r["cubin_bytes"]["original"] for r in inst]),
         "ptxas_rdc_cpu_ratio_pruned_over_full": spread([r["pruned_rdc_cpu_s"] / r["full_rdc_cpu_s"] for r in inst]),
         "cubin_ratio_pruned_over_original": spread([r["cubin_bytes"]["pruned"] / r["cubin_bytes"]["original"]
                                                     for r in inst]),
