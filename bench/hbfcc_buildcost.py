@@ -168,6 +168,7 @@ def part_corpus(ns, ptxas: str, nvdisasm: str | None) -> dict:
                 return run
             t = interleaved({k: build(k) for k in files}, ns.reps)
             row = {"module": name, "ptx_bytes": {k: len(v) for k, v in files.items()},
+                   "entries": len(pr.meta["timing"]["kernels"]),
                    "linked": pr.meta.get("link", {}).get("linked"),
                    "cubin_bytes": {k: (d / f"{k}.cubin").stat().st_size for k in files}}
             for k in files:
@@ -201,6 +202,9 @@ def part_corpus(ns, ptxas: str, nvdisasm: str | None) -> dict:
         "ptxas_cpu_ratio_stub_over_original": spread([r["stub_cpu_s"] / r["original_cpu_s"] for r in inst]),
         "helper_share_of_added_ptxas_cpu": spread([(r["pruned_cpu_s"] - r["stub_cpu_s"]) /
                                                    max(r["pruned_cpu_s"] - r["original_cpu_s"], 1e-9) for r in inst]),
+        # the helpers' compile per kernel (ptxas compiles them into each entry, whole-program)
+        "helper_cpu_s_per_kernel": spread([(r["pruned_cpu_s"] - r["stub_cpu_s"]) / r["entries"] for r in inst
+                                           if r["entries"]]),
         "cubin_ratio_stub_over_original": spread([r["cubin_bytes"]["stub"] / r["cubin_bytes"]["original"] for r in inst]),
         "ptxas_rdc_cpu_ratio_pruned_over_full": spread([r["pruned_rdc_cpu_s"] / r["full_rdc_cpu_s"] for r in inst]),
         "cubin_ratio_pruned_over_original": spread([r["cubin_bytes"]["pruned"] / r["cubin_bytes"]["original"]
