@@ -50,7 +50,9 @@ def build(*, path: str, result, ptxas: Optional[dict], before: Optional[PtxasSta
                   "below_helper_target": bool(result.meta.get("below_helper_target"))},
         "helper": None if helper is None else {
             "path": helper.path, "sha256": helper.sha256, "abi_version": helper.abi_version,
-            "ptx_version": f"{helper.version[0]}.{helper.version[1]}"},
+            "ptx_version": f"{helper.version[0]}.{helper.version[1]}",
+            # the helper functions linked into this module (hbfcc.link.closure: what it reaches)
+            "linked": (result.meta.get("link") or {}).get("linked")},
         "ptxas": ptxas,
         # pass selection (HBFCC_PASSES) and, when the flags pass ran, the eidola helper linked
         "passes": list(result.meta.get("passes", ["timing"])),

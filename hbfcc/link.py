@@ -8,7 +8,10 @@ helper defines is renamed to a private name (``__hb_l_`` / ``__hb_le_``: the hel
 never meets the module's), ``.loc``/``.file``/``.section`` debug information and comments are
 dropped (their file indices belong to the helper's own compilation), forward declarations of
 what the helper defines are dropped and its other declarations kept as its ``.extern`` needs.
-:func:`link` then appends a prepared helper to a module (a pipeline stage: :func:`stage`).
+:func:`link` then appends a prepared helper to a module (a pipeline stage: :func:`stage`): only
+what the module reaches (:func:`closure`: the functions and globals its own code names, and
+everything those name in turn, plus the helper's exported globals, which the runtime binds), never
+the whole library (docs/hbfcc.md, "Which helper functions are linked").
 
 The declarations rewritten code needs (:func:`declarations`, :func:`extern_global`) are built here
 too, from the ABI facts of :mod:`hbfcommon.abi`, so the names the passes call and the names the
@@ -16,6 +19,7 @@ linker checks are one list.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import dataclass, replace
@@ -82,6 +86,19 @@ class HelperModule:
     defined: frozenset[str]          # every top-level name it defines (after renaming)
     export_prefix: str = HELPER_PREFIX   # the names :meth:`to_dict` lists as its functions
     stage_name: str = "link"             # its pipeline stage (:func:`stage`)
+    # per defined name (function or global): the other names it defines that this one names
+    refs: tuple[tuple[str, frozenset[str]], ...] = ()
+
+    @functools.cached_property
+    def ref_map(self) -> dict[str, frozenset[str]]:
+        return dict(self.refs)
+
+    @functools.cached_property
+    def roots(self) -> frozenset[str]:
+        """What every linked module gets: the exported (``__hb_*``) globals, the module globals the
+        runtime looks up by name (``__hb_state``, ``__hb_kslot_base``, ``__hb_cdesc``, trace and
+        profile globals) whether or not the module's code names them."""
+        return frozenset(d.name for g in self.globals for d in g.decls if d.name.startswith(HELPER_PREFIX))
 
     @property
     def ptx_version(self) -> str:
@@ -153,11 +170,14 @@ def prepare(mod: Module, *, role: str, path: str, sha256: str, required: Mapping
             globals_.append(replace(it, decls=decls, linkage=_linkage(it.linkage, exported)))
         # Comment, Directive (.file, .section debug bodies, anything else at top level): dropped
     defined = {f.name for f in functions} | {d.name for g in globals_ for d in g.decls}
+    refs = tuple((f.name, frozenset(_names_in_function(f)) & defined - {f.name}) for f in functions)
+    refs += tuple((d.name, frozenset(d.init or ()) & defined - {d.name}) for g in globals_ for d in g.decls)
     remember(functions)          # printed into every module it is linked into: print once
     return HelperModule(role=role, path=path, sha256=sha256, abi_version=abi_version,
                         version=version_tuple(mod.version), target_sm=_sm_of(mod.target),
                         globals=tuple(globals_), externs=tuple(externs), functions=tuple(functions),
-                        defined=frozenset(defined), export_prefix=export_prefix, stage_name=stage_name)
+                        defined=frozenset(defined), export_prefix=export_prefix, stage_name=stage_name,
+                        refs=refs)
 
 
 def _defines(it) -> tuple[str, ...]:
@@ -232,6 +252,85 @@ def _rename_body(body: tuple[Statement, ...], names: Mapping[str, str]) -> tuple
 
 
 # --------------------------------------------------------------------------------------------
+# What a module reaches
+# --------------------------------------------------------------------------------------------
+
+def _op_names(op, out: list[str]) -> None:
+    t = type(op)
+    if t is Symbol or t is LabelRef or t is Register:
+        out.append(op.name)
+    elif t is Address:
+        if op.base is not None:
+            _op_names(op.base, out)
+    elif t is ArgList:
+        for x in op.items:
+            _op_names(x, out)
+    elif t is Vector:
+        for x in op.elems:
+            _op_names(x, out)
+
+
+def _names_in_body(body: tuple[Statement, ...], out: list[str]) -> None:
+    for s in body:
+        t = type(s)
+        if t is Instruction:
+            for o in s.operands:
+                _op_names(o, out)
+        elif t is Block:
+            _names_in_body(s.body, out)
+        elif t is VarDecl:
+            for d in s.decls:
+                if d.init:
+                    out.extend(d.init)
+        elif t is Directive and s.args:
+            out.extend(s.args)
+
+
+def _names_in_function(f: Function) -> list[str]:
+    """Every name a function's body (and its directives) uses: an over-approximation (registers,
+    labels and parameters are in it too), which is what the closure needs: it only ever intersects
+    this with the names a helper module defines."""
+    out: list[str] = []
+    for d in f.directives:
+        out.extend(d.args)
+    if f.body is not None:
+        _names_in_body(f.body, out)
+    return out
+
+
+def module_names(module: Module, skip: frozenset[str] = frozenset()) -> set[str]:
+    """The names the module's own code uses (function bodies, global initializers), leaving out the
+    items named in ``skip`` (a helper's definitions already linked in)."""
+    out: list[str] = []
+    for it in module.items:
+        t = type(it)
+        if t is Function and it.body is not None and it.name not in skip:
+            out.extend(_names_in_function(it))
+        elif t is VarDecl:
+            for d in it.decls:
+                if d.init and d.name not in skip:
+                    out.extend(d.init)
+    return set(out)
+
+
+def closure(module: Module, helper: HelperModule) -> frozenset[str]:
+    """The helper's names a module needs: its roots (:attr:`HelperModule.roots`), the functions and
+    globals the module's own code names, and everything those name, transitively. ptxas compiles
+    every ``.weak`` function of a relocatable (``-c``, ``-rdc``) module, and a whole-program module
+    carries the PTX of every one in its embedded text (``.nv_debug_ptx_txt`` with line info, the
+    fatbin's PTX); linking only this set keeps each function that can run and nothing else."""
+    refs = helper.ref_map
+    need = set(helper.roots) | (module_names(module, helper.defined) & helper.defined)
+    todo = list(need)
+    while todo:
+        for n in refs.get(todo.pop(), ()):
+            if n not in need:
+                need.add(n)
+                todo.append(n)
+    return frozenset(need)
+
+
+# --------------------------------------------------------------------------------------------
 # Linking
 # --------------------------------------------------------------------------------------------
 
@@ -255,20 +354,25 @@ def _declares(it) -> set[str]:
     return set()
 
 
-def link(module: Module, helper: HelperModule, max_version: Optional[tuple[int, int]] = None) -> Module:
-    """``module`` with ``helper`` linked in.
+def link(module: Module, helper: HelperModule, max_version: Optional[tuple[int, int]] = None, *,
+         prune: bool = True) -> Module:
+    """``module`` with ``helper`` linked in: with ``prune`` (the default) only the helper's
+    :func:`closure` for this module, else every function and global it defines (the comparison
+    builds of bench/hbfcc_buildcost.py and tests/hbfcc/test_link_prune.py).
 
     The module's ``.version`` is raised to the helper's when lower, but not above ``max_version``
     (the newest PTX ISA the ptxas that assembles it accepts: Triton's bundled ptxas 12.8 takes 8.7,
     the helper is built as 9.0 and uses nothing newer; a helper that did would be rejected by that
-    ptxas, loudly). A module that already defines
-    everything the helper defines is returned as it is (linked before); one that defines only some
-    of it is refused (two copies of a helper function, or helpers out of step, would link wrong).
+    ptxas, loudly). A module that already defines everything of the helper that it needs is
+    returned as it is (linked before); one that defines some of it but lacks something it needs is
+    refused (two copies of a helper function, or helpers out of step, would link wrong).
     Otherwise the helper's globals take the place of the module's first ``.extern`` declaration of
     them (the timing pass declares ``__hb_state`` and ``__hb_cdesc`` before the functions that read
     them; the other such declarations are dropped), or else
     follow the banner comment at the end; then the declarations the helper needs that the module
-    does not have, then the helper's functions."""
+    does not have, then the helper's functions. Prototypes the module holds of helper functions it
+    does not need (the timing pass declares every function of the ABI) are dropped with them: ptxas
+    refuses a ``.weak`` prototype without its definition."""
     v = version_tuple(module.version)
     want = helper.version if max_version is None else max(v, min(helper.version, max_version))
     if want > v:
@@ -276,12 +380,25 @@ def link(module: Module, helper: HelperModule, max_version: Optional[tuple[int, 
         module = replace(module, version=f"{want[0]}.{want[1]}")
     defined, declared = symbols(module)
     already = defined & helper.defined
-    if already == helper.defined:
-        return module
+    keep = closure(module, helper) if prune else helper.defined
     if already:
-        raise RewriteError(f"module defines some {helper.role} symbols but not all", names=sorted(already))
+        if keep <= defined:
+            return module
+        raise RewriteError(f"module defines some {helper.role} symbols but not all it needs", names=sorted(already),
+                           missing=sorted(keep - defined))
     known = defined | declared
-    items = list(module.items)
+    fnames = {f.name for f in helper.functions}
+    dropped = fnames - keep
+    items = [it for it in module.items
+             if not (type(it) is Function and it.body is None and it.name in dropped)]
+    globals_ = tuple(g2 for g2 in (_kept_decls(g, keep) for g in helper.globals) if g2 is not None)
+    functions = tuple(f for f in helper.functions if f.name in keep)
+    uses: set[str] = set()
+    for f in functions:
+        uses.update(_names_in_function(f))
+    for g in globals_:
+        for d in g.decls:
+            uses.update(d.init or ())
     tail: list[TopItem] = [helper.banner()]
     gnames = {d.name for g in helper.globals for d in g.decls}
     ext = [i for i, it in enumerate(items) if type(it) is VarDecl and ".extern" in it.linkage
@@ -289,23 +406,40 @@ def link(module: Module, helper: HelperModule, max_version: Optional[tuple[int, 
     if ext:   # the first such declaration becomes the definitions, the others go
         for i in reversed(ext[1:]):
             del items[i]
-        items[ext[0]:ext[0] + 1] = helper.globals
+        items[ext[0]:ext[0] + 1] = globals_
     else:
-        tail.extend(helper.globals)
-    tail.extend(e for e in helper.externs if not _declares(e) <= known)
-    tail.extend(helper.functions)
+        tail.extend(globals_)
+    tail.extend(e for e in helper.externs if not _declares(e) <= known and _declares(e) & uses)
+    tail.extend(functions)
+    if dropped:
+        log.debug("%s module: linked %d of %d functions (not reached: %s)", helper.role, len(functions),
+                  len(fnames), ", ".join(sorted(dropped)))
     return replace(module, items=tuple(items) + tuple(tail))
 
 
-def stage(helper: HelperModule, max_version: Optional[tuple[int, int]] = None
+def _kept_decls(g: VarDecl, keep: frozenset[str]) -> Optional[VarDecl]:
+    decls = tuple(d for d in g.decls if d.name in keep)
+    if not decls:
+        return None
+    return g if len(decls) == len(g.decls) else replace(g, decls=decls)
+
+
+def linked_functions(module: Module, helper: HelperModule) -> list[str]:
+    """The helper's functions a (linked) module defines, sorted."""
+    fnames = {f.name for f in helper.functions}
+    return sorted(f.name for f in module.functions() if f.body is not None and f.name in fnames)
+
+
+def stage(helper: HelperModule, max_version: Optional[tuple[int, int]] = None, *, prune: bool = True
           ) -> tuple[str, Callable[[Module, dict], Module]]:
     """(name, stage): the pipeline stage ``(module, meta) -> module`` that links ``helper``
-    (``link``, ``link_eidola``); it records what it linked under ``meta[name]``. ``max_version``:
-    see :func:`link`."""
+    (``link``, ``link_eidola``); it records what it linked under ``meta[name]`` (the helper, and
+    ``linked``: the helper functions the module got). ``max_version``, ``prune``: see :func:`link`."""
     name = helper.stage_name
 
     def run(module: Module, meta: dict) -> Module:
-        meta[name] = helper.to_dict()
-        return link(module, helper, max_version)
+        out = link(module, helper, max_version, prune=prune)
+        meta[name] = {**helper.to_dict(), "linked": linked_functions(out, helper)}
+        return out
     run.__name__ = name
     return name, run

@@ -96,12 +96,13 @@ def print_text(module: Module) -> str:
 def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Optional[H.HelperModule] = None,
                  link: bool = True, dump_dir: Optional[os.PathLike] = None,
                  cpasync_window: Optional[int] = None, passes: Optional[tuple[str, ...]] = None,
-                 max_version: Optional[tuple[int, int]] = None) -> RewriteResult:
+                 max_version: Optional[tuple[int, int]] = None, prune: bool = True) -> RewriteResult:
     """Rewrite one PTX module. ``helper``: the helper module to link (default: :func:`H.load_helper`);
     ``link=False`` leaves the helpers as prototypes only (for inspection; not loadable).
     ``passes``: the pass selection (default HBFCC_PASSES, see :func:`knobs.parse_passes`).
     ``max_version``: the newest PTX ISA the assembling ptxas accepts (linking raises ``.version`` no
-    higher, :func:`hbfcc.link.link`).
+    higher, :func:`hbfcc.link.link`). ``prune=False`` links every helper function, not only what
+    the module reaches (comparison builds: bench/hbfcc_buildcost.py, tests/hbfcc/test_link_prune.py).
     ``text`` may be bytes (UTF-8); text that is not UTF-8 or holds NUL is a PtxError naming where."""
     from hbfcc.ptx.parser import as_text, parse_module
 
@@ -135,11 +136,11 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
         meta["flags_options"] = {"mwait": "mwait" in selection, "count_nonflag": True}
     if link:
         assert helper is not None
-        stages.append(L.stage(helper, max_version))
+        stages.append(L.stage(helper, max_version, prune=prune))
         if "flags" in selection:
             eidola = H.load_eidola_helper()
             meta["eidola_helper"] = eidola.to_dict()
-            stages.append(L.stage(eidola, max_version))
+            stages.append(L.stage(eidola, max_version, prune=prune))
     why = _target_too_old(module, helper)
     if why is not None:
         # Not instrumented, loudly: every kernel is recorded as not admitted (the runtime refuses

@@ -99,9 +99,18 @@ def test_link_renames_private_symbols_and_assembles(which):
     assert len(re.findall(r"\$str\[3\]\s*=\s*\{\s*104,\s*105,\s*0\s*\}", t)) == 1
     assert not re.search(r"\.visible\s+\.(func|global)\s+(\(.*\)\s*)?__hb_", t)
     m = parse_module(t)
+    # the helper functions the module reaches (hbfcc.link.closure), each defined once and weak; the
+    # ABI functions it does not reach are neither defined nor declared (ptxas refuses a weak prototype
+    # without its definition)
+    reached = L.closure(parse_module(rewrite_text(KERNEL, helper=helper, link=False).text), helper)
+    assert {"__hb_issue", "__hb_wait", "__hb_kernel_enter", "__hb_kernel_exit"} <= reached
     for name in abi.HELPERS:
         defs = [f for f in m.functions() if f.name == name and f.body is not None]
-        assert len(defs) == 1 and defs[0].linkage == (".weak",), name
+        if name in reached:
+            assert len(defs) == 1 and defs[0].linkage == (".weak",), name
+        else:
+            assert not [f for f in m.functions() if f.name == name], name
+    assert sorted(reached & {f.name for f in helper.functions}) == res.meta["link"]["linked"]
     state = [g for g in m.globals() if any(d.name == abi.STATE_GLOBAL for d in g.decls)]
     assert [(g.linkage, g.attrs, g.type) for g in state] == [((".weak",), (".align 8",), ".u64")]
     # the module declares vprintf already: the helper's declaration is not repeated
