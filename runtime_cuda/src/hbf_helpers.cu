@@ -286,6 +286,104 @@ HB_DEV void hb_publish_replicas(hbf_device_state* st, uint64_t w) {
     if (hb_debt_pending(st)) hb_publish_replicas_as(st, invalid);
 }
 
+// ------------------------------------------------------------------------------------------
+// Live media activity (hbf_ctl.h hbf_activity; issue 17): the device's running totals of the accesses it
+// modeled, published into the control region while kernels run, so hbfd's 10 ms energy bins see a long
+// kernel's HBF activity as it happens (counters.device is written by the runtime at sync points only).
+// Nothing on the per-access path: the accesses are already counted in device memory (the per-kernel counter
+// shards); the thread that refreshes the thermal snapshot (hb_thermal_read, about every thermal_max_age_ns)
+// also publishes, at most once per HBF_ACT_PERIOD_NS, single flight (one CAS on act_stamp). Bounded cost per
+// publication: HBF_ACT_SLOTS_PER_FLUSH launched slots x HBF_KSHARDS shards x HBF_N_OPS 16-byte device loads
+// (512), 2 x HBF_N_OPS + a few device stores, 8 host-mapped stores and 2 system fences, by one thread.
+// ------------------------------------------------------------------------------------------
+// 16-byte volatile stores/loads (the activity section and the ring's payload, counter shard pairs)
+HB_DEV void hb_st_vol_v2(void* p, uint64_t a, uint64_t b) {
+    asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+HB_DEV void hb_ld_vol_v2(const void* p, uint64_t& a, uint64_t& b) {
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+// __hb_kernel_enter (block 0, thread 0): mark the launching kernel's slot for the publisher (one atomic per
+// launch; the word is read first so a kernel launched again costs a load)
+HB_DEV void hb_act_mark(hbf_device_state* st, uint32_t k) {
+    const uint64_t bit = 1ull << (k & 63u);
+    if ((hb_ld_vol(&st->act_mask[k >> 6]) & bit) == 0ull)
+        atomicOr((unsigned long long*)&st->act_mask[k >> 6], (unsigned long long)bit);
+}
+
+// Add kernel slot k's growth since its last visit to act_total (only the publisher, which holds the
+// act_stamp claim, writes act_seen / act_total). Counters only grow; a sum below the one seen is ignored.
+HB_DEV void hb_act_visit(hbf_device_state* st, uint32_t k) {
+    const uint64_t ksp = st->kshards;
+    const hbf_kernel_counters* base =
+        ksp != 0ull ? (const hbf_kernel_counters*)ksp + (uint64_t)k * HBF_KSHARDS : &st->kslots[k];
+    const uint32_t nsh = ksp != 0ull ? HBF_KSHARDS : 1u;
+    uint64_t* seen = &st->act_seen[(uint64_t)k * (2u * HBF_N_OPS)];
+    for (uint32_t op = 0; op < HBF_N_OPS; ++op) {
+        uint64_t req = 0ull, byt = 0ull;
+#pragma unroll 8
+        for (uint32_t sh = 0; sh < nsh; ++sh) {
+            uint64_t r, b;
+            hb_ld_vol_v2(&base[sh].ops[op].requests, r, b);
+            req += r;
+            byt += b;
+        }
+        const uint64_t r0 = hb_ld_vol(&seen[2u * op]), b0 = hb_ld_vol(&seen[2u * op + 1u]);
+        if (req > r0) {
+            hb_st_vol(&seen[2u * op], req);
+            hb_st_vol(&st->act_total[2u * op], hb_ld_vol(&st->act_total[2u * op]) + (req - r0));
+        }
+        if (byt > b0) {
+            hb_st_vol(&seen[2u * op + 1u], byt);
+            hb_st_vol(&st->act_total[2u * op + 1u], hb_ld_vol(&st->act_total[2u * op + 1u]) + (byt - b0));
+        }
+    }
+}
+
+// Publish if due and nobody else is: visit up to HBF_ACT_SLOTS_PER_FLUSH marked slots from the cursor, then
+// write the totals under the section's seqlock (odd, fence, payload, even with st.release.sys).
+HB_OOL_FN void hb_act_flush(hbf_device_state* st, hbf_ctl* c, uint64_t now) {
+    const uint64_t s = hb_ld_vol(&st->act_stamp);
+    if ((s & 1ull) != 0ull || now - s < HBF_ACT_PERIOD_NS) return;
+    if (atomicCAS((unsigned long long*)&st->act_stamp, (unsigned long long)s, (unsigned long long)(now | 1ull)) !=
+        (unsigned long long)s)
+        return;
+    uint32_t k = (uint32_t)hb_ld_vol(&st->act_cursor) & (HBF_MAX_KERNEL_SLOTS - 1u);
+    uint32_t scanned = 0u, visited = 0u;
+    while (scanned < HBF_MAX_KERNEL_SLOTS && visited < HBF_ACT_SLOTS_PER_FLUSH) {
+        const uint64_t m = hb_ld_vol(&st->act_mask[k >> 6]) >> (k & 63u);
+        if (m == 0ull) {                                   // nothing launched in the rest of this word
+            const uint32_t skip = 64u - (k & 63u);
+            k = (k + skip) & (HBF_MAX_KERNEL_SLOTS - 1u);
+            scanned += skip;
+            continue;
+        }
+        const uint32_t z = (uint32_t)(__ffsll((long long)m) - 1);
+        k += z;                                            // stays in this word
+        scanned += z + 1u;
+        hb_act_visit(st, k);
+        ++visited;
+        k = (k + 1u) & (HBF_MAX_KERNEL_SLOTS - 1u);
+    }
+    const uint64_t q = hb_ld_vol(&st->act_pub_seq) + 2ull;   // the even value this publication ends with
+    const uint64_t fl = hb_ld_vol(&st->act_flushes) + 1ull, vis = hb_ld_vol(&st->act_visits) + visited;
+    hbf_activity* a = &c->activity;
+    hb_st_vol(&a->seq, q - 1ull);                         // odd: a reader retries
+    __threadfence_system();
+#pragma unroll
+    for (uint32_t op = 0; op < HBF_N_OPS; ++op)
+        hb_st_vol_v2(&a->ops[op].requests, hb_ld_vol(&st->act_total[2u * op]), hb_ld_vol(&st->act_total[2u * op + 1u]));
+    hb_st_vol_v2(&a->flushes, fl, now);
+    hb_st_vol_v2(&a->slot_visits, vis, (uint64_t)st);
+    hb_st_rel_sys(&a->seq, q);
+    hb_st_vol(&st->act_pub_seq, q);
+    hb_st_vol(&st->act_flushes, fl);
+    hb_st_vol(&st->act_visits, vis);
+    hb_st_vol(&st->act_cursor, k);
+    __threadfence();
+    hb_st_vol(&st->act_stamp, now & ~1ull);               // release the claim (even)
+}
+
 // Returns the packed word (valid bit set), or 0 after recording DAEMON_LOST (seqlock writer died).
 HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
                                                         uint64_t now) {
@@ -313,6 +411,7 @@ HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
             const uint64_t debt = hb_ld_acq_sys(&c->refresh.debt_total_bytes);
             atomicMax((unsigned long long*)&st->debt_seen, (unsigned long long)debt);
         }
+        HB_OOL(hb_act_flush)(st, (hbf_ctl*)c, now);        // live activity, at most once per HBF_ACT_PERIOD_NS
     }
     const uint64_t w = hb_pack_thermal(q, adm, mode, now);
     hb_st_vol(&st->thermal_cache, w);
@@ -700,12 +799,6 @@ HB_DEV uint32_t hb_req_tag(uint64_t key, uint64_t seq, uint64_t w1, uint64_t w2,
     h = (h ^ q) * HB_TAG_K;
     h ^= h >> 29;
     return (uint32_t)(h >> 32) | 1u;
-}
-HB_DEV void hb_st_vol_v2(void* p, uint64_t a, uint64_t b) {
-    asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
-}
-HB_DEV void hb_ld_vol_v2(const void* p, uint64_t& a, uint64_t& b) {
-    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
 
 // Reference path: ticket from an atomicAdd on st->ref_next_ticket (DEVICE memory: atomics on the
@@ -1590,6 +1683,8 @@ extern "C" __device__ __noinline__ void __hb_kernel_enter(unsigned int kernel_in
         hbf_kernel_counters* ks = hb_kslot((hbf_device_state*)sp, kernel_index << 16);
         hb_red_add(&ks->launches, 1ull);
         hb_st_vol(&ks->kstart_ns, hb_now());
+        const uint32_t k = __hb_kslot_base + kernel_index;                       // hb_kslot_of's slot
+        hb_act_mark((hbf_device_state*)sp, k < HBF_MAX_KERNEL_SLOTS ? k : HBF_MAX_KERNEL_SLOTS - 1u);
     }
 }
 
