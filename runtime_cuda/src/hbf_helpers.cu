@@ -313,36 +313,32 @@ HB_DEV void hb_act_mark(hbf_device_state* st, uint32_t k) {
 
 // Add kernel slot k's growth since its last visit to act_total (only the publisher, which holds the
 // act_stamp claim, writes act_seen / act_total). Counters only grow; a sum below the one seen is ignored.
+// Written for few registers (it is inlined into the helpers, whose register need sets the kernel's): one
+// 16-byte load in flight, 32-bit counters, the (requests, bytes) pair handled as one loop over 2 x HBF_N_OPS words.
 HB_DEV void hb_act_visit(hbf_device_state* st, uint32_t k) {
     const uint64_t ksp = st->kshards;
-    const hbf_kernel_counters* base =
-        ksp != 0ull ? (const hbf_kernel_counters*)ksp + (uint64_t)k * HBF_KSHARDS : &st->kslots[k];
+    const uint64_t* base = ksp != 0ull ? (const uint64_t*)((const hbf_kernel_counters*)ksp + (uint64_t)k * HBF_KSHARDS)
+                                       : (const uint64_t*)&st->kslots[k];
     const uint32_t nsh = ksp != 0ull ? HBF_KSHARDS : 1u;
-    uint64_t* seen = &st->act_seen[(uint64_t)k * (2u * HBF_N_OPS)];
-    for (uint32_t op = 0; op < HBF_N_OPS; ++op) {
-        uint64_t req = 0ull, byt = 0ull;
-#pragma unroll 8
-        for (uint32_t sh = 0; sh < nsh; ++sh) {
-            uint64_t r, b;
-            hb_ld_vol_v2(&base[sh].ops[op].requests, r, b);
-            req += r;
-            byt += b;
-        }
-        const uint64_t r0 = hb_ld_vol(&seen[2u * op]), b0 = hb_ld_vol(&seen[2u * op + 1u]);
-        if (req > r0) {
-            hb_st_vol(&seen[2u * op], req);
-            hb_st_vol(&st->act_total[2u * op], hb_ld_vol(&st->act_total[2u * op]) + (req - r0));
-        }
-        if (byt > b0) {
-            hb_st_vol(&seen[2u * op + 1u], byt);
-            hb_st_vol(&st->act_total[2u * op + 1u], hb_ld_vol(&st->act_total[2u * op + 1u]) + (byt - b0));
+    constexpr uint32_t kstride = sizeof(hbf_kernel_counters) / 8u, ostride = sizeof(hbf_op_counters) / 8u;
+#pragma unroll 1
+    for (uint32_t i = 0; i < 2u * HBF_N_OPS; ++i) {         // i = 2 op + (0: requests, 1: bytes)
+        const uint64_t* p = base + (i >> 1) * ostride + (i & 1u);
+        uint64_t sum = 0ull;
+#pragma unroll 1
+        for (uint32_t sh = 0; sh < nsh; ++sh) sum += hb_ld_vol(p + sh * kstride);
+        uint64_t* seen = &st->act_seen[(uint64_t)k * (2u * HBF_N_OPS) + i];
+        const uint64_t old = hb_ld_vol(seen);
+        if (sum > old) {
+            hb_st_vol(seen, sum);
+            hb_st_vol(&st->act_total[i], hb_ld_vol(&st->act_total[i]) + (sum - old));
         }
     }
 }
 
 // Publish if due and nobody else is: visit up to HBF_ACT_SLOTS_PER_FLUSH marked slots from the cursor, then
 // write the totals under the section's seqlock (odd, fence, payload, even with st.release.sys).
-HB_OOL_FN void hb_act_flush(hbf_device_state* st, hbf_ctl* c, uint64_t now) {
+HB_DEV void hb_act_flush(hbf_device_state* st, hbf_ctl* c, uint64_t now) {
     const uint64_t s = hb_ld_vol(&st->act_stamp);
     if ((s & 1ull) != 0ull || now - s < HBF_ACT_PERIOD_NS) return;
     if (atomicCAS((unsigned long long*)&st->act_stamp, (unsigned long long)s, (unsigned long long)(now | 1ull)) !=
@@ -365,14 +361,13 @@ HB_OOL_FN void hb_act_flush(hbf_device_state* st, hbf_ctl* c, uint64_t now) {
         ++visited;
         k = (k + 1u) & (HBF_MAX_KERNEL_SLOTS - 1u);
     }
-    const uint64_t q = hb_ld_vol(&st->act_pub_seq) + 2ull;   // the even value this publication ends with
-    const uint64_t fl = hb_ld_vol(&st->act_flushes) + 1ull, vis = hb_ld_vol(&st->act_visits) + visited;
     hbf_activity* a = &c->activity;
+    const uint64_t q = hb_ld_vol(&st->act_pub_seq) + 2ull;   // the even value this publication ends with
     hb_st_vol(&a->seq, q - 1ull);                         // odd: a reader retries
     __threadfence_system();
-#pragma unroll
-    for (uint32_t op = 0; op < HBF_N_OPS; ++op)
-        hb_st_vol_v2(&a->ops[op].requests, hb_ld_vol(&st->act_total[2u * op]), hb_ld_vol(&st->act_total[2u * op + 1u]));
+#pragma unroll 1
+    for (uint32_t i = 0; i < 2u * HBF_N_OPS; ++i) hb_st_vol(&a->ops[0].requests + i, hb_ld_vol(&st->act_total[i]));
+    const uint64_t fl = hb_ld_vol(&st->act_flushes) + 1ull, vis = hb_ld_vol(&st->act_visits) + visited;
     hb_st_vol_v2(&a->flushes, fl, now);
     hb_st_vol_v2(&a->slot_visits, vis, (uint64_t)st);
     hb_st_rel_sys(&a->seq, q);
@@ -411,11 +406,12 @@ HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
             const uint64_t debt = hb_ld_acq_sys(&c->refresh.debt_total_bytes);
             atomicMax((unsigned long long*)&st->debt_seen, (unsigned long long)debt);
         }
-        HB_OOL(hb_act_flush)(st, (hbf_ctl*)c, now);        // live activity, at most once per HBF_ACT_PERIOD_NS
     }
     const uint64_t w = hb_pack_thermal(q, adm, mode, now);
     hb_st_vol(&st->thermal_cache, w);
     if (st->thermal_max_age_ns != 0ull) hb_publish_replicas(st, w);   // 0: every request reads (general path)
+    // live activity, at most once per HBF_ACT_PERIOD_NS; last, where only w, st, c and now are live
+    if (c != nullptr) hb_act_flush(st, (hbf_ctl*)c, now);
     return w;
 }
 
