@@ -200,9 +200,10 @@ def test_hbf_layers_heat_during_a_long_kernel(tmp_path):
     # nothing was synchronized: the device counters section never moved
     assert int(m.device_counters["bytes"].sum()) == 0
     assert sent > 4e12
-    # idle before: the HBF layers barely move; during the kernel they climb (168 W into the layers)
-    assert before.max() - before.min() < 1.0, before
-    assert early.mean() > before.mean() + 2.0, (before.mean(), early.mean())
+    # idle before: the HBF layers drift slowly (10 W die + 5 W HBF idle from ambient, ~1 K in that second);
+    # during the kernel they climb (168 W into the layers: measured 37.5 -> 81.8 C in its first 0.5 s)
+    assert before.max() - before.min() < 2.0, before
+    assert early.mean() > before.max() + 5.0, (before.max(), early.mean())
     assert late.mean() > early.mean() + 5.0, (early.mean(), late.mean())
     th = summary["services"]["thermal"]
     assert th["live_activity"]["bytes"]["load"] == sent
