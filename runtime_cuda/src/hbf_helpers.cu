@@ -410,8 +410,6 @@ HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
     const uint64_t w = hb_pack_thermal(q, adm, mode, now);
     hb_st_vol(&st->thermal_cache, w);
     if (st->thermal_max_age_ns != 0ull) hb_publish_replicas(st, w);   // 0: every request reads (general path)
-    // live activity, at most once per HBF_ACT_PERIOD_NS; last, where only w, st, c and now are live
-    if (c != nullptr) hb_act_flush(st, (hbf_ctl*)c, now);
     return w;
 }
 
@@ -461,7 +459,10 @@ HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint
             break;
         }
     }
-    return HB_OOL(hb_thermal_read)(st, c, now);
+    const uint64_t r = HB_OOL(hb_thermal_read)(st, c, now);
+    // live activity, at most once per HBF_ACT_PERIOD_NS, by the thread that refreshed the snapshot
+    if (c != nullptr) hb_act_flush(st, (hbf_ctl*)c, now);
+    return r;
 }
 
 // Admission: Normal/Light admit; Severe withholds (spin-wait with backoff until it reopens,
@@ -1369,7 +1370,10 @@ HB_DEV void hb_inline_refresh(hbf_device_state* st, uint64_t held, uint64_t now)
     const uint64_t claim = hb_pack_thermal(HBF_THC_Q(cur), HBF_THC_ADM(cur), HBF_THC_MODE(cur), now) & ~(1ull << 23);
     if (atomicCAS((unsigned long long*)&st->thermal_cache, (unsigned long long)cur, (unsigned long long)claim) ==
         (unsigned long long)cur)
+    {
         (void)HB_OOL(hb_thermal_read)(st, (const hbf_ctl*)st->ctl, now);
+        if (st->ctl != 0ull) hb_act_flush(st, (hbf_ctl*)st->ctl, now);   // live activity (as hb_thermal_snapshot)
+    }
 }
 
 // Until when this thread may serve `op` inline: a fresh full-rate thermal snapshot with admission open and
