@@ -110,6 +110,20 @@ def run_one(prof, rom, scen: str, policy: str, horizon: float, trace: tuple[Path
     return res
 
 
+KEEP_TRANSITIONS = 200
+
+
+def trim_transitions(res: dict) -> dict:
+    """Keep the JSON small: an oscillating policy makes tens of thousands of transitions a day; the first and
+    the last KEEP_TRANSITIONS are kept, the count is in ``transitions_total`` (the summary row has it too)."""
+    tr = res["transitions"]
+    res["transitions_total"] = len(tr)
+    if len(tr) > 2 * KEEP_TRANSITIONS:
+        res["transitions"] = tr[:KEEP_TRANSITIONS] + tr[-KEEP_TRANSITIONS:]
+        res["transitions_trimmed"] = len(tr) - 2 * KEEP_TRANSITIONS
+    return res
+
+
 def summarize(res: dict) -> dict:
     sa = res["seconds_above"]
     return {"scenario": res["scenario"], "policy": res["policy"]["name"], "horizon_s": res["horizon_s"],
@@ -209,6 +223,7 @@ def main(argv=None) -> int:
                 rows.append(row)
                 print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
                                   if k not in ("residency_s",)}), flush=True)
+                trim_transitions(res)
                 if horizon > 3600:
                     res["samples"] = res["samples"][::6]          # keep the JSON small: 60 s samples
                 else:
