@@ -9,14 +9,14 @@ cool-downs. Duty cycles are applied in 50 ms windows (far shorter than the packa
 Each device call records a contiguous range of phases (``--phases 0-5``, then ``--phases 6-11``: two calls of
 about 7 minutes each) as one segment of the recording; every finished phase is written at once (phase CSV +
 recording.json, atomic), so a call that is cut short keeps what it finished. The fit needs no GPU: run it here
-on the fetched recording (``--fit-only DIR``); a call whose directory holds every phase of the plan fits at the
+on the fetched recordings (``--fit-only DIR1 DIR2``); a call whose directory holds every phase of the plan fits at the
 end unless ``--no-fit``.
 
     # on the GPU (two calls of < 10 minutes):
     python3 bench/thermal_calibrate.py --record $OUT/rec --phases 0-5 --no-fit
     python3 bench/thermal_calibrate.py --record $OUT/rec --phases 6-11 --no-fit
-    # on the CPU, on the fetched recording:
-    .venv/bin/python bench/thermal_calibrate.py --fit-only bench/results/thermal_calibrate_rec \\
+    # on the CPU, on the two calls' fetched recordings (each call's $OUT starts empty), joined in order:
+    .venv/bin/python bench/thermal_calibrate.py --fit-only CALL1/rec CALL2/rec \\
         --out bench/results/thermal_calibration.json
 
 NOT RUN on a GPU yet (the 2026-12-04 session had none): the recording part is unverified; its plan, argument
