@@ -269,7 +269,7 @@ typedef struct hbf_counters {
 /* Live media activity (issue 17): the device path's running totals of the accesses it modeled, per op,
  * published WHILE kernels run so hbfd's 10 ms energy bins see HBF activity during a long kernel (the
  * counters section's device part is written only at synchronization points). Writer: the GPU, one thread
- * at a time -- the thread that refreshes the thermal snapshot (about every thermal_max_age_ns) publishes
+ * at a time -- the thread that refreshed the thermal snapshot (about every thermal_max_age_ns) publishes
  * at most once per HBF_ACT_PERIOD_NS (single flight on hbf_device_state.act_stamp): it sums the per-kernel
  * counter shards of up to HBF_ACT_SLOTS_PER_FLUSH launched kernel slots (round robin) into running totals
  * kept in device memory, then writes them here under the seqlock `seq` (odd while writing; payload with

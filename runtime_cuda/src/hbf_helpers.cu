@@ -291,12 +291,13 @@ HB_DEV void hb_publish_replicas(hbf_device_state* st, uint64_t w) {
 // modeled, published into the control region while kernels run, so hbfd's 10 ms energy bins see a long
 // kernel's HBF activity as it happens (counters.device is written by the runtime at sync points only).
 // Nothing on the per-access path: the accesses are already counted in device memory (the per-kernel counter
-// shards); the thread that refreshes the thermal snapshot (hb_thermal_read, about every thermal_max_age_ns)
-// also publishes, at most once per HBF_ACT_PERIOD_NS, single flight (one CAS on act_stamp). Bounded cost per
-// publication: HBF_ACT_SLOTS_PER_FLUSH launched slots x HBF_KSHARDS shards x HBF_N_OPS 16-byte device loads
-// (512), 2 x HBF_N_OPS + a few device stores, 8 host-mapped stores and 2 system fences, by one thread.
+// shards); the thread that refreshed the thermal snapshot (hb_thermal_snapshot, hb_inline_refresh: about
+// every thermal_max_age_ns) also publishes, at most once per HBF_ACT_PERIOD_NS, single flight (one CAS on
+// act_stamp). Bounded cost per publication: HBF_ACT_SLOTS_PER_FLUSH launched slots x HBF_KSHARDS shards x
+// 2 x HBF_N_OPS 8-byte device loads (1,024), up to 4 x HBF_N_OPS device stores per slot, 12 host-mapped
+// stores and 2 system fences, by one thread; not in the Severe admission loop (nothing new is admitted there).
 // ------------------------------------------------------------------------------------------
-// 16-byte volatile stores/loads (the activity section and the ring's payload, counter shard pairs)
+// 16-byte volatile stores/loads (the activity section's pairs, the ring's payload)
 HB_DEV void hb_st_vol_v2(void* p, uint64_t a, uint64_t b) {
     asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
 }
@@ -314,7 +315,7 @@ HB_DEV void hb_act_mark(hbf_device_state* st, uint32_t k) {
 // Add kernel slot k's growth since its last visit to act_total (only the publisher, which holds the
 // act_stamp claim, writes act_seen / act_total). Counters only grow; a sum below the one seen is ignored.
 // Written for few registers (it is inlined into the helpers, whose register need sets the kernel's): one
-// 16-byte load in flight, 32-bit counters, the (requests, bytes) pair handled as one loop over 2 x HBF_N_OPS words.
+// 8-byte load in flight, 32-bit counters, the (requests, bytes) words of the ops as one loop of 2 x HBF_N_OPS.
 HB_DEV void hb_act_visit(hbf_device_state* st, uint32_t k) {
     const uint64_t ksp = st->kshards;
     const uint64_t* base = ksp != 0ull ? (const uint64_t*)((const hbf_kernel_counters*)ksp + (uint64_t)k * HBF_KSHARDS)
