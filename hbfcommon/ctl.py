@@ -344,7 +344,7 @@ def read_activity(c: "hbf_ctl") -> Activity:
     def read() -> Activity:
         return Activity(tuple(int(o.requests) for o in a.ops), tuple(int(o.bytes) for o in a.ops), int(a.flushes),
                         int(a.gpu_ns), int(a.slot_visits), int(a.state_ptr))
-    return seqlock_read(a, read)
+    return seqlock_read(a, read, tries=2000)     # the GPU writes it in microseconds; a stuck writer costs ~1 ms
 
 
 def seqlock_read(snapshot, read, *, tries: int = 10000):

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from hbfcommon import ctl, rpc
-from hbfcommon.errors import DaemonError, ErrorCode, HbfError, TelemetryError
+from hbfcommon.errors import ControlRegionError, DaemonError, ErrorCode, HbfError, TelemetryError
 from hbfcommon.status import RequestStatus
 from hbfd import knobs, services
 from hbfd.contracts import (REQUEST_BATCH_DTYPE, RefreshingEngine, RefreshService, ServiceEngine, ThermalService,
@@ -95,6 +95,7 @@ class Daemon:
         self._last_tick_ns: int | None = None
         self._energy_counted = 0.0
         self._activity: ctl.Activity | None = None          # the latest live activity read (summary)
+        self._activity_torn = 0                             # control ticks that found its seqlock odd
         self._final_outstanding = 0
         self._gpu_anchor: tuple[int, int] | None = None    # (latest arrival_ns, host ns when seen)
         self._engine_t = 0                                  # latest time handed to the engine
@@ -313,8 +314,17 @@ class Daemon:
         # the live section (hbf_ctl.h hbf_activity): the GPU publishes its running totals while kernels run
         # (counters.device only at sync), so a long kernel's HBF activity reaches the bins as it happens.
         # All three count the same accesses from below: per op the largest is the best lower bound.
-        live = ctl.read_activity(m.ctl)
-        self._activity = live
+        try:
+            live = ctl.read_activity(m.ctl)
+            self._activity = live
+        except ControlRegionError:
+            # a writer that stopped inside the seqlock (its context was killed mid-publication): the section
+            # stays odd; its last consistent totals are still lower bounds of what the device did, so they
+            # keep counting (never more than was published) and the summary says how often this happened
+            self._activity_torn += 1
+            if self._activity_torn == 1:
+                log.warning("the live activity section's seqlock stays odd: using its last consistent totals")
+            live = self._activity or ctl.Activity((0,) * ctl.HBF_N_OPS, (0,) * ctl.HBF_N_OPS, 0, 0, 0, 0)
         reqs = np.maximum(np.maximum(ref["requests"], dev["requests"]),
                           np.asarray(live.requests, np.uint64)).astype(np.float64)
         nbytes = float(np.maximum(np.maximum(ref["bytes"], dev["bytes"]), np.asarray(live.bytes, np.uint64)).sum())
@@ -336,7 +346,7 @@ class Daemon:
         a = self._activity
         if a is None:
             return None
-        return {"flushes": a.flushes, "slot_visits": a.slot_visits,
+        return {"flushes": a.flushes, "slot_visits": a.slot_visits, "torn_reads": self._activity_torn,
                 "requests": dict(zip(ctl.OP_NAMES, a.requests)), "bytes": dict(zip(ctl.OP_NAMES, a.bytes))}
 
     def _control_tick(self) -> None:
