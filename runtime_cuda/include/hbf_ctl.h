@@ -272,8 +272,8 @@ typedef struct hbf_counters {
  * at a time -- the thread that refreshed the thermal snapshot (about every thermal_max_age_ns) publishes
  * at most once per HBF_ACT_PERIOD_NS (single flight on hbf_device_state.act_stamp): it sums the per-kernel
  * counter shards of up to HBF_ACT_SLOTS_PER_FLUSH launched kernel slots (round robin) into running totals
- * kept in device memory, then writes them here under the seqlock `seq` (odd while writing; payload with
- * st.volatile, seq with st.release.sys). No per-access host write. Reader: hbfd's control tick (seqlock
+ * kept in device memory, then writes them here under the seqlock `seq` (odd while writing; a system fence
+ * after the odd value and after the payload; all stores st.volatile). No per-access host write. Reader: hbfd's control tick (seqlock
  * read), which takes, per op, the largest of this, counters.device and counters.daemon. The totals are
  * lower bounds of what the device did (a slot is summed when visited; counters.device is exact at sync)
  * and never decrease within one session (state_ptr); a new session starts its own totals. */

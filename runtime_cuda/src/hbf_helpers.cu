@@ -338,7 +338,7 @@ HB_DEV void hb_act_visit(hbf_device_state* st, uint32_t k) {
 }
 
 // Publish if due and nobody else is: visit up to HBF_ACT_SLOTS_PER_FLUSH marked slots from the cursor, then
-// write the totals under the section's seqlock (odd, fence, payload, even with st.release.sys).
+// write the totals under the section's seqlock (odd, system fence, payload, system fence, even).
 HB_DEV void hb_act_flush(hbf_device_state* st, hbf_ctl* c, uint64_t now) {
     const uint64_t s = hb_ld_vol(&st->act_stamp);
     if ((s & 1ull) != 0ull || now - s < HBF_ACT_PERIOD_NS) return;
@@ -371,7 +371,8 @@ HB_DEV void hb_act_flush(hbf_device_state* st, hbf_ctl* c, uint64_t now) {
     const uint64_t fl = hb_ld_vol(&st->act_flushes) + 1ull, vis = hb_ld_vol(&st->act_visits) + visited;
     hb_st_vol_v2(&a->flushes, fl, now);
     hb_st_vol_v2(&a->slot_visits, vis, (uint64_t)st);
-    hb_st_rel_sys(&a->seq, q);
+    __threadfence_system();                               // the payload before the even seq (a release;
+    hb_st_vol(&a->seq, q);                                // fence + volatile: no st.release.sys in the tagged build)
     hb_st_vol(&st->act_pub_seq, q);
     hb_st_vol(&st->act_flushes, fl);
     hb_st_vol(&st->act_visits, vis);
