@@ -22,7 +22,7 @@ from hbfcommon.errors import ControlRegionError, ErrorCode
 from hbfcommon.status import RequestStatus
 
 HBF_CTL_MAGIC = 0x3130544C43464248  # "HBFCTL01" little-endian
-HBF_CTL_ABI_VERSION = 2   # 2: every ring request carries its tag under the run key (request_tag)
+HBF_CTL_ABI_VERSION = 3   # 2: every ring request carries its tag under the run key (request_tag); 3: hbf_activity
 
 HBF_MAX_RANGES = 1024
 HBF_RING_SLOTS = 4096
@@ -30,6 +30,8 @@ HBF_MAX_CURVE_POINTS = 16
 HBF_N_OPS = 4
 HBF_N_STATUS = 16
 HBF_MAX_KERNEL_SLOTS = 1024
+HBF_ACT_PERIOD_NS = 1_000_000        # hbf_activity: at most one GPU publication per millisecond
+HBF_ACT_SLOTS_PER_FLUSH = 4          # kernel slots summed per publication
 
 # request states: the values of hbfcommon.status.RequestStatus (the one definition), under their C names
 HBF_ST_PENDING = int(RequestStatus.PENDING)
@@ -145,7 +147,7 @@ class hbf_header(ctypes.Structure):
         ("admission_closed", c_uint64),
         ("ring_head", c_uint64), ("device_failure", c_uint64),
         ("workload_pid", c_uint64), ("device_state_ptr", c_uint64),
-        ("profile_sha256", c_uint8 * 32), ("reserved0", c_uint8 * 64),
+        ("profile_sha256", c_uint8 * 32), ("off_activity", c_uint64), ("reserved0", c_uint8 * 56),
         ("media", hbf_media_params),
     ]
 
@@ -210,21 +212,34 @@ class hbf_counters(ctypes.Structure):
     ]
 
 
+class hbf_activity_op(ctypes.Structure):
+    _fields_ = [("requests", c_uint64), ("bytes", c_uint64)]
+
+
+class hbf_activity(ctypes.Structure):
+    _fields_ = [
+        ("seq", c_uint64), ("flushes", c_uint64), ("gpu_ns", c_uint64), ("slot_visits", c_uint64),
+        ("state_ptr", c_uint64), ("reserved", c_uint64 * 3), ("ops", hbf_activity_op * HBF_N_OPS),
+    ]
+
+
 class hbf_ctl(ctypes.Structure):
     _fields_ = [
         ("header", hbf_header), ("ranges", hbf_range_snapshot), ("thermal", hbf_thermal_snapshot),
         ("refresh", hbf_refresh_debt), ("ring", hbf_request * HBF_RING_SLOTS),
         ("completions", hbf_completion * HBF_RING_SLOTS), ("counters", hbf_counters),
+        ("activity", hbf_activity),
     ]
 
 
 # Every struct the header defines, by C name (the layout test walks these).
 STRUCTS = {c.__name__: c for c in (hbf_media_params, hbf_header, hbf_range, hbf_range_snapshot,
                                    hbf_thermal_snapshot, hbf_refresh_debt, hbf_request,
-                                   hbf_completion, hbf_op_counters, hbf_counters, hbf_ctl)}
+                                   hbf_completion, hbf_op_counters, hbf_counters, hbf_activity_op,
+                                   hbf_activity, hbf_ctl)}
 CTL_BYTES = ctypes.sizeof(hbf_ctl)
 OFFSETS = {name: getattr(hbf_ctl, name).offset
-           for name in ("ranges", "thermal", "refresh", "ring", "completions", "counters")}
+           for name in ("ranges", "thermal", "refresh", "ring", "completions", "counters", "activity")}
 
 # numpy views for vectorized scans of the ring (same layout as the ctypes classes).
 REQUEST_DTYPE = np.dtype(hbf_request)
@@ -308,6 +323,28 @@ def seqlock_write(snapshot, fill) -> None:
     snapshot.seq = s + 1 if s % 2 == 0 else s + 2
     fill()
     snapshot.seq = snapshot.seq + 1
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One consistent read of the live media activity section (hbf_activity)."""
+
+    requests: tuple[int, ...]          # per op (OP_NAMES)
+    bytes: tuple[int, ...]
+    flushes: int
+    gpu_ns: int
+    slot_visits: int
+    state_ptr: int
+
+
+def read_activity(c: "hbf_ctl") -> Activity:
+    """The GPU-published activity totals under their seqlock (hbf_ctl.h hbf_activity)."""
+    a = c.activity
+
+    def read() -> Activity:
+        return Activity(tuple(int(o.requests) for o in a.ops), tuple(int(o.bytes) for o in a.ops), int(a.flushes),
+                        int(a.gpu_ns), int(a.slot_visits), int(a.state_ptr))
+    return seqlock_read(a, read, tries=2000)     # the GPU writes it in microseconds; a stuck writer costs ~1 ms
 
 
 def seqlock_read(snapshot, read, *, tries: int = 10000):

@@ -42,6 +42,7 @@ class ControlRegion:
         h.total_bytes = ctl.CTL_BYTES
         h.off_ranges, h.off_thermal, h.off_refresh = (ctl.OFFSETS[k] for k in ("ranges", "thermal", "refresh"))
         h.off_ring, h.off_completions, h.off_counters = (ctl.OFFSETS[k] for k in ("ring", "completions", "counters"))
+        h.off_activity = ctl.OFFSETS["activity"]
         h.ring_slots = ctl.HBF_RING_SLOTS
         h.max_ranges = ctl.HBF_MAX_RANGES
         h.daemon_pid = os.getpid()

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from hbfcommon import ctl, rpc
-from hbfcommon.errors import DaemonError, ErrorCode, HbfError, TelemetryError
+from hbfcommon.errors import ControlRegionError, DaemonError, ErrorCode, HbfError, TelemetryError
 from hbfcommon.status import RequestStatus
 from hbfd import knobs, services
 from hbfd.contracts import (REQUEST_BATCH_DTYPE, RefreshingEngine, RefreshService, ServiceEngine, ThermalService,
@@ -94,6 +94,8 @@ class Daemon:
         self._count_reads = False
         self._last_tick_ns: int | None = None
         self._energy_counted = 0.0
+        self._activity: ctl.Activity | None = None          # the latest live activity read (summary)
+        self._activity_torn = 0                             # control ticks that found its seqlock odd
         self._final_outstanding = 0
         self._gpu_anchor: tuple[int, int] | None = None    # (latest arrival_ns, host ns when seen)
         self._engine_t = 0                                  # latest time handed to the engine
@@ -304,17 +306,48 @@ class Daemon:
         """Media energy of the last interval from the profile's energy model and the counters.
         The device section (published by the runtime at sync points) counts every in-range access
         the device made, including those it sent through the ring; per op we take the larger of
-        the device and reference counts so reference requests are not counted twice."""
+        the device and reference counts so reference requests are not counted twice, and the device's
+        live activity section (published by the GPU while kernels run) the same way."""
         e, m = self.profile.energy, self.region.map
         ref = m.daemon_counters.copy()
         dev = m.device_counters.copy()
-        reqs = np.maximum(ref["requests"], dev["requests"]).astype(np.float64)
-        nbytes = float(np.maximum(ref["bytes"], dev["bytes"]).sum())
+        # the live section (hbf_ctl.h hbf_activity): the GPU publishes its running totals while kernels run
+        # (counters.device only at sync), so a long kernel's HBF activity reaches the bins as it happens.
+        # All three count the same accesses from below: per op the largest is the best lower bound.
+        try:
+            live = ctl.read_activity(m.ctl)
+            self._activity = live
+        except ControlRegionError:
+            # a writer that stopped inside the seqlock (its context was killed mid-publication): the section
+            # stays odd; its last consistent totals are still lower bounds of what the device did, so they
+            # keep counting (never more than was published) and the summary says how often this happened
+            self._activity_torn += 1
+            if self._activity_torn == 1:
+                log.warning("the live activity section's seqlock stays odd: using its last consistent totals")
+            live = self._activity or ctl.Activity((0,) * ctl.HBF_N_OPS, (0,) * ctl.HBF_N_OPS, 0, 0, 0, 0)
+        reqs = np.maximum(np.maximum(ref["requests"], dev["requests"]),
+                          np.asarray(live.requests, np.uint64)).astype(np.float64)
+        nbytes = float(np.maximum(np.maximum(ref["bytes"], dev["bytes"]), np.asarray(live.bytes, np.uint64)).sum())
         reads = reqs[ctl.HBF_OP_LOAD] + reqs[ctl.HBF_OP_CPASYNC] + reqs[ctl.HBF_OP_ATOMIC]
         writes = reqs[ctl.HBF_OP_STORE] + reqs[ctl.HBF_OP_ATOMIC]
         total = e.j_per_byte * nbytes + e.read_j * reads + e.program_j * writes
         prev, self._energy_counted = self._energy_counted, total
         return e.idle_w * dt_s + (total - prev)
+
+    def _device_total(self, synced: np.ndarray, field: str) -> int:
+        """The device's total of ``field`` over the ops: per op the larger of the synced counters and the
+        live activity section (the live one leads while a kernel runs)."""
+        a = self._activity
+        live = np.asarray(getattr(a, field), np.uint64) if a is not None else np.zeros(len(synced), np.uint64)
+        return int(np.maximum(synced, live).sum())
+
+    def _activity_summary(self) -> dict | None:
+        """The last live activity the energy bins read (hbf_activity; None before the first tick)."""
+        a = self._activity
+        if a is None:
+            return None
+        return {"flushes": a.flushes, "slot_visits": a.slot_visits, "torn_reads": self._activity_torn,
+                "requests": dict(zip(ctl.OP_NAMES, a.requests)), "bytes": dict(zip(ctl.OP_NAMES, a.bytes))}
 
     def _control_tick(self) -> None:
         now = time.monotonic_ns()
@@ -342,7 +375,8 @@ class Daemon:
         self._timeline.record(now - self._t0, self.thermal_state, refresh_debt_bytes=int(debt),
                               refresh_drained_bytes=int(self.refresh.background_drained_bytes),
                               ref_requests=int(ref["requests"].sum()), ref_bytes=int(ref["bytes"].sum()),
-                              dev_requests=int(dev["requests"].sum()), dev_bytes=int(dev["bytes"].sum()))
+                              dev_requests=self._device_total(dev["requests"], "requests"),
+                              dev_bytes=self._device_total(dev["bytes"], "bytes"))
 
     def _engine_clock(self, now: int) -> int:
         """The engine's clock (the GPU's arrival clock) at host time ``now``: the latest arrival
@@ -813,7 +847,8 @@ class Daemon:
             "ring_service": dict(self._ring_stats, batch_log2_hist=list(self._ring_stats["batch_log2_hist"])),
             "device_failure": int(h.device_failure),
             "services": {"thermal": {"service": self.thermal.name, **self.thermal.summary_section(),
-                                     "ticks": self._thermal_ticks, "media_energy_j": self._energy_j},
+                                     "ticks": self._thermal_ticks, "media_energy_j": self._energy_j,
+                                     "live_activity": self._activity_summary()},
                          "refresh": {"service": self.refresh.name, **self.refresh.summary_section()}},
             "attaches": list(self._attaches),
             "attaches_dropped": self._attaches_dropped,

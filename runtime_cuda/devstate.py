@@ -20,7 +20,7 @@ from hbfcommon.errors import ErrorCode, RangeError
 from hbfcommon.status import STATUS_NAMES
 
 HBF_DEVSTATE_MAGIC = 0x3130545344464248  # "HBFDST01"
-HBF_DEVSTATE_VERSION = 2
+HBF_DEVSTATE_VERSION = 3
 HBF_DEV_MAX_CHANNELS = 64
 HBF_DEV_MAX_BANKS = 8192   # channels * dies_per_channel * planes_per_die, fast source (hbf_device.h)
 HBF_BUF_READY_BITS = 40
@@ -72,6 +72,10 @@ class hbf_device_state(ctypes.Structure):
         ("ranges", hbf_dev_range * C.HBF_MAX_RANGES),
         ("thc_replica", c_uint64 * (HBF_KSHARDS * HBF_THC_REPLICA_STRIDE)),
         ("bank_buf", c_uint64 * (HBF_DEV_MAX_BANKS * 2)), ("bank_busy", c_uint64 * HBF_DEV_MAX_BANKS),
+        ("act_stamp", c_uint64), ("act_cursor", c_uint64), ("act_pub_seq", c_uint64), ("act_flushes", c_uint64),
+        ("act_visits", c_uint64), ("act_reserved", c_uint64 * 3),
+        ("act_mask", c_uint64 * (C.HBF_MAX_KERNEL_SLOTS // 64)), ("act_total", c_uint64 * (2 * C.HBF_N_OPS)),
+        ("act_seen", c_uint64 * (C.HBF_MAX_KERNEL_SLOTS * 2 * C.HBF_N_OPS)),
     ]
 
 

@@ -34,7 +34,8 @@
 #endif
 
 #define HBF_CTL_MAGIC 0x3130544c43464248ULL /* "HBFCTL01" little-endian */
-#define HBF_CTL_ABI_VERSION 2u   /* 2: every request carries its tag under the run key (hbf_request) */
+#define HBF_CTL_ABI_VERSION 3u   /* 2: every request carries its tag under the run key (hbf_request);
+                                    3: the live media activity section (hbf_activity, header.off_activity) */
 
 #define HBF_MAX_RANGES 1024u
 #define HBF_RING_SLOTS 4096u            /* power of two */
@@ -154,7 +155,8 @@ typedef struct hbf_header {
     uint64_t workload_pid;
     uint64_t device_state_ptr;     /* device address of the runtime's hbf_device_state */
     uint8_t profile_sha256[32];
-    uint8_t reserved0[64];
+    uint64_t off_activity;         /* offset of the live media activity section (hbf_activity) */
+    uint8_t reserved0[56];
     hbf_media_params media;        /* 64-byte aligned inside the header */
 } hbf_header;
 
@@ -264,6 +266,34 @@ typedef struct hbf_counters {
     uint64_t reserved[7];
 } hbf_counters;
 
+/* Live media activity (issue 17): the device path's running totals of the accesses it modeled, per op,
+ * published WHILE kernels run so hbfd's 10 ms energy bins see HBF activity during a long kernel (the
+ * counters section's device part is written only at synchronization points). Writer: the GPU, one thread
+ * at a time -- the thread that refreshed the thermal snapshot (about every thermal_max_age_ns) publishes
+ * at most once per HBF_ACT_PERIOD_NS (single flight on hbf_device_state.act_stamp): it sums the per-kernel
+ * counter shards of up to HBF_ACT_SLOTS_PER_FLUSH launched kernel slots (round robin) into running totals
+ * kept in device memory, then writes them here under the seqlock `seq` (odd while writing; a system fence
+ * after the odd value and after the payload; all stores st.volatile). No per-access host write. Reader: hbfd's control tick (seqlock
+ * read), which takes, per op, the largest of this, counters.device and counters.daemon. The totals are
+ * lower bounds of what the device did (a slot is summed when visited; counters.device is exact at sync)
+ * and never decrease within one session (state_ptr); a new session starts its own totals. */
+#define HBF_ACT_PERIOD_NS 1000000ull    /* at most one publication per millisecond */
+#define HBF_ACT_SLOTS_PER_FLUSH 4u      /* kernel slots summed per publication (each HBF_KSHARDS shards) */
+typedef struct hbf_activity_op {
+    uint64_t requests;             /* device-modeled requests (warp-level page transactions, as ops[].requests) */
+    uint64_t bytes;                /* media bytes moved (as ops[].bytes) */
+} hbf_activity_op;
+
+typedef struct hbf_activity {
+    uint64_t seq;                  /* seqlock, GPU-written */
+    uint64_t flushes;              /* publications so far (this session) */
+    uint64_t gpu_ns;               /* %globaltimer at the publication (GPU clock: never compared with host time) */
+    uint64_t slot_visits;          /* kernel-slot visits so far (each sums that slot's counter shards) */
+    uint64_t state_ptr;            /* device address of the publishing session's hbf_device_state */
+    uint64_t reserved[3];
+    hbf_activity_op ops[HBF_N_OPS];
+} hbf_activity;
+
 /* The whole region. Sections are laid out in this order; offsets are also in the header. */
 typedef struct hbf_ctl {
     hbf_header header;
@@ -273,6 +303,7 @@ typedef struct hbf_ctl {
     hbf_request ring[HBF_RING_SLOTS];
     hbf_completion completions[HBF_RING_SLOTS];
     hbf_counters counters;
+    hbf_activity activity;
 } hbf_ctl;
 
 HBF_STATIC_ASSERT(sizeof(hbf_media_params) % 64 == 0, "media params 64B multiple");
@@ -285,5 +316,6 @@ HBF_STATIC_ASSERT(sizeof(hbf_request) == 64, "request 64B");
 HBF_STATIC_ASSERT(sizeof(hbf_completion) == 64, "completion 64B");
 HBF_STATIC_ASSERT(sizeof(hbf_op_counters) == 64, "op counters 64B");
 HBF_STATIC_ASSERT(sizeof(hbf_counters) % 64 == 0, "counters 64B multiple");
+HBF_STATIC_ASSERT(sizeof(hbf_activity) == 128, "activity 128B");
 
 #endif /* HBF_CTL_H */

@@ -26,7 +26,7 @@
 #include "hbf_ctl.h"
 
 #define HBF_DEVSTATE_MAGIC 0x3130545344464248ULL  /* "HBFDST01" little-endian */
-#define HBF_DEVSTATE_VERSION 2u
+#define HBF_DEVSTATE_VERSION 3u   /* 3: the live activity words (act_*) */
 #define HBF_DEV_MAX_CHANNELS 64u
 #define HBF_DEV_MAX_BANKS 8192u         /* channels * dies_per_channel * planes_per_die <= this (fast source) */
 #define HBF_BUF_READY_BITS 40u          /* page buffer word: bits 40..63 tag (page in plane + 1), 0..39 ready */
@@ -157,6 +157,20 @@ typedef struct hbf_device_state {
      * bank_busy, and a sense goes before those not yet running (read priority, docs/design.md §3.9). */
     uint64_t bank_buf[HBF_DEV_MAX_BANKS * 2];
     uint64_t bank_busy[HBF_DEV_MAX_BANKS];     /* programs and refresh queued on the plane end at (GPU ns) */
+    /* Live media activity (hbf_ctl.h hbf_activity), GPU-only words (zero when the block is created). The thread
+     * that refreshes the thermal snapshot publishes, at most once per HBF_ACT_PERIOD_NS (single flight: a CAS
+     * on act_stamp), the running totals of the per-kernel counters: it visits up to HBF_ACT_SLOTS_PER_FLUSH
+     * launched slots (act_mask, round robin from act_cursor), adds each slot's growth since its last visit
+     * (act_seen) to act_total, and writes act_total into the control region under its seqlock. */
+    uint64_t act_stamp;            /* even: GPU ns of the last publication (0: none); odd: one in progress */
+    uint64_t act_cursor;           /* the next kernel slot to look at */
+    uint64_t act_pub_seq;          /* the seqlock value last written to hbf_activity.seq */
+    uint64_t act_flushes;          /* publications */
+    uint64_t act_visits;           /* slot visits */
+    uint64_t act_reserved[3];
+    uint64_t act_mask[HBF_MAX_KERNEL_SLOTS / 64];   /* kernel slots launched (__hb_kernel_enter, block 0) */
+    uint64_t act_total[2 * HBF_N_OPS];              /* published totals: requests, bytes per op */
+    uint64_t act_seen[HBF_MAX_KERNEL_SLOTS * 2 * HBF_N_OPS];   /* each slot's sums at its last visit */
 } hbf_device_state;
 
 /* The module's launch descriptor, __hb_cdesc (hbf_abi.h): one per instrumented module, in the .const

@@ -286,6 +286,101 @@ HB_DEV void hb_publish_replicas(hbf_device_state* st, uint64_t w) {
     if (hb_debt_pending(st)) hb_publish_replicas_as(st, invalid);
 }
 
+// ------------------------------------------------------------------------------------------
+// Live media activity (hbf_ctl.h hbf_activity; issue 17): the device's running totals of the accesses it
+// modeled, published into the control region while kernels run, so hbfd's 10 ms energy bins see a long
+// kernel's HBF activity as it happens (counters.device is written by the runtime at sync points only).
+// Nothing on the per-access path: the accesses are already counted in device memory (the per-kernel counter
+// shards); the thread that refreshed the thermal snapshot (hb_thermal_snapshot, hb_inline_refresh: about
+// every thermal_max_age_ns) also publishes, at most once per HBF_ACT_PERIOD_NS, single flight (one CAS on
+// act_stamp). Bounded cost per publication: HBF_ACT_SLOTS_PER_FLUSH launched slots x HBF_KSHARDS shards x
+// 2 x HBF_N_OPS 8-byte device loads (1,024), up to 4 x HBF_N_OPS device stores per slot, 12 host-mapped
+// stores and 2 system fences, by one thread; not in the Severe admission loop (nothing new is admitted there).
+// ------------------------------------------------------------------------------------------
+// 16-byte volatile stores/loads (the activity section's pairs, the ring's payload)
+HB_DEV void hb_st_vol_v2(void* p, uint64_t a, uint64_t b) {
+    asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+HB_DEV void hb_ld_vol_v2(const void* p, uint64_t& a, uint64_t& b) {
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+// __hb_kernel_enter (block 0, thread 0): mark the launching kernel's slot for the publisher (one atomic per
+// launch; the word is read first so a kernel launched again costs a load)
+HB_DEV void hb_act_mark(hbf_device_state* st, uint32_t k) {
+    const uint64_t bit = 1ull << (k & 63u);
+    if ((hb_ld_vol(&st->act_mask[k >> 6]) & bit) == 0ull)
+        atomicOr((unsigned long long*)&st->act_mask[k >> 6], (unsigned long long)bit);
+}
+
+// Add kernel slot k's growth since its last visit to act_total (only the publisher, which holds the
+// act_stamp claim, writes act_seen / act_total). Counters only grow; a sum below the one seen is ignored.
+// Written for few registers (it is inlined into the helpers, whose register need sets the kernel's): one
+// 8-byte load in flight, 32-bit counters, the (requests, bytes) words of the ops as one loop of 2 x HBF_N_OPS.
+HB_DEV void hb_act_visit(hbf_device_state* st, uint32_t k) {
+    const uint64_t ksp = st->kshards;
+    const uint64_t* base = ksp != 0ull ? (const uint64_t*)((const hbf_kernel_counters*)ksp + (uint64_t)k * HBF_KSHARDS)
+                                       : (const uint64_t*)&st->kslots[k];
+    const uint32_t nsh = ksp != 0ull ? HBF_KSHARDS : 1u;
+    constexpr uint32_t kstride = sizeof(hbf_kernel_counters) / 8u, ostride = sizeof(hbf_op_counters) / 8u;
+#pragma unroll 1
+    for (uint32_t i = 0; i < 2u * HBF_N_OPS; ++i) {         // i = 2 op + (0: requests, 1: bytes)
+        const uint64_t* p = base + (i >> 1) * ostride + (i & 1u);
+        uint64_t sum = 0ull;
+#pragma unroll 1
+        for (uint32_t sh = 0; sh < nsh; ++sh) sum += hb_ld_vol(p + sh * kstride);
+        uint64_t* seen = &st->act_seen[(uint64_t)k * (2u * HBF_N_OPS) + i];
+        const uint64_t old = hb_ld_vol(seen);
+        if (sum > old) {
+            hb_st_vol(seen, sum);
+            hb_st_vol(&st->act_total[i], hb_ld_vol(&st->act_total[i]) + (sum - old));
+        }
+    }
+}
+
+// Publish if due and nobody else is: visit up to HBF_ACT_SLOTS_PER_FLUSH marked slots from the cursor, then
+// write the totals under the section's seqlock (odd, system fence, payload, system fence, even).
+HB_DEV void hb_act_flush(hbf_device_state* st, hbf_ctl* c, uint64_t now) {
+    const uint64_t s = hb_ld_vol(&st->act_stamp);
+    if ((s & 1ull) != 0ull || now - s < HBF_ACT_PERIOD_NS) return;
+    if (atomicCAS((unsigned long long*)&st->act_stamp, (unsigned long long)s, (unsigned long long)(now | 1ull)) !=
+        (unsigned long long)s)
+        return;
+    uint32_t k = (uint32_t)hb_ld_vol(&st->act_cursor) & (HBF_MAX_KERNEL_SLOTS - 1u);
+    uint32_t scanned = 0u, visited = 0u;
+    while (scanned < HBF_MAX_KERNEL_SLOTS && visited < HBF_ACT_SLOTS_PER_FLUSH) {
+        const uint64_t m = hb_ld_vol(&st->act_mask[k >> 6]) >> (k & 63u);
+        if (m == 0ull) {                                   // nothing launched in the rest of this word
+            const uint32_t skip = 64u - (k & 63u);
+            k = (k + skip) & (HBF_MAX_KERNEL_SLOTS - 1u);
+            scanned += skip;
+            continue;
+        }
+        const uint32_t z = (uint32_t)(__ffsll((long long)m) - 1);
+        k += z;                                            // stays in this word
+        scanned += z + 1u;
+        hb_act_visit(st, k);
+        ++visited;
+        k = (k + 1u) & (HBF_MAX_KERNEL_SLOTS - 1u);
+    }
+    hbf_activity* a = &c->activity;
+    const uint64_t q = hb_ld_vol(&st->act_pub_seq) + 2ull;   // the even value this publication ends with
+    hb_st_vol(&a->seq, q - 1ull);                         // odd: a reader retries
+    __threadfence_system();
+#pragma unroll 1
+    for (uint32_t i = 0; i < 2u * HBF_N_OPS; ++i) hb_st_vol(&a->ops[0].requests + i, hb_ld_vol(&st->act_total[i]));
+    const uint64_t fl = hb_ld_vol(&st->act_flushes) + 1ull, vis = hb_ld_vol(&st->act_visits) + visited;
+    hb_st_vol_v2(&a->flushes, fl, now);
+    hb_st_vol_v2(&a->slot_visits, vis, (uint64_t)st);
+    __threadfence_system();                               // the payload before the even seq (a release;
+    hb_st_vol(&a->seq, q);                                // fence + volatile: no st.release.sys in the tagged build)
+    hb_st_vol(&st->act_pub_seq, q);
+    hb_st_vol(&st->act_flushes, fl);
+    hb_st_vol(&st->act_visits, vis);
+    hb_st_vol(&st->act_cursor, k);
+    __threadfence();
+    hb_st_vol(&st->act_stamp, now & ~1ull);               // release the claim (even)
+}
+
 // Returns the packed word (valid bit set), or 0 after recording DAEMON_LOST (seqlock writer died).
 HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
                                                         uint64_t now) {
@@ -366,7 +461,10 @@ HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint
             break;
         }
     }
-    return HB_OOL(hb_thermal_read)(st, c, now);
+    const uint64_t r = HB_OOL(hb_thermal_read)(st, c, now);
+    // live activity, at most once per HBF_ACT_PERIOD_NS, by the thread that refreshed the snapshot
+    if (c != nullptr) hb_act_flush(st, (hbf_ctl*)c, now);
+    return r;
 }
 
 // Admission: Normal/Light admit; Severe withholds (spin-wait with backoff until it reopens,
@@ -729,12 +827,6 @@ HB_DEV uint32_t hb_req_tag(uint64_t key, uint64_t seq, uint64_t w1, uint64_t w2,
     h = (h ^ q) * HB_TAG_K;
     h ^= h >> 29;
     return (uint32_t)(h >> 32) | 1u;
-}
-HB_DEV void hb_st_vol_v2(void* p, uint64_t a, uint64_t b) {
-    asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
-}
-HB_DEV void hb_ld_vol_v2(const void* p, uint64_t& a, uint64_t& b) {
-    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
 
 // Reference path: ticket from an atomicAdd on st->ref_next_ticket (DEVICE memory: atomics on the
@@ -1309,7 +1401,10 @@ HB_DEV void hb_inline_refresh(hbf_device_state* st, uint64_t held, uint64_t now)
     const uint64_t claim = hb_pack_thermal(HBF_THC_Q(cur), HBF_THC_ADM(cur), HBF_THC_MODE(cur), now) & ~(1ull << 23);
     if (atomicCAS((unsigned long long*)&st->thermal_cache, (unsigned long long)cur, (unsigned long long)claim) ==
         (unsigned long long)cur)
+    {
         (void)HB_OOL(hb_thermal_read)(st, (const hbf_ctl*)st->ctl, now);
+        if (st->ctl != 0ull) hb_act_flush(st, (hbf_ctl*)st->ctl, now);   // live activity (as hb_thermal_snapshot)
+    }
 }
 
 // Until when this thread may serve `op` inline: a fresh full-rate thermal snapshot with admission open and
@@ -1619,6 +1714,8 @@ extern "C" __device__ __noinline__ void __hb_kernel_enter(unsigned int kernel_in
         hbf_kernel_counters* ks = hb_kslot((hbf_device_state*)sp, kernel_index << 16);
         hb_red_add(&ks->launches, 1ull);
         hb_st_vol(&ks->kstart_ns, hb_now());
+        const uint32_t k = __hb_kslot_base + kernel_index;                       // hb_kslot_of's slot
+        hb_act_mark((hbf_device_state*)sp, k < HBF_MAX_KERNEL_SLOTS ? k : HBF_MAX_KERNEL_SLOTS - 1u);
     }
 }
 

@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""Calibrate the package thermal model against the card (issue 17 item 1): record NVML board power, GPU
+temperature and memory temperature at >= 10 Hz over phases of different power, then fit the package boundary
+(hbfd/thermal/calibrate.py) and report the error on held-out phases (goal <= 1 K RMS, <= 2 K max).
+
+The plan (``phase_plan``): 12 phases of 60 s -- idle, HBM streaming (device-to-device copies) at 25 / 50 / 100 %
+duty, tensor-core GEMM (bf16 8192^3) at 25 / 50 / 75 / 100 % duty, mixed (GEMM + copy on two streams), idle
+cool-downs. Duty cycles are applied in 50 ms windows (far shorter than the package's thermal time constants).
+Each device call records a contiguous range of phases (``--phases 0-5``, then ``--phases 6-11``: two calls of
+about 7 minutes each) as one segment of the recording; every finished phase is written at once (phase CSV +
+recording.json, atomic), so a call that is cut short keeps what it finished. The fit needs no GPU: run it here
+on the fetched recordings (``--fit-only DIR1 DIR2``); a call whose directory holds every phase of the plan fits at the
+end unless ``--no-fit``.
+
+    # on the GPU (two calls of < 10 minutes):
+    python3 bench/thermal_calibrate.py --record $OUT/rec --phases 0-5 --no-fit
+    python3 bench/thermal_calibrate.py --record $OUT/rec --phases 6-11 --no-fit
+    # on the CPU, on the two calls' fetched recordings (each call's $OUT starts empty), joined in order:
+    .venv/bin/python bench/thermal_calibrate.py --fit-only CALL1/rec CALL2/rec \\
+        --out bench/results/thermal_calibration.json
+
+NOT RUN on a GPU yet (the 2026-12-04 session had none): the recording part is unverified; its plan, argument
+parsing and the fit on a saved recording are tested on the CPU (tests/thermal/test_calibrate_bench.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hbfd.thermal import calibrate as cal  # noqa: E402
+
+log = logging.getLogger("thermal_calibrate")
+
+DUTY_WINDOW_S = 0.05
+CALL_LIMIT_S = 600.0              # one device call
+CALL_OVERHEAD_S = 60.0            # CUDA/torch start, allocation, the settle period, writing
+
+
+@dataclass(frozen=True)
+class PlannedPhase:
+    name: str
+    kind: str                     # idle | hbm | gemm | mixed
+    gemm_duty: float              # share of each window spent in GEMMs
+    hbm_duty: float               # share of each window spent streaming HBM
+    seconds: float
+
+
+def phase_plan(phase_s: float = 60.0) -> list[PlannedPhase]:
+    P = PlannedPhase
+    return [P("idle", "idle", 0, 0, phase_s), P("hbm_25", "hbm", 0, 0.25, phase_s), P("gemm_25", "gemm", 0.25, 0, phase_s),
+            P("hbm_50", "hbm", 0, 0.5, phase_s), P("gemm_50", "gemm", 0.5, 0, phase_s),
+            P("mixed_50", "mixed", 0.5, 0.5, phase_s),
+            P("idle_2", "idle", 0, 0, phase_s), P("hbm_100", "hbm", 0, 1.0, phase_s), P("gemm_75", "gemm", 0.75, 0, phase_s),
+            P("mixed_100", "mixed", 1.0, 1.0, phase_s), P("gemm_100", "gemm", 1.0, 0, phase_s),
+            P("cool", "idle", 0, 0, phase_s)]
+
+
+def parse_phases(spec: str, n: int) -> list[int]:
+    """'0-5', '6-11', '0,2,4', 'all' -> sorted phase indices (each < n)."""
+    if spec == "all":
+        return list(range(n))
+    out: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                a, b = (int(x) for x in part.split("-", 1))
+                if a > b:
+                    raise ValueError
+                out.update(range(a, b + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise SystemExit(f"--phases: {part!r} is not an index or a range a-b (a <= b)") from None
+    bad = sorted(i for i in out if not 0 <= i < n)
+    if bad:
+        raise SystemExit(f"--phases: {bad} outside the plan's 0..{n - 1}")
+    return sorted(out)
+
+
+def check_call_time(phases: list[PlannedPhase], settle_s: float) -> float:
+    """Seconds one device call needs; refuse a call that cannot end within the device limit."""
+    need = sum(p.seconds for p in phases) + settle_s + CALL_OVERHEAD_S
+    if need > CALL_LIMIT_S:
+        raise SystemExit(f"these phases need about {need:.0f} s in one call (limit {CALL_LIMIT_S:.0f} s): split them "
+                         "over two calls (--phases 0-5, then --phases 6-11)")
+    return need
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--record", metavar="DIR", help="record phases on the GPU into DIR (added to what is there)")
+    g.add_argument("--fit-only", metavar="DIR", nargs="+",
+                   help="fit a saved recording (no GPU); several DIRs (one per device call: each call's $OUT starts "
+                        "empty) are joined in the order given")
+    g.add_argument("--synthetic", metavar="DIR",
+                   help="no GPU: write a recording of the plan generated by the calibration model on --geometry with "
+                        "known parameters (H200-like powers, sensor noise, whole-degree quantization) into DIR, fit it, "
+                        "and report how well the parameters are recovered (the method's check on the real package)")
+    ap.add_argument("--phases", default="all", help="phase indices of the plan this call records: 0-5, 6-11, all")
+    ap.add_argument("--phase-s", type=float, default=60.0, help="seconds per phase (>= 60 for a usable recording)")
+    ap.add_argument("--sample-hz", type=float, default=20.0, help="NVML sampling rate (>= 10)")
+    ap.add_argument("--settle-s", type=float, default=60.0,
+                    help="idle seconds before the first phase of a call (not recorded): the fit starts each segment "
+                         "from the steady state of its first power, so the card should be near it")
+    ap.add_argument("--skip-s", type=float, default=20.0,
+                    help="seconds at the start of each segment left out of the fit's residuals")
+    ap.add_argument("--no-fit", action="store_true", help="record only")
+    ap.add_argument("--geometry", default="hbf-package-8hi", help="package geometry (name or path)")
+    ap.add_argument("--holdout", default=None, help="held-out phase indices (default: every third, 2, 5, 8, ...)")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/thermal_calibration.json"),
+                    help="fit report + profile fragment (JSON)")
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--rom-cache", default=str(ROOT / "bench/results/thermal_rom_cache"),
+                    help="where the pinned-sink ROM is cached (fit once per geometry)")
+    return ap
+
+
+# ------------------------------------------------------------------------------------------- GPU part
+class NvmlSampler(threading.Thread):
+    """Samples NVML at a fixed rate into lists (host monotonic ns): instant board power, GPU temperature,
+    memory temperature (NVML_FI_DEV_MEMORY_TEMP; NaN where the card does not give it)."""
+
+    def __init__(self, index: int, hz: float):
+        super().__init__(daemon=True)
+        import pynvml
+        self.nv = pynvml
+        pynvml.nvmlInit()
+        self.h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        dec = (lambda s: s.decode() if isinstance(s, bytes) else str(s))
+        self.card = dec(pynvml.nvmlDeviceGetName(self.h))
+        self.uuid = dec(pynvml.nvmlDeviceGetUUID(self.h))
+        self.driver = dec(pynvml.nvmlSystemGetDriverVersion())
+        self.period_ns = int(1e9 / hz)
+        self.rows: list[tuple[int, float, float, float]] = []
+        self.lock = threading.Lock()
+        self.stop_evt = threading.Event()
+        self.error: str | None = None
+
+    def run(self) -> None:
+        from hbfd.thermal.telemetry import _field_value
+        nv = self.nv
+        fields = [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_MEMORY_TEMP]
+        nxt = time.monotonic_ns()
+        while not self.stop_evt.is_set():
+            try:
+                pw, mem = nv.nvmlDeviceGetFieldValues(self.h, fields)
+                temp = float(nv.nvmlDeviceGetTemperature(self.h, nv.NVML_TEMPERATURE_GPU))
+                if pw.nvmlReturn != nv.NVML_SUCCESS:
+                    raise RuntimeError(f"NVML instantaneous power unavailable (return {pw.nvmlReturn})")
+                m = _field_value(nv, mem) if mem.nvmlReturn == nv.NVML_SUCCESS else math.nan
+                row = (time.monotonic_ns(), _field_value(nv, pw) / 1000.0, temp, float(m))
+            except Exception as e:  # noqa: BLE001 -- a failed sampler fails the recording, loudly
+                self.error = f"{type(e).__name__}: {e}"
+                return
+            with self.lock:
+                self.rows.append(row)
+            nxt += self.period_ns
+            time.sleep(max(0.0, (nxt - time.monotonic_ns()) / 1e9))
+
+    def take(self, t0: int, t1: int) -> np.ndarray:
+        with self.lock:
+            a = np.array([r for r in self.rows if t0 <= r[0] < t1], float).reshape(-1, 4)
+        return a
+
+
+class Load:
+    """bf16 GEMMs and device-to-device copies driven at a duty cycle in DUTY_WINDOW_S windows."""
+
+    def __init__(self):
+        import torch
+        self.torch = torch
+        self.a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        self.b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        n = 1 << 30                                   # 2 x 2 GiB buffers: far past the 50 MiB L2
+        self.src = torch.empty(n, device="cuda", dtype=torch.int16)
+        self.dst = torch.empty_like(self.src)
+        self.s_gemm = torch.cuda.Stream()
+        self.s_copy = torch.cuda.Stream()
+        self.copy_bytes = 0
+        self.gemms = 0
+
+    def run(self, ph: PlannedPhase, seconds: float) -> dict:
+        torch = self.torch
+        end = time.monotonic() + seconds
+        self.copy_bytes = self.gemms = 0
+        while (now := time.monotonic()) < end:
+            w_end = now + DUTY_WINDOW_S
+            g_until, c_until = now + ph.gemm_duty * DUTY_WINDOW_S, now + ph.hbm_duty * DUTY_WINDOW_S
+            while time.monotonic() < max(g_until, c_until):
+                t = time.monotonic()
+                if t < g_until:
+                    with torch.cuda.stream(self.s_gemm):
+                        self.a @ self.b
+                    self.gemms += 1
+                if t < c_until:
+                    with torch.cuda.stream(self.s_copy):
+                        self.dst.copy_(self.src)
+                    self.copy_bytes += 2 * self.src.numel() * 2
+                torch.cuda.synchronize()
+            time.sleep(max(0.0, w_end - time.monotonic()))
+        torch.cuda.synchronize()
+        return {"gemms": self.gemms, "copy_bytes": self.copy_bytes,
+                "hbm_bytes_per_s": self.copy_bytes / seconds, "gemm_tflops": self.gemms * 2 * 8192 ** 3 / seconds / 1e12}
+
+
+def record(args, plan: list[PlannedPhase], idx: list[int]) -> Path:
+    d = Path(args.record)
+    chosen = [plan[i] for i in idx]
+    need = check_call_time(chosen, args.settle_s)
+    log.info("recording phases %s (%.0f s) into %s", idx, need, d)
+    sampler = NvmlSampler(args.device, args.sample_hz)
+    load = Load()
+    sampler.start()
+    time.sleep(args.settle_s)
+    meta = {"card": sampler.card, "driver": sampler.driver, "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "nvml": {"uuid": sampler.uuid, "fields": ["NVML_FI_DEV_POWER_INSTANT", "NVML_FI_DEV_MEMORY_TEMP",
+                                                      "nvmlDeviceGetTemperature(GPU)"]},
+            "sample_hz": args.sample_hz, "command": " ".join(sys.argv)}
+    segment = idx[0]
+    try:
+        for i in idx:
+            ph = plan[i]
+            t0 = time.monotonic_ns()
+            got = load.run(ph, ph.seconds) if ph.kind != "idle" else (time.sleep(ph.seconds) or {})
+            t1 = time.monotonic_ns()
+            if sampler.error:
+                raise SystemExit(f"NVML sampling failed during phase {ph.name}: {sampler.error}")
+            a = sampler.take(t0, t1)
+            nan = np.full(len(a), np.nan)
+            phase = cal.Phase(ph.name, ph.kind, segment, a[:, 0].astype(np.int64), a[:, 1], a[:, 2], a[:, 3], nan,
+                              {"gemm_duty": ph.gemm_duty, "hbm_duty": ph.hbm_duty, **got})
+            cal.write_phase(d, i, phase, meta)
+            log.info("phase %d %s: %d samples, board %.0f-%.0f W, GPU %.0f-%.0f C", i, ph.name, len(a),
+                     a[:, 1].min(), a[:, 1].max(), a[:, 2].min(), a[:, 2].max())
+    finally:
+        sampler.stop_evt.set()
+    return d
+
+
+# ------------------------------------------------------------------------------------------- CPU part
+def pinned_rom(geometry: str, cache_dir: str):
+    """The geometry's ROM with the cold plate pinned (calibrate.pinned_geometry), cached by its SHA-256 in
+    ``cache_dir`` (a fresh fit of the 8-high package takes about 3 minutes on 2 cores)."""
+    from hbfd.thermal.fom import build_model
+    from hbfd.thermal.geometry import load_geometry
+    from hbfd.thermal.rom import cached_rom
+    geom = load_geometry(geometry)
+    pg = cal.pinned_geometry(geom)
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    return cached_rom(build_model(pg), cache_dir), geom
+
+
+def load_joined(directories: list[str]) -> cal.Recording:
+    """One recording from the directories of several device calls (same card and driver), phases in order."""
+    recs = [cal.load_recording(d) for d in directories]
+    for d, r in zip(directories[1:], recs[1:]):
+        if (r.card, r.driver) != (recs[0].card, recs[0].driver):
+            raise cal.CalibrationError(f"{d}: recorded on {r.card} / driver {r.driver}, not {recs[0].card} / "
+                                       f"{recs[0].driver} like {directories[0]}")
+    seen: set[str] = set()
+    for r in recs:
+        dup = seen & {p.name for p in r.phases}
+        if dup:
+            raise cal.CalibrationError(f"phase {sorted(dup)[0]!r} is in more than one of {directories}")
+        seen |= {p.name for p in r.phases}
+    return cal.Recording(recs[0].card, recs[0].driver, recs[0].date, [p for r in recs for p in r.phases],
+                         {"directories": list(directories)})
+
+
+def fit_recording(directory: str | list[str], geometry: str, holdout: str | None, out: str, settle_s: float,
+                  rom_cache: str) -> dict:
+    rec = load_joined([directory] if isinstance(directory, str) else list(directory))
+    cal.validate_recording(rec)
+    c0 = time.process_time()
+    rom, geom = pinned_rom(geometry, rom_cache)
+    model = cal.CalibratedModel(rom, rec, settle_s=settle_s)
+    held = parse_phases(holdout, len(rec.phases)) if holdout else None
+    res = cal.fit(model, holdout=held)
+    frag = cal.fragment(res, rec, geom, fitted_on=time.strftime("%Y-%m-%d", time.gmtime()))
+    frag["experiment"] = "thermal_calibrate"
+    frag["command"] = "python bench/thermal_calibrate.py " + " ".join(sys.argv[1:])
+    frag["recording_dir"] = str(directory)
+    frag["fit_cpu_s"] = time.process_time() - c0
+    cal.write_fragment(out, frag)
+    g = res["goal"]
+    print(f"fitted on {len(res['trained'])} phases, held out {res['held_out']}: {res['params']}")
+    print(f"held-out worst RMS {g['worst_rms_k']:.3f} K, max {g['worst_max_abs_k']:.3f} K -> goal "
+          f"{'met' if g['met'] else 'NOT met'}; wrote {out}")
+    return frag
+
+
+# H200-like board power per phase (W; notes §6: 79 W idle, ~693 W under bf16 GEMM) and an assumed boundary
+SYNTH_WATTS = {"idle": 80.0, "hbm_25": 180.0, "gemm_25": 300.0, "hbm_50": 260.0, "gemm_50": 450.0, "mixed_50": 480.0,
+               "idle_2": 85.0, "hbm_100": 380.0, "gemm_75": 580.0, "mixed_100": 690.0, "gemm_100": 690.0, "cool": 82.0}
+SYNTH_TRUE = cal.CalibrationParams(coolant_c=27.0, sink_to_ambient_k_w=0.02, sink_tau_s=30.0, die_fraction=0.8,
+                                   hbm_fraction=0.6)
+
+
+def synthetic(args, plan: list[PlannedPhase]) -> dict:
+    c0 = time.process_time()
+    rom, geom = pinned_rom(args.geometry, args.rom_cache)
+    t_rom = time.process_time() - c0
+    spec = [(p.name, p.kind, SYNTH_WATTS.get(p.name, 300.0)) for p in plan]
+    rec = cal.synthetic_recording(rom, SYNTH_TRUE, spec, phase_s=args.phase_s, sample_hz=args.sample_hz,
+                                  segments=2, seed=7, power_noise_w=5.0, mem_share=0.08, mem_idle_w=20.0)
+    d = Path(args.synthetic)
+    for i, p in enumerate(rec.phases):
+        cal.write_phase(d, i, p, {"card": rec.card, "driver": rec.driver, "date": rec.date,
+                                  "sample_hz": args.sample_hz, "command": " ".join(sys.argv)})
+    frag = fit_recording(str(d), args.geometry, args.holdout, args.out, args.skip_s, args.rom_cache)
+    got = {k: frag["thermal"]["ambient_c"]["value"] if k == "coolant_c" else None for k in cal.PARAMS}
+    got.update({"sink_to_ambient_k_w": frag["heat_sink"]["sink_to_ambient_k_w"]["value"],
+                "sink_tau_s": frag["heat_sink"]["sink_tau_s"]["value"],
+                "die_fraction": frag["power_split"]["die_fraction"]["value"],
+                "hbm_fraction": frag["power_split"]["hbm_fraction"]["value"]})
+    true = dict(zip(cal.PARAMS, SYNTH_TRUE.vector().tolist()))
+    frag["synthetic"] = {"true": true, "fitted": got,
+                         "relative_error": {k: (got[k] - true[k]) / true[k] for k in cal.PARAMS},
+                         "watts": SYNTH_WATTS, "noise": {"power_w": 5.0, "temp_k": 0.2, "quantize_c": 1.0},
+                         "pinned_rom_cpu_s": t_rom, "rom_states": rom.order}
+    frag["card"] = "CPU (synthetic recording, simulated time)"
+    cal.write_fragment(args.out, frag)
+    print(json.dumps(frag["synthetic"]["relative_error"], indent=1))
+    return frag
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = build_parser().parse_args(argv)
+    if args.sample_hz < 10:
+        raise SystemExit("--sample-hz must be >= 10 (the calibration refuses slower recordings)")
+    plan = phase_plan(args.phase_s)
+    if args.synthetic:
+        synthetic(args, plan)
+        return 0
+    if args.fit_only:
+        fit_recording(args.fit_only, args.geometry, args.holdout, args.out, args.skip_s, args.rom_cache)
+        return 0
+    idx = parse_phases(args.phases, len(plan))
+    d = record(args, plan, idx)
+    if args.no_fit:
+        return 0
+    have = {p.name for p in cal.load_recording(d).phases}
+    if {p.name for p in plan} <= have:
+        fit_recording(str(d), args.geometry, args.holdout, args.out, args.skip_s, args.rom_cache)
+    else:
+        print(f"recorded {sorted(have)}; the fit waits for the rest of the plan")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,619 @@
+"""Calibration of the package boundary against a real card (issue 17): fit to recorded NVML phases.
+
+What is fitted. The package model proper (layers, materials, footprints: ``profiles/thermal/<name>.json``)
+is kept; what the card decides and the geometry only assumes is its boundary and its power in:
+
+* ``coolant_c``           the coolant / inlet temperature the heat sink rejects to (°C);
+* ``sink_to_ambient_k_w`` the cold plate's resistance to the coolant (K/W; its inverse is the
+                          heat-sink conductance);
+* ``sink_tau_s``          the cold plate's time constant (its capacitance is ``tau / R``, J/K);
+* ``die_fraction``        the share of the measured board power (minus the memory-rail power where
+                          the card reports it) dissipated in the compute die;
+* ``hbm_fraction``        the share dissipated in the HBM region (of the memory-rail power where
+                          reported, else of the board power); the rest is off-package (VRM, board).
+
+Model (:class:`CalibratedModel`). The package is the geometry's ROM with the sink PINNED (its lid ties to a
+node held at the sink temperature: ``pinned_geometry``), and the cold plate is one lumped node outside it
+that every watt dissipated in the package reaches:
+``T_s[k+1] = a T_s[k] + (1 − a) R P_pkg[k]`` with ``a = exp(−Δt/τ)``; outputs
+``T[k] = coolant + T_s[k+1] + C x[k] + D p[k]`` (the ROM's end-of-interval convention). This is again a
+discrete state space, :func:`calibrated_rom` returns it as a :class:`ThermalROM` (one more state) that the
+daemon's service runs unchanged. The compute-die output (block mean) is compared with the GPU sensor, the
+HBM output with the memory sensor where the card has one.
+
+Fit. The board power sampled at ≥ 10 Hz is held over the ROM's 10 ms steps; each segment (one continuous
+recording: the GPU script may record in two device calls) starts from the steady state of its first
+power and its first ``settle_s`` are left out of the residuals. For a fixed τ the outputs are linear in
+(coolant, die_fraction, hbm_fraction, R·fractions): a variable-projection search over τ (golden section on
+a log grid) gives the start, then ``scipy.optimize.least_squares`` refines all five with bounds. Residuals
+are taken on the training phases; the report gives RMS / max error per held-out phase (goal ≤ 1 K RMS,
+≤ 2 K max; the sensors read whole °C, so 0.29 K RMS is the floor).
+
+Bad recordings are refused with :class:`CalibrationError` naming what is wrong (too few or too short
+phases, sampling under 10 Hz, gaps, time going backwards, non-finite or out-of-range values, phases whose
+powers do not differ enough to separate the sink from the split, missing card/driver/date).
+
+Pure: reading and writing files goes through explicit paths handed in by the caller.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from hbfcommon.errors import ConfigError
+from hbfcommon.fsutil import atomic_write_bytes, atomic_write_json
+
+from .geometry import Geometry
+from .rom import ThermalROM
+
+RECORDING_SCHEMA = "hbfsim.thermal.recording/1"
+FRAGMENT_SCHEMA = "hbfsim.thermal.calibration/1"
+PHASE_COLUMNS = ("t_ns", "board_power_w", "gpu_temp_c", "mem_temp_c", "mem_power_w")
+GOAL_RMS_K = 1.0
+GOAL_MAX_K = 2.0
+PARAMS = ("coolant_c", "sink_to_ambient_k_w", "sink_tau_s", "die_fraction", "hbm_fraction")
+
+
+class CalibrationError(ConfigError):
+    """A recording cannot be used for calibration (or the fit cannot be made); the message says why."""
+
+
+# ---------------------------------------------------------------------------------------------- recording
+@dataclass
+class Phase:
+    """One phase of a recording: samples of NVML board power and the temperature sensors.
+
+    ``mem_temp_c`` / ``mem_power_w`` are NaN where the card does not report them (then for every sample of
+    the recording). ``segment``: phases of one segment were sampled back to back (one continuous clock)."""
+
+    name: str
+    kind: str
+    segment: int
+    t_ns: np.ndarray
+    board_power_w: np.ndarray
+    gpu_temp_c: np.ndarray
+    mem_temp_c: np.ndarray
+    mem_power_w: np.ndarray
+    target: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return float(self.t_ns[-1] - self.t_ns[0]) / 1e9 if len(self.t_ns) > 1 else 0.0
+
+
+@dataclass
+class Recording:
+    card: str
+    driver: str
+    date: str
+    phases: list[Phase]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_mem_temp(self) -> bool:
+        return all(np.isfinite(p.mem_temp_c).all() for p in self.phases) if self.phases else False
+
+    @property
+    def has_mem_power(self) -> bool:
+        return all(np.isfinite(p.mem_power_w).all() for p in self.phases) if self.phases else False
+
+    def sha256(self) -> str:
+        h = hashlib.sha256()
+        h.update(json.dumps([self.card, self.driver, self.date], sort_keys=True).encode())
+        for p in self.phases:
+            h.update(p.name.encode())
+            h.update(_phase_csv(p))
+        return h.hexdigest()
+
+
+def _phase_csv(p: Phase) -> bytes:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(PHASE_COLUMNS)
+    for row in zip(p.t_ns, p.board_power_w, p.gpu_temp_c, p.mem_temp_c, p.mem_power_w):
+        w.writerow([int(row[0])] + ["" if not math.isfinite(v) else repr(float(v)) for v in row[1:]])
+    return buf.getvalue().encode()
+
+
+def write_phase(directory: str | Path, index: int, phase: Phase, meta: dict[str, Any]) -> Path:
+    """Add one phase to a recording directory (atomic: the phase CSV, then ``recording.json``); what was
+    written before stays, so a recording interrupted between phases keeps its finished phases."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    fname = f"phase_{index:02d}_{phase.name}.csv"
+    raw = _phase_csv(phase)
+    atomic_write_bytes(d / fname, raw)
+    mpath = d / "recording.json"
+    doc = json.loads(mpath.read_text()) if mpath.exists() else {"schema": RECORDING_SCHEMA, "phases": []}
+    for k in ("card", "driver", "date", "nvml", "sample_hz", "command"):
+        if k in meta:
+            doc[k] = meta[k]
+    doc["phases"] = [q for q in doc["phases"] if q["index"] != index]
+    doc["phases"].append({"index": index, "name": phase.name, "kind": phase.kind, "segment": phase.segment,
+                          "file": fname, "sha256": hashlib.sha256(raw).hexdigest(), "target": phase.target,
+                          "seconds": phase.seconds, "samples": int(len(phase.t_ns))})
+    doc["phases"].sort(key=lambda q: q["index"])
+    atomic_write_json(mpath, doc, indent=1)
+    return d / fname
+
+
+def load_recording(directory: str | Path) -> Recording:
+    """Read a recording directory (``recording.json`` + one CSV per phase, each bound to its SHA-256)."""
+    d = Path(directory)
+    mpath = d / "recording.json"
+    if not mpath.is_file():
+        raise CalibrationError(f"{d}: no recording.json (not a thermal recording directory)", file=str(d))
+    try:
+        doc = json.loads(mpath.read_text())
+    except (OSError, ValueError) as e:
+        raise CalibrationError(f"{mpath}: unreadable: {e}", file=str(mpath)) from None
+    if not isinstance(doc, dict) or doc.get("schema") != RECORDING_SCHEMA:
+        raise CalibrationError(f"{mpath}: schema must be {RECORDING_SCHEMA!r}", file=str(mpath))
+    phases = []
+    for q in doc.get("phases", []):
+        f = d / q["file"]
+        try:
+            raw = f.read_bytes()
+        except OSError as e:
+            raise CalibrationError(f"{f}: phase {q.get('name')!r} unreadable: {e}", file=str(f)) from None
+        if hashlib.sha256(raw).hexdigest() != q.get("sha256"):
+            raise CalibrationError(f"{f}: SHA-256 does not match recording.json (edited or truncated)", file=str(f))
+        rows = list(csv.reader(io.StringIO(raw.decode())))
+        if not rows or tuple(rows[0]) != PHASE_COLUMNS:
+            raise CalibrationError(f"{f}: header must be {','.join(PHASE_COLUMNS)}", file=str(f))
+        try:
+            a = np.array([[float(v) if v != "" else np.nan for v in r] for r in rows[1:]], float).reshape(-1, 5)
+        except ValueError as e:
+            raise CalibrationError(f"{f}: a value is not a number: {e}", file=str(f)) from None
+        phases.append(Phase(q["name"], q.get("kind", ""), int(q.get("segment", 0)), a[:, 0].astype(np.int64),
+                            a[:, 1], a[:, 2], a[:, 3], a[:, 4], q.get("target", {})))
+    return Recording(str(doc.get("card", "")), str(doc.get("driver", "")), str(doc.get("date", "")), phases,
+                     {k: v for k, v in doc.items() if k not in ("phases",)})
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a recording must satisfy (the issue's: ≥ 10 phases of ≥ 60 s at ≥ 10 Hz)."""
+
+    min_phases: int = 10
+    min_phase_s: float = 60.0
+    min_sample_hz: float = 10.0
+    max_gap_s: float = 1.0
+    min_power_span_w: float = 50.0
+    max_power_w: float = 2000.0
+    temp_range_c: tuple[float, float] = (-20.0, 150.0)
+
+
+def validate_recording(rec: Recording, req: Requirements = Requirements()) -> None:
+    """Refuse a recording the fit cannot use; the message names the phase and what is wrong."""
+    for k in ("card", "driver", "date"):
+        if not getattr(rec, k):
+            raise CalibrationError(f"recording: {k} is missing (the fitted parameters need their provenance)",
+                                   field=k)
+    if len(rec.phases) < req.min_phases:
+        raise CalibrationError(f"recording has {len(rec.phases)} phases; calibration needs at least {req.min_phases}",
+                               field="phases")
+    mem_t = [bool(np.isfinite(p.mem_temp_c).any()) for p in rec.phases]
+    mem_p = [bool(np.isfinite(p.mem_power_w).any()) for p in rec.phases]
+    for p, mt, mp in zip(rec.phases, mem_t, mem_p):
+        where = f"phase {p.name!r}"
+        n = len(p.t_ns)
+        if n < 2:
+            raise CalibrationError(f"{where}: {n} samples", field=p.name)
+        dt = np.diff(p.t_ns)
+        if (dt <= 0).any():
+            k = int(np.argmax(dt <= 0))
+            raise CalibrationError(f"{where}: time does not increase at sample {k + 1} "
+                                   f"({int(p.t_ns[k])} -> {int(p.t_ns[k + 1])} ns)", field=p.name)
+        if p.seconds < req.min_phase_s:
+            raise CalibrationError(f"{where}: {p.seconds:.1f} s long; each phase must last at least "
+                                   f"{req.min_phase_s:.0f} s", field=p.name)
+        hz = 1e9 / float(np.median(dt))
+        if hz < req.min_sample_hz * 0.95:
+            raise CalibrationError(f"{where}: sampled at {hz:.2f} Hz (median); at least {req.min_sample_hz:.0f} Hz "
+                                   "is needed", field=p.name)
+        if dt.max() > req.max_gap_s * 1e9:
+            k = int(np.argmax(dt))
+            raise CalibrationError(f"{where}: a {dt[k] / 1e9:.2f} s gap after sample {k} (at most "
+                                   f"{req.max_gap_s:.1f} s)", field=p.name)
+        for name, arr, lo, hi, need in (("board_power_w", p.board_power_w, 0.0, req.max_power_w, True),
+                                        ("gpu_temp_c", p.gpu_temp_c, *req.temp_range_c, True),
+                                        ("mem_temp_c", p.mem_temp_c, *req.temp_range_c, mt),
+                                        ("mem_power_w", p.mem_power_w, 0.0, req.max_power_w, mp)):
+            if not need:
+                continue
+            bad = ~np.isfinite(arr) | (arr < lo) | (arr > hi)
+            if bad.any():
+                k = int(np.argmax(bad))
+                raise CalibrationError(f"{where}: {name} at sample {k} is {arr[k]!r} (must be finite, in "
+                                       f"[{lo:g}, {hi:g}])", field=f"{p.name}.{name}")
+    if len(set(mem_t)) > 1 or len(set(mem_p)) > 1:
+        raise CalibrationError("recording: the memory sensor columns are present in some phases and missing in "
+                               "others", field="mem_temp_c")
+    by_seg: dict[int, list[Phase]] = {}
+    for p in rec.phases:
+        by_seg.setdefault(p.segment, []).append(p)
+    for s, ps in by_seg.items():
+        for a, b in zip(ps, ps[1:]):
+            gap = int(b.t_ns[0]) - int(a.t_ns[-1])
+            if gap <= 0 or gap > req.max_gap_s * 1e9:
+                raise CalibrationError(f"segment {s}: phase {b.name!r} starts {gap / 1e9:.3f} s after {a.name!r} "
+                                       f"ends (phases of one segment are sampled back to back: 0 < gap <= "
+                                       f"{req.max_gap_s:.1f} s)", field=b.name)
+    means = [float(np.mean(p.board_power_w)) for p in rec.phases]
+    if max(means) - min(means) < req.min_power_span_w:
+        raise CalibrationError(f"recording: phase mean board powers span only {max(means) - min(means):.1f} W "
+                               f"(at least {req.min_power_span_w:.0f} W): the sink conductance and the power split "
+                               "cannot be told apart from the coolant temperature; record phases of different power",
+                               field="board_power_w")
+
+
+# ---------------------------------------------------------------------------------------------- the model
+def pinned_geometry(geom: Geometry) -> Geometry:
+    """The geometry with its cold plate taken out: the lid ties to a node held at the sink temperature."""
+    hs = replace(geom.heat_sink, sink_capacitance_j_k=0.0)
+    sha = hashlib.sha256((geom.sha256 + ":pinned-sink").encode()).hexdigest()
+    return replace(geom, heat_sink=hs, name=f"{geom.name}-pinned-sink", sha256=sha)
+
+
+@dataclass(frozen=True)
+class CalibrationParams:
+    coolant_c: float
+    sink_to_ambient_k_w: float
+    sink_tau_s: float
+    die_fraction: float
+    hbm_fraction: float
+
+    @property
+    def sink_capacitance_j_k(self) -> float:
+        return self.sink_tau_s / self.sink_to_ambient_k_w
+
+    def vector(self) -> np.ndarray:
+        return np.array([getattr(self, k) for k in PARAMS], float)
+
+
+def input_powers(names: Sequence[str], board_w: np.ndarray, mem_w: np.ndarray | None,
+                 prm: CalibrationParams) -> np.ndarray:
+    """Package inputs (n×p) from the board (and memory-rail) power under the split ``prm``."""
+    P = np.zeros((len(board_w), len(names)))
+    names = list(names)
+    if mem_w is None:
+        P[:, names.index("gpu")] = prm.die_fraction * board_w
+        if "hbm" in names:
+            P[:, names.index("hbm")] = prm.hbm_fraction * board_w
+    else:
+        P[:, names.index("gpu")] = prm.die_fraction * np.maximum(board_w - mem_w, 0.0)
+        if "hbm" in names:
+            P[:, names.index("hbm")] = prm.hbm_fraction * mem_w
+    return P
+
+
+def calibrated_rom(pinned: ThermalROM, prm: CalibrationParams, *, provenance: dict[str, Any] | None = None
+                   ) -> ThermalROM:
+    """The pinned package ROM plus the fitted cold plate, as one ThermalROM (one more state).
+
+    x' = [[A, 0], [0, a]] x + [[B], [(1−a)R·1ᵀ]] p;  T = [C, a·1] x + (D + (1−a)R·1·1ᵀ) p + coolant
+    (every input dissipates in the package; the sink state is its rise over the coolant)."""
+    r, p = pinned.B.shape
+    q = pinned.C.shape[0]
+    a = math.exp(-pinned.dt_s / prm.sink_tau_s)
+    g = (1.0 - a) * prm.sink_to_ambient_k_w
+    A = np.zeros((r + 1, r + 1))
+    A[:r, :r] = pinned.A
+    A[r, r] = a
+    B = np.vstack([pinned.B, np.full((1, p), g)])
+    C = np.hstack([pinned.C, np.full((q, 1), a)])
+    D = pinned.D + g
+    meta = dict(pinned.meta)
+    meta.update({"calibrated": 1, **{f"cal_{k}": float(v) for k, v in asdict(prm).items()}})
+    if provenance:
+        meta.update({f"cal_{k}": str(v) for k, v in provenance.items()})
+    return ThermalROM(A=A, B=B, C=C, D=D, b=np.zeros(r + 1), d=np.full(q, prm.coolant_c), dt_s=pinned.dt_s,
+                      input_names=pinned.input_names, output_names=pinned.output_names,
+                      geometry_sha256=pinned.geometry_sha256, meta=meta)
+
+
+def _first_order(u: np.ndarray, lam: np.ndarray, b: np.ndarray, x0: np.ndarray) -> np.ndarray:
+    """x[k] for k = 0..n-1 of x[k+1] = lam∘x[k] + b·u[k] (columns: modes), x[0] = x0."""
+    from scipy.signal import lfilter
+    n = len(u)
+    X = np.empty((n, len(lam)))
+    X[0] = x0
+    for i, (l, bi) in enumerate(zip(lam, b)):
+        nxt = lfilter([bi], [1.0, -l], u[:-1], zi=[l * x0[i]])[0]
+        X[1:, i] = nxt
+    return X
+
+
+class CalibratedModel:
+    """Fast evaluation of the calibration model over a recording (modal form, per-mode linear filters).
+
+    Per segment the board (and memory) power is held over the ROM's Δt grid; the unit responses of the
+    pinned package to board power in the die input and in the HBM input are computed once; a parameter set
+    then costs one first-order filter (the cold plate) and a few linear combinations."""
+
+    def __init__(self, pinned: ThermalROM, rec: Recording, *, outputs: Sequence[str] = ("gpu", "hbm"),
+                 settle_s: float = 20.0):
+        self.pinned = pinned
+        self.rec = rec
+        self.dt_ns = pinned.dt_ns
+        names = list(pinned.input_names)
+        outs = list(pinned.output_names)
+        if "gpu" not in names or "gpu" not in outs:
+            raise CalibrationError("the package model has no 'gpu' input/output to hold against the GPU sensor")
+        self.use_mem_power = rec.has_mem_power
+        self.outputs = [o for o in outputs if o in outs and (o != "hbm" or rec.has_mem_temp)]
+        self.o_idx = [outs.index(o) for o in self.outputs]
+        modal = pinned.modal()
+        lam = modal.lam
+        self.segments = []
+        by_seg: dict[int, list[int]] = {}
+        for i, p in enumerate(rec.phases):
+            by_seg.setdefault(p.segment, []).append(i)
+        for seg, idx in sorted(by_seg.items()):
+            ph = [rec.phases[i] for i in idx]
+            t = np.concatenate([p.t_ns for p in ph]).astype(np.int64)
+            bw = np.concatenate([p.board_power_w for p in ph])
+            mw = np.concatenate([p.mem_power_w for p in ph]) if self.use_mem_power else None
+            t0 = int(t[0])
+            n = int((t[-1] - t0) // self.dt_ns) + 1
+            grid = t0 + np.arange(n, dtype=np.int64) * self.dt_ns
+            # power held from each sample to the next (zero-order hold), on the ROM grid
+            k = np.clip(np.searchsorted(t, grid, side="right") - 1, 0, len(t) - 1)
+            ub = bw[k]
+            um = mw[k] if mw is not None else None
+            u_die = np.maximum(ub - um, 0.0) if um is not None else ub
+            u_hbm = um if um is not None else ub
+            resp = {}
+            for key, u, inp in (("die", u_die, "gpu"), ("hbm", u_hbm, "hbm")):
+                if inp not in names:
+                    resp[key] = np.zeros((n, len(self.o_idx)))
+                    continue
+                j = names.index(inp)
+                bm = modal.Bm[:, j]
+                x0 = bm * u[0] / (1.0 - lam)                     # steady state at the first power
+                X = _first_order(u, lam, bm, x0)
+                resp[key] = X @ modal.Cm[self.o_idx].T + np.outer(u, modal.D[self.o_idx, j])
+            # sample instants: the end of the tick that contains each sample time
+            ks = np.clip((t - t0) // self.dt_ns, 0, n - 1)
+            phase_of = np.concatenate([np.full(len(p.t_ns), i) for i, p in zip(idx, ph)])
+            keep = (t - t0) >= settle_s * 1e9
+            meas = [np.concatenate([p.gpu_temp_c if o == "gpu" else p.mem_temp_c for p in ph]) for o in self.outputs]
+            self.segments.append({"u_die": u_die, "u_hbm": u_hbm, "resp": resp, "ks": ks, "phase": phase_of,
+                                  "keep": keep, "meas": np.stack(meas, axis=1), "n": n})
+
+    def predict(self, prm: CalibrationParams) -> list[np.ndarray]:
+        """Modeled sensor outputs (samples × outputs) per segment."""
+        from scipy.signal import lfilter
+        a = math.exp(-self.pinned.dt_s / prm.sink_tau_s)
+        out = []
+        for s in self.segments:
+            p_pkg = prm.die_fraction * s["u_die"] + prm.hbm_fraction * s["u_hbm"]
+            # T_s[k+1] = a T_s[k] + (1-a) R P[k], from the steady state of the first power
+            ts0 = prm.sink_to_ambient_k_w * p_pkg[0]
+            ts_next = lfilter([(1 - a) * prm.sink_to_ambient_k_w], [1.0, -a], p_pkg, zi=[a * ts0])[0]
+            T = (prm.coolant_c + ts_next[:, None] + prm.die_fraction * s["resp"]["die"]
+                 + prm.hbm_fraction * s["resp"]["hbm"])
+            out.append(T[s["ks"]])
+        return out
+
+    def residuals(self, prm: CalibrationParams, phases: set[int]) -> np.ndarray:
+        r = []
+        for s, y in zip(self.segments, self.predict(prm)):
+            m = s["keep"] & np.isin(s["phase"], list(phases))
+            r.append((y[m] - s["meas"][m]).ravel())
+        return np.concatenate(r) if r else np.zeros(0)
+
+    def errors(self, prm: CalibrationParams, phases: Sequence[int]) -> dict[str, Any]:
+        """RMS / max |error| per phase and output, and over all of ``phases``."""
+        per: dict[str, Any] = {}
+        allr = {o: [] for o in self.outputs}
+        preds = self.predict(prm)
+        for i in phases:
+            row = {}
+            for s, y in zip(self.segments, preds):
+                m = s["keep"] & (s["phase"] == i)
+                if not m.any():
+                    continue
+                for j, o in enumerate(self.outputs):
+                    e = y[m, j] - s["meas"][m, j]
+                    allr[o].append(e)
+                    row[o] = {"rms_k": float(np.sqrt(np.mean(e ** 2))), "max_abs_k": float(np.abs(e).max()),
+                              "bias_k": float(e.mean()), "samples": int(m.sum())}
+            per[self.rec.phases[i].name] = row
+        total = {}
+        for o, es in allr.items():
+            if es:
+                e = np.concatenate(es)
+                total[o] = {"rms_k": float(np.sqrt(np.mean(e ** 2))), "max_abs_k": float(np.abs(e).max()),
+                            "samples": int(len(e))}
+        return {"per_phase": per, "total": total}
+
+
+# ---------------------------------------------------------------------------------------------- the fit
+@dataclass(frozen=True)
+class FitBounds:
+    coolant_c: tuple[float, float] = (0.0, 80.0)
+    sink_to_ambient_k_w: tuple[float, float] = (1e-4, 1.0)
+    sink_tau_s: tuple[float, float] = (0.05, 2000.0)
+    die_fraction: tuple[float, float] = (0.0, 1.0)
+    hbm_fraction: tuple[float, float] = (0.0, 1.0)
+
+
+def default_holdout(rec: Recording) -> list[int]:
+    """Every third phase (2, 5, 8, ...) is held out, so held-out phases interleave with training ones."""
+    return [i for i in range(len(rec.phases)) if i % 3 == 2]
+
+
+def _linear_at_tau(model: CalibratedModel, tau: float, train: set[int]) -> tuple[np.ndarray, float]:
+    """For a fixed τ the model is linear in (coolant, f_die, f_hbm, R·f_die, R·f_hbm): least squares."""
+    from scipy.signal import lfilter
+    a = math.exp(-model.pinned.dt_s / tau)
+    cols, ys = [], []
+    for s in model.segments:
+        m = s["keep"] & np.isin(s["phase"], list(train))
+        if not m.any():
+            continue
+        lp = []
+        for u in (s["u_die"], s["u_hbm"]):
+            lp.append(lfilter([1 - a], [1.0, -a], u, zi=[a * u[0]])[0][s["ks"]])
+        for j in range(len(model.outputs)):
+            X = np.stack([np.ones(int(m.sum())), s["resp"]["die"][s["ks"], j][m], s["resp"]["hbm"][s["ks"], j][m],
+                          lp[0][m], lp[1][m]], axis=1)
+            cols.append(X)
+            ys.append(s["meas"][m, j])
+    X = np.vstack(cols)
+    y = np.concatenate(ys)
+    # without an HBM input (or with no memory sensor and the same board power in both) columns coincide:
+    # lstsq's minimum-norm solution is still a least-squares optimum
+    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
+    r = X @ beta - y
+    return beta, float(r @ r)
+
+
+def fit(model: CalibratedModel, *, holdout: Sequence[int] | None = None, bounds: FitBounds = FitBounds()
+        ) -> dict[str, Any]:
+    """Fit the five boundary parameters on the training phases; errors on the held-out ones."""
+    from scipy.optimize import least_squares, minimize_scalar
+    rec = model.rec
+    held = list(default_holdout(rec) if holdout is None else holdout)
+    train = {i for i in range(len(rec.phases)) if i not in held}
+    if not held or not train:
+        raise CalibrationError(f"need held-out and training phases (held out: {held} of {len(rec.phases)})")
+    lo_t, hi_t = bounds.sink_tau_s
+    grid = np.geomspace(lo_t, hi_t, 25)
+    sse = [_linear_at_tau(model, t, train)[1] for t in grid]
+    j = int(np.argmin(sse))
+    lo, hi = np.log(grid[max(j - 1, 0)]), np.log(grid[min(j + 1, len(grid) - 1)])
+    best = minimize_scalar(lambda lt: _linear_at_tau(model, float(np.exp(lt)), train)[1], bounds=(lo, hi),
+                           method="bounded", options={"xatol": 1e-4})
+    tau0 = float(np.exp(best.x))
+    beta, _ = _linear_at_tau(model, tau0, train)
+    c0, fd, fh, rfd, rfh = (float(v) for v in beta)
+    fsum = fd + fh
+    R0 = (rfd + rfh) / fsum if fsum > 1e-9 else 0.01
+    b = [getattr(bounds, k) for k in PARAMS]
+    x0 = np.array([c0, R0, tau0, fd, fh])
+    x0 = np.clip(x0, [v[0] for v in b], [v[1] for v in b])
+    x0 = np.minimum(np.maximum(x0, [v[0] + 1e-9 for v in b]), [v[1] - 1e-9 for v in b])
+
+    def res(x):
+        return model.residuals(CalibrationParams(*x), train)
+
+    sol = least_squares(res, x0, bounds=([v[0] for v in b], [v[1] for v in b]), x_scale="jac", method="trf")
+    prm = CalibrationParams(*(float(v) for v in sol.x))
+    held_err = model.errors(prm, held)
+    train_err = model.errors(prm, sorted(train))
+    worst_rms = max((v["rms_k"] for v in held_err["total"].values()), default=math.inf)
+    worst_max = max((v["max_abs_k"] for v in held_err["total"].values()), default=math.inf)
+    # the parameters' standard errors from the Jacobian at the optimum (a scale for what recovered means)
+    dof = max(1, len(sol.fun) - len(sol.x))
+    s2 = float(sol.fun @ sol.fun) / dof
+    try:
+        cov = np.linalg.inv(sol.jac.T @ sol.jac) * s2
+        se = np.sqrt(np.clip(np.diag(cov), 0, None))
+    except np.linalg.LinAlgError:
+        se = np.full(len(PARAMS), np.nan)
+    return {
+        "params": prm, "std_error": dict(zip(PARAMS, (float(v) for v in se))),
+        "held_out": [rec.phases[i].name for i in held], "trained": [rec.phases[i].name for i in sorted(train)],
+        "outputs": list(model.outputs), "held_out_errors": held_err, "training_errors": train_err,
+        "goal": {"rms_k": GOAL_RMS_K, "max_abs_k": GOAL_MAX_K, "worst_rms_k": worst_rms, "worst_max_abs_k": worst_max,
+                 "met": bool(worst_rms <= GOAL_RMS_K and worst_max <= GOAL_MAX_K)},
+        "solver": {"status": int(sol.status), "message": str(sol.message), "nfev": int(sol.nfev),
+                   "cost": float(sol.cost), "tau_start_s": tau0},
+    }
+
+
+def fragment(result: dict[str, Any], rec: Recording, geom: Geometry, *, fitted_on: str) -> dict[str, Any]:
+    """The fitted parameters as a profile fragment, every number with its provenance (measured on the card)."""
+    prm: CalibrationParams = result["params"]
+    src = (f"fit of {len(result['trained'])} recorded phases on {rec.card}, driver {rec.driver}, recorded "
+           f"{rec.date} (recording SHA-256 {rec.sha256()[:16]}); held-out worst RMS "
+           f"{result['goal']['worst_rms_k']:.3f} K, max {result['goal']['worst_max_abs_k']:.3f} K")
+
+    def num(v: float, what: str) -> dict[str, Any]:
+        return {"value": float(v), "provenance": "measured", "source": f"{what}: {src}"}
+
+    return {
+        "schema": FRAGMENT_SCHEMA,
+        "provenance": {"kind": "measured", "card": rec.card, "driver": rec.driver, "recorded": rec.date,
+                       "fitted": fitted_on, "recording_sha256": rec.sha256(), "method": "hbfd.thermal.calibrate"},
+        "geometry": {"name": geom.name, "sha256": geom.sha256,
+                     "kept": "layers, materials, footprints, lid-to-sink h_top (the package itself)"},
+        "thermal": {"ambient_c": num(prm.coolant_c, "coolant temperature the cold plate rejects to")},
+        "heat_sink": {"sink_to_ambient_k_w": num(prm.sink_to_ambient_k_w, "cold plate to coolant"),
+                      "sink_capacitance_j_k": num(prm.sink_capacitance_j_k, "cold plate (tau / R)"),
+                      "sink_tau_s": num(prm.sink_tau_s, "cold plate time constant")},
+        "power_split": {"die_fraction": num(prm.die_fraction, "board power in the compute die"),
+                        "hbm_fraction": num(prm.hbm_fraction, "power in the HBM region"),
+                        "of": "board - memory rail (die), memory rail (hbm)" if rec.has_mem_power
+                        else "board power (both)"},
+        "std_error": result["std_error"],
+        "errors": {"held_out": result["held_out_errors"], "training": result["training_errors"],
+                   "goal": result["goal"]},
+    }
+
+
+def write_fragment(path: str | Path, frag: dict[str, Any]) -> Path:
+    return atomic_write_json(path, frag, indent=1)
+
+
+# ---------------------------------------------------------------------------------------------- synthetic
+def synthetic_recording(pinned: ThermalROM, prm: CalibrationParams, plan: Sequence[tuple[str, str, float]], *,
+                        phase_s: float = 60.0, sample_hz: float = 10.0, power_noise_w: float = 3.0,
+                        temp_noise_k: float = 0.2, quantize_c: float = 1.0, with_mem: bool = True,
+                        mem_share: float = 0.08, mem_idle_w: float = 20.0,
+                        segments: int = 1, seed: int = 0, card: str = "synthetic", driver: str = "model",
+                        date: str = "2026-12-04") -> Recording:
+    """A recording generated by the calibration model itself with known parameters: board power per phase
+    (``plan``: name, kind, watts), white sensor noise, then the sensors' whole-°C quantization (NVML's).
+    The power is held at each sample (what the model assumes of NVML's 100 ms power readings)."""
+    rng = np.random.default_rng(seed)
+    per_seg = math.ceil(len(plan) / segments)
+    phases: list[Phase] = []
+    t_next = 1_000_000_000
+    dt_ns = int(round(1e9 / sample_hz))
+    for si in range(segments):
+        part = plan[si * per_seg:(si + 1) * per_seg]
+        t_next += 3_600 * 1_000_000_000 * si             # a segment is another device call: another clock origin
+        for name, kind, watts in part:
+            n = int(round(phase_s * sample_hz)) + 1
+            t = t_next + np.arange(n, dtype=np.int64) * dt_ns
+            t_next = int(t[-1]) + dt_ns
+            bw = np.maximum(watts + rng.normal(0, power_noise_w, n), 0.0)
+            mw = np.full(n, np.nan)
+            if with_mem:
+                mw = np.maximum(mem_share * bw + mem_idle_w + rng.normal(0, 0.2 * power_noise_w, n), 0.0)
+            phases.append(Phase(name, kind, si, t, bw, np.zeros(n), np.full(n, np.nan), mw, {"board_w": watts}))
+    rec = Recording(card, driver, date, phases, {"synthetic": True})
+    # temperatures from the model (exact equations), then noise and quantization
+    mem_t = with_mem and "hbm" in pinned.output_names
+    model = CalibratedModel(pinned, Recording(card, driver, date,
+                                              [replace(p, mem_temp_c=np.zeros(len(p.t_ns)) if mem_t else p.mem_temp_c)
+                                               for p in phases]), settle_s=0.0)
+    preds = model.predict(prm)
+    by_seg: dict[int, list[Phase]] = {}
+    for p in phases:
+        by_seg.setdefault(p.segment, []).append(p)
+    for y, (seg, ps) in zip(preds, sorted(by_seg.items())):
+        off = 0
+        for p in ps:
+            n = len(p.t_ns)
+            for j, o in enumerate(model.outputs):
+                v = y[off:off + n, j] + rng.normal(0, temp_noise_k, n)
+                v = np.round(v / quantize_c) * quantize_c if quantize_c > 0 else v
+                if o == "gpu":
+                    p.gpu_temp_c = v
+                else:
+                    p.mem_temp_c = v
+            off += n
+    return rec
