@@ -196,6 +196,7 @@ class MediaEngine:
                 self._fresh = []
             self.last_completion = max(self.last_completion, int(d.max()))
             self.slots.prune(self._keep_h())
+            self._prune_ends()
         out = np.empty(n if show is None else int(show.sum()), COMPLETION_BATCH_DTYPE)
         if show is None:
             out["id"] = ids
@@ -941,11 +942,16 @@ class MediaEngine:
         else:
             self._pq = None
         self._cmd_end = cend[nc - nnew:]
-        if len(self._pend_end) > 4 * (len(self._ring) * g.page_buffers_per_plane + 1024):
-            keep = {p for L in self._ring.values() for p in L}
-            self._pend_end = {p: e for p, e in self._pend_end.items() if p in keep}
         self._release_gated()
         return Er
+
+    def _prune_ends(self) -> None:
+        """Between batches: keep the ends of decided programs that a later store may still be gated by
+        (each plane's last B); stores and commands gated by a program not decided yet name one that is
+        not in the dict (it is released right after the run that decides it)."""
+        if len(self._pend_end) > 4 * (len(self._ring) * self.g.page_buffers_per_plane + 1024):
+            keep = {p for L in self._ring.values() for p in L}
+            self._pend_end = {p: e for p, e in self._pend_end.items() if p in keep}
 
     def _release_gated(self) -> None:
         """Store data-ins whose gating program is decided now: their data is ready at max(arrival +
