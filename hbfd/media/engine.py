@@ -830,23 +830,65 @@ class MediaEngine:
         creation order, or None) and the commands still pending from earlier batches: the vectorized
         FIFO form on dies with reads alone, the event scheduler (read priority, write backpressure) on
         dies with other commands. Commands that start at or after the decision limit (``_dec_h`` +
-        t_cmd: a later read could still go before them) stay pending; the others are decided. Returns
-        the sense ends of the reads (and sets ``self._cmd_end``, the new commands' ends as scheduled
-        now, for flush and refresh)."""
+        t_cmd: a later read could still go before them) stay pending, with the schedule computed for
+        them (``p_*``); the others are decided. A die with pending commands and no new read keeps their
+        schedule (no read can have moved them) and only its new commands are scheduled behind them
+        (``_behind_pending``); where they would not all come after the pending ones, the die is
+        scheduled again from the start. Returns the sense ends of the reads (and sets
+        ``self._cmd_end``, the new commands' ends as scheduled now, for flush and refresh)."""
         g = self.g
         t_cmd = g.t_cmd_ns
         pq = self._pq
         nnew = 0 if cmds is None else len(cmds["kind"])
-        if pq is not None and nnew:
-            allc = {k: np.concatenate([pq[k], cmds[k]]) for k in self._CMD_KEYS}
-        else:
-            allc = pq if pq is not None else cmds
         nr = len(r_read)
         Er = np.zeros(nr, np.int64)
-        self._cmd_end = _E0
+        cmd_end = np.zeros(nnew, np.int64)
+        limit = self._dec_h + t_cmd
+        pend_out = []
+        # dies whose pending commands keep their schedule: no new read there
+        keepd = None
+        if pq is not None:
+            keepd = np.zeros(g.dies, bool)
+            keepd[pq["die"]] = True
+            if nr:
+                keepd[die_read] = False
+            if not keepd.any():
+                keepd = None
+        if keepd is not None:
+            kp = keepd[pq["die"]]
+            kn = keepd[cmds["die"]] if nnew else np.zeros(0, bool)
+            res = self._behind_pending({k: v[kp] for k, v in pq.items()},
+                                       {k: v[kn] for k, v in cmds.items()} if kn.any() else None, keepd)
+            if res is not None:
+                okd, kq, kend_new = res
+                ok_n = okd[cmds["die"]] & kn if nnew else kn
+                cmd_end[ok_n] = kend_new
+                if kq is not None:
+                    pend_out.append(kq)
+                rest_p = ~okd[pq["die"]]
+                pq = {k: v[rest_p] for k, v in pq.items()} if rest_p.any() else None
+                if nnew:
+                    rest_n = ~ok_n
+                    cmds = {k: v[rest_n] for k, v in cmds.items()} if rest_n.any() else None
+                    new_idx = np.flatnonzero(rest_n)
+                else:
+                    new_idx = np.zeros(0, np.int64)
+            else:
+                new_idx = np.arange(nnew, dtype=np.int64)
+        else:
+            new_idx = np.arange(nnew, dtype=np.int64)
+        nn2 = 0 if cmds is None else len(cmds["kind"])
+        if pq is not None and nn2:
+            allc = {k: np.concatenate([pq[k], cmds[k]]) for k in self._CMD_KEYS}
+        elif pq is not None:
+            allc = {k: pq[k] for k in self._CMD_KEYS}
+        else:
+            allc = cmds if nn2 else None
         evd = np.zeros(g.dies, bool)
-        if allc is not None and len(allc["kind"]):
+        if allc is not None:
             evd[allc["die"]] = True
+        if keepd is not None:
+            evd &= ~okd if res is not None else True
         rm = evd[die_read] if nr else np.zeros(0, bool)
         fr = np.flatnonzero(~rm)
         if len(fr):
@@ -855,95 +897,198 @@ class MediaEngine:
                                 plane_free=self.plane_free, carry=self.slots, horizon=self.horizon, stats=self.n)
             if self.trace is not None:
                 self.trace.append(("plane", plane_read[fr], Er[fr] - g.t_read_ns, Er[fr]))
-        if allc is None or not len(allc["kind"]):
+        if allc is not None:
+            ri = np.flatnonzero(rm)
+            nri = len(ri)
+            nc = len(allc["kind"])
+            # gates: decided programs' ends are known; the others name a command of this run
+            gate_pid = allc["gate"]
+            base = allc["base"].copy()
+            gx = allc["gx"].copy()
+            gidx = np.full(nc, -1, np.int64)
+            gm = np.flatnonzero(gate_pid >= 0)
+            if len(gm):
+                pos = {p: k for k, p in enumerate(allc["pid"].tolist()) if p >= 0}
+                pe = self._pend_end
+                for k, gp in zip(gm.tolist(), gate_pid[gm].tolist()):
+                    e = pe.get(gp)
+                    if e is not None:
+                        if e > base[k]:
+                            base[k] = e
+                    else:
+                        gidx[k] = pos[gp] + nri
+            ungated = gidx < 0
+            ready_c = np.where(ungated, base + gx, base)
+            kind = np.concatenate([np.zeros(nri, np.uint8), allc["kind"]])
+            ready = np.concatenate([r_read[ri], ready_c])
+            pl = np.concatenate([plane_read[ri], allc["plane"]])
+            dd = np.concatenate([die_read[ri], allc["die"]])
+            sv = np.concatenate([np.full(nri, g.t_read_ns, np.int64), allc["svc"]])
+            z = np.full(nri, -1, np.int64)
+            gate = np.concatenate([z, gidx])
+            gxa = np.concatenate([np.zeros(nri, np.int64), np.where(ungated, 0, gx)])
+            join = np.concatenate([z, allc["join"]])
+            floor = np.concatenate([np.zeros(nri, np.int64), allc["floor"]])
+            planes_u = np.unique(pl)
+            pf0 = self.plane_free[planes_u].copy()
+            carry = self.slots.as_dict(evd)
+            start, end, adm, rdy = eventsim.simulate(kind, ready, pl, dd, sv, t_cmd=t_cmd,
+                                                     queue_depth=g.queue_depth, plane_free=self.plane_free,
+                                                     die_carry=carry, gate=gate, gate_x=gxa, floor=floor,
+                                                     join=join, full=True)
+            self.n["event_batches"] += 1
+            self.n["event_dies"] += int(evd.sum())
+            # decided: every read (a later arrival joins its plane later, and reads go before programs) and
+            # every command that starts before the limit or before a read of its plane
+            isr = kind == READ
+            lrs = np.full(g.planes, -1, np.int64)
+            if isr.any():
+                np.maximum.at(lrs, pl[isr], start[isr])
+            dec = isr | (start < limit) | (start < lrs[pl])
+            # decided state: plane free after the decided commands, their slot releases, program ends
+            self.plane_free[planes_u] = pf0
+            np.maximum.at(self.plane_free, pl[dec], end[dec])
+            cd_old = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
+            ct_old = np.array([t for ts in carry.values() for t in ts], np.int64)
+            # (pending commands are re-admitted from _dec_h on: the releases after it are kept)
+            self.slots.put(np.concatenate([cd_old, dd[dec]]), np.concatenate([ct_old, end[dec]]),
+                           min(self.horizon, self._dec_h))
+            if self.trace is not None:
+                self.trace.append(("plane", pl[dec], start[dec], end[dec]))
+            Er[ri] = end[:nri]
+            gi = gidx - nri
+            q = self._decide_cmds(allc, start[nri:], end[nri:], adm[nri:], rdy[nri:], gi, dec[nri:])
+            if q is not None:
+                pend_out.append(q)
+            if nn2:
+                cmd_end[new_idx] = end[nri:][nc - nn2:]
+        if not pend_out:
             self._pq = None
-            return Er
-        ri = np.flatnonzero(rm)
-        nri = len(ri)
-        nc = len(allc["kind"])
-        # gates: decided programs' ends are known; the others name a command of this run
-        gate_pid = allc["gate"]
-        base = allc["base"].copy()
-        gx = allc["gx"].copy()
-        gidx = np.full(nc, -1, np.int64)
-        gm = np.flatnonzero(gate_pid >= 0)
-        if len(gm):
-            pos = {p: k for k, p in enumerate(allc["pid"].tolist()) if p >= 0}
-            pe = self._pend_end
-            for k, gp in zip(gm.tolist(), gate_pid[gm].tolist()):
-                e = pe.get(gp)
-                if e is not None:
-                    if e > base[k]:
-                        base[k] = e
-                else:
-                    gidx[k] = pos[gp] + nri
-        ungated = gidx < 0
-        ready_c = np.where(ungated, base + gx, base)
-        kind = np.concatenate([np.zeros(nri, np.uint8), allc["kind"]])
-        ready = np.concatenate([r_read[ri], ready_c])
-        pl = np.concatenate([plane_read[ri], allc["plane"]])
-        dd = np.concatenate([die_read[ri], allc["die"]])
-        sv = np.concatenate([np.full(nri, g.t_read_ns, np.int64), allc["svc"]])
-        z = np.full(nri, -1, np.int64)
-        gate = np.concatenate([z, gidx])
-        gxa = np.concatenate([np.zeros(nri, np.int64), np.where(ungated, 0, gx)])
-        join = np.concatenate([z, allc["join"]])
-        floor = np.concatenate([np.zeros(nri, np.int64), allc["floor"]])
-        planes_u = np.unique(pl)
-        pf0 = self.plane_free[planes_u].copy()
-        carry = self.slots.as_dict(evd)
-        start, end, adm, rdy = eventsim.simulate(kind, ready, pl, dd, sv, t_cmd=t_cmd, queue_depth=g.queue_depth,
-                                                 plane_free=self.plane_free, die_carry=carry, gate=gate,
-                                                 gate_x=gxa, floor=floor, join=join, full=True)
-        self.n["event_batches"] += 1
-        self.n["event_dies"] += int(evd.sum())
-        # decided: every read (a later arrival joins its plane later, and reads go before programs) and
-        # every command that starts before the limit or before a read of its plane
-        limit = self._dec_h + t_cmd
-        isr = kind == READ
-        lrs = np.full(g.planes, -1, np.int64)
-        if isr.any():
-            np.maximum.at(lrs, pl[isr], start[isr])
-        dec = isr | (start < limit) | (start < lrs[pl])
-        # decided state: plane free after the decided commands, their slot releases, program ends
-        self.plane_free[planes_u] = pf0
-        np.maximum.at(self.plane_free, pl[dec], end[dec])
-        cd_old = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
-        ct_old = np.array([t for ts in carry.values() for t in ts], np.int64)
-        # (pending commands are re-admitted from _dec_h on: the releases after it are kept)
-        self.slots.put(np.concatenate([cd_old, dd[dec]]), np.concatenate([ct_old, end[dec]]),
-                       min(self.horizon, self._dec_h))
-        if self.trace is not None:
-            self.trace.append(("plane", pl[dec], start[dec], end[dec]))
-        Er[ri] = end[:nri]
-        cdec = dec[nri:]
-        cend = end[nri:]
-        pid = allc["pid"]
-        dp = np.flatnonzero(cdec & (pid >= 0))
-        if len(dp):
-            self._pend_end.update(zip(pid[dp].tolist(), cend[dp].tolist()))
-        und = np.flatnonzero(~cdec)
-        if len(und):
-            q = {k: allc[k][und] for k in self._CMD_KEYS}
-            ug = gidx[und] >= 0
-            gdec = np.zeros(len(und), bool)
-            if ug.any():
-                gdec[ug] = cdec[gidx[und][ug] - nri]
-            res = ~ug | gdec                       # its ready time is known now
-            crdy = rdy[nri:][und]
-            q["base"] = np.where(res, crdy, q["base"])
-            q["gx"] = np.where(res, 0, q["gx"])
-            q["gate"] = np.where(res, -1, q["gate"])
-            cadm = adm[nri:][und]
-            was_adm = res & (cadm < self._dec_h)    # admitted before the limit: it holds its slot
-            q["join"] = np.where(was_adm, cadm + t_cmd, -1)
-            q["floor"] = np.where(was_adm, 0, np.maximum(q["floor"], self._dec_h))
-            self._pq = q
+        elif len(pend_out) == 1:
+            self._pq = pend_out[0]
         else:
-            self._pq = None
-        self._cmd_end = cend[nc - nnew:]
+            self._pq = {k: np.concatenate([q[k] for q in pend_out]) for k in pend_out[0]}
+        self._cmd_end = cmd_end
         self._release_gated()
         return Er
+
+    _P_KEYS = ("p_start", "p_end", "p_adm", "p_rdy")
+
+    def _decide_cmds(self, C, start, end, adm, rdy, gi, dec):
+        """Record the decided commands' program ends; return the undecided ones as pending (their
+        schedule as computed now in ``p_*``; a gate that is decided now is resolved into its ready time;
+        one admitted before ``_dec_h`` keeps its slot and plane-arrival time) or None. ``gi``: index
+        (in ``C``) of each command's gating command in this run, -1 for none."""
+        pid = C["pid"]
+        dp = np.flatnonzero(dec & (pid >= 0))
+        if len(dp):
+            self._pend_end.update(zip(pid[dp].tolist(), end[dp].tolist()))
+        und = np.flatnonzero(~dec)
+        if not len(und):
+            return None
+        t_cmd = self.g.t_cmd_ns
+        q = {k: C[k][und] for k in self._CMD_KEYS}
+        ug = gi[und] >= 0
+        gdec = np.zeros(len(und), bool)
+        if ug.any():
+            gdec[ug] = dec[gi[und][ug]]
+        res = ~ug | gdec                       # its ready time is known now
+        crdy = rdy[und]
+        q["base"] = np.where(res, crdy, q["base"])
+        q["gx"] = np.where(res, 0, q["gx"])
+        q["gate"] = np.where(res, -1, q["gate"])
+        cadm = adm[und]
+        was_adm = res & (cadm < self._dec_h)    # admitted before the limit: it holds its slot
+        q["join"] = np.where(was_adm, cadm + t_cmd, -1)
+        q["floor"] = np.where(was_adm, 0, np.maximum(q["floor"], self._dec_h))
+        q["p_start"], q["p_end"], q["p_adm"], q["p_rdy"] = start[und], end[und], adm[und], rdy[und]
+        return q
+
+    def _behind_pending(self, P, N, keepd):
+        """Dies in ``keepd`` have pending commands ``P`` (with their schedule) and no new read: the
+        schedule of ``P`` stands. New commands ``N`` of those dies (or None) are scheduled behind them:
+        the planes free at the end of their pending commands, the pending commands holding die slots
+        until their ends, gates on pending programs at their ends. That is exact where every new command
+        comes after every pending one of its die (ready and admission no earlier; then its plane joins
+        come later too); the dies where that fails are left out. Decides what starts before the limit.
+        Returns (dies handled, their pending commands left, the ends of the new commands handled) or
+        None."""
+        g = self.g
+        t_cmd = g.t_cmd_ns
+        okd = keepd.copy()
+        if N is not None:
+            pf = self.plane_free.copy()
+            np.maximum.at(pf, P["plane"], P["p_end"])
+            nd = np.zeros(g.dies, bool)
+            nd[N["die"]] = True
+            sd, st = self.slots.die, self.slots.t
+            m = nd[sd] if len(sd) else np.zeros(0, bool)
+            carry: dict[int, list[int]] = {}
+            for d, t in zip(np.concatenate([sd[m], P["die"]]).tolist(), np.concatenate([st[m], P["p_end"]]).tolist()):
+                carry.setdefault(d, []).append(t)
+            n = len(N["kind"])
+            base = N["base"].copy()
+            gx = N["gx"].copy()
+            gidx = np.full(n, -1, np.int64)
+            gm = np.flatnonzero(N["gate"] >= 0)
+            if len(gm):
+                ppos = {p: e for p, e in zip(P["pid"].tolist(), P["p_end"].tolist()) if p >= 0}
+                npos = {p: k for k, p in enumerate(N["pid"].tolist()) if p >= 0}
+                pe = self._pend_end
+                for k, gp in zip(gm.tolist(), N["gate"][gm].tolist()):
+                    e = pe.get(gp)
+                    if e is None:
+                        e = ppos.get(gp)
+                    if e is not None:
+                        if e > base[k]:
+                            base[k] = e
+                    else:
+                        gidx[k] = npos[gp]
+            ungated = gidx < 0
+            start, end, adm, rdy = eventsim.simulate(N["kind"], np.where(ungated, base + gx, base), N["plane"],
+                                                     N["die"], N["svc"], t_cmd=t_cmd, queue_depth=g.queue_depth,
+                                                     plane_free=pf, die_carry=carry, gate=gidx,
+                                                     gate_x=np.where(ungated, 0, gx), full=True)
+            self.n["event_batches"] += 1
+            # every new command after every pending one of its die (die queue order and admission)
+            big = np.int64(1) << 62
+            pr = np.full(g.dies, -big)
+            pa = np.full(g.dies, -big)
+            np.maximum.at(pr, P["die"], P["p_rdy"])
+            np.maximum.at(pa, P["die"], P["p_adm"])
+            bad = (rdy < pr[N["die"]]) | (adm < pa[N["die"]])
+            if bad.any():
+                okd[N["die"][bad]] = False
+                if not okd.any():
+                    return None
+        # the handled dies: pending (their schedule) and new commands together, in creation order per die
+        kp = okd[P["die"]]
+        C = {k: P[k][kp] for k in self._CMD_KEYS}
+        cs, ce, ca, cr = (P[k][kp] for k in self._P_KEYS)
+        kend = _E0
+        if N is not None:
+            kn = okd[N["die"]]
+            C = {k: np.concatenate([C[k], N[k][kn]]) for k in self._CMD_KEYS}
+            cs = np.concatenate([cs, start[kn]])
+            ce = np.concatenate([ce, end[kn]])
+            ca = np.concatenate([ca, adm[kn]])
+            cr = np.concatenate([cr, rdy[kn]])
+            kend = end[kn]
+        # gating commands in this set (the others are decided: their ends are in _pend_end)
+        gi = np.full(len(ce), -1, np.int64)
+        gm = np.flatnonzero(C["gate"] >= 0)
+        if len(gm):
+            pos = {p: k for k, p in enumerate(C["pid"].tolist()) if p >= 0}
+            for k, gp in zip(gm.tolist(), C["gate"][gm].tolist()):
+                gi[k] = pos.get(gp, -1)
+        dec = cs < self._dec_h + t_cmd
+        if dec.any():
+            np.maximum.at(self.plane_free, C["plane"][dec], ce[dec])
+            self.slots.put(C["die"][dec], ce[dec], min(self.horizon, self._dec_h))
+            if self.trace is not None:
+                self.trace.append(("plane", C["plane"][dec], cs[dec], ce[dec]))
+        q = self._decide_cmds(C, cs, ce, ca, cr, gi, dec)
+        return okd, q, kend
 
     def _prune_ends(self) -> None:
         """Between batches: keep the ends of decided programs that a later store may still be gated by
