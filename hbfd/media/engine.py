@@ -14,17 +14,25 @@ device model; ``tests/media/refsim.py`` is the 1 ns time-stepped reference this 
   -> the LRU buffer holds the page from the sense end. A read whose sectors are all in the write
   buffer is served from it (data ready at arrival + t_cmd). Then the channel, FCFS by data-ready time.
 * Store (and the write half of an atomic): invalidates any page buffer holding the page; the written
-  sectors cross the channel (ready at arrival + t_cmd) and the store completes at the end of that
-  data-in. Pages are assembled in the write buffer; a full page (or a partial one
-  ``write_flush_timeout_ns`` after its first store, with a read-merge sense if it held data) is
-  programmed out of place (``ftl.Ftl``): die slot -> plane busy tPROG, no channel. GC copybacks and
-  erases queue behind reads like programs.
+  sectors cross the channel and the store completes at the end of that data-in. Write backpressure:
+  the plane's B = ``page_buffers_per_plane`` buffers hold its last B programs' data, so with m programs
+  issued on the plane before the store (m >= B) its data is ready at max(arrival + t_cmd, end of the
+  (m - B + 1)-th), else at arrival + t_cmd. Pages are assembled in the write buffer; a full page (or a
+  partial one ``write_flush_timeout_ns`` after its first store, with a read-merge sense if it held
+  data) is programmed out of place (``ftl.Ftl``): die slot -> plane busy tPROG, no channel; a host
+  program reaches the die at its filling store's data ready + xfer. GC copybacks and erases queue
+  behind reads like programs.
 
 Exactness across batches: planes, dies (Q largest slot releases) and page buffers carry their
 state; a channel transfer is decided only once no later arrival can overtake it (data ready <=
 latest arrival + t_cmd), the rest wait for more arrivals, an ``advance`` past them, or a
-``collect`` after a quiet scan. Dies whose batch mixes reads and array ops of another kind go
-through ``eventsim`` (read priority is not FIFO) and are decided to the end of their batch.
+``collect`` after a quiet scan. Dies with array ops other than reads (new or pending) go through
+``eventsim`` (read priority is not FIFO; backpressure chains a plane's programs); every read sense is
+decided (a later arrival reaches its plane later and reads go before programs), and so is every
+command that starts before the latest arrival + t_cmd (``advance(now)``: now + t_cmd) or before a read
+of its plane; the other commands stay pending (holding their die slot if admitted) and are
+re-scheduled with the next batch's reads, and a store whose data-in waits for a pending program is
+decided when that program is. Cutting a time-ordered stream into batches changes nothing.
 """
 from __future__ import annotations
 
@@ -39,12 +47,11 @@ from hbfcommon import ctl
 from hbfd.contracts import COMPLETION_BATCH_DTYPE, REQUEST_BATCH_DTYPE  # noqa: F401 (re-exported)
 
 from . import eventsim
-from .diestage import DieCarry, _violations, fifo_exact, small_int
+from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from .hist import LogHistogram
-from .prioplane import priority_planes
 from .lindley import segment_ends, segment_starts, segmented_fcfs
 
 log = logging.getLogger(__name__)
@@ -95,6 +102,16 @@ class MediaEngine:
         self._pr_chunks: list[dict[str, np.ndarray]] = []   # requests waiting for deferred pages
         self._fresh: list[np.ndarray] = []         # serials deferred during the current submit
         self._since_collect = False
+        # array commands (programs, GC, flush, refresh) not started by the decision limit of the last
+        # die stage: re-scheduled with the next batch's reads (module doc, "Exactness across batches")
+        self._pq: dict[str, np.ndarray] | None = None
+        self._dec_h = 0                            # no arrival comes before this (decisions up to it + t_cmd)
+        # write backpressure: per plane the ids of its last B programs (issue order), the ends of decided
+        # programs, and store data-ins waiting for an undecided program's end
+        self._ring: dict[int, list[int]] = {}
+        self._pid = 0
+        self._pend_end: dict[int, int] = {}
+        self._gated: list[dict[str, np.ndarray]] = []
         # statistics
         self.chan_busy_ns = np.zeros(g.channels, np.int64)
         self.qdelay = LogHistogram()
@@ -160,6 +177,7 @@ class MediaEngine:
             if self.first_arrival is None:
                 self.first_arrival = amin
             self.horizon = max(self.horizon, amax)
+            self._dec_h = self.horizon
             serial = self._serial + np.arange(nok, dtype=np.int64)
             self._serial += nok
             self._fresh = []
@@ -177,7 +195,8 @@ class MediaEngine:
                 show[idx] = False
                 self._fresh = []
             self.last_completion = max(self.last_completion, int(d.max()))
-            self.slots.prune(self.horizon)
+            self.slots.prune(self._keep_h())
+            self._prune_ends()
         out = np.empty(n if show is None else int(show.sum()), COMPLETION_BATCH_DTYPE)
         if show is None:
             out["id"] = ids
@@ -380,14 +399,17 @@ class MediaEngine:
 
     def advance(self, now_ns: int) -> None:
         """Run write-buffer flushes (and the GC they trigger) due at or before ``now_ns``."""
+        self._dec_h = max(self.horizon, int(now_ns))
         self._run_timers(int(now_ns) + 1)
+        self._settle(int(now_ns))
         self._commit_deferred(before=int(now_ns) + self.g.t_cmd_ns)
-        self.slots.prune(self.horizon)
+        self.slots.prune(self._keep_h())
 
     def collect(self) -> np.ndarray:
         """Completions decided so far. A collect with no submit since the previous one (the
         requester went quiet) decides every deferred transfer."""
         if not self._since_collect:
+            self._settle(None)
             self._commit_deferred()
         self._since_collect = False
         if not self._pending:
@@ -398,6 +420,7 @@ class MediaEngine:
 
     def drain(self) -> np.ndarray:
         """Decide everything submitted so far and return all completions (tests, benchmarks)."""
+        self._settle(None)
         self._commit_deferred()
         self._since_collect = False
         return self.collect()
@@ -628,7 +651,7 @@ class MediaEngine:
         g = self.g
         n = len(ta)
         t_cmd = g.t_cmd_ns
-        if 0 < n <= _SMALL and inval is None and (cmds is None or not len(cmds[0])) and self.trace is None:
+        if 0 < n <= _SMALL and inval is None and cmds is None and self._pq is None and self.trace is None:
             return self._reads_small(ta, lpn, ch, die, plane, x, seq, tser)
         if n:
             self.n["page_reads"] += n
@@ -692,7 +715,7 @@ class MediaEngine:
         nm = len(mi)
         self.n["senses"] += nm
         E = np.zeros(n, np.int64)
-        if cmds is None or not len(cmds[0]):
+        if cmds is None and self._pq is None:
             if nm:
                 E[mi] = fifo_exact(ta[mi], die[mi], plane[mi], g.t_read_ns, t_cmd=t_cmd,
                                    queue_depth=g.queue_depth, nplanes=g.planes, ndies=g.dies,
@@ -800,79 +823,318 @@ class MediaEngine:
                 "q0": np.array(q0, np.int64)}
 
     # ------------------------------------------------------------------ array commands
+    _CMD_KEYS = ("kind", "base", "gx", "gate", "plane", "die", "svc", "pid", "join", "floor")
+
     def _array_ops(self, r_read, die_read, plane_read, cmds):
-        """Read senses plus other array commands (kind, ready, plane, service; in (ready, seq) order):
-        vectorized FIFO on dies with one class, the event scheduler on dies with both. Returns the
-        sense ends of the reads (and sets ``self._cmd_end`` for the others)."""
+        """Read senses plus the other array commands (``cmds``: a dict of ``_CMD_KEYS`` arrays in
+        creation order, or None) and the commands still pending from earlier batches: the vectorized
+        FIFO form on dies with reads alone, the event scheduler (read priority, write backpressure) on
+        dies with other commands. Commands that start at or after the decision limit (``_dec_h`` +
+        t_cmd: a later read could still go before them) stay pending, with the schedule computed for
+        them (``p_*``); the others are decided. A die with pending commands and no new read keeps their
+        schedule (no read can have moved them) and only its new commands are scheduled behind them
+        (``_behind_pending``); where they would not all come after the pending ones, the die is
+        scheduled again from the start. Returns the sense ends of the reads (and sets
+        ``self._cmd_end``, the new commands' ends as scheduled now, for flush and refresh)."""
         g = self.g
-        ck, cr, cp, cs = cmds
-        cd = cp // g.planes_per_die
+        t_cmd = g.t_cmd_ns
+        pq = self._pq
+        nnew = 0 if cmds is None else len(cmds["kind"])
         nr = len(r_read)
-        mixed = np.zeros(g.dies, bool)
-        if nr and len(ck):
-            mixed[np.intersect1d(die_read, cd)] = True
         Er = np.zeros(nr, np.int64)
-        Ec = np.zeros(len(ck), np.int64)
-        kw = dict(t_cmd=g.t_cmd_ns, queue_depth=g.queue_depth, nplanes=g.planes, ndies=g.dies,
-                  plane_free=self.plane_free, carry=self.slots, horizon=self.horizon, stats=self.n)
-        rm = mixed[die_read] if nr else np.zeros(0, bool)
-        cm = mixed[cd]
+        cmd_end = np.zeros(nnew, np.int64)
+        limit = self._dec_h + t_cmd
+        pend_out = []
+        # dies whose pending commands keep their schedule: no new read there
+        keepd = None
+        if pq is not None:
+            keepd = np.zeros(g.dies, bool)
+            keepd[pq["die"]] = True
+            if nr:
+                keepd[die_read] = False
+            if not keepd.any():
+                keepd = None
+        if keepd is not None:
+            kp = keepd[pq["die"]]
+            kn = keepd[cmds["die"]] if nnew else np.zeros(0, bool)
+            res = self._behind_pending({k: v[kp] for k, v in pq.items()},
+                                       {k: v[kn] for k, v in cmds.items()} if kn.any() else None, keepd)
+            if res is not None:
+                okd, kq, kend_new = res
+                ok_n = okd[cmds["die"]] & kn if nnew else kn
+                cmd_end[ok_n] = kend_new
+                if kq is not None:
+                    pend_out.append(kq)
+                rest_p = ~okd[pq["die"]]
+                pq = {k: v[rest_p] for k, v in pq.items()} if rest_p.any() else None
+                if nnew:
+                    rest_n = ~ok_n
+                    cmds = {k: v[rest_n] for k, v in cmds.items()} if rest_n.any() else None
+                    new_idx = np.flatnonzero(rest_n)
+                else:
+                    new_idx = np.zeros(0, np.int64)
+            else:
+                new_idx = np.arange(nnew, dtype=np.int64)
+        else:
+            new_idx = np.arange(nnew, dtype=np.int64)
+        nn2 = 0 if cmds is None else len(cmds["kind"])
+        if pq is not None and nn2:
+            allc = {k: np.concatenate([pq[k], cmds[k]]) for k in self._CMD_KEYS}
+        elif pq is not None:
+            allc = {k: pq[k] for k in self._CMD_KEYS}
+        else:
+            allc = cmds if nn2 else None
+        evd = np.zeros(g.dies, bool)
+        if allc is not None:
+            evd[allc["die"]] = True
+        if keepd is not None:
+            evd &= ~okd if res is not None else True
+        rm = evd[die_read] if nr else np.zeros(0, bool)
         fr = np.flatnonzero(~rm)
         if len(fr):
-            Er[fr] = fifo_exact(r_read[fr], die_read[fr], plane_read[fr], g.t_read_ns, **kw)
+            Er[fr] = fifo_exact(r_read[fr], die_read[fr], plane_read[fr], g.t_read_ns, t_cmd=t_cmd,
+                                queue_depth=g.queue_depth, nplanes=g.planes, ndies=g.dies,
+                                plane_free=self.plane_free, carry=self.slots, horizon=self.horizon, stats=self.n)
             if self.trace is not None:
                 self.trace.append(("plane", plane_read[fr], Er[fr] - g.t_read_ns, Er[fr]))
-        fc = np.flatnonzero(~cm)
-        if len(fc):
-            Ec[fc] = fifo_exact(cr[fc], cd[fc], cp[fc], cs[fc], **kw)
-            if self.trace is not None:
-                self.trace.append(("plane", cp[fc], Ec[fc] - cs[fc], Ec[fc]))
-        if mixed.any():
+        if allc is not None:
             ri = np.flatnonzero(rm)
-            ci = np.flatnonzero(cm)
-            kind = np.concatenate([np.zeros(len(ri), np.uint8), ck[ci]])
-            ready = np.concatenate([r_read[ri], cr[ci]])
-            order = np.argsort(ready, kind="stable")     # reads first at equal ready (seq order)
-            pl = np.concatenate([plane_read[ri], cp[ci]])[order]
-            dd = np.concatenate([die_read[ri], cd[ci]])[order]
-            sv = np.concatenate([np.full(len(ri), g.t_read_ns, np.int64), cs[ci]])[order]
-            kd, rdy = kind[order], ready[order]
-            # dies whose queue depth does not bind: planes with read priority, vectorized (checked
-            # with the sorted-release rule); the others: the event scheduler
-            pf0 = self.plane_free.copy()
-            start, end = priority_planes(kd, rdy, pl, sv, t_cmd=g.t_cmd_ns, plane_free=self.plane_free,
-                                         nplanes=g.planes)
-            bad = _violations(rdy, dd, end, g.queue_depth, g.dies, self.slots)
-            if bad is None:
-                self.slots.put(dd, end, self.horizon)
-            else:
-                badm = np.zeros(g.dies, bool)
-                badm[bad] = True
-                evm = badm[dd]
-                self.plane_free[pl[evm]] = pf0[pl[evm]]
-                good = ~evm
-                if good.any():
-                    self.slots.put(dd[good], end[good], self.horizon)
-                idx = np.flatnonzero(evm)
-                carry = self.slots.as_dict(badm)
-                s2, e2 = eventsim.simulate(kd[idx], rdy[idx], pl[idx], dd[idx], sv[idx], t_cmd=g.t_cmd_ns,
-                                           queue_depth=g.queue_depth, plane_free=self.plane_free,
-                                           die_carry=carry)
-                start[idx] = s2
-                end[idx] = e2
-                self.n["event_batches"] += 1
-                self.n["event_dies"] += len(bad)
-                cd_old = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
-                ct_old = np.array([t for ts in carry.values() for t in ts], np.int64)
-                self.slots.put(np.concatenate([cd_old, dd[idx]]), np.concatenate([ct_old, e2]), self.horizon)
+            nri = len(ri)
+            nc = len(allc["kind"])
+            # gates: decided programs' ends are known; the others name a command of this run
+            gate_pid = allc["gate"]
+            base = allc["base"].copy()
+            gx = allc["gx"].copy()
+            gidx = np.full(nc, -1, np.int64)
+            gm = np.flatnonzero(gate_pid >= 0)
+            if len(gm):
+                pos = {p: k for k, p in enumerate(allc["pid"].tolist()) if p >= 0}
+                pe = self._pend_end
+                for k, gp in zip(gm.tolist(), gate_pid[gm].tolist()):
+                    e = pe.get(gp)
+                    if e is not None:
+                        if e > base[k]:
+                            base[k] = e
+                    else:
+                        gidx[k] = pos[gp] + nri
+            ungated = gidx < 0
+            ready_c = np.where(ungated, base + gx, base)
+            kind = np.concatenate([np.zeros(nri, np.uint8), allc["kind"]])
+            ready = np.concatenate([r_read[ri], ready_c])
+            pl = np.concatenate([plane_read[ri], allc["plane"]])
+            dd = np.concatenate([die_read[ri], allc["die"]])
+            sv = np.concatenate([np.full(nri, g.t_read_ns, np.int64), allc["svc"]])
+            z = np.full(nri, -1, np.int64)
+            gate = np.concatenate([z, gidx])
+            gxa = np.concatenate([np.zeros(nri, np.int64), np.where(ungated, 0, gx)])
+            join = np.concatenate([z, allc["join"]])
+            floor = np.concatenate([np.zeros(nri, np.int64), allc["floor"]])
+            planes_u = np.unique(pl)
+            pf0 = self.plane_free[planes_u].copy()
+            carry = self.slots.as_dict(evd)
+            start, end, adm, rdy = eventsim.simulate(kind, ready, pl, dd, sv, t_cmd=t_cmd,
+                                                     queue_depth=g.queue_depth, plane_free=self.plane_free,
+                                                     die_carry=carry, gate=gate, gate_x=gxa, floor=floor,
+                                                     join=join, full=True)
+            self.n["event_batches"] += 1
+            self.n["event_dies"] += int(evd.sum())
+            # decided: every read (a later arrival joins its plane later, and reads go before programs) and
+            # every command that starts before the limit or before a read of its plane
+            isr = kind == READ
+            lrs = np.full(g.planes, -1, np.int64)
+            if isr.any():
+                np.maximum.at(lrs, pl[isr], start[isr])
+            dec = isr | (start < limit) | (start < lrs[pl])
+            # decided state: plane free after the decided commands, their slot releases, program ends
+            self.plane_free[planes_u] = pf0
+            np.maximum.at(self.plane_free, pl[dec], end[dec])
+            cd_old = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
+            ct_old = np.array([t for ts in carry.values() for t in ts], np.int64)
+            # (pending commands are re-admitted from _dec_h on: the releases after it are kept)
+            self.slots.put(np.concatenate([cd_old, dd[dec]]), np.concatenate([ct_old, end[dec]]),
+                           min(self.horizon, self._dec_h))
             if self.trace is not None:
-                self.trace.append(("plane", pl, start, end))
-            e = np.empty(len(order), np.int64)
-            e[order] = end
-            Er[ri] = e[:len(ri)]
-            Ec[ci] = e[len(ri):]
-        self._cmd_end = Ec
+                self.trace.append(("plane", pl[dec], start[dec], end[dec]))
+            Er[ri] = end[:nri]
+            gi = gidx - nri
+            q = self._decide_cmds(allc, start[nri:], end[nri:], adm[nri:], rdy[nri:], gi, dec[nri:])
+            if q is not None:
+                pend_out.append(q)
+            if nn2:
+                cmd_end[new_idx] = end[nri:][nc - nn2:]
+        if not pend_out:
+            self._pq = None
+        elif len(pend_out) == 1:
+            self._pq = pend_out[0]
+        else:
+            self._pq = {k: np.concatenate([q[k] for q in pend_out]) for k in pend_out[0]}
+        self._cmd_end = cmd_end
+        self._release_gated()
         return Er
+
+    _P_KEYS = ("p_start", "p_end", "p_adm", "p_rdy")
+
+    def _decide_cmds(self, C, start, end, adm, rdy, gi, dec):
+        """Record the decided commands' program ends; return the undecided ones as pending (their
+        schedule as computed now in ``p_*``; a gate that is decided now is resolved into its ready time;
+        one admitted before ``_dec_h`` keeps its slot and plane-arrival time) or None. ``gi``: index
+        (in ``C``) of each command's gating command in this run, -1 for none."""
+        pid = C["pid"]
+        dp = np.flatnonzero(dec & (pid >= 0))
+        if len(dp):
+            self._pend_end.update(zip(pid[dp].tolist(), end[dp].tolist()))
+        und = np.flatnonzero(~dec)
+        if not len(und):
+            return None
+        t_cmd = self.g.t_cmd_ns
+        q = {k: C[k][und] for k in self._CMD_KEYS}
+        ug = gi[und] >= 0
+        gdec = np.zeros(len(und), bool)
+        if ug.any():
+            gdec[ug] = dec[gi[und][ug]]
+        res = ~ug | gdec                       # its ready time is known now
+        crdy = rdy[und]
+        q["base"] = np.where(res, crdy, q["base"])
+        q["gx"] = np.where(res, 0, q["gx"])
+        q["gate"] = np.where(res, -1, q["gate"])
+        cadm = adm[und]
+        was_adm = res & (cadm < self._dec_h)    # admitted before the limit: it holds its slot
+        q["join"] = np.where(was_adm, cadm + t_cmd, -1)
+        q["floor"] = np.where(was_adm, 0, np.maximum(q["floor"], self._dec_h))
+        q["p_start"], q["p_end"], q["p_adm"], q["p_rdy"] = start[und], end[und], adm[und], rdy[und]
+        return q
+
+    def _behind_pending(self, P, N, keepd):
+        """Dies in ``keepd`` have pending commands ``P`` (with their schedule) and no new read: the
+        schedule of ``P`` stands. New commands ``N`` of those dies (or None) are scheduled behind them:
+        the planes free at the end of their pending commands, the pending commands holding die slots
+        until their ends, gates on pending programs at their ends. That is exact where every new command
+        comes after every pending one of its die (ready and admission no earlier; then its plane joins
+        come later too); the dies where that fails are left out. Decides what starts before the limit.
+        Returns (dies handled, their pending commands left, the ends of the new commands handled) or
+        None."""
+        g = self.g
+        t_cmd = g.t_cmd_ns
+        okd = keepd.copy()
+        if N is not None:
+            pf = self.plane_free.copy()
+            np.maximum.at(pf, P["plane"], P["p_end"])
+            nd = np.zeros(g.dies, bool)
+            nd[N["die"]] = True
+            sd, st = self.slots.die, self.slots.t
+            m = nd[sd] if len(sd) else np.zeros(0, bool)
+            carry: dict[int, list[int]] = {}
+            for d, t in zip(np.concatenate([sd[m], P["die"]]).tolist(), np.concatenate([st[m], P["p_end"]]).tolist()):
+                carry.setdefault(d, []).append(t)
+            n = len(N["kind"])
+            base = N["base"].copy()
+            gx = N["gx"].copy()
+            gidx = np.full(n, -1, np.int64)
+            gm = np.flatnonzero(N["gate"] >= 0)
+            if len(gm):
+                ppos = {p: e for p, e in zip(P["pid"].tolist(), P["p_end"].tolist()) if p >= 0}
+                npos = {p: k for k, p in enumerate(N["pid"].tolist()) if p >= 0}
+                pe = self._pend_end
+                for k, gp in zip(gm.tolist(), N["gate"][gm].tolist()):
+                    e = pe.get(gp)
+                    if e is None:
+                        e = ppos.get(gp)
+                    if e is not None:
+                        if e > base[k]:
+                            base[k] = e
+                    else:
+                        gidx[k] = npos[gp]
+            ungated = gidx < 0
+            start, end, adm, rdy = eventsim.simulate(N["kind"], np.where(ungated, base + gx, base), N["plane"],
+                                                     N["die"], N["svc"], t_cmd=t_cmd, queue_depth=g.queue_depth,
+                                                     plane_free=pf, die_carry=carry, gate=gidx,
+                                                     gate_x=np.where(ungated, 0, gx), full=True)
+            self.n["event_batches"] += 1
+            # every new command after every pending one of its die (die queue order and admission)
+            big = np.int64(1) << 62
+            pr = np.full(g.dies, -big)
+            pa = np.full(g.dies, -big)
+            np.maximum.at(pr, P["die"], P["p_rdy"])
+            np.maximum.at(pa, P["die"], P["p_adm"])
+            bad = (rdy < pr[N["die"]]) | (adm < pa[N["die"]])
+            if bad.any():
+                okd[N["die"][bad]] = False
+                if not okd.any():
+                    return None
+        # the handled dies: pending (their schedule) and new commands together, in creation order per die
+        kp = okd[P["die"]]
+        C = {k: P[k][kp] for k in self._CMD_KEYS}
+        cs, ce, ca, cr = (P[k][kp] for k in self._P_KEYS)
+        kend = _E0
+        if N is not None:
+            kn = okd[N["die"]]
+            C = {k: np.concatenate([C[k], N[k][kn]]) for k in self._CMD_KEYS}
+            cs = np.concatenate([cs, start[kn]])
+            ce = np.concatenate([ce, end[kn]])
+            ca = np.concatenate([ca, adm[kn]])
+            cr = np.concatenate([cr, rdy[kn]])
+            kend = end[kn]
+        # gating commands in this set (the others are decided: their ends are in _pend_end)
+        gi = np.full(len(ce), -1, np.int64)
+        gm = np.flatnonzero(C["gate"] >= 0)
+        if len(gm):
+            pos = {p: k for k, p in enumerate(C["pid"].tolist()) if p >= 0}
+            for k, gp in zip(gm.tolist(), C["gate"][gm].tolist()):
+                gi[k] = pos.get(gp, -1)
+        dec = cs < self._dec_h + t_cmd
+        if dec.any():
+            np.maximum.at(self.plane_free, C["plane"][dec], ce[dec])
+            self.slots.put(C["die"][dec], ce[dec], min(self.horizon, self._dec_h))
+            if self.trace is not None:
+                self.trace.append(("plane", C["plane"][dec], cs[dec], ce[dec]))
+        q = self._decide_cmds(C, cs, ce, ca, cr, gi, dec)
+        return okd, q, kend
+
+    def _prune_ends(self) -> None:
+        """Between batches: keep the ends of decided programs that a later store may still be gated by
+        (each plane's last B); stores and commands gated by a program not decided yet name one that is
+        not in the dict (it is released right after the run that decides it)."""
+        if len(self._pend_end) > 4 * (len(self._ring) * self.g.page_buffers_per_plane + 1024):
+            keep = {p for L in self._ring.values() for p in L}
+            self._pend_end = {p: e for p, e in self._pend_end.items() if p in keep}
+
+    def _release_gated(self) -> None:
+        """Store data-ins whose gating program is decided now: their data is ready at max(arrival +
+        t_cmd, that end); they join the undecided channel items."""
+        if not self._gated:
+            return
+        pe = self._pend_end
+        keep = []
+        for ch in self._gated:
+            e = np.array([pe.get(p, -1) for p in ch["gate"].tolist()], np.int64)
+            ok = e >= 0
+            if ok.any():
+                sel = {k: ch[k][ok] for k in self._DQ_KEYS}
+                sel["rd"] = np.maximum(sel["rd"], e[ok])
+                sel["q0"] = sel["rd"].copy()
+                self._dq.append(sel)
+                self._dq_min.append(int(sel["rd"].min()))
+            if not ok.all():
+                keep.append({k: v[~ok] for k, v in ch.items()})
+        self._gated = keep
+
+    def _keep_h(self) -> int:
+        """Slot releases at or before this can delay nothing any more: the latest arrival, or the
+        earliest time a pending command not admitted yet may be admitted."""
+        q = self._pq
+        if q is None:
+            return self.horizon
+        m = q["join"] < 0
+        return min(self.horizon, int(q["floor"][m].min())) if m.any() else self.horizon
+
+    def _settle(self, horizon: int | None) -> None:
+        """No arrival comes before ``horizon`` (None: none comes any more): decide the pending
+        array commands that start before it + t_cmd and the store data-ins they gate."""
+        if self._pq is None:
+            return
+        self._dec_h = _MAX_TIME - self.g.t_cmd_ns if horizon is None else max(self.horizon, horizon)
+        self._array_ops(_E0, _E0, _E0, None)
+        self._dec_h = self.horizon
 
     # ------------------------------------------------------------------ writes (mixed path)
     def _serve_mixed(self, ta, lpn, slo, shi, top, seq, tser):
@@ -924,31 +1186,78 @@ class MediaEngine:
         self.n["write_bytes"] += int(nsec[is_st].sum()) * SECTOR_BYTES
         nwb = int(wb_hit.sum())
         self.n["write_buffer_hits"] += nwb
-        # programs: ready when the filling store's data is in (idle data-in end)
-        cmds = self._programs(lpn[ptx], ta[ptx] + t_cmd + xst[ptx], np.zeros(len(ptx), bool)) if len(ptx) else None
+        ch, die, plane = self._where(lpn)
+        # write backpressure: a store's data-in waits for the end of the program issued B programs
+        # before its own on its plane (the plane's B page buffers hold the last B programs' data)
+        si = np.flatnonzero(is_st)
+        B = g.page_buffers_per_plane
+        gate_st = np.full(len(si), -1, np.int64)
+        fill = np.zeros(nt, bool)
+        fill[ptx] = True
+        pid_tx = np.full(nt, -1, np.int64)
+        ring = self._ring
+        pid = self._pid
+        for k, (i, p, f) in enumerate(zip(si.tolist(), plane[si].tolist(), fill[si].tolist())):
+            L = ring.get(p)
+            if L is None:
+                L = ring[p] = []
+            if len(L) >= B:
+                gate_st[k] = L[0]
+            if f:
+                pid_tx[i] = pid
+                L.append(pid)
+                pid += 1
+                if len(L) > B:
+                    del L[0]
+        self._pid = pid
+        gate_tx = np.full(nt, -1, np.int64)
+        gate_tx[si] = gate_st
+        # programs: ready when the filling store's data is in (its data-in end when the channel is idle)
+        cmds = (self._programs(lpn[ptx], ta[ptx] + t_cmd, np.zeros(len(ptx), bool), gx=xst[ptx],
+                               gate=gate_tx[ptx], pids=pid_tx[ptx]) if len(ptx) else None)
         # media reads
         ri = np.flatnonzero(media)
-        ch, die, plane = self._where(lpn)
         self.n["read_bytes"] += int(nsec[is_rd].sum()) * SECTOR_BYTES
-        si = np.flatnonzero(is_st)
         inval = (plane[si], lpn[si], seq[si] + 1) if len(si) else None
         items = []
         if len(ri) or cmds is not None:
             rit = self._reads(ta[ri], lpn[ri], ch[ri], die[ri], plane[ri], xst[ri], seq[ri], tser[ri], inval, cmds)
             items.append((ri, rit))
-        if cmds is not None and not len(ri):
-            pass
+        elif len(si):
+            self._invalidate(lpn[si])         # a batch of stores alone still empties their pages' buffers
         # write-buffer hits: data ready at arrival + t_cmd
         wi = np.flatnonzero(wb_hit)
         if len(wi):
             early = ta[wi] + t_cmd
             items.append((wi, {"ch": ch[wi], "rd": early, "x": xst[wi], "seq": seq[wi], "serial": tser[wi],
                                "q0": early}))
-        # store data-in
+        # store data-in (at a free page buffer: the gating program's end, once it is decided)
+        gated_tx = None
         if len(si):
             early = ta[si] + t_cmd
-            items.append((si, {"ch": ch[si], "rd": early, "x": xst[si], "seq": seq[si] + 1, "serial": tser[si],
-                               "q0": early}))
+            st_it = {"ch": ch[si], "rd": early, "x": xst[si], "seq": seq[si] + 1, "serial": tser[si], "q0": early}
+            gm = np.flatnonzero(gate_st >= 0)
+            if len(gm):
+                pe = self._pend_end
+                e = np.array([pe.get(p, -1) for p in gate_st[gm].tolist()], np.int64)
+                ok = e >= 0
+                rd = early.copy()
+                rd[gm[ok]] = np.maximum(early[gm[ok]], e[ok])
+                st_it["rd"] = rd
+                st_it["q0"] = rd
+                if not ok.all():              # gated by a program not decided yet: wait for it
+                    w = gm[~ok]
+                    chunk = {k: v[w] for k, v in st_it.items()}
+                    chunk["gate"] = gate_st[w]
+                    self._gated.append(chunk)
+                    self._fresh.append(chunk["serial"])
+                    self.n["deferred_pages"] += len(w)
+                    gated_tx = si[w]
+                    keep = np.ones(len(si), bool)
+                    keep[w] = False
+                    st_it = {k: v[keep] for k, v in st_it.items()}
+                    si = si[keep]
+            items.append((si, st_it))
         if len(items) == 1:
             idx, it = items[0]
         else:
@@ -963,22 +1272,38 @@ class MediaEngine:
             dz = np.zeros(nt, bool)
             dz[idx[d == 0]] = True
             done[dz] = 0
+        if gated_tx is not None:
+            done[gated_tx] = 0
         return done
 
-    def _programs(self, lpns, ready, presense):
-        """FTL programs of pages (with the GC they trigger) -> array commands (kind, ready, plane,
-        service), in (ready, creation) order."""
+    def _programs(self, lpns, ready, presense, *, gx=None, gate=None, pids=None):
+        """FTL programs of pages (with the GC they trigger) -> array commands (a dict of ``_CMD_KEYS``
+        arrays, in creation order: each program, then the GC it triggered). A program is ready at
+        ``max(ready, end of program gate) + gx`` (host programs: its filling store's arrival + t_cmd,
+        the gating program, its data-in time); ``pids``: the programs' ids (None: new ids, each the
+        plane's latest program)."""
         g = self.g
         t_prog = g.t_prog_ns
         planes, gc = self.ftl.program_many(lpns)
         n = len(planes)
         self.n["programs"] += n
+        base = np.asarray(ready, np.int64)
+        gx = np.zeros(n, np.int64) if gx is None else np.asarray(gx, np.int64)
+        gate = np.full(n, -1, np.int64) if gate is None else np.asarray(gate, np.int64)
+        if pids is None:
+            pids = self._pid + np.arange(n, dtype=np.int64)
+            self._pid += n
+            B = g.page_buffers_per_plane
+            for p, q in zip(planes.tolist(), pids.tolist()):
+                L = self._ring.setdefault(p, [])
+                L.append(q)
+                if len(L) > B:
+                    del L[0]
         kinds = np.full(n, PROG, np.uint8)
-        rdy = np.asarray(ready, np.int64)
         svc = t_prog + np.where(np.asarray(presense, bool), g.t_read_ns, 0).astype(np.int64)
         if gc:
-            # GC commands follow their program, at its ready time
-            k_l, r_l, p_l, s_l, pos_l = [], [], [], [], []
+            # GC commands follow their program, ready with it
+            k_l, p_l, s_l, pos_l = [], [], [], []
             for i, ops in gc.items():
                 for kind, p in ops:
                     if kind == "copyback":
@@ -989,28 +1314,30 @@ class MediaEngine:
                         self.n["erases"] += 1
                         k_l.append(ERASE)
                         s_l.append(g.t_erase_ns)
-                    r_l.append(int(rdy[i]))
                     p_l.append(p)
                     pos_l.append(i)
-            pos = np.concatenate([np.arange(n, dtype=np.float64), np.asarray(pos_l, np.float64) + 0.5])
+            pi = np.asarray(pos_l, np.int64)
+            pos = np.concatenate([np.arange(n, dtype=np.float64), pi + 0.5])
             co = np.argsort(pos, kind="stable")
             kinds = np.concatenate([kinds, np.asarray(k_l, np.uint8)])[co]
-            rdy = np.concatenate([rdy, np.asarray(r_l, np.int64)])[co]
+            base = np.concatenate([base, base[pi]])[co]
+            gx = np.concatenate([gx, gx[pi]])[co]
+            gate = np.concatenate([gate, gate[pi]])[co]
             planes = np.concatenate([planes, np.asarray(p_l, np.int64)])[co]
             svc = np.concatenate([svc, np.asarray(s_l, np.int64)])[co]
-        if n > 1 and not bool((rdy[1:] >= rdy[:-1]).all()):
-            o = np.argsort(rdy, kind="stable")
-            return kinds[o], rdy[o], planes[o], svc[o]
-        return kinds, rdy, planes, svc
+            pids = np.concatenate([np.asarray(pids, np.int64), np.full(len(pi), -1, np.int64)])[co]
+        m = len(kinds)
+        return {"kind": kinds, "base": base, "gx": gx, "gate": gate, "plane": planes,
+                "die": planes // g.planes_per_die, "svc": svc, "pid": np.asarray(pids, np.int64),
+                "join": np.full(m, -1, np.int64), "floor": np.zeros(m, np.int64)}
 
     def _schedule_cmds(self, cmds) -> int:
-        """Array commands alone (flushes, refresh): returns the time the last one ends."""
-        if cmds is None or not len(cmds[0]):
+        """Array commands alone (flushes, refresh): returns the time the last one ends as scheduled
+        now (later reads, which go first, may still delay the ones not started yet)."""
+        if cmds is None or not len(cmds["kind"]):
             return 0
         self._array_ops(_E0, _E0, _E0, cmds)
-        end = self._cmd_end
-        self.last_completion = max(self.last_completion, int(end.max()))
-        return int(end.max())
+        return int(self._cmd_end.max())
 
     # ------------------------------------------------------------------ background work
     def refresh(self, lpns, at_ns: int) -> int:

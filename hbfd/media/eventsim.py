@@ -21,62 +21,84 @@ Semantics (the same as the vectorized form wherever both apply, and as ``tests/m
 from __future__ import annotations
 
 import heapq
-from collections import deque
-
 import numpy as np
 
 READ, PROG, COPYBACK, ERASE = 0, 1, 2, 3
 KIND_NAMES = ("read", "program", "copyback", "erase")
 
-_EV_RELEASE, _EV_PLANE_ENQ, _EV_PLANE_FREE = 0, 1, 2
+_EV_RELEASE, _EV_ARRIVE, _EV_PLANE_ENQ, _EV_PLANE_FREE = 0, 1, 2, 3
 
 
 def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.ndarray, service: np.ndarray, *,
-             t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry: dict[int, list[int]]):
-    """Schedule commands given in (ready, seq) order (seq = index). Updates ``plane_free`` in place.
+             t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry: dict[int, list[int]],
+             gate: np.ndarray | None = None, gate_x: np.ndarray | None = None, floor: np.ndarray | None = None,
+             join: np.ndarray | None = None, full: bool = False):
+    """Schedule commands (seq = index: FIFO ties at the die and the plane go by it). Updates
+    ``plane_free`` in place.
 
     ``die_carry[d]``: release times of commands still outstanding from earlier batches.
-    Returns (start, end): int64 arrays (start of the array operation, its end = slot release).
+    Write backpressure (optional, per command): ``gate[i] >= 0`` names an earlier command whose end
+    gates this one: its ready time is ``max(ready[i], end[gate[i]]) + gate_x[i]`` (a program whose
+    data-in waits for a free page buffer); ``floor[i]``: the command reaches its die no earlier than
+    this (its die-queue key stays its ready time); ``join[i] >= 0``: already admitted (it holds a die
+    slot) and joins its plane at ``join[i]``.
+    Returns (start, end) (int64: start of the array operation, its end = slot release), with
+    ``full``: (start, end, admission, ready) (the admission time and the effective ready time).
     """
     n = len(kind)
     kind_l = kind.tolist()
-    ready_l = ready.tolist()
+    rdy = ready.tolist()
     plane_l = plane.tolist()
     die_l = die.tolist()
     svc_l = service.tolist()
     start = [0] * n
     end = [0] * n
+    adm = [0] * n
     heap: list[tuple[int, int, int]] = []
     push = heapq.heappush
+    pop = heapq.heappop
     outstanding: dict[int, int] = {}
     for d, times in die_carry.items():
         outstanding[d] = len(times)
         for c in times:
             push(heap, (c, _EV_RELEASE, d))
-    nxt = 0
-    die_rq: dict[int, deque] = {}
-    die_oq: dict[int, deque] = {}
+    deps: dict[int, list[int]] = {}
+    gl = gate.tolist() if gate is not None else None
+    gx = gate_x.tolist() if gate_x is not None else None
+    fl = floor.tolist() if floor is not None else None
+    jl = join.tolist() if join is not None else None
+    for i in range(n):
+        if jl is not None and jl[i] >= 0:              # admitted in an earlier batch
+            d = die_l[i]
+            outstanding[d] = outstanding.get(d, 0) + 1
+            adm[i] = jl[i] - t_cmd
+            push(heap, (jl[i], _EV_PLANE_ENQ, i))
+        elif gl is not None and gl[i] >= 0:            # waits for its gate's end
+            deps.setdefault(gl[i], []).append(i)
+        else:
+            t = rdy[i]
+            if fl is not None and fl[i] > t:
+                t = fl[i]
+            push(heap, (t, _EV_ARRIVE, i))
+    die_rq: dict[int, list] = {}
+    die_oq: dict[int, list] = {}
     plane_q: dict[int, list] = {}
     pf = plane_free.tolist()
     busy: set[int] = set()
     tdies: set[int] = set()
     tplanes: set[int] = set()
-    inf = 1 << 63
-    while heap or nxt < n:
-        t = heap[0][0] if heap else inf
-        if nxt < n and ready_l[nxt] < t:
-            t = ready_l[nxt]
+    while heap:
+        t = heap[0][0]
         while True:
-            while nxt < n and ready_l[nxt] == t:          # arrivals at t, in seq order
-                d = die_l[nxt]
-                (die_rq if kind_l[nxt] == READ else die_oq).setdefault(d, deque()).append(nxt)
-                tdies.add(d)
-                nxt += 1
             while heap and heap[0][0] == t:
-                _, ev, x = heapq.heappop(heap)
+                _, ev, x = pop(heap)
                 if ev == _EV_RELEASE:
                     outstanding[x] -= 1
                     tdies.add(x)
+                elif ev == _EV_ARRIVE:
+                    d = die_l[x]
+                    push((die_rq if kind_l[x] == READ else die_oq).setdefault(d, []), (rdy[x], x))
+                    tdies.add(d)
                 elif ev == _EV_PLANE_ENQ:
                     p = plane_l[x]
                     push(plane_q.setdefault(p, []), (0 if kind_l[x] == READ else 1, t, x))
@@ -84,13 +106,14 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
                 else:
                     busy.discard(x)
                     tplanes.add(x)
-            for d in tdies:                                # admissions
+            for d in tdies:                                # admissions: reads first, (ready, seq)
                 rq = die_rq.get(d)
                 oq = die_oq.get(d)
                 o = outstanding.get(d, 0)
                 while o < queue_depth and (rq or oq):
-                    x = rq.popleft() if rq else oq.popleft()
+                    x = pop(rq)[1] if rq else pop(oq)[1]
                     o += 1
+                    adm[x] = t
                     push(heap, (t + t_cmd, _EV_PLANE_ENQ, x))
                 outstanding[d] = o
             tdies.clear()
@@ -104,7 +127,7 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
                     push(heap, (pf[p], _EV_PLANE_FREE, p))
                     busy.add(p)
                     continue
-                _, _, x = heapq.heappop(q)
+                _, _, x = pop(q)
                 busy.add(p)
                 start[x] = t
                 e = t + svc_l[x]
@@ -112,9 +135,22 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
                 pf[p] = e
                 push(heap, (e, _EV_PLANE_FREE, p))
                 push(heap, (e, _EV_RELEASE, die_l[x]))
+                dl = deps.pop(x, None)
+                if dl:
+                    for y in dl:                           # gated commands: ready once x has ended
+                        r = (rdy[y] if rdy[y] > e else e) + gx[y]
+                        rdy[y] = r
+                        if fl is not None and fl[y] > r:
+                            r = fl[y]
+                        push(heap, (r, _EV_ARRIVE, y))
             tplanes.clear()
-            if (heap and heap[0][0] == t) or (nxt < n and ready_l[nxt] == t):
+            if heap and heap[0][0] == t:
                 continue
             break
+    if deps:
+        raise ValueError("eventsim: a gate names a command that never runs")
     plane_free[:] = pf
+    if full:
+        return (np.asarray(start, np.int64), np.asarray(end, np.int64), np.asarray(adm, np.int64),
+                np.asarray(rdy, np.int64))
     return np.asarray(start, np.int64), np.asarray(end, np.int64)

@@ -29,9 +29,11 @@ For a page transaction: ``xbytes = 64 x (distinct 64 B sectors touched)``, ``xfe
 * write (store; an atomic's second half at its read's completion ``t``): a store's data-in needs a free
   page buffer of its plane: the B buffers hold the running and queued programs' data, so it is ready at
   ``r = max(a + t_cmd, P - (B - 1) tPROG)`` (backpressure: stores never outrun what the planes program).
-  Its slot is reserved in the senses' frame, ``slot = max(r + tR, chan_free)``, ``chan_free = slot + xfer``,
-  its data-in tR earlier, ``max(slot - tR, r)``, and its end is the ack (completion): a store does not wait
-  behind the slots of senses still in flight, its bytes still take channel slots. An atomic's data-in
+  Its slot is reserved in the senses' frame at its no-wait time, ``slot = max(a + t_cmd + tR, chan_free)``,
+  ``chan_free = slot + xfer``, its data-in at ``max(slot - tR, r)``, and its end is the ack (completion): a
+  store does not wait behind the slots of senses still in flight, and a store waiting for a page buffer does
+  not hold the channel for the reads behind it (its slot does not move with ``r``); its bytes still take
+  channel slots. An atomic's data-in
   has its slot after its read's (+ t_cmd) and runs at ``max(slot, t + t_cmd)``;
   ``P = max(P, S, ack) + ceil(tPROG x xbytes / 4096)`` (amortized program, after the queued programs and
   senses; later reads go before it unless it is running). The buffer holding the page (if any) is emptied and refilled first by the plane's
@@ -314,9 +316,9 @@ class DeviceModelTwin:
                 jready[ev_tx[st_ev]] = np.maximum(jready[ev_tx[st_ev]], pb - buf_hold)
             jready[rd_tx] = rready
             # the channel slot is reserved in arrival order at the no-wait ready time (a sense: a + t_cmd + tR;
-            # a hit: its buffer's ready, at most that; a store: in the senses' frame, its data-in ready + tR,
-            # the data-in tR before its slot); the transfer runs at max(slot, data ready)
-            nowait = np.where(st_only, jready, ta + g.t_cmd_ns) + st_shift
+            # a hit: its buffer's ready, at most that; a store: in the senses' frame, a + t_cmd + tR, whatever
+            # its page buffer wait, its data-in at max(slot - tR, buffer free)); the transfer at max(slot, data ready)
+            nowait = ta + g.t_cmd_ns + st_shift
             nw_sense = ta[rd_tx] + g.t_cmd_ns + t_read[rd_tx]
             nowait[rd_tx] = np.where(miss[rd], nw_sense, np.minimum(rready, nw_sense))
             if active_ch is None:
@@ -511,9 +513,8 @@ class DeviceModelTwin:
             sto = sh > 0                                        # stores: data-in once a page buffer is free
             if sto.any():
                 rdy[sto] = np.maximum(rdy[sto], pf[p[sto]] - buf_hold)
-            nw = ta[tx] + t_cmd + sh                            # the no-wait ready (slot reservation)
-            if sto.any():
-                nw[sto] = rdy[sto] + sh[sto]
+            nw = ta[tx] + t_cmd + sh                            # the no-wait ready (slot reservation; a store
+            #                                                     waiting for a buffer does not hold the channel)
             if m.any():
                 nw[m] += t_read[tx[m]]
             h = tx_hit[tx]

@@ -766,8 +766,9 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
     // atomic's data-in has its slot right after its read's slot (+ t_cmd) and runs at its read's completion.
     // A store's data-in needs a free page buffer of its plane: the nb buffers hold the running and queued
     // programs' data (they end at bank_busy - k tPROG), one is free from bank_busy - (nb - 1) tPROG. Its slot
-    // is reserved in the senses' frame (data-in ready + tR, where the reads' slots are) and its data-in runs
-    // tR before it: it does not wait behind the slots of senses still in flight.
+    // is reserved in the senses' frame at its no-wait time (now + t_cmd + tR, where the reads' slots are) and
+    // its data-in runs at max(slot - tR, buffer free): it does not wait behind the slots of senses still in
+    // flight, and a store waiting for a buffer does not hold the channel for the reads behind it.
     const uint64_t a = (op == HBF_OP_STORE) ? now : done;
     const uint64_t pf = hb_plane_invalidate(st, b, tag, a);
     const uint64_t sh = (op == HBF_OP_STORE) ? hb_thermal_scale(t_read, q) : 0ull;
@@ -776,7 +777,7 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
         const uint64_t hold = (uint64_t)(nb - 1u) * __ldg(&m.t_prog_ns), busy = hb_ld_vol(&st->bank_busy[b]);
         if (busy > hold) rdy = hb_max(rdy, busy - hold);
     }
-    const uint64_t xs = hb_reserve(&st->chan_tail[ch], (op == HBF_OP_STORE) ? rdy + sh : slot + xfer + tc, xfer);
+    const uint64_t xs = hb_reserve(&st->chan_tail[ch], (op == HBF_OP_STORE) ? now + tc + sh : slot + xfer + tc, xfer);
     const uint64_t xe = ((op == HBF_OP_STORE) ? hb_max(xs - sh, rdy) : hb_max(xs, done + tc)) + xfer;
     const uint64_t wg = m.write_granularity ? m.write_granularity : 4096u;
     hb_reserve(&st->bank_busy[b], hb_max(xe, pf), hb_ceil_div(__ldg(&m.t_prog_ns) * xbytes, wg));

@@ -12,10 +12,14 @@ page) order = seq; an atomic is its read part, then its store part. Every tick t
      t + t_cmd; else the plane's page buffers (MRU first): hit -> MRU, channel-ready at
      max(t + t_cmd, buffer ready) (or when its sense ends); miss -> the page takes the LRU buffer
      (an empty one first) and a read command waits at the die. Store part: the page leaves the
-     plane's buffers; its sectors cross the channel (ready t + t_cmd); the write buffer gets them
-     (a new page entry starts its flush timer); a page that is now full is programmed: a program
-     command reaches the die at t + t_cmd + xfer(store bytes).
-  3. flush timers due at t: program the partial page (service tR + tPROG if it was programmed before);
+     plane's buffers; the write buffer gets its sectors (a new page entry starts its flush timer);
+     a page that is now full is programmed (the program is issued now). Write backpressure: the
+     plane's B = page_buffers programs issued last hold its page buffers; with m programs issued
+     on the plane before this store (m >= B), its data-in waits for the end of the (m - B + 1)-th
+     (in issue order): its sectors are channel-ready at r = max(t + t_cmd, that end) (else
+     r = t + t_cmd), and the program it issues reaches the die at r + xfer(store bytes).
+  3. flush timers due at t: program the partial page (service tR + tPROG if it was programmed before;
+     issued now, it counts among the plane's programs);
   4. array commands whose die-ready time is t wait at their die (reads and others apart);
   5. each die admits waiting commands while fewer than queue_depth are outstanding, reads first,
      each class by (ready, seq); an admitted command reaches its plane at t + t_cmd;
@@ -65,6 +69,7 @@ def simulate(requests, *, C, D, P, t_cmd, t_read, xfer_ns, queue_depth, page_buf
     chan_wait = {}       # ch -> list of (ready, seq, part)
     chan_busy = {}
     cmd_seq = [0]
+    plane_progs = {}     # plane -> its programs in issue order: {"end": t or None, "waiters": [...]}
     nxt = 0
     remaining = sum(parts_left)
     t = 0
@@ -72,17 +77,29 @@ def simulate(requests, *, C, D, P, t_cmd, t_read, xfer_ns, queue_depth, page_buf
     def chan_add(ch, ready, seq, req):
         chan_wait.setdefault(ch, []).append((ready, seq, req))
 
-    def new_cmd(kind, ready, die, plane, svc, entry=None, c=None):
+    def new_cmd(kind, ready, die, plane, svc, entry=None, c=None, seq=None, prog=None):
+        if seq is None:
+            seq = cmd_seq[0]
+            cmd_seq[0] += 1
         pend_cmds.append(dict(kind=kind, ready=ready, die=die, plane=plane, svc=svc, entry=entry, tx=c,
-                              seq=cmd_seq[0]))
-        cmd_seq[0] += 1
+                              seq=seq, prog=prog))
 
-    def program(page, ready, svc):
+    def program(page):
+        """Issue a program of ``page``: its entry in the plane's program list and its command seq."""
         ch = page % C
         die = ch * D + (page // C) % D
         plane = die * P + (page // (C * D)) % P
         programmed.add(page)
-        new_cmd("prog", ready, die, plane, svc)
+        pe = {"end": None, "waiters": [], "seq": cmd_seq[0], "die": die, "plane": plane}
+        cmd_seq[0] += 1
+        plane_progs.setdefault(plane, []).append(pe)
+        return pe
+
+    def store_ready(c, a, ready, pe):
+        """The store's data-in is ready at ``ready``: its channel item, its program (``pe``)."""
+        chan_add(c["ch"], ready, 2 * c["seq"] + 1, c["req"])
+        if pe is not None:
+            new_cmd("prog", ready + c["x"], pe["die"], pe["plane"], t_prog, seq=pe["seq"], prog=pe)
 
     while remaining:
         # 1. finish
@@ -95,6 +112,12 @@ def simulate(requests, *, C, D, P, t_cmd, t_read, xfer_ns, queue_depth, page_buf
             if end == t:
                 del plane_busy[pl]
                 outstanding[cmd["die"]] -= 1
+                if cmd["prog"] is not None:
+                    pe = cmd["prog"]
+                    pe["end"] = t
+                    for (c, a, pe2) in pe["waiters"]:
+                        store_ready(c, a, max(a + t_cmd, t), pe2)
+                    pe["waiters"] = []
                 if cmd["kind"] == "read":
                     ent = cmd["entry"]
                     ent["ready"] = t
@@ -131,21 +154,29 @@ def simulate(requests, *, C, D, P, t_cmd, t_read, xfer_ns, queue_depth, page_buf
             if c["op"] in (1, 2):                    # store part
                 lst = bufs.get(c["plane"], [])
                 bufs[c["plane"]] = [b for b in lst if b[0] != c["page"]]
-                chan_add(c["ch"], t + t_cmd, 2 * c["seq"] + 1, c["req"])
+                progs = plane_progs.get(c["plane"], [])
+                gate = progs[len(progs) - page_buffers] if len(progs) >= page_buffers else None
                 e = wbuf.get(c["page"])
                 if e is None:
                     e = wbuf[c["page"]] = [0, t]
                     timers.append((t + flush_timeout, c["page"], t))
                 e[0] |= want
+                pe = None
                 if e[0] == full:
                     del wbuf[c["page"]]
-                    program(c["page"], t + t_cmd + c["x"], t_prog)
+                    pe = program(c["page"])
+                if gate is None or gate["end"] is not None:
+                    store_ready(c, t, t + t_cmd, pe)
+                else:
+                    gate["waiters"].append((c, t, pe))
         # 3. flush timers
         for due, page, first in [x for x in timers if x[0] == t]:
             e = wbuf.get(page)
             if e is not None and e[1] == first:
                 del wbuf[page]
-                program(page, t, t_prog + (t_read if page in programmed else 0))
+                svc = t_prog + (t_read if page in programmed else 0)
+                pe = program(page)
+                new_cmd("prog", t, pe["die"], pe["plane"], svc, seq=pe["seq"], prog=pe)
         timers = [x for x in timers if x[0] != t]
         # 4. commands reaching their die
         now = sorted([m for m in pend_cmds if m["ready"] == t], key=lambda m: (m["ready"], m["seq"]))

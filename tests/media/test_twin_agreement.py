@@ -72,12 +72,13 @@ def test_stepped_solver_equals_scalar_reference(seed, monkeypatch):
     assert tw.counts["stepped_channels"] >= 1
 
 
-@pytest.mark.parametrize("wop, stepped", [(STORE, 1), (ATOMIC, 0)])
-def test_twin_equals_reference_on_a_long_write_chain(wop, stepped):
+@pytest.mark.parametrize("wop", [STORE, ATOMIC])
+def test_twin_equals_reference_on_a_long_write_chain(wop):
     """Writes far beyond what the planes sustain. A store's data-in waits for a free page buffer of its plane
-    (the end of the program before last), so the stores' acks form a chain through the plane: the fixed
-    point needs the stepped solver. An atomic's write follows its read, which waits only for the program
-    running at its command (read priority) and pays no backpressure: its acks converge at once."""
+    (the end of the program before last), so the stores' acks form a chain through the plane; its channel
+    slot stays at its no-wait time (a + t_cmd + tR), so the chain converges without the stepped solver
+    (before 2026-12-04's slot fix it needed it). An atomic's write follows its read, which waits only for
+    the program running at its command (read priority) and pays no backpressure."""
     g = geom(C=1, D=1, B=2, t_prog=50_000)
     n = 400
     rng = np.random.default_rng(7)
@@ -88,7 +89,7 @@ def test_twin_equals_reference_on_a_long_write_chain(wop, stepped):
     tw = DeviceModelTwin(g)
     got = tw.run(a, addr, nb, op)
     assert got.tolist() == device_model(g, as_requests(a, addr, nb, op))
-    assert tw.counts["stepped_channels"] == stepped
+    assert tw.counts["stepped_channels"] == 0
 
 
 def test_a_store_waits_for_a_free_page_buffer():
@@ -102,6 +103,21 @@ def test_a_store_waits_for_a_free_page_buffer():
     x = -(-4096 * 10**9 // g.channel_bytes_per_s)
     assert done[0] == x and done[1] == 2 * x                 # buffers free: data-in back to back
     assert done[2] == x + 50_000 + x                         # after the first program (x .. x + tPROG)
+
+
+def test_a_store_waiting_for_a_page_buffer_does_not_hold_the_channel():
+    """The third store to a plane waits for the first program (tPROG 50 us); a read of another plane right
+    behind it on the same channel is not held behind that store's slot: the store's slot is at its no-wait
+    time (a + t_cmd + tR), not at its buffer-free time + tR (before: the read waited ~50 us)."""
+    g = geom(C=1, D=1, B=2, P=2, t_prog=50_000, t_cmd=0)
+    a = np.array([0, 0, 0, 1])
+    addr = 4096 * np.array([0, 2, 4, 1])             # pages 0, 2, 4 on plane 0; page 1 on plane 1
+    op = np.array([STORE, STORE, STORE, LOAD])
+    done = DeviceModelTwin(g).run(a, addr, np.full(4, 4096), op)
+    assert done.tolist() == device_model(g, as_requests(a, addr, np.full(4, 4096), op))
+    x = 4096
+    assert done[2] == x + 50_000 + x                  # its data-in once the first program ends
+    assert done[3] == 1000 + 4 * x                    # behind the three stores' slots (1000 + 3x), no more
 
 
 @pytest.mark.parametrize("seed", range(25))

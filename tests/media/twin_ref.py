@@ -74,7 +74,8 @@ def device_model(g, requests, state=None):
                     rdy = max(a + g.t_cmd_ns,
                               prog_free[plane] - (g.page_buffers_per_plane - 1) * g.t_prog_ns)
                     tr = scaled(g.t_read_ns, q)
-                    slot = max(rdy + tr, chan_free[ch])
+                    slot = max(a + g.t_cmd_ns + tr, chan_free[ch])              # (the no-wait time: a store
+                    #   waiting for a buffer does not hold the channel for the reads behind it)
                     chan_free[ch] = slot + xfer
                     t = max(slot - tr, rdy) + xfer                               # ack at the end of the data-in
                 else:
