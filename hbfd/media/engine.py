@@ -932,7 +932,7 @@ class MediaEngine:
             planes_u = np.unique(pl)
             pf0 = self.plane_free[planes_u].copy()
             carry = self.slots.as_dict(evd)
-            start, end, adm, rdy = eventsim.simulate(kind, ready, pl, dd, sv, t_cmd=t_cmd,
+            start, end, adm, rdy = eventsim.simulate_auto(kind, ready, pl, dd, sv, t_cmd=t_cmd,
                                                      queue_depth=g.queue_depth, plane_free=self.plane_free,
                                                      die_carry=carry, gate=gate, gate_x=gxa, floor=floor,
                                                      join=join, full=True)
@@ -1045,7 +1045,7 @@ class MediaEngine:
                     else:
                         gidx[k] = npos[gp]
             ungated = gidx < 0
-            start, end, adm, rdy = eventsim.simulate(N["kind"], np.where(ungated, base + gx, base), N["plane"],
+            start, end, adm, rdy = eventsim.simulate_auto(N["kind"], np.where(ungated, base + gx, base), N["plane"],
                                                      N["die"], N["svc"], t_cmd=t_cmd, queue_depth=g.queue_depth,
                                                      plane_free=pf, die_carry=carry, gate=gidx,
                                                      gate_x=np.where(ungated, 0, gx), full=True)

@@ -154,3 +154,142 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
         return (np.asarray(start, np.int64), np.asarray(end, np.int64), np.asarray(adm, np.int64),
                 np.asarray(rdy, np.int64))
     return np.asarray(start, np.int64), np.asarray(end, np.int64)
+
+
+def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.ndarray, service: np.ndarray, *,
+                  t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry: dict[int, list[int]],
+                  gate: np.ndarray | None = None, gate_x: np.ndarray | None = None,
+                  floor: np.ndarray | None = None, join: np.ndarray | None = None, full: bool = False):
+    """``simulate`` with an exact vectorized fast path (same arguments, same results bit for bit).
+
+    A die whose commands in this run include no read is scheduled without events where it can be:
+    its planes serve in FIFO order, so each plane is a Lindley chain in creation order
+    (E_k = max(enq_k, E_(k-1)) + s_k; enq_k = admission + t_cmd, or ``join``; a gated command's
+    ready time max(ready, E_gate) + gate_x), computed for all planes at once, one position per step.
+    That schedule is the event scheduler's where (checked afterwards, per die) the die queue depth
+    never binds (at every admission at most Q slots held, carried ones included), each plane's
+    plane-arrival times are non-decreasing in creation order (then FCFS by (arrival, seq) is the
+    creation order) and every gate names a command of the same die at an earlier chain step. The
+    dies where a check fails, and the dies with reads, go through ``simulate``."""
+    n = len(kind)
+    if n == 0 or gate is None or gate_x is None:
+        return simulate(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
+                        plane_free=plane_free, die_carry=die_carry, gate=gate, gate_x=gate_x, floor=floor,
+                        join=join, full=full)
+    kind = np.asarray(kind)
+    die = np.asarray(die, np.int64)
+    plane = np.asarray(plane, np.int64)
+    ready = np.asarray(ready, np.int64)
+    service = np.asarray(service, np.int64)
+    gate = np.asarray(gate, np.int64)
+    gate_x = np.asarray(gate_x, np.int64)
+    fl = np.zeros(n, np.int64) if floor is None else np.asarray(floor, np.int64)
+    jn = np.full(n, -1, np.int64) if join is None else np.asarray(join, np.int64)
+    nd = int(die.max()) + 1
+    if die_carry:
+        nd = max(nd, max(die_carry) + 1)
+    rdie = np.zeros(nd, bool)
+    rdie[die[kind == READ]] = True
+    hasg = (gate >= 0) & (jn < 0)
+    if (die[gate[hasg]] != die[hasg]).any():       # a gate across dies: no per-die split
+        return simulate(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
+                        plane_free=plane_free, die_carry=die_carry, gate=gate, gate_x=gate_x, floor=floor,
+                        join=join, full=full)
+    fm = ~rdie[die]
+    bad = rdie.copy()
+    start = np.zeros(n, np.int64)
+    end = np.zeros(n, np.int64)
+    adm = np.zeros(n, np.int64)
+    rdy = ready.copy()
+    fi = np.flatnonzero(fm)
+    pf = plane_free.copy()
+    if len(fi):
+        o = fi[np.argsort(plane[fi], kind="stable")]         # per plane, creation order
+        po = plane[o]
+        st = np.flatnonzero(np.r_[True, po[1:] != po[:-1]])
+        lens = np.diff(np.append(st, len(o)))
+        pos = np.arange(len(o)) - np.repeat(st, lens)
+        step = np.full(n, -1, np.int64)
+        step[o] = pos
+        # gates at an earlier step of the same die (else: the die is not scheduled here)
+        g = np.flatnonzero(hasg & fm)
+        late = g[step[gate[g]] >= step[g]] if len(g) else g
+        if len(late):
+            bad[die[late]] = True
+        # steps: position k of every plane at once (o sorted by plane, so position order)
+        ok_ = np.argsort(pos, kind="stable")
+        byk = o[ok_]
+        kst = np.searchsorted(pos[ok_], np.arange(int(lens.max()) + 1))
+        enq = np.zeros(n, np.int64)
+        for k in range(len(kst) - 1):
+            c = byk[kst[k]:kst[k + 1]]
+            gc = gate[c]
+            hg = hasg[c]
+            r = ready[c]
+            if hg.any():
+                ge = end[np.where(hg, gc, c)]
+                r = np.where(hg, np.maximum(r, ge) + gate_x[c], r)
+                rdy[c] = r
+            ta = np.maximum(r, fl[c])
+            jc = jn[c]
+            isj = jc >= 0
+            a = np.where(isj, jc - t_cmd, ta)
+            q = a + t_cmd
+            pc = plane[c]
+            s = np.maximum(q, pf[pc])
+            e = s + service[c]
+            pf[pc] = e
+            start[c] = s
+            end[c] = e
+            adm[c] = a
+            enq[c] = q
+        # plane arrivals non-decreasing in creation order
+        dec = np.flatnonzero((pos[1:] > 0) & (enq[o[1:]] < enq[o[:-1]]))
+        if len(dec):
+            bad[die[o[dec + 1]]] = True
+        # the die queue depth never binds: slots held at each admission (itself included) <= Q
+        fd = die[fi]
+        ct_d = [d for d, ts in die_carry.items() for _ in ts]
+        ct_t = [t for ts in die_carry.values() for t in ts]
+        cd_a = np.asarray(ct_d, np.int64)
+        ct_a = np.asarray(ct_t, np.int64)
+        cm = ~bad[cd_a] if len(cd_a) else np.zeros(0, bool)
+        cd_a, ct_a = cd_a[cm], ct_a[cm]
+        lo = int(min(int(adm[fi].min()), int(ct_a.min()) if len(ct_a) else 0, 0)) - 1
+        hi = int(max(int(end[fi].max()), int(ct_a.max()) if len(ct_a) else 0))
+        span = hi - lo + 2
+        if span * (nd + 1) >= (1 << 62):
+            bad[fd] = True
+        else:
+            isj = jn[fi] >= 0
+            ak = fd * span + np.where(isj, 0, adm[fi] - lo)
+            ek = np.sort(fd * span + (end[fi] - lo))
+            aks = np.sort(ak)
+            held = np.searchsorted(aks, ak, "right") - np.searchsorted(ek, ak, "right")
+            if len(cd_a):
+                ck = np.sort(cd_a * span + (ct_a - lo))
+                held = held + np.searchsorted(ck, (fd + 1) * span, "left") - np.searchsorted(ck, ak, "right")
+            over = ~isj & (held > queue_depth)
+            if over.any():
+                bad[fd[over]] = True
+    sm = bad[die]
+    if fm.any():
+        good = fm & ~sm
+        gp = plane[good]
+        plane_free[gp] = pf[gp]
+    si = np.flatnonzero(sm)
+    if len(si):
+        remap = np.full(n, -1, np.int64)
+        remap[si] = np.arange(len(si))
+        gs = gate[si]
+        gs = np.where(gs >= 0, remap[np.maximum(gs, 0)], -1)
+        gs = np.where(gate[si] >= 0, gs, -1)
+        carry = {d: ts for d, ts in die_carry.items() if d < nd and bad[d]}
+        s2, e2, a2, r2 = simulate(kind[si], ready[si], plane[si], die[si], service[si], t_cmd=t_cmd,
+                                  queue_depth=queue_depth, plane_free=plane_free, die_carry=carry, gate=gs,
+                                  gate_x=gate_x[si], floor=None if floor is None else fl[si],
+                                  join=None if join is None else jn[si], full=True)
+        start[si], end[si], adm[si], rdy[si] = s2, e2, a2, r2
+    if full:
+        return start, end, adm, rdy
+    return start, end
