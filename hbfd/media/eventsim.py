@@ -27,6 +27,7 @@ READ, PROG, COPYBACK, ERASE = 0, 1, 2, 3
 KIND_NAMES = ("read", "program", "copyback", "erase")
 
 _EV_RELEASE, _EV_ARRIVE, _EV_PLANE_ENQ, _EV_PLANE_FREE = 0, 1, 2, 3
+_BIG = 1 << 62
 
 
 def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.ndarray, service: np.ndarray, *,
@@ -204,74 +205,17 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
     fi = np.flatnonzero(fm)
     pf = plane_free.copy()
     if len(fi):
-        o = fi[np.argsort(plane[fi], kind="stable")]         # per plane, creation order
-        po = plane[o]
-        st = np.flatnonzero(np.r_[True, po[1:] != po[:-1]])
-        lens = np.diff(np.append(st, len(o)))
-        pos = np.arange(len(o)) - np.repeat(st, lens)
-        step = np.full(n, -1, np.int64)
-        step[o] = pos
-        # gates at an earlier step of the same die (else: the die is not scheduled here)
+        # gates: an earlier command of the same plane
         g = np.flatnonzero(hasg & fm)
-        late = g[step[gate[g]] >= step[g]] if len(g) else g
-        if len(late):
-            bad[die[late]] = True
-        # steps: position k of every plane at once (o sorted by plane, so position order)
-        ok_ = np.argsort(pos, kind="stable")
-        byk = o[ok_]
-        kst = np.searchsorted(pos[ok_], np.arange(int(lens.max()) + 1))
-        enq = np.zeros(n, np.int64)
-        for k in range(len(kst) - 1):
-            c = byk[kst[k]:kst[k + 1]]
-            gc = gate[c]
-            hg = hasg[c]
-            r = ready[c]
-            if hg.any():
-                ge = end[np.where(hg, gc, c)]
-                r = np.where(hg, np.maximum(r, ge) + gate_x[c], r)
-                rdy[c] = r
-            ta = np.maximum(r, fl[c])
-            jc = jn[c]
-            isj = jc >= 0
-            a = np.where(isj, jc - t_cmd, ta)
-            q = a + t_cmd
-            pc = plane[c]
-            s = np.maximum(q, pf[pc])
-            e = s + service[c]
-            pf[pc] = e
-            start[c] = s
-            end[c] = e
-            adm[c] = a
-            enq[c] = q
-        # plane arrivals non-decreasing in creation order
-        dec = np.flatnonzero((pos[1:] > 0) & (enq[o[1:]] < enq[o[:-1]]))
-        if len(dec):
-            bad[die[o[dec + 1]]] = True
-        # the die queue depth never binds: slots held at each admission (itself included) <= Q
-        fd = die[fi]
-        ct_d = [d for d, ts in die_carry.items() for _ in ts]
-        ct_t = [t for ts in die_carry.values() for t in ts]
-        cd_a = np.asarray(ct_d, np.int64)
-        ct_a = np.asarray(ct_t, np.int64)
-        cm = ~bad[cd_a] if len(cd_a) else np.zeros(0, bool)
-        cd_a, ct_a = cd_a[cm], ct_a[cm]
-        lo = int(min(int(adm[fi].min()), int(ct_a.min()) if len(ct_a) else 0, 0)) - 1
-        hi = int(max(int(end[fi].max()), int(ct_a.max()) if len(ct_a) else 0))
-        span = hi - lo + 2
-        if span * (nd + 1) >= (1 << 62):
-            bad[fd] = True
-        else:
-            isj = jn[fi] >= 0
-            ak = fd * span + np.where(isj, 0, adm[fi] - lo)
-            ek = np.sort(fd * span + (end[fi] - lo))
-            aks = np.sort(ak)
-            held = np.searchsorted(aks, ak, "right") - np.searchsorted(ek, ak, "right")
-            if len(cd_a):
-                ck = np.sort(cd_a * span + (ct_a - lo))
-                held = held + np.searchsorted(ck, (fd + 1) * span, "left") - np.searchsorted(ck, ak, "right")
-            over = ~isj & (held > queue_depth)
-            if over.any():
-                bad[fd[over]] = True
+        if len(g):
+            late = g[(gate[g] >= g) | (plane[gate[g]] != plane[g])]
+            if len(late):
+                bad[die[late]] = True
+        fi = fi[~bad[die[fi]]]
+    if len(fi):
+        _heads_pass(fi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd,
+                    _slot_rows(die_carry, nd, queue_depth), bad, pf0=plane_free, pf=pf, start=start, end=end,
+                    adm=adm, rdy=rdy)
     sm = bad[die]
     if fm.any():
         good = fm & ~sm
@@ -293,3 +237,137 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
     if full:
         return start, end, adm, rdy
     return start, end
+
+
+def _slot_rows(die_carry, nd: int, Q: int) -> np.ndarray:
+    """Per die the Q largest carried releases, rows sorted (-inf: a free slot)."""
+    S = np.full((nd, Q), -_BIG, np.int64)
+    if die_carry:
+        cd_a = np.asarray([d for d, ts in die_carry.items() for _ in ts], np.int64)
+        ct_a = np.asarray([t for ts in die_carry.values() for t in ts], np.int64)
+        oc = np.lexsort((ct_a, cd_a))
+        cd_a, ct_a = cd_a[oc], ct_a[oc]
+        cst = np.flatnonzero(np.r_[True, cd_a[1:] != cd_a[:-1]])
+        clen = np.diff(np.append(cst, len(cd_a)))
+        col = Q - np.repeat(cst + clen, clen) + np.arange(len(cd_a))
+        k = col >= 0
+        S[cd_a[k], col[k]] = ct_a[k]
+    return S
+
+
+def _heads_pass(fi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd, S, bad, *, pf0, pf, start, end,
+                adm, rdy):
+    """Schedule the commands ``fi`` (dies without reads; gates earlier on the same plane) in the die
+    queue's order: each die admits next the command with the smallest (ready, seq) among its
+    planes' first unscheduled commands (a command later on a plane has a gate not admitted yet,
+    so a ready time after the admission now), at A = max(arrival, the die's Q-th largest release so
+    far); planes FCFS in that order. Joins (admitted earlier) go first. Then checks, per die, that
+    this order is the event scheduler's (die-queue keys (ready, seq) increasing and arrivals
+    non-decreasing in it, plane arrivals (time, seq) increasing per plane, joins first on their
+    planes); marks the dies where not in ``bad``."""
+    n = len(fi)
+    o = fi[np.lexsort((fi, plane[fi], die[fi]))]
+    dp, pp = die[o], plane[o]
+    gst = np.flatnonzero(np.r_[True, (dp[1:] != dp[:-1]) | (pp[1:] != pp[:-1])])
+    gen = np.append(gst[1:], n)
+    gd = dp[gst]
+    dst = np.flatnonzero(np.r_[True, gd[1:] != gd[:-1]])
+    dcnt = np.diff(np.append(dst, len(gst)))
+    col = np.arange(len(gst)) - np.repeat(dst, dcnt)
+    row = np.repeat(np.arange(len(dst)), dcnt)
+    udies = gd[dst]
+    nr, nc = len(dst), int(dcnt.max())
+    BIG = _BIG
+    ptr = np.full((nr, nc), 0, np.int64)
+    pend = np.full((nr, nc), 0, np.int64)
+    ptr[row, col] = gst
+    pend[row, col] = gen
+    isj_all = jn >= 0
+    # joins first on their planes
+    jo = isj_all[o]
+    same = np.r_[False, (dp[1:] == dp[:-1]) & (pp[1:] == pp[:-1])]
+    b = np.flatnonzero(same[1:] & ~jo[:-1] & jo[1:])
+    if len(b):
+        bad[dp[b + 1]] = True
+
+    def key_of(c):
+        hg = hasg[c]
+        r = ready[c]
+        if hg.any():
+            r = np.where(hg, np.maximum(r, end[np.where(hg, gate[c], c)]) + gate_x[c], r)
+        rdy[c] = r
+        return np.where(isj_all[c], -BIG, r)
+
+    K = np.full((nr, nc), BIG, np.int64)
+    C = np.full((nr, nc), BIG, np.int64)
+    h = o[gst]
+    K[row, col] = key_of(h)
+    C[row, col] = h
+    pl_all = plane[o]
+    pf[pl_all] = pf0[pl_all]
+    Sd_all = S[udies]
+    step = np.empty(len(ready), np.int64)
+    act = np.arange(nr)
+    enq = np.zeros(len(ready), np.int64)
+    tarr = np.zeros(len(ready), np.int64)
+    k = 0
+    while len(act):
+        Ka = K[act]
+        Ca = C[act]
+        mk = Ka.min(axis=1)
+        j = np.argmin(np.where(Ka == mk[:, None], Ca, BIG), axis=1)
+        c = Ca[np.arange(len(act)), j]
+        step[c] = k
+        k += 1
+        r = rdy[c]
+        ta = np.maximum(r, fl[c])
+        jc = jn[c]
+        isj = jc >= 0
+        a = np.where(isj, jc - t_cmd, np.maximum(ta, Sd_all[act, 0]))
+        q = np.where(isj, jc, a + t_cmd)
+        pc = plane[c]
+        s = np.maximum(q, pf[pc])
+        e = s + service[c]
+        pf[pc] = e
+        start[c] = s
+        end[c] = e
+        adm[c] = a
+        enq[c] = q
+        tarr[c] = np.where(isj, -BIG, ta)
+        Sd = Sd_all[act]
+        Sd[:, 0] = np.maximum(Sd[:, 0], e)
+        Sd.sort(axis=1)
+        Sd_all[act] = Sd
+        # advance the chosen plane's head
+        p = ptr[act, j] + 1
+        ptr[act, j] = p
+        more = p < pend[act, j]
+        nk = np.full(len(act), BIG, np.int64)
+        ncmd = np.full(len(act), BIG, np.int64)
+        if more.any():
+            nx = o[p[more]]
+            nk[more] = key_of(nx)
+            ncmd[more] = nx
+        K[act, j] = nk
+        C[act, j] = ncmd
+        alive = (K[act] < BIG).any(axis=1)
+        if not alive.all():
+            act = act[alive]
+    # the order used is the event scheduler's
+    o2 = fi[np.lexsort((step[fi], die[fi]))]
+    d2 = die[o2]
+    if len(o2) > 1:
+        same = d2[1:] == d2[:-1]
+        j2 = isj_all[o2]
+        rk = np.where(j2, -BIG, rdy[o2])
+        so = o2[1:] > o2[:-1]
+        badq = (rk[1:] < rk[:-1]) | ((rk[1:] == rk[:-1]) & ~so & ~j2[1:]) | (tarr[o2[1:]] < tarr[o2[:-1]])
+        b = np.flatnonzero(same & badq)
+        if len(b):
+            bad[d2[b + 1]] = True
+        op = o2[np.argsort(plane[o2], kind="stable")]
+        p2 = plane[op]
+        e1, e0 = enq[op[1:]], enq[op[:-1]]
+        b = np.flatnonzero((p2[1:] == p2[:-1]) & ((e1 < e0) | ((e1 == e0) & (op[1:] < op[:-1]))))
+        if len(b):
+            bad[die[op[b + 1]]] = True
