@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import logging
 from typing import Any
 
@@ -75,8 +76,7 @@ def _pid_pos(pid: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 def _end_of(pe: dict[int, int], q: np.ndarray) -> np.ndarray:
     """Decided program ends of the ids ``q`` (-1: not decided)."""
-    g = pe.get
-    return np.fromiter((g(x, -1) for x in q.tolist()), np.int64, len(q))
+    return np.fromiter(map(pe.get, q.tolist(), itertools.repeat(-1, len(q))), np.int64, len(q))
 
 
 def _map_ref(r: np.ndarray, idx: np.ndarray, poff: int, valid: np.ndarray | None = None) -> np.ndarray:
