@@ -311,9 +311,12 @@ def _heads_pass(fi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cm
     enq = np.zeros(len(ready), np.int64)
     tarr = np.zeros(len(ready), np.int64)
     k = 0
+    anyj = bool(isj_all[fi].any())
+    rem = np.bincount(row, weights=gen - gst, minlength=nr).astype(np.int64)
     while len(act):
-        Ka = K[act]
-        Ca = C[act]
+        full = len(act) == nr
+        Ka = K if full else K[act]
+        Ca = C if full else C[act]
         mk = Ka.min(axis=1)
         j = np.argmin(np.where(Ka == mk[:, None], Ca, BIG), axis=1)
         c = Ca[np.arange(len(act)), j]
@@ -321,10 +324,17 @@ def _heads_pass(fi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cm
         k += 1
         r = rdy[c]
         ta = np.maximum(r, fl[c])
-        jc = jn[c]
-        isj = jc >= 0
-        a = np.where(isj, jc - t_cmd, np.maximum(ta, Sd_all[act, 0]))
-        q = np.where(isj, jc, a + t_cmd)
+        Sd = Sd_all if full else Sd_all[act]
+        if anyj:
+            jc = jn[c]
+            isj = jc >= 0
+            a = np.where(isj, jc - t_cmd, np.maximum(ta, Sd[:, 0]))
+            q = np.where(isj, jc, a + t_cmd)
+            tarr[c] = np.where(isj, -BIG, ta)
+        else:
+            a = np.maximum(ta, Sd[:, 0])
+            q = a + t_cmd
+            tarr[c] = ta
         pc = plane[c]
         s = np.maximum(q, pf[pc])
         e = s + service[c]
@@ -333,24 +343,30 @@ def _heads_pass(fi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cm
         end[c] = e
         adm[c] = a
         enq[c] = q
-        tarr[c] = np.where(isj, -BIG, ta)
-        Sd = Sd_all[act]
-        Sd[:, 0] = np.maximum(Sd[:, 0], e)
+        np.maximum(Sd[:, 0], e, out=Sd[:, 0])
         Sd.sort(axis=1)
-        Sd_all[act] = Sd
+        if not full:
+            Sd_all[act] = Sd
         # advance the chosen plane's head
         p = ptr[act, j] + 1
         ptr[act, j] = p
         more = p < pend[act, j]
-        nk = np.full(len(act), BIG, np.int64)
-        ncmd = np.full(len(act), BIG, np.int64)
-        if more.any():
-            nx = o[p[more]]
-            nk[more] = key_of(nx)
-            ncmd[more] = nx
-        K[act, j] = nk
-        C[act, j] = ncmd
-        alive = (K[act] < BIG).any(axis=1)
+        if more.all():
+            nx = o[p]
+            K[act, j] = key_of(nx)
+            C[act, j] = nx
+        else:
+            nk = np.full(len(act), BIG, np.int64)
+            ncmd = np.full(len(act), BIG, np.int64)
+            if more.any():
+                nx = o[p[more]]
+                nk[more] = key_of(nx)
+                ncmd[more] = nx
+            K[act, j] = nk
+            C[act, j] = ncmd
+        ra = rem[act] - 1
+        rem[act] = ra
+        alive = ra > 0
         if not alive.all():
             act = act[alive]
     # the order used is the event scheduler's
