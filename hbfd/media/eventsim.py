@@ -163,15 +163,16 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
                   floor: np.ndarray | None = None, join: np.ndarray | None = None, full: bool = False):
     """``simulate`` with an exact vectorized fast path (same arguments, same results bit for bit).
 
-    A die whose commands in this run include no read is scheduled without events where it can be:
-    its planes serve in FIFO order, so each plane is a Lindley chain in creation order
-    (E_k = max(enq_k, E_(k-1)) + s_k; enq_k = admission + t_cmd, or ``join``; a gated command's
-    ready time max(ready, E_gate) + gate_x), computed for all planes at once, one position per step.
-    That schedule is the event scheduler's where (checked afterwards, per die) the die queue depth
-    never binds (at every admission at most Q slots held, carried ones included), each plane's
-    plane-arrival times are non-decreasing in creation order (then FCFS by (arrival, seq) is the
-    creation order) and every gate names a command of the same die at an earlier chain step. The
-    dies where a check fails, and the dies with reads, go through ``simulate``."""
+    Dies whose commands in this run include no read are scheduled without events (``_heads_pass``):
+    one command per die per step, all dies at once, in the die queue's order (the smallest
+    (ready, seq) among the first unscheduled commands of the die's planes; a gated command's ready
+    time max(ready, E_gate) + gate_x is known then, its gate coming earlier on its plane), admitted at
+    max(arrival, the die's Q-th largest slot release so far, carried ones included), its plane FCFS in
+    that order; joins (admitted earlier) first. Afterwards each die is checked: die-queue keys
+    (ready, seq) increasing and arrivals non-decreasing in the order used, plane arrivals (time, seq)
+    increasing per plane, joins first on their planes, gates earlier on the same plane. The dies where
+    a check fails, and the dies with reads, go through ``simulate`` (a gate across dies: all of it).
+    Equality: tests/media/test_eventsim_fast.py."""
     n = len(kind)
     if n == 0 or gate is None or gate_x is None:
         return simulate(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
