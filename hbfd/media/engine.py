@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import logging
 from typing import Any
 
@@ -61,6 +62,21 @@ _FULL_MASK = (1 << SECTORS_PER_PAGE) - 1
 _MAX_TIME = 1 << 62
 _E0 = np.zeros(0, np.int64)
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
+
+
+def _pid_pos(pid: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Index in ``pid`` (unique ids, -1 for none) of each id in ``q``; -1 where absent."""
+    if not len(q) or not len(pid):
+        return np.full(len(q), -1, np.int64)
+    so = np.argsort(pid, kind="stable")
+    sp = pid[so]
+    i = np.minimum(np.searchsorted(sp, q), len(sp) - 1)
+    return np.where(sp[i] == q, so[i], -1)
+
+
+def _end_of(pe: dict[int, int], q: np.ndarray) -> np.ndarray:
+    """Decided program ends of the ids ``q`` (-1: not decided)."""
+    return np.fromiter(map(pe.get, q.tolist(), itertools.repeat(-1, len(q))), np.int64, len(q))
 
 
 def _map_ref(r: np.ndarray, idx: np.ndarray, poff: int, valid: np.ndarray | None = None) -> np.ndarray:
@@ -908,15 +924,16 @@ class MediaEngine:
             gidx = np.full(nc, -1, np.int64)
             gm = np.flatnonzero(gate_pid >= 0)
             if len(gm):
-                pos = {p: k for k, p in enumerate(allc["pid"].tolist()) if p >= 0}
-                pe = self._pend_end
-                for k, gp in zip(gm.tolist(), gate_pid[gm].tolist()):
-                    e = pe.get(gp)
-                    if e is not None:
-                        if e > base[k]:
-                            base[k] = e
-                    else:
-                        gidx[k] = pos[gp] + nri
+                gq = gate_pid[gm]
+                e = _end_of(self._pend_end, gq)
+                kn = e >= 0
+                base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
+                if not kn.all():
+                    u = gm[~kn]
+                    ix = _pid_pos(allc["pid"], gq[~kn])
+                    if (ix < 0).any():
+                        raise KeyError(int(gq[~kn][ix < 0][0]))
+                    gidx[u] = ix + nri
             ungated = gidx < 0
             ready_c = np.where(ungated, base + gx, base)
             kind = np.concatenate([np.zeros(nri, np.uint8), allc["kind"]])
@@ -932,7 +949,7 @@ class MediaEngine:
             planes_u = np.unique(pl)
             pf0 = self.plane_free[planes_u].copy()
             carry = self.slots.as_dict(evd)
-            start, end, adm, rdy = eventsim.simulate(kind, ready, pl, dd, sv, t_cmd=t_cmd,
+            start, end, adm, rdy = eventsim.simulate_auto(kind, ready, pl, dd, sv, t_cmd=t_cmd,
                                                      queue_depth=g.queue_depth, plane_free=self.plane_free,
                                                      die_carry=carry, gate=gate, gate_x=gxa, floor=floor,
                                                      join=join, full=True)
@@ -1032,20 +1049,21 @@ class MediaEngine:
             gidx = np.full(n, -1, np.int64)
             gm = np.flatnonzero(N["gate"] >= 0)
             if len(gm):
-                ppos = {p: e for p, e in zip(P["pid"].tolist(), P["p_end"].tolist()) if p >= 0}
-                npos = {p: k for k, p in enumerate(N["pid"].tolist()) if p >= 0}
-                pe = self._pend_end
-                for k, gp in zip(gm.tolist(), N["gate"][gm].tolist()):
-                    e = pe.get(gp)
-                    if e is None:
-                        e = ppos.get(gp)
-                    if e is not None:
-                        if e > base[k]:
-                            base[k] = e
-                    else:
-                        gidx[k] = npos[gp]
+                gq = N["gate"][gm]
+                e = _end_of(self._pend_end, gq)
+                nf = e < 0
+                if nf.any():
+                    ip = _pid_pos(P["pid"], gq[nf])
+                    e[nf] = np.where(ip >= 0, P["p_end"][np.maximum(ip, 0)], -1)
+                kn = e >= 0
+                base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
+                if not kn.all():
+                    ix = _pid_pos(N["pid"], gq[~kn])
+                    if (ix < 0).any():
+                        raise KeyError(int(gq[~kn][ix < 0][0]))
+                    gidx[gm[~kn]] = ix
             ungated = gidx < 0
-            start, end, adm, rdy = eventsim.simulate(N["kind"], np.where(ungated, base + gx, base), N["plane"],
+            start, end, adm, rdy = eventsim.simulate_auto(N["kind"], np.where(ungated, base + gx, base), N["plane"],
                                                      N["die"], N["svc"], t_cmd=t_cmd, queue_depth=g.queue_depth,
                                                      plane_free=pf, die_carry=carry, gate=gidx,
                                                      gate_x=np.where(ungated, 0, gx), full=True)
@@ -1078,9 +1096,7 @@ class MediaEngine:
         gi = np.full(len(ce), -1, np.int64)
         gm = np.flatnonzero(C["gate"] >= 0)
         if len(gm):
-            pos = {p: k for k, p in enumerate(C["pid"].tolist()) if p >= 0}
-            for k, gp in zip(gm.tolist(), C["gate"][gm].tolist()):
-                gi[k] = pos.get(gp, -1)
+            gi[gm] = _pid_pos(C["pid"], C["gate"][gm])
         dec = cs < self._dec_h + t_cmd
         if dec.any():
             np.maximum.at(self.plane_free, C["plane"][dec], ce[dec])
@@ -1106,7 +1122,7 @@ class MediaEngine:
         pe = self._pend_end
         keep = []
         for ch in self._gated:
-            e = np.array([pe.get(p, -1) for p in ch["gate"].tolist()], np.int64)
+            e = _end_of(pe, ch["gate"])
             ok = e >= 0
             if ok.any():
                 sel = {k: ch[k][ok] for k in self._DQ_KEYS}

@@ -27,6 +27,7 @@ READ, PROG, COPYBACK, ERASE = 0, 1, 2, 3
 KIND_NAMES = ("read", "program", "copyback", "erase")
 
 _EV_RELEASE, _EV_ARRIVE, _EV_PLANE_ENQ, _EV_PLANE_FREE = 0, 1, 2, 3
+_BIG = 1 << 62
 
 
 def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.ndarray, service: np.ndarray, *,
@@ -154,3 +155,236 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
         return (np.asarray(start, np.int64), np.asarray(end, np.int64), np.asarray(adm, np.int64),
                 np.asarray(rdy, np.int64))
     return np.asarray(start, np.int64), np.asarray(end, np.int64)
+
+
+def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.ndarray, service: np.ndarray, *,
+                  t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry: dict[int, list[int]],
+                  gate: np.ndarray | None = None, gate_x: np.ndarray | None = None,
+                  floor: np.ndarray | None = None, join: np.ndarray | None = None, full: bool = False):
+    """``simulate`` with an exact vectorized fast path (same arguments, same results bit for bit).
+
+    Dies whose commands in this run include no read are scheduled without events (``_heads_pass``):
+    one command per die per step, all dies at once, in the die queue's order (the smallest
+    (ready, seq) among the first unscheduled commands of the die's planes; a gated command's ready
+    time max(ready, E_gate) + gate_x is known then, its gate coming earlier on its plane), admitted at
+    max(arrival, the die's Q-th largest slot release so far, carried ones included), its plane FCFS in
+    that order; joins (admitted earlier) first. Afterwards each die is checked: die-queue keys
+    (ready, seq) increasing and arrivals non-decreasing in the order used, plane arrivals (time, seq)
+    increasing per plane, joins first on their planes, gates earlier on the same plane. The dies where
+    a check fails, and the dies with reads, go through ``simulate`` (a gate across dies: all of it).
+    Equality: tests/media/test_eventsim_fast.py."""
+    n = len(kind)
+    if n == 0 or gate is None or gate_x is None:
+        return simulate(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
+                        plane_free=plane_free, die_carry=die_carry, gate=gate, gate_x=gate_x, floor=floor,
+                        join=join, full=full)
+    kind = np.asarray(kind)
+    die = np.asarray(die, np.int64)
+    plane = np.asarray(plane, np.int64)
+    ready = np.asarray(ready, np.int64)
+    service = np.asarray(service, np.int64)
+    gate = np.asarray(gate, np.int64)
+    gate_x = np.asarray(gate_x, np.int64)
+    fl = np.zeros(n, np.int64) if floor is None else np.asarray(floor, np.int64)
+    jn = np.full(n, -1, np.int64) if join is None else np.asarray(join, np.int64)
+    nd = int(die.max()) + 1
+    if die_carry:
+        nd = max(nd, max(die_carry) + 1)
+    rdie = np.zeros(nd, bool)
+    rdie[die[kind == READ]] = True
+    hasg = (gate >= 0) & (jn < 0)
+    if (die[gate[hasg]] != die[hasg]).any():       # a gate across dies: no per-die split
+        return simulate(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
+                        plane_free=plane_free, die_carry=die_carry, gate=gate, gate_x=gate_x, floor=floor,
+                        join=join, full=full)
+    fm = ~rdie[die]
+    bad = rdie.copy()
+    start = np.zeros(n, np.int64)
+    end = np.zeros(n, np.int64)
+    adm = np.zeros(n, np.int64)
+    rdy = ready.copy()
+    fi = np.flatnonzero(fm)
+    pf = plane_free.copy()
+    if len(fi):
+        # gates: an earlier command of the same plane
+        g = np.flatnonzero(hasg & fm)
+        if len(g):
+            late = g[(gate[g] >= g) | (plane[gate[g]] != plane[g])]
+            if len(late):
+                bad[die[late]] = True
+        fi = fi[~bad[die[fi]]]
+    if len(fi):
+        _heads_pass(fi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd,
+                    _slot_rows(die_carry, nd, queue_depth), bad, pf0=plane_free, pf=pf, start=start, end=end,
+                    adm=adm, rdy=rdy)
+    sm = bad[die]
+    if fm.any():
+        good = fm & ~sm
+        gp = plane[good]
+        plane_free[gp] = pf[gp]
+    si = np.flatnonzero(sm)
+    if len(si):
+        remap = np.full(n, -1, np.int64)
+        remap[si] = np.arange(len(si))
+        gs = gate[si]
+        gs = np.where(gs >= 0, remap[np.maximum(gs, 0)], -1)
+        gs = np.where(gate[si] >= 0, gs, -1)
+        carry = {d: ts for d, ts in die_carry.items() if d < nd and bad[d]}
+        s2, e2, a2, r2 = simulate(kind[si], ready[si], plane[si], die[si], service[si], t_cmd=t_cmd,
+                                  queue_depth=queue_depth, plane_free=plane_free, die_carry=carry, gate=gs,
+                                  gate_x=gate_x[si], floor=None if floor is None else fl[si],
+                                  join=None if join is None else jn[si], full=True)
+        start[si], end[si], adm[si], rdy[si] = s2, e2, a2, r2
+    if full:
+        return start, end, adm, rdy
+    return start, end
+
+
+def _slot_rows(die_carry, nd: int, Q: int) -> np.ndarray:
+    """Per die the Q largest carried releases, rows sorted (-inf: a free slot)."""
+    S = np.full((nd, Q), -_BIG, np.int64)
+    if die_carry:
+        cd_a = np.asarray([d for d, ts in die_carry.items() for _ in ts], np.int64)
+        ct_a = np.asarray([t for ts in die_carry.values() for t in ts], np.int64)
+        oc = np.lexsort((ct_a, cd_a))
+        cd_a, ct_a = cd_a[oc], ct_a[oc]
+        cst = np.flatnonzero(np.r_[True, cd_a[1:] != cd_a[:-1]])
+        clen = np.diff(np.append(cst, len(cd_a)))
+        col = Q - np.repeat(cst + clen, clen) + np.arange(len(cd_a))
+        k = col >= 0
+        S[cd_a[k], col[k]] = ct_a[k]
+    return S
+
+
+def _heads_pass(fi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd, S, bad, *, pf0, pf, start, end,
+                adm, rdy):
+    """Schedule the commands ``fi`` (dies without reads; gates earlier on the same plane) in the die
+    queue's order: each die admits next the command with the smallest (ready, seq) among its
+    planes' first unscheduled commands (a command later on a plane has a gate not admitted yet,
+    so a ready time after the admission now), at A = max(arrival, the die's Q-th largest release so
+    far); planes FCFS in that order. Joins (admitted earlier) go first. Then checks, per die, that
+    this order is the event scheduler's (die-queue keys (ready, seq) increasing and arrivals
+    non-decreasing in it, plane arrivals (time, seq) increasing per plane, joins first on their
+    planes); marks the dies where not in ``bad``."""
+    n = len(fi)
+    o = fi[np.lexsort((fi, plane[fi], die[fi]))]
+    dp, pp = die[o], plane[o]
+    gst = np.flatnonzero(np.r_[True, (dp[1:] != dp[:-1]) | (pp[1:] != pp[:-1])])
+    gen = np.append(gst[1:], n)
+    gd = dp[gst]
+    dst = np.flatnonzero(np.r_[True, gd[1:] != gd[:-1]])
+    dcnt = np.diff(np.append(dst, len(gst)))
+    col = np.arange(len(gst)) - np.repeat(dst, dcnt)
+    row = np.repeat(np.arange(len(dst)), dcnt)
+    udies = gd[dst]
+    nr, nc = len(dst), int(dcnt.max())
+    BIG = _BIG
+    ptr = np.full((nr, nc), 0, np.int64)
+    pend = np.full((nr, nc), 0, np.int64)
+    ptr[row, col] = gst
+    pend[row, col] = gen
+    isj_all = jn >= 0
+    # joins first on their planes
+    jo = isj_all[o]
+    same = np.r_[False, (dp[1:] == dp[:-1]) & (pp[1:] == pp[:-1])]
+    b = np.flatnonzero(same[1:] & ~jo[:-1] & jo[1:])
+    if len(b):
+        bad[dp[b + 1]] = True
+
+    def key_of(c):
+        hg = hasg[c]
+        r = ready[c]
+        if hg.any():
+            r = np.where(hg, np.maximum(r, end[np.where(hg, gate[c], c)]) + gate_x[c], r)
+        rdy[c] = r
+        return np.where(isj_all[c], -BIG, r)
+
+    K = np.full((nr, nc), BIG, np.int64)
+    C = np.full((nr, nc), BIG, np.int64)
+    h = o[gst]
+    K[row, col] = key_of(h)
+    C[row, col] = h
+    pl_all = plane[o]
+    pf[pl_all] = pf0[pl_all]
+    Sd_all = S[udies]
+    step = np.empty(len(ready), np.int64)
+    act = np.arange(nr)
+    enq = np.zeros(len(ready), np.int64)
+    tarr = np.zeros(len(ready), np.int64)
+    k = 0
+    anyj = bool(isj_all[fi].any())
+    rem = np.bincount(row, weights=gen - gst, minlength=nr).astype(np.int64)
+    while len(act):
+        full = len(act) == nr
+        Ka = K if full else K[act]
+        Ca = C if full else C[act]
+        mk = Ka.min(axis=1)
+        j = np.argmin(np.where(Ka == mk[:, None], Ca, BIG), axis=1)
+        c = Ca[np.arange(len(act)), j]
+        step[c] = k
+        k += 1
+        r = rdy[c]
+        ta = np.maximum(r, fl[c])
+        Sd = Sd_all if full else Sd_all[act]
+        if anyj:
+            jc = jn[c]
+            isj = jc >= 0
+            a = np.where(isj, jc - t_cmd, np.maximum(ta, Sd[:, 0]))
+            q = np.where(isj, jc, a + t_cmd)
+            tarr[c] = np.where(isj, -BIG, ta)
+        else:
+            a = np.maximum(ta, Sd[:, 0])
+            q = a + t_cmd
+            tarr[c] = ta
+        pc = plane[c]
+        s = np.maximum(q, pf[pc])
+        e = s + service[c]
+        pf[pc] = e
+        start[c] = s
+        end[c] = e
+        adm[c] = a
+        enq[c] = q
+        np.maximum(Sd[:, 0], e, out=Sd[:, 0])
+        Sd.sort(axis=1)
+        if not full:
+            Sd_all[act] = Sd
+        # advance the chosen plane's head
+        p = ptr[act, j] + 1
+        ptr[act, j] = p
+        more = p < pend[act, j]
+        if more.all():
+            nx = o[p]
+            K[act, j] = key_of(nx)
+            C[act, j] = nx
+        else:
+            nk = np.full(len(act), BIG, np.int64)
+            ncmd = np.full(len(act), BIG, np.int64)
+            if more.any():
+                nx = o[p[more]]
+                nk[more] = key_of(nx)
+                ncmd[more] = nx
+            K[act, j] = nk
+            C[act, j] = ncmd
+        ra = rem[act] - 1
+        rem[act] = ra
+        alive = ra > 0
+        if not alive.all():
+            act = act[alive]
+    # the order used is the event scheduler's
+    o2 = fi[np.lexsort((step[fi], die[fi]))]
+    d2 = die[o2]
+    if len(o2) > 1:
+        same = d2[1:] == d2[:-1]
+        j2 = isj_all[o2]
+        rk = np.where(j2, -BIG, rdy[o2])
+        so = o2[1:] > o2[:-1]
+        badq = (rk[1:] < rk[:-1]) | ((rk[1:] == rk[:-1]) & ~so & ~j2[1:]) | (tarr[o2[1:]] < tarr[o2[:-1]])
+        b = np.flatnonzero(same & badq)
+        if len(b):
+            bad[d2[b + 1]] = True
+        op = o2[np.argsort(plane[o2], kind="stable")]
+        p2 = plane[op]
+        e1, e0 = enq[op[1:]], enq[op[:-1]]
+        b = np.flatnonzero((p2[1:] == p2[:-1]) & ((e1 < e0) | ((e1 == e0) & (op[1:] < op[:-1]))))
+        if len(b):
+            bad[die[op[b + 1]]] = True
