@@ -7,31 +7,25 @@ from __future__ import annotations
 
 import ctypes
 import re
-import shutil
-import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from hbfcommon import ctl
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import layout_probe as LP  # noqa: E402
+
 HEADER = Path(__file__).resolve().parent.parent / "runtime_cuda" / "include" / "hbf_ctl.h"
-CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 
 
 def _c_structs() -> dict[str, list[str]]:
-    """Field names, in order, of every `typedef struct name {...} name;` in the header."""
-    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
-    out = {}
-    for m in re.finditer(r"typedef struct (\w+) \{(.*?)\} (\w+);", text, flags=re.S):
-        names = re.findall(r"^\s*[\w ]+?\s+(\w+)\s*(?:\[[^\]]+\])?\s*;", m.group(2), flags=re.M)
-        out[m.group(3)] = names
-    return out
+    return LP.c_structs(HEADER)
 
 
 def _c_defines() -> list[str]:
-    return [n for n in re.findall(r"^#define (HBF_\w+)\s+\S", HEADER.read_text(), flags=re.M)
-            if n not in ("HBF_CTL_H", "HBF_STATIC_ASSERT")]
+    return LP.c_defines(HEADER, skip=("HBF_STATIC_ASSERT",))
 
 
 def test_mirror_has_every_struct_and_field_in_order():
@@ -43,24 +37,8 @@ def test_mirror_has_every_struct_and_field_in_order():
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    if CC is None:
-        pytest.fail("no C compiler (cc/gcc/clang) found: the layout probe cannot run")
-    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "hbf_ctl.h"', "int main(void) {"]
-    for sname, cls in ctl.STRUCTS.items():
-        lines.append(f'printf("size {sname} %zu\\n", sizeof({sname}));')
-        for fname, *_ in cls._fields_:
-            lines.append(f'printf("off {sname}.{fname} %zu\\n", offsetof({sname}, {fname}));')
-            lines.append(f'printf("fsize {sname}.{fname} %zu\\n", sizeof((({sname}*)0)->{fname}));')
-    for d in _c_defines():
-        lines.append(f'printf("def {d} %llu\\n", (unsigned long long)({d}));')
-    lines.append("return 0; }")
-    d = tmp_path_factory.mktemp("probe")
-    (d / "probe.c").write_text("\n".join(lines))
-    argv = [CC, "-std=c11", "-Wall", "-Werror", f"-I{HEADER.parent}", str(d / "probe.c"), "-o", str(d / "probe")]
-    r = subprocess.run(argv, capture_output=True, text=True)
-    assert r.returncode == 0, f"probe failed to compile: {' '.join(argv)}\n{r.stderr}"
-    out = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout
-    return {tuple(l.split()[:2]): int(l.split()[2]) for l in out.splitlines()}
+    structs = {sname: [f[0] for f in cls._fields_] for sname, cls in ctl.STRUCTS.items()}
+    return LP.compile_probe(tmp_path_factory.mktemp("probe"), HEADER.parent, ["hbf_ctl.h"], structs, _c_defines())
 
 
 def test_sizes_and_offsets_match(probe):

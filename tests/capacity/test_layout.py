@@ -2,30 +2,25 @@
 compiled offsetof/sizeof probe of every struct field and #define constant."""
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from hbfcommon import capacity as cap
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import layout_probe as LP  # noqa: E402
+
 HEADER = Path(__file__).resolve().parents[2] / "runtime_cuda" / "include" / "hbf_capacity.h"
-CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 
 
 def _c_structs() -> dict[str, list[str]]:
-    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
-    out = {}
-    for m in re.finditer(r"typedef struct (\w+) \{(.*?)\} (\w+);", text, flags=re.S):
-        out[m.group(3)] = re.findall(r"^\s*[\w ]+?\s+(\w+)\s*(?:\[[^\]]+\])?\s*;", m.group(2), flags=re.M)
-    return out
+    return LP.c_structs(HEADER)
 
 
 def _c_defines() -> list[str]:
-    return [n for n in re.findall(r"^#define (HBF_\w+)\s+\S", HEADER.read_text(), flags=re.M)
-            if n not in ("HBF_CAPACITY_H", "HBF_CAP_STATIC_ASSERT")]
+    return LP.c_defines(HEADER, skip=("HBF_CAP_STATIC_ASSERT",))
 
 
 def test_mirror_has_every_struct_and_field_in_order():
@@ -37,24 +32,9 @@ def test_mirror_has_every_struct_and_field_in_order():
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    if CC is None:
-        pytest.fail("no C compiler (cc/gcc/clang) found: the layout probe cannot run")
-    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "hbf_capacity.h"', "int main(void) {"]
-    for sname, dt in cap.STRUCTS.items():
-        lines.append(f'printf("size {sname} %zu\\n", sizeof({sname}));')
-        for fname in dt.names:
-            lines.append(f'printf("off {sname}.{fname} %zu\\n", offsetof({sname}, {fname}));')
-            lines.append(f'printf("fsize {sname}.{fname} %zu\\n", sizeof((({sname}*)0)->{fname}));')
-    for d in _c_defines():
-        lines.append(f'printf("def {d} %llu\\n", (unsigned long long)({d}));')
-    lines.append("return 0; }")
-    d = tmp_path_factory.mktemp("capprobe")
-    (d / "probe.c").write_text("\n".join(lines))
-    argv = [CC, "-std=c11", "-Wall", "-Werror", f"-I{HEADER.parent}", str(d / "probe.c"), "-o", str(d / "probe")]
-    r = subprocess.run(argv, capture_output=True, text=True)
-    assert r.returncode == 0, f"probe failed to compile: {' '.join(argv)}\n{r.stderr}"
-    out = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout
-    return {tuple(l.split()[:2]): int(l.split()[2]) for l in out.splitlines()}
+    structs = {sname: list(dt.names) for sname, dt in cap.STRUCTS.items()}
+    return LP.compile_probe(tmp_path_factory.mktemp("capprobe"), HEADER.parent, ["hbf_capacity.h"], structs,
+                            _c_defines())
 
 
 def test_sizes_and_offsets_match(probe):

@@ -3,9 +3,7 @@ Python constants match hbf_abi.h / hbf_device.h."""
 from __future__ import annotations
 
 import ctypes
-import re
-import shutil
-import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,20 +12,14 @@ from hbfcommon import abi
 from hbfcommon import ctl as C
 from runtime_cuda import devstate as D
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import layout_probe as LP  # noqa: E402
+
 INC = Path(__file__).resolve().parents[2] / "runtime_cuda" / "include"
-CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-
-
-def _c_structs(path: Path) -> dict[str, list[str]]:
-    text = re.sub(r"/\*.*?\*/", "", path.read_text(), flags=re.S)
-    out = {}
-    for m in re.finditer(r"typedef struct (\w+) \{(.*?)\} (\w+);", text, flags=re.S):
-        out[m.group(3)] = re.findall(r"^\s*[\w ]+?\s+(\w+)\s*(?:\[[^\]]+\])?\s*;", m.group(2), flags=re.M)
-    return out
 
 
 def test_mirror_has_every_struct_and_field_in_order():
-    cs = _c_structs(INC / "hbf_device.h")
+    cs = LP.c_structs(INC / "hbf_device.h")
     assert set(cs) == set(D.STRUCTS)
     for name, fields in cs.items():
         assert fields == [f[0] for f in D.STRUCTS[name]._fields_], name
@@ -35,32 +27,9 @@ def test_mirror_has_every_struct_and_field_in_order():
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    if CC is None:
-        pytest.fail("no C compiler found: the layout probe cannot run")
-    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "hbf_device.h"', '#include "hbf_abi.h"',
-             "int main(void) {"]
-    for sname, cls in D.STRUCTS.items():
-        lines.append(f'printf("size {sname} %zu\\n", sizeof({sname}));')
-        for fname, *_ in cls._fields_:
-            lines.append(f'printf("off {sname}.{fname} %zu\\n", offsetof({sname}, {fname}));')
-            lines.append(f'printf("fsize {sname}.{fname} %zu\\n", sizeof((({sname}*)0)->{fname}));')
-    for hdr in ("hbf_device.h", "hbf_abi.h"):
-        for n in re.findall(r"^#define (HBF_\w+)[ \t]+\S", (INC / hdr).read_text(), flags=re.M):
-            if n.endswith("_H") or "(" in n:
-                continue
-            lines.append(f'printf("def {n} %llu\\n", (unsigned long long)({n}));')
-    lines.append("return 0; }")
-    d = tmp_path_factory.mktemp("probe")
-    (d / "probe.c").write_text("\n".join(lines))
-    argv = [CC, "-std=c11", "-Wall", "-Werror", f"-I{INC}", str(d / "probe.c"), "-o", str(d / "probe")]
-    r = subprocess.run(argv, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    out = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout
-    res = {}
-    for ln in out.splitlines():
-        kind, key, val = ln.split()
-        res[(kind, key)] = int(val)
-    return res
+    structs = {sname: [f[0] for f in cls._fields_] for sname, cls in D.STRUCTS.items()}
+    defines = [n for hdr in ("hbf_device.h", "hbf_abi.h") for n in LP.c_defines(INC / hdr)]
+    return LP.compile_probe(tmp_path_factory.mktemp("probe"), INC, ["hbf_device.h", "hbf_abi.h"], structs, defines)
 
 
 def test_sizes_and_offsets_match(probe):
