@@ -68,6 +68,16 @@ def _pid_pos(pid: np.ndarray, q: np.ndarray) -> np.ndarray:
     """Index in ``pid`` (unique ids, -1 for none) of each id in ``q``; -1 where absent."""
     if not len(q) or not len(pid):
         return np.full(len(q), -1, np.int64)
+    v = pid >= 0
+    if v.any() and int(q.min()) >= 0:
+        iv = np.flatnonzero(v)
+        pv = pid[iv]
+        lo, hi = int(pv.min()), int(pv.max())
+        if hi - lo <= 4 * len(pid) + 1024:        # ids nearly dense (the usual case): a direct map
+            pos = np.full(hi - lo + 1, -1, np.int64)
+            pos[pv - lo] = iv
+            inr = (q >= lo) & (q <= hi)
+            return np.where(inr, pos[np.where(inr, q - lo, 0)], -1)
     so = np.argsort(pid, kind="stable")
     sp = pid[so]
     i = np.minimum(np.searchsorted(sp, q), len(sp) - 1)
@@ -1182,9 +1192,16 @@ class MediaEngine:
         nd[N["die"]] = True
         sd, st = self.slots.die, self.slots.t
         m = nd[sd] if len(sd) else np.zeros(0, bool)
+        cd = np.concatenate([sd[m], P["die"][fi]])
+        ct = np.concatenate([st[m], P["p_end"][fi]])
+        if len(cd) > g.queue_depth:               # a die's Q latest releases are all that can bind
+            o = np.lexsort((-ct, cd))
+            cd, ct = cd[o], ct[o]
+            first = np.flatnonzero(np.r_[True, cd[1:] != cd[:-1]])
+            rank = np.arange(len(cd)) - np.repeat(first, np.diff(np.append(first, len(cd))))
+            cd, ct = cd[rank < g.queue_depth], ct[rank < g.queue_depth]
         carry: dict[int, list[int]] = {}
-        for d, t in zip(np.concatenate([sd[m], P["die"][fi]]).tolist(),
-                        np.concatenate([st[m], P["p_end"][fi]]).tolist()):
+        for d, t in zip(cd.tolist(), ct.tolist()):
             carry.setdefault(d, []).append(t)
         base = R["base"].copy()
         gx = R["gx"].copy()
