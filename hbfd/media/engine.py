@@ -863,10 +863,10 @@ class MediaEngine:
         FIFO form on dies with reads alone, the event scheduler (read priority, write backpressure) on
         dies with other commands. Commands that start at or after the decision limit (``_dec_h`` +
         t_cmd: a later read could still go before them) stay pending, with the schedule computed for
-        them (``p_*``); the others are decided. A die with pending commands and no new read keeps their
-        schedule (no read can have moved them) and only its new commands are scheduled behind them
-        (``_behind_pending``); where they would not all come after the pending ones, the die is
-        scheduled again from the start. Returns the sense ends of the reads (and sets
+        them (``p_*``); the others are decided. A die with pending commands and no new read keeps the
+        schedule of those admitted before its first new arrival and schedules only the rest again with
+        its new commands (``_behind_pending``, ``_reschedule_tail``); where that is not shown exact, the
+        die is scheduled again from the start. Returns the sense ends of the reads (and sets
         ``self._cmd_end``, the new commands' ends as scheduled now, for flush and refresh)."""
         g = self.g
         t_cmd = g.t_cmd_ns
