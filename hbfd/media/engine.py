@@ -68,6 +68,16 @@ def _pid_pos(pid: np.ndarray, q: np.ndarray) -> np.ndarray:
     """Index in ``pid`` (unique ids, -1 for none) of each id in ``q``; -1 where absent."""
     if not len(q) or not len(pid):
         return np.full(len(q), -1, np.int64)
+    v = pid >= 0
+    if v.any() and int(q.min()) >= 0:
+        iv = np.flatnonzero(v)
+        pv = pid[iv]
+        lo, hi = int(pv.min()), int(pv.max())
+        if hi - lo <= 4 * len(pid) + 1024:        # ids nearly dense (the usual case): a direct map
+            pos = np.full(hi - lo + 1, -1, np.int64)
+            pos[pv - lo] = iv
+            inr = (q >= lo) & (q <= hi)
+            return np.where(inr, pos[np.where(inr, q - lo, 0)], -1)
     so = np.argsort(pid, kind="stable")
     sp = pid[so]
     i = np.minimum(np.searchsorted(sp, q), len(sp) - 1)
@@ -122,6 +132,9 @@ class MediaEngine:
         # die stage: re-scheduled with the next batch's reads (module doc, "Exactness across batches")
         self._pq: dict[str, np.ndarray] | None = None
         self._dec_h = 0                            # no arrival comes before this (decisions up to it + t_cmd)
+        self._adv_now = 0                          # latest advance(now)
+        self._disorder = False                     # an arrival came before the latest arrival or advance
+        self._tail_kept = self._tail_redone = 0    # pending commands kept / scheduled again (_reschedule_tail)
         # write backpressure: per plane the ids of its last B programs (issue order), the ends of decided
         # programs, and store data-ins waiting for an undecided program's end
         self._ring: dict[int, list[int]] = {}
@@ -189,6 +202,8 @@ class MediaEngine:
             amin, amax = int(a_s[0]), int(a_s[-1])
             if amin < self.horizon:
                 self.n["out_of_order_arrivals"] += int((a_s < self.horizon).sum())
+            if amin < max(self.horizon, self._adv_now):
+                self._disorder = True
             self._run_timers(amin)
             if self.first_arrival is None:
                 self.first_arrival = amin
@@ -416,6 +431,7 @@ class MediaEngine:
     def advance(self, now_ns: int) -> None:
         """Run write-buffer flushes (and the GC they trigger) due at or before ``now_ns``."""
         self._dec_h = max(self.horizon, int(now_ns))
+        self._adv_now = max(self._adv_now, int(now_ns))
         self._run_timers(int(now_ns) + 1)
         self._settle(int(now_ns))
         self._commit_deferred(before=int(now_ns) + self.g.t_cmd_ns)
@@ -847,10 +863,10 @@ class MediaEngine:
         FIFO form on dies with reads alone, the event scheduler (read priority, write backpressure) on
         dies with other commands. Commands that start at or after the decision limit (``_dec_h`` +
         t_cmd: a later read could still go before them) stay pending, with the schedule computed for
-        them (``p_*``); the others are decided. A die with pending commands and no new read keeps their
-        schedule (no read can have moved them) and only its new commands are scheduled behind them
-        (``_behind_pending``); where they would not all come after the pending ones, the die is
-        scheduled again from the start. Returns the sense ends of the reads (and sets
+        them (``p_*``); the others are decided. A die with pending commands and no new read keeps the
+        schedule of those admitted before its first new arrival and schedules only the rest again with
+        its new commands (``_behind_pending``, ``_reschedule_tail``); where that is not shown exact, the
+        die is scheduled again from the start. Returns the sense ends of the reads (and sets
         ``self._cmd_end``, the new commands' ends as scheduled now, for flush and refresh)."""
         g = self.g
         t_cmd = g.t_cmd_ns
@@ -1023,17 +1039,34 @@ class MediaEngine:
 
     def _behind_pending(self, P, N, keepd):
         """Dies in ``keepd`` have pending commands ``P`` (with their schedule) and no new read: the
-        schedule of ``P`` stands. New commands ``N`` of those dies (or None) are scheduled behind them:
-        the planes free at the end of their pending commands, the pending commands holding die slots
-        until their ends, gates on pending programs at their ends. That is exact where every new command
-        comes after every pending one of its die (ready and admission no earlier; then its plane joins
-        come later too); the dies where that fails are left out. Decides what starts before the limit.
-        Returns (dies handled, their pending commands left, the ends of the new commands handled) or
-        None."""
+        schedule of ``P`` stands where no new command can change it. New commands ``N`` of those dies (or
+        None) are scheduled with the part of ``P`` they can change: on a plane with new commands, the
+        pending commands that join the plane (admission + t_cmd) before the earliest a new one can are kept
+        (FCFS: nothing new goes before them), the others are scheduled again with the new ones (planes free
+        at the end of the kept commands, kept commands holding die slots until their ends, gates on kept
+        programs at their ends). A die's result stands where it is the event scheduler's: (a) no pending
+        command is scheduled again and every new one comes after every pending one (ready and admission no
+        earlier), or (b) the die's queue depth never binds (every command admitted at its arrival, at most
+        Q outstanding at each admission, carried and admitted-earlier ones included), every plane's kept
+        commands join it before its re-scheduled ones, and no kept command waits for a re-scheduled one;
+        then the planes of the die are independent FCFS queues and the kept prefix of each is unchanged.
+        The dies where neither holds are left out (scheduled again from the start by the caller).
+        Decides what starts before the limit. Returns (dies handled, their pending commands left, the ends
+        of the new commands handled) or None."""
         g = self.g
         t_cmd = g.t_cmd_ns
         okd = keepd.copy()
-        if N is not None:
+        cs, ce, ca, cr = (P[k] for k in self._P_KEYS)
+        kend = _E0
+        if N is not None and not self._disorder:
+            # the pending commands a new one can change scheduled again with the new ones
+            nd = np.zeros(g.dies, bool)
+            nd[N["die"]] = True
+            ok_b, (cs, ce, ca, cr), (nst, nen, nad, nrd) = self._reschedule_tail(P, N)
+            okd &= ~nd | ok_b
+            if not okd.any():
+                return None
+        elif N is not None:                        # outside the contract: as before 2026-12-05
             pf = self.plane_free.copy()
             np.maximum.at(pf, P["plane"], P["p_end"])
             nd = np.zeros(g.dies, bool)
@@ -1079,19 +1112,19 @@ class MediaEngine:
                 okd[N["die"][bad]] = False
                 if not okd.any():
                     return None
+            nst, nen, nad, nrd = start, end, adm, rdy
         # the handled dies: pending (their schedule) and new commands together, in creation order per die
         kp = okd[P["die"]]
         C = {k: P[k][kp] for k in self._CMD_KEYS}
-        cs, ce, ca, cr = (P[k][kp] for k in self._P_KEYS)
-        kend = _E0
+        cs, ce, ca, cr = cs[kp], ce[kp], ca[kp], cr[kp]
         if N is not None:
             kn = okd[N["die"]]
             C = {k: np.concatenate([C[k], N[k][kn]]) for k in self._CMD_KEYS}
-            cs = np.concatenate([cs, start[kn]])
-            ce = np.concatenate([ce, end[kn]])
-            ca = np.concatenate([ca, adm[kn]])
-            cr = np.concatenate([cr, rdy[kn]])
-            kend = end[kn]
+            cs = np.concatenate([cs, nst[kn]])
+            ce = np.concatenate([ce, nen[kn]])
+            ca = np.concatenate([ca, nad[kn]])
+            cr = np.concatenate([cr, nrd[kn]])
+            kend = nen[kn]
         # gating commands in this set (the others are decided: their ends are in _pend_end)
         gi = np.full(len(ce), -1, np.int64)
         gm = np.flatnonzero(C["gate"] >= 0)
@@ -1105,6 +1138,105 @@ class MediaEngine:
                 self.trace.append(("plane", C["plane"][dec], cs[dec], ce[dec]))
         q = self._decide_cmds(C, cs, ce, ca, cr, gi, dec)
         return okd, q, kend
+
+    def _reschedule_tail(self, P, N):
+        """Pending commands ``P`` (their schedule ``p_*``, the event scheduler's for them alone) and new
+        commands ``N`` of dies without new reads. On a die, no new command reaches the die queue before
+        T = the earliest of its new commands' ready times with their gates' ends as scheduled (one gated
+        by a new command comes after that one): a new command's gate ends before it arrives, so until the
+        first new arrival the schedule is that of ``P`` alone, and that arrival is at T. So every decision
+        before T stands: the pending commands admitted before T keep their schedule (their planes serve
+        them before anything admitted later, FCFS), and only the others are scheduled again with the new
+        ones (the kept commands holding die slots until their ends and planes busy until then; no other
+        command is admitted before T either way). Returns (per die: handled, the schedule of ``P``
+        (start, end, admission, ready), that of ``N``). A die is not handled where a gate crosses dies
+        (its end could change on the other die) or, defensively, where the run admits a command or a new
+        one arrives before its T."""
+        g = self.g
+        t_cmd = g.t_cmd_ns
+        big = np.int64(1) << 62
+        pe = self._pend_end
+        ok = np.ones(g.dies, bool)
+        cs, ce, ca, cr = (P[k].copy() for k in self._P_KEYS)
+        # T per die: new commands' ready times, gates on decided or pending programs at their ends
+        nb = N["base"].copy()
+        gm = np.flatnonzero(N["gate"] >= 0)
+        if len(gm):
+            e = _end_of(pe, N["gate"][gm])
+            ip = _pid_pos(P["pid"], N["gate"][gm])
+            inp = (e < 0) & (ip >= 0)
+            x = gm[inp]
+            ok[N["die"][x][P["die"][ip[inp]] != N["die"][x]]] = False
+            e = np.where(inp, P["p_end"][np.maximum(ip, 0)], e)
+            e = np.where(e < 0, big, e)           # gated by a new command: it arrives after that one
+            nb[gm] = np.maximum(nb[gm], e)
+        arr = np.where(nb >= big, big, nb + N["gx"])
+        T = np.full(g.dies, big)
+        np.minimum.at(T, N["die"], arr)
+        fixed = P["p_adm"] < T[P["die"]]
+        pg = np.flatnonzero(P["gate"] >= 0)
+        if len(pg):
+            ip = _pid_pos(P["pid"], P["gate"][pg])
+            x = pg[ip >= 0]
+            w = x[P["die"][ip[ip >= 0]] != P["die"][x]]
+            ok[P["die"][w]] = False
+            ok[P["die"][ip[ip >= 0]][P["die"][ip[ip >= 0]] != P["die"][x]]] = False
+        rem = np.flatnonzero(~fixed)
+        fi = np.flatnonzero(fixed)
+        R = {k: np.concatenate([P[k][rem], N[k]]) for k in self._CMD_KEYS}
+        R["floor"][len(rem):] = 0                 # (new commands reach their die at their ready time here)
+        nr = len(R["kind"])
+        pf = self.plane_free.copy()
+        np.maximum.at(pf, P["plane"][fi], P["p_end"][fi])
+        nd = np.zeros(g.dies, bool)
+        nd[N["die"]] = True
+        sd, st = self.slots.die, self.slots.t
+        m = nd[sd] if len(sd) else np.zeros(0, bool)
+        cd = np.concatenate([sd[m], P["die"][fi]])
+        ct = np.concatenate([st[m], P["p_end"][fi]])
+        if len(cd) > g.queue_depth:               # a die's Q latest releases are all that can bind
+            o = np.lexsort((-ct, cd))
+            cd, ct = cd[o], ct[o]
+            first = np.flatnonzero(np.r_[True, cd[1:] != cd[:-1]])
+            rank = np.arange(len(cd)) - np.repeat(first, np.diff(np.append(first, len(cd))))
+            cd, ct = cd[rank < g.queue_depth], ct[rank < g.queue_depth]
+        carry: dict[int, list[int]] = {}
+        for d, t in zip(cd.tolist(), ct.tolist()):
+            carry.setdefault(d, []).append(t)
+        base = R["base"].copy()
+        gx = R["gx"].copy()
+        gidx = np.full(nr, -1, np.int64)
+        gm = np.flatnonzero(R["gate"] >= 0)
+        if len(gm):
+            gq = R["gate"][gm]
+            e = _end_of(pe, gq)
+            nf = np.flatnonzero(e < 0)
+            if len(nf) and len(fi):
+                ip = _pid_pos(P["pid"][fi], gq[nf])
+                e[nf] = np.where(ip >= 0, P["p_end"][fi][np.maximum(ip, 0)], -1)
+            kn = e >= 0
+            base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
+            if not kn.all():
+                ix = _pid_pos(R["pid"], gq[~kn])
+                if (ix < 0).any():
+                    raise KeyError(int(gq[~kn][ix < 0][0]))
+                gidx[gm[~kn]] = ix
+        ungated = gidx < 0
+        start, end, adm, rdy = eventsim.simulate_auto(R["kind"], np.where(ungated, base + gx, base), R["plane"],
+                                                 R["die"], R["svc"], t_cmd=t_cmd, queue_depth=g.queue_depth,
+                                                 plane_free=pf, die_carry=carry, gate=gidx,
+                                                 gate_x=np.where(ungated, 0, gx), floor=R["floor"],
+                                                 join=R["join"], full=True)
+        self.n["event_batches"] += 1
+        k = len(rem)
+        cs[rem], ce[rem], ca[rem], cr[rem] = start[:k], end[:k], adm[:k], rdy[:k]
+        # (defensive) nothing admitted and no new arrival before T
+        td = T[R["die"]]
+        ok[R["die"][(R["join"] < 0) & (adm < td)]] = False
+        ok[N["die"][rdy[k:] < td[k:]]] = False
+        self._tail_kept += len(fi)
+        self._tail_redone += k
+        return ok, (cs, ce, ca, cr), (start[k:], end[k:], adm[k:], rdy[k:])
 
     def _prune_ends(self) -> None:
         """Between batches: keep the ends of decided programs that a later store may still be gated by
