@@ -171,7 +171,7 @@ def test_read_has_priority_over_a_waiting_program():
     assert m[0] == 3 + 8                       # acknowledged when the data is in the die
     assert m[1] == 19 - 1
     assert m[2] == 214 + 30 + 8 - 20           # sense 214..244, transfer 244..252
-    assert e.n["programs"] == 2    # (read priority without a binding queue depth: hbfd/media/prioplane.py)
+    assert e.n["programs"] == 2    # (read priority without a binding queue depth)
     assert [m[i] + r[0] for i, r in enumerate([(0,), (1,), (20,)])] == _ref(
         g, [(0, 0, 4096, 1), (1, s, 4096, 1), (20, 2 * s, 4096, 0)])
 
