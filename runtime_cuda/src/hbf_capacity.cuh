@@ -29,31 +29,6 @@ extern "C" __device__ unsigned int __hb_cap_miss(unsigned long long addr, unsign
 extern "C" __device__ void __hb_cap_hint(unsigned long long addr, unsigned long long media_address,
                                          unsigned int range_id, unsigned int site);
 
-HB_CAP_DEV uint32_t hb_ld_rlx_gpu32(const uint32_t* p) {
-    uint32_t v;
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-HB_CAP_DEV uint64_t hb_ld_rlx_gpu64(const void* p) {
-    uint64_t v;
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-// Global-space atomics (a generic atomicAdd is an ATOM with a shared-window check, docs/design.md §3.3).
-HB_CAP_DEV uint32_t hb_atom_add_g32(uint32_t* p, uint32_t v) {
-    uint32_t o;
-    asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;" : "=r"(o) : "l"(p), "r"(v) : "memory");
-    return o;
-}
-HB_CAP_DEV uint32_t hb_atom_exch_g32(uint32_t* p, uint32_t v) {
-    uint32_t o;
-    asm volatile("atom.relaxed.gpu.global.exch.b32 %0, [%1], %2;" : "=r"(o) : "l"(p), "r"(v) : "memory");
-    return o;
-}
-HB_CAP_DEV void hb_st_rlx_gpu32(uint32_t* p, uint32_t v) {
-    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
 // The hit path. Pins the frame of `addr`'s page when its mapping is current (pte -> pin -> fence -> state and
 // generation re-checked: the host marks EVICTING before it reads pins, so the two cannot both proceed).
 // Returns HB_CAP_MISS (nothing pinned) or HB_CAP_HIT / HB_CAP_HIT_MARKED (pinned; *xaddr = the frame's byte,

@@ -62,4 +62,30 @@ HBF_PTX_DEV void hb_st_vol32(void* p, uint32_t v) {
     asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// relaxed gpu-scope loads/stores and global-space atomics (capacity mode's page table and frames)
+HBF_PTX_DEV uint32_t hb_ld_rlx_gpu32(const uint32_t* p) {
+    uint32_t v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+HBF_PTX_DEV uint64_t hb_ld_rlx_gpu64(const void* p) {
+    uint64_t v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+// Global-space atomics (a generic atomicAdd is an ATOM with a shared-window check, docs/design.md §3.3).
+HBF_PTX_DEV uint32_t hb_atom_add_g32(uint32_t* p, uint32_t v) {
+    uint32_t o;
+    asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;" : "=r"(o) : "l"(p), "r"(v) : "memory");
+    return o;
+}
+HBF_PTX_DEV uint32_t hb_atom_exch_g32(uint32_t* p, uint32_t v) {
+    uint32_t o;
+    asm volatile("atom.relaxed.gpu.global.exch.b32 %0, [%1], %2;" : "=r"(o) : "l"(p), "r"(v) : "memory");
+    return o;
+}
+HBF_PTX_DEV void hb_st_rlx_gpu32(uint32_t* p, uint32_t v) {
+    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 #endif /* HBF_PTX_CUH */
