@@ -13,6 +13,7 @@ the ELF; hbfcc.toolchain keeps reading those from ``ptxas -v``.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import struct
 from dataclasses import dataclass
@@ -44,6 +45,21 @@ def _elffile():
     return ELFFile
 
 
+@contextlib.contextmanager
+def _elf(path: str | Path):
+    """The ELF at ``path`` and its symbol names (by index); an unreadable or malformed file is a ToolchainError
+    naming it, also when the failure comes while the caller walks its sections."""
+    ELFFile = _elffile()
+    from elftools.common.exceptions import ELFError
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            symtab = elf.get_section_by_name(".symtab")
+            yield elf, ([s.name for s in symtab.iter_symbols()] if symtab is not None else [])
+    except (OSError, ELFError, struct.error) as e:
+        raise ToolchainError(f"cannot read the ELF {path}: {e}", argv=[str(path)]) from e
+
+
 def attributes(data: bytes) -> Iterator[tuple[int, int, object]]:
     """(format, attribute, value) of each EIATTR entry of one ``.nv.info`` section: the payload
     bytes for EIFMT_SVAL, else the u16 value."""
@@ -60,31 +76,23 @@ def attributes(data: bytes) -> Iterator[tuple[int, int, object]]:
 
 def function_facts(path: str | Path) -> dict[str, ElfFunctionFacts]:
     """Per function symbol: registers, stack frame bytes and barriers, as far as the ELF records them."""
-    ELFFile = _elffile()
-    from elftools.common.exceptions import ELFError
     out: dict[str, ElfFunctionFacts] = {}
-    try:
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            symtab = elf.get_section_by_name(".symtab")
-            names = [s.name for s in symtab.iter_symbols()] if symtab is not None else []
-            for sec in elf.iter_sections():
-                if sec.name == ".nv.info":
-                    for _, attr, val in attributes(sec.data()):
-                        if attr in (EIATTR_REGCOUNT, EIATTR_FRAME_SIZE) and isinstance(val, bytes) and len(val) == 8:
-                            idx, v = struct.unpack("<II", val)
-                            if idx < len(names):
-                                facts = out.setdefault(names[idx], ElfFunctionFacts())
-                                if attr == EIATTR_REGCOUNT:
-                                    facts.registers = v
-                                else:
-                                    facts.frame_bytes = v
-                elif sec.name.startswith(".nv.info."):
-                    for _, attr, val in attributes(sec.data()):
-                        if attr == EIATTR_NUM_BARRIERS and isinstance(val, int):
-                            out.setdefault(sec.name[len(".nv.info."):], ElfFunctionFacts()).barriers = val
-    except (OSError, ELFError, struct.error) as e:
-        raise ToolchainError(f"cannot read the ELF {path}: {e}", argv=[str(path)]) from e
+    with _elf(path) as (elf, names):
+        for sec in elf.iter_sections():
+            if sec.name == ".nv.info":
+                for _, attr, val in attributes(sec.data()):
+                    if attr in (EIATTR_REGCOUNT, EIATTR_FRAME_SIZE) and isinstance(val, bytes) and len(val) == 8:
+                        idx, v = struct.unpack("<II", val)
+                        if idx < len(names):
+                            facts = out.setdefault(names[idx], ElfFunctionFacts())
+                            if attr == EIATTR_REGCOUNT:
+                                facts.registers = v
+                            else:
+                                facts.frame_bytes = v
+            elif sec.name.startswith(".nv.info."):
+                for _, attr, val in attributes(sec.data()):
+                    if attr == EIATTR_NUM_BARRIERS and isinstance(val, int):
+                        out.setdefault(sec.name[len(".nv.info."):], ElfFunctionFacts()).barriers = val
     return out
 
 
@@ -119,28 +127,20 @@ def _symbol_name(name: str) -> str:
 
 def function_code(path: str | Path) -> dict[str, FunctionCode]:
     """Per ``.text.<name>`` section of a cubin or relocatable object: its :class:`FunctionCode`."""
-    ELFFile = _elffile()
-    from elftools.common.exceptions import ELFError
     facts = function_facts(path)
     out: dict[str, FunctionCode] = {}
-    try:
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            symtab = elf.get_section_by_name(".symtab")
-            names = [s.name for s in symtab.iter_symbols()] if symtab is not None else []
-            texts = {s.name[len(".text."):]: s.data() for s in elf.iter_sections() if s.name.startswith(".text.")}
-            relocs: dict[str, list[tuple[int, int, str, int]]] = {}
-            for sec in elf.iter_sections():
-                for prefix in (".rela.text.", ".rel.text."):
-                    if sec.name.startswith(prefix):
-                        fn = sec.name[len(prefix):]
-                        for r in sec.iter_relocations():
-                            i = r["r_info_sym"]
-                            relocs.setdefault(fn, []).append(
-                                (r["r_offset"], r["r_info_type"], _symbol_name(names[i]) if i < len(names) else f"#{i}",
-                                 r["r_addend"] if r.is_RELA() else 0))
-    except (OSError, ELFError, struct.error) as e:
-        raise ToolchainError(f"cannot read the ELF {path}: {e}", argv=[str(path)]) from e
+    with _elf(path) as (elf, names):
+        texts = {s.name[len(".text."):]: s.data() for s in elf.iter_sections() if s.name.startswith(".text.")}
+        relocs: dict[str, list[tuple[int, int, str, int]]] = {}
+        for sec in elf.iter_sections():
+            for prefix in (".rela.text.", ".rel.text."):
+                if sec.name.startswith(prefix):
+                    fn = sec.name[len(prefix):]
+                    for r in sec.iter_relocations():
+                        i = r["r_info_sym"]
+                        relocs.setdefault(fn, []).append(
+                            (r["r_offset"], r["r_info_type"], _symbol_name(names[i]) if i < len(names) else f"#{i}",
+                             r["r_addend"] if r.is_RELA() else 0))
     for name, text in texts.items():
         out[name] = FunctionCode(text, tuple(sorted(relocs.get(name, ()))), facts.get(name, ElfFunctionFacts()))
     return out

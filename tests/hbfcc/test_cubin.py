@@ -74,3 +74,11 @@ def test_attribute_entries():
         bytes([0x03, 0x4C, 2, 0]) + bytes([0x01, 0x36, 0, 0])
     assert list(cubin.attributes(data)) == [(4, 0x2F, (3).to_bytes(4, "little") + (40).to_bytes(4, "little")),
                                             (3, 0x4C, 2), (1, 0x36, 0)]
+
+
+def test_a_malformed_elf_is_a_toolchain_error_naming_it(tmp_path):
+    bad = tmp_path / "bad.cubin"
+    bad.write_bytes(b"\x7fELF" + b"garbage" * 8)
+    for f in (cubin.function_facts, cubin.function_code):
+        with pytest.raises(ToolchainError, match="cannot read the ELF .*bad.cubin"):
+            f(bad)
