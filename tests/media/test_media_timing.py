@@ -310,8 +310,19 @@ def test_any_batching_of_a_read_stream_gives_the_single_batch_result(seed, n, sp
         rows = [(a, (addr // 4096 % npages) * 4096 + addr % 4096, nb) for a, addr, nb in rows]
         rows = [(a, addr, min(nb, 4096 - addr % 4096)) for a, addr, nb in rows]
     _, m_all = run(g, rows)
-    e = MediaEngine(g)
-    cuts = sorted(set(rng.integers(1, n, 4).tolist()) | {0, n})
+    m = _in_batches(MediaEngine(g), rows, sorted(set(rng.integers(1, n, 4).tolist()) | {0, n}), quiet=quiet)
+    if not quiet:
+        assert m == m_all
+        assert [m[i] + rows[i][0] for i in range(n)] == _ref(g, rows)
+    else:   # decided early: never earlier than the exact schedule would have served it... and causal
+        for i, (a, addr, nb) in enumerate(rows):
+            assert m[i] >= g.t_cmd_ns + 1
+
+
+def _in_batches(e: MediaEngine, rows, cuts, quiet: bool = False) -> dict[int, int]:
+    """Feed ``rows`` to ``e`` cut at ``cuts`` as the daemon does (submit, advance to the batch's last arrival,
+    collect; with ``quiet`` a second, quiet collect in between), then drain: {request id: modeled_ns}, every id
+    answered once."""
     got = []
     for lo, hi in zip(cuts, cuts[1:]):
         b = batch(rows[lo:hi])
@@ -323,14 +334,8 @@ def test_any_batching_of_a_read_stream_gives_the_single_batch_result(seed, n, sp
             got.append(e.collect())     # a quiet scan in between: only exact if nothing overtakes
     got.append(e.drain())
     c = np.concatenate(got)
-    assert sorted(c["id"].tolist()) == list(range(n))
-    m = dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))
-    if not quiet:
-        assert m == m_all
-        assert [m[i] + rows[i][0] for i in range(n)] == _ref(g, rows)
-    else:   # decided early: never earlier than the exact schedule would have served it... and causal
-        for i, (a, addr, nb) in enumerate(rows):
-            assert m[i] >= g.t_cmd_ns + 1
+    assert sorted(c["id"].tolist()) == list(range(len(rows)))
+    return dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))
 
 
 @settings(max_examples=60, deadline=None)
@@ -349,18 +354,7 @@ def test_any_batching_of_a_mixed_stream_gives_the_single_batch_result(seed, n, s
     g = geom(queue_depth=qd, page_buffers_per_plane=nbuf, write_flush_timeout_ns=10**8, blocks_per_plane=64)
     rows = _random_mixed(rng, g, n, span, pwrite, npages)
     e = MediaEngine(g)
-    cuts = sorted(set(rng.integers(1, n, ncut).tolist()) | {0, n})
-    got = []
-    for lo, hi in zip(cuts, cuts[1:]):
-        b = batch(rows[lo:hi])
-        b["id"] += lo
-        e.submit(b)
-        e.advance(int(b["arrival_ns"].max()))
-        got.append(e.collect())
-    got.append(e.drain())
-    c = np.concatenate(got)
-    assert sorted(c["id"].tolist()) == list(range(n))
-    m = dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))
+    m = _in_batches(e, rows, sorted(set(rng.integers(1, n, ncut).tolist()) | {0, n}))
     assert e.ftl.gc_runs == 0
     assert [m[i] + rows[i][0] for i in range(n)] == _ref(g, rows)
 
