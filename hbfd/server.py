@@ -94,6 +94,9 @@ class Daemon:
         self._count_reads = False
         self._last_tick_ns: int | None = None
         self._energy_counted = 0.0
+        # run totals of the device's two sections: a second attach starts its counters over (_RunTotal)
+        self._dev_req, self._dev_bytes = _RunTotal(), _RunTotal()
+        self._live_req, self._live_bytes = _RunTotal(), _RunTotal()
         self._activity: ctl.Activity | None = None          # the latest live activity read (summary)
         self._activity_torn = 0                             # control ticks that found its seqlock odd
         self._final_outstanding = 0
@@ -325,9 +328,11 @@ class Daemon:
             if self._activity_torn == 1:
                 log.warning("the live activity section's seqlock stays odd: using its last consistent totals")
             live = self._activity or ctl.Activity((0,) * ctl.HBF_N_OPS, (0,) * ctl.HBF_N_OPS, 0, 0, 0, 0)
-        reqs = np.maximum(np.maximum(ref["requests"], dev["requests"]),
-                          np.asarray(live.requests, np.uint64)).astype(np.float64)
-        nbytes = float(np.maximum(np.maximum(ref["bytes"], dev["bytes"]), np.asarray(live.bytes, np.uint64)).sum())
+        # the device's sections restart at zero when another session attaches: their run totals never go back
+        reqs = np.maximum(np.maximum(ref["requests"], self._dev_req(dev["requests"])),
+                          self._live_req(live.requests)).astype(np.float64)
+        nbytes = float(np.maximum(np.maximum(ref["bytes"], self._dev_bytes(dev["bytes"])),
+                                  self._live_bytes(live.bytes)).sum())
         reads = reqs[ctl.HBF_OP_LOAD] + reqs[ctl.HBF_OP_CPASYNC] + reqs[ctl.HBF_OP_ATOMIC]
         writes = reqs[ctl.HBF_OP_STORE] + reqs[ctl.HBF_OP_ATOMIC]
         total = e.j_per_byte * nbytes + e.read_j * reads + e.program_j * writes
@@ -335,11 +340,12 @@ class Daemon:
         return e.idle_w * dt_s + (total - prev)
 
     def _device_total(self, synced: np.ndarray, field: str) -> int:
-        """The device's total of ``field`` over the ops: per op the larger of the synced counters and the
-        live activity section (the live one leads while a kernel runs)."""
+        """The device's run total of ``field`` over the ops: per op the larger of the synced counters and the
+        live activity section (the live one leads while a kernel runs), each as a run total (_RunTotal)."""
         a = self._activity
         live = np.asarray(getattr(a, field), np.uint64) if a is not None else np.zeros(len(synced), np.uint64)
-        return int(np.maximum(synced, live).sum())
+        dev_t, live_t = (self._dev_req, self._live_req) if field == "requests" else (self._dev_bytes, self._live_bytes)
+        return int(np.maximum(dev_t(synced), live_t(live)).sum())
 
     def _activity_summary(self) -> dict | None:
         """The last live activity the energy bins read (hbf_activity; None before the first tick)."""
@@ -918,6 +924,27 @@ class Daemon:
 
     def heartbeat_age_ns(self) -> int:
         return self._hb.age_ns()
+
+
+class _RunTotal:
+    """Run totals of a counter array whose writer may start over from zero: the device counters and the live
+    activity section belong to the attached session, and a second attach's session publishes its own
+    counts from zero into the same control region. Per element, a value below the last one seen starts a new
+    epoch on top of the last value, so the totals (and the energy derived from them) never go backwards. A
+    lower bound: a restart that climbed past the previous value between two reads is not seen as one."""
+
+    def __init__(self) -> None:
+        self._last: np.ndarray | None = None
+        self._base: np.ndarray | None = None
+
+    def __call__(self, values) -> np.ndarray:
+        a = np.array(values, dtype=np.uint64)
+        if self._last is None or self._last.shape != a.shape:
+            self._base = np.zeros_like(a)
+        else:
+            self._base = self._base + np.where(a < self._last, self._last, np.uint64(0))
+        self._last = a
+        return self._base + a
 
 
 def _refuse_constant(name: str):
