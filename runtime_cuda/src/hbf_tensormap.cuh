@@ -242,8 +242,10 @@ HB_TMAP_UNROLL
     /* the documented rules (hbfcommon/tensormap.py check_rules, same order) */
     const uint64_t align = m.interleave == HB_TMAP_INTERLEAVE_32B ? 32ull : 16ull;
     if (m.base % align) return HB_TMAP_E_ALIGN;
-    for (uint32_t i = 1; i < m.rank; ++i)
-        if (m.stride[i] % align) return HB_TMAP_E_ALIGN;
+    bool misaligned = false;
+HB_TMAP_UNROLL
+    for (uint32_t i = 1; i < 5; ++i) misaligned |= i < m.rank && (m.stride[i] % align) != 0;
+    if (misaligned) return HB_TMAP_E_ALIGN;
     if (m.interleave != HB_TMAP_INTERLEAVE_NONE && m.rank < 3u) return HB_TMAP_E_RULE;
     if (m.interleave == HB_TMAP_INTERLEAVE_NONE && (m.box[0] * m.elem_bytes) % 16u) return HB_TMAP_E_RULE;
     if (m.interleave == HB_TMAP_INTERLEAVE_32B && m.swizzle != HB_TMAP_SWIZZLE_32B) return HB_TMAP_E_RULE;
@@ -254,11 +256,14 @@ HB_TMAP_UNROLL
     if (m.fill && !(m.dtype >= 6u && m.dtype <= 12u)) return HB_TMAP_E_RULE;
     /* extent = sum (dim-1)*stride + elem, and base + extent, without overflow */
     uint64_t ext = m.elem_bytes;
-    for (uint32_t i = 0; i < m.rank; ++i) {
-        const uint64_t d = m.dim[i] - 1ull, s = m.stride[i];
-        if (d && s && d > (~0ull - ext) / s) return HB_TMAP_E_EXTENT;
-        ext += d * s;
+    bool over = false;
+HB_TMAP_UNROLL
+    for (uint32_t i = 0; i < 5; ++i) {
+        const uint64_t d = i < m.rank ? m.dim[i] - 1ull : 0ull, s = m.stride[i];
+        if (d && s && d > (~0ull - ext) / s) over = true;
+        else ext += d * s;
     }
+    if (over) return HB_TMAP_E_EXTENT;
     if (ext > ~0ull - m.base) return HB_TMAP_E_EXTENT;
     m.extent = ext;
     *out = m;
@@ -294,7 +299,9 @@ HB_TMAP_HD uint32_t hb_tmap_count(const hb_tmap& m, uint32_t k) {
 /* bytes one copy of the box moves into / out of shared memory = what complete_tx counts (OOB-filled included) */
 HB_TMAP_HD uint64_t hb_tmap_box_bytes(const hb_tmap& m) {
     uint64_t n = m.elem_bytes;
-    for (uint32_t k = 0; k < m.rank; ++k) n *= hb_tmap_count(m, k);
+HB_TMAP_UNROLL
+    for (uint32_t k = 0; k < 5; ++k)
+        if (k < m.rank) n *= hb_tmap_count(m, k);
     return n;
 }
 
@@ -308,7 +315,11 @@ HB_TMAP_HD uint64_t hb_tmap_box_runs(const hb_tmap& m, const int32_t* coords, F&
     const uint64_t e = m.elem_bytes;
     int64_t lo[5], hi[5];             /* in-bounds steps j in [lo, hi) per dimension */
     uint64_t total = e, inb = e;
-    for (uint32_t k = 0; k < r; ++k) {
+    /* every loop over dimensions runs to the constant 5 (unrolled, predicated on k < r) so that lo/hi/j and the
+     * fields of m stay in registers on the device: a loop bounded by r would index them dynamically (local memory) */
+HB_TMAP_UNROLL
+    for (uint32_t k = 0; k < 5; ++k) {
+        if (k >= r) { lo[k] = hi[k] = 0; continue; }
         const int64_t c = coords[k], s = hb_tmap_step(m, k), n = hb_tmap_count(m, k), d = (int64_t)m.dim[k];
         const int64_t jlo = c >= 0 ? 0 : (-c + s - 1) / s;
         int64_t jhi = c >= d ? 0 : (d - c + s - 1) / s;
@@ -322,11 +333,13 @@ HB_TMAP_HD uint64_t hb_tmap_box_runs(const hb_tmap& m, const int32_t* coords, F&
     uint64_t pa = 0, pn = 0;          /* pending run */
     const int64_t s0 = hb_tmap_step(m, 0);
     int64_t j[5] = {0, 0, 0, 0, 0};
-    for (uint32_t k = 1; k < r; ++k) j[k] = lo[k];
+HB_TMAP_UNROLL
+    for (uint32_t k = 1; k < 5; ++k) j[k] = lo[k];
     for (;;) {
         uint64_t row = m.base;
-        for (uint32_t k = 1; k < r; ++k)
-            row += (uint64_t)(coords[k] + j[k] * (int64_t)hb_tmap_step(m, k)) * m.stride[k];
+HB_TMAP_UNROLL
+        for (uint32_t k = 1; k < 5; ++k)
+            if (k < r) row += (uint64_t)(coords[k] + j[k] * (int64_t)hb_tmap_step(m, k)) * m.stride[k];
         const int64_t n0 = s0 == 1 ? 1 : hi[0] - lo[0];
         for (int64_t t = 0; t < n0; ++t) {
             uint64_t a, n;
@@ -345,12 +358,15 @@ HB_TMAP_HD uint64_t hb_tmap_box_runs(const hb_tmap& m, const int32_t* coords, F&
                 pn = n;
             }
         }
-        uint32_t k = 1;
-        for (; k < r; ++k) {
-            if (++j[k] < hi[k]) break;
-            j[k] = lo[k];
+        bool carry = true;      /* odometer over dimensions 1..r-1 */
+HB_TMAP_UNROLL
+        for (uint32_t k = 1; k < 5; ++k) {
+            if (carry && k < r) {
+                if (++j[k] < hi[k]) carry = false;
+                else j[k] = lo[k];
+            }
         }
-        if (k >= r) break;
+        if (carry) break;
     }
     f(pa, (uint32_t)pn);
     return total - inb;
