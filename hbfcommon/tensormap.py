@@ -46,9 +46,18 @@ DTYPE_NAMES = ("UINT8", "UINT16", "UINT32", "INT32", "UINT64", "INT64", "FLOAT16
 # bytes per element; 0: a packed sub-byte type (not modeled: decode refuses it by name)
 DTYPE_BYTES = (1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4, 0, 0, 0)
 FLOAT_DTYPES = frozenset({6, 7, 8, 9, 10, 11, 12})
+# The PTX ISA's tensormap.replace .elemtype numbering (the "tensormap new_val validity" table of the PTX ISA, the
+# constants Triton's TMAUtilities mirrors as TMA_ELEMENT_TYPES): u8 u16 u32 s32 u64 s64 f16 f32 f32.ftz f64 bf16 tf32
+# tf32.ftz b4x16 b4x16_p64 b6x16_p32. It differs from CUtensorMapDataType in 8..10 (FLOAT64, BFLOAT16, FLOAT32_FTZ).
+# CUDA_TO_PTX_DTYPE[cuda enum] = PTX code.
+CUDA_TO_PTX_DTYPE = (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 8, 11, 12, 13, 14, 15)
+PTX_TO_CUDA_DTYPE = tuple(CUDA_TO_PTX_DTYPE.index(p) for p in range(16))
 INTERLEAVE_NONE, INTERLEAVE_16B, INTERLEAVE_32B = 0, 1, 2
 SWIZZLE_NAMES = ("NONE", "32B", "64B", "128B", "128B_ATOM_32B", "128B_ATOM_32B_FLIP_8B", "128B_ATOM_64B")
 SWIZZLE_SPAN = (0, 32, 64, 128, 128, 128, 128)     # bytes: the bound on the box's inner dimension (cuda.h)
+# The PTX ISA splits the CUDA swizzle enum into .swizzle_mode (0 none, 1 32B, 2 64B, 3 128B, 4 96B [sm_100+]) and
+# .swizzle_atomicity (0 16B, 1 32B, 2 32B + 8B flip, 3 64B [sm_100a+]); CUDA's 128B_ATOM_* are mode 3 + atomicity.
+SWIZZLE_TO_PTX = ((0, 0), (1, 0), (2, 0), (3, 0), (3, 1), (3, 2), (3, 3))   # cuda enum -> (mode, atomicity)
 L2PROMO_NAMES = ("NONE", "L2_64B", "L2_128B", "L2_256B")
 FILL_NAMES = ("NONE", "NAN_REQUEST_ZERO_FMA")
 
@@ -85,15 +94,23 @@ def _fields() -> tuple[Field, ...]:
         f.append(Field(f"ESTRIDE{i}", 408 + 3 * i, 3, "minus1", "hypothesis",
                        f"{_POS}; {_RANGE} 1..8 (cuda.h elementStrides)"))
     f += [
-        Field("RANK", 423, 3, "minus1", "hypothesis", f"{_POS}; {_RANGE} 1..5"),
-        Field("DTYPE", 426, 4, "raw", "hypothesis",
-              f"{_POS}; value = CUtensorMapDataType (16 documented values). NOTE the PTX ISA's tensormap.replace "
-              ".elemtype numbering is its own; the stored code may be either"),
+        Field("RANK", 423, 3, "minus1", "hypothesis",
+              f"{_POS}; value - 1: DOCUMENTED for tensormap.replace.rank (CUDA Programming Guide, device-side "
+              "encoding: 'this field uses zero-based numbering')"),
+        Field("DTYPE", 426, 4, "ptx_elemtype", "hypothesis",
+              f"{_POS}; value = the PTX tensormap.replace .elemtype code (CUDA_TO_PTX_DTYPE; inferred: descriptors "
+              "written on the device with that code are read by the same TMA unit as driver-made ones)"),
         Field("INTERLEAVE", 430, 2, "raw", "hypothesis", f"{_POS}; value = CUtensorMapInterleave (0..2)"),
-        Field("SWIZZLE", 432, 3, "raw", "hypothesis", f"{_POS}; value = CUtensorMapSwizzle (0..6)"),
+        Field("SWIZZLE", 432, 3, "raw", "hypothesis",
+              f"{_POS}; value = the PTX .swizzle_mode (0..3 on sm_90; 4 = 96B is sm_100+, refused)"),
         Field("L2PROMO", 435, 2, "raw", "hypothesis", f"{_POS}; value = CUtensorMapL2promotion (0..3)"),
         Field("FILL", 437, 1, "raw", "hypothesis", f"{_POS}; value = CUtensorMapFloatOOBfill (0..1)"),
-        Field("IM2COL", 438, 1, "raw", "hypothesis", f"{_POS}; 1 = an im2col-mode map (not modeled)"),
+        Field("IM2COL", 438, 1, "raw", "hypothesis",
+              f"{_POS}; 1 = an im2col-mode map (not modeled). 0 = tiled is consistent with the documented fact that "
+              "a zero-initialized buffer is a valid starting tiled map on sm_90a (CUDA Programming Guide)"),
+        Field("SWZ_ATOM", 439, 2, "raw", "hypothesis",
+              f"{_POS}; value = the PTX .swizzle_atomicity (0 16B, 1 32B, 2 32B+8B flip, 3 64B); nonzero only with "
+              "swizzle_mode 3 (CUDA 128B_ATOM_*)"),
     ]
     return tuple(f)
 
@@ -283,8 +300,9 @@ def encode(m: TensorMap) -> bytes:
     for i, s in enumerate(m.gstrides):
         put(f"GSTRIDE{i}", s)
     put("RANK", m.rank)
-    for name, v in (("DTYPE", m.dtype), ("INTERLEAVE", m.interleave), ("SWIZZLE", m.swizzle),
-                    ("L2PROMO", m.l2promo), ("FILL", m.fill)):
+    mode, atom = SWIZZLE_TO_PTX[m.swizzle]
+    for name, v in (("DTYPE", CUDA_TO_PTX_DTYPE[m.dtype]), ("INTERLEAVE", m.interleave), ("SWIZZLE", mode),
+                    ("SWZ_ATOM", atom), ("L2PROMO", m.l2promo), ("FILL", m.fill)):
         put(name, v)
     return n.to_bytes(DESC_BYTES, "little")
 
@@ -306,15 +324,14 @@ def decode(b: bytes) -> TensorMap:
     rank = get("RANK")
     if not 1 <= rank <= MAX_RANK:
         raise TensorMapError("RANK", f"rank {rank} outside 1..{MAX_RANK}", rank=rank)
-    dtype = get("DTYPE")
-    if dtype >= len(DTYPE_NAMES):
-        raise TensorMapError("DTYPE", f"unknown data type {dtype}", dtype=dtype)
+    dtype = PTX_TO_CUDA_DTYPE[get("DTYPE")]
     if DTYPE_BYTES[dtype] == 0:
         raise TensorMapError("PACKED", f"{DTYPE_NAMES[dtype]} is a packed sub-byte type (not modeled)", dtype=dtype)
-    il, sw, l2, fill = get("INTERLEAVE"), get("SWIZZLE"), get("L2PROMO"), get("FILL")
-    if il > 2 or sw > 6 or l2 > 3 or fill > 1:
-        raise TensorMapError("ENUM", "interleave/swizzle/l2promo/fill outside its enum",
-                             interleave=il, swizzle=sw, l2promo=l2, fill=fill)
+    il, mode, atom, l2, fill = get("INTERLEAVE"), get("SWIZZLE"), get("SWZ_ATOM"), get("L2PROMO"), get("FILL")
+    if il > 2 or mode > 3 or (atom and mode != 3) or l2 > 3 or fill > 1:
+        raise TensorMapError("ENUM", "interleave/swizzle/l2promo/fill outside its enum (or a sm_100-only swizzle)",
+                             interleave=il, swizzle_mode=mode, swizzle_atomicity=atom, l2promo=l2, fill=fill)
+    sw = 3 + atom if atom else mode
     m = TensorMap(base=get("ADDR"), dtype=dtype, dims=tuple(get(f"DIM{i}") for i in range(rank)),
                   gstrides=tuple(get(f"GSTRIDE{i}") for i in range(rank - 1)),
                   box=tuple(get(f"BOX{i}") for i in range(rank)),
@@ -343,6 +360,46 @@ def desc_hash(b: bytes) -> int:
     h = (h * 0xC4CEB9FE1A85EC53) & _M64
     h ^= h >> 33
     return h
+
+
+# ---- the registry (hb_tmap_entry; the path that needs no knowledge of the layout) -------------------------------------
+_HB_TMAP = struct.Struct("<Q8I5Q5Q5I5IQ")           # struct hb_tmap (168 bytes)
+_ENTRY = struct.Struct("<128sQQ168s")               # struct hb_tmap_entry (312 bytes)
+HB_TMAP_SIZE, ENTRY_SIZE = _HB_TMAP.size, _ENTRY.size
+
+
+def c_struct(m: TensorMap) -> bytes:
+    """``m`` as the C struct hb_tmap (fields of dimensions >= rank zero)."""
+    pad = (0,) * (MAX_RANK - m.rank)
+    return _HB_TMAP.pack(m.base, m.rank, m.dtype, m.elem_bytes, m.interleave, m.swizzle, m.l2promo, m.fill, m.im2col,
+                         *m.dims, *pad, *m.strides, *pad, *m.box, *pad, *m.estrides, *pad, m.extent)
+
+
+def pack_registry(items: Sequence[tuple[bytes, TensorMap]], generation: int) -> bytes:
+    """The device table of hb_tmap_entry for (descriptor bytes, the map they mean) pairs, sorted by hash (the order
+    hb_tmap_lookup searches). A descriptor listed twice with different maps is refused (it cannot mean both)."""
+    seen: dict[bytes, TensorMap] = {}
+    for desc, m in items:
+        if len(desc) != DESC_BYTES:
+            raise TensorMapError("NULL", f"a descriptor is {DESC_BYTES} bytes", got=len(desc))
+        if m.im2col:
+            raise TensorMapError("IM2COL", "the registry holds tiled maps")
+        check_rules(m)
+        if seen.setdefault(bytes(desc), m) != m:
+            raise TensorMapError("RULE", "one descriptor published with two different maps", hash=desc_hash(desc))
+    rows = sorted((desc_hash(d), d) for d in seen)
+    return b"".join(_ENTRY.pack(d, h, generation, c_struct(seen[d])) for h, d in rows)
+
+
+def lookup(table: bytes, desc: bytes) -> int:
+    """hb_tmap_lookup: the index of the entry holding exactly ``desc`` in a pack_registry() table, or -1."""
+    h = desc_hash(desc)
+    n = len(table) // ENTRY_SIZE
+    for i in range(n):
+        d, eh, _, _ = _ENTRY.unpack_from(table, i * ENTRY_SIZE)
+        if eh == h and d == bytes(desc):
+            return i
+    return -1
 
 
 # ---- the box ----------------------------------------------------------------------------------------------------------
@@ -491,6 +548,9 @@ def header_block() -> str:
     for f in FIELDS:
         lines.append(f"#define HB_TMAP_{f.name}_LO {f.lo}u  /* {f.width} bits, {f.encoding}, {f.status} */")
         lines.append(f"#define HB_TMAP_{f.name}_W {f.width}u")
+    packed = sum(c << (4 * p) for p, c in enumerate(PTX_TO_CUDA_DTYPE))
+    lines.append(f"#define HB_TMAP_PTX_TO_CUDA_DTYPE 0x{packed:016X}ull  /* nibble p: the CUtensorMapDataType of "
+                 "PTX .elemtype code p */")
     for name, (v, why) in E_CODES.items():
         lines.append(f"#define HB_TMAP_E_{name} {v}  /* {why} */" if name != "OK" else f"#define HB_TMAP_OK {v}")
     lines.append(HEADER_END)
@@ -579,7 +639,8 @@ def discover_layout(encode_fn: Callable[[TensorMap], bytes]) -> dict[str, dict]:
             es[i] = ((es[i] - 1) ^ (1 << k)) + 1
             v.append((rep(base, estrides=tuple(es)), k))
         probe(f"ESTRIDE{i}", v, "minus1")
-    def probe_enum(name: str, values: list[TensorMap], documented: list[int]) -> None:
+    def probe_enum(name: str, values: list[TensorMap], documented: list[int],
+                   expect: Callable[[int], int] = lambda v: v) -> None:
         f = FIELD[name]
         bits: set[int] = set()
         encs: list[tuple[int, bytes]] = []
@@ -597,10 +658,13 @@ def discover_layout(encode_fn: Callable[[TensorMap], bytes]) -> dict[str, dict]:
             for dv, enc in encs:
                 stored[dv] = (int.from_bytes(enc, "little") >> lo) & ((1 << f.width) - 1)
         out[name] = {"bits": sorted(bits), "lo": lo, "encoding": "raw", "probes": len(encs),
-                     "stored": stored, "agrees": lo == f.lo and all(k == v for k, v in stored.items())}
+                     "stored": stored, "agrees": lo == f.lo and all(expect(k) == v for k, v in stored.items())}
 
-    probe_enum("DTYPE", [rep(base, dtype=d) for d in range(13)], list(range(13)))
-    probe_enum("SWIZZLE", [rep(base, swizzle=s, box=(16, *base.box[1:])) for s in range(7)], list(range(7)))
+    probe_enum("DTYPE", [rep(base, dtype=d) for d in range(13)], list(range(13)),
+               expect=lambda d: CUDA_TO_PTX_DTYPE[d])
+    sw_maps = [rep(base, swizzle=s, box=(16, *base.box[1:])) for s in range(7)]
+    probe_enum("SWIZZLE", sw_maps[:4], list(range(4)))
+    probe_enum("SWZ_ATOM", [sw_maps[3], *sw_maps[4:]], [3, 4, 5, 6], expect=lambda s: SWIZZLE_TO_PTX[s][1])
     probe_enum("L2PROMO", [rep(base, l2promo=v) for v in range(4)], list(range(4)))
     probe_enum("FILL", [rep(base, fill=v) for v in range(2)], list(range(2)))
     probe_enum("INTERLEAVE", [rep(base, interleave=v) for v in range(2)], list(range(2)))

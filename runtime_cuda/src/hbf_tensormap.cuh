@@ -69,15 +69,13 @@
 
 /* CUtensorMap* enum values (cuda.h 13.0; documented) */
 #define HB_TMAP_DT_PACKED_FIRST 13u     /* 16U4_ALIGN8B, 16U4_ALIGN16B, 16U6_ALIGN16B: sub-byte, not modeled */
-#define HB_TMAP_DT_COUNT 16u
 #define HB_TMAP_INTERLEAVE_NONE 0u
 #define HB_TMAP_INTERLEAVE_32B 2u
 #define HB_TMAP_SWIZZLE_32B 1u
-#define HB_TMAP_SWIZZLE_MAX 6u
 
 /* BEGIN GENERATED LAYOUT (hbfcommon/tensormap.py header_block(); tests/tma check it) */
 #define HB_TMAP_LAYOUT_VERIFIED 0
-#define HB_TMAP_USED_BITS 439u
+#define HB_TMAP_USED_BITS 441u
 #define HB_TMAP_ADDR_LO 0u  /* 64 bits, raw, hypothesis */
 #define HB_TMAP_ADDR_W 64u
 #define HB_TMAP_DIM0_LO 64u  /* 32 bits, minus1, hypothesis */
@@ -120,7 +118,7 @@
 #define HB_TMAP_ESTRIDE4_W 3u
 #define HB_TMAP_RANK_LO 423u  /* 3 bits, minus1, hypothesis */
 #define HB_TMAP_RANK_W 3u
-#define HB_TMAP_DTYPE_LO 426u  /* 4 bits, raw, hypothesis */
+#define HB_TMAP_DTYPE_LO 426u  /* 4 bits, ptx_elemtype, hypothesis */
 #define HB_TMAP_DTYPE_W 4u
 #define HB_TMAP_INTERLEAVE_LO 430u  /* 2 bits, raw, hypothesis */
 #define HB_TMAP_INTERLEAVE_W 2u
@@ -132,6 +130,9 @@
 #define HB_TMAP_FILL_W 1u
 #define HB_TMAP_IM2COL_LO 438u  /* 1 bits, raw, hypothesis */
 #define HB_TMAP_IM2COL_W 1u
+#define HB_TMAP_SWZ_ATOM_LO 439u  /* 2 bits, raw, hypothesis */
+#define HB_TMAP_SWZ_ATOM_W 2u
+#define HB_TMAP_PTX_TO_CUDA_DTYPE 0xFEDCB98A76543210ull  /* nibble p: the CUtensorMapDataType of PTX .elemtype code p */
 #define HB_TMAP_OK 0
 #define HB_TMAP_E_NULL 1  /* null descriptor or output pointer */
 #define HB_TMAP_E_RESERVED 2  /* a reserved bit is set: not a descriptor of the known layout (or the layout is wrong) */
@@ -213,17 +214,21 @@ HB_TMAP_UNROLL
     hb_tmap m;
     m.rank = (uint32_t)hb_tmap_bits(w, HB_TMAP_RANK_LO, HB_TMAP_RANK_W) + 1u;
     if (m.rank > HB_TMAP_MAX_RANK) return HB_TMAP_E_RANK;
-    m.dtype = (uint32_t)hb_tmap_bits(w, HB_TMAP_DTYPE_LO, HB_TMAP_DTYPE_W);
-    if (m.dtype >= HB_TMAP_DT_COUNT) return HB_TMAP_E_DTYPE;
+    /* the stored element type is the PTX .elemtype code; hb_tmap.dtype is the CUtensorMapDataType */
+    const uint32_t ptx_dt = (uint32_t)hb_tmap_bits(w, HB_TMAP_DTYPE_LO, HB_TMAP_DTYPE_W);
+    m.dtype = (uint32_t)((HB_TMAP_PTX_TO_CUDA_DTYPE >> (4u * ptx_dt)) & 0xFu);
     m.elem_bytes = hb_tmap_dtype_bytes(m.dtype);
     if (!m.elem_bytes) return HB_TMAP_E_PACKED;
     m.interleave = (uint32_t)hb_tmap_bits(w, HB_TMAP_INTERLEAVE_LO, HB_TMAP_INTERLEAVE_W);
-    m.swizzle = (uint32_t)hb_tmap_bits(w, HB_TMAP_SWIZZLE_LO, HB_TMAP_SWIZZLE_W);
+    const uint32_t swz_mode = (uint32_t)hb_tmap_bits(w, HB_TMAP_SWIZZLE_LO, HB_TMAP_SWIZZLE_W);
+    const uint32_t swz_atom = (uint32_t)hb_tmap_bits(w, HB_TMAP_SWZ_ATOM_LO, HB_TMAP_SWZ_ATOM_W);
     m.l2promo = (uint32_t)hb_tmap_bits(w, HB_TMAP_L2PROMO_LO, HB_TMAP_L2PROMO_W);
     m.fill = (uint32_t)hb_tmap_bits(w, HB_TMAP_FILL_LO, HB_TMAP_FILL_W);
     m.im2col = (uint32_t)hb_tmap_bits(w, HB_TMAP_IM2COL_LO, HB_TMAP_IM2COL_W);
-    if (m.interleave > 2u || m.swizzle > HB_TMAP_SWIZZLE_MAX || m.l2promo > 3u || m.fill > 1u)
+    /* swizzle_mode 4 (96B) is sm_100+; an atomicity other than 16B only goes with the 128B mode */
+    if (m.interleave > 2u || swz_mode > 3u || (swz_atom && swz_mode != 3u) || m.l2promo > 3u || m.fill > 1u)
         return HB_TMAP_E_ENUM;
+    m.swizzle = swz_atom ? 3u + swz_atom : swz_mode;   /* back to CUtensorMapSwizzle */
     m.base = hb_tmap_bits(w, HB_TMAP_ADDR_LO, HB_TMAP_ADDR_W);
     const uint32_t dlo[5] = {HB_TMAP_DIM0_LO, HB_TMAP_DIM1_LO, HB_TMAP_DIM2_LO, HB_TMAP_DIM3_LO, HB_TMAP_DIM4_LO};
     const uint32_t blo[5] = {HB_TMAP_BOX0_LO, HB_TMAP_BOX1_LO, HB_TMAP_BOX2_LO, HB_TMAP_BOX3_LO, HB_TMAP_BOX4_LO};
@@ -283,6 +288,37 @@ HB_TMAP_UNROLL
     h ^= h >> 33; h *= 0xC4CEB9FE1A85EC53ull;
     h ^= h >> 33;
     return h;
+}
+
+/* ---- the registry path (needs no knowledge of the layout) ---------------------------------------------------------
+ * The host publishes, for every descriptor it saw encoded (the inputs of cuTensorMapEncodeTiled, or a device-side
+ * tensormap.replace sequence mirrored by the rewrite), the exact 128 bytes with the map it means. The device finds a
+ * descriptor by hash and then compares all 128 bytes: a hash collision is a miss, never a wrong map. This is how the
+ * HBFSim paper's artifact binds descriptors (a hash of the exact bytes -> a decoded, generation-stamped record;
+ * SlugLab/HBFSim include/hbfsim/tensormap.hpp, TensorMapRegistry), and it is what the device path must use while
+ * HB_TMAP_LAYOUT_VERIFIED is 0. hbfcommon/tensormap.py pack_registry() builds the table (sorted by hash). */
+struct hb_tmap_entry {
+    uint64_t desc[16];             /* the exact 128 descriptor bytes */
+    uint64_t hash;                 /* hb_tmap_hash(desc): the sort key */
+    uint64_t generation;           /* the registry publication that added it (for staleness reports) */
+    hb_tmap map;                   /* what the descriptor means */
+};
+
+/* Index of the entry holding exactly these 128 bytes in table[0..n) (sorted by hash), or -1. */
+HB_TMAP_HD int hb_tmap_lookup(const hb_tmap_entry* table, uint32_t n, const void* desc128, uint64_t hash) {
+    const uint64_t* d = (const uint64_t*)desc128;
+    uint32_t a = 0, b = n;
+    while (a < b) {                               /* first entry with hash >= the key */
+        const uint32_t mid = (a + b) >> 1;
+        if (table[mid].hash < hash) a = mid + 1; else b = mid;
+    }
+    for (; a < n && table[a].hash == hash; ++a) {
+        uint64_t diff = 0;
+HB_TMAP_UNROLL
+        for (int i = 0; i < 16; ++i) diff |= table[a].desc[i] ^ d[i];
+        if (!diff) return (int)a;
+    }
+    return -1;
 }
 
 /* traversal step of dimension k (dimension 0 ignores its elementStride unless the map is interleaved) */

@@ -1,7 +1,8 @@
 // Host driver of runtime_cuda/src/hbf_tensormap.cuh for tests/tma/test_tensormap.py: the header's own code,
 // compiled by nvcc for the CPU. One case per input line:
-//   <hex of 128 bytes> <ncoords> <c...> <nranges> (<base> <end> <media_offset> <page_shift>)* <max_spans>
-// and one JSON object per output line: rc, hash, the decoded map, the runs, oob, and the split.
+//   D <hex of 128 bytes> <ncoords> <c...> <nranges> (<base> <end> <media_offset> <page_shift>)* <max_spans>
+// and one JSON object per output line: rc, hash, the decoded map, the runs, oob, and the split; or
+//   L <file of hb_tmap_entry> <hex of 128 bytes>   -> {"index": hb_tmap_lookup(...), ...}
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,9 +19,28 @@ struct Printer {  // a functor (not a host lambda) so the header's __host__ __de
 static int hexval(int c) { return c <= '9' ? c - '0' : (c | 32) - 'a' + 10; }
 
 int main() {
-    static char hex[1024];
-    while (scanf("%300s", hex) == 1) {
+    static char hex[1024], cmd[8], path[4096];
+    while (scanf("%7s", cmd) == 1) {
         alignas(64) unsigned char d[128];
+        if (cmd[0] == 'L') {  // L <table file> <hex>: hb_tmap_lookup in a pack_registry() table
+            if (scanf("%4095s %300s", path, hex) != 2) return 2;
+            for (int i = 0; i < 128; ++i) d[i] = (unsigned char)(hexval(hex[2 * i]) << 4 | hexval(hex[2 * i + 1]));
+            FILE* fp = fopen(path, "rb");
+            if (!fp) return 3;
+            static hb_tmap_entry table[4096];
+            const size_t n = fread(table, sizeof(hb_tmap_entry), 4096, fp);
+            fclose(fp);
+            const int i = hb_tmap_lookup(table, (uint32_t)n, d, hb_tmap_hash(d));
+            printf("{\"index\": %d, \"entry_bytes\": %zu, \"map_bytes\": %zu", i, sizeof(hb_tmap_entry),
+                   sizeof(hb_tmap));
+            if (i >= 0)
+                printf(", \"base\": %llu, \"rank\": %u, \"dtype\": %u, \"extent\": %llu, \"box1\": %u",
+                       (unsigned long long)table[i].map.base, table[i].map.rank, table[i].map.dtype,
+                       (unsigned long long)table[i].map.extent, table[i].map.box[1]);
+            printf("}\n");
+            continue;
+        }
+        if (scanf("%300s", hex) != 1) return 2;
         for (int i = 0; i < 128; ++i) d[i] = (unsigned char)(hexval(hex[2 * i]) << 4 | hexval(hex[2 * i + 1]));
         int nc = 0, nr = 0;
         int32_t c[5] = {0, 0, 0, 0, 0};
