@@ -368,38 +368,38 @@ HB_TMAP_UNROLL
     if (!inb) return total;
     uint64_t pa = 0, pn = 0;          /* pending run */
     const int64_t s0 = hb_tmap_step(m, 0);
+    /* the row address is kept incrementally: +adv[k] when j[k] steps, -back[k] when it wraps to lo[k] */
     int64_t j[5] = {0, 0, 0, 0, 0};
+    uint64_t adv[5] = {0, 0, 0, 0, 0}, back[5] = {0, 0, 0, 0, 0};
+    uint64_t row = m.base + (uint64_t)(coords[0] + lo[0] * s0) * e;   /* address of the first in-bounds element */
 HB_TMAP_UNROLL
-    for (uint32_t k = 1; k < 5; ++k) j[k] = lo[k];
+    for (uint32_t k = 1; k < 5; ++k) {
+        if (k >= r) continue;
+        j[k] = lo[k];
+        adv[k] = (uint64_t)hb_tmap_step(m, k) * m.stride[k];
+        back[k] = (uint64_t)(hi[k] - 1 - lo[k]) * adv[k];
+        row += (uint64_t)(coords[k] + lo[k] * (int64_t)hb_tmap_step(m, k)) * m.stride[k];
+    }
+    const uint64_t n0 = s0 == 1 ? 1u : (uint64_t)(hi[0] - lo[0]);
+    const uint64_t run0 = s0 == 1 ? (uint64_t)(hi[0] - lo[0]) * e : e;   /* bytes per piece */
+    const uint64_t step0 = (uint64_t)s0 * e;                              /* between pieces (strided dim 0) */
     for (;;) {
-        uint64_t row = m.base;
-HB_TMAP_UNROLL
-        for (uint32_t k = 1; k < 5; ++k)
-            if (k < r) row += (uint64_t)(coords[k] + j[k] * (int64_t)hb_tmap_step(m, k)) * m.stride[k];
-        const int64_t n0 = s0 == 1 ? 1 : hi[0] - lo[0];
-        for (int64_t t = 0; t < n0; ++t) {
-            uint64_t a, n;
-            if (s0 == 1) {
-                a = row + (uint64_t)(coords[0] + lo[0]) * e;
-                n = (uint64_t)(hi[0] - lo[0]) * e;
-            } else {
-                a = row + (uint64_t)(coords[0] + (lo[0] + t) * s0) * e;
-                n = e;
-            }
-            if (pn && pa + pn == a && pn + n <= HB_TMAP_RUN_MAX) {
-                pn += n;
+        uint64_t a = row;
+        for (uint64_t t = 0; t < n0; ++t, a += step0) {
+            if (pn && pa + pn == a && pn + run0 <= HB_TMAP_RUN_MAX) {
+                pn += run0;
             } else {
                 if (pn) f(pa, (uint32_t)pn);
                 pa = a;
-                pn = n;
+                pn = run0;
             }
         }
         bool carry = true;      /* odometer over dimensions 1..r-1 */
 HB_TMAP_UNROLL
         for (uint32_t k = 1; k < 5; ++k) {
             if (carry && k < r) {
-                if (++j[k] < hi[k]) carry = false;
-                else j[k] = lo[k];
+                if (++j[k] < hi[k]) { carry = false; row += adv[k]; }
+                else { j[k] = lo[k]; row -= back[k]; }
             }
         }
         if (carry) break;
