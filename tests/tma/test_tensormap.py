@@ -481,6 +481,8 @@ def test_real_encodings_decode_and_reencode_byte_for_byte():
     bad = []
     for r in recs:
         m_in = r["inputs"]
+        if r.get("ours") == "PACKED":
+            continue                  # sub-byte packed types are not modeled (decode refuses them by name)
         try:
             m = tm.TensorMap(base=m_in["base"], dtype=m_in["dtype"], dims=tuple(m_in["dims"]),
                              gstrides=tuple(m_in["gstrides"]), box=tuple(m_in["box"]),
