@@ -1,14 +1,18 @@
 """The CUtensorMap (TMA descriptor) as a value: its byte layout, a decoder, an encoder, and the tile split.
 
-Python twin of ``runtime_cuda/src/hbf_tensormap.cuh`` (issue 15, docs/design.md §3.8). The layout TABLE below is
+Python twin of ``runtime_cuda/src/hbf_tensormap.cuh`` (issue 15, docs/design.md §3.10). The layout TABLE below is
 the one place where the bit position and encoding of every field is written down, with its provenance; the C
 header's constants block is generated from it (:func:`header_block`) and tests/tma/test_tensormap.py asserts the
 two agree.
 
 PROVENANCE, honestly. NVIDIA documents the CUtensorMap as an opaque 128-byte, 64-byte-aligned object
-(cuda.h: ``CU_TENSOR_MAP_NUM_QWORDS 16``); the enum values and the value ranges of every field are documented
-(cuda.h, cuTensorMapEncodeTiled; the PTX ISA's ``tensormap.replace`` field list), but NO public NVIDIA source gives
-bit positions. No public third-party source we found gives a hardware-verified layout either (searched: code,
+(cuda.h: ``CU_TENSOR_MAP_NUM_QWORDS 16``) whose "format may change over time" (CUDA Programming Guide, device-side
+encoding of a tensor map). DOCUMENTED: the enum values and the value ranges of every field (cuda.h,
+cuTensorMapEncodeTiled); the PTX ISA's ``tensormap.replace`` fields and operand codes (``.elemtype`` numbering, which
+differs from CUtensorMapDataType for FLOAT64/BFLOAT16/FLOAT32_FTZ -- the table Triton's TMAUtilities mirrors as
+TMA_ELEMENT_TYPES --; ``.swizzle_mode`` 0..4 and ``.swizzle_atomicity`` 0..3 where CUDA folds both into one enum;
+``.rank`` "uses zero-based numbering"); that a zero-initialized buffer is a valid starting tiled map on sm_90a
+(CUDA Programming Guide). But NO public NVIDIA source gives bit positions. No public third-party source we found gives a hardware-verified layout either (searched: code,
 issues, docs and pages corpora, 2026-12-05; GPGPU-Sim forks such as FlashGPU-Sim define their OWN simulator
 layout, not the hardware's; a reverse-engineering write-up of NVIDIA's tileiras compiler claims a 64-byte payload
 with the base address in the first qword, unverified; NVIDIA-internal code in flashinfer's vendored CuTe-DSL
@@ -19,8 +23,12 @@ are multiples of 16 below 2^40 so fit 36 bits as value>>4, dims 1..2^32 fit 32 b
 64-byte payload hint. ``bench/tma_tensormap.py`` discovers the true positions on a GPU by differential probing of
 the real ``cuTensorMapEncodeTiled`` (:func:`discover_layout`, the same routine the tests run against
 :func:`encode`) and reports every field as confirmed or mismatched; until that has run, ``LAYOUT_VERIFIED`` is
-False and decoding a descriptor made by the driver must not be trusted (docs/design.md §3.8 says what the device
+False and decoding a descriptor made by the driver must not be trusted (docs/design.md §3.10 says what the device
 path does meanwhile).
+
+The layout-independent path is the REGISTRY (:func:`pack_registry`, hb_tmap_lookup): the exact bytes of every
+descriptor the host saw made, with the map they mean -- how the paper's public artifact binds descriptors
+(SlugLab/HBFSim, include/hbfsim/tensormap.hpp: TensorMapRegistry keyed by a hash of the exact 128 bytes).
 
 What the semantics of a box are (which global bytes it reads, what it fills, how many bytes complete_tx counts)
 is documented, not guessed: see :func:`box_runs` and the header's comments.

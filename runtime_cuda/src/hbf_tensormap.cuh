@@ -1,23 +1,26 @@
 /*
  * hbf_tensormap.cuh — a CUtensorMap (TMA descriptor) as a value: decode its 128 bytes, enumerate the global bytes
  * one box (tile) of it reads or writes, and split them into HBM / HBF / out-of-bounds bytes against the device range
- * table (issue 15, items 2-3; docs/design.md §3.8). Header-only; every function is __host__ __device__ (the very
+ * table (issue 15, items 2-3; docs/design.md §3.10). Header-only; every function is __host__ __device__ (the very
  * same code runs on the CPU in tests/tma/ and in the device helpers), no dynamic memory, no recursion.
  *
  * Python twin: hbfcommon/tensormap.py (same decode checks in the same order, same run order and merging, same hash,
  * same split); tests/tma/test_tensormap.py compiles this header into a host program and compares the two.
  *
  * ---- THE LAYOUT: NOT YET VERIFIED ---------------------------------------------------------------------------------
- * NVIDIA documents the CUtensorMap as opaque (128 bytes, 64-byte aligned). The enum values and the value ranges of
- * every field are documented (cuda.h, cuTensorMapEncodeTiled; PTX ISA tensormap.replace); the BIT POSITIONS are not,
- * and no public source we found gives hardware-verified ones. The positions in the generated block below are a
- * HYPOTHESIS (their encodings value-1 / value>>4 are inferred from the documented ranges); each constant says so,
- * and hbfcommon/tensormap.py (FIELDS) holds the provenance of each. bench/tma_tensormap.py discovers the true
- * layout on a GPU by differential probing of cuTensorMapEncodeTiled and checks this decoder on the device; until it
- * has run and the table is updated, HB_TMAP_LAYOUT_VERIFIED is 0 and a caller MUST NOT trust hb_tmap_decode on a
- * descriptor made by the driver (the device path refuses TMA on registered ranges with a reason instead; see
- * docs/design.md §3.8). Decoding fails closed on anything outside the layout: reserved bits set, out-of-range
- * enums, a documented rule broken -> an error code, never a guess.
+ * NVIDIA documents the CUtensorMap as opaque (128 bytes, 64-byte aligned) and warns its format may change. The enum
+ * values and value ranges of every field are documented (cuda.h, cuTensorMapEncodeTiled), and so are the PTX
+ * tensormap.replace fields and their operand codes (.elemtype numbering -- NOT CUtensorMapDataType's for FLOAT64,
+ * BFLOAT16, FLOAT32_FTZ --, .swizzle_mode + .swizzle_atomicity, zero-based .rank); the BIT POSITIONS are not, and no
+ * public source we found gives hardware-verified ones. The positions in the generated block below are a HYPOTHESIS
+ * (encodings value-1 / value>>4 inferred from the documented ranges, field codes taken from tensormap.replace's);
+ * hbfcommon/tensormap.py (FIELDS) holds the provenance of each. bench/tma_tensormap.py discovers the true layout on a
+ * GPU by differential probing of cuTensorMapEncodeTiled and checks this decoder on the device; until it has run and
+ * the table is updated, HB_TMAP_LAYOUT_VERIFIED is 0 and a caller MUST NOT trust hb_tmap_decode on a descriptor made
+ * by the driver: it uses the REGISTRY path instead (hb_tmap_entry / hb_tmap_lookup below: the host publishes the
+ * exact bytes of every descriptor it saw made with the map they mean), and refuses a descriptor found nowhere, with
+ * a reason (docs/design.md §3.10). Decoding fails closed on anything outside the layout: reserved bits set,
+ * out-of-range enums, a documented rule broken -> an error code, never a guess.
  *
  * ---- THE SEMANTICS OF A BOX (documented: cuda.h cuTensorMapEncodeTiled; PTX ISA "tensor copy" / tiled mode) -------
  *  - Element (i0..i{r-1}) of the tensor lives at base + sum_k i_k * stride_k, stride_0 = element size (dim 0 is
@@ -41,6 +44,7 @@
  *  hb_tmap_decode   128 bytes -> hb_tmap (0 or an HB_TMAP_E_* code; an im2col map decodes with im2col = 1, and the
  *                   functions below refuse it)
  *  hb_tmap_hash     64-bit hash of the exact 128 bytes: key a decode cache with it AND the range generation
+ *  hb_tmap_lookup   the registry: the entry holding exactly these 128 bytes (hash, then a full compare), or -1
  *  hb_tmap_box_runs the in-bounds bytes of one box as maximal contiguous runs, in a fixed order; returns OOB bytes.
  *                   Cost: one callback per row of dimension 0 (a 128x128 fp16 box: at most 128 rows, fewer after
  *                   merging), per ELEMENT only for an interleaved map with elementStride[0] > 1.
