@@ -35,6 +35,7 @@ is documented, not guessed: see :func:`box_runs` and the header's comments.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import struct
@@ -515,7 +516,6 @@ def split(m: TensorMap, coords: Sequence[int], ranges: Sequence[Range], max_span
     bases = [rg.base for rg in ranges]
     spans: list[list[int]] = []
     hbm = hbf = 0
-    import bisect
     for addr, n in runs:
         end = addr + n
         i = max(0, bisect.bisect_right(bases, addr) - 1)

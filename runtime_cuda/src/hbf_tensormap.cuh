@@ -22,7 +22,7 @@
  * a reason (docs/design.md §3.10). Decoding fails closed on anything outside the layout: reserved bits set,
  * out-of-range enums, a documented rule broken -> an error code, never a guess.
  *
- * ---- THE SEMANTICS OF A BOX (documented: cuda.h cuTensorMapEncodeTiled; PTX ISA "tensor copy" / tiled mode) -------
+ * ---- THE SEMANTICS OF A BOX (cuda.h cuTensorMapEncodeTiled; PTX ISA "tensor copy" / tiled mode; basis per item) -
  *  - Element (i0..i{r-1}) of the tensor lives at base + sum_k i_k * stride_k, stride_0 = element size (dim 0 is
  *    contiguous), stride_k = globalStrides[k-1] (bytes).
  *  - A box at coordinates c_k (signed 32-bit element indices, the PTX operand) traverses, along dimension k, the
@@ -34,7 +34,10 @@
  *    global memory; a load fills it in shared memory (zero, or the NaN of FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA), a
  *    store drops it. Coordinates may be negative or past the end.
  *  - The bytes a box moves -- what mbarrier complete_tx counts, what expect_tx must announce -- are ALL the elements
- *    traversed, out-of-bounds ones included: prod_k ceil(box_k / s_k) * elemsize (hb_tmap_box_bytes).
+ *    traversed, out-of-bounds ones included: prod_k ceil(box_k / s_k) * elemsize (hb_tmap_box_bytes). Basis: the
+ *    shared-memory box is always whole (cuda.h: "TMA loads ceil(boxDim/elementStrides) elements"), and Triton's
+ *    generated code announces the full box for every tile, edge tiles included (expect_tx 16384 for a 64x64 fp32
+ *    box, ../shared/notes/ptx-and-toolchain.md §1.6, observed on the H200). bench/tma_tensormap.py gpu measures it.
  *  - swizzle and interleave change only WHERE in shared memory each element lands (and the validity rules); they never
  *    change which global bytes are read. l2promo changes only the L2 fill granularity (the DRAM side of L2), not the
  *    bytes the program reads; it is not modeled. (Verified as far as the documentation goes: both are defined on the

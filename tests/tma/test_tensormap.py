@@ -350,6 +350,7 @@ def _mutations(rng: random.Random):
     yield "ENUM", (n & ~(7 << f["SWIZZLE"].lo)) | 4 << f["SWIZZLE"].lo             # 96B: sm_100 only
     yield "ENUM", (n & ~(7 << f["SWIZZLE"].lo) & ~(3 << f["SWZ_ATOM"].lo)) | 2 << f["SWIZZLE"].lo | 1 << f["SWZ_ATOM"].lo
     yield "ALIGN", n | 8 << f["ADDR"].lo
+    yield "OK", n | 1 << f["IM2COL"].lo                                          # decodes, flagged im2col
     yield None, n ^ 1 << rng.randrange(0, tm.USED_BITS)            # whatever a random flip gives: C == Python
 
 
