@@ -14,7 +14,9 @@
            the documented error cases -- recording inputs, the driver's result and the raw 128 bytes into
            --encodings (written as it goes; tests/tma/test_tensormap.py consumes it in CI once it exists);
         2. the layout by differential probing (hbfcommon/tensormap.py discover_layout) against the driver: per field
-           confirmed / mismatched, with the observed bit positions and stored values;
+           confirmed / mismatched, with the observed bit positions and stored values; and whether the driver
+           writes bits that depend on the allocation behind the address (it does on Blackwell, per NVIDIA's 595
+           driver notes): the same maps at a small and a large real allocation and at an unallocated address;
         3. decode() of every real encoding and encode() byte equality; driver-rejected inputs vs encode()'s rules;
         4. the device: hb_tmap_decode run on the GPU over the same descriptors, compared with the Python twin;
         5. the box semantics on the TMA unit itself: real cp.async.bulk.tensor loads (1D-5D, negative and
@@ -484,6 +486,44 @@ def tma_semantics(drv: Driver, tmp: Path, seed: int) -> dict:
     return res
 
 
+def allocation_dependence(drv: Driver, layout: dict) -> dict:
+    """Does the driver write bits that depend on the ALLOCATION behind globalAddress, not only on the encode inputs?
+    (NVIDIA's 595.71.05 driver notes describe such a bit on Blackwell -- qword 1 bit 21, set for allocations under
+    128 KiB that are not dense non-overlapping tensors -- "specific to Blackwell's tensor map descriptor layout".)
+    The same maps are encoded at a real small allocation, a real large one, and an unallocated address; bits that
+    differ outside the address field are reported."""
+    from runtime_cuda import cudrv  # noqa: PLC0415
+    lo = layout.get("ADDR", {}).get("lo")
+    addr_bits = set(range(lo, lo + 64)) if lo is not None else set()
+    small, large = cudrv.mem_alloc(64 << 10), cudrv.mem_alloc(8 << 20)
+    fake = 0x7E0000000000
+    maps = [tm.TensorMap(base=0, dtype=6, dims=(64, 64), gstrides=(128,), box=(64, 8), estrides=(1, 1)),
+            tm.TensorMap(base=0, dtype=6, dims=(64, 64), gstrides=(256,), box=(64, 8), estrides=(1, 1)),   # padded
+            tm.TensorMap(base=0, dtype=7, dims=(16, 16, 16), gstrides=(64, 64), box=(16, 4, 4), estrides=(1, 1, 1))]
+    out = {"cases": [], "bits_outside_address": []}
+    extra: set[int] = set()
+    for m in maps:
+        encs = {}
+        for name, base in (("small_alloc", small), ("large_alloc", large), ("unallocated", fake)):
+            try:
+                encs[name] = drv.encode(tm.TensorMap(**{**_inputs(m), "base": base, "dims": m.dims,
+                                                        "gstrides": m.gstrides, "box": m.box, "estrides": m.estrides}))
+            except tm.TensorMapError as e:
+                encs[name] = None
+                out["cases"].append({"map": _inputs(m), "where": name, "refused": str(e)})
+        ref = encs.get("unallocated")
+        for name, enc in encs.items():
+            if enc is None or ref is None or name == "unallocated":
+                continue
+            d = tm._diff_bits(ref, enc) - addr_bits
+            extra |= d
+            out["cases"].append({"map": _inputs(m), "where": name, "bits_outside_address": sorted(d)})
+    out["bits_outside_address"] = sorted(extra)
+    for p in (small, large):
+        cudrv.mem_free(p)
+    return out
+
+
 def run_gpu(args) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     drv = Driver()
@@ -538,6 +578,8 @@ def run_gpu(args) -> None:
                          for k, v in layout.items()}
     summary["fields_confirmed"] = sorted(k for k, v in layout.items() if v["agrees"])
     summary["fields_mismatched"] = sorted(k for k, v in layout.items() if not v["agrees"])
+    atomic_write_json(args.out, summary)
+    summary["allocation_dependence"] = allocation_dependence(drv, layout)
     atomic_write_json(args.out, summary)
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)

@@ -12,7 +12,11 @@ cuTensorMapEncodeTiled); the PTX ISA's ``tensormap.replace`` fields and operand 
 differs from CUtensorMapDataType for FLOAT64/BFLOAT16/FLOAT32_FTZ -- the table Triton's TMAUtilities mirrors as
 TMA_ELEMENT_TYPES --; ``.swizzle_mode`` 0..4 and ``.swizzle_atomicity`` 0..3 where CUDA folds both into one enum;
 ``.rank`` "uses zero-based numbering"); that a zero-initialized buffer is a valid starting tiled map on sm_90a
-(CUDA Programming Guide). But NO public NVIDIA source gives bit positions. No public third-party source we found gives a hardware-verified layout either (searched: code,
+(CUDA Programming Guide). But NO public NVIDIA source gives bit positions -- and the layout is per architecture:
+NVIDIA's 595.71.05 driver notes (quoted in triton-lang/triton issue 10442) give a workaround that clears qword 1
+bit 21 of a descriptor, "specific to Blackwell's tensor map descriptor layout", a bit the driver sets from the
+ALLOCATION behind the address (under 128 KiB, not dense non-overlapping): so a descriptor is not a pure function of
+the encode inputs, and this table, for sm_90 only, cannot be assumed to hold on any other architecture. No public third-party source we found gives a hardware-verified layout either (searched: code,
 issues, docs and pages corpora, 2026-12-05; GPGPU-Sim forks such as FlashGPU-Sim define their OWN simulator
 layout, not the hardware's; a reverse-engineering write-up of NVIDIA's tileiras compiler claims a 64-byte payload
 with the base address in the first qword, unverified; NVIDIA-internal code in flashinfer's vendored CuTe-DSL

@@ -12,7 +12,9 @@
  * values and value ranges of every field are documented (cuda.h, cuTensorMapEncodeTiled), and so are the PTX
  * tensormap.replace fields and their operand codes (.elemtype numbering -- NOT CUtensorMapDataType's for FLOAT64,
  * BFLOAT16, FLOAT32_FTZ --, .swizzle_mode + .swizzle_atomicity, zero-based .rank); the BIT POSITIONS are not, and no
- * public source we found gives hardware-verified ones. The positions in the generated block below are a HYPOTHESIS
+ * public source we found gives hardware-verified ones. The layout is per architecture and the driver sets bits from
+ * the allocation behind the address (NVIDIA 595.71.05 driver notes, a Blackwell workaround on qword 1 bit 21): the
+ * table is for sm_90 only. The positions in the generated block below are a HYPOTHESIS
  * (encodings value-1 / value>>4 inferred from the documented ranges, field codes taken from tensormap.replace's);
  * hbfcommon/tensormap.py (FIELDS) holds the provenance of each. bench/tma_tensormap.py discovers the true layout on a
  * GPU by differential probing of cuTensorMapEncodeTiled and checks this decoder on the device; until it has run and
