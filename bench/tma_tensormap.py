@@ -535,11 +535,7 @@ def run_gpu(args) -> None:
         doc = {**_stamp(), "card": drv.name, "records": records}
         atomic_write_bytes(enc_path, gzip.compress(json.dumps(doc).encode()))
 
-    try:
-        from tqdm import tqdm  # noqa: PLC0415
-    except ImportError:  # pragma: no cover
-        def tqdm(x, **_):
-            return x
+    from tqdm import tqdm  # noqa: PLC0415
     cases = matrix(args.random)
     counts = {"driver_ok": 0, "driver_refused": 0, "ours_agree_accept": 0, "packed_not_modeled": 0,
               "ours_refuse_driver_accepts": 0, "ours_accept_driver_refuses": 0, "encode_equal": 0, "decode_equal": 0}
