@@ -84,6 +84,12 @@ struct Acc { uint64_t s; __device__ void operator()(uint64_t a, uint32_t n) { s 
 extern "C" __global__ void k_decode(const uint64_t* d, hb_tmap* out, int* rc) {
     rc[blockIdx.x] = hb_tmap_decode(d + 16 * blockIdx.x, out + blockIdx.x);
 }
+extern "C" __global__ void k_replace(const unsigned* ops, unsigned n, hb_tmap* out, int* rc) {
+    hb_tmap_fields f = {};
+    int bad = 0;
+    for (unsigned i = 0; i < n; ++i) bad |= hb_tmap_replace(&f, ops[3 * i], ops[3 * i + 1], ops[3 * i + 2]);
+    rc[0] = bad ? bad : hb_tmap_from_fields(&f, out);
+}
 extern "C" __global__ void k_lookup(const hb_tmap_entry* t, unsigned n, const uint64_t* d, hb_tmap* out) {
     const uint64_t* desc = d + 16 * blockIdx.x;
     const int i = hb_tmap_lookup(t, n, desc, hb_tmap_hash(desc));

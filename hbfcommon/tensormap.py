@@ -32,7 +32,9 @@ path does meanwhile).
 
 The layout-independent path is the REGISTRY (:func:`pack_registry`, hb_tmap_lookup): the exact bytes of every
 descriptor the host saw made, with the map they mean -- how the paper's public artifact binds descriptors
-(SlugLab/HBFSim, include/hbfsim/tensormap.hpp: TensorMapRegistry keyed by a hash of the exact 128 bytes).
+(SlugLab/HBFSim, include/hbfsim/tensormap.hpp: TensorMapRegistry keyed by a hash of the exact 128 bytes); and, for
+a map built on the device, the MIRROR of its tensormap.replace sequence (:class:`Fields`, :func:`replace`,
+:func:`from_fields`), whose operand conventions are documented.
 
 What the semantics of a box are (which global bytes it reads, what it fills, how many bytes complete_tx counts)
 is documented, not guessed: see :func:`box_runs` and the header's comments.
@@ -148,6 +150,8 @@ E_CODES = {
     "EXTENT": (9, "the tensor's byte extent overflows 64 bits"),
     "IM2COL": (10, "an im2col-mode map where a tiled one is required"),
     "SPANS": (11, "more HBF page spans than the caller's buffer holds (fail closed: nothing truncated)"),
+    "REPLACE": (12, "a tensormap.replace value outside its documented range (no defined effect: refused)"),
+    "UNSET": (13, "a field the rank needs was never given a value (a device-built map must set them all)"),
 }
 
 
@@ -260,19 +264,18 @@ def check_rules(m: TensorMap) -> None:
     align = 32 if m.interleave == INTERLEAVE_32B else 16
     if m.base % align:
         raise TensorMapError("ALIGN", f"globalAddress {m.base:#x} not {align}-byte aligned", base=m.base)
-    for i, d in enumerate(m.dims):
+    for i in range(m.rank):                       # ranges first, per dimension (hb_tmap_from_fields' order)
+        d, bx, es = m.dims[i], m.box[i], m.estrides[i]
         if not 1 <= d <= 1 << 32:
             raise TensorMapError("RULE", f"globalDim[{i}]={d} outside 1..2^32", dim=i, value=d)
+        if not 1 <= bx <= 256:
+            raise TensorMapError("RULE", f"boxDim[{i}]={bx} outside 1..256", dim=i, value=bx)
+        if not 1 <= es <= 8:
+            raise TensorMapError("RULE", f"elementStrides[{i}]={es} outside 1..8", dim=i, value=es)
     for i, s in enumerate(m.gstrides):
         if s % align or not 0 <= s < 1 << 40:
             raise TensorMapError("ALIGN", f"globalStrides[{i}]={s} not a multiple of {align} below 2^40",
                                  dim=i + 1, value=s)
-    for i, b in enumerate(m.box):
-        if not 1 <= b <= 256:
-            raise TensorMapError("RULE", f"boxDim[{i}]={b} outside 1..256", dim=i, value=b)
-    for i, s in enumerate(m.estrides):
-        if not 1 <= s <= 8:
-            raise TensorMapError("RULE", f"elementStrides[{i}]={s} outside 1..8", dim=i, value=s)
     if m.interleave != INTERLEAVE_NONE and m.rank < 3:
         raise TensorMapError("RULE", "an interleaved map needs rank >= 3", rank=m.rank)
     if m.interleave == INTERLEAVE_NONE and (m.box[0] * e) % 16:
@@ -334,22 +337,145 @@ def decode(b: bytes) -> TensorMap:
         f = FIELD[name]
         return _value(f, _get(n, f))
 
-    rank = get("RANK")
+    f = Fields(global_address=get("ADDR"), gdim=[get(f"DIM{i}") for i in range(MAX_RANK)],
+               gstride=[get(f"GSTRIDE{i}") for i in range(MAX_RANK - 1)],
+               box=[get(f"BOX{i}") for i in range(MAX_RANK)], estride=[get(f"ESTRIDE{i}") for i in range(MAX_RANK)],
+               rank_m1=get("RANK") - 1, elemtype=get("DTYPE"), interleave=get("INTERLEAVE"),
+               swizzle_mode=get("SWIZZLE"), swizzle_atom=get("SWZ_ATOM"), fill=get("FILL"), l2promo=get("L2PROMO"),
+               im2col=get("IM2COL"), set=SET_ALL)
+    return from_fields(f)
+
+
+# ---- the map as tensormap.replace sees it (hb_tmap_fields) --------------------------------------------------------------
+# .field of tensormap.replace.tile.<field>, by HB_TMAP_F_* number
+REPLACE_FIELDS = ("global_address", "rank", "box_dim", "global_dim", "global_stride", "element_stride", "elemtype",
+                  "interleave_layout", "swizzle_mode", "swizzle_atomicity", "fill_mode")
+SET_ADDR, SET_RANK, SET_ELEMTYPE, SET_INTERLEAVE, SET_SWIZZLE, SET_FILL = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
+SET_ALL = 0x1FFFFFF
+
+
+def SET_BOX(o: int) -> int:  # noqa: N802 -- the C macro's name
+    return 0x40 << o
+
+
+def SET_GDIM(o: int) -> int:  # noqa: N802
+    return 0x800 << o
+
+
+def SET_GSTRIDE(o: int) -> int:  # noqa: N802
+    return 0x10000 << o
+
+
+def SET_ESTRIDE(o: int) -> int:  # noqa: N802
+    return 0x100000 << o
+
+
+@dataclass
+class Fields:
+    """hb_tmap_fields: a tiled map as the PTX tensormap.replace operands see it -- natural counts, strides in bytes,
+    PTX codes, zero-based rank -- with a mask of what has a value. Mutable on purpose: replace() applies one
+    tensormap.replace to it (the mirror of a device-side descriptor build needs no knowledge of the byte layout)."""
+    global_address: int = 0
+    gdim: list = dataclasses.field(default_factory=lambda: [0] * MAX_RANK)
+    gstride: list = dataclasses.field(default_factory=lambda: [0] * (MAX_RANK - 1))
+    box: list = dataclasses.field(default_factory=lambda: [0] * MAX_RANK)
+    estride: list = dataclasses.field(default_factory=lambda: [0] * MAX_RANK)
+    rank_m1: int = 0
+    elemtype: int = 0
+    interleave: int = 0
+    swizzle_mode: int = 0
+    swizzle_atom: int = 0
+    fill: int = 0
+    l2promo: int = 0
+    im2col: int = 0
+    set: int = 0
+
+
+def replace(f: Fields, field: int | str, ord: int, val: int) -> None:  # noqa: A002 -- PTX's name
+    """hb_tmap_replace: mirror ``tensormap.replace.tile.<field> [tm], {ord,} val`` onto ``f``; a value outside the
+    documented range raises TensorMapError("REPLACE") and leaves ``f`` unchanged."""
+    k = REPLACE_FIELDS.index(field) if isinstance(field, str) else field
+
+    def bad(why: str) -> TensorMapError:
+        return TensorMapError("REPLACE", f"tensormap.replace.{REPLACE_FIELDS[k] if 0 <= k < 11 else k}: {why}",
+                              ord=ord, value=val)
+    if k == 0:
+        f.global_address, f.set = val, f.set | SET_ADDR
+    elif k == 1:
+        if not 0 <= val <= 4:
+            raise bad("rank operand (zero-based) outside 0..4")
+        f.rank_m1, f.set = val, f.set | SET_RANK
+    elif k == 2:
+        if not (0 <= ord <= 4 and 1 <= val <= 256):
+            raise bad("box_dim outside 1..256 (or ord > 4)")
+        f.box[ord], f.set = val, f.set | SET_BOX(ord)
+    elif k == 3:
+        if not (0 <= ord <= 4 and 1 <= val <= 1 << 32):
+            raise bad("global_dim outside 1..2^32 (or ord > 4)")
+        f.gdim[ord], f.set = val, f.set | SET_GDIM(ord)
+    elif k == 4:
+        if not (0 <= ord <= 3 and val % 16 == 0 and 0 <= val < 1 << 40):
+            raise bad("global_stride not a multiple of 16 below 2^40 (or ord > 3)")
+        f.gstride[ord], f.set = val, f.set | SET_GSTRIDE(ord)
+    elif k == 5:
+        if not (0 <= ord <= 4 and 1 <= val <= 8):
+            raise bad("element_stride outside 1..8 (or ord > 4)")
+        f.estride[ord], f.set = val, f.set | SET_ESTRIDE(ord)
+    elif k == 6:
+        if not 0 <= val <= 15:
+            raise bad("elemtype code outside 0..15")
+        f.elemtype, f.set = val, f.set | SET_ELEMTYPE
+    elif k == 7:
+        if not 0 <= val <= 2:
+            raise bad("interleave_layout outside 0..2")
+        f.interleave, f.set = val, f.set | SET_INTERLEAVE
+    elif k == 8:
+        if not 0 <= val <= 4:
+            raise bad("swizzle_mode outside 0..4")
+        f.swizzle_mode, f.set = val, f.set | SET_SWIZZLE
+    elif k == 9:
+        if not 0 <= val <= 3:
+            raise bad("swizzle_atomicity outside 0..3")
+        f.swizzle_atom = val
+    elif k == 10:
+        if not 0 <= val <= 1:
+            raise bad("fill_mode outside 0..1")
+        f.fill, f.set = val, f.set | SET_FILL
+    else:
+        raise bad("unknown field")
+
+
+def fields_of(m: TensorMap) -> Fields:
+    """hb_tmap_fields_of: the fields of a known map, every one set (a copied template's starting point)."""
+    pad = [0] * (MAX_RANK - m.rank)
+    mode, atom = SWIZZLE_TO_PTX[m.swizzle]
+    return Fields(global_address=m.base, gdim=[*m.dims, *pad], gstride=[*m.gstrides, *pad],
+                  box=[*m.box, *pad], estride=[*m.estrides, *pad], rank_m1=m.rank - 1,
+                  elemtype=CUDA_TO_PTX_DTYPE[m.dtype], interleave=m.interleave, swizzle_mode=mode, swizzle_atom=atom,
+                  fill=m.fill, l2promo=m.l2promo, im2col=m.im2col, set=SET_ALL)
+
+
+def from_fields(f: Fields) -> TensorMap:
+    """hb_tmap_from_fields: the map ``f`` describes (same checks, same order)."""
+    rank = f.rank_m1 + 1
+    if rank <= MAX_RANK:
+        need = SET_ADDR | SET_RANK | SET_ELEMTYPE | SET_INTERLEAVE | SET_SWIZZLE | SET_FILL
+        for i in range(rank):
+            need |= SET_BOX(i) | SET_GDIM(i) | SET_ESTRIDE(i) | (SET_GSTRIDE(i - 1) if i else 0)
+        if f.set & need != need:
+            raise TensorMapError("UNSET", "fields the rank needs were never given a value", missing=hex(need & ~f.set))
     if not 1 <= rank <= MAX_RANK:
         raise TensorMapError("RANK", f"rank {rank} outside 1..{MAX_RANK}", rank=rank)
-    dtype = PTX_TO_CUDA_DTYPE[get("DTYPE")]
+    dtype = PTX_TO_CUDA_DTYPE[f.elemtype & 15]
     if DTYPE_BYTES[dtype] == 0:
         raise TensorMapError("PACKED", f"{DTYPE_NAMES[dtype]} is a packed sub-byte type (not modeled)", dtype=dtype)
-    il, mode, atom, l2, fill = get("INTERLEAVE"), get("SWIZZLE"), get("SWZ_ATOM"), get("L2PROMO"), get("FILL")
-    if il > 2 or mode > 3 or (atom and mode != 3) or l2 > 3 or fill > 1:
+    il, mode, atom, l2, fill = f.interleave, f.swizzle_mode, f.swizzle_atom, f.l2promo, f.fill
+    if il > 2 or mode > 3 or (atom and mode != 3) or l2 > 3 or fill > 1 or atom > 3:
         raise TensorMapError("ENUM", "interleave/swizzle/l2promo/fill outside its enum (or a sm_100-only swizzle)",
                              interleave=il, swizzle_mode=mode, swizzle_atomicity=atom, l2promo=l2, fill=fill)
-    sw = 3 + atom if atom else mode
-    m = TensorMap(base=get("ADDR"), dtype=dtype, dims=tuple(get(f"DIM{i}") for i in range(rank)),
-                  gstrides=tuple(get(f"GSTRIDE{i}") for i in range(rank - 1)),
-                  box=tuple(get(f"BOX{i}") for i in range(rank)),
-                  estrides=tuple(get(f"ESTRIDE{i}") for i in range(rank)),
-                  interleave=il, swizzle=sw, l2promo=l2, fill=fill, im2col=get("IM2COL"))
+    m = TensorMap(base=f.global_address, dtype=dtype, dims=tuple(f.gdim[:rank]), gstrides=tuple(f.gstride[:rank - 1]),
+                  box=tuple(f.box[:rank]), estrides=tuple(f.estride[:rank]), interleave=il,
+                  swizzle=3 + atom if atom else mode, l2promo=l2, fill=fill, im2col=f.im2col)
     check_rules(m)
     return m
 

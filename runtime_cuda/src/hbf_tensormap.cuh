@@ -50,6 +50,9 @@
  *                   functions below refuse it)
  *  hb_tmap_hash     64-bit hash of the exact 128 bytes: key a decode cache with it AND the range generation
  *  hb_tmap_lookup   the registry: the entry holding exactly these 128 bytes (hash, then a full compare), or -1
+ *  hb_tmap_replace  mirror one device-side tensormap.replace onto an hb_tmap_fields (from a zeroed buffer, or from
+ *                   hb_tmap_fields_of a template); hb_tmap_from_fields -> hb_tmap. Needs no layout knowledge.
+ *                   (Not a hot path: the fields struct is indexed by the runtime ord, 160 B of local memory.)
  *  hb_tmap_box_runs the in-bounds bytes of one box as maximal contiguous runs, in a fixed order; returns OOB bytes.
  *                   Cost: one callback per row of dimension 0 (a 128x128 fp16 box: at most 128 rows, fewer after
  *                   merging), per ELEMENT only for an interleaved map with elementStride[0] > 1.
@@ -154,6 +157,8 @@
 #define HB_TMAP_E_EXTENT 9  /* the tensor's byte extent overflows 64 bits */
 #define HB_TMAP_E_IM2COL 10  /* an im2col-mode map where a tiled one is required */
 #define HB_TMAP_E_SPANS 11  /* more HBF page spans than the caller's buffer holds (fail closed: nothing truncated) */
+#define HB_TMAP_E_REPLACE 12  /* a tensormap.replace value outside its documented range (no defined effect: refused) */
+#define HB_TMAP_E_UNSET 13  /* a field the rank needs was never given a value (a device-built map must set them all) */
 /* END GENERATED LAYOUT */
 
 /* A decoded CUtensorMap, tiled mode. Fields of dimensions >= rank are zero. */
@@ -196,6 +201,13 @@ HB_TMAP_HD uint32_t hb_tmap_dtype_bytes(uint32_t dt) {
     return dt < HB_TMAP_DT_PACKED_FIRST ? (uint32_t)((packed >> (4u * dt)) & 0xFu) : 0u;
 }
 
+/* the PTX .elemtype code of CUtensorMapDataType dt (they differ for FLOAT64, BFLOAT16, FLOAT32_FTZ) */
+HB_TMAP_HD uint32_t hb_tmap_cuda_to_ptx_dtype(uint32_t dt) {
+    for (uint32_t p = 0; p < 16u; ++p)
+        if (((HB_TMAP_PTX_TO_CUDA_DTYPE >> (4u * p)) & 0xFu) == dt) return p;
+    return 16u;
+}
+
 /* width <= 64 bits at bit lo of the 16 little-endian qwords */
 HB_TMAP_HD uint64_t hb_tmap_bits(const uint64_t* w, uint32_t lo, uint32_t width) {
     const uint32_t q = lo >> 6, sh = lo & 63u;
@@ -204,61 +216,165 @@ HB_TMAP_HD uint64_t hb_tmap_bits(const uint64_t* w, uint32_t lo, uint32_t width)
     return width == 64u ? v : (v & ((1ull << width) - 1ull));
 }
 
-/* desc128: the 128 descriptor bytes, 8-byte aligned (a CUtensorMap is 64-byte aligned). Checks, in this order
- * (the Python twin's order): reserved bits, rank, dtype, packed dtype, enums, then the documented rules
- * (alignment, box/elementStride ranges, interleave/swizzle rules, fill), then the extent. */
-HB_TMAP_HD int hb_tmap_decode(const void* desc128, hb_tmap* out) {
-    if (!desc128 || !out) return HB_TMAP_E_NULL;
-    uint64_t w[16];
-    const uint64_t* src = (const uint64_t*)desc128;
-HB_TMAP_UNROLL
-    for (int i = 0; i < 16; ++i) w[i] = src[i];
-    /* reserved: bits HB_TMAP_USED_BITS .. 1023 */
-    {
-        const uint32_t q = HB_TMAP_USED_BITS >> 6, sh = HB_TMAP_USED_BITS & 63u;
-        uint64_t acc = sh ? (w[q] >> sh) : w[q];
-        for (uint32_t i = q + 1; i < 16; ++i) acc |= w[i];
-        if (acc) return HB_TMAP_E_RESERVED;
+/* ---- a tiled map as the PTX tensormap.replace operands see it ------------------------------------------------------
+ * Natural values (dims, boxes, element strides as counts; global strides in bytes), the PTX codes of .elemtype,
+ * .interleave_layout, .swizzle_mode, .swizzle_atomicity, .fill_mode, and .rank zero-based -- the operand conventions
+ * the PTX ISA documents (and Triton 3.6's generated code uses, tests/tma). It is the common form of the two ways a map
+ * is known: decoded from bytes (hb_tmap_decode fills every field), or mirrored from a device-side tensormap.replace
+ * sequence (hb_tmap_replace, starting from a zeroed struct or from hb_tmap_fields_of(a known map)), which needs no
+ * knowledge of the byte layout. hb_tmap_from_fields turns it into an hb_tmap under the documented rules. */
+#define HB_TMAP_F_GLOBAL_ADDRESS 0u
+#define HB_TMAP_F_RANK 1u
+#define HB_TMAP_F_BOX_DIM 2u          /* ord 0..4 */
+#define HB_TMAP_F_GLOBAL_DIM 3u       /* ord 0..4 */
+#define HB_TMAP_F_GLOBAL_STRIDE 4u    /* ord 0..3: globalStrides[ord], bytes */
+#define HB_TMAP_F_ELEMENT_STRIDE 5u   /* ord 0..4 */
+#define HB_TMAP_F_ELEMTYPE 6u
+#define HB_TMAP_F_INTERLEAVE 7u
+#define HB_TMAP_F_SWIZZLE_MODE 8u
+#define HB_TMAP_F_SWIZZLE_ATOM 9u     /* sm_100a+; 0 (16B) when never replaced */
+#define HB_TMAP_F_FILL 10u
+
+struct hb_tmap_fields {
+    uint64_t global_address;
+    uint64_t gdim[5];              /* globalDim */
+    uint64_t gstride[4];           /* globalStrides (bytes) */
+    uint32_t box[5], estride[5];
+    uint32_t rank_m1;              /* the .rank operand: rank - 1 */
+    uint32_t elemtype;             /* PTX .elemtype code */
+    uint32_t interleave, swizzle_mode, swizzle_atom, fill;
+    uint32_t l2promo, im2col;      /* not replaceable on the device: kept from the starting map */
+    uint32_t set;                  /* what has a value: bit HB_TMAP_SET_*(ord) */
+};
+#define HB_TMAP_SET_ADDR 0x1u
+#define HB_TMAP_SET_RANK 0x2u
+#define HB_TMAP_SET_ELEMTYPE 0x4u
+#define HB_TMAP_SET_INTERLEAVE 0x8u
+#define HB_TMAP_SET_SWIZZLE 0x10u
+#define HB_TMAP_SET_FILL 0x20u
+#define HB_TMAP_SET_BOX(o) (0x40u << (o))         /* bits 6..10 */
+#define HB_TMAP_SET_GDIM(o) (0x800u << (o))       /* bits 11..15 */
+#define HB_TMAP_SET_GSTRIDE(o) (0x10000u << (o))  /* bits 16..19 */
+#define HB_TMAP_SET_ESTRIDE(o) (0x100000u << (o)) /* bits 20..24 */
+#define HB_TMAP_SET_ALL 0x1FFFFFFu
+
+/* Mirror one `tensormap.replace.tile.<field> [tm], {ord,} val` onto f. Values outside the documented ranges
+ * (cuTensorMapEncodeTiled's: box 1..256, elementStride 1..8, globalDim >= 1, globalStride a multiple of 16 below
+ * 2^40, rank 1..5; the enum codes) have no defined effect: HB_TMAP_E_REPLACE, f unchanged. */
+HB_TMAP_HD int hb_tmap_replace(hb_tmap_fields* f, uint32_t field, uint32_t ord, uint64_t val) {
+    if (!f) return HB_TMAP_E_NULL;
+    switch (field) {
+    case HB_TMAP_F_GLOBAL_ADDRESS: f->global_address = val; f->set |= HB_TMAP_SET_ADDR; return HB_TMAP_OK;
+    case HB_TMAP_F_RANK:
+        if (val > 4u) return HB_TMAP_E_REPLACE;
+        f->rank_m1 = (uint32_t)val; f->set |= HB_TMAP_SET_RANK; return HB_TMAP_OK;
+    case HB_TMAP_F_BOX_DIM:
+        if (ord > 4u || val < 1u || val > 256u) return HB_TMAP_E_REPLACE;
+        f->box[ord] = (uint32_t)val; f->set |= HB_TMAP_SET_BOX(ord); return HB_TMAP_OK;
+    case HB_TMAP_F_GLOBAL_DIM:
+        if (ord > 4u || val < 1u || val > (1ull << 32)) return HB_TMAP_E_REPLACE;
+        f->gdim[ord] = val; f->set |= HB_TMAP_SET_GDIM(ord); return HB_TMAP_OK;
+    case HB_TMAP_F_GLOBAL_STRIDE:
+        if (ord > 3u || (val & 15u) || val >= (1ull << 40)) return HB_TMAP_E_REPLACE;
+        f->gstride[ord] = val; f->set |= HB_TMAP_SET_GSTRIDE(ord); return HB_TMAP_OK;
+    case HB_TMAP_F_ELEMENT_STRIDE:
+        if (ord > 4u || val < 1u || val > 8u) return HB_TMAP_E_REPLACE;
+        f->estride[ord] = (uint32_t)val; f->set |= HB_TMAP_SET_ESTRIDE(ord); return HB_TMAP_OK;
+    case HB_TMAP_F_ELEMTYPE:
+        if (val > 15u) return HB_TMAP_E_REPLACE;
+        f->elemtype = (uint32_t)val; f->set |= HB_TMAP_SET_ELEMTYPE; return HB_TMAP_OK;
+    case HB_TMAP_F_INTERLEAVE:
+        if (val > 2u) return HB_TMAP_E_REPLACE;
+        f->interleave = (uint32_t)val; f->set |= HB_TMAP_SET_INTERLEAVE; return HB_TMAP_OK;
+    case HB_TMAP_F_SWIZZLE_MODE:
+        if (val > 4u) return HB_TMAP_E_REPLACE;
+        f->swizzle_mode = (uint32_t)val; f->set |= HB_TMAP_SET_SWIZZLE; return HB_TMAP_OK;
+    case HB_TMAP_F_SWIZZLE_ATOM:
+        if (val > 3u) return HB_TMAP_E_REPLACE;
+        f->swizzle_atom = (uint32_t)val; return HB_TMAP_OK;
+    case HB_TMAP_F_FILL:
+        if (val > 1u) return HB_TMAP_E_REPLACE;
+        f->fill = (uint32_t)val; f->set |= HB_TMAP_SET_FILL; return HB_TMAP_OK;
+    default: return HB_TMAP_E_REPLACE;
     }
+}
+
+/* The fields of a known map (every field set): the start of a replace sequence applied to a copied template. */
+HB_TMAP_HD hb_tmap_fields hb_tmap_fields_of(const hb_tmap& m) {
+    hb_tmap_fields f;
+    f.global_address = m.base;
+    f.rank_m1 = m.rank - 1u;
+    f.elemtype = hb_tmap_cuda_to_ptx_dtype(m.dtype);
+    f.interleave = m.interleave;
+    f.swizzle_mode = m.swizzle > 3u ? 3u : m.swizzle;
+    f.swizzle_atom = m.swizzle > 3u ? m.swizzle - 3u : 0u;
+    f.fill = m.fill;
+    f.l2promo = m.l2promo;
+    f.im2col = m.im2col;
+HB_TMAP_UNROLL
+    for (uint32_t i = 0; i < 5; ++i) {
+        f.gdim[i] = m.dim[i];
+        f.box[i] = m.box[i];
+        f.estride[i] = m.estride[i];
+        if (i < 4) f.gstride[i] = m.stride[i + 1];
+    }
+    f.set = HB_TMAP_SET_ALL;
+    return f;
+}
+
+/* The map f describes, under the documented rules. Checks, in this order (the Python twin's): every field the rank
+ * needs has a value (HB_TMAP_E_UNSET: a map built on the device from a zeroed buffer must set them all; the meaning
+ * of a zero field is part of the unverified layout), rank, packed dtype, enums, then the documented rules
+ * (alignment, interleave/swizzle rules, fill), then the extent. */
+HB_TMAP_HD int hb_tmap_from_fields(const hb_tmap_fields* f, hb_tmap* out) {
+    if (!f || !out) return HB_TMAP_E_NULL;
     hb_tmap m;
-    m.rank = (uint32_t)hb_tmap_bits(w, HB_TMAP_RANK_LO, HB_TMAP_RANK_W) + 1u;
+    m.rank = f->rank_m1 + 1u;
+    if (m.rank <= HB_TMAP_MAX_RANK) {
+        uint32_t need = HB_TMAP_SET_ADDR | HB_TMAP_SET_RANK | HB_TMAP_SET_ELEMTYPE | HB_TMAP_SET_INTERLEAVE |
+                        HB_TMAP_SET_SWIZZLE | HB_TMAP_SET_FILL;
+HB_TMAP_UNROLL
+        for (uint32_t i = 0; i < 5; ++i)
+            if (i < m.rank)
+                need |= HB_TMAP_SET_BOX(i) | HB_TMAP_SET_GDIM(i) | HB_TMAP_SET_ESTRIDE(i) |
+                        (i ? HB_TMAP_SET_GSTRIDE(i - 1) : 0u);
+        if ((f->set & need) != need) return HB_TMAP_E_UNSET;
+    }
     if (m.rank > HB_TMAP_MAX_RANK) return HB_TMAP_E_RANK;
-    /* the stored element type is the PTX .elemtype code; hb_tmap.dtype is the CUtensorMapDataType */
-    const uint32_t ptx_dt = (uint32_t)hb_tmap_bits(w, HB_TMAP_DTYPE_LO, HB_TMAP_DTYPE_W);
-    m.dtype = (uint32_t)((HB_TMAP_PTX_TO_CUDA_DTYPE >> (4u * ptx_dt)) & 0xFu);
+    /* the element type is a PTX .elemtype code; hb_tmap.dtype is the CUtensorMapDataType */
+    m.dtype = (uint32_t)((HB_TMAP_PTX_TO_CUDA_DTYPE >> (4u * (f->elemtype & 15u))) & 0xFu);
     m.elem_bytes = hb_tmap_dtype_bytes(m.dtype);
     if (!m.elem_bytes) return HB_TMAP_E_PACKED;
-    m.interleave = (uint32_t)hb_tmap_bits(w, HB_TMAP_INTERLEAVE_LO, HB_TMAP_INTERLEAVE_W);
-    const uint32_t swz_mode = (uint32_t)hb_tmap_bits(w, HB_TMAP_SWIZZLE_LO, HB_TMAP_SWIZZLE_W);
-    const uint32_t swz_atom = (uint32_t)hb_tmap_bits(w, HB_TMAP_SWZ_ATOM_LO, HB_TMAP_SWZ_ATOM_W);
-    m.l2promo = (uint32_t)hb_tmap_bits(w, HB_TMAP_L2PROMO_LO, HB_TMAP_L2PROMO_W);
-    m.fill = (uint32_t)hb_tmap_bits(w, HB_TMAP_FILL_LO, HB_TMAP_FILL_W);
-    m.im2col = (uint32_t)hb_tmap_bits(w, HB_TMAP_IM2COL_LO, HB_TMAP_IM2COL_W);
+    m.interleave = f->interleave;
+    m.l2promo = f->l2promo;
+    m.fill = f->fill;
+    m.im2col = f->im2col;
     /* swizzle_mode 4 (96B) is sm_100+; an atomicity other than 16B only goes with the 128B mode */
-    if (m.interleave > 2u || swz_mode > 3u || (swz_atom && swz_mode != 3u) || m.l2promo > 3u || m.fill > 1u)
+    if (m.interleave > 2u || f->swizzle_mode > 3u || (f->swizzle_atom && f->swizzle_mode != 3u) || m.l2promo > 3u ||
+        m.fill > 1u || f->swizzle_atom > 3u)
         return HB_TMAP_E_ENUM;
-    m.swizzle = swz_atom ? 3u + swz_atom : swz_mode;   /* back to CUtensorMapSwizzle */
-    m.base = hb_tmap_bits(w, HB_TMAP_ADDR_LO, HB_TMAP_ADDR_W);
-    const uint32_t dlo[5] = {HB_TMAP_DIM0_LO, HB_TMAP_DIM1_LO, HB_TMAP_DIM2_LO, HB_TMAP_DIM3_LO, HB_TMAP_DIM4_LO};
-    const uint32_t blo[5] = {HB_TMAP_BOX0_LO, HB_TMAP_BOX1_LO, HB_TMAP_BOX2_LO, HB_TMAP_BOX3_LO, HB_TMAP_BOX4_LO};
-    const uint32_t elo[5] = {HB_TMAP_ESTRIDE0_LO, HB_TMAP_ESTRIDE1_LO, HB_TMAP_ESTRIDE2_LO, HB_TMAP_ESTRIDE3_LO,
-                             HB_TMAP_ESTRIDE4_LO};
-    const uint32_t slo[4] = {HB_TMAP_GSTRIDE0_LO, HB_TMAP_GSTRIDE1_LO, HB_TMAP_GSTRIDE2_LO, HB_TMAP_GSTRIDE3_LO};
+    m.swizzle = f->swizzle_atom ? 3u + f->swizzle_atom : f->swizzle_mode;   /* back to CUtensorMapSwizzle */
+    m.base = f->global_address;
 HB_TMAP_UNROLL
     for (uint32_t i = 0; i < 5; ++i) {
         const bool on = i < m.rank;
-        m.dim[i] = on ? hb_tmap_bits(w, dlo[i], HB_TMAP_DIM0_W) + 1ull : 0ull;
-        m.box[i] = on ? (uint32_t)hb_tmap_bits(w, blo[i], HB_TMAP_BOX0_W) + 1u : 0u;
-        m.estride[i] = on ? (uint32_t)hb_tmap_bits(w, elo[i], HB_TMAP_ESTRIDE0_W) + 1u : 0u;
-        m.stride[i] = !on ? 0ull : i == 0 ? (uint64_t)m.elem_bytes
-                                          : hb_tmap_bits(w, slo[i - 1], HB_TMAP_GSTRIDE0_W) << 4;
+        m.dim[i] = on ? f->gdim[i] : 0ull;
+        m.box[i] = on ? f->box[i] : 0u;
+        m.estride[i] = on ? f->estride[i] : 0u;
+        m.stride[i] = !on ? 0ull : i == 0 ? (uint64_t)m.elem_bytes : f->gstride[i - 1];
     }
     /* the documented rules (hbfcommon/tensormap.py check_rules, same order) */
     const uint64_t align = m.interleave == HB_TMAP_INTERLEAVE_32B ? 32ull : 16ull;
     if (m.base % align) return HB_TMAP_E_ALIGN;
-    bool misaligned = false;
+    bool misaligned = false, range = false;
 HB_TMAP_UNROLL
-    for (uint32_t i = 1; i < 5; ++i) misaligned |= i < m.rank && (m.stride[i] % align) != 0;
+    for (uint32_t i = 0; i < 5; ++i) {
+        if (i >= m.rank) continue;
+        range |= m.dim[i] < 1u || m.dim[i] > (1ull << 32) || m.box[i] < 1u || m.box[i] > 256u ||
+                 m.estride[i] < 1u || m.estride[i] > 8u;
+        if (i) misaligned |= (m.stride[i] % align) != 0 || m.stride[i] >= (1ull << 40);
+    }
+    if (range) return HB_TMAP_E_RULE;
     if (misaligned) return HB_TMAP_E_ALIGN;
     if (m.interleave != HB_TMAP_INTERLEAVE_NONE && m.rank < 3u) return HB_TMAP_E_RULE;
     if (m.interleave == HB_TMAP_INTERLEAVE_NONE && (m.box[0] * m.elem_bytes) % 16u) return HB_TMAP_E_RULE;
@@ -282,6 +398,47 @@ HB_TMAP_UNROLL
     m.extent = ext;
     *out = m;
     return HB_TMAP_OK;
+}
+
+/* desc128: the 128 descriptor bytes, 8-byte aligned (a CUtensorMap is 64-byte aligned). The reserved bits, then the
+ * fields read per the (unverified) layout, then hb_tmap_from_fields. */
+HB_TMAP_HD int hb_tmap_decode(const void* desc128, hb_tmap* out) {
+    if (!desc128 || !out) return HB_TMAP_E_NULL;
+    uint64_t w[16];
+    const uint64_t* src = (const uint64_t*)desc128;
+HB_TMAP_UNROLL
+    for (int i = 0; i < 16; ++i) w[i] = src[i];
+    /* reserved: bits HB_TMAP_USED_BITS .. 1023 */
+    {
+        const uint32_t q = HB_TMAP_USED_BITS >> 6, sh = HB_TMAP_USED_BITS & 63u;
+        uint64_t acc = sh ? (w[q] >> sh) : w[q];
+        for (uint32_t i = q + 1; i < 16; ++i) acc |= w[i];
+        if (acc) return HB_TMAP_E_RESERVED;
+    }
+    hb_tmap_fields f;
+    f.rank_m1 = (uint32_t)hb_tmap_bits(w, HB_TMAP_RANK_LO, HB_TMAP_RANK_W);
+    f.elemtype = (uint32_t)hb_tmap_bits(w, HB_TMAP_DTYPE_LO, HB_TMAP_DTYPE_W);
+    f.interleave = (uint32_t)hb_tmap_bits(w, HB_TMAP_INTERLEAVE_LO, HB_TMAP_INTERLEAVE_W);
+    f.swizzle_mode = (uint32_t)hb_tmap_bits(w, HB_TMAP_SWIZZLE_LO, HB_TMAP_SWIZZLE_W);
+    f.swizzle_atom = (uint32_t)hb_tmap_bits(w, HB_TMAP_SWZ_ATOM_LO, HB_TMAP_SWZ_ATOM_W);
+    f.l2promo = (uint32_t)hb_tmap_bits(w, HB_TMAP_L2PROMO_LO, HB_TMAP_L2PROMO_W);
+    f.fill = (uint32_t)hb_tmap_bits(w, HB_TMAP_FILL_LO, HB_TMAP_FILL_W);
+    f.im2col = (uint32_t)hb_tmap_bits(w, HB_TMAP_IM2COL_LO, HB_TMAP_IM2COL_W);
+    f.global_address = hb_tmap_bits(w, HB_TMAP_ADDR_LO, HB_TMAP_ADDR_W);
+    const uint32_t dlo[5] = {HB_TMAP_DIM0_LO, HB_TMAP_DIM1_LO, HB_TMAP_DIM2_LO, HB_TMAP_DIM3_LO, HB_TMAP_DIM4_LO};
+    const uint32_t blo[5] = {HB_TMAP_BOX0_LO, HB_TMAP_BOX1_LO, HB_TMAP_BOX2_LO, HB_TMAP_BOX3_LO, HB_TMAP_BOX4_LO};
+    const uint32_t elo[5] = {HB_TMAP_ESTRIDE0_LO, HB_TMAP_ESTRIDE1_LO, HB_TMAP_ESTRIDE2_LO, HB_TMAP_ESTRIDE3_LO,
+                             HB_TMAP_ESTRIDE4_LO};
+    const uint32_t slo[4] = {HB_TMAP_GSTRIDE0_LO, HB_TMAP_GSTRIDE1_LO, HB_TMAP_GSTRIDE2_LO, HB_TMAP_GSTRIDE3_LO};
+HB_TMAP_UNROLL
+    for (uint32_t i = 0; i < 5; ++i) {
+        f.gdim[i] = hb_tmap_bits(w, dlo[i], HB_TMAP_DIM0_W) + 1ull;
+        f.box[i] = (uint32_t)hb_tmap_bits(w, blo[i], HB_TMAP_BOX0_W) + 1u;
+        f.estride[i] = (uint32_t)hb_tmap_bits(w, elo[i], HB_TMAP_ESTRIDE0_W) + 1u;
+        if (i < 4) f.gstride[i] = hb_tmap_bits(w, slo[i], HB_TMAP_GSTRIDE0_W) << 4;
+    }
+    f.set = HB_TMAP_SET_ALL;
+    return hb_tmap_from_fields(&f, out);
 }
 
 /* 64-bit hash of the exact 128 bytes (8-byte aligned); hbfcommon/tensormap.py desc_hash computes the same. */

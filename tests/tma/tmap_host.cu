@@ -2,7 +2,8 @@
 // compiled by nvcc for the CPU. One case per input line:
 //   D <hex of 128 bytes> <ncoords> <c...> <nranges> (<base> <end> <media_offset> <page_shift>)* <max_spans>
 // and one JSON object per output line: rc, hash, the decoded map, the runs, oob, and the split; or
-//   L <file of hb_tmap_entry> <hex of 128 bytes>   -> {"index": hb_tmap_lookup(...), ...}
+//   L <file of hb_tmap_entry> <hex of 128 bytes>   -> {"index": hb_tmap_lookup(...), ...}; or
+//   R <0 | hex of a template descriptor> <n> (<field> <ord> <val>)*  -> hb_tmap_replace each, hb_tmap_from_fields
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +38,44 @@ int main() {
                 printf(", \"base\": %llu, \"rank\": %u, \"dtype\": %u, \"extent\": %llu, \"box1\": %u",
                        (unsigned long long)table[i].map.base, table[i].map.rank, table[i].map.dtype,
                        (unsigned long long)table[i].map.extent, table[i].map.box[1]);
+            printf("}\n");
+            continue;
+        }
+        if (cmd[0] == 'R') {  // R <start: 0 or hex of a template descriptor> <n> (<field> <ord> <val>)*
+            if (scanf("%300s", hex) != 1) return 2;
+            hb_tmap_fields f;
+            memset(&f, 0, sizeof f);
+            int trc = 0;
+            if (hex[0] != '0' || hex[1] != 0) {
+                for (int i = 0; i < 128; ++i) d[i] = (unsigned char)(hexval(hex[2 * i]) << 4 | hexval(hex[2 * i + 1]));
+                hb_tmap t;
+                trc = hb_tmap_decode(d, &t);
+                if (!trc) f = hb_tmap_fields_of(t);
+            }
+            int n = 0;
+            if (scanf("%d", &n) != 1 || n < 0 || n > 64) return 2;
+            printf("{\"template_rc\": %d, \"op_rc\": [", trc);
+            for (int i = 0; i < n; ++i) {
+                unsigned field, ord; unsigned long long val;
+                if (scanf("%u %u %llu", &field, &ord, &val) != 3) return 2;
+                printf("%s%d", i ? ", " : "", hb_tmap_replace(&f, field, ord, val));
+            }
+            hb_tmap m;
+            memset(&m, 0, sizeof m);
+            const int rc = hb_tmap_from_fields(&f, &m);
+            printf("], \"rc\": %d", rc);
+            if (!rc)
+                printf(", \"base\": %llu, \"rank\": %u, \"dtype\": %u, \"swizzle\": %u, \"interleave\": %u, "
+                       "\"fill\": %u, \"l2promo\": %u, \"extent\": %llu, \"dim\": [%llu, %llu, %llu, %llu, %llu], "
+                       "\"stride\": [%llu, %llu, %llu, %llu, %llu], \"box\": [%u, %u, %u, %u, %u], "
+                       "\"estride\": [%u, %u, %u, %u, %u]",
+                       (unsigned long long)m.base, m.rank, m.dtype, m.swizzle, m.interleave, m.fill, m.l2promo,
+                       (unsigned long long)m.extent, (unsigned long long)m.dim[0], (unsigned long long)m.dim[1],
+                       (unsigned long long)m.dim[2], (unsigned long long)m.dim[3], (unsigned long long)m.dim[4],
+                       (unsigned long long)m.stride[0], (unsigned long long)m.stride[1],
+                       (unsigned long long)m.stride[2], (unsigned long long)m.stride[3],
+                       (unsigned long long)m.stride[4], m.box[0], m.box[1], m.box[2], m.box[3], m.box[4],
+                       m.estride[0], m.estride[1], m.estride[2], m.estride[3], m.estride[4]);
             printf("}\n");
             continue;
         }
