@@ -46,8 +46,8 @@
  *    shared-memory side and on L2 requests; the device check in bench/tma_tensormap.py is the measurement.)
  *
  * ---- WHAT THE CALLER GETS ------------------------------------------------------------------------------------------
- *  hb_tmap_decode   128 bytes -> hb_tmap (0 or an HB_TMAP_E_* code; an im2col map decodes with im2col = 1, and the
- *                   functions below refuse it)
+ *  hb_tmap_decode   128 bytes -> hb_tmap (0 or an HB_TMAP_E_* code; an im2col map decodes with im2col = 1: the caller
+ *                   refuses it -- hb_tmap_split returns HB_TMAP_E_IM2COL; hb_tmap_box_runs must not be given one)
  *  hb_tmap_hash     64-bit hash of the exact 128 bytes: key a decode cache with it AND the range generation
  *  hb_tmap_lookup   the registry: the entry holding exactly these 128 bytes (hash, then a full compare), or -1
  *  hb_tmap_replace  mirror one device-side tensormap.replace onto an hb_tmap_fields (from a zeroed buffer, or from
