@@ -1,0 +1,641 @@
+#!/usr/bin/env python3
+"""TensorMap decoding and the tile split (issue 15 items 2-3): what it costs, and whether it is right on a GPU.
+
+    python3 bench/tma_tensormap.py cpu [--out bench/results/tma_tensormap_cpu.json]
+        CPU only. ptxas (sm_90a) registers / stack / spills of small kernels calling hb_tmap_decode, hb_tmap_lookup,
+        hb_tmap_box_runs and hb_tmap_split; the host cost per call of the same header (nvcc host build,
+        bench/src/tma_tensormap_cpu.cu) on representative tiles (median and spread over repetitions).
+
+    python3 bench/tma_tensormap.py gpu [--out bench/results/tma_tensormap_gpu.json]
+                                       [--encodings bench/results/tma_tensormap_encodings.json.gz] [--random 3000]
+        NEEDS an sm_90 GPU (the H200). NOT RUN YET (written in a session without a GPU).
+        1. the real cuTensorMapEncodeTiled (cuda.bindings.driver; cuda.cuda as a fallback) over a field-combination
+           matrix -- every dtype, ranks 1-5, interleave, swizzle, l2promo, fill, strides, boxes, elementStrides, and
+           the documented error cases -- recording inputs, the driver's result and the raw 128 bytes into
+           --encodings (written as it goes; tests/tma/test_tensormap.py consumes it in CI once it exists);
+        2. the layout by differential probing (hbfcommon/tensormap.py discover_layout) against the driver: per field
+           confirmed / mismatched, with the observed bit positions and stored values; and whether the driver
+           writes bits that depend on the allocation behind the address (it does on Blackwell, per NVIDIA's 595
+           driver notes): the same maps at a small and a large real allocation and at an unallocated address;
+        3. decode() of every real encoding and encode() byte equality; driver-rejected inputs vs encode()'s rules;
+        4. the device: hb_tmap_decode run on the GPU over the same descriptors, compared with the Python twin;
+        5. the box semantics on the TMA unit itself: real cp.async.bulk.tensor loads (1D-5D, negative and
+           past-the-end coordinates, elementStrides > 1, swizzled and interleaved maps) with mbarrier expect_tx =
+           hb_tmap_box_bytes; the barrier must complete (and, as a negative control, not with one byte more), and
+           every shared-memory element must hold the global element the model says (or zero for an out-of-bounds
+           one) -- exactly for plain maps, as a multiset for swizzled/interleaved ones (placement permuted): so
+           swizzle/interleave are checked not to change WHICH global bytes are read.
+        Writes a summary to --out (fields confirmed / mismatched, counts of every check).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime as _dt
+import gzip
+import json
+import logging
+import math
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from hbfcommon import tensormap as tm  # noqa: E402
+from hbfcommon.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
+
+log = logging.getLogger(__name__)
+INC = [f"-I{REPO / 'runtime_cuda' / 'include'}", f"-I{REPO / 'runtime_cuda' / 'src'}"]
+RESULTS = REPO / "bench" / "results"
+
+
+def _tool(name: str) -> str:
+    p = shutil.which(name)
+    if p:
+        return p
+    for d in ("/usr/local/cuda/bin", "/usr/local/cuda-13.0/bin"):
+        if os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    raise SystemExit(f"{name} not found (the CUDA toolkit is needed)")
+
+
+def _stamp() -> dict:
+    rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "commit": rev.stdout.strip(), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "layout_verified": tm.LAYOUT_VERIFIED}
+
+
+def _stats(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+# ---- CPU --------------------------------------------------------------------------------------------------------------
+DEVICE_KERNELS = r"""
+#include "hbf_tensormap.cuh"
+struct Acc { uint64_t s; __device__ void operator()(uint64_t a, uint32_t n) { s += a ^ n; } };
+extern "C" __global__ void k_decode(const uint64_t* d, hb_tmap* out, int* rc) {
+    rc[blockIdx.x] = hb_tmap_decode(d + 16 * blockIdx.x, out + blockIdx.x);
+}
+extern "C" __global__ void k_replace(const unsigned* ops, unsigned n, hb_tmap* out, int* rc) {
+    hb_tmap_fields f = {};
+    int bad = 0;
+    for (unsigned i = 0; i < n; ++i) bad |= hb_tmap_replace(&f, ops[3 * i], ops[3 * i + 1], ops[3 * i + 2]);
+    rc[0] = bad ? bad : hb_tmap_from_fields(&f, out);
+}
+extern "C" __global__ void k_lookup(const hb_tmap_entry* t, unsigned n, const uint64_t* d, hb_tmap* out) {
+    const uint64_t* desc = d + 16 * blockIdx.x;
+    const int i = hb_tmap_lookup(t, n, desc, hb_tmap_hash(desc));
+    if (i >= 0) out[blockIdx.x] = t[i].map;
+}
+extern "C" __global__ void k_runs(const hb_tmap* m, const int32_t* c, unsigned long long* out) {
+    Acc acc{0};
+    const uint64_t oob = hb_tmap_box_runs(m[blockIdx.x], c + 5 * blockIdx.x, acc);
+    out[blockIdx.x] = acc.s + oob;
+}
+extern "C" __global__ void k_split(const hb_tmap* m, const int32_t* c, const hbf_dev_range* rg, unsigned nr,
+                                   unsigned long long* out, int* rc) {
+    hb_tmap_span sp[16];                    /* the caller's span buffer, in local memory */
+    hb_tmap_split_t s;
+    rc[blockIdx.x] = hb_tmap_split(m[blockIdx.x], c + 5 * blockIdx.x, rg, nr, sp, 16, &s);
+    out[blockIdx.x] = s.hbf_bytes + sp[0].bytes + sp[s.nspans ? s.nspans - 1 : 0].first_page;
+}
+"""
+
+
+def ptxas_resources(tmp: Path) -> dict:
+    (tmp / "k.cu").write_text(DEVICE_KERNELS)
+    subprocess.run([_tool("nvcc"), "-ptx", "-arch=sm_90a", "-std=c++17", *INC, str(tmp / "k.cu"), "-o",
+                    str(tmp / "k.ptx")], check=True, capture_output=True, text=True)
+    r = subprocess.run([_tool("ptxas"), "-arch=sm_90a", "-v", str(tmp / "k.ptx"), "-o", str(tmp / "k.o")],
+                       check=True, capture_output=True, text=True)
+    out = {}
+    for m in re.finditer(r"Function properties for (\w+)\n\s+(\d+) bytes stack frame, (\d+) bytes spill stores.*?\n"
+                         r".*?Used (\d+) registers", r.stdout + r.stderr, flags=re.S):
+        out[m.group(1)] = {"stack_bytes": int(m.group(2)), "spill_store_bytes": int(m.group(3)),
+                           "registers": int(m.group(4))}
+    return out
+
+
+def cpu_tiles() -> list[tuple[str, tm.TensorMap, tuple[int, ...]]]:
+    big = tm.TensorMap(base=1 << 30, dtype=6, dims=(4096, 4096), gstrides=(8192,), box=(128, 128), estrides=(1, 1))
+    dense = tm.TensorMap(base=1 << 30, dtype=6, dims=(128, 4096), gstrides=(256,), box=(128, 128), estrides=(1, 1))
+    five = tm.TensorMap(base=1 << 30, dtype=7, dims=(64, 16, 8, 4, 2), gstrides=(256, 4096, 32768, 131072),
+                        box=(32, 8, 4, 2, 2), estrides=(1, 1, 1, 1, 1))
+    il = tm.TensorMap(base=1 << 30, dtype=6, dims=(8, 64, 64), gstrides=(16, 1024), box=(8, 64, 8),
+                      estrides=(2, 2, 1), interleave=1)
+    return [("fp16_128x128_inner", big, (256, 512)), ("fp16_128x128_dense_rows", dense, (0, 512)),
+            ("fp16_128x128_edge_oob", big, (4096 - 64, -32)), ("fp32_5d_32x8x4x2x2", five, (16, 12, 6, 3, 1)),
+            ("fp16_interleaved_estride2", il, (0, 0, 0))]
+
+
+def run_cpu(args) -> None:
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        res = ptxas_resources(tmp)
+        exe = tmp / "cpu"
+        subprocess.run([_tool("nvcc"), "-x", "cu", "-std=c++17", "-O2", *INC,
+                        str(REPO / "bench" / "src" / "tma_tensormap_cpu.cu"), "-o", str(exe)],
+                       check=True, capture_output=True, text=True)
+        lines = [f"{name} {tm.encode(m).hex()} {m.rank} {' '.join(map(str, c))}" for name, m, c in cpu_tiles()]
+        r = subprocess.run([str(exe), str(args.reps), str(args.iters)], input="\n".join(lines) + "\n",
+                           capture_output=True, text=True, check=True, timeout=600)
+    tiles = []
+    for line, (name, m, c) in zip(r.stdout.splitlines(), cpu_tiles()):
+        o = json.loads(line)
+        runs, oob = tm.box_runs(m, c)
+        assert o["runs"] == len(runs), (name, o["runs"], len(runs))
+        tiles.append({"name": name, "rank": m.rank, "box": list(m.box), "coords": list(c), "runs": o["runs"],
+                      "inbounds_bytes": o["inbounds_bytes"], "oob_bytes": oob, "box_bytes": m.box_bytes,
+                      **{k: _stats(o[k]) for k in ("decode_ns", "box_runs_ns", "split_ns")}})
+    doc = {**_stamp(), "card": "CPU (this 2-core box, shared)", "reps": args.reps, "iters_per_rep": args.iters,
+           "ptxas_sm90a": res, "host_cost": tiles}
+    atomic_write_json(args.out, doc)
+    print(json.dumps(doc, indent=1))
+
+
+# ---- GPU --------------------------------------------------------------------------------------------------------------
+class Driver:
+    """cuTensorMapEncodeTiled through cuda.bindings.driver (cuda-python >= 12.6), or cuda.cuda (older)."""
+
+    def __init__(self) -> None:
+        try:
+            from cuda.bindings import driver as d  # noqa: PLC0415
+            self.api = "cuda.bindings.driver"
+        except ImportError:
+            from cuda import cuda as d  # type: ignore  # noqa: PLC0415
+            self.api = "cuda.cuda"
+        self.d = d
+        try:
+            err = d.cuInit(0)[0]
+        except Exception as e:  # noqa: BLE001 -- no driver library on this machine
+            raise SystemExit(f"no CUDA driver here ({type(e).__name__}): the gpu part needs the H200") from None
+        if int(err) != 0:
+            raise SystemExit(f"cuInit failed ({err}): the gpu part needs a GPU")
+        _, dev = d.cuDeviceGet(0)
+        _, self.ctx = d.cuDevicePrimaryCtxRetain(dev)
+        d.cuCtxSetCurrent(self.ctx)
+        _, name = d.cuDeviceGetName(128, dev)
+        self.name = name.split(b"\0")[0].decode()
+
+    def encode_raw(self, inp: dict) -> tuple[int, str, bytes | None]:
+        d = self.d
+        r = len(inp["dims"])
+        try:
+            u64, u32 = d.cuuint64_t, d.cuuint32_t
+            res = d.cuTensorMapEncodeTiled(
+                d.CUtensorMapDataType(inp["dtype"]), r, inp["base"], [u64(x) for x in inp["dims"]],
+                [u64(x) for x in inp["gstrides"]], [u32(x) for x in inp["box"]], [u32(x) for x in inp["estrides"]],
+                d.CUtensorMapInterleave(inp["interleave"]), d.CUtensorMapSwizzle(inp["swizzle"]),
+                d.CUtensorMapL2promotion(inp["l2promo"]), d.CUtensorMapFloatOOBfill(inp["fill"]))
+        except Exception as e:  # noqa: BLE001 -- the binding refused a value itself (range, rank): recorded
+            return -1, f"binding: {type(e).__name__}: {e}", None
+        err, tmap = res
+        if int(err) != 0:
+            return int(err), d.cuGetErrorName(err)[1].decode(), None
+        words = [int(x) for x in tmap.opaque]
+        return 0, "CUDA_SUCCESS", b"".join(w.to_bytes(8, "little") for w in words)
+
+    def encode(self, m: tm.TensorMap) -> bytes:
+        rc, name, b = self.encode_raw(_inputs(m))
+        if rc:
+            raise tm.TensorMapError("RULE", f"the driver refused: {name}")
+        return b
+
+
+def _inputs(m: tm.TensorMap) -> dict:
+    return {"base": m.base, "dtype": m.dtype, "dims": list(m.dims), "gstrides": list(m.gstrides), "box": list(m.box),
+            "estrides": list(m.estrides), "interleave": m.interleave, "swizzle": m.swizzle, "l2promo": m.l2promo,
+            "fill": m.fill}
+
+
+def matrix(n_random: int, seed: int = 15) -> list[dict]:
+    """The field-combination matrix: single-field sweeps from a valid base, random valid maps, documented errors."""
+    rng = random.Random(seed)
+    base = dict(base=0x7F0000000000, dtype=6, dims=[256, 64, 8, 4, 2], gstrides=[512, 32768, 262144, 1048576],
+                box=[64, 16, 4, 2, 2], estrides=[1, 1, 1, 1, 1], interleave=0, swizzle=0, l2promo=0, fill=0)
+
+    def rank(r: int, **kw) -> dict:
+        x = {**base, "dims": base["dims"][:r], "gstrides": base["gstrides"][:r - 1], "box": base["box"][:r],
+             "estrides": base["estrides"][:r]}
+        x.update(kw)
+        return x
+    out: list[dict] = []
+    for r in range(1, 6):
+        out.append(rank(r))
+        for dt in range(16):                                       # every dtype, packed ones included
+            box0 = 128 if dt >= 13 else 16        # 16 elements: a multiple of 16 bytes for every modeled size
+            out.append(rank(r, dtype=dt, box=[box0, *base["box"][1:r]]))
+        for sw in range(7):
+            out.append(rank(r, swizzle=sw, box=[16, *base["box"][1:r]]))
+        for l2 in range(4):
+            out.append(rank(r, l2promo=l2))
+        out.append(rank(r, fill=1))
+        for k in range(r):
+            for es in range(1, 9):
+                e = list(base["estrides"][:r])
+                e[k] = es
+                out.append(rank(r, estrides=e))
+        if r >= 3:
+            for il, sw in ((1, 0), (1, 1), (1, 3), (2, 1), (2, 0)):
+                out.append(rank(r, interleave=il, swizzle=sw, box=[8, *base["box"][1:r]], dims=[8, *base["dims"][1:r]],
+                                gstrides=[64, *base["gstrides"][1:r - 1]]))
+    # documented error cases
+    out += [rank(2, box=[64, 0]), rank(2, box=[64, 257]), rank(2, estrides=[1, 0]), rank(2, estrides=[1, 9]),
+            rank(2, base=base["base"] + 8), rank(2, gstrides=[520]), rank(2, gstrides=[1 << 40]),
+            rank(2, dims=[0, 64]), rank(2, dims=[(1 << 32) + 1, 64]), rank(2, box=[4, 16]),
+            rank(2, swizzle=1, box=[64, 16]), rank(2, interleave=1), rank(3, interleave=2, swizzle=0),
+            rank(2, dtype=0, fill=1), rank(2, dtype=13, box=[64, 16]), rank(2, dtype=14, dims=[100, 64]),
+            {**rank(1), "dims": [], "gstrides": [], "box": [], "estrides": []},
+            {**rank(5), "dims": [*base["dims"], 2], "gstrides": [*base["gstrides"], 1 << 22], "box": [*base["box"], 1],
+             "estrides": [1] * 6}]
+    # random valid maps (the test generator's rules)
+    while n_random > 0:
+        r = rng.randint(1, 5)
+        dt = rng.randrange(13)
+        e = tm.DTYPE_BYTES[dt]
+        dims = [rng.randint(1, 5000) for _ in range(r)]
+        box = [rng.randint(1, 256) for _ in range(r)]
+        unit = 16 // math.gcd(16, e)
+        box[0] = max(unit, box[0] // unit * unit)
+        gs, acc = [], dims[0] * e
+        for k in range(1, r):
+            s = -(-acc // 16) * 16 + 16 * rng.choice([0, 1, 4])
+            gs.append(s)
+            acc = s * dims[k]
+        sw = rng.choice([0, 0, 1, 2, 3, 4, 5, 6])
+        if sw and box[0] * e > tm.SWIZZLE_SPAN[sw]:
+            sw = 0
+        x = dict(base=rng.randrange(0, 1 << 48) // 16 * 16, dtype=dt, dims=dims, gstrides=gs, box=box,
+                 estrides=[rng.randint(1, 8) for _ in range(r)], interleave=0, swizzle=sw, l2promo=rng.randint(0, 3),
+                 fill=rng.choice([0, 1]) if dt in tm.FLOAT_DTYPES else 0)
+        if acc < 1 << 40:
+            out.append(x)
+            n_random -= 1
+    return out
+
+
+def _ours(inp: dict) -> tuple[str, bytes | None, tm.TensorMap | None]:
+    try:
+        m = tm.TensorMap(base=inp["base"], dtype=inp["dtype"], dims=tuple(inp["dims"]),
+                         gstrides=tuple(inp["gstrides"]), box=tuple(inp["box"]), estrides=tuple(inp["estrides"]),
+                         interleave=inp["interleave"], swizzle=inp["swizzle"], l2promo=inp["l2promo"],
+                         fill=inp["fill"])
+        return "OK", tm.encode(m), m
+    except tm.TensorMapError as e:
+        return e.reason, None, None
+
+
+TMA_KERNEL = r"""
+#include <cuda.h>
+#include <stdint.h>
+// One TMA tile load per launch (thread 0): expect_tx = the model's box bytes; wait with a 50 ms timeout; copy the
+// shared-memory box out. status: 1 completed, 2 timed out (the transaction count did not match).
+extern "C" __global__ void tma_load(const __grid_constant__ CUtensorMap tm, int rank, int c0, int c1, int c2, int c3,
+                                    int c4, unsigned expect, unsigned char* out, unsigned long long* status) {
+    extern __shared__ __align__(1024) unsigned char smem[];
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x != 0) return;
+    const unsigned b = (unsigned)__cvta_generic_to_shared(&bar), s = (unsigned)__cvta_generic_to_shared(smem);
+    const unsigned long long t = (unsigned long long)&tm;
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(b));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(b), "r"(expect) : "memory");
+    switch (rank) {
+    case 1: asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2}], [%3];"
+                         :: "r"(s), "l"(t), "r"(c0), "r"(b) : "memory"); break;
+    case 2: asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                         :: "r"(s), "l"(t), "r"(c0), "r"(c1), "r"(b) : "memory"); break;
+    case 3: asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+                         :: "r"(s), "l"(t), "r"(c0), "r"(c1), "r"(c2), "r"(b) : "memory"); break;
+    case 4: asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
+                         :: "r"(s), "l"(t), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(b) : "memory"); break;
+    default: asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
+                          :: "r"(s), "l"(t), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(b) : "memory"); break;
+    }
+    unsigned long long t0, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    unsigned done = 0;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(b) : "memory");
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (!done && now - t0 < 50000000ull);
+    *status = done ? 1ull : 2ull;
+    if (done) for (unsigned i = 0; i < expect; ++i) out[i] = smem[i];
+}
+"""
+
+DECODE_KERNEL = r"""
+#include "hbf_tensormap.cuh"
+extern "C" __global__ void k_decode(const uint64_t* d, hb_tmap* out, int* rc, unsigned n) {
+    const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) rc[i] = hb_tmap_decode(d + 16 * i, out + i);
+}
+"""
+
+
+def _compile_cubin(src: str, tmp: Path, name: str) -> bytes:
+    (tmp / f"{name}.cu").write_text(src)
+    subprocess.run([_tool("nvcc"), "-cubin", "-arch=sm_90a", "-std=c++17", *INC, str(tmp / f"{name}.cu"), "-o",
+                    str(tmp / f"{name}.cubin")], check=True, capture_output=True, text=True)
+    return (tmp / f"{name}.cubin").read_bytes()
+
+
+def device_decode(drv: Driver, descs: list[bytes], tmp: Path) -> list[tuple[int, bytes]]:
+    """hb_tmap_decode on the GPU: (rc, the hb_tmap bytes) per descriptor."""
+    from runtime_cuda import cudrv  # noqa: PLC0415
+    mod = cudrv.module_load_data(_compile_cubin(DECODE_KERNEL, tmp, "dec"))
+    fn = cudrv.module_function(mod, "k_decode")
+    n = len(descs)
+    d_in, d_out, d_rc = cudrv.mem_alloc(128 * n), cudrv.mem_alloc(tm.HB_TMAP_SIZE * n), cudrv.mem_alloc(4 * n)
+    buf = b"".join(descs)
+    cudrv.htod(d_in, (ctypes.c_uint8 * len(buf)).from_buffer_copy(buf), len(buf))
+    cudrv.launch(fn, ((n + 127) // 128,), (128,), [ctypes.c_uint64(d_in), ctypes.c_uint64(d_out),
+                                                   ctypes.c_uint64(d_rc), ctypes.c_uint32(n)])
+    cudrv.ctx_synchronize()
+    out = (ctypes.c_uint8 * (tm.HB_TMAP_SIZE * n))()
+    rc = (ctypes.c_int32 * n)()
+    cudrv.dtoh(out, d_out, tm.HB_TMAP_SIZE * n)
+    cudrv.dtoh(rc, d_rc, 4 * n)
+    for p in (d_in, d_out, d_rc):
+        cudrv.mem_free(p)
+    raw = bytes(out)
+    return [(rc[i], raw[i * tm.HB_TMAP_SIZE:(i + 1) * tm.HB_TMAP_SIZE]) for i in range(n)]
+
+
+def semantic_cases(rng: random.Random) -> list[tuple[tm.TensorMap, tuple[int, ...]]]:
+    """Small tiles (box <= 16 KiB) over a 4 MiB buffer: 1D-5D, OOB before/after, elementStrides, swizzles, and a
+    few interleaved maps (where the elementStride of dim 0 is honoured: inferred, this is its check)."""
+    out = []
+    while len(out) < 200:
+        r = rng.randint(1, 5)
+        dt = rng.choice([0, 1, 2, 4, 6, 7, 9])
+        e = tm.DTYPE_BYTES[dt]
+        dims = [rng.randint(1, 40) for _ in range(r)]
+        box = [rng.randint(1, 32) for _ in range(r)]
+        unit = 16 // math.gcd(16, e)
+        box[0] = max(unit, box[0] // unit * unit)
+        gs, acc = [], dims[0] * e
+        for _ in range(1, r):
+            s = -(-acc // 16) * 16 + 16 * rng.choice([0, 1])
+            gs.append(s)
+            acc = s * dims[len(gs)]
+        sw = rng.choice([0, 0, 0, 1, 2, 3])
+        if sw and box[0] * e > tm.SWIZZLE_SPAN[sw]:
+            sw = 0
+        il = 0
+        if r >= 3 and rng.random() < 0.15:         # interleaved (NC/8HWC8-like): 16 B of dim 0 per chunk
+            il, sw = 1, rng.choice([0, 1])
+            dims[0] = box[0] = 16 // e if e <= 16 else 1
+            gs = []
+            acc = 16
+            for k in range(1, r):
+                gs.append(acc)
+                acc *= dims[k]
+        try:
+            m = tm.TensorMap(base=0, dtype=dt, dims=tuple(dims), gstrides=tuple(gs), box=tuple(box),
+                             estrides=tuple(rng.choice([1, 1, 2, 3]) for _ in range(r)), swizzle=sw, interleave=il)
+            tm.check_rules(m)
+        except tm.TensorMapError:
+            continue
+        if m.box_bytes > 16384 or m.extent > (4 << 20) - 4096:
+            continue
+        c = tuple(rng.randint(-box[k] - 1, dims[k]) for k in range(r))
+        out.append((m, c))
+    return out
+
+
+def expected_smem(m: tm.TensorMap, c: tuple[int, ...], gmem: bytes) -> bytes:
+    """The box in shared memory per the documented semantics, unswizzled: elements in traversal
+    order (dim 0 fastest), an in-bounds element holds its global bytes, an OOB one zero (fill NONE)."""
+    steps = [m._step(k) for k in range(m.rank)]
+    counts = m.counts()
+    e = m.elem_bytes
+    out = bytearray()
+    idx = [0] * m.rank
+    for _ in range(math.prod(counts)):
+        g = [c[k] + idx[k] * steps[k] for k in range(m.rank)]
+        if all(0 <= g[k] < m.dims[k] for k in range(m.rank)):
+            off = sum(g[k] * m.strides[k] for k in range(m.rank))
+            out += gmem[off:off + e]
+        else:
+            out += bytes(e)
+        k = 0
+        while k < m.rank:
+            idx[k] += 1
+            if idx[k] < counts[k]:
+                break
+            idx[k] = 0
+            k += 1
+    return bytes(out)
+
+
+def tma_semantics(drv: Driver, tmp: Path, seed: int) -> dict:
+    from runtime_cuda import cudrv  # noqa: PLC0415
+    mod = cudrv.module_load_data(_compile_cubin(TMA_KERNEL, tmp, "tma"))
+    fn = cudrv.module_function(mod, "tma_load")
+    cudrv.func_set_max_dynamic_shared(fn, 65536)
+    nbytes = 4 << 20
+    gbuf = cudrv.mem_alloc(nbytes + 4096)
+    gbase = (gbuf + 1023) // 1024 * 1024
+    rng = random.Random(seed)
+    pattern = rng.randbytes(nbytes)
+    cudrv.htod(gbase, (ctypes.c_uint8 * nbytes).from_buffer_copy(pattern), nbytes)
+    d_out, d_st = cudrv.mem_alloc(65536), cudrv.mem_alloc(8)
+    res = {"cases": 0, "completed": 0, "timeouts": 0, "values_checked": 0, "values_equal": 0,
+           "negative_controls": 0, "negative_timed_out": 0, "failures": []}
+
+    class Tmap(ctypes.Structure):
+        _fields_ = [("b", ctypes.c_uint8 * 128)]
+    for ci, (m, c) in enumerate(semantic_cases(rng)):
+        mm = tm.TensorMap(**{**_inputs(m), "base": gbase, "dims": m.dims, "gstrides": m.gstrides, "box": m.box,
+                             "estrides": m.estrides})
+        desc = drv.encode(mm)
+        arg = Tmap()
+        ctypes.memmove(arg.b, desc, 128)
+        cc = list(c) + [0] * (5 - len(c))
+
+        def load(expect: int) -> int:
+            cudrv.memset_d8(d_out, 0xA5, 65536)
+            cudrv.launch(fn, (1,), (32,), [arg, ctypes.c_int32(mm.rank), *[ctypes.c_int32(x) for x in cc],
+                                           ctypes.c_uint32(expect), ctypes.c_uint64(d_out), ctypes.c_uint64(d_st)],
+                         shared=mm.box_bytes + 16)
+            cudrv.ctx_synchronize()
+            v = ctypes.c_uint64()
+            cudrv.dtoh(v, d_st, 8)
+            return v.value
+        if ci % 10 == 0:
+            # negative control: one byte more than the model must never complete (so completing with the model's
+            # count below means the TMA moved exactly that many bytes, not more)
+            res["negative_controls"] += 1
+            res["negative_timed_out"] += load(mm.box_bytes + 1) == 2
+        st = ctypes.c_uint64(load(mm.box_bytes))
+        res["cases"] += 1
+        case = {"inputs": {**_inputs(mm), "base": "gbase"}, "coords": list(c)}
+        if st.value != 1:
+            res["timeouts"] += 1
+            res["failures"].append({**case, "why": "barrier did not complete with expect_tx = box_bytes"})
+            continue
+        res["completed"] += 1
+        got = (ctypes.c_uint8 * mm.box_bytes)()
+        cudrv.dtoh(got, d_out, mm.box_bytes)
+        want = expected_smem(mm, c, pattern)
+        if mm.swizzle or mm.interleave:
+            # the shared-memory placement is permuted (swizzle / interleave): the claim checked is that the SAME
+            # global elements arrived -- the multiset of elements equals the model's
+            e = mm.elem_bytes
+            key = "multiset"
+            same = sorted(bytes(got)[i:i + e] for i in range(0, len(want), e)) == \
+                sorted(want[i:i + e] for i in range(0, len(want), e))
+        else:
+            key, same = "exact", bytes(got) == want
+        res["values_checked"] += 1
+        res.setdefault(f"checked_{key}", 0)
+        res[f"checked_{key}"] += 1
+        if same:
+            res["values_equal"] += 1
+        else:
+            res["failures"].append({**case, "why": f"shared-memory bytes differ from the model ({key})"})
+    for p in (gbuf, d_out, d_st):
+        cudrv.mem_free(p)
+    res["failures"] = res["failures"][:20]
+    return res
+
+
+def allocation_dependence(drv: Driver, layout: dict) -> dict:
+    """Does the driver write bits that depend on the ALLOCATION behind globalAddress, not only on the encode inputs?
+    (NVIDIA's 595.71.05 driver notes describe such a bit on Blackwell -- qword 1 bit 21, set for allocations under
+    128 KiB that are not dense non-overlapping tensors -- "specific to Blackwell's tensor map descriptor layout".)
+    The same maps are encoded at a real small allocation, a real large one, and an unallocated address; bits that
+    differ outside the address field are reported."""
+    from runtime_cuda import cudrv  # noqa: PLC0415
+    lo = layout.get("ADDR", {}).get("lo")
+    addr_bits = set(range(lo, lo + 64)) if lo is not None else set()
+    small, large = cudrv.mem_alloc(64 << 10), cudrv.mem_alloc(8 << 20)
+    fake = 0x7E0000000000
+    maps = [tm.TensorMap(base=0, dtype=6, dims=(64, 64), gstrides=(128,), box=(64, 8), estrides=(1, 1)),
+            tm.TensorMap(base=0, dtype=6, dims=(64, 64), gstrides=(256,), box=(64, 8), estrides=(1, 1)),   # padded
+            tm.TensorMap(base=0, dtype=7, dims=(16, 16, 16), gstrides=(64, 64), box=(16, 4, 4), estrides=(1, 1, 1))]
+    out = {"cases": [], "bits_outside_address": []}
+    extra: set[int] = set()
+    for m in maps:
+        encs = {}
+        for name, base in (("small_alloc", small), ("large_alloc", large), ("unallocated", fake)):
+            try:
+                encs[name] = drv.encode(tm.TensorMap(**{**_inputs(m), "base": base, "dims": m.dims,
+                                                        "gstrides": m.gstrides, "box": m.box, "estrides": m.estrides}))
+            except tm.TensorMapError as e:
+                encs[name] = None
+                out["cases"].append({"map": _inputs(m), "where": name, "refused": str(e)})
+        ref = encs.get("unallocated")
+        for name, enc in encs.items():
+            if enc is None or ref is None or name == "unallocated":
+                continue
+            d = tm._diff_bits(ref, enc) - addr_bits
+            extra |= d
+            out["cases"].append({"map": _inputs(m), "where": name, "bits_outside_address": sorted(d)})
+    out["bits_outside_address"] = sorted(extra)
+    for p in (small, large):
+        cudrv.mem_free(p)
+    return out
+
+
+def run_gpu(args) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    drv = Driver()
+    summary: dict[str, Any] = {**_stamp(), "card": drv.name, "api": drv.api}
+    enc_path = Path(args.encodings)
+    records: list[dict] = []
+
+    def flush() -> None:
+        doc = {**_stamp(), "card": drv.name, "records": records}
+        atomic_write_bytes(enc_path, gzip.compress(json.dumps(doc).encode()))
+
+    from tqdm import tqdm  # noqa: PLC0415
+    cases = matrix(args.random)
+    counts = {"driver_ok": 0, "driver_refused": 0, "ours_agree_accept": 0, "packed_not_modeled": 0,
+              "ours_refuse_driver_accepts": 0, "ours_accept_driver_refuses": 0, "encode_equal": 0, "decode_equal": 0}
+    for i, inp in enumerate(tqdm(cases, desc="cuTensorMapEncodeTiled")):
+        rc, name, raw = drv.encode_raw(inp)
+        reason, ours, m = _ours(inp)
+        rec = {"inputs": inp, "driver_rc": rc, "driver_err": name, "bytes": raw.hex() if raw else None,
+               "ours": reason}
+        if rc == 0:
+            counts["driver_ok"] += 1
+            if reason == "PACKED":
+                counts["packed_not_modeled"] += 1
+            elif ours is None:
+                counts["ours_refuse_driver_accepts"] += 1
+            else:
+                counts["ours_agree_accept"] += 1
+                rec["encode_equal"] = ours == raw
+                counts["encode_equal"] += ours == raw
+                try:
+                    rec["decode_equal"] = tm.decode(raw) == m
+                except tm.TensorMapError as e:
+                    rec["decode_equal"] = False
+                    rec["decode_error"] = e.reason
+                counts["decode_equal"] += rec["decode_equal"]
+        else:
+            counts["driver_refused"] += 1
+            counts["ours_accept_driver_refuses"] += ours is not None
+        records.append(rec)
+        if i % 200 == 199:
+            flush()
+    flush()
+    summary["encodings"] = {"file": str(enc_path.relative_to(REPO)) if enc_path.is_relative_to(REPO) else str(enc_path),
+                            "cases": len(records), **counts}
+    layout = tm.discover_layout(drv.encode)
+    summary["layout"] = {k: {kk: v[kk] for kk in ("lo", "agrees", "probes", "bits", "stored") if kk in v}
+                         for k, v in layout.items()}
+    summary["fields_confirmed"] = sorted(k for k, v in layout.items() if v["agrees"])
+    summary["fields_mismatched"] = sorted(k for k, v in layout.items() if not v["agrees"])
+    atomic_write_json(args.out, summary)
+    summary["allocation_dependence"] = allocation_dependence(drv, layout)
+    atomic_write_json(args.out, summary)
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        ok = [bytes.fromhex(r["bytes"]) for r in records if r["bytes"]]
+        dev = device_decode(drv, ok, tmp)
+        agree = 0
+        for d, (rc, raw) in zip(ok, dev):
+            try:
+                py = (0, tm.c_struct(tm.decode(d)))
+            except tm.TensorMapError as e:
+                py = (tm.E_CODES[e.reason][0], None)
+            agree += rc == py[0] and (rc != 0 or raw == py[1])
+        summary["device_decode"] = {"descriptors": len(ok), "agree_with_python": agree}
+        atomic_write_json(args.out, summary)
+        summary["tma_semantics"] = tma_semantics(drv, tmp, seed=15)
+    atomic_write_json(args.out, summary)
+    print(json.dumps({k: v for k, v in summary.items() if k != "layout"}, indent=1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("cpu", help="ptxas resources and host cost (CPU only)")
+    c.add_argument("--out", default=str(RESULTS / "tma_tensormap_cpu.json"))
+    c.add_argument("--reps", type=int, default=9)
+    c.add_argument("--iters", type=int, default=20000)
+    g = sub.add_parser("gpu", help="validation against the real driver and TMA unit (needs the H200)")
+    g.add_argument("--out", default=str(RESULTS / "tma_tensormap_gpu.json"))
+    g.add_argument("--encodings", default=str(RESULTS / "tma_tensormap_encodings.json.gz"))
+    g.add_argument("--random", type=int, default=3000)
+    a = ap.parse_args()
+    run_cpu(a) if a.cmd == "cpu" else run_gpu(a)
+
+
+if __name__ == "__main__":
+    main()
