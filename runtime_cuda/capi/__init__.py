@@ -176,6 +176,53 @@ def detach(s) -> None:
     s.close()
 
 
+# ------------------------------------------------------------------------------------------ program record
+PROGRAM_SCHEMA = "hbfsim.capi.program"
+
+
+def write_program_record(program: str, objects: Sequence[str]) -> tuple[Path | None, int]:
+    """``<program>.hbfcc.json`` from the records hbfcc wrote beside the program's objects
+    (``<obj>.hbfcc.json``, schema ``hbfcc.admission.nvcc``): their kernels with hbfcc's verdicts and their
+    module documents, for :func:`bind_all` (CMake's ``hbfsim_record_program``: CMake links a program with
+    CUDA sources through the host compiler, so hbfcc never sees the link and writes no link record). An
+    hbfcc link record at least as new as the program is kept. No object record (a plain nvcc build):
+    nothing is written, and a stale record of ours is removed. Returns (path or None, kernels)."""
+    prog = Path(program)
+    out = Path(str(prog) + ".hbfcc.json")
+    if not prog.is_file():
+        raise ConfigError("program not found", path=str(prog))
+    old = None
+    if out.is_file():
+        try:
+            old = json.loads(out.read_text())
+        except ValueError:
+            old = None
+    if old and old.get("schema") == A.LINK_SCHEMA_ID and out.stat().st_mtime >= prog.stat().st_mtime:
+        return out, len(old.get("kernels", []))
+    kernels: list[dict] = []
+    modules: list[dict] = []
+    used: list[str] = []
+    for o in objects:
+        rec = Path(str(o) + ".hbfcc.json")
+        if not rec.is_file():
+            continue
+        doc = A.load(rec)
+        if not isinstance(doc, dict) or not isinstance(doc.get("kernels"), list):
+            raise ConfigError("not an hbfcc object record", path=str(rec))
+        used.append(str(rec))
+        names = {k["name"] for k in kernels}
+        kernels += [k for k in doc["kernels"] if k.get("name") not in names]
+        modules += _module_docs(doc)
+    if not used:
+        if old and old.get("schema") == PROGRAM_SCHEMA:
+            out.unlink()
+        return None, 0
+    atomic_write_json(out, {"schema": PROGRAM_SCHEMA, "schema_version": 1, "output": str(prog), "objects": used,
+                            "admitted": all(k.get("admitted") for k in kernels), "kernels": kernels,
+                            "modules": modules}, indent=1, end="\n")
+    return out, len(kernels)
+
+
 # ------------------------------------------------------------------------------------------ binding
 @dataclass
 class Kernel:
@@ -183,7 +230,6 @@ class Kernel:
     admitted: bool
     reason: str
     address_source: str
-    module_doc: dict | None       # the module document (its .entry order), None: not found
     binary: str | None = None     # the ELF object whose symbol table holds the host stub
     stub: int = 0                 # the host stub's address in this process (0: not found)
 
@@ -239,19 +285,30 @@ def _counts(m: dict) -> bool:
 
 def program_kernels(docs: Sequence[dict]) -> dict[str, Kernel]:
     """Every kernel the artifacts name, with the verdict the top document gives it (a link/nvcc record
-    resolves it across modules and targets) and the first counting module document that defines it."""
+    resolves it across modules and targets)."""
     out: dict[str, Kernel] = {}
     for doc in docs:
-        mods = [m for m in _module_docs(doc) if _counts(m)]
         srcs = A.address_sources(doc)
         for name, adm, reasons in A.kernels(doc):
-            mod = next((m for m in mods if any(k.get("name") == name for k in m.get("kernels", []))), None)
             prev = out.get(name)
             if prev is not None:   # named by two artifacts: admitted only when both say so
                 prev.admitted = prev.admitted and adm
                 continue
-            out[name] = Kernel(name, bool(adm), "; ".join(reasons), srcs.get(name, "memory"), mod)
+            out[name] = Kernel(name, bool(adm), "; ".join(reasons), srcs.get(name, "memory"))
     return out
+
+
+def module_document(docs: Sequence[dict], names: set[str]) -> dict:
+    """The compiled module a loaded CUDA module holding kernels ``names`` came from: a counting module
+    document (an image a GPU where hbfsim models loads) that defines all of them (the same TU's images for
+    several targets list the same kernels in the same .entry order: the first serves)."""
+    for doc in docs:
+        for m in _module_docs(doc):
+            if _counts(m) and names <= {k.get("name") for k in m.get("kernels", [])}:
+                return m
+    raise HbfError("no compiled module of the admission records holds all the kernels of one loaded module "
+                   "(an -rdc device link, or records of another build): the C API binds one compiled module "
+                   "per CUDA module", code=ErrorCode.UNSUPPORTED, kernels=sorted(names)[:8])
 
 
 def elf_symbols(path: str, names: set[str]) -> tuple[dict[str, int], int, int]:
@@ -332,15 +389,14 @@ def bind_all(s, explicit: str | None, get_func_by_symbol: int) -> tuple[int, int
         log.warning("non-admitted kernels allowed (allow_unmodeled): %s", ", ".join(bad))
     modules = 0
     if s.use_cuda:
-        modules = _bind_modules(s, kernels, get_func_by_symbol)
-    s.capi_bound = {k: {"admitted": v.admitted, "binary": v.binary, "stub": hex(v.stub),
-                        "module_document": (v.module_doc or {}).get("input", {}).get("path")}
+        modules = _bind_modules(s, kernels, docs, get_func_by_symbol)
+    s.capi_bound = {k: {"admitted": v.admitted, "binary": v.binary, "stub": hex(v.stub)}
                     for k, v in kernels.items()}
     adm = sum(1 for v in kernels.values() if v.admitted)
     return modules, len(kernels), adm, len(kernels) - adm
 
 
-def _bind_modules(s, kernels: dict[str, Kernel], get_func_by_symbol: int) -> int:
+def _bind_modules(s, kernels: dict[str, Kernel], docs: Sequence[dict], get_func_by_symbol: int) -> int:
     if not get_func_by_symbol:
         raise ConfigError("bind_all needs the program's cudaGetFuncBySymbol: include cuda_runtime.h (nvcc does "
                           "for a .cu file) before hbfsim.h in the file that calls hbfsim_bind_all")
@@ -358,12 +414,7 @@ def _bind_modules(s, kernels: dict[str, Kernel], get_func_by_symbol: int) -> int
         mod = cu.check(d.cuFuncGetModule(d.CUfunction(int(f.value))), "cuFuncGetModule")
         by_module.setdefault(int(mod), []).append(k)
     for handle, ks in by_module.items():
-        docs = {id(k.module_doc): k.module_doc for k in ks if k.module_doc is not None}
-        if len(docs) != 1:
-            raise HbfError("one loaded module holds kernels of several compiled modules (an -rdc device link): "
-                           "the C API binds one compiled module per CUDA module", code=ErrorCode.UNSUPPORTED,
-                           kernels=sorted(k.name for k in ks)[:8])
-        mdoc = next(iter(docs.values()))
+        mdoc = module_document(docs, {k.name for k in ks})
         order = sorted(mdoc.get("kernels", []), key=lambda x: int(x.get("kernel_index", 0)))
         # the module's own kernels in .entry order (its counter slots), with the program's verdicts
         art = {"kernels": [{"name": x["name"],

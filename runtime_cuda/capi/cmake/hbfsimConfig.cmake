@@ -65,4 +65,18 @@ target_compile_definitions(hbfsim PRIVATE
 add_library(hbfsim::hbfsim ALIAS hbfsim)
 set(hbfsim_INCLUDE_DIRS "${_hbfsim_root}/include")
 set(hbfsim_PYTHON_EXECUTABLE "${Python3_EXECUTABLE}")
+
+# hbfsim_record_program(<target>): after each build of <target>, write <target file>.hbfcc.json, the
+# program's admission record that hbfsim_bind_all reads: every kernel of the target's objects with hbfcc's
+# verdict (each object's <obj>.hbfcc.json, written when hbfcc compiled it). Needed when CMake links the
+# program with the host compiler (a target with CUDA sources links through g++/clang++ by default), where
+# hbfcc does not see the link; harmless when hbfcc linked it (then its link record is kept).
+function(hbfsim_record_program target)
+  add_custom_command(TARGET ${target} POST_BUILD
+    COMMAND "${hbfsim_PYTHON_EXECUTABLE}" -m runtime_cuda.capi --program-record "$<TARGET_FILE:${target}>"
+            "$<TARGET_OBJECTS:${target}>"
+    COMMAND_EXPAND_LISTS VERBATIM
+    COMMENT "hbfsim: admission record of ${target}")
+endfunction()
+
 set(hbfsim_FOUND TRUE)
