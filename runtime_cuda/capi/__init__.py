@@ -1,4 +1,4 @@
-"""The C/C++ host API's Python side (docs/runtime.md "C/C++ host API", docs/design.md §3.12).
+"""The C/C++ host API's Python side (docs/runtime.md "C/C++ host API", docs/design.md §3.10).
 
 ``libhbfsim`` (``capi/src/hbfsim.c``, header ``capi/include/hbfsim.h``) is a thin C ABI over the one
 session (:mod:`runtime_cuda.session`) through an embedded interpreter: every C entry point calls
@@ -412,7 +412,8 @@ def _bind_modules(s, kernels: dict[str, Kernel], docs: Sequence[dict], get_func_
             raise HbfError(f"cudaGetFuncBySymbol failed for kernel {k.name} (cudaError {err})",
                            code=ErrorCode.CUDA, kernel=k.name, cuda_error=err)
         mod = cu.check(d.cuFuncGetModule(d.CUfunction(int(f.value))), "cuFuncGetModule")
-        by_module.setdefault(int(mod), []).append(k)
+        handle = int(mod.getPtr()) if hasattr(mod, "getPtr") else int(mod)
+        by_module.setdefault(handle, []).append(k)
     for handle, ks in by_module.items():
         mdoc = module_document(docs, {k.name for k in ks})
         order = sorted(mdoc.get("kernels", []), key=lambda x: int(x.get("kernel_index", 0)))

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "hbfsim.h"
 
@@ -38,6 +39,40 @@ int main(int argc, char** argv) {
         report("summary_bad_dir", hbfsim_write_summary(s, "/proc/no/such/dir/summary.json"));
         report("bind_no_artifact", hbfsim_bind_all(s, "/no/such/file.hbfcc.json", NULL));
         report("detach", hbfsim_detach(s));
+        return 0;
+    }
+    if (!strcmp(scenario, "timing")) {
+        /* bench/capi_overhead.py: the first attach (interpreter start + import + Attach RPC), then per-call
+         * costs: counters, register + unregister (RPC + range snapshot), synchronize, detach */
+        struct timespec t0, t1;
+        int reps = argc > 3 ? atoi(argv[3]) : 100;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (report("attach", hbfsim_attach(sock, HBFSIM_ATTACH_NO_CUDA, &s))) return 1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("first_attach_ns %lld\n", (long long)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));
+        static char buf[4096];
+        hbfsim_counters c;
+        hbfsim_failure f;
+        for (int k = 0; k < 3; k++) {
+            const char* what = k == 0 ? "counters_ns" : k == 1 ? "register_unregister_ns" : "synchronize_ns";
+            for (int i = 0; i < reps; i++) {
+                clock_gettime(CLOCK_MONOTONIC, &t0);
+                int rc = 0;
+                if (k == 0) { memset(&c, 0, sizeof c); c.struct_size = sizeof c; rc = hbfsim_counters_get(s, &c); }
+                else if (k == 1) {
+                    hbfsim_range_id id;
+                    rc = hbfsim_register_timing_range(s, buf, sizeof buf, 0, "t", &id);
+                    if (!rc) rc = hbfsim_unregister_range(s, id);
+                } else rc = hbfsim_synchronize(s, &f);
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                if (rc) return report(what, rc);
+                printf("%s %lld\n", what, (long long)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));
+            }
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        report("detach", hbfsim_detach(s));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("detach_ns %lld\n", (long long)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));
         return 0;
     }
     if (!strcmp(scenario, "nodaemon")) {
