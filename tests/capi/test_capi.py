@@ -242,3 +242,40 @@ def test_program_record_of_a_plain_build(tmp_path):
     assert capi.write_program_record(str(prog), [str(obj)]) == (None, 0) and not path.exists()
     path.write_text(json.dumps({"schema": "hbfcc.admission.link", "kernels": [{"name": "k"}, {"name": "j"}]}))
     assert capi.write_program_record(str(prog), [str(obj)]) == (path, 2)
+
+
+def test_daemon_lost_mid_session(cbuild, tmp_path):
+    """hbfd stops while a C program is attached: its next calls return the daemon's code and a message, detach
+    still frees the session, the program ends normally."""
+    d = start_daemon("nominal", workdir=tmp_path / "hbfd", env={"HBFD_THERMAL": "none"}, pythonpath=[ROOT],
+                     timeout_s=90.0)
+    try:
+        p = subprocess.Popen([str(cbuild / "capi_c"), "lost", str(d.socket), str(tmp_path / "s.json")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=tmp_path, env=_env())
+        assert p.stdout.readline().startswith("version")
+        assert p.stdout.readline().startswith("attach rc=0")
+        assert p.stdout.readline().strip() == "waiting"
+    finally:
+        d.stop(timeout_s=20.0)
+    out, err = p.communicate("go\n", timeout=120)
+    assert p.returncode == 0 and "Traceback" not in err, err
+    st = _steps(out)
+    lost = {int(ErrorCode.DAEMON_UNAVAILABLE), int(ErrorCode.DAEMON_LOST), int(ErrorCode.SHUTTING_DOWN)}
+    assert st["register"][0] in lost and st["register"][1], st
+    assert st["summary"][0] in lost, st
+    assert "detach" in st and not (tmp_path / "s.json").exists()
+
+
+def test_module_document_of_the_real_record(cuda_build):
+    """The compiled module bind_all binds a loaded module with: a counting image (sm_90a cubin or compute_90a
+    PTX) holding all its kernels, whose .entry order gives the counter slots; a name set no module holds is
+    an error naming it."""
+    rec = json.loads((cuda_build / "capi_sample.hbfcc.json").read_text())
+    names = {k["name"] for k in rec["kernels"]}
+    m = capi.module_document([rec], names)
+    assert {k["name"] for k in m["kernels"]} == names and not m["input"].get("below_helper_target")
+    assert sorted(int(k["kernel_index"]) for k in m["kernels"]) == list(range(3))
+    with pytest.raises(capi.HbfError) as ei:
+        capi.module_document([rec], names | {"_Z5otherv"})
+    assert ei.value.code == ErrorCode.UNSUPPORTED and "_Z5otherv" in str(ei.value.fields)

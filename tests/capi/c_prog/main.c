@@ -75,6 +75,24 @@ int main(int argc, char** argv) {
         printf("detach_ns %lld\n", (long long)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));
         return 0;
     }
+    if (!strcmp(scenario, "lost")) {
+        /* the daemon goes away mid-session (the test stops it, then writes a line to stdin) */
+        if (report("attach", hbfsim_attach(sock, HBFSIM_ATTACH_NO_CUDA, &s))) return 1;
+        printf("waiting\n");
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) return 1;
+        static char buf[4096];
+        hbfsim_range_id id = 0;
+        report("register", hbfsim_register_timing_range(s, buf, sizeof buf, 0, "after", &id));
+        hbfsim_counters c;
+        memset(&c, 0, sizeof c);
+        c.struct_size = sizeof c;
+        report("counters", hbfsim_counters_get(s, &c));
+        report("summary", hbfsim_write_summary(s, summary));
+        report("detach", hbfsim_detach(s));
+        return 0;
+    }
     if (!strcmp(scenario, "nodaemon")) {
         report("attach", hbfsim_attach(sock, HBFSIM_ATTACH_NO_CUDA, &s));
         printf("session_null=%d\n", s == NULL);
