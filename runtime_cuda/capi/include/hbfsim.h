@@ -153,11 +153,14 @@ HBFSIM_API int hbfsim_register_timing_range(hbfsim_session* s, const void* ptr, 
                                             const char* label, hbfsim_range_id* out);
 HBFSIM_API int hbfsim_unregister_range(hbfsim_session* s, hbfsim_range_id id);
 
+/* The program's cudaGetFuncBySymbol (cudaError_t (*)(cudaFunction_t*, const void*)), as hbfsim_bind_all passes it */
+typedef int (*hbfsim_get_func_fn)(void* function_out, const void* symbol);
+
 /* Bind the program's hbfcc-built modules (no module globals touched by the caller). artifacts: NULL to
  * use <binary>.hbfcc.json beside the executable and each loaded library (hbfcc writes it when it links),
  * else ':'-separated admission artifacts. get_func_by_symbol: the program's cudaGetFuncBySymbol; use the
  * hbfsim_bind_all macro below, which passes it from a file that includes cuda_runtime.h. */
-HBFSIM_API int hbfsim_bind_all_with(hbfsim_session* s, const char* artifacts, void* get_func_by_symbol,
+HBFSIM_API int hbfsim_bind_all_with(hbfsim_session* s, const char* artifacts, hbfsim_get_func_fn get_func_by_symbol,
                                     hbfsim_bind_report* report);
 
 HBFSIM_API int hbfsim_counters_get(hbfsim_session* s, hbfsim_counters* out);
@@ -183,9 +186,9 @@ HBFSIM_API int hbfsim_detach(hbfsim_session* s);
  * private to the program, so libhbfsim cannot call it itself). */
 #if defined(CUDART_VERSION)
 #define hbfsim_bind_all(s, artifacts, report) \
-    hbfsim_bind_all_with((s), (artifacts), (void*)(cudaError_t (*)(cudaFunction_t*, const void*))&cudaGetFuncBySymbol, (report))
+    hbfsim_bind_all_with((s), (artifacts), (hbfsim_get_func_fn)&cudaGetFuncBySymbol, (report))
 #else
-#define hbfsim_bind_all(s, artifacts, report) hbfsim_bind_all_with((s), (artifacts), (void*)0, (report))
+#define hbfsim_bind_all(s, artifacts, report) hbfsim_bind_all_with((s), (artifacts), (hbfsim_get_func_fn)0, (report))
 #endif
 
 #endif /* HBFSIM_H */

@@ -116,9 +116,9 @@ public:
     }
     void write_summary(const char* path) { check(hbfsim_write_summary(s_, path)); }
     // The macro hbfsim_bind_all passes the program's cudaGetFuncBySymbol (include cuda_runtime.h first).
-    hbfsim_bind_report bind_all(const char* artifacts = nullptr, void* get_func_by_symbol =
+    hbfsim_bind_report bind_all(const char* artifacts = nullptr, hbfsim_get_func_fn get_func_by_symbol =
 #if defined(CUDART_VERSION)
-        (void*)(cudaError_t (*)(cudaFunction_t*, const void*))&cudaGetFuncBySymbol
+        reinterpret_cast<hbfsim_get_func_fn>(&cudaGetFuncBySymbol)
 #else
         nullptr
 #endif

@@ -236,7 +236,7 @@ int hbfsim_unregister_range(hbfsim_session* s, hbfsim_range_id id) {
     return rc;
 }
 
-int hbfsim_bind_all_with(hbfsim_session* s, const char* artifacts, void* get_func_by_symbol,
+int hbfsim_bind_all_with(hbfsim_session* s, const char* artifacts, hbfsim_get_func_fn get_func_by_symbol,
                          hbfsim_bind_report* report) {
     ENTER(1, s);
     PyGILState_STATE gs = PyGILState_Ensure();
