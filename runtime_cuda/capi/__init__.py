@@ -350,7 +350,6 @@ def find_stubs(kernels: dict[str, Kernel], binaries: Sequence[str]) -> None:
         want -= set(syms)
 
 
-GetFunc = Callable[[ctypes.c_void_p, ctypes.c_void_p], int]
 
 
 def bind_all(s, explicit: str | None, get_func_by_symbol: int) -> tuple[int, int, int, int]:
@@ -411,7 +410,10 @@ def _bind_modules(s, kernels: dict[str, Kernel], docs: Sequence[dict], get_func_
         if err != 0 or not f.value:
             raise HbfError(f"cudaGetFuncBySymbol failed for kernel {k.name} (cudaError {err})",
                            code=ErrorCode.CUDA, kernel=k.name, cuda_error=err)
-        mod = cu.check(d.cuFuncGetModule(d.CUfunction(int(f.value))), "cuFuncGetModule")
+        fn = d.CUfunction(int(f.value))
+        if hasattr(d, "cuFuncLoad"):   # under cudart's lazy loading (CUDA 12.2+ default): loaded now, module and all
+            cu.check(d.cuFuncLoad(fn), "cuFuncLoad")
+        mod = cu.check(d.cuFuncGetModule(fn), "cuFuncGetModule")
         handle = int(mod.getPtr()) if hasattr(mod, "getPtr") else int(mod)
         by_module.setdefault(handle, []).append(k)
     for handle, ks in by_module.items():
