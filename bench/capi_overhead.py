@@ -6,13 +6,16 @@ against a real hbfd (nominal profile, no thermal model), the C program tests/cap
 the first hbfsim_attach, i.e. interpreter start + import + Attach RPC; then per call hbfsim_counters_get,
 hbfsim_register_timing_range + hbfsim_unregister_range, hbfsim_synchronize; hbfsim_detach), in ``--procs``
 processes of ``--reps`` calls each, and the same calls made directly from Python (runtime_cuda.capi's
-functions on a session attached in this process). Every call is control plane (none is on a kernel's path).
+functions; its attach includes importing the session), each in a fresh Python process, the C and Python
+processes interleaved (the daemon's state drifts with every registration). Every call is control plane (none
+is on a kernel's path).
 
     python3 bench/capi_overhead.py [--reps 200] [--procs 5] [--out bench/results/capi_overhead.json]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -51,19 +54,25 @@ def build(work: Path) -> Path:
     return b / "capi_c"
 
 
-def c_side(prog: Path, sock: str, reps: int, procs: int) -> dict:
-    vals: dict[str, list[int]] = {k: [] for k in ("first_attach_ns", "detach_ns", *METRICS)}
-    for _ in range(procs):
-        cp = subprocess.run([str(prog), "timing", sock, str(reps)], capture_output=True, text=True, env=_env(),
-                            timeout=300, check=True)
-        for line in cp.stdout.splitlines():
-            k, _, v = line.partition(" ")
-            if k in vals:
-                vals[k].append(int(v))
-    return {k: _stats(v) for k, v in vals.items()}
+def c_proc(prog: Path, sock: str, reps: int, vals: dict[str, list[int]]) -> None:
+    cp = subprocess.run([str(prog), "timing", sock, str(reps)], capture_output=True, text=True, env=_env(),
+                        timeout=300, check=True)
+    for line in cp.stdout.splitlines():
+        k, _, v = line.partition(" ")
+        if k in vals:
+            vals[k].append(int(v))
 
 
-def py_side(sock: str, reps: int) -> dict:
+def py_proc(sock: str, reps: int, vals: dict[str, list[int]]) -> None:
+    code = (f"import json, sys; sys.path.insert(0, {str(REPO / 'bench')!r}); import capi_overhead as B; "
+            f"print(json.dumps(B.py_side({sock!r}, {reps})))")
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=300,
+                        check=True)
+    for k, v in json.loads(cp.stdout.strip().splitlines()[-1]).items():
+        vals.setdefault(k, []).extend(v)
+
+
+def py_side(sock: str, reps: int) -> dict[str, list[int]]:
     from runtime_cuda import capi  # noqa: PLC0415
     buf = bytearray(4096)
     import ctypes  # noqa: PLC0415
@@ -81,7 +90,7 @@ def py_side(sock: str, reps: int) -> dict:
             fn()
             out[k].append(time.perf_counter_ns() - t)
     capi.detach(s)
-    return {k: _stats(v) for k, v in out.items()}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,8 +109,13 @@ def main(argv: list[str] | None = None) -> int:
         prog = build(work)
         with start_daemon("nominal", workdir=work / "hbfd", env={"HBFD_THERMAL": "none"}, pythonpath=[REPO],
                           timeout_s=120.0) as d:
-            c = c_side(prog, str(d.socket), a.reps, a.procs)
-            py = py_side(str(d.socket), a.reps)
+            cv: dict[str, list[int]] = {k: [] for k in ("first_attach_ns", "detach_ns", *METRICS)}
+            pv: dict[str, list[int]] = {}
+            for _ in range(a.procs):
+                c_proc(prog, str(d.socket), a.reps, cv)
+                py_proc(str(d.socket), a.reps, pv)
+        c = {k: _stats(v) for k, v in cv.items()}
+        py = {k: _stats(v) for k, v in pv.items()}
         res = {"what": "C API call costs vs the same calls from Python (no CUDA)", "date": time.strftime("%Y-%m-%d"),
                "card": "CPU (this 2-core box)", "command": " ".join(["python3", *sys.argv]), "reps": a.reps,
                "procs": a.procs, "c": c, "python": py,
@@ -110,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in ("first_attach_ns", "detach_ns", *METRICS):
             print(f"{k:24s} C median {c[k]['median'] / 1e3:10.1f} us (p10 {c[k]['p10'] / 1e3:.1f}, p90 "
                   f"{c[k]['p90'] / 1e3:.1f})" + (f"   Python {py[k]['median'] / 1e3:10.1f} us" if k in py else ""))
-        print(f"python attach {py['attach_ns']['median'] / 1e3:.1f} us; wrote {a.out}")
+        print(f"python attach (import + Attach RPC) {py['attach_ns']['median'] / 1e3:.1f} us; wrote {a.out}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
