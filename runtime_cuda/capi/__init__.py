@@ -266,9 +266,11 @@ def program_artifacts(explicit: str | None) -> list[tuple[str, str | None]]:
     found = [(p + ".hbfcc.json", p) for p in objs if os.path.isfile(p + ".hbfcc.json")]
     if not found:
         raise ConfigError(f"no admission artifact beside the program ({exe}.hbfcc.json) or any loaded library: "
-                          "link the program with hbfcc (CMake: CUDACXX=hbfcc and a CUDA-linked target), or "
-                          "pass the artifacts (hbfsim_bind_all's `artifacts`, ':'-separated; an object's "
-                          "<obj>.hbfcc.json)", executable=exe)
+                          "build it through hbfcc (CUDACXX=hbfcc) and, with CMake, call "
+                          "hbfsim_record_program(<target>) (CMake links through the host compiler, where hbfcc "
+                          "writes no link record); or pass the records (hbfsim_bind_all's `artifacts`, "
+                          "':'-separated, e.g. an object's <obj>.hbfcc.json). A plain nvcc build has none: run "
+                          "it without a session", executable=exe)
     return found
 
 
