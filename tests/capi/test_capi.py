@@ -279,3 +279,13 @@ def test_module_document_of_the_real_record(cuda_build):
     with pytest.raises(capi.HbfError) as ei:
         capi.module_document([rec], names | {"_Z5otherv"})
     assert ei.value.code == ErrorCode.UNSUPPORTED and "_Z5otherv" in str(ei.value.fields)
+
+
+def test_program_without_a_record(daemon, cuda_build, tmp_path):
+    """A program with no record beside it (a plain build, or a copy): bind_all says which file it looked for
+    and how to get one."""
+    app = tmp_path / "copy_of_sample"
+    shutil.copy2(cuda_build / "capi_sample", app)
+    cp = _run([app, "--dry-run", "--socket", daemon.socket], tmp_path)
+    assert cp.returncode == 5 and f"hbfsim error {int(ErrorCode.INVALID_ARGUMENT)}" in cp.stderr
+    assert f"{app}.hbfcc.json" in cp.stderr and "hbfsim_record_program" in cp.stderr
