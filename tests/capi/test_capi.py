@@ -289,3 +289,31 @@ def test_program_without_a_record(daemon, cuda_build, tmp_path):
     cp = _run([app, "--dry-run", "--socket", daemon.socket], tmp_path)
     assert cp.returncode == 5 and f"hbfsim error {int(ErrorCode.INVALID_ARGUMENT)}" in cp.stderr
     assert f"{app}.hbfcc.json" in cp.stderr and "hbfsim_record_program" in cp.stderr
+
+
+def test_synchronize_reports_a_recorded_device_failure(daemon, cbuild, tmp_path):
+    """A failure word in the control region (what the helpers' hb_fail writes on the GPU) comes back from
+    hbfsim_synchronize as its code with status, site, kernel and site index, every time; hbfd gets one report."""
+    from runtime_cuda import attach
+    p = subprocess.Popen([str(cbuild / "capi_c"), "failure", str(daemon.socket), str(tmp_path / "s.json")],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=tmp_path, env=_env())
+    site = (3 << 16) | 5
+    with attach(str(daemon.socket), cuda=False) as other:   # the same region, mapped here
+        h = other.ctl.ctl.header
+        try:
+            seen = [p.stdout.readline().strip() for _ in range(4)]
+            assert seen[1:] == ["attach rc=0 msg=", "synchronize_before rc=0 msg=", "waiting"], seen
+            h.device_failure = (C.HBF_ST_DAEMON_LOST << 32) | site
+            out, err = p.communicate("go\n", timeout=120)
+        finally:
+            h.device_failure = 0
+    assert p.returncode == 0 and "Traceback" not in err, err
+    st = _steps(out)
+    assert st["synchronize"][0] == ErrorCode.DAEMON_LOST and "DAEMON_LOST" in st["synchronize"][1]
+    assert st["synchronize_null"][0] == ErrorCode.DAEMON_LOST
+    fails = re.findall(r"^failure status=(\d+) name=(\w+) site=(\d+) kernel=(\d+) site_index=(\d+)$", out, re.M)
+    assert fails == [(str(C.HBF_ST_DAEMON_LOST), "DAEMON_LOST", str(site), "3", "5")] * 2
+    reps = [r for r in json.loads((tmp_path / "s.json").read_text())["daemon"]["reports"]
+            if r.get("kind") == "device_failure"]
+    assert len(reps) == 1 and reps[0]["data"]["site"] == site      # reported once, returned every time

@@ -121,7 +121,7 @@ typedef struct hbfsim_counters {
 
 /* A terminal failure the GPU recorded (hbfsim_synchronize). */
 typedef struct hbfsim_failure {
-    uint32_t status;           /* the request state (hbfcommon/status.py), 0 = none */
+    uint32_t status;           /* the request state (hbfcommon/status.py); status_name is "" when none was recorded */
     uint32_t site;             /* kernel_index << 16 | site_index */
     uint32_t kernel_index;
     uint32_t site_index;

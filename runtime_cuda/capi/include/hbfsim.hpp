@@ -111,7 +111,7 @@ public:
         hbfsim_failure f{};
         int rc = hbfsim_synchronize(s_, &f);
         if (rc == HBFSIM_OK) return;
-        if (f.status) throw DeviceFailure(rc, hbfsim_last_error(), f);
+        if (f.status_name[0]) throw DeviceFailure(rc, hbfsim_last_error(), f);   // a recorded failure
         throw Error(rc, hbfsim_last_error());
     }
     void write_summary(const char* path) { check(hbfsim_write_summary(s_, path)); }

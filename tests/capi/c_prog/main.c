@@ -93,6 +93,25 @@ int main(int argc, char** argv) {
         report("detach", hbfsim_detach(s));
         return 0;
     }
+    if (!strcmp(scenario, "failure")) {
+        /* the test records a device failure in the control region (what hb_fail writes), then a line on stdin */
+        if (report("attach", hbfsim_attach(sock, HBFSIM_ATTACH_NO_CUDA, &s))) return 1;
+        hbfsim_failure f;
+        report("synchronize_before", hbfsim_synchronize(s, &f));
+        printf("waiting\n");
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) return 1;
+        for (int i = 0; i < 2; i++) {
+            report("synchronize", hbfsim_synchronize(s, &f));
+            printf("failure status=%u name=%s site=%u kernel=%u site_index=%u\n", f.status, f.status_name, f.site,
+                   f.kernel_index, f.site_index);
+        }
+        report("synchronize_null", hbfsim_synchronize(s, NULL));
+        report("summary", hbfsim_write_summary(s, summary));
+        report("detach", hbfsim_detach(s));
+        return 0;
+    }
     if (!strcmp(scenario, "nodaemon")) {
         report("attach", hbfsim_attach(sock, HBFSIM_ATTACH_NO_CUDA, &s));
         printf("session_null=%d\n", s == NULL);
