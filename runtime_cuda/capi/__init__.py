@@ -419,6 +419,8 @@ def _bind_modules(s, kernels: dict[str, Kernel], docs: Sequence[dict], get_func_
         handle = int(mod.getPtr()) if hasattr(mod, "getPtr") else int(mod)
         by_module.setdefault(handle, []).append(k)
     for handle, ks in by_module.items():
+        if handle in s.bindings:   # bound by an earlier bind_all: its slots and state stay
+            continue
         mdoc = module_document(docs, {k.name for k in ks})
         order = sorted(mdoc.get("kernels", []), key=lambda x: int(x.get("kernel_index", 0)))
         # the module's own kernels in .entry order (its counter slots), with the program's verdicts
