@@ -26,6 +26,11 @@
 #define HBFSIM_PACKAGE_VERSION "unknown"
 #endif
 
+/* hbfsim_counters_get fills every field after the header as one run of uint64_t, in the bridge's order */
+_Static_assert(offsetof(hbfsim_counters, generation) == 8 &&
+                   sizeof(hbfsim_counters) == 8 + 8 * (1 + 7 * HBFSIM_N_OPS + 20),
+               "hbfsim_counters: a header, then uint64_t fields only (runtime_cuda/capi SCALARS, OP_FIELDS)");
+
 struct hbfsim_session {
     PyObject* py; /* runtime_cuda.session.Session */
 };
