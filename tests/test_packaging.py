@@ -351,3 +351,25 @@ def test_hbfcc_rewrite_installed(installed):
     assert "__hb_issue" in text and "hbf_helpers" in text      # instrumented and the helper linked
     doc = json.loads((installed.work / "out.ptx.hbfcc.json").read_text())
     assert doc["kernels"] and all(k["admitted"] for k in doc["kernels"])
+
+
+@pytest.mark.slow
+def test_c_api_from_the_installed_package(installed):
+    """The C/C++ host API as a pip user gets it: find_package(hbfsim) from `python -m runtime_cuda.capi
+    --cmake-dir` of the installed package builds libhbfsim against that venv's Python, and a C program
+    linked with it runs the installed session (no daemon: the documented code, the socket named)."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("cmake not installed")
+    r = installed.run("python", "-m", "runtime_cuda.capi", "--cmake-dir")
+    _check(r, "python -m runtime_cuda.capi --cmake-dir")
+    cmake_dir = r.stdout.strip()
+    assert cmake_dir.startswith(str(installed.venv)), cmake_dir
+    build = installed.work / "capi-build"
+    for argv in ([cmake, "-S", str(ROOT / "tests" / "capi" / "c_prog"), "-B", str(build),
+                  f"-Dhbfsim_DIR={cmake_dir}", f"-DPython3_EXECUTABLE={installed.venv / 'bin' / 'python'}"],
+                 [cmake, "--build", str(build), "-j2"]):
+        _check(installed.run(*argv, timeout=300), " ".join(argv[:2]))
+    r = installed.run(str(build / "capi_c"), "nodaemon", str(installed.work / "no.sock"))
+    _check(r, "capi_c nodaemon")
+    assert re.search(r"^attach rc=12 msg=no hbfd is running .*no\.sock", r.stdout, re.M), r.stdout + r.stderr

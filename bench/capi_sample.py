@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""A cuda-samples-style program (cudart, ``<<<>>>``) modeled end to end through the C/C++ host API (issue 18
+item 1; docs/runtime.md "C/C++ host API").
+
+The program is tests/capi/cuda_sample (vector_add, a grid-stride saxpy, a templated shared-memory block sum;
+its inputs ``a`` and ``b`` registered as timing ranges). It is built twice with CMake and find_package(hbfsim):
+plain nvcc (the reference) and hbfcc (CUDACXX=hbfcc, ``hbfsim_record_program``). Then, on the GPU:
+
+* plain build, ``--native``: the reference output and time;
+* hbfcc build, ``--native`` (no session: every module unbound, the native version runs): output identical;
+* hbfcc build, modeled: a real hbfd, ``hbfsim::Session``, ``bind_all`` (every kernel bound without touching a
+  module global), ranges registered, the kernels run, ``synchronize`` (device failures reported), counters,
+  the summary written; the output must be identical to the plain build's (timing never changes values).
+
+Each run is repeated ``--reps`` times (medians and spreads of the program's own cudaEvent time). Writes
+``bench/results/capi_sample.json`` and keeps the last modeled run's summary beside it.
+
+    python3 bench/capi_sample.py                      # GPU (an H200): builds, runs, checks, writes the JSON
+    python3 bench/capi_sample.py --build-only         # CPU: configure + build both variants, check the record
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
+
+SAMPLE = REPO / "tests" / "capi" / "cuda_sample"
+COUNTERS_RE = re.compile(r"^counters (.*)$", re.M)
+BIND_RE = re.compile(r"^bind modules=(\d+) kernels=(\d+) admitted=(\d+) not_admitted=(\d+)$", re.M)
+ELAPSED_RE = re.compile(r"^elapsed_ms=([0-9.]+) sum=(\S+)$", re.M)
+
+
+def _env(**kw: str) -> dict:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
+    e["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), e.get("PATH", "")])
+    e.update(kw)
+    return e
+
+
+def _run(argv, *, env=None, cwd=None, timeout=900) -> subprocess.CompletedProcess:
+    cp = subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env or _env(), cwd=cwd,
+                        timeout=timeout)
+    if cp.returncode != 0:
+        raise SystemExit(f"failed ({cp.returncode}): {' '.join(map(str, argv))}\n{cp.stdout[-3000:]}\n{cp.stderr[-3000:]}")
+    return cp
+
+
+def build(kind: str, work: Path, arch: str) -> tuple[Path, float]:
+    """Configure and build the sample with CUDACXX = nvcc (plain) or hbfcc; (program, seconds)."""
+    from runtime_cuda.capi import cmake_dir  # noqa: PLC0415
+    b = work / kind
+    shutil.rmtree(b, ignore_errors=True)
+    cxx = shutil.which("nvcc") if kind == "plain" else str(Path(sys.executable).parent / "hbfcc")
+    if not cxx or not Path(cxx).exists():
+        raise SystemExit(f"no CUDA compiler for the {kind} build ({cxx})")
+    env = _env(CUDACXX=cxx)
+    t = time.monotonic()
+    _run(["cmake", "-S", SAMPLE, "-B", b, f"-Dhbfsim_DIR={cmake_dir()}", f"-DPython3_EXECUTABLE={sys.executable}",
+          f"-DCMAKE_CUDA_ARCHITECTURES={arch}", "-DCMAKE_BUILD_TYPE=Release"], env=env)
+    _run(["cmake", "--build", b, "-j4"], env=env)
+    return b / "capi_sample", time.monotonic() - t
+
+
+def _spread(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs), "samples": xs}
+
+
+def _counters(text: str) -> dict:
+    m = COUNTERS_RE.search(text)
+    return {k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split())} if m else {}
+
+
+def run_gpu(a: argparse.Namespace, plain: Path, hb: Path, work: Path) -> dict:
+    from hbfd.runner import start_daemon  # noqa: PLC0415
+    args = ["--n", str(a.n), "--iters", str(a.iters)]
+    out: dict = {"runs": {}}
+    ref = work / "plain.bin"
+    times = {"plain_native": [], "hbfcc_native": [], "hbfcc_modeled": []}
+    for _ in range(a.reps):
+        cp = _run([plain, "--native", "--out", ref, *args])
+        times["plain_native"].append(float(ELAPSED_RE.search(cp.stdout).group(1)))
+    nat = work / "hbfcc_native.bin"
+    for _ in range(a.reps):
+        cp = _run([hb, "--native", "--out", nat, *args])
+        times["hbfcc_native"].append(float(ELAPSED_RE.search(cp.stdout).group(1)))
+    counters, binds = [], []
+    env = {} if a.thermal == "profile" else {"HBFD_THERMAL": a.thermal}
+    with start_daemon(a.profile, workdir=work / "hbfd", env=env, pythonpath=[REPO], timeout_s=300.0) as d:
+        for i in range(a.reps):
+            mod = work / f"modeled{i}.bin"
+            summ = work / f"summary{i}.json"
+            cp = _run([hb, "--socket", d.socket, "--summary", summ, "--out", mod, *args])
+            times["hbfcc_modeled"].append(float(ELAPSED_RE.search(cp.stdout).group(1)))
+            binds.append(tuple(int(x) for x in BIND_RE.search(cp.stdout).groups()))
+            counters.append(_counters(cp.stdout))
+            out.setdefault("identical", []).append(mod.read_bytes() == ref.read_bytes())
+            out["stderr_tail"] = cp.stderr[-2000:]
+        last_summary = json.loads(summ.read_text())
+    out["identical_native"] = nat.read_bytes() == ref.read_bytes()
+    out["identical_modeled"] = all(out.pop("identical"))
+    out["bind"] = [dict(zip(("modules", "kernels", "admitted", "not_admitted"), b)) for b in binds]
+    out["times_ms"] = {k: _spread(v) for k, v in times.items()}
+    out["ratio_modeled_vs_plain"] = statistics.median(times["hbfcc_modeled"]) / statistics.median(
+        times["plain_native"])
+    out["counters"] = counters
+    out["counters_median"] = {k: statistics.median(c[k] for c in counters) for k in counters[0]} if counters else {}
+    keep = Path(a.out).with_name("capi_sample.summary.json")
+    atomic_write_json(keep, last_summary, indent=1, end="\n")
+    out["summary"] = str(keep.relative_to(REPO)) if keep.is_relative_to(REPO) else str(keep)
+    out["ok"] = bool(out["identical_native"] and out["identical_modeled"] and counters
+                     and all(c.get("requests", 0) > 0 for c in counters)
+                     and all(b[0] >= 1 and b[2] == 3 for b in binds))
+    return out
+
+
+def _card() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30).stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "CPU (no GPU)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "capi_sample.json"), help="result JSON")
+    ap.add_argument("--n", type=int, default=1 << 22, help="elements per array (default 4Mi floats)")
+    ap.add_argument("--iters", type=int, default=3, help="vector_add + saxpy rounds per run")
+    ap.add_argument("--reps", type=int, default=5, help="runs of each variant (medians and spreads)")
+    ap.add_argument("--arch", default="90a", help="CMAKE_CUDA_ARCHITECTURES (default 90a: the H200)")
+    ap.add_argument("--profile", default="nominal", help="hbfd profile (a bundled name or a path)")
+    ap.add_argument("--thermal", default="none", help="HBFD_THERMAL for the run ('profile': the profile's model)")
+    ap.add_argument("--build-only", action="store_true", help="configure + build both variants (CPU), no run")
+    ap.add_argument("--work", default=None, help="build/run directory (default: a temporary one, removed)")
+    a = ap.parse_args(argv)
+    if a.n <= 0 or a.iters <= 0 or a.reps <= 0:
+        ap.error("--n, --iters and --reps must be > 0")
+    if shutil.which("cmake") is None:
+        ap.error("cmake is not installed")
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="capi_sample."))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        plain, t_plain = build("plain", work, a.arch)
+        hb, t_hb = build("hbfcc", work, a.arch)
+        rec = json.loads(Path(str(hb) + ".hbfcc.json").read_text())
+        res = {"what": "cuda-samples-style program (cudart, <<<>>>) modeled through the C/C++ host API",
+               "date": time.strftime("%Y-%m-%d"), "card": _card(), "command": " ".join(["python3", *sys.argv]),
+               "n": a.n, "iters": a.iters, "reps": a.reps, "arch": a.arch, "profile": a.profile,
+               "build_s": {"plain": round(t_plain, 2), "hbfcc": round(t_hb, 2)},
+               "record": {"kernels": [k["name"] for k in rec["kernels"]], "admitted": rec["admitted"]},
+               "no_plain_record": not Path(str(plain) + ".hbfcc.json").exists()}
+        if a.build_only:
+            print(json.dumps(res, indent=1))
+            return 0 if rec["admitted"] and res["no_plain_record"] else 1
+        res.update(run_gpu(a, plain, hb, work))
+        atomic_write_json(a.out, res, indent=1, end="\n")
+        print(json.dumps({k: res[k] for k in ("ok", "identical_native", "identical_modeled", "times_ms",
+                                              "counters_median", "bind")}, indent=1, default=str))
+        return 0 if res["ok"] else 1
+    finally:
+        if not a.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
