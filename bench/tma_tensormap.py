@@ -36,10 +36,8 @@ import gzip
 import json
 import logging
 import math
-import os
 import random
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -59,13 +57,9 @@ RESULTS = REPO / "bench" / "results"
 
 
 def _tool(name: str) -> str:
-    p = shutil.which(name)
-    if p:
-        return p
-    for d in ("/usr/local/cuda/bin", "/usr/local/cuda-13.0/bin"):
-        if os.access(os.path.join(d, name), os.X_OK):
-            return os.path.join(d, name)
-    raise SystemExit(f"{name} not found (the CUDA toolkit is needed)")
+    """The real CUDA tool hbfcc itself would run (hbfcc.toolchain: knobs, PATH, CUDA_HOME)."""
+    from hbfcc.toolchain import find_real_nvcc, find_real_ptxas  # noqa: PLC0415
+    return {"nvcc": find_real_nvcc, "ptxas": find_real_ptxas}[name]()
 
 
 def _stamp() -> dict:
@@ -80,41 +74,11 @@ def _stats(xs: list[float]) -> dict:
 
 
 # ---- CPU --------------------------------------------------------------------------------------------------------------
-DEVICE_KERNELS = r"""
-#include "hbf_tensormap.cuh"
-struct Acc { uint64_t s; __device__ void operator()(uint64_t a, uint32_t n) { s += a ^ n; } };
-extern "C" __global__ void k_decode(const uint64_t* d, hb_tmap* out, int* rc) {
-    rc[blockIdx.x] = hb_tmap_decode(d + 16 * blockIdx.x, out + blockIdx.x);
-}
-extern "C" __global__ void k_replace(const unsigned* ops, unsigned n, hb_tmap* out, int* rc) {
-    hb_tmap_fields f = {};
-    int bad = 0;
-    for (unsigned i = 0; i < n; ++i) bad |= hb_tmap_replace(&f, ops[3 * i], ops[3 * i + 1], ops[3 * i + 2]);
-    rc[0] = bad ? bad : hb_tmap_from_fields(&f, out);
-}
-extern "C" __global__ void k_lookup(const hb_tmap_entry* t, unsigned n, const uint64_t* d, hb_tmap* out) {
-    const uint64_t* desc = d + 16 * blockIdx.x;
-    const int i = hb_tmap_lookup(t, n, desc, hb_tmap_hash(desc));
-    if (i >= 0) out[blockIdx.x] = t[i].map;
-}
-extern "C" __global__ void k_runs(const hb_tmap* m, const int32_t* c, unsigned long long* out) {
-    Acc acc{0};
-    const uint64_t oob = hb_tmap_box_runs(m[blockIdx.x], c + 5 * blockIdx.x, acc);
-    out[blockIdx.x] = acc.s + oob;
-}
-extern "C" __global__ void k_split(const hb_tmap* m, const int32_t* c, const hbf_dev_range* rg, unsigned nr,
-                                   unsigned long long* out, int* rc) {
-    hb_tmap_span sp[16];                    /* the caller's span buffer, in local memory */
-    hb_tmap_split_t s;
-    rc[blockIdx.x] = hb_tmap_split(m[blockIdx.x], c + 5 * blockIdx.x, rg, nr, sp, 16, &s);
-    out[blockIdx.x] = s.hbf_bytes + sp[0].bytes + sp[s.nspans ? s.nspans - 1 : 0].first_page;
-}
-"""
+DEVICE_KERNELS = REPO / "bench" / "src" / "tma_tensormap_kernels.cu"
 
 
 def ptxas_resources(tmp: Path) -> dict:
-    (tmp / "k.cu").write_text(DEVICE_KERNELS)
-    subprocess.run([_tool("nvcc"), "-ptx", "-arch=sm_90a", "-std=c++17", *INC, str(tmp / "k.cu"), "-o",
+    subprocess.run([_tool("nvcc"), "-ptx", "-arch=sm_90a", "-std=c++17", *INC, str(DEVICE_KERNELS), "-o",
                     str(tmp / "k.ptx")], check=True, capture_output=True, text=True)
     r = subprocess.run([_tool("ptxas"), "-arch=sm_90a", "-v", str(tmp / "k.ptx"), "-o", str(tmp / "k.o")],
                        check=True, capture_output=True, text=True)

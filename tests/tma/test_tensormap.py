@@ -548,37 +548,7 @@ def test_decode_roundtrips_and_hash_is_of_the_bytes():
 
 
 # ---- the device build ----------------------------------------------------------------------------------------------------
-DEVICE_KERNELS = r"""
-#include "hbf_tensormap.cuh"
-struct Acc { uint64_t s; __device__ void operator()(uint64_t a, uint32_t n) { s += a ^ n; } };
-extern "C" __global__ void k_decode(const uint64_t* d, hb_tmap* out, int* rc) {
-    rc[blockIdx.x] = hb_tmap_decode(d + 16 * blockIdx.x, out + blockIdx.x);
-}
-extern "C" __global__ void k_runs(const uint64_t* d, const int32_t* c, unsigned long long* out) {
-    hb_tmap m;
-    if (hb_tmap_decode(d + 16 * blockIdx.x, &m)) return;
-    Acc acc{0};
-    const uint64_t oob = hb_tmap_box_runs(m, c + 5 * blockIdx.x, acc);
-    out[blockIdx.x] = acc.s + oob + hb_tmap_hash(d + 16 * blockIdx.x);
-}
-extern "C" __global__ void k_replace(const unsigned* ops, unsigned n, hb_tmap* out, int* rc) {
-    hb_tmap_fields f = {};
-    int bad = 0;
-    for (unsigned i = 0; i < n; ++i) bad |= hb_tmap_replace(&f, ops[3 * i], ops[3 * i + 1], ops[3 * i + 2]);
-    rc[0] = bad ? bad : hb_tmap_from_fields(&f, out);
-}
-extern "C" __global__ void k_lookup(const hb_tmap_entry* t, unsigned n, const uint64_t* d, hb_tmap* out) {
-    const uint64_t* desc = d + 16 * blockIdx.x;
-    const int i = hb_tmap_lookup(t, n, desc, hb_tmap_hash(desc));
-    if (i >= 0) out[blockIdx.x] = t[i].map;
-}
-extern "C" __global__ void k_split(const uint64_t* d, const int32_t* c, const hbf_dev_range* rg, unsigned nr,
-                                   hb_tmap_span* sp, hb_tmap_split_t* out, int* rc) {
-    hb_tmap m;
-    if (hb_tmap_decode(d + 16 * blockIdx.x, &m)) return;
-    rc[blockIdx.x] = hb_tmap_split(m, c + 5 * blockIdx.x, rg, nr, sp + 16 * blockIdx.x, 16, out + blockIdx.x);
-}
-"""
+DEVICE_KERNELS = ROOT / "bench" / "src" / "tma_tensormap_kernels.cu"    # shared with bench/tma_tensormap.py
 
 
 @pytest.fixture(scope="module")
@@ -587,8 +557,7 @@ def device_build(tmp_path_factory):
     if shutil.which("ptxas") is None:
         pytest.skip("ptxas not installed")
     d = tmp_path_factory.mktemp("tmapdev")
-    (d / "k.cu").write_text(DEVICE_KERNELS)
-    r = subprocess.run([_nvcc(), "-ptx", "-arch=sm_90a", "-std=c++17", *INC, str(d / "k.cu"), "-o", str(d / "k.ptx")],
+    r = subprocess.run([_nvcc(), "-ptx", "-arch=sm_90a", "-std=c++17", *INC, str(DEVICE_KERNELS), "-o", str(d / "k.ptx")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     r = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(d / "k.ptx"), "-o", str(d / "k.o")],
