@@ -43,6 +43,14 @@ def inline_issue() -> bool:
     return env_bool("HBF_INLINE_ISSUE", True)
 
 
+def l2_model() -> bool:
+    """HBF_L2_MODEL (default 0): model the GPU's L2 in front of HBF (docs/design.md §3.10): loads of registered
+    lines that the L2 model holds are not charged to HBF. Off by default until it is validated against ncu on
+    the H200 (bench/l2_vs_ncu.py); on, the FIXED source's loads and the FAST source's issue groups leave the
+    inline path for the helpers (the model's lookups are in the helpers)."""
+    return env_bool("HBF_L2_MODEL", False)
+
+
 def backoff_max_ns() -> int:
     """HBF_BACKOFF_MAX_NS: nanosleep backoff cap while polling host-written words."""
     return env_int("HBF_BACKOFF_MAX_NS", 8192, lo=0)

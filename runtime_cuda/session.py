@@ -291,6 +291,9 @@ class Session:
         self._epoch = 0            # bumps at every full synchronization of the context by the session
         self.native_select = knobs.native_select()
         self.inline_issue = knobs.inline_issue()
+        # the L2 in front of HBF (docs/design.md §3.10): geometry from the daemon's media parameters, checked here
+        self.l2: D.L2Geometry | None = D.l2_geometry(ctlmap.ctl.header.media) if knobs.l2_model() else None
+        self.l2_tags_dptr = 0
         self.launch_selection: dict[str, dict] = {}
         self.host_registered = False
         h = ctlmap.ctl.header
@@ -321,6 +324,10 @@ class Session:
         self.kshards_dptr = cudrv.mem_alloc(D.KSHARD_BYTES)
         cudrv.check(cudrv.drv().cuMemsetD8(self.kshards_dptr, 0, D.KSHARD_BYTES), "cuMemsetD8")
         self.state.kshards = self.kshards_dptr
+        if self.l2 is not None:    # the L2 model's tag store (§3.10), zeroed: an empty L2
+            self.l2_tags_dptr = cudrv.mem_alloc(self.l2.tag_bytes)
+            cudrv.check(cudrv.drv().cuMemsetD8(self.l2_tags_dptr, 0, self.l2.tag_bytes), "cuMemsetD8")
+            D.set_l2(self.state, self.l2, self.l2_tags_dptr)
         self.state.ref_next_ticket = ticket_floor(self.ctl)      # re-read right before publishing
         cudrv.htod(self.state_dptr, self.state, D.STATE_BYTES)   # whole block: zero tails and counters
         h = self.ctl.ctl.header
@@ -793,6 +800,14 @@ class Session:
                 D.sum_shards(arr, sh, n)
         return arr
 
+    def l2_reset(self) -> None:
+        """Empty the L2 model (§3.10) with the context idle: what a cold L2 starts from (ncu flushes the caches
+        before each kernel it measures). A no-op with the model off."""
+        self._ensure_open()
+        if self.use_cuda and self.l2_tags_dptr and self.l2 is not None:
+            self._wait_idle()
+            self._cu.check(self._cu.drv().cuMemsetD8(self.l2_tags_dptr, 0, self.l2.tag_bytes), "cuMemsetD8")
+
     def counters(self, publish: bool = True) -> dict:
         """Per kernel and totals. Also publishes the totals into the control region (counters.device)."""
         self._ensure_open()
@@ -819,6 +834,7 @@ class Session:
         out = {"kernels": kernels, "totals": totals, "generation": self.generation,
                "unmodeled_launches": list(self.unmodeled_launches),
                "refused_launches": list(self.refused_launches),
+               "l2_model": self.l2.summary() if self.l2 is not None else None,
                "launch_selection": {k: dict(v, rules=dict(v["rules"])) for k, v in self.launch_selection.items()}}
         if publish:
             self._publish(totals)
@@ -989,6 +1005,8 @@ class Session:
                     self._cu.mem_free(self.state_dptr)
                 if self.kshards_dptr:
                     self._cu.mem_free(self.kshards_dptr)
+                if self.l2_tags_dptr:
+                    self._cu.mem_free(self.l2_tags_dptr)
                 if self.host_registered:
                     self._cu.host_unregister(self.ctl.address)
             except HbfError as e:
