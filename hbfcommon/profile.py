@@ -624,6 +624,10 @@ def _check_derived(p: "Profile", where: str) -> None:
                            f"the L2 model needs read_granularity <= line_bytes <= page_bytes, at most 8 granules "
                            f"per line, 32 lines and 64 granules per page (line {p.l2.line_bytes} B, granule "
                            f"{g.read_granularity} B, page {g.page_bytes} B)")
+    if p.capacity_bytes // p.l2.line_bytes >= ((1 << 24) - 1) * p.l2.sets:
+        raise _range_error(where, "l2.capacity_bytes",
+                           f"the L2 model tags a line with line / sets in 24 bits: {p.capacity_bytes} B of media "
+                           f"need more than {p.l2.sets} sets of {p.l2.line_bytes} B lines")
     gc = gc_victim_problem(g.blocks_per_plane, g.pages_per_block, m.over_provisioning, m.gc_start_free_fraction)
     if gc:
         raise _range_error(where, "media.over_provisioning", gc)

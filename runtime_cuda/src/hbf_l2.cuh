@@ -7,9 +7,10 @@
  * registered ranges, in media addresses. The media request a warp makes for a page group carries only the
  * granules the L2 model missed; a group whose granules all hit makes no media request at all (future 0).
  *
- * A way's word: bits 63..32 the line's tag + 1 (tag = line / sets; 0 = empty), bits 31..24 the mask of the
- * line's granules (read_granularity, the L2's DRAM fetch unit) that are present, bits 23..0 the stamp:
- * (%globaltimer >> HBF_L2_STAMP_SHIFT) mod 2^24 at its insertion or last refresh (LRU; wraps after ~17 s).
+ * A way's word: bits 63..40 the line's tag + 1 (tag = line / sets, < 2^24 - 1: the profile check bounds the
+ * media capacity; 0 = empty), bits 39..32 the mask of the line's granules (read_granularity, the L2's DRAM fetch
+ * unit) that are present, bits 31..0 the stamp: (%globaltimer >> HBF_L2_STAMP_SHIFT) mod 2^32 at its insertion
+ * or last refresh (LRU; 64 ns units, wraps after 275 s: a line idle longer gets an arbitrary age).
  *
  * One access of one line (hb_l2_access, the ONE definition; hbfd/media/l2twin.py is its twin and the host test
  * tests/runtime/test_l2_model.py runs this very code on the CPU against it):
@@ -17,7 +18,8 @@
  *   the line present with every needed granule: a hit; under LRU its stamp is refreshed when it is at least one
  *     stamp unit old, by ONE atom.cas attempt (lost: nothing happens);
  *   present, some granules missing: ONE atom.cas adds them (a sector miss: only those are charged);
- *   absent: the victim is the first empty way, else the oldest stamp (ties: the lowest way), replaced by ONE
+ *   absent: the victim is the first empty way, else the oldest stamp (ties: the first; both scans start at way
+ *     tag1 % ways, so equal stamps -- one stamp unit is 64 ns -- do not always evict way 0), replaced by ONE
  *     atom.cas with the line and its needed granules (a line miss: the needed granules are charged).
  *   A lost CAS is never retried (no retry loop on words many warps share: issue 13): when the word the CAS
  *   found holds the same line with some of our granules, another warp filled them at the same time (a real
@@ -30,9 +32,10 @@
 #define HBF_L2_CUH
 #include <stdint.h>
 
-#define HBF_L2_STAMP_SHIFT 10u          /* stamp unit: 1024 ns of %globaltimer */
-#define HBF_L2_STAMP_MASK 0xFFFFFFu     /* 24 bits */
-#define HBF_L2_MASK_SHIFT 24u
+#define HBF_L2_STAMP_SHIFT 6u           /* stamp unit: 64 ns of %globaltimer (its tick is 32 ns) */
+#define HBF_L2_STAMP_MASK 0xFFFFFFFFu   /* 32 bits */
+#define HBF_L2_MASK_SHIFT 32u
+#define HBF_L2_TAG_SHIFT 40u            /* tag + 1 in 24 bits */
 #define HBF_L2_POLICY_LRU 1u            /* hbf_media_params.l2_policy */
 #define HBF_L2_POLICY_FIFO 2u
 #define HBF_L2_MAX_WAYS 32u
@@ -65,11 +68,11 @@ HB_L2_FN uint64_t hb_l2_cas(uint64_t* p, uint64_t expect, uint64_t desired) {
 }
 #endif
 
-HB_L2_FN uint32_t hb_l2_tag(uint64_t w) { return (uint32_t)(w >> 32); }
+HB_L2_FN uint32_t hb_l2_tag(uint64_t w) { return (uint32_t)(w >> HBF_L2_TAG_SHIFT); }
 HB_L2_FN uint32_t hb_l2_have(uint64_t w) { return (uint32_t)(w >> HBF_L2_MASK_SHIFT) & 0xFFu; }
 HB_L2_FN uint32_t hb_l2_age(uint64_t w, uint32_t now_u) { return (now_u - (uint32_t)w) & HBF_L2_STAMP_MASK; }
 HB_L2_FN uint64_t hb_l2_word(uint32_t tag1, uint32_t have, uint32_t now_u) {
-    return ((uint64_t)tag1 << 32) | ((uint64_t)(have & 0xFFu) << HBF_L2_MASK_SHIFT) | (now_u & HBF_L2_STAMP_MASK);
+    return ((uint64_t)tag1 << HBF_L2_TAG_SHIFT) | ((uint64_t)(have & 0xFFu) << HBF_L2_MASK_SHIFT) | now_u;
 }
 HB_L2_FN uint32_t hb_l2_popc(uint32_t x) {
 #if defined(HB_L2_HOST)
@@ -87,14 +90,15 @@ HB_L2_FN uint32_t hb_l2_access(uint64_t* set, uint32_t ways, uint32_t tag1, uint
     uint32_t m = HBF_L2_MAX_WAYS, victim = 0u, vage = 0u;
     bool have_empty = false;
     uint64_t wm = 0u, wv = 0u;
-    for (uint32_t i = 0; i < ways; ++i) {
+    uint32_t i = tag1 % ways;
+    for (uint32_t k = 0; k < ways; ++k, i = (i + 1u == ways) ? 0u : i + 1u) {
         const uint64_t w = hb_l2_ld(set + i);
         const uint32_t t = hb_l2_tag(w);
         if (t == tag1 && m == HBF_L2_MAX_WAYS) { m = i; wm = w; }
         if (have_empty) continue;
         if (t == 0u) { have_empty = true; victim = i; wv = w; continue; }
         const uint32_t a = hb_l2_age(w, now_u);
-        if (i == 0u || a > vage) { victim = i; vage = a; wv = w; }
+        if (k == 0u || a > vage) { victim = i; vage = a; wv = w; }
     }
     uint32_t miss;
     uint64_t exp, des;

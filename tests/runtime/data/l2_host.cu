@@ -1,0 +1,31 @@
+// The device L2 model's one-line access (runtime_cuda/src/hbf_l2.cuh, hb_l2_access) compiled for the host:
+// tests/runtime/test_l2_model.py feeds it the stream it feeds the CPU twin (hbfd/media/l2twin.py) and compares.
+// stdin: "sets ways policy", then per access "line need now_ns race" (race: a word written to the CAS's target
+// between the read and the CAS, 0: none). stdout: per access "miss ev", then "words", then every word in hex.
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+static uint64_t g_race = 0;
+#define HB_L2_HOST 1
+#define HB_L2_RACE(p) do { if (g_race) *(p) = g_race; } while (0)
+#include "hbf_l2.cuh"
+
+int main() {
+    unsigned sets, ways, policy;
+    if (scanf("%u %u %u", &sets, &ways, &policy) != 3) return 2;
+    uint64_t* words = (uint64_t*)calloc((size_t)sets * ways, 8);
+    unsigned long long line, now, race;
+    unsigned need;
+    while (scanf("%llu %u %llu %llu", &line, &need, &now, &race) == 4) {
+        g_race = race;
+        uint32_t ev = 0;
+        const uint32_t now_u = (uint32_t)(now >> HBF_L2_STAMP_SHIFT) & HBF_L2_STAMP_MASK;
+        const uint32_t miss = hb_l2_access(words + (uint64_t)hb_l2_set_of(line, sets) * ways, ways,
+                                           hb_l2_tag1_of(line, sets), need, now_u, policy, &ev);
+        printf("%u %u\n", miss, ev);
+    }
+    printf("words\n");
+    for (size_t i = 0; i < (size_t)sets * ways; ++i) printf("%llx\n", (unsigned long long)words[i]);
+    free(words);
+    return 0;
+}
