@@ -27,6 +27,15 @@ EV_MERGED, EV_LOST = 0x1, 0x2
 _U64 = (1 << 64) - 1
 
 
+HASH_K = 2654435761       # HBF_L2_HASH_K
+
+
+def set_of(line: int, sets: int) -> int:
+    """hb_l2_set_of: (line % sets + (q * HASH_K mod 2^32) % sets) % sets, q = line // sets."""
+    q = line // sets
+    return ((line - q * sets) + ((q * HASH_K) & 0xFFFFFFFF) % sets) % sets
+
+
 def _tag(w: int) -> int:
     return w >> TAG_SHIFT
 
@@ -78,7 +87,7 @@ class L2Twin:
         """One access of ``line`` needing the granule mask ``need`` at ``now_ns``: (charged granules, events).
         ``race`` (tests): a word another warp writes to the CAS's target between the read and the CAS."""
         now_u = (now_ns >> STAMP_SHIFT) & STAMP_MASK
-        s = (line % self.sets) * self.ways
+        s = set_of(line, self.sets) * self.ways
         tag1 = line // self.sets + 1
         m, victim, vage, have_empty = -1, 0, 0, False
         for k in range(self.ways):

@@ -129,8 +129,15 @@ HB_L2_FN uint32_t hb_l2_access(uint64_t* set, uint32_t ways, uint32_t tag1, uint
     return miss;
 }
 
-/* The set and tag of a line (sets need not be a power of two). */
-HB_L2_FN uint32_t hb_l2_set_of(uint64_t line, uint32_t sets) { return (uint32_t)(line % sets); }
+/* The set and tag of a line (sets need not be a power of two): tag = q = line / sets, set = (line % sets + a hash
+ * of q) % sets. Consecutive lines fall in consecutive sets; lines a multiple of sets apart (power-of-two strides:
+ * the rows of a tile) do not all fall in one set, as a plain modulo would put them (a real L2 hashes its addresses
+ * too). Exact: the set and q give the line back. */
+#define HBF_L2_HASH_K 2654435761u
+HB_L2_FN uint32_t hb_l2_set_of(uint64_t line, uint32_t sets) {
+    const uint64_t q = line / sets;
+    return (uint32_t)(((line - q * sets) + (uint64_t)((uint32_t)q * HBF_L2_HASH_K % sets)) % sets);
+}
 HB_L2_FN uint32_t hb_l2_tag1_of(uint64_t line, uint32_t sets) { return (uint32_t)(line / sets) + 1u; }
 
 /* The granules of one access [off, off + nb) in its page, as a 64-bit mask (bit g: granule g of the page);

@@ -13,7 +13,7 @@ import pytest
 from hbfcommon import ctl as C
 from hbfcommon import profile as P
 from hbfcommon.errors import ConfigError, ProfileError
-from hbfd.media.l2twin import EV_LOST, EV_MERGED, L2Twin
+from hbfd.media.l2twin import EV_LOST, EV_MERGED, L2Twin, set_of
 from runtime_cuda import devstate as D
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +73,8 @@ def test_device_code_equals_twin(l2host, ways, policy, gpl, race_p):
     assert words == tw.words
     hits = sum(1 for m, _ in twin if m == 0)
     assert 0 < hits < len(twin)                      # the stream exercises hits and misses
+    # lines a multiple of sets apart (a tile's rows at a power-of-two stride) spread over the sets
+    assert len({set_of(k * sets, sets) for k in range(64)}) > 16
     if race_p:
         evs = {e for _, e in twin}
         assert EV_LOST in evs or EV_LOST | EV_MERGED in evs
@@ -103,13 +105,15 @@ def test_twin_semantics():
 def test_lru_keeps_a_hot_line_fifo_does_not():
     def run(policy):
         tw = L2Twin(32 * 2 * 128, line_bytes=128, ways=2, policy=policy)
-        hot = 0               # set 0; the others map to set 0 as well (line multiple of 32)
+        hot = 0
+        same = [ln for ln in range(1, 200_000) if set_of(ln, tw.sets) == set_of(hot, tw.sets)][:49]
+        assert len(same) == 49
         charged, t = 0, 0
-        for k in range(1, 50):
+        for ln in same:       # the hot line, then a streaming line of its set, ...
             t += 2048
             charged += tw.access_line(hot, 1, t)[0] != 0
             t += 2048
-            tw.access_line(32 * k, 1, t)
+            tw.access_line(ln, 1, t)
         return charged
     assert run("lru") == 1      # the hot line's stamp is refreshed: the streaming lines evict each other
     assert run("fifo") > 20
