@@ -22,6 +22,7 @@ STAMP_SHIFT = 6           # HBF_L2_STAMP_SHIFT
 STAMP_MASK = 0xFFFFFFFF   # HBF_L2_STAMP_MASK
 MASK_SHIFT = 32           # HBF_L2_MASK_SHIFT
 TAG_SHIFT = 40            # HBF_L2_TAG_SHIFT
+TOUCH_UNITS = 16          # HBF_L2_TOUCH_UNITS
 LRU, FIFO = L2_POLICIES["lru"], L2_POLICIES["fifo"]
 EV_MERGED, EV_LOST = 0x1, 0x2
 _U64 = (1 << 64) - 1
@@ -108,7 +109,7 @@ class L2Twin:
             wm = self.words[s + m]
             miss = need & ~_have(wm)
             if miss == 0:
-                if self.policy == LRU and _age(wm, now_u) != 0:
+                if self.policy == LRU and _age(wm, now_u) >= TOUCH_UNITS:
                     self._cas(s + m, wm, _word(tag1, _have(wm), now_u), race)
                 return 0, 0
             idx, exp = s + m, wm

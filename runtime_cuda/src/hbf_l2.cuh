@@ -15,8 +15,8 @@
  * One access of one line (hb_l2_access, the ONE definition; hbfd/media/l2twin.py is its twin and the host test
  * tests/runtime/test_l2_model.py runs this very code on the CPU against it):
  *   read the set's words (relaxed: the one CAS below checks what was read);
- *   the line present with every needed granule: a hit; under LRU its stamp is refreshed when it is at least one
- *     stamp unit old, by ONE atom.cas attempt (lost: nothing happens);
+ *   the line present with every needed granule: a hit; under LRU its stamp is refreshed when it is at least
+ *     HBF_L2_TOUCH_UNITS old, by ONE atom.cas attempt (lost: nothing happens);
  *   present, some granules missing: ONE atom.cas adds them (a sector miss: only those are charged);
  *   absent: the victim is the first empty way, else the oldest stamp (ties: the first; both scans start at way
  *     tag1 % ways, so equal stamps -- one stamp unit is 64 ns -- do not always evict way 0), replaced by ONE
@@ -36,6 +36,9 @@
 #define HBF_L2_STAMP_MASK 0xFFFFFFFFu   /* 32 bits */
 #define HBF_L2_MASK_SHIFT 32u
 #define HBF_L2_TAG_SHIFT 40u            /* tag + 1 in 24 bits */
+#define HBF_L2_TOUCH_UNITS 16u          /* LRU: a hit refreshes a stamp at least this old (1024 ns): one CAS per hot
+                                           line per microsecond, well below the L2's turnover under streaming
+                                           (50 MiB at ~3 TB/s: ~17 us) */
 #define HBF_L2_POLICY_LRU 1u            /* hbf_media_params.l2_policy */
 #define HBF_L2_POLICY_FIFO 2u
 #define HBF_L2_MAX_WAYS 32u
@@ -106,7 +109,7 @@ HB_L2_FN uint32_t hb_l2_access(uint64_t* set, uint32_t ways, uint32_t tag1, uint
     if (m != HBF_L2_MAX_WAYS) {
         miss = need & ~hb_l2_have(wm);
         if (miss == 0u) {                                          // a hit
-            if (policy == HBF_L2_POLICY_LRU && hb_l2_age(wm, now_u) != 0u)
+            if (policy == HBF_L2_POLICY_LRU && hb_l2_age(wm, now_u) >= HBF_L2_TOUCH_UNITS)
                 (void)hb_l2_cas(set + m, wm, hb_l2_word(tag1, hb_l2_have(wm), now_u));
             return 0u;
         }
