@@ -113,9 +113,9 @@ def run_case(name, acc, est, l2_bytes, policy="lru"):
 def cases(quick: bool):
     c = 32 if quick else 132
     yield "matmul A fits (256x256x512, tiles 64x64x64)", matmul_stream(256, 256, 512, 64, 64, 64, 8, c)
-    yield "matmul A larger than L2 (1024x512x1024)", matmul_stream(1024, 512, 1024, 64, 64, 64, 8, c)
-    yield ("matmul A larger than L2, pid_m fastest (1024x512x1024, GROUP_M 16)",
-           matmul_stream(1024, 512, 1024, 64, 64, 64, 16, c))
+    yield "matmul A larger than L2 (4096x1024x512, GROUP_M 8)", matmul_stream(4096, 1024, 512, 64, 64, 64, 8, c)
+    yield ("matmul A larger than L2, pid_m fastest (4096x1024x512, GROUP_M 64)",
+           matmul_stream(4096, 1024, 512, 64, 64, 64, 64, c))
     yield "gemv (1024x512)", gemv_stream(1024, 512, 16, 128, c)
     yield "softmax 1 pass (256x1024 fp32)", softmax_stream(256, 1024, 1024, 1, c)
     yield "softmax 3 passes (256x1024 fp32, 256-wide chunks)", softmax_stream(256, 1024, 256, 3, c)

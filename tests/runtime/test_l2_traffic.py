@@ -26,3 +26,18 @@ def test_twin_traffic_matches_the_tiling(name, gen, exact):
         assert r["compulsory"] < r["charged_on"] < r["charged_off"], r
     # without the model every load is charged
     assert r["charged_off"] == r["program_bytes"] >= r["charged_on"]
+
+
+def test_ncu_csv_parse_names_the_kernel():
+    from bench import l2_vs_ncu as V
+    head = ['"ID"', '"Kernel Name"', *[f'"{m}"' for m in V.METRICS]]
+    rows = [",".join(head),
+            ",".join(['"0"', '"distribution_elementwise_kernel"', '"1"', '"2"', '"3"', '"4"']),
+            ",".join(['"1"', '"mm_plain"', '"1,234,567"', '"10"', '"20"', '"5"'])]
+    text = "==PROF== Connected\n" + "\n".join(rows) + "\n==PROF== Disconnected\n"
+    got = V.parse_ncu_csv(text, "mm_plain")
+    assert got["dram__bytes_read.sum"] == 1234567.0 and got["lts__t_sectors_srcunit_tex_op_read.sum"] == 20.0
+    with pytest.raises(ValueError, match="gemv_plain"):
+        V.parse_ncu_csv(text, "gemv_plain")
+    with pytest.raises(ValueError, match="no CSV"):
+        V.parse_ncu_csv("==PROF== nothing\n", "mm_plain")
