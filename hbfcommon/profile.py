@@ -323,6 +323,7 @@ L2_POLICIES = {"lru": 1, "fifo": 2}   # hbf_media_params.l2_policy (HBF_L2_POLIC
 # 128-byte lines of 32-byte sectors (CUDA C++ Best Practices Guide); associativity and policy are not published
 H200_L2_BYTES = 50 << 20
 L2_MIN_SETS = 32      # hb_l2_group: a page's (at most 32) lines fall in distinct sets
+L2_MAX_SETS = 1 << 20  # HBF_L2_MAX_SETS: the device divides by sets with a 64-bit multiply (exact below it)
 
 
 def l2_sets(capacity_bytes: int, ways: int, line_bytes: int) -> int:
@@ -350,8 +351,8 @@ class L2:
             yield "ways", "must be 1..32 (the device model reads a set's ways in one pass)"
         elif self.capacity_bytes % (self.ways * self.line_bytes):
             yield "capacity_bytes", "must be a whole number of sets: a multiple of ways x line_bytes"
-        elif not L2_MIN_SETS <= self.sets < 1 << 32:
-            yield "capacity_bytes", f"capacity / (ways x line_bytes) must give {L2_MIN_SETS} .. 2^32 - 1 sets"
+        elif not L2_MIN_SETS <= self.sets < L2_MAX_SETS:
+            yield "capacity_bytes", f"capacity / (ways x line_bytes) must give {L2_MIN_SETS} .. 2^20 - 1 sets"
         if self.policy not in L2_POLICIES:
             yield "policy", f"one of {', '.join(L2_POLICIES)}"
 

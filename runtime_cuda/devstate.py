@@ -17,7 +17,7 @@ from hbfcommon import ctl as C
 from hbfcommon.abi import (HBF_F_ACTIVE, HBF_F_GENERIC, HBF_F_NC, HBF_F_OP_MASK, HBF_F_RELEASE,  # noqa: F401
                            HBF_F_WAIT_NOW, HBF_FUTURE_TICKET_BIT, HBF_HELPER_ABI_VERSION)  # hbf_abi.h
 from hbfcommon.errors import ConfigError, ErrorCode, RangeError
-from hbfcommon.profile import L2_MIN_SETS, L2_POLICIES, l2_sets
+from hbfcommon.profile import L2_MAX_SETS, L2_MIN_SETS, L2_POLICIES, l2_sets
 from hbfcommon.status import STATUS_NAMES
 
 HBF_DEVSTATE_MAGIC = 0x3130545344464248  # "HBFDST01"
@@ -82,7 +82,7 @@ class hbf_device_state(ctypes.Structure):
         ("act_mask", c_uint64 * (C.HBF_MAX_KERNEL_SLOTS // 64)), ("act_total", c_uint64 * (2 * C.HBF_N_OPS)),
         ("act_seen", c_uint64 * (C.HBF_MAX_KERNEL_SLOTS * 2 * C.HBF_N_OPS)),
         ("l2_tags", c_uint64), ("l2_sets", c_uint32), ("l2_ways", c_uint32), ("l2_line_shift", c_uint32),
-        ("l2_policy", c_uint32), ("l2_reserved", c_uint64 * 5),
+        ("l2_policy", c_uint32), ("l2_magic", c_uint64), ("l2_reserved", c_uint64 * 4),
     ]
 
 
@@ -313,7 +313,7 @@ def l2_geometry(media: "C.hbf_media_params") -> L2Geometry:
                           "an hbfd that predates the profile's l2 section", knob="HBF_L2_MODEL")
     sets = l2_sets(cap, ways, line) if ways and line else 0
     ok = (line >= 32 and not line & (line - 1) and 1 <= ways <= 32 and pol in L2_POLICIES.values()
-          and cap == sets * ways * line and L2_MIN_SETS <= sets < 1 << 32 and rg <= line <= pg
+          and cap == sets * ways * line and L2_MIN_SETS <= sets < L2_MAX_SETS and rg <= line <= pg
           and line // rg <= 8 and pg <= 32 * line and pg <= 64 * rg)
     if not ok:
         raise ConfigError(f"the L2 geometry in the media parameters is not one the device model covers: "
@@ -325,10 +325,16 @@ def l2_geometry(media: "C.hbf_media_params") -> L2Geometry:
 def set_l2(st: hbf_device_state, geom: "L2Geometry | None", tags_dptr: int) -> None:
     """Point the block at the (zeroed) tag store; geom None: the model off."""
     if geom is None or not tags_dptr:
-        st.l2_tags, st.l2_sets, st.l2_ways, st.l2_line_shift, st.l2_policy = 0, 0, 0, 0, 0
+        st.l2_tags, st.l2_sets, st.l2_ways, st.l2_line_shift, st.l2_policy, st.l2_magic = 0, 0, 0, 0, 0, 0
         return
     st.l2_tags, st.l2_sets, st.l2_ways = tags_dptr, geom.sets, geom.ways
     st.l2_line_shift, st.l2_policy = geom.line_bytes.bit_length() - 1, geom.policy
+    st.l2_magic = l2_magic(geom.sets)
+
+
+def l2_magic(sets: int) -> int:
+    """hb_l2_magic (hbf_l2.cuh): line / sets = mulhi(line, magic), exact for line < 2^64 / sets."""
+    return ((1 << 64) - 1) // sets + 1
 
 
 def kernel_counters_dict(k: hbf_kernel_counters) -> dict:

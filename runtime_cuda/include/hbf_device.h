@@ -183,11 +183,12 @@ typedef struct hbf_device_state {
     /* The L2 in front of HBF (docs/design.md §3.10, runtime_cuda/src/hbf_l2.cuh): host-owned, fixed for the
      * session (runtime_cuda/session.py from the profile's l2 section, HBF_L2_MODEL). */
     uint64_t l2_tags;              /* device address of the tag store: l2_sets * l2_ways u64 words, zeroed; 0 = off */
-    uint32_t l2_sets;              /* l2_bytes / (l2_ways * line bytes) (any integer >= 32) */
+    uint32_t l2_sets;              /* l2_bytes / (l2_ways * line bytes) (any integer, 32 .. 2^20 - 1) */
     uint32_t l2_ways;              /* 1..32 */
     uint32_t l2_line_shift;        /* log2(line bytes) */
     uint32_t l2_policy;            /* HBF_L2_POLICY_* (hbf_l2.cuh): 1 LRU, 2 FIFO */
-    uint64_t l2_reserved[5];
+    uint64_t l2_magic;             /* hb_l2_magic(l2_sets) = (2^64 - 1) / l2_sets + 1: line / sets as a multiply */
+    uint64_t l2_reserved[4];
 } hbf_device_state;
 
 /* The module's launch descriptor, __hb_cdesc (hbf_abi.h): one per instrumented module, in the .const

@@ -135,13 +135,24 @@ HB_L2_FN uint32_t hb_l2_access(uint64_t* set, uint32_t ways, uint32_t tag1, uint
 /* The set and tag of a line (sets need not be a power of two): tag = q = line / sets, set = (line % sets + a hash
  * of q) % sets. Consecutive lines fall in consecutive sets; lines a multiple of sets apart (power-of-two strides:
  * the rows of a tile) do not all fall in one set, as a plain modulo would put them (a real L2 hashes its addresses
- * too). Exact: the set and q give the line back. */
+ * too). Exact: the set and q give the line back. The division is a multiply by magic = (2^64 - 1) / sets + 1
+ * (hb_l2_magic; the runtime stores it in l2_magic): exact for line < 2^64 / sets, which sets < 2^20 and
+ * tags < 2^24 guarantee (line < 2^44); no 64-bit division routine (its call costs registers in every kernel). */
 #define HBF_L2_HASH_K 2654435761u
-HB_L2_FN uint32_t hb_l2_set_of(uint64_t line, uint32_t sets) {
-    const uint64_t q = line / sets;
-    return (uint32_t)(((line - q * sets) + (uint64_t)((uint32_t)q * HBF_L2_HASH_K % sets)) % sets);
+#define HBF_L2_MAX_SETS (1u << 20)
+HB_L2_FN uint64_t hb_l2_magic(uint32_t sets) { return ~0ull / sets + 1ull; }
+HB_L2_FN uint32_t hb_l2_locate(uint64_t line, uint32_t sets, uint64_t magic, uint32_t* tag1) {
+#if defined(HB_L2_HOST)
+    uint64_t q = (uint64_t)(((unsigned __int128)line * magic) >> 64);
+#else
+    uint64_t q = __umul64hi(line, magic);
+#endif
+    uint32_t r = (uint32_t)(line - q * sets);
+    *tag1 = (uint32_t)q + 1u;
+    uint32_t h = ((uint32_t)q * HBF_L2_HASH_K) % sets;
+    uint32_t t = sets - r;                                       // r + h >= sets  <=>  h >= sets - r
+    return h >= t ? h - t : r + h;
 }
-HB_L2_FN uint32_t hb_l2_tag1_of(uint64_t line, uint32_t sets) { return (uint32_t)(line / sets) + 1u; }
 
 /* The granules of one access [off, off + nb) in its page, as a 64-bit mask (bit g: granule g of the page);
  * off + nb <= 64 granules of 2^gsh bytes. */
@@ -166,6 +177,7 @@ static __device__ __noinline__ uint32_t hb_l2_group(const hbf_device_state* st, 
     const uint64_t tags = __ldg(&st->l2_tags);
     const uint2 g = __ldg((const uint2*)&st->l2_sets);             // {l2_sets, l2_ways}
     const uint2 q = __ldg((const uint2*)&st->l2_line_shift);       // {l2_line_shift, l2_policy}
+    const uint64_t magic = __ldg(&st->l2_magic);
     const uint32_t lshift = q.x, lane = hb_laneid();
     const bool first = lane == (uint32_t)(__ffs(grp) - 1);
     if (pshift - gsh > 6u || lshift < gsh || lshift - gsh > 3u || pshift < lshift || pshift - lshift > 5u) {
@@ -177,29 +189,28 @@ static __device__ __noinline__ uint32_t hb_l2_group(const hbf_device_state* st, 
                          __reduce_or_sync(grp, (uint32_t)bits);
     const uint32_t gpl = lshift - gsh, n = __popc(grp), lines = 1u << (pshift - lshift);
     const uint32_t now_u = (uint32_t)(now >> HBF_L2_STAMP_SHIFT) & HBF_L2_STAMP_MASK;
-    uint32_t missed = 0u, looked = 0u, merged = 0u, lost = 0u;
+    // this lane's counts in one word (a warp's totals fit: granules <= 64, lines <= 32): missed granules (bits
+    // 0..7), lines looked up (8..15), merged (16..23), lost (24..31) -- one warp reduction for the four
+    uint32_t cnt = 0u;
 #pragma unroll 1
     for (uint32_t L = __popc(grp & ((1u << lane) - 1u)); L < lines; L += n) {
         const uint32_t need = (uint32_t)(all >> (L << gpl)) & ((1u << (1u << gpl)) - 1u);
         if (need == 0u) continue;
-        const uint64_t line = (page_media >> lshift) + L;
-        uint32_t e = 0u;
-        missed += hb_l2_popc(hb_l2_access((uint64_t*)tags + (uint64_t)hb_l2_set_of(line, g.x) * g.y, g.y,
-                                          hb_l2_tag1_of(line, g.x), need, now_u, q.y, &e));
-        looked += 1u;
-        merged += e & HBF_L2_EV_MERGED;
-        lost += (e >> 1) & 1u;
+        uint32_t tag1, e = 0u;
+        const uint32_t set = hb_l2_locate((page_media >> lshift) + L, g.x, magic, &tag1);
+        const uint32_t miss = hb_l2_access((uint64_t*)tags + (uint64_t)set * g.y, g.y, tag1, need, now_u, q.y, &e);
+        cnt += hb_l2_popc(miss) + (1u << 8) + ((e & HBF_L2_EV_MERGED) << 16) + (((e >> 1) & 1u) << 24);
     }
-    const uint32_t tot_miss = __reduce_add_sync(grp, missed);
-    const uint32_t tot_need = (uint32_t)__popcll(all);
-    const uint32_t tot_looked = __reduce_add_sync(grp, looked);
-    const uint32_t tot_merged = __reduce_add_sync(grp, merged), tot_lost = __reduce_add_sync(grp, lost);
+    cnt = __reduce_add_sync(grp, cnt);
+    const uint32_t tot_miss = cnt & 0xFFu;
     if (first) {
-        hb_red_add(&ks->l2_lines, (unsigned long long)tot_looked);
-        hb_red_add(&ks->l2_hit_bytes, (unsigned long long)(tot_need - tot_miss) << gsh);
+        hb_red_add(&ks->l2_lines, (unsigned long long)((cnt >> 8) & 0xFFu));
+        hb_red_add(&ks->l2_hit_bytes, (unsigned long long)((uint32_t)__popcll(all) - tot_miss) << gsh);
         hb_red_add(&ks->l2_miss_bytes, (unsigned long long)tot_miss << gsh);
-        if (tot_merged) hb_red_add(&ks->l2_merged, (unsigned long long)tot_merged);
-        if (tot_lost) hb_red_add(&ks->l2_lost, (unsigned long long)tot_lost);
+        if (cnt >> 16) {
+            hb_red_add(&ks->l2_merged, (unsigned long long)((cnt >> 16) & 0xFFu));
+            hb_red_add(&ks->l2_lost, (unsigned long long)(cnt >> 24));
+        }
     }
     return tot_miss << gsh;
 }

@@ -81,6 +81,19 @@ def test_device_code_equals_twin(l2host, ways, policy, gpl, race_p):
         assert any(e & EV_MERGED for e in evs)
 
 
+@pytest.mark.parametrize("sets", [32, 25600, 1000003 % (1 << 20), (1 << 20) - 1])
+def test_device_locate_equals_exact_division(l2host, sets):
+    """hb_l2_locate's multiply by the magic is the exact division for every line whose tag fits 24 bits."""
+    rng = random.Random(sets)
+    top = ((1 << 24) - 1) * sets
+    lines = [0, 1, sets - 1, sets, top - 1] + [rng.randrange(top) for _ in range(3000)]
+    out = subprocess.run([str(l2host), "locate"], input=f"{sets}\n" + "\n".join(map(str, lines)) + "\n",
+                         capture_output=True, text=True, check=True).stdout.split("\n")
+    got = [tuple(map(int, o.split())) for o in out if o]
+    assert got == [(set_of(ln, sets), ln // sets + 1) for ln in lines]
+    assert D.l2_magic(sets) == ((1 << 64) - 1) // sets + 1
+
+
 def test_twin_semantics():
     tw = L2Twin(32 * 4 * 128, line_bytes=128, ways=4, policy="lru")
     page = 1 << 20

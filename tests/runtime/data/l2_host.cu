@@ -10,8 +10,18 @@ static uint64_t g_race = 0;
 #define HB_L2_RACE(p) do { if (g_race) *(p) = g_race; } while (0)
 #include "hbf_l2.cuh"
 
-int main() {
+int main(int argc, char** argv) {
     unsigned sets, ways, policy;
+    if (argc > 1) {   /* "locate": stdin "sets", then lines; stdout "set tag1" per line (hb_l2_locate) */
+        unsigned long long line;
+        if (scanf("%u", &sets) != 1) return 2;
+        while (scanf("%llu", &line) == 1) {
+            uint32_t tag1;
+            const uint32_t set = hb_l2_locate(line, sets, hb_l2_magic(sets), &tag1);
+            printf("%u %u\n", set, tag1);
+        }
+        return 0;
+    }
     if (scanf("%u %u %u", &sets, &ways, &policy) != 3) return 2;
     uint64_t* words = (uint64_t*)calloc((size_t)sets * ways, 8);
     unsigned long long line, now, race;
@@ -20,8 +30,9 @@ int main() {
         g_race = race;
         uint32_t ev = 0;
         const uint32_t now_u = (uint32_t)(now >> HBF_L2_STAMP_SHIFT) & HBF_L2_STAMP_MASK;
-        const uint32_t miss = hb_l2_access(words + (uint64_t)hb_l2_set_of(line, sets) * ways, ways,
-                                           hb_l2_tag1_of(line, sets), need, now_u, policy, &ev);
+        uint32_t tag1;
+        const uint32_t set = hb_l2_locate(line, sets, hb_l2_magic(sets), &tag1);
+        const uint32_t miss = hb_l2_access(words + (uint64_t)set * ways, ways, tag1, need, now_u, policy, &ev);
         printf("%u %u\n", miss, ev);
     }
     printf("words\n");
