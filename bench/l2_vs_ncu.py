@@ -17,7 +17,8 @@ For each case:
   native   a child runs the plain kernel once under
            ``ncu --clock-control none --cache-control all --metrics dram__bytes_read.sum,...`` (cold L2, as
            the L2 model starts: Session.l2_reset);
-  hbf      a child per setting of HBF_L2_MODEL (1, 0) starts hbfd (profiles/nominal with the fixed source, 0 ns,
+  hbf      a child per setting of HBF_L2_MODEL (1, 0), its kernel built with the L2 helper build
+           (runtime_cuda/ptx/hbf_helpers_l2.ptx through HBFCC_HELPER_PTX: the same cubin both times), starts hbfd (profiles/nominal with the fixed source, 0 ns,
            and the profile's l2 section: the H200's L2 by default), registers the inputs, empties the L2 model,
            runs the instrumented kernel once and reads the kernel's counters: bytes charged to HBF (ops
            load + cp.async bytes), program bytes, l2_hit_bytes / l2_miss_bytes / l2_lines / l2_merged / l2_lost.
@@ -284,6 +285,8 @@ def cpu_check(work: Path) -> dict:
 
     from hbfcommon import artifact as A
     K = kernels(work)
+    from hbfcommon import resources
+    os.environ["HBFCC_HELPER_PTX"] = str(resources.helper_ptx("l2"))   # what the GPU run compiles with
     out = {}
     for name, case in CASES.items():
         kern = case["kernel"]
@@ -359,6 +362,8 @@ def main(argv=None) -> int:
     ncu = shutil.which(a.ncu) or a.ncu
     if not Path(ncu).exists() and not shutil.which(ncu):
         ap.error(f"ncu not found ({a.ncu}): Nsight Compute is needed for the native side")
+    from hbfcommon import resources
+    l2_helper = resources.helper_ptx("l2")         # the L2 build (make helpers-ptx); a clear error when missing
     doc["gpu"] = DC.gpu_info()
     me = [sys.executable, str(Path(__file__).resolve())]
     for name in cases:
@@ -377,7 +382,9 @@ def main(argv=None) -> int:
             rec["ncu_error"] = f"rc {rc}: {e}: {se[-1500:]}"
         DC.write_json(out_json, doc)
         for l2 in ("1", "0"):
-            rc, so, se = run_child([*me, "--child-hbf", name], {**env, "HBF_L2_MODEL": l2}, a.timeout)
+            # the L2 helper build for both (the same cubin; the knob decides): docs/design.md §3.10
+            rc, so, se = run_child([*me, "--child-hbf", name],
+                                   {**env, "HBF_L2_MODEL": l2, "HBFCC_HELPER_PTX": str(l2_helper)}, a.timeout)
             res = _results(so)
             rec[f"hbf_l2_{'on' if l2 == '1' else 'off'}"] = res[-1] if res else {"error": f"rc {rc}: {se[-1500:]}"}
             DC.write_json(out_json, doc)

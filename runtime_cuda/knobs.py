@@ -45,7 +45,9 @@ def inline_issue() -> bool:
 
 def l2_model() -> bool:
     """HBF_L2_MODEL (default 0): model the GPU's L2 in front of HBF (docs/design.md §3.10): loads of registered
-    lines that the L2 model holds are not charged to HBF. Off by default until it is validated against ncu on
+    lines that the L2 model holds are not charged to HBF. Needs modules built with the L2 helper build
+    (runtime_cuda/ptx/hbf_helpers_l2.ptx through HBFCC_HELPER_PTX; a module without its hooks is refused); the
+    default builds carry none (their registers would grow). Off by default until it is validated against ncu on
     the H200 (bench/l2_vs_ncu.py); on, the FIXED source's loads and the FAST source's issue groups leave the
     inline path for the helpers (the model's lookups are in the helpers)."""
     return env_bool("HBF_L2_MODEL", False)

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from hbfcommon import abi
 from hbfcommon import artifact as A
 from hbfcommon import ctl as C
+from hbfcommon import resources
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError, RangeError
 from hbfcommon.rpc import REPORT_MAX_BYTES
 
@@ -526,6 +527,12 @@ class Session:
             kslot_base = self._next_kslot
             if self.use_cuda:
                 g = self._cu.module_global(module, abi.STATE_GLOBAL)
+                if g is not None and self.l2 is not None and self._cu.module_global(module, abi.L2_HOOKS_GLOBAL) is None:
+                    # HBF_L2_MODEL=1 with a module built against helpers without the L2 model's hooks (§3.10): its
+                    # loads would all be charged to HBF, silently. Loud instead.
+                    raise ConfigError("HBF_L2_MODEL=1 but this module's helpers have no L2 model: build it with the "
+                                      "L2 helper build (HBFCC_HELPER_PTX=" + str(resources.helper_ptx_path("l2")) + ")",
+                                      knob="HBF_L2_MODEL", module=hex(handle))
                 if g is not None:
                     instrumented = True
                     if kslot_base + nslots > C.HBF_MAX_KERNEL_SLOTS:

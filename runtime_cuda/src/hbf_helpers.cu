@@ -956,12 +956,18 @@ HB_SPLIT_FN uint64_t hb_device_deadline(hbf_device_state* st, uint64_t gaddr, ui
     return deadline;
 }
 
-// The L2 in front of HBF (issue 14, docs/design.md §3.10): HBF_L2_MODEL=0 builds the helpers without it.
+// The L2 in front of HBF (issue 14, docs/design.md §3.10): only the L2 build (-DHBF_L2_MODEL=1,
+// runtime_cuda/ptx/hbf_helpers_l2.ptx) has its hooks. They cost registers in every kernel that contains the helpers
+// (whole-program allocation: bench/results/l2_registers.json), so the default builds carry none: with them
+// nothing changes. __hb_l2_hooks tells the runtime a module has them (HBF_L2_MODEL=1 refuses one without).
 #ifndef HBF_L2_MODEL
-#define HBF_L2_MODEL 1
+#define HBF_L2_MODEL 0
 #endif
 #if HBF_L2_MODEL
 #include "hbf_l2.cuh"
+extern "C" {
+__device__ unsigned int __hb_l2_hooks = 1u;
+}
 #endif
 
 // One definition of a page group's request bytes (the general and the compact path both use it).
@@ -1062,7 +1068,7 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
     const uint32_t mine = (lane == (uint32_t)(__ffs(same) - 1)) ? hb_lane_granule_bytes(off, nb, gsh) : 0u;
     uint32_t uniq = __reduce_add_sync(grp, mine);
     bool l2_all = false;                                        // the L2 model serves the whole group (§3.10)
-#if HBF_L2_MODEL && !defined(HBF_XP_NOSLOW)
+#if HBF_L2_MODEL
     if ((op == HBF_OP_LOAD || op == HBF_OP_CPASYNC) && __ldg(&st->l2_tags) != 0ull) {
         uniq = hb_l2_group(st, grp, media - off, off, nb, gsh, pshift, uniq, __shfl_sync(grp, t0, leader),
                            hb_kslot(st, site));
@@ -1268,7 +1274,7 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
     uint64_t req_bytes = hb_group_bytes(gmin, gmax, uniq, gsh, b0);
     HB_PROF(5, req_bytes);
     const uint64_t tl = __shfl_sync(mask, t0, leader);          // the request's issue time (the leader's)
-#if HBF_L2_MODEL && !defined(HBF_XP_NOFAST)
+#if HBF_L2_MODEL
     if ((d.flags & HBF_CD_L2) && (op == HBF_OP_LOAD || op == HBF_OP_CPASYNC)) {   // the L2 model (§3.10)
         req_bytes = hb_l2_group((const hbf_device_state*)d.st, mask, media - off, off, nb, gsh, pshift,
                                 (uint32_t)req_bytes, tl, hb_cd_kslot(site, smid));

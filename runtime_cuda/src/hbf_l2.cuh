@@ -94,6 +94,9 @@ HB_L2_FN uint32_t hb_l2_access(uint64_t* set, uint32_t ways, uint32_t tag1, uint
     bool have_empty = false;
     uint64_t wm = 0u, wv = 0u;
     uint32_t i = tag1 % ways;
+#if !defined(HB_L2_HOST)
+#pragma unroll 1
+#endif
     for (uint32_t k = 0; k < ways; ++k, i = (i + 1u == ways) ? 0u : i + 1u) {
         const uint64_t w = hb_l2_ld(set + i);
         const uint32_t t = hb_l2_tag(w);
