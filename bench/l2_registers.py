@@ -12,6 +12,7 @@ kernel's register maximum (whole-program allocation).
 from __future__ import annotations
 
 import argparse
+import re
 import datetime as _dt
 import sys
 import tempfile
@@ -26,6 +27,14 @@ import helper_registers as HR  # noqa: E402
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
 VARIANTS = {"default": (), "l2_build": ("-DHBF_L2_MODEL=1",)}
+
+
+def _opcodes(cubin: Path) -> list[str]:
+    """The cubin's SASS as (predicate, opcode) per instruction, operands left out (offsets and symbol names
+    differ: the state block's counters grew, the helpers' compilation-unit hash)."""
+    t = HR._run([HR._nvdisasm(), "-c", str(cubin)]).stdout
+    return [(m.group(1) or "") + m.group(2) for m in
+            (re.search(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", ln) for ln in t.splitlines()) if m]
 
 
 def main(argv=None) -> int:
@@ -60,6 +69,9 @@ def main(argv=None) -> int:
                         "stack_frame": i.get("stack_frame"), "hot_loop_STL_LDL": (s.get("hot_loop_STL") or 0) + (s.get("hot_loop_LDL") or 0),
                         "sets_max": s.get("sets_max"),
                         "function_max_register": dict(list((s.get("function_max_register") or {}).items())[:6])}
+        seqs = {t: _opcodes(kd / f"{t}.cubin") for t in ("before", "default")}
+        row["default_same_opcodes_as_before"] = seqs["before"] == seqs["default"]
+        row["sass_instructions"] = {t: len(v) for t, v in seqs.items()}
         row["default_minus_before"] = (row["default"]["registers"] or 0) - (row["before"]["registers"] or 0)
         row["l2_minus_default"] = (row["l2_build"]["registers"] or 0) - (row["default"]["registers"] or 0)
         rows.append(row)
