@@ -315,11 +315,12 @@ def cpu_check(work: Path) -> dict:
                 art = A.lookup_by_ptx(k.asm["ptx"].encode()) if sfx == "hbf" else None
                 ka = (art or {}).get("kernels", [{}])[0] if art else {}
                 r[sfx] = {"has_hb_issue": b"__hb_issue" in k.asm["cubin"], "admitted": ka.get("admitted"),
+                          "l2_hooks": b"__hb_l2_hooks" in k.asm["cubin"],
                           "reasons": (ka.get("not_admitted_reasons") or [])[:3]}
             except Exception as e:  # noqa: BLE001
                 r[sfx] = {"error": f"{type(e).__name__}: {e}"[:800]}
         r["ok"] = r["hbf"].get("has_hb_issue") is True and r["hbf"].get("admitted") is True \
-            and r["plain"].get("has_hb_issue") is False
+            and r["hbf"].get("l2_hooks") is True and r["plain"].get("has_hb_issue") is False
         out[name] = r
         DC.log(f"cpu-check {name} ({kern}): {r}")
     return out
