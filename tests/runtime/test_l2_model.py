@@ -189,3 +189,24 @@ def test_runtime_geometry_descriptor_and_counters():
     d = D.kernel_counters_dict(k)
     assert (d["l2_hit_bytes"], d["l2_miss_bytes"], d["l2_lines"]) == (640, 128, 7)
     assert ctypes.sizeof(D.hbf_kernel_counters) % 64 == 0
+
+
+def test_daemon_publishes_the_geometry_and_the_session_reports_it(hbfd_daemon, monkeypatch):
+    """hbfd (nominal profile: no l2 section, the H200 defaults) fills hbf_media_params.l2_*; with HBF_L2_MODEL=1
+    the session reads them and says so in its counters; without the knob the model is off."""
+    import runtime_cuda
+    monkeypatch.setenv("HBF_L2_MODEL", "1")
+    s = runtime_cuda.attach(socket=hbfd_daemon[0], cuda=False)
+    try:
+        m = s.ctl.ctl.header.media
+        assert (int(m.l2_bytes), int(m.l2_line_bytes), int(m.l2_ways), int(m.l2_policy)) == (50 << 20, 128, 16, 1)
+        assert s.counters(publish=False)["l2_model"] == {"capacity_bytes": 50 << 20, "line_bytes": 128, "ways": 16,
+                                                         "sets": 25600, "policy": "lru"}
+    finally:
+        s.close()
+    monkeypatch.setenv("HBF_L2_MODEL", "0")
+    s = runtime_cuda.attach(socket=hbfd_daemon[0], cuda=False)
+    try:
+        assert s.counters(publish=False)["l2_model"] is None
+    finally:
+        s.close()
