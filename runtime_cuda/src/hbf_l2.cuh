@@ -157,10 +157,12 @@ HB_L2_FN uint32_t hb_l2_locate(uint64_t line, uint32_t sets, uint64_t magic, uin
     return h >= t ? h - t : r + h;
 }
 
-/* The granules of one access [off, off + nb) in its page, as a 64-bit mask (bit g: granule g of the page);
- * off + nb <= 64 granules of 2^gsh bytes. */
+/* The granules of one access [off, off + nb) in its page, as a 64-bit mask (bit g: granule g of the page; a page
+ * has at most 64 granules: the profile check; an access running past its page keeps its page's granules). */
 HB_L2_FN uint64_t hb_l2_lane_bits(uint32_t off, uint32_t nb, uint32_t gsh) {
-    const uint32_t lo = off >> gsh, hi = (off + (nb ? nb : 1u) - 1u) >> gsh;
+    uint32_t lo = off >> gsh, hi = (off + (nb ? nb : 1u) - 1u) >> gsh;
+    if (hi > 63u) hi = 63u;
+    if (lo > 63u) lo = 63u;
     return (2ull << hi) - (1ull << lo);                            // hi == 63: 2 << 63 wraps to 0, still exact
 }
 
