@@ -166,6 +166,20 @@ HB_L2_FN uint64_t hb_l2_lane_bits(uint32_t off, uint32_t nb, uint32_t gsh) {
     return (2ull << hi) - (1ull << lo);                            // hi == 63: 2 << 63 wraps to 0, still exact
 }
 
+/* Line L of a page group (hb_l2_group's per-lane step; the host test runs it for L = 0, 1, ... as the twin's
+ * request does): its needed granules from the group's 64-bit mask `all`, its set and tag, one hb_l2_access. Returns
+ * the lane's counts packed as hb_l2_group sums them: missed granules (bits 0..7), lines looked up (8..15), merged
+ * (16..23), lost (24..31); 0 when the group needs nothing of the line. */
+HB_L2_FN uint32_t hb_l2_line(uint64_t* tags, uint32_t sets, uint32_t ways, uint64_t magic, uint32_t policy,
+                             uint64_t page_line, uint32_t gpl, uint64_t all, uint32_t L, uint32_t now_u) {
+    const uint32_t need = (uint32_t)(all >> (L << gpl)) & ((1u << (1u << gpl)) - 1u);
+    if (need == 0u) return 0u;
+    uint32_t tag1, e = 0u;
+    const uint32_t set = hb_l2_locate(page_line + L, sets, magic, &tag1);
+    const uint32_t miss = hb_l2_access(tags + (uint64_t)set * ways, ways, tag1, need, now_u, policy, &e);
+    return hb_l2_popc(miss) + (1u << 8) + ((e & HBF_L2_EV_MERGED) << 16) + (((e >> 1) & 1u) << 24);
+}
+
 #if !defined(HB_L2_HOST)
 /* The page group's accesses through the L2 model (docs/design.md §3.10). Called by every lane of `grp` (the
  * lanes of one media page group; a call of its own: its registers are not the caller's), each with its access
@@ -198,14 +212,8 @@ static __device__ __noinline__ uint32_t hb_l2_group(const hbf_device_state* st, 
     // 0..7), lines looked up (8..15), merged (16..23), lost (24..31) -- one warp reduction for the four
     uint32_t cnt = 0u;
 #pragma unroll 1
-    for (uint32_t L = __popc(grp & ((1u << lane) - 1u)); L < lines; L += n) {
-        const uint32_t need = (uint32_t)(all >> (L << gpl)) & ((1u << (1u << gpl)) - 1u);
-        if (need == 0u) continue;
-        uint32_t tag1, e = 0u;
-        const uint32_t set = hb_l2_locate((page_media >> lshift) + L, g.x, magic, &tag1);
-        const uint32_t miss = hb_l2_access((uint64_t*)tags + (uint64_t)set * g.y, g.y, tag1, need, now_u, q.y, &e);
-        cnt += hb_l2_popc(miss) + (1u << 8) + ((e & HBF_L2_EV_MERGED) << 16) + (((e >> 1) & 1u) << 24);
-    }
+    for (uint32_t L = __popc(grp & ((1u << lane) - 1u)); L < lines; L += n)
+        cnt += hb_l2_line((uint64_t*)tags, g.x, g.y, magic, q.y, page_media >> lshift, gpl, all, L, now_u);
     cnt = __reduce_add_sync(grp, cnt);
     const uint32_t tot_miss = cnt & 0xFFu;
     if (first) {

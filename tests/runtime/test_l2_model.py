@@ -94,6 +94,39 @@ def test_device_locate_equals_exact_division(l2host, sets):
     assert D.l2_magic(sets) == ((1 << 64) - 1) // sets + 1
 
 
+@pytest.mark.parametrize("line_bytes,ways,policy", [(128, 4, "lru"), (256, 3, "fifo"), (512, 2, "lru")])
+def test_device_group_lines_equal_twin_requests(l2host, line_bytes, ways, policy):
+    """hb_l2_line (a page group's per-line step: the need from the group's granule mask, locate, access, the
+    packed counts) for every line of a request, against L2Twin.request on the same warp-request stream."""
+    rng = random.Random(line_bytes + ways)
+    sets = 40
+    tw = L2Twin(sets * ways * line_bytes, line_bytes=line_bytes, ways=ways, policy=policy)
+    reqs, t = [], 0
+    for _ in range(3000):
+        t += rng.randrange(0, 4000)
+        page = rng.randrange(0, 24) << 12
+        g0 = rng.randrange(64)
+        g1 = min(63, g0 + rng.choice((0, 1, 7, 15, 63)))
+        gran = ((2 << g1) - (1 << g0)) & ((1 << 64) - 1)
+        if rng.random() < 0.2:                       # a strided warp: every other granule
+            gran &= 0x5555555555555555
+        reqs.append((page, gran or 1, t))
+    lshift, gsh, pshift = line_bytes.bit_length() - 1, 6, 12
+    inp = f"{sets} {ways} {tw.policy} {lshift} {gsh} {pshift}\n" + "".join(f"{p} {g} {tt}\n" for p, g, tt in reqs)
+    out = subprocess.run([str(l2host), "group"], input=inp, capture_output=True, text=True, check=True).stdout
+    out = out.split("\n")
+    i = out.index("words")
+    host = [tuple(map(int, o.split())) for o in out[:i]]
+    twin = []
+    for p, g, tt in reqs:
+        before = (tw.stats.lines, tw.stats.merged, tw.stats.lost)
+        charged = tw.request(p, g, tt)
+        twin.append((charged >> gsh, tw.stats.lines - before[0], tw.stats.merged - before[1], tw.stats.lost - before[2]))
+    assert host == twin
+    assert [int(w, 16) for w in out[i + 1:] if w] == tw.words
+    assert 0 < sum(h[0] for h in host) < sum(bin(g).count("1") for _, g, _ in reqs)   # hits and misses
+
+
 def test_twin_semantics():
     tw = L2Twin(32 * 4 * 128, line_bytes=128, ways=4, policy="lru")
     page = 1 << 20

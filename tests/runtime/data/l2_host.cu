@@ -12,6 +12,26 @@ static uint64_t g_race = 0;
 
 int main(int argc, char** argv) {
     unsigned sets, ways, policy;
+    if (argc > 1 && argv[1][0] == 'g') {
+        /* "group": stdin "sets ways policy lshift gsh pshift", then per request "page_media granules now_ns"
+         * (granules: the page's 64-bit mask); hb_l2_line for L = 0 .. lines-1 (what the group's lanes do, in the
+         * twin's order); stdout per request "missed lines merged lost", then "words" and every word in hex */
+        unsigned lshift, gsh, pshift;
+        if (scanf("%u %u %u %u %u %u", &sets, &ways, &policy, &lshift, &gsh, &pshift) != 6) return 2;
+        uint64_t* words = (uint64_t*)calloc((size_t)sets * ways, 8);
+        unsigned long long page, gran, now;
+        while (scanf("%llu %llu %llu", &page, &gran, &now) == 3) {
+            uint32_t cnt = 0;
+            const uint32_t now_u = (uint32_t)(now >> HBF_L2_STAMP_SHIFT) & HBF_L2_STAMP_MASK;
+            for (uint32_t L = 0; L < (1u << (pshift - lshift)); ++L)
+                cnt += hb_l2_line(words, sets, ways, hb_l2_magic(sets), policy, page >> lshift, lshift - gsh, gran, L,
+                                  now_u);
+            printf("%u %u %u %u\n", cnt & 0xFFu, (cnt >> 8) & 0xFFu, (cnt >> 16) & 0xFFu, cnt >> 24);
+        }
+        printf("words\n");
+        for (size_t i = 0; i < (size_t)sets * ways; ++i) printf("%llx\n", (unsigned long long)words[i]);
+        return 0;
+    }
     if (argc > 1) {   /* "locate": stdin "sets", then lines; stdout "set tag1" per line (hb_l2_locate) */
         unsigned long long line;
         if (scanf("%u", &sets) != 1) return 2;
