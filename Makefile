@@ -20,6 +20,8 @@ HELPER_DEPS := setup.py hbfcommon/resources.py $(wildcard runtime_cuda/src/*.cu 
 HELPER_PTX := $(HELPER_DIR)/hbf_helpers.ptx
 # Lean build of the same source (out-of-line pieces behind ABI calls; see hbf_helpers.cu, docs/runtime.md)
 HELPER_LEAN_PTX := $(HELPER_DIR)/hbf_helpers_lean.ptx
+# the L2 build (-DHBF_L2_MODEL=1): the helpers with the L2 model's hooks (docs/design.md §3.12)
+HELPER_L2_PTX := $(HELPER_DIR)/hbf_helpers_l2.ptx
 # Eidola extern API (hbf_eidola.cuh) as the helper module hbfcc's flags pass links (HBFCC_PASSES=timing,flags)
 EIDOLA_HELPER_PTX := $(HELPER_DIR)/hbf_eidola_helpers.ptx
 
@@ -56,13 +58,16 @@ $(PROTO_OUT) &: $(PROTO_SRC) setup.py | $(INSTALL_STAMP)
 
 proto: $(PROTO_OUT)
 
-helpers-ptx: $(HELPER_PTX) $(HELPER_LEAN_PTX) $(EIDOLA_HELPER_PTX)
+helpers-ptx: $(HELPER_PTX) $(HELPER_LEAN_PTX) $(HELPER_L2_PTX) $(EIDOLA_HELPER_PTX)
 
 $(HELPER_PTX): $(HELPER_DEPS)
 	@$(PY) setup.py helper-ptx direct $@
 
 $(HELPER_LEAN_PTX): $(HELPER_DEPS)
 	@$(PY) setup.py helper-ptx lean $@
+
+$(HELPER_L2_PTX): $(HELPER_DEPS)
+	@$(PY) setup.py helper-ptx l2 $@
 
 $(EIDOLA_HELPER_PTX): $(HELPER_DEPS) $(wildcard eidola/src/*.cu eidola/src/*.cuh)
 	@$(PY) setup.py helper-ptx eidola $@

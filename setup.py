@@ -3,7 +3,7 @@
 1. The gRPC stubs: proto/hbf.proto -> hbfproto/{__init__,hbf_pb2,hbf_pb2_grpc}.py by grpc_tools.protoc
    (the grpcio-tools pinned in pyproject.toml [build-system] requires), with the grpc module's import made
    absolute (``import hbf_pb2`` -> ``from hbfproto import hbf_pb2``).
-2. The device helper PTX: runtime_cuda/ptx/{hbf_helpers, hbf_helpers_lean, hbf_eidola_helpers}.ptx, by nvcc
+2. The device helper PTX: runtime_cuda/ptx/{hbf_helpers, hbf_helpers_lean, hbf_helpers_l2, hbf_eidola_helpers}.ptx, by nvcc
    when it is on PATH (or named by $NVCC); without nvcc the package has no helper PTX and hbfcc / the
    runtime say so when they need it (hbfcommon.resources: "helper PTX not built: ...").
 
@@ -11,7 +11,7 @@ pip (PEP 517, setuptools.build_meta) runs both in ``build_py``: into the wheel's
 wheel, into the source tree for an editable install. The Makefile runs the same code in the source tree:
 
     python setup.py proto [OUT_DIR]               the stubs (default hbfproto/)
-    python setup.py helper-ptx BUILD OUT.ptx      one helper build: direct | lean | eidola
+    python setup.py helper-ptx BUILD OUT.ptx      one helper build: direct | lean | l2 | eidola
     python setup.py helpers-ptx [OUT_DIR]         all three (default runtime_cuda/ptx/)
 """
 from __future__ import annotations
@@ -38,6 +38,7 @@ NVCC_PTX_FLAGS = ("-std=c++17", "-O3", "-arch=compute_90a", "-rdc=true", "-ptx",
 HELPER_SOURCES = {
     "direct": ("runtime_cuda/src/hbf_helpers.cu", ()),
     "lean": ("runtime_cuda/src/hbf_helpers.cu", ("-DHBF_OOL_OPAQUE=1",)),
+    "l2": ("runtime_cuda/src/hbf_helpers.cu", ("-DHBF_L2_MODEL=1",)),
     "eidola": ("eidola/src/hbf_eidola_helpers.cu", ("-Iruntime_cuda/src", "-Ieidola/src")),
 }
 assert set(HELPER_SOURCES) == set(HELPER_PTX_FILES)
@@ -90,7 +91,7 @@ def find_nvcc() -> str | None:
 
 
 def build_helper_ptx(build: str, out: Path, nvcc: str) -> Path:
-    """One helper build (``direct`` | ``lean`` | ``eidola``) to ``out`` (atomic replace)."""
+    """One helper build (``direct`` | ``lean`` | ``l2`` | ``eidola``) to ``out`` (atomic replace)."""
     src, extra = HELPER_SOURCES[build]
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 # ---- hbf_abi.h ---------------------------------------------------------------------------------
 
-HBF_HELPER_ABI_VERSION = 3   # 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group
+HBF_HELPER_ABI_VERSION = 4   # 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
+#                              4: __hb_l2_hooks (the L2 build)
 
 # the operation: the low bits of __hb_issue's flags and the op field of a ring request (hbf_ctl.h
 # defines them; hbfcommon.ctl imports them from here, so the compiler needs no control-region mirror)
@@ -33,6 +34,7 @@ HBF_FUTURE_TICKET_BIT = 1 << 63
 # module globals the helper PTX defines and the runtime points at its state after loading a module
 STATE_GLOBAL = "__hb_state"            # .u64: device address of hbf_device_state (0 = detached)
 KSLOT_BASE_GLOBAL = "__hb_kslot_base"  # .u32: first per-kernel counter slot of the module
+L2_HOOKS_GLOBAL = "__hb_l2_hooks"      # .u32, the L2 build only (docs/design.md §3.12): its helpers model the L2
 CDESC_GLOBAL = "__hb_cdesc"            # .const 128 B: the launch descriptor (hbf_device.h hbf_cdesc; 0 = none)
 CDESC_BYTES = 128                      # sizeof(hbf_cdesc)
 # byte offsets in hbf_cdesc that inline sites read (hbf_device.h; tests/runtime/test_runtime_abi.py checks them)

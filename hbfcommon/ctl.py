@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-from ctypes import c_int32, c_uint8, c_uint32, c_uint64
+from ctypes import c_int32, c_uint8, c_uint16, c_uint32, c_uint64
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,7 +132,8 @@ class hbf_media_params(ctypes.Structure):
         ("curve_cum_ns", c_uint64 * HBF_MAX_CURVE_POINTS),
         ("curve_write_ns", c_uint64), ("refresh_quantum_bytes", c_uint64),
         ("page_buffers", c_uint32), ("t_cmd_ns", c_uint32),
-        ("reserved", c_uint64 * 2),
+        ("l2_bytes", c_uint64), ("l2_line_bytes", c_uint32), ("l2_ways", c_uint16), ("l2_policy", c_uint8),
+        ("reserved", c_uint8),
     ]
 
 

@@ -317,10 +317,51 @@ class TimingModel:
             yield "curve", "timing_source 'curve' needs a curve"
 
 
+L2_POLICIES = {"lru": 1, "fifo": 2}   # hbf_media_params.l2_policy (HBF_L2_POLICY_* in runtime_cuda/src/hbf_l2.cuh)
+# the NVIDIA H100/H200 L2 (one GH100 die): 50 MiB (NVIDIA, "NVIDIA Hopper Architecture In-Depth": "A 50 MB L2 cache
+# in H100"; cudaGetDeviceProperties().l2CacheSize reads 52428800 there -- bench/l2_vs_ncu.py records the card's),
+# 128-byte lines of 32-byte sectors (CUDA C++ Best Practices Guide); associativity and policy are not published
+H200_L2_BYTES = 50 << 20
+L2_MIN_SETS = 32      # hb_l2_group: a page's (at most 32) lines fall in distinct sets
+L2_MAX_SETS = 1 << 20  # HBF_L2_MAX_SETS: the device divides by sets with a 64-bit multiply (exact below it)
+
+
+def l2_sets(capacity_bytes: int, ways: int, line_bytes: int) -> int:
+    """The L2 model's sets (the one definition: the profile's check, the runtime's tag store, the twin)."""
+    return capacity_bytes // (ways * line_bytes)
+
+
+@dataclass(frozen=True)
+class L2:
+    """The GPU's L2 in front of HBF (docs/design.md §3.12): what the runtime's L2 model (HBF_L2_MODEL) sizes
+    its tag store from. Optional in a profile; the defaults are the H200's L2 (see H200_L2_BYTES)."""
+    capacity_bytes: int = H200_L2_BYTES
+    line_bytes: int = 128
+    ways: int = 16
+    policy: str = "lru"
+
+    @property
+    def sets(self) -> int:
+        return l2_sets(self.capacity_bytes, self.ways, self.line_bytes)
+
+    def _invariants(self):
+        if self.line_bytes < 32 or self.line_bytes & (self.line_bytes - 1):
+            yield "line_bytes", "must be a power of two, at least 32"
+        if not 1 <= self.ways <= 32:
+            yield "ways", "must be 1..32 (the device model reads a set's ways in one pass)"
+        elif self.capacity_bytes % (self.ways * self.line_bytes):
+            yield "capacity_bytes", "must be a whole number of sets: a multiple of ways x line_bytes"
+        elif not L2_MIN_SETS <= self.sets < L2_MAX_SETS:
+            yield "capacity_bytes", f"capacity / (ways x line_bytes) must give {L2_MIN_SETS} .. 2^20 - 1 sets"
+        if self.policy not in L2_POLICIES:
+            yield "policy", f"one of {', '.join(L2_POLICIES)}"
+
+
 SECTIONS: dict[str, type] = {
     "geometry": Geometry, "timing": Timing, "media": Media, "energy": Energy,
-    "thermal": Thermal, "reliability": Reliability, "timing_model": TimingModel,
+    "thermal": Thermal, "reliability": Reliability, "timing_model": TimingModel, "l2": L2,
 }
+OPTIONAL_SECTIONS = ("l2",)   # absent: the section's defaults
 _NESTED: dict[tuple[type, str], type] = {
     (TimingModel, "fixed"): FixedTiming, (TimingModel, "curve"): CurveTiming,
 }
@@ -337,6 +378,7 @@ class Profile:
     thermal: Thermal
     reliability: Reliability
     timing_model: TimingModel
+    l2: L2 = field(default_factory=L2)
     path: str = "<dict>"
     sha256: str = ""                       # of the exact file bytes
     text: str = field(default="", repr=False)
@@ -383,6 +425,10 @@ class Profile:
             "refresh_quantum_bytes": self.media.refresh_quantum_bytes,
             "page_buffers": g.page_buffers_per_plane,
             "t_cmd_ns": t.t_cmd_ns,
+            "l2_bytes": self.l2.capacity_bytes,
+            "l2_line_bytes": self.l2.line_bytes,
+            "l2_ways": self.l2.ways,
+            "l2_policy": L2_POLICIES[self.l2.policy],
         }
 
     def summary_section(self) -> dict[str, Any]:
@@ -470,6 +516,7 @@ _INT_MAX: dict[str, int] = {
     "timing.t_cmd_ns": U32_MAX, "geometry.page_buffers_per_plane": U32_MAX,   # u32 in hbf_media_params
     "timing_model.fixed.read_ns": NS_MAX, "timing_model.fixed.write_ns": NS_MAX,
     "timing_model.curve.write_ns": NS_MAX, "thermal.min_dwell_ticks": NS_MAX,
+    "l2.line_bytes": U32_MAX, "l2.ways": U32_MAX,
 }
 _INT_WHY = {U32_MAX: "a u32 field of hbf_media_params (hbf_ctl.h)",
             NS_MAX: "int64 nanoseconds below the models' 2^62 ns time horizon",
@@ -571,6 +618,17 @@ def _check_derived(p: "Profile", where: str) -> None:
                            f"blocks_per_plane x pages_per_block = {g.blocks_per_plane * g.pages_per_block} pages "
                            "per plane; at most 2^24 - 1 (the device fast model tags a page buffer with the "
                            "page's index in its plane in 24 bits)")
+    lg = p.l2.line_bytes // g.read_granularity if g.read_granularity else 0
+    if not (g.read_granularity <= p.l2.line_bytes and lg <= 8 and g.page_bytes <= 32 * p.l2.line_bytes
+            and g.page_bytes <= 64 * g.read_granularity and p.l2.line_bytes <= g.page_bytes):
+        raise _range_error(where, "l2.line_bytes",
+                           f"the L2 model needs read_granularity <= line_bytes <= page_bytes, at most 8 granules "
+                           f"per line, 32 lines and 64 granules per page (line {p.l2.line_bytes} B, granule "
+                           f"{g.read_granularity} B, page {g.page_bytes} B)")
+    if p.capacity_bytes // p.l2.line_bytes >= ((1 << 24) - 1) * p.l2.sets:
+        raise _range_error(where, "l2.capacity_bytes",
+                           f"the L2 model tags a line with line / sets in 24 bits: {p.capacity_bytes} B of media "
+                           f"need more than {p.l2.sets} sets of {p.l2.line_bytes} B lines")
     gc = gc_victim_problem(g.blocks_per_plane, g.pages_per_block, m.over_provisioning, m.gc_start_free_fraction)
     if gc:
         raise _range_error(where, "media.over_provisioning", gc)
@@ -603,7 +661,8 @@ def profile_from_dict(data: Mapping[str, Any], *, where: str = "<dict>", text: s
         raise _schema_error(errors[0], where)
     prov: dict[str, Provenance] = {}
     plain = _unwrap(dict(data), "", prov)
-    sections = {name: _build(cls, plain[name], name, where) for name, cls in SECTIONS.items()}
+    sections = {name: _build(cls, plain[name] if name in plain or name not in OPTIONAL_SECTIONS else {}, name, where)
+                for name, cls in SECTIONS.items()}
     p = Profile(name=plain["name"], description=plain.get("description", ""), path=where,
                 sha256=sha256, text=text, provenance=prov, **sections)
     _check_derived(p, where)

@@ -27,10 +27,12 @@ HELPER_PTX_SUBDIR = "ptx"
 HELPER_PTX_FILES = {
     "direct": "hbf_helpers.ptx",            # runtime_cuda/src/hbf_helpers.cu (the default build)
     "lean": "hbf_helpers_lean.ptx",         # the same source with -DHBF_OOL_OPAQUE=1
+    "l2": "hbf_helpers_l2.ptx",             # the same source with -DHBF_L2_MODEL=1 (docs/design.md §3.12)
     "eidola": "hbf_eidola_helpers.ptx",     # eidola/src/hbf_eidola_helpers.cu (hbfcc's flags pass)
 }
 # The variable that names a helper module in place of the packaged one
-HELPER_PTX_ENV = {"direct": "HBFCC_HELPER_PTX", "lean": "HBFCC_HELPER_PTX", "eidola": "HBFCC_EIDOLA_HELPER_PTX"}
+HELPER_PTX_ENV = {"direct": "HBFCC_HELPER_PTX", "lean": "HBFCC_HELPER_PTX", "l2": "HBFCC_HELPER_PTX",
+                  "eidola": "HBFCC_EIDOLA_HELPER_PTX"}
 
 
 def package_dir(package: str) -> Path:
@@ -77,7 +79,7 @@ def helper_ptx_dir() -> Path:
 
 
 def helper_ptx_path(build: str = "direct") -> Path:
-    """Where the packaged helper PTX of ``build`` (direct | lean | eidola) lies; it may not be built."""
+    """Where the packaged helper PTX of ``build`` (direct | lean | l2 | eidola) lies; it may not be built."""
     return helper_ptx_dir() / HELPER_PTX_FILES[_check_build(build)]
 
 

@@ -16,11 +16,12 @@ from hbfcommon import abi
 from hbfcommon import ctl as C
 from hbfcommon.abi import (HBF_F_ACTIVE, HBF_F_GENERIC, HBF_F_NC, HBF_F_OP_MASK, HBF_F_RELEASE,  # noqa: F401
                            HBF_F_WAIT_NOW, HBF_FUTURE_TICKET_BIT, HBF_HELPER_ABI_VERSION)  # hbf_abi.h
-from hbfcommon.errors import ErrorCode, RangeError
+from hbfcommon.errors import ConfigError, ErrorCode, RangeError
+from hbfcommon.profile import L2_MAX_SETS, L2_MIN_SETS, L2_POLICIES, l2_sets
 from hbfcommon.status import STATUS_NAMES
 
 HBF_DEVSTATE_MAGIC = 0x3130545344464248  # "HBFDST01"
-HBF_DEVSTATE_VERSION = 3
+HBF_DEVSTATE_VERSION = 4   # 4: the L2 model (l2_*)
 HBF_DEV_MAX_CHANNELS = 64
 HBF_DEV_MAX_BANKS = 8192   # channels * dies_per_channel * planes_per_die, fast source (hbf_device.h)
 HBF_BUF_READY_BITS = 40
@@ -51,7 +52,11 @@ class hbf_kernel_counters(ctypes.Structure):
                 ("kend_ns", c_uint64), ("thermal_waits", c_uint64), ("thermal_wait_ns", c_uint64),
                 ("refresh_claims", c_uint64), ("refresh_bytes", c_uint64), ("bias_clamps", c_uint64),
                 ("ready_waits", c_uint64), ("slack_ns", c_uint64), ("wait_helper_ns", c_uint64),
-                ("inline_requests", c_uint64)]
+                ("inline_requests", c_uint64),
+                # the L2 in front of HBF (docs/design.md §3.12; hbf_l2.cuh)
+                ("l2_lines", c_uint64), ("l2_hit_bytes", c_uint64), ("l2_miss_bytes", c_uint64),
+                ("l2_merged", c_uint64), ("l2_lost", c_uint64), ("l2_unmodeled", c_uint64),
+                ("l2_reserved", c_uint64 * 2)]
 
 
 class hbf_device_state(ctypes.Structure):
@@ -76,6 +81,8 @@ class hbf_device_state(ctypes.Structure):
         ("act_visits", c_uint64), ("act_reserved", c_uint64 * 3),
         ("act_mask", c_uint64 * (C.HBF_MAX_KERNEL_SLOTS // 64)), ("act_total", c_uint64 * (2 * C.HBF_N_OPS)),
         ("act_seen", c_uint64 * (C.HBF_MAX_KERNEL_SLOTS * 2 * C.HBF_N_OPS)),
+        ("l2_tags", c_uint64), ("l2_sets", c_uint32), ("l2_ways", c_uint32), ("l2_line_shift", c_uint32),
+        ("l2_policy", c_uint32), ("l2_magic", c_uint64), ("l2_reserved", c_uint64 * 4),
     ]
 
 
@@ -104,6 +111,7 @@ DEADLINE_BIAS_OFF = hbf_device_state.deadline_bias_ns.offset     # line 1: host-
 
 
 HBF_CD_ON, HBF_CD_FAST, HBF_CD_SHARDED, HBF_CD_MULTI = 0x1, 0x2, 0x4, 0x8   # hbf_cdesc.flags (hbf_device.h)
+HBF_CD_L2 = 0x10                       # the L2 model is on (hbf_device_state.l2_tags)
 HBF_CDI_READ, HBF_CDI_WRITE, HBF_CDI_GROUP = abi.HBF_CDI_READ, abi.HBF_CDI_WRITE, abi.HBF_CDI_GROUP   # inl_flags
 CDESC_BYTES = ctypes.sizeof(hbf_cdesc)
 THC_REPLICA_OFF = hbf_device_state.thc_replica.offset
@@ -165,12 +173,16 @@ def cdesc_for(st: hbf_device_state, state_dptr: int, kslot_base: int, inline: bo
         return m - bias if bias == 0 or m > bias else 0
 
     d.inl_read_delay, d.inl_write_delay = delay(fr), delay(fw)
+    l2 = int(st.l2_tags) != 0      # the L2 model (§3.12): loads go through the helpers' lookups, never inline
+    if l2:
+        d.flags |= HBF_CD_L2
     if (inline and src == C.HBF_SRC_FIXED and n == 1 and d.r0_perms and 0 < d.r0_len <= INLINE_MAX_RANGE):
-        if d.r0_perms & C.HBF_PERM_READ and d.read_gshift >= 5 and d.inl_read_delay < HBF_MAX_WAIT_NS:
+        if (d.r0_perms & C.HBF_PERM_READ and d.read_gshift >= 5 and d.inl_read_delay < HBF_MAX_WAIT_NS
+                and not l2):
             d.inl_flags |= HBF_CDI_READ
         if d.r0_perms & C.HBF_PERM_WRITE and d.inl_write_delay < HBF_MAX_WAIT_NS:
             d.inl_flags |= HBF_CDI_WRITE
-    if inline and src == C.HBF_SRC_FAST:
+    if inline and src == C.HBF_SRC_FAST and not l2:
         d.inl_flags |= HBF_CDI_GROUP
     return d
 
@@ -271,6 +283,60 @@ def new_state(ctl_dev: int, media: "C.hbf_media_params | None", params: RunParam
     return st
 
 
+@dataclass(frozen=True)
+class L2Geometry:
+    """The L2 model's tag store (hbf_device_state.l2_*), from the control region's media parameters (the
+    profile's l2 section, hbfcommon.profile.L2)."""
+    capacity_bytes: int
+    line_bytes: int
+    ways: int
+    policy: int          # HBF_L2_POLICY_* (1 LRU, 2 FIFO)
+    sets: int
+
+    @property
+    def tag_bytes(self) -> int:
+        return self.sets * self.ways * 8
+
+    def summary(self) -> dict:
+        return {"capacity_bytes": self.capacity_bytes, "line_bytes": self.line_bytes, "ways": self.ways,
+                "sets": self.sets, "policy": {v: k for k, v in L2_POLICIES.items()}.get(self.policy, "?")}
+
+
+def l2_geometry(media: "C.hbf_media_params") -> L2Geometry:
+    """The L2 model's geometry from the media parameters; a ConfigError naming what is wrong when they hold none
+    (a daemon that does not publish them) or one the device model does not cover (hbfcommon.profile.L2)."""
+    cap, line, ways, pol = (int(media.l2_bytes), int(media.l2_line_bytes), int(media.l2_ways),
+                            int(media.l2_policy))
+    rg, pg = int(media.read_granularity) or 64, int(media.page_bytes) or 4096
+    if cap == 0:
+        raise ConfigError("HBF_L2_MODEL=1 but the daemon's media parameters carry no L2 geometry (l2_bytes 0): "
+                          "an hbfd that predates the profile's l2 section", knob="HBF_L2_MODEL")
+    sets = l2_sets(cap, ways, line) if ways and line else 0
+    ok = (line >= 32 and not line & (line - 1) and 1 <= ways <= 32 and pol in L2_POLICIES.values()
+          and cap == sets * ways * line and L2_MIN_SETS <= sets < L2_MAX_SETS and rg <= line <= pg
+          and line // rg <= 8 and pg <= 32 * line and pg <= 64 * rg)
+    if not ok:
+        raise ConfigError(f"the L2 geometry in the media parameters is not one the device model covers: "
+                          f"{cap} B, {line} B lines, {ways} ways, policy {pol}, granule {rg} B, page {pg} B "
+                          "(hbfcommon.profile.L2)", knob="HBF_L2_MODEL")
+    return L2Geometry(cap, line, ways, pol, sets)
+
+
+def set_l2(st: hbf_device_state, geom: "L2Geometry | None", tags_dptr: int) -> None:
+    """Point the block at the (zeroed) tag store; geom None: the model off."""
+    if geom is None or not tags_dptr:
+        st.l2_tags, st.l2_sets, st.l2_ways, st.l2_line_shift, st.l2_policy, st.l2_magic = 0, 0, 0, 0, 0, 0
+        return
+    st.l2_tags, st.l2_sets, st.l2_ways = tags_dptr, geom.sets, geom.ways
+    st.l2_line_shift, st.l2_policy = geom.line_bytes.bit_length() - 1, geom.policy
+    st.l2_magic = l2_magic(geom.sets)
+
+
+def l2_magic(sets: int) -> int:
+    """hb_l2_magic (hbf_l2.cuh): line / sets = mulhi(line, magic), exact for line < 2^64 / sets."""
+    return ((1 << 64) - 1) // sets + 1
+
+
 def kernel_counters_dict(k: hbf_kernel_counters) -> dict:
     ops = {}
     for i, name in enumerate(C.OP_NAMES):
@@ -281,11 +347,12 @@ def kernel_counters_dict(k: hbf_kernel_counters) -> dict:
                                 if int(k.status[i])}}
     for f in ("wait_calls", "wait_wall_ns", "wait_overhead_ns", "launches", "blocks_exited", "kstart_ns",
               "kend_ns", "thermal_waits", "thermal_wait_ns", "refresh_claims", "refresh_bytes", "bias_clamps",
-              "ready_waits", "slack_ns", "inline_requests"):
+              "ready_waits", "slack_ns", "inline_requests", *L2_COUNTERS):
         d[f] = int(getattr(k, f))
     return d
 
 
+L2_COUNTERS = ("l2_lines", "l2_hit_bytes", "l2_miss_bytes", "l2_merged", "l2_lost", "l2_unmodeled")
 C_STATUS_NAMES = STATUS_NAMES   # hbfcommon.status: the one definition of the request states
 
 

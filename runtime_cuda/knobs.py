@@ -43,6 +43,16 @@ def inline_issue() -> bool:
     return env_bool("HBF_INLINE_ISSUE", True)
 
 
+def l2_model() -> bool:
+    """HBF_L2_MODEL (default 0): model the GPU's L2 in front of HBF (docs/design.md §3.12): loads of registered
+    lines that the L2 model holds are not charged to HBF. Needs modules built with the L2 helper build
+    (runtime_cuda/ptx/hbf_helpers_l2.ptx through HBFCC_HELPER_PTX; a module without its hooks is refused); the
+    default builds carry none (their registers would grow). Off by default until it is validated against ncu on
+    the H200 (bench/l2_vs_ncu.py); on, the FIXED source's loads and the FAST source's issue groups leave the
+    inline path for the helpers (the model's lookups are in the helpers)."""
+    return env_bool("HBF_L2_MODEL", False)
+
+
 def backoff_max_ns() -> int:
     """HBF_BACKOFF_MAX_NS: nanosleep backoff cap while polling host-written words."""
     return env_int("HBF_BACKOFF_MAX_NS", 8192, lo=0)

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from hbfcommon import abi
 from hbfcommon import artifact as A
 from hbfcommon import ctl as C
+from hbfcommon import resources
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError, RangeError
 from hbfcommon.rpc import REPORT_MAX_BYTES
 
@@ -291,6 +292,9 @@ class Session:
         self._epoch = 0            # bumps at every full synchronization of the context by the session
         self.native_select = knobs.native_select()
         self.inline_issue = knobs.inline_issue()
+        # the L2 in front of HBF (docs/design.md §3.12): geometry from the daemon's media parameters, checked here
+        self.l2: D.L2Geometry | None = D.l2_geometry(ctlmap.ctl.header.media) if knobs.l2_model() else None
+        self.l2_tags_dptr = 0
         self.launch_selection: dict[str, dict] = {}
         self.host_registered = False
         h = ctlmap.ctl.header
@@ -321,6 +325,10 @@ class Session:
         self.kshards_dptr = cudrv.mem_alloc(D.KSHARD_BYTES)
         cudrv.check(cudrv.drv().cuMemsetD8(self.kshards_dptr, 0, D.KSHARD_BYTES), "cuMemsetD8")
         self.state.kshards = self.kshards_dptr
+        if self.l2 is not None:    # the L2 model's tag store (§3.12), zeroed: an empty L2
+            self.l2_tags_dptr = cudrv.mem_alloc(self.l2.tag_bytes)
+            cudrv.check(cudrv.drv().cuMemsetD8(self.l2_tags_dptr, 0, self.l2.tag_bytes), "cuMemsetD8")
+            D.set_l2(self.state, self.l2, self.l2_tags_dptr)
         self.state.ref_next_ticket = ticket_floor(self.ctl)      # re-read right before publishing
         cudrv.htod(self.state_dptr, self.state, D.STATE_BYTES)   # whole block: zero tails and counters
         h = self.ctl.ctl.header
@@ -519,6 +527,12 @@ class Session:
             kslot_base = self._next_kslot
             if self.use_cuda:
                 g = self._cu.module_global(module, abi.STATE_GLOBAL)
+                if g is not None and self.l2 is not None and self._cu.module_global(module, abi.L2_HOOKS_GLOBAL) is None:
+                    # HBF_L2_MODEL=1 with a module built against helpers without the L2 model's hooks (§3.12): its
+                    # loads would all be charged to HBF, silently. Loud instead.
+                    raise ConfigError("HBF_L2_MODEL=1 but this module's helpers have no L2 model: build it with the "
+                                      "L2 helper build (HBFCC_HELPER_PTX=" + str(resources.helper_ptx_path("l2")) + ")",
+                                      knob="HBF_L2_MODEL", module=hex(handle))
                 if g is not None:
                     instrumented = True
                     if kslot_base + nslots > C.HBF_MAX_KERNEL_SLOTS:
@@ -793,6 +807,14 @@ class Session:
                 D.sum_shards(arr, sh, n)
         return arr
 
+    def l2_reset(self) -> None:
+        """Empty the L2 model (§3.12) with the context idle: what a cold L2 starts from (ncu flushes the caches
+        before each kernel it measures). A no-op with the model off."""
+        self._ensure_open()
+        if self.use_cuda and self.l2_tags_dptr and self.l2 is not None:
+            self._wait_idle()
+            self._cu.check(self._cu.drv().cuMemsetD8(self.l2_tags_dptr, 0, self.l2.tag_bytes), "cuMemsetD8")
+
     def counters(self, publish: bool = True) -> dict:
         """Per kernel and totals. Also publishes the totals into the control region (counters.device)."""
         self._ensure_open()
@@ -819,6 +841,7 @@ class Session:
         out = {"kernels": kernels, "totals": totals, "generation": self.generation,
                "unmodeled_launches": list(self.unmodeled_launches),
                "refused_launches": list(self.refused_launches),
+               "l2_model": self.l2.summary() if self.l2 is not None else None,
                "launch_selection": {k: dict(v, rules=dict(v["rules"])) for k, v in self.launch_selection.items()}}
         if publish:
             self._publish(totals)
@@ -989,6 +1012,8 @@ class Session:
                     self._cu.mem_free(self.state_dptr)
                 if self.kshards_dptr:
                     self._cu.mem_free(self.kshards_dptr)
+                if self.l2_tags_dptr:
+                    self._cu.mem_free(self.l2_tags_dptr)
                 if self.host_registered:
                     self._cu.host_unregister(self.ctl.address)
             except HbfError as e:

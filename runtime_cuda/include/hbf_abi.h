@@ -110,11 +110,15 @@
  *   .visible .global .align 4 .u32 __hb_kslot_base;   first per-kernel counter slot of module
  *   .visible .const .align 8 .b8 __hb_cdesc[128];      the launch descriptor (hbf_device.h hbf_cdesc:
  *                                                     all zero = no compact path, the general one)
+ * Only in the L2 build (-DHBF_L2_MODEL=1, runtime_cuda/ptx/hbf_helpers_l2.ptx; docs/design.md §3.12):
+ *   .visible .global .align 4 .u32 __hb_l2_hooks;     1: the helpers carry the L2 model's hooks (the runtime
+ *                                                     refuses a module without it under HBF_L2_MODEL=1)
  */
 #ifndef HBF_ABI_H
 #define HBF_ABI_H
 
-#define HBF_HELPER_ABI_VERSION 3u   /* 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group */
+#define HBF_HELPER_ABI_VERSION 4u   /* 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
+                                       4: __hb_l2_hooks (the L2 build) */
 
 /* flags argument of __hb_issue */
 #define HBF_F_OP_MASK 0x3u          /* HBF_OP_LOAD / STORE / ATOMIC / CPASYNC (hbf_ctl.h) */

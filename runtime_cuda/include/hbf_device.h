@@ -26,7 +26,7 @@
 #include "hbf_ctl.h"
 
 #define HBF_DEVSTATE_MAGIC 0x3130545344464248ULL  /* "HBFDST01" little-endian */
-#define HBF_DEVSTATE_VERSION 3u   /* 3: the live activity words (act_*) */
+#define HBF_DEVSTATE_VERSION 4u   /* 3: the live activity words (act_*); 4: the L2 model (l2_*) */
 #define HBF_DEV_MAX_CHANNELS 64u
 #define HBF_DEV_MAX_BANKS 8192u         /* channels * dies_per_channel * planes_per_die <= this (fast source) */
 #define HBF_BUF_READY_BITS 40u          /* page buffer word: bits 40..63 tag (page in plane + 1), 0..39 ready */
@@ -89,6 +89,15 @@ typedef struct hbf_kernel_counters {
     uint64_t wait_helper_ns;           /* helper time of ready waits (entry -> return, max over lanes) */
     uint64_t inline_requests;          /* requests served by the inline issue path (in ops[] too; their helper
                                           time is not measured per access: overhead_ns excludes them) */
+    /* the L2 in front of HBF (docs/design.md §3.12, hbf_l2.cuh; 0 with the model off): ops[].bytes of loads
+     * and cp.async are then what the L2 model missed (l2_miss_bytes, charged to HBF) */
+    uint64_t l2_lines;                 /* line lookups */
+    uint64_t l2_hit_bytes;             /* granule bytes the L2 model served (not charged to HBF) */
+    uint64_t l2_miss_bytes;            /* granule bytes it missed (charged to HBF) */
+    uint64_t l2_merged;                /* lookups whose granules a concurrent access had filled (not charged) */
+    uint64_t l2_lost;                  /* lookups whose one CAS lost: charged, not inserted */
+    uint64_t l2_unmodeled;             /* page groups whose geometry the model does not cover (charged whole) */
+    uint64_t l2_reserved[2];
 } hbf_kernel_counters;
 
 typedef struct hbf_device_state {
@@ -171,6 +180,15 @@ typedef struct hbf_device_state {
     uint64_t act_mask[HBF_MAX_KERNEL_SLOTS / 64];   /* kernel slots launched (__hb_kernel_enter, block 0) */
     uint64_t act_total[2 * HBF_N_OPS];              /* published totals: requests, bytes per op */
     uint64_t act_seen[HBF_MAX_KERNEL_SLOTS * 2 * HBF_N_OPS];   /* each slot's sums at its last visit */
+    /* The L2 in front of HBF (docs/design.md §3.12, runtime_cuda/src/hbf_l2.cuh): host-owned, fixed for the
+     * session (runtime_cuda/session.py from the profile's l2 section, HBF_L2_MODEL). */
+    uint64_t l2_tags;              /* device address of the tag store: l2_sets * l2_ways u64 words, zeroed; 0 = off */
+    uint32_t l2_sets;              /* l2_bytes / (l2_ways * line bytes) (any integer, 32 .. 2^20 - 1) */
+    uint32_t l2_ways;              /* 1..32 */
+    uint32_t l2_line_shift;        /* log2(line bytes) */
+    uint32_t l2_policy;            /* HBF_L2_POLICY_* (hbf_l2.cuh): 1 LRU, 2 FIFO */
+    uint64_t l2_magic;             /* hb_l2_magic(l2_sets) = (2^64 - 1) / l2_sets + 1: line / sets as a multiply */
+    uint64_t l2_reserved[4];
 } hbf_device_state;
 
 /* The module's launch descriptor, __hb_cdesc (hbf_abi.h): one per instrumented module, in the .const
@@ -185,6 +203,7 @@ typedef struct hbf_device_state {
 #define HBF_CD_FAST 0x2u          /* timing source FAST (else FIXED) */
 #define HBF_CD_SHARDED 0x4u       /* counters sharded by SM (kshard_stride != 0) */
 #define HBF_CD_MULTI 0x8u         /* several ranges: the lanes search the table (r0_* unused) */
+#define HBF_CD_L2 0x10u           /* the L2 model is on (st->l2_tags): loads and cp.async through hbf_l2.cuh */
 typedef struct hbf_cdesc {
     uint64_t st;                   /* device address of hbf_device_state */
     uint64_t r0_base;              /* the one range (n_ranges == 1; perms 0 unless its mode is TIMING) */

@@ -956,6 +956,20 @@ HB_SPLIT_FN uint64_t hb_device_deadline(hbf_device_state* st, uint64_t gaddr, ui
     return deadline;
 }
 
+// The L2 in front of HBF (issue 14, docs/design.md §3.12): only the L2 build (-DHBF_L2_MODEL=1,
+// runtime_cuda/ptx/hbf_helpers_l2.ptx) has its hooks. They cost registers in every kernel that contains the helpers
+// (whole-program allocation: bench/results/l2_registers.json), so the default builds carry none: with them
+// nothing changes. __hb_l2_hooks tells the runtime a module has them (HBF_L2_MODEL=1 refuses one without).
+#ifndef HBF_L2_MODEL
+#define HBF_L2_MODEL 0
+#endif
+#if HBF_L2_MODEL
+#include "hbf_l2.cuh"
+extern "C" {
+__device__ unsigned int __hb_l2_hooks = 1u;
+}
+#endif
+
 // One definition of a page group's request bytes (the general and the compact path both use it).
 // The granule: 1 B for stores, the read granularity (a power of two, profile-validated: 64 B) for loads.
 HB_DEV uint32_t hb_granule_shift(uint32_t op, uint64_t read_granularity) {
@@ -1052,10 +1066,18 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
     const uint32_t gk = off >> gsh;
     const uint32_t same = __match_any_sync(grp, gk);
     const uint32_t mine = (lane == (uint32_t)(__ffs(same) - 1)) ? hb_lane_granule_bytes(off, nb, gsh) : 0u;
-    const uint32_t uniq = __reduce_add_sync(grp, mine);
+    uint32_t uniq = __reduce_add_sync(grp, mine);
+    bool l2_all = false;                                        // the L2 model serves the whole group (§3.12)
+#if HBF_L2_MODEL
+    if ((op == HBF_OP_LOAD || op == HBF_OP_CPASYNC) && __ldg(&st->l2_tags) != 0ull) {
+        uniq = hb_l2_group(st, grp, media - off, off, nb, gsh, pshift, uniq, __shfl_sync(grp, t0, leader),
+                           hb_kslot(st, site));
+        l2_all = uniq == 0u;
+    }
+#endif
     unsigned long long fut = 0ull;
     uint64_t req_bytes = 0, modeled = 0;
-    if (lane == leader) {
+    if (lane == leader && !l2_all) {
         uint64_t out[2];
         fut = HB_OOL(hb_group_request)(st, &r, media, off, gmin, gmax, uniq, flags, site, addr, t0, out);
         req_bytes = out[0];
@@ -1067,7 +1089,7 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
 
     // --- counters: one atomic per warp ---
     const uint64_t t1 = hb_now();
-    const uint32_t nreq = __reduce_add_sync(mask, lane == leader ? 1u : 0u);
+    const uint32_t nreq = __reduce_add_sync(mask, lane == leader && !l2_all ? 1u : 0u);
     const uint32_t nbytes = __reduce_add_sync(mask, (uint32_t)req_bytes);   // media bytes (granules)
     const uint32_t pbytes = __reduce_add_sync(mask, nb);                    // program bytes (lanes)
     const uint64_t msum = hb_warp_sum(mask, modeled);
@@ -1183,6 +1205,22 @@ HB_DEV uint64_t hb_cd_future(uint64_t dl, uint64_t t0, uint64_t* modeled, bool* 
 // chase through the state block, no run parameters in registers. Its register footprint
 // is what the kernel pays at every call site (whole-program allocation stacks it on the caller's live
 // values), so values are 32-bit wherever they fit and nothing is computed before it is needed.
+#if HBF_L2_MODEL
+// A request the L2 model served whole: no media request (future 0); the lanes' program bytes and the helper time
+// are counted as for any request (hb_issue_fast's counters, without requests/bytes/modeled).
+static __device__ __noinline__ uint32_t hb_l2_served(uint32_t mask, bool leader, uint32_t nb, uint64_t t0,
+                                                     uint32_t site, uint32_t smid, uint32_t op) {
+    const uint64_t t1 = hb_now();
+    const uint32_t pbytes = __reduce_add_sync(mask, nb);
+    const uint32_t helper = __reduce_max_sync(mask, hb_sat32(t1 - t0));
+    if (leader) {
+        hbf_op_counters* oc = &hb_cd_kslot(site, smid)->ops[op];
+        hb_red_add(&oc->program_bytes, (unsigned long long)pbytes);
+        hb_red_add(&oc->overhead_ns, (unsigned long long)helper);
+    }
+    return HB_FAST_DONE;
+}
+#endif
 HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uint32_t site, uint64_t t0,
                               unsigned long long& fut) {
     HB_PROF(8, addr);
@@ -1233,9 +1271,16 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
     const uint32_t gmin = __reduce_min_sync(mask, off);
     const uint32_t gmax = __reduce_max_sync(mask, off + nb);
     uint64_t b0;
-    const uint64_t req_bytes = hb_group_bytes(gmin, gmax, uniq, gsh, b0);
+    uint64_t req_bytes = hb_group_bytes(gmin, gmax, uniq, gsh, b0);
     HB_PROF(5, req_bytes);
     const uint64_t tl = __shfl_sync(mask, t0, leader);          // the request's issue time (the leader's)
+#if HBF_L2_MODEL
+    if ((d.flags & HBF_CD_L2) && (op == HBF_OP_LOAD || op == HBF_OP_CPASYNC)) {   // the L2 model (§3.12)
+        req_bytes = hb_l2_group((const hbf_device_state*)d.st, mask, media - off, off, nb, gsh, pshift,
+                                (uint32_t)req_bytes, tl, hb_cd_kslot(site, smid));
+        if (req_bytes == 0u) { fut = 0ull; return hb_l2_served(mask, lane == leader, nb, t0, site, smid, op); }
+    }
+#endif
     uint64_t dl;                                                // q = 1e6: no thermal scaling; no refresh debt
     if (d.flags & HBF_CD_FAST) {                                // the leader's page transaction (hb_group_request)
         uint64_t dd = 0ull;

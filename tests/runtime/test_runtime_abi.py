@@ -52,6 +52,7 @@ def test_constants_match(probe):
           "HBF_FUTURE_TICKET_BIT": D.HBF_FUTURE_TICKET_BIT, "HBF_KSHARDS": D.HBF_KSHARDS,
           "HBF_THC_REPLICA_STRIDE": D.HBF_THC_REPLICA_STRIDE, "HBF_CD_ON": D.HBF_CD_ON,
           "HBF_CD_FAST": D.HBF_CD_FAST, "HBF_CD_SHARDED": D.HBF_CD_SHARDED, "HBF_CD_MULTI": D.HBF_CD_MULTI,
+              "HBF_CD_L2": D.HBF_CD_L2,
           "HBF_CDI_READ": D.HBF_CDI_READ, "HBF_CDI_WRITE": D.HBF_CDI_WRITE,
           "HBF_CDI_GROUP": D.HBF_CDI_GROUP, "HBF_MAX_WAIT_NS": D.HBF_MAX_WAIT_NS}
     assert set(py) == set(defs), set(defs) ^ set(py)

@@ -14,11 +14,12 @@ ROOT = Path(__file__).resolve().parents[2]
 ABI = ROOT / "runtime_cuda" / "include" / "hbf_abi.h"
 
 
-@pytest.fixture(scope="module", params=["direct", "lean"])
+@pytest.fixture(scope="module", params=["direct", "lean", "l2"])
 def helper(request, nvcc, tmp_path_factory):
-    """Both builds of the helpers (`make helpers-ptx`): direct (default) and lean (-DHBF_OOL_OPAQUE=1)."""
+    """The builds of the helpers (`make helpers-ptx`): direct (default), lean (-DHBF_OOL_OPAQUE=1) and l2
+    (-DHBF_L2_MODEL=1: the L2 model's hooks, docs/design.md §3.12)."""
     out = tmp_path_factory.mktemp("ptx") / f"hbf_helpers_{request.param}.ptx"
-    var = "HELPER_PTX" if request.param == "direct" else "HELPER_LEAN_PTX"
+    var = {"direct": "HELPER_PTX", "lean": "HELPER_LEAN_PTX", "l2": "HELPER_L2_PTX"}[request.param]
     r = subprocess.run(["make", "-s", f"{var}={out}", str(out)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr + r.stdout
     assert out.exists(), f"make built no {request.param} helper PTX: {r.stdout}"
@@ -49,16 +50,22 @@ def _abi_decls() -> dict[str, tuple[str, str, list[str], list[str]]]:
     return out
 
 
+L2_ONLY = {"__hb_l2_hooks"}   # hbf_abi.h: only the L2 build exports it
+
+
 def test_abi_header_lists_the_eight_helpers_and_three_globals():
     a = _abi_decls()
     assert set(a) == {"__hb_issue", "__hb_wait", "__hb_future_join", "__hb_kernel_enter", "__hb_kernel_exit",
-                      "__hb_inline_until", "__hb_kernel_flush", "__hb_issue_group", "__hb_state", "__hb_kslot_base", "__hb_cdesc"}
+                      "__hb_inline_until", "__hb_kernel_flush", "__hb_issue_group", "__hb_state", "__hb_kslot_base", "__hb_cdesc",
+                      *L2_ONLY}
     assert a["__hb_cdesc"][1] == "const"   # the launch descriptor lives in the constant bank
 
 
 def test_helper_ptx_exports_exactly_the_abi(helper):
     got = _decls(helper.read_text())
     want = _abi_decls()
+    if not helper.name.endswith("_l2.ptx"):
+        want = {k: v for k, v in want.items() if k not in L2_ONLY}
     assert set(got) == set(want), f"exports differ: extra {set(got) - set(want)}, missing {set(want) - set(got)}"
     for name, (link, kind, rets, params) in want.items():
         g = got[name]
