@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import itertools
 import logging
 from typing import Any
 
@@ -84,9 +83,114 @@ def _pid_pos(pid: np.ndarray, q: np.ndarray) -> np.ndarray:
     return np.where(sp[i] == q, so[i], -1)
 
 
-def _end_of(pe: dict[int, int], q: np.ndarray) -> np.ndarray:
+def _end_of(pe: "_Ends", q: np.ndarray) -> np.ndarray:
     """Decided program ends of the ids ``q`` (-1: not decided)."""
-    return np.fromiter(map(pe.get, q.tolist(), itertools.repeat(-1, len(q))), np.int64, len(q))
+    return pe.get(q)
+
+
+class _Ends:
+    """Ends of decided programs by program id (ids are issued densely from 0): a dense window of the
+    ids from ``base`` on, and the few older ones still needed (sorted arrays). -1: not decided."""
+
+    def __init__(self) -> None:
+        self.base = 0
+        self.a = np.full(1024, -1, np.int64)
+        self.old_id = _E0
+        self.old_end = _E0
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    def get(self, q: np.ndarray) -> np.ndarray:
+        q = np.asarray(q, np.int64)
+        i = q - self.base
+        inw = (i >= 0) & (i < len(self.a))
+        out = np.where(inw, self.a[np.where(inw, i, 0)], -1) if len(q) else np.zeros(0, np.int64)
+        if len(self.old_id) and not inw.all():
+            o = ~inw
+            k = np.minimum(np.searchsorted(self.old_id, q[o]), len(self.old_id) - 1)
+            out[o] = np.where(self.old_id[k] == q[o], self.old_end[k], -1)
+        return out
+
+    def set(self, ids: np.ndarray, ends: np.ndarray) -> None:
+        ids = np.asarray(ids, np.int64)
+        if not len(ids):
+            return
+        ends = np.asarray(ends, np.int64)
+        lo = ids < self.base
+        if lo.any():                     # (not expected: ids below the window are decided before a prune)
+            oi = np.concatenate([self.old_id, ids[lo]])
+            oe = np.concatenate([self.old_end, ends[lo]])
+            u, k = np.unique(oi[::-1], return_index=True)
+            self.old_id, self.old_end = u, oe[::-1][k]
+            ids, ends = ids[~lo], ends[~lo]
+            if not len(ids):
+                return
+        need = int(ids.max()) - self.base + 1
+        if need > len(self.a):
+            a = np.full(max(need, 2 * len(self.a)), -1, np.int64)
+            a[:len(self.a)] = self.a
+            self.a = a
+        self.a[ids - self.base] = ends
+
+    def rebase(self, new_base: int, keep: np.ndarray) -> None:
+        """Forget the ends of ids below ``new_base`` except those of ``keep``."""
+        if new_base <= self.base:
+            return
+        keep = np.unique(np.asarray(keep, np.int64))
+        keep = keep[keep < new_base]
+        e = self.get(keep)
+        k = e >= 0
+        self.old_id, self.old_end = keep[k], e[k]
+        cut = min(new_base - self.base, len(self.a))
+        rest = self.a[cut:]
+        self.a = np.full(max(1024, 2 * len(rest)), -1, np.int64)
+        self.a[:len(rest)] = rest
+        self.base = new_base
+
+
+def _ring_push(R: np.ndarray, plane: np.ndarray, fill: np.ndarray, pid0: int):
+    """Write backpressure bookkeeping of a sequence of stores (in issue order): ``R`` (planes x B, in
+    place) holds each plane's last B program ids, oldest first, right-aligned (-1: none). A store with
+    m programs issued on its plane before it (m >= B) is gated by the (m - B + 1)-th of them (the
+    oldest of the last B); a filling store (``fill``) issues the next id (``pid0`` on, in order).
+    Returns (gate per store, -1: none; program id per store, -1: not filling)."""
+    n = len(plane)
+    B = R.shape[1]
+    fill = np.asarray(fill, bool)
+    pid = np.full(n, -1, np.int64)
+    nf = int(fill.sum())
+    pid[fill] = pid0 + np.arange(nf, dtype=np.int64)
+    if n == 0:
+        return np.zeros(0, np.int64), pid
+    o = np.argsort(plane, kind="stable")
+    ps = plane[o]
+    fs = fill[o]
+    st = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
+    cnt = np.diff(np.append(st, n))
+    cf = np.cumsum(fs) - fs                      # fills before, over the whole sorted order
+    fb = cf - np.repeat(cf[st], cnt)             # fills before on the plane
+    F = np.flatnonzero(fs)                       # sorted positions of the fills
+    pid_s = pid[o]
+    v = fb - B
+    up = ps[st]
+    gate_s = np.empty(n, np.int64)
+    neg = v < 0
+    gate_s[neg] = R[ps[neg], B + v[neg]]
+    pos = ~neg
+    if pos.any():
+        gate_s[pos] = pid_s[F[np.repeat(cf[st], cnt)[pos] + v[pos]]]
+    gate = np.empty(n, np.int64)
+    gate[o] = gate_s
+    if nf:
+        nfp = np.add.reduceat(fs.astype(np.int64), st)
+        w = np.arange(B, dtype=np.int64)
+        vv = nfp[:, None] - B + w[None, :]       # per touched plane, the new row's sources
+        f0 = cf[st][:, None]
+        newrow = np.where(vv >= 0, pid_s[F[np.clip(f0 + vv, 0, max(nf - 1, 0))]],
+                          R[up[:, None], np.clip(B + vv, 0, B - 1)])
+        R[up] = newrow
+    return gate, pid
 
 
 def _map_ref(r: np.ndarray, idx: np.ndarray, poff: int, valid: np.ndarray | None = None) -> np.ndarray:
@@ -137,9 +241,9 @@ class MediaEngine:
         self._tail_kept = self._tail_redone = 0    # pending commands kept / scheduled again (_reschedule_tail)
         # write backpressure: per plane the ids of its last B programs (issue order), the ends of decided
         # programs, and store data-ins waiting for an undecided program's end
-        self._ring: dict[int, list[int]] = {}
+        self._ring = np.full((g.planes, g.page_buffers_per_plane), -1, np.int64)
         self._pid = 0
-        self._pend_end: dict[int, int] = {}
+        self._pend_end = _Ends()
         self._gated: list[dict[str, np.ndarray]] = []
         # statistics
         self.chan_busy_ns = np.zeros(g.channels, np.int64)
@@ -1015,7 +1119,7 @@ class MediaEngine:
         pid = C["pid"]
         dp = np.flatnonzero(dec & (pid >= 0))
         if len(dp):
-            self._pend_end.update(zip(pid[dp].tolist(), end[dp].tolist()))
+            self._pend_end.set(pid[dp], end[dp])
         und = np.flatnonzero(~dec)
         if not len(und):
             return None
@@ -1242,9 +1346,16 @@ class MediaEngine:
         """Between batches: keep the ends of decided programs that a later store may still be gated by
         (each plane's last B); stores and commands gated by a program not decided yet name one that is
         not in the dict (it is released right after the run that decides it)."""
-        if len(self._pend_end) > 4 * (len(self._ring) * self.g.page_buffers_per_plane + 1024):
-            keep = {p for L in self._ring.values() for p in L}
-            self._pend_end = {p: e for p, e in self._pend_end.items() if p in keep}
+        pe = self._pend_end
+        if self._pid - pe.base > 4 * (self._ring.size + 1024):
+            nb = self._pid
+            if self._pq is not None and (self._pq["pid"] >= 0).any():
+                nb = min(nb, int(self._pq["pid"][self._pq["pid"] >= 0].min()))
+            for ch in self._gated:
+                if len(ch["gate"]):
+                    nb = min(nb, int(ch["gate"].min()))
+            r = self._ring[self._ring >= 0]
+            pe.rebase(nb, r)
 
     def _release_gated(self) -> None:
         """Store data-ins whose gating program is decided now: their data is ready at max(arrival +
@@ -1339,25 +1450,11 @@ class MediaEngine:
         # before its own on its plane (the plane's B page buffers hold the last B programs' data)
         si = np.flatnonzero(is_st)
         B = g.page_buffers_per_plane
-        gate_st = np.full(len(si), -1, np.int64)
         fill = np.zeros(nt, bool)
         fill[ptx] = True
         pid_tx = np.full(nt, -1, np.int64)
-        ring = self._ring
-        pid = self._pid
-        for k, (i, p, f) in enumerate(zip(si.tolist(), plane[si].tolist(), fill[si].tolist())):
-            L = ring.get(p)
-            if L is None:
-                L = ring[p] = []
-            if len(L) >= B:
-                gate_st[k] = L[0]
-            if f:
-                pid_tx[i] = pid
-                L.append(pid)
-                pid += 1
-                if len(L) > B:
-                    del L[0]
-        self._pid = pid
+        gate_st, pid_tx[si] = _ring_push(self._ring, plane[si], fill[si], self._pid)
+        self._pid += len(ptx)
         gate_tx = np.full(nt, -1, np.int64)
         gate_tx[si] = gate_st
         # programs: ready when the filling store's data is in (its data-in end when the channel is idle)
@@ -1387,7 +1484,7 @@ class MediaEngine:
             gm = np.flatnonzero(gate_st >= 0)
             if len(gm):
                 pe = self._pend_end
-                e = np.array([pe.get(p, -1) for p in gate_st[gm].tolist()], np.int64)
+                e = pe.get(gate_st[gm])
                 ok = e >= 0
                 rd = early.copy()
                 rd[gm[ok]] = np.maximum(early[gm[ok]], e[ok])
@@ -1439,14 +1536,8 @@ class MediaEngine:
         gx = np.zeros(n, np.int64) if gx is None else np.asarray(gx, np.int64)
         gate = np.full(n, -1, np.int64) if gate is None else np.asarray(gate, np.int64)
         if pids is None:
-            pids = self._pid + np.arange(n, dtype=np.int64)
+            _, pids = _ring_push(self._ring, planes, np.ones(n, bool), self._pid)
             self._pid += n
-            B = g.page_buffers_per_plane
-            for p, q in zip(planes.tolist(), pids.tolist()):
-                L = self._ring.setdefault(p, [])
-                L.append(q)
-                if len(L) > B:
-                    del L[0]
         kinds = np.full(n, PROG, np.uint8)
         svc = t_prog + np.where(np.asarray(presense, bool), g.t_read_ns, 0).astype(np.int64)
         if gc:

@@ -28,6 +28,7 @@ KIND_NAMES = ("read", "program", "copyback", "erase")
 
 _EV_RELEASE, _EV_ARRIVE, _EV_PLANE_ENQ, _EV_PLANE_FREE = 0, 1, 2, 3
 _BIG = 1 << 62
+_PLANE_PASS = True          # (tests switch it off to exercise the heads pass)
 
 
 def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.ndarray, service: np.ndarray, *,
@@ -197,29 +198,37 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
         return simulate(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
                         plane_free=plane_free, die_carry=die_carry, gate=gate, gate_x=gate_x, floor=floor,
                         join=join, full=full)
-    fm = ~rdie[die]
-    bad = rdie.copy()
+    bad = np.zeros(nd, bool)
     start = np.zeros(n, np.int64)
     end = np.zeros(n, np.int64)
     adm = np.zeros(n, np.int64)
     rdy = ready.copy()
-    fi = np.flatnonzero(fm)
     pf = plane_free.copy()
-    if len(fi):
-        # gates: an earlier command of the same plane
-        g = np.flatnonzero(hasg & fm)
-        if len(g):
-            late = g[(gate[g] >= g) | (plane[gate[g]] != plane[g])]
-            if len(late):
-                bad[die[late]] = True
-        fi = fi[~bad[die[fi]]]
-    if len(fi):
-        _heads_pass(fi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd,
-                    _slot_rows(die_carry, nd, queue_depth), bad, pf0=plane_free, pf=pf, start=start, end=end,
+    # gates: an earlier program of the same plane
+    g = np.flatnonzero(hasg)
+    if len(g):
+        late = g[(gate[g] >= g) | (plane[gate[g]] != plane[g]) | (kind[gate[g]] == READ) | (kind[g] == READ)]
+        if len(late):
+            bad[die[late]] = True
+    late_bad = bad.copy()
+    fi = np.flatnonzero(~bad[die])
+    if len(fi) and _PLANE_PASS:
+        _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd, queue_depth, die_carry,
+                    bad, pf0=plane_free, pf=pf, start=start, end=end, adm=adm, rdy=rdy)
+    elif len(fi):
+        bad[:] = True
+    # dies the plane pass could not schedule: without reads the heads pass, else the event scheduler
+    hd = bad & ~late_bad & ~rdie
+    hi = np.flatnonzero(hd[die])
+    if len(hi):
+        hbad = np.zeros(nd, bool)
+        _heads_pass(hi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd,
+                    _slot_rows(die_carry, nd, queue_depth), hbad, pf0=plane_free, pf=pf, start=start, end=end,
                     adm=adm, rdy=rdy)
+        bad = (bad & ~hd) | hbad
     sm = bad[die]
-    if fm.any():
-        good = fm & ~sm
+    good = ~sm
+    if good.any():
         gp = plane[good]
         plane_free[gp] = pf[gp]
     si = np.flatnonzero(sm)
@@ -388,3 +397,108 @@ def _heads_pass(fi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cm
         b = np.flatnonzero((p2[1:] == p2[:-1]) & ((e1 < e0) | ((e1 == e0) & (op[1:] < op[:-1]))))
         if len(b):
             bad[die[op[b + 1]]] = True
+
+
+def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd, Q, die_carry, bad, *,
+                pf0, pf, start, end, adm, rdy):
+    """Schedule the commands ``fi`` (whole dies; gates earlier on the same plane) as if every die
+    admitted each command at its arrival (its queue depth never binding): then the planes are
+    independent non-preemptive priority queues (reads first, each class by (plane arrival, seq)),
+    computed one grant per plane per step, all planes at once: the plane's next grant at t = max(free,
+    the earlier of its head read's and head program's arrival) goes to the read if it has arrived by t.
+    A program's arrival is known when it is the head (its gate, earlier on its plane, ended). Afterwards
+    each die is checked: the queue depth never binds (at every admission, at most Q outstanding:
+    carried, joined and admitted ones not ended yet; releases at an instant before its admissions),
+    and each plane's reads and programs arrive in seq order (so the heads are the event scheduler's
+    choices). Marks the dies where a check fails in ``bad`` (their results here are discarded)."""
+    BIG = _BIG
+    isr = kind[fi] == READ
+    ri = fi[isr]
+    oi = fi[~isr]
+    ro = ri[np.argsort(plane[ri], kind="stable")]
+    oo = oi[np.argsort(plane[oi], kind="stable")]
+    up = np.unique(plane[fi])
+    nu = len(up)
+    rpl = plane[ro]
+    opl = plane[oo]
+    rptr = np.searchsorted(rpl, up)
+    rend = np.searchsorted(rpl, up, "right")
+    optr = np.searchsorted(opl, up)
+    oend = np.searchsorted(opl, up, "right")
+    # sentinels: one past the end of each order (masked where used)
+    ro_x = np.append(ro, 0)
+    oo_x = np.append(oo, 0)
+    qr_all = np.append(np.where(jn[ro] >= 0, jn[ro], np.maximum(ready[ro], fl[ro]) + t_cmd), BIG)
+    f = pf0[up].copy()
+    enq = np.zeros(len(ready), np.int64)
+    act = np.arange(nu)
+    rem = (rend - rptr) + (oend - optr)
+    act = act[rem > 0]
+    while len(act):
+        rp = rptr[act]
+        op = optr[act]
+        hr = rp < rend[act]
+        ho = op < oend[act]
+        qr = np.where(hr, qr_all[rp], BIG)
+        c = oo_x[op]
+        r = ready[c]
+        g = hasg[c] & ho
+        if g.any():
+            r = np.where(g, np.maximum(r, end[np.where(g, gate[c], c)]) + gate_x[c], r)
+        j = jn[c]
+        ta = np.maximum(r, fl[c])
+        qo = np.where(ho, np.where(j >= 0, j, ta + t_cmd), BIG)
+        fa = f[act]
+        t = np.maximum(fa, np.minimum(qr, qo))
+        pr = qr <= t
+        x = np.where(pr, ro_x[rp], c)
+        e = t + service[x]
+        start[x] = t
+        end[x] = e
+        f[act] = e
+        po = ~pr
+        if po.any():
+            co = c[po]
+            rdy[co] = r[po]
+            jo = j[po]
+            adm[co] = np.where(jo >= 0, jo - t_cmd, ta[po])
+            enq[co] = qo[po]
+            optr[act[po]] = op[po] + 1
+        if pr.any():
+            cr = x[pr]
+            rdy[cr] = ready[cr]
+            q = qr[pr]
+            adm[cr] = q - t_cmd
+            enq[cr] = q
+            rptr[act[pr]] = rp[pr] + 1
+        alive = (rptr[act] < rend[act]) | (optr[act] < oend[act])
+        if not alive.all():
+            act = act[alive]
+    pf[up] = f
+    # checks: arrivals in seq order on each plane, per class
+    for o_, pl_ in ((ro, rpl), (oo, opl)):
+        if len(o_) > 1:
+            b = np.flatnonzero((pl_[1:] == pl_[:-1]) & (enq[o_[1:]] < enq[o_[:-1]]))
+            if len(b):
+                bad[die[o_[b + 1]]] = True
+    # the queue depth never binds
+    isj = jn[fi] >= 0
+    na = fi[~isj]
+    cd = [d for d, ts in die_carry.items() for _ in ts] if die_carry else []
+    ct = [t for ts in die_carry.values() for t in ts] if die_carry else []
+    ev_d = np.concatenate([die[na], die[fi], np.asarray(cd, np.int64)])
+    ev_t = np.concatenate([adm[na], end[fi], np.asarray(ct, np.int64)])
+    ev_k = np.concatenate([np.ones(len(na), np.int64), np.zeros(len(fi) + len(cd), np.int64)])
+    init = np.bincount(die[fi[isj]], minlength=len(bad))[:len(bad)]
+    if cd:
+        init = init + np.bincount(np.asarray(cd, np.int64), minlength=len(bad))[:len(bad)]
+    o = np.lexsort((ev_k, ev_t, ev_d))
+    dd = ev_d[o]
+    delta = np.where(ev_k[o] == 1, 1, -1)
+    cs = np.cumsum(delta)
+    first = np.flatnonzero(np.r_[True, dd[1:] != dd[:-1]])
+    base = np.repeat(cs[first] - delta[first], np.diff(np.append(first, len(dd))))
+    run = init[dd] + cs - base
+    over = (ev_k[o] == 1) & (run > Q)
+    if over.any():
+        bad[dd[over]] = True
