@@ -28,6 +28,12 @@ KIND_NAMES = ("read", "program", "copyback", "erase")
 
 _EV_RELEASE, _EV_ARRIVE, _EV_PLANE_ENQ, _EV_PLANE_FREE = 0, 1, 2, 3
 _BIG = 1 << 62
+_E0 = np.zeros(0, np.int64)
+
+
+def _small(x, n):
+    """Ids as int16 when they fit (a stable argsort is then a radix sort)."""
+    return x.astype(np.int16) if n < (1 << 15) else x
 _PLANE_PASS = True          # (tests switch it off to exercise the heads pass)
 
 
@@ -415,9 +421,10 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
     isr = kind[fi] == READ
     ri = fi[isr]
     oi = fi[~isr]
-    ro = ri[np.argsort(plane[ri], kind="stable")]
-    oo = oi[np.argsort(plane[oi], kind="stable")]
-    up = np.unique(plane[fi])
+    npl = int(plane[fi].max()) + 1
+    ro = ri[np.argsort(_small(plane[ri], npl), kind="stable")]
+    oo = oi[np.argsort(_small(plane[oi], npl), kind="stable")]
+    up = np.flatnonzero(np.bincount(plane[fi], minlength=npl))
     nu = len(up)
     rpl = plane[ro]
     opl = plane[oo]
@@ -431,9 +438,14 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
     qr_all = np.append(np.where(jn[ro] >= 0, jn[ro], np.maximum(ready[ro], fl[ro]) + t_cmd), BIG)
     f = pf0[up].copy()
     enq = np.zeros(len(ready), np.int64)
-    act = np.arange(nu)
-    rem = (rend - rptr) + (oend - optr)
-    act = act[rem > 0]
+    if not len(ro):
+        _plane_chains(oo, opl, up, optr, oend, ready, service, gate, gate_x, hasg, fl, jn, t_cmd, f,
+                      start=start, end=end, adm=adm, rdy=rdy, enq=enq)
+        act = _E0
+    else:
+        act = np.arange(nu)
+        rem = (rend - rptr) + (oend - optr)
+        act = act[rem > 0]
     while len(act):
         rp = rptr[act]
         op = optr[act]
@@ -484,21 +496,92 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
     # the queue depth never binds
     isj = jn[fi] >= 0
     na = fi[~isj]
-    cd = [d for d, ts in die_carry.items() for _ in ts] if die_carry else []
-    ct = [t for ts in die_carry.values() for t in ts] if die_carry else []
-    ev_d = np.concatenate([die[na], die[fi], np.asarray(cd, np.int64)])
-    ev_t = np.concatenate([adm[na], end[fi], np.asarray(ct, np.int64)])
-    ev_k = np.concatenate([np.ones(len(na), np.int64), np.zeros(len(fi) + len(cd), np.int64)])
+    cd = np.asarray([d for d, ts in die_carry.items() for _ in ts] if die_carry else [], np.int64)
+    ct = np.asarray([t for ts in die_carry.values() for t in ts] if die_carry else [], np.int64)
     init = np.bincount(die[fi[isj]], minlength=len(bad))[:len(bad)]
-    if cd:
-        init = init + np.bincount(np.asarray(cd, np.int64), minlength=len(bad))[:len(bad)]
-    o = np.lexsort((ev_k, ev_t, ev_d))
-    dd = ev_d[o]
-    delta = np.where(ev_k[o] == 1, 1, -1)
-    cs = np.cumsum(delta)
-    first = np.flatnonzero(np.r_[True, dd[1:] != dd[:-1]])
-    base = np.repeat(cs[first] - delta[first], np.diff(np.append(first, len(dd))))
-    run = init[dd] + cs - base
-    over = (ev_k[o] == 1) & (run > Q)
+    if len(cd):
+        init = init + np.bincount(cd, minlength=len(bad))[:len(bad)]
+    ta_, te_ = adm[na], end[fi]
+    lo = min(int(ta_.min()) if len(ta_) else 0, int(te_.min()))
+    hi = max(int(ta_.max()) if len(ta_) else 0, int(te_.max()))
+    span = hi - lo + 2
+    if span * (len(bad) + 1) < (1 << 62):
+        # per die, sorted keys die * span + time (earlier carried releases at the die's start): at an
+        # admission at t, outstanding = admissions at <= t less releases at <= t (releases first)
+        ka = np.sort(die[na] * span + (ta_ - lo) + 1)
+        ke = np.concatenate([die[fi] * span + (te_ - lo) + 1, cd * span + np.clip(ct - lo + 1, 0, span - 1)])
+        ke.sort()
+        dd = ka // span
+        d0 = np.arange(len(bad) + 1, dtype=np.int64) * span
+        run = (np.searchsorted(ka, ka, "right") - np.searchsorted(ka, d0)[dd]
+               - np.searchsorted(ke, ka, "right") + np.searchsorted(ke, d0)[dd] + init[dd])
+        over = run > Q
+    else:
+        ev_d = np.concatenate([die[na], die[fi], cd])
+        ev_t = np.concatenate([ta_, te_, ct])
+        ev_k = np.concatenate([np.ones(len(na), np.int64), np.zeros(len(fi) + len(cd), np.int64)])
+        o = np.lexsort((ev_k, ev_t, ev_d))
+        dd = ev_d[o]
+        delta = np.where(ev_k[o] == 1, 1, -1)
+        cs = np.cumsum(delta)
+        first = np.flatnonzero(np.r_[True, dd[1:] != dd[:-1]])
+        base = np.repeat(cs[first] - delta[first], np.diff(np.append(first, len(dd))))
+        run = init[dd] + cs - base
+        over = (ev_k[o] == 1) & (run > Q)
     if over.any():
         bad[dd[over]] = True
+
+
+def _plane_chains(oo, opl, up, ost, oend, ready, service, gate, gate_x, hasg, fl, jn, t_cmd, f, *, start, end, adm,
+                  rdy, enq):
+    """``_plane_pass`` where no plane has a read: each plane serves its commands in seq order (FCFS,
+    checked by the caller), one column (the k-th command of every plane) per step; planes ordered by
+    their number of commands (descending), so the planes still busy at step k are a prefix."""
+    cnt = oend - ost
+    po = np.argsort(-cnt, kind="stable")
+    cnt_s = cnt[po]
+    nu = len(po)
+    m = int(cnt_s[0]) if nu else 0
+    if m == 0:
+        return
+    col = np.arange(len(oo)) - np.repeat(ost, cnt)
+    rowof = np.empty(nu, np.int64)
+    rowof[po] = np.arange(nu)
+    row = np.repeat(rowof, cnt)
+    M = np.zeros((m, nu), np.int64)               # column-major: step k reads row k
+    M[col, row] = oo
+    nk = len(cnt_s) - np.searchsorted(cnt_s[::-1], np.arange(m), side="right")   # planes with more than k
+    R = ready[M]
+    G = (hasg[M]) & (np.arange(nu)[None, :] < nk[:, None])
+    GI = gate[M]
+    GX = gate_x[M]
+    FL = fl[M]
+    J = jn[M]
+    SV = service[M]
+    fs = f[po].copy()
+    anyg = G.any(axis=1)
+    anyj = (J >= 0).any(axis=1)
+    for k in range(m):
+        n = int(nk[k])
+        c = M[k, :n]
+        r = R[k, :n]
+        if anyg[k]:
+            g = G[k, :n]
+            r = np.where(g, np.maximum(r, end[np.where(g, GI[k, :n], c)]) + GX[k, :n], r)
+        ta = np.maximum(r, FL[k, :n])
+        if anyj[k]:
+            j = J[k, :n]
+            q = np.where(j >= 0, j, ta + t_cmd)
+            a = np.where(j >= 0, j - t_cmd, ta)
+        else:
+            q = ta + t_cmd
+            a = ta
+        s = np.maximum(q, fs[:n])
+        e = s + SV[k, :n]
+        fs[:n] = e
+        start[c] = s
+        end[c] = e
+        adm[c] = a
+        rdy[c] = r
+        enq[c] = q
+    f[po] = fs
