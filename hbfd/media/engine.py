@@ -1068,7 +1068,7 @@ class MediaEngine:
             floor = np.concatenate([np.zeros(nri, np.int64), allc["floor"]])
             planes_u = np.unique(pl)
             pf0 = self.plane_free[planes_u].copy()
-            carry = self.slots.as_dict(evd)
+            carry = self.slots.take(evd)
             start, end, adm, rdy = eventsim.simulate_auto(kind, ready, pl, dd, sv, t_cmd=t_cmd,
                                                      queue_depth=g.queue_depth, plane_free=self.plane_free,
                                                      die_carry=carry, gate=gate, gate_x=gxa, floor=floor,
@@ -1085,8 +1085,7 @@ class MediaEngine:
             # decided state: plane free after the decided commands, their slot releases, program ends
             self.plane_free[planes_u] = pf0
             np.maximum.at(self.plane_free, pl[dec], end[dec])
-            cd_old = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
-            ct_old = np.array([t for ts in carry.values() for t in ts], np.int64)
+            cd_old, ct_old = carry
             # (pending commands are re-admitted from _dec_h on: the releases after it are kept)
             self.slots.put(np.concatenate([cd_old, dd[dec]]), np.concatenate([ct_old, end[dec]]),
                            min(self.horizon, self._dec_h))
@@ -1299,14 +1298,13 @@ class MediaEngine:
         cd = np.concatenate([sd[m], P["die"][fi]])
         ct = np.concatenate([st[m], P["p_end"][fi]])
         if len(cd) > g.queue_depth:               # a die's Q latest releases are all that can bind
-            o = np.lexsort((-ct, cd))
+            o = np.argsort(-ct)
+            o = o[np.argsort(small_int(cd[o], g.dies), kind="stable")]
             cd, ct = cd[o], ct[o]
             first = np.flatnonzero(np.r_[True, cd[1:] != cd[:-1]])
             rank = np.arange(len(cd)) - np.repeat(first, np.diff(np.append(first, len(cd))))
             cd, ct = cd[rank < g.queue_depth], ct[rank < g.queue_depth]
-        carry: dict[int, list[int]] = {}
-        for d, t in zip(cd.tolist(), ct.tolist()):
-            carry.setdefault(d, []).append(t)
+        carry = (cd, ct)
         base = R["base"].copy()
         gx = R["gx"].copy()
         gidx = np.full(nr, -1, np.int64)

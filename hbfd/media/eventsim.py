@@ -38,13 +38,14 @@ _PLANE_PASS = True          # (tests switch it off to exercise the heads pass)
 
 
 def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.ndarray, service: np.ndarray, *,
-             t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry: dict[int, list[int]],
+             t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry,
              gate: np.ndarray | None = None, gate_x: np.ndarray | None = None, floor: np.ndarray | None = None,
              join: np.ndarray | None = None, full: bool = False):
     """Schedule commands (seq = index: FIFO ties at the die and the plane go by it). Updates
     ``plane_free`` in place.
 
-    ``die_carry[d]``: release times of commands still outstanding from earlier batches.
+    ``die_carry[d]``: release times of commands still outstanding from earlier batches (a dict, or a
+    pair of arrays (die, time)).
     Write backpressure (optional, per command): ``gate[i] >= 0`` names an earlier command whose end
     gates this one: its ready time is ``max(ready[i], end[gate[i]]) + gate_x[i]`` (a program whose
     data-in waits for a free page buffer); ``floor[i]``: the command reaches its die no earlier than
@@ -66,6 +67,8 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
     push = heapq.heappush
     pop = heapq.heappop
     outstanding: dict[int, int] = {}
+    if isinstance(die_carry, tuple):
+        die_carry = _carry_dict(*_carry_arrays(die_carry))
     for d, times in die_carry.items():
         outstanding[d] = len(times)
         for c in times:
@@ -165,7 +168,7 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
 
 
 def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.ndarray, service: np.ndarray, *,
-                  t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry: dict[int, list[int]],
+                  t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry,
                   gate: np.ndarray | None = None, gate_x: np.ndarray | None = None,
                   floor: np.ndarray | None = None, join: np.ndarray | None = None, full: bool = False):
     """``simulate`` with an exact vectorized fast path (same arguments, same results bit for bit).
@@ -194,16 +197,17 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
     gate_x = np.asarray(gate_x, np.int64)
     fl = np.zeros(n, np.int64) if floor is None else np.asarray(floor, np.int64)
     jn = np.full(n, -1, np.int64) if join is None else np.asarray(join, np.int64)
+    cd, ct = _carry_arrays(die_carry)
     nd = int(die.max()) + 1
-    if die_carry:
-        nd = max(nd, max(die_carry) + 1)
+    if len(cd):
+        nd = max(nd, int(cd.max()) + 1)
     rdie = np.zeros(nd, bool)
     rdie[die[kind == READ]] = True
     hasg = (gate >= 0) & (jn < 0)
     if (die[gate[hasg]] != die[hasg]).any():       # a gate across dies: no per-die split
         return simulate(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
-                        plane_free=plane_free, die_carry=die_carry, gate=gate, gate_x=gate_x, floor=floor,
-                        join=join, full=full)
+                        plane_free=plane_free, die_carry=_carry_dict(cd, ct), gate=gate, gate_x=gate_x,
+                        floor=floor, join=join, full=full)
     bad = np.zeros(nd, bool)
     start = np.zeros(n, np.int64)
     end = np.zeros(n, np.int64)
@@ -219,7 +223,7 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
     late_bad = bad.copy()
     fi = np.flatnonzero(~bad[die])
     if len(fi) and _PLANE_PASS:
-        _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd, queue_depth, die_carry,
+        _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd, queue_depth, (cd, ct),
                     bad, pf0=plane_free, pf=pf, start=start, end=end, adm=adm, rdy=rdy)
     elif len(fi):
         bad[:] = True
@@ -229,7 +233,7 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
     if len(hi):
         hbad = np.zeros(nd, bool)
         _heads_pass(hi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd,
-                    _slot_rows(die_carry, nd, queue_depth), hbad, pf0=plane_free, pf=pf, start=start, end=end,
+                    _slot_rows((cd, ct), nd, queue_depth), hbad, pf0=plane_free, pf=pf, start=start, end=end,
                     adm=adm, rdy=rdy)
         bad = (bad & ~hd) | hbad
     sm = bad[die]
@@ -244,7 +248,8 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
         gs = gate[si]
         gs = np.where(gs >= 0, remap[np.maximum(gs, 0)], -1)
         gs = np.where(gate[si] >= 0, gs, -1)
-        carry = {d: ts for d, ts in die_carry.items() if d < nd and bad[d]}
+        km = bad[cd] if len(cd) else np.zeros(0, bool)
+        carry = _carry_dict(cd[km], ct[km])
         s2, e2, a2, r2 = simulate(kind[si], ready[si], plane[si], die[si], service[si], t_cmd=t_cmd,
                                   queue_depth=queue_depth, plane_free=plane_free, die_carry=carry, gate=gs,
                                   gate_x=gate_x[si], floor=None if floor is None else fl[si],
@@ -255,12 +260,28 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
     return start, end
 
 
+def _carry_arrays(die_carry) -> tuple[np.ndarray, np.ndarray]:
+    """Carried slot releases as (die, time) arrays, from a dict {die: [times]} or such a pair."""
+    if isinstance(die_carry, tuple):
+        return np.asarray(die_carry[0], np.int64), np.asarray(die_carry[1], np.int64)
+    if not die_carry:
+        return _E0, _E0
+    return (np.asarray([d for d, ts in die_carry.items() for _ in ts], np.int64),
+            np.asarray([t for ts in die_carry.values() for t in ts], np.int64))
+
+
+def _carry_dict(cd: np.ndarray, ct: np.ndarray) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for d, t in zip(cd.tolist(), ct.tolist()):
+        out.setdefault(d, []).append(t)
+    return out
+
+
 def _slot_rows(die_carry, nd: int, Q: int) -> np.ndarray:
     """Per die the Q largest carried releases, rows sorted (-inf: a free slot)."""
     S = np.full((nd, Q), -_BIG, np.int64)
-    if die_carry:
-        cd_a = np.asarray([d for d, ts in die_carry.items() for _ in ts], np.int64)
-        ct_a = np.asarray([t for ts in die_carry.values() for t in ts], np.int64)
+    cd_a, ct_a = _carry_arrays(die_carry)
+    if len(cd_a):
         oc = np.lexsort((ct_a, cd_a))
         cd_a, ct_a = cd_a[oc], ct_a[oc]
         cst = np.flatnonzero(np.r_[True, cd_a[1:] != cd_a[:-1]])
@@ -496,8 +517,7 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
     # the queue depth never binds
     isj = jn[fi] >= 0
     na = fi[~isj]
-    cd = np.asarray([d for d, ts in die_carry.items() for _ in ts] if die_carry else [], np.int64)
-    ct = np.asarray([t for ts in die_carry.values() for t in ts] if die_carry else [], np.int64)
+    cd, ct = _carry_arrays(die_carry)
     init = np.bincount(die[fi[isj]], minlength=len(bad))[:len(bad)]
     if len(cd):
         init = init + np.bincount(cd, minlength=len(bad))[:len(bad)]
