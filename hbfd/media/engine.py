@@ -236,6 +236,7 @@ class MediaEngine:
         # die stage: re-scheduled with the next batch's reads (module doc, "Exactness across batches")
         self._pq: dict[str, np.ndarray] | None = None
         self._dec_h = 0                            # no arrival comes before this (decisions up to it + t_cmd)
+        self._pq_dec_h = 0                         # the _dec_h the pending set was last computed with
         self._adv_now = 0                          # latest advance(now)
         self._disorder = False                     # an arrival came before the latest arrival or advance
         self._tail_kept = self._tail_redone = 0    # pending commands kept / scheduled again (_reschedule_tail)
@@ -1104,6 +1105,7 @@ class MediaEngine:
             self._pq = pend_out[0]
         else:
             self._pq = {k: np.concatenate([q[k] for q in pend_out]) for k in pend_out[0]}
+        self._pq_dec_h = self._dec_h
         self._cmd_end = cmd_end
         self._release_gated()
         return Er
@@ -1389,6 +1391,8 @@ class MediaEngine:
         array commands that start before it + t_cmd and the store data-ins they gate."""
         if self._pq is None:
             return
+        if horizon is not None and max(self.horizon, horizon) <= self._pq_dec_h:
+            return              # the pending set was computed with this decision limit: nothing more to decide
         self._dec_h = _MAX_TIME - self.g.t_cmd_ns if horizon is None else max(self.horizon, horizon)
         self._array_ops(_E0, _E0, _E0, None)
         self._dec_h = self.horizon
