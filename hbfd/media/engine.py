@@ -994,7 +994,7 @@ class MediaEngine:
         if keepd is not None:
             kp = keepd[pq["die"]]
             kn = keepd[cmds["die"]] if nnew else np.zeros(0, bool)
-            res = self._behind_pending({k: v[kp] for k, v in pq.items()},
+            res = self._behind_pending(pq if kp.all() else {k: v[kp] for k, v in pq.items()},
                                        {k: v[kn] for k, v in cmds.items()} if kn.any() else None, keepd)
             if res is not None:
                 okd, kq, kend_new = res
@@ -1220,8 +1220,11 @@ class MediaEngine:
             nst, nen, nad, nrd = start, end, adm, rdy
         # the handled dies: pending (their schedule) and new commands together, in creation order per die
         kp = okd[P["die"]]
-        C = {k: P[k][kp] for k in self._CMD_KEYS}
-        cs, ce, ca, cr = cs[kp], ce[kp], ca[kp], cr[kp]
+        if kp.all():
+            C = {k: P[k] for k in self._CMD_KEYS}
+        else:
+            C = {k: P[k][kp] for k in self._CMD_KEYS}
+            cs, ce, ca, cr = cs[kp], ce[kp], ca[kp], cr[kp]
         if N is not None:
             kn = okd[N["die"]]
             C = {k: np.concatenate([C[k], N[k][kn]]) for k in self._CMD_KEYS}
