@@ -170,18 +170,24 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
 def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.ndarray, service: np.ndarray, *,
                   t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry,
                   gate: np.ndarray | None = None, gate_x: np.ndarray | None = None,
-                  floor: np.ndarray | None = None, join: np.ndarray | None = None, full: bool = False):
-    """``simulate`` with an exact vectorized fast path (same arguments, same results bit for bit).
+                  floor: np.ndarray | None = None, join: np.ndarray | None = None, full: bool = False,
+                  paths: dict[str, int] | None = None):
+    """``simulate`` with exact vectorized fast paths (same arguments, same results bit for bit).
 
-    Dies whose commands in this run include no read are scheduled without events (``_heads_pass``):
-    one command per die per step, all dies at once, in the die queue's order (the smallest
-    (ready, seq) among the first unscheduled commands of the die's planes; a gated command's ready
-    time max(ready, E_gate) + gate_x is known then, its gate coming earlier on its plane), admitted at
-    max(arrival, the die's Q-th largest slot release so far, carried ones included), its plane FCFS in
-    that order; joins (admitted earlier) first. Afterwards each die is checked: die-queue keys
-    (ready, seq) increasing and arrivals non-decreasing in the order used, plane arrivals (time, seq)
-    increasing per plane, joins first on their planes, gates earlier on the same plane. The dies where
-    a check fails, and the dies with reads, go through ``simulate`` (a gate across dies: all of it).
+    1. ``_plane_pass`` (dies with or without reads): every command admitted at its arrival, the planes
+       independent non-preemptive priority queues (reads first), one grant per plane per step, all
+       planes at once; kept for the dies where the queue depth never binds in that schedule and each
+       plane's reads and programs arrive in seq order (then it is the event scheduler's schedule).
+    2. ``_heads_pass`` (dies without reads that failed 1): one command per die per step, all dies at
+       once, in the die queue's order (the smallest (ready, seq) among the first unscheduled commands
+       of the die's planes; a gated command's ready time max(ready, E_gate) + gate_x is known then,
+       its gate coming earlier on its plane), admitted at max(arrival, the die's Q-th largest slot
+       release so far, carried ones included), its plane FCFS in that order; joins (admitted earlier)
+       first. Checked per die: die-queue keys (ready, seq) increasing and arrivals non-decreasing in
+       the order used, plane arrivals (time, seq) increasing per plane, joins first on their planes.
+    3. ``simulate`` for the rest (a gate across dies: all of it; a gate not on an earlier program of
+       the same plane: its die).
+    ``paths`` (optional): dies per path are added to it (``plane_pass``, ``heads_pass``, ``event``).
     Equality: tests/media/test_eventsim_fast.py."""
     n = len(kind)
     if n == 0 or gate is None or gate_x is None:
@@ -237,6 +243,12 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
                     adm=adm, rdy=rdy)
         bad = (bad & ~hd) | hbad
     sm = bad[die]
+    if paths is not None:
+        has = np.zeros(nd, bool)
+        has[die] = True
+        paths["plane_pass"] = paths.get("plane_pass", 0) + int((has & ~bad & ~hd).sum())
+        paths["heads_pass"] = paths.get("heads_pass", 0) + int((has & hd & ~bad).sum())
+        paths["event"] = paths.get("event", 0) + int((has & bad).sum())
     good = ~sm
     if good.any():
         gp = plane[good]
