@@ -26,7 +26,7 @@ import numpy as np
 READ, PROG, COPYBACK, ERASE = 0, 1, 2, 3
 KIND_NAMES = ("read", "program", "copyback", "erase")
 
-_EV_RELEASE, _EV_ARRIVE, _EV_PLANE_ENQ, _EV_PLANE_FREE = 0, 1, 2, 3
+_EV_RELEASE, _EV_ARRIVE, _EV_PLANE_ENQ, _EV_PLANE_FREE, _EV_END = 0, 1, 2, 3, 4
 _BIG = 1 << 62
 _E0 = np.zeros(0, np.int64)
 
@@ -114,6 +114,13 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
                     p = plane_l[x]
                     push(plane_q.setdefault(p, []), (0 if kind_l[x] == READ else 1, t, x))
                     tplanes.add(p)
+                elif ev == _EV_END:                        # a command's end: its plane free, its die slot released
+                    d = die_l[x]
+                    outstanding[d] -= 1
+                    tdies.add(d)
+                    p = plane_l[x]
+                    busy.discard(p)
+                    tplanes.add(p)
                 else:
                     busy.discard(x)
                     tplanes.add(x)
@@ -144,8 +151,7 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
                 e = t + svc_l[x]
                 end[x] = e
                 pf[p] = e
-                push(heap, (e, _EV_PLANE_FREE, p))
-                push(heap, (e, _EV_RELEASE, die_l[x]))
+                push(heap, (e, _EV_END, x))
                 dl = deps.pop(x, None)
                 if dl:
                     for y in dl:                           # gated commands: ready once x has ended
