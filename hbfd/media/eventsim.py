@@ -261,18 +261,28 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
         plane_free[gp] = pf[gp]
     si = np.flatnonzero(sm)
     if len(si):
+        # the event scheduler one die at a time (dies share nothing here: no gate crosses dies), so its
+        # heaps hold one die's events
+        si = si[np.argsort(_small(die[si], nd), kind="stable")]
+        ds = die[si]
+        cuts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]])
+        ends_ = np.append(cuts[1:], len(si))
         remap = np.full(n, -1, np.int64)
-        remap[si] = np.arange(len(si))
-        gs = gate[si]
-        gs = np.where(gs >= 0, remap[np.maximum(gs, 0)], -1)
-        gs = np.where(gate[si] >= 0, gs, -1)
         km = bad[cd] if len(cd) else np.zeros(0, bool)
-        carry = _carry_dict(cd[km], ct[km])
-        s2, e2, a2, r2 = simulate(kind[si], ready[si], plane[si], die[si], service[si], t_cmd=t_cmd,
-                                  queue_depth=queue_depth, plane_free=plane_free, die_carry=carry, gate=gs,
-                                  gate_x=gate_x[si], floor=None if floor is None else fl[si],
-                                  join=None if join is None else jn[si], full=True)
-        start[si], end[si], adm[si], rdy[si] = s2, e2, a2, r2
+        cdd, ctd = cd[km], ct[km]
+        for a, b in zip(cuts.tolist(), ends_.tolist()):
+            sj = si[a:b]
+            d = int(ds[a])
+            remap[sj] = np.arange(b - a)
+            gs = gate[sj]
+            gs = np.where(gs >= 0, remap[np.maximum(gs, 0)], -1)
+            cm = cdd == d
+            carry = {d: ctd[cm].tolist()} if cm.any() else {}
+            s2, e2, a2, r2 = simulate(kind[sj], ready[sj], plane[sj], die[sj], service[sj], t_cmd=t_cmd,
+                                      queue_depth=queue_depth, plane_free=plane_free, die_carry=carry, gate=gs,
+                                      gate_x=gate_x[sj], floor=None if floor is None else fl[sj],
+                                      join=None if join is None else jn[sj], full=True)
+            start[sj], end[sj], adm[sj], rdy[sj] = s2, e2, a2, r2
     if full:
         return start, end, adm, rdy
     return start, end
