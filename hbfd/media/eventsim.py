@@ -270,22 +270,140 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
         remap = np.full(n, -1, np.int64)
         km = bad[cd] if len(cd) else np.zeros(0, bool)
         cdd, ctd = cd[km], ct[km]
+        kl, rl, pl_, sl = kind[si].tolist(), ready[si].tolist(), plane[si].tolist(), service[si].tolist()
+        remap[si] = np.arange(len(si)) - np.repeat(cuts, ends_ - cuts)
+        gs = gate[si]
+        gl = np.where(gs >= 0, remap[np.maximum(gs, 0)], -1).tolist()
+        gxl = gate_x[si].tolist()
+        fll = fl[si].tolist() if floor is not None else None
+        jll = jn[si].tolist() if join is not None else None
+        pfa = plane_free
+        st_l: list[int] = []
+        en_l: list[int] = []
+        ad_l: list[int] = []
+        rd_l: list[int] = []
         for a, b in zip(cuts.tolist(), ends_.tolist()):
-            sj = si[a:b]
             d = int(ds[a])
-            remap[sj] = np.arange(b - a)
-            gs = gate[sj]
-            gs = np.where(gs >= 0, remap[np.maximum(gs, 0)], -1)
             cm = cdd == d
-            carry = {d: ctd[cm].tolist()} if cm.any() else {}
-            s2, e2, a2, r2 = simulate(kind[sj], ready[sj], plane[sj], die[sj], service[sj], t_cmd=t_cmd,
-                                      queue_depth=queue_depth, plane_free=plane_free, die_carry=carry, gate=gs,
-                                      gate_x=gate_x[sj], floor=None if floor is None else fl[sj],
-                                      join=None if join is None else jn[sj], full=True)
-            start[sj], end[sj], adm[sj], rdy[sj] = s2, e2, a2, r2
+            rel = ctd[cm].tolist() if cm.any() else []
+            pls = set(pl_[a:b])
+            pf = {p: int(pfa[p]) for p in pls}
+            r_ = rl[a:b]
+            s2, e2, a2 = _simulate_die(kl[a:b], r_, pl_[a:b], sl[a:b], gl[a:b], gxl[a:b],
+                                       None if fll is None else fll[a:b], None if jll is None else jll[a:b],
+                                       t_cmd, queue_depth, pf, rel)
+            for p, v in pf.items():
+                pfa[p] = v
+            st_l += s2
+            en_l += e2
+            ad_l += a2
+            rd_l += r_
+        start[si] = st_l
+        end[si] = en_l
+        adm[si] = ad_l
+        rdy[si] = rd_l
     if full:
         return start, end, adm, rdy
     return start, end
+
+
+def _simulate_die(kind_l, rdy, plane_l, svc_l, gl, gx, fl, jl, t_cmd: int, Q: int, pf: dict[int, int],
+                  releases: list[int]):
+    """``simulate`` of one die's commands (lists; ``gl`` gates as indices into them, or None; ``pf``: plane ->
+    free time, updated; ``releases``: the die's carried slot releases). The same events and decisions with the
+    die's state as plain variables. Returns (start, end, admission) lists; ``rdy`` is updated in place."""
+    n = len(kind_l)
+    start = [0] * n
+    end = [0] * n
+    adm = [0] * n
+    heap: list[tuple[int, int, int]] = []
+    push = heapq.heappush
+    pop = heapq.heappop
+    out = len(releases)
+    for c in releases:
+        push(heap, (c, _EV_RELEASE, 0))
+    deps: dict[int, list[int]] = {}
+    for i in range(n):
+        if jl is not None and jl[i] >= 0:              # admitted in an earlier batch
+            out += 1
+            adm[i] = jl[i] - t_cmd
+            push(heap, (jl[i], _EV_PLANE_ENQ, i))
+        elif gl is not None and gl[i] >= 0:            # waits for its gate's end
+            deps.setdefault(gl[i], []).append(i)
+        else:
+            t = rdy[i]
+            if fl is not None and fl[i] > t:
+                t = fl[i]
+            push(heap, (t, _EV_ARRIVE, i))
+    rq: list[tuple[int, int]] = []
+    oq: list[tuple[int, int]] = []
+    plane_q: dict[int, list] = {}
+    busy: set[int] = set()
+    tplanes: set[int] = set()
+    tdie = False
+    while heap:
+        t = heap[0][0]
+        while True:
+            while heap and heap[0][0] == t:
+                _, ev, x = pop(heap)
+                if ev == _EV_END:                          # a command's end: its plane free, its slot released
+                    out -= 1
+                    tdie = True
+                    p = plane_l[x]
+                    busy.discard(p)
+                    tplanes.add(p)
+                elif ev == _EV_PLANE_ENQ:
+                    p = plane_l[x]
+                    push(plane_q.setdefault(p, []), (0 if kind_l[x] == READ else 1, t, x))
+                    tplanes.add(p)
+                elif ev == _EV_ARRIVE:
+                    push(rq if kind_l[x] == READ else oq, (rdy[x], x))
+                    tdie = True
+                elif ev == _EV_RELEASE:
+                    out -= 1
+                    tdie = True
+                else:
+                    busy.discard(x)
+                    tplanes.add(x)
+            if tdie:                                       # admissions: reads first, (ready, seq)
+                while out < Q and (rq or oq):
+                    x = pop(rq)[1] if rq else pop(oq)[1]
+                    out += 1
+                    adm[x] = t
+                    push(heap, (t + t_cmd, _EV_PLANE_ENQ, x))
+                tdie = False
+            if heap and heap[0][0] == t:
+                continue
+            for p in tplanes:                              # plane grants
+                q = plane_q.get(p)
+                if not q or p in busy:
+                    continue
+                if pf[p] > t:                              # carried busy time: wake up then
+                    push(heap, (pf[p], _EV_PLANE_FREE, p))
+                    busy.add(p)
+                    continue
+                _, _, x = pop(q)
+                busy.add(p)
+                start[x] = t
+                e = t + svc_l[x]
+                end[x] = e
+                pf[p] = e
+                push(heap, (e, _EV_END, x))
+                dl = deps.pop(x, None)
+                if dl:
+                    for y in dl:                           # gated commands: ready once x has ended
+                        r = (rdy[y] if rdy[y] > e else e) + gx[y]
+                        rdy[y] = r
+                        if fl is not None and fl[y] > r:
+                            r = fl[y]
+                        push(heap, (r, _EV_ARRIVE, y))
+            tplanes.clear()
+            if heap and heap[0][0] == t:
+                continue
+            break
+    if deps:
+        raise ValueError("eventsim: a gate names a command that never runs")
+    return start, end, adm
 
 
 def _carry_arrays(die_carry) -> tuple[np.ndarray, np.ndarray]:
