@@ -191,8 +191,9 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
        release so far, carried ones included), its plane FCFS in that order; joins (admitted earlier)
        first. Checked per die: die-queue keys (ready, seq) increasing and arrivals non-decreasing in
        the order used, plane arrivals (time, seq) increasing per plane, joins first on their planes.
-    3. ``simulate`` for the rest (a gate across dies: all of it; a gate not on an earlier program of
-       the same plane: its die).
+    3. the event scheduler for the rest, one die at a time (``_simulate_die``: the same events with the
+       die's state as plain variables; a gate across dies: ``simulate`` on all of it; a gate not on an
+       earlier program of the same plane: its die).
     ``paths`` (optional): dies per path are added to it (``plane_pass``, ``heads_pass``, ``event``).
     Equality: tests/media/test_eventsim_fast.py."""
     n = len(kind)
