@@ -1346,9 +1346,10 @@ class MediaEngine:
         return ok, (cs, ce, ca, cr), (start[k:], end[k:], adm[k:], rdy[k:])
 
     def _prune_ends(self) -> None:
-        """Between batches: keep the ends of decided programs that a later store may still be gated by
-        (each plane's last B); stores and commands gated by a program not decided yet name one that is
-        not in the dict (it is released right after the run that decides it)."""
+        """Between batches, when the window of program ends has grown: forget the ends of ids below the
+        oldest id still pending or gating a waiting store, except those a later store may still be gated by
+        (each plane's last B). An undecided program's end reads -1 (its gated stores are released right
+        after the run that decides it)."""
         pe = self._pend_end
         if self._pid - pe.base > 4 * (self._ring.size + 1024):
             nb = self._pid
