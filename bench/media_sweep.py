@@ -12,6 +12,7 @@ rate; G = 0 is one burst), submitted in batches of 16384. CPU only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -26,7 +27,7 @@ from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
 from hbfd.media.bench import run_bench  # noqa: E402
 from hbfd.media.geometry import MediaGeometry  # noqa: E402
-from hbfcommon.profile import load_profile  # noqa: E402
+from hbfcommon.profile import MAX_DIE_QUEUE_SLOTS, load_profile  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -69,7 +70,7 @@ ENGINE_REGIMES = (
 )
 
 
-def engine_speed(args) -> int:
+def engine_speed(args, argv=None) -> int:
     """Media engine host speed, this tree (``new``) against ``--old-engine`` (``old``), runs
     interleaved: M simulated requests per CPU-second (median of --repeat, min-max) per regime, and
     the per-batch CPU cost of tiny batches (1 / 16 / 256 reads)."""
@@ -79,7 +80,11 @@ def engine_speed(args) -> int:
         engines = {"old": _load_engine(args.old_engine), "new": MediaEngine}
     rows = []
     for name, pname, op, wf, load, b, n in ENGINE_REGIMES:
+        if args.only and not any(w in name for w in args.only.split(",")):
+            continue
         g = MediaGeometry.from_profile(load_profile(pname))
+        if args.queue_depth == "unbounded":      # the one semantics has no die queue depth (design.md §3.9)
+            g = dataclasses.replace(g, queue_depth=MAX_DIE_QUEUE_SLOTS // g.dies)
         gap = 0 if load is None else round(1e9 / (load * g.aggregate_bytes_per_s / 4096))
         cpu = {k: [] for k in engines}
         for _ in range(args.repeat):
@@ -88,7 +93,7 @@ def engine_speed(args) -> int:
                               repeat=1, engine_cls=cls)
                 cpu[k].append(r["host_cpu_s"])
         row = {"regime": name, "profile": pname, "op": op, "write_fraction": wf, "arrival_gap_ns": gap,
-               "batch": b, "requests": n}
+               "batch": b, "requests": n, "queue_depth": g.queue_depth}
         for k, v in cpu.items():
             m = [n / x / 1e6 for x in v]
             row[k] = {"cpu_s": v, "mreq_per_cpu_s_median": float(np.median(m)), "min": min(m), "max": max(m)}
@@ -98,7 +103,7 @@ def engine_speed(args) -> int:
               + " M req/cpu-s", file=sys.stderr, flush=True)
     tiny = []
     g = MediaGeometry.from_profile(load_profile("nominal"))
-    for b in (1, 16, 256):
+    for b in (1, 16, 256) if args.batch_iters > 0 else ():
         med = {k: [] for k in engines}
         for _ in range(args.repeat):
             for k, cls in engines.items():
@@ -115,8 +120,8 @@ def engine_speed(args) -> int:
            "card": "CPU (this 2-core box)",
            "host": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
                     "loadavg_1m": os.getloadavg()[0]},
-           "command": "python bench/media_sweep.py --engine-speed --repeat %d --batch-iters %d%s"
-                      % (args.repeat, args.batch_iters, f" --old-engine {args.old_engine}" if args.old_engine else ""),
+           "command": "python bench/media_sweep.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "queue_depth": args.queue_depth,
            "old_engine": args.old_engine, "goal": {"every_regime_mreq_per_cpu_s": 5.0, "write_heavy": 1.0},
            "regimes": rows, "tiny_batches": tiny}
     atomic_write_json(args.engine_out, doc, indent=1)
@@ -140,7 +145,12 @@ def main(argv=None) -> int:
     ap.add_argument("--engine-speed", action="store_true",
                     help="only the engine's host speed per regime (bench/results/media_engine_speed.json)")
     ap.add_argument("--old-engine", default=None, help="DIR:module of another engine build to run side by side")
-    ap.add_argument("--batch-iters", type=int, default=400)
+    ap.add_argument("--batch-iters", type=int, default=400, help="tiny-batch iterations (0: no tiny batches)")
+    ap.add_argument("--queue-depth", choices=("profile", "unbounded"), default="profile",
+                    help="--engine-speed: each profile's die queue depth (default) or none binding (the one "
+                         "semantics has none)")
+    ap.add_argument("--only", default="", help="--engine-speed: regimes whose name contains one of these "
+                    "(comma-separated)")
     ap.add_argument("--engine-out", default=str(ROOT / "bench" / "results" / "media_engine_speed.json"))
     ap.add_argument("--requests", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
@@ -150,7 +160,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "media_sweep.json"))
     args = ap.parse_args(argv)
     if args.engine_speed:
-        return engine_speed(args)
+        return engine_speed(args, argv)
     rows = []
     for name in PROFILES:
         prof = load_profile(name)

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import itertools
 import logging
 from typing import Any
 
@@ -84,9 +83,114 @@ def _pid_pos(pid: np.ndarray, q: np.ndarray) -> np.ndarray:
     return np.where(sp[i] == q, so[i], -1)
 
 
-def _end_of(pe: dict[int, int], q: np.ndarray) -> np.ndarray:
+def _end_of(pe: "_Ends", q: np.ndarray) -> np.ndarray:
     """Decided program ends of the ids ``q`` (-1: not decided)."""
-    return np.fromiter(map(pe.get, q.tolist(), itertools.repeat(-1, len(q))), np.int64, len(q))
+    return pe.get(q)
+
+
+class _Ends:
+    """Ends of decided programs by program id (ids are issued densely from 0): a dense window of the
+    ids from ``base`` on, and the few older ones still needed (sorted arrays). -1: not decided."""
+
+    def __init__(self) -> None:
+        self.base = 0
+        self.a = np.full(1024, -1, np.int64)
+        self.old_id = _E0
+        self.old_end = _E0
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    def get(self, q: np.ndarray) -> np.ndarray:
+        q = np.asarray(q, np.int64)
+        i = q - self.base
+        inw = (i >= 0) & (i < len(self.a))
+        out = np.where(inw, self.a[np.where(inw, i, 0)], -1) if len(q) else np.zeros(0, np.int64)
+        if len(self.old_id) and not inw.all():
+            o = ~inw
+            k = np.minimum(np.searchsorted(self.old_id, q[o]), len(self.old_id) - 1)
+            out[o] = np.where(self.old_id[k] == q[o], self.old_end[k], -1)
+        return out
+
+    def set(self, ids: np.ndarray, ends: np.ndarray) -> None:
+        ids = np.asarray(ids, np.int64)
+        if not len(ids):
+            return
+        ends = np.asarray(ends, np.int64)
+        lo = ids < self.base
+        if lo.any():                     # (not expected: ids below the window are decided before a prune)
+            oi = np.concatenate([self.old_id, ids[lo]])
+            oe = np.concatenate([self.old_end, ends[lo]])
+            u, k = np.unique(oi[::-1], return_index=True)
+            self.old_id, self.old_end = u, oe[::-1][k]
+            ids, ends = ids[~lo], ends[~lo]
+            if not len(ids):
+                return
+        need = int(ids.max()) - self.base + 1
+        if need > len(self.a):
+            a = np.full(max(need, 2 * len(self.a)), -1, np.int64)
+            a[:len(self.a)] = self.a
+            self.a = a
+        self.a[ids - self.base] = ends
+
+    def rebase(self, new_base: int, keep: np.ndarray) -> None:
+        """Forget the ends of ids below ``new_base`` except those of ``keep``."""
+        if new_base <= self.base:
+            return
+        keep = np.unique(np.asarray(keep, np.int64))
+        keep = keep[keep < new_base]
+        e = self.get(keep)
+        k = e >= 0
+        self.old_id, self.old_end = keep[k], e[k]
+        cut = min(new_base - self.base, len(self.a))
+        rest = self.a[cut:]
+        self.a = np.full(max(1024, 2 * len(rest)), -1, np.int64)
+        self.a[:len(rest)] = rest
+        self.base = new_base
+
+
+def _ring_push(R: np.ndarray, plane: np.ndarray, fill: np.ndarray, pid0: int):
+    """Write backpressure bookkeeping of a sequence of stores (in issue order): ``R`` (planes x B, in
+    place) holds each plane's last B program ids, oldest first, right-aligned (-1: none). A store with
+    m programs issued on its plane before it (m >= B) is gated by the (m - B + 1)-th of them (the
+    oldest of the last B); a filling store (``fill``) issues the next id (``pid0`` on, in order).
+    Returns (gate per store, -1: none; program id per store, -1: not filling)."""
+    n = len(plane)
+    B = R.shape[1]
+    fill = np.asarray(fill, bool)
+    pid = np.full(n, -1, np.int64)
+    nf = int(fill.sum())
+    pid[fill] = pid0 + np.arange(nf, dtype=np.int64)
+    if n == 0:
+        return np.zeros(0, np.int64), pid
+    o = np.argsort(plane, kind="stable")
+    ps = plane[o]
+    fs = fill[o]
+    st = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
+    cnt = np.diff(np.append(st, n))
+    cf = np.cumsum(fs) - fs                      # fills before, over the whole sorted order
+    fb = cf - np.repeat(cf[st], cnt)             # fills before on the plane
+    F = np.flatnonzero(fs)                       # sorted positions of the fills
+    pid_s = pid[o]
+    v = fb - B
+    up = ps[st]
+    gate_s = np.empty(n, np.int64)
+    neg = v < 0
+    gate_s[neg] = R[ps[neg], B + v[neg]]
+    pos = ~neg
+    if pos.any():
+        gate_s[pos] = pid_s[F[np.repeat(cf[st], cnt)[pos] + v[pos]]]
+    gate = np.empty(n, np.int64)
+    gate[o] = gate_s
+    if nf:
+        nfp = np.add.reduceat(fs.astype(np.int64), st)
+        w = np.arange(B, dtype=np.int64)
+        vv = nfp[:, None] - B + w[None, :]       # per touched plane, the new row's sources
+        f0 = cf[st][:, None]
+        newrow = np.where(vv >= 0, pid_s[F[np.clip(f0 + vv, 0, max(nf - 1, 0))]],
+                          R[up[:, None], np.clip(B + vv, 0, B - 1)])
+        R[up] = newrow
+    return gate, pid
 
 
 def _map_ref(r: np.ndarray, idx: np.ndarray, poff: int, valid: np.ndarray | None = None) -> np.ndarray:
@@ -132,14 +236,15 @@ class MediaEngine:
         # die stage: re-scheduled with the next batch's reads (module doc, "Exactness across batches")
         self._pq: dict[str, np.ndarray] | None = None
         self._dec_h = 0                            # no arrival comes before this (decisions up to it + t_cmd)
+        self._pq_dec_h = 0                         # the _dec_h the pending set was last computed with
         self._adv_now = 0                          # latest advance(now)
         self._disorder = False                     # an arrival came before the latest arrival or advance
         self._tail_kept = self._tail_redone = 0    # pending commands kept / scheduled again (_reschedule_tail)
         # write backpressure: per plane the ids of its last B programs (issue order), the ends of decided
         # programs, and store data-ins waiting for an undecided program's end
-        self._ring: dict[int, list[int]] = {}
+        self._ring = np.full((g.planes, g.page_buffers_per_plane), -1, np.int64)
         self._pid = 0
-        self._pend_end: dict[int, int] = {}
+        self._pend_end = _Ends()
         self._gated: list[dict[str, np.ndarray]] = []
         # statistics
         self.chan_busy_ns = np.zeros(g.channels, np.int64)
@@ -889,7 +994,7 @@ class MediaEngine:
         if keepd is not None:
             kp = keepd[pq["die"]]
             kn = keepd[cmds["die"]] if nnew else np.zeros(0, bool)
-            res = self._behind_pending({k: v[kp] for k, v in pq.items()},
+            res = self._behind_pending(pq if kp.all() else {k: v[kp] for k, v in pq.items()},
                                        {k: v[kn] for k, v in cmds.items()} if kn.any() else None, keepd)
             if res is not None:
                 okd, kq, kend_new = res
@@ -964,7 +1069,7 @@ class MediaEngine:
             floor = np.concatenate([np.zeros(nri, np.int64), allc["floor"]])
             planes_u = np.unique(pl)
             pf0 = self.plane_free[planes_u].copy()
-            carry = self.slots.as_dict(evd)
+            carry = self.slots.take(evd)
             start, end, adm, rdy = eventsim.simulate_auto(kind, ready, pl, dd, sv, t_cmd=t_cmd,
                                                      queue_depth=g.queue_depth, plane_free=self.plane_free,
                                                      die_carry=carry, gate=gate, gate_x=gxa, floor=floor,
@@ -981,8 +1086,7 @@ class MediaEngine:
             # decided state: plane free after the decided commands, their slot releases, program ends
             self.plane_free[planes_u] = pf0
             np.maximum.at(self.plane_free, pl[dec], end[dec])
-            cd_old = np.array([d for d, ts in carry.items() for _ in ts], np.int64)
-            ct_old = np.array([t for ts in carry.values() for t in ts], np.int64)
+            cd_old, ct_old = carry
             # (pending commands are re-admitted from _dec_h on: the releases after it are kept)
             self.slots.put(np.concatenate([cd_old, dd[dec]]), np.concatenate([ct_old, end[dec]]),
                            min(self.horizon, self._dec_h))
@@ -1001,6 +1105,7 @@ class MediaEngine:
             self._pq = pend_out[0]
         else:
             self._pq = {k: np.concatenate([q[k] for q in pend_out]) for k in pend_out[0]}
+        self._pq_dec_h = self._dec_h
         self._cmd_end = cmd_end
         self._release_gated()
         return Er
@@ -1015,7 +1120,7 @@ class MediaEngine:
         pid = C["pid"]
         dp = np.flatnonzero(dec & (pid >= 0))
         if len(dp):
-            self._pend_end.update(zip(pid[dp].tolist(), end[dp].tolist()))
+            self._pend_end.set(pid[dp], end[dp])
         und = np.flatnonzero(~dec)
         if not len(und):
             return None
@@ -1115,8 +1220,11 @@ class MediaEngine:
             nst, nen, nad, nrd = start, end, adm, rdy
         # the handled dies: pending (their schedule) and new commands together, in creation order per die
         kp = okd[P["die"]]
-        C = {k: P[k][kp] for k in self._CMD_KEYS}
-        cs, ce, ca, cr = cs[kp], ce[kp], ca[kp], cr[kp]
+        if kp.all():
+            C = {k: P[k] for k in self._CMD_KEYS}
+        else:
+            C = {k: P[k][kp] for k in self._CMD_KEYS}
+            cs, ce, ca, cr = cs[kp], ce[kp], ca[kp], cr[kp]
         if N is not None:
             kn = okd[N["die"]]
             C = {k: np.concatenate([C[k], N[k][kn]]) for k in self._CMD_KEYS}
@@ -1195,14 +1303,13 @@ class MediaEngine:
         cd = np.concatenate([sd[m], P["die"][fi]])
         ct = np.concatenate([st[m], P["p_end"][fi]])
         if len(cd) > g.queue_depth:               # a die's Q latest releases are all that can bind
-            o = np.lexsort((-ct, cd))
+            o = np.argsort(-ct)
+            o = o[np.argsort(small_int(cd[o], g.dies), kind="stable")]
             cd, ct = cd[o], ct[o]
             first = np.flatnonzero(np.r_[True, cd[1:] != cd[:-1]])
             rank = np.arange(len(cd)) - np.repeat(first, np.diff(np.append(first, len(cd))))
             cd, ct = cd[rank < g.queue_depth], ct[rank < g.queue_depth]
-        carry: dict[int, list[int]] = {}
-        for d, t in zip(cd.tolist(), ct.tolist()):
-            carry.setdefault(d, []).append(t)
+        carry = (cd, ct)
         base = R["base"].copy()
         gx = R["gx"].copy()
         gidx = np.full(nr, -1, np.int64)
@@ -1239,12 +1346,20 @@ class MediaEngine:
         return ok, (cs, ce, ca, cr), (start[k:], end[k:], adm[k:], rdy[k:])
 
     def _prune_ends(self) -> None:
-        """Between batches: keep the ends of decided programs that a later store may still be gated by
-        (each plane's last B); stores and commands gated by a program not decided yet name one that is
-        not in the dict (it is released right after the run that decides it)."""
-        if len(self._pend_end) > 4 * (len(self._ring) * self.g.page_buffers_per_plane + 1024):
-            keep = {p for L in self._ring.values() for p in L}
-            self._pend_end = {p: e for p, e in self._pend_end.items() if p in keep}
+        """Between batches, when the window of program ends has grown: forget the ends of ids below the
+        oldest id still pending or gating a waiting store, except those a later store may still be gated by
+        (each plane's last B). An undecided program's end reads -1 (its gated stores are released right
+        after the run that decides it)."""
+        pe = self._pend_end
+        if self._pid - pe.base > 4 * (self._ring.size + 1024):
+            nb = self._pid
+            if self._pq is not None and (self._pq["pid"] >= 0).any():
+                nb = min(nb, int(self._pq["pid"][self._pq["pid"] >= 0].min()))
+            for ch in self._gated:
+                if len(ch["gate"]):
+                    nb = min(nb, int(ch["gate"].min()))
+            r = self._ring[self._ring >= 0]
+            pe.rebase(nb, r)
 
     def _release_gated(self) -> None:
         """Store data-ins whose gating program is decided now: their data is ready at max(arrival +
@@ -1280,6 +1395,8 @@ class MediaEngine:
         array commands that start before it + t_cmd and the store data-ins they gate."""
         if self._pq is None:
             return
+        if horizon is not None and max(self.horizon, horizon) <= self._pq_dec_h:
+            return              # the pending set was computed with this decision limit: nothing more to decide
         self._dec_h = _MAX_TIME - self.g.t_cmd_ns if horizon is None else max(self.horizon, horizon)
         self._array_ops(_E0, _E0, _E0, None)
         self._dec_h = self.horizon
@@ -1339,25 +1456,11 @@ class MediaEngine:
         # before its own on its plane (the plane's B page buffers hold the last B programs' data)
         si = np.flatnonzero(is_st)
         B = g.page_buffers_per_plane
-        gate_st = np.full(len(si), -1, np.int64)
         fill = np.zeros(nt, bool)
         fill[ptx] = True
         pid_tx = np.full(nt, -1, np.int64)
-        ring = self._ring
-        pid = self._pid
-        for k, (i, p, f) in enumerate(zip(si.tolist(), plane[si].tolist(), fill[si].tolist())):
-            L = ring.get(p)
-            if L is None:
-                L = ring[p] = []
-            if len(L) >= B:
-                gate_st[k] = L[0]
-            if f:
-                pid_tx[i] = pid
-                L.append(pid)
-                pid += 1
-                if len(L) > B:
-                    del L[0]
-        self._pid = pid
+        gate_st, pid_tx[si] = _ring_push(self._ring, plane[si], fill[si], self._pid)
+        self._pid += len(ptx)
         gate_tx = np.full(nt, -1, np.int64)
         gate_tx[si] = gate_st
         # programs: ready when the filling store's data is in (its data-in end when the channel is idle)
@@ -1387,7 +1490,7 @@ class MediaEngine:
             gm = np.flatnonzero(gate_st >= 0)
             if len(gm):
                 pe = self._pend_end
-                e = np.array([pe.get(p, -1) for p in gate_st[gm].tolist()], np.int64)
+                e = pe.get(gate_st[gm])
                 ok = e >= 0
                 rd = early.copy()
                 rd[gm[ok]] = np.maximum(early[gm[ok]], e[ok])
@@ -1439,14 +1542,8 @@ class MediaEngine:
         gx = np.zeros(n, np.int64) if gx is None else np.asarray(gx, np.int64)
         gate = np.full(n, -1, np.int64) if gate is None else np.asarray(gate, np.int64)
         if pids is None:
-            pids = self._pid + np.arange(n, dtype=np.int64)
+            _, pids = _ring_push(self._ring, planes, np.ones(n, bool), self._pid)
             self._pid += n
-            B = g.page_buffers_per_plane
-            for p, q in zip(planes.tolist(), pids.tolist()):
-                L = self._ring.setdefault(p, [])
-                L.append(q)
-                if len(L) > B:
-                    del L[0]
         kinds = np.full(n, PROG, np.uint8)
         svc = t_prog + np.where(np.asarray(presense, bool), g.t_read_ns, 0).astype(np.int64)
         if gc:

@@ -26,18 +26,26 @@ import numpy as np
 READ, PROG, COPYBACK, ERASE = 0, 1, 2, 3
 KIND_NAMES = ("read", "program", "copyback", "erase")
 
-_EV_RELEASE, _EV_ARRIVE, _EV_PLANE_ENQ, _EV_PLANE_FREE = 0, 1, 2, 3
+_EV_RELEASE, _EV_ARRIVE, _EV_PLANE_ENQ, _EV_PLANE_FREE, _EV_END = 0, 1, 2, 3, 4
 _BIG = 1 << 62
+_E0 = np.zeros(0, np.int64)
+
+
+def _small(x, n):
+    """Ids as int16 when they fit (a stable argsort is then a radix sort)."""
+    return x.astype(np.int16) if n < (1 << 15) else x
+_PLANE_PASS = True          # (tests switch it off to exercise the heads pass)
 
 
 def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.ndarray, service: np.ndarray, *,
-             t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry: dict[int, list[int]],
+             t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry,
              gate: np.ndarray | None = None, gate_x: np.ndarray | None = None, floor: np.ndarray | None = None,
              join: np.ndarray | None = None, full: bool = False):
     """Schedule commands (seq = index: FIFO ties at the die and the plane go by it). Updates
     ``plane_free`` in place.
 
-    ``die_carry[d]``: release times of commands still outstanding from earlier batches.
+    ``die_carry[d]``: release times of commands still outstanding from earlier batches (a dict, or a
+    pair of arrays (die, time)).
     Write backpressure (optional, per command): ``gate[i] >= 0`` names an earlier command whose end
     gates this one: its ready time is ``max(ready[i], end[gate[i]]) + gate_x[i]`` (a program whose
     data-in waits for a free page buffer); ``floor[i]``: the command reaches its die no earlier than
@@ -59,6 +67,8 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
     push = heapq.heappush
     pop = heapq.heappop
     outstanding: dict[int, int] = {}
+    if isinstance(die_carry, tuple):
+        die_carry = _carry_dict(*_carry_arrays(die_carry))
     for d, times in die_carry.items():
         outstanding[d] = len(times)
         for c in times:
@@ -104,6 +114,13 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
                     p = plane_l[x]
                     push(plane_q.setdefault(p, []), (0 if kind_l[x] == READ else 1, t, x))
                     tplanes.add(p)
+                elif ev == _EV_END:                        # a command's end: its plane free, its die slot released
+                    d = die_l[x]
+                    outstanding[d] -= 1
+                    tdies.add(d)
+                    p = plane_l[x]
+                    busy.discard(p)
+                    tplanes.add(p)
                 else:
                     busy.discard(x)
                     tplanes.add(x)
@@ -134,8 +151,7 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
                 e = t + svc_l[x]
                 end[x] = e
                 pf[p] = e
-                push(heap, (e, _EV_PLANE_FREE, p))
-                push(heap, (e, _EV_RELEASE, die_l[x]))
+                push(heap, (e, _EV_END, x))
                 dl = deps.pop(x, None)
                 if dl:
                     for y in dl:                           # gated commands: ready once x has ended
@@ -158,20 +174,27 @@ def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.nda
 
 
 def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.ndarray, service: np.ndarray, *,
-                  t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry: dict[int, list[int]],
+                  t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry,
                   gate: np.ndarray | None = None, gate_x: np.ndarray | None = None,
-                  floor: np.ndarray | None = None, join: np.ndarray | None = None, full: bool = False):
-    """``simulate`` with an exact vectorized fast path (same arguments, same results bit for bit).
+                  floor: np.ndarray | None = None, join: np.ndarray | None = None, full: bool = False,
+                  paths: dict[str, int] | None = None):
+    """``simulate`` with exact vectorized fast paths (same arguments, same results bit for bit).
 
-    Dies whose commands in this run include no read are scheduled without events (``_heads_pass``):
-    one command per die per step, all dies at once, in the die queue's order (the smallest
-    (ready, seq) among the first unscheduled commands of the die's planes; a gated command's ready
-    time max(ready, E_gate) + gate_x is known then, its gate coming earlier on its plane), admitted at
-    max(arrival, the die's Q-th largest slot release so far, carried ones included), its plane FCFS in
-    that order; joins (admitted earlier) first. Afterwards each die is checked: die-queue keys
-    (ready, seq) increasing and arrivals non-decreasing in the order used, plane arrivals (time, seq)
-    increasing per plane, joins first on their planes, gates earlier on the same plane. The dies where
-    a check fails, and the dies with reads, go through ``simulate`` (a gate across dies: all of it).
+    1. ``_plane_pass`` (dies with or without reads): every command admitted at its arrival, the planes
+       independent non-preemptive priority queues (reads first), one grant per plane per step, all
+       planes at once; kept for the dies where the queue depth never binds in that schedule and each
+       plane's reads and programs arrive in seq order (then it is the event scheduler's schedule).
+    2. ``_heads_pass`` (dies without reads that failed 1): one command per die per step, all dies at
+       once, in the die queue's order (the smallest (ready, seq) among the first unscheduled commands
+       of the die's planes; a gated command's ready time max(ready, E_gate) + gate_x is known then,
+       its gate coming earlier on its plane), admitted at max(arrival, the die's Q-th largest slot
+       release so far, carried ones included), its plane FCFS in that order; joins (admitted earlier)
+       first. Checked per die: die-queue keys (ready, seq) increasing and arrivals non-decreasing in
+       the order used, plane arrivals (time, seq) increasing per plane, joins first on their planes.
+    3. the event scheduler for the rest, one die at a time (``_simulate_die``: the same events with the
+       die's state as plain variables; a gate across dies: ``simulate`` on all of it; a gate not on an
+       earlier program of the same plane: its die).
+    ``paths`` (optional): dies per path are added to it (``plane_pass``, ``heads_pass``, ``event``).
     Equality: tests/media/test_eventsim_fast.py."""
     n = len(kind)
     if n == 0 or gate is None or gate_x is None:
@@ -187,65 +210,225 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
     gate_x = np.asarray(gate_x, np.int64)
     fl = np.zeros(n, np.int64) if floor is None else np.asarray(floor, np.int64)
     jn = np.full(n, -1, np.int64) if join is None else np.asarray(join, np.int64)
+    cd, ct = _carry_arrays(die_carry)
     nd = int(die.max()) + 1
-    if die_carry:
-        nd = max(nd, max(die_carry) + 1)
+    if len(cd):
+        nd = max(nd, int(cd.max()) + 1)
     rdie = np.zeros(nd, bool)
     rdie[die[kind == READ]] = True
     hasg = (gate >= 0) & (jn < 0)
     if (die[gate[hasg]] != die[hasg]).any():       # a gate across dies: no per-die split
         return simulate(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
-                        plane_free=plane_free, die_carry=die_carry, gate=gate, gate_x=gate_x, floor=floor,
-                        join=join, full=full)
-    fm = ~rdie[die]
-    bad = rdie.copy()
+                        plane_free=plane_free, die_carry=_carry_dict(cd, ct), gate=gate, gate_x=gate_x,
+                        floor=floor, join=join, full=full)
+    bad = np.zeros(nd, bool)
     start = np.zeros(n, np.int64)
     end = np.zeros(n, np.int64)
     adm = np.zeros(n, np.int64)
     rdy = ready.copy()
-    fi = np.flatnonzero(fm)
     pf = plane_free.copy()
-    if len(fi):
-        # gates: an earlier command of the same plane
-        g = np.flatnonzero(hasg & fm)
-        if len(g):
-            late = g[(gate[g] >= g) | (plane[gate[g]] != plane[g])]
-            if len(late):
-                bad[die[late]] = True
-        fi = fi[~bad[die[fi]]]
-    if len(fi):
-        _heads_pass(fi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd,
-                    _slot_rows(die_carry, nd, queue_depth), bad, pf0=plane_free, pf=pf, start=start, end=end,
+    # gates: an earlier program of the same plane
+    g = np.flatnonzero(hasg)
+    if len(g):
+        late = g[(gate[g] >= g) | (plane[gate[g]] != plane[g]) | (kind[gate[g]] == READ) | (kind[g] == READ)]
+        if len(late):
+            bad[die[late]] = True
+    late_bad = bad.copy()
+    fi = np.flatnonzero(~bad[die])
+    if len(fi) and _PLANE_PASS:
+        _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd, queue_depth, (cd, ct),
+                    bad, pf0=plane_free, pf=pf, start=start, end=end, adm=adm, rdy=rdy)
+    elif len(fi):
+        bad[:] = True
+    # dies the plane pass could not schedule: without reads the heads pass, else the event scheduler
+    hd = bad & ~late_bad & ~rdie
+    hi = np.flatnonzero(hd[die])
+    if len(hi):
+        hbad = np.zeros(nd, bool)
+        _heads_pass(hi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd,
+                    _slot_rows((cd, ct), nd, queue_depth), hbad, pf0=plane_free, pf=pf, start=start, end=end,
                     adm=adm, rdy=rdy)
+        bad = (bad & ~hd) | hbad
     sm = bad[die]
-    if fm.any():
-        good = fm & ~sm
+    if paths is not None:
+        has = np.zeros(nd, bool)
+        has[die] = True
+        paths["plane_pass"] = paths.get("plane_pass", 0) + int((has & ~bad & ~hd).sum())
+        paths["heads_pass"] = paths.get("heads_pass", 0) + int((has & hd & ~bad).sum())
+        paths["event"] = paths.get("event", 0) + int((has & bad).sum())
+    good = ~sm
+    if good.any():
         gp = plane[good]
         plane_free[gp] = pf[gp]
     si = np.flatnonzero(sm)
     if len(si):
+        # the event scheduler one die at a time (dies share nothing here: no gate crosses dies), so its
+        # heaps hold one die's events
+        si = si[np.argsort(_small(die[si], nd), kind="stable")]
+        ds = die[si]
+        cuts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]])
+        ends_ = np.append(cuts[1:], len(si))
         remap = np.full(n, -1, np.int64)
-        remap[si] = np.arange(len(si))
+        km = bad[cd] if len(cd) else np.zeros(0, bool)
+        cdd, ctd = cd[km], ct[km]
+        kl, rl, pl_, sl = kind[si].tolist(), ready[si].tolist(), plane[si].tolist(), service[si].tolist()
+        remap[si] = np.arange(len(si)) - np.repeat(cuts, ends_ - cuts)
         gs = gate[si]
-        gs = np.where(gs >= 0, remap[np.maximum(gs, 0)], -1)
-        gs = np.where(gate[si] >= 0, gs, -1)
-        carry = {d: ts for d, ts in die_carry.items() if d < nd and bad[d]}
-        s2, e2, a2, r2 = simulate(kind[si], ready[si], plane[si], die[si], service[si], t_cmd=t_cmd,
-                                  queue_depth=queue_depth, plane_free=plane_free, die_carry=carry, gate=gs,
-                                  gate_x=gate_x[si], floor=None if floor is None else fl[si],
-                                  join=None if join is None else jn[si], full=True)
-        start[si], end[si], adm[si], rdy[si] = s2, e2, a2, r2
+        gl = np.where(gs >= 0, remap[np.maximum(gs, 0)], -1).tolist()
+        gxl = gate_x[si].tolist()
+        fll = fl[si].tolist() if floor is not None else None
+        jll = jn[si].tolist() if join is not None else None
+        pfa = plane_free
+        st_l: list[int] = []
+        en_l: list[int] = []
+        ad_l: list[int] = []
+        rd_l: list[int] = []
+        for a, b in zip(cuts.tolist(), ends_.tolist()):
+            d = int(ds[a])
+            cm = cdd == d
+            rel = ctd[cm].tolist() if cm.any() else []
+            pls = set(pl_[a:b])
+            pf = {p: int(pfa[p]) for p in pls}
+            r_ = rl[a:b]
+            s2, e2, a2 = _simulate_die(kl[a:b], r_, pl_[a:b], sl[a:b], gl[a:b], gxl[a:b],
+                                       None if fll is None else fll[a:b], None if jll is None else jll[a:b],
+                                       t_cmd, queue_depth, pf, rel)
+            for p, v in pf.items():
+                pfa[p] = v
+            st_l += s2
+            en_l += e2
+            ad_l += a2
+            rd_l += r_
+        start[si] = st_l
+        end[si] = en_l
+        adm[si] = ad_l
+        rdy[si] = rd_l
     if full:
         return start, end, adm, rdy
     return start, end
 
 
+def _simulate_die(kind_l, rdy, plane_l, svc_l, gl, gx, fl, jl, t_cmd: int, Q: int, pf: dict[int, int],
+                  releases: list[int]):
+    """``simulate`` of one die's commands (lists; ``gl`` gates as indices into them, or None; ``pf``: plane ->
+    free time, updated; ``releases``: the die's carried slot releases). The same events and decisions with the
+    die's state as plain variables. Returns (start, end, admission) lists; ``rdy`` is updated in place."""
+    n = len(kind_l)
+    start = [0] * n
+    end = [0] * n
+    adm = [0] * n
+    heap: list[tuple[int, int, int]] = []
+    push = heapq.heappush
+    pop = heapq.heappop
+    out = len(releases)
+    for c in releases:
+        push(heap, (c, _EV_RELEASE, 0))
+    deps: dict[int, list[int]] = {}
+    for i in range(n):
+        if jl is not None and jl[i] >= 0:              # admitted in an earlier batch
+            out += 1
+            adm[i] = jl[i] - t_cmd
+            push(heap, (jl[i], _EV_PLANE_ENQ, i))
+        elif gl is not None and gl[i] >= 0:            # waits for its gate's end
+            deps.setdefault(gl[i], []).append(i)
+        else:
+            t = rdy[i]
+            if fl is not None and fl[i] > t:
+                t = fl[i]
+            push(heap, (t, _EV_ARRIVE, i))
+    rq: list[tuple[int, int]] = []
+    oq: list[tuple[int, int]] = []
+    plane_q: dict[int, list] = {}
+    busy: set[int] = set()
+    tplanes: set[int] = set()
+    tdie = False
+    while heap:
+        t = heap[0][0]
+        while True:
+            while heap and heap[0][0] == t:
+                _, ev, x = pop(heap)
+                if ev == _EV_END:                          # a command's end: its plane free, its slot released
+                    out -= 1
+                    tdie = True
+                    p = plane_l[x]
+                    busy.discard(p)
+                    tplanes.add(p)
+                elif ev == _EV_PLANE_ENQ:
+                    p = plane_l[x]
+                    push(plane_q.setdefault(p, []), (0 if kind_l[x] == READ else 1, t, x))
+                    tplanes.add(p)
+                elif ev == _EV_ARRIVE:
+                    push(rq if kind_l[x] == READ else oq, (rdy[x], x))
+                    tdie = True
+                elif ev == _EV_RELEASE:
+                    out -= 1
+                    tdie = True
+                else:
+                    busy.discard(x)
+                    tplanes.add(x)
+            if tdie:                                       # admissions: reads first, (ready, seq)
+                while out < Q and (rq or oq):
+                    x = pop(rq)[1] if rq else pop(oq)[1]
+                    out += 1
+                    adm[x] = t
+                    push(heap, (t + t_cmd, _EV_PLANE_ENQ, x))
+                tdie = False
+            if heap and heap[0][0] == t:
+                continue
+            for p in tplanes:                              # plane grants
+                q = plane_q.get(p)
+                if not q or p in busy:
+                    continue
+                if pf[p] > t:                              # carried busy time: wake up then
+                    push(heap, (pf[p], _EV_PLANE_FREE, p))
+                    busy.add(p)
+                    continue
+                _, _, x = pop(q)
+                busy.add(p)
+                start[x] = t
+                e = t + svc_l[x]
+                end[x] = e
+                pf[p] = e
+                push(heap, (e, _EV_END, x))
+                dl = deps.pop(x, None)
+                if dl:
+                    for y in dl:                           # gated commands: ready once x has ended
+                        r = (rdy[y] if rdy[y] > e else e) + gx[y]
+                        rdy[y] = r
+                        if fl is not None and fl[y] > r:
+                            r = fl[y]
+                        push(heap, (r, _EV_ARRIVE, y))
+            tplanes.clear()
+            if heap and heap[0][0] == t:
+                continue
+            break
+    if deps:
+        raise ValueError("eventsim: a gate names a command that never runs")
+    return start, end, adm
+
+
+def _carry_arrays(die_carry) -> tuple[np.ndarray, np.ndarray]:
+    """Carried slot releases as (die, time) arrays, from a dict {die: [times]} or such a pair."""
+    if isinstance(die_carry, tuple):
+        return np.asarray(die_carry[0], np.int64), np.asarray(die_carry[1], np.int64)
+    if not die_carry:
+        return _E0, _E0
+    return (np.asarray([d for d, ts in die_carry.items() for _ in ts], np.int64),
+            np.asarray([t for ts in die_carry.values() for t in ts], np.int64))
+
+
+def _carry_dict(cd: np.ndarray, ct: np.ndarray) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for d, t in zip(cd.tolist(), ct.tolist()):
+        out.setdefault(d, []).append(t)
+    return out
+
+
 def _slot_rows(die_carry, nd: int, Q: int) -> np.ndarray:
     """Per die the Q largest carried releases, rows sorted (-inf: a free slot)."""
     S = np.full((nd, Q), -_BIG, np.int64)
-    if die_carry:
-        cd_a = np.asarray([d for d, ts in die_carry.items() for _ in ts], np.int64)
-        ct_a = np.asarray([t for ts in die_carry.values() for t in ts], np.int64)
+    cd_a, ct_a = _carry_arrays(die_carry)
+    if len(cd_a):
         oc = np.lexsort((ct_a, cd_a))
         cd_a, ct_a = cd_a[oc], ct_a[oc]
         cst = np.flatnonzero(np.r_[True, cd_a[1:] != cd_a[:-1]])
@@ -388,3 +571,184 @@ def _heads_pass(fi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cm
         b = np.flatnonzero((p2[1:] == p2[:-1]) & ((e1 < e0) | ((e1 == e0) & (op[1:] < op[:-1]))))
         if len(b):
             bad[die[op[b + 1]]] = True
+
+
+def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd, Q, die_carry, bad, *,
+                pf0, pf, start, end, adm, rdy):
+    """Schedule the commands ``fi`` (whole dies; gates earlier on the same plane) as if every die
+    admitted each command at its arrival (its queue depth never binding): then the planes are
+    independent non-preemptive priority queues (reads first, each class by (plane arrival, seq)),
+    computed one grant per plane per step, all planes at once: the plane's next grant at t = max(free,
+    the earlier of its head read's and head program's arrival) goes to the read if it has arrived by t.
+    A program's arrival is known when it is the head (its gate, earlier on its plane, ended). Afterwards
+    each die is checked: the queue depth never binds (at every admission, at most Q outstanding:
+    carried, joined and admitted ones not ended yet; releases at an instant before its admissions),
+    and each plane's reads and programs arrive in seq order (so the heads are the event scheduler's
+    choices). Marks the dies where a check fails in ``bad`` (their results here are discarded)."""
+    BIG = _BIG
+    isr = kind[fi] == READ
+    ri = fi[isr]
+    oi = fi[~isr]
+    npl = int(plane[fi].max()) + 1
+    ro = ri[np.argsort(_small(plane[ri], npl), kind="stable")]
+    oo = oi[np.argsort(_small(plane[oi], npl), kind="stable")]
+    up = np.flatnonzero(np.bincount(plane[fi], minlength=npl))
+    nu = len(up)
+    rpl = plane[ro]
+    opl = plane[oo]
+    rptr = np.searchsorted(rpl, up)
+    rend = np.searchsorted(rpl, up, "right")
+    optr = np.searchsorted(opl, up)
+    oend = np.searchsorted(opl, up, "right")
+    # sentinels: one past the end of each order (masked where used)
+    ro_x = np.append(ro, 0)
+    oo_x = np.append(oo, 0)
+    qr_all = np.append(np.where(jn[ro] >= 0, jn[ro], np.maximum(ready[ro], fl[ro]) + t_cmd), BIG)
+    f = pf0[up].copy()
+    enq = np.zeros(len(ready), np.int64)
+    if not len(ro):
+        _plane_chains(oo, opl, up, optr, oend, ready, service, gate, gate_x, hasg, fl, jn, t_cmd, f,
+                      start=start, end=end, adm=adm, rdy=rdy, enq=enq)
+        act = _E0
+    else:
+        act = np.arange(nu)
+        rem = (rend - rptr) + (oend - optr)
+        act = act[rem > 0]
+    while len(act):
+        rp = rptr[act]
+        op = optr[act]
+        hr = rp < rend[act]
+        ho = op < oend[act]
+        qr = np.where(hr, qr_all[rp], BIG)
+        c = oo_x[op]
+        r = ready[c]
+        g = hasg[c] & ho
+        if g.any():
+            r = np.where(g, np.maximum(r, end[np.where(g, gate[c], c)]) + gate_x[c], r)
+        j = jn[c]
+        ta = np.maximum(r, fl[c])
+        qo = np.where(ho, np.where(j >= 0, j, ta + t_cmd), BIG)
+        fa = f[act]
+        t = np.maximum(fa, np.minimum(qr, qo))
+        pr = qr <= t
+        x = np.where(pr, ro_x[rp], c)
+        e = t + service[x]
+        start[x] = t
+        end[x] = e
+        f[act] = e
+        po = ~pr
+        if po.any():
+            co = c[po]
+            rdy[co] = r[po]
+            jo = j[po]
+            adm[co] = np.where(jo >= 0, jo - t_cmd, ta[po])
+            enq[co] = qo[po]
+            optr[act[po]] = op[po] + 1
+        if pr.any():
+            cr = x[pr]
+            rdy[cr] = ready[cr]
+            q = qr[pr]
+            adm[cr] = q - t_cmd
+            enq[cr] = q
+            rptr[act[pr]] = rp[pr] + 1
+        alive = (rptr[act] < rend[act]) | (optr[act] < oend[act])
+        if not alive.all():
+            act = act[alive]
+    pf[up] = f
+    # checks: arrivals in seq order on each plane, per class
+    for o_, pl_ in ((ro, rpl), (oo, opl)):
+        if len(o_) > 1:
+            b = np.flatnonzero((pl_[1:] == pl_[:-1]) & (enq[o_[1:]] < enq[o_[:-1]]))
+            if len(b):
+                bad[die[o_[b + 1]]] = True
+    # the queue depth never binds
+    isj = jn[fi] >= 0
+    na = fi[~isj]
+    cd, ct = _carry_arrays(die_carry)
+    init = np.bincount(die[fi[isj]], minlength=len(bad))[:len(bad)]
+    if len(cd):
+        init = init + np.bincount(cd, minlength=len(bad))[:len(bad)]
+    ta_, te_ = adm[na], end[fi]
+    lo = min(int(ta_.min()) if len(ta_) else 0, int(te_.min()))
+    hi = max(int(ta_.max()) if len(ta_) else 0, int(te_.max()))
+    span = hi - lo + 2
+    if span * (len(bad) + 1) < (1 << 62):
+        # per die, sorted keys die * span + time (earlier carried releases at the die's start): at an
+        # admission at t, outstanding = admissions at <= t less releases at <= t (releases first)
+        ka = np.sort(die[na] * span + (ta_ - lo) + 1)
+        ke = np.concatenate([die[fi] * span + (te_ - lo) + 1, cd * span + np.clip(ct - lo + 1, 0, span - 1)])
+        ke.sort()
+        dd = ka // span
+        d0 = np.arange(len(bad) + 1, dtype=np.int64) * span
+        run = (np.searchsorted(ka, ka, "right") - np.searchsorted(ka, d0)[dd]
+               - np.searchsorted(ke, ka, "right") + np.searchsorted(ke, d0)[dd] + init[dd])
+        over = run > Q
+    else:
+        ev_d = np.concatenate([die[na], die[fi], cd])
+        ev_t = np.concatenate([ta_, te_, ct])
+        ev_k = np.concatenate([np.ones(len(na), np.int64), np.zeros(len(fi) + len(cd), np.int64)])
+        o = np.lexsort((ev_k, ev_t, ev_d))
+        dd = ev_d[o]
+        delta = np.where(ev_k[o] == 1, 1, -1)
+        cs = np.cumsum(delta)
+        first = np.flatnonzero(np.r_[True, dd[1:] != dd[:-1]])
+        base = np.repeat(cs[first] - delta[first], np.diff(np.append(first, len(dd))))
+        run = init[dd] + cs - base
+        over = (ev_k[o] == 1) & (run > Q)
+    if over.any():
+        bad[dd[over]] = True
+
+
+def _plane_chains(oo, opl, up, ost, oend, ready, service, gate, gate_x, hasg, fl, jn, t_cmd, f, *, start, end, adm,
+                  rdy, enq):
+    """``_plane_pass`` where no plane has a read: each plane serves its commands in seq order (FCFS,
+    checked by the caller), one column (the k-th command of every plane) per step; planes ordered by
+    their number of commands (descending), so the planes still busy at step k are a prefix."""
+    cnt = oend - ost
+    po = np.argsort(-cnt, kind="stable")
+    cnt_s = cnt[po]
+    nu = len(po)
+    m = int(cnt_s[0]) if nu else 0
+    if m == 0:
+        return
+    col = np.arange(len(oo)) - np.repeat(ost, cnt)
+    rowof = np.empty(nu, np.int64)
+    rowof[po] = np.arange(nu)
+    row = np.repeat(rowof, cnt)
+    M = np.zeros((m, nu), np.int64)               # column-major: step k reads row k
+    M[col, row] = oo
+    nk = len(cnt_s) - np.searchsorted(cnt_s[::-1], np.arange(m), side="right")   # planes with more than k
+    R = ready[M]
+    G = (hasg[M]) & (np.arange(nu)[None, :] < nk[:, None])
+    GI = gate[M]
+    GX = gate_x[M]
+    FL = fl[M]
+    J = jn[M]
+    SV = service[M]
+    fs = f[po].copy()
+    anyg = G.any(axis=1)
+    anyj = (J >= 0).any(axis=1)
+    for k in range(m):
+        n = int(nk[k])
+        c = M[k, :n]
+        r = R[k, :n]
+        if anyg[k]:
+            g = G[k, :n]
+            r = np.where(g, np.maximum(r, end[np.where(g, GI[k, :n], c)]) + GX[k, :n], r)
+        ta = np.maximum(r, FL[k, :n])
+        if anyj[k]:
+            j = J[k, :n]
+            q = np.where(j >= 0, j, ta + t_cmd)
+            a = np.where(j >= 0, j - t_cmd, ta)
+        else:
+            q = ta + t_cmd
+            a = ta
+        s = np.maximum(q, fs[:n])
+        e = s + SV[k, :n]
+        fs[:n] = e
+        start[c] = s
+        end[c] = e
+        adm[c] = a
+        rdy[c] = r
+        enq[c] = q
+    f[po] = fs

@@ -98,8 +98,10 @@ class DeviceModelTwin:
 
     max_fixed_point_iterations = 8     # then the stepped solver (exact too) for the channels still moving
 
-    def __init__(self, geometry: MediaGeometry) -> None:
+    def __init__(self, geometry: MediaGeometry, *, trace: bool = False) -> None:
         g = self.g = geometry
+        # trace (analysis): every channel transfer as (channel, start, end) arrays per batch
+        self.transfers: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = [] if trace else None
         self.P = g.page_buffers_per_plane
         if self.P > 2:
             raise ConfigError(f"device-model twin: page_buffers_per_plane = {self.P}: the vectorized twin "
@@ -385,6 +387,8 @@ class DeviceModelTwin:
         hi_ = np.flatnonzero(hit)
         c["coalesced"] += int((src_ready[src[hi_]] > ta[acc_s[hi_]] + g.t_cmd_ns).sum())
         c["writes"] += int(has_w.sum())
+        if self.transfers is not None:
+            self.transfers.append((ch.copy(), d_tx - serv_tx, d_tx.copy()))
         if T == n:
             return np.maximum(d_tx, a)
         return np.maximum(np.maximum.reduceat(d_tx, segment_starts(req)), a)

@@ -51,19 +51,25 @@ def _random_case(rng):
         floor=floor.astype(np.int64), join=join, full=True), pf
 
 
-def test_simulate_auto_equals_event_scheduler():
+@pytest.mark.parametrize("plane_pass", [True, False])
+def test_simulate_auto_equals_event_scheduler(monkeypatch, plane_pass):
+    """Both fast paths (the plane pass first, and the heads pass alone with it switched off) and the
+    event scheduler they fall back to; each path must have scheduled many dies."""
+    monkeypatch.setattr(eventsim, "_PLANE_PASS", plane_pass)
     rng = np.random.default_rng(7)
-    fast_dies = 0
+    paths: dict[str, int] = {}
     for _ in range(1500):
         a, kw, pf = _random_case(rng)
         pf1, pf2 = pf.copy(), pf.copy()
         ref = eventsim.simulate(*a.values(), plane_free=pf1, **kw)
-        got = eventsim.simulate_auto(*a.values(), plane_free=pf2, **kw)
+        got = eventsim.simulate_auto(*a.values(), plane_free=pf2, paths=paths, **kw)
         for x, y in zip(ref, got):
             assert np.array_equal(x, y)
         assert np.array_equal(pf1, pf2)
-        fast_dies += int((a["kind"] != eventsim.READ).any())
-    assert fast_dies > 500
+    if plane_pass:
+        assert paths["plane_pass"] > 500 and paths["heads_pass"] > 200 and paths["event"] > 1000, paths
+    else:
+        assert paths["plane_pass"] == 0 and paths["heads_pass"] > 500, paths
 
 
 @pytest.mark.parametrize("op,wf,load,profile", [("write", 0.0, None, "nominal"), ("write", 0.0, 0.1, "nominal"),
