@@ -158,6 +158,8 @@ class FramePool:
         """The device hit path: read the pte, pin, re-check state and generation. Returns (frame, ready_ns,
         took_marker) pinned, or None (a miss; nothing stays pinned)."""
         t = self.tables[range_id]
+        if not 0 <= page < t.pages:                          # past the table: a miss (the device reads no further)
+            return None
         f = t.frame_of(page)
         if f == NO_FRAME:
             return None

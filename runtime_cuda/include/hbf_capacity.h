@@ -37,6 +37,21 @@
  *   range's media offset + page * 4096. hbfd fills a frame: state FILLING, copy, checksum, ready_ns, state
  *   VALID, then the pte, then the completion (payload then seq, release); the device re-reads the pte
  *   after it has acquired the completion. completion.modeled_ns is the media model's wait for the page.
+ *
+ * The helper library's capacity exports (hbf_helpers.cu's capacity block; the rest is hbf_abi.h's), NOT
+ * GPU-verified:
+ *   .weak .func (.param .b64 x) __hb_cap_xlate(.param .b64 addr, .param .b32 op, .param .b32 site);
+ *   .weak .func __hb_cap_release(.param .b64 addr, .param .b64 x);
+ *   .weak .func (.param .b32 status) __hb_cap_miss(.param .b64 addr, .param .b64 media_address, .param .b32 op,
+ *                                                 .param .b32 range_id, .param .b32 site);
+ *   .weak .func __hb_cap_hint(.param .b64 addr, .param .b64 media_address, .param .b32 range_id,
+ *                             .param .b32 site);
+ *   .visible .global .align 8 .u64 __hb_cap_table;         device address of hbf_cap_range[HBF_MAX_RANGES]
+ *                                                          (entry i: the device state's ranges[i]; 0 = none)
+ *   .visible .global .align 8 .b8 __hb_cap_counters[64];   u64 accesses, no_wait, demand_waits, late_waits,
+ *                                                          failed, misses, hints, pending
+ * A rewritten access (hbfcc/passes/capacity.py): x = __hb_cap_xlate(addr, op, site); the access on x;
+ * if x != addr: __hb_cap_release(addr, x).
  */
 #ifndef HBF_CAPACITY_H
 #define HBF_CAPACITY_H
