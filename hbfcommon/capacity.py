@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from hbfcommon.abi import Signature
 from hbfcommon.errors import ControlRegionError
 
 HBF_CAP_LAYOUT_VERSION = 1
@@ -28,6 +29,16 @@ FRAME_STATE_NAMES = ("free", "filling", "valid", "dirty", "evicting")
 
 HBF_REQ_CAP_MISS = 0x10000
 HBF_REQ_CAP_HINT = 0x20000
+
+# the helper library's capacity entry points the capacity rewrite calls (hbf_capacity.h "capacity exports")
+CAPACITY_HELPERS: dict[str, Signature] = {s.name: s for s in (
+    Signature("__hb_cap_xlate", ((64, "x"),), ((64, "addr"), (32, "op"), (32, "site"))),
+    Signature("__hb_cap_release", (), ((64, "addr"), (64, "x"))),
+)}
+CAP_TABLE_GLOBAL = "__hb_cap_table"        # .u64: device address of hbf_cap_range[HBF_MAX_RANGES] (0 = none)
+CAP_COUNTERS_GLOBAL = "__hb_cap_counters"  # .u64[8]: the device side's capacity counters
+CAP_COUNTER_NAMES = ("accesses", "no_wait", "demand_waits", "late_prefetch_waits", "failed", "misses_posted",
+                     "hints_posted", "pending")
 
 # field order and types exactly as in the header (the layout test checks names, offsets and sizes)
 PTE_DTYPE = np.dtype([("frame", "<u4"), ("generation", "<u4")])

@@ -1737,7 +1737,7 @@ extern "C" __device__ __noinline__ void __hb_kernel_exit(unsigned int kernel_ind
 // UNSUPPORTED instead of touching the unbacked span). __hb_cap_counters: accesses, without a wait, demand
 // waits, late prefetch waits, failed, misses posted, hints posted, PENDING answers (warp-aggregated).
 // ------------------------------------------------------------------------------------------
-#include "hbf_capacity.cuh"
+#include "hbf_capacity.h"
 extern "C" {
 __device__ unsigned long long __hb_cap_table;
 __device__ unsigned long long __hb_cap_counters[8];
@@ -1793,6 +1793,9 @@ extern "C" __device__ __noinline__ void __hb_cap_hint(unsigned long long addr, u
     HB_OOL(hb_ref_issue)(st, (hbf_ctl*)st->ctl, addr, media, HBF_CAP_PAGE_BYTES, HBF_OP_LOAD, range_id, site,
                          HBF_REQ_CAP_HINT | HBF_F_ACTIVE, 0u, hb_now());   // hbfd consumes its completion
 }
+
+// the hit path and the access loop (after the miss and the hint: the linked module defines them before use)
+#include "hbf_capacity.cuh"
 
 // The capacity descriptor of `addr`'s range, or nullptr (not in a capacity range: the access is native).
 HB_DEV const hbf_cap_range* hb_cap_of(const hbf_device_state* st, uint64_t addr) {
