@@ -183,3 +183,21 @@ def map_cap_region(path: str, *, check: bool = True) -> CapRegion:
     finally:
         os.close(fd)
     return CapRegion(mm, check=check)
+
+
+def capacity_admitted(art) -> dict[str, bool]:
+    """kernel name -> whether hbfcc's capacity pass rewrote it completely (``capacity_admitted`` of its timing
+    report, hbfcc/passes/capacity.py), from an admission artifact (a module document or {"modules": [...]}); a
+    kernel named in several modules is capacity-admitted only when every one says so; one no document
+    mentions, or a document without the capacity pass, is not."""
+    out: dict[str, bool] = {}
+    if not art:
+        return out
+    docs = art["modules"] if "kernels" not in art and isinstance(art.get("modules"), list) else [art]
+    for m in docs:
+        ks = m.get("kernels", []) if isinstance(m, dict) else []
+        for k in (ks.values() if isinstance(ks, dict) else ks):
+            if isinstance(k, dict) and "name" in k:
+                ok = k.get("capacity_admitted") is True
+                out[k["name"]] = out.get(k["name"], True) and ok
+    return out

@@ -210,9 +210,10 @@ class RingHost:
     and page table), ``miss``, ``miss_many`` (the misses posted together, then waited for: one ring scan when
     hbfd is idle), ``hint`` (posted, never waited for), ``failure`` (the first terminal status seen)."""
 
-    def __init__(self, driver, region_path: str, base: int, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, driver, region, base: int, *, timeout_s: float = 30.0) -> None:
+        """``region``: the capacity region's path (RegisterRange's capacity_path), or one already mapped."""
         self.driver, self.base, self.timeout_s = driver, base - base % PAGE, timeout_s
-        self.region = r = map_cap_region(region_path)
+        self.region = r = map_cap_region(region) if isinstance(region, str) else region
         self.range_id, self.media_offset = r.range_id, r.media_offset
         self.pool = FramePool(r.n_frames, FrameMemory(r.n_frames, r.data), frames=r.frames)
         self.pool.add_range(r.range_id, r.pages, r.table)
