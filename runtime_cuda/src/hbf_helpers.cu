@@ -1742,7 +1742,6 @@ extern "C" {
 __device__ unsigned long long __hb_cap_table;
 __device__ unsigned long long __hb_cap_counters[8];
 }
-static __device__ unsigned long long __hb_cap_scratch[8];   // where a failed access lands (never the unbacked span)
 HB_DEV void hb_cap_count(uint32_t i) {
     const uint32_t m = __activemask();
     const uint32_t same = __match_any_sync(m, i);
@@ -1815,7 +1814,8 @@ HB_DEV const hbf_cap_range* hb_cap_of(const hbf_device_state* st, uint64_t addr)
 
 // A rewritten access (hbfcc/passes/capacity.py): the address to access instead of `addr` (the frame's byte,
 // pinned until __hb_cap_release), or `addr` itself when it is not in a capacity range. A failed miss records
-// the run's failure and returns a scratch word (never the unbacked span); the kernel ends at its next check.
+// the run's failure and ends the thread (fail-closed, as hb_end: the access never executes, never on the unbacked
+// span).
 extern "C" __device__ __noinline__ unsigned long long __hb_cap_xlate(unsigned long long addr, unsigned int op,
                                                                      unsigned int site) {
     const unsigned long long sp = __hb_state;
@@ -1827,13 +1827,13 @@ extern "C" __device__ __noinline__ unsigned long long __hb_cap_xlate(unsigned lo
     if (__ldg(&r->pages) == 0ull || hb_failed(st)) {
         if (!hb_failed(st)) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);   // a span nothing serves
         hb_cap_count(4u);
-        return (unsigned long long)&__hb_cap_scratch[0];
+        hb_end();
     }
     unsigned int frame, status, waited;
     const unsigned long long x = __hb_cap_access(r, addr, op, site, &frame, &status, &waited);
-    if (x == 0ull) {
+    if (x == 0ull) {                                       // the failure is recorded (__hb_cap_miss)
         hb_cap_count(4u);
-        return (unsigned long long)&__hb_cap_scratch[0];
+        hb_end();
     }
     hb_cap_count(waited == 0u ? 1u : waited == 1u ? 2u : 3u);
     return x;
@@ -1843,7 +1843,7 @@ extern "C" __device__ __noinline__ unsigned long long __hb_cap_xlate(unsigned lo
 // the caller skips the call when x == addr: nothing was pinned).
 extern "C" __device__ __noinline__ void __hb_cap_release(unsigned long long addr, unsigned long long x) {
     const unsigned long long sp = __hb_state;
-    if (sp == 0ull || x == (unsigned long long)&__hb_cap_scratch[0]) return;
+    if (sp == 0ull) return;
     const hbf_cap_range* r = hb_cap_of((const hbf_device_state*)sp, addr);
     if (r == nullptr) return;
     hb_cap_unpin(r, (uint32_t)((x - __ldg(&r->frame_data)) >> 12));
