@@ -187,13 +187,14 @@ def map_cap_region(path: str, *, check: bool = True) -> CapRegion:
 
 def capacity_admitted(art) -> dict[str, bool]:
     """kernel name -> whether hbfcc's capacity pass rewrote it completely (``capacity_admitted`` of its timing
-    report, hbfcc/passes/capacity.py), from an admission artifact (a module document or {"modules": [...]}); a
+    report, hbfcc/passes/capacity.py), from an admission artifact (a module document, or hbfcc's nvcc document
+    {"kernels": [summary], "modules": [...]}: its module documents); a
     kernel named in several modules is capacity-admitted only when every one says so; one no document
     mentions, or a document without the capacity pass, is not."""
     out: dict[str, bool] = {}
     if not art:
         return out
-    docs = art["modules"] if "kernels" not in art and isinstance(art.get("modules"), list) else [art]
+    docs = art["modules"] if isinstance(art.get("modules"), list) else [art]   # nvcc document: its modules
     for m in docs:
         ks = m.get("kernels", []) if isinstance(m, dict) else []
         for k in (ks.values() if isinstance(ks, dict) else ks):

@@ -83,6 +83,8 @@ def test_artifact_capacity_admission():
     art = {"modules": [{"kernels": [{"name": "a", "capacity_admitted": True}, {"name": "b"}]},
                        {"kernels": [{"name": "a", "capacity_admitted": False}, {"name": "c", "capacity_admitted": True}]}]}
     assert capacity_admitted(art) == {"a": False, "b": False, "c": True}
+    nvcc = {"kernels": [{"name": "c", "admitted": True}], "modules": art["modules"][1:]}   # hbfcc's nvcc document
+    assert capacity_admitted(nvcc) == {"a": False, "c": True}
 
 
 def test_registration_errors(sess, tmp_path):
