@@ -680,6 +680,10 @@ class Session:
             return [(int(p), 1) for p in ptrs if p]
         for p in ptrs:
             if p:
+                cap = next((c for c in self.capacity.values() if c.base <= int(p) < c.base + c.nbytes), None)
+                if cap is not None:        # a reserved span has no allocation the driver can name
+                    out.append((cap.base, cap.nbytes))
+                    continue
                 ext = self._cu.address_range(int(p))
                 if ext is not None:
                     out.append(ext)

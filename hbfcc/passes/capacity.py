@@ -18,6 +18,9 @@ modeled media time (runtime_cuda/src/hbf_capacity.cuh). Accesses are naturally a
 crosses a page. The pass runs before the timing pass, which then sees the translated access (a frame address:
 in no timing range, so native there).
 
+A translated ``ld.global.nc`` or ``ldu`` becomes a plain ``ld`` (the non-coherent path is only for data nobody
+writes during the kernel; a frame is refilled mid-kernel).
+
 Refused (the function is not capacity-admitted; the runtime must not launch it against a capacity range):
 ``cp.async`` (the pin would have to last until the ``cp.async.wait_group`` that completes the copy: not built),
 and every class the timing pass refuses (TMA, texture, ...), which it reports itself. Accesses through a
@@ -98,7 +101,13 @@ class _Rewriter:
         out.append(_call(XLATE, (("b64", Register(R_A)), ("b32", Immediate(str(_OP[kind]))),
                                  ("b32", Immediate(str(self._site())))), ret=R_X, guard=g))
         new_addr = Address(Register(R_X), 0, addr.coords)
-        out.append(replace(inst, operands=tuple(new_addr if o is addr else o for o in inst.operands)))
+        acc = replace(inst, operands=tuple(new_addr if o is addr else o for o in inst.operands))
+        if acc.opcode == "ldu" or "nc" in acc.modifiers:
+            # the non-coherent (read-only) data path only for data that no one writes while the kernel runs: a
+            # frame is refilled with another page mid-kernel, so the translated load takes the coherent path
+            # (same value; the pin's fence.sc.sys orders it after the fill)
+            acc = replace(acc, opcode="ld", modifiers=tuple(m for m in acc.modifiers if m != "nc"))
+        out.append(acc)
         pred = Register(g.reg.name) if g is not None else None
         if pred is None:
             out.append(_ins("setp", ("ne", "u64"), (Register(R_P), Register(R_X), Register(R_A))))

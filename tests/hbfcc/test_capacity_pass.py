@@ -81,6 +81,19 @@ def test_a_cuda_kernel_rewritten_for_capacity_assembles_for_sm90a(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert ".func (.param .b64 x) __hb_cap_xlate(" in res.text                # linked, not a prototype only
+    assert "[%__hbc_x]" in res.text and not any(".nc" in ln and "[%__hbc_x]" in ln for ln in res.text.splitlines())
+
+
+def test_non_coherent_loads_take_the_coherent_path():
+    """a frame is refilled mid-kernel: ld.global.nc / ldu through a capacity translation become plain ld"""
+    src = PTX.replace("ld.global.u32 %r1, [%rd1+8];", "ld.global.nc.u32 %r1, [%rd1+8];").replace(
+        "ld.global.v2.u32 {%r3, %r4}, [%rd1+4096];", "ldu.global.v2.u32 {%r3, %r4}, [%rd1+4096];")
+    mod = capacity_pass(parse_module(src), {})
+    fn = next(f for f in mod.functions() if f.body is not None)
+    acc = [s for s in fn.body if type(s) is Instruction and any(type(o) is Address and type(o.base) is Register
+                                                                 and o.base.name == "%__hbc_x" for o in s.operands)]
+    assert len(acc) == 6
+    assert all(s.opcode != "ldu" and "nc" not in s.modifiers for s in acc)
 
 
 # ---------------------------------------------------------------------------------------------------------------
