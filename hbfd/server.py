@@ -53,16 +53,11 @@ _MAX_ARRIVAL_NS = 1 << 62                    # the engines' time domain (arrival
 assert N & (N - 1) == 0, "the ring size is a power of two"
 
 
-_FENCE = threading.Lock()
-
-
 def _store_fence() -> None:
     """Order the completion payload stores before the seq stores. On x86-64 (the H200 host) TSO
-    already keeps plain stores in program order; the lock round trip is a locked read-modify-write,
-    a full fence that also orders any non-temporal stores a copy loop might use."""
-    _FENCE.acquire()
-    _FENCE.release()
-
+    already keeps plain stores in program order; ctl.full_fence (a locked read-modify-write) also
+    orders any non-temporal stores a copy loop might use."""
+    ctl.full_fence()
 
 
 class Daemon:

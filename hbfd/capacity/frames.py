@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hbfcommon import capacity as cap
+from hbfcommon.ctl import full_fence
 from hbfcommon.capacity import HBF_CAP_NO_FRAME as NO_FRAME
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError
 
@@ -219,7 +220,8 @@ class FramePool:
         st = int(fr[f]["state"])
         if st not in (VALID, DIRTY):
             return None
-        fr[f]["state"] = EVICTING                       # then fence.sc.sys, then read pins
+        fr[f]["state"] = EVICTING
+        full_fence()                                    # the store above before the load of pins (x86: store-load)
         if int(fr[f]["pins"]) != 0:
             fr[f]["state"] = st
             return None
