@@ -125,8 +125,8 @@ extern "C" __device__ void __hb_cap_hint(unsigned long long addr, unsigned long 
 // *status = the terminal status of a failed miss (the caller records it and exits, docs/design.md §3.4).
 // *waited: 0 no media wait, 1 a demand miss, 2 a late prefetch (a hit on a frame whose read had not landed).
 // A warp never waits for a miss while it holds a pin: when any lane of the call misses, the lanes that hit
-// release their pins (no access has happened), the missing lanes post their requests and wait, and every lane
-// translates again (docs/design.md §3.6: else warps holding pins could take every frame while their misses
+// release their pins (no access has happened), the missing lanes post their requests (one per page: a leader
+// per group of lanes missing the same page) and wait, and every lane translates again (docs/design.md §3.6: else warps holding pins could take every frame while their misses
 // wait for one).
 extern "C" {   // C name, internal linkage: not part of the helper library's exports
 static __device__ __noinline__ unsigned long long __hb_cap_access(const hbf_cap_range* r, unsigned long long addr,
@@ -156,7 +156,13 @@ static __device__ __noinline__ unsigned long long __hb_cap_access(const hbf_cap_
         if (h != HB_CAP_MISS) {                          // release: nothing was accessed through it
             hb_cap_add32(&((hbf_cap_frame*)r->frames + *frame)->pins, 0xFFFFFFFFu);
         } else {
-            const uint32_t s = __hb_cap_miss(addr, media, op, r->range_id, site);
+            // one request per page per warp: the lanes missing the same page elect a leader, which posts the
+            // miss; they all take its status (a coalesced warp access touches one page: 1 request, not 32)
+            const uint32_t peers = __match_any_sync(__activemask(), media);
+            const uint32_t leader = (uint32_t)(__ffs(peers) - 1);
+            uint32_t s = 0u;
+            if (hb_laneid() == leader) s = __hb_cap_miss(addr, media, op, r->range_id, site);
+            s = __shfl_sync(peers, s, leader);
             if (s == 0u) {                               // HBF_ST_PENDING: every frame pinned or busy
                 __nanosleep(backoff);
                 backoff = backoff < 65536u ? backoff * 2u : backoff;

@@ -65,6 +65,7 @@ def test_the_protocol_is_in_the_ptx(built):
     assert ".gpu." not in body.split("// .globl")[0]              # no host-shared word at gpu scope
     assert "%globaltimer" in body                                 # the wait for a frame still in flight
     assert "vote.sync.ballot" in body                             # no lane waits for a miss holding a pin
+    assert "match.any.sync" in body and "shfl.sync.idx" in body   # one miss request per page per warp
 
 
 def test_the_helper_library_exports_the_capacity_entry_points():
