@@ -21,9 +21,14 @@ in no timing range, so native there).
 A translated ``ld.global.nc`` or ``ldu`` becomes a plain ``ld`` (the non-coherent path is only for data nobody
 writes during the kernel; a frame is refilled mid-kernel).
 
+``cp.async`` from global memory is translated the same way and made synchronous: ``cp.async.commit_group;
+cp.async.wait_group 0`` right after it, then the release (the frame stays pinned until the copy has landed).
+That completes the program's outstanding copies early (its later waits are only stronger) and loses the
+copy pipelining; lanes whose copy reads nothing (src-size 0, ignore-src) are not translated.
+
 Refused (the function is not capacity-admitted; the runtime must not launch it against a capacity range):
-``cp.async`` (the pin would have to last until the ``cp.async.wait_group`` that completes the copy: not built),
-and every class the timing pass refuses (TMA, texture, ...), which it reports itself. Accesses through a
+every class the timing pass refuses (TMA, texture, cp.async tracked by an mbarrier, ...), which it reports
+itself (``capacity_admission`` makes a function that is not timing-admitted not capacity-admitted). Accesses through a
 symbol (``[global_var]``) or an absolute address are left alone: a capacity range is a reserved span that no
 variable lives in.
 
@@ -47,17 +52,17 @@ from hbfcc.ptx.model import (Address, Block, Comment, Declarator, Function, Guar
                              Negated, Register, Statement, VarDecl)
 
 PASS_NAME = "capacity"
-R_A, R_X, R_P = "%__hbc_a", "%__hbc_x", "%__hbc_p"
+R_A, R_X, R_P, R_Q, R_T = "%__hbc_a", "%__hbc_x", "%__hbc_p", "%__hbc_q", "%__hbc_t"
 XLATE, RELEASE = "__hb_cap_xlate", "__hb_cap_release"
-REFUSE_CPASYNC = ("cp.async from a capacity range: the frame must stay pinned until the cp.async.wait_group that "
-                  "completes the copy (not built)")
-_OP = {"load": abi.HBF_OP_LOAD, "store": abi.HBF_OP_STORE, "atomic": abi.HBF_OP_ATOMIC, "red": abi.HBF_OP_ATOMIC}
+_OP = {"load": abi.HBF_OP_LOAD, "store": abi.HBF_OP_STORE, "atomic": abi.HBF_OP_ATOMIC, "red": abi.HBF_OP_ATOMIC,
+       "cpasync": abi.HBF_OP_CPASYNC}
 
 
 @dataclass
 class CapacityReport:
     name: str
     sites: int = 0
+    cpasync_sites: int = 0            # cp.async sites made synchronous (their pipelining lost)
     refused: list[dict] = field(default_factory=list)
 
     @property
@@ -65,7 +70,7 @@ class CapacityReport:
         return not self.refused
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "sites": self.sites, "refused": self.refused,
+        return {"name": self.name, "sites": self.sites, "cpasync_sites": self.cpasync_sites, "refused": self.refused,
                 "capacity_admitted": self.capacity_admitted}
 
 
@@ -118,6 +123,60 @@ class _Rewriter:
         self.report.sites += 1
         return out
 
+    def _cpasync_code(self, inst: Instruction, addr: Address) -> list[Statement]:
+        """A cp.async from a capacity range: translated like a load, made synchronous (``commit_group;
+        wait_group 0`` right after it: the frame's pin is released once the copy has landed). Completing every
+        outstanding copy early only strengthens the program's later waits (a copy the program's wait_group N
+        leaves pending is complete already); the pipelining is lost. Lanes that read nothing (src-size 0, or
+        ignore-src) are not translated: their address may be anywhere."""
+        g = inst.guard
+        ops = inst.operands
+        rest = list(ops[3:])
+        if "L2::cache_hint" in inst.modifiers and rest:
+            rest = rest[:-1]                                # the cache policy operand
+        out: list[Statement] = []
+        act: list[Statement] = []                           # R_Q: this lane really reads its source
+        if g is None:
+            act.append(_ins("setp", ("eq", "u64"), (Register(R_Q), Register(R_A), Register(R_A))))
+        elif g.negated:
+            act.append(_ins("not", ("pred",), (Register(R_Q), g.reg)))
+        else:
+            act.append(_ins("and", ("pred",), (Register(R_Q), g.reg, g.reg)))
+        for o in rest:
+            if type(o) is Immediate:
+                if int(o.value) == 0:
+                    return [inst]                           # reads nothing, ever: untouched
+            elif type(o) is Negated:                        # ignore-src = !s: active where s
+                act.append(_ins("and", ("pred",), (Register(R_Q), Register(R_Q), o.reg)))
+            elif type(o) is Register and self.ctx.reg_type(o.name) == ".pred":
+                act.append(_ins("not", ("pred",), (Register(R_T), o)))
+                act.append(_ins("and", ("pred",), (Register(R_Q), Register(R_Q), Register(R_T))))
+            elif type(o) is Register:                       # src-size
+                act.append(_ins("setp", ("ne", "and", "u32"), (Register(R_Q), o, Immediate("0"), Register(R_Q))))
+        base = addr.base
+        if self.ctx.reg_type(base.name) in _32BIT_TYPES:
+            out.append(_ins("cvt", ("u64", "u32"), (Register(R_A), base)))
+            if addr.offset:
+                out.append(_ins("add", ("s64",), (Register(R_A), Register(R_A), Immediate(str(addr.offset)))))
+        elif addr.offset:
+            out.append(_ins("add", ("s64",), (Register(R_A), base, Immediate(str(addr.offset)))))
+        else:
+            out.append(_ins("mov", ("u64",), (Register(R_A), base)))
+        out += act
+        out.append(_call(XLATE, (("b64", Register(R_A)), ("b32", Immediate(str(_OP["cpasync"]))),
+                                 ("b32", Immediate(str(self._site())))), ret=R_X, guard=Guard(Register(R_Q))))
+        # the call block's ld.param of the result is not guarded: a lane that did not call keeps its address
+        out.append(_ins("mov", ("u64",), (Register(R_X), Register(R_A)), Guard(Register(R_Q), True)))
+        out.append(replace(inst, operands=tuple(Address(Register(R_X), 0, o.coords) if o is addr else o
+                                                for o in inst.operands)))
+        out.append(_ins("cp", ("async", "commit_group"), ()))
+        out.append(_ins("cp", ("async", "wait_group"), (Immediate("0"),)))
+        out.append(_ins("setp", ("ne", "and", "u64"), (Register(R_P), Register(R_X), Register(R_A), Register(R_Q))))
+        out.append(_call(RELEASE, (("b64", Register(R_A)), ("b64", Register(R_X))), guard=Guard(Register(R_P))))
+        self.report.sites += 1
+        self.report.cpasync_sites += 1
+        return out
+
     def _body(self, body: tuple[Statement, ...]) -> tuple[Statement, ...]:
         out: list[Statement] = []
         for s in body:
@@ -132,16 +191,11 @@ class _Rewriter:
             if d is None or d.action != "rewritten":
                 out.append(s)
                 continue
-            if d.kind == "cpasync":
-                self.report.refused.append({"line": s.line, "instruction": str(s), "class": d.cls,
-                                            "reason": REFUSE_CPASYNC})
-                out.append(s)
-                continue
             a = d.addr
             if a is None or type(a.base) is not Register or d.generic_symbol_global:
                 out.append(s)                       # a variable or an absolute address: never a capacity range
                 continue
-            out.extend(self._site_code(s, d.kind, a))
+            out.extend(self._cpasync_code(s, a) if d.kind == "cpasync" else self._site_code(s, d.kind, a))
         return tuple(out)
 
     def run(self) -> Function:
@@ -149,7 +203,7 @@ class _Rewriter:
         if self.report.sites == 0:
             return self.fn
         decl = (VarDecl((), "reg", (), ".b64", (Declarator(R_A), Declarator(R_X))),
-                VarDecl((), "reg", (), ".pred", (Declarator(R_P),)))
+                VarDecl((), "reg", (), ".pred", (Declarator(R_P), Declarator(R_Q), Declarator(R_T))))
         return replace(self.fn, body=decl + body)
 
 

@@ -1,8 +1,8 @@
 """The capacity rewrite (hbfcc/passes/capacity.py, issue 16; NOT GPU-verified):
 
-* a CUDA kernel's loads, stores, vector loads and atomics are rewritten (each through __hb_cap_xlate, the access
-  on the frame address, a guarded __hb_cap_release), linked with the helper library, and the module assembles
-  with ptxas for sm_90a; cp.async is refused with its reason (the kernel is not capacity-admitted);
+* a CUDA kernel's loads, stores, vector loads, atomics and cp.async are rewritten (each through __hb_cap_xlate,
+  the access on the frame address, a guarded __hb_cap_release; cp.async made synchronous), linked with the
+  helper library, and the module assembles with ptxas for sm_90a;
 * the rewritten sites are EXECUTED on the CPU by a small interpreter of the instructions the pass emits, with
   __hb_cap_xlate / __hb_cap_release backed by the CPU stand-in's device side (hbfd.capacity.frames.FramePool pin
   and unpin, misses served by a real CapacityService): loads read the store's bytes, stores land in the frame
@@ -21,7 +21,7 @@ from hbfcommon import ctl
 from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE
 from hbfcommon.profile import load_profile
 from hbfcc import knobs
-from hbfcc.passes.capacity import REFUSE_CPASYNC, capacity_pass
+from hbfcc.passes.capacity import capacity_pass
 from hbfcc.ptx.model import Address, Block, Immediate, Instruction, Negated, Register, Symbol, VarDecl
 from hbfcc.ptx.parser import parse_module
 from hbfd.capacity.backing import GeneratedStore, SparseFileStore
@@ -72,10 +72,10 @@ def test_a_cuda_kernel_rewritten_for_capacity_assembles_for_sm90a(tmp_path):
     res = rewrite_text((tmp_path / "k.ptx").read_text(), passes=("timing", "capacity"))
     cap = {f["name"]: f for f in res.meta["capacity"]["functions"]}
     assert cap["k"]["sites"] == 5 and cap["k"]["capacity_admitted"]          # ld, st, atom, ld.v4, st
-    assert not cap["cp"]["capacity_admitted"] and cap["cp"]["refused"][0]["reason"] == REFUSE_CPASYNC
+    assert cap["cp"]["capacity_admitted"] and cap["cp"]["cpasync_sites"] == 1 and cap["cp"]["sites"] == 2
     tm = {f["name"]: f for f in res.meta["timing"]["functions"]}
     assert tm["k"]["admitted"] and tm["k"]["capacity_admitted"]             # the helpers are linked callees
-    assert tm["cp"]["capacity_admitted"] is False
+    assert tm["cp"]["admitted"] and tm["cp"]["capacity_admitted"]
     (tmp_path / "o.ptx").write_text(res.text)
     r = subprocess.run(["ptxas", "-arch=sm_90a", "-c", str(tmp_path / "o.ptx"), "-o", str(tmp_path / "o.o")],
                        capture_output=True, text=True)
@@ -133,7 +133,7 @@ class Machine:
         self.svc, self.dev, self.native = svc, CapacityDevice(svc), native
         self.regs: dict[str, int] = {}
         self.params: dict[str, int] = {}
-        self.pending: dict[str, list] = {}
+        self.shared: dict[int, tuple[int, int]] = {}
         self.calls: list[tuple] = []
         self.now = 0
 
@@ -218,6 +218,8 @@ class Machine:
             self.regs[o[0].name] = v & ((1 << 64) - 1)
         elif op == "setp":
             a, b = self.val(o[1]), self.val(o[2])
+            if m[-1] == "u32":
+                a, b = a & 0xFFFFFFFF, b & 0xFFFFFFFF
             r = {"ne": a != b, "eq": a == b}[m[0]]
             if "and" in m:
                 c = o[3]
@@ -239,6 +241,23 @@ class Machine:
             old = self.load(a, n)
             self.store(a, n, old + self.val(o[2]))
             self.regs[o[0].name] = old
+        elif op == "cp" and m[:2] == ("async", "commit_group"):
+            self.calls.append(("commit",))
+        elif op == "cp" and m[:2] == ("async", "wait_group"):
+            self.calls.append(("wait", self.val(o[0])))
+        elif op == "cp" and m[0] == "async":              # cp.async.ca.shared.global [dst], [src], n{, src-size}
+            n = self.val(o[2])
+            src = self.addr(o[1])
+            real = n if len(o) < 4 else self.val(o[3])
+            data = self.load(src, real) if real else 0
+            self.shared[self.addr(o[0])] = (data, n)
+            if FRAME_BASE <= src < FRAME_BASE + self.svc.pool.n * PAGE:
+                assert self.svc.pool.frames[(src - FRAME_BASE) // PAGE]["pins"] > 0   # pinned while copying
+            self.calls.append(("cp.async", src, real))
+        elif op == "and" and m == ("pred",):
+            self.regs[o[0].name] = int(bool(self.regs[o[1].name]) and bool(self.regs[o[2].name]))
+        elif op == "not" and m == ("pred",):
+            self.regs[o[0].name] = int(not self.regs[o[1].name])
         elif op == "ret":
             pass
         else:
@@ -307,3 +326,61 @@ def test_stores_and_atomics_through_a_capacity_range_mark_the_frame_dirty(tmp_pa
     r4 = struct.unpack_from("<I", src.read_pages(1, 1)[0].tobytes(), 4)[0]
     assert struct.unpack_from("<I", got.tobytes(), 4)[0] == (r1 + 5) & 0xFFFFFFFF
     assert struct.unpack_from("<I", got.tobytes(), 12)[0] == r4
+
+
+CP_PTX = """
+.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry c(.param .u64 pa, .param .u32 pn)
+{
+    .reg .b64 %rd<4>;
+    .reg .b32 %r<4>;
+    .shared .align 16 .b8 sm[64];
+    ld.param.u64 %rd1, [pa];
+    ld.param.u32 %r1, [pn];
+    mov.u32 %r2, sm;
+    cp.async.ca.shared.global [%r2], [%rd1+16], 8;
+    cp.async.ca.shared.global [%r2+8], [%rd1+8192], 8, %r1;
+    cp.async.commit_group;
+    cp.async.wait_group 0;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("srcsize", [8, 0])
+def test_cp_async_from_a_capacity_range_is_translated_and_synchronous(srcsize):
+    """cp.async reads the frame while it is pinned, the pin is given back only after a wait_group 0, and a copy
+    with src-size 0 (it reads nothing: its address may be anywhere) is not translated."""
+    mod = capacity_pass(parse_module(CP_PTX), meta := {})
+    f = meta["capacity"]["functions"][0]
+    assert f["cpasync_sites"] == 2 and f["capacity_admitted"]
+    fn = next(x for x in mod.functions() if x.body is not None)
+    svc = CapacityService(MediaGeometry.from_profile(load_profile("nominal")), 32)
+    src = GeneratedStore(4, 3)
+    svc.add_range(1, 3, 0, ctl.HBF_PERM_READ, src)
+    m = Machine(svc, {})
+    m.params = {"pa": BASE, "pn": srcsize}
+    m.regs["%r2"] = 0
+    orig_step = m.step
+
+    def step(s, _o=orig_step):                       # mov %r2, sm: a shared address
+        if s.opcode == "mov" and type(s.operands[1]) is Symbol:
+            m.regs[s.operands[0].name] = 0x100
+            return
+        _o(s)
+    m.step = step
+    m.run_body(fn.body)
+    page0, page2 = src.read_pages(0, 1)[0], src.read_pages(2, 1)[0]
+    assert m.shared[0x100][0] == int.from_bytes(page0[16:24].tobytes(), "little")
+    if srcsize:
+        assert m.shared[0x108][0] == int.from_bytes(page2[0:8].tobytes(), "little")
+    kinds = [c[0] for c in m.calls]
+    xl = [c for c in m.calls if c[0] == "xlate"]
+    assert len(xl) == (2 if srcsize else 1)          # src-size 0: no translation, no miss
+    for i, c in enumerate(m.calls):                  # every release follows a wait_group 0 after its copy
+        if c[0] == "release":
+            assert ("wait", 0) in m.calls[:i] and kinds[:i].count("cp.async") >= 1
+    assert (svc.pool.frames["pins"] == 0).all()
+    assert svc.n["misses"] == (2 if srcsize else 1)
