@@ -217,11 +217,14 @@ def capacity_pass(module: Module, meta: dict) -> Module:
         raise RewriteError("module is already capacity-instrumented (declares the capacity helpers)")
     reports: list[CapacityReport] = []
     items = []
-    k = 0
+    # sites carry the function's kernel index as the timing pass numbers them (entries first, then the other
+    # functions): the device helpers count a site's requests in that kernel's counter slot (site >> 16)
+    entries = [f.name for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
+    funcs = [f.name for f in module.items if type(f) is Function and not f.is_entry and f.body is not None]
+    kidx = {n: i for i, n in enumerate(entries + funcs)}
     for it in module.items:
         if type(it) is Function and it.body is not None:
-            rw = _Rewriter(module, it, k)
-            k += 1
+            rw = _Rewriter(module, it, kidx[it.name])
             items.append(rw.run())
             reports.append(rw.report)
         else:

@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import re
 import shutil
 import struct
 import subprocess
@@ -73,6 +74,10 @@ def test_a_cuda_kernel_rewritten_for_capacity_assembles_for_sm90a(tmp_path):
     cap = {f["name"]: f for f in res.meta["capacity"]["functions"]}
     assert cap["k"]["sites"] == 5 and cap["k"]["capacity_admitted"]          # ld, st, atom, ld.v4, st
     assert cap["cp"]["capacity_admitted"] and cap["cp"]["cpasync_sites"] == 1 and cap["cp"]["sites"] == 2
+    # sites carry the timing pass's kernel index (the counter slot the helpers charge): kernel 1 is cp
+    kidx = res.meta["timing"]["kernels"].index("cp")
+    sites = [int(x) for x in re.findall(r"st\.param\.b32\s+\[__hb_p2\], (\d+);", res.text)]
+    assert kidx == 1 and any(x >> 16 == 1 for x in sites) and any(x >> 16 == 0 for x in sites)
     tm = {f["name"]: f for f in res.meta["timing"]["functions"]}
     assert tm["k"]["admitted"] and tm["k"]["capacity_admitted"]             # the helpers are linked callees
     assert tm["cp"]["admitted"] and tm["cp"]["capacity_admitted"]
