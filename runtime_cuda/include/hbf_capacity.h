@@ -1,5 +1,5 @@
 /*
- * hbf_capacity.h — capacity mode: the page table and the frame records in device memory.
+ * hbf_capacity.h — capacity mode: the page table and the frame records the device and hbfd share.
  *
  * THIS FILE IS THE ONLY DEFINITION of the layout. Its Python mirror is hbfcommon/capacity.py (numpy dtypes),
  * checked field by field by tests/capacity/test_layout.py (a compiled offsetof/sizeof probe). The protocol
@@ -22,7 +22,9 @@
  *                        takes the 1 posts a HINT request (no completion is waited for)
  *
  * Device hit path (no host round trip): e = pte[page]; if e.frame == NO_FRAME -> miss.
- *   atomicAdd(&f.pins, 1); fence.sc.gpu; if f.state != VALID || f.generation != e.generation -> unpin, miss.
+ *   atomicAdd(&f.pins, 1); fence.sc.sys; if f.state != VALID || f.generation != e.generation -> unpin, miss.
+ *   (Every word the host shares is accessed at system scope: the table, the records and the frames' bytes are
+ *   hbfd's capacity region, host memory mapped into the device, hbfcommon/capacity.py CapRegion.)
  *   referenced = 1; (store/atomic: dirty = 1); marker: atomicExch -> HINT; the access's future is
  *   max(now, f.ready_ns) (a prefetched frame whose modeled read has not landed yet is waited for);
  *   the access uses frame_data + frame * 4096 + offset; unpin after the access has executed (a release
@@ -102,7 +104,7 @@ typedef struct hbf_cap_frame {
     uint64_t reserved;
 } hbf_cap_frame;
 
-/* A capacity range's descriptor in device memory: where its table and the frame pool are. 64 bytes. */
+/* A capacity range's descriptor (the runtime's capacity table, device memory): where its table and frames are. 64 B. */
 typedef struct hbf_cap_range {
     uint64_t base;                  /* logical VA of the range (reserved, not backed) */
     uint64_t pages;                 /* page-table entries */
