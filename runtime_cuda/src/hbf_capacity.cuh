@@ -15,8 +15,9 @@
  * word the host and the device share is accessed at SYSTEM scope here (relaxed sys loads/stores/atomics,
  * fence.sc.sys): the host's EVICTING store and the device's pin are ordered by the two sys fences.
  *
- * Compiled as plain C++ (no __CUDACC__: the CPU test, g++) the hit path's words use the compiler's __atomic
- * builtins with sequentially consistent fences; the access loop is CUDA only.
+ * Compiled as plain C++ (no __CUDACC__: the CPU tests, g++) the hit path's words use the compiler's __atomic
+ * builtins with sequentially consistent fences; the access loop too when the harness defines HBF_CAP_HOST_LOOP
+ * and supplies the warp intrinsics for one lane.
  */
 #ifndef HBF_CAPACITY_CUH
 #define HBF_CAPACITY_CUH
@@ -110,7 +111,9 @@ HB_CAP_DEV void hb_cap_unpin(const hbf_cap_range* r, uint32_t frame) {
     hb_cap_unpin_word(&((hbf_cap_frame*)r->frames + frame)->pins);
 }
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(HBF_CAP_HOST_LOOP)
+// (HBF_CAP_HOST_LOOP: a host test harness that supplies the warp intrinsics for one lane, hb_now, and the miss
+// and hint requests: tests/capacity/test_access_loop_host.py runs this loop against hbfd's ring.)
 // The miss request: posts HBF_REQ_CAP_MISS for the page of `addr` and waits for its completion (the media
 // wait included); returns HBF_ST_READY (the page was published: translate again), HBF_ST_PENDING (no frame
 // could be taken now: ask again) or a terminal status (already recorded as the run's failure).
