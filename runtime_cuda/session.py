@@ -1100,6 +1100,11 @@ class Session:
     def close(self) -> None:
         if self.closed:
             return
+        if self.capacity and self.use_cuda:     # the device side's capacity counters, in hbfd's summary
+            try:
+                self._report("capacity_counters", self.capacity_counters())
+            except HbfError as e:
+                log.warning("capacity counters not reported: %s", e)
         for rid in list(self.capacity):         # hbfd writes their dirty frames back first
             try:
                 self.unregister(rid)
