@@ -12,7 +12,7 @@ Each access site the timing pass would rewrite (:func:`hbfcc.passes.timing.class
     @%__hbc_p __hb_cap_release(%__hbc_a, %__hbc_x)              (unpin, release at system scope)
 
 ``__hb_cap_xlate`` returns the address unchanged when it is not in a capacity range (the helper's band check and
-range search, hbf_helpers.cu's capacity block), so accesses elsewhere keep their address and cost one call. A
+range search, runtime_cuda/src/hbf_cap_helpers.cuh), so accesses elsewhere keep their address and cost one call. A
 hit never leaves the GPU; a miss posts ``HBF_REQ_CAP_MISS`` on the ring and waits for the mapping and the
 modeled media time (runtime_cuda/src/hbf_capacity.cuh). Accesses are naturally aligned (<= 16 bytes), so none
 crosses a page. The pass runs before the timing pass, which then sees the translated access (a frame address:

@@ -40,7 +40,7 @@
  *   VALID, then the pte, then the completion (payload then seq, release); the device re-reads the pte
  *   after it has acquired the completion. completion.modeled_ns is the media model's wait for the page.
  *
- * The helper library's capacity exports (hbf_helpers.cu's capacity block; the rest is hbf_abi.h's), NOT
+ * The helper library's capacity exports (runtime_cuda/src/hbf_cap_helpers.cuh, included by hbf_helpers.cu; the rest is hbf_abi.h's), NOT
  * GPU-verified:
  *   .weak .func (.param .b64 x) __hb_cap_xlate(.param .b64 addr, .param .b32 op, .param .b32 site);
  *   .weak .func __hb_cap_release(.param .b64 addr, .param .b64 x);

@@ -6,7 +6,9 @@
  * STATUS: NOT GPU-VERIFIED. Checked on the CPU only: it compiles to PTX and assembles with ptxas for sm_90a
  * within a register budget (tests/capacity/test_device_ptx.py), and the hit path (hb_cap_pin / hb_cap_unpin)
  * is compiled as host code and driven against hbfd's frame pool in the shared capacity region
- * (tests/capacity/test_pin_host.py). hbf_helpers.cu includes it and defines the miss and hint requests
+ * (tests/capacity/test_pin_host.py), and the access loop too, for one lane against hbfd's ring
+ * (tests/capacity/test_access_loop_host.py). hbf_cap_helpers.cuh (the end of hbf_helpers.cu) includes it and
+ * defines the miss and hint requests
  * (__hb_cap_miss / __hb_cap_hint: the reference path's ring, HBF_REQ_CAP_MISS / HBF_REQ_CAP_HINT) and the
  * rewritten accesses' entry points (__hb_cap_xlate / __hb_cap_release, hbfcc/passes/capacity.py).
  *

@@ -1,7 +1,7 @@
 """Capacity mode's device half (runtime_cuda/src/hbf_capacity.cuh), as far as the CPU can check it: it compiles to
 PTX and assembles with ptxas for sm_90a within a register/spill budget, with the protocol's instructions (pin by
 atomic add, the sc fences, the marker exchange, all at system scope: the words are in hbfd's shared capacity
-region). NOT GPU-verified. The helper library includes it (hbf_helpers.cu's capacity block)."""
+region). NOT GPU-verified. The helper library includes it (hbf_helpers.cu -> hbf_cap_helpers.cuh)."""
 from __future__ import annotations
 
 import re
@@ -71,7 +71,9 @@ def test_the_protocol_is_in_the_ptx(built):
 def test_the_helper_library_exports_the_capacity_entry_points():
     """hbf_helpers.cu includes it and exports the miss, the hint and the rewritten accesses' entry points (both
     helper builds), with the descriptor table and the counters as module globals the runtime fills/reads."""
-    assert '#include "hbf_capacity.cuh"' in (ROOT / "runtime_cuda" / "src" / "hbf_helpers.cu").read_text()
+    src = ROOT / "runtime_cuda" / "src"
+    assert '#include "hbf_cap_helpers.cuh"' in (src / "hbf_helpers.cu").read_text()
+    assert '#include "hbf_capacity.cuh"' in (src / "hbf_cap_helpers.cuh").read_text()
     for build in ("hbf_helpers.ptx", "hbf_helpers_lean.ptx"):
         p = ROOT / "runtime_cuda" / "ptx" / build
         if not p.exists():
