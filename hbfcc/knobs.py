@@ -93,7 +93,7 @@ DOCS: tuple[tuple[str, str, str], ...] = (
     ("HBFCC_HELPER_PTX", "the direct build", "the helper PTX module to link (runtime_cuda/ptx: "
      "hbf_helpers.ptx, the direct build; hbf_helpers_lean.ptx by name)"),
     ("HBFCC_EIDOLA_HELPER_PTX", "runtime_cuda/ptx", "the eidola helper module (flags pass)"),
-    ("HBFCC_PASSES", "timing", "pass selection: timing | timing,flags | timing,flags,mwait"),
+    ("HBFCC_PASSES", "timing", "pass selection: timing | timing,flags | timing,flags,mwait; + capacity"),
     ("HBFCC_CACHE_DIR", "~/.cache/hbfcc", "shadow toolkits (and the store's default home)"),
     ("HBFCC_ARTIFACT_DIR", "$HBFCC_CACHE_DIR/artifacts", "the artifact store (by original PTX sha256)"),
     ("HBFCC_SIDECAR", "auto", "hbfcc-ptxas writes <output>.hbfcc.json: 1 always, 0 never, auto unless "
@@ -120,7 +120,7 @@ def help_text() -> str:
     return "\n".join(f"  {v:<{w}}  {meaning} [default: {d}]" for v, d, meaning in DOCS) + "\n"
 
 
-PASS_CHOICES = ("timing", "flags", "mwait")
+PASS_CHOICES = ("timing", "flags", "mwait", "capacity")
 
 
 def parse_passes(v: Optional[str], variable: str = "HBFCC_PASSES") -> tuple[str, ...]:
@@ -130,7 +130,10 @@ def parse_passes(v: Optional[str], variable: str = "HBFCC_PASSES") -> tuple[str,
     ``timing,flags``        also the Eidola flags pass (issue 7): flag loads read through the eidola
                             helper (virtualized flag loads), non-flag global reads counted, the
                             eidola helper PTX linked (build/runtime_cuda/hbf_eidola_helpers.ptx);
-    ``timing,flags,mwait``  also park recognized spin-wait loops with monitor/mwait.
+    ``timing,flags,mwait``  also park recognized spin-wait loops with monitor/mwait;
+    ``timing,capacity``     also the capacity rewrite (issue 16, NOT GPU-verified): loads, stores and
+                            atomics translated through capacity ranges' page tables
+                            (hbfcc/passes/capacity.py); combines with the others.
 
     ``timing`` is required (it produces the admission report); ``mwait`` requires ``flags``.
     Returns the canonical tuple, e.g. ("timing", "flags", "mwait")."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import threading
 from ctypes import c_int32, c_uint8, c_uint16, c_uint32, c_uint64
 from dataclasses import dataclass
 
@@ -358,3 +359,15 @@ def seqlock_read(snapshot, read, *, tries: int = 10000):
         if snapshot.seq == s0:
             return v
     raise ControlRegionError("seqlock never settled (writer stuck?)")
+
+
+_FENCE = threading.Lock()
+
+
+def full_fence() -> None:
+    """A full memory fence on the host (a locked read-modify-write: the lock round trip), for the host side of
+    the host/GPU protocols on shared memory: x86-64 TSO keeps stores in order but lets a later load pass an
+    earlier store (the store-load order a Dekker-style handshake needs, e.g. capacity mode's eviction: state =
+    EVICTING, fence, read pins; docs/design.md §3.6). Also orders non-temporal stores a copy loop might use."""
+    _FENCE.acquire()
+    _FENCE.release()

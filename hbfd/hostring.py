@@ -48,7 +48,7 @@ class RingDriver:
         return int(self.h.failure)
 
     def issue(self, *, arrival_ns: int, address: int, media_address: int, nbytes: int, op: int,
-              range_id: int = 0, site: int = 0, timeout_s: float = 10.0) -> int:
+              range_id: int = 0, site: int = 0, flags: int = 0, timeout_s: float = 10.0) -> int:
         t = int(self.h.ring_head)
         self.h.ring_head = t + 1                   # GPU: atom.global.add (GPU-only atomic)
         s = t % N
@@ -62,7 +62,7 @@ class RingDriver:
         r = self.m.ring
         r["arrival_ns"][s], r["address"][s], r["media_address"][s] = arrival_ns, address, media_address
         r["bytes"][s], r["op"][s], r["range_id"][s], r["site"][s] = nbytes, op, range_id, site
-        r["kernel_slot"][s], r["flags"][s], r["thermal_q_ppm"][s] = 0, 0, 0   # q 0: unthrottled
+        r["kernel_slot"][s], r["flags"][s], r["thermal_q_ppm"][s] = 0, flags, 0   # q 0: unthrottled
         seal(self.m, s, t + 1, self.key)
         r["seq"][s] = t + 1                        # release: after the payload
         return t

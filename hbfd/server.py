@@ -35,7 +35,9 @@ from hbfcommon.status import RequestStatus
 from hbfd import knobs, services
 from hbfd.contracts import (REQUEST_BATCH_DTYPE, RefreshingEngine, RefreshService, ServiceEngine, ThermalService,
                             ThermalState)
+from hbfd.capacity.dispatch import CAP_FLAGS, CapacityDispatch, CapacitySpec
 from hbfd.heartbeat import HeartbeatProcess
+from hbfd.media import MediaGeometry
 from hbfcommon.profile import Profile, load_profile
 from hbfd.ranges import Range, RangeTable
 from hbfd.region import ControlRegion
@@ -51,16 +53,11 @@ _MAX_ARRIVAL_NS = 1 << 62                    # the engines' time domain (arrival
 assert N & (N - 1) == 0, "the ring size is a power of two"
 
 
-_FENCE = threading.Lock()
-
-
 def _store_fence() -> None:
     """Order the completion payload stores before the seq stores. On x86-64 (the H200 host) TSO
-    already keeps plain stores in program order; the lock round trip is a locked read-modify-write,
-    a full fence that also orders any non-temporal stores a copy loop might use."""
-    _FENCE.acquire()
-    _FENCE.release()
-
+    already keeps plain stores in program order; ctl.full_fence (a locked read-modify-write) also
+    orders any non-temporal stores a copy loop might use."""
+    ctl.full_fence()
 
 
 class Daemon:
@@ -84,6 +81,10 @@ class Daemon:
         self.thermal_state = ThermalState()
         self.ranges: RangeTable | None = None
         self._ranges_lock = threading.Lock()
+        # capacity ranges hbfd serves (hbfd/capacity/dispatch.py): the ring thread serves their requests, the
+        # RPC threads add and remove them; _cap_lock orders the two (taken after _ranges_lock)
+        self.capacity: CapacityDispatch | None = None
+        self._cap_lock = threading.Lock()
         self._post_lock = threading.RLock()
         # the engine and the refresh service/ledger are driven from the ring thread (requests,
         # per-block reads, refresh hand-off), the control thread (refresh tick, idle refresh) and
@@ -158,6 +159,7 @@ class Daemon:
                                 heartbeat_period_ns=self.heartbeat_period_ns)
         self._ring_views()
         self.ranges = RangeTable(p.capacity_bytes)          # the usable capacity, after over-provisioning
+        self.capacity = CapacityDispatch(MediaGeometry.from_profile(p))
         self._hb = HeartbeatProcess(self.region.fd, ctl.hbf_header.heartbeat.offset, ctl.hbf_header.failure.offset,
                                     self.heartbeat_period_ns, knobs.stale_ns())
         svc = services.compose(p, engine=self.engine_choice, thermal=self.thermal_choice,
@@ -583,6 +585,14 @@ class Daemon:
             slots, req = self._take(slots, seen)
             if slots.size:
                 slots, req = self._reject_invalid(slots, req)
+            cap_req = None
+            if slots.size:
+                cap = ((req[:, 6] >> np.uint64(32)) & CAP_FLAGS) != 0
+                if cap.any():                       # served below, outside the post lock (store I/O)
+                    cap_req = req[cap]
+                    slots, req = slots[~cap], req[~cap]
+        if cap_req is not None:
+            self._serve_capacity(cap_req)
         n = slots.size
         if n == 0:
             if not self._quiet_collected:           # only foreign/rejected records: still collect once
@@ -631,6 +641,17 @@ class Daemon:
         if done.size:
             self._post(done["id"], done["modeled_ns"], done["status"])
         return int(n)
+
+    def _serve_capacity(self, req: np.ndarray) -> None:
+        """Capacity requests of one scan (taken, not yet posted): served by their ranges' services (which
+        publish frame then pte), then the completions (payload, then seq). A hint's completion is consumed here:
+        the device never waits for it (docs/design.md §3.6)."""
+        with self._cap_lock:
+            tickets, modeled, status, hint = self.capacity.serve(req)
+        self._post(tickets, modeled, status)
+        if hint.any():
+            t = tickets[hint]
+            self._comp64[(t & np.uint64(N - 1)).astype(np.intp), 5] = t + np.uint64(1)
 
     def _post(self, tickets: np.ndarray, modeled: np.ndarray, status: np.ndarray, *, closing: bool = False) -> int:
         """Write completions (payload, then seq = ticket + 1) and account them."""
@@ -749,6 +770,9 @@ class Daemon:
         h = self.region.ctl.header
         h.admission_closed = 1
         n = self._terminate_outstanding(req_status)
+        if self.capacity is not None:
+            with self._cap_lock:                    # every dirty frame back to its store (or salvaged)
+                self.capacity.close(str(self.summary_path) + ".capacity")
         h.failure = ctl.failure_word(req_status, fail_reason)       # after every terminal completion
         self._stop.set()
         self._hb.stop()
@@ -864,8 +888,15 @@ class Daemon:
             "foreign_requests": self._foreign,
             "engine_error": self._engine_error,
             "timeline": self._timeline.section(),
+            "capacity": self._capacity_section(),
             "hbfsim_version": package_version(),
         }
+
+    def _capacity_section(self) -> dict | None:
+        if self.capacity is None:
+            return None
+        with self._cap_lock:
+            return self.capacity.section()
 
     # ---- RPC bodies (raise HbfError; the servicer turns them into reply Errors) ---------------
     def attach(self, workload_pid: int, abi_version: int, allow_unmodeled: bool) -> dict:
@@ -882,24 +913,44 @@ class Daemon:
         return {"ctl_path": self.region.path, "ctl_bytes": ctl.CTL_BYTES,
                 "generation": int(self.region.ctl.header.generation), "ring_key": self._ring_key}
 
-    def register(self, **kw) -> tuple[Range, int]:
+    def register(self, *, capacity: CapacitySpec | None = None, **kw) -> tuple[Range, int, str]:
+        """Register a range; a capacity range with a ``capacity`` spec is also served (its capacity region's
+        path is returned; "" otherwise: a capacity range without a spec is in the table but not served, and
+        requests for it are answered UNSUPPORTED)."""
         if self._shutdown_req.is_set():
             raise DaemonError("hbfd is shutting down", code=ErrorCode.SHUTTING_DOWN)
+        if capacity is not None and kw.get("mode") != ctl.HBF_MODE_CAPACITY:
+            raise HbfError("a capacity spec is only for a capacity range", code=ErrorCode.INVALID_ARGUMENT,
+                           mode=kw.get("mode"))
         with self._ranges_lock:
             r = self.ranges.register(**kw)
             lo, hi = r.media_extent
-            if hi > lo:
-                try:
+            path = ""
+            try:
+                if hi > lo:
                     with self._ledger_lock:         # the range's blocks reach the reliability ledger
                         self.refresh.register_range(r.range_id, lo, hi)
-                except Exception:
-                    self.ranges.unregister(r.range_id)
-                    raise
+                if capacity is not None:
+                    try:
+                        with self._cap_lock:
+                            path = self.capacity.add(r, capacity)
+                    except Exception:
+                        if hi > lo:
+                            with self._ledger_lock:
+                                self.refresh.unregister_range(r.range_id)
+                        raise
+            except Exception:
+                self.ranges.unregister(r.range_id)
+                raise
             self.region.publish_ranges(self.ranges.ranges, self.ranges.generation)
-            return r, self.ranges.generation
+            return r, self.ranges.generation, path
 
     def unregister(self, range_id: int) -> int:
         with self._ranges_lock:
+            self.ranges.get(range_id)               # unknown: refused before anything changes
+            with self._cap_lock:                    # its dirty frames written back first (a failure refuses)
+                if range_id in self.capacity.served:
+                    self.capacity.remove(range_id, str(self.summary_path) + f".capacity-{range_id}.salvage.npz")
             self.ranges.unregister(range_id)
             with self._ledger_lock:
                 self.refresh.unregister_range(range_id)
@@ -1023,10 +1074,13 @@ class _Servicer:
     def RegisterRange(self, request, context):
         def body():
             r = request.range
-            rng, gen = self.d.register(base=r.base, length=r.length, mode=int(r.mode), perms=r.perms,
-                                       page_bytes=r.page_bytes, stream=r.stream, backing_offset=r.backing_offset,
-                                       label=r.label, flag_class=r.flag_class)
-            return self.pb.RegisterRangeReply(range=_range_msg(self.pb, rng), snapshot_generation=gen)
+            spec = CapacitySpec.from_msg(request.capacity) if request.HasField("capacity") else None
+            rng, gen, path = self.d.register(base=r.base, length=r.length, mode=int(r.mode), perms=r.perms,
+                                             page_bytes=r.page_bytes, stream=r.stream,
+                                             backing_offset=r.backing_offset, label=r.label,
+                                             flag_class=r.flag_class, capacity=spec)
+            return self.pb.RegisterRangeReply(range=_range_msg(self.pb, rng), snapshot_generation=gen,
+                                              capacity_path=path)
         return self._guard(self.pb.RegisterRangeReply, body)
 
     def UnregisterRange(self, request, context):

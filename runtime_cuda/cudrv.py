@@ -111,6 +111,20 @@ def host_unregister(ptr: int) -> None:
     check(drv().cuMemHostUnregister(ptr), "cuMemHostUnregister")
 
 
+VA_ALIGN = 2 << 20   # cuMemAddressReserve granularity used for capacity spans (2 MiB: the VMM minimum on H200)
+
+
+def address_reserve(nbytes: int) -> tuple[int, int]:
+    """cuMemAddressReserve: a span of device virtual addresses with NO physical memory behind it (capacity
+    ranges, NOT GPU-verified). Returns (base, reserved bytes: nbytes rounded up to VA_ALIGN)."""
+    size = -(-int(nbytes) // VA_ALIGN) * VA_ALIGN
+    return int(check(drv().cuMemAddressReserve(size, VA_ALIGN, 0, 0), "cuMemAddressReserve")), size
+
+
+def address_free(base: int, size: int) -> None:
+    check(drv().cuMemAddressFree(base, size), "cuMemAddressFree")
+
+
 def mem_alloc(nbytes: int) -> int:
     return int(check(drv().cuMemAlloc(nbytes), "cuMemAlloc"))
 

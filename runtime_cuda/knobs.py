@@ -68,3 +68,9 @@ def helper_ptx() -> Path:
     return resources.helper_ptx_path("direct")
 
 
+
+
+def capacity_device() -> bool:
+    """HBF_CAPACITY_DEVICE (default 0): register capacity ranges through the GPU runtime (issue 16). Its device
+    half is NOT GPU-verified yet: without this opt-in, register_capacity_range refuses with UNSUPPORTED."""
+    return env_bool("HBF_CAPACITY_DEVICE", False)

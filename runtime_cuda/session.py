@@ -31,8 +31,10 @@ from hbfcommon import artifact as A
 from hbfcommon import ctl as C
 from hbfcommon import resources
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError, RangeError
+from hbfcommon.capacity import CAP_COUNTER_NAMES, CAP_COUNTERS_GLOBAL, CAP_TABLE_GLOBAL, capacity_admitted
 from hbfcommon.rpc import REPORT_MAX_BYTES
 
+from . import capacity as CAP
 from . import devstate as D
 from . import knobs
 
@@ -66,6 +68,7 @@ class KernelInfo:
     admitted: bool
     reasons: list[str] = field(default_factory=list)
     address_source: str = "memory"   # hbfcc's provenance: "params" allows per-launch native selection
+    capacity_admitted: bool = False  # hbfcc's capacity pass rewrote every access (may reach capacity ranges)
 
 
 @dataclass
@@ -253,13 +256,16 @@ def selection(ranges: Sequence[D.DevRange], info: KernelInfo | None, spans: list
 
 
 
-def capacity_not_built(ptr: int, nbytes: int) -> RangeError:
-    """The error of a capacity-range registration through the GPU runtime while the device path does not exist
-    (docs/design.md §3.6, issue 16)."""
-    return RangeError("capacity ranges cannot be registered through the GPU runtime yet: the device path "
-                      "(page-table translation and the miss path in rewritten kernels) is not built; the host "
-                      "service is hbfd.capacity (docs/capacity.md)", code=ErrorCode.UNSUPPORTED,
+def capacity_not_built(ptr: int, nbytes: int, why: str = "") -> RangeError:
+    """The error of a capacity-range registration the GPU runtime refuses (docs/design.md §3.6, issue 16): the
+    device path (page-table translation in capacity-rewritten kernels, the miss path) exists but has never run
+    on a GPU, so it is used only on request (HBF_CAPACITY_DEVICE=1)."""
+    return RangeError("capacity ranges are not registered through the GPU runtime by default: the device path "
+                      "(page-table translation and the miss path in capacity-rewritten kernels) is NOT "
+                      "GPU-verified" + (f"; {why}" if why else "") + "; the host service is hbfd.capacity "
+                      "(docs/capacity.md)", code=ErrorCode.UNSUPPORTED,
                       base=hex(int(ptr)), nbytes=int(nbytes), mode="capacity")
+
 
 class Session:
     """One attachment of this process to hbfd (see attach())."""
@@ -287,6 +293,8 @@ class Session:
         self._flag_ids: dict[int, int] = {}     # hbfd range_id -> base of the flag ranges recorded
         self.ctl_dev = 0
         self.state_dptr = 0
+        self.cap_table_dptr = 0                 # hbf_cap_range[HBF_MAX_RANGES] (runtime_cuda/capacity.py)
+        self.capacity: dict[int, CAP.CapacityRange] = {}
         self.kshards_dptr = 0
         self._stack_limit = 0
         self._epoch = 0            # bumps at every full synchronization of the context by the session
@@ -329,6 +337,8 @@ class Session:
             self.l2_tags_dptr = cudrv.mem_alloc(self.l2.tag_bytes)
             cudrv.check(cudrv.drv().cuMemsetD8(self.l2_tags_dptr, 0, self.l2.tag_bytes), "cuMemsetD8")
             D.set_l2(self.state, self.l2, self.l2_tags_dptr)
+        self.cap_table_dptr = cudrv.mem_alloc(CAP.TABLE_BYTES)          # zero: no capacity range served
+        cudrv.check(cudrv.drv().cuMemsetD8(self.cap_table_dptr, 0, CAP.TABLE_BYTES), "cuMemsetD8")
         self.state.ref_next_ticket = ticket_floor(self.ctl)      # re-read right before publishing
         cudrv.htod(self.state_dptr, self.state, D.STATE_BYTES)   # whole block: zero tails and counters
         h = self.ctl.ctl.header
@@ -351,6 +361,9 @@ class Session:
                 n * ctypes.sizeof(D.hbf_dev_range))
         st.range_seq += 1                        # even: stable
         cu.htod(self.state_dptr, st, line0)
+        if self.cap_table_dptr and (self.capacity or any(r.mode == C.HBF_MODE_CAPACITY for r in self.ranges)):
+            tab = CAP.capacity_table(st.ranges, st.n_ranges, self.capacity)   # indexed like st.ranges
+            cu.htod(self.cap_table_dptr, tab.ctypes.data, CAP.TABLE_BYTES)
         self._publish_cdescs()                   # still idle: every module's descriptor follows the table
 
     def _refresh_ranges(self, want_generation: int = 0) -> None:
@@ -430,7 +443,7 @@ class Session:
                   label: str, flag_class: int = 0):
         self._ensure_open()
         if int(mode) == C.HBF_MODE_CAPACITY:
-            raise capacity_not_built(ptr, nbytes)
+            raise capacity_not_built(ptr, nbytes, "use register_capacity_range")
         if nbytes <= 0:
             raise RangeError("zero-length range", code=ErrorCode.RANGE_ZERO_LENGTH, base=hex(ptr))
         pb = self.client.pb
@@ -446,12 +459,71 @@ class Session:
         hbfd assigned (range_id, media_offset)."""
         return self._register(ptr, nbytes, C.HBF_MODE_TIMING, perms, page_bytes, stream, label)
 
-    def register_capacity_range(self, ptr: int, nbytes: int, perms: int = C.HBF_PERM_READ, *, label: str = "",
-                                **_kw: Any):
-        """Capacity mode's device half is not built: refused here, at registration, with UNSUPPORTED (never
-        accepted and then refused at the first access). The host half is hbfd.capacity (docs/capacity.md)."""
+    def register_capacity_range(self, ptr: int | None, nbytes: int, perms: int = C.HBF_PERM_READ, *,
+                                n_frames: int = 0, store: str = "sparse", path: str = "", seed: int = 0,
+                                policy: str = "next", verify: bool = True, label: str = "") -> CAP.CapacityRange:
+        """A capacity range of ``nbytes`` logical bytes (docs/capacity.md, runtime_cuda/capacity.py): the span
+        reserved on the GPU (``ptr`` None; a CPU-only session names its span with ``ptr``), served by hbfd with
+        ``n_frames`` frames from the store (``"sparse"``: the file ``path``; ``"generated"``: read-only, from
+        ``seed``) and the prefetch ``policy``. Only kernels hbfcc rewrote with the capacity pass
+        (HBFCC_PASSES=timing,capacity) may be launched with arguments that reach it (:meth:`gate`).
+
+        NOT GPU-VERIFIED: refused with UNSUPPORTED unless HBF_CAPACITY_DEVICE=1 opts in."""
         self._ensure_open()
-        raise capacity_not_built(ptr, nbytes)
+        if not knobs.capacity_device():
+            raise capacity_not_built(ptr or 0, nbytes, "set HBF_CAPACITY_DEVICE=1 to use the unverified one")
+        if nbytes <= 0:
+            raise RangeError("zero-length range", code=ErrorCode.RANGE_ZERO_LENGTH, base=hex(ptr or 0))
+        if self.use_cuda == (ptr is not None):
+            raise ConfigError("a capacity range's span is reserved by a CUDA session (ptr None) and named by a "
+                              "CPU-only one (ptr given)", field="ptr", value=ptr)
+        reserved = 0
+        if ptr is None:
+            ptr, reserved = self._cu.address_reserve(nbytes)
+        pb = self.client.pb
+        try:
+            r = pb.Range(base=int(ptr), length=int(nbytes), mode=C.HBF_MODE_CAPACITY, perms=int(perms),
+                         page_bytes=4096, label=label)
+            spec = pb.CapacitySpec(n_frames=int(n_frames), store=store, path=str(path), seed=int(seed),
+                                   policy=policy, no_verify=not verify)
+            rep = self.client.call("RegisterRange", pb.RegisterRangeRequest(range=r, capacity=spec))
+        except BaseException:
+            if reserved:
+                self._cu.address_free(ptr, reserved)
+            raise
+        from hbfcommon.capacity import map_cap_region  # noqa: PLC0415
+        region = map_cap_region(rep.capacity_path)
+        cr = CAP.CapacityRange(int(rep.range.range_id), int(ptr), int(nbytes), reserved, region, 0)
+        try:
+            if self.use_cuda:
+                cr.region_dev = self._cu.host_register(cr.region_addr, len(region.buf))
+        except BaseException:
+            self._drop_capacity(cr, unregister_rpc=True)
+            raise
+        with self._lock:
+            self.capacity[cr.range_id] = cr
+        self._refresh_ranges(int(rep.snapshot_generation))      # the table follows the snapshot
+        return cr
+
+    def _drop_capacity(self, cr: CAP.CapacityRange, *, unregister_rpc: bool) -> None:
+        """Release what the session holds of a capacity range (hbfd wrote its dirty frames back already)."""
+        if unregister_rpc:
+            try:
+                self.client.call("UnregisterRange", self.client.pb.UnregisterRangeRequest(range_id=cr.range_id))
+            except HbfError as e:
+                log.error("capacity range %d: unregister failed: %s", cr.range_id, e)
+        if self.use_cuda:
+            try:
+                if cr.region_dev:
+                    self._cu.host_unregister(cr.region_addr)
+                if cr.reserved:
+                    self._cu.address_free(cr.base, cr.reserved)
+            except HbfError as e:
+                log.warning("capacity range %d: CUDA cleanup: %s", cr.range_id, e)
+        try:
+            cr.region.buf.close()
+        except BufferError:        # numpy views still alive: the mapping goes with them
+            pass
 
     # Flag ranges are eidola's: they live in an eidola Replay's device state (hbf_eidola_state
     # flag_ranges, the table the flags pass's loads are classified against). A session reaches
@@ -503,8 +575,16 @@ class Session:
         self._ensure_open()
         rid = rng if isinstance(rng, int) else int(rng.range_id)
         pb = self.client.pb
+        cr = self.capacity.get(rid)
+        if cr is not None and self.use_cuda:
+            self._wait_idle()                   # no kernel uses its frames while hbfd writes them back
         rep = self.client.call("UnregisterRange", pb.UnregisterRangeRequest(range_id=rid))
+        if cr is not None:
+            with self._lock:
+                del self.capacity[rid]
         self._refresh_ranges(int(rep.snapshot_generation))
+        if cr is not None:
+            self._drop_capacity(cr, unregister_rpc=False)
         base = self._flag_ids.pop(rid, None)
         if base is not None and self._flag_table is not None:
             self._flag_table.remove_flag_range(base)
@@ -543,6 +623,9 @@ class Session:
                     kb = self._cu.module_global(module, abi.KSLOT_BASE_GLOBAL)
                     if kb is not None:
                         self._cu.htod(kb[0], ctypes.c_uint32(kslot_base), 4)
+                    ct = self._cu.module_global(module, CAP_TABLE_GLOBAL)
+                    if ct is not None:
+                        self._cu.htod(ct[0], ctypes.c_uint64(self.cap_table_dptr), 8)
                     cd = self._cu.module_global(module, abi.CDESC_GLOBAL)
                     cdesc_addr = cd[0] if cd is not None and cd[1] >= D.CDESC_BYTES else 0
                     self._next_kslot += nslots
@@ -554,8 +637,10 @@ class Session:
             def slot(i: int) -> int:
                 return kslot_base + i if instrumented else -1
             sources = A.address_sources(art)
+            cap_ok = capacity_admitted(art)
             for i, (name, adm, reasons) in enumerate(ak):
-                infos[name] = KernelInfo(name, i, slot(i), adm, reasons, sources.get(name, "memory"))
+                infos[name] = KernelInfo(name, i, slot(i), adm, reasons, sources.get(name, "memory"),
+                                         cap_ok.get(name, False))
             if not ak:
                 for i, name in enumerate(names):
                     infos[name] = KernelInfo(name, i, slot(i), False, [missing_reason or "no admission artifact"])
@@ -609,6 +694,10 @@ class Session:
             return [(int(p), 1) for p in ptrs if p]
         for p in ptrs:
             if p:
+                cap = next((c for c in self.capacity.values() if c.base <= int(p) < c.base + c.nbytes), None)
+                if cap is not None:        # a reserved span has no allocation the driver can name
+                    out.append((cap.base, cap.nbytes))
+                    continue
                 ext = self._cu.address_range(int(p))
                 if ext is not None:
                     out.append(ext)
@@ -651,6 +740,7 @@ class Session:
         self.raise_device_failure()   # the run already ended with a device failure: no further launch
         ptrs = None if pointer_args is None else [int(p) for p in pointer_args]
         sp = None if spans is None else [(int(a), int(n)) for a, n in spans]
+        self._gate_capacity(name, info, ptrs, sp)
         admitted = bool(info and info.admitted)
         if admitted:
             return
@@ -683,6 +773,50 @@ class Session:
         self._report("launch_refused", event)
         raise LaunchRefused(f"launch of {name} refused: {reason}", kernel=name, reason=reason,
                             reaches=reach)
+
+    def _gate_capacity(self, name: str, info: KernelInfo | None, ptrs: list[int] | None,
+                       sp: list[tuple[int, int]] | None) -> None:
+        """A kernel hbfcc's capacity pass did not rewrite (or did not rewrite completely) is never launched with
+        arguments that may reach a capacity range (unknown arguments reach every range): its accesses would go
+        to the unbacked span. HBF_ALLOW_UNMODELED does not change this (nothing could serve those accesses)."""
+        caps = [r for r in self.ranges if r.mode == C.HBF_MODE_CAPACITY]
+        if not caps or (info is not None and info.capacity_admitted):
+            return
+        if ptrs is None and sp is None:
+            reach = [{"range_id": r.range_id, "base": hex(r.base)} for r in caps]
+        else:
+            reach = [{"pointer": hex(p), "range_id": r.range_id} for p in ptrs or [] for r in caps
+                     if r.base <= p < r.end]
+            reach += [{"span": [hex(a), n], "range_id": r.range_id} for a, n in sp or [] for r in caps
+                      if a < r.end and r.base < a + n]
+        if not reach:
+            return
+        reason = ("not rewritten for capacity ranges (hbfcc's capacity pass: HBFCC_PASSES=timing,capacity)"
+                  if info is None or not info.capacity_admitted else "")
+        event = {"kernel": name, "reason": reason, "reaches": reach, "capacity": True,
+                 "arguments_known": ptrs is not None or sp is not None}
+        self.refused_launches.append(event)
+        self._report("launch_refused", event)
+        raise LaunchRefused(f"launch of {name} refused: {reason}", kernel=name, reason=reason, reaches=reach)
+
+    def capacity_counters(self) -> dict[str, int]:
+        """The device side's capacity counters (hbf_helpers.cu __hb_cap_counters), summed over the bound
+        modules: accesses, no_wait, demand_waits, late_prefetch_waits, failed, misses_posted, hints_posted,
+        pending."""
+        tot = dict.fromkeys(CAP_COUNTER_NAMES, 0)
+        if not self.use_cuda:
+            return tot
+        for b in self.bindings.values():
+            if not b.instrumented:
+                continue
+            g = self._cu.module_global(b.module, CAP_COUNTERS_GLOBAL)
+            if g is None:
+                continue
+            buf = (ctypes.c_uint64 * len(CAP_COUNTER_NAMES))()
+            self._cu.dtoh(buf, g[0], ctypes.sizeof(buf))
+            for k, v in zip(CAP_COUNTER_NAMES, buf):
+                tot[k] += int(v)
+        return tot
 
     def launch(self, function, grid, block, args: Sequence[ctypes._SimpleCData], *, kernel: str | None = None,
                binding: ModuleBinding | None = None, shared: int = 0, stream: int = 0) -> None:
@@ -989,6 +1123,16 @@ class Session:
     def close(self) -> None:
         if self.closed:
             return
+        if self.capacity and self.use_cuda:     # the device side's capacity counters, in hbfd's summary
+            try:
+                self._report("capacity_counters", self.capacity_counters())
+            except HbfError as e:
+                log.warning("capacity counters not reported: %s", e)
+        for rid in list(self.capacity):         # hbfd writes their dirty frames back first
+            try:
+                self.unregister(rid)
+            except HbfError as e:
+                log.error("capacity range %d not released cleanly: %s", rid, e)
         try:
             self.uninstall_triton_hooks()
         except Exception:  # noqa: BLE001
@@ -1014,6 +1158,8 @@ class Session:
                     self._cu.mem_free(self.kshards_dptr)
                 if self.l2_tags_dptr:
                     self._cu.mem_free(self.l2_tags_dptr)
+                if self.cap_table_dptr:
+                    self._cu.mem_free(self.cap_table_dptr)
                 if self.host_registered:
                     self._cu.host_unregister(self.ctl.address)
             except HbfError as e:

@@ -23,16 +23,27 @@ def get(name: str) -> Pass:
     if name == "flags_admission":
         from .flags import admit_eidola_calls
         return admit_eidola_calls
+    if name == "capacity":
+        from .capacity import capacity_pass
+        return capacity_pass
+    if name == "capacity_admission":
+        from .capacity import capacity_admission
+        return capacity_admission
     raise KeyError(f"unknown pass {name!r}")
 
 
-NAMES = ("timing", "flags", "flags_admission")
+NAMES = ("timing", "flags", "flags_admission", "capacity", "capacity_admission")
 
 
 def pipeline(selection) -> tuple[str, ...]:
     """The stages for a pass selection (hbfcc.knobs.parse_passes): the flags pass runs before the
     timing pass (its flag loads are not HBF accesses; spin loops are recognized in the compiler's
-    code), and ``flags_admission`` after it (the linked eidola helpers are admitted callees)."""
-    if "flags" in selection:
-        return ("flags", "timing", "flags_admission")
-    return ("timing",)
+    code), and ``flags_admission`` after it (the linked eidola helpers are admitted callees). The capacity pass
+    runs right before the timing pass (which then sees the translated accesses) and ``capacity_admission`` last
+    (the capacity helpers are admitted callees)."""
+    out = ("flags",) if "flags" in selection else ()
+    out += ("capacity",) if "capacity" in selection else ()
+    out += ("timing",)
+    out += ("flags_admission",) if "flags" in selection else ()
+    out += ("capacity_admission",) if "capacity" in selection else ()
+    return out

@@ -5,6 +5,7 @@
   write-back, media-model timing, prefetch, the four times, terminal failures);
 * ``prefetch``: the policy interface and the shipped policies;
 * ``backing``: the sparse-file and generated stores;
-* ``device``: the GPU's side, on the CPU (tests, benches);
+* ``dispatch``: hbfd's ring dispatch of capacity requests, one service and one shared capacity region per range;
+* ``device``: the GPU's side, on the CPU (tests, benches): in process, or through hbfd's ring (``RingHost``);
 * ``streams``: access streams (the paper's synthetic MoE stream).
 """

@@ -5,7 +5,9 @@ device would. Tests and the bench use it; the device half itself (hbfcc + a devi
 An access at time ``now_ns`` (GPU clock): pin through the page table; a hit uses the frame (its wait is
 ``ready_ns - now`` when a prefetched frame's modeled read has not landed yet, else none) and posts a hint when it
 takes a prefetch marker; a miss sends the miss request, waits its ``modeled_ns``, and retries the hit path (as
-the device re-reads the pte after the completion). Counts, per run: accesses, hits without a media wait, demand
+the device re-reads the pte after the completion). ``svc`` is the service itself (in process) or a
+:class:`RingHost`: the same accesses sent to hbfd through the request ring, on the range's shared capacity region,
+exactly as the GPU sends them. Counts, per run: accesses, hits without a media wait, demand
 waits (misses), late prefetch hits (a wait on a prefetched frame still in flight), and their modeled wait.
 """
 from __future__ import annotations
@@ -15,10 +17,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hbfcommon import ctl
-from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE, span_checksum
+from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE, HBF_REQ_CAP_HINT, HBF_REQ_CAP_MISS, map_cap_region, \
+    span_checksum
 from hbfcommon.status import RequestStatus
 
-from .service import READY, PENDING, CapacityFailure, CapacityService
+from .frames import FrameMemory, FramePool
+from .service import READY, PENDING, CapacityFailure, CapacityService, MissResult
 
 
 @dataclass
@@ -196,3 +200,51 @@ class CapacityDevice:
         if checksum:
             out["checksum"] = int(total)
         return out
+
+
+class RingHost:
+    """hbfd's capacity service as the GPU reaches it: the range's capacity region (the path RegisterRange
+    returned) mapped in this process, and misses and hints posted on the request ring (``driver``, a
+    :class:`hbfd.hostring.RingDriver`) with ``HBF_REQ_CAP_MISS`` / ``HBF_REQ_CAP_HINT`` in their flags.
+    Stands in for the service in :class:`CapacityDevice`: ``pool`` (the device side of the shared frame records
+    and page table), ``miss``, ``miss_many`` (the misses posted together, then waited for: one ring scan when
+    hbfd is idle), ``hint`` (posted, never waited for), ``failure`` (the first terminal status seen)."""
+
+    def __init__(self, driver, region, base: int, *, timeout_s: float = 30.0) -> None:
+        """``region``: the capacity region's path (RegisterRange's capacity_path), or one already mapped."""
+        self.driver, self.base, self.timeout_s = driver, base - base % PAGE, timeout_s
+        self.region = r = map_cap_region(region) if isinstance(region, str) else region
+        self.range_id, self.media_offset = r.range_id, r.media_offset
+        self.pool = FramePool(r.n_frames, FrameMemory(r.n_frames, r.data), frames=r.frames)
+        self.pool.add_range(r.range_id, r.pages, r.table)
+        self.failure: tuple[int, str] | None = None
+        self.n = {"misses": 0, "hints": 0, "pending": 0}
+
+    def _post(self, page: int, op: int, now_ns: int, flags: int) -> int:
+        return self.driver.issue(arrival_ns=now_ns, address=self.base + page * PAGE,
+                                 media_address=self.media_offset + page * PAGE, nbytes=PAGE, op=op,
+                                 range_id=self.range_id, flags=flags, timeout_s=self.timeout_s)
+
+    def miss_many(self, requests) -> list[MissResult]:
+        ts = []
+        for range_id, page, op, arrival in requests:
+            if range_id != self.range_id:
+                raise ValueError(f"this host serves range {self.range_id}, not {range_id}")
+            ts.append(self._post(page, op, arrival, HBF_REQ_CAP_MISS))
+        out = []
+        for t in ts:
+            c = self.driver.wait(t, timeout_s=self.timeout_s)
+            self.n["misses"] += 1
+            if c.status == PENDING:
+                self.n["pending"] += 1
+            elif c.status != READY and self.failure is None:
+                self.failure = (c.status, f"hbfd answered {RequestStatus(c.status).name} to a capacity miss")
+            out.append(MissResult(c.status, -1, c.modeled_ns, c.arrival_ns + c.modeled_ns))
+        return out
+
+    def miss(self, range_id: int, page: int, op: int, arrival_ns: int) -> MissResult:
+        return self.miss_many([(range_id, page, op, arrival_ns)])[0]
+
+    def hint(self, range_id: int, page: int, now_ns: int) -> None:
+        self.n["hints"] += 1
+        self._post(page, ctl.HBF_OP_LOAD, now_ns, HBF_REQ_CAP_HINT)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hbfcommon import capacity as cap
+from hbfcommon.ctl import full_fence
 from hbfcommon.capacity import HBF_CAP_NO_FRAME as NO_FRAME
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError
 
@@ -37,8 +38,11 @@ class FrameMemory:
     """The frames' bytes: ``n_frames`` x 4096 (on the GPU: the pool's device allocation, copied with
     cuMemcpy; here host memory). ``write(frame, data)`` / ``read(frame)`` raise :class:`CopyFailed`."""
 
-    def __init__(self, n_frames: int) -> None:
-        self.data = np.zeros((n_frames, PAGE), np.uint8)
+    def __init__(self, n_frames: int, data: np.ndarray | None = None) -> None:
+        """``data``: the frames' bytes where they already are (a capacity region's (n_frames, 4096) view)."""
+        if data is not None and data.shape != (n_frames, PAGE):
+            raise ConfigError("frame memory must be (n_frames, 4096) bytes", shape=data.shape, n_frames=n_frames)
+        self.data = data if data is not None else np.zeros((n_frames, PAGE), np.uint8)
 
     def write(self, frame: int, data: np.ndarray) -> None:
         self.data[frame] = data
@@ -63,17 +67,24 @@ class Eviction:
 class PageTable:
     """One capacity range's page table, entries in PTE_DTYPE (on the device: one dense array, 8 B per 4 KiB
     page). Here it is materialized in chunks of 2^16 entries on first write, so a range far larger than host
-    memory costs only the chunks its pages touch; an entry never written reads as unmapped."""
+    memory costs only the chunks its pages touch; an entry never written reads as unmapped. ``dense``: the
+    table where it already is (a capacity region's PTE_DTYPE[pages] view, shared with the device side)."""
 
     SHIFT = 16
 
-    def __init__(self, pages: int) -> None:
+    def __init__(self, pages: int, dense: np.ndarray | None = None) -> None:
+        if dense is not None and (dense.dtype != cap.PTE_DTYPE or len(dense) != pages):
+            raise ConfigError("a page table view must be PTE_DTYPE[pages]", pages=pages, got=len(dense))
         self.pages = pages
+        self._dense = dense
         self._chunks: dict[int, np.ndarray] = {}
 
     def _chunk(self, c: int) -> np.ndarray:
         a = self._chunks.get(c)
-        if a is None:
+        if a is None and self._dense is not None:
+            a = self._dense[c << self.SHIFT:(c + 1) << self.SHIFT]
+            self._chunks[c] = a
+        elif a is None:
             a = np.zeros(min(1 << self.SHIFT, self.pages - (c << self.SHIFT)), cap.PTE_DTYPE)
             a["frame"] = NO_FRAME
             self._chunks[c] = a
@@ -95,32 +106,42 @@ class PageTable:
         self._chunk(page >> self.SHIFT)[page & ((1 << self.SHIFT) - 1)] = value
 
     def frame_of(self, page: int) -> int:
+        if self._dense is not None:
+            return int(self._dense[page]["frame"])
         a = self._chunks.get(page >> self.SHIFT)
         return NO_FRAME if a is None else int(a[page & ((1 << self.SHIFT) - 1)]["frame"])
 
     def dense(self) -> np.ndarray:
+        if self._dense is not None:
+            return self._dense
         return np.concatenate([self._chunk(c) for c in range(-(-self.pages >> self.SHIFT))])
 
 
 class FramePool:
     """``n_frames`` frame records (FRAME_DTYPE) and one dense page table (PTE_DTYPE) per capacity range."""
 
-    def __init__(self, n_frames: int, memory: FrameMemory | None = None) -> None:
+    def __init__(self, n_frames: int, memory: FrameMemory | None = None, *, frames: np.ndarray | None = None) -> None:
+        """``frames``: the frame records where they already are (a capacity region's FRAME_DTYPE[n_frames] view,
+        shared with the device side), else host memory."""
         if not isinstance(n_frames, int) or not 1 <= n_frames < NO_FRAME:
             raise ConfigError("a frame pool needs 1 <= n_frames < 2^32 - 1", field="n_frames", value=n_frames)
+        if frames is not None and (frames.dtype != cap.FRAME_DTYPE or len(frames) != n_frames):
+            raise ConfigError("frame records must be FRAME_DTYPE[n_frames]", n_frames=n_frames, got=len(frames))
         self.n = n_frames
-        self.frames = np.zeros(n_frames, cap.FRAME_DTYPE)
-        self.frames["logical_page"] = np.uint64((1 << 64) - 1)
+        if frames is None:
+            frames = np.zeros(n_frames, cap.FRAME_DTYPE)
+            frames["logical_page"] = np.uint64((1 << 64) - 1)
+        self.frames = frames
         self.memory = memory if memory is not None else FrameMemory(n_frames)
         self.tables: dict[int, PageTable] = {}
         self.hand = 0                   # CLOCK hand
         self._free = list(range(n_frames))[::-1]   # stack: lowest index first
 
     # ---------------------------------------------------------------- tables
-    def add_range(self, range_id: int, pages: int) -> PageTable:
+    def add_range(self, range_id: int, pages: int, table: np.ndarray | None = None) -> PageTable:
         if range_id in self.tables:
             raise ConfigError(f"capacity range {range_id} already has a page table", range_id=range_id)
-        t = PageTable(pages)
+        t = PageTable(pages, table)
         self.tables[range_id] = t
         return t
 
@@ -138,6 +159,8 @@ class FramePool:
         """The device hit path: read the pte, pin, re-check state and generation. Returns (frame, ready_ns,
         took_marker) pinned, or None (a miss; nothing stays pinned)."""
         t = self.tables[range_id]
+        if not 0 <= page < t.pages:                          # past the table: a miss (the device reads no further)
+            return None
         f = t.frame_of(page)
         if f == NO_FRAME:
             return None
@@ -197,7 +220,8 @@ class FramePool:
         st = int(fr[f]["state"])
         if st not in (VALID, DIRTY):
             return None
-        fr[f]["state"] = EVICTING                       # then fence.sc.sys, then read pins
+        fr[f]["state"] = EVICTING
+        full_fence()                                    # the store above before the load of pins (x86: store-load)
         if int(fr[f]["pins"]) != 0:
             fr[f]["state"] = st
             return None

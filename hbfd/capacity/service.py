@@ -113,11 +113,11 @@ class CapacityOptions:
 class CapacityService:
     def __init__(self, geometry: MediaGeometry, n_frames: int, policy: PrefetchPolicy | None = None, *,
                  verify: bool = True, max_prefetch: int = 64, engine: MediaEngine | None = None,
-                 frame_memory=None, touch_resident: bool = True) -> None:
+                 frame_memory=None, touch_resident: bool = True, frames: np.ndarray | None = None) -> None:
         self.options = o = CapacityOptions(n_frames, verify, max_prefetch, touch_resident)
         self.geometry = geometry
         self.engine = engine if engine is not None else MediaEngine(geometry)
-        self.pool = FramePool(o.n_frames, frame_memory)
+        self.pool = FramePool(o.n_frames, frame_memory, frames=frames)
         self.policy: PrefetchPolicy = policy if policy is not None else NoPrefetch()
         if not isinstance(self.policy, PrefetchPolicy):
             raise ConfigError("a prefetch policy needs name, on_miss, on_prefetch_hit and on_evict "
@@ -133,7 +133,8 @@ class CapacityService:
                                  "modeled_ns", "service_ns", "wall_ns", "overhead_ns", "media_batches")}
 
     # ---------------------------------------------------------------- ranges
-    def add_range(self, range_id: int, pages: int, media_offset: int, perms: int, store: BackingStore) -> CapacityRange:
+    def add_range(self, range_id: int, pages: int, media_offset: int, perms: int, store: BackingStore,
+                  table: np.ndarray | None = None) -> CapacityRange:
         if range_id in self.ranges:
             raise ConfigError(f"capacity range {range_id} is already served", range_id=range_id)
         if pages < 1 or store.pages < pages:
@@ -148,7 +149,7 @@ class CapacityService:
                               "read-only range (perms READ)", range_id=range_id, perms=perms)
         r = CapacityRange(range_id, pages, media_offset, perms, store)
         self.ranges[range_id] = r
-        self.pool.add_range(range_id, pages)
+        self.pool.add_range(range_id, pages, table)
         return r
 
     def add_hbfd_range(self, rng: Any, store: BackingStore) -> CapacityRange:

@@ -1,5 +1,5 @@
 /*
- * hbf_capacity.h — capacity mode: the page table and the frame records in device memory.
+ * hbf_capacity.h — capacity mode: the page table and the frame records the device and hbfd share.
  *
  * THIS FILE IS THE ONLY DEFINITION of the layout. Its Python mirror is hbfcommon/capacity.py (numpy dtypes),
  * checked field by field by tests/capacity/test_layout.py (a compiled offsetof/sizeof probe). The protocol
@@ -22,7 +22,9 @@
  *                        takes the 1 posts a HINT request (no completion is waited for)
  *
  * Device hit path (no host round trip): e = pte[page]; if e.frame == NO_FRAME -> miss.
- *   atomicAdd(&f.pins, 1); fence.sc.gpu; if f.state != VALID || f.generation != e.generation -> unpin, miss.
+ *   atomicAdd(&f.pins, 1); fence.sc.sys; if f.state != VALID || f.generation != e.generation -> unpin, miss.
+ *   (Every word the host shares is accessed at system scope: the table, the records and the frames' bytes are
+ *   hbfd's capacity region, host memory mapped into the device, hbfcommon/capacity.py CapRegion.)
  *   referenced = 1; (store/atomic: dirty = 1); marker: atomicExch -> HINT; the access's future is
  *   max(now, f.ready_ns) (a prefetched frame whose modeled read has not landed yet is waited for);
  *   the access uses frame_data + frame * 4096 + offset; unpin after the access has executed (a release
@@ -37,6 +39,21 @@
  *   range's media offset + page * 4096. hbfd fills a frame: state FILLING, copy, checksum, ready_ns, state
  *   VALID, then the pte, then the completion (payload then seq, release); the device re-reads the pte
  *   after it has acquired the completion. completion.modeled_ns is the media model's wait for the page.
+ *
+ * The helper library's capacity exports (runtime_cuda/src/hbf_cap_helpers.cuh, included by hbf_helpers.cu; the rest is hbf_abi.h's), NOT
+ * GPU-verified:
+ *   .weak .func (.param .b64 x) __hb_cap_xlate(.param .b64 addr, .param .b32 op, .param .b32 site);
+ *   .weak .func __hb_cap_release(.param .b64 addr, .param .b64 x);
+ *   .weak .func (.param .b32 status) __hb_cap_miss(.param .b64 addr, .param .b64 media_address, .param .b32 op,
+ *                                                 .param .b32 range_id, .param .b32 site);
+ *   .weak .func __hb_cap_hint(.param .b64 addr, .param .b64 media_address, .param .b32 range_id,
+ *                             .param .b32 site);
+ *   .visible .global .align 8 .u64 __hb_cap_table;         device address of hbf_cap_range[HBF_MAX_RANGES]
+ *                                                          (entry i: the device state's ranges[i]; 0 = none)
+ *   .visible .global .align 8 .b8 __hb_cap_counters[64];   u64 accesses, no_wait, demand_waits, late_waits,
+ *                                                          failed, misses, hints, pending
+ * A rewritten access (hbfcc/passes/capacity.py): x = __hb_cap_xlate(addr, op, site); the access on x;
+ * if x != addr: __hb_cap_release(addr, x).
  */
 #ifndef HBF_CAPACITY_H
 #define HBF_CAPACITY_H
@@ -87,7 +104,7 @@ typedef struct hbf_cap_frame {
     uint64_t reserved;
 } hbf_cap_frame;
 
-/* A capacity range's descriptor in device memory: where its table and the frame pool are. 64 bytes. */
+/* A capacity range's descriptor (the runtime's capacity table, device memory): where its table and frames are. 64 B. */
 typedef struct hbf_cap_range {
     uint64_t base;                  /* logical VA of the range (reserved, not backed) */
     uint64_t pages;                 /* page-table entries */

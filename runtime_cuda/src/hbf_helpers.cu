@@ -1774,3 +1774,8 @@ extern "C" __device__ __noinline__ void __hb_kernel_exit(unsigned int kernel_ind
         hb_red_max(&ks->kend_ns, (unsigned long long)hb_now());
     }
 }
+
+// ------------------------------------------------------------------------------------------
+// Capacity mode's entry points (issue 16, docs/design.md §3.6; NOT GPU-verified): hbf_cap_helpers.cuh
+// ------------------------------------------------------------------------------------------
+#include "hbf_cap_helpers.cuh"

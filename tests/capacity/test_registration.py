@@ -1,6 +1,7 @@
-"""Registration honesty: until the device half exists, a capacity range registered through the GPU runtime is
-refused at registration (UNSUPPORTED, a message saying why), never accepted and then refused at the first
-access; nothing reaches hbfd's range table. The host service still serves hbfd's capacity ranges."""
+"""Registration honesty: until the device half is GPU-verified, a capacity range registered through the GPU
+runtime is refused at registration unless HBF_CAPACITY_DEVICE=1 opts in (UNSUPPORTED, a message saying why),
+never accepted and then refused at the first access; nothing reaches hbfd's range table. The host service still
+serves hbfd's capacity ranges. (The opted-in path: tests/runtime/test_capacity_runtime.py.)"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,13 +32,14 @@ def sess(tmp_path_factory):
         s.close()
 
 
-def test_runtime_refuses_a_capacity_range_at_registration(sess):
+def test_runtime_refuses_a_capacity_range_at_registration(sess, monkeypatch):
+    monkeypatch.delenv("HBF_CAPACITY_DEVICE", raising=False)
     for call in (lambda: sess.register_capacity_range(BASE, 1 << 30),
                  lambda: sess._register(BASE, 1 << 30, C.HBF_MODE_CAPACITY, C.HBF_PERM_READ, 4096, 0, "")):
         with pytest.raises(HbfError) as ei:
             call()
         assert ei.value.code == ErrorCode.UNSUPPORTED
-        assert "device path" in str(ei.value) and "not built" in str(ei.value)
+        assert "device path" in str(ei.value) and "NOT GPU-verified" in str(ei.value)
     assert sess.ranges == [] and sess.state.n_ranges == 0
     rep = sess.client.call("ListRanges", sess.client.pb.ListRangesRequest())
     assert len(rep.ranges) == 0                          # nothing reached hbfd

@@ -1,0 +1,116 @@
+"""Issue 16, device half: capacity misses through hbfd's request ring on the CPU -- miss-service throughput of the
+whole host path as the GPU would drive it (ring post, hbfd's scan and dispatch, the service's fill into the shared
+capacity region, the completion), against the service's own time.
+
+    PYTHONPATH=$PWD .venv/bin/python bench/capacity_ring.py [--pages 4096] [--frames 256] [--reps 5]
+
+A real hbfd (profile ocp-sg1, its ring served by the media model's capacity service); per rep one capacity range of
+``pages`` generated read-only pages through ``frames`` frames (no prefetch: every page one demand miss), streamed
+by ``width`` lanes in lockstep (hbfd.capacity.device.RingHost under CapacityDevice.run_wide: the lanes' misses
+posted together, one ring scan), every served page's checksum against the store's (from the seed alone). Per rep:
+pages/s and GB/s over the client's wall time of the stream (ring included), and over hbfd's service_ns (the
+service alone); modeled_ns vs the client wall per miss. Medians and ranges over ``reps``. Writes
+bench/results/capacity_ring.json. CPU only: a frame fill is a memcpy into shared memory (no PCIe).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hbfcommon import ctl  # noqa: E402
+from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE  # noqa: E402
+from hbfcommon.errors import ConfigError  # noqa: E402
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
+from hbfd.capacity.backing import GeneratedStore  # noqa: E402
+from hbfd.capacity.device import CapacityDevice, RingHost  # noqa: E402
+from hbfd.hostring import RingDriver  # noqa: E402
+from hbfd.runner import start_daemon  # noqa: E402
+
+BASE = 0x7B00_0000_0000
+
+
+def one(pages: int, frames: int, width: int, seed: int) -> dict:
+    with tempfile.TemporaryDirectory() as d, start_daemon("ocp-sg1", workdir=Path(d), pythonpath=[ROOT],
+                                                         env={"HBFD_THERMAL": "none"}, timeout_s=90.0) as h:
+        with h.client() as c:
+            rep = c.call("Attach", workload_pid=0, abi_version=ctl.HBF_CTL_ABI_VERSION)
+            m = ctl.map_region(rep.ctl_path)
+            r = c.call("RegisterRange", range=c.pb.Range(base=BASE, length=pages * PAGE, mode=ctl.HBF_MODE_CAPACITY,
+                                                         perms=ctl.HBF_PERM_READ),
+                       capacity=c.pb.CapacitySpec(n_frames=frames, store="generated", seed=seed, policy="none"))
+        host = RingHost(RingDriver(m, rep.ring_key), r.capacity_path, BASE)
+        t0 = time.perf_counter_ns()
+        out = CapacityDevice(host).run_wide(r.range.range_id, np.arange(pages), width=width, gap_ns=1000,
+                                            checksum=True)
+        wall = time.perf_counter_ns() - t0
+        ok = out["checksum"] == GeneratedStore(seed, pages).span_checksum(0, pages)
+        m.close()
+        h.stop()
+        s = h.read_summary()
+    cap = [x for x in s["capacity"]["ranges"] if x["range_id"] == r.range.range_id][0]
+    n = cap["counters"]
+    fills = n["fills"]
+    return {"pages": pages, "frames": frames, "width": width, "checksum_equal": ok, "misses": host.n["misses"],
+            "fills": fills, "evictions": n["evictions"], "client_wall_ns": wall,
+            "pages_per_s_ring": fills / (wall / 1e9), "GB_per_s_ring": fills * PAGE / wall,
+            "pages_per_s_service": cap["miss_service"]["pages_per_s"], "GB_per_s_service": cap["miss_service"]["GB_per_s"],
+            "service_ns": n["service_ns"], "modeled_ns": n["modeled_ns"],
+            "ring_ns_per_miss": wall / max(1, host.n["misses"]), "modeled_ns_per_miss": n["modeled_ns"] / max(1, fills),
+            "scans": s["capacity"]["dispatch"]["scans"], "status": cap["status"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pages", type=int, default=4096)
+    ap.add_argument("--frames", type=int, default=256)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--widths", default="1,32")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/capacity_ring.json"))
+    a = ap.parse_args()
+    widths = [int(x) for x in a.widths.split(",")]
+    if a.pages < 1 or a.reps < 1 or a.frames < max(widths) or min(widths) < 1:
+        raise ConfigError("need pages, reps >= 1, widths >= 1 and frames >= the widest width", pages=a.pages,
+                          frames=a.frames, widths=a.widths)
+    rows = []
+    for rep in range(a.reps):
+        for w in widths:
+            r = one(a.pages, a.frames, w, 20261205 + rep) | {"rep": rep}
+            rows.append(r)
+            print(f"rep {rep} width {w}: checksum equal {r['checksum_equal']}, ring {r['pages_per_s_ring']:.0f} "
+                  f"pages/s ({r['ring_ns_per_miss'] / 1e3:.1f} us/miss), service {r['pages_per_s_service']:.0f} "
+                  f"pages/s, scans {r['scans']}", flush=True)
+    summary = {}
+    for w in widths:
+        rs = [r for r in rows if r["width"] == w]
+        summary[f"width{w}"] = {f: {"median": statistics.median(r[f] for r in rs), "min": min(r[f] for r in rs),
+                                    "max": max(r[f] for r in rs)}
+                                for f in ("pages_per_s_ring", "GB_per_s_ring", "pages_per_s_service",
+                                          "GB_per_s_service", "ring_ns_per_miss", "modeled_ns_per_miss", "scans")}
+        summary[f"width{w}"]["checksums_equal"] = all(r["checksum_equal"] for r in rs)
+    doc = {"what": "issue 16 device half: capacity misses through hbfd's ring on the CPU (RingHost), throughput "
+                   "of the whole host path vs the service alone",
+           "date": datetime.date.today().isoformat(), "card": "CPU (this 2-core box)", "host": platform.node(),
+           "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                    text=True).stdout.strip(),
+           "command": " ".join(["bench/capacity_ring.py"] + sys.argv[1:]), "profile": "ocp-sg1",
+           "note": "no GPU: a fill is a memcpy into the shared region, the ring is polled by Python on both sides",
+           "summary": summary, "rows": rows}
+    atomic_write_json(a.out, doc, end="\n")
+    print("->", a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
