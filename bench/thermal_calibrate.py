@@ -124,8 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default=str(ROOT / "bench/results/thermal_calibration.json"),
                     help="fit report + profile fragment (JSON)")
     ap.add_argument("--device", type=int, default=0)
-    ap.add_argument("--rom-cache", default=str(ROOT / "bench/results/thermal_rom_cache"),
-                    help="where the pinned-sink ROM is cached (fit once per geometry)")
+    ap.add_argument("--rom-cache", default=None,
+                    help="where the pinned-sink ROM is cached (default: beside the geometry, as the daemon looks for "
+                         "it; the bundled packages' are committed)")
     return ap
 
 
@@ -252,16 +253,14 @@ def record(args, plan: list[PlannedPhase], idx: list[int]) -> Path:
 
 
 # ------------------------------------------------------------------------------------------- CPU part
-def pinned_rom(geometry: str, cache_dir: str):
-    """The geometry's ROM with the cold plate pinned (calibrate.pinned_geometry), cached by its SHA-256 in
-    ``cache_dir`` (a fresh fit of the 8-high package takes about 3 minutes on 2 cores)."""
-    from hbfd.thermal.fom import build_model
+def pinned_rom(geometry: str, cache_dir: str | None):
+    """The geometry's ROM with the cold plate pinned (calibrate.pinned_geometry): the same function and cache the
+    daemon loads a fragment with (hbfd.thermal.load_pinned_rom: beside the geometry, ``<name>-pinned-sink.rom.npz``,
+    committed for the bundled packages; a fresh fit of the 8-high package takes about 3 minutes on 2 cores)."""
+    from hbfd.thermal import load_pinned_rom
     from hbfd.thermal.geometry import load_geometry
-    from hbfd.thermal.rom import cached_rom
     geom = load_geometry(geometry)
-    pg = cal.pinned_geometry(geom)
-    Path(cache_dir).mkdir(parents=True, exist_ok=True)
-    return cached_rom(build_model(pg), cache_dir), geom
+    return load_pinned_rom(geom, cache_dir), geom
 
 
 def load_joined(directories: list[str]) -> cal.Recording:
@@ -277,8 +276,10 @@ def load_joined(directories: list[str]) -> cal.Recording:
         if dup:
             raise cal.CalibrationError(f"phase {sorted(dup)[0]!r} is in more than one of {directories}")
         seen |= {p.name for p in r.phases}
+    if len({r.synthetic for r in recs}) > 1:
+        raise cal.CalibrationError(f"{directories}: synthetic and recorded phases cannot be joined")
     return cal.Recording(recs[0].card, recs[0].driver, recs[0].date, [p for r in recs for p in r.phases],
-                         {"directories": list(directories)})
+                         {"directories": list(directories), "synthetic": recs[0].synthetic})
 
 
 def fit_recording(directory: str | list[str], geometry: str, holdout: str | None, out: str, settle_s: float,
@@ -290,12 +291,19 @@ def fit_recording(directory: str | list[str], geometry: str, holdout: str | None
     model = cal.CalibratedModel(rom, rec, settle_s=settle_s)
     held = parse_phases(holdout, len(rec.phases)) if holdout else None
     res = cal.fit(model, holdout=held)
-    frag = cal.fragment(res, rec, geom, fitted_on=time.strftime("%Y-%m-%d", time.gmtime()))
-    frag["experiment"] = "thermal_calibrate"
-    frag["command"] = "python bench/thermal_calibrate.py " + " ".join(sys.argv[1:])
-    frag["recording_dir"] = str(directory)
-    frag["fit_cpu_s"] = time.process_time() - c0
+    report = {"experiment": "thermal_calibrate", "command": "python bench/thermal_calibrate.py " + " ".join(sys.argv[1:]),
+              "recording_dirs": [directory] if isinstance(directory, str) else list(directory),
+              "fit_cpu_s": time.process_time() - c0, "pinned_rom_states": rom.order,
+              "use": f"hbfd serve --profile PROFILE --thermal-calibration {out}"}
+    frag = cal.fragment(res, rec, geom, fitted_on=time.strftime("%Y-%m-%d", time.gmtime()), report=report)
     cal.write_fragment(out, frag)
+    # the daemon's own check of what was just written: a fragment hbfd would refuse (the goal missed, a split of
+    # the memory rail hbfd's telemetry cannot feed) is still written, with the reason said here
+    try:
+        cal.load_fragment(out, geom)
+        print(f"hbfd accepts it: hbfd serve --profile PROFILE --thermal-calibration {out}")
+    except cal.CalibrationError as e:
+        print(f"NOTE: hbfd refuses this fragment ({e.fields.get('reason')}): {e}")
     g = res["goal"]
     print(f"fitted on {len(res['trained'])} phases, held out {res['held_out']}: {res['params']}")
     print(f"held-out worst RMS {g['worst_rms_k']:.3f} K, max {g['worst_max_abs_k']:.3f} K -> goal "
@@ -306,8 +314,10 @@ def fit_recording(directory: str | list[str], geometry: str, holdout: str | None
 # H200-like board power per phase (W; notes §6: 79 W idle, ~693 W under bf16 GEMM) and an assumed boundary
 SYNTH_WATTS = {"idle": 80.0, "hbm_25": 180.0, "gemm_25": 300.0, "hbm_50": 260.0, "gemm_50": 450.0, "mixed_50": 480.0,
                "idle_2": 85.0, "hbm_100": 380.0, "gemm_75": 580.0, "mixed_100": 690.0, "gemm_100": 690.0, "cool": 82.0}
+# shares of the BOARD power (the H200 reports no memory rail through NVML): ~8 % in the HBM region (notes §6: ~55 W
+# memory power under load of ~690 W)
 SYNTH_TRUE = cal.CalibrationParams(coolant_c=27.0, sink_to_ambient_k_w=0.02, sink_tau_s=30.0, die_fraction=0.8,
-                                   hbm_fraction=0.6)
+                                   hbm_fraction=0.08)
 
 
 def synthetic(args, plan: list[PlannedPhase]) -> dict:
@@ -315,11 +325,13 @@ def synthetic(args, plan: list[PlannedPhase]) -> dict:
     rom, geom = pinned_rom(args.geometry, args.rom_cache)
     t_rom = time.process_time() - c0
     spec = [(p.name, p.kind, SYNTH_WATTS.get(p.name, 300.0)) for p in plan]
+    # as the H200 records it: the memory temperature (NVML field 82) but no memory-rail power (no NVML field known
+    # to carry it), so the fitted shares are of the board power, what hbfd's telemetry gives the daemon
     rec = cal.synthetic_recording(rom, SYNTH_TRUE, spec, phase_s=args.phase_s, sample_hz=args.sample_hz,
-                                  segments=2, seed=7, power_noise_w=5.0, mem_share=0.08, mem_idle_w=20.0)
+                                  segments=2, seed=7, power_noise_w=5.0, with_mem=True, with_mem_power=False)
     d = Path(args.synthetic)
     for i, p in enumerate(rec.phases):
-        cal.write_phase(d, i, p, {"card": rec.card, "driver": rec.driver, "date": rec.date,
+        cal.write_phase(d, i, p, {"card": rec.card, "driver": rec.driver, "date": rec.date, "synthetic": True,
                                   "sample_hz": args.sample_hz, "command": " ".join(sys.argv)})
     frag = fit_recording(str(d), args.geometry, args.holdout, args.out, args.skip_s, args.rom_cache)
     got = {k: frag["thermal"]["ambient_c"]["value"] if k == "coolant_c" else None for k in cal.PARAMS}
@@ -328,13 +340,13 @@ def synthetic(args, plan: list[PlannedPhase]) -> dict:
                 "die_fraction": frag["power_split"]["die_fraction"]["value"],
                 "hbm_fraction": frag["power_split"]["hbm_fraction"]["value"]})
     true = dict(zip(cal.PARAMS, SYNTH_TRUE.vector().tolist()))
-    frag["synthetic"] = {"true": true, "fitted": got,
-                         "relative_error": {k: (got[k] - true[k]) / true[k] for k in cal.PARAMS},
-                         "watts": SYNTH_WATTS, "noise": {"power_w": 5.0, "temp_k": 0.2, "quantize_c": 1.0},
-                         "pinned_rom_cpu_s": t_rom, "rom_states": rom.order}
-    frag["card"] = "CPU (synthetic recording, simulated time)"
+    frag["report"]["synthetic"] = {"true": true, "fitted": got,
+                                   "relative_error": {k: (got[k] - true[k]) / true[k] for k in cal.PARAMS},
+                                   "watts": SYNTH_WATTS, "noise": {"power_w": 5.0, "temp_k": 0.2, "quantize_c": 1.0},
+                                   "pinned_rom_cpu_s": t_rom, "rom_states": rom.order}
+    frag["report"]["card"] = "CPU (synthetic recording, simulated time)"
     cal.write_fragment(args.out, frag)
-    print(json.dumps(frag["synthetic"]["relative_error"], indent=1))
+    print(json.dumps(frag["report"]["synthetic"]["relative_error"], indent=1))
     return frag
 
 

@@ -6,8 +6,9 @@ in proportion to time overlap, and for every bin completed by ``now``:
 
 1. reads GPU telemetry at the bin's end through the guard (missing/stale/regressing/failed -> the
    run ends with :class:`TelemetryError`; the summary says ``source_failed``);
-2. forms one package power vector: compute die = board power − modeled HBM power; HBM from traffic;
-   HBF idle on the base die, event energy over the NAND layers;
+2. forms one package power vector: compute die = board power − modeled HBM power, HBM from traffic (assumed);
+   or, with a calibration loaded, the fitted shares of the board power (``FittedSplit``); HBF idle on the base
+   die, event energy over the NAND layers;
 3. steps the ROM (one shared operator for all three media) and hands the hottest HBF layer to the
    policy, whose decision is what the next snapshot publishes.
 
@@ -25,7 +26,7 @@ from hbfcommon.errors import TelemetryError
 from hbfd.contracts import ThermalState, no_override
 
 from .controller import MODE_NAMES, SHUTDOWN, Decision, Policy
-from .power import EnergyBinner, HbmPowerModel, gpu_die_power_w, hbf_layer_weights
+from .power import EnergyBinner, FittedSplit, HbmPowerModel, ModeledHbmSplit, hbf_layer_weights
 from .rom import ThermalROM
 from .telemetry import TelemetryGuard
 
@@ -99,13 +100,17 @@ class PackageThermalService:
 
     def __init__(self, rom: ThermalROM, policy: Policy, telemetry: TelemetryGuard, *, idle_w: float,
                  hbm: HbmPowerModel, hbm_traffic_bytes_per_s: float, thresholds: dict[str, float],
-                 sample_every_ticks: int = 100, extra: dict[str, Any] | None = None):
+                 sample_every_ticks: int = 100, extra: dict[str, Any] | None = None,
+                 split: FittedSplit | None = None, calibration_line: str = ""):
         self.rom = rom
         self.policy = policy
         self.telemetry = telemetry
         self.idle_w = idle_w
         self.hbm = hbm
         self.hbm_traffic = hbm_traffic_bytes_per_s
+        # board power -> (compute die, HBM region): fitted by a calibration, else the HBM model's (assumed)
+        self.split = split if split is not None else ModeledHbmSplit(hbm, hbm_traffic_bytes_per_s)
+        self.calibration_line = calibration_line or "assumed (no calibration loaded)"
         names = list(rom.input_names)
         outs = list(rom.output_names)
         self.i_gpu = names.index("gpu") if "gpu" in names else None
@@ -170,11 +175,11 @@ class PackageThermalService:
             s = self._read_telemetry(t_end)
             p = e / dt_s
             self.hbf_energy_j += float(e.sum())
-            hbm_w = self.hbm.power_w(self.hbm_traffic)
+            die_w, hbm_w = self.split.powers_w(s.gpu_power_w)
             if self.i_hbm is not None:
                 p[self.i_hbm] += hbm_w
             if self.i_gpu is not None:
-                p[self.i_gpu] += gpu_die_power_w(s.gpu_power_w, hbm_w)
+                p[self.i_gpu] += die_w
             temps = self.rom.step(p)
             if not np.isfinite(temps).all():
                 self._terminal("model_error", "ROM produced a non-finite temperature")

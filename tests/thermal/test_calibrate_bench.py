@@ -82,7 +82,7 @@ def test_fit_on_a_saved_recording(bench, tmp_path, capsys):
     rdir, rdir2 = tmp_path / "rec", tmp_path / "rec2"
     for i, p in enumerate(rec.phases):
         cal.write_phase(rdir if p.segment == 0 else rdir2, i, p,
-                        {"card": "synthetic", "driver": "model", "date": "2026-12-04"})
+                        {"card": "synthetic", "driver": "model", "date": "2026-12-04", "synthetic": True})
     out = tmp_path / "cal.json"
     cache = ["--rom-cache", str(tmp_path / "roms")]
     with pytest.raises(cal.CalibrationError, match="at least 10"):        # one call's half alone
