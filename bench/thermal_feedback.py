@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The thermal feedback loop on the GPU (issue 17 item 4), ready for a GPU session -- NOT RUN yet (no GPU on
-2026-12-04); its scenario planning and the exactness decomposition are tested on the CPU
+2026-12-04 and 2026-12-05); its scenario planning and the exactness decomposition are tested on the CPU
 (tests/thermal/test_thermal_feedback_bench.py).
 
 One long kernel (rate_instr of workloads/microbench: one load request per warp per iteration, each waited) over a
@@ -29,7 +29,13 @@ Checks:
 * refresh_injected: refresh_claims > 0 and the refresh bytes equal claims x quantum (last one partial);
 * retention_shortens: the refresh service's summary shows blocks made eligible by damage (not read disturb).
 
-    python3 bench/thermal_feedback.py --out $OUT        # (device run: carry .whl_rt, hbfproto, runtime_cuda/ptx)
+    python3 bench/thermal_feedback.py --out $OUT/fb     # one device call (needs the runtime's PTX: make helpers-ptx,
+                                                        # and grpcio/protobuf + hbfproto, as bench/runtime_thermal_q.py)
+    .venv/bin/python bench/thermal_feedback.py --plan-only   # the scenario, on the CPU
+
+Arguments are checked before any GPU time is spent (``check_args``); ``$OUT/fb/thermal_feedback.json`` is rewritten
+(atomic) when planned, at launch, every 2 s of the kernel with the trace so far, on failure and at the end
+(``status`` says which), so a call cut short still returns what it saw.
 """
 from __future__ import annotations
 
