@@ -73,9 +73,9 @@ class Daemon:
         # the package thermal model's fitted boundary (hbfd.thermal.calibrate), if one is asked for
         cal_path = thermal_calibration or knobs.thermal_calibration()
         from hbfd.thermal.calibrate import CalibrationOptions
-        self.thermal_calibration = (CalibrationOptions(
-            str(cal_path), bool(knobs.thermal_calibration_allow_goal_miss() if thermal_calibration_allow_goal_miss
-                                is None else thermal_calibration_allow_goal_miss)) if cal_path else None)
+        allow_miss = (knobs.thermal_calibration_allow_goal_miss() if thermal_calibration_allow_goal_miss is None
+                      else bool(thermal_calibration_allow_goal_miss))
+        self.thermal_calibration = (CalibrationOptions(os.path.abspath(cal_path), allow_miss) if cal_path else None)
         self.socket_path = Path(socket_path) if socket_path else knobs.default_socket()
         self.summary_path = Path(summary_path) if summary_path else knobs.default_summary()
         self.engine_choice = engine or knobs.engine_choice()
