@@ -214,3 +214,29 @@ def test_hbfd_refuses_a_mismatched_fragment(setup, tmp_path):
         assert want in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "s.json").exists()
+
+
+def test_hbfd_uses_a_goal_missing_fragment_only_when_told(setup8, tmp_path):
+    """Refused by default (exit 2, reason named); with --thermal-calibration-allow-goal-miss hbfd runs on it and
+    its status says the goal was missed."""
+    import os
+    from hbfd.ctl_cli import _status_dict
+    from hbfd.runner import start_daemon
+    miss = _edit(setup8["fragment"], tmp_path / "miss.json", lambda d: d["errors"]["goal"].update(worst_rms_k=1.7))
+    base = [sys.executable, "-m", "hbfd.cli", "serve", "--profile", "ocp-sg1", "--socket", str(tmp_path / "r.sock"),
+            "--summary", str(tmp_path / "r.json"), "--thermal-calibration", str(miss)]
+    r = subprocess.run(base, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "HBFD_THERMAL": "auto"})
+    assert r.returncode == 2 and "above the goal" in r.stderr and "allow-goal-miss" in r.stderr, r.stderr
+    h = start_daemon(_profile(tmp_path), workdir=tmp_path, timeout_s=60.0,
+                     args=["--thermal-calibration", str(miss), "--thermal-calibration-allow-goal-miss"],
+                     env={"HBFD_ENGINE": "fixed", "HBFD_THERMAL": "auto", "HBFD_REFRESH": "none"})
+    try:
+        with h.client() as cl:
+            st = _status_dict(cl.call("Status"))
+        assert h.stop() == 0
+    finally:
+        h.kill()
+    assert "goal MISSED, allowed" in st["thermal_calibration"], st["thermal_calibration"]
+    c = json.loads((tmp_path / "hbfd-summary.json").read_text())["services"]["thermal"]["calibration"]
+    assert c["held_out"]["goal_met"] is False and c["held_out"]["goal_miss_allowed"] is True
