@@ -33,6 +33,11 @@ Bad recordings are refused with :class:`CalibrationError` naming what is wrong (
 phases, sampling under 10 Hz, gaps, time going backwards, non-finite or out-of-range values, phases whose
 powers do not differ enough to separate the sink from the split, missing card/driver/date).
 
+Output: :func:`fragment` (``hbfsim.thermal.calibration/1``: every number with provenance; kind ``measured`` for a
+card's recording, ``synthetic`` for one the model generated). In the daemon (``hbfd serve --thermal-calibration``):
+:func:`load_fragment` checks a fragment against the profile's package and refuses it with a named ``reason``
+(:data:`REFUSALS`); :func:`calibrated_rom` is the model the daemon then runs (docs/thermal.md §8.1).
+
 Pure: reading and writing files goes through explicit paths handed in by the caller.
 """
 from __future__ import annotations
