@@ -337,7 +337,8 @@ def fit_recording(directory: str | list[str], geometry: str, holdout: str | None
     model = cal.CalibratedModel(rom, rec, settle_s=settle_s)
     held = parse_phases(holdout, len(rec.phases)) if holdout else None
     res = cal.fit(model, holdout=held)
-    report = {"experiment": "thermal_calibrate", "command": "python bench/thermal_calibrate.py " + " ".join(sys.argv[1:]),
+    report = {"experiment": "thermal_calibrate",
+              "command": "python bench/thermal_calibrate.py " + " ".join(sys.argv[1:]),
               "recording_dirs": [directory] if isinstance(directory, str) else list(directory),
               "fit_cpu_s": time.process_time() - c0, "pinned_rom_states": rom.order,
               "use": f"hbfd serve --profile PROFILE --thermal-calibration {out}"}

@@ -66,7 +66,8 @@ def build() -> dict:
 def main() -> int:
     g = build()
     def tot(ls):
-        return sum(L["thickness_um"]["value"] for L in ls if L["name"] == "base" or L["name"].startswith(("bond", "die")))
+        return sum(L["thickness_um"]["value"] for L in ls
+                   if L["name"] == "base" or L["name"].startswith(("bond", "die")))
     old = json.loads(SRC.read_text())["layers"]
     assert abs(tot(g["layers"]) - tot(old)) < 1e-9, (tot(g["layers"]), tot(old))
     DST.write_text(json.dumps(g, indent=1, ensure_ascii=False) + "\n")

@@ -84,7 +84,8 @@ def grade(name: str, R_fom: np.ndarray, R_rom: np.ndarray, rom, geom, split: np.
         "at_gpu_limit_c": dict(zip(outs, at_gpu.tolist())),
         "hbf_layer0_at_gpu_limit_c": float(at_gpu[layer_idx[0]]), "hbf_top_layer": outs[layer_idx[-1]],
         # the top layer (layer 7 of the 8-high package, layer 15 of the 16-high one; the key kept for old readers)
-        "hbf_layer7_at_gpu_limit_c": float(at_gpu[layer_idx[-1]]), "hbf_top_layer_at_gpu_limit_c": float(at_gpu[layer_idx[-1]]),
+        "hbf_layer7_at_gpu_limit_c": float(at_gpu[layer_idx[-1]]),
+        "hbf_top_layer_at_gpu_limit_c": float(at_gpu[layer_idx[-1]]),
         "hbf_layer_span_at_gpu_limit_k": float(at_gpu[layer_idx].max() - at_gpu[layer_idx].min()),
         "h200_700w_steady_c": dict(zip(outs, at_h200.tolist())), "h200_700w_hbf_max_c": hbf_max_h200,
         "h200_700w_steady_state_above": {k: bool(hbf_max_h200 >= v) for k, v in
@@ -122,7 +123,8 @@ def main(argv=None) -> int:
     for name in args.profiles:
         p = load_profile(name)
         if p.thermal.geometry != th.geometry or p.thermal.ambient_c != th.ambient_c:
-            raise SystemExit(f"{name}: thermal geometry/ambient ({p.thermal.geometry}) differ from {args.profiles[0]}'s "
+            raise SystemExit(f"{name}: thermal geometry/ambient ({p.thermal.geometry}) differ from "
+                             f"{args.profiles[0]}'s "
                              f"({th.geometry}); run the grades of each package geometry on their own (--profiles)")
         grades[name] = grade(name, R_fom, R_rom, rom, geom, split)
     loads = np.linspace(0.0, 1200.0, 121)
@@ -161,7 +163,8 @@ def main(argv=None) -> int:
                   f"(output {r.binding_output}){'  <- first' if r.first else ''}")
         print(f"  HBF alone (no external load): {gr['hbf_alone_max_c']:.1f} C")
         print(f"  HBF layers at the compute-die limit: {gr['hbf_layer0_at_gpu_limit_c']:.1f} C (layer 0) .. "
-              f"{gr['hbf_top_layer_at_gpu_limit_c']:.1f} C ({gr['hbf_top_layer']}, the top), span {gr['hbf_layer_span_at_gpu_limit_k']:.2f} K "
+              f"{gr['hbf_top_layer_at_gpu_limit_c']:.1f} C ({gr['hbf_top_layer']}, the top), "
+              f"span {gr['hbf_layer_span_at_gpu_limit_k']:.2f} K "
               f"(paper: 91.6 .. 47.2 C, 44.4 K)")
         print(f"  H200 point (700 W): HBF max {gr['h200_700w_hbf_max_c']:.1f} C steady; LTT reached above "
               f"{gr['h200_700w_hbf_bandwidth_at_threshold_bytes_per_s']['ltt'] / 1e9:,.0f} GB/s")

@@ -160,8 +160,8 @@ def test_hbf_layers_heat_during_a_long_kernel(tmp_path):
         while time.monotonic() - t0 < 1.0:                         # before the kernel: idle
             temps.append((time.monotonic() - t0, hbf_c()))
             time.sleep(0.02)
-        # the kernel: slots 5 and 6 launched, warps on 132 SMs count 1.5 TB/s of 4 KiB reads, stores and atomics; the refresher
-        # publishes every ~1 ms (HBF_THERMAL_MAX_AGE_NS default)
+        # the kernel: slots 5 and 6 launched, warps on 132 SMs count 1.5 TB/s of 4 KiB reads, stores and atomics;
+        # the refresher publishes every ~1 ms (HBF_THERMAL_MAX_AGE_NS default)
         tw.kernel_enter(5)
         tw.kernel_enter(6)
         rate = 1.5e12
