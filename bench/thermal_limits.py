@@ -100,7 +100,9 @@ def grade(name: str, R_fom: np.ndarray, R_rom: np.ndarray, rom, geom, split: np.
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "bench/results/thermal_limits.json"))
-    ap.add_argument("--profiles", nargs="+", default=list(GRADES), help="speed grades, each at its full bandwidth")
+    ap.add_argument("--profiles", nargs="+", default=["ocp-sg1"],
+                    help="speed grades of ONE package geometry, each at its full bandwidth (default ocp-sg1; "
+                         f"the grades: {', '.join(GRADES)}; SG2/SG3 are 16-high)")
     args = ap.parse_args(argv)
     c0 = time.process_time()
     prof = load_profile(args.profiles[0])
