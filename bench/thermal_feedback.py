@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The thermal feedback loop on the GPU (issue 17 item 4), ready for a GPU session -- NOT RUN yet (no GPU on
-2026-12-04); its scenario planning and the exactness decomposition are tested on the CPU
+2026-12-04 and 2026-12-05); its scenario planning and the exactness decomposition are tested on the CPU
 (tests/thermal/test_thermal_feedback_bench.py).
 
 One long kernel (rate_instr of workloads/microbench: one load request per warp per iteration, each waited) over a
@@ -29,7 +29,13 @@ Checks:
 * refresh_injected: refresh_claims > 0 and the refresh bytes equal claims x quantum (last one partial);
 * retention_shortens: the refresh service's summary shows blocks made eligible by damage (not read disturb).
 
-    python3 bench/thermal_feedback.py --out $OUT        # (device run: carry .whl_rt, hbfproto, runtime_cuda/ptx)
+    python3 bench/thermal_feedback.py --out $OUT/fb     # one device call (needs the runtime's PTX: make helpers-ptx,
+                                                        # and grpcio/protobuf + hbfproto, as bench/runtime_thermal_q.py)
+    .venv/bin/python bench/thermal_feedback.py --plan-only   # the scenario, on the CPU
+
+Arguments are checked before any GPU time is spent (``check_args``); ``$OUT/fb/thermal_feedback.json`` is rewritten
+(atomic) when planned, at launch, every 2 s of the kernel with the trace so far, on failure and at the end
+(``status`` says which), so a call cut short still returns what it saw.
 """
 from __future__ import annotations
 
@@ -151,7 +157,33 @@ def exact_decomposition(*, requests: int, modeled_ns: int, claims: int, s: int, 
     return None
 
 
-def run_gpu(args) -> dict:  # pragma: no cover - needs a GPU
+def save(out: Path, res: dict, status: str) -> Path:
+    """Write what the run has so far (atomic replace): a call cut short by the device limit still leaves its
+    scenario, the trace up to then and where it stopped (``status``)."""
+    from hbfcommon.fsutil import atomic_write_text
+    res["status"] = status
+    return atomic_write_text(out / "thermal_feedback.json", json.dumps(res, indent=1, default=str) + "\n")
+
+
+def check_args(args) -> None:
+    """Refuse, before any GPU time is spent, arguments that cannot give the run the issue asks for."""
+    if args.blocks <= 0 or args.threads <= 0 or args.threads % 32 or args.threads > 1024:
+        raise SystemExit(f"--blocks must be > 0 and --threads a multiple of 32 in 32..1024 "
+                         f"(got {args.blocks} x {args.threads})")
+    if args.fixed_read_ns <= 0 or args.iters <= 0:
+        raise SystemExit("--fixed-read-ns and --iters must be > 0")
+    if not 0 < args.light_at_s < args.severe_at_s:
+        raise SystemExit(f"need 0 < --light-at-s < --severe-at-s (got {args.light_at_s:g}, {args.severe_at_s:g})")
+    if args.hbf_w <= 0 or args.gpu_w < 0 or args.retention_s <= 0:
+        raise SystemExit("--hbf-w and --retention-s must be > 0, --gpu-w >= 0")
+    if not 0 < args.max_s <= 540:
+        raise SystemExit(f"--max-s must be in (0, 540] (one device call is at most 600 s; got {args.max_s:g})")
+    if args.iters * args.fixed_read_ns * 1e-9 < args.severe_at_s * 2:
+        raise SystemExit(f"the kernel's modeled length ({args.iters} x {args.fixed_read_ns} ns) is shorter than twice "
+                         f"--severe-at-s: Severe would not be crossed and cleared while it runs")
+
+
+def run_gpu(args, out: Path) -> dict:  # pragma: no cover - needs a GPU
     import runtime_cuda
     from hbfcommon import ctl as C
     from runtime_cuda import cudrv, linker
@@ -172,8 +204,11 @@ def run_gpu(args) -> dict:  # pragma: no cover - needs a GPU
                 "retention_s_at_ltt": args.retention_s, "retention_s_at_ambient": cold_s})
     prof = derived(tmp / "profile.json", gpu_w=args.gpu_w, energy_x=args.energy_x, sc=sc, a_t=a_t,
                    fixed_read_ns=args.fixed_read_ns)
+    res["profile_json"] = json.loads(prof.read_text())
+    save(out, res, "planned: starting hbfd")
     hb = start_hbfd(tmp, prof, {"HBFD_THERMAL": "auto", "HBFD_REFRESH": "auto", "HBFD_ENGINE": "fixed"})
     trace = []
+    res["trace"] = trace
     try:
         cubin = str(linker.build_microbench()["cubin"])
         s = runtime_cuda.attach(socket=str(hb.socket))
@@ -181,10 +216,12 @@ def run_gpu(args) -> dict:  # pragma: no cover - needs a GPU
         nwords = (64 << 20) // 4
         buf = cudrv.mem_alloc(nwords * 4)
         s.register_timing_range(buf, nwords * 4, label="feedback")
-        out = cudrv.mem_alloc(args.blocks * args.threads * 4)
+        outbuf = cudrv.mem_alloc(args.blocks * args.threads * 4)
         b0 = kc(s)
         t0 = time.monotonic()
-        s.launch(f, (args.blocks,), (args.threads,), rate_args(buf, nwords, out, iters), kernel="rate_instr")
+        s.launch(f, (args.blocks,), (args.threads,), rate_args(buf, nwords, outbuf, iters), kernel="rate_instr")
+        save(out, res, "kernel launched")
+        last_save = time.monotonic()
         d = cudrv.drv()
         th, act, rf = s.ctl.ctl.thermal, s.ctl.ctl.activity, s.ctl.ctl.refresh
         while True:
@@ -196,11 +233,18 @@ def run_gpu(args) -> dict:  # pragma: no cover - needs a GPU
                           "live_bytes": sum(a.bytes), "live_flushes": a.flushes})
             if not busy or time.monotonic() - t0 > args.max_s:
                 break
+            if time.monotonic() - last_save > 2.0:                 # the trace so far, every 2 s
+                save(out, res, f"kernel running ({trace[-1]['t_s']:.1f} s)")
+                last_save = time.monotonic()
             time.sleep(0.005)
         s.synchronize()
         b1 = kc(s)
         s.close()
         summ = hb.shutdown("bench done") == 0 and json.loads(hb.summary.read_text())
+    except BaseException as e:
+        res["error"] = f"{type(e).__name__}: {e}"
+        save(out, res, "failed")                                   # the trace up to the failure stays
+        raise
     finally:
         hb.stop()
     busy_rows = [r for r in trace if r["busy"]]
@@ -256,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    check_args(args)
     if args.plan_only:
         warps = args.blocks * args.threads // 32
         bps = warps * KERNEL_BYTES_PER_REQUEST / (args.fixed_read_ns * 1e-9)
@@ -267,10 +312,10 @@ def main(argv=None) -> int:
                           "energy_x": args.hbf_w / (bps * 8.4e-11),
                           "retention_s_at_ambient": cold}, indent=1))
         return 0
-    res = run_gpu(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "thermal_feedback.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    res = run_gpu(args, out)
+    save(out, res, "done")
     print(json.dumps(res["checks"]))
     return 0 if res["ok"] else 1
 

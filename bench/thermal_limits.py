@@ -6,12 +6,14 @@ time and versus external heat load (paper Fig. 3). CPU, simulated time.
 For each OCP speed grade (``--profiles``, default ocp-sg1 ocp-sg2 ocp-sg3) the HBF stack runs at the grade's
 full read bandwidth (5 W idle + 8.4e-11 J/B: SG1 384 GB/s = 37.3 W, SG2 1,536 GB/s = 134.0 W, SG3 3,072 GB/s =
 263.0 W) at every load; the external heat load W goes into the compute die and the HBM region in the H200
-operating split (compute die = 700 W board − modeled HBM power; HBM = the profile's HBM power model). All grades
-share the 8-high package geometry (no 16-high one exists: SG2/SG3's heat goes into 8 layers). Also per grade:
+operating split (compute die = 700 W board − modeled HBM power; HBM = the profile's HBM power model). Each run
+takes grades of one package geometry: SG1 is 8-high (hbf-package-8hi), SG2 and SG3 are 16-high (hbf-package-16hi,
+since 2026-12-05; before, they ran on the 8-high package). Also per grade:
 the HBF layer spread at the compute-die limit (the paper's 91.6 -> 47.2 C), the steady HBF temperature at the
 H200-class point (700 W board) and the HBF bandwidth at which it reaches LTT / STT / shutdown there.
 
-    .venv/bin/python bench/thermal_limits.py [--profiles ocp-sg1 ...] [--out bench/results/thermal_limits.json]
+    .venv/bin/python bench/thermal_limits.py --profiles ocp-sg1 --out bench/results/thermal_limits.json
+    .venv/bin/python bench/thermal_limits.py --profiles ocp-sg2 ocp-sg3 --out bench/results/thermal_limits_16hi.json
 """
 from __future__ import annotations
 
@@ -80,7 +82,10 @@ def grade(name: str, R_fom: np.ndarray, R_rom: np.ndarray, rom, geom, split: np.
         # a negative limit load: the component is past its limit with no external load at all
         "hbf_alone_max_c": float((R_fom @ p_hbf + th.ambient_c)[hbf_idx].max()),
         "at_gpu_limit_c": dict(zip(outs, at_gpu.tolist())),
-        "hbf_layer0_at_gpu_limit_c": float(at_gpu[layer_idx[0]]), "hbf_layer7_at_gpu_limit_c": float(at_gpu[layer_idx[-1]]),
+        "hbf_layer0_at_gpu_limit_c": float(at_gpu[layer_idx[0]]), "hbf_top_layer": outs[layer_idx[-1]],
+        # the top layer (layer 7 of the 8-high package, layer 15 of the 16-high one; the key kept for old readers)
+        "hbf_layer7_at_gpu_limit_c": float(at_gpu[layer_idx[-1]]),
+        "hbf_top_layer_at_gpu_limit_c": float(at_gpu[layer_idx[-1]]),
         "hbf_layer_span_at_gpu_limit_k": float(at_gpu[layer_idx].max() - at_gpu[layer_idx].min()),
         "h200_700w_steady_c": dict(zip(outs, at_h200.tolist())), "h200_700w_hbf_max_c": hbf_max_h200,
         "h200_700w_steady_state_above": {k: bool(hbf_max_h200 >= v) for k, v in
@@ -95,7 +100,9 @@ def grade(name: str, R_fom: np.ndarray, R_rom: np.ndarray, rom, geom, split: np.
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "bench/results/thermal_limits.json"))
-    ap.add_argument("--profiles", nargs="+", default=list(GRADES), help="speed grades, each at its full bandwidth")
+    ap.add_argument("--profiles", nargs="+", default=["ocp-sg1"],
+                    help="speed grades of ONE package geometry, each at its full bandwidth (default ocp-sg1; "
+                         f"the grades: {', '.join(GRADES)}; SG2/SG3 are 16-high)")
     args = ap.parse_args(argv)
     c0 = time.process_time()
     prof = load_profile(args.profiles[0])
@@ -118,7 +125,9 @@ def main(argv=None) -> int:
     for name in args.profiles:
         p = load_profile(name)
         if p.thermal.geometry != th.geometry or p.thermal.ambient_c != th.ambient_c:
-            raise SystemExit(f"{name}: thermal geometry/ambient differ from {args.profiles[0]}'s; run it on its own")
+            raise SystemExit(f"{name}: thermal geometry/ambient ({p.thermal.geometry}) differ from "
+                             f"{args.profiles[0]}'s "
+                             f"({th.geometry}); run the grades of each package geometry on their own (--profiles)")
         grades[name] = grade(name, R_fom, R_rom, rom, geom, split)
     loads = np.linspace(0.0, 1200.0, 121)
     fig_a, fig_b = {}, {}
@@ -156,7 +165,8 @@ def main(argv=None) -> int:
                   f"(output {r.binding_output}){'  <- first' if r.first else ''}")
         print(f"  HBF alone (no external load): {gr['hbf_alone_max_c']:.1f} C")
         print(f"  HBF layers at the compute-die limit: {gr['hbf_layer0_at_gpu_limit_c']:.1f} C (layer 0) .. "
-              f"{gr['hbf_layer7_at_gpu_limit_c']:.1f} C (layer 7), span {gr['hbf_layer_span_at_gpu_limit_k']:.2f} K "
+              f"{gr['hbf_top_layer_at_gpu_limit_c']:.1f} C ({gr['hbf_top_layer']}, the top), "
+              f"span {gr['hbf_layer_span_at_gpu_limit_k']:.2f} K "
               f"(paper: 91.6 .. 47.2 C, 44.4 K)")
         print(f"  H200 point (700 W): HBF max {gr['h200_700w_hbf_max_c']:.1f} C steady; LTT reached above "
               f"{gr['h200_700w_hbf_bandwidth_at_threshold_bytes_per_s']['ltt'] / 1e9:,.0f} GB/s")

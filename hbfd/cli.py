@@ -1,6 +1,7 @@
 """``hbfd``: the daemon and the tools around its models.
 
-  hbfd serve --profile P [--socket PATH] [--summary PATH] [--engine E] [-v]   the daemon
+  hbfd serve --profile P [--socket PATH] [--summary PATH] [--engine E] [--thermal-calibration F] [-v]
+                                             the daemon
   hbfd --profile P ...                       the same (the original form; every option of serve)
   hbfd bench media ...                       -> hbfd.media.bench:main(argv) (its own options and --help)
   hbfd thermal validate ...                  -> hbfd.thermal.validate:main(argv)
@@ -52,6 +53,14 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", metavar="ENGINE",
                    help="timing engine: auto (the media model when present), fixed (the profile's fixed "
                         "latencies) or module:factory (env HBFD_ENGINE; default auto)")
+    p.add_argument("--thermal-calibration", metavar="PATH",
+                   help="calibration fragment of the package thermal model (the JSON bench/thermal_calibrate.py "
+                        "writes: the heat-sink boundary and power split fitted against a card, with provenance); "
+                        "checked against the profile's package geometry and the held-out error goal (env "
+                        "HBFD_THERMAL_CALIBRATION; default: the geometry's assumed boundary)")
+    p.add_argument("--thermal-calibration-allow-goal-miss", action="store_true",
+                   help="use a calibration whose held-out error is above the goal (1 K RMS, 2 K max); the summary "
+                        "says so (env HBFD_THERMAL_CALIBRATION_ALLOW_GOAL_MISS=1)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging (default level: env HBFD_LOG)")
 
 
@@ -97,7 +106,9 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level="DEBUG" if args.verbose else knobs.log_level(),
                         format="%(asctime)s hbfd %(levelname)s %(name)s: %(message)s")
     from hbfd.server import Daemon
-    d = Daemon(args.profile, socket_path=args.socket, summary_path=args.summary, engine=args.engine)
+    d = Daemon(args.profile, socket_path=args.socket, summary_path=args.summary, engine=args.engine,
+               thermal_calibration=args.thermal_calibration,
+               thermal_calibration_allow_goal_miss=args.thermal_calibration_allow_goal_miss or None)
     try:
         d.start()
     except HbfError as e:

@@ -100,6 +100,7 @@ def format_status(s: dict) -> str:
         f"thermal    {s.get('thermal_mode', '?')}, q = {s.get('thermal_q_ppm', 0) / 1e4:.1f} %"
         + (f", hottest HBF layer {s['hbf_max_c']:.1f} C" if s.get("hbf_max_c") is not None
            else ", no temperatures (no thermal model)"),
+        f"calibration {s.get('thermal_calibration') or 'not reported (an hbfd from before calibrations)'}",
         f"ring       {s.get('ring_depth', 0)} outstanding request(s)",
         f"attached   {'yes' if s.get('attached') else 'no'}  control region {s.get('ctl_path', '')}",
         f"ranges     {len(s.get('ranges', []))}",
@@ -121,6 +122,7 @@ def format_summary(s: dict) -> str:
         f"profile    {prof['name']}  {prof['path']}  sha256 {prof['sha256'][:16]}...",
         f"engine     {s['engine']} (timing source: {s['timing_source']}); {s['time_model']}",
         f"thermal    {th.get('service')}: {th.get('mode', '?')}",
+        f"calibration {(th.get('calibration') or {}).get('line') or 'none (no package thermal model)'}",
         f"ranges     {len(s['ranges'])} registered at the end, {len(s.get('range_events', []))} range events",
         f"reference requests by state: {states_line(c['reference_requests_by_state'])}",
         f"device requests by state:    {states_line(c['device_requests_by_state'])}",

@@ -30,6 +30,18 @@ def thermal_choice() -> str:
     return os.environ.get("HBFD_THERMAL", "auto")
 
 
+def thermal_calibration() -> str | None:
+    """``$HBFD_THERMAL_CALIBRATION``: a calibration fragment (bench/thermal_calibrate.py's JSON) for the package
+    thermal model; unset or empty: the geometry's assumed boundary (``hbfd serve --thermal-calibration``)."""
+    return os.environ.get("HBFD_THERMAL_CALIBRATION") or None
+
+
+def thermal_calibration_allow_goal_miss() -> bool:
+    """``$HBFD_THERMAL_CALIBRATION_ALLOW_GOAL_MISS=1``: use a calibration whose held-out error misses the goal
+    (the summary says so); default off: such a fragment is refused."""
+    return env_bool("HBFD_THERMAL_CALIBRATION_ALLOW_GOAL_MISS", False)
+
+
 def refresh_choice() -> str:
     """``$HBFD_REFRESH``: ``auto`` (retention + refresh model), ``none``, or ``module:factory``."""
     return os.environ.get("HBFD_REFRESH", "auto")

@@ -64,8 +64,15 @@ class Daemon:
     def __init__(self, profile_path: str | os.PathLike, *, socket_path: str | os.PathLike | None = None,
                  summary_path: str | os.PathLike | None = None, engine: str | None = None,
                  thermal: str | None = None, refresh: str | None = None,
-                 heartbeat_period_ns: int | None = None) -> None:
+                 heartbeat_period_ns: int | None = None, thermal_calibration: str | None = None,
+                 thermal_calibration_allow_goal_miss: bool | None = None) -> None:
         self.profile_path = str(profile_path)
+        # the package thermal model's fitted boundary (hbfd.thermal.calibrate), if one is asked for
+        cal_path = thermal_calibration or knobs.thermal_calibration()
+        from hbfd.thermal.calibrate import CalibrationOptions
+        allow_miss = (knobs.thermal_calibration_allow_goal_miss() if thermal_calibration_allow_goal_miss is None
+                      else bool(thermal_calibration_allow_goal_miss))
+        self.thermal_calibration = (CalibrationOptions(os.path.abspath(cal_path), allow_miss) if cal_path else None)
         self.socket_path = Path(socket_path) if socket_path else knobs.default_socket()
         self.summary_path = Path(summary_path) if summary_path else knobs.default_summary()
         self.engine_choice = engine or knobs.engine_choice()
@@ -163,7 +170,7 @@ class Daemon:
         self._hb = HeartbeatProcess(self.region.fd, ctl.hbf_header.heartbeat.offset, ctl.hbf_header.failure.offset,
                                     self.heartbeat_period_ns, knobs.stale_ns())
         svc = services.compose(p, engine=self.engine_choice, thermal=self.thermal_choice,
-                               refresh=self.refresh_choice)
+                               refresh=self.refresh_choice, thermal_calibration=self.thermal_calibration)
         self.engine, self.thermal, self.refresh = svc.engine, svc.thermal, svc.refresh
         self._refresh_engine = svc.refresh_engine   # refresh plans run through the media model (ring thread)
         self._count_reads = svc.refresh.counts_reads
@@ -1059,6 +1066,7 @@ class _Servicer:
                 timing_source=p.timing_model.timing_source, engine=d.engine.name, ranges=rs,
                 ring_depth=d.ring_depth(), thermal_mode=th.mode_name, thermal_q_ppm=th.q_ppm,
                 hbf_max_c=th.hbf_max_c, counters_json=json.dumps(d.counters(), sort_keys=True),
+                thermal_calibration=getattr(d.thermal, "calibration_line", "none (no package thermal model)"),
                 uptime_ns=time.monotonic_ns() - d._t0, attached=d._attached, ctl_path=d.region.path)
         return self._guard(pb.StatusReply, body)
 

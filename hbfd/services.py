@@ -90,20 +90,29 @@ def build_engine(profile: "Profile", choice: str = "auto") -> ServiceEngine:
     return _build(ENGINE, profile, choice)
 
 
-def build_thermal(profile: "Profile", choice: str = "auto") -> ThermalService:
-    return _build(THERMAL, profile, choice)
+def build_thermal(profile: "Profile", choice: str = "auto", calibration: Any = None) -> ThermalService:
+    """``calibration`` (:class:`hbfd.thermal.calibrate.CalibrationOptions`): a fitted package boundary for the
+    package thermal model; only with ``choice`` auto (a plug-in or no model has no package to calibrate)."""
+    if calibration is None:
+        return _build(THERMAL, profile, choice)
+    if choice != "auto":
+        raise ConfigError(f"a thermal calibration ({calibration.path}) applies to the package thermal model "
+                          f"(HBFD_THERMAL=auto), not HBFD_THERMAL={choice!r}", field="HBFD_THERMAL", value=choice)
+    return check_service(thermal.make_service(profile, calibration), ThermalService,
+                         what="HBFD_THERMAL=auto (calibrated)")
 
 
 def build_refresh(profile: "Profile", choice: str = "auto") -> RefreshService:
     return _build(REFRESH, profile, choice)
 
 
-def compose(profile: "Profile", *, engine: str = "auto", thermal: str = "auto", refresh: str = "auto") -> Services:
+def compose(profile: "Profile", *, engine: str = "auto", thermal: str = "auto", refresh: str = "auto",
+            thermal_calibration: Any = None) -> Services:
     """Build and wire the daemon's services for ``profile`` (before readiness): the refresh service
     follows the range registrations, and its plan runs through the engine when the engine is the
     media model (:class:`hbfd.media.MediaEngine`)."""
     e = build_engine(profile, engine)
-    t = build_thermal(profile, thermal)
+    t = build_thermal(profile, thermal, thermal_calibration)
     r = build_refresh(profile, refresh)
     r.use_range_registrations()        # the ledger holds the registered ranges' blocks only
     via = e if isinstance(e, media.MediaEngine) and r.attach_media() else None

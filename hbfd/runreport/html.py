@@ -111,11 +111,24 @@ def header(run: Run) -> str:
         ("GPU", str(tel.get("identity") or "not recorded"),
          "the GPU telemetry hbfd's thermal model read (constant:W:C = a declared constant; nvml = the real GPU); "
          "the GPU's model name is not in the summary"),
+        ("thermal calibration", _calibration_text(th),
+         "the package thermal model's boundary (heat sink, coolant, how board power splits over die and HBM): "
+         "measured = fitted against a card (bench/thermal_calibrate.py, held-out error given); synthetic = fitted on "
+         "a recording the model generated (a method check, not the card); assumed = the geometry's own values"),
         ("kernel counters", run.counters_path or "none given (--counters)",
          "the runtime's per-kernel counters, json.dump(session.counters())"),
     ]
     return (f"<h1>hbfsim run report</h1><p class=\"note\">{e(run.path)} ({e(run.schema)})</p>"
             + explained(rows))
+
+
+def _calibration_text(th: dict) -> str:
+    if th.get("service") in (None, "none") or th.get("thermal") == "none":
+        return "none (no thermal model in this run)"
+    cal = th.get("calibration")
+    if not isinstance(cal, dict):
+        return "not recorded (a summary from before hbfd recorded its calibration: the geometry's assumed boundary)"
+    return str(cal.get("line") or cal.get("in_force") or "?")
 
 
 def demo_section(run: Run) -> str:

@@ -182,6 +182,15 @@ def _kernel_events(run: Run) -> Iterable[dict]:
                 yield ev
 
 
+def _calibration_kind(run: Run) -> str:
+    """measured | synthetic | assumed (the package thermal model's boundary), or why there is none."""
+    th = run.thermal
+    if th.get("service") in (None, "none") or th.get("thermal") == "none":
+        return "no thermal model"
+    cal = th.get("calibration")
+    return str(cal.get("in_force", "?")) if isinstance(cal, dict) else "unrecorded"
+
+
 def build_trace(run: Run) -> dict[str, Any]:
     s = run.hbfd
     prof = s.get("profile") or {}
@@ -204,6 +213,7 @@ def build_trace(run: Run) -> dict[str, Any]:
         "terminal_status": s.get("terminal_status"), "hbfsim_version": s.get("hbfsim_version"),
         "started_unix_s": (s.get("daemon") or {}).get("started_unix_s"),
         "kernel_counters": run.counters_path,
+        "thermal_calibration": (run.thermal.get("calibration") or {}).get("line") or _calibration_kind(run),
         "timeline": (f"{tl['points']} rows, every {tl['stride_ticks']} tick(s) of {tl['tick_ns']} ns" if tl else
                      "none in this summary (written before hbfd recorded one): no counter tracks over time"),
         "latency_cdf": (tl or {}).get("latency"),

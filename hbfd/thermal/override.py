@@ -77,6 +77,11 @@ class OperatorOverrideThermal:
         self._ticks = 0
         self._last: ThermalState | None = None
 
+    @property
+    def calibration_line(self) -> str:
+        """The base model's calibration in force (hbfctl status)."""
+        return getattr(self.base, "calibration_line", "none (no package thermal model)")
+
     def set_override(self, obj: Any) -> dict | None:
         ov = parse_override(obj)
         self._pending.append((ov, {"override": None if ov is None else {**ov, "mode": MODE_NAMES[ov["mode"]]},

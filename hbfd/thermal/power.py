@@ -118,6 +118,37 @@ def gpu_die_power_w(board_power_w: float, hbm_power_w: float) -> float:
     return max(0.0, board_power_w - hbm_power_w)
 
 
+@dataclass(frozen=True)
+class ModeledHbmSplit:
+    """The assumed split of the measured board power (no calibration): HBM = the HBM power model at the
+    profile's traffic; compute die = the rest (:func:`gpu_die_power_w`)."""
+
+    hbm: HbmPowerModel
+    hbm_traffic_bytes_per_s: float
+
+    def powers_w(self, board_power_w: float) -> tuple[float, float]:
+        hbm_w = self.hbm.power_w(self.hbm_traffic_bytes_per_s)
+        return gpu_die_power_w(board_power_w, hbm_w), hbm_w
+
+
+@dataclass(frozen=True)
+class FittedSplit:
+    """The calibrated split (hbfd/thermal/calibrate.py): fixed shares of the board power dissipated in the compute
+    die and in the HBM region; the rest leaves the package (VRM, board). The HBM traffic model is not used: the
+    board power already holds the memory's power."""
+
+    die_fraction: float
+    hbm_fraction: float
+
+    def __post_init__(self):
+        if not (0.0 <= self.die_fraction <= 1.0 and 0.0 <= self.hbm_fraction <= 1.0
+                and self.die_fraction + self.hbm_fraction <= 1.0 + 1e-9):
+            raise ValueError(f"power shares {self.die_fraction}, {self.hbm_fraction} are not fractions of one power")
+
+    def powers_w(self, board_power_w: float) -> tuple[float, float]:
+        return self.die_fraction * board_power_w, self.hbm_fraction * board_power_w
+
+
 def hbf_layer_weights(input_names, *, dynamic: bool) -> np.ndarray:
     """How HBF energy spreads over the model's inputs: idle power on the base die (logic, PHY);
     per-event energy evenly over the NAND layers (pages interleave over every die of the stack)."""

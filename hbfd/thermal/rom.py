@@ -53,6 +53,7 @@ DEFAULT_DT_S = 0.01
 DEFAULT_HANKEL_BLOCKS = 150
 DEFAULT_SV_FLOOR = 1e-12
 R_MAX = 256
+REAL_POLE_TOL = 1e-9          # |Im λ| above this is a complex pole (the modal form refuses those)
 
 
 class RomError(HbfError):
@@ -269,9 +270,11 @@ def fit_rom(model: PackageModel, *, dt_s: float = DEFAULT_DT_S, hankel_blocks: i
         steps = model.stepper(dt_s).unit_step_responses(2 * m + 2)
     Y = markov_from_steps(steps)
     fit = era(Y, m=m, sv_floor=sv_floor, r_max=r_max)
-    # an order above the floor can still come out unstable: step down until ρ(A) < 1
-    while fit.spectral_radius >= 1.0 and fit.order > 1:
-        log.warning("ERA order %d unstable (ρ=%.9f); trying %d", fit.order, fit.spectral_radius, fit.order - 1)
+    # an order above the floor can still come out unstable, or with complex poles (an RC network has real ones:
+    # a complex pair is fit noise, and the modal fast path needs real poles): step down until neither
+    while (fit.spectral_radius >= 1.0 or fit.max_imag_eig > REAL_POLE_TOL) and fit.order > 1:
+        log.warning("ERA order %d: ρ=%.9f, largest imaginary part of a pole %.3g; trying %d", fit.order,
+                    fit.spectral_radius, fit.max_imag_eig, fit.order - 1)
         fit = era(Y, m=m, r=fit.order - 1)
     _check_stable(fit.A)
     q, p = Y.shape[1:]

@@ -6,8 +6,9 @@ in proportion to time overlap, and for every bin completed by ``now``:
 
 1. reads GPU telemetry at the bin's end through the guard (missing/stale/regressing/failed -> the
    run ends with :class:`TelemetryError`; the summary says ``source_failed``);
-2. forms one package power vector: compute die = board power − modeled HBM power; HBM from traffic;
-   HBF idle on the base die, event energy over the NAND layers;
+2. forms one package power vector: compute die = board power − modeled HBM power, HBM from traffic (assumed);
+   or, with a calibration loaded, the fitted shares of the board power (``FittedSplit``); HBF idle on the base
+   die, event energy over the NAND layers;
 3. steps the ROM (one shared operator for all three media) and hands the hottest HBF layer to the
    policy, whose decision is what the next snapshot publishes.
 
@@ -25,7 +26,7 @@ from hbfcommon.errors import TelemetryError
 from hbfd.contracts import ThermalState, no_override
 
 from .controller import MODE_NAMES, SHUTDOWN, Decision, Policy
-from .power import EnergyBinner, HbmPowerModel, gpu_die_power_w, hbf_layer_weights
+from .power import EnergyBinner, FittedSplit, HbmPowerModel, ModeledHbmSplit, hbf_layer_weights
 from .rom import ThermalROM
 from .telemetry import TelemetryGuard
 
@@ -94,18 +95,52 @@ class ThermalRecorder:
         }
 
 
+class SensorError:
+    """Modeled minus measured temperature (°C) per output the card has a sensor for (compute die: the GPU sensor;
+    HBM: the memory sensor), over the run: how far the package model's boundary (calibrated or assumed) is from
+    the card, live. Only for telemetry that measures (a ``constant`` source's temperature is declared)."""
+
+    OUTPUTS = ("gpu", "hbm")
+
+    def __init__(self):
+        self.n = dict.fromkeys(self.OUTPUTS, 0)
+        self.sum = dict.fromkeys(self.OUTPUTS, 0.0)
+        self.sumsq = dict.fromkeys(self.OUTPUTS, 0.0)
+        self.max_abs = dict.fromkeys(self.OUTPUTS, 0.0)
+
+    def add(self, name: str, modeled_c: float, measured_c: float | None) -> None:
+        if measured_c is None or not math.isfinite(measured_c):
+            return
+        e = float(modeled_c) - float(measured_c)
+        self.n[name] += 1
+        self.sum[name] += e
+        self.sumsq[name] += e * e
+        self.max_abs[name] = max(self.max_abs[name], abs(e))
+
+    def section(self) -> dict[str, Any]:
+        return {o: ({"samples": self.n[o], "bias_k": self.sum[o] / self.n[o],
+                     "rms_k": math.sqrt(self.sumsq[o] / self.n[o]), "max_abs_k": self.max_abs[o]}
+                    if self.n[o] else None) for o in self.OUTPUTS}
+
+
 class PackageThermalService:
     name = "package-rom"
 
     def __init__(self, rom: ThermalROM, policy: Policy, telemetry: TelemetryGuard, *, idle_w: float,
                  hbm: HbmPowerModel, hbm_traffic_bytes_per_s: float, thresholds: dict[str, float],
-                 sample_every_ticks: int = 100, extra: dict[str, Any] | None = None):
+                 sample_every_ticks: int = 100, extra: dict[str, Any] | None = None,
+                 split: FittedSplit | None = None, calibration_line: str = ""):
         self.rom = rom
         self.policy = policy
         self.telemetry = telemetry
         self.idle_w = idle_w
         self.hbm = hbm
         self.hbm_traffic = hbm_traffic_bytes_per_s
+        # board power -> (compute die, HBM region): fitted by a calibration, else the HBM model's (assumed)
+        self.split = split if split is not None else ModeledHbmSplit(hbm, hbm_traffic_bytes_per_s)
+        self.calibration_line = calibration_line or "assumed (no calibration loaded)"
+        self.sensor_error = SensorError()
+        self._measures = getattr(telemetry.source, "kind", "constant") != "constant"
         names = list(rom.input_names)
         outs = list(rom.output_names)
         self.i_gpu = names.index("gpu") if "gpu" in names else None
@@ -170,11 +205,11 @@ class PackageThermalService:
             s = self._read_telemetry(t_end)
             p = e / dt_s
             self.hbf_energy_j += float(e.sum())
-            hbm_w = self.hbm.power_w(self.hbm_traffic)
+            die_w, hbm_w = self.split.powers_w(s.gpu_power_w)
             if self.i_hbm is not None:
                 p[self.i_hbm] += hbm_w
             if self.i_gpu is not None:
-                p[self.i_gpu] += gpu_die_power_w(s.gpu_power_w, hbm_w)
+                p[self.i_gpu] += die_w
             temps = self.rom.step(p)
             if not np.isfinite(temps).all():
                 self._terminal("model_error", "ROM produced a non-finite temperature")
@@ -186,6 +221,11 @@ class PackageThermalService:
             self._decision = self.policy.decide(self.ticks, hbf_max)
             for (tk, frm, to, tc) in self.policy.transitions[n_tr:]:
                 self.rec.transition(tk, frm, to, tc)
+            if self._measures:
+                if self.o_gpu is not None:
+                    self.sensor_error.add("gpu", temps[self.o_gpu], s.gpu_temp_c)
+                if self.o_hbm is not None:
+                    self.sensor_error.add("hbm", temps[self.o_hbm], s.hbm_temp_c)
             self.rec.sample(self.ticks, temps, hbf_max, s.gpu_power_w, self._decision,
                             force=len(self.policy.transitions) > n_tr,
                             measured={"gpu": s.gpu_temp_c, "hbm": s.hbm_temp_c})
@@ -228,6 +268,10 @@ class PackageThermalService:
                           "max_age_ns": self.telemetry.max_age_ns, "failure": self.telemetry.failure},
             "model_ticks": self.ticks, "model_dt_ns": self.dt_ns, "media_energy_j": self.media_energy_j,
             "hbf_energy_binned_j": self.hbf_energy_j,
+            "sensor_error": ({**self.sensor_error.section(),
+                              "what": "modeled block mean minus the card's sensor, every model tick"}
+                             if self._measures else "not computed: the telemetry's temperature is declared, "
+                                                    "not measured (constant source)"),
             "hbm_traffic_bytes_per_s": self.hbm_traffic,
             "mode": MODE_NAMES[self._decision.mode], "q_ppm": self._decision.q_ppm,
             **self.rec.section(),

@@ -108,14 +108,23 @@ def test_fragment_carries_provenance(tmp_path, pinned, recording):
     import json
     d = json.loads(p.read_text())
     assert d["provenance"]["card"] == "synthetic" and d["provenance"]["driver"] == "model"
-    assert d["heat_sink"]["sink_to_ambient_k_w"]["provenance"] == "measured"
+    # a recording the model generated is never "measured": its numbers recover assumed values
+    assert d["provenance"]["kind"] == "synthetic"
+    assert d["heat_sink"]["sink_to_ambient_k_w"]["provenance"] == "assumed"
     assert d["errors"]["goal"]["met"] is True
+    # the same phases as a card's recording (no synthetic flag): measured, and another recording hash
+    real = cal.Recording("NVIDIA H200", "580.159.04", "2026-12-05", recording.phases)
+    m = cal.fragment(res, real, as_geometry(_geometry()), fitted_on="2026-12-05")
+    assert m["provenance"]["kind"] == "measured" and m["power_split"]["die_fraction"]["provenance"] == "measured"
+    assert m["provenance"]["recording_sha256"] != d["provenance"]["recording_sha256"]
 
 
 def test_recording_roundtrip(tmp_path, recording):
     for i, p in enumerate(recording.phases):
-        cal.write_phase(tmp_path, i, p, {"card": recording.card, "driver": recording.driver, "date": recording.date})
+        cal.write_phase(tmp_path, i, p, {"card": recording.card, "driver": recording.driver, "date": recording.date,
+                                         "synthetic": recording.synthetic})
     back = cal.load_recording(tmp_path)
+    assert back.synthetic
     assert [p.name for p in back.phases] == [p.name for p in recording.phases]
     assert back.sha256() == recording.sha256()
     # a phase file edited after recording is refused

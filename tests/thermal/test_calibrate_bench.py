@@ -82,7 +82,7 @@ def test_fit_on_a_saved_recording(bench, tmp_path, capsys):
     rdir, rdir2 = tmp_path / "rec", tmp_path / "rec2"
     for i, p in enumerate(rec.phases):
         cal.write_phase(rdir if p.segment == 0 else rdir2, i, p,
-                        {"card": "synthetic", "driver": "model", "date": "2026-12-04"})
+                        {"card": "synthetic", "driver": "model", "date": "2026-12-04", "synthetic": True})
     out = tmp_path / "cal.json"
     cache = ["--rom-cache", str(tmp_path / "roms")]
     with pytest.raises(cal.CalibrationError, match="at least 10"):        # one call's half alone
@@ -98,3 +98,19 @@ def test_fit_on_a_saved_recording(bench, tmp_path, capsys):
     # the same directory twice: refused (a phase in both)
     with pytest.raises(cal.CalibrationError, match="more than one"):
         bench.main(["--fit-only", str(rdir), str(rdir), "--geometry", str(gpath), "--out", str(out), *cache])
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--record", "R", "--phase-s", "30"], "at least 60 s"),
+    (["--record", "R", "--phases", "all"], "split them"),                # one call cannot hold the plan
+    (["--record", "R", "--phases", "0-12"], "outside"),
+    (["--record", "R", "--sample-hz", "500"], "only repeats"),
+    (["--record", "R", "--skip-s", "70"], "skip-s"),
+    (["--fit-only", "NOREC"], "no recording.json"),
+    (["--fit-only", "NOREC", "--out", "/nonexistent/dir/cal.json"], "does not exist"),
+])
+def test_arguments_refused_before_any_gpu_time(bench, tmp_path, monkeypatch, argv, msg):
+    """Every check runs before the preflight imports torch or touches NVML (this box has neither GPU nor NVML)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=msg):
+        bench.main(argv)

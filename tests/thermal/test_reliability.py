@@ -195,18 +195,21 @@ def test_ocp_sg1_ages_each_layer_at_its_own_temperature():
     from hbfd.contracts import ThermalState
     from hbfd.reliability.service import ReliabilityService, make_ledger
     from hbfd.thermal.service import PackageThermalState
-    for name, layers, source in (("ocp-sg1", 8, "per-layer"), ("ocp-sg2", 16, "hbf_max for every layer")):
+    # SG2/SG3 run the 16-high package (one thermal layer per die); a state with fewer layers than the ledger
+    # (an 8-layer model under a 16-die ledger) ages every block at the hottest layer
+    for name, layers, n_t, source in (("ocp-sg1", 8, 8, "per-layer"), ("ocp-sg2", 16, 16, "per-layer"),
+                                      ("ocp-sg2", 16, 8, "hbf_max for every layer")):
         prof = load_profile(name)
         led = make_ledger(prof)
         assert led.layers == layers and sorted(set(led.layer.tolist())) == list(range(layers))
         svc = ReliabilityService(led, RefreshScheduler(led), HazardSweep.from_profile(prof.reliability),
                                  media_bytes_per_s=float(prof.geometry.aggregate_bytes_per_s))
-        temps = tuple(40.0 + 5.0 * i for i in range(8))           # the 8-high package model's layers
+        temps = tuple(40.0 + 2.0 * i for i in range(n_t))         # the package model's layers
         svc.tick(0, ThermalState(hbf_max_c=75.0))
         svc.tick(3_600_000_000_000, PackageThermalState(hbf_max_c=75.0, hbf_layers_c=temps))
         assert svc.layer_source == source
         d = led.damage()
-        if layers == 8:
-            assert (np.diff([d[led.layer == i].max() for i in range(8)]) > 0).all()  # hotter layer, more damage
+        if n_t == layers:
+            assert (np.diff([d[led.layer == i].max() for i in range(layers)]) > 0).all()  # hotter, more damage
         else:
             assert np.allclose(d, d.max())                         # every block at the hottest layer

@@ -161,3 +161,29 @@ def test_validate_cli_on_a_small_geometry(tmp_path, capsys, small_geometry_dict)
     res = json.loads(capsys.readouterr().out)
     assert res["pass"] and res["worst_error_k"] <= 0.02 and len(res["traces"]) == 3
     assert res["python_control"]["max_markov_diff_k_per_w"] < 1e-9
+
+
+def test_sensor_error_against_a_measuring_source(small_rom, tmp_path):
+    """With telemetry that measures (a trace, NVML), the summary gives modeled minus measured per sensor over every
+    model tick (how far the boundary in force is from the card); a constant source's temperature is declared, so
+    none is computed."""
+    rows = "\n".join(f"{k * 50 * MS},20,{50 + (k % 2)},40" for k in range(40))
+    p = tmp_path / "t.csv"
+    p.write_text("t_ns,gpu_power_w,gpu_temp_c,hbm_temp_c\n" + rows + "\n")
+    s = service(small_rom, TraceSource(p, hashlib.sha256(p.read_bytes()).hexdigest()))
+    s.tick(0, 0.0)
+    modeled, measured = [], []
+    for k in range(1, 151):
+        s.tick(k * 10 * MS, 0.0)
+        modeled.append(s._state.gpu_c)
+        measured.append(s.telemetry.read(k * 10 * MS).gpu_temp_c)
+    err = np.array(modeled) - np.array(measured)
+    se = s.summary_section()["sensor_error"]
+    assert se["gpu"]["samples"] == 150 and se["hbm"] is None          # the test package has no HBM output
+    assert se["gpu"]["bias_k"] == pytest.approx(err.mean(), abs=1e-9)
+    assert se["gpu"]["rms_k"] == pytest.approx(np.sqrt((err ** 2).mean()), abs=1e-9)
+    assert se["gpu"]["max_abs_k"] == pytest.approx(np.abs(err).max(), abs=1e-9)
+    c = service(small_rom, ConstantSource(20.0, 50.0))
+    c.tick(0, 0.0)
+    c.tick(100 * MS, 0.0)
+    assert "declared" in c.summary_section()["sensor_error"]

@@ -54,3 +54,23 @@ def test_exact_decomposition(fb):
     assert d == {"n_light_plain": 30, "claims_light": 1, "claims_normal": 2}
     # a request served at another q (or thermal service applied twice) leaves no exact split
     assert fb.exact_decomposition(requests=100, modeled_ns=mod + 7, claims=3, s=s, refresh_ns=r, q_light=qL) is None
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--threads", "100"], "multiple of 32"),
+    (["--light-at-s", "5", "--severe-at-s", "4"], "light-at-s"),
+    (["--max-s", "900"], "max-s"),
+    (["--iters", "1000"], "shorter than twice"),
+    (["--hbf-w", "0"], "hbf-w"),
+])
+def test_arguments_refused_before_any_gpu_time(fb, argv, msg):
+    with pytest.raises(SystemExit, match=msg):
+        fb.main([*argv, "--plan-only"])
+
+
+def test_partial_results_are_written_atomically(fb, tmp_path):
+    res = {"scenario": {"ltt_c": 60.0}, "trace": [{"t_s": 0.1}]}
+    p = fb.save(tmp_path, res, "kernel running (0.1 s)")
+    d = json.loads(p.read_text())
+    assert d["status"] == "kernel running (0.1 s)" and d["trace"] == [{"t_s": 0.1}]
+    assert [f.name for f in tmp_path.iterdir()] == ["thermal_feedback.json"]      # no temp file left
