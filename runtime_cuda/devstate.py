@@ -20,7 +20,7 @@ from hbfcommon.errors import ErrorCode, RangeError
 from hbfcommon.status import STATUS_NAMES
 
 HBF_DEVSTATE_MAGIC = 0x3130545344464248  # "HBFDST01"
-HBF_DEVSTATE_VERSION = 3
+HBF_DEVSTATE_VERSION = 4   # 4: the tma_* kernel counters (issue 15)
 HBF_DEV_MAX_CHANNELS = 64
 HBF_DEV_MAX_BANKS = 8192   # channels * dies_per_channel * planes_per_die, fast source (hbf_device.h)
 HBF_BUF_READY_BITS = 40
@@ -51,7 +51,10 @@ class hbf_kernel_counters(ctypes.Structure):
                 ("kend_ns", c_uint64), ("thermal_waits", c_uint64), ("thermal_wait_ns", c_uint64),
                 ("refresh_claims", c_uint64), ("refresh_bytes", c_uint64), ("bias_clamps", c_uint64),
                 ("ready_waits", c_uint64), ("slack_ns", c_uint64), ("wait_helper_ns", c_uint64),
-                ("inline_requests", c_uint64)]
+                ("inline_requests", c_uint64)] + [(f, c_uint64) for f in ("tma_copies", "tma_hbf_bytes",
+                                                                        "tma_hbm_bytes", "tma_oob_bytes",
+                                                                        "tma_phases", "tma_consumed", "tma_stale",
+                                                                        "tma_leaked")]
 
 
 class hbf_device_state(ctypes.Structure):
@@ -281,7 +284,8 @@ def kernel_counters_dict(k: hbf_kernel_counters) -> dict:
                                 if int(k.status[i])}}
     for f in ("wait_calls", "wait_wall_ns", "wait_overhead_ns", "launches", "blocks_exited", "kstart_ns",
               "kend_ns", "thermal_waits", "thermal_wait_ns", "refresh_claims", "refresh_bytes", "bias_clamps",
-              "ready_waits", "slack_ns", "inline_requests"):
+              "ready_waits", "slack_ns", "inline_requests", "tma_copies", "tma_hbf_bytes", "tma_hbm_bytes",
+              "tma_oob_bytes", "tma_phases", "tma_consumed", "tma_stale", "tma_leaked"):
         d[f] = int(getattr(k, f))
     return d
 
