@@ -44,33 +44,8 @@
 #define HBF_TMA_TRUST_LAYOUT 0
 #endif
 
-#define HB_TW_CLOSED (1ull << 63)
-#define HB_TW_WAITED (1ull << 62)
-#define HB_TW_DL ((1ull << 62) - 1ull)
+#include "hbf_tma_table.cuh"   // the completion table (__host__ __device__: tests/runtime/test_tma_table.py runs it on the CPU)
 
-// ---- shared::cluster words (a shared::cta address of the executing CTA is one too) ----
-HB_DEV uint32_t hb_smc_ld32(uint32_t a) {
-    uint32_t v;
-    asm volatile("ld.volatile.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
-    return v;
-}
-HB_DEV uint64_t hb_smc_ld64(uint32_t a) {
-    uint64_t v;
-    asm volatile("ld.volatile.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(a) : "memory");
-    return v;
-}
-HB_DEV uint32_t hb_smc_cas32(uint32_t a, uint32_t cmp, uint32_t val) {
-    uint32_t old;
-    asm volatile("atom.relaxed.cluster.shared::cluster.cas.b32 %0, [%1], %2, %3;" : "=r"(old) : "r"(a), "r"(cmp), "r"(val)
-                 : "memory");
-    return old;
-}
-HB_DEV uint64_t hb_smc_cas64(uint32_t a, uint64_t cmp, uint64_t val) {
-    uint64_t old;
-    asm volatile("atom.relaxed.cluster.shared::cluster.cas.b64 %0, [%1], %2, %3;" : "=l"(old) : "r"(a), "l"(cmp), "l"(val)
-                 : "memory");
-    return old;
-}
 HB_DEV uint32_t hb_mapa(uint32_t a, uint32_t rank) {
     uint32_t r;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
@@ -90,63 +65,6 @@ HB_DEV uint32_t hb_mbar_parity(uint32_t mbar) {
     asm volatile("{\n\t.reg .pred p;\n\tmbarrier.test_wait.parity.shared::cta.b64 p, [%1], 0;\n\tselp.u32 %0, 1, 0, p;\n\t}"
                  : "=r"(odd) : "r"(mbar) : "memory");
     return odd;
-}
-
-// ---- the table ----
-HB_DEV uint32_t hb_tw_slot(uint32_t key) { return (key >> 3) * 2654435761u >> 28; }   // 16 entries
-// The entry of `key` in the table at cluster address `tbl` (claimed when absent and `claim`); 0: none / full.
-HB_DEV uint32_t hb_tw_find(uint32_t tbl, uint32_t key, bool claim) {
-    const uint32_t h = hb_tw_slot(key);
-#pragma unroll 1
-    for (uint32_t i = 0; i < HBF_TMA_TABLE_ENTRIES; ++i) {
-        const uint32_t e = tbl + 8u + 24u * ((h + i) & (HBF_TMA_TABLE_ENTRIES - 1u));
-        uint32_t k = hb_smc_ld32(e);
-        if (k == 0u) {
-            if (!claim) return 0u;
-            k = hb_smc_cas32(e, 0u, key);
-            if (k == 0u) return e;
-        }
-        if (k == key) return e;
-    }
-    return 0u;
-}
-
-// The phase counts of the table operations (added to the kernel's counters by the caller).
-struct hb_tw_counts { uint32_t phases, consumed, stale; };
-
-// A copy's deadline `dl` (> 0) into the phase of parity `par` of the entry at `e`: the other parity's object
-// is closed (its phase completed before this issue), this parity's joins the open phase or opens a new one.
-HB_DEV void hb_tw_put(uint32_t e, uint32_t par, uint64_t dl, hb_tw_counts& c) {
-    const uint32_t wa = e + 8u + 8u * (par & 1u), oa = e + 8u + 8u * ((par & 1u) ^ 1u);
-    uint64_t o = hb_smc_ld64(oa);
-#pragma unroll 1
-    while (o != 0ull && (o & HB_TW_CLOSED) == 0ull) {
-        const uint64_t seen = hb_smc_cas64(oa, o, o | HB_TW_CLOSED);
-        if (seen == o) {
-            if (o & HB_TW_WAITED) ++c.consumed; else ++c.stale;
-            break;
-        }
-        o = seen;
-    }
-    dl &= HB_TW_DL;
-    uint64_t w = hb_smc_ld64(wa);
-#pragma unroll 1
-    for (;;) {
-        const bool fresh = w == 0ull || (w & (HB_TW_CLOSED | HB_TW_WAITED)) != 0ull;
-        const uint64_t want = fresh ? dl : (w > dl ? w : dl);
-        if (!fresh && want == w) break;                         // an earlier copy of this phase ends later
-        const uint64_t seen = hb_smc_cas64(wa, w, want);
-        if (seen == w) {
-            if (fresh) {
-                ++c.phases;
-                // an open object that was waited ends consumed here (its parity's next phase); a closed one
-                // was counted when it closed
-                if (w != 0ull && (w & HB_TW_CLOSED) == 0ull) ++c.consumed;
-            }
-            break;
-        }
-        w = seen;
-    }
 }
 
 HB_DEV void hb_tw_count(hbf_kernel_counters* ks, const hb_tw_counts& c) {
@@ -284,19 +202,8 @@ HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, con
 
 // __hb_mbar_wait: the waiter of phase parity `par` of `mbar`, after the native phase completed.
 HB_DEV void hb_mbar_wait(uint32_t table, uint32_t mbar, uint32_t par, uint32_t site) {
-    const uint32_t e = hb_tw_find(table, mbar + 1u, false);
-    if (e == 0u) return;                                         // no tracked copy on this barrier
-    const uint32_t wa = e + 8u + 8u * (par & 1u);
-    uint64_t w = hb_smc_ld64(wa);
-    if (w == 0ull) return;
-    const uint64_t dl = w & HB_TW_DL;
-#pragma unroll 1
-    while ((w & (HB_TW_WAITED | HB_TW_CLOSED)) == 0ull) {         // the first waiter marks the object
-        const uint64_t seen = hb_smc_cas64(wa, w, w | HB_TW_WAITED);
-        if (seen == w) break;
-        w = seen;
-    }
-    __hb_wait(dl, site);
+    const uint64_t dl = hb_tw_take(table, mbar, par);
+    if (dl != 0ull) __hb_wait(dl, site);
 }
 
 // __hb_tma_exit: the CTA's last thread ends the open objects of its table.
@@ -305,17 +212,8 @@ HB_DEV void hb_tma_exit(hbf_device_state* st, uint32_t table, uint32_t kernel_in
     uint32_t done;
     asm volatile("atom.shared::cta.add.u32 %0, [%1], 1;" : "=r"(done) : "r"(table) : "memory");
     if (done + 1u != nthreads) return;
-    uint32_t consumed = 0u, leaked = 0u;
-#pragma unroll 1
-    for (uint32_t i = 0; i < HBF_TMA_TABLE_ENTRIES; ++i) {
-        const uint32_t e = table + 8u + 24u * i;
-        if (hb_smc_ld32(e) == 0u) continue;
-        for (uint32_t p = 0; p < 2u; ++p) {
-            const uint64_t w = hb_smc_ld64(e + 8u + 8u * p);
-            if (w == 0ull || (w & HB_TW_CLOSED)) continue;
-            if (w & HB_TW_WAITED) ++consumed; else ++leaked;
-        }
-    }
+    uint32_t consumed, leaked;
+    hb_tw_exit_scan(table, &consumed, &leaked);
     hbf_kernel_counters* ks = hb_kslot(st, kernel_index << 16);
     if (consumed) hb_red_add(&ks->tma_consumed, consumed);
     if (leaked) hb_red_add(&ks->tma_leaked, leaked);
