@@ -299,3 +299,57 @@ def test_triton_tma_kernels_are_admitted_and_assemble(name):
     if "device" in name:      # the device-built descriptor's publication: a 128-byte store into global scratch
         assert fn["classes"]["tensormap.cp_fenceproxy.global"]["rewritten"] >= 1
     assemble_linked(text)
+
+
+TRITON_SRC = r'''
+import triton, triton.language as tl
+
+@triton.jit
+def copy_host(in_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    out_desc.store([pid_m * BM, pid_n * BN], in_desc.load([pid_m * BM, pid_n * BN]))
+
+@triton.jit
+def copy_dev(x, o, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    i = tl.make_tensor_descriptor(x, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    d = tl.make_tensor_descriptor(o, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    d.store([pid_m * BM, pid_n * BN], i.load([pid_m * BM, pid_n * BN]))
+
+@triton.jit
+def matmul_dev(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    ad = tl.make_tensor_descriptor(a, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    bd = tl.make_tensor_descriptor(b, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    cd = tl.make_tensor_descriptor(c, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    pm = tl.program_id(0)
+    pn = tl.program_id(1)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in tl.range(0, K, BK, num_stages=3):
+        acc += tl.dot(ad.load([pm * BM, k]), bd.load([k, pn * BN]))
+    cd.store([pm * BM, pn * BN], acc.to(tl.float16))
+'''
+
+
+def test_triton_tma_kernels_compiled_here_are_admitted_and_assemble(tmp_path):
+    """Triton 3.6 compiles for sm_90a on the CPU: a host TensorDescriptor copy, a device tl.make_tensor_descriptor
+    copy and a 3-stage pipelined device-descriptor matmul, each rewritten, admitted and assembled."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from workloads.triton_kernels import import_text
+    K = import_text(tmp_path / "tk_tma.py", TRITON_SRC)
+    T = GPUTarget("cuda", 90, 32)
+    desc = "tensordesc<fp32[64, 64]>"
+    jobs = [(K.copy_host, {"in_desc": desc, "out_desc": desc, "BM": "constexpr", "BN": "constexpr"}, {"BM": 64, "BN": 64}),
+            (K.copy_dev, {"x": "*fp32", "o": "*fp32", "M": "i32", "N": "i32", "BM": "constexpr", "BN": "constexpr"},
+             {"BM": 64, "BN": 64}),
+            (K.matmul_dev, {"a": "*fp16", "b": "*fp16", "c": "*fp16", "M": "i32", "N": "i32", "K": "i32",
+                            "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"}, {"BM": 128, "BN": 128, "BK": 64})]
+    for fn, sig, cx in jobs:
+        ptx = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=cx), target=T).asm["ptx"]
+        assert "cp.async.bulk.tensor" in ptx
+        rep = fn_report(ptx)
+        assert rep["admitted"], (fn.__name__, rep["refused"])
+        assert rep["tma_hooks"] >= 2 and rep["native_version"]
+        assemble_linked(ptx)
