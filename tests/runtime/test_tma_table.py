@@ -154,3 +154,16 @@ def test_pipelined_reuse_ends_every_object_exactly_once(T, stages, seed):
     t = T.tot
     assert t["phases"] == iters
     assert t["phases"] == t["consumed"] + t["stale"] + t["leaked"] and t["stale"] == 0 and t["leaked"] == 0
+
+
+def test_the_phase_counters_reach_the_kernel_report():
+    """tma_* are kernel counters (hbf_device.h): the runtime's per-kernel report carries them, so stale and
+    leaked objects are in the summary, not dropped."""
+    from runtime_cuda import devstate as D
+    k = D.hbf_kernel_counters()
+    names = ("tma_copies", "tma_hbf_bytes", "tma_hbm_bytes", "tma_oob_bytes", "tma_phases", "tma_consumed",
+             "tma_stale", "tma_leaked")
+    for i, n in enumerate(names):
+        setattr(k, n, i + 1)
+    d = D.kernel_counters_dict(k)
+    assert [d[n] for n in names] == list(range(1, len(names) + 1))
