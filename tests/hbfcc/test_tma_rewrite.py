@@ -353,3 +353,73 @@ def test_triton_tma_kernels_compiled_here_are_admitted_and_assemble(tmp_path):
         assert rep["admitted"], (fn.__name__, rep["refused"])
         assert rep["tma_hooks"] >= 2 and rep["native_version"]
         assemble_linked(ptx)
+
+
+# ---- the emitted code run on the CPU (tests/runtime/test_group_layout.py's interpreter, with control flow) ----
+
+def flow(text: str, regs: dict, returns: dict, preds: dict | None = None) -> list:
+    """Run kernel k's instrumented version (up to its native copy) with helpers that return ``returns[name]``
+    (a list: successive values) and record their calls; -> [(name, args)] of the TMA / wait helpers."""
+    sys.path.insert(0, str(U.REPO / "tests" / "runtime"))
+    from test_group_layout import run_flow
+    from hbfcc.ptx.printer import print_module
+    txt = print_module(run_pass(text)[0])
+    body = txt[txt.index(".visible .entry k"):txt.index("$__hb_native:")]
+    lines = body.split("\n")[body.split("\n").index("{") + 1:]
+
+    def helper(name):
+        vals = returns.get(name)
+        return lambda *a: vals.pop(0) if vals else None
+    names = ("__hb_tma", "__hb_issue", "__hb_wait", "__hb_mbar_wait", "__hb_mbar_note", "__hb_future_join",
+             "__hb_kernel_enter", "__hb_kernel_exit", "__hb_tma_enter", "__hb_tma_exit")
+    calls = {n: helper(n) for n in names}
+    calls["__hb_future_join"] = lambda a, b: max(a, b)
+    st = {"@state": 0x1000, "@lo": 0, "@span": 1 << 40, **regs}
+    made = run_flow(lines, st, calls, preds)
+    return [(n, a) for n, a in made if n not in ("__hb_kernel_enter", "__hb_kernel_exit")]
+
+
+def test_run_bulk_groups_wait_for_the_right_deadlines():
+    text = kernel("""    cp.async.bulk.global.shared::cta.bulk_group [%rd2], [%r1], 256;
+    cp.async.bulk.commit_group;
+    cp.async.bulk.global.shared::cta.bulk_group [%rd2], [%r1], 256;
+    cp.async.bulk.commit_group;
+    cp.async.bulk.global.shared::cta.bulk_group [%rd2], [%r1], 256;
+    cp.async.bulk.commit_group;
+    cp.async.bulk.wait_group.read 0;
+    cp.async.bulk.wait_group 1;""")
+    made = flow(text, {"%rd2": 1 << 30, "%r1": 0}, {"__hb_tma": [100, 300, 200]})
+    waits = [a[0] for n, a in made if n == "__hb_wait"]
+    # .read waits for nothing; wait_group 1: groups 1 and 2 (300); the exit: group 3 (200)
+    assert waits == [300, 200]
+    assert [n for n, _ in made].count("__hb_tma") == 3
+
+
+def test_run_the_wait_hook_runs_once_when_the_phase_completes():
+    tw = "mbarrier.try_wait.parity.shared.b64 c, [%r2], %r6;"
+    text = kernel(ARRIVE + "\n    @%p1 cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r4, %r5}], [%r2];\n"
+                  + WAIT + "\n    @%p3 mbarrier.test_wait.parity.shared::cta.b64 %p2, [%r2], 1;")
+    tw2 = "@%p3 mbarrier.test_wait.parity.shared::cta.b64 %p2, [%r2], 1;".split(" ", 1)[1]
+    regs = {"%r2": 0x40, "%r6": 1, "%p1": True, "%p3": False, "%rd1": 0x7000, "%r4": 0, "%r5": 8}
+    made = flow(text, regs, {"__hb_tma": [0]}, {tw: [False, False, True], tw2: [True]})
+    tma = [a for n, a in made if n == "__hb_tma"]
+    kind = abi.HBF_TMA_K_LOAD | (2 << abi.HBF_TMA_RANK_SHIFT) | abi.HBF_TMA_F_ACTIVE
+    assert tma == [[0x7000, 0, 8, 0, 0, 0, 0, 0x40, kind, 0, 0x100, 0]]
+    # one hook: after the true try_wait, with its parity; none for the test_wait whose guard is false
+    assert [a[:3] for n, a in made if n == "__hb_mbar_wait"] == [[0x100, 0x40, 1]]
+    regs["%p3"] = True
+    made = flow(text, regs, {"__hb_tma": [0]}, {tw: [True], tw2: [False]})
+    assert [a[:3] for n, a in made if n == "__hb_mbar_wait"] == [[0x100, 0x40, 1]]
+    regs["%p1"] = False          # the copy's guard false: the helper is told the lane is inactive
+    made = flow(text, regs, {"__hb_tma": [0]}, {tw: [True], tw2: [True]})
+    assert [a[8] for n, a in made if n == "__hb_tma"] == [kind & ~abi.HBF_TMA_F_ACTIVE]
+
+
+def test_run_cp_async_arrive_notes_the_latest_copy_since_the_last_arrive():
+    text = kernel("""    cp.async.ca.shared.global [%r1], [%rd2], 16;
+    cp.async.ca.shared.global [%r3], [%rd2+16], 16;
+    cp.async.mbarrier.arrive.noinc.shared.b64 [%r2];
+    cp.async.mbarrier.arrive.noinc.shared.b64 [%r2];""")
+    made = flow(text, {"%rd2": 1 << 30, "%r1": 0, "%r3": 16, "%r2": 0x40}, {"__hb_issue": [700, 500]})
+    notes = [a[:3] for n, a in made if n == "__hb_mbar_note"]
+    assert notes == [[0x100, 0x40, 700], [0x100, 0x40, 0]]     # the second arrive covers no new copy
