@@ -8,7 +8,10 @@ tl.make_tensor_descriptor copy, the pipelined TMA matmuls with host and device d
   stub    : rewritten and linked with a helper module whose functions return at once (hbfcc.helpers.stub_helper:
             the kernel's own instrumentation, without the helpers' registers that whole-program allocation adds);
   direct  : linked with runtime_cuda/ptx/hbf_helpers.ptx (the default build);
-  lean    : linked with runtime_cuda/ptx/hbf_helpers_lean.ptx (HBF_OOL_OPAQUE=1).
+  lean    : linked with runtime_cuda/ptx/hbf_helpers_lean.ptx (HBF_OOL_OPAQUE=1);
+  trusted : the direct build with -DHBF_TMA_TRUST_LAYOUT=1 (built here): the TensorMap decoder and the box walk are
+            live code (the default build fails tensor copies closed while the decoder's layout is unverified, so
+            ptxas drops that code from kernels whose copies are all tensor copies).
 Registers, stack frame bytes, spill bytes and shared memory per variant; the rewrite's TMA counts.
 
     python3 bench/tma_registers.py [--out bench/results/tma_registers.json]
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import os
 import re
 import shutil
 import subprocess
@@ -79,6 +83,12 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="tma_regs.") as d:
         wd = Path(d)
+        tp = wd / "hbf_helpers_trusted.ptx"
+        r = subprocess.run([sys.executable, "setup.py", "helper-ptx", "direct", str(tp)], cwd=REPO, capture_output=True,
+                           text=True, env={**os.environ, "NVCC_APPEND_FLAGS": "-DHBF_TMA_TRUST_LAYOUT=1"})
+        if r.returncode != 0 or not tp.is_file():
+            raise SystemExit(f"the trusted helper build failed: {r.stderr[-2000:]}")
+        helpers["trusted"] = H.load_helper(str(tp))
         for name in a.kernels.split(","):
             src = (REPO / "tests" / "fixtures" / "triton" / f"{name}.ptx").read_text()
             row = {"kernel": name, "plain": ptxas(src, wd, f"{name}.plain")}
@@ -91,8 +101,8 @@ def main(argv=None) -> int:
                     row["tma"] = fn["tma"]
                     row["tma_hooks"] = fn["tma_hooks"]
             rows.append(row)
-            print(f"{name}: plain {row['plain'].get('registers')} regs, stub {row['stub'].get('registers')}, "
-                  f"direct {row['direct'].get('registers')}, lean {row['lean'].get('registers')}", flush=True)
+            print(f"{name}: " + ", ".join(f"{t} {row[t].get('registers')} regs / {row[t].get('stack_bytes')} B stack"
+                                          for t in ("plain", "stub", "direct", "lean", "trusted")), flush=True)
     doc = {"what": "register / stack / smem growth of the Triton TMA kernels rewritten by hbfcc (ptxas 13, sm_90a)",
            "date": _dt.date.today().isoformat(), "card": "CPU (ptxas only; no GPU)",
            "command": "python3 bench/tma_registers.py", "rows": rows}

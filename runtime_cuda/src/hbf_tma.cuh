@@ -109,8 +109,10 @@ struct hb_tma_acc {
 };
 
 // One run [a, a + n) of a copy with operation `op`: split at range boundaries, HBF page spans requested.
-HB_DEV void hb_tma_run(hbf_device_state* st, uint64_t a, uint64_t n, uint32_t op, uint32_t site, uint64_t t0,
-                       hb_tma_acc& acc) {
+// A call of its own (noinline): its request path's registers are not stacked on the box walk's (the walk runs
+// in hb_tma_collect, also a call), so the helper's footprint is the larger of the two, not their sum.
+static __device__ __noinline__ void hb_tma_run(hbf_device_state* st, uint64_t a, uint64_t n, uint32_t op, uint32_t site,
+                                               uint64_t t0, hb_tma_acc& acc) {
     const uint32_t op_flags = op | HBF_F_ACTIVE;
     hbf_kernel_counters* ks = nullptr;
 #pragma unroll 1
@@ -157,6 +159,25 @@ HB_DEV void hb_tma_run(hbf_device_state* st, uint64_t a, uint64_t n, uint32_t op
     }
 }
 
+// The box's runs number skip .. skip + HB_TMA_CHUNK - 1 (in hb_tmap_box_runs' order) into b; returns the number of
+// runs of the box (*oob: its out-of-bounds bytes). The walk is repeated per chunk instead of holding its state (five
+// dimensions of bounds and indices) live across the media requests: a box has at most a few hundred runs (one per
+// row of dimension 0), and the walk is cheap next to a run's requests.
+#define HB_TMA_CHUNK 16u
+struct hb_tma_runs { uint64_t a[HB_TMA_CHUNK]; uint32_t n[HB_TMA_CHUNK]; };
+static __device__ __noinline__ uint32_t hb_tma_collect(const hb_tmap* m, const int32_t* c, uint32_t skip,
+                                                       hb_tma_runs* b, uint64_t* oob) {
+    uint32_t i = 0;
+    *oob = hb_tmap_box_runs(*m, c, [&](uint64_t a, uint32_t n) {
+        if (i >= skip && i - skip < HB_TMA_CHUNK) { b->a[i - skip] = a; b->n[i - skip] = n; }
+        ++i;
+    });
+    return i;
+}
+static __device__ __noinline__ int hb_tma_decode(uint64_t gaddr, hb_tmap* m) {
+    return hb_tmap_decode((const void*)gaddr, m);
+}
+
 // __hb_tma (hbf_abi.h): the copy's requests, then its completion where the program will wait for it.
 HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, const int32_t* c, uint32_t nbytes,
                                        uint32_t mbar, uint32_t kind, uint32_t ctamask, uint32_t table, uint32_t site,
@@ -174,11 +195,20 @@ HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, con
         // fails closed (UNSUPPORTED, recorded) instead of being modeled from a guessed decode;
         // -DHBF_TMA_TRUST_LAYOUT=1 builds a helper that trusts it (the GPU validation runs use it)
         const bool trusted = HB_TMAP_LAYOUT_VERIFIED || HBF_TMA_TRUST_LAYOUT;
-        if (!trusted || hb_tmap_decode((const void*)gaddr, &m) != 0 || (uint32_t)m.rank != rank || m.im2col) {
+        if (!trusted || hb_tma_decode(gaddr, &m) != 0 || (uint32_t)m.rank != rank || m.im2col) {
             HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, gaddr);   // not a tiled map this copy can use
             hb_end();
         }
-        oob = hb_tmap_box_runs(m, c, [&](uint64_t a, uint64_t n) { hb_tma_run(st, a, n, op, site, t0, acc); });
+        hb_tma_runs runs;
+        uint32_t done = 0u, total;
+#pragma unroll 1
+        do {
+            total = hb_tma_collect(&m, c, done, &runs, &oob);
+            const uint32_t k = total - done < HB_TMA_CHUNK ? total - done : HB_TMA_CHUNK;
+#pragma unroll 1
+            for (uint32_t i = 0; i < k && !acc.bad && !acc.failed; ++i) hb_tma_run(st, runs.a[i], runs.n[i], op, site, t0, acc);
+            done += k;
+        } while (done < total && !acc.bad && !acc.failed);
     }
     if (acc.bad) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, gaddr);
     if (acc.bad || acc.failed) hb_end();                        // recorded; before the copy is performed
