@@ -22,7 +22,7 @@ Issue is not consumption (DESIGN.md §3.3):
   (``@g mov``), so a register that keeps its old value keeps its old future.
 * ``.volatile``/``.acquire``/``.mmio`` loads and ``atom`` wait at once (``HBF_F_WAIT_NOW``).
 * Stores (and ``red``) are posted: their futures are joined (``__hb_future_join``) into a per-thread
-  drain register, waited at fences (membar/fence), ``.release``/``.acq_rel`` operations, atomics,
+  drain register, waited at fences (membar/fence; not a shared-memory proxy fence), ``.release``/``.acq_rel`` operations, atomics,
   ``ret`` and ``exit``.
 * ``cp.async``: each copy's future is joined into the open group; ``commit_group`` shifts the open
   group into a window of K group registers (newest first; the oldest register accumulates every
@@ -356,6 +356,9 @@ def _classify_tma(inst: Instruction, ctx: _Ctx):
 def _drains(inst: Instruction) -> bool:
     """Posted stores drain before this instruction."""
     op = inst.opcode
+    if op == "fence" and _family(inst) == "fence.proxy" and \
+            any(m in ("shared::cta", "shared::cluster") for m in inst.modifiers):
+        return False        # a proxy fence for shared memory only (before a TMA store reads it): no global order
     if op in ("membar", "fence", "atom", "red", "ret", "exit"):
         return True
     if "release" in inst.modifiers or "acq_rel" in inst.modifiers:

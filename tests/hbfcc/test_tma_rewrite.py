@@ -423,3 +423,18 @@ def test_run_cp_async_arrive_notes_the_latest_copy_since_the_last_arrive():
     made = flow(text, {"%rd2": 1 << 30, "%r1": 0, "%r3": 16, "%r2": 0x40}, {"__hb_issue": [700, 500]})
     notes = [a[:3] for n, a in made if n == "__hb_mbar_note"]
     assert notes == [[0x100, 0x40, 700], [0x100, 0x40, 0]]     # the second arrive covers no new copy
+
+
+def test_a_shared_memory_proxy_fence_does_not_drain_global_stores():
+    """fence.proxy.async.shared::cta (what a TMA store's producer issues) orders shared memory only; a plain
+    fence and a global proxy fence still drain the posted stores."""
+    text = kernel("""    st.global.u32 [%rd2], %r4;
+    fence.proxy.async.shared::cta;
+    st.global.u32 [%rd2+4], %r4;
+    fence.proxy.async.global;
+    st.global.u32 [%rd2+8], %r4;
+    fence.acq_rel.gpu;""")
+    t = U.trace(run_pass(text)[0], "k")
+    for f, drained in (("fence.proxy.async.shared::cta;", False), ("fence.proxy.async.global;", True),
+                       ("fence.acq_rel.gpu;", True)):
+        assert (t[t.index(f) - 1] == "wait %__hb_d") is drained, (f, t)
