@@ -233,7 +233,9 @@ HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, con
 // __hb_mbar_wait: the waiter of phase parity `par` of `mbar`, after the native phase completed.
 HB_DEV void hb_mbar_wait(uint32_t table, uint32_t mbar, uint32_t par, uint32_t site) {
     const uint64_t dl = hb_tw_take(table, mbar, par);
-    if (dl != 0ull) __hb_wait(dl, site);
+    // 0: nothing tracked; 1: the phase's copies had no HBF byte (the object exists for its lifecycle only): no
+    // wait, and no ready-wait slack counted against a deadline that was never modeled
+    if (dl > 1ull) __hb_wait(dl, site);
 }
 
 // __hb_tma_exit: the CTA's last thread ends the open objects of its table.
