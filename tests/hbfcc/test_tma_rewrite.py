@@ -438,3 +438,16 @@ def test_a_shared_memory_proxy_fence_does_not_drain_global_stores():
     for f, drained in (("fence.proxy.async.shared::cta;", False), ("fence.proxy.async.global;", True),
                        ("fence.acq_rel.gpu;", True)):
         assert (t[t.index(f) - 1] == "wait %__hb_d") is drained, (f, t)
+
+
+def test_operand_forms_a_64_bit_barrier_address_with_an_offset():
+    """The barrier in a 64-bit register with an offset: cvt to the 32-bit shared::cta key, then the offset."""
+    text = kernel("""    cvt.u64.u32 %rd5, %r2;
+    add.u64 %rd5, %rd5, -8;
+    mbarrier.arrive.expect_tx.shared.b64 _, [%rd5+8], 64;
+    cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r4}], [%rd5+8];
+    { .reg .pred c; w: mbarrier.try_wait.parity.shared.b64 c, [%rd5+8], %r6; @!c bra.uni w; }""")
+    t = U.trace(run_pass(text)[0], "k", keep_hb_movs=True)
+    assert t.count("hb: cvt.u32.u64 %__hb_mb, %rd5;") == 2 and t.count("hb: add.u32 %__hb_mb, %__hb_mb, 8;") == 2
+    assert fn_report(text)["admitted"]
+    assemble_linked(text)
