@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 # ---- hbf_abi.h ---------------------------------------------------------------------------------
 
-HBF_HELPER_ABI_VERSION = 4   # 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
-#                              4: __hb_l2_hooks (the L2 build)
+HBF_HELPER_ABI_VERSION = 5   # 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
+#                              4: __hb_l2_hooks (the L2 build);
+#                              5: the TMA helpers (__hb_tma, __hb_mbar_note, __hb_mbar_wait, __hb_tma_enter/exit)
 
 # the operation: the low bits of __hb_issue's flags and the op field of a ring request (hbf_ctl.h
 # defines them; hbfcommon.ctl imports them from here, so the compiler needs no control-region mirror)
@@ -50,6 +51,24 @@ CDESC_INL_FLAGS_OFF = 120
 HB_GROUP_SLOW = -1                      # __hb_issue_group (as .s64; all ones): the group is not served, each site alone
 INLINE_NEVER = -(2 ** 63 - 1)          # __hb_inline_until: not inline for the rest of this launch
 
+# ---- TMA and bulk async copies (ABI 5, hbf_abi.h "TMA"; hbfcc/passes/tma.py) ----
+# __hb_tma's kind argument: bits 0..3 the kind, bits 8..11 the tensor rank (0: a bulk copy: gaddr is the global
+# address and nbytes its size), HBF_TMA_F_ACTIVE (the copy's guard holds), HBF_TMA_F_MULTICAST (ctamask used)
+HBF_TMA_K_LOAD = 0          # global -> shared, completion through an mbarrier (complete_tx)
+HBF_TMA_K_STORE = 1         # shared -> global, bulk_group completion
+HBF_TMA_K_REDUCE = 2        # shared -> global read-modify-write, bulk_group completion
+HBF_TMA_K_PREFETCH = 3      # global -> L2, nobody waits
+HBF_TMA_K_MASK = 0xF
+HBF_TMA_F_ACTIVE = 0x10
+HBF_TMA_F_MULTICAST = 0x20
+HBF_TMA_RANK_SHIFT = 8
+# the per-CTA completion table hbfcc declares in .shared (hbf_abi.h "TMA completion table"): an 8-byte header
+# {u32 exited threads, u32 flags} and HBF_TMA_TABLE_ENTRIES entries {u32 key (mbarrier shared::cta address + 1),
+# u32 pad, u64 word[2] (per phase parity)}
+HBF_TMA_TABLE_ENTRIES = 16
+HBF_TMA_TABLE_BYTES = 8 + 24 * HBF_TMA_TABLE_ENTRIES
+HBF_TMA_E_CLUSTER = 0x1     # __hb_tma_enter flags: other CTAs of the cluster write this table (multicast)
+
 # every helper symbol starts with this; the linker keeps these names and makes them .weak
 HELPER_PREFIX = "__hb_"
 
@@ -83,6 +102,13 @@ HELPERS: dict[str, Signature] = {s.name: s for s in (
     _sig("__hb_kernel_flush", [], [(32, "kernel_index"), (32, "rd_req"), (32, "rd_granules"), (64, "rd_bytes"),
                                    (32, "wr_req"), (64, "wr_bytes"), (32, "ready_waits"), (64, "slack_ns")]),
     _sig("__hb_issue_group", [(64, "fut")], [(64, "addrs"), (32, "pmask"), (64, "nbpack"), (32, "site")]),
+    _sig("__hb_tma", [(64, "fut")], [(64, "gaddr"), (32, "c0"), (32, "c1"), (32, "c2"), (32, "c3"), (32, "c4"),
+                                     (32, "nbytes"), (32, "mbar"), (32, "kind"), (32, "ctamask"), (32, "table"),
+                                     (32, "site")]),
+    _sig("__hb_mbar_note", [], [(32, "table"), (32, "mbar"), (64, "fut"), (32, "site")]),
+    _sig("__hb_mbar_wait", [], [(32, "table"), (32, "mbar"), (32, "parity"), (32, "site")]),
+    _sig("__hb_tma_enter", [], [(32, "table"), (32, "flags")]),
+    _sig("__hb_tma_exit", [], [(32, "table"), (32, "kernel_index")]),
 )}
 
 # ---- the Eidola helper module (the flags pass, issue 7) ----------------------------------------

@@ -50,6 +50,9 @@ _FUNC = {
                            "instruction": {"type": "string"}, "line": {"type": "integer"}}}},
         "sites": {"type": "integer"}, "waits": {"type": "integer"}, "drains": {"type": "integer"},
         "ptxas_before": _STATS, "ptxas_after": _STATS,
+        # TMA-family instructions by class (hbfcc/passes/tma.py), the hooks emitted for them, the bulk-group window
+        "tma": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+        "tma_hooks": {"type": "integer", "minimum": 0}, "bulk_window": {"type": "integer", "minimum": 0},
     },
 }
 SCHEMA: dict[str, Any] = {

@@ -21,7 +21,7 @@ from hbfcommon.profile import L2_MAX_SETS, L2_MIN_SETS, L2_POLICIES, l2_sets
 from hbfcommon.status import STATUS_NAMES
 
 HBF_DEVSTATE_MAGIC = 0x3130545344464248  # "HBFDST01"
-HBF_DEVSTATE_VERSION = 4   # 4: the L2 model (l2_*)
+HBF_DEVSTATE_VERSION = 5   # 4: the L2 model (l2_*); 5: the tma_* kernel counters (issue 15)
 HBF_DEV_MAX_CHANNELS = 64
 HBF_DEV_MAX_BANKS = 8192   # channels * dies_per_channel * planes_per_die, fast source (hbf_device.h)
 HBF_BUF_READY_BITS = 40
@@ -34,8 +34,10 @@ HBF_THC_REPLICA_STRIDE = 16   # u64 words between two thermal replicas (hbf_devi
 # 64 Ki-element block) then overflows it inside a helper (an illegal address). The runtime raises the
 # context's stack limit to the kernel's frame + this bound when it binds a module. Sound because the helper
 # call graph is acyclic: a chain is at most the sum of all helper frames, which
-# tests/runtime/test_runtime_helpers_ptx.py checks against ptxas -v of both helper builds.
-HELPER_STACK_BOUND = 2048
+# tests/runtime/test_runtime_helpers_ptx.py checks against ptxas -v of both helper builds. 2048 until the TMA
+# and capacity helpers came (2026-12-05: the lean build's frames sum to 2224 B); 3072 reserves about 0.8 GB of
+# device memory for the stacks of a full H200 (2048 threads x 132 SMs) where 2048 reserved 0.55 GB.
+HELPER_STACK_BOUND = 3072
 HBF_DSF_ALLOW_UNMODELED = 0x1
 
 
@@ -43,6 +45,11 @@ class hbf_dev_range(ctypes.Structure):
     _fields_ = [("base", c_uint64), ("end", c_uint64), ("media_offset", c_uint64),
                 ("range_id", c_uint32), ("mode", c_uint8), ("perms", c_uint8),
                 ("page_shift", c_uint8), ("reserved", c_uint8)]
+
+
+# the TMA counters (issue 15, hbf_tma.cuh; hbf_device.h hbf_kernel_counters after the L2 words)
+TMA_COUNTERS = ("tma_copies", "tma_hbf_bytes", "tma_hbm_bytes", "tma_oob_bytes", "tma_phases", "tma_consumed",
+                "tma_stale", "tma_leaked")
 
 
 class hbf_kernel_counters(ctypes.Structure):
@@ -56,7 +63,7 @@ class hbf_kernel_counters(ctypes.Structure):
                 # the L2 in front of HBF (docs/design.md §3.12; hbf_l2.cuh)
                 ("l2_lines", c_uint64), ("l2_hit_bytes", c_uint64), ("l2_miss_bytes", c_uint64),
                 ("l2_merged", c_uint64), ("l2_lost", c_uint64), ("l2_unmodeled", c_uint64),
-                ("l2_reserved", c_uint64 * 2)]
+                ("l2_reserved", c_uint64 * 2)] + [(f, c_uint64) for f in TMA_COUNTERS]
 
 
 class hbf_device_state(ctypes.Structure):
@@ -347,7 +354,7 @@ def kernel_counters_dict(k: hbf_kernel_counters) -> dict:
                                 if int(k.status[i])}}
     for f in ("wait_calls", "wait_wall_ns", "wait_overhead_ns", "launches", "blocks_exited", "kstart_ns",
               "kend_ns", "thermal_waits", "thermal_wait_ns", "refresh_claims", "refresh_bytes", "bias_clamps",
-              "ready_waits", "slack_ns", "inline_requests", *L2_COUNTERS):
+              "ready_waits", "slack_ns", "inline_requests", *L2_COUNTERS, *TMA_COUNTERS):
         d[f] = int(getattr(k, f))
     return d
 

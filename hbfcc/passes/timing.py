@@ -22,14 +22,18 @@ Issue is not consumption (DESIGN.md §3.3):
   (``@g mov``), so a register that keeps its old value keeps its old future.
 * ``.volatile``/``.acquire``/``.mmio`` loads and ``atom`` wait at once (``HBF_F_WAIT_NOW``).
 * Stores (and ``red``) are posted: their futures are joined (``__hb_future_join``) into a per-thread
-  drain register, waited at fences (membar/fence), ``.release``/``.acq_rel`` operations, atomics,
+  drain register, waited at fences (membar/fence; not a shared-memory proxy fence), ``.release``/``.acq_rel`` operations, atomics,
   ``ret`` and ``exit``.
 * ``cp.async``: each copy's future is joined into the open group; ``commit_group`` shifts the open
   group into a window of K group registers (newest first; the oldest register accumulates every
   older group); ``wait_group N`` waits for every register holding groups older than the N newest;
   ``wait_all`` waits for all. K = max(HBFCC_CPASYNC_WINDOW, largest N + 1), so the window is exact.
-* TMA (``cp.async.bulk*``, ``cp.reduce.async.bulk*``), multimem, texture/surface and tensormap
-  writes are refused with a precise reason; the kernel is then not admitted.
+* TMA and the bulk async copies (``cp.async.bulk*``, ``cp.reduce.async.bulk*``, bulk prefetch,
+  ``cp.async.mbarrier.arrive``, global ``tensormap`` writes): :mod:`hbfcc.passes.tma` classifies them; an
+  admitted copy calls ``__hb_tma`` before the native copy, mbarrier-tracked completions are enforced at
+  the program's ``mbarrier.try_wait``/``test_wait`` (``__hb_mbar_wait``, a per-CTA table), bulk stores and
+  reductions wait at ``cp.async.bulk.wait_group`` (a window like cp.async's) and at every exit.
+* multimem and texture/surface accesses are refused with a precise reason; the kernel is then not admitted.
 * ``__hb_kernel_enter(k)`` at the top of each ``.entry``, ``__hb_kernel_exit(k)`` before its
   ``ret``/``exit``.
 * Code versioning: every function with access sites keeps an untouched copy of its original body
@@ -53,6 +57,7 @@ from hbfcommon.errors import RewriteError
 from hbfcc import link
 from hbfcc.admission import SYSTEM_CALLS, admit, not_seen_by_rewrite
 from hbfcc.ptx.cfg import build_cfg
+from hbfcc.passes import tma as T
 from hbfcc.passes.provenance import address_provenance
 from hbfcc.ptx.model import (Address, ArgList, Block, Comment, Declarator, Directive, Function,
                              Guard, Immediate, Instruction, Label, LabelRef, Module, Negated, Register, Statement,
@@ -93,6 +98,10 @@ R_GZ = "%__hb_gz"                                                          # .b6
 GAL = "__hb_gal"                        # .local .b8 [8 x GROUP_MAX]: a group's addresses for __hb_issue_group
 R_GC, R_GG, R_GB = "%__hb_gc", "%__hb_gg", "%__hb_gbn"                    # .b32 the group's counts
 GROUP_MAX = 8      # sites per group (bounds the per-slot predicates live across it)
+# TMA (hbfcc/passes/tma.py): the completion table's address, temps, the bulk-group window, the thread's
+# cp.async copies since its last cp.async.mbarrier.arrive, the token-form waits' phase parities
+R_TBL, R_MB, R_TM, R_TA = "%__hb_tbl", "%__hb_mb", "%__hb_tm", "%__hb_ta"   # .b32, .b32, .b32, .b64
+R_BG, R_CPALL, R_TK, R_TQ = "%__hb_bg", "%__hb_cpall", "%__hb_tk", "%__hb_tq"   # .b64 [K], .b64, .b32 [n], .pred
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,6 +118,7 @@ class Decision:
     nbytes: int = 0
     addr: Optional[Address] = None
     generic_symbol_global: bool = False
+    tma: Optional[T.TmaForm] = None  # kind "tma" (a __hb_tma site), "mbwait", "cpa_arrive"
 
 
 _FAM_OPS = frozenset({"cp", "tensormap", "fence", "st", "red", "mbarrier", "barrier", "elect"})
@@ -131,8 +141,6 @@ def _type_bytes(inst: Instruction) -> Optional[int]:
     return None
 
 
-REFUSE_TMA = ("TMA/bulk async copy ({fam}): completion is signalled through an mbarrier "
-              "(complete_tx) or bulk_group that hbfcc does not track yet; modeled in a later issue")
 
 
 class _Ctx:
@@ -151,6 +159,10 @@ class _Ctx:
         self.has_cp_async_mbarrier = False
         self.has_cp_async_commit = False
         self.max_wait_group = 0
+        self.max_bulk_wait_group = 0
+        self.has_bulk_group = False       # a bulk store / reduction into global memory (bulk_group)
+        self.tracks = False               # the module has mbarrier-tracked copies: waits are hooked
+        self.reg_def_fams: dict[str, set[str]] = {}   # register -> families of the instructions writing it
         for _, s in walk(fn.body or ()):
             t = type(s)
             if t is VarDecl:
@@ -171,6 +183,13 @@ class _Ctx:
                     self.has_cp_async_commit = True
                 elif fam == "cp.async.wait_group" and s.operands and type(s.operands[0]) is Immediate:
                     self.max_wait_group = max(self.max_wait_group, int(s.operands[0].value))
+                elif fam == "cp.async.bulk.wait_group" and s.operands and type(s.operands[0]) is Immediate:
+                    self.max_bulk_wait_group = max(self.max_bulk_wait_group, int(s.operands[0].value))
+                elif fam in ("cp.async.bulk", "cp.async.bulk.tensor", "cp.reduce.async.bulk",
+                             "cp.reduce.async.bulk.tensor") and "bulk_group" in s.modifiers:
+                    self.has_bulk_group = True
+                for r in s.defs():
+                    self.reg_def_fams.setdefault(r, set()).add(fam)
 
     def reg_type(self, name: str) -> Optional[str]:
         t = self.reg_exact.get(name)
@@ -188,6 +207,10 @@ def classify(inst: Instruction, ctx: _Ctx) -> Optional[Decision]:
     op = inst.opcode
     mods = inst.modifiers
     fam = _family(inst)
+    if op in _TMA_OPS:
+        d = _classify_tma(inst, ctx)
+        if d is not False:
+            return d
     if op in ("ld", "ldu", "st"):
         space = inst.state_space or "generic"
         if fam in ("st.async", "st.bulk"):
@@ -257,21 +280,12 @@ def classify(inst: Instruction, ctx: _Ctx) -> Optional[Decision]:
     if op == "cp":
         if fam in ("cp.async.commit_group", "cp.async.wait_group", "cp.async.wait_all"):
             return None  # group accounting, handled by the pass (not a memory access itself)
-        if fam == "cp.async.mbarrier.arrive":
-            return Decision(fam, "native", reason="arrive-on of an mbarrier in shared memory")
-        if fam in ("cp.async.bulk.commit_group", "cp.async.bulk.wait_group"):
-            return Decision(fam, "native", reason="bulk-group bookkeeping (no memory access)")
-        if fam.startswith("cp.async.bulk") or fam.startswith("cp.reduce.async"):
-            return Decision(fam, "refused", reason=REFUSE_TMA.format(fam=inst.mnemonic))
         if fam == "cp.async":
             dst, src = inst.copy_spaces() or ("generic", "generic")
             cls = f"cp.async.{dst.split('::')[0]}.{src}"
             if src != "global":
                 return Decision(cls, "refused", reason=f"cp.async from .{src} is not a known form")
-            if ctx.has_cp_async_mbarrier:
-                return Decision(cls, "refused", reason="cp.async completion tracked through "
-                                "cp.async.mbarrier.arrive (an mbarrier), not commit/wait_group: not modeled")
-            if not ctx.has_cp_async_commit:
+            if not ctx.has_cp_async_commit and not ctx.has_cp_async_mbarrier:
                 return Decision(cls, "refused", reason="cp.async whose group is never committed in this "
                                 "function (commit/wait in another function): group accounting is "
                                 "per function, not modeled")
@@ -289,29 +303,14 @@ def classify(inst: Instruction, ctx: _Ctx) -> Optional[Decision]:
             return None
         return Decision(op, "refused", reason="texture/surface access reads or writes global memory "
                         "through the texture path: not modeled")
-    if op == "tensormap":
-        if fam == "tensormap.cp_fenceproxy":
-            return Decision(fam, "refused", reason="tensormap.cp_fenceproxy writes a TMA descriptor "
-                            "to global memory: not modeled (TMA, later issue)")
-        if fam == "tensormap.replace":
-            space = inst.state_space or "generic"
-            if space in NATIVE_SPACES:
-                return Decision(f"{fam}.{space}", "native", reason=f".{space} tensor map staging")
-            return Decision(f"{fam}.{space}", "refused", reason="tensormap.replace on a global/generic "
-                            "tensor map writes global memory: not modeled (TMA, later issue)")
-        return None
     if op in ("prefetch", "prefetchu"):
         space = inst.state_space or "generic"
-        if fam == "cp.async.bulk.prefetch" or "tensormap" in mods:
-            return Decision(f"{op}.tensormap", "native", reason="prefetch of a tensor map (no data to the program)")
         return Decision(f"{op}.{space}", "native", reason="prefetch carries no data to the program; not timed")
     if op in ("discard", "applypriority"):
         return Decision(f"{op}.{inst.state_space}", "refused",
                         reason=f"{op} changes the state of global memory lines: not modeled")
     if op in ("ldmatrix", "stmatrix"):
         return Decision(op, "native", reason="shared memory matrix access")
-    if op == "mbarrier":
-        return Decision("mbarrier", "native", reason="mbarrier objects live in shared memory")
     if inst.is_memory_op:
         space = inst.state_space or "generic"
         if space in NATIVE_SPACES:
@@ -320,9 +319,46 @@ def classify(inst: Instruction, ctx: _Ctx) -> Optional[Decision]:
     return None
 
 
+_TMA_OPS = frozenset(("cp", "mbarrier", "fence", "tensormap", "prefetch", "prefetchu"))
+
+
+def _classify_tma(inst: Instruction, ctx: _Ctx):
+    """The TMA family's decision (hbfcc/passes/tma.py) as the pass's Decision; False when ``inst`` is not
+    of the family (the classifier goes on), None for group bookkeeping the pass does itself."""
+    f = T.classify(inst)
+    if f is None:
+        return False
+    if f.role in ("commit", "wait_group"):
+        return None
+    if f.action != "rewritten":
+        return Decision(f.cls, f.action, reason=f.reason, tma=f)
+    if f.role == "copy":
+        return Decision(f.cls, "rewritten", kind="tma", tma=f)
+    if f.role == "descstore":       # a 128-byte descriptor written into global memory: a posted store
+        flags = abi.HBF_OP_STORE | (abi.HBF_F_GENERIC if (inst.state_space or "generic") == "generic" else 0)
+        return Decision(f.cls, "rewritten", kind="store", flags=flags, nbytes=128, addr=f.gaddr, tma=f)
+    if f.role == "wait":
+        if not ctx.tracks:
+            return Decision(f.cls, "native", reason="no mbarrier-tracked copy in this module", tma=f)
+        if "parity" not in inst.modifiers:
+            st = inst.operands[2]
+            if type(st) is not Register or not ctx.reg_def_fams.get(st.name) or \
+                    ctx.reg_def_fams[st.name] - {"mbarrier.arrive", "mbarrier.arrive_drop"}:
+                return Decision(f.cls, "refused", reason=f"{inst.mnemonic}: token-form mbarrier wait whose state "
+                                f"({st}) is not written only by mbarrier.arrive in this function: the phase it "
+                                "waits for is unknown, so the modeled completion cannot be enforced", tma=f)
+        return Decision(f.cls, "rewritten", kind="mbwait", tma=f)
+    if f.role == "cpasync_arrive":
+        return Decision(f.cls, "rewritten", kind="cpa_arrive", tma=f)
+    raise RewriteError("internal: unknown TMA role", role=f.role, instruction=inst.mnemonic)
+
+
 def _drains(inst: Instruction) -> bool:
     """Posted stores drain before this instruction."""
     op = inst.opcode
+    if op == "fence" and _family(inst) == "fence.proxy" and \
+            any(m in ("shared::cta", "shared::cluster") for m in inst.modifiers):
+        return False        # a proxy fence for shared memory only (before a TMA store reads it): no global order
     if op in ("membar", "fence", "atom", "red", "ret", "exit"):
         return True
     if "release" in inst.modifiers or "acq_rel" in inst.modifiers:
@@ -412,6 +448,9 @@ class FunctionReport:
     grouped_issues: int = 0          # load issues in those groups
     moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
     group_calls: int = 0             # groups with a __hb_issue_group call (HBFCC_FAST_GROUPS)
+    tma: dict[str, int] = field(default_factory=dict)   # TMA-family instructions by class (hbfcc/passes/tma.py)
+    tma_hooks: int = 0               # __hb_tma calls, mbarrier wait hooks, cp.async arrive notes emitted
+    bulk_window: int = 0             # the bulk-group window (0: no bulk store / reduction)
 
     def count(self, d: Decision) -> None:
         c = self.classes.setdefault(d.cls, {"count": 0, "rewritten": 0, "native": 0, "refused": 0})
@@ -430,7 +469,8 @@ class FunctionReport:
                 "address_source": self.address_source, "memory_address_lines": self.memory_address_lines,
                 "hoisted_issues": self.hoisted_issues, "issue_groups": self.issue_groups,
                 "grouped_issues": self.grouped_issues, "moved_loads": self.moved_loads,
-                "group_calls": self.group_calls}
+                "group_calls": self.group_calls, "tma": self.tma, "tma_hooks": self.tma_hooks,
+                "bulk_window": self.bulk_window}
 
 
 # Issue hoisting: what a load's issue may be moved above. Plain computation and plain (weak) memory
@@ -518,7 +558,8 @@ def _is_copy(st) -> bool:
 
 class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
-                 inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True):
+                 inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
+                 tracks: bool = False, cluster: bool = False):
         self.hoist = hoist
         self.move_loads = move_loads and hoist
         self.moved: dict[tuple[int, ...], list[Statement]] = {}   # hoist point -> loads moved there
@@ -534,8 +575,14 @@ class _FunctionRewriter:
         self.fn = fn
         self.kidx = kidx
         self.ctx = _Ctx(module, fn)
+        self.ctx.tracks = tracks
+        self.cluster = cluster
         self.K = max(window, self.ctx.max_wait_group + 1)
-        self.report = FunctionReport(fn.name, fn.kind, kidx, cp_async_window=self.K)
+        self.KB = max(window, self.ctx.max_bulk_wait_group + 1) if self.ctx.has_bulk_group else 0
+        self.post: dict[tuple[int, ...], list[Statement]] = {}   # code right after a statement (wait hooks)
+        self.tok: dict[str, int] = {}            # token-form wait state register -> its parity register
+        self.tma_regs = False                    # the TMA scratch registers are declared
+        self.report = FunctionReport(fn.name, fn.kind, kidx, cp_async_window=self.K, bulk_window=self.KB)
         self.site_count = 0
         self.pre: dict[tuple[int, ...], list[Statement]] = {}
         self.node_site: dict[int, int] = {}       # node index -> site id
@@ -668,6 +715,8 @@ class _FunctionRewriter:
             out.append(_call("__hb_kernel_flush", [
                 ("b32", _I(self.kidx)), ("b32", _R(R_ICR)), ("b32", _R(R_IGR)), ("b64", _R(R_IBR)),
                 ("b32", _R(R_ICW)), ("b64", _R(R_IBW)), ("b32", _R(R_IRW)), ("b64", _R(R_ISL))], guard=g))
+        if self.ctx.tracks and self.fn.is_entry:
+            out.append(_call("__hb_tma_exit", [("b32", _R(R_TBL)), ("b32", _I(self.kidx))], guard=g))
         out.append(_call("__hb_kernel_exit", [("b32", _I(self.kidx))], guard=g))
         return out
 
@@ -1021,6 +1070,8 @@ class _FunctionRewriter:
         decisions: list[Optional[Decision]] = []
         for path, inst in nodes:
             d = classify(inst, self.ctx)
+            if d is not None and d.tma is not None:
+                self.report.tma[d.cls] = self.report.tma.get(d.cls, 0) + 1
             if d is not None:
                 self.report.count(d)
                 if d.action == "refused":
@@ -1065,13 +1116,23 @@ class _FunctionRewriter:
                 ws.extend(self._wait(R_DRAIN, (self.kidx << 16) | 0xFFFF, g))
                 self.report.drains += 1
             pre.extend(ws)
+            # 2b. bulk stores / reductions: every exit waits for all of the thread's bulk groups
+            if inst.opcode in ("ret", "exit") and self.KB:
+                for slot in range(0, self.KB + 1):
+                    pre.extend(self._wait(f"{R_BG}{slot}", (self.kidx << 16) | 0xFFFD, g))
+            # 2c. a token-form wait's phase: the parity of the barrier's phase before the arrive that made it
+            if inst.opcode == "mbarrier" and self.ctx.tracks and inst.operands and type(inst.operands[0]) is Register \
+                    and inst.operands[0].name in self._token_regs():
+                pre.extend(self._token_capture(inst))
             # 3. kernel exit
             if inst.opcode in ("ret", "exit") and fn.is_entry:
                 pre.extend(self._unless_detached(self._exit_calls(g)))
             # 4. access site
             d = decisions[i]
             self._node = i
-            if d is not None:
+            if d is not None and d.kind == "mbwait":
+                self.post[path] = self._mbwait(inst, d)
+            elif d is not None:
                 h, chain = self._hoist_target(i, nodes, decisions, fut_of, IN) if self.hoist else (i, [])
                 if h == i:
                     self._site_code(inst, d, i, fut_of, pre)
@@ -1100,6 +1161,20 @@ class _FunctionRewriter:
                 for slot in range(0, self.K + 1):
                     ws.extend(self._wait(f"{R_GRP}{slot}", (self.kidx << 16) | 0xFFFE, g))
                 pre.extend(ws)
+            elif fam == "cp.async.bulk.commit_group":
+                self.report.tma["tma.bulk.commit_group"] = self.report.tma.get("tma.bulk.commit_group", 0) + 1
+                if self.KB:
+                    self._commit_window(R_BG, self.KB, g, pre)
+            elif fam == "cp.async.bulk.wait_group":
+                rd = "read" in inst.modifiers
+                cls = "tma.bulk.wait_group" + (".read" if rd else "")
+                self.report.tma[cls] = self.report.tma.get(cls, 0) + 1
+                # .read: the shared source may be reused; the modeled global write is not observable there
+                # (it still completes at a later wait_group or at exit)
+                if self.KB and not rd:
+                    n = int(inst.operands[0].value)
+                    for slot in range(n + 1, self.KB + 1):
+                        pre.extend(self._wait(f"{R_BG}{slot}", (self.kidx << 16) | 0xFFFD, g))
             if pre:
                 self.pre[path] = pre
         for path, code in self.hoisted.items():    # hoisted issues (then loads moved with them) run before
@@ -1107,6 +1182,8 @@ class _FunctionRewriter:
         for path, code in self.pre.items():
             if any(type(st) is _GSite for st in code):
                 self.pre[path] = self._lower_groups(code)
+        if self.tma_regs or self.ctx.tracks and fn.is_entry:
+            self.report.address_source = "memory"   # a copy's global addresses come from a descriptor
         new_body = self._rebuild(body, ())
         new_body = self._prologue(new_body, len(fut_of))
         new_body = self._with_native_version(new_body, body)
@@ -1122,7 +1199,7 @@ class _FunctionRewriter:
         so the native path runs the plain instruction stream, without helper calls (such a launch
         has nothing to model and is not counted). Only the register count is shared with the
         instrumented version."""
-        if not self.report.sites:
+        if not self.report.sites and not self.report.tma_hooks and not (self.ctx.tracks and self.fn.is_entry):
             return new_body
         names: set[str] = set()
         _labels_in(original, names)
@@ -1373,20 +1450,169 @@ class _FunctionRewriter:
         elif d.kind in ("store", "red"):          # posted
             self._issue(inst, d, R_TMP, out, tail=self._join_into(R_DRAIN, R_TMP))
         elif d.kind == "cpasync":
-            self._issue(inst, d, R_TMP, out, tail=self._join_into(f"{R_GRP}0", R_TMP))
+            tail = self._join_into(f"{R_GRP}0", R_TMP)
+            if self.ctx.has_cp_async_mbarrier:    # and into the copies the next cp.async.mbarrier.arrive covers
+                tail += self._join_into(R_CPALL, R_TMP)
+            self._issue(inst, d, R_TMP, out, tail=tail)
+        elif d.kind == "tma":
+            self._tma_site(inst, d, out)
+        elif d.kind == "cpa_arrive":
+            self._cpa_arrive(inst, d, out)
         else:
             raise RewriteError("internal: unknown site kind", kind=d.kind)
         pre.extend(out)
 
     def _commit(self, inst: Instruction, pre: list[Statement]) -> None:
-        g = inst.guard
-        K = self.K
-        pre.append(_ins("mov", ("b64",), (_R(R_TMP), _R(f"{R_GRP}{K}"))))
-        pre.extend(self._join_into(R_TMP, f"{R_GRP}{K - 1}"))
-        pre.append(_ins("mov", ("b64",), (_R(f"{R_GRP}{K}"), _R(R_TMP)), g))
+        self._commit_window(R_GRP, self.K, inst.guard, pre)
+
+    def _commit_window(self, R: str, K: int, g: Optional[Guard], pre: list[Statement]) -> None:
+        """commit_group on a window of K group registers R<0..K> (R0 the open group, newest first; RK
+        accumulates every older group)."""
+        pre.append(_ins("mov", ("b64",), (_R(R_TMP), _R(f"{R}{K}"))))
+        pre.extend(self._join_into(R_TMP, f"{R}{K - 1}"))
+        pre.append(_ins("mov", ("b64",), (_R(f"{R}{K}"), _R(R_TMP)), g))
         for slot in range(K - 1, 0, -1):
-            pre.append(_ins("mov", ("b64",), (_R(f"{R_GRP}{slot}"), _R(f"{R_GRP}{slot - 1}")), g))
-        pre.append(_ins("mov", ("b64",), (_R(f"{R_GRP}0"), _I(0)), g))
+            pre.append(_ins("mov", ("b64",), (_R(f"{R}{slot}"), _R(f"{R}{slot - 1}")), g))
+        pre.append(_ins("mov", ("b64",), (_R(f"{R}0"), _I(0)), g))
+
+    # ---- TMA and bulk async copies (hbfcc/passes/tma.py) ----------------------------------------
+    def _token_regs(self) -> dict[str, int]:
+        """The state registers of the function's token-form mbarrier waits, each with its parity register."""
+        if not self.tok and self.ctx.tracks:
+            for _, st in walk(self.fn.body or ()):
+                if type(st) is Instruction and st.opcode == "mbarrier" and _family(st) in (
+                        "mbarrier.try_wait", "mbarrier.test_wait") and "parity" not in st.modifiers \
+                        and len(st.operands) > 2 and type(st.operands[2]) is Register:
+                    self.tok.setdefault(st.operands[2].name, len(self.tok))
+            self.tok.setdefault("", -1)     # computed (a name no register has)
+        return self.tok
+
+    def _mbar32(self, a: Address, out: list[Statement]):
+        """The mbarrier's shared::cta address as a .b32 operand (the table's key)."""
+        base = a.base
+        if type(base) is Register:
+            rt = self.ctx.reg_type(base.name)
+            if rt in _32BIT_TYPES or rt == ".b32":
+                if not a.offset:
+                    return base
+                out.append(_ins("add", ("u32",), (_R(R_MB), base, _I(a.offset))))
+                return _R(R_MB)
+            out.append(_ins("cvt", ("u32", "u64"), (_R(R_MB), base)))
+        elif type(base) is Symbol:
+            out.append(_ins("mov", ("u32",), (_R(R_MB), base)))
+        else:
+            out.append(_ins("mov", ("u32",), (_R(R_MB), _I(0))))
+        if a.offset:
+            out.append(_ins("add", ("u32",), (_R(R_MB), _R(R_MB), _I(a.offset))))
+        return _R(R_MB)
+
+    def _gaddr64(self, a: Address, out: list[Statement]):
+        """A copy's global side as a generic .b64 address: a register as it is (a generic or global
+        address), a kernel parameter / .const / .global symbol through cvta."""
+        base = a.base
+        if type(base) is Register:
+            rt = self.ctx.reg_type(base.name)
+            if rt in _32BIT_TYPES:
+                out.append(_ins("cvt", ("u64", "u32"), (_R(R_TA), base)))
+            elif not a.offset:
+                return base
+            else:
+                out.append(_ins("mov", ("b64",), (_R(R_TA), base)))
+        elif type(base) is Symbol:
+            sp = self.ctx.sym_space.get(base.name)
+            out.append(_ins("mov", ("u64",), (_R(R_TA), base)))
+            if sp in ("param", "global", "const"):
+                out.append(_ins("cvta", (sp, "u64"), (_R(R_TA), _R(R_TA))))
+        else:
+            out.append(_ins("mov", ("u64",), (_R(R_TA), _I(0))))
+        if a.offset:
+            out.append(_ins("add", ("s64",), (_R(R_TA), _R(R_TA), _I(a.offset))))
+        return _R(R_TA)
+
+    def _tma_site(self, inst: Instruction, d: Decision, out: list[Statement]) -> None:
+        """``__hb_tma`` before the native copy (hbf_abi.h): every lane that executes the copy calls it (a
+        guard that is false clears HBF_TMA_F_ACTIVE: the helper returns 0 at once); a bulk_group copy's
+        deadline joins the open bulk group."""
+        f = d.tma
+        self.tma_regs = True
+        self.report.tma_hooks += 1
+        site = self.node_site[self._node]
+        kind = f.kind | (f.rank << abi.HBF_TMA_RANK_SHIFT) | (abi.HBF_TMA_F_MULTICAST if f.multicast else 0)
+        gaddr = self._gaddr64(f.gaddr, out)
+        coords = list(f.gaddr.coords.elems) if f.rank and f.gaddr.coords is not None else []
+        cs = [c if type(c) in (Register, Immediate) else _I(0) for c in coords] + [_I(0)] * (5 - len(coords))
+        nb = f.nbytes if type(f.nbytes) in (Register, Immediate) else _I(0)
+        if type(nb) is Register and self.ctx.reg_type(nb.name) not in _32BIT_TYPES | {".b32"}:
+            out.append(_ins("cvt", ("u32", "u64"), (_R(R_TM), nb)))
+            nb = _R(R_TM)
+        mbar = self._mbar32(f.mbar, out) if f.mbar is not None else _I(0)
+        mask = f.ctamask
+        if type(mask) is Register:
+            if self.ctx.reg_type(mask.name) in (".b16", ".u16", ".s16"):
+                out.append(_ins("cvt", ("u32", "u16"), (_R(R_TM), mask)))
+                mask = _R(R_TM)
+        elif type(mask) is not Immediate:
+            mask = _I(0)
+        g = inst.guard
+        act = kind | abi.HBF_TMA_F_ACTIVE
+        if g is None:
+            kop = _I(act)
+        else:
+            out.append(_ins("selp", ("b32",), (_R(R_FLAGS), _I(kind), _I(act), g.reg) if g.negated
+                            else (_R(R_FLAGS), _I(act), _I(kind), g.reg)))
+            kop = _R(R_FLAGS)
+        out.append(_call("__hb_tma", [("b64", gaddr)] + [("b32", c) for c in cs] +
+                         [("b32", nb), ("b32", mbar), ("b32", kop), ("b32", mask),
+                          ("b32", _R(R_TBL) if self.ctx.tracks else _I(0)), ("b32", _I(site))], ret=R_TMP))
+        if f.completion == "bulk_group" and self.KB:
+            out.extend(self._join_into(f"{R_BG}0", R_TMP))
+
+    def _cpa_arrive(self, inst: Instruction, d: Decision, out: list[Statement]) -> None:
+        """cp.async.mbarrier.arrive: the thread's cp.async copies since its last arrive complete the
+        barrier's current phase: their joined deadline goes into its table entry (``__hb_mbar_note``)."""
+        self.tma_regs = True
+        self.report.tma_hooks += 1
+        site = self.node_site[self._node]
+        g = inst.guard
+        mbar = self._mbar32(d.tma.mbar, out)
+        fut = _R(R_CPALL)
+        if g is not None:
+            out.append(_ins("selp", ("b64",), (_R(R_TA), _I(0), _R(R_CPALL), g.reg) if g.negated
+                            else (_R(R_TA), _R(R_CPALL), _I(0), g.reg)))
+            fut = _R(R_TA)
+        out.append(_call("__hb_mbar_note", [("b32", _R(R_TBL)), ("b32", mbar), ("b64", fut), ("b32", _I(site))]))
+        out.append(_ins("mov", ("b64",), (_R(R_CPALL), _I(0)), g))
+
+    def _mbwait(self, inst: Instruction, d: Decision) -> list[Statement]:
+        """After an mbarrier.try_wait/test_wait: where it returned true (and its guard held), wait for the
+        modeled completion of that phase (``__hb_mbar_wait``)."""
+        self.tma_regs = True
+        self.report.tma_hooks += 1
+        site = self.node_site[self._node]
+        ops = inst.operands
+        L = self._label()
+        out: list[Statement] = []
+        g = inst.guard
+        if g is not None:
+            out.append(_ins("bra", (), (LabelRef(L),), Guard(g.reg, not g.negated)))
+        out.append(_ins("bra", (), (LabelRef(L),), Guard(ops[0], True)))
+        mbar = self._mbar32(d.tma.mbar, out)
+        if "parity" in inst.modifiers:
+            par = ops[2]
+        else:
+            par = _R(f"{R_TK}{self._token_regs()[ops[2].name]}")
+        out.append(_call("__hb_mbar_wait", [("b32", _R(R_TBL)), ("b32", mbar), ("b32", par), ("b32", _I(site))]))
+        out.append(Label(L))
+        return out
+
+    def _token_capture(self, inst: Instruction) -> list[Statement]:
+        """Before an mbarrier.arrive whose state a token-form wait uses: the parity of the barrier's current
+        phase (the one this arrival counts toward: test_wait.parity 0 is true once the even phase is over,
+        so the current phase is odd), kept in that state's parity register."""
+        self.tma_regs = True
+        k = self._token_regs()[inst.operands[0].name]
+        return [_ins("mbarrier", ("test_wait", "parity", "shared", "b64"), (_R(R_TQ), inst.address, _I(0))),
+                _ins("selp", ("b32",), (_R(f"{R_TK}{k}"), _I(1), _I(0), _R(R_TQ)), inst.guard)]
 
     def _dataflow(self, nodes, succ, decisions, fut_of) -> list[Optional[dict[str, frozenset[int]]]]:
         n = len(nodes)
@@ -1466,6 +1692,9 @@ class _FunctionRewriter:
                 out.append(replace(s, body=tuple(self._rebuild(s.body, p))))
             else:
                 out.append(s)
+            post = self.post.get(p)
+            if post:
+                out.extend(post)
         return out
 
     def _prologue(self, body: list[Statement], nfut: int) -> list[Statement]:
@@ -1525,6 +1754,19 @@ class _FunctionRewriter:
                      _ins("setp", ("le", "and", "u64"), (_R(R_CDB), _R(R_GZ), _R(R_SPAN), _R(R_CDB))),
                      _ins("add", ("u64",), (_R(R_IX), _R(R_GZ), _R(R_IY))),              # end - lo
                      _ins("setp", ("eq", "and", "u64"), (_R(R_CDB), _R(R_IX), _R(R_SPAN), _R(R_CDB)))]
+        if self.tma_regs or self.ctx.tracks and self.fn.is_entry:
+            decls += [VarDecl((), "reg", (), ".b32", (Declarator(R_TBL), Declarator(R_MB), Declarator(R_TM))),
+                      VarDecl((), "reg", (), ".b64", (Declarator(R_TA), Declarator(R_CPALL))),
+                      VarDecl((), "reg", (), ".pred", (Declarator(R_TQ),))]
+            init += [_ins("mov", ("u32",), (_R(R_TBL), Symbol(T.TABLE_SYMBOL) if self.ctx.tracks else _I(0))),
+                     _ins("mov", ("b64",), (_R(R_CPALL), _I(0)))]
+        ntok = len([k for k in self.tok if k])
+        if ntok:
+            decls.append(VarDecl((), "reg", (), ".b32", (Declarator(R_TK, count=ntok),)))
+            init += [_ins("mov", ("b32",), (_R(f"{R_TK}{k}"), _I(0))) for k in range(ntok)]
+        if self.KB:
+            decls.append(VarDecl((), "reg", (), ".b64", (Declarator(R_BG, count=self.KB + 1),)))
+            init += [_ins("mov", ("b64",), (_R(f"{R_BG}{k}"), _I(0))) for k in range(self.KB + 1)]
         if nfut:
             decls.append(VarDecl((), "reg", (), ".b64", (Declarator(R_FUT, count=nfut),)))
             init += [_ins("mov", ("b64",), (_R(f"{R_FUT}{k}"), _I(0))) for k in range(nfut)]
@@ -1532,7 +1774,11 @@ class _FunctionRewriter:
         self._after_prologue = self._label()
         init.append(Label(self._after_prologue))
         if self.fn.is_entry:
-            init.extend(self._unless_detached([_call("__hb_kernel_enter", [("b32", _I(self.kidx))])]))
+            enter = [_call("__hb_kernel_enter", [("b32", _I(self.kidx))])]
+            if self.ctx.tracks:     # the completion table: zeroed, then every thread (of the cluster) past it
+                enter.append(_call("__hb_tma_enter", [("b32", _R(R_TBL)),
+                                                      ("b32", _I(abi.HBF_TMA_E_CLUSTER if self.cluster else 0))]))
+            init.extend(self._unless_detached(enter))
         # after the leading declarations of the body
         j = 0
         while j < len(body) and type(body[j]) in (VarDecl, Comment, Directive):
@@ -1602,6 +1848,20 @@ STATE_DECL = link.extern_global(abi.STATE_GLOBAL, ".u64", 8)
 CDESC_DECL = link.extern_global(abi.CDESC_GLOBAL, ".b8", 8, space="const", nbytes=abi.CDESC_BYTES)
 
 
+def _module_tma(module: Module) -> tuple[bool, bool]:
+    """(the module has mbarrier-tracked copies that hbfcc rewrites, one of them is a multicast)."""
+    tracks = cluster = False
+    for f in module.functions():
+        for _, st in walk(f.body or ()):
+            if type(st) is Instruction and st.opcode == "cp":
+                t = T.classify(st)
+                if t is not None and t.action == "rewritten" and (
+                        (t.role == "copy" and t.completion == "mbarrier") or t.role == "cpasync_arrive"):
+                    tracks = True
+                    cluster |= t.multicast
+    return tracks, cluster
+
+
 def prototypes() -> list[Function]:
     """The helper prototypes (hbf_abi.h) the rewritten functions call."""
     return link.declarations(abi.HELPERS.values())
@@ -1624,13 +1884,14 @@ def timing_pass(module: Module, meta: dict) -> Module:
     funcs = [f for f in module.items if type(f) is Function and not f.is_entry and f.body is not None]
     for j, f in enumerate(funcs):
         kidx_of.setdefault(f.name, n_entries + j)
+    tracks, cluster = _module_tma(module)
     reports: dict[str, FunctionReport] = {}
     new_items = []
     any_inline = False
     for it in module.items:
         if type(it) is Function and it.body is not None:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
-                                   fast_groups)
+                                   fast_groups, tracks, cluster)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -1655,6 +1916,8 @@ def timing_pass(module: Module, meta: dict) -> Module:
     first = next((i for i, it in enumerate(new_items) if type(it) is Function), len(new_items))
     protos = [Comment("// hbfcc: helper prototypes (runtime_cuda/include/hbf_abi.h)"), STATE_DECL] + \
         ([CDESC_DECL] if any_inline else []) + prototypes()
+    if tracks:      # the per-CTA completion table of mbarrier-tracked copies (hbf_abi.h)
+        protos.append(VarDecl((), "shared", (".align 8",), ".b8", (Declarator(T.TABLE_SYMBOL, dims=(T.TABLE_BYTES,)),)))
     new_items = new_items[:first] + protos + new_items[first:]
     meta[PASS_NAME] = {
         "kernels": [f.name for f in entries],

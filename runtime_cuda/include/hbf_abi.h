@@ -31,6 +31,14 @@
  *                                 .param .b32 ready_waits, .param .b64 slack_ns);
  *   .weak .func (.param .b64 fut) __hb_issue_group(.param .b64 addrs, .param .b32 pmask,
  *                                                  .param .b64 nbpack, .param .b32 site);
+ *   .weak .func (.param .b64 fut) __hb_tma(.param .b64 gaddr, .param .b32 c0, .param .b32 c1,
+ *                                          .param .b32 c2, .param .b32 c3, .param .b32 c4,
+ *                                          .param .b32 nbytes, .param .b32 mbar, .param .b32 kind,
+ *                                          .param .b32 ctamask, .param .b32 table, .param .b32 site);
+ *   .weak .func __hb_mbar_note(.param .b32 table, .param .b32 mbar, .param .b64 fut, .param .b32 site);
+ *   .weak .func __hb_mbar_wait(.param .b32 table, .param .b32 mbar, .param .b32 parity, .param .b32 site);
+ *   .weak .func __hb_tma_enter(.param .b32 table, .param .b32 flags);
+ *   .weak .func __hb_tma_exit(.param .b32 table, .param .b32 kernel_index);
  * Inline issue (ABI 2; hbfcc's timing pass emits it in .entry functions, docs/design.md §3.3): the
  *   FIXED source's common case needs no helper call. A site serves its access inline when
  *   %globaltimer < until (signed; a per-thread register, 0 at entry), the address is inside the
@@ -57,6 +65,32 @@
  *   Returns HB_GROUP_SLOW (all ones) on every lane when any site is not the compact path's case (nothing is
  *   modeled or counted then: each site runs alone through __hb_issue); else lane j returns site j's future
  *   (0: no lane accesses a range there), which the caller takes with shfl from lane j for its accessing lanes.
+ * TMA and bulk async copies (ABI 5; hbfcc/passes/tma.py, runtime_cuda/src/hbf_tma.cuh, docs/design.md §3.3
+ *   "TMA and bulk async copies (issue 15)"). The contract change: hbfcc now ADMITS cp.async.bulk(.tensor),
+ *   cp.reduce.async.bulk(.tensor), cp.async.bulk.prefetch(.tensor), cp.async.mbarrier.arrive(.noinc) and
+ *   global tensormap writes, and a module with mbarrier-tracked copies gets a per-CTA table in .shared.
+ *   __hb_tma: called by each lane that issues a copy, BEFORE the native copy (which runs unchanged). gaddr =
+ *     the TensorMap's generic address (rank > 0; c0..c4 its coordinates) or the bulk copy's global address
+ *     (rank 0; nbytes its size); mbar = the copy's mbarrier (a shared::cta address; 0 for bulk_group forms);
+ *     kind = HBF_TMA_K_* | rank << HBF_TMA_RANK_SHIFT | HBF_TMA_F_ACTIVE (the guard holds) |
+ *     HBF_TMA_F_MULTICAST (ctamask = the destination CTAs); table = the shared::cta address of the CTA's
+ *     completion table. The helper decodes the descriptor, splits the box into HBM, HBF and out-of-bounds
+ *     bytes, and makes one media request per HBF page span through the ordinary per-page request path
+ *     (admission, timing source, refresh, bias). LOAD: the deadline goes into the table entry of (mbar,
+ *     parity of the barrier's current phase), in each destination CTA's table for multicast (one tracked
+ *     destination per cluster rank); returns 0. STORE / REDUCE: returns the deadline (hbfcc joins it into
+ *     the thread's bulk-group window). PREFETCH: the media read is reserved, returns 0 (nobody waits).
+ *   __hb_mbar_note: cp.async.mbarrier.arrive: fut (the thread's cp.async copies since its last arrive) goes
+ *     into the entry of (mbar, current parity).
+ *   __hb_mbar_wait: after an mbarrier.try_wait/test_wait that returned true for phase parity `parity`: waits
+ *     until that entry's deadline (none: returns at once) and marks it waited.
+ *   __hb_tma_enter (every thread of an instrumented entry, uniformly, before the program's first instruction):
+ *     zeroes the table, bar.sync 0, and with HBF_TMA_E_CLUSTER a cluster barrier (other CTAs write it).
+ *   __hb_tma_exit (every thread, before each exit): the CTA's last thread ends the table's open objects
+ *     (leaked: never waited; consumed: waited) into the kernel's counters (tma_* fields, hbf_device.h).
+ * TMA completion table (per CTA, HBF_TMA_TABLE_BYTES of .shared): header {u32 exited, u32 flags}, then
+ *   HBF_TMA_TABLE_ENTRIES x {u32 key = mbarrier shared::cta address + 1 (0: free), u32 pad, u64 word[2]};
+ *   word[p] = the phase of parity p: bits 0..61 its deadline, bit 62 WAITED, bit 63 CLOSED (0: none).
  * __hb_issue: called by the lanes of a rewritten access site whose address is in the fast-reject
  *   band (hbfcc tests the band inline, see "Fast reject" below; a predicated access passes
  *   HBF_F_ACTIVE only where the guard is true), so __match_any_sync over __activemask() sees
@@ -117,8 +151,9 @@
 #ifndef HBF_ABI_H
 #define HBF_ABI_H
 
-#define HBF_HELPER_ABI_VERSION 4u   /* 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
-                                       4: __hb_l2_hooks (the L2 build) */
+#define HBF_HELPER_ABI_VERSION 5u   /* 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
+                                       4: __hb_l2_hooks (the L2 build);
+                                       5: __hb_tma, __hb_mbar_note, __hb_mbar_wait, __hb_tma_enter, __hb_tma_exit */
 
 /* flags argument of __hb_issue */
 #define HBF_F_OP_MASK 0x3u          /* HBF_OP_LOAD / STORE / ATOMIC / CPASYNC (hbf_ctl.h) */
@@ -129,5 +164,18 @@
 #define HBF_F_RELEASE 0x40u         /* st.release / red.release: stores drained before */
 
 #define HBF_FUTURE_TICKET_BIT (1ull << 63)
+
+/* __hb_tma's kind argument (ABI 5) */
+#define HBF_TMA_K_LOAD 0u           /* global -> shared, mbarrier complete_tx */
+#define HBF_TMA_K_STORE 1u          /* shared -> global, bulk_group */
+#define HBF_TMA_K_REDUCE 2u         /* shared -> global read-modify-write, bulk_group */
+#define HBF_TMA_K_PREFETCH 3u       /* global -> L2, nobody waits */
+#define HBF_TMA_K_MASK 0xFu
+#define HBF_TMA_F_ACTIVE 0x10u      /* the copy's guard holds on this lane */
+#define HBF_TMA_F_MULTICAST 0x20u   /* .multicast::cluster: ctamask names the destination CTAs */
+#define HBF_TMA_RANK_SHIFT 8u       /* bits 8..11: tensor rank (0: bulk copy) */
+#define HBF_TMA_TABLE_ENTRIES 16u
+#define HBF_TMA_TABLE_BYTES (8u + 24u * HBF_TMA_TABLE_ENTRIES)
+#define HBF_TMA_E_CLUSTER 0x1u      /* __hb_tma_enter: other CTAs of the cluster write this table */
 
 #endif /* HBF_ABI_H */

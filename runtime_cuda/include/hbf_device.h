@@ -26,7 +26,7 @@
 #include "hbf_ctl.h"
 
 #define HBF_DEVSTATE_MAGIC 0x3130545344464248ULL  /* "HBFDST01" little-endian */
-#define HBF_DEVSTATE_VERSION 4u   /* 3: the live activity words (act_*); 4: the L2 model (l2_*) */
+#define HBF_DEVSTATE_VERSION 5u   /* 3: the live activity words (act_*); 4: the L2 model (l2_*); 5: the tma_* kernel counters */
 #define HBF_DEV_MAX_CHANNELS 64u
 #define HBF_DEV_MAX_BANKS 8192u         /* channels * dies_per_channel * planes_per_die <= this (fast source) */
 #define HBF_BUF_READY_BITS 40u          /* page buffer word: bits 40..63 tag (page in plane + 1), 0..39 ready */
@@ -98,6 +98,17 @@ typedef struct hbf_kernel_counters {
     uint64_t l2_lost;                  /* lookups whose one CAS lost: charged, not inserted */
     uint64_t l2_unmodeled;             /* page groups whose geometry the model does not cover (charged whole) */
     uint64_t l2_reserved[2];
+    /* TMA and bulk async copies (issue 15, hbf_tma.cuh): copies issued through __hb_tma, their bytes by tier,
+     * and the deferred phase objects of the completion table: every opened phase ends exactly once, as
+     * consumed (waited), stale (its parity reopened before any wait) or leaked (never waited at CTA exit). */
+    uint64_t tma_copies;               /* active __hb_tma calls (each lane's copy) */
+    uint64_t tma_hbf_bytes;            /* bytes of their boxes in HBF ranges (modeled) */
+    uint64_t tma_hbm_bytes;            /* in bounds, outside every range (native) */
+    uint64_t tma_oob_bytes;            /* out of the tensor's bounds (filled, no memory access) */
+    uint64_t tma_phases;               /* phase objects opened (table entries) */
+    uint64_t tma_consumed;             /* ... ended after a wait */
+    uint64_t tma_stale;                /* ... ended by a reuse of their parity before any wait */
+    uint64_t tma_leaked;               /* ... still open and never waited when their CTA exited */
 } hbf_kernel_counters;
 
 typedef struct hbf_device_state {

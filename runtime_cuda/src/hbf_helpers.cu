@@ -1776,6 +1776,53 @@ extern "C" __device__ __noinline__ void __hb_kernel_exit(unsigned int kernel_ind
 }
 
 // ------------------------------------------------------------------------------------------
+// TMA and the bulk async copies (ABI 5, hbf_abi.h "TMA"; the model in hbf_tma.cuh)
+// ------------------------------------------------------------------------------------------
+#include "hbf_tma.cuh"
+
+extern "C" __device__ __noinline__ unsigned long long __hb_tma(unsigned long long gaddr, unsigned int c0,
+                                                               unsigned int c1, unsigned int c2, unsigned int c3,
+                                                               unsigned int c4, unsigned int nbytes,
+                                                               unsigned int mbar, unsigned int kind,
+                                                               unsigned int ctamask, unsigned int table,
+                                                               unsigned int site) {
+    if ((kind & HBF_TMA_F_ACTIVE) == 0u) return 0ull;
+    const uint64_t t0 = hb_now();                       // the modeled service starts at issue
+    const unsigned long long sp = __hb_state;
+    if (sp == 0ull) return 0ull;
+    const int32_t c[5] = {(int32_t)c0, (int32_t)c1, (int32_t)c2, (int32_t)c3, (int32_t)c4};
+    return hb_tma_issue((hbf_device_state*)sp, gaddr, c, nbytes, mbar, kind, ctamask, table, site, t0);
+}
+
+extern "C" __device__ __noinline__ void __hb_mbar_note(unsigned int table, unsigned int mbar, unsigned long long fut,
+                                                       unsigned int site) {
+    const unsigned long long sp = __hb_state;
+    if (sp == 0ull) return;
+    hbf_device_state* st = (hbf_device_state*)sp;
+    if (fut & HBF_FUTURE_TICKET_BIT) fut = HB_OOL(hb_join_slow)(st, fut, fut);   // resolved (as a join does)
+    if (!hb_tw_record(st, table, mbar, fut ? fut : 1ull, false, 0u, site)) {
+        HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, mbar);
+        hb_end();
+    }
+}
+
+extern "C" __device__ __noinline__ void __hb_mbar_wait(unsigned int table, unsigned int mbar, unsigned int parity,
+                                                       unsigned int site) {
+    if (__hb_state == 0ull) return;
+    hb_mbar_wait(table, mbar, parity, site);
+}
+
+extern "C" __device__ __noinline__ void __hb_tma_enter(unsigned int table, unsigned int flags) {
+    hb_tma_enter(table, flags);
+}
+
+extern "C" __device__ __noinline__ void __hb_tma_exit(unsigned int table, unsigned int kernel_index) {
+    const unsigned long long sp = __hb_state;
+    if (sp == 0ull) return;
+    hb_tma_exit((hbf_device_state*)sp, table, kernel_index);
+}
+
+// ------------------------------------------------------------------------------------------
 // Capacity mode's entry points (issue 16, docs/design.md §3.6; NOT GPU-verified): hbf_cap_helpers.cuh
 // ------------------------------------------------------------------------------------------
 #include "hbf_cap_helpers.cuh"

@@ -60,3 +60,32 @@ extern "C" __device__ __noinline__ unsigned long long __hb_issue_group(unsigned 
                                                                        unsigned long long nbpack, unsigned int site) {
     return 0xFFFFFFFFFFFFFFFFull;
 }
+
+// the TMA helpers (ABI 5): the fixture models nothing (every copy native, every wait free)
+extern "C" __device__ __noinline__ unsigned long long __hb_tma(unsigned long long gaddr, unsigned int c0,
+                                                               unsigned int c1, unsigned int c2, unsigned int c3,
+                                                               unsigned int c4, unsigned int nbytes,
+                                                               unsigned int mbar, unsigned int kind,
+                                                               unsigned int ctamask, unsigned int table,
+                                                               unsigned int site) {
+    if (__hb_state == 1ull) printf("tma %llx %u %u %u\n", gaddr, nbytes, kind, site);
+    return 0ull;
+}
+
+extern "C" __device__ __noinline__ void __hb_mbar_note(unsigned int table, unsigned int mbar, unsigned long long fut,
+                                                       unsigned int site) {
+    if (__hb_state) atomicAdd(&__hb_kslot_base, 0u);
+}
+
+extern "C" __device__ __noinline__ void __hb_mbar_wait(unsigned int table, unsigned int mbar, unsigned int parity,
+                                                       unsigned int site) {
+    if (__hb_state) atomicAdd(&__hb_kslot_base, 0u);
+}
+
+extern "C" __device__ __noinline__ void __hb_tma_enter(unsigned int table, unsigned int flags) {
+    if (__hb_state) atomicAdd(&__hb_kslot_base, 0u);
+}
+
+extern "C" __device__ __noinline__ void __hb_tma_exit(unsigned int table, unsigned int kernel_index) {
+    if (__hb_state) atomicAdd(&__hb_kslot_base, 0u);
+}

@@ -43,13 +43,15 @@ CALLEE_B_REC = """
 }
 """
 
+# a refused form (TMA im2col: hbfcc/passes/tma.py refuses it with a reason)
 CALLEE_B_TMA = """
 .visible .func (.param .b32 rv) ext_b(.param .b64 p)
 {
     .reg .b32 %r<4>;
+    .reg .b16 %rs<2>;
     .reg .b64 %rd<2>;
     ld.param.u64 %rd1, [p];
-    cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r2}], [%r3];
+    cp.async.bulk.tensor.3d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r2, %r2, %r2}], [%r3], {%rs1};
     ret;
 }
 """
@@ -85,7 +87,7 @@ def test_artifact_validates_against_schema():
     d = module(CALLEE_B_TMA)
     artifact.validate(d)
     f = d["functions"][0]
-    assert f["refused"][0]["class"] == "cp.async.bulk.tensor" and f["refused"][0]["reason"]
+    assert f["refused"][0]["class"] == "tma.load.tensor.3d" and "im2col" in f["refused"][0]["reason"]
     assert d["schema"] == "hbfcc.admission" and d["schema_version"] == artifact.SCHEMA_VERSION
 
 

@@ -382,54 +382,7 @@ def test_cp_async_window_grows_with_wait_group_depth():
     assert meta["timing"]["functions"][0]["cp_async_window"] == 12
 
 
-def test_tma_and_friends_refused_with_reason():
-    src = HDR + """
-.visible .entry k(.param .align 64 .b8 k_tm[128], .param .u64 k_p)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<8>;
-    .reg .b64 %rd<8>;
-    .shared .align 128 .b8 smem[1024];
-    .shared .align 8 .b64 bar;
-    mov.b64 %rd1, k_tm;
-    mov.u32 %r1, smem;
-    mov.u32 %r2, bar;
-    mbarrier.init.shared.b64 [%r2], 1;
-    mbarrier.arrive.expect_tx.shared.b64 _, [%r2], 1024;
-    cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r3, %r4}], [%r2];
-    ld.param.u64 %rd2, [k_p];
-    ld.global.u32 %r5, [%rd2];
-    ret;
-}
-"""
-    m, meta = run_pass(src)
-    fn = meta["timing"]["functions"][0]
-    assert fn["admitted"] is False
-    assert len(fn["refused"]) == 1
-    r = fn["refused"][0]
-    assert r["class"] == "cp.async.bulk.tensor" and "mbarrier" in r["reason"] and "later issue" in r["reason"]
-    assert "cp.async.bulk.tensor" in r["instruction"]
-    # the refused op is untouched; the rest is still rewritten
-    t = U.trace(m, "k")
-    i = next(i for i, x in enumerate(t) if x.startswith("cp.async.bulk.tensor"))
-    assert not t[i - 1].startswith("issue")
-    assert any(x.startswith("issue") for x in t)
-    assemble_linked(src)
-
-
-def test_cp_async_with_mbarrier_completion_refused():
-    src = kernel("""
-    .shared .align 16 .b8 smem[256];
-    .shared .align 8 .b64 bar;
-    mov.u32 %r2, smem;
-    mov.u32 %r3, bar;
-    cp.async.ca.shared.global [%r2], [%rd1], 16;
-    cp.async.mbarrier.arrive.shared.b64 [%r3];
-    ret;""")
-    _, meta = run_pass(src)
-    fn = meta["timing"]["functions"][0]
-    assert not fn["admitted"]
-    assert "cp.async.mbarrier.arrive" in fn["refused"][0]["reason"]
+# TMA, bulk copies and cp.async with mbarrier completion (admitted since issue 15): tests/hbfcc/test_tma_rewrite.py
 
 
 def test_inline_asm_block_local_labels_and_spin_wait():

@@ -43,9 +43,11 @@ def run(lines: list[str], regs: dict, cdesc: bytes) -> dict:
             regs[args[0]] = int.from_bytes(cdesc[off:off + n], "little")
         elif op == "mov":
             regs[args[0]] = val(args[1])
-        elif op in ("add", "sub", "or", "and") and "pred" not in mods:
+        elif op in ("add", "sub", "or", "and", "max") and "pred" not in mods:
             a, b = val(args[1]), val(args[2])
-            regs[args[0]] = {"add": a + b, "sub": a - b, "or": a | b, "and": a & b}[op] & M64
+            regs[args[0]] = {"add": a + b, "sub": a - b, "or": a | b, "and": a & b, "max": max(a, b)}[op] & M64
+        elif op == "selp":
+            regs[args[0]] = val(args[1]) if val(args[3]) else val(args[2])
         elif op in ("or", "and"):
             a, b = val(args[1]), val(args[2])
             regs[args[0]] = (a or b) if op == "or" else (a and b)
@@ -54,6 +56,8 @@ def run(lines: list[str], regs: dict, cdesc: bytes) -> dict:
         elif op == "setp":
             cmp = mods[0]
             a, b = val(args[1]), val(args[2])
+            if "s64" in mods:                      # signed compares (the ticket bit test)
+                a, b = (a - (1 << 64) if a >> 63 else a), (b - (1 << 64) if b >> 63 else b)
             r = {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "ge": a >= b, "gt": a > b}[cmp]
             if len(args) == 4:
                 c = val(args[3])
@@ -62,6 +66,77 @@ def run(lines: list[str], regs: dict, cdesc: bytes) -> dict:
         else:
             raise AssertionError(f"not interpreted: {line}")
     return regs
+
+
+FLOW_SKIP = (".reg", ".param", "{", "}", "//", ".loc", ".pragma")
+
+
+def run_flow(lines: list[str], regs: dict, calls: dict, preds: dict | None = None, max_steps: int = 100000) -> list:
+    """The emitted code of a function with its control flow: labels, guarded branches, helper calls through
+    parameter blocks (``calls[name](*args)`` -> the return value or None), and :func:`run`'s integer and
+    predicate instructions for hbfcc's own registers. An original instruction (no ``%__hb_`` register) is
+    not executed, except ``mbarrier.try_wait``/``test_wait``, whose result is the next value of
+    ``preds[instruction text]``; ``ld.global`` of ``[__hb_state]``/``[%__hb_s]``/``[%__hb_s+8]`` read
+    ``regs["@state"]``, ``regs["@lo"]``, ``regs["@span"]``. Returns the calls made: [(name, args)]."""
+    prog, labels = [], {}
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith(FLOW_SKIP):
+            continue
+        if line.endswith(":"):
+            labels[line[:-1]] = len(prog)
+            continue
+        prog.append(" ".join(line.split()))
+    params: dict = {}
+    made = []
+    pc = steps = 0
+    while pc < len(prog):
+        steps += 1
+        assert steps < max_steps, "no progress"
+        line = prog[pc]
+        pc += 1
+        if line.startswith("@"):
+            g, line = line.split(None, 1)
+            neg = g.startswith("@!")
+            if bool(regs.get(g.lstrip("@!"), False)) == neg:
+                continue
+        op = line.split(None, 1)[0]
+        rest = line.split(None, 1)[1].rstrip(";") if " " in line else ""
+        if op.startswith("bra"):
+            pc = labels[rest.strip()]
+        elif op in ("ret", "exit"):
+            break
+        elif op.startswith("st.param") and rest.startswith("[__hb_"):
+            name, v = [x.strip() for x in rest.split(",", 1)]
+            params[name.strip("[]")] = regs[v] if v.startswith("%") else int(v, 0)
+        elif (op == "call" or op.startswith("call.")) and "__hb_" in rest:
+            parts = [x.strip() for x in re.split(r",(?![^(]*\))", rest)]
+            ret = None
+            if parts[0].startswith("("):
+                ret = parts.pop(0).strip("()")
+            name = parts[0]
+            args = [params[a.strip()] for a in ",".join(parts[1:]).strip().strip("()").split(",") if a.strip()]
+            made.append((name, args))
+            r = calls[name](*args)
+            if ret:
+                params[ret] = r
+        elif op.startswith("ld.param") and rest.startswith("%__hb_"):
+            d, src = [x.strip() for x in rest.split(",", 1)]
+            regs[d] = params[src.strip("[]")]
+        elif op.startswith("ld.global") and "__hb_" in rest:
+            d, src = [x.strip() for x in rest.split(",", 1)]
+            regs[d] = {"[__hb_state]": regs.get("@state", 0), "[%__hb_s]": regs.get("@lo", 0),
+                       "[%__hb_s+8]": regs.get("@span", 0)}[src]
+        elif op.startswith("mov") and re.fullmatch(r"%__hb_\w+, [A-Za-z_$][\w$]*", rest.strip()):
+            d, sym = [x.strip() for x in rest.split(",")]
+            regs[d] = regs.get("@sym:" + sym, 0x100)      # a symbol's address (the table: 0x100)
+        elif op.startswith("mbarrier.try_wait") or op.startswith("mbarrier.test_wait"):
+            if "%__hb_" in line:
+                continue                        # hbfcc's own parity capture
+            regs[rest.split(",")[0].strip()] = preds[line].pop(0)
+        elif "%__hb_" in line:
+            run([line], regs, b"")
+    return made
 
 
 def layout(base: int, length: int):

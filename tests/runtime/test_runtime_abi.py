@@ -55,6 +55,11 @@ def test_constants_match(probe):
               "HBF_CD_L2": D.HBF_CD_L2,
           "HBF_CDI_READ": D.HBF_CDI_READ, "HBF_CDI_WRITE": D.HBF_CDI_WRITE,
           "HBF_CDI_GROUP": D.HBF_CDI_GROUP, "HBF_MAX_WAIT_NS": D.HBF_MAX_WAIT_NS}
+    # the TMA helpers' constants (hbf_abi.h, ABI 5): hbfcommon.abi is their Python side
+    py.update({n: getattr(abi, n) for n in ("HBF_TMA_K_LOAD", "HBF_TMA_K_STORE", "HBF_TMA_K_REDUCE",
+                                            "HBF_TMA_K_PREFETCH", "HBF_TMA_K_MASK", "HBF_TMA_F_ACTIVE",
+                                            "HBF_TMA_F_MULTICAST", "HBF_TMA_RANK_SHIFT", "HBF_TMA_TABLE_ENTRIES",
+                                            "HBF_TMA_TABLE_BYTES", "HBF_TMA_E_CLUSTER")})
     assert set(py) == set(defs), set(defs) ^ set(py)
     for k, v in py.items():
         assert defs[k] == v, k

@@ -1,0 +1,266 @@
+// hbf_tma.cuh — TMA and the bulk async copies (issue 15): the device half of hbf_abi.h "TMA".
+//
+// Included by hbf_helpers.cu after the ordinary helpers (it uses their request path: hb_classify,
+// hb_group_request, hb_ticket_deadline, the counters, hb_fail / hb_end); the exported __hb_tma,
+// __hb_mbar_note, __hb_mbar_wait, __hb_tma_enter, __hb_tma_exit are the compact block at the end of
+// hbf_helpers.cu. docs/design.md §3.3 "TMA and bulk async copies (issue 15)" is the design.
+//
+// * A copy's global side becomes byte runs: a bulk copy is one run [gaddr, gaddr + nbytes); a tensor copy's
+//   box is decoded from its 128-byte CUtensorMap (hbf_tensormap.cuh: hb_tmap_decode, hb_tmap_box_runs) into
+//   its contiguous in-bounds runs, the out-of-bounds bytes counted (filled by the TMA unit, no memory access).
+// * Each run is split at range boundaries (byte exact: a tile across the HBM-HBF boundary is modeled per
+//   byte): bytes outside every range are HBM (native), bytes in a TIMING range are HBF; those are split at the
+//   range's media pages and each page span is ONE media request through hb_group_request, the ordinary loads'
+//   per-page request (admission and thermal snapshot, timing source FIXED / CURVE / FAST, refresh claim, the
+//   measured bias applied once): no second media model. The copy's deadline is the latest of its requests.
+//   A reference-path ticket is resolved at issue (the issuer waits for hbfd's answer, not for the deadline).
+// * Completion (conjunctive): a load's deadline goes into its CTA's completion table under (mbarrier, parity
+//   of the phase its bytes complete) -- each destination CTA's table for a multicast --, and the program's
+//   mbarrier.try_wait/test_wait that sees the phase complete then waits for that deadline (__hb_mbar_wait).
+//
+// The table (hbf_abi.h "TMA completion table"), per CTA in .shared (hbfcc declares it):
+//   header {u32 exited, u32 flags}, HBF_TMA_TABLE_ENTRIES x {u32 key = mbar + 1, u32 pad, u64 word[2]}
+//   word[p]: the phase object of parity p: bits 0..61 deadline (ns), bit 62 WAITED, bit 63 CLOSED; 0: none.
+// Every phase object ends exactly once (the kernel's tma_* counters):
+//   opened   by the first copy of a phase (tma_phases);
+//   consumed when a later phase of its parity opens after it was waited, or it is closed after a wait, or its
+//            CTA exits after a wait (tma_consumed);
+//   stale    when it is closed (the next phase, of the other parity, got a copy: this phase completed
+//            natively) or replaced without any wait (tma_stale);
+//   leaked   when its CTA exits and it was never waited (tma_leaked).
+// A closed object keeps its deadline: a waiter that comes late still waits for it (until its parity reopens).
+//
+// Which phase a copy completes: the barrier's phase current at issue (mbarrier.test_wait.parity 0 is true once
+// the even phase is over: the current one is odd). Sound when the copy's bytes are expected before it is
+// issued (expect_tx, or an arrival the phase needs is still pending): every producer we know does that
+// (Triton, CUTLASS, FA3, cuda::barrier). Multicast: the destination CTAs' barriers at the same offset are in the
+// issuer's phase (every CTA's stage barrier completes once per fill: CUTLASS / FA3 pipelines).
+#ifndef HBF_TMA_CUH
+#define HBF_TMA_CUH
+
+#include "hbf_tensormap.cuh"
+
+#ifndef HBF_TMA_TRUST_LAYOUT
+#define HBF_TMA_TRUST_LAYOUT 0
+#endif
+
+#include "hbf_tma_table.cuh"   // the completion table (__host__ __device__: tests/runtime/test_tma_table.py runs it on the CPU)
+
+HB_DEV uint32_t hb_mapa(uint32_t a, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    return r;
+}
+// The mbarrier address is in the executing CTA (a copy whose destination is another CTA's shared memory
+// signals that CTA's barrier, whose phase the issuer cannot read).
+HB_DEV bool hb_own_shared(uint32_t a) {
+    uint32_t own;
+    asm volatile("{\n\t.reg .b64 g;\n\t.reg .pred p;\n\tcvt.u64.u32 g, %1;\n\tcvta.shared::cluster.u64 g, g;\n\t"
+                 "isspacep.shared::cta p, g;\n\tselp.u32 %0, 1, 0, p;\n\t}" : "=r"(own) : "r"(a));
+    return own != 0u;
+}
+// The parity of the barrier's current phase.
+HB_DEV uint32_t hb_mbar_parity(uint32_t mbar) {
+    uint32_t odd;
+    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.test_wait.parity.shared::cta.b64 p, [%1], 0;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(odd) : "r"(mbar) : "memory");
+    return odd;
+}
+
+HB_DEV void hb_tw_count(hbf_kernel_counters* ks, const hb_tw_counts& c) {
+    if (c.phases) hb_red_add(&ks->tma_phases, c.phases);
+    if (c.consumed) hb_red_add(&ks->tma_consumed, c.consumed);
+    if (c.stale) hb_red_add(&ks->tma_stale, c.stale);
+}
+
+// A deadline into (mbar, current parity) of this CTA's table, or of each destination CTA's in `ctamask`.
+// Returns false when the barrier is not the executing CTA's or a table is full (the caller fails closed).
+HB_DEV bool hb_tw_record(hbf_device_state* st, uint32_t table, uint32_t mbar, uint64_t dl, bool multicast,
+                         uint32_t ctamask, uint32_t site) {
+    if (!hb_own_shared(mbar)) return false;
+    const uint32_t par = hb_mbar_parity(mbar);
+    hb_tw_counts c = {0u, 0u, 0u};
+    bool ok = true;
+    if (!multicast) {
+        const uint32_t e = hb_tw_find(table, mbar + 1u, true);
+        if (e == 0u) ok = false;
+        else hb_tw_put(e, par, dl, c);
+    } else {
+#pragma unroll 1
+        for (uint32_t m = ctamask & 0xFFFFu; m != 0u; m &= m - 1u) {   // one tracked destination per cluster rank
+            const uint32_t rank = (uint32_t)__ffs(m) - 1u;
+            const uint32_t e = hb_tw_find(hb_mapa(table, rank), mbar + 1u, true);
+            if (e == 0u) { ok = false; break; }
+            hb_tw_put(e, par, dl, c);
+        }
+        asm volatile("fence.acq_rel.cluster;" ::: "memory");
+    }
+    hb_tw_count(hb_kslot(st, site), c);
+    return ok;
+}
+
+// ---- a copy's byte runs into media requests ----
+struct hb_tma_acc {
+    uint64_t dl;            // the latest deadline (0: no HBF byte)
+    uint64_t hbf, hbm;      // bytes by tier
+    uint32_t nreq;
+    bool bad;               // a run the ordinary path would refuse (partial permission, not a timing range)
+    bool failed;            // a request's terminal failure (recorded)
+};
+
+// One run [a, a + n) of a copy with operation `op`: split at range boundaries, HBF page spans requested.
+// A call of its own (noinline): its request path's registers are not stacked on the box walk's (the walk runs
+// in hb_tma_collect, also a call), so the helper's footprint is the larger of the two, not their sum.
+static __device__ __noinline__ void hb_tma_run(hbf_device_state* st, uint64_t a, uint64_t n, uint32_t op, uint32_t site,
+                                               uint64_t t0, hb_tma_acc& acc) {
+    const uint32_t op_flags = op | HBF_F_ACTIVE;
+    hbf_kernel_counters* ks = nullptr;
+#pragma unroll 1
+    while (n != 0ull && !acc.bad && !acc.failed) {
+        hbf_dev_range r;
+        const int cls = HB_OOL(hb_classify)(st, a, n, r);
+        if (cls == HB_NATIVE) { acc.hbm += n; return; }
+        if (a < r.base) {                                        // HBM bytes before the range
+            const uint64_t k = r.base - a;
+            acc.hbm += k; a += k; n -= k;
+            continue;
+        }
+        if ((r.perms & hb_perm_needed(op)) == 0u || r.mode != HBF_MODE_TIMING) { acc.bad = true; return; }
+        const uint64_t take = (a + n <= r.end) ? n : r.end - a; // the HBF part in this range
+        const uint32_t pshift = r.page_shift ? r.page_shift : 12u;
+        const uint64_t page = 1ull << pshift;
+        uint64_t media = r.media_offset + (a - r.base), left = take;
+#pragma unroll 1
+        while (left != 0ull) {
+            const uint32_t off = (uint32_t)(media & (page - 1ull));
+            const uint64_t pl = (page - off) < left ? (page - off) : left;
+            uint64_t out[2];
+            uint64_t f = HB_OOL(hb_group_request)(st, &r, media, off, off, off + (uint32_t)pl, 0u, op_flags, site,
+                                                  r.base + (media - r.media_offset), t0, out);
+            if (f == HB_FAILED) { acc.failed = true; return; }
+            if (f & HBF_FUTURE_TICKET_BIT) {                    // the reference path: resolved at issue
+                f = HB_OOL(hb_ticket_deadline)(st, f & ~HBF_FUTURE_TICKET_BIT, site);
+                if (f == HB_FAILED) { acc.failed = true; return; }
+            }
+            if (f > acc.dl) acc.dl = f;
+            if (ks == nullptr) ks = hb_kslot(st, site);
+            hbf_op_counters* oc = &ks->ops[op];
+            hb_red_add(&oc->requests, 1ull);
+            hb_red_add(&oc->bytes, out[0]);
+            hb_red_add(&oc->program_bytes, pl);
+            if (out[1]) hb_red_add(&oc->modeled_ns, out[1]);
+            ++acc.nreq;
+            media += pl;
+            left -= pl;
+        }
+        acc.hbf += take;
+        a += take;
+        n -= take;
+    }
+}
+
+// The box's runs number skip .. skip + HB_TMA_CHUNK - 1 (in hb_tmap_box_runs' order) into b; returns the number of
+// runs of the box (*oob: its out-of-bounds bytes). The walk is repeated per chunk instead of holding its state (five
+// dimensions of bounds and indices) live across the media requests: a box has at most a few hundred runs (one per
+// row of dimension 0), and the walk is cheap next to a run's requests.
+#define HB_TMA_CHUNK 16u
+struct hb_tma_runs { uint64_t a[HB_TMA_CHUNK]; uint32_t n[HB_TMA_CHUNK]; };
+static __device__ __noinline__ uint32_t hb_tma_collect(const hb_tmap* m, const int32_t* c, uint32_t skip,
+                                                       hb_tma_runs* b, uint64_t* oob) {
+    uint32_t i = 0;
+    *oob = hb_tmap_box_runs(*m, c, [&](uint64_t a, uint32_t n) {
+        if (i >= skip && i - skip < HB_TMA_CHUNK) { b->a[i - skip] = a; b->n[i - skip] = n; }
+        ++i;
+    });
+    return i;
+}
+static __device__ __noinline__ int hb_tma_decode(uint64_t gaddr, hb_tmap* m) {
+    return hb_tmap_decode((const void*)gaddr, m);
+}
+
+// __hb_tma (hbf_abi.h): the copy's requests, then its completion where the program will wait for it.
+HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, const int32_t* c, uint32_t nbytes,
+                                       uint32_t mbar, uint32_t kind, uint32_t ctamask, uint32_t table, uint32_t site,
+                                       uint64_t t0) {
+    const uint32_t k = kind & HBF_TMA_K_MASK, rank = (kind >> HBF_TMA_RANK_SHIFT) & 0xFu;
+    const uint32_t op = (k == HBF_TMA_K_STORE) ? HBF_OP_STORE : (k == HBF_TMA_K_REDUCE) ? HBF_OP_ATOMIC : HBF_OP_CPASYNC;
+    hb_tma_acc acc = {0ull, 0ull, 0ull, 0u, false, false};
+    uint64_t oob = 0ull;
+    if (rank == 0u) {
+        hb_tma_run(st, gaddr, nbytes, op, site, t0, acc);
+    } else {
+        hb_tmap m;
+        // the decoder's bit layout is a hypothesis until bench/tma_tensormap.py has verified it on a GPU
+        // (hbf_tensormap.cuh HB_TMAP_LAYOUT_VERIFIED): until then a tensor copy that touches the instrumented path
+        // fails closed (UNSUPPORTED, recorded) instead of being modeled from a guessed decode;
+        // -DHBF_TMA_TRUST_LAYOUT=1 builds a helper that trusts it (the GPU validation runs use it)
+        const bool trusted = HB_TMAP_LAYOUT_VERIFIED || HBF_TMA_TRUST_LAYOUT;
+        if (!trusted || hb_tma_decode(gaddr, &m) != 0 || (uint32_t)m.rank != rank || m.im2col) {
+            HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, gaddr);   // not a tiled map this copy can use
+            hb_end();
+        }
+        hb_tma_runs runs;
+        uint32_t done = 0u, total;
+#pragma unroll 1
+        do {
+            total = hb_tma_collect(&m, c, done, &runs, &oob);
+            const uint32_t k = total - done < HB_TMA_CHUNK ? total - done : HB_TMA_CHUNK;
+#pragma unroll 1
+            for (uint32_t i = 0; i < k && !acc.bad && !acc.failed; ++i) hb_tma_run(st, runs.a[i], runs.n[i], op, site, t0, acc);
+            done += k;
+        } while (done < total && !acc.bad && !acc.failed);
+    }
+    if (acc.bad) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, gaddr);
+    if (acc.bad || acc.failed) hb_end();                        // recorded; before the copy is performed
+    hbf_kernel_counters* ks = hb_kslot(st, site);
+    hb_red_add(&ks->tma_copies, 1ull);
+    if (acc.hbf) hb_red_add(&ks->tma_hbf_bytes, acc.hbf);
+    if (acc.hbm) hb_red_add(&ks->tma_hbm_bytes, acc.hbm);
+    if (oob) hb_red_add(&ks->tma_oob_bytes, oob);
+    if (acc.nreq) hb_red_add(&ks->ops[op].overhead_ns, hb_now() - t0);
+    if (k == HBF_TMA_K_LOAD) {
+        // every load opens / joins its phase object, HBF bytes or not (a deadline of 1 ns: long past)
+        if (!hb_tw_record(st, table, mbar, acc.dl ? acc.dl : 1ull, (kind & HBF_TMA_F_MULTICAST) != 0u, ctamask,
+                          site)) {
+            HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, mbar);    // a remote barrier, or the table is full
+            hb_end();
+        }
+        return 0ull;
+    }
+    return k == HBF_TMA_K_PREFETCH ? 0ull : acc.dl;
+}
+
+// __hb_mbar_wait: the waiter of phase parity `par` of `mbar`, after the native phase completed.
+HB_DEV void hb_mbar_wait(uint32_t table, uint32_t mbar, uint32_t par, uint32_t site) {
+    const uint64_t dl = hb_tw_take(table, mbar, par);
+    // 0: nothing tracked; 1: the phase's copies had no HBF byte (the object exists for its lifecycle only): no
+    // wait, and no ready-wait slack counted against a deadline that was never modeled
+    if (dl > 1ull) __hb_wait(dl, site);
+}
+
+// __hb_tma_exit: the CTA's last thread ends the open objects of its table.
+HB_DEV void hb_tma_exit(hbf_device_state* st, uint32_t table, uint32_t kernel_index) {
+    const uint32_t nthreads = blockDim.x * blockDim.y * blockDim.z;
+    uint32_t done;
+    asm volatile("atom.shared::cta.add.u32 %0, [%1], 1;" : "=r"(done) : "r"(table) : "memory");
+    if (done + 1u != nthreads) return;
+    uint32_t consumed, leaked;
+    hb_tw_exit_scan(table, &consumed, &leaked);
+    hbf_kernel_counters* ks = hb_kslot(st, kernel_index << 16);
+    if (consumed) hb_red_add(&ks->tma_consumed, consumed);
+    if (leaked) hb_red_add(&ks->tma_leaked, leaked);
+}
+
+// __hb_tma_enter: the table zeroed before any thread of the CTA (of the cluster, when others write it) uses it.
+HB_DEV void hb_tma_enter(uint32_t table, uint32_t flags) {
+    const uint32_t tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const uint32_t nthreads = blockDim.x * blockDim.y * blockDim.z;
+#pragma unroll 1
+    for (uint32_t i = tid; i < HBF_TMA_TABLE_BYTES / 4u; i += nthreads)
+        asm volatile("st.shared::cta.u32 [%0], 0;" ::"r"(table + 4u * i) : "memory");
+    __syncthreads();
+    if (flags & HBF_TMA_E_CLUSTER)
+        asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+#endif  // HBF_TMA_CUH
