@@ -58,12 +58,25 @@ def _run(argv, *, env=None, cwd=None, timeout=900) -> subprocess.CompletedProces
     return cp
 
 
+def _hbfcc(work: Path) -> str:
+    """The hbfcc executable: the installed entry point beside this interpreter or on PATH; where the package is not
+    installed (a checkout on the GPU machine), a wrapper running ``python -m hbfcc.cli`` with this interpreter."""
+    for c in (Path(sys.executable).parent / "hbfcc", shutil.which("hbfcc")):
+        if c and Path(c).exists():
+            return str(c)
+    w = work / "bin" / "hbfcc"
+    w.parent.mkdir(parents=True, exist_ok=True)
+    w.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.cli \"$@\"\n")
+    w.chmod(0o755)
+    return str(w)
+
+
 def build(kind: str, work: Path, arch: str) -> tuple[Path, float]:
     """Configure and build the sample with CUDACXX = nvcc (plain) or hbfcc; (program, seconds)."""
     from runtime_cuda.capi import cmake_dir  # noqa: PLC0415
     b = work / kind
     shutil.rmtree(b, ignore_errors=True)
-    cxx = shutil.which("nvcc") if kind == "plain" else str(Path(sys.executable).parent / "hbfcc")
+    cxx = shutil.which("nvcc") if kind == "plain" else _hbfcc(work)
     if not cxx or not Path(cxx).exists():
         raise SystemExit(f"no CUDA compiler for the {kind} build ({cxx})")
     env = _env(CUDACXX=cxx)

@@ -600,7 +600,7 @@ class Session:
         ak = A.kernels(art)
         names = [k[0] for k in ak] or list(kernels or [])
         nslots = slots or max(1, len(names) or 1)
-        handle = int(getattr(module, "getPtr", lambda: module)()) if not isinstance(module, int) else module
+        handle = int(module)   # the handle's value (cuda.bindings' getPtr() is the address of the wrapper's copy)
         with self._lock:
             instrumented = False
             cdesc_addr = 0
@@ -680,7 +680,7 @@ class Session:
                      self._stack_limit, frame, D.HELPER_STACK_BOUND)
 
     def note_function(self, function, binding: ModuleBinding, name: str) -> None:
-        handle = int(function) if isinstance(function, int) else int(getattr(function, "getPtr")())
+        handle = int(function)   # the handle's value, as for modules
         self.functions[handle] = (binding, binding.kernel(name) or KernelInfo(name, -1, -1, False,
                                                                                 ["kernel not in artifact"]))
 
@@ -822,7 +822,7 @@ class Session:
                binding: ModuleBinding | None = None, shared: int = 0, stream: int = 0) -> None:
         """cuLaunchKernel through the launch gate. Pointer arguments are the c_uint64/c_void_p args."""
         self._ensure_open()
-        fh = int(function) if isinstance(function, int) else int(getattr(function, "getPtr")())
+        fh = int(function)
         b, info = self.functions.get(fh, (binding, None))
         if info is None and binding is not None and kernel is not None:
             info = binding.kernel(kernel)

@@ -416,7 +416,9 @@ def _bind_modules(s, kernels: dict[str, Kernel], docs: Sequence[dict], get_func_
         if hasattr(d, "cuFuncLoad"):   # under cudart's lazy loading (CUDA 12.2+ default): loaded now, module and all
             cu.check(d.cuFuncLoad(fn), "cuFuncLoad")
         mod = cu.check(d.cuFuncGetModule(fn), "cuFuncGetModule")
-        handle = int(mod.getPtr()) if hasattr(mod, "getPtr") else int(mod)
+        # the handle's VALUE: cuda.bindings' getPtr() is the address of the Python object's copy of it (binding
+        # that address failed cuModuleGetGlobal with CUDA_ERROR_INVALID_HANDLE on the H200, 2026-12-05)
+        handle = int(mod)
         by_module.setdefault(handle, []).append(k)
     for handle, ks in by_module.items():
         if handle in s.bindings:   # bound by an earlier bind_all: its slots and state stay

@@ -294,10 +294,10 @@ HB_DEV void hb_publish_replicas(hbf_device_state* st, uint64_t w) {
 // shards); the thread that refreshed the thermal snapshot (hb_thermal_snapshot, hb_inline_refresh: about
 // every thermal_max_age_ns) also publishes, at most once per HBF_ACT_PERIOD_NS, single flight (one CAS on
 // act_stamp). Bounded cost per publication: HBF_ACT_SLOTS_PER_FLUSH launched slots x HBF_KSHARDS shards x
-// 2 x HBF_N_OPS 8-byte device loads (1,024), up to 4 x HBF_N_OPS device stores per slot, 12 host-mapped
+// 2 x HBF_N_OPS 8-byte device loads (1,024), up to 4 x HBF_N_OPS device stores per slot, 14 host-mapped
 // stores and 2 system fences, by one thread; not in the Severe admission loop (nothing new is admitted there).
 // ------------------------------------------------------------------------------------------
-// 16-byte volatile stores/loads (the activity section's pairs, the ring's payload)
+// 16-byte volatile stores/loads (the ring's payload; the address must be 16-byte aligned)
 HB_DEV void hb_st_vol_v2(void* p, uint64_t a, uint64_t b) {
     asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
 }
@@ -369,8 +369,12 @@ HB_DEV void hb_act_flush(hbf_device_state* st, hbf_ctl* c, uint64_t now) {
 #pragma unroll 1
     for (uint32_t i = 0; i < 2u * HBF_N_OPS; ++i) hb_st_vol(&a->ops[0].requests + i, hb_ld_vol(&st->act_total[i]));
     const uint64_t fl = hb_ld_vol(&st->act_flushes) + 1ull, vis = hb_ld_vol(&st->act_visits) + visited;
-    hb_st_vol_v2(&a->flushes, fl, now);
-    hb_st_vol_v2(&a->slot_visits, vis, (uint64_t)st);
+    // scalar stores: flushes/gpu_ns and slot_visits/state_ptr sit at offsets 8 and 24 of the section, not
+    // 16-byte aligned (a v2.u64 store there faulted MISALIGNED_ADDRESS on the H200, 2026-12-05)
+    hb_st_vol(&a->flushes, fl);
+    hb_st_vol(&a->gpu_ns, now);
+    hb_st_vol(&a->slot_visits, vis);
+    hb_st_vol(&a->state_ptr, (uint64_t)st);
     __threadfence_system();                               // the payload before the even seq (a release;
     hb_st_vol(&a->seq, q);                                // fence + volatile: no st.release.sys in the tagged build)
     hb_st_vol(&st->act_pub_seq, q);
