@@ -8,7 +8,9 @@
 
     python3 bench/tma_tensormap.py gpu [--out bench/results/tma_tensormap_gpu.json]
                                        [--encodings bench/results/tma_tensormap_encodings.json.gz] [--random 3000]
-        NEEDS an sm_90 GPU (the H200). NOT RUN YET (written in a session without a GPU).
+        NEEDS an sm_90 GPU (the H200). Run 2026-12-05 up to step 1 (the encodings fixture
+        bench/results/tma_tensormap_encodings_h200_r1.json.gz, to which bench/tma_layout_fit.py fitted the layout);
+        steps 2-5 (discovery, allocation dependence, device decode, TMA semantics) have NOT run yet.
         1. the real cuTensorMapEncodeTiled (cuda.bindings.driver; cuda.cuda as a fallback) over a field-combination
            matrix -- every dtype, ranks 1-5, interleave, swizzle, l2promo, fill, strides, boxes, elementStrides, and
            the documented error cases -- recording inputs, the driver's result and the raw 128 bytes into
@@ -151,14 +153,24 @@ class Driver:
         _, name = d.cuDeviceGetName(128, dev)
         self.name = name.split(b"\0")[0].decode()
 
+    @staticmethod
+    def rank1_strides(inp: dict) -> list[int]:
+        """The globalStrides array passed for a rank-1 map: cuda-python turns an empty list into a NULL pointer,
+        and the H200's driver refused every rank-1 map given one (2026-12-05, r1 fixture); the array has
+        rank - 1 = 0 meaningful entries, so one entry -- the row's bytes rounded up to 16, as Triton's 1D
+        descriptors pass -- is passed and recorded ("rank1_strides_passed")."""
+        e = tm.DTYPE_BYTES[inp["dtype"]] if 0 <= inp["dtype"] < len(tm.DTYPE_BYTES) else 0
+        return [max(16, -(-inp["dims"][0] * max(e, 1) // 16) * 16)] if len(inp["dims"]) == 1 and inp["dims"] else []
+
     def encode_raw(self, inp: dict) -> tuple[int, str, bytes | None]:
         d = self.d
         r = len(inp["dims"])
+        gstrides = inp["gstrides"] if r != 1 else self.rank1_strides(inp)
         try:
             u64, u32 = d.cuuint64_t, d.cuuint32_t
             res = d.cuTensorMapEncodeTiled(
                 d.CUtensorMapDataType(inp["dtype"]), r, inp["base"], [u64(x) for x in inp["dims"]],
-                [u64(x) for x in inp["gstrides"]], [u32(x) for x in inp["box"]], [u32(x) for x in inp["estrides"]],
+                [u64(x) for x in gstrides], [u32(x) for x in inp["box"]], [u32(x) for x in inp["estrides"]],
                 d.CUtensorMapInterleave(inp["interleave"]), d.CUtensorMapSwizzle(inp["swizzle"]),
                 d.CUtensorMapL2promotion(inp["l2promo"]), d.CUtensorMapFloatOOBfill(inp["fill"]))
         except Exception as e:  # noqa: BLE001 -- the binding refused a value itself (range, rank): recorded
@@ -554,6 +566,8 @@ def run_gpu(args) -> None:
         reason, ours, m = _ours(inp)
         rec = {"inputs": inp, "driver_rc": rc, "driver_err": name, "bytes": raw.hex() if raw else None,
                "ours": reason}
+        if len(inp["dims"]) == 1:
+            rec["rank1_strides_passed"] = drv.rank1_strides(inp)
         if rc == 0:
             counts["driver_ok"] += 1
             if reason == "PACKED":
