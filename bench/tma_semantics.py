@@ -26,9 +26,11 @@ The paper reports 0.152 % for TMA.
 Native cost (`--native-cost`): nothing registered, plain vs instrumented launch time of the templates, 36
 interleaved pairs each (goal <= 1.02x).
 
-The decoder's bit layout must be verified first (bench/tma_tensormap.py, hbf_tensormap.cuh
-HB_TMAP_LAYOUT_VERIFIED); until then the helpers are built with -DHBF_TMA_TRUST_LAYOUT=1 (`--trust-layout`) and
-this script's results are only as good as that layout. Partial results are written after every case.
+The decoder's bit layout is fitted to the H200 driver's encodings (bench/tma_layout_fit.py; hbf_tensormap.cuh
+HB_TMAP_LAYOUT_VERIFIED 1 since 2026-12-05), so the default helpers decode tensor copies; `--trust-layout`
+(-DHBF_TMA_TRUST_LAYOUT=1) only matters for a header with it 0. The decode has not yet been checked on the GPU
+itself (bench/tma_tensormap.py gpu): these results are only as good as it. Partial results are written after
+every case.
 
     python3 bench/tma_semantics.py --build-only                       # CPU: build + admission
     python3 bench/tma_semantics.py --semantics --increment --native-cost --out bench/results   # H200
@@ -488,7 +490,7 @@ def main(argv=None) -> int:
     ap.add_argument("--increment", action="store_true")
     ap.add_argument("--native-cost", action="store_true")
     ap.add_argument("--trust-layout", action="store_true",
-                    help="build the helpers with -DHBF_TMA_TRUST_LAYOUT=1 (the decoder's layout not yet verified)")
+                    help="build the helpers with -DHBF_TMA_TRUST_LAYOUT=1 (only needed with HB_TMAP_LAYOUT_VERIFIED 0)")
     a = ap.parse_args(argv)
     if not (a.build_only or a.semantics or a.increment or a.native_cost):
         ap.error("nothing to do: give --build-only, or --semantics / --increment / --native-cost on a GPU")

@@ -8,7 +8,9 @@
 
     python3 bench/tma_tensormap.py gpu [--out bench/results/tma_tensormap_gpu.json]
                                        [--encodings bench/results/tma_tensormap_encodings.json.gz] [--random 3000]
-        NEEDS an sm_90 GPU (the H200). NOT RUN YET (written in a session without a GPU).
+        NEEDS an sm_90 GPU (the H200). Run 2026-12-05 up to step 1 (the encodings fixture
+        bench/results/tma_tensormap_encodings_h200_r1.json.gz, to which bench/tma_layout_fit.py fitted the layout);
+        steps 2-5 (discovery, allocation dependence, device decode, TMA semantics) have NOT run yet.
         1. the real cuTensorMapEncodeTiled (cuda.bindings.driver; cuda.cuda as a fallback) over a field-combination
            matrix -- every dtype, ranks 1-5, interleave, swizzle, l2promo, fill, strides, boxes, elementStrides, and
            the documented error cases -- recording inputs, the driver's result and the raw 128 bytes into
@@ -17,6 +19,7 @@
            confirmed / mismatched, with the observed bit positions and stored values; and whether the driver
            writes bits that depend on the allocation behind the address (it does on Blackwell, per NVIDIA's 595
            driver notes): the same maps at a small and a large real allocation and at an unallocated address;
+        2b. im2col maps (cuTensorMapEncodeIm2col): which bits mark one, and that decode() refuses them;
         3. decode() of every real encoding and encode() byte equality; driver-rejected inputs vs encode()'s rules;
         4. the device: hb_tmap_decode run on the GPU over the same descriptors, compared with the Python twin;
         5. the box semantics on the TMA unit itself: real cp.async.bulk.tensor loads (1D-5D, negative and
@@ -151,14 +154,24 @@ class Driver:
         _, name = d.cuDeviceGetName(128, dev)
         self.name = name.split(b"\0")[0].decode()
 
+    @staticmethod
+    def rank1_strides(inp: dict) -> list[int]:
+        """The globalStrides array passed for a rank-1 map: cuda-python turns an empty list into a NULL pointer,
+        and the H200's driver refused every rank-1 map given one (2026-12-05, r1 fixture); the array has
+        rank - 1 = 0 meaningful entries, so one entry -- the row's bytes rounded up to 16, as Triton's 1D
+        descriptors pass -- is passed and recorded ("rank1_strides_passed")."""
+        e = tm.DTYPE_BYTES[inp["dtype"]] if 0 <= inp["dtype"] < len(tm.DTYPE_BYTES) else 0
+        return [max(16, -(-inp["dims"][0] * max(e, 1) // 16) * 16)] if len(inp["dims"]) == 1 and inp["dims"] else []
+
     def encode_raw(self, inp: dict) -> tuple[int, str, bytes | None]:
         d = self.d
         r = len(inp["dims"])
+        gstrides = inp["gstrides"] if r != 1 else self.rank1_strides(inp)
         try:
             u64, u32 = d.cuuint64_t, d.cuuint32_t
             res = d.cuTensorMapEncodeTiled(
                 d.CUtensorMapDataType(inp["dtype"]), r, inp["base"], [u64(x) for x in inp["dims"]],
-                [u64(x) for x in inp["gstrides"]], [u32(x) for x in inp["box"]], [u32(x) for x in inp["estrides"]],
+                [u64(x) for x in gstrides], [u32(x) for x in inp["box"]], [u32(x) for x in inp["estrides"]],
                 d.CUtensorMapInterleave(inp["interleave"]), d.CUtensorMapSwizzle(inp["swizzle"]),
                 d.CUtensorMapL2promotion(inp["l2promo"]), d.CUtensorMapFloatOOBfill(inp["fill"]))
         except Exception as e:  # noqa: BLE001 -- the binding refused a value itself (range, rank): recorded
@@ -517,6 +530,48 @@ def allocation_dependence(drv: Driver, layout: dict) -> dict:
     return out
 
 
+def im2col_probe(drv: Driver) -> dict:
+    """Which bits mark an im2col map? The r1 fixture holds tiled maps only, so hb_tmap_decode treats every descriptor
+    as tiled and refuses an im2col one only if it sets a bit outside the tiled fields (RESERVED). A few im2col maps
+    (ranks 3-5, fp16) are encoded with cuTensorMapEncodeIm2col; per map: the bits it sets that no tiled field holds,
+    and decode()'s verdict. decode_accepted > 0 means decode would take an im2col map for a tiled one: fail open."""
+    d = drv.d
+    u64, u32 = d.cuuint64_t, d.cuuint32_t
+    out: dict[str, Any] = {"cases": [], "decode_accepted": 0}
+    for rank in (3, 4, 5):
+        dims = [64, 16, 16, 4, 2][:rank]
+        gs, acc = [], dims[0] * 2
+        for k in range(1, rank):
+            gs.append(acc)
+            acc *= dims[k]
+        case: dict[str, Any] = {"rank": rank, "dims": dims, "gstrides": gs}
+        try:
+            err, tmap = d.cuTensorMapEncodeIm2col(
+                d.CUtensorMapDataType(6), rank, tm.BASELINE_BASE, [u64(x) for x in dims], [u64(x) for x in gs],
+                [-1] * (rank - 2), [1] * (rank - 2), 64, 32, [u32(1)] * rank, d.CUtensorMapInterleave(0),
+                d.CUtensorMapSwizzle(0), d.CUtensorMapL2promotion(0), d.CUtensorMapFloatOOBfill(0))
+        except Exception as e:  # noqa: BLE001 -- the binding refused the call: recorded
+            case["error"] = f"binding: {type(e).__name__}: {e}"
+            out["cases"].append(case)
+            continue
+        if int(err) != 0:
+            case["error"] = d.cuGetErrorName(err)[1].decode()
+            out["cases"].append(case)
+            continue
+        raw = b"".join(int(x).to_bytes(8, "little") for x in tmap.opaque)
+        n = int.from_bytes(raw, "little")
+        case["bytes"] = raw.hex()
+        case["bits_outside_tiled_fields"] = [b for b in range(1024) if (n & tm.RESERVED_MASK) >> b & 1]
+        try:
+            tm.decode(raw)
+            case["decode"] = "OK"
+            out["decode_accepted"] += 1
+        except tm.TensorMapError as e:
+            case["decode"] = e.reason
+        out["cases"].append(case)
+    return out
+
+
 def run_gpu(args) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     drv = Driver()
@@ -554,6 +609,8 @@ def run_gpu(args) -> None:
         reason, ours, m = _ours(inp)
         rec = {"inputs": inp, "driver_rc": rc, "driver_err": name, "bytes": raw.hex() if raw else None,
                "ours": reason}
+        if len(inp["dims"]) == 1:
+            rec["rank1_strides_passed"] = drv.rank1_strides(inp)
         if rc == 0:
             counts["driver_ok"] += 1
             if reason == "PACKED":
@@ -588,6 +645,8 @@ def run_gpu(args) -> None:
     summary["fields_mismatched"] = sorted(k for k, v in layout.items() if not v["agrees"])
     atomic_write_json(args.out, summary)
     summary["allocation_dependence"] = allocation_dependence(drv, layout)
+    atomic_write_json(args.out, summary)
+    summary["im2col_probe"] = im2col_probe(drv)
     atomic_write_json(args.out, summary)
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)

@@ -5,30 +5,25 @@ the one place where the bit position and encoding of every field is written down
 header's constants block is generated from it (:func:`header_block`) and tests/tma/test_tensormap.py asserts the
 two agree.
 
-PROVENANCE, honestly. NVIDIA documents the CUtensorMap as an opaque 128-byte, 64-byte-aligned object
-(cuda.h: ``CU_TENSOR_MAP_NUM_QWORDS 16``) whose "format may change over time" (CUDA Programming Guide, device-side
-encoding of a tensor map). DOCUMENTED: the enum values and the value ranges of every field (cuda.h,
-cuTensorMapEncodeTiled); the PTX ISA's ``tensormap.replace`` fields and operand codes (``.elemtype`` numbering, which
-differs from CUtensorMapDataType for FLOAT64/BFLOAT16/FLOAT32_FTZ -- the table Triton's TMAUtilities mirrors as
-TMA_ELEMENT_TYPES --; ``.swizzle_mode`` 0..4 and ``.swizzle_atomicity`` 0..3 where CUDA folds both into one enum;
-``.rank`` "uses zero-based numbering"); that a zero-initialized buffer is a valid starting tiled map on sm_90a
-(CUDA Programming Guide). But NO public NVIDIA source gives bit positions -- and the layout is per architecture:
-NVIDIA's 595.71.05 driver notes (quoted in triton-lang/triton issue 10442) give a workaround that clears qword 1
-bit 21 of a descriptor, "specific to Blackwell's tensor map descriptor layout", a bit the driver sets from the
-ALLOCATION behind the address (under 128 KiB, not dense non-overlapping): so a descriptor is not a pure function of
-the encode inputs, and this table, for sm_90 only, cannot be assumed to hold on any other architecture. No public third-party source we found gives a hardware-verified layout either (searched: code,
-issues, docs and pages corpora, 2026-12-05; GPGPU-Sim forks such as FlashGPU-Sim define their OWN simulator
-layout, not the hardware's; a reverse-engineering write-up of NVIDIA's tileiras compiler claims a 64-byte payload
-with the base address in the first qword, unverified; NVIDIA-internal code in flashinfer's vendored CuTe-DSL
-sources sizes descriptor slots at 64 bytes). So every BIT POSITION below is a HYPOTHESIS (status
-``"hypothesis"``), chosen to be consistent with the documented value ranges (the ENCODINGS ``minus1``/``shr4`` are
-INFERRED from those ranges: box 1..256 fits 8 bits as value-1, elementStrides 1..8 fits 3 bits as value-1, strides
-are multiples of 16 below 2^40 so fit 36 bits as value>>4, dims 1..2^32 fit 32 bits as value-1) and with the
-64-byte payload hint. ``bench/tma_tensormap.py`` discovers the true positions on a GPU by differential probing of
-the real ``cuTensorMapEncodeTiled`` (:func:`discover_layout`, the same routine the tests run against
-:func:`encode`) and reports every field as confirmed or mismatched; until that has run, ``LAYOUT_VERIFIED`` is
-False and decoding a descriptor made by the driver must not be trusted (docs/design.md §3.10 says what the device
-path does meanwhile).
+PROVENANCE. NVIDIA documents the CUtensorMap as an opaque 128-byte, 64-byte-aligned object (cuda.h:
+``CU_TENSOR_MAP_NUM_QWORDS 16``) whose "format may change over time" (CUDA Programming Guide). Documented: the enum
+values and value ranges of every field (cuda.h, cuTensorMapEncodeTiled) and the PTX ``tensormap.replace`` operand
+codes (``.elemtype`` numbering, which differs from CUtensorMapDataType for FLOAT64/BFLOAT16/FLOAT32_FTZ; zero-based
+``.rank``). The BIT POSITIONS are not documented anywhere we found. The table below is FITTED to the real sm_90
+descriptors: 3298 calls of ``cuTensorMapEncodeTiled`` recorded on an H200 (driver 580.159.04, cuda-python, 2026-12-05;
+``bench/tma_tensormap.py gpu`` -> ``bench/results/tma_tensormap_encodings_h200_r1.json.gz``), of which the driver
+accepted 1810; ``bench/tma_layout_fit.py`` derives every field's position and encoding from those records by an
+exhaustive search (independently of this table), finds the bits the driver sets that no input field explains
+(derived fields: BOX_BYTES, SMEM_ALIGN, the TF32 flag) and checks that :func:`encode` reproduces all 1810 encodings
+byte for byte and :func:`decode` gives back their inputs (``bench/results/tma_layout_fit.json``). What was NOT
+observed, and is therefore extrapolated or refused here, is said per field: rank 1 (the driver refused every rank-1
+map through cuda-python, which passes ``globalStrides = NULL`` for an empty list), global strides >= 2^36 B (the
+32-bit stride slots hold stride >> 4; where the documented range's 4 high bits would go was never seen: encode()
+refuses them, ``UNFITTED``), the im2col mode (no im2col map was encoded: which bit marks one is unknown; decode()
+refuses any bit outside the fields, so an im2col descriptor is refused only if it sets such a bit), and the packed
+sub-byte types and the 128B_ATOM_* swizzles (the sm_90 driver refuses them all). The layout is per architecture,
+and on Blackwell the driver sets a bit from the ALLOCATION behind the address (NVIDIA's 595.71.05 driver notes,
+quoted in triton-lang/triton issue 10442): this table is for sm_90 only.
 
 The layout-independent path is the REGISTRY (:func:`pack_registry`, hb_tmap_lookup): the exact bytes of every
 descriptor the host saw made, with the map they mean -- how the paper's public artifact binds descriptors
@@ -37,7 +32,11 @@ a map built on the device, the MIRROR of its tensormap.replace sequence (:class:
 :func:`from_fields`), whose operand conventions are documented.
 
 What the semantics of a box are (which global bytes it reads, what it fills, how many bytes complete_tx counts)
-is documented, not guessed: see :func:`box_runs` and the header's comments.
+is documented, not guessed: see :func:`box_runs` and the header's comments. (The driver's BOX_BYTES word is
+prod floor(box/elementStride) * elemsize, elementStride[0] included, where cuda.h says the TMA moves
+ceil(box/elementStride) elements and ignores elementStride[0] without interleave: the two differ when an
+elementStride does not divide its box; the on-device check of bench/tma_tensormap.py decides which the barrier
+counts. It has not run.)
 """
 from __future__ import annotations
 
@@ -52,7 +51,12 @@ from hbfcommon.errors import ErrorCode, HbfError
 
 DESC_BYTES = 128
 MAX_RANK = 5
-LAYOUT_VERIFIED = False     # becomes True only when bench/tma_tensormap.py confirmed every field on a GPU
+# True: every field's position is fitted to the real encodings and encode() reproduces every accepted one of the
+# fixture byte for byte (bench/tma_layout_fit.py; tests/tma/test_tensormap.py checks it in CI)
+LAYOUT_VERIFIED = True
+FIT_FIXTURE = "bench/results/tma_tensormap_encodings_h200_r1.json.gz"
+FIT_RECORDS = 1810          # the driver-accepted encodings of FIT_FIXTURE the table is fitted to
+FIT_SOURCE = f"fitted to {FIT_RECORDS} real H200 encodings (driver 580.159.04)"
 
 # ---- documented enum values (cuda.h 13.0, CUtensorMap*_enum) ----------------------------------------------------
 DTYPE_NAMES = ("UINT8", "UINT16", "UINT32", "INT32", "UINT64", "INT64", "FLOAT16", "FLOAT32", "FLOAT64",
@@ -77,81 +81,98 @@ L2PROMO_NAMES = ("NONE", "L2_64B", "L2_128B", "L2_256B")
 FILL_NAMES = ("NONE", "NAN_REQUEST_ZERO_FMA")
 
 
+# ---- what the sm_90 descriptor stores (fitted: bench/tma_layout_fit.py) -------------------------------------------
+# The element-type code in the descriptor: the PTX .elemtype code for UINT8..FLOAT32_FTZ; TFLOAT32 and TFLOAT32_FTZ
+# are stored as FLOAT32 (7) / FLOAT32_FTZ (8) with the TF32 flag set (NOT PTX's 11 / 12). DESC_DTYPE[cuda enum] =
+# (code, tf32 flag), for the 13 types the sm_90 driver accepts.
+DESC_DTYPE = tuple((CUDA_TO_PTX_DTYPE[d], 0) for d in range(11)) + ((7, 1), (8, 1))
+# SMEM_ALIGN (a derived word): 16 B without swizzle, 8 rows of the swizzle span with one (256 / 512 / 1024 B) -- the
+# shared-memory period of the swizzle pattern
+SMEM_ALIGN_OF_SWIZZLE = (16, 256, 512, 1024)
+# The sm_90 driver refuses a map whose BOX_BYTES exceed this: 227 KiB, the H200's largest shared-memory block
+# (observed bound: accepted up to 231000 B, refused from 234432 B; bench/tma_layout_fit.py)
+SMEM_BOX_MAX = 232448
+STRIDE_FITTED_LIMIT = 1 << 36   # globalStrides the fitted layout holds (stride >> 4 in 32 bits); documented: < 2^40
+
+
 @dataclass(frozen=True)
 class Field:
     """One field of the descriptor: ``width`` bits at bit ``lo`` of the 1024-bit little-endian descriptor."""
     name: str          # C constant stem: HB_TMAP_<NAME>_LO / _W
     lo: int
     width: int
-    encoding: str      # "raw" | "minus1" (stored value - 1) | "shr4" (stored value >> 4)
-    status: str        # "hypothesis" (position) / "documented" / "confirmed" (on a GPU, by bench/tma_tensormap.py)
+    encoding: str      # "raw" | "minus1" (stored value - 1) | "shr4" (stored value >> 4) | "desc_dtype" (DESC_DTYPE)
+    #                    | "derived" (a function of the other fields: written by encode(), not read by decode())
+    status: str        # "confirmed": fitted to the real encodings and reproduced byte for byte
     provenance: str
 
 
-_POS = "position: hypothesis (no public source gives it; bench/tma_tensormap.py discovers it)"
-_RANGE = "encoding inferred from the documented range"
-
-
 def _fields() -> tuple[Field, ...]:
-    f = [Field("ADDR", 0, 64, "raw", "hypothesis",
-               f"{_POS}; base in the first qword is also claimed by a tileiras reverse-engineering write-up "
-               "(gh.evko.io nvopen-tools), unverified; 16-B aligned per cuda.h")]
-    for i in range(MAX_RANK):
-        f.append(Field(f"DIM{i}", 64 + 32 * i, 32, "minus1", "hypothesis",
-                       f"{_POS}; {_RANGE} 1..2^32 (cuda.h globalDim)"))
-    for i in range(MAX_RANK - 1):
-        f.append(Field(f"GSTRIDE{i}", 224 + 36 * i, 36, "shr4", "hypothesis",
-                       f"{_POS}; {_RANGE}: multiple of 16, < 2^40 (cuda.h globalStrides)"))
-    for i in range(MAX_RANK):
-        f.append(Field(f"BOX{i}", 368 + 8 * i, 8, "minus1", "hypothesis",
-                       f"{_POS}; {_RANGE} 1..256 (cuda.h boxDim)"))
-    for i in range(MAX_RANK):
-        f.append(Field(f"ESTRIDE{i}", 408 + 3 * i, 3, "minus1", "hypothesis",
-                       f"{_POS}; {_RANGE} 1..8 (cuda.h elementStrides)"))
+    fit = FIT_SOURCE
+    f = [Field("ADDR", 0, 64, "raw", "confirmed",
+               f"{fit}: qword 0 = globalAddress, bits 4..47 observed varying (bases up to 2^48)")]
     f += [
-        Field("RANK", 423, 3, "minus1", "hypothesis",
-              f"{_POS}; value - 1: DOCUMENTED for tensormap.replace.rank (CUDA Programming Guide, device-side "
-              "encoding: 'this field uses zero-based numbering')"),
-        Field("DTYPE", 426, 4, "ptx_elemtype", "hypothesis",
-              f"{_POS}; value = the PTX tensormap.replace .elemtype code (CUDA_TO_PTX_DTYPE; inferred: descriptors "
-              "written on the device with that code are read by the same TMA unit as driver-made ones)"),
-        Field("INTERLEAVE", 430, 2, "raw", "hypothesis", f"{_POS}; value = CUtensorMapInterleave (0..2)"),
-        Field("SWIZZLE", 432, 3, "raw", "hypothesis",
-              f"{_POS}; value = the PTX .swizzle_mode (0..3 on sm_90; 4 = 96B is sm_100+, refused)"),
-        Field("L2PROMO", 435, 2, "raw", "hypothesis", f"{_POS}; value = CUtensorMapL2promotion (0..3)"),
-        Field("FILL", 437, 1, "raw", "hypothesis", f"{_POS}; value = CUtensorMapFloatOOBfill (0..1)"),
-        Field("IM2COL", 438, 1, "raw", "hypothesis",
-              f"{_POS}; 1 = an im2col-mode map (not modeled). 0 = tiled is consistent with the documented fact that "
-              "a zero-initialized buffer is a valid starting tiled map on sm_90a (CUDA Programming Guide)"),
-        Field("SWZ_ATOM", 439, 2, "raw", "hypothesis",
-              f"{_POS}; value = the PTX .swizzle_atomicity (0 16B, 1 32B, 2 32B+8B flip, 3 64B); nonzero only with "
-              "swizzle_mode 3 (CUDA 128B_ATOM_*)"),
+        Field("RANK", 68, 3, "minus1", "confirmed",
+              f"{fit}: ranks 2..5 stored 1..4; rank 1 -> 0 extrapolated (every rank-1 map was refused: cuda-python "
+              "passes globalStrides = NULL for an empty list)"),
+        Field("DTYPE", 71, 4, "desc_dtype", "confirmed",
+              f"{fit}: the PTX .elemtype code for UINT8..FLOAT32_FTZ; TFLOAT32 / TFLOAT32_FTZ stored as 7 / 8 "
+              "with TF32 set"),
+        Field("INTERLEAVE", 75, 2, "raw", "confirmed", f"{fit}: CUtensorMapInterleave 0..2"),
+        Field("SWIZZLE", 77, 2, "raw", "confirmed",
+              f"{fit}: CUtensorMapSwizzle 0..3 (4..6, the 128B_ATOM_* swizzles, are refused by the sm_90 driver)"),
+        Field("FILL", 79, 1, "raw", "confirmed", f"{fit}: CUtensorMapFloatOOBfill 0..1"),
+        Field("TF32", 80, 1, "raw", "confirmed", f"{fit}: 1 for TFLOAT32 and TFLOAT32_FTZ, else 0"),
+        Field("L2PROMO", 81, 2, "raw", "confirmed", f"{fit}: CUtensorMapL2promotion 0..3"),
+    ]
+    for i in range(MAX_RANK - 1):
+        f.append(Field(f"GSTRIDE{i}", 96 + 32 * i, 32, "shr4", "confirmed",
+                       f"{fit}: globalStrides[{i}] >> 4 in 32 bits (strides up to 2^34.8 B observed; >= 2^36 B "
+                       "not observed: encode() refuses them)"))
+    for i in range(MAX_RANK):
+        f.append(Field(f"DIM{i}", 256 + 32 * i, 32, "minus1", "confirmed", f"{fit}: globalDim[{i}] - 1"))
+    for i in range(MAX_RANK):
+        f.append(Field(f"ESTRIDE{i}", 416 + 3 * i, 3, "minus1", "confirmed", f"{fit}: elementStrides[{i}] - 1"))
+    f.append(Field("BOX0", 440, 8, "minus1", "confirmed", f"{fit}: boxDim[0] - 1"))
+    for i in range(1, MAX_RANK):
+        f.append(Field(f"BOX{i}", 448 + 8 * (i - 1), 8, "minus1", "confirmed", f"{fit}: boxDim[{i}] - 1"))
+    f += [
+        Field("BOX_BYTES", 512, 32, "derived", "confirmed",
+              f"{fit}: prod_k floor(boxDim[k] / elementStrides[k]) * elemsize, elementStrides[0] included (values "
+              f"observed < 2^18; the driver refuses a map above {SMEM_BOX_MAX} B)"),
+        Field("SMEM_ALIGN", 576, 32, "derived", "confirmed",
+              f"{fit}: 16 / 256 / 512 / 1024 for SWIZZLE NONE / 32B / 64B / 128B (the swizzle pattern's shared-memory "
+              "period)"),
     ]
     return tuple(f)
 
 
 FIELDS: tuple[Field, ...] = _fields()
 FIELD = {f.name: f for f in FIELDS}
-USED_BITS = max(f.lo + f.width for f in FIELDS)    # bits at and above this are reserved: must be zero
+DERIVED = tuple(f.name for f in FIELDS if f.encoding == "derived")
+# every bit no field holds: zero in every recorded encoding; decode() refuses a descriptor with one set
+RESERVED_MASK = ((1 << (DESC_BYTES * 8)) - 1) & ~sum(((1 << f.width) - 1) << f.lo for f in FIELDS)
 
 
 # ---- error codes (the C header's HB_TMAP_E_*; the same values) ---------------------------------------------------
 E_CODES = {
     "OK": (0, "decoded"),
     "NULL": (1, "null descriptor or output pointer"),
-    "RESERVED": (2, "a reserved bit is set: not a descriptor of the known layout (or the layout is wrong)"),
+    "RESERVED": (2, "a bit no field of the fitted sm_90 layout holds is set: not a tiled descriptor of that layout"),
     "RANK": (3, "rank outside 1..5"),
-    "DTYPE": (4, "unknown CUtensorMapDataType"),
+    "DTYPE": (4, "unknown CUtensorMapDataType (or an element-type code the driver does not write)"),
     "PACKED": (5, "a packed sub-byte element type (16U4_ALIGN8B/16U4_ALIGN16B/16U6_ALIGN16B): not modeled"),
     "ENUM": (6, "interleave/swizzle/l2promo/fill outside its documented enum"),
     "ALIGN": (7, "globalAddress or a global stride misaligned (16 B; 32 B with INTERLEAVE_32B)"),
-    "RULE": (8, "a documented cuTensorMapEncodeTiled rule is violated (box inner bytes, swizzle span, interleave "
-                "rank/swizzle, OOB NaN fill on an integer type)"),
+    "RULE": (8, "a cuTensorMapEncodeTiled rule is violated (documented: ranges, box inner bytes, swizzle span, "
+                "interleave rank, OOB NaN fill on an integer type; observed on the sm_90 driver: a 128B_ATOM_* "
+                "swizzle, box bytes above 227 KiB)"),
     "EXTENT": (9, "the tensor's byte extent overflows 64 bits"),
     "IM2COL": (10, "an im2col-mode map where a tiled one is required"),
     "SPANS": (11, "more HBF page spans than the caller's buffer holds (fail closed: nothing truncated)"),
     "REPLACE": (12, "a tensormap.replace value outside its documented range (no defined effect: refused)"),
     "UNSET": (13, "a field the rank needs was never given a value (a device-built map must set them all)"),
+    "UNFITTED": (14, "a value the fitted layout never held (a global stride >= 2^36 B): not encoded by guessing"),
 }
 
 
@@ -256,10 +277,20 @@ def _value(f: Field, stored: int) -> int:
     return stored
 
 
+def desc_box_bytes(m: TensorMap) -> int:
+    """The descriptor's BOX_BYTES word: prod_k floor(boxDim[k] / elementStrides[k]) * elemsize, elementStrides[0]
+    included (fitted: bench/tma_layout_fit.py). NOT box_bytes (cuda.h's ceil, elementStrides[0] ignored without
+    interleave): the two differ when an elementStride does not divide its box."""
+    return math.prod(b // s for b, s in zip(m.box, m.estrides)) * m.elem_bytes
+
+
 def check_rules(m: TensorMap) -> None:
-    """The documented cuTensorMapEncodeTiled rules (cuda.h 13.0) that constrain a tiled map of a modeled type;
-    raises TensorMapError naming the first one violated. Used by encode() and by decode() (a descriptor that
-    breaks them has no documented behaviour, so the simulator refuses it)."""
+    """The cuTensorMapEncodeTiled rules that constrain a tiled map of a modeled type on sm_90: the documented ones
+    (cuda.h 13.0) the H200's driver enforces, and two it enforces that cuda.h does not state for sm_90 (observed:
+    bench/tma_layout_fit.py): no 128B_ATOM_* swizzle, BOX_BYTES <= SMEM_BOX_MAX. (cuda.h's "INTERLEAVE_32B requires
+    SWIZZLE_32B" is NOT enforced by driver 580.159.04: it accepted INTERLEAVE_32B with SWIZZLE_NONE, so neither do
+    we.) Raises TensorMapError naming the first one violated. Used by encode() and by decode() (a descriptor that
+    breaks them is not one the driver makes, so the simulator refuses it)."""
     e = m.elem_bytes
     align = 32 if m.interleave == INTERLEAVE_32B else 16
     if m.base % align:
@@ -281,24 +312,33 @@ def check_rules(m: TensorMap) -> None:
     if m.interleave == INTERLEAVE_NONE and (m.box[0] * e) % 16:
         raise TensorMapError("RULE", f"boxDim[0]*elemsize = {m.box[0] * e} B is not a multiple of 16",
                              box0=m.box[0], elem_bytes=e)
-    if m.interleave == INTERLEAVE_32B and m.swizzle != 1:
-        raise TensorMapError("RULE", "INTERLEAVE_32B requires SWIZZLE_32B", swizzle=m.swizzle)
+    if m.swizzle > 3:
+        raise TensorMapError("RULE", f"swizzle {SWIZZLE_NAMES[m.swizzle]} is refused by the sm_90 driver",
+                             swizzle=m.swizzle)
     if m.interleave == INTERLEAVE_NONE and m.swizzle and m.box[0] * e > SWIZZLE_SPAN[m.swizzle]:
         raise TensorMapError("RULE", f"inner box {m.box[0] * e} B exceeds the {SWIZZLE_NAMES[m.swizzle]} span",
                              box0=m.box[0], swizzle=m.swizzle)
     if m.fill and m.dtype not in FLOAT_DTYPES:
         raise TensorMapError("RULE", "NAN_REQUEST_ZERO_FMA fill needs a floating-point type", dtype=m.dtype)
+    if desc_box_bytes(m) > SMEM_BOX_MAX:
+        raise TensorMapError("RULE", f"box of {desc_box_bytes(m)} B (prod floor(box/elementStride) * elemsize) above "
+                             f"the sm_90 driver's {SMEM_BOX_MAX} B", box_bytes=desc_box_bytes(m))
     if m.extent >= 1 << 64 or m.base + m.extent >= 1 << 64:
         raise TensorMapError("EXTENT", "the tensor's byte extent overflows 64 bits", extent=m.extent)
 
 
 def encode(m: TensorMap) -> bytes:
-    """The 128 bytes of ``m`` in the layout of FIELDS, after the documented validation rules (check_rules).
-    Fields of dimensions >= rank are zero. NOTE: byte equality with the driver's cuTensorMapEncodeTiled holds only
-    once the layout is confirmed (LAYOUT_VERIFIED); bench/tma_tensormap.py checks it."""
+    """The 128 bytes cuTensorMapEncodeTiled writes for ``m`` on sm_90 (the fitted layout of FIELDS), after the
+    rules (check_rules); fields of dimensions >= rank are zero. Byte for byte the driver's for every accepted
+    encoding of FIT_FIXTURE (tests/tma/test_tensormap.py). A global stride >= 2^36 B raises UNFITTED (where its high
+    bits go was never observed)."""
     if m.im2col:
         raise TensorMapError("IM2COL", "encode() builds tiled maps only")
     check_rules(m)
+    for i, s in enumerate(m.gstrides):
+        if s >= STRIDE_FITTED_LIMIT:
+            raise TensorMapError("UNFITTED", f"globalStrides[{i}]={s} >= 2^36: its high bits' position was never "
+                                 "observed", dim=i + 1, value=s)
     n = 0
 
     def put(name: str, value: int) -> None:
@@ -316,33 +356,42 @@ def encode(m: TensorMap) -> bytes:
     for i, s in enumerate(m.gstrides):
         put(f"GSTRIDE{i}", s)
     put("RANK", m.rank)
-    mode, atom = SWIZZLE_TO_PTX[m.swizzle]
-    for name, v in (("DTYPE", CUDA_TO_PTX_DTYPE[m.dtype]), ("INTERLEAVE", m.interleave), ("SWIZZLE", mode),
-                    ("SWZ_ATOM", atom), ("L2PROMO", m.l2promo), ("FILL", m.fill)):
+    code, tf32 = DESC_DTYPE[m.dtype]
+    for name, v in (("DTYPE", code), ("TF32", tf32), ("INTERLEAVE", m.interleave), ("SWIZZLE", m.swizzle),
+                    ("L2PROMO", m.l2promo), ("FILL", m.fill), ("BOX_BYTES", desc_box_bytes(m)),
+                    ("SMEM_ALIGN", SMEM_ALIGN_OF_SWIZZLE[m.swizzle])):
         put(name, v)
     return n.to_bytes(DESC_BYTES, "little")
 
 
 def decode(b: bytes) -> TensorMap:
-    """The TensorMap of a 128-byte descriptor (same checks, same order, as hb_tmap_decode). An im2col map
-    decodes (im2col=1) with its tiled fields; callers refuse it."""
+    """The TensorMap of a 128-byte descriptor (same checks, same order, as hb_tmap_decode): reserved bits, the
+    element-type code, then from_fields. The derived words (BOX_BYTES, SMEM_ALIGN) are not read: they are functions
+    of the other fields, and what a descriptor completed on the device by tensormap.replace holds there was never
+    observed. An im2col map cannot be told apart by any observed bit: it is refused only if it sets a reserved one."""
     if not isinstance(b, (bytes, bytearray, memoryview)) or len(b) != DESC_BYTES:
         raise TensorMapError("NULL", f"a descriptor is {DESC_BYTES} bytes",
                              got=len(b) if hasattr(b, "__len__") else type(b).__name__)
     n = int.from_bytes(bytes(b), "little")
-    if n >> USED_BITS:
-        raise TensorMapError("RESERVED", f"reserved bits set above bit {USED_BITS}", bits=hex(n >> USED_BITS))
+    if n & RESERVED_MASK:
+        raise TensorMapError("RESERVED", "bits outside every field of the fitted layout are set",
+                             bits=hex(n & RESERVED_MASK))
 
     def get(name: str) -> int:
         f = FIELD[name]
         return _value(f, _get(n, f))
 
+    code, tf32 = get("DTYPE"), get("TF32")
+    if code in (11, 12) or (tf32 and code not in (7, 8)):
+        raise TensorMapError("DTYPE", f"element-type code {code} with TF32={tf32}: not one the driver writes",
+                             code=code, tf32=tf32)
+    elemtype = code + 4 if tf32 else code      # PTX .elemtype: tf32 11, tf32.ftz 12
     f = Fields(global_address=get("ADDR"), gdim=[get(f"DIM{i}") for i in range(MAX_RANK)],
                gstride=[get(f"GSTRIDE{i}") for i in range(MAX_RANK - 1)],
                box=[get(f"BOX{i}") for i in range(MAX_RANK)], estride=[get(f"ESTRIDE{i}") for i in range(MAX_RANK)],
-               rank_m1=get("RANK") - 1, elemtype=get("DTYPE"), interleave=get("INTERLEAVE"),
-               swizzle_mode=get("SWIZZLE"), swizzle_atom=get("SWZ_ATOM"), fill=get("FILL"), l2promo=get("L2PROMO"),
-               im2col=get("IM2COL"), set=SET_ALL)
+               rank_m1=get("RANK") - 1, elemtype=elemtype, interleave=get("INTERLEAVE"),
+               swizzle_mode=get("SWIZZLE"), swizzle_atom=0, fill=get("FILL"), l2promo=get("L2PROMO"),
+               im2col=0, set=SET_ALL)
     return from_fields(f)
 
 
@@ -681,11 +730,14 @@ HEADER_END = "/* END GENERATED LAYOUT */"
 
 def header_block() -> str:
     lines = [HEADER_BEGIN,
-             f"#define HB_TMAP_LAYOUT_VERIFIED {1 if LAYOUT_VERIFIED else 0}",
-             f"#define HB_TMAP_USED_BITS {USED_BITS}u"]
+             f"/* {FIT_SOURCE}: bench/tma_layout_fit.py, {FIT_FIXTURE} */",
+             f"#define HB_TMAP_LAYOUT_VERIFIED {1 if LAYOUT_VERIFIED else 0}"]
     for f in FIELDS:
         lines.append(f"#define HB_TMAP_{f.name}_LO {f.lo}u  /* {f.width} bits, {f.encoding}, {f.status} */")
         lines.append(f"#define HB_TMAP_{f.name}_W {f.width}u")
+    for q in range(DESC_BYTES // 8):
+        lines.append(f"#define HB_TMAP_RESERVED_Q{q} 0x{(RESERVED_MASK >> (64 * q)) & ((1 << 64) - 1):016X}ull")
+    lines.append(f"#define HB_TMAP_SMEM_BOX_MAX {SMEM_BOX_MAX}ull  /* the sm_90 driver refuses larger boxes */")
     packed = sum(c << (4 * p) for p, c in enumerate(PTX_TO_CUDA_DTYPE))
     lines.append(f"#define HB_TMAP_PTX_TO_CUDA_DTYPE 0x{packed:016X}ull  /* nibble p: the CUtensorMapDataType of "
                  "PTX .elemtype code p */")
@@ -714,17 +766,26 @@ def _diff_bits(a: bytes, b: bytes) -> set[int]:
     return {i for i in range(DESC_BYTES * 8) if x >> i & 1}
 
 
+def _derived_bits() -> set[int]:
+    return {b for nm in DERIVED for b in range(FIELD[nm].lo, FIELD[nm].lo + FIELD[nm].width)}
+
+
 def discover_layout(encode_fn: Callable[[TensorMap], bytes], base_address: int = BASELINE_BASE) -> dict[str, dict]:
-    """Infer every field's bit position and encoding from an encoder (the real cuTensorMapEncodeTiled wrapped by
-    bench/tma_tensormap.py, or encode()) by differential probing: from a valid baseline map, change one field to
-    values that set single bits of its stored form and see which descriptor bits follow. Returns, per FIELDS name,
-    {"bits": sorted observed bit positions, "lo", "width", "encoding", "agrees": bool with FIELDS}. A field whose
-    probes move no bits or a non-contiguous set is reported with agrees False. ``base_address``: the baseline's
-    global address (the real driver may refuse an address that no allocation holds: give it one that does; the
-    address probes that leave the allocation are then refused and not counted)."""
+    """Infer every input field's bit position and encoding from an encoder (the real cuTensorMapEncodeTiled wrapped
+    by bench/tma_tensormap.py, or encode()) by differential probing: from a valid baseline map, change one field to
+    values that set single bits of its stored form and see which descriptor bits follow (the bits of the derived
+    fields of FIELDS, which follow box / elementStrides / dtype / swizzle changes too, are set aside). Returns, per
+    FIELDS name except the derived ones, {"bits": sorted observed bit positions, "lo", "encoding", "agrees": bool with
+    FIELDS}. A field whose probes move no bits or a non-contiguous set is reported with agrees False.
+    ``base_address``: the baseline's global address (a driver that refuses an address no allocation holds needs one
+    that does; the address probes that leave the allocation are then refused and not counted)."""
     out: dict[str, dict] = {}
     base = _baseline(base=base_address)
     b0 = encode_fn(base)
+    derived = _derived_bits()
+
+    def diff(a: bytes, b: bytes) -> set[int]:
+        return _diff_bits(a, b) - derived
 
     def probe(name: str, variants: list[tuple[TensorMap, int]], encoding: str) -> None:
         # variants: (map, the stored-bit index the change is expected to flip relative to the baseline)
@@ -732,7 +793,7 @@ def discover_layout(encode_fn: Callable[[TensorMap], bytes], base_address: int =
         pos: dict[int, set[int]] = {}
         for mv, k in variants:
             try:
-                d = _diff_bits(b0, encode_fn(mv))
+                d = diff(b0, encode_fn(mv))
             except TensorMapError:
                 continue
             pos[k] = d
@@ -742,7 +803,7 @@ def discover_layout(encode_fn: Callable[[TensorMap], bytes], base_address: int =
         lo = min((p - k for k, p in single.items()), default=None)
         consistent = bool(single) and all(p - k == lo for k, p in single.items())
         out[name] = {"bits": sorted(bits), "lo": lo if consistent else None, "encoding": encoding,
-                     "probes": len(pos), "agrees": consistent and lo == f.lo}
+                     "probes": len(pos), "agrees": consistent and lo == f.lo and encoding == f.encoding}
 
     rep = dataclasses.replace
     # base address: flip stored bits 4..47 (16-B aligned)
@@ -757,7 +818,7 @@ def discover_layout(encode_fn: Callable[[TensorMap], bytes], base_address: int =
         probe(f"DIM{i}", v, "minus1")
     for i in range(MAX_RANK - 1):
         v = []
-        for k in range(4, 39):
+        for k in range(4, 36):
             gs = list(base.gstrides)
             new = gs[i] ^ (1 << k)
             if new < 16 or new >= 1 << 40:
@@ -782,37 +843,38 @@ def discover_layout(encode_fn: Callable[[TensorMap], bytes], base_address: int =
             es[i] = ((es[i] - 1) ^ (1 << k)) + 1
             v.append((rep(base, estrides=tuple(es)), k))
         probe(f"ESTRIDE{i}", v, "minus1")
+
     def probe_enum(name: str, values: list[TensorMap], documented: list[int],
                    expect: Callable[[int], int] = lambda v: v) -> None:
         f = FIELD[name]
         bits: set[int] = set()
         encs: list[tuple[int, bytes]] = []
-        ref = encode_fn(values[0])          # documented value 0, everything else equal
+        ref = encode_fn(values[0])          # the first documented value, everything else equal
         for mv, dv in zip(values, documented):
             try:
                 enc = encode_fn(mv)
             except TensorMapError:
                 continue
-            bits |= _diff_bits(ref, enc)
+            bits |= diff(ref, enc)
             encs.append((dv, enc))
         lo = min(bits) if bits else None
         stored = {}
         if lo is not None:
             for dv, enc in encs:
                 stored[dv] = (int.from_bytes(enc, "little") >> lo) & ((1 << f.width) - 1)
-        out[name] = {"bits": sorted(bits), "lo": lo, "encoding": "raw", "probes": len(encs),
+        out[name] = {"bits": sorted(bits), "lo": lo, "encoding": f.encoding, "probes": len(encs),
                      "stored": stored, "agrees": lo == f.lo and all(expect(k) == v for k, v in stored.items())}
 
-    probe_enum("DTYPE", [rep(base, dtype=d) for d in range(13)], list(range(13)),
-               expect=lambda d: CUDA_TO_PTX_DTYPE[d])
-    sw_maps = [rep(base, swizzle=s, box=(16, *base.box[1:])) for s in range(7)]
-    probe_enum("SWIZZLE", sw_maps[:4], list(range(4)))
-    probe_enum("SWZ_ATOM", [sw_maps[3], *sw_maps[4:]], [3, 4, 5, 6], expect=lambda s: SWIZZLE_TO_PTX[s][1])
+    probe_enum("DTYPE", [rep(base, dtype=d) for d in range(13)], list(range(13)), expect=lambda d: DESC_DTYPE[d][0])
+    probe_enum("TF32", [rep(base, dtype=7), rep(base, dtype=11)], [7, 11], expect=lambda d: DESC_DTYPE[d][1])
+    probe_enum("SWIZZLE", [rep(base, swizzle=s, box=(16, *base.box[1:])) for s in range(4)], list(range(4)))
     probe_enum("L2PROMO", [rep(base, l2promo=v) for v in range(4)], list(range(4)))
     probe_enum("FILL", [rep(base, fill=v) for v in range(2)], list(range(2)))
-    probe_enum("INTERLEAVE", [rep(base, interleave=v) for v in range(2)], list(range(2)))
+    il = _baseline(base=base_address)
+    il = rep(il, dims=(8, *il.dims[1:]), box=(8, *il.box[1:]), gstrides=(64, *il.gstrides[1:]))
+    probe_enum("INTERLEAVE", [rep(il, interleave=v) for v in range(3)], list(range(3)))
     # rank: the bits that change between rank 5 and rank r that no field of the dropped dimensions explains
-    known: set[int] = set()
+    known: set[int] = set(derived)
     for nm in ("DIM", "BOX", "ESTRIDE", "GSTRIDE"):
         for i in range(MAX_RANK):
             key = f"{nm}{i}"
@@ -828,7 +890,7 @@ def discover_layout(encode_fn: Callable[[TensorMap], bytes], base_address: int =
     lo = min(rbits) if rbits else None
     if lo is not None:
         for r in range(1, MAX_RANK + 1):
-            try:     # (the H200's driver through cuda-python refused every rank-1 map, 2026-12-05)
+            try:     # (the H200's driver through cuda-python refused every rank-1 map, 2026-12-05: NULL strides)
                 n = int.from_bytes(encode_fn(_baseline(r, base_address)), "little")
             except TensorMapError:
                 continue

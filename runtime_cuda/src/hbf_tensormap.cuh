@@ -7,22 +7,33 @@
  * Python twin: hbfcommon/tensormap.py (same decode checks in the same order, same run order and merging, same hash,
  * same split); tests/tma/test_tensormap.py compiles this header into a host program and compares the two.
  *
- * ---- THE LAYOUT: NOT YET VERIFIED ---------------------------------------------------------------------------------
- * NVIDIA documents the CUtensorMap as opaque (128 bytes, 64-byte aligned) and warns its format may change. The enum
- * values and value ranges of every field are documented (cuda.h, cuTensorMapEncodeTiled), and so are the PTX
- * tensormap.replace fields and their operand codes (.elemtype numbering -- NOT CUtensorMapDataType's for FLOAT64,
- * BFLOAT16, FLOAT32_FTZ --, .swizzle_mode + .swizzle_atomicity, zero-based .rank); the BIT POSITIONS are not, and no
- * public source we found gives hardware-verified ones. The layout is per architecture and the driver sets bits from
- * the allocation behind the address (NVIDIA 595.71.05 driver notes, a Blackwell workaround on qword 1 bit 21): the
- * table is for sm_90 only. The positions in the generated block below are a HYPOTHESIS
- * (encodings value-1 / value>>4 inferred from the documented ranges, field codes taken from tensormap.replace's);
- * hbfcommon/tensormap.py (FIELDS) holds the provenance of each. bench/tma_tensormap.py discovers the true layout on a
- * GPU by differential probing of cuTensorMapEncodeTiled and checks this decoder on the device; until it has run and
- * the table is updated, HB_TMAP_LAYOUT_VERIFIED is 0 and a caller MUST NOT trust hb_tmap_decode on a descriptor made
- * by the driver: it uses the REGISTRY path instead (hb_tmap_entry / hb_tmap_lookup below: the host publishes the
- * exact bytes of every descriptor it saw made with the map they mean), and refuses a descriptor found nowhere, with
- * a reason (docs/design.md §3.10). Decoding fails closed on anything outside the layout: reserved bits set,
- * out-of-range enums, a documented rule broken -> an error code, never a guess.
+ * ---- THE LAYOUT: FITTED TO THE H200's DRIVER ----------------------------------------------------------------------
+ * NVIDIA documents the CUtensorMap as opaque (128 bytes, 64-byte aligned) and warns its format may change; no public
+ * source gives bit positions. The generated block below is FITTED to 1810 real sm_90 descriptors written by
+ * cuTensorMapEncodeTiled on an H200 (driver 580.159.04, 2026-12-05; bench/tma_layout_fit.py derives every position
+ * and encoding from bench/results/tma_tensormap_encodings_h200_r1.json.gz and reproduces all 1810 byte for byte;
+ * hbfcommon/tensormap.py FIELDS holds the provenance of each). The layout, little-endian qwords:
+ *   q0        globalAddress
+ *   q1        bits 4..6 rank-1, 7..10 element-type code (PTX .elemtype; TFLOAT32/_FTZ = 7/8 + TF32 bit 16),
+ *             11..12 interleave, 13..14 swizzle (0..3), 15 OOB fill, 16 TF32, 17..18 L2 promotion;
+ *             bits 32..63 globalStrides[0] >> 4
+ *   q2, q3lo  globalStrides[1..3] >> 4 (32 bits each)
+ *   q4..q6lo  globalDim[0..4] - 1 (32 bits each)
+ *   q6        bits 32..46 elementStrides[0..4] - 1 (3 bits each), bits 56..63 boxDim[0] - 1
+ *   q7        boxDim[1..4] - 1 (8 bits each)
+ *   q8lo      BOX_BYTES = prod floor(boxDim/elementStrides) * elemsize (derived)
+ *   q9lo      SMEM_ALIGN = 16 / 256 / 512 / 1024 for swizzle NONE / 32B / 64B / 128B (derived)
+ *   all other bits zero (reserved: decode refuses them set).
+ * NOT observed: rank 1 (cuda-python passed NULL globalStrides and the driver refused every rank-1 map: extrapolated
+ * as rank field 0), strides >= 2^36 B, im2col maps (no bit is known to mark one), and the packed types and 128B_ATOM
+ * swizzles (the sm_90 driver refuses them). The layout is per architecture (NVIDIA's 595.71.05 driver notes describe
+ * an allocation-dependent bit on Blackwell): for sm_90 only. HB_TMAP_LAYOUT_VERIFIED is 1 because every accepted
+ * encoding of the fixture is reproduced and decodes back to its inputs (tests/tma); hb_tmap_decode has NOT yet been
+ * run on the GPU itself, nor have the box semantics been checked on the TMA unit (bench/tma_tensormap.py gpu:
+ * device_decode, tma_semantics). The REGISTRY path (hb_tmap_entry / hb_tmap_lookup below: the exact bytes of every
+ * descriptor the host saw made, with the map they mean) needs no layout. Decoding fails closed on anything outside
+ * the layout: reserved bits set, codes the driver does not write, out-of-range enums, a rule broken -> an error
+ * code, never a guess.
  *
  * ---- THE SEMANTICS OF A BOX (cuda.h cuTensorMapEncodeTiled; PTX ISA "tensor copy" / tiled mode; basis per item) -
  *  - Element (i0..i{r-1}) of the tensor lives at base + sum_k i_k * stride_k, stride_0 = element size (dim 0 is
@@ -86,79 +97,99 @@
 #define HB_TMAP_SWIZZLE_32B 1u
 
 /* BEGIN GENERATED LAYOUT (hbfcommon/tensormap.py header_block(); tests/tma check it) */
-#define HB_TMAP_LAYOUT_VERIFIED 0
-#define HB_TMAP_USED_BITS 441u
-#define HB_TMAP_ADDR_LO 0u  /* 64 bits, raw, hypothesis */
+/* fitted to 1810 real H200 encodings (driver 580.159.04): bench/tma_layout_fit.py, bench/results/tma_tensormap_encodings_h200_r1.json.gz */
+#define HB_TMAP_LAYOUT_VERIFIED 1
+#define HB_TMAP_ADDR_LO 0u  /* 64 bits, raw, confirmed */
 #define HB_TMAP_ADDR_W 64u
-#define HB_TMAP_DIM0_LO 64u  /* 32 bits, minus1, hypothesis */
-#define HB_TMAP_DIM0_W 32u
-#define HB_TMAP_DIM1_LO 96u  /* 32 bits, minus1, hypothesis */
-#define HB_TMAP_DIM1_W 32u
-#define HB_TMAP_DIM2_LO 128u  /* 32 bits, minus1, hypothesis */
-#define HB_TMAP_DIM2_W 32u
-#define HB_TMAP_DIM3_LO 160u  /* 32 bits, minus1, hypothesis */
-#define HB_TMAP_DIM3_W 32u
-#define HB_TMAP_DIM4_LO 192u  /* 32 bits, minus1, hypothesis */
-#define HB_TMAP_DIM4_W 32u
-#define HB_TMAP_GSTRIDE0_LO 224u  /* 36 bits, shr4, hypothesis */
-#define HB_TMAP_GSTRIDE0_W 36u
-#define HB_TMAP_GSTRIDE1_LO 260u  /* 36 bits, shr4, hypothesis */
-#define HB_TMAP_GSTRIDE1_W 36u
-#define HB_TMAP_GSTRIDE2_LO 296u  /* 36 bits, shr4, hypothesis */
-#define HB_TMAP_GSTRIDE2_W 36u
-#define HB_TMAP_GSTRIDE3_LO 332u  /* 36 bits, shr4, hypothesis */
-#define HB_TMAP_GSTRIDE3_W 36u
-#define HB_TMAP_BOX0_LO 368u  /* 8 bits, minus1, hypothesis */
-#define HB_TMAP_BOX0_W 8u
-#define HB_TMAP_BOX1_LO 376u  /* 8 bits, minus1, hypothesis */
-#define HB_TMAP_BOX1_W 8u
-#define HB_TMAP_BOX2_LO 384u  /* 8 bits, minus1, hypothesis */
-#define HB_TMAP_BOX2_W 8u
-#define HB_TMAP_BOX3_LO 392u  /* 8 bits, minus1, hypothesis */
-#define HB_TMAP_BOX3_W 8u
-#define HB_TMAP_BOX4_LO 400u  /* 8 bits, minus1, hypothesis */
-#define HB_TMAP_BOX4_W 8u
-#define HB_TMAP_ESTRIDE0_LO 408u  /* 3 bits, minus1, hypothesis */
-#define HB_TMAP_ESTRIDE0_W 3u
-#define HB_TMAP_ESTRIDE1_LO 411u  /* 3 bits, minus1, hypothesis */
-#define HB_TMAP_ESTRIDE1_W 3u
-#define HB_TMAP_ESTRIDE2_LO 414u  /* 3 bits, minus1, hypothesis */
-#define HB_TMAP_ESTRIDE2_W 3u
-#define HB_TMAP_ESTRIDE3_LO 417u  /* 3 bits, minus1, hypothesis */
-#define HB_TMAP_ESTRIDE3_W 3u
-#define HB_TMAP_ESTRIDE4_LO 420u  /* 3 bits, minus1, hypothesis */
-#define HB_TMAP_ESTRIDE4_W 3u
-#define HB_TMAP_RANK_LO 423u  /* 3 bits, minus1, hypothesis */
+#define HB_TMAP_RANK_LO 68u  /* 3 bits, minus1, confirmed */
 #define HB_TMAP_RANK_W 3u
-#define HB_TMAP_DTYPE_LO 426u  /* 4 bits, ptx_elemtype, hypothesis */
+#define HB_TMAP_DTYPE_LO 71u  /* 4 bits, desc_dtype, confirmed */
 #define HB_TMAP_DTYPE_W 4u
-#define HB_TMAP_INTERLEAVE_LO 430u  /* 2 bits, raw, hypothesis */
+#define HB_TMAP_INTERLEAVE_LO 75u  /* 2 bits, raw, confirmed */
 #define HB_TMAP_INTERLEAVE_W 2u
-#define HB_TMAP_SWIZZLE_LO 432u  /* 3 bits, raw, hypothesis */
-#define HB_TMAP_SWIZZLE_W 3u
-#define HB_TMAP_L2PROMO_LO 435u  /* 2 bits, raw, hypothesis */
-#define HB_TMAP_L2PROMO_W 2u
-#define HB_TMAP_FILL_LO 437u  /* 1 bits, raw, hypothesis */
+#define HB_TMAP_SWIZZLE_LO 77u  /* 2 bits, raw, confirmed */
+#define HB_TMAP_SWIZZLE_W 2u
+#define HB_TMAP_FILL_LO 79u  /* 1 bits, raw, confirmed */
 #define HB_TMAP_FILL_W 1u
-#define HB_TMAP_IM2COL_LO 438u  /* 1 bits, raw, hypothesis */
-#define HB_TMAP_IM2COL_W 1u
-#define HB_TMAP_SWZ_ATOM_LO 439u  /* 2 bits, raw, hypothesis */
-#define HB_TMAP_SWZ_ATOM_W 2u
+#define HB_TMAP_TF32_LO 80u  /* 1 bits, raw, confirmed */
+#define HB_TMAP_TF32_W 1u
+#define HB_TMAP_L2PROMO_LO 81u  /* 2 bits, raw, confirmed */
+#define HB_TMAP_L2PROMO_W 2u
+#define HB_TMAP_GSTRIDE0_LO 96u  /* 32 bits, shr4, confirmed */
+#define HB_TMAP_GSTRIDE0_W 32u
+#define HB_TMAP_GSTRIDE1_LO 128u  /* 32 bits, shr4, confirmed */
+#define HB_TMAP_GSTRIDE1_W 32u
+#define HB_TMAP_GSTRIDE2_LO 160u  /* 32 bits, shr4, confirmed */
+#define HB_TMAP_GSTRIDE2_W 32u
+#define HB_TMAP_GSTRIDE3_LO 192u  /* 32 bits, shr4, confirmed */
+#define HB_TMAP_GSTRIDE3_W 32u
+#define HB_TMAP_DIM0_LO 256u  /* 32 bits, minus1, confirmed */
+#define HB_TMAP_DIM0_W 32u
+#define HB_TMAP_DIM1_LO 288u  /* 32 bits, minus1, confirmed */
+#define HB_TMAP_DIM1_W 32u
+#define HB_TMAP_DIM2_LO 320u  /* 32 bits, minus1, confirmed */
+#define HB_TMAP_DIM2_W 32u
+#define HB_TMAP_DIM3_LO 352u  /* 32 bits, minus1, confirmed */
+#define HB_TMAP_DIM3_W 32u
+#define HB_TMAP_DIM4_LO 384u  /* 32 bits, minus1, confirmed */
+#define HB_TMAP_DIM4_W 32u
+#define HB_TMAP_ESTRIDE0_LO 416u  /* 3 bits, minus1, confirmed */
+#define HB_TMAP_ESTRIDE0_W 3u
+#define HB_TMAP_ESTRIDE1_LO 419u  /* 3 bits, minus1, confirmed */
+#define HB_TMAP_ESTRIDE1_W 3u
+#define HB_TMAP_ESTRIDE2_LO 422u  /* 3 bits, minus1, confirmed */
+#define HB_TMAP_ESTRIDE2_W 3u
+#define HB_TMAP_ESTRIDE3_LO 425u  /* 3 bits, minus1, confirmed */
+#define HB_TMAP_ESTRIDE3_W 3u
+#define HB_TMAP_ESTRIDE4_LO 428u  /* 3 bits, minus1, confirmed */
+#define HB_TMAP_ESTRIDE4_W 3u
+#define HB_TMAP_BOX0_LO 440u  /* 8 bits, minus1, confirmed */
+#define HB_TMAP_BOX0_W 8u
+#define HB_TMAP_BOX1_LO 448u  /* 8 bits, minus1, confirmed */
+#define HB_TMAP_BOX1_W 8u
+#define HB_TMAP_BOX2_LO 456u  /* 8 bits, minus1, confirmed */
+#define HB_TMAP_BOX2_W 8u
+#define HB_TMAP_BOX3_LO 464u  /* 8 bits, minus1, confirmed */
+#define HB_TMAP_BOX3_W 8u
+#define HB_TMAP_BOX4_LO 472u  /* 8 bits, minus1, confirmed */
+#define HB_TMAP_BOX4_W 8u
+#define HB_TMAP_BOX_BYTES_LO 512u  /* 32 bits, derived, confirmed */
+#define HB_TMAP_BOX_BYTES_W 32u
+#define HB_TMAP_SMEM_ALIGN_LO 576u  /* 32 bits, derived, confirmed */
+#define HB_TMAP_SMEM_ALIGN_W 32u
+#define HB_TMAP_RESERVED_Q0 0x0000000000000000ull
+#define HB_TMAP_RESERVED_Q1 0x00000000FFF8000Full
+#define HB_TMAP_RESERVED_Q2 0x0000000000000000ull
+#define HB_TMAP_RESERVED_Q3 0xFFFFFFFF00000000ull
+#define HB_TMAP_RESERVED_Q4 0x0000000000000000ull
+#define HB_TMAP_RESERVED_Q5 0x0000000000000000ull
+#define HB_TMAP_RESERVED_Q6 0x00FF800000000000ull
+#define HB_TMAP_RESERVED_Q7 0xFFFFFFFF00000000ull
+#define HB_TMAP_RESERVED_Q8 0xFFFFFFFF00000000ull
+#define HB_TMAP_RESERVED_Q9 0xFFFFFFFF00000000ull
+#define HB_TMAP_RESERVED_Q10 0xFFFFFFFFFFFFFFFFull
+#define HB_TMAP_RESERVED_Q11 0xFFFFFFFFFFFFFFFFull
+#define HB_TMAP_RESERVED_Q12 0xFFFFFFFFFFFFFFFFull
+#define HB_TMAP_RESERVED_Q13 0xFFFFFFFFFFFFFFFFull
+#define HB_TMAP_RESERVED_Q14 0xFFFFFFFFFFFFFFFFull
+#define HB_TMAP_RESERVED_Q15 0xFFFFFFFFFFFFFFFFull
+#define HB_TMAP_SMEM_BOX_MAX 232448ull  /* the sm_90 driver refuses larger boxes */
 #define HB_TMAP_PTX_TO_CUDA_DTYPE 0xFEDCB98A76543210ull  /* nibble p: the CUtensorMapDataType of PTX .elemtype code p */
 #define HB_TMAP_OK 0
 #define HB_TMAP_E_NULL 1  /* null descriptor or output pointer */
-#define HB_TMAP_E_RESERVED 2  /* a reserved bit is set: not a descriptor of the known layout (or the layout is wrong) */
+#define HB_TMAP_E_RESERVED 2  /* a bit no field of the fitted sm_90 layout holds is set: not a tiled descriptor of that layout */
 #define HB_TMAP_E_RANK 3  /* rank outside 1..5 */
-#define HB_TMAP_E_DTYPE 4  /* unknown CUtensorMapDataType */
+#define HB_TMAP_E_DTYPE 4  /* unknown CUtensorMapDataType (or an element-type code the driver does not write) */
 #define HB_TMAP_E_PACKED 5  /* a packed sub-byte element type (16U4_ALIGN8B/16U4_ALIGN16B/16U6_ALIGN16B): not modeled */
 #define HB_TMAP_E_ENUM 6  /* interleave/swizzle/l2promo/fill outside its documented enum */
 #define HB_TMAP_E_ALIGN 7  /* globalAddress or a global stride misaligned (16 B; 32 B with INTERLEAVE_32B) */
-#define HB_TMAP_E_RULE 8  /* a documented cuTensorMapEncodeTiled rule is violated (box inner bytes, swizzle span, interleave rank/swizzle, OOB NaN fill on an integer type) */
+#define HB_TMAP_E_RULE 8  /* a cuTensorMapEncodeTiled rule is violated (documented: ranges, box inner bytes, swizzle span, interleave rank, OOB NaN fill on an integer type; observed on the sm_90 driver: a 128B_ATOM_* swizzle, box bytes above 227 KiB) */
 #define HB_TMAP_E_EXTENT 9  /* the tensor's byte extent overflows 64 bits */
 #define HB_TMAP_E_IM2COL 10  /* an im2col-mode map where a tiled one is required */
 #define HB_TMAP_E_SPANS 11  /* more HBF page spans than the caller's buffer holds (fail closed: nothing truncated) */
 #define HB_TMAP_E_REPLACE 12  /* a tensormap.replace value outside its documented range (no defined effect: refused) */
 #define HB_TMAP_E_UNSET 13  /* a field the rank needs was never given a value (a device-built map must set them all) */
+#define HB_TMAP_E_UNFITTED 14  /* a value the fitted layout never held (a global stride >= 2^36 B): not encoded by guessing */
 /* END GENERATED LAYOUT */
 
 /* A decoded CUtensorMap, tiled mode. Fields of dimensions >= rank are zero. */
@@ -322,10 +353,20 @@ HB_TMAP_UNROLL
     return f;
 }
 
-/* The map f describes, under the documented rules. Checks, in this order (the Python twin's): every field the rank
- * needs has a value (HB_TMAP_E_UNSET: a map built on the device from a zeroed buffer must set them all; the meaning
- * of a zero field is part of the unverified layout), rank, packed dtype, enums, then the documented rules
- * (alignment, interleave/swizzle rules, fill), then the extent. */
+/* The descriptor's BOX_BYTES word (hbfcommon/tensormap.py desc_box_bytes): prod floor(box/estride) * elemsize,
+ * estride[0] included -- not hb_tmap_box_bytes (cuda.h's ceil): the driver bounds this one by HB_TMAP_SMEM_BOX_MAX. */
+HB_TMAP_HD uint64_t hb_tmap_desc_box_bytes(const hb_tmap& m) {
+    uint64_t n = m.elem_bytes;
+HB_TMAP_UNROLL
+    for (uint32_t k = 0; k < 5; ++k)
+        if (k < m.rank) n *= (uint64_t)(m.box[k] / m.estride[k]);
+    return n;
+}
+
+/* The map f describes, under the driver's rules. Checks, in this order (the Python twin's): every field the rank
+ * needs has a value (HB_TMAP_E_UNSET: a map built on the device from a zeroed buffer must set them all; what a
+ * zero field means to the TMA unit was not observed), rank, packed dtype, enums, then the rules (alignment, ranges,
+ * interleave/swizzle rules, fill, the sm_90 driver's swizzle and box-size bounds), then the extent. */
 HB_TMAP_HD int hb_tmap_from_fields(const hb_tmap_fields* f, hb_tmap* out) {
     if (!f || !out) return HB_TMAP_E_NULL;
     hb_tmap m;
@@ -378,12 +419,14 @@ HB_TMAP_UNROLL
     if (misaligned) return HB_TMAP_E_ALIGN;
     if (m.interleave != HB_TMAP_INTERLEAVE_NONE && m.rank < 3u) return HB_TMAP_E_RULE;
     if (m.interleave == HB_TMAP_INTERLEAVE_NONE && (m.box[0] * m.elem_bytes) % 16u) return HB_TMAP_E_RULE;
-    if (m.interleave == HB_TMAP_INTERLEAVE_32B && m.swizzle != HB_TMAP_SWIZZLE_32B) return HB_TMAP_E_RULE;
+    /* (cuda.h's "INTERLEAVE_32B requires SWIZZLE_32B" is not enforced by the sm_90 driver: not checked) */
+    if (m.swizzle > 3u) return HB_TMAP_E_RULE;      /* 128B_ATOM_*: refused by the sm_90 driver */
     if (m.interleave == HB_TMAP_INTERLEAVE_NONE && m.swizzle) {
         const uint32_t span = m.swizzle == 1u ? 32u : m.swizzle == 2u ? 64u : 128u;
         if (m.box[0] * m.elem_bytes > span) return HB_TMAP_E_RULE;
     }
     if (m.fill && !(m.dtype >= 6u && m.dtype <= 12u)) return HB_TMAP_E_RULE;
+    if (hb_tmap_desc_box_bytes(m) > HB_TMAP_SMEM_BOX_MAX) return HB_TMAP_E_RULE;   /* the sm_90 driver's bound */
     /* extent = sum (dim-1)*stride + elem, and base + extent, without overflow */
     uint64_t ext = m.elem_bytes;
     bool over = false;
@@ -400,30 +443,41 @@ HB_TMAP_UNROLL
     return HB_TMAP_OK;
 }
 
-/* desc128: the 128 descriptor bytes, 8-byte aligned (a CUtensorMap is 64-byte aligned). The reserved bits, then the
- * fields read per the (unverified) layout, then hb_tmap_from_fields. */
+/* desc128: the 128 descriptor bytes, 8-byte aligned (a CUtensorMap is 64-byte aligned). The reserved bits (every
+ * bit no field of the fitted layout holds), the element-type code, then the fields through hb_tmap_from_fields. The
+ * derived words (BOX_BYTES, SMEM_ALIGN) are not read (functions of the other fields; what tensormap.replace leaves
+ * there on the device was never observed). No observed bit marks an im2col map: im2col is 0 here, and an im2col
+ * descriptor is refused only if it sets a reserved bit. */
 HB_TMAP_HD int hb_tmap_decode(const void* desc128, hb_tmap* out) {
     if (!desc128 || !out) return HB_TMAP_E_NULL;
     uint64_t w[16];
     const uint64_t* src = (const uint64_t*)desc128;
 HB_TMAP_UNROLL
     for (int i = 0; i < 16; ++i) w[i] = src[i];
-    /* reserved: bits HB_TMAP_USED_BITS .. 1023 */
     {
-        const uint32_t q = HB_TMAP_USED_BITS >> 6, sh = HB_TMAP_USED_BITS & 63u;
-        uint64_t acc = sh ? (w[q] >> sh) : w[q];
-        for (uint32_t i = q + 1; i < 16; ++i) acc |= w[i];
+        const uint64_t resv[16] = {HB_TMAP_RESERVED_Q0, HB_TMAP_RESERVED_Q1, HB_TMAP_RESERVED_Q2, HB_TMAP_RESERVED_Q3,
+                                   HB_TMAP_RESERVED_Q4, HB_TMAP_RESERVED_Q5, HB_TMAP_RESERVED_Q6, HB_TMAP_RESERVED_Q7,
+                                   HB_TMAP_RESERVED_Q8, HB_TMAP_RESERVED_Q9, HB_TMAP_RESERVED_Q10, HB_TMAP_RESERVED_Q11,
+                                   HB_TMAP_RESERVED_Q12, HB_TMAP_RESERVED_Q13, HB_TMAP_RESERVED_Q14,
+                                   HB_TMAP_RESERVED_Q15};
+        uint64_t acc = 0;
+HB_TMAP_UNROLL
+        for (int i = 0; i < 16; ++i) acc |= w[i] & resv[i];
         if (acc) return HB_TMAP_E_RESERVED;
     }
     hb_tmap_fields f;
+    /* the element-type code: the PTX .elemtype code, except TFLOAT32 / TFLOAT32_FTZ = 7 / 8 with the TF32 flag */
+    const uint32_t code = (uint32_t)hb_tmap_bits(w, HB_TMAP_DTYPE_LO, HB_TMAP_DTYPE_W);
+    const uint32_t tf32 = (uint32_t)hb_tmap_bits(w, HB_TMAP_TF32_LO, HB_TMAP_TF32_W);
+    if (code == 11u || code == 12u || (tf32 && code != 7u && code != 8u)) return HB_TMAP_E_DTYPE;
+    f.elemtype = tf32 ? code + 4u : code;
     f.rank_m1 = (uint32_t)hb_tmap_bits(w, HB_TMAP_RANK_LO, HB_TMAP_RANK_W);
-    f.elemtype = (uint32_t)hb_tmap_bits(w, HB_TMAP_DTYPE_LO, HB_TMAP_DTYPE_W);
     f.interleave = (uint32_t)hb_tmap_bits(w, HB_TMAP_INTERLEAVE_LO, HB_TMAP_INTERLEAVE_W);
     f.swizzle_mode = (uint32_t)hb_tmap_bits(w, HB_TMAP_SWIZZLE_LO, HB_TMAP_SWIZZLE_W);
-    f.swizzle_atom = (uint32_t)hb_tmap_bits(w, HB_TMAP_SWZ_ATOM_LO, HB_TMAP_SWZ_ATOM_W);
+    f.swizzle_atom = 0u;
     f.l2promo = (uint32_t)hb_tmap_bits(w, HB_TMAP_L2PROMO_LO, HB_TMAP_L2PROMO_W);
     f.fill = (uint32_t)hb_tmap_bits(w, HB_TMAP_FILL_LO, HB_TMAP_FILL_W);
-    f.im2col = (uint32_t)hb_tmap_bits(w, HB_TMAP_IM2COL_LO, HB_TMAP_IM2COL_W);
+    f.im2col = 0u;
     f.global_address = hb_tmap_bits(w, HB_TMAP_ADDR_LO, HB_TMAP_ADDR_W);
     const uint32_t dlo[5] = {HB_TMAP_DIM0_LO, HB_TMAP_DIM1_LO, HB_TMAP_DIM2_LO, HB_TMAP_DIM3_LO, HB_TMAP_DIM4_LO};
     const uint32_t blo[5] = {HB_TMAP_BOX0_LO, HB_TMAP_BOX1_LO, HB_TMAP_BOX2_LO, HB_TMAP_BOX3_LO, HB_TMAP_BOX4_LO};
@@ -461,8 +515,9 @@ HB_TMAP_UNROLL
  * tensormap.replace sequence mirrored by the rewrite), the exact 128 bytes with the map it means. The device finds a
  * descriptor by hash and then compares all 128 bytes: a hash collision is a miss, never a wrong map. This is how the
  * HBFSim paper's artifact binds descriptors (a hash of the exact bytes -> a decoded, generation-stamped record;
- * SlugLab/HBFSim include/hbfsim/tensormap.hpp, TensorMapRegistry), and it is what the device path must use while
- * HB_TMAP_LAYOUT_VERIFIED is 0. hbfcommon/tensormap.py pack_registry() builds the table (sorted by hash). */
+ * SlugLab/HBFSim include/hbfsim/tensormap.hpp, TensorMapRegistry); it needs no layout (a build with
+ * HB_TMAP_LAYOUT_VERIFIED 0, or another architecture, relies on it). hbfcommon/tensormap.py pack_registry() builds
+ * the table (sorted by hash). */
 struct hb_tmap_entry {
     uint64_t desc[16];             /* the exact 128 descriptor bytes */
     uint64_t hash;                 /* hb_tmap_hash(desc): the sort key */

@@ -190,10 +190,10 @@ HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, con
         hb_tma_run(st, gaddr, nbytes, op, site, t0, acc);
     } else {
         hb_tmap m;
-        // the decoder's bit layout is a hypothesis until bench/tma_tensormap.py has verified it on a GPU
-        // (hbf_tensormap.cuh HB_TMAP_LAYOUT_VERIFIED): until then a tensor copy that touches the instrumented path
-        // fails closed (UNSUPPORTED, recorded) instead of being modeled from a guessed decode;
-        // -DHBF_TMA_TRUST_LAYOUT=1 builds a helper that trusts it (the GPU validation runs use it)
+        // the decoder's bit layout is trusted only where HB_TMAP_LAYOUT_VERIFIED (hbf_tensormap.cuh) says every
+        // recorded driver encoding is reproduced (1 since the H200 fit, 2026-12-05); with it 0 a tensor copy that
+        // touches the instrumented path fails closed (UNSUPPORTED, recorded) instead of being modeled from a guessed
+        // decode; -DHBF_TMA_TRUST_LAYOUT=1 builds a helper that trusts it anyway (GPU validation runs)
         const bool trusted = HB_TMAP_LAYOUT_VERIFIED || HBF_TMA_TRUST_LAYOUT;
         if (!trusted || hb_tma_decode(gaddr, &m) != 0 || (uint32_t)m.rank != rank || m.im2col) {
             HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, gaddr);   // not a tiled map this copy can use
