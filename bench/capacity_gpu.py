@@ -157,7 +157,10 @@ def build(work: Path) -> dict:
     wrap = d / "hbfcc"
     wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.cli \"$@\"\n")
     wrap.chmod(0o755)
-    env = dict(os.environ, HBFCC_PASSES="timing,capacity", PYTHONPATH=str(ROOT))
+    # the repository first, then the caller's path (a machine without the package installed carries its wheels
+    # there: the H200 run of 2026-12-05 lost pyelftools when this replaced PYTHONPATH)
+    env = dict(os.environ, HBFCC_PASSES="timing,capacity",
+               PYTHONPATH=os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
     out = {}
     for tag, exe, e in (("plain", "nvcc", os.environ), ("cap", str(wrap), env)):
         cub = d / f"cap_{tag}.cubin"
