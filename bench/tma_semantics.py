@@ -494,6 +494,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if not (a.build_only or a.semantics or a.increment or a.native_cost):
         ap.error("nothing to do: give --build-only, or --semantics / --increment / --native-cost on a GPU")
+    # this bench IS the GPU validation of the TMA device path: it opts in (runtime_cuda/knobs.py tma_device);
+    # without HBF_TMA_DEVICE=1 every instrumented TMA copy fails closed
+    os.environ["HBF_TMA_DEVICE"] = "1"
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     out_path = out_dir / ("tma_semantics_build.json" if a.build_only else "tma_semantics.json")

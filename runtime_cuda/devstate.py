@@ -39,6 +39,7 @@ HBF_THC_REPLICA_STRIDE = 16   # u64 words between two thermal replicas (hbf_devi
 # device memory for the stacks of a full H200 (2048 threads x 132 SMs) where 2048 reserved 0.55 GB.
 HELPER_STACK_BOUND = 3072
 HBF_DSF_ALLOW_UNMODELED = 0x1
+HBF_DSF_TMA_DEVICE = 0x2   # hbf_device.h: model TMA copies (knobs.tma_device)
 
 
 class hbf_dev_range(ctypes.Structure):
@@ -217,6 +218,7 @@ class RunParams:
     backoff_max_ns: int = 8192
     allow_unmodeled: bool = False
     deadline_bias_ns: int = 0      # measured by runtime_cuda.calibrate (never assumed); 0 = off
+    tma_device: bool = False       # model TMA / bulk copies (HBF_TMA_DEVICE; not GPU-verified): else they fail closed
 
 
 def ranges_from_ctl(snap: "C.hbf_range_snapshot") -> tuple[int, list[DevRange]]:
@@ -279,7 +281,7 @@ def new_state(ctl_dev: int, media: "C.hbf_media_params | None", params: RunParam
     if media is not None:
         ctypes.memmove(ctypes.addressof(st.media), ctypes.addressof(media), ctypes.sizeof(media))
         st.timing_source = int(media.timing_source)
-    st.flags = HBF_DSF_ALLOW_UNMODELED if params.allow_unmodeled else 0
+    st.flags = (HBF_DSF_ALLOW_UNMODELED if params.allow_unmodeled else 0) | (HBF_DSF_TMA_DEVICE if params.tma_device else 0)
     st.heartbeat_timeout_ns = params.heartbeat_timeout_ns
     st.thermal_max_age_ns = params.thermal_max_age_ns
     st.completion_timeout_ns = params.completion_timeout_ns

@@ -70,6 +70,13 @@ def helper_ptx() -> Path:
 
 
 
+def tma_device() -> bool:
+    """HBF_TMA_DEVICE (default 0): model TMA and bulk async copies on the device (issue 15). The layout is fitted to the
+    H200's encodings, but the TMA device path (hbf_tma.cuh) has not run on a GPU: without this opt-in an instrumented
+    TMA copy fails closed (UNSUPPORTED, recorded with its site)."""
+    return env_bool("HBF_TMA_DEVICE", False)
+
+
 def capacity_device() -> bool:
     """HBF_CAPACITY_DEVICE (default 0): register capacity ranges through the GPU runtime (issue 16). Its device
     half is NOT GPU-verified yet: without this opt-in, register_capacity_range refuses with UNSUPPORTED."""

@@ -1204,7 +1204,8 @@ def attach(socket: str | None = None, allow_unmodeled: bool | None = None, *, cu
         params = D.RunParams(heartbeat_timeout_ns=knobs.heartbeat_timeout_ns(),
                              thermal_max_age_ns=knobs.thermal_max_age_ns(),
                              completion_timeout_ns=knobs.completion_timeout_ns(),
-                             backoff_max_ns=knobs.backoff_max_ns(), allow_unmodeled=allow)
+                             backoff_max_ns=knobs.backoff_max_ns(), allow_unmodeled=allow,
+                             tma_device=knobs.tma_device())
     client = Client(socket)
     try:
         rep = client.call("Attach", client.pb.AttachRequest(workload_pid=os.getpid(),

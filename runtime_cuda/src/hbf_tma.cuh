@@ -186,6 +186,11 @@ HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, con
     const uint32_t op = (k == HBF_TMA_K_STORE) ? HBF_OP_STORE : (k == HBF_TMA_K_REDUCE) ? HBF_OP_ATOMIC : HBF_OP_CPASYNC;
     hb_tma_acc acc = {0ull, 0ull, 0ull, 0u, false, false};
     uint64_t oob = 0ull;
+    if ((__ldg(&st->flags) & HBF_DSF_TMA_DEVICE) == 0u) {
+        // not opted in (HBF_TMA_DEVICE=1, runtime_cuda/knobs.py): this path has not run on a GPU -- fail closed
+        HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, gaddr);
+        hb_end();
+    }
     if (rank == 0u) {
         hb_tma_run(st, gaddr, nbytes, op, site, t0, acc);
     } else {

@@ -46,6 +46,7 @@ def test_constants_match(probe):
     py = {"HBF_DEVSTATE_MAGIC": D.HBF_DEVSTATE_MAGIC, "HBF_DEVSTATE_VERSION": D.HBF_DEVSTATE_VERSION,
           "HBF_DEV_MAX_CHANNELS": D.HBF_DEV_MAX_CHANNELS, "HBF_DEV_MAX_BANKS": D.HBF_DEV_MAX_BANKS, "HBF_BUF_READY_BITS": D.HBF_BUF_READY_BITS,
           "HBF_DEV_GUARD_BYTES": D.HBF_DEV_GUARD_BYTES, "HBF_DSF_ALLOW_UNMODELED": D.HBF_DSF_ALLOW_UNMODELED,
+          "HBF_DSF_TMA_DEVICE": D.HBF_DSF_TMA_DEVICE,
           "HBF_HELPER_ABI_VERSION": D.HBF_HELPER_ABI_VERSION, "HBF_F_OP_MASK": D.HBF_F_OP_MASK,
           "HBF_F_ACTIVE": D.HBF_F_ACTIVE, "HBF_F_GENERIC": D.HBF_F_GENERIC, "HBF_F_WAIT_NOW": D.HBF_F_WAIT_NOW,
           "HBF_F_NC": D.HBF_F_NC, "HBF_F_RELEASE": D.HBF_F_RELEASE,
@@ -212,3 +213,16 @@ def test_kernel_counters_have_inline_requests():
     k = D.hbf_kernel_counters()
     k.inline_requests = 7
     assert D.kernel_counters_dict(k)["inline_requests"] == 7
+
+
+def test_tma_device_is_opt_in(monkeypatch):
+    """The TMA device path (hbf_tma.cuh) has not run on a GPU: the state flag that lets __hb_tma model a copy is set
+    only with HBF_TMA_DEVICE=1 (else every instrumented TMA copy fails closed)."""
+    from runtime_cuda import knobs
+    monkeypatch.delenv("HBF_TMA_DEVICE", raising=False)
+    assert knobs.tma_device() is False
+    assert D.new_state(0, None, D.RunParams()).flags & D.HBF_DSF_TMA_DEVICE == 0
+    monkeypatch.setenv("HBF_TMA_DEVICE", "1")
+    assert knobs.tma_device() is True
+    st = D.new_state(0, None, D.RunParams(tma_device=True, allow_unmodeled=True))
+    assert st.flags == D.HBF_DSF_TMA_DEVICE | D.HBF_DSF_ALLOW_UNMODELED
