@@ -314,9 +314,15 @@ HB_DEV void hb_act_mark(hbf_device_state* st, uint32_t k) {
 
 // Add kernel slot k's growth since its last visit to act_total (only the publisher, which holds the
 // act_stamp claim, writes act_seen / act_total). Counters only grow; a sum below the one seen is ignored.
-// Written for few registers (it is inlined into the helpers, whose register need sets the kernel's): one
-// 8-byte load in flight, 32-bit counters, the (requests, bytes) words of the ops as one loop of 2 x HBF_N_OPS.
-HB_DEV void hb_act_visit(hbf_device_state* st, uint32_t k) {
+// The shards are read HB_ACT_LOADS at a time (independent loads in flight): with one load in flight a publication
+// (4 slots x 8 words x 32 shards = 1,024 dependent device loads by one thread) took ~270 us on the H200, added to
+// the end of every short kernel that published (quick stress matrix, 2026-12-05: fixed0 median x15 vs x6.8 before
+// the publisher existed). Out of line (noinline): it runs at most once per HBF_ACT_PERIOD_NS, so the call costs
+// nothing and its registers do not add to the inlined issue paths.
+#ifndef HB_ACT_LOADS
+#define HB_ACT_LOADS 8u
+#endif
+static __device__ __noinline__ void hb_act_visit(hbf_device_state* st, uint32_t k) {
     const uint64_t ksp = st->kshards;
     const uint64_t* base = ksp != 0ull ? (const uint64_t*)((const hbf_kernel_counters*)ksp + (uint64_t)k * HBF_KSHARDS)
                                        : (const uint64_t*)&st->kslots[k];
@@ -327,7 +333,13 @@ HB_DEV void hb_act_visit(hbf_device_state* st, uint32_t k) {
         const uint64_t* p = base + (i >> 1) * ostride + (i & 1u);
         uint64_t sum = 0ull;
 #pragma unroll 1
-        for (uint32_t sh = 0; sh < nsh; ++sh) sum += hb_ld_vol(p + sh * kstride);
+        for (uint32_t sh = 0; sh < nsh; sh += HB_ACT_LOADS) {
+            uint64_t v[HB_ACT_LOADS];
+#pragma unroll
+            for (uint32_t j = 0; j < HB_ACT_LOADS; ++j) v[j] = sh + j < nsh ? hb_ld_vol(p + (sh + j) * kstride) : 0ull;
+#pragma unroll
+            for (uint32_t j = 0; j < HB_ACT_LOADS; ++j) sum += v[j];
+        }
         uint64_t* seen = &st->act_seen[(uint64_t)k * (2u * HBF_N_OPS) + i];
         const uint64_t old = hb_ld_vol(seen);
         if (sum > old) {
