@@ -29,7 +29,11 @@ jobs on the box); ratios are per item, then the median (and p10/p90, min/max) ov
   per compile) with plain Triton and with ``TRITON_PTXAS_PATH=hbfcc-ptxas``; the time of each compile
   and the cubin size ratio.
 
-    python bench/hbfcc_buildcost.py [--parts corpus,separate,nvcc,triton] [--reps 3] [--limit N] [--every K]
+``nvcc`` and ``triton`` also build each item through hbfcc with the whole helper library linked
+(``HBFCC_LINK_PRUNE=0``, variant ``full``: the link before the pruning), interleaved with the others
+(``--no-full`` leaves it out): ``full_*`` ratios to plain and ``pruned_vs_full_*``.
+
+    python bench/hbfcc_buildcost.py [--parts corpus,separate,nvcc,triton] [--reps 3] [--limit N] [--every K] [--no-full]
                                     [--out bench/results/hbfcc_buildcost_cpu.json]
 """
 from __future__ import annotations
@@ -308,15 +312,19 @@ def part_nvcc(ns, work: Path) -> dict:
     # the shadow toolkit is built once per toolkit (a one-time cost, not a build's): build it first
     subprocess.run([hbfcc, "--version"], capture_output=True, env=env)
     rows = []
+    tools = {"plain": [nvcc], "hbfcc": [hbfcc]}
+    envs = {"plain": env, "hbfcc": env}
+    if ns.full:   # the whole helper library linked (HBFCC_LINK_PRUNE=0): the link before issue 18's pruning
+        tools["full"] = [hbfcc]
+        envs["full"] = dict(env, HBFCC_LINK_PRUNE="0")
     for i, (name, src) in enumerate(srcs, 1):
         out = work / "nvcc" / name
         out.mkdir(parents=True, exist_ok=True)
-        tools = {"plain": [nvcc], "hbfcc": [hbfcc]}
 
         def build(k: str, mode: str = "-c", suffix: str = "o"):
             def run():
                 w, c, cp = timed(tools[k] + ["-arch=sm_90a", mode, str(src), "-o", str(out / f"{k}.{suffix}")],
-                                 env=env, cwd=str(out))
+                                 env=envs[k], cwd=str(out))
                 return w, c, cp.returncode, (cp.stderr or "")[-600:]
             return run
         t = interleaved({k: build(k) for k in tools}, ns.reps)
@@ -329,27 +337,57 @@ def part_nvcc(ns, work: Path) -> dict:
                 row[f"{k}_wall_s"] = statistics.median(x[0] for x in t[k])
                 row[f"{k}_cpu_s"] = statistics.median(x[1] for x in t[k])
                 row[f"{k}_wall_all_s"] = [round(x[0], 4) for x in t[k]]
-            row["wall_ratio"] = row["hbfcc_wall_s"] / row["plain_wall_s"]
-            row["cpu_ratio"] = row["hbfcc_cpu_s"] / row["plain_cpu_s"]
             sizes = {}
             for k in tools:
                 r = build(k, "-cubin", "cubin")()
                 if r[2] == 0:
                     sizes[k] = (out / f"{k}.cubin").stat().st_size
-            if len(sizes) == 2:
-                row["cubin_bytes"] = sizes
-                row["cubin_ratio"] = sizes["hbfcc"] / sizes["plain"]
+            row["cubin_bytes"] = sizes
+            ratios(row, tools, sizes)
         rows.append(row)
         print(f"[nvcc {i}/{len(srcs)}] {name}: " + (f"FAILED {sorted(failed)}" if failed else
               f"wall {row['plain_wall_s']:.2f} -> {row['hbfcc_wall_s']:.2f} s (x{row['wall_ratio']:.2f}), cpu "
-              f"x{row['cpu_ratio']:.2f}, cubin x{row.get('cubin_ratio', float('nan')):.1f}"), file=sys.stderr)
+              f"x{row['cpu_ratio']:.2f}, cubin x{row.get('cubin_ratio', float('nan')):.1f}"
+              + (f"; whole library x{row['full_wall_ratio']:.2f}, cubin x{row.get('full_cubin_ratio', float('nan')):.1f}"
+                 if "full_wall_ratio" in row else "")), file=sys.stderr)
     ok = [r for r in rows if "failed" not in r]
-    summ = {"sources": len(rows), "built": len(ok),
-            "wall_ratio": spread([r["wall_ratio"] for r in ok]), "cpu_ratio": spread([r["cpu_ratio"] for r in ok]),
-            "total_wall_ratio": (sum(r["hbfcc_wall_s"] for r in ok) / sum(r["plain_wall_s"] for r in ok)) if ok else None,
-            "total_cpu_ratio": (sum(r["hbfcc_cpu_s"] for r in ok) / sum(r["plain_cpu_s"] for r in ok)) if ok else None,
-            "cubin_ratio": spread([r["cubin_ratio"] for r in ok if "cubin_ratio" in r])}
+    summ = {"sources": len(rows), "built": len(ok), **summary(ok, tools)}
     return {"summary": summ, "rows": rows}
+
+
+def ratios(row: dict, variants, sizes: dict) -> None:
+    """Per item: each hbfcc variant's wall / CPU / cubin ratio to the plain build (``hbfcc``: the
+    default, pruned link, keys without prefix as before; ``full``: ``full_*``), and pruned / full."""
+    for k in variants:
+        if k == "plain":
+            continue
+        pre = "" if k == "hbfcc" else f"{k}_"
+        row[f"{pre}wall_ratio"] = row[f"{k}_wall_s"] / row["plain_wall_s"]
+        row[f"{pre}cpu_ratio"] = row[f"{k}_cpu_s"] / row["plain_cpu_s"]
+        if k in sizes and "plain" in sizes:
+            row[f"{pre}cubin_ratio"] = sizes[k] / sizes["plain"]
+    if "full" in variants:
+        row["pruned_vs_full_wall"] = row["hbfcc_wall_s"] / row["full_wall_s"]
+        row["pruned_vs_full_cpu"] = row["hbfcc_cpu_s"] / row["full_cpu_s"]
+        if "full" in sizes and "hbfcc" in sizes:
+            row["pruned_vs_full_cubin"] = sizes["hbfcc"] / sizes["full"]
+
+
+def summary(rows: list[dict], variants) -> dict:
+    """Medians and spreads of :func:`ratios` over the items, and the summed-time ratios."""
+    out: dict = {}
+    keys = ["wall_ratio", "cpu_ratio", "cubin_ratio"]
+    if "full" in variants:
+        keys += ["full_wall_ratio", "full_cpu_ratio", "full_cubin_ratio", "pruned_vs_full_wall",
+                 "pruned_vs_full_cpu", "pruned_vs_full_cubin"]
+    for key in keys:
+        out[key] = spread([r[key] for r in rows if key in r])
+    for k in variants:
+        if k != "plain" and rows:
+            pre = "" if k == "hbfcc" else f"{k}_"
+            out[f"{pre}total_wall_ratio"] = sum(r[f"{k}_wall_s"] for r in rows) / sum(r["plain_wall_s"] for r in rows)
+            out[f"{pre}total_cpu_ratio"] = sum(r[f"{k}_cpu_s"] for r in rows) / sum(r["plain_cpu_s"] for r in rows)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -459,6 +497,8 @@ def part_triton(ns, work: Path) -> dict:
     base = dict(os.environ, HBFCC_ARTIFACT_DIR=str(work / "store"), HBFCC_LOG="ERROR", TMPDIR=str(work))
     base.pop("TRITON_PTXAS_PATH", None)
     envs = {"plain": base, "hbfcc": dict(base, TRITON_PTXAS_PATH=hbfcc_ptxas)}
+    if ns.full:   # the whole helper library linked (HBFCC_LINK_PRUNE=0)
+        envs["full"] = dict(envs["hbfcc"], HBFCC_LINK_PRUNE="0")
 
     def run(k: str):
         def go():
@@ -468,28 +508,25 @@ def part_triton(ns, work: Path) -> dict:
                 raise SystemExit(f"triton compile ({k}) failed: {cp.stderr[-3000:]}")
             return json.loads(cp.stdout.strip().splitlines()[-1])
         return go
-    t = interleaved({"plain": run("plain"), "hbfcc": run("hbfcc")}, ns.reps)
+    t = interleaved({k: run(k) for k in envs}, ns.reps)
     rows = []
     for name in kernels.split(","):
         row: dict = {"kernel": name}
-        for k in ("plain", "hbfcc"):
+        for k in envs:
             row[f"{k}_wall_s"] = statistics.median(r[name]["wall_s"] for r in t[k])
             row[f"{k}_cpu_s"] = statistics.median(r[name]["cpu_s"] for r in t[k])
             row[f"{k}_wall_all_s"] = [round(r[name]["wall_s"], 4) for r in t[k]]
             row[f"{k}_cubin_bytes"] = t[k][0][name]["cubin_bytes"]
             row[f"{k}_instrumented"] = t[k][0][name]["instrumented"]
-        row["wall_ratio"] = row["hbfcc_wall_s"] / row["plain_wall_s"]
-        row["cpu_ratio"] = row["hbfcc_cpu_s"] / row["plain_cpu_s"]
-        row["cubin_ratio"] = row["hbfcc_cubin_bytes"] / row["plain_cubin_bytes"]
+        ratios(row, envs, {k: row[f"{k}_cubin_bytes"] for k in envs})
         rows.append(row)
         print(f"[triton] {name}: wall {row['plain_wall_s']:.2f} -> {row['hbfcc_wall_s']:.2f} s (x{row['wall_ratio']:.2f}),"
-              f" cpu x{row['cpu_ratio']:.2f}, cubin x{row['cubin_ratio']:.1f}", file=sys.stderr)
-    summ = {"kernels": len(rows), "wall_ratio": spread([r["wall_ratio"] for r in rows]),
-            "cpu_ratio": spread([r["cpu_ratio"] for r in rows]),
-            "total_wall_ratio": sum(r["hbfcc_wall_s"] for r in rows) / sum(r["plain_wall_s"] for r in rows),
-            "total_cpu_ratio": sum(r["hbfcc_cpu_s"] for r in rows) / sum(r["plain_cpu_s"] for r in rows),
-            "cubin_ratio": spread([r["cubin_ratio"] for r in rows]),
-            "all_instrumented": all(r["hbfcc_instrumented"] and not r["plain_instrumented"] for r in rows)}
+              f" cpu x{row['cpu_ratio']:.2f}, cubin x{row['cubin_ratio']:.1f}"
+              + (f"; whole library x{row['full_wall_ratio']:.2f}, cubin x{row['full_cubin_ratio']:.1f}"
+                 if "full_wall_ratio" in row else ""), file=sys.stderr)
+    summ = {"kernels": len(rows), **summary(rows, envs),
+            "all_instrumented": all(r[f"{k}_instrumented"] for r in rows for k in envs if k != "plain")
+            and not any(r["plain_instrumented"] for r in rows)}
     return {"summary": summ, "rows": rows}
 
 
@@ -499,6 +536,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--limit", type=int, default=0, help="first N items of each part only (smoke runs)")
     ap.add_argument("--every", type=int, default=1, help="corpus: every K-th module only (sorted by name)")
+    ap.add_argument("--no-full", dest="full", action="store_false",
+                    help="nvcc, triton: leave out the whole-library link (HBFCC_LINK_PRUNE=0) builds")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "hbfcc_buildcost_cpu.json"))
     ns = ap.parse_args()
     parts = [p for p in ns.parts.split(",") if p]

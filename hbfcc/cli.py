@@ -82,6 +82,8 @@ def marker_line() -> str:
         line += " fast-groups off"
     if not knobs.load().launch_bound:  # HBFCC_LAUNCH_BOUND=0 builds differently
         line += " launch-bound off"
+    if not knobs.load().link_prune:  # HBFCC_LINK_PRUNE=0: the same kernel code, more helper text and -c code
+        line += " link-prune off"
     if knobs.load().cpasync_window != knobs.CPASYNC_WINDOW_DEFAULT:  # another cp.async group window
         line += f" cpasync-window {knobs.load().cpasync_window}"
     return line

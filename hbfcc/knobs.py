@@ -48,6 +48,7 @@ class Knobs:
     launch_bound: bool = True      # HBFCC_LAUNCH_BOUND (default 1): .maxntid keeps plain blocks launchable
     sidecar: str = "auto"          # HBFCC_SIDECAR (auto|1|0): hbfcc-ptxas's <output>.hbfcc.json
     nvcc_step: bool = False        # HBFCC_NVCC_STEP (internal, set by the shadow toolkit's shim)
+    link_prune: bool = True        # HBFCC_LINK_PRUNE (default 1): link only the helper functions a module reaches
 
 
 def load() -> Knobs:
@@ -74,6 +75,7 @@ def load() -> Knobs:
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
         sidecar=_choice("HBFCC_SIDECAR", "auto", SIDECAR_CHOICES),
         nvcc_step=env_bool(ENV_NVCC_STEP, False),
+        link_prune=env_bool("HBFCC_LINK_PRUNE", True),
     )
 
 
@@ -110,6 +112,8 @@ DOCS: tuple[tuple[str, str, str], ...] = (
      "__hb_issue_group call, its requests' model round trips overlapped (0: each site calls __hb_issue)"),
     ("HBFCC_LAUNCH_BOUND", "1", ".maxntid keeps the plain build's blocks launchable"),
     ("HBFCC_OCCUPANCY_GUARD", "0", ".maxnreg keeps the plain build's blocks per SM"),
+    ("HBFCC_LINK_PRUNE", "1", "link only the helper functions and globals a module reaches (0: the whole "
+     "helper library, for comparison builds; same kernel code)"),
     ("HBFCC_LOG", "WARNING", "log level"),
 )
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Optional
 
@@ -218,8 +219,10 @@ def _rename_op(op, names: Mapping[str, str]):
     if t is Register and not op.name.startswith("%"):
         n = names.get(op.name)
         return op if n is None else Register(n)
-    if t is Address and op.base is not None and type(op.base) is not Register:
-        return replace(op, base=_rename_op(op.base, names))
+    if t is Address:
+        base = op.base if op.base is None or type(op.base) is Register else _rename_op(op.base, names)
+        coords = None if op.coords is None else _rename_op(op.coords, names)
+        return op if base is op.base and coords == op.coords else replace(op, base=base, coords=coords)
     if t is ArgList:
         return ArgList(tuple(_rename_op(x, names) for x in op.items))
     if t is Vector:
@@ -262,6 +265,8 @@ def _op_names(op, out: list[str]) -> None:
     elif t is Address:
         if op.base is not None:
             _op_names(op.base, out)
+        if op.coords is not None:
+            _op_names(op.coords, out)
     elif t is ArgList:
         for x in op.items:
             _op_names(x, out)
@@ -299,8 +304,9 @@ def _names_in_function(f: Function) -> list[str]:
 
 
 def module_names(module: Module, skip: frozenset[str] = frozenset()) -> set[str]:
-    """The names the module's own code uses (function bodies, global initializers), leaving out the
-    items named in ``skip`` (a helper's definitions already linked in)."""
+    """The names the module's own code uses (function bodies, global initializers, the arguments of
+    top-level directives such as ``.alias``), leaving out the items named in ``skip`` (a helper's
+    definitions already linked in)."""
     out: list[str] = []
     for it in module.items:
         t = type(it)
@@ -310,7 +316,23 @@ def module_names(module: Module, skip: frozenset[str] = frozenset()) -> set[str]
             for d in it.decls:
                 if d.init and d.name not in skip:
                     out.extend(d.init)
+        elif t is Directive and it.args:
+            out.extend(it.args)
     return set(out)
+
+
+_WORD = re.compile(r"[A-Za-z_$%][\w$]*")
+
+
+def opaque_references(module: Module, names: frozenset[str]) -> list[str]:
+    """Names of ``names`` that the module's text mentions where the parser keeps it opaque (the raw
+    body of a top-level ``.section``: DWARF data that may hold a symbol's address), sorted. Such a
+    reference cannot be followed: :func:`closure` then keeps the whole helper."""
+    found: set[str] = set()
+    for it in module.items:
+        if type(it) is Directive and it.raw:
+            found.update(w for w in _WORD.findall(it.raw) if w in names)
+    return sorted(found)
 
 
 def closure(module: Module, helper: HelperModule) -> frozenset[str]:
@@ -318,7 +340,19 @@ def closure(module: Module, helper: HelperModule) -> frozenset[str]:
     globals the module's own code names, and everything those name, transitively. ptxas compiles
     every ``.weak`` function of a relocatable (``-c``, ``-rdc``) module, and a whole-program module
     carries the PTX of every one in its embedded text (``.nv_debug_ptx_txt`` with line info, the
-    fatbin's PTX); linking only this set keeps each function that can run and nothing else."""
+    fatbin's PTX); linking only this set keeps each function that can run and nothing else.
+
+    Every reference PTX can make to a function or variable is by its name (a call target, a
+    ``mov``/``cvta`` operand taking an address, an address base, an initializer's token), so the set
+    is exact; the one place a name can hide from the AST is a ``.section``'s raw body
+    (:func:`opaque_references`): a module whose raw text names a helper definition gets the whole
+    helper (logged)."""
+    hidden = opaque_references(module, helper.defined)
+    if hidden:
+        log.warning("%s link: the module's raw section text names %s, which cannot be followed: linking the "
+                    "whole %s module", helper.role, ", ".join(hidden[:5]) + (" ..." if len(hidden) > 5 else ""),
+                    os.path.basename(helper.path))
+        return helper.defined
     refs = helper.ref_map
     need = set(helper.roots) | (module_names(module, helper.defined) & helper.defined)
     todo = list(need)
@@ -439,7 +473,7 @@ def stage(helper: HelperModule, max_version: Optional[tuple[int, int]] = None, *
 
     def run(module: Module, meta: dict) -> Module:
         out = link(module, helper, max_version, prune=prune)
-        meta[name] = {**helper.to_dict(), "linked": linked_functions(out, helper)}
+        meta[name] = {**helper.to_dict(), "pruned": prune, "linked": linked_functions(out, helper)}
         return out
     run.__name__ = name
     return name, run

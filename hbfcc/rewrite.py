@@ -96,13 +96,14 @@ def print_text(module: Module) -> str:
 def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Optional[H.HelperModule] = None,
                  link: bool = True, dump_dir: Optional[os.PathLike] = None,
                  cpasync_window: Optional[int] = None, passes: Optional[tuple[str, ...]] = None,
-                 max_version: Optional[tuple[int, int]] = None, prune: bool = True) -> RewriteResult:
+                 max_version: Optional[tuple[int, int]] = None, prune: Optional[bool] = None) -> RewriteResult:
     """Rewrite one PTX module. ``helper``: the helper module to link (default: :func:`H.load_helper`);
     ``link=False`` leaves the helpers as prototypes only (for inspection; not loadable).
     ``passes``: the pass selection (default HBFCC_PASSES, see :func:`knobs.parse_passes`).
     ``max_version``: the newest PTX ISA the assembling ptxas accepts (linking raises ``.version`` no
     higher, :func:`hbfcc.link.link`). ``prune=False`` links every helper function, not only what
-    the module reaches (comparison builds: bench/hbfcc_buildcost.py, tests/hbfcc/test_link_prune.py).
+    the module reaches (comparison builds: bench/hbfcc_buildcost.py, tests/hbfcc/test_link_prune.py);
+    None: HBFCC_LINK_PRUNE (default 1).
     ``text`` may be bytes (UTF-8); text that is not UTF-8 or holds NUL is a PtxError naming where."""
     from hbfcc.ptx.parser import as_text, parse_module
 
@@ -134,6 +135,8 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
     meta["passes"] = list(selection)
     if "flags" in selection:
         meta["flags_options"] = {"mwait": "mwait" in selection, "count_nonflag": True}
+    if prune is None:
+        prune = k.link_prune
     if link:
         assert helper is not None
         stages.append(L.stage(helper, max_version, prune=prune))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,132 @@ def test_artifact_records_the_linked_helper_functions(helper):
     contract.validate(doc)
     assert doc["helper"]["linked"] == r.meta["link"]["linked"]
     assert "__hb_kernel_enter" in doc["helper"]["linked"] and "__hb_issue" not in doc["helper"]["linked"]
+
+
+# --------------------------------------------------------------------------------------------
+# Soundness: what the closure must keep, and proof that the checks catch a needed definition pruned
+# --------------------------------------------------------------------------------------------
+
+def _build_helper(build: str) -> "L.HelperModule":
+    from hbfcommon import resources
+    p = resources.helper_ptx_path(build)
+    if not p.is_file():
+        pytest.skip(f"{build} helper PTX not built (make helpers-ptx)")
+    return H.load_eidola_helper(str(p)) if build == "eidola" else H.load_helper(str(p))
+
+
+def _assembles(text: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "m.ptx"
+        p.write_text(text)
+        return subprocess.run([U.tool("ptxas"), "-arch=sm_90a", *extra, str(p), "-o", str(Path(d) / "m.o")],
+                              capture_output=True, text=True)
+
+
+_BARE = ".version 9.0\n.target sm_90a\n.address_size 64\n.visible .entry e()\n{\n\tret;\n}\n"
+
+
+@pytest.mark.parametrize("build", ["direct", "lean", "l2", "eidola"])
+def test_every_global_the_runtime_binds_by_name_is_linked(build, tmp_path):
+    """Every module global the runtime looks up with cuModuleGetGlobal (runtime_cuda/session.py,
+    calibrate.py, eidola/replay.py) that a helper build defines is linked into a module whose code
+    names none of them, and is in the assembled cubin's symbol table (what cuModuleGetGlobal finds)."""
+    from hbfcommon import capacity
+    runtime = {abi.STATE_GLOBAL, abi.KSLOT_BASE_GLOBAL, abi.CDESC_GLOBAL, abi.L2_HOOKS_GLOBAL,
+               abi.EIDOLA_STATE_GLOBAL, capacity.CAP_TABLE_GLOBAL, capacity.CAP_COUNTERS_GLOBAL}
+    helper = _build_helper(build)
+    defined = runtime & helper.defined
+    expect = {"direct": 5, "lean": 5, "l2": 6, "eidola": 1}[build]
+    assert len(defined) == expect, sorted(defined)    # a build that stopped defining one: look at this list
+    linked = L.link(parse_module(_BARE), helper)
+    names = {d.name for it in linked.items if type(it).__name__ == "VarDecl" for d in it.decls}
+    assert defined <= names, sorted(defined - names)
+    p, o = tmp_path / "m.ptx", tmp_path / "m.cubin"
+    p.write_text(print_module(linked))
+    cp = subprocess.run([U.tool("ptxas"), "-arch=sm_90a", str(p), "-o", str(o)], capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    with cubin._elf(o) as (_, symbols):
+        syms = set(symbols)
+    assert defined <= syms, sorted(defined - syms)
+
+
+def _module_text(name: str = "tl_histogram") -> str:
+    return ptx_corpus.triton_corpus()[name].read_text()
+
+
+def test_transitive_step_is_needed_and_ptxas_says_so(helper):
+    """Without the transitive step (a helper whose reference map is empty: only what the module names
+    itself is linked), definitions the linked helper functions use are missing and ptxas refuses the
+    module, whole-program and -c: the corpus assembly tests would catch a closure that lost an edge."""
+    text = _module_text()
+    shallow = replace(helper, refs=())
+    good = rewrite_text(text, helper=helper)
+    bad = rewrite_text(text, helper=shallow)
+    g, b = parse_module(good.text), parse_module(bad.text)
+    defs = lambda m: {f.name for f in m.functions() if f.body is not None} | {   # noqa: E731
+        d.name for it in m.items if type(it).__name__ == "VarDecl" and ".extern" not in it.linkage for d in it.decls}
+    lost = defs(g) - defs(b)
+    assert lost and lost <= helper.defined, sorted(lost)
+    for extra in ((), ("-c",)):
+        assert _assembles(good.text, extra).returncode == 0
+        cp = _assembles(bad.text, extra)
+        assert cp.returncode != 0, f"ptxas accepted a module without {sorted(lost)[:5]}"
+
+
+def _address_taken(helper) -> dict[str, set[str]]:
+    """Per helper function: the helper functions whose address it takes (``mov.u64 %rd, f``), the
+    targets of its indirect calls (``call %rd, ..., prototype``)."""
+    fnames = {f.name for f in helper.functions}
+    out: dict[str, set[str]] = {}
+    for f in helper.functions:
+        for i in f.instructions():
+            if i.opcode == "mov":
+                for o in i.operands:
+                    if type(o).__name__ == "Symbol" and o.name in fnames:
+                        out.setdefault(f.name, set()).add(o.name)
+    return out
+
+
+def test_lean_build_keeps_what_it_calls_through_function_pointers():
+    """The lean build reaches its heavy paths through indirect calls: the callee's address is taken
+    with ``mov`` and the call goes through the register. The closure follows the ``mov`` operand;
+    a closure that followed only direct call targets would drop the callees and ptxas refuses it."""
+    lean = _build_helper("lean")
+    taken = _address_taken(lean)
+    assert taken, "the lean build takes no function address any more: pick another case"
+    text = _module_text()
+    good = rewrite_text(text, helper=lean)
+    kept = set(good.meta["link"]["linked"]) | {f.name for f in parse_module(good.text).functions() if f.body is not None}
+    reached = {t for f, ts in taken.items() if f in kept for t in ts}
+    assert reached and reached <= kept
+    calls_only = replace(lean, refs=tuple((n, r - taken.get(n, set())) for n, r in lean.refs))
+    bad = rewrite_text(text, helper=calls_only)
+    bad_defs = {f.name for f in parse_module(bad.text).functions() if f.body is not None}
+    assert reached - bad_defs, "the address-taken callees are reached some other way too: pick another case"
+    assert _assembles(good.text).returncode == 0
+    assert _assembles(bad.text).returncode != 0
+
+
+def test_a_reference_the_parser_keeps_opaque_links_everything(helper, caplog):
+    """A name the closure cannot follow (one in a .section's raw body) makes the link keep the whole
+    helper, logged: never a module that lacks what it might use."""
+    text = (".version 9.0\n.target sm_90a\n.address_size 64\n.visible .entry e()\n{\n\tret;\n}\n"
+            ".section .nv_hb_table\n{\n.b64 __hb_issue_group\n}\n")
+    m = parse_module(text)
+    with caplog.at_level("WARNING", logger="hbfcc.link"):
+        need = L.closure(m, helper)
+    assert need == helper.defined
+    assert "__hb_issue_group" in caplog.text and "whole" in caplog.text
+    assert L.closure(parse_module(_BARE), helper) != helper.defined   # without it: pruned
+
+
+def test_link_prune_knob_links_the_whole_library(helper, monkeypatch):
+    """HBFCC_LINK_PRUNE=0 (the comparison builds of bench/hbfcc_buildcost.py) links every helper
+    function; the default links the closure; the stage records which."""
+    text = ptx_corpus.triton_corpus()["tma_host_desc_copy"].read_text()
+    every = sorted(f.name for f in helper.functions)
+    pruned = rewrite_text(text, helper=helper)
+    assert pruned.meta["link"]["pruned"] is True and pruned.meta["link"]["linked"] != every
+    monkeypatch.setenv("HBFCC_LINK_PRUNE", "0")
+    full = rewrite_text(text, helper=helper)
+    assert full.meta["link"]["pruned"] is False and full.meta["link"]["linked"] == every

@@ -26,6 +26,7 @@ CHANGES_THE_BUILD = {
     "HBFCC_FAST_GROUPS": "0",
     "HBFCC_LAUNCH_BOUND": "0",
     "HBFCC_OCCUPANCY_GUARD": "1",
+    "HBFCC_LINK_PRUNE": "0",
 }
 # knob -> why it is not in the marker
 NOT_IN_THE_MARKER = {
