@@ -24,6 +24,8 @@ from hbfcommon.status import RequestStatus
 from .frames import FrameMemory, FramePool
 from .service import READY, PENDING, CapacityFailure, CapacityService, MissResult
 
+N_POST = ctl.HBF_RING_SLOTS // 2      # misses posted at once by RingHost (the rest of the ring for others)
+
 
 @dataclass
 class DeviceCounters:
@@ -226,20 +228,26 @@ class RingHost:
                                  range_id=self.range_id, flags=flags, timeout_s=self.timeout_s)
 
     def miss_many(self, requests) -> list[MissResult]:
-        ts = []
-        for range_id, page, op, arrival in requests:
-            if range_id != self.range_id:
-                raise ValueError(f"this host serves range {self.range_id}, not {range_id}")
-            ts.append(self._post(page, op, arrival, HBF_REQ_CAP_MISS))
+        r = np.asarray(requests, np.int64).reshape(-1, 4)
+        if len(r) and (r[:, 0] != self.range_id).any():
+            raise ValueError(f"this host serves range {self.range_id}, not {int(r[r[:, 0] != self.range_id][0, 0])}")
         out = []
-        for t in ts:
-            c = self.driver.wait(t, timeout_s=self.timeout_s)
-            self.n["misses"] += 1
-            if c.status == PENDING:
-                self.n["pending"] += 1
-            elif c.status != READY and self.failure is None:
-                self.failure = (c.status, f"hbfd answered {RequestStatus(c.status).name} to a capacity miss")
-            out.append(MissResult(c.status, -1, c.modeled_ns, c.arrival_ns + c.modeled_ns))
+        for lo in range(0, len(r), N_POST):             # the ring's slots bound one posting
+            q = r[lo:lo + N_POST]
+            ts = self.driver.issue_many(arrival_ns=q[:, 3], address=self.base + q[:, 1] * PAGE,
+                                        media_address=self.media_offset + q[:, 1] * PAGE, nbytes=PAGE, op=q[:, 2],
+                                        range_id=self.range_id, flags=HBF_REQ_CAP_MISS, timeout_s=self.timeout_s)
+            c = self.driver.wait_many(ts, timeout_s=self.timeout_s)
+            st = c["status"].astype(np.int64)
+            self.n["misses"] += len(q)
+            self.n["pending"] += int((st == PENDING).sum())
+            bad = (st != READY) & (st != PENDING)
+            if bad.any() and self.failure is None:
+                s0 = int(st[bad][0])
+                self.failure = (s0, f"hbfd answered {RequestStatus(s0).name} to a capacity miss")
+            mod = c["modeled_ns"].astype(np.int64)
+            out += [MissResult(a, -1, b, d) for a, b, d in
+                    zip(st.tolist(), mod.tolist(), (c["arrival_ns"].astype(np.int64) + mod).tolist())]
         return out
 
     def miss(self, range_id: int, page: int, op: int, arrival_ns: int) -> MissResult:

@@ -403,7 +403,8 @@ class CapacityService:
             except (CopyFailed, OSError) as e:
                 self._fail(RequestStatus.COPY_ERROR, f"copy of a page into its frame failed: {e}")
             else:
-                bad = np.flatnonzero((back != data).any(axis=1)) if self.verify else ()
+                bad = np.flatnonzero((back.view(np.uint64) != data.view(np.uint64)).any(axis=1)) \
+                    if self.verify else ()
                 if len(bad):
                     j = int(bad[0])
                     got = int(page_checksums(upages[j:j + 1], back[j:j + 1])[0])
