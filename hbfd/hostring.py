@@ -112,7 +112,10 @@ class RingDriver:
         want = tickets + np.uint64(1)
         c = self.m.completions
         deadline = time.monotonic() + timeout_s
+        spins = 0
         while not (c["seq"][slots] == want).all():
+            spins += 1                              # spin briefly, then yield the core (hbfd may share it)
+            time.sleep(0 if spins < 50 else 20e-6)
             if self.failed():                       # terminal completions are posted before the failure word
                 if (c["seq"][slots] == want).all():
                     break

@@ -248,6 +248,60 @@ class FramePool:
         fr["marker"] = 0                                     # atomicExch(0): the taker posts the hint
         return f, int(fr["ready_ns"]), took
 
+    def device_pin_many(self, range_id: int, pages: np.ndarray, *, store: bool = False):
+        """``device_pin`` of lanes in order, as far as the first lane that takes a prefetch marker (its hint must
+        be posted before later lanes translate: an in-process hint can fill frames they use). Pin first
+        (+1 each), fence, then re-check state and generation: stale lanes are unpinned (a miss), as on the GPU.
+        Returns (frames: int64, -1 = miss; ready_ns; lanes done; whether the last lane done took a marker);
+        lanes after the done ones hold no pins."""
+        t = self.tables[range_id]
+        pages = np.asarray(pages, np.int64)
+        k = len(pages)
+        frames = np.full(k, -1, np.int64)
+        ready = np.zeros(k, np.int64)
+        inside = (pages >= 0) & (pages < t.pages)
+        f = np.full(k, NO_FRAME, np.int64)
+        f[inside] = t.frames_of(pages[inside])
+        gen = np.zeros(k, np.int64)
+        m = np.flatnonzero(f != NO_FRAME)
+        if not len(m):
+            return frames, ready, k, False
+        for c in np.unique(pages[m] >> PageTable.SHIFT).tolist():  # the ptes' generations, as read with the frame
+            mm = m[(pages[m] >> PageTable.SHIFT) == c]
+            gen[mm] = t._chunk(c)["generation"][pages[mm] & ((1 << PageTable.SHIFT) - 1)]
+        fr = self.frames
+        fm = f[m]
+        np.add.at(fr["pins"], fm, 1)                          # atomicAdd each
+        full_fence()
+        st = fr["state"][fm]
+        ok = ((st == VALID) | (st == DIRTY)) & (fr["generation"][fm].astype(np.int64) == gen[m])
+        took_at = k
+        if ok.any():
+            mk = fr["marker"][fm] != 0
+            cand = np.flatnonzero(ok & mk)
+            if len(cand):
+                took_at = int(m[cand[0]])                     # the first lane finding a marker takes it
+        undo = ~ok | (m > took_at)                            # stale lanes, and lanes after the taker
+        np.subtract.at(fr["pins"], fm[undo], 1)
+        use = ~undo
+        fu = fm[use]
+        fr["referenced"][fu] = 1
+        if store:
+            fr["dirty"][fu] = 1
+        frames[m[use]] = fu
+        ready[m[use]] = fr["ready_ns"][fu].astype(np.int64)
+        if took_at < k:
+            fr["marker"][f[took_at]] = 0                      # atomicExch(0): the taker posts the hint
+            return frames, ready, took_at + 1, True
+        return frames, ready, k, False
+
+    def device_unpin_many(self, frames: np.ndarray) -> None:
+        frames = np.asarray(frames, np.int64)
+        cnt = np.bincount(frames, minlength=self.n)
+        if (self.frames["pins"][cnt > 0] < cnt[cnt > 0]).any():
+            raise HbfError("unpin of a frame with no pins (a device protocol error)", code=ErrorCode.INTERNAL)
+        np.subtract.at(self.frames["pins"], frames, 1)
+
     def device_unpin(self, frame: int) -> None:
         fr = self.frames[frame]
         if int(fr["pins"]) == 0:
