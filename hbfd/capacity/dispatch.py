@@ -136,8 +136,11 @@ class Served:
 
 
 class CapacityDispatch:
-    def __init__(self, geometry) -> None:
+    def __init__(self, geometry, *, workers: int | None = None) -> None:
+        """``workers``: threads per range filling a scan's pages (store reads and checksums); default the
+        host's cores, at most 8."""
         self.geometry = geometry
+        self.workers = workers if workers is not None else max(1, min(8, os.cpu_count() or 1))
         self.served: dict[int, Served] = {}
         self.n = {"misses": 0, "hints": 0, "unknown_range": 0, "bad_page": 0, "pending": 0, "scans": 0}
         self.closed: list[dict] = []          # reports of ranges no longer served (summary)
@@ -154,7 +157,8 @@ class CapacityDispatch:
             r = reg.region
             try:
                 svc = CapacityService(self.geometry, spec.n_frames, parse_policy(spec.policy), verify=spec.verify,
-                                      frame_memory=FrameMemory(spec.n_frames, r.data), frames=r.frames)
+                                      frame_memory=FrameMemory(spec.n_frames, r.data), frames=r.frames,
+                                      workers=self.workers)
                 svc.add_range(rng.range_id, pages, lo, rng.perms, store, table=r.table)
             except Exception:
                 reg.close()

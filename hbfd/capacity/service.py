@@ -94,13 +94,15 @@ class CapacityOptions:
     and every write-back back from its store and compare checksums; ``max_prefetch``: pages per policy event;
     ``touch_resident``: a resident page a policy asks for gets its CLOCK bit; ``batched``: a scan's misses
     served in arrays (one frame choice, store read, copy, checksum pass and media call per batch; the
-    default), else one item at a time (the reference the batched path is tested equal to)."""
+    default), else one item at a time (the reference the batched path is tested equal to); ``workers``:
+    threads reading and checksumming a batch's pages (chunks of 64 pages)."""
 
     n_frames: int
     verify: bool = True
     max_prefetch: int = 64
     touch_resident: bool = True
     batched: bool = True
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_frames, int) or isinstance(self.n_frames, bool) or self.n_frames < 1:
@@ -108,6 +110,8 @@ class CapacityOptions:
         if not isinstance(self.max_prefetch, int) or self.max_prefetch < 0:
             raise ConfigError("capacity: max_prefetch must be an integer >= 0", field="max_prefetch",
                               value=self.max_prefetch)
+        if not isinstance(self.workers, int) or isinstance(self.workers, bool) or not 1 <= self.workers <= 64:
+            raise ConfigError("capacity: workers must be an integer in [1, 64]", field="workers", value=self.workers)
         for f in ("verify", "touch_resident", "batched"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"capacity: {f} must be true or false", field=f, value=getattr(self, f))
@@ -117,8 +121,8 @@ class CapacityService:
     def __init__(self, geometry: MediaGeometry, n_frames: int, policy: PrefetchPolicy | None = None, *,
                  verify: bool = True, max_prefetch: int = 64, engine: MediaEngine | None = None,
                  frame_memory=None, touch_resident: bool = True, frames: np.ndarray | None = None,
-                 batched: bool = True) -> None:
-        self.options = o = CapacityOptions(n_frames, verify, max_prefetch, touch_resident, batched)
+                 batched: bool = True, workers: int = 1) -> None:
+        self.options = o = CapacityOptions(n_frames, verify, max_prefetch, touch_resident, batched, workers)
         self.geometry = geometry
         self.engine = engine if engine is not None else MediaEngine(geometry)
         self.pool = FramePool(o.n_frames, frame_memory, frames=frames)
@@ -127,7 +131,8 @@ class CapacityService:
             raise ConfigError("a prefetch policy needs name, on_miss, on_prefetch_hit and on_evict "
                               "(hbfd.capacity.prefetch.PrefetchPolicy)", policy=type(policy).__name__)
         self.verify, self.max_prefetch, self.touch_resident = o.verify, o.max_prefetch, o.touch_resident
-        self.batched = o.batched
+        self.batched, self.workers = o.batched, o.workers
+        self._pool_ex = None                  # the fill threads (workers > 1), started at the first batch
         self._views: dict[int, RangeView] = {}
         self.ranges: dict[int, CapacityRange] = {}
         self.failure: tuple[int, str] | None = None      # (status, reason): terminal, first wins
@@ -387,16 +392,12 @@ class CapacityService:
             return status, frame, ready
         rids_m, pages_m, arr_m, dem_m = rids[:m], pages[:m], arrivals[:m], demand[:m]
         self.pool.begin_fill_many(frames, rids_m, pages_m, ~dem_m)
-        data = np.empty((m, PAGE), np.uint8)
         try:
-            for rid in np.unique(rids_m).tolist():         # one read per store (runs of pages in one call)
-                js = rids_m == rid
-                data[js] = self.ranges[rid].store.read_many(pages_m[js])
+            data, want = self._read_pages(rids_m, pages_m)
         except BackingStoreError as e:
-            self._fail(RequestStatus.IO_ERROR, str(e), range_id=rid)
+            self._fail(RequestStatus.IO_ERROR, str(e))
         if self.failure is None:
             upages = pages_m.astype(np.uint64)
-            want = page_checksums(upages, data)
             try:
                 self.pool.memory.write_many(frames, data)
                 back = self.pool.memory.read_many(frames) if self.verify else data
@@ -450,6 +451,38 @@ class CapacityService:
         self.n["fills"] += m
         self.n["fill_bytes"] += PAGE * m
         return status, frame, ready
+
+    CHUNK = 64          # pages per store read + checksum job (the arrays stay in cache)
+
+    def _read_pages(self, rids: np.ndarray, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pages' bytes from their stores and their checksums, in chunks of ``CHUNK`` pages of one range
+        (on ``workers`` threads: numpy releases the GIL in the arithmetic). The first failing chunk's
+        BackingStoreError is raised."""
+        m = len(pages)
+        data = np.empty((m, PAGE), np.uint8)
+        want = np.empty(m, np.uint64)
+        jobs = []
+        for rid in np.unique(rids).tolist():
+            js = np.flatnonzero(rids == rid)
+            store = self.ranges[rid].store
+            jobs += [(store, js[i:i + self.CHUNK]) for i in range(0, len(js), self.CHUNK)]
+
+        def one(job):
+            store, js = job
+            d = store.read_many(pages[js])
+            data[js] = d
+            want[js] = page_checksums(pages[js].astype(np.uint64), d)
+
+        if self.workers > 1 and len(jobs) > 1:
+            if self._pool_ex is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._pool_ex = ThreadPoolExecutor(self.workers, thread_name_prefix="hbf-cap-fill")
+            for _ in self._pool_ex.map(one, jobs):
+                pass
+        else:
+            for j in jobs:
+                one(j)
+        return data, want
 
     def _account_evictions(self, ev) -> None:
         """Statistics of evictions done (write-backs counted by _write_back) and the policy told, in order."""
@@ -733,6 +766,9 @@ class CapacityService:
             log.error("capacity: %d dirty page(s) saved to %s", len(left), salvage_path)
         for s in {id(x.store): x.store for x in self.ranges.values()}.values():
             s.close()
+        if self._pool_ex is not None:
+            self._pool_ex.shutdown()
+            self._pool_ex = None
         return rep
 
     # ---------------------------------------------------------------- report
