@@ -70,7 +70,7 @@ def main() -> int:
                     out = Path(d) / f"{name}-{rep}-{Path(bench).stem}.json"
                     doc = _run(trees[name], [bench, *extra.split(), "--reps", "1"], out, a.timeout_s)
                     for r in doc["rows"]:
-                        rows.append({"tree": name, "rep": rep, "bench": Path(bench).stem} | r)
+                        rows.append(r | {"tree": name, "rep": rep, "bench": Path(bench).stem})
                     log.info("rep %d %s %s done", rep, name, Path(bench).stem)
     summary: dict = {}
     for name in trees:

@@ -28,6 +28,17 @@ FREE, FILLING, VALID, DIRTY, EVICTING = (cap.HBF_FR_FREE, cap.HBF_FR_FILLING, ca
                                          cap.HBF_FR_EVICTING)
 
 
+def groups(a: np.ndarray):
+    """(value, index) per distinct value of ``a``: the index selects its elements (a slice when there is one
+    value: the common case costs no unique and no mask)."""
+    if len(a) == 0:
+        return []
+    v0 = a[0]
+    if (a == v0).all():
+        return [(int(v0), slice(None))]
+    return [(int(v), a == v) for v in np.unique(a).tolist()]
+
+
 class CopyFailed(HbfError):
     """A copy between the host and a frame failed (the service's terminal COPY_ERROR)."""
 
@@ -151,11 +162,9 @@ class PageTable:
         if self._dense is not None:
             return self._dense["frame"][pages].astype(np.int64)
         out = np.full(len(pages), NO_FRAME, np.int64)
-        c = pages >> self.SHIFT
-        for k in np.unique(c).tolist():
+        for k, m in groups(pages >> self.SHIFT):
             a = self._chunks.get(k)
             if a is not None:
-                m = c == k
                 out[m] = a["frame"][pages[m] & ((1 << self.SHIFT) - 1)]
         return out
 
@@ -167,9 +176,7 @@ class PageTable:
             self._dense["generation"][pages] = generations
             return
         frames, generations = np.broadcast_to(frames, pages.shape), np.broadcast_to(generations, pages.shape)
-        c = pages >> self.SHIFT
-        for k in np.unique(c).tolist():
-            m = c == k
+        for k, m in groups(pages >> self.SHIFT):
             a = self._chunk(k)
             o = pages[m] & ((1 << self.SHIFT) - 1)
             a["frame"][o] = frames[m]
@@ -377,6 +384,8 @@ class FramePool:
                 free.append(f)
         got = [np.array(free, np.int64)]
         need = k - len(free)
+        if need == 0:
+            return got[0], self._unmap(np.zeros(0, np.int64))
         fr = self.frames
         n = self.n
         vic: list[np.ndarray] = []
@@ -416,11 +425,13 @@ class FramePool:
         fr = self.frames
         sub = fr[v]
         pref = sub["prefetched"] != 0
+        if not len(v):
+            z = np.zeros(0, np.int64)
+            return Evictions(v, z, z, z, pref, pref, pref)
         ev = Evictions(v, sub["range_id"].astype(np.int64), sub["logical_page"].astype(np.int64),
                        sub["generation"].astype(np.int64), sub["dirty"] != 0, pref,
                        ~(pref & (sub["marker"] != 0)))
-        for rid in np.unique(ev.range_id).tolist():
-            m = ev.range_id == rid
+        for rid, m in groups(ev.range_id):
             self.tables[rid].set_many(ev.page[m], NO_FRAME, 0)
         fr["generation"][v] = (ev.generation + 1) & 0xFFFFFFFF
         return ev
@@ -462,8 +473,7 @@ class FramePool:
         rids = fr["range_id"][frames]
         pages = fr["logical_page"][frames].astype(np.int64)
         gens = fr["generation"][frames]
-        for rid in np.unique(rids).tolist():
-            m = rids == rid
+        for rid, m in groups(rids):
             self.tables[rid].set_many(pages[m], frames[m], gens[m])
 
     def cancel_eviction(self, ev: Eviction) -> None:

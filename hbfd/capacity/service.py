@@ -46,7 +46,7 @@ from hbfd.contracts import REQUEST_BATCH_DTYPE
 from hbfd.media import MediaEngine, MediaGeometry
 
 from .backing import BackingStore, BackingStoreError
-from .frames import PAGE, CopyFailed, Eviction, FramePool
+from .frames import PAGE, CopyFailed, Eviction, FramePool, groups
 from .prefetch import NoPrefetch, PrefetchPolicy, RangeView
 
 log = logging.getLogger(__name__)
@@ -134,6 +134,7 @@ class CapacityService:
         self.batched, self.workers = o.batched, o.workers
         self._pool_ex = None                  # the fill threads (workers > 1), started at the first batch
         self._views: dict[int, RangeView] = {}
+        self._allowed: dict[int, np.ndarray] = {}
         self.ranges: dict[int, CapacityRange] = {}
         self.failure: tuple[int, str] | None = None      # (status, reason): terminal, first wins
         self._ids = 0
@@ -462,8 +463,8 @@ class CapacityService:
         data = np.empty((m, PAGE), np.uint8)
         want = np.empty(m, np.uint64)
         jobs = []
-        for rid in np.unique(rids).tolist():
-            js = np.flatnonzero(rids == rid)
+        for rid, sel in groups(rids):
+            js = np.arange(m)[sel]
             store = self.ranges[rid].store
             jobs += [(store, js[i:i + self.CHUNK]) for i in range(0, len(js), self.CHUNK)]
 
@@ -609,23 +610,28 @@ class CapacityService:
         if self.failure is not None:
             status[:] = self.failure[0]
             return status, frame, modeled, ready
+        if n == 1:                                     # one miss: numpy's per-call costs exceed the work; the
+            x = self._miss_many_one_by_one([(int(rids[0]), int(pages[0]), int(ops[0]), int(arrivals[0]))])[0]
+            return (np.array([x.status], np.int64), np.array([x.frame], np.int64),  # one-at-a-time path, equal
+                    np.array([x.modeled_ns], np.int64), np.array([x.ready_ns], np.int64))
         t0 = _ns()
         # validation: the first bad request ends the run (the ones before it are counted as misses)
         bad_range = np.ones(n, bool)
         bad_op = np.zeros(n, bool)
         res = np.full(n, -1, np.int64)                 # the frame a request's page is published in, else -1
-        for rid in np.unique(rids).tolist():
-            m = rids == rid
+        for rid, m in groups(rids):
             r = self.ranges.get(rid)
             if r is None:
                 continue
             ok = (pages[m] >= 0) & (pages[m] < r.pages)
             bad_range[m] = ~ok
-            allowed = np.array([bool(need is not None and r.perms & need)
-                                for need in (PERM_NEEDED.get(o) for o in range(8))])
+            allowed = self._allowed.get(rid)
+            if allowed is None:                        # ops 0..7 this range's perms permit
+                allowed = self._allowed[rid] = np.array([bool(need is not None and r.perms & need)
+                                                         for need in (PERM_NEEDED.get(o) for o in range(8))])
             o = ops[m]
             bad_op[m] = ok & ~np.where((o >= 0) & (o < 8), allowed[np.clip(o, 0, 7)], False)
-            idx = np.flatnonzero(m)[ok]
+            idx = np.arange(n)[m][ok]
             res[idx] = self.pool.lookup_many(rid, pages[idx])
         bad = bad_range | bad_op
         if bad.any():
@@ -650,7 +656,9 @@ class CapacityService:
             modeled[hit] = np.maximum(0, r_ns - arrivals[hit])
         todo = np.flatnonzero(~hit)
         self.n["coalesced_misses"] += int(hit.sum())
-        if len(todo):
+        if len(todo) == 1:
+            lead, item_of = todo, np.zeros(1, np.int64)
+        elif len(todo):
             # the same page twice in the scan: its first request's fill serves the others
             key = (rids[todo] << 40) | pages[todo]
             _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
@@ -660,6 +668,7 @@ class CapacityService:
             item_of = rank[inv.reshape(-1)]            # todo position -> item
             lead = todo[first[order]]
             self.n["coalesced_misses"] += len(todo) - len(lead)
+        if len(todo):
             st, fr, rd = self._serve_batch(rids[lead], pages[lead], arrivals[lead], np.ones(len(lead), bool))
             status[todo], frame[todo], ready[todo] = st[item_of], fr[item_of], rd[item_of]
             ok = status[todo] == READY
