@@ -12,6 +12,10 @@ state, in the layout of hbf_capacity.h), one backing store per capacity range, a
   the write-backs and the prefetch reads go to the media model as one batch at the miss's arrival: prefetches
   cost modeled bandwidth and time and contend with the demand. A frame is ``ready_ns`` = arrival + its modeled
   completion (+ the victim's write-back data-in, which must leave the frame first); a hit before that waits.
+* :meth:`miss_many` / :meth:`miss_arrays` serve one ring scan's misses **as a batch** (docs/design.md §3.6.1): the
+  batch's frames chosen at once (``FramePool.take_frames``), one store read and checksum pass (in chunks, on
+  ``workers`` threads), one copy into the frames, one media call, one publication; ``batched=False`` serves them one
+  item at a time, the reference the batched path is tested equal to (tests/capacity/test_batched.py).
 * :meth:`hint` is the first hit on a prefetched frame (posted by the device, never waited for).
 * Every failure (backing store I/O, copy, checksum mismatch, an access the range does not permit) sets the
   service's terminal status (the first one wins) and every later request gets it: the run ends. Nothing
@@ -757,6 +761,9 @@ class CapacityService:
     def close(self, salvage_path: str | Path | None = None) -> dict:
         """End of run: flush; if bytes are still only in frames (a failed store), write them to
         ``salvage_path`` (npz: range_ids, pages, data; atomic) so nothing written is lost. Returns the report."""
+        if self._pool_ex is not None:                 # no fills after close: the fill threads end
+            self._pool_ex.shutdown()
+            self._pool_ex = None
         if self.failure is None:
             self.flush()
         left = self.dirty_pages()
@@ -775,9 +782,6 @@ class CapacityService:
             log.error("capacity: %d dirty page(s) saved to %s", len(left), salvage_path)
         for s in {id(x.store): x.store for x in self.ranges.values()}.values():
             s.close()
-        if self._pool_ex is not None:
-            self._pool_ex.shutdown()
-            self._pool_ex = None
         return rep
 
     # ---------------------------------------------------------------- report
