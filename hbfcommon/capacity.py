@@ -53,6 +53,9 @@ STRUCTS = {"hbf_cap_pte": PTE_DTYPE, "hbf_cap_frame": FRAME_DTYPE, "hbf_cap_rang
 
 WORDS_PER_PAGE = HBF_CAP_PAGE_BYTES // 8
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+with np.errstate(over="ignore"):
+    _PAGE_GOLDEN = np.uint64(WORDS_PER_PAGE) * _GOLDEN                       # page_checksums' per-page term
+    _WORD_GOLDEN = np.arange(WORDS_PER_PAGE, dtype=np.uint64) * _GOLDEN      # and per-word term
 
 
 def splitmix64(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
@@ -85,10 +88,9 @@ def page_checksums(pages: np.ndarray, data: np.ndarray) -> np.ndarray:
     another page's place give another sum) and additive: a span's checksum is the wrapping sum of its
     pages' (:func:`span_checksum`), so spans can be summed in any chunks."""
     d = np.ascontiguousarray(data, np.uint8).reshape(len(pages), HBF_CAP_PAGE_BYTES).view("<u8")
-    z = np.asarray(pages, np.uint64)[:, None] * np.uint64(WORDS_PER_PAGE) \
-        + np.arange(WORDS_PER_PAGE, dtype=np.uint64)[None, :]
     with np.errstate(over="ignore"):
-        z *= _GOLDEN
+        # (p * 512 + i) * golden = p * (512 * golden) + i * golden (mod 2^64): one pass over the words
+        z = np.add((np.asarray(pages, np.uint64) * _PAGE_GOLDEN)[:, None], _WORD_GOLDEN[None, :])
         z ^= d
         return splitmix64(z, out=z).sum(axis=1, dtype=np.uint64)
 

@@ -67,6 +67,66 @@ class RingDriver:
         r["seq"][s] = t + 1                        # release: after the payload
         return t
 
+    def issue_many(self, *, arrival_ns, address, media_address, nbytes, op, range_id, flags, site=0,
+                   timeout_s: float = 10.0) -> np.ndarray:
+        """``issue`` of many requests at once (arrays, or scalars for all): tickets t .. t+k-1 reserved together,
+        each slot's reuse rule waited for, every payload written (tag included), then (fence) every seq: the
+        same protocol as k ``issue`` calls, the seqs published after all the payloads. Returns the tickets."""
+        k = len(np.atleast_1d(address))
+        if k > N:
+            raise ValueError(f"at most {N} requests at once (the ring's slots)")
+        t = int(self.h.ring_head)
+        self.h.ring_head = t + k                   # GPU: atom.global.add
+        tickets = np.arange(t, t + k, dtype=np.uint64)
+        slots = (tickets % np.uint64(N)).astype(np.intp)
+        if t + k > N:                              # slot reuse rule: the previous completion there consumed
+            need = tickets.astype(np.int64) - N + 1
+            reuse = need > 0
+            deadline = time.monotonic() + timeout_s
+            cons = self.m.completions["consumed"]
+            while not (cons[slots[reuse]].astype(np.int64) == need[reuse]).all():
+                if self.failed():
+                    raise DaemonError("hbfd failed while waiting for a free slot", code=ErrorCode.DAEMON_LOST)
+                if time.monotonic() > deadline:
+                    raise DaemonError("ring slot never freed", code=ErrorCode.TIMEOUT, ticket=t)
+        rows = np.zeros((k, 8), np.uint64)
+        rows[:, 0] = tickets + np.uint64(1)
+        rows[:, 1] = np.asarray(arrival_ns, np.uint64)
+        rows[:, 2] = np.asarray(address, np.uint64)
+        rows[:, 3] = np.asarray(media_address, np.uint64)
+        rows[:, 4] = np.asarray(nbytes, np.uint64) | (np.asarray(op, np.uint64) << np.uint64(32))
+        rows[:, 5] = np.asarray(range_id, np.uint64)                       # kernel_slot 0
+        rows[:, 6] = np.asarray(site, np.uint64) | (np.asarray(flags, np.uint64) << np.uint64(32))
+        rows[:, 7] = ctl.request_tag(rows, self.key) << np.uint64(32)      # q 0: unthrottled
+        r64 = self.m.ring.view(np.uint64).reshape(N, ctl.REQUEST_DTYPE.itemsize // 8)
+        r64[slots, 1:8] = rows[:, 1:8]
+        ctl.full_fence()
+        r64[slots, 0] = rows[:, 0]                 # release: after every payload
+        return tickets
+
+    def wait_many(self, tickets: np.ndarray, *, timeout_s: float = 10.0) -> np.ndarray:
+        """``wait`` for many tickets: their completions as a COMPLETION_DTYPE array (in ticket order), each
+        consumed once read."""
+        tickets = np.asarray(tickets, np.uint64)
+        slots = (tickets % np.uint64(N)).astype(np.intp)
+        want = tickets + np.uint64(1)
+        c = self.m.completions
+        deadline = time.monotonic() + timeout_s
+        spins = 0
+        while not (c["seq"][slots] == want).all():
+            spins += 1                              # spin briefly, then yield the core (hbfd may share it)
+            time.sleep(0 if spins < 50 else 20e-6)
+            if self.failed():                       # terminal completions are posted before the failure word
+                if (c["seq"][slots] == want).all():
+                    break
+                raise DaemonError("hbfd failed and a ticket has no completion", code=ErrorCode.DAEMON_LOST,
+                                  failure=hex(self.failed()))
+            if time.monotonic() > deadline:
+                raise DaemonError("no completion in time", code=ErrorCode.TIMEOUT, ticket=int(tickets[0]))
+        out = c[slots].copy()                      # payloads after the seqs (acquire on x86)
+        c["consumed"][slots] = want
+        return out
+
     def poll(self, ticket: int) -> Completion | None:
         s = ticket % N
         c = self.m.completions

@@ -128,13 +128,17 @@ class SparseFileStore:
             self._fd = -1
 
 
+_WORDS = np.arange(WORDS_PER_PAGE, dtype=np.uint64)
+
+
 def generated_pages(seed: int, pages: np.ndarray) -> np.ndarray:
     """The content of generated pages: word i of page p is splitmix64(seed * 2^32 ^ (p * 512 + i)) (little
     endian), as (n, 4096) uint8. Pure function of (seed, page)."""
     p = np.asarray(pages, np.uint64)
-    idx = p[:, None] * np.uint64(WORDS_PER_PAGE) + np.arange(WORDS_PER_PAGE, dtype=np.uint64)[None, :]
     with np.errstate(over="ignore"):
-        idx ^= np.uint64(seed & 0xFFFFFFFF) << np.uint64(32)
+        # (p * 512 + i) ^ (seed << 32) = ((p << 9) ^ (seed << 32)) | i for i < 512: one pass over the words
+        row = (p << np.uint64(9)) ^ (np.uint64(seed & 0xFFFFFFFF) << np.uint64(32))
+        idx = np.bitwise_or(row[:, None], _WORDS[None, :])
         words = splitmix64(idx, out=idx)
     return words.astype("<u8", copy=False).view(np.uint8).reshape(len(p), PAGE)
 

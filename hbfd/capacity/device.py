@@ -24,6 +24,8 @@ from hbfcommon.status import RequestStatus
 from .frames import FrameMemory, FramePool
 from .service import READY, PENDING, CapacityFailure, CapacityService, MissResult
 
+N_POST = ctl.HBF_RING_SLOTS // 2      # misses posted at once by RingHost (the rest of the ring for others)
+
 
 @dataclass
 class DeviceCounters:
@@ -145,34 +147,34 @@ class CapacityDevice:
         now = t0_ns
         total = np.uint64(0)
         pages = np.asarray(pages, np.int64)
+        HIT, LATE, MISS = 1, 2, 3
         for lo in range(0, len(pages), width):
             now += gap_ns
-            chunk = pages[lo:lo + width].tolist()
-            first = [None] * len(chunk)          # each access's first outcome: "hit", "late" or "miss"
-            waits = [0] * len(chunk)
+            chunk = pages[lo:lo + width]
+            k = len(chunk)
+            first = np.zeros(k, np.int64)        # each access's first outcome: HIT, LATE or MISS
+            waits = np.zeros(k, np.int64)
             for _attempt in range(64):
-                frames: list[int | None] = [None] * len(chunk)
-                miss_at = []
-                for i, p in enumerate(chunk):
-                    r = pool.device_pin(range_id, p)
-                    if r is None:
-                        miss_at.append(i)
-                        first[i] = first[i] or "miss"
-                        continue
-                    f, ready, took = r
+                frames = np.full(k, -1, np.int64)
+                done = 0
+                while done < k:                  # the lanes in order; a marker's taker posts its hint first
+                    f, ready, n, took = pool.device_pin_many(range_id, chunk[done:])
+                    frames[done:done + n] = f[:n]
+                    hit = f[:n] >= 0
+                    w = np.maximum(0, ready[:n] - now)
+                    sl = slice(done, done + n)
+                    waits[sl] = np.where(hit, np.maximum(waits[sl], w), waits[sl])
+                    first[sl] = np.where(first[sl] != 0, first[sl], np.where(hit, np.where(w > 0, LATE, HIT), MISS))
                     if took:
-                        svc.hint(range_id, p, now)
-                    frames[i] = f
-                    w = max(0, ready - now)
-                    waits[i] = max(waits[i], w)
-                    first[i] = first[i] or ("late" if w else "hit")
-                if not miss_at:
+                        svc.hint(range_id, int(chunk[done + n - 1]), now)
+                    done += n
+                miss_at = np.flatnonzero(frames < 0)
+                if not len(miss_at):
                     break
-                for f in frames:                 # release every pin before waiting
-                    if f is not None:
-                        self.unpin(f)
-                res = svc.miss_many([(range_id, chunk[i], ctl.HBF_OP_LOAD, now) for i in miss_at])
-                for i, x in zip(miss_at, res):
+                pool.device_unpin_many(frames[frames >= 0])   # release every pin before waiting
+                res = svc.miss_many(np.stack([np.full(len(miss_at), range_id), chunk[miss_at],
+                                              np.full(len(miss_at), ctl.HBF_OP_LOAD), np.full(len(miss_at), now)], 1))
+                for i, x in zip(miss_at.tolist(), res):
                     if x.status == PENDING:
                         self.c.retries += 1
                     elif x.status != READY:
@@ -181,21 +183,16 @@ class CapacityDevice:
                         waits[i] = max(waits[i], x.modeled_ns)
             else:
                 raise CapacityFailure("a round of accesses found no frames for all its lanes after 64 attempts (more lanes than frames?)", status="TIMEOUT")
-            for i, f in enumerate(frames):
-                self.c.accesses += 1
-                if first[i] == "miss":
-                    self.c.demand_waits += 1
-                elif first[i] == "late":
-                    self.c.late_prefetch_waits += 1
-                else:
-                    self.c.no_wait += 1
-                self.c.wait_ns += waits[i]
-                if checksum:
-                    d = pool.memory.read(f)
-                    with np.errstate(over="ignore"):
-                        total += np.uint64(span_checksum(np.array([chunk[i]], np.uint64), d[None, :]))
-                self.unpin(f)
-            now += max(waits)
+            self.c.accesses += k
+            self.c.demand_waits += int((first == MISS).sum())
+            self.c.late_prefetch_waits += int((first == LATE).sum())
+            self.c.no_wait += int((first == HIT).sum())
+            self.c.wait_ns += int(waits.sum())
+            if checksum:
+                with np.errstate(over="ignore"):
+                    total += np.uint64(span_checksum(chunk.astype(np.uint64), pool.memory.read_many(frames)))
+            pool.device_unpin_many(frames)
+            now += int(waits.max())
         out = self.c.as_dict() | {"end_ns": now}
         if checksum:
             out["checksum"] = int(total)
@@ -226,20 +223,26 @@ class RingHost:
                                  range_id=self.range_id, flags=flags, timeout_s=self.timeout_s)
 
     def miss_many(self, requests) -> list[MissResult]:
-        ts = []
-        for range_id, page, op, arrival in requests:
-            if range_id != self.range_id:
-                raise ValueError(f"this host serves range {self.range_id}, not {range_id}")
-            ts.append(self._post(page, op, arrival, HBF_REQ_CAP_MISS))
+        r = np.asarray(requests, np.int64).reshape(-1, 4)
+        if len(r) and (r[:, 0] != self.range_id).any():
+            raise ValueError(f"this host serves range {self.range_id}, not {int(r[r[:, 0] != self.range_id][0, 0])}")
         out = []
-        for t in ts:
-            c = self.driver.wait(t, timeout_s=self.timeout_s)
-            self.n["misses"] += 1
-            if c.status == PENDING:
-                self.n["pending"] += 1
-            elif c.status != READY and self.failure is None:
-                self.failure = (c.status, f"hbfd answered {RequestStatus(c.status).name} to a capacity miss")
-            out.append(MissResult(c.status, -1, c.modeled_ns, c.arrival_ns + c.modeled_ns))
+        for lo in range(0, len(r), N_POST):             # the ring's slots bound one posting
+            q = r[lo:lo + N_POST]
+            ts = self.driver.issue_many(arrival_ns=q[:, 3], address=self.base + q[:, 1] * PAGE,
+                                        media_address=self.media_offset + q[:, 1] * PAGE, nbytes=PAGE, op=q[:, 2],
+                                        range_id=self.range_id, flags=HBF_REQ_CAP_MISS, timeout_s=self.timeout_s)
+            c = self.driver.wait_many(ts, timeout_s=self.timeout_s)
+            st = c["status"].astype(np.int64)
+            self.n["misses"] += len(q)
+            self.n["pending"] += int((st == PENDING).sum())
+            bad = (st != READY) & (st != PENDING)
+            if bad.any() and self.failure is None:
+                s0 = int(st[bad][0])
+                self.failure = (s0, f"hbfd answered {RequestStatus(s0).name} to a capacity miss")
+            mod = c["modeled_ns"].astype(np.int64)
+            out += [MissResult(a, -1, b, d) for a, b, d in
+                    zip(st.tolist(), mod.tolist(), (c["arrival_ns"].astype(np.int64) + mod).tolist())]
         return out
 
     def miss(self, range_id: int, page: int, op: int, arrival_ns: int) -> MissResult:

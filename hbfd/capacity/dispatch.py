@@ -41,7 +41,7 @@ from hbfcommon.status import RequestStatus
 from .backing import GeneratedStore, SparseFileStore
 from .frames import FrameMemory
 from .prefetch import MoeExperts, NextPages, NoPrefetch, Stride
-from .service import PENDING, READY, CapacityService, MissResult
+from .service import PENDING, READY, CapacityService
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +136,11 @@ class Served:
 
 
 class CapacityDispatch:
-    def __init__(self, geometry) -> None:
+    def __init__(self, geometry, *, workers: int | None = None) -> None:
+        """``workers``: threads per range filling a scan's pages (store reads and checksums); default the
+        host's cores, at most 8."""
         self.geometry = geometry
+        self.workers = workers if workers is not None else max(1, min(8, os.cpu_count() or 1))
         self.served: dict[int, Served] = {}
         self.n = {"misses": 0, "hints": 0, "unknown_range": 0, "bad_page": 0, "pending": 0, "scans": 0}
         self.closed: list[dict] = []          # reports of ranges no longer served (summary)
@@ -154,7 +157,8 @@ class CapacityDispatch:
             r = reg.region
             try:
                 svc = CapacityService(self.geometry, spec.n_frames, parse_policy(spec.policy), verify=spec.verify,
-                                      frame_memory=FrameMemory(spec.n_frames, r.data), frames=r.frames)
+                                      frame_memory=FrameMemory(spec.n_frames, r.data), frames=r.frames,
+                                      workers=self.workers)
                 svc.add_range(rng.range_id, pages, lo, rng.perms, store, table=r.table)
             except Exception:
                 reg.close()
@@ -195,46 +199,59 @@ class CapacityDispatch:
         hint = (flags & np.uint64(HBF_REQ_CAP_HINT)) != 0
         rid = (req[:, 5] & np.uint64(0xFFFFFFFF)).astype(np.int64)
         op = (req[:, 4] >> np.uint64(32)).astype(np.int64)
-        misses: dict[int, list[tuple[int, int]]] = {}     # range -> [(row, page)]
-        for i in range(n):
+        media = req[:, 3].astype(np.int64)             # < 2^63: hbfd rejected larger media addresses
+        addr = req[:, 2]
+        page = np.zeros(n, np.int64)
+        special = hint.copy()                          # rows answered one by one, in row order: hints, bad rows
+        for r in np.unique(rid).tolist():
+            m = rid == r
+            s = self.served.get(r)
+            if s is None:
+                special |= m
+                continue
+            pg = (media[m] - s.media_offset) // PAGE
+            base = np.uint64(s.rng.base - s.rng.base % PAGE)
+            a = addr[m]
+            lp = np.where(a >= base, ((a - np.minimum(a, base)) // np.uint64(PAGE)).astype(np.int64), -1)
+            good = (media[m] >= s.media_offset) & (pg >= 0) & (pg < s.pages) & (lp == pg)
+            page[m] = pg
+            special[np.flatnonzero(m)[~good]] = True
+        for i in np.flatnonzero(special).tolist():
             s = self.served.get(int(rid[i]))
             if s is None:
                 self.n["unknown_range"] += 1
                 log.error("capacity request for range %d, which hbfd does not serve as capacity (ticket %d): "
                           "answered UNSUPPORTED", int(rid[i]), int(tickets[i]))
                 continue
-            media = int(req[i, 3])
-            page = (media - s.media_offset) // PAGE
-            lpage = (int(req[i, 2]) - (s.rng.base - s.rng.base % PAGE)) // PAGE
-            if not (s.media_offset <= media and 0 <= page < s.pages) or lpage != page:
+            pg = int(page[i])
+            if not (s.media_offset <= int(media[i]) and 0 <= pg < s.pages) or \
+                    (int(addr[i]) - (s.rng.base - s.rng.base % PAGE)) // PAGE != pg:
                 self.n["bad_page"] += 1
-                st = s.service._fail(RequestStatus.UNSUPPORTED, f"capacity request for media address {media:#x} / "
-                                     f"address {int(req[i, 2]):#x}: not one page of range {s.rng.range_id}",
-                                     range_id=s.rng.range_id, ticket=int(tickets[i]))
+                st = s.service._fail(RequestStatus.UNSUPPORTED, f"capacity request for media address "
+                                     f"{int(media[i]):#x} / address {int(addr[i]):#x}: not one page of range "
+                                     f"{s.rng.range_id}", range_id=s.rng.range_id, ticket=int(tickets[i]))
                 status[i] = st.status
                 continue
-            if hint[i]:
-                self.n["hints"] += 1
-                try:
-                    s.service.hint(s.rng.range_id, page, int(req[i, 1]))
-                except Exception as e:         # this range's run ends; no other range is touched
-                    self._internal(s, e)
-                status[i] = s.service.failure[0] if s.service.failure else READY
-            else:
-                misses.setdefault(s.rng.range_id, []).append((i, page))
-        for range_id, rows in misses.items():
-            s = self.served[range_id]
-            self.n["misses"] += len(rows)
+            self.n["hints"] += 1                       # a hint (a good miss is never special)
             try:
-                got = s.service.miss_many([(range_id, page, int(op[i]), int(req[i, 1])) for i, page in rows])
-            except Exception as e:             # this range's run ends; no other range is touched
+                s.service.hint(s.rng.range_id, pg, int(req[i, 1]))
+            except Exception as e:                     # this range's run ends; no other range is touched
                 self._internal(s, e)
-                got = [MissResult(s.service.failure[0])] * len(rows)
-            for (i, _p), g in zip(rows, got):
-                status[i] = g.status
-                modeled[i] = g.modeled_ns
-                if g.status == PENDING:
-                    self.n["pending"] += 1
+            status[i] = s.service.failure[0] if s.service.failure else READY
+        rows = ~special
+        for r in np.unique(rid[rows]).tolist():
+            idx = np.flatnonzero(rows & (rid == r))
+            s = self.served[r]
+            self.n["misses"] += len(idx)
+            try:
+                st, _f, mod, _rd = s.service.miss_arrays(np.full(len(idx), r, np.int64), page[idx], op[idx],
+                                                         req[idx, 1].astype(np.int64))
+            except Exception as e:                     # this range's run ends; no other range is touched
+                self._internal(s, e)
+                st, mod = np.full(len(idx), s.service.failure[0], np.int64), np.zeros(len(idx), np.int64)
+            status[idx] = st
+            modeled[idx] = mod
+            self.n["pending"] += int((st == PENDING).sum())
         return tickets, modeled, status, hint
 
     @staticmethod

@@ -28,6 +28,17 @@ FREE, FILLING, VALID, DIRTY, EVICTING = (cap.HBF_FR_FREE, cap.HBF_FR_FILLING, ca
                                          cap.HBF_FR_EVICTING)
 
 
+def groups(a: np.ndarray):
+    """(value, index) per distinct value of ``a``: the index selects its elements (a slice when there is one
+    value: the common case costs no unique and no mask)."""
+    if len(a) == 0:
+        return []
+    v0 = a[0]
+    if (a == v0).all():
+        return [(int(v0), slice(None))]
+    return [(int(v), a == v) for v in np.unique(a).tolist()]
+
+
 class CopyFailed(HbfError):
     """A copy between the host and a frame failed (the service's terminal COPY_ERROR)."""
 
@@ -45,10 +56,19 @@ class FrameMemory:
         self.data = data if data is not None else np.zeros((n_frames, PAGE), np.uint8)
 
     def write(self, frame: int, data: np.ndarray) -> None:
-        self.data[frame] = data
+        self.write_many(np.array([frame], np.intp), np.asarray(data, np.uint8).reshape(1, PAGE))
 
     def read(self, frame: int) -> np.ndarray:
-        return self.data[frame].copy()
+        return self.read_many(np.array([frame], np.intp))[0]
+
+    def write_many(self, frames: np.ndarray, data: np.ndarray) -> None:
+        """Copy ``data`` ((len(frames), 4096) bytes) into ``frames``: one copy per batch (the batched miss
+        service). The primitive every write goes through."""
+        self.data[frames] = data
+
+    def read_many(self, frames: np.ndarray) -> np.ndarray:
+        """The bytes of ``frames``, (len(frames), 4096), copied out."""
+        return self.data[frames]
 
 
 @dataclass
@@ -62,6 +82,31 @@ class Eviction:
     dirty: bool
     prefetched: bool
     used: bool          # a prefetched frame whose marker a hit took (always True for demand fills)
+
+
+@dataclass
+class Evictions:
+    """Frames taken by :meth:`FramePool.take_frames` from their pages, in CLOCK order (arrays, one entry per
+    frame; the fields of :class:`Eviction`)."""
+
+    frame: np.ndarray
+    range_id: np.ndarray
+    page: np.ndarray
+    generation: np.ndarray
+    dirty: np.ndarray
+    prefetched: np.ndarray
+    used: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def one(self, j: int) -> Eviction:
+        return Eviction(int(self.frame[j]), int(self.range_id[j]), int(self.page[j]), int(self.generation[j]),
+                        bool(self.dirty[j]), bool(self.prefetched[j]), bool(self.used[j]))
+
+    def part(self, sel) -> "Evictions":
+        return Evictions(*(getattr(self, f)[sel] for f in ("frame", "range_id", "page", "generation", "dirty",
+                                                            "prefetched", "used")))
 
 
 class PageTable:
@@ -111,6 +156,32 @@ class PageTable:
         a = self._chunks.get(page >> self.SHIFT)
         return NO_FRAME if a is None else int(a[page & ((1 << self.SHIFT) - 1)]["frame"])
 
+    def frames_of(self, pages: np.ndarray) -> np.ndarray:
+        """``frame_of`` of many pages (int64; NO_FRAME where unmapped). Pages must be inside the table."""
+        pages = np.asarray(pages, np.int64)
+        if self._dense is not None:
+            return self._dense["frame"][pages].astype(np.int64)
+        out = np.full(len(pages), NO_FRAME, np.int64)
+        for k, m in groups(pages >> self.SHIFT):
+            a = self._chunks.get(k)
+            if a is not None:
+                out[m] = a["frame"][pages[m] & ((1 << self.SHIFT) - 1)]
+        return out
+
+    def set_many(self, pages: np.ndarray, frames: np.ndarray, generations: np.ndarray) -> None:
+        """Write the entries of ``pages`` (frame and generation each; NO_FRAME / 0 unmaps)."""
+        pages = np.asarray(pages, np.int64)
+        if self._dense is not None:
+            self._dense["frame"][pages] = frames
+            self._dense["generation"][pages] = generations
+            return
+        frames, generations = np.broadcast_to(frames, pages.shape), np.broadcast_to(generations, pages.shape)
+        for k, m in groups(pages >> self.SHIFT):
+            a = self._chunk(k)
+            o = pages[m] & ((1 << self.SHIFT) - 1)
+            a["frame"][o] = frames[m]
+            a["generation"][o] = generations[m]
+
     def dense(self) -> np.ndarray:
         if self._dense is not None:
             return self._dense
@@ -150,6 +221,12 @@ class FramePool:
         f = self.tables[range_id].frame_of(page)
         return None if f == NO_FRAME else f
 
+    def lookup_many(self, range_id: int, pages: np.ndarray) -> np.ndarray:
+        """``lookup`` of many pages of one range: frames (int64), -1 where unmapped."""
+        f = self.tables[range_id].frames_of(pages)
+        f[f == NO_FRAME] = -1
+        return f
+
     def resident_frames(self) -> np.ndarray:
         st = self.frames["state"]
         return np.flatnonzero((st == VALID) | (st == DIRTY))
@@ -177,6 +254,60 @@ class FramePool:
         took = bool(fr["marker"])
         fr["marker"] = 0                                     # atomicExch(0): the taker posts the hint
         return f, int(fr["ready_ns"]), took
+
+    def device_pin_many(self, range_id: int, pages: np.ndarray, *, store: bool = False):
+        """``device_pin`` of lanes in order, as far as the first lane that takes a prefetch marker (its hint must
+        be posted before later lanes translate: an in-process hint can fill frames they use). Pin first
+        (+1 each), fence, then re-check state and generation: stale lanes are unpinned (a miss), as on the GPU.
+        Returns (frames: int64, -1 = miss; ready_ns; lanes done; whether the last lane done took a marker);
+        lanes after the done ones hold no pins."""
+        t = self.tables[range_id]
+        pages = np.asarray(pages, np.int64)
+        k = len(pages)
+        frames = np.full(k, -1, np.int64)
+        ready = np.zeros(k, np.int64)
+        inside = (pages >= 0) & (pages < t.pages)
+        f = np.full(k, NO_FRAME, np.int64)
+        f[inside] = t.frames_of(pages[inside])
+        gen = np.zeros(k, np.int64)
+        m = np.flatnonzero(f != NO_FRAME)
+        if not len(m):
+            return frames, ready, k, False
+        for c in np.unique(pages[m] >> PageTable.SHIFT).tolist():  # the ptes' generations, as read with the frame
+            mm = m[(pages[m] >> PageTable.SHIFT) == c]
+            gen[mm] = t._chunk(c)["generation"][pages[mm] & ((1 << PageTable.SHIFT) - 1)]
+        fr = self.frames
+        fm = f[m]
+        np.add.at(fr["pins"], fm, 1)                          # atomicAdd each
+        full_fence()
+        st = fr["state"][fm]
+        ok = ((st == VALID) | (st == DIRTY)) & (fr["generation"][fm].astype(np.int64) == gen[m])
+        took_at = k
+        if ok.any():
+            mk = fr["marker"][fm] != 0
+            cand = np.flatnonzero(ok & mk)
+            if len(cand):
+                took_at = int(m[cand[0]])                     # the first lane finding a marker takes it
+        undo = ~ok | (m > took_at)                            # stale lanes, and lanes after the taker
+        np.subtract.at(fr["pins"], fm[undo], 1)
+        use = ~undo
+        fu = fm[use]
+        fr["referenced"][fu] = 1
+        if store:
+            fr["dirty"][fu] = 1
+        frames[m[use]] = fu
+        ready[m[use]] = fr["ready_ns"][fu].astype(np.int64)
+        if took_at < k:
+            fr["marker"][f[took_at]] = 0                      # atomicExch(0): the taker posts the hint
+            return frames, ready, took_at + 1, True
+        return frames, ready, k, False
+
+    def device_unpin_many(self, frames: np.ndarray) -> None:
+        frames = np.asarray(frames, np.int64)
+        cnt = np.bincount(frames, minlength=self.n)
+        if (self.frames["pins"][cnt > 0] < cnt[cnt > 0]).any():
+            raise HbfError("unpin of a frame with no pins (a device protocol error)", code=ErrorCode.INTERNAL)
+        np.subtract.at(self.frames["pins"], frames, 1)
 
     def device_unpin(self, frame: int) -> None:
         fr = self.frames[frame]
@@ -233,6 +364,117 @@ class FramePool:
         t[page]["generation"] = 0
         fr[f]["generation"] = (int(fr[f]["generation"]) + 1) & 0xFFFFFFFF
         return e
+
+    # ---------------------------------------------------------------- host side, a batch at a time
+    def take_frames(self, k: int) -> tuple[np.ndarray, Evictions]:
+        """Up to ``k`` frames for fills: exactly the frames, evictions, CLOCK hand and referenced bits that ``k``
+        calls of take_free-else-begin_eviction would give (the batched miss service; tests/capacity checks it
+        against the one-at-a-time calls), fewer when every other frame is pinned or busy. Returns (frames: the
+        free ones first, then the victims in CLOCK order; the victims, EVICTING and unmapped, their write-backs
+        still to do: then :meth:`complete_evictions` or :meth:`cancel_evictions`).
+
+        The CLOCK sweep in arrays: from the hand, a resident frame unreferenced is a candidate at its first
+        visit, a referenced one at its second (the first clears its bit); pinned frames are passed. The
+        candidates are marked EVICTING, then (fence) their pins read: a frame pinned meanwhile is put back and
+        the sweep goes on past it (a pinned frame is never taken)."""
+        free = []
+        while len(free) < k and self._free:
+            f = self._free.pop()
+            if int(self.frames[f]["state"]) == FREE:
+                free.append(f)
+        got = [np.array(free, np.int64)]
+        need = k - len(free)
+        if need == 0:
+            return got[0], self._unmap(np.zeros(0, np.int64))
+        fr = self.frames
+        n = self.n
+        vic: list[np.ndarray] = []
+        while need > 0:
+            pos = np.arange(n, dtype=np.int64)
+            order = (self.hand + pos) % n
+            st = fr["state"][order]
+            res = (st == VALID) | (st == DIRTY)
+            ref = fr["referenced"][order] != 0
+            # a candidate's step in the walk: its first visit (unreferenced) or its second (referenced)
+            ti = np.sort((pos + np.where(ref, n, 0))[res & (fr["pins"][order] == 0)])
+            if len(ti) == 0:                   # two sweeps find nothing: every bit passed is cleared
+                fr["referenced"][order[res & ref]] = 0
+                break
+            take = ti[:need]
+            last = int(take[-1])
+            exhausted = len(ti) < need         # the next item's two sweeps find nothing (PENDING)
+            fr["referenced"][order[res & ref & ((pos < last) | exhausted)]] = 0
+            self.hand = int((self.hand + last + 1) % n)
+            chosen = order[take % n]
+            fr["state"][chosen] = EVICTING
+            full_fence()                       # EVICTING before the pins are read (the device's re-check)
+            late = fr["pins"][chosen] != 0
+            if late.any():                     # pinned meanwhile: put back, passed, never taken
+                fr["state"][chosen[late]] = st[(take % n)[late]]
+                chosen = chosen[~late]
+            vic.append(chosen)
+            need -= len(chosen)
+            if exhausted:
+                break
+        v = np.concatenate(vic) if vic else np.zeros(0, np.int64)
+        ev = self._unmap(v.astype(np.int64))
+        return np.concatenate(got + [ev.frame]), ev
+
+    def _unmap(self, v: np.ndarray) -> Evictions:
+        """Frames marked EVICTING with no pins: what they held, their ptes cleared, generation + 1."""
+        fr = self.frames
+        sub = fr[v]
+        pref = sub["prefetched"] != 0
+        if not len(v):
+            z = np.zeros(0, np.int64)
+            return Evictions(v, z, z, z, pref, pref, pref)
+        ev = Evictions(v, sub["range_id"].astype(np.int64), sub["logical_page"].astype(np.int64),
+                       sub["generation"].astype(np.int64), sub["dirty"] != 0, pref,
+                       ~(pref & (sub["marker"] != 0)))
+        for rid, m in groups(ev.range_id):
+            self.tables[rid].set_many(ev.page[m], NO_FRAME, 0)
+        fr["generation"][v] = (ev.generation + 1) & 0xFFFFFFFF
+        return ev
+
+    def complete_evictions(self, ev: Evictions) -> None:
+        f = ev.frame
+        fr = self.frames
+        fr["state"][f] = FREE
+        fr["logical_page"][f] = np.uint64((1 << 64) - 1)
+        for k in ("dirty", "referenced", "marker", "prefetched"):
+            fr[k][f] = 0
+
+    def cancel_evictions(self, ev: Evictions) -> None:
+        """Put evicting frames back as they were (a write-back failed, or came after one that did)."""
+        for j in range(len(ev)):
+            self.cancel_eviction(ev.one(j))
+
+    def begin_fill_many(self, frames: np.ndarray, range_ids: np.ndarray, pages: np.ndarray,
+                        prefetch: np.ndarray) -> None:
+        fr = self.frames
+        assert (fr["state"][frames] == FREE).all() and (fr["pins"][frames] == 0).all(), \
+            "fill of a frame that is not free"
+        fr["state"][frames] = FILLING
+        fr["logical_page"][frames] = pages
+        fr["range_id"][frames] = range_ids
+        fr["dirty"][frames] = 0
+        fr["referenced"][frames] = np.where(prefetch, 0, 1)
+        fr["marker"][frames] = np.where(prefetch, 1, 0)
+        fr["prefetched"][frames] = np.where(prefetch, 1, 0)
+
+    def publish_many(self, frames: np.ndarray, ready_ns: np.ndarray, checksums: np.ndarray) -> None:
+        """Every frame VALID, then (fence) their ptes: the device reaches a frame only once it is complete."""
+        fr = self.frames
+        assert (fr["state"][frames] == FILLING).all()
+        fr["ready_ns"][frames] = ready_ns
+        fr["checksum"][frames] = checksums
+        fr["state"][frames] = VALID
+        full_fence()
+        rids = fr["range_id"][frames]
+        pages = fr["logical_page"][frames].astype(np.int64)
+        gens = fr["generation"][frames]
+        for rid, m in groups(rids):
+            self.tables[rid].set_many(pages[m], frames[m], gens[m])
 
     def cancel_eviction(self, ev: Eviction) -> None:
         """Put an evicting frame back as it was (its write-back failed: its bytes stay in the frame)."""

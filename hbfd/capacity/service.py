@@ -12,6 +12,10 @@ state, in the layout of hbf_capacity.h), one backing store per capacity range, a
   the write-backs and the prefetch reads go to the media model as one batch at the miss's arrival: prefetches
   cost modeled bandwidth and time and contend with the demand. A frame is ``ready_ns`` = arrival + its modeled
   completion (+ the victim's write-back data-in, which must leave the frame first); a hit before that waits.
+* :meth:`miss_many` / :meth:`miss_arrays` serve one ring scan's misses **as a batch** (docs/design.md §3.6.1): the
+  batch's frames chosen at once (``FramePool.take_frames``), one store read and checksum pass (in chunks, on
+  ``workers`` threads), one copy into the frames, one media call, one publication; ``batched=False`` serves them one
+  item at a time, the reference the batched path is tested equal to (tests/capacity/test_batched.py).
 * :meth:`hint` is the first hit on a prefetched frame (posted by the device, never waited for).
 * Every failure (backing store I/O, copy, checksum mismatch, an access the range does not permit) sets the
   service's terminal status (the first one wins) and every later request gets it: the run ends. Nothing
@@ -46,7 +50,7 @@ from hbfd.contracts import REQUEST_BATCH_DTYPE
 from hbfd.media import MediaEngine, MediaGeometry
 
 from .backing import BackingStore, BackingStoreError
-from .frames import PAGE, CopyFailed, Eviction, FramePool
+from .frames import PAGE, CopyFailed, Eviction, FramePool, groups
 from .prefetch import NoPrefetch, PrefetchPolicy, RangeView
 
 log = logging.getLogger(__name__)
@@ -92,12 +96,17 @@ class CapacityOptions:
     """The service's options, validated once. ``n_frames``: the frame pool (>= 32: one warp instruction's pages
     must fit, docs/design.md §3.6; smaller pools are for tests); ``verify``: read every fill back from its frame
     and every write-back back from its store and compare checksums; ``max_prefetch``: pages per policy event;
-    ``touch_resident``: a resident page a policy asks for gets its CLOCK bit."""
+    ``touch_resident``: a resident page a policy asks for gets its CLOCK bit; ``batched``: a scan's misses
+    served in arrays (one frame choice, store read, copy, checksum pass and media call per batch; the
+    default), else one item at a time (the reference the batched path is tested equal to); ``workers``:
+    threads reading and checksumming a batch's pages (chunks of 64 pages)."""
 
     n_frames: int
     verify: bool = True
     max_prefetch: int = 64
     touch_resident: bool = True
+    batched: bool = True
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_frames, int) or isinstance(self.n_frames, bool) or self.n_frames < 1:
@@ -105,7 +114,9 @@ class CapacityOptions:
         if not isinstance(self.max_prefetch, int) or self.max_prefetch < 0:
             raise ConfigError("capacity: max_prefetch must be an integer >= 0", field="max_prefetch",
                               value=self.max_prefetch)
-        for f in ("verify", "touch_resident"):
+        if not isinstance(self.workers, int) or isinstance(self.workers, bool) or not 1 <= self.workers <= 64:
+            raise ConfigError("capacity: workers must be an integer in [1, 64]", field="workers", value=self.workers)
+        for f in ("verify", "touch_resident", "batched"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"capacity: {f} must be true or false", field=f, value=getattr(self, f))
 
@@ -113,8 +124,9 @@ class CapacityOptions:
 class CapacityService:
     def __init__(self, geometry: MediaGeometry, n_frames: int, policy: PrefetchPolicy | None = None, *,
                  verify: bool = True, max_prefetch: int = 64, engine: MediaEngine | None = None,
-                 frame_memory=None, touch_resident: bool = True, frames: np.ndarray | None = None) -> None:
-        self.options = o = CapacityOptions(n_frames, verify, max_prefetch, touch_resident)
+                 frame_memory=None, touch_resident: bool = True, frames: np.ndarray | None = None,
+                 batched: bool = True, workers: int = 1) -> None:
+        self.options = o = CapacityOptions(n_frames, verify, max_prefetch, touch_resident, batched, workers)
         self.geometry = geometry
         self.engine = engine if engine is not None else MediaEngine(geometry)
         self.pool = FramePool(o.n_frames, frame_memory, frames=frames)
@@ -123,6 +135,10 @@ class CapacityService:
             raise ConfigError("a prefetch policy needs name, on_miss, on_prefetch_hit and on_evict "
                               "(hbfd.capacity.prefetch.PrefetchPolicy)", policy=type(policy).__name__)
         self.verify, self.max_prefetch, self.touch_resident = o.verify, o.max_prefetch, o.touch_resident
+        self.batched, self.workers = o.batched, o.workers
+        self._pool_ex = None                  # the fill threads (workers > 1), started at the first batch
+        self._views: dict[int, RangeView] = {}
+        self._allowed: dict[int, np.ndarray] = {}
         self.ranges: dict[int, CapacityRange] = {}
         self.failure: tuple[int, str] | None = None      # (status, reason): terminal, first wins
         self._ids = 0
@@ -161,8 +177,12 @@ class CapacityService:
         return self.add_range(rng.range_id, (hi - lo) // PAGE, lo, rng.perms, store)
 
     def view(self, range_id: int) -> RangeView:
-        r = self.ranges[range_id]
-        return RangeView(range_id, r.pages, lambda p, _r=range_id: self.pool.lookup(_r, p) is not None)
+        v = self._views.get(range_id)
+        if v is None:
+            r = self.ranges[range_id]
+            v = self._views[range_id] = RangeView(range_id, r.pages,
+                                                  lambda p, _r=range_id: self.pool.lookup(_r, p) is not None)
+        return v
 
     # ---------------------------------------------------------------- failures
     def _fail(self, status: RequestStatus, reason: str, **fields) -> MissResult:
@@ -179,36 +199,43 @@ class CapacityService:
                                   status=RequestStatus(st).name)
 
     # ---------------------------------------------------------------- media
-    def _media(self, reqs: list[tuple[int, int, int, int]]) -> list[int]:
-        """Completion times (GPU clock) of (arrival_ns, media_address, bytes, op) requests, in one batch. An
-        arrival earlier than one already submitted is raised to it (the engine's clock never goes back)."""
-        if not reqs:
-            return []
-        arr = np.maximum(np.array([r[0] for r in reqs], np.int64), self._horizon)
+    def _media(self, reqs) -> np.ndarray:
+        """Completion times (GPU clock, int64) of (arrival_ns, media_address, bytes, op) requests -- a list of
+        tuples or a (n, 4) int64 array -- in one batch. An arrival earlier than one already submitted is raised
+        to it (the engine's clock never goes back)."""
+        r = np.asarray(reqs, np.int64).reshape(-1, 4)
+        n = len(r)
+        if not n:
+            return np.zeros(0, np.int64)
+        arr = np.maximum(r[:, 0], self._horizon)
         self._horizon = int(arr.max())
-        b = np.zeros(len(reqs), REQUEST_BATCH_DTYPE)
-        ids = np.arange(self._ids, self._ids + len(reqs), dtype=np.uint64)
-        self._ids += len(reqs)
-        b["id"], b["arrival_ns"] = ids, arr
-        b["media_address"] = [r[1] for r in reqs]
-        b["bytes"] = [r[2] for r in reqs]
-        b["op"] = [r[3] for r in reqs]
+        b = np.zeros(n, REQUEST_BATCH_DTYPE)
+        base = self._ids
+        self._ids += n
+        b["id"] = np.arange(base, base + n, dtype=np.uint64)
+        b["arrival_ns"], b["media_address"], b["bytes"], b["op"] = arr, r[:, 1], r[:, 2], r[:, 3]
         self.engine.submit(b)
         self.engine.advance(self._horizon)
-        got: dict[int, tuple[int, int]] = {}
+        modeled = np.zeros(n, np.int64)
+        seen = np.zeros(n, bool)
+        ok = np.zeros(n, bool)
         for _ in range(2):                     # the second collect is the quiet scan: everything is decided
             out = self.engine.collect()
-            got.update(zip(out["id"].tolist(), zip(out["modeled_ns"].tolist(), out["status"].tolist())))
-            if len(got) >= len(reqs):
+            k = out["id"].astype(np.int64) - base
+            if len(k) and (k.min() < 0 or k.max() >= n):
+                raise HbfError("the media model returned a request the capacity service did not submit",
+                               code=ErrorCode.INTERNAL)
+            modeled[k] = out["modeled_ns"]
+            ok[k] = out["status"] == READY
+            seen[k] = True
+            if seen.all():
                 break
         self.n["media_batches"] += 1
-        done = []
-        for i, a in zip(ids.tolist(), arr.tolist()):
-            if i not in got or got[i][1] != READY:
-                raise HbfError("the media model did not serve a capacity request", code=ErrorCode.INTERNAL, id=i,
-                               status=got.get(i))
-            done.append(a + got[i][0])
-        return done
+        if not (seen & ok).all():
+            i = int(np.flatnonzero(~(seen & ok))[0])
+            raise HbfError("the media model did not serve a capacity request", code=ErrorCode.INTERNAL,
+                           id=base + i, status=None if not seen[i] else "not READY")
+        return arr + modeled
 
     # ---------------------------------------------------------------- frames
     def _take_frame(self) -> tuple[int | None, Eviction | None, MissResult | None]:
@@ -224,9 +251,10 @@ class CapacityService:
             return None, None, fail
         return self.pool.complete_eviction(ev), ev, None
 
-    def _write_back(self, ev: Eviction) -> MissResult | None:
-        """The evicting frame's exact bytes to its store (a dirty frame); statistics; the policy told. On a
-        failure the eviction is cancelled (the frame stays mapped and dirty) and the terminal status is set."""
+    def _write_back(self, ev: Eviction, *, counted: bool = True) -> MissResult | None:
+        """The evicting frame's exact bytes to its store (a dirty frame); statistics; the policy told (unless
+        ``counted`` is False: the batched path accounts a batch's evictions together). On a failure the
+        eviction is cancelled (the frame stays mapped and dirty) and the terminal status is set."""
         r = self.ranges[ev.range_id]
         if ev.dirty:
             try:
@@ -249,6 +277,8 @@ class CapacityService:
                 return self._fail(RequestStatus.IO_ERROR, str(e), page=ev.page)
             self.n["writebacks"] += 1
             self.n["writeback_bytes"] += PAGE
+        if not counted:
+            return None
         self.n["evictions"] += 1
         if ev.prefetched and not ev.used:
             self.n["prefetch_wasted"] += 1
@@ -321,13 +351,155 @@ class CapacityService:
                 self._fail(RequestStatus.IO_ERROR, f"media model: {e}")
                 raise
             for j, (k, f, _d, i) in enumerate(taken):
-                ready = max(t[i], t[wb_of[i]]) if i in wb_of else t[i]
+                ready = int(max(t[i], t[wb_of[i]]) if i in wb_of else t[i])
                 self.pool.publish(f, ready, int(want[j]))
                 res[k] = MissResult(READY, f, max(0, ready - items[k][2]), ready)
                 self.n["demand_reads" if items[k][3] else "prefetch_reads"] += 1
             self.n["fills"] += len(taken)
             self.n["fill_bytes"] += PAGE * len(taken)
         return [x if x is not None else MissResult(PENDING) for x in res]
+
+    def _serve_batch(self, rids: np.ndarray, pages: np.ndarray, arrivals: np.ndarray,
+                     demand: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_serve` in arrays (the same frames, write-backs, bytes, checksums and media requests in the same
+        order; tests/capacity/test_batched.py): the batch's frames chosen at once (FramePool.take_frames), the
+        dirty victims written back in order, one store read per range, one copy into the frames, one checksum
+        pass, one media call, one publication. Returns (status, frame, ready_ns) per item."""
+        k = len(pages)
+        status = np.full(k, PENDING, np.int64)
+        frame = np.full(k, -1, np.int64)
+        ready = np.zeros(k, np.int64)
+        if self.failure is not None:
+            status[:] = self.failure[0]
+            return status, frame, ready
+        frames, ev = self.pool.take_frames(k)
+        m = len(frames)
+        nfree = m - len(ev)
+        # the victims' write-backs, in order: the first that fails cancels itself and every later eviction
+        # (those frames stay mapped, their bytes in place); the items before it keep their frames until the
+        # failure releases every frame of the batch
+        for j in np.flatnonzero(ev.dirty).tolist() if len(ev) else ():
+            if self._write_back(ev.one(j), counted=False) is not None:
+                self.pool.complete_evictions(ev.part(slice(0, j)))
+                self.pool.cancel_evictions(ev.part(slice(j + 1, None)))
+                self._account_evictions(ev.part(slice(0, j)))
+                for f in frames[:nfree + j].tolist():
+                    self.pool.release_free(f)
+                status[:] = self.failure[0]
+                return status, frame, ready
+        self.pool.complete_evictions(ev)
+        self._account_evictions(ev)
+        if m < k:
+            nd = int(demand[m:].sum())
+            self.n["pending_misses"] += nd
+            self.n["prefetch_dropped"] += (k - m) - nd
+        if m == 0:
+            return status, frame, ready
+        rids_m, pages_m, arr_m, dem_m = rids[:m], pages[:m], arrivals[:m], demand[:m]
+        self.pool.begin_fill_many(frames, rids_m, pages_m, ~dem_m)
+        try:
+            data, want = self._read_pages(rids_m, pages_m)
+        except BackingStoreError as e:
+            self._fail(RequestStatus.IO_ERROR, str(e))
+        if self.failure is None:
+            upages = pages_m.astype(np.uint64)
+            try:
+                self.pool.memory.write_many(frames, data)
+                back = self.pool.memory.read_many(frames) if self.verify else data
+            except (CopyFailed, OSError) as e:
+                self._fail(RequestStatus.COPY_ERROR, f"copy of a page into its frame failed: {e}")
+            else:
+                bad = np.flatnonzero((back.view(np.uint64) != data.view(np.uint64)).any(axis=1)) \
+                    if self.verify else ()
+                if len(bad):
+                    j = int(bad[0])
+                    got = int(page_checksums(upages[j:j + 1], back[j:j + 1])[0])
+                    self._fail(RequestStatus.CHECKSUM_ERROR, f"frame {int(frames[j])} holds page {int(pages_m[j])} "
+                               f"of range {int(rids_m[j])} with checksum {got:#x}, the store's is "
+                               f"{int(want[j]):#x}", page=int(pages_m[j]), frame=int(frames[j]))
+        if self.failure is not None:
+            for f in frames.tolist():
+                self.pool.release_free(f)
+            status[:] = self.failure[0]
+            return status, frame, ready
+        # the media requests in the reference's order: per item its victim's write-back (a dirty one), then
+        # its read
+        wb = np.zeros(m, bool)
+        wb[nfree:] = ev.dirty
+        nreq = 1 + wb.astype(np.int64)
+        read_at = np.cumsum(nreq) - 1
+        reqs = np.empty((int(nreq.sum()), 4), np.int64)
+        offs = np.array([self.ranges[r].media_offset for r in rids_m.tolist()], np.int64) if len(
+            self.ranges) > 1 else np.full(m, next(iter(self.ranges.values())).media_offset, np.int64)
+        reqs[read_at] = np.stack([arr_m, offs + pages_m * PAGE, np.full(m, PAGE), np.full(m, ctl.HBF_OP_LOAD)], 1)
+        if wb.any():
+            w = np.flatnonzero(wb)
+            e = w - nfree
+            voff = np.array([self.ranges[r].media_offset for r in ev.range_id[e].tolist()], np.int64)
+            reqs[read_at[w] - 1] = np.stack([arr_m[w], voff + ev.page[e] * PAGE, np.full(len(w), PAGE),
+                                             np.full(len(w), ctl.HBF_OP_STORE)], 1)
+        try:
+            t = self._media(reqs)
+        except HbfError as e:
+            for f in frames.tolist():
+                self.pool.release_free(f)
+            self._fail(RequestStatus.IO_ERROR, f"media model: {e}")
+            raise
+        rd = t[read_at]
+        if wb.any():
+            rd[wb] = np.maximum(rd[wb], t[read_at[wb] - 1])
+        self.pool.publish_many(frames, rd, want)
+        status[:m], frame[:m], ready[:m] = READY, frames, rd
+        nd = int(dem_m.sum())
+        self.n["demand_reads"] += nd
+        self.n["prefetch_reads"] += m - nd
+        self.n["fills"] += m
+        self.n["fill_bytes"] += PAGE * m
+        return status, frame, ready
+
+    CHUNK = 64          # pages per store read + checksum job (the arrays stay in cache)
+
+    def _read_pages(self, rids: np.ndarray, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pages' bytes from their stores and their checksums, in chunks of ``CHUNK`` pages of one range
+        (on ``workers`` threads: numpy releases the GIL in the arithmetic). The first failing chunk's
+        BackingStoreError is raised."""
+        m = len(pages)
+        data = np.empty((m, PAGE), np.uint8)
+        want = np.empty(m, np.uint64)
+        jobs = []
+        for rid, sel in groups(rids):
+            js = np.arange(m)[sel]
+            store = self.ranges[rid].store
+            jobs += [(store, js[i:i + self.CHUNK]) for i in range(0, len(js), self.CHUNK)]
+
+        def one(job):
+            store, js = job
+            d = store.read_many(pages[js])
+            data[js] = d
+            want[js] = page_checksums(pages[js].astype(np.uint64), d)
+
+        if self.workers > 1 and len(jobs) > 1:
+            if self._pool_ex is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._pool_ex = ThreadPoolExecutor(self.workers, thread_name_prefix="hbf-cap-fill")
+            for _ in self._pool_ex.map(one, jobs):
+                pass
+        else:
+            for j in jobs:
+                one(j)
+        return data, want
+
+    def _account_evictions(self, ev) -> None:
+        """Statistics of evictions done (write-backs counted by _write_back) and the policy told, in order."""
+        k = len(ev)
+        if not k:
+            return
+        self.n["evictions"] += k
+        self.n["prefetch_wasted"] += int((ev.prefetched & ~ev.used).sum())
+        if type(self.policy).on_evict is not NoPrefetch.on_evict:
+            for j in range(k):
+                self.policy.on_evict(self.view(int(ev.range_id[j])), int(ev.page[j]), bool(ev.prefetched[j]),
+                                     bool(ev.used[j]))
 
     # ---------------------------------------------------------------- requests (what the ring carries)
     def _prefetch_items(self, r: CapacityRange, asked, arrival: int, seen: set) -> list:
@@ -358,6 +530,14 @@ class CapacityService:
     def miss_many(self, requests) -> list[MissResult]:
         """The misses of one ring scan, ``(range_id, page, op, arrival_ns)`` each: their demand reads in one
         media batch, then the policy's prefetches for all of them in a second (issued at each miss's arrival)."""
+        if self.batched:
+            r = np.asarray(requests, np.int64).reshape(-1, 4)
+            st, fr, mod, rd = self.miss_arrays(r[:, 0], r[:, 1], r[:, 2], r[:, 3])
+            return [MissResult(*x) for x in zip(st.tolist(), fr.tolist(), mod.tolist(), rd.tolist())]
+        return self._miss_many_one_by_one(requests)
+
+    def _miss_many_one_by_one(self, requests) -> list[MissResult]:
+        """miss_many one item at a time (``batched=False``): the reference of :meth:`miss_arrays`."""
         if self.failure is not None:
             return [MissResult(self.failure[0])] * len(requests)
         t0 = _ns()
@@ -418,6 +598,122 @@ class CapacityService:
                 self.n["overhead_ns"] += wall - x.modeled_ns
         return res
 
+    def miss_arrays(self, range_ids, pages, ops, arrivals) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`miss_many` in arrays (what hbfd's dispatch calls with a scan's rows): returns (status, frame,
+        modeled_ns, ready_ns) per request, int64. The same results, frames and counters as one item at a time
+        (``batched=False``), with no per-request Python on the path of a scan without prefetches."""
+        rids = np.asarray(range_ids, np.int64)
+        pages = np.asarray(pages, np.int64)
+        ops = np.asarray(ops, np.int64)
+        arrivals = np.asarray(arrivals, np.int64)
+        n = len(pages)
+        status = np.full(n, PENDING, np.int64)
+        frame = np.full(n, -1, np.int64)
+        modeled = np.zeros(n, np.int64)
+        ready = np.zeros(n, np.int64)
+        if self.failure is not None:
+            status[:] = self.failure[0]
+            return status, frame, modeled, ready
+        if n == 1:                                     # one miss: numpy's per-call costs exceed the work; the
+            x = self._miss_many_one_by_one([(int(rids[0]), int(pages[0]), int(ops[0]), int(arrivals[0]))])[0]
+            return (np.array([x.status], np.int64), np.array([x.frame], np.int64),  # one-at-a-time path, equal
+                    np.array([x.modeled_ns], np.int64), np.array([x.ready_ns], np.int64))
+        t0 = _ns()
+        # validation: the first bad request ends the run (the ones before it are counted as misses)
+        bad_range = np.ones(n, bool)
+        bad_op = np.zeros(n, bool)
+        res = np.full(n, -1, np.int64)                 # the frame a request's page is published in, else -1
+        for rid, m in groups(rids):
+            r = self.ranges.get(rid)
+            if r is None:
+                continue
+            ok = (pages[m] >= 0) & (pages[m] < r.pages)
+            bad_range[m] = ~ok
+            allowed = self._allowed.get(rid)
+            if allowed is None:                        # ops 0..7 this range's perms permit
+                allowed = self._allowed[rid] = np.array([bool(need is not None and r.perms & need)
+                                                         for need in (PERM_NEEDED.get(o) for o in range(8))])
+            o = ops[m]
+            bad_op[m] = ok & ~np.where((o >= 0) & (o < 8), allowed[np.clip(o, 0, 7)], False)
+            idx = np.arange(n)[m][ok]
+            res[idx] = self.pool.lookup_many(rid, pages[idx])
+        bad = bad_range | bad_op
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            self.n["misses"] += k
+            rid, page, op = int(rids[k]), int(pages[k]), int(ops[k])
+            if bad_range[k]:
+                self._fail(RequestStatus.UNSUPPORTED, f"miss outside every capacity range: range {rid} page {page}",
+                           range_id=rid, page=page)
+            else:
+                self._fail(RequestStatus.UNSUPPORTED, f"op {op} on range {rid} (perms {self.ranges[rid].perms}) "
+                           "is not permitted", range_id=rid, op=op)
+            status[:] = self.failure[0]
+            self.n["service_ns"] += _ns() - t0
+            return status, frame, modeled, ready
+        self.n["misses"] += n
+        hit = res >= 0                                 # another warp's miss (or a prefetch) published it meanwhile
+        if hit.any():
+            f = res[hit]
+            r_ns = self.pool.frames["ready_ns"][f].astype(np.int64)
+            status[hit], frame[hit], ready[hit] = READY, f, r_ns
+            modeled[hit] = np.maximum(0, r_ns - arrivals[hit])
+        todo = np.flatnonzero(~hit)
+        self.n["coalesced_misses"] += int(hit.sum())
+        if len(todo) == 1:
+            lead, item_of = todo, np.zeros(1, np.int64)
+        elif len(todo):
+            # the same page twice in the scan: its first request's fill serves the others
+            key = (rids[todo] << 40) | pages[todo]
+            _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
+            order = np.argsort(first, kind="stable")   # items in the order of their first request
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            item_of = rank[inv.reshape(-1)]            # todo position -> item
+            lead = todo[first[order]]
+            self.n["coalesced_misses"] += len(todo) - len(lead)
+        if len(todo):
+            st, fr, rd = self._serve_batch(rids[lead], pages[lead], arrivals[lead], np.ones(len(lead), bool))
+            status[todo], frame[todo], ready[todo] = st[item_of], fr[item_of], rd[item_of]
+            ok = status[todo] == READY
+            modeled[todo[ok]] = np.maximum(0, ready[todo[ok]] - arrivals[todo[ok]])
+            if self.failure is None and type(self.policy).on_miss is not NoPrefetch.on_miss:
+                seen: set = set()
+                pf: list = []
+                for j in np.flatnonzero(st == READY).tolist():
+                    i = int(lead[j])
+                    r = self.ranges[int(rids[i])]
+                    pf += self._prefetch_items(r, self.policy.on_miss(self.view(r.range_id), int(pages[i])),
+                                               int(arrivals[i]), seen)
+                if pf:
+                    self._serve_items(pf)
+        if self.failure is not None:                   # the run has ended: every request of the scan gets it
+            status[:] = self.failure[0]
+            frame[:], modeled[:], ready[:] = -1, 0, 0
+        svc = _ns() - t0
+        self.n["service_ns"] += svc
+        ok = status == READY
+        k = int(ok.sum())
+        if k:
+            per = svc // k                             # the scan's host time, shared by the misses it served
+            mo = modeled[ok]
+            wall = np.maximum(mo, per)
+            self.n["modeled_ns"] += int(mo.sum())
+            self.n["wall_ns"] += int(wall.sum())
+            self.n["overhead_ns"] += int((wall - mo).sum())
+        return status, frame, modeled, ready
+
+    def _serve_items(self, items) -> list[MissResult]:
+        """Serve (range, page, arrival, demand) items: batched or one at a time, as the service is set."""
+        if not self.batched:
+            return self._serve(items)
+        rids = np.array([r.range_id for r, *_ in items], np.int64)
+        st, fr, rd = self._serve_batch(rids, np.array([x[1] for x in items], np.int64),
+                                       np.array([x[2] for x in items], np.int64),
+                                       np.array([x[3] for x in items], bool))
+        return [MissResult(a, b, max(0, c - x[2]) if a == READY else 0, c)
+                for a, b, c, x in zip(st.tolist(), fr.tolist(), rd.tolist(), items)]
+
     def hint(self, range_id: int, page: int, now_ns: int) -> None:
         """The first hit on a prefetched frame (HBF_REQ_CAP_HINT): count it used, ask the policy."""
         if self.failure is not None:
@@ -428,7 +724,7 @@ class CapacityService:
         r = self.ranges[range_id]
         pf = self._prefetch_items(r, self.policy.on_prefetch_hit(self.view(range_id), page), now_ns, set())
         if pf:
-            self._serve(pf)
+            self._serve_items(pf)
         self.n["service_ns"] += _ns() - t0
 
     # ---------------------------------------------------------------- flush, close
@@ -465,6 +761,9 @@ class CapacityService:
     def close(self, salvage_path: str | Path | None = None) -> dict:
         """End of run: flush; if bytes are still only in frames (a failed store), write them to
         ``salvage_path`` (npz: range_ids, pages, data; atomic) so nothing written is lost. Returns the report."""
+        if self._pool_ex is not None:                 # no fills after close: the fill threads end
+            self._pool_ex.shutdown()
+            self._pool_ex = None
         if self.failure is None:
             self.flush()
         left = self.dirty_pages()

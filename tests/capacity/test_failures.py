@@ -39,12 +39,12 @@ class FlakyFrames(FrameMemory):
     fail = False
     corrupt = False
 
-    def write(self, frame, data):
+    def write_many(self, frames, data):                # the copy primitive (one per batch)
         if self.fail:
             raise CopyFailed("cuMemcpyHtoD failed: CUDA_ERROR_ILLEGAL_ADDRESS")
-        super().write(frame, data)
+        super().write_many(frames, data)
         if self.corrupt:
-            self.data[frame, 100] ^= 0x40
+            self.data[frames[-1], 100] ^= 0x40
 
 
 def _rig(geom, tmp_path, frames=2, pages=16, memory=None):

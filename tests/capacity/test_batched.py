@@ -1,0 +1,158 @@
+"""The batched miss service (``CapacityService(batched=True)``, the default: a scan's misses served in arrays) gives
+exactly what serving them one item at a time gives (``batched=False``, the reference): the same results, frames,
+frame records, page tables, CLOCK hand, write-backs, stored bytes, checksums and modeled times, on random miss
+streams with evictions, dirty pages, pins held across scans, duplicates, resident pages and prefetches."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hbfcommon import ctl
+from hbfcommon.capacity import page_checksums
+from hbfd.capacity.backing import GeneratedStore, SparseFileStore
+from hbfd.capacity.device import CapacityDevice
+from hbfd.capacity.frames import FramePool
+from hbfd.capacity.prefetch import NextPages, NoPrefetch, Stride
+from hbfd.capacity.service import CapacityService
+
+RW = ctl.HBF_PERM_READ | ctl.HBF_PERM_WRITE
+TIMES = ("service_ns", "wall_ns", "overhead_ns")      # host wall time: differs run to run by nature
+
+
+def _rig(geom, tmp_path, tag, frames, policy, batched):
+    svc = CapacityService(geom, frames, policy, batched=batched)
+    svc.add_range(1, 256, 0, RW, SparseFileStore(tmp_path / f"{tag}.bin", 256))
+    svc.add_range(2, 512, 1 << 20, ctl.HBF_PERM_READ, GeneratedStore(5, 512))
+    return svc
+
+
+def _same(a: CapacityService, b: CapacityService) -> None:
+    fa, fb = a.pool.frames, b.pool.frames
+    for k in fa.dtype.names:
+        assert np.array_equal(fa[k], fb[k]), f"frame records differ in {k}"
+    for rid in a.pool.tables:
+        assert np.array_equal(a.pool.tables[rid].dense(), b.pool.tables[rid].dense()), f"page table {rid}"
+    assert np.array_equal(a.pool.memory.data, b.pool.memory.data)
+    assert a.pool.hand == b.pool.hand
+    assert sorted(a.pool._free) == sorted(b.pool._free)
+    na = {k: v for k, v in a.n.items() if k not in TIMES}
+    nb = {k: v for k, v in b.n.items() if k not in TIMES}
+    assert na == nb
+    assert a.engine.ftl.host_programs == b.engine.ftl.host_programs
+    assert a.failure == b.failure
+
+
+@pytest.mark.parametrize("policy", [NoPrefetch, lambda: NextPages(4), lambda: Stride(3)])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_batched_equals_one_at_a_time(geom, tmp_path, policy, seed):
+    rng = np.random.default_rng(seed)
+    frames = 48
+    A = _rig(geom, tmp_path, "a", frames, policy(), True)
+    B = _rig(geom, tmp_path, "b", frames, policy(), False)
+    held: list[tuple[int, int]] = []               # (range, page) pinned across scans in both
+    now = 0
+    evictions = writebacks = 0
+    for step in range(60):
+        now += int(rng.integers(500, 20_000))
+        # one ring scan: misses on both ranges (duplicates and resident pages among them), loads and stores
+        k = int(rng.integers(1, 40))
+        rid = rng.choice([1, 2], k)
+        page = np.where(rid == 1, rng.integers(0, 256, k), rng.integers(0, 512, k))
+        dup = rng.random(k) < 0.2                  # duplicates in the scan
+        rid[dup], page[dup] = rid[0], page[0]
+        op = np.where((rid == 1) & (rng.random(k) < 0.4), ctl.HBF_OP_STORE, ctl.HBF_OP_LOAD)
+        arr = now + rng.integers(0, 3000, k)
+        req = [(int(a), int(b), int(c), int(d)) for a, b, c, d in zip(rid, page, op, arr)]
+        ra, rb = A.miss_many(req), B.miss_many(req)
+        assert [(x.status, x.frame, x.modeled_ns, x.ready_ns) for x in ra] == \
+            [(x.status, x.frame, x.modeled_ns, x.ready_ns) for x in rb]
+        _same(A, B)
+        # the device: stores into resident pages of range 1 (dirty frames), hits (CLOCK bits, markers: hints)
+        st = rng.bit_generator.state
+        for s in (A, B):
+            rng.bit_generator.state = st
+            dev = CapacityDevice(s)
+            for _ in range(int(rng.integers(4, 24))):
+                r, p = (1, int(rng.integers(0, 256))) if rng.random() < 0.7 else (2, int(rng.integers(0, 512)))
+                got = s.pool.device_pin(r, p, store=(r == 1))
+                if got is None:
+                    continue
+                f, _ready, took = got
+                if r == 1:
+                    s.pool.memory.data[f, int(rng.integers(0, 4096))] = int(rng.integers(0, 256))
+                if took:
+                    s.hint(r, p, now)
+                dev.unpin(f)
+        _same(A, B)
+        # pins held across scans (never evicted), released later
+        for s in (A, B):
+            for r, p in held:
+                s.pool.device_unpin(s.pool.lookup(r, p))
+        held = []
+        for r, p in {(int(a), int(b)) for a, b, c, d in req}:
+            if A.pool.lookup(r, p) is not None and rng.random() < 0.3:
+                held.append((r, p))
+        for s in (A, B):
+            for r, p in held:
+                assert s.pool.device_pin(r, p) is not None
+        _same(A, B)
+        evictions, writebacks = A.n["evictions"], A.n["writebacks"]
+    assert evictions > 100 and writebacks > 10        # the streams did evict, and dirty frames were written back
+    for s in (A, B):
+        for r, p in held:
+            s.pool.device_unpin(s.pool.lookup(r, p))
+    A.flush(), B.flush()
+    _same(A, B)
+    da = A.ranges[1].store.read_pages(0, 256)
+    assert np.array_equal(da, B.ranges[1].store.read_pages(0, 256))
+    assert int(page_checksums(np.arange(256, dtype=np.uint64), da).sum(dtype=np.uint64)) == \
+        int(page_checksums(np.arange(256, dtype=np.uint64), B.ranges[1].store.read_pages(0, 256)).sum(dtype=np.uint64))
+
+
+def test_take_frames_equals_one_frame_at_a_time():
+    """FramePool.take_frames(k) against k calls of take_free-else-begin_eviction, on random pools (resident,
+    referenced, pinned, free and filling frames) and batch sizes, including more than can be taken."""
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        n = int(rng.integers(1, 40))
+        pools = [FramePool(n), FramePool(n)]
+        state = rng.choice([0, 1, 2, 4], n, p=[0.15, 0.05, 0.7, 0.1])
+        ref = rng.integers(0, 2, n)
+        pins = np.where(rng.random(n) < 0.2, rng.integers(1, 3, n), 0)
+        hand = int(rng.integers(0, n))
+        free = [int(f) for f in np.flatnonzero(state == 0)[::-1]]
+        for p in pools:
+            p.add_range(1, 4 * n)
+            fr = p.frames
+            fr["state"] = np.where(state == 4, 2, state)   # 4: stands for a valid frame made dirty
+            fr["dirty"] = state == 4
+            fr["referenced"], fr["pins"] = ref, pins
+            fr["range_id"] = 1
+            fr["logical_page"] = np.arange(n) * 3
+            fr["generation"] = rng.integers(0, 5, n) if p is pools[0] else pools[0].frames["generation"]
+            for f in np.flatnonzero((state == 2) | (state == 4)).tolist():
+                p.tables[1][f * 3] = (f, int(fr["generation"][f]))
+            p.hand = hand
+            p._free = list(free)
+        k = int(rng.integers(1, n + 5))
+        frames, ev = pools[0].take_frames(k)
+        one, evs = [], []
+        for _ in range(k):
+            f = pools[1].take_free()
+            if f is None:
+                e = pools[1].begin_eviction()
+                if e is None:
+                    continue
+                evs.append(e)
+                f = e.frame
+            one.append(f)
+            pools[1].frames["state"][f] = 1             # FILLING: taken for this batch
+        for f in frames[:len(frames) - len(ev)].tolist():
+            pools[0].frames["state"][f] = 1
+        pools[0].frames["state"][ev.frame] = 1
+        assert frames.tolist() == one
+        assert [ev.one(j) for j in range(len(ev))] == evs
+        for key in pools[0].frames.dtype.names:
+            assert np.array_equal(pools[0].frames[key], pools[1].frames[key]), key
+        assert pools[0].hand == pools[1].hand
+        assert np.array_equal(pools[0].tables[1].dense(), pools[1].tables[1].dense())
