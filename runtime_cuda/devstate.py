@@ -281,7 +281,8 @@ def new_state(ctl_dev: int, media: "C.hbf_media_params | None", params: RunParam
     if media is not None:
         ctypes.memmove(ctypes.addressof(st.media), ctypes.addressof(media), ctypes.sizeof(media))
         st.timing_source = int(media.timing_source)
-    st.flags = (HBF_DSF_ALLOW_UNMODELED if params.allow_unmodeled else 0) | (HBF_DSF_TMA_DEVICE if params.tma_device else 0)
+    st.flags = ((HBF_DSF_ALLOW_UNMODELED if params.allow_unmodeled else 0)
+                | (HBF_DSF_TMA_DEVICE if params.tma_device else 0))
     st.heartbeat_timeout_ns = params.heartbeat_timeout_ns
     st.thermal_max_age_ns = params.thermal_max_age_ns
     st.completion_timeout_ns = params.completion_timeout_ns
