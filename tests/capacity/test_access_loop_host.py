@@ -21,15 +21,14 @@ from hbfd.capacity.device import RingHost
 from hbfd.hostring import RingDriver
 from hbfd.runner import start_daemon
 
+from region_c import OPEN_REGION  # tests/capacity/region_c.py (pytest puts this folder on the path)
+
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = r"""
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
 #include <ctime>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #define __device__
 #define __noinline__ __attribute__((noinline))
 static inline uint64_t hb_now() { timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000ull + t.tv_nsec; }
@@ -51,17 +50,9 @@ extern "C" void __hb_cap_hint(unsigned long long addr, unsigned long long, unsig
 }
 #define HBF_CAP_HOST_LOOP 1
 #include "hbf_capacity.cuh"
-struct hdr { uint64_t magic; uint32_t ver, range_id; uint64_t pages; uint32_t n_frames, perms; uint64_t media_offset,
-             off_frames, off_table, off_data, total; };
+""" + OPEN_REGION + r"""
 int main(int argc, char** argv) {
-    int fd = open(argv[1], O_RDWR);
-    struct stat sb; fstat(fd, &sb);
-    char* m = (char*)mmap(nullptr, sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    const hdr* h = (const hdr*)m;
-    hbf_cap_range r{};
-    r.base = strtoull(argv[2], nullptr, 0); r.pages = h->pages; r.n_frames = h->n_frames; r.range_id = h->range_id;
-    r.page_table = (uint64_t)(m + h->off_table); r.frames = (uint64_t)(m + h->off_frames);
-    r.frame_data = (uint64_t)(m + h->off_data); r.media_offset = h->media_offset; r.perms = h->perms;
+    hbf_cap_range r = open_region(argv);
     char cmd[8]; unsigned long long off, val; unsigned int op;
     while (scanf("%7s %llu %u %llu", cmd, &off, &op, &val) == 4) {
         unsigned int frame = 0, status = 0, waited = 0;

@@ -22,25 +22,16 @@ from hbfd.capacity.service import CapacityService
 from hbfd.media import MediaGeometry
 from hbfcommon.profile import load_profile
 
+from region_c import OPEN_REGION  # tests/capacity/region_c.py (pytest puts this folder on the path)
+
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = r"""
 #include <cstdio>
 #include <cstdlib>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include "hbf_capacity.cuh"
-struct hdr { uint64_t magic; uint32_t ver, range_id; uint64_t pages; uint32_t n_frames, perms; uint64_t media_offset,
-             off_frames, off_table, off_data, total; };
+""" + OPEN_REGION + r"""
 int main(int argc, char** argv) {
-    int fd = open(argv[1], O_RDWR);
-    struct stat sb; fstat(fd, &sb);
-    char* m = (char*)mmap(nullptr, sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    const hdr* h = (const hdr*)m;
-    hbf_cap_range r{};
-    r.base = strtoull(argv[2], nullptr, 0); r.pages = h->pages; r.n_frames = h->n_frames; r.range_id = h->range_id;
-    r.page_table = (uint64_t)(m + h->off_table); r.frames = (uint64_t)(m + h->off_frames);
-    r.frame_data = (uint64_t)(m + h->off_data); r.media_offset = h->media_offset;
+    hbf_cap_range r = open_region(argv);
     char cmd[16]; unsigned long long a; int st;
     while (scanf("%15s %llu %d", cmd, &a, &st) == 3) {
         if (cmd[0] == 'p') {
