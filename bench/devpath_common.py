@@ -88,13 +88,14 @@ def hbfd_daemon(tmp: Path, profile: Path):
 
 def prepare_run(out_dir: str, name: str, work: str) -> tuple[Path, Path, Path, dict]:
     """A bench's output folder (created), its JSON path ``<out>/<name>.json``, its work folder (``work``,
-    else a new temporary one) and the toolchain environment, already applied to this process."""
+    else a new temporary one) and the environment for its children: this process's, with the toolchain's
+    variables applied (to both). A whole environment: a child given only the toolchain's variables has no PATH, and
+    Triton cannot build its launcher there (l2_vs_ncu's children on the H200, 2026-12-05)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     wd = Path(work) if work else Path(tempfile.mkdtemp(prefix=f"hbf-{name}."))
-    env = toolchain_env(wd)
-    os.environ.update(env)
-    return out, out / f"{name}.json", wd, env
+    os.environ.update(toolchain_env(wd))
+    return out, out / f"{name}.json", wd, dict(os.environ)
 
 
 def gpu_info() -> str:

@@ -272,9 +272,7 @@ def parse_ncu_csv(text: str, kernel_prefix: str) -> dict:
 
 
 def run_child(argv: list[str], env: dict, timeout: int) -> tuple[int, str, str]:
-    # the whole environment plus the toolchain's variables: a child without PATH cannot run the compiler
-    # that Triton builds its launcher with (gcc needs as/ld; the first H200 run, 2026-12-05, failed so)
-    p = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout, p.stderr
 
 
