@@ -43,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hbfcc.toolchain import cli_wrapper  # noqa: E402
 from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE, region_layout  # noqa: E402
 from hbfcommon.errors import ConfigError  # noqa: E402
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
@@ -154,9 +155,7 @@ def build(work: Path) -> dict:
     d = work / "build"
     d.mkdir(parents=True, exist_ok=True)
     (d / "cap.cu").write_text(SOURCE)
-    wrap = d / "hbfcc"
-    wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.cli \"$@\"\n")
-    wrap.chmod(0o755)
+    wrap = cli_wrapper(d / "hbfcc")
     # the repository first, then the caller's path (a machine without the package installed carries its wheels
     # there: the H200 run of 2026-12-05 lost pyelftools when this replaced PYTHONPATH)
     env = dict(os.environ, HBFCC_PASSES="timing,capacity",

@@ -64,11 +64,8 @@ def _hbfcc(work: Path) -> str:
     for c in (Path(sys.executable).parent / "hbfcc", shutil.which("hbfcc")):
         if c and Path(c).exists():
             return str(c)
-    w = work / "bin" / "hbfcc"
-    w.parent.mkdir(parents=True, exist_ok=True)
-    w.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.cli \"$@\"\n")
-    w.chmod(0o755)
-    return str(w)
+    from hbfcc.toolchain import cli_wrapper  # noqa: PLC0415
+    return str(cli_wrapper(work / "bin" / "hbfcc"))
 
 
 def build(kind: str, work: Path, arch: str) -> tuple[Path, float]:

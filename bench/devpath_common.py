@@ -45,6 +45,7 @@ from runtime_triton import (derived_profile, log, real_ptxas, start_hbfd,  # noq
 
 from workloads.triton_kernels import import_text as import_source  # noqa: E402
 
+from hbfcc.toolchain import cli_wrapper  # noqa: E402
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
@@ -445,9 +446,7 @@ def build_nvcc(work: Path, env: dict) -> dict:
     d.mkdir(parents=True, exist_ok=True)
     src = d / "devpath_nv.cu"
     src.write_text(NVCC_SOURCE)
-    wrap = d / "hbfcc"
-    wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.cli \"$@\"\n")
-    wrap.chmod(0o755)
+    wrap = cli_wrapper(d / "hbfcc")
     e = dict(os.environ, **env)
     for k in ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS"):
         e.pop(k, None)

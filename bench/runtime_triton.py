@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 T0 = time.time()
 
+from hbfcc.toolchain import cli_wrapper  # noqa: E402
 from hbfd.runner import DaemonProcess, start_daemon  # noqa: E402
 
 
@@ -66,10 +67,7 @@ def toolchain_env(work: Path) -> dict:
     """Environment for hbfcc-ptxas (an executable wrapper in work/bin) and a fresh Triton cache.
     HBFCC_HELPER_PTX is left unset: hbfcc picks the helper build as it does for users."""
     work.mkdir(parents=True, exist_ok=True)
-    wrap = work / "bin" / "hbfcc-ptxas"
-    wrap.parent.mkdir(parents=True, exist_ok=True)
-    wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.cli ptxas \"$@\"\n")
-    wrap.chmod(0o755)
+    wrap = cli_wrapper(work / "bin" / "hbfcc-ptxas", "ptxas")
     return {"HBFCC_ARTIFACT_DIR": str(work / "artifacts"), "HBFCC_CACHE_DIR": str(work / "hbfcc-cache"),
             "HBFCC_REAL_PTXAS": real_ptxas(), "TRITON_CACHE_DIR": str(work / "triton-cache"),
             "HBF_BENCH_HBFCC_PTXAS": str(wrap), "HBF_BENCH_REAL_PTXAS": real_ptxas(),

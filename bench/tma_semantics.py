@@ -52,6 +52,7 @@ for _p in (str(ROOT), str(ROOT / "bench")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+from hbfcc.toolchain import cli_wrapper  # noqa: E402
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
 TEMPLATES = ["load_1d", "load_2d", "load_3d", "load_4d", "load_5d", "load_mc", "store_2d", "reduce_2d",
@@ -207,9 +208,7 @@ def build(work: Path, trust_layout: bool) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     src = work / "tma_sem.cu"
     src.write_text(SOURCE)
-    wrap = work / "hbfcc"
-    wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.cli \"$@\"\n")
-    wrap.chmod(0o755)
+    wrap = cli_wrapper(work / "hbfcc")
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     if trust_layout:
         # the helper built to trust the unverified TensorMap layout (hbf_tma.cuh HBF_TMA_TRUST_LAYOUT)

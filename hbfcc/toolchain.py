@@ -283,5 +283,18 @@ def rewriter_sha() -> str:
     return h.hexdigest()
 
 
+def cli_wrapper(path: os.PathLike | str, sub: str = "", python: Optional[str] = None) -> Path:
+    """Write an executable at ``path`` that runs hbfcc's CLI with this interpreter (``python -m hbfcc.cli [sub] ARGS``):
+    hbfcc as nvcc (``sub`` "") or hbfcc-ptxas (``sub`` "ptxas") where the package's entry points are not installed
+    (a checkout on a GPU machine, a bench's work folder). It names ``hbfcc.cli``, so the real-tool finders never
+    take it for nvcc or ptxas (:func:`_is_hbfcc_wrapper`)."""
+    import sys  # noqa: PLC0415
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(f"#!/bin/sh\nexec {python or sys.executable} -m hbfcc.cli {sub + ' ' if sub else ''}\"$@\"\n")
+    p.chmod(0o755)
+    return p
+
+
 def which(name: str) -> Optional[str]:
     return shutil.which(name)
