@@ -33,6 +33,7 @@ HBF_N_STATUS = 16
 HBF_MAX_KERNEL_SLOTS = 1024
 HBF_ACT_PERIOD_NS = 1_000_000        # hbf_activity: at most one GPU publication per millisecond
 HBF_ACT_SLOTS_PER_FLUSH = 4          # kernel slots summed per publication
+HBF_ACT_MIN_RUN_NS = 2_000_000       # ... and only once the latest launched kernel has run 2 ms
 
 # request states: the values of hbfcommon.status.RequestStatus (the one definition), under their C names
 HBF_ST_PENDING = int(RequestStatus.PENDING)

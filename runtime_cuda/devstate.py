@@ -86,7 +86,7 @@ class hbf_device_state(ctypes.Structure):
         ("thc_replica", c_uint64 * (HBF_KSHARDS * HBF_THC_REPLICA_STRIDE)),
         ("bank_buf", c_uint64 * (HBF_DEV_MAX_BANKS * 2)), ("bank_busy", c_uint64 * HBF_DEV_MAX_BANKS),
         ("act_stamp", c_uint64), ("act_cursor", c_uint64), ("act_pub_seq", c_uint64), ("act_flushes", c_uint64),
-        ("act_visits", c_uint64), ("act_reserved", c_uint64 * 3),
+        ("act_visits", c_uint64), ("act_launch_ns", c_uint64), ("act_reserved", c_uint64 * 2),
         ("act_mask", c_uint64 * (C.HBF_MAX_KERNEL_SLOTS // 64)), ("act_total", c_uint64 * (2 * C.HBF_N_OPS)),
         ("act_seen", c_uint64 * (C.HBF_MAX_KERNEL_SLOTS * 2 * C.HBF_N_OPS)),
         ("l2_tags", c_uint64), ("l2_sets", c_uint32), ("l2_ways", c_uint32), ("l2_line_shift", c_uint32),

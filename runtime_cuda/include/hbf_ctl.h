@@ -276,7 +276,8 @@ typedef struct hbf_counters {
  * published WHILE kernels run so hbfd's 10 ms energy bins see HBF activity during a long kernel (the
  * counters section's device part is written only at synchronization points). Writer: the GPU, one thread
  * at a time -- the thread that refreshed the thermal snapshot (about every thermal_max_age_ns) publishes
- * at most once per HBF_ACT_PERIOD_NS (single flight on hbf_device_state.act_stamp): it sums the per-kernel
+ * at most once per HBF_ACT_PERIOD_NS (single flight on hbf_device_state.act_stamp), and only while the latest
+ * launched kernel has run for HBF_ACT_MIN_RUN_NS (short kernels never publish): it sums the per-kernel
  * counter shards of up to HBF_ACT_SLOTS_PER_FLUSH launched kernel slots (round robin) into running totals
  * kept in device memory, then writes them here under the seqlock `seq` (odd while writing; a system fence
  * after the odd value and after the payload; all stores st.volatile). No per-access host write. Reader: hbfd's control tick (seqlock
@@ -285,6 +286,10 @@ typedef struct hbf_counters {
  * and never decrease within one session (state_ptr); a new session starts its own totals. */
 #define HBF_ACT_PERIOD_NS 1000000ull    /* at most one publication per millisecond */
 #define HBF_ACT_SLOTS_PER_FLUSH 4u      /* kernel slots summed per publication (each HBF_KSHARDS shards) */
+/* ... and only once the latest launched kernel has run this long (hbf_device_state.act_launch_ns): a short kernel
+ * never pays for a publication (one cost ~270 us at the end of a 40 us kernel on the H200, 2026-12-05); its
+ * activity reaches hbfd at the next synchronization (counters.device), as before the live section existed. */
+#define HBF_ACT_MIN_RUN_NS 2000000ull
 typedef struct hbf_activity_op {
     uint64_t requests;             /* device-modeled requests (warp-level page transactions, as ops[].requests) */
     uint64_t bytes;                /* media bytes moved (as ops[].bytes) */

@@ -189,7 +189,9 @@ typedef struct hbf_device_state {
     uint64_t act_pub_seq;          /* the seqlock value last written to hbf_activity.seq */
     uint64_t act_flushes;          /* publications */
     uint64_t act_visits;           /* slot visits */
-    uint64_t act_reserved[3];
+    uint64_t act_launch_ns;        /* GPU ns of the latest __hb_kernel_enter (block 0): no publication before
+                                    * it is HBF_ACT_MIN_RUN_NS old (short kernels never pay for one) */
+    uint64_t act_reserved[2];
     uint64_t act_mask[HBF_MAX_KERNEL_SLOTS / 64];   /* kernel slots launched (__hb_kernel_enter, block 0) */
     uint64_t act_total[2 * HBF_N_OPS];              /* published totals: requests, bytes per op */
     uint64_t act_seen[HBF_MAX_KERNEL_SLOTS * 2 * HBF_N_OPS];   /* each slot's sums at its last visit */

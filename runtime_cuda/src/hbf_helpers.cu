@@ -293,9 +293,11 @@ HB_DEV void hb_publish_replicas(hbf_device_state* st, uint64_t w) {
 // Nothing on the per-access path: the accesses are already counted in device memory (the per-kernel counter
 // shards); the thread that refreshed the thermal snapshot (hb_thermal_snapshot, hb_inline_refresh: about
 // every thermal_max_age_ns) also publishes, at most once per HBF_ACT_PERIOD_NS, single flight (one CAS on
-// act_stamp). Bounded cost per publication: HBF_ACT_SLOTS_PER_FLUSH launched slots x HBF_KSHARDS shards x
-// 2 x HBF_N_OPS 8-byte device loads (1,024), up to 4 x HBF_N_OPS device stores per slot, 14 host-mapped
-// stores and 2 system fences, by one thread; not in the Severe admission loop (nothing new is admitted there).
+// act_stamp), and only once the latest launched kernel has run HBF_ACT_MIN_RUN_NS (act_launch_ns: a short
+// kernel never pays for a publication). Bounded cost per publication: HBF_ACT_SLOTS_PER_FLUSH launched slots
+// x HBF_KSHARDS shards x 2 x HBF_N_OPS 8-byte device loads (1,024, 8 in flight), up to 4 x HBF_N_OPS device
+// stores per slot, 14 host-mapped stores and 2 system fences, by one thread; not in the Severe admission loop
+// (nothing new is admitted there).
 // ------------------------------------------------------------------------------------------
 // 16-byte volatile stores/loads (the ring's payload; the address must be 16-byte aligned)
 HB_DEV void hb_st_vol_v2(void* p, uint64_t a, uint64_t b) {
@@ -305,8 +307,10 @@ HB_DEV void hb_ld_vol_v2(const void* p, uint64_t& a, uint64_t& b) {
     asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
 // __hb_kernel_enter (block 0, thread 0): mark the launching kernel's slot for the publisher (one atomic per
-// launch; the word is read first so a kernel launched again costs a load)
-HB_DEV void hb_act_mark(hbf_device_state* st, uint32_t k) {
+// launch; the word is read first so a kernel launched again costs a load) and stamp the launch (the
+// publisher waits until the latest launch is HBF_ACT_MIN_RUN_NS old: short kernels never publish)
+HB_DEV void hb_act_mark(hbf_device_state* st, uint32_t k, uint64_t now) {
+    hb_st_vol(&st->act_launch_ns, now);
     const uint64_t bit = 1ull << (k & 63u);
     if ((hb_ld_vol(&st->act_mask[k >> 6]) & bit) == 0ull)
         atomicOr((unsigned long long*)&st->act_mask[k >> 6], (unsigned long long)bit);
@@ -354,6 +358,9 @@ static __device__ __noinline__ void hb_act_visit(hbf_device_state* st, uint32_t 
 HB_DEV void hb_act_flush(hbf_device_state* st, hbf_ctl* c, uint64_t now) {
     const uint64_t s = hb_ld_vol(&st->act_stamp);
     if ((s & 1ull) != 0ull || now - s < HBF_ACT_PERIOD_NS) return;
+    // not before the latest launched kernel has run HBF_ACT_MIN_RUN_NS (signed: a launch stamped by another
+    // SM a little after `now` is young too)
+    if ((int64_t)(now - hb_ld_vol(&st->act_launch_ns)) < (int64_t)HBF_ACT_MIN_RUN_NS) return;
     if (atomicCAS((unsigned long long*)&st->act_stamp, (unsigned long long)s, (unsigned long long)(now | 1ull)) !=
         (unsigned long long)s)
         return;
@@ -1775,9 +1782,10 @@ extern "C" __device__ __noinline__ void __hb_kernel_enter(unsigned int kernel_in
     if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0u) {
         hbf_kernel_counters* ks = hb_kslot((hbf_device_state*)sp, kernel_index << 16);
         hb_red_add(&ks->launches, 1ull);
-        hb_st_vol(&ks->kstart_ns, hb_now());
+        const uint64_t now = hb_now();
+        hb_st_vol(&ks->kstart_ns, now);
         const uint32_t k = __hb_kslot_base + kernel_index;                       // hb_kslot_of's slot
-        hb_act_mark((hbf_device_state*)sp, k < HBF_MAX_KERNEL_SLOTS ? k : HBF_MAX_KERNEL_SLOTS - 1u);
+        hb_act_mark((hbf_device_state*)sp, k < HBF_MAX_KERNEL_SLOTS ? k : HBF_MAX_KERNEL_SLOTS - 1u, now);
     }
 }
 

@@ -6,7 +6,8 @@ The writer here is a host twin of the device's publisher (runtime_cuda/src/hbf_h
 hb_act_visit / hb_act_flush): per-kernel counter shards that simulated warps add to, the launched-slot mask,
 the per-slot "seen" sums and running totals in (simulated) device memory, single-flight publication at most
 once per HBF_ACT_PERIOD_NS, HBF_ACT_SLOTS_PER_FLUSH slots per publication round robin, the same fields in the
-same order under the seqlock (odd, payload, even). The device code itself is not run here (no GPU in CI)."""
+same order under the seqlock (odd, payload, even), and no publication before the latest launched kernel has run
+HBF_ACT_MIN_RUN_NS (short kernels never pay for one). The device code itself is not run here (no GPU in CI)."""
 from __future__ import annotations
 
 import json
@@ -41,10 +42,12 @@ class DeviceActivityTwin:
         self.pub_seq = 0
         self.flushes = 0
         self.visits = 0
+        self.launch_ns = 0
         self.lock = threading.Lock()
 
-    # __hb_kernel_enter, block 0 thread 0
-    def kernel_enter(self, k: int) -> None:
+    # __hb_kernel_enter, block 0 thread 0 (hb_act_mark): the launch stamped, the slot marked
+    def kernel_enter(self, k: int, now_ns: int) -> None:
+        self.launch_ns = now_ns
         self.mask[k >> 6] |= np.uint64(1 << (k & 63))
 
     # a warp's counter update (red.global on its SM's shard)
@@ -64,6 +67,8 @@ class DeviceActivityTwin:
     # hb_act_flush, called by the thread that refreshes the thermal snapshot
     def flush(self, now_ns: int) -> bool:
         if self.stamp & 1 or now_ns - self.stamp < ctl.HBF_ACT_PERIOD_NS:
+            return False
+        if now_ns - self.launch_ns < ctl.HBF_ACT_MIN_RUN_NS:      # the latest launch is young (signed on the GPU)
             return False
         self.stamp = now_ns | 1                                    # the CAS claim
         n = ctl.HBF_MAX_KERNEL_SLOTS
@@ -103,8 +108,8 @@ def test_twin_publishes_lower_bounds_that_reach_the_totals():
     rng = np.random.default_rng(1)
     slots = [0, 3, 64, 65, 200, 1023]                              # more than HBF_ACT_SLOTS_PER_FLUSH
     for k in slots:
-        tw.kernel_enter(k)
-    t = 0
+        tw.kernel_enter(k, 0)
+    t = ctl.HBF_ACT_MIN_RUN_NS - ctl.HBF_ACT_PERIOD_NS
     for _ in range(50):
         for k in slots:
             tw.count(k, int(rng.integers(0, 132)), int(rng.integers(0, 4)), 1, 4096)
@@ -121,6 +126,29 @@ def test_twin_publishes_lower_bounds_that_reach_the_totals():
     exact = tw.shards.sum(axis=(0, 1))
     assert a.requests == tuple(int(v) for v in exact[:, 0]) and a.bytes == tuple(int(v) for v in exact[:, 1])
     assert a.slot_visits == 53 * ctl.HBF_ACT_SLOTS_PER_FLUSH and a.state_ptr == tw.state_ptr
+
+
+def test_short_kernels_never_publish_long_ones_do():
+    """The publisher waits until the latest launched kernel has run HBF_ACT_MIN_RUN_NS: a stream of 40 us
+    kernels (each one's refresher trying at its end) publishes nothing in 100 ms -- their activity reaches hbfd
+    at the next synchronization -- while a kernel that runs 10 ms publishes from its 2nd ms on, once per period;
+    a launch stamped a little after `now` (another SM's clock) is young too."""
+    c = ctl.hbf_ctl()
+    tw = DeviceActivityTwin(c)
+    t = 10 * ctl.HBF_ACT_MIN_RUN_NS
+    for i in range(1000):                                           # 100 ms of short kernels
+        tw.kernel_enter(i % 4, t)
+        tw.count(i % 4, i % 132, ctl.HBF_OP_LOAD, 1, 4096)
+        assert not tw.flush(t + 40_000)
+        t += 100_000
+    assert tw.flushes == 0 and ctl.read_activity(c).flushes == 0
+    tw.kernel_enter(7, t)                                           # one long kernel
+    assert not tw.flush(t - 1_000)                                  # stamped after now
+    published = [dt for dt in range(0, 10_000_000, 100_000) if tw.flush(t + dt)]
+    assert published[0] == ctl.HBF_ACT_MIN_RUN_NS
+    assert published == list(range(ctl.HBF_ACT_MIN_RUN_NS, 10_000_000, ctl.HBF_ACT_PERIOD_NS))
+    a = ctl.read_activity(c)
+    assert a.requests[ctl.HBF_OP_LOAD] == 1000 and a.bytes[ctl.HBF_OP_LOAD] == 1000 * 4096   # the short ones too
 
 
 def _profile(tmp_path: Path) -> Path:
@@ -162,8 +190,9 @@ def test_hbf_layers_heat_during_a_long_kernel(tmp_path):
             time.sleep(0.02)
         # the kernel: slots 5 and 6 launched, warps on 132 SMs count 1.5 TB/s of 4 KiB reads, stores and atomics;
         # the refresher publishes every ~1 ms (HBF_THERMAL_MAX_AGE_NS default)
-        tw.kernel_enter(5)
-        tw.kernel_enter(6)
+        gpu_ns = 1_000_000_000
+        tw.kernel_enter(5, gpu_ns)
+        tw.kernel_enter(6, gpu_ns)
         rate = 1.5e12
         st_rate, at_rate = 2.5e7, 2e6                                # stores (64 B) and atomics (8 B) per second
         k0 = time.monotonic()
@@ -172,7 +201,6 @@ def test_hbf_layers_heat_during_a_long_kernel(tmp_path):
         sent = 0
         stores = atomics = 0
         sm = 0
-        gpu_ns = 1_000_000_000
         next_sample = k0
         while (now := time.monotonic()) - k0 < 3.0:
             nbytes = int(rate * (now - last)) // 4096 * 4096
