@@ -214,3 +214,21 @@ def test_tma_semantics_harness_on_a_simulated_device(monkeypatch, tmp_path):
     assert res["negative_controls"] == 1 and res["negative_timed_out"] == 1, res
     assert res["floor_ne_ceil_cases"] > 0 and not res["failures"] and "error" not in res, res
     assert len(flushes) >= 200 and fake.launches == 201
+
+
+def test_modeled_path_configurations_are_launchable():
+    """bench/tma_semantics.py's real loads (uint32 maps, box at a 128-aligned static tile, barrier after it): every
+    rank's in-bounds / below / above configuration keeps the TMA unit's rules (rank 5's innermost coordinates were
+    -2 and 14 elements, 8 and 56 bytes, before 2026-12-05's fix)."""
+    import tma_semantics as S  # noqa: PLC0415
+    for rank, (dims, box) in S.SHAPES.items():
+        gs, acc = [], 4
+        for d in dims[:-1]:
+            acc *= d
+            gs.append(acc)
+        m = tm.TensorMap(base=1 << 30, dtype=2, dims=tuple(dims), gstrides=tuple(gs), box=tuple(box),
+                         estrides=(1,) * rank)
+        tm.check_rules(m)
+        for name, c in S._configs(rank):
+            assert tm.copy_problems(m, c, smem_offset=0, mbar_offset=16384, smem_bytes=16384 + 8) == [], (rank, name)
+        assert any(c[k] < 0 for _, c in S._configs(rank) for k in range(rank))     # still out of bounds somewhere
