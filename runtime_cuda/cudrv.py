@@ -166,9 +166,10 @@ def htod(dptr: int, src: Any, nbytes: int) -> None:
     """Copy nbytes from a host object (ctypes object / buffer / int address) to device memory.
 
     The object stays referenced (``src``) until the copy has returned: rebinding the parameter to its address
-    dropped the last reference to a temporary argument (CPython >= 3.11 moves a call's arguments into the callee's
-    frame), so the copy read freed memory -- on the H200 on 2026-12-05 the first 32 bytes of the device-decode
-    input were malloc's free-list words (tests/runtime/test_cudrv_lifetime.py)."""
+    dropped the last reference to a temporary argument (on CPython 3.11 the callee's parameter is its only
+    reference), so the copy read freed memory -- on the H200 on 2026-12-05 descriptor 0 of the device-decode input
+    arrived as malloc's free-list words and decoded RESERVED (reproduced on the CPU:
+    tests/runtime/test_cudrv_lifetime.py)."""
     addr = _host_address(src)
     check(drv().cuMemcpyHtoD(dptr, addr, nbytes), "cuMemcpyHtoD")
 
