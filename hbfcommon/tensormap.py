@@ -723,6 +723,70 @@ def split(m: TensorMap, coords: Sequence[int], ranges: Sequence[Range], max_span
                  spans=tuple(Span(*s) for s in spans))
 
 
+# ---- one real tiled load (cp.async.bulk.tensor ... mbarrier::complete_tx::bytes): what the TMA unit refuses --------
+# A descriptor the driver accepted can still fault at use: Hopper reports a tensor copy it refuses as
+# CUDA_ERROR_ILLEGAL_INSTRUCTION (sticky: the context is lost). The rules below are the ones a test harness that
+# issues real copies must keep; copy_problems() names every one a launch would break.
+INNER_COORD_ALIGN = 16     # bytes: the innermost coordinate * elemsize. Not in cuda.h; triton-lang/triton PR 9112
+                           # (Gluon TMA tutorial + its "illegal instruction" sanitizer: "the innermost coordinate must
+                           # be 16-byte aligned"), issue 7385 (an unaligned read address -> illegal instruction),
+                           # tile-ai/tilelang issue 2527 (Hopper: cudaErrorIllegalInstruction), Triton's interpreter
+                           # ("block offset start must be 16-byte aligned")
+SMEM_DST_ALIGN = 128       # bytes: the shared-memory destination of a tiled copy without swizzle (CUDA C++
+                           # Programming Guide, the TMA alignment table); a swizzled one: SMEM_ALIGN_OF_SWIZZLE
+MBARRIER_ALIGN = 8         # an mbarrier object is 8 bytes, 8-byte aligned (PTX ISA, mbarrier)
+
+
+def smem_dst_align(m: TensorMap) -> int:
+    """The alignment the box's shared-memory destination needs: 128 B, or the swizzle pattern's repeat (256 / 512 /
+    1024 B for 32B / 64B / 128B; the descriptor's SMEM_ALIGN word holds the same repeat, and 16 for no swizzle)."""
+    if m.swizzle == 0:
+        return SMEM_DST_ALIGN
+    return SMEM_ALIGN_OF_SWIZZLE[m.swizzle] if m.swizzle < len(SMEM_ALIGN_OF_SWIZZLE) else 1024
+
+
+def smem_reserve(m: TensorMap) -> int:
+    """Shared-memory bytes to reserve at the destination for one box: box_bytes, or for a swizzled map the box with
+    every row of its inner dimension widened to the swizzle span and rounded up to the pattern's repeat (the pattern
+    permutes 16-byte chunks inside span-wide rows; whether the unit pads a narrower row is not documented). An upper
+    bound, not a measurement: a harness reserves this much so no placement can leave its allocation."""
+    if m.swizzle == 0:
+        return m.box_bytes
+    span, rep = SWIZZLE_SPAN[m.swizzle], smem_dst_align(m)
+    inner = m.counts()[0] * m.elem_bytes
+    rows = m.box_bytes // inner if inner else 0
+    need = max(m.box_bytes, rows * max(span, inner))
+    return -(-need // rep) * rep
+
+
+def copy_problems(m: TensorMap, coords: Sequence[int], *, smem_offset: int, mbar_offset: int,
+                  smem_bytes: int) -> list[str]:
+    """Why one real tiled load of ``m`` at ``coords`` into shared memory at byte ``smem_offset`` (of a CTA's
+    ``smem_bytes``), completing on an mbarrier at ``mbar_offset``, would fault or write outside its shared memory
+    (empty: none of the rules is broken). Offsets are from a 1024-byte-aligned origin (a dynamic block declared
+    __align__(1024))."""
+    out = []
+    if m.im2col:
+        out.append("an im2col map: a tiled copy needs a tiled map")
+    if len(coords) != m.rank:
+        out.append(f"{len(coords)} coordinates for a rank-{m.rank} map")
+    elif any(not -(1 << 31) <= c < (1 << 31) for c in coords):
+        out.append("a coordinate outside int32")
+    elif (coords[0] * m.elem_bytes) % INNER_COORD_ALIGN:
+        out.append(f"innermost coordinate {coords[0]} x {m.elem_bytes} B is not a multiple of {INNER_COORD_ALIGN} B "
+                   "(the TMA unit faults: CUDA_ERROR_ILLEGAL_INSTRUCTION)")
+    if smem_offset % smem_dst_align(m):
+        out.append(f"shared-memory destination at {smem_offset} not {smem_dst_align(m)}-byte aligned")
+    if mbar_offset % MBARRIER_ALIGN:
+        out.append(f"mbarrier at {mbar_offset} not {MBARRIER_ALIGN}-byte aligned")
+    end = smem_offset + smem_reserve(m)
+    if end > smem_bytes:
+        out.append(f"the box needs shared memory up to byte {end}, the CTA has {smem_bytes}")
+    if mbar_offset < end and smem_offset < mbar_offset + 8:
+        out.append("the mbarrier lies inside the box's destination")
+    return out
+
+
 # ---- the C header's generated block -----------------------------------------------------------------------------------
 HEADER_BEGIN = "/* BEGIN GENERATED LAYOUT (hbfcommon/tensormap.py header_block(); tests/tma check it) */"
 HEADER_END = "/* END GENERATED LAYOUT */"

@@ -154,18 +154,31 @@ def stream_destroy(stream: int) -> None:
     check(d.cuStreamDestroy(d.CUstream(int(stream))), "cuStreamDestroy")
 
 
+def _host_address(obj: Any) -> Any:
+    """The host address of a ctypes object, or obj itself (an int address or a buffer the binding takes). The
+    caller keeps obj referenced until its copy returns: never rebind the parameter holding it."""
+    if isinstance(obj, (ctypes._SimpleCData, ctypes.Structure, ctypes.Array)):
+        return ctypes.addressof(obj)
+    return obj
+
+
 def htod(dptr: int, src: Any, nbytes: int) -> None:
-    """Copy nbytes from a host object (ctypes object / buffer / int address) to device memory."""
-    if isinstance(src, ctypes._SimpleCData) or isinstance(src, (ctypes.Structure, ctypes.Array)):
-        src = ctypes.addressof(src)
-    check(drv().cuMemcpyHtoD(dptr, src, nbytes), "cuMemcpyHtoD")
+    """Copy nbytes from a host object (ctypes object / buffer / int address) to device memory.
+
+    The object stays referenced (``src``) until the copy has returned: rebinding the parameter to its address
+    dropped the last reference to a temporary argument (on CPython 3.11 the callee's parameter is its only
+    reference), so the copy read freed memory -- on the H200 on 2026-12-05 descriptor 0 of the device-decode input
+    arrived as malloc's free-list words and decoded RESERVED (reproduced on the CPU:
+    tests/runtime/test_cudrv_lifetime.py)."""
+    addr = _host_address(src)
+    check(drv().cuMemcpyHtoD(dptr, addr, nbytes), "cuMemcpyHtoD")
 
 
 def dtoh(dst: Any, dptr: int, nbytes: int) -> None:
-    """Copy nbytes from device memory into a host object (ctypes object / buffer / int address)."""
-    if isinstance(dst, (ctypes._SimpleCData, ctypes.Structure, ctypes.Array)):
-        dst = ctypes.addressof(dst)
-    check(drv().cuMemcpyDtoH(dst, dptr, nbytes), "cuMemcpyDtoH")
+    """Copy nbytes from device memory into a host object (ctypes object / buffer / int address); ``dst`` stays
+    referenced until the copy has returned (see htod)."""
+    addr = _host_address(dst)
+    check(drv().cuMemcpyDtoH(addr, dptr, nbytes), "cuMemcpyDtoH")
 
 
 def ctx_synchronize() -> None:
