@@ -12,9 +12,15 @@ full scale (every set; no sampling): a record per 128 B line, 64 ns apart (one s
 
 Configurations (each row: charged bytes, and / the card's dram__bytes_read.sum recorded in l2_vs_ncu.json):
   device_as_run   what the GPU run did: the instrumented concurrency, 50 MiB, one tag store, loads only
+  model_profile   the device model as the profile's l2 section now sizes it (60 MiB, 2 partitions: one 30 MiB
+                  tag store) on the instrumented run (loads only)
   card_*          what the card does, the native kernel: its concurrency, the card's 60 MiB (l2CacheSize in the
-                  recorded JSON), stores allocate lines; one store (card_flat) or two partitions (card_2part)
-  model_*         the proposed device model on the instrumented run (loads only)
+                  recorded JSON), stores allocate lines; one 60 MiB store (card_flat), two partitions of 30 MiB
+                  (card_2part: a line read from both sides is held in both, a miss in the near one looks the line's
+                  home partition up before DRAM) or one 30 MiB store (card_half_flat)
+  model_2part     a partition-aware device model (two stores, the SM's side from a mapping) on the instrumented run
+  model_profile_native_order  the profile's model on the native kernel's concurrency (what it would charge if
+                  the instrumented kernel kept the native occupancy)
 
     python3 bench/l2_partition.py [--out bench/results/l2_partition_cpu.json] [--cases softmax,...]
                                   [--configs device_as_run,...]
@@ -37,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
+from hbfcommon.profile import L2  # noqa: E402
 
 log = logging.getLogger("l2_partition")
 SMS = 132                       # the H200's SMs (bench/results/l2_vs_ncu.json: "gpu")
@@ -109,8 +116,7 @@ def matmul_stream(M, N, K, BM, BN, BK, GM, conc, writes, mapping, esz=2):
             lines = np.concatenate([a, b], axis=1)
             yield _rec(lines.ravel(), np.repeat(side, lines.shape[1]))
         if writes:
-            cl = np.arange(BN * 4 // LINE)   # the fp32 accumulator converted to bf16: BN * 2 B a row
-            cl = np.arange(BN * esz // LINE)
+            cl = np.arange(BN * esz // LINE)   # the tile stored as bf16: BN * 2 B a row
             c = ((c0 + ((pm[:, None, None] * BM + ra[None, :, None]) * N + pn[:, None, None] * BN) * esz) // LINE
                  + cl[None, None, :]).reshape(len(w), -1)
             yield _rec(c.ravel(), np.repeat(side, c.shape[1]), True)
@@ -198,11 +204,12 @@ def build_sim(wd: Path) -> Path:
     return exe
 
 
-def simulate(exe: Path, chunks, capacity: int, partitions: int = 1, ways: int = 16, policy: int = 1,
+def simulate(exe: Path, chunks, store_bytes: int, stores: int = 1, ways: int = 16, policy: int = 1,
              dt_ns: int = 64) -> dict:
-    """The device model's algorithm on the records: ``partitions`` tag stores of capacity / partitions each."""
-    sets = capacity // (partitions * ways * LINE)
-    p = subprocess.Popen([str(exe), str(sets), str(ways), str(policy), str(dt_ns), str(partitions)],
+    """The device model's algorithm on the records: ``stores`` tag stores of ``store_bytes`` each (1: the device
+    model; 2: the card's two partitions, l2_stream_sim.cpp)."""
+    sets = store_bytes // (ways * LINE)
+    p = subprocess.Popen([str(exe), str(sets), str(ways), str(policy), str(dt_ns), str(stores)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=False)
     for ch in chunks:
         p.stdin.write(ch.tobytes())
@@ -217,19 +224,25 @@ def simulate(exe: Path, chunks, capacity: int, partitions: int = 1, ways: int = 
 
 
 CARD_L2 = 62914560          # cudaDeviceProp l2CacheSize of the H200 (bench/results/l2_vs_ncu.json: native)
-DEVICE_L2 = 50 * MIB        # the profile's l2 section as the GPU run used it
+DEVICE_L2 = 50 * MIB        # the profile's l2 section as the GPU run of 2026-12-05 used it (one store, 50 MiB)
+PROFILE_L2 = L2()           # the profile's l2 section now: 60 MiB, 2 partitions -> a 30 MiB tag store
 CONFIGS = {
-    # name: (kind of concurrency, stores allocate, capacity, partitions)
+    # name: (concurrency: the native or the instrumented kernel's, stores allocate, bytes per store, stores)
     "device_as_run": ("hbf", False, DEVICE_L2, 1),
-    "device_60mib": ("hbf", False, CARD_L2, 1),
+    "model_profile": ("hbf", False, PROFILE_L2.model_bytes, 1),
     "card_flat": ("native", True, CARD_L2, 1),
-    "card_2part": ("native", True, CARD_L2, 2),
-    "card_2part_loads": ("native", False, CARD_L2, 2),
-    "native_order_50mib": ("native", False, DEVICE_L2, 1),
-    "model_2part": ("hbf", False, CARD_L2, 2),
-    "model_half": ("hbf", False, CARD_L2 // 2, 1),
+    "card_2part": ("native", True, CARD_L2 // 2, 2),
     "card_half_flat": ("native", True, CARD_L2 // 2, 1),
+    "card_2part_loads": ("native", False, CARD_L2 // 2, 2),
+    "model_2part": ("hbf", False, CARD_L2 // 2, 2),
+    "model_profile_native_order": ("native", False, PROFILE_L2.model_bytes, 1),
 }
+
+
+def ratio_to_card(case: str, charged: int) -> float:
+    """charged / the card's dram__bytes_read.sum for the case (bench/results/l2_vs_ncu.json)."""
+    ncu = json.loads((REPO / "bench/results/l2_vs_ncu.json").read_text())["cases"]
+    return charged / ncu[case]["ncu"]["dram__bytes_read.sum"]
 
 
 def main(argv=None) -> int:
@@ -239,6 +252,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default="gemv,attention,matmul_fits,softmax,matmul")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--mapping", default="halves", choices=("halves", "parity"))
+    ap.add_argument("--ways", type=int, default=16, help="associativity of every store (sensitivity)")
+    ap.add_argument("--dt-ns", type=int, default=64, help="ns between records (64: one stamp unit)")
     a = ap.parse_args(argv)
     ncu = json.loads((REPO / "bench/results/l2_vs_ncu.json").read_text())["cases"]
     cases = [c for c in a.cases.split(",") if c]
@@ -251,7 +266,8 @@ def main(argv=None) -> int:
                    "the card's ncu dram__bytes_read.sum", "date": _dt.date.today().isoformat(),
            "card": "CPU (2-core box)", "command": "python3 bench/l2_partition.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "mapping": a.mapping, "concurrency": {c: {k: concurrency(c, k) for k in ("native", "hbf")} for c in cases},
-           "configs": {k: dict(zip(("concurrency", "stores_allocate", "capacity_bytes", "partitions"), v))
+           "ways": a.ways, "dt_ns": a.dt_ns,
+           "configs": {k: dict(zip(("concurrency", "stores_allocate", "store_bytes", "stores"), v))
                        for k, v in CONFIGS.items() if k in configs}, "rows": [], "complete": False}
     for case in cases:
         dram = ncu[case]["ncu"]["dram__bytes_read.sum"]
@@ -259,7 +275,7 @@ def main(argv=None) -> int:
             kind, wr, cap, parts = CONFIGS[cfg]
             conc = concurrency(case, kind)
             t0 = time.time()
-            r = simulate(exe, stream(case, conc, wr, a.mapping), cap, parts)
+            r = simulate(exe, stream(case, conc, wr, a.mapping), cap, parts, ways=a.ways, dt_ns=a.dt_ns)
             row = {"case": case, "config": cfg, "concurrency": conc, **r,
                    "vs_card_dram": round(r["charged_bytes"] / dram, 4),
                    "device_recorded_vs_dram": ncu[case]["on_vs_dram"],
