@@ -268,7 +268,8 @@ def main(argv=None) -> int:
     exe = build_sim(Path(tempfile.mkdtemp(prefix="hbf-l2part.")))
     doc = {"what": "the device L2 model's algorithm (hbf_l2.cuh on the host) on bench/l2_vs_ncu.py's streams vs "
                    "the card's ncu dram__bytes_read.sum", "date": _dt.date.today().isoformat(),
-           "card": "CPU (2-core box)", "command": "python3 bench/l2_partition.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "card": "CPU (2-core box)",
+           "command": "python3 bench/l2_partition.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "mapping": a.mapping, "concurrency": {c: {k: concurrency(c, k) for k in ("native", "hbf")} for c in cases},
            "ways": a.ways, "dt_ns": a.dt_ns,
            "configs": {k: dict(zip(("concurrency", "stores_allocate", "store_bytes", "stores"), v))

@@ -372,9 +372,11 @@ class L2:
         elif not 1 <= self.ways <= 32:
             yield "ways", "must be 1..32 (the device model reads a set's ways in one pass)"
         elif self.capacity_bytes % (self.partitions * self.ways * self.line_bytes):
-            yield "capacity_bytes", "must be a whole number of sets per partition: a multiple of partitions x ways x line_bytes"
+            yield "capacity_bytes", ("must be a whole number of sets per partition: a multiple of partitions x ways x "
+                                     "line_bytes")
         elif not L2_MIN_SETS <= self.sets < L2_MAX_SETS:
-            yield "capacity_bytes", f"capacity / (partitions x ways x line_bytes) must give {L2_MIN_SETS} .. 2^20 - 1 sets"
+            yield "capacity_bytes", (f"capacity / (partitions x ways x line_bytes) must give {L2_MIN_SETS} .. 2^20 - 1 "
+                                     "sets")
         if self.policy not in L2_POLICIES:
             yield "policy", f"one of {', '.join(L2_POLICIES)}"
 
@@ -542,7 +544,8 @@ _INT_MAX: dict[str, int] = {
     "timing_model.curve.write_ns": NS_MAX, "thermal.min_dwell_ticks": NS_MAX,
     "l2.line_bytes": U32_MAX, "l2.ways": U32_MAX, "l2.partitions": U8_MAX,
 }
-_INT_WHY = {U32_MAX: "a u32 field of hbf_media_params (hbf_ctl.h)", U8_MAX: "a u8 field of hbf_media_params (hbf_ctl.h)",
+_INT_WHY = {U32_MAX: "a u32 field of hbf_media_params (hbf_ctl.h)",
+            U8_MAX: "a u8 field of hbf_media_params (hbf_ctl.h)",
             NS_MAX: "int64 nanoseconds below the models' 2^62 ns time horizon",
             I64_MAX: "an int64 in the models"}
 # Derived sizes, bounded before any model allocates for them: hbfd's FTL keeps per-block state
