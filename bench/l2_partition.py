@@ -179,12 +179,134 @@ def attention_stream(BH, SQ, SKV, D, BMQ, BNK, conc, writes, mapping, esz=2):
             yield _rec(o.ravel(), np.repeat(side, o.shape[1]), True)
 
 
-def stream(case: str, conc: int, writes: bool, mapping: str = "halves"):
-    """bench/l2_vs_ncu.py's case ``case`` (its CASES, the one definition of the shapes) as record chunks."""
+# ---- the continuous order: a slot takes the next program when its program ends, slots start spread over one
+# program's length (steady-state desynchronisation instead of lockstep waves); per case a function of the slots'
+# (program, iteration) arrays giving their line reads and writes of that iteration (-1: none)
+def _pad(a: np.ndarray, w: int) -> np.ndarray:
+    return a if a.shape[1] == w else np.concatenate([a, np.full((a.shape[0], w - a.shape[1]), -1, a.dtype)], 1)
+
+
+def matmul_iters(M, N, K, BM, BN, BK, GM, esz=2):
+    a0 = 1 << 34
+    b0 = a0 + M * K * esz
+    c0 = b0 + K * N * esz + (1 << 30)
+    npm, npn = M // BM, N // BN
+    pid = np.arange(npm * npn)
+    npg = GM * npn
+    first = (pid // npg) * GM
+    gsz = np.minimum(npm - first, GM)
+    PM, PN = first + (pid % npg) % gsz, (pid % npg) // gsz
+    ra, rb, bl = np.arange(BM), np.arange(BK), np.arange(BN * esz // LINE)
+    iters = K // BK
+
+    def fn(p, it):
+        pm, pn = PM[p], PN[p]
+        a = (a0 + ((pm[:, None] * BM + ra[None, :]) * K + it[:, None] * BK) * esz) // LINE
+        b = ((b0 + ((it[:, None, None] * BK + rb[None, :, None]) * N + pn[:, None, None] * BN) * esz) // LINE
+             + bl[None, None, :]).reshape(len(p), -1)
+        c = ((c0 + ((pm[:, None, None] * BM + ra[None, :, None]) * N + pn[:, None, None] * BN) * esz) // LINE
+             + bl[None, None, :]).reshape(len(p), -1)
+        c[it != iters - 1] = -1
+        return np.concatenate([a, b], 1), c
+    return len(pid), iters, fn
+
+
+def gemv_iters(N, K, BN, BK, esz=2):
+    w0 = 1 << 34
+    x0 = w0 + N * K * esz
+    rows, xl = np.arange(BN), np.arange(BK * esz // LINE)
+
+    def fn(p, it):
+        wl = ((w0 + ((p[:, None, None] * BN + rows[None, :, None]) * K + it[:, None, None] * BK) * esz) // LINE
+              + xl[None, None, :]).reshape(len(p), -1)
+        xx = (x0 + it[:, None] * BK * esz) // LINE + xl[None, :]
+        return np.concatenate([wl, xx], 1), None
+    return N // BN, K // BK, fn
+
+
+def softmax_iters(R, n, BLOCK, esz=4):
+    x0 = 1 << 34
+    y0 = x0 + R * n * esz + (1 << 30)
+    cl = np.arange(BLOCK * esz // LINE)
+    nc = n // BLOCK
+
+    def fn(p, it):
+        off = (p[:, None] * n + (it[:, None] % nc) * BLOCK) * esz // LINE + cl[None, :]
+        y = y0 // LINE + off
+        y[it < 2 * nc] = -1
+        return x0 // LINE + off, y
+    return R, 3 * nc, fn
+
+
+def attention_iters(BH, SQ, SKV, D, BMQ, BNK, esz=2):
+    q0 = 1 << 34
+    k0 = q0 + BH * SQ * D * esz
+    v0 = k0 + BH * SKV * D * esz
+    o0 = v0 + BH * SKV * D * esz + (1 << 30)
+    nq = SQ // BMQ
+    rl, kl = np.arange(BMQ), np.arange(BNK)
+    iters = 1 + SKV // BNK
+
+    def fn(p, it):
+        pq, bh = p % nq, p // nq
+        q = (q0 + ((bh[:, None] * SQ + pq[:, None] * BMQ + rl[None, :]) * D) * esz) // LINE
+        j = np.maximum(it - 1, 0)
+        kk = (k0 + ((bh[:, None] * SKV + j[:, None] * BNK + kl[None, :]) * D) * esz) // LINE
+        vv = (v0 + ((bh[:, None] * SKV + j[:, None] * BNK + kl[None, :]) * D) * esz) // LINE
+        r = np.concatenate([kk, vv], 1)
+        r[it == 0] = _pad(q, r.shape[1])[it == 0]
+        o = (o0 + ((bh[:, None] * SQ + pq[:, None] * BMQ + rl[None, :]) * D) * esz) // LINE
+        o[it != iters - 1] = -1
+        return r, o
+    return nq * BH, iters, fn
+
+
+def continuous(n_prog, iters, fn, conc, writes, mapping):
+    """Slots run programs back to back, slot s idle for s * iters // conc rounds first; each round every busy slot
+    does one iteration (its reads in slot order, then the round's writes)."""
+    slot = np.arange(conc)
+    side = _side(slot, mapping)
+    pid = np.where(slot < n_prog, slot, -1)
+    it = np.zeros(conc, np.int64)
+    delay = slot * iters // conc
+    nxt = min(conc, n_prog)
+    while (pid >= 0).any():
+        act = (pid >= 0) & (delay == 0)
+        if act.any():
+            r, w = fn(pid[act], it[act])
+            sd = np.repeat(side[act], r.shape[1])
+            keep = r.ravel() >= 0
+            yield _rec(r.ravel()[keep], sd[keep])
+            if writes and w is not None:
+                sw = np.repeat(side[act], w.shape[1])
+                keep = w.ravel() >= 0
+                if keep.any():
+                    yield _rec(w.ravel()[keep], sw[keep], True)
+            it[act] += 1
+            done = act & (it == iters)
+            for s_ in np.flatnonzero(done):
+                pid[s_], it[s_] = (nxt, 0) if nxt < n_prog else (-1, 0)
+                nxt += 1
+        delay = np.maximum(delay - 1, 0)
+
+
+def stream(case: str, conc: int, writes: bool, mapping: str = "halves", order: str = "lockstep"):
+    """bench/l2_vs_ncu.py's case ``case`` (its CASES, the one definition of the shapes) as record chunks, in
+    lockstep waves or in the continuous order."""
     sys.path.insert(0, str(REPO / "bench"))
     from l2_vs_ncu import CASES  # noqa: PLC0415
     c = CASES[case]
     i, k = c["ints"], c["const"]
+    if order == "continuous":
+        if c["kernel"] == "mm":
+            it = matmul_iters(i["M"], i["N"], i["K"], k["BM"], k["BN"], k["BK"], k["GM"])
+        elif c["kernel"] == "gemv":
+            it = gemv_iters(i["N"], i["K"], k["BN"], k["BK"])
+        elif c["kernel"] == "smax":
+            it = softmax_iters(c["inputs"]["x"][0][0], i["n"], k["BLOCK"])
+        else:
+            it = attention_iters(c["inputs"]["q"][0][0], i["S_Q"], i["S_KV"], k["D"], k["BMQ"], k["BNK"])
+        return continuous(*it, conc, writes, mapping)
     if c["kernel"] == "mm":
         return matmul_stream(i["M"], i["N"], i["K"], k["BM"], k["BN"], k["BK"], k["GM"], conc, writes, mapping)
     if c["kernel"] == "gemv":
@@ -258,6 +380,8 @@ def main(argv=None) -> int:
     ap.add_argument("--mapping", default="halves", choices=("halves", "parity"))
     ap.add_argument("--ways", type=int, default=16, help="associativity of every store (sensitivity)")
     ap.add_argument("--dt-ns", type=int, default=64, help="ns between records (64: one stamp unit)")
+    ap.add_argument("--order", default="lockstep", choices=("lockstep", "continuous"),
+                    help="programs in lockstep waves, or slots running programs back to back, started spread")
     a = ap.parse_args(argv)
     ncu = json.loads((REPO / "bench/results/l2_vs_ncu.json").read_text())["cases"]
     cases = [c for c in a.cases.split(",") if c]
@@ -271,7 +395,7 @@ def main(argv=None) -> int:
            "card": "CPU (2-core box)",
            "command": "python3 bench/l2_partition.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "mapping": a.mapping, "concurrency": {c: {k: concurrency(c, k) for k in ("native", "hbf")} for c in cases},
-           "ways": a.ways, "dt_ns": a.dt_ns,
+           "ways": a.ways, "dt_ns": a.dt_ns, "order": a.order,
            "configs": {k: dict(zip(("concurrency", "stores_allocate", "store_bytes", "stores"), v))
                        for k, v in CONFIGS.items() if k in configs}, "rows": [], "complete": False}
     for case in cases:
@@ -283,7 +407,7 @@ def main(argv=None) -> int:
                 unit = a.ways * LINE
                 cap = PROFILE_L2.model_bytes * conc // concurrency(case, "native") // unit * unit
             t0 = time.time()
-            r = simulate(exe, stream(case, conc, wr, a.mapping), cap, parts, ways=a.ways, dt_ns=a.dt_ns)
+            r = simulate(exe, stream(case, conc, wr, a.mapping, a.order), cap, parts, ways=a.ways, dt_ns=a.dt_ns)
             row = {"case": case, "config": cfg, "concurrency": conc, "store_bytes": cap, "stores": parts, **r,
                    "vs_card_dram": round(r["charged_bytes"] / dram, 4),
                    "device_recorded_vs_dram": ncu[case]["on_vs_dram"],
