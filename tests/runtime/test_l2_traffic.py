@@ -83,3 +83,17 @@ def test_profile_geometry_meets_the_card_on_the_recorded_cases(stream_sim, case)
     if case == "matmul_fits":
         old = LP.simulate(stream_sim, LP.stream(case, conc, False), 50 << 20, 1)
         assert LP.ratio_to_card(case, old["charged_bytes"]) < 0.5, old
+
+
+@pytest.mark.parametrize("case", ["gemv", "matmul_fits"])
+def test_continuous_order_reads_and_writes_the_same_lines(case):
+    """bench/l2_partition.py's two program orders (lockstep waves, slots back to back) are the same records in
+    another order: the same lines read and written by the same programs."""
+    import numpy as np
+
+    from bench import l2_partition as LP
+    conc = LP.concurrency(case, "hbf")
+    a = np.concatenate(list(LP.stream(case, conc, True, order="lockstep")))
+    b = np.concatenate(list(LP.stream(case, conc, True, order="continuous")))
+    assert len(a) == len(b) and not np.array_equal(a, b)
+    assert np.array_equal(np.sort(a & ((1 << 63) - 1 - (0x3F << 56))), np.sort(b & ((1 << 63) - 1 - (0x3F << 56))))
