@@ -135,7 +135,7 @@ class hbf_media_params(ctypes.Structure):
         ("curve_write_ns", c_uint64), ("refresh_quantum_bytes", c_uint64),
         ("page_buffers", c_uint32), ("t_cmd_ns", c_uint32),
         ("l2_bytes", c_uint64), ("l2_line_bytes", c_uint32), ("l2_ways", c_uint16), ("l2_policy", c_uint8),
-        ("reserved", c_uint8),
+        ("l2_partitions", c_uint8),
     ]
 
 

@@ -318,41 +318,65 @@ class TimingModel:
 
 
 L2_POLICIES = {"lru": 1, "fifo": 2}   # hbf_media_params.l2_policy (HBF_L2_POLICY_* in runtime_cuda/src/hbf_l2.cuh)
-# the NVIDIA H100/H200 L2 (one GH100 die): 50 MiB (NVIDIA, "NVIDIA Hopper Architecture In-Depth": "A 50 MB L2 cache
-# in H100"; cudaGetDeviceProperties().l2CacheSize reads 52428800 there -- bench/l2_vs_ncu.py records the card's),
-# 128-byte lines of 32-byte sectors (CUDA C++ Best Practices Guide); associativity and policy are not published
-H200_L2_BYTES = 50 << 20
+# the NVIDIA H200's L2: 60 MiB, measured (cudaGetDeviceProperties().l2CacheSize = 62914560 on the H200 of
+# bench/results/l2_vs_ncu.json; the GH100 die has 60 MB, the H100 SXM/PCIe enable 50 MB: NVIDIA "Hopper
+# Architecture In-Depth", chipsandcheese "Nvidia's H100: Funny L2"), 128-byte lines of 32-byte sectors (CUDA C++
+# Best Practices Guide); associativity and policy are not published
+H200_L2_BYTES = 60 << 20
+# two partitions, each caching the data its own SMs read: documented for the A100 (NVIDIA A100 whitepaper, "A100 L2
+# Cache": "The L2 cache is divided into two partitions ... Each L2 partition localizes and caches data for memory
+# accesses from SMs in the GPCs directly connected to the partition"), assumed for GH100 (the H200's ncu counters and
+# bench/l2_partition.py support it): a line read from SMs of both holds a place in both, so a working set read from
+# all SMs fits in capacity / partitions (docs/design.md §3.12)
+H200_L2_PARTITIONS = 2
 L2_MIN_SETS = 32      # hb_l2_group: a page's (at most 32) lines fall in distinct sets
 L2_MAX_SETS = 1 << 20  # HBF_L2_MAX_SETS: the device divides by sets with a 64-bit multiply (exact below it)
+L2_MAX_PARTITIONS = 8
 
 
-def l2_sets(capacity_bytes: int, ways: int, line_bytes: int) -> int:
+def l2_model_bytes(capacity_bytes: int, partitions: int) -> int:
+    """What the L2 model's tag store holds (the one definition): one partition's share, capacity / partitions (a
+    line read from SMs of every partition is held by each; the model keeps one copy per line)."""
+    return capacity_bytes // max(1, partitions)
+
+
+def l2_sets(capacity_bytes: int, ways: int, line_bytes: int, partitions: int = 1) -> int:
     """The L2 model's sets (the one definition: the profile's check, the runtime's tag store, the twin)."""
-    return capacity_bytes // (ways * line_bytes)
+    return l2_model_bytes(capacity_bytes, partitions) // (ways * line_bytes)
 
 
 @dataclass(frozen=True)
 class L2:
     """The GPU's L2 in front of HBF (docs/design.md §3.12): what the runtime's L2 model (HBF_L2_MODEL) sizes
-    its tag store from. Optional in a profile; the defaults are the H200's L2 (see H200_L2_BYTES)."""
+    its tag store from. Optional in a profile; the defaults are the H200's L2 (see H200_L2_BYTES,
+    H200_L2_PARTITIONS)."""
     capacity_bytes: int = H200_L2_BYTES
     line_bytes: int = 128
     ways: int = 16
     policy: str = "lru"
+    partitions: int = H200_L2_PARTITIONS
+
+    @property
+    def model_bytes(self) -> int:
+        return l2_model_bytes(self.capacity_bytes, self.partitions)
 
     @property
     def sets(self) -> int:
-        return l2_sets(self.capacity_bytes, self.ways, self.line_bytes)
+        return l2_sets(self.capacity_bytes, self.ways, self.line_bytes, self.partitions)
 
     def _invariants(self):
         if self.line_bytes < 32 or self.line_bytes & (self.line_bytes - 1):
             yield "line_bytes", "must be a power of two, at least 32"
-        if not 1 <= self.ways <= 32:
+        if not 1 <= self.partitions <= L2_MAX_PARTITIONS:
+            yield "partitions", f"must be 1..{L2_MAX_PARTITIONS}"
+        elif not 1 <= self.ways <= 32:
             yield "ways", "must be 1..32 (the device model reads a set's ways in one pass)"
-        elif self.capacity_bytes % (self.ways * self.line_bytes):
-            yield "capacity_bytes", "must be a whole number of sets: a multiple of ways x line_bytes"
+        elif self.capacity_bytes % (self.partitions * self.ways * self.line_bytes):
+            yield "capacity_bytes", ("must be a whole number of sets per partition: a multiple of partitions x ways x "
+                                     "line_bytes")
         elif not L2_MIN_SETS <= self.sets < L2_MAX_SETS:
-            yield "capacity_bytes", f"capacity / (ways x line_bytes) must give {L2_MIN_SETS} .. 2^20 - 1 sets"
+            yield "capacity_bytes", (f"capacity / (partitions x ways x line_bytes) must give {L2_MIN_SETS} .. 2^20 - 1 "
+                                     "sets")
         if self.policy not in L2_POLICIES:
             yield "policy", f"one of {', '.join(L2_POLICIES)}"
 
@@ -429,6 +453,7 @@ class Profile:
             "l2_line_bytes": self.l2.line_bytes,
             "l2_ways": self.l2.ways,
             "l2_policy": L2_POLICIES[self.l2.policy],
+            "l2_partitions": self.l2.partitions,
         }
 
     def summary_section(self) -> dict[str, Any]:
@@ -508,6 +533,7 @@ def _unwrap(raw: Any, prefix: str, prov: dict[str, Provenance]) -> Any:
 U32_MAX = (1 << 32) - 1
 NS_MAX = (1 << 62) - 1
 I64_MAX = (1 << 63) - 1
+U8_MAX = (1 << 8) - 1
 _INT_MAX: dict[str, int] = {
     **{f"geometry.{k}": U32_MAX for k in ("page_bytes", "read_granularity", "write_granularity", "channels",
                                           "dies_per_channel", "planes_per_die")},
@@ -516,9 +542,10 @@ _INT_MAX: dict[str, int] = {
     "timing.t_cmd_ns": U32_MAX, "geometry.page_buffers_per_plane": U32_MAX,   # u32 in hbf_media_params
     "timing_model.fixed.read_ns": NS_MAX, "timing_model.fixed.write_ns": NS_MAX,
     "timing_model.curve.write_ns": NS_MAX, "thermal.min_dwell_ticks": NS_MAX,
-    "l2.line_bytes": U32_MAX, "l2.ways": U32_MAX,
+    "l2.line_bytes": U32_MAX, "l2.ways": U32_MAX, "l2.partitions": U8_MAX,
 }
 _INT_WHY = {U32_MAX: "a u32 field of hbf_media_params (hbf_ctl.h)",
+            U8_MAX: "a u8 field of hbf_media_params (hbf_ctl.h)",
             NS_MAX: "int64 nanoseconds below the models' 2^62 ns time horizon",
             I64_MAX: "an int64 in the models"}
 # Derived sizes, bounded before any model allocates for them: hbfd's FTL keeps per-block state

@@ -17,7 +17,7 @@ from hbfcommon import ctl as C
 from hbfcommon.abi import (HBF_F_ACTIVE, HBF_F_GENERIC, HBF_F_NC, HBF_F_OP_MASK, HBF_F_RELEASE,  # noqa: F401
                            HBF_F_WAIT_NOW, HBF_FUTURE_TICKET_BIT, HBF_HELPER_ABI_VERSION)  # hbf_abi.h
 from hbfcommon.errors import ConfigError, ErrorCode, RangeError
-from hbfcommon.profile import L2_MAX_SETS, L2_MIN_SETS, L2_POLICIES, l2_sets
+from hbfcommon.profile import L2_MAX_PARTITIONS, L2_MAX_SETS, L2_MIN_SETS, L2_POLICIES, l2_model_bytes, l2_sets
 from hbfcommon.status import STATUS_NAMES
 
 HBF_DEVSTATE_MAGIC = 0x3130545344464248  # "HBFDST01"
@@ -297,19 +297,22 @@ def new_state(ctl_dev: int, media: "C.hbf_media_params | None", params: RunParam
 class L2Geometry:
     """The L2 model's tag store (hbf_device_state.l2_*), from the control region's media parameters (the
     profile's l2 section, hbfcommon.profile.L2)."""
-    capacity_bytes: int
+    capacity_bytes: int  # the card's L2 (all partitions)
     line_bytes: int
     ways: int
     policy: int          # HBF_L2_POLICY_* (1 LRU, 2 FIFO)
     sets: int
+    partitions: int = 1  # the tag store holds capacity / partitions (hbfcommon.profile.l2_model_bytes)
 
     @property
     def tag_bytes(self) -> int:
         return self.sets * self.ways * 8
 
     def summary(self) -> dict:
-        return {"capacity_bytes": self.capacity_bytes, "line_bytes": self.line_bytes, "ways": self.ways,
-                "sets": self.sets, "policy": {v: k for k, v in L2_POLICIES.items()}.get(self.policy, "?")}
+        return {"capacity_bytes": self.capacity_bytes, "partitions": self.partitions,
+                "model_bytes": l2_model_bytes(self.capacity_bytes, self.partitions), "line_bytes": self.line_bytes,
+                "ways": self.ways, "sets": self.sets,
+                "policy": {v: k for k, v in L2_POLICIES.items()}.get(self.policy, "?")}
 
 
 def l2_geometry(media: "C.hbf_media_params") -> L2Geometry:
@@ -317,19 +320,21 @@ def l2_geometry(media: "C.hbf_media_params") -> L2Geometry:
     (a daemon that does not publish them) or one the device model does not cover (hbfcommon.profile.L2)."""
     cap, line, ways, pol = (int(media.l2_bytes), int(media.l2_line_bytes), int(media.l2_ways),
                             int(media.l2_policy))
+    parts = int(media.l2_partitions) or 1          # 0: a daemon that predates the field
     rg, pg = int(media.read_granularity) or 64, int(media.page_bytes) or 4096
     if cap == 0:
         raise ConfigError("HBF_L2_MODEL=1 but the daemon's media parameters carry no L2 geometry (l2_bytes 0): "
                           "an hbfd that predates the profile's l2 section", knob="HBF_L2_MODEL")
-    sets = l2_sets(cap, ways, line) if ways and line else 0
+    sets = l2_sets(cap, ways, line, parts) if ways and line else 0
     ok = (line >= 32 and not line & (line - 1) and 1 <= ways <= 32 and pol in L2_POLICIES.values()
-          and cap == sets * ways * line and L2_MIN_SETS <= sets < L2_MAX_SETS and rg <= line <= pg
+          and 1 <= parts <= L2_MAX_PARTITIONS and cap == sets * ways * line * parts
+          and L2_MIN_SETS <= sets < L2_MAX_SETS and rg <= line <= pg
           and line // rg <= 8 and pg <= 32 * line and pg <= 64 * rg)
     if not ok:
         raise ConfigError(f"the L2 geometry in the media parameters is not one the device model covers: "
-                          f"{cap} B, {line} B lines, {ways} ways, policy {pol}, granule {rg} B, page {pg} B "
-                          "(hbfcommon.profile.L2)", knob="HBF_L2_MODEL")
-    return L2Geometry(cap, line, ways, pol, sets)
+                          f"{cap} B in {parts} partition(s), {line} B lines, {ways} ways, policy {pol}, granule "
+                          f"{rg} B, page {pg} B (hbfcommon.profile.L2)", knob="HBF_L2_MODEL")
+    return L2Geometry(cap, line, ways, pol, sets, parts)
 
 
 def set_l2(st: hbf_device_state, geom: "L2Geometry | None", tags_dptr: int) -> None:

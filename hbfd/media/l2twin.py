@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from hbfcommon.profile import L2_MIN_SETS, L2_POLICIES, l2_sets
+from hbfcommon.profile import L2, L2_MIN_SETS, L2_POLICIES, l2_sets
 
 STAMP_SHIFT = 6           # HBF_L2_STAMP_SHIFT
 STAMP_MASK = 0xFFFFFFFF   # HBF_L2_STAMP_MASK
@@ -66,14 +66,17 @@ class L2Stats:
 
 class L2Twin:
     """The tag store and its accesses. ``capacity_bytes``, ``line_bytes``, ``ways``, ``policy`` ('lru' or 'fifo',
-    or its code) as in the profile's l2 section; ``granule`` = the read granularity, ``page_bytes`` the page."""
+    or its code), ``partitions`` as in the profile's l2 section (the store holds capacity / partitions: what a
+    working set read from the SMs of every partition has, docs/design.md §3.12); ``granule`` = the read
+    granularity, ``page_bytes`` the page."""
 
     def __init__(self, capacity_bytes: int, line_bytes: int = 128, ways: int = 16, policy: str | int = "lru",
-                 granule: int = 64, page_bytes: int = 4096):
-        self.sets = l2_sets(capacity_bytes, ways, line_bytes)
-        if self.sets < L2_MIN_SETS or self.sets * ways * line_bytes != capacity_bytes:
-            raise ValueError(f"L2 {capacity_bytes} B / ({ways} ways x {line_bytes} B): not a whole number of at "
-                             f"least {L2_MIN_SETS} sets")
+                 granule: int = 64, page_bytes: int = 4096, partitions: int = 1):
+        self.sets = l2_sets(capacity_bytes, ways, line_bytes, partitions)
+        if self.sets < L2_MIN_SETS or self.sets * ways * line_bytes * partitions != capacity_bytes:
+            raise ValueError(f"L2 {capacity_bytes} B / ({partitions} partition(s) x {ways} ways x {line_bytes} B): "
+                             f"not a whole number of at least {L2_MIN_SETS} sets")
+        self.partitions = partitions
         self.ways, self.line_bytes, self.granule, self.page_bytes = ways, line_bytes, granule, page_bytes
         self.policy = L2_POLICIES[policy] if isinstance(policy, str) else int(policy)
         self.lshift = line_bytes.bit_length() - 1
@@ -82,6 +85,11 @@ class L2Twin:
         self.gpl = self.lshift - self.gsh
         self.words = [0] * (self.sets * ways)
         self.stats = L2Stats()
+
+    @classmethod
+    def from_profile(cls, l2: L2, granule: int = 64, page_bytes: int = 4096) -> "L2Twin":
+        """The twin of the tag store the runtime sizes from a profile's l2 section (hbfcommon.profile.L2)."""
+        return cls(l2.capacity_bytes, l2.line_bytes, l2.ways, l2.policy, granule, page_bytes, l2.partitions)
 
     # ---- hb_l2_access ----------------------------------------------------------------------------------
     def access_line(self, line: int, need: int, now_ns: int, race: int = 0) -> tuple[int, int]:

@@ -117,11 +117,12 @@ typedef struct hbf_media_params {
     uint32_t t_cmd_ns;             /* command/address time before a plane operation starts */
     /* the GPU's L2 in front of HBF (profile section l2; docs/design.md §3.12): the runtime's L2 model
      * (HBF_L2_MODEL) sizes its tag store from these; 0 (a daemon that does not fill them): no L2 geometry */
-    uint64_t l2_bytes;             /* capacity */
+    uint64_t l2_bytes;             /* the card's capacity (all partitions) */
     uint32_t l2_line_bytes;        /* line (tag) size; a line holds line / read_granularity granules */
     uint16_t l2_ways;              /* associativity */
     uint8_t l2_policy;             /* HBF_L2_POLICY_* (runtime_cuda/src/hbf_l2.cuh): 1 LRU, 2 FIFO */
-    uint8_t reserved;
+    uint8_t l2_partitions;         /* L2 partitions: the tag store holds l2_bytes / l2_partitions (0: 1, a daemon
+                                      that predates the field) */
 } hbf_media_params;
 
 typedef struct hbf_header {

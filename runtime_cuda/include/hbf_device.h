@@ -198,7 +198,7 @@ typedef struct hbf_device_state {
     /* The L2 in front of HBF (docs/design.md §3.12, runtime_cuda/src/hbf_l2.cuh): host-owned, fixed for the
      * session (runtime_cuda/session.py from the profile's l2 section, HBF_L2_MODEL). */
     uint64_t l2_tags;              /* device address of the tag store: l2_sets * l2_ways u64 words, zeroed; 0 = off */
-    uint32_t l2_sets;              /* l2_bytes / (l2_ways * line bytes) (any integer, 32 .. 2^20 - 1) */
+    uint32_t l2_sets;              /* l2_bytes / (l2_partitions x l2_ways x line bytes) (any integer, 32 .. 2^20 - 1) */
     uint32_t l2_ways;              /* 1..32 */
     uint32_t l2_line_shift;        /* log2(line bytes) */
     uint32_t l2_policy;            /* HBF_L2_POLICY_* (hbf_l2.cuh): 1 LRU, 2 FIFO */

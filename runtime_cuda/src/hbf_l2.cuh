@@ -4,7 +4,10 @@
  * HBF sits below the GPU's L2, as HBM does: a load of a registered line that a real L2 would serve is not an
  * HBF read. This models L2 residency of REGISTERED lines: a set-associative tag store in device memory
  * (hbf_device_state.l2_tags: l2_sets x l2_ways 64-bit words), filled by the loads (and cp.async reads) of
- * registered ranges, in media addresses. The media request a warp makes for a page group carries only the
+ * registered ranges, in media addresses. The store is ONE L2 partition's share (the profile's l2.capacity_bytes /
+ * l2.partitions, hbfcommon.profile.l2_model_bytes: a line read from SMs of both partitions is held by both, so a
+ * working set read from every SM fits in one partition; docs/design.md §3.12 "L2 partitions"); the code below
+ * knows only its sets and ways. The media request a warp makes for a page group carries only the
  * granules the L2 model missed; a group whose granules all hit makes no media request at all (future 0).
  *
  * A way's word: bits 63..40 the line's tag + 1 (tag = line / sets, < 2^24 - 1: the profile check bounds the

@@ -81,7 +81,7 @@ def test_device_code_equals_twin(l2host, ways, policy, gpl, race_p):
         assert any(e & EV_MERGED for e in evs)
 
 
-@pytest.mark.parametrize("sets", [32, 25600, 1000003 % (1 << 20), (1 << 20) - 1])
+@pytest.mark.parametrize("sets", [32, 15360, 25600, 1000003 % (1 << 20), (1 << 20) - 1])
 def test_device_locate_equals_exact_division(l2host, sets):
     """hb_l2_locate's multiply by the magic is the exact division for every line whose tag fits 24 bits."""
     rng = random.Random(sets)
@@ -167,17 +167,27 @@ def test_lru_keeps_a_hot_line_fifo_does_not():
 
 def test_profile_l2_section_and_errors():
     p = P.load_profile("ocp-sg1")
-    assert (p.l2.capacity_bytes, p.l2.line_bytes, p.l2.ways, p.l2.policy, p.l2.sets) == (50 << 20, 128, 16, "lru",
-                                                                                         25600)
-    assert p.provenance["l2.capacity_bytes"].kind == "literature"
+    # the H200: 60 MiB (its l2CacheSize), two partitions: the tag store holds one partition's 30 MiB, 15360 sets
+    assert (p.l2.capacity_bytes, p.l2.line_bytes, p.l2.ways, p.l2.policy, p.l2.partitions) == (60 << 20, 128, 16,
+                                                                                               "lru", 2)
+    assert (p.l2.model_bytes, p.l2.sets) == (30 << 20, 15360)
+    assert p.provenance["l2.capacity_bytes"].kind == "measured"
+    assert p.provenance["l2.partitions"].kind == "assumed"
     mp = p.to_media_params()
-    assert (mp["l2_bytes"], mp["l2_line_bytes"], mp["l2_ways"], mp["l2_policy"]) == (50 << 20, 128, 16, 1)
+    assert (mp["l2_bytes"], mp["l2_line_bytes"], mp["l2_ways"], mp["l2_policy"], mp["l2_partitions"]) == (
+        60 << 20, 128, 16, 1, 2)
     assert P.load_profile("nominal").l2 == P.L2()       # absent: the H200 defaults
+    assert P.L2(partitions=1).sets == 2 * P.L2().sets   # one partition: the whole capacity (the model before)
     d = dict(P.read_json_document("ocp-sg1", what="profile", error=ProfileError, search_dir=P.PROFILE_DIR).data)
     for l2, field in (({"ways": {"value": 48, "provenance": "assumed", "source": "x"}}, "l2.ways"),
                       ({"capacity_bytes": {"value": 1000, "provenance": "assumed", "source": "x"}},
                        "l2.capacity_bytes"),
                       ({"line_bytes": {"value": 96, "provenance": "assumed", "source": "x"}}, "l2.line_bytes"),
+                      ({"partitions": {"value": 9, "provenance": "assumed", "source": "x"}}, "l2.partitions"),
+                      # 3 partitions of 60 MiB: not a whole number of 16-way sets of 128 B lines each
+                      ({"partitions": {"value": 3, "provenance": "assumed", "source": "x"},
+                        "capacity_bytes": {"value": (60 << 20) + 2048, "provenance": "assumed", "source": "x"}},
+                       "l2.capacity_bytes"),
                       ({"policy": "random"}, "l2")):
         with pytest.raises(ProfileError) as ei:
             P.profile_from_dict(dict(d, l2=l2))
@@ -198,7 +208,11 @@ def _media(**kw):
 
 def test_runtime_geometry_descriptor_and_counters():
     g = D.l2_geometry(_media())
-    assert (g.sets, g.ways, g.line_bytes, g.tag_bytes) == (25600, 16, 128, 25600 * 16 * 8)
+    assert (g.sets, g.ways, g.line_bytes, g.partitions, g.tag_bytes) == (15360, 16, 128, 2, 15360 * 16 * 8)
+    # a daemon that predates l2_partitions (the byte was reserved, 0): one partition, the whole capacity
+    assert D.l2_geometry(_media(l2_partitions=0)).sets == 30720
+    with pytest.raises(ConfigError, match="not one the device model covers"):
+        D.l2_geometry(_media(l2_partitions=9))
     with pytest.raises(ConfigError, match="no L2 geometry"):
         D.l2_geometry(_media(l2_bytes=0))
     with pytest.raises(ConfigError, match="not one the device model covers"):
@@ -209,7 +223,7 @@ def test_runtime_geometry_descriptor_and_counters():
     off = D.cdesc_for(st, 0x7000_0000, 0)
     assert off.inl_flags & D.HBF_CDI_READ and not off.flags & D.HBF_CD_L2
     D.set_l2(st, g, 0x9000_0000)
-    assert (st.l2_tags, st.l2_sets, st.l2_ways, st.l2_line_shift, st.l2_policy) == (0x9000_0000, 25600, 16, 7, 1)
+    assert (st.l2_tags, st.l2_sets, st.l2_ways, st.l2_line_shift, st.l2_policy) == (0x9000_0000, 15360, 16, 7, 1)
     on = D.cdesc_for(st, 0x7000_0000, 0)
     # on: loads leave the inline path (the lookups are in the helpers); stores stay inline (they bypass the model)
     assert on.flags & D.HBF_CD_L2 and not on.inl_flags & D.HBF_CDI_READ and on.inl_flags & D.HBF_CDI_WRITE
@@ -232,9 +246,11 @@ def test_daemon_publishes_the_geometry_and_the_session_reports_it(hbfd_daemon, m
     s = runtime_cuda.attach(socket=hbfd_daemon[0], cuda=False)
     try:
         m = s.ctl.ctl.header.media
-        assert (int(m.l2_bytes), int(m.l2_line_bytes), int(m.l2_ways), int(m.l2_policy)) == (50 << 20, 128, 16, 1)
-        assert s.counters(publish=False)["l2_model"] == {"capacity_bytes": 50 << 20, "line_bytes": 128, "ways": 16,
-                                                         "sets": 25600, "policy": "lru"}
+        assert (int(m.l2_bytes), int(m.l2_line_bytes), int(m.l2_ways), int(m.l2_policy), int(m.l2_partitions)) == (
+            60 << 20, 128, 16, 1, 2)
+        assert s.counters(publish=False)["l2_model"] == {"capacity_bytes": 60 << 20, "partitions": 2,
+                                                         "model_bytes": 30 << 20, "line_bytes": 128, "ways": 16,
+                                                         "sets": 15360, "policy": "lru"}
     finally:
         s.close()
     monkeypatch.setenv("HBF_L2_MODEL", "0")
