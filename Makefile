@@ -85,8 +85,11 @@ browser:
 	  else echo "note: no Chromium (and no root apt-get): the report's browser test will skip"; fi; \
 	fi
 
+# the CPU suite on TEST_JOBS workers (pytest-xdist; default: one per core), the tests of one file on one worker
+# (module fixtures built once; on the 2-core CI box ~1.7x faster than one worker). TEST_JOBS=0: one process.
+TEST_JOBS ?= auto
 test: $(INSTALL_STAMP) proto helpers-ptx browser
-	$(VPY) -m pytest -q -p no:cacheprovider
+	$(VPY) -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile
 
 test-gpu: $(INSTALL_STAMP) proto helpers-ptx
 	$(VPY) -m pytest -q -p no:cacheprovider -m gpu
