@@ -93,8 +93,8 @@ def _waves(n: int, conc: int):
         yield np.arange(w0, min(n, w0 + conc))
 
 
-def matmul_stream(M, N, K, BM, BN, BK, GM, conc, writes, mapping, esz=2):
-    """tl.dot tiles of A (M x K) and B (K x N), both registered; C written at the program's end."""
+def _matmul_layout(M, N, K, BM, BN, GM, esz):
+    """A, B and C's base addresses and each program's (pid_m, pid_n) in the tutorial's grouped order."""
     a0 = 1 << 34
     b0 = a0 + M * K * esz
     c0 = b0 + K * N * esz + (1 << 30)
@@ -103,8 +103,12 @@ def matmul_stream(M, N, K, BM, BN, BK, GM, conc, writes, mapping, esz=2):
     npg = GM * npn
     first = (pid // npg) * GM
     gsz = np.minimum(npm - first, GM)
-    PM = first + (pid % npg) % gsz
-    PN = (pid % npg) // gsz
+    return a0, b0, c0, pid, first + (pid % npg) % gsz, (pid % npg) // gsz
+
+
+def matmul_stream(M, N, K, BM, BN, BK, GM, conc, writes, mapping, esz=2):
+    """tl.dot tiles of A (M x K) and B (K x N), both registered; C written at the program's end."""
+    a0, b0, c0, pid, PM, PN = _matmul_layout(M, N, K, BM, BN, GM, esz)
     ra, rb = np.arange(BM), np.arange(BK)
     bl = np.arange(BN * esz // LINE)
     for w in _waves(len(pid), conc):
@@ -187,15 +191,7 @@ def _pad(a: np.ndarray, w: int) -> np.ndarray:
 
 
 def matmul_iters(M, N, K, BM, BN, BK, GM, esz=2):
-    a0 = 1 << 34
-    b0 = a0 + M * K * esz
-    c0 = b0 + K * N * esz + (1 << 30)
-    npm, npn = M // BM, N // BN
-    pid = np.arange(npm * npn)
-    npg = GM * npn
-    first = (pid // npg) * GM
-    gsz = np.minimum(npm - first, GM)
-    PM, PN = first + (pid % npg) % gsz, (pid % npg) // gsz
+    a0, b0, c0, pid, PM, PN = _matmul_layout(M, N, K, BM, BN, GM, esz)
     ra, rb, bl = np.arange(BM), np.arange(BK), np.arange(BN * esz // LINE)
     iters = K // BK
 
