@@ -86,7 +86,8 @@ browser:
 	fi
 
 # the CPU suite on TEST_JOBS workers (pytest-xdist; default: one per core), the tests of one file on one worker
-# (module fixtures built once; on the 2-core CI box ~1.7x faster than one worker). TEST_JOBS=0: one process.
+# (module fixtures built once; a clean-clone CI run on 2 cores: 26 min, was 35 in one process). TEST_JOBS=0: no
+# workers (xdist off).
 TEST_JOBS ?= auto
 test: $(INSTALL_STAMP) proto helpers-ptx browser
 	$(VPY) -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile
