@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Register cost of the L2 model's hooks (docs/design.md §3.12) with ptxas on the CPU, on the kernels of
-bench/helper_registers.py: the direct helper build before the L2 model (--baseline-rev), the default direct build
+bench/helper_registers.py: the direct helper build of a baseline revision (--baseline-rev, default HEAD: the
+helpers as committed; the first run compared 9ef7f50, before the L2 model, which today's rewrite can no longer
+link: it calls __hb_tma, added after it), the default direct build
 now (no hooks: -DHBF_L2_MODEL=0 is its default) and the L2 build (-DHBF_L2_MODEL=1, runtime_cuda/ptx/
 hbf_helpers_l2.ptx; the runtime knob HBF_L2_MODEL only decides at run time, so its registers are the same whether
 the model is on or off): registers, spill stores, STL/LDL in the kernel's loops, and the function that sets the
 kernel's register maximum (whole-program allocation).
 
     python3 bench/l2_registers.py [--out bench/results/l2_registers.json] [--kernels stream,softmax_row,...]
-                                  [--baseline-rev 9ef7f50]
+                                  [--baseline-rev HEAD]
 """
 from __future__ import annotations
 
@@ -41,7 +43,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "l2_registers.json"))
     ap.add_argument("--kernels", default="stream," + ",".join(HR.FIXTURES))
-    ap.add_argument("--baseline-rev", default="9ef7f50", help="the helpers before the L2 model")
+    ap.add_argument("--baseline-rev", default="HEAD",
+                    help="the helpers to compare with (a revision whose helpers define every function today's rewrite "
+                         "calls; 9ef7f50, before the L2 model, no longer links)")
     a = ap.parse_args(argv)
     names = [k for k in a.kernels.split(",") if k]
     known = {"stream", *HR.FIXTURES}
