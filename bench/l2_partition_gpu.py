@@ -59,6 +59,7 @@ def l2p_warm_private(x, out, n, P, BLOCK: tl.constexpr):
     tl.store(out + pid, tl.sum(acc, axis=0))
 
 
+# the same loop as l2p_warm_private under its own name: ncu profiles only the probe (-k regex:^l2p_probe)
 @triton.jit
 def l2p_probe(x, out, n, P, BLOCK: tl.constexpr):
     pid = tl.program_id(0)

@@ -51,7 +51,7 @@ def _check_module(name: str, path: Path, helper: H.HelperModule, helper_obj: Pat
     rewrite with the helpers extern, ``ptxas -c`` and ``nvlink`` against ``helper_obj`` (the real helper assembled
     once): every instruction assembles and every helper symbol the rewrite names resolves, at a fifth of the CPU."""
     text = path.read_text()
-    res = rewrite_text(text, filename=name, helper=helper)
+    res = rewrite_text(text, filename=name, helper=helper, link=whole)
     funcs = res.meta["timing"]["functions"]
     m = parse_module(text)
     # every memory operation of the input is counted exactly once
@@ -78,7 +78,7 @@ def _check_module(name: str, path: Path, helper: H.HelperModule, helper_obj: Pat
     if whole:
         U.assemble(res.text, "sm_90a")
     else:
-        _assemble_separate(rewrite_text(text, filename=name, helper=helper, link=False).text, helper_obj)
+        _assemble_separate(res.text, helper_obj)
     return name
 
 
