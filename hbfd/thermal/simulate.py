@@ -56,6 +56,9 @@ class Scenario:
     refresh_max_share: float = 0.5          # refresh takes at most this share of a tick's media budget
 
 
+MAX_BACKOFF = 64          # ticks taken step by step, at most, between two stretches computed for nothing
+
+
 def _trace_changes(src) -> np.ndarray | None:
     if isinstance(src, TraceSource):
         return np.asarray(src.t, np.int64)
@@ -95,6 +98,7 @@ def run_closed_loop(rom: ThermalROM, policy: Policy, telemetry: TelemetryGuard, 
     terminal = "clean"
     error = None
     chunks = 0
+    evaluations = 0         # stretches computed (outputs_constant calls), used or not
     slow_ticks = 0
     last_temps = rom.d.copy()
 
@@ -114,11 +118,19 @@ def run_closed_loop(rom: ThermalROM, policy: Policy, telemetry: TelemetryGuard, 
         return max(0, hi - lo) * app_per_tick
 
     chunk = sc.max_chunk_ticks
+    # Ticks to take step by step before a stretch is tried again. A stretch that ended where the decision (or a
+    # block's threshold) changes is followed by that tick (a stretch from there would end at once); a stretch
+    # computed for nothing (h = 0: a policy whose output moves every tick, PI while it regulates) doubles the
+    # wait, up to MAX_BACKOFF ticks. Only the cost changes: the step-by-step tick is the reference semantics.
+    wait = 0
+    backoff = 1
     while k < n_ticks:
         t_end = (k + 1) * dt_ns
         s = telemetry.read(t_end)
         in_refresh = refresh is not None and refresh.in_flight is not None
-        if fast and not in_refresh and (constant or trace_t is not None):
+        if wait > 0:
+            wait -= 1
+        elif fast and not in_refresh and (constant or trace_t is not None):
             # a stretch with constant input
             n = min(chunk, n_ticks - k)
             if trace_t is not None:
@@ -129,6 +141,7 @@ def run_closed_loop(rom: ThermalROM, policy: Policy, telemetry: TelemetryGuard, 
             app = min(b, sc.offered_read_bytes_per_s * dt_s)
             p = power(s.gpu_power_w, app, 0.0)
             Y = modal.outputs_constant(p, n)
+            evaluations += 1
             hb = Y[:, o_hbf].max(axis=1)
             h = policy.scan(hb)                       # ticks before the decision changes
             if ledger is not None and ledger.n_blocks:
@@ -148,7 +161,13 @@ def run_closed_loop(rom: ThermalROM, policy: Policy, telemetry: TelemetryGuard, 
                     h = min(h, int(hit[0]))
             # adapt the stretch length: computing far past the next decision change is wasted work
             chunk = min(sc.max_chunk_ticks, chunk * 2) if h >= n else max(16, min(chunk, 4 * max(h, 1)))
-            if h >= 1:
+            if h < 1:
+                wait = backoff - 1                    # this tick now, step by step, then backoff - 1 more
+                backoff = min(2 * backoff, MAX_BACKOFF)
+            else:
+                backoff = 1
+                if h < n:
+                    wait = 1
                 n = min(n, h)
                 modal.advance_constant(p, n)
                 Yh, hbh = Y[:n], hb[:n]
@@ -220,6 +239,7 @@ def run_closed_loop(rom: ThermalROM, policy: Policy, telemetry: TelemetryGuard, 
     w_len = max(0.0, min(sc.bandwidth_window_s[1], sim_s) - sc.bandwidth_window_s[0])
     out = {
         "horizon_s": sc.horizon_s, "simulated_s": sim_s, "ticks": k, "chunks": chunks, "slow_ticks": slow_ticks,
+        "stretch_evaluations": evaluations,
         "policy": {**policy.cfg.as_dict(), "final": policy.state_dict()},
         "telemetry": {**telemetry.source.identity(), "reads": telemetry.reads},
         "application_bytes": app_bytes, "refresh_bytes": refresh_bytes,

@@ -116,6 +116,13 @@ def test_closed_loop_fast_path_equals_tick_by_tick(small_rom, policy):
     np.testing.assert_allclose([r["hazard"] for r in a["hazard_sweep"]], [r["hazard"] for r in b["hazard_sweep"]],
                                rtol=1e-9)
     assert a["slow_ticks"] < b["slow_ticks"]
+    # stretches computed for nothing (h = 0): a stretch that ended where the decision changes is followed by that
+    # tick step by step (hysteresis-type policies: none wasted; before, one per transition), and a policy whose
+    # output moves every tick (PI) is tried again only after a doubling wait (before: on every slow tick, 91 here)
+    wasted = a["stretch_evaluations"] - a["chunks"]
+    assert wasted <= 2 + a["slow_ticks"] // 64
+    if policy != "pi":
+        assert wasted <= 2
     if policy != "none":
         assert a["transitions"], "the scenario is hot enough to throttle"
 
