@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lindley import segment_ends, segment_starts, segmented_fcfs
+from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs
 
 _BIG = 1 << 62
 
@@ -117,6 +117,12 @@ def plane_lindley(start_ready, service, plane, nplanes, plane_free):
         return np.array([e], np.int64)
     o = np.argsort(small_int(plane, nplanes), kind="stable")
     p1 = plane[o]
+    if np.ndim(service) == 0:
+        e1 = _sorted_fcfs_scalar(start_ready[o], int(service), p1, nplanes, plane_free)
+        if e1 is not None:
+            out = np.empty(n, np.int64)
+            out[o] = e1
+            return out
     s1 = service if np.ndim(service) == 0 else service[o]
     e1 = segmented_fcfs(start_ready[o], s1, p1, plane_free)
     st = segment_starts(p1)
@@ -125,6 +131,39 @@ def plane_lindley(start_ready, service, plane, nplanes, plane_free):
     out = np.empty(n, np.int64)
     out[o] = e1
     return out
+
+
+def _sorted_fcfs_scalar(ready, s, p1, nplanes, plane_free):
+    """``segmented_fcfs`` of one service time ``s`` over jobs sorted by plane (``p1`` ascending),
+    with fewer passes: with the global index i instead of the index within the plane (st: the
+    plane's first job), d_i = (i + 1) s + max(free - st s, max_{st <= j <= i} (r_j - j s)), and the
+    plane ids themselves offset the segments of the running maximum. Updates ``plane_free``.
+    None when the offsets would overflow (the caller takes the general form)."""
+    n = len(ready)
+    iota = np.arange(n, dtype=np.int64)
+    w = ready - iota * s
+    brk = np.empty(n, bool)
+    brk[0] = True
+    np.not_equal(p1[1:], p1[:-1], out=brk[1:])
+    st = np.flatnonzero(brk)
+    w[st] = np.maximum(w[st], plane_free[p1[st]] - st * s)
+    lo = int(w.min())
+    span = int(w.max()) - lo + 1
+    if span * nplanes >= (1 << 62):
+        return None
+    off = p1 * span
+    off -= lo
+    w += off
+    np.maximum.accumulate(w, out=w)
+    w -= off
+    iota += 1
+    iota *= s
+    w += iota
+    en = np.empty(len(st), np.int64)
+    en[:-1] = st[1:] - 1
+    en[-1] = n - 1
+    plane_free[p1[en]] = w[en]
+    return w
 
 
 def fifo_exact(r, die, plane, service, *, t_cmd: int, queue_depth: int, nplanes: int, ndies: int,
@@ -270,7 +309,9 @@ def _window(r, die, plane, service, cd, ct, *, t_cmd, Q, nplanes, ndies, plane_f
         code = np.full(ndies, -1, np.int64)
         code[udies] = np.arange(nd)
         cc = code[cd]
-        o = np.lexsort((ct, cc))
+        o = packed_order(cc, nd, ct)              # = np.lexsort((ct, cc))
+        if o is None:
+            o = np.lexsort((ct, cc))
         cc, tt = cc[o], ct[o]
         cst = segment_starts(cc)
         clen = np.diff(np.append(cst, len(cc)))

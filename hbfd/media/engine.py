@@ -52,7 +52,7 @@ from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from .hist import LogHistogram
-from .lindley import segment_ends, segment_starts, segmented_fcfs
+from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs
 
 log = logging.getLogger(__name__)
 
@@ -407,12 +407,19 @@ class MediaEngine:
         if n <= _SMALL and self.trace is None:
             return self._chan_small(ch, rd, x, seq, it["q0"])
         # order by (channel, ready, seq): stable sorts on seq order (timsort gains from the runs
-        # that plane-ordered sense ends form), then a radix sort by channel
+        # that plane-ordered sense ends form), then a radix sort by channel; items in seq order with
+        # ready times far from sorted (a burst's deferred transfers) -> one sort of packed
+        # (channel, ready, index) keys (the same order)
         if bool((seq[1:] > seq[:-1]).all()):
-            o = np.argsort(rd, kind="stable")
+            o = None
+            if 8 * int(np.count_nonzero(rd[1:] < rd[:-1])) > n:
+                o = packed_order(ch, g.channels, rd)
+            if o is None:
+                o = np.argsort(rd, kind="stable")
+                o = o[np.argsort(small_int(ch[o], g.channels), kind="stable")]
         else:
             o = np.lexsort((seq, rd))
-        o = o[np.argsort(small_int(ch[o], g.channels), kind="stable")]
+            o = o[np.argsort(small_int(ch[o], g.channels), kind="stable")]
         c2 = ch[o]
         x2 = x[o]
         d2 = segmented_fcfs(rd[o], x2, c2, self.chan_free)

@@ -26,6 +26,29 @@ def segment_starts(seg: np.ndarray) -> np.ndarray:
     return np.flatnonzero(brk)
 
 
+def packed_order(major: np.ndarray, nmajor: int, minor: np.ndarray) -> np.ndarray | None:
+    """The permutation that sorts by (``major``, ``minor``, index), as the stable sorts by ``minor``
+    then by ``major`` give it, from one unstable sort of packed int64 keys
+    ``((major * span + minor - lo) << bits) | index`` (unique, so the order is the same); None when
+    the keys do not fit in 63 bits (the caller sorts the slow way). ``major`` in [0, nmajor)."""
+    n = len(minor)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    lo = int(minor.min())
+    span = int(minor.max()) - lo + 1
+    bits = max(1, (n - 1).bit_length())
+    if (nmajor * span) << bits >= (1 << 63):
+        return None
+    key = major.astype(np.int64, copy=False) * span
+    key += minor
+    key -= lo
+    key <<= bits
+    key |= np.arange(n, dtype=np.int64)
+    key.sort()
+    key &= (1 << bits) - 1
+    return key
+
+
 def segment_ends(starts: np.ndarray, n: int) -> np.ndarray:
     """Index of the last element of each segment, from ``segment_starts`` (n elements)."""
     ends = np.empty(len(starts), np.int64)
