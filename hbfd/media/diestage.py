@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs
+from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs, sorted_fcfs
 
 _BIG = 1 << 62
 
@@ -106,8 +106,9 @@ class DieCarry:
         return out
 
 
-def plane_lindley(start_ready, service, plane, nplanes, plane_free):
-    """FCFS per plane (commands in FIFO order): ends; updates ``plane_free``."""
+def plane_lindley(start_ready, service, plane, nplanes, plane_free, order=None):
+    """FCFS per plane (commands in FIFO order): ends; updates ``plane_free``. ``order``: the stable
+    argsort of ``plane`` when the caller has it."""
     n = len(start_ready)
     if n == 1:
         p = int(plane[0])
@@ -115,15 +116,14 @@ def plane_lindley(start_ready, service, plane, nplanes, plane_free):
         e = max(int(start_ready[0]), int(plane_free[p])) + s
         plane_free[p] = e
         return np.array([e], np.int64)
-    o = np.argsort(small_int(plane, nplanes), kind="stable")
+    o = np.argsort(small_int(plane, nplanes), kind="stable") if order is None else order
     p1 = plane[o]
-    if np.ndim(service) == 0:
-        e1 = _sorted_fcfs_scalar(start_ready[o], int(service), p1, nplanes, plane_free)
-        if e1 is not None:
-            out = np.empty(n, np.int64)
-            out[o] = e1
-            return out
-    s1 = service if np.ndim(service) == 0 else service[o]
+    s1 = int(service) if np.ndim(service) == 0 else service[o]
+    e1 = sorted_fcfs(start_ready[o], s1, p1, nplanes, plane_free)
+    if e1 is not None:
+        out = np.empty(n, np.int64)
+        out[o] = e1
+        return out
     e1 = segmented_fcfs(start_ready[o], s1, p1, plane_free)
     st = segment_starts(p1)
     en = segment_ends(st, n)
@@ -133,43 +133,11 @@ def plane_lindley(start_ready, service, plane, nplanes, plane_free):
     return out
 
 
-def _sorted_fcfs_scalar(ready, s, p1, nplanes, plane_free):
-    """``segmented_fcfs`` of one service time ``s`` over jobs sorted by plane (``p1`` ascending),
-    with fewer passes: with the global index i instead of the index within the plane (st: the
-    plane's first job), d_i = (i + 1) s + max(free - st s, max_{st <= j <= i} (r_j - j s)), and the
-    plane ids themselves offset the segments of the running maximum. Updates ``plane_free``.
-    None when the offsets would overflow (the caller takes the general form)."""
-    n = len(ready)
-    iota = np.arange(n, dtype=np.int64)
-    w = ready - iota * s
-    brk = np.empty(n, bool)
-    brk[0] = True
-    np.not_equal(p1[1:], p1[:-1], out=brk[1:])
-    st = np.flatnonzero(brk)
-    w[st] = np.maximum(w[st], plane_free[p1[st]] - st * s)
-    lo = int(w.min())
-    span = int(w.max()) - lo + 1
-    if span * nplanes >= (1 << 62):
-        return None
-    off = p1 * span
-    off -= lo
-    w += off
-    np.maximum.accumulate(w, out=w)
-    w -= off
-    iota += 1
-    iota *= s
-    w += iota
-    en = np.empty(len(st), np.int64)
-    en[:-1] = st[1:] - 1
-    en[-1] = n - 1
-    plane_free[p1[en]] = w[en]
-    return w
-
-
 def fifo_exact(r, die, plane, service, *, t_cmd: int, queue_depth: int, nplanes: int, ndies: int,
-               plane_free: np.ndarray, carry: DieCarry, horizon: int, stats: dict | None = None):
+               plane_free: np.ndarray, carry: DieCarry, horizon: int, stats: dict | None = None,
+               plane_order: np.ndarray | None = None):
     """Array-op ends of one class of commands (in (ready, seq) order) under the die queue depth.
-    Updates ``plane_free`` and ``carry``."""
+    Updates ``plane_free`` and ``carry``. ``plane_order``: the stable argsort of ``plane``, if known."""
     n = len(r)
     Q = queue_depth
     if n == 0:
@@ -205,7 +173,7 @@ def fifo_exact(r, die, plane, service, *, t_cmd: int, queue_depth: int, nplanes:
                 return E
     # 1. unconstrained (A = r), plane state on a copy of the planes it touches
     pf0 = plane_free.copy() if (n + len(carry) > Q) else None
-    E = plane_lindley(r + t_cmd, service, plane, nplanes, plane_free)
+    E = plane_lindley(r + t_cmd, service, plane, nplanes, plane_free, plane_order)
     if pf0 is None:                           # no die can hold Q commands: the queue depth never binds
         carry.put(die, E, horizon)
         return E

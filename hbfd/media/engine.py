@@ -52,7 +52,7 @@ from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from .hist import LogHistogram
-from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs
+from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs, sorted_fcfs
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +240,7 @@ class MediaEngine:
         self._adv_now = 0                          # latest advance(now)
         self._disorder = False                     # an arrival came before the latest arrival or advance
         self._tail_kept = self._tail_redone = 0    # pending commands kept / scheduled again (_reschedule_tail)
+        self._lk_order: np.ndarray | None = None   # _lookup_runs's plane order when it found only misses
         # write backpressure: per plane the ids of its last B programs (issue order), the ends of decided
         # programs, and store data-ins waiting for an undecided program's end
         self._ring = np.full((g.planes, g.page_buffers_per_plane), -1, np.int64)
@@ -422,10 +423,12 @@ class MediaEngine:
             o = o[np.argsort(small_int(ch[o], g.channels), kind="stable")]
         c2 = ch[o]
         x2 = x[o]
-        d2 = segmented_fcfs(rd[o], x2, c2, self.chan_free)
-        cst = segment_starts(c2)
-        cend = segment_ends(cst, n)
-        self.chan_free[c2[cend]] = d2[cend]
+        d2 = sorted_fcfs(rd[o], x2, c2, g.channels, self.chan_free)      # (sets chan_free)
+        if d2 is None:
+            d2 = segmented_fcfs(rd[o], x2, c2, self.chan_free)
+            cst = segment_starts(c2)
+            cend = segment_ends(cst, n)
+            self.chan_free[c2[cend]] = d2[cend]
         if n < 64:
             np.add.at(self.chan_busy_ns, c2, x2)
         else:
@@ -678,6 +681,7 @@ class MediaEngine:
                     pref = np.zeros(nu, np.int64)
                     pref[pk] = -1 - np.arange(len(pk), dtype=np.int64)
                     s_ref[:, 1] = np.where(has2, o[np.maximum(en - 1, 0)], pref)
+                    self._lk_order = o
                     return np.ones(n, bool), np.arange(n, dtype=np.int64), pready, (up, s_page, s_ref)
         # carried buffers of these planes become pseudo accesses (LRU first) before the batch's
         npse = (bpg >= 0).sum(axis=1)
@@ -812,9 +816,10 @@ class MediaEngine:
                 if not loopm.any() and not rel.any():
                     loopm = None
         parts = []
+        self._lk_order = None          # set by _lookup_runs when it finds only misses: its plane order
         if loopm is None:
             if n:
-                parts.append((np.arange(n, dtype=np.int64), self._lookup_runs(plane, lpn)))
+                parts.append((None, self._lookup_runs(plane, lpn)))      # None: every read, in order
         else:
             vi = np.flatnonzero(~loopm)
             if len(vi):
@@ -848,35 +853,55 @@ class MediaEngine:
         states = []
         poff = 0
         for idx, (m, r, pr, (up, sp, sr)) in parts:
-            miss[idx] = m
-            ref[idx] = _map_ref(r, idx, poff)
-            states.append((up, sp, _map_ref(sr, idx, poff, sp >= 0)))
+            if idx is None:                    # the only part: refs are global already
+                miss, ref = m, r
+                states.append((up, sp, sr))
+            else:
+                miss[idx] = m
+                ref[idx] = _map_ref(r, idx, poff)
+                states.append((up, sp, _map_ref(sr, idx, poff, sp >= 0)))
             pready_all.append(pr)
             poff += len(pr)
         pready = np.concatenate(pready_all) if len(pready_all) > 1 else (pready_all[0] if pready_all else _E0)
         # die/plane stage for the misses (and the other array commands)
-        mi = np.flatnonzero(miss)
-        nm = len(mi)
+        allmiss = bool(miss.all())
+        lk_order = self._lk_order if len(parts) == 1 and parts[0][0] is None else None
+        mi = None if allmiss else np.flatnonzero(miss)
+        nm = n if allmiss else len(mi)
         self.n["senses"] += nm
-        E = np.zeros(n, np.int64)
         if cmds is None and self._pq is None:
-            if nm:
-                E[mi] = fifo_exact(ta[mi], die[mi], plane[mi], g.t_read_ns, t_cmd=t_cmd,
-                                   queue_depth=g.queue_depth, nplanes=g.planes, ndies=g.dies,
-                                   plane_free=self.plane_free, carry=self.slots, horizon=self.horizon,
-                                   stats=self.n)
-                if self.trace is not None:
-                    self.trace.append(("plane", plane[mi], E[mi] - g.t_read_ns, E[mi]))
+            if allmiss:
+                E = fifo_exact(ta, die, plane, g.t_read_ns, t_cmd=t_cmd, queue_depth=g.queue_depth,
+                               nplanes=g.planes, ndies=g.dies, plane_free=self.plane_free, carry=self.slots,
+                               horizon=self.horizon, stats=self.n, plane_order=lk_order) \
+                    if n else np.zeros(0, np.int64)
+                if self.trace is not None and n:
+                    self.trace.append(("plane", plane.copy(), E - g.t_read_ns, E.copy()))
+            else:
+                E = np.zeros(n, np.int64)
+                if nm:
+                    E[mi] = fifo_exact(ta[mi], die[mi], plane[mi], g.t_read_ns, t_cmd=t_cmd,
+                                       queue_depth=g.queue_depth, nplanes=g.planes, ndies=g.dies,
+                                       plane_free=self.plane_free, carry=self.slots, horizon=self.horizon,
+                                       stats=self.n)
+                    if self.trace is not None:
+                        self.trace.append(("plane", plane[mi], E[mi] - g.t_read_ns, E[mi]))
             self.n["fast_batches"] += 1
         else:
+            E = np.zeros(n, np.int64)
+            if allmiss:
+                mi = np.arange(n, dtype=np.int64)
             E[mi] = self._array_ops(ta[mi], die[mi], plane[mi], cmds)
         # data ready, buffer state
-        rb = np.where(ref >= 0, E[np.maximum(ref, 0)], pready[np.clip(-1 - ref, 0, len(pready) - 1)]
-                      if len(pready) else 0)
-        hitm = ~miss
         early = ta + t_cmd
-        rd = np.where(miss, E, np.maximum(early, rb))
-        if hitm.any():
+        if allmiss:
+            rd = E
+        else:
+            rb = np.where(ref >= 0, E[np.maximum(ref, 0)], pready[np.clip(-1 - ref, 0, len(pready) - 1)]
+                          if len(pready) else 0)
+            hitm = ~miss
+            rd = np.where(miss, E, np.maximum(early, rb))
+        if not allmiss:
             nh = int(hitm.sum())
             nco = int((rb[hitm] > early[hitm]).sum())
             self.n["coalesced_reads"] += nco
@@ -887,7 +912,7 @@ class MediaEngine:
                           if len(pready) else 0)
             self.bpage[up] = sp
             self.bready[up] = np.where(sp >= 0, rv, 0)
-        q0 = early + np.where(miss, g.t_read_ns, 0)
+        q0 = early + g.t_read_ns if allmiss else early + np.where(miss, g.t_read_ns, 0)
         return {"ch": ch, "rd": rd, "x": x, "seq": seq, "serial": tser, "q0": q0}
 
     def _reads_small(self, ta, lpn, ch, die, plane, x, seq, tser):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hbfd.media.diestage import _sorted_fcfs_scalar, plane_lindley
-from hbfd.media.lindley import packed_order
+from hbfd.media.diestage import plane_lindley
+from hbfd.media.lindley import packed_order, segmented_fcfs, sorted_fcfs
 
 
 def _wide(rng, n, hi):
@@ -56,11 +56,39 @@ def test_plane_lindley_scalar_equals_fcfs():
         free = _wide(rng, nplanes, hi)
         ref, ref_free = _plane_ref(ready, s, plane, free)
         o = np.argsort(plane, kind="stable")
-        if _sorted_fcfs_scalar(ready[o], s, plane[o], nplanes, free.copy()) is None:
+        if sorted_fcfs(ready[o], s, plane[o], nplanes, free.copy()) is None:
             fell_back += 1
         else:
             fast += 1
         pf = free.copy()
         assert np.array_equal(plane_lindley(ready, s, plane, nplanes, pf), ref)
         assert np.array_equal(pf, ref_free)
+    assert fast > 200 and fell_back > 50
+
+
+def test_sorted_fcfs_equals_segmented_fcfs():
+    """Jobs sorted by server, one service time or one per job (the channel stage's form)."""
+    rng = np.random.default_rng(3)
+    fast = fell_back = 0
+    for _ in range(600):
+        n = int(rng.integers(1, 300))
+        nseg = int(rng.integers(1, 40))
+        seg = np.sort(rng.integers(0, nseg, n)).astype(np.int64)
+        hi = int(rng.choice([10, 100_000, 1 << 40, 1 << 60]))
+        ready = _wide(rng, n, hi)
+        service = int(rng.integers(1, 1 << 20)) if rng.random() < 0.5 else rng.integers(1, 1 << 20, n).astype(np.int64)
+        free = _wide(rng, nseg, hi)
+        ref = segmented_fcfs(ready, service, seg, free)
+        ref_free = free.copy()
+        for i in range(n):
+            ref_free[seg[i]] = ref[i]
+        f = free.copy()
+        got = sorted_fcfs(ready, service, seg, nseg, f)
+        if got is None:
+            fell_back += 1
+            assert np.array_equal(f, free)
+            continue
+        fast += 1
+        assert np.array_equal(got, ref)
+        assert np.array_equal(f, ref_free)
     assert fast > 200 and fell_back > 50
