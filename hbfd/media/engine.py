@@ -367,17 +367,30 @@ class MediaEngine:
         pr = self._pr_all()
         if pr is None:
             raise MediaError("internal: deferred page of an unknown request")
-        idx = np.searchsorted(pr["serial"], serial)
-        if (idx >= len(pr["serial"])).any() or (pr["serial"][np.minimum(idx, len(pr["serial"]) - 1)] != serial).any():
-            raise MediaError("internal: deferred page of an unknown request")
-        if len(idx) == 1 or bool((idx[1:] > idx[:-1]).all()):     # one deferred page per request
-            pr["done"][idx] = np.maximum(pr["done"][idx], done)
-            pr["rem"][idx] -= 1
+        if len(serial) == len(pr["serial"]) and np.array_equal(serial, pr["serial"]):
+            # one page of every pending request, in order (a quiet scan's final decision)
+            np.maximum(pr["done"], done, out=pr["done"])
+            pr["rem"] -= 1
         else:
-            np.maximum.at(pr["done"], idx, done)
-            pr["rem"] -= np.bincount(idx, minlength=len(pr["serial"]))
+            idx = np.searchsorted(pr["serial"], serial)
+            if (idx >= len(pr["serial"])).any() or (pr["serial"][np.minimum(idx, len(pr["serial"]) - 1)] != serial).any():
+                raise MediaError("internal: deferred page of an unknown request")
+            if len(idx) == 1 or bool((idx[1:] > idx[:-1]).all()):     # one deferred page per request
+                pr["done"][idx] = np.maximum(pr["done"][idx], done)
+                pr["rem"][idx] -= 1
+            else:
+                np.maximum.at(pr["done"], idx, done)
+                pr["rem"] -= np.bincount(idx, minlength=len(pr["serial"]))
         fin = pr["rem"] == 0
-        if fin.any():
+        if fin.all():
+            out = np.empty(len(fin), COMPLETION_BATCH_DTYPE)
+            out["id"] = pr["id"]
+            out["modeled_ns"] = (pr["done"] - pr["arrival"]).astype(np.uint64)
+            out["status"] = ctl.HBF_ST_READY
+            self._pending.append(out)
+            self.last_completion = max(self.last_completion, int(pr["done"].max()))
+            self._pr_chunks = []
+        elif fin.any():
             out = np.empty(int(fin.sum()), COMPLETION_BATCH_DTYPE)
             out["id"] = pr["id"][fin]
             out["modeled_ns"] = (pr["done"][fin] - pr["arrival"][fin]).astype(np.uint64)
@@ -433,11 +446,11 @@ class MediaEngine:
             np.add.at(self.chan_busy_ns, c2, x2)
         else:
             self.chan_busy_ns += np.bincount(c2, weights=x2, minlength=g.channels).astype(np.int64)
-        self.qdelay.add(d2 - x2 - it["q0"][o])
         if self.trace is not None:
             self.trace.append(("channel", c2, d2 - x2, d2))
         done = np.empty(n, np.int64)
         done[o] = d2
+        self.qdelay.add(done - x - it["q0"])     # (a histogram: the order of the values is immaterial)
         return done
 
     def _chan_small(self, ch, rd, x, seq, q0) -> np.ndarray:
@@ -462,9 +475,7 @@ class MediaEngine:
             cf[c] = f
         out = np.array(done, np.int64)
         np.add.at(busy, ch, x)
-        # the queueing delays in (channel, ready, seq) order, as the vector form adds them
-        o = np.array(order, np.int64)
-        self.qdelay.add((out - x - q0)[o])
+        self.qdelay.add(out - x - q0)
         return out
 
     def _channel_stage(self, new: dict[str, np.ndarray]) -> np.ndarray:
