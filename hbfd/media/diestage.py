@@ -287,42 +287,44 @@ def _window(r, die, plane, service, cd, ct, *, t_cmd, Q, nplanes, ndies, plane_f
         col = Q - np.repeat(cst + clen, clen) + np.arange(len(cc))
         S[cc, col] = tt
     smin = int(service) if scalar else int(SV.min())
-    c = np.zeros(nd, np.int64)
     out = np.empty(n, np.int64)
-    act = np.arange(nd)
     kk = np.arange(Q, dtype=np.int64)
+    # the active dies (rows of S not final yet) as compact arrays: their rows, S rows (written back to
+    # S when a die has admitted all its commands), next command and end positions
+    rows = np.arange(nd)
+    Sa = S
+    nxt = st.copy()
+    end = st + lens
     mlim = Q
-    while len(act):
-        Sa = S[act]
-        rem = lens[act] - c[act]
-        m = np.minimum(rem, mlim)
-        valid = kk[None, :mlim] < m[:, None]
-        pos = np.where(valid, (st[act] + c[act])[:, None] + kk[None, :mlim], 0)
+    while True:
+        valid = kk[None, :mlim] < (end - nxt)[:, None]
+        pos = nxt[:, None] + kk[None, :mlim]
+        np.minimum(pos, n - 1, out=pos)          # (positions past a die's commands are never used)
         Rm = R[pos]
-        Km = Sa[:, :mlim]
+        Km = Sa[:, :mlim]                       # a view: admitted commands' releases go into Sa
         F = np.maximum(Rm[:, 0], Km[:, 0]) + (t_cmd + smin)
-        ok = ((Km < F[:, None]) | (Km <= Rm)) & valid
-        allok = ok.all(axis=1)
-        pre = np.where(allok, mlim, ok.argmin(axis=1))
+        ok = (Km < F[:, None]) | (Km <= Rm)
+        ok &= valid
+        pre = np.where(ok.all(axis=1), mlim, ok.argmin(axis=1))
         adm = kk[None, :mlim] < pre[:, None]
         pa = pos[adm]
         A = np.maximum(Rm, Km)[adm]
-        e = plane_lindley(A + t_cmd, service if scalar else SV[pa], PL[pa], nplanes, plane_free)
+        A += t_cmd
+        e = plane_lindley(A, service if scalar else SV[pa], PL[pa], nplanes, plane_free)
         out[pa] = e
-        Km = Km.copy()
         Km[adm] = e
-        if mlim < Q:
-            Sa[:, :mlim] = Km
-        else:
-            Sa = Km
         Sa.sort(axis=1)
-        S[act] = Sa
-        c[act] += pre
+        nxt += pre
         # fewer candidates when steps admit few (cheaper steps, same result)
         mlim = int(min(Q, max(8, 2 * int(pre.max()) + 4)))
-        keep = c[act] < lens[act]
+        keep = nxt < end
         if not keep.all():
-            act = act[keep]
+            if Sa is not S:
+                fin = ~keep
+                S[rows[fin]] = Sa[fin]
+            if not keep.any():
+                break
+            rows, Sa, nxt, end = rows[keep], Sa[keep], nxt[keep], end[keep]
     # carry: the slots (the Q largest releases per die) later than the horizon
     dd = np.repeat(udies, Q)
     tv = S.ravel()
