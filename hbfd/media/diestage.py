@@ -149,19 +149,21 @@ def fifo_exact(r, die, plane, service, *, t_cmd: int, queue_depth: int, nplanes:
         c0 = np.bincount(carry.die, minlength=ndies)
         full = c0 >= Q
         if full.any():
-            cmin = np.full(ndies, _BIG, np.int64)
-            np.minimum.at(cmin, carry.die, carry.t)
             first = np.full(ndies, _BIG, np.int64)
             first[die[::-1]] = r[::-1]                   # first arrival per die
-            sure = full & (cmin > first)
+            sure = full.copy()                           # ... and no carried release by then
+            sure[carry.die[carry.t <= first[carry.die]]] = False
             if sure.any():
                 sm = sure[die]
-                E = np.empty(n, np.int64)
                 if stats is not None:
                     stats["qd_bound_batches"] += 1
                     stats["qd_bound_dies"] += int(sure.sum())
-                si = np.flatnonzero(sm)
                 cd, ct = carry.take(sure)
+                if sm.all():
+                    return _window(r, die, plane, service, cd, ct, t_cmd=t_cmd, Q=Q, nplanes=nplanes,
+                                   ndies=ndies, plane_free=plane_free, carry=carry, horizon=horizon)
+                E = np.empty(n, np.int64)
+                si = np.flatnonzero(sm)
                 E[si] = _window(r[si], die[si], plane[si], service if scalar else service[si], cd, ct,
                                 t_cmd=t_cmd, Q=Q, nplanes=nplanes, ndies=ndies, plane_free=plane_free,
                                 carry=carry, horizon=horizon)
@@ -277,15 +279,20 @@ def _window(r, die, plane, service, cd, ct, *, t_cmd, Q, nplanes, ndies, plane_f
         code = np.full(ndies, -1, np.int64)
         code[udies] = np.arange(nd)
         cc = code[cd]
-        o = packed_order(cc, nd, ct)              # = np.lexsort((ct, cc))
-        if o is None:
-            o = np.lexsort((ct, cc))
-        cc, tt = cc[o], ct[o]
-        cst = segment_starts(cc)
-        clen = np.diff(np.append(cst, len(cc)))
-        # right-aligned: the largest release in column Q - 1
-        col = Q - np.repeat(cst + clen, clen) + np.arange(len(cc))
-        S[cc, col] = tt
+        T2 = ct.reshape(nd, Q) if len(cc) == nd * Q else None
+        if T2 is not None and (cc.reshape(nd, Q) == np.arange(nd)[:, None]).all() \
+                and (T2[:, 1:] >= T2[:, :-1]).all():
+            S[:] = T2          # Q releases of every die, in die order and sorted (a saturated die's carry)
+        else:
+            o = packed_order(cc, nd, ct)              # = np.lexsort((ct, cc))
+            if o is None:
+                o = np.lexsort((ct, cc))
+            cc, tt = cc[o], ct[o]
+            cst = segment_starts(cc)
+            clen = np.diff(np.append(cst, len(cc)))
+            # right-aligned: the largest release in column Q - 1
+            col = Q - np.repeat(cst + clen, clen) + np.arange(len(cc))
+            S[cc, col] = tt
     smin = int(service) if scalar else int(SV.min())
     out = np.empty(n, np.int64)
     kk = np.arange(Q, dtype=np.int64)

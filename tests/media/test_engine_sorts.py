@@ -92,3 +92,72 @@ def test_sorted_fcfs_equals_segmented_fcfs():
         assert np.array_equal(got, ref)
         assert np.array_equal(f, ref_free)
     assert fast > 200 and fell_back > 50
+
+
+def _fifo_ref(r, die, plane, s, t_cmd, Q, pf, carry_d, carry_t, horizon):
+    """The die stage in its slot form, one command at a time: admitted at max(arrival, the Q-th
+    largest earlier release of its die, carried ones included)."""
+    pf = pf.copy()
+    rel: dict[int, list[int]] = {}
+    for d, t in zip(carry_d.tolist(), carry_t.tolist()):
+        rel.setdefault(d, []).append(t)
+    for v in rel.values():
+        v.sort()
+    out = np.empty(len(r), np.int64)
+    for i, (a, d, p) in enumerate(zip(r.tolist(), die.tolist(), plane.tolist())):
+        R = rel.setdefault(d, [])
+        A = max(a, R[-Q]) if len(R) >= Q else a
+        e = max(A + t_cmd, int(pf[p])) + s
+        pf[p] = e
+        R.append(e)
+        R.sort()
+        out[i] = e
+    kept = {d: sorted(x for x in v if x > horizon)[-Q:] for d, v in rel.items()}
+    return out, pf, {d: v for d, v in kept.items() if v}
+
+
+def test_fifo_exact_saturated_equals_slot_form():
+    """The queue-depth-bound die stage, with carried slots that hold every die's Q releases (the
+    saturated case: sorted in die order, as the stage leaves them, or in die order with rows
+    unsorted, or shuffled, or some dies not full), against the slot form."""
+    from hbfd.media.diestage import DieCarry, fifo_exact
+    rng = np.random.default_rng(4)
+    layouts = {"sorted": 0, "die order, rows unsorted": 0, "shuffled": 0, "partial": 0}
+    for _ in range(400):
+        ndies = int(rng.integers(1, 6))
+        ppd = int(rng.integers(1, 5))
+        Q = int(rng.integers(1, 6))
+        n = int(rng.integers(1, 40))
+        t_cmd, s = 30, int(rng.choice([100, 250]))
+        r = np.sort(rng.integers(0, 1000, n)).astype(np.int64)
+        die = rng.integers(0, ndies, n).astype(np.int64)
+        plane = die * ppd + rng.integers(0, ppd, n)
+        pf = rng.integers(0, 3000, ndies * ppd).astype(np.int64)
+        layout = str(rng.choice(list(layouts)))
+        layouts[layout] += 1
+        cd = np.repeat(np.arange(ndies, dtype=np.int64), Q)
+        ct = rng.integers(int(rng.choice([0, 1001])), 5000, len(cd)).astype(np.int64)
+        if layout == "sorted":
+            ct = np.sort(ct.reshape(ndies, Q), axis=1).ravel()
+        elif layout == "die order, rows unsorted":
+            pass
+        elif layout == "shuffled":
+            o = rng.permutation(len(cd))
+            cd, ct = cd[o], ct[o]
+        else:
+            k = rng.random(len(cd)) < 0.7
+            cd, ct = cd[k], ct[k]
+        carry = DieCarry(ndies, Q)
+        carry.die, carry.t = cd.copy(), ct.copy()
+        horizon = int(r[-1])
+        ref, ref_pf, ref_carry = _fifo_ref(r, die, plane, s, t_cmd, Q, pf, cd, ct, horizon)
+        got_pf = pf.copy()
+        got = fifo_exact(r, die, plane, s, t_cmd=t_cmd, queue_depth=Q, nplanes=ndies * ppd, ndies=ndies,
+                         plane_free=got_pf, carry=carry, horizon=horizon)
+        assert np.array_equal(got, ref)
+        assert np.array_equal(got_pf, ref_pf)
+        got_carry: dict[int, list[int]] = {}
+        for d, t in zip(carry.die.tolist(), carry.t.tolist()):
+            got_carry.setdefault(d, []).append(t)
+        assert {d: sorted(v) for d, v in got_carry.items()} == ref_carry
+    assert min(layouts.values()) > 60
