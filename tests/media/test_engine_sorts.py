@@ -158,6 +158,7 @@ def test_fifo_exact_saturated_equals_slot_form():
         assert np.array_equal(got_pf, ref_pf)
         got_carry: dict[int, list[int]] = {}
         for d, t in zip(carry.die.tolist(), carry.t.tolist()):
-            got_carry.setdefault(d, []).append(t)
+            if t > horizon:                     # (older releases can no longer delay anything)
+                got_carry.setdefault(d, []).append(t)
         assert {d: sorted(v) for d, v in got_carry.items()} == ref_carry
     assert min(layouts.values()) > 60
