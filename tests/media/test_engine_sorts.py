@@ -162,3 +162,44 @@ def test_fifo_exact_saturated_equals_slot_form():
                 got_carry.setdefault(d, []).append(t)
         assert {d: sorted(v) for d, v in got_carry.items()} == ref_carry
     assert min(layouts.values()) > 60
+
+
+def test_reads_with_partial_stores_agree_with_reference():
+    """Batches of reads and small stores that fill no page (no program: the reads' die stage is
+    ``fifo_exact``), some reads on planes whose buffers the stores invalidate (looked up one event at
+    a time) and the others in bulk: the plane order of the bulk lookup must not be reused for the
+    whole batch. Against the 1 ns reference."""
+    import refsim
+    from hbfcommon import ctl
+    from hbfd.contracts import REQUEST_BATCH_DTYPE
+    from hbfd.media.engine import MediaEngine
+    from hbfd.media.geometry import MediaGeometry
+    g0 = dict(channels=2, dies_per_channel=2, planes_per_die=4, blocks_per_plane=64, pages_per_block=8,
+              channel_bytes_per_s=512_000_000_000, t_read_ns=30, t_prog_ns=200, t_erase_ns=900,
+              t_cmd_ns=3, over_provisioning=0.25, gc_start_free_fraction=0.125, gc_hard_free_fraction=0.05,
+              write_flush_timeout_ns=10**8)
+    rng = np.random.default_rng(5)
+    for _ in range(150):
+        g = MediaGeometry(**g0, queue_depth=int(rng.choice([1, 2, 4, 1000])),
+                          page_buffers_per_plane=int(rng.choice([1, 2])))
+        n = int(rng.integers(20, 90))
+        a = np.sort(rng.integers(0, int(rng.choice([10, 300, 3000])), n))
+        page = rng.integers(0, int(rng.choice([16, 64, 256])), n)
+        st_ = rng.random(n) < 0.15
+        off = rng.integers(0, 60, n) * 64
+        nb = np.where(st_, 64, 4096)
+        off = np.where(st_, off, 0)
+        rows = [(int(a[i]), int(page[i] * 4096 + off[i]), int(nb[i]), int(st_[i])) for i in range(n)]
+        b = np.zeros(n, REQUEST_BATCH_DTYPE)
+        for i, r in enumerate(rows):
+            b[i] = (i, r[0], r[1], r[2], r[3])
+        e = MediaEngine(g)
+        e.submit(b)
+        c = e.drain()
+        assert (c["status"] == ctl.HBF_ST_READY).all()
+        m = dict(zip(c["id"].tolist(), c["modeled_ns"].tolist()))
+        ref = refsim.simulate(rows, C=g.channels, D=g.dies_per_channel, P=g.planes_per_die, t_cmd=g.t_cmd_ns,
+                              t_read=g.t_read_ns, xfer_ns=g.transfer_ns, queue_depth=g.queue_depth,
+                              page_buffers=g.page_buffers_per_plane, t_prog=g.t_prog_ns,
+                              flush_timeout=g.write_flush_timeout_ns)
+        assert [m[i] + rows[i][0] for i in range(n)] == ref
