@@ -83,7 +83,9 @@ class DieCarry:
         if len(d) > self.q:
             cnt = np.bincount(d, minlength=self.dies)
             if int(cnt.max()) > self.q:
-                o = np.lexsort((tt, d))
+                o = packed_order(d, self.dies, tt)       # = np.lexsort((tt, d))
+                if o is None:
+                    o = np.lexsort((tt, d))
                 d, tt = d[o], tt[o]
                 st = segment_starts(d)
                 lens = np.diff(np.append(st, len(d)))
