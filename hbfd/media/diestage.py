@@ -204,6 +204,13 @@ def fifo_exact(r, die, plane, service, *, t_cmd: int, queue_depth: int, nplanes:
     return E
 
 
+def _ids(x: np.ndarray, n: int) -> np.ndarray:
+    """``np.unique`` of ids in [0, n) (sorted), by a mask."""
+    m = np.zeros(n, bool)
+    m[x] = True
+    return np.flatnonzero(m)
+
+
 def _violations(r, die, E, Q, ndies, carry: DieCarry):
     """Dies where A = r violates the sorted-release rule r_j >= sorted(releases)[j - Q]."""
     cnt = np.bincount(die, minlength=ndies)
@@ -243,7 +250,7 @@ def _violations(r, die, E, Q, ndies, carry: DieCarry):
     allv = np.concatenate([E, ct]) if len(ct) else E
     alld = np.concatenate([die, cd]) if len(ct) else die
     if span * ndies >= (1 << 62):
-        return np.unique(die)                 # cannot check cheaply: schedule every such die exactly
+        return _ids(die, ndies)               # cannot check cheaply: schedule every such die exactly
     keys = np.sort(alld * span + (allv - lo))
     dstart = np.searchsorted(keys, ds[st] * span)             # start of each die's releases
     pads = Q - c0[ds]
@@ -255,7 +262,7 @@ def _violations(r, die, E, Q, ndies, carry: DieCarry):
     viol = kv > r[od][has]
     if not viol.any():
         return None
-    return np.unique(ds[has][viol])
+    return _ids(ds[has][viol], ndies)
 
 
 def _window(r, die, plane, service, cd, ct, *, t_cmd, Q, nplanes, ndies, plane_free, carry, horizon):

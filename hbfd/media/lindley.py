@@ -140,7 +140,7 @@ def sorted_fcfs(ready: np.ndarray, service: np.ndarray | int, seg: np.ndarray, n
     span = int(w.max()) - lo + 1
     if span * nseg >= (1 << 62):
         return None
-    off = seg.astype(np.int64) * span
+    off = seg.astype(np.int64, copy=False) * span
     off -= lo
     w += off
     np.maximum.accumulate(w, out=w)
