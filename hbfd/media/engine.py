@@ -653,12 +653,10 @@ class MediaEngine:
         return out
 
     # ------------------------------------------------------------------ page buffers
-    def _lookup_runs(self, plane, page, split: bool = True):
+    def _lookup_runs(self, plane, page):
         """Page-buffer lookup of media reads on planes without invalidations (P_buf <= 2), vectorized:
         a plane's buffers after an arrival-ordered sequence are its last P_buf distinct-page runs.
-        Returns (miss, ref, pseudo_ready, state) (see ``_lookup``). ``split``: where a few planes
-        meet a page twice (P_buf = 2), the other planes' reads take the all-miss form and only
-        those planes' reads the general one (planes are independent)."""
+        Returns (miss, ref, pseudo_ready, state) (see ``_lookup``)."""
         g = self.g
         P = g.page_buffers_per_plane
         n = len(plane)
@@ -675,36 +673,27 @@ class MediaEngine:
             # buffers included): every read is a miss, the new buffers are the last two accesses
             same1 = ps[1:] == ps[:-1]
             same2 = ps[2:] == ps[:-2]
-            d1 = same1 & (gs[1:] == gs[:-1])
-            d2 = same2 & (gs[2:] == gs[:-2])
-            g0 = gs[st]
-            sec = np.minimum(st + 1, n - 1)
-            has2 = np.append(same1, False)[st]
-            cu = (g0 == bpg[:, 0]) | (g0 == bpg[:, 1]) | (has2 & (gs[sec] == bpg[:, 0]))
-            if not (d1.any() or d2.any() or cu.any()):
-                en = segment_ends(st, n)
-                s_page = np.empty((nu, 2), np.int64)
-                s_ref = np.empty((nu, 2), np.int64)
-                s_page[:, 0] = gs[en]
-                s_ref[:, 0] = o[en]
-                # LRU: the plane's previous access, or its carried MRU
-                npse = np.where(has2, 0, (bpg[:, 0] >= 0).astype(np.int64))
-                pk = np.flatnonzero(npse)
-                pready = self.bready[up[pk], 0]
-                s_page[:, 1] = np.where(has2, gs[np.maximum(en - 1, 0)], bpg[:, 0])
-                pref = np.zeros(nu, np.int64)
-                pref[pk] = -1 - np.arange(len(pk), dtype=np.int64)
-                s_ref[:, 1] = np.where(has2, o[np.maximum(en - 1, 0)], pref)
-                self._lk_order = o
-                return np.ones(n, bool), np.arange(n, dtype=np.int64), pready, (up, s_page, s_ref)
-            if split:
-                badp = np.zeros(g.planes, bool)
-                badp[ps[1:][d1]] = True
-                badp[ps[2:][d2]] = True
-                badp[up[cu]] = True
-                badr = badp[plane]
-                if 4 * int(np.count_nonzero(badr)) <= n:
-                    return self._lookup_split(plane, page, badr)
+            if not ((same1 & (gs[1:] == gs[:-1])).any() or (same2 & (gs[2:] == gs[:-2])).any()):
+                g0 = gs[st]
+                sec = np.minimum(st + 1, n - 1)
+                has2 = np.append(same1, False)[st]
+                if not ((g0 == bpg[:, 0]).any() or (g0 == bpg[:, 1]).any()
+                        or (has2 & (gs[sec] == bpg[:, 0])).any()):
+                    en = segment_ends(st, n)
+                    s_page = np.empty((nu, 2), np.int64)
+                    s_ref = np.empty((nu, 2), np.int64)
+                    s_page[:, 0] = gs[en]
+                    s_ref[:, 0] = o[en]
+                    # LRU: the plane's previous access, or its carried MRU
+                    npse = np.where(has2, 0, (bpg[:, 0] >= 0).astype(np.int64))
+                    pk = np.flatnonzero(npse)
+                    pready = self.bready[up[pk], 0]
+                    s_page[:, 1] = np.where(has2, gs[np.maximum(en - 1, 0)], bpg[:, 0])
+                    pref = np.zeros(nu, np.int64)
+                    pref[pk] = -1 - np.arange(len(pk), dtype=np.int64)
+                    s_ref[:, 1] = np.where(has2, o[np.maximum(en - 1, 0)], pref)
+                    self._lk_order = o
+                    return np.ones(n, bool), np.arange(n, dtype=np.int64), pready, (up, s_page, s_ref)
         # carried buffers of these planes become pseudo accesses (LRU first) before the batch's
         npse = (bpg >= 0).sum(axis=1)
         cum = np.cumsum(npse)
@@ -770,28 +759,6 @@ class MediaEngine:
             s_page[:, 1] = np.where(okp, rpg[rp], -1)
             s_ref[:, 1] = np.where(okp, src[rs[lr[rp]]], 0)
         return miss, ref, pready, (up, s_page, s_ref)
-
-    def _lookup_split(self, plane, page, badr):
-        """``_lookup_runs`` of the reads on the planes ``badr`` marks and of the others apart,
-        combined (refs renumbered as ``_reads`` combines lookup parts)."""
-        n = len(plane)
-        miss = np.empty(n, bool)
-        ref = np.empty(n, np.int64)
-        prs, ups, sps, srs = [], [], [], []
-        poff = 0
-        for idx in (np.flatnonzero(~badr), np.flatnonzero(badr)):
-            if not len(idx):
-                continue
-            m, r, pr, (up, sp, sr) = self._lookup_runs(plane[idx], page[idx], split=False)
-            miss[idx] = m
-            ref[idx] = _map_ref(r, idx, poff)
-            ups.append(up)
-            sps.append(sp)
-            srs.append(_map_ref(sr, idx, poff, sp >= 0))
-            prs.append(pr)
-            poff += len(pr)
-        self._lk_order = None           # (the plane order of a part is not the batch's)
-        return miss, ref, np.concatenate(prs), (np.concatenate(ups), np.concatenate(sps), np.concatenate(srs))
 
     def _lookup_loop(self, ev_plane, ev_page, ev_read, nread_index):
         """Page-buffer lookup, one event at a time (planes with invalidations, or P_buf > 2).
