@@ -493,6 +493,12 @@ class MediaEngine:
         old = self._take_deferred(limit) if self._dq else None
         if old is None and allc:
             return self._chan_lindley(new)
+        if old is None and not commit.any():   # all deferred (a burst): the items as they are
+            self._dq.append(new)
+            self._dq_min.append(int(rd.min()))
+            self._fresh.append(new["serial"])
+            self.n["deferred_pages"] += len(rd)
+            return np.zeros(len(rd), np.int64)
         out = np.zeros(len(rd), np.int64)
         if allc:
             ci = None
@@ -524,6 +530,8 @@ class MediaEngine:
         """Remove and return the deferred items with data ready <= ``before`` (None: all)."""
         if not self._dq:
             return None
+        if before is not None and before < min(self._dq_min):
+            return None                        # (a burst's chunks wait for the quiet scan)
         take = []
         keep, keep_min = [], []
         for ch, mn in zip(self._dq, self._dq_min):
