@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lindley import segment_ends, segment_starts, segmented_fcfs
+from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs, sorted_fcfs
 
 _BIG = 1 << 62
 
@@ -83,7 +83,9 @@ class DieCarry:
         if len(d) > self.q:
             cnt = np.bincount(d, minlength=self.dies)
             if int(cnt.max()) > self.q:
-                o = np.lexsort((tt, d))
+                o = packed_order(d, self.dies, tt)       # = np.lexsort((tt, d))
+                if o is None:
+                    o = np.lexsort((tt, d))
                 d, tt = d[o], tt[o]
                 st = segment_starts(d)
                 lens = np.diff(np.append(st, len(d)))
@@ -106,8 +108,9 @@ class DieCarry:
         return out
 
 
-def plane_lindley(start_ready, service, plane, nplanes, plane_free):
-    """FCFS per plane (commands in FIFO order): ends; updates ``plane_free``."""
+def plane_lindley(start_ready, service, plane, nplanes, plane_free, order=None):
+    """FCFS per plane (commands in FIFO order): ends; updates ``plane_free``. ``order``: the stable
+    argsort of ``plane`` when the caller has it."""
     n = len(start_ready)
     if n == 1:
         p = int(plane[0])
@@ -115,9 +118,14 @@ def plane_lindley(start_ready, service, plane, nplanes, plane_free):
         e = max(int(start_ready[0]), int(plane_free[p])) + s
         plane_free[p] = e
         return np.array([e], np.int64)
-    o = np.argsort(small_int(plane, nplanes), kind="stable")
+    o = np.argsort(small_int(plane, nplanes), kind="stable") if order is None else order
     p1 = plane[o]
-    s1 = service if np.ndim(service) == 0 else service[o]
+    s1 = int(service) if np.ndim(service) == 0 else service[o]
+    e1 = sorted_fcfs(start_ready[o], s1, p1, nplanes, plane_free)
+    if e1 is not None:
+        out = np.empty(n, np.int64)
+        out[o] = e1
+        return out
     e1 = segmented_fcfs(start_ready[o], s1, p1, plane_free)
     st = segment_starts(p1)
     en = segment_ends(st, n)
@@ -128,9 +136,10 @@ def plane_lindley(start_ready, service, plane, nplanes, plane_free):
 
 
 def fifo_exact(r, die, plane, service, *, t_cmd: int, queue_depth: int, nplanes: int, ndies: int,
-               plane_free: np.ndarray, carry: DieCarry, horizon: int, stats: dict | None = None):
+               plane_free: np.ndarray, carry: DieCarry, horizon: int, stats: dict | None = None,
+               plane_order: np.ndarray | None = None):
     """Array-op ends of one class of commands (in (ready, seq) order) under the die queue depth.
-    Updates ``plane_free`` and ``carry``."""
+    Updates ``plane_free`` and ``carry``. ``plane_order``: the stable argsort of ``plane``, if known."""
     n = len(r)
     Q = queue_depth
     if n == 0:
@@ -142,19 +151,21 @@ def fifo_exact(r, die, plane, service, *, t_cmd: int, queue_depth: int, nplanes:
         c0 = np.bincount(carry.die, minlength=ndies)
         full = c0 >= Q
         if full.any():
-            cmin = np.full(ndies, _BIG, np.int64)
-            np.minimum.at(cmin, carry.die, carry.t)
             first = np.full(ndies, _BIG, np.int64)
             first[die[::-1]] = r[::-1]                   # first arrival per die
-            sure = full & (cmin > first)
+            sure = full.copy()                           # ... and no carried release by then
+            sure[carry.die[carry.t <= first[carry.die]]] = False
             if sure.any():
                 sm = sure[die]
-                E = np.empty(n, np.int64)
                 if stats is not None:
                     stats["qd_bound_batches"] += 1
                     stats["qd_bound_dies"] += int(sure.sum())
-                si = np.flatnonzero(sm)
                 cd, ct = carry.take(sure)
+                if sm.all():
+                    return _window(r, die, plane, service, cd, ct, t_cmd=t_cmd, Q=Q, nplanes=nplanes,
+                                   ndies=ndies, plane_free=plane_free, carry=carry, horizon=horizon)
+                E = np.empty(n, np.int64)
+                si = np.flatnonzero(sm)
                 E[si] = _window(r[si], die[si], plane[si], service if scalar else service[si], cd, ct,
                                 t_cmd=t_cmd, Q=Q, nplanes=nplanes, ndies=ndies, plane_free=plane_free,
                                 carry=carry, horizon=horizon)
@@ -166,7 +177,7 @@ def fifo_exact(r, die, plane, service, *, t_cmd: int, queue_depth: int, nplanes:
                 return E
     # 1. unconstrained (A = r), plane state on a copy of the planes it touches
     pf0 = plane_free.copy() if (n + len(carry) > Q) else None
-    E = plane_lindley(r + t_cmd, service, plane, nplanes, plane_free)
+    E = plane_lindley(r + t_cmd, service, plane, nplanes, plane_free, plane_order)
     if pf0 is None:                           # no die can hold Q commands: the queue depth never binds
         carry.put(die, E, horizon)
         return E
@@ -191,6 +202,13 @@ def fifo_exact(r, die, plane, service, *, t_cmd: int, queue_depth: int, nplanes:
     E[sel] = _window(r[sel], die[sel], plane[sel], svc, cd, ct, t_cmd=t_cmd, Q=Q, nplanes=nplanes,
                      ndies=ndies, plane_free=plane_free, carry=carry, horizon=horizon)
     return E
+
+
+def _ids(x: np.ndarray, n: int) -> np.ndarray:
+    """``np.unique`` of ids in [0, n) (sorted), by a mask."""
+    m = np.zeros(n, bool)
+    m[x] = True
+    return np.flatnonzero(m)
 
 
 def _violations(r, die, E, Q, ndies, carry: DieCarry):
@@ -232,7 +250,7 @@ def _violations(r, die, E, Q, ndies, carry: DieCarry):
     allv = np.concatenate([E, ct]) if len(ct) else E
     alld = np.concatenate([die, cd]) if len(ct) else die
     if span * ndies >= (1 << 62):
-        return np.unique(die)                 # cannot check cheaply: schedule every such die exactly
+        return _ids(die, ndies)               # cannot check cheaply: schedule every such die exactly
     keys = np.sort(alld * span + (allv - lo))
     dstart = np.searchsorted(keys, ds[st] * span)             # start of each die's releases
     pads = Q - c0[ds]
@@ -244,7 +262,7 @@ def _violations(r, die, E, Q, ndies, carry: DieCarry):
     viol = kv > r[od][has]
     if not viol.any():
         return None
-    return np.unique(ds[has][viol])
+    return _ids(ds[has][viol], ndies)
 
 
 def _window(r, die, plane, service, cd, ct, *, t_cmd, Q, nplanes, ndies, plane_free, carry, horizon):
@@ -270,50 +288,59 @@ def _window(r, die, plane, service, cd, ct, *, t_cmd, Q, nplanes, ndies, plane_f
         code = np.full(ndies, -1, np.int64)
         code[udies] = np.arange(nd)
         cc = code[cd]
-        o = np.lexsort((ct, cc))
-        cc, tt = cc[o], ct[o]
-        cst = segment_starts(cc)
-        clen = np.diff(np.append(cst, len(cc)))
-        # right-aligned: the largest release in column Q - 1
-        col = Q - np.repeat(cst + clen, clen) + np.arange(len(cc))
-        S[cc, col] = tt
+        T2 = ct.reshape(nd, Q) if len(cc) == nd * Q else None
+        if T2 is not None and (cc.reshape(nd, Q) == np.arange(nd)[:, None]).all() \
+                and (T2[:, 1:] >= T2[:, :-1]).all():
+            S[:] = T2          # Q releases of every die, in die order and sorted (a saturated die's carry)
+        else:
+            o = packed_order(cc, nd, ct)              # = np.lexsort((ct, cc))
+            if o is None:
+                o = np.lexsort((ct, cc))
+            cc, tt = cc[o], ct[o]
+            cst = segment_starts(cc)
+            clen = np.diff(np.append(cst, len(cc)))
+            # right-aligned: the largest release in column Q - 1
+            col = Q - np.repeat(cst + clen, clen) + np.arange(len(cc))
+            S[cc, col] = tt
     smin = int(service) if scalar else int(SV.min())
-    c = np.zeros(nd, np.int64)
     out = np.empty(n, np.int64)
-    act = np.arange(nd)
     kk = np.arange(Q, dtype=np.int64)
+    # the active dies (rows of S not final yet) as compact arrays: their rows, S rows (written back to
+    # S when a die has admitted all its commands), next command and end positions
+    rows = np.arange(nd)
+    Sa = S
+    nxt = st.copy()
+    end = st + lens
     mlim = Q
-    while len(act):
-        Sa = S[act]
-        rem = lens[act] - c[act]
-        m = np.minimum(rem, mlim)
-        valid = kk[None, :mlim] < m[:, None]
-        pos = np.where(valid, (st[act] + c[act])[:, None] + kk[None, :mlim], 0)
+    while True:
+        valid = kk[None, :mlim] < (end - nxt)[:, None]
+        pos = nxt[:, None] + kk[None, :mlim]
+        np.minimum(pos, n - 1, out=pos)          # (positions past a die's commands are never used)
         Rm = R[pos]
-        Km = Sa[:, :mlim]
+        Km = Sa[:, :mlim]                       # a view: admitted commands' releases go into Sa
         F = np.maximum(Rm[:, 0], Km[:, 0]) + (t_cmd + smin)
-        ok = ((Km < F[:, None]) | (Km <= Rm)) & valid
-        allok = ok.all(axis=1)
-        pre = np.where(allok, mlim, ok.argmin(axis=1))
+        ok = (Km < F[:, None]) | (Km <= Rm)
+        ok &= valid
+        pre = np.where(ok.all(axis=1), mlim, ok.argmin(axis=1))
         adm = kk[None, :mlim] < pre[:, None]
         pa = pos[adm]
         A = np.maximum(Rm, Km)[adm]
-        e = plane_lindley(A + t_cmd, service if scalar else SV[pa], PL[pa], nplanes, plane_free)
+        A += t_cmd
+        e = plane_lindley(A, service if scalar else SV[pa], PL[pa], nplanes, plane_free)
         out[pa] = e
-        Km = Km.copy()
         Km[adm] = e
-        if mlim < Q:
-            Sa[:, :mlim] = Km
-        else:
-            Sa = Km
         Sa.sort(axis=1)
-        S[act] = Sa
-        c[act] += pre
+        nxt += pre
         # fewer candidates when steps admit few (cheaper steps, same result)
         mlim = int(min(Q, max(8, 2 * int(pre.max()) + 4)))
-        keep = c[act] < lens[act]
+        keep = nxt < end
         if not keep.all():
-            act = act[keep]
+            if Sa is not S:
+                fin = ~keep
+                S[rows[fin]] = Sa[fin]
+            if not keep.any():
+                break
+            rows, Sa, nxt, end = rows[keep], Sa[keep], nxt[keep], end[keep]
     # carry: the slots (the Q largest releases per die) later than the horizon
     dd = np.repeat(udies, Q)
     tv = S.ravel()

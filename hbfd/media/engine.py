@@ -52,7 +52,7 @@ from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from .hist import LogHistogram
-from .lindley import segment_ends, segment_starts, segmented_fcfs
+from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs, sorted_fcfs
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +240,7 @@ class MediaEngine:
         self._adv_now = 0                          # latest advance(now)
         self._disorder = False                     # an arrival came before the latest arrival or advance
         self._tail_kept = self._tail_redone = 0    # pending commands kept / scheduled again (_reschedule_tail)
+        self._lk_order: np.ndarray | None = None   # _lookup_runs's plane order when it found only misses
         # write backpressure: per plane the ids of its last B programs (issue order), the ends of decided
         # programs, and store data-ins waiting for an undecided program's end
         self._ring = np.full((g.planes, g.page_buffers_per_plane), -1, np.int64)
@@ -366,17 +367,30 @@ class MediaEngine:
         pr = self._pr_all()
         if pr is None:
             raise MediaError("internal: deferred page of an unknown request")
-        idx = np.searchsorted(pr["serial"], serial)
-        if (idx >= len(pr["serial"])).any() or (pr["serial"][np.minimum(idx, len(pr["serial"]) - 1)] != serial).any():
-            raise MediaError("internal: deferred page of an unknown request")
-        if len(idx) == 1 or bool((idx[1:] > idx[:-1]).all()):     # one deferred page per request
-            pr["done"][idx] = np.maximum(pr["done"][idx], done)
-            pr["rem"][idx] -= 1
+        if len(serial) == len(pr["serial"]) and np.array_equal(serial, pr["serial"]):
+            # one page of every pending request, in order (a quiet scan's final decision)
+            np.maximum(pr["done"], done, out=pr["done"])
+            pr["rem"] -= 1
         else:
-            np.maximum.at(pr["done"], idx, done)
-            pr["rem"] -= np.bincount(idx, minlength=len(pr["serial"]))
+            idx = np.searchsorted(pr["serial"], serial)
+            if (idx >= len(pr["serial"])).any() or (pr["serial"][np.minimum(idx, len(pr["serial"]) - 1)] != serial).any():
+                raise MediaError("internal: deferred page of an unknown request")
+            if len(idx) == 1 or bool((idx[1:] > idx[:-1]).all()):     # one deferred page per request
+                pr["done"][idx] = np.maximum(pr["done"][idx], done)
+                pr["rem"][idx] -= 1
+            else:
+                np.maximum.at(pr["done"], idx, done)
+                pr["rem"] -= np.bincount(idx, minlength=len(pr["serial"]))
         fin = pr["rem"] == 0
-        if fin.any():
+        if fin.all():
+            out = np.empty(len(fin), COMPLETION_BATCH_DTYPE)
+            out["id"] = pr["id"]
+            out["modeled_ns"] = (pr["done"] - pr["arrival"]).astype(np.uint64)
+            out["status"] = ctl.HBF_ST_READY
+            self._pending.append(out)
+            self.last_completion = max(self.last_completion, int(pr["done"].max()))
+            self._pr_chunks = []
+        elif fin.any():
             out = np.empty(int(fin.sum()), COMPLETION_BATCH_DTYPE)
             out["id"] = pr["id"][fin]
             out["modeled_ns"] = (pr["done"][fin] - pr["arrival"][fin]).astype(np.uint64)
@@ -407,27 +421,36 @@ class MediaEngine:
         if n <= _SMALL and self.trace is None:
             return self._chan_small(ch, rd, x, seq, it["q0"])
         # order by (channel, ready, seq): stable sorts on seq order (timsort gains from the runs
-        # that plane-ordered sense ends form), then a radix sort by channel
+        # that plane-ordered sense ends form), then a radix sort by channel; items in seq order with
+        # ready times far from sorted (a burst's deferred transfers) -> one sort of packed
+        # (channel, ready, index) keys (the same order)
         if bool((seq[1:] > seq[:-1]).all()):
-            o = np.argsort(rd, kind="stable")
+            o = None
+            if 8 * int(np.count_nonzero(rd[1:] < rd[:-1])) > n:
+                o = packed_order(ch, g.channels, rd)
+            if o is None:
+                o = np.argsort(rd, kind="stable")
+                o = o[np.argsort(small_int(ch[o], g.channels), kind="stable")]
         else:
             o = np.lexsort((seq, rd))
-        o = o[np.argsort(small_int(ch[o], g.channels), kind="stable")]
+            o = o[np.argsort(small_int(ch[o], g.channels), kind="stable")]
         c2 = ch[o]
         x2 = x[o]
-        d2 = segmented_fcfs(rd[o], x2, c2, self.chan_free)
-        cst = segment_starts(c2)
-        cend = segment_ends(cst, n)
-        self.chan_free[c2[cend]] = d2[cend]
+        d2 = sorted_fcfs(rd[o], x2, c2, g.channels, self.chan_free)      # (sets chan_free)
+        if d2 is None:
+            d2 = segmented_fcfs(rd[o], x2, c2, self.chan_free)
+            cst = segment_starts(c2)
+            cend = segment_ends(cst, n)
+            self.chan_free[c2[cend]] = d2[cend]
         if n < 64:
             np.add.at(self.chan_busy_ns, c2, x2)
         else:
             self.chan_busy_ns += np.bincount(c2, weights=x2, minlength=g.channels).astype(np.int64)
-        self.qdelay.add(d2 - x2 - it["q0"][o])
         if self.trace is not None:
             self.trace.append(("channel", c2, d2 - x2, d2))
         done = np.empty(n, np.int64)
         done[o] = d2
+        self.qdelay.add(done - x - it["q0"])     # (a histogram: the order of the values is immaterial)
         return done
 
     def _chan_small(self, ch, rd, x, seq, q0) -> np.ndarray:
@@ -452,9 +475,7 @@ class MediaEngine:
             cf[c] = f
         out = np.array(done, np.int64)
         np.add.at(busy, ch, x)
-        # the queueing delays in (channel, ready, seq) order, as the vector form adds them
-        o = np.array(order, np.int64)
-        self.qdelay.add((out - x - q0)[o])
+        self.qdelay.add(out - x - q0)
         return out
 
     def _channel_stage(self, new: dict[str, np.ndarray]) -> np.ndarray:
@@ -472,6 +493,12 @@ class MediaEngine:
         old = self._take_deferred(limit) if self._dq else None
         if old is None and allc:
             return self._chan_lindley(new)
+        if old is None and not commit.any():   # all deferred (a burst): the items as they are
+            self._dq.append(new)
+            self._dq_min.append(int(rd.min()))
+            self._fresh.append(new["serial"])
+            self.n["deferred_pages"] += len(rd)
+            return np.zeros(len(rd), np.int64)
         out = np.zeros(len(rd), np.int64)
         if allc:
             ci = None
@@ -503,6 +530,8 @@ class MediaEngine:
         """Remove and return the deferred items with data ready <= ``before`` (None: all)."""
         if not self._dq:
             return None
+        if before is not None and before < min(self._dq_min):
+            return None                        # (a burst's chunks wait for the quiet scan)
         take = []
         keep, keep_min = [], []
         for ch, mn in zip(self._dq, self._dq_min):
@@ -671,6 +700,7 @@ class MediaEngine:
                     pref = np.zeros(nu, np.int64)
                     pref[pk] = -1 - np.arange(len(pk), dtype=np.int64)
                     s_ref[:, 1] = np.where(has2, o[np.maximum(en - 1, 0)], pref)
+                    self._lk_order = o
                     return np.ones(n, bool), np.arange(n, dtype=np.int64), pready, (up, s_page, s_ref)
         # carried buffers of these planes become pseudo accesses (LRU first) before the batch's
         npse = (bpg >= 0).sum(axis=1)
@@ -805,9 +835,10 @@ class MediaEngine:
                 if not loopm.any() and not rel.any():
                     loopm = None
         parts = []
+        self._lk_order = None          # set by _lookup_runs when it finds only misses: its plane order
         if loopm is None:
             if n:
-                parts.append((np.arange(n, dtype=np.int64), self._lookup_runs(plane, lpn)))
+                parts.append((None, self._lookup_runs(plane, lpn)))      # None: every read, in order
         else:
             vi = np.flatnonzero(~loopm)
             if len(vi):
@@ -841,35 +872,55 @@ class MediaEngine:
         states = []
         poff = 0
         for idx, (m, r, pr, (up, sp, sr)) in parts:
-            miss[idx] = m
-            ref[idx] = _map_ref(r, idx, poff)
-            states.append((up, sp, _map_ref(sr, idx, poff, sp >= 0)))
+            if idx is None:                    # the only part: refs are global already
+                miss, ref = m, r
+                states.append((up, sp, sr))
+            else:
+                miss[idx] = m
+                ref[idx] = _map_ref(r, idx, poff)
+                states.append((up, sp, _map_ref(sr, idx, poff, sp >= 0)))
             pready_all.append(pr)
             poff += len(pr)
         pready = np.concatenate(pready_all) if len(pready_all) > 1 else (pready_all[0] if pready_all else _E0)
         # die/plane stage for the misses (and the other array commands)
-        mi = np.flatnonzero(miss)
-        nm = len(mi)
+        allmiss = bool(miss.all())
+        lk_order = self._lk_order if len(parts) == 1 and parts[0][0] is None else None
+        mi = None if allmiss else np.flatnonzero(miss)
+        nm = n if allmiss else len(mi)
         self.n["senses"] += nm
-        E = np.zeros(n, np.int64)
         if cmds is None and self._pq is None:
-            if nm:
-                E[mi] = fifo_exact(ta[mi], die[mi], plane[mi], g.t_read_ns, t_cmd=t_cmd,
-                                   queue_depth=g.queue_depth, nplanes=g.planes, ndies=g.dies,
-                                   plane_free=self.plane_free, carry=self.slots, horizon=self.horizon,
-                                   stats=self.n)
-                if self.trace is not None:
-                    self.trace.append(("plane", plane[mi], E[mi] - g.t_read_ns, E[mi]))
+            if allmiss:
+                E = fifo_exact(ta, die, plane, g.t_read_ns, t_cmd=t_cmd, queue_depth=g.queue_depth,
+                               nplanes=g.planes, ndies=g.dies, plane_free=self.plane_free, carry=self.slots,
+                               horizon=self.horizon, stats=self.n, plane_order=lk_order) \
+                    if n else np.zeros(0, np.int64)
+                if self.trace is not None and n:
+                    self.trace.append(("plane", plane.copy(), E - g.t_read_ns, E.copy()))
+            else:
+                E = np.zeros(n, np.int64)
+                if nm:
+                    E[mi] = fifo_exact(ta[mi], die[mi], plane[mi], g.t_read_ns, t_cmd=t_cmd,
+                                       queue_depth=g.queue_depth, nplanes=g.planes, ndies=g.dies,
+                                       plane_free=self.plane_free, carry=self.slots, horizon=self.horizon,
+                                       stats=self.n)
+                    if self.trace is not None:
+                        self.trace.append(("plane", plane[mi], E[mi] - g.t_read_ns, E[mi]))
             self.n["fast_batches"] += 1
         else:
+            E = np.zeros(n, np.int64)
+            if allmiss:
+                mi = np.arange(n, dtype=np.int64)
             E[mi] = self._array_ops(ta[mi], die[mi], plane[mi], cmds)
         # data ready, buffer state
-        rb = np.where(ref >= 0, E[np.maximum(ref, 0)], pready[np.clip(-1 - ref, 0, len(pready) - 1)]
-                      if len(pready) else 0)
-        hitm = ~miss
         early = ta + t_cmd
-        rd = np.where(miss, E, np.maximum(early, rb))
-        if hitm.any():
+        if allmiss:
+            rd = E
+        else:
+            rb = np.where(ref >= 0, E[np.maximum(ref, 0)], pready[np.clip(-1 - ref, 0, len(pready) - 1)]
+                          if len(pready) else 0)
+            hitm = ~miss
+            rd = np.where(miss, E, np.maximum(early, rb))
+        if not allmiss:
             nh = int(hitm.sum())
             nco = int((rb[hitm] > early[hitm]).sum())
             self.n["coalesced_reads"] += nco
@@ -880,7 +931,7 @@ class MediaEngine:
                           if len(pready) else 0)
             self.bpage[up] = sp
             self.bready[up] = np.where(sp >= 0, rv, 0)
-        q0 = early + np.where(miss, g.t_read_ns, 0)
+        q0 = early + g.t_read_ns if allmiss else early + np.where(miss, g.t_read_ns, 0)
         return {"ch": ch, "rd": rd, "x": x, "seq": seq, "serial": tser, "q0": q0}
 
     def _reads_small(self, ta, lpn, ch, die, plane, x, seq, tser):

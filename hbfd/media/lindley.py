@@ -26,6 +26,29 @@ def segment_starts(seg: np.ndarray) -> np.ndarray:
     return np.flatnonzero(brk)
 
 
+def packed_order(major: np.ndarray, nmajor: int, minor: np.ndarray) -> np.ndarray | None:
+    """The permutation that sorts by (``major``, ``minor``, index), as the stable sorts by ``minor``
+    then by ``major`` give it, from one unstable sort of packed int64 keys
+    ``((major * span + minor - lo) << bits) | index`` (unique, so the order is the same); None when
+    the keys do not fit in 63 bits (the caller sorts the slow way). ``major`` in [0, nmajor)."""
+    n = len(minor)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    lo = int(minor.min())
+    span = int(minor.max()) - lo + 1
+    bits = max(1, (n - 1).bit_length())
+    if (nmajor * span) << bits >= (1 << 63):
+        return None
+    key = major.astype(np.int64, copy=False) * span
+    key += minor
+    key -= lo
+    key <<= bits
+    key |= np.arange(n, dtype=np.int64)
+    key.sort()
+    key &= (1 << bits) - 1
+    return key
+
+
 def segment_ends(starts: np.ndarray, n: int) -> np.ndarray:
     """Index of the last element of each segment, from ``segment_starts`` (n elements)."""
     ends = np.empty(len(starts), np.int64)
@@ -86,3 +109,46 @@ def segmented_fcfs(ready: np.ndarray, service: np.ndarray | int, seg: np.ndarray
         for a, b in zip(starts, np.append(starts[1:], n)):
             cm[a:b] = np.maximum.accumulate(w[a:b])
     return s_incl + cm
+
+
+def sorted_fcfs(ready: np.ndarray, service: np.ndarray | int, seg: np.ndarray, nseg: int,
+                free: np.ndarray) -> np.ndarray | None:
+    """``segmented_fcfs`` for jobs sorted by server (``seg`` non-decreasing, in [0, nseg)), in fewer
+    passes; also sets ``free`` of the servers met to their last departure. With C the cumulative
+    service over the whole array (not per server) and st the server's first job,
+
+        d_i = C_i + max(free - C_{st-1}, max_{st <= j <= i} (r_j - C_{j-1})),
+
+    and the server ids themselves offset the segments of the running maximum. None (nothing
+    changed) when those offsets would overflow int64: the caller takes ``segmented_fcfs``."""
+    n = len(ready)
+    if np.ndim(service) == 0:
+        service = int(service)
+        cprev = np.arange(n, dtype=np.int64)
+        cprev *= service
+    else:
+        cprev = np.cumsum(service)
+        cprev -= service
+    w = ready - cprev
+    brk = np.empty(n, bool)
+    brk[0] = True
+    np.not_equal(seg[1:], seg[:-1], out=brk[1:])
+    st = np.flatnonzero(brk)
+    first = seg[st]
+    w[st] = np.maximum(w[st], free[first] - cprev[st])
+    lo = int(w.min())
+    span = int(w.max()) - lo + 1
+    if span * nseg >= (1 << 62):
+        return None
+    off = seg.astype(np.int64, copy=False) * span
+    off -= lo
+    w += off
+    np.maximum.accumulate(w, out=w)
+    w -= off
+    w += cprev
+    w += service
+    en = np.empty(len(st), np.int64)
+    en[:-1] = st[1:] - 1
+    en[-1] = n - 1
+    free[seg[en]] = w[en]
+    return w
