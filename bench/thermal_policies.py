@@ -146,15 +146,16 @@ def summarize(res: dict) -> dict:
             "wall_s": res["wall_s"], "cpu_s": res["cpu_s"], "slow_ticks": res["slow_ticks"], "chunks": res["chunks"]}
 
 
-def plot(results: list[dict], out_png: Path, title: str) -> None:
-    """One panel per scenario: the hottest HBF layer of each policy over the 600 s runs (1 s samples)."""
+def plot(results: list[dict], out_png: Path, title: str) -> bool:
+    """One panel per scenario: the hottest HBF layer of each policy over the 600 s runs (1 s samples); False
+    (nothing written) when there is no 600 s run."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     runs = [r for r in results if r["horizon_s"] == 600]
     scens = list(dict.fromkeys(r["scenario"] for r in runs))
     if not scens:
-        return
+        return False
     fig, axes = plt.subplots(1, len(scens), figsize=(6.5 * len(scens), 4.5), squeeze=False)
     for res in runs:
         ax = axes[0][scens.index(res["scenario"])]
@@ -173,6 +174,7 @@ def plot(results: list[dict], out_png: Path, title: str) -> None:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out_png, dpi=110)
+    return True
 
 
 def main(argv=None) -> int:
@@ -236,8 +238,8 @@ def main(argv=None) -> int:
                     res["samples"] = res["samples"][::5] if horizon > 600 else res["samples"]
                 results.append(res)
                 write()
-    plot(results, out.with_suffix(".png"), prof.name)
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    png = out.with_suffix(".png")
+    print(f"wrote {out}" + (f" and {png}" if plot(results, png, prof.name) else " (no 600 s run: no plot)"))
     return 0
 
 
