@@ -64,23 +64,53 @@ _SMALL = 48          # a batch part of at most this many reads goes one read at 
 
 
 def _pid_pos(pid: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Index in ``pid`` (unique ids, -1 for none) of each id in ``q``; -1 where absent."""
-    if not len(q) or not len(pid):
-        return np.full(len(q), -1, np.int64)
-    v = pid >= 0
-    if v.any() and int(q.min()) >= 0:
-        iv = np.flatnonzero(v)
-        pv = pid[iv]
-        lo, hi = int(pv.min()), int(pv.max())
-        if hi - lo <= 4 * len(pid) + 1024:        # ids nearly dense (the usual case): a direct map
-            pos = np.full(hi - lo + 1, -1, np.int64)
-            pos[pv - lo] = iv
+    """Index in ``pid`` (unique ids, -1 for none) of each id in ``q`` (ids, >= 0); -1 where absent."""
+    return _PidIndex(pid).pos(q)
+
+
+class _PidIndex:
+    """``_pid_pos`` for several queries of one ``pid`` array: its map is built once (a direct map when
+    the ids are nearly dense, the usual case; else a sorted copy), on the first query that needs it."""
+
+    def __init__(self, pid: np.ndarray) -> None:
+        self.pid = pid
+        self.lo = None            # direct map: pos[id - lo]
+        self.pmap = None
+        self.so = None            # else: argsort and sorted ids
+        self.sp = None
+
+    def _build(self) -> None:
+        pid = self.pid
+        v = pid >= 0
+        if v.any():
+            iv = np.flatnonzero(v)
+            pv = pid[iv]
+            lo, hi = int(pv.min()), int(pv.max())
+            if hi - lo <= 4 * len(pid) + 1024:
+                pos = np.full(hi - lo + 1, -1, np.int64)
+                pos[pv - lo] = iv
+                self.lo, self.pmap = lo, pos
+                return
+        self.so = np.argsort(pid, kind="stable")
+        self.sp = pid[self.so]
+
+    def pos(self, q: np.ndarray) -> np.ndarray:
+        pid = self.pid
+        if not len(q) or not len(pid):
+            return np.full(len(q), -1, np.int64)
+        if self.pmap is None and self.sp is None:
+            self._build()
+        if self.pmap is not None and int(q.min()) >= 0:
+            lo, pos = self.lo, self.pmap
+            hi = lo + len(pos) - 1
             inr = (q >= lo) & (q <= hi)
             return np.where(inr, pos[np.where(inr, q - lo, 0)], -1)
-    so = np.argsort(pid, kind="stable")
-    sp = pid[so]
-    i = np.minimum(np.searchsorted(sp, q), len(sp) - 1)
-    return np.where(sp[i] == q, so[i], -1)
+        if self.sp is None:
+            self.so = np.argsort(pid, kind="stable")
+            self.sp = pid[self.so]
+        sp, so = self.sp, self.so
+        i = np.minimum(np.searchsorted(sp, q), len(sp) - 1)
+        return np.where(sp[i] == q, so[i], -1)
 
 
 def _end_of(pe: "_Ends", q: np.ndarray) -> np.ndarray:
@@ -1172,25 +1202,31 @@ class MediaEngine:
         dp = np.flatnonzero(dec & (pid >= 0))
         if len(dp):
             self._pend_end.set(pid[dp], end[dp])
-        und = np.flatnonzero(~dec)
-        if not len(und):
+        if not len(dec):
             return None
         t_cmd = self.g.t_cmd_ns
-        q = {k: C[k][und] for k in self._CMD_KEYS}
-        ug = gi[und] >= 0
-        gdec = np.zeros(len(und), bool)
+        if not dec.any():                      # nothing decided (a burst): every command, no copies
+            q = {k: C[k] for k in self._CMD_KEYS}
+            gu = gi
+            cs_, ce_, ca_, cr_ = start, end, adm, rdy
+        else:
+            und = np.flatnonzero(~dec)
+            if not len(und):
+                return None
+            q = {k: C[k][und] for k in self._CMD_KEYS}
+            gu = gi[und]
+            cs_, ce_, ca_, cr_ = start[und], end[und], adm[und], rdy[und]
+        ug = gu >= 0
+        res = ~ug                              # its ready time is known now
         if ug.any():
-            gdec[ug] = dec[gi[und][ug]]
-        res = ~ug | gdec                       # its ready time is known now
-        crdy = rdy[und]
-        q["base"] = np.where(res, crdy, q["base"])
+            res[ug] = dec[gu[ug]]
+        q["base"] = np.where(res, cr_, q["base"])
         q["gx"] = np.where(res, 0, q["gx"])
         q["gate"] = np.where(res, -1, q["gate"])
-        cadm = adm[und]
-        was_adm = res & (cadm < self._dec_h)    # admitted before the limit: it holds its slot
-        q["join"] = np.where(was_adm, cadm + t_cmd, -1)
+        was_adm = res & (ca_ < self._dec_h)     # admitted before the limit: it holds its slot
+        q["join"] = np.where(was_adm, ca_ + t_cmd, -1)
         q["floor"] = np.where(was_adm, 0, np.maximum(q["floor"], self._dec_h))
-        q["p_start"], q["p_end"], q["p_adm"], q["p_rdy"] = start[und], end[und], adm[und], rdy[und]
+        q["p_start"], q["p_end"], q["p_adm"], q["p_rdy"] = cs_, ce_, ca_, cr_
         return q
 
     def _behind_pending(self, P, N, keepd):
@@ -1319,10 +1355,11 @@ class MediaEngine:
         cs, ce, ca, cr = (P[k].copy() for k in self._P_KEYS)
         # T per die: new commands' ready times, gates on decided or pending programs at their ends
         nb = N["base"].copy()
+        pix = _PidIndex(P["pid"])
         gm = np.flatnonzero(N["gate"] >= 0)
         if len(gm):
             e = _end_of(pe, N["gate"][gm])
-            ip = _pid_pos(P["pid"], N["gate"][gm])
+            ip = pix.pos(N["gate"][gm])
             inp = (e < 0) & (ip >= 0)
             x = gm[inp]
             ok[N["die"][x][P["die"][ip[inp]] != N["die"][x]]] = False
@@ -1335,7 +1372,7 @@ class MediaEngine:
         fixed = P["p_adm"] < T[P["die"]]
         pg = np.flatnonzero(P["gate"] >= 0)
         if len(pg):
-            ip = _pid_pos(P["pid"], P["gate"][pg])
+            ip = pix.pos(P["gate"][pg])
             x = pg[ip >= 0]
             w = x[P["die"][ip[ip >= 0]] != P["die"][x]]
             ok[P["die"][w]] = False
@@ -1354,8 +1391,10 @@ class MediaEngine:
         cd = np.concatenate([sd[m], P["die"][fi]])
         ct = np.concatenate([st[m], P["p_end"][fi]])
         if len(cd) > g.queue_depth:               # a die's Q latest releases are all that can bind
-            o = np.argsort(-ct)
-            o = o[np.argsort(small_int(cd[o], g.dies), kind="stable")]
+            o = packed_order(cd, g.dies, -ct)     # (die, latest first): equal keys are equal values
+            if o is None:
+                o = np.argsort(-ct)
+                o = o[np.argsort(small_int(cd[o], g.dies), kind="stable")]
             cd, ct = cd[o], ct[o]
             first = np.flatnonzero(np.r_[True, cd[1:] != cd[:-1]])
             rank = np.arange(len(cd)) - np.repeat(first, np.diff(np.append(first, len(cd))))
@@ -1370,7 +1409,10 @@ class MediaEngine:
             e = _end_of(pe, gq)
             nf = np.flatnonzero(e < 0)
             if len(nf) and len(fi):
-                ip = _pid_pos(P["pid"][fi], gq[nf])
+                ip = pix.pos(gq[nf])             # (index in P -> in P[fi]: -1 where not kept)
+                fpos = np.full(len(fixed), -1, np.int64)
+                fpos[fi] = np.arange(len(fi), dtype=np.int64)
+                ip = np.where(ip >= 0, fpos[np.maximum(ip, 0)], -1)
                 e[nf] = np.where(ip >= 0, P["p_end"][fi][np.maximum(ip, 0)], -1)
             kn = e >= 0
             base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
