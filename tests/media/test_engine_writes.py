@@ -69,3 +69,78 @@ def test_program_many_opens_fresh_planes_as_program_does():
         assert _state(a) == _state(b), t
         assert np.array_equal(planes, np.array([b.plane_of(x) for x in lp.tolist()]))
         a.check()
+
+
+# ---------------------------------------------------------------- pending programs re-scheduled per plane
+def _tail_geometry(name, qd):
+    import dataclasses
+
+    from hbfcommon.profile import load_profile
+    from hbfd.media.geometry import MediaGeometry
+    if name == "ocp-sg1/16banks":
+        g = MediaGeometry.from_profile(load_profile("ocp-sg1"))
+        return dataclasses.replace(g, planes_per_die=16, queue_depth=qd)
+    g = MediaGeometry.from_profile(load_profile(name))
+    return dataclasses.replace(g, queue_depth=qd) if qd else g
+
+
+def _tail_run(g, stream, cuts, adv):
+    from hbfd.media.engine import MediaEngine
+    eng = MediaEngine(g)
+    outs = []
+    for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+        part = stream[a:b]
+        eng.submit(part)
+        if adv[k]:
+            eng.advance(int(part["arrival_ns"].max()))
+        outs.append(eng.collect())
+    outs.append(eng.drain())
+    c = np.concatenate(outs)
+    o = np.argsort(c["id"], kind="stable")
+    return c["id"][o], c["modeled_ns"][o], eng
+
+
+_TAIL_CASES = [  # (geometry, queue depth (0: the profile's), op, write fraction, load (None: burst), seed)
+    ("nominal", 0, "write", 0.0, None, 1), ("nominal", 0, "write", 0.0, 0.1, 2), ("nominal", 0, "write", 0.0, 0.5, 3),
+    ("nominal", 16, "write", 0.0, None, 4), ("nominal", 20, "write", 0.0, 0.25, 5), ("nominal", 24, "write", 0.0, 1.0, 6),
+    ("nominal", 0, "mixed", 0.9, None, 7), ("nominal", 0, "mixed", 0.8, 0.2, 8), ("conservative", 0, "write", 0.0, None, 9),
+    ("conservative", 10, "write", 0.0, 0.3, 10), ("ocp-sg1/16banks", 8, "write", 0.0, None, 11),
+    ("ocp-sg1/16banks", 24, "write", 0.0, 0.5, 12), ("ocp-sg1/16banks", 40, "mixed", 0.9, 1.0, 13),
+    ("nominal", 28, "write", 0.0, 2.0, 14), ("nominal", 32, "write", 0.0, 0.9, 15), ("conservative", 0, "mixed", 0.95, 0.7, 16),
+]
+
+
+def test_tail_by_plane_equals_tail_by_die(monkeypatch):
+    """``MediaEngine._tail_plane`` (pending programs re-scheduled per plane, where the die's queue depth
+    does not bind from its T on) gives exactly the completions of ``_tail_die`` alone (per die), on
+    write-heavy streams cut into random batches, queue depths from binding everywhere to never: the
+    plane path handles dies and, on others, its checks send them to ``_tail_die``."""
+    from hbfd.media.bench import make_stream
+    from hbfd.media.engine import MediaEngine
+    handled = fallback = 0
+    for gname, qd, op, wf, load, seed in _TAIL_CASES:
+        g = _tail_geometry(gname, qd)
+        rng = np.random.default_rng(seed)
+        gap = 0 if load is None else round(1e9 / (load * g.aggregate_bytes_per_s / 4096))
+        n = 4000
+        stream = make_stream(g, n, 4096, op, gap, seed=seed, pattern="random", write_fraction=wf)
+        cuts = np.unique(np.r_[0, np.sort(rng.integers(1, n, size=int(rng.integers(4, 30)))), n])
+        adv = rng.random(len(cuts)) < 0.5
+        tails = []
+        orig = MediaEngine._tail_die
+
+        def counting(self, P, N, _orig=orig):
+            tails.append(len(N["kind"]))
+            return _orig(self, P, N)
+        with monkeypatch.context() as mp:
+            mp.setattr(MediaEngine, "_tail_die", counting)
+            ids, inc, eng = _tail_run(g, stream, cuts, adv)
+        handled += eng._tail_plane_dies
+        fallback += len(tails)
+        with monkeypatch.context() as mp:
+            mp.setattr(MediaEngine, "_tail_plane", lambda self, P, N, nd: None)
+            ids2, ref, eng2 = _tail_run(g, stream, cuts, adv)
+            assert eng2._tail_plane_dies == 0
+        assert np.array_equal(ids, ids2)
+        assert np.array_equal(inc, ref), (gname, qd, op, wf, load, seed)
+    assert handled > 0 and fallback > 0, (handled, fallback)
