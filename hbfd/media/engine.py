@@ -271,6 +271,7 @@ class MediaEngine:
         self._disorder = False                     # an arrival came before the latest arrival or advance
         self._tail_kept = self._tail_redone = 0    # pending commands kept / scheduled again (_reschedule_tail)
         self._tail_plane_dies = 0                  # dies whose tail _tail_plane scheduled
+        self._tail_gates = None                    # (P, N) gate positions of the last _tail_plane that did all
         self._lk_order: np.ndarray | None = None   # _lookup_runs's plane order when it found only misses
         # write backpressure: per plane the ids of its last B programs (issue order), the ends of decided
         # programs, and store data-ins waiting for an undecided program's end
@@ -1248,6 +1249,7 @@ class MediaEngine:
         of the new commands handled) or None."""
         g = self.g
         t_cmd = g.t_cmd_ns
+        self._tail_gates = None                    # (set by _reschedule_tail below when it applies)
         okd = keepd.copy()
         cs, ce, ca, cr = (P[k] for k in self._P_KEYS)
         kend = _E0
@@ -1322,10 +1324,15 @@ class MediaEngine:
             cr = np.concatenate([cr, nrd[kn]])
             kend = nen[kn]
         # gating commands in this set (the others are decided: their ends are in _pend_end)
-        gi = np.full(len(ce), -1, np.int64)
-        gm = np.flatnonzero(C["gate"] >= 0)
-        if len(gm):
-            gi[gm] = _pid_pos(C["pid"], C["gate"][gm])
+        tg = self._tail_gates
+        if tg is not None and kp.all() and (N is None or kn.all()) and len(tg[0]) == len(kp) \
+                and len(tg[1]) == (0 if N is None else len(kn)):
+            gi = np.concatenate(tg)           # (C = P then N, whole: the positions _tail_plane found)
+        else:
+            gi = np.full(len(ce), -1, np.int64)
+            gm = np.flatnonzero(C["gate"] >= 0)
+            if len(gm):
+                gi[gm] = _pid_pos(C["pid"], C["gate"][gm])
         dec = cs < self._dec_h + t_cmd
         if dec.any():
             np.maximum.at(self.plane_free, C["plane"][dec], ce[dec])
@@ -1339,6 +1346,7 @@ class MediaEngine:
         """``_tail_die`` (below), with ``_tail_plane`` first: on the dies that one handles, its result."""
         nd = np.zeros(self.g.dies, bool)
         nd[N["die"]] = True
+        self._tail_gates = None
         res = self._tail_plane(P, N, nd) if eventsim._PLANE_PASS else None
         if res is None:
             return self._tail_die(P, N)
@@ -1346,6 +1354,7 @@ class MediaEngine:
         rest = nd & ~hd
         self._tail_plane_dies += int((nd & hd).sum())
         if not rest.any():
+            self._tail_gates = self._tail_gates_found
             return np.ones(self.g.dies, bool), (cs, ce, ca, cr), (nst, nen, nad, nrd)
         mp = rest[P["die"]]
         mn = rest[N["die"]]
@@ -1375,6 +1384,9 @@ class MediaEngine:
         pix = _PidIndex(P["pid"])
         nix = _PidIndex(N["pid"])
         nb = N["base"].copy()
+        npn = len(P["kind"])
+        giP = np.full(npn, -1, np.int64)          # position in P then N of each command's gate (-1: none there)
+        giN = np.full(len(N["kind"]), -1, np.int64)
         gm = np.flatnonzero(N["gate"] >= 0)
         if len(gm):
             gq = N["gate"][gm]
@@ -1384,6 +1396,7 @@ class MediaEngine:
             if (P["die"][ip[inp]] != N["die"][gm[inp]]).any():
                 return None
             inn = nix.pos(gq)
+            giN[gm] = np.where(ip >= 0, ip, np.where(inn >= 0, inn + npn, -1))
             h = (e < 0) & (inn >= 0)
             if (N["die"][inn[h]] != N["die"][gm[h]]).any():
                 return None
@@ -1396,6 +1409,9 @@ class MediaEngine:
             h = ip >= 0
             if (P["die"][ip[h]] != P["die"][pg[h]]).any():
                 return None
+            inn = nix.pos(P["gate"][pg])
+            giP[pg] = np.where(h, ip, np.where(inn >= 0, inn + npn, -1))
+        self._tail_gates_found = (giP, giN)
         arr = np.where(nb >= big, big, nb + N["gx"])
         T = np.full(g.dies, big)
         np.minimum.at(T, N["die"], arr)

@@ -144,3 +144,30 @@ def test_tail_by_plane_equals_tail_by_die(monkeypatch):
         assert np.array_equal(ids, ids2)
         assert np.array_equal(inc, ref), (gname, qd, op, wf, load, seed)
     assert handled > 0 and fallback > 0, (handled, fallback)
+
+
+def test_gate_positions_reused_from_tail_plane(monkeypatch):
+    """Where ``_behind_pending`` takes the gate positions ``_tail_plane`` found (pending then new commands,
+    whole), they are those of a fresh look-up of every gate among the commands' ids."""
+    from hbfd.media.bench import make_stream
+    from hbfd.media.engine import MediaEngine, _pid_pos
+    seen = []
+    orig = MediaEngine._decide_cmds
+
+    def checking(self, C, start, end, adm, rdy, gi, dec):
+        ref = np.full(len(gi), -1, np.int64)
+        gm = np.flatnonzero(C["gate"] >= 0)
+        if len(gm):
+            ref[gm] = _pid_pos(C["pid"], C["gate"][gm])
+        assert np.array_equal(np.maximum(gi, -1), ref)         # (_array_ops passes -1 - reads for none)
+        seen.append(self._tail_gates is not None)
+        return orig(self, C, start, end, adm, rdy, gi, dec)
+    monkeypatch.setattr(MediaEngine, "_decide_cmds", checking)
+    for gname, qd, op, wf, load, seed in _TAIL_CASES[:8]:
+        g = _tail_geometry(gname, qd)
+        rng = np.random.default_rng(seed)
+        gap = 0 if load is None else round(1e9 / (load * g.aggregate_bytes_per_s / 4096))
+        stream = make_stream(g, 3000, 4096, op, gap, seed=seed, pattern="random", write_fraction=wf)
+        cuts = np.unique(np.r_[0, np.sort(rng.integers(1, 3000, size=int(rng.integers(4, 30)))), 3000])
+        _tail_run(g, stream, cuts, rng.random(len(cuts)) < 0.5)
+    assert any(seen) and not all(seen)
