@@ -154,8 +154,9 @@ class Ftl:
         srt = np.sort(lp)
         dup = srt[1:] == srt[:-1]
         if dup.any():                          # a page twice: its plane goes one page at a time
-            dpl = np.unique(self._planes_of(srt[1:][dup]))
-            bulk &= ~np.isin(up, dpl)
+            dm = np.zeros(self.g.planes, bool)
+            dm[self._planes_of(srt[1:][dup])] = True
+            bulk &= ~dm[up]
         segid = np.cumsum(brk) - 1
         em = bulk[segid]
         if not em.all():                       # the other planes: one page at a time, in order
