@@ -64,23 +64,53 @@ _SMALL = 48          # a batch part of at most this many reads goes one read at 
 
 
 def _pid_pos(pid: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Index in ``pid`` (unique ids, -1 for none) of each id in ``q``; -1 where absent."""
-    if not len(q) or not len(pid):
-        return np.full(len(q), -1, np.int64)
-    v = pid >= 0
-    if v.any() and int(q.min()) >= 0:
-        iv = np.flatnonzero(v)
-        pv = pid[iv]
-        lo, hi = int(pv.min()), int(pv.max())
-        if hi - lo <= 4 * len(pid) + 1024:        # ids nearly dense (the usual case): a direct map
-            pos = np.full(hi - lo + 1, -1, np.int64)
-            pos[pv - lo] = iv
+    """Index in ``pid`` (unique ids, -1 for none) of each id in ``q`` (ids, >= 0); -1 where absent."""
+    return _PidIndex(pid).pos(q)
+
+
+class _PidIndex:
+    """``_pid_pos`` for several queries of one ``pid`` array: its map is built once (a direct map when
+    the ids are nearly dense, the usual case; else a sorted copy), on the first query that needs it."""
+
+    def __init__(self, pid: np.ndarray) -> None:
+        self.pid = pid
+        self.lo = None            # direct map: pos[id - lo]
+        self.pmap = None
+        self.so = None            # else: argsort and sorted ids
+        self.sp = None
+
+    def _build(self) -> None:
+        pid = self.pid
+        v = pid >= 0
+        if v.any():
+            iv = np.flatnonzero(v)
+            pv = pid[iv]
+            lo, hi = int(pv.min()), int(pv.max())
+            if hi - lo <= 4 * len(pid) + 1024:
+                pos = np.full(hi - lo + 1, -1, np.int64)
+                pos[pv - lo] = iv
+                self.lo, self.pmap = lo, pos
+                return
+        self.so = np.argsort(pid, kind="stable")
+        self.sp = pid[self.so]
+
+    def pos(self, q: np.ndarray) -> np.ndarray:
+        pid = self.pid
+        if not len(q) or not len(pid):
+            return np.full(len(q), -1, np.int64)
+        if self.pmap is None and self.sp is None:
+            self._build()
+        if self.pmap is not None and int(q.min()) >= 0:
+            lo, pos = self.lo, self.pmap
+            hi = lo + len(pos) - 1
             inr = (q >= lo) & (q <= hi)
             return np.where(inr, pos[np.where(inr, q - lo, 0)], -1)
-    so = np.argsort(pid, kind="stable")
-    sp = pid[so]
-    i = np.minimum(np.searchsorted(sp, q), len(sp) - 1)
-    return np.where(sp[i] == q, so[i], -1)
+        if self.sp is None:
+            self.so = np.argsort(pid, kind="stable")
+            self.sp = pid[self.so]
+        sp, so = self.sp, self.so
+        i = np.minimum(np.searchsorted(sp, q), len(sp) - 1)
+        return np.where(sp[i] == q, so[i], -1)
 
 
 def _end_of(pe: "_Ends", q: np.ndarray) -> np.ndarray:
@@ -240,6 +270,8 @@ class MediaEngine:
         self._adv_now = 0                          # latest advance(now)
         self._disorder = False                     # an arrival came before the latest arrival or advance
         self._tail_kept = self._tail_redone = 0    # pending commands kept / scheduled again (_reschedule_tail)
+        self._tail_plane_dies = 0                  # dies whose tail _tail_plane scheduled
+        self._tail_gates = None                    # (P, N) gate positions of the last _tail_plane that did all
         self._lk_order: np.ndarray | None = None   # _lookup_runs's plane order when it found only misses
         # write backpressure: per plane the ids of its last B programs (issue order), the ends of decided
         # programs, and store data-ins waiting for an undecided program's end
@@ -1172,25 +1204,31 @@ class MediaEngine:
         dp = np.flatnonzero(dec & (pid >= 0))
         if len(dp):
             self._pend_end.set(pid[dp], end[dp])
-        und = np.flatnonzero(~dec)
-        if not len(und):
+        if not len(dec):
             return None
         t_cmd = self.g.t_cmd_ns
-        q = {k: C[k][und] for k in self._CMD_KEYS}
-        ug = gi[und] >= 0
-        gdec = np.zeros(len(und), bool)
+        if not dec.any():                      # nothing decided (a burst): every command, no copies
+            q = {k: C[k] for k in self._CMD_KEYS}
+            gu = gi
+            cs_, ce_, ca_, cr_ = start, end, adm, rdy
+        else:
+            und = np.flatnonzero(~dec)
+            if not len(und):
+                return None
+            q = {k: C[k][und] for k in self._CMD_KEYS}
+            gu = gi[und]
+            cs_, ce_, ca_, cr_ = start[und], end[und], adm[und], rdy[und]
+        ug = gu >= 0
+        res = ~ug                              # its ready time is known now
         if ug.any():
-            gdec[ug] = dec[gi[und][ug]]
-        res = ~ug | gdec                       # its ready time is known now
-        crdy = rdy[und]
-        q["base"] = np.where(res, crdy, q["base"])
+            res[ug] = dec[gu[ug]]
+        q["base"] = np.where(res, cr_, q["base"])
         q["gx"] = np.where(res, 0, q["gx"])
         q["gate"] = np.where(res, -1, q["gate"])
-        cadm = adm[und]
-        was_adm = res & (cadm < self._dec_h)    # admitted before the limit: it holds its slot
-        q["join"] = np.where(was_adm, cadm + t_cmd, -1)
+        was_adm = res & (ca_ < self._dec_h)     # admitted before the limit: it holds its slot
+        q["join"] = np.where(was_adm, ca_ + t_cmd, -1)
         q["floor"] = np.where(was_adm, 0, np.maximum(q["floor"], self._dec_h))
-        q["p_start"], q["p_end"], q["p_adm"], q["p_rdy"] = start[und], end[und], adm[und], rdy[und]
+        q["p_start"], q["p_end"], q["p_adm"], q["p_rdy"] = cs_, ce_, ca_, cr_
         return q
 
     def _behind_pending(self, P, N, keepd):
@@ -1211,6 +1249,7 @@ class MediaEngine:
         of the new commands handled) or None."""
         g = self.g
         t_cmd = g.t_cmd_ns
+        self._tail_gates = None                    # (set by _reschedule_tail below when it applies)
         okd = keepd.copy()
         cs, ce, ca, cr = (P[k] for k in self._P_KEYS)
         kend = _E0
@@ -1285,10 +1324,15 @@ class MediaEngine:
             cr = np.concatenate([cr, nrd[kn]])
             kend = nen[kn]
         # gating commands in this set (the others are decided: their ends are in _pend_end)
-        gi = np.full(len(ce), -1, np.int64)
-        gm = np.flatnonzero(C["gate"] >= 0)
-        if len(gm):
-            gi[gm] = _pid_pos(C["pid"], C["gate"][gm])
+        tg = self._tail_gates
+        if tg is not None and kp.all() and (N is None or kn.all()) and len(tg[0]) == len(kp) \
+                and len(tg[1]) == (0 if N is None else len(kn)):
+            gi = np.concatenate(tg)           # (C = P then N, whole: the positions _tail_plane found)
+        else:
+            gi = np.full(len(ce), -1, np.int64)
+            gm = np.flatnonzero(C["gate"] >= 0)
+            if len(gm):
+                gi[gm] = _pid_pos(C["pid"], C["gate"][gm])
         dec = cs < self._dec_h + t_cmd
         if dec.any():
             np.maximum.at(self.plane_free, C["plane"][dec], ce[dec])
@@ -1299,6 +1343,166 @@ class MediaEngine:
         return okd, q, kend
 
     def _reschedule_tail(self, P, N):
+        """``_tail_die`` (below), with ``_tail_plane`` first: on the dies that one handles, its result."""
+        nd = np.zeros(self.g.dies, bool)
+        nd[N["die"]] = True
+        self._tail_gates = None
+        res = self._tail_plane(P, N, nd) if eventsim._PLANE_PASS else None
+        if res is None:
+            return self._tail_die(P, N)
+        hd, (cs, ce, ca, cr), (nst, nen, nad, nrd) = res
+        rest = nd & ~hd
+        self._tail_plane_dies += int((nd & hd).sum())
+        if not rest.any():
+            self._tail_gates = self._tail_gates_found
+            return np.ones(self.g.dies, bool), (cs, ce, ca, cr), (nst, nen, nad, nrd)
+        mp = rest[P["die"]]
+        mn = rest[N["die"]]
+        ok, (a, b, c, d), (e, f, g_, h) = self._tail_die({k: v[mp] for k, v in P.items()},
+                                                         {k: v[mn] for k, v in N.items()})
+        cs[mp], ce[mp], ca[mp], cr[mp] = a, b, c, d
+        nst[mn], nen[mn], nad[mn], nrd[mn] = e, f, g_, h
+        return np.where(rest, ok, True), (cs, ce, ca, cr), (nst, nen, nad, nrd)
+
+    def _tail_plane(self, P, N, nd):
+        """``_tail_die``'s problem with T per plane: on a plane, no new command arrives before Tp = the
+        earliest of the plane's new commands' ready times (gates' ends as scheduled), so the pending
+        commands of the plane admitted before Tp keep their plane schedule (FCFS: they join before any
+        later one) and only the others are scheduled again with the new ones, by the plane pass (every
+        command admitted at its arrival). The result is the event scheduler's on a die where, from the
+        die's T (the earliest Tp of its planes) on, every command is admitted at its arrival with at most
+        Q outstanding: checked with the kept commands admitted from T on as intervals (their admission to
+        their end; those admitted before T as carried slots; the plane pass's check), kept ones admitted at
+        their arrival (max(ready, floor)), none scheduled again admitted before T (before T the schedule is
+        that of the pending commands alone, as in ``_tail_die``). Returns (dies handled: those with new
+        commands that pass, and those without; the schedule of ``P``; that of ``N``), or None where a gate
+        crosses dies (``_tail_die`` then, which leaves those dies out)."""
+        g = self.g
+        t_cmd = g.t_cmd_ns
+        big = np.int64(1) << 62
+        pe = self._pend_end
+        pix = _PidIndex(P["pid"])
+        nix = _PidIndex(N["pid"])
+        nb = N["base"].copy()
+        npn = len(P["kind"])
+        giP = np.full(npn, -1, np.int64)          # position in P then N of each command's gate (-1: none there)
+        giN = np.full(len(N["kind"]), -1, np.int64)
+        gm = np.flatnonzero(N["gate"] >= 0)
+        if len(gm):
+            gq = N["gate"][gm]
+            e = _end_of(pe, gq)
+            ip = pix.pos(gq)
+            inp = (e < 0) & (ip >= 0)
+            if (P["die"][ip[inp]] != N["die"][gm[inp]]).any():
+                return None
+            inn = nix.pos(gq)
+            giN[gm] = np.where(ip >= 0, ip, np.where(inn >= 0, inn + npn, -1))
+            h = (e < 0) & (inn >= 0)
+            if (N["die"][inn[h]] != N["die"][gm[h]]).any():
+                return None
+            e = np.where(inp, P["p_end"][np.maximum(ip, 0)], e)
+            e = np.where(e < 0, big, e)           # gated by a new command: it arrives after that one
+            nb[gm] = np.maximum(nb[gm], e)
+        pg = np.flatnonzero(P["gate"] >= 0)
+        if len(pg):
+            ip = pix.pos(P["gate"][pg])
+            h = ip >= 0
+            if (P["die"][ip[h]] != P["die"][pg[h]]).any():
+                return None
+            inn = nix.pos(P["gate"][pg])
+            giP[pg] = np.where(h, ip, np.where(inn >= 0, inn + npn, -1))
+        self._tail_gates_found = (giP, giN)
+        arr = np.where(nb >= big, big, nb + N["gx"])
+        T = np.full(g.dies, big)
+        np.minimum.at(T, N["die"], arr)
+        Tp = np.full(g.planes, big)
+        np.minimum.at(Tp, N["plane"], arr)
+        pa = P["p_adm"]
+        keep = pa < Tp[P["plane"]]
+        early = keep & (pa < T[P["die"]])         # kept, admitted before its die's T: carried slots
+        ext = keep & ~early                       # kept, admitted from T on: intervals (dies with new commands)
+        rem = np.flatnonzero(~keep)
+        ki = np.flatnonzero(keep)
+        R = {k: np.concatenate([P[k][rem], N[k]]) for k in self._CMD_KEYS}
+        R["floor"][len(rem):] = 0                 # (new commands reach their die at their ready time here)
+        nr = len(R["kind"])
+        k = len(rem)
+        pf = self.plane_free.copy()
+        np.maximum.at(pf, P["plane"][ki], P["p_end"][ki])
+        sd, st = self.slots.die, self.slots.t
+        m = nd[sd] if len(sd) else np.zeros(0, bool)
+        ei = np.flatnonzero(early & nd[P["die"]])
+        cd = np.concatenate([sd[m], P["die"][ei]])
+        ct = np.concatenate([st[m], P["p_end"][ei]])
+        if len(cd) > g.queue_depth:               # a die's Q latest releases are all that can bind
+            o = packed_order(cd, g.dies, -ct)
+            if o is None:
+                o = np.argsort(-ct)
+                o = o[np.argsort(small_int(cd[o], g.dies), kind="stable")]
+            cd, ct = cd[o], ct[o]
+            first = np.flatnonzero(np.r_[True, cd[1:] != cd[:-1]])
+            rank = np.arange(len(cd)) - np.repeat(first, np.diff(np.append(first, len(cd))))
+            cd, ct = cd[rank < g.queue_depth], ct[rank < g.queue_depth]
+        base = R["base"].copy()
+        gx = R["gx"].copy()
+        gidx = np.full(nr, -1, np.int64)
+        gm = np.flatnonzero(R["gate"] >= 0)
+        if len(gm):
+            gq = R["gate"][gm]
+            e = _end_of(pe, gq)
+            nf = np.flatnonzero(e < 0)
+            if len(nf):
+                ip = pix.pos(gq[nf])
+                kk = ip >= 0
+                kk[kk] = keep[ip[kk]]
+                e[nf] = np.where(kk, P["p_end"][np.maximum(ip, 0)], -1)
+            kn = e >= 0
+            base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
+            if not kn.all():
+                ix = _pid_pos(R["pid"], gq[~kn])
+                if (ix < 0).any():
+                    raise KeyError(int(gq[~kn][ix < 0][0]))
+                gidx[gm[~kn]] = ix
+        ungated = gidx < 0
+        kind, die, plane = R["kind"], R["die"], R["plane"]
+        ready = np.where(ungated, base + gx, base)
+        gxa = np.where(ungated, 0, gx)
+        jn = R["join"]
+        hasg = ~ungated & (jn < 0)
+        bad = np.zeros(g.dies, bool)
+        gi_ = np.flatnonzero(hasg)
+        if len(gi_):                              # (as simulate_auto: gates on an earlier program of the plane)
+            tg = gidx[gi_]
+            late = gi_[(tg >= gi_) | (plane[tg] != plane[gi_]) | (kind[tg] == READ) | (kind[gi_] == READ)]
+            bad[die[late]] = True
+        if (kind == READ).any():
+            bad[die[kind == READ]] = True
+        start = np.zeros(nr, np.int64)
+        end = np.zeros(nr, np.int64)
+        adm = np.zeros(nr, np.int64)
+        rdy = ready.copy()
+        fi = np.flatnonzero(~bad[die])
+        xi = np.flatnonzero(ext)
+        if len(fi):
+            eventsim._plane_pass(fi, kind, ready, die, plane, R["svc"], gidx, gxa, hasg, R["floor"], jn, t_cmd,
+                                 g.queue_depth, (cd, ct), bad, pf0=pf, pf=pf.copy(), start=start, end=end,
+                                 adm=adm, rdy=rdy, extra=(P["die"][xi], pa[xi], P["p_end"][xi]))
+        # (defensive: implied by the queue-depth check, which the tests show necessary) kept commands admitted
+        # from T on at their arrival (or joined earlier)
+        xa = xi[(P["join"][xi] < 0) & (pa[xi] != np.maximum(P["p_rdy"][xi], P["floor"][xi]))]
+        bad[P["die"][xa]] = True
+        # (defensive, as in _tail_die) nothing scheduled again admitted before T, no new arrival before T
+        td = T[die]
+        bad[die[(jn < 0) & (adm < td)]] = True
+        bad[N["die"][rdy[k:] < td[k:]]] = True
+        cs, ce, ca, cr = (P[kk].copy() for kk in self._P_KEYS)
+        cs[rem], ce[rem], ca[rem], cr[rem] = start[:k], end[:k], adm[:k], rdy[:k]
+        hd = ~bad
+        self._tail_kept += int(hd[P["die"][ki]].sum())
+        self._tail_redone += int(hd[P["die"][rem]].sum())
+        return hd, (cs, ce, ca, cr), (start[k:], end[k:], adm[k:], rdy[k:])
+
+    def _tail_die(self, P, N):
         """Pending commands ``P`` (their schedule ``p_*``, the event scheduler's for them alone) and new
         commands ``N`` of dies without new reads. On a die, no new command reaches the die queue before
         T = the earliest of its new commands' ready times with their gates' ends as scheduled (one gated
@@ -1319,10 +1523,11 @@ class MediaEngine:
         cs, ce, ca, cr = (P[k].copy() for k in self._P_KEYS)
         # T per die: new commands' ready times, gates on decided or pending programs at their ends
         nb = N["base"].copy()
+        pix = _PidIndex(P["pid"])
         gm = np.flatnonzero(N["gate"] >= 0)
         if len(gm):
             e = _end_of(pe, N["gate"][gm])
-            ip = _pid_pos(P["pid"], N["gate"][gm])
+            ip = pix.pos(N["gate"][gm])
             inp = (e < 0) & (ip >= 0)
             x = gm[inp]
             ok[N["die"][x][P["die"][ip[inp]] != N["die"][x]]] = False
@@ -1335,7 +1540,7 @@ class MediaEngine:
         fixed = P["p_adm"] < T[P["die"]]
         pg = np.flatnonzero(P["gate"] >= 0)
         if len(pg):
-            ip = _pid_pos(P["pid"], P["gate"][pg])
+            ip = pix.pos(P["gate"][pg])
             x = pg[ip >= 0]
             w = x[P["die"][ip[ip >= 0]] != P["die"][x]]
             ok[P["die"][w]] = False
@@ -1354,8 +1559,10 @@ class MediaEngine:
         cd = np.concatenate([sd[m], P["die"][fi]])
         ct = np.concatenate([st[m], P["p_end"][fi]])
         if len(cd) > g.queue_depth:               # a die's Q latest releases are all that can bind
-            o = np.argsort(-ct)
-            o = o[np.argsort(small_int(cd[o], g.dies), kind="stable")]
+            o = packed_order(cd, g.dies, -ct)     # (die, latest first): equal keys are equal values
+            if o is None:
+                o = np.argsort(-ct)
+                o = o[np.argsort(small_int(cd[o], g.dies), kind="stable")]
             cd, ct = cd[o], ct[o]
             first = np.flatnonzero(np.r_[True, cd[1:] != cd[:-1]])
             rank = np.arange(len(cd)) - np.repeat(first, np.diff(np.append(first, len(cd))))
@@ -1370,7 +1577,10 @@ class MediaEngine:
             e = _end_of(pe, gq)
             nf = np.flatnonzero(e < 0)
             if len(nf) and len(fi):
-                ip = _pid_pos(P["pid"][fi], gq[nf])
+                ip = pix.pos(gq[nf])             # (index in P -> in P[fi]: -1 where not kept)
+                fpos = np.full(len(fixed), -1, np.int64)
+                fpos[fi] = np.arange(len(fi), dtype=np.int64)
+                ip = np.where(ip >= 0, fpos[np.maximum(ip, 0)], -1)
                 e[nf] = np.where(ip >= 0, P["p_end"][fi][np.maximum(ip, 0)], -1)
             kn = e >= 0
             base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])

@@ -574,7 +574,7 @@ def _heads_pass(fi, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cm
 
 
 def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn, t_cmd, Q, die_carry, bad, *,
-                pf0, pf, start, end, adm, rdy):
+                pf0, pf, start, end, adm, rdy, extra=None):
     """Schedule the commands ``fi`` (whole dies; gates earlier on the same plane) as if every die
     admitted each command at its arrival (its queue depth never binding): then the planes are
     independent non-preemptive priority queues (reads first, each class by (plane arrival, seq)),
@@ -584,7 +584,10 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
     each die is checked: the queue depth never binds (at every admission, at most Q outstanding:
     carried, joined and admitted ones not ended yet; releases at an instant before its admissions),
     and each plane's reads and programs arrive in seq order (so the heads are the event scheduler's
-    choices). Marks the dies where a check fails in ``bad`` (their results here are discarded)."""
+    choices). Marks the dies where a check fails in ``bad`` (their results here are discarded).
+    ``extra``: (die, admission, end) of other commands of these dies, not scheduled here (their schedule
+    stands): they count in the queue-depth check as outstanding from their admission to their end, and
+    their admissions are checked too."""
     BIG = _BIG
     isr = kind[fi] == READ
     ri = fi[isr]
@@ -669,14 +672,20 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
     if len(cd):
         init = init + np.bincount(cd, minlength=len(bad))[:len(bad)]
     ta_, te_ = adm[na], end[fi]
+    dna, dfi = die[na], die[fi]
+    if extra is not None and len(extra[0]):
+        dna = np.concatenate([dna, extra[0]])
+        dfi = np.concatenate([dfi, extra[0]])
+        ta_ = np.concatenate([ta_, extra[1]])
+        te_ = np.concatenate([te_, extra[2]])
     lo = min(int(ta_.min()) if len(ta_) else 0, int(te_.min()))
     hi = max(int(ta_.max()) if len(ta_) else 0, int(te_.max()))
     span = hi - lo + 2
     if span * (len(bad) + 1) < (1 << 62):
         # per die, sorted keys die * span + time (earlier carried releases at the die's start): at an
         # admission at t, outstanding = admissions at <= t less releases at <= t (releases first)
-        ka = np.sort(die[na] * span + (ta_ - lo) + 1)
-        ke = np.concatenate([die[fi] * span + (te_ - lo) + 1, cd * span + np.clip(ct - lo + 1, 0, span - 1)])
+        ka = np.sort(dna * span + (ta_ - lo) + 1)
+        ke = np.concatenate([dfi * span + (te_ - lo) + 1, cd * span + np.clip(ct - lo + 1, 0, span - 1)])
         ke.sort()
         dd = ka // span
         d0 = np.arange(len(bad) + 1, dtype=np.int64) * span
@@ -684,9 +693,9 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
                - np.searchsorted(ke, ka, "right") + np.searchsorted(ke, d0)[dd] + init[dd])
         over = run > Q
     else:
-        ev_d = np.concatenate([die[na], die[fi], cd])
+        ev_d = np.concatenate([dna, dfi, cd])
         ev_t = np.concatenate([ta_, te_, ct])
-        ev_k = np.concatenate([np.ones(len(na), np.int64), np.zeros(len(fi) + len(cd), np.int64)])
+        ev_k = np.concatenate([np.ones(len(dna), np.int64), np.zeros(len(dfi) + len(cd), np.int64)])
         o = np.lexsort((ev_k, ev_t, ev_d))
         dd = ev_d[o]
         delta = np.where(ev_k[o] == 1, 1, -1)

@@ -147,21 +147,16 @@ class Ftl:
         if (ob < 0).any():
             # planes never written: open their first block now when that cannot start GC (as the
             # first program() there would: a block taken, GC only if free blocks drop below the start)
-            for p, k in zip(up[ob < 0].tolist(), cnt[ob < 0].tolist()):
-                if k <= self.ppb and self.free_blocks(p) - 1 >= self._gc_start:
-                    b = self._take_free(p)
-                    self._state[b] = OPEN
-                    self.p2l[b] = [-1] * self.ppb
-                    self._ob[p] = b
-                    self._onx[p] = 0
+            self._open_fresh(up[ob < 0], cnt[ob < 0])
             ob = self._ob[up]
         onx = self._onx[up]
         bulk = (ob >= 0) & (onx + cnt <= self.ppb)
         srt = np.sort(lp)
         dup = srt[1:] == srt[:-1]
         if dup.any():                          # a page twice: its plane goes one page at a time
-            dpl = np.unique(self._planes_of(srt[1:][dup]))
-            bulk &= ~np.isin(up, dpl)
+            dm = np.zeros(self.g.planes, bool)
+            dm[self._planes_of(srt[1:][dup])] = True
+            bulk &= ~dm[up]
         segid = np.cumsum(brk) - 1
         em = bulk[segid]
         if not em.all():                       # the other planes: one page at a time, in order
@@ -202,6 +197,35 @@ class Ftl:
             valid[b] += k
         self.host_programs += len(lsl)
         return planes, ops_out
+
+    def _open_fresh(self, up: np.ndarray, cnt: np.ndarray) -> None:
+        """Planes ``up`` without an open block, ``cnt`` pages each to come: open the first block of each
+        whose pages fit it, when that cannot start GC (as the first ``program`` there would: a block
+        taken, GC only if free blocks drop below the start). A plane without an open block was never
+        written (its free blocks: all ``bpp``, the first one next), so all of them at once."""
+        ul = up.tolist()
+        if not (self._fresh.keys().isdisjoint(ul) and self._erased.keys().isdisjoint(ul)):
+            for p, k in zip(ul, cnt.tolist()):           # (not expected: a plane written but not open)
+                if k <= self.ppb and self.free_blocks(p) - 1 >= self._gc_start:
+                    b = self._take_free(p)
+                    self._state[b] = OPEN
+                    self.p2l[b] = [-1] * self.ppb
+                    self._ob[p] = b
+                    self._onx[p] = 0
+            return
+        if self.bpp - 1 < self._gc_start:
+            return
+        up = up[cnt <= self.ppb]
+        if not len(up):
+            return
+        self._fresh.update(dict.fromkeys(up.tolist(), 1))
+        bs = up * self.bpp
+        state, p2l, ppb = self._state, self.p2l, self.ppb
+        for b in bs.tolist():
+            state[b] = OPEN
+            p2l[b] = [-1] * ppb
+        self._ob[up] = bs
+        self._onx[up] = 0
 
     def _planes_of(self, lp: np.ndarray) -> np.ndarray:
         C, D, P = self._C, self._D, self._P
