@@ -113,6 +113,19 @@ class _PidIndex:
         return np.where(sp[i] == q, so[i], -1)
 
 
+def _latest_per_die(cd: np.ndarray, ct: np.ndarray, dies: int, q: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``q`` latest release times ``ct`` of each die ``cd`` (die order, latest first): a die's Q latest
+    releases are all that can bind a later admission."""
+    o = packed_order(cd, dies, -ct)               # (die, latest first): equal keys are equal values
+    if o is None:
+        o = np.argsort(-ct)
+        o = o[np.argsort(small_int(cd[o], dies), kind="stable")]
+    cd, ct = cd[o], ct[o]
+    first = np.flatnonzero(np.r_[True, cd[1:] != cd[:-1]])
+    rank = np.arange(len(cd)) - np.repeat(first, np.diff(np.append(first, len(cd))))
+    return cd[rank < q], ct[rank < q]
+
+
 def _end_of(pe: "_Ends", q: np.ndarray) -> np.ndarray:
     """Decided program ends of the ids ``q`` (-1: not decided)."""
     return pe.get(q)
@@ -1435,14 +1448,7 @@ class MediaEngine:
         cd = np.concatenate([sd[m], P["die"][ei]])
         ct = np.concatenate([st[m], P["p_end"][ei]])
         if len(cd) > g.queue_depth:               # a die's Q latest releases are all that can bind
-            o = packed_order(cd, g.dies, -ct)
-            if o is None:
-                o = np.argsort(-ct)
-                o = o[np.argsort(small_int(cd[o], g.dies), kind="stable")]
-            cd, ct = cd[o], ct[o]
-            first = np.flatnonzero(np.r_[True, cd[1:] != cd[:-1]])
-            rank = np.arange(len(cd)) - np.repeat(first, np.diff(np.append(first, len(cd))))
-            cd, ct = cd[rank < g.queue_depth], ct[rank < g.queue_depth]
+            cd, ct = _latest_per_die(cd, ct, g.dies, g.queue_depth)
         base = R["base"].copy()
         gx = R["gx"].copy()
         gidx = np.full(nr, -1, np.int64)
@@ -1559,14 +1565,7 @@ class MediaEngine:
         cd = np.concatenate([sd[m], P["die"][fi]])
         ct = np.concatenate([st[m], P["p_end"][fi]])
         if len(cd) > g.queue_depth:               # a die's Q latest releases are all that can bind
-            o = packed_order(cd, g.dies, -ct)     # (die, latest first): equal keys are equal values
-            if o is None:
-                o = np.argsort(-ct)
-                o = o[np.argsort(small_int(cd[o], g.dies), kind="stable")]
-            cd, ct = cd[o], ct[o]
-            first = np.flatnonzero(np.r_[True, cd[1:] != cd[:-1]])
-            rank = np.arange(len(cd)) - np.repeat(first, np.diff(np.append(first, len(cd))))
-            cd, ct = cd[rank < g.queue_depth], ct[rank < g.queue_depth]
+            cd, ct = _latest_per_die(cd, ct, g.dies, g.queue_depth)
         carry = (cd, ct)
         base = R["base"].copy()
         gx = R["gx"].copy()
