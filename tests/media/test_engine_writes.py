@@ -6,6 +6,7 @@ import numpy as np
 
 from hbfd.media.engine import _PidIndex
 from hbfd.media.ftl import Ftl
+from test_engine_incremental import _run
 from test_media_timing import geom
 
 
@@ -84,22 +85,6 @@ def _tail_geometry(name, qd):
     return dataclasses.replace(g, queue_depth=qd) if qd else g
 
 
-def _tail_run(g, stream, cuts, adv):
-    from hbfd.media.engine import MediaEngine
-    eng = MediaEngine(g)
-    outs = []
-    for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
-        part = stream[a:b]
-        eng.submit(part)
-        if adv[k]:
-            eng.advance(int(part["arrival_ns"].max()))
-        outs.append(eng.collect())
-    outs.append(eng.drain())
-    c = np.concatenate(outs)
-    o = np.argsort(c["id"], kind="stable")
-    return c["id"][o], c["modeled_ns"][o], eng
-
-
 _TAIL_CASES = [  # (geometry, queue depth (0: the profile's), op, write fraction, load (None: burst), seed)
     ("nominal", 0, "write", 0.0, None, 1), ("nominal", 0, "write", 0.0, 0.1, 2), ("nominal", 0, "write", 0.0, 0.5, 3),
     ("nominal", 16, "write", 0.0, None, 4), ("nominal", 20, "write", 0.0, 0.25, 5), ("nominal", 24, "write", 0.0, 1.0, 6),
@@ -134,12 +119,12 @@ def test_tail_by_plane_equals_tail_by_die(monkeypatch):
             return _orig(self, P, N)
         with monkeypatch.context() as mp:
             mp.setattr(MediaEngine, "_tail_die", counting)
-            ids, inc, eng = _tail_run(g, stream, cuts, adv)
+            ids, inc, eng = _run(g, stream, cuts, adv)
         handled += eng._tail_plane_dies
         fallback += len(tails)
         with monkeypatch.context() as mp:
             mp.setattr(MediaEngine, "_tail_plane", lambda self, P, N, nd: None)
-            ids2, ref, eng2 = _tail_run(g, stream, cuts, adv)
+            ids2, ref, eng2 = _run(g, stream, cuts, adv)
             assert eng2._tail_plane_dies == 0
         assert np.array_equal(ids, ids2)
         assert np.array_equal(inc, ref), (gname, qd, op, wf, load, seed)
@@ -169,5 +154,5 @@ def test_gate_positions_reused_from_tail_plane(monkeypatch):
         gap = 0 if load is None else round(1e9 / (load * g.aggregate_bytes_per_s / 4096))
         stream = make_stream(g, 3000, 4096, op, gap, seed=seed, pattern="random", write_fraction=wf)
         cuts = np.unique(np.r_[0, np.sort(rng.integers(1, 3000, size=int(rng.integers(4, 30)))), 3000])
-        _tail_run(g, stream, cuts, rng.random(len(cuts)) < 0.5)
+        _run(g, stream, cuts, rng.random(len(cuts)) < 0.5)
     assert any(seen) and not all(seen)
