@@ -126,6 +126,34 @@ def _latest_per_die(cd: np.ndarray, ct: np.ndarray, dies: int, q: int) -> tuple[
     return cd[rank < q], ct[rank < q]
 
 
+def _gate_bases(R: dict, nr: int, pe: "_Ends", pix: "_PidIndex", p_end: np.ndarray,
+                kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the ``nr`` commands ``R`` to schedule again may start, from their gates: a gate on a decided
+    program (``pe``) or on a kept pending one (``kept``, a mask over the pending set whose ends are
+    ``p_end``, positions by ``pix``) raises the command's base to that end; a gate on a command scheduled
+    with them becomes its index in ``R`` (``gidx``; -1: no gate left). A gate on none of these is a KeyError."""
+    base = R["base"].copy()
+    gidx = np.full(nr, -1, np.int64)
+    gm = np.flatnonzero(R["gate"] >= 0)
+    if len(gm):
+        gq = R["gate"][gm]
+        e = _end_of(pe, gq)
+        nf = np.flatnonzero(e < 0)
+        if len(nf):
+            ip = pix.pos(gq[nf])
+            kk = ip >= 0
+            kk[kk] = kept[ip[kk]]
+            e[nf] = np.where(kk, p_end[np.maximum(ip, 0)], -1)
+        kn = e >= 0
+        base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
+        if not kn.all():
+            ix = _pid_pos(R["pid"], gq[~kn])
+            if (ix < 0).any():
+                raise KeyError(int(gq[~kn][ix < 0][0]))
+            gidx[gm[~kn]] = ix
+    return base, gidx
+
+
 def _end_of(pe: "_Ends", q: np.ndarray) -> np.ndarray:
     """Decided program ends of the ids ``q`` (-1: not decided)."""
     return pe.get(q)
@@ -1449,26 +1477,8 @@ class MediaEngine:
         ct = np.concatenate([st[m], P["p_end"][ei]])
         if len(cd) > g.queue_depth:               # a die's Q latest releases are all that can bind
             cd, ct = _latest_per_die(cd, ct, g.dies, g.queue_depth)
-        base = R["base"].copy()
-        gx = R["gx"].copy()
-        gidx = np.full(nr, -1, np.int64)
-        gm = np.flatnonzero(R["gate"] >= 0)
-        if len(gm):
-            gq = R["gate"][gm]
-            e = _end_of(pe, gq)
-            nf = np.flatnonzero(e < 0)
-            if len(nf):
-                ip = pix.pos(gq[nf])
-                kk = ip >= 0
-                kk[kk] = keep[ip[kk]]
-                e[nf] = np.where(kk, P["p_end"][np.maximum(ip, 0)], -1)
-            kn = e >= 0
-            base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
-            if not kn.all():
-                ix = _pid_pos(R["pid"], gq[~kn])
-                if (ix < 0).any():
-                    raise KeyError(int(gq[~kn][ix < 0][0]))
-                gidx[gm[~kn]] = ix
+        gx = R["gx"]
+        base, gidx = _gate_bases(R, nr, pe, pix, P["p_end"], keep)
         ungated = gidx < 0
         kind, die, plane = R["kind"], R["die"], R["plane"]
         ready = np.where(ungated, base + gx, base)
@@ -1567,27 +1577,8 @@ class MediaEngine:
         if len(cd) > g.queue_depth:               # a die's Q latest releases are all that can bind
             cd, ct = _latest_per_die(cd, ct, g.dies, g.queue_depth)
         carry = (cd, ct)
-        base = R["base"].copy()
-        gx = R["gx"].copy()
-        gidx = np.full(nr, -1, np.int64)
-        gm = np.flatnonzero(R["gate"] >= 0)
-        if len(gm):
-            gq = R["gate"][gm]
-            e = _end_of(pe, gq)
-            nf = np.flatnonzero(e < 0)
-            if len(nf) and len(fi):
-                ip = pix.pos(gq[nf])             # (index in P -> in P[fi]: -1 where not kept)
-                fpos = np.full(len(fixed), -1, np.int64)
-                fpos[fi] = np.arange(len(fi), dtype=np.int64)
-                ip = np.where(ip >= 0, fpos[np.maximum(ip, 0)], -1)
-                e[nf] = np.where(ip >= 0, P["p_end"][fi][np.maximum(ip, 0)], -1)
-            kn = e >= 0
-            base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
-            if not kn.all():
-                ix = _pid_pos(R["pid"], gq[~kn])
-                if (ix < 0).any():
-                    raise KeyError(int(gq[~kn][ix < 0][0]))
-                gidx[gm[~kn]] = ix
+        gx = R["gx"]
+        base, gidx = _gate_bases(R, nr, pe, pix, P["p_end"], fixed)
         ungated = gidx < 0
         start, end, adm, rdy = eventsim.simulate_auto(R["kind"], np.where(ungated, base + gx, base), R["plane"],
                                                  R["die"], R["svc"], t_cmd=t_cmd, queue_depth=g.queue_depth,
