@@ -29,11 +29,11 @@ EIDOLA_HELPER_PTX := $(HELPER_DIR)/hbf_eidola_helpers.ptx
 
 all: $(INSTALL_STAMP) helpers-ptx
 
-# the venv: this package, editable, with its dev, gpu, llm and sweep extras (those install without a GPU)
+# the venv: this package, editable, with its dev, gpu, llm, sweep and accel extras (those install without a GPU)
 $(INSTALL_STAMP): pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[dev,gpu,llm,sweep]'
+	$(VPY) -m pip install -q -e '.[dev,gpu,llm,sweep,accel]'
 	@$(MAKE) --no-print-directory torch
 	touch $@
 

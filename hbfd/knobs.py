@@ -6,6 +6,7 @@ from pathlib import Path
 
 from hbfcommon import rpc
 from hbfcommon.env import env_bool, env_int
+from hbfcommon.errors import ConfigError
 
 
 def default_socket() -> Path:
@@ -80,3 +81,13 @@ def demo_mode() -> str:
     when torch and Triton are there, else the microbenchmark), ``microbench`` (on a GPU: the microbenchmark)
     or ``cpu``."""
     return os.environ.get("HBFD_DEMO", "auto")
+
+
+def accel_mode() -> str:
+    """``$HBFD_ACCEL``: ``auto`` (default: the compiled twins of the hot loops when numba is installed),
+    ``on`` (compiled, or a ConfigError when numba is missing) or ``off`` (the numpy definitions).
+    See hbfd/accel.py."""
+    v = (os.environ.get("HBFD_ACCEL") or "auto").strip().lower()
+    if v not in ("auto", "on", "off"):
+        raise ConfigError("HBFD_ACCEL must be auto, on or off", variable="HBFD_ACCEL", value=v)
+    return v

@@ -1,0 +1,85 @@
+"""Compiled kernels for hbfd's hot loops: one switch, numba when it is installed.
+
+The numpy code of each model (media engine, capacity service) is the definition. Where a loop cannot be
+made fast enough in numpy (a per-die scheduling loop, an event loop, a per-page hash), a module may add
+a loop-form twin written in plain Python over numpy arrays and compile it with :func:`jit`; its tests
+then check that the twin and the numpy definition give the same outputs, bit for bit, on the inputs
+that matter (golden streams, randomized ones, the edge cases).
+
+``$HBFD_ACCEL`` (hbfd/knobs.py) decides whether the twins run:
+
+- ``auto`` (default): compiled when numba imports, else the numpy definition;
+- ``on``: compiled, and a clear ConfigError when numba is missing (a benchmark that must not measure the
+  fallback by accident);
+- ``off``: the numpy definition always (what the equality tests compare against).
+
+numba is the ``accel`` extra (``pip install 'hbfsim[accel]'``; ``make venv`` installs it). Compiled
+functions are cached on disk (numba's own cache: ``__pycache__`` beside the source, or
+``$NUMBA_CACHE_DIR``), so a process pays the compile once per machine, not once per run. Whether a run
+used the compiled path is part of what it reports (:func:`describe`).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Callable, Optional
+
+from hbfcommon.errors import ConfigError
+from hbfd import knobs
+
+log = logging.getLogger("hbfd.accel")
+
+
+@functools.lru_cache(maxsize=1)
+def _numba():
+    try:
+        import numba  # noqa: F401  (the optional accel extra)
+    except Exception as e:  # ImportError, or a numba that cannot load its llvmlite
+        return None, f"numba not importable: {type(e).__name__}: {e}"
+    return numba, None
+
+
+def enabled() -> bool:
+    """Whether the compiled twins run (``$HBFD_ACCEL``; read at each call, so tests can switch it)."""
+    mode = knobs.accel_mode()
+    if mode == "off":
+        return False
+    nb, why = _numba()
+    if nb is None:
+        if mode == "on":
+            raise ConfigError(f"HBFD_ACCEL=on but {why} (install the accel extra: pip install 'hbfsim[accel]')",
+                              variable="HBFD_ACCEL", value="on")
+        return False
+    return True
+
+
+def describe() -> dict:
+    """What a run reports about its engine: ``{"accel": "numba 0.68.1" | "off" | "unavailable: ..."}``."""
+    mode = knobs.accel_mode()
+    nb, why = _numba()
+    if mode == "off":
+        return {"accel": "off"}
+    if nb is None:
+        return {"accel": f"unavailable: {why}"}
+    return {"accel": f"numba {nb.__version__}"}
+
+
+def jit(fn: Callable) -> Callable:
+    """Decorate a loop-form twin: returns a lazy wrapper that compiles ``fn`` with ``numba.njit(cache=True,
+    nogil=True)`` at its first call. Call it only where :func:`enabled` said yes (calling it without numba
+    raises a ConfigError naming what is missing, never runs the slow Python loop silently)."""
+    compiled: list = []
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        if not compiled:
+            nb, why = _numba()
+            if nb is None:
+                raise ConfigError(f"{fn.__qualname__}: the compiled twin needs numba ({why})",
+                                  variable="HBFD_ACCEL", value=knobs.accel_mode())
+            compiled.append(nb.njit(cache=True, nogil=True)(fn))
+        return compiled[0](*args)
+
+    wrapper.py_func = fn  # the plain-Python form, for tests of the twin's logic without compiling
+    return wrapper
+

@@ -1,0 +1,63 @@
+"""hbfd/accel.py: the one switch for the compiled twins of hbfd's hot loops ($HBFD_ACCEL)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hbfcommon.errors import ConfigError
+from hbfd import accel, knobs
+
+
+def _no_numba(monkeypatch):
+    monkeypatch.setattr(accel, "_numba", lambda: (None, "numba not importable: ImportError: test"))
+
+
+def test_mode_parsing(monkeypatch):
+    monkeypatch.delenv("HBFD_ACCEL", raising=False)
+    assert knobs.accel_mode() == "auto"
+    monkeypatch.setenv("HBFD_ACCEL", " OFF ")
+    assert knobs.accel_mode() == "off"
+    monkeypatch.setenv("HBFD_ACCEL", "fast")
+    with pytest.raises(ConfigError, match="HBFD_ACCEL must be auto, on or off"):
+        knobs.accel_mode()
+
+
+def test_off_never_compiles(monkeypatch):
+    monkeypatch.setenv("HBFD_ACCEL", "off")
+    assert accel.enabled() is False
+    assert accel.describe() == {"accel": "off"}
+
+
+def test_missing_numba_auto_falls_back_on_refuses(monkeypatch):
+    _no_numba(monkeypatch)
+    monkeypatch.setenv("HBFD_ACCEL", "auto")
+    assert accel.enabled() is False
+    assert accel.describe()["accel"].startswith("unavailable: numba not importable")
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    with pytest.raises(ConfigError, match="HBFD_ACCEL=on but numba not importable"):
+        accel.enabled()
+
+    @accel.jit
+    def twin(a):
+        return a.sum()
+    with pytest.raises(ConfigError, match="twin.*needs numba"):
+        twin(np.arange(3))
+    assert twin.py_func(np.arange(3)) == 3
+
+
+def test_jit_twin_matches_python():
+    pytest.importorskip("numba")
+
+    @accel.jit
+    def lindley(arrive, service):
+        out = np.empty_like(arrive)
+        free = np.int64(0)
+        for i in range(arrive.shape[0]):
+            start = arrive[i] if arrive[i] > free else free
+            free = start + service[i]
+            out[i] = free
+        return out
+    rng = np.random.default_rng(7)
+    arrive = np.cumsum(rng.integers(0, 50, 1000)).astype(np.int64)
+    service = rng.integers(1, 80, 1000).astype(np.int64)
+    assert np.array_equal(lindley(arrive, service), lindley.py_func(arrive, service))
