@@ -13,6 +13,11 @@ kernel body's own count, the helpers being ABI calls), then linked (``nvlink``) 
   body_inline           ptxas -c of the rewrite with the helpers extern (inline issue path on, the default)
   body_no_inline        the same with HBFCC_INLINE_ISSUE=0 (every access calls the helpers)
   linked_cap{none,64,32}  body_inline + nvlink with the helper object (capped)
+  whole_stub            the whole-program build linked with do-nothing helpers (hbfcc.helpers.stub_helper): what
+                        the kernel's own rewritten code needs in the build hbfcc makes
+  whole_only_<helper>   the whole-program build in which the entries' calls to every helper but <helper> go to
+                        do-nothing copies: what that one helper adds (ptxas places a callee's registers above the
+                        values live across its call, so a helper costs its own need plus the caller's live set)
 
     python3 bench/kernel_body_registers.py [--out bench/results/kernel_body_registers_cpu.json] [--modules a,b]
 """
@@ -36,6 +41,7 @@ sys.path.insert(0, str(REPO / "tests" / "fixtures"))
 
 from hbfcc import cubin, helpers as H  # noqa: E402
 from hbfcc.rewrite import rewrite_text  # noqa: E402
+from hbfcommon import abi  # noqa: E402
 
 log = logging.getLogger("kernel_body_registers")
 MODULES = ("softmax_row", "layernorm_fwd", "embedding_gather", "matmul_f16_s3", "matmul_bf16_s5_small",
@@ -57,6 +63,47 @@ def _entry_regs(path: Path, entries: set[str]) -> dict[str, dict]:
 
 def _separate_text(text: str, name: str) -> str:
     return re.sub(r"^\.weak \.func", ".extern .func", rewrite_text(text, filename=name, link=False).text, flags=re.M)
+
+
+_CALL = r"(call(?:\.uni)?\s+(?:\([^)]*\),\s*)?)({name})\b"
+
+
+def _entry_spans(text: str) -> list[tuple[int, int]]:
+    """[start, end) of every ``.entry``'s body braces in ``text``."""
+    spans = []
+    for m in re.finditer(r"^\s*(?:\.visible\s+)?\.entry\s+\w+", text, flags=re.M):
+        i = text.index("{", m.end())
+        depth = 0
+        for j in range(i, len(text)):
+            depth += (text[j] == "{") - (text[j] == "}")
+            if depth == 0:
+                spans.append((i, j + 1))
+                break
+    return spans
+
+
+def _only_helper_text(whole: str, keep: str | None) -> tuple[str, list[str]]:
+    """``whole`` with every entry's call to a helper other than ``keep`` sent to a do-nothing copy (named
+    ``__hbstub<name>``); returns the text and the helpers the entries call."""
+    stub = H.stub_helper_text()
+    funcs = stub[stub.index(".visible .func"):].replace(".visible .func", ".func")
+    spans = _entry_spans(whole)
+    called = sorted({n for a, b in spans for n in re.findall(r"call(?:\.uni)?\s+(?:\([^)]*\),\s*)?(__hb_\w+)",
+                                                              whole[a:b])})
+    out, pos = [], 0
+    for a, b in spans:
+        body = whole[a:b]
+        for n in called:
+            if n != keep:
+                body = re.sub(_CALL.format(name=n), r"\1__hbstub\2", body)
+        out += [whole[pos:a], body]
+        pos = b
+    out.append(whole[pos:])
+    text = "".join(out)
+    first = _entry_spans(text)[0][0]
+    head = text.rfind("\n", 0, text.rfind(".entry", 0, first)) + 1
+    return text[:head] + re.sub(r"(\.func\s+(?:\([^)]*\)\s*)?)(__hb_\w+)", r"\1__hbstub\2", funcs) + "\n" \
+        + text[head:], called
 
 
 def main(argv=None) -> int:
@@ -89,8 +136,13 @@ def main(argv=None) -> int:
             text = corpus[name].read_text()
             d = w / name
             d.mkdir()
-            variants = {"plain": text, "whole": rewrite_text(text, filename=name).text,
-                        "body_inline": _separate_text(text, name)}
+            whole = rewrite_text(text, filename=name).text
+            variants = {"plain": text, "whole": whole, "body_inline": _separate_text(text, name),
+                        "whole_stub": rewrite_text(text, filename=name, helper=H.stub_helper()).text}
+            _, called = _only_helper_text(whole, None)
+            for h in called:
+                if h in {sig.name for sig in abi.HELPERS.values()}:
+                    variants[f"whole_only_{h}"] = _only_helper_text(whole, h)[0]
             old = os.environ.get("HBFCC_INLINE_ISSUE")
             os.environ["HBFCC_INLINE_ISSUE"] = "0"
             try:
