@@ -23,6 +23,8 @@ from __future__ import annotations
 import heapq
 import numpy as np
 
+from hbfd import accel
+
 READ, PROG, COPYBACK, ERASE = 0, 1, 2, 3
 KIND_NAMES = ("read", "program", "copyback", "erase")
 
@@ -197,6 +199,10 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
     ``paths`` (optional): dies per path are added to it (``plane_pass``, ``heads_pass``, ``event``).
     Equality: tests/media/test_eventsim_fast.py."""
     n = len(kind)
+    if n and accel.enabled():
+        return simulate_compiled(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
+                                 plane_free=plane_free, die_carry=die_carry, gate=gate, gate_x=gate_x, floor=floor,
+                                 join=join, full=full)
     if n == 0 or gate is None or gate_x is None:
         return simulate(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
                         plane_free=plane_free, die_carry=die_carry, gate=gate, gate_x=gate_x, floor=floor,
@@ -761,3 +767,308 @@ def _plane_chains(oo, opl, up, ost, oend, ready, service, gate, gate_x, hasg, fl
         rdy[c] = r
         enq[c] = q
     f[po] = fs
+
+
+def simulate_compiled(kind, ready, plane, die, service, *, t_cmd: int, queue_depth: int, plane_free: np.ndarray,
+                      die_carry, gate=None, gate_x=None, floor=None, join=None, full: bool = False):
+    """``simulate`` run by its compiled twin (``_simulate_loop``, hbfd/accel.py): the same arguments and
+    the same results bit for bit (tests/media/test_accel_media.py). Callers use it where
+    ``accel.enabled()``."""
+    n = len(kind)
+    kind = np.asarray(kind, np.int64)
+    ready = np.asarray(ready, np.int64)
+    plane = np.asarray(plane, np.int64)
+    die = np.asarray(die, np.int64)
+    service = np.asarray(service, np.int64)
+    neg = np.full(n, -1, np.int64)
+    gate = neg if gate is None else np.asarray(gate, np.int64)
+    gate_x = np.zeros(n, np.int64) if gate_x is None else np.asarray(gate_x, np.int64)
+    has_floor = floor is not None
+    floor = np.zeros(n, np.int64) if floor is None else np.asarray(floor, np.int64)
+    join = neg if join is None else np.asarray(join, np.int64)
+    cd, ct = _carry_arrays(die_carry)
+    pf = np.ascontiguousarray(plane_free, dtype=np.int64)
+    start, end, adm, rdy, ok = _simulate_loop(kind, ready, plane, die, service, int(t_cmd), int(queue_depth), pf,
+                                              cd, ct, gate, gate_x, floor, has_floor, join)
+    if not ok:
+        raise ValueError("eventsim: a gate names a command that never runs")
+    if pf is not plane_free:
+        plane_free[:] = pf
+    if full:
+        return start, end, adm, rdy
+    return start, end
+
+
+@accel.jit
+def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate, gate_x, floor, has_floor, join):
+    """``simulate``'s events and decisions, loop form (compiled by numba): one event heap (t, event, id), per die
+    a read queue and an other-command queue (keys (ready, seq)), per plane a queue (class, plane arrival, seq),
+    all as array heaps. ``pf`` (plane free times) is updated in place. Returns (start, end, admission, ready,
+    every gate ran)."""
+    n = kind.shape[0]
+    nd = 0
+    for i in range(n):
+        if die[i] + 1 > nd:
+            nd = die[i] + 1
+    for k in range(cd.shape[0]):
+        if cd[k] + 1 > nd:
+            nd = cd[k] + 1
+    npl = pf.shape[0]
+    start = np.zeros(n, np.int64)
+    end = np.zeros(n, np.int64)
+    adm = np.zeros(n, np.int64)
+    rdy = ready.copy()
+    tenq = np.zeros(n, np.int64)
+    # event heap
+    cap = cd.shape[0] + 3 * n + npl + 1
+    ht = np.empty(cap, np.int64)
+    he = np.empty(cap, np.int64)
+    hx = np.empty(cap, np.int64)
+    hs = np.zeros(1, np.int64)
+
+    def ev_less(t1, e1, x1, t2, e2, x2):
+        if t1 != t2:
+            return t1 < t2
+        if e1 != e2:
+            return e1 < e2
+        return x1 < x2
+
+    def ev_push(t, e, x):
+        i = hs[0]
+        hs[0] = i + 1
+        while i > 0:
+            p = (i - 1) >> 1
+            if not ev_less(t, e, x, ht[p], he[p], hx[p]):
+                break
+            ht[i] = ht[p]
+            he[i] = he[p]
+            hx[i] = hx[p]
+            i = p
+        ht[i] = t
+        he[i] = e
+        hx[i] = x
+
+    def ev_pop():
+        m = hs[0] - 1
+        hs[0] = m
+        t = ht[m]
+        e = he[m]
+        x = hx[m]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= m:
+                break
+            if c + 1 < m and ev_less(ht[c + 1], he[c + 1], hx[c + 1], ht[c], he[c], hx[c]):
+                c += 1
+            if not ev_less(ht[c], he[c], hx[c], t, e, x):
+                break
+            ht[i] = ht[c]
+            he[i] = he[c]
+            hx[i] = hx[c]
+            i = c
+        ht[i] = t
+        he[i] = e
+        hx[i] = x
+
+    # per-die queues (reads, others) and per-plane queues: heaps of command ids in slices of shared arrays
+    dcnt = np.zeros(nd + 1, np.int64)
+    pcnt = np.zeros(npl + 1, np.int64)
+    for i in range(n):
+        dcnt[die[i] + 1] += 1
+        pcnt[plane[i] + 1] += 1
+    for d in range(nd):
+        dcnt[d + 1] += dcnt[d]
+    for p in range(npl):
+        pcnt[p + 1] += pcnt[p]
+    rq = np.empty(n, np.int64)
+    oq = np.empty(n, np.int64)
+    pq = np.empty(n, np.int64)
+    rqs = np.zeros(nd, np.int64)
+    oqs = np.zeros(nd, np.int64)
+    pqs = np.zeros(npl, np.int64)
+    cls = np.empty(n, np.int64)
+    for i in range(n):
+        cls[i] = 0 if kind[i] == 0 else 1
+
+    def dq_less(a, b):                  # die queue order: (ready, seq)
+        if rdy[a] != rdy[b]:
+            return rdy[a] < rdy[b]
+        return a < b
+
+    def pq_less(a, b):                  # plane queue order: (class, plane arrival, seq)
+        if cls[a] != cls[b]:
+            return cls[a] < cls[b]
+        if tenq[a] != tenq[b]:
+            return tenq[a] < tenq[b]
+        return a < b
+
+    def q_push(h, sizes, base, k, x, isplane):
+        i = sizes[k]
+        sizes[k] = i + 1
+        while i > 0:
+            p = (i - 1) >> 1
+            y = h[base + p]
+            if isplane:
+                if not pq_less(x, y):
+                    break
+            elif not dq_less(x, y):
+                break
+            h[base + i] = y
+            i = p
+        h[base + i] = x
+
+    def q_pop(h, sizes, base, k, isplane):
+        top = h[base]
+        m = sizes[k] - 1
+        sizes[k] = m
+        x = h[base + m]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= m:
+                break
+            if c + 1 < m:
+                a = h[base + c + 1]
+                b = h[base + c]
+                if (pq_less(a, b) if isplane else dq_less(a, b)):
+                    c += 1
+            y = h[base + c]
+            if (not pq_less(y, x)) if isplane else (not dq_less(y, x)):
+                break
+            h[base + i] = y
+            i = c
+        h[base + i] = x
+        return top
+
+    outstanding = np.zeros(nd, np.int64)
+    for k in range(cd.shape[0]):
+        outstanding[cd[k]] += 1
+        ev_push(ct[k], 0, cd[k])                       # _EV_RELEASE
+    # gated commands, by their gate (CSR, in index order)
+    gcnt = np.zeros(n + 1, np.int64)
+    ngated = 0
+    for i in range(n):
+        if join[i] < 0 and gate[i] >= 0:
+            gcnt[gate[i] + 1] += 1
+            ngated += 1
+    for i in range(n):
+        gcnt[i + 1] += gcnt[i]
+    gfill = gcnt[:n].copy()
+    glist = np.empty(max(ngated, 1), np.int64)
+    for i in range(n):
+        if join[i] >= 0:                               # admitted in an earlier batch
+            outstanding[die[i]] += 1
+            adm[i] = join[i] - t_cmd
+            ev_push(join[i], 2, i)                     # _EV_PLANE_ENQ
+        elif gate[i] >= 0:
+            glist[gfill[gate[i]]] = i
+            gfill[gate[i]] += 1
+        else:
+            t = rdy[i]
+            if has_floor and floor[i] > t:
+                t = floor[i]
+            ev_push(t, 1, i)                           # _EV_ARRIVE
+    released = 0
+    busy = np.zeros(npl, np.bool_)
+    dmark = np.zeros(nd, np.bool_)
+    pmark = np.zeros(npl, np.bool_)
+    dlist = np.empty(nd, np.int64)
+    plist = np.empty(npl, np.int64)
+    nds = 0
+    nps = 0
+    while hs[0] > 0:
+        t = ht[0]
+        while True:
+            while hs[0] > 0 and ht[0] == t:
+                ev = he[0]
+                x = hx[0]
+                ev_pop()
+                if ev == 0:                            # release of a carried slot
+                    outstanding[x] -= 1
+                    if not dmark[x]:
+                        dmark[x] = True
+                        dlist[nds] = x
+                        nds += 1
+                elif ev == 1:                          # arrival at the die queue
+                    d = die[x]
+                    if kind[x] == 0:
+                        q_push(rq, rqs, dcnt[d], d, x, False)
+                    else:
+                        q_push(oq, oqs, dcnt[d], d, x, False)
+                    if not dmark[d]:
+                        dmark[d] = True
+                        dlist[nds] = d
+                        nds += 1
+                elif ev == 2:                          # joins its plane
+                    p = plane[x]
+                    tenq[x] = t
+                    q_push(pq, pqs, pcnt[p], p, x, True)
+                    if not pmark[p]:
+                        pmark[p] = True
+                        plist[nps] = p
+                        nps += 1
+                elif ev == 4:                          # end: plane free, slot released
+                    d = die[x]
+                    outstanding[d] -= 1
+                    if not dmark[d]:
+                        dmark[d] = True
+                        dlist[nds] = d
+                        nds += 1
+                    p = plane[x]
+                    busy[p] = False
+                    if not pmark[p]:
+                        pmark[p] = True
+                        plist[nps] = p
+                        nps += 1
+                else:                                  # a plane's carried busy time over
+                    busy[x] = False
+                    if not pmark[x]:
+                        pmark[x] = True
+                        plist[nps] = x
+                        nps += 1
+            for k in range(nds):                       # admissions: reads first, (ready, seq)
+                d = dlist[k]
+                dmark[d] = False
+                o = outstanding[d]
+                while o < Q and (rqs[d] > 0 or oqs[d] > 0):
+                    if rqs[d] > 0:
+                        x = q_pop(rq, rqs, dcnt[d], d, False)
+                    else:
+                        x = q_pop(oq, oqs, dcnt[d], d, False)
+                    o += 1
+                    adm[x] = t
+                    ev_push(t + t_cmd, 2, x)
+                outstanding[d] = o
+            nds = 0
+            if hs[0] > 0 and ht[0] == t:
+                continue
+            for k in range(nps):                       # plane grants
+                p = plist[k]
+                pmark[p] = False
+                if pqs[p] == 0 or busy[p]:
+                    continue
+                if pf[p] > t:                          # carried busy time: wake up then
+                    ev_push(pf[p], 3, p)
+                    busy[p] = True
+                    continue
+                x = q_pop(pq, pqs, pcnt[p], p, True)
+                busy[p] = True
+                start[x] = t
+                e = t + service[x]
+                end[x] = e
+                pf[p] = e
+                ev_push(e, 4, x)
+                for j in range(gcnt[x], gcnt[x + 1]):  # gated commands: ready once x has ended
+                    y = glist[j]
+                    r = (rdy[y] if rdy[y] > e else e) + gate_x[y]
+                    rdy[y] = r
+                    if has_floor and floor[y] > r:
+                        r = floor[y]
+                    ev_push(r, 1, y)
+                    released += 1
+            nps = 0
+            if hs[0] > 0 and ht[0] == t:
+                continue
+            break
+    return start, end, adm, rdy, released == ngated
