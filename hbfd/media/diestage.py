@@ -377,7 +377,27 @@ def _fifo_compiled(r, die, plane, service: int, *, t_cmd, Q, ndies, plane_free, 
         if nb:
             stats["qd_bound_batches"] += 1
             stats["qd_bound_dies"] += nb
-    carry.put(kd, kt, horizon)
+    # carried releases as the numpy form leaves them: the dies scheduled in the exact form (binding or
+    # saturated) keep their Q largest releases after the horizon; the others their Q largest of the old
+    # carried ones (those before the horizon included) and the new ones after it (kd/kt: the Q largest of
+    # old and new; its releases after the horizon are the same in both)
+    k = kt > horizon
+    kd, kt = kd[k], kt[k]
+    stale = ct <= horizon
+    if stale.any():
+        stale &= ~(bind | sure)[cd]
+        if stale.any():
+            sd, sv = cd[stale], ct[stale]
+            o = np.lexsort((-sv, sd))                 # per die, latest first
+            sd, sv = sd[o], sv[o]
+            st = segment_starts(sd)
+            rank = np.arange(len(sd)) - np.repeat(st, np.diff(np.append(st, len(sd))))
+            room = Q - np.bincount(kd, minlength=ndies)[sd]
+            k = rank < room
+            kd, kt = np.concatenate([kd, sd[k]]), np.concatenate([kt, sv[k]])
+    if len(kd):
+        carry.die = np.concatenate([carry.die, kd]) if len(carry.die) else kd
+        carry.t = np.concatenate([carry.t, kt]) if len(carry.t) else kt
     return E
 
 
