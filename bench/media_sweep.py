@@ -83,6 +83,27 @@ def _warm_accel() -> float:
     return time.perf_counter() - t0
 
 
+def _compile_times() -> dict:
+    """numba's compile cost of the media twins: a fresh process with an empty cache (``$NUMBA_CACHE_DIR``: a new
+    temporary folder) runs the warm-up streams twice, then a second fresh process with that cache does the
+    same; the first warm-up of each process minus its second is what compiling (or loading the cache) cost."""
+    import json
+    import subprocess
+    import tempfile
+    code = ("import json, sys, time; sys.path.insert(0, %r); import bench.media_sweep as m; "
+            "t0 = time.perf_counter(); import numba; imp = time.perf_counter() - t0; "
+            "a = m._warm_accel(); b = m._warm_accel(); print(json.dumps([imp, a, b]))") % str(ROOT)
+    out = {}
+    with tempfile.TemporaryDirectory() as d:
+        env = {**os.environ, "NUMBA_CACHE_DIR": d, "PYTHONPATH": str(ROOT)}
+        for k in ("empty_cache", "cached"):
+            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+            imp, a, b = json.loads(r.stdout.strip().splitlines()[-1])
+            out[k] = {"numba_import_s": imp, "first_warmup_s": a, "second_warmup_s": b,
+                      "compile_or_load_s": a - b}
+    return out
+
+
 def engine_speed(args, argv=None) -> int:
     """Media engine host speed, this tree (``new``) against ``--old-engine`` (``old``), runs
     interleaved: M simulated requests per CPU-second (median of --repeat, min-max) per regime, and
@@ -97,7 +118,9 @@ def engine_speed(args, argv=None) -> int:
     if args.accel_compare:               # this tree with its compiled twins off and on (hbfd/accel.py)
         engines = {"off": MediaEngine, "on": MediaEngine}
         modes = {"off": "off", "on": "on"}
-        compile_s = _warm_accel()
+        compile_s = {"this_process_first_warmup_s": _warm_accel(), "this_process_second_warmup_s": _warm_accel(),
+                     "fresh_processes": _compile_times()}
+        print(f"compile: {compile_s}", file=sys.stderr, flush=True)
     env0 = os.environ.get("HBFD_ACCEL")
     rows = []
     for name, pname, op, wf, load, b, n in ENGINE_REGIMES:
@@ -150,7 +173,7 @@ def engine_speed(args, argv=None) -> int:
            "command": "python bench/media_sweep.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "queue_depth": args.queue_depth,
            "old_engine": args.old_engine, "accel_modes": modes, "accel": accel.describe(),
-           "warmup_compile_or_cache_load_s": compile_s, "goal": {"every_regime_mreq_per_cpu_s": 5.0, "write_heavy": 1.0},
+           "accel_compile": compile_s, "goal": {"every_regime_mreq_per_cpu_s": 5.0, "write_heavy": 1.0},
            "regimes": rows, "tiny_batches": tiny}
     atomic_write_json(args.engine_out, doc, indent=1)
     print("| regime | batch | " + " | ".join(f"{k} M req/CPU-s median (min-max)" for k in engines) + " |")

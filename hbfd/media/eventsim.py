@@ -801,16 +801,19 @@ def simulate_compiled(kind, ready, plane, die, service, *, t_cmd: int, queue_dep
 
 @accel.jit
 def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate, gate_x, floor, has_floor, join):
-    """``simulate``'s events and decisions, loop form (compiled by numba): one event heap (t, event, id), per die
-    a read queue and an other-command queue (keys (ready, seq)), per plane a queue (class, plane arrival, seq),
-    all as array heaps. ``pf`` (plane free times) is updated in place. Returns (start, end, admission, ready,
-    every gate ran)."""
+    """``simulate``'s events and decisions, loop form (compiled by numba). One event heap ordered by
+    (t, event, id) as ``simulate``'s; per die one queue ordered by (class, ready, seq) (class 0: reads, so
+    reads first, then ``simulate``'s FIFO by (ready, seq) in each class) and per plane one ordered by
+    (class, plane arrival, seq): binary heaps of command ids in slices of shared arrays (a die's or
+    plane's slice has room for all its commands). ``pf`` (plane free times) is updated in place. Returns
+    (start, end, admission, ready, whether every gated command ran)."""
     n = kind.shape[0]
+    nc = cd.shape[0]
     nd = 0
     for i in range(n):
         if die[i] + 1 > nd:
             nd = die[i] + 1
-    for k in range(cd.shape[0]):
+    for k in range(nc):
         if cd[k] + 1 > nd:
             nd = cd[k] + 1
     npl = pf.shape[0]
@@ -819,156 +822,75 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     adm = np.zeros(n, np.int64)
     rdy = ready.copy()
     tenq = np.zeros(n, np.int64)
-    # event heap
-    cap = cd.shape[0] + 3 * n + npl + 1
-    ht = np.empty(cap, np.int64)
-    he = np.empty(cap, np.int64)
-    hx = np.empty(cap, np.int64)
-    hs = np.zeros(1, np.int64)
-
-    def ev_less(t1, e1, x1, t2, e2, x2):
-        if t1 != t2:
-            return t1 < t2
-        if e1 != e2:
-            return e1 < e2
-        return x1 < x2
-
-    def ev_push(t, e, x):
-        i = hs[0]
-        hs[0] = i + 1
-        while i > 0:
-            p = (i - 1) >> 1
-            if not ev_less(t, e, x, ht[p], he[p], hx[p]):
-                break
-            ht[i] = ht[p]
-            he[i] = he[p]
-            hx[i] = hx[p]
-            i = p
-        ht[i] = t
-        he[i] = e
-        hx[i] = x
-
-    def ev_pop():
-        m = hs[0] - 1
-        hs[0] = m
-        t = ht[m]
-        e = he[m]
-        x = hx[m]
-        i = 0
-        while True:
-            c = 2 * i + 1
-            if c >= m:
-                break
-            if c + 1 < m and ev_less(ht[c + 1], he[c + 1], hx[c + 1], ht[c], he[c], hx[c]):
-                c += 1
-            if not ev_less(ht[c], he[c], hx[c], t, e, x):
-                break
-            ht[i] = ht[c]
-            he[i] = he[c]
-            hx[i] = hx[c]
-            i = c
-        ht[i] = t
-        he[i] = e
-        hx[i] = x
-
-    # per-die queues (reads, others) and per-plane queues: heaps of command ids in slices of shared arrays
-    dcnt = np.zeros(nd + 1, np.int64)
-    pcnt = np.zeros(npl + 1, np.int64)
-    for i in range(n):
-        dcnt[die[i] + 1] += 1
-        pcnt[plane[i] + 1] += 1
-    for d in range(nd):
-        dcnt[d + 1] += dcnt[d]
-    for p in range(npl):
-        pcnt[p + 1] += pcnt[p]
-    rq = np.empty(n, np.int64)
-    oq = np.empty(n, np.int64)
-    pq = np.empty(n, np.int64)
-    rqs = np.zeros(nd, np.int64)
-    oqs = np.zeros(nd, np.int64)
-    pqs = np.zeros(npl, np.int64)
     cls = np.empty(n, np.int64)
     for i in range(n):
         cls[i] = 0 if kind[i] == 0 else 1
-
-    def dq_less(a, b):                  # die queue order: (ready, seq)
-        if rdy[a] != rdy[b]:
-            return rdy[a] < rdy[b]
-        return a < b
-
-    def pq_less(a, b):                  # plane queue order: (class, plane arrival, seq)
-        if cls[a] != cls[b]:
-            return cls[a] < cls[b]
-        if tenq[a] != tenq[b]:
-            return tenq[a] < tenq[b]
-        return a < b
-
-    def q_push(h, sizes, base, k, x, isplane):
-        i = sizes[k]
-        sizes[k] = i + 1
-        while i > 0:
-            p = (i - 1) >> 1
-            y = h[base + p]
-            if isplane:
-                if not pq_less(x, y):
-                    break
-            elif not dq_less(x, y):
-                break
-            h[base + i] = y
-            i = p
-        h[base + i] = x
-
-    def q_pop(h, sizes, base, k, isplane):
-        top = h[base]
-        m = sizes[k] - 1
-        sizes[k] = m
-        x = h[base + m]
-        i = 0
-        while True:
-            c = 2 * i + 1
-            if c >= m:
-                break
-            if c + 1 < m:
-                a = h[base + c + 1]
-                b = h[base + c]
-                if (pq_less(a, b) if isplane else dq_less(a, b)):
-                    c += 1
-            y = h[base + c]
-            if (not pq_less(y, x)) if isplane else (not dq_less(y, x)):
-                break
-            h[base + i] = y
-            i = c
-        h[base + i] = x
-        return top
-
+    # event heap: (time, event * 2^32 + id) pairs; events: 0 release of a carried slot, 1 arrival at the
+    # die queue, 2 joins its plane, 3 a plane's carried busy time over, 4 end (as simulate's _EV_*)
+    cap = nc + 3 * n + npl + 1
+    ht = np.empty(cap, np.int64)
+    hk = np.empty(cap, np.int64)
+    hs = 0
+    SH = np.int64(1) << 32
+    # queue slices: die d at dofs[d], plane p at pofs[p]
+    dofs = np.zeros(nd + 1, np.int64)
+    pofs = np.zeros(npl + 1, np.int64)
+    for i in range(n):
+        dofs[die[i] + 1] += 1
+        pofs[plane[i] + 1] += 1
+    for d in range(nd):
+        dofs[d + 1] += dofs[d]
+    for p in range(npl):
+        pofs[p + 1] += pofs[p]
+    dq = np.empty(n, np.int64)
+    pq = np.empty(n, np.int64)
+    dqs = np.zeros(nd, np.int64)
+    pqs = np.zeros(npl, np.int64)
     outstanding = np.zeros(nd, np.int64)
-    for k in range(cd.shape[0]):
-        outstanding[cd[k]] += 1
-        ev_push(ct[k], 0, cd[k])                       # _EV_RELEASE
-    # gated commands, by their gate (CSR, in index order)
-    gcnt = np.zeros(n + 1, np.int64)
+    # gated commands by their gate (in index order)
+    gofs = np.zeros(n + 1, np.int64)
     ngated = 0
     for i in range(n):
         if join[i] < 0 and gate[i] >= 0:
-            gcnt[gate[i] + 1] += 1
+            gofs[gate[i] + 1] += 1
             ngated += 1
     for i in range(n):
-        gcnt[i + 1] += gcnt[i]
-    gfill = gcnt[:n].copy()
+        gofs[i + 1] += gofs[i]
+    gfill = gofs[:n].copy()
     glist = np.empty(max(ngated, 1), np.int64)
-    for i in range(n):
-        if join[i] >= 0:                               # admitted in an earlier batch
-            outstanding[die[i]] += 1
-            adm[i] = join[i] - t_cmd
-            ev_push(join[i], 2, i)                     # _EV_PLANE_ENQ
-        elif gate[i] >= 0:
-            glist[gfill[gate[i]]] = i
-            gfill[gate[i]] += 1
+    # initial events
+    for k in range(nc + n):
+        if k < nc:
+            outstanding[cd[k]] += 1
+            t = ct[k]
+            key = cd[k]                                # release (0)
         else:
-            t = rdy[i]
-            if has_floor and floor[i] > t:
-                t = floor[i]
-            ev_push(t, 1, i)                           # _EV_ARRIVE
+            i = k - nc
+            if join[i] >= 0:                           # admitted in an earlier batch
+                outstanding[die[i]] += 1
+                adm[i] = join[i] - t_cmd
+                t = join[i]
+                key = 2 * SH + i
+            elif gate[i] >= 0:                         # waits for its gate's end
+                glist[gfill[gate[i]]] = i
+                gfill[gate[i]] += 1
+                continue
+            else:
+                t = rdy[i]
+                if has_floor and floor[i] > t:
+                    t = floor[i]
+                key = SH + i
+        j = hs
+        hs += 1
+        while j > 0:
+            q = (j - 1) >> 1
+            if ht[q] < t or (ht[q] == t and hk[q] <= key):
+                break
+            ht[j] = ht[q]
+            hk[j] = hk[q]
+            j = q
+        ht[j] = t
+        hk[j] = key
     released = 0
     busy = np.zeros(npl, np.bool_)
     dmark = np.zeros(nd, np.bool_)
@@ -977,33 +899,72 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     plist = np.empty(npl, np.int64)
     nds = 0
     nps = 0
-    while hs[0] > 0:
+    # pushes made while deciding at time t (plane arrivals, ends, gated arrivals, wake-ups), applied
+    # after the decisions (none is at t unless t_cmd or a service time is 0: then as simulate, again at t)
+    pt = np.empty(2 * n + 2 * npl + 1, np.int64)
+    pk = np.empty(2 * n + 2 * npl + 1, np.int64)
+    while hs > 0:
         t = ht[0]
         while True:
-            while hs[0] > 0 and ht[0] == t:
-                ev = he[0]
-                x = hx[0]
-                ev_pop()
+            while hs > 0 and ht[0] == t:
+                key = hk[0]
+                ev = key >> 32
+                x = key & (SH - 1)
+                # pop
+                hs -= 1
+                lt = ht[hs]
+                lk = hk[hs]
+                j = 0
+                while True:
+                    c = 2 * j + 1
+                    if c >= hs:
+                        break
+                    if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hk[c + 1] < hk[c])):
+                        c += 1
+                    if lt < ht[c] or (lt == ht[c] and lk <= hk[c]):
+                        break
+                    ht[j] = ht[c]
+                    hk[j] = hk[c]
+                    j = c
+                ht[j] = lt
+                hk[j] = lk
                 if ev == 0:                            # release of a carried slot
                     outstanding[x] -= 1
                     if not dmark[x]:
                         dmark[x] = True
                         dlist[nds] = x
                         nds += 1
-                elif ev == 1:                          # arrival at the die queue
+                elif ev == 1:                          # arrival: die queue push, key (class, ready, seq)
                     d = die[x]
-                    if kind[x] == 0:
-                        q_push(rq, rqs, dcnt[d], d, x, False)
-                    else:
-                        q_push(oq, oqs, dcnt[d], d, x, False)
+                    b = dofs[d]
+                    j = dqs[d]
+                    dqs[d] = j + 1
+                    while j > 0:
+                        q = (j - 1) >> 1
+                        y = dq[b + q]
+                        if cls[y] < cls[x] or (cls[y] == cls[x] and (rdy[y] < rdy[x] or (rdy[y] == rdy[x] and y < x))):
+                            break
+                        dq[b + j] = y
+                        j = q
+                    dq[b + j] = x
                     if not dmark[d]:
                         dmark[d] = True
                         dlist[nds] = d
                         nds += 1
-                elif ev == 2:                          # joins its plane
+                elif ev == 2:                          # joins its plane: key (class, plane arrival, seq)
                     p = plane[x]
                     tenq[x] = t
-                    q_push(pq, pqs, pcnt[p], p, x, True)
+                    b = pofs[p]
+                    j = pqs[p]
+                    pqs[p] = j + 1
+                    while j > 0:
+                        q = (j - 1) >> 1
+                        y = pq[b + q]
+                        if cls[y] < cls[x] or (cls[y] == cls[x] and (tenq[y] < t or (tenq[y] == t and y < x))):
+                            break
+                        pq[b + j] = y
+                        j = q
+                    pq[b + j] = x
                     if not pmark[p]:
                         pmark[p] = True
                         plist[nps] = p
@@ -1027,48 +988,126 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                         pmark[x] = True
                         plist[nps] = x
                         nps += 1
+            npush = 0
             for k in range(nds):                       # admissions: reads first, (ready, seq)
                 d = dlist[k]
                 dmark[d] = False
                 o = outstanding[d]
-                while o < Q and (rqs[d] > 0 or oqs[d] > 0):
-                    if rqs[d] > 0:
-                        x = q_pop(rq, rqs, dcnt[d], d, False)
-                    else:
-                        x = q_pop(oq, oqs, dcnt[d], d, False)
+                b = dofs[d]
+                while o < Q and dqs[d] > 0:
+                    x = dq[b]
+                    m = dqs[d] - 1
+                    dqs[d] = m
+                    z = dq[b + m]
+                    j = 0
+                    while True:
+                        c = 2 * j + 1
+                        if c >= m:
+                            break
+                        u = dq[b + c]
+                        if c + 1 < m:
+                            w = dq[b + c + 1]
+                            if cls[w] < cls[u] or (cls[w] == cls[u] and (rdy[w] < rdy[u] or (rdy[w] == rdy[u] and w < u))):
+                                c += 1
+                                u = w
+                        if cls[z] < cls[u] or (cls[z] == cls[u] and (rdy[z] < rdy[u] or (rdy[z] == rdy[u] and z < u))):
+                            break
+                        dq[b + j] = u
+                        j = c
+                    dq[b + j] = z
                     o += 1
                     adm[x] = t
-                    ev_push(t + t_cmd, 2, x)
+                    pt[npush] = t + t_cmd
+                    pk[npush] = 2 * SH + x
+                    npush += 1
                 outstanding[d] = o
             nds = 0
-            if hs[0] > 0 and ht[0] == t:
-                continue
+            if t_cmd == 0 and npush > 0:               # plane arrivals at t: applied before the grants
+                for k in range(npush):
+                    tt = pt[k]
+                    key = pk[k]
+                    j = hs
+                    hs += 1
+                    while j > 0:
+                        q = (j - 1) >> 1
+                        if ht[q] < tt or (ht[q] == tt and hk[q] <= key):
+                            break
+                        ht[j] = ht[q]
+                        hk[j] = hk[q]
+                        j = q
+                    ht[j] = tt
+                    hk[j] = key
+                npush = 0
+                continue                               # the plane arrivals at t first
             for k in range(nps):                       # plane grants
                 p = plist[k]
                 pmark[p] = False
                 if pqs[p] == 0 or busy[p]:
                     continue
                 if pf[p] > t:                          # carried busy time: wake up then
-                    ev_push(pf[p], 3, p)
+                    pt[npush] = pf[p]
+                    pk[npush] = 3 * SH + p
+                    npush += 1
                     busy[p] = True
                     continue
-                x = q_pop(pq, pqs, pcnt[p], p, True)
+                b = pofs[p]
+                x = pq[b]
+                m = pqs[p] - 1
+                pqs[p] = m
+                z = pq[b + m]
+                j = 0
+                while True:
+                    c = 2 * j + 1
+                    if c >= m:
+                        break
+                    u = pq[b + c]
+                    if c + 1 < m:
+                        w = pq[b + c + 1]
+                        if cls[w] < cls[u] or (cls[w] == cls[u] and (tenq[w] < tenq[u] or (tenq[w] == tenq[u] and w < u))):
+                            c += 1
+                            u = w
+                    if cls[z] < cls[u] or (cls[z] == cls[u] and (tenq[z] < tenq[u] or (tenq[z] == tenq[u] and z < u))):
+                        break
+                    pq[b + j] = u
+                    j = c
+                pq[b + j] = z
                 busy[p] = True
                 start[x] = t
                 e = t + service[x]
                 end[x] = e
                 pf[p] = e
-                ev_push(e, 4, x)
-                for j in range(gcnt[x], gcnt[x + 1]):  # gated commands: ready once x has ended
-                    y = glist[j]
+                pt[npush] = e
+                pk[npush] = 4 * SH + x
+                npush += 1
+                for jj in range(gofs[x], gofs[x + 1]):  # gated commands: ready once x has ended
+                    y = glist[jj]
                     r = (rdy[y] if rdy[y] > e else e) + gate_x[y]
                     rdy[y] = r
                     if has_floor and floor[y] > r:
                         r = floor[y]
-                    ev_push(r, 1, y)
+                    pt[npush] = r
+                    pk[npush] = SH + y
+                    npush += 1
                     released += 1
             nps = 0
-            if hs[0] > 0 and ht[0] == t:
+            again = False
+            for k in range(npush):
+                tt = pt[k]
+                key = pk[k]
+                if tt == t:
+                    again = True
+                j = hs
+                hs += 1
+                while j > 0:
+                    q = (j - 1) >> 1
+                    if ht[q] < tt or (ht[q] == tt and hk[q] <= key):
+                        break
+                    ht[j] = ht[q]
+                    hk[j] = hk[q]
+                    j = q
+                ht[j] = tt
+                hk[j] = key
+            if again:
                 continue
             break
     return start, end, adm, rdy, released == ngated
