@@ -2,12 +2,13 @@
 
 * ``eventsim._simulate_loop`` (the event scheduler: die queue depth, read priority, write backpressure gates,
   joins, floors, carried slots) against ``eventsim.simulate`` on random command sets, small and large;
+* ``engine._lookup_events`` (page-buffer lookup) and ``engine._chan_fcfs`` (channel FCFS), through the engine runs;
 * ``diestage._fifo_loop`` (the read die stage) against ``fifo_exact``'s numpy form over several batches
   (ends, plane state, carried releases, the ``qd_bound_*`` counts), queue depth binding and not;
 * whole engine runs (reads, writes, mixed; profiles incl. ocp-sg1/2/3; batches cut at random sizes; the die
   queue depth binding (profile) and unbounded) with ``HBFD_ACCEL=off`` and ``on``: every completion field and
   the whole ``stats()`` equal;
-* a twin whose ends are one ns off is seen (the comparison can fail).
+* a twin whose outputs are changed (ends one ns later, buffer hits made misses) is seen (the comparison can fail).
 
 The golden digests run under both settings too (test_engine_golden.py, conftest.accel_mode)."""
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 
 from hbfcommon.profile import MAX_DIE_QUEUE_SLOTS, load_profile
 from hbfd.media import diestage, eventsim
+from hbfd.media import engine as engine_mod
 from hbfd.media.bench import make_stream
 from hbfd.media.diestage import DieCarry, fifo_exact
 from hbfd.media.engine import MediaEngine
@@ -170,7 +172,8 @@ CASES = [("nominal", "read", 0.0, None, "profile"), ("nominal", "read", 0.0, 0.5
          ("ocp-sg1", "read", 0.0, None, "profile"), ("ocp-sg1", "mixed", 0.3, 0.9, "profile"),
          ("ocp-sg2", "mixed", 0.5, None, "small"), ("ocp-sg2", "write", 0.0, 0.5, "profile"),
          ("ocp-sg3", "read", 0.0, 1.0, "profile"), ("ocp-sg3", "mixed", 0.2, None, "unbounded"),
-         ("conservative", "mixed", 0.5, 0.5, "profile")]
+         ("conservative", "mixed", 0.5, 0.5, "profile"), ("nominal", "read-hot", 0.0, 0.5, "profile"),
+         ("ocp-sg2", "mixed-hot", 0.3, 0.5, "profile"), ("ocp-sg1", "mixed-hot", 0.5, None, "small")]
 
 
 @pytest.mark.parametrize("prof,op,wf,load,qd", CASES, ids=["-".join(map(str, c)) for c in CASES])
@@ -178,8 +181,12 @@ def test_engine_off_equals_on(monkeypatch, prof, op, wf, load, qd):
     g = _geometry(prof, qd)
     gap = 0 if load is None else round(1e9 / (load * g.aggregate_bytes_per_s / 4096))
     rng = np.random.default_rng(zlib.crc32(f"{prof}{op}{wf}{load}{qd}".encode()))
-    stream = make_stream(g, 5000, int(rng.choice([512, 4096])), op, gap, seed=int(rng.integers(100)),
-                         write_fraction=wf)
+    hot = op.endswith("-hot")           # a few hundred pages, 512 B: buffer hits, coalescing, invalidations
+    op = op.removesuffix("-hot")
+    stream = make_stream(g, 5000, 512 if hot else int(rng.choice([512, 4096])), op, gap,
+                         seed=int(rng.integers(100)), write_fraction=wf)
+    if hot:
+        stream["media_address"] = (rng.integers(0, 300, 5000) * 4096 + rng.integers(0, 8, 5000) * 512).astype(np.uint64)
     sizes, tot = [], 0
     while tot < len(stream):
         sizes.append(int(rng.choice([1, 7, 48, 300, 1500, 4000])))
@@ -193,26 +200,42 @@ def test_engine_off_equals_on(monkeypatch, prof, op, wf, load, qd):
     for x, y in zip(ref, got):
         assert x.dtype == y.dtype and np.array_equal(x, y)
     assert st_ref == st_got
+    if hot:
+        assert st_ref["counts"]["buffer_hits"] > 100 and st_ref["counts"]["coalesced_reads"] > 0
 
 
-def test_a_twin_one_ns_off_is_seen(monkeypatch):
-    """The engine comparison fails when a twin's ends are one ns off."""
+def _later(out, f):
+    out[f][:] += 1                      # every end one ns later
+    return out
+
+
+def _all_miss(out):
+    out[0][:] = True                    # every read a miss (no buffer hit)
+    return out
+
+
+@pytest.mark.parametrize("mod,name,perturb,op,nbytes,pattern", [
+    (eventsim, "_simulate_loop", lambda o: _later(o, 1), "mixed", 4096, "random"),
+    (diestage, "_fifo_loop", lambda o: _later(o, 0), "read", 4096, "random"),
+    (engine_mod, "_chan_fcfs", lambda o: o + 1, "read", 4096, "random"),
+    (engine_mod, "_lookup_events", _all_miss, "read", 512, "hot")],
+    ids=["simulate", "fifo", "chan", "lookup"])
+def test_a_twin_that_differs_is_seen(monkeypatch, mod, name, perturb, op, nbytes, pattern):
+    """The engine comparison (completions and stats) fails when a twin's outputs are changed."""
     g = _geometry("nominal", "profile")
     monkeypatch.setenv("HBFD_ACCEL", "on")
     sizes, adv = [1000, 1000, 1000], [True] * 3
-    for mod, name, field, op in ((eventsim, "_simulate_loop", 1, "mixed"), (diestage, "_fifo_loop", 0, "read")):
-        stream = make_stream(g, 3000, 4096, op, 0, seed=1, write_fraction=0.5)
-        ref, _ = _engine_run(g, stream, sizes, adv)
-        orig = getattr(mod, name)
-        calls = []
+    stream = make_stream(g, 3000, nbytes, op, 0, seed=1, write_fraction=0.5)
+    if pattern == "hot":                # 64 pages: buffer hits
+        stream["media_address"] = (np.arange(3000) % 64 * 4096).astype(np.uint64)
+    ref = _engine_run(g, stream, sizes, adv)
+    orig = getattr(mod, name)
+    calls = []
 
-        def off_by_one(*a, _orig=orig, _f=field):
-            out = _orig(*a)
-            out[_f][:] += 1             # every end one ns later
-            calls.append(1)
-            return out
-        monkeypatch.setattr(mod, name, off_by_one)
-        got, _ = _engine_run(g, stream, sizes, adv)
-        monkeypatch.setattr(mod, name, orig)
-        assert calls, name
-        assert any(not np.array_equal(x, y) for x, y in zip(ref, got)), name
+    def changed(*a):
+        calls.append(1)
+        return perturb(orig(*a))
+    monkeypatch.setattr(mod, name, changed)
+    got = _engine_run(g, stream, sizes, adv)
+    assert calls
+    assert ref[1] != got[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
