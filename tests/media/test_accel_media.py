@@ -201,7 +201,7 @@ def test_engine_off_equals_on(monkeypatch, prof, op, wf, load, qd):
         assert x.dtype == y.dtype and np.array_equal(x, y)
     assert st_ref == st_got
     if hot:
-        assert st_ref["counts"]["buffer_hits"] > 100 and st_ref["counts"]["coalesced_reads"] > 0
+        assert st_ref["counts"]["buffer_hits"] + st_ref["counts"]["coalesced_reads"] > 100
 
 
 def _later(out, f):
