@@ -239,3 +239,19 @@ def test_a_twin_that_differs_is_seen(monkeypatch, mod, name, perturb, op, nbytes
     got = _engine_run(g, stream, sizes, adv)
     assert calls
     assert ref[1] != got[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
+
+
+def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
+    """HBFD_ACCEL=auto where numba does not import (the H200 machine): no twin is called, same results."""
+    from hbfd import accel
+    g = _geometry("nominal", "profile")
+    stream = make_stream(g, 2000, 4096, "mixed", 0, seed=2, write_fraction=0.3)
+    monkeypatch.setenv("HBFD_ACCEL", "off")
+    ref = _engine_run(g, stream, [700, 700, 600], [True] * 3)
+    monkeypatch.setenv("HBFD_ACCEL", "auto")
+    monkeypatch.setattr(accel, "_numba", lambda: (None, "numba not importable: ImportError: test"))
+    for mod, name in ((eventsim, "_simulate_loop"), (diestage, "_fifo_loop"), (engine_mod, "_chan_fcfs"),
+                      (engine_mod, "_lookup_events")):
+        monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
+    got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
+    assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
