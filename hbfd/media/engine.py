@@ -1040,7 +1040,7 @@ class MediaEngine:
                     o = np.argsort(ev_s, kind="stable")
                     ev_p, ev_g, ev_r, ev_i = ev_p[o], ev_g[o], ev_r[o], ev_i[o]
                 li = np.arange(n, dtype=np.int64)
-                parts = [(li, self._lookup_loop(ev_p, ev_g, ev_r, ev_i))]
+                parts = [(None, self._lookup_loop(ev_p, ev_g, ev_r, ev_i))]   # (refs global already)
             else:
                 im = np.isin(inval[0], lp_planes)
                 ev_p = np.concatenate([plane[li], inval[0][im]])
