@@ -802,7 +802,8 @@ def simulate_compiled(kind, ready, plane, die, service, *, t_cmd: int, queue_dep
 @accel.jit
 def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate, gate_x, floor, has_floor, join):
     """``simulate``'s events and decisions, loop form (compiled by numba). One event heap ordered by
-    (t, event, id) as ``simulate``'s; per die one queue ordered by (class, ready, seq) (class 0: reads, so
+    (t, event, id) as ``simulate``'s, the first arrivals of ungated commands as a stream sorted by time
+    beside it (every event of an instant is applied before that instant's decisions); per die one queue ordered by (class, ready, seq) (class 0: reads, so
     reads first, then ``simulate``'s FIFO by (ready, seq) in each class) and per plane one ordered by
     (class, plane arrival, seq): binary heaps of command ids in slices of shared arrays (a die's or
     plane's slice has room for all its commands). ``pf`` (plane free times) is updated in place. Returns
@@ -858,7 +859,12 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
         gofs[i + 1] += gofs[i]
     gfill = gofs[:n].copy()
     glist = np.empty(max(ngated, 1), np.int64)
-    # initial events
+    # initial events: carried releases and joins into the heap; arrivals of the commands that are neither
+    # gated nor joined into a stream sorted by time (the events of one instant are all applied before any
+    # decision, so their order inside the instant is immaterial)
+    sat = np.empty(n, np.int64)
+    sax = np.empty(n, np.int64)
+    na = 0
     for k in range(nc + n):
         if k < nc:
             outstanding[cd[k]] += 1
@@ -875,11 +881,14 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                 glist[gfill[gate[i]]] = i
                 gfill[gate[i]] += 1
                 continue
-            else:
+            else:                                      # arrivals: a sorted stream, not the heap
                 t = rdy[i]
                 if has_floor and floor[i] > t:
                     t = floor[i]
-                key = SH + i
+                sat[na] = t
+                sax[na] = i
+                na += 1
+                continue
         j = hs
         hs += 1
         while j > 0:
@@ -891,6 +900,9 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
             j = q
         ht[j] = t
         hk[j] = key
+    so = np.argsort(sat[:na])
+    sat = sat[:na][so]
+    sax = sax[:na][so]
     released = 0
     busy = np.zeros(npl, np.bool_)
     dmark = np.zeros(nd, np.bool_)
@@ -903,31 +915,40 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     # after the decisions (none is at t unless t_cmd or a service time is 0: then as simulate, again at t)
     pt = np.empty(2 * n + 2 * npl + 1, np.int64)
     pk = np.empty(2 * n + 2 * npl + 1, np.int64)
-    while hs > 0:
-        t = ht[0]
+    ap = 0
+    while hs > 0 or ap < na:
+        t = ht[0] if hs > 0 else _BIG
+        if ap < na and sat[ap] < t:
+            t = sat[ap]
         while True:
-            while hs > 0 and ht[0] == t:
-                key = hk[0]
+            while True:
+                if ap < na and sat[ap] == t:           # the next arrival of the stream
+                    key = SH + sax[ap]
+                    ap += 1
+                elif hs > 0 and ht[0] == t:
+                    key = hk[0]
+                    # pop
+                    hs -= 1
+                    lt = ht[hs]
+                    lk = hk[hs]
+                    j = 0
+                    while True:
+                        c = 2 * j + 1
+                        if c >= hs:
+                            break
+                        if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hk[c + 1] < hk[c])):
+                            c += 1
+                        if lt < ht[c] or (lt == ht[c] and lk <= hk[c]):
+                            break
+                        ht[j] = ht[c]
+                        hk[j] = hk[c]
+                        j = c
+                    ht[j] = lt
+                    hk[j] = lk
+                else:
+                    break
                 ev = key >> 32
                 x = key & (SH - 1)
-                # pop
-                hs -= 1
-                lt = ht[hs]
-                lk = hk[hs]
-                j = 0
-                while True:
-                    c = 2 * j + 1
-                    if c >= hs:
-                        break
-                    if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hk[c + 1] < hk[c])):
-                        c += 1
-                    if lt < ht[c] or (lt == ht[c] and lk <= hk[c]):
-                        break
-                    ht[j] = ht[c]
-                    hk[j] = hk[c]
-                    j = c
-                ht[j] = lt
-                hk[j] = lk
                 if ev == 0:                            # release of a carried slot
                     outstanding[x] -= 1
                     if not dmark[x]:
