@@ -65,7 +65,7 @@ def _big_case(rng):
 
 def test_simulate_twin_equals_event_scheduler():
     rng = np.random.default_rng(21)
-    for k in range(700):
+    for k in range(650):
         a, kw, pf = _random_case(rng) if k < 600 else _big_case(rng)
         pf1, pf2 = pf.copy(), pf.copy()
         ref = eventsim.simulate(*a.values(), plane_free=pf1, **kw)
