@@ -2006,7 +2006,8 @@ class MediaEngine:
         g = self.g
         span = max(1, self.last_completion - (self.first_arrival or 0))
         util = (self.chan_busy_ns / span).tolist() if self.first_arrival is not None else [0.0] * g.channels
-        pe_hist = np.bincount(self.ftl.pe) if len(self.ftl.pe) else np.zeros(1, np.int64)
+        pe = self.ftl.pe                       # (one copy of the per-block list)
+        pe_hist = np.bincount(pe) if len(pe) else np.zeros(1, np.int64)
         return {
             "engine": self.name,
             "geometry": g.to_dict(),
@@ -2017,7 +2018,7 @@ class MediaEngine:
             "queueing_delay_ns": self.qdelay.summary(),
             "gc": {"runs": self.ftl.gc_runs, "copybacks": self.ftl.gc_copies, "erases": self.ftl.erases},
             "pe_histogram": {str(k): int(v) for k, v in enumerate(pe_hist.tolist()) if v},
-            "pe_max": int(self.ftl.pe.max()) if len(self.ftl.pe) else 0,
+            "pe_max": int(pe.max()) if len(pe) else 0,
             "host_programs": self.ftl.host_programs,
             "write_amplification": self.ftl.write_amplification,
             # bytes programmed (host + refresh programs and GC copies, 4 KiB each) per byte stored:
