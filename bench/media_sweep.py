@@ -70,14 +70,58 @@ ENGINE_REGIMES = (
 )
 
 
+def _warm_accel() -> float:
+    """Run a small read, write and mixed stream with the compiled twins on, so that the timed runs do not
+    include numba's compile (or its cache load); returns the seconds that took."""
+    from hbfd.media.engine import MediaEngine
+    os.environ["HBFD_ACCEL"] = "on"
+    g = MediaGeometry.from_profile(load_profile("nominal"))
+    t0 = time.perf_counter()
+    for op, wf in (("read", 0.0), ("write", 0.0), ("mixed", 0.5)):
+        run_bench(g, requests=3000, nbytes=4096, op=op, gap_ns=0, batch=1000, write_fraction=wf, repeat=1,
+                  engine_cls=MediaEngine)
+    return time.perf_counter() - t0
+
+
+def _compile_times() -> dict:
+    """numba's compile cost of the media twins: a fresh process with an empty cache (``$NUMBA_CACHE_DIR``: a new
+    temporary folder) runs the warm-up streams twice, then a second fresh process with that cache does the
+    same; the first warm-up of each process minus its second is what compiling (or loading the cache) cost."""
+    import json
+    import subprocess
+    import tempfile
+    code = ("import json, sys, time; sys.path.insert(0, %r); import bench.media_sweep as m; "
+            "t0 = time.perf_counter(); import numba; imp = time.perf_counter() - t0; "
+            "a = m._warm_accel(); b = m._warm_accel(); print(json.dumps([imp, a, b]))") % str(ROOT)
+    out = {}
+    with tempfile.TemporaryDirectory() as d:
+        env = {**os.environ, "NUMBA_CACHE_DIR": d, "PYTHONPATH": str(ROOT)}
+        for k in ("empty_cache", "cached"):
+            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+            imp, a, b = json.loads(r.stdout.strip().splitlines()[-1])
+            out[k] = {"numba_import_s": imp, "first_warmup_s": a, "second_warmup_s": b,
+                      "compile_or_load_s": a - b}
+    return out
+
+
 def engine_speed(args, argv=None) -> int:
     """Media engine host speed, this tree (``new``) against ``--old-engine`` (``old``), runs
     interleaved: M simulated requests per CPU-second (median of --repeat, min-max) per regime, and
     the per-batch CPU cost of tiny batches (1 / 16 / 256 reads)."""
     from hbfd.media.engine import MediaEngine
+    from hbfd import accel
     engines = {"new": MediaEngine}
     if args.old_engine:
         engines = {"old": _load_engine(args.old_engine), "new": MediaEngine}
+    modes = {k: os.environ.get("HBFD_ACCEL", "auto") for k in engines}
+    compile_s = None
+    if args.accel_compare:               # this tree with its compiled twins off and on (hbfd/accel.py)
+        engines = {"off": MediaEngine, "on": MediaEngine}
+        modes = {"off": "off", "on": "on"}
+        compile_s = {"this_process_first_warmup_s": _warm_accel(), "this_process_second_warmup_s": _warm_accel(),
+                     "fresh_processes": _compile_times()}
+        print(f"compile: {compile_s}", file=sys.stderr, flush=True)
+    env0 = os.environ.get("HBFD_ACCEL")
     rows = []
     for name, pname, op, wf, load, b, n in ENGINE_REGIMES:
         if args.only and not any(w in name for w in args.only.split(",")):
@@ -89,6 +133,7 @@ def engine_speed(args, argv=None) -> int:
         cpu = {k: [] for k in engines}
         for _ in range(args.repeat):
             for k, cls in engines.items():
+                os.environ["HBFD_ACCEL"] = modes[k]
                 r = run_bench(g, requests=n, nbytes=4096, op=op, gap_ns=gap, batch=b, write_fraction=wf,
                               repeat=1, engine_cls=cls)
                 cpu[k].append(r["host_cpu_s"])
@@ -107,6 +152,7 @@ def engine_speed(args, argv=None) -> int:
         med = {k: [] for k in engines}
         for _ in range(args.repeat):
             for k, cls in engines.items():
+                os.environ["HBFD_ACCEL"] = modes[k]
                 med[k].append(float(np.median(batch_cost(cls, g, b, args.batch_iters))) / 1e3)
         row = {"batch": b, "iters": args.batch_iters}
         for k, v in med.items():
@@ -115,6 +161,10 @@ def engine_speed(args, argv=None) -> int:
         tiny.append(row)
         print(f"batch {b:4d}: " + "  ".join(f"{k} {row[k]['median_us_per_batch']:7.1f} us ({min(v):.1f}-{max(v):.1f})"
                                            for k, v in med.items()), file=sys.stderr, flush=True)
+    if env0 is None:
+        os.environ.pop("HBFD_ACCEL", None)
+    else:
+        os.environ["HBFD_ACCEL"] = env0
     doc = {"what": "media engine host speed (issue 14 item 5): M simulated requests per CPU-second, one core",
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "card": "CPU (this 2-core box)",
@@ -122,7 +172,8 @@ def engine_speed(args, argv=None) -> int:
                     "loadavg_1m": os.getloadavg()[0]},
            "command": "python bench/media_sweep.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "queue_depth": args.queue_depth,
-           "old_engine": args.old_engine, "goal": {"every_regime_mreq_per_cpu_s": 5.0, "write_heavy": 1.0},
+           "old_engine": args.old_engine, "accel_modes": modes, "accel": accel.describe(),
+           "accel_compile": compile_s, "goal": {"every_regime_mreq_per_cpu_s": 5.0, "write_heavy": 1.0},
            "regimes": rows, "tiny_batches": tiny}
     atomic_write_json(args.engine_out, doc, indent=1)
     print("| regime | batch | " + " | ".join(f"{k} M req/CPU-s median (min-max)" for k in engines) + " |")
@@ -145,6 +196,8 @@ def main(argv=None) -> int:
     ap.add_argument("--engine-speed", action="store_true",
                     help="only the engine's host speed per regime (bench/results/media_engine_speed.json)")
     ap.add_argument("--old-engine", default=None, help="DIR:module of another engine build to run side by side")
+    ap.add_argument("--accel-compare", action="store_true",
+                    help="--engine-speed: this tree with HBFD_ACCEL=off and =on side by side (needs numba)")
     ap.add_argument("--batch-iters", type=int, default=400, help="tiny-batch iterations (0: no tiny batches)")
     ap.add_argument("--queue-depth", choices=("profile", "unbounded"), default="profile",
                     help="--engine-speed: each profile's die queue depth (default) or none binding (the one "

@@ -46,6 +46,8 @@ import numpy as np
 from hbfcommon import ctl
 from hbfd.contracts import COMPLETION_BATCH_DTYPE, REQUEST_BATCH_DTYPE  # noqa: F401 (re-exported)
 
+from hbfd import accel
+
 from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
@@ -276,6 +278,104 @@ def _map_ref(r: np.ndarray, idx: np.ndarray, poff: int, valid: np.ndarray | None
     return out
 
 
+@accel.jit
+def _lookup_events(ev_plane, ev_page, ev_read, ev_ridx, bpage, bready):
+    """``MediaEngine._lookup_loop``, loop form (compiled by numba): page-buffer lookup one event at a time
+    (reads and invalidations in (arrival, seq) order), each plane's buffers MRU first, its carried buffers
+    numbered as pseudo accesses in order of first touch (MRU first). Returns (miss, ref, pseudo ready,
+    touched planes (sorted), their buffers' pages and refs)."""
+    ne = ev_plane.shape[0]
+    npl, P = bpage.shape
+    nr = 0
+    for e in range(ne):
+        if ev_read[e]:
+            nr += 1
+    miss = np.zeros(nr, np.bool_)
+    ref = np.zeros(nr, np.int64)
+    spage = np.empty((npl, P), np.int64)
+    sref = np.empty((npl, P), np.int64)
+    scnt = np.full(npl, -1, np.int64)          # -1: plane not touched yet
+    pready = np.empty(min(ne, npl) * P, np.int64)
+    npr = 0
+    nu = 0
+    k = 0
+    for e in range(ne):
+        p = ev_plane[e]
+        pg = ev_page[e]
+        if scnt[p] < 0:
+            c = 0
+            while c < P and bpage[p, c] >= 0:
+                spage[p, c] = bpage[p, c]
+                sref[p, c] = -1 - npr
+                pready[npr] = bready[p, c]
+                npr += 1
+                c += 1
+            scnt[p] = c
+            nu += 1
+        m = scnt[p]
+        f = -1
+        for c in range(m):
+            if spage[p, c] == pg:
+                f = c
+                break
+        if not ev_read[e]:
+            if f >= 0:                            # an invalidation empties the buffer
+                for c in range(f, m - 1):
+                    spage[p, c] = spage[p, c + 1]
+                    sref[p, c] = sref[p, c + 1]
+                scnt[p] = m - 1
+            continue
+        if f >= 0:                                # hit: MRU
+            rf = sref[p, f]
+            for c in range(f, 0, -1):
+                spage[p, c] = spage[p, c - 1]
+                sref[p, c] = sref[p, c - 1]
+            spage[p, 0] = pg
+            sref[p, 0] = rf
+            ref[k] = rf
+        else:                                     # miss: the LRU buffer goes
+            rf = ev_ridx[e]
+            top = m if m < P else P - 1
+            for c in range(top, 0, -1):
+                spage[p, c] = spage[p, c - 1]
+                sref[p, c] = sref[p, c - 1]
+            spage[p, 0] = pg
+            sref[p, 0] = rf
+            if m < P:
+                scnt[p] = m + 1
+            miss[k] = True
+            ref[k] = rf
+        k += 1
+    up = np.empty(nu, np.int64)
+    s_page = np.full((nu, P), -1, np.int64)
+    s_ref = np.zeros((nu, P), np.int64)
+    u = 0
+    for p in range(npl):
+        if scnt[p] >= 0:
+            up[u] = p
+            for c in range(scnt[p]):
+                s_page[u, c] = spage[p, c]
+                s_ref[u, c] = sref[p, c]
+            u += 1
+    return miss, ref, pready[:npr], up, s_page, s_ref
+
+
+@accel.jit
+def _chan_fcfs(order, ch, rd, x, chan_free, chan_busy):
+    """``MediaEngine._chan_lindley``'s transfers, loop form (compiled by numba): items in ``order`` (by data
+    ready, then seq), each channel FCFS from its free time; updates ``chan_free`` and ``chan_busy``."""
+    done = np.empty(order.shape[0], np.int64)
+    for k in range(order.shape[0]):
+        i = order[k]
+        c = ch[i]
+        f = chan_free[c]
+        d = (rd[i] if rd[i] > f else f) + x[i]
+        chan_free[c] = d
+        chan_busy[c] += x[i]
+        done[i] = d
+    return done
+
+
 class MediaEngine:
     """The NAND media model (see module doc)."""
 
@@ -493,6 +593,12 @@ class MediaEngine:
             return np.array([d], np.int64)
         if n <= _SMALL and self.trace is None:
             return self._chan_small(ch, rd, x, seq, it["q0"])
+        if self.trace is None and accel.enabled():
+            # FCFS per channel by (data ready, seq): one order by (ready, seq) for all channels, then a loop
+            o = np.argsort(rd, kind="stable") if bool((seq[1:] > seq[:-1]).all()) else np.lexsort((seq, rd))
+            done = _chan_fcfs(o, ch, rd, x, self.chan_free, self.chan_busy_ns)
+            self.qdelay.add(done - x - it["q0"])
+            return done
         # order by (channel, ready, seq): stable sorts on seq order (timsort gains from the runs
         # that plane-ordered sense ends form), then a radix sort by channel; items in seq order with
         # ready times far from sorted (a burst's deferred transfers) -> one sort of packed
@@ -846,6 +952,12 @@ class MediaEngine:
         Events in (arrival, seq) order: reads (``ev_read``, numbered by ``nread_index``) and
         invalidations. Same outputs as ``_lookup_runs``."""
         P = self.g.page_buffers_per_plane
+        if accel.enabled():
+            m, r, pr, up, sp, sr = _lookup_events(np.ascontiguousarray(ev_plane, np.int64),
+                                                  np.ascontiguousarray(ev_page, np.int64),
+                                                  np.ascontiguousarray(ev_read, np.bool_),
+                                                  np.ascontiguousarray(nread_index, np.int64), self.bpage, self.bready)
+            return m, r, pr, (up, sp, sr)
         state: dict[int, list[list[int]]] = {}
         pready: list[int] = []
         miss: list[bool] = []
@@ -896,8 +1008,8 @@ class MediaEngine:
         if n:
             self.n["page_reads"] += n
         loopm = None
-        if g.page_buffers_per_plane > 2 or (n <= 16 and inval is None):
-            loopm = np.ones(n, bool)       # (small batches: one event at a time is cheaper)
+        if g.page_buffers_per_plane > 2 or (n <= 16 and inval is None) or accel.enabled():
+            loopm = np.ones(n, bool)       # (small batches, and compiled: one event at a time is cheaper)
         elif inval is not None and len(inval[0]):
             ip, ipg, _ = inval
             # invalidations that can matter: their page is read in the batch or buffered now
@@ -928,7 +1040,7 @@ class MediaEngine:
                     o = np.argsort(ev_s, kind="stable")
                     ev_p, ev_g, ev_r, ev_i = ev_p[o], ev_g[o], ev_r[o], ev_i[o]
                 li = np.arange(n, dtype=np.int64)
-                parts = [(li, self._lookup_loop(ev_p, ev_g, ev_r, ev_i))]
+                parts = [(None, self._lookup_loop(ev_p, ev_g, ev_r, ev_i))]   # (refs global already)
             else:
                 im = np.isin(inval[0], lp_planes)
                 ev_p = np.concatenate([plane[li], inval[0][im]])
@@ -1894,7 +2006,8 @@ class MediaEngine:
         g = self.g
         span = max(1, self.last_completion - (self.first_arrival or 0))
         util = (self.chan_busy_ns / span).tolist() if self.first_arrival is not None else [0.0] * g.channels
-        pe_hist = np.bincount(self.ftl.pe) if len(self.ftl.pe) else np.zeros(1, np.int64)
+        pe = self.ftl.pe                       # (one copy of the per-block list)
+        pe_hist = np.bincount(pe) if len(pe) else np.zeros(1, np.int64)
         return {
             "engine": self.name,
             "geometry": g.to_dict(),
@@ -1905,7 +2018,7 @@ class MediaEngine:
             "queueing_delay_ns": self.qdelay.summary(),
             "gc": {"runs": self.ftl.gc_runs, "copybacks": self.ftl.gc_copies, "erases": self.ftl.erases},
             "pe_histogram": {str(k): int(v) for k, v in enumerate(pe_hist.tolist()) if v},
-            "pe_max": int(self.ftl.pe.max()) if len(self.ftl.pe) else 0,
+            "pe_max": int(pe.max()) if len(pe) else 0,
             "host_programs": self.ftl.host_programs,
             "write_amplification": self.ftl.write_amplification,
             # bytes programmed (host + refresh programs and GC copies, 4 KiB each) per byte stored:

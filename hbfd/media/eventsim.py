@@ -23,6 +23,8 @@ from __future__ import annotations
 import heapq
 import numpy as np
 
+from hbfd import accel
+
 READ, PROG, COPYBACK, ERASE = 0, 1, 2, 3
 KIND_NAMES = ("read", "program", "copyback", "erase")
 
@@ -197,6 +199,10 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
     ``paths`` (optional): dies per path are added to it (``plane_pass``, ``heads_pass``, ``event``).
     Equality: tests/media/test_eventsim_fast.py."""
     n = len(kind)
+    if n and accel.enabled():
+        return simulate_compiled(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
+                                 plane_free=plane_free, die_carry=die_carry, gate=gate, gate_x=gate_x, floor=floor,
+                                 join=join, full=full)
     if n == 0 or gate is None or gate_x is None:
         return simulate(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
                         plane_free=plane_free, die_carry=die_carry, gate=gate, gate_x=gate_x, floor=floor,
@@ -761,3 +767,368 @@ def _plane_chains(oo, opl, up, ost, oend, ready, service, gate, gate_x, hasg, fl
         rdy[c] = r
         enq[c] = q
     f[po] = fs
+
+
+def simulate_compiled(kind, ready, plane, die, service, *, t_cmd: int, queue_depth: int, plane_free: np.ndarray,
+                      die_carry, gate=None, gate_x=None, floor=None, join=None, full: bool = False):
+    """``simulate`` run by its compiled twin (``_simulate_loop``, hbfd/accel.py): the same arguments and
+    the same results bit for bit (tests/media/test_accel_media.py). Callers use it where
+    ``accel.enabled()``."""
+    n = len(kind)
+    kind = np.asarray(kind, np.int64)
+    ready = np.asarray(ready, np.int64)
+    plane = np.asarray(plane, np.int64)
+    die = np.asarray(die, np.int64)
+    service = np.asarray(service, np.int64)
+    neg = np.full(n, -1, np.int64)
+    gate = neg if gate is None else np.asarray(gate, np.int64)
+    gate_x = np.zeros(n, np.int64) if gate_x is None else np.asarray(gate_x, np.int64)
+    has_floor = floor is not None
+    floor = np.zeros(n, np.int64) if floor is None else np.asarray(floor, np.int64)
+    join = neg if join is None else np.asarray(join, np.int64)
+    cd, ct = _carry_arrays(die_carry)
+    pf = np.ascontiguousarray(plane_free, dtype=np.int64)
+    start, end, adm, rdy, ok = _simulate_loop(kind, ready, plane, die, service, int(t_cmd), int(queue_depth), pf,
+                                              cd, ct, gate, gate_x, floor, has_floor, join)
+    if not ok:
+        raise ValueError("eventsim: a gate names a command that never runs")
+    if pf is not plane_free:
+        plane_free[:] = pf
+    if full:
+        return start, end, adm, rdy
+    return start, end
+
+
+@accel.jit
+def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate, gate_x, floor, has_floor, join):
+    """``simulate``'s events and decisions, loop form (compiled by numba). One event heap ordered by
+    (t, event, id) as ``simulate``'s, the first arrivals of ungated commands as a stream sorted by time
+    beside it (every event of an instant is applied before that instant's decisions); per die one queue ordered by (class, ready, seq) (class 0: reads, so
+    reads first, then ``simulate``'s FIFO by (ready, seq) in each class) and per plane one ordered by
+    (class, plane arrival, seq): binary heaps of command ids in slices of shared arrays (a die's or
+    plane's slice has room for all its commands). ``pf`` (plane free times) is updated in place. Returns
+    (start, end, admission, ready, whether every gated command ran)."""
+    n = kind.shape[0]
+    nc = cd.shape[0]
+    nd = 0
+    for i in range(n):
+        if die[i] + 1 > nd:
+            nd = die[i] + 1
+    for k in range(nc):
+        if cd[k] + 1 > nd:
+            nd = cd[k] + 1
+    npl = pf.shape[0]
+    start = np.zeros(n, np.int64)
+    end = np.zeros(n, np.int64)
+    adm = np.zeros(n, np.int64)
+    rdy = ready.copy()
+    tenq = np.zeros(n, np.int64)
+    cls = np.empty(n, np.int64)
+    for i in range(n):
+        cls[i] = 0 if kind[i] == 0 else 1
+    # event heap: (time, event * 2^32 + id) pairs; events: 0 release of a carried slot, 1 arrival at the
+    # die queue, 2 joins its plane, 3 a plane's carried busy time over, 4 end (as simulate's _EV_*)
+    cap = nc + 3 * n + npl + 1
+    ht = np.empty(cap, np.int64)
+    hk = np.empty(cap, np.int64)
+    hs = 0
+    SH = np.int64(1) << 32
+    # queue slices: die d at dofs[d], plane p at pofs[p]
+    dofs = np.zeros(nd + 1, np.int64)
+    pofs = np.zeros(npl + 1, np.int64)
+    for i in range(n):
+        dofs[die[i] + 1] += 1
+        pofs[plane[i] + 1] += 1
+    for d in range(nd):
+        dofs[d + 1] += dofs[d]
+    for p in range(npl):
+        pofs[p + 1] += pofs[p]
+    dq = np.empty(n, np.int64)
+    pq = np.empty(n, np.int64)
+    dqs = np.zeros(nd, np.int64)
+    pqs = np.zeros(npl, np.int64)
+    outstanding = np.zeros(nd, np.int64)
+    # gated commands by their gate (in index order)
+    gofs = np.zeros(n + 1, np.int64)
+    ngated = 0
+    for i in range(n):
+        if join[i] < 0 and gate[i] >= 0:
+            gofs[gate[i] + 1] += 1
+            ngated += 1
+    for i in range(n):
+        gofs[i + 1] += gofs[i]
+    gfill = gofs[:n].copy()
+    glist = np.empty(max(ngated, 1), np.int64)
+    # initial events: carried releases and joins into the heap; arrivals of the commands that are neither
+    # gated nor joined into a stream sorted by time (the events of one instant are all applied before any
+    # decision, so their order inside the instant is immaterial)
+    sat = np.empty(n, np.int64)
+    sax = np.empty(n, np.int64)
+    na = 0
+    for k in range(nc + n):
+        if k < nc:
+            outstanding[cd[k]] += 1
+            t = ct[k]
+            key = cd[k]                                # release (0)
+        else:
+            i = k - nc
+            if join[i] >= 0:                           # admitted in an earlier batch
+                outstanding[die[i]] += 1
+                adm[i] = join[i] - t_cmd
+                t = join[i]
+                key = 2 * SH + i
+            elif gate[i] >= 0:                         # waits for its gate's end
+                glist[gfill[gate[i]]] = i
+                gfill[gate[i]] += 1
+                continue
+            else:                                      # arrivals: a sorted stream, not the heap
+                t = rdy[i]
+                if has_floor and floor[i] > t:
+                    t = floor[i]
+                sat[na] = t
+                sax[na] = i
+                na += 1
+                continue
+        j = hs
+        hs += 1
+        while j > 0:
+            q = (j - 1) >> 1
+            if ht[q] < t or (ht[q] == t and hk[q] <= key):
+                break
+            ht[j] = ht[q]
+            hk[j] = hk[q]
+            j = q
+        ht[j] = t
+        hk[j] = key
+    so = np.argsort(sat[:na])
+    sat = sat[:na][so]
+    sax = sax[:na][so]
+    released = 0
+    busy = np.zeros(npl, np.bool_)
+    dmark = np.zeros(nd, np.bool_)
+    pmark = np.zeros(npl, np.bool_)
+    dlist = np.empty(nd, np.int64)
+    plist = np.empty(npl, np.int64)
+    nds = 0
+    nps = 0
+    # pushes made while deciding at time t (plane arrivals, ends, gated arrivals, wake-ups), applied
+    # after the decisions (none is at t unless t_cmd or a service time is 0: then as simulate, again at t)
+    pt = np.empty(2 * n + 2 * npl + 1, np.int64)
+    pk = np.empty(2 * n + 2 * npl + 1, np.int64)
+    ap = 0
+    while hs > 0 or ap < na:
+        t = ht[0] if hs > 0 else _BIG
+        if ap < na and sat[ap] < t:
+            t = sat[ap]
+        while True:
+            while True:
+                if ap < na and sat[ap] == t:           # the next arrival of the stream
+                    key = SH + sax[ap]
+                    ap += 1
+                elif hs > 0 and ht[0] == t:
+                    key = hk[0]
+                    # pop
+                    hs -= 1
+                    lt = ht[hs]
+                    lk = hk[hs]
+                    j = 0
+                    while True:
+                        c = 2 * j + 1
+                        if c >= hs:
+                            break
+                        if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hk[c + 1] < hk[c])):
+                            c += 1
+                        if lt < ht[c] or (lt == ht[c] and lk <= hk[c]):
+                            break
+                        ht[j] = ht[c]
+                        hk[j] = hk[c]
+                        j = c
+                    ht[j] = lt
+                    hk[j] = lk
+                else:
+                    break
+                ev = key >> 32
+                x = key & (SH - 1)
+                if ev == 0:                            # release of a carried slot
+                    outstanding[x] -= 1
+                    if not dmark[x]:
+                        dmark[x] = True
+                        dlist[nds] = x
+                        nds += 1
+                elif ev == 1:                          # arrival: die queue push, key (class, ready, seq)
+                    d = die[x]
+                    b = dofs[d]
+                    j = dqs[d]
+                    dqs[d] = j + 1
+                    while j > 0:
+                        q = (j - 1) >> 1
+                        y = dq[b + q]
+                        if cls[y] < cls[x] or (cls[y] == cls[x] and (rdy[y] < rdy[x] or (rdy[y] == rdy[x] and y < x))):
+                            break
+                        dq[b + j] = y
+                        j = q
+                    dq[b + j] = x
+                    if not dmark[d]:
+                        dmark[d] = True
+                        dlist[nds] = d
+                        nds += 1
+                elif ev == 2:                          # joins its plane: key (class, plane arrival, seq)
+                    p = plane[x]
+                    tenq[x] = t
+                    b = pofs[p]
+                    j = pqs[p]
+                    pqs[p] = j + 1
+                    while j > 0:
+                        q = (j - 1) >> 1
+                        y = pq[b + q]
+                        if cls[y] < cls[x] or (cls[y] == cls[x] and (tenq[y] < t or (tenq[y] == t and y < x))):
+                            break
+                        pq[b + j] = y
+                        j = q
+                    pq[b + j] = x
+                    if not pmark[p]:
+                        pmark[p] = True
+                        plist[nps] = p
+                        nps += 1
+                elif ev == 4:                          # end: plane free, slot released
+                    d = die[x]
+                    outstanding[d] -= 1
+                    if not dmark[d]:
+                        dmark[d] = True
+                        dlist[nds] = d
+                        nds += 1
+                    p = plane[x]
+                    busy[p] = False
+                    if not pmark[p]:
+                        pmark[p] = True
+                        plist[nps] = p
+                        nps += 1
+                else:                                  # a plane's carried busy time over
+                    busy[x] = False
+                    if not pmark[x]:
+                        pmark[x] = True
+                        plist[nps] = x
+                        nps += 1
+            npush = 0
+            for k in range(nds):                       # admissions: reads first, (ready, seq)
+                d = dlist[k]
+                dmark[d] = False
+                o = outstanding[d]
+                b = dofs[d]
+                while o < Q and dqs[d] > 0:
+                    x = dq[b]
+                    m = dqs[d] - 1
+                    dqs[d] = m
+                    z = dq[b + m]
+                    j = 0
+                    while True:
+                        c = 2 * j + 1
+                        if c >= m:
+                            break
+                        u = dq[b + c]
+                        if c + 1 < m:
+                            w = dq[b + c + 1]
+                            if cls[w] < cls[u] or (cls[w] == cls[u] and (rdy[w] < rdy[u] or (rdy[w] == rdy[u] and w < u))):
+                                c += 1
+                                u = w
+                        if cls[z] < cls[u] or (cls[z] == cls[u] and (rdy[z] < rdy[u] or (rdy[z] == rdy[u] and z < u))):
+                            break
+                        dq[b + j] = u
+                        j = c
+                    dq[b + j] = z
+                    o += 1
+                    adm[x] = t
+                    pt[npush] = t + t_cmd
+                    pk[npush] = 2 * SH + x
+                    npush += 1
+                outstanding[d] = o
+            nds = 0
+            if t_cmd == 0 and npush > 0:               # plane arrivals at t: applied before the grants
+                for k in range(npush):
+                    tt = pt[k]
+                    key = pk[k]
+                    j = hs
+                    hs += 1
+                    while j > 0:
+                        q = (j - 1) >> 1
+                        if ht[q] < tt or (ht[q] == tt and hk[q] <= key):
+                            break
+                        ht[j] = ht[q]
+                        hk[j] = hk[q]
+                        j = q
+                    ht[j] = tt
+                    hk[j] = key
+                npush = 0
+                continue                               # the plane arrivals at t first
+            for k in range(nps):                       # plane grants
+                p = plist[k]
+                pmark[p] = False
+                if pqs[p] == 0 or busy[p]:
+                    continue
+                if pf[p] > t:                          # carried busy time: wake up then
+                    pt[npush] = pf[p]
+                    pk[npush] = 3 * SH + p
+                    npush += 1
+                    busy[p] = True
+                    continue
+                b = pofs[p]
+                x = pq[b]
+                m = pqs[p] - 1
+                pqs[p] = m
+                z = pq[b + m]
+                j = 0
+                while True:
+                    c = 2 * j + 1
+                    if c >= m:
+                        break
+                    u = pq[b + c]
+                    if c + 1 < m:
+                        w = pq[b + c + 1]
+                        if cls[w] < cls[u] or (cls[w] == cls[u] and (tenq[w] < tenq[u] or (tenq[w] == tenq[u] and w < u))):
+                            c += 1
+                            u = w
+                    if cls[z] < cls[u] or (cls[z] == cls[u] and (tenq[z] < tenq[u] or (tenq[z] == tenq[u] and z < u))):
+                        break
+                    pq[b + j] = u
+                    j = c
+                pq[b + j] = z
+                busy[p] = True
+                start[x] = t
+                e = t + service[x]
+                end[x] = e
+                pf[p] = e
+                pt[npush] = e
+                pk[npush] = 4 * SH + x
+                npush += 1
+                for jj in range(gofs[x], gofs[x + 1]):  # gated commands: ready once x has ended
+                    y = glist[jj]
+                    r = (rdy[y] if rdy[y] > e else e) + gate_x[y]
+                    rdy[y] = r
+                    if has_floor and floor[y] > r:
+                        r = floor[y]
+                    pt[npush] = r
+                    pk[npush] = SH + y
+                    npush += 1
+                    released += 1
+            nps = 0
+            again = False
+            for k in range(npush):
+                tt = pt[k]
+                key = pk[k]
+                if tt == t:
+                    again = True
+                j = hs
+                hs += 1
+                while j > 0:
+                    q = (j - 1) >> 1
+                    if ht[q] < tt or (ht[q] == tt and hk[q] <= key):
+                        break
+                    ht[j] = ht[q]
+                    hk[j] = hk[q]
+                    j = q
+                ht[j] = tt
+                hk[j] = key
+            if again:
+                continue
+            break
+    return start, end, adm, rdy, released == ngated

@@ -21,7 +21,8 @@ def test_golden_covers_every_case():
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
-def test_engine_matches_golden(case):
+def test_engine_matches_golden(case, accel_mode):
+    """With the compiled twins off and on (conftest.accel_mode)."""
     assert ec.digest(MediaEngine, case) == GOLD[case["name"]]
 
 

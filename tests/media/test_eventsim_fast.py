@@ -56,6 +56,7 @@ def test_simulate_auto_equals_event_scheduler(monkeypatch, plane_pass):
     """Both fast paths (the plane pass first, and the heads pass alone with it switched off) and the
     event scheduler they fall back to; each path must have scheduled many dies."""
     monkeypatch.setattr(eventsim, "_PLANE_PASS", plane_pass)
+    monkeypatch.setenv("HBFD_ACCEL", "off")     # the numpy fast paths (the compiled twin: test_accel_media.py)
     rng = np.random.default_rng(7)
     paths: dict[str, int] = {}
     for _ in range(1500):
@@ -76,6 +77,7 @@ def test_simulate_auto_equals_event_scheduler(monkeypatch, plane_pass):
                                                 ("mixed", 0.5, None, "nominal"), ("mixed", 0.1, 0.1, "nominal"),
                                                 ("mixed", 0.5, 0.5, "conservative"), ("write", 0.0, None, "ocp-sg1")])
 def test_engine_fast_path_equals_event_scheduler(monkeypatch, op, wf, load, profile):
+    monkeypatch.setenv("HBFD_ACCEL", "off")     # the numpy fast paths (the compiled twin: test_accel_media.py)
     g = MediaGeometry.from_profile(load_profile(profile))
     gap = 0 if load is None else round(1e9 / (load * g.aggregate_bytes_per_s / 4096))
     stream = make_stream(g, 6000, 4096, op, gap, seed=3, pattern="random", write_fraction=wf)

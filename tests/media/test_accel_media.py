@@ -1,0 +1,257 @@
+"""The media engine's compiled twins (hbfd/accel.py, numba) give the numpy definitions' outputs bit for bit:
+
+* ``eventsim._simulate_loop`` (the event scheduler: die queue depth, read priority, write backpressure gates,
+  joins, floors, carried slots) against ``eventsim.simulate`` on random command sets, small and large;
+* ``engine._lookup_events`` (page-buffer lookup) and ``engine._chan_fcfs`` (channel FCFS), through the engine runs;
+* ``diestage._fifo_loop`` (the read die stage) against ``fifo_exact``'s numpy form over several batches
+  (ends, plane state, carried releases, the ``qd_bound_*`` counts), queue depth binding and not;
+* whole engine runs (reads, writes, mixed; profiles incl. ocp-sg1/2/3; batches cut at random sizes; the die
+  queue depth binding (profile) and unbounded) with ``HBFD_ACCEL=off`` and ``on``: every completion field and
+  the whole ``stats()`` equal;
+* a twin whose outputs are changed (ends one ns later, buffer hits made misses) is seen (the comparison can fail).
+
+The golden digests run under both settings too (test_engine_golden.py, conftest.accel_mode)."""
+from __future__ import annotations
+
+import dataclasses
+import zlib
+
+import numpy as np
+import pytest
+
+from hbfcommon.profile import MAX_DIE_QUEUE_SLOTS, load_profile
+from hbfd.media import diestage, eventsim
+from hbfd.media import engine as engine_mod
+from hbfd.media.bench import make_stream
+from hbfd.media.diestage import DieCarry, fifo_exact
+from hbfd.media.engine import MediaEngine
+from hbfd.media.geometry import MediaGeometry
+
+from test_eventsim_fast import _random_case
+
+pytest.importorskip("numba")
+
+
+def _big_case(rng):
+    """More dies, planes and commands than _random_case: long program chains, the queue depth binding."""
+    dies = int(rng.integers(2, 9))
+    ppd = int(rng.integers(1, 5))
+    n = int(rng.integers(100, 600))
+    q = int(rng.choice([1, 2, 4, 8, 32]))
+    die = rng.integers(0, dies, n)
+    plane = die * ppd + rng.integers(0, ppd, n)
+    kind = np.where(rng.random(n) < rng.random(), eventsim.READ,
+                    rng.choice([eventsim.PROG, eventsim.COPYBACK, eventsim.ERASE], n, p=[0.8, 0.1, 0.1]))
+    kind = kind.astype(np.uint8)
+    ready = np.sort(rng.integers(0, 20_000, n))
+    service = np.where(kind == eventsim.READ, 200, rng.choice([600, 800, 3000], n)).astype(np.int64)
+    gate = np.full(n, -1, np.int64)
+    last: dict[int, list[int]] = {}
+    for i in range(n):
+        if kind[i] != eventsim.READ:
+            L = last.setdefault(int(plane[i]), [])
+            if len(L) >= 2 and rng.random() < 0.8:
+                gate[i] = L[-2]
+            L.append(i)
+    gate_x = np.where(gate >= 0, rng.integers(0, 300, n), 0).astype(np.int64)
+    floor = np.where(rng.random(n) < 0.1, rng.integers(0, 20_000, n), 0).astype(np.int64)
+    join = np.full(n, -1, np.int64)
+    carry = {d: rng.integers(0, 5000, int(rng.integers(0, q + 1))).tolist() for d in range(dies)}
+    pf = rng.integers(0, 3000, dies * ppd).astype(np.int64)
+    return dict(kind=kind, ready=ready.astype(np.int64), plane=plane, die=die, service=service), dict(
+        t_cmd=int(rng.choice([0, 3, 50])), queue_depth=q, die_carry=carry, gate=gate, gate_x=gate_x,
+        floor=floor, join=join, full=True), pf
+
+
+def test_simulate_twin_equals_event_scheduler():
+    rng = np.random.default_rng(21)
+    for k in range(650):
+        a, kw, pf = _random_case(rng) if k < 600 else _big_case(rng)
+        pf1, pf2 = pf.copy(), pf.copy()
+        ref = eventsim.simulate(*a.values(), plane_free=pf1, **kw)
+        got = eventsim.simulate_compiled(*a.values(), plane_free=pf2, **kw)
+        for x, y in zip(ref, got):
+            assert np.array_equal(x, y), k
+        assert np.array_equal(pf1, pf2), k
+    # without gates, floors and joins (the plain form)
+    a, kw, pf = _big_case(rng)
+    for key in ("gate", "gate_x", "floor", "join"):
+        kw.pop(key)
+    pf1, pf2 = pf.copy(), pf.copy()
+    for x, y in zip(eventsim.simulate(*a.values(), plane_free=pf1, **kw),
+                    eventsim.simulate_compiled(*a.values(), plane_free=pf2, **kw)):
+        assert np.array_equal(x, y)
+    assert np.array_equal(pf1, pf2)
+
+
+def test_simulate_twin_gate_that_never_runs():
+    one = np.zeros(2, np.int64)
+    args = (np.array([1, 1], np.uint8), one, one, one, np.array([5, 5], np.int64))
+    kw = dict(t_cmd=0, queue_depth=2, die_carry={}, gate=np.array([1, 0]), gate_x=one)
+    for f in (eventsim.simulate, eventsim.simulate_compiled):
+        with pytest.raises(ValueError, match="never runs"):
+            f(*args, plane_free=np.zeros(1, np.int64), **kw)
+
+
+def _fifo_run(mode, monkeypatch, batches, *, t_cmd, Q, nplanes, ndies, svc):
+    monkeypatch.setenv("HBFD_ACCEL", mode)
+    pf = np.zeros(nplanes, np.int64)
+    carry = DieCarry(ndies, Q)
+    stats = {"qd_bound_batches": 0, "qd_bound_dies": 0}
+    outs = []
+    for r, die, plane, horizon in batches:
+        E = fifo_exact(r, die, plane, svc, t_cmd=t_cmd, queue_depth=Q, nplanes=nplanes, ndies=ndies,
+                       plane_free=pf, carry=carry, horizon=horizon, stats=stats)
+        o = np.lexsort((carry.t, carry.die))
+        outs.append((E.copy(), pf.copy(), carry.die[o].copy(), carry.t[o].copy()))
+    return outs, stats
+
+
+def test_fifo_twin_equals_numpy(monkeypatch):
+    """Batches of reads in arrival order carried across batches; queue depths 1..40, bursts (the depth
+    binds, saturated dies) and spread arrivals (it does not)."""
+    rng = np.random.default_rng(5)
+    seen = {"bound": 0, "free": 0}
+    for k in range(120):
+        ndies = int(rng.integers(1, 9))
+        ppd = int(rng.integers(1, 5))
+        Q = int(rng.choice([1, 2, 3, 8, 40, 400]))
+        svc = int(rng.choice([30, 2000]))
+        t_cmd = int(rng.choice([0, 3, 50]))
+        t = 0
+        batches = []
+        for _ in range(int(rng.integers(1, 6))):
+            n = int(rng.integers(1, 400))
+            gap = int(rng.choice([0, 1, svc // max(1, ndies * ppd), 5 * svc]))
+            r = t + np.cumsum(rng.integers(0, gap + 1, n)) if gap else np.full(n, t, np.int64)
+            r = r.astype(np.int64)
+            die = rng.integers(0, ndies, n)
+            plane = die * ppd + rng.integers(0, ppd, n)
+            t = int(r[-1])
+            batches.append((r, die, plane, t))
+        kw = dict(t_cmd=t_cmd, Q=Q, nplanes=ndies * ppd, ndies=ndies, svc=svc)
+        ref, s_ref = _fifo_run("off", monkeypatch, batches, **kw)
+        got, s_got = _fifo_run("on", monkeypatch, batches, **kw)
+        for x, y in zip(ref, got):
+            for a, b in zip(x, y):
+                assert np.array_equal(a, b), k
+        assert s_ref == s_got, k
+        seen["bound" if s_ref["qd_bound_dies"] else "free"] += 1
+    assert seen["bound"] > 30 and seen["free"] > 20, seen
+
+
+def _geometry(name, qd):
+    g = MediaGeometry.from_profile(load_profile(name))
+    if qd == "unbounded":
+        g = dataclasses.replace(g, queue_depth=MAX_DIE_QUEUE_SLOTS // g.dies)
+    elif qd == "small":
+        g = dataclasses.replace(g, queue_depth=2)
+    return g
+
+
+def _engine_run(g, stream, sizes, adv):
+    eng = MediaEngine(g)
+    outs = []
+    pos = 0
+    for k, b in enumerate(sizes):
+        part = stream[pos:pos + b]
+        pos += b
+        eng.submit(part)
+        if adv[k]:
+            eng.advance(int(part["arrival_ns"].max()))
+        outs.append(eng.collect())
+        if k % 4 == 3:
+            outs.append(eng.collect())            # a quiet scan
+    outs.append(eng.drain())
+    return outs, eng.stats()
+
+
+CASES = [("nominal", "read", 0.0, None, "profile"), ("nominal", "read", 0.0, 0.5, "small"),
+         ("nominal", "write", 0.0, None, "profile"), ("nominal", "mixed", 0.5, None, "profile"),
+         ("nominal", "mixed", 0.1, 0.1, "profile"), ("nominal", "mixed", 0.5, 1.0, "unbounded"),
+         ("ocp-sg1", "read", 0.0, None, "profile"), ("ocp-sg1", "mixed", 0.3, 0.9, "profile"),
+         ("ocp-sg2", "mixed", 0.5, None, "small"), ("ocp-sg2", "write", 0.0, 0.5, "profile"),
+         ("ocp-sg3", "read", 0.0, 1.0, "profile"), ("ocp-sg3", "mixed", 0.2, None, "unbounded"),
+         ("conservative", "mixed", 0.5, 0.5, "profile"), ("nominal", "read-hot", 0.0, 0.5, "profile"),
+         ("ocp-sg2", "mixed-hot", 0.3, 0.5, "profile"), ("ocp-sg1", "mixed-hot", 0.5, None, "small")]
+
+
+@pytest.mark.parametrize("prof,op,wf,load,qd", CASES, ids=["-".join(map(str, c)) for c in CASES])
+def test_engine_off_equals_on(monkeypatch, prof, op, wf, load, qd):
+    g = _geometry(prof, qd)
+    gap = 0 if load is None else round(1e9 / (load * g.aggregate_bytes_per_s / 4096))
+    rng = np.random.default_rng(zlib.crc32(f"{prof}{op}{wf}{load}{qd}".encode()))
+    hot = op.endswith("-hot")           # a few hundred pages, 512 B: buffer hits, coalescing, invalidations
+    op = op.removesuffix("-hot")
+    stream = make_stream(g, 5000, 512 if hot else int(rng.choice([512, 4096])), op, gap,
+                         seed=int(rng.integers(100)), write_fraction=wf)
+    if hot:
+        stream["media_address"] = (rng.integers(0, 300, 5000) * 4096 + rng.integers(0, 8, 5000) * 512).astype(np.uint64)
+    sizes, tot = [], 0
+    while tot < len(stream):
+        sizes.append(int(rng.choice([1, 7, 48, 300, 1500, 4000])))
+        tot += sizes[-1]
+    adv = rng.random(len(sizes)) < 0.7
+    monkeypatch.setenv("HBFD_ACCEL", "off")
+    ref, st_ref = _engine_run(g, stream, sizes, adv)
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    got, st_got = _engine_run(g, stream, sizes, adv)
+    assert len(ref) == len(got)
+    for x, y in zip(ref, got):
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+    assert st_ref == st_got
+    if hot:
+        assert st_ref["counts"]["buffer_hits"] + st_ref["counts"]["coalesced_reads"] > 100
+
+
+def _later(out, f):
+    out[f][:] += 1                      # every end one ns later
+    return out
+
+
+def _all_miss(out):
+    out[0][:] = True                    # every read a miss (no buffer hit)
+    return out
+
+
+@pytest.mark.parametrize("mod,name,perturb,op,nbytes,pattern", [
+    (eventsim, "_simulate_loop", lambda o: _later(o, 1), "mixed", 4096, "random"),
+    (diestage, "_fifo_loop", lambda o: _later(o, 0), "read", 4096, "random"),
+    (engine_mod, "_chan_fcfs", lambda o: o + 1, "read", 4096, "random"),
+    (engine_mod, "_lookup_events", _all_miss, "read", 512, "hot")],
+    ids=["simulate", "fifo", "chan", "lookup"])
+def test_a_twin_that_differs_is_seen(monkeypatch, mod, name, perturb, op, nbytes, pattern):
+    """The engine comparison (completions and stats) fails when a twin's outputs are changed."""
+    g = _geometry("nominal", "profile")
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    sizes, adv = [1000, 1000, 1000], [True] * 3
+    stream = make_stream(g, 3000, nbytes, op, 0, seed=1, write_fraction=0.5)
+    if pattern == "hot":                # 64 pages: buffer hits
+        stream["media_address"] = (np.arange(3000) % 64 * 4096).astype(np.uint64)
+    ref = _engine_run(g, stream, sizes, adv)
+    orig = getattr(mod, name)
+    calls = []
+
+    def changed(*a):
+        calls.append(1)
+        return perturb(orig(*a))
+    monkeypatch.setattr(mod, name, changed)
+    got = _engine_run(g, stream, sizes, adv)
+    assert calls
+    assert ref[1] != got[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
+
+
+def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
+    """HBFD_ACCEL=auto where numba does not import (the H200 machine): no twin is called, same results."""
+    from hbfd import accel
+    g = _geometry("nominal", "profile")
+    stream = make_stream(g, 2000, 4096, "mixed", 0, seed=2, write_fraction=0.3)
+    monkeypatch.setenv("HBFD_ACCEL", "off")
+    ref = _engine_run(g, stream, [700, 700, 600], [True] * 3)
+    monkeypatch.setenv("HBFD_ACCEL", "auto")
+    monkeypatch.setattr(accel, "_numba", lambda: (None, "numba not importable: ImportError: test"))
+    for mod, name in ((eventsim, "_simulate_loop"), (diestage, "_fifo_loop"), (engine_mod, "_chan_fcfs"),
+                      (engine_mod, "_lookup_events")):
+        monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
+    got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
+    assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
