@@ -81,5 +81,28 @@ def jit(fn: Callable) -> Callable:
         return compiled[0](*args)
 
     wrapper.py_func = fn  # the plain-Python form, for tests of the twin's logic without compiling
+    wrapper.is_compiled = lambda: bool(compiled) and bool(compiled[0].signatures)
     return wrapper
+
+
+def warm(name: str, run: Callable[[], None], twins: tuple) -> float:
+    """Compile (or load from numba's cache) a model's twins before it serves: ``run()`` drives the model
+    through the paths that call ``twins`` (so each is compiled for the argument types it really gets, not
+    for a guess); returns the seconds it took, 0.0 when the twins are off. Logged, since a cold compile
+    takes seconds (once per machine and checkout: numba's cache keeps them); a twin ``run`` did not reach
+    is named in a warning (its first real call would compile while serving)."""
+    if not enabled():
+        return 0.0
+    import time
+    t0 = time.perf_counter()
+    run()
+    dt = time.perf_counter() - t0
+    missed = [t.__name__ for t in twins if not t.is_compiled()]
+    if missed:
+        log.warning("%s: the warm-up did not reach the compiled twin(s) %s: they compile at first use",
+                    name, ", ".join(missed))
+    log.log(logging.INFO if dt >= 2.0 else logging.DEBUG,
+            "%s: %d compiled twin(s) ready in %.1f s (%s; numba's cache makes later starts fast)",
+            name, len(twins) - len(missed), dt, describe()["accel"])
+    return dt
 

@@ -49,7 +49,7 @@ from hbfd.contracts import COMPLETION_BATCH_DTYPE, REQUEST_BATCH_DTYPE  # noqa: 
 from hbfd import accel
 
 from . import eventsim
-from .diestage import DieCarry, fifo_exact, small_int
+from .diestage import DieCarry, _fifo_loop, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
@@ -2030,3 +2030,29 @@ class MediaEngine:
             "undecided_transfers": sum(len(c["rd"]) for c in self._dq),
             "mapped_pages": len(self.ftl.l2p),
         }
+
+
+def warm_twins(geometry: MediaGeometry) -> float:
+    """Compile (or load from numba's cache) the engine's twins before the daemon serves, by driving a
+    scratch engine of ``geometry`` through read bursts, buffer hits, full-page writes and a mixed batch
+    (the paths that call them, with the argument types they really get); the seconds it took, 0.0 with the
+    twins off (hbfd/accel.py ``warm``). hbfd.media.make_engine calls it."""
+    def run() -> None:
+        e = MediaEngine(geometry)
+        pages = max(1, min(geometry.capacity_bytes // PAGE_BYTES, 1 << 20))
+        rng = np.random.default_rng(0)
+        t = 0
+        for k, (n, wfrac, nb) in enumerate(((256, 0.0, 512), (256, 0.0, 512), (256, 1.0, PAGE_BYTES),
+                                            (512, 0.5, PAGE_BYTES), (256, 0.1, 512))):
+            b = np.zeros(n, REQUEST_BATCH_DTYPE)
+            b["id"] = np.arange(n) + k * 1024
+            b["arrival_ns"] = t + np.arange(n, dtype=np.uint64) * 50
+            pg = rng.integers(0, pages, n) if k != 1 else np.repeat(rng.integers(0, pages, n // 8), 8)
+            b["media_address"] = pg.astype(np.uint64) * PAGE_BYTES
+            b["bytes"] = nb
+            b["op"] = np.where(rng.random(n) < wfrac, ctl.HBF_OP_STORE, ctl.HBF_OP_LOAD)
+            e.submit(b)
+            e.collect()
+            t += n * 50 + 1_000_000
+        e.drain()
+    return accel.warm("media engine", run, (eventsim._simulate_loop, _fifo_loop, _lookup_events, _chan_fcfs))
