@@ -255,3 +255,22 @@ def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
         monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
     got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
+
+
+def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
+    """make_engine warms the twins (hbfd.media.warm_twins): its scratch run must reach all four, so the
+    daemon never compiles while serving (a cold compile takes ~20 s; the heartbeat's stale limit is 1 s)."""
+    pytest.importorskip("numba")
+    from hbfd import accel
+    from hbfd.media.geometry import MediaGeometry
+    from hbfcommon.profile import as_profile
+    E = engine_mod
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    twins = (eventsim._simulate_loop, diestage._fifo_loop, E._lookup_events, E._chan_fcfs)
+    caplog.set_level("DEBUG", logger="hbfd.accel")
+    for name in ("nominal", "ocp-sg2"):
+        E.warm_twins(MediaGeometry.from_profile(as_profile(name)))
+    assert all(t.is_compiled() for t in twins)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    monkeypatch.setenv("HBFD_ACCEL", "off")
+    assert accel.warm("x", lambda: None, twins) == 0.0
