@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hbfcommon import ctl
-from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE, HBF_REQ_CAP_HINT, HBF_REQ_CAP_MISS, map_cap_region, \
-    span_checksum
+from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE, HBF_REQ_CAP_HINT, HBF_REQ_CAP_MISS, map_cap_region
 from hbfcommon.status import RequestStatus
 
 from .frames import FrameMemory, FramePool
+from .kernels import span_checksum
 from .service import READY, PENDING, CapacityFailure, CapacityService, MissResult
 
 N_POST = ctl.HBF_RING_SLOTS // 2      # misses posted at once by RingHost (the rest of the ring for others)

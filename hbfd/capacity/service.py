@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 
 from hbfcommon import ctl
-from hbfcommon.capacity import page_checksums
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError
 from hbfcommon.fsutil import atomic_write_bytes
 from hbfcommon.status import RequestStatus
@@ -51,6 +50,7 @@ from hbfd.media import MediaEngine, MediaGeometry
 
 from .backing import BackingStore, BackingStoreError
 from .frames import PAGE, CopyFailed, Eviction, FramePool, groups
+from .kernels import page_checksums
 from .prefetch import NoPrefetch, PrefetchPolicy, RangeView
 
 log = logging.getLogger(__name__)
@@ -313,17 +313,12 @@ class CapacityService:
             reqs.append((arrival, r.media_offset + page * PAGE, PAGE, ctl.HBF_OP_LOAD))
         if taken and self.failure is None:
             pages = np.array([items[k][1] for k, *_ in taken], np.uint64)
-            data = np.empty((len(taken), PAGE), np.uint8)
-            by_range: dict[int, list[int]] = {}
-            for j, (k, *_rest) in enumerate(taken):
-                by_range.setdefault(items[k][0].range_id, []).append(j)
-            try:
-                for rid, js in by_range.items():       # one read per store (runs of pages in one call)
-                    data[js] = self.ranges[rid].store.read_many(pages[js].astype(np.int64))
+            try:                                       # per store, runs of pages in one call; their checksums
+                data, want = self._read_pages(np.array([items[k][0].range_id for k, *_ in taken], np.int64),
+                                              pages.astype(np.int64))
             except BackingStoreError as e:
-                self._fail(RequestStatus.IO_ERROR, str(e), range_id=rid)
+                self._fail(RequestStatus.IO_ERROR, str(e))
         if taken and self.failure is None:
-            want = page_checksums(pages, data)
             try:
                 for j, (_k, f, _d, _i) in enumerate(taken):
                     self.pool.memory.write(f, data[j])
@@ -461,7 +456,8 @@ class CapacityService:
 
     def _read_pages(self, rids: np.ndarray, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pages' bytes from their stores and their checksums, in chunks of ``CHUNK`` pages of one range
-        (on ``workers`` threads: numpy releases the GIL in the arithmetic). The first failing chunk's
+        (on ``workers`` threads: numpy and the compiled kernels release the GIL in the arithmetic); a store with
+        ``read_many_checksums`` (GeneratedStore) gives both at once. The first failing chunk's
         BackingStoreError is raised."""
         m = len(pages)
         data = np.empty((m, PAGE), np.uint8)
@@ -474,9 +470,15 @@ class CapacityService:
 
         def one(job):
             store, js = job
-            d = store.read_many(pages[js])
-            data[js] = d
-            want[js] = page_checksums(pages[js].astype(np.uint64), d)
+            fused = getattr(store, "read_many_checksums", None)
+            if fused is not None and js[-1] - js[0] + 1 == len(js):     # a run of rows: written in place
+                want[js[0]:js[-1] + 1] = fused(pages[js], out=data[js[0]:js[-1] + 1])[1]
+            elif fused is not None:
+                data[js], want[js] = fused(pages[js])
+            else:
+                d = store.read_many(pages[js])
+                data[js] = d
+                want[js] = page_checksums(pages[js].astype(np.uint64), d)
 
         if self.workers > 1 and len(jobs) > 1:
             if self._pool_ex is None:

@@ -1,0 +1,145 @@
+"""Compiled twins of the capacity service's per-page arithmetic: generated content and page checksums.
+
+The definitions stay numpy: :func:`hbfd.capacity.backing.generated_pages` (word i of page p is
+splitmix64(seed * 2^32 ^ (p * 512 + i))) and :func:`hbfcommon.capacity.page_checksums` (word i of page p
+contributes splitmix64(word ^ ((p * 512 + i) * golden))). The twins below are the same formulas written as loops
+over the words (hbfd/accel.py: compiled with numba, used only where :func:`hbfd.accel.enabled`), and one of them
+fuses the two: a generated page's words and its checksum in one pass over the page (the numpy definition takes 9
+array passes per 4 KiB for each). tests/capacity/test_kernels.py checks them bit for bit against the definitions.
+
+The front ends (:func:`page_checksums`, :func:`generated_pages`, :func:`generated_with_checksums`,
+:func:`generated_checksum_sum`) choose: the twin when accel is enabled (and the host is little endian: the twins
+read a page's bytes as native uint64 words), else the numpy definition. Callers in hbfd/capacity/ use these,
+never the twins directly.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from hbfcommon import capacity as cap
+from hbfd import accel
+
+PAGE = cap.HBF_CAP_PAGE_BYTES
+WORDS = cap.WORDS_PER_PAGE
+
+# splitmix64's constants, as uint64 (numba types a Python int literal as int64: mixing it with uint64 gives float64)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S9 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(9)
+with np.errstate(over="ignore"):
+    _PAGE_GOLDEN = np.uint64(WORDS) * _GOLDEN
+
+
+@accel.jit
+def _generate_checksum_loop(seed_hi, pages, out, sums, store, checksum):
+    """Fused: for page j (``pages[j]``), word i = splitmix64(((p << 9) ^ seed_hi) | i) into ``out[j, i]`` (when
+    ``store``), and (when ``checksum``) ``sums[j]`` = the wrapping sum over i of splitmix64(word ^ (p * 512 *
+    golden + i * golden))."""
+    for j in range(pages.shape[0]):
+        p = pages[j]
+        row = (p << _S9) ^ seed_hi
+        base = p * _PAGE_GOLDEN
+        s = np.uint64(0)
+        for i in range(WORDS):
+            ui = np.uint64(i)
+            z = (row | ui) + _GOLDEN
+            z = (z ^ (z >> _S30)) * _M1
+            z = (z ^ (z >> _S27)) * _M2
+            w = z ^ (z >> _S31)
+            if store:
+                out[j, i] = w
+            if not checksum:
+                continue
+            z = (w ^ (base + ui * _GOLDEN)) + _GOLDEN
+            z = (z ^ (z >> _S30)) * _M1
+            z = (z ^ (z >> _S27)) * _M2
+            s += z ^ (z >> _S31)
+        sums[j] = s
+
+
+@accel.jit
+def _checksum_loop(pages, words, sums):
+    """``sums[j]`` = the wrapping sum over i of splitmix64(words[j, i] ^ (p * 512 * golden + i * golden))."""
+    for j in range(pages.shape[0]):
+        base = pages[j] * _PAGE_GOLDEN
+        s = np.uint64(0)
+        for i in range(WORDS):
+            z = (words[j, i] ^ (base + np.uint64(i) * _GOLDEN)) + _GOLDEN
+            z = (z ^ (z >> _S30)) * _M1
+            z = (z ^ (z >> _S27)) * _M2
+            s += z ^ (z >> _S31)
+        sums[j] = s
+
+
+def compiled() -> bool:
+    """Whether the front ends below run the compiled twins (``$HBFD_ACCEL``, numba, a little-endian host)."""
+    return sys.byteorder == "little" and accel.enabled()
+
+
+def _seed_hi(seed: int) -> np.uint64:
+    return np.uint64((int(seed) & 0xFFFFFFFF) << 32)
+
+
+def _words(data: np.ndarray, n: int) -> np.ndarray:
+    return np.ascontiguousarray(data, np.uint8).reshape(n, PAGE).view(np.uint64)
+
+
+def page_checksums(pages: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """:func:`hbfcommon.capacity.page_checksums` (uint64 per page), compiled when enabled."""
+    if not compiled():
+        return cap.page_checksums(pages, data)
+    p = np.ascontiguousarray(pages, np.uint64).reshape(-1)
+    sums = np.empty(len(p), np.uint64)
+    _checksum_loop(p, _words(data, len(p)), sums)
+    return sums
+
+
+def span_checksum(pages: np.ndarray, data: np.ndarray) -> int:
+    """:func:`hbfcommon.capacity.span_checksum` (the wrapping sum of the pages' checksums), compiled when enabled."""
+    return int(page_checksums(pages, data).sum(dtype=np.uint64))
+
+
+def generated_with_checksums(seed: int, pages: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray,
+                                                                                                     np.ndarray]:
+    """Generated pages ((n, 4096) uint8; into ``out`` when given: a C-contiguous (n, 4096) uint8 array) and their
+    checksums, in one pass per page when compiled; else the two numpy definitions."""
+    p = np.ascontiguousarray(pages, np.uint64).reshape(-1)
+    n = len(p)
+    if out is not None and (out.shape != (n, PAGE) or out.dtype != np.uint8 or not out.flags.c_contiguous):
+        raise ValueError("out must be a C-contiguous (n, 4096) uint8 array")
+    if not compiled():
+        from .backing import generated_pages
+        d = generated_pages(seed, p)
+        if out is not None:
+            out[...] = d
+            d = out
+        return d, cap.page_checksums(p, d)
+    d = out if out is not None else np.empty((n, PAGE), np.uint8)
+    sums = np.empty(n, np.uint64)
+    _generate_checksum_loop(_seed_hi(seed), p, d.view(np.uint64), sums, True, True)
+    return d, sums
+
+
+def generated_pages(seed: int, pages: np.ndarray) -> np.ndarray:
+    """:func:`hbfd.capacity.backing.generated_pages`, compiled when enabled."""
+    if not compiled():
+        from .backing import generated_pages as definition
+        return definition(seed, pages)
+    p = np.ascontiguousarray(pages, np.uint64).reshape(-1)
+    d = np.empty((len(p), PAGE), np.uint8)
+    _generate_checksum_loop(_seed_hi(seed), p, d.view(np.uint64), np.empty(len(p), np.uint64), True, False)
+    return d
+
+
+def generated_checksum_sum(seed: int, pages: np.ndarray) -> int:
+    """The span checksum of generated pages from the seed alone (no page kept: the CPU reference)."""
+    p = np.ascontiguousarray(pages, np.uint64).reshape(-1)
+    if not compiled():
+        from .backing import generated_pages
+        return int(cap.page_checksums(p, generated_pages(seed, p)).sum(dtype=np.uint64))
+    sums = np.empty(len(p), np.uint64)
+    _generate_checksum_loop(_seed_hi(seed), p, np.empty((1, 1), np.uint64), sums, False, True)
+    return int(sums.sum(dtype=np.uint64))
