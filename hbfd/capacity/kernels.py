@@ -74,6 +74,73 @@ def _checksum_loop(pages, words, sums):
         sums[j] = s
 
 
+_VALID, _DIRTY, _EVICTING = cap.HBF_FR_VALID, cap.HBF_FR_DIRTY, cap.HBF_FR_EVICTING
+
+
+@accel.jit
+def _clock_select_loop(state, referenced, pins, hand, need, chosen, orig):
+    """One CLOCK sweep (second chance) from ``hand``, as FramePool.take_frames' numpy selection: up to 2 n steps;
+    a resident frame (VALID, DIRTY) that is referenced loses its bit and is passed, an unreferenced one with no
+    pins is taken: marked EVICTING, written to ``chosen`` with its state before in ``orig``. Stops after the
+    ``need``-th. Returns (frames taken, the step of the last one, -1 if none)."""
+    n = state.shape[0]
+    cnt = 0
+    last = -1
+    for step in range(2 * n):
+        if cnt == need:
+            break
+        f = (hand + step) % n
+        s = state[f]
+        if s == _VALID or s == _DIRTY:
+            if referenced[f] != 0:
+                referenced[f] = 0
+            elif pins[f] == 0:
+                chosen[cnt] = f
+                orig[cnt] = s
+                state[f] = _EVICTING
+                cnt += 1
+                last = step
+    return cnt, last
+
+
+@accel.jit
+def _rows_differ_loop(mem, frames, data, bad):
+    """``bad[j]`` = whether frame ``frames[j]`` of ``mem`` (n_frames x 512 words) differs from ``data[j]``;
+    returns how many do."""
+    k = 0
+    for j in range(frames.shape[0]):
+        f = frames[j]
+        d = False
+        for i in range(mem.shape[1]):
+            if mem[f, i] != data[j, i]:
+                d = True
+                break
+        bad[j] = d
+        if d:
+            k += 1
+    return k
+
+
+def clock_select(state: np.ndarray, referenced: np.ndarray, pins: np.ndarray, hand: int,
+                 need: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The compiled CLOCK sweep (only where :func:`compiled`): (frames taken, their states before, step of the
+    last one or -1). ``state`` and ``referenced`` are updated in place (FRAME_DTYPE fields of the pool)."""
+    chosen = np.empty(need, np.int64)
+    orig = np.empty(need, state.dtype)
+    cnt, last = _clock_select_loop(state, referenced, pins, np.int64(hand), np.int64(need), chosen, orig)
+    return chosen[:cnt], orig[:cnt], int(last)
+
+
+def rows_differ(mem: np.ndarray, frames: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """The compiled compare (only where :func:`compiled`): indices j where frame ``frames[j]`` of ``mem``
+    ((n_frames, 4096) uint8) holds other bytes than ``data[j]``, without copying the frames out."""
+    f = np.ascontiguousarray(frames, np.int64)
+    bad = np.empty(len(f), np.bool_)
+    if _rows_differ_loop(mem.view(np.uint64), f, _words(data, len(f)), bad) == 0:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(bad)
+
+
 def compiled() -> bool:
     """Whether the front ends below run the compiled twins (``$HBFD_ACCEL``, numba, a little-endian host)."""
     return sys.byteorder == "little" and accel.enabled()
@@ -143,3 +210,20 @@ def generated_checksum_sum(seed: int, pages: np.ndarray) -> int:
     sums = np.empty(len(p), np.uint64)
     _generate_checksum_loop(_seed_hi(seed), p, np.empty((1, 1), np.uint64), sums, False, True)
     return int(sums.sum(dtype=np.uint64))
+
+
+def warm() -> float:
+    """Compile (or load from numba's cache) every twin now, so the first miss does not pay it; returns the
+    seconds it took (0.0 when the twins are off). The capacity service calls it when it starts."""
+    if not compiled():
+        return 0.0
+    import time
+    t0 = time.perf_counter()
+    p = np.arange(2, dtype=np.uint64)
+    generated_with_checksums(0, p)
+    generated_checksum_sum(0, p)
+    page_checksums(p, np.zeros((2, PAGE), np.uint8))
+    rows_differ(np.zeros((2, PAGE), np.uint8), np.arange(2), np.zeros((2, PAGE), np.uint8))
+    fr = np.zeros(2, cap.FRAME_DTYPE)                       # the pool's field views (strided), as take_frames passes
+    clock_select(fr["state"], fr["referenced"], fr["pins"], 0, 1)
+    return time.perf_counter() - t0

@@ -45,11 +45,13 @@ from hbfcommon import ctl
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError
 from hbfcommon.fsutil import atomic_write_bytes
 from hbfcommon.status import RequestStatus
+from hbfd import accel
 from hbfd.contracts import REQUEST_BATCH_DTYPE
 from hbfd.media import MediaEngine, MediaGeometry
 
 from .backing import BackingStore, BackingStoreError
 from .frames import PAGE, CopyFailed, Eviction, FramePool, groups
+from . import kernels
 from .kernels import page_checksums
 from .prefetch import NoPrefetch, PrefetchPolicy, RangeView
 
@@ -137,6 +139,7 @@ class CapacityService:
         self.verify, self.max_prefetch, self.touch_resident = o.verify, o.max_prefetch, o.touch_resident
         self.batched, self.workers = o.batched, o.workers
         self._pool_ex = None                  # the fill threads (workers > 1), started at the first batch
+        self.accel_warm_s = kernels.warm()    # the compiled twins loaded (or compiled) now, not at the first miss
         self._views: dict[int, RangeView] = {}
         self._allowed: dict[int, np.ndarray] = {}
         self.ranges: dict[int, CapacityRange] = {}
@@ -400,15 +403,13 @@ class CapacityService:
             upages = pages_m.astype(np.uint64)
             try:
                 self.pool.memory.write_many(frames, data)
-                back = self.pool.memory.read_many(frames) if self.verify else data
+                bad = self.pool.memory.differing(frames, data) if self.verify else ()
             except (CopyFailed, OSError) as e:
                 self._fail(RequestStatus.COPY_ERROR, f"copy of a page into its frame failed: {e}")
             else:
-                bad = np.flatnonzero((back.view(np.uint64) != data.view(np.uint64)).any(axis=1)) \
-                    if self.verify else ()
                 if len(bad):
                     j = int(bad[0])
-                    got = int(page_checksums(upages[j:j + 1], back[j:j + 1])[0])
+                    got = int(page_checksums(upages[j:j + 1], self.pool.memory.read(int(frames[j]))[None, :])[0])
                     self._fail(RequestStatus.CHECKSUM_ERROR, f"frame {int(frames[j])} holds page {int(pages_m[j])} "
                                f"of range {int(rids_m[j])} with checksum {got:#x}, the store's is "
                                f"{int(want[j]):#x}", page=int(pages_m[j]), frame=int(frames[j]))
@@ -796,6 +797,7 @@ class CapacityService:
         filled = n["fills"]
         return {
             "policy": self.policy.name, "frames": self.pool.n, "options": dict(self.options.__dict__),
+            "accel": accel.describe()["accel"], "accel_warm_s": round(self.accel_warm_s, 3),
             "counters": n,
             "media_reads": n["demand_reads"] + n["prefetch_reads"],
             "prefetch_wasted_total": n["prefetch_wasted"] + unused,

@@ -9,6 +9,7 @@ import pytest
 
 from hbfcommon import ctl
 from hbfcommon.capacity import page_checksums
+from hbfd import accel
 from hbfd.capacity.backing import GeneratedStore, SparseFileStore
 from hbfd.capacity.device import CapacityDevice
 from hbfd.capacity.frames import FramePool
@@ -109,9 +110,13 @@ def test_batched_equals_one_at_a_time(geom, tmp_path, policy, seed):
         int(page_checksums(np.arange(256, dtype=np.uint64), B.ranges[1].store.read_pages(0, 256)).sum(dtype=np.uint64))
 
 
-def test_take_frames_equals_one_frame_at_a_time():
+@pytest.mark.parametrize("accel_mode", ["off", pytest.param("on", marks=pytest.mark.skipif(
+    accel._numba()[0] is None, reason="numba (the accel extra) is not installed"))])
+def test_take_frames_equals_one_frame_at_a_time(monkeypatch, accel_mode):
     """FramePool.take_frames(k) against k calls of take_free-else-begin_eviction, on random pools (resident,
-    referenced, pinned, free and filling frames) and batch sizes, including more than can be taken."""
+    referenced, pinned, free and filling frames) and batch sizes, including more than can be taken; the numpy
+    sweep and its compiled twin (HBFD_ACCEL off / on)."""
+    monkeypatch.setenv("HBFD_ACCEL", accel_mode)
     rng = np.random.default_rng(7)
     for trial in range(300):
         n = int(rng.integers(1, 40))
