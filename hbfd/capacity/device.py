@@ -21,6 +21,7 @@ from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE, HBF_REQ_CAP_HINT, HBF
 from hbfcommon.status import RequestStatus
 
 from .frames import FrameMemory, FramePool
+from . import kernels
 from .kernels import span_checksum
 from .service import READY, PENDING, CapacityFailure, CapacityService, MissResult
 
@@ -54,6 +55,9 @@ class Access:
 class CapacityDevice:
     svc: CapacityService
     c: DeviceCounters = field(default_factory=DeviceCounters)
+
+    def __post_init__(self) -> None:
+        kernels.warm()                          # the checksum twin loaded before the first access, not during it
 
     def _fail(self, status: int) -> CapacityFailure:
         reason = self.svc.failure[1] if self.svc.failure else ""
