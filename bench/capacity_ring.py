@@ -33,6 +33,7 @@ from hbfcommon import ctl  # noqa: E402
 from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE  # noqa: E402
 from hbfcommon.errors import ConfigError  # noqa: E402
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
+from hbfd import accel  # noqa: E402
 from hbfd.capacity.backing import GeneratedStore  # noqa: E402
 from hbfd.capacity.device import CapacityDevice, RingHost  # noqa: E402
 from hbfd.hostring import RingDriver  # noqa: E402
@@ -107,6 +108,7 @@ def main() -> int:
                                     text=True).stdout.strip(),
            "command": " ".join(["bench/capacity_ring.py"] + sys.argv[1:]), "profile": "ocp-sg1",
            "note": "no GPU: a fill is a memcpy into the shared region, the ring is polled by Python on both sides",
+           "accel": accel.describe()["accel"],
            "summary": summary, "rows": rows}
     atomic_write_json(a.out, doc, end="\n")
     print("->", a.out)
