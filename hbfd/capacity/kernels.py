@@ -61,13 +61,15 @@ def _generate_checksum_loop(seed_hi, pages, out, sums, store, checksum):
 
 
 @accel.jit
-def _checksum_loop(pages, words, sums):
-    """``sums[j]`` = the wrapping sum over i of splitmix64(words[j, i] ^ (p * 512 * golden + i * golden))."""
+def _checksum_loop(pages, words, rows, sums):
+    """``sums[j]`` = the wrapping sum over i of splitmix64(words[rows[j], i] ^ (p * 512 * golden + i * golden))
+    (``rows``: which row of ``words`` holds page j: a batch's own rows, or frames of the frame memory)."""
     for j in range(pages.shape[0]):
         base = pages[j] * _PAGE_GOLDEN
+        r = rows[j]
         s = np.uint64(0)
         for i in range(WORDS):
-            z = (words[j, i] ^ (base + np.uint64(i) * _GOLDEN)) + _GOLDEN
+            z = (words[r, i] ^ (base + np.uint64(i) * _GOLDEN)) + _GOLDEN
             z = (z ^ (z >> _S30)) * _M1
             z = (z ^ (z >> _S27)) * _M2
             s += z ^ (z >> _S31)
@@ -160,13 +162,26 @@ def page_checksums(pages: np.ndarray, data: np.ndarray) -> np.ndarray:
         return cap.page_checksums(pages, data)
     p = np.ascontiguousarray(pages, np.uint64).reshape(-1)
     sums = np.empty(len(p), np.uint64)
-    _checksum_loop(p, _words(data, len(p)), sums)
+    _checksum_loop(p, _words(data, len(p)), np.arange(len(p), dtype=np.int64), sums)
     return sums
 
 
 def span_checksum(pages: np.ndarray, data: np.ndarray) -> int:
     """:func:`hbfcommon.capacity.span_checksum` (the wrapping sum of the pages' checksums), compiled when enabled."""
     return int(page_checksums(pages, data).sum(dtype=np.uint64))
+
+
+def frames_span_checksum(memory, frames: np.ndarray, pages: np.ndarray) -> int:
+    """The span checksum of logical ``pages`` as frames ``frames`` of ``memory`` (a FrameMemory) hold them: the
+    frames read out (``memory.read_many``) and summed; compiled, reading the frames in place, when enabled and
+    ``read_many`` is FrameMemory's own."""
+    from .frames import FrameMemory
+    p = np.ascontiguousarray(pages, np.uint64).reshape(-1)
+    if not (compiled() and type(memory).read_many is FrameMemory.read_many and memory.data.flags.c_contiguous):
+        return span_checksum(p, memory.read_many(frames))
+    sums = np.empty(len(p), np.uint64)
+    _checksum_loop(p, memory.data.view(np.uint64), np.ascontiguousarray(frames, np.int64), sums)
+    return int(sums.sum(dtype=np.uint64))
 
 
 def generated_with_checksums(seed: int, pages: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray,

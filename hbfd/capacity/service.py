@@ -539,6 +539,16 @@ class CapacityService:
             return [MissResult(*x) for x in zip(st.tolist(), fr.tolist(), mod.tolist(), rd.tolist())]
         return self._miss_many_one_by_one(requests)
 
+    def miss_many_arrays(self, requests) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`miss_many` with its results as int64 arrays (status, frame, modeled_ns, ready_ns): what the device
+        stand-in calls (no MissResult per request)."""
+        r = np.asarray(requests, np.int64).reshape(-1, 4)
+        if self.batched:
+            return self.miss_arrays(r[:, 0], r[:, 1], r[:, 2], r[:, 3])
+        res = self._miss_many_one_by_one([tuple(x) for x in r.tolist()])
+        return tuple(np.array([getattr(x, f) for x in res], np.int64).reshape(-1)
+                     for f in ("status", "frame", "modeled_ns", "ready_ns"))
+
     def _miss_many_one_by_one(self, requests) -> list[MissResult]:
         """miss_many one item at a time (``batched=False``): the reference of :meth:`miss_arrays`."""
         if self.failure is not None:
