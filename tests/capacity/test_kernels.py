@@ -63,13 +63,13 @@ def test_off_runs_the_definitions(monkeypatch):
         kernels.generated_with_checksums(3, p, np.zeros((3, 4096), np.uint8))
 
 
-def _stream(width: int, policy) -> tuple:
+def _stream(width: int, policy, batched: bool = True) -> tuple:
     from hbfd.media import MediaGeometry
     geom = MediaGeometry(channels=2, dies_per_channel=1, planes_per_die=2, blocks_per_plane=64, pages_per_block=64,
                          channel_bytes_per_s=4_000_000_000, t_read_ns=4000, t_prog_ns=200_000, t_erase_ns=2_000_000)
     pages = 600
     store = GeneratedStore(seed=99, pages=pages)
-    svc = CapacityService(geom, 64, policy, workers=2)
+    svc = CapacityService(geom, 64, policy, workers=2, batched=batched)
     svc.add_range(1, pages, 0, ctl.HBF_PERM_READ, store)
     out = CapacityDevice(svc).run_wide(1, np.arange(pages), width=width, gap_ns=1000, checksum=True)
     c = svc.report()["counters"]
@@ -78,11 +78,11 @@ def _stream(width: int, policy) -> tuple:
 
 
 @needs_numba
-@pytest.mark.parametrize("width", [1, 32])
-def test_a_stream_serves_the_same_bytes_checksums_and_modeled_time_off_and_on(monkeypatch, width):
+@pytest.mark.parametrize("width,batched", [(1, True), (32, True), (32, False)])
+def test_a_stream_serves_the_same_bytes_checksums_and_modeled_time_off_and_on(monkeypatch, width, batched):
     monkeypatch.setenv("HBFD_ACCEL", "off")
-    off = _stream(width, NextPages(4))
+    off = _stream(width, NextPages(4), batched)
     monkeypatch.setenv("HBFD_ACCEL", "on")
-    on = _stream(width, NextPages(4))
+    on = _stream(width, NextPages(4), batched)
     assert off[0] == off[1]                            # served bytes = the CPU reference (from the seed)
     assert on == off                                   # checksums, modeled time, frame records and bytes
