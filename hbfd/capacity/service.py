@@ -463,6 +463,13 @@ class CapacityService:
         m = len(pages)
         data = np.empty((m, PAGE), np.uint8)
         want = np.empty(m, np.uint64)
+        if 0 < m <= self.CHUNK and (rids == rids[0]).all():     # one chunk of one range (a single miss): no jobs
+            store = self.ranges[int(rids[0])].store
+            fused = getattr(store, "read_many_checksums", None)
+            if fused is not None:
+                return data, fused(pages, out=data)[1]
+            data[:] = store.read_many(pages)
+            return data, page_checksums(pages.astype(np.uint64), data)
         jobs = []
         for rid, sel in groups(rids):
             js = np.arange(m)[sel]
