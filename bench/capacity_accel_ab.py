@@ -86,8 +86,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--floor-pages", type=int, default=2048)
-    ap.add_argument("--ring-args", default="--pages 8192 --frames 1024 --widths 1,256,1024")
-    ap.add_argument("--service-args", default="--pages 8192 --frames 2048 --widths 1,64,256")
+    ap.add_argument("--ring-args", action="append", help="arguments of one capacity_ring run per rep and mode "
+                    "(repeatable; default: 2048 pages at width 1, 16384 pages through 1024 frames at 256 and 1024)")
+    ap.add_argument("--service-args", action="append", help="arguments of one capacity_service run per rep and "
+                    "mode (repeatable; default: 4096 pages at width 1, 32768 at 64, 256 and 1024; 2048 frames)")
     ap.add_argument("--floor-only", action="store_true")
     ap.add_argument("--timeout-s", type=float, default=900)
     ap.add_argument("--out", default=str(ROOT / "bench/results/capacity_accel.json"))
@@ -97,16 +99,21 @@ def main() -> int:
         return 0
     if a.reps < 1:
         raise ConfigError("reps must be >= 1", reps=a.reps)
+    ring_args = a.ring_args or ["--pages 2048 --frames 1024 --widths 1",
+                                "--pages 16384 --frames 1024 --widths 256,1024"]
+    service_args = a.service_args or ["--pages 4096 --frames 2048 --widths 1",
+                                      "--pages 32768 --frames 2048 --widths 64,256,1024"]
+    runs = [("bench/capacity_accel_ab.py", f"--floor-only --floor-pages {a.floor_pages}")]
+    runs += [("bench/capacity_service.py", x + " --streams-only") for x in service_args]
+    runs += [("bench/capacity_ring.py", x) for x in ring_args]
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for rep in range(a.reps):
             order = list(MODES) if rep % 2 == 0 else list(MODES)[::-1]
             for mode in order:
-                for bench, extra in (("bench/capacity_accel_ab.py", f"--floor-only --floor-pages {a.floor_pages}"),
-                                     ("bench/capacity_service.py", a.service_args + " --streams-only"),
-                                     ("bench/capacity_ring.py", a.ring_args)):
+                for i, (bench, extra) in enumerate(runs):
                     name = Path(bench).stem if "floor" not in extra else "floor"
-                    out = None if name == "floor" else Path(d) / f"{mode}-{rep}-{name}.json"
+                    out = None if name == "floor" else Path(d) / f"{mode}-{rep}-{i}-{name}.json"
                     load0 = os.getloadavg()[0]
                     doc = _run(mode, [bench, *extra.split()] + ([] if name == "floor" else ["--reps", "1"]), out,
                                a.timeout_s)
