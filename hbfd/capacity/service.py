@@ -532,6 +532,43 @@ class CapacityService:
                     break
         return out
 
+    def _prefetch_arrays(self, events) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_prefetch_items` of a batch's policy events ``(range, asked, arrival)`` in order with one ``seen``
+        set, in arrays: (range ids, pages, arrivals) of the pages to fetch, in the order the items would give.
+        When an event reaches ``max_prefetch`` (where the item loop stops early) it runs the item loop itself."""
+        evs = [(r, a if isinstance(a, (list, tuple, range, np.ndarray)) else list(a), t) for r, a, t in events]
+        flat: list = []
+        counts = []
+        for _r, a, _t in evs:
+            flat.extend(a)
+            counts.append(len(a))
+        z = np.zeros(0, np.int64)
+        if not flat:
+            return z, z, z
+        eid = np.repeat(np.arange(len(evs)), counts)
+        p = np.array(flat, np.int64)
+        rid = np.array([r.range_id for r, _a, _t in evs], np.int64)[eid]
+        valid = (p >= 0) & (p < np.array([r.pages for r, _a, _t in evs], np.int64)[eid])
+        vi = np.flatnonzero(valid)
+        _u, first = np.unique((rid[vi] << 40) | p[vi], return_index=True)
+        new = vi[np.sort(first)]                       # each (range, page) the first time it is asked
+        res = np.full(len(new), -1, np.int64)
+        for r, m in groups(rid[new]):
+            res[m] = self.pool.lookup_many(r, p[new][m])
+        want = new[res < 0]
+        if (np.bincount(eid[want], minlength=len(evs)) >= self.max_prefetch).any():
+            seen: set = set()
+            pf: list = []
+            for r, a, t in evs:
+                pf += self._prefetch_items(r, a, t, seen)
+            if not pf:
+                return z, z, z
+            return (np.array([x[0].range_id for x in pf], np.int64), np.array([x[1] for x in pf], np.int64),
+                    np.array([x[2] for x in pf], np.int64))
+        if self.touch_resident and (res >= 0).any():
+            self.pool.frames["referenced"][res[res >= 0]] = 1
+        return rid[want], p[want], np.array([t for _r, _a, t in evs], np.int64)[eid[want]]
+
     def miss(self, range_id: int, page: int, op: int, arrival_ns: int) -> MissResult:
         """A demand miss (HBF_REQ_CAP_MISS) on ``page`` of ``range_id`` by an access of ``op`` at ``arrival_ns``
         (GPU clock). READY: the page is mapped; the access waits ``modeled_ns`` then re-reads the pte."""
@@ -698,15 +735,13 @@ class CapacityService:
             ok = status[todo] == READY
             modeled[todo[ok]] = np.maximum(0, ready[todo[ok]] - arrivals[todo[ok]])
             if self.failure is None and type(self.policy).on_miss is not NoPrefetch.on_miss:
-                seen: set = set()
-                pf: list = []
-                for j in np.flatnonzero(st == READY).tolist():
-                    i = int(lead[j])
+                events = []
+                for i in lead[st == READY].tolist():
                     r = self.ranges[int(rids[i])]
-                    pf += self._prefetch_items(r, self.policy.on_miss(self.view(r.range_id), int(pages[i])),
-                                               int(arrivals[i]), seen)
-                if pf:
-                    self._serve_items(pf)
+                    events.append((r, self.policy.on_miss(self.view(r.range_id), int(pages[i])), int(arrivals[i])))
+                pr, pp, pa = self._prefetch_arrays(events)
+                if len(pp):
+                    self._serve_batch(pr, pp, pa, np.zeros(len(pp), bool))
         if self.failure is not None:                   # the run has ended: every request of the scan gets it
             status[:] = self.failure[0]
             frame[:], modeled[:], ready[:] = -1, 0, 0
