@@ -736,9 +736,13 @@ class CapacityService:
             modeled[todo[ok]] = np.maximum(0, ready[todo[ok]] - arrivals[todo[ok]])
             if self.failure is None and type(self.policy).on_miss is not NoPrefetch.on_miss:
                 events = []
-                for i in lead[st == READY].tolist():
-                    r = self.ranges[int(rids[i])]
-                    events.append((r, self.policy.on_miss(self.view(r.range_id), int(pages[i])), int(arrivals[i])))
+                on_miss, rv = self.policy.on_miss, {}
+                done = lead[st == READY]
+                for rid, pg, t in zip(rids[done].tolist(), pages[done].tolist(), arrivals[done].tolist()):
+                    x = rv.get(rid)
+                    if x is None:
+                        x = rv[rid] = (self.ranges[rid], self.view(rid))
+                    events.append((x[0], on_miss(x[1], pg), t))
                 pr, pp, pa = self._prefetch_arrays(events)
                 if len(pp):
                     self._serve_batch(pr, pp, pa, np.zeros(len(pp), bool))
