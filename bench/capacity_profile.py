@@ -31,7 +31,7 @@ from hbfd.capacity.service import CapacityService
 from hbfd.media import MediaGeometry
 
 CATS = (("media model", lambda f, n: "/hbfd/media/" in f),
-        ("content generation + checksum (fused, compiled)", lambda f, n: n in (
+        ("generated_with_checksums (on: the fused compiled pass; off: the copy into the batch)", lambda f, n: n in (
             "generated_with_checksums", "_generate_checksum_loop", "read_many_checksums")),
         ("content generation", lambda f, n: ("backing.py" in f or "kernels.py" in f) and n in (
             "generated_pages", "read_many", "read_pages", "_read_pages", "_pages")),
