@@ -5,8 +5,9 @@ and after can be compared.
 
     PYTHONPATH=$PWD .venv/bin/python bench/capacity_profile.py [--pages 8192] [--frames 256] [--widths 32,256]
 
-Categories (by function): media model (hbfd/media), content generation (generated_pages, splitmix64 under it),
-checksums (page_checksums), frame copies (FrameMemory), eviction bookkeeping (CLOCK, unmap, complete/cancel),
+Categories (by function): media model (hbfd/media), content generation + checksum fused (the compiled twin of
+hbfd/capacity/kernels.py, HBFD_ACCEL), content generation (generated_pages, splitmix64 under it), checksums
+(page_checksums and its twin), frame copies (FrameMemory, the read-back compare), eviction bookkeeping (CLOCK, unmap, complete/cancel),
 fill and publication (begin_fill*, publish*, take_free), page tables (PageTable), per-request Python (everything
 else: the service's own code, numpy calls it makes). cProfile's own cost is in every call, so the per-call-heavy
 categories read high; the shares are what to compare. Prints JSON (``--out`` to write it).
@@ -30,11 +31,16 @@ from hbfd.capacity.service import CapacityService
 from hbfd.media import MediaGeometry
 
 CATS = (("media model", lambda f, n: "/hbfd/media/" in f),
-        ("content generation", lambda f, n: "backing.py" in f and n in ("generated_pages", "read_many",
-                                                                          "read_pages", "_read_pages")),
-        ("checksums", lambda f, n: n in ("page_checksums", "span_checksum")),
-        ("frame copies", lambda f, n: "frames.py" in f and n in ("write", "read", "write_many", "read_many")),
-        ("eviction bookkeeping", lambda f, n: n in ("begin_eviction", "begin_eviction_of", "complete_eviction",
+        ("generated_with_checksums (on: the fused compiled pass; off: the copy into the batch)", lambda f, n: n in (
+            "generated_with_checksums", "_generate_checksum_loop", "read_many_checksums")),
+        ("content generation", lambda f, n: ("backing.py" in f or "kernels.py" in f) and n in (
+            "generated_pages", "read_many", "read_pages", "_read_pages", "_pages")),
+        ("checksums", lambda f, n: n in ("page_checksums", "span_checksum", "_checksum_loop", "frames_span_checksum",
+                                         "generated_checksum_sum")),
+        ("frame copies", lambda f, n: n in ("write", "read", "write_many", "read_many", "differing", "rows_differ",
+                                            "_rows_differ_loop") and ("frames.py" in f or "kernels.py" in f)),
+        ("eviction bookkeeping", lambda f, n: n in ("clock_select", "_clock_select_loop",
+                                                     "begin_eviction", "begin_eviction_of", "complete_eviction",
                                                      "cancel_eviction", "take_frames", "_unmap", "complete_evictions",
                                                      "cancel_evictions", "_write_back", "_account_evictions",
                                                      "_take_frame")),
@@ -48,7 +54,8 @@ def _own(key) -> str | None:
     """The category of a function's self time, None for one that inherits its callers' (numpy, built-ins,
     splitmix64: used by both generation and checksums)."""
     f, _line, n = key
-    if f == "~" or "site-packages/numpy" in f or n == "splitmix64" or f.startswith("<"):
+    if f == "~" or "site-packages/numpy" in f or n == "splitmix64" or f.startswith("<") or f.endswith("hbfd/accel.py") \
+            or n in ("compiled", "_words", "_seed_hi"):
         return None
     for name, test in CATS:
         if test(f, n):
@@ -110,7 +117,8 @@ def main() -> int:
     ap.add_argument("--widths", default="32,256")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
-    doc = {"command": " ".join(["bench/capacity_profile.py"] + sys.argv[1:]),
+    from hbfd import accel
+    doc = {"command": " ".join(["bench/capacity_profile.py"] + sys.argv[1:]), "accel": accel.describe()["accel"],
            "runs": [one(a.pages, a.frames, int(w)) for w in a.widths.split(",")]}
     text = json.dumps(doc, indent=1)
     if a.out:

@@ -33,6 +33,7 @@ from hbfcommon import ctl  # noqa: E402
 from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE  # noqa: E402
 from hbfcommon.errors import ConfigError  # noqa: E402
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
+from hbfd import accel  # noqa: E402
 from hbfd.capacity.backing import GeneratedStore  # noqa: E402
 from hbfd.capacity.device import CapacityDevice, RingHost  # noqa: E402
 from hbfd.hostring import RingDriver  # noqa: E402
@@ -51,8 +52,9 @@ def one(pages: int, frames: int, width: int, seed: int) -> dict:
                                                          perms=ctl.HBF_PERM_READ),
                        capacity=c.pb.CapacitySpec(n_frames=frames, store="generated", seed=seed, policy="none"))
         host = RingHost(RingDriver(m, rep.ring_key), r.capacity_path, BASE)
+        dev = CapacityDevice(host)                 # loads the compiled checksum twin (HBFD_ACCEL) before the clock
         t0 = time.perf_counter_ns()
-        out = CapacityDevice(host).run_wide(r.range.range_id, np.arange(pages), width=width, gap_ns=1000,
+        out = dev.run_wide(r.range.range_id, np.arange(pages), width=width, gap_ns=1000,
                                             checksum=True)
         wall = time.perf_counter_ns() - t0
         ok = out["checksum"] == GeneratedStore(seed, pages).span_checksum(0, pages)
@@ -106,6 +108,7 @@ def main() -> int:
                                     text=True).stdout.strip(),
            "command": " ".join(["bench/capacity_ring.py"] + sys.argv[1:]), "profile": "ocp-sg1",
            "note": "no GPU: a fill is a memcpy into the shared region, the ring is polled by Python on both sides",
+           "accel": accel.describe()["accel"],
            "summary": summary, "rows": rows}
     atomic_write_json(a.out, doc, end="\n")
     print("->", a.out)

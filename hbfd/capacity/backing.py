@@ -12,9 +12,14 @@ Two stores:
 * :class:`SparseFileStore`: a file of ``pages * 4096`` bytes created sparse (``ftruncate``: pages never written
   read as zeros and take no disk), ``pread``/``pwrite`` of whole pages, ``fsync`` at ``flush``.
 * :class:`GeneratedStore`: read-only data whose content is a pure function of (seed, page)
-  (:func:`generated_pages`, vectorized numpy), so weights far larger than disk and GPU memory can be served
-  and checked: :meth:`GeneratedStore.span_checksum` computes any span's checksum from the seed, never from
-  what a frame held.
+  (:func:`generated_pages`, vectorized numpy: the definition), so weights far larger than disk and GPU memory can
+  be served and checked: :meth:`GeneratedStore.span_checksum` computes any span's checksum from the seed, never
+  from what a frame held. With ``$HBFD_ACCEL`` (hbfd/accel.py) its pages and checksums come from the compiled
+  twins of hbfd.capacity.kernels (bit-identical; a page and its checksum in one pass:
+  :meth:`GeneratedStore.read_many_checksums`).
+
+A store may offer ``read_many_checksums(pages, out=None) -> (data, checksums)`` (the pages and their
+hbfcommon.capacity.page_checksums at once); the service uses it where present.
 """
 from __future__ import annotations
 
@@ -24,8 +29,10 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE, WORDS_PER_PAGE, page_checksums, splitmix64
+from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE, WORDS_PER_PAGE, splitmix64
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError
+
+from . import kernels
 
 
 class BackingStoreError(HbfError):
@@ -156,13 +163,21 @@ class GeneratedStore:
 
     def read_pages(self, first: int, n: int) -> np.ndarray:
         _check_span(self, first, n)
-        return generated_pages(self.seed, np.arange(first, first + n, dtype=np.uint64))
+        return kernels.generated_pages(self.seed, np.arange(first, first + n, dtype=np.uint64))
 
-    def read_many(self, pages: np.ndarray) -> np.ndarray:
+    def _pages(self, pages: np.ndarray) -> np.ndarray:
         p = np.asarray(pages, np.int64)
         if len(p) and (p.min() < 0 or p.max() >= self.pages):
             raise BackingStoreError(f"{self.name}: a page outside the store's {self.pages} pages", pages=self.pages)
-        return generated_pages(self.seed, p.astype(np.uint64))
+        return p.astype(np.uint64)
+
+    def read_many(self, pages: np.ndarray) -> np.ndarray:
+        return kernels.generated_pages(self.seed, self._pages(pages))
+
+    def read_many_checksums(self, pages: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The pages (into ``out`` when given: C-contiguous (len, 4096) uint8) and their checksums (uint64): one
+        pass per page when compiled."""
+        return kernels.generated_with_checksums(self.seed, self._pages(pages), out)
 
     def write_page(self, page: int, data: np.ndarray) -> None:
         raise BackingStoreError(f"{self.name} is read-only: page {page} cannot be written back", page=page)
@@ -188,6 +203,5 @@ class GeneratedStore:
 
 
 def _generated_checksum(seed: int, first: int, n: int) -> int:
-    pg = np.arange(first, first + n, dtype=np.uint64)
-    return int(page_checksums(pg, generated_pages(seed, pg)).sum(dtype=np.uint64))
+    return kernels.generated_checksum_sum(seed, np.arange(first, first + n, dtype=np.uint64))
 

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hbfcommon import ctl
-from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE, HBF_REQ_CAP_HINT, HBF_REQ_CAP_MISS, map_cap_region, \
-    span_checksum
+from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE, HBF_REQ_CAP_HINT, HBF_REQ_CAP_MISS, map_cap_region
 from hbfcommon.status import RequestStatus
 
 from .frames import FrameMemory, FramePool
+from . import kernels
+from .kernels import span_checksum
 from .service import READY, PENDING, CapacityFailure, CapacityService, MissResult
 
 N_POST = ctl.HBF_RING_SLOTS // 2      # misses posted at once by RingHost (the rest of the ring for others)
@@ -54,6 +55,9 @@ class Access:
 class CapacityDevice:
     svc: CapacityService
     c: DeviceCounters = field(default_factory=DeviceCounters)
+
+    def __post_init__(self) -> None:
+        kernels.warm()                          # the checksum twin loaded before the first access, not during it
 
     def _fail(self, status: int) -> CapacityFailure:
         reason = self.svc.failure[1] if self.svc.failure else ""
@@ -172,15 +176,16 @@ class CapacityDevice:
                 if not len(miss_at):
                     break
                 pool.device_unpin_many(frames[frames >= 0])   # release every pin before waiting
-                res = svc.miss_many(np.stack([np.full(len(miss_at), range_id), chunk[miss_at],
-                                              np.full(len(miss_at), ctl.HBF_OP_LOAD), np.full(len(miss_at), now)], 1))
-                for i, x in zip(miss_at.tolist(), res):
-                    if x.status == PENDING:
-                        self.c.retries += 1
-                    elif x.status != READY:
-                        raise self._fail(x.status)
-                    else:
-                        waits[i] = max(waits[i], x.modeled_ns)
+                st, _fr, mod, _rd = svc.miss_many_arrays(np.stack([
+                    np.full(len(miss_at), range_id), chunk[miss_at], np.full(len(miss_at), ctl.HBF_OP_LOAD),
+                    np.full(len(miss_at), now)], 1))
+                pend = st == PENDING
+                bad = np.flatnonzero((st != READY) & ~pend)
+                self.c.retries += int(pend[:bad[0] if len(bad) else len(st)].sum())
+                if len(bad):
+                    raise self._fail(int(st[bad[0]]))
+                ok = miss_at[st == READY]
+                waits[ok] = np.maximum(waits[ok], mod[st == READY])
             else:
                 raise CapacityFailure("a round of accesses found no frames for all its lanes after 64 attempts (more lanes than frames?)", status="TIMEOUT")
             self.c.accesses += k
@@ -190,7 +195,7 @@ class CapacityDevice:
             self.c.wait_ns += int(waits.sum())
             if checksum:
                 with np.errstate(over="ignore"):
-                    total += np.uint64(span_checksum(chunk.astype(np.uint64), pool.memory.read_many(frames)))
+                    total += np.uint64(kernels.frames_span_checksum(pool.memory, frames, chunk))
             pool.device_unpin_many(frames)
             now += int(waits.max())
         out = self.c.as_dict() | {"end_ns": now}
@@ -223,6 +228,12 @@ class RingHost:
                                  range_id=self.range_id, flags=flags, timeout_s=self.timeout_s)
 
     def miss_many(self, requests) -> list[MissResult]:
+        st, fr, mod, rd = self.miss_many_arrays(requests)
+        return [MissResult(*x) for x in zip(st.tolist(), fr.tolist(), mod.tolist(), rd.tolist())]
+
+    def miss_many_arrays(self, requests) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`miss_many`'s results as int64 arrays (status, frame: -1, the device re-reads the pte;
+        modeled_ns, ready_ns)."""
         r = np.asarray(requests, np.int64).reshape(-1, 4)
         if len(r) and (r[:, 0] != self.range_id).any():
             raise ValueError(f"this host serves range {self.range_id}, not {int(r[r[:, 0] != self.range_id][0, 0])}")
@@ -241,9 +252,12 @@ class RingHost:
                 s0 = int(st[bad][0])
                 self.failure = (s0, f"hbfd answered {RequestStatus(s0).name} to a capacity miss")
             mod = c["modeled_ns"].astype(np.int64)
-            out += [MissResult(a, -1, b, d) for a, b, d in
-                    zip(st.tolist(), mod.tolist(), (c["arrival_ns"].astype(np.int64) + mod).tolist())]
-        return out
+            out.append((st, mod, c["arrival_ns"].astype(np.int64) + mod))
+        if not out:
+            z = np.zeros(0, np.int64)
+            return z, z, z, z
+        st, mod, rd = (np.concatenate(x) for x in zip(*out))
+        return st, np.full(len(st), -1, np.int64), mod, rd
 
     def miss(self, range_id: int, page: int, op: int, arrival_ns: int) -> MissResult:
         return self.miss_many([(range_id, page, op, arrival_ns)])[0]

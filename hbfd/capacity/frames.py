@@ -23,6 +23,8 @@ from hbfcommon.ctl import full_fence
 from hbfcommon.capacity import HBF_CAP_NO_FRAME as NO_FRAME
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError
 
+from . import kernels
+
 PAGE = cap.HBF_CAP_PAGE_BYTES
 FREE, FILLING, VALID, DIRTY, EVICTING = (cap.HBF_FR_FREE, cap.HBF_FR_FILLING, cap.HBF_FR_VALID, cap.HBF_FR_DIRTY,
                                          cap.HBF_FR_EVICTING)
@@ -69,6 +71,15 @@ class FrameMemory:
     def read_many(self, frames: np.ndarray) -> np.ndarray:
         """The bytes of ``frames``, (len(frames), 4096), copied out."""
         return self.data[frames]
+
+    def differing(self, frames: np.ndarray, data: np.ndarray) -> np.ndarray:
+        """Indices j where frame ``frames[j]`` does not hold ``data[j]`` (the fill's read-back check): the frames
+        read back (:meth:`read_many`) and compared; compiled, without the copy, when hbfd.capacity.kernels runs
+        its twins and ``read_many`` is this one."""
+        if kernels.compiled() and type(self).read_many is FrameMemory.read_many and self.data.flags.c_contiguous:
+            return kernels.rows_differ(self.data, frames, data)
+        back = self.read_many(frames)
+        return np.flatnonzero((back.view(np.uint64) != np.ascontiguousarray(data).view(np.uint64)).any(axis=1))
 
 
 @dataclass
@@ -389,7 +400,24 @@ class FramePool:
         fr = self.frames
         n = self.n
         vic: list[np.ndarray] = []
+        fast = kernels.compiled()
         while need > 0:
+            if fast:                           # the same sweep as a loop (hbfd/capacity/kernels.py)
+                chosen, orig, last = kernels.clock_select(fr["state"], fr["referenced"], fr["pins"], self.hand, need)
+                if last < 0:
+                    break
+                exhausted = len(chosen) < need
+                self.hand = int((self.hand + last + 1) % n)
+                full_fence()                   # EVICTING before the pins are read (the device's re-check)
+                late = fr["pins"][chosen] != 0
+                if late.any():                 # pinned meanwhile: put back, passed, never taken
+                    fr["state"][chosen[late]] = orig[late]
+                    chosen = chosen[~late]
+                vic.append(chosen)
+                need -= len(chosen)
+                if exhausted:
+                    break
+                continue
             pos = np.arange(n, dtype=np.int64)
             order = (self.hand + pos) % n
             st = fr["state"][order]

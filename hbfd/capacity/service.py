@@ -42,15 +42,17 @@ from typing import Any
 import numpy as np
 
 from hbfcommon import ctl
-from hbfcommon.capacity import page_checksums
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError
 from hbfcommon.fsutil import atomic_write_bytes
 from hbfcommon.status import RequestStatus
+from hbfd import accel
 from hbfd.contracts import REQUEST_BATCH_DTYPE
 from hbfd.media import MediaEngine, MediaGeometry
 
 from .backing import BackingStore, BackingStoreError
 from .frames import PAGE, CopyFailed, Eviction, FramePool, groups
+from . import kernels
+from .kernels import page_checksums
 from .prefetch import NoPrefetch, PrefetchPolicy, RangeView
 
 log = logging.getLogger(__name__)
@@ -137,6 +139,7 @@ class CapacityService:
         self.verify, self.max_prefetch, self.touch_resident = o.verify, o.max_prefetch, o.touch_resident
         self.batched, self.workers = o.batched, o.workers
         self._pool_ex = None                  # the fill threads (workers > 1), started at the first batch
+        self.accel_warm_s = kernels.warm()    # the compiled twins loaded (or compiled) now, not at the first miss
         self._views: dict[int, RangeView] = {}
         self._allowed: dict[int, np.ndarray] = {}
         self.ranges: dict[int, CapacityRange] = {}
@@ -313,17 +316,12 @@ class CapacityService:
             reqs.append((arrival, r.media_offset + page * PAGE, PAGE, ctl.HBF_OP_LOAD))
         if taken and self.failure is None:
             pages = np.array([items[k][1] for k, *_ in taken], np.uint64)
-            data = np.empty((len(taken), PAGE), np.uint8)
-            by_range: dict[int, list[int]] = {}
-            for j, (k, *_rest) in enumerate(taken):
-                by_range.setdefault(items[k][0].range_id, []).append(j)
-            try:
-                for rid, js in by_range.items():       # one read per store (runs of pages in one call)
-                    data[js] = self.ranges[rid].store.read_many(pages[js].astype(np.int64))
+            try:                                       # per store, runs of pages in one call; their checksums
+                data, want = self._read_pages(np.array([items[k][0].range_id for k, *_ in taken], np.int64),
+                                              pages.astype(np.int64))
             except BackingStoreError as e:
-                self._fail(RequestStatus.IO_ERROR, str(e), range_id=rid)
+                self._fail(RequestStatus.IO_ERROR, str(e))
         if taken and self.failure is None:
-            want = page_checksums(pages, data)
             try:
                 for j, (_k, f, _d, _i) in enumerate(taken):
                     self.pool.memory.write(f, data[j])
@@ -405,15 +403,13 @@ class CapacityService:
             upages = pages_m.astype(np.uint64)
             try:
                 self.pool.memory.write_many(frames, data)
-                back = self.pool.memory.read_many(frames) if self.verify else data
+                bad = self.pool.memory.differing(frames, data) if self.verify else ()
             except (CopyFailed, OSError) as e:
                 self._fail(RequestStatus.COPY_ERROR, f"copy of a page into its frame failed: {e}")
             else:
-                bad = np.flatnonzero((back.view(np.uint64) != data.view(np.uint64)).any(axis=1)) \
-                    if self.verify else ()
                 if len(bad):
                     j = int(bad[0])
-                    got = int(page_checksums(upages[j:j + 1], back[j:j + 1])[0])
+                    got = int(page_checksums(upages[j:j + 1], self.pool.memory.read(int(frames[j]))[None, :])[0])
                     self._fail(RequestStatus.CHECKSUM_ERROR, f"frame {int(frames[j])} holds page {int(pages_m[j])} "
                                f"of range {int(rids_m[j])} with checksum {got:#x}, the store's is "
                                f"{int(want[j]):#x}", page=int(pages_m[j]), frame=int(frames[j]))
@@ -461,11 +457,19 @@ class CapacityService:
 
     def _read_pages(self, rids: np.ndarray, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pages' bytes from their stores and their checksums, in chunks of ``CHUNK`` pages of one range
-        (on ``workers`` threads: numpy releases the GIL in the arithmetic). The first failing chunk's
+        (on ``workers`` threads: numpy and the compiled kernels release the GIL in the arithmetic); a store with
+        ``read_many_checksums`` (GeneratedStore) gives both at once. The first failing chunk's
         BackingStoreError is raised."""
         m = len(pages)
         data = np.empty((m, PAGE), np.uint8)
         want = np.empty(m, np.uint64)
+        if 0 < m <= self.CHUNK and (rids == rids[0]).all():     # one chunk of one range (a single miss): no jobs
+            store = self.ranges[int(rids[0])].store
+            fused = getattr(store, "read_many_checksums", None)
+            if fused is not None:
+                return data, fused(pages, out=data)[1]
+            data[:] = store.read_many(pages)
+            return data, page_checksums(pages.astype(np.uint64), data)
         jobs = []
         for rid, sel in groups(rids):
             js = np.arange(m)[sel]
@@ -474,9 +478,15 @@ class CapacityService:
 
         def one(job):
             store, js = job
-            d = store.read_many(pages[js])
-            data[js] = d
-            want[js] = page_checksums(pages[js].astype(np.uint64), d)
+            fused = getattr(store, "read_many_checksums", None)
+            if fused is not None and js[-1] - js[0] + 1 == len(js):     # a run of rows: written in place
+                want[js[0]:js[-1] + 1] = fused(pages[js], out=data[js[0]:js[-1] + 1])[1]
+            elif fused is not None:
+                data[js], want[js] = fused(pages[js])
+            else:
+                d = store.read_many(pages[js])
+                data[js] = d
+                want[js] = page_checksums(pages[js].astype(np.uint64), d)
 
         if self.workers > 1 and len(jobs) > 1:
             if self._pool_ex is None:
@@ -522,6 +532,43 @@ class CapacityService:
                     break
         return out
 
+    def _prefetch_arrays(self, events) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_prefetch_items` of a batch's policy events ``(range, asked, arrival)`` in order with one ``seen``
+        set, in arrays: (range ids, pages, arrivals) of the pages to fetch, in the order the items would give.
+        When an event reaches ``max_prefetch`` (where the item loop stops early) it runs the item loop itself."""
+        evs = [(r, a if isinstance(a, (list, tuple, range, np.ndarray)) else list(a), t) for r, a, t in events]
+        flat: list = []
+        counts = []
+        for _r, a, _t in evs:
+            flat.extend(a)
+            counts.append(len(a))
+        z = np.zeros(0, np.int64)
+        if not flat:
+            return z, z, z
+        eid = np.repeat(np.arange(len(evs)), counts)
+        p = np.array(flat, np.int64)
+        rid = np.array([r.range_id for r, _a, _t in evs], np.int64)[eid]
+        valid = (p >= 0) & (p < np.array([r.pages for r, _a, _t in evs], np.int64)[eid])
+        vi = np.flatnonzero(valid)
+        _u, first = np.unique((rid[vi] << 40) | p[vi], return_index=True)
+        new = vi[np.sort(first)]                       # each (range, page) the first time it is asked
+        res = np.full(len(new), -1, np.int64)
+        for r, m in groups(rid[new]):
+            res[m] = self.pool.lookup_many(r, p[new][m])
+        want = new[res < 0]
+        if (np.bincount(eid[want], minlength=len(evs)) >= self.max_prefetch).any():
+            seen: set = set()
+            pf: list = []
+            for r, a, t in evs:
+                pf += self._prefetch_items(r, a, t, seen)
+            if not pf:
+                return z, z, z
+            return (np.array([x[0].range_id for x in pf], np.int64), np.array([x[1] for x in pf], np.int64),
+                    np.array([x[2] for x in pf], np.int64))
+        if self.touch_resident and (res >= 0).any():
+            self.pool.frames["referenced"][res[res >= 0]] = 1
+        return rid[want], p[want], np.array([t for _r, _a, t in evs], np.int64)[eid[want]]
+
     def miss(self, range_id: int, page: int, op: int, arrival_ns: int) -> MissResult:
         """A demand miss (HBF_REQ_CAP_MISS) on ``page`` of ``range_id`` by an access of ``op`` at ``arrival_ns``
         (GPU clock). READY: the page is mapped; the access waits ``modeled_ns`` then re-reads the pte."""
@@ -535,6 +582,16 @@ class CapacityService:
             st, fr, mod, rd = self.miss_arrays(r[:, 0], r[:, 1], r[:, 2], r[:, 3])
             return [MissResult(*x) for x in zip(st.tolist(), fr.tolist(), mod.tolist(), rd.tolist())]
         return self._miss_many_one_by_one(requests)
+
+    def miss_many_arrays(self, requests) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`miss_many` with its results as int64 arrays (status, frame, modeled_ns, ready_ns): what the device
+        stand-in calls (no MissResult per request)."""
+        r = np.asarray(requests, np.int64).reshape(-1, 4)
+        if self.batched:
+            return self.miss_arrays(r[:, 0], r[:, 1], r[:, 2], r[:, 3])
+        res = self._miss_many_one_by_one([tuple(x) for x in r.tolist()])
+        return tuple(np.array([getattr(x, f) for x in res], np.int64).reshape(-1)
+                     for f in ("status", "frame", "modeled_ns", "ready_ns"))
 
     def _miss_many_one_by_one(self, requests) -> list[MissResult]:
         """miss_many one item at a time (``batched=False``): the reference of :meth:`miss_arrays`."""
@@ -678,15 +735,17 @@ class CapacityService:
             ok = status[todo] == READY
             modeled[todo[ok]] = np.maximum(0, ready[todo[ok]] - arrivals[todo[ok]])
             if self.failure is None and type(self.policy).on_miss is not NoPrefetch.on_miss:
-                seen: set = set()
-                pf: list = []
-                for j in np.flatnonzero(st == READY).tolist():
-                    i = int(lead[j])
-                    r = self.ranges[int(rids[i])]
-                    pf += self._prefetch_items(r, self.policy.on_miss(self.view(r.range_id), int(pages[i])),
-                                               int(arrivals[i]), seen)
-                if pf:
-                    self._serve_items(pf)
+                events = []
+                on_miss, rv = self.policy.on_miss, {}
+                done = lead[st == READY]
+                for rid, pg, t in zip(rids[done].tolist(), pages[done].tolist(), arrivals[done].tolist()):
+                    x = rv.get(rid)
+                    if x is None:
+                        x = rv[rid] = (self.ranges[rid], self.view(rid))
+                    events.append((x[0], on_miss(x[1], pg), t))
+                pr, pp, pa = self._prefetch_arrays(events)
+                if len(pp):
+                    self._serve_batch(pr, pp, pa, np.zeros(len(pp), bool))
         if self.failure is not None:                   # the run has ended: every request of the scan gets it
             status[:] = self.failure[0]
             frame[:], modeled[:], ready[:] = -1, 0, 0
@@ -794,6 +853,7 @@ class CapacityService:
         filled = n["fills"]
         return {
             "policy": self.policy.name, "frames": self.pool.n, "options": dict(self.options.__dict__),
+            "accel": accel.describe()["accel"], "accel_warm_s": round(self.accel_warm_s, 3),
             "counters": n,
             "media_reads": n["demand_reads"] + n["prefetch_reads"],
             "prefetch_wasted_total": n["prefetch_wasted"] + unused,

@@ -9,6 +9,7 @@ import pytest
 
 from hbfcommon import ctl
 from hbfcommon.capacity import page_checksums
+from hbfd import accel
 from hbfd.capacity.backing import GeneratedStore, SparseFileStore
 from hbfd.capacity.device import CapacityDevice
 from hbfd.capacity.frames import FramePool
@@ -19,8 +20,8 @@ RW = ctl.HBF_PERM_READ | ctl.HBF_PERM_WRITE
 TIMES = ("service_ns", "wall_ns", "overhead_ns")      # host wall time: differs run to run by nature
 
 
-def _rig(geom, tmp_path, tag, frames, policy, batched):
-    svc = CapacityService(geom, frames, policy, batched=batched)
+def _rig(geom, tmp_path, tag, frames, policy, batched, max_prefetch=64):
+    svc = CapacityService(geom, frames, policy, batched=batched, max_prefetch=max_prefetch)
     svc.add_range(1, 256, 0, RW, SparseFileStore(tmp_path / f"{tag}.bin", 256))
     svc.add_range(2, 512, 1 << 20, ctl.HBF_PERM_READ, GeneratedStore(5, 512))
     return svc
@@ -42,13 +43,14 @@ def _same(a: CapacityService, b: CapacityService) -> None:
     assert a.failure == b.failure
 
 
-@pytest.mark.parametrize("policy", [NoPrefetch, lambda: NextPages(4), lambda: Stride(3)])
+@pytest.mark.parametrize("policy,max_prefetch", [(NoPrefetch, 64), (lambda: NextPages(4), 64), (lambda: Stride(3), 64),
+                                                 (lambda: NextPages(6), 4)])   # events cut at max_prefetch
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_batched_equals_one_at_a_time(geom, tmp_path, policy, seed):
+def test_batched_equals_one_at_a_time(geom, tmp_path, policy, max_prefetch, seed):
     rng = np.random.default_rng(seed)
     frames = 48
-    A = _rig(geom, tmp_path, "a", frames, policy(), True)
-    B = _rig(geom, tmp_path, "b", frames, policy(), False)
+    A = _rig(geom, tmp_path, "a", frames, policy(), True, max_prefetch)
+    B = _rig(geom, tmp_path, "b", frames, policy(), False, max_prefetch)
     held: list[tuple[int, int]] = []               # (range, page) pinned across scans in both
     now = 0
     evictions = writebacks = 0
@@ -109,9 +111,13 @@ def test_batched_equals_one_at_a_time(geom, tmp_path, policy, seed):
         int(page_checksums(np.arange(256, dtype=np.uint64), B.ranges[1].store.read_pages(0, 256)).sum(dtype=np.uint64))
 
 
-def test_take_frames_equals_one_frame_at_a_time():
+@pytest.mark.parametrize("accel_mode", ["off", pytest.param("on", marks=pytest.mark.skipif(
+    accel._numba()[0] is None, reason="numba (the accel extra) is not installed"))])
+def test_take_frames_equals_one_frame_at_a_time(monkeypatch, accel_mode):
     """FramePool.take_frames(k) against k calls of take_free-else-begin_eviction, on random pools (resident,
-    referenced, pinned, free and filling frames) and batch sizes, including more than can be taken."""
+    referenced, pinned, free and filling frames) and batch sizes, including more than can be taken; the numpy
+    sweep and its compiled twin (HBFD_ACCEL off / on)."""
+    monkeypatch.setenv("HBFD_ACCEL", accel_mode)
     rng = np.random.default_rng(7)
     for trial in range(300):
         n = int(rng.integers(1, 40))
