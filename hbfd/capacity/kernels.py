@@ -228,17 +228,19 @@ def generated_checksum_sum(seed: int, pages: np.ndarray) -> int:
 
 
 def warm() -> float:
-    """Compile (or load from numba's cache) every twin now, so the first miss does not pay it; returns the
-    seconds it took (0.0 when the twins are off). The capacity service calls it when it starts."""
+    """Compile (or load from numba's cache) every twin now (:func:`hbfd.accel.warm`), so the first miss does not
+    pay it; returns the seconds it took (0.0 when the twins are off). The capacity service calls it when it
+    starts."""
     if not compiled():
         return 0.0
-    import time
-    t0 = time.perf_counter()
-    p = np.arange(2, dtype=np.uint64)
-    generated_with_checksums(0, p)
-    generated_checksum_sum(0, p)
-    page_checksums(p, np.zeros((2, PAGE), np.uint8))
-    rows_differ(np.zeros((2, PAGE), np.uint8), np.arange(2), np.zeros((2, PAGE), np.uint8))
-    fr = np.zeros(2, cap.FRAME_DTYPE)                       # the pool's field views (strided), as take_frames passes
-    clock_select(fr["state"], fr["referenced"], fr["pins"], 0, 1)
-    return time.perf_counter() - t0
+
+    def run() -> None:
+        p = np.arange(2, dtype=np.uint64)
+        generated_with_checksums(0, p)
+        generated_checksum_sum(0, p)
+        page_checksums(p, np.zeros((2, PAGE), np.uint8))
+        rows_differ(np.zeros((2, PAGE), np.uint8), np.arange(2), np.zeros((2, PAGE), np.uint8))
+        fr = np.zeros(2, cap.FRAME_DTYPE)                   # the pool's field views (strided), as take_frames passes
+        clock_select(fr["state"], fr["referenced"], fr["pins"], 0, 1)
+    return accel.warm("capacity service", run,
+                      (_generate_checksum_loop, _checksum_loop, _clock_select_loop, _rows_differ_loop))

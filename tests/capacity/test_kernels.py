@@ -86,3 +86,15 @@ def test_a_stream_serves_the_same_bytes_checksums_and_modeled_time_off_and_on(mo
     on = _stream(width, NextPages(4), batched)
     assert off[0] == off[1]                            # served bytes = the CPU reference (from the seed)
     assert on == off                                   # checksums, modeled time, frame records and bytes
+
+
+def test_warm_reaches_every_twin(monkeypatch, caplog):
+    """The service warms its twins at start (kernels.warm -> hbfd.accel.warm): every twin compiled, no warning."""
+    pytest.importorskip("numba")
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    caplog.set_level("DEBUG", logger="hbfd.accel")
+    kernels.warm()
+    twins = (kernels._generate_checksum_loop, kernels._checksum_loop, kernels._clock_select_loop,
+             kernels._rows_differ_loop)
+    assert all(t.is_compiled() for t in twins)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
