@@ -421,6 +421,35 @@ def _check_arrived(m: tm.TensorMap, got: bytes, want: bytes, reserve: int) -> tu
     return "multiset", elems == model
 
 
+def wholly_outside(m: tm.TensorMap, c) -> bool:
+    """The box lies wholly outside the tensor in some dimension (coordinate + box <= 0, or coordinate >= dim).
+    On the H200 (2026-12-05, docs/RESULTS.md "Stop 37") every anomaly of the real loads was such a box in
+    dimension 0: two barriers that completed with neither candidate count, one that completed with the
+    descriptor's BOX_BYTES instead of the model's count, and the CUDA_ERROR_ILLEGAL_ADDRESS that ended the run
+    (4 of the 9 boxes wholly outside in dimension 0 among the 49 cases that ran; all 3 whose coordinate was at or
+    past the end, 1 of 6 that ended before 0)."""
+    return any(ci + bi <= 0 or ci >= di for ci, bi, di in zip(c, m.box, m.dims))
+
+
+def outside_candidates(m: tm.TensorMap) -> list[tuple[str, int]]:
+    """The transaction counts a wholly-outside box is tried with, in order (each in its own launch): the model's
+    count, the descriptor's BOX_BYTES, and the whole box's bytes (elementStrides ignored), duplicates dropped."""
+    full = tm.DTYPE_BYTES[m.dtype]
+    for b in m.box:
+        full *= b
+    out: list[tuple[str, int]] = []
+    for name, n in (("model", m.box_bytes), ("descriptor", tm.desc_box_bytes(m)), ("full_box", full)):
+        if n not in [v for _, v in out]:
+            out.append((name, n))
+    return out
+
+
+def semantic_order(cases: list) -> list:
+    """The cases with every box that lies wholly outside the tensor moved to the end (stable): such a box ended
+    the 2026-12-05 run with a fault that loses the context, so the others (and the negative control) run first."""
+    return [x for x in cases if not wholly_outside(*x)] + [x for x in cases if wholly_outside(*x)]
+
+
 def tma_semantics(drv: Driver, tmp: Path, seed: int, res: dict, flush) -> None:
     """Real tiled loads on the TMA unit, filling ``res`` as it goes (``flush()`` after every case: a fault leaves
     everything before it recorded). Every launch is first checked by tm.copy_problems against the kernel's
@@ -431,7 +460,7 @@ def tma_semantics(drv: Driver, tmp: Path, seed: int, res: dict, flush) -> None:
     rng = random.Random(seed)
     nbytes = 4 << 20
     pattern = rng.randbytes(nbytes)
-    cases = semantic_cases(rng)
+    cases = semantic_order(semantic_cases(rng))
     smem_need = [TMA_BOX_OFF + tm.smem_reserve(m) + TMA_SMEM_SLACK for m, _ in cases]
     smem_max = min(max(smem_need), SMEM_OPTIN_MAX)
     mod = cudrv.module_load_data(_compile_cubin(TMA_LOAD_KERNEL.read_text(), tmp, "tma", tma_load_defines()))
@@ -448,9 +477,11 @@ def tma_semantics(drv: Driver, tmp: Path, seed: int, res: dict, flush) -> None:
     out_max = max(tm.smem_reserve(m) for m, _ in cases)
     d_out, d_st = cudrv.mem_alloc(out_max), cudrv.mem_alloc(8)
     res.update({"cases": 0, "refused_before_launch": 0, "completed": 0, "completed_model_count": 0,
-                "completed_descriptor_count": 0, "timeouts": 0, "values_checked": 0, "values_equal": 0,
+                "completed_descriptor_count": 0, "completed_full_box_count": 0, "timeouts": 0, "values_checked": 0,
+                "values_equal": 0,
                 "floor_ne_ceil_cases": 0, "negative_controls": 0, "negative_timed_out": 0, "failures": [],
-                "refusals": []})
+                "refusals": [], "wholly_outside_cases": sum(wholly_outside(m, c) for m, c in cases),
+                "wholly_outside": []})
 
     class Tmap(ctypes.Structure):
         _fields_ = [("b", ctypes.c_uint8 * 128)]
@@ -464,8 +495,26 @@ def tma_semantics(drv: Driver, tmp: Path, seed: int, res: dict, flush) -> None:
         cudrv.dtoh(v, d_st, 8)
         return v.value
 
+    def negative_control() -> bool:
+        """One byte more than the count that completed must never complete, so completing with the model's count
+        means the TMA moved exactly that many bytes. False when it faulted (the context is gone)."""
+        if negative is None or res["negative_controls"]:
+            return True
+        res["negative_controls"] += 1
+        try:
+            res["negative_timed_out"] += load(*negative) == 2
+        except Exception as e:  # noqa: BLE001 -- recorded: the context is gone after this
+            res["negative_error"] = f"{type(e).__name__}: {e}"
+            flush()
+            return False
+        flush()
+        return True
+
     negative = None
     for m, c in cases:
+        outside = wholly_outside(m, c)
+        if outside and not negative_control():
+            return
         mm = dataclasses.replace(m, base=gbase)
         reserve = tm.smem_reserve(mm)
         shared = TMA_BOX_OFF + reserve + TMA_SMEM_SLACK
@@ -482,27 +531,40 @@ def tma_semantics(drv: Driver, tmp: Path, seed: int, res: dict, flush) -> None:
         cc = list(c) + [0] * (5 - len(c))
         res["cases"] += 1
         res["floor_ne_ceil_cases"] += mm.box_bytes != tm.desc_box_bytes(mm)
+        # the counts to try, each in its own launch: the model's, then the descriptor's BOX_BYTES; a box wholly
+        # outside the tensor also the whole box's bytes (which count its barrier needs is what is asked there)
+        tries = outside_candidates(mm) if outside else \
+            [("model", mm.box_bytes)] + ([("descriptor", tm.desc_box_bytes(mm))]
+                                         if tm.desc_box_bytes(mm) != mm.box_bytes else [])
+        rec = {**case, "tried": [], "completed_with": None}
+        if outside:
+            res["wholly_outside"].append(rec)
+        st, used = 2, "none"
         try:
-            cudrv.memset_d8(d_out, 0, out_max)
-            st = load(arg, mm.rank, cc, mm.box_bytes, reserve, shared)
-            used = "model"
-            if st != 1 and tm.desc_box_bytes(mm) != mm.box_bytes:
-                st = load(arg, mm.rank, cc, tm.desc_box_bytes(mm), reserve, shared)
-                used = "descriptor"
+            for name, n in tries:
+                rec["tried"].append(name)
+                if outside:
+                    flush()                  # (a fault then still says which count was in flight)
+                cudrv.memset_d8(d_out, 0, out_max)
+                st = load(arg, mm.rank, cc, n, reserve, shared)
+                if st == 1:
+                    used = rec["completed_with"] = name
+                    break
         except Exception as e:  # noqa: BLE001 -- a fault loses the context: record the case that caused it, stop
-            res["error"] = {**case, "error": f"{type(e).__name__}: {e}"}
+            rec["error"] = f"{type(e).__name__}: {e}"
+            res["error"] = {**case, "error": rec["error"]}
             flush()
             return
         if st != 1:
             res["timeouts"] += 1
-            res["failures"].append({**case, "why": "barrier completed with neither the model's count nor the "
-                                                   "descriptor's BOX_BYTES"})
+            res["failures"].append({**case, "why": "barrier completed with none of the counts tried (" +
+                                    ", ".join(f"{k} {v}" for k, v in tries) + ")"})
             flush()
             continue
         res["completed"] += 1
         res[f"completed_{used}_count"] += 1
-        if used == "descriptor":
-            res["failures"].append({**case, "why": "completed with the descriptor's BOX_BYTES, not the model's count"})
+        if used != "model":
+            res["failures"].append({**case, "why": f"completed with the {used} count, not the model's"})
         got = (ctypes.c_uint8 * reserve)()
         cudrv.dtoh(got, d_out, reserve)
         key, same = _check_arrived(mm, bytes(got), expected_smem(mm, c, pattern), reserve)
@@ -517,16 +579,8 @@ def tma_semantics(drv: Driver, tmp: Path, seed: int, res: dict, flush) -> None:
         flush()
     res["failures"] = res["failures"][:20]
     res["refusals"] = res["refusals"][:20]
-    # negative control, last: one byte more than the count that completed must never complete, so completing with
-    # the model's count means the TMA moved exactly that many bytes
-    if negative is not None:
-        res["negative_controls"] += 1
-        try:
-            res["negative_timed_out"] += load(*negative) == 2
-        except Exception as e:  # noqa: BLE001 -- recorded: the context is gone after this
-            res["negative_error"] = f"{type(e).__name__}: {e}"
-            flush()
-            return
+    if not negative_control():          # (no wholly-outside case came: the control runs here)
+        return
     for p in (gbuf, d_out, d_st):
         cudrv.mem_free(p)
     flush()
