@@ -94,6 +94,7 @@ def warm(name: str, run: Callable[[], None], twins: tuple) -> float:
     if not enabled():
         return 0.0
     import time
+    log.info("%s: loading its compiled twins (numba; the first start on a machine compiles them, ~20 s)", name)
     t0 = time.perf_counter()
     run()
     dt = time.perf_counter() - t0
