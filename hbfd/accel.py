@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import Callable, Optional
 
 from hbfcommon.errors import ConfigError
@@ -93,7 +94,6 @@ def warm(name: str, run: Callable[[], None], twins: tuple) -> float:
     is named in a warning (its first real call would compile while serving)."""
     if not enabled():
         return 0.0
-    import time
     log.info("%s: loading its compiled twins (numba; the first start on a machine compiles them, ~20 s)", name)
     t0 = time.perf_counter()
     run()
