@@ -53,6 +53,7 @@ __global__ void block_sum(const float* x, float* partial, int n) {
 }
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);   // line by line into a pipe: a run killed by a timeout still shows its last step
     const char* sock = nullptr;
     const char* summary = "capi_sample.summary.json";
     const char* out = nullptr;
