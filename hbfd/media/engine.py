@@ -1424,25 +1424,9 @@ class MediaEngine:
             carry: dict[int, list[int]] = {}
             for d, t in zip(np.concatenate([sd[m], P["die"]]).tolist(), np.concatenate([st[m], P["p_end"]]).tolist()):
                 carry.setdefault(d, []).append(t)
-            n = len(N["kind"])
-            base = N["base"].copy()
-            gx = N["gx"].copy()
-            gidx = np.full(n, -1, np.int64)
-            gm = np.flatnonzero(N["gate"] >= 0)
-            if len(gm):
-                gq = N["gate"][gm]
-                e = _end_of(self._pend_end, gq)
-                nf = e < 0
-                if nf.any():
-                    ip = _pid_pos(P["pid"], gq[nf])
-                    e[nf] = np.where(ip >= 0, P["p_end"][np.maximum(ip, 0)], -1)
-                kn = e >= 0
-                base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
-                if not kn.all():
-                    ix = _pid_pos(N["pid"], gq[~kn])
-                    if (ix < 0).any():
-                        raise KeyError(int(gq[~kn][ix < 0][0]))
-                    gidx[gm[~kn]] = ix
+            gx = N["gx"]
+            base, gidx = _gate_bases(N, len(N["kind"]), self._pend_end, _PidIndex(P["pid"]), P["p_end"],
+                                     np.ones(len(P["pid"]), bool))      # (every pending command kept here)
             ungated = gidx < 0
             start, end, adm, rdy = eventsim.simulate_auto(N["kind"], np.where(ungated, base + gx, base), N["plane"],
                                                      N["die"], N["svc"], t_cmd=t_cmd, queue_depth=g.queue_depth,
