@@ -450,50 +450,170 @@ def semantic_order(cases: list) -> list:
     return [x for x in cases if not wholly_outside(*x)] + [x for x in cases if wholly_outside(*x)]
 
 
+class TmaRig:
+    """One context's setup for real TMA loads: the 4 MiB random global pattern (seeded), the case list, the test
+    kernel (bench/src/tma_load_kernel.cu) and the output buffers. ``run_case`` loads one box with each count to try
+    in its own launch, then checks the bytes that arrived. Used in-process for the boxes that lie in the tensor,
+    and by ``tma-case`` children for the boxes wholly outside it (one child per case: a fault there loses only
+    that child's context)."""
+
+    def __init__(self, drv: Driver, tmp: Path, seed: int, cubin: bytes | None = None) -> None:
+        from runtime_cuda import cudrv  # noqa: PLC0415
+        self.cudrv, self.drv = cudrv, drv
+        rng = random.Random(seed)
+        nbytes = 4 << 20
+        self.pattern = rng.randbytes(nbytes)
+        self.cases = semantic_order(semantic_cases(rng))
+        smem_need = [TMA_BOX_OFF + tm.smem_reserve(m) + TMA_SMEM_SLACK for m, _ in self.cases]
+        self.smem_max = min(max(smem_need), SMEM_OPTIN_MAX)
+        self.cubin = cubin or _compile_cubin(TMA_LOAD_KERNEL.read_text(), tmp, "tma", tma_load_defines())
+        mod = cudrv.module_load_data(self.cubin)
+        self.fn = cudrv.module_function(mod, "tma_load")
+        cudrv.func_set_max_dynamic_shared(self.fn, self.smem_max)
+        self.gbuf = cudrv.mem_alloc(nbytes + 4096)
+        self.gbase = (self.gbuf + 1023) // 1024 * 1024
+        src = (ctypes.c_uint8 * nbytes).from_buffer_copy(self.pattern)  # kept referenced until the copy returns
+        cudrv.htod(self.gbase, src, nbytes)
+        back = (ctypes.c_uint8 * 4096)()
+        cudrv.dtoh(back, self.gbase, 4096)
+        if bytes(back) != self.pattern[:4096]:
+            raise SystemExit("tma_semantics: the global pattern did not arrive intact (host->device copy)")
+        self.out_max = max(tm.smem_reserve(m) for m, _ in self.cases)
+        self.d_out, self.d_st = cudrv.mem_alloc(self.out_max), cudrv.mem_alloc(8)
+
+    def free(self) -> None:
+        for p in (self.gbuf, self.d_out, self.d_st):
+            self.cudrv.mem_free(p)
+
+    def load(self, arg, rank: int, cc: list[int], expect: int, reserve: int, shared: int) -> int:
+        """One launch; the kernel's status word: 1 the barrier completed, 2 it timed out."""
+        cudrv = self.cudrv
+        cudrv.launch(self.fn, (1,), (32,), [arg, ctypes.c_int32(rank), *[ctypes.c_int32(x) for x in cc],
+                                            ctypes.c_uint32(expect), ctypes.c_uint32(reserve),
+                                            ctypes.c_uint64(self.d_out), ctypes.c_uint64(self.d_st)], shared=shared)
+        cudrv.ctx_synchronize()
+        v = ctypes.c_uint64()
+        cudrv.dtoh(v, self.d_st, 8)
+        return v.value
+
+    def prepare(self, m: tm.TensorMap, c) -> tuple[dict, str | None, tuple | None]:
+        """(the case's record, why it is refused before launch or None, the launch arguments)."""
+        mm = dataclasses.replace(m, base=self.gbase)
+        reserve = tm.smem_reserve(mm)
+        shared = TMA_BOX_OFF + reserve + TMA_SMEM_SLACK
+        case = {"inputs": {**_inputs(mm), "base": "gbase"}, "coords": list(c), "model_count": mm.box_bytes,
+                "descriptor_count": tm.desc_box_bytes(mm), "reserve": reserve}
+        why = tm.copy_problems(mm, c, smem_offset=TMA_BOX_OFF, mbar_offset=TMA_MBAR_OFF,
+                               smem_bytes=min(shared, self.smem_max))
+        if why:
+            return case, why, None
+        arg = Tmap()
+        ctypes.memmove(arg.b, self.drv.encode(mm), 128)
+        return case, None, (mm, arg, list(c) + [0] * (5 - len(c)), reserve, shared)
+
+    def run_case(self, m: tm.TensorMap, c, launch: tuple, rec: dict, flush=None) -> None:
+        """Load the box with each count to try (in order, each in its own launch) until its barrier completes;
+        fills ``rec`` (``tried``, ``completed_with``, ``values``, ``values_equal``). A fault raises (after
+        ``flush``, so the record says which count was in flight)."""
+        mm, arg, cc, reserve, shared = launch
+        outside = wholly_outside(m, c)
+        tries = outside_candidates(mm) if outside else \
+            [("model", mm.box_bytes)] + ([("descriptor", tm.desc_box_bytes(mm))]
+                                         if tm.desc_box_bytes(mm) != mm.box_bytes else [])
+        rec["tries"] = [[k, v] for k, v in tries]
+        rec.setdefault("tried", [])
+        rec["completed_with"] = None
+        for name, n in tries:
+            rec["tried"].append(name)
+            if flush is not None:
+                flush()
+            self.cudrv.memset_d8(self.d_out, 0, self.out_max)
+            if self.load(arg, mm.rank, cc, n, reserve, shared) == 1:
+                rec["completed_with"] = name
+                break
+        if rec["completed_with"] is None:
+            return
+        got = (ctypes.c_uint8 * reserve)()
+        self.cudrv.dtoh(got, self.d_out, reserve)
+        rec["values"], rec["values_equal"] = _check_arrived(mm, bytes(got), expected_smem(mm, c, self.pattern),
+                                                            reserve)
+
+
+class Tmap(ctypes.Structure):
+    _fields_ = [("b", ctypes.c_uint8 * 128)]
+
+
+def case_record(drv, tmp: Path, seed: int, cubin: bytes, index: int, progress=None) -> dict:
+    """Case ``index`` of a fresh rig (the ``tma-case`` child's whole work): its record, with ``error`` set when the
+    launch faulted."""
+    rig = TmaRig(drv, tmp, seed, cubin)
+    m, c = rig.cases[index]
+    case, why, launch = rig.prepare(m, c)
+    rec: dict[str, Any] = {**case, "index": index}
+    if why:
+        rec["refused"] = why
+        return rec
+    try:
+        rig.run_case(m, c, launch, rec, flush=progress and (lambda: progress(rec["tried"])))
+    except Exception as e:  # noqa: BLE001 -- a fault: recorded, the context is lost with this process
+        rec["error"] = f"{type(e).__name__}: {e}"
+        return rec
+    rig.free()
+    return rec
+
+
+def run_tma_case(args) -> None:
+    """``tma-case``: one case in this process's own context; prints its progress and its record as JSON lines (the
+    parent reads them; after a fault it goes on with the next case in a fresh child)."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    with tempfile.TemporaryDirectory() as td:
+        rec = case_record(Driver(), Path(td), args.seed, Path(args.cubin).read_bytes(), args.index,
+                          progress=lambda tried: print(json.dumps({"progress": tried}), flush=True))
+    print(json.dumps({"record": rec}), flush=True)
+
+
+def _case_in_child(index: int, seed: int, cubin: Path, timeout_s: float) -> dict:
+    """Run case ``index`` in a ``tma-case`` child; its record, or what is known when it died or hung."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "tma-case", "--index", str(index), "--seed", str(seed),
+           "--cubin", str(cubin)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        out, rc = r.stdout, r.returncode
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        rc, r = None, None
+    tried: list = []
+    for line in out.splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if "record" in doc:
+            return doc["record"]
+        tried = doc.get("progress", tried)
+    why = f"child timed out after {timeout_s:.0f} s" if rc is None else \
+        f"child exited {rc}: {(r.stderr or '').strip()[-400:]}"
+    return {"index": index, "tried": tried, "completed_with": None, "error": why}
+
+
 def tma_semantics(drv: Driver, tmp: Path, seed: int, res: dict, flush) -> None:
     """Real tiled loads on the TMA unit, filling ``res`` as it goes (``flush()`` after every case: a fault leaves
     everything before it recorded). Every launch is first checked by tm.copy_problems against the kernel's
     shared-memory layout; a refused case is recorded, never launched. A load whose barrier does not complete with
     the model's count (cuda.h: ceil, elementStrides[0] ignored) is retried with the descriptor's BOX_BYTES word
-    (floor, elementStrides[0] included): which count completes answers the floor-vs-ceil question."""
-    from runtime_cuda import cudrv  # noqa: PLC0415
-    rng = random.Random(seed)
-    nbytes = 4 << 20
-    pattern = rng.randbytes(nbytes)
-    cases = semantic_order(semantic_cases(rng))
-    smem_need = [TMA_BOX_OFF + tm.smem_reserve(m) + TMA_SMEM_SLACK for m, _ in cases]
-    smem_max = min(max(smem_need), SMEM_OPTIN_MAX)
-    mod = cudrv.module_load_data(_compile_cubin(TMA_LOAD_KERNEL.read_text(), tmp, "tma", tma_load_defines()))
-    fn = cudrv.module_function(mod, "tma_load")
-    cudrv.func_set_max_dynamic_shared(fn, smem_max)
-    gbuf = cudrv.mem_alloc(nbytes + 4096)
-    gbase = (gbuf + 1023) // 1024 * 1024
-    src = (ctypes.c_uint8 * nbytes).from_buffer_copy(pattern)       # kept referenced until the copy returns
-    cudrv.htod(gbase, src, nbytes)
-    back = (ctypes.c_uint8 * 4096)()
-    cudrv.dtoh(back, gbase, 4096)
-    if bytes(back) != pattern[:4096]:
-        raise SystemExit("tma_semantics: the global pattern did not arrive intact (host->device copy)")
-    out_max = max(tm.smem_reserve(m) for m, _ in cases)
-    d_out, d_st = cudrv.mem_alloc(out_max), cudrv.mem_alloc(8)
+    (floor, elementStrides[0] included): which count completes answers the floor-vs-ceil question. The boxes wholly
+    outside the tensor (every anomaly of the 2026-12-05 run) come last, after the negative control, each in its own
+    child process with the model's count, the descriptor's and the whole box's bytes tried in turn."""
+    rig = TmaRig(drv, tmp, seed)
+    cubin = tmp / "tma_load.cubin"
+    cubin.write_bytes(rig.cubin)
     res.update({"cases": 0, "refused_before_launch": 0, "completed": 0, "completed_model_count": 0,
                 "completed_descriptor_count": 0, "completed_full_box_count": 0, "timeouts": 0, "values_checked": 0,
                 "values_equal": 0,
                 "floor_ne_ceil_cases": 0, "negative_controls": 0, "negative_timed_out": 0, "failures": [],
-                "refusals": [], "wholly_outside_cases": sum(wholly_outside(m, c) for m, c in cases),
-                "wholly_outside": []})
-
-    class Tmap(ctypes.Structure):
-        _fields_ = [("b", ctypes.c_uint8 * 128)]
-
-    def load(arg, rank: int, cc: list[int], expect: int, reserve: int, shared: int) -> int:
-        cudrv.launch(fn, (1,), (32,), [arg, ctypes.c_int32(rank), *[ctypes.c_int32(x) for x in cc],
-                                       ctypes.c_uint32(expect), ctypes.c_uint32(reserve), ctypes.c_uint64(d_out),
-                                       ctypes.c_uint64(d_st)], shared=shared)
-        cudrv.ctx_synchronize()
-        v = ctypes.c_uint64()
-        cudrv.dtoh(v, d_st, 8)
-        return v.value
+                "refusals": [], "wholly_outside_cases": sum(wholly_outside(m, c) for m, c in rig.cases),
+                "wholly_outside": [], "wholly_outside_faults": 0})
+    negative = None
 
     def negative_control() -> bool:
         """One byte more than the count that completed must never complete, so completing with the model's count
@@ -502,7 +622,7 @@ def tma_semantics(drv: Driver, tmp: Path, seed: int, res: dict, flush) -> None:
             return True
         res["negative_controls"] += 1
         try:
-            res["negative_timed_out"] += load(*negative) == 2
+            res["negative_timed_out"] += rig.load(*negative) == 2
         except Exception as e:  # noqa: BLE001 -- recorded: the context is gone after this
             res["negative_error"] = f"{type(e).__name__}: {e}"
             flush()
@@ -510,79 +630,60 @@ def tma_semantics(drv: Driver, tmp: Path, seed: int, res: dict, flush) -> None:
         flush()
         return True
 
-    negative = None
-    for m, c in cases:
+    from tqdm import tqdm  # noqa: PLC0415
+    for index, (m, c) in enumerate(tqdm(rig.cases, desc="tma loads")):
         outside = wholly_outside(m, c)
         if outside and not negative_control():
             return
-        mm = dataclasses.replace(m, base=gbase)
-        reserve = tm.smem_reserve(mm)
-        shared = TMA_BOX_OFF + reserve + TMA_SMEM_SLACK
-        case = {"inputs": {**_inputs(mm), "base": "gbase"}, "coords": list(c), "model_count": mm.box_bytes,
-                "descriptor_count": tm.desc_box_bytes(mm), "reserve": reserve}
-        why = tm.copy_problems(mm, c, smem_offset=TMA_BOX_OFF, mbar_offset=TMA_MBAR_OFF,
-                               smem_bytes=min(shared, smem_max))
+        case, why, launch = rig.prepare(m, c)
         if why:
             res["refused_before_launch"] += 1
             res["refusals"].append({**case, "why": why})
             continue
-        arg = Tmap()
-        ctypes.memmove(arg.b, drv.encode(mm), 128)
-        cc = list(c) + [0] * (5 - len(c))
         res["cases"] += 1
-        res["floor_ne_ceil_cases"] += mm.box_bytes != tm.desc_box_bytes(mm)
-        # the counts to try, each in its own launch: the model's, then the descriptor's BOX_BYTES; a box wholly
-        # outside the tensor also the whole box's bytes (which count its barrier needs is what is asked there)
-        tries = outside_candidates(mm) if outside else \
-            [("model", mm.box_bytes)] + ([("descriptor", tm.desc_box_bytes(mm))]
-                                         if tm.desc_box_bytes(mm) != mm.box_bytes else [])
-        rec = {**case, "tried": [], "completed_with": None}
+        res["floor_ne_ceil_cases"] += case["model_count"] != case["descriptor_count"]
         if outside:
+            rec = _case_in_child(index, seed, cubin, 60.0)
+            rec = {**case, **rec}
             res["wholly_outside"].append(rec)
-        st, used = 2, "none"
-        try:
-            for name, n in tries:
-                rec["tried"].append(name)
-                if outside:
-                    flush()                  # (a fault then still says which count was in flight)
-                cudrv.memset_d8(d_out, 0, out_max)
-                st = load(arg, mm.rank, cc, n, reserve, shared)
-                if st == 1:
-                    used = rec["completed_with"] = name
-                    break
-        except Exception as e:  # noqa: BLE001 -- a fault loses the context: record the case that caused it, stop
-            rec["error"] = f"{type(e).__name__}: {e}"
-            res["error"] = {**case, "error": rec["error"]}
-            flush()
-            return
-        if st != 1:
+            if rec.get("error"):
+                res["wholly_outside_faults"] += 1
+                flush()
+                continue
+        else:
+            rec = dict(case)
+            try:
+                rig.run_case(m, c, launch, rec)
+            except Exception as e:  # noqa: BLE001 -- a fault loses the context: record the case that caused it, stop
+                res["error"] = {**case, "error": f"{type(e).__name__}: {e}"}
+                flush()
+                return
+        used = rec["completed_with"]
+        if used is None:
             res["timeouts"] += 1
             res["failures"].append({**case, "why": "barrier completed with none of the counts tried (" +
-                                    ", ".join(f"{k} {v}" for k, v in tries) + ")"})
+                                    ", ".join(f"{k} {v}" for k, v in rec["tries"]) + ")"})
             flush()
             continue
         res["completed"] += 1
         res[f"completed_{used}_count"] += 1
         if used != "model":
             res["failures"].append({**case, "why": f"completed with the {used} count, not the model's"})
-        got = (ctypes.c_uint8 * reserve)()
-        cudrv.dtoh(got, d_out, reserve)
-        key, same = _check_arrived(mm, bytes(got), expected_smem(mm, c, pattern), reserve)
         res["values_checked"] += 1
-        res[f"checked_{key}"] = res.get(f"checked_{key}", 0) + 1
-        if same:
+        res[f"checked_{rec['values']}"] = res.get(f"checked_{rec['values']}", 0) + 1
+        if rec["values_equal"]:
             res["values_equal"] += 1
         else:
-            res["failures"].append({**case, "why": f"shared-memory bytes differ from the model ({key})"})
-        if negative is None and used == "model":
+            res["failures"].append({**case, "why": f"shared-memory bytes differ from the model ({rec['values']})"})
+        if negative is None and used == "model" and not outside:
+            mm, arg, cc, reserve, shared = launch
             negative = (arg, mm.rank, cc, mm.box_bytes + 1, reserve, shared)
         flush()
     res["failures"] = res["failures"][:20]
     res["refusals"] = res["refusals"][:20]
     if not negative_control():          # (no wholly-outside case came: the control runs here)
         return
-    for p in (gbuf, d_out, d_st):
-        cudrv.mem_free(p)
+    rig.free()
     flush()
 
 
@@ -695,6 +796,14 @@ def run_gpu(args) -> None:
                                        "allocation": hex(real) if rebase else None}
     atomic_write_json(args.out, summary)
     logging.info("driver address check: %s", summary["driver_address_check"])
+    if args.semantics_only:
+        with tempfile.TemporaryDirectory() as td:
+            summary["tma_semantics"] = {}
+            tma_semantics(drv, Path(td), 15, summary["tma_semantics"], lambda: atomic_write_json(args.out, summary))
+        atomic_write_json(args.out, summary)
+        cudrv.mem_free(arena)
+        print(json.dumps(summary["tma_semantics"], indent=1))
+        return
     cases = matrix(args.random)
     if rebase:
         cases = [{**c, "base": real + (c["base"] % (1 << 28))} for c in cases]
@@ -778,8 +887,14 @@ def main() -> None:
     g.add_argument("--out", default=str(RESULTS / "tma_tensormap_gpu.json"))
     g.add_argument("--encodings", default=str(RESULTS / "tma_tensormap_encodings.json.gz"))
     g.add_argument("--random", type=int, default=3000)
+    g.add_argument("--semantics-only", action="store_true",
+                   help="only step 5 (real TMA loads): the encodings, layout and device decode steps are skipped")
+    t = sub.add_parser("tma-case", help="(internal) one case of step 5 in its own process")
+    t.add_argument("--index", type=int, required=True)
+    t.add_argument("--seed", type=int, default=15)
+    t.add_argument("--cubin", required=True)
     a = ap.parse_args()
-    run_cpu(a) if a.cmd == "cpu" else run_gpu(a)
+    {"cpu": run_cpu, "gpu": run_gpu, "tma-case": run_tma_case}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -207,13 +207,49 @@ def test_tma_semantics_harness_on_a_simulated_device(monkeypatch, tmp_path):
         encode = staticmethod(tm.encode)
     res: dict = {}
     flushes = []
+    children = []
+
+    def child(index, seed, cubin, timeout_s):      # the tma-case child's work, in this process on the fake device
+        children.append(index)
+        return B.case_record(Drv(), tmp_path, seed, cubin.read_bytes(), index)
+    monkeypatch.setattr(B, "_case_in_child", child)
     B.tma_semantics(Drv(), tmp_path, 15, res, lambda: flushes.append(dict(res)))
     assert res["refused_before_launch"] == 0 and res["cases"] == 200, res
     assert res["completed"] == res["completed_model_count"] == res["values_equal"] == 200, res
     assert res["checked_exact"] + res["checked_multiset"] == 200 and res["checked_multiset"] > 0, res
     assert res["negative_controls"] == 1 and res["negative_timed_out"] == 1, res
     assert res["floor_ne_ceil_cases"] > 0 and not res["failures"] and "error" not in res, res
+    # the boxes wholly outside the tensor ran last, each in its own "child", after the negative control
+    n_out = res["wholly_outside_cases"]
+    assert n_out > 0 and len(children) == n_out == len(res["wholly_outside"]) and res["wholly_outside_faults"] == 0
+    assert children == list(range(200 - n_out, 200))
+    assert all(r["completed_with"] == "model" and r["tried"] == ["model"] for r in res["wholly_outside"])
     assert len(flushes) >= 200 and fake.launches == 201
+
+
+def test_a_dead_or_hung_child_is_recorded_and_the_run_goes_on(monkeypatch, tmp_path):
+    """_case_in_child: a child that faulted prints its record with the error; one that died or hung leaves the
+    counts it had tried (its progress lines) and why it ended -- never an exception in the parent."""
+    import subprocess  # noqa: PLC0415
+    outs = iter([
+        (0, '{"progress": ["model"]}\n{"record": {"index": 3, "tried": ["model"], "completed_with": null, '
+            '"error": "CudaError: CUDA_ERROR_ILLEGAL_ADDRESS"}}\n'),
+        (-6, '{"progress": ["model"]}\n{"progress": ["model", "descriptor"]}\n'),
+        None])
+
+    def run(cmd, **kw):
+        assert cmd[2] == "tma-case" and kw["timeout"] == 5
+        o = next(outs)
+        if o is None:
+            raise subprocess.TimeoutExpired(cmd, 5, output=b'{"progress": ["model"]}\n')
+        return subprocess.CompletedProcess(cmd, o[0], o[1], "Aborted")
+    monkeypatch.setattr(B.subprocess, "run", run)
+    a = B._case_in_child(3, 15, tmp_path / "k.cubin", 5)
+    assert a["error"].endswith("ILLEGAL_ADDRESS") and a["tried"] == ["model"]
+    b = B._case_in_child(4, 15, tmp_path / "k.cubin", 5)
+    assert b["tried"] == ["model", "descriptor"] and b["error"].startswith("child exited -6") and "Aborted" in b["error"]
+    c = B._case_in_child(5, 15, tmp_path / "k.cubin", 5)
+    assert c["tried"] == ["model"] and c["error"] == "child timed out after 5 s" and c["completed_with"] is None
 
 
 def test_modeled_path_configurations_are_launchable():
