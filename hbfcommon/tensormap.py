@@ -688,9 +688,23 @@ class Split:
     spans: tuple[Span, ...]
 
 
+def unmeasured(m: TensorMap, coords: Sequence[int]) -> bool:
+    """A copy the TMA unit does not do as this model says, so the modeled path refuses it (hb_tmap_unmeasured, the
+    same rule; __hb_tma fails closed with UNSUPPORTED, recorded): an
+    interleaved map whose dimension-0 coordinate is not 0, or whose elementStride[0] is not 1. Measured with real
+    loads on an H100 (driver 580.159.04, 2026-12-05, bench/results/tma_tensormap_gpu_r4_h100_semantics.json): of
+    the 18 interleaved copies, all 15 with a nonzero dimension-0 coordinate hung (barrier never completed with the
+    model's, the descriptor's or the whole box's byte count), faulted (CUDA_ERROR_ILLEGAL_ADDRESS), completed with
+    the descriptor's count or moved other bytes; both with elementStride[0] = 3 hung; the one with
+    elementStride[0] = 2 and coordinate 0 was right (too few to trust). The 182 non-interleaved copies, 65 of them
+    boxes wholly outside the tensor, were all as modeled."""
+    return m.interleave != INTERLEAVE_NONE and (coords[0] != 0 or m.estrides[0] != 1)
+
+
 def split(m: TensorMap, coords: Sequence[int], ranges: Sequence[Range], max_spans: int) -> Split:
     """The box's bytes split into HBM (in bounds, outside every range), HBF (inside a range, as page spans) and
-    OOB; raises TensorMapError("SPANS") when more than ``max_spans`` spans are needed. Same as hb_tmap_split."""
+    OOB; raises TensorMapError("SPANS") when more than ``max_spans`` spans are needed. Same as hb_tmap_split.
+    (Geometry only: whether the TMA unit does the copy as modeled is ``unmeasured``'s question.)"""
     runs, oob = box_runs(m, coords)
     bases = [rg.base for rg in ranges]
     spans: list[list[int]] = []

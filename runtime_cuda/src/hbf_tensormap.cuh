@@ -629,6 +629,13 @@ HB_TMAP_UNROLL
     return total - inb;
 }
 
+/* A copy the sm_90 TMA unit does not do as this model says (tensormap.py unmeasured(), the same rule and its
+ * measurement): an interleaved map with a dimension-0 coordinate other than 0 or an elementStride[0] other than 1.
+ * __hb_tma refuses it (UNSUPPORTED, recorded); hb_tmap_split and hb_tmap_box_runs are geometry and do not ask. */
+HB_TMAP_HD bool hb_tmap_unmeasured(const hb_tmap& m, const int32_t* coords) {
+    return m.interleave != 0u && (coords[0] != 0 || m.estride[0] != 1u);
+}
+
 /* Split the box at coords against ranges[0..n_ranges) (hbf_dev_range: sorted by base, non-overlapping, [base,end)).
  * Writes out (always, counts complete even on error) and up to max_spans spans. Returns HB_TMAP_OK,
  * HB_TMAP_E_IM2COL for an im2col map, or HB_TMAP_E_SPANS when more spans were needed than max_spans (out->nspans ==

@@ -200,8 +200,10 @@ HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, con
         // touches the instrumented path fails closed (UNSUPPORTED, recorded) instead of being modeled from a guessed
         // decode; -DHBF_TMA_TRUST_LAYOUT=1 builds a helper that trusts it anyway (GPU validation runs)
         const bool trusted = HB_TMAP_LAYOUT_VERIFIED || HBF_TMA_TRUST_LAYOUT;
-        if (!trusted || hb_tma_decode(gaddr, &m) != 0 || (uint32_t)m.rank != rank || m.im2col) {
-            HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, gaddr);   // not a tiled map this copy can use
+        if (!trusted || hb_tma_decode(gaddr, &m) != 0 || (uint32_t)m.rank != rank || m.im2col ||
+            hb_tmap_unmeasured(m, c)) {
+            // not a tiled map this copy can use, or an interleaved copy the hardware does not do as modeled
+            HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, gaddr);
             hb_end();
         }
         hb_tma_runs runs;

@@ -202,7 +202,7 @@ def test_c_decoder_and_runs_match_the_python_twin(host):
         maps.append((m, c, rgs))
         cases.append((tm.encode(m), c, rgs, rng.choice([1, 4, 64, 4096])))
     out = run_c(host, cases)
-    n_oob = n_split_err = n_hbf = 0
+    n_oob = n_split_err = n_hbf = n_unmeasured = 0
     for (m, c, rgs), (desc, _, _, max_spans), o in zip(maps, cases, out):
         assert o["rc"] == 0, (m, o)
         assert o["hash"] == tm.desc_hash(desc)
@@ -215,6 +215,8 @@ def test_c_decoder_and_runs_match_the_python_twin(host):
         assert d["extent"] == m.extent and d["box_bytes"] == m.box_bytes
         runs, oob = tm.box_runs(m, c)
         assert [tuple(r) for r in o["runs"]] == runs and o["oob"] == oob, (m, c)
+        assert o["unmeasured"] == tm.unmeasured(m, c), (m, c)
+        n_unmeasured += o["unmeasured"]
         s = o["split"]
         try:
             sp = tm.split(m, c, rgs, max_spans)
@@ -230,6 +232,7 @@ def test_c_decoder_and_runs_match_the_python_twin(host):
         n_oob += oob > 0
     # the generator exercised what it is meant to
     assert n_oob > N_RANDOM // 4 and n_split_err > 10 and n_hbf > 50
+    assert 0 < n_unmeasured < N_RANDOM // 2        # hb_tmap_unmeasured == tm.unmeasured, both ways exercised
 
 
 def test_runs_are_the_documented_box(host):

@@ -9,6 +9,7 @@ issue 2527: an unaligned one is an illegal instruction on Hopper); 157 of its 20
 PTX puts the mbarrier and the box exactly where the validator is told they are."""
 from __future__ import annotations
 
+import json
 import random
 import re
 import shutil
@@ -298,3 +299,28 @@ def test_wholly_outside_boxes_run_last_and_are_the_recorded_anomalies():
     m = tm.TensorMap(base=0, dtype=0, dims=(8,), gstrides=(), box=(8,), estrides=(1,))
     assert not B.wholly_outside(m, (0,)) and B.wholly_outside(m, (8,)) and B.wholly_outside(m, (-8,))
     assert not B.wholly_outside(m, (-7,))
+
+
+def test_the_unmeasured_rule_is_what_the_h100_measured():
+    """tm.unmeasured (hb_tmap_unmeasured) against the real loads of 2026-12-05 on an H100 (all 200 cases of the
+    harness, bench/results/tma_tensormap_gpu_r4_h100_semantics.json): every case that misbehaved (a barrier that
+    completed with none of the counts tried, a completion with another count than the model's, bytes that differ,
+    a fault) is one the rule refuses; of the refused ones only the interleaved copy with elementStride[0] = 2 at
+    coordinate 0 was right (refused anyway: one case is too few)."""
+    doc = json.loads((ROOT / "bench" / "results" / "tma_tensormap_gpu_r4_h100_semantics.json").read_text())
+    res = doc["tma_semantics"]
+    assert res["cases"] == 200 and res["negative_timed_out"] == 1
+
+    def key(inputs, coords):
+        return (tuple(inputs["dims"]), tuple(inputs["box"]), tuple(inputs["estrides"]), tuple(coords))
+    bad = {key(f["inputs"], f["coords"]) for f in res["failures"]}
+    bad |= {key(r["inputs"], r["coords"]) for r in res["wholly_outside"] if r.get("error")}
+    assert len(res["failures"]) < 20 and len(bad) == 17          # (the failures list was not cut at 20)
+    rng = random.Random(15)
+    rng.randbytes(4 << 20)
+    cases = B.semantic_order(B.semantic_cases(rng))
+    refused = {key(B._inputs(m), c): (m, c) for m, c in cases if tm.unmeasured(m, c)}
+    assert bad <= set(refused), bad - set(refused)
+    extra = [refused[k] for k in set(refused) - bad]
+    assert len(extra) == 1 and extra[0][0].estrides[0] == 2 and extra[0][1][0] == 0
+    assert not any(tm.unmeasured(m, c) for m, c in cases if not m.interleave)

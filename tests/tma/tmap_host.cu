@@ -120,7 +120,7 @@ int main() {
                 printf(", \"runs\": [");
                 Printer pr;
                 const uint64_t oob = hb_tmap_box_runs(m, c, pr);
-                printf("], \"oob\": %llu", (unsigned long long)oob);
+                printf("], \"oob\": %llu, \"unmeasured\": %d", (unsigned long long)oob, (int)hb_tmap_unmeasured(m, c));
                 static hb_tmap_span sp[4096];
                 hb_tmap_split_t s;
                 const int src = hb_tmap_split(m, c, rg, (uint32_t)nr, sp, max_spans, &s);
