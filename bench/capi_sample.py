@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import shutil
@@ -77,10 +78,13 @@ def _hbfcc(work: Path) -> str:
     return str(cli_wrapper(work / "bin" / "hbfcc"))
 
 
-def build(kind: str, work: Path, arch: str) -> tuple[Path, float]:
-    """Configure and build the sample with CUDACXX = nvcc (plain) or hbfcc; (program, seconds)."""
+def build(kind: str, work: Path, arch: str, reuse: bool = False) -> tuple[Path, float]:
+    """Configure and build the sample with CUDACXX = nvcc (plain) or hbfcc; (program, seconds). With ``reuse`` a
+    program already built in ``work`` is kept (0 seconds)."""
     from runtime_cuda.capi import cmake_dir  # noqa: PLC0415
     b = work / kind
+    if reuse and (b / "capi_sample").exists():
+        return b / "capi_sample", 0.0
     shutil.rmtree(b, ignore_errors=True)
     cxx = shutil.which("nvcc") if kind == "plain" else _hbfcc(work)
     if not cxx or not Path(cxx).exists():
@@ -147,6 +151,68 @@ def run_gpu(a: argparse.Namespace, plain: Path, hb: Path, work: Path) -> dict:
     return out
 
 
+def _hbfctl(sock: Path, *cmd: str) -> object:
+    """``hbfctl --json CMD`` against the daemon at ``sock``: its JSON, or what went wrong (never raises)."""
+    try:
+        cp = subprocess.run([sys.executable, "-m", "hbfd.ctl_cli", "--socket", str(sock), "--json", *cmd],
+                            capture_output=True, text=True, env=_env(), timeout=30)
+        return json.loads(cp.stdout) if cp.returncode == 0 else {"rc": cp.returncode, "stderr": cp.stderr[-1500:]}
+    except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def hunt(a: argparse.Namespace, hb: Path, work: Path) -> dict:
+    """``--hunt R``: the modeled run R times over --hunt-sizes (cycled), each with --run-timeout; a run that does
+    not end is looked at before it is killed -- the daemon's ``status`` twice, 2 s apart (does anything still
+    move?), its ``summary`` so far, its log tail and the program's output so far -- and the daemon is restarted
+    for the next run. Written after every run (a cut call keeps what it saw)."""
+    from hbfd.runner import start_daemon  # noqa: PLC0415
+    sizes = [int(x) for x in a.hunt_sizes.split(",")]
+    env = {} if a.thermal == "profile" else {"HBFD_THERMAL": a.thermal}
+    run_env = _env(CUDA_MODULE_LOADING="EAGER")
+    out: dict = {"runs": [], "sizes": sizes, "run_timeout_s": a.run_timeout, "profile": a.profile,
+                 "card": _card(), "command": " ".join(["python3", *sys.argv])}
+    d = None
+    try:
+        for i in range(a.hunt):
+            n = sizes[i % len(sizes)]
+            if d is None:
+                d = start_daemon(a.profile, workdir=work / f"hbfd{i}", env=env, pythonpath=[REPO], timeout_s=300.0)
+            argv = [str(hb), "--socket", str(d.socket), "--summary", str(work / f"hunt{i}.json"), "--out",
+                    str(work / f"hunt{i}.bin"), "--n", str(n), "--iters", str(a.iters)]
+            t0 = time.monotonic()
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env)
+            rec: dict = {"i": i, "n": n}
+            try:
+                so, se = p.communicate(timeout=a.run_timeout)
+                rec.update(rc=p.returncode, wall_s=round(time.monotonic() - t0, 3), counters=_counters(so))
+                m = ELAPSED_RE.search(so)
+                rec["elapsed_ms"] = float(m.group(1)) if m else None
+                if p.returncode:
+                    rec["stderr_tail"] = se[-1500:]
+            except subprocess.TimeoutExpired:
+                rec.update(rc=None, hung=True, wall_s=round(time.monotonic() - t0, 3))
+                rec["status"] = [_hbfctl(d.socket, "status")]
+                time.sleep(2.0)
+                rec["status"].append(_hbfctl(d.socket, "status"))
+                rec["summary_so_far"] = _hbfctl(d.socket, "summary")
+                rec["daemon_log_tail"] = d.log_tail(4000)
+                p.kill()
+                so, se = p.communicate()
+                rec["stdout_tail"], rec["stderr_tail"] = so[-3000:], se[-3000:]
+                d.stop(timeout_s=10.0)
+                d = None
+            logging.info("hunt %d n=%d: %s", i, n, "HUNG" if rec.get("hung") else f"rc {rec['rc']} "
+                         f"{rec['wall_s']} s")
+            out["runs"].append(rec)
+            out["hung"] = sum(bool(r.get("hung")) for r in out["runs"])
+            atomic_write_json(a.out, out, indent=1, end="\n", default=str)
+    finally:
+        if d is not None:
+            d.stop(timeout_s=10.0)
+    return out
+
+
 def _card() -> str:
     try:
         return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
@@ -168,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds one run of the program may take (then its output so far is reported)")
     ap.add_argument("--build-only", action="store_true", help="configure + build both variants (CPU), no run")
     ap.add_argument("--work", default=None, help="build/run directory (default: a temporary one, removed)")
+    ap.add_argument("--reuse-build", action="store_true",
+                    help="keep the builds already in --work (configure + build only what is missing)")
+    ap.add_argument("--hunt", type=int, default=0, metavar="R",
+                    help="only the modeled run, R times over --hunt-sizes, each looked at if it does not end")
+    ap.add_argument("--hunt-sizes", default="262144,1048576,4194304", help="--n of the hunt's runs, cycled")
     a = ap.parse_args(argv)
     if a.n <= 0 or a.iters <= 0 or a.reps <= 0:
         ap.error("--n, --iters and --reps must be > 0")
@@ -176,8 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="capi_sample."))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        plain, t_plain = build("plain", work, a.arch)
-        hb, t_hb = build("hbfcc", work, a.arch)
+        plain, t_plain = build("plain", work, a.arch, reuse=a.reuse_build)
+        hb, t_hb = build("hbfcc", work, a.arch, reuse=a.reuse_build)
+        if a.hunt:
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+            res = hunt(a, hb, work)
+            print(json.dumps({k: res[k] for k in ("hung", "sizes")} | {"runs": [
+                {k: r.get(k) for k in ("i", "n", "rc", "wall_s", "elapsed_ms", "hung")} for r in res["runs"]]},
+                indent=1))
+            return 0
         rec = json.loads(Path(str(hb) + ".hbfcc.json").read_text())
         res = {"what": "cuda-samples-style program (cudart, <<<>>>) modeled through the C/C++ host API",
                "date": time.strftime("%Y-%m-%d"), "card": _card(), "command": " ".join(["python3", *sys.argv]),
