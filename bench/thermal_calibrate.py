@@ -25,9 +25,12 @@ Arguments are checked before any GPU time is spent (rates, phase lengths, the ph
 10-minute call limit, the output directory); ``--record`` first runs the preflight (torch + CUDA, NVML's power and
 temperature fields, one GEMM and one copy) and fails within seconds, not after the 60 s settle.
 
-NOT RUN on a GPU yet (no GPU in the 2026-12-04 and 2026-12-05 sessions): the recording part is unverified; its plan,
-argument parsing and the fit on a saved recording are tested on the CPU (tests/thermal/test_calibrate_bench.py,
-tests/thermal/test_calibration_daemon.py: the fragment into a running hbfd).
+Recorded once, on an NVIDIA H100 80GB HBM3 (driver 580.159.04, 2026-12-05; not the H200 the issue names): both calls
+ran as written (bench/results/thermal_calibration_rec_h100_r1/, fit in bench/results/thermal_calibration_h100_r1.json:
+held-out goal missed, docs/thermal.md §8.2 says why). The plan's 50 ms duty windows at 20 Hz alias (the fit holds
+those phases' power at their mean: ``cal.aliased_duty_phases``). Plan, argument parsing and the fit on a saved
+recording are tested on the CPU (tests/thermal/test_calibrate_bench.py, tests/thermal/test_calibration_daemon.py: the
+fragment into a running hbfd).
 """
 from __future__ import annotations
 
@@ -130,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--skip-s", type=float, default=20.0,
                     help="seconds at the start of each segment left out of the fit's residuals")
     ap.add_argument("--no-fit", action="store_true", help="record only")
+    ap.add_argument("--power-as-sampled", action="store_true",
+                    help="hold every phase's power sample by sample, also for duty-cycled phases whose window the "
+                         "sampling does not resolve (by default those are held at their phase mean: the readings "
+                         "alias the window)")
     ap.add_argument("--geometry", default="hbf-package-8hi", help="package geometry (name or path)")
     ap.add_argument("--holdout", default=None, help="held-out phase indices (default: every third, 2, 5, 8, ...)")
     ap.add_argument("--out", default=str(ROOT / "bench/results/thermal_calibration.json"),
@@ -289,7 +296,8 @@ def record(args, plan: list[PlannedPhase], idx: list[int]) -> Path:
             a = sampler.take(t0, t1)
             nan = np.full(len(a), np.nan)
             phase = cal.Phase(ph.name, ph.kind, segment, a[:, 0].astype(np.int64), a[:, 1], a[:, 2], a[:, 3], nan,
-                              {"gemm_duty": ph.gemm_duty, "hbm_duty": ph.hbm_duty, **got})
+                              {"gemm_duty": ph.gemm_duty, "hbm_duty": ph.hbm_duty, "duty_window_s": DUTY_WINDOW_S,
+                               **got})
             cal.write_phase(d, i, phase, meta)
             log.info("phase %d %s: %d samples, board %.0f-%.0f W, GPU %.0f-%.0f C", i, ph.name, len(a),
                      a[:, 1].min(), a[:, 1].max(), a[:, 2].min(), a[:, 2].max())
@@ -329,18 +337,28 @@ def load_joined(directories: list[str]) -> cal.Recording:
 
 
 def fit_recording(directory: str | list[str], geometry: str, holdout: str | None, out: str, settle_s: float,
-                  rom_cache: str) -> dict:
+                  rom_cache: str, power_as_sampled: bool = False) -> dict:
     rec = load_joined([directory] if isinstance(directory, str) else list(directory))
     cal.validate_recording(rec)
     c0 = time.process_time()
     rom, geom = pinned_rom(geometry, rom_cache)
-    model = cal.CalibratedModel(rom, rec, settle_s=settle_s)
+    # the plan's duty windows (DUTY_WINDOW_S, or the phase's own duty_window_s) are not resolved by the readings
+    # (50 ms windows at 20 Hz alias into a ~20 s sawtooth): those phases' power is held at its phase mean
+    mean_phases = [] if power_as_sampled else cal.aliased_duty_phases(rec, DUTY_WINDOW_S)
+    if mean_phases:
+        log.info("power held at the phase mean (duty window unresolved by the sampling): %s",
+                 [rec.phases[i].name for i in mean_phases])
+    model = cal.CalibratedModel(rom, rec, settle_s=settle_s, mean_power_phases=mean_phases)
     held = parse_phases(holdout, len(rec.phases)) if holdout else None
     res = cal.fit(model, holdout=held)
     report = {"experiment": "thermal_calibrate",
               "command": "python bench/thermal_calibrate.py " + " ".join(sys.argv[1:]),
               "recording_dirs": [directory] if isinstance(directory, str) else list(directory),
               "fit_cpu_s": time.process_time() - c0, "pinned_rom_states": rom.order,
+              "power_held_at_phase_mean": {"phases": res["mean_power_phases"], "duty_window_s": DUTY_WINDOW_S,
+                                           "why": "duty-cycled load in windows of fewer than 4 sample periods: the "
+                                                  "instantaneous readings alias the window"},
+              "solver": res["solver"],
               "use": f"hbfd serve --profile PROFILE --thermal-calibration {out}"}
     frag = cal.fragment(res, rec, geom, fitted_on=time.strftime("%Y-%m-%d", time.gmtime()), report=report)
     cal.write_fragment(out, frag)
@@ -465,7 +483,8 @@ def main(argv=None) -> int:
         synthetic(args, plan)
         return 0
     if args.fit_only:
-        fit_recording(args.fit_only, args.geometry, args.holdout, args.out, args.skip_s, args.rom_cache)
+        fit_recording(args.fit_only, args.geometry, args.holdout, args.out, args.skip_s, args.rom_cache,
+                      args.power_as_sampled)
         return 0
     idx = parse_phases(args.phases, len(plan))
     d = record(args, plan, idx)
@@ -473,11 +492,21 @@ def main(argv=None) -> int:
         return 0
     have = {p.name for p in cal.load_recording(d).phases}
     if {p.name for p in plan} <= have:
-        fit_recording(str(d), args.geometry, args.holdout, args.out, args.skip_s, args.rom_cache)
+        fit_recording(str(d), args.geometry, args.holdout, args.out, args.skip_s, args.rom_cache,
+                      args.power_as_sampled)
     else:
         print(f"recorded {sorted(have)}; the fit waits for the rest of the plan")
     return 0
 
 
+def cli(argv=None) -> int:
+    """main() with a refused recording or fragment said in one line (exit 2), not a traceback."""
+    try:
+        return main(argv)
+    except cal.CalibrationError as e:
+        log.error("calibration refused: %s", e)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

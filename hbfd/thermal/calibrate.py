@@ -23,9 +23,12 @@ HBM output with the memory sensor where the card has one.
 
 Fit. The board power sampled at ≥ 10 Hz is held over the ROM's 10 ms steps; each segment (one continuous
 recording: the GPU script may record in two device calls) starts from the steady state of its first
-power and its first ``settle_s`` are left out of the residuals. For a fixed τ the outputs are linear in
-(coolant, die_fraction, hbm_fraction, R·fractions): a variable-projection search over τ (golden section on
-a log grid) gives the start, then ``scipy.optimize.least_squares`` refines all five with bounds. Residuals
+power and its first ``settle_s`` are left out of the residuals; phases whose duty-cycle window the sampling
+does not resolve (:func:`aliased_duty_phases`) have their power held at the phase mean. For a fixed τ the
+outputs are linear in (coolant, die_fraction, hbm_fraction, R·fractions): a variable-projection search over τ
+(bounded linear least squares on a log grid, refined by a bounded scalar search) gives a start at each of the
+grid's lowest local minima, ``scipy.optimize.least_squares`` refines all five with bounds from each, and the
+lowest training cost wins. Residuals
 are taken on the training phases; the report gives RMS / max error per held-out phase (goal ≤ 1 K RMS,
 ≤ 2 K max; the sensors read whole °C, so 0.29 K RMS is the floor).
 
@@ -49,7 +52,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 
@@ -96,7 +99,13 @@ class Phase:
 
     @property
     def seconds(self) -> float:
-        return float(self.t_ns[-1] - self.t_ns[0]) / 1e9 if len(self.t_ns) > 1 else 0.0
+        """The time the phase's samples cover: first sample to last, plus the last sample's hold (one median
+        period: each reading stands until the next, as the fit holds the power). A 60 s phase sampled at 20 Hz
+        holds 1200 samples spanning 59.95 s; it covers 60 s."""
+        if len(self.t_ns) < 2:
+            return 0.0
+        span = int(self.t_ns[-1] - self.t_ns[0])
+        return float(span + int(np.median(np.diff(self.t_ns)))) / 1e9
 
 
 @dataclass
@@ -230,10 +239,12 @@ def validate_recording(rec: Recording, req: Requirements = Requirements()) -> No
             k = int(np.argmax(dt <= 0))
             raise CalibrationError(f"{where}: time does not increase at sample {k + 1} "
                                    f"({int(p.t_ns[k])} -> {int(p.t_ns[k + 1])} ns)", field=p.name)
-        if p.seconds < req.min_phase_s:
-            raise CalibrationError(f"{where}: {p.seconds:.1f} s long; each phase must last at least "
-                                   f"{req.min_phase_s:.0f} s", field=p.name)
         hz = 1e9 / float(np.median(dt))
+        # the samples resolve the phase's length to one period: within half of one of the minimum is enough (a
+        # 60 s phase sampled at 20 Hz covers 59.99999 s when the sampler's clock jitters by microseconds)
+        if p.seconds < req.min_phase_s - 0.5 / hz:
+            raise CalibrationError(f"{where}: covers {p.seconds:.2f} s; each phase must last at least "
+                                   f"{req.min_phase_s:.0f} s", field=p.name)
         if hz < req.min_sample_hz * 0.95:
             raise CalibrationError(f"{where}: sampled at {hz:.2f} Hz (median); at least {req.min_sample_hz:.0f} Hz "
                                    "is needed", field=p.name)
@@ -358,9 +369,17 @@ class CalibratedModel:
     then costs one first-order filter (the cold plate) and a few linear combinations."""
 
     def __init__(self, pinned: ThermalROM, rec: Recording, *, outputs: Sequence[str] = ("gpu", "hbm"),
-                 settle_s: float = 20.0):
+                 settle_s: float = 20.0, mean_power_phases: Collection[int] = ()):
+        """``mean_power_phases``: indices of phases whose power readings do not resolve the load (a duty cycle
+        whose window is not several sample periods long: instantaneous readings at the window's own rate alias
+        it into a slow beat that the package never saw); their board (and memory-rail) power is held at the
+        phase's mean instead of sample by sample (:func:`aliased_duty_phases` says which)."""
         self.pinned = pinned
         self.rec = rec
+        bad = sorted(set(mean_power_phases) - set(range(len(rec.phases))))
+        if bad:
+            raise CalibrationError(f"mean_power_phases {bad}: the recording has phases 0..{len(rec.phases) - 1}")
+        self.mean_power_phases = sorted(set(mean_power_phases))
         self.dt_ns = pinned.dt_ns
         names = list(pinned.input_names)
         outs = list(pinned.output_names)
@@ -378,8 +397,13 @@ class CalibratedModel:
         for seg, idx in sorted(by_seg.items()):
             ph = [rec.phases[i] for i in idx]
             t = np.concatenate([p.t_ns for p in ph]).astype(np.int64)
-            bw = np.concatenate([p.board_power_w for p in ph])
-            mw = np.concatenate([p.mem_power_w for p in ph]) if self.use_mem_power else None
+
+            def held(i: int, v: np.ndarray) -> np.ndarray:
+                return np.full(len(v), float(np.mean(v))) if i in self.mean_power_phases else v
+
+            bw = np.concatenate([held(i, p.board_power_w) for i, p in zip(idx, ph)])
+            mw = (np.concatenate([held(i, p.mem_power_w) for i, p in zip(idx, ph)]) if self.use_mem_power
+                  else None)
             t0 = int(t[0])
             n = int((t[-1] - t0) // self.dt_ns) + 1
             grid = t0 + np.arange(n, dtype=np.int64) * self.dt_ns
@@ -465,13 +489,41 @@ class FitBounds:
     hbm_fraction: tuple[float, float] = (0.0, 1.0)
 
 
+MAX_STARTS = 3                    # refinements of the fit, one from each of the τ grid's lowest local minima
+
+
 def default_holdout(rec: Recording) -> list[int]:
     """Every third phase (2, 5, 8, ...) is held out, so held-out phases interleave with training ones."""
     return [i for i in range(len(rec.phases)) if i % 3 == 2]
 
 
-def _linear_at_tau(model: CalibratedModel, tau: float, train: set[int]) -> tuple[np.ndarray, float]:
-    """For a fixed τ the model is linear in (coolant, f_die, f_hbm, R·f_die, R·f_hbm): least squares."""
+def aliased_duty_phases(rec: Recording, duty_window_s: float, *, min_samples_per_window: float = 4.0) -> list[int]:
+    """Phases whose load is a duty cycle (a target ``gemm_duty`` or ``hbm_duty`` strictly between 0 and 1) in windows
+    of ``duty_window_s`` that the recording's sampling does not resolve (fewer than ``min_samples_per_window`` samples
+    per window). Their instantaneous power readings alias the window: sampled at nearly the window's own rate (the
+    plan's 50 ms windows at 20 Hz), a 20 Hz on/off load reads as a sawtooth of ~20 s period between the on and off
+    powers, which the package never saw; only the mean over the phase is the power it dissipated. The temperature
+    readings of these phases alias the die's ripple the same way: that stays in their residuals."""
+    if duty_window_s <= 0:
+        raise CalibrationError(f"duty window {duty_window_s!r} s must be > 0")
+    out = []
+    for i, p in enumerate(rec.phases):
+        duties = [float(p.target.get(k, 0.0) or 0.0) for k in ("gemm_duty", "hbm_duty")]
+        if not any(0.0 < d < 1.0 for d in duties) or len(p.t_ns) < 2:
+            continue
+        period_s = float(np.median(np.diff(p.t_ns))) / 1e9
+        window_s = float(p.target.get("duty_window_s", duty_window_s))
+        if window_s < min_samples_per_window * period_s:
+            out.append(i)
+    return out
+
+
+def _linear_at_tau(model: CalibratedModel, tau: float, train: set[int], bounds: FitBounds
+                   ) -> tuple[np.ndarray, float]:
+    """For a fixed τ the model is linear in (coolant, f_die, f_hbm, R·f_die, R·f_hbm): least squares within the
+    bounds (coolant and shares in theirs, R·f in [0, R_max]). Unbounded, a recording the model does not describe
+    exactly (a real card) can put the optimum at a negative share or R·f, a start the refinement cannot use."""
+    from scipy.optimize import lsq_linear
     from scipy.signal import lfilter
     a = math.exp(-model.pinned.dt_s / tau)
     cols, ys = [], []
@@ -489,9 +541,12 @@ def _linear_at_tau(model: CalibratedModel, tau: float, train: set[int]) -> tuple
             ys.append(s["meas"][m, j])
     X = np.vstack(cols)
     y = np.concatenate(ys)
-    # without an HBM input (or with no memory sensor and the same board power in both) columns coincide:
-    # lstsq's minimum-norm solution is still a least-squares optimum
-    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
+    # without an HBM input (or with no memory sensor and the same board power in both) columns coincide: any
+    # least-squares optimum will do (the bounded solver's is one)
+    r_hi = bounds.sink_to_ambient_k_w[1]
+    lo = [bounds.coolant_c[0], bounds.die_fraction[0], bounds.hbm_fraction[0], 0.0, 0.0]
+    hi = [bounds.coolant_c[1], bounds.die_fraction[1], bounds.hbm_fraction[1], r_hi, r_hi]
+    beta = lsq_linear(X, y, bounds=(lo, hi), method="bvls").x
     r = X @ beta - y
     return beta, float(r @ r)
 
@@ -507,25 +562,34 @@ def fit(model: CalibratedModel, *, holdout: Sequence[int] | None = None, bounds:
         raise CalibrationError(f"need held-out and training phases (held out: {held} of {len(rec.phases)})")
     lo_t, hi_t = bounds.sink_tau_s
     grid = np.geomspace(lo_t, hi_t, 25)
-    sse = [_linear_at_tau(model, t, train)[1] for t in grid]
-    j = int(np.argmin(sse))
-    lo, hi = np.log(grid[max(j - 1, 0)]), np.log(grid[min(j + 1, len(grid) - 1)])
-    best = minimize_scalar(lambda lt: _linear_at_tau(model, float(np.exp(lt)), train)[1], bounds=(lo, hi),
-                           method="bounded", options={"xatol": 1e-4})
-    tau0 = float(np.exp(best.x))
-    beta, _ = _linear_at_tau(model, tau0, train)
-    c0, fd, fh, rfd, rfh = (float(v) for v in beta)
-    fsum = fd + fh
-    R0 = (rfd + rfh) / fsum if fsum > 1e-9 else 0.01
+    sse = np.array([_linear_at_tau(model, t, train, bounds)[1] for t in grid])
     b = [getattr(bounds, k) for k in PARAMS]
-    x0 = np.array([c0, R0, tau0, fd, fh])
-    x0 = np.clip(x0, [v[0] for v in b], [v[1] for v in b])
-    x0 = np.minimum(np.maximum(x0, [v[0] + 1e-9 for v in b]), [v[1] - 1e-9 for v in b])
+    blo, bhi = [v[0] for v in b], [v[1] for v in b]
 
     def res(x):
         return model.residuals(CalibrationParams(*x), train)
 
-    sol = least_squares(res, x0, bounds=([v[0] for v in b], [v[1] for v in b]), x_scale="jac", method="trf")
+    # every local minimum of the τ grid (at most MAX_STARTS, lowest first) starts a refinement; the lowest training
+    # cost wins. One start from the global grid minimum is enough for a recording the model describes; on a card
+    # the variable-projection surface can have several minima and the best of them is not always the refined best
+    loc = [j for j in range(len(grid)) if sse[j] <= sse[max(j - 1, 0)] and sse[j] <= sse[min(j + 1, len(grid) - 1)]]
+    starts = sorted(loc, key=lambda j: sse[j])[:MAX_STARTS]
+    sol, tau_starts = None, []
+    for j in starts:
+        lo, hi = np.log(grid[max(j - 1, 0)]), np.log(grid[min(j + 1, len(grid) - 1)])
+        best = minimize_scalar(lambda lt: _linear_at_tau(model, float(np.exp(lt)), train, bounds)[1], bounds=(lo, hi),
+                               method="bounded", options={"xatol": 1e-4})
+        tau0 = float(np.exp(best.x))
+        tau_starts.append(tau0)
+        beta, _ = _linear_at_tau(model, tau0, train, bounds)
+        c0, fd, fh, rfd, rfh = (float(v) for v in beta)
+        fsum = fd + fh
+        R0 = (rfd + rfh) / fsum if fsum > 1e-9 else 0.01
+        x0 = np.clip(np.array([c0, R0, tau0, fd, fh]), blo, bhi)
+        x0 = np.minimum(np.maximum(x0, [v + 1e-9 for v in blo]), [v - 1e-9 for v in bhi])
+        got = least_squares(res, x0, bounds=(blo, bhi), x_scale="jac", method="trf")
+        if sol is None or got.cost < sol.cost:
+            sol, tau_start = got, tau0
     prm = CalibrationParams(*(float(v) for v in sol.x))
     held_err = model.errors(prm, held)
     train_err = model.errors(prm, sorted(train))
@@ -546,7 +610,8 @@ def fit(model: CalibratedModel, *, holdout: Sequence[int] | None = None, bounds:
         "goal": {"rms_k": GOAL_RMS_K, "max_abs_k": GOAL_MAX_K, "worst_rms_k": worst_rms, "worst_max_abs_k": worst_max,
                  "met": bool(worst_rms <= GOAL_RMS_K and worst_max <= GOAL_MAX_K)},
         "solver": {"status": int(sol.status), "message": str(sol.message), "nfev": int(sol.nfev),
-                   "cost": float(sol.cost), "tau_start_s": tau0},
+                   "cost": float(sol.cost), "tau_start_s": tau_start, "tau_starts_s": tau_starts},
+        "mean_power_phases": [rec.phases[i].name for i in model.mean_power_phases],
     }
 
 

@@ -159,3 +159,76 @@ def test_bad_recordings_are_refused(recording, what, fn, msg):
     rec = _bad(recording, fn=fn)
     with pytest.raises(cal.CalibrationError, match=msg):
         cal.validate_recording(rec)
+
+
+def _at_hz(pinned, hz, **kw):
+    return cal.synthetic_recording(pinned, TRUE, PLAN, **dict(SYNTH, sample_hz=hz, **kw))
+
+
+def _trim(p, n):
+    for k in ("t_ns", "board_power_w", "gpu_temp_c", "mem_temp_c", "mem_power_w"):
+        setattr(p, k, getattr(p, k)[:n])
+
+
+def test_a_phase_covers_its_last_sample_period(pinned):
+    """The GPU script's 60 s phase at 20 Hz holds 1200 samples spanning 59.95 s (each reading stands until the next:
+    it covers 60 s); the sampler's clock jitters by microseconds. Accepted; one sample fewer is refused."""
+    rec = _at_hz(pinned, 20.0)
+    assert len(rec.phases[0].t_ns) == 1201
+    for p in rec.phases:
+        _trim(p, 1200)
+    rec.phases[3].t_ns[-1] -= 11_000                       # 11 us of jitter: the recording on the H100 had this
+    assert rec.phases[3].seconds < 60.0
+    cal.validate_recording(rec)
+    _trim(rec.phases[4], 1199)
+    with pytest.raises(cal.CalibrationError, match="covers 59.95 s; each phase must last at least 60 s"):
+        cal.validate_recording(rec)
+
+
+DUTY = [1, 2, 3, 4, 7, 8, 11]                             # hbm_25 gemm_25 hbm_50 gemm_50 gemm_75 mixed hbm_75
+
+
+def _aliased(recording, amplitude=0.6, beat_s=20.0):
+    """What the H100 recording showed: a duty-cycled load's instantaneous power readings, taken at the duty window's
+    own rate, read as a sawtooth of ~20 s between the off and on powers around the mean the package dissipated (the
+    temperatures, generated from the mean, do not follow it)."""
+    rec = copy.deepcopy(recording)
+    for i in DUTY:
+        p = rec.phases[i]
+        p.target = {"gemm_duty": 0.5, "hbm_duty": 0.0}
+        t = (p.t_ns - p.t_ns[0]) / 1e9
+        saw = (t / beat_s) % 1.0 - 0.5
+        saw -= saw.mean()                                  # the readings' mean is the dissipated mean
+        p.board_power_w = p.board_power_w + amplitude * 2 * saw * float(np.mean(p.board_power_w))
+    return rec
+
+
+def test_aliased_duty_phases_are_those_the_sampling_does_not_resolve(pinned, recording):
+    rec = _aliased(recording)
+    assert cal.aliased_duty_phases(rec, 0.05) == DUTY        # 50 ms windows at 10 Hz
+    assert cal.aliased_duty_phases(rec, 1.0) == []           # 1 s windows: 10 samples each, resolved
+    rec.phases[2].target["duty_window_s"] = 2.0              # the recorder's own window wins over the default
+    assert cal.aliased_duty_phases(rec, 0.05) == [i for i in DUTY if i != 2]
+    rec.phases[1].target = {"gemm_duty": 1.0, "hbm_duty": 0.0}      # a continuous load is not a duty cycle
+    assert 1 not in cal.aliased_duty_phases(rec, 0.05)
+    with pytest.raises(cal.CalibrationError, match=r"phases 0\.\.11"):
+        cal.CalibratedModel(pinned, rec, mean_power_phases=[12])
+
+
+def test_phase_mean_power_sees_through_aliased_readings(pinned, recording):
+    """Aliased power readings of the duty-cycled phases put a sawtooth into the model the package never saw: the fit
+    held sample by sample misses the goal; held at the phase mean (what aliased_duty_phases selects) it recovers the
+    boundary and meets it."""
+    rec = _aliased(recording)
+    held = cal.aliased_duty_phases(rec, 0.05)
+    res = cal.fit(cal.CalibratedModel(pinned, rec, mean_power_phases=held))
+    assert res["mean_power_phases"] == [rec.phases[i].name for i in DUTY]
+    got = res["params"]
+    assert res["goal"]["met"], res["goal"]
+    assert abs(got.coolant_c - TRUE.coolant_c) < 0.2
+    assert got.sink_to_ambient_k_w == pytest.approx(TRUE.sink_to_ambient_k_w, rel=0.05)
+    assert got.die_fraction == pytest.approx(TRUE.die_fraction, rel=0.03)
+    raw = cal.fit(cal.CalibratedModel(pinned, rec))
+    assert raw["mean_power_phases"] == []
+    assert not raw["goal"]["met"], raw["goal"]
+    assert raw["goal"]["worst_max_abs_k"] > 2 * res["goal"]["worst_max_abs_k"]

@@ -67,7 +67,7 @@ def test_arguments(bench):
         bench.main(["--fit-only", "/nonexistent", "--sample-hz", "5"])
 
 
-def test_fit_on_a_saved_recording(bench, tmp_path, capsys):
+def test_fit_on_a_saved_recording(bench, tmp_path, capsys, caplog):
     """A recording written phase by phase as the GPU script writes it (two segments), fitted by --fit-only."""
     from hbfd.thermal.fom import build_model
     from hbfd.thermal.geometry import as_geometry
@@ -87,6 +87,9 @@ def test_fit_on_a_saved_recording(bench, tmp_path, capsys):
     cache = ["--rom-cache", str(tmp_path / "roms")]
     with pytest.raises(cal.CalibrationError, match="at least 10"):        # one call's half alone
         bench.main(["--fit-only", str(rdir), "--geometry", str(gpath), "--out", str(out), *cache])
+    # on the command line: one line naming the reason, exit 2, no traceback
+    assert bench.cli(["--fit-only", str(rdir), "--geometry", str(gpath), "--out", str(out), *cache]) == 2
+    assert "calibration refused: recording has 6 phases; calibration needs at least 10" in caplog.text
     bench.main(["--fit-only", str(rdir), str(rdir2), "--geometry", str(gpath), "--out", str(out), *cache])
     assert len(list((tmp_path / "roms").glob("*.npz"))) == 1
     d = json.loads(out.read_text())
