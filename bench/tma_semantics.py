@@ -260,8 +260,10 @@ def encode_tiled(base: int, dims: list[int], box: list[int], elem: int = 4) -> C
     if rank == 1:   # cuda-python passes NULL for [], and the H200's driver refused every rank-1 map so (2026-12-05)
         from tma_tensormap import Driver  # noqa: PLC0415
         strides = Driver.rank1_strides({"dtype": 2, "dims": dims})       # 2: UINT32, the type encoded below
-    err, tm = cu.cuTensorMapEncodeTiled(cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT32, rank, base, dims,
-                                        strides, box, [1] * rank, cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t     # the bindings take no plain ints in these arrays (cuda-python 13)
+    err, tm = cu.cuTensorMapEncodeTiled(cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT32, rank, base,
+                                        [u64(x) for x in dims], [u64(x) for x in strides], [u32(x) for x in box],
+                                        [u32(1)] * rank, cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
                                         cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
                                         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
                                         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
@@ -334,7 +336,7 @@ def semantics(args, out_path: Path, res: dict) -> None:
             n = int(np.prod(dims))
             nbytes = n * 4
             src = cudrv.mem_alloc(nbytes)
-            host = np.arange(n, dtype=np.uint32) * 2654435761 % (1 << 32)
+            host = (np.arange(n, dtype=np.uint64) * np.uint64(2654435761) % np.uint64(1 << 32)).astype(np.uint32)
             cudrv.htod(src, host.astype(np.uint32).ctypes.data, nbytes)
             box_bytes = int(np.prod(box)) * 4
             tm = encode_tiled(src, dims, box)
@@ -379,7 +381,10 @@ def semantics(args, out_path: Path, res: dict) -> None:
         box_bytes = box[0] * box[1] * 4
         for kname in ("store_2d", "reduce_2d"):
             for reg in ("none", "all", "half"):
-                for cname, coords in _configs(2):
+                # no box partly below the tensor: the PLAIN build's tensor store at (-16, -8) ended in
+                # CUDA_ERROR_ILLEGAL_INSTRUCTION on an H100 (2026-12-05, docs/RESULTS.md "Stop 38"), after 46/46 load
+                # checks and the in-bounds store passed -- a program error on the hardware, so nothing to model
+                for cname, coords in [c for c in _configs(2) if c[0] != "oob_low"]:
                     got = {}
                     for t, fns, hbf in (("p", fp, False), ("h", fh, True)):
                         dst = cudrv.mem_alloc(n * 4)
