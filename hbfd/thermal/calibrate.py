@@ -50,7 +50,7 @@ import hashlib
 import io
 import json
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Collection, Sequence
 
@@ -308,11 +308,12 @@ def validate_recording(rec: Recording, req: Requirements = Requirements()) -> No
                                field="board_power_w")
 
 
-ENERGY_MIN_SPAN_S = 0.1           # energy_power's shortest span: at least two 20 Hz samples, one NVML refresh
+ENERGY_MIN_SPAN_S = 0.5           # energy_power's shortest span (10 samples at 20 Hz; v2 loads are steady within a phase)
 
 
 def energy_power(t_ns: np.ndarray, energy_mj: np.ndarray, *, where: str = "recording",
-                 max_power_w: float = 2000.0, min_span_s: float = ENERGY_MIN_SPAN_S) -> np.ndarray:
+                 max_power_w: float = 2000.0, min_span_s: float = ENERGY_MIN_SPAN_S,
+                 breaks: Collection[int] = ()) -> np.ndarray:
     """The mean board power (W) held from each sample to the next, from NVML's total energy counter read at each
     sample: what the card dissipated over the interval, where an instantaneous reading is one moment of it (a load
     switched faster than the sampling aliases in the instantaneous readings, never in the counter's differences).
@@ -322,6 +323,8 @@ def energy_power(t_ns: np.ndarray, energy_mj: np.ndarray, *, where: str = "recor
     the nearest span's power is held. Spans are at least ``min_span_s`` long (a change seen sooner is merged into
     the next span): a counter that advances in steps not commensurate with the reads would otherwise count one
     step more in some intervals than in others, a power jitter of one step per interval the package never saw.
+    ``breaks``: samples where a span must start whatever its length (the last sample before a load switch: the
+    v2 recorder switches just after a sample, so the step is not smeared over a merged span).
     Refused: non-finite readings, a counter going backwards (a driver reload),
     fewer than two distinct readings, a mean power outside [0, max_power_w]."""
     t = np.asarray(t_ns, np.int64)
@@ -338,16 +341,43 @@ def energy_power(t_ns: np.ndarray, energy_mj: np.ndarray, *, where: str = "recor
         raise CalibrationError(f"{where}: the energy counter goes back at sample {k + 1} ({e[k]:.0f} -> "
                                f"{e[k + 1]:.0f} mJ; the driver reloaded?)", field=ENERGY_COLUMN)
     seen = np.flatnonzero(de > 0) + 1                              # samples where a new counter value was first seen
-    keep, last = [0], int(t[0])
-    for k in seen:
-        if int(t[k]) - last >= min_span_s * 1e9:
-            keep.append(int(k))
-            last = int(t[k])
+    brk = sorted({int(b) for b in breaks if 0 < int(b) < len(t) - 1})
+    span_ns = min_span_s * 1e9
+    keep, last, bi = [0], int(t[0]), 0
+    for k in sorted(set(seen.tolist()) | set(brk)):
+        while bi < len(brk) and brk[bi] < k:
+            bi += 1
+        if k in brk:
+            keep.append(k)
+        elif int(t[k]) - last >= span_ns and (bi >= len(brk) or int(t[brk[bi]]) - int(t[k]) >= span_ns):
+            keep.append(k)
+        else:
+            continue
+        last = int(t[k])
     ch = np.array(keep)
     if len(ch) < 2:
         raise CalibrationError(f"{where}: the energy counter never advances ({e[0]:.0f} mJ throughout)",
                                field=ENERGY_COLUMN)
-    span_w = (e[ch[1:]] - e[ch[:-1]]) * 1e-3 / ((t[ch[1:]] - t[ch[:-1]]) * 1e-9)
+    # the energy at the spans' ends (knots): least squares of the piecewise-linear energy between them on every
+    # reading, not the two readings at the ends (a counter advancing in steps is then off by up to one step's energy
+    # at each end, a per-span power error of a step over the span; the fit through all readings averages it out)
+    tk = t[ch].astype(float) * 1e-9
+    ts = t.astype(float) * 1e-9
+    j = np.clip(np.searchsorted(tk, ts, side="right") - 1, 0, len(tk) - 2)
+    w1 = np.clip((ts - tk[j]) / (tk[j + 1] - tk[j]), 0.0, None)      # past the last knot: extrapolated
+    w0 = 1.0 - w1
+    nk = len(tk)
+    ab = np.zeros((2, nk))                                             # A^T A (tridiagonal), upper banded form
+    np.add.at(ab[1], j, w0 * w0)
+    np.add.at(ab[1], j + 1, w1 * w1)
+    np.add.at(ab[0], j + 1, w0 * w1)
+    e0 = e - e[0]
+    rhs = np.zeros(nk)
+    np.add.at(rhs, j, w0 * e0)
+    np.add.at(rhs, j + 1, w1 * e0)
+    from scipy.linalg import solveh_banded
+    ek = solveh_banded(ab, rhs)
+    span_w = np.diff(ek) * 1e-3 / np.diff(tk)
     if not ((span_w >= 0) & (span_w <= max_power_w)).all():
         k = int(np.argmax(~((span_w >= 0) & (span_w <= max_power_w))))
         raise CalibrationError(f"{where}: the energy counter gives {span_w[k]:.1f} W between samples {ch[k]} and "
@@ -508,7 +538,11 @@ class CalibratedModel:
 
             if self.use_energy:
                 # the mean power over each sample interval from the energy counter (resolves any load switching)
-                bw = energy_power(t, np.concatenate([p.energy_mj for p in ph]), where=f"segment {seg}")
+                # a span starts at the last sample before each phase's load switch (the recorder switches just after
+                # a sample): the step stays where it happened
+                last_before = np.cumsum([len(p.t_ns) for p in ph])[:-1] - 1
+                bw = energy_power(t, np.concatenate([p.energy_mj for p in ph]), where=f"segment {seg}",
+                                  breaks=last_before)
             else:
                 bw = np.concatenate([held(i, p.board_power_w) for i, p in zip(idx, ph)])
             mw = (np.concatenate([held(i, p.mem_power_w) for i, p in zip(idx, ph)]) if self.use_mem_power
@@ -525,7 +559,10 @@ class CalibratedModel:
             phase_of = np.concatenate([np.full(len(p.t_ns), i) for i, p in zip(idx, ph)])
             # each tick's split class: 0 (shared split) or 1 + the index of its phase's kind in split_kinds
             kind_cls = np.array([self.classes.index(p.kind) if p.kind in self.split_kinds else 0 for p in rec.phases])
-            cls = kind_cls[phase_of[k]]
+            # the power held from sample k is the load's over [t_k, t_k+1): from the energy counter, the load that ran
+            # there, which at a phase's last sample is already the next phase's (the recorder switches just after it)
+            ph_int = np.append(phase_of[1:], phase_of[-1]) if self.use_energy else phase_of
+            cls = kind_cls[ph_int[k]]
             uc, rc = [], []
             for c in range(len(self.classes)):
                 on = (cls == c).astype(float)
@@ -547,7 +584,7 @@ class CalibratedModel:
             keep = (t - t0) >= settle_s * 1e9
             meas = [np.concatenate([p.gpu_temp_c if o == "gpu" else p.mem_temp_c for p in ph]) for o in self.outputs]
             self.segments.append({"u_die": u_die, "u_hbm": u_hbm, "uc": uc, "rc": rc, "ks": ks, "phase": phase_of,
-                                  "keep": keep, "meas": np.stack(meas, axis=1), "n": n, "board_w": bw})
+                                  "keep": keep, "meas": np.stack(meas, axis=1), "n": n, "board_w": bw, "t": t})
 
     def predict(self, prm: CalibrationParams) -> list[np.ndarray]:
         """Modeled sensor outputs (samples × outputs) per segment."""
@@ -723,6 +760,7 @@ def fit(model: CalibratedModel, *, holdout: Sequence[int] | None = None, bounds:
         if sol is None or got.cost < sol.cost:
             sol, tau_start = got, tau0
     prm = params(sol.x)
+    steps = fast_steps(model, prm)
     held_err = model.errors(prm, held)
     train_err = model.errors(prm, sorted(train))
     worst_rms = max((v["rms_k"] for v in held_err["total"].values()), default=math.inf)
@@ -745,7 +783,51 @@ def fit(model: CalibratedModel, *, holdout: Sequence[int] | None = None, bounds:
         "solver": {"status": int(sol.status), "message": str(sol.message), "nfev": int(sol.nfev),
                    "cost": float(sol.cost), "tau_start_s": tau_start, "tau_starts_s": tau_starts},
         "mean_power_phases": [rec.phases[i].name for i in model.mean_power_phases],
+        "fast_steps": steps,
     }
+
+
+def fast_steps(model: CalibratedModel, prm: CalibrationParams, *, min_step_w: float = 200.0,
+               after_s: Sequence[float] = (0.1, 0.5, 2.0), around_s: float = 2.0) -> list[dict[str, Any]]:
+    """The sensors' fast response at every phase boundary where the board power steps by at least ``min_step_w``
+    (means over ``around_s`` either side), measured against modeled: the change from the last second before the step
+    to the first sample ``after_s`` after it. Within 0.1 s of a step the package's slow parts (sink, spreading) have
+    not moved, so the GPU sensor's change there is the die's share of the step through the model's fastest paths
+    (its direct feedthrough D and fast modes): ``die_share_asked`` = die_fraction x measured / modeled is the share
+    that would make the model's fast response match (on an H100, 2026-12-05: a 543 W step down dropped the sensor
+    10 K in 0.1 s where the pinned 8-high package gives 0.021 K/W at 0.1 s: ~0.87 of the step in the die, where the
+    fit had settled on 0.47)."""
+    preds = model.predict(prm)
+    out = []
+    for s, y in zip(model.segments, preds):
+        t, ph, bw = s["t"], s["phase"], s["board_w"]
+        for b in np.flatnonzero(np.diff(ph) != 0) + 1:
+            tb = int(t[b])
+            pre = (t >= tb - around_s * 1e9) & (t < tb)
+            post = (t >= tb) & (t < tb + around_s * 1e9)
+            if not pre.any() or not post.any():
+                continue
+            dp = float(bw[post].mean() - bw[pre].mean())
+            if abs(dp) < min_step_w:
+                continue
+            last = (t >= tb - 1e9) & (t < tb)
+            row: dict[str, Any] = {"phase": model.rec.phases[int(ph[b])].name,
+                                   "from": model.rec.phases[int(ph[b - 1])].name, "step_w": dp}
+            for j, o in enumerate(model.outputs):
+                m0, y0 = float(s["meas"][last, j].mean()), float(y[last, j].mean())
+                per = {}
+                for a in after_s:
+                    k = int(np.searchsorted(t, tb + a * 1e9))
+                    if k < len(t) and ph[k] == ph[b]:
+                        per[f"{a:g}s"] = {"measured_k": float(s["meas"][k, j] - m0), "modeled_k": float(y[k, j] - y0)}
+                row[o] = per
+            g = row.get("gpu", {}).get(f"{after_s[0]:g}s")
+            if g and abs(g["modeled_k"]) > 1e-9:
+                kind = model.rec.phases[int(ph[b])].kind
+                fd = prm.shares(kind if kind in model.split_kinds else None)[0]
+                row["die_share_asked"] = float(fd * g["measured_k"] / g["modeled_k"])
+            out.append(row)
+    return out
 
 
 def fragment(result: dict[str, Any], rec: Recording, geom: Geometry, *, fitted_on: str,
