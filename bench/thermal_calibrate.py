@@ -62,8 +62,10 @@ CALL_LIMIT_S = 600.0              # one device call
 CALL_OVERHEAD_S = 60.0            # CUDA/torch start, allocation, preflight, kernel timing, writing
 SWITCH_AFTER_SAMPLE_S = 0.01     # a phase's load switches this long after a sampler grid instant (the read is done)
 SETTLE_CAP_S = 120.0              # the settle's longest (6 x 60 s + 120 s + 60 s = 540 s: 9 minutes a call)
-SETTLE_WINDOW_S = 30.0            # the GPU temperature's slope is fitted over this last stretch
-SETTLE_SLOPE_K_MIN = 0.3          # settled when |slope| <= this (K/min): 0.005 K/s, ~0.6 K left at a 2-min tau
+SETTLE_WINDOW_S = 60.0            # the GPU temperature's slope is fitted over this last stretch
+# settled when |slope| <= this (K/min): the sensor reads whole degrees, so a slope is seen only once the window holds
+# a degree's change (1 K over 60 s); what is left of the start's offset the fit takes up (free_start)
+SETTLE_SLOPE_K_MIN = 1.0
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--split-kinds", default="",
                     help="fit: phase kinds with a die/HBM split of their own, comma separated (hbm: streaming); "
                          "the fragment then says so and hbfd refuses it (its telemetry has no load kind)")
+    ap.add_argument("--fixed-start", action="store_true",
+                    help="fit: start each segment's cold plate at the steady state of its first power (v1's fit) "
+                         "instead of at a fitted offset from it")
     ap.add_argument("--power-from-readings", action="store_true",
                     help="fit: take the board power from the instantaneous readings even where the energy counter "
                          "was recorded (a comparison; the counter is the default)")
@@ -453,7 +458,8 @@ def record(args, plan: list[PlannedPhase], idx: list[int], nvml=None, load=None)
     first = chosen[0]
     try:
         st = settle(sampler, lambda s: load.run(first, s), cap_s=args.settle_cap_s, window_s=args.settle_window_s,
-                    max_slope_k_min=args.settle_slope_k_min, min_s=min(args.settle_window_s, args.settle_cap_s))
+                    max_slope_k_min=args.settle_slope_k_min, min_s=min(args.settle_window_s, args.settle_cap_s),
+                    chunk_s=min(5.0, args.settle_window_s / 6))
         log.info("settled on %s: %s", first.name, st)
         meta = {"card": sampler.card, "driver": sampler.driver, "date": time.strftime("%Y-%m-%d", time.gmtime()),
                 "nvml": {"uuid": sampler.uuid, "fields": ["NVML_FI_DEV_POWER_INSTANT", "NVML_FI_DEV_MEMORY_TEMP",
@@ -531,10 +537,11 @@ def split_kinds(spec: str) -> tuple[str, ...]:
 
 def fit_recording(directory: str | list[str], geometry: str, holdout: str | None, out: str, settle_s: float,
                   rom_cache: str, power_as_sampled: bool = False, *, kinds: tuple[str, ...] = (),
-                  use_energy: bool = True, rom=None) -> dict:
+                  use_energy: bool = True, free_start: bool = True, rom=None) -> dict:
     """Fit a recording (one directory per device call) and write the fragment ``out``. Power: NVML's energy counter
     where recorded (v2), else the readings, held at the phase mean in v1's aliased duty phases (unless
-    ``power_as_sampled``); ``kinds``: load kinds with a split of their own. ``rom``: (pinned ROM, geometry)."""
+    ``power_as_sampled``); ``kinds``: load kinds with a split of their own; ``free_start``: each segment's cold plate
+    starts at a fitted offset from the steady state of its first power. ``rom``: (pinned ROM, geometry)."""
     rec = load_joined([directory] if isinstance(directory, str) else list(directory))
     cal.validate_recording(rec)
     c0 = time.process_time()
@@ -547,7 +554,7 @@ def fit_recording(directory: str | list[str], geometry: str, holdout: str | None
         log.info("power held at the phase mean (duty window unresolved by the sampling): %s",
                  [rec.phases[i].name for i in mean_phases])
     model = cal.CalibratedModel(rom, rec, settle_s=settle_s, mean_power_phases=mean_phases, use_energy=use_energy,
-                                split_kinds=kinds)
+                                split_kinds=kinds, free_start=free_start)
     held = parse_phases(holdout, len(rec.phases)) if holdout else None
     res = cal.fit(model, holdout=held)
     settles = {p.name: p.target["settle"] for p in rec.phases if isinstance(p.target.get("settle"), dict)}
@@ -560,7 +567,8 @@ def fit_recording(directory: str | list[str], geometry: str, holdout: str | None
               "power_held_at_phase_mean": {"phases": res["mean_power_phases"], "duty_window_s": LEGACY_DUTY_WINDOW_S,
                                            "why": "duty-cycled load in windows of fewer than 4 sample periods: the "
                                                   "instantaneous readings alias the window"},
-              "split_kinds": list(kinds), "settle": settles, "fast_steps": res["fast_steps"],
+              "split_kinds": list(kinds), "free_start": free_start, "sink_start_k": res["sink_start_k"],
+              "settle": settles, "fast_steps": res["fast_steps"],
               "solver": res["solver"],
               "use": f"hbfd serve --profile PROFILE --thermal-calibration {out}"}
     frag = cal.fragment(res, rec, geom, fitted_on=time.strftime("%Y-%m-%d", time.gmtime()), report=report)
@@ -672,7 +680,8 @@ def simulate_recording(rom, prm: cal.CalibrationParams, plan: list[PlannedPhase]
         ks = np.arange(step - int(round(SWITCH_AFTER_SAMPLE_S * 1e9 / dt_ns)), n, step)
         ts = tick_ns[ks]
         x = (ts - t_base) / 1e9
-        temps = y[ks] + rng.normal(0.0, temp_noise_k, (len(ks), y.shape[1]))
+        # a reading at a step's start sees the package at that instant: the end of the step before it
+        temps = y[ks - 1] + rng.normal(0.0, temp_noise_k, (len(ks), y.shape[1]))
         temps = np.round(temps / quantize_c) * quantize_c if quantize_c > 0 else temps
         off = rng.uniform(0.0, energy_update_s)                    # the counter's own update instants
         upd = np.floor((x - off) / energy_update_s) * energy_update_s + off
@@ -828,7 +837,7 @@ def main(argv=None) -> int:
     if args.fit_only:
         fit_recording(args.fit_only, args.geometry, args.holdout, args.out, args.skip_s, args.rom_cache,
                       args.power_as_sampled, kinds=split_kinds(args.split_kinds),
-                      use_energy=not args.power_from_readings)
+                      use_energy=not args.power_from_readings, free_start=not args.fixed_start)
         return 0
     idx = parse_phases(args.phases, len(plan))
     d = record(args, plan, idx)
@@ -838,7 +847,7 @@ def main(argv=None) -> int:
     if {p.name for p in plan} <= have:
         fit_recording(str(d), args.geometry, args.holdout, args.out, args.skip_s, args.rom_cache,
                       args.power_as_sampled, kinds=split_kinds(args.split_kinds),
-                      use_energy=not args.power_from_readings)
+                      use_energy=not args.power_from_readings, free_start=not args.fixed_start)
     else:
         print(f"recorded {sorted(have)}; the fit waits for the rest of the plan")
     return 0

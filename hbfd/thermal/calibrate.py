@@ -174,7 +174,7 @@ def write_phase(directory: str | Path, index: int, phase: Phase, meta: dict[str,
     atomic_write_bytes(d / fname, raw)
     mpath = d / "recording.json"
     doc = json.loads(mpath.read_text()) if mpath.exists() else {"schema": RECORDING_SCHEMA, "phases": []}
-    for k in ("card", "driver", "date", "nvml", "sample_hz", "command", "synthetic"):
+    for k in ("card", "driver", "date", "nvml", "sample_hz", "command", "synthetic", "recorder"):
         if k in meta:
             doc[k] = meta[k]
     doc["phases"] = [q for q in doc["phases"] if q["index"] != index]
@@ -308,7 +308,7 @@ def validate_recording(rec: Recording, req: Requirements = Requirements()) -> No
                                field="board_power_w")
 
 
-ENERGY_MIN_SPAN_S = 0.5           # energy_power's shortest span (10 samples at 20 Hz; v2 loads are steady within a phase)
+ENERGY_MIN_SPAN_S = 1.0           # energy_power's shortest span (20 samples at 20 Hz; v2 loads are steady within a phase)
 
 
 def energy_power(t_ns: np.ndarray, energy_mj: np.ndarray, *, where: str = "recording",
@@ -408,6 +408,10 @@ class CalibrationParams:
     # other phase by die_fraction / hbm_fraction (``CalibratedModel(split_kinds=...)``; hbfd cannot use it: its
     # telemetry does not say which kind of load runs)
     kind_split: tuple[tuple[str, float, float], ...] = ()
+    # per segment (in order), the cold plate's temperature at its start above the steady state of its first power
+    # (K; ``CalibratedModel(free_start=True)``): a device call that starts off that steady state (the H100's second
+    # call began 8 K hot). Of the recording, not of the card: never in a fragment's boundary
+    sink_start_k: tuple[float, ...] = ()
 
     @property
     def sink_capacitance_j_k(self) -> float:
@@ -490,14 +494,16 @@ class CalibratedModel:
 
     def __init__(self, pinned: ThermalROM, rec: Recording, *, outputs: Sequence[str] = ("gpu", "hbm"),
                  settle_s: float = 20.0, mean_power_phases: Collection[int] = (), use_energy: bool = True,
-                 split_kinds: Sequence[str] = ()):
+                 split_kinds: Sequence[str] = (), free_start: bool = False):
         """``mean_power_phases``: indices of phases whose power readings do not resolve the load (a duty cycle
         whose window is not several sample periods long: instantaneous readings at the window's own rate alias
         it into a slow beat that the package never saw); their board (and memory-rail) power is held at the
         phase's mean instead of sample by sample (:func:`aliased_duty_phases` says which). ``use_energy``: take the
         board power from NVML's energy counter where every phase has it (:func:`energy_power`). ``split_kinds``:
         phase kinds (``hbm``: streaming) whose board power splits over die and HBM by shares of their own
-        (``CalibrationParams.kind_split``); every other phase by the shared ``die_fraction`` / ``hbm_fraction``."""
+        (``CalibrationParams.kind_split``); every other phase by the shared ``die_fraction`` / ``hbm_fraction``.
+        ``free_start``: each segment's cold plate starts at a fitted offset from the steady state of its first power
+        (``CalibrationParams.sink_start_k``), not at it."""
         self.pinned = pinned
         self.rec = rec
         bad = sorted(set(mean_power_phases) - set(range(len(rec.phases))))
@@ -510,6 +516,7 @@ class CalibratedModel:
             raise CalibrationError(f"split_kinds {missing}: no phase of that kind in the recording "
                                    f"(kinds: {sorted({p.kind for p in rec.phases})})")
         self.classes: list[str | None] = [None, *self.split_kinds]
+        self.free_start = bool(free_start)
         self.dt_ns = pinned.dt_ns
         names = list(pinned.input_names)
         outs = list(pinned.output_names)
@@ -579,8 +586,10 @@ class CalibratedModel:
                     resp[key] = X @ modal.Cm[self.o_idx].T + np.outer(u, modal.D[self.o_idx, j])
                 uc.append((ud, uh))
                 rc.append(resp)
-            # sample instants: the end of the tick that contains each sample time
-            ks = np.clip((t - t0) // self.dt_ns, 0, n - 1)
+            # sample instants: the end of the tick that contains each sample time (v1); with the energy counter, the
+            # end of the last tick before it: the power held from a sample on is the load's after the reading (the
+            # v2 recorder switches loads 10 ms after a reading), which that reading cannot have seen
+            ks = np.clip((t - t0) // self.dt_ns - (1 if self.use_energy else 0), 0, n - 1)
             keep = (t - t0) >= settle_s * 1e9
             meas = [np.concatenate([p.gpu_temp_c if o == "gpu" else p.mem_temp_c for p in ph]) for o in self.outputs]
             self.segments.append({"u_die": u_die, "u_hbm": u_hbm, "uc": uc, "rc": rc, "ks": ks, "phase": phase_of,
@@ -592,11 +601,16 @@ class CalibratedModel:
         a = math.exp(-self.pinned.dt_s / prm.sink_tau_s)
         out = []
         shares = [prm.shares(c) for c in self.classes]
-        for s in self.segments:
+        if self.free_start and len(prm.sink_start_k) != len(self.segments):
+            raise CalibrationError(f"free_start: {len(prm.sink_start_k)} sink start offsets for {len(self.segments)} "
+                                   "segments")
+        for si, s in enumerate(self.segments):
             p_pkg = sum(fd * ud + fh * uh for (fd, fh), (ud, uh) in zip(shares, s["uc"]))
             # T_s[k+1] = a T_s[k] + (1-a) R P[k], from the steady state of the first power
             ts0 = prm.sink_to_ambient_k_w * p_pkg[0]
             ts_next = lfilter([(1 - a) * prm.sink_to_ambient_k_w], [1.0, -a], p_pkg, zi=[a * ts0])[0]
+            if self.free_start:
+                ts_next = ts_next + prm.sink_start_k[si] * a ** np.arange(1, s["n"] + 1)
             T = prm.coolant_c + ts_next[:, None] + sum(fd * r["die"] + fh * r["hbm"]
                                                         for (fd, fh), r in zip(shares, s["rc"]))
             out.append(T[s["ks"]])
@@ -643,6 +657,7 @@ class FitBounds:
     sink_tau_s: tuple[float, float] = (0.05, 2000.0)
     die_fraction: tuple[float, float] = (0.0, 1.0)
     hbm_fraction: tuple[float, float] = (0.0, 1.0)
+    sink_start_k: tuple[float, float] = (-40.0, 40.0)
 
 
 MAX_STARTS = 3                    # refinements of the fit, one from each of the τ grid's lowest local minima
@@ -684,15 +699,17 @@ def _linear_at_tau(model: CalibratedModel, tau: float, train: set[int], bounds: 
     from scipy.signal import lfilter
     a = math.exp(-model.pinned.dt_s / tau)
     cols, ys = [], []
-    for s in model.segments:
+    nseg = len(model.segments) if model.free_start else 0
+    for si, s in enumerate(model.segments):
         m = s["keep"] & np.isin(s["phase"], list(train))
         if not m.any():
             continue
+        decay = [(a ** (s["ks"] + 1.0))[m] if q == si else np.zeros(int(m.sum())) for q in range(nseg)]
         lp = [lfilter([1 - a], [1.0, -a], u, zi=[a * u[0]])[0][s["ks"]] for ud_uh in s["uc"] for u in ud_uh]
         for j in range(len(model.outputs)):
             X = np.stack([np.ones(int(m.sum()))]
                          + [r[key][s["ks"], j][m] for r in s["rc"] for key in ("die", "hbm")]
-                         + [v[m] for v in lp], axis=1)
+                         + [v[m] for v in lp] + decay, axis=1)
             cols.append(X)
             ys.append(s["meas"][m, j])
     X = np.vstack(cols)
@@ -701,8 +718,10 @@ def _linear_at_tau(model: CalibratedModel, tau: float, train: set[int], bounds: 
     # least-squares optimum will do (the bounded solver's is one)
     r_hi = bounds.sink_to_ambient_k_w[1]
     nc = len(model.classes)
-    lo = [bounds.coolant_c[0]] + [bounds.die_fraction[0], bounds.hbm_fraction[0]] * nc + [0.0, 0.0] * nc
-    hi = [bounds.coolant_c[1]] + [bounds.die_fraction[1], bounds.hbm_fraction[1]] * nc + [r_hi, r_hi] * nc
+    lo = ([bounds.coolant_c[0]] + [bounds.die_fraction[0], bounds.hbm_fraction[0]] * nc + [0.0, 0.0] * nc
+          + [bounds.sink_start_k[0]] * nseg)
+    hi = ([bounds.coolant_c[1]] + [bounds.die_fraction[1], bounds.hbm_fraction[1]] * nc + [r_hi, r_hi] * nc
+          + [bounds.sink_start_k[1]] * nseg)
     beta = lsq_linear(X, y, bounds=(lo, hi), method="bvls").x
     r = X @ beta - y
     return beta, float(r @ r)
@@ -726,13 +745,18 @@ def fit(model: CalibratedModel, *, holdout: Sequence[int] | None = None, bounds:
     grid = np.geomspace(lo_t, hi_t, 25)
     sse = np.array([_linear_at_tau(model, t, train, bounds)[1] for t in grid])
     extra = [(f"die_fraction@{k}", f"hbm_fraction@{k}") for k in model.split_kinds]
-    names = list(PARAMS) + [n for pair in extra for n in pair]
-    b = [getattr(bounds, k) for k in PARAMS] + [bounds.die_fraction, bounds.hbm_fraction] * len(extra)
+    nseg = len(model.segments) if model.free_start else 0
+    names = (list(PARAMS) + [n for pair in extra for n in pair]
+             + [f"sink_start_k@{model.rec.phases[int(s['phase'][0])].name}" for s in model.segments[:nseg]])
+    b = ([getattr(bounds, k) for k in PARAMS] + [bounds.die_fraction, bounds.hbm_fraction] * len(extra)
+         + [bounds.sink_start_k] * nseg)
     blo, bhi = [v[0] for v in b], [v[1] for v in b]
+    n_sh = 5 + 2 * len(extra)
 
     def params(x) -> CalibrationParams:
         ks = tuple((k, float(x[5 + 2 * i]), float(x[6 + 2 * i])) for i, k in enumerate(model.split_kinds))
-        return CalibrationParams(*(float(v) for v in x[:5]), kind_split=ks)
+        return CalibrationParams(*(float(v) for v in x[:5]), kind_split=ks,
+                                 sink_start_k=tuple(float(v) for v in x[n_sh:n_sh + nseg]))
 
     def res(x):
         return model.residuals(params(x), train)
@@ -751,10 +775,10 @@ def fit(model: CalibratedModel, *, holdout: Sequence[int] | None = None, bounds:
         tau_starts.append(tau0)
         beta, _ = _linear_at_tau(model, tau0, train, bounds)
         nc = len(model.classes)
-        c0, f, rf = float(beta[0]), beta[1:1 + 2 * nc], beta[1 + 2 * nc:]
+        c0, f, rf = float(beta[0]), beta[1:1 + 2 * nc], beta[1 + 2 * nc:1 + 4 * nc]
         fsum = float(f.sum())
         R0 = float(rf.sum()) / fsum if fsum > 1e-9 else 0.01
-        x0 = np.clip(np.array([c0, R0, tau0, *f]), blo, bhi)
+        x0 = np.clip(np.array([c0, R0, tau0, *f, *beta[1 + 4 * nc:]]), blo, bhi)
         x0 = np.minimum(np.maximum(x0, [v + 1e-9 for v in blo]), [v - 1e-9 for v in bhi])
         got = least_squares(res, x0, bounds=(blo, bhi), x_scale="jac", method="trf")
         if sol is None or got.cost < sol.cost:
@@ -775,7 +799,8 @@ def fit(model: CalibratedModel, *, holdout: Sequence[int] | None = None, bounds:
         se = np.full(len(names), np.nan)
     return {
         "params": prm, "std_error": dict(zip(names, (float(v) for v in se))),
-        "split_kinds": list(model.split_kinds), "power_from": "energy_counter" if model.use_energy else "readings",
+        "split_kinds": list(model.split_kinds), "free_start": model.free_start,
+        "sink_start_k": dict(zip(names[n_sh:], prm.sink_start_k)), "power_from": "energy_counter" if model.use_energy else "readings",
         "held_out": [rec.phases[i].name for i in held], "trained": [rec.phases[i].name for i in sorted(train)],
         "outputs": list(model.outputs), "held_out_errors": held_err, "training_errors": train_err,
         "goal": {"rms_k": GOAL_RMS_K, "max_abs_k": GOAL_MAX_K, "worst_rms_k": worst_rms, "worst_max_abs_k": worst_max,
