@@ -32,6 +32,12 @@ lowest training cost wins. Residuals
 are taken on the training phases; the report gives RMS / max error per held-out phase (goal ≤ 1 K RMS,
 ≤ 2 K max; the sensors read whole °C, so 0.29 K RMS is the floor).
 
+Recorder v2 (2026-12-05, docs/thermal.md §8): where every phase carries NVML's total energy counter (CSV column
+``energy_mj``), the board power is its mean over each interval (:func:`energy_power`; spans start at each phase's
+load switch) and a reading's output is the end of the last model step before it; ``free_start`` fits each segment's
+cold plate start (``sink_start_k``); ``split_kinds`` gives load kinds their own die/HBM shares (a diagnosis:
+:func:`load_fragment` refuses it); :func:`fast_steps` compares the sensors' first 0.1-2 s after each large step.
+
 Bad recordings are refused with :class:`CalibrationError` naming what is wrong (too few or too short
 phases, sampling under 10 Hz, gaps, time going backwards, non-finite or out-of-range values, phases whose
 powers do not differ enough to separate the sink from the split, missing card/driver/date).

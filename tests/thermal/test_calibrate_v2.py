@@ -376,3 +376,20 @@ def test_v1_recording_is_read_and_fitted_as_before(bench):
     assert not rec.has_energy
     assert rec.sha256() == frag["provenance"]["recording_sha256"]
     assert cal.aliased_duty_phases(rec, bench.LEGACY_DUTY_WINDOW_S) == [1, 2, 3, 4, 5, 8]
+
+
+def test_free_start_takes_up_a_call_that_starts_off_its_steady_state(bench, real):
+    """The second call's cold plate 4 K above the steady state of its first phase (what a capped settle leaves): the
+    free start recovers the offset and the coolant; v1's fixed start biases the coolant."""
+    true = replace(bench.SYNTH_TRUE, sink_start_k=(0.0, 4.0))
+    rec = bench.simulate_recording(real, true, bench.phase_plan(), sample_hz=20.0, seed=9)
+    res = cal.fit(cal.CalibratedModel(real, rec, free_start=True))
+    got = res["params"]
+    assert got.sink_start_k[1] == pytest.approx(4.0, abs=0.3) and abs(got.sink_start_k[0]) < 0.3
+    assert list(res["sink_start_k"]) == ["sink_start_k@idle", "sink_start_k@idle_2"]
+    assert res["goal"]["met"] and abs(got.coolant_c - true.coolant_c) < 0.1
+    fixed = cal.fit(cal.CalibratedModel(real, rec))
+    assert fixed["params"].sink_start_k == ()
+    assert abs(fixed["params"].coolant_c - true.coolant_c) > 2 * abs(got.coolant_c - true.coolant_c)
+    with pytest.raises(cal.CalibrationError, match="sink start offsets"):
+        cal.CalibratedModel(real, rec, free_start=True).predict(bench.SYNTH_TRUE)
