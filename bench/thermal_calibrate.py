@@ -398,11 +398,13 @@ def settle(sampler, run_for, *, cap_s: float, window_s: float, max_slope_k_min: 
         done = el >= min_s and math.isfinite(slope) and abs(slope) <= max_slope_k_min
         if done or el >= cap_s:
             first = sampler.take(t0, t0 + int(chunk_s * 1e9))
-            return {"seconds": el, "converged": bool(done), "gpu_slope_k_min": slope,
+            # None, not NaN, where nothing was seen (recording.json is strict JSON)
+            return {"seconds": el, "converged": bool(done),
+                    "gpu_slope_k_min": slope if math.isfinite(slope) else None,
                     "max_slope_k_min": max_slope_k_min, "window_s": window_s, "cap_s": cap_s,
-                    "gpu_temp_c_start": float(first[0, 2]) if len(first) else math.nan,
-                    "gpu_temp_c_end": float(a[-1, 2]) if len(a) else math.nan,
-                    "board_power_w_mean": float(np.mean(a[:, 1])) if len(a) else math.nan}
+                    "gpu_temp_c_start": float(first[0, 2]) if len(first) else None,
+                    "gpu_temp_c_end": float(a[-1, 2]) if len(a) else None,
+                    "board_power_w_mean": float(np.mean(a[:, 1])) if len(a) else None}
 
 
 def preflight(device: int, nvml=None, load_factory=None) -> dict:

@@ -236,6 +236,13 @@ def test_settle_waits_for_a_small_slope_with_a_cap(bench, tau, converged, lo, hi
         assert abs(st["gpu_slope_k_min"]) > 1.0
 
 
+def test_settle_capped_before_its_window_says_so_in_strict_json(bench):
+    smp = ClockedSampler(20.0)
+    st = bench.settle(smp, smp.run_for, cap_s=10.0, window_s=60.0, max_slope_k_min=1.0, min_s=10.0, clock=smp.clock)
+    assert st["converged"] is False and st["gpu_slope_k_min"] is None and 10.0 <= st["seconds"] < 15.0
+    json.dumps(st, allow_nan=False)
+
+
 # ------------------------------------------------------------------------------------------------ the recorder
 def test_record_writes_energy_and_the_settle_with_stand_ins(bench, tmp_path):
     """The whole recording path with NVML and the kernels stood in (short phases: the CPU cannot wait minutes)."""
