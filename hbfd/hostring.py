@@ -129,11 +129,11 @@ class RingDriver:
             return False
         if (int(row["req_site_flags"]) >> 32) & HBF_REQ_CAP_HINT:
             return False                                    # hbfd consumes a hint's completion itself
-        old = self._claim(s, 2 * need + 1)
-        if old >= 2 * need:
-            return False                                    # its owner claimed it first: it writes consumed
         i = (need - 1) & self.ovf_mask
-        with self._lock:
+        with self._lock:                                    # (the GPU: atomicMax on the claim, then the entry)
+            old = int(self.claim[s])
+            if old >= 2 * need:
+                return False                                # its owner claimed it first: it writes consumed
             e = self.ovf[i]
             occ = int(e["tick1"])
             if occ != 0 and int(e["taken"]) != occ and occ - 1 >= self.floor:
@@ -141,6 +141,7 @@ class RingDriver:
                                    f"completion where ticket {need - 1}'s must go", code=ErrorCode.INTERNAL,
                                    status="RING_OVERFLOW", ticket=need - 1, held=occ - 1,
                                    entries=self.ovf_mask + 1)
+            self.claim[s] = 2 * need + 1
             self.ovf[i] = (0, int(row["arrival_ns"]), int(row["modeled_ns"]), int(row["service_ns"]),
                            int(row["status"]), int(row["req_site_flags"]), int(row["req_q_tag"]), 0)
             self.ovf["tick1"][i] = need                     # the GPU: st.release.gpu after the entry
