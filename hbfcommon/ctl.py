@@ -414,7 +414,7 @@ def read_completion_validated(comp: np.ndarray, slot: int, want: int) -> tuple[i
 
 # ---- the device's ring overflow table (runtime_cuda/include/hbf_device.h hbf_ref_ovf; its CPU model in
 # hbfd/hostring.py): one 64-byte entry per stolen completion, at index ticket & (entries - 1)
-RING_OVF_DTYPE = np.dtype([("tick1", np.uint64), ("arrival_ns", np.uint64), ("modeled_ns", np.uint64),
-                           ("service_ns", np.uint64), ("status", np.uint64), ("req_site_flags", np.uint64),
-                           ("req_q_tag", np.uint64), ("taken", np.uint64)])
+RING_OVF_DTYPE = np.dtype([("arrival_ns", np.uint64), ("modeled_ns", np.uint64), ("service_ns", np.uint64),
+                           ("status", np.uint64), ("req_site_flags", np.uint64), ("req_q_tag", np.uint64),
+                           ("tick1", np.uint64), ("taken", np.uint64)])
 assert RING_OVF_DTYPE.itemsize == 64

@@ -142,8 +142,8 @@ class RingDriver:
                                    status="RING_OVERFLOW", ticket=need - 1, held=occ - 1,
                                    entries=self.ovf_mask + 1)
             self.claim[s] = 2 * need + 1
-            self.ovf[i] = (0, int(row["arrival_ns"]), int(row["modeled_ns"]), int(row["service_ns"]),
-                           int(row["status"]), int(row["req_site_flags"]), int(row["req_q_tag"]), 0)
+            self.ovf[i] = (int(row["arrival_ns"]), int(row["modeled_ns"]), int(row["service_ns"]), int(row["status"]),
+                           int(row["req_site_flags"]), int(row["req_q_tag"]), 0, 0)
             self.ovf["tick1"][i] = need                     # the GPU: st.release.gpu after the entry
             self.stats["steals"] += 1
         comp["consumed"][s] = need                          # the same value the owner would write

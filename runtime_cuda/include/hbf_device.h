@@ -227,14 +227,14 @@ typedef struct hbf_device_state {
  * taken = tick1 once its owner read it: only then (or below ref_floor) may a later steal reuse the entry; an
  * untaken one in the way fails the run with HBF_ST_RING_OVERFLOW (never overwritten). */
 #define HBF_REF_OVF_BUSY 0xFFFFFFFFFFFFFFFFull
-typedef struct hbf_ref_ovf {
-    uint64_t tick1;
+typedef struct hbf_ref_ovf {      /* the payload pairs 16-byte aligned (three v2 stores / loads) */
     uint64_t arrival_ns;
     uint64_t modeled_ns;
     uint64_t service_ns;
     uint64_t status;
     uint64_t req_site_flags;
     uint64_t req_q_tag;
+    uint64_t tick1;
     uint64_t taken;
 } hbf_ref_ovf;
 
