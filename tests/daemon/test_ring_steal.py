@@ -360,3 +360,17 @@ def test_seqlock_needs_both_the_marker_and_the_re_read():
     some interleaving accepts a payload mixed from two tickets."""
     assert _torn_accepts(ctl.read_completion_validated, seqlock=False)[1] > 0
     assert _torn_accepts(_naive_read, seqlock=True)[1] > 0
+
+
+def test_overflow_knob(monkeypatch):
+    from hbfcommon.errors import ConfigError
+    from runtime_cuda import knobs
+    monkeypatch.delenv("HBF_RING_OVERFLOW_LOG2", raising=False)
+    assert knobs.ring_overflow_log2() == 20                 # 2^20 x 64 B = 64 MiB of device memory
+    for v, want in (("0", 0), ("10", 10), ("26", 26)):
+        monkeypatch.setenv("HBF_RING_OVERFLOW_LOG2", v)
+        assert knobs.ring_overflow_log2() == want
+    for v in ("5", "27", "-1"):
+        monkeypatch.setenv("HBF_RING_OVERFLOW_LOG2", v)
+        with pytest.raises(ConfigError):
+            knobs.ring_overflow_log2()
