@@ -128,6 +128,56 @@ def test_deferred_consumption_deadlocks_without_stealing_and_ends_with_it(tmp_pa
         assert h.alive()
 
 
+@pytest.mark.parametrize("steal", [False, True])
+def test_threads_holding_more_tickets_than_slots(tmp_path, steal):
+    """The blocking driver from real threads (claims and overflow entries under concurrent owners and stealers):
+    48 threads each issue 48 requests, meet, issue 48 more, meet, then wait for all of theirs: every one of the
+    4,608 tickets is reserved before any is consumed, so tickets 4,096.. must steal (exactly 512 steals).
+    Without stealing the second meeting never happens (slot waits time out)."""
+    import threading
+    threads, half = 48, 48
+    expect = _expected(load_profile("nominal"))
+    with start_hbfd(tmp_path) as h:
+        att, m = attach(h)
+        try:
+            drv = RingDriver(m, att.ring_key, steal=steal)
+            got, errors = {}, []
+            meet = threading.Barrier(threads, timeout=60)
+
+            def worker(w):
+                try:
+                    ts = []
+                    for phase in range(2):
+                        meet.wait()
+                        ts += [drv.issue(arrival_ns=_arrival(w, j), address=0x7f00_0000_0000, media_address=4096 * j,
+                                         nbytes=64, op=_op(w, j), site=w, flags=j, timeout_s=30 if steal else 3)
+                               for j in range(phase * half, (phase + 1) * half)]
+                    meet.wait()
+                    for j, t in enumerate(ts):
+                        got[(w, j)] = drv.wait(t, timeout_s=60)
+                except Exception as e:          # reported below
+                    errors.append(e)
+                    meet.abort()
+
+            ths = [threading.Thread(target=worker, args=(w,)) for w in range(threads)]
+            for t in ths:
+                t.start()
+            for t in ths:
+                t.join(180)
+            if not steal:
+                assert any("ring slot never freed" in str(e) for e in errors), errors[:3]
+                return
+            assert not errors, errors[:3]
+            assert len(got) == threads * 2 * half
+            for (w, j), c in got.items():
+                assert (c.status, c.arrival_ns, c.modeled_ns) == (ctl.HBF_ST_READY, _arrival(w, j), expect[_op(w, j)])
+                assert c.site_flags == w | (j << 32)
+            assert drv.stats["steals"] == threads * 2 * half - N
+            assert drv.stats["overflow_takes"] == drv.stats["steals"]
+        finally:
+            m.close()
+
+
 def test_stealing_runs_out_of_overflow_entries_loudly(tmp_path):
     """Too small an overflow table for the stolen completions outstanding: RingOverflow (status
     RING_OVERFLOW), never an entry overwritten."""
