@@ -332,6 +332,15 @@ class _Recorder:
     def __setitem__(self, key, value):
         self.ops.append((key, np.array(value, np.uint64, copy=True)))
 
+    def __getitem__(self, key):                 # a column view, c64[:, j]: its stores are recorded as c64[i, j]
+        _, j = key
+        rec = self
+
+        class _Col:
+            def __setitem__(self, i, value):
+                rec.ops.append(((i, j), np.array(value, np.uint64, copy=True)))
+        return _Col()
+
 
 class _Field:
     def __init__(self, comp, name, before_read):
@@ -371,7 +380,7 @@ def _naive_read(comp, slot, want):
             int(comp["status"][slot]), int(comp["req_site_flags"][slot]), int(comp["req_q_tag"][slot]))
 
 
-def _torn_accepts(reader, seqlock: bool) -> tuple[int, int]:
+def _torn_accepts(reader, seqlock: bool, per_column: bool = False) -> tuple[int, int]:
     """Every schedule of the writer's store passes (re-posting slot 0 from ticket 0 to ticket N) around
     the reader's 8 loads of ticket 0: (accepted reads, accepted reads that are not ticket 0's payload)."""
     comp = np.zeros(4, ctl.COMPLETION_DTYPE)
@@ -379,7 +388,7 @@ def _torn_accepts(reader, seqlock: bool) -> tuple[int, int]:
     rec = _Recorder()
     p1 = _payload(N)
     ctl.post_completions(rec, np.array([0]), np.array([N + 1], np.uint64), np.array([p1[:4]], np.uint64),
-                         np.array([p1[4:]], np.uint64), seqlock=seqlock)
+                         np.array([p1[4:]], np.uint64), seqlock=seqlock, per_column=per_column)
     ops = rec.ops
     accepted = torn = 0
     loads = 8
@@ -400,16 +409,18 @@ def _torn_accepts(reader, seqlock: bool) -> tuple[int, int]:
     return accepted, torn
 
 
-def test_seqlock_reader_never_accepts_a_torn_completion():
-    accepted, torn = _torn_accepts(ctl.read_completion_validated, seqlock=True)
+@pytest.mark.parametrize("per_column", [False, True])
+def test_seqlock_reader_never_accepts_a_torn_completion(per_column):
+    accepted, torn = _torn_accepts(ctl.read_completion_validated, seqlock=True, per_column=per_column)
     assert accepted > 0 and torn == 0, (accepted, torn)
 
 
-def test_seqlock_needs_both_the_marker_and_the_re_read():
+@pytest.mark.parametrize("per_column", [False, True])
+def test_seqlock_needs_both_the_marker_and_the_re_read(per_column):
     """The checks above can fail: without hbfd's seq = 0 marker, or without the reader's re-read of seq,
     some interleaving accepts a payload mixed from two tickets."""
-    assert _torn_accepts(ctl.read_completion_validated, seqlock=False)[1] > 0
-    assert _torn_accepts(_naive_read, seqlock=True)[1] > 0
+    assert _torn_accepts(ctl.read_completion_validated, seqlock=False, per_column=per_column)[1] > 0
+    assert _torn_accepts(_naive_read, seqlock=True, per_column=per_column)[1] > 0
 
 
 def test_overflow_knob(monkeypatch):
