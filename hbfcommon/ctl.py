@@ -23,7 +23,8 @@ from hbfcommon.errors import ControlRegionError, ErrorCode
 from hbfcommon.status import RequestStatus
 
 HBF_CTL_MAGIC = 0x3130544C43464248  # "HBFCTL01" little-endian
-HBF_CTL_ABI_VERSION = 3   # 2: every ring request carries its tag under the run key (request_tag); 3: hbf_activity
+HBF_CTL_ABI_VERSION = 4   # 2: every ring request carries its tag under the run key (request_tag); 3: hbf_activity;
+                          # 4: completions carry req_site_flags / req_q_tag and are written under a seqlock
 
 HBF_MAX_RANGES = 1024
 HBF_RING_SLOTS = 4096
@@ -45,6 +46,7 @@ HBF_ST_TIMEOUT = int(RequestStatus.TIMEOUT)
 HBF_ST_UNSUPPORTED = int(RequestStatus.UNSUPPORTED)
 HBF_ST_DAEMON_LOST = int(RequestStatus.DAEMON_LOST)
 HBF_ST_THERMAL_SHUTDOWN = int(RequestStatus.THERMAL_SHUTDOWN)
+HBF_ST_RING_OVERFLOW = int(RequestStatus.RING_OVERFLOW)
 assert {k for k in globals() if k.startswith("HBF_ST_")} == {s.c_name for s in RequestStatus}, \
     "every RequestStatus has its HBF_ST_ constant here, and nothing else"
 assert len(RequestStatus) <= HBF_N_STATUS
@@ -196,7 +198,8 @@ class hbf_request(ctypes.Structure):
 class hbf_completion(ctypes.Structure):
     _fields_ = [
         ("seq", c_uint64), ("arrival_ns", c_uint64), ("modeled_ns", c_uint64), ("service_ns", c_uint64),
-        ("status", c_uint32), ("reserved0", c_uint32), ("consumed", c_uint64), ("reserved", c_uint64 * 2),
+        ("status", c_uint32), ("reserved0", c_uint32), ("consumed", c_uint64),
+        ("req_site_flags", c_uint64), ("req_q_tag", c_uint64),   # copies of the request's words 6 and 7
     ]
 
 
@@ -372,3 +375,59 @@ def full_fence() -> None:
     EVICTING, fence, read pins; docs/design.md §3.6). Also orders non-temporal stores a copy loop might use."""
     _FENCE.acquire()
     _FENCE.release()
+
+
+# ---- completion seqlock (hbf_ctl.h hbf_completion): the one writer and the one validated reader --------------
+COMPLETION_WORDS = COMPLETION_DTYPE.itemsize // 8   # a completion as uint64 words: 0 seq, 1 arrival_ns,
+# 2 modeled_ns, 3 service_ns, 4 status | reserved0 << 32, 5 consumed, 6 req_site_flags, 7 req_q_tag
+
+
+_POST_COLUMNS_MIN = 512   # from this batch size on, one 1-D scatter per payload column (fewer calls below it)
+
+
+def post_completions(c64: np.ndarray, slots: np.ndarray, seq: np.ndarray, pay: np.ndarray, req67: np.ndarray,
+                     *, seqlock: bool = True, per_column: bool | None = None) -> None:
+    """Write completions into ``c64`` (the completions as an (N, 8) uint64 matrix) under the seqlock: every
+    slot's seq to 0 (its previous ticket no longer reads as posted), fence, the payload (``pay``: words 1..4;
+    ``req67``: the request's words 6 and 7), fence, then seq. x86-64 (TSO) keeps the three store passes in
+    order; the fences also order non-temporal stores a copy loop might use. ``seqlock=False`` (the protocol
+    before control-region ABI 4: payload, then seq) is for the tests that show the marker is needed; ``per_column``
+    forces one of the two store forms (None: by batch size)."""
+    if seqlock:
+        c64[slots, 0] = 0
+        full_fence()
+    if per_column if per_column is not None else len(slots) >= _POST_COLUMNS_MIN:
+        # one 1-D scatter per column: numpy's mixed fancy-index + slice stores cost more on large batches (4,096
+        # slots: ~164 us in all for this post, ~237 us with c64[slots, 1:5] and c64[slots, 6:8]); fewer calls win
+        # on small ones (256: ~25 us vs ~31 us)
+        for j in range(4):
+            c64[:, 1 + j][slots] = pay[:, j]
+        c64[:, 6][slots] = req67[:, 0]
+        c64[:, 7][slots] = req67[:, 1]
+    else:
+        c64[slots, 1:5] = pay
+        c64[slots, 6:8] = req67
+    full_fence()
+    c64[slots, 0] = seq                                  # release: after every payload
+
+
+def read_completion_validated(comp: np.ndarray, slot: int, want: int) -> tuple[int, ...] | None:
+    """The seqlock reader of one completion, word by word as the GPU reads it: seq == ``want`` (acquire),
+    the payload words, then seq again (after them); returns (arrival_ns, modeled_ns, service_ns, status,
+    req_site_flags, req_q_tag) when both seq reads are ``want``, else None (not posted yet, or being
+    rewritten / rewritten for a later ticket). On x86-64 loads are not reordered with other loads."""
+    if int(comp["seq"][slot]) != want:
+        return None
+    row = (int(comp["arrival_ns"][slot]), int(comp["modeled_ns"][slot]), int(comp["service_ns"][slot]),
+           int(comp["status"][slot]), int(comp["req_site_flags"][slot]), int(comp["req_q_tag"][slot]))
+    if int(comp["seq"][slot]) != want:
+        return None
+    return row
+
+
+# ---- the device's ring overflow table (runtime_cuda/include/hbf_device.h hbf_ref_ovf; its CPU model in
+# hbfd/hostring.py): one 64-byte entry per stolen completion, at index ticket & (entries - 1)
+RING_OVF_DTYPE = np.dtype([("arrival_ns", np.uint64), ("modeled_ns", np.uint64), ("service_ns", np.uint64),
+                           ("status", np.uint64), ("req_site_flags", np.uint64), ("req_q_tag", np.uint64),
+                           ("tick1", np.uint64), ("taken", np.uint64)])
+assert RING_OVF_DTYPE.itemsize == 64

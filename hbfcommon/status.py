@@ -20,6 +20,8 @@ class RequestStatus(enum.IntEnum):
     UNSUPPORTED = 6
     DAEMON_LOST = 7
     THERMAL_SHUTDOWN = 8
+    RING_OVERFLOW = 9     # the device's ring overflow table held an untaken completion where a stolen one
+                          # had to go (docs/runtime.md "ring"): the run fails, nothing is overwritten
 
     @property
     def terminal(self) -> bool:

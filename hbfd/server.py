@@ -434,7 +434,7 @@ class Daemon:
             (0, 8, 24, 32, 36), "the raw request views below follow hbf_request"
         f = ctl.hbf_completion
         assert (f.seq.offset, f.arrival_ns.offset, f.modeled_ns.offset, f.service_ns.offset, f.status.offset,
-                f.consumed.offset) == (0, 8, 16, 24, 32, 40)
+                f.consumed.offset, f.req_site_flags.offset, f.req_q_tag.offset) == (0, 8, 16, 24, 32, 40, 48, 56)
         if platform.machine().lower() not in ("x86_64", "amd64"):
             log.warning("hbfd's ring release ordering assumes x86-64 TSO; this host is %s", platform.machine())
         o = ctl.hbf_op_counters
@@ -681,18 +681,18 @@ class Daemon:
                 return 0
             svc = (now - self._p_seen[slot]).astype(np.uint64)
             self._p_valid[slot] = False
-            # completion payload (arrival, modeled, service, status | reserved0 << 32) for every
-            # slot first, then the seq words: on x86-64 (TSO) stores retire in program order and
-            # the two assignments are separate loops, so this is the release the GPU relies on
+            # a seqlock per completion (hbf_ctl.h, ctl.post_completions): every slot's seq to 0 first (its
+            # previous ticket no longer reads as posted), then the payload (arrival, modeled, service,
+            # status | reserved0 << 32, and the request's own words 6 and 7: the record is self-contained),
+            # then the seq words: on x86-64 (TSO) stores retire in program order and the three passes are
+            # separate loops (fenced), so a reader that sees seq == t + 1 before and after its payload
+            # loads read t's payload, never a mix with the slot's next one
             pay = np.empty((n, 4), np.uint64)
             pay[:, 0] = pr[:, 1]
             pay[:, 1] = mod
             pay[:, 2] = svc
             pay[:, 3] = st
-            c64 = self._comp64
-            c64[slot, 1:5] = pay
-            _store_fence()
-            c64[slot, 0] = seq                                   # release: after every payload
+            ctl.post_completions(self._comp64, slot, seq, pay, pr[:, 6:8])
             # counters, exact uint64 sums per op present in the batch (unknown ops count as loads)
             op = pr[:, 4] >> np.uint64(32)
             pay[:, 0] = 1
@@ -762,10 +762,15 @@ class Daemon:
                                # never matched is answered here like a reserved one
                 if t >= N and int(comp["consumed"][s]) < t - N + 1:
                     continue   # the slot's previous completion is unread; the failure word covers t
+                comp["seq"][s] = 0                      # the seqlock of _post, one slot
+                _store_fence()
                 comp["arrival_ns"][s] = 0
                 comp["modeled_ns"][s] = 0
                 comp["service_ns"][s] = 0
                 comp["status"][s] = req_status
+                comp["req_site_flags"][s] = 0           # no request was published for t
+                comp["req_q_tag"][s] = 0
+                _store_fence()
                 comp["seq"][s] = t + 1
                 self._lost_unpublished += 1
             return n + self._lost_unpublished

@@ -21,7 +21,7 @@ from hbfcommon.profile import L2_MAX_PARTITIONS, L2_MAX_SETS, L2_MIN_SETS, L2_PO
 from hbfcommon.status import STATUS_NAMES
 
 HBF_DEVSTATE_MAGIC = 0x3130545344464248  # "HBFDST01"
-HBF_DEVSTATE_VERSION = 5   # 4: the L2 model (l2_*); 5: the tma_* kernel counters (issue 15)
+HBF_DEVSTATE_VERSION = 6   # 4: the L2 model (l2_*); 5: the tma_* kernel counters (issue 15); 6: ring stealing (ref_*)
 HBF_DEV_MAX_CHANNELS = 64
 HBF_DEV_MAX_BANKS = 8192   # channels * dies_per_channel * planes_per_die, fast source (hbf_device.h)
 HBF_BUF_READY_BITS = 40
@@ -91,7 +91,15 @@ class hbf_device_state(ctypes.Structure):
         ("act_seen", c_uint64 * (C.HBF_MAX_KERNEL_SLOTS * 2 * C.HBF_N_OPS)),
         ("l2_tags", c_uint64), ("l2_sets", c_uint32), ("l2_ways", c_uint32), ("l2_line_shift", c_uint32),
         ("l2_policy", c_uint32), ("l2_magic", c_uint64), ("l2_reserved", c_uint64 * 4),
+        # the reference ring's slot stealing (hbf_device.h; docs/runtime.md "ring")
+        ("ref_ovf", c_uint64), ("ref_ovf_mask", c_uint64), ("ref_floor", c_uint64), ("ref_steals", c_uint64),
+        ("ref_ovf_takes", c_uint64), ("ref_reserved", c_uint64 * 3), ("ref_claim", c_uint64 * C.HBF_RING_SLOTS),
     ]
+
+
+class hbf_ref_ovf(ctypes.Structure):
+    """One entry of the device's ring overflow table (hbf_device.h; numpy twin: hbfcommon.ctl.RING_OVF_DTYPE)."""
+    _fields_ = [(name, c_uint64) for name in C.RING_OVF_DTYPE.names]
 
 
 class hbf_cdesc(ctypes.Structure):
@@ -105,7 +113,10 @@ class hbf_cdesc(ctypes.Structure):
                 ("inl_flags", c_uint32), ("reserved2", c_uint32)]
 
 
-STRUCTS = {c.__name__: c for c in (hbf_dev_range, hbf_kernel_counters, hbf_device_state, hbf_cdesc)}
+STRUCTS = {c.__name__: c for c in (hbf_dev_range, hbf_kernel_counters, hbf_device_state, hbf_cdesc, hbf_ref_ovf)}
+HBF_REF_OVF_BUSY = (1 << 64) - 1   # hbf_device.h: an entry a stealer is writing
+REF_FLOOR_OFF = hbf_device_state.ref_floor.offset    # host-written at synchronization points (session)
+REF_STEALS_OFF = hbf_device_state.ref_steals.offset  # ref_steals, ref_ovf_takes: GPU counters
 STATE_BYTES = ctypes.sizeof(hbf_device_state)
 HEAD_BYTES = hbf_device_state.media.offset          # lines 0..2 (what a range update rewrites)
 KSLOTS_OFF = hbf_device_state.kslots.offset

@@ -53,6 +53,21 @@ def l2_model() -> bool:
     return env_bool("HBF_L2_MODEL", False)
 
 
+def ring_overflow_log2() -> int:
+    """HBF_RING_OVERFLOW_LOG2 (default 20, 0 = no stealing; else 10..26): log2 of the entries of the reference
+    ring's overflow table in device memory (docs/runtime.md "ring"): 64 B per entry, so 20 costs 64 MiB of device
+    memory (16: 4 MiB; 26: 4 GiB), allocated with the device state when a session attaches. An issuer waiting
+    for its slot steals the posted, unconsumed completion of the slot's previous ticket into it, so a slot wait
+    never depends on another warp's consumption (the deferred-consumption deadlock). A stolen completion waits
+    there for its owner; one still untaken where a later one must go (its ticket 2^k behind) fails the run with
+    RING_OVERFLOW. 0 restores the protocol without stealing (it can deadlock when the warps hold more unconsumed
+    tickets than the ring's 4096 slots)."""
+    v = env_int("HBF_RING_OVERFLOW_LOG2", 20, lo=0, hi=26)
+    if 0 < v < 10:
+        raise ConfigError("HBF_RING_OVERFLOW_LOG2 must be 0 (no stealing) or 10..26", value=v)
+    return v
+
+
 def backoff_max_ns() -> int:
     """HBF_BACKOFF_MAX_NS: nanosleep backoff cap while polling host-written words."""
     return env_int("HBF_BACKOFF_MAX_NS", 8192, lo=0)

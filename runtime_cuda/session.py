@@ -303,6 +303,8 @@ class Session:
         # the L2 in front of HBF (docs/design.md §3.12): geometry from the daemon's media parameters, checked here
         self.l2: D.L2Geometry | None = D.l2_geometry(ctlmap.ctl.header.media) if knobs.l2_model() else None
         self.l2_tags_dptr = 0
+        self.ring_ovf_dptr = 0                  # the reference ring's overflow table (hbf_ref_ovf[], stealing)
+        self.ring_ovf_entries = 0
         self.launch_selection: dict[str, dict] = {}
         self.host_registered = False
         h = ctlmap.ctl.header
@@ -339,6 +341,13 @@ class Session:
             D.set_l2(self.state, self.l2, self.l2_tags_dptr)
         self.cap_table_dptr = cudrv.mem_alloc(CAP.TABLE_BYTES)          # zero: no capacity range served
         cudrv.check(cudrv.drv().cuMemsetD8(self.cap_table_dptr, 0, CAP.TABLE_BYTES), "cuMemsetD8")
+        lg = knobs.ring_overflow_log2()          # the ring's overflow table (docs/runtime.md "ring"), zeroed
+        if lg:
+            self.ring_ovf_entries = 1 << lg
+            nb = self.ring_ovf_entries * ctypes.sizeof(D.hbf_ref_ovf)
+            self.ring_ovf_dptr = cudrv.mem_alloc(nb)
+            cudrv.check(cudrv.drv().cuMemsetD8(self.ring_ovf_dptr, 0, nb), "cuMemsetD8")
+            self.state.ref_ovf, self.state.ref_ovf_mask = self.ring_ovf_dptr, self.ring_ovf_entries - 1
         self.state.ref_next_ticket = ticket_floor(self.ctl)      # re-read right before publishing
         cudrv.htod(self.state_dptr, self.state, D.STATE_BYTES)   # whole block: zero tails and counters
         h = self.ctl.ctl.header
@@ -922,6 +931,11 @@ class Session:
         self._cu.dtoh(v, self.state_dptr + D.REF_NEXT_TICKET_OFF, 8)
         t = int(v.value)
         self.state.ref_next_ticket = t
+        if self.ring_ovf_dptr and t > int(self.state.ref_floor):
+            # no kernel runs: every ticket reserved so far belongs to a warp that is gone, so an overflow
+            # entry it left untaken (a future nobody waited: hbfcc's overwrite rule) may be reused
+            self.state.ref_floor = t
+            self._cu.htod(self.state_dptr + D.REF_FLOOR_OFF, ctypes.c_uint64(t), 8)
         h = self.ctl.ctl.header
         if t > int(h.ring_head):
             h.ring_head = t
@@ -976,10 +990,19 @@ class Session:
                "unmodeled_launches": list(self.unmodeled_launches),
                "refused_launches": list(self.refused_launches),
                "l2_model": self.l2.summary() if self.l2 is not None else None,
+               "ring": self._ring_counters(),
                "launch_selection": {k: dict(v, rules=dict(v["rules"])) for k, v in self.launch_selection.items()}}
         if publish:
             self._publish(totals)
         return out
+
+    def _ring_counters(self) -> dict:
+        """The reference ring's stealing (docs/runtime.md "ring"): completions stolen into the overflow table and
+        owners served from it (GPU counters), the table's entries (0: stealing off)."""
+        v = (ctypes.c_uint64 * 2)()
+        if self.use_cuda and self.state_dptr:
+            self._cu.dtoh(v, self.state_dptr + D.REF_STEALS_OFF, 16)
+        return {"overflow_entries": self.ring_ovf_entries, "steals": int(v[0]), "overflow_takes": int(v[1])}
 
     def _publish(self, totals: dict) -> None:
         cnt = self.ctl.ctl.counters
@@ -1160,6 +1183,8 @@ class Session:
                     self._cu.mem_free(self.l2_tags_dptr)
                 if self.cap_table_dptr:
                     self._cu.mem_free(self.cap_table_dptr)
+                if self.ring_ovf_dptr:
+                    self._cu.mem_free(self.ring_ovf_dptr)
                 if self.host_registered:
                     self._cu.host_unregister(self.ctl.address)
             except HbfError as e:

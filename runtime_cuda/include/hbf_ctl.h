@@ -34,8 +34,10 @@
 #endif
 
 #define HBF_CTL_MAGIC 0x3130544c43464248ULL /* "HBFCTL01" little-endian */
-#define HBF_CTL_ABI_VERSION 3u   /* 2: every request carries its tag under the run key (hbf_request);
-                                    3: the live media activity section (hbf_activity, header.off_activity) */
+#define HBF_CTL_ABI_VERSION 4u   /* 2: every request carries its tag under the run key (hbf_request);
+                                    3: the live media activity section (hbf_activity, header.off_activity);
+                                    4: a completion carries its request's site|flags and q|tag words
+                                       (req_site_flags, req_q_tag) and is written under a seqlock */
 
 #define HBF_MAX_RANGES 1024u
 #define HBF_RING_SLOTS 4096u            /* power of two */
@@ -54,6 +56,7 @@
 #define HBF_ST_UNSUPPORTED 6u
 #define HBF_ST_DAEMON_LOST 7u
 #define HBF_ST_THERMAL_SHUTDOWN 8u
+#define HBF_ST_RING_OVERFLOW 9u   /* device: the ring overflow table had no free entry for a stolen completion */
 
 /* ---- operations ---------------------------------------------------------------------------- */
 #define HBF_OP_LOAD 0u
@@ -235,9 +238,18 @@ typedef struct hbf_request {
                                       takes no record without it */
 } hbf_request;
 
-/* One completion (hbfd -> GPU). Payload first, then seq = ticket + 1 with st.release.sys.
+/* One completion (hbfd -> GPU). hbfd writes seq = 0 first (the slot's previous ticket no longer reads
+ * as posted), then the payload, then seq = ticket + 1 with release (x86-64 TSO keeps the three store
+ * passes in order; hbfd fences between them): a reader that sees seq == t + 1, reads the payload and then
+ * sees seq == t + 1 again (the payload loads ordered before that re-read) read t's payload whole.
+ * The record is self-contained: req_site_flags / req_q_tag are copies of the request's site | flags << 32
+ * and thermal_q_ppm words, so nobody needs ring[slot] (which the next issuer rewrites once the slot is
+ * consumed) to interpret a completion.
  * The GPU waiter writes consumed = ticket + 1 when it has read the completion; a ticket
- * t >= ring_slots may reuse slot t % ring_slots only after consumed == t - ring_slots + 1. */
+ * t >= ring_slots may reuse slot t % ring_slots only after consumed == t - ring_slots + 1. A waiting
+ * issuer may take ("steal") the posted, unconsumed completion of the slot's previous ticket into the
+ * runtime's device-memory overflow table and write consumed itself (docs/runtime.md "ring": a slot wait
+ * then depends only on hbfd, never on another warp's consumption). */
 typedef struct hbf_completion {
     uint64_t seq;
     uint64_t arrival_ns;           /* echo of the request */
@@ -245,8 +257,10 @@ typedef struct hbf_completion {
     uint64_t service_ns;           /* host time spent serving */
     uint32_t status;               /* HBF_ST_* */
     uint32_t reserved0;
-    uint64_t consumed;             /* GPU-written */
-    uint64_t reserved[2];
+    uint64_t consumed;             /* GPU-written (and by hbfd for the capacity hints it consumes itself) */
+    uint64_t req_site_flags;       /* copy of the request's site | flags << 32 (0: no request, a terminal
+                                      completion of a reserved-but-unpublished ticket) */
+    uint64_t req_q_tag;            /* copy of the request's thermal_q_ppm word (q | tag << 32) */
 } hbf_completion;
 
 typedef struct hbf_op_counters {

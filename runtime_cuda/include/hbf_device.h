@@ -26,7 +26,8 @@
 #include "hbf_ctl.h"
 
 #define HBF_DEVSTATE_MAGIC 0x3130545344464248ULL  /* "HBFDST01" little-endian */
-#define HBF_DEVSTATE_VERSION 5u   /* 3: the live activity words (act_*); 4: the L2 model (l2_*); 5: the tma_* kernel counters */
+#define HBF_DEVSTATE_VERSION 6u   /* 3: the live activity words (act_*); 4: the L2 model (l2_*); 5: the tma_* kernel counters;
+                                     6: the reference ring's slot stealing (ref_claim, ref_ovf*) */
 #define HBF_DEV_MAX_CHANNELS 64u
 #define HBF_DEV_MAX_BANKS 8192u         /* channels * dies_per_channel * planes_per_die <= this (fast source) */
 #define HBF_BUF_READY_BITS 40u          /* page buffer word: bits 40..63 tag (page in plane + 1), 0..39 ready */
@@ -204,7 +205,38 @@ typedef struct hbf_device_state {
     uint32_t l2_policy;            /* HBF_L2_POLICY_* (hbf_l2.cuh): 1 LRU, 2 FIFO */
     uint64_t l2_magic;             /* hb_l2_magic(l2_sets) = (2^64 - 1) / l2_sets + 1: line / sets as a multiply */
     uint64_t l2_reserved[4];
+    /* The reference ring's slot stealing (docs/runtime.md "ring"; hbf_helpers.cu hb_ref_steal / hb_ref_take):
+     * an issuer whose slot's previous ticket is posted but unconsumed copies that completion into the
+     * overflow table and writes consumed itself, so a slot wait never depends on another warp's consumption.
+     * ref_ovf / ref_ovf_mask / ref_floor are host-owned (the runtime writes them with the context idle);
+     * the rest is GPU-written. */
+    uint64_t ref_ovf;              /* device address of hbf_ref_ovf[ref_ovf_mask + 1], zeroed; 0: no stealing */
+    uint64_t ref_ovf_mask;         /* entries - 1 (entries a power of two; runtime_cuda/knobs.py ring_overflow_log2) */
+    uint64_t ref_floor;            /* tickets below it were reserved before the runtime's last synchronization
+                                      point (their warps are gone): their untaken entries may be reused */
+    uint64_t ref_steals;           /* completions stolen (GPU counter) */
+    uint64_t ref_ovf_takes;        /* owners served from the overflow table (GPU counter) */
+    uint64_t ref_reserved[3];
+    /* per ring slot: the largest claim of a posted completion there (atomicMax): 2 (t + 1) by ticket t's owner,
+     * 2 (t + 1) + 1 by the issuer that steals it; exactly one of them takes the completion */
+    uint64_t ref_claim[HBF_RING_SLOTS];
 } hbf_device_state;
+
+/* One stolen completion (the device's ring overflow table, index ticket & ref_ovf_mask). tick1 = ticket + 1
+ * once written (st.release.gpu after the payload), HBF_REF_OVF_BUSY while a stealer writes it, 0 never used.
+ * taken = tick1 once its owner read it: only then (or below ref_floor) may a later steal reuse the entry; an
+ * untaken one in the way fails the run with HBF_ST_RING_OVERFLOW (never overwritten). */
+#define HBF_REF_OVF_BUSY 0xFFFFFFFFFFFFFFFFull
+typedef struct hbf_ref_ovf {      /* the payload pairs 16-byte aligned (three v2 stores / loads) */
+    uint64_t arrival_ns;
+    uint64_t modeled_ns;
+    uint64_t service_ns;
+    uint64_t status;
+    uint64_t req_site_flags;
+    uint64_t req_q_tag;
+    uint64_t tick1;
+    uint64_t taken;
+} hbf_ref_ovf;
 
 /* The module's launch descriptor, __hb_cdesc (hbf_abi.h): one per instrumented module, in the .const
  * state space, read by the compact issue path (and the ready-wait) through the constant cache: operands
@@ -259,5 +291,6 @@ HBF_STATIC_ASSERT(sizeof(hbf_device_state) % 64 == 0, "device state 64B multiple
 HBF_STATIC_ASSERT(offsetof(hbf_device_state, bank_buf) % 16 == 0, "bank records 16B aligned (128-bit CAS)");
 
 HBF_STATIC_ASSERT(sizeof(hbf_cdesc) == 128, "cdesc 128B");
+HBF_STATIC_ASSERT(sizeof(hbf_ref_ovf) == 64, "ring overflow entry 64B");
 
 #endif /* HBF_DEVICE_H */

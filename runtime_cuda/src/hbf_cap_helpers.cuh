@@ -34,17 +34,11 @@ extern "C" __device__ __noinline__ unsigned int __hb_cap_miss(unsigned long long
                                               HBF_REQ_CAP_MISS | (op & HBF_F_OP_MASK) | HBF_F_ACTIVE, 0u, hb_now());
     if (fut == HB_FAILED) return HBF_ST_DAEMON_LOST;         // recorded (or the run had already failed)
     const uint64_t ticket = fut & ~HBF_FUTURE_TICKET_BIT;
-    const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
-    hbf_completion* cp = &c->completions[slot];
-    const uint32_t polls = HB_OOL(hb_ticket_poll)(st, c, cp, ticket + 1ull, site);
+    hb_cpl o;                                                // the owner's take (claim, or the overflow table)
+    const uint32_t polls = hb_ref_take(st, c, ticket, site, o);
     if (polls == HB_POLL_FAILED || polls == 0u) return HBF_ST_DAEMON_LOST;
-    uint64_t seq_, arrival, modeled, service, stw, consumed_;
-    hb_ld_vol_v2(&cp->seq, seq_, arrival);
-    hb_ld_vol_v2(&cp->modeled_ns, modeled, service);
-    hb_ld_vol_v2(&cp->status, stw, consumed_);
-    (void)seq_; (void)consumed_;
-    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(&cp->consumed), "l"(ticket + 1ull) : "memory");
-    const uint32_t s = (uint32_t)stw;
+    const uint64_t arrival = o.arrival, modeled = o.modeled, service = o.service;
+    const uint32_t s = o.status;
     hbf_kernel_counters* ks = hb_kslot(st, site);
     hb_red_add(&ks->status[s & (HBF_N_STATUS - 1u)], 1ull);
     if (s == HBF_ST_PENDING) {

@@ -18,6 +18,7 @@
 #include "hbf_ctl.h"
 #include "hbf_curve.h"   // fixed/curve service + thermal scaling: the one definition (host-testable)
 #include "hbf_device.h"
+#include "hbf_capacity.h"  // HBF_REQ_CAP_HINT: a hint's completion is never stolen (hbfd consumes it)
 
 // Module globals (hbf_abi.h). Set by the runtime after the module loads; 0 = detached = native.
 extern "C" {
@@ -807,16 +808,102 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
     return hb_max(xe, done);
 }
 
-// The ring is full: wait until the slot's previous ticket has been consumed (daemon liveness checked).
-// Returns 0, or a terminal status after recording it (HB_ST_ENDED: another warp's failure).
+// ------------------------------------------------------------------------------------------
+// The reference ring's slot stealing (docs/runtime.md "ring"; hbf_device.h ref_claim / hbf_ref_ovf; its CPU
+// model: hbfd/hostring.py). A ticket's completion is consumed at the value's first use, so a warp may hold
+// unconsumed tickets while it issues more; with more tickets held than ring slots, an issuer waiting for a
+// slot whose occupant belongs to a warp that itself waits for a slot would wait forever. Instead the issuer
+// takes the occupant's POSTED completion into the overflow table (device memory) and writes consumed itself:
+// a slot wait depends only on hbfd's service. Exactly one of owner and stealer takes a completion: each claims
+// it first with an atomicMax on the slot's claim word (owner 2 (t + 1), stealer 2 (t + 1) + 1).
+// ------------------------------------------------------------------------------------------
+// The waiter's release of a consumed completion slot (the issuer of ticket + HBF_RING_SLOTS, a GPU
+// thread, acquires it before it rewrites the request slot; hbfd writes that slot's next completion
+// only after it has seen the next request, so the chain is waiter -> issuer (gpu scope) -> hbfd (the
+// issuer's st.release.sys)). HBF_REF_CONSUMED_SYS=1: st.release.sys (MEMBAR.ALL.SYS) as before.
+// A stealer is that issuer itself: the same store, then its own request's st.release.sys.
+#ifndef HBF_REF_CONSUMED_SYS
+#define HBF_REF_CONSUMED_SYS 0
+#endif
+HB_DEV void hb_st_consumed(hbf_completion* cp, uint64_t v) {
+#if HBF_REF_CONSUMED_SYS
+    hb_st_rel_sys(&cp->consumed, v);
+#else
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(&cp->consumed), "l"(v) : "memory");
+#endif
+}
+HB_DEV uint64_t hb_ld_acq_gpu(const void* p) {
+    uint64_t v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+HB_DEV void hb_st_rel_gpu(void* p, uint64_t v) {
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// A completion as read (from its ring slot or from the overflow table).
+struct hb_cpl {
+    uint64_t arrival, modeled, service, w6, w7;   // w6: site | flags << 32; w7: q | tag << 32 (the request's)
+    uint32_t status;
+};
+#define HB_STEAL_NONE 0u       // not stolen (not posted yet, a hint hbfd consumes, or its owner claimed it)
+#define HB_STEAL_DONE 1u       // stolen: in the overflow table, consumed written
+#define HB_STEAL_FAILED 2u     // the run failed (recorded: RING_OVERFLOW)
+
+// The issuer of ticket need - 1 + HBF_RING_SLOTS, its slot still unconsumed: steal ticket need - 1's completion
+// if it is posted. Its payload is stable while we read it: hbfd rewrites the slot only after consumed >= need
+// AND the slot's next request, which is ours.
+HB_SPLIT_FN uint32_t hb_ref_steal(hbf_device_state* st, hbf_ctl* c, uint32_t slot, uint64_t need, uint32_t site) {
+    hbf_completion* cp = &c->completions[slot];
+    if (hb_ld_acq_sys(&cp->seq) != need) return HB_STEAL_NONE;
+    hb_cpl o;
+    uint64_t seq_, stw, consumed_;
+    hb_ld_vol_v2(&cp->seq, seq_, o.arrival);
+    hb_ld_vol_v2(&cp->modeled_ns, o.modeled, o.service);
+    hb_ld_vol_v2(&cp->status, stw, consumed_);
+    hb_ld_vol_v2(&cp->req_site_flags, o.w6, o.w7);
+    (void)seq_; (void)consumed_;
+    if (((o.w6 >> 32) & HBF_REQ_CAP_HINT) != 0u) return HB_STEAL_NONE;   // hbfd consumes a hint's completion
+    if (atomicMax((unsigned long long*)&st->ref_claim[slot], (unsigned long long)(2ull * need + 1ull)) >= 2ull * need)
+        return HB_STEAL_NONE;                                            // its owner claimed it: it writes consumed
+    hbf_ref_ovf* e = (hbf_ref_ovf*)st->ref_ovf + ((need - 1ull) & st->ref_ovf_mask);
+#pragma unroll 1
+    for (;;) {   // take the entry: free (never used, taken, or below the floor), else the run fails
+        const uint64_t occ = hb_ld_acq_gpu(&e->tick1);
+        if (occ == HBF_REF_OVF_BUSY) { hb_sleep(32); continue; }        // another stealer writes it (bounded)
+        if (occ != 0ull && hb_ld_vol(&e->taken) != occ && occ - 1ull >= hb_ld_vol(&st->ref_floor)) {
+            HB_OOL(hb_fail)(st, HBF_ST_RING_OVERFLOW, site, occ - 1ull);   // never overwritten
+            return HB_STEAL_FAILED;
+        }
+        if (atomicCAS((unsigned long long*)&e->tick1, occ, HBF_REF_OVF_BUSY) == occ) break;
+    }
+    hb_st_vol_v2(&e->arrival_ns, o.arrival, o.modeled);
+    hb_st_vol_v2(&e->service_ns, o.service, (uint64_t)(uint32_t)stw);
+    hb_st_vol_v2(&e->req_site_flags, o.w6, o.w7);
+    hb_st_vol(&e->taken, 0ull);
+    hb_st_rel_gpu(&e->tick1, need);                                      // the entry, then its ticket
+    hb_st_consumed(cp, need);                                            // the value the owner would write
+    hb_red_add(&st->ref_steals, 1ull);
+    return HB_STEAL_DONE;
+}
+
+// The ring is full: wait until the slot's previous ticket has been consumed, stealing its completion once it is
+// posted (st->ref_ovf != 0; daemon liveness checked). Returns 0, or a terminal status after recording it
+// (HB_ST_ENDED: another warp's failure).
 HB_SPLIT_FN uint32_t hb_ref_slot_wait(hbf_device_state* st, hbf_ctl* c, uint32_t slot, uint64_t need,
                                 uint32_t site, uint64_t addr, uint64_t now) {
     uint32_t backoff = 32;
     hb_live lv;
     hb_live_init(lv, c, now);
     uint32_t it = 0;
+    const bool steal = st->ref_ovf != 0ull;
 #pragma unroll 1
     while (hb_ld_acq_sys(&c->completions[slot].consumed) < need) {
+        if (steal) {
+            const uint32_t r = HB_OOL(hb_ref_steal)(st, c, slot, need, site);
+            if (r == HB_STEAL_DONE) break;
+            if (r == HB_STEAL_FAILED) return HBF_ST_RING_OVERFLOW;
+        }
         hb_sleep(backoff);
         backoff = backoff < (uint32_t)st->backoff_max_ns ? backoff * 2u : (uint32_t)st->backoff_max_ns;
         if ((++it & 7u) == 0u) {
@@ -1583,7 +1670,7 @@ HB_SPLIT_FN uint32_t hb_ticket_poll(hbf_device_state* st, hbf_ctl* c, hbf_comple
         const uint64_t sq = hb_ld_acq_sys(&cp->seq);
         if (sq == want) return it + 1u;
         // A later ticket already reuses the slot: this completion was consumed by an earlier wait on
-        // the same future (a wait on several paths), which spun to its deadline; nothing is left to wait.
+        // the same future (a wait on several paths), or stolen into the overflow table (hb_ref_take looks).
         if (sq > want) return 0u;
         hb_sleep(backoff);
         backoff = backoff < cap ? backoff * 2u : cap;
@@ -1598,19 +1685,136 @@ HB_SPLIT_FN uint32_t hb_ticket_poll(hbf_device_state* st, hbf_ctl* c, hbf_comple
     }
 }
 
-// The waiter's release of a consumed completion slot (the issuer of ticket + HBF_RING_SLOTS, a GPU
-// thread, acquires it before it rewrites the request slot; hbfd writes that slot's next completion
-// only after it has seen the next request, so the chain is waiter -> issuer (gpu scope) -> hbfd (the
-// issuer's st.release.sys)). HBF_REF_CONSUMED_SYS=1: st.release.sys (MEMBAR.ALL.SYS) as before.
-#ifndef HBF_REF_CONSUMED_SYS
-#define HBF_REF_CONSUMED_SYS 0
-#endif
+// The owner's completion from the overflow table (a stealer took it): 1 (o filled, the entry marked taken), 0 (no
+// entry of this ticket: it was waited on another path before), HB_POLL_FAILED (the run failed while we waited for
+// the stealer's entry). `wait`: the claim word says a stealer has it, so its entry is being written (bounded).
+HB_SPLIT_FN uint32_t hb_ref_ovf_take(hbf_device_state* st, uint64_t ticket, bool wait, hb_cpl& o) {
+    if (st->ref_ovf == 0ull) return 0u;
+    hbf_ref_ovf* e = (hbf_ref_ovf*)st->ref_ovf + (ticket & st->ref_ovf_mask);
+    const uint64_t want = ticket + 1ull;
+#pragma unroll 1
+    for (;;) {
+        if (hb_ld_acq_gpu(&e->tick1) == want) {
+            uint64_t stw;
+            hb_ld_vol_v2(&e->arrival_ns, o.arrival, o.modeled);
+            hb_ld_vol_v2(&e->service_ns, o.service, stw);
+            hb_ld_vol_v2(&e->req_site_flags, o.w6, o.w7);
+            o.status = (uint32_t)stw;
+            __threadfence();                                   // the payload loads before the re-check
+            if (hb_ld_vol(&e->tick1) != want) return 0u;      // reused after a take on another path
+            hb_st_vol(&e->taken, want);
+            hb_red_add(&st->ref_ovf_takes, 1ull);
+            return 1u;
+        }
+        if (!wait) return 0u;
+        if (hb_failed(st)) return HB_POLL_FAILED;              // the stealer failed the run (RING_OVERFLOW)
+        hb_sleep(64);
+    }
+}
 
-// Poll the ticket's completion slot; returns the deadline arrival + modeled_ns (READY only), less the
-// measured deadline bias (clamped to arrival, the issue time), applied here once; 0 when the slot was
-// already reused (the ticket was waited before); HB_FAILED after a recorded terminal failure.
-// Completion payload and our own request fields are read with 16-byte vector loads after the
-// acquire of seq (4 host reads instead of 6).
+// The owner's claim of its posted completion (one device-memory atomicMax on the slot's claim word), issued
+// together with the four 16-byte host loads of the self-contained completion, so its latency hides under theirs.
+// Returns the previous claim: below 2 (t + 1), the completion is ours (nobody can make hbfd rewrite it before our
+// consumed store) and `o` holds it; otherwise hb_ref_take_slow decides.
+HB_DEV uint64_t hb_ref_claim_read(hbf_device_state* st, hbf_completion* cp, uint32_t slot, uint64_t want, hb_cpl& o) {
+    const uint64_t old = atomicMax((unsigned long long*)&st->ref_claim[slot], (unsigned long long)(2ull * want));
+    uint64_t seq_, stw, consumed_;
+    hb_ld_vol_v2(&cp->seq, seq_, o.arrival);
+    hb_ld_vol_v2(&cp->modeled_ns, o.modeled, o.service);
+    hb_ld_vol_v2(&cp->status, stw, consumed_);
+    hb_ld_vol_v2(&cp->req_site_flags, o.w6, o.w7);
+    (void)seq_; (void)consumed_;
+    o.status = (uint32_t)stw;
+    return old;
+}
+
+// The owner's take when its claim was not the first (or the slot had moved on: polls == 0): another path of the
+// same ticket claimed it first (a wait on several paths: the slot may be in reuse, so the payload is read under
+// the completion seqlock: seq == want, payload, system fence, seq == want again), a stealer has it (its overflow
+// entry, waited for: it is being written), or the slot moved on (the overflow entry if there is one). Returns 1
+// (o filled), 0 (waited before: nothing left to wait) or HB_POLL_FAILED.
+HB_SPLIT_FN uint32_t hb_ref_take_slow(hbf_device_state* st, hbf_ctl* c, uint64_t ticket, uint32_t polls, uint64_t old,
+                                      hb_cpl& o) {
+    const uint64_t want = ticket + 1ull;
+    hbf_completion* cp = &c->completions[ticket & (HBF_RING_SLOTS - 1u)];
+    if (polls != 0u && old == 2ull * want && hb_ld_acq_sys(&cp->seq) == want) {
+        uint64_t seq_, stw, consumed_;
+        hb_ld_vol_v2(&cp->seq, seq_, o.arrival);
+        hb_ld_vol_v2(&cp->modeled_ns, o.modeled, o.service);
+        hb_ld_vol_v2(&cp->status, stw, consumed_);
+        hb_ld_vol_v2(&cp->req_site_flags, o.w6, o.w7);
+        (void)seq_; (void)consumed_;
+        o.status = (uint32_t)stw;
+        __threadfence_system();                  // the payload loads before the re-read
+        if (hb_ld_acq_sys(&cp->seq) == want) {
+            hb_st_consumed(cp, want);
+            return 1u;
+        }
+    }
+    return HB_OOL(hb_ref_ovf_take)(st, ticket, polls != 0u && old == 2ull * want + 1ull, o);
+}
+
+// The owner's take of ticket `ticket` (the capacity miss path): polls its completion until posted, claims and
+// reads it, writes consumed. Returns the polls (>= 1) with o filled; 0 when the ticket was already waited on
+// another path; HB_POLL_FAILED after a recorded terminal failure.
+HB_DEV uint32_t hb_ref_take(hbf_device_state* st, hbf_ctl* c, uint64_t ticket, uint32_t site, hb_cpl& o) {
+    const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
+    hbf_completion* cp = &c->completions[slot];
+    const uint64_t want = ticket + 1ull;
+    const uint32_t polls = HB_OOL(hb_ticket_poll)(st, c, cp, want, site);
+    if (polls == HB_POLL_FAILED) return polls;
+    uint64_t old = 0ull;
+    if (polls != 0u) {
+        old = hb_ref_claim_read(st, cp, slot, want, o);
+        if (old < 2ull * want) {
+            hb_st_consumed(cp, want);
+            return polls;
+        }
+    }
+    const uint32_t r = HB_OOL(hb_ref_take_slow)(st, c, ticket, polls, old, o);
+    return r == 1u ? (polls ? polls : 1u) : r;
+}
+
+// A taken READY completion's deadline: arrival + modeled_ns (thermal applied once, with the request's own q),
+// less the measured deadline bias (clamped to arrival, the issue time), applied here once; HB_FAILED after a
+// recorded terminal status.
+HB_DEV uint64_t hb_cpl_deadline(hbf_device_state* st, uint64_t ticket, uint32_t site, const hb_cpl& o,
+                                uint32_t polls) {
+    const uint32_t status = o.status;
+    const uint32_t op = (uint32_t)(o.w6 >> 32) & HBF_F_OP_MASK;
+    uint64_t q = o.w7 & 0xFFFFFFFFull;                     // our own snapshot, written at issue
+    if (q == 0ull || q > 1000000ull) q = 1000000ull;
+    hbf_kernel_counters* ks = hb_kslot(st, site);
+    hb_red_add(&ks->status[status & (HBF_N_STATUS - 1u)], 1ull);
+    if (status != HBF_ST_READY) {
+        HB_OOL(hb_fail)(st, status, site, ticket);
+        return HB_FAILED;
+    }
+    const uint64_t modeled_t = hb_thermal_scale(o.modeled, (uint32_t)q);  // thermal applied exactly once
+    hb_red_add(&ks->ops[op].modeled_ns, (unsigned long long)modeled_t);
+    hb_red_add(&ks->ops[op].service_ns, (unsigned long long)o.service);
+    HB_TRACE(ticket, 5, polls);
+    HB_TRACE(ticket, 6, o.arrival + modeled_t);
+    HB_TRACE(ticket, 7, o.service);
+    HB_TRACE(ticket, 0, ticket + 1ull);
+    (void)polls;
+    return hb_apply_bias(st, o.arrival + modeled_t, o.arrival, site);
+}
+
+// hb_ticket_deadline's rare path (its own function: the fast path keeps the completion in registers).
+HB_SPLIT_FN uint64_t hb_ticket_deadline_slow(hbf_device_state* st, uint64_t ticket, uint32_t site, uint32_t polls,
+                                             uint64_t old) {
+    hb_cpl o;
+    const uint32_t r = HB_OOL(hb_ref_take_slow)(st, (hbf_ctl*)st->ctl, ticket, polls, old, o);
+    if (r == HB_POLL_FAILED) return HB_FAILED;
+    if (r == 0u) return 0ull;
+    return hb_cpl_deadline(st, ticket, site, o, polls ? polls : 1u);
+}
+
+// Poll the ticket's completion slot; returns its deadline (hb_cpl_deadline); 0 when the ticket was already
+// waited on another path; HB_FAILED after a recorded terminal failure. The completion is self-contained (its
+// request's site | flags and q | tag words): 4 host reads after the acquire of seq, as before control-region
+// ABI 4 (3 of the completion + 1 of our own request), plus the claim's device atomic beside them.
 HB_OOL_FN uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket, uint32_t site) {
     hbf_ctl* c = (hbf_ctl*)st->ctl;
     const uint32_t slot = (uint32_t)(ticket & (HBF_RING_SLOTS - 1u));
@@ -1618,38 +1822,18 @@ HB_OOL_FN uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket, uin
     const uint64_t want = ticket + 1ull;
     HB_TRACE(ticket, 3, hb_now());
     const uint32_t polls = HB_OOL(hb_ticket_poll)(st, c, cp, want, site);
-    if (polls == 0u) return 0ull;
     if (polls == HB_POLL_FAILED) return HB_FAILED;
-    HB_TRACE(ticket, 4, hb_now());
-    uint64_t seq_, arrival, modeled, service, stw, consumed_, w6, w7;
-    hb_ld_vol_v2(&cp->seq, seq_, arrival);
-    hb_ld_vol_v2(&cp->modeled_ns, modeled, service);
-    hb_ld_vol_v2(&cp->status, stw, consumed_);
-    hb_ld_vol_v2(&c->ring[slot].site, w6, w7);   // our own request: site | flags << 32, q | tag << 32
-    (void)seq_; (void)consumed_;
-    const uint32_t status = (uint32_t)stw;
-    const uint32_t op = (uint32_t)(w6 >> 32) & HBF_F_OP_MASK;
-    uint64_t q = w7 & 0xFFFFFFFFull;                       // our own snapshot, written at issue
-    if (q == 0ull || q > 1000000ull) q = 1000000ull;
-#if HBF_REF_CONSUMED_SYS
-    hb_st_rel_sys(&cp->consumed, want);
-#else
-    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(&cp->consumed), "l"(want) : "memory");
-#endif
-    hbf_kernel_counters* ks = hb_kslot(st, site);
-    hb_red_add(&ks->status[status & (HBF_N_STATUS - 1u)], 1ull);
-    if (status != HBF_ST_READY) {
-        HB_OOL(hb_fail)(st, status, site, ticket);
-        return HB_FAILED;
+    uint64_t old = 0ull;
+    if (polls != 0u) {
+        hb_cpl o;
+        old = hb_ref_claim_read(st, cp, slot, want, o);
+        if (old < 2ull * want) {                           // the fast path: ours
+            hb_st_consumed(cp, want);
+            HB_TRACE(ticket, 4, hb_now());
+            return hb_cpl_deadline(st, ticket, site, o, polls);
+        }
     }
-    const uint64_t modeled_t = hb_thermal_scale(modeled, (uint32_t)q);  // thermal applied exactly once
-    hb_red_add(&ks->ops[op].modeled_ns, (unsigned long long)modeled_t);
-    hb_red_add(&ks->ops[op].service_ns, (unsigned long long)service);
-    HB_TRACE(ticket, 5, polls);
-    HB_TRACE(ticket, 6, arrival + modeled_t);
-    HB_TRACE(ticket, 7, service);
-    HB_TRACE(ticket, 0, want);
-    return hb_apply_bias(st, arrival + modeled_t, arrival, site);
+    return HB_OOL(hb_ticket_deadline_slow)(st, ticket, site, polls, old);
 }
 
 // ------------------------------------------------------------------------------------------

@@ -55,7 +55,8 @@ def test_constants_match(probe):
           "HBF_CD_FAST": D.HBF_CD_FAST, "HBF_CD_SHARDED": D.HBF_CD_SHARDED, "HBF_CD_MULTI": D.HBF_CD_MULTI,
               "HBF_CD_L2": D.HBF_CD_L2,
           "HBF_CDI_READ": D.HBF_CDI_READ, "HBF_CDI_WRITE": D.HBF_CDI_WRITE,
-          "HBF_CDI_GROUP": D.HBF_CDI_GROUP, "HBF_MAX_WAIT_NS": D.HBF_MAX_WAIT_NS}
+          "HBF_CDI_GROUP": D.HBF_CDI_GROUP, "HBF_MAX_WAIT_NS": D.HBF_MAX_WAIT_NS,
+          "HBF_REF_OVF_BUSY": D.HBF_REF_OVF_BUSY}
     # the TMA helpers' constants (hbf_abi.h, ABI 5): hbfcommon.abi is their Python side
     py.update({n: getattr(abi, n) for n in ("HBF_TMA_K_LOAD", "HBF_TMA_K_STORE", "HBF_TMA_K_REDUCE",
                                             "HBF_TMA_K_PREFETCH", "HBF_TMA_K_MASK", "HBF_TMA_F_ACTIVE",

@@ -178,3 +178,21 @@ def test_helper_call_chains_fit_the_stack_bound(helper, tmp_path):
     frames = [int(x) for x in re.findall(r"(\d+) bytes stack frame", r.stderr)]
     assert len(frames) >= 5, r.stderr
     assert sum(frames) <= D.HELPER_STACK_BOUND, (sum(frames), frames)
+
+
+def test_reference_fast_path_cost(helper):
+    """The reference path's owner (hb_ticket_deadline, the lean build's own function; the direct builds inline it)
+    from its poll to its consumed store: the four 16-byte host loads of the self-contained completion (no read
+    of the request slot), ONE device atomic (the claim, docs/runtime.md "ring") and no fence. Stealing, overflow
+    lookups and the seqlock re-read are in other functions."""
+    if "lean" not in helper.name:
+        pytest.skip("the owner is a function of its own only in the lean build")
+    text = helper.read_text()
+    m = re.search(r"^\.func[^\n]*hb_ticket_deadlineEP16hbf_device_statemj\((.*?)^\}", text, re.S | re.M)
+    assert m, "hb_ticket_deadline not found in the lean PTX"
+    body = m.group(1)
+    fast = body[:body.index("st.release.gpu.global.u64")]      # up to the (first) consumed store
+    assert fast.count("ld.volatile.global.v2.u64") == 4, fast
+    assert len(re.findall(r"\batom\.", fast)) == 1 and "atom.max.u64" in fast
+    assert "membar" not in fast and "fence" not in fast
+    assert body.count("ld.volatile.global.v2.u64") == 4         # the slow paths read elsewhere

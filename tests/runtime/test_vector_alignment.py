@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from hbfcommon import ctl as C
+from runtime_cuda import devstate as D
 
 SRC = Path(__file__).resolve().parents[2] / "runtime_cuda" / "src"
 CALL = re.compile(r"hb_(?:st|ld)_vol_v2\(\s*&([^,]+?),")
@@ -19,6 +20,8 @@ BASES = {
     r"cp->(\w+)": ("hbf_completion", "completions"),
     r"c->ring\[slot\]\.(\w+)": ("hbf_request", "ring"),
     r"a->(\w+)": ("hbf_activity", "activity"),
+    # the ring's overflow table: device memory of its own (cuMemAlloc: 256-byte aligned), hbf_device.h
+    r"e->(\w+)": ("hbf_ref_ovf", None),
 }
 
 
@@ -38,13 +41,13 @@ def test_every_v2_access_is_16_byte_aligned():
         for pat, (struct, section) in BASES.items():
             m = re.fullmatch(pat, expr)
             if m:
-                st = getattr(C, struct)
+                st = getattr(C, struct) if section is not None else getattr(D, struct)
                 field = getattr(st, m.group(1))
-                sec = getattr(C.hbf_ctl, section)
+                sec_off = getattr(C.hbf_ctl, section).offset if section is not None else 0
                 elem = ctypes.sizeof(st)
                 # every element of an array section starts 16-aligned iff the section does and the size is a multiple
-                if (sec.offset % 16) or (elem % 16) or (field.offset % 16):
-                    bad.append((fname, expr, f"section +{sec.offset}, element {elem} B, field +{field.offset}"))
+                if (sec_off % 16) or (elem % 16) or (field.offset % 16):
+                    bad.append((fname, expr, f"section +{sec_off}, element {elem} B, field +{field.offset}"))
                 break
         else:
             bad.append((fname, expr, "unknown pointer expression: name its struct in BASES"))
