@@ -335,7 +335,9 @@ class Daemon:
             # keep counting (never more than was published) and the summary says how often this happened
             self._activity_torn += 1
             if self._activity_torn == 1:
-                log.warning("the live activity section's seqlock stays odd: using its last consistent totals")
+                log.warning("the live activity section's seqlock was odd through a whole read (a GPU publication "
+                            "in flight, or a writer that died inside it): this tick uses the last consistent "
+                            "totals, running totals catch up at the next (counted as live_activity.torn_reads)")
             live = self._activity or ctl.Activity((0,) * ctl.HBF_N_OPS, (0,) * ctl.HBF_N_OPS, 0, 0, 0, 0)
         # the device's sections restart at zero when another session attaches: their run totals never go back
         reqs = np.maximum(np.maximum(ref["requests"], self._dev_req(dev["requests"])),
