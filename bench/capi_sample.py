@@ -20,6 +20,9 @@ plain build's 0.20 ms at n = 64 Ki: a load time, not a kernel cost). Writes
 
     python3 bench/capi_sample.py                      # GPU (an H200): builds, runs, checks, writes the JSON
     python3 bench/capi_sample.py --build-only         # CPU: configure + build both variants, check the record
+    python3 bench/capi_sample.py --hunt 8 --run-timeout 20 --work /tmp/capiw --out $OUT/capi/hunt.json
+        # GPU: the modeled run 8 times over --hunt-sizes; one that does not end is looked at (daemon status twice,
+        # summary, log, program output) before it is killed (2026-12-05: found the reference ring's deadlock)
 """
 from __future__ import annotations
 
