@@ -207,15 +207,19 @@ class RingDriver:
         return got
 
     # ---- blocking forms ---------------------------------------------------------------------------
+    def _slot_spin(self, t: int, deadline: float, spins: int) -> int:
+        """One round of a slot wait: fail if hbfd failed or ``deadline`` passed, else yield; the spins so far."""
+        if self.failed():
+            raise DaemonError("hbfd failed while waiting for a free slot", code=ErrorCode.DAEMON_LOST)
+        if time.monotonic() > deadline:
+            raise DaemonError("ring slot never freed", code=ErrorCode.TIMEOUT, ticket=t)
+        time.sleep(0 if spins < 50 else 20e-6)
+        return spins + 1
+
     def _wait_slot(self, t: int, deadline: float) -> None:
         spins = 0
         while not self.slot_ready(t):
-            if self.failed():
-                raise DaemonError("hbfd failed while waiting for a free slot", code=ErrorCode.DAEMON_LOST)
-            if time.monotonic() > deadline:
-                raise DaemonError("ring slot never freed", code=ErrorCode.TIMEOUT, ticket=t)
-            spins += 1
-            time.sleep(0 if spins < 50 else 20e-6)
+            spins = self._slot_spin(t, deadline, spins)
 
     def issue(self, *, arrival_ns: int, address: int, media_address: int, nbytes: int, op: int,
               range_id: int = 0, site: int = 0, flags: int = 0, timeout_s: float = 10.0) -> int:
@@ -248,12 +252,7 @@ class RingDriver:
                     late = np.flatnonzero(reuse & (cons[slots].astype(np.int64) < need))
                     for j in late:
                         self.slot_ready(int(tickets[j]))
-                if self.failed():
-                    raise DaemonError("hbfd failed while waiting for a free slot", code=ErrorCode.DAEMON_LOST)
-                if time.monotonic() > deadline:
-                    raise DaemonError("ring slot never freed", code=ErrorCode.TIMEOUT, ticket=t)
-                spins += 1
-                time.sleep(0 if spins < 50 else 20e-6)
+                spins = self._slot_spin(t, deadline, spins)
         rows = np.zeros((k, 8), np.uint64)
         rows[:, 0] = tickets + np.uint64(1)
         rows[:, 1] = np.asarray(arrival_ns, np.uint64)

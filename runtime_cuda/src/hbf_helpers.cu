@@ -846,6 +846,17 @@ struct hb_cpl {
     uint64_t arrival, modeled, service, w6, w7;   // w6: site | flags << 32; w7: q | tag << 32 (the request's)
     uint32_t status;
 };
+// The four 16-byte host loads of a completion record (its payload and its request's words); seq and consumed
+// are read with them and dropped.
+HB_DEV void hb_cpl_load(const hbf_completion* cp, hb_cpl& o) {
+    uint64_t seq_, stw, consumed_;
+    hb_ld_vol_v2(&cp->seq, seq_, o.arrival);
+    hb_ld_vol_v2(&cp->modeled_ns, o.modeled, o.service);
+    hb_ld_vol_v2(&cp->status, stw, consumed_);
+    hb_ld_vol_v2(&cp->req_site_flags, o.w6, o.w7);
+    (void)seq_; (void)consumed_;
+    o.status = (uint32_t)stw;
+}
 #define HB_STEAL_NONE 0u       // not stolen (not posted yet, a hint hbfd consumes, or its owner claimed it)
 #define HB_STEAL_DONE 1u       // stolen: in the overflow table, consumed written
 #define HB_STEAL_FAILED 2u     // the run failed (recorded: RING_OVERFLOW)
@@ -857,12 +868,7 @@ HB_SPLIT_FN uint32_t hb_ref_steal(hbf_device_state* st, hbf_ctl* c, uint32_t slo
     hbf_completion* cp = &c->completions[slot];
     if (hb_ld_acq_sys(&cp->seq) != need) return HB_STEAL_NONE;
     hb_cpl o;
-    uint64_t seq_, stw, consumed_;
-    hb_ld_vol_v2(&cp->seq, seq_, o.arrival);
-    hb_ld_vol_v2(&cp->modeled_ns, o.modeled, o.service);
-    hb_ld_vol_v2(&cp->status, stw, consumed_);
-    hb_ld_vol_v2(&cp->req_site_flags, o.w6, o.w7);
-    (void)seq_; (void)consumed_;
+    hb_cpl_load(cp, o);
     if (((o.w6 >> 32) & HBF_REQ_CAP_HINT) != 0u) return HB_STEAL_NONE;   // hbfd consumes a hint's completion
     if (atomicMax((unsigned long long*)&st->ref_claim[slot], (unsigned long long)(2ull * need + 1ull)) >= 2ull * need)
         return HB_STEAL_NONE;                                            // its owner claimed it: it writes consumed
@@ -878,7 +884,7 @@ HB_SPLIT_FN uint32_t hb_ref_steal(hbf_device_state* st, hbf_ctl* c, uint32_t slo
         if (atomicCAS((unsigned long long*)&e->tick1, occ, HBF_REF_OVF_BUSY) == occ) break;
     }
     hb_st_vol_v2(&e->arrival_ns, o.arrival, o.modeled);
-    hb_st_vol_v2(&e->service_ns, o.service, (uint64_t)(uint32_t)stw);
+    hb_st_vol_v2(&e->service_ns, o.service, (uint64_t)o.status);
     hb_st_vol_v2(&e->req_site_flags, o.w6, o.w7);
     hb_st_vol(&e->taken, 0ull);
     hb_st_rel_gpu(&e->tick1, need);                                      // the entry, then its ticket
@@ -1718,13 +1724,7 @@ HB_SPLIT_FN uint32_t hb_ref_ovf_take(hbf_device_state* st, uint64_t ticket, bool
 // consumed store) and `o` holds it; otherwise hb_ref_take_slow decides.
 HB_DEV uint64_t hb_ref_claim_read(hbf_device_state* st, hbf_completion* cp, uint32_t slot, uint64_t want, hb_cpl& o) {
     const uint64_t old = atomicMax((unsigned long long*)&st->ref_claim[slot], (unsigned long long)(2ull * want));
-    uint64_t seq_, stw, consumed_;
-    hb_ld_vol_v2(&cp->seq, seq_, o.arrival);
-    hb_ld_vol_v2(&cp->modeled_ns, o.modeled, o.service);
-    hb_ld_vol_v2(&cp->status, stw, consumed_);
-    hb_ld_vol_v2(&cp->req_site_flags, o.w6, o.w7);
-    (void)seq_; (void)consumed_;
-    o.status = (uint32_t)stw;
+    hb_cpl_load(cp, o);
     return old;
 }
 
@@ -1738,13 +1738,7 @@ HB_SPLIT_FN uint32_t hb_ref_take_slow(hbf_device_state* st, hbf_ctl* c, uint64_t
     const uint64_t want = ticket + 1ull;
     hbf_completion* cp = &c->completions[ticket & (HBF_RING_SLOTS - 1u)];
     if (polls != 0u && old == 2ull * want && hb_ld_acq_sys(&cp->seq) == want) {
-        uint64_t seq_, stw, consumed_;
-        hb_ld_vol_v2(&cp->seq, seq_, o.arrival);
-        hb_ld_vol_v2(&cp->modeled_ns, o.modeled, o.service);
-        hb_ld_vol_v2(&cp->status, stw, consumed_);
-        hb_ld_vol_v2(&cp->req_site_flags, o.w6, o.w7);
-        (void)seq_; (void)consumed_;
-        o.status = (uint32_t)stw;
+        hb_cpl_load(cp, o);
         __threadfence_system();                  // the payload loads before the re-read
         if (hb_ld_acq_sys(&cp->seq) == want) {
             hb_st_consumed(cp, want);
