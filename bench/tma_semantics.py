@@ -250,28 +250,22 @@ class CUtensorMap(ctypes.Structure):
 
 
 def encode_tiled(base: int, dims: list[int], box: list[int], elem: int = 4) -> CUtensorMap:
-    """cuTensorMapEncodeTiled for a dense row-major fp32/u32 tensor (dims innermost first)."""
+    """cuTensorMapEncodeTiled for a dense row-major uint32 tensor (dims innermost first), through
+    bench/tma_tensormap.py's encode_tiled_raw (the one call of the driver's encoder)."""
     from cuda.bindings import driver as cu
-    rank = len(dims)
+    from tma_tensormap import encode_tiled_raw  # noqa: PLC0415
     strides, s = [], elem
     for d in dims[:-1]:
         s *= d
         strides.append(s)
-    if rank == 1:   # cuda-python passes NULL for [], and the H200's driver refused every rank-1 map so (2026-12-05)
-        from tma_tensormap import Driver  # noqa: PLC0415
-        strides = Driver.rank1_strides({"dtype": 2, "dims": dims})       # 2: UINT32, the type encoded below
-    u64, u32 = cu.cuuint64_t, cu.cuuint32_t     # the bindings take no plain ints in these arrays (cuda-python 13)
-    err, tm = cu.cuTensorMapEncodeTiled(cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT32, rank, base,
-                                        [u64(x) for x in dims], [u64(x) for x in strides], [u32(x) for x in box],
-                                        [u32(1)] * rank, cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
-                                        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                                        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuTensorMapEncodeTiled: {err}")
+    rc, name, raw = encode_tiled_raw(cu, {"base": base, "dtype": 2, "dims": list(dims), "gstrides": strides,
+                                          "box": list(box), "estrides": [1] * len(dims), "interleave": 0,
+                                          "swizzle": 0, "l2promo": 0, "fill": 0})     # dtype 2: UINT32
+    if rc != 0:
+        raise RuntimeError(f"cuTensorMapEncodeTiled: {name}")
     out = CUtensorMap()
-    for i, w in enumerate(tm.opaque):
-        out.opaque[i] = int(w)
+    for i in range(16):
+        out.opaque[i] = int.from_bytes(raw[8 * i:8 * i + 8], "little")
     return out
 
 

@@ -168,29 +168,36 @@ class Driver:
         return [max(16, -(-inp["dims"][0] * max(e, 1) // 16) * 16)] if len(inp["dims"]) == 1 and inp["dims"] else []
 
     def encode_raw(self, inp: dict) -> tuple[int, str, bytes | None]:
-        d = self.d
-        r = len(inp["dims"])
-        gstrides = inp["gstrides"] if r != 1 else self.rank1_strides(inp)
-        try:
-            u64, u32 = d.cuuint64_t, d.cuuint32_t
-            res = d.cuTensorMapEncodeTiled(
-                d.CUtensorMapDataType(inp["dtype"]), r, inp["base"], [u64(x) for x in inp["dims"]],
-                [u64(x) for x in gstrides], [u32(x) for x in inp["box"]], [u32(x) for x in inp["estrides"]],
-                d.CUtensorMapInterleave(inp["interleave"]), d.CUtensorMapSwizzle(inp["swizzle"]),
-                d.CUtensorMapL2promotion(inp["l2promo"]), d.CUtensorMapFloatOOBfill(inp["fill"]))
-        except Exception as e:  # noqa: BLE001 -- the binding refused a value itself (range, rank): recorded
-            return -1, f"binding: {type(e).__name__}: {e}", None
-        err, tmap = res
-        if int(err) != 0:
-            return int(err), d.cuGetErrorName(err)[1].decode(), None
-        words = [int(x) for x in tmap.opaque]
-        return 0, "CUDA_SUCCESS", b"".join(w.to_bytes(8, "little") for w in words)
+        return encode_tiled_raw(self.d, inp)
 
     def encode(self, m: tm.TensorMap) -> bytes:
         rc, name, b = self.encode_raw(_inputs(m))
         if rc:
             raise tm.TensorMapError("RULE", f"the driver refused: {name}")
         return b
+
+
+def encode_tiled_raw(d, inp: dict) -> tuple[int, str, bytes | None]:
+    """cuTensorMapEncodeTiled through the driver bindings ``d`` (cuda.bindings.driver or cuda.cuda) for the inputs
+    ``inp`` (``_inputs``' keys): (0, "CUDA_SUCCESS", the 128 bytes), or the driver's / the binding's refusal. The
+    array entries go in as cuuint64_t / cuuint32_t (cuda-python 13 takes no plain ints there); a rank-1 map gets
+    ``Driver.rank1_strides``."""
+    r = len(inp["dims"])
+    gstrides = inp["gstrides"] if r != 1 else Driver.rank1_strides(inp)
+    try:
+        u64, u32 = d.cuuint64_t, d.cuuint32_t
+        res = d.cuTensorMapEncodeTiled(
+            d.CUtensorMapDataType(inp["dtype"]), r, inp["base"], [u64(x) for x in inp["dims"]],
+            [u64(x) for x in gstrides], [u32(x) for x in inp["box"]], [u32(x) for x in inp["estrides"]],
+            d.CUtensorMapInterleave(inp["interleave"]), d.CUtensorMapSwizzle(inp["swizzle"]),
+            d.CUtensorMapL2promotion(inp["l2promo"]), d.CUtensorMapFloatOOBfill(inp["fill"]))
+    except Exception as e:  # noqa: BLE001 -- the binding refused a value itself (range, rank): recorded
+        return -1, f"binding: {type(e).__name__}: {e}", None
+    err, tmap = res
+    if int(err) != 0:
+        return int(err), d.cuGetErrorName(err)[1].decode(), None
+    words = [int(x) for x in tmap.opaque]
+    return 0, "CUDA_SUCCESS", b"".join(w.to_bytes(8, "little") for w in words)
 
 
 def _inputs(m: tm.TensorMap) -> dict:

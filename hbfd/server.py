@@ -53,13 +53,6 @@ _MAX_ARRIVAL_NS = 1 << 62                    # the engines' time domain (arrival
 assert N & (N - 1) == 0, "the ring size is a power of two"
 
 
-def _store_fence() -> None:
-    """Order the completion payload stores before the seq stores. On x86-64 (the H200 host) TSO
-    already keeps plain stores in program order; ctl.full_fence (a locked read-modify-write) also
-    orders any non-temporal stores a copy loop might use."""
-    ctl.full_fence()
-
-
 class Daemon:
     def __init__(self, profile_path: str | os.PathLike, *, socket_path: str | os.PathLike | None = None,
                  summary_path: str | os.PathLike | None = None, engine: str | None = None,
@@ -427,7 +420,7 @@ class Daemon:
         m = self.region.map
         self._ring_seq = m.ring["seq"]
         self._ring64 = m.ring.view(np.uint64).reshape(N, ctl.REQUEST_DTYPE.itemsize // 8)
-        self._comp64 = m.completions.view(np.uint64).reshape(N, ctl.COMPLETION_DTYPE.itemsize // 8)
+        self._comp64 = m.completions.view(np.uint64).reshape(N, ctl.COMPLETION_WORDS)
         self._cnt64 = m.daemon_counters.view(np.uint64).reshape(ctl.HBF_N_OPS, ctl.OP_COUNTERS_DTYPE.itemsize // 8)
         c = self.region.ctl.counters
         self._status64 = np.ctypeslib.as_array(c.daemon_status)
@@ -757,6 +750,7 @@ class Daemon:
             vmax = int(seqs[own].max()) if own.any() else 0
             head = max(vmax, min(int(self.region.ctl.header.ring_head), vmax + N))
             comp = m.completions
+            lost = []
             for t in range(max(0, head - N), head):
                 s = t % N
                 if int(comp["seq"][s]) >= t + 1 or (int(seqs[s]) == t + 1 and int(self._served[s]) == t + 1):
@@ -764,17 +758,14 @@ class Daemon:
                                # never matched is answered here like a reserved one
                 if t >= N and int(comp["consumed"][s]) < t - N + 1:
                     continue   # the slot's previous completion is unread; the failure word covers t
-                comp["seq"][s] = 0                      # the seqlock of _post, one slot
-                _store_fence()
-                comp["arrival_ns"][s] = 0
-                comp["modeled_ns"][s] = 0
-                comp["service_ns"][s] = 0
-                comp["status"][s] = req_status
-                comp["req_site_flags"][s] = 0           # no request was published for t
-                comp["req_q_tag"][s] = 0
-                _store_fence()
-                comp["seq"][s] = t + 1
-                self._lost_unpublished += 1
+                lost.append(t)
+            if lost:           # the tickets (one per slot) under _post's seqlock: no request words (none published)
+                lt = np.asarray(lost, np.uint64)
+                pay = np.zeros((lt.size, 4), np.uint64)
+                pay[:, 3] = req_status
+                ctl.post_completions(self._comp64, (lt % np.uint64(N)).astype(np.intp), lt + np.uint64(1), pay,
+                                     np.zeros((lt.size, 2), np.uint64))
+                self._lost_unpublished += lt.size
             return n + self._lost_unpublished
 
     def shutdown(self) -> None:

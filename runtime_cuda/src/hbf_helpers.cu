@@ -829,16 +829,8 @@ HB_DEV void hb_st_consumed(hbf_completion* cp, uint64_t v) {
 #if HBF_REF_CONSUMED_SYS
     hb_st_rel_sys(&cp->consumed, v);
 #else
-    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(&cp->consumed), "l"(v) : "memory");
+    hb_st_rel_gpu(&cp->consumed, v);
 #endif
-}
-HB_DEV uint64_t hb_ld_acq_gpu(const void* p) {
-    uint64_t v;
-    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-HB_DEV void hb_st_rel_gpu(void* p, uint64_t v) {
-    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 // A completion as read (from its ring slot or from the overflow table).

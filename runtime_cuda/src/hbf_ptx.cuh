@@ -55,6 +55,16 @@ HBF_PTX_DEV void hb_st_rel_sys(void* p, uint64_t v) {
 HBF_PTX_DEV void hb_st_rel_sys32(void* p, uint32_t v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+// gpu-scope acquire / release (GPU threads on both sides: the ring's consumed mark, the overflow
+// table's entries in device memory)
+HBF_PTX_DEV uint64_t hb_ld_acq_gpu(const void* p) {
+    uint64_t v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+HBF_PTX_DEV void hb_st_rel_gpu(void* p, uint64_t v) {
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
 HBF_PTX_DEV void hb_st_vol(void* p, uint64_t v) {
     asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }

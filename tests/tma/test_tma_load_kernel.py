@@ -324,3 +324,54 @@ def test_the_unmeasured_rule_is_what_the_h100_measured():
     extra = [refused[k] for k in set(refused) - bad]
     assert len(extra) == 1 and extra[0][0].estrides[0] == 2 and extra[0][1][0] == 0
     assert not any(tm.unmeasured(m, c) for m, c in cases if not m.interleave)
+
+
+def test_encode_tiled_raw_passes_the_bindings_their_own_integer_types():
+    """The one call of cuTensorMapEncodeTiled (bench/tma_tensormap.py; bench/tma_semantics.py's encode_tiled goes
+    through it): every array entry as cuuint64_t / cuuint32_t (cuda-python 13 refused plain ints in
+    tma_semantics.py's own call on the H100, 2026-12-05), a rank-1 map with its one-entry stride array, the 128
+    bytes back in word order; a driver refusal comes back named, not raised."""
+    class U:
+        def __init__(self, v):
+            self.v = v
+
+    class U64(U):
+        pass
+
+    class U32(U):
+        pass
+
+    calls = []
+
+    class Fake:
+        cuuint64_t, cuuint32_t = U64, U32
+
+        @staticmethod
+        def _enum(v):
+            return v
+        CUtensorMapDataType = CUtensorMapInterleave = CUtensorMapSwizzle = _enum
+        CUtensorMapL2promotion = CUtensorMapFloatOOBfill = _enum
+
+        @staticmethod
+        def cuTensorMapEncodeTiled(*a):
+            calls.append(a)
+            if a[2] == 0:
+                return 7, None
+
+            class T:
+                opaque = list(range(16))
+            return 0, T()
+
+        @staticmethod
+        def cuGetErrorName(err):
+            return 0, b"CUDA_ERROR_INVALID_VALUE"
+    inp = {"base": 1 << 20, "dtype": 2, "dims": [64, 8], "gstrides": [256], "box": [16, 4], "estrides": [1, 1],
+           "interleave": 0, "swizzle": 0, "l2promo": 0, "fill": 0}
+    rc, name, raw = B.encode_tiled_raw(Fake, inp)
+    assert (rc, name) == (0, "CUDA_SUCCESS") and raw == b"".join(i.to_bytes(8, "little") for i in range(16))
+    a = calls[-1]
+    assert all(type(x) is U64 for x in a[3] + a[4]) and all(type(x) is U32 for x in a[5] + a[6])
+    assert [x.v for x in a[3]] == [64, 8] and [x.v for x in a[4]] == [256] and [x.v for x in a[5]] == [16, 4]
+    rc, name, raw = B.encode_tiled_raw(Fake, {**inp, "dims": [64], "gstrides": [], "box": [16], "estrides": [1]})
+    assert rc == 0 and [x.v for x in calls[-1][4]] == [256]          # rank 1: one entry (64 x 4 B, 16-rounded)
+    assert B.encode_tiled_raw(Fake, {**inp, "base": 0}) == (7, "CUDA_ERROR_INVALID_VALUE", None)
