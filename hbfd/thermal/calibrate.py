@@ -437,22 +437,6 @@ class CalibrationParams:
                                f"{[k for k, _, _ in self.kind_split]})")
 
 
-def input_powers(names: Sequence[str], board_w: np.ndarray, mem_w: np.ndarray | None,
-                 prm: CalibrationParams) -> np.ndarray:
-    """Package inputs (n×p) from the board (and memory-rail) power under the split ``prm``."""
-    P = np.zeros((len(board_w), len(names)))
-    names = list(names)
-    if mem_w is None:
-        P[:, names.index("gpu")] = prm.die_fraction * board_w
-        if "hbm" in names:
-            P[:, names.index("hbm")] = prm.hbm_fraction * board_w
-    else:
-        P[:, names.index("gpu")] = prm.die_fraction * np.maximum(board_w - mem_w, 0.0)
-        if "hbm" in names:
-            P[:, names.index("hbm")] = prm.hbm_fraction * mem_w
-    return P
-
-
 def calibrated_rom(pinned: ThermalROM, prm: CalibrationParams, *, provenance: dict[str, Any] | None = None
                    ) -> ThermalROM:
     """The pinned package ROM plus the fitted cold plate, as one ThermalROM (one more state).

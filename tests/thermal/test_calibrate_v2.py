@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
