@@ -170,7 +170,7 @@ def hunt(a: argparse.Namespace, hb: Path, work: Path) -> dict:
     move?), its ``summary`` so far, its log tail and the program's output so far -- and the daemon is restarted
     for the next run. Written after every run (a cut call keeps what it saw)."""
     from hbfd.runner import start_daemon  # noqa: PLC0415
-    sizes = [int(x) for x in a.hunt_sizes.split(",")]
+    sizes = a.hunt_sizes                       # parsed and checked by main()
     env = {} if a.thermal == "profile" else {"HBFD_THERMAL": a.thermal}
     run_env = _env(CUDA_MODULE_LOADING="EAGER")
     out: dict = {"runs": [], "sizes": sizes, "run_timeout_s": a.run_timeout, "profile": a.profile,
@@ -245,6 +245,14 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.n <= 0 or a.iters <= 0 or a.reps <= 0:
         ap.error("--n, --iters and --reps must be > 0")
+    if a.hunt < 0 or a.run_timeout <= 0:
+        ap.error("--hunt must be >= 0 and --run-timeout > 0")
+    try:
+        a.hunt_sizes = [int(x) for x in a.hunt_sizes.split(",")]
+    except ValueError:
+        ap.error(f"--hunt-sizes takes comma-separated element counts, not {a.hunt_sizes!r}")
+    if not a.hunt_sizes or min(a.hunt_sizes) <= 0:
+        ap.error("--hunt-sizes: every size must be > 0")
     if shutil.which("cmake") is None:
         ap.error("cmake is not installed")
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="capi_sample."))

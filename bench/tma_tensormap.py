@@ -554,6 +554,8 @@ def case_record(drv, tmp: Path, seed: int, cubin: bytes, index: int, progress=No
     """Case ``index`` of a fresh rig (the ``tma-case`` child's whole work): its record, with ``error`` set when the
     launch faulted."""
     rig = TmaRig(drv, tmp, seed, cubin)
+    if not 0 <= index < len(rig.cases):
+        raise SystemExit(f"tma-case: --index {index} is not a case of seed {seed} (0..{len(rig.cases) - 1})")
     m, c = rig.cases[index]
     case, why, launch = rig.prepare(m, c)
     rec: dict[str, Any] = {**case, "index": index}
