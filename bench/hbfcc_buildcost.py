@@ -24,7 +24,9 @@ jobs on the box); ratios are per item, then the median (and p10/p90, min/max) ov
   through the device linker (the rewrite with the helpers as ``.extern``, ``ptxas -c``, then ``nvlink``
   with the helper module assembled once): its ptxas + nvlink time, cubin size and each kernel's
   registers and stack frame against the whole-program build hbfcc makes (a separately compiled callee
-  follows the ABI's calling convention instead of being register-allocated with its caller).
+  follows the ABI's calling convention instead of being register-allocated with its caller). Variant
+  ``capped``: the same route with each kernel held at the whole-program build's register count
+  (``.maxnreg``) and the helper object assembled under ``-maxrregcount`` = the smallest of them.
 * ``triton``: a set of Triton kernels compiled on the CPU for sm_90a (``triton.compile``, a fresh cache
   per compile) with plain Triton and with ``TRITON_PTXAS_PATH=hbfcc-ptxas``; the time of each compile
   and the cubin size ratio.
@@ -34,6 +36,7 @@ jobs on the box); ratios are per item, then the median (and p10/p90, min/max) ov
 (``--no-full`` leaves it out): ``full_*`` ratios to plain and ``pruned_vs_full_*``.
 
     python bench/hbfcc_buildcost.py [--parts corpus,separate,nvcc,triton] [--reps 3] [--limit N] [--every K] [--no-full]
+                                    [--against TREE]
                                     [--out bench/results/hbfcc_buildcost_cpu.json]
 """
 from __future__ import annotations
@@ -243,6 +246,8 @@ def part_separate(ns, ptxas: str, work: Path) -> dict:
     import re
 
     import ptx_corpus
+    from hbfcc import occupancy
+    from hbfcc.ptx import print_module
     from hbfcc.ptx.parser import parse_module
     corpus = {f"triton/{k}": v for k, v in ptx_corpus.triton_corpus().items()}
     nvlink = shutil.which("nvlink") or str(Path(ptxas).parent / "nvlink")
@@ -265,23 +270,37 @@ def part_separate(ns, ptxas: str, work: Path) -> dict:
         for k, t in (("original", text), ("whole", whole), ("separate", sep)):
             (d / f"{k}.ptx").write_text(t)
 
+        # capped: the same route with the kernels' registers held at the whole-program build's count
+        # (``.maxnreg`` per entry: Triton's .reqntid makes ptxas ignore -maxrregcount) and the helper object
+        # assembled under -maxrregcount = the smallest of them (built once per cap, not timed)
+        run([ptxas, "-arch=sm_90a", "-lineinfo", str(d / "whole.ptx"), "-o", str(d / "whole.cubin")])
+        wf = cubin.function_facts(d / "whole.cubin")
+        entries = [f.name for f in parse_module(text).functions() if f.is_entry and f.body is not None]
+        caps = {e: wf[e].registers for e in entries if e in wf and wf[e].registers}
+        cap = min(caps.values())
+        (d / "capped.ptx").write_text(print_module(occupancy.apply(parse_module(sep), caps)))
+        hcap = work / f"helper_cap{cap}.o"
+        if not hcap.exists():
+            run([ptxas, "-arch=sm_90a", "-c", "-lineinfo", f"-maxrregcount={cap}", helper.path, "-o", str(hcap)])
+
         def variant(k: str):
             def go():
-                if k == "separate":
-                    c = run([ptxas, "-arch=sm_90a", "-lineinfo", "-c", str(d / "separate.ptx"), "-o", str(d / "separate.o")])
-                    return c + run([nvlink, "-arch=sm_90a", str(d / "separate.o"), str(hobj), "-o", str(d / "separate.cubin")])
+                if k in ("separate", "capped"):
+                    c = run([ptxas, "-arch=sm_90a", "-lineinfo", "-c", str(d / f"{k}.ptx"), "-o", str(d / f"{k}.o")])
+                    return c + run([nvlink, "-arch=sm_90a", str(d / f"{k}.o"), str(hobj if k == "separate" else hcap),
+                                    "-o", str(d / f"{k}.cubin")])
                 return run([ptxas, "-arch=sm_90a", "-lineinfo", str(d / f"{k}.ptx"), "-o", str(d / f"{k}.cubin")])
             return go
-        t = interleaved({k: variant(k) for k in ("original", "whole", "separate")}, ns.reps)
-        entries = [f.name for f in parse_module(text).functions() if f.is_entry and f.body is not None]
-        facts = {k: cubin.function_facts(d / f"{k}.cubin") for k in ("original", "whole", "separate")}
+        t = interleaved({k: variant(k) for k in ("original", "whole", "separate", "capped")}, ns.reps)
+        facts = {k: cubin.function_facts(d / f"{k}.cubin") for k in ("original", "whole", "separate", "capped")}
         row = {"module": name, **{f"{k}_cpu_s": statistics.median(v) for k, v in t.items()},
                "cubin_bytes": {k: (d / f"{k}.cubin").stat().st_size for k in facts},
                "kernels": {e: {k: {"registers": facts[k][e].registers, "frame_bytes": facts[k][e].frame_bytes}
                                for k in facts if e in facts[k]} for e in entries}}
         rows.append(row)
+        row["helper_cap"] = cap
         print(f"[separate] {name}: cpu orig {row['original_cpu_s']:.2f} whole {row['whole_cpu_s']:.2f} separate "
-              f"{row['separate_cpu_s']:.2f} s; regs {row['kernels']}", file=sys.stderr)
+              f"{row['separate_cpu_s']:.2f} capped {row['capped_cpu_s']:.2f} s; regs {row['kernels']}", file=sys.stderr)
     summ = {"modules": len(rows),
             "cpu_ratio_whole_over_original": spread([r["whole_cpu_s"] / r["original_cpu_s"] for r in rows]),
             "cpu_ratio_separate_over_original": spread([r["separate_cpu_s"] / r["original_cpu_s"] for r in rows]),
@@ -289,6 +308,16 @@ def part_separate(ns, ptxas: str, work: Path) -> dict:
                                                        for r in rows]),
             "cubin_ratio_separate_over_original": spread([r["cubin_bytes"]["separate"] / r["cubin_bytes"]["original"]
                                                           for r in rows]),
+            "cpu_ratio_capped_over_original": spread([r["capped_cpu_s"] / r["original_cpu_s"] for r in rows]),
+            "cpu_ratio_capped_over_whole": spread([r["capped_cpu_s"] / r["whole_cpu_s"] for r in rows]),
+            "cubin_ratio_capped_over_original": spread([r["cubin_bytes"]["capped"] / r["cubin_bytes"]["original"]
+                                                        for r in rows]),
+            "kernels_with_more_registers_capped": sum(
+                1 for r in rows for k in r["kernels"].values()
+                if (k.get("capped", {}).get("registers") or 0) > (k.get("whole", {}).get("registers") or 0)),
+            "kernels_with_a_larger_frame_capped": sum(
+                1 for r in rows for k in r["kernels"].values()
+                if (k.get("capped", {}).get("frame_bytes") or 0) > (k.get("whole", {}).get("frame_bytes") or 0)),
             "kernels_with_more_registers_separate": sum(
                 1 for r in rows for k in r["kernels"].values()
                 if (k.get("separate", {}).get("registers") or 0) > (k.get("whole", {}).get("registers") or 0)),
@@ -317,6 +346,13 @@ def part_nvcc(ns, work: Path) -> dict:
     if ns.full:   # the whole helper library linked (HBFCC_LINK_PRUNE=0): the link before issue 18's pruning
         tools["full"] = [hbfcc]
         envs["full"] = dict(env, HBFCC_LINK_PRUNE="0")
+    if ns.against:   # hbfcc from another tree (its package first on PYTHONPATH; nvcc's ptxas steps inherit it)
+        tools["before"] = [sys.executable, "-m", "hbfcc.cli"]
+        envs["before"] = dict(env, PYTHONPATH=os.pathsep.join([str(Path(ns.against).resolve())] +
+                                                               [x for x in [os.environ.get("PYTHONPATH")] if x]),
+                              HBFCC_CACHE_DIR=str(work / "hbfcc-cache-before"),
+                              HBFCC_ARTIFACT_DIR=str(work / "store-before"))
+        subprocess.run(tools["before"] + ["--version"], capture_output=True, env=envs["before"])
     for i, (name, src) in enumerate(srcs, 1):
         out = work / "nvcc" / name
         out.mkdir(parents=True, exist_ok=True)
@@ -343,6 +379,8 @@ def part_nvcc(ns, work: Path) -> dict:
                 if r[2] == 0:
                     sizes[k] = (out / f"{k}.cubin").stat().st_size
             row["cubin_bytes"] = sizes
+            if "before" in tools and "hbfcc" in sizes and "before" in sizes:
+                row["cubin_identical_to_before"] = (out / "hbfcc.cubin").read_bytes() == (out / "before.cubin").read_bytes()
             ratios(row, tools, sizes)
         rows.append(row)
         print(f"[nvcc {i}/{len(srcs)}] {name}: " + (f"FAILED {sorted(failed)}" if failed else
@@ -366,6 +404,9 @@ def ratios(row: dict, variants, sizes: dict) -> None:
         row[f"{pre}cpu_ratio"] = row[f"{k}_cpu_s"] / row["plain_cpu_s"]
         if k in sizes and "plain" in sizes:
             row[f"{pre}cubin_ratio"] = sizes[k] / sizes["plain"]
+    if "before" in variants:
+        row["now_vs_before_wall"] = row["hbfcc_wall_s"] / row["before_wall_s"]
+        row["now_vs_before_cpu"] = row["hbfcc_cpu_s"] / row["before_cpu_s"]
     if "full" in variants:
         row["pruned_vs_full_wall"] = row["hbfcc_wall_s"] / row["full_wall_s"]
         row["pruned_vs_full_cpu"] = row["hbfcc_cpu_s"] / row["full_cpu_s"]
@@ -380,6 +421,9 @@ def summary(rows: list[dict], variants) -> dict:
     if "full" in variants:
         keys += ["full_wall_ratio", "full_cpu_ratio", "full_cubin_ratio", "pruned_vs_full_wall",
                  "pruned_vs_full_cpu", "pruned_vs_full_cubin"]
+    if "before" in variants:
+        keys += ["before_wall_ratio", "before_cpu_ratio", "now_vs_before_wall", "now_vs_before_cpu"]
+        out["cubin_identical_to_before"] = sum(1 for r in rows if r.get("cubin_identical_to_before"))
     for key in keys:
         out[key] = spread([r[key] for r in rows if key in r])
     for k in variants:
@@ -538,6 +582,9 @@ def main() -> int:
     ap.add_argument("--every", type=int, default=1, help="corpus: every K-th module only (sorted by name)")
     ap.add_argument("--no-full", dest="full", action="store_false",
                     help="nvcc, triton: leave out the whole-library link (HBFCC_LINK_PRUNE=0) builds")
+    ap.add_argument("--against", metavar="TREE", default=None,
+                    help="nvcc: also build with the hbfcc of another source tree (e.g. a `git archive` of an earlier "
+                         "commit with its runtime_cuda/ptx), variant 'before': times and cubin identity against it")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "hbfcc_buildcost_cpu.json"))
     ns = ap.parse_args()
     parts = [p for p in ns.parts.split(",") if p]

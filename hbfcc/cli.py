@@ -229,8 +229,11 @@ def _ptx_version(text: str) -> Optional[tuple[int, int]]:
 
 
 def _ptxas(args: list[str]) -> int:
-    from .toolchain import build_stats, choose_ptxas, max_ptx_version, ptxas_version_text
+    from dataclasses import replace
+
+    from . import occupancy
     from .rewrite import rewrite_text
+    from .toolchain import build_stats, choose_ptxas, max_ptx_version, ptxas_version_text
 
     k = knobs.load()
     if any(a in ("--version", "-V") for a in args):
@@ -296,11 +299,29 @@ def _ptxas(args: list[str]) -> int:
             base_thread = threading.Thread(target=lambda: base_cp.setdefault("cp", _run_capture([real] + bargs)))
             base_thread.start()
         res = rewrite_text(original, filename=in_path, helper=helper, max_version=cap)
+        before, baseline_done = None, False
+        unbounded = None        # the rewrite without the launch bound, when the bound was set before the build
+        if k.launch_bound and not k.occupancy_guard and base_thread is not None and not res.already_instrumented \
+                and any(t is None for t in occupancy.entry_threads(res.module).values()):
+            before, baseline_done = _baseline_stats(base_thread, base_cp, tmpdir), True
+            dec = occupancy.launch_plan_before(res.module, _registers(before)) if before is not None else None
+            if dec:
+                unbounded = res
+                res = _with_stage(res, occupancy.LAUNCH_PASS_NAME, dec, occupancy.launch_stage)
         if not k.nvcc_step:
             os.makedirs(os.path.dirname(work), exist_ok=True)
         atomic_write_text(work, res.text, fsync=False)
         rargs = [real] + wargs + ([] if user_v else ["-v"])
         cp = _run_capture(rargs)
+        if cp.returncode != 0 and unbounded is not None:
+            log.warning("launch bound: ptxas rejected the PTX with it (exit %d); building without it", cp.returncode)
+            decs = res.meta[occupancy.LAUNCH_PASS_NAME]
+            for d in decs.values():
+                d["applied"], d["maxntid"] = False, None
+                d["reason"] = f"launch_bound build failed (ptxas exit {cp.returncode})"
+            res, unbounded = replace(unbounded, meta=dict(unbounded.meta, **{occupancy.LAUNCH_PASS_NAME: decs})), None
+            atomic_write_text(work, res.text, fsync=False)
+            cp = _run_capture(rargs)
         if user_v:
             sys.stdout.write(cp.stdout)
             sys.stderr.write(cp.stderr)
@@ -324,18 +345,14 @@ def _ptxas(args: list[str]) -> int:
                   f"{real}, chosen by {choice.source}); {what}\n  reproduce: {shlex.join(repro)}",
                   file=sys.stderr)
             return cp.returncode
-        before = None
-        if base_thread is not None:
-            base_thread.join()
-            bcp = base_cp.get("cp")
-            if bcp is not None and bcp.returncode == 0:
-                before = build_stats(bcp.stdout + bcp.stderr, os.path.join(tmpdir, "orig.o"))
-            elif bcp is not None:
-                log.warning("baseline ptxas on the original PTX failed (exit %d)", bcp.returncode)
+        if base_thread is not None and not baseline_done:
+            before = _baseline_stats(base_thread, base_cp, tmpdir)
         after = build_stats(cp.stdout + cp.stderr, out_path) if sass else None
         if k.occupancy_guard and before is not None and after is not None and not res.already_instrumented:
             res, cp, after = _occupancy_guard(res, work, out_path, rargs, before, after, cp, user_v, original, cap)
-        if k.launch_bound and before is not None and after is not None and not res.already_instrumented:
+        if occupancy.LAUNCH_PASS_NAME in res.meta:         # decided before the build: its facts
+            _bounded_facts(res.meta[occupancy.LAUNCH_PASS_NAME], after)
+        elif k.launch_bound and before is not None and after is not None and not res.already_instrumented:
             res, cp, after = _launch_bound(res, work, out_path, rargs, before, after, cp, user_v)
         ptxas_info = {"path": real, "source": choice.source, "version": ptxas_version_text(real),
                       "argv": [real] + list(args), "returncode": cp.returncode, "target": arch,
@@ -462,6 +479,43 @@ def _occupancy_guard(res, in_path: str, out_path: Optional[str], rargs: list[str
     return _reassemble(res, in_path, out_path, rargs, after, cp, user_v, occupancy.PASS_NAME, decisions,
                        occupancy.guard_stage, ("guarded_registers", "guarded_spill_store_bytes",
                                                "guarded_spill_load_bytes"))
+
+
+def _baseline_stats(base_thread, base_cp: dict, tmpdir: str):
+    """The plain build's facts (hbfcc.toolchain.build_stats) once the baseline ptxas has ended; None
+    (with a warning) when it failed."""
+    from .toolchain import build_stats
+    base_thread.join()
+    bcp = base_cp.get("cp")
+    if bcp is not None and bcp.returncode == 0:
+        return build_stats(bcp.stdout + bcp.stderr, os.path.join(tmpdir, "orig.o"))
+    if bcp is not None:
+        log.warning("baseline ptxas on the original PTX failed (exit %d)", bcp.returncode)
+    return None
+
+
+def _with_stage(res, name: str, decisions: dict, stage):
+    """``res`` with the named stage applied to its module (the decisions in its meta): text, hashes, dumps."""
+    from dataclasses import replace as _replace
+
+    from .rewrite import print_text
+    from .toolchain import sha256_bytes
+    meta = dict(res.meta, **{name: decisions})
+    module = stage(res.module, meta)
+    text = print_text(module)
+    if res.dumps is not None:
+        res.dumps.module(name, module, decisions)
+        res.dumps.text("print", text)
+    return _replace(res, text=text, transformed_sha256=sha256_bytes(text.encode()), meta=meta, module=module)
+
+
+def _bounded_facts(decisions: dict, after) -> None:
+    """The registers and spills of the bounded entries, from the build that carried the bound."""
+    for n, d in decisions.items():
+        f = after.functions.get(n) if after is not None else None
+        if d["applied"] and f is not None:
+            d["bounded_registers"], d["bounded_spill_store_bytes"], d["bounded_spill_load_bytes"] = \
+                f.registers, f.spill_stores, f.spill_loads
 
 
 def _launch_bound(res, in_path: str, out_path: Optional[str], rargs: list[str], before, after, cp, user_v: bool):

@@ -156,6 +156,33 @@ def launch_plan(module: Module, plain: dict[str, Optional[int]],
     return out
 
 
+def launch_plan_before(module: Module, plain: dict[str, Optional[int]]) -> Optional[dict[str, dict]]:
+    """The launch bound decided BEFORE the instrumented build, from the plain build alone: every entry
+    without a declared block size gets ``.maxntid`` = the plain build's largest launchable block. None
+    when an entry's plain register count is unknown (then :func:`launch_plan` decides after the build).
+
+    Why not wait for the instrumented count: the helper calls put every instrumented entry of the direct
+    helper build above the bound (the 17 CUDA fixtures' entries: 72-128 registers against 64 at 1024
+    threads; docs/hbfcc.md, "What building through hbfcc costs"), so the build :func:`launch_plan`
+    needs first is assembled only to be assembled again with the bound -- a whole-program ptxas of the
+    instrumented module thrown away, ~45 % of an nvcc build's ptxas time. Where the bound would not
+    have been needed (an entry whose instrumented count still fits the plain build's largest block),
+    it is not binding: ptxas keeps the registers it needs, and the entry launches every block it did."""
+    out: dict[str, dict] = {}
+    for name, t in entry_threads(module).items():
+        if t is not None:
+            continue                      # a declared block size: ptxas already keeps it launchable
+        p = plain.get(name)
+        if p is None:
+            return None
+        tp = max_block_threads(p)
+        out[name] = {"plain_registers": p, "instrumented_registers": None, "maxntid": tp, "applied": True,
+                     "plain_max_threads": tp, "decided": "before the instrumented build",
+                     "reason": f".maxntid {tp}: the plain build launches up to {tp} threads per block (set "
+                               f"before the instrumented build: it then launches every one of them)"}
+    return out
+
+
 def _edit_entries(module: Module, caps: dict[str, int], edit) -> Module:
     """``edit(directives, cap) -> directives`` on each named entry with a body."""
     if not caps:

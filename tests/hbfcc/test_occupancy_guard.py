@@ -184,10 +184,80 @@ def test_hbfcc_ptxas_keeps_a_1024_thread_kernel_launchable(tmp_path, bound):
     assert k["ptxas_before"]["registers"] <= 64
     if bound == "1":
         lb = k["launch_bound"]
-        assert lb["applied"] and lb["maxntid"] == 1024 and lb["instrumented_registers"] > 64
+        # decided from the plain build before the one instrumented build (bound "0" shows it was needed)
+        assert lb["applied"] and lb["maxntid"] == 1024 and lb["decided"] == "before the instrumented build"
+        assert lb["instrumented_registers"] is None and lb["bounded_registers"] == k["ptxas_after"]["registers"]
         assert ".maxntid 1024" in U.rewritten_text(tmp_path / "dump") and k["ptxas_after"]["registers"] <= 64
     else:
         assert "launch_bound" not in k and k["ptxas_after"]["registers"] > 64
+    return doc
+
+
+RED_CU = """extern "C" __global__ void red(const float* a, float* out, int n) {
+  __shared__ float s[1024];
+  float acc = 0; for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) acc += a[i];
+  s[threadIdx.x] = acc; __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k >>= 1) { if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k]; __syncthreads(); }
+  if (threadIdx.x == 0) atomicAdd(out, s[0]);
+}"""
+
+
+def test_launch_plan_before_bounds_every_entry_without_a_block_size():
+    m = parse_module(""".version 8.7
+.target sm_90a
+.address_size 64
+.visible .entry a(.param .u64 p)
+{
+    ret;
+}
+.visible .entry b(.param .u64 p)
+.reqntid 256, 1, 1
+{
+    ret;
+}
+.visible .entry c(.param .u64 p)
+{
+    ret;
+}
+""")
+    d = O.launch_plan_before(m, {"a": 12, "b": 200, "c": 80})
+    assert set(d) == {"a", "c"}                       # b declares its block size
+    assert d["a"]["maxntid"] == 1024 and d["c"]["maxntid"] == 800 and all(x["applied"] for x in d.values())
+    assert O.max_block_threads(80) == 800 and d["c"]["instrumented_registers"] is None
+    assert O.launch_plan_before(m, {"a": 12}) is None  # c's plain count unknown: decided after the build
+    out = print_module(O.launch_stage(m, {O.LAUNCH_PASS_NAME: d}))
+    assert ".maxntid 1024" in out and ".maxntid 800" in out
+
+
+def test_a_ptxas_refusing_the_bound_builds_without_it(tmp_path):
+    """The bound set before the build: when ptxas rejects the PTX with it, hbfcc-ptxas warns, builds the
+    rewrite without it and records why (a ptxas that refuses any .maxntid stands in)."""
+    U.tool("ptxas")
+    helper = U.real_helper_ptx()
+    if helper is None:
+        pytest.skip("the real helper PTX (make helpers-ptx) is not built")
+    import subprocess
+    cu, p = tmp_path / "red.cu", tmp_path / "red.ptx"
+    cu.write_text(RED_CU)
+    subprocess.run([U.tool("nvcc"), "-arch=sm_90a", "-ptx", str(cu), "-o", str(p)], check=True)
+    fake = tmp_path / "ptxas"
+    fake.write_text(f"""#!{sys.executable}
+import subprocess, sys
+for a in sys.argv[1:]:
+    if a.endswith(".ptx") and ".maxntid" in open(a).read():
+        sys.exit("fake ptxas: .maxntid refused")
+sys.exit(subprocess.call([{U.tool("ptxas")!r}] + sys.argv[1:]))
+""")
+    fake.chmod(0o755)
+    e = U.env_with(HBFCC_ARTIFACT_DIR=tmp_path / "store", HBFCC_HELPER_PTX=helper, HBFCC_REAL_PTXAS=fake)
+    cp = subprocess.run([U.console("hbfcc-ptxas"), "--gpu-name=sm_90a", str(p), "-o", str(p) + ".o"],
+                        capture_output=True, text=True, env=e, cwd=tmp_path)
+    assert cp.returncode == 0, cp.stderr
+    assert "launch bound: ptxas rejected the PTX with it" in cp.stderr
+    k = json.loads(Path(str(p) + ".o.hbfcc.json").read_text())["kernels"][0]
+    lb = k["launch_bound"]
+    assert not lb["applied"] and lb["maxntid"] is None and "launch_bound build failed" in lb["reason"]
+    assert k["ptxas_after"]["registers"] > 64             # built, unbounded
 
 
 def test_launch_bound_setting_is_in_the_version_marker(monkeypatch):
