@@ -26,7 +26,8 @@ jobs on the box); ratios are per item, then the median (and p10/p90, min/max) ov
   registers and stack frame against the whole-program build hbfcc makes (a separately compiled callee
   follows the ABI's calling convention instead of being register-allocated with its caller). Variant
   ``capped``: the same route with each kernel held at the whole-program build's register count
-  (``.maxnreg``) and the helper object assembled under ``-maxrregcount`` = the smallest of them.
+  (``.maxnreg``) and the helper object assembled under ``-maxrregcount`` = the smallest of them (and
+  without ``-lineinfo``: no copy of the helper PTX text in each cubin).
 * ``triton``: a set of Triton kernels compiled on the CPU for sm_90a (``triton.compile``, a fresh cache
   per compile) with plain Triton and with ``TRITON_PTXAS_PATH=hbfcc-ptxas``; the time of each compile
   and the cubin size ratio.
@@ -272,7 +273,8 @@ def part_separate(ns, ptxas: str, work: Path) -> dict:
 
         # capped: the same route with the kernels' registers held at the whole-program build's count
         # (``.maxnreg`` per entry: Triton's .reqntid makes ptxas ignore -maxrregcount) and the helper object
-        # assembled under -maxrregcount = the smallest of them (built once per cap, not timed)
+        # assembled under -maxrregcount = the smallest of them, without -lineinfo (its PTX text, ~450 KB, is
+        # not embedded in every cubin; the kernel keeps its own) (built once per cap, not timed)
         run([ptxas, "-arch=sm_90a", "-lineinfo", str(d / "whole.ptx"), "-o", str(d / "whole.cubin")])
         wf = cubin.function_facts(d / "whole.cubin")
         entries = [f.name for f in parse_module(text).functions() if f.is_entry and f.body is not None]
@@ -281,7 +283,7 @@ def part_separate(ns, ptxas: str, work: Path) -> dict:
         (d / "capped.ptx").write_text(print_module(occupancy.apply(parse_module(sep), caps)))
         hcap = work / f"helper_cap{cap}.o"
         if not hcap.exists():
-            run([ptxas, "-arch=sm_90a", "-c", "-lineinfo", f"-maxrregcount={cap}", helper.path, "-o", str(hcap)])
+            run([ptxas, "-arch=sm_90a", "-c", f"-maxrregcount={cap}", helper.path, "-o", str(hcap)])
 
         def variant(k: str):
             def go():

@@ -351,7 +351,7 @@ def _ptxas(args: list[str]) -> int:
         if k.occupancy_guard and before is not None and after is not None and not res.already_instrumented:
             res, cp, after = _occupancy_guard(res, work, out_path, rargs, before, after, cp, user_v, original, cap)
         if occupancy.LAUNCH_PASS_NAME in res.meta:         # decided before the build: its facts
-            _bounded_facts(res.meta[occupancy.LAUNCH_PASS_NAME], after)
+            _stage_facts(res.meta[occupancy.LAUNCH_PASS_NAME], after, LAUNCH_FACTS)
         elif k.launch_bound and before is not None and after is not None and not res.already_instrumented:
             res, cp, after = _launch_bound(res, work, out_path, rargs, before, after, cp, user_v)
         ptxas_info = {"path": real, "source": choice.source, "version": ptxas_version_text(real),
@@ -509,13 +509,16 @@ def _with_stage(res, name: str, decisions: dict, stage):
     return _replace(res, text=text, transformed_sha256=sha256_bytes(text.encode()), meta=meta, module=module)
 
 
-def _bounded_facts(decisions: dict, after) -> None:
-    """The registers and spills of the bounded entries, from the build that carried the bound."""
+LAUNCH_FACTS = ("bounded_registers", "bounded_spill_store_bytes", "bounded_spill_load_bytes")
+
+
+def _stage_facts(decisions: dict, after, fact_keys: tuple[str, str, str]) -> None:
+    """The registers and spills (``fact_keys``) of the entries a stage applied to, from the build that
+    carried it."""
     for n, d in decisions.items():
         f = after.functions.get(n) if after is not None else None
         if d["applied"] and f is not None:
-            d["bounded_registers"], d["bounded_spill_store_bytes"], d["bounded_spill_load_bytes"] = \
-                f.registers, f.spill_stores, f.spill_loads
+            d[fact_keys[0]], d[fact_keys[1]], d[fact_keys[2]] = f.registers, f.spill_stores, f.spill_loads
 
 
 def _launch_bound(res, in_path: str, out_path: Optional[str], rargs: list[str], before, after, cp, user_v: bool):
@@ -525,8 +528,7 @@ def _launch_bound(res, in_path: str, out_path: Optional[str], rargs: list[str], 
     from . import occupancy
     decisions = occupancy.launch_plan(res.module, _registers(before), _registers(after))
     return _reassemble(res, in_path, out_path, rargs, after, cp, user_v, occupancy.LAUNCH_PASS_NAME, decisions,
-                       occupancy.launch_stage, ("bounded_registers", "bounded_spill_store_bytes",
-                                                "bounded_spill_load_bytes"))
+                       occupancy.launch_stage, LAUNCH_FACTS)
 
 
 def _registers(st) -> dict:
@@ -540,20 +542,14 @@ def _reassemble(res, in_path: str, out_path: Optional[str], rargs: list[str], af
     previous one, loudly (the decisions then say so)."""
     from dataclasses import replace as _replace
 
-    from .rewrite import print_text
-    from .toolchain import build_stats, sha256_bytes
+    from .toolchain import build_stats
 
-    meta = dict(res.meta, **{name: decisions})
     if not any(d["applied"] for d in decisions.values()):
         if res.dumps is not None:
             res.dumps.json(name, decisions)
-        return _replace(res, meta=meta), cp, after
-    module = stage(res.module, meta)
-    text = print_text(module)
-    if res.dumps is not None:
-        res.dumps.module(name, module, decisions)
-        res.dumps.text("print", text)
-    atomic_write_text(in_path, text, fsync=False)
+        return _replace(res, meta=dict(res.meta, **{name: decisions})), cp, after
+    staged = _with_stage(res, name, decisions, stage)
+    atomic_write_text(in_path, staged.text, fsync=False)
     cp2 = _run_capture(rargs)
     if cp2.returncode != 0:
         log.warning("%s: ptxas rejected the PTX with it (exit %d); keeping the build without it",
@@ -563,19 +559,13 @@ def _reassemble(res, in_path: str, out_path: Optional[str], rargs: list[str], af
         for d in decisions.values():
             if d["applied"]:
                 d["applied"], d["reason"] = False, f"{name} build failed (ptxas exit {cp2.returncode})"
-        return _replace(res, meta=meta), cp3, build_stats(cp3.stdout + cp3.stderr, out_path)
+        return _replace(res, meta=staged.meta), cp3, build_stats(cp3.stdout + cp3.stderr, out_path)
     if user_v:
         sys.stdout.write(cp2.stdout)
         sys.stderr.write(cp2.stderr)
     after2 = build_stats(cp2.stdout + cp2.stderr, out_path)
-    for n, d in decisions.items():
-        f = after2.functions.get(n)
-        if d["applied"] and f is not None:
-            d[fact_keys[0]] = f.registers
-            d[fact_keys[1]] = f.spill_stores
-            d[fact_keys[2]] = f.spill_loads
-    return (_replace(res, text=text, transformed_sha256=sha256_bytes(text.encode()), meta=meta, module=module),
-            cp2, after2)
+    _stage_facts(decisions, after2, fact_keys)
+    return staged, cp2, after2
 
 
 def _store_dir(k: knobs.Knobs) -> Path:

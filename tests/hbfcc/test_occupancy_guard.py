@@ -127,30 +127,44 @@ def test_max_block_threads_follows_the_register_file():
     assert O.max_block_threads(255) == 256
 
 
-def test_launch_plan_only_for_entries_without_a_block_size():
-    m = parse_module(""".version 8.7
+def three_entries(b_directive: str):
+    """Entries a and c declare no block size, b declares it with ``b_directive``."""
+    return parse_module(f""".version 8.7
 .target sm_90a
 .address_size 64
 .visible .entry a(.param .u64 p)
-{
+{{
     ret;
-}
+}}
 .visible .entry b(.param .u64 p)
-.maxntid 1024, 1, 1
-{
+{b_directive}
+{{
     ret;
-}
+}}
 .visible .entry c(.param .u64 p)
-{
+{{
     ret;
-}
+}}
 """)
+
+
+def test_launch_plan_only_for_entries_without_a_block_size():
+    m = three_entries(".maxntid 1024, 1, 1")
     d = O.launch_plan(m, {"a": 12, "b": 12, "c": 40}, {"a": 72, "b": 72, "c": 64})
     assert set(d) == {"a", "c"}                  # b declares its block size: ptxas keeps it launchable
     assert d["a"]["applied"] and d["a"]["maxntid"] == 1024 and d["a"]["instrumented_max_threads"] == 896
     assert not d["c"]["applied"] and d["c"]["maxntid"] is None
     out = print_module(O.launch_stage(m, {O.LAUNCH_PASS_NAME: d}))
     assert out.count(".maxntid 1024") == 2     # b's own, and a's new one
+
+
+RED_CU = """extern "C" __global__ void red(const float* a, float* out, int n) {
+  __shared__ float s[1024];
+  float acc = 0; for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) acc += a[i];
+  s[threadIdx.x] = acc; __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k >>= 1) { if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k]; __syncthreads(); }
+  if (threadIdx.x == 0) atomicAdd(out, s[0]);
+}"""
 
 
 @pytest.mark.parametrize("bound", ["1", "0"])
@@ -163,13 +177,7 @@ def test_hbfcc_ptxas_keeps_a_1024_thread_kernel_launchable(tmp_path, bound):
     if helper is None:
         pytest.skip("the real helper PTX (make helpers-ptx) is not built")
     cu = tmp_path / "red.cu"
-    cu.write_text("""extern "C" __global__ void red(const float* a, float* out, int n) {
-  __shared__ float s[1024];
-  float acc = 0; for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) acc += a[i];
-  s[threadIdx.x] = acc; __syncthreads();
-  for (int k = blockDim.x / 2; k > 0; k >>= 1) { if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k]; __syncthreads(); }
-  if (threadIdx.x == 0) atomicAdd(out, s[0]);
-}""")
+    cu.write_text(RED_CU)
     import subprocess
     p = tmp_path / "red.ptx"
     subprocess.run([U.tool("nvcc"), "-arch=sm_90a", "-ptx", str(cu), "-o", str(p)], check=True)
@@ -193,33 +201,8 @@ def test_hbfcc_ptxas_keeps_a_1024_thread_kernel_launchable(tmp_path, bound):
     return doc
 
 
-RED_CU = """extern "C" __global__ void red(const float* a, float* out, int n) {
-  __shared__ float s[1024];
-  float acc = 0; for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) acc += a[i];
-  s[threadIdx.x] = acc; __syncthreads();
-  for (int k = blockDim.x / 2; k > 0; k >>= 1) { if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k]; __syncthreads(); }
-  if (threadIdx.x == 0) atomicAdd(out, s[0]);
-}"""
-
-
 def test_launch_plan_before_bounds_every_entry_without_a_block_size():
-    m = parse_module(""".version 8.7
-.target sm_90a
-.address_size 64
-.visible .entry a(.param .u64 p)
-{
-    ret;
-}
-.visible .entry b(.param .u64 p)
-.reqntid 256, 1, 1
-{
-    ret;
-}
-.visible .entry c(.param .u64 p)
-{
-    ret;
-}
-""")
+    m = three_entries(".reqntid 256, 1, 1")
     d = O.launch_plan_before(m, {"a": 12, "b": 200, "c": 80})
     assert set(d) == {"a", "c"}                       # b declares its block size
     assert d["a"]["maxntid"] == 1024 and d["c"]["maxntid"] == 800 and all(x["applied"] for x in d.values())
