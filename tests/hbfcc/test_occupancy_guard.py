@@ -198,7 +198,6 @@ def test_hbfcc_ptxas_keeps_a_1024_thread_kernel_launchable(tmp_path, bound):
         assert ".maxntid 1024" in U.rewritten_text(tmp_path / "dump") and k["ptxas_after"]["registers"] <= 64
     else:
         assert "launch_bound" not in k and k["ptxas_after"]["registers"] > 64
-    return doc
 
 
 def test_launch_plan_before_bounds_every_entry_without_a_block_size():
