@@ -231,7 +231,9 @@ def _ptx_version(text: str) -> Optional[tuple[int, int]]:
 def _ptxas(args: list[str]) -> int:
     from dataclasses import replace
 
-    from . import occupancy
+    from hbfcommon.abi import HELPERS
+
+    from . import link, occupancy
     from .rewrite import rewrite_text
     from .toolchain import build_stats, choose_ptxas, max_ptx_version, ptxas_version_text
 
@@ -302,9 +304,13 @@ def _ptxas(args: list[str]) -> int:
         before, baseline_done = None, False
         unbounded = None        # the rewrite without the launch bound, when the bound was set before the build
         if k.launch_bound and not k.occupancy_guard and base_thread is not None and not res.already_instrumented \
+                and res.transformed_sha256 != res.original_sha256 \
                 and any(t is None for t in occupancy.entry_threads(res.module).values()):
             before, baseline_done = _baseline_stats(base_thread, base_cp, tmpdir), True
-            dec = occupancy.launch_plan_before(res.module, _registers(before)) if before is not None else None
+            helpers_ = frozenset(HELPERS)
+            callers = frozenset(f.name for f in res.module.functions()
+                                if f.is_entry and f.body is not None and link.uses_any(f, helpers_))
+            dec = occupancy.launch_plan_before(res.module, _registers(before), callers) if before is not None else None
             if dec:
                 unbounded = res
                 res = _with_stage(res, occupancy.LAUNCH_PASS_NAME, dec, occupancy.launch_stage)

@@ -303,6 +303,11 @@ def _names_in_function(f: Function) -> list[str]:
     return out
 
 
+def uses_any(f: Function, names: frozenset[str]) -> bool:
+    """Whether the function's body or directives name any of ``names`` (e.g. calls a timing helper)."""
+    return not names.isdisjoint(_names_in_function(f))
+
+
 def module_names(module: Module, skip: frozenset[str] = frozenset()) -> set[str]:
     """The names the module's own code uses (function bodies, global initializers, the arguments of
     top-level directives such as ``.alias``), leaving out the items named in ``skip`` (a helper's

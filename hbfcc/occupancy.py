@@ -156,10 +156,13 @@ def launch_plan(module: Module, plain: dict[str, Optional[int]],
     return out
 
 
-def launch_plan_before(module: Module, plain: dict[str, Optional[int]]) -> Optional[dict[str, dict]]:
+def launch_plan_before(module: Module, plain: dict[str, Optional[int]],
+                       callers: frozenset[str]) -> Optional[dict[str, dict]]:
     """The launch bound decided BEFORE the instrumented build, from the plain build alone: every entry
-    without a declared block size gets ``.maxntid`` = the plain build's largest launchable block. None
-    when an entry's plain register count is unknown (then :func:`launch_plan` decides after the build).
+    without a declared block size that calls a timing helper (``callers``) gets ``.maxntid`` = the
+    plain build's largest launchable block; one that calls none is the plain build's code and keeps
+    what it launches. None when an entry's plain register count is unknown (then :func:`launch_plan`
+    decides after the build).
 
     Why not wait for the instrumented count: the helper calls put every instrumented entry of the direct
     helper build above the bound (the 17 CUDA fixtures' entries: 72-128 registers against 64 at 1024
@@ -176,6 +179,11 @@ def launch_plan_before(module: Module, plain: dict[str, Optional[int]]) -> Optio
         if p is None:
             return None
         tp = max_block_threads(p)
+        if name not in callers:
+            out[name] = {"plain_registers": p, "instrumented_registers": None, "maxntid": None, "applied": False,
+                         "plain_max_threads": tp, "decided": "before the instrumented build",
+                         "reason": "calls no timing helper: launches every block the plain build does"}
+            continue
         out[name] = {"plain_registers": p, "instrumented_registers": None, "maxntid": tp, "applied": True,
                      "plain_max_threads": tp, "decided": "before the instrumented build",
                      "reason": f".maxntid {tp}: the plain build launches up to {tp} threads per block (set "

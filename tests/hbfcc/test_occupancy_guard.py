@@ -202,13 +202,38 @@ def test_hbfcc_ptxas_keeps_a_1024_thread_kernel_launchable(tmp_path, bound):
 
 def test_launch_plan_before_bounds_every_entry_without_a_block_size():
     m = three_entries(".reqntid 256, 1, 1")
-    d = O.launch_plan_before(m, {"a": 12, "b": 200, "c": 80})
+    both = frozenset({"a", "b", "c"})
+    d = O.launch_plan_before(m, {"a": 12, "b": 200, "c": 80}, both)
     assert set(d) == {"a", "c"}                       # b declares its block size
     assert d["a"]["maxntid"] == 1024 and d["c"]["maxntid"] == 800 and all(x["applied"] for x in d.values())
     assert O.max_block_threads(80) == 800 and d["c"]["instrumented_registers"] is None
-    assert O.launch_plan_before(m, {"a": 12}) is None  # c's plain count unknown: decided after the build
+    assert O.launch_plan_before(m, {"a": 12}, both) is None  # c's plain count unknown: decided after the build
     out = print_module(O.launch_stage(m, {O.LAUNCH_PASS_NAME: d}))
     assert ".maxntid 1024" in out and ".maxntid 800" in out
+    d = O.launch_plan_before(m, {"a": 12, "b": 200, "c": 80}, frozenset({"c"}))   # a calls no helper
+    assert not d["a"]["applied"] and d["a"]["maxntid"] is None and d["c"]["applied"]
+    assert print_module(O.launch_stage(m, {O.LAUNCH_PASS_NAME: d})).count(".maxntid") == 1
+
+
+def test_uses_any_sees_a_call_to_a_helper():
+    from hbfcc.link import uses_any
+    m = parse_module(""".version 8.7
+.target sm_90a
+.address_size 64
+.extern .func __hb_kernel_enter(.param .b32 k);
+.visible .entry a(.param .u64 p)
+{
+    { .param .b32 k0; st.param.b32 [k0], 0; call.uni __hb_kernel_enter, (k0); }
+    ret;
+}
+.visible .entry b(.param .u64 p)
+{
+    ret;
+}
+""")
+    fs = {f.name: f for f in m.functions() if f.is_entry}
+    hs = frozenset({"__hb_kernel_enter", "__hb_issue"})
+    assert uses_any(fs["a"], hs) and not uses_any(fs["b"], hs)
 
 
 def test_a_ptxas_refusing_the_bound_builds_without_it(tmp_path):
