@@ -49,9 +49,10 @@ from hbfd.contracts import COMPLETION_BATCH_DTYPE, REQUEST_BATCH_DTYPE  # noqa: 
 from hbfd import accel
 
 from . import eventsim
-from .diestage import DieCarry, _fifo_loop, fifo_exact, small_int
+from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
+from .kernels import _chan_fcfs, _fifo_carry, _fifo_loop, _lookup_events, _read_pass
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from .hist import LogHistogram
 from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs, sorted_fcfs
@@ -276,104 +277,6 @@ def _map_ref(r: np.ndarray, idx: np.ndarray, poff: int, valid: np.ndarray | None
     if pos.any():
         out[pos] = idx[r[pos]]
     return out
-
-
-@accel.jit
-def _lookup_events(ev_plane, ev_page, ev_read, ev_ridx, bpage, bready):
-    """``MediaEngine._lookup_loop``, loop form (compiled by numba): page-buffer lookup one event at a time
-    (reads and invalidations in (arrival, seq) order), each plane's buffers MRU first, its carried buffers
-    numbered as pseudo accesses in order of first touch (MRU first). Returns (miss, ref, pseudo ready,
-    touched planes (sorted), their buffers' pages and refs)."""
-    ne = ev_plane.shape[0]
-    npl, P = bpage.shape
-    nr = 0
-    for e in range(ne):
-        if ev_read[e]:
-            nr += 1
-    miss = np.zeros(nr, np.bool_)
-    ref = np.zeros(nr, np.int64)
-    spage = np.empty((npl, P), np.int64)
-    sref = np.empty((npl, P), np.int64)
-    scnt = np.full(npl, -1, np.int64)          # -1: plane not touched yet
-    pready = np.empty(min(ne, npl) * P, np.int64)
-    npr = 0
-    nu = 0
-    k = 0
-    for e in range(ne):
-        p = ev_plane[e]
-        pg = ev_page[e]
-        if scnt[p] < 0:
-            c = 0
-            while c < P and bpage[p, c] >= 0:
-                spage[p, c] = bpage[p, c]
-                sref[p, c] = -1 - npr
-                pready[npr] = bready[p, c]
-                npr += 1
-                c += 1
-            scnt[p] = c
-            nu += 1
-        m = scnt[p]
-        f = -1
-        for c in range(m):
-            if spage[p, c] == pg:
-                f = c
-                break
-        if not ev_read[e]:
-            if f >= 0:                            # an invalidation empties the buffer
-                for c in range(f, m - 1):
-                    spage[p, c] = spage[p, c + 1]
-                    sref[p, c] = sref[p, c + 1]
-                scnt[p] = m - 1
-            continue
-        if f >= 0:                                # hit: MRU
-            rf = sref[p, f]
-            for c in range(f, 0, -1):
-                spage[p, c] = spage[p, c - 1]
-                sref[p, c] = sref[p, c - 1]
-            spage[p, 0] = pg
-            sref[p, 0] = rf
-            ref[k] = rf
-        else:                                     # miss: the LRU buffer goes
-            rf = ev_ridx[e]
-            top = m if m < P else P - 1
-            for c in range(top, 0, -1):
-                spage[p, c] = spage[p, c - 1]
-                sref[p, c] = sref[p, c - 1]
-            spage[p, 0] = pg
-            sref[p, 0] = rf
-            if m < P:
-                scnt[p] = m + 1
-            miss[k] = True
-            ref[k] = rf
-        k += 1
-    up = np.empty(nu, np.int64)
-    s_page = np.full((nu, P), -1, np.int64)
-    s_ref = np.zeros((nu, P), np.int64)
-    u = 0
-    for p in range(npl):
-        if scnt[p] >= 0:
-            up[u] = p
-            for c in range(scnt[p]):
-                s_page[u, c] = spage[p, c]
-                s_ref[u, c] = sref[p, c]
-            u += 1
-    return miss, ref, pready[:npr], up, s_page, s_ref
-
-
-@accel.jit
-def _chan_fcfs(order, ch, rd, x, chan_free, chan_busy):
-    """``MediaEngine._chan_lindley``'s transfers, loop form (compiled by numba): items in ``order`` (by data
-    ready, then seq), each channel FCFS from its free time; updates ``chan_free`` and ``chan_busy``."""
-    done = np.empty(order.shape[0], np.int64)
-    for k in range(order.shape[0]):
-        i = order[k]
-        c = ch[i]
-        f = chan_free[c]
-        d = (rd[i] if rd[i] > f else f) + x[i]
-        chan_free[c] = d
-        chan_busy[c] += x[i]
-        done[i] = d
-    return done
 
 
 class MediaEngine:
@@ -816,6 +719,9 @@ class MediaEngine:
 
     def _serve(self, a, addr, nbytes, op, serial) -> np.ndarray:
         """Schedule sorted requests; returns each request's completion time."""
+        if (len(a) > _SMALL and not self.buf and self._pq is None and self.trace is None and accel.enabled()
+                and not ((op == OP_STORE) | (op == OP_ATOMIC)).any()):
+            return self._serve_reads_compiled(a, addr, nbytes, serial)
         req, lpn, slo, shi = self._expand(a, addr, nbytes)
         nt = len(lpn)
         seq = 2 * (self._seq + np.arange(nt, dtype=np.int64))
@@ -837,6 +743,42 @@ class MediaEngine:
             return np.maximum(done, a)
         out = a.copy()
         np.maximum.at(out, req, done)
+        return out
+
+    def _serve_reads_compiled(self, a, addr, nbytes, serial) -> np.ndarray:
+        """``_serve`` of a batch of media reads (no store, no write-buffer page, no pending array command)
+        by the whole-batch compiled pass ``kernels._read_pass``: the same completions, state and counts as
+        ``_expand`` / ``_where`` / ``_reads`` / ``_channel_stage`` give with the other twins on. The channel
+        is decided in the pass when every transfer can be (none waits from earlier batches, none has data
+        ready after the latest arrival + t_cmd); else its items go through ``_channel_stage``."""
+        g = self.g
+        limit = self.horizon + g.t_cmd_ns
+        chan_limit = limit if (not self._dq or limit < min(self._dq_min)) else -1
+        sl = self.slots
+        done, ch, rd, x, seq, tser, q0, qv, req, cnt, kd, kt = _read_pass(
+            a, addr, nbytes, self._seq, int(serial[0]), g.channels, g.dies_per_channel, g.planes_per_die,
+            g.t_cmd_ns, g.t_read_ns, g.queue_depth, g.dies, self._xfer_by_sectors, self.bpage, self.bready,
+            self.plane_free, sl.die, sl.t, self.horizon, chan_limit, self.chan_free, self.chan_busy_ns)
+        nt, nm, nh, nco, nsec, qdb, qdd, decided = cnt.tolist()
+        self._seq += nt
+        sl.die, sl.t = kd, kt
+        c = self.n
+        c["read_bytes"] += nsec * SECTOR_BYTES
+        c["page_reads"] += nt
+        c["senses"] += nm
+        c["buffer_hits"] += nh
+        c["coalesced_reads"] += nco
+        c["qd_bound_batches"] += qdb
+        c["qd_bound_dies"] += qdd
+        c["fast_batches"] += 1
+        if decided:
+            self.qdelay.add(qv)
+            return done
+        d = self._channel_stage({"ch": ch, "rd": rd, "x": x, "seq": seq, "serial": tser, "q0": q0})
+        if not len(req):
+            return np.maximum(d, a)
+        out = a.copy()
+        np.maximum.at(out, req, d)
         return out
 
     # ------------------------------------------------------------------ page buffers

@@ -1,0 +1,469 @@
+"""The media engine's loop-form twins (hbfd/accel.py: compiled by numba, tested bit for bit against the numpy
+definitions in engine.py and diestage.py, which stay the definition when ``HBFD_ACCEL=off`` or numba is
+missing). They live in one file because the whole-batch read pass (``_read_pass``) is built from the others
+and numba's cache of a twin is keyed on its own file (hbfd/accel.py ``jit``).
+
+* ``_lookup_events``: page-buffer lookup (``MediaEngine._lookup_loop``);
+* ``_chan_fcfs``: channel FCFS in a given order (``MediaEngine._chan_lindley``);
+* ``_fifo_loop`` and ``_fifo_carry``: the read die stage under the queue depth (``diestage.fifo_exact``) and
+  the carried releases it leaves;
+* ``_read_pass``: a batch of media reads (no store, no write-buffer page, no pending array command) in one
+  compiled pass: page expansion, placement, lookup, die stage, buffer state, data ready and, when every
+  transfer can be decided now, the channel (``MediaEngine._serve`` -> ``_where`` / ``_reads`` /
+  ``_channel_stage`` with the other twins on).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hbfd import accel
+
+from .geometry import PAGE_BYTES, SECTOR_BYTES
+
+_BIG = 1 << 62
+
+
+@accel.jit
+def _lookup_events(ev_plane, ev_page, ev_read, ev_ridx, bpage, bready):
+    """``MediaEngine._lookup_loop``, loop form (compiled by numba): page-buffer lookup one event at a time
+    (reads and invalidations in (arrival, seq) order), each plane's buffers MRU first, its carried buffers
+    numbered as pseudo accesses in order of first touch (MRU first). Returns (miss, ref, pseudo ready,
+    touched planes (sorted), their buffers' pages and refs)."""
+    ne = ev_plane.shape[0]
+    npl, P = bpage.shape
+    nr = 0
+    for e in range(ne):
+        if ev_read[e]:
+            nr += 1
+    miss = np.zeros(nr, np.bool_)
+    ref = np.zeros(nr, np.int64)
+    spage = np.empty((npl, P), np.int64)
+    sref = np.empty((npl, P), np.int64)
+    scnt = np.full(npl, -1, np.int64)          # -1: plane not touched yet
+    pready = np.empty(min(ne, npl) * P, np.int64)
+    npr = 0
+    nu = 0
+    k = 0
+    for e in range(ne):
+        p = ev_plane[e]
+        pg = ev_page[e]
+        if scnt[p] < 0:
+            c = 0
+            while c < P and bpage[p, c] >= 0:
+                spage[p, c] = bpage[p, c]
+                sref[p, c] = -1 - npr
+                pready[npr] = bready[p, c]
+                npr += 1
+                c += 1
+            scnt[p] = c
+            nu += 1
+        m = scnt[p]
+        f = -1
+        for c in range(m):
+            if spage[p, c] == pg:
+                f = c
+                break
+        if not ev_read[e]:
+            if f >= 0:                            # an invalidation empties the buffer
+                for c in range(f, m - 1):
+                    spage[p, c] = spage[p, c + 1]
+                    sref[p, c] = sref[p, c + 1]
+                scnt[p] = m - 1
+            continue
+        if f >= 0:                                # hit: MRU
+            rf = sref[p, f]
+            for c in range(f, 0, -1):
+                spage[p, c] = spage[p, c - 1]
+                sref[p, c] = sref[p, c - 1]
+            spage[p, 0] = pg
+            sref[p, 0] = rf
+            ref[k] = rf
+        else:                                     # miss: the LRU buffer goes
+            rf = ev_ridx[e]
+            top = m if m < P else P - 1
+            for c in range(top, 0, -1):
+                spage[p, c] = spage[p, c - 1]
+                sref[p, c] = sref[p, c - 1]
+            spage[p, 0] = pg
+            sref[p, 0] = rf
+            if m < P:
+                scnt[p] = m + 1
+            miss[k] = True
+            ref[k] = rf
+        k += 1
+    up = np.empty(nu, np.int64)
+    s_page = np.full((nu, P), -1, np.int64)
+    s_ref = np.zeros((nu, P), np.int64)
+    u = 0
+    for p in range(npl):
+        if scnt[p] >= 0:
+            up[u] = p
+            for c in range(scnt[p]):
+                s_page[u, c] = spage[p, c]
+                s_ref[u, c] = sref[p, c]
+            u += 1
+    return miss, ref, pready[:npr], up, s_page, s_ref
+
+
+@accel.jit
+def _chan_fcfs(order, ch, rd, x, chan_free, chan_busy):
+    """``MediaEngine._chan_lindley``'s transfers, loop form (compiled by numba): items in ``order`` (by data
+    ready, then seq), each channel FCFS from its free time; updates ``chan_free`` and ``chan_busy``."""
+    done = np.empty(order.shape[0], np.int64)
+    for k in range(order.shape[0]):
+        i = order[k]
+        c = ch[i]
+        f = chan_free[c]
+        d = (rd[i] if rd[i] > f else f) + x[i]
+        chan_free[c] = d
+        chan_busy[c] += x[i]
+        done[i] = d
+    return done
+
+
+@accel.jit
+def _fifo_loop(r, die, plane, service, t_cmd, Q, ndies, pf, cd, ct):
+    """The die queue depth's slot form, one command at a time (compiled by numba): per die a min-heap of
+    the Q largest releases so far (carried ones first), command i admitted at max(r_i, the heap's minimum
+    when full), its plane FCFS. ``pf`` is updated in place. Returns (ends, dies where the depth binds,
+    saturated dies (Q carried releases, all after the die's first arrival), the heaps' releases as
+    (die, time))."""
+    n = r.shape[0]
+    nc = cd.shape[0]
+    H = np.empty((ndies, Q), np.int64)
+    hn = np.zeros(ndies, np.int64)
+    first = np.full(ndies, _BIG, np.int64)
+    for i in range(n - 1, -1, -1):
+        first[die[i]] = r[i]
+    cmin = np.full(ndies, _BIG, np.int64)
+    cnt = np.zeros(ndies, np.int64)
+    bind = np.zeros(ndies, np.bool_)
+    E = np.empty(n, np.int64)
+    for k in range(nc + n):
+        if k < nc:
+            d = cd[k]
+            v = ct[k]
+            cnt[d] += 1
+            if v < cmin[d]:
+                cmin[d] = v
+        else:
+            i = k - nc
+            d = die[i]
+            m = H[d, 0] if hn[d] == Q else -_BIG
+            if m > r[i]:
+                bind[d] = True
+            a = (r[i] if r[i] > m else m) + t_cmd
+            p = plane[i]
+            v = (a if a > pf[p] else pf[p]) + service
+            pf[p] = v
+            E[i] = v
+        # v joins die d's min-heap of its Q largest releases
+        s = hn[d]
+        if s < Q:
+            j = s
+            hn[d] = s + 1
+            while j > 0:
+                q = (j - 1) >> 1
+                if H[d, q] <= v:
+                    break
+                H[d, j] = H[d, q]
+                j = q
+            H[d, j] = v
+        elif v > H[d, 0]:
+            j = 0
+            while True:
+                c = 2 * j + 1
+                if c >= Q:
+                    break
+                if c + 1 < Q and H[d, c + 1] < H[d, c]:
+                    c += 1
+                if H[d, c] >= v:
+                    break
+                H[d, j] = H[d, c]
+                j = c
+            H[d, j] = v
+    sure = np.zeros(ndies, np.bool_)
+    tot = 0
+    for d in range(ndies):
+        if first[d] != _BIG and cnt[d] >= Q and cmin[d] > first[d]:
+            sure[d] = True
+        tot += hn[d]
+    kd = np.empty(tot, np.int64)
+    kt = np.empty(tot, np.int64)
+    k = 0
+    for d in range(ndies):
+        for j in range(hn[d]):
+            kd[k] = d
+            kt[k] = H[d, j]
+            k += 1
+    return E, bind, sure, kd, kt
+
+
+@accel.jit
+def _fifo_carry(cd, ct, kd, kt, bind, sure, horizon, Q, ndies):
+    """The carried releases ``fifo_exact``'s numpy form leaves for the dies ``_fifo_loop`` scheduled (``cd``/
+    ``ct``: their carried releases before, ``kd``/``kt``: its heaps' releases): the dies scheduled in the
+    exact form (binding or saturated) keep their Q largest releases after the horizon; the others their Q
+    largest of the old carried ones (those before the horizon included) and the new ones after it (the heaps
+    hold the Q largest of old and new; its releases after the horizon are the same in both). Returns the
+    releases to carry as (die, time): the heaps' after the horizon (their order), then each die's kept stale
+    ones, latest first."""
+    nk = 0
+    for j in range(kd.shape[0]):
+        if kt[j] > horizon:
+            nk += 1
+    room = np.full(ndies, Q, np.int64)
+    ns = 0
+    for j in range(cd.shape[0]):
+        if ct[j] <= horizon and not (bind[cd[j]] or sure[cd[j]]):
+            ns += 1
+    od = np.empty(nk + ns, np.int64)
+    ot = np.empty(nk + ns, np.int64)
+    k = 0
+    for j in range(kd.shape[0]):
+        if kt[j] > horizon:
+            od[k] = kd[j]
+            ot[k] = kt[j]
+            room[kd[j]] -= 1
+            k += 1
+    if ns:
+        sd = np.empty(ns, np.int64)
+        sv = np.empty(ns, np.int64)
+        m = 0
+        for j in range(cd.shape[0]):
+            if ct[j] <= horizon and not (bind[cd[j]] or sure[cd[j]]):
+                sd[m] = cd[j]
+                sv[m] = ct[j]
+                m += 1
+        o = np.argsort(-sv, kind="mergesort")
+        cnt = np.zeros(ndies + 1, np.int64)
+        for j in range(ns):
+            cnt[sd[j] + 1] += 1
+        for d in range(ndies):
+            cnt[d + 1] += cnt[d]
+        o2 = np.empty(ns, np.int64)
+        for j in range(ns):                       # stable by die: (die, latest first)
+            d = sd[o[j]]
+            o2[cnt[d]] = o[j]
+            cnt[d] += 1
+        prev = -1
+        rank = 0
+        for j in range(ns):
+            d = sd[o2[j]]
+            rank = rank + 1 if d == prev else 0
+            prev = d
+            if rank < room[d]:
+                od[k] = d
+                ot[k] = sv[o2[j]]
+                k += 1
+    return od[:k], ot[:k]
+
+
+@accel.jit
+def _seg_sort_stable(seg, key):
+    """Sort the indices ``seg`` (ascending) in place by (``key``, index): insertion sort while the keys are
+    nearly in order (a channel's data-ready times under light load), a merge sort otherwise."""
+    m = seg.shape[0]
+    orig = seg.copy()
+    moves = 0
+    cap = 8 * m + 64
+    for i in range(1, m):
+        v = seg[i]
+        kv = key[v]
+        j = i - 1
+        while j >= 0 and key[seg[j]] > kv:
+            seg[j + 1] = seg[j]
+            j -= 1
+            moves += 1
+        seg[j + 1] = v
+        if moves > cap:
+            kk = np.empty(m, np.int64)
+            for t in range(m):
+                kk[t] = key[orig[t]]
+            o = np.argsort(kk, kind="mergesort")
+            for t in range(m):
+                seg[t] = orig[o[t]]
+            return
+
+
+@accel.jit
+def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies, xfer, bpage, bready, plane_free,
+               cdie, ct, horizon, chan_limit, chan_free, chan_busy):
+    """A batch of media reads (requests sorted by arrival ``a``; serials from ``serial0``, page transactions'
+    seq from ``2 * seq0``) in one pass: the page transactions (``MediaEngine._expand``, ``_where``), the
+    buffer lookup (``_lookup_events``), the die stage of the misses (``_fifo_loop``; carried releases
+    ``cdie``/``ct``, plane state ``plane_free`` in place), data ready, the page buffers' new state (``bpage``/
+    ``bready`` in place) and, when no transfer has data ready after ``chan_limit`` (the caller passes -1
+    when earlier transfers wait), the channel FCFS by (data ready, seq) (``chan_free``/``chan_busy`` in
+    place). Returns (done per request (valid when decided), the channel items (ch, rd, x, seq, serial, q0),
+    queueing delays (decided), request per transaction (None-like: empty when every request is one page),
+    counts [transactions, senses, buffer hits, coalesced reads, sectors, qd-bound batches, qd-bound dies,
+    decided], the new carried releases (die, time))."""
+    n = a.shape[0]
+    nt = 0
+    multi = False
+    for i in range(n):
+        k = (addr[i] + nbytes[i] - 1) // PAGE_BYTES - addr[i] // PAGE_BYTES + 1
+        nt += k
+        if k > 1:
+            multi = True
+    lpn = np.empty(nt, np.int64)
+    x = np.empty(nt, np.int64)
+    ta = np.empty(nt, np.int64)
+    tser = np.empty(nt, np.int64)
+    seq = np.empty(nt, np.int64)
+    req = np.empty(nt if multi else 0, np.int64)
+    nsec_tot = 0
+    t = 0
+    for i in range(n):
+        first = addr[i] // PAGE_BYTES
+        last = (addr[i] + nbytes[i] - 1) // PAGE_BYTES
+        for lp in range(first, last + 1):
+            base = lp * PAGE_BYTES
+            lo = (addr[i] if addr[i] > base else base) - base
+            e = addr[i] + nbytes[i]
+            hi = (e if e < base + PAGE_BYTES else base + PAGE_BYTES) - base
+            ns = (hi + SECTOR_BYTES - 1) // SECTOR_BYTES - lo // SECTOR_BYTES
+            nsec_tot += ns
+            lpn[t] = lp
+            x[t] = xfer[ns]
+            ta[t] = a[i]
+            tser[t] = serial0 + i
+            seq[t] = 2 * (seq0 + t)
+            if multi:
+                req[t] = i
+            t += 1
+    ch = np.empty(nt, np.int64)
+    die = np.empty(nt, np.int64)
+    plane = np.empty(nt, np.int64)
+    for t in range(nt):
+        c = lpn[t] % C
+        d = c * D + (lpn[t] // C) % D
+        ch[t] = c
+        die[t] = d
+        plane[t] = d * P + (lpn[t] // (C * D)) % P
+    evr = np.ones(nt, np.bool_)
+    miss, ref, pready, up, s_page, s_ref = _lookup_events(plane, lpn, evr, np.arange(nt), bpage, bready)
+    nm = 0
+    for t in range(nt):
+        if miss[t]:
+            nm += 1
+    E = np.zeros(nt, np.int64)
+    qd_b = 0
+    qd_d = 0
+    kd_out = cdie
+    kt_out = ct
+    if nm:
+        mi = np.empty(nm, np.int64)
+        k = 0
+        for t in range(nt):
+            if miss[t]:
+                mi[k] = t
+                k += 1
+        present = np.zeros(ndies, np.bool_)
+        for k in range(nm):
+            present[die[mi[k]]] = True
+        npres = 0
+        for j in range(cdie.shape[0]):
+            if present[cdie[j]]:
+                npres += 1
+        cdp = np.empty(npres, np.int64)
+        ctp = np.empty(npres, np.int64)
+        rest_d = np.empty(cdie.shape[0] - npres, np.int64)
+        rest_t = np.empty(cdie.shape[0] - npres, np.int64)
+        u = 0
+        w = 0
+        for j in range(cdie.shape[0]):
+            if present[cdie[j]]:
+                cdp[u] = cdie[j]
+                ctp[u] = ct[j]
+                u += 1
+            else:
+                rest_d[w] = cdie[j]
+                rest_t[w] = ct[j]
+                w += 1
+        Em, bind, sure, kd, kt = _fifo_loop(ta[mi], die[mi], plane[mi], t_read, t_cmd, Q, ndies, plane_free, cdp, ctp)
+        for k in range(nm):
+            E[mi[k]] = Em[k]
+        nsure = 0
+        nbind = 0
+        for d in range(ndies):
+            if sure[d]:
+                nsure += 1
+            elif bind[d]:
+                nbind += 1
+        if nsure:
+            qd_b += 1
+            qd_d += nsure
+        if nbind:
+            qd_b += 1
+            qd_d += nbind
+        ad, at = _fifo_carry(cdp, ctp, kd, kt, bind, sure, horizon, Q, ndies)
+        kd_out = np.concatenate((rest_d, ad))
+        kt_out = np.concatenate((rest_t, at))
+    rd = np.empty(nt, np.int64)
+    q0 = np.empty(nt, np.int64)
+    nh = 0
+    nco = 0
+    allc = True
+    for t in range(nt):
+        early = ta[t] + t_cmd
+        if miss[t]:
+            rd[t] = E[t]
+            q0[t] = early + t_read
+        else:
+            r = ref[t]
+            rb = E[r] if r >= 0 else pready[-1 - r]
+            if rb > early:
+                nco += 1
+                rd[t] = rb
+            else:
+                nh += 1
+                rd[t] = early
+            q0[t] = early
+        if rd[t] > chan_limit:
+            allc = False
+    for u in range(up.shape[0]):
+        p = up[u]
+        for c in range(s_page.shape[1]):
+            bpage[p, c] = s_page[u, c]
+            if s_page[u, c] < 0:
+                bready[p, c] = 0
+            else:
+                r = s_ref[u, c]
+                bready[p, c] = E[r] if r >= 0 else pready[-1 - r]
+    done = np.empty(n, np.int64)
+    qv = np.empty(nt if allc else 0, np.int64)
+    if allc:
+        cnt = np.zeros(C + 1, np.int64)
+        for t in range(nt):
+            cnt[ch[t] + 1] += 1
+        for c in range(C):
+            cnt[c + 1] += cnt[c]
+        pos = cnt[:C].copy()
+        order = np.empty(nt, np.int64)
+        for t in range(nt):
+            order[pos[ch[t]]] = t
+            pos[ch[t]] += 1
+        dt = np.empty(nt, np.int64)
+        for c in range(C):
+            if cnt[c + 1] == cnt[c]:
+                continue
+            seg = order[cnt[c]:cnt[c + 1]]
+            _seg_sort_stable(seg, rd)
+            f = chan_free[c]
+            for i in seg:
+                dd = (rd[i] if rd[i] > f else f) + x[i]
+                f = dd
+                chan_busy[c] += x[i]
+                dt[i] = dd
+                qv[i] = dd - x[i] - q0[i]
+            chan_free[c] = f
+        for i in range(n):
+            done[i] = a[i]
+        for t in range(nt):
+            i = req[t] if multi else t
+            if dt[t] > done[i]:
+                done[i] = dt[t]
+    counts = np.array([nt, nm, nh, nco, nsec_tot, qd_b, qd_d, 1 if allc else 0], np.int64)
+    return done, ch, rd, x, seq, tser, q0, qv, req, counts, kd_out, kt_out
