@@ -63,6 +63,7 @@ OP_LOAD, OP_STORE, OP_ATOMIC, OP_CPASYNC = 0, 1, 2, 3
 _FULL_MASK = (1 << SECTORS_PER_PAGE) - 1
 _MAX_TIME = 1 << 62
 _E0 = np.zeros(0, np.int64)
+_NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
 
 
@@ -748,18 +749,19 @@ class MediaEngine:
     def _serve_reads_compiled(self, a, addr, nbytes, serial) -> np.ndarray:
         """``_serve`` of a batch of media reads (no store, no write-buffer page, no pending array command)
         by the whole-batch compiled pass ``kernels._read_pass``: the same completions, state and counts as
-        ``_expand`` / ``_where`` / ``_reads`` / ``_channel_stage`` give with the other twins on. The channel
-        is decided in the pass when every transfer can be (none waits from earlier batches, none has data
-        ready after the latest arrival + t_cmd); else its items go through ``_channel_stage``."""
+        ``_expand`` / ``_where`` / ``_reads`` / ``_channel_stage`` give with the other twins on (the deferred
+        transfers of earlier batches that the channel stage decides now are taken for the pass)."""
         g = self.g
         limit = self.horizon + g.t_cmd_ns
-        chan_limit = limit if (not self._dq or limit < min(self._dq_min)) else -1
+        old = self._take_deferred(limit) if self._dq else None
+        o = _NO_ITEMS if old is None else old
         sl = self.slots
-        done, ch, rd, x, seq, tser, q0, qv, req, cnt, kd, kt = _read_pass(
+        (done, done_old, qv, f_ch, f_rd, f_x, f_seq, f_ser, f_q0, cnt, kd, kt) = _read_pass(
             a, addr, nbytes, self._seq, int(serial[0]), g.channels, g.dies_per_channel, g.planes_per_die,
             g.t_cmd_ns, g.t_read_ns, g.queue_depth, g.dies, self._xfer_by_sectors, self.bpage, self.bready,
-            self.plane_free, sl.die, sl.t, self.horizon, chan_limit, self.chan_free, self.chan_busy_ns)
-        nt, nm, nh, nco, nsec, qdb, qdd, decided = cnt.tolist()
+            self.plane_free, sl.die, sl.t, self.horizon, limit, o["ch"], o["rd"], o["x"], o["seq"], o["q0"],
+            self.chan_free, self.chan_busy_ns)
+        nt, nm, nh, nco, nsec, qdb, qdd = cnt.tolist()
         self._seq += nt
         sl.die, sl.t = kd, kt
         c = self.n
@@ -771,15 +773,16 @@ class MediaEngine:
         c["qd_bound_batches"] += qdb
         c["qd_bound_dies"] += qdd
         c["fast_batches"] += 1
-        if decided:
+        if len(f_ch):
+            self._dq.append({"ch": f_ch, "rd": f_rd, "x": f_x, "seq": f_seq, "serial": f_ser, "q0": f_q0})
+            self._dq_min.append(int(f_rd.min()))
+            self._fresh.append(f_ser)
+            c["deferred_pages"] += len(f_ch)
+        if len(qv):
             self.qdelay.add(qv)
-            return done
-        d = self._channel_stage({"ch": ch, "rd": rd, "x": x, "seq": seq, "serial": tser, "q0": q0})
-        if not len(req):
-            return np.maximum(d, a)
-        out = a.copy()
-        np.maximum.at(out, req, d)
-        return out
+        if old is not None:
+            self._complete_parts(old["serial"], done_old)
+        return done
 
     # ------------------------------------------------------------------ page buffers
     def _lookup_runs(self, plane, page):

@@ -260,45 +260,52 @@ def _fifo_carry(cd, ct, kd, kt, bind, sure, horizon, Q, ndies):
 
 
 @accel.jit
-def _seg_sort_stable(seg, key):
-    """Sort the indices ``seg`` (ascending) in place by (``key``, index): insertion sort while the keys are
-    nearly in order (a channel's data-ready times under light load), a merge sort otherwise."""
+def _chan_order(seg, rd, seq):
+    """Sort the item indices ``seg`` in place by (``rd``, ``seq``) (the channel's FCFS order; seqs are
+    unique): insertion sort while the items are nearly in order (a channel's data-ready times under light
+    load), else merge sorts by seq then (stably) by rd."""
     m = seg.shape[0]
     orig = seg.copy()
     moves = 0
     cap = 8 * m + 64
     for i in range(1, m):
         v = seg[i]
-        kv = key[v]
+        rv = rd[v]
+        sv = seq[v]
         j = i - 1
-        while j >= 0 and key[seg[j]] > kv:
+        while j >= 0 and (rd[seg[j]] > rv or (rd[seg[j]] == rv and seq[seg[j]] > sv)):
             seg[j + 1] = seg[j]
             j -= 1
             moves += 1
         seg[j + 1] = v
         if moves > cap:
-            kk = np.empty(m, np.int64)
+            ks = np.empty(m, np.int64)
             for t in range(m):
-                kk[t] = key[orig[t]]
-            o = np.argsort(kk, kind="mergesort")
+                ks[t] = seq[orig[t]]
+            o = np.argsort(ks, kind="mergesort")
+            kr = np.empty(m, np.int64)
             for t in range(m):
-                seg[t] = orig[o[t]]
+                kr[t] = rd[orig[o[t]]]
+            o2 = np.argsort(kr, kind="mergesort")
+            for t in range(m):
+                seg[t] = orig[o[o2[t]]]
             return
 
 
 @accel.jit
 def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies, xfer, bpage, bready, plane_free,
-               cdie, ct, horizon, chan_limit, chan_free, chan_busy):
+               cdie, ct, horizon, limit, o_ch, o_rd, o_x, o_seq, o_q0, chan_free, chan_busy):
     """A batch of media reads (requests sorted by arrival ``a``; serials from ``serial0``, page transactions'
     seq from ``2 * seq0``) in one pass: the page transactions (``MediaEngine._expand``, ``_where``), the
-    buffer lookup (``_lookup_events``), the die stage of the misses (``_fifo_loop``; carried releases
-    ``cdie``/``ct``, plane state ``plane_free`` in place), data ready, the page buffers' new state (``bpage``/
-    ``bready`` in place) and, when no transfer has data ready after ``chan_limit`` (the caller passes -1
-    when earlier transfers wait), the channel FCFS by (data ready, seq) (``chan_free``/``chan_busy`` in
-    place). Returns (done per request (valid when decided), the channel items (ch, rd, x, seq, serial, q0),
-    queueing delays (decided), request per transaction (None-like: empty when every request is one page),
-    counts [transactions, senses, buffer hits, coalesced reads, sectors, qd-bound batches, qd-bound dies,
-    decided], the new carried releases (die, time))."""
+    buffer lookup (``_lookup_events``), the die stage of the misses (``_fifo_loop``, ``_fifo_carry``; carried
+    releases ``cdie``/``ct``, plane state ``plane_free`` in place), data ready, the page buffers' new state
+    (``bpage``/``bready`` in place) and the channel stage (``_channel_stage``): the transfers with data ready
+    by ``limit`` (the latest arrival + t_cmd), with the earlier batches' deferred ones taken for it (``o_*``),
+    FCFS per channel by (data ready, seq) from ``chan_free`` (``chan_busy`` in place); the others are
+    deferred. Returns (done per request (a deferred page counts 0), done of the taken old items, queueing
+    delays of the decided items, the deferred items (ch, rd, x, seq, serial, q0), counts [transactions,
+    senses, buffer hits, coalesced reads, sectors, qd-bound batches, qd-bound dies], the new carried releases
+    (die, time))."""
     n = a.shape[0]
     nt = 0
     multi = False
@@ -310,38 +317,57 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
     lpn = np.empty(nt, np.int64)
     x = np.empty(nt, np.int64)
     ta = np.empty(nt, np.int64)
-    tser = np.empty(nt, np.int64)
-    seq = np.empty(nt, np.int64)
     req = np.empty(nt if multi else 0, np.int64)
     nsec_tot = 0
-    t = 0
-    for i in range(n):
-        first = addr[i] // PAGE_BYTES
-        last = (addr[i] + nbytes[i] - 1) // PAGE_BYTES
-        for lp in range(first, last + 1):
-            base = lp * PAGE_BYTES
-            lo = (addr[i] if addr[i] > base else base) - base
+    if multi:
+        t = 0
+        for i in range(n):
+            first = addr[i] // PAGE_BYTES
+            last = (addr[i] + nbytes[i] - 1) // PAGE_BYTES
             e = addr[i] + nbytes[i]
-            hi = (e if e < base + PAGE_BYTES else base + PAGE_BYTES) - base
-            ns = (hi + SECTOR_BYTES - 1) // SECTOR_BYTES - lo // SECTOR_BYTES
-            nsec_tot += ns
-            lpn[t] = lp
-            x[t] = xfer[ns]
-            ta[t] = a[i]
-            tser[t] = serial0 + i
-            seq[t] = 2 * (seq0 + t)
-            if multi:
+            for lp in range(first, last + 1):
+                base = lp * PAGE_BYTES
+                lo = (addr[i] if addr[i] > base else base) - base
+                hi = (e if e < base + PAGE_BYTES else base + PAGE_BYTES) - base
+                ns = (hi + SECTOR_BYTES - 1) // SECTOR_BYTES - lo // SECTOR_BYTES
+                nsec_tot += ns
+                lpn[t] = lp
+                x[t] = xfer[ns]
+                ta[t] = a[i]
                 req[t] = i
-            t += 1
+                t += 1
+    else:
+        for i in range(n):
+            lp = addr[i] // PAGE_BYTES
+            lo = addr[i] - lp * PAGE_BYTES
+            ns = (lo + nbytes[i] + SECTOR_BYTES - 1) // SECTOR_BYTES - lo // SECTOR_BYTES
+            nsec_tot += ns
+            lpn[i] = lp
+            x[i] = xfer[ns]
+            ta[i] = a[i]
     ch = np.empty(nt, np.int64)
     die = np.empty(nt, np.int64)
     plane = np.empty(nt, np.int64)
-    for t in range(nt):
-        c = lpn[t] % C
-        d = c * D + (lpn[t] // C) % D
-        ch[t] = c
-        die[t] = d
-        plane[t] = d * P + (lpn[t] // (C * D)) % P
+    if (C & (C - 1)) == 0 and (D & (D - 1)) == 0 and (P & (P - 1)) == 0:
+        cb = 0
+        while (1 << cb) < C:
+            cb += 1
+        db = 0
+        while (1 << db) < D:
+            db += 1
+        for t in range(nt):
+            c = lpn[t] & (C - 1)
+            d = c * D + ((lpn[t] >> cb) & (D - 1))
+            ch[t] = c
+            die[t] = d
+            plane[t] = d * P + ((lpn[t] >> (cb + db)) & (P - 1))
+    else:
+        for t in range(nt):
+            c = lpn[t] % C
+            d = c * D + (lpn[t] // C) % D
+            ch[t] = c
+            die[t] = d
+            plane[t] = d * P + (lpn[t] // (C * D)) % P
     evr = np.ones(nt, np.bool_)
     miss, ref, pready, up, s_page, s_ref = _lookup_events(plane, lpn, evr, np.arange(nt), bpage, bready)
     nm = 0
@@ -405,7 +431,7 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
     q0 = np.empty(nt, np.int64)
     nh = 0
     nco = 0
-    allc = True
+    ndef = 0
     for t in range(nt):
         early = ta[t] + t_cmd
         if miss[t]:
@@ -421,8 +447,8 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
                 nh += 1
                 rd[t] = early
             q0[t] = early
-        if rd[t] > chan_limit:
-            allc = False
+        if rd[t] > limit:
+            ndef += 1
     for u in range(up.shape[0]):
         p = up[u]
         for c in range(s_page.shape[1]):
@@ -432,38 +458,77 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
             else:
                 r = s_ref[u, c]
                 bready[p, c] = E[r] if r >= 0 else pready[-1 - r]
-    done = np.empty(n, np.int64)
-    qv = np.empty(nt if allc else 0, np.int64)
-    if allc:
+    # channel: the old items taken (all ready by the limit) and the new ones ready by it, as one list
+    no = o_ch.shape[0]
+    nd = no + nt - ndef
+    dch = np.empty(nd, np.int64)
+    drd = np.empty(nd, np.int64)
+    dseq = np.empty(nd, np.int64)
+    dsrc = np.empty(nd, np.int64)            # < no: old item; else new transaction + no
+    f_ch = np.empty(ndef, np.int64)
+    f_rd = np.empty(ndef, np.int64)
+    f_x = np.empty(ndef, np.int64)
+    f_seq = np.empty(ndef, np.int64)
+    f_ser = np.empty(ndef, np.int64)
+    f_q0 = np.empty(ndef, np.int64)
+    for j in range(no):
+        dch[j] = o_ch[j]
+        drd[j] = o_rd[j]
+        dseq[j] = o_seq[j]
+        dsrc[j] = j
+    k = no
+    f = 0
+    dt = np.zeros(nt, np.int64)               # 0: deferred
+    for t in range(nt):
+        if rd[t] <= limit:
+            dch[k] = ch[t]
+            drd[k] = rd[t]
+            dseq[k] = 2 * (seq0 + t)
+            dsrc[k] = no + t
+            k += 1
+        else:
+            f_ch[f] = ch[t]
+            f_rd[f] = rd[t]
+            f_x[f] = x[t]
+            f_seq[f] = 2 * (seq0 + t)
+            f_ser[f] = serial0 + (req[t] if multi else t)
+            f_q0[f] = q0[t]
+            f += 1
+    done_old = np.empty(no, np.int64)
+    qv = np.empty(nd, np.int64)
+    if nd:
         cnt = np.zeros(C + 1, np.int64)
-        for t in range(nt):
-            cnt[ch[t] + 1] += 1
+        for j in range(nd):
+            cnt[dch[j] + 1] += 1
         for c in range(C):
             cnt[c + 1] += cnt[c]
         pos = cnt[:C].copy()
-        order = np.empty(nt, np.int64)
-        for t in range(nt):
-            order[pos[ch[t]]] = t
-            pos[ch[t]] += 1
-        dt = np.empty(nt, np.int64)
+        order = np.empty(nd, np.int64)
+        for j in range(nd):
+            order[pos[dch[j]]] = j
+            pos[dch[j]] += 1
         for c in range(C):
             if cnt[c + 1] == cnt[c]:
                 continue
             seg = order[cnt[c]:cnt[c + 1]]
-            _seg_sort_stable(seg, rd)
-            f = chan_free[c]
-            for i in seg:
-                dd = (rd[i] if rd[i] > f else f) + x[i]
-                f = dd
-                chan_busy[c] += x[i]
-                dt[i] = dd
-                qv[i] = dd - x[i] - q0[i]
-            chan_free[c] = f
-        for i in range(n):
-            done[i] = a[i]
-        for t in range(nt):
-            i = req[t] if multi else t
-            if dt[t] > done[i]:
-                done[i] = dt[t]
-    counts = np.array([nt, nm, nh, nco, nsec_tot, qd_b, qd_d, 1 if allc else 0], np.int64)
-    return done, ch, rd, x, seq, tser, q0, qv, req, counts, kd_out, kt_out
+            _chan_order(seg, drd, dseq)
+            fr = chan_free[c]
+            for j in seg:
+                s = dsrc[j]
+                xj = o_x[s] if s < no else x[s - no]
+                dd = (drd[j] if drd[j] > fr else fr) + xj
+                fr = dd
+                chan_busy[c] += xj
+                qv[j] = dd - xj - (o_q0[s] if s < no else q0[s - no])
+                if s < no:
+                    done_old[s] = dd
+                else:
+                    dt[s - no] = dd
+            chan_free[c] = fr
+    done = a.copy()
+    for t in range(nt):
+        i = req[t] if multi else t
+        if dt[t] > done[i]:
+            done[i] = dt[t]
+    counts = np.array([nt, nm, nh, nco, nsec_tot, qd_b, qd_d], np.int64)
+    return (done, done_old, qv, f_ch, f_rd, f_x, f_seq, f_ser, f_q0, counts, kd_out, kt_out)
