@@ -498,10 +498,18 @@ class MediaEngine:
         if n <= _SMALL and self.trace is None:
             return self._chan_small(ch, rd, x, seq, it["q0"])
         if self.trace is None and accel.enabled():
-            # FCFS per channel by (data ready, seq): one order by (ready, seq) for all channels, then a loop
-            o = np.argsort(rd, kind="stable") if bool((seq[1:] > seq[:-1]).all()) else np.lexsort((seq, rd))
-            done = _chan_fcfs(o, ch, rd, x, self.chan_free, self.chan_busy_ns)
-            self.qdelay.add(done - x - it["q0"])
+            # FCFS per channel by (data ready, seq): one order for all channels, then a loop (compiled); many
+            # items in seq order -> one sort of packed (channel, ready, index) keys (the same order)
+            o = None
+            if bool((seq[1:] > seq[:-1]).all()):
+                if n >= 4096:
+                    o = packed_order(ch, g.channels, rd)
+                if o is None:
+                    o = np.argsort(rd, kind="stable")
+            else:
+                o = np.lexsort((seq, rd))
+            done, qv = _chan_fcfs(o, ch, rd, x, it["q0"], self.chan_free, self.chan_busy_ns)
+            self.qdelay.add(qv)
             return done
         # order by (channel, ready, seq): stable sorts on seq order (timsort gains from the runs
         # that plane-ordered sense ends form), then a radix sort by channel; items in seq order with
@@ -1984,4 +1992,4 @@ def warm_twins(geometry: MediaGeometry) -> float:
             e.collect()
             t += n * 50 + 1_000_000
         e.drain()
-    return accel.warm("media engine", run, (eventsim._simulate_loop, _fifo_loop, _lookup_events, _chan_fcfs))
+    return accel.warm("media engine", run, (eventsim._simulate_loop, _fifo_loop, _fifo_carry, _lookup_events, _chan_fcfs, _read_pass))

@@ -106,22 +106,6 @@ def _lookup_events(ev_plane, ev_page, ev_read, ev_ridx, bpage, bready):
 
 
 @accel.jit
-def _chan_fcfs(order, ch, rd, x, chan_free, chan_busy):
-    """``MediaEngine._chan_lindley``'s transfers, loop form (compiled by numba): items in ``order`` (by data
-    ready, then seq), each channel FCFS from its free time; updates ``chan_free`` and ``chan_busy``."""
-    done = np.empty(order.shape[0], np.int64)
-    for k in range(order.shape[0]):
-        i = order[k]
-        c = ch[i]
-        f = chan_free[c]
-        d = (rd[i] if rd[i] > f else f) + x[i]
-        chan_free[c] = d
-        chan_busy[c] += x[i]
-        done[i] = d
-    return done
-
-
-@accel.jit
 def _fifo_loop(r, die, plane, service, t_cmd, Q, ndies, pf, cd, ct):
     """The die queue depth's slot form, one command at a time (compiled by numba): per die a min-heap of
     the Q largest releases so far (carried ones first), command i admitted at max(r_i, the heap's minimum
@@ -532,3 +516,23 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
             done[i] = dt[t]
     counts = np.array([nt, nm, nh, nco, nsec_tot, qd_b, qd_d], np.int64)
     return (done, done_old, qv, f_ch, f_rd, f_x, f_seq, f_ser, f_q0, counts, kd_out, kt_out)
+
+
+@accel.jit
+def _chan_fcfs(order, ch, rd, x, q0, chan_free, chan_busy):
+    """``MediaEngine._chan_lindley``'s transfers, loop form: items in ``order`` (per channel by data ready,
+    then seq), each channel FCFS from its free time; updates ``chan_free`` and ``chan_busy``. Returns (done,
+    the queueing delays done - x - q0 in ``order``)."""
+    n = order.shape[0]
+    done = np.empty(n, np.int64)
+    qv = np.empty(n, np.int64)
+    for k in range(n):
+        i = order[k]
+        c = ch[i]
+        f = chan_free[c]
+        d = (rd[i] if rd[i] > f else f) + x[i]
+        chan_free[c] = d
+        chan_busy[c] += x[i]
+        done[i] = d
+        qv[k] = d - x[i] - q0[i]
+    return done, qv
