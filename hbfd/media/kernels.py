@@ -107,15 +107,17 @@ def _lookup_events(ev_plane, ev_page, ev_read, ev_ridx, bpage, bready):
 
 @accel.jit
 def _fifo_loop(r, die, plane, service, t_cmd, Q, ndies, pf, cd, ct):
-    """The die queue depth's slot form, one command at a time (compiled by numba): per die a min-heap of
-    the Q largest releases so far (carried ones first), command i admitted at max(r_i, the heap's minimum
-    when full), its plane FCFS. ``pf`` is updated in place. Returns (ends, dies where the depth binds,
-    saturated dies (Q carried releases, all after the die's first arrival), the heaps' releases as
-    (die, time))."""
+    """The die queue depth's slot form, one command at a time (compiled by numba): per die the Q largest
+    releases so far (carried ones first): a sorted ring for Q <= 64 (a new release is usually the largest:
+    O(1)), else a min-heap; command i admitted at max(r_i, their minimum when the Q are held), its plane FCFS. ``pf`` is updated in
+    place. Returns (ends, dies where the depth binds, saturated dies (Q carried releases, all after the
+    die's first arrival), the kept releases as (die, time))."""
     n = r.shape[0]
     nc = cd.shape[0]
     H = np.empty((ndies, Q), np.int64)
     hn = np.zeros(ndies, np.int64)
+    hs = np.zeros(ndies, np.int64)          # ring start (the smallest release) per die
+    ring = Q <= 64                          # else a min-heap (a deep ring would shift too much)
     first = np.full(ndies, _BIG, np.int64)
     for i in range(n - 1, -1, -1):
         first[die[i]] = r[i]
@@ -133,7 +135,7 @@ def _fifo_loop(r, die, plane, service, t_cmd, Q, ndies, pf, cd, ct):
         else:
             i = k - nc
             d = die[i]
-            m = H[d, 0] if hn[d] == Q else -_BIG
+            m = H[d, hs[d]] if hn[d] == Q else -_BIG
             if m > r[i]:
                 bind[d] = True
             a = (r[i] if r[i] > m else m) + t_cmd
@@ -141,31 +143,52 @@ def _fifo_loop(r, die, plane, service, t_cmd, Q, ndies, pf, cd, ct):
             v = (a if a > pf[p] else pf[p]) + service
             pf[p] = v
             E[i] = v
-        # v joins die d's min-heap of its Q largest releases
+        # v joins die d's Q largest releases (a full set drops its smallest when v is larger)
         s = hn[d]
-        if s < Q:
-            j = s
-            hn[d] = s + 1
-            while j > 0:
-                q = (j - 1) >> 1
-                if H[d, q] <= v:
-                    break
-                H[d, j] = H[d, q]
-                j = q
-            H[d, j] = v
-        elif v > H[d, 0]:
-            j = 0
-            while True:
-                c = 2 * j + 1
-                if c >= Q:
-                    break
-                if c + 1 < Q and H[d, c + 1] < H[d, c]:
-                    c += 1
-                if H[d, c] >= v:
-                    break
-                H[d, j] = H[d, c]
-                j = c
-            H[d, j] = v
+        h0 = hs[d]
+        if not ring:                             # a min-heap (H[d, 0] the smallest; hs stays 0)
+            if s < Q:
+                j = s
+                hn[d] = s + 1
+                while j > 0:
+                    q = (j - 1) >> 1
+                    if H[d, q] <= v:
+                        break
+                    H[d, j] = H[d, q]
+                    j = q
+                H[d, j] = v
+            elif v > H[d, 0]:
+                j = 0
+                while True:
+                    c = 2 * j + 1
+                    if c >= Q:
+                        break
+                    if c + 1 < Q and H[d, c + 1] < H[d, c]:
+                        c += 1
+                    if H[d, c] >= v:
+                        break
+                    H[d, j] = H[d, c]
+                    j = c
+                H[d, j] = v
+            continue
+        if s == Q:
+            if v <= H[d, h0]:
+                continue
+            h0 = h0 + 1 if h0 + 1 < Q else 0
+            hs[d] = h0
+            s -= 1
+        j = h0 + s
+        if j >= Q:
+            j -= Q
+        while s > 0:
+            jp = j - 1 if j > 0 else Q - 1
+            if H[d, jp] <= v:
+                break
+            H[d, j] = H[d, jp]
+            j = jp
+            s -= 1
+        H[d, j] = v
+        hn[d] += 1 if hn[d] < Q else 0
     sure = np.zeros(ndies, np.bool_)
     tot = 0
     for d in range(ndies):
@@ -176,10 +199,12 @@ def _fifo_loop(r, die, plane, service, t_cmd, Q, ndies, pf, cd, ct):
     kt = np.empty(tot, np.int64)
     k = 0
     for d in range(ndies):
-        for j in range(hn[d]):
+        j = hs[d]
+        for _ in range(hn[d]):
             kd[k] = d
             kt[k] = H[d, j]
             k += 1
+            j = j + 1 if j + 1 < Q else 0
     return E, bind, sure, kd, kt
 
 
@@ -244,35 +269,35 @@ def _fifo_carry(cd, ct, kd, kt, bind, sure, horizon, Q, ndies):
 
 
 @accel.jit
-def _chan_order(seg, rd, seq):
-    """Sort the item indices ``seg`` in place by (``rd``, ``seq``) (the channel's FCFS order; seqs are
-    unique): insertion sort while the items are nearly in order (a channel's data-ready times under light
-    load), else merge sorts by seq then (stably) by rd."""
-    m = seg.shape[0]
-    orig = seg.copy()
+def _chan_order(rd, seq, src, lo, hi):
+    """Sort the items [lo, hi) of the parallel arrays ``rd``, ``seq``, ``src`` in place by (``rd``, ``seq``)
+    (one channel's FCFS order; seqs are unique): insertion sort while the items are nearly in order (a
+    channel's data-ready times under light load), else merge sorts by seq then (stably) by rd."""
     moves = 0
-    cap = 8 * m + 64
-    for i in range(1, m):
-        v = seg[i]
-        rv = rd[v]
-        sv = seq[v]
+    cap = 8 * (hi - lo) + 64
+    for i in range(lo + 1, hi):
+        rv = rd[i]
+        sv = seq[i]
+        xv = src[i]
         j = i - 1
-        while j >= 0 and (rd[seg[j]] > rv or (rd[seg[j]] == rv and seq[seg[j]] > sv)):
-            seg[j + 1] = seg[j]
+        while j >= lo and (rd[j] > rv or (rd[j] == rv and seq[j] > sv)):
+            rd[j + 1] = rd[j]
+            seq[j + 1] = seq[j]
+            src[j + 1] = src[j]
             j -= 1
-            moves += 1
-        seg[j + 1] = v
+        moves += i - 1 - j
+        rd[j + 1] = rv
+        seq[j + 1] = sv
+        src[j + 1] = xv
         if moves > cap:
-            ks = np.empty(m, np.int64)
-            for t in range(m):
-                ks[t] = seq[orig[t]]
-            o = np.argsort(ks, kind="mergesort")
-            kr = np.empty(m, np.int64)
-            for t in range(m):
-                kr[t] = rd[orig[o[t]]]
-            o2 = np.argsort(kr, kind="mergesort")
-            for t in range(m):
-                seg[t] = orig[o[o2[t]]]
+            o = np.argsort(seq[lo:hi], kind="mergesort")
+            r1 = rd[lo:hi][o]
+            s1 = seq[lo:hi][o]
+            x1 = src[lo:hi][o]
+            o2 = np.argsort(r1, kind="mergesort")
+            rd[lo:hi] = r1[o2]
+            seq[lo:hi] = s1[o2]
+            src[lo:hi] = x1[o2]
             return
 
 
@@ -442,34 +467,42 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
             else:
                 r = s_ref[u, c]
                 bready[p, c] = E[r] if r >= 0 else pready[-1 - r]
-    # channel: the old items taken (all ready by the limit) and the new ones ready by it, as one list
+    # channel: the old items taken (all ready by the limit) and the new ones ready by it, grouped by channel
+    # (a counting sort), each channel in (data ready, seq) order, FCFS from its free time
     no = o_ch.shape[0]
     nd = no + nt - ndef
-    dch = np.empty(nd, np.int64)
-    drd = np.empty(nd, np.int64)
-    dseq = np.empty(nd, np.int64)
-    dsrc = np.empty(nd, np.int64)            # < no: old item; else new transaction + no
+    cnt = np.zeros(C + 1, np.int64)
+    for j in range(no):
+        cnt[o_ch[j] + 1] += 1
+    for t in range(nt):
+        if rd[t] <= limit:
+            cnt[ch[t] + 1] += 1
+    for c in range(C):
+        cnt[c + 1] += cnt[c]
+    pos = cnt[:C].copy()
+    crd = np.empty(nd, np.int64)
+    cseq = np.empty(nd, np.int64)
+    csrc = np.empty(nd, np.int64)            # < no: old item; else new transaction + no
+    for j in range(no):
+        k = pos[o_ch[j]]
+        pos[o_ch[j]] = k + 1
+        crd[k] = o_rd[j]
+        cseq[k] = o_seq[j]
+        csrc[k] = j
     f_ch = np.empty(ndef, np.int64)
     f_rd = np.empty(ndef, np.int64)
     f_x = np.empty(ndef, np.int64)
     f_seq = np.empty(ndef, np.int64)
     f_ser = np.empty(ndef, np.int64)
     f_q0 = np.empty(ndef, np.int64)
-    for j in range(no):
-        dch[j] = o_ch[j]
-        drd[j] = o_rd[j]
-        dseq[j] = o_seq[j]
-        dsrc[j] = j
-    k = no
     f = 0
-    dt = np.zeros(nt, np.int64)               # 0: deferred
     for t in range(nt):
         if rd[t] <= limit:
-            dch[k] = ch[t]
-            drd[k] = rd[t]
-            dseq[k] = 2 * (seq0 + t)
-            dsrc[k] = no + t
-            k += 1
+            k = pos[ch[t]]
+            pos[ch[t]] = k + 1
+            crd[k] = rd[t]
+            cseq[k] = 2 * (seq0 + t)
+            csrc[k] = no + t
         else:
             f_ch[f] = ch[t]
             f_rd[f] = rd[t]
@@ -480,35 +513,31 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
             f += 1
     done_old = np.empty(no, np.int64)
     qv = np.empty(nd, np.int64)
-    if nd:
-        cnt = np.zeros(C + 1, np.int64)
-        for j in range(nd):
-            cnt[dch[j] + 1] += 1
-        for c in range(C):
-            cnt[c + 1] += cnt[c]
-        pos = cnt[:C].copy()
-        order = np.empty(nd, np.int64)
-        for j in range(nd):
-            order[pos[dch[j]]] = j
-            pos[dch[j]] += 1
-        for c in range(C):
-            if cnt[c + 1] == cnt[c]:
-                continue
-            seg = order[cnt[c]:cnt[c + 1]]
-            _chan_order(seg, drd, dseq)
-            fr = chan_free[c]
-            for j in seg:
-                s = dsrc[j]
-                xj = o_x[s] if s < no else x[s - no]
-                dd = (drd[j] if drd[j] > fr else fr) + xj
-                fr = dd
-                chan_busy[c] += xj
-                qv[j] = dd - xj - (o_q0[s] if s < no else q0[s - no])
-                if s < no:
-                    done_old[s] = dd
-                else:
-                    dt[s - no] = dd
-            chan_free[c] = fr
+    dt = np.zeros(nt, np.int64)               # 0: deferred
+    for c in range(C):
+        lo = cnt[c]
+        hi = cnt[c + 1]
+        if hi == lo:
+            continue
+        _chan_order(crd, cseq, csrc, lo, hi)
+        fr = chan_free[c]
+        busy = 0
+        for k in range(lo, hi):
+            sk = csrc[k]
+            if sk < no:
+                xj = o_x[sk]
+                dd = (crd[k] if crd[k] > fr else fr) + xj
+                done_old[sk] = dd
+                qv[k] = dd - xj - o_q0[sk]
+            else:
+                xj = x[sk - no]
+                dd = (crd[k] if crd[k] > fr else fr) + xj
+                dt[sk - no] = dd
+                qv[k] = dd - xj - q0[sk - no]
+            fr = dd
+            busy += xj
+        chan_free[c] = fr
+        chan_busy[c] += busy
     done = a.copy()
     for t in range(nt):
         i = req[t] if multi else t
