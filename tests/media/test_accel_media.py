@@ -1,14 +1,19 @@
-"""The media engine's compiled twins (hbfd/accel.py, numba) give the numpy definitions' outputs bit for bit:
+"""The media engine's compiled twins (hbfd/accel.py, numba; hbfd/media/kernels.py) give the numpy definitions'
+outputs bit for bit:
 
 * ``eventsim._simulate_loop`` (the event scheduler: die queue depth, read priority, write backpressure gates,
   joins, floors, carried slots) against ``eventsim.simulate`` on random command sets, small and large;
-* ``engine._lookup_events`` (page-buffer lookup) and ``engine._chan_fcfs`` (channel FCFS), through the engine runs;
-* ``diestage._fifo_loop`` (the read die stage) against ``fifo_exact``'s numpy form over several batches
-  (ends, plane state, carried releases, the ``qd_bound_*`` counts), queue depth binding and not;
+* ``_lookup_events`` (page-buffer lookup) and ``_chan_fcfs`` (channel FCFS), through the engine runs;
+* ``_fifo_loop`` / ``_fifo_carry`` (the read die stage) against ``fifo_exact``'s numpy form over several
+  batches (ends, plane state, carried releases, the ``qd_bound_*`` counts), queue depth binding and not;
+* ``_read_pass`` (a whole batch of media reads in one compiled pass: expansion, lookup, die stage, buffer
+  state, channel with the deferred transfers it takes) through engine runs of read streams: bursts and light
+  load, multi-page unaligned requests, hot pages, queue depth binding, random batch cuts;
 * whole engine runs (reads, writes, mixed; profiles incl. ocp-sg1/2/3; batches cut at random sizes; the die
   queue depth binding (profile) and unbounded) with ``HBFD_ACCEL=off`` and ``on``: every completion field and
   the whole ``stats()`` equal;
-* a twin whose outputs are changed (ends one ns later, buffer hits made misses) is seen (the comparison can fail).
+* a twin whose outputs are changed (ends one ns later, buffer hits made misses, a count or a deferred
+  transfer's ready time off by one) is seen (the comparison can fail).
 
 The golden digests run under both settings too (test_engine_golden.py, conftest.accel_mode)."""
 from __future__ import annotations
@@ -204,6 +209,69 @@ def test_engine_off_equals_on(monkeypatch, prof, op, wf, load, qd):
         assert st_ref["counts"]["buffer_hits"] + st_ref["counts"]["coalesced_reads"] > 100
 
 
+READ_CASES = [("nominal", "profile", None, "page"), ("nominal", "profile", 0.1, "page"),
+              ("nominal", "small", 0.5, "span"), ("nominal", "unbounded", 0.9, "span-hot"),
+              ("ocp-sg1", "profile", None, "page"), ("ocp-sg1", "profile", 0.9, "hot"),
+              ("ocp-sg2", "unbounded", None, "span"), ("ocp-sg3", "profile", 0.3, "page"),
+              ("conservative", "small", 1.0, "hot"), ("aggressive", "profile", 2.0, "span")]
+
+
+@pytest.mark.parametrize("prof,qd,load,pattern", READ_CASES, ids=["-".join(map(str, c)) for c in READ_CASES])
+def test_read_pass_off_equals_on(monkeypatch, prof, qd, load, pattern):
+    """Read streams (the whole-batch compiled pass ``_read_pass`` serves their batches of more than 48) with
+    ``HBFD_ACCEL=off`` and ``on``: every completion and the whole ``stats()`` equal; the pass ran with the
+    channel decided in it, transfers deferred, earlier batches' transfers taken, multi-page requests."""
+    g = _geometry(prof, qd)
+    n = 12000
+    gap = 0 if load is None else round(1e9 / (load * g.aggregate_bytes_per_s / 4096))
+    rng = np.random.default_rng(zlib.crc32(f"{prof}{qd}{load}{pattern}".encode()))
+    stream = make_stream(g, n, 4096, "read", gap, seed=int(rng.integers(100)))
+    stream["op"] = np.where(rng.random(n) < 0.3, 3, 0)                 # cp.async reads too
+    if pattern.startswith("span"):     # any size up to 3 pages at any byte: pages partly read, several per request
+        nb = rng.integers(1, 3 * 4096, n)
+        lim = 400 * 4096 if pattern.endswith("hot") else g.capacity_bytes
+        stream["bytes"] = nb
+        stream["media_address"] = rng.integers(0, lim - nb)
+    elif pattern == "hot":
+        stream["bytes"] = 512
+        stream["media_address"] = (rng.integers(0, 300, n) * 4096 + rng.integers(0, 8, n) * 512).astype(np.uint64)
+    sizes, tot = [], 0
+    while tot < n:
+        sizes.append(int(rng.choice([1, 49, 300, 1500, 4000])))
+        tot += sizes[-1]
+    adv = rng.random(len(sizes)) < 0.6
+    monkeypatch.setenv("HBFD_ACCEL", "off")
+    ref, st_ref = _engine_run(g, stream, sizes, adv)
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    seen = {"calls": 0, "decided": 0, "deferred": 0, "taken": 0, "multi": 0, "hits": 0}
+    orig = engine_mod._read_pass
+
+    def spy(*a):
+        out = orig(*a)
+        seen["calls"] += 1
+        seen["decided"] += len(out[2]) > 0
+        seen["deferred"] += len(out[3]) > 0
+        seen["taken"] += len(a[20]) > 0
+        seen["multi"] += int(out[9][0]) > len(a[0])
+        seen["hits"] += int(out[9][2] + out[9][3]) > 0
+        return out
+    monkeypatch.setattr(engine_mod, "_read_pass", spy)
+    got, st_got = _engine_run(g, stream, sizes, adv)
+    assert len(ref) == len(got)
+    for x, y in zip(ref, got):
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+    assert st_ref == st_got
+    assert seen["calls"] >= 5, seen
+    if pattern != "hot":              # (a hot stream's hits are ready by the latest arrival + t_cmd)
+        assert seen["deferred"], seen
+    if load is not None and load < 1:
+        assert seen["decided"] and seen["taken"], seen
+    if pattern.startswith("span"):
+        assert seen["multi"], seen
+    if "hot" in pattern:
+        assert seen["hits"], seen
+
+
 def _later(out, f):
     out[f][:] += 1                      # every end one ns later
     return out
@@ -214,18 +282,38 @@ def _all_miss(out):
     return out
 
 
+def _bump(out, i, k=None, by=1):
+    out = list(out)
+    v = out[i].copy()
+    if k is None:
+        v += by
+    else:
+        v[k] += by
+    out[i] = v
+    return tuple(out)
+
+
 @pytest.mark.parametrize("mod,name,perturb,op,nbytes,pattern", [
     (eventsim, "_simulate_loop", lambda o: _later(o, 1), "mixed", 4096, "random"),
-    (diestage, "_fifo_loop", lambda o: _later(o, 0), "read", 4096, "random"),
-    (engine_mod, "_chan_fcfs", lambda o: o + 1, "read", 4096, "random"),
-    (engine_mod, "_lookup_events", _all_miss, "read", 512, "hot")],
-    ids=["simulate", "fifo", "chan", "lookup"])
+    (diestage, "_fifo_loop", lambda o: _later(o, 0), "mixed", 4096, "random"),
+    (engine_mod, "_chan_fcfs", lambda o: (o[0] + 1, o[1]), "read", 4096, "random"),
+    (engine_mod, "_lookup_events", _all_miss, "mixed", 512, "hot"),
+    (engine_mod, "_read_pass", lambda o: _bump(o, 0), "read", 4096, "light"),          # completions
+    (engine_mod, "_read_pass", lambda o: _bump(o, 9, 2), "read", 512, "hot"),          # a count (buffer hits)
+    (engine_mod, "_read_pass", lambda o: _bump(o, 4), "read", 4096, "random"),         # deferred ready times
+    (engine_mod, "_read_pass", lambda o: _bump(o, 1), "read", 4096, "light"),          # taken deferred ends
+    (engine_mod, "_read_pass", lambda o: _bump(o, 11, by=50_000), "read", 4096, "random")],   # carried
+    ids=["simulate", "fifo", "chan", "lookup", "pass-done", "pass-count", "pass-deferred", "pass-old",
+         "pass-carry"])
 def test_a_twin_that_differs_is_seen(monkeypatch, mod, name, perturb, op, nbytes, pattern):
     """The engine comparison (completions and stats) fails when a twin's outputs are changed."""
     g = _geometry("nominal", "profile")
     monkeypatch.setenv("HBFD_ACCEL", "on")
     sizes, adv = [1000, 1000, 1000], [True] * 3
-    stream = make_stream(g, 3000, nbytes, op, 0, seed=1, write_fraction=0.5)
+    gap = round(1e9 / (0.05 * g.aggregate_bytes_per_s / 4096)) if pattern == "light" else 0
+    stream = make_stream(g, 3000, nbytes, op, gap, seed=1, write_fraction=0.5)
+    if pattern == "light":
+        sizes, adv = [300] * 10, [k % 3 == 0 for k in range(10)]
     if pattern == "hot":                # 64 pages: buffer hits
         stream["media_address"] = (np.arange(3000) % 64 * 4096).astype(np.uint64)
     ref = _engine_run(g, stream, sizes, adv)
@@ -250,15 +338,15 @@ def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
     ref = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     monkeypatch.setenv("HBFD_ACCEL", "auto")
     monkeypatch.setattr(accel, "_numba", lambda: (None, "numba not importable: ImportError: test"))
-    for mod, name in ((eventsim, "_simulate_loop"), (diestage, "_fifo_loop"), (engine_mod, "_chan_fcfs"),
-                      (engine_mod, "_lookup_events")):
+    for mod, name in ((eventsim, "_simulate_loop"), (diestage, "_fifo_loop"), (diestage, "_fifo_carry"),
+                      (engine_mod, "_chan_fcfs"), (engine_mod, "_lookup_events"), (engine_mod, "_read_pass")):
         monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
     got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
 
 
 def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
-    """make_engine warms the twins (hbfd.media.warm_twins): its scratch run must reach all four, so the
+    """make_engine warms the twins (hbfd.media.warm_twins): its scratch run must reach them all, so the
     daemon never compiles while serving (a cold compile takes ~20 s; the heartbeat's stale limit is 1 s)."""
     pytest.importorskip("numba")
     from hbfd import accel
@@ -266,11 +354,12 @@ def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
     from hbfcommon.profile import as_profile
     E = engine_mod
     monkeypatch.setenv("HBFD_ACCEL", "on")
-    twins = (eventsim._simulate_loop, diestage._fifo_loop, E._lookup_events, E._chan_fcfs)
+    from hbfd.media import kernels as K
+    twins = (eventsim._simulate_loop, K._fifo_loop, K._fifo_carry, K._lookup_events, K._chan_fcfs, K._read_pass)
     caplog.set_level("DEBUG", logger="hbfd.accel")
     for name in ("nominal", "ocp-sg2"):
         E.warm_twins(MediaGeometry.from_profile(as_profile(name)))
-    assert all(t.is_compiled() for t in twins)
+    assert [t.__name__ for t in twins if not t.is_compiled()] == []
     assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
     monkeypatch.setenv("HBFD_ACCEL", "off")
     assert accel.warm("x", lambda: None, twins) == 0.0
