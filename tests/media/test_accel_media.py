@@ -363,3 +363,33 @@ def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
     assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
     monkeypatch.setenv("HBFD_ACCEL", "off")
     assert accel.warm("x", lambda: None, twins) == 0.0
+
+
+def test_histogram_binning_twin_equals_numpy(monkeypatch):
+    """``hist._bin_into`` (compiled) bins as ``LogHistogram._index`` + bincount: counts, max, total, every
+    quantile, on values across the whole range (negative, the exact small ones, powers of two and their
+    neighbours, up to 2^62); a twin off by one bin is seen."""
+    from hbfd.media import hist
+    rng = np.random.default_rng(3)
+    p2 = 1 << np.arange(0, 62, dtype=np.int64)
+    v = np.concatenate([rng.integers(-5, 200, 3000), rng.integers(0, 1 << 40, 3000), p2, p2 - 1, p2 + 1,
+                        np.array([0, 63, 64, 65, (1 << 62) - 1], np.int64)]).astype(np.int64)
+    out = {}
+    for mode in ("off", "on"):
+        monkeypatch.setenv("HBFD_ACCEL", mode)
+        h = hist.LogHistogram()
+        for part in np.array_split(v, 7):
+            h.add(part)
+        out[mode] = (h.counts.copy(), h.max, h.total, h.summary())
+    assert np.array_equal(out["off"][0], out["on"][0]) and out["off"][1:] == out["on"][1:]
+    orig = hist._bin_into
+
+    def off_by_one(x, counts):
+        c = np.zeros_like(counts)
+        r = orig(x, c)
+        counts += np.roll(c, 1)
+        return r
+    monkeypatch.setattr(hist, "_bin_into", off_by_one)
+    h = hist.LogHistogram()
+    h.add(v)
+    assert not np.array_equal(h.counts, out["off"][0])
