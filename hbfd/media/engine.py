@@ -52,8 +52,9 @@ from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
-from .kernels import _chan_fcfs, _fifo_carry, _fifo_loop, _lookup_events, _read_pass
+from .kernels import _chan_fcfs, _fifo_carry, _fifo_loop, _lookup_events, _read_front, _read_pass
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
+from . import hist
 from .hist import LogHistogram
 from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs, sorted_fcfs
 
@@ -345,18 +346,27 @@ class MediaEngine:
             return
         g = self.g
         self.n["requests"] += n
-        amax_u = int(batch["arrival_ns"].max())
-        if amax_u >= _MAX_TIME:
-            raise MediaError("arrival_ns beyond 2^62", max_arrival=amax_u)
-        arrival = batch["arrival_ns"].astype(np.int64)
-        addr = batch["media_address"].astype(np.int64)
-        nbytes = batch["bytes"].astype(np.int64)
-        op = batch["op"].astype(np.int64)
         ids = batch["id"]
-        unsup = op >= ctl.HBF_N_OPS
-        bad = ~unsup & ((nbytes <= 0) | (addr < 0) | (addr + nbytes > g.capacity_bytes))
         status = None                          # None: every request is served (the common case)
-        if unsup.any() or bad.any():
+        reads = None                           # (arrival, address, bytes): every request a valid read, sorted
+        if n > _SMALL and self._reads_compiled_ok():
+            arrival, addr, nbytes, allok = _read_front(batch["arrival_ns"], batch["media_address"], batch["bytes"],
+                                                       batch["op"], g.capacity_bytes, ctl.HBF_N_OPS, OP_STORE, OP_ATOMIC,
+                                                       _MAX_TIME)
+            if allok:
+                reads = arrival, addr, nbytes
+                op = unsup = bad = None
+        if reads is None:
+            amax_u = int(batch["arrival_ns"].max())
+            if amax_u >= _MAX_TIME:
+                raise MediaError("arrival_ns beyond 2^62", max_arrival=amax_u)
+            arrival = batch["arrival_ns"].astype(np.int64)
+            addr = batch["media_address"].astype(np.int64)
+            nbytes = batch["bytes"].astype(np.int64)
+            op = batch["op"].astype(np.int64)
+            unsup = op >= ctl.HBF_N_OPS
+            bad = ~unsup & ((nbytes <= 0) | (addr < 0) | (addr + nbytes > g.capacity_bytes))
+        if reads is None and (unsup.any() or bad.any()):
             status = np.full(n, ctl.HBF_ST_READY, np.uint8)
             status[unsup] = ctl.HBF_ST_UNSUPPORTED
             status[bad] = ctl.HBF_ST_IO_ERROR
@@ -373,7 +383,7 @@ class MediaEngine:
         show = None                            # None: every request completes in this call
         nok = n if ok is None else len(ok)
         if nok:
-            if ok is None and (n == 1 or bool((arrival[1:] >= arrival[:-1]).all())):
+            if reads is not None or (ok is None and (n == 1 or bool((arrival[1:] >= arrival[:-1]).all()))):
                 order = None                   # already in arrival order (the ring's usual case)
                 a_s, ad_s, nb_s, op_s = arrival, addr, nbytes, op
             else:
@@ -395,7 +405,10 @@ class MediaEngine:
             serial = self._serial + np.arange(nok, dtype=np.int64)
             self._serial += nok
             self._fresh = []
-            d = self._serve(a_s, ad_s, nb_s, op_s, serial)
+            if reads is not None:
+                d = self._serve_reads_compiled(a_s, ad_s, nb_s, serial)
+            else:
+                d = self._serve(a_s, ad_s, nb_s, op_s, serial)
             if order is None:
                 done = d
             else:
@@ -728,8 +741,7 @@ class MediaEngine:
 
     def _serve(self, a, addr, nbytes, op, serial) -> np.ndarray:
         """Schedule sorted requests; returns each request's completion time."""
-        if (len(a) > _SMALL and not self.buf and self._pq is None and self.trace is None and accel.enabled()
-                and not ((op == OP_STORE) | (op == OP_ATOMIC)).any()):
+        if len(a) > _SMALL and self._reads_compiled_ok() and not ((op == OP_STORE) | (op == OP_ATOMIC)).any():
             return self._serve_reads_compiled(a, addr, nbytes, serial)
         req, lpn, slo, shi = self._expand(a, addr, nbytes)
         nt = len(lpn)
@@ -753,6 +765,11 @@ class MediaEngine:
         out = a.copy()
         np.maximum.at(out, req, done)
         return out
+
+    def _reads_compiled_ok(self) -> bool:
+        """Whether a batch of reads may go through the compiled read pass: the twins on, no write-buffer
+        page, no pending array command, no trace."""
+        return not self.buf and self._pq is None and self.trace is None and accel.enabled()
 
     def _serve_reads_compiled(self, a, addr, nbytes, serial) -> np.ndarray:
         """``_serve`` of a batch of media reads (no store, no write-buffer page, no pending array command)
@@ -1992,4 +2009,6 @@ def warm_twins(geometry: MediaGeometry) -> float:
             e.collect()
             t += n * 50 + 1_000_000
         e.drain()
-    return accel.warm("media engine", run, (eventsim._simulate_loop, _fifo_loop, _fifo_carry, _lookup_events, _chan_fcfs, _read_pass))
+        e.stats()                      # (bins the queueing delays)
+    return accel.warm("media engine", run, (eventsim._simulate_loop, _fifo_loop, _fifo_carry, _lookup_events,
+                                            _chan_fcfs, _read_front, _read_pass, hist._bin_into))

@@ -7,6 +7,8 @@ and numba's cache of a twin is keyed on its own file (hbfd/accel.py ``jit``).
 * ``_chan_fcfs``: channel FCFS in a given order (``MediaEngine._chan_lindley``);
 * ``_fifo_loop`` and ``_fifo_carry``: the read die stage under the queue depth (``diestage.fifo_exact``) and
   the carried releases it leaves;
+* ``_read_front``: a submitted batch's fields as int64 arrays and whether every request is a valid media
+  read in arrival order (``MediaEngine.submit``'s conversion and checks; else the numpy path decides);
 * ``_read_pass``: a batch of media reads (no store, no write-buffer page, no pending array command) in one
   compiled pass: page expansion, placement, lookup, die stage, buffer state, data ready and, when every
   transfer can be decided now, the channel (``MediaEngine._serve`` -> ``_where`` / ``_reads`` /
@@ -578,3 +580,32 @@ def _chan_fcfs(order, ch, rd, x, q0, chan_free, chan_busy):
         chan_free[prev] = f
         chan_busy[prev] += busy
     return done, qv
+
+
+@accel.jit
+def _read_front(arrival, addr, nbytes, op, capacity, nops, store_op, atomic_op, max_time):
+    """``MediaEngine.submit``'s conversions and checks of a batch, for the compiled read path: the request
+    fields (any integer arrays, strided views of the batch included) as int64 arrays, and whether every
+    request is a media read (load or cp.async) inside the media, arrival before ``max_time``, in arrival
+    order. False: the caller's numpy path converts and checks the batch again (and decides the errors).
+    (``arrival``, ``addr``: unsigned, compared as such.)"""
+    n = arrival.shape[0]
+    mt = np.uint64(max_time)
+    a = np.empty(n, np.int64)
+    ad = np.empty(n, np.int64)
+    nb = np.empty(n, np.int64)
+    ok = True
+    for i in range(n):
+        if np.uint64(arrival[i]) >= mt or np.uint64(addr[i]) >= mt:
+            return a, ad, nb, False
+        a[i] = np.int64(arrival[i])
+        ad[i] = np.int64(addr[i])
+        nb[i] = np.int64(nbytes[i])
+        o = op[i]
+        if o >= nops or o == store_op or o == atomic_op:
+            ok = False
+        if nb[i] <= 0 or ad[i] + nb[i] > capacity:
+            ok = False
+        if i and a[i] < a[i - 1]:
+            ok = False
+    return a, ad, nb, ok

@@ -332,6 +332,7 @@ def test_a_twin_that_differs_is_seen(monkeypatch, mod, name, perturb, op, nbytes
 def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
     """HBFD_ACCEL=auto where numba does not import (the H200 machine): no twin is called, same results."""
     from hbfd import accel
+    from hbfd.media import hist
     g = _geometry("nominal", "profile")
     stream = make_stream(g, 2000, 4096, "mixed", 0, seed=2, write_fraction=0.3)
     monkeypatch.setenv("HBFD_ACCEL", "off")
@@ -339,7 +340,8 @@ def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
     monkeypatch.setenv("HBFD_ACCEL", "auto")
     monkeypatch.setattr(accel, "_numba", lambda: (None, "numba not importable: ImportError: test"))
     for mod, name in ((eventsim, "_simulate_loop"), (diestage, "_fifo_loop"), (diestage, "_fifo_carry"),
-                      (engine_mod, "_chan_fcfs"), (engine_mod, "_lookup_events"), (engine_mod, "_read_pass")):
+                      (engine_mod, "_chan_fcfs"), (engine_mod, "_lookup_events"), (engine_mod, "_read_pass"),
+                      (engine_mod, "_read_front"), (hist, "_bin_into")):
         monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
     got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
@@ -355,7 +357,9 @@ def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
     E = engine_mod
     monkeypatch.setenv("HBFD_ACCEL", "on")
     from hbfd.media import kernels as K
-    twins = (eventsim._simulate_loop, K._fifo_loop, K._fifo_carry, K._lookup_events, K._chan_fcfs, K._read_pass)
+    from hbfd.media import hist
+    twins = (eventsim._simulate_loop, K._fifo_loop, K._fifo_carry, K._lookup_events, K._chan_fcfs, K._read_front,
+             K._read_pass, hist._bin_into)
     caplog.set_level("DEBUG", logger="hbfd.accel")
     for name in ("nominal", "ocp-sg2"):
         E.warm_twins(MediaGeometry.from_profile(as_profile(name)))
@@ -393,3 +397,42 @@ def test_histogram_binning_twin_equals_numpy(monkeypatch):
     h = hist.LogHistogram()
     h.add(v)
     assert not np.array_equal(h.counts, out["off"][0])
+
+
+def test_read_front_falls_back_on_anything_unusual(monkeypatch):
+    """Batches of reads with unsupported ops, requests outside the media, zero bytes, stores, arrivals out of
+    order (``_read_front`` says no: the numpy path converts, checks and decides) give with ``HBFD_ACCEL=on``
+    what they give with ``off``; an arrival at 2^62 is the same MediaError; the front ran on the clean ones."""
+    from hbfd.media.geometry import MediaError
+    g = _geometry("nominal", "profile")
+    rng = np.random.default_rng(9)
+    n = 3000
+    stream = make_stream(g, n, 4096, "read", 40, seed=4)
+    k = rng.choice(n, 40, replace=False)
+    stream["op"][k[:8]] = 7                                          # unsupported
+    stream["media_address"][k[8:16]] = g.capacity_bytes - 100         # past the end
+    stream["bytes"][k[16:24]] = 0
+    stream["op"][k[24:32]] = 1                                       # stores (the write path)
+    stream["arrival_ns"][k[32:]] -= 5000                             # out of order
+    sizes, adv = [200] * 15, [True, False, True] * 5
+    monkeypatch.setenv("HBFD_ACCEL", "off")
+    ref, st_ref = _engine_run(g, stream, sizes, adv)
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    seen = []
+    orig = engine_mod._read_front
+
+    def spy(*a):
+        out = orig(*a)
+        seen.append(bool(out[3]))
+        return out
+    monkeypatch.setattr(engine_mod, "_read_front", spy)
+    got, st_got = _engine_run(g, stream, sizes, adv)
+    assert st_ref == st_got and all(np.array_equal(x, y) for x, y in zip(ref, got))
+    assert True in seen and False in seen, seen
+    assert st_ref["counts"]["io_error"] == 16 and st_ref["counts"]["unsupported"] == 8
+    late = make_stream(g, 100, 4096, "read", 10)
+    late["arrival_ns"][50] = 1 << 62
+    for mode in ("off", "on"):
+        monkeypatch.setenv("HBFD_ACCEL", mode)
+        with pytest.raises(MediaError, match="beyond 2"):
+            MediaEngine(g).submit(late)
