@@ -52,11 +52,11 @@ from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
-from .kernels import _chan_fcfs, _fifo_carry, _fifo_loop, _lookup_events, _read_front, _read_pass
+from .kernels import _chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _lookup_events, _read_front, _read_pass
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
-from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs, sorted_fcfs
+from .lindley import packed_keys, packed_order, segment_ends, segment_starts, segmented_fcfs, sorted_fcfs
 
 log = logging.getLogger(__name__)
 
@@ -513,15 +513,18 @@ class MediaEngine:
         if self.trace is None and accel.enabled():
             # FCFS per channel by (data ready, seq): one order for all channels, then a loop (compiled); many
             # items in seq order -> one sort of packed (channel, ready, index) keys (the same order)
-            o = None
+            pk = None
             if bool((seq[1:] > seq[:-1]).all()):
                 if n >= 4096:
-                    o = packed_order(ch, g.channels, rd)
-                if o is None:
-                    o = np.argsort(rd, kind="stable")
+                    pk = packed_keys(ch, g.channels, rd)
+                o = np.argsort(rd, kind="stable") if pk is None else None
             else:
                 o = np.lexsort((seq, rd))
-            done, qv = _chan_fcfs(o, ch, rd, x, it["q0"], self.chan_free, self.chan_busy_ns)
+            if pk is not None:
+                done, qv = _chan_fcfs_packed(pk[0], pk[1], pk[2], pk[3], x, it["q0"], self.chan_free,
+                                             self.chan_busy_ns)
+            else:
+                done, qv = _chan_fcfs(o, ch, rd, x, it["q0"], self.chan_free, self.chan_busy_ns)
             self.qdelay.add(qv)
             return done
         # order by (channel, ready, seq): stable sorts on seq order (timsort gains from the runs
@@ -1996,11 +1999,12 @@ def warm_twins(geometry: MediaGeometry) -> float:
         pages = max(1, min(geometry.capacity_bytes // PAGE_BYTES, 1 << 20))
         rng = np.random.default_rng(0)
         t = 0
+        # (the last: a burst whose 5000 transfers are decided at once, by the packed-key channel order)
         for k, (n, wfrac, nb) in enumerate(((256, 0.0, 512), (256, 0.0, 512), (256, 1.0, PAGE_BYTES),
-                                            (512, 0.5, PAGE_BYTES), (256, 0.1, 512))):
+                                            (512, 0.5, PAGE_BYTES), (256, 0.1, 512), (5000, 0.0, PAGE_BYTES))):
             b = np.zeros(n, REQUEST_BATCH_DTYPE)
             b["id"] = np.arange(n) + k * 1024
-            b["arrival_ns"] = t + np.arange(n, dtype=np.uint64) * 50
+            b["arrival_ns"] = t + np.arange(n, dtype=np.uint64) * (50 if k < 5 else 0)
             pg = rng.integers(0, pages, n) if k != 1 else np.repeat(rng.integers(0, pages, n // 8), 8)
             b["media_address"] = pg.astype(np.uint64) * PAGE_BYTES
             b["bytes"] = nb
@@ -2011,4 +2015,4 @@ def warm_twins(geometry: MediaGeometry) -> float:
         e.drain()
         e.stats()                      # (bins the queueing delays)
     return accel.warm("media engine", run, (eventsim._simulate_loop, _fifo_loop, _fifo_carry, _lookup_events,
-                                            _chan_fcfs, _read_front, _read_pass, hist._bin_into))
+                                            _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into))

@@ -4,7 +4,8 @@ missing). They live in one file because the whole-batch read pass (``_read_pass`
 and numba's cache of a twin is keyed on its own file (hbfd/accel.py ``jit``).
 
 * ``_lookup_events``: page-buffer lookup (``MediaEngine._lookup_loop``);
-* ``_chan_fcfs``: channel FCFS in a given order (``MediaEngine._chan_lindley``);
+* ``_chan_fcfs``, ``_chan_fcfs_packed``: channel FCFS in a given order, or in the order of sorted packed keys
+  (``MediaEngine._chan_lindley``);
 * ``_fifo_loop`` and ``_fifo_carry``: the read die stage under the queue depth (``diestage.fifo_exact``) and
   the carried releases it leaves;
 * ``_read_front``: a submitted batch's fields as int64 arrays and whether every request is a valid media
@@ -609,3 +610,39 @@ def _read_front(arrival, addr, nbytes, op, capacity, nops, store_op, atomic_op, 
         if i and a[i] < a[i - 1]:
             ok = False
     return a, ad, nb, ok
+
+
+@accel.jit
+def _chan_fcfs_packed(key, bits, span, lo, x, q0, chan_free, chan_busy):
+    """``_chan_fcfs`` in the order of ``lindley.packed_keys``'s sorted keys (channel, data ready, index),
+    the channel and data ready decoded from each key (no gather of them): the same done, queueing delays
+    (in that order), ``chan_free`` and ``chan_busy``."""
+    n = key.shape[0]
+    mask = (1 << bits) - 1
+    done = np.empty(n, np.int64)
+    qv = np.empty(n, np.int64)
+    prev = -1
+    f = 0
+    busy = 0
+    for k in range(n):
+        kk = key[k]
+        i = kk & mask
+        q = kk >> bits
+        c = q // span
+        r = q - c * span + lo
+        if c != prev:
+            if prev >= 0:
+                chan_free[prev] = f
+                chan_busy[prev] += busy
+            prev = c
+            f = chan_free[c]
+            busy = 0
+        d = (r if r > f else f) + x[i]
+        f = d
+        busy += x[i]
+        done[i] = d
+        qv[k] = d - x[i] - q0[i]
+    if prev >= 0:
+        chan_free[prev] = f
+        chan_busy[prev] += busy
+    return done, qv

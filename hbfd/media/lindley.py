@@ -31,9 +31,21 @@ def packed_order(major: np.ndarray, nmajor: int, minor: np.ndarray) -> np.ndarra
     then by ``major`` give it, from one unstable sort of packed int64 keys
     ``((major * span + minor - lo) << bits) | index`` (unique, so the order is the same); None when
     the keys do not fit in 63 bits (the caller sorts the slow way). ``major`` in [0, nmajor)."""
+    pk = packed_keys(major, nmajor, minor)
+    if pk is None:
+        return None
+    key, bits, _, _ = pk
+    key &= (1 << bits) - 1
+    return key
+
+
+def packed_keys(major: np.ndarray, nmajor: int, minor: np.ndarray):
+    """``packed_order``'s sorted keys ``((major * span + minor - lo) << bits) | index`` and (bits, span, lo),
+    from which the order (the low ``bits``), ``major`` and ``minor`` of each position decode; None when they
+    do not fit in 63 bits."""
     n = len(minor)
     if n == 0:
-        return np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), 1, 1, 0
     lo = int(minor.min())
     span = int(minor.max()) - lo + 1
     bits = max(1, (n - 1).bit_length())
@@ -45,8 +57,7 @@ def packed_order(major: np.ndarray, nmajor: int, minor: np.ndarray) -> np.ndarra
     key <<= bits
     key |= np.arange(n, dtype=np.int64)
     key.sort()
-    key &= (1 << bits) - 1
-    return key
+    return key, bits, span, lo
 
 
 def segment_ends(starts: np.ndarray, n: int) -> np.ndarray:

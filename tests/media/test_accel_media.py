@@ -297,13 +297,14 @@ def _bump(out, i, k=None, by=1):
     (eventsim, "_simulate_loop", lambda o: _later(o, 1), "mixed", 4096, "random"),
     (diestage, "_fifo_loop", lambda o: _later(o, 0), "mixed", 4096, "random"),
     (engine_mod, "_chan_fcfs", lambda o: (o[0] + 1, o[1]), "read", 4096, "random"),
+    (engine_mod, "_chan_fcfs_packed", lambda o: (o[0] + 1, o[1]), "read", 4096, "burst6k"),
     (engine_mod, "_lookup_events", _all_miss, "mixed", 512, "hot"),
     (engine_mod, "_read_pass", lambda o: _bump(o, 0), "read", 4096, "light"),          # completions
     (engine_mod, "_read_pass", lambda o: _bump(o, 9, 2), "read", 512, "hot"),          # a count (buffer hits)
     (engine_mod, "_read_pass", lambda o: _bump(o, 4), "read", 4096, "random"),         # deferred ready times
     (engine_mod, "_read_pass", lambda o: _bump(o, 1), "read", 4096, "light"),          # taken deferred ends
     (engine_mod, "_read_pass", lambda o: _bump(o, 11, by=50_000), "read", 4096, "random")],   # carried
-    ids=["simulate", "fifo", "chan", "lookup", "pass-done", "pass-count", "pass-deferred", "pass-old",
+    ids=["simulate", "fifo", "chan", "chan-packed", "lookup", "pass-done", "pass-count", "pass-deferred", "pass-old",
          "pass-carry"])
 def test_a_twin_that_differs_is_seen(monkeypatch, mod, name, perturb, op, nbytes, pattern):
     """The engine comparison (completions and stats) fails when a twin's outputs are changed."""
@@ -314,6 +315,9 @@ def test_a_twin_that_differs_is_seen(monkeypatch, mod, name, perturb, op, nbytes
     stream = make_stream(g, 3000, nbytes, op, gap, seed=1, write_fraction=0.5)
     if pattern == "light":
         sizes, adv = [300] * 10, [k % 3 == 0 for k in range(10)]
+    if pattern == "burst6k":          # the quiet scan decides 6000 transfers at once (packed-key order)
+        stream = make_stream(g, 6000, nbytes, op, 0, seed=1)
+        sizes, adv = [2000] * 3, [True] * 3
     if pattern == "hot":                # 64 pages: buffer hits
         stream["media_address"] = (np.arange(3000) % 64 * 4096).astype(np.uint64)
     ref = _engine_run(g, stream, sizes, adv)
@@ -341,7 +345,7 @@ def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
     monkeypatch.setattr(accel, "_numba", lambda: (None, "numba not importable: ImportError: test"))
     for mod, name in ((eventsim, "_simulate_loop"), (diestage, "_fifo_loop"), (diestage, "_fifo_carry"),
                       (engine_mod, "_chan_fcfs"), (engine_mod, "_lookup_events"), (engine_mod, "_read_pass"),
-                      (engine_mod, "_read_front"), (hist, "_bin_into")):
+                      (engine_mod, "_read_front"), (engine_mod, "_chan_fcfs_packed"), (hist, "_bin_into")):
         monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
     got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
@@ -358,8 +362,8 @@ def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
     monkeypatch.setenv("HBFD_ACCEL", "on")
     from hbfd.media import kernels as K
     from hbfd.media import hist
-    twins = (eventsim._simulate_loop, K._fifo_loop, K._fifo_carry, K._lookup_events, K._chan_fcfs, K._read_front,
-             K._read_pass, hist._bin_into)
+    twins = (eventsim._simulate_loop, K._fifo_loop, K._fifo_carry, K._lookup_events, K._chan_fcfs,
+             K._chan_fcfs_packed, K._read_front, K._read_pass, hist._bin_into)
     caplog.set_level("DEBUG", logger="hbfd.accel")
     for name in ("nominal", "ocp-sg2"):
         E.warm_twins(MediaGeometry.from_profile(as_profile(name)))
