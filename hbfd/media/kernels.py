@@ -111,16 +111,17 @@ def _lookup_events(ev_plane, ev_page, ev_read, ev_ridx, bpage, bready):
 @accel.jit
 def _fifo_loop(r, die, plane, service, t_cmd, Q, ndies, pf, cd, ct):
     """The die queue depth's slot form, one command at a time (compiled by numba): per die the Q largest
-    releases so far (carried ones first): a sorted ring for Q <= 64 (a new release is usually the largest:
-    O(1)), else a min-heap; command i admitted at max(r_i, their minimum when the Q are held), its plane FCFS. ``pf`` is updated in
-    place. Returns (ends, dies where the depth binds, saturated dies (Q carried releases, all after the
+    releases so far (carried ones first): for Q <= 64 a sorted window sliding along a row of 2Q (a new
+    release is usually among the largest: a few moves; the window goes back to the row's start every Q
+    drops), else a min-heap; command i admitted at max(r_i, their minimum when the Q are held), its plane
+    FCFS. ``pf`` is updated in place. Returns (ends, dies where the depth binds, saturated dies (Q carried releases, all after the
     die's first arrival), the kept releases as (die, time))."""
     n = r.shape[0]
     nc = cd.shape[0]
-    H = np.empty((ndies, Q), np.int64)
+    H = np.empty((ndies, 2 * Q if Q <= 64 else Q), np.int64)
     hn = np.zeros(ndies, np.int64)
-    hs = np.zeros(ndies, np.int64)          # ring start (the smallest release) per die
-    ring = Q <= 64                          # else a min-heap (a deep ring would shift too much)
+    hs = np.zeros(ndies, np.int64)          # start of the sorted window (the smallest release) per die
+    ring = Q <= 64                          # else a min-heap (a deep window would shift too much)
     first = np.full(ndies, _BIG, np.int64)
     for i in range(n - 1, -1, -1):
         first[die[i]] = r[i]
@@ -177,21 +178,19 @@ def _fifo_loop(r, die, plane, service, t_cmd, Q, ndies, pf, cd, ct):
         if s == Q:
             if v <= H[d, h0]:
                 continue
-            h0 = h0 + 1 if h0 + 1 < Q else 0
+            h0 += 1                              # the smallest goes
+            s -= 1
+            if h0 == Q:                          # the window [h0, h0 + s) back to the row's start
+                for t in range(s):
+                    H[d, t] = H[d, h0 + t]
+                h0 = 0
             hs[d] = h0
-            s -= 1
         j = h0 + s
-        if j >= Q:
-            j -= Q
-        while s > 0:
-            jp = j - 1 if j > 0 else Q - 1
-            if H[d, jp] <= v:
-                break
-            H[d, j] = H[d, jp]
-            j = jp
-            s -= 1
+        while j > h0 and H[d, j - 1] > v:
+            H[d, j] = H[d, j - 1]
+            j -= 1
         H[d, j] = v
-        hn[d] += 1 if hn[d] < Q else 0
+        hn[d] = s + 1
     sure = np.zeros(ndies, np.bool_)
     tot = 0
     for d in range(ndies):
@@ -202,12 +201,10 @@ def _fifo_loop(r, die, plane, service, t_cmd, Q, ndies, pf, cd, ct):
     kt = np.empty(tot, np.int64)
     k = 0
     for d in range(ndies):
-        j = hs[d]
-        for _ in range(hn[d]):
+        for j in range(hs[d], hs[d] + hn[d]):
             kd[k] = d
             kt[k] = H[d, j]
             k += 1
-            j = j + 1 if j + 1 < Q else 0
     return E, bind, sure, kd, kt
 
 
