@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 
 OP_LOAD, OP_STORE, OP_ATOMIC, OP_CPASYNC = 0, 1, 2, 3
 _FULL_MASK = (1 << SECTORS_PER_PAGE) - 1
+_PAGE_SHIFT = PAGE_BYTES.bit_length() - 1        # (both powers of two: geometry.py)
+_SECTOR_SHIFT = SECTOR_BYTES.bit_length() - 1
+assert PAGE_BYTES == 1 << _PAGE_SHIFT and SECTOR_BYTES == 1 << _SECTOR_SHIFT
 _MAX_TIME = 1 << 62
 _E0 = np.zeros(0, np.int64)
 _NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
@@ -788,7 +791,7 @@ class MediaEngine:
             a, addr, nbytes, self._seq, int(serial[0]), g.channels, g.dies_per_channel, g.planes_per_die,
             g.t_cmd_ns, g.t_read_ns, g.queue_depth, g.dies, self._xfer_by_sectors, self.bpage, self.bready,
             self.plane_free, sl.die, sl.t, self.horizon, limit, o["ch"], o["rd"], o["x"], o["seq"], o["q0"],
-            self.chan_free, self.chan_busy_ns)
+            self.chan_free, self.chan_busy_ns, _PAGE_SHIFT, _SECTOR_SHIFT)
         nt, nm, nh, nco, nsec, qdb, qdd = cnt.tolist()
         self._seq += nt
         sl.die, sl.t = kd, kt

@@ -21,8 +21,6 @@ import numpy as np
 
 from hbfd import accel
 
-from .geometry import PAGE_BYTES, SECTOR_BYTES
-
 _BIG = 1 << 62
 
 
@@ -303,7 +301,7 @@ def _chan_order(rd, seq, src, lo, hi):
 
 @accel.jit
 def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies, xfer, bpage, bready, plane_free,
-               cdie, ct, horizon, limit, o_ch, o_rd, o_x, o_seq, o_q0, chan_free, chan_busy):
+               cdie, ct, horizon, limit, o_ch, o_rd, o_x, o_seq, o_q0, chan_free, chan_busy, pshift, sshift):
     """A batch of media reads (requests sorted by arrival ``a``; serials from ``serial0``, page transactions'
     seq from ``2 * seq0``) in one pass: the page transactions (``MediaEngine._expand``, ``_where``), the
     buffer lookup (``_lookup_events``), the die stage of the misses (``_fifo_loop``, ``_fifo_carry``; carried
@@ -314,12 +312,15 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
     deferred. Returns (done per request (a deferred page counts 0), done of the taken old items, queueing
     delays of the decided items, the deferred items (ch, rd, x, seq, serial, q0), counts [transactions,
     senses, buffer hits, coalesced reads, sectors, qd-bound batches, qd-bound dies], the new carried releases
-    (die, time))."""
+    (die, time)). ``pshift``/``sshift``: log2 of the page and sector bytes (arguments, not the geometry module's
+    globals: numba would freeze another module's globals into the cached code; shifts, not divisions)."""
+    PB = 1 << pshift
+    SB1 = (1 << sshift) - 1
     n = a.shape[0]
     nt = 0
     multi = False
     for i in range(n):
-        k = (addr[i] + nbytes[i] - 1) // PAGE_BYTES - addr[i] // PAGE_BYTES + 1
+        k = ((addr[i] + nbytes[i] - 1) >> pshift) - (addr[i] >> pshift) + 1
         nt += k
         if k > 1:
             multi = True
@@ -331,14 +332,14 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
     if multi:
         t = 0
         for i in range(n):
-            first = addr[i] // PAGE_BYTES
-            last = (addr[i] + nbytes[i] - 1) // PAGE_BYTES
+            first = addr[i] >> pshift
+            last = (addr[i] + nbytes[i] - 1) >> pshift
             e = addr[i] + nbytes[i]
             for lp in range(first, last + 1):
-                base = lp * PAGE_BYTES
+                base = lp << pshift
                 lo = (addr[i] if addr[i] > base else base) - base
-                hi = (e if e < base + PAGE_BYTES else base + PAGE_BYTES) - base
-                ns = (hi + SECTOR_BYTES - 1) // SECTOR_BYTES - lo // SECTOR_BYTES
+                hi = (e if e < base + PB else base + PB) - base
+                ns = ((hi + SB1) >> sshift) - (lo >> sshift)
                 nsec_tot += ns
                 lpn[t] = lp
                 x[t] = xfer[ns]
@@ -347,9 +348,9 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
                 t += 1
     else:
         for i in range(n):
-            lp = addr[i] // PAGE_BYTES
-            lo = addr[i] - lp * PAGE_BYTES
-            ns = (lo + nbytes[i] + SECTOR_BYTES - 1) // SECTOR_BYTES - lo // SECTOR_BYTES
+            lp = addr[i] >> pshift
+            lo = addr[i] - (lp << pshift)
+            ns = ((lo + nbytes[i] + SB1) >> sshift) - (lo >> sshift)
             nsec_tot += ns
             lpn[i] = lp
             x[i] = xfer[ns]
@@ -610,12 +611,13 @@ def _read_front(arrival, addr, nbytes, op, capacity, nops, store_op, atomic_op, 
 
 
 @accel.jit
-def _chan_fcfs_packed(key, bits, span, lo, x, q0, chan_free, chan_busy):
+def _chan_fcfs_packed(key, bits, sbits, lo, x, q0, chan_free, chan_busy):
     """``_chan_fcfs`` in the order of ``lindley.packed_keys``'s sorted keys (channel, data ready, index),
-    the channel and data ready decoded from each key (no gather of them): the same done, queueing delays
-    (in that order), ``chan_free`` and ``chan_busy``."""
+    the channel and data ready decoded from each key by shifts (no gather of them): the same done, queueing
+    delays (in that order), ``chan_free`` and ``chan_busy``."""
     n = key.shape[0]
     mask = (1 << bits) - 1
+    smask = (1 << sbits) - 1
     done = np.empty(n, np.int64)
     qv = np.empty(n, np.int64)
     prev = -1
@@ -625,8 +627,8 @@ def _chan_fcfs_packed(key, bits, span, lo, x, q0, chan_free, chan_busy):
         kk = key[k]
         i = kk & mask
         q = kk >> bits
-        c = q // span
-        r = q - c * span + lo
+        c = q >> sbits
+        r = (q & smask) + lo
         if c != prev:
             if prev >= 0:
                 chan_free[prev] = f
