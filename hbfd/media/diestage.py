@@ -358,8 +358,9 @@ def _window(r, die, plane, service, cd, ct, *, t_cmd, Q, nplanes, ndies, plane_f
 
 def _fifo_compiled(r, die, plane, service: int, *, t_cmd, Q, ndies, plane_free, carry: DieCarry, horizon, stats):
     """``fifo_exact`` by its compiled twins (``kernels._fifo_loop``, ``_fifo_carry``): the same ends, plane
-    state, carried releases and ``qd_bound_*`` counts (the saturated dies, then the other dies where the depth binds, as the numpy form
-    counts them: each set that is not empty is one more bound batch). Tests: tests/media/test_accel_media.py."""
+    state, carried releases and ``qd_bound_*`` counts (the saturated dies, then the other dies where the depth
+    binds, as the numpy form counts them: each set that is not empty is one more bound batch). Tests:
+    tests/media/test_accel_media.py."""
     present = np.zeros(ndies, bool)
     present[die] = True
     cd, ct = carry.take(present)

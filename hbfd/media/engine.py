@@ -52,7 +52,8 @@ from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
-from .kernels import _chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _lookup_events, _read_front, _read_pass
+from .kernels import (_chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _lookup_events, _read_front,
+                      _read_pass)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -353,9 +354,9 @@ class MediaEngine:
         status = None                          # None: every request is served (the common case)
         reads = None                           # (arrival, address, bytes): every request a valid read, sorted
         if n > _SMALL and self._reads_compiled_ok():
-            arrival, addr, nbytes, allok = _read_front(batch["arrival_ns"], batch["media_address"], batch["bytes"],
-                                                       batch["op"], g.capacity_bytes, ctl.HBF_N_OPS, OP_STORE, OP_ATOMIC,
-                                                       _MAX_TIME)
+            arrival, addr, nbytes, allok = _read_front(
+                batch["arrival_ns"], batch["media_address"], batch["bytes"], batch["op"], g.capacity_bytes,
+                ctl.HBF_N_OPS, OP_STORE, OP_ATOMIC, _MAX_TIME)
             if allok:
                 reads = arrival, addr, nbytes
                 op = unsup = bad = None

@@ -112,8 +112,8 @@ def _fifo_loop(r, die, plane, service, t_cmd, Q, ndies, pf, cd, ct):
     releases so far (carried ones first): for Q <= 64 a sorted window sliding along a row of 2Q (a new
     release is usually among the largest: a few moves; the window goes back to the row's start every Q
     drops), else a min-heap; command i admitted at max(r_i, their minimum when the Q are held), its plane
-    FCFS. ``pf`` is updated in place. Returns (ends, dies where the depth binds, saturated dies (Q carried releases, all after the
-    die's first arrival), the kept releases as (die, time))."""
+    FCFS. ``pf`` is updated in place. Returns (ends, dies where the depth binds, saturated dies (Q carried
+    releases, all after the die's first arrival), the kept releases as (die, time))."""
     n = r.shape[0]
     nc = cd.shape[0]
     H = np.empty((ndies, 2 * Q if Q <= 64 else Q), np.int64)
