@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from hbfcommon.profile import MAX_DIE_QUEUE_SLOTS, load_profile
+from hbfd import accel
 from hbfd.media import diestage, eventsim
 from hbfd.media import engine as engine_mod
 from hbfd.media.bench import make_stream
@@ -335,7 +336,6 @@ def test_a_twin_that_differs_is_seen(monkeypatch, mod, name, perturb, op, nbytes
 
 def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
     """HBFD_ACCEL=auto where numba does not import (the H200 machine): no twin is called, same results."""
-    from hbfd import accel
     from hbfd.media import hist
     g = _geometry("nominal", "profile")
     stream = make_stream(g, 2000, 4096, "mixed", 0, seed=2, write_fraction=0.3)
@@ -355,7 +355,6 @@ def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
     """make_engine warms the twins (hbfd.media.warm_twins): its scratch run must reach them all, so the
     daemon never compiles while serving (a cold compile takes ~20 s; the heartbeat's stale limit is 1 s)."""
     pytest.importorskip("numba")
-    from hbfd import accel
     from hbfd.media.geometry import MediaGeometry
     from hbfcommon.profile import as_profile
     E = engine_mod
@@ -440,3 +439,30 @@ def test_read_front_falls_back_on_anything_unusual(monkeypatch):
         monkeypatch.setenv("HBFD_ACCEL", mode)
         with pytest.raises(MediaError, match="beyond 2"):
             MediaEngine(g).submit(late)
+
+
+
+@accel.jit
+def _t_inner(x):
+    return x * 3
+
+
+@accel.jit
+def _t_outer(a):
+    s = 0
+    for i in range(a.shape[0]):
+        s += _t_inner(a[i])
+    return s
+
+
+def test_a_twin_may_call_only_twins_of_its_own_file(monkeypatch):
+    """``accel.jit`` binds a twin's same-file callees to their compiled forms (numba could not type the lazy
+    wrapper) and refuses a callee of another file (numba's cache of the caller would not see it change)."""
+    from hbfd.media import kernels as K
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    assert _t_outer(np.arange(4)) == 18 and _t_outer.is_compiled()
+    ns = {"np": np, "_fifo_carry": K._fifo_carry, "_t_inner": _t_inner}
+    exec("def uses_other(x):\n    return _t_inner(x)\n", ns)
+    ns["uses_other"].__code__ = ns["uses_other"].__code__.replace(co_filename=K.__file__)
+    with pytest.raises(TypeError, match="another file"):
+        accel.jit(ns["uses_other"])(1)
