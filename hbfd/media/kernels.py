@@ -593,8 +593,7 @@ def _read_front(arrival, addr, nbytes, op, capacity, nops, store_op, atomic_op, 
     a = np.empty(n, np.int64)
     ad = np.empty(n, np.int64)
     nb = np.empty(n, np.int64)
-    ok = True
-    for i in range(n):
+    for i in range(n):                       # (the first request that fails ends it: its batch goes the numpy way)
         if np.uint64(arrival[i]) >= mt or np.uint64(addr[i]) >= mt:
             return a, ad, nb, False
         a[i] = np.int64(arrival[i])
@@ -602,12 +601,12 @@ def _read_front(arrival, addr, nbytes, op, capacity, nops, store_op, atomic_op, 
         nb[i] = np.int64(nbytes[i])
         o = op[i]
         if o >= nops or o == store_op or o == atomic_op:
-            ok = False
+            return a, ad, nb, False
         if nb[i] <= 0 or ad[i] + nb[i] > capacity:
-            ok = False
+            return a, ad, nb, False
         if i and a[i] < a[i - 1]:
-            ok = False
-    return a, ad, nb, ok
+            return a, ad, nb, False
+    return a, ad, nb, True
 
 
 @accel.jit
