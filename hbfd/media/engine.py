@@ -72,6 +72,12 @@ _NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
 
 
+def _concat_records(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate`` of completion arrays (COMPLETION_BATCH_DTYPE), as their bytes: the same array, about
+    8x faster (numpy copies a packed structured dtype element by element)."""
+    return np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in parts]).view(COMPLETION_BATCH_DTYPE)
+
+
 def _pid_pos(pid: np.ndarray, q: np.ndarray) -> np.ndarray:
     """Index in ``pid`` (unique ids, -1 for none) of each id in ``q`` (ids, >= 0); -1 where absent."""
     return _PidIndex(pid).pos(q)
@@ -691,7 +697,7 @@ class MediaEngine:
         self._since_collect = False
         if not self._pending:
             return np.zeros(0, COMPLETION_BATCH_DTYPE)
-        out = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
+        out = _concat_records(self._pending) if len(self._pending) > 1 else self._pending[0]
         self._pending = []
         return out
 

@@ -466,3 +466,21 @@ def test_a_twin_may_call_only_twins_of_its_own_file(monkeypatch):
     ns["uses_other"].__code__ = ns["uses_other"].__code__.replace(co_filename=K.__file__)
     with pytest.raises(TypeError, match="another file"):
         accel.jit(ns["uses_other"])(1)
+
+
+def test_concat_records_equals_numpy_concatenate():
+    """``engine._concat_records`` (collect's concatenation of completion arrays, as bytes) gives what
+    ``np.concatenate`` gives, empty parts and a strided part included."""
+    from hbfd.contracts import COMPLETION_BATCH_DTYPE as D
+    rng = np.random.default_rng(1)
+    parts = []
+    for n in (5, 0, 4096, 1, 0, 37):
+        p = np.zeros(n, D)
+        p["id"] = rng.integers(0, 1 << 63, n, dtype=np.uint64)
+        p["modeled_ns"] = rng.integers(0, 1 << 40, n, dtype=np.uint64)
+        p["status"] = rng.integers(0, 4, n)
+        parts.append(p)
+    parts.append(parts[2][::3])
+    got = engine_mod._concat_records(parts)
+    ref = np.concatenate(parts)
+    assert got.dtype == ref.dtype and np.array_equal(got, ref) and got.tobytes() == ref.tobytes()
