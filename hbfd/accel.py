@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import types
 from typing import Callable, Optional
 
 from hbfcommon.errors import ConfigError
@@ -68,20 +69,41 @@ def describe() -> dict:
 def jit(fn: Callable) -> Callable:
     """Decorate a loop-form twin: returns a lazy wrapper that compiles ``fn`` with ``numba.njit(cache=True,
     nogil=True)`` at its first call. Call it only where :func:`enabled` said yes (calling it without numba
-    raises a ConfigError naming what is missing, never runs the slow Python loop silently)."""
+    raises a ConfigError naming what is missing, never runs the slow Python loop silently).
+
+    A twin may call other twins of its own source file by their global names (a whole-batch pass built from
+    smaller twins): at compile time those names are bound to the callees' compiled forms. Only callees of the
+    same file are allowed, since numba's cache of the caller is keyed on the caller's file alone (a callee
+    changed in another file would leave a stale cached caller)."""
     compiled: list = []
 
-    @functools.wraps(fn)
-    def wrapper(*args):
+    def dispatcher():
         if not compiled:
             nb, why = _numba()
             if nb is None:
                 raise ConfigError(f"{fn.__qualname__}: the compiled twin needs numba ({why})",
                                   variable="HBFD_ACCEL", value=knobs.accel_mode())
-            compiled.append(nb.njit(cache=True, nogil=True)(fn))
-        return compiled[0](*args)
+            g = fn.__globals__
+            subs = {k: g[k] for k in fn.__code__.co_names if getattr(g.get(k), "accel_dispatcher", None)}
+            f = fn
+            if subs:
+                for k, w in subs.items():
+                    if w.py_func.__code__.co_filename != fn.__code__.co_filename:
+                        raise TypeError(f"{fn.__qualname__} calls the twin {k} of another file "
+                                        f"({w.py_func.__code__.co_filename}): numba's cache would not see it change")
+                g2 = dict(g)
+                g2.update({k: w.accel_dispatcher() for k, w in subs.items()})
+                f = types.FunctionType(fn.__code__, g2, fn.__name__, fn.__defaults__, fn.__closure__)
+                functools.update_wrapper(f, fn)
+            compiled.append(nb.njit(cache=True, nogil=True)(f))
+        return compiled[0]
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        return (compiled[0] if compiled else dispatcher())(*args)
 
     wrapper.py_func = fn  # the plain-Python form, for tests of the twin's logic without compiling
+    wrapper.accel_dispatcher = dispatcher
     wrapper.is_compiled = lambda: bool(compiled) and bool(compiled[0].signatures)
     return wrapper
 

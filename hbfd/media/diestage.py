@@ -34,6 +34,7 @@ import numpy as np
 
 from hbfd import accel
 
+from .kernels import _fifo_carry, _fifo_loop
 from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs, sorted_fcfs
 
 _BIG = 1 << 62
@@ -356,9 +357,10 @@ def _window(r, die, plane, service, cd, ct, *, t_cmd, Q, nplanes, ndies, plane_f
 
 
 def _fifo_compiled(r, die, plane, service: int, *, t_cmd, Q, ndies, plane_free, carry: DieCarry, horizon, stats):
-    """``fifo_exact`` by its compiled twin (``_fifo_loop``): the same ends, plane state, carried releases and
-    ``qd_bound_*`` counts (the saturated dies, then the other dies where the depth binds, as the numpy form
-    counts them: each set that is not empty is one more bound batch). Tests: tests/media/test_accel_media.py."""
+    """``fifo_exact`` by its compiled twins (``kernels._fifo_loop``, ``_fifo_carry``): the same ends, plane
+    state, carried releases and ``qd_bound_*`` counts (the saturated dies, then the other dies where the depth
+    binds, as the numpy form counts them: each set that is not empty is one more bound batch). Tests:
+    tests/media/test_accel_media.py."""
     present = np.zeros(ndies, bool)
     present[die] = True
     cd, ct = carry.take(present)
@@ -377,103 +379,9 @@ def _fifo_compiled(r, die, plane, service: int, *, t_cmd, Q, ndies, plane_free, 
         if nb:
             stats["qd_bound_batches"] += 1
             stats["qd_bound_dies"] += nb
-    # carried releases as the numpy form leaves them: the dies scheduled in the exact form (binding or
-    # saturated) keep their Q largest releases after the horizon; the others their Q largest of the old
-    # carried ones (those before the horizon included) and the new ones after it (kd/kt: the Q largest of
-    # old and new; its releases after the horizon are the same in both)
-    k = kt > horizon
-    kd, kt = kd[k], kt[k]
-    stale = ct <= horizon
-    if stale.any():
-        stale &= ~(bind | sure)[cd]
-        if stale.any():
-            sd, sv = cd[stale], ct[stale]
-            o = np.lexsort((-sv, sd))                 # per die, latest first
-            sd, sv = sd[o], sv[o]
-            st = segment_starts(sd)
-            rank = np.arange(len(sd)) - np.repeat(st, np.diff(np.append(st, len(sd))))
-            room = Q - np.bincount(kd, minlength=ndies)[sd]
-            k = rank < room
-            kd, kt = np.concatenate([kd, sd[k]]), np.concatenate([kt, sv[k]])
+    # carried releases as the numpy form leaves them (kernels._fifo_carry)
+    kd, kt = _fifo_carry(cd, ct, kd, kt, bind, sure, horizon, Q, ndies)
     if len(kd):
         carry.die = np.concatenate([carry.die, kd]) if len(carry.die) else kd
         carry.t = np.concatenate([carry.t, kt]) if len(carry.t) else kt
     return E
-
-
-@accel.jit
-def _fifo_loop(r, die, plane, service, t_cmd, Q, ndies, pf, cd, ct):
-    """The die queue depth's slot form, one command at a time (compiled by numba): per die a min-heap of
-    the Q largest releases so far (carried ones first), command i admitted at max(r_i, the heap's minimum
-    when full), its plane FCFS. ``pf`` is updated in place. Returns (ends, dies where the depth binds,
-    saturated dies (Q carried releases, all after the die's first arrival), the heaps' releases as
-    (die, time))."""
-    n = r.shape[0]
-    nc = cd.shape[0]
-    H = np.empty((ndies, Q), np.int64)
-    hn = np.zeros(ndies, np.int64)
-    first = np.full(ndies, _BIG, np.int64)
-    for i in range(n - 1, -1, -1):
-        first[die[i]] = r[i]
-    cmin = np.full(ndies, _BIG, np.int64)
-    cnt = np.zeros(ndies, np.int64)
-    bind = np.zeros(ndies, np.bool_)
-    E = np.empty(n, np.int64)
-    for k in range(nc + n):
-        if k < nc:
-            d = cd[k]
-            v = ct[k]
-            cnt[d] += 1
-            if v < cmin[d]:
-                cmin[d] = v
-        else:
-            i = k - nc
-            d = die[i]
-            m = H[d, 0] if hn[d] == Q else -_BIG
-            if m > r[i]:
-                bind[d] = True
-            a = (r[i] if r[i] > m else m) + t_cmd
-            p = plane[i]
-            v = (a if a > pf[p] else pf[p]) + service
-            pf[p] = v
-            E[i] = v
-        # v joins die d's min-heap of its Q largest releases
-        s = hn[d]
-        if s < Q:
-            j = s
-            hn[d] = s + 1
-            while j > 0:
-                q = (j - 1) >> 1
-                if H[d, q] <= v:
-                    break
-                H[d, j] = H[d, q]
-                j = q
-            H[d, j] = v
-        elif v > H[d, 0]:
-            j = 0
-            while True:
-                c = 2 * j + 1
-                if c >= Q:
-                    break
-                if c + 1 < Q and H[d, c + 1] < H[d, c]:
-                    c += 1
-                if H[d, c] >= v:
-                    break
-                H[d, j] = H[d, c]
-                j = c
-            H[d, j] = v
-    sure = np.zeros(ndies, np.bool_)
-    tot = 0
-    for d in range(ndies):
-        if first[d] != _BIG and cnt[d] >= Q and cmin[d] > first[d]:
-            sure[d] = True
-        tot += hn[d]
-    kd = np.empty(tot, np.int64)
-    kt = np.empty(tot, np.int64)
-    k = 0
-    for d in range(ndies):
-        for j in range(hn[d]):
-            kd[k] = d
-            kt[k] = H[d, j]
-            k += 1
-    return E, bind, sure, kd, kt

@@ -28,25 +28,38 @@ def segment_starts(seg: np.ndarray) -> np.ndarray:
 
 def packed_order(major: np.ndarray, nmajor: int, minor: np.ndarray) -> np.ndarray | None:
     """The permutation that sorts by (``major``, ``minor``, index), as the stable sorts by ``minor``
-    then by ``major`` give it, from one unstable sort of packed int64 keys
-    ``((major * span + minor - lo) << bits) | index`` (unique, so the order is the same); None when
-    the keys do not fit in 63 bits (the caller sorts the slow way). ``major`` in [0, nmajor)."""
+    then by ``major`` give it, from one unstable sort of packed int64 keys (``packed_keys``; unique, so
+    the order is the same); None when the keys do not fit in 63 bits (the caller sorts the slow way).
+    ``major`` in [0, nmajor)."""
+    pk = packed_keys(major, nmajor, minor)
+    if pk is None:
+        return None
+    key, bits, _, _ = pk
+    key &= (1 << bits) - 1
+    return key
+
+
+def packed_keys(major: np.ndarray, nmajor: int, minor: np.ndarray):
+    """``packed_order``'s sorted keys ``(((major << sbits) + minor - lo) << bits) | index`` and (bits, sbits,
+    lo) (``1 << sbits``: the span of ``minor`` rounded up to a power of two), from which the order (the low
+    ``bits``), ``major`` and ``minor`` of each position decode by shifts; None when they do not fit in 63
+    bits."""
     n = len(minor)
     if n == 0:
-        return np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), 1, 0, 0
     lo = int(minor.min())
-    span = int(minor.max()) - lo + 1
+    sbits = (int(minor.max()) - lo).bit_length()
     bits = max(1, (n - 1).bit_length())
-    if (nmajor * span) << bits >= (1 << 63):
+    if (nmajor << sbits) << bits >= (1 << 63):
         return None
-    key = major.astype(np.int64, copy=False) * span
+    key = major.astype(np.int64, copy=True)
+    key <<= sbits
     key += minor
     key -= lo
     key <<= bits
     key |= np.arange(n, dtype=np.int64)
     key.sort()
-    key &= (1 << bits) - 1
-    return key
+    return key, bits, sbits, lo
 
 
 def segment_ends(starts: np.ndarray, n: int) -> np.ndarray:

@@ -1,14 +1,19 @@
-"""The media engine's compiled twins (hbfd/accel.py, numba) give the numpy definitions' outputs bit for bit:
+"""The media engine's compiled twins (hbfd/accel.py, numba; hbfd/media/kernels.py) give the numpy definitions'
+outputs bit for bit:
 
 * ``eventsim._simulate_loop`` (the event scheduler: die queue depth, read priority, write backpressure gates,
   joins, floors, carried slots) against ``eventsim.simulate`` on random command sets, small and large;
-* ``engine._lookup_events`` (page-buffer lookup) and ``engine._chan_fcfs`` (channel FCFS), through the engine runs;
-* ``diestage._fifo_loop`` (the read die stage) against ``fifo_exact``'s numpy form over several batches
-  (ends, plane state, carried releases, the ``qd_bound_*`` counts), queue depth binding and not;
+* ``_lookup_events`` (page-buffer lookup) and ``_chan_fcfs`` (channel FCFS), through the engine runs;
+* ``_fifo_loop`` / ``_fifo_carry`` (the read die stage) against ``fifo_exact``'s numpy form over several
+  batches (ends, plane state, carried releases, the ``qd_bound_*`` counts), queue depth binding and not;
+* ``_read_pass`` (a whole batch of media reads in one compiled pass: expansion, lookup, die stage, buffer
+  state, channel with the deferred transfers it takes) through engine runs of read streams: bursts and light
+  load, multi-page unaligned requests, hot pages, queue depth binding, random batch cuts;
 * whole engine runs (reads, writes, mixed; profiles incl. ocp-sg1/2/3; batches cut at random sizes; the die
   queue depth binding (profile) and unbounded) with ``HBFD_ACCEL=off`` and ``on``: every completion field and
   the whole ``stats()`` equal;
-* a twin whose outputs are changed (ends one ns later, buffer hits made misses) is seen (the comparison can fail).
+* a twin whose outputs are changed (ends one ns later, buffer hits made misses, a count or a deferred
+  transfer's ready time off by one) is seen (the comparison can fail).
 
 The golden digests run under both settings too (test_engine_golden.py, conftest.accel_mode)."""
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 import pytest
 
 from hbfcommon.profile import MAX_DIE_QUEUE_SLOTS, load_profile
+from hbfd import accel
 from hbfd.media import diestage, eventsim
 from hbfd.media import engine as engine_mod
 from hbfd.media.bench import make_stream
@@ -204,6 +210,69 @@ def test_engine_off_equals_on(monkeypatch, prof, op, wf, load, qd):
         assert st_ref["counts"]["buffer_hits"] + st_ref["counts"]["coalesced_reads"] > 100
 
 
+READ_CASES = [("nominal", "profile", None, "page"), ("nominal", "profile", 0.1, "page"),
+              ("nominal", "small", 0.5, "span"), ("nominal", "unbounded", 0.9, "span-hot"),
+              ("ocp-sg1", "profile", None, "page"), ("ocp-sg1", "profile", 0.9, "hot"),
+              ("ocp-sg2", "unbounded", None, "span"), ("ocp-sg3", "profile", 0.3, "page"),
+              ("conservative", "small", 1.0, "hot"), ("aggressive", "profile", 2.0, "span")]
+
+
+@pytest.mark.parametrize("prof,qd,load,pattern", READ_CASES, ids=["-".join(map(str, c)) for c in READ_CASES])
+def test_read_pass_off_equals_on(monkeypatch, prof, qd, load, pattern):
+    """Read streams (the whole-batch compiled pass ``_read_pass`` serves their batches of more than 48) with
+    ``HBFD_ACCEL=off`` and ``on``: every completion and the whole ``stats()`` equal; the pass ran with the
+    channel decided in it, transfers deferred, earlier batches' transfers taken, multi-page requests."""
+    g = _geometry(prof, qd)
+    n = 12000
+    gap = 0 if load is None else round(1e9 / (load * g.aggregate_bytes_per_s / 4096))
+    rng = np.random.default_rng(zlib.crc32(f"{prof}{qd}{load}{pattern}".encode()))
+    stream = make_stream(g, n, 4096, "read", gap, seed=int(rng.integers(100)))
+    stream["op"] = np.where(rng.random(n) < 0.3, 3, 0)                 # cp.async reads too
+    if pattern.startswith("span"):     # any size up to 3 pages at any byte: pages partly read, several per request
+        nb = rng.integers(1, 3 * 4096, n)
+        lim = 400 * 4096 if pattern.endswith("hot") else g.capacity_bytes
+        stream["bytes"] = nb
+        stream["media_address"] = rng.integers(0, lim - nb)
+    elif pattern == "hot":
+        stream["bytes"] = 512
+        stream["media_address"] = (rng.integers(0, 300, n) * 4096 + rng.integers(0, 8, n) * 512).astype(np.uint64)
+    sizes, tot = [], 0
+    while tot < n:
+        sizes.append(int(rng.choice([1, 49, 300, 1500, 4000])))
+        tot += sizes[-1]
+    adv = rng.random(len(sizes)) < 0.6
+    monkeypatch.setenv("HBFD_ACCEL", "off")
+    ref, st_ref = _engine_run(g, stream, sizes, adv)
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    seen = {"calls": 0, "decided": 0, "deferred": 0, "taken": 0, "multi": 0, "hits": 0}
+    orig = engine_mod._read_pass
+
+    def spy(*a):
+        out = orig(*a)
+        seen["calls"] += 1
+        seen["decided"] += len(out[2]) > 0
+        seen["deferred"] += len(out[3]) > 0
+        seen["taken"] += len(a[20]) > 0
+        seen["multi"] += int(out[9][0]) > len(a[0])
+        seen["hits"] += int(out[9][2] + out[9][3]) > 0
+        return out
+    monkeypatch.setattr(engine_mod, "_read_pass", spy)
+    got, st_got = _engine_run(g, stream, sizes, adv)
+    assert len(ref) == len(got)
+    for x, y in zip(ref, got):
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+    assert st_ref == st_got
+    assert seen["calls"] >= 5, seen
+    if pattern != "hot":              # (a hot stream's hits are ready by the latest arrival + t_cmd)
+        assert seen["deferred"], seen
+    if load is not None and load < 1:
+        assert seen["decided"] and seen["taken"], seen
+    if pattern.startswith("span"):
+        assert seen["multi"], seen
+    if "hot" in pattern:
+        assert seen["hits"], seen
+
+
 def _later(out, f):
     out[f][:] += 1                      # every end one ns later
     return out
@@ -214,18 +283,42 @@ def _all_miss(out):
     return out
 
 
+def _bump(out, i, k=None, by=1):
+    out = list(out)
+    v = out[i].copy()
+    if k is None:
+        v += by
+    else:
+        v[k] += by
+    out[i] = v
+    return tuple(out)
+
+
 @pytest.mark.parametrize("mod,name,perturb,op,nbytes,pattern", [
     (eventsim, "_simulate_loop", lambda o: _later(o, 1), "mixed", 4096, "random"),
-    (diestage, "_fifo_loop", lambda o: _later(o, 0), "read", 4096, "random"),
-    (engine_mod, "_chan_fcfs", lambda o: o + 1, "read", 4096, "random"),
-    (engine_mod, "_lookup_events", _all_miss, "read", 512, "hot")],
-    ids=["simulate", "fifo", "chan", "lookup"])
+    (diestage, "_fifo_loop", lambda o: _later(o, 0), "mixed", 4096, "random"),
+    (engine_mod, "_chan_fcfs", lambda o: (o[0] + 1, o[1]), "read", 4096, "random"),
+    (engine_mod, "_chan_fcfs_packed", lambda o: (o[0] + 1, o[1]), "read", 4096, "burst6k"),
+    (engine_mod, "_lookup_events", _all_miss, "mixed", 512, "hot"),
+    (engine_mod, "_read_pass", lambda o: _bump(o, 0), "read", 4096, "light"),          # completions
+    (engine_mod, "_read_pass", lambda o: _bump(o, 9, 2), "read", 512, "hot"),          # a count (buffer hits)
+    (engine_mod, "_read_pass", lambda o: _bump(o, 4), "read", 4096, "random"),         # deferred ready times
+    (engine_mod, "_read_pass", lambda o: _bump(o, 1), "read", 4096, "light"),          # taken deferred ends
+    (engine_mod, "_read_pass", lambda o: _bump(o, 11, by=50_000), "read", 4096, "random")],   # carried
+    ids=["simulate", "fifo", "chan", "chan-packed", "lookup", "pass-done", "pass-count", "pass-deferred", "pass-old",
+         "pass-carry"])
 def test_a_twin_that_differs_is_seen(monkeypatch, mod, name, perturb, op, nbytes, pattern):
     """The engine comparison (completions and stats) fails when a twin's outputs are changed."""
     g = _geometry("nominal", "profile")
     monkeypatch.setenv("HBFD_ACCEL", "on")
     sizes, adv = [1000, 1000, 1000], [True] * 3
-    stream = make_stream(g, 3000, nbytes, op, 0, seed=1, write_fraction=0.5)
+    gap = round(1e9 / (0.05 * g.aggregate_bytes_per_s / 4096)) if pattern == "light" else 0
+    stream = make_stream(g, 3000, nbytes, op, gap, seed=1, write_fraction=0.5)
+    if pattern == "light":
+        sizes, adv = [300] * 10, [k % 3 == 0 for k in range(10)]
+    if pattern == "burst6k":          # the quiet scan decides 6000 transfers at once (packed-key order)
+        stream = make_stream(g, 6000, nbytes, op, 0, seed=1)
+        sizes, adv = [2000] * 3, [True] * 3
     if pattern == "hot":                # 64 pages: buffer hits
         stream["media_address"] = (np.arange(3000) % 64 * 4096).astype(np.uint64)
     ref = _engine_run(g, stream, sizes, adv)
@@ -243,34 +336,151 @@ def test_a_twin_that_differs_is_seen(monkeypatch, mod, name, perturb, op, nbytes
 
 def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
     """HBFD_ACCEL=auto where numba does not import (the H200 machine): no twin is called, same results."""
-    from hbfd import accel
+    from hbfd.media import hist
     g = _geometry("nominal", "profile")
     stream = make_stream(g, 2000, 4096, "mixed", 0, seed=2, write_fraction=0.3)
     monkeypatch.setenv("HBFD_ACCEL", "off")
     ref = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     monkeypatch.setenv("HBFD_ACCEL", "auto")
     monkeypatch.setattr(accel, "_numba", lambda: (None, "numba not importable: ImportError: test"))
-    for mod, name in ((eventsim, "_simulate_loop"), (diestage, "_fifo_loop"), (engine_mod, "_chan_fcfs"),
-                      (engine_mod, "_lookup_events")):
+    for mod, name in ((eventsim, "_simulate_loop"), (diestage, "_fifo_loop"), (diestage, "_fifo_carry"),
+                      (engine_mod, "_chan_fcfs"), (engine_mod, "_lookup_events"), (engine_mod, "_read_pass"),
+                      (engine_mod, "_read_front"), (engine_mod, "_chan_fcfs_packed"), (hist, "_bin_into")):
         monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
     got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
 
 
 def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
-    """make_engine warms the twins (hbfd.media.warm_twins): its scratch run must reach all four, so the
+    """make_engine warms the twins (hbfd.media.warm_twins): its scratch run must reach them all, so the
     daemon never compiles while serving (a cold compile takes ~20 s; the heartbeat's stale limit is 1 s)."""
     pytest.importorskip("numba")
-    from hbfd import accel
     from hbfd.media.geometry import MediaGeometry
     from hbfcommon.profile import as_profile
     E = engine_mod
     monkeypatch.setenv("HBFD_ACCEL", "on")
-    twins = (eventsim._simulate_loop, diestage._fifo_loop, E._lookup_events, E._chan_fcfs)
+    from hbfd.media import kernels as K
+    from hbfd.media import hist
+    twins = (eventsim._simulate_loop, K._fifo_loop, K._fifo_carry, K._lookup_events, K._chan_fcfs,
+             K._chan_fcfs_packed, K._read_front, K._read_pass, hist._bin_into)
     caplog.set_level("DEBUG", logger="hbfd.accel")
     for name in ("nominal", "ocp-sg2"):
         E.warm_twins(MediaGeometry.from_profile(as_profile(name)))
-    assert all(t.is_compiled() for t in twins)
+    assert [t.__name__ for t in twins if not t.is_compiled()] == []
     assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
     monkeypatch.setenv("HBFD_ACCEL", "off")
     assert accel.warm("x", lambda: None, twins) == 0.0
+
+
+def test_histogram_binning_twin_equals_numpy(monkeypatch):
+    """``hist._bin_into`` (compiled) bins as ``LogHistogram._index`` + bincount: counts, max, total, every
+    quantile, on values across the whole range (negative, the exact small ones, powers of two and their
+    neighbours, up to 2^62); a twin off by one bin is seen."""
+    from hbfd.media import hist
+    rng = np.random.default_rng(3)
+    p2 = 1 << np.arange(0, 62, dtype=np.int64)
+    v = np.concatenate([rng.integers(-5, 200, 3000), rng.integers(0, 1 << 40, 3000), p2, p2 - 1, p2 + 1,
+                        np.array([0, 63, 64, 65, (1 << 62) - 1], np.int64)]).astype(np.int64)
+    out = {}
+    for mode in ("off", "on"):
+        monkeypatch.setenv("HBFD_ACCEL", mode)
+        h = hist.LogHistogram()
+        for part in np.array_split(v, 7):
+            h.add(part)
+        out[mode] = (h.counts.copy(), h.max, h.total, h.summary())
+    assert np.array_equal(out["off"][0], out["on"][0]) and out["off"][1:] == out["on"][1:]
+    orig = hist._bin_into
+
+    def off_by_one(x, counts):
+        c = np.zeros_like(counts)
+        r = orig(x, c)
+        counts += np.roll(c, 1)
+        return r
+    monkeypatch.setattr(hist, "_bin_into", off_by_one)
+    h = hist.LogHistogram()
+    h.add(v)
+    assert not np.array_equal(h.counts, out["off"][0])
+
+
+def test_read_front_falls_back_on_anything_unusual(monkeypatch):
+    """Batches of reads with unsupported ops, requests outside the media, zero bytes, stores, arrivals out of
+    order (``_read_front`` says no: the numpy path converts, checks and decides) give with ``HBFD_ACCEL=on``
+    what they give with ``off``; an arrival at 2^62 is the same MediaError; the front ran on the clean ones."""
+    from hbfd.media.geometry import MediaError
+    g = _geometry("nominal", "profile")
+    rng = np.random.default_rng(9)
+    n = 3000
+    stream = make_stream(g, n, 4096, "read", 40, seed=4)
+    k = rng.choice(n, 40, replace=False)
+    stream["op"][k[:8]] = 7                                          # unsupported
+    stream["media_address"][k[8:16]] = g.capacity_bytes - 100         # past the end
+    stream["bytes"][k[16:24]] = 0
+    stream["op"][k[24:32]] = 1                                       # stores (the write path)
+    stream["arrival_ns"][k[32:]] -= 5000                             # out of order
+    sizes, adv = [200] * 15, [True, False, True] * 5
+    monkeypatch.setenv("HBFD_ACCEL", "off")
+    ref, st_ref = _engine_run(g, stream, sizes, adv)
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    seen = []
+    orig = engine_mod._read_front
+
+    def spy(*a):
+        out = orig(*a)
+        seen.append(bool(out[3]))
+        return out
+    monkeypatch.setattr(engine_mod, "_read_front", spy)
+    got, st_got = _engine_run(g, stream, sizes, adv)
+    assert st_ref == st_got and all(np.array_equal(x, y) for x, y in zip(ref, got))
+    assert True in seen and False in seen, seen
+    assert st_ref["counts"]["io_error"] == 16 and st_ref["counts"]["unsupported"] == 8
+    late = make_stream(g, 100, 4096, "read", 10)
+    late["arrival_ns"][50] = 1 << 62
+    for mode in ("off", "on"):
+        monkeypatch.setenv("HBFD_ACCEL", mode)
+        with pytest.raises(MediaError, match="beyond 2"):
+            MediaEngine(g).submit(late)
+
+
+
+@accel.jit
+def _t_inner(x):
+    return x * 3
+
+
+@accel.jit
+def _t_outer(a):
+    s = 0
+    for i in range(a.shape[0]):
+        s += _t_inner(a[i])
+    return s
+
+
+def test_a_twin_may_call_only_twins_of_its_own_file(monkeypatch):
+    """``accel.jit`` binds a twin's same-file callees to their compiled forms (numba could not type the lazy
+    wrapper) and refuses a callee of another file (numba's cache of the caller would not see it change)."""
+    from hbfd.media import kernels as K
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    assert _t_outer(np.arange(4)) == 18 and _t_outer.is_compiled()
+    ns = {"np": np, "_fifo_carry": K._fifo_carry, "_t_inner": _t_inner}
+    exec("def uses_other(x):\n    return _t_inner(x)\n", ns)
+    ns["uses_other"].__code__ = ns["uses_other"].__code__.replace(co_filename=K.__file__)
+    with pytest.raises(TypeError, match="another file"):
+        accel.jit(ns["uses_other"])(1)
+
+
+def test_concat_records_equals_numpy_concatenate():
+    """``engine._concat_records`` (collect's concatenation of completion arrays, as bytes) gives what
+    ``np.concatenate`` gives, empty parts and a strided part included."""
+    from hbfd.contracts import COMPLETION_BATCH_DTYPE as D
+    rng = np.random.default_rng(1)
+    parts = []
+    for n in (5, 0, 4096, 1, 0, 37):
+        p = np.zeros(n, D)
+        p["id"] = rng.integers(0, 1 << 63, n, dtype=np.uint64)
+        p["modeled_ns"] = rng.integers(0, 1 << 40, n, dtype=np.uint64)
+        p["status"] = rng.integers(0, 4, n)
+        parts.append(p)
+    parts.append(parts[2][::3])
+    got = engine_mod._concat_records(parts)
+    ref = np.concatenate(parts)
+    assert got.dtype == ref.dtype and np.array_equal(got, ref) and got.tobytes() == ref.tobytes()

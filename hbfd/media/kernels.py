@@ -1,0 +1,646 @@
+"""The media engine's loop-form twins (hbfd/accel.py: compiled by numba, tested bit for bit against the numpy
+definitions in engine.py and diestage.py, which stay the definition when ``HBFD_ACCEL=off`` or numba is
+missing). They live in one file because the whole-batch read pass (``_read_pass``) is built from the others
+and numba's cache of a twin is keyed on its own file (hbfd/accel.py ``jit``).
+
+* ``_lookup_events``: page-buffer lookup (``MediaEngine._lookup_loop``);
+* ``_chan_fcfs``, ``_chan_fcfs_packed``: channel FCFS in a given order, or in the order of sorted packed keys
+  (``MediaEngine._chan_lindley``);
+* ``_fifo_loop`` and ``_fifo_carry``: the read die stage under the queue depth (``diestage.fifo_exact``) and
+  the carried releases it leaves;
+* ``_read_front``: a submitted batch's fields as int64 arrays and whether every request is a valid media
+  read in arrival order (``MediaEngine.submit``'s conversion and checks; else the numpy path decides);
+* ``_read_pass``: a batch of media reads (no store, no write-buffer page, no pending array command) in one
+  compiled pass: page expansion, placement, lookup, die stage, buffer state, data ready and, when every
+  transfer can be decided now, the channel (``MediaEngine._serve`` -> ``_where`` / ``_reads`` /
+  ``_channel_stage`` with the other twins on).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hbfd import accel
+
+_BIG = 1 << 62
+
+
+@accel.jit
+def _lookup_events(ev_plane, ev_page, ev_read, ev_ridx, bpage, bready):
+    """``MediaEngine._lookup_loop``, loop form (compiled by numba): page-buffer lookup one event at a time
+    (reads and invalidations in (arrival, seq) order), each plane's buffers MRU first, its carried buffers
+    numbered as pseudo accesses in order of first touch (MRU first). Returns (miss, ref, pseudo ready,
+    touched planes (sorted), their buffers' pages and refs)."""
+    ne = ev_plane.shape[0]
+    npl, P = bpage.shape
+    nr = 0
+    for e in range(ne):
+        if ev_read[e]:
+            nr += 1
+    miss = np.zeros(nr, np.bool_)
+    ref = np.zeros(nr, np.int64)
+    spage = np.empty((npl, P), np.int64)
+    sref = np.empty((npl, P), np.int64)
+    scnt = np.full(npl, -1, np.int64)          # -1: plane not touched yet
+    pready = np.empty(min(ne, npl) * P, np.int64)
+    npr = 0
+    nu = 0
+    k = 0
+    for e in range(ne):
+        p = ev_plane[e]
+        pg = ev_page[e]
+        if scnt[p] < 0:
+            c = 0
+            while c < P and bpage[p, c] >= 0:
+                spage[p, c] = bpage[p, c]
+                sref[p, c] = -1 - npr
+                pready[npr] = bready[p, c]
+                npr += 1
+                c += 1
+            scnt[p] = c
+            nu += 1
+        m = scnt[p]
+        f = -1
+        for c in range(m):
+            if spage[p, c] == pg:
+                f = c
+                break
+        if not ev_read[e]:
+            if f >= 0:                            # an invalidation empties the buffer
+                for c in range(f, m - 1):
+                    spage[p, c] = spage[p, c + 1]
+                    sref[p, c] = sref[p, c + 1]
+                scnt[p] = m - 1
+            continue
+        if f >= 0:                                # hit: MRU
+            rf = sref[p, f]
+            for c in range(f, 0, -1):
+                spage[p, c] = spage[p, c - 1]
+                sref[p, c] = sref[p, c - 1]
+            spage[p, 0] = pg
+            sref[p, 0] = rf
+            ref[k] = rf
+        else:                                     # miss: the LRU buffer goes
+            rf = ev_ridx[e]
+            top = m if m < P else P - 1
+            for c in range(top, 0, -1):
+                spage[p, c] = spage[p, c - 1]
+                sref[p, c] = sref[p, c - 1]
+            spage[p, 0] = pg
+            sref[p, 0] = rf
+            if m < P:
+                scnt[p] = m + 1
+            miss[k] = True
+            ref[k] = rf
+        k += 1
+    up = np.empty(nu, np.int64)
+    s_page = np.full((nu, P), -1, np.int64)
+    s_ref = np.zeros((nu, P), np.int64)
+    u = 0
+    for p in range(npl):
+        if scnt[p] >= 0:
+            up[u] = p
+            for c in range(scnt[p]):
+                s_page[u, c] = spage[p, c]
+                s_ref[u, c] = sref[p, c]
+            u += 1
+    return miss, ref, pready[:npr], up, s_page, s_ref
+
+
+@accel.jit
+def _fifo_loop(r, die, plane, service, t_cmd, Q, ndies, pf, cd, ct):
+    """The die queue depth's slot form, one command at a time (compiled by numba): per die the Q largest
+    releases so far (carried ones first): for Q <= 64 a sorted window sliding along a row of 2Q (a new
+    release is usually among the largest: a few moves; the window goes back to the row's start every Q
+    drops), else a min-heap; command i admitted at max(r_i, their minimum when the Q are held), its plane
+    FCFS. ``pf`` is updated in place. Returns (ends, dies where the depth binds, saturated dies (Q carried
+    releases, all after the die's first arrival), the kept releases as (die, time))."""
+    n = r.shape[0]
+    nc = cd.shape[0]
+    H = np.empty((ndies, 2 * Q if Q <= 64 else Q), np.int64)
+    hn = np.zeros(ndies, np.int64)
+    hs = np.zeros(ndies, np.int64)          # start of the sorted window (the smallest release) per die
+    ring = Q <= 64                          # else a min-heap (a deep window would shift too much)
+    first = np.full(ndies, _BIG, np.int64)
+    for i in range(n - 1, -1, -1):
+        first[die[i]] = r[i]
+    cmin = np.full(ndies, _BIG, np.int64)
+    cnt = np.zeros(ndies, np.int64)
+    bind = np.zeros(ndies, np.bool_)
+    E = np.empty(n, np.int64)
+    for k in range(nc + n):
+        if k < nc:
+            d = cd[k]
+            v = ct[k]
+            cnt[d] += 1
+            if v < cmin[d]:
+                cmin[d] = v
+        else:
+            i = k - nc
+            d = die[i]
+            m = H[d, hs[d]] if hn[d] == Q else -_BIG
+            if m > r[i]:
+                bind[d] = True
+            a = (r[i] if r[i] > m else m) + t_cmd
+            p = plane[i]
+            v = (a if a > pf[p] else pf[p]) + service
+            pf[p] = v
+            E[i] = v
+        # v joins die d's Q largest releases (a full set drops its smallest when v is larger)
+        s = hn[d]
+        h0 = hs[d]
+        if not ring:                             # a min-heap (H[d, 0] the smallest; hs stays 0)
+            if s < Q:
+                j = s
+                hn[d] = s + 1
+                while j > 0:
+                    q = (j - 1) >> 1
+                    if H[d, q] <= v:
+                        break
+                    H[d, j] = H[d, q]
+                    j = q
+                H[d, j] = v
+            elif v > H[d, 0]:
+                j = 0
+                while True:
+                    c = 2 * j + 1
+                    if c >= Q:
+                        break
+                    if c + 1 < Q and H[d, c + 1] < H[d, c]:
+                        c += 1
+                    if H[d, c] >= v:
+                        break
+                    H[d, j] = H[d, c]
+                    j = c
+                H[d, j] = v
+            continue
+        if s == Q:
+            if v <= H[d, h0]:
+                continue
+            h0 += 1                              # the smallest goes
+            s -= 1
+            if h0 == Q:                          # the window [h0, h0 + s) back to the row's start
+                for t in range(s):
+                    H[d, t] = H[d, h0 + t]
+                h0 = 0
+            hs[d] = h0
+        j = h0 + s
+        while j > h0 and H[d, j - 1] > v:
+            H[d, j] = H[d, j - 1]
+            j -= 1
+        H[d, j] = v
+        hn[d] = s + 1
+    sure = np.zeros(ndies, np.bool_)
+    tot = 0
+    for d in range(ndies):
+        if first[d] != _BIG and cnt[d] >= Q and cmin[d] > first[d]:
+            sure[d] = True
+        tot += hn[d]
+    kd = np.empty(tot, np.int64)
+    kt = np.empty(tot, np.int64)
+    k = 0
+    for d in range(ndies):
+        for j in range(hs[d], hs[d] + hn[d]):
+            kd[k] = d
+            kt[k] = H[d, j]
+            k += 1
+    return E, bind, sure, kd, kt
+
+
+@accel.jit
+def _fifo_carry(cd, ct, kd, kt, bind, sure, horizon, Q, ndies):
+    """The carried releases ``fifo_exact``'s numpy form leaves for the dies ``_fifo_loop`` scheduled (``cd``/
+    ``ct``: their carried releases before, ``kd``/``kt``: its heaps' releases): the dies scheduled in the
+    exact form (binding or saturated) keep their Q largest releases after the horizon; the others their Q
+    largest of the old carried ones (those before the horizon included) and the new ones after it (the heaps
+    hold the Q largest of old and new; its releases after the horizon are the same in both). Returns the
+    releases to carry as (die, time): the heaps' after the horizon (their order), then each die's kept stale
+    ones, latest first."""
+    nk = 0
+    for j in range(kd.shape[0]):
+        if kt[j] > horizon:
+            nk += 1
+    room = np.full(ndies, Q, np.int64)
+    ns = 0
+    for j in range(cd.shape[0]):
+        if ct[j] <= horizon and not (bind[cd[j]] or sure[cd[j]]):
+            ns += 1
+    od = np.empty(nk + ns, np.int64)
+    ot = np.empty(nk + ns, np.int64)
+    k = 0
+    for j in range(kd.shape[0]):
+        if kt[j] > horizon:
+            od[k] = kd[j]
+            ot[k] = kt[j]
+            room[kd[j]] -= 1
+            k += 1
+    if ns:
+        sd = np.empty(ns, np.int64)
+        sv = np.empty(ns, np.int64)
+        m = 0
+        for j in range(cd.shape[0]):
+            if ct[j] <= horizon and not (bind[cd[j]] or sure[cd[j]]):
+                sd[m] = cd[j]
+                sv[m] = ct[j]
+                m += 1
+        o = np.argsort(-sv, kind="mergesort")
+        cnt = np.zeros(ndies + 1, np.int64)
+        for j in range(ns):
+            cnt[sd[j] + 1] += 1
+        for d in range(ndies):
+            cnt[d + 1] += cnt[d]
+        o2 = np.empty(ns, np.int64)
+        for j in range(ns):                       # stable by die: (die, latest first)
+            d = sd[o[j]]
+            o2[cnt[d]] = o[j]
+            cnt[d] += 1
+        prev = -1
+        rank = 0
+        for j in range(ns):
+            d = sd[o2[j]]
+            rank = rank + 1 if d == prev else 0
+            prev = d
+            if rank < room[d]:
+                od[k] = d
+                ot[k] = sv[o2[j]]
+                k += 1
+    return od[:k], ot[:k]
+
+
+@accel.jit
+def _chan_order(rd, seq, src, lo, hi):
+    """Sort the items [lo, hi) of the parallel arrays ``rd``, ``seq``, ``src`` in place by (``rd``, ``seq``)
+    (one channel's FCFS order; seqs are unique): insertion sort while the items are nearly in order (a
+    channel's data-ready times under light load), else merge sorts by seq then (stably) by rd."""
+    moves = 0
+    cap = 8 * (hi - lo) + 64
+    for i in range(lo + 1, hi):
+        rv = rd[i]
+        sv = seq[i]
+        xv = src[i]
+        j = i - 1
+        while j >= lo and (rd[j] > rv or (rd[j] == rv and seq[j] > sv)):
+            rd[j + 1] = rd[j]
+            seq[j + 1] = seq[j]
+            src[j + 1] = src[j]
+            j -= 1
+        moves += i - 1 - j
+        rd[j + 1] = rv
+        seq[j + 1] = sv
+        src[j + 1] = xv
+        if moves > cap:
+            o = np.argsort(seq[lo:hi], kind="mergesort")
+            r1 = rd[lo:hi][o]
+            s1 = seq[lo:hi][o]
+            x1 = src[lo:hi][o]
+            o2 = np.argsort(r1, kind="mergesort")
+            rd[lo:hi] = r1[o2]
+            seq[lo:hi] = s1[o2]
+            src[lo:hi] = x1[o2]
+            return
+
+
+@accel.jit
+def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies, xfer, bpage, bready, plane_free,
+               cdie, ct, horizon, limit, o_ch, o_rd, o_x, o_seq, o_q0, chan_free, chan_busy, pshift, sshift):
+    """A batch of media reads (requests sorted by arrival ``a``; serials from ``serial0``, page transactions'
+    seq from ``2 * seq0``) in one pass: the page transactions (``MediaEngine._expand``, ``_where``), the
+    buffer lookup (``_lookup_events``), the die stage of the misses (``_fifo_loop``, ``_fifo_carry``; carried
+    releases ``cdie``/``ct``, plane state ``plane_free`` in place), data ready, the page buffers' new state
+    (``bpage``/``bready`` in place) and the channel stage (``_channel_stage``): the transfers with data ready
+    by ``limit`` (the latest arrival + t_cmd), with the earlier batches' deferred ones taken for it (``o_*``),
+    FCFS per channel by (data ready, seq) from ``chan_free`` (``chan_busy`` in place); the others are
+    deferred. Returns (done per request (a deferred page counts 0), done of the taken old items, queueing
+    delays of the decided items, the deferred items (ch, rd, x, seq, serial, q0), counts [transactions,
+    senses, buffer hits, coalesced reads, sectors, qd-bound batches, qd-bound dies], the new carried releases
+    (die, time)). ``pshift``/``sshift``: log2 of the page and sector bytes (arguments, not the geometry module's
+    globals: numba would freeze another module's globals into the cached code; shifts, not divisions)."""
+    PB = 1 << pshift
+    SB1 = (1 << sshift) - 1
+    n = a.shape[0]
+    nt = 0
+    multi = False
+    for i in range(n):
+        k = ((addr[i] + nbytes[i] - 1) >> pshift) - (addr[i] >> pshift) + 1
+        nt += k
+        if k > 1:
+            multi = True
+    lpn = np.empty(nt, np.int64)
+    x = np.empty(nt, np.int64)
+    ta = np.empty(nt, np.int64)
+    req = np.empty(nt if multi else 0, np.int64)
+    nsec_tot = 0
+    if multi:
+        t = 0
+        for i in range(n):
+            first = addr[i] >> pshift
+            last = (addr[i] + nbytes[i] - 1) >> pshift
+            e = addr[i] + nbytes[i]
+            for lp in range(first, last + 1):
+                base = lp << pshift
+                lo = (addr[i] if addr[i] > base else base) - base
+                hi = (e if e < base + PB else base + PB) - base
+                ns = ((hi + SB1) >> sshift) - (lo >> sshift)
+                nsec_tot += ns
+                lpn[t] = lp
+                x[t] = xfer[ns]
+                ta[t] = a[i]
+                req[t] = i
+                t += 1
+    else:
+        for i in range(n):
+            lp = addr[i] >> pshift
+            lo = addr[i] - (lp << pshift)
+            ns = ((lo + nbytes[i] + SB1) >> sshift) - (lo >> sshift)
+            nsec_tot += ns
+            lpn[i] = lp
+            x[i] = xfer[ns]
+            ta[i] = a[i]
+    ch = np.empty(nt, np.int64)
+    die = np.empty(nt, np.int64)
+    plane = np.empty(nt, np.int64)
+    if (C & (C - 1)) == 0 and (D & (D - 1)) == 0 and (P & (P - 1)) == 0:
+        cb = 0
+        while (1 << cb) < C:
+            cb += 1
+        db = 0
+        while (1 << db) < D:
+            db += 1
+        for t in range(nt):
+            c = lpn[t] & (C - 1)
+            d = c * D + ((lpn[t] >> cb) & (D - 1))
+            ch[t] = c
+            die[t] = d
+            plane[t] = d * P + ((lpn[t] >> (cb + db)) & (P - 1))
+    else:
+        for t in range(nt):
+            c = lpn[t] % C
+            d = c * D + (lpn[t] // C) % D
+            ch[t] = c
+            die[t] = d
+            plane[t] = d * P + (lpn[t] // (C * D)) % P
+    evr = np.ones(nt, np.bool_)
+    miss, ref, pready, up, s_page, s_ref = _lookup_events(plane, lpn, evr, np.arange(nt), bpage, bready)
+    nm = 0
+    for t in range(nt):
+        if miss[t]:
+            nm += 1
+    E = np.zeros(nt, np.int64)
+    qd_b = 0
+    qd_d = 0
+    kd_out = cdie
+    kt_out = ct
+    if nm:
+        mi = np.empty(nm, np.int64)
+        k = 0
+        for t in range(nt):
+            if miss[t]:
+                mi[k] = t
+                k += 1
+        present = np.zeros(ndies, np.bool_)
+        for k in range(nm):
+            present[die[mi[k]]] = True
+        npres = 0
+        for j in range(cdie.shape[0]):
+            if present[cdie[j]]:
+                npres += 1
+        cdp = np.empty(npres, np.int64)
+        ctp = np.empty(npres, np.int64)
+        rest_d = np.empty(cdie.shape[0] - npres, np.int64)
+        rest_t = np.empty(cdie.shape[0] - npres, np.int64)
+        u = 0
+        w = 0
+        for j in range(cdie.shape[0]):
+            if present[cdie[j]]:
+                cdp[u] = cdie[j]
+                ctp[u] = ct[j]
+                u += 1
+            else:
+                rest_d[w] = cdie[j]
+                rest_t[w] = ct[j]
+                w += 1
+        Em, bind, sure, kd, kt = _fifo_loop(ta[mi], die[mi], plane[mi], t_read, t_cmd, Q, ndies, plane_free, cdp, ctp)
+        for k in range(nm):
+            E[mi[k]] = Em[k]
+        nsure = 0
+        nbind = 0
+        for d in range(ndies):
+            if sure[d]:
+                nsure += 1
+            elif bind[d]:
+                nbind += 1
+        if nsure:
+            qd_b += 1
+            qd_d += nsure
+        if nbind:
+            qd_b += 1
+            qd_d += nbind
+        ad, at = _fifo_carry(cdp, ctp, kd, kt, bind, sure, horizon, Q, ndies)
+        kd_out = np.concatenate((rest_d, ad))
+        kt_out = np.concatenate((rest_t, at))
+    rd = np.empty(nt, np.int64)
+    q0 = np.empty(nt, np.int64)
+    nh = 0
+    nco = 0
+    ndef = 0
+    for t in range(nt):
+        early = ta[t] + t_cmd
+        if miss[t]:
+            rd[t] = E[t]
+            q0[t] = early + t_read
+        else:
+            r = ref[t]
+            rb = E[r] if r >= 0 else pready[-1 - r]
+            if rb > early:
+                nco += 1
+                rd[t] = rb
+            else:
+                nh += 1
+                rd[t] = early
+            q0[t] = early
+        if rd[t] > limit:
+            ndef += 1
+    for u in range(up.shape[0]):
+        p = up[u]
+        for c in range(s_page.shape[1]):
+            bpage[p, c] = s_page[u, c]
+            if s_page[u, c] < 0:
+                bready[p, c] = 0
+            else:
+                r = s_ref[u, c]
+                bready[p, c] = E[r] if r >= 0 else pready[-1 - r]
+    # channel: the old items taken (all ready by the limit) and the new ones ready by it, grouped by channel
+    # (a counting sort), each channel in (data ready, seq) order, FCFS from its free time
+    no = o_ch.shape[0]
+    nd = no + nt - ndef
+    cnt = np.zeros(C + 1, np.int64)
+    for j in range(no):
+        cnt[o_ch[j] + 1] += 1
+    for t in range(nt):
+        if rd[t] <= limit:
+            cnt[ch[t] + 1] += 1
+    for c in range(C):
+        cnt[c + 1] += cnt[c]
+    pos = cnt[:C].copy()
+    crd = np.empty(nd, np.int64)
+    cseq = np.empty(nd, np.int64)
+    csrc = np.empty(nd, np.int64)            # < no: old item; else new transaction + no
+    for j in range(no):
+        k = pos[o_ch[j]]
+        pos[o_ch[j]] = k + 1
+        crd[k] = o_rd[j]
+        cseq[k] = o_seq[j]
+        csrc[k] = j
+    f_ch = np.empty(ndef, np.int64)
+    f_rd = np.empty(ndef, np.int64)
+    f_x = np.empty(ndef, np.int64)
+    f_seq = np.empty(ndef, np.int64)
+    f_ser = np.empty(ndef, np.int64)
+    f_q0 = np.empty(ndef, np.int64)
+    f = 0
+    for t in range(nt):
+        if rd[t] <= limit:
+            k = pos[ch[t]]
+            pos[ch[t]] = k + 1
+            crd[k] = rd[t]
+            cseq[k] = 2 * (seq0 + t)
+            csrc[k] = no + t
+        else:
+            f_ch[f] = ch[t]
+            f_rd[f] = rd[t]
+            f_x[f] = x[t]
+            f_seq[f] = 2 * (seq0 + t)
+            f_ser[f] = serial0 + (req[t] if multi else t)
+            f_q0[f] = q0[t]
+            f += 1
+    done_old = np.empty(no, np.int64)
+    qv = np.empty(nd, np.int64)
+    dt = np.zeros(nt, np.int64)               # 0: deferred
+    for c in range(C):
+        lo = cnt[c]
+        hi = cnt[c + 1]
+        if hi == lo:
+            continue
+        _chan_order(crd, cseq, csrc, lo, hi)
+        fr = chan_free[c]
+        busy = 0
+        for k in range(lo, hi):
+            sk = csrc[k]
+            if sk < no:
+                xj = o_x[sk]
+                dd = (crd[k] if crd[k] > fr else fr) + xj
+                done_old[sk] = dd
+                qv[k] = dd - xj - o_q0[sk]
+            else:
+                xj = x[sk - no]
+                dd = (crd[k] if crd[k] > fr else fr) + xj
+                dt[sk - no] = dd
+                qv[k] = dd - xj - q0[sk - no]
+            fr = dd
+            busy += xj
+        chan_free[c] = fr
+        chan_busy[c] += busy
+    done = a.copy()
+    for t in range(nt):
+        i = req[t] if multi else t
+        if dt[t] > done[i]:
+            done[i] = dt[t]
+    counts = np.array([nt, nm, nh, nco, nsec_tot, qd_b, qd_d], np.int64)
+    return (done, done_old, qv, f_ch, f_rd, f_x, f_seq, f_ser, f_q0, counts, kd_out, kt_out)
+
+
+@accel.jit
+def _chan_fcfs(order, ch, rd, x, q0, chan_free, chan_busy):
+    """``MediaEngine._chan_lindley``'s transfers, loop form: items in ``order`` (per channel by data ready,
+    then seq), each channel FCFS from its free time; updates ``chan_free`` and ``chan_busy``. Returns (done,
+    the queueing delays done - x - q0 in ``order``). (A run of one channel's items keeps its free time in a
+    register: an order grouped by channel, as the packed sort gives it, runs without a memory dependency.)"""
+    n = order.shape[0]
+    done = np.empty(n, np.int64)
+    qv = np.empty(n, np.int64)
+    prev = -1
+    f = 0
+    busy = 0
+    for k in range(n):
+        i = order[k]
+        c = ch[i]
+        if c != prev:
+            if prev >= 0:
+                chan_free[prev] = f
+                chan_busy[prev] += busy
+            prev = c
+            f = chan_free[c]
+            busy = 0
+        d = (rd[i] if rd[i] > f else f) + x[i]
+        f = d
+        busy += x[i]
+        done[i] = d
+        qv[k] = d - x[i] - q0[i]
+    if prev >= 0:
+        chan_free[prev] = f
+        chan_busy[prev] += busy
+    return done, qv
+
+
+@accel.jit
+def _read_front(arrival, addr, nbytes, op, capacity, nops, store_op, atomic_op, max_time):
+    """``MediaEngine.submit``'s conversions and checks of a batch, for the compiled read path: the request
+    fields (any integer arrays, strided views of the batch included) as int64 arrays, and whether every
+    request is a media read (load or cp.async) inside the media, arrival before ``max_time``, in arrival
+    order. False: the caller's numpy path converts and checks the batch again (and decides the errors).
+    (``arrival``, ``addr``: unsigned, compared as such.)"""
+    n = arrival.shape[0]
+    mt = np.uint64(max_time)
+    a = np.empty(n, np.int64)
+    ad = np.empty(n, np.int64)
+    nb = np.empty(n, np.int64)
+    for i in range(n):                       # (the first request that fails ends it: its batch goes the numpy way)
+        if np.uint64(arrival[i]) >= mt or np.uint64(addr[i]) >= mt:
+            return a, ad, nb, False
+        a[i] = np.int64(arrival[i])
+        ad[i] = np.int64(addr[i])
+        nb[i] = np.int64(nbytes[i])
+        o = op[i]
+        if o >= nops or o == store_op or o == atomic_op:
+            return a, ad, nb, False
+        if nb[i] <= 0 or ad[i] + nb[i] > capacity:
+            return a, ad, nb, False
+        if i and a[i] < a[i - 1]:
+            return a, ad, nb, False
+    return a, ad, nb, True
+
+
+@accel.jit
+def _chan_fcfs_packed(key, bits, sbits, lo, x, q0, chan_free, chan_busy):
+    """``_chan_fcfs`` in the order of ``lindley.packed_keys``'s sorted keys (channel, data ready, index),
+    the channel and data ready decoded from each key by shifts (no gather of them): the same done, queueing
+    delays (in that order), ``chan_free`` and ``chan_busy``."""
+    n = key.shape[0]
+    mask = (1 << bits) - 1
+    smask = (1 << sbits) - 1
+    done = np.empty(n, np.int64)
+    qv = np.empty(n, np.int64)
+    prev = -1
+    f = 0
+    busy = 0
+    for k in range(n):
+        kk = key[k]
+        i = kk & mask
+        q = kk >> bits
+        c = q >> sbits
+        r = (q & smask) + lo
+        if c != prev:
+            if prev >= 0:
+                chan_free[prev] = f
+                chan_busy[prev] += busy
+            prev = c
+            f = chan_free[c]
+            busy = 0
+        d = (r if r > f else f) + x[i]
+        f = d
+        busy += x[i]
+        done[i] = d
+        qv[k] = d - x[i] - q0[i]
+    if prev >= 0:
+        chan_free[prev] = f
+        chan_busy[prev] += busy
+    return done, qv
