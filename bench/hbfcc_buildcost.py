@@ -382,7 +382,8 @@ def part_nvcc(ns, work: Path) -> dict:
                     sizes[k] = (out / f"{k}.cubin").stat().st_size
             row["cubin_bytes"] = sizes
             if "before" in tools and "hbfcc" in sizes and "before" in sizes:
-                row["cubin_identical_to_before"] = (out / "hbfcc.cubin").read_bytes() == (out / "before.cubin").read_bytes()
+                row["cubin_identical_to_before"] = \
+                    (out / "hbfcc.cubin").read_bytes() == (out / "before.cubin").read_bytes()
             ratios(row, tools, sizes)
         rows.append(row)
         print(f"[nvcc {i}/{len(srcs)}] {name}: " + (f"FAILED {sorted(failed)}" if failed else
