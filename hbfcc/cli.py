@@ -311,9 +311,11 @@ def _ptxas(args: list[str]) -> int:
             callers = frozenset(f.name for f in res.module.functions()
                                 if f.is_entry and f.body is not None and link.uses_any(f, helpers_))
             dec = occupancy.launch_plan_before(res.module, _registers(before), callers) if before is not None else None
-            if dec:
+            if dec is not None and any(d["applied"] for d in dec.values()):
                 unbounded = res
                 res = _with_stage(res, occupancy.LAUNCH_PASS_NAME, dec, occupancy.launch_stage)
+            elif dec is not None:                      # decided: no entry needs it
+                res = replace(res, meta=dict(res.meta, **{occupancy.LAUNCH_PASS_NAME: dec}))
         if not k.nvcc_step:
             os.makedirs(os.path.dirname(work), exist_ok=True)
         atomic_write_text(work, res.text, fsync=False)

@@ -165,8 +165,8 @@ def launch_plan_before(module: Module, plain: dict[str, Optional[int]],
     decides after the build).
 
     Why not wait for the instrumented count: the helper calls put every instrumented entry of the direct
-    helper build above the bound (the 27 such entries of the 17 CUDA fixtures: 94-130 registers against 64 at 1024
-    threads; docs/hbfcc.md, "What building through hbfcc costs"), so the build :func:`launch_plan`
+    helper build above the bound (the 27 such entries of the 17 CUDA fixtures: 94-130 registers against
+    64 at 1024 threads; docs/hbfcc.md, "What building through hbfcc costs"), so the build :func:`launch_plan`
     needs first is assembled only to be assembled again with the bound -- a whole-program ptxas of the
     instrumented module thrown away, ~45 % of an nvcc build's ptxas time. Where the bound would not
     have been needed (an entry whose instrumented count still fits the plain build's largest block),

@@ -297,3 +297,32 @@ def test_stub_helper_defines_the_abi_and_links():
     assert set(h.defined) >= set(__import__("hbfcommon.abi", fromlist=["HELPERS"]).HELPERS)
     res = rewrite_text((FIX / "vector_add_f32.ptx").read_text(), helper=h)
     U.assemble(res.text)
+
+
+def test_a_bound_that_was_not_needed_does_not_bind(tmp_path):
+    """An entry that declares no block size and calls only the kernel hooks fits 1024 threads
+    instrumented: the bound set before the build is not binding, so its code is the unbounded build's
+    (function by function, hbfcc.cubin.code_differences); only the cubin's block-size attribute differs."""
+    U.tool("ptxas")
+    helper = U.real_helper_ptx()
+    if helper is None:
+        pytest.skip("the real helper PTX (make helpers-ptx) is not built")
+    import subprocess
+
+    from hbfcc import cubin
+    cu, p = tmp_path / "m.cu", tmp_path / "m.ptx"
+    cu.write_text('extern "C" __global__ void b(int n) { __shared__ int s[32]; s[threadIdx.x & 31] = n; '
+                  '__syncthreads(); if (s[0] == 123) asm volatile("trap;"); }\n')
+    subprocess.run([U.tool("nvcc"), "-arch=sm_90a", "-ptx", str(cu), "-o", str(p)], check=True)
+    out = {}
+    for bound in ("1", "0"):
+        e = U.env_with(HBFCC_ARTIFACT_DIR=tmp_path / f"store{bound}", HBFCC_LAUNCH_BOUND=bound,
+                       HBFCC_HELPER_PTX=helper)
+        o = tmp_path / f"m{bound}.cubin"
+        cp = subprocess.run([U.console("hbfcc-ptxas"), "--gpu-name=sm_90a", str(p), "-o", str(o)],
+                            capture_output=True, text=True, env=e, cwd=tmp_path)
+        assert cp.returncode == 0, cp.stderr
+        out[bound] = o
+    k = json.loads(Path(str(out["1"]) + ".hbfcc.json").read_text())["kernels"][0]
+    assert k["launch_bound"]["applied"] and k["ptxas_after"]["registers"] <= 64
+    assert cubin.code_differences(cubin.function_code(out["1"]), cubin.function_code(out["0"])) == []
