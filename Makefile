@@ -90,6 +90,7 @@ browser:
 # workers (xdist off).
 TEST_JOBS ?= auto
 test: $(INSTALL_STAMP) proto helpers-ptx browser
+	$(VPY) -m hbfd.warmup
 	$(VPY) -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile
 
 test-gpu: $(INSTALL_STAMP) proto helpers-ptx

@@ -116,7 +116,7 @@ def warm(name: str, run: Callable[[], None], twins: tuple) -> float:
     is named in a warning (its first real call would compile while serving)."""
     if not enabled():
         return 0.0
-    log.info("%s: loading its compiled twins (numba; the first start on a machine compiles them, ~20 s)", name)
+    log.info("%s: loading its compiled twins (numba; the first start on a machine compiles them, up to ~40 s)", name)
     t0 = time.perf_counter()
     run()
     dt = time.perf_counter() - t0

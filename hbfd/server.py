@@ -37,7 +37,7 @@ from hbfd.contracts import (REQUEST_BATCH_DTYPE, RefreshingEngine, RefreshServic
                             ThermalState)
 from hbfd.capacity.dispatch import CAP_FLAGS, CapacityDispatch, CapacitySpec
 from hbfd.heartbeat import HeartbeatProcess
-from hbfd.media import MediaGeometry
+from hbfd.media import MediaGeometry, hist
 from hbfcommon.profile import Profile, load_profile
 from hbfd.ranges import Range, RangeTable
 from hbfd.region import ControlRegion
@@ -169,6 +169,7 @@ class Daemon:
         self._count_reads = svc.refresh.counts_reads
         log.info("engine %s, thermal %s, refresh %s", self.engine.name, self.thermal.name, self.refresh.name)
         self._control_tick()                        # thermal snapshot + refresh debt before readiness
+        hist.warm_twin()                            # the latency histograms' compiled twin, not in the ring thread
         self.region.publish_ranges([], 0)
         sys.setswitchinterval(0.001)                # short GIL hand-offs between ring, control and RPC threads
         self._spawn("hbfd-ring", self._ring_loop)

@@ -61,3 +61,22 @@ def test_jit_twin_matches_python():
     arrive = np.cumsum(rng.integers(0, 50, 1000)).astype(np.int64)
     service = rng.integers(1, 80, 1000).astype(np.int64)
     assert np.array_equal(lindley(arrive, service), lindley.py_func(arrive, service))
+
+
+def test_warmup_compiles_every_twin_or_nothing(monkeypatch):
+    """`python -m hbfd.warmup` (make test runs it first): with the twins off, nothing; on, every twin of
+    every model is compiled afterwards (a daemon then never compiles in its serving threads)."""
+    from hbfd import warmup
+    from hbfd.capacity import kernels as ck
+    from hbfd.media import eventsim, hist, kernels as mk
+    monkeypatch.setenv("HBFD_ACCEL", "off")
+    assert warmup.warm_all() == {}
+    if accel._numba()[0] is None:
+        pytest.skip("no numba here")
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    assert set(warmup.warm_all()) == {"media engine", "latency histogram", "capacity service"}
+    twins = [f for mod in (mk, ck, hist, eventsim) for f in vars(mod).values()
+             if callable(f) and hasattr(f, "accel_dispatcher") and f.py_func.__module__ == mod.__name__]
+    nested = {n for t in twins for n in t.py_func.__code__.co_names}   # compiled inside the twin that calls them
+    assert len(twins) >= 12 and "_chan_order" in nested
+    assert [t.__name__ for t in twins if t.__name__ not in nested and not t.is_compiled()] == []

@@ -108,3 +108,14 @@ def _bin_into(v, counts):
             idx = (e - 6) * _SUB + int((m - 0.5) * 2 * _SUB) + _SUB
             counts[idx if idx < _NB - 1 else _NB - 1] += 1
     return mx, tot
+
+
+def warm_twin() -> float:
+    """Compile (or load) the binning twin before the daemon serves: every hbfd keeps its reference latencies
+    in LogHistograms (hbfd/timeline.py) whatever the engine, and a first flush in the ring thread would
+    otherwise compile it there (a cold compile stalls the loop past the heartbeat's 1 s and ends the run)."""
+    def run() -> None:
+        h = LogHistogram()
+        h.add(np.arange(-1, 5000, 7, dtype=np.int64))
+        h.quantile(0.5)
+    return accel.warm("latency histogram", run, (_bin_into,))

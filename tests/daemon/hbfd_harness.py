@@ -18,10 +18,10 @@ def start_hbfd(tmp_path: Path, *, profile="nominal", env=None, wait=True, name="
     """hbfd in ``tmp_path`` with the pinned default services (``env`` overrides them); the test engines
     of tests/daemon/engines.py load as ``HBFD_ENGINE=engines:<factory>``."""
     return start_daemon(profile, workdir=tmp_path, name=name, env={**PINNED, **(env or {})},
-                        pythonpath=[HERE, ROOT], wait=wait, timeout_s=30.0)
+                        pythonpath=[HERE, ROOT], wait=wait, timeout_s=120.0)   # a cold numba compile: ~35 s
 
 
-def wait_ready(h: DaemonProcess, timeout=20.0):
+def wait_ready(h: DaemonProcess, timeout=120.0):
     return h.wait_ready(timeout)
 
 
