@@ -52,8 +52,8 @@ from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
-from .kernels import (_chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _lookup_events, _read_front,
-                      _read_pass)
+from .kernels import (_chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _lookup_events, _packed_build,
+                      _read_front, _read_pass)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -249,7 +249,7 @@ def _ring_push(R: np.ndarray, plane: np.ndarray, fill: np.ndarray, pid0: int):
     pid[fill] = pid0 + np.arange(nf, dtype=np.int64)
     if n == 0:
         return np.zeros(0, np.int64), pid
-    o = np.argsort(plane, kind="stable")
+    o = np.argsort(small_int(plane, R.shape[0]), kind="stable")    # (R: a row per plane)
     ps = plane[o]
     fs = fill[o]
     st = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
@@ -2025,4 +2025,5 @@ def warm_twins(geometry: MediaGeometry) -> float:
         e.drain()
         e.stats()                      # (bins the queueing delays)
     return accel.warm("media engine", run, (eventsim._simulate_loop, _fifo_loop, _fifo_carry, _lookup_events,
-                                            _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into))
+                                            _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into,
+                                            _packed_build))
