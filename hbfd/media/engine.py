@@ -464,6 +464,8 @@ class MediaEngine:
         """Deferred pages of pending requests got their completion times."""
         if len(serial) == 0:
             return
+        if len(self._pr_chunks) > 1 and self._complete_every_last(serial, done):
+            return
         pr = self._pr_all()
         if pr is None:
             raise MediaError("internal: deferred page of an unknown request")
@@ -499,6 +501,36 @@ class MediaEngine:
             self.last_completion = max(self.last_completion, int(pr["done"][fin].max()))
             keep = ~fin
             self._pr_chunks = [{k: v[keep] for k, v in pr.items()}] if keep.any() else []
+
+    def _complete_every_last(self, serial, done) -> bool:
+        """``_complete_parts`` where ``serial`` is one page of every pending request, in order, and the last
+        page of each (a quiet scan's final decision after a burst): the requests complete chunk by chunk of
+        ``_pr_chunks``, without concatenating them (the same completions). False (nothing done) otherwise."""
+        ch = self._pr_chunks
+        if sum(len(c["serial"]) for c in ch) != len(serial):
+            return False
+        pos = 0
+        for c in ch:
+            m = len(c["serial"])
+            if not (np.array_equal(c["serial"], serial[pos:pos + m]) and bool((c["rem"] == 1).all())):
+                return False
+            pos += m
+        out = np.empty(len(serial), COMPLETION_BATCH_DTYPE)
+        oid, mod = out["id"], out["modeled_ns"]
+        last = self.last_completion
+        pos = 0
+        for c in ch:
+            m = len(c["serial"])
+            d = np.maximum(c["done"], done[pos:pos + m])
+            oid[pos:pos + m] = c["id"]
+            mod[pos:pos + m] = (d - c["arrival"]).astype(np.uint64)
+            last = max(last, int(d.max()))
+            pos += m
+        out["status"] = ctl.HBF_ST_READY
+        self._pending.append(out)
+        self.last_completion = last
+        self._pr_chunks = []
+        return True
 
     _DQ_KEYS = ("ch", "rd", "x", "seq", "serial", "q0")
 
@@ -1707,7 +1739,9 @@ class MediaEngine:
                 sel["q0"] = sel["rd"].copy()
                 self._dq.append(sel)
                 self._dq_min.append(int(sel["rd"].min()))
-            if not ok.all():
+            if not ok.any():
+                keep.append(ch)                # (none released: the chunk as it is, no copies)
+            elif not ok.all():
                 keep.append({k: v[~ok] for k, v in ch.items()})
         self._gated = keep
 
