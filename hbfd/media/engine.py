@@ -183,6 +183,7 @@ class _Ends:
         self.a = np.full(1024, -1, np.int64)
         self.old_id = _E0
         self.old_end = _E0
+        self.version = 0                 # + 1 at each change of what ``get`` answers
 
     def __len__(self) -> int:
         return len(self.a)
@@ -202,6 +203,7 @@ class _Ends:
         ids = np.asarray(ids, np.int64)
         if not len(ids):
             return
+        self.version += 1
         ends = np.asarray(ends, np.int64)
         lo = ids < self.base
         if lo.any():                     # (not expected: ids below the window are decided before a prune)
@@ -223,6 +225,7 @@ class _Ends:
         """Forget the ends of ids below ``new_base`` except those of ``keep``."""
         if new_base <= self.base:
             return
+        self.version += 1
         keep = np.unique(np.asarray(keep, np.int64))
         keep = keep[keep < new_base]
         e = self.get(keep)
@@ -335,6 +338,7 @@ class MediaEngine:
         self._pid = 0
         self._pend_end = _Ends()
         self._gated: list[dict[str, np.ndarray]] = []
+        self._gated_seen = -1                  # _pend_end.version when every chunk of _gated was last checked
         # statistics
         self.chan_busy_ns = np.zeros(g.channels, np.int64)
         self.qdelay = LogHistogram()
@@ -1729,6 +1733,8 @@ class MediaEngine:
         if not self._gated:
             return
         pe = self._pend_end
+        if pe.version == self._gated_seen:
+            return                             # (no end changed since every waiting store was checked)
         keep = []
         for ch in self._gated:
             e = _end_of(pe, ch["gate"])
@@ -1744,6 +1750,7 @@ class MediaEngine:
             elif not ok.all():
                 keep.append({k: v[~ok] for k, v in ch.items()})
         self._gated = keep
+        self._gated_seen = pe.version
 
     def _keep_h(self) -> int:
         """Slot releases at or before this can delay nothing any more: the latest arrival, or the
