@@ -52,8 +52,8 @@ from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
-from .kernels import (_chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _lookup_events, _read_front,
-                      _read_pass)
+from .kernels import (_chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _lookup_events, _packed_build,
+                      _read_front, _read_pass)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -183,6 +183,7 @@ class _Ends:
         self.a = np.full(1024, -1, np.int64)
         self.old_id = _E0
         self.old_end = _E0
+        self.version = 0                 # + 1 at each change of what ``get`` answers
 
     def __len__(self) -> int:
         return len(self.a)
@@ -202,6 +203,7 @@ class _Ends:
         ids = np.asarray(ids, np.int64)
         if not len(ids):
             return
+        self.version += 1
         ends = np.asarray(ends, np.int64)
         lo = ids < self.base
         if lo.any():                     # (not expected: ids below the window are decided before a prune)
@@ -223,6 +225,7 @@ class _Ends:
         """Forget the ends of ids below ``new_base`` except those of ``keep``."""
         if new_base <= self.base:
             return
+        self.version += 1
         keep = np.unique(np.asarray(keep, np.int64))
         keep = keep[keep < new_base]
         e = self.get(keep)
@@ -249,7 +252,7 @@ def _ring_push(R: np.ndarray, plane: np.ndarray, fill: np.ndarray, pid0: int):
     pid[fill] = pid0 + np.arange(nf, dtype=np.int64)
     if n == 0:
         return np.zeros(0, np.int64), pid
-    o = np.argsort(plane, kind="stable")
+    o = np.argsort(small_int(plane, R.shape[0]), kind="stable")    # (R: a row per plane)
     ps = plane[o]
     fs = fill[o]
     st = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
@@ -335,6 +338,7 @@ class MediaEngine:
         self._pid = 0
         self._pend_end = _Ends()
         self._gated: list[dict[str, np.ndarray]] = []
+        self._gated_seen = -1                  # _pend_end.version when every chunk of _gated was last checked
         # statistics
         self.chan_busy_ns = np.zeros(g.channels, np.int64)
         self.qdelay = LogHistogram()
@@ -464,6 +468,8 @@ class MediaEngine:
         """Deferred pages of pending requests got their completion times."""
         if len(serial) == 0:
             return
+        if len(self._pr_chunks) > 1 and self._complete_every_last(serial, done):
+            return
         pr = self._pr_all()
         if pr is None:
             raise MediaError("internal: deferred page of an unknown request")
@@ -499,6 +505,36 @@ class MediaEngine:
             self.last_completion = max(self.last_completion, int(pr["done"][fin].max()))
             keep = ~fin
             self._pr_chunks = [{k: v[keep] for k, v in pr.items()}] if keep.any() else []
+
+    def _complete_every_last(self, serial, done) -> bool:
+        """``_complete_parts`` where ``serial`` is one page of every pending request, in order, and the last
+        page of each (a quiet scan's final decision after a burst): the requests complete chunk by chunk of
+        ``_pr_chunks``, without concatenating them (the same completions). False (nothing done) otherwise."""
+        ch = self._pr_chunks
+        if sum(len(c["serial"]) for c in ch) != len(serial):
+            return False
+        pos = 0
+        for c in ch:
+            m = len(c["serial"])
+            if not (np.array_equal(c["serial"], serial[pos:pos + m]) and bool((c["rem"] == 1).all())):
+                return False
+            pos += m
+        out = np.empty(len(serial), COMPLETION_BATCH_DTYPE)
+        oid, mod = out["id"], out["modeled_ns"]
+        last = self.last_completion
+        pos = 0
+        for c in ch:
+            m = len(c["serial"])
+            d = np.maximum(c["done"], done[pos:pos + m])
+            oid[pos:pos + m] = c["id"]
+            mod[pos:pos + m] = (d - c["arrival"]).astype(np.uint64)
+            last = max(last, int(d.max()))
+            pos += m
+        out["status"] = ctl.HBF_ST_READY
+        self._pending.append(out)
+        self.last_completion = last
+        self._pr_chunks = []
+        return True
 
     _DQ_KEYS = ("ch", "rd", "x", "seq", "serial", "q0")
 
@@ -1697,6 +1733,8 @@ class MediaEngine:
         if not self._gated:
             return
         pe = self._pend_end
+        if pe.version == self._gated_seen:
+            return                             # (no end changed since every waiting store was checked)
         keep = []
         for ch in self._gated:
             e = _end_of(pe, ch["gate"])
@@ -1707,9 +1745,12 @@ class MediaEngine:
                 sel["q0"] = sel["rd"].copy()
                 self._dq.append(sel)
                 self._dq_min.append(int(sel["rd"].min()))
-            if not ok.all():
+            if not ok.any():
+                keep.append(ch)                # (none released: the chunk as it is, no copies)
+            elif not ok.all():
                 keep.append({k: v[~ok] for k, v in ch.items()})
         self._gated = keep
+        self._gated_seen = pe.version
 
     def _keep_h(self) -> int:
         """Slot releases at or before this can delay nothing any more: the latest arrival, or the
@@ -2025,4 +2066,5 @@ def warm_twins(geometry: MediaGeometry) -> float:
         e.drain()
         e.stats()                      # (bins the queueing delays)
     return accel.warm("media engine", run, (eventsim._simulate_loop, _fifo_loop, _fifo_carry, _lookup_events,
-                                            _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into))
+                                            _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into,
+                                            _packed_build))

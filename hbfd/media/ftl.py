@@ -34,9 +34,13 @@ class Ftl:
         self._ob = np.full(g.planes, -1, np.int64)
         self._onx = np.zeros(g.planes, np.int64)
         self.l2p: dict[int, int] = {}                 # lpn -> ppn (block * ppb + page)
-        # block -> lpn per page (-1: invalid/unwritten), for blocks holding a valid page or open: a block
-        # whose pages are all invalid drops its list (memory follows the live data, not the pages written)
-        self.p2l: dict[int, list[int]] = {}
+        # block -> its row of ``_pool`` (the lpn per page, -1: invalid/unwritten), for blocks holding a valid
+        # page or open: a block whose pages are all invalid gives its row back (memory follows the live
+        # data, not the pages written); rows in one array so that a bulk program fills them in one step
+        self.p2l: dict[int, int] = {}
+        self._pool = np.full((64, self.ppb), -1, np.int64)
+        self._free_rows: list[int] = []
+        self._nrows = 0                               # rows of _pool ever handed out
         self._gc_start = g.gc_start_blocks
         self._C, self._D, self._P = g.channels, g.dies_per_channel, g.planes_per_die
         self.host_programs = 0
@@ -44,6 +48,37 @@ class Ftl:
         self.gc_runs = 0
         self.erases = 0
         self._in_gc = False
+
+    def _rows(self, k: int) -> np.ndarray:
+        """``k`` rows of ``_pool`` for new blocks (given-back ones first), set to -1."""
+        fr = self._free_rows
+        take = min(k, len(fr))
+        rows = np.empty(k, np.int64)
+        if take:
+            rows[:take] = fr[len(fr) - take:]
+            del fr[len(fr) - take:]
+        n0 = self._nrows
+        if n0 + k - take > len(self._pool):
+            grow = max(len(self._pool), n0 + k - take - len(self._pool))
+            self._pool = np.concatenate([self._pool, np.full((grow, self.ppb), -1, np.int64)])
+        rows[take:] = np.arange(n0, n0 + k - take)
+        self._nrows = n0 + k - take
+        self._pool[rows] = -1
+        return rows
+
+    def _open_row(self, b: int) -> None:
+        self.p2l[b] = int(self._rows(1)[0])
+
+    def drop_block_map(self, b: int) -> None:
+        """Forget block ``b``'s page map (no valid page left), if it has one; its row is reused."""
+        r = self.p2l.pop(b, None)
+        if r is not None:
+            self._free_rows.append(r)
+
+    def block_lpns(self, b: int) -> list[int] | None:
+        """The lpn per page of block ``b`` (-1: invalid/unwritten), or None where it has no map."""
+        r = self.p2l.get(b)
+        return None if r is None else self._pool[r].tolist()
 
     @property
     def valid(self) -> np.ndarray:
@@ -80,12 +115,12 @@ class Ftl:
             if b >= 0:
                 self._state[b] = CLOSED
                 if not self._valid[b]:
-                    del self.p2l[b]
+                    self.drop_block_map(b)
             b = self._take_free(plane)
             if b is None:
                 raise MediaError("no free block left in plane (GC could not keep up)", plane=plane)
             self._state[b] = OPEN
-            self.p2l[b] = [-1] * self.ppb
+            self._open_row(b)
             self._ob[plane] = b
             pg = 0
         self._onx[plane] = pg + 1
@@ -96,13 +131,13 @@ class Ftl:
         old = self.l2p.get(lpn)
         if old is not None:
             ob, opg = divmod(old, self.ppb)
-            self.p2l[ob][opg] = -1
+            self._pool[self.p2l[ob], opg] = -1
             self._valid[ob] -= 1
             if not self._valid[ob] and self._state[ob] == CLOSED:
-                del self.p2l[ob]                      # nothing valid left: GC erases it without copies
+                self.drop_block_map(ob)               # nothing valid left: GC erases it without copies
         self.l2p[lpn] = ppn
         b, pg = divmod(ppn, self.ppb)
-        self.p2l[b][pg] = lpn
+        self._pool[self.p2l[b], pg] = lpn
         self._valid[b] += 1
         return ppn
 
@@ -185,15 +220,18 @@ class Ftl:
         p2l = self.p2l
         valid = self._valid
         state = self._state
-        for old in [x for x in map(l2p.get, lsl) if x is not None]:
-            ob_, opg = divmod(old, ppb)
-            p2l[ob_][opg] = -1
+        pool = self._pool
+        for x in l2p.keys() & lsl:             # pages mapped before: their old copies invalid now
+            ob_, opg = divmod(l2p[x], ppb)
+            pool[p2l[ob_], opg] = -1
             valid[ob_] -= 1
             if not valid[ob_] and state[ob_] == CLOSED:
-                del p2l[ob_]
+                self.drop_block_map(ob_)
         l2p.update(zip(lsl, ppn.tolist()))
-        for b, pg0, s0, k in zip(ob_b.tolist(), onx_b.tolist(), st_b.tolist(), cnt_b.tolist()):
-            p2l[b][pg0:pg0 + k] = lsl[s0:s0 + k]
+        obl = ob_b.tolist()
+        rows = np.array([p2l[b] for b in obl], np.int64)
+        pool[rows[segid], onx_b[segid] + rank] = ls
+        for b, k in zip(obl, cnt_b.tolist()):
             valid[b] += k
         self.host_programs += len(lsl)
         return planes, ops_out
@@ -209,7 +247,7 @@ class Ftl:
                 if k <= self.ppb and self.free_blocks(p) - 1 >= self._gc_start:
                     b = self._take_free(p)
                     self._state[b] = OPEN
-                    self.p2l[b] = [-1] * self.ppb
+                    self._open_row(b)
                     self._ob[p] = b
                     self._onx[p] = 0
             return
@@ -220,10 +258,11 @@ class Ftl:
             return
         self._fresh.update(dict.fromkeys(up.tolist(), 1))
         bs = up * self.bpp
-        state, p2l, ppb = self._state, self.p2l, self.ppb
-        for b in bs.tolist():
+        state = self._state
+        bl = bs.tolist()
+        for b in bl:
             state[b] = OPEN
-            p2l[b] = [-1] * ppb
+        self.p2l.update(zip(bl, self._rows(len(bl)).tolist()))
         self._ob[up] = bs
         self._onx[up] = 0
 
@@ -243,13 +282,13 @@ class Ftl:
                 if self._state[victim] != CLOSED or self._valid[victim] >= self.ppb:
                     raise MediaError("GC found no block with an invalid page", plane=plane)
                 self.gc_runs += 1
-                for lpn in [x for x in self.p2l.get(victim, ()) if x >= 0]:
+                for lpn in [x for x in (self.block_lpns(victim) or ()) if x >= 0]:
                     self._place(int(lpn), plane)
                     self.gc_copies += 1
                     ops.append(("copyback", plane))
                 # erase
                 assert self._valid[victim] == 0
-                self.p2l.pop(victim, None)
+                self.drop_block_map(victim)
                 self._state[victim] = FREE
                 self._pe[victim] += 1
                 self.erases += 1
@@ -273,12 +312,14 @@ class Ftl:
         seen = 0
         for lpn, ppn in self.l2p.items():
             b, pg = divmod(ppn, self.ppb)
-            assert self.p2l[b][pg] == lpn, (lpn, ppn)
+            assert self._pool[self.p2l[b], pg] == lpn, (lpn, ppn)
             assert self.plane_of(lpn) == b // self.bpp
             seen += 1
         tot = 0
-        for b, arr in self.p2l.items():
-            nv = sum(1 for x in arr if x >= 0)
+        rows = list(self.p2l.values())
+        assert len(set(rows)) == len(rows) and not set(rows) & set(self._free_rows)
+        for b, r in self.p2l.items():
+            nv = int((self._pool[r] >= 0).sum())
             assert nv == self._valid[b], (b, nv, self._valid[b])
             tot += nv
         assert tot == seen

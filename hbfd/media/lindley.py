@@ -14,6 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from hbfd import accel
+
+from .kernels import _packed_build
+
+_PACKED_TWIN_MIN = 2048     # from this many keys on, the compiled twin builds them (kernels.py)
+
 
 def segment_starts(seg: np.ndarray) -> np.ndarray:
     """Indices where a new segment begins in an array sorted by segment id."""
@@ -52,12 +58,16 @@ def packed_keys(major: np.ndarray, nmajor: int, minor: np.ndarray):
     bits = max(1, (n - 1).bit_length())
     if (nmajor << sbits) << bits >= (1 << 63):
         return None
-    key = major.astype(np.int64, copy=True)
-    key <<= sbits
-    key += minor
-    key -= lo
-    key <<= bits
-    key |= np.arange(n, dtype=np.int64)
+    if n >= _PACKED_TWIN_MIN and accel.enabled():
+        key = _packed_build(np.ascontiguousarray(major, np.int64), np.ascontiguousarray(minor, np.int64),
+                            lo, sbits, bits)
+    else:
+        key = major.astype(np.int64, copy=True)
+        key <<= sbits
+        key += minor
+        key -= lo
+        key <<= bits
+        key |= np.arange(n, dtype=np.int64)
     key.sort()
     return key, bits, sbits, lo
 

@@ -26,7 +26,7 @@ import pytest
 
 from hbfcommon.profile import MAX_DIE_QUEUE_SLOTS, load_profile
 from hbfd import accel
-from hbfd.media import diestage, eventsim
+from hbfd.media import diestage, eventsim, lindley
 from hbfd.media import engine as engine_mod
 from hbfd.media.bench import make_stream
 from hbfd.media.diestage import DieCarry, fifo_exact
@@ -345,7 +345,8 @@ def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
     monkeypatch.setattr(accel, "_numba", lambda: (None, "numba not importable: ImportError: test"))
     for mod, name in ((eventsim, "_simulate_loop"), (diestage, "_fifo_loop"), (diestage, "_fifo_carry"),
                       (engine_mod, "_chan_fcfs"), (engine_mod, "_lookup_events"), (engine_mod, "_read_pass"),
-                      (engine_mod, "_read_front"), (engine_mod, "_chan_fcfs_packed"), (hist, "_bin_into")):
+                      (engine_mod, "_read_front"), (engine_mod, "_chan_fcfs_packed"), (hist, "_bin_into"),
+                      (lindley, "_packed_build")):
         monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
     got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
@@ -362,7 +363,7 @@ def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
     from hbfd.media import kernels as K
     from hbfd.media import hist
     twins = (eventsim._simulate_loop, K._fifo_loop, K._fifo_carry, K._lookup_events, K._chan_fcfs,
-             K._chan_fcfs_packed, K._read_front, K._read_pass, hist._bin_into)
+             K._chan_fcfs_packed, K._read_front, K._read_pass, hist._bin_into, K._packed_build)
     caplog.set_level("DEBUG", logger="hbfd.accel")
     for name in ("nominal", "ocp-sg2"):
         E.warm_twins(MediaGeometry.from_profile(as_profile(name)))
@@ -484,3 +485,75 @@ def test_concat_records_equals_numpy_concatenate():
     got = engine_mod._concat_records(parts)
     ref = np.concatenate(parts)
     assert got.dtype == ref.dtype and np.array_equal(got, ref) and got.tobytes() == ref.tobytes()
+
+
+def test_packed_key_build_twin_equals_numpy(monkeypatch):
+    """``lindley.packed_keys`` with the compiled key build (2048 keys or more) gives numpy's sorted keys and
+    (bits, sbits, lo): random majors and minors (negative, equal, spans up to 2^40, majors of several dtypes and
+    a strided view), around the twin's threshold; a build with the index bits reversed is seen, in the keys and
+    in the engine's completions (a read burst decided at once orders its transfers by them)."""
+    rng = np.random.default_rng(11)
+    cases = []
+    for n in (lindley._PACKED_TWIN_MIN - 1, lindley._PACKED_TWIN_MIN, 5000, 70_000):
+        for nm, span, lo in ((32, 10**8, 0), (1, 1, 0), (128, 10**3, -(10**6)), (7, 1 << 40, -(1 << 39))):
+            cases.append((rng.integers(0, nm, n), nm, rng.integers(lo, lo + span, n)))
+    cases.append((rng.integers(0, 16, 2 * 9000).astype(np.int16)[::2], 16, rng.integers(0, 500, 9000)))
+    cases.append((rng.integers(0, 16, 9000).astype(np.uint8), 16, -rng.integers(0, 10**9, 9000)))
+    for major, nm, minor in cases:
+        monkeypatch.setenv("HBFD_ACCEL", "off")
+        ref = lindley.packed_keys(major, nm, minor)
+        monkeypatch.setenv("HBFD_ACCEL", "on")
+        got = lindley.packed_keys(major, nm, minor)
+        assert got[1:] == ref[1:] and got[0].dtype == np.int64 and np.array_equal(got[0], ref[0])
+    assert lindley._packed_build.is_compiled()
+    major, nm, minor = cases[4]                    # (2048 keys, 32 majors)
+    ref = lindley.packed_keys(major, nm, minor)[0]
+    orig = lindley._packed_build
+
+    def reversed_index(ma, mi, lo, sbits, bits):
+        k = orig(ma, mi, lo, sbits, bits)
+        idx = k & ((1 << bits) - 1)
+        return (k ^ idx) | (len(k) - 1 - idx)
+    g = _geometry("nominal", "profile")
+    stream = make_stream(g, 8000, 4096, "read", 0, seed=4)
+    base = _engine_run(g, stream, [8000], [False])
+    monkeypatch.setattr(lindley, "_packed_build", reversed_index)
+    assert not np.array_equal(lindley.packed_keys(major, nm, minor)[0], ref)
+    bad = _engine_run(g, stream, [8000], [False])
+    assert not all(np.array_equal(x, y) for x, y in zip(base[0], bad[0]))
+
+
+@pytest.mark.parametrize("mode", ["off", "on"])
+def test_quiet_scan_completes_chunk_by_chunk_as_concatenated(monkeypatch, mode):
+    """``MediaEngine._complete_every_last`` (a burst's final decision, request chunks not concatenated) gives
+    the completions and stats of ``_complete_parts``'s concatenated form: read bursts cut into batches, of
+    one-page requests (the form runs) and of 3-page ones (it declines: requests with two pages deferred).
+    A form that drops a chunk's last request is seen."""
+    monkeypatch.setenv("HBFD_ACCEL", mode)
+    g = _geometry("nominal", "profile")
+    orig = MediaEngine._complete_every_last
+    for nbytes, sizes, runs in ((4096, [3000, 2500, 4000, 1500], True), (3 * 4096, [900, 700, 1400], False)):
+        stream = make_stream(g, sum(sizes), nbytes, "read", 0, seed=7)
+        ran = []
+
+        def spy(self, serial, done):
+            r = orig(self, serial, done)
+            ran.append(r)
+            return r
+        monkeypatch.setattr(MediaEngine, "_complete_every_last", spy)
+        got = _engine_run(g, stream, sizes, [False] * len(sizes))
+        monkeypatch.setattr(MediaEngine, "_complete_every_last", lambda self, s, d: False)
+        ref = _engine_run(g, stream, sizes, [False] * len(sizes))
+        assert (True in ran) == runs and (runs or False in ran)   # (3 pages: some requests have 2 left)
+        assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
+
+    def drops_last(self, serial, done):
+        r = orig(self, serial, done)
+        if r:
+            self._pending[-1] = self._pending[-1][:-1]
+        return r
+    stream = make_stream(g, 6000, 4096, "read", 0, seed=7)
+    ref = _engine_run(g, stream, [3000, 3000], [False, False])
+    monkeypatch.setattr(MediaEngine, "_complete_every_last", drops_last)
+    bad = _engine_run(g, stream, [3000, 3000], [False, False])
+    assert sum(map(len, bad[0])) == sum(map(len, ref[0])) - 1

@@ -32,7 +32,7 @@ def test_pid_index_matches_a_dict_on_dense_and_sparse_ids():
 
 
 def _state(f: Ftl):
-    return (dict(f.l2p), {b: list(v) for b, v in f.p2l.items()}, list(f._valid), bytes(f._state),
+    return (dict(f.l2p), {b: f.block_lpns(b) for b in f.p2l}, list(f._valid), bytes(f._state),
             dict(f._fresh), {p: list(d) for p, d in f._erased.items()}, f._ob.tolist(), f._onx.tolist(),
             f.host_programs, f.gc_copies, f.erases)
 
@@ -58,7 +58,7 @@ def test_program_many_opens_fresh_planes_as_program_does():
                     if ob >= 0:
                         f._state[ob] = 2            # closed
                         if not f._valid[ob]:
-                            f.p2l.pop(ob, None)
+                            f.drop_block_map(ob)
                     f._ob[p] = -1
         lp = rng.integers(0, g.logical_pages, size=int(rng.integers(8, 120)))
         planes, ops = a.program_many(lp)
