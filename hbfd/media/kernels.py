@@ -648,7 +648,6 @@ def _chan_fcfs_packed(key, bits, sbits, lo, x, q0, chan_free, chan_busy):
     return done, qv
 
 
-
 @accel.jit
 def _packed_build(major, minor, lo, sbits, bits):
     """``lindley.packed_keys``'s keys ``(((major << sbits) + minor - lo) << bits) | index`` before their sort,
