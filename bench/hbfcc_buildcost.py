@@ -590,6 +590,9 @@ def main() -> int:
                          "commit with its runtime_cuda/ptx), variant 'before': times and cubin identity against it")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "hbfcc_buildcost_cpu.json"))
     ns = ap.parse_args()
+    if ns.against is not None and not (Path(ns.against) / "hbfcc" / "cli.py").is_file():
+        # a PYTHONPATH entry without hbfcc would silently run this tree's hbfcc as "before"
+        ap.error(f"--against {ns.against}: no hbfcc package there (expected {Path(ns.against) / 'hbfcc' / 'cli.py'})")
     parts = [p for p in ns.parts.split(",") if p]
     ptxas = find_real_ptxas()
     nvd = nvdisasm_path()

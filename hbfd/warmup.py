@@ -28,7 +28,9 @@ def warm_all() -> dict[str, float]:
             "capacity service": cap_kernels.warm()}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    argparse.ArgumentParser(prog="python -m hbfd.warmup", description=__doc__.split("\n\n")[0]).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     t0 = time.perf_counter()
     got = warm_all()

@@ -80,3 +80,10 @@ def test_warmup_compiles_every_twin_or_nothing(monkeypatch):
     nested = {n for t in twins for n in t.py_func.__code__.co_names}   # compiled inside the twin that calls them
     assert len(twins) >= 12 and "_chan_order" in nested
     assert [t.__name__ for t in twins if t.__name__ not in nested and not t.is_compiled()] == []
+
+
+def test_warmup_refuses_arguments_it_does_not_take(capsys):
+    from hbfd import warmup
+    with pytest.raises(SystemExit) as e:
+        warmup.main(["--bogus"])
+    assert e.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
