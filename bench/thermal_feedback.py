@@ -512,11 +512,13 @@ def _launch_and_poll(s, f, buf, nwords, outbuf, args, iters: int, trace: list, m
     """One launch of rate_instr; polls the control region every ~5 ms into ``trace`` until the stream is idle or
     ``max_s``; returns the kernel counters' difference and the host wall time from launch to synchronize."""
     from hbfcommon import ctl as C
+    from hbfcommon.errors import ControlRegionError
     from runtime_cuda import cudrv
     from runtime_thermal_q import kc, rate_args
     d = cudrv.drv()
     th, rf = s.ctl.ctl.thermal, s.ctl.ctl.refresh
     b0 = kc(s)
+    last = C.Activity((0,) * C.HBF_N_OPS, (0,) * C.HBF_N_OPS, 0, 0, 0, 0)   # before the first consistent read
     t0 = time.monotonic()
     s.launch(f, (args.blocks,), (args.threads,), rate_args(buf, nwords, outbuf, iters), kernel="rate_instr")
     if on_save:
@@ -525,10 +527,17 @@ def _launch_and_poll(s, f, buf, nwords, outbuf, args, iters: int, trace: list, m
     while True:
         q = d.cuStreamQuery(d.CUstream(0))
         busy = int(q[0] if isinstance(q, tuple) else q) == int(d.CUresult.CUDA_ERROR_NOT_READY)
-        a = C.read_activity(s.ctl.ctl)
+        try:
+            a, unsettled = C.read_activity(s.ctl.ctl), False
+        except ControlRegionError:
+            # a GPU publication in flight through the whole read (seen on the H100 as Severe began, stop 40): like
+            # hbfd, keep the last consistent totals (lower bounds of what the device did) and mark the row
+            a, unsettled = last, True
+        last = a
         trace.append({"t_s": round(time.monotonic() - t0, 4), "busy": busy, "mode": int(th.mode), "q_ppm": int(th.q_ppm),
                       "hbf_c": int(th.hbf_max_millic) / 1000, "refresh_debt": int(rf.debt_total_bytes),
-                      "live_bytes": sum(a.bytes), "live_requests": sum(a.requests), "live_flushes": a.flushes})
+                      "live_bytes": sum(a.bytes), "live_requests": sum(a.requests), "live_flushes": a.flushes,
+                      "live_unsettled": unsettled})
         if not busy or time.monotonic() - t0 > max_s:
             break
         if on_save and time.monotonic() - last_save > 2.0:                 # the trace so far, every 2 s

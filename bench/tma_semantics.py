@@ -396,7 +396,77 @@ def semantics(args, out_path: Path, res: dict) -> None:
                             s.unregister(rng)
                         cudrv.mem_free(dst)
                     check(f"{kname}/{reg}/{cname}", got["p"] == got["h"])
-        res["summary"] = {"checks": len(checks), "passed": sum(c["ok"] for c in checks)}
+        # multicast, descriptor-less bulk copies and Ampere cp.async through an mbarrier: outputs and barrier
+        # observations of both builds, nothing / all / half of the source registered (stop 40: these three were
+        # built but not launched by the first GPU runs)
+        def tma_counts(kname, before, after):
+            k = (after.get("kernels") or {}).get(kname, {})
+            kb = (before.get("kernels") or {}).get(kname, {})
+            return {f: k.get(f, 0) - kb.get(f, 0) for f in ("tma_copies", "tma_hbf_bytes", "tma_hbm_bytes", "tma_oob_bytes",
+                                                            "tma_phases", "tma_consumed", "tma_stale", "tma_leaked")}
+
+        def lifecycle_ok(d):
+            return d["tma_phases"] == d["tma_consumed"] + d["tma_stale"] + d["tma_leaked"] and not d["tma_stale"] \
+                and not d["tma_leaked"]
+
+        def compare(kname, src_bytes, out_bytes, grid, argv_of, configs):
+            try:
+                _compare(kname, src_bytes, out_bytes, grid, argv_of, configs)
+            except Exception as e:  # noqa: BLE001 - a refusal or a launch error is this template's failed check
+                check(f"{kname}/error", False, error=f"{type(e).__name__}: {e}")
+
+        def _compare(kname, src_bytes, out_bytes, grid, argv_of, configs):
+            src = cudrv.mem_alloc(src_bytes)
+            host = (np.arange(src_bytes // 4, dtype=np.uint64) * np.uint64(2246822519) % np.uint64(1 << 32)).astype(np.uint32)
+            cudrv.htod(src, host.ctypes.data, src_bytes)
+            for reg in ("none", "all", "half"):
+                rng = None
+                if reg == "all":
+                    rng = s.register_timing_range(src, src_bytes)
+                elif reg == "half":
+                    rng = s.register_timing_range(src + src_bytes // 2, src_bytes // 2)
+                for cname, extra in configs:
+                    outs = {t: cudrv.mem_alloc(out_bytes) for t in ("p", "h")}
+                    bars = {t: cudrv.mem_alloc(2 * iters * 4) for t in ("p", "h")}
+                    before = s.counters()
+                    for t, fns, hbf in (("p", fp, False), ("h", fh, True)):
+                        cudrv.memset_d8(outs[t], 0, out_bytes)
+                        cudrv.memset_d8(bars[t], 0, 2 * iters * 4)
+                        run(fns[kname], grid, (128,), argv_of(src, extra, outs[t], bars[t]), hbf)
+                    after = s.counters()
+                    got = {}
+                    for t in ("p", "h"):
+                        a = np.empty(out_bytes // 4 + 2 * iters, np.uint32)
+                        cudrv.dtoh(a.ctypes.data, outs[t], out_bytes)
+                        cudrv.dtoh(a[out_bytes // 4:].ctypes.data, bars[t], 2 * iters * 4)
+                        got[t] = bytes(a)
+                        cudrv.mem_free(outs[t])
+                        cudrv.mem_free(bars[t])
+                    d = tma_counts(kname, before, after)
+                    ok_cnt = lifecycle_ok(d) and (reg == "none" or kname == "cpasync_mbar" or d["tma_copies"] > 0)
+                    check(f"{kname}/{reg}/{cname}", got["p"] == got["h"] and ok_cnt, counters=d)
+                if rng is not None:
+                    s.unregister(rng)
+            cudrv.mem_free(src)
+
+        dims, box = SHAPES[2]
+        mc_box = box[0] * box[1] * 4
+        tmaps = {}
+
+        def mc_argv(src, coords, o, bars):
+            tm = tmaps.setdefault(src, encode_tiled(src, dims, box))
+            return [tm, ctypes.c_int32(coords[0]), ctypes.c_int32(coords[1]), ctypes.c_uint32(mc_box),
+                    ctypes.c_int32(iters), ctypes.c_uint64(o), ctypes.c_uint64(bars)]
+        compare("load_mc", dims[0] * dims[1] * 4, 2 * iters * mc_box, (2,), mc_argv, _configs(2))
+        for nb in (4096, 256):
+            compare("bulk_copy", iters * nb, iters * nb, (1,),
+                    lambda src, _x, o, bars, nb=nb: [ctypes.c_uint64(src), ctypes.c_uint64(o), ctypes.c_uint32(nb),
+                                                     ctypes.c_int32(iters), ctypes.c_uint64(bars)], [(f"{nb}B", None)])
+        compare("cpasync_mbar", iters * 128 * 16, iters * 128 * 16, (1,),
+                lambda src, _x, o, bars: [ctypes.c_uint64(src), ctypes.c_uint64(o), ctypes.c_int32(iters),
+                                          ctypes.c_uint64(bars)], [("16B_per_thread", None)])
+        res["summary"] = {"checks": len(checks), "passed": sum(c["ok"] for c in checks),
+                          "templates": sorted({c["name"].split("/")[0] for c in checks})}
         atomic_write_json(out_path, res)
         s.close()
 
@@ -452,6 +522,62 @@ def increment(args, out_path: Path, res: dict) -> None:
             atomic_write_json(out_path, res)
 
 
+def increment_diag(args, out_path: Path, res: dict) -> None:
+    """Where the increment's time goes (the 8192 B cell measured ~2x the delay, stop 40): per delay and box (1D 64
+    elements; 2D 64 x rows, rows 1 .. 32), the median host time of 5 launches and the kernel's counters over one more
+    (requests, modeled ns, issue overhead, wait calls / wall / lateness, kernel start..end on the device)."""
+    import numpy as np
+    from runtime_cuda import cudrv, session as S
+    from devpath_common import hbfd_daemon, source_profile, SOURCES as SRC
+    work = Path(args.work)
+    b = res["build"]
+    diag = res.setdefault("increment_diag", {})
+    cases = [(1, [4096], [64])] + [(2, [256, 128], [64, r]) for r in (1, 2, 4, 8, 16, 17, 32)]
+    for delay in DELAYS_NS:
+        SRC[f"fixed{delay}"] = ("fixed", delay)
+        with hbfd_daemon(work, source_profile(work, f"fixed{delay}")) as sock:
+            s = S.attach(sock)
+            mh = cudrv.module_load_data(Path(b["hbf"]).read_bytes())
+            binding = s.bind_module(mh, artifact=b["artifact"])
+            fns = {r: cudrv.module_function(mh, f"load_{r}d") for r in (1, 2)}
+            for r, fn in fns.items():
+                s.note_function(fn, binding, f"load_{r}d")
+            for rank, dims, box in cases:
+                n = int(np.prod(dims))
+                nbytes = int(np.prod(box)) * 4
+                src = cudrv.mem_alloc(n * 4)
+                s.register_timing_range(src, n * 4)
+                tm = encode_tiled(src, dims, box)
+                o = cudrv.mem_alloc(nbytes)
+                bars = cudrv.mem_alloc(4)
+                argv = [tm] + [ctypes.c_int32(0)] * 5 + [ctypes.c_uint32(nbytes), ctypes.c_int32(1),
+                                                         ctypes.c_uint64(0), ctypes.c_uint64(o), ctypes.c_uint64(bars)]
+                xs = []
+                for _ in range(5):
+                    t0 = time.perf_counter_ns()
+                    s.launch(fns[rank], (1,), (128,), argv)
+                    s.synchronize()
+                    xs.append(time.perf_counter_ns() - t0)
+                name = f"load_{rank}d"
+                c0 = s.counters(publish=False)["kernels"].get(name, {})
+                s.launch(fns[rank], (1,), (128,), argv)
+                s.synchronize()
+                c1 = s.counters(publish=False)["kernels"].get(name, {})
+                op0, op1 = c0.get("ops", {}).get("cpasync", {}), c1.get("ops", {}).get("cpasync", {})   # TMA loads
+                d = {f: op1.get(f, 0) - op0.get(f, 0) for f in ("requests", "bytes", "modeled_ns", "overhead_ns")}
+                for f in ("wait_calls", "wait_wall_ns", "wait_overhead_ns", "ready_waits", "slack_ns", "bias_clamps",
+                          "refresh_claims", "thermal_waits", "tma_copies", "tma_hbf_bytes"):
+                    d[f] = c1.get(f, 0) - c0.get(f, 0)
+                d["kernel_device_ns"] = c1.get("kend_ns", 0) - c1.get("kstart_ns", 0)
+                d["host_median_us"] = statistics.median(xs) / 1e3
+                key = f"d{delay // 1000}us/{rank}d/{'x'.join(map(str, box))}"
+                diag[key] = d
+                log(f"diag {key}: {json.dumps(d)}")
+                atomic_write_json(out_path, res)
+                cudrv.mem_free(src)
+            s.close()
+
+
 def native_cost(args, out_path: Path, res: dict) -> None:
     """Nothing registered: plain vs instrumented launch time, 36 interleaved pairs per template (load_2d, bulk_copy)."""
     import numpy as np
@@ -499,10 +625,11 @@ def main(argv=None) -> int:
     ap.add_argument("--semantics", action="store_true")
     ap.add_argument("--increment", action="store_true")
     ap.add_argument("--native-cost", action="store_true")
+    ap.add_argument("--increment-diag", action="store_true", help="where the increment's time goes (counters per box)")
     ap.add_argument("--trust-layout", action="store_true",
                     help="build the helpers with -DHBF_TMA_TRUST_LAYOUT=1 (only needed with HB_TMAP_LAYOUT_VERIFIED 0)")
     a = ap.parse_args(argv)
-    if not (a.build_only or a.semantics or a.increment or a.native_cost):
+    if not (a.build_only or a.semantics or a.increment or a.native_cost or a.increment_diag):
         ap.error("nothing to do: give --build-only, or --semantics / --increment / --native-cost on a GPU")
     # this bench IS the GPU validation of the TMA device path: it opts in (runtime_cuda/knobs.py tma_device);
     # without HBF_TMA_DEVICE=1 every instrumented TMA copy fails closed
@@ -535,6 +662,8 @@ def main(argv=None) -> int:
         increment(a, out_path, res)
     if a.native_cost:
         native_cost(a, out_path, res)
+    if a.increment_diag:
+        increment_diag(a, out_path, res)
     log(f"wrote {out_path}")
     return 0
 
