@@ -83,15 +83,33 @@ def reference() -> dict:
 
 
 def one_run(name: str, args: list[str], out: Path, runs: Path, cache: Path, timeout: float) -> dict:
+    """One run of the workload's CLI, its output streamed into <run>/child.log as it goes (a run that does not end
+    still leaves what it printed); past ``timeout`` the child gets SIGABRT first (-X faulthandler: every thread's
+    Python stack lands in the log), then SIGKILL."""
+    import signal
     rdir = runs / name
-    cmd = [sys.executable, "-m", "workloads.qwen3moe", "run", *args, "--out", str(rdir), "--cache", str(cache)]
+    rdir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-X", "faulthandler", "-m", "workloads.qwen3moe", "run", *args, "--out", str(rdir),
+           "--cache", str(cache)]
     t = time.time()
-    try:
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        rc, tail = p.returncode, (p.stdout + p.stderr)[-3000:]
-    except subprocess.TimeoutExpired as e:
-        rc, tail = "timeout", ((e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace"))[-3000:] \
-            if isinstance(e.stdout, bytes) else str(e)
+    logf = rdir / "child.log"
+    with open(logf, "wb") as fh:
+        p = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+            p.send_signal(signal.SIGABRT)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(p.pid, signal.SIGKILL)         # the child and what it started (its hbfd)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    tail = logf.read_bytes()[-6000:].decode(errors="replace")
     wall = time.time() - t
     res = {"command": "python3 -m workloads.qwen3moe run " + " ".join(args) + f" --out {name} --cache CACHE",
            "rc": rc, "wall_s_including_startup": round(wall, 1)}
@@ -118,8 +136,9 @@ def main() -> int:
     ap.add_argument("--runs-dir", help="where each run's directory goes (default <out>/qwen3moe_runs)")
     ap.add_argument("--cache", default=str(Path(os.environ.get("TMPDIR", "/tmp")) / "qwen3moe-cache"),
                     help="Triton + hbfcc caches shared by the runs (a kernel compiles once)")
-    ap.add_argument("--timeout", type=float, default=560.0)
-    ap.add_argument("--budget-s", type=float, default=570.0, help="skip runs that would start after this")
+    ap.add_argument("--timeout", type=float, default=240.0, help="one run's limit (then SIGABRT: its stacks in child.log)")
+    ap.add_argument("--budget-s", type=float, default=540.0,
+                    help="skip runs that would start after this (keep it below the device call's own limit)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
