@@ -482,6 +482,7 @@ def increment(args, out_path: Path, res: dict) -> None:
     cells = res.setdefault("increment", {})
     times: dict = {}
     dtimes: dict = {}
+    stores: dict = {}
     for delay in DELAYS_NS:
         SRC[f"fixed{delay}"] = ("fixed", delay)
         with hbfd_daemon(work, source_profile(work, f"fixed{delay}")) as sock:
@@ -495,10 +496,14 @@ def increment(args, out_path: Path, res: dict) -> None:
                 rank, dims, box = (1, [4096], [64]) if nbytes == 256 else (2, [256, 128], [64, 32])
                 n = int(np.prod(dims))
                 src = cudrv.mem_alloc(n * 4)
-                s.register_timing_range(src, n * 4)
+                # unregistered before src is freed: stop 40's first run left it registered, the next box's output
+                # buffer was allocated where it had been, and its copy-out stores were charged as HBF stores (the
+                # 8192 B cells' second delay)
+                rng = s.register_timing_range(src, n * 4)
                 tm = encode_tiled(src, dims, box)
                 o = cudrv.mem_alloc(nbytes)
                 bars = cudrv.mem_alloc(4)
+                st0 = s.counters(publish=False)["totals"]["ops"]["store"]["requests"]
                 for w in WORK_NS:
                     xs, ds = [], []
                     for _ in range(PAIRS):
@@ -516,7 +521,11 @@ def increment(args, out_path: Path, res: dict) -> None:
                     dtimes[(delay, nbytes, w)] = ds
                     log(f"delay {delay} ns, {nbytes} B, work {w} ns: median {statistics.median(xs) / 1e3:.1f} us host, "
                         f"{statistics.median(ds) / 1e3:.1f} us device")
-                cudrv.mem_free(src)
+                # the experiment charges only the box's loads: a store charged to HBF means a buffer in a range
+                stores[(delay, nbytes)] = s.counters(publish=False)["totals"]["ops"]["store"]["requests"] - st0
+                s.unregister(rng)
+                for a in (src, o, bars):
+                    cudrv.mem_free(a)
             s.close()
     hi, lo = DELAYS_NS
 
@@ -528,7 +537,8 @@ def increment(args, out_path: Path, res: dict) -> None:
     for nbytes in BOX_BYTES:
         for w in WORK_NS:
             cells[f"{nbytes}B/work{w}"] = {**cell(times, nbytes, w), "paper_error_pct": 0.152,
-                                           "device": cell(dtimes, nbytes, w)}
+                                           "device": cell(dtimes, nbytes, w),
+                                           "hbf_store_requests": {str(dl): stores[(dl, nbytes)] for dl in DELAYS_NS}}
             atomic_write_json(out_path, res)
 
 
@@ -556,7 +566,7 @@ def increment_diag(args, out_path: Path, res: dict) -> None:
                 n = int(np.prod(dims))
                 nbytes = int(np.prod(box)) * 4
                 src = cudrv.mem_alloc(n * 4)
-                s.register_timing_range(src, n * 4)
+                rng = s.register_timing_range(src, n * 4)
                 tm = encode_tiled(src, dims, box)
                 o = cudrv.mem_alloc(nbytes)
                 bars = cudrv.mem_alloc(4)
@@ -575,6 +585,8 @@ def increment_diag(args, out_path: Path, res: dict) -> None:
                 c1 = s.counters(publish=False)["kernels"].get(name, {})
                 op0, op1 = c0.get("ops", {}).get("cpasync", {}), c1.get("ops", {}).get("cpasync", {})   # TMA loads
                 d = {f: op1.get(f, 0) - op0.get(f, 0) for f in ("requests", "bytes", "modeled_ns", "overhead_ns")}
+                d["store_requests"] = (c1.get("ops", {}).get("store", {}).get("requests", 0)
+                                       - c0.get("ops", {}).get("store", {}).get("requests", 0))
                 for f in ("wait_calls", "wait_wall_ns", "wait_overhead_ns", "ready_waits", "slack_ns", "bias_clamps",
                           "refresh_claims", "thermal_waits", "tma_copies", "tma_hbf_bytes"):
                     d[f] = c1.get(f, 0) - c0.get(f, 0)
@@ -584,7 +596,9 @@ def increment_diag(args, out_path: Path, res: dict) -> None:
                 diag[key] = d
                 log(f"diag {key}: {json.dumps(d)}")
                 atomic_write_json(out_path, res)
-                cudrv.mem_free(src)
+                s.unregister(rng)
+                for a in (src, o, bars):
+                    cudrv.mem_free(a)
             s.close()
 
 
