@@ -518,7 +518,7 @@ def _launch_and_poll(s, f, buf, nwords, outbuf, args, iters: int, trace: list, m
     d = cudrv.drv()
     th, rf = s.ctl.ctl.thermal, s.ctl.ctl.refresh
     b0 = kc(s)
-    last = C.Activity((0,) * C.HBF_N_OPS, (0,) * C.HBF_N_OPS, 0, 0, 0, 0)   # before the first consistent read
+    last = C.Activity.zero()                                   # before the first consistent read
     t0 = time.monotonic()
     s.launch(f, (args.blocks,), (args.threads,), rate_args(buf, nwords, outbuf, iters), kernel="rate_instr")
     if on_save:

@@ -342,6 +342,11 @@ class Activity:
     slot_visits: int
     state_ptr: int
 
+    @classmethod
+    def zero(cls) -> "Activity":
+        """Nothing published yet (what a reader holds before its first consistent read)."""
+        return cls((0,) * HBF_N_OPS, (0,) * HBF_N_OPS, 0, 0, 0, 0)
+
 
 def read_activity(c: "hbf_ctl") -> Activity:
     """The GPU-published activity totals under their seqlock (hbf_ctl.h hbf_activity)."""

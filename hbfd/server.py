@@ -332,7 +332,7 @@ class Daemon:
                 log.warning("the live activity section's seqlock was odd through a whole read (a GPU publication "
                             "in flight, or a writer that died inside it): this tick uses the last consistent "
                             "totals, running totals catch up at the next (counted as live_activity.torn_reads)")
-            live = self._activity or ctl.Activity((0,) * ctl.HBF_N_OPS, (0,) * ctl.HBF_N_OPS, 0, 0, 0, 0)
+            live = self._activity or ctl.Activity.zero()
         # the device's sections restart at zero when another session attaches: their run totals never go back
         reqs = np.maximum(np.maximum(ref["requests"], self._dev_req(dev["requests"])),
                           self._live_req(live.requests)).astype(np.float64)
