@@ -52,8 +52,8 @@ from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
-from .kernels import (_chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _lookup_events, _packed_build,
-                      _read_front, _read_pass)
+from .kernels import (_chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _latest_q, _lookup_events,
+                      _packed_build, _pending_fields, _read_front, _read_pass)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -70,6 +70,8 @@ _MAX_TIME = 1 << 62
 _E0 = np.zeros(0, np.int64)
 _NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
+_LATEST_TWIN_MIN = 256   # _latest_per_die by its twin from this many releases on
+_FIELDS_TWIN_MIN = 256   # _decide_cmds's pending fields by their twin from this many on
 
 
 def _concat_records(parts: list[np.ndarray]) -> np.ndarray:
@@ -130,7 +132,9 @@ class _PidIndex:
 
 def _latest_per_die(cd: np.ndarray, ct: np.ndarray, dies: int, q: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``q`` latest release times ``ct`` of each die ``cd`` (die order, latest first): a die's Q latest
-    releases are all that can bind a later admission."""
+    releases are all that can bind a later admission. (``kernels._latest_q`` where the twins run.)"""
+    if len(cd) >= _LATEST_TWIN_MIN and cd.dtype == np.int64 and ct.dtype == np.int64 and accel.enabled():
+        return _latest_q(np.ascontiguousarray(cd), np.ascontiguousarray(ct), dies, q)
     o = packed_order(cd, dies, -ct)               # (die, latest first): equal keys are equal values
     if o is None:
         o = np.argsort(-ct)
@@ -238,6 +242,76 @@ class _Ends:
         self.base = new_base
 
 
+class _Bufs:
+    """The pending set's arrays kept in buffers with room to grow, two per field: appending a batch's new
+    commands writes past the end of the pending arrays (no copy of the pending set: ``cat``), and the fields
+    a batch rewrites go to a buffer that no live array uses (``out``). Every array handed out is a prefix of
+    its buffer. ``cat`` appends in place only after the longest prefix handed out (``used``), so it never
+    changes an element of an array handed out; ``out`` rewrites a buffer only when neither the pending set
+    the batch started from (``begin``) nor any array handed out since then is in it (the pending set is the
+    only array of these buffers kept across batches)."""
+
+    def __init__(self) -> None:
+        self.b: dict[str, list] = {}          # field -> [buffer or None, buffer or None]
+        self.used: dict[str, list] = {}       # length of the longest prefix handed out
+        self.stamp: dict[str, list] = {}      # the batch (``gen``) each buffer was last handed out in
+        self.gen = 0
+        self.live: set[int] = set()
+
+    def begin(self, pq) -> None:
+        """A batch's array pass starts from the pending set ``pq`` (dict of arrays, or None)."""
+        self.gen += 1
+        self.live = set() if pq is None else {v.__array_interface__["data"][0] for v in pq.values() if len(v)}
+
+    def _slot(self, key: str, a: np.ndarray):
+        bb = self.b.get(key)
+        if bb is None or a.ndim != 1 or not a.flags.c_contiguous or not len(a):
+            return None
+        p = a.__array_interface__["data"][0]
+        for s in (0, 1):
+            x = bb[s]
+            if x is not None and x.dtype == a.dtype and x.__array_interface__["data"][0] == p:
+                return s
+        return None
+
+    def _put(self, key: str, s: int, x: np.ndarray, n: int) -> np.ndarray:
+        self.b.setdefault(key, [None, None])[s] = x
+        self.used.setdefault(key, [0, 0])[s] = n
+        self.stamp.setdefault(key, [0, 0])[s] = self.gen
+        return x[:n]
+
+    def cat(self, key: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``np.concatenate([a, b])``, in place after ``a`` where ``a`` is the longest prefix of its buffer."""
+        n, m = len(a), len(b)
+        dt = np.result_type(a.dtype, b.dtype)
+        s = self._slot(key, a)
+        if s is not None and self.used[key][s] == n and len(self.b[key][s]) >= n + m and dt == a.dtype:
+            x = self.b[key][s]
+            x[n:n + m] = b
+            return self._put(key, s, x, n + m)
+        x = np.empty(max(2 * (n + m), 1024), dt)
+        x[:n] = a
+        x[n:n + m] = b
+        return self._put(key, 0 if s is None else s, x, n + m)
+
+    def out(self, key: str, n: int, dtype, avoid: np.ndarray) -> np.ndarray:
+        """A length-``n`` array (content undefined) in a buffer of the field that holds no live array and
+        not ``avoid``; a new buffer where none is free."""
+        bb = self.b.get(key)
+        sa = self._slot(key, avoid)
+        for t in (0, 1):
+            if t == sa:
+                continue
+            x = None if bb is None else bb[t]
+            if x is None:
+                return self._put(key, t, np.empty(max(2 * n, 1024), dtype), n)
+            if self.stamp[key][t] != self.gen and x.__array_interface__["data"][0] not in self.live:
+                if len(x) < n or x.dtype != dtype:
+                    x = np.empty(max(2 * n, 1024), dtype)
+                return self._put(key, t, x, n)
+        return np.empty(n, dtype)
+
+
 def _ring_push(R: np.ndarray, plane: np.ndarray, fill: np.ndarray, pid0: int):
     """Write backpressure bookkeeping of a sequence of stores (in issue order): ``R`` (planes x B, in
     place) holds each plane's last B program ids, oldest first, right-aligned (-1: none). A store with
@@ -324,6 +398,7 @@ class MediaEngine:
         # array commands (programs, GC, flush, refresh) not started by the decision limit of the last
         # die stage: re-scheduled with the next batch's reads (module doc, "Exactness across batches")
         self._pq: dict[str, np.ndarray] | None = None
+        self._bufs = _Bufs()                       # the pending set's arrays, with room to grow
         self._dec_h = 0                            # no arrival comes before this (decisions up to it + t_cmd)
         self._pq_dec_h = 0                         # the _dec_h the pending set was last computed with
         self._adv_now = 0                          # latest advance(now)
@@ -1231,6 +1306,7 @@ class MediaEngine:
         g = self.g
         t_cmd = g.t_cmd_ns
         pq = self._pq
+        self._bufs.begin(pq)
         nnew = 0 if cmds is None else len(cmds["kind"])
         nr = len(r_read)
         Er = np.zeros(nr, np.int64)
@@ -1380,6 +1456,7 @@ class MediaEngine:
             return None
         t_cmd = self.g.t_cmd_ns
         if not dec.any():                      # nothing decided (a burst): every command, no copies
+            und = None
             q = {k: C[k] for k in self._CMD_KEYS}
             gu = gi
             cs_, ce_, ca_, cr_ = start, end, adm, rdy
@@ -1387,9 +1464,29 @@ class MediaEngine:
             und = np.flatnonzero(~dec)
             if not len(und):
                 return None
-            q = {k: C[k][und] for k in self._CMD_KEYS}
+            if len(und) >= _FIELDS_TWIN_MIN and accel.enabled():    # (into buffers: no new memory to fault in)
+                bo = self._bufs.out
+                q = {k: np.take(C[k], und, out=bo(k, len(und), C[k].dtype, C[k]))
+                     for k in ("kind", "plane", "die", "svc", "pid")}
+                cs_, ce_, ca_, cr_ = (np.take(a, und, out=bo(k, len(und), a.dtype, a))
+                                      for k, a in zip(self._P_KEYS, (start, end, adm, rdy)))
+                for k in ("base", "gx", "gate", "join", "floor"):
+                    q[k] = C[k]                    # (rewritten below, from all of C)
+            else:
+                q = {k: C[k][und] for k in self._CMD_KEYS}
+                cs_, ce_, ca_, cr_ = start[und], end[und], adm[und], rdy[und]
             gu = gi[und]
-            cs_, ce_, ca_, cr_ = start[und], end[und], adm[und], rdy[und]
+        if len(cs_) >= _FIELDS_TWIN_MIN and accel.enabled() and all(
+                C[k].dtype == np.int64 for k in ("base", "gx", "gate", "floor", "join")) and gi.dtype == np.int64 \
+                and ca_.dtype == np.int64 and cr_.dtype == np.int64:
+            n = len(cs_)
+            o = [self._bufs.out(k, n, np.int64, C[k]) for k in ("base", "gx", "gate", "join", "floor")]
+            _pending_fields(_E0 if und is None else und, len(dec) if und is None else -1, C["base"], C["gx"],
+                            C["gate"], C["floor"], gi, np.ascontiguousarray(dec, np.bool_), ca_, cr_, self._dec_h,
+                            t_cmd, *o)
+            q["base"], q["gx"], q["gate"], q["join"], q["floor"] = o
+            q["p_start"], q["p_end"], q["p_adm"], q["p_rdy"] = cs_, ce_, ca_, cr_
+            return q
         ug = gu >= 0
         res = ~ug                              # its ready time is known now
         if ug.any():
@@ -1473,12 +1570,14 @@ class MediaEngine:
             cs, ce, ca, cr = cs[kp], ce[kp], ca[kp], cr[kp]
         if N is not None:
             kn = okd[N["die"]]
-            C = {k: np.concatenate([C[k], N[k][kn]]) for k in self._CMD_KEYS}
-            cs = np.concatenate([cs, nst[kn]])
-            ce = np.concatenate([ce, nen[kn]])
-            ca = np.concatenate([ca, nad[kn]])
-            cr = np.concatenate([cr, nrd[kn]])
-            kend = nen[kn]
+            ka = kn.all()
+            cat = self._bufs.cat
+            C = {k: cat(k, C[k], N[k] if ka else N[k][kn]) for k in self._CMD_KEYS}
+            cs = cat("p_start", cs, nst if ka else nst[kn])
+            ce = cat("p_end", ce, nen if ka else nen[kn])
+            ca = cat("p_adm", ca, nad if ka else nad[kn])
+            cr = cat("p_rdy", cr, nrd if ka else nrd[kn])
+            kend = nen if ka else nen[kn]
         # gating commands in this set (the others are decided: their ends are in _pend_end)
         tg = self._tail_gates
         if tg is not None and kp.all() and (N is None or kn.all()) and len(tg[0]) == len(kp) \
@@ -1514,6 +1613,7 @@ class MediaEngine:
             return np.ones(self.g.dies, bool), (cs, ce, ca, cr), (nst, nen, nad, nrd)
         mp = rest[P["die"]]
         mn = rest[N["die"]]
+        cs, ce, ca, cr = cs.copy(), ce.copy(), ca.copy(), cr.copy()     # (they may be P's own arrays)
         ok, (a, b, c, d), (e, f, g_, h) = self._tail_die({k: v[mp] for k, v in P.items()},
                                                          {k: v[mn] for k, v in N.items()})
         cs[mp], ce[mp], ca[mp], cr[mp] = a, b, c, d
@@ -1626,8 +1726,11 @@ class MediaEngine:
         td = T[die]
         bad[die[(jn < 0) & (adm < td)]] = True
         bad[N["die"][rdy[k:] < td[k:]]] = True
-        cs, ce, ca, cr = (P[kk].copy() for kk in self._P_KEYS)
-        cs[rem], ce[rem], ca[rem], cr[rem] = start[:k], end[:k], adm[:k], rdy[:k]
+        if k:
+            cs, ce, ca, cr = (P[kk].copy() for kk in self._P_KEYS)
+            cs[rem], ce[rem], ca[rem], cr[rem] = start[:k], end[:k], adm[:k], rdy[:k]
+        else:                                     # (every pending command kept: its arrays, not copies)
+            cs, ce, ca, cr = (P[kk] for kk in self._P_KEYS)
         hd = ~bad
         self._tail_kept += int(hd[P["die"][ki]].sum())
         self._tail_redone += int(hd[P["die"][rem]].sum())

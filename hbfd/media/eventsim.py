@@ -719,6 +719,9 @@ def _plane_chains(oo, opl, up, ost, oend, ready, service, gate, gate_x, hasg, fl
     """``_plane_pass`` where no plane has a read: each plane serves its commands in seq order (FCFS,
     checked by the caller), one column (the k-th command of every plane) per step; planes ordered by
     their number of commands (descending), so the planes still busy at step k are a prefix."""
+    if accel.enabled() and len(oo):
+        _chains_loop(oo, ost, oend, ready, service, gate, gate_x, hasg, fl, jn, t_cmd, f, start, end, adm, rdy, enq)
+        return
     cnt = oend - ost
     po = np.argsort(-cnt, kind="stable")
     cnt_s = cnt[po]
@@ -767,6 +770,49 @@ def _plane_chains(oo, opl, up, ost, oend, ready, service, gate, gate_x, hasg, fl
         rdy[c] = r
         enq[c] = q
     f[po] = fs
+
+
+@accel.jit
+def _chains_loop(oo, ost, oend, ready, service, gate, gate_x, hasg, fl, jn, t_cmd, f, start, end, adm, rdy, enq):
+    """``_plane_chains``, loop form (compiled by numba): the same steps (step k: the k-th command of every
+    plane that has one, its gate's end read before any end of the step is written), without the matrices."""
+    nu = ost.shape[0]
+    m = 0
+    for u in range(nu):
+        if oend[u] - ost[u] > m:
+            m = oend[u] - ost[u]
+    fs = f.copy()
+    ev = np.empty(nu, np.int64)
+    for k in range(m):
+        for u in range(nu):                       # (reads of the step)
+            if ost[u] + k >= oend[u]:
+                continue
+            c = oo[ost[u] + k]
+            r = ready[c]
+            if hasg[c]:
+                ge = end[gate[c]]
+                r = (r if r > ge else ge) + gate_x[c]
+            ta = r if r > fl[c] else fl[c]
+            j = jn[c]
+            if j >= 0:
+                q = j
+                a = j - t_cmd
+            else:
+                q = ta + t_cmd
+                a = ta
+            s = q if q > fs[u] else fs[u]
+            e = s + service[c]
+            fs[u] = e
+            start[c] = s
+            ev[u] = e
+            adm[c] = a
+            rdy[c] = r
+            enq[c] = q
+        for u in range(nu):                       # (writes of the step)
+            if ost[u] + k < oend[u]:
+                end[oo[ost[u] + k]] = ev[u]
+    for u in range(nu):
+        f[u] = fs[u]
 
 
 def simulate_compiled(kind, ready, plane, die, service, *, t_cmd: int, queue_depth: int, plane_free: np.ndarray,

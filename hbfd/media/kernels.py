@@ -658,3 +658,84 @@ def _packed_build(major, minor, lo, sbits, bits):
     for i in range(n):
         a[i] = (((np.int64(major[i]) << sbits) + np.int64(minor[i]) - lo) << bits) | i
     return a
+
+
+@accel.jit
+def _latest_q(cd, ct, dies, q):
+    """``engine._latest_per_die``, loop form (compiled by numba): the ``q`` latest release times ``ct`` of
+    each die ``cd``, in die order, latest first (the same arrays: equal times are equal values), from one
+    pass with a bounded min-heap per die instead of a sort of every release."""
+    n = cd.shape[0]
+    hv = np.empty((dies, q), np.int64)          # per die: a min-heap of its q latest so far
+    hn = np.zeros(dies, np.int64)
+    for i in range(n):
+        d = cd[i]
+        v = ct[i]
+        m = hn[d]
+        if m < q:                                  # sift up
+            j = m
+            while j > 0:
+                p = (j - 1) >> 1
+                if hv[d, p] <= v:
+                    break
+                hv[d, j] = hv[d, p]
+                j = p
+            hv[d, j] = v
+            hn[d] = m + 1
+        elif v > hv[d, 0]:                         # replace the smallest, sift down
+            j = 0
+            while True:
+                c = 2 * j + 1
+                if c >= q:
+                    break
+                if c + 1 < q and hv[d, c + 1] < hv[d, c]:
+                    c += 1
+                if hv[d, c] >= v:
+                    break
+                hv[d, j] = hv[d, c]
+                j = c
+            hv[d, j] = v
+    tot = 0
+    for d in range(dies):
+        tot += hn[d]
+    od = np.empty(tot, np.int64)
+    ot = np.empty(tot, np.int64)
+    k = 0
+    for d in range(dies):
+        m = hn[d]
+        if m == 0:
+            continue
+        s = np.sort(hv[d, :m])
+        for j in range(m):
+            od[k + j] = d
+            ot[k + j] = s[m - 1 - j]
+        k += m
+    return od, ot
+
+
+@accel.jit
+def _pending_fields(rows, nall, base, gx, gate, floor, gi, dec, ca, cr, dec_h, t_cmd, ob, ox, og, oj, of):
+    """``MediaEngine._decide_cmds``'s fields of the commands left pending (``rows`` of the run, in order, or
+    all ``nall`` of them when ``nall`` >= 0; ``ca``/``cr`` already theirs), loop form (compiled by numba): a
+    gate decided now resolved into the ready time, and the slot kept by one admitted before ``dec_h``.
+    Writes base, gx, gate, join, floor into ``ob``, ``ox``, ``og``, ``oj``, ``of``."""
+    n = nall if nall >= 0 else rows.shape[0]
+    for k in range(n):
+        i = k if nall >= 0 else rows[k]
+        g = gi[i]
+        res = True if g < 0 else dec[g]
+        if res:
+            ob[k] = cr[k]
+            ox[k] = 0
+            og[k] = -1
+        else:
+            ob[k] = base[i]
+            ox[k] = gx[i]
+            og[k] = gate[i]
+        if res and ca[k] < dec_h:
+            oj[k] = ca[k] + t_cmd
+            of[k] = 0
+        else:
+            oj[k] = -1
+            f = floor[i]
+            of[k] = f if f > dec_h else dec_h
