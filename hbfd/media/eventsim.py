@@ -37,6 +37,7 @@ def _small(x, n):
     """Ids as int16 when they fit (a stable argsort is then a radix sort)."""
     return x.astype(np.int16) if n < (1 << 15) else x
 _PLANE_PASS = True          # (tests switch it off to exercise the heads pass)
+_QD_TWIN_MIN = 64           # _plane_pass's queue-depth check by its twin from this many commands on
 
 
 def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.ndarray, service: np.ndarray, *,
@@ -677,6 +678,10 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
     init = np.bincount(die[fi[isj]], minlength=len(bad))[:len(bad)]
     if len(cd):
         init = init + np.bincount(cd, minlength=len(bad))[:len(bad)]
+    if accel.enabled() and len(fi) >= _QD_TWIN_MIN:
+        xd, xa, xe = (_E0, _E0, _E0) if extra is None else extra
+        if _qd_twin(na, fi, die, adm, end, xd, xa, xe, cd, ct, init, Q, bad):
+            return
     ta_, te_ = adm[na], end[fi]
     dna, dfi = die[na], die[fi]
     if extra is not None and len(extra[0]):
@@ -712,6 +717,94 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
         over = (ev_k[o] == 1) & (run > Q)
     if over.any():
         bad[dd[over]] = True
+
+
+def _qd_twin(na, fi, die, adm, end, xd, xa, xe, cd, ct, init, Q, bad) -> bool:
+    """``_plane_pass``'s queue-depth check (its packed-key form) by the compiled ``_qd_loop``; False where
+    the keys would not fit (the caller's numpy form then)."""
+    if not all(a.dtype == np.int64 for a in (na, fi, die, adm, end, xd, xa, xe, cd, ct)):
+        return False
+    lo = int(end[fi].min())
+    hi = int(end[fi].max())
+    for a in (adm[na], xa):
+        if len(a):
+            lo, hi = min(lo, int(a.min())), max(hi, int(a.max()))
+    if not len(na) and not len(xa):
+        lo, hi = min(lo, 0), max(hi, 0)
+    if len(xe):
+        lo, hi = min(lo, int(xe.min())), max(hi, int(xe.max()))
+    span = hi - lo + 2
+    if span * (len(bad) + 1) >= (1 << 62):
+        return False
+    _qd_loop(na, fi, die, adm, end, xd, xa, xe, cd, ct, lo, span, np.ascontiguousarray(init, np.int64), Q, bad)
+    return True
+
+
+@accel.jit
+def _qd_loop(na, fi, die, adm, end, xd, xa, xe, cd, ct, lo, span, init, Q, bad):
+    """``_plane_pass``'s queue-depth check, loop form (compiled by numba): per die, the admissions and the
+    releases (ends; carried releases clipped to [0, span - 1] as the packed keys clip them) as offsets from
+    ``lo`` (+ 1), each sorted, then one sweep: at an admission at v, outstanding = init + admissions at <= v
+    - releases at <= v; a die where it exceeds ``Q`` is marked in ``bad``."""
+    nd = bad.shape[0]
+    ca = np.zeros(nd + 1, np.int64)
+    ce = np.zeros(nd + 1, np.int64)
+    for i in range(na.shape[0]):
+        ca[die[na[i]] + 1] += 1
+    for i in range(xd.shape[0]):
+        ca[xd[i] + 1] += 1
+    for i in range(fi.shape[0]):
+        ce[die[fi[i]] + 1] += 1
+    for i in range(xd.shape[0]):
+        ce[xd[i] + 1] += 1
+    for i in range(cd.shape[0]):
+        ce[cd[i] + 1] += 1
+    for d in range(nd):
+        ca[d + 1] += ca[d]
+        ce[d + 1] += ce[d]
+    A = np.empty(ca[nd], np.int64)
+    E = np.empty(ce[nd], np.int64)
+    pa = ca[:nd].copy()
+    pe = ce[:nd].copy()
+    for i in range(na.shape[0]):
+        d = die[na[i]]
+        A[pa[d]] = adm[na[i]] - lo + 1
+        pa[d] += 1
+    for i in range(xd.shape[0]):
+        d = xd[i]
+        A[pa[d]] = xa[i] - lo + 1
+        pa[d] += 1
+        E[pe[d]] = xe[i] - lo + 1
+        pe[d] += 1
+    for i in range(fi.shape[0]):
+        d = die[fi[i]]
+        E[pe[d]] = end[fi[i]] - lo + 1
+        pe[d] += 1
+    for i in range(cd.shape[0]):
+        d = cd[i]
+        v = ct[i] - lo + 1
+        E[pe[d]] = 0 if v < 0 else (span - 1 if v > span - 1 else v)
+        pe[d] += 1
+    for d in range(nd):
+        a0, a1 = ca[d], ca[d + 1]
+        if a1 == a0:
+            continue
+        As = np.sort(A[a0:a1])
+        Es = np.sort(E[ce[d]:ce[d + 1]])
+        ne = Es.shape[0]
+        j = 0
+        k = 0
+        m = a1 - a0
+        while k < m:
+            v = As[k]
+            while k + 1 < m and As[k + 1] == v:
+                k += 1
+            while j < ne and Es[j] <= v:
+                j += 1
+            if init[d] + (k + 1) - j > Q:
+                bad[d] = True
+                break
+            k += 1
 
 
 def _plane_chains(oo, opl, up, ost, oend, ready, service, gate, gate_x, hasg, fl, jn, t_cmd, f, *, start, end, adm,
