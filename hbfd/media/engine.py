@@ -53,7 +53,7 @@ from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .kernels import (_chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _latest_q, _lookup_events,
-                      _packed_build, _pending_fields, _read_front, _read_pass)
+                      _packed_build, _pending_fields, _pid_map, _read_front, _read_pass, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -72,6 +72,7 @@ _NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
 _LATEST_TWIN_MIN = 256   # _latest_per_die by its twin from this many releases on
 _FIELDS_TWIN_MIN = 256   # _decide_cmds's pending fields by their twin from this many on
+_SCAN_TWIN_MIN = 256     # _tail_plane's passes over the pending set by their twin from this many on
 
 
 def _concat_records(parts: list[np.ndarray]) -> np.ndarray:
@@ -171,6 +172,17 @@ def _gate_bases(R: dict, nr: int, pe: "_Ends", pix: "_PidIndex", p_end: np.ndarr
                 raise KeyError(int(gq[~kn][ix < 0][0]))
             gidx[gm[~kn]] = ix
     return base, gidx
+
+
+class _KeptAt:
+    """``_tail_plane``'s mask of kept pending commands (admitted before their plane's Tp), computed only at
+    the positions asked (``_gate_bases``): ``kept[idx]``."""
+
+    def __init__(self, adm: np.ndarray, Tp: np.ndarray, plane: np.ndarray) -> None:
+        self.adm, self.Tp, self.plane = adm, Tp, plane
+
+    def __getitem__(self, idx):
+        return self.adm[idx] < self.Tp[self.plane[idx]]
 
 
 def _end_of(pe: "_Ends", q: np.ndarray) -> np.ndarray:
@@ -1582,7 +1594,7 @@ class MediaEngine:
         tg = self._tail_gates
         if tg is not None and kp.all() and (N is None or kn.all()) and len(tg[0]) == len(kp) \
                 and len(tg[1]) == (0 if N is None else len(kn)):
-            gi = np.concatenate(tg)           # (C = P then N, whole: the positions _tail_plane found)
+            gi = self._bufs.cat("gi", tg[0], tg[1])   # (C = P then N, whole: the positions _tail_plane found)
         else:
             gi = np.full(len(ce), -1, np.int64)
             gm = np.flatnonzero(C["gate"] >= 0)
@@ -1641,7 +1653,16 @@ class MediaEngine:
         nix = _PidIndex(N["pid"])
         nb = N["base"].copy()
         npn = len(P["kind"])
-        giP = np.full(npn, -1, np.int64)          # position in P then N of each command's gate (-1: none there)
+        # the passes over P by one compiled scan (kernels._tail_scan) where the twins run and P's ids are dense
+        tw = npn >= _SCAN_TWIN_MIN and accel.enabled() and all(
+            P[k].dtype == np.int64 for k in ("die", "plane", "p_adm", "p_end", "gate", "pid"))
+        if tw:
+            plo, pmap = _pid_map(P["pid"])
+            tw = len(pmap) > 0
+            if tw:
+                pix.lo, pix.pmap = int(plo), pmap
+        if not tw:
+            giP = np.full(npn, -1, np.int64)      # position in P then N of each command's gate (-1: none there)
         giN = np.full(len(N["kind"]), -1, np.int64)
         gm = np.flatnonzero(N["gate"] >= 0)
         if len(gm):
@@ -1659,7 +1680,7 @@ class MediaEngine:
             e = np.where(inp, P["p_end"][np.maximum(ip, 0)], e)
             e = np.where(e < 0, big, e)           # gated by a new command: it arrives after that one
             nb[gm] = np.maximum(nb[gm], e)
-        pg = np.flatnonzero(P["gate"] >= 0)
+        pg = _E0 if tw else np.flatnonzero(P["gate"] >= 0)
         if len(pg):
             ip = pix.pos(P["gate"][pg])
             h = ip >= 0
@@ -1667,31 +1688,45 @@ class MediaEngine:
                 return None
             inn = nix.pos(P["gate"][pg])
             giP[pg] = np.where(h, ip, np.where(inn >= 0, inn + npn, -1))
-        self._tail_gates_found = (giP, giN)
         arr = np.where(nb >= big, big, nb + N["gx"])
         T = np.full(g.dies, big)
         np.minimum.at(T, N["die"], arr)
         Tp = np.full(g.planes, big)
         np.minimum.at(Tp, N["plane"], arr)
         pa = P["p_adm"]
-        keep = pa < Tp[P["plane"]]
-        early = keep & (pa < T[P["die"]])         # kept, admitted before its die's T: carried slots
-        ext = keep & ~early                       # kept, admitted from T on: intervals (dies with new commands)
-        rem = np.flatnonzero(~keep)
-        ki = np.flatnonzero(keep)
+        pf = self.plane_free.copy()
+        sd, st = self.slots.die, self.slots.t
+        if tw:
+            giP = self._bufs.out("gi", npn, np.int64, _E0)
+            bad_gate, rem, xi, cd, ct, kcnt, rcnt = _tail_scan(
+                P["die"], P["plane"], pa, P["p_end"], P["gate"], plo, pmap, Tp, T, nd, pf,
+                np.ascontiguousarray(sd, np.int64), np.ascontiguousarray(st, np.int64), g.queue_depth, giP)
+            if bad_gate:
+                return None
+            x2 = np.flatnonzero(giP == -2)        # (gates not in P: in N, or none there)
+            if len(x2):
+                inn = nix.pos(P["gate"][x2])
+                giP[x2] = np.where(inn >= 0, inn + npn, -1)
+            keep = _KeptAt(pa, Tp, P["plane"])
+        else:
+            keep = pa < Tp[P["plane"]]
+            early = keep & (pa < T[P["die"]])     # kept, admitted before its die's T: carried slots
+            ext = keep & ~early                   # kept, admitted from T on: intervals (dies with new commands)
+            rem = np.flatnonzero(~keep)
+            ki = np.flatnonzero(keep)
+            np.maximum.at(pf, P["plane"][ki], P["p_end"][ki])
+            m = nd[sd] if len(sd) else np.zeros(0, bool)
+            ei = np.flatnonzero(early & nd[P["die"]])
+            cd = np.concatenate([sd[m], P["die"][ei]])
+            ct = np.concatenate([st[m], P["p_end"][ei]])
+            if len(cd) > g.queue_depth:           # a die's Q latest releases are all that can bind
+                cd, ct = _latest_per_die(cd, ct, g.dies, g.queue_depth)
+            xi = np.flatnonzero(ext)
+        self._tail_gates_found = (giP, giN)
         R = {k: np.concatenate([P[k][rem], N[k]]) for k in self._CMD_KEYS}
         R["floor"][len(rem):] = 0                 # (new commands reach their die at their ready time here)
         nr = len(R["kind"])
         k = len(rem)
-        pf = self.plane_free.copy()
-        np.maximum.at(pf, P["plane"][ki], P["p_end"][ki])
-        sd, st = self.slots.die, self.slots.t
-        m = nd[sd] if len(sd) else np.zeros(0, bool)
-        ei = np.flatnonzero(early & nd[P["die"]])
-        cd = np.concatenate([sd[m], P["die"][ei]])
-        ct = np.concatenate([st[m], P["p_end"][ei]])
-        if len(cd) > g.queue_depth:               # a die's Q latest releases are all that can bind
-            cd, ct = _latest_per_die(cd, ct, g.dies, g.queue_depth)
         gx = R["gx"]
         base, gidx = _gate_bases(R, nr, pe, pix, P["p_end"], keep)
         ungated = gidx < 0
@@ -1713,7 +1748,6 @@ class MediaEngine:
         adm = np.zeros(nr, np.int64)
         rdy = ready.copy()
         fi = np.flatnonzero(~bad[die])
-        xi = np.flatnonzero(ext)
         if len(fi):
             eventsim._plane_pass(fi, kind, ready, die, plane, R["svc"], gidx, gxa, hasg, R["floor"], jn, t_cmd,
                                  g.queue_depth, (cd, ct), bad, pf0=pf, pf=pf.copy(), start=start, end=end,
@@ -1732,8 +1766,12 @@ class MediaEngine:
         else:                                     # (every pending command kept: its arrays, not copies)
             cs, ce, ca, cr = (P[kk] for kk in self._P_KEYS)
         hd = ~bad
-        self._tail_kept += int(hd[P["die"][ki]].sum())
-        self._tail_redone += int(hd[P["die"][rem]].sum())
+        if tw:
+            self._tail_kept += int(kcnt[hd].sum())
+            self._tail_redone += int(rcnt[hd].sum())
+        else:
+            self._tail_kept += int(hd[P["die"][ki]].sum())
+            self._tail_redone += int(hd[P["die"][rem]].sum())
         return hd, (cs, ce, ca, cr), (start[k:], end[k:], adm[k:], rdy[k:])
 
     def _tail_die(self, P, N):
