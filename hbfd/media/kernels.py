@@ -725,6 +725,26 @@ def _latest_q(cd, ct, dies, q):
 
 
 @accel.jit
+def _carry_keep(d, t, dies, q):
+    """``diestage.DieCarry.put``'s cut, loop form (compiled by numba): the ``q`` largest times ``t`` of each
+    die ``d``, in (die, time) order (the same arrays as its stable sort by time then die and cut: equal
+    times are equal values)."""
+    hv = np.empty((dies, q), np.int64)
+    hn = np.zeros(dies, np.int64)
+    for i in range(d.shape[0] - 1, -1, -1):
+        _heap_push(hv, hn, d[i], t[i], q)
+    od, ot = _heap_out(hv, hn)
+    k = 0
+    while k < od.shape[0]:                         # (each die's run: latest first -> earliest first)
+        j = k
+        while j + 1 < od.shape[0] and od[j + 1] == od[k]:
+            j += 1
+        ot[k:j + 1] = ot[k:j + 1][::-1].copy()
+        k = j + 1
+    return od, ot
+
+
+@accel.jit
 def _pid_map(pid):
     """``engine._PidIndex``'s direct map, loop form (compiled by numba): (lo, map with map[id - lo] = the
     id's index, -1 for none); an empty map where the ids are not nearly dense (or there is none)."""
