@@ -200,6 +200,7 @@ class _Ends:
         self.old_id = _E0
         self.old_end = _E0
         self.version = 0                 # + 1 at each change of what ``get`` answers
+        self.top = 0                     # 1 + the largest id set (the window holds -1 from there on)
 
     def __len__(self) -> int:
         return len(self.a)
@@ -231,6 +232,7 @@ class _Ends:
             if not len(ids):
                 return
         need = int(ids.max()) - self.base + 1
+        self.top = max(self.top, self.base + need)
         if need > len(self.a):
             a = np.full(max(need, 2 * len(self.a)), -1, np.int64)
             a[:len(self.a)] = self.a
@@ -248,7 +250,7 @@ class _Ends:
         k = e >= 0
         self.old_id, self.old_end = keep[k], e[k]
         cut = min(new_base - self.base, len(self.a))
-        rest = self.a[cut:]
+        rest = self.a[cut:max(cut, min(len(self.a), self.top - self.base))]   # (past top: all -1)
         self.a = np.full(max(1024, 2 * len(rest)), -1, np.int64)
         self.a[:len(rest)] = rest
         self.base = new_base
