@@ -52,7 +52,7 @@ from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
-from .kernels import (_chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _latest_q, _lookup_events,
+from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _latest_q, _lookup_events,
                       _packed_build, _pending_fields, _pid_map, _read_front, _read_pass, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
@@ -2206,8 +2206,29 @@ def warm_twins(geometry: MediaGeometry) -> float:
             e.submit(b)
             e.collect()
             t += n * 50 + 1_000_000
+        # write bursts that leave a backlog of pending programs, cut into batches (the pending-set twins), then a
+        # quiet scan that decides them (the carried-release cut); the release trim of _tail_die's path
+        for k in range(3):
+            n = 2048
+            b = np.zeros(n, REQUEST_BATCH_DTYPE)
+            b["id"] = np.arange(n) + 10_000 + k * n
+            b["arrival_ns"] = t + np.arange(n, dtype=np.uint64)
+            b["media_address"] = rng.integers(0, pages, n).astype(np.uint64) * PAGE_BYTES
+            b["bytes"] = PAGE_BYTES
+            b["op"] = ctl.HBF_OP_STORE
+            e.submit(b)
+            e.advance(int(b["arrival_ns"].max()))
+            e.collect()
+            t += n
+        e.collect()
+        _latest_per_die(np.arange(_LATEST_TWIN_MIN, dtype=np.int64) % 2, np.arange(_LATEST_TWIN_MIN, dtype=np.int64),
+                        2, 4)
         e.drain()
         e.stats()                      # (bins the queueing delays)
-    return accel.warm("media engine", run, (eventsim._simulate_loop, _fifo_loop, _fifo_carry, _lookup_events,
-                                            _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into,
-                                            _packed_build))
+    return accel.warm("media engine", run, WARM_TWINS)
+
+
+# every compiled twin of the media engine (warm_twins reaches each; tests check it)
+WARM_TWINS = (eventsim._simulate_loop, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
+              _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
+              _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep)
