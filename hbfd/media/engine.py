@@ -53,7 +53,7 @@ from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _latest_q, _lookup_events,
-                      _packed_build, _pending_fields, _pid_map, _read_front, _read_pass, _tail_scan)
+                      _packed_build, _pending_fields, _pid_map, _read_front, _read_pass, _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -73,6 +73,7 @@ _SMALL = 48          # a batch part of at most this many reads goes one read at 
 _LATEST_TWIN_MIN = 256   # _latest_per_die by its twin from this many releases on
 _FIELDS_TWIN_MIN = 256   # _decide_cmds's pending fields by their twin from this many on
 _SCAN_TWIN_MIN = 256     # _tail_plane's passes over the pending set by their twin from this many on
+_RING_TWIN_MIN = 64      # _ring_push by its twin from this many stores on
 
 
 def _concat_records(parts: list[np.ndarray]) -> np.ndarray:
@@ -303,7 +304,7 @@ class _Bufs:
             x = self.b[key][s]
             x[n:n + m] = b
             return self._put(key, s, x, n + m)
-        x = np.empty(max(2 * (n + m), 1024), dt)
+        x = np.empty(max(4 * (n + m), 1024), dt)     # (room for a few batches: each move copies the whole set)
         x[:n] = a
         x[n:n + m] = b
         return self._put(key, 0 if s is None else s, x, n + m)
@@ -335,6 +336,11 @@ def _ring_push(R: np.ndarray, plane: np.ndarray, fill: np.ndarray, pid0: int):
     n = len(plane)
     B = R.shape[1]
     fill = np.asarray(fill, bool)
+    if n >= _RING_TWIN_MIN and R.dtype == np.int64 and R.flags.c_contiguous and accel.enabled():
+        gate = np.empty(n, np.int64)
+        pid = np.empty(n, np.int64)
+        _ring_loop(R, np.ascontiguousarray(plane, np.int64), np.ascontiguousarray(fill), pid0, gate, pid)
+        return gate, pid
     pid = np.full(n, -1, np.int64)
     nf = int(fill.sum())
     pid[fill] = pid0 + np.arange(nf, dtype=np.int64)
@@ -2231,4 +2237,4 @@ def warm_twins(geometry: MediaGeometry) -> float:
 # every compiled twin of the media engine (warm_twins reaches each; tests check it)
 WARM_TWINS = (eventsim._simulate_loop, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
-              _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep)
+              _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop)

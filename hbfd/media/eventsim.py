@@ -789,8 +789,10 @@ def _qd_loop(na, fi, die, adm, end, xd, xa, xe, cd, ct, lo, span, init, Q, bad):
         a0, a1 = ca[d], ca[d + 1]
         if a1 == a0:
             continue
-        As = np.sort(A[a0:a1])
-        Es = np.sort(E[ce[d]:ce[d + 1]])
+        As = A[a0:a1]
+        As.sort()
+        Es = E[ce[d]:ce[d + 1]]
+        Es.sort()
         ne = Es.shape[0]
         j = 0
         k = 0

@@ -899,3 +899,23 @@ def _pending_fields(rows, nall, base, gx, gate, floor, gi, dec, ca, cr, dec_h, t
             oj[k] = -1
             f = floor[i]
             of[k] = f if f > dec_h else dec_h
+
+
+@accel.jit
+def _ring_loop(R, plane, fill, pid0, gate, pid):
+    """``engine._ring_push``, loop form (compiled by numba): the stores in issue order, each gated by the oldest
+    of its plane's last B program ids (-1: fewer than B), a filling store issuing the next id (``pid0`` on)
+    and pushing it into its plane's row. ``R`` updated in place; ``gate`` and ``pid`` written."""
+    B = R.shape[1]
+    nxt = pid0
+    for i in range(plane.shape[0]):
+        p = plane[i]
+        gate[i] = R[p, 0]
+        if fill[i]:
+            for c in range(B - 1):
+                R[p, c] = R[p, c + 1]
+            R[p, B - 1] = nxt
+            pid[i] = nxt
+            nxt += 1
+        else:
+            pid[i] = -1
