@@ -319,10 +319,10 @@ class _Bufs:
                 continue
             x = None if bb is None else bb[t]
             if x is None:
-                return self._put(key, t, np.empty(max(2 * n, 1024), dtype), n)
+                return self._put(key, t, np.empty(max(4 * n, 1024), dtype), n)
             if self.stamp[key][t] != self.gen and x.__array_interface__["data"][0] not in self.live:
-                if len(x) < n or x.dtype != dtype:
-                    x = np.empty(max(2 * n, 1024), dtype)
+                if len(x) < 2 * n or x.dtype != dtype:     # (room for the next batch's appends: ``cat``)
+                    x = np.empty(max(4 * n, 1024), dtype)
                 return self._put(key, t, x, n)
         return np.empty(n, dtype)
 
