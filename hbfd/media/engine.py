@@ -52,8 +52,9 @@ from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
-from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _latest_q, _lookup_events,
-                      _packed_build, _pending_fields, _pid_map, _read_front, _read_pass, _ring_loop, _tail_scan)
+from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _extreme_at, _fifo_carry, _fifo_loop, _latest_q,
+                      _lookup_events, _packed_build, _pending_fields, _pid_map, _read_front, _read_pass, _ring_loop,
+                      _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -74,6 +75,19 @@ _LATEST_TWIN_MIN = 256   # _latest_per_die by its twin from this many releases o
 _FIELDS_TWIN_MIN = 256   # _decide_cmds's pending fields by their twin from this many on
 _SCAN_TWIN_MIN = 256     # _tail_plane's passes over the pending set by their twin from this many on
 _RING_TWIN_MIN = 64      # _ring_push by its twin from this many stores on
+_AT_TWIN_MIN = 256       # _max_at by its twin from this many pairs on
+
+
+def _max_at(out: np.ndarray, idx: np.ndarray, val: np.ndarray, larger: bool = True) -> None:
+    """``np.maximum.at(out, idx, val)`` (``np.minimum.at`` when not ``larger``); by ``kernels._extreme_at``
+    where the twins run (int64 values, from ``_AT_TWIN_MIN`` pairs on)."""
+    if (len(idx) >= _AT_TWIN_MIN and out.dtype == np.int64 and out.flags.c_contiguous and out.ndim == 1
+            and idx.dtype.kind in "iu" and np.asarray(val).dtype == np.int64 and accel.enabled()):
+        _extreme_at(out, np.ascontiguousarray(idx, np.int64), np.ascontiguousarray(val), larger)
+    elif larger:
+        np.maximum.at(out, idx, val)
+    else:
+        np.minimum.at(out, idx, val)
 
 
 def _concat_records(parts: list[np.ndarray]) -> np.ndarray:
@@ -580,7 +594,7 @@ class MediaEngine:
                 pr["done"][idx] = np.maximum(pr["done"][idx], done)
                 pr["rem"][idx] -= 1
             else:
-                np.maximum.at(pr["done"], idx, done)
+                _max_at(pr["done"], idx, done)
                 pr["rem"] -= np.bincount(idx, minlength=len(pr["serial"]))
         fin = pr["rem"] == 0
         if fin.all():
@@ -907,7 +921,7 @@ class MediaEngine:
         if req is None:
             return np.maximum(done, a)
         out = a.copy()
-        np.maximum.at(out, req, done)
+        _max_at(out, req, done)
         return out
 
     def _reads_compiled_ok(self) -> bool:
@@ -1432,11 +1446,11 @@ class MediaEngine:
             isr = kind == READ
             lrs = np.full(g.planes, -1, np.int64)
             if isr.any():
-                np.maximum.at(lrs, pl[isr], start[isr])
+                _max_at(lrs, pl[isr], start[isr])
             dec = isr | (start < limit) | (start < lrs[pl])
             # decided state: plane free after the decided commands, their slot releases, program ends
             self.plane_free[planes_u] = pf0
-            np.maximum.at(self.plane_free, pl[dec], end[dec])
+            _max_at(self.plane_free, pl[dec], end[dec])
             cd_old, ct_old = carry
             # (pending commands are re-admitted from _dec_h on: the releases after it are kept)
             self.slots.put(np.concatenate([cd_old, dd[dec]]), np.concatenate([ct_old, end[dec]]),
@@ -1610,7 +1624,7 @@ class MediaEngine:
                 gi[gm] = _pid_pos(C["pid"], C["gate"][gm])
         dec = cs < self._dec_h + t_cmd
         if dec.any():
-            np.maximum.at(self.plane_free, C["plane"][dec], ce[dec])
+            _max_at(self.plane_free, C["plane"][dec], ce[dec])
             self.slots.put(C["die"][dec], ce[dec], min(self.horizon, self._dec_h))
             if self.trace is not None:
                 self.trace.append(("plane", C["plane"][dec], cs[dec], ce[dec]))
@@ -1698,9 +1712,9 @@ class MediaEngine:
             giP[pg] = np.where(h, ip, np.where(inn >= 0, inn + npn, -1))
         arr = np.where(nb >= big, big, nb + N["gx"])
         T = np.full(g.dies, big)
-        np.minimum.at(T, N["die"], arr)
+        _max_at(T, N["die"], arr, False)
         Tp = np.full(g.planes, big)
-        np.minimum.at(Tp, N["plane"], arr)
+        _max_at(Tp, N["plane"], arr, False)
         pa = P["p_adm"]
         pf = self.plane_free.copy()
         sd, st = self.slots.die, self.slots.t
@@ -2037,7 +2051,7 @@ class MediaEngine:
         d = self._channel_stage(it)
         # a transaction's completion: the later of its parts (0 = deferred part)
         done = np.zeros(nt, np.int64)
-        np.maximum.at(done, idx, d)
+        _max_at(done, idx, d)
         if len(si) and is_rd[si].any():
             # an atomic with a deferred read part stays pending even if its store part is decided
             dz = np.zeros(nt, bool)
@@ -2237,4 +2251,4 @@ def warm_twins(geometry: MediaGeometry) -> float:
 # every compiled twin of the media engine (warm_twins reaches each; tests check it)
 WARM_TWINS = (eventsim._simulate_loop, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
-              _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop)
+              _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at)

@@ -919,3 +919,19 @@ def _ring_loop(R, plane, fill, pid0, gate, pid):
             nxt += 1
         else:
             pid[i] = -1
+
+
+@accel.jit
+def _extreme_at(out, idx, val, larger):
+    """``np.maximum.at(out, idx, val)`` (``larger``) or ``np.minimum.at``, loop form (compiled by numba), for
+    int64 values and indices in range."""
+    if larger:
+        for i in range(idx.shape[0]):
+            j = idx[i]
+            if val[i] > out[j]:
+                out[j] = val[i]
+    else:
+        for i in range(idx.shape[0]):
+            j = idx[i]
+            if val[i] < out[j]:
+                out[j] = val[i]

@@ -6,6 +6,7 @@ bit for bit, and a changed twin is seen:
 * ``eventsim._plane_pass`` (its queue-depth check ``_qd_loop`` and the program chains ``_chains_loop``) and
   ``MediaEngine._tail_plane`` (the pending-set scan ``_tail_scan``, ``_pid_map``) called off and on, side by
   side, with the inputs the engine gives them on write and mixed streams: every output and in-place array equal;
+* ``_ring_push`` (``kernels._ring_loop``) and ``_max_at`` (``kernels._extreme_at``) against numpy;
 * ``engine._Bufs`` (the pending set's growable buffers): an array handed out never changes while live;
 * ``engine._Ends``: its window stays proportional to the ids in use (it doubled at every rebase: 24 GiB
   after ~350k write requests at 10 % load on nominal);
@@ -64,6 +65,37 @@ def test_carry_cut_twin_equals_numpy(monkeypatch):
                 for a, b in zip(*out):
                     assert a.dtype == b.dtype and np.array_equal(a, b)
     assert diestage._carry_keep.is_compiled()
+
+
+def test_ring_push_and_extreme_at_twins_equal_numpy(monkeypatch):
+    """``_ring_push`` (twin ``_ring_loop``) and ``_max_at`` (twin ``_extreme_at``, max and min) off vs on, on random
+    batches around the twins' thresholds: the same gates, ids, rings and results."""
+    rng = np.random.default_rng(12)
+    for B in (1, 2, 3):
+        rings = {m: np.full((40, B), -1, np.int64) for m in ("off", "on")}
+        pid = 0
+        for _ in range(60):
+            n = int(rng.choice([0, 1, 63, 64, 65, 500, 3000]))
+            plane = rng.integers(0, 40, n).astype(rng.choice([np.int64, np.int32, np.int16]))
+            fill = rng.random(n) < rng.random()
+            out = {}
+            for m in ("off", "on"):
+                monkeypatch.setenv("HBFD_ACCEL", m)
+                out[m] = engine_mod._ring_push(rings[m], plane, fill, pid)
+            pid += int(fill.sum())
+            assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(out["off"], out["on"]))
+            assert np.array_equal(rings["off"], rings["on"])
+    for n in (0, 255, 256, 257, 10_000):
+        for larger in (True, False):
+            base = rng.integers(-(1 << 40), 1 << 40, 50)
+            idx = rng.integers(0, 50, n)
+            val = rng.integers(-(1 << 41), 1 << 41, n)
+            res = {}
+            for m in ("off", "on"):
+                monkeypatch.setenv("HBFD_ACCEL", m)
+                res[m] = base.copy()
+                engine_mod._max_at(res[m], idx, val, larger)
+            assert np.array_equal(res["off"], res["on"])
 
 
 def _snap(x):
@@ -203,7 +235,9 @@ def _shift(i, by):
     (eventsim, "_chains_loop", "end"),
     (eventsim, "_qd_loop", "skip"),
     (diestage, "_carry_keep", "t"),
-    (engine_mod, "_pid_map", "map")], ids=["fields", "scan", "chains", "qd", "carry", "pidmap"])
+    (engine_mod, "_pid_map", "map"),
+    (engine_mod, "_ring_loop", "ring"),
+    (engine_mod, "_extreme_at", "at")], ids=["fields", "scan", "chains", "qd", "carry", "pidmap", "ring", "at"])
 def test_a_changed_write_twin_is_seen(monkeypatch, mod, name, how):
     """The engine comparison (completions and stats) fails when a write-path twin's outputs are changed."""
     if how == "base":                          # (pending fields matter where commands are scheduled again)
@@ -233,6 +267,15 @@ def test_a_changed_write_twin_is_seen(monkeypatch, mod, name, how):
             return None
         if how == "t":
             return _shift(1, 1)(orig(*a))
+        if how == "ring":                      # no store gated (no write backpressure)
+            orig(*a)
+            a[4][:] = -1
+            return None
+        if how == "at":                        # maxima one ns later
+            orig(*a)
+            if a[3]:
+                a[0][np.unique(a[1])] += 1
+            return None
         lo, m = orig(*a)                       # ids one off: gates found on the wrong command
         return lo + 1, m
     monkeypatch.setattr(mod, name, changed)
