@@ -1500,9 +1500,9 @@ class MediaEngine:
                 return None
             if len(und) >= _FIELDS_TWIN_MIN and accel.enabled():    # (into buffers: no new memory to fault in)
                 bo = self._bufs.out
-                q = {k: np.take(C[k], und, out=bo(k, len(und), C[k].dtype, C[k]))
+                q = {k: np.take(C[k], und, out=bo(k, len(und), C[k].dtype, C[k]), mode="clip")
                      for k in ("kind", "plane", "die", "svc", "pid")}
-                cs_, ce_, ca_, cr_ = (np.take(a, und, out=bo(k, len(und), a.dtype, a))
+                cs_, ce_, ca_, cr_ = (np.take(a, und, out=bo(k, len(und), a.dtype, a), mode="clip")
                                       for k, a in zip(self._P_KEYS, (start, end, adm, rdy)))
                 for k in ("base", "gx", "gate", "join", "floor"):
                     q[k] = C[k]                    # (rewritten below, from all of C)
