@@ -284,6 +284,7 @@ class _Bufs:
         self.b: dict[str, list] = {}          # field -> [buffer or None, buffer or None]
         self.used: dict[str, list] = {}       # length of the longest prefix handed out
         self.stamp: dict[str, list] = {}      # the batch (``gen``) each buffer was last handed out in
+        self.last: dict[str, list] = {}       # the array ``cat`` last handed out of each buffer (or None)
         self.gen = 0
         self.live: set[int] = set()
 
@@ -303,11 +304,21 @@ class _Bufs:
                 return s
         return None
 
-    def _put(self, key: str, s: int, x: np.ndarray, n: int) -> np.ndarray:
+    def _put(self, key: str, s: int, x: np.ndarray, n: int, appended: bool = False) -> np.ndarray:
         self.b.setdefault(key, [None, None])[s] = x
         self.used.setdefault(key, [0, 0])[s] = n
         self.stamp.setdefault(key, [0, 0])[s] = self.gen
-        return x[:n]
+        v = x[:n]
+        self.last.setdefault(key, [None, None])[s] = v if appended else None
+        return v
+
+    def own(self, key: str, a: np.ndarray) -> bool:
+        """``a`` is what ``cat`` handed out last from its buffer, in this batch: the only arrays that share its
+        elements are older prefixes of that buffer (the pending set the batch started from, and arrays made
+        from it in this batch), so once those are not used any more it may be rewritten in place."""
+        s = self._slot(key, a)
+        return (s is not None and self.last[key][s] is a and self.stamp[key][s] == self.gen
+                and self.used[key][s] == len(a))
 
     def cat(self, key: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """``np.concatenate([a, b])``, in place after ``a`` where ``a`` is the longest prefix of its buffer."""
@@ -317,11 +328,11 @@ class _Bufs:
         if s is not None and self.used[key][s] == n and len(self.b[key][s]) >= n + m and dt == a.dtype:
             x = self.b[key][s]
             x[n:n + m] = b
-            return self._put(key, s, x, n + m)
+            return self._put(key, s, x, n + m, True)
         x = np.empty(max(4 * (n + m), 1024), dt)     # (room for a few batches: each move copies the whole set)
         x[:n] = a
         x[n:n + m] = b
-        return self._put(key, 0 if s is None else s, x, n + m)
+        return self._put(key, 0 if s is None else s, x, n + m, True)
 
     def out(self, key: str, n: int, dtype, avoid: np.ndarray) -> np.ndarray:
         """A length-``n`` array (content undefined) in a buffer of the field that holds no live array and
@@ -1477,7 +1488,7 @@ class MediaEngine:
 
     _P_KEYS = ("p_start", "p_end", "p_adm", "p_rdy")
 
-    def _decide_cmds(self, C, start, end, adm, rdy, gi, dec):
+    def _decide_cmds(self, C, start, end, adm, rdy, gi, dec, in_place=False):
         """Record the decided commands' program ends; return the undecided ones as pending (their
         schedule as computed now in ``p_*``; a gate that is decided now is resolved into its ready time;
         one admitted before ``_dec_h`` keeps its slot and plane-arrival time) or None. ``gi``: index
@@ -1514,7 +1525,11 @@ class MediaEngine:
                 C[k].dtype == np.int64 for k in ("base", "gx", "gate", "floor", "join")) and gi.dtype == np.int64 \
                 and ca_.dtype == np.int64 and cr_.dtype == np.int64:
             n = len(cs_)
-            o = [self._bufs.out(k, n, np.int64, C[k]) for k in ("base", "gx", "gate", "join", "floor")]
+            fk = ("base", "gx", "gate", "join", "floor")
+            if und is None and in_place and all(self._bufs.own(k, C[k]) for k in fk):
+                o = [C[k] for k in fk]            # (in place: each element is read before it is written)
+            else:
+                o = [self._bufs.out(k, n, np.int64, C[k]) for k in fk]
             _pending_fields(_E0 if und is None else und, len(dec) if und is None else -1, C["base"], C["gx"],
                             C["gate"], C["floor"], gi, np.ascontiguousarray(dec, np.bool_), ca_, cr_, self._dec_h,
                             t_cmd, *o)
@@ -1628,7 +1643,9 @@ class MediaEngine:
             self.slots.put(C["die"][dec], ce[dec], min(self.horizon, self._dec_h))
             if self.trace is not None:
                 self.trace.append(("plane", C["plane"][dec], cs[dec], ce[dec]))
-        q = self._decide_cmds(C, cs, ce, ca, cr, gi, dec)
+        # (C's fields may be rewritten in place when the batch's appends made them: the pending set they extend is
+        # not used after this, as every die of it is handled here)
+        q = self._decide_cmds(C, cs, ce, ca, cr, gi, dec, in_place=N is not None and kp.all())
         return okd, q, kend
 
     def _reschedule_tail(self, P, N):
