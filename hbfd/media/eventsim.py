@@ -785,14 +785,27 @@ def _qd_loop(na, fi, die, adm, end, xd, xa, xe, cd, ct, lo, span, init, Q, bad):
         v = ct[i] - lo + 1
         E[pe[d]] = 0 if v < 0 else (span - 1 if v > span - 1 else v)
         pe[d] += 1
+    mx = 1
+    for d in range(nd):
+        mx = max(mx, ca[d + 1] - ca[d], ce[d + 1] - ce[d])
+    cnt = np.empty(mx + 2, np.int64)
+    tmp = np.empty(mx, np.int64)
     for d in range(nd):
         a0, a1 = ca[d], ca[d + 1]
         if a1 == a0:
             continue
         As = A[a0:a1]
-        As.sort()
+        lo = As[0]
+        hi = As[0]
+        for i in range(a1 - a0):
+            if As[i] < lo:
+                lo = As[i]
+            if As[i] > hi:
+                hi = As[i]
+        nb = max(1, (a1 - a0) // 2)
+        _bucket_sort(As, lo, hi, nb, cnt, tmp)
         Es = E[ce[d]:ce[d + 1]]
-        Es.sort()
+        _bucket_sort(Es, lo, hi, nb, cnt, tmp)
         ne = Es.shape[0]
         j = 0
         k = 0
@@ -807,6 +820,51 @@ def _qd_loop(na, fi, die, adm, end, xd, xa, xe, cd, ct, lo, span, init, Q, bad):
                 bad[d] = True
                 break
             k += 1
+
+
+@accel.jit
+def _bucket_sort(x, lo, hi, nb, cnt, tmp):
+    """Sort ``x`` in place (``_qd_loop``'s per-die sort): ``nb`` buckets of equal width over [lo, hi] (values
+    outside in the first and last), then each bucket by insertion (numpy's sort where one holds more than 32)."""
+    n = x.shape[0]
+    if n <= 32:
+        _insertion(x, 0, n)
+        return
+    w = (hi - lo) // nb + 1
+    for b in range(nb + 1):
+        cnt[b] = 0
+    for i in range(n):
+        v = x[i]
+        b = 0 if v < lo else (nb - 1 if v > hi else (v - lo) // w)
+        cnt[b + 1] += 1
+    for b in range(nb):
+        cnt[b + 1] += cnt[b]
+    for i in range(n):
+        v = x[i]
+        b = 0 if v < lo else (nb - 1 if v > hi else (v - lo) // w)
+        tmp[cnt[b]] = v
+        cnt[b] += 1
+    x[:] = tmp[:n]
+    s = 0
+    for b in range(nb):                           # (cnt[b]: the end of bucket b now)
+        e = cnt[b]
+        if e - s > 32:
+            x[s:e].sort()
+        elif e - s > 1:
+            _insertion(x, s, e)
+        s = e
+
+
+@accel.jit
+def _insertion(x, s, e):
+    """Insertion sort of ``x[s:e]`` in place."""
+    for i in range(s + 1, e):
+        v = x[i]
+        j = i - 1
+        while j >= s and x[j] > v:
+            x[j + 1] = x[j]
+            j -= 1
+        x[j + 1] = v
 
 
 def _plane_chains(oo, opl, up, ost, oend, ready, service, gate, gate_x, hasg, fl, jn, t_cmd, f, *, start, end, adm,

@@ -98,6 +98,26 @@ def test_ring_push_and_extreme_at_twins_equal_numpy(monkeypatch):
             assert np.array_equal(res["off"], res["on"])
 
 
+def test_bucket_sort_sorts():
+    """``eventsim._bucket_sort`` (the queue-depth check's per-die sort) equals ``np.sort``: sizes around its
+    insertion-sort cut, ties, clusters, values outside [lo, hi] (the releases outside a die's admissions)."""
+    rng = np.random.default_rng(13)
+    f = eventsim._bucket_sort.accel_dispatcher()
+    for n in (0, 1, 2, 31, 32, 33, 100, 1000, 5000):
+        for kind in ("uniform", "ties", "cluster", "outside"):
+            x = rng.integers(0, 10**9, n)
+            if kind == "ties":
+                x = rng.integers(0, 5, n)
+            elif kind == "cluster":
+                x = np.where(rng.random(n) < 0.9, rng.integers(0, 100, n), rng.integers(0, 10**12, n))
+            lo, hi = (int(x.min()), int(x.max())) if n else (0, 0)
+            if kind == "outside" and n:
+                lo, hi = int(np.percentile(x, 20)), int(np.percentile(x, 70))
+            y = x.astype(np.int64)
+            f(y, lo, hi, max(1, n // 2), np.empty(n + 2, np.int64), np.empty(max(n, 1), np.int64))
+            assert np.array_equal(y, np.sort(x))
+
+
 def _snap(x):
     return copy.deepcopy(x)
 
