@@ -200,6 +200,31 @@ class _KeptAt:
         return self.adm[idx] < self.Tp[self.plane[idx]]
 
 
+def _gate_bases_found(N: dict, gm: np.ndarray, found, kept, p_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_gate_bases(N, ...)`` from look-ups already made: ``gm`` the commands of ``N`` with a gate, ``found`` =
+    (their gates, the gates' decided ends (-1: none), positions among the pending commands, positions in ``N``)
+    or None where ``gm`` is empty. The same base and ``gidx`` (and the same KeyError)."""
+    base = N["base"].copy()
+    gidx = np.full(len(base), -1, np.int64)
+    if len(gm):
+        gq, e, ip, inn = found
+        e = e.copy()
+        nf = np.flatnonzero(e < 0)
+        if len(nf):
+            ipn = ip[nf]
+            kk = ipn >= 0
+            kk[kk] = kept[ipn[kk]]
+            e[nf] = np.where(kk, p_end[np.maximum(ipn, 0)], -1)
+        kn = e >= 0
+        base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
+        if not kn.all():
+            ix = inn[~kn]
+            if (ix < 0).any():
+                raise KeyError(int(gq[~kn][ix < 0][0]))
+            gidx[gm[~kn]] = ix
+    return base, gidx
+
+
 def _end_of(pe: "_Ends", q: np.ndarray) -> np.ndarray:
     """Decided program ends of the ids ``q`` (-1: not decided)."""
     return pe.get(q)
@@ -1704,6 +1729,7 @@ class MediaEngine:
             giP = np.full(npn, -1, np.int64)      # position in P then N of each command's gate (-1: none there)
         giN = np.full(len(N["kind"]), -1, np.int64)
         gm = np.flatnonzero(N["gate"] >= 0)
+        ngates = None
         if len(gm):
             gq = N["gate"][gm]
             e = _end_of(pe, gq)
@@ -1712,6 +1738,7 @@ class MediaEngine:
             if (P["die"][ip[inp]] != N["die"][gm[inp]]).any():
                 return None
             inn = nix.pos(gq)
+            ngates = (gq, e.copy(), ip, inn)      # (the look-ups _gate_bases would make again, below)
             giN[gm] = np.where(ip >= 0, ip, np.where(inn >= 0, inn + npn, -1))
             h = (e < 0) & (inn >= 0)
             if (N["die"][inn[h]] != N["die"][gm[h]]).any():
@@ -1767,7 +1794,10 @@ class MediaEngine:
         nr = len(R["kind"])
         k = len(rem)
         gx = R["gx"]
-        base, gidx = _gate_bases(R, nr, pe, pix, P["p_end"], keep)
+        if k == 0:                                # R is N: _gate_bases from the look-ups made above
+            base, gidx = _gate_bases_found(N, gm, ngates, keep, P["p_end"])
+        else:
+            base, gidx = _gate_bases(R, nr, pe, pix, P["p_end"], keep)
         ungated = gidx < 0
         kind, die, plane = R["kind"], R["die"], R["plane"]
         ready = np.where(ungated, base + gx, base)
