@@ -52,9 +52,9 @@ from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
-from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _extreme_at, _fifo_carry, _fifo_loop, _latest_q,
-                      _lookup_events, _packed_build, _pending_fields, _pid_map, _read_front, _read_pass, _ring_loop,
-                      _tail_scan)
+from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _ends_get, _extreme_at, _fifo_carry, _fifo_loop,
+                      _latest_q, _lookup_events, _packed_build, _pending_fields, _pid_map, _read_front, _read_pass,
+                      _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -76,6 +76,7 @@ _FIELDS_TWIN_MIN = 256   # _decide_cmds's pending fields by their twin from this
 _SCAN_TWIN_MIN = 256     # _tail_plane's passes over the pending set by their twin from this many on
 _RING_TWIN_MIN = 64      # _ring_push by its twin from this many stores on
 _AT_TWIN_MIN = 256       # _max_at by its twin from this many pairs on
+_ENDS_TWIN_MIN = 256     # _Ends.get by its twin from this many ids on
 
 
 def _max_at(out: np.ndarray, idx: np.ndarray, val: np.ndarray, larger: bool = True) -> None:
@@ -247,6 +248,8 @@ class _Ends:
 
     def get(self, q: np.ndarray) -> np.ndarray:
         q = np.asarray(q, np.int64)
+        if len(q) >= _ENDS_TWIN_MIN and accel.enabled():
+            return _ends_get(self.a, self.base, self.old_id, self.old_end, np.ascontiguousarray(q))
         i = q - self.base
         inw = (i >= 0) & (i < len(self.a))
         out = np.where(inw, self.a[np.where(inw, i, 0)], -1) if len(q) else np.zeros(0, np.int64)
@@ -2298,4 +2301,4 @@ def warm_twins(geometry: MediaGeometry) -> float:
 # every compiled twin of the media engine (warm_twins reaches each; tests check it)
 WARM_TWINS = (eventsim._simulate_loop, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
-              _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at)
+              _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at, _ends_get)

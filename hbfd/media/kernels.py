@@ -935,3 +935,34 @@ def _extreme_at(out, idx, val, larger):
             j = idx[i]
             if val[i] < out[j]:
                 out[j] = val[i]
+
+
+@accel.jit
+def _ends_get(a, base, old_id, old_end, q):
+    """``engine._Ends.get``, loop form (compiled by numba): each id's end in the window ``a`` (from ``base``),
+    else among the sorted ``old_id``, else -1."""
+    n = q.shape[0]
+    out = np.empty(n, np.int64)
+    na = a.shape[0]
+    no = old_id.shape[0]
+    for j in range(n):
+        i = q[j] - base
+        if i >= 0 and i < na:
+            out[j] = a[i]
+            continue
+        v = -1
+        if no:
+            lo = 0
+            hi = no
+            while lo < hi:                             # (np.searchsorted, side left)
+                m = (lo + hi) >> 1
+                if old_id[m] < q[j]:
+                    lo = m + 1
+                else:
+                    hi = m
+            if lo > no - 1:
+                lo = no - 1
+            if old_id[lo] == q[j]:
+                v = old_end[lo]
+        out[j] = v
+    return out

@@ -6,7 +6,8 @@ bit for bit, and a changed twin is seen:
 * ``eventsim._plane_pass`` (its queue-depth check ``_qd_loop`` and the program chains ``_chains_loop``) and
   ``MediaEngine._tail_plane`` (the pending-set scan ``_tail_scan``, ``_pid_map``) called off and on, side by
   side, with the inputs the engine gives them on write and mixed streams: every output and in-place array equal;
-* ``_ring_push`` (``kernels._ring_loop``) and ``_max_at`` (``kernels._extreme_at``) against numpy;
+* ``_ring_push`` (``kernels._ring_loop``), ``_max_at`` (``kernels._extreme_at``) and ``_Ends.get``
+  (``kernels._ends_get``) against numpy;
 * ``engine._Bufs`` (the pending set's growable buffers): an array handed out never changes while live;
 * ``engine._Ends``: its window stays proportional to the ids in use (it doubled at every rebase: 24 GiB
   after ~350k write requests at 10 % load on nominal);
@@ -96,6 +97,31 @@ def test_ring_push_and_extreme_at_twins_equal_numpy(monkeypatch):
                 res[m] = base.copy()
                 engine_mod._max_at(res[m], idx, val, larger)
             assert np.array_equal(res["off"], res["on"])
+
+
+def test_ends_get_twin_equals_numpy(monkeypatch):
+    """``_Ends.get`` (twin ``_ends_get``) off vs on: ids in the window, below it among the old ones kept and not,
+    above it, negative; around the twin's threshold."""
+    rng = np.random.default_rng(14)
+    e = engine_mod._Ends()
+    top = 0
+    for step in range(60):
+        ids = np.arange(top, top + int(rng.integers(1, 3000)), dtype=np.int64)
+        e.set(ids, rng.integers(0, 1 << 40, len(ids)))
+        top = int(ids[-1]) + 1
+        if step % 7 == 6:
+            base = max(0, top - int(rng.integers(100, 5000)))
+            e.rebase(base, rng.integers(0, max(base, 1), 50))
+        for n in (255, 256, 4000):
+            q = rng.integers(-5, top + 100, n)
+            if len(e.old_id):
+                q[: n // 4] = rng.choice(e.old_id, n // 4)
+            out = {}
+            for m in ("off", "on"):
+                monkeypatch.setenv("HBFD_ACCEL", m)
+                out[m] = e.get(q)
+            assert out["off"].dtype == out["on"].dtype and np.array_equal(out["off"], out["on"])
+    assert len(e.old_id) and engine_mod._ends_get.is_compiled()
 
 
 def test_bucket_sort_sorts():
@@ -257,7 +283,9 @@ def _shift(i, by):
     (diestage, "_carry_keep", "t"),
     (engine_mod, "_pid_map", "map"),
     (engine_mod, "_ring_loop", "ring"),
-    (engine_mod, "_extreme_at", "at")], ids=["fields", "scan", "chains", "qd", "carry", "pidmap", "ring", "at"])
+    (engine_mod, "_extreme_at", "at"),
+    (engine_mod, "_ends_get", "ends")],
+    ids=["fields", "scan", "chains", "qd", "carry", "pidmap", "ring", "at", "ends"])
 def test_a_changed_write_twin_is_seen(monkeypatch, mod, name, how):
     """The engine comparison (completions and stats) fails when a write-path twin's outputs are changed."""
     if how == "base":                          # (pending fields matter where commands are scheduled again)
@@ -291,6 +319,10 @@ def test_a_changed_write_twin_is_seen(monkeypatch, mod, name, how):
             orig(*a)
             a[4][:] = -1
             return None
+        if how == "ends":                      # decided programs' ends 1 us later
+            r = orig(*a)
+            r[r >= 0] += 1000
+            return r
         if how == "at":                        # maxima one ns later
             orig(*a)
             if a[3]:
