@@ -10,7 +10,7 @@ bit for bit, and a changed twin is seen:
   (``kernels._ends_get``) against numpy;
 * ``engine._Bufs`` (the pending set's growable buffers): an array handed out never changes while live;
 * ``engine._Ends``: its window stays proportional to the ids in use (it doubled at every rebase: 24 GiB
-  after ~350k write requests at 10 % load on nominal);
+  asked for after ~290k write requests at 10 % load on nominal);
 * whole engine runs of write streams off vs on are in test_accel_media.py; here, a twin whose outputs are
   changed is seen in them.
 """
