@@ -34,10 +34,11 @@ import numpy as np
 
 from hbfd import accel
 
-from .kernels import _fifo_carry, _fifo_loop
+from .kernels import _carry_keep, _fifo_carry, _fifo_loop
 from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs, sorted_fcfs
 
 _BIG = 1 << 62
+_KEEP_TWIN_MIN = 256     # DieCarry.put's cut by its twin (kernels._carry_keep) from this many releases on
 
 
 def small_int(x: np.ndarray, n: int) -> np.ndarray:
@@ -85,7 +86,10 @@ class DieCarry:
         tt = np.concatenate([self.t, t]) if len(self.t) else t
         if len(d) > self.q:
             cnt = np.bincount(d, minlength=self.dies)
-            if int(cnt.max()) > self.q:
+            if int(cnt.max()) > self.q and len(d) >= _KEEP_TWIN_MIN and d.dtype == np.int64 \
+                    and tt.dtype == np.int64 and accel.enabled():
+                d, tt = _carry_keep(np.ascontiguousarray(d), np.ascontiguousarray(tt), self.dies, self.q)
+            elif int(cnt.max()) > self.q:
                 o = packed_order(d, self.dies, tt)       # = np.lexsort((tt, d))
                 if o is None:
                     o = np.lexsort((tt, d))

@@ -52,8 +52,9 @@ from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
-from .kernels import (_chan_fcfs, _chan_fcfs_packed, _fifo_carry, _fifo_loop, _lookup_events, _packed_build,
-                      _read_front, _read_pass)
+from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _ends_get, _extreme_at, _fifo_carry, _fifo_loop,
+                      _latest_q, _lookup_events, _packed_build, _pending_fields, _pid_map, _read_front, _read_pass,
+                      _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -70,6 +71,24 @@ _MAX_TIME = 1 << 62
 _E0 = np.zeros(0, np.int64)
 _NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
+_LATEST_TWIN_MIN = 256   # _latest_per_die by its twin from this many releases on
+_FIELDS_TWIN_MIN = 256   # _decide_cmds's pending fields by their twin from this many on
+_SCAN_TWIN_MIN = 256     # _tail_plane's passes over the pending set by their twin from this many on
+_RING_TWIN_MIN = 64      # _ring_push by its twin from this many stores on
+_AT_TWIN_MIN = 256       # _max_at by its twin from this many pairs on
+_ENDS_TWIN_MIN = 256     # _Ends.get by its twin from this many ids on
+
+
+def _max_at(out: np.ndarray, idx: np.ndarray, val: np.ndarray, larger: bool = True) -> None:
+    """``np.maximum.at(out, idx, val)`` (``np.minimum.at`` when not ``larger``); by ``kernels._extreme_at``
+    where the twins run (int64 values, from ``_AT_TWIN_MIN`` pairs on)."""
+    if (len(idx) >= _AT_TWIN_MIN and out.dtype == np.int64 and out.flags.c_contiguous and out.ndim == 1
+            and idx.dtype.kind in "iu" and np.asarray(val).dtype == np.int64 and accel.enabled()):
+        _extreme_at(out, np.ascontiguousarray(idx, np.int64), np.ascontiguousarray(val), larger)
+    elif larger:
+        np.maximum.at(out, idx, val)
+    else:
+        np.minimum.at(out, idx, val)
 
 
 def _concat_records(parts: list[np.ndarray]) -> np.ndarray:
@@ -130,7 +149,9 @@ class _PidIndex:
 
 def _latest_per_die(cd: np.ndarray, ct: np.ndarray, dies: int, q: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``q`` latest release times ``ct`` of each die ``cd`` (die order, latest first): a die's Q latest
-    releases are all that can bind a later admission."""
+    releases are all that can bind a later admission. (``kernels._latest_q`` where the twins run.)"""
+    if len(cd) >= _LATEST_TWIN_MIN and cd.dtype == np.int64 and ct.dtype == np.int64 and accel.enabled():
+        return _latest_q(np.ascontiguousarray(cd), np.ascontiguousarray(ct), dies, q)
     o = packed_order(cd, dies, -ct)               # (die, latest first): equal keys are equal values
     if o is None:
         o = np.argsort(-ct)
@@ -169,6 +190,42 @@ def _gate_bases(R: dict, nr: int, pe: "_Ends", pix: "_PidIndex", p_end: np.ndarr
     return base, gidx
 
 
+class _KeptAt:
+    """``_tail_plane``'s mask of kept pending commands (admitted before their plane's Tp), computed only at
+    the positions asked (``_gate_bases``): ``kept[idx]``."""
+
+    def __init__(self, adm: np.ndarray, Tp: np.ndarray, plane: np.ndarray) -> None:
+        self.adm, self.Tp, self.plane = adm, Tp, plane
+
+    def __getitem__(self, idx):
+        return self.adm[idx] < self.Tp[self.plane[idx]]
+
+
+def _gate_bases_found(N: dict, gm: np.ndarray, found, kept, p_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_gate_bases(N, ...)`` from look-ups already made: ``gm`` the commands of ``N`` with a gate, ``found`` =
+    (their gates, the gates' decided ends (-1: none), positions among the pending commands, positions in ``N``)
+    or None where ``gm`` is empty. The same base and ``gidx`` (and the same KeyError)."""
+    base = N["base"].copy()
+    gidx = np.full(len(base), -1, np.int64)
+    if len(gm):
+        gq, e, ip, inn = found
+        e = e.copy()
+        nf = np.flatnonzero(e < 0)
+        if len(nf):
+            ipn = ip[nf]
+            kk = ipn >= 0
+            kk[kk] = kept[ipn[kk]]
+            e[nf] = np.where(kk, p_end[np.maximum(ipn, 0)], -1)
+        kn = e >= 0
+        base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
+        if not kn.all():
+            ix = inn[~kn]
+            if (ix < 0).any():
+                raise KeyError(int(gq[~kn][ix < 0][0]))
+            gidx[gm[~kn]] = ix
+    return base, gidx
+
+
 def _end_of(pe: "_Ends", q: np.ndarray) -> np.ndarray:
     """Decided program ends of the ids ``q`` (-1: not decided)."""
     return pe.get(q)
@@ -184,12 +241,15 @@ class _Ends:
         self.old_id = _E0
         self.old_end = _E0
         self.version = 0                 # + 1 at each change of what ``get`` answers
+        self.top = 0                     # 1 + the largest id set (the window holds -1 from there on)
 
     def __len__(self) -> int:
         return len(self.a)
 
     def get(self, q: np.ndarray) -> np.ndarray:
         q = np.asarray(q, np.int64)
+        if len(q) >= _ENDS_TWIN_MIN and accel.enabled():
+            return _ends_get(self.a, self.base, self.old_id, self.old_end, np.ascontiguousarray(q))
         i = q - self.base
         inw = (i >= 0) & (i < len(self.a))
         out = np.where(inw, self.a[np.where(inw, i, 0)], -1) if len(q) else np.zeros(0, np.int64)
@@ -215,6 +275,7 @@ class _Ends:
             if not len(ids):
                 return
         need = int(ids.max()) - self.base + 1
+        self.top = max(self.top, self.base + need)
         if need > len(self.a):
             a = np.full(max(need, 2 * len(self.a)), -1, np.int64)
             a[:len(self.a)] = self.a
@@ -232,10 +293,91 @@ class _Ends:
         k = e >= 0
         self.old_id, self.old_end = keep[k], e[k]
         cut = min(new_base - self.base, len(self.a))
-        rest = self.a[cut:]
+        rest = self.a[cut:max(cut, min(len(self.a), self.top - self.base))]   # (past top: all -1)
         self.a = np.full(max(1024, 2 * len(rest)), -1, np.int64)
         self.a[:len(rest)] = rest
         self.base = new_base
+
+
+class _Bufs:
+    """The pending set's arrays kept in buffers with room to grow, two per field: appending a batch's new
+    commands writes past the end of the pending arrays (no copy of the pending set: ``cat``), and the fields
+    a batch rewrites go to a buffer that no live array uses (``out``). Every array handed out is a prefix of
+    its buffer. ``cat`` appends in place only after the longest prefix handed out (``used``), so it never
+    changes an element of an array handed out; ``out`` rewrites a buffer only when neither the pending set
+    the batch started from (``begin``) nor any array handed out since then is in it (the pending set is the
+    only array of these buffers kept across batches)."""
+
+    def __init__(self) -> None:
+        self.b: dict[str, list] = {}          # field -> [buffer or None, buffer or None]
+        self.used: dict[str, list] = {}       # length of the longest prefix handed out
+        self.stamp: dict[str, list] = {}      # the batch (``gen``) each buffer was last handed out in
+        self.last: dict[str, list] = {}       # the array ``cat`` last handed out of each buffer (or None)
+        self.gen = 0
+        self.live: set[int] = set()
+
+    def begin(self, pq) -> None:
+        """A batch's array pass starts from the pending set ``pq`` (dict of arrays, or None)."""
+        self.gen += 1
+        self.live = set() if pq is None else {v.__array_interface__["data"][0] for v in pq.values() if len(v)}
+
+    def _slot(self, key: str, a: np.ndarray):
+        bb = self.b.get(key)
+        if bb is None or a.ndim != 1 or not a.flags.c_contiguous or not len(a):
+            return None
+        p = a.__array_interface__["data"][0]
+        for s in (0, 1):
+            x = bb[s]
+            if x is not None and x.dtype == a.dtype and x.__array_interface__["data"][0] == p:
+                return s
+        return None
+
+    def _put(self, key: str, s: int, x: np.ndarray, n: int, appended: bool = False) -> np.ndarray:
+        self.b.setdefault(key, [None, None])[s] = x
+        self.used.setdefault(key, [0, 0])[s] = n
+        self.stamp.setdefault(key, [0, 0])[s] = self.gen
+        v = x[:n]
+        self.last.setdefault(key, [None, None])[s] = v if appended else None
+        return v
+
+    def own(self, key: str, a: np.ndarray) -> bool:
+        """``a`` is what ``cat`` handed out last from its buffer, in this batch: the only arrays that share its
+        elements are older prefixes of that buffer (the pending set the batch started from, and arrays made
+        from it in this batch), so once those are not used any more it may be rewritten in place."""
+        s = self._slot(key, a)
+        return (s is not None and self.last[key][s] is a and self.stamp[key][s] == self.gen
+                and self.used[key][s] == len(a))
+
+    def cat(self, key: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``np.concatenate([a, b])``, in place after ``a`` where ``a`` is the longest prefix of its buffer."""
+        n, m = len(a), len(b)
+        dt = np.result_type(a.dtype, b.dtype)
+        s = self._slot(key, a)
+        if s is not None and self.used[key][s] == n and len(self.b[key][s]) >= n + m and dt == a.dtype:
+            x = self.b[key][s]
+            x[n:n + m] = b
+            return self._put(key, s, x, n + m, True)
+        x = np.empty(max(4 * (n + m), 1024), dt)     # (room for a few batches: each move copies the whole set)
+        x[:n] = a
+        x[n:n + m] = b
+        return self._put(key, 0 if s is None else s, x, n + m, True)
+
+    def out(self, key: str, n: int, dtype, avoid: np.ndarray) -> np.ndarray:
+        """A length-``n`` array (content undefined) in a buffer of the field that holds no live array and
+        not ``avoid``; a new buffer where none is free."""
+        bb = self.b.get(key)
+        sa = self._slot(key, avoid)
+        for t in (0, 1):
+            if t == sa:
+                continue
+            x = None if bb is None else bb[t]
+            if x is None:
+                return self._put(key, t, np.empty(max(4 * n, 1024), dtype), n)
+            if self.stamp[key][t] != self.gen and x.__array_interface__["data"][0] not in self.live:
+                if len(x) < 2 * n or x.dtype != dtype:     # (room for the next batch's appends: ``cat``)
+                    x = np.empty(max(4 * n, 1024), dtype)
+                return self._put(key, t, x, n)
+        return np.empty(n, dtype)
 
 
 def _ring_push(R: np.ndarray, plane: np.ndarray, fill: np.ndarray, pid0: int):
@@ -247,6 +389,11 @@ def _ring_push(R: np.ndarray, plane: np.ndarray, fill: np.ndarray, pid0: int):
     n = len(plane)
     B = R.shape[1]
     fill = np.asarray(fill, bool)
+    if n >= _RING_TWIN_MIN and R.dtype == np.int64 and R.flags.c_contiguous and accel.enabled():
+        gate = np.empty(n, np.int64)
+        pid = np.empty(n, np.int64)
+        _ring_loop(R, np.ascontiguousarray(plane, np.int64), np.ascontiguousarray(fill), pid0, gate, pid)
+        return gate, pid
     pid = np.full(n, -1, np.int64)
     nf = int(fill.sum())
     pid[fill] = pid0 + np.arange(nf, dtype=np.int64)
@@ -324,6 +471,7 @@ class MediaEngine:
         # array commands (programs, GC, flush, refresh) not started by the decision limit of the last
         # die stage: re-scheduled with the next batch's reads (module doc, "Exactness across batches")
         self._pq: dict[str, np.ndarray] | None = None
+        self._bufs = _Bufs()                       # the pending set's arrays, with room to grow
         self._dec_h = 0                            # no arrival comes before this (decisions up to it + t_cmd)
         self._pq_dec_h = 0                         # the _dec_h the pending set was last computed with
         self._adv_now = 0                          # latest advance(now)
@@ -485,7 +633,7 @@ class MediaEngine:
                 pr["done"][idx] = np.maximum(pr["done"][idx], done)
                 pr["rem"][idx] -= 1
             else:
-                np.maximum.at(pr["done"], idx, done)
+                _max_at(pr["done"], idx, done)
                 pr["rem"] -= np.bincount(idx, minlength=len(pr["serial"]))
         fin = pr["rem"] == 0
         if fin.all():
@@ -812,7 +960,7 @@ class MediaEngine:
         if req is None:
             return np.maximum(done, a)
         out = a.copy()
-        np.maximum.at(out, req, done)
+        _max_at(out, req, done)
         return out
 
     def _reads_compiled_ok(self) -> bool:
@@ -1231,6 +1379,7 @@ class MediaEngine:
         g = self.g
         t_cmd = g.t_cmd_ns
         pq = self._pq
+        self._bufs.begin(pq)
         nnew = 0 if cmds is None else len(cmds["kind"])
         nr = len(r_read)
         Er = np.zeros(nr, np.int64)
@@ -1336,11 +1485,11 @@ class MediaEngine:
             isr = kind == READ
             lrs = np.full(g.planes, -1, np.int64)
             if isr.any():
-                np.maximum.at(lrs, pl[isr], start[isr])
+                _max_at(lrs, pl[isr], start[isr])
             dec = isr | (start < limit) | (start < lrs[pl])
             # decided state: plane free after the decided commands, their slot releases, program ends
             self.plane_free[planes_u] = pf0
-            np.maximum.at(self.plane_free, pl[dec], end[dec])
+            _max_at(self.plane_free, pl[dec], end[dec])
             cd_old, ct_old = carry
             # (pending commands are re-admitted from _dec_h on: the releases after it are kept)
             self.slots.put(np.concatenate([cd_old, dd[dec]]), np.concatenate([ct_old, end[dec]]),
@@ -1367,7 +1516,7 @@ class MediaEngine:
 
     _P_KEYS = ("p_start", "p_end", "p_adm", "p_rdy")
 
-    def _decide_cmds(self, C, start, end, adm, rdy, gi, dec):
+    def _decide_cmds(self, C, start, end, adm, rdy, gi, dec, in_place=False):
         """Record the decided commands' program ends; return the undecided ones as pending (their
         schedule as computed now in ``p_*``; a gate that is decided now is resolved into its ready time;
         one admitted before ``_dec_h`` keeps its slot and plane-arrival time) or None. ``gi``: index
@@ -1380,6 +1529,7 @@ class MediaEngine:
             return None
         t_cmd = self.g.t_cmd_ns
         if not dec.any():                      # nothing decided (a burst): every command, no copies
+            und = None
             q = {k: C[k] for k in self._CMD_KEYS}
             gu = gi
             cs_, ce_, ca_, cr_ = start, end, adm, rdy
@@ -1387,9 +1537,33 @@ class MediaEngine:
             und = np.flatnonzero(~dec)
             if not len(und):
                 return None
-            q = {k: C[k][und] for k in self._CMD_KEYS}
+            if len(und) >= _FIELDS_TWIN_MIN and accel.enabled():    # (into buffers: no new memory to fault in)
+                bo = self._bufs.out
+                q = {k: np.take(C[k], und, out=bo(k, len(und), C[k].dtype, C[k]), mode="clip")
+                     for k in ("kind", "plane", "die", "svc", "pid")}
+                cs_, ce_, ca_, cr_ = (np.take(a, und, out=bo(k, len(und), a.dtype, a), mode="clip")
+                                      for k, a in zip(self._P_KEYS, (start, end, adm, rdy)))
+                for k in ("base", "gx", "gate", "join", "floor"):
+                    q[k] = C[k]                    # (rewritten below, from all of C)
+            else:
+                q = {k: C[k][und] for k in self._CMD_KEYS}
+                cs_, ce_, ca_, cr_ = start[und], end[und], adm[und], rdy[und]
             gu = gi[und]
-            cs_, ce_, ca_, cr_ = start[und], end[und], adm[und], rdy[und]
+        if len(cs_) >= _FIELDS_TWIN_MIN and accel.enabled() and all(
+                C[k].dtype == np.int64 for k in ("base", "gx", "gate", "floor", "join")) and gi.dtype == np.int64 \
+                and ca_.dtype == np.int64 and cr_.dtype == np.int64:
+            n = len(cs_)
+            fk = ("base", "gx", "gate", "join", "floor")
+            if und is None and in_place and all(self._bufs.own(k, C[k]) for k in fk):
+                o = [C[k] for k in fk]            # (in place: each element is read before it is written)
+            else:
+                o = [self._bufs.out(k, n, np.int64, C[k]) for k in fk]
+            _pending_fields(_E0 if und is None else und, len(dec) if und is None else -1, C["base"], C["gx"],
+                            C["gate"], C["floor"], gi, np.ascontiguousarray(dec, np.bool_), ca_, cr_, self._dec_h,
+                            t_cmd, *o)
+            q["base"], q["gx"], q["gate"], q["join"], q["floor"] = o
+            q["p_start"], q["p_end"], q["p_adm"], q["p_rdy"] = cs_, ce_, ca_, cr_
+            return q
         ug = gu >= 0
         res = ~ug                              # its ready time is known now
         if ug.any():
@@ -1473,17 +1647,19 @@ class MediaEngine:
             cs, ce, ca, cr = cs[kp], ce[kp], ca[kp], cr[kp]
         if N is not None:
             kn = okd[N["die"]]
-            C = {k: np.concatenate([C[k], N[k][kn]]) for k in self._CMD_KEYS}
-            cs = np.concatenate([cs, nst[kn]])
-            ce = np.concatenate([ce, nen[kn]])
-            ca = np.concatenate([ca, nad[kn]])
-            cr = np.concatenate([cr, nrd[kn]])
-            kend = nen[kn]
+            ka = kn.all()
+            cat = self._bufs.cat
+            C = {k: cat(k, C[k], N[k] if ka else N[k][kn]) for k in self._CMD_KEYS}
+            cs = cat("p_start", cs, nst if ka else nst[kn])
+            ce = cat("p_end", ce, nen if ka else nen[kn])
+            ca = cat("p_adm", ca, nad if ka else nad[kn])
+            cr = cat("p_rdy", cr, nrd if ka else nrd[kn])
+            kend = nen if ka else nen[kn]
         # gating commands in this set (the others are decided: their ends are in _pend_end)
         tg = self._tail_gates
         if tg is not None and kp.all() and (N is None or kn.all()) and len(tg[0]) == len(kp) \
                 and len(tg[1]) == (0 if N is None else len(kn)):
-            gi = np.concatenate(tg)           # (C = P then N, whole: the positions _tail_plane found)
+            gi = self._bufs.cat("gi", tg[0], tg[1])   # (C = P then N, whole: the positions _tail_plane found)
         else:
             gi = np.full(len(ce), -1, np.int64)
             gm = np.flatnonzero(C["gate"] >= 0)
@@ -1491,11 +1667,13 @@ class MediaEngine:
                 gi[gm] = _pid_pos(C["pid"], C["gate"][gm])
         dec = cs < self._dec_h + t_cmd
         if dec.any():
-            np.maximum.at(self.plane_free, C["plane"][dec], ce[dec])
+            _max_at(self.plane_free, C["plane"][dec], ce[dec])
             self.slots.put(C["die"][dec], ce[dec], min(self.horizon, self._dec_h))
             if self.trace is not None:
                 self.trace.append(("plane", C["plane"][dec], cs[dec], ce[dec]))
-        q = self._decide_cmds(C, cs, ce, ca, cr, gi, dec)
+        # (C's fields may be rewritten in place when the batch's appends made them: the pending set they extend is
+        # not used after this, as every die of it is handled here)
+        q = self._decide_cmds(C, cs, ce, ca, cr, gi, dec, in_place=N is not None and kp.all())
         return okd, q, kend
 
     def _reschedule_tail(self, P, N):
@@ -1514,6 +1692,7 @@ class MediaEngine:
             return np.ones(self.g.dies, bool), (cs, ce, ca, cr), (nst, nen, nad, nrd)
         mp = rest[P["die"]]
         mn = rest[N["die"]]
+        cs, ce, ca, cr = cs.copy(), ce.copy(), ca.copy(), cr.copy()     # (they may be P's own arrays)
         ok, (a, b, c, d), (e, f, g_, h) = self._tail_die({k: v[mp] for k, v in P.items()},
                                                          {k: v[mn] for k, v in N.items()})
         cs[mp], ce[mp], ca[mp], cr[mp] = a, b, c, d
@@ -1541,9 +1720,19 @@ class MediaEngine:
         nix = _PidIndex(N["pid"])
         nb = N["base"].copy()
         npn = len(P["kind"])
-        giP = np.full(npn, -1, np.int64)          # position in P then N of each command's gate (-1: none there)
+        # the passes over P by one compiled scan (kernels._tail_scan) where the twins run and P's ids are dense
+        tw = npn >= _SCAN_TWIN_MIN and accel.enabled() and all(
+            P[k].dtype == np.int64 for k in ("die", "plane", "p_adm", "p_end", "gate", "pid"))
+        if tw:
+            plo, pmap = _pid_map(P["pid"])
+            tw = len(pmap) > 0
+            if tw:
+                pix.lo, pix.pmap = int(plo), pmap
+        if not tw:
+            giP = np.full(npn, -1, np.int64)      # position in P then N of each command's gate (-1: none there)
         giN = np.full(len(N["kind"]), -1, np.int64)
         gm = np.flatnonzero(N["gate"] >= 0)
+        ngates = None
         if len(gm):
             gq = N["gate"][gm]
             e = _end_of(pe, gq)
@@ -1552,6 +1741,7 @@ class MediaEngine:
             if (P["die"][ip[inp]] != N["die"][gm[inp]]).any():
                 return None
             inn = nix.pos(gq)
+            ngates = (gq, e.copy(), ip, inn)      # (the look-ups _gate_bases would make again, below)
             giN[gm] = np.where(ip >= 0, ip, np.where(inn >= 0, inn + npn, -1))
             h = (e < 0) & (inn >= 0)
             if (N["die"][inn[h]] != N["die"][gm[h]]).any():
@@ -1559,7 +1749,7 @@ class MediaEngine:
             e = np.where(inp, P["p_end"][np.maximum(ip, 0)], e)
             e = np.where(e < 0, big, e)           # gated by a new command: it arrives after that one
             nb[gm] = np.maximum(nb[gm], e)
-        pg = np.flatnonzero(P["gate"] >= 0)
+        pg = _E0 if tw else np.flatnonzero(P["gate"] >= 0)
         if len(pg):
             ip = pix.pos(P["gate"][pg])
             h = ip >= 0
@@ -1567,33 +1757,50 @@ class MediaEngine:
                 return None
             inn = nix.pos(P["gate"][pg])
             giP[pg] = np.where(h, ip, np.where(inn >= 0, inn + npn, -1))
-        self._tail_gates_found = (giP, giN)
         arr = np.where(nb >= big, big, nb + N["gx"])
         T = np.full(g.dies, big)
-        np.minimum.at(T, N["die"], arr)
+        _max_at(T, N["die"], arr, False)
         Tp = np.full(g.planes, big)
-        np.minimum.at(Tp, N["plane"], arr)
+        _max_at(Tp, N["plane"], arr, False)
         pa = P["p_adm"]
-        keep = pa < Tp[P["plane"]]
-        early = keep & (pa < T[P["die"]])         # kept, admitted before its die's T: carried slots
-        ext = keep & ~early                       # kept, admitted from T on: intervals (dies with new commands)
-        rem = np.flatnonzero(~keep)
-        ki = np.flatnonzero(keep)
+        pf = self.plane_free.copy()
+        sd, st = self.slots.die, self.slots.t
+        if tw:
+            giP = self._bufs.out("gi", npn, np.int64, _E0)
+            bad_gate, rem, xi, cd, ct, kcnt, rcnt = _tail_scan(
+                P["die"], P["plane"], pa, P["p_end"], P["gate"], plo, pmap, Tp, T, nd, pf,
+                np.ascontiguousarray(sd, np.int64), np.ascontiguousarray(st, np.int64), g.queue_depth, giP)
+            if bad_gate:
+                return None
+            x2 = np.flatnonzero(giP == -2)        # (gates not in P: in N, or none there)
+            if len(x2):
+                inn = nix.pos(P["gate"][x2])
+                giP[x2] = np.where(inn >= 0, inn + npn, -1)
+            keep = _KeptAt(pa, Tp, P["plane"])
+        else:
+            keep = pa < Tp[P["plane"]]
+            early = keep & (pa < T[P["die"]])     # kept, admitted before its die's T: carried slots
+            ext = keep & ~early                   # kept, admitted from T on: intervals (dies with new commands)
+            rem = np.flatnonzero(~keep)
+            ki = np.flatnonzero(keep)
+            np.maximum.at(pf, P["plane"][ki], P["p_end"][ki])
+            m = nd[sd] if len(sd) else np.zeros(0, bool)
+            ei = np.flatnonzero(early & nd[P["die"]])
+            cd = np.concatenate([sd[m], P["die"][ei]])
+            ct = np.concatenate([st[m], P["p_end"][ei]])
+            if len(cd) > g.queue_depth:           # a die's Q latest releases are all that can bind
+                cd, ct = _latest_per_die(cd, ct, g.dies, g.queue_depth)
+            xi = np.flatnonzero(ext)
+        self._tail_gates_found = (giP, giN)
         R = {k: np.concatenate([P[k][rem], N[k]]) for k in self._CMD_KEYS}
         R["floor"][len(rem):] = 0                 # (new commands reach their die at their ready time here)
         nr = len(R["kind"])
         k = len(rem)
-        pf = self.plane_free.copy()
-        np.maximum.at(pf, P["plane"][ki], P["p_end"][ki])
-        sd, st = self.slots.die, self.slots.t
-        m = nd[sd] if len(sd) else np.zeros(0, bool)
-        ei = np.flatnonzero(early & nd[P["die"]])
-        cd = np.concatenate([sd[m], P["die"][ei]])
-        ct = np.concatenate([st[m], P["p_end"][ei]])
-        if len(cd) > g.queue_depth:               # a die's Q latest releases are all that can bind
-            cd, ct = _latest_per_die(cd, ct, g.dies, g.queue_depth)
         gx = R["gx"]
-        base, gidx = _gate_bases(R, nr, pe, pix, P["p_end"], keep)
+        if k == 0:                                # R is N: _gate_bases from the look-ups made above
+            base, gidx = _gate_bases_found(N, gm, ngates, keep, P["p_end"])
+        else:
+            base, gidx = _gate_bases(R, nr, pe, pix, P["p_end"], keep)
         ungated = gidx < 0
         kind, die, plane = R["kind"], R["die"], R["plane"]
         ready = np.where(ungated, base + gx, base)
@@ -1613,7 +1820,6 @@ class MediaEngine:
         adm = np.zeros(nr, np.int64)
         rdy = ready.copy()
         fi = np.flatnonzero(~bad[die])
-        xi = np.flatnonzero(ext)
         if len(fi):
             eventsim._plane_pass(fi, kind, ready, die, plane, R["svc"], gidx, gxa, hasg, R["floor"], jn, t_cmd,
                                  g.queue_depth, (cd, ct), bad, pf0=pf, pf=pf.copy(), start=start, end=end,
@@ -1626,11 +1832,18 @@ class MediaEngine:
         td = T[die]
         bad[die[(jn < 0) & (adm < td)]] = True
         bad[N["die"][rdy[k:] < td[k:]]] = True
-        cs, ce, ca, cr = (P[kk].copy() for kk in self._P_KEYS)
-        cs[rem], ce[rem], ca[rem], cr[rem] = start[:k], end[:k], adm[:k], rdy[:k]
+        if k:
+            cs, ce, ca, cr = (P[kk].copy() for kk in self._P_KEYS)
+            cs[rem], ce[rem], ca[rem], cr[rem] = start[:k], end[:k], adm[:k], rdy[:k]
+        else:                                     # (every pending command kept: its arrays, not copies)
+            cs, ce, ca, cr = (P[kk] for kk in self._P_KEYS)
         hd = ~bad
-        self._tail_kept += int(hd[P["die"][ki]].sum())
-        self._tail_redone += int(hd[P["die"][rem]].sum())
+        if tw:
+            self._tail_kept += int(kcnt[hd].sum())
+            self._tail_redone += int(rcnt[hd].sum())
+        else:
+            self._tail_kept += int(hd[P["die"][ki]].sum())
+            self._tail_redone += int(hd[P["die"][rem]].sum())
         return hd, (cs, ce, ca, cr), (start[k:], end[k:], adm[k:], rdy[k:])
 
     def _tail_die(self, P, N):
@@ -1888,7 +2101,7 @@ class MediaEngine:
         d = self._channel_stage(it)
         # a transaction's completion: the later of its parts (0 = deferred part)
         done = np.zeros(nt, np.int64)
-        np.maximum.at(done, idx, d)
+        _max_at(done, idx, d)
         if len(si) and is_rd[si].any():
             # an atomic with a deferred read part stays pending even if its store part is decided
             dz = np.zeros(nt, bool)
@@ -2063,8 +2276,29 @@ def warm_twins(geometry: MediaGeometry) -> float:
             e.submit(b)
             e.collect()
             t += n * 50 + 1_000_000
+        # write bursts that leave a backlog of pending programs, cut into batches (the pending-set twins), then a
+        # quiet scan that decides them (the carried-release cut); the release trim of _tail_die's path
+        for k in range(3):
+            n = 2048
+            b = np.zeros(n, REQUEST_BATCH_DTYPE)
+            b["id"] = np.arange(n) + 10_000 + k * n
+            b["arrival_ns"] = t + np.arange(n, dtype=np.uint64)
+            b["media_address"] = rng.integers(0, pages, n).astype(np.uint64) * PAGE_BYTES
+            b["bytes"] = PAGE_BYTES
+            b["op"] = ctl.HBF_OP_STORE
+            e.submit(b)
+            e.advance(int(b["arrival_ns"].max()))
+            e.collect()
+            t += n
+        e.collect()
+        _latest_per_die(np.arange(_LATEST_TWIN_MIN, dtype=np.int64) % 2, np.arange(_LATEST_TWIN_MIN, dtype=np.int64),
+                        2, 4)
         e.drain()
         e.stats()                      # (bins the queueing delays)
-    return accel.warm("media engine", run, (eventsim._simulate_loop, _fifo_loop, _fifo_carry, _lookup_events,
-                                            _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into,
-                                            _packed_build))
+    return accel.warm("media engine", run, WARM_TWINS)
+
+
+# every compiled twin of the media engine (warm_twins reaches each; tests check it)
+WARM_TWINS = (eventsim._simulate_loop, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
+              _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
+              _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at, _ends_get)

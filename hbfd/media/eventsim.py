@@ -37,6 +37,7 @@ def _small(x, n):
     """Ids as int16 when they fit (a stable argsort is then a radix sort)."""
     return x.astype(np.int16) if n < (1 << 15) else x
 _PLANE_PASS = True          # (tests switch it off to exercise the heads pass)
+_QD_TWIN_MIN = 64           # _plane_pass's queue-depth check by its twin from this many commands on
 
 
 def simulate(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: np.ndarray, service: np.ndarray, *,
@@ -677,6 +678,10 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
     init = np.bincount(die[fi[isj]], minlength=len(bad))[:len(bad)]
     if len(cd):
         init = init + np.bincount(cd, minlength=len(bad))[:len(bad)]
+    if accel.enabled() and len(fi) >= _QD_TWIN_MIN:
+        xd, xa, xe = (_E0, _E0, _E0) if extra is None else extra
+        if _qd_twin(na, fi, die, adm, end, xd, xa, xe, cd, ct, init, Q, bad):
+            return
     ta_, te_ = adm[na], end[fi]
     dna, dfi = die[na], die[fi]
     if extra is not None and len(extra[0]):
@@ -714,11 +719,162 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
         bad[dd[over]] = True
 
 
+def _qd_twin(na, fi, die, adm, end, xd, xa, xe, cd, ct, init, Q, bad) -> bool:
+    """``_plane_pass``'s queue-depth check (its packed-key form) by the compiled ``_qd_loop``; False where
+    the keys would not fit (the caller's numpy form then)."""
+    if not all(a.dtype == np.int64 for a in (na, fi, die, adm, end, xd, xa, xe, cd, ct)):
+        return False
+    lo = int(end[fi].min())
+    hi = int(end[fi].max())
+    for a in (adm[na], xa):
+        if len(a):
+            lo, hi = min(lo, int(a.min())), max(hi, int(a.max()))
+    if not len(na) and not len(xa):
+        lo, hi = min(lo, 0), max(hi, 0)
+    if len(xe):
+        lo, hi = min(lo, int(xe.min())), max(hi, int(xe.max()))
+    span = hi - lo + 2
+    if span * (len(bad) + 1) >= (1 << 62):
+        return False
+    _qd_loop(na, fi, die, adm, end, xd, xa, xe, cd, ct, lo, span, np.ascontiguousarray(init, np.int64), Q, bad)
+    return True
+
+
+@accel.jit
+def _qd_loop(na, fi, die, adm, end, xd, xa, xe, cd, ct, lo, span, init, Q, bad):
+    """``_plane_pass``'s queue-depth check, loop form (compiled by numba): per die, the admissions and the
+    releases (ends; carried releases clipped to [0, span - 1] as the packed keys clip them) as offsets from
+    ``lo`` (+ 1), each sorted, then one sweep: at an admission at v, outstanding = init + admissions at <= v
+    - releases at <= v; a die where it exceeds ``Q`` is marked in ``bad``."""
+    nd = bad.shape[0]
+    ca = np.zeros(nd + 1, np.int64)
+    ce = np.zeros(nd + 1, np.int64)
+    for i in range(na.shape[0]):
+        ca[die[na[i]] + 1] += 1
+    for i in range(xd.shape[0]):
+        ca[xd[i] + 1] += 1
+    for i in range(fi.shape[0]):
+        ce[die[fi[i]] + 1] += 1
+    for i in range(xd.shape[0]):
+        ce[xd[i] + 1] += 1
+    for i in range(cd.shape[0]):
+        ce[cd[i] + 1] += 1
+    for d in range(nd):
+        ca[d + 1] += ca[d]
+        ce[d + 1] += ce[d]
+    A = np.empty(ca[nd], np.int64)
+    E = np.empty(ce[nd], np.int64)
+    pa = ca[:nd].copy()
+    pe = ce[:nd].copy()
+    for i in range(na.shape[0]):
+        d = die[na[i]]
+        A[pa[d]] = adm[na[i]] - lo + 1
+        pa[d] += 1
+    for i in range(xd.shape[0]):
+        d = xd[i]
+        A[pa[d]] = xa[i] - lo + 1
+        pa[d] += 1
+        E[pe[d]] = xe[i] - lo + 1
+        pe[d] += 1
+    for i in range(fi.shape[0]):
+        d = die[fi[i]]
+        E[pe[d]] = end[fi[i]] - lo + 1
+        pe[d] += 1
+    for i in range(cd.shape[0]):
+        d = cd[i]
+        v = ct[i] - lo + 1
+        E[pe[d]] = 0 if v < 0 else (span - 1 if v > span - 1 else v)
+        pe[d] += 1
+    mx = 1
+    for d in range(nd):
+        mx = max(mx, ca[d + 1] - ca[d], ce[d + 1] - ce[d])
+    cnt = np.empty(mx + 2, np.int64)
+    tmp = np.empty(mx, np.int64)
+    for d in range(nd):
+        a0, a1 = ca[d], ca[d + 1]
+        if a1 == a0:
+            continue
+        As = A[a0:a1]
+        lo = As[0]
+        hi = As[0]
+        for i in range(a1 - a0):
+            if As[i] < lo:
+                lo = As[i]
+            if As[i] > hi:
+                hi = As[i]
+        nb = max(1, (a1 - a0) // 2)
+        _bucket_sort(As, lo, hi, nb, cnt, tmp)
+        Es = E[ce[d]:ce[d + 1]]
+        _bucket_sort(Es, lo, hi, nb, cnt, tmp)
+        ne = Es.shape[0]
+        j = 0
+        k = 0
+        m = a1 - a0
+        while k < m:
+            v = As[k]
+            while k + 1 < m and As[k + 1] == v:
+                k += 1
+            while j < ne and Es[j] <= v:
+                j += 1
+            if init[d] + (k + 1) - j > Q:
+                bad[d] = True
+                break
+            k += 1
+
+
+@accel.jit
+def _bucket_sort(x, lo, hi, nb, cnt, tmp):
+    """Sort ``x`` in place (``_qd_loop``'s per-die sort): ``nb`` buckets of equal width over [lo, hi] (values
+    outside in the first and last), then each bucket by insertion (numpy's sort where one holds more than 32)."""
+    n = x.shape[0]
+    if n <= 32:
+        _insertion(x, 0, n)
+        return
+    w = (hi - lo) // nb + 1
+    for b in range(nb + 1):
+        cnt[b] = 0
+    for i in range(n):
+        v = x[i]
+        b = 0 if v < lo else (nb - 1 if v > hi else (v - lo) // w)
+        cnt[b + 1] += 1
+    for b in range(nb):
+        cnt[b + 1] += cnt[b]
+    for i in range(n):
+        v = x[i]
+        b = 0 if v < lo else (nb - 1 if v > hi else (v - lo) // w)
+        tmp[cnt[b]] = v
+        cnt[b] += 1
+    x[:] = tmp[:n]
+    s = 0
+    for b in range(nb):                           # (cnt[b]: the end of bucket b now)
+        e = cnt[b]
+        if e - s > 32:
+            x[s:e].sort()
+        elif e - s > 1:
+            _insertion(x, s, e)
+        s = e
+
+
+@accel.jit
+def _insertion(x, s, e):
+    """Insertion sort of ``x[s:e]`` in place."""
+    for i in range(s + 1, e):
+        v = x[i]
+        j = i - 1
+        while j >= s and x[j] > v:
+            x[j + 1] = x[j]
+            j -= 1
+        x[j + 1] = v
+
+
 def _plane_chains(oo, opl, up, ost, oend, ready, service, gate, gate_x, hasg, fl, jn, t_cmd, f, *, start, end, adm,
                   rdy, enq):
     """``_plane_pass`` where no plane has a read: each plane serves its commands in seq order (FCFS,
     checked by the caller), one column (the k-th command of every plane) per step; planes ordered by
     their number of commands (descending), so the planes still busy at step k are a prefix."""
+    if accel.enabled() and len(oo):
+        _chains_loop(oo, ost, oend, ready, service, gate, gate_x, hasg, fl, jn, t_cmd, f, start, end, adm, rdy, enq)
+        return
     cnt = oend - ost
     po = np.argsort(-cnt, kind="stable")
     cnt_s = cnt[po]
@@ -767,6 +923,49 @@ def _plane_chains(oo, opl, up, ost, oend, ready, service, gate, gate_x, hasg, fl
         rdy[c] = r
         enq[c] = q
     f[po] = fs
+
+
+@accel.jit
+def _chains_loop(oo, ost, oend, ready, service, gate, gate_x, hasg, fl, jn, t_cmd, f, start, end, adm, rdy, enq):
+    """``_plane_chains``, loop form (compiled by numba): the same steps (step k: the k-th command of every
+    plane that has one, its gate's end read before any end of the step is written), without the matrices."""
+    nu = ost.shape[0]
+    m = 0
+    for u in range(nu):
+        if oend[u] - ost[u] > m:
+            m = oend[u] - ost[u]
+    fs = f.copy()
+    ev = np.empty(nu, np.int64)
+    for k in range(m):
+        for u in range(nu):                       # (reads of the step)
+            if ost[u] + k >= oend[u]:
+                continue
+            c = oo[ost[u] + k]
+            r = ready[c]
+            if hasg[c]:
+                ge = end[gate[c]]
+                r = (r if r > ge else ge) + gate_x[c]
+            ta = r if r > fl[c] else fl[c]
+            j = jn[c]
+            if j >= 0:
+                q = j
+                a = j - t_cmd
+            else:
+                q = ta + t_cmd
+                a = ta
+            s = q if q > fs[u] else fs[u]
+            e = s + service[c]
+            fs[u] = e
+            start[c] = s
+            ev[u] = e
+            adm[c] = a
+            rdy[c] = r
+            enq[c] = q
+        for u in range(nu):                       # (writes of the step)
+            if ost[u] + k < oend[u]:
+                end[oo[ost[u] + k]] = ev[u]
+    for u in range(nu):
+        f[u] = fs[u]
 
 
 def simulate_compiled(kind, ready, plane, die, service, *, t_cmd: int, queue_depth: int, plane_free: np.ndarray,

@@ -658,3 +658,311 @@ def _packed_build(major, minor, lo, sbits, bits):
     for i in range(n):
         a[i] = (((np.int64(major[i]) << sbits) + np.int64(minor[i]) - lo) << bits) | i
     return a
+
+
+@accel.jit
+def _heap_push(hv, hn, d, v, q):
+    """Keep in row ``d`` of ``hv`` (a min-heap of ``hn[d]`` entries, at most ``q``) the ``q`` largest values
+    pushed (``_latest_q``'s step)."""
+    m = hn[d]
+    if m < q:                                      # sift up
+        j = m
+        while j > 0:
+            p = (j - 1) >> 1
+            if hv[d, p] <= v:
+                break
+            hv[d, j] = hv[d, p]
+            j = p
+        hv[d, j] = v
+        hn[d] = m + 1
+    elif v > hv[d, 0]:                             # replace the smallest, sift down
+        j = 0
+        while True:
+            c = 2 * j + 1
+            if c >= q:
+                break
+            if c + 1 < q and hv[d, c + 1] < hv[d, c]:
+                c += 1
+            if hv[d, c] >= v:
+                break
+            hv[d, j] = hv[d, c]
+            j = c
+        hv[d, j] = v
+
+
+@accel.jit
+def _heap_out(hv, hn):
+    """The heaps of ``_heap_push`` as (die, value) arrays: die order, largest first."""
+    dies = hn.shape[0]
+    tot = 0
+    for d in range(dies):
+        tot += hn[d]
+    od = np.empty(tot, np.int64)
+    ot = np.empty(tot, np.int64)
+    k = 0
+    for d in range(dies):
+        m = hn[d]
+        if m == 0:
+            continue
+        s = np.sort(hv[d, :m])
+        for j in range(m):
+            od[k + j] = d
+            ot[k + j] = s[m - 1 - j]
+        k += m
+    return od, ot
+
+
+@accel.jit
+def _latest_q(cd, ct, dies, q):
+    """``engine._latest_per_die``, loop form (compiled by numba): the ``q`` latest release times ``ct`` of
+    each die ``cd``, in die order, latest first (the same arrays: equal times are equal values), from one
+    pass with a bounded min-heap per die instead of a sort of every release."""
+    hv = np.empty((dies, q), np.int64)
+    hn = np.zeros(dies, np.int64)
+    for i in range(cd.shape[0] - 1, -1, -1):      # (latest last, mostly: from the end, most are rejected at once)
+        _heap_push(hv, hn, cd[i], ct[i], q)
+    return _heap_out(hv, hn)
+
+
+@accel.jit
+def _carry_keep(d, t, dies, q):
+    """``diestage.DieCarry.put``'s cut, loop form (compiled by numba): the ``q`` largest times ``t`` of each
+    die ``d``, in (die, time) order (the same arrays as its stable sort by time then die and cut: equal
+    times are equal values)."""
+    hv = np.empty((dies, q), np.int64)
+    hn = np.zeros(dies, np.int64)
+    for i in range(d.shape[0] - 1, -1, -1):
+        _heap_push(hv, hn, d[i], t[i], q)
+    od, ot = _heap_out(hv, hn)
+    k = 0
+    while k < od.shape[0]:                         # (each die's run: latest first -> earliest first)
+        j = k
+        while j + 1 < od.shape[0] and od[j + 1] == od[k]:
+            j += 1
+        ot[k:j + 1] = ot[k:j + 1][::-1].copy()
+        k = j + 1
+    return od, ot
+
+
+@accel.jit
+def _pid_map(pid):
+    """``engine._PidIndex``'s direct map, loop form (compiled by numba): (lo, map with map[id - lo] = the
+    id's index, -1 for none); an empty map where the ids are not nearly dense (or there is none)."""
+    n = pid.shape[0]
+    lo = np.int64(1) << 62
+    hi = np.int64(-1)
+    for i in range(n):
+        p = pid[i]
+        if p >= 0:
+            if p < lo:
+                lo = p
+            if p > hi:
+                hi = p
+    if hi < 0 or hi - lo > 4 * n + 1024:
+        return np.int64(0), np.empty(0, np.int64)
+    m = np.full(hi - lo + 1, -1, np.int64)
+    for i in range(n):
+        p = pid[i]
+        if p >= 0:
+            m[p - lo] = i
+    return lo, m
+
+
+@accel.jit
+def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st, q, giP):
+    """``MediaEngine._tail_plane``'s passes over the pending commands ``P``, loop form (compiled by numba),
+    in one scan: each one's gate position in ``P`` (``giP``: -1 none, -2 not in ``P``; status 1 where a gate
+    crosses dies), kept (admitted before its plane's ``Tp``) or scheduled again (``rem``), the planes' free
+    times after the kept ones (``pf``, in place), the kept ones admitted from their die's ``T`` on (``xi``),
+    the carried releases of the dies ``nd`` (theirs in ``sd``/``st``, then the ends of the kept ones admitted
+    before ``T``; each die's ``q`` latest, die order, latest first, when there are more than ``q``), and per
+    die how many are kept and scheduled again. Returns (status, rem, xi, cd, ct, kept per die, again per
+    die)."""
+    n = pdie.shape[0]
+    dies = T.shape[0]
+    kc = np.zeros(dies, np.int64)
+    rc = np.zeros(dies, np.int64)
+    nm = pmap.shape[0]
+    nrem = 0
+    nxi = 0
+    ne = 0
+    for i in range(n):
+        g = pgate[i]
+        if g >= 0:
+            ip = -1
+            if g >= lo and g - lo < nm:
+                ip = pmap[g - lo]
+            if ip >= 0:
+                if pdie[ip] != pdie[i]:
+                    e0 = np.empty(0, np.int64)
+                    return 1, e0, e0, e0, e0, kc, rc
+                giP[i] = ip
+            else:
+                giP[i] = -2
+        else:
+            giP[i] = -1
+        d = pdie[i]
+        a = padm[i]
+        p = pplane[i]
+        if a < Tp[p]:
+            kc[d] += 1
+            e = pend[i]
+            if e > pf[p]:
+                pf[p] = e
+            if a < T[d]:
+                if nd[d]:
+                    ne += 1
+            else:
+                nxi += 1
+        else:
+            rc[d] += 1
+            nrem += 1
+    rem = np.empty(nrem, np.int64)
+    xi = np.empty(nxi, np.int64)
+    ns = 0
+    for k in range(sd.shape[0]):
+        if nd[sd[k]]:
+            ns += 1
+    tot = ns + ne
+    trim = tot > q
+    if trim:
+        hv = np.empty((dies, q), np.int64)
+        hn = np.zeros(dies, np.int64)
+        cd = np.empty(0, np.int64)
+        ct = np.empty(0, np.int64)
+    else:
+        hv = np.empty((1, 1), np.int64)
+        hn = np.zeros(1, np.int64)
+        cd = np.empty(tot, np.int64)
+        ct = np.empty(tot, np.int64)
+    c = 0
+    for k in range(sd.shape[0]):
+        d = sd[k]
+        if nd[d]:
+            if trim:
+                _heap_push(hv, hn, d, st[k], q)
+            else:
+                cd[c] = d
+                ct[c] = st[k]
+                c += 1
+    r = 0
+    x = 0
+    if trim:                                       # (latest last, mostly: pushed from the end, most are
+        for i in range(n - 1, -1, -1):             # rejected at once)
+            d = pdie[i]
+            a = padm[i]
+            if a < Tp[pplane[i]] and a < T[d] and nd[d]:
+                _heap_push(hv, hn, d, pend[i], q)
+    for i in range(n):
+        d = pdie[i]
+        a = padm[i]
+        if a < Tp[pplane[i]]:
+            if a < T[d]:
+                if nd[d] and not trim:
+                    cd[c] = d
+                    ct[c] = pend[i]
+                    c += 1
+            else:
+                xi[x] = i
+                x += 1
+        else:
+            rem[r] = i
+            r += 1
+    if trim:
+        cd, ct = _heap_out(hv, hn)
+    return 0, rem, xi, cd, ct, kc, rc
+
+
+@accel.jit
+def _pending_fields(rows, nall, base, gx, gate, floor, gi, dec, ca, cr, dec_h, t_cmd, ob, ox, og, oj, of):
+    """``MediaEngine._decide_cmds``'s fields of the commands left pending (``rows`` of the run, in order, or
+    all ``nall`` of them when ``nall`` >= 0; ``ca``/``cr`` already theirs), loop form (compiled by numba): a
+    gate decided now resolved into the ready time, and the slot kept by one admitted before ``dec_h``.
+    Writes base, gx, gate, join, floor into ``ob``, ``ox``, ``og``, ``oj``, ``of``."""
+    n = nall if nall >= 0 else rows.shape[0]
+    for k in range(n):
+        i = k if nall >= 0 else rows[k]
+        g = gi[i]
+        res = True if g < 0 else dec[g]
+        if res:
+            ob[k] = cr[k]
+            ox[k] = 0
+            og[k] = -1
+        else:
+            ob[k] = base[i]
+            ox[k] = gx[i]
+            og[k] = gate[i]
+        if res and ca[k] < dec_h:
+            oj[k] = ca[k] + t_cmd
+            of[k] = 0
+        else:
+            oj[k] = -1
+            f = floor[i]
+            of[k] = f if f > dec_h else dec_h
+
+
+@accel.jit
+def _ring_loop(R, plane, fill, pid0, gate, pid):
+    """``engine._ring_push``, loop form (compiled by numba): the stores in issue order, each gated by the oldest
+    of its plane's last B program ids (-1: fewer than B), a filling store issuing the next id (``pid0`` on)
+    and pushing it into its plane's row. ``R`` updated in place; ``gate`` and ``pid`` written."""
+    B = R.shape[1]
+    nxt = pid0
+    for i in range(plane.shape[0]):
+        p = plane[i]
+        gate[i] = R[p, 0]
+        if fill[i]:
+            for c in range(B - 1):
+                R[p, c] = R[p, c + 1]
+            R[p, B - 1] = nxt
+            pid[i] = nxt
+            nxt += 1
+        else:
+            pid[i] = -1
+
+
+@accel.jit
+def _extreme_at(out, idx, val, larger):
+    """``np.maximum.at(out, idx, val)`` (``larger``) or ``np.minimum.at``, loop form (compiled by numba), for
+    int64 values and indices in range."""
+    if larger:
+        for i in range(idx.shape[0]):
+            j = idx[i]
+            if val[i] > out[j]:
+                out[j] = val[i]
+    else:
+        for i in range(idx.shape[0]):
+            j = idx[i]
+            if val[i] < out[j]:
+                out[j] = val[i]
+
+
+@accel.jit
+def _ends_get(a, base, old_id, old_end, q):
+    """``engine._Ends.get``, loop form (compiled by numba): each id's end in the window ``a`` (from ``base``),
+    else among the sorted ``old_id``, else -1."""
+    n = q.shape[0]
+    out = np.empty(n, np.int64)
+    na = a.shape[0]
+    no = old_id.shape[0]
+    for j in range(n):
+        i = q[j] - base
+        if i >= 0 and i < na:
+            out[j] = a[i]
+            continue
+        v = -1
+        if no:
+            lo = 0
+            hi = no
+            while lo < hi:                             # (np.searchsorted, side left)
+                m = (lo + hi) >> 1
+                if old_id[m] < q[j]:
+                    lo = m + 1
+                else:
+                    hi = m
+            if lo > no - 1:
+                lo = no - 1
+            if old_id[lo] == q[j]:
+                v = old_end[lo]
+        out[j] = v
+    return out

@@ -346,7 +346,10 @@ def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
     for mod, name in ((eventsim, "_simulate_loop"), (diestage, "_fifo_loop"), (diestage, "_fifo_carry"),
                       (engine_mod, "_chan_fcfs"), (engine_mod, "_lookup_events"), (engine_mod, "_read_pass"),
                       (engine_mod, "_read_front"), (engine_mod, "_chan_fcfs_packed"), (hist, "_bin_into"),
-                      (lindley, "_packed_build")):
+                      (lindley, "_packed_build"), (eventsim, "_chains_loop"), (eventsim, "_qd_loop"),
+                      (engine_mod, "_latest_q"), (engine_mod, "_pending_fields"), (engine_mod, "_pid_map"),
+                      (engine_mod, "_tail_scan"), (diestage, "_carry_keep"), (engine_mod, "_ring_loop"),
+                      (engine_mod, "_extreme_at"), (engine_mod, "_ends_get")):
         monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
     got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
@@ -363,7 +366,9 @@ def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
     from hbfd.media import kernels as K
     from hbfd.media import hist
     twins = (eventsim._simulate_loop, K._fifo_loop, K._fifo_carry, K._lookup_events, K._chan_fcfs,
-             K._chan_fcfs_packed, K._read_front, K._read_pass, hist._bin_into, K._packed_build)
+             K._chan_fcfs_packed, K._read_front, K._read_pass, hist._bin_into, K._packed_build,
+             eventsim._chains_loop, eventsim._qd_loop, K._latest_q, K._pending_fields, K._pid_map, K._tail_scan,
+             K._carry_keep, K._ring_loop, K._extreme_at, K._ends_get)
     caplog.set_level("DEBUG", logger="hbfd.accel")
     for name in ("nominal", "ocp-sg2"):
         E.warm_twins(MediaGeometry.from_profile(as_profile(name)))

@@ -139,14 +139,14 @@ def test_gate_positions_reused_from_tail_plane(monkeypatch):
     seen = []
     orig = MediaEngine._decide_cmds
 
-    def checking(self, C, start, end, adm, rdy, gi, dec):
+    def checking(self, C, start, end, adm, rdy, gi, dec, **kw):
         ref = np.full(len(gi), -1, np.int64)
         gm = np.flatnonzero(C["gate"] >= 0)
         if len(gm):
             ref[gm] = _pid_pos(C["pid"], C["gate"][gm])
         assert np.array_equal(np.maximum(gi, -1), ref)         # (_array_ops passes -1 - reads for none)
         seen.append(self._tail_gates is not None)
-        return orig(self, C, start, end, adm, rdy, gi, dec)
+        return orig(self, C, start, end, adm, rdy, gi, dec, **kw)
     monkeypatch.setattr(MediaEngine, "_decide_cmds", checking)
     for gname, qd, op, wf, load, seed in _TAIL_CASES[:8]:
         g = _tail_geometry(gname, qd)

@@ -1,0 +1,336 @@
+"""The write path's compiled twins and buffers (issue 14 item 5, round 3) give the numpy definitions' results
+bit for bit, and a changed twin is seen:
+
+* ``kernels._latest_q`` (``engine._latest_per_die``) and ``kernels._carry_keep`` (``DieCarry.put``'s cut)
+  against numpy on random release sets (ties, negative times, one die, many);
+* ``eventsim._plane_pass`` (its queue-depth check ``_qd_loop`` and the program chains ``_chains_loop``) and
+  ``MediaEngine._tail_plane`` (the pending-set scan ``_tail_scan``, ``_pid_map``) called off and on, side by
+  side, with the inputs the engine gives them on write and mixed streams: every output and in-place array equal;
+* ``_ring_push`` (``kernels._ring_loop``), ``_max_at`` (``kernels._extreme_at``) and ``_Ends.get``
+  (``kernels._ends_get``) against numpy;
+* ``engine._Bufs`` (the pending set's growable buffers): an array handed out never changes while live;
+* ``engine._Ends``: its window stays proportional to the ids in use (it doubled at every rebase: 24 GiB
+  asked for after ~290k write requests at 10 % load on nominal);
+* whole engine runs of write streams off vs on are in test_accel_media.py; here, a twin whose outputs are
+  changed is seen in them.
+"""
+from __future__ import annotations
+
+import copy
+import os
+
+import numpy as np
+import pytest
+
+from hbfd.media import diestage, eventsim
+from hbfd.media import engine as engine_mod
+from hbfd.media.bench import make_stream
+from hbfd.media.diestage import DieCarry
+
+from test_accel_media import _engine_run, _geometry
+
+pytest.importorskip("numba")
+
+
+def _release_sets(rng):
+    for n in (1, 5, 255, 256, 257, 1000, 20_000):
+        for dies, span, lo in ((1, 10, 0), (7, 10**6, -(10**5)), (128, 50, 0), (128, 10**12, 0)):
+            yield rng.integers(0, dies, n).astype(np.int64), rng.integers(lo, lo + span, n).astype(np.int64), dies
+
+
+def test_latest_per_die_twin_equals_numpy(monkeypatch):
+    rng = np.random.default_rng(5)
+    for cd, ct, dies in _release_sets(rng):
+        for q in (1, 2, 32):
+            monkeypatch.setenv("HBFD_ACCEL", "off")
+            ref = engine_mod._latest_per_die(cd, ct, dies, q)
+            monkeypatch.setenv("HBFD_ACCEL", "on")
+            got = engine_mod._latest_per_die(cd, ct, dies, q)
+            for a, b in zip(ref, got):
+                assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert engine_mod._latest_q.is_compiled()
+
+
+def test_carry_cut_twin_equals_numpy(monkeypatch):
+    rng = np.random.default_rng(6)
+    for cd, ct, dies in _release_sets(rng):
+        for q in (1, 4, 32):
+            for horizon in (-(1 << 40), int(np.median(ct))):
+                out = []
+                for mode in ("off", "on"):
+                    monkeypatch.setenv("HBFD_ACCEL", mode)
+                    c = DieCarry(dies, q)
+                    c.put(cd[: len(cd) // 3], ct[: len(ct) // 3], horizon)
+                    c.put(cd[len(cd) // 3:], ct[len(ct) // 3:], horizon)
+                    out.append((c.die, c.t))
+                for a, b in zip(*out):
+                    assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert diestage._carry_keep.is_compiled()
+
+
+def test_ring_push_and_extreme_at_twins_equal_numpy(monkeypatch):
+    """``_ring_push`` (twin ``_ring_loop``) and ``_max_at`` (twin ``_extreme_at``, max and min) off vs on, on random
+    batches around the twins' thresholds: the same gates, ids, rings and results."""
+    rng = np.random.default_rng(12)
+    for B in (1, 2, 3):
+        rings = {m: np.full((40, B), -1, np.int64) for m in ("off", "on")}
+        pid = 0
+        for _ in range(60):
+            n = int(rng.choice([0, 1, 63, 64, 65, 500, 3000]))
+            plane = rng.integers(0, 40, n).astype(rng.choice([np.int64, np.int32, np.int16]))
+            fill = rng.random(n) < rng.random()
+            out = {}
+            for m in ("off", "on"):
+                monkeypatch.setenv("HBFD_ACCEL", m)
+                out[m] = engine_mod._ring_push(rings[m], plane, fill, pid)
+            pid += int(fill.sum())
+            assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(out["off"], out["on"]))
+            assert np.array_equal(rings["off"], rings["on"])
+    for n in (0, 255, 256, 257, 10_000):
+        for larger in (True, False):
+            base = rng.integers(-(1 << 40), 1 << 40, 50)
+            idx = rng.integers(0, 50, n)
+            val = rng.integers(-(1 << 41), 1 << 41, n)
+            res = {}
+            for m in ("off", "on"):
+                monkeypatch.setenv("HBFD_ACCEL", m)
+                res[m] = base.copy()
+                engine_mod._max_at(res[m], idx, val, larger)
+            assert np.array_equal(res["off"], res["on"])
+
+
+def test_ends_get_twin_equals_numpy(monkeypatch):
+    """``_Ends.get`` (twin ``_ends_get``) off vs on: ids in the window, below it among the old ones kept and not,
+    above it, negative; around the twin's threshold."""
+    rng = np.random.default_rng(14)
+    e = engine_mod._Ends()
+    top = 0
+    for step in range(60):
+        ids = np.arange(top, top + int(rng.integers(1, 3000)), dtype=np.int64)
+        e.set(ids, rng.integers(0, 1 << 40, len(ids)))
+        top = int(ids[-1]) + 1
+        if step % 7 == 6:
+            base = max(0, top - int(rng.integers(100, 5000)))
+            e.rebase(base, rng.integers(0, max(base, 1), 50))
+        for n in (255, 256, 4000):
+            q = rng.integers(-5, top + 100, n)
+            if len(e.old_id):
+                q[: n // 4] = rng.choice(e.old_id, n // 4)
+            out = {}
+            for m in ("off", "on"):
+                monkeypatch.setenv("HBFD_ACCEL", m)
+                out[m] = e.get(q)
+            assert out["off"].dtype == out["on"].dtype and np.array_equal(out["off"], out["on"])
+    assert len(e.old_id) and engine_mod._ends_get.is_compiled()
+
+
+def test_bucket_sort_sorts():
+    """``eventsim._bucket_sort`` (the queue-depth check's per-die sort) equals ``np.sort``: sizes around its
+    insertion-sort cut, ties, clusters, values outside [lo, hi] (the releases outside a die's admissions)."""
+    rng = np.random.default_rng(13)
+    f = eventsim._bucket_sort.accel_dispatcher()
+    for n in (0, 1, 2, 31, 32, 33, 100, 1000, 5000):
+        for kind in ("uniform", "ties", "cluster", "outside"):
+            x = rng.integers(0, 10**9, n)
+            if kind == "ties":
+                x = rng.integers(0, 5, n)
+            elif kind == "cluster":
+                x = np.where(rng.random(n) < 0.9, rng.integers(0, 100, n), rng.integers(0, 10**12, n))
+            lo, hi = (int(x.min()), int(x.max())) if n else (0, 0)
+            if kind == "outside" and n:
+                lo, hi = int(np.percentile(x, 20)), int(np.percentile(x, 70))
+            y = x.astype(np.int64)
+            f(y, lo, hi, max(1, n // 2), np.empty(n + 2, np.int64), np.empty(max(n, 1), np.int64))
+            assert np.array_equal(y, np.sort(x))
+
+
+def _snap(x):
+    return copy.deepcopy(x)
+
+
+def _same(a, b):
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+STREAMS = [("nominal", "write", 0.0, None, "profile"), ("nominal", "write", 0.0, 0.1, "profile"),
+           ("nominal", "mixed", 0.5, None, "profile"), ("ocp-sg2", "write", 0.0, 0.5, "profile"),
+           ("conservative", "mixed", 0.8, 0.3, "small"), ("nominal", "write", 0.0, None, "small")]
+
+
+def _stream(prof, op, wf, load, qd, n=12_000, seed=3):
+    g = _geometry(prof, qd)
+    gap = 0 if load is None else round(1e9 / (load * g.aggregate_bytes_per_s / 4096))
+    s = make_stream(g, n, 4096, op, gap, seed=seed, write_fraction=wf)
+    rng = np.random.default_rng(seed)
+    sizes, tot = [], 0
+    while tot < n:
+        sizes.append(int(rng.choice([300, 1500, 2500, 4000])))
+        tot += sizes[-1]
+    return g, s, sizes, list(rng.random(len(sizes)) < 0.8)
+
+
+@pytest.mark.parametrize("prof,op,wf,load,qd", STREAMS, ids=["-".join(map(str, c)) for c in STREAMS])
+def test_write_path_twins_side_by_side(monkeypatch, prof, op, wf, load, qd):
+    """Each call of ``_plane_pass`` and ``_tail_plane`` in an engine run with the twins on is made again with
+    them off on copies of its inputs (and the engine's counters put back): the same outputs and in-place
+    arrays. The runs reach the twins (their sizes over the thresholds) and the queue-depth check marks dies."""
+    g, stream, sizes, adv = _stream(prof, op, wf, load, qd)
+    seen = {"pass": 0, "tail": 0, "qd_bad": 0, "tail_kept": 0}
+    pp = eventsim._plane_pass
+
+    def plane_pass(*a, **kw):
+        mode = os.environ["HBFD_ACCEL"]        # (off inside _tail_plane's reference call below)
+        a0, kw0 = _snap(a), _snap(kw)
+        monkeypatch.setenv("HBFD_ACCEL", "off")
+        pp(*a0, **kw0)
+        monkeypatch.setenv("HBFD_ACCEL", "on")
+        pp(*a, **kw)
+        monkeypatch.setenv("HBFD_ACCEL", mode)
+        assert _same(a0, a) and _same(kw0, kw)
+        seen["pass"] += 1
+        seen["qd_bad"] += int(a[14].sum())
+    tp = engine_mod.MediaEngine._tail_plane
+
+    def tail_plane(self, P, N, nd):
+        ctr = (self._tail_kept, self._tail_redone)
+        monkeypatch.setenv("HBFD_ACCEL", "off")
+        ref = tp(self, _snap(P), _snap(N), nd.copy())
+        gref = _snap(self._tail_gates_found) if ref is not None else None
+        ctr_ref = (self._tail_kept, self._tail_redone)
+        self._tail_kept, self._tail_redone = ctr
+        monkeypatch.setenv("HBFD_ACCEL", "on")
+        got = tp(self, P, N, nd)
+        assert _same(ref, got)
+        if ref is not None:
+            assert _same(gref, self._tail_gates_found)
+            assert ctr_ref == (self._tail_kept, self._tail_redone)
+            seen["tail_kept"] += ctr_ref[0] - ctr[0]
+        seen["tail"] += 1
+        return got
+    monkeypatch.setattr(eventsim, "_plane_pass", plane_pass)
+    monkeypatch.setattr(engine_mod.MediaEngine, "_tail_plane", tail_plane)
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    _engine_run(g, stream, sizes, adv)
+    assert seen["pass"] and seen["tail"] and seen["tail_kept"] > (1000 if op == "write" else 100), seen
+    if qd == "small":
+        assert seen["qd_bad"], seen
+
+
+def test_bufs_never_change_a_live_array():
+    """Random appends and rewrites of ``_Bufs``: the pending set a batch starts from, and every array handed
+    out in the batch, keep their contents to the end of the batch; appends equal ``np.concatenate``."""
+    rng = np.random.default_rng(9)
+    b = engine_mod._Bufs()
+    pq = {"x": np.arange(10, dtype=np.int64)}
+    for _ in range(300):
+        b.begin(pq)
+        live = [(pq["x"], pq["x"].copy())]
+        cur = pq["x"]
+        for _ in range(int(rng.integers(1, 4))):
+            op = rng.integers(3)
+            if op == 0:
+                new = rng.integers(0, 100, int(rng.integers(0, 50)))
+                ref = np.concatenate([cur, new])
+                cur = b.cat("x", cur, new)
+                assert np.array_equal(cur, ref)
+            elif op == 1:
+                o = b.out("x", int(rng.integers(1, 80)), np.int64, cur)
+                o[:] = rng.integers(0, 100, len(o))
+                cur = o
+            else:
+                cur = cur[rng.random(len(cur)) < 0.7].copy() if len(cur) else cur
+            live.append((cur, cur.copy()))
+            for a, c in live:
+                assert np.array_equal(a, c)
+        pq = {"x": cur}
+
+
+def test_ends_window_stays_bounded():
+    """``_Ends``: ids set in order, the window rebased past the old ones (as _prune_ends does): its length stays
+    within a few times the ids in use (before: doubled at each rebase)."""
+    e = engine_mod._Ends()
+    top = 0
+    for k in range(200):
+        ids = np.arange(top, top + 3000, dtype=np.int64)
+        e.set(ids, ids * 7)
+        top += 3000
+        base = max(0, top - 20_000)
+        e.rebase(base, np.array([base - 1, base - 5], np.int64) if base > 5 else np.zeros(0, np.int64))
+        assert len(e) <= 4 * (top - base) + 1024, (k, len(e))
+        q = np.array([top - 1, base, top, base - 1], np.int64)
+        assert e.get(q).tolist() == [(top - 1) * 7, base * 7, -1, (base - 1) * 7 if base > 5 else -1]
+
+
+def _shift(i, by):
+    def f(o):
+        out = list(o)
+        out[i] = out[i] + by
+        return tuple(out)
+    return f
+
+
+@pytest.mark.parametrize("mod,name,how", [
+    (engine_mod, "_pending_fields", "base"),
+    (engine_mod, "_tail_scan", "pf"),
+    (eventsim, "_chains_loop", "end"),
+    (eventsim, "_qd_loop", "skip"),
+    (diestage, "_carry_keep", "t"),
+    (engine_mod, "_pid_map", "map"),
+    (engine_mod, "_ring_loop", "ring"),
+    (engine_mod, "_extreme_at", "at"),
+    (engine_mod, "_ends_get", "ends")],
+    ids=["fields", "scan", "chains", "qd", "carry", "pidmap", "ring", "at", "ends"])
+def test_a_changed_write_twin_is_seen(monkeypatch, mod, name, how):
+    """The engine comparison (completions and stats) fails when a write-path twin's outputs are changed."""
+    if how == "base":                          # (pending fields matter where commands are scheduled again)
+        g, stream, sizes, adv = _stream("nominal", "mixed", 0.5, 0.5, "profile")
+    else:
+        g, stream, sizes, adv = _stream("nominal", "write", 0.0, None, "small" if how == "skip" else "profile")
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    ref = _engine_run(g, stream, sizes, adv)
+    orig = getattr(mod, name)
+    calls = []
+
+    def changed(*a):
+        calls.append(1)
+        if how == "base":                      # pending commands ready 1 us later
+            r = orig(*a)
+            a[12][:] += 1000
+            return r
+        if how == "pf":                        # planes free 5 us earlier after the kept commands
+            r = orig(*a)
+            a[10][:] -= 5000
+            return r
+        if how == "end":
+            r = orig(*a)
+            a[13][a[0]] += 1
+            return r
+        if how == "skip":                      # the queue depth never checked
+            return None
+        if how == "t":
+            return _shift(1, 1)(orig(*a))
+        if how == "ring":                      # no store gated (no write backpressure)
+            orig(*a)
+            a[4][:] = -1
+            return None
+        if how == "ends":                      # decided programs' ends 1 us later
+            r = orig(*a)
+            r[r >= 0] += 1000
+            return r
+        if how == "at":                        # maxima one ns later
+            orig(*a)
+            if a[3]:
+                a[0][np.unique(a[1])] += 1
+            return None
+        lo, m = orig(*a)                       # ids one off: gates found on the wrong command
+        return lo + 1, m
+    monkeypatch.setattr(mod, name, changed)
+    got = _engine_run(g, stream, sizes, adv)
+    assert calls
+    assert ref[1] != got[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
