@@ -56,8 +56,8 @@ def _fail(e: BaseException, tool: str) -> int:
 def marker_line() -> str:
     """The line hbfcc-ptxas adds to ``--version`` (Triton hashes that output into its cache key)."""
     from .toolchain import rewriter_sha
-    try:  # the helper build that rewrites link (HBFCC_HELPER_PTX, else the direct build)
-        hsha = H.load_helper().sha256[:16]
+    try:  # the helper build that rewrites link (HBFCC_HELPER_PTX, else the direct build); its sha: of its bytes
+        hsha = (H.load_helper_header if knobs.load().link == "separate" else H.load_helper)().sha256[:16]
     except HbfError:
         hsha = "none"
     line = f"hbfcc {HBF_HELPER_ABI_VERSION} {rewriter_sha()[:16]} helper {hsha}"
@@ -275,7 +275,6 @@ def _ptxas(args: list[str]) -> int:
     if got is not None and got > cap:
         choice, instead_of = _newer_ptx(in_path, got, choice, cap)
         real, cap = choice.path, max_ptx_version(choice.path)
-    helper = H.load_helper(module_text=original)
     sass = arch is not None and not arch.startswith("compute_")
     # HBFCC_LINK=separate (hbfcc/seplink.py): decided here for what the call asks, after the rewrite for
     # what the module is; any reason not to goes into the artifact (link.fallback_reason), the whole
@@ -289,6 +288,8 @@ def _ptxas(args: list[str]) -> int:
         use_sep = sep_why is None
         if sep_why is not None:
             log.warning("HBFCC_LINK=separate: %s; building whole-program", sep_why)
+    # the separate link needs the helper's identity only (its object is checked and built once, cached)
+    helper = (H.load_helper_header if use_sep else H.load_helper)(module_text=original)
     # baseline (the original PTX, same options) runs in parallel with the rewrite and the build
     base_cp: dict = {}
     tmpdir = tempfile.mkdtemp(prefix="hbfcc-ptxas.")
@@ -324,7 +325,7 @@ def _ptxas(args: list[str]) -> int:
                              if f.is_entry and f.body is not None and link.uses_any(f, helpers_))
 
         def whole_rewrite():
-            return rewrite_text(original, filename=in_path, helper=helper, max_version=cap)
+            return rewrite_text(original, filename=in_path, helper=H.load_helper(module_text=original), max_version=cap)
 
         if use_sep:
             if res.already_instrumented or res.meta.get("below_helper_target") \
@@ -474,7 +475,7 @@ def _separate_build(res, real: str, wargs: list[str], out_idx: int, arch: str, u
         raise ToolchainError(f"ptxas -c failed on the separate-link module (exit {cp.returncode}): "
                              f"{cp.stderr.strip()[-500:]}", argv=argv, returncode=cp.returncode)
     ho = seplink.helper_object(helper.path, helper.sha256, meta["helper_cap"], real, ptxas_version_text(real), arch,
-                               k.cache_dir, tmpdir, _run_capture)
+                               k.cache_dir, tmpdir, _run_capture, check=lambda: H.load_helper(helper.path))
     hpath = os.path.join(tmpdir, "helper-link.o")
     Path(hpath).write_bytes(ho.data)
     nvlink = seplink.nvlink_beside(real)

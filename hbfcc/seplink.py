@@ -141,12 +141,14 @@ def _key(helper_sha: str, cap: int, ptxas: str, ptxas_version: str, arch: str) -
 
 
 def helper_object(helper_path: str, helper_sha: str, cap: int, ptxas: str, ptxas_version: str, arch: str,
-                  cache_dir: Path, tmpdir: str, run) -> HelperObject:
+                  cache_dir: Path, tmpdir: str, run, check=None) -> HelperObject:
     """The helper module assembled with ``ptxas -arch=ARCH -c -maxrregcount=CAP`` (no -lineinfo: its text is
     not carried into every cubin), from ``cache_dir/helper-objects`` when a valid entry is there: the
     object and a record of its sha256 and key, both replaced atomically (concurrent builds write the
     same entry); an entry whose object does not match its record is rebuilt, never trusted.
-    ``run(argv) -> CompletedProcess``. Raises ToolchainError when ptxas fails."""
+    ``run(argv) -> CompletedProcess``; ``check()``: called before an object is assembled (the whole helper
+    module parsed and checked against the ABI, hbfcc.helpers.load_helper: an entry exists only for a helper
+    that passed). Raises ToolchainError when ptxas fails."""
     key = _key(helper_sha, cap, ptxas, ptxas_version, arch)
     d = cache_dir / CACHE_SUBDIR
     obj, rec = d / f"{key}.o", d / f"{key}.json"
@@ -160,6 +162,8 @@ def helper_object(helper_path: str, helper_sha: str, cap: int, ptxas: str, ptxas
         pass
     except (OSError, ValueError, AttributeError) as e:
         log.warning("separate link: helper object cache entry %s unreadable (%s); assembling it again", rec, e)
+    if check is not None:
+        check()
     raw = Path(helper_path).read_bytes()
     if sha256_bytes(raw) != helper_sha:
         raise ToolchainError("separate link: the helper PTX changed while hbfcc ran", argv=[helper_path])

@@ -148,11 +148,13 @@ def build(tmp_path: Path, name: str, *extra: str, tag: str = "", **env) -> tuple
     return cp, out, doc
 
 
-def _symbols(path: Path) -> dict[str, str]:
-    """name -> section index ('SHN_UNDEF' for an unresolved symbol) of the ELF's symbol table."""
+def _symbols(path: Path, objects: bool = False) -> dict[str, str]:
+    """name -> section index ('SHN_UNDEF' for an unresolved symbol) of the ELF's symbol table (objects: data
+    symbols only)."""
     from elftools.elf.elffile import ELFFile
     with open(path, "rb") as f:
-        return {s.name: s["st_shndx"] for s in ELFFile(f).get_section_by_name(".symtab").iter_symbols() if s.name}
+        return {s.name: s["st_shndx"] for s in ELFFile(f).get_section_by_name(".symtab").iter_symbols()
+                if s.name and (not objects or s["st_info"]["type"] == "STT_OBJECT")}
 
 
 @pytest.mark.slow
@@ -233,6 +235,26 @@ def test_default_route_is_unchanged(tmp_path):
     assert unset.read_bytes() == whole.read_bytes()
     assert "link" not in du and "link" not in dw
     assert sep.read_bytes() != unset.read_bytes()
+    # the globals the runtime binds by name (cuModuleGetGlobal) are defined in the separate cubin as in the whole
+    whole_g = {n for n, ix in _symbols(unset, objects=True).items() if n.startswith("__hb_") and ix != "SHN_UNDEF"}
+    sep_g = {n for n, ix in _symbols(sep, objects=True).items() if n.startswith("__hb_") and ix != "SHN_UNDEF"}
+    assert {"__hb_state", "__hb_cdesc", "__hb_kslot_base"} <= whole_g <= sep_g
+
+
+@pytest.mark.slow
+def test_triton_compile_through_the_separate_link(tmp_path):
+    """triton.compile for GPUTarget('cuda', 90, 32) on the CPU with TRITON_PTXAS_PATH=hbfcc-ptxas and
+    HBFCC_LINK=separate (CUDA's ptxas: the separate link needs nvlink beside it)."""
+    pytest.importorskip("triton")
+    import test_cli_triton as T
+    got = T.compile_once(tmp_path, TRITON_PTXAS_PATH=U.console("hbfcc-ptxas"), HBFCC_REAL_PTXAS=U.tool("ptxas"),
+                         HBFCC_LINK="separate", HBFCC_CACHE_DIR=tmp_path / "cache", HBFCC_HELPER_PTX=_helper())
+    assert got["cubin_has_hb"]
+    doc = json.loads((tmp_path / "store" / f"{got['ptx_sha256']}.hbfcc.json").read_text())
+    artifact.validate(doc)
+    assert doc["admitted"] is True
+    assert doc["link"]["mode"] == "separate", doc["link"]
+    assert set(doc["link"]["caps"]) == {"axpy_atomic"}
 
 
 @pytest.mark.slow
@@ -278,3 +300,15 @@ def test_module_not_instrumented_is_assembled_as_today(tmp_path):
         if mode == "separate":
             assert doc["link"]["mode"] == "whole" and "not instrumented" in doc["link"]["fallback_reason"]
     assert outs[None] == outs["separate"]
+
+
+def test_helper_header_is_the_same_helper():
+    """The separate link's cheap helper identity names the module load_helper parses: same path, sha, header."""
+    from hbfcc import helpers as H
+    for p in filter(None, (U.real_helper_ptx(),)):
+        full, head = H.load_helper(p), H.load_helper_header(p)
+        assert (head.path, head.sha256, head.version, head.target_sm, head.abi_version) == \
+            (full.path, full.sha256, full.version, full.target_sm, full.abi_version)
+        assert head.functions == () and head.globals == ()
+    with pytest.raises(ConfigError):
+        H.load_helper_header("/nonexistent/helper.ptx")
