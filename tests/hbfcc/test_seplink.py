@@ -270,6 +270,13 @@ def test_fallbacks_build_whole_and_say_why(tmp_path):
     assert doc["link"]["mode"] == "whole" and "no nvlink beside" in doc["link"]["fallback_reason"]
     assert "HBFCC_LINK=separate" in cp.stderr and "no nvlink" in cp.stderr
     assert out.read_bytes() == ref.read_bytes()
+    # an nvlink that fails: the whole route builds it, the same cubin as the default's
+    (lone / "nvlink").write_text("#!/bin/sh\necho 'nvlink: refused by the test' >&2\nexit 3\n")
+    (lone / "nvlink").chmod(0o755)
+    cp, out, doc = build(tmp_path, "vector_add_f32", tag="badnv", HBFCC_LINK="separate", HBFCC_REAL_PTXAS=wrapper)
+    assert doc["link"]["mode"] == "whole" and "nvlink failed (exit 3)" in doc["link"]["fallback_reason"]
+    assert "refused by the test" in doc["link"]["fallback_reason"]
+    assert out.read_bytes() == ref.read_bytes()
     # the caller asks for a relocatable object
     _, _, doc = build(tmp_path, "vector_add_f32", "-c", tag="c", HBFCC_LINK="separate")
     assert doc["link"]["mode"] == "whole" and "(-c)" in doc["link"]["fallback_reason"]
@@ -312,3 +319,18 @@ def test_helper_header_is_the_same_helper():
         assert head.functions == () and head.globals == ()
     with pytest.raises(ConfigError):
         H.load_helper_header("/nonexistent/helper.ptx")
+
+
+@pytest.mark.slow
+def test_concurrent_builds_share_one_cache_entry(tmp_path):
+    """Two hbfcc-ptxas builds at once, empty cache: both link, and the entry left behind is valid (reused)."""
+    import concurrent.futures as cf
+    _helper()
+    with cf.ThreadPoolExecutor(2) as ex:
+        docs = list(ex.map(lambda i: build(tmp_path, "vector_add_f32", tag=f"p{i}", HBFCC_LINK="separate")[2],
+                           range(2)))
+    assert all(d["link"]["mode"] == "separate" for d in docs)
+    assert docs[0]["link"]["helper_object"]["key"] == docs[1]["link"]["helper_object"]["key"]
+    _, _, again = build(tmp_path, "vector_add_f32", tag="after", HBFCC_LINK="separate")
+    assert again["link"]["helper_object"]["cached"] is True
+    assert again["link"]["helper_object"]["sha256"] in {d["link"]["helper_object"]["sha256"] for d in docs}
