@@ -30,14 +30,18 @@ jobs on the box); ratios are per item, then the median (and p10/p90, min/max) ov
   without ``-lineinfo``: no copy of the helper PTX text in each cubin).
 * ``triton``: a set of Triton kernels compiled on the CPU for sm_90a (``triton.compile``, a fresh cache
   per compile) with plain Triton and with ``TRITON_PTXAS_PATH=hbfcc-ptxas``; the time of each compile
-  and the cubin size ratio.
+  and the cubin size ratio. ``--separate`` adds variant ``separate`` (``HBFCC_LINK=separate``, its helper
+  object cache empty at the start, so the first repeat includes the helper objects' builds) and reads
+  each entry's registers and stack frame from every variant's cubin; ``--triton-ptxas PTXAS`` makes
+  every variant use that ptxas (plain Triton's ``TRITON_PTXAS_PATH``, hbfcc-ptxas's
+  ``HBFCC_REAL_PTXAS``): the separate link needs one with nvlink beside it.
 
 ``nvcc`` and ``triton`` also build each item through hbfcc with the whole helper library linked
 (``HBFCC_LINK_PRUNE=0``, variant ``full``: the link before the pruning), interleaved with the others
 (``--no-full`` leaves it out): ``full_*`` ratios to plain and ``pruned_vs_full_*``.
 
     python bench/hbfcc_buildcost.py [--parts corpus,separate,nvcc,triton] [--reps 3] [--limit N] [--every K] [--no-full]
-                                    [--against TREE]
+                                    [--against TREE] [--separate] [--triton-ptxas PTXAS]
                                     [--out bench/results/hbfcc_buildcost_cpu.json]
 """
 from __future__ import annotations
@@ -424,6 +428,8 @@ def summary(rows: list[dict], variants) -> dict:
     if "full" in variants:
         keys += ["full_wall_ratio", "full_cpu_ratio", "full_cubin_ratio", "pruned_vs_full_wall",
                  "pruned_vs_full_cpu", "pruned_vs_full_cubin"]
+    if "separate" in variants:
+        keys += ["separate_wall_ratio", "separate_cpu_ratio", "separate_cubin_ratio"]
     if "before" in variants:
         keys += ["before_wall_ratio", "before_cpu_ratio", "now_vs_before_wall", "now_vs_before_cpu"]
         out["cubin_identical_to_before"] = sum(1 for r in rows if r.get("cubin_identical_to_before"))
@@ -524,6 +530,9 @@ for name in sys.argv[2].split(","):
     k = compile_one(*KERNELS[name])
     out[name] = {"wall_s": time.perf_counter() - t0, "cpu_s": cpu() - c0, "cubin_bytes": len(k.asm["cubin"]),
                  "instrumented": b"__hb_" in k.asm["cubin"]}
+    if len(sys.argv) > 3:            # keep the cubin (registers per entry: hbfcc.cubin)
+        with open(os.path.join(sys.argv[3], name + ".cubin"), "wb") as f:
+            f.write(k.asm["cubin"])
 print(json.dumps(out))
 '''
 
@@ -543,14 +552,23 @@ def part_triton(ns, work: Path) -> dict:
     kernels = ",".join(TRITON_KERNELS[:ns.limit or None])
     base = dict(os.environ, HBFCC_ARTIFACT_DIR=str(work / "store"), HBFCC_LOG="ERROR", TMPDIR=str(work))
     base.pop("TRITON_PTXAS_PATH", None)
+    if ns.triton_ptxas:    # one ptxas for every variant: plain Triton's and the one hbfcc-ptxas runs
+        base["TRITON_PTXAS_PATH"] = ns.triton_ptxas
     envs = {"plain": base, "hbfcc": dict(base, TRITON_PTXAS_PATH=hbfcc_ptxas)}
+    if ns.triton_ptxas:
+        envs["hbfcc"]["HBFCC_REAL_PTXAS"] = ns.triton_ptxas
     if ns.full:   # the whole helper library linked (HBFCC_LINK_PRUNE=0)
         envs["full"] = dict(envs["hbfcc"], HBFCC_LINK_PRUNE="0")
+    if ns.separate:   # HBFCC_LINK=separate: the helper object cache starts empty (its builds are in rep 1)
+        envs["separate"] = dict(envs["hbfcc"], HBFCC_LINK="separate", HBFCC_CACHE_DIR=str(work / "hbfcc-cache"))
+    cubins = {k: work / "cubins" / k for k in envs}
+    for d in cubins.values():
+        d.mkdir(parents=True, exist_ok=True)
 
     def run(k: str):
         def go():
-            cp = subprocess.run([sys.executable, str(script), str(caches), kernels], capture_output=True, text=True,
-                                env=envs[k])
+            cp = subprocess.run([sys.executable, str(script), str(caches), kernels, str(cubins[k])],
+                                capture_output=True, text=True, env=envs[k])
             if cp.returncode != 0:
                 raise SystemExit(f"triton compile ({k}) failed: {cp.stderr[-3000:]}")
             return json.loads(cp.stdout.strip().splitlines()[-1])
@@ -566,12 +584,29 @@ def part_triton(ns, work: Path) -> dict:
             row[f"{k}_cubin_bytes"] = t[k][0][name]["cubin_bytes"]
             row[f"{k}_instrumented"] = t[k][0][name]["instrumented"]
         ratios(row, envs, {k: row[f"{k}_cubin_bytes"] for k in envs})
+        if "separate" in envs:
+            row["separate_vs_whole_cpu"] = row["separate_cpu_s"] / row["hbfcc_cpu_s"]
+            row["separate_vs_whole_wall"] = row["separate_wall_s"] / row["hbfcc_wall_s"]
+            row["separate_cpu_all_s"] = [round(r[name]["cpu_s"], 4) for r in t["separate"]]
+            facts = {k: cubin.function_facts(cubins[k] / f"{name}.cubin") for k in envs}
+            # the module's one entry is the kernel's name (the helpers' own counts are in the separate cubin too)
+            row["registers"] = {k: {name: facts[k][name].registers} for k in envs}
+            row["frame_bytes"] = {k: {name: facts[k][name].frame_bytes} for k in envs}
         rows.append(row)
         print(f"[triton] {name}: wall {row['plain_wall_s']:.2f} -> {row['hbfcc_wall_s']:.2f} s (x{row['wall_ratio']:.2f}),"
               f" cpu x{row['cpu_ratio']:.2f}, cubin x{row['cubin_ratio']:.1f}"
               + (f"; whole library x{row['full_wall_ratio']:.2f}, cubin x{row['full_cubin_ratio']:.1f}"
-                 if "full_wall_ratio" in row else ""), file=sys.stderr)
+                 if "full_wall_ratio" in row else "")
+              + (f"; separate cpu x{row['separate_cpu_ratio']:.2f} (vs whole {row['separate_vs_whole_cpu']:.2f}), "
+                 f"cubin x{row['separate_cubin_ratio']:.1f}, regs {row['registers']}" if "separate" in envs else ""),
+              file=sys.stderr)
     summ = {"kernels": len(rows), **summary(rows, envs),
+            **({"separate_vs_whole_cpu": spread([r["separate_vs_whole_cpu"] for r in rows]),
+                "separate_vs_whole_wall": spread([r["separate_vs_whole_wall"] for r in rows]),
+                "entries_with_more_registers_separate_than_whole": sum(
+                    1 for r in rows for e, n in r["registers"]["separate"].items()
+                    if (n or 0) > (r["registers"]["hbfcc"].get(e) or 0)),
+                "entries": sum(len(r["registers"]["separate"]) for r in rows)} if "separate" in envs else {}),
             "all_instrumented": all(r[f"{k}_instrumented"] for r in rows for k in envs if k != "plain")
             and not any(r["plain_instrumented"] for r in rows)}
     return {"summary": summ, "rows": rows}
@@ -585,6 +620,12 @@ def main() -> int:
     ap.add_argument("--every", type=int, default=1, help="corpus: every K-th module only (sorted by name)")
     ap.add_argument("--no-full", dest="full", action="store_false",
                     help="nvcc, triton: leave out the whole-library link (HBFCC_LINK_PRUNE=0) builds")
+    ap.add_argument("--separate", action="store_true",
+                    help="triton: also build with HBFCC_LINK=separate (variant 'separate'; registers per entry "
+                         "read from every variant's cubins)")
+    ap.add_argument("--triton-ptxas", metavar="PTXAS", default=None,
+                    help="triton: the ptxas of every variant (plain: TRITON_PTXAS_PATH; hbfcc: HBFCC_REAL_PTXAS); "
+                         "the separate link needs one with nvlink beside it (a CUDA toolkit's)")
     ap.add_argument("--against", metavar="TREE", default=None,
                     help="nvcc: also build with the hbfcc of another source tree (e.g. a `git archive` of an earlier "
                          "commit with its runtime_cuda/ptx), variant 'before': times and cubin identity against it")

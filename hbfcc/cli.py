@@ -56,8 +56,8 @@ def _fail(e: BaseException, tool: str) -> int:
 def marker_line() -> str:
     """The line hbfcc-ptxas adds to ``--version`` (Triton hashes that output into its cache key)."""
     from .toolchain import rewriter_sha
-    try:  # the helper build that rewrites link (HBFCC_HELPER_PTX, else the direct build)
-        hsha = H.load_helper().sha256[:16]
+    try:  # the helper build that rewrites link (HBFCC_HELPER_PTX, else the direct build); its sha: of its bytes
+        hsha = (H.load_helper_header if knobs.load().link == "separate" else H.load_helper)().sha256[:16]
     except HbfError:
         hsha = "none"
     line = f"hbfcc {HBF_HELPER_ABI_VERSION} {rewriter_sha()[:16]} helper {hsha}"
@@ -84,6 +84,9 @@ def marker_line() -> str:
         line += " launch-bound off"
     if not knobs.load().link_prune:  # HBFCC_LINK_PRUNE=0: the same kernel code, more helper text and -c code
         line += " link-prune off"
+    if knobs.load().link == "separate":  # HBFCC_LINK=separate: helpers as a cached object, nvlink'd, under caps
+        cap = knobs.load().separate_cap
+        line += f" link separate cap {'plain' if cap is None else cap}"
     if knobs.load().cpasync_window != knobs.CPASYNC_WINDOW_DEFAULT:  # another cp.async group window
         line += f" cpasync-window {knobs.load().cpasync_window}"
     return line
@@ -233,7 +236,7 @@ def _ptxas(args: list[str]) -> int:
 
     from hbfcommon.abi import HELPERS
 
-    from . import link, occupancy
+    from . import link, occupancy, seplink
     from .rewrite import rewrite_text
     from .toolchain import build_stats, choose_ptxas, max_ptx_version, ptxas_version_text
 
@@ -272,8 +275,21 @@ def _ptxas(args: list[str]) -> int:
     if got is not None and got > cap:
         choice, instead_of = _newer_ptx(in_path, got, choice, cap)
         real, cap = choice.path, max_ptx_version(choice.path)
-    helper = H.load_helper(module_text=original)
     sass = arch is not None and not arch.startswith("compute_")
+    # HBFCC_LINK=separate (hbfcc/seplink.py): decided here for what the call asks, after the rewrite for
+    # what the module is; any reason not to goes into the artifact (link.fallback_reason), the whole
+    # route builds it
+    use_sep, sep_why, sep_info = False, None, None
+    if k.link == "separate":
+        sep_why = seplink.unsupported(args, arch, out_path, nvcc_step=k.nvcc_step,
+                                      occupancy_guard=k.occupancy_guard, passes=k.passes)
+        if sep_why is None and seplink.nvlink_beside(real) is None:
+            sep_why = f"no nvlink beside {real} (set HBFCC_REAL_PTXAS to a CUDA toolkit's ptxas)"
+        use_sep = sep_why is None
+        if sep_why is not None:
+            log.warning("HBFCC_LINK=separate: %s; building whole-program", sep_why)
+    # the separate link needs the helper's identity only (its object is checked and built once, cached)
+    helper = (H.load_helper_header if use_sep else H.load_helper)(module_text=original)
     # baseline (the original PTX, same options) runs in parallel with the rewrite and the build
     base_cp: dict = {}
     tmpdir = tempfile.mkdtemp(prefix="hbfcc-ptxas.")
@@ -284,7 +300,7 @@ def _ptxas(args: list[str]) -> int:
     wargs = list(args)
     wargs[inputs[0]] = work
     try:
-        if k.baseline and sass:
+        if (k.baseline or (use_sep and k.separate_cap is None)) and sass:
             bin_ = os.path.join(tmpdir, "orig.ptx")
             Path(bin_).write_text(original)
             bargs = list(args)
@@ -300,27 +316,69 @@ def _ptxas(args: list[str]) -> int:
                 bargs.append("-v")
             base_thread = threading.Thread(target=lambda: base_cp.setdefault("cp", _run_capture([real] + bargs)))
             base_thread.start()
-        res = rewrite_text(original, filename=in_path, helper=helper, max_version=cap)
+        res = rewrite_text(original, filename=in_path, helper=helper, max_version=cap, link=not use_sep)
         before, baseline_done = None, False
-        unbounded = None        # the rewrite without the launch bound, when the bound was set before the build
-        if k.launch_bound and not k.occupancy_guard and base_thread is not None and not res.already_instrumented \
-                and res.transformed_sha256 != res.original_sha256 \
-                and any(t is None for t in occupancy.entry_threads(res.module).values()):
-            before, baseline_done = _baseline_stats(base_thread, base_cp, tmpdir), True
-            helpers_ = frozenset(HELPERS)
-            callers = frozenset(f.name for f in res.module.functions()
-                                if f.is_entry and f.body is not None and link.uses_any(f, helpers_))
-            dec = occupancy.launch_plan_before(res.module, _registers(before), callers) if before is not None else None
-            if dec is not None and any(d["applied"] for d in dec.values()):
-                unbounded = res
-                res = _with_stage(res, occupancy.LAUNCH_PASS_NAME, dec, occupancy.launch_stage)
-            elif dec is not None:                      # decided: no entry needs it
-                res = replace(res, meta=dict(res.meta, **{occupancy.LAUNCH_PASS_NAME: dec}))
+        helpers_ = frozenset(HELPERS)
+
+        def callers_of(r) -> frozenset:
+            return frozenset(f.name for f in r.module.functions()
+                             if f.is_entry and f.body is not None and link.uses_any(f, helpers_))
+
+        def whole_rewrite():
+            return rewrite_text(original, filename=in_path, helper=H.load_helper(module_text=original), max_version=cap)
+
+        if use_sep:
+            if res.already_instrumented or res.meta.get("below_helper_target") \
+                    or res.transformed_sha256 == res.original_sha256 or not callers_of(res):
+                sep_why = "the module was not instrumented (nothing to link)"
+            elif k.separate_cap is None:
+                before, baseline_done = _baseline_stats(base_thread, base_cp, tmpdir), True
+                if before is None:
+                    sep_why = "no plain build (baseline ptxas failed): HBFCC_SEPARATE_CAP=plain has no registers"
+            if sep_why is not None:
+                (log.info if "not instrumented" in sep_why else log.warning)(
+                    "HBFCC_LINK=separate: %s; building whole-program", sep_why)
+                use_sep = False
+                if not res.already_instrumented and not res.meta.get("below_helper_target"):
+                    res = whole_rewrite()
+
+        def bound_before(res):
+            """The launch bound decided before the build (docs/design.md "Launch bound"): (res, unbounded)."""
+            nonlocal before, baseline_done
+            if k.launch_bound and not k.occupancy_guard and base_thread is not None and not res.already_instrumented \
+                    and res.transformed_sha256 != res.original_sha256 \
+                    and any(t is None for t in occupancy.entry_threads(res.module).values()):
+                if not baseline_done:
+                    before, baseline_done = _baseline_stats(base_thread, base_cp, tmpdir), True
+                dec = occupancy.launch_plan_before(res.module, _registers(before), callers_of(res)) \
+                    if before is not None else None
+                if dec is not None and any(d["applied"] for d in dec.values()):
+                    return _with_stage(res, occupancy.LAUNCH_PASS_NAME, dec, occupancy.launch_stage), res
+                if dec is not None:                      # decided: no entry needs it
+                    return replace(res, meta=dict(res.meta, **{occupancy.LAUNCH_PASS_NAME: dec})), None
+            return res, None
+
+        res, unbounded = bound_before(res)      # unbounded: the rewrite without the bound, when it was set
         if not k.nvcc_step:
             os.makedirs(os.path.dirname(work), exist_ok=True)
-        atomic_write_text(work, res.text, fsync=False)
         rargs = [real] + wargs + ([] if user_v else ["-v"])
-        cp = _run_capture(rargs)
+        cp = None
+        if use_sep:
+            caps = seplink.entry_caps(res.module, _registers(before) if before is not None else {},
+                                      k.separate_cap, callers_of(res))
+            res = _with_stage(res, seplink.STAGE_NAME, {"caps": caps, "helper_cap": seplink.helper_cap(caps)},
+                              seplink.stage)
+            atomic_write_text(work, res.text, fsync=False)
+            try:
+                cp, sep_info = _separate_build(res, real, wargs, out_idx, arch, user_v, helper, k, tmpdir)
+            except HbfError as e:
+                sep_why = str(e)
+                log.warning("HBFCC_LINK=separate: %s; building whole-program", sep_why)
+                use_sep = False
+                res, unbounded = bound_before(whole_rewrite())
+        if cp is None:
+            atomic_write_text(work, res.text, fsync=False)
+            cp = _run_capture(rargs)
         if cp.returncode != 0 and unbounded is not None:
             log.warning("launch bound: ptxas rejected the PTX with it (exit %d); building without it", cp.returncode)
             decs = res.meta[occupancy.LAUNCH_PASS_NAME]
@@ -360,7 +418,8 @@ def _ptxas(args: list[str]) -> int:
             res, cp, after = _occupancy_guard(res, work, out_path, rargs, before, after, cp, user_v, original, cap)
         if occupancy.LAUNCH_PASS_NAME in res.meta:         # decided before the build: its facts
             _stage_facts(res.meta[occupancy.LAUNCH_PASS_NAME], after, LAUNCH_FACTS)
-        elif k.launch_bound and before is not None and after is not None and not res.already_instrumented:
+        elif k.launch_bound and before is not None and after is not None and not res.already_instrumented \
+                and not use_sep:
             res, cp, after = _launch_bound(res, work, out_path, rargs, before, after, cp, user_v)
         ptxas_info = {"path": real, "source": choice.source, "version": ptxas_version_text(real),
                       "argv": [real] + list(args), "returncode": cp.returncode, "target": arch,
@@ -372,6 +431,10 @@ def _ptxas(args: list[str]) -> int:
         from .toolchain import sha256_file
         doc["build"] = {"marker": marker_line(),
                         "output_sha256": sha256_file(out_path) if out_path and os.path.isfile(out_path) else None}
+        if k.link == "separate":         # HBFCC_LINK=separate asked: what served this module, and why
+            doc["link"] = dict({"requested": "separate", "mode": "separate" if use_sep else "whole",
+                                "fallback_reason": None if use_sep else sep_why},
+                               **(sep_info if use_sep else {}))
         if res.already_instrumented:
             prev = _lookup_prev(k, res.original_sha256)
             if prev is not None:
@@ -392,6 +455,39 @@ def _ptxas(args: list[str]) -> int:
         if base_thread is not None:
             base_thread.join()     # an error in the rewrite: let the baseline ptxas end before its dir goes
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _separate_build(res, real: str, wargs: list[str], out_idx: int, arch: str, user_v: bool, helper,
+                    k: knobs.Knobs, tmpdir: str):
+    """HBFCC_LINK=separate (hbfcc/seplink.py): ``ptxas -c`` of the rewritten module (the caller's options
+    kept) into an object, the helper object (cached), ``nvlink`` into the caller's output. Returns (the
+    ptxas -c process, the artifact's ``link`` facts); raises ToolchainError (the whole route then builds)."""
+    from . import seplink
+    from .toolchain import ptxas_version_text
+    meta = res.meta[seplink.STAGE_NAME]
+    out_path = _out_path(wargs, out_idx)
+    obj = os.path.join(tmpdir, "kernel.o")
+    cargs = list(wargs)
+    cargs[out_idx] = "--output-file=" + obj if cargs[out_idx].startswith("--output-file=") else obj
+    argv = [real] + cargs + ["-c"] + ([] if user_v else ["-v"])
+    cp = _run_capture(argv)
+    if cp.returncode != 0:
+        raise ToolchainError(f"ptxas -c failed on the separate-link module (exit {cp.returncode}): "
+                             f"{cp.stderr.strip()[-500:]}", argv=argv, returncode=cp.returncode)
+    ho = seplink.helper_object(helper.path, helper.sha256, meta["helper_cap"], real, ptxas_version_text(real), arch,
+                               k.cache_dir, tmpdir, _run_capture, check=lambda: H.load_helper(helper.path))
+    hpath = os.path.join(tmpdir, "helper-link.o")
+    Path(hpath).write_bytes(ho.data)
+    nvlink = seplink.nvlink_beside(real)
+    nv = [nvlink, f"-arch={arch}", obj, hpath, "-o", out_path]
+    ncp = _run_capture(nv)
+    if ncp.returncode != 0:
+        raise ToolchainError(f"nvlink failed (exit {ncp.returncode}): {ncp.stderr.strip()[-500:]}", argv=nv,
+                             returncode=ncp.returncode)
+    sys.stderr.write(ncp.stderr)
+    return cp, {"caps": dict(meta["caps"]), "helper_cap": meta["helper_cap"],
+                "helper_object": {"sha256": ho.sha256, "key": ho.key, "cached": ho.cached, "path": ho.path},
+                "nvlink": nvlink, "ptxas_c_argv": argv}
 
 
 def _newer_ptx(in_path: str, got: tuple[int, int], choice, cap: tuple[int, int]):

@@ -75,9 +75,7 @@ def _load_helper_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
     return helper
 
 
-def load_helper(path: Optional[str] = None, *, module_text: Optional[str] = None) -> HelperModule:
-    """The helper module: ``path``, else HBFCC_HELPER_PTX, else the packaged helper (runtime_cuda/ptx)
-    chosen for ``module_text`` by :func:`choose_helper_path` (direct build when no module is given)."""
+def _helper_file(path: Optional[str], module_text: Optional[str]) -> str:
     p = path or knobs.load().helper_ptx
     if p and not os.path.isfile(p):
         raise ConfigError("helper PTX module not found", path=p,
@@ -86,8 +84,37 @@ def load_helper(path: Optional[str] = None, *, module_text: Optional[str] = None
         p = str(choose_helper_path(module_text))
         if not os.path.isfile(p):
             raise resources.helper_ptx_missing("direct", p)
+    return p
+
+
+def load_helper(path: Optional[str] = None, *, module_text: Optional[str] = None) -> HelperModule:
+    """The helper module: ``path``, else HBFCC_HELPER_PTX, else the packaged helper (runtime_cuda/ptx)
+    chosen for ``module_text`` by :func:`choose_helper_path` (direct build when no module is given)."""
+    p = _helper_file(path, module_text)
     st = os.stat(p)
     return _load_helper_cached(os.path.abspath(p), st.st_mtime_ns, st.st_size)
+
+
+_HEADER_VERSION = re.compile(r"^[ \t]*\.version[ \t]+(\d+\.\d+)", re.M)
+_HEADER_TARGET = re.compile(r"^[ \t]*\.target[ \t]+([^\n/]+)", re.M)
+
+
+def load_helper_header(path: Optional[str] = None, *, module_text: Optional[str] = None) -> HelperModule:
+    """The same helper module as :func:`load_helper` picks, its identity only: path, sha256 (of the same
+    bytes), ``.version`` and ``.target``, nothing to link (parsing and checking the whole module costs
+    ~0.3 s a process). For the separate link (hbfcc/seplink.py), which links a helper object instead and
+    checks the whole module (:func:`load_helper`) when it assembles that object."""
+    from .link import _sm_of, version_tuple
+    p = os.path.abspath(_helper_file(path, module_text))
+    raw = Path(p).read_bytes()
+    head = raw[:4096].decode("utf-8", "replace")
+    v, t = _HEADER_VERSION.search(head), _HEADER_TARGET.search(head)
+    if v is None or t is None:          # not a PTX module's header: the whole load says what is wrong
+        return load_helper(p)
+    return HelperModule(role="helper", path=p, sha256=sha256_bytes(raw), abi_version=abi.HBF_HELPER_ABI_VERSION,
+                        version=version_tuple(v.group(1)),
+                        target_sm=_sm_of(tuple(x.strip() for x in t.group(1).split(","))),
+                        globals=(), externs=(), functions=(), defined=frozenset())
 
 
 def _stub_body(sig: abi.Signature) -> str:

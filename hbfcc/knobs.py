@@ -22,6 +22,8 @@ ENV_SINK = "HBFCC_ARTIFACT_SINK"
 ENV_NVCC_STEP = "HBFCC_NVCC_STEP"
 
 SIDECAR_CHOICES = ("auto", "1", "0")
+LINK_CHOICES = ("whole", "separate")
+SEPARATE_CAP_RANGE = (24, 255)     # HBFCC_SEPARATE_CAP as an integer: a .maxnreg ptxas takes
 CPASYNC_WINDOW_DEFAULT = 2
 
 
@@ -49,6 +51,8 @@ class Knobs:
     sidecar: str = "auto"          # HBFCC_SIDECAR (auto|1|0): hbfcc-ptxas's <output>.hbfcc.json
     nvcc_step: bool = False        # HBFCC_NVCC_STEP (internal, set by the shadow toolkit's shim)
     link_prune: bool = True        # HBFCC_LINK_PRUNE (default 1): link only the helper functions a module reaches
+    link: str = "whole"            # HBFCC_LINK (whole|separate): helpers linked as PTX, or a cached object + nvlink
+    separate_cap: Optional[int] = None  # HBFCC_SEPARATE_CAP (plain|N): None = each entry's plain registers (hbfcc/seplink.py)
 
 
 def load() -> Knobs:
@@ -76,7 +80,24 @@ def load() -> Knobs:
         sidecar=_choice("HBFCC_SIDECAR", "auto", SIDECAR_CHOICES),
         nvcc_step=env_bool(ENV_NVCC_STEP, False),
         link_prune=env_bool("HBFCC_LINK_PRUNE", True),
+        link=_choice("HBFCC_LINK", "whole", LINK_CHOICES),
+        separate_cap=parse_separate_cap(os.environ.get("HBFCC_SEPARATE_CAP")),
     )
+
+
+def parse_separate_cap(v: Optional[str], variable: str = "HBFCC_SEPARATE_CAP") -> Optional[int]:
+    """HBFCC_SEPARATE_CAP: ``plain`` (default; None) or a register count in SEPARATE_CAP_RANGE."""
+    if v is None or v.strip() == "" or v.strip().lower() == "plain":
+        return None
+    try:
+        n = int(v.strip(), 0)
+    except ValueError:
+        raise ConfigError(f"{variable} must be 'plain' or a register count", variable=variable, value=v) from None
+    lo, hi = SEPARATE_CAP_RANGE
+    if not lo <= n <= hi:
+        raise ConfigError(f"{variable} must be 'plain' or a register count in [{lo}, {hi}]", variable=variable,
+                          value=v)
+    return n
 
 
 def _choice(variable: str, default: str, choices: tuple[str, ...]) -> str:
@@ -114,6 +135,12 @@ DOCS: tuple[tuple[str, str, str], ...] = (
     ("HBFCC_OCCUPANCY_GUARD", "0", ".maxnreg keeps the plain build's blocks per SM"),
     ("HBFCC_LINK_PRUNE", "1", "link only the helper functions and globals a module reaches (0: the whole "
      "helper library, for comparison builds; same kernel code)"),
+    ("HBFCC_LINK", "whole", "whole: the helpers linked into each module as PTX (ptxas assembles them with every "
+     "module); separate: the module assembled with -c, the helpers as one cached object (per helper, cap, "
+     "ptxas, arch) under a register cap, nvlink'd into the cubin (sm_XX cubin outputs only; else whole, "
+     "with a warning). Device cost NOT measured"),
+    ("HBFCC_SEPARATE_CAP", "plain", "separate link: each instrumented entry's .maxnreg; plain: its plain "
+     "build's registers, at least 64, rounded up to 8; or a register count (24..255)"),
     ("HBFCC_LOG", "WARNING", "log level"),
 )
 

@@ -81,6 +81,12 @@ SCHEMA: dict[str, Any] = {
         "build": {"type": "object", "required": ["marker", "output_sha256"],
                   "properties": {"marker": {"type": "string"},
                                  "output_sha256": {"type": ["string", "null"], "pattern": "^[0-9a-f]{64}$"}}},
+        # HBFCC_LINK=separate asked (hbfcc/seplink.py): the route that built the output, and why not separate
+        "link": {"type": "object", "required": ["requested", "mode", "fallback_reason"],
+                 "properties": {"mode": {"enum": ["whole", "separate"]},
+                                "fallback_reason": {"type": ["string", "null"]},
+                                "caps": {"type": "object", "additionalProperties": {"type": "integer"}},
+                                "helper_object": {"type": "object", "required": ["sha256", "cached"]}}},
         "eidola_helper": {"type": ["object", "null"], "required": ["path", "sha256"],
                           "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}},
         "kernels": {"type": "array", "items": _FUNC},

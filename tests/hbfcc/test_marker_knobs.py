@@ -27,6 +27,7 @@ CHANGES_THE_BUILD = {
     "HBFCC_LAUNCH_BOUND": "0",
     "HBFCC_OCCUPANCY_GUARD": "1",
     "HBFCC_LINK_PRUNE": "0",
+    "HBFCC_LINK": "separate",
 }
 # knob -> why it is not in the marker
 NOT_IN_THE_MARKER = {
@@ -40,6 +41,8 @@ NOT_IN_THE_MARKER = {
     "HBFCC_DUMP_DIR": "debug dumps only",
     "HBFCC_BASELINE": "the plain build's facts in the record only",
     "HBFCC_LOG": "log level",
+    "HBFCC_SEPARATE_CAP": "builds differently only with HBFCC_LINK=separate, whose marker names the cap "
+                          "(test_seplink.py::test_marker_names_the_mode_and_cap)",
 }
 
 
