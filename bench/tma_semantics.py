@@ -38,6 +38,7 @@ every case.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -472,11 +473,30 @@ def semantics(args, out_path: Path, res: dict) -> None:
         s.close()
 
 
+@contextlib.contextmanager
+def _fixed_delay_session(work: Path, b: dict, delay: int):
+    """hbfd with the fixed source at ``delay`` ns (read = write), a session on it, the instrumented build's load_1d
+    and load_2d bound: yields (session, {rank: function}); the session is closed at the end."""
+    from runtime_cuda import cudrv, session as S
+    from devpath_common import hbfd_daemon, source_profile, SOURCES as SRC
+    SRC[f"fixed{delay}"] = ("fixed", delay)
+    with hbfd_daemon(work, source_profile(work, f"fixed{delay}")) as sock:
+        s = S.attach(sock)
+        try:
+            mh = cudrv.module_load_data(Path(b["hbf"]).read_bytes())
+            binding = s.bind_module(mh, artifact=b["artifact"])
+            fns = {r: cudrv.module_function(mh, f"load_{r}d") for r in (1, 2)}
+            for r, fn in fns.items():
+                s.note_function(fn, binding, f"load_{r}d")
+            yield s, fns
+        finally:
+            s.close()
+
+
 def increment(args, out_path: Path, res: dict) -> None:
     """Per cell (delay pair, box bytes, work): 36 launches at each delay (one daemon per delay), paired by index."""
     import numpy as np
-    from runtime_cuda import cudrv, session as S
-    from devpath_common import hbfd_daemon, source_profile, SOURCES as SRC
+    from runtime_cuda import cudrv
     work = Path(args.work)
     b = res["build"]
     cells = res.setdefault("increment", {})
@@ -484,14 +504,7 @@ def increment(args, out_path: Path, res: dict) -> None:
     dtimes: dict = {}
     stores: dict = {}
     for delay in DELAYS_NS:
-        SRC[f"fixed{delay}"] = ("fixed", delay)
-        with hbfd_daemon(work, source_profile(work, f"fixed{delay}")) as sock:
-            s = S.attach(sock)
-            mh = cudrv.module_load_data(Path(b["hbf"]).read_bytes())
-            binding = s.bind_module(mh, artifact=b["artifact"])
-            fns = {r: cudrv.module_function(mh, f"load_{r}d") for r in (1, 2)}
-            for r, fn in fns.items():
-                s.note_function(fn, binding, f"load_{r}d")
+        with _fixed_delay_session(work, b, delay) as (s, fns):
             for nbytes in BOX_BYTES:
                 rank, dims, box = (1, [4096], [64]) if nbytes == 256 else (2, [256, 128], [64, 32])
                 n = int(np.prod(dims))
@@ -526,7 +539,6 @@ def increment(args, out_path: Path, res: dict) -> None:
                 s.unregister(rng)
                 for a in (src, o, bars):
                     cudrv.mem_free(a)
-            s.close()
     hi, lo = DELAYS_NS
 
     def cell(tt, nbytes, w):
@@ -547,21 +559,13 @@ def increment_diag(args, out_path: Path, res: dict) -> None:
     elements; 2D 64 x rows, rows 1 .. 32), the median host time of 5 launches and the kernel's counters over one more
     (requests, modeled ns, issue overhead, wait calls / wall / lateness, kernel start..end on the device)."""
     import numpy as np
-    from runtime_cuda import cudrv, session as S
-    from devpath_common import hbfd_daemon, source_profile, SOURCES as SRC
+    from runtime_cuda import cudrv
     work = Path(args.work)
     b = res["build"]
     diag = res.setdefault("increment_diag", {})
     cases = [(1, [4096], [64])] + [(2, [256, 128], [64, r]) for r in (1, 2, 4, 8, 16, 17, 32)]
     for delay in DELAYS_NS:
-        SRC[f"fixed{delay}"] = ("fixed", delay)
-        with hbfd_daemon(work, source_profile(work, f"fixed{delay}")) as sock:
-            s = S.attach(sock)
-            mh = cudrv.module_load_data(Path(b["hbf"]).read_bytes())
-            binding = s.bind_module(mh, artifact=b["artifact"])
-            fns = {r: cudrv.module_function(mh, f"load_{r}d") for r in (1, 2)}
-            for r, fn in fns.items():
-                s.note_function(fn, binding, f"load_{r}d")
+        with _fixed_delay_session(work, b, delay) as (s, fns):
             for rank, dims, box in cases:
                 n = int(np.prod(dims))
                 nbytes = int(np.prod(box)) * 4
@@ -599,7 +603,6 @@ def increment_diag(args, out_path: Path, res: dict) -> None:
                 s.unregister(rng)
                 for a in (src, o, bars):
                     cudrv.mem_free(a)
-            s.close()
 
 
 def native_cost(args, out_path: Path, res: dict) -> None:
