@@ -151,29 +151,7 @@ def _fifo_loop(r, die, plane, service, t_cmd, Q, ndies, pf, cd, ct):
         s = hn[d]
         h0 = hs[d]
         if not ring:                             # a min-heap (H[d, 0] the smallest; hs stays 0)
-            if s < Q:
-                j = s
-                hn[d] = s + 1
-                while j > 0:
-                    q = (j - 1) >> 1
-                    if H[d, q] <= v:
-                        break
-                    H[d, j] = H[d, q]
-                    j = q
-                H[d, j] = v
-            elif v > H[d, 0]:
-                j = 0
-                while True:
-                    c = 2 * j + 1
-                    if c >= Q:
-                        break
-                    if c + 1 < Q and H[d, c + 1] < H[d, c]:
-                        c += 1
-                    if H[d, c] >= v:
-                        break
-                    H[d, j] = H[d, c]
-                    j = c
-                H[d, j] = v
+            _heap_push(H, hn, d, v, Q)
             continue
         if s == Q:
             if v <= H[d, h0]:
