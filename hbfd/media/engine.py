@@ -173,21 +173,30 @@ def _gate_bases(R: dict, nr: int, pe: "_Ends", pix: "_PidIndex", p_end: np.ndarr
     gm = np.flatnonzero(R["gate"] >= 0)
     if len(gm):
         gq = R["gate"][gm]
-        e = _end_of(pe, gq)
-        nf = np.flatnonzero(e < 0)
-        if len(nf):
-            ip = pix.pos(gq[nf])
-            kk = ip >= 0
-            kk[kk] = kept[ip[kk]]
-            e[nf] = np.where(kk, p_end[np.maximum(ip, 0)], -1)
-        kn = e >= 0
-        base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
-        if not kn.all():
-            ix = _pid_pos(R["pid"], gq[~kn])
-            if (ix < 0).any():
-                raise KeyError(int(gq[~kn][ix < 0][0]))
-            gidx[gm[~kn]] = ix
+        _apply_gates(base, gidx, gm, gq, _end_of(pe, gq), lambda nf: pix.pos(gq[nf]),
+                     lambda m: _pid_pos(R["pid"], gq[m]), kept, p_end)
     return base, gidx
+
+
+def _apply_gates(base: np.ndarray, gidx: np.ndarray, gm: np.ndarray, gq: np.ndarray, e: np.ndarray, pending_pos,
+                 batch_pos, kept, p_end: np.ndarray) -> None:
+    """The gate rule of ``_gate_bases`` on the commands ``gm`` (gates ``gq``, decided ends ``e``, -1: none;
+    ``e`` is written): an undecided gate found among the pending commands (``pending_pos(idx)``: positions,
+    -1 not found) and kept there gives its end; a gate with an end raises the base; the rest become indices in the
+    batch (``batch_pos(mask)``), a gate found nowhere is a KeyError. ``base`` and ``gidx`` in place."""
+    nf = np.flatnonzero(e < 0)
+    if len(nf):
+        ip = pending_pos(nf)
+        kk = ip >= 0
+        kk[kk] = kept[ip[kk]]
+        e[nf] = np.where(kk, p_end[np.maximum(ip, 0)], -1)
+    kn = e >= 0
+    base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
+    if not kn.all():
+        ix = batch_pos(~kn)
+        if (ix < 0).any():
+            raise KeyError(int(gq[~kn][ix < 0][0]))
+        gidx[gm[~kn]] = ix
 
 
 class _KeptAt:
@@ -209,20 +218,7 @@ def _gate_bases_found(N: dict, gm: np.ndarray, found, kept, p_end: np.ndarray) -
     gidx = np.full(len(base), -1, np.int64)
     if len(gm):
         gq, e, ip, inn = found
-        e = e.copy()
-        nf = np.flatnonzero(e < 0)
-        if len(nf):
-            ipn = ip[nf]
-            kk = ipn >= 0
-            kk[kk] = kept[ipn[kk]]
-            e[nf] = np.where(kk, p_end[np.maximum(ipn, 0)], -1)
-        kn = e >= 0
-        base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
-        if not kn.all():
-            ix = inn[~kn]
-            if (ix < 0).any():
-                raise KeyError(int(gq[~kn][ix < 0][0]))
-            gidx[gm[~kn]] = ix
+        _apply_gates(base, gidx, gm, gq, e.copy(), lambda nf: ip[nf], lambda m: inn[m], kept, p_end)
     return base, gidx
 
 
