@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """TMA on the H200 (issue 15, item 5): semantic identity, the paper's increment experiment, native cost.
 
-NOT RUN YET: written in a session without a GPU. `--build-only` runs on the CPU (nvcc + hbfcc build of the
-templates, their admission); everything else needs the H200.
+Ran on an H100 on 2026-12-05 (docs/RESULTS.md "Stop 38", "Stop 40": load/store/reduce semantics 57/57; the
+increment then had a bench error, fixed since; multicast, bulk_copy and cp.async-mbarrier checks not yet run).
+`--build-only` runs on the CPU (nvcc + hbfcc build of the templates, their admission); everything else needs a GPU.
 
 Templates (CUDA C++ with inline PTX, built twice: nvcc = plain, hbfcc as nvcc = instrumented), each a kernel
 that loops `iters` times over one mbarrier (phase reuse) or bulk group:
