@@ -72,45 +72,6 @@ def test_program_many_opens_fresh_planes_as_program_does():
         a.check()
 
 
-def _seen_pages(f: Ftl) -> set[int]:
-    bits = np.unpackbits(f._seen, bitorder="little")
-    return set(np.flatnonzero(bits).tolist())
-
-
-def test_program_many_rewrites_probe_only_seen_pages():
-    """``program_many`` looks up in ``l2p`` only the pages whose ``_seen`` bit is set: with heavy rewrites
-    (pages of a few planes, written one at a time and in bulk, GC included) and pages beyond the bitmap's
-    first size (it grows), the state equals ``program`` page by page after every batch, and the bits are
-    exactly the mapped pages."""
-    rng = np.random.default_rng(11)
-    g = geom(blocks_per_plane=32, pages_per_block=16)
-    a, b = Ftl(g), Ftl(g)
-    top = g.logical_pages
-    extra = top + 8 + rng.choice(3 * top, size=40, replace=False)
-    for t in range(300):
-        span = int(rng.choice([64, 600, top]))
-        lp = rng.integers(0, span, size=int(rng.integers(1, 80)))
-        if t % 4 == 2:                               # a few of 40 fixed pages beyond the logical space
-            k = int(rng.integers(1, len(lp) + 1))
-            lp[:k] = rng.choice(extra, size=k)
-        if t % 5 == 1:                               # one at a time in both
-            for x in lp.tolist():
-                a.program(x)
-                b.program(x)
-        else:
-            planes, ops = a.program_many(lp)
-            ref_ops = {}
-            for i, x in enumerate(lp.tolist()):
-                _, _, o = b.program(x)
-                if o:
-                    ref_ops[i] = o
-            assert ops == ref_ops, t
-        assert _state(a) == _state(b), t
-        assert _seen_pages(a) == set(a.l2p), t
-    assert a.gc_runs > 0 and len(a._seen) > (top + 7) >> 3
-    a.check()
-
-
 # ---------------------------------------------------------------- pending programs re-scheduled per plane
 def _tail_geometry(name, qd):
     import dataclasses
