@@ -34,10 +34,6 @@ class Ftl:
         self._ob = np.full(g.planes, -1, np.int64)
         self._onx = np.zeros(g.planes, np.int64)
         self.l2p: dict[int, int] = {}                 # lpn -> ppn (block * ppb + page)
-        # one bit per logical page, set once it is in ``l2p`` (l2p never forgets a page): a bulk program
-        # looks up in ``l2p`` only the pages whose bit is set (a numpy gather, not a dict probe per page);
-        # grown on demand (zeroed memory: the OS commits only the parts written)
-        self._seen = np.zeros((g.logical_pages + 7) >> 3, np.uint8)
         # block -> its row of ``_pool`` (the lpn per page, -1: invalid/unwritten), for blocks holding a valid
         # page or open: a block whose pages are all invalid gives its row back (memory follows the live
         # data, not the pages written); rows in one array so that a bulk program fills them in one step
@@ -133,13 +129,7 @@ class Ftl:
     def _place(self, lpn: int, plane: int) -> int:
         ppn = self._alloc(plane)
         old = self.l2p.get(lpn)
-        if old is None:
-            if lpn >= 0:                              # (``_seen``: pages >= 0; the others always looked up)
-                i = lpn >> 3
-                if i >= len(self._seen):
-                    self._grow_seen(lpn)
-                self._seen[i] |= 1 << (lpn & 7)
-        else:
+        if old is not None:
             ob, opg = divmod(old, self.ppb)
             self._pool[self.p2l[ob], opg] = -1
             self._valid[ob] -= 1
@@ -231,26 +221,13 @@ class Ftl:
         valid = self._valid
         state = self._state
         pool = self._pool
-        neg = bool(ls.min() < 0)               # (pages < 0 have no bit: always looked up)
-        lz = np.maximum(ls, 0) if neg else ls
-        by = lz >> 3
-        bit = np.left_shift(np.uint8(1), (lz & 7).astype(np.uint8))
-        if int(by.max()) >= len(self._seen):
-            self._grow_seen(int(lz.max()))
-        hit = (self._seen[by] & bit) != 0      # maybe mapped before (bit clear: surely not)
-        if neg:
-            hit |= ls < 0
-        for x in ls[hit].tolist():             # pages mapped before: their old copies invalid now
-            old = l2p.get(x)
-            if old is None:
-                continue
-            ob_, opg = divmod(old, ppb)
+        for x in l2p.keys() & lsl:             # pages mapped before: their old copies invalid now
+            ob_, opg = divmod(l2p[x], ppb)
             pool[p2l[ob_], opg] = -1
             valid[ob_] -= 1
             if not valid[ob_] and state[ob_] == CLOSED:
                 self.drop_block_map(ob_)
         l2p.update(zip(lsl, ppn.tolist()))
-        np.bitwise_or.at(self._seen, by[ls >= 0] if neg else by, bit[ls >= 0] if neg else bit)
         obl = ob_b.tolist()
         rows = np.array([p2l[b] for b in obl], np.int64)
         pool[rows[segid], onx_b[segid] + rank] = ls
@@ -258,14 +235,6 @@ class Ftl:
             valid[b] += k
         self.host_programs += len(lsl)
         return planes, ops_out
-
-    def _grow_seen(self, top: int) -> None:
-        """``_seen`` covers logical pages up to ``top``."""
-        n = (top >> 3) + 1
-        if n > len(self._seen):
-            s = np.zeros(max(n, 2 * len(self._seen)), np.uint8)
-            s[:len(self._seen)] = self._seen
-            self._seen = s
 
     def _open_fresh(self, up: np.ndarray, cnt: np.ndarray) -> None:
         """Planes ``up`` without an open block, ``cnt`` pages each to come: open the first block of each
