@@ -944,3 +944,36 @@ def _ends_get(a, base, old_id, old_end, q):
                 v = old_end[lo]
         out[j] = v
     return out
+
+
+L2P_EMPTY = -(1 << 63)          # an empty slot of the l2p table (ftl._L2pTable); never a logical page
+L2P_FIB = 0x9E3779B97F4A7C15    # its hash: (key * L2P_FIB mod 2**64) >> 33, masked to the table size
+
+
+@accel.jit
+def _l2p_swap(keys, vals, ls, ppn):
+    """``Ftl.program_many``'s ``l2p`` update, loop form (compiled by numba), in the open-addressing table
+    ``keys`` / ``vals`` of ``ftl._L2pTable`` (size a power of 2 of at most 2**31, ``L2P_EMPTY``: free slot,
+    linear probing from the hash above): maps ``ls[j]`` to ``ppn[j]`` in order. Returns (each page's value
+    before, -1 where it had none; how many pages were added). The table has room for every page."""
+    n = ls.shape[0]
+    old = np.empty(n, np.int64)
+    mask = keys.shape[0] - 1
+    added = 0
+    for j in range(n):
+        k = ls[j]
+        h = np.int64((np.uint64(k) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(33)) & mask
+        while True:
+            kk = keys[h]
+            if kk == k:
+                old[j] = vals[h]
+                vals[h] = ppn[j]
+                break
+            if kk == -9223372036854775808:
+                keys[h] = k
+                vals[h] = ppn[j]
+                old[j] = -1
+                added += 1
+                break
+            h = (h + 1) & mask
+    return old, added
