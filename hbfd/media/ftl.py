@@ -107,6 +107,17 @@ class _L2pTable:
             self._n += 1
         self._v[h] = v
 
+    def put(self, k: int, v: int) -> int | None:
+        """``self[k] = v``; the value before (None: none)."""
+        self._room(1)
+        h, found = self._slot(k)
+        old = int(self._v[h]) if found else None
+        if not found:
+            self._k[h] = k
+            self._n += 1
+        self._v[h] = v
+        return old
+
     def __len__(self) -> int:
         return self._n
 
@@ -234,14 +245,19 @@ class Ftl:
 
     def _place(self, lpn: int, plane: int) -> int:
         ppn = self._alloc(plane)
-        old = self.l2p.get(lpn)
+        l2p = self.l2p
+        if type(l2p) is dict:
+            old = l2p.get(lpn)
+        else:
+            old = l2p.put(lpn, ppn)                   # (the table: one probe; nothing reads it before the set below)
         if old is not None:
             ob, opg = divmod(old, self.ppb)
             self._pool[self.p2l[ob], opg] = -1
             self._valid[ob] -= 1
             if not self._valid[ob] and self._state[ob] == CLOSED:
                 self.drop_block_map(ob)               # nothing valid left: GC erases it without copies
-        self.l2p[lpn] = ppn
+        if type(l2p) is dict:
+            l2p[lpn] = ppn
         b, pg = divmod(ppn, self.ppb)
         self._pool[self.p2l[b], pg] = lpn
         self._valid[b] += 1
@@ -394,10 +410,16 @@ class Ftl:
                 if self._state[victim] != CLOSED or self._valid[victim] >= self.ppb:
                     raise MediaError("GC found no block with an invalid page", plane=plane)
                 self.gc_runs += 1
-                for lpn in [x for x in (self.block_lpns(victim) or ()) if x >= 0]:
-                    self._place(int(lpn), plane)
-                    self.gc_copies += 1
-                    ops.append(("copyback", plane))
+                if type(self.l2p) is dict:
+                    for lpn in [x for x in (self.block_lpns(victim) or ()) if x >= 0]:
+                        self._place(int(lpn), plane)
+                        self.gc_copies += 1
+                        ops.append(("copyback", plane))
+                else:
+                    mv = [(pg, x) for pg, x in enumerate(self.block_lpns(victim) or ()) if x >= 0]
+                    self._copy_out(victim, mv, plane)
+                    self.gc_copies += len(mv)
+                    ops += [("copyback", plane)] * len(mv)
                 # erase
                 assert self._valid[victim] == 0
                 self.drop_block_map(victim)
@@ -409,6 +431,26 @@ class Ftl:
         finally:
             self._in_gc = False
         return ops
+
+    def _copy_out(self, victim: int, mv: list[tuple[int, int]], plane: int) -> None:
+        """GC copies of ``victim``'s valid pages ``mv`` [(page, lpn)], in order, where ``l2p`` is the table:
+        ``_place`` of each, the old copy known (the victim's page: no look-up) and the map set once at the
+        end (nothing reads it in between)."""
+        ppb = self.ppb
+        valid = self._valid
+        new = []
+        for pg, lpn in mv:
+            ppn = self._alloc(plane)
+            self._pool[self.p2l[victim], pg] = -1
+            valid[victim] -= 1
+            if not valid[victim] and self._state[victim] == CLOSED:
+                self.drop_block_map(victim)
+            b, pg2 = divmod(ppn, ppb)
+            self._pool[self.p2l[b], pg2] = lpn
+            valid[b] += 1
+            new.append(ppn)
+        if mv:
+            self.l2p.swap(np.array([x for _, x in mv], np.int64), np.array(new, np.int64))
 
     def lookup(self, lpn: int) -> int | None:
         return self.l2p.get(lpn)
