@@ -13,6 +13,7 @@ import ctypes
 import mmap
 import os
 import threading
+import time
 from ctypes import c_int32, c_uint8, c_uint16, c_uint32, c_uint64
 from dataclasses import dataclass
 
@@ -355,19 +356,33 @@ def read_activity(c: "hbf_ctl") -> Activity:
     def read() -> Activity:
         return Activity(tuple(int(o.requests) for o in a.ops), tuple(int(o.bytes) for o in a.ops), int(a.flushes),
                         int(a.gpu_ns), int(a.slot_visits), int(a.state_ptr))
-    return seqlock_read(a, read, tries=2000)     # the GPU writes it in microseconds; a stuck writer costs ~1 ms
+    # the GPU writes it in microseconds, but its writer lane can be held between the odd and the even store (design.md
+    # §3.1): its readers (hbfd's control tick) never wait for it, so ~1 ms of spinning and no waiting
+    return seqlock_read(a, read, tries=2000, wait_s=0.0)
 
 
-def seqlock_read(snapshot, read, *, tries: int = 10000):
-    """Reader side: retry until seq is even and unchanged around read()."""
-    for _ in range(tries):
+def seqlock_read(snapshot, read, *, tries: int = 10000, wait_s: float = 2.0):
+    """Reader side: retry until seq is even and unchanged around read(): ``tries`` spins, then (``wait_s`` > 0)
+    yielding the CPU between tries for up to ``wait_s`` seconds -- a writer in a host process (hbfd's publishers are
+    Python threads) can be preempted between its odd and even store for many milliseconds on a loaded machine (a
+    CI failure of 2026-12-05: 10,000 spins were ~3 ms). ControlRegionError when it never settles."""
+    def attempt():
         s0 = snapshot.seq
         if s0 % 2:
-            continue
+            return False, None
         v = read()
-        if snapshot.seq == s0:
+        return snapshot.seq == s0, v
+    for _ in range(tries):
+        ok, v = attempt()
+        if ok:
             return v
-    raise ControlRegionError("seqlock never settled (writer stuck?)")
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        time.sleep(0.0005)
+        ok, v = attempt()
+        if ok:
+            return v
+    raise ControlRegionError("seqlock never settled (writer stuck?)", tries=tries, waited_s=wait_s)
 
 
 _FENCE = threading.Lock()
