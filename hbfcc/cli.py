@@ -328,18 +328,19 @@ def _ptxas(args: list[str]) -> int:
             return rewrite_text(original, filename=in_path, helper=H.load_helper(module_text=original), max_version=cap)
 
         if use_sep:
-            if res.already_instrumented or res.meta.get("below_helper_target") \
-                    or res.transformed_sha256 == res.original_sha256 or not callers_of(res):
+            rewritten = not res.already_instrumented and not res.meta.get("below_helper_target") \
+                and res.transformed_sha256 != res.original_sha256
+            if not rewritten or not callers_of(res):
                 sep_why = "the module was not instrumented (nothing to link)"
+                log.info("HBFCC_LINK=separate: %s; building whole-program", sep_why)
             elif k.separate_cap is None:
                 before, baseline_done = _baseline_stats(base_thread, base_cp, tmpdir), True
                 if before is None:
                     sep_why = "no plain build (baseline ptxas failed): HBFCC_SEPARATE_CAP=plain has no registers"
+                    log.warning("HBFCC_LINK=separate: %s; building whole-program", sep_why)
             if sep_why is not None:
-                (log.info if "not instrumented" in sep_why else log.warning)(
-                    "HBFCC_LINK=separate: %s; building whole-program", sep_why)
                 use_sep = False
-                if not res.already_instrumented and not res.meta.get("below_helper_target"):
+                if rewritten:                 # the rewrite left the helpers out: link them (an unchanged module has none)
                     res = whole_rewrite()
 
         def bound_before(res):

@@ -86,12 +86,8 @@ _WHOLE_ONLY = ("-ewp", "--extensible-whole-program", "--compile-as-tools-patch",
 
 
 def _arch_count(args: Sequence[str]) -> int:
-    n = 0
-    for i, a in enumerate(args):
-        if a in ("-arch", "--gpu-name") or a.startswith(("-arch=", "--gpu-name=")) or \
-                (a.startswith("-arch") and len(a) > 5 and a[5] != "="):
-            n += 1
-    return n
+    """How many target options (``-arch X``, ``-arch=X``, ``-archX``, ``--gpu-name[=]X``) the call has."""
+    return sum(1 for a in args if a.startswith("-arch") or a == "--gpu-name" or a.startswith("--gpu-name="))
 
 
 def unsupported(args: Sequence[str], arch: Optional[str], out_path: Optional[str], *, nvcc_step: bool,
