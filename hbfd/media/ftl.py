@@ -100,12 +100,7 @@ class _L2pTable:
         return int(self._v[h])
 
     def __setitem__(self, k: int, v: int) -> None:
-        self._room(1)
-        h, found = self._slot(k)
-        if not found:
-            self._k[h] = k
-            self._n += 1
-        self._v[h] = v
+        self.put(k, v)
 
     def put(self, k: int, v: int) -> int | None:
         """``self[k] = v``; the value before (None: none)."""
@@ -251,16 +246,10 @@ class Ftl:
         else:
             old = l2p.put(lpn, ppn)                   # (the table: one probe; nothing reads it before the set below)
         if old is not None:
-            ob, opg = divmod(old, self.ppb)
-            self._pool[self.p2l[ob], opg] = -1
-            self._valid[ob] -= 1
-            if not self._valid[ob] and self._state[ob] == CLOSED:
-                self.drop_block_map(ob)               # nothing valid left: GC erases it without copies
+            self._drop_copy(*divmod(old, self.ppb))
         if type(l2p) is dict:
             l2p[lpn] = ppn
-        b, pg = divmod(ppn, self.ppb)
-        self._pool[self.p2l[b], pg] = lpn
-        self._valid[b] += 1
+        self._set_copy(ppn, lpn)
         return ppn
 
     def program(self, lpn: int) -> tuple[int, int, list[tuple[str, int]]]:
@@ -410,16 +399,10 @@ class Ftl:
                 if self._state[victim] != CLOSED or self._valid[victim] >= self.ppb:
                     raise MediaError("GC found no block with an invalid page", plane=plane)
                 self.gc_runs += 1
-                if type(self.l2p) is dict:
-                    for lpn in [x for x in (self.block_lpns(victim) or ()) if x >= 0]:
-                        self._place(int(lpn), plane)
-                        self.gc_copies += 1
-                        ops.append(("copyback", plane))
-                else:
-                    mv = [(pg, x) for pg, x in enumerate(self.block_lpns(victim) or ()) if x >= 0]
-                    self._copy_out(victim, mv, plane)
-                    self.gc_copies += len(mv)
-                    ops += [("copyback", plane)] * len(mv)
+                mv = [(pg, int(x)) for pg, x in enumerate(self.block_lpns(victim) or ()) if x >= 0]
+                self._copy_out(victim, mv, plane)
+                self.gc_copies += len(mv)
+                ops += [("copyback", plane)] * len(mv)
                 # erase
                 assert self._valid[victim] == 0
                 self.drop_block_map(victim)
@@ -433,24 +416,32 @@ class Ftl:
         return ops
 
     def _copy_out(self, victim: int, mv: list[tuple[int, int]], plane: int) -> None:
-        """GC copies of ``victim``'s valid pages ``mv`` [(page, lpn)], in order, where ``l2p`` is the table:
-        ``_place`` of each, the old copy known (the victim's page: no look-up) and the map set once at the
-        end (nothing reads it in between)."""
-        ppb = self.ppb
-        valid = self._valid
+        """GC copies of ``victim``'s valid pages ``mv`` [(page, lpn)], in order: ``_place`` of each with the old
+        copy known (the victim's page: no look-up) and the map set once at the end (nothing reads it in between)."""
         new = []
         for pg, lpn in mv:
             ppn = self._alloc(plane)
-            self._pool[self.p2l[victim], pg] = -1
-            valid[victim] -= 1
-            if not valid[victim] and self._state[victim] == CLOSED:
-                self.drop_block_map(victim)
-            b, pg2 = divmod(ppn, ppb)
-            self._pool[self.p2l[b], pg2] = lpn
-            valid[b] += 1
+            self._drop_copy(victim, pg)
+            self._set_copy(ppn, lpn)
             new.append(ppn)
-        if mv:
+        if type(self.l2p) is dict:
+            self.l2p.update(zip((x for _, x in mv), new))
+        elif mv:
             self.l2p.swap(np.array([x for _, x in mv], np.int64), np.array(new, np.int64))
+
+    def _drop_copy(self, b: int, pg: int) -> None:
+        """Page ``pg`` of block ``b`` no longer holds a valid copy (its block map released once nothing valid is
+        left in a closed block: GC erases it without copies)."""
+        self._pool[self.p2l[b], pg] = -1
+        self._valid[b] -= 1
+        if not self._valid[b] and self._state[b] == CLOSED:
+            self.drop_block_map(b)
+
+    def _set_copy(self, ppn: int, lpn: int) -> None:
+        """Physical page ``ppn`` now holds the valid copy of ``lpn``."""
+        b, pg = divmod(ppn, self.ppb)
+        self._pool[self.p2l[b], pg] = lpn
+        self._valid[b] += 1
 
     def lookup(self, lpn: int) -> int | None:
         return self.l2p.get(lpn)
