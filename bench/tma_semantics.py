@@ -294,6 +294,19 @@ def _configs(rank: int) -> list[tuple[str, list[int]]]:
     return [("inbounds", inb), ("oob_low", oob_lo), ("oob_high", oob_hi)]
 
 
+REGISTRATIONS = ("none", "all", "half")
+
+
+def register_part(s, base: int, nbytes: int, reg: str):
+    """``reg`` of the buffer [base, base + nbytes) as a timing range: "none" (None), "all", or "half" (the upper
+    half: a box across it straddles the HBM-HBF boundary). Returns the range (None for "none")."""
+    if reg == "none":
+        return None
+    if reg == "all":
+        return s.register_timing_range(base, nbytes)
+    return s.register_timing_range(base + nbytes // 2, nbytes // 2)
+
+
 def semantics(args, out_path: Path, res: dict) -> None:
     import numpy as np
     from runtime_cuda import cudrv, session as S
@@ -339,12 +352,8 @@ def semantics(args, out_path: Path, res: dict) -> None:
             tm = encode_tiled(src, dims, box)
             outs = {t: cudrv.mem_alloc(iters * box_bytes) for t in ("p", "h")}
             bars = {t: cudrv.mem_alloc(iters * 4) for t in ("p", "h")}
-            for reg in ("none", "all", "half"):
-                rng = None
-                if reg == "all":
-                    rng = s.register_timing_range(src, nbytes)
-                elif reg == "half":
-                    rng = s.register_timing_range(src + nbytes // 2, nbytes // 2)
+            for reg in REGISTRATIONS:
+                rng = register_part(s, src, nbytes, reg)
                 for cname, coords in _configs(rank):
                     c = list(coords) + [0] * (5 - rank)
                     before = s.counters()
@@ -377,7 +386,7 @@ def semantics(args, out_path: Path, res: dict) -> None:
         n = dims[0] * dims[1]
         box_bytes = box[0] * box[1] * 4
         for kname in ("store_2d", "reduce_2d"):
-            for reg in ("none", "all", "half"):
+            for reg in REGISTRATIONS:
                 # no box partly below the tensor: the PLAIN build's tensor store at (-16, -8) ended in
                 # CUDA_ERROR_ILLEGAL_INSTRUCTION on an H100 (2026-12-05, docs/RESULTS.md "Stop 38"), after 46/46 load
                 # checks and the in-bounds store passed -- a program error on the hardware, so nothing to model
@@ -387,9 +396,7 @@ def semantics(args, out_path: Path, res: dict) -> None:
                         dst = cudrv.mem_alloc(n * 4)
                         cudrv.memset_d8(dst, 1, n * 4)
                         tm = encode_tiled(dst, dims, box)
-                        rng = None
-                        if hbf and reg != "none":
-                            rng = s.register_timing_range(dst if reg == "all" else dst + n * 2, n * 4 if reg == "all" else n * 2)
+                        rng = register_part(s, dst, n * 4, reg) if hbf else None
                         run(fns[kname], (1,), (128,), [tm, ctypes.c_int32(coords[0]), ctypes.c_int32(coords[1]),
                                                        ctypes.c_uint32(box_bytes), ctypes.c_uint32(7)], hbf)
                         h = np.empty(n, np.uint32)
@@ -422,12 +429,8 @@ def semantics(args, out_path: Path, res: dict) -> None:
             src = cudrv.mem_alloc(src_bytes)
             host = (np.arange(src_bytes // 4, dtype=np.uint64) * np.uint64(2246822519) % np.uint64(1 << 32)).astype(np.uint32)
             cudrv.htod(src, host.ctypes.data, src_bytes)
-            for reg in ("none", "all", "half"):
-                rng = None
-                if reg == "all":
-                    rng = s.register_timing_range(src, src_bytes)
-                elif reg == "half":
-                    rng = s.register_timing_range(src + src_bytes // 2, src_bytes // 2)
+            for reg in REGISTRATIONS:
+                rng = register_part(s, src, src_bytes, reg)
                 for cname, extra in configs:
                     outs = {t: cudrv.mem_alloc(out_bytes) for t in ("p", "h")}
                     bars = {t: cudrv.mem_alloc(2 * iters * 4) for t in ("p", "h")}
