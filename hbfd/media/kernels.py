@@ -15,7 +15,7 @@ and numba's cache of a twin is keyed on its own file (hbfd/accel.py ``jit``).
   transfer can be decided now, the channel (``MediaEngine._serve`` -> ``_where`` / ``_reads`` /
   ``_channel_stage`` with the other twins on);
 * ``_packed_build``: the packed (major, minor, index) keys of ``lindley.packed_keys`` before their sort (2048
-  keys or more).
+  keys or more); ``_packed_sort``: their sort (a stable radix sort of the bits above the index).
 """
 from __future__ import annotations
 
@@ -636,6 +636,64 @@ def _packed_build(major, minor, lo, sbits, bits):
     for i in range(n):
         a[i] = (((np.int64(major[i]) << sbits) + np.int64(minor[i]) - lo) << bits) | i
     return a
+
+
+@accel.jit
+def _packed_sort(key, bits):
+    """``np.sort`` of ``_packed_build``'s keys (``lindley.packed_keys``), loop form: a stable LSD radix sort
+    on the bits above the low ``bits`` only. Those low bits of ``key[i]`` are ``i`` (the keys are unique and
+    already ascending among equal upper parts), so sorting the upper parts stably gives the sorted keys: the
+    same array. Digits of at most 11 bits (the counts fit in L1); a digit every key shares is skipped; all
+    digits' counts in one pass first. Returns the sorted keys (``key`` itself or a new array; ``key`` may be
+    overwritten)."""
+    n = key.shape[0]
+    if n < 2:
+        return key
+    hmax = 0
+    for i in range(n):
+        h = key[i] >> bits
+        if h > hmax:
+            hmax = h
+    hb = 0
+    while (np.int64(1) << hb) <= hmax:
+        hb += 1
+    if hb == 0:
+        return key
+    nd = (hb + 10) // 11
+    w = (hb + nd - 1) // nd
+    nb = np.int64(1) << w
+    m = nb - 1
+    cnt = np.zeros((nd, nb), np.int64)
+    for i in range(n):
+        h = key[i] >> bits
+        for d in range(nd):
+            cnt[d, (h >> (d * w)) & m] += 1
+    src = key
+    dst = np.empty(n, np.int64)
+    for d in range(nd):
+        sh = bits + d * w
+        c = cnt[d]
+        full = False
+        for b in range(nb):
+            if c[b] == n:
+                full = True
+                break
+        if full:
+            continue
+        s = 0
+        for b in range(nb):
+            t = c[b]
+            c[b] = s
+            s += t
+        for i in range(n):
+            k = src[i]
+            b = (k >> sh) & m
+            dst[c[b]] = k
+            c[b] += 1
+        tmp = src
+        src = dst
+        dst = tmp
+    return src
 
 
 @accel.jit
