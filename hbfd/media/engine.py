@@ -72,6 +72,7 @@ _MAX_TIME = 1 << 62
 _E0 = np.zeros(0, np.int64)
 _NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
+_WAIT_ALL_ROWS = True   # submit: a batch whose every request waits keeps its rows without gathers (tests: off)
 _LATEST_TWIN_MIN = 256   # _latest_per_die by its twin from this many releases on
 _FIELDS_TWIN_MIN = 256   # _decide_cmds's pending fields by their twin from this many on
 _SCAN_TWIN_MIN = 256     # _tail_plane's passes over the pending set by their twin from this many on
@@ -573,16 +574,26 @@ class MediaEngine:
             else:
                 done[order] = d
             if self._fresh:        # requests with pages whose transfer is not decided yet
-                cnt = np.bincount(np.concatenate(self._fresh) - int(serial[0]), minlength=nok)
-                pm = cnt > 0
-                idx = np.flatnonzero(pm) if order is None else order[pm]
-                self._add_pending(serial[pm], ids[idx].astype(np.uint64), arrival[idx], d[pm], cnt[pm])
-                show = np.ones(n, bool)
-                show[idx] = False
+                fr = self._fresh[0] if len(self._fresh) == 1 else np.concatenate(self._fresh)
+                cnt = np.bincount(fr - int(serial[0]), minlength=nok)
+                if _WAIT_ALL_ROWS and order is None and nok == n and len(fr) >= n and bool(cnt.all()):
+                    # every request waits (a burst): the same pending rows, without the gathers
+                    self._add_pending(serial, ids.astype(np.uint64), arrival, d, cnt)
+                    show = False
+                else:
+                    pm = cnt > 0
+                    idx = np.flatnonzero(pm) if order is None else order[pm]
+                    self._add_pending(serial[pm], ids[idx].astype(np.uint64), arrival[idx], d[pm], cnt[pm])
+                    show = np.ones(n, bool)
+                    show[idx] = False
                 self._fresh = []
             self.last_completion = max(self.last_completion, int(d.max()))
             self.slots.prune(self._keep_h())
             self._prune_ends()
+        if show is False:                      # nothing completes in this call
+            self.n["served"] += nok
+            self._since_collect = True
+            return
         out = np.empty(n if show is None else int(show.sum()), COMPLETION_BATCH_DTYPE)
         if show is None:
             out["id"] = ids
@@ -655,16 +666,38 @@ class MediaEngine:
         """``_complete_parts`` where ``serial`` is one page of every pending request, in order, and the last
         page of each (a quiet scan's final decision after a burst): the requests complete chunk by chunk of
         ``_pr_chunks``, without concatenating them (the same completions). False (nothing done) otherwise."""
-        ch = self._pr_chunks
-        if sum(len(c["serial"]) for c in ch) != len(serial):
+        if not self._every_last([serial]):
             return False
-        pos = 0
+        self._complete_all_pending(done)
+        return True
+
+    def _every_last(self, parts) -> bool:
+        """Whether the serials ``parts`` (consecutive pieces, not concatenated) are one page of every pending
+        request, in order, and the last page of each (``_complete_every_last``'s condition)."""
+        ch = self._pr_chunks
+        if sum(len(c["serial"]) for c in ch) != sum(len(p) for p in parts):
+            return False
+        pi, off = 0, 0                         # piece of ``parts`` and the offset in it
         for c in ch:
             m = len(c["serial"])
-            if not (np.array_equal(c["serial"], serial[pos:pos + m]) and bool((c["rem"] == 1).all())):
+            want = c["serial"]
+            k = 0
+            while k < m:                       # c's serials against the pieces they span
+                while off == len(parts[pi]):
+                    pi, off = pi + 1, 0
+                t = min(m - k, len(parts[pi]) - off)
+                if not np.array_equal(want[k:k + t], parts[pi][off:off + t]):
+                    return False
+                k += t
+                off += t
+            if not bool((c["rem"] == 1).all()):
                 return False
-            pos += m
-        out = np.empty(len(serial), COMPLETION_BATCH_DTYPE)
+        return True
+
+    def _complete_all_pending(self, done) -> None:
+        """Complete every pending request, chunk by chunk, its last page done at ``done`` (in order)."""
+        ch = self._pr_chunks
+        out = np.empty(len(done), COMPLETION_BATCH_DTYPE)
         oid, mod = out["id"], out["modeled_ns"]
         last = self.last_completion
         pos = 0
@@ -679,9 +712,41 @@ class MediaEngine:
         self._pending.append(out)
         self.last_completion = last
         self._pr_chunks = []
-        return True
 
     _DQ_KEYS = ("ch", "rd", "x", "seq", "serial", "q0")
+    _DQ_CAT = ("ch", "rd", "x", "q0")
+
+    def _commit_all_chunks(self) -> bool:
+        """``_commit_deferred()`` (decide every deferred transfer: a quiet scan after a burst) without
+        concatenating the chunks' seq and serial: where the chunks hold 4096 items or more, their seqs rise
+        across all of them (the order ``_chan_lindley`` then takes needs no seq), the twins are on, nothing is
+        traced and the chunks are the last pages of every pending request, in order (``_complete_every_last``
+        with the serials in pieces). The same decisions, completions and state as ``_take_deferred(None)``,
+        ``_chan_lindley``, ``_complete_parts``; False (nothing done) where one of these does not hold."""
+        dq = self._dq
+        n = sum(len(c["rd"]) for c in dq)
+        if n < 4096 or self.trace is not None or not accel.enabled() or len(self._pr_chunks) < 2:
+            return False
+        last = None
+        for c in dq:
+            sq = c["seq"]
+            if len(sq) == 0:
+                continue
+            if (last is not None and int(sq[0]) <= last) or not bool((sq[1:] > sq[:-1]).all()):
+                return False
+            last = int(sq[-1])
+        if not self._every_last([c["serial"] for c in dq]):
+            return False
+        it = {k: np.concatenate([c[k] for c in dq]) for k in self._DQ_CAT}
+        pk = packed_keys(it["ch"], self.g.channels, it["rd"])
+        if pk is None:                         # (keys beyond 63 bits: the general path)
+            return False
+        self._dq, self._dq_min = [], []
+        done, qv = _chan_fcfs_packed(pk[0], pk[1], pk[2], pk[3], it["x"], it["q0"], self.chan_free,
+                                     self.chan_busy_ns)
+        self.qdelay.add(qv)
+        self._complete_all_pending(done)
+        return True
 
     def _chan_lindley(self, it: dict[str, np.ndarray]) -> np.ndarray:
         """Channel stage: FCFS per channel by (data ready, seq) from the channels' next-free times."""
@@ -854,6 +919,8 @@ class MediaEngine:
 
     def _commit_deferred(self, before: int | None = None) -> None:
         """Decide deferred transfers now (all, or data ready <= ``before``)."""
+        if before is None and len(self._dq) > 1 and self._commit_all_chunks():
+            return
         old = self._take_deferred(before)
         if old is None:
             return

@@ -711,18 +711,28 @@ def _heap_push(hv, hn, d, v, q):
             j = p
         hv[d, j] = v
         hn[d] = m + 1
-    elif v > hv[d, 0]:                             # replace the smallest, sift down
+    elif v > hv[d, 0]:                             # replace the smallest
+        # Floyd's form of the sift down: the smaller children move up to a leaf (no test against v: a new
+        # value is usually among the largest, so it would sink there), then v sifts up from that leaf. The
+        # same array as the plain sift down (which moves children smaller than v up and stops at one >= v):
+        # children larger than v move back down, ones equal to v stay one level up with v just below them.
         j = 0
-        while True:
-            c = 2 * j + 1
-            if c >= q:
-                break
-            if c + 1 < q and hv[d, c + 1] < hv[d, c]:
-                c += 1
-            if hv[d, c] >= v:
-                break
+        c = 1
+        while c < q:
+            r = c + 1
+            if r < q:
+                if hv[d, r] < hv[d, c]:
+                    c = r
             hv[d, j] = hv[d, c]
             j = c
+            c = 2 * j + 1
+        while j > 0:
+            p = (j - 1) >> 1
+            u = hv[d, p]
+            if u <= v:
+                break
+            hv[d, j] = u
+            j = p
         hv[d, j] = v
 
 

@@ -532,36 +532,37 @@ def test_packed_key_build_twin_equals_numpy(monkeypatch):
 
 @pytest.mark.parametrize("mode", ["off", "on"])
 def test_quiet_scan_completes_chunk_by_chunk_as_concatenated(monkeypatch, mode):
-    """``MediaEngine._complete_every_last`` (a burst's final decision, request chunks not concatenated) gives
-    the completions and stats of ``_complete_parts``'s concatenated form: read bursts cut into batches, of
-    one-page requests (the form runs) and of 3-page ones (it declines: requests with two pages deferred).
-    A form that drops a chunk's last request is seen."""
+    """``MediaEngine._complete_every_last`` and round 5's ``_commit_all_chunks`` (a burst's final decision, request
+    chunks and, for the latter, deferred chunks not concatenated; both decide by ``_every_last`` and complete
+    by ``_complete_all_pending``) give the completions and stats of ``_complete_parts``'s concatenated form: read
+    bursts cut into batches, of one-page requests (the forms run) and of 3-page ones (they decline: requests
+    with two pages deferred). A form that drops a chunk's last request is seen."""
     monkeypatch.setenv("HBFD_ACCEL", mode)
     g = _geometry("nominal", "profile")
-    orig = MediaEngine._complete_every_last
+    orig = MediaEngine._every_last
+    orig_all = MediaEngine._complete_all_pending
     for nbytes, sizes, runs in ((4096, [3000, 2500, 4000, 1500], True), (3 * 4096, [900, 700, 1400], False)):
         stream = make_stream(g, sum(sizes), nbytes, "read", 0, seed=7)
         ran = []
 
-        def spy(self, serial, done):
-            r = orig(self, serial, done)
+        def spy(self, parts):
+            r = orig(self, parts)
             ran.append(r)
             return r
-        monkeypatch.setattr(MediaEngine, "_complete_every_last", spy)
+        monkeypatch.setattr(MediaEngine, "_every_last", spy)
         got = _engine_run(g, stream, sizes, [False] * len(sizes))
-        monkeypatch.setattr(MediaEngine, "_complete_every_last", lambda self, s, d: False)
+        monkeypatch.setattr(MediaEngine, "_every_last", lambda self, parts: False)
         ref = _engine_run(g, stream, sizes, [False] * len(sizes))
         assert (True in ran) == runs and (runs or False in ran)   # (3 pages: some requests have 2 left)
         assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
+    monkeypatch.setattr(MediaEngine, "_every_last", orig)
 
-    def drops_last(self, serial, done):
-        r = orig(self, serial, done)
-        if r:
-            self._pending[-1] = self._pending[-1][:-1]
-        return r
+    def drops_last(self, done):
+        orig_all(self, done)
+        self._pending[-1] = self._pending[-1][:-1]
     stream = make_stream(g, 6000, 4096, "read", 0, seed=7)
     ref = _engine_run(g, stream, [3000, 3000], [False, False])
-    monkeypatch.setattr(MediaEngine, "_complete_every_last", drops_last)
+    monkeypatch.setattr(MediaEngine, "_complete_all_pending", drops_last)
     bad = _engine_run(g, stream, [3000, 3000], [False, False])
     assert sum(map(len, bad[0])) == sum(map(len, ref[0])) - 1
 

@@ -334,3 +334,89 @@ def test_a_changed_write_twin_is_seen(monkeypatch, mod, name, how):
     got = _engine_run(g, stream, sizes, adv)
     assert calls
     assert ref[1] != got[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
+
+
+def _plain_heap_push(hv, hn, d, v, q):
+    """``kernels._heap_push`` as it was before round 5 (the plain sift down): the reference its Floyd form must
+    equal, array for array."""
+    m = hn[d]
+    if m < q:
+        j = m
+        while j > 0:
+            p = (j - 1) >> 1
+            if hv[d, p] <= v:
+                break
+            hv[d, j] = hv[d, p]
+            j = p
+        hv[d, j] = v
+        hn[d] = m + 1
+    elif v > hv[d, 0]:
+        j = 0
+        while True:
+            c = 2 * j + 1
+            if c >= q:
+                break
+            if c + 1 < q and hv[d, c + 1] < hv[d, c]:
+                c += 1
+            if hv[d, c] >= v:
+                break
+            hv[d, j] = hv[d, c]
+            j = c
+        hv[d, j] = v
+
+
+def test_heap_push_floyd_form_equals_plain_sift_down():
+    """``kernels._heap_push`` (round 5: Floyd's replace, children up to a leaf then the value up) leaves the same
+    heap array as the plain sift down after every push: heap sizes 1-513 (odd and even: a last node with one
+    child), values few and many (ties with children, with the root), rising, falling, random; compiled and its
+    Python form. A push that breaks a tie the other way is seen."""
+    from hbfd.media import kernels as K
+    rng = np.random.default_rng(21)
+    checked = 0
+    for q in (1, 2, 3, 4, 7, 8, 64, 511, 512, 513):
+        for kind in ("few", "many", "rising", "falling"):
+            n = 4 * q + 50
+            if kind == "few":
+                vals = rng.integers(0, 4, n)
+            elif kind == "many":
+                vals = rng.integers(-(10**9), 10**9, n)
+            elif kind == "rising":
+                vals = np.arange(n) + rng.integers(0, 3 * q + 1, n)
+            else:
+                vals = -np.arange(n) + rng.integers(0, 5, n)
+            for fn in ((K._heap_push, K._heap_push.py_func) if q in (7, 512) else (K._heap_push,)):
+                ref = np.zeros((2, q), np.int64)
+                got = np.zeros((2, q), np.int64)
+                rn = np.zeros(2, np.int64)
+                gn = np.zeros(2, np.int64)
+                for v in vals.tolist():
+                    _plain_heap_push(ref, rn, 1, v, q)
+                    fn(got, gn, 1, v, q)
+                    assert np.array_equal(ref, got) and np.array_equal(rn, gn), (q, kind)
+                    checked += 1
+    assert checked > 20_000
+
+    def other_tie(hv, hn, d, v, q):           # ties between children go right: a different (valid) heap
+        m = hn[d]
+        if m < q or v <= hv[d, 0]:
+            return _plain_heap_push(hv, hn, d, v, q)
+        j = 0
+        while 2 * j + 1 < q:
+            c = 2 * j + 1
+            if c + 1 < q and hv[d, c + 1] <= hv[d, c]:
+                c += 1
+            if hv[d, c] >= v:
+                break
+            hv[d, j] = hv[d, c]
+            j = c
+        hv[d, j] = v
+    a = np.zeros((1, 7), np.int64)
+    b = np.zeros((1, 7), np.int64)
+    na = np.zeros(1, np.int64)
+    nb = np.zeros(1, np.int64)
+    diff = False
+    for v in rng.integers(0, 3, 200).tolist():
+        K._heap_push(a, na, 0, v, 7)
+        other_tie(b, nb, 0, v, 7)
+        diff |= not np.array_equal(a, b)
+    assert diff
