@@ -52,8 +52,8 @@ from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
-from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _ends_get, _extreme_at, _fifo_carry, _fifo_loop,
-                      _l2p_swap,
+from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _dup_planes, _ends_get, _extreme_at, _fifo_carry,
+                      _fifo_loop, _l2p_swap,
                       _latest_q, _lookup_events, _packed_build, _packed_sort, _pending_fields, _pid_map, _read_front,
                       _read_pass, _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
@@ -2366,4 +2366,4 @@ def warm_twins(geometry: MediaGeometry) -> float:
 WARM_TWINS = (eventsim._simulate_loop, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
-              _ends_get, _l2p_swap)
+              _ends_get, _l2p_swap, _dup_planes)

@@ -1045,3 +1045,33 @@ def _l2p_swap(keys, vals, ls, ppn):
                 break
             h = (h + 1) & mask
     return old, added
+
+
+@accel.jit
+def _dup_planes(lp, planes, npl):
+    """``Ftl.program_many``'s duplicate check, loop form (compiled by numba): whether a page of ``lp`` occurs
+    twice, and per plane (``npl`` of them) whether one of its pages does (``planes[i]``: the plane of
+    ``lp[i]``), from one pass over an open-addressing set (linear probing from the l2p table's Fibonacci hash,
+    at most half full; ``L2P_EMPTY`` marks a free slot) instead of a sort. ``lp``: pages >= 0."""
+    n = lp.shape[0]
+    cap = 16
+    while cap < 2 * n:
+        cap <<= 1
+    keys = np.full(cap, -9223372036854775808, np.int64)
+    mask = cap - 1
+    dm = np.zeros(npl, np.bool_)
+    anyd = False
+    for i in range(n):
+        k = lp[i]
+        h = np.int64((np.uint64(k) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(33)) & mask
+        while True:
+            kk = keys[h]
+            if kk == k:
+                dm[planes[i]] = True
+                anyd = True
+                break
+            if kk == -9223372036854775808:
+                keys[h] = k
+                break
+            h = (h + 1) & mask
+    return anyd, dm
