@@ -53,7 +53,7 @@ from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _dup_planes, _ends_get, _extreme_at, _fifo_carry,
-                      _fifo_loop, _l2p_swap,
+                      _fifo_loop, _gated_split, _l2p_swap,
                       _latest_q, _lookup_events, _packed_build, _packed_sort, _pending_fields, _pid_map, _read_front,
                       _read_pass, _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
@@ -72,6 +72,7 @@ _MAX_TIME = 1 << 62
 _E0 = np.zeros(0, np.int64)
 _NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
+_GATED_TWIN_MIN = 256   # _release_gated: a chunk of this many waiting stores or more splits by its twin
 _WAIT_ALL_ROWS = True   # submit: a batch whose every request waits keeps its rows without gathers (tests: off)
 _LATEST_TWIN_MIN = 256   # _latest_per_die by its twin from this many releases on
 _FIELDS_TWIN_MIN = 256   # _decide_cmds's pending fields by their twin from this many on
@@ -714,6 +715,7 @@ class MediaEngine:
         self._pr_chunks = []
 
     _DQ_KEYS = ("ch", "rd", "x", "seq", "serial", "q0")
+    _GATED_KEYS = _DQ_KEYS + ("gate",)        # a chunk of stores waiting for their gate (_serve_mixed)
     _DQ_CAT = ("ch", "rd", "x", "q0")
 
     def _commit_all_chunks(self) -> bool:
@@ -2016,13 +2018,23 @@ class MediaEngine:
         for ch in self._gated:
             e = _end_of(pe, ch["gate"])
             ok = e >= 0
-            if ok.any():
+            anyok = bool(ok.any())
+            if anyok and len(ok) >= _GATED_TWIN_MIN and tuple(ch) == self._GATED_KEYS and accel.enabled() \
+                    and all(v.dtype == np.int64 for v in ch.values()):
+                sv, kv = _gated_split(ok, e, *(ch[k] for k in self._GATED_KEYS))    # (the same rows, one pass)
+                sel = dict(zip(self._DQ_KEYS, sv))
+                self._dq.append(sel)
+                self._dq_min.append(int(sel["rd"].min()))
+                if len(kv[0]):
+                    keep.append(dict(zip(self._GATED_KEYS, kv)))
+                continue
+            if anyok:
                 sel = {k: ch[k][ok] for k in self._DQ_KEYS}
                 sel["rd"] = np.maximum(sel["rd"], e[ok])
                 sel["q0"] = sel["rd"].copy()
                 self._dq.append(sel)
                 self._dq_min.append(int(sel["rd"].min()))
-            if not ok.any():
+            if not anyok:
                 keep.append(ch)                # (none released: the chunk as it is, no copies)
             elif not ok.all():
                 keep.append({k: v[~ok] for k, v in ch.items()})
@@ -2366,4 +2378,4 @@ def warm_twins(geometry: MediaGeometry) -> float:
 WARM_TWINS = (eventsim._simulate_loop, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
-              _ends_get, _l2p_swap, _dup_planes)
+              _ends_get, _l2p_swap, _dup_planes, _gated_split)

@@ -1075,3 +1075,52 @@ def _dup_planes(lp, planes, npl):
                 break
             h = (h + 1) & mask
     return anyd, dm
+
+
+@accel.jit
+def _gated_split(ok, e, ch, rd, x, seq, serial, q0, gate):
+    """``MediaEngine._release_gated``'s split of a chunk of waiting stores, loop form (compiled by numba): the
+    released rows (``ok``) as channel items (ch, rd = max(rd, their gate's end ``e``), x, seq, serial, q0 = that
+    rd) and the rows still waiting (ch, rd, x, seq, serial, q0, gate), each in chunk order: one pass instead of
+    thirteen masked copies."""
+    n = ok.shape[0]
+    m = 0
+    for i in range(n):
+        if ok[i]:
+            m += 1
+    s_ch = np.empty(m, np.int64)
+    s_rd = np.empty(m, np.int64)
+    s_x = np.empty(m, np.int64)
+    s_seq = np.empty(m, np.int64)
+    s_ser = np.empty(m, np.int64)
+    s_q0 = np.empty(m, np.int64)
+    w = n - m
+    k_ch = np.empty(w, np.int64)
+    k_rd = np.empty(w, np.int64)
+    k_x = np.empty(w, np.int64)
+    k_seq = np.empty(w, np.int64)
+    k_ser = np.empty(w, np.int64)
+    k_q0 = np.empty(w, np.int64)
+    k_gate = np.empty(w, np.int64)
+    a = 0
+    b = 0
+    for i in range(n):
+        if ok[i]:
+            r = rd[i] if rd[i] > e[i] else e[i]
+            s_ch[a] = ch[i]
+            s_rd[a] = r
+            s_x[a] = x[i]
+            s_seq[a] = seq[i]
+            s_ser[a] = serial[i]
+            s_q0[a] = r
+            a += 1
+        else:
+            k_ch[b] = ch[i]
+            k_rd[b] = rd[i]
+            k_x[b] = x[i]
+            k_seq[b] = seq[i]
+            k_ser[b] = serial[i]
+            k_q0[b] = q0[i]
+            k_gate[b] = gate[i]
+            b += 1
+    return (s_ch, s_rd, s_x, s_seq, s_ser, s_q0), (k_ch, k_rd, k_x, k_seq, k_ser, k_q0, k_gate)
