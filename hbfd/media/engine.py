@@ -59,7 +59,8 @@ from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _dup_planes, _
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
-from .lindley import packed_keys, packed_order, segment_ends, segment_starts, segmented_fcfs, sorted_fcfs
+from .lindley import (packed_keys, packed_order, rank_order, segment_ends, segment_starts, segmented_fcfs,
+                      sorted_fcfs)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ _MAX_TIME = 1 << 62
 _E0 = np.zeros(0, np.int64)
 _NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
+_RANK_ORDER_MIN = 512   # _chan_lindley: items out of seq order, from this many on ordered by lindley.rank_order
 _GATED_TWIN_MIN = 256   # _release_gated: a chunk of this many waiting stores or more splits by its twin
 _WAIT_ALL_ROWS = True   # submit: a batch whose every request waits keeps its rows without gathers (tests: off)
 _LATEST_TWIN_MIN = 256   # _latest_per_die by its twin from this many releases on
@@ -777,7 +779,9 @@ class MediaEngine:
                     pk = packed_keys(ch, g.channels, rd)
                 o = np.argsort(rd, kind="stable") if pk is None else None
             else:
-                o = np.lexsort((seq, rd))
+                o = rank_order(rd, seq) if n >= _RANK_ORDER_MIN else None     # (= np.lexsort((seq, rd)))
+                if o is None:
+                    o = np.lexsort((seq, rd))
             if pk is not None:
                 done, qv = _chan_fcfs_packed(pk[0], pk[1], pk[2], pk[3], x, it["q0"], self.chan_free,
                                              self.chan_busy_ns)

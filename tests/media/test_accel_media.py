@@ -606,3 +606,51 @@ def test_packed_sort_twin_equals_np_sort(monkeypatch):
     monkeypatch.setattr(lindley, "_packed_sort", one_swap)
     bad = _engine_run(g, stream, [8000], [False])
     assert not all(np.array_equal(x, y) for x, y in zip(base[0], bad[0]))
+
+
+def test_rank_order_equals_lexsort_and_a_change_is_seen(monkeypatch):
+    """``lindley.rank_order`` (round 5: the channel items' order by (data ready, seq) when they are out of seq
+    order, with the twins on) is ``np.lexsort((seq, rd))``: ascending runs of seqs, random seqs, repeated seqs
+    (ties by index), equal and spread ready times, 1-60k items, negative times, other integer dtypes; None where
+    the keys cannot fit (spans near 2^62). An engine run of a write stream at 10 % load (channel items out of seq
+    order) gives the same completions and stats off and on, and an order by seq alone is seen in it."""
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    rng = np.random.default_rng(12)
+    n_cases = 0
+    for n in (1, 2, 3, 511, 512, 7000, 60_000):
+        for kind in ("runs", "random", "ties", "flat"):
+            if kind == "runs":
+                seq = np.concatenate([np.sort(rng.choice(10**7, n // 3 + 1, replace=False)) for _ in range(3)])[:n]
+            elif kind == "random":
+                seq = rng.permutation(n) * 2 + 1
+            else:
+                seq = rng.integers(0, 4, n)
+            rd = rng.integers(-(10**6), 10**9, n) if kind != "flat" else rng.integers(0, 3, n)
+            for s_, r_ in ((seq, rd), (seq.astype(np.int32), rd.astype(np.int64))):
+                got = lindley.rank_order(r_, s_)
+                assert got is not None and np.array_equal(got, np.lexsort((s_, r_))), (n, kind)
+                n_cases += 1
+    assert n_cases == 56
+    assert lindley.rank_order(np.array([0, 1 << 61, 5], np.int64), np.array([3, 2, 1])) is None
+    orig = engine_mod.rank_order
+    used = []
+
+    def counted(rd, seq):
+        used.append(len(rd))
+        return orig(rd, seq)
+    monkeypatch.setattr(engine_mod, "rank_order", counted)
+    g = _geometry("nominal", "profile")
+    gap = round(1e9 / (0.1 * g.aggregate_bytes_per_s / 4096))
+    stream = make_stream(g, 20_000, 4096, "write", gap, seed=2)
+    sizes, adv = [5000] * 4, [True] * 4
+    monkeypatch.setenv("HBFD_ACCEL", "off")
+    ref = _engine_run(g, stream, sizes, adv)
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    got = _engine_run(g, stream, sizes, adv)
+    assert used and ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
+
+    def by_seq_only(rd, seq):                     # FCFS by creation, not data ready
+        return np.argsort(seq, kind="stable")
+    monkeypatch.setattr(engine_mod, "rank_order", by_seq_only)
+    bad = _engine_run(g, stream, sizes, adv)
+    assert got[1] != bad[1] or any(not np.array_equal(x, y) for x, y in zip(got[0], bad[0]))
