@@ -53,7 +53,7 @@ from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _dup_planes, _ends_get, _extreme_at, _fifo_carry,
-                      _fifo_loop, _gated_split, _l2p_swap,
+                      _fifo_loop, _gated_split, _l2p_swap, _parts_update,
                       _latest_q, _lookup_events, _packed_build, _packed_sort, _pending_fields, _pid_map, _read_front,
                       _read_pass, _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
@@ -74,6 +74,7 @@ _E0 = np.zeros(0, np.int64)
 _NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
 _RANK_ORDER_MIN = 512   # _chan_lindley: items out of seq order, from this many on ordered by lindley.rank_order
+_PARTS_TWIN_MIN = 256   # _complete_parts: from this many pending requests on, its general case by its twin
 _GATED_TWIN_MIN = 256   # _release_gated: a chunk of this many waiting stores or more splits by its twin
 _WAIT_ALL_ROWS = True   # submit: a batch whose every request waits keeps its rows without gathers (tests: off)
 _LATEST_TWIN_MIN = 256   # _latest_per_die by its twin from this many releases on
@@ -637,6 +638,24 @@ class MediaEngine:
             np.maximum(pr["done"], done, out=pr["done"])
             pr["rem"] -= 1
         else:
+            if len(pr["serial"]) >= _PARTS_TWIN_MIN and accel.enabled() and all(
+                    pr[k].dtype == np.int64 for k in ("serial", "arrival", "done", "rem")) \
+                    and serial.dtype == np.int64 and done.dtype == np.int64:
+                # (the same completions and requests left, in one pass; pr's arrays are the pending set's own:
+                # _add_pending and _pr_all made them, so the requests left move to their fronts in place)
+                st, fid, fmod, mx, left = _parts_update(pr["serial"], pr["id"], pr["arrival"], pr["done"], pr["rem"],
+                                                        serial, done)
+                if st == 0:
+                    raise MediaError("internal: deferred page of an unknown request")
+                if len(fid):
+                    out = np.empty(len(fid), COMPLETION_BATCH_DTYPE)
+                    out["id"] = fid
+                    out["modeled_ns"] = fmod.astype(np.uint64)
+                    out["status"] = ctl.HBF_ST_READY
+                    self._pending.append(out)
+                    self.last_completion = max(self.last_completion, int(mx))
+                    self._pr_chunks = [{k: v[:left] for k, v in pr.items()}] if left else []
+                return
             idx = np.searchsorted(pr["serial"], serial)
             if (idx >= len(pr["serial"])).any() or (pr["serial"][np.minimum(idx, len(pr["serial"]) - 1)] != serial).any():
                 raise MediaError("internal: deferred page of an unknown request")
@@ -2382,4 +2401,4 @@ def warm_twins(geometry: MediaGeometry) -> float:
 WARM_TWINS = (eventsim._simulate_loop, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
-              _ends_get, _l2p_swap, _dup_planes, _gated_split)
+              _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update)

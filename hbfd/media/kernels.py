@@ -1124,3 +1124,81 @@ def _gated_split(ok, e, ch, rd, x, seq, serial, q0, gate):
             k_gate[b] = gate[i]
             b += 1
     return (s_ch, s_rd, s_x, s_seq, s_ser, s_q0), (k_ch, k_rd, k_x, k_seq, k_ser, k_q0, k_gate)
+
+
+@accel.jit
+def _parts_update(pserial, pid, parr, pdone, prem, serial, done):
+    """``MediaEngine._complete_parts``'s general case, loop form (compiled by numba): the pending requests
+    (``pserial`` ascending, their ids, arrivals, done so far, pages left) get the deferred pages ``serial``
+    (done at ``done``, any order, several pages of a request allowed). Returns (status, the finished requests'
+    ids, done - arrival, the latest done, how many requests are left): status 0: a serial is not pending
+    (nothing changed: the caller raises); 2: done (each request's done the latest of its pages', its pages left
+    less its pages here: ``np.maximum.at`` / ``bincount`` of the numpy form), and the requests left, in order,
+    moved to the front of the five arrays in place (each row is read before it can be written: no new memory to
+    fault in). Each page's request by a table over the pending serials' span when that is at most 4 m + 1024
+    (else a binary search)."""
+    n = serial.shape[0]
+    m = pserial.shape[0]
+    e0 = np.empty(0, np.int64)
+    u0 = np.empty(0, pid.dtype)
+    idx = np.empty(n, np.int64)
+    if m == 0:
+        if n:
+            return 0, u0, e0, np.int64(0), 0
+    else:
+        lo = pserial[0]
+        span = pserial[m - 1] - lo + 1
+        if span <= 4 * m + 1024:
+            pos = np.full(span, -1, np.int32)
+            for k in range(m):
+                pos[pserial[k] - lo] = k
+            for i in range(n):
+                v = serial[i] - lo
+                k = pos[v] if 0 <= v < span else -1
+                if k < 0:
+                    return 0, u0, e0, np.int64(0), 0
+                idx[i] = k
+        else:
+            for i in range(n):
+                s = serial[i]
+                a = 0
+                b = m
+                while a < b:
+                    c = (a + b) >> 1
+                    if pserial[c] < s:
+                        a = c + 1
+                    else:
+                        b = c
+                if a == m or pserial[a] != s:
+                    return 0, u0, e0, np.int64(0), 0
+                idx[i] = a
+    for i in range(n):
+        k = idx[i]
+        if done[i] > pdone[k]:
+            pdone[k] = done[i]
+        prem[k] -= 1
+    nf = 0
+    for k in range(m):
+        if prem[k] == 0:
+            nf += 1
+    fid = np.empty(nf, pid.dtype)
+    fmod = np.empty(nf, np.int64)
+    mx = np.int64(-(1 << 62))
+    a = 0
+    b = 0
+    for k in range(m):
+        if prem[k] == 0:
+            fid[a] = pid[k]
+            fmod[a] = pdone[k] - parr[k]
+            if pdone[k] > mx:
+                mx = pdone[k]
+            a += 1
+        else:
+            if nf:
+                pserial[b] = pserial[k]
+                pid[b] = pid[k]
+                parr[b] = parr[k]
+                pdone[b] = pdone[k]
+                prem[b] = prem[k]
+            b += 1
+    return 2, fid, fmod, mx, b

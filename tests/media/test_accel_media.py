@@ -352,7 +352,8 @@ def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
                       (engine_mod, "_latest_q"), (engine_mod, "_pending_fields"), (engine_mod, "_pid_map"),
                       (engine_mod, "_tail_scan"), (diestage, "_carry_keep"), (engine_mod, "_ring_loop"),
                       (engine_mod, "_extreme_at"), (engine_mod, "_ends_get"), (ftl_mod, "_l2p_swap"),
-                      (ftl_mod, "_dup_planes"), (engine_mod, "_gated_split")):
+                      (ftl_mod, "_dup_planes"), (engine_mod, "_gated_split"),
+                      (engine_mod, "_parts_update")):
         monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
     got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
@@ -372,7 +373,7 @@ def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
              K._chan_fcfs_packed, K._read_front, K._read_pass, hist._bin_into, K._packed_build, K._packed_sort,
              eventsim._chains_loop, eventsim._qd_loop, K._latest_q, K._pending_fields, K._pid_map, K._tail_scan,
              K._carry_keep, K._ring_loop, K._extreme_at, K._ends_get, K._l2p_swap, K._dup_planes,
-             K._gated_split)
+             K._gated_split, K._parts_update)
     caplog.set_level("DEBUG", logger="hbfd.accel")
     for name in ("nominal", "ocp-sg2"):
         E.warm_twins(MediaGeometry.from_profile(as_profile(name)))

@@ -469,3 +469,76 @@ def test_gated_split_twin_equals_masks_and_a_change_is_seen(monkeypatch):
     monkeypatch.setattr(engine_mod, "_gated_split", no_max)
     bad = _engine_run(g, stream, sizes, adv)
     assert ref[1] != bad[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], bad[0]))
+
+
+def test_parts_update_twin_equals_the_numpy_form(monkeypatch):
+    """``kernels._parts_update`` (round 5: ``_complete_parts``'s general case in one pass) leaves the completions,
+    the latest completion and the pending requests of the numpy form: pending sets of 256-20k requests with 1-3
+    pages left, serials dense (its table) or sparse (its binary search), pages of some or all of them, in order or
+    shuffled, an unknown serial (the internal error, nothing changed), two pages of one request; a twin that
+    forgets the pages' done times is seen in an engine run."""
+    from hbfd.media.engine import MediaEngine
+    rng = np.random.default_rng(4)
+
+    def make(m, dense):
+        e = MediaEngine.__new__(MediaEngine)
+        e._pending, e.last_completion = [], 5
+        ser = np.sort(rng.choice((2 if dense else 10) * m + 3, m, replace=False)).astype(np.int64) + 1000
+        e._pr_chunks = [{"serial": ser, "id": rng.integers(0, 1 << 40, m).astype(np.uint64),
+                         "arrival": rng.integers(0, 10**6, m), "done": rng.integers(10**6, 2 * 10**6, m),
+                         "rem": rng.integers(1, 4, m)}]
+        return e
+
+    def state(e):
+        return ([o.tobytes() for o in e._pending], e.last_completion,
+                [{k: v.tobytes() for k, v in c.items()} for c in e._pr_chunks])
+    runs = {2: 0, 1: 0, 0: 0}
+    for m in (256, 1000, 20_000):
+        for case in ("some", "all-last", "shuffled", "unknown", "twice"):
+            for rep in range(4):
+                rs = rng.integers(0, 1 << 30)
+                r1 = np.random.default_rng(rs)
+                base = make(m, rep % 2 == 0)
+                ser = base._pr_chunks[0]["serial"]
+                if case == "all-last":
+                    base._pr_chunks[0]["rem"][:] = 1
+                    pick = np.sort(r1.choice(m, m - 1, replace=False))
+                else:
+                    pick = np.sort(r1.choice(m, r1.integers(1, m // 2), replace=False))
+                serial = ser[pick].copy()
+                if case == "unknown":
+                    serial[len(serial) // 2] += 1 if serial[len(serial) // 2] + 1 not in set(ser.tolist()) else 0
+                if case == "twice":
+                    serial = np.sort(np.concatenate([serial, serial[:3]]))
+                if case in ("shuffled", "all-last") and rep > 1:
+                    serial = r1.permutation(serial)
+                done = r1.integers(0, 3 * 10**6, len(serial))
+                a, b = copy.deepcopy(base), copy.deepcopy(base)
+                res = []
+                for e, mode in ((a, "off"), (b, "on")):
+                    monkeypatch.setenv("HBFD_ACCEL", mode)
+                    try:
+                        e._complete_parts(serial, done)
+                        res.append(None)
+                    except Exception as x:          # noqa: BLE001  (the same error both ways)
+                        res.append(type(x).__name__)
+                assert res[0] == res[1] and state(a) == state(b), (m, case)
+                if case == "unknown" and res[0] is not None:
+                    runs[0] += 1
+                elif case == "twice":
+                    runs[1] += 1
+                else:
+                    runs[2] += 1
+    assert runs[0] and runs[1] and runs[2]
+    orig = engine_mod._parts_update
+    calls = []
+
+    def no_done(ps, pid, pa, pd, pr, serial, done):
+        calls.append(1)
+        return orig(ps, pid, pa, pd, pr, serial, np.zeros_like(done))
+    g, stream, sizes, adv = _stream("nominal", "write", 0.0, 0.1, "profile", n=20_000)
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    ref = _engine_run(g, stream, sizes, adv)
+    monkeypatch.setattr(engine_mod, "_parts_update", no_done)
+    bad = _engine_run(g, stream, sizes, adv)
+    assert calls and (ref[1] != bad[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], bad[0])))
