@@ -52,14 +52,15 @@ from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
-from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _ends_get, _extreme_at, _fifo_carry, _fifo_loop,
-                      _l2p_swap,
-                      _latest_q, _lookup_events, _packed_build, _pending_fields, _pid_map, _read_front, _read_pass,
-                      _ring_loop, _tail_scan)
+from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _dup_planes, _ends_get, _extreme_at, _fifo_carry,
+                      _fifo_loop, _gated_split, _l2p_swap, _parts_update,
+                      _latest_q, _lookup_events, _packed_build, _packed_sort, _pending_fields, _pid_map, _read_front,
+                      _read_pass, _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
-from .lindley import packed_keys, packed_order, segment_ends, segment_starts, segmented_fcfs, sorted_fcfs
+from .lindley import (packed_keys, packed_order, rank_order, segment_ends, segment_starts, segmented_fcfs,
+                      sorted_fcfs)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,10 @@ _MAX_TIME = 1 << 62
 _E0 = np.zeros(0, np.int64)
 _NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
+_RANK_ORDER_MIN = 512   # _chan_lindley: items out of seq order, from this many on ordered by lindley.rank_order
+_PARTS_TWIN_MIN = 256   # _complete_parts: from this many pending requests on, its general case by its twin
+_GATED_TWIN_MIN = 256   # _release_gated: a chunk of this many waiting stores or more splits by its twin
+_WAIT_ALL_ROWS = True   # submit: a batch whose every request waits keeps its rows without gathers (tests: off)
 _LATEST_TWIN_MIN = 256   # _latest_per_die by its twin from this many releases on
 _FIELDS_TWIN_MIN = 256   # _decide_cmds's pending fields by their twin from this many on
 _SCAN_TWIN_MIN = 256     # _tail_plane's passes over the pending set by their twin from this many on
@@ -573,16 +578,26 @@ class MediaEngine:
             else:
                 done[order] = d
             if self._fresh:        # requests with pages whose transfer is not decided yet
-                cnt = np.bincount(np.concatenate(self._fresh) - int(serial[0]), minlength=nok)
-                pm = cnt > 0
-                idx = np.flatnonzero(pm) if order is None else order[pm]
-                self._add_pending(serial[pm], ids[idx].astype(np.uint64), arrival[idx], d[pm], cnt[pm])
-                show = np.ones(n, bool)
-                show[idx] = False
+                fr = self._fresh[0] if len(self._fresh) == 1 else np.concatenate(self._fresh)
+                cnt = np.bincount(fr - int(serial[0]), minlength=nok)
+                if _WAIT_ALL_ROWS and order is None and nok == n and len(fr) >= n and bool(cnt.all()):
+                    # every request waits (a burst): the same pending rows, without the gathers
+                    self._add_pending(serial, ids.astype(np.uint64), arrival, d, cnt)
+                    show = False
+                else:
+                    pm = cnt > 0
+                    idx = np.flatnonzero(pm) if order is None else order[pm]
+                    self._add_pending(serial[pm], ids[idx].astype(np.uint64), arrival[idx], d[pm], cnt[pm])
+                    show = np.ones(n, bool)
+                    show[idx] = False
                 self._fresh = []
             self.last_completion = max(self.last_completion, int(d.max()))
             self.slots.prune(self._keep_h())
             self._prune_ends()
+        if show is False:                      # nothing completes in this call
+            self.n["served"] += nok
+            self._since_collect = True
+            return
         out = np.empty(n if show is None else int(show.sum()), COMPLETION_BATCH_DTYPE)
         if show is None:
             out["id"] = ids
@@ -623,6 +638,24 @@ class MediaEngine:
             np.maximum(pr["done"], done, out=pr["done"])
             pr["rem"] -= 1
         else:
+            if len(pr["serial"]) >= _PARTS_TWIN_MIN and accel.enabled() and all(
+                    pr[k].dtype == np.int64 for k in ("serial", "arrival", "done", "rem")) \
+                    and serial.dtype == np.int64 and done.dtype == np.int64:
+                # (the same completions and requests left, in one pass; pr's arrays are the pending set's own:
+                # _add_pending and _pr_all made them, so the requests left move to their fronts in place)
+                st, fid, fmod, mx, left = _parts_update(pr["serial"], pr["id"], pr["arrival"], pr["done"], pr["rem"],
+                                                        serial, done)
+                if st == 0:
+                    raise MediaError("internal: deferred page of an unknown request")
+                if len(fid):
+                    out = np.empty(len(fid), COMPLETION_BATCH_DTYPE)
+                    out["id"] = fid
+                    out["modeled_ns"] = fmod.astype(np.uint64)
+                    out["status"] = ctl.HBF_ST_READY
+                    self._pending.append(out)
+                    self.last_completion = max(self.last_completion, int(mx))
+                    self._pr_chunks = [{k: v[:left] for k, v in pr.items()}] if left else []
+                return
             idx = np.searchsorted(pr["serial"], serial)
             if (idx >= len(pr["serial"])).any() or (pr["serial"][np.minimum(idx, len(pr["serial"]) - 1)] != serial).any():
                 raise MediaError("internal: deferred page of an unknown request")
@@ -655,16 +688,38 @@ class MediaEngine:
         """``_complete_parts`` where ``serial`` is one page of every pending request, in order, and the last
         page of each (a quiet scan's final decision after a burst): the requests complete chunk by chunk of
         ``_pr_chunks``, without concatenating them (the same completions). False (nothing done) otherwise."""
-        ch = self._pr_chunks
-        if sum(len(c["serial"]) for c in ch) != len(serial):
+        if not self._every_last([serial]):
             return False
-        pos = 0
+        self._complete_all_pending(done)
+        return True
+
+    def _every_last(self, parts) -> bool:
+        """Whether the serials ``parts`` (consecutive pieces, not concatenated) are one page of every pending
+        request, in order, and the last page of each (``_complete_every_last``'s condition)."""
+        ch = self._pr_chunks
+        if sum(len(c["serial"]) for c in ch) != sum(len(p) for p in parts):
+            return False
+        pi, off = 0, 0                         # piece of ``parts`` and the offset in it
         for c in ch:
             m = len(c["serial"])
-            if not (np.array_equal(c["serial"], serial[pos:pos + m]) and bool((c["rem"] == 1).all())):
+            want = c["serial"]
+            k = 0
+            while k < m:                       # c's serials against the pieces they span
+                while off == len(parts[pi]):
+                    pi, off = pi + 1, 0
+                t = min(m - k, len(parts[pi]) - off)
+                if not np.array_equal(want[k:k + t], parts[pi][off:off + t]):
+                    return False
+                k += t
+                off += t
+            if not bool((c["rem"] == 1).all()):
                 return False
-            pos += m
-        out = np.empty(len(serial), COMPLETION_BATCH_DTYPE)
+        return True
+
+    def _complete_all_pending(self, done) -> None:
+        """Complete every pending request, chunk by chunk, its last page done at ``done`` (in order)."""
+        ch = self._pr_chunks
+        out = np.empty(len(done), COMPLETION_BATCH_DTYPE)
         oid, mod = out["id"], out["modeled_ns"]
         last = self.last_completion
         pos = 0
@@ -679,9 +734,42 @@ class MediaEngine:
         self._pending.append(out)
         self.last_completion = last
         self._pr_chunks = []
-        return True
 
     _DQ_KEYS = ("ch", "rd", "x", "seq", "serial", "q0")
+    _GATED_KEYS = _DQ_KEYS + ("gate",)        # a chunk of stores waiting for their gate (_serve_mixed)
+    _DQ_CAT = ("ch", "rd", "x", "q0")
+
+    def _commit_all_chunks(self) -> bool:
+        """``_commit_deferred()`` (decide every deferred transfer: a quiet scan after a burst) without
+        concatenating the chunks' seq and serial: where the chunks hold 4096 items or more, their seqs rise
+        across all of them (the order ``_chan_lindley`` then takes needs no seq), the twins are on, nothing is
+        traced and the chunks are the last pages of every pending request, in order (``_complete_every_last``
+        with the serials in pieces). The same decisions, completions and state as ``_take_deferred(None)``,
+        ``_chan_lindley``, ``_complete_parts``; False (nothing done) where one of these does not hold."""
+        dq = self._dq
+        n = sum(len(c["rd"]) for c in dq)
+        if n < 4096 or self.trace is not None or not accel.enabled() or len(self._pr_chunks) < 2:
+            return False
+        last = None
+        for c in dq:
+            sq = c["seq"]
+            if len(sq) == 0:
+                continue
+            if (last is not None and int(sq[0]) <= last) or not bool((sq[1:] > sq[:-1]).all()):
+                return False
+            last = int(sq[-1])
+        if not self._every_last([c["serial"] for c in dq]):
+            return False
+        it = {k: np.concatenate([c[k] for c in dq]) for k in self._DQ_CAT}
+        pk = packed_keys(it["ch"], self.g.channels, it["rd"])
+        if pk is None:                         # (keys beyond 63 bits: the general path)
+            return False
+        self._dq, self._dq_min = [], []
+        done, qv = _chan_fcfs_packed(pk[0], pk[1], pk[2], pk[3], it["x"], it["q0"], self.chan_free,
+                                     self.chan_busy_ns)
+        self.qdelay.add(qv)
+        self._complete_all_pending(done)
+        return True
 
     def _chan_lindley(self, it: dict[str, np.ndarray]) -> np.ndarray:
         """Channel stage: FCFS per channel by (data ready, seq) from the channels' next-free times."""
@@ -710,7 +798,9 @@ class MediaEngine:
                     pk = packed_keys(ch, g.channels, rd)
                 o = np.argsort(rd, kind="stable") if pk is None else None
             else:
-                o = np.lexsort((seq, rd))
+                o = rank_order(rd, seq) if n >= _RANK_ORDER_MIN else None     # (= np.lexsort((seq, rd)))
+                if o is None:
+                    o = np.lexsort((seq, rd))
             if pk is not None:
                 done, qv = _chan_fcfs_packed(pk[0], pk[1], pk[2], pk[3], x, it["q0"], self.chan_free,
                                              self.chan_busy_ns)
@@ -854,6 +944,8 @@ class MediaEngine:
 
     def _commit_deferred(self, before: int | None = None) -> None:
         """Decide deferred transfers now (all, or data ready <= ``before``)."""
+        if before is None and len(self._dq) > 1 and self._commit_all_chunks():
+            return
         old = self._take_deferred(before)
         if old is None:
             return
@@ -1949,13 +2041,23 @@ class MediaEngine:
         for ch in self._gated:
             e = _end_of(pe, ch["gate"])
             ok = e >= 0
-            if ok.any():
+            anyok = bool(ok.any())
+            if anyok and len(ok) >= _GATED_TWIN_MIN and tuple(ch) == self._GATED_KEYS and accel.enabled() \
+                    and all(v.dtype == np.int64 for v in ch.values()):
+                sv, kv = _gated_split(ok, e, *(ch[k] for k in self._GATED_KEYS))    # (the same rows, one pass)
+                sel = dict(zip(self._DQ_KEYS, sv))
+                self._dq.append(sel)
+                self._dq_min.append(int(sel["rd"].min()))
+                if len(kv[0]):
+                    keep.append(dict(zip(self._GATED_KEYS, kv)))
+                continue
+            if anyok:
                 sel = {k: ch[k][ok] for k in self._DQ_KEYS}
                 sel["rd"] = np.maximum(sel["rd"], e[ok])
                 sel["q0"] = sel["rd"].copy()
                 self._dq.append(sel)
                 self._dq_min.append(int(sel["rd"].min()))
-            if not ok.any():
+            if not anyok:
                 keep.append(ch)                # (none released: the chunk as it is, no copies)
             elif not ok.all():
                 keep.append({k: v[~ok] for k, v in ch.items()})
@@ -2298,5 +2400,5 @@ def warm_twins(geometry: MediaGeometry) -> float:
 # every compiled twin of the media engine (warm_twins reaches each; tests check it)
 WARM_TWINS = (eventsim._simulate_loop, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
-              _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at, _ends_get,
-              _l2p_swap)
+              _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
+              _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update)

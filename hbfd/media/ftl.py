@@ -15,10 +15,11 @@ import numpy as np
 from hbfd import accel
 
 from .geometry import MediaError, MediaGeometry
-from .kernels import L2P_EMPTY, L2P_FIB, _l2p_swap
+from .kernels import L2P_EMPTY, L2P_FIB, _dup_planes, _l2p_swap
 
 FREE, OPEN, CLOSED = 0, 1, 2
 _M64 = (1 << 64) - 1
+_DUP_TWIN_MIN = 64     # program_many: from this many pages on, the duplicate check by its twin (kernels._dup_planes)
 
 
 class _L2pTable:
@@ -297,12 +298,17 @@ class Ftl:
             ob = self._ob[up]
         onx = self._onx[up]
         bulk = (ob >= 0) & (onx + cnt <= self.ppb)
-        srt = np.sort(lp)
-        dup = srt[1:] == srt[:-1]
-        if dup.any():                          # a page twice: its plane goes one page at a time
-            dm = np.zeros(self.g.planes, bool)
-            dm[self._planes_of(srt[1:][dup])] = True
-            bulk &= ~dm[up]
+        if n >= _DUP_TWIN_MIN and accel.enabled():     # (the same planes, by a hash set: no sort)
+            anyd, dm = _dup_planes(lp, np.ascontiguousarray(planes, np.int64), self.g.planes)
+            if anyd:                           # a page twice: its plane goes one page at a time
+                bulk &= ~dm[up]
+        else:
+            srt = np.sort(lp)
+            dup = srt[1:] == srt[:-1]
+            if dup.any():                      # a page twice: its plane goes one page at a time
+                dm = np.zeros(self.g.planes, bool)
+                dm[self._planes_of(srt[1:][dup])] = True
+                bulk &= ~dm[up]
         segid = np.cumsum(brk) - 1
         em = bulk[segid]
         if not em.all():                       # the other planes: one page at a time, in order

@@ -15,7 +15,7 @@ and numba's cache of a twin is keyed on its own file (hbfd/accel.py ``jit``).
   transfer can be decided now, the channel (``MediaEngine._serve`` -> ``_where`` / ``_reads`` /
   ``_channel_stage`` with the other twins on);
 * ``_packed_build``: the packed (major, minor, index) keys of ``lindley.packed_keys`` before their sort (2048
-  keys or more).
+  keys or more); ``_packed_sort``: their sort (a stable radix sort of the bits above the index).
 """
 from __future__ import annotations
 
@@ -639,6 +639,64 @@ def _packed_build(major, minor, lo, sbits, bits):
 
 
 @accel.jit
+def _packed_sort(key, bits):
+    """``np.sort`` of ``_packed_build``'s keys (``lindley.packed_keys``), loop form: a stable LSD radix sort
+    on the bits above the low ``bits`` only. Those low bits of ``key[i]`` are ``i`` (the keys are unique and
+    already ascending among equal upper parts), so sorting the upper parts stably gives the sorted keys: the
+    same array. Digits of at most 11 bits (the counts fit in L1); a digit every key shares is skipped; all
+    digits' counts in one pass first. Returns the sorted keys (``key`` itself or a new array; ``key`` may be
+    overwritten)."""
+    n = key.shape[0]
+    if n < 2:
+        return key
+    hmax = 0
+    for i in range(n):
+        h = key[i] >> bits
+        if h > hmax:
+            hmax = h
+    hb = 0
+    while (np.int64(1) << hb) <= hmax:
+        hb += 1
+    if hb == 0:
+        return key
+    nd = (hb + 10) // 11
+    w = (hb + nd - 1) // nd
+    nb = np.int64(1) << w
+    m = nb - 1
+    cnt = np.zeros((nd, nb), np.int64)
+    for i in range(n):
+        h = key[i] >> bits
+        for d in range(nd):
+            cnt[d, (h >> (d * w)) & m] += 1
+    src = key
+    dst = np.empty(n, np.int64)
+    for d in range(nd):
+        sh = bits + d * w
+        c = cnt[d]
+        full = False
+        for b in range(nb):
+            if c[b] == n:
+                full = True
+                break
+        if full:
+            continue
+        s = 0
+        for b in range(nb):
+            t = c[b]
+            c[b] = s
+            s += t
+        for i in range(n):
+            k = src[i]
+            b = (k >> sh) & m
+            dst[c[b]] = k
+            c[b] += 1
+        tmp = src
+        src = dst
+        dst = tmp
+    return src
+
+
+@accel.jit
 def _heap_push(hv, hn, d, v, q):
     """Keep in row ``d`` of ``hv`` (a min-heap of ``hn[d]`` entries, at most ``q``) the ``q`` largest values
     pushed (``_latest_q``'s step)."""
@@ -653,18 +711,28 @@ def _heap_push(hv, hn, d, v, q):
             j = p
         hv[d, j] = v
         hn[d] = m + 1
-    elif v > hv[d, 0]:                             # replace the smallest, sift down
+    elif v > hv[d, 0]:                             # replace the smallest
+        # Floyd's form of the sift down: the smaller children move up to a leaf (no test against v: a new
+        # value is usually among the largest, so it would sink there), then v sifts up from that leaf. The
+        # same array as the plain sift down (which moves children smaller than v up and stops at one >= v):
+        # children larger than v move back down, ones equal to v stay one level up with v just below them.
         j = 0
-        while True:
-            c = 2 * j + 1
-            if c >= q:
-                break
-            if c + 1 < q and hv[d, c + 1] < hv[d, c]:
-                c += 1
-            if hv[d, c] >= v:
-                break
+        c = 1
+        while c < q:
+            r = c + 1
+            if r < q:
+                if hv[d, r] < hv[d, c]:
+                    c = r
             hv[d, j] = hv[d, c]
             j = c
+            c = 2 * j + 1
+        while j > 0:
+            p = (j - 1) >> 1
+            u = hv[d, p]
+            if u <= v:
+                break
+            hv[d, j] = u
+            j = p
         hv[d, j] = v
 
 
@@ -977,3 +1045,160 @@ def _l2p_swap(keys, vals, ls, ppn):
                 break
             h = (h + 1) & mask
     return old, added
+
+
+@accel.jit
+def _dup_planes(lp, planes, npl):
+    """``Ftl.program_many``'s duplicate check, loop form (compiled by numba): whether a page of ``lp`` occurs
+    twice, and per plane (``npl`` of them) whether one of its pages does (``planes[i]``: the plane of
+    ``lp[i]``), from one pass over an open-addressing set (linear probing from the l2p table's Fibonacci hash,
+    at most half full; ``L2P_EMPTY`` marks a free slot) instead of a sort. ``lp``: pages >= 0."""
+    n = lp.shape[0]
+    cap = 16
+    while cap < 2 * n:
+        cap <<= 1
+    keys = np.full(cap, -9223372036854775808, np.int64)
+    mask = cap - 1
+    dm = np.zeros(npl, np.bool_)
+    anyd = False
+    for i in range(n):
+        k = lp[i]
+        h = np.int64((np.uint64(k) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(33)) & mask
+        while True:
+            kk = keys[h]
+            if kk == k:
+                dm[planes[i]] = True
+                anyd = True
+                break
+            if kk == -9223372036854775808:
+                keys[h] = k
+                break
+            h = (h + 1) & mask
+    return anyd, dm
+
+
+@accel.jit
+def _gated_split(ok, e, ch, rd, x, seq, serial, q0, gate):
+    """``MediaEngine._release_gated``'s split of a chunk of waiting stores, loop form (compiled by numba): the
+    released rows (``ok``) as channel items (ch, rd = max(rd, their gate's end ``e``), x, seq, serial, q0 = that
+    rd) and the rows still waiting (ch, rd, x, seq, serial, q0, gate), each in chunk order: one pass instead of
+    thirteen masked copies."""
+    n = ok.shape[0]
+    m = 0
+    for i in range(n):
+        if ok[i]:
+            m += 1
+    s_ch = np.empty(m, np.int64)
+    s_rd = np.empty(m, np.int64)
+    s_x = np.empty(m, np.int64)
+    s_seq = np.empty(m, np.int64)
+    s_ser = np.empty(m, np.int64)
+    s_q0 = np.empty(m, np.int64)
+    w = n - m
+    k_ch = np.empty(w, np.int64)
+    k_rd = np.empty(w, np.int64)
+    k_x = np.empty(w, np.int64)
+    k_seq = np.empty(w, np.int64)
+    k_ser = np.empty(w, np.int64)
+    k_q0 = np.empty(w, np.int64)
+    k_gate = np.empty(w, np.int64)
+    a = 0
+    b = 0
+    for i in range(n):
+        if ok[i]:
+            r = rd[i] if rd[i] > e[i] else e[i]
+            s_ch[a] = ch[i]
+            s_rd[a] = r
+            s_x[a] = x[i]
+            s_seq[a] = seq[i]
+            s_ser[a] = serial[i]
+            s_q0[a] = r
+            a += 1
+        else:
+            k_ch[b] = ch[i]
+            k_rd[b] = rd[i]
+            k_x[b] = x[i]
+            k_seq[b] = seq[i]
+            k_ser[b] = serial[i]
+            k_q0[b] = q0[i]
+            k_gate[b] = gate[i]
+            b += 1
+    return (s_ch, s_rd, s_x, s_seq, s_ser, s_q0), (k_ch, k_rd, k_x, k_seq, k_ser, k_q0, k_gate)
+
+
+@accel.jit
+def _parts_update(pserial, pid, parr, pdone, prem, serial, done):
+    """``MediaEngine._complete_parts``'s general case, loop form (compiled by numba): the pending requests
+    (``pserial`` ascending, their ids, arrivals, done so far, pages left) get the deferred pages ``serial``
+    (done at ``done``, any order, several pages of a request allowed). Returns (status, the finished requests'
+    ids, done - arrival, the latest done, how many requests are left): status 0: a serial is not pending
+    (nothing changed: the caller raises); 2: done (each request's done the latest of its pages', its pages left
+    less its pages here: ``np.maximum.at`` / ``bincount`` of the numpy form), and the requests left, in order,
+    moved to the front of the five arrays in place (each row is read before it can be written: no new memory to
+    fault in). Each page's request by a table over the pending serials' span when that is at most 4 m + 1024
+    (else a binary search)."""
+    n = serial.shape[0]
+    m = pserial.shape[0]
+    e0 = np.empty(0, np.int64)
+    u0 = np.empty(0, pid.dtype)
+    idx = np.empty(n, np.int64)
+    if m == 0:
+        if n:
+            return 0, u0, e0, np.int64(0), 0
+    else:
+        lo = pserial[0]
+        span = pserial[m - 1] - lo + 1
+        if span <= 4 * m + 1024:
+            pos = np.full(span, -1, np.int32)
+            for k in range(m):
+                pos[pserial[k] - lo] = k
+            for i in range(n):
+                v = serial[i] - lo
+                k = pos[v] if 0 <= v < span else -1
+                if k < 0:
+                    return 0, u0, e0, np.int64(0), 0
+                idx[i] = k
+        else:
+            for i in range(n):
+                s = serial[i]
+                a = 0
+                b = m
+                while a < b:
+                    c = (a + b) >> 1
+                    if pserial[c] < s:
+                        a = c + 1
+                    else:
+                        b = c
+                if a == m or pserial[a] != s:
+                    return 0, u0, e0, np.int64(0), 0
+                idx[i] = a
+    for i in range(n):
+        k = idx[i]
+        if done[i] > pdone[k]:
+            pdone[k] = done[i]
+        prem[k] -= 1
+    nf = 0
+    for k in range(m):
+        if prem[k] == 0:
+            nf += 1
+    fid = np.empty(nf, pid.dtype)
+    fmod = np.empty(nf, np.int64)
+    mx = np.int64(-(1 << 62))
+    a = 0
+    b = 0
+    for k in range(m):
+        if prem[k] == 0:
+            fid[a] = pid[k]
+            fmod[a] = pdone[k] - parr[k]
+            if pdone[k] > mx:
+                mx = pdone[k]
+            a += 1
+        else:
+            if nf:
+                pserial[b] = pserial[k]
+                pid[b] = pid[k]
+                parr[b] = parr[k]
+                pdone[b] = pdone[k]
+                prem[b] = prem[k]
+            b += 1
+    return 2, fid, fmod, mx, b

@@ -347,10 +347,13 @@ def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
     for mod, name in ((eventsim, "_simulate_loop"), (diestage, "_fifo_loop"), (diestage, "_fifo_carry"),
                       (engine_mod, "_chan_fcfs"), (engine_mod, "_lookup_events"), (engine_mod, "_read_pass"),
                       (engine_mod, "_read_front"), (engine_mod, "_chan_fcfs_packed"), (hist, "_bin_into"),
-                      (lindley, "_packed_build"), (eventsim, "_chains_loop"), (eventsim, "_qd_loop"),
+                      (lindley, "_packed_build"), (lindley, "_packed_sort"), (eventsim, "_chains_loop"),
+                      (eventsim, "_qd_loop"),
                       (engine_mod, "_latest_q"), (engine_mod, "_pending_fields"), (engine_mod, "_pid_map"),
                       (engine_mod, "_tail_scan"), (diestage, "_carry_keep"), (engine_mod, "_ring_loop"),
-                      (engine_mod, "_extreme_at"), (engine_mod, "_ends_get"), (ftl_mod, "_l2p_swap")):
+                      (engine_mod, "_extreme_at"), (engine_mod, "_ends_get"), (ftl_mod, "_l2p_swap"),
+                      (ftl_mod, "_dup_planes"), (engine_mod, "_gated_split"),
+                      (engine_mod, "_parts_update")):
         monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
     got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
@@ -367,9 +370,10 @@ def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
     from hbfd.media import kernels as K
     from hbfd.media import hist
     twins = (eventsim._simulate_loop, K._fifo_loop, K._fifo_carry, K._lookup_events, K._chan_fcfs,
-             K._chan_fcfs_packed, K._read_front, K._read_pass, hist._bin_into, K._packed_build,
+             K._chan_fcfs_packed, K._read_front, K._read_pass, hist._bin_into, K._packed_build, K._packed_sort,
              eventsim._chains_loop, eventsim._qd_loop, K._latest_q, K._pending_fields, K._pid_map, K._tail_scan,
-             K._carry_keep, K._ring_loop, K._extreme_at, K._ends_get, K._l2p_swap)
+             K._carry_keep, K._ring_loop, K._extreme_at, K._ends_get, K._l2p_swap, K._dup_planes,
+             K._gated_split, K._parts_update)
     caplog.set_level("DEBUG", logger="hbfd.accel")
     for name in ("nominal", "ocp-sg2"):
         E.warm_twins(MediaGeometry.from_profile(as_profile(name)))
@@ -531,35 +535,123 @@ def test_packed_key_build_twin_equals_numpy(monkeypatch):
 
 @pytest.mark.parametrize("mode", ["off", "on"])
 def test_quiet_scan_completes_chunk_by_chunk_as_concatenated(monkeypatch, mode):
-    """``MediaEngine._complete_every_last`` (a burst's final decision, request chunks not concatenated) gives
-    the completions and stats of ``_complete_parts``'s concatenated form: read bursts cut into batches, of
-    one-page requests (the form runs) and of 3-page ones (it declines: requests with two pages deferred).
-    A form that drops a chunk's last request is seen."""
+    """``MediaEngine._complete_every_last`` and round 5's ``_commit_all_chunks`` (a burst's final decision, request
+    chunks and, for the latter, deferred chunks not concatenated; both decide by ``_every_last`` and complete
+    by ``_complete_all_pending``) give the completions and stats of ``_complete_parts``'s concatenated form: read
+    bursts cut into batches, of one-page requests (the forms run) and of 3-page ones (they decline: requests
+    with two pages deferred). A form that drops a chunk's last request is seen."""
     monkeypatch.setenv("HBFD_ACCEL", mode)
     g = _geometry("nominal", "profile")
-    orig = MediaEngine._complete_every_last
+    orig = MediaEngine._every_last
+    orig_all = MediaEngine._complete_all_pending
     for nbytes, sizes, runs in ((4096, [3000, 2500, 4000, 1500], True), (3 * 4096, [900, 700, 1400], False)):
         stream = make_stream(g, sum(sizes), nbytes, "read", 0, seed=7)
         ran = []
 
-        def spy(self, serial, done):
-            r = orig(self, serial, done)
+        def spy(self, parts):
+            r = orig(self, parts)
             ran.append(r)
             return r
-        monkeypatch.setattr(MediaEngine, "_complete_every_last", spy)
+        monkeypatch.setattr(MediaEngine, "_every_last", spy)
         got = _engine_run(g, stream, sizes, [False] * len(sizes))
-        monkeypatch.setattr(MediaEngine, "_complete_every_last", lambda self, s, d: False)
+        monkeypatch.setattr(MediaEngine, "_every_last", lambda self, parts: False)
         ref = _engine_run(g, stream, sizes, [False] * len(sizes))
         assert (True in ran) == runs and (runs or False in ran)   # (3 pages: some requests have 2 left)
         assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
+    monkeypatch.setattr(MediaEngine, "_every_last", orig)
 
-    def drops_last(self, serial, done):
-        r = orig(self, serial, done)
-        if r:
-            self._pending[-1] = self._pending[-1][:-1]
-        return r
+    def drops_last(self, done):
+        orig_all(self, done)
+        self._pending[-1] = self._pending[-1][:-1]
     stream = make_stream(g, 6000, 4096, "read", 0, seed=7)
     ref = _engine_run(g, stream, [3000, 3000], [False, False])
-    monkeypatch.setattr(MediaEngine, "_complete_every_last", drops_last)
+    monkeypatch.setattr(MediaEngine, "_complete_all_pending", drops_last)
     bad = _engine_run(g, stream, [3000, 3000], [False, False])
     assert sum(map(len, bad[0])) == sum(map(len, ref[0])) - 1
+
+
+def test_packed_sort_twin_equals_np_sort(monkeypatch):
+    """``kernels._packed_sort`` (``lindley.packed_keys``'s sort with the twins on: a stable radix sort of the bits
+    above the index) gives ``np.sort``'s array: upper parts of 0 to 52 bits (no digit, one, several, a digit every
+    key shares, digits of unequal use), many equal upper parts, 1 to 70k keys; the keys in the engine's read-burst
+    quiet scan. A sort off by one swap is seen in the engine's completions."""
+    pytest.importorskip("numba")
+    from hbfd.media import kernels as K
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    rng = np.random.default_rng(5)
+    seen = 0
+    for n in (1, 2, 3, 100, 2048, 5000, 70_000):
+        bits = max(1, (n - 1).bit_length())
+        for hb in (0, 1, 5, 11, 12, 21, 22, 23, 34, 52):
+            if hb + bits > 62:
+                continue
+            for hi in (1 << hb, 3, 1 << max(0, hb - 11)):        # the whole span, few distinct, low digits only
+                up = rng.integers(0, max(1, min(hi, 1 << hb)), n)
+                if hb and n > 2:
+                    up[rng.integers(0, n)] = (1 << hb) - 1          # the top bit set somewhere
+                key = (up.astype(np.int64) << bits) | np.arange(n, dtype=np.int64)
+                ref = np.sort(key)
+                got = K._packed_sort(key.copy(), bits)
+                assert got.dtype == np.int64 and np.array_equal(got, ref), (n, hb, hi)
+                seen += 1
+    assert seen > 150
+    g = _geometry("nominal", "profile")
+    stream = make_stream(g, 8000, 4096, "read", 0, seed=4)
+    base = _engine_run(g, stream, [8000], [False])
+    orig = lindley._packed_sort
+
+    def one_swap(key, bits):
+        k = orig(key, bits).copy()
+        k[[10, 11]] = k[[11, 10]]
+        return k
+    monkeypatch.setattr(lindley, "_packed_sort", one_swap)
+    bad = _engine_run(g, stream, [8000], [False])
+    assert not all(np.array_equal(x, y) for x, y in zip(base[0], bad[0]))
+
+
+def test_rank_order_equals_lexsort_and_a_change_is_seen(monkeypatch):
+    """``lindley.rank_order`` (round 5: the channel items' order by (data ready, seq) when they are out of seq
+    order, with the twins on) is ``np.lexsort((seq, rd))``: ascending runs of seqs, random seqs, repeated seqs
+    (ties by index), equal and spread ready times, 1-60k items, negative times, other integer dtypes; None where
+    the keys cannot fit (spans near 2^62). An engine run of a write stream at 10 % load (channel items out of seq
+    order) gives the same completions and stats off and on, and an order by seq alone is seen in it."""
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    rng = np.random.default_rng(12)
+    n_cases = 0
+    for n in (1, 2, 3, 511, 512, 7000, 60_000):
+        for kind in ("runs", "random", "ties", "flat"):
+            if kind == "runs":
+                seq = np.concatenate([np.sort(rng.choice(10**7, n // 3 + 1, replace=False)) for _ in range(3)])[:n]
+            elif kind == "random":
+                seq = rng.permutation(n) * 2 + 1
+            else:
+                seq = rng.integers(0, 4, n)
+            rd = rng.integers(-(10**6), 10**9, n) if kind != "flat" else rng.integers(0, 3, n)
+            for s_, r_ in ((seq, rd), (seq.astype(np.int32), rd.astype(np.int64))):
+                got = lindley.rank_order(r_, s_)
+                assert got is not None and np.array_equal(got, np.lexsort((s_, r_))), (n, kind)
+                n_cases += 1
+    assert n_cases == 56
+    assert lindley.rank_order(np.array([0, 1 << 61, 5], np.int64), np.array([3, 2, 1])) is None
+    orig = engine_mod.rank_order
+    used = []
+
+    def counted(rd, seq):
+        used.append(len(rd))
+        return orig(rd, seq)
+    monkeypatch.setattr(engine_mod, "rank_order", counted)
+    g = _geometry("nominal", "profile")
+    gap = round(1e9 / (0.1 * g.aggregate_bytes_per_s / 4096))
+    stream = make_stream(g, 20_000, 4096, "write", gap, seed=2)
+    sizes, adv = [5000] * 4, [True] * 4
+    monkeypatch.setenv("HBFD_ACCEL", "off")
+    ref = _engine_run(g, stream, sizes, adv)
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    got = _engine_run(g, stream, sizes, adv)
+    assert used and ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
+
+    def by_seq_only(rd, seq):                     # FCFS by creation, not data ready
+        return np.argsort(seq, kind="stable")
+    monkeypatch.setattr(engine_mod, "rank_order", by_seq_only)
+    bad = _engine_run(g, stream, sizes, adv)
+    assert got[1] != bad[1] or any(not np.array_equal(x, y) for x, y in zip(got[0], bad[0]))

@@ -334,3 +334,211 @@ def test_a_changed_write_twin_is_seen(monkeypatch, mod, name, how):
     got = _engine_run(g, stream, sizes, adv)
     assert calls
     assert ref[1] != got[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
+
+
+def _plain_heap_push(hv, hn, d, v, q):
+    """``kernels._heap_push`` as it was before round 5 (the plain sift down): the reference its Floyd form must
+    equal, array for array."""
+    m = hn[d]
+    if m < q:
+        j = m
+        while j > 0:
+            p = (j - 1) >> 1
+            if hv[d, p] <= v:
+                break
+            hv[d, j] = hv[d, p]
+            j = p
+        hv[d, j] = v
+        hn[d] = m + 1
+    elif v > hv[d, 0]:
+        j = 0
+        while True:
+            c = 2 * j + 1
+            if c >= q:
+                break
+            if c + 1 < q and hv[d, c + 1] < hv[d, c]:
+                c += 1
+            if hv[d, c] >= v:
+                break
+            hv[d, j] = hv[d, c]
+            j = c
+        hv[d, j] = v
+
+
+def test_heap_push_floyd_form_equals_plain_sift_down():
+    """``kernels._heap_push`` (round 5: Floyd's replace, children up to a leaf then the value up) leaves the same
+    heap array as the plain sift down after every push: heap sizes 1-513 (odd and even: a last node with one
+    child), values few and many (ties with children, with the root), rising, falling, random; compiled and its
+    Python form. A push that breaks a tie the other way is seen."""
+    from hbfd.media import kernels as K
+    rng = np.random.default_rng(21)
+    checked = 0
+    for q in (1, 2, 3, 4, 7, 8, 64, 511, 512, 513):
+        for kind in ("few", "many", "rising", "falling"):
+            n = 4 * q + 50
+            if kind == "few":
+                vals = rng.integers(0, 4, n)
+            elif kind == "many":
+                vals = rng.integers(-(10**9), 10**9, n)
+            elif kind == "rising":
+                vals = np.arange(n) + rng.integers(0, 3 * q + 1, n)
+            else:
+                vals = -np.arange(n) + rng.integers(0, 5, n)
+            for fn in ((K._heap_push, K._heap_push.py_func) if q in (7, 512) else (K._heap_push,)):
+                ref = np.zeros((2, q), np.int64)
+                got = np.zeros((2, q), np.int64)
+                rn = np.zeros(2, np.int64)
+                gn = np.zeros(2, np.int64)
+                for v in vals.tolist():
+                    _plain_heap_push(ref, rn, 1, v, q)
+                    fn(got, gn, 1, v, q)
+                    assert np.array_equal(ref, got) and np.array_equal(rn, gn), (q, kind)
+                    checked += 1
+    assert checked > 20_000
+
+    def other_tie(hv, hn, d, v, q):           # ties between children go right: a different (valid) heap
+        m = hn[d]
+        if m < q or v <= hv[d, 0]:
+            return _plain_heap_push(hv, hn, d, v, q)
+        j = 0
+        while 2 * j + 1 < q:
+            c = 2 * j + 1
+            if c + 1 < q and hv[d, c + 1] <= hv[d, c]:
+                c += 1
+            if hv[d, c] >= v:
+                break
+            hv[d, j] = hv[d, c]
+            j = c
+        hv[d, j] = v
+    a = np.zeros((1, 7), np.int64)
+    b = np.zeros((1, 7), np.int64)
+    na = np.zeros(1, np.int64)
+    nb = np.zeros(1, np.int64)
+    diff = False
+    for v in rng.integers(0, 3, 200).tolist():
+        K._heap_push(a, na, 0, v, 7)
+        other_tie(b, nb, 0, v, 7)
+        diff |= not np.array_equal(a, b)
+    assert diff
+
+
+def test_gated_split_twin_equals_masks_and_a_change_is_seen(monkeypatch):
+    """``kernels._gated_split`` (round 5: ``_release_gated``'s split of a chunk of waiting stores in one pass) gives
+    the masked copies' rows (released: rd = max(rd, gate end), q0 = that rd; waiting: every field as it was), on
+    random chunks (none, some, all released; 0-20k rows); engine runs of write streams at 10 % load and of a
+    mixed stream give the same completions and stats with the twins off and on, and reach the twin; a split that
+    forgets the gate's end is seen."""
+    from hbfd.media import kernels as K
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    rng = np.random.default_rng(8)
+    for n in (0, 1, 255, 256, 3000, 20_000):
+        for p in (0.0, 0.3, 1.0):
+            f = [rng.integers(-(10**9), 10**12, n) for _ in range(7)]
+            e = rng.integers(0, 10**12, n)
+            ok = rng.random(n) < p
+            sv, kv = K._gated_split(ok, e, *f)
+            ref_s = [a[ok] for a in f[:6]]
+            ref_s[1] = np.maximum(ref_s[1], e[ok])
+            ref_s[5] = ref_s[1].copy()
+            assert all(x.dtype == np.int64 and np.array_equal(x, y) for x, y in zip(sv, ref_s))
+            assert all(np.array_equal(x, a[~ok]) for x, a in zip(kv, f))
+            assert sv[1] is not sv[5] and not np.shares_memory(sv[1], sv[5])
+    calls = []
+    orig = engine_mod._gated_split
+
+    def counted(*a):
+        calls.append(len(a[0]))
+        return orig(*a)
+    monkeypatch.setattr(engine_mod, "_gated_split", counted)
+    for args in (("nominal", "write", 0.0, 0.1, "profile"), ("nominal", "write", 0.0, 0.3, "profile"),
+                 ("ocp-sg2", "mixed", 0.5, 0.5, "profile")):
+        g, stream, sizes, adv = _stream(*args, n=20_000)
+        monkeypatch.setenv("HBFD_ACCEL", "off")
+        ref = _engine_run(g, stream, sizes, adv)
+        monkeypatch.setenv("HBFD_ACCEL", "on")
+        got = _engine_run(g, stream, sizes, adv)
+        assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0])), args
+    assert calls and max(calls) >= 1000
+
+    def no_max(ok, e, *f):                   # released stores ready at their arrival + t_cmd, not the gate's end
+        sv, kv = orig(ok, e, *f)
+        r = f[1][ok]
+        return (sv[0], r, sv[2], sv[3], sv[4], r.copy()), kv
+    g, stream, sizes, adv = _stream("nominal", "write", 0.0, 0.1, "profile", n=20_000)
+    ref = _engine_run(g, stream, sizes, adv)
+    monkeypatch.setattr(engine_mod, "_gated_split", no_max)
+    bad = _engine_run(g, stream, sizes, adv)
+    assert ref[1] != bad[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], bad[0]))
+
+
+def test_parts_update_twin_equals_the_numpy_form(monkeypatch):
+    """``kernels._parts_update`` (round 5: ``_complete_parts``'s general case in one pass) leaves the completions,
+    the latest completion and the pending requests of the numpy form: pending sets of 256-20k requests with 1-3
+    pages left, serials dense (its table) or sparse (its binary search), pages of some or all of them, in order or
+    shuffled, an unknown serial (the internal error, nothing changed), two pages of one request; a twin that
+    forgets the pages' done times is seen in an engine run."""
+    from hbfd.media.engine import MediaEngine
+    rng = np.random.default_rng(4)
+
+    def make(m, dense):
+        e = MediaEngine.__new__(MediaEngine)
+        e._pending, e.last_completion = [], 5
+        ser = np.sort(rng.choice((2 if dense else 10) * m + 3, m, replace=False)).astype(np.int64) + 1000
+        e._pr_chunks = [{"serial": ser, "id": rng.integers(0, 1 << 40, m).astype(np.uint64),
+                         "arrival": rng.integers(0, 10**6, m), "done": rng.integers(10**6, 2 * 10**6, m),
+                         "rem": rng.integers(1, 4, m)}]
+        return e
+
+    def state(e):
+        return ([o.tobytes() for o in e._pending], e.last_completion,
+                [{k: v.tobytes() for k, v in c.items()} for c in e._pr_chunks])
+    runs = {2: 0, 1: 0, 0: 0}
+    for m in (256, 1000, 20_000):
+        for case in ("some", "all-last", "shuffled", "unknown", "twice"):
+            for rep in range(4):
+                rs = rng.integers(0, 1 << 30)
+                r1 = np.random.default_rng(rs)
+                base = make(m, rep % 2 == 0)
+                ser = base._pr_chunks[0]["serial"]
+                if case == "all-last":
+                    base._pr_chunks[0]["rem"][:] = 1
+                    pick = np.sort(r1.choice(m, m - 1, replace=False))
+                else:
+                    pick = np.sort(r1.choice(m, r1.integers(1, m // 2), replace=False))
+                serial = ser[pick].copy()
+                if case == "unknown":
+                    serial[len(serial) // 2] += 1 if serial[len(serial) // 2] + 1 not in set(ser.tolist()) else 0
+                if case == "twice":
+                    serial = np.sort(np.concatenate([serial, serial[:3]]))
+                if case in ("shuffled", "all-last") and rep > 1:
+                    serial = r1.permutation(serial)
+                done = r1.integers(0, 3 * 10**6, len(serial))
+                a, b = copy.deepcopy(base), copy.deepcopy(base)
+                res = []
+                for e, mode in ((a, "off"), (b, "on")):
+                    monkeypatch.setenv("HBFD_ACCEL", mode)
+                    try:
+                        e._complete_parts(serial, done)
+                        res.append(None)
+                    except Exception as x:          # noqa: BLE001  (the same error both ways)
+                        res.append(type(x).__name__)
+                assert res[0] == res[1] and state(a) == state(b), (m, case)
+                if case == "unknown" and res[0] is not None:
+                    runs[0] += 1
+                elif case == "twice":
+                    runs[1] += 1
+                else:
+                    runs[2] += 1
+    assert runs[0] and runs[1] and runs[2]
+    orig = engine_mod._parts_update
+    calls = []
+
+    def no_done(ps, pid, pa, pd, pr, serial, done):
+        calls.append(1)
+        return orig(ps, pid, pa, pd, pr, serial, np.zeros_like(done))
+    g, stream, sizes, adv = _stream("nominal", "write", 0.0, 0.1, "profile", n=20_000)
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    ref = _engine_run(g, stream, sizes, adv)
+    monkeypatch.setattr(engine_mod, "_parts_update", no_done)
+    bad = _engine_run(g, stream, sizes, adv)
+    assert calls and (ref[1] != bad[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], bad[0])))
