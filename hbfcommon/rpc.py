@@ -73,11 +73,14 @@ class Client:
     def socket(self) -> str:
         return str(self.socket_path)
 
-    def call(self, method: str, request=None, **kw):
+    def call(self, method: str, request=None, *, timeout_s: float | None = None, **kw):
+        """One RPC; ``timeout_s`` replaces the client's deadline for this call only (a call whose work grows
+        with its argument, e.g. unregistering a capacity range with many dirty frames to write back)."""
         if request is None:
             request = getattr(self.pb, f"{method}Request")(**kw)
+        deadline = self.timeout_s if timeout_s is None else float(timeout_s)
         try:
-            reply = getattr(self.stub, method)(request, timeout=self.timeout_s)
+            reply = getattr(self.stub, method)(request, timeout=deadline)
         except self._grpc.RpcError as e:
             code = e.code() if hasattr(e, "code") else None
             details = e.details() if hasattr(e, "details") else str(e)
@@ -87,7 +90,7 @@ class Client:
                                limit_bytes=MAX_MESSAGE_BYTES) from None
             raise DaemonError(f"no hbfd answering {method} on {self.socket_path} "
                               f"({code.name if code else ''}: {details})",
-                              socket=str(self.socket_path), grpc_code=str(code)) from None
+                              socket=str(self.socket_path), grpc_code=str(code), deadline_s=deadline) from None
         if reply.HasField("error") and reply.error.code != 0:
             err = reply.error
             try:

@@ -31,7 +31,7 @@ from hbfcommon import artifact as A
 from hbfcommon import ctl as C
 from hbfcommon import resources
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError, RangeError
-from hbfcommon.capacity import CAP_COUNTER_NAMES, CAP_COUNTERS_GLOBAL, CAP_TABLE_GLOBAL, capacity_admitted
+from hbfcommon.capacity import CAP_COUNTER_NAMES, CAP_COUNTERS_GLOBAL, CAP_TABLE_GLOBAL, HBF_FR_FREE, capacity_admitted
 from hbfcommon.rpc import REPORT_MAX_BYTES
 
 from . import capacity as CAP
@@ -40,6 +40,10 @@ from . import knobs
 
 log = logging.getLogger(__name__)
 
+# the UnregisterRange deadline of a capacity range grows by this for each dirty frame hbfd writes back in the call
+# (hbfd/capacity/service.py flush: written, read back and checksummed a page at a time, the media model's programs
+# in batches: ~155 us a frame on the 2-core CI-like box, 2026-12-06; 1 ms is a bound with ~6x margin)
+CAPACITY_FLUSH_S_PER_FRAME = 0.001
 STATUS_CODE = {C.HBF_ST_UNSUPPORTED: ErrorCode.UNSUPPORTED, C.HBF_ST_DAEMON_LOST: ErrorCode.DAEMON_LOST,
                C.HBF_ST_TIMEOUT: ErrorCode.TIMEOUT, C.HBF_ST_THERMAL_SHUTDOWN: ErrorCode.THERMAL_SHUTDOWN}
 
@@ -514,11 +518,24 @@ class Session:
         self._refresh_ranges(int(rep.snapshot_generation))      # the table follows the snapshot
         return cr
 
+    def _capacity_unregister_deadline(self, cr: CAP.CapacityRange) -> float:
+        """The UnregisterRange deadline of a capacity range: hbfd writes every dirty frame back inside the call,
+        so its time grows with them (an 8 GiB read-write range through 1 GiB of frames on the H100, 2026-12-06:
+        past the client's 10 s, the run then failed though hbfd was still writing). The client's deadline plus
+        CAPACITY_FLUSH_S_PER_FRAME for each frame the region shows dirty now (a bound, not an estimate)."""
+        fr = cr.region.frames
+        dirty = int(((fr["dirty"] != 0) & (fr["state"] != HBF_FR_FREE)).sum())
+        t = self.client.timeout_s + dirty * CAPACITY_FLUSH_S_PER_FRAME
+        if dirty:
+            log.info("capacity range %d: hbfd writes %d dirty frames back (deadline %.0f s)", cr.range_id, dirty, t)
+        return t
+
     def _drop_capacity(self, cr: CAP.CapacityRange, *, unregister_rpc: bool) -> None:
         """Release what the session holds of a capacity range (hbfd wrote its dirty frames back already)."""
         if unregister_rpc:
             try:
-                self.client.call("UnregisterRange", self.client.pb.UnregisterRangeRequest(range_id=cr.range_id))
+                self.client.call("UnregisterRange", self.client.pb.UnregisterRangeRequest(range_id=cr.range_id),
+                                 timeout_s=self._capacity_unregister_deadline(cr))
             except HbfError as e:
                 log.error("capacity range %d: unregister failed: %s", cr.range_id, e)
         if self.use_cuda:
@@ -587,7 +604,8 @@ class Session:
         cr = self.capacity.get(rid)
         if cr is not None and self.use_cuda:
             self._wait_idle()                   # no kernel uses its frames while hbfd writes them back
-        rep = self.client.call("UnregisterRange", pb.UnregisterRangeRequest(range_id=rid))
+        rep = self.client.call("UnregisterRange", pb.UnregisterRangeRequest(range_id=rid),
+                               timeout_s=None if cr is None else self._capacity_unregister_deadline(cr))
         if cr is not None:
             with self._lock:
                 del self.capacity[rid]

@@ -98,3 +98,32 @@ def test_registration_errors(sess, tmp_path):
     assert cr.range_id in sess.capacity
     sess.close()                                         # releases it (hbfd writes back, unregisters)
     assert sess.capacity == {}
+
+
+def test_unregister_deadline_grows_with_the_dirty_frames(sess, tmp_path, monkeypatch):
+    """hbfd writes a capacity range's dirty frames back inside UnregisterRange: the call's deadline is the client's
+    plus CAPACITY_FLUSH_S_PER_FRAME per dirty frame (an 8 GiB read-write range ran past the 10 s default on the
+    H100, 2026-12-06); a timing range keeps the client's deadline."""
+    from hbfcommon.capacity import HBF_FR_DIRTY, HBF_FR_VALID
+    from runtime_cuda import session as S
+    t = sess.register_timing_range(BASE - (1 << 30), 1 << 20, C.HBF_PERM_READ)
+    cr = sess.register_capacity_range(BASE, 100 * PAGE, C.HBF_PERM_READ | C.HBF_PERM_WRITE, n_frames=32,
+                                      store="sparse", path=str(tmp_path / "b.bin"))
+    seen = []
+    real = sess.client.call
+
+    def call(method, request=None, *, timeout_s=None, **kw):
+        seen.append((method, timeout_s))
+        return real(method, request, timeout_s=timeout_s, **kw)
+    monkeypatch.setattr(sess.client, "call", call)
+    fr = cr.region.frames
+    assert sess._capacity_unregister_deadline(cr) == sess.client.timeout_s     # nothing dirty
+    fr["state"][:5], fr["dirty"][:5] = HBF_FR_VALID, 1      # five frames the device wrote (states as hbfd keeps them)
+    fr["state"][5], fr["dirty"][5] = HBF_FR_DIRTY, 1
+    fr["dirty"][6] = 1                                       # a FREE frame's stale bit is not a write-back
+    want = sess.client.timeout_s + 6 * S.CAPACITY_FLUSH_S_PER_FRAME
+    assert sess._capacity_unregister_deadline(cr) == pytest.approx(want)
+    fr["state"][:7], fr["dirty"][:7] = 0, 0                  # leave hbfd nothing to write back that was never filled
+    sess.unregister(t)
+    sess.unregister(cr)
+    assert seen == [("UnregisterRange", None), ("UnregisterRange", sess.client.timeout_s)]
