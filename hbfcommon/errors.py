@@ -41,6 +41,7 @@ class ErrorCode(enum.IntEnum):
     CUDA = 24
     TRACE_INVALID = 25
     SHUTTING_DOWN = 26
+    RANGE_STALE = 27             # a registered range's device allocation is gone (freed without unregister)
 
 
 class HbfError(Exception):

@@ -244,6 +244,27 @@ def triton_arg_spans(args: Iterable[Any]) -> list[tuple[int, int]]:
     return spans
 
 
+def stale_ranges(ranges: Sequence[D.DevRange], allocs: Mapping[int, tuple[int, int]],
+                 address_range) -> list[dict]:
+    """The registered ranges whose device allocation is gone: ``allocs`` holds, per range id, the allocation
+    (base, size) that contained the range's base when it was registered (cuMemGetAddressRange); a range whose
+    base now lies in no allocation, or in another one, was freed (and perhaps reallocated) without being
+    unregistered, and its accesses since hit whatever memory is there now. Only the driver's allocations are seen:
+    memory a caching allocator (torch's) keeps for reuse is still allocated, and an allocation freed and made again
+    with the same base and size looks live."""
+    out = []
+    for r in ranges:
+        want = allocs.get(int(r.range_id))
+        if want is None:
+            continue
+        now = address_range(int(r.base))
+        if now is None or tuple(now) != tuple(want):
+            out.append({"range_id": int(r.range_id), "base": hex(int(r.base)), "length": int(r.length),
+                        "allocation_at_registration": [hex(int(want[0])), int(want[1])],
+                        "allocation_now": None if now is None else [hex(int(now[0])), int(now[1])]})
+    return out
+
+
 def selection(ranges: Sequence[D.DevRange], info: KernelInfo | None, spans: list[tuple[int, int]] | None,
               rule: str) -> tuple[bool | None, str]:
     """The per-launch decision (Session._select): (True = native version, False = instrumented, None =
@@ -310,6 +331,9 @@ class Session:
         self.ring_ovf_dptr = 0                  # the reference ring's overflow table (hbf_ref_ovf[], stealing)
         self.ring_ovf_entries = 0
         self.launch_selection: dict[str, dict] = {}
+        self._range_allocs: dict[int, tuple[int, int]] = {}   # range id -> its device allocation at registration
+        self.stale_ranges: list[dict] = []                    # ranges found freed while registered (reported)
+        self._stale_raised: set[int] = set()
         self.host_registered = False
         h = ctlmap.ctl.header
         self.state = D.new_state(0, h.media, params, int(ctlmap.ctl.refresh.quantum_bytes))
@@ -464,6 +488,10 @@ class Session:
                      stream=int(stream), label=label, flag_class=int(flag_class))
         rep = self.client.call("RegisterRange", pb.RegisterRangeRequest(range=r))
         self._refresh_ranges(int(rep.snapshot_generation))
+        if self.use_cuda:          # its allocation, to see at synchronize whether it was freed while registered
+            ext = self._cu.address_range(int(ptr))
+            if ext is not None:
+                self._range_allocs[int(rep.range.range_id)] = (int(ext[0]), int(ext[1]))
         return rep.range
 
     def register_timing_range(self, ptr: int, nbytes: int, perms: int = C.HBF_PERM_ALL, *,
@@ -604,6 +632,7 @@ class Session:
         cr = self.capacity.get(rid)
         if cr is not None and self.use_cuda:
             self._wait_idle()                   # no kernel uses its frames while hbfd writes them back
+        self._range_allocs.pop(rid, None)
         rep = self.client.call("UnregisterRange", pb.UnregisterRangeRequest(range_id=rid),
                                timeout_s=None if cr is None else self._capacity_unregister_deadline(cr))
         if cr is not None:
@@ -988,6 +1017,7 @@ class Session:
             self._wait_idle()
             if self.state_dptr:
                 self._sync_ring_head()
+        self._check_live_ranges(raise_new=False)
         raw = self.device_counters_raw()
         names = {}
         for b in self.bindings.values():
@@ -1009,7 +1039,8 @@ class Session:
                "refused_launches": list(self.refused_launches),
                "l2_model": self.l2.summary() if self.l2 is not None else None,
                "ring": self._ring_counters(),
-               "launch_selection": {k: dict(v, rules=dict(v["rules"])) for k, v in self.launch_selection.items()}}
+               "launch_selection": {k: dict(v, rules=dict(v["rules"])) for k, v in self.launch_selection.items()},
+               "stale_ranges": list(self.stale_ranges)}
         if publish:
             self._publish(totals)
         return out
@@ -1118,6 +1149,30 @@ class Session:
         self.raise_device_failure()
         if self.state_dptr:
             self._sync_ring_head()
+        self._check_live_ranges(raise_new=True)
+
+    def _check_live_ranges(self, *, raise_new: bool) -> None:
+        """Every registered range's allocation still live (``stale_ranges``)? A stale one is reported to hbfd
+        once (Report kind ``stale_range``, in the summary) and logged as an error; with ``raise_new``
+        (synchronize) RangeError RANGE_STALE is raised once for each: its accesses were charged to whatever
+        memory is at its addresses now. Unregister a range before freeing its memory."""
+        if not self.use_cuda or not self._range_allocs:
+            return
+        reported = {e["range_id"] for e in self.stale_ranges}
+        for e in stale_ranges(self.ranges, self._range_allocs, self._cu.address_range):
+            if e["range_id"] not in reported:
+                self.stale_ranges.append(e)
+                self._report("stale_range", e)
+                log.error("range %d (%s, %d bytes) was freed while registered: its accesses since are charged to "
+                          "whatever memory is there now; unregister a range before freeing its memory",
+                          e["range_id"], e["base"], e["length"])
+        new = [e for e in self.stale_ranges if e["range_id"] not in self._stale_raised
+               and e["range_id"] in self._range_allocs]
+        if raise_new and new:
+            self._stale_raised.update(e["range_id"] for e in new)
+            raise RangeError(f"{len(new)} registered range(s) freed without unregister: "
+                             + ", ".join(f"range {e['range_id']} at {e['base']}" for e in new),
+                             code=ErrorCode.RANGE_STALE, ranges=new)
 
     def raise_device_failure(self, **extra: Any) -> None:
         """Raise DeviceFailure if the GPU recorded a terminal failure (header.device_failure); the

@@ -52,3 +52,23 @@ def test_instrumented_kernel_is_bit_identical_and_counted(gpu, cubin, hbfd_daemo
         assert c["totals"]["ops"]["load"]["requests"] == 16       # one per warp (512 B per warp, one page)
         assert c["totals"]["status"].get("READY", 0) == 16         # reference path through hbfd
         assert s.ctl.ctl.counters.device[C.HBF_OP_LOAD].requests == 16
+
+
+def test_a_range_freed_while_registered_is_raised_at_synchronize(gpu, hbfd_daemon):
+    """The real driver's answer (cuMemGetAddressRange) for a cuMemAlloc'd buffer freed without unregister."""
+    from hbfcommon.errors import ErrorCode, RangeError
+    from runtime_cuda import cudrv
+    with runtime_cuda.attach(socket=hbfd_daemon[0]) as s:
+        keep, gone = cudrv.mem_alloc(1 << 20), cudrv.mem_alloc(1 << 20)
+        rk = s.register_timing_range(keep, 1 << 20)
+        rg = s.register_timing_range(gone, 1 << 20)
+        s.synchronize()                                   # both live
+        cudrv.mem_free(gone)
+        with pytest.raises(RangeError) as ei:
+            s.synchronize()
+        assert ei.value.code == ErrorCode.RANGE_STALE and hex(gone) in str(ei.value)
+        assert [e["range_id"] for e in s.counters()["stale_ranges"]] == [int(rg.range_id)]
+        s.synchronize()                                   # raised once
+        s.unregister(rg)
+        s.unregister(rk)
+        cudrv.mem_free(keep)

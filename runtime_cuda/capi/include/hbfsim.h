@@ -60,6 +60,7 @@ enum hbfsim_status {
     HBFSIM_E_CUDA = 24,
     HBFSIM_E_TRACE_INVALID = 25,
     HBFSIM_E_SHUTTING_DOWN = 26,
+    HBFSIM_E_RANGE_STALE = 27,
     /* the library's own: the embedded Python could not start, or cannot import runtime_cuda */
     HBFSIM_E_PYTHON = 100
 };
