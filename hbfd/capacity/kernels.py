@@ -123,6 +123,24 @@ def _rows_differ_loop(mem, frames, data, bad):
     return k
 
 
+@accel.jit
+def _copy_rows_loop(mem, frames, data):
+    """Row ``j`` of ``data`` (512 words) into row ``frames[j]`` of ``mem`` (FrameMemory.write_many's copy)."""
+    for j in range(frames.shape[0]):
+        f = frames[j]
+        for i in range(mem.shape[1]):
+            mem[f, i] = data[j, i]
+
+
+def copy_rows(mem: np.ndarray, frames: np.ndarray, data: np.ndarray) -> None:
+    """The compiled copy (only where :func:`compiled`): ``mem[frames[j]] = data[j]`` for every j (``mem``:
+    (n_frames, 4096) uint8, C-contiguous), with the GIL released (the fill threads copy their chunks at once)."""
+    f = np.ascontiguousarray(frames, np.int64).reshape(-1)
+    if len(f) and (f.min() < 0 or f.max() >= len(mem)):       # the loop does not check its bounds: numpy would
+        raise IndexError(f"frame index out of range [0, {len(mem)})")
+    _copy_rows_loop(mem.view(np.uint64), f, _words(data, len(f)))
+
+
 def clock_select(state: np.ndarray, referenced: np.ndarray, pins: np.ndarray, hand: int,
                  need: int) -> tuple[np.ndarray, np.ndarray, int]:
     """The compiled CLOCK sweep (only where :func:`compiled`): (frames taken, their states before, step of the
@@ -242,5 +260,7 @@ def warm() -> float:
         rows_differ(np.zeros((2, PAGE), np.uint8), np.arange(2), np.zeros((2, PAGE), np.uint8))
         fr = np.zeros(2, cap.FRAME_DTYPE)                   # the pool's field views (strided), as take_frames passes
         clock_select(fr["state"], fr["referenced"], fr["pins"], 0, 1)
+        copy_rows(np.zeros((2, PAGE), np.uint8), np.arange(2), np.zeros((2, PAGE), np.uint8))
     return accel.warm("capacity service", run,
-                      (_generate_checksum_loop, _checksum_loop, _clock_select_loop, _rows_differ_loop))
+                      (_generate_checksum_loop, _checksum_loop, _clock_select_loop, _rows_differ_loop,
+                       _copy_rows_loop))

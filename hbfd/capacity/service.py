@@ -34,6 +34,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +140,7 @@ class CapacityService:
         self.verify, self.max_prefetch, self.touch_resident = o.verify, o.max_prefetch, o.touch_resident
         self.batched, self.workers = o.batched, o.workers
         self._pool_ex = None                  # the fill threads (workers > 1), started at the first batch
+        self._tls = threading.local()         # per fill thread: its chunk buffer
         self.accel_warm_s = kernels.warm()    # the compiled twins loaded (or compiled) now, not at the first miss
         self._views: dict[int, RangeView] = {}
         self._allowed: dict[int, np.ndarray] = {}
@@ -316,9 +318,10 @@ class CapacityService:
             reqs.append((arrival, r.media_offset + page * PAGE, PAGE, ctl.HBF_OP_LOAD))
         if taken and self.failure is None:
             pages = np.array([items[k][1] for k, *_ in taken], np.uint64)
-            try:                                       # per store, runs of pages in one call; their checksums
-                data, want = self._read_pages(np.array([items[k][0].range_id for k, *_ in taken], np.int64),
-                                              pages.astype(np.int64))
+            try:                                       # page by page from its store, with its checksum
+                data = np.stack([items[k][0].store.read_many(np.array([items[k][1]], np.int64))[0]
+                                 for k, *_ in taken])
+                want = page_checksums(pages, data)
             except BackingStoreError as e:
                 self._fail(RequestStatus.IO_ERROR, str(e))
         if taken and self.failure is None:
@@ -395,24 +398,7 @@ class CapacityService:
             return status, frame, ready
         rids_m, pages_m, arr_m, dem_m = rids[:m], pages[:m], arrivals[:m], demand[:m]
         self.pool.begin_fill_many(frames, rids_m, pages_m, ~dem_m)
-        try:
-            data, want = self._read_pages(rids_m, pages_m)
-        except BackingStoreError as e:
-            self._fail(RequestStatus.IO_ERROR, str(e))
-        if self.failure is None:
-            upages = pages_m.astype(np.uint64)
-            try:
-                self.pool.memory.write_many(frames, data)
-                bad = self.pool.memory.differing(frames, data) if self.verify else ()
-            except (CopyFailed, OSError) as e:
-                self._fail(RequestStatus.COPY_ERROR, f"copy of a page into its frame failed: {e}")
-            else:
-                if len(bad):
-                    j = int(bad[0])
-                    got = int(page_checksums(upages[j:j + 1], self.pool.memory.read(int(frames[j]))[None, :])[0])
-                    self._fail(RequestStatus.CHECKSUM_ERROR, f"frame {int(frames[j])} holds page {int(pages_m[j])} "
-                               f"of range {int(rids_m[j])} with checksum {got:#x}, the store's is "
-                               f"{int(want[j]):#x}", page=int(pages_m[j]), frame=int(frames[j]))
+        want = self._fill(frames, rids_m, pages_m)
         if self.failure is not None:
             for f in frames.tolist():
                 self.pool.release_free(f)
@@ -453,51 +439,75 @@ class CapacityService:
         self.n["fill_bytes"] += PAGE * m
         return status, frame, ready
 
-    CHUNK = 64          # pages per store read + checksum job (the arrays stay in cache)
+    CHUNK = 64          # pages per fill job: store read + checksum, copy, read-back compare (the chunk stays in cache)
 
-    def _read_pages(self, rids: np.ndarray, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The pages' bytes from their stores and their checksums, in chunks of ``CHUNK`` pages of one range
-        (on ``workers`` threads: numpy and the compiled kernels release the GIL in the arithmetic); a store with
-        ``read_many_checksums`` (GeneratedStore) gives both at once. The first failing chunk's
-        BackingStoreError is raised."""
+    def _fill(self, frames: np.ndarray, rids: np.ndarray, pages: np.ndarray) -> np.ndarray | None:
+        """Fill ``frames`` with their pages: per chunk of ``CHUNK`` pages of one range, the pages read from their
+        store with their checksums (a store with ``read_many_checksums``, GeneratedStore: both in one pass, into
+        the job's own buffer), copied into their frames (``FrameMemory.write_many``, the copy primitive) and, with
+        ``verify``, the frames read back and compared with what was copied (``FrameMemory.differing``). The jobs
+        run on ``workers`` threads (the compiled twins and numpy's array loops release the GIL) and never touch
+        the same frame. Returns the pages' checksums (the store's), or None when the batch failed: the first
+        failing job in chunk order sets the terminal status (IO_ERROR for the store, COPY_ERROR for the copy,
+        CHECKSUM_ERROR for a frame that reads back other bytes); the caller frees the frames."""
         m = len(pages)
-        data = np.empty((m, PAGE), np.uint8)
         want = np.empty(m, np.uint64)
-        if 0 < m <= self.CHUNK and (rids == rids[0]).all():     # one chunk of one range (a single miss): no jobs
-            store = self.ranges[int(rids[0])].store
-            fused = getattr(store, "read_many_checksums", None)
-            if fused is not None:
-                return data, fused(pages, out=data)[1]
-            data[:] = store.read_many(pages)
-            return data, page_checksums(pages.astype(np.uint64), data)
-        jobs = []
-        for rid, sel in groups(rids):
-            js = np.arange(m)[sel]
-            store = self.ranges[rid].store
-            jobs += [(store, js[i:i + self.CHUNK]) for i in range(0, len(js), self.CHUNK)]
+        if m <= self.CHUNK and (rids == rids[0]).all():        # one job (a single miss, a small batch): inline
+            jobs = [(self.ranges[int(rids[0])].store, slice(0, m))]
+        else:
+            jobs = []
+            for rid, sel in groups(rids):
+                store = self.ranges[rid].store
+                if isinstance(sel, slice):                    # one range: runs of rows
+                    jobs += [(store, slice(i, min(m, i + self.CHUNK))) for i in range(0, m, self.CHUNK)]
+                else:
+                    js = np.flatnonzero(sel)
+                    jobs += [(store, js[i:i + self.CHUNK]) for i in range(0, len(js), self.CHUNK)]
+        memory, verify, tls = self.pool.memory, self.verify, self._tls
 
         def one(job):
             store, js = job
-            fused = getattr(store, "read_many_checksums", None)
-            if fused is not None and js[-1] - js[0] + 1 == len(js):     # a run of rows: written in place
-                want[js[0]:js[-1] + 1] = fused(pages[js], out=data[js[0]:js[-1] + 1])[1]
-            elif fused is not None:
-                data[js], want[js] = fused(pages[js])
-            else:
-                d = store.read_many(pages[js])
-                data[js] = d
-                want[js] = page_checksums(pages[js].astype(np.uint64), d)
+            p = pages[js]
+            try:
+                fused = getattr(store, "read_many_checksums", None)
+                if fused is not None:                 # into this thread's buffer (no allocation per job)
+                    buf = getattr(tls, "buf", None)
+                    if buf is None:
+                        buf = tls.buf = np.empty((self.CHUNK, PAGE), np.uint8)
+                    data, w = fused(p, out=buf[:len(p)])
+                else:
+                    data = store.read_many(p)
+                    w = page_checksums(p.astype(np.uint64), data)
+            except BackingStoreError as e:
+                return RequestStatus.IO_ERROR, str(e), {}
+            want[js] = w
+            f = frames[js]
+            try:
+                memory.write_many(f, data)
+                bad = memory.differing(f, data) if verify else ()
+            except (CopyFailed, OSError) as e:
+                return RequestStatus.COPY_ERROR, f"copy of a page into its frame failed: {e}", {}
+            if len(bad):
+                j = int(bad[0])
+                fr, pg = int(f[j]), int(p[j])
+                got = int(page_checksums(np.array([pg], np.uint64), memory.read(fr)[None, :])[0])
+                return (RequestStatus.CHECKSUM_ERROR, f"frame {fr} holds page {pg} of range {int(rids[js][j])} "
+                        f"with checksum {got:#x}, the store's is {int(w[j]):#x}", {"page": pg, "frame": fr})
+            return None
 
         if self.workers > 1 and len(jobs) > 1:
             if self._pool_ex is None:
                 from concurrent.futures import ThreadPoolExecutor
                 self._pool_ex = ThreadPoolExecutor(self.workers, thread_name_prefix="hbf-cap-fill")
-            for _ in self._pool_ex.map(one, jobs):
-                pass
+            results = list(self._pool_ex.map(one, jobs))
         else:
-            for j in jobs:
-                one(j)
-        return data, want
+            results = [one(j) for j in jobs]
+        for res in results:
+            if res is not None:
+                st, reason, fields = res
+                self._fail(st, reason, **fields)
+                return None
+        return want
 
     def _account_evictions(self, ev) -> None:
         """Statistics of evictions done (write-backs counted by _write_back) and the policy told, in order."""
