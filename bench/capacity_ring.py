@@ -42,15 +42,16 @@ from hbfd.runner import start_daemon  # noqa: E402
 BASE = 0x7B00_0000_0000
 
 
-def one(pages: int, frames: int, width: int, seed: int) -> dict:
+def one(pages: int, frames: int, width: int, seed: int, policy: str = "none", workers: int | None = None) -> dict:
+    env = {"HBFD_THERMAL": "none"} | ({"HBFD_CAPACITY_WORKERS": str(workers)} if workers else {})
     with tempfile.TemporaryDirectory() as d, start_daemon("ocp-sg1", workdir=Path(d), pythonpath=[ROOT],
-                                                         env={"HBFD_THERMAL": "none"}, timeout_s=90.0) as h:
+                                                         env=env, timeout_s=90.0) as h:
         with h.client() as c:
             rep = c.call("Attach", workload_pid=0, abi_version=ctl.HBF_CTL_ABI_VERSION)
             m = ctl.map_region(rep.ctl_path)
             r = c.call("RegisterRange", range=c.pb.Range(base=BASE, length=pages * PAGE, mode=ctl.HBF_MODE_CAPACITY,
                                                          perms=ctl.HBF_PERM_READ),
-                       capacity=c.pb.CapacitySpec(n_frames=frames, store="generated", seed=seed, policy="none"))
+                       capacity=c.pb.CapacitySpec(n_frames=frames, store="generated", seed=seed, policy=policy))
         host = RingHost(RingDriver(m, rep.ring_key), r.capacity_path, BASE)
         dev = CapacityDevice(host)                 # loads the compiled checksum twin (HBFD_ACCEL) before the clock
         t0 = time.perf_counter_ns()
@@ -64,7 +65,8 @@ def one(pages: int, frames: int, width: int, seed: int) -> dict:
     cap = [x for x in s["capacity"]["ranges"] if x["range_id"] == r.range.range_id][0]
     n = cap["counters"]
     fills = n["fills"]
-    return {"pages": pages, "frames": frames, "width": width, "checksum_equal": ok, "misses": host.n["misses"],
+    return {"pages": pages, "frames": frames, "width": width, "policy": policy, "workers": cap["options"]["workers"],
+            "checksum_equal": ok, "hints": host.n["hints"], "misses": host.n["misses"],
             "fills": fills, "evictions": n["evictions"], "client_wall_ns": wall,
             "pages_per_s_ring": fills / (wall / 1e9), "GB_per_s_ring": fills * PAGE / wall,
             "pages_per_s_service": cap["miss_service"]["pages_per_s"], "GB_per_s_service": cap["miss_service"]["GB_per_s"],
@@ -79,6 +81,9 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=256)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--widths", default="1,32")
+    ap.add_argument("--policy", default="none", help="the range's prefetch policy (CapacitySpec.policy)")
+    ap.add_argument("--workers", type=int, default=0, help="hbfd's fill threads per range "
+                    "($HBFD_CAPACITY_WORKERS; 0: its default, the host's cores)")
     ap.add_argument("--out", default=str(ROOT / "bench/results/capacity_ring.json"))
     a = ap.parse_args()
     widths = [int(x) for x in a.widths.split(",")]
@@ -88,7 +93,7 @@ def main() -> int:
     rows = []
     for rep in range(a.reps):
         for w in widths:
-            r = one(a.pages, a.frames, w, 20261205 + rep) | {"rep": rep}
+            r = one(a.pages, a.frames, w, 20261205 + rep, a.policy, a.workers or None) | {"rep": rep}
             rows.append(r)
             print(f"rep {rep} width {w}: checksum equal {r['checksum_equal']}, ring {r['pages_per_s_ring']:.0f} "
                   f"pages/s ({r['ring_ns_per_miss'] / 1e3:.1f} us/miss), service {r['pages_per_s_service']:.0f} "

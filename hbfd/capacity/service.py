@@ -544,8 +544,8 @@ class CapacityService:
 
     def _prefetch_arrays(self, events) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`_prefetch_items` of a batch's policy events ``(range, asked, arrival)`` in order with one ``seen``
-        set, in arrays: (range ids, pages, arrivals) of the pages to fetch, in the order the items would give.
-        When an event reaches ``max_prefetch`` (where the item loop stops early) it runs the item loop itself."""
+        set, in arrays: (range ids, pages, arrivals) of the pages to fetch, in the order the items would give
+        (:meth:`_prefetch_flat`)."""
         evs = [(r, a if isinstance(a, (list, tuple, range, np.ndarray)) else list(a), t) for r, a, t in events]
         flat: list = []
         counts = []
@@ -555,29 +555,54 @@ class CapacityService:
         z = np.zeros(0, np.int64)
         if not flat:
             return z, z, z
-        eid = np.repeat(np.arange(len(evs)), counts)
-        p = np.array(flat, np.int64)
-        rid = np.array([r.range_id for r, _a, _t in evs], np.int64)[eid]
-        valid = (p >= 0) & (p < np.array([r.pages for r, _a, _t in evs], np.int64)[eid])
+        return self._prefetch_flat(np.array([r.range_id for r, _a, _t in evs], np.int64), np.array(flat, np.int64),
+                                   np.array(counts, np.int64), np.array([t for _r, _a, t in evs], np.int64))
+
+    def _prefetch_flat(self, ev_rid: np.ndarray, flat: np.ndarray, counts: np.ndarray,
+                       ev_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The prefetch filter in arrays: event e (range ``ev_rid[e]``, at ``ev_t[e]``) asked for the next
+        ``counts[e]`` pages of ``flat``. Each (range, page) the first time it is asked, in the range, not resident
+        (a resident one gets its CLOCK bit), in item order. Where the item loop would stop an event early (its
+        ``max_prefetch``-th page to fetch is not its last asked page: the pages after it stay unseen) the item
+        loop itself runs."""
+        z = np.zeros(0, np.int64)
+        E = len(counts)
+        if not len(flat):
+            return z, z, z
+        eid = np.repeat(np.arange(E), counts)
+        p = flat
+        rid = ev_rid[eid]
+        lim = np.array([self.ranges[r].pages for r in ev_rid.tolist()], np.int64) if E > 1 and (
+            ev_rid != ev_rid[0]).any() else np.full(E, self.ranges[int(ev_rid[0])].pages, np.int64)
+        valid = (p >= 0) & (p < lim[eid])
         vi = np.flatnonzero(valid)
         _u, first = np.unique((rid[vi] << 40) | p[vi], return_index=True)
         new = vi[np.sort(first)]                       # each (range, page) the first time it is asked
         res = np.full(len(new), -1, np.int64)
         for r, m in groups(rid[new]):
             res[m] = self.pool.lookup_many(r, p[new][m])
-        want = new[res < 0]
-        if (np.bincount(eid[want], minlength=len(evs)) >= self.max_prefetch).any():
-            seen: set = set()
-            pf: list = []
-            for r, a, t in evs:
-                pf += self._prefetch_items(r, a, t, seen)
-            if not pf:
-                return z, z, z
-            return (np.array([x[0].range_id for x in pf], np.int64), np.array([x[1] for x in pf], np.int64),
-                    np.array([x[2] for x in pf], np.int64))
+        want = new[res < 0]                            # sorted: flat order, so event by event
+        cnt = np.bincount(eid[want], minlength=E)
+        over = cnt >= self.max_prefetch
+        if over.any():
+            cut = self.max_prefetch < 1
+            if not cut:
+                start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
+                kth = want[start[over] + self.max_prefetch - 1]        # the event's max_prefetch-th fetched page
+                cut = bool((kth != (np.cumsum(counts) - 1)[over]).any())
+            if cut:
+                evs = [(self.ranges[int(ev_rid[e])], p[eid == e].tolist(), int(ev_t[e])) for e in range(E)]
+                seen: set = set()
+                pf: list = []
+                for r, a, t in evs:
+                    pf += self._prefetch_items(r, a, t, seen)
+                if not pf:
+                    return z, z, z
+                return (np.array([x[0].range_id for x in pf], np.int64), np.array([x[1] for x in pf], np.int64),
+                        np.array([x[2] for x in pf], np.int64))
         if self.touch_resident and (res >= 0).any():
             self.pool.frames["referenced"][res[res >= 0]] = 1
-        return rid[want], p[want], np.array([t for _r, _a, t in evs], np.int64)[eid[want]]
+        return rid[want], p[want], ev_t[eid[want]]
 
     def miss(self, range_id: int, page: int, op: int, arrival_ns: int) -> MissResult:
         """A demand miss (HBF_REQ_CAP_MISS) on ``page`` of ``range_id`` by an access of ``op`` at ``arrival_ns``
@@ -745,15 +770,23 @@ class CapacityService:
             ok = status[todo] == READY
             modeled[todo[ok]] = np.maximum(0, ready[todo[ok]] - arrivals[todo[ok]])
             if self.failure is None and type(self.policy).on_miss is not NoPrefetch.on_miss:
-                events = []
-                on_miss, rv = self.policy.on_miss, {}
                 done = lead[st == READY]
-                for rid, pg, t in zip(rids[done].tolist(), pages[done].tolist(), arrivals[done].tolist()):
-                    x = rv.get(rid)
-                    if x is None:
-                        x = rv[rid] = (self.ranges[rid], self.view(rid))
-                    events.append((x[0], on_miss(x[1], pg), t))
-                pr, pp, pa = self._prefetch_arrays(events)
+                many = getattr(self.policy, "on_miss_many", None)
+                if many is not None and len(done) and (rids[done] == rids[done[0]]).all():
+                    rid = int(rids[done[0]])                   # one range: the policy answers in one array
+                    asked = np.asarray(many(self.view(rid), pages[done]), np.int64)
+                    k, d = asked.shape
+                    pr, pp, pa = self._prefetch_flat(np.full(k, rid, np.int64), asked.reshape(-1),
+                                                     np.full(k, d, np.int64), arrivals[done])
+                else:
+                    events = []
+                    on_miss, rv = self.policy.on_miss, {}
+                    for rid, pg, t in zip(rids[done].tolist(), pages[done].tolist(), arrivals[done].tolist()):
+                        x = rv.get(rid)
+                        if x is None:
+                            x = rv[rid] = (self.ranges[rid], self.view(rid))
+                        events.append((x[0], on_miss(x[1], pg), t))
+                    pr, pp, pa = self._prefetch_arrays(events)
                 if len(pp):
                     self._serve_batch(pr, pp, pa, np.zeros(len(pp), bool))
         if self.failure is not None:                   # the run has ended: every request of the scan gets it
@@ -794,6 +827,23 @@ class CapacityService:
         pf = self._prefetch_items(r, self.policy.on_prefetch_hit(self.view(range_id), page), now_ns, set())
         if pf:
             self._serve_items(pf)
+        self.n["service_ns"] += _ns() - t0
+
+    def hint_many(self, range_id: int, pages, now_ns) -> None:
+        """:meth:`hint` of each (``pages[i]``, ``now_ns[i]``) in order (one ring scan's hints of a range): counted
+        at once when the policy asks for nothing at a prefetch hit (NoPrefetch's ``on_prefetch_hit``: NextPages,
+        MoE-less policies), else one by one."""
+        if type(self.policy).on_prefetch_hit is not NoPrefetch.on_prefetch_hit:
+            for pg, t in zip(np.asarray(pages).tolist(), np.asarray(now_ns).tolist()):
+                self.hint(range_id, int(pg), int(t))
+            return
+        if self.failure is not None:
+            return
+        t0 = _ns()
+        k = len(pages)
+        self.ranges[range_id]                  # a range this service serves (KeyError as hint() would raise)
+        self.n["hints"] += k
+        self.n["prefetch_used"] += k
         self.n["service_ns"] += _ns() - t0
 
     # ---------------------------------------------------------------- flush, close

@@ -53,6 +53,47 @@ def test_twins_equal_the_numpy_definitions_bit_for_bit(monkeypatch):
     assert kernels.page_checksums(p[:0], data[:0]).shape == (0,)
 
 
+@needs_numba
+def test_the_compiled_copy_equals_numpys(monkeypatch):
+    """FrameMemory.write_many's compiled copy (kernels.copy_rows) writes exactly numpy's ``mem[frames] = data``,
+    touches no other frame, and refuses a frame outside the memory (the loop checks no bounds itself)."""
+    from hbfd.capacity.frames import FrameMemory
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    rng = np.random.default_rng(3)
+    ref = rng.integers(0, 256, (40, 4096), dtype=np.uint8)
+    got = ref.copy()
+    frames = rng.permutation(40)[:17]
+    data = rng.integers(0, 256, (17, 4096), dtype=np.uint8)
+    kernels.copy_rows(got, frames, data)
+    ref[frames] = data
+    assert np.array_equal(got, ref)
+    kernels.copy_rows(got, frames[::2], data[::2][:, :])       # a strided selection of rows
+    assert np.array_equal(got, ref)
+    m = FrameMemory(40, got)
+    m.write_many(frames[:3], data[5:8])
+    ref[frames[:3]] = data[5:8]
+    assert np.array_equal(got, ref)
+    for bad in ([40], [-1]):
+        with pytest.raises(IndexError):
+            kernels.copy_rows(got, np.array(bad), data[:1])
+    assert np.array_equal(got, ref)
+
+
+@needs_numba
+@pytest.mark.parametrize("workers", [1, 3])
+def test_fill_threads_serve_what_one_thread_serves(monkeypatch, workers):
+    """The chunked fill on several threads (jobs of 5 pages) gives the same bytes, records, checksums and modeled
+    time as one thread in one job, compiled and not."""
+    out = {}
+    for mode in ("off", "on"):
+        monkeypatch.setenv("HBFD_ACCEL", mode)
+        out[mode] = _stream(32, NextPages(4), True, workers=workers, chunk=5)
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    one = _stream(32, NextPages(4), True, workers=1, chunk=64)
+    assert out["off"][0] == out["off"][1]
+    assert out["on"] == out["off"] == one
+
+
 def test_off_runs_the_definitions(monkeypatch):
     monkeypatch.setenv("HBFD_ACCEL", "off")
     assert not kernels.compiled()
@@ -63,13 +104,15 @@ def test_off_runs_the_definitions(monkeypatch):
         kernels.generated_with_checksums(3, p, np.zeros((3, 4096), np.uint8))
 
 
-def _stream(width: int, policy, batched: bool = True) -> tuple:
+def _stream(width: int, policy, batched: bool = True, workers: int = 2, chunk: int | None = None) -> tuple:
     from hbfd.media import MediaGeometry
     geom = MediaGeometry(channels=2, dies_per_channel=1, planes_per_die=2, blocks_per_plane=64, pages_per_block=64,
                          channel_bytes_per_s=4_000_000_000, t_read_ns=4000, t_prog_ns=200_000, t_erase_ns=2_000_000)
     pages = 600
     store = GeneratedStore(seed=99, pages=pages)
-    svc = CapacityService(geom, 64, policy, workers=2, batched=batched)
+    svc = CapacityService(geom, 64, policy, workers=workers, batched=batched)
+    if chunk is not None:
+        svc.CHUNK = chunk
     svc.add_range(1, pages, 0, ctl.HBF_PERM_READ, store)
     out = CapacityDevice(svc).run_wide(1, np.arange(pages), width=width, gap_ns=1000, checksum=True)
     c = svc.report()["counters"]
@@ -95,6 +138,6 @@ def test_warm_reaches_every_twin(monkeypatch, caplog):
     caplog.set_level("DEBUG", logger="hbfd.accel")
     kernels.warm()
     twins = (kernels._generate_checksum_loop, kernels._checksum_loop, kernels._clock_select_loop,
-             kernels._rows_differ_loop)
+             kernels._rows_differ_loop, kernels._copy_rows_loop)
     assert all(t.is_compiled() for t in twins)
     assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
