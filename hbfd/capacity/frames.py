@@ -270,12 +270,15 @@ class FramePool:
         fr["marker"] = 0                                     # atomicExch(0): the taker posts the hint
         return f, int(fr["ready_ns"]), took
 
-    def device_pin_many(self, range_id: int, pages: np.ndarray, *, store: bool = False):
+    def device_pin_many(self, range_id: int, pages: np.ndarray, *, store: bool = False, every_marker: bool = False):
         """``device_pin`` of lanes in order, as far as the first lane that takes a prefetch marker (its hint must
         be posted before later lanes translate: an in-process hint can fill frames they use). Pin first
         (+1 each), fence, then re-check state and generation: stale lanes are unpinned (a miss), as on the GPU.
         Returns (frames: int64, -1 = miss; ready_ns; lanes done; whether the last lane done took a marker);
-        lanes after the done ones hold no pins."""
+        lanes after the done ones hold no pins. ``every_marker`` (a host reached through the ring, where a hint
+        is posted and never waited for, so nothing orders it before later lanes anyway): every lane is done,
+        the first lane finding each marked frame takes its marker, and the fourth value is the taking lanes'
+        indices (int64 array) instead."""
         t = self.tables[range_id]
         pages = np.asarray(pages, np.int64)
         k = len(pages)
@@ -287,7 +290,7 @@ class FramePool:
         gen = np.zeros(k, np.int64)
         m = np.flatnonzero(f != NO_FRAME)
         if not len(m):
-            return frames, ready, k, False
+            return frames, ready, k, (np.zeros(0, np.int64) if every_marker else False)
         for c in np.unique(pages[m] >> PageTable.SHIFT).tolist():  # the ptes' generations, as read with the frame
             mm = m[(pages[m] >> PageTable.SHIFT) == c]
             gen[mm] = t._chunk(c)["generation"][pages[mm] & ((1 << PageTable.SHIFT) - 1)]
@@ -297,6 +300,20 @@ class FramePool:
         full_fence()
         st = fr["state"][fm]
         ok = ((st == VALID) | (st == DIRTY)) & (fr["generation"][fm].astype(np.int64) == gen[m])
+        if every_marker:
+            np.subtract.at(fr["pins"], fm[~ok], 1)            # stale lanes
+            fu = fm[ok]
+            fr["referenced"][fu] = 1
+            if store:
+                fr["dirty"][fu] = 1
+            frames[m[ok]] = fu
+            ready[m[ok]] = fr["ready_ns"][fu].astype(np.int64)
+            cand = np.flatnonzero(ok & (fr["marker"][fm] != 0))
+            if len(cand):                                     # the first lane per marked frame takes it
+                _u, first = np.unique(fm[cand], return_index=True)
+                cand = np.sort(cand[first])
+                fr["marker"][fm[cand]] = 0
+            return frames, ready, k, m[cand]
         took_at = k
         if ok.any():
             mk = fr["marker"][fm] != 0

@@ -569,29 +569,43 @@ class CapacityService:
         E = len(counts)
         if not len(flat):
             return z, z, z
-        eid = np.repeat(np.arange(E), counts)
         p = flat
-        rid = ev_rid[eid]
-        lim = np.array([self.ranges[r].pages for r in ev_rid.tolist()], np.int64) if E > 1 and (
-            ev_rid != ev_rid[0]).any() else np.full(E, self.ranges[int(ev_rid[0])].pages, np.int64)
-        valid = (p >= 0) & (p < lim[eid])
-        vi = np.flatnonzero(valid)
-        _u, first = np.unique((rid[vi] << 40) | p[vi], return_index=True)
-        new = vi[np.sort(first)]                       # each (range, page) the first time it is asked
-        res = np.full(len(new), -1, np.int64)
-        for r, m in groups(rid[new]):
-            res[m] = self.pool.lookup_many(r, p[new][m])
-        want = new[res < 0]                            # sorted: flat order, so event by event
-        cnt = np.bincount(eid[want], minlength=E)
+        ends = np.cumsum(counts)                       # flat index after each event's last asked page
+        # residency first (it does not depend on the order: nothing is fetched before the filter ends), then the
+        # first time each non-resident (range, page) is asked: the same pages as deduplicating everything first
+        if E == 1 or not (ev_rid != ev_rid[0]).any():  # one range (the common case): no per-item range arrays
+            r0 = int(ev_rid[0])
+            ok = (p >= 0) & (p < self.ranges[r0].pages)
+            vi = None if ok.all() else np.flatnonzero(ok)
+            res = self.pool.lookup_many(r0, p if vi is None else p[vi])
+            nr = np.flatnonzero(res < 0)
+            if vi is not None:
+                nr = vi[nr]
+            keys = p[nr]
+        else:
+            eid = np.repeat(np.arange(E), counts)
+            rid = ev_rid[eid]
+            lim = np.array([self.ranges[r].pages for r in ev_rid.tolist()], np.int64)
+            vi = np.flatnonzero((p >= 0) & (p < lim[eid]))
+            res = np.full(len(vi), -1, np.int64)
+            for r, m in groups(rid[vi]):
+                res[m] = self.pool.lookup_many(r, p[vi][m])
+            nr = vi[res < 0]
+            keys = (rid[nr] << 40) | p[nr]
+        _u, first = np.unique(keys, return_index=True)
+        want = nr[np.sort(first)]                      # sorted: flat order, so event by event
+        we = np.searchsorted(ends, want, side="right")  # the event of each page to fetch
+        cnt = np.bincount(we, minlength=E)
         over = cnt >= self.max_prefetch
         if over.any():
             cut = self.max_prefetch < 1
             if not cut:
                 start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
                 kth = want[start[over] + self.max_prefetch - 1]        # the event's max_prefetch-th fetched page
-                cut = bool((kth != (np.cumsum(counts) - 1)[over]).any())
+                cut = bool((kth != (ends - 1)[over]).any())
             if cut:
-                evs = [(self.ranges[int(ev_rid[e])], p[eid == e].tolist(), int(ev_t[e])) for e in range(E)]
+                lo = ends - counts
+                evs = [(self.ranges[int(ev_rid[e])], p[lo[e]:ends[e]].tolist(), int(ev_t[e])) for e in range(E)]
                 seen: set = set()
                 pf: list = []
                 for r, a, t in evs:
@@ -600,9 +614,11 @@ class CapacityService:
                     return z, z, z
                 return (np.array([x[0].range_id for x in pf], np.int64), np.array([x[1] for x in pf], np.int64),
                         np.array([x[2] for x in pf], np.int64))
-        if self.touch_resident and (res >= 0).any():
-            self.pool.frames["referenced"][res[res >= 0]] = 1
-        return rid[want], p[want], ev_t[eid[want]]
+        if self.touch_resident:
+            hit = res[res >= 0]
+            if len(hit):
+                self.pool.frames["referenced"][hit] = 1
+        return ev_rid[we], p[want], ev_t[we]
 
     def miss(self, range_id: int, page: int, op: int, arrival_ns: int) -> MissResult:
         """A demand miss (HBF_REQ_CAP_MISS) on ``page`` of ``range_id`` by an access of ``op`` at ``arrival_ns``

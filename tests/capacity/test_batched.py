@@ -166,3 +166,33 @@ def test_take_frames_equals_one_frame_at_a_time(monkeypatch, accel_mode):
             assert np.array_equal(pools[0].frames[key], pools[1].frames[key]), key
         assert pools[0].hand == pools[1].hand
         assert np.array_equal(pools[0].tables[1].dense(), pools[1].tables[1].dense())
+
+
+def test_pinning_every_lane_at_once_equals_lane_by_lane(geom):
+    """FramePool.device_pin_many(every_marker=True) (the ring stand-in: all lanes at once, the hints posted
+    after) gives each lane what device_pin lane by lane gives: frame, ready_ns, whether it took the marker (the
+    first lane of each marked frame), and the same pins, referenced bits and markers."""
+    rng = np.random.default_rng(4)
+    svcs = []
+    req = [(2, int(p), ctl.HBF_OP_LOAD, 1000 + 10 * i) for i, p in enumerate(rng.integers(0, 200, 10))]
+    for _ in range(2):
+        s = CapacityService(geom, 64, NextPages(4))
+        s.add_range(2, 512, 0, ctl.HBF_PERM_READ, GeneratedStore(5, 512))
+        s.miss_many(req)
+        svcs.append(s)
+    a, b = svcs
+    assert (a.pool.frames["marker"] != 0).sum() > 5
+    for _ in range(5):
+        lanes = rng.integers(0, 220, 48)
+        f, ready, n, takers = a.pool.device_pin_many(2, lanes, every_marker=True)
+        one = [b.pool.device_pin(2, int(p)) for p in lanes]
+        assert n == len(lanes)
+        assert f.tolist() == [-1 if x is None else x[0] for x in one]
+        assert ready.tolist() == [0 if x is None else x[1] for x in one]
+        assert takers.tolist() == [i for i, x in enumerate(one) if x is not None and x[2]]
+        assert np.array_equal(a.pool.frames, b.pool.frames)
+        a.pool.device_unpin_many(f[f >= 0])
+        for x in one:
+            if x is not None:
+                b.pool.device_unpin(x[0])
+        assert np.array_equal(a.pool.frames, b.pool.frames)
