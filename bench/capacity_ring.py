@@ -8,8 +8,9 @@ A real hbfd (profile ocp-sg1, its ring served by the media model's capacity serv
 ``pages`` generated read-only pages through ``frames`` frames (no prefetch: every page one demand miss), streamed
 by ``width`` lanes in lockstep (hbfd.capacity.device.RingHost under CapacityDevice.run_wide: the lanes' misses
 posted together, one ring scan), every served page's checksum against the store's (from the seed alone). Per rep:
-pages/s and GB/s over the client's wall time of the stream (ring included), and over hbfd's service_ns (the
-service alone); modeled_ns vs the client wall per miss. Medians and ranges over ``reps``. Writes
+pages/s and GB/s over the client's wall time of the stream (ring included), over the round trips alone (post to
+completions: hbfd's scan, service and posting, what the GPU would wait for; the rest is the CPU stand-in's own
+pinning and checksums), and over hbfd's service_ns (the service alone); modeled_ns vs the client wall per miss. Medians and ranges over ``reps``. Writes
 bench/results/capacity_ring.json. CPU only: a frame fill is a memcpy into shared memory (no PCIe).
 """
 from __future__ import annotations
@@ -71,7 +72,9 @@ def one(pages: int, frames: int, width: int, seed: int, policy: str = "none", wo
             "pages_per_s_ring": fills / (wall / 1e9), "GB_per_s_ring": fills * PAGE / wall,
             "pages_per_s_service": cap["miss_service"]["pages_per_s"], "GB_per_s_service": cap["miss_service"]["GB_per_s"],
             "service_ns": n["service_ns"], "modeled_ns": n["modeled_ns"],
-            "ring_ns_per_miss": wall / max(1, host.n["misses"]), "modeled_ns_per_miss": n["modeled_ns"] / max(1, fills),
+            "ring_ns_per_miss": wall / max(1, host.n["misses"]),
+            "round_trip_ns": host.n["round_trip_ns"], "pages_per_s_round_trip": fills / (host.n["round_trip_ns"] / 1e9),
+            "client_ns_per_page": (wall - host.n["round_trip_ns"]) / max(1, fills), "modeled_ns_per_miss": n["modeled_ns"] / max(1, fills),
             "scans": s["capacity"]["dispatch"]["scans"], "status": cap["status"]}
 
 
@@ -96,6 +99,7 @@ def main() -> int:
             r = one(a.pages, a.frames, w, 20261205 + rep, a.policy, a.workers or None) | {"rep": rep}
             rows.append(r)
             print(f"rep {rep} width {w}: checksum equal {r['checksum_equal']}, ring {r['pages_per_s_ring']:.0f} "
+                  f"pages/s (round trips alone {r['pages_per_s_round_trip']:.0f}) "
                   f"pages/s ({r['ring_ns_per_miss'] / 1e3:.1f} us/miss), service {r['pages_per_s_service']:.0f} "
                   f"pages/s, scans {r['scans']}", flush=True)
     summary = {}
@@ -103,7 +107,8 @@ def main() -> int:
         rs = [r for r in rows if r["width"] == w]
         summary[f"width{w}"] = {f: {"median": statistics.median(r[f] for r in rs), "min": min(r[f] for r in rs),
                                     "max": max(r[f] for r in rs)}
-                                for f in ("pages_per_s_ring", "GB_per_s_ring", "pages_per_s_service",
+                                for f in ("pages_per_s_ring", "GB_per_s_ring", "pages_per_s_round_trip",
+                                          "client_ns_per_page", "pages_per_s_service",
                                           "GB_per_s_service", "ring_ns_per_miss", "modeled_ns_per_miss", "scans")}
         summary[f"width{w}"]["checksums_equal"] = all(r["checksum_equal"] for r in rs)
     doc = {"what": "issue 16 device half: capacity misses through hbfd's ring on the CPU (RingHost), throughput "
