@@ -242,6 +242,20 @@ class FramePool:
         f[f == NO_FRAME] = -1
         return f
 
+    def split_asked(self, range_id: int, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A prefetch filter's residency split of asked ``pages`` (int64) of one range, those outside the range
+        dropped: (frames of the mapped ones to give their referenced bit -- those whose bit is clear, or all of
+        them; indices in ``pages`` of the unmapped ones, ascending). Compiled, reading the table in place, where
+        the table is a dense view (hbfd's capacity region) and hbfd.capacity.kernels runs its twins."""
+        t = self.tables[range_id]
+        if kernels.compiled() and t._dense is not None:
+            return kernels.prefetch_split(pages, t.pages, t._dense["frame"], self.frames["referenced"])
+        ok = (pages >= 0) & (pages < t.pages)
+        vi = None if ok.all() else np.flatnonzero(ok)
+        res = self.lookup_many(range_id, pages if vi is None else pages[vi])
+        nr = np.flatnonzero(res < 0)
+        return res[res >= 0], (nr if vi is None else vi[nr])
+
     def resident_frames(self) -> np.ndarray:
         st = self.frames["state"]
         return np.flatnonzero((st == VALID) | (st == DIRTY))

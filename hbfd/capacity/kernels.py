@@ -141,6 +141,41 @@ def copy_rows(mem: np.ndarray, frames: np.ndarray, data: np.ndarray) -> None:
     _copy_rows_loop(mem.view(np.uint64), f, _words(data, len(f)))
 
 
+@accel.jit
+def _prefetch_split_loop(flat, npages, table_frame, no_frame, referenced, touch, nr):
+    """Of the asked pages ``flat`` inside [0, npages): the indices of those the table maps to no frame into
+    ``nr``; those mapped: their frame, into ``touch`` when its ``referenced`` bit is clear. Returns (len(touch),
+    len(nr)) used."""
+    a = 0
+    b = 0
+    for i in range(flat.shape[0]):
+        p = flat[i]
+        if p < 0 or p >= npages:
+            continue
+        f = table_frame[p]
+        if f == no_frame:
+            nr[b] = i
+            b += 1
+        elif referenced[f] == 0:
+            touch[a] = f
+            a += 1
+    return a, b
+
+
+def prefetch_split(flat: np.ndarray, npages: int, table_frame: np.ndarray,
+                   referenced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The compiled residency split of a prefetch filter (only where :func:`compiled`): of the pages of ``flat``
+    (int64) inside [0, npages), (frames of the mapped ones whose ``referenced`` bit is clear, int64; indices
+    in ``flat`` of the unmapped ones, int64, ascending), reading the dense page table's ``frame`` field and
+    the pool's ``referenced`` field in place. The numpy form is FramePool.lookup_many and a mask."""
+    flat = np.ascontiguousarray(flat, np.int64)
+    touch = np.empty(len(flat), np.int64)
+    nr = np.empty(len(flat), np.int64)
+    a, b = _prefetch_split_loop(flat, np.int64(npages), table_frame, table_frame.dtype.type(cap.HBF_CAP_NO_FRAME),
+                                referenced, touch, nr)
+    return touch[:a], nr[:b]
+
+
 def clock_select(state: np.ndarray, referenced: np.ndarray, pins: np.ndarray, hand: int,
                  need: int) -> tuple[np.ndarray, np.ndarray, int]:
     """The compiled CLOCK sweep (only where :func:`compiled`): (frames taken, their states before, step of the
@@ -261,6 +296,9 @@ def warm() -> float:
         fr = np.zeros(2, cap.FRAME_DTYPE)                   # the pool's field views (strided), as take_frames passes
         clock_select(fr["state"], fr["referenced"], fr["pins"], 0, 1)
         copy_rows(np.zeros((2, PAGE), np.uint8), np.arange(2), np.zeros((2, PAGE), np.uint8))
+        pte = np.zeros(2, cap.PTE_DTYPE)                    # the region's page table and the pool's fields
+        pte["frame"] = [cap.HBF_CAP_NO_FRAME, 1]
+        prefetch_split(np.arange(3, dtype=np.int64), 2, pte["frame"], fr["referenced"])
     return accel.warm("capacity service", run,
                       (_generate_checksum_loop, _checksum_loop, _clock_select_loop, _rows_differ_loop,
-                       _copy_rows_loop))
+                       _copy_rows_loop, _prefetch_split_loop))

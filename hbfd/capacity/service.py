@@ -574,13 +574,7 @@ class CapacityService:
         # residency first (it does not depend on the order: nothing is fetched before the filter ends), then the
         # first time each non-resident (range, page) is asked: the same pages as deduplicating everything first
         if E == 1 or not (ev_rid != ev_rid[0]).any():  # one range (the common case): no per-item range arrays
-            r0 = int(ev_rid[0])
-            ok = (p >= 0) & (p < self.ranges[r0].pages)
-            vi = None if ok.all() else np.flatnonzero(ok)
-            res = self.pool.lookup_many(r0, p if vi is None else p[vi])
-            nr = np.flatnonzero(res < 0)
-            if vi is not None:
-                nr = vi[nr]
+            touch, nr = self.pool.split_asked(int(ev_rid[0]), p)
             keys = p[nr]
         else:
             eid = np.repeat(np.arange(E), counts)
@@ -591,6 +585,7 @@ class CapacityService:
             for r, m in groups(rid[vi]):
                 res[m] = self.pool.lookup_many(r, p[vi][m])
             nr = vi[res < 0]
+            touch = res[res >= 0]
             keys = (rid[nr] << 40) | p[nr]
         _u, first = np.unique(keys, return_index=True)
         want = nr[np.sort(first)]                      # sorted: flat order, so event by event
@@ -614,10 +609,8 @@ class CapacityService:
                     return z, z, z
                 return (np.array([x[0].range_id for x in pf], np.int64), np.array([x[1] for x in pf], np.int64),
                         np.array([x[2] for x in pf], np.int64))
-        if self.touch_resident:
-            hit = res[res >= 0]
-            if len(hit):
-                self.pool.frames["referenced"][hit] = 1
+        if self.touch_resident and len(touch):
+            self.pool.frames["referenced"][touch] = 1
         return ev_rid[we], p[want], ev_t[we]
 
     def miss(self, range_id: int, page: int, op: int, arrival_ns: int) -> MissResult:

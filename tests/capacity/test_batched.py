@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hbfcommon import ctl
+from hbfcommon import capacity as cap, ctl
 from hbfcommon.capacity import page_checksums
 from hbfd import accel
 from hbfd.capacity.backing import GeneratedStore, SparseFileStore
@@ -25,8 +25,15 @@ def _rig(geom, tmp_path, tag, frames, policy, batched, max_prefetch=64):
     svc = CapacityService(geom, frames, policy, batched=batched, max_prefetch=max_prefetch,
                           workers=3 if batched else 1)
     svc.CHUNK = 3
-    svc.add_range(1, 256, 0, RW, SparseFileStore(tmp_path / f"{tag}.bin", 256))
-    svc.add_range(2, 512, 1 << 20, ctl.HBF_PERM_READ, GeneratedStore(5, 512))
+    # the batched service's page tables are dense views (as in hbfd's capacity region: the compiled prefetch
+    # split reads them in place), the reference's are materialized in chunks
+    tables = [None, None]
+    if batched:
+        tables = [np.zeros(n, cap.PTE_DTYPE) for n in (256, 512)]
+        for t in tables:
+            t["frame"] = cap.HBF_CAP_NO_FRAME
+    svc.add_range(1, 256, 0, RW, SparseFileStore(tmp_path / f"{tag}.bin", 256), table=tables[0])
+    svc.add_range(2, 512, 1 << 20, ctl.HBF_PERM_READ, GeneratedStore(5, 512), table=tables[1])
     return svc
 
 

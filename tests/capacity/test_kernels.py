@@ -94,6 +94,33 @@ def test_fill_threads_serve_what_one_thread_serves(monkeypatch, workers):
     assert out["on"] == out["off"] == one
 
 
+@needs_numba
+def test_the_compiled_prefetch_split_equals_the_lookup(monkeypatch):
+    """FramePool.split_asked compiled (a dense table read in place) and in numpy (lookup_many): the same
+    unmapped indices, and touching the frames it returns sets the same referenced bits."""
+    from hbfcommon import capacity as cap
+    from hbfd.capacity.frames import FramePool
+    for trial in range(20):
+        pools = {}
+        for mode in ("off", "on"):
+            monkeypatch.setenv("HBFD_ACCEL", mode)
+            table = np.zeros(300, cap.PTE_DTYPE)
+            table["frame"] = cap.HBF_CAP_NO_FRAME
+            pool = FramePool(64)
+            pool.add_range(1, 300, table)
+            r = np.random.default_rng(trial)
+            pages = r.permutation(300)[:64]
+            table["frame"][pages] = np.arange(64)
+            pool.frames["referenced"][:] = r.integers(0, 2, 64)
+            asked = r.integers(-5, 310, 500).astype(np.int64)
+            touch, nr = pool.split_asked(1, asked)
+            pool.frames["referenced"][touch] = 1
+            pools[mode] = (nr, pool.frames["referenced"].copy())
+        assert np.array_equal(pools["on"][0], pools["off"][0])
+        assert np.array_equal(pools["on"][1], pools["off"][1])
+        assert len(pools["on"][0]) and (pools["off"][1] == 1).sum() > 32
+
+
 def test_off_runs_the_definitions(monkeypatch):
     monkeypatch.setenv("HBFD_ACCEL", "off")
     assert not kernels.compiled()
@@ -138,6 +165,6 @@ def test_warm_reaches_every_twin(monkeypatch, caplog):
     caplog.set_level("DEBUG", logger="hbfd.accel")
     kernels.warm()
     twins = (kernels._generate_checksum_loop, kernels._checksum_loop, kernels._clock_select_loop,
-             kernels._rows_differ_loop, kernels._copy_rows_loop)
+             kernels._rows_differ_loop, kernels._copy_rows_loop, kernels._prefetch_split_loop)
     assert all(t.is_compiled() for t in twins)
     assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
