@@ -412,6 +412,8 @@ class FramePool:
         return e
 
     # ---------------------------------------------------------------- host side, a batch at a time
+    SWEEP_WINDOW = 1 << 14      # the numpy sweep's first window of the walk (frames), when the pool is larger
+
     def take_frames(self, k: int) -> tuple[np.ndarray, Evictions]:
         """Up to ``k`` frames for fills: exactly the frames, evictions, CLOCK hand and referenced bits that ``k``
         calls of take_free-else-begin_eviction would give (the batched miss service; tests/capacity checks it
@@ -453,13 +455,24 @@ class FramePool:
                 if exhausted:
                     break
                 continue
-            pos = np.arange(n, dtype=np.int64)
-            order = (self.hand + pos) % n
-            st = fr["state"][order]
-            res = (st == VALID) | (st == DIRTY)
-            ref = fr["referenced"][order] != 0
-            # a candidate's step in the walk: its first visit (unreferenced) or its second (referenced)
-            ti = np.sort((pos + np.where(ref, n, 0))[res & (fr["pins"][order] == 0)])
+            # a window of the walk first (a large pool is not swept whole for a batch): when its first visits
+            # hold ``need`` candidates, they are the walk's first ones (every other step is later); else the
+            # whole walk
+            w = n if n <= self.SWEEP_WINDOW else min(n, max(self.SWEEP_WINDOW, 4 * need))
+            while True:
+                pos = np.arange(w, dtype=np.int64)
+                order = (self.hand + pos) % n
+                st = fr["state"][order]
+                res = (st == VALID) | (st == DIRTY)
+                ref = fr["referenced"][order] != 0
+                if w == n:
+                    # a candidate's step in the walk: its first visit (unreferenced) or its second (referenced)
+                    ti = np.sort((pos + np.where(ref, n, 0))[res & (fr["pins"][order] == 0)])
+                    break
+                ti = pos[res & ~ref & (fr["pins"][order] == 0)]
+                if len(ti) >= need:
+                    break
+                w = n
             if len(ti) == 0:                   # two sweeps find nothing: every bit passed is cleared
                 fr["referenced"][order[res & ref]] = 0
                 break

@@ -127,12 +127,15 @@ def test_batched_equals_one_at_a_time(geom, tmp_path, policy, max_prefetch, seed
 def test_take_frames_equals_one_frame_at_a_time(monkeypatch, accel_mode):
     """FramePool.take_frames(k) against k calls of take_free-else-begin_eviction, on random pools (resident,
     referenced, pinned, free and filling frames) and batch sizes, including more than can be taken; the numpy
-    sweep and its compiled twin (HBFD_ACCEL off / on)."""
+    sweep (its window of the walk as small as 1 frame, and the whole walk) and its compiled twin (HBFD_ACCEL
+    off / on)."""
     monkeypatch.setenv("HBFD_ACCEL", accel_mode)
     rng = np.random.default_rng(7)
     for trial in range(300):
         n = int(rng.integers(1, 40))
         pools = [FramePool(n), FramePool(n)]
+        if trial % 2:                                  # the numpy sweep's first window smaller than the pool
+            pools[0].SWEEP_WINDOW = int(rng.integers(1, 8))
         state = rng.choice([0, 1, 2, 4], n, p=[0.15, 0.05, 0.7, 0.1])
         ref = rng.integers(0, 2, n)
         pins = np.where(rng.random(n) < 0.2, rng.integers(1, 3, n), 0)
