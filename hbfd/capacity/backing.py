@@ -179,6 +179,14 @@ class GeneratedStore:
         pass per page when compiled."""
         return kernels.generated_with_checksums(self.seed, self._pages(pages), out)
 
+    def fill_frames(self, pages: np.ndarray, mem: np.ndarray, frames: np.ndarray, buf: np.ndarray,
+                    verify: bool) -> tuple[np.ndarray, int]:
+        """The pages generated straight into rows ``frames`` of the frame bytes ``mem`` with their checksums, each
+        frame read back and compared (``verify``): kernels.fill_generated, one pass per page through ``buf``
+        (compiled only: the capacity service uses it where kernels.compiled() and the frame memory's copy and
+        compare are FrameMemory's own). Returns (checksums, first differing index or -1)."""
+        return kernels.fill_generated(self.seed, self._pages(pages), mem, frames, buf, verify)
+
     def write_page(self, page: int, data: np.ndarray) -> None:
         raise BackingStoreError(f"{self.name} is read-only: page {page} cannot be written back", page=page)
 

@@ -50,8 +50,8 @@ from hbfd import accel
 from hbfd.contracts import REQUEST_BATCH_DTYPE
 from hbfd.media import MediaEngine, MediaGeometry
 
-from .backing import BackingStore, BackingStoreError
-from .frames import PAGE, CopyFailed, Eviction, FramePool, groups
+from .backing import BackingStore, BackingStoreError, GeneratedStore
+from .frames import PAGE, CopyFailed, Eviction, FrameMemory, FramePool, groups
 from . import kernels
 from .kernels import page_checksums
 from .prefetch import NoPrefetch, PrefetchPolicy, RangeView
@@ -59,6 +59,8 @@ from .prefetch import NoPrefetch, PrefetchPolicy, RangeView
 log = logging.getLogger(__name__)
 
 READY = int(RequestStatus.READY)
+# a generated store whose reads are its own: its pages are filled by the compiled job (GeneratedStore.fill_frames)
+_FILL, _READ_CHECKSUMS = GeneratedStore.fill_frames, GeneratedStore.read_many_checksums
 PENDING = int(RequestStatus.PENDING)
 
 
@@ -102,7 +104,8 @@ class CapacityOptions:
     ``touch_resident``: a resident page a policy asks for gets its CLOCK bit; ``batched``: a scan's misses
     served in arrays (one frame choice, store read, copy, checksum pass and media call per batch; the
     default), else one item at a time (the reference the batched path is tested equal to); ``workers``:
-    threads reading and checksumming a batch's pages (chunks of 64 pages)."""
+    threads filling a batch's pages: store read + checksum, copy, read-back compare (the calling thread and
+    ``workers`` - 1 more)."""
 
     n_frames: int
     verify: bool = True
@@ -445,61 +448,65 @@ class CapacityService:
         """Fill ``frames`` with their pages: per chunk of ``CHUNK`` pages of one range, the pages read from their
         store with their checksums (a store with ``read_many_checksums``, GeneratedStore: both in one pass, into
         the job's own buffer), copied into their frames (``FrameMemory.write_many``, the copy primitive) and, with
-        ``verify``, the frames read back and compared with what was copied (``FrameMemory.differing``). The jobs
-        run on ``workers`` threads (the compiled twins and numpy's array loops release the GIL) and never touch
-        the same frame. Returns the pages' checksums (the store's), or None when the batch failed: the first
+        ``verify``, the frames read back and compared with what was copied (``FrameMemory.differing``). Where the
+        twins run, a GeneratedStore's pages and plain FrameMemory get one compiled pass per page instead
+        (GeneratedStore.fill_frames: the same bytes, checksums and compare), in one job per thread (at least
+        ``CHUNK`` pages). The jobs run on ``workers`` threads (the compiled twins and numpy's array loops release
+        the GIL) and never touch the same frame. Returns the pages' checksums (the store's), or None when the batch failed: the first
         failing job in chunk order sets the terminal status (IO_ERROR for the store, COPY_ERROR for the copy,
         CHECKSUM_ERROR for a frame that reads back other bytes); the caller frees the frames."""
         m = len(pages)
         want = np.empty(m, np.uint64)
-        if m <= self.CHUNK and (rids == rids[0]).all():        # one job (a single miss, a small batch): inline
-            jobs = [(self.ranges[int(rids[0])].store, slice(0, m))]
-        else:
-            jobs = []
-            for rid, sel in groups(rids):
-                store = self.ranges[rid].store
-                if isinstance(sel, slice):                    # one range: runs of rows
-                    jobs += [(store, slice(i, min(m, i + self.CHUNK))) for i in range(0, m, self.CHUNK)]
-                else:
-                    js = np.flatnonzero(sel)
-                    jobs += [(store, js[i:i + self.CHUNK]) for i in range(0, len(js), self.CHUNK)]
         memory, verify, tls = self.pool.memory, self.verify, self._tls
+        # a generated store and plain frame memory, compiled: a job is one pass per page (generate, checksum,
+        # copy, read back: kernels.fill_generated), so its cost per call is all it adds: one job per thread
+        fused_ok = (kernels.compiled() and type(memory).write_many is FrameMemory.write_many
+                    and type(memory).differing is FrameMemory.differing and memory.data.flags.c_contiguous)
+        jobs = []
+        for rid, sel in groups(rids):
+            store = self.ranges[rid].store
+            fused = fused_ok and isinstance(store, GeneratedStore) and type(store).fill_frames is _FILL and \
+                type(store).read_many_checksums is _READ_CHECKSUMS
+            js = np.arange(m) if isinstance(sel, slice) else np.flatnonzero(sel)
+            size = max(self.CHUNK, -(-len(js) // self.workers)) if fused else self.CHUNK
+            for i in range(0, len(js), size):
+                part = js[i:i + size]
+                jobs.append((store, slice(int(part[0]), int(part[-1]) + 1) if isinstance(sel, slice) else part,
+                             fused))
 
         def one(job):
-            store, js = job
+            store, js, fused = job
             p = pages[js]
-            try:
-                fused = getattr(store, "read_many_checksums", None)
-                if fused is not None:                 # into this thread's buffer (no allocation per job)
-                    buf = getattr(tls, "buf", None)
-                    if buf is None:
-                        buf = tls.buf = np.empty((self.CHUNK, PAGE), np.uint8)
-                    data, w = fused(p, out=buf[:len(p)])
-                else:
-                    data = store.read_many(p)
-                    w = page_checksums(p.astype(np.uint64), data)
-            except BackingStoreError as e:
-                return RequestStatus.IO_ERROR, str(e), {}
-            want[js] = w
-            f = frames[js]
-            try:
-                memory.write_many(f, data)
-                bad = memory.differing(f, data) if verify else ()
-            except (CopyFailed, OSError) as e:
-                return RequestStatus.COPY_ERROR, f"copy of a page into its frame failed: {e}", {}
-            if len(bad):
-                j = int(bad[0])
-                fr, pg = int(f[j]), int(p[j])
-                got = int(page_checksums(np.array([pg], np.uint64), memory.read(fr)[None, :])[0])
-                return (RequestStatus.CHECKSUM_ERROR, f"frame {fr} holds page {pg} of range {int(rids[js][j])} "
-                        f"with checksum {got:#x}, the store's is {int(w[j]):#x}", {"page": pg, "frame": fr})
-            return None
+            if fused:
+                buf = getattr(tls, "words", None)
+                if buf is None:
+                    buf = tls.words = np.empty(PAGE // 8, np.uint64)
+                f = frames[js]
+                try:
+                    w, b = store.fill_frames(p, memory.data, f, buf, verify)
+                except BackingStoreError as e:
+                    return RequestStatus.IO_ERROR, str(e), {}
+                want[js] = w
+                if b < 0:
+                    return None
+                bad = [b]
+            else:
+                r = self._fill_job(store, p, frames[js], want, js)
+                if r is None or isinstance(r[0], RequestStatus):
+                    return r
+                bad, w, f = r
+            j = int(bad[0])
+            fr, pg = int(f[j]), int(p[j])
+            got = int(page_checksums(np.array([pg], np.uint64), memory.read(fr)[None, :])[0])
+            return (RequestStatus.CHECKSUM_ERROR, f"frame {fr} holds page {pg} of range {int(rids[js][j])} "
+                    f"with checksum {got:#x}, the store's is {int(w[j]):#x}", {"page": pg, "frame": fr})
 
-        if self.workers > 1 and len(jobs) > 1:
+        if self.workers > 1 and len(jobs) > 1:           # the calling thread runs the first job itself
             if self._pool_ex is None:
                 from concurrent.futures import ThreadPoolExecutor
-                self._pool_ex = ThreadPoolExecutor(self.workers, thread_name_prefix="hbf-cap-fill")
-            results = list(self._pool_ex.map(one, jobs))
+                self._pool_ex = ThreadPoolExecutor(self.workers - 1, thread_name_prefix="hbf-cap-fill")
+            rest = [self._pool_ex.submit(one, j) for j in jobs[1:]]
+            results = [one(jobs[0])] + [f.result() for f in rest]
         else:
             results = [one(j) for j in jobs]
         for res in results:
@@ -508,6 +515,33 @@ class CapacityService:
                 self._fail(st, reason, **fields)
                 return None
         return want
+
+    def _fill_job(self, store, p: np.ndarray, f: np.ndarray, want: np.ndarray, js):
+        """A fill job through the store's and the frame memory's own methods: read + checksum (into this thread's
+        buffer where the store fills one), copy, read back. None when done; (status, reason, fields) on a store
+        or copy failure; (differing rows, checksums, frames) when a frame reads back other bytes."""
+        tls, memory, verify = self._tls, self.pool.memory, self.verify
+        try:
+            fused = getattr(store, "read_many_checksums", None)
+            if fused is not None:                     # into this thread's buffer (no allocation per job)
+                buf = getattr(tls, "buf", None)
+                if buf is None:
+                    buf = tls.buf = np.empty((self.CHUNK, PAGE), np.uint8)
+                data, w = fused(p, out=buf[:len(p)])
+            else:
+                data = store.read_many(p)
+                w = page_checksums(p.astype(np.uint64), data)
+        except BackingStoreError as e:
+            return RequestStatus.IO_ERROR, str(e), {}
+        want[js] = w
+        try:
+            memory.write_many(f, data)
+            bad = memory.differing(f, data) if verify else ()
+        except (CopyFailed, OSError) as e:
+            return RequestStatus.COPY_ERROR, f"copy of a page into its frame failed: {e}", {}
+        if len(bad):
+            return bad, w, f
+        return None
 
     def _account_evictions(self, ev) -> None:
         """Statistics of evictions done (write-backs counted by _write_back) and the policy told, in order."""
