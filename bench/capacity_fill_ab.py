@@ -93,7 +93,8 @@ def main() -> int:
         mine = [r for r in rows if r["variant"] == name]
         for key in sorted({(r["bench"], r["args"], r.get("policy", "none"), r["width"]) for r in mine}):
             rs = [r for r in mine if (r["bench"], r["args"], r.get("policy", "none"), r["width"]) == key]
-            fields = (("pages_per_s_ring", "pages_per_s_service", "GB_per_s_ring", "ring_ns_per_miss", "scans")
+            fields = (("pages_per_s_ring", "pages_per_s_service", "GB_per_s_ring", "ring_ns_per_miss", "scans",
+                       "pages_per_s_round_trip", "client_ns_per_page")
                       if key[0] == "capacity_ring" else ("pages_per_s", "GB_per_s", "service_ns", "run_s"))
             e = s[f"{key[0]} [{key[1]}] {key[2]} width {key[3]}"] = {f: _spread([r[f] for r in rs]) for f in fields}
             e["checksums_equal"] = all(r["checksum_equal"] for r in rs)

@@ -10,8 +10,9 @@ by ``width`` lanes in lockstep (hbfd.capacity.device.RingHost under CapacityDevi
 posted together, one ring scan), every served page's checksum against the store's (from the seed alone). Per rep:
 pages/s and GB/s over the client's wall time of the stream (ring included), over the round trips alone (post to
 completions: hbfd's scan, service and posting, what the GPU would wait for; the rest is the CPU stand-in's own
-pinning and checksums), and over hbfd's service_ns (the service alone); modeled_ns vs the client wall per miss. Medians and ranges over ``reps``. Writes
-bench/results/capacity_ring.json. CPU only: a frame fill is a memcpy into shared memory (no PCIe).
+pinning and checksums), and over hbfd's service_ns (the service alone); modeled_ns vs the client wall per miss.
+Medians and ranges over ``reps``. ``--policy`` is the range's prefetch policy, ``--workers`` hbfd's fill threads
+($HBFD_CAPACITY_WORKERS). Writes bench/results/capacity_ring.json. CPU only: a frame fill is a memcpy into shared memory (no PCIe).
 """
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ def one(pages: int, frames: int, width: int, seed: int, policy: str = "none", wo
             "service_ns": n["service_ns"], "modeled_ns": n["modeled_ns"],
             "ring_ns_per_miss": wall / max(1, host.n["misses"]),
             "round_trip_ns": rt[0], "pages_per_s_round_trip": fills / (rt[0] / 1e9),
-            "client_ns_per_page": (wall - rt[0]) / max(1, fills), "modeled_ns_per_miss": n["modeled_ns"] / max(1, fills),
+            "client_ns_per_page": (wall - rt[0]) / max(1, fills),
+            "modeled_ns_per_miss": n["modeled_ns"] / max(1, fills),
             "scans": s["capacity"]["dispatch"]["scans"], "status": cap["status"]}
 
 

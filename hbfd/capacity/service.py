@@ -442,19 +442,21 @@ class CapacityService:
         self.n["fill_bytes"] += PAGE * m
         return status, frame, ready
 
-    CHUNK = 64          # pages per fill job: store read + checksum, copy, read-back compare (the chunk stays in cache)
+    CHUNK = 64          # pages per fill job (at least; at most 4x when not compiled): read + checksum, copy, compare
 
     def _fill(self, frames: np.ndarray, rids: np.ndarray, pages: np.ndarray) -> np.ndarray | None:
-        """Fill ``frames`` with their pages: per chunk of ``CHUNK`` pages of one range, the pages read from their
+        """Fill ``frames`` with their pages, in jobs of pages of one range: each job reads its pages from their
         store with their checksums (a store with ``read_many_checksums``, GeneratedStore: both in one pass, into
-        the job's own buffer), copied into their frames (``FrameMemory.write_many``, the copy primitive) and, with
-        ``verify``, the frames read back and compared with what was copied (``FrameMemory.differing``). Where the
-        twins run, a GeneratedStore's pages and plain FrameMemory get one compiled pass per page instead
-        (GeneratedStore.fill_frames: the same bytes, checksums and compare), in one job per thread (at least
-        ``CHUNK`` pages). The jobs run on ``workers`` threads (the compiled twins and numpy's array loops release
-        the GIL) and never touch the same frame. Returns the pages' checksums (the store's), or None when the batch failed: the first
-        failing job in chunk order sets the terminal status (IO_ERROR for the store, COPY_ERROR for the copy,
-        CHECKSUM_ERROR for a frame that reads back other bytes); the caller frees the frames."""
+        the job thread's own buffer), copies them into their frames (``FrameMemory.write_many``, the copy
+        primitive) and, with ``verify``, reads the frames back and compares (``FrameMemory.differing``); jobs of
+        ``CHUNK`` to 4 ``CHUNK`` pages (one per thread where that is fewer). Where the twins run, a GeneratedStore's
+        pages into plain FrameMemory take one compiled pass per page instead (GeneratedStore.fill_frames: the
+        same bytes, checksums and compare), one job per thread (at least ``CHUNK`` pages). The jobs run on
+        ``workers`` threads (the calling one and ``workers`` - 1 more; the compiled twins and numpy's array loops
+        release the GIL) and never touch the same frame. Returns the pages' checksums (the store's), or None when
+        the batch failed: the first failing job in chunk order sets the terminal status (IO_ERROR for the store,
+        COPY_ERROR for the copy, CHECKSUM_ERROR for a frame that reads back other bytes); the caller frees the
+        frames."""
         m = len(pages)
         want = np.empty(m, np.uint64)
         memory, verify, tls = self.pool.memory, self.verify, self._tls
@@ -468,7 +470,10 @@ class CapacityService:
             fused = fused_ok and isinstance(store, GeneratedStore) and type(store).fill_frames is _FILL and \
                 type(store).read_many_checksums is _READ_CHECKSUMS
             js = np.arange(m) if isinstance(sel, slice) else np.flatnonzero(sel)
-            size = max(self.CHUNK, -(-len(js) // self.workers)) if fused else self.CHUNK
+            # a job per thread: compiled, as large as that; else at most 4 CHUNKs (the job's buffer stays small)
+            size = max(self.CHUNK, -(-len(js) // self.workers))
+            if not fused:
+                size = min(size, 4 * self.CHUNK)
             for i in range(0, len(js), size):
                 part = js[i:i + size]
                 jobs.append((store, slice(int(part[0]), int(part[-1]) + 1) if isinstance(sel, slice) else part,
@@ -525,8 +530,8 @@ class CapacityService:
             fused = getattr(store, "read_many_checksums", None)
             if fused is not None:                     # into this thread's buffer (no allocation per job)
                 buf = getattr(tls, "buf", None)
-                if buf is None:
-                    buf = tls.buf = np.empty((self.CHUNK, PAGE), np.uint8)
+                if buf is None or len(buf) < len(p):
+                    buf = tls.buf = np.empty((4 * self.CHUNK, PAGE), np.uint8)
                 data, w = fused(p, out=buf[:len(p)])
             else:
                 data = store.read_many(p)
