@@ -43,6 +43,17 @@ def test_twins_equal_the_numpy_definitions_bit_for_bit(monkeypatch):
         out = np.zeros_like(ref)
         d2, _ = kernels.generated_with_checksums(seed, p, out)
         assert d2 is out and np.array_equal(out, ref)
+        # the fill job: the pages straight into frames (a permutation of a larger memory), checksums, read back
+        mem = rng.integers(0, 256, (len(p) + 9, 4096), dtype=np.uint8)
+        before = mem.copy()
+        frames = rng.permutation(len(mem))[:len(p)]
+        sums, bad = kernels.fill_generated(seed, p, mem, frames, np.empty(512, np.uint64), True)
+        assert bad == -1 and np.array_equal(sums, ref_sums), seed
+        assert np.array_equal(mem[frames], ref), seed
+        untouched = np.setdiff1d(np.arange(len(mem)), frames)
+        assert np.array_equal(mem[untouched], before[untouched]), seed
+        assert GeneratedStore(seed, 1 << 56).fill_frames(p.astype(np.int64), mem, frames, np.empty(512, np.uint64),
+                                                        False)[1] == -1
     # checksums of arbitrary bytes (not generated): random pages, one bit flipped, one page in another's place
     data = rng.integers(0, 256, (64, 4096), dtype=np.uint8)
     p = rng.integers(0, 1 << 40, 64).astype(np.uint64)
@@ -76,6 +87,8 @@ def test_the_compiled_copy_equals_numpys(monkeypatch):
     for bad in ([40], [-1]):
         with pytest.raises(IndexError):
             kernels.copy_rows(got, np.array(bad), data[:1])
+        with pytest.raises(IndexError):
+            kernels.fill_generated(1, np.array([3]), got, np.array(bad), np.empty(512, np.uint64), True)
     assert np.array_equal(got, ref)
 
 
@@ -165,6 +178,7 @@ def test_warm_reaches_every_twin(monkeypatch, caplog):
     caplog.set_level("DEBUG", logger="hbfd.accel")
     kernels.warm()
     twins = (kernels._generate_checksum_loop, kernels._checksum_loop, kernels._clock_select_loop,
-             kernels._rows_differ_loop, kernels._copy_rows_loop, kernels._prefetch_split_loop)
+             kernels._rows_differ_loop, kernels._copy_rows_loop, kernels._prefetch_split_loop,
+             kernels._fill_generated_loop)
     assert all(t.is_compiled() for t in twins)
     assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
