@@ -304,6 +304,10 @@ def part_generated(g: "Gpu", a, tmp: Path, put) -> dict:
                                      store="generated", seed=a.seed, policy=a.gen_policy)
     ref = GeneratedStore(a.seed, pages)
     kernels.warm()             # the checksum twin loaded before the clock (HBFD_ACCEL; numpy without numba)
+    # compiled: a quarter of the cores' threads is plenty (~0.3 us a page); numpy: processes (its threads barely
+    # scale), half the cores, beside hbfd's fills
+    cores = os.cpu_count() or 2
+    ref_par = {"threads": max(1, cores // 4)} if kernels.compiled() else {"jobs": max(1, cores // 2)}
     chunk = int(a.chunk_gib * GIB) // PAGE
     rows = []
     # a chunk's CPU reference (from the seed alone) is computed while the GPU streams the next chunk
@@ -312,7 +316,7 @@ def part_generated(g: "Gpu", a, tmp: Path, put) -> dict:
     t_all = time.perf_counter()
     for first in range(0, pages, chunk):
         n = min(chunk, pages - first)
-        refs[first] = cpu.submit(ref.span_checksum, first, n, threads=max(1, (os.cpu_count() or 2) // 4))
+        refs[first] = cpu.submit(ref.span_checksum, first, n, **ref_par)
         acc = g.zeros(1)
         if a.gen_kernel == "pages":
             sec = g.run("cap_sum_pages", (a.gen_blocks,), (256,), [U64(cr.base), U64(first), U64(n), U64(acc)])
