@@ -451,7 +451,7 @@ class CapacityService:
         primitive) and, with ``verify``, reads the frames back and compares (``FrameMemory.differing``); jobs of
         ``CHUNK`` to 4 ``CHUNK`` pages (one per thread where that is fewer). Where the twins run, a GeneratedStore's
         pages into plain FrameMemory take one compiled pass per page instead (GeneratedStore.fill_frames: the
-        same bytes, checksums and compare), one job per thread (at least ``CHUNK`` pages). The jobs run on
+        same bytes, checksums and compare), one job per thread (at least 4 ``CHUNK`` pages). The jobs run on
         ``workers`` threads (the calling one and ``workers`` - 1 more; the compiled twins and numpy's array loops
         release the GIL) and never touch the same frame. Returns the pages' checksums (the store's), or None when
         the batch failed: the first failing job in chunk order sets the terminal status (IO_ERROR for the store,
@@ -470,10 +470,10 @@ class CapacityService:
             fused = fused_ok and isinstance(store, GeneratedStore) and type(store).fill_frames is _FILL and \
                 type(store).read_many_checksums is _READ_CHECKSUMS
             js = np.arange(m) if isinstance(sel, slice) else np.flatnonzero(sel)
-            # a job per thread: compiled, as large as that; else at most 4 CHUNKs (the job's buffer stays small)
-            size = max(self.CHUNK, -(-len(js) // self.workers))
-            if not fused:
-                size = min(size, 4 * self.CHUNK)
+            # compiled: a job per thread, at least 4 CHUNKs (~0.1 ms of work: a thread hand-off costs ~10-20 us, so
+            # a scan of 1024 pages uses 4 threads, one of 4096 16); else CHUNK to 4 CHUNKs (the buffer stays small)
+            per = -(-len(js) // self.workers)
+            size = max(4 * self.CHUNK, per) if fused else min(max(self.CHUNK, per), 4 * self.CHUNK)
             for i in range(0, len(js), size):
                 part = js[i:i + size]
                 jobs.append((store, slice(int(part[0]), int(part[-1]) + 1) if isinstance(sel, slice) else part,
