@@ -412,7 +412,7 @@ class FramePool:
         return e
 
     # ---------------------------------------------------------------- host side, a batch at a time
-    SWEEP_WINDOW = 1 << 14      # the numpy sweep's first window of the walk (frames), when the pool is larger
+    SWEEP_WINDOW = 1 << 10      # the numpy sweep's first window of the walk (frames; at least 4x the frames needed)
 
     def take_frames(self, k: int) -> tuple[np.ndarray, Evictions]:
         """Up to ``k`` frames for fills: exactly the frames, evictions, CLOCK hand and referenced bits that ``k``
@@ -456,8 +456,8 @@ class FramePool:
                     break
                 continue
             # a window of the walk first (a large pool is not swept whole for a batch): when its first visits
-            # hold ``need`` candidates, they are the walk's first ones (every other step is later); else the
-            # whole walk
+            # hold ``need`` candidates, they are the walk's first ones (every other step is later); else a
+            # window 4x as wide, up to the whole walk
             w = n if n <= self.SWEEP_WINDOW else min(n, max(self.SWEEP_WINDOW, 4 * need))
             while True:
                 pos = np.arange(w, dtype=np.int64)
@@ -472,7 +472,7 @@ class FramePool:
                 ti = pos[res & ~ref & (fr["pins"][order] == 0)]
                 if len(ti) >= need:
                     break
-                w = n
+                w = min(n, 4 * w)                  # a wider window, up to the whole walk
             if len(ti) == 0:                   # two sweeps find nothing: every bit passed is cleared
                 fr["referenced"][order[res & ref]] = 0
                 break
