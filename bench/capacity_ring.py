@@ -44,7 +44,8 @@ from hbfd.runner import start_daemon  # noqa: E402
 BASE = 0x7B00_0000_0000
 
 
-def one(pages: int, frames: int, width: int, seed: int, policy: str = "none", workers: int | None = None) -> dict:
+def one(pages: int, frames: int, width: int, seed: int, policy: str = "none", workers: int | None = None,
+        lanes_per_page: int = 1) -> dict:
     env = {"HBFD_THERMAL": "none"} | ({"HBFD_CAPACITY_WORKERS": str(workers)} if workers else {})
     with tempfile.TemporaryDirectory() as d, start_daemon("ocp-sg1", workdir=Path(d), pythonpath=[ROOT],
                                                          env=env, timeout_s=90.0) as h:
@@ -67,10 +68,10 @@ def one(pages: int, frames: int, width: int, seed: int, policy: str = "none", wo
         host.miss_many_arrays = timed
         dev = CapacityDevice(host)                 # loads the compiled checksum twin (HBFD_ACCEL) before the clock
         t0 = time.perf_counter_ns()
-        out = dev.run_wide(r.range.range_id, np.arange(pages), width=width, gap_ns=1000,
-                                            checksum=True)
+        out = dev.run_wide(r.range.range_id, np.repeat(np.arange(pages), lanes_per_page), width=width,
+                           gap_ns=1000, checksum=True)
         wall = time.perf_counter_ns() - t0
-        ok = out["checksum"] == GeneratedStore(seed, pages).span_checksum(0, pages)
+        ok = out["checksum"] == GeneratedStore(seed, pages).span_checksum(0, pages) * lanes_per_page % (1 << 64)
         m.close()
         h.stop()
         s = h.read_summary()
@@ -78,6 +79,7 @@ def one(pages: int, frames: int, width: int, seed: int, policy: str = "none", wo
     n = cap["counters"]
     fills = n["fills"]
     return {"pages": pages, "frames": frames, "width": width, "policy": policy, "workers": cap["options"]["workers"],
+            "lanes_per_page": lanes_per_page,
             "checksum_equal": ok, "hints": host.n["hints"], "misses": host.n["misses"],
             "fills": fills, "evictions": n["evictions"], "client_wall_ns": wall,
             "pages_per_s_ring": fills / (wall / 1e9), "GB_per_s_ring": fills * PAGE / wall,
@@ -97,6 +99,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--widths", default="1,32")
     ap.add_argument("--policy", default="none", help="the range's prefetch policy (CapacitySpec.policy)")
+    ap.add_argument("--lanes-per-page", type=int, default=1, help="consecutive lanes on one page (16: the word-per-"
+                    "thread kernel's 16 warps per page, each posting its own miss)")
     ap.add_argument("--workers", type=int, default=0, help="hbfd's fill threads per range "
                     "($HBFD_CAPACITY_WORKERS; 0: its default, the host's cores)")
     ap.add_argument("--out", default=str(ROOT / "bench/results/capacity_ring.json"))
@@ -108,7 +112,8 @@ def main() -> int:
     rows = []
     for rep in range(a.reps):
         for w in widths:
-            r = one(a.pages, a.frames, w, 20261205 + rep, a.policy, a.workers or None) | {"rep": rep}
+            r = one(a.pages, a.frames, w, 20261205 + rep, a.policy, a.workers or None,
+                    a.lanes_per_page) | {"rep": rep}
             rows.append(r)
             print(f"rep {rep} width {w}: checksum equal {r['checksum_equal']}, ring {r['pages_per_s_ring']:.0f} "
                   f"pages/s (round trips alone {r['pages_per_s_round_trip']:.0f}) "
