@@ -59,9 +59,9 @@ from .prefetch import NoPrefetch, PrefetchPolicy, RangeView
 log = logging.getLogger(__name__)
 
 READY = int(RequestStatus.READY)
+PENDING = int(RequestStatus.PENDING)
 # a generated store whose reads are its own: its pages are filled by the compiled job (GeneratedStore.fill_frames)
 _FILL, _READ_CHECKSUMS = GeneratedStore.fill_frames, GeneratedStore.read_many_checksums
-PENDING = int(RequestStatus.PENDING)
 
 
 class CapacityFailure(HbfError):
@@ -878,11 +878,12 @@ class CapacityService:
         self.n["service_ns"] += _ns() - t0
 
     def hint_many(self, range_id: int, pages, now_ns) -> None:
-        """:meth:`hint` of each (``pages[i]``, ``now_ns[i]``) in order (one ring scan's hints of a range): counted
-        at once when the policy asks for nothing at a prefetch hit (NoPrefetch's ``on_prefetch_hit``: NextPages,
-        MoE-less policies), else one by one."""
+        """:meth:`hint` of each (``pages[i]``, ``now_ns[i]`` or one ``now_ns`` for all) in order (one ring scan's
+        hints of a range): counted at once when the policy asks for nothing at a prefetch hit (NoPrefetch's
+        ``on_prefetch_hit``: NoPrefetch, NextPages), else one by one."""
         if type(self.policy).on_prefetch_hit is not NoPrefetch.on_prefetch_hit:
-            for pg, t in zip(np.asarray(pages).tolist(), np.asarray(now_ns).tolist()):
+            pages = np.asarray(pages, np.int64).reshape(-1)
+            for pg, t in zip(pages.tolist(), np.broadcast_to(np.asarray(now_ns, np.int64), pages.shape).tolist()):
                 self.hint(range_id, int(pg), int(t))
             return
         if self.failure is not None:
