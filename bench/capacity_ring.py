@@ -45,14 +45,15 @@ BASE = 0x7B00_0000_0000
 
 
 def one(pages: int, frames: int, width: int, seed: int, policy: str = "none", workers: int | None = None,
-        lanes_per_page: int = 1) -> dict:
+        lanes_per_page: int = 1, range_pages: int = 0) -> dict:
     env = {"HBFD_THERMAL": "none"} | ({"HBFD_CAPACITY_WORKERS": str(workers)} if workers else {})
     with tempfile.TemporaryDirectory() as d, start_daemon("ocp-sg1", workdir=Path(d), pythonpath=[ROOT],
                                                          env=env, timeout_s=90.0) as h:
         with h.client() as c:
             rep = c.call("Attach", workload_pid=0, abi_version=ctl.HBF_CTL_ABI_VERSION)
             m = ctl.map_region(rep.ctl_path)
-            r = c.call("RegisterRange", range=c.pb.Range(base=BASE, length=pages * PAGE, mode=ctl.HBF_MODE_CAPACITY,
+            r = c.call("RegisterRange", range=c.pb.Range(base=BASE, length=max(pages, range_pages) * PAGE,
+                                                         mode=ctl.HBF_MODE_CAPACITY,
                                                          perms=ctl.HBF_PERM_READ),
                        capacity=c.pb.CapacitySpec(n_frames=frames, store="generated", seed=seed, policy=policy))
         host = RingHost(RingDriver(m, rep.ring_key), r.capacity_path, BASE)
@@ -79,7 +80,7 @@ def one(pages: int, frames: int, width: int, seed: int, policy: str = "none", wo
     n = cap["counters"]
     fills = n["fills"]
     return {"pages": pages, "frames": frames, "width": width, "policy": policy, "workers": cap["options"]["workers"],
-            "lanes_per_page": lanes_per_page,
+            "lanes_per_page": lanes_per_page, "range_pages": max(pages, range_pages),
             "checksum_equal": ok, "hints": host.n["hints"], "misses": host.n["misses"],
             "fills": fills, "evictions": n["evictions"], "client_wall_ns": wall,
             "pages_per_s_ring": fills / (wall / 1e9), "GB_per_s_ring": fills * PAGE / wall,
@@ -99,6 +100,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--widths", default="1,32")
     ap.add_argument("--policy", default="none", help="the range's prefetch policy (CapacitySpec.policy)")
+    ap.add_argument("--range-gib", type=float, default=0, help="the range's logical size (its first --pages are "
+                    "streamed; 0: --pages)")
     ap.add_argument("--lanes-per-page", type=int, default=1, help="consecutive lanes on one page (16: the word-per-"
                     "thread kernel's 16 warps per page, each posting its own miss)")
     ap.add_argument("--workers", type=int, default=0, help="hbfd's fill threads per range "
@@ -113,7 +116,7 @@ def main() -> int:
     for rep in range(a.reps):
         for w in widths:
             r = one(a.pages, a.frames, w, 20261205 + rep, a.policy, a.workers or None,
-                    a.lanes_per_page) | {"rep": rep}
+                    a.lanes_per_page, int(a.range_gib * (1 << 30)) // PAGE) | {"rep": rep}
             rows.append(r)
             print(f"rep {rep} width {w}: checksum equal {r['checksum_equal']}, ring {r['pages_per_s_ring']:.0f} "
                   f"pages/s (round trips alone {r['pages_per_s_round_trip']:.0f}) "
