@@ -13,7 +13,7 @@ the JSON as soon as it ends, long parts also per chunk, so a run that dies keeps
 * ``generated``: >= 200 GiB of generated read-only data (a GeneratedStore: content = f(seed, page)) streamed by a
   checksum kernel through <= 8 GiB of frames, chunk by chunk (one launch per ``--chunk-gib``); every chunk's
   checksum against GeneratedStore.span_checksum (CPU, from the seed alone; computed while the GPU streams the
-  next chunk). ``--gen-kernel pages`` (the default): one warp per page (``cap_sum_pages``: a lane reads words
+  chunk itself). ``--gen-kernel pages`` (the default): one warp per page (``cap_sum_pages``: a lane reads words
   lane, lane + 32, ..., so a page costs one miss request, and every resident warp has its own page in flight:
   hbfd serves wide scans); ``words``: one word per thread (``cap_sum``: 16 warps per page, 16 requests
   coalesced by hbfd). ``--gen-policy`` (default next:64) is the range's prefetch policy; hbfd fills on
@@ -310,7 +310,7 @@ def part_generated(g: "Gpu", a, tmp: Path, put) -> dict:
     ref_par = {"threads": max(1, cores // 4)} if kernels.compiled() else {"jobs": max(1, cores // 2)}
     chunk = int(a.chunk_gib * GIB) // PAGE
     rows = []
-    # a chunk's CPU reference (from the seed alone) is computed while the GPU streams the next chunk
+    # a chunk's CPU reference (from the seed alone) is computed on threads while the GPU streams that chunk
     cpu = ThreadPoolExecutor(1, thread_name_prefix="gen-ref")
     refs = {}
     t_all = time.perf_counter()
