@@ -12,7 +12,12 @@ the JSON as soon as it ends, long parts also per chunk, so a run that dies keeps
   on a native 110 GiB device buffer (``--native gpu``; ``cpu``: the pattern's checksum computed on the CPU).
 * ``generated``: >= 200 GiB of generated read-only data (a GeneratedStore: content = f(seed, page)) streamed by a
   checksum kernel through <= 8 GiB of frames, chunk by chunk (one launch per ``--chunk-gib``); every chunk's
-  checksum against GeneratedStore.span_checksum (CPU, from the seed alone).
+  checksum against GeneratedStore.span_checksum (CPU, from the seed alone; computed while the GPU streams the
+  chunk itself). ``--gen-kernel pages`` (the default): one warp per page (``cap_sum_pages``: a lane reads words
+  lane, lane + 32, ..., so a page costs one miss request, and every resident warp has its own page in flight:
+  hbfd serves wide scans); ``words``: one word per thread (``cap_sum``: 16 warps per page, 16 requests
+  coalesced by hbfd). ``--gen-policy`` (default next:64) is the range's prefetch policy; hbfd fills on
+  ``--cap-workers`` threads (``$HBFD_CAPACITY_WORKERS``; 0: hbfd's default, the host's cores).
 * ``rw``: 32 GiB read-write (a sparse file) through 4 GiB of frames: ``--rw-passes`` read-modify-write passes of
   a kernel over strided words of the whole range (every pass evicts every frame), then UnregisterRange (every
   dirty frame written back) and the file's checksum against the same kernel's result on a native buffer.
@@ -51,7 +56,7 @@ from hbfcommon.profile import load_profile  # noqa: E402
 
 GIB = 1 << 30
 PARTS = ("paper110", "generated", "rw", "stress", "moe")
-KERNELS = ("cap_fill", "cap_sum", "cap_page_sums", "cap_rmw", "cap_stress", "cap_stream")
+KERNELS = ("cap_fill", "cap_sum", "cap_sum_pages", "cap_page_sums", "cap_rmw", "cap_stress", "cap_stream")
 SOURCE = r"""
 #include <stdint.h>
 #define GOLDEN 0x9E3779B97F4A7C15ull
@@ -64,6 +69,20 @@ extern "C" __global__ void cap_sum(const uint64_t* p, uint64_t w0, uint64_t nwor
     uint64_t acc = 0;
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < nwords; i += (uint64_t)gridDim.x * blockDim.x)
         acc += mix(((w0 + i) * GOLDEN) ^ p[w0 + i]);
+    atomicAdd(out, (unsigned long long)acc);
+}
+// the same sum, one warp per page: lane l reads words l, l + 32, ..., l + 480 of its page (one miss per page)
+extern "C" __global__ void cap_sum_pages(const uint64_t* p, uint64_t page0, uint64_t npages, unsigned long long* out) {
+    const uint64_t lane = threadIdx.x & 31;
+    const uint64_t nwarps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    uint64_t acc = 0;
+    for (uint64_t k = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) >> 5; k < npages; k += nwarps) {
+        const uint64_t w0 = (page0 + k) * 512 + lane;
+        for (int i = 0; i < 16; ++i) {
+            const uint64_t w = w0 + 32 * i;
+            acc += mix((w * GOLDEN) ^ p[w]);
+        }
+    }
     atomicAdd(out, (unsigned long long)acc);
 }
 extern "C" __global__ void cap_page_sums(const uint64_t* p, const uint64_t* pages, int n, unsigned long long* out) {
@@ -145,6 +164,10 @@ def check_args(a) -> list[str]:
     if a.chunk_gib <= 0 or a.rw_passes < 1 or a.moe_gap_ns < 0 or a.stress_warps < 32:
         raise ConfigError("--chunk-gib > 0, --rw-passes >= 1, --moe-gap-ns >= 0, --stress-warps >= 32",
                           field="args")
+    from hbfd.capacity.dispatch import parse_policy
+    parse_policy(a.gen_policy)                    # ConfigError naming the policy
+    if a.gen_kernel not in ("pages", "words") or not 0 <= a.cap_workers <= 64 or a.gen_blocks < 1:
+        raise ConfigError("--gen-kernel pages|words, --cap-workers in [0, 64], --gen-blocks >= 1", field="gen")
     return warn
 
 
@@ -181,12 +204,13 @@ def build(work: Path) -> dict:
 class Gpu:
     """One hbfd + one runtime session + both modules bound (capacity-rewritten and plain)."""
 
-    def __init__(self, work: Path, built: dict, profile: str) -> None:
+    def __init__(self, work: Path, built: dict, profile: str, cap_workers: int = 0) -> None:
         import runtime_cuda
         from hbfd.runner import start_daemon
         from runtime_cuda import cudrv
         self.cu = cudrv
-        self.d = start_daemon(profile, workdir=work, pythonpath=[ROOT], env={"HBFD_THERMAL": "none"},
+        env = {"HBFD_THERMAL": "none"} | ({"HBFD_CAPACITY_WORKERS": str(cap_workers)} if cap_workers else {})
+        self.d = start_daemon(profile, workdir=work, pythonpath=[ROOT], env=env,
                               timeout_s=120.0)
         self.s = runtime_cuda.attach(socket=str(self.d.socket), cuda=True)
         art = json.loads(Path(built["artifact"]).read_text())
@@ -272,24 +296,44 @@ def part_paper110(g: "Gpu", a, tmp: Path, put) -> dict:
 
 
 def part_generated(g: "Gpu", a, tmp: Path, put) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+    from hbfd.capacity import kernels
     from hbfd.capacity.backing import GeneratedStore
     pages = (a.gen_gib * GIB) // PAGE
     cr = g.s.register_capacity_range(None, pages * PAGE, perms=1, n_frames=int(a.gen_frames_gib * GIB) // PAGE,
-                                     store="generated", seed=a.seed, policy="next:64")
+                                     store="generated", seed=a.seed, policy=a.gen_policy)
     ref = GeneratedStore(a.seed, pages)
+    kernels.warm()             # the checksum twin loaded before the clock (HBFD_ACCEL; numpy without numba)
+    # compiled: a quarter of the cores' threads is plenty (~0.3 us a page); numpy: processes (its threads barely
+    # scale), half the cores, beside hbfd's fills
+    cores = os.cpu_count() or 2
+    ref_par = {"threads": max(1, cores // 4)} if kernels.compiled() else {"jobs": max(1, cores // 2)}
     chunk = int(a.chunk_gib * GIB) // PAGE
     rows = []
+    # a chunk's CPU reference (from the seed alone) is computed on threads while the GPU streams that chunk
+    cpu = ThreadPoolExecutor(1, thread_name_prefix="gen-ref")
+    refs = {}
+    t_all = time.perf_counter()
     for first in range(0, pages, chunk):
         n = min(chunk, pages - first)
+        refs[first] = cpu.submit(ref.span_checksum, first, n, **ref_par)
         acc = g.zeros(1)
-        sec = g.run("cap_sum", (2048,), (256,), [U64(cr.base), U64(first * 512), U64(n * 512), U64(acc)])
+        if a.gen_kernel == "pages":
+            sec = g.run("cap_sum_pages", (a.gen_blocks,), (256,), [U64(cr.base), U64(first), U64(n), U64(acc)])
+        else:
+            sec = g.run("cap_sum", (2048,), (256,), [U64(cr.base), U64(first * 512), U64(n * 512), U64(acc)])
         got = g.read_u64(acc, 1)[0]
-        want = ref.span_checksum(first, n, jobs=os.cpu_count() or 1)
+        t = time.perf_counter()
+        want = refs.pop(first).result()
         rows.append({"first_page": first, "pages": n, "equal": got == want, "seconds": sec,
-                     "GB_per_s": n * PAGE / sec / 1e9})
-        put({"chunks": rows, "bytes_done": (first + n) * PAGE, "all_equal": all(r["equal"] for r in rows)})
+                     "GB_per_s": n * PAGE / sec / 1e9, "pages_per_s": n / sec,
+                     "ref_wait_s": round(time.perf_counter() - t, 3)})
+        put({"chunks": rows, "bytes_done": (first + n) * PAGE, "all_equal": all(r["equal"] for r in rows),
+             "wall_s": round(time.perf_counter() - t_all, 1)})
+    cpu.shutdown()
     return put({"logical_bytes": pages * PAGE, "frames_bytes": int(a.gen_frames_gib * GIB), "chunks": rows,
-                "all_equal": all(r["equal"] for r in rows)})
+                "all_equal": all(r["equal"] for r in rows), "kernel": a.gen_kernel, "policy": a.gen_policy,
+                "wall_s": round(time.perf_counter() - t_all, 1)})
 
 
 def part_rw(g: "Gpu", a, tmp: Path, put) -> dict:
@@ -372,6 +416,12 @@ def main() -> int:
     ap.add_argument("--gen-gib", type=int, default=200)
     ap.add_argument("--gen-frames-gib", type=float, default=8)
     ap.add_argument("--chunk-gib", type=float, default=8)
+    ap.add_argument("--gen-kernel", default="pages", help="generated: pages (a warp per page) or words")
+    ap.add_argument("--gen-blocks", type=int, default=1056, help="generated: blocks of 256 threads (8 warps each) "
+                    "of cap_sum_pages (grid-stride; 1056 = 8 per SM of the H200's 132)")
+    ap.add_argument("--gen-policy", default="next:64", help="generated: the range's prefetch policy")
+    ap.add_argument("--cap-workers", type=int, default=0, help="hbfd's fill threads per capacity range "
+                    "($HBFD_CAPACITY_WORKERS; 0: hbfd's default, the host's cores)")
     ap.add_argument("--rw-gib", type=int, default=32)
     ap.add_argument("--rw-frames-gib", type=float, default=4)
     ap.add_argument("--rw-passes", type=int, default=2)
@@ -419,7 +469,7 @@ def main() -> int:
         t0 = time.time()
         g = None
         try:
-            g = Gpu(tmp, built, a.profile)
+            g = Gpu(tmp, built, a.profile, a.cap_workers)
             fn = {"paper110": part_paper110, "generated": part_generated, "rw": part_rw, "stress": part_stress}
             res = part_moe(g, a, tmp, put, pol) if name == "moe" else fn[name](g, a, tmp, put)
             print(key, json.dumps(res)[:400], flush=True)

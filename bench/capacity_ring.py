@@ -8,9 +8,11 @@ A real hbfd (profile ocp-sg1, its ring served by the media model's capacity serv
 ``pages`` generated read-only pages through ``frames`` frames (no prefetch: every page one demand miss), streamed
 by ``width`` lanes in lockstep (hbfd.capacity.device.RingHost under CapacityDevice.run_wide: the lanes' misses
 posted together, one ring scan), every served page's checksum against the store's (from the seed alone). Per rep:
-pages/s and GB/s over the client's wall time of the stream (ring included), and over hbfd's service_ns (the
-service alone); modeled_ns vs the client wall per miss. Medians and ranges over ``reps``. Writes
-bench/results/capacity_ring.json. CPU only: a frame fill is a memcpy into shared memory (no PCIe).
+pages/s and GB/s over the client's wall time of the stream (ring included), over the round trips alone (post to
+completions: hbfd's scan, service and posting, what the GPU would wait for; the rest is the CPU stand-in's own
+pinning and checksums), and over hbfd's service_ns (the service alone); modeled_ns vs the client wall per miss.
+Medians and ranges over ``reps``. ``--policy`` is the range's prefetch policy, ``--workers`` hbfd's fill threads
+($HBFD_CAPACITY_WORKERS). Writes bench/results/capacity_ring.json. CPU only: a frame fill is a memcpy into shared memory (no PCIe).
 """
 from __future__ import annotations
 
@@ -42,34 +44,52 @@ from hbfd.runner import start_daemon  # noqa: E402
 BASE = 0x7B00_0000_0000
 
 
-def one(pages: int, frames: int, width: int, seed: int) -> dict:
+def one(pages: int, frames: int, width: int, seed: int, policy: str = "none", workers: int | None = None,
+        lanes_per_page: int = 1, range_pages: int = 0) -> dict:
+    env = {"HBFD_THERMAL": "none"} | ({"HBFD_CAPACITY_WORKERS": str(workers)} if workers else {})
     with tempfile.TemporaryDirectory() as d, start_daemon("ocp-sg1", workdir=Path(d), pythonpath=[ROOT],
-                                                         env={"HBFD_THERMAL": "none"}, timeout_s=90.0) as h:
+                                                         env=env, timeout_s=90.0) as h:
         with h.client() as c:
             rep = c.call("Attach", workload_pid=0, abi_version=ctl.HBF_CTL_ABI_VERSION)
             m = ctl.map_region(rep.ctl_path)
-            r = c.call("RegisterRange", range=c.pb.Range(base=BASE, length=pages * PAGE, mode=ctl.HBF_MODE_CAPACITY,
+            r = c.call("RegisterRange", range=c.pb.Range(base=BASE, length=max(pages, range_pages) * PAGE,
+                                                         mode=ctl.HBF_MODE_CAPACITY,
                                                          perms=ctl.HBF_PERM_READ),
-                       capacity=c.pb.CapacitySpec(n_frames=frames, store="generated", seed=seed, policy="none"))
+                       capacity=c.pb.CapacitySpec(n_frames=frames, store="generated", seed=seed, policy=policy))
         host = RingHost(RingDriver(m, rep.ring_key), r.capacity_path, BASE)
+        rt = [0]
+        post_wait = host.miss_many_arrays
+
+        def timed(requests, _f=post_wait):             # a round's misses posted, their completions waited for
+            t = time.perf_counter_ns()
+            try:
+                return _f(requests)
+            finally:
+                rt[0] += time.perf_counter_ns() - t
+        host.miss_many_arrays = timed
         dev = CapacityDevice(host)                 # loads the compiled checksum twin (HBFD_ACCEL) before the clock
         t0 = time.perf_counter_ns()
-        out = dev.run_wide(r.range.range_id, np.arange(pages), width=width, gap_ns=1000,
-                                            checksum=True)
+        out = dev.run_wide(r.range.range_id, np.repeat(np.arange(pages), lanes_per_page), width=width,
+                           gap_ns=1000, checksum=True)
         wall = time.perf_counter_ns() - t0
-        ok = out["checksum"] == GeneratedStore(seed, pages).span_checksum(0, pages)
+        ok = out["checksum"] == GeneratedStore(seed, pages).span_checksum(0, pages) * lanes_per_page % (1 << 64)
         m.close()
         h.stop()
         s = h.read_summary()
     cap = [x for x in s["capacity"]["ranges"] if x["range_id"] == r.range.range_id][0]
     n = cap["counters"]
     fills = n["fills"]
-    return {"pages": pages, "frames": frames, "width": width, "checksum_equal": ok, "misses": host.n["misses"],
+    return {"pages": pages, "frames": frames, "width": width, "policy": policy, "workers": cap["options"]["workers"],
+            "lanes_per_page": lanes_per_page, "range_pages": max(pages, range_pages),
+            "checksum_equal": ok, "hints": host.n["hints"], "misses": host.n["misses"],
             "fills": fills, "evictions": n["evictions"], "client_wall_ns": wall,
             "pages_per_s_ring": fills / (wall / 1e9), "GB_per_s_ring": fills * PAGE / wall,
             "pages_per_s_service": cap["miss_service"]["pages_per_s"], "GB_per_s_service": cap["miss_service"]["GB_per_s"],
             "service_ns": n["service_ns"], "modeled_ns": n["modeled_ns"],
-            "ring_ns_per_miss": wall / max(1, host.n["misses"]), "modeled_ns_per_miss": n["modeled_ns"] / max(1, fills),
+            "ring_ns_per_miss": wall / max(1, host.n["misses"]),
+            "round_trip_ns": rt[0], "pages_per_s_round_trip": fills / (rt[0] / 1e9),
+            "client_ns_per_page": (wall - rt[0]) / max(1, fills),
+            "modeled_ns_per_miss": n["modeled_ns"] / max(1, fills),
             "scans": s["capacity"]["dispatch"]["scans"], "status": cap["status"]}
 
 
@@ -79,6 +99,13 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=256)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--widths", default="1,32")
+    ap.add_argument("--policy", default="none", help="the range's prefetch policy (CapacitySpec.policy)")
+    ap.add_argument("--range-gib", type=float, default=0, help="the range's logical size (its first --pages are "
+                    "streamed; 0: --pages)")
+    ap.add_argument("--lanes-per-page", type=int, default=1, help="consecutive lanes on one page (16: the word-per-"
+                    "thread kernel's 16 warps per page, each posting its own miss)")
+    ap.add_argument("--workers", type=int, default=0, help="hbfd's fill threads per range "
+                    "($HBFD_CAPACITY_WORKERS; 0: its default, the host's cores)")
     ap.add_argument("--out", default=str(ROOT / "bench/results/capacity_ring.json"))
     a = ap.parse_args()
     widths = [int(x) for x in a.widths.split(",")]
@@ -88,9 +115,11 @@ def main() -> int:
     rows = []
     for rep in range(a.reps):
         for w in widths:
-            r = one(a.pages, a.frames, w, 20261205 + rep) | {"rep": rep}
+            r = one(a.pages, a.frames, w, 20261205 + rep, a.policy, a.workers or None,
+                    a.lanes_per_page, int(a.range_gib * (1 << 30)) // PAGE) | {"rep": rep}
             rows.append(r)
             print(f"rep {rep} width {w}: checksum equal {r['checksum_equal']}, ring {r['pages_per_s_ring']:.0f} "
+                  f"pages/s (round trips alone {r['pages_per_s_round_trip']:.0f}) "
                   f"pages/s ({r['ring_ns_per_miss'] / 1e3:.1f} us/miss), service {r['pages_per_s_service']:.0f} "
                   f"pages/s, scans {r['scans']}", flush=True)
     summary = {}
@@ -98,7 +127,8 @@ def main() -> int:
         rs = [r for r in rows if r["width"] == w]
         summary[f"width{w}"] = {f: {"median": statistics.median(r[f] for r in rs), "min": min(r[f] for r in rs),
                                     "max": max(r[f] for r in rs)}
-                                for f in ("pages_per_s_ring", "GB_per_s_ring", "pages_per_s_service",
+                                for f in ("pages_per_s_ring", "GB_per_s_ring", "pages_per_s_round_trip",
+                                          "client_ns_per_page", "pages_per_s_service",
                                           "GB_per_s_service", "ring_ns_per_miss", "modeled_ns_per_miss", "scans")}
         summary[f"width{w}"]["checksums_equal"] = all(r["checksum_equal"] for r in rs)
     doc = {"what": "issue 16 device half: capacity misses through hbfd's ring on the CPU (RingHost), throughput "

@@ -45,9 +45,9 @@ from hbfd.capacity.service import CapacityService  # noqa: E402
 from hbfd.media import MediaGeometry  # noqa: E402
 
 
-def stream(geom, pages, frames, policy, gap_ns, width):
+def stream(geom, pages, frames, policy, gap_ns, width, workers=1):
     store = GeneratedStore(seed=20261204, pages=pages)
-    svc = CapacityService(geom, frames, policy)
+    svc = CapacityService(geom, frames, policy, workers=workers)
     svc.add_range(1, pages, 0, ctl.HBF_PERM_READ, store)
     dev = CapacityDevice(svc)                     # loads the compiled checksum twin (HBFD_ACCEL) before the clock
     t0 = time.perf_counter_ns()
@@ -58,7 +58,8 @@ def stream(geom, pages, frames, policy, gap_ns, width):
     ck_ns = time.perf_counter_ns() - t1
     rep = svc.report()
     c = rep["counters"]
-    return {"policy": policy.name, "pages": pages, "frames": frames, "width": width, "checksum_equal": out["checksum"] == cpu,
+    return {"policy": policy.name, "pages": pages, "frames": frames, "width": width, "workers": workers,
+            "checksum_equal": out["checksum"] == cpu,
             "checksum": out["checksum"], "no_wait": out["no_wait"], "demand_waits": out["demand_waits"],
             "late_prefetch_waits": out["late_prefetch_waits"], "fills": c["fills"], "evictions": c["evictions"],
             "modeled_ns": c["modeled_ns"], "wall_ns": c["wall_ns"], "service_ns": c["service_ns"],
@@ -154,6 +155,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--gap-ns", type=int, default=2000)
     ap.add_argument("--widths", default="1,64", help="warps per ring scan (misses served together)")
+    ap.add_argument("--workers", type=int, default=1, help="the service's fill threads")
+    ap.add_argument("--next-depth", type=int, default=8, help="the next-pages policy's depth (the GPU proof: 64)")
     ap.add_argument("--rw-pages", type=int, default=4096)
     ap.add_argument("--rw-frames", type=int, default=256)
     ap.add_argument("--rw-steps", type=int, default=20000)
@@ -165,8 +168,8 @@ def main() -> int:
     rows = []
     for rep in range(a.reps):
         for w in [int(x) for x in a.widths.split(",")]:
-          for pol in (NoPrefetch(), NextPages(8)):
-            r = stream(geom, a.pages, a.frames, pol, a.gap_ns, w) | {"rep": rep}
+          for pol in (NoPrefetch(), NextPages(a.next_depth)):
+            r = stream(geom, a.pages, a.frames, pol, a.gap_ns, w, a.workers) | {"rep": rep}
             rows.append(r)
             print(f"rep {rep} width {w} {r['policy']:14s} checksum equal {r['checksum_equal']}, {r['pages_per_s']:.0f} pages/s "
                   f"{r['GB_per_s']:.3f} GB/s, modeled {r['modeled_ns']} wall {r['wall_ns']} overhead {r['overhead_ns']}")

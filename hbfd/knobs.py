@@ -91,3 +91,9 @@ def accel_mode() -> str:
     if v not in ("auto", "on", "off"):
         raise ConfigError("HBFD_ACCEL must be auto, on or off", variable="HBFD_ACCEL", value=v)
     return v
+
+
+def capacity_workers() -> int:
+    """``$HBFD_CAPACITY_WORKERS``: threads per capacity range filling a scan's pages (store read + checksum, copy
+    into the frames, read-back compare; hbfd/capacity/service.py). Default: the host's cores (at most 64)."""
+    return env_int("HBFD_CAPACITY_WORKERS", max(1, min(64, os.cpu_count() or 1)), lo=1, hi=64)

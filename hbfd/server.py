@@ -159,7 +159,7 @@ class Daemon:
                                 heartbeat_period_ns=self.heartbeat_period_ns)
         self._ring_views()
         self.ranges = RangeTable(p.capacity_bytes)          # the usable capacity, after over-provisioning
-        self.capacity = CapacityDispatch(MediaGeometry.from_profile(p))
+        self.capacity = CapacityDispatch(MediaGeometry.from_profile(p), workers=knobs.capacity_workers())
         self._hb = HeartbeatProcess(self.region.fd, ctl.hbf_header.heartbeat.offset, ctl.hbf_header.failure.offset,
                                     self.heartbeat_period_ns, knobs.stale_ns())
         svc = services.compose(p, engine=self.engine_choice, thermal=self.thermal_choice,

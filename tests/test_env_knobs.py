@@ -53,6 +53,15 @@ def test_hbfd_knobs_reject_bad_values(monkeypatch):
         knobs.ring_tags()
     monkeypatch.setenv("HBFD_HEARTBEAT_NS", "50000000")
     assert knobs.heartbeat_period_ns() == 10_000_000       # capped at the 10 ms promise
+    monkeypatch.delenv("HBFD_CAPACITY_WORKERS", raising=False)
+    import os
+    assert knobs.capacity_workers() == max(1, min(64, os.cpu_count() or 1))   # the host's cores
+    monkeypatch.setenv("HBFD_CAPACITY_WORKERS", "3")
+    assert knobs.capacity_workers() == 3
+    for bad in ("0", "65", "many"):
+        monkeypatch.setenv("HBFD_CAPACITY_WORKERS", bad)
+        with pytest.raises(ConfigError, match="HBFD_CAPACITY_WORKERS"):
+            knobs.capacity_workers()
 
 
 def test_runtime_and_hbfcc_knobs_use_it(monkeypatch):

@@ -179,18 +179,32 @@ class GeneratedStore:
         pass per page when compiled."""
         return kernels.generated_with_checksums(self.seed, self._pages(pages), out)
 
+    def fill_frames(self, pages: np.ndarray, mem: np.ndarray, frames: np.ndarray, buf: np.ndarray,
+                    verify: bool) -> tuple[np.ndarray, int]:
+        """The pages generated straight into rows ``frames`` of the frame bytes ``mem`` with their checksums, each
+        frame read back and compared (``verify``): kernels.fill_generated, one pass per page through ``buf``
+        (compiled only: the capacity service uses it where kernels.compiled() and the frame memory's copy and
+        compare are FrameMemory's own). Returns (checksums, first differing index or -1)."""
+        return kernels.fill_generated(self.seed, self._pages(pages), mem, frames, buf, verify)
+
     def write_page(self, page: int, data: np.ndarray) -> None:
         raise BackingStoreError(f"{self.name} is read-only: page {page} cannot be written back", page=page)
 
     def flush(self) -> None:
         return None
 
-    def span_checksum(self, first: int, n: int, *, chunk_pages: int = 4096, jobs: int = 1) -> int:
+    def span_checksum(self, first: int, n: int, *, chunk_pages: int = 4096, jobs: int = 1, threads: int = 1) -> int:
         """The checksum (hbfcommon.capacity.span_checksum) of pages [first, first + n), from the seed alone.
-        ``jobs`` > 1: chunks summed in that many processes (the sum is additive, so the result is the same)."""
+        ``jobs`` > 1: chunks summed in that many processes; ``threads`` > 1: in that many threads of this process
+        (the compiled twin and numpy's array loops release the GIL). The sum is additive, so the result is the
+        same either way."""
         _check_span(self, first, n)
         spans = [(lo, min(chunk_pages, first + n - lo)) for lo in range(first, first + n, chunk_pages)]
-        if jobs > 1 and len(spans) > 1:
+        if threads > 1 and len(spans) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(min(threads, len(spans)), thread_name_prefix="hbf-cap-ref") as ex:
+                parts = list(ex.map(_generated_checksum, [self.seed] * len(spans), *zip(*spans)))
+        elif jobs > 1 and len(spans) > 1:
             from concurrent.futures import ProcessPoolExecutor
             with ProcessPoolExecutor(min(jobs, len(spans))) as ex:
                 parts = list(ex.map(_generated_checksum, [self.seed] * len(spans), *zip(*spans)))

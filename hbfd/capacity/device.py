@@ -146,8 +146,12 @@ class CapacityDevice:
         are accessed at the same time. The device rule: **a warp never waits for a miss while it holds a pin**
         (that could pin every frame while the misses wait for one): when any lane misses, the lanes that hit
         unpin, the misses go to the host as one ring scan (``miss_many``), and every lane translates again.
-        The round ends with its longest wait. Loads only."""
+        The round ends with its longest wait. Loads only. Through the ring (a host with ``hints_unordered``:
+        RingHost) every lane translates at once and the hints of the lanes that took markers are posted together
+        (the ring orders a hint before nothing anyway); in process a taker's hint is served before later lanes
+        translate."""
         pool, svc = self.svc.pool, self.svc
+        unordered = getattr(svc, "hints_unordered", False)
         now = t0_ns
         total = np.uint64(0)
         pages = np.asarray(pages, np.int64)
@@ -161,6 +165,16 @@ class CapacityDevice:
             for _attempt in range(64):
                 frames = np.full(k, -1, np.int64)
                 done = 0
+                if unordered:                    # every lane at once; the takers' hints posted together
+                    f, ready, _n, takers = pool.device_pin_many(range_id, chunk, every_marker=True)
+                    frames[:] = f
+                    hit = f >= 0
+                    w = np.maximum(0, ready - now)
+                    waits[:] = np.where(hit, np.maximum(waits, w), waits)
+                    first[:] = np.where(first != 0, first, np.where(hit, np.where(w > 0, LATE, HIT), MISS))
+                    if len(takers):
+                        svc.hint_many(range_id, chunk[takers], now)
+                    done = k
                 while done < k:                  # the lanes in order; a marker's taker posts its hint first
                     f, ready, n, took = pool.device_pin_many(range_id, chunk[done:])
                     frames[done:done + n] = f[:n]
@@ -262,6 +276,18 @@ class RingHost:
     def miss(self, range_id: int, page: int, op: int, arrival_ns: int) -> MissResult:
         return self.miss_many([(range_id, page, op, arrival_ns)])[0]
 
+    hints_unordered = True      # a hint is posted, never waited for: nothing orders it before later accesses
+
     def hint(self, range_id: int, page: int, now_ns: int) -> None:
         self.n["hints"] += 1
         self._post(page, ctl.HBF_OP_LOAD, now_ns, HBF_REQ_CAP_HINT)
+
+    def hint_many(self, range_id: int, pages, now_ns: int) -> None:
+        """:meth:`hint` of each of ``pages`` (one posting of up to N_POST at a time; never waited for)."""
+        pages = np.asarray(pages, np.int64)
+        for lo in range(0, len(pages), N_POST):
+            q = pages[lo:lo + N_POST]
+            self.driver.issue_many(arrival_ns=now_ns, address=self.base + q * PAGE,
+                                   media_address=self.media_offset + q * PAGE, nbytes=PAGE, op=ctl.HBF_OP_LOAD,
+                                   range_id=self.range_id, flags=HBF_REQ_CAP_HINT, timeout_s=self.timeout_s)
+            self.n["hints"] += len(q)

@@ -137,10 +137,11 @@ class Served:
 
 class CapacityDispatch:
     def __init__(self, geometry, *, workers: int | None = None) -> None:
-        """``workers``: threads per range filling a scan's pages (store reads and checksums); default the
-        host's cores, at most 8."""
+        """``workers``: threads per range filling a scan's pages (store reads and checksums, copies into the
+        frames, read-back compares); default the host's cores (at most 64; hbfd passes
+        ``$HBFD_CAPACITY_WORKERS``, hbfd.knobs.capacity_workers)."""
         self.geometry = geometry
-        self.workers = workers if workers is not None else max(1, min(8, os.cpu_count() or 1))
+        self.workers = workers if workers is not None else max(1, min(64, os.cpu_count() or 1))
         self.served: dict[int, Served] = {}
         self.n = {"misses": 0, "hints": 0, "unknown_range": 0, "bad_page": 0, "pending": 0, "scans": 0}
         self.closed: list[dict] = []          # reports of ranges no longer served (summary)
@@ -203,11 +204,13 @@ class CapacityDispatch:
         addr = req[:, 2]
         page = np.zeros(n, np.int64)
         special = hint.copy()                          # rows answered one by one, in row order: hints, bad rows
+        bad = np.zeros(n, bool)
         for r in np.unique(rid).tolist():
             m = rid == r
             s = self.served.get(r)
             if s is None:
                 special |= m
+                bad |= m
                 continue
             pg = (media[m] - s.media_offset) // PAGE
             base = np.uint64(s.rng.base - s.rng.base % PAGE)
@@ -216,6 +219,18 @@ class CapacityDispatch:
             good = (media[m] >= s.media_offset) & (pg >= 0) & (pg < s.pages) & (lp == pg)
             page[m] = pg
             special[np.flatnonzero(m)[~good]] = True
+            bad[np.flatnonzero(m)[~good]] = True
+        if hint.any() and not bad.any():               # only good hints: per range at once, in row order
+            for r in np.unique(rid[hint]).tolist():
+                idx = np.flatnonzero(hint & (rid == r))
+                s = self.served[r]
+                self.n["hints"] += len(idx)
+                try:
+                    s.service.hint_many(r, page[idx], req[idx, 1].astype(np.int64))
+                except Exception as e:                 # this range's run ends; no other range is touched
+                    self._internal(s, e)
+                status[idx] = s.service.failure[0] if s.service.failure else READY
+            special = np.zeros(n, bool)
         for i in np.flatnonzero(special).tolist():
             s = self.served.get(int(rid[i]))
             if s is None:

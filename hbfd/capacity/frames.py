@@ -65,8 +65,12 @@ class FrameMemory:
 
     def write_many(self, frames: np.ndarray, data: np.ndarray) -> None:
         """Copy ``data`` ((len(frames), 4096) bytes) into ``frames``: one copy per batch (the batched miss
-        service). The primitive every write goes through."""
-        self.data[frames] = data
+        service). The primitive every write goes through; compiled (the GIL released: the fill threads copy
+        their chunks at once) when hbfd.capacity.kernels runs its twins."""
+        if kernels.compiled() and self.data.flags.c_contiguous:
+            kernels.copy_rows(self.data, frames, data)
+        else:
+            self.data[frames] = data
 
     def read_many(self, frames: np.ndarray) -> np.ndarray:
         """The bytes of ``frames``, (len(frames), 4096), copied out."""
@@ -238,6 +242,20 @@ class FramePool:
         f[f == NO_FRAME] = -1
         return f
 
+    def split_asked(self, range_id: int, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A prefetch filter's residency split of asked ``pages`` (int64) of one range, those outside the range
+        dropped: (frames of the mapped ones to give their referenced bit -- those whose bit is clear, or all of
+        them; indices in ``pages`` of the unmapped ones, ascending). Compiled, reading the table in place, where
+        the table is a dense view (hbfd's capacity region) and hbfd.capacity.kernels runs its twins."""
+        t = self.tables[range_id]
+        if kernels.compiled() and t._dense is not None:
+            return kernels.prefetch_split(pages, t.pages, t._dense["frame"], self.frames["referenced"])
+        ok = (pages >= 0) & (pages < t.pages)
+        vi = None if ok.all() else np.flatnonzero(ok)
+        res = self.lookup_many(range_id, pages if vi is None else pages[vi])
+        nr = np.flatnonzero(res < 0)
+        return res[res >= 0], (nr if vi is None else vi[nr])
+
     def resident_frames(self) -> np.ndarray:
         st = self.frames["state"]
         return np.flatnonzero((st == VALID) | (st == DIRTY))
@@ -266,12 +284,15 @@ class FramePool:
         fr["marker"] = 0                                     # atomicExch(0): the taker posts the hint
         return f, int(fr["ready_ns"]), took
 
-    def device_pin_many(self, range_id: int, pages: np.ndarray, *, store: bool = False):
+    def device_pin_many(self, range_id: int, pages: np.ndarray, *, store: bool = False, every_marker: bool = False):
         """``device_pin`` of lanes in order, as far as the first lane that takes a prefetch marker (its hint must
         be posted before later lanes translate: an in-process hint can fill frames they use). Pin first
         (+1 each), fence, then re-check state and generation: stale lanes are unpinned (a miss), as on the GPU.
         Returns (frames: int64, -1 = miss; ready_ns; lanes done; whether the last lane done took a marker);
-        lanes after the done ones hold no pins."""
+        lanes after the done ones hold no pins. ``every_marker`` (a host reached through the ring, where a hint
+        is posted and never waited for, so nothing orders it before later lanes anyway): every lane is done,
+        the first lane finding each marked frame takes its marker, and the fourth value is the taking lanes'
+        indices (int64 array) instead."""
         t = self.tables[range_id]
         pages = np.asarray(pages, np.int64)
         k = len(pages)
@@ -283,7 +304,7 @@ class FramePool:
         gen = np.zeros(k, np.int64)
         m = np.flatnonzero(f != NO_FRAME)
         if not len(m):
-            return frames, ready, k, False
+            return frames, ready, k, (np.zeros(0, np.int64) if every_marker else False)
         for c in np.unique(pages[m] >> PageTable.SHIFT).tolist():  # the ptes' generations, as read with the frame
             mm = m[(pages[m] >> PageTable.SHIFT) == c]
             gen[mm] = t._chunk(c)["generation"][pages[mm] & ((1 << PageTable.SHIFT) - 1)]
@@ -293,6 +314,20 @@ class FramePool:
         full_fence()
         st = fr["state"][fm]
         ok = ((st == VALID) | (st == DIRTY)) & (fr["generation"][fm].astype(np.int64) == gen[m])
+        if every_marker:
+            np.subtract.at(fr["pins"], fm[~ok], 1)            # stale lanes
+            fu = fm[ok]
+            fr["referenced"][fu] = 1
+            if store:
+                fr["dirty"][fu] = 1
+            frames[m[ok]] = fu
+            ready[m[ok]] = fr["ready_ns"][fu].astype(np.int64)
+            cand = np.flatnonzero(ok & (fr["marker"][fm] != 0))
+            if len(cand):                                     # the first lane per marked frame takes it
+                _u, first = np.unique(fm[cand], return_index=True)
+                cand = np.sort(cand[first])
+                fr["marker"][fm[cand]] = 0
+            return frames, ready, k, m[cand]
         took_at = k
         if ok.any():
             mk = fr["marker"][fm] != 0
@@ -315,8 +350,8 @@ class FramePool:
 
     def device_unpin_many(self, frames: np.ndarray) -> None:
         frames = np.asarray(frames, np.int64)
-        cnt = np.bincount(frames, minlength=self.n)
-        if (self.frames["pins"][cnt > 0] < cnt[cnt > 0]).any():
+        u, cnt = np.unique(frames, return_counts=True)      # O(lanes), not O(frames): pools of 2 Mi frames
+        if (self.frames["pins"][u] < cnt).any():
             raise HbfError("unpin of a frame with no pins (a device protocol error)", code=ErrorCode.INTERNAL)
         np.subtract.at(self.frames["pins"], frames, 1)
 
@@ -377,6 +412,8 @@ class FramePool:
         return e
 
     # ---------------------------------------------------------------- host side, a batch at a time
+    SWEEP_WINDOW = 1 << 10      # the numpy sweep's first window of the walk (frames; at least 4x the frames needed)
+
     def take_frames(self, k: int) -> tuple[np.ndarray, Evictions]:
         """Up to ``k`` frames for fills: exactly the frames, evictions, CLOCK hand and referenced bits that ``k``
         calls of take_free-else-begin_eviction would give (the batched miss service; tests/capacity checks it
@@ -418,13 +455,24 @@ class FramePool:
                 if exhausted:
                     break
                 continue
-            pos = np.arange(n, dtype=np.int64)
-            order = (self.hand + pos) % n
-            st = fr["state"][order]
-            res = (st == VALID) | (st == DIRTY)
-            ref = fr["referenced"][order] != 0
-            # a candidate's step in the walk: its first visit (unreferenced) or its second (referenced)
-            ti = np.sort((pos + np.where(ref, n, 0))[res & (fr["pins"][order] == 0)])
+            # a window of the walk first (a large pool is not swept whole for a batch): when its first visits
+            # hold ``need`` candidates, they are the walk's first ones (every other step is later); else a
+            # window 4x as wide, up to the whole walk
+            w = n if n <= self.SWEEP_WINDOW else min(n, max(self.SWEEP_WINDOW, 4 * need))
+            while True:
+                pos = np.arange(w, dtype=np.int64)
+                order = (self.hand + pos) % n
+                st = fr["state"][order]
+                res = (st == VALID) | (st == DIRTY)
+                ref = fr["referenced"][order] != 0
+                if w == n:
+                    # a candidate's step in the walk: its first visit (unreferenced) or its second (referenced)
+                    ti = np.sort((pos + np.where(ref, n, 0))[res & (fr["pins"][order] == 0)])
+                    break
+                ti = pos[res & ~ref & (fr["pins"][order] == 0)]
+                if len(ti) >= need:
+                    break
+                w = min(n, 4 * w)                  # a wider window, up to the whole walk
             if len(ti) == 0:                   # two sweeps find nothing: every bit passed is cleared
                 fr["referenced"][order[res & ref]] = 0
                 break

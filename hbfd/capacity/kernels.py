@@ -61,6 +61,57 @@ def _generate_checksum_loop(seed_hi, pages, out, sums, store, checksum):
 
 
 @accel.jit
+def _fill_generated_loop(seed_hi, pages, mem, frames, buf, sums, verify):
+    """A fill job of generated pages, one page at a time through ``buf`` (512 words: stays in L1): page j's words
+    and checksum (as :func:`_generate_checksum_loop`) into ``buf`` and ``sums[j]``, ``buf`` copied into row
+    ``frames[j]`` of ``mem`` (FrameMemory.write_many's copy), and with ``verify`` that row read back and
+    compared with ``buf`` (FrameMemory.differing). Returns the first j whose frame differs, -1 if none."""
+    bad = -1
+    for j in range(pages.shape[0]):
+        p = pages[j]
+        row = (p << _S9) ^ seed_hi
+        base = p * _PAGE_GOLDEN
+        s = np.uint64(0)
+        for i in range(WORDS):
+            ui = np.uint64(i)
+            z = (row | ui) + _GOLDEN
+            z = (z ^ (z >> _S30)) * _M1
+            z = (z ^ (z >> _S27)) * _M2
+            w = z ^ (z >> _S31)
+            buf[i] = w
+            z = (w ^ (base + ui * _GOLDEN)) + _GOLDEN
+            z = (z ^ (z >> _S30)) * _M1
+            z = (z ^ (z >> _S27)) * _M2
+            s += z ^ (z >> _S31)
+        sums[j] = s
+        f = frames[j]
+        for i in range(WORDS):
+            mem[f, i] = buf[i]
+        if verify and bad < 0:
+            for i in range(WORDS):
+                if mem[f, i] != buf[i]:
+                    bad = j
+                    break
+    return bad
+
+
+def fill_generated(seed: int, pages: np.ndarray, mem: np.ndarray, frames: np.ndarray, buf: np.ndarray,
+                   verify: bool) -> tuple[np.ndarray, int]:
+    """The compiled fill job of generated pages (only where :func:`compiled`): pages (int64) generated, checksummed,
+    copied into rows ``frames`` of ``mem`` ((n_frames, 4096) uint8, C-contiguous) one page at a time through
+    ``buf`` (a C-contiguous uint64[512] of the calling thread), and read back (``verify``). The same bytes,
+    checksums and compare as GeneratedStore.read_many_checksums + FrameMemory.write_many + FrameMemory.differing,
+    in one pass with the GIL released. Returns (checksums, first differing index or -1)."""
+    p = np.ascontiguousarray(pages, np.uint64).reshape(-1)
+    f = np.ascontiguousarray(frames, np.int64).reshape(-1)
+    if len(f) and (f.min() < 0 or f.max() >= len(mem)):       # the loop does not check its bounds
+        raise IndexError(f"frame index out of range [0, {len(mem)})")
+    sums = np.empty(len(p), np.uint64)
+    bad = _fill_generated_loop(_seed_hi(seed), p, mem.view(np.uint64), f, buf, sums, bool(verify))
+    return sums, int(bad)
+
+
+@accel.jit
 def _checksum_loop(pages, words, rows, sums):
     """``sums[j]`` = the wrapping sum over i of splitmix64(words[rows[j], i] ^ (p * 512 * golden + i * golden))
     (``rows``: which row of ``words`` holds page j: a batch's own rows, or frames of the frame memory)."""
@@ -121,6 +172,59 @@ def _rows_differ_loop(mem, frames, data, bad):
         if d:
             k += 1
     return k
+
+
+@accel.jit
+def _copy_rows_loop(mem, frames, data):
+    """Row ``j`` of ``data`` (512 words) into row ``frames[j]`` of ``mem`` (FrameMemory.write_many's copy)."""
+    for j in range(frames.shape[0]):
+        f = frames[j]
+        for i in range(mem.shape[1]):
+            mem[f, i] = data[j, i]
+
+
+def copy_rows(mem: np.ndarray, frames: np.ndarray, data: np.ndarray) -> None:
+    """The compiled copy (only where :func:`compiled`): ``mem[frames[j]] = data[j]`` for every j (``mem``:
+    (n_frames, 4096) uint8, C-contiguous), with the GIL released (the fill threads copy their chunks at once)."""
+    f = np.ascontiguousarray(frames, np.int64).reshape(-1)
+    if len(f) and (f.min() < 0 or f.max() >= len(mem)):       # the loop does not check its bounds: numpy would
+        raise IndexError(f"frame index out of range [0, {len(mem)})")
+    _copy_rows_loop(mem.view(np.uint64), f, _words(data, len(f)))
+
+
+@accel.jit
+def _prefetch_split_loop(flat, npages, table_frame, no_frame, referenced, touch, nr):
+    """Of the asked pages ``flat`` inside [0, npages): the indices of those the table maps to no frame into
+    ``nr``; those mapped: their frame, into ``touch`` when its ``referenced`` bit is clear. Returns (len(touch),
+    len(nr)) used."""
+    a = 0
+    b = 0
+    for i in range(flat.shape[0]):
+        p = flat[i]
+        if p < 0 or p >= npages:
+            continue
+        f = table_frame[p]
+        if f == no_frame:
+            nr[b] = i
+            b += 1
+        elif referenced[f] == 0:
+            touch[a] = f
+            a += 1
+    return a, b
+
+
+def prefetch_split(flat: np.ndarray, npages: int, table_frame: np.ndarray,
+                   referenced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The compiled residency split of a prefetch filter (only where :func:`compiled`): of the pages of ``flat``
+    (int64) inside [0, npages), (frames of the mapped ones whose ``referenced`` bit is clear, int64; indices
+    in ``flat`` of the unmapped ones, int64, ascending), reading the dense page table's ``frame`` field and
+    the pool's ``referenced`` field in place. The numpy form is FramePool.lookup_many and a mask."""
+    flat = np.ascontiguousarray(flat, np.int64)
+    touch = np.empty(len(flat), np.int64)
+    nr = np.empty(len(flat), np.int64)
+    a, b = _prefetch_split_loop(flat, np.int64(npages), table_frame, table_frame.dtype.type(cap.HBF_CAP_NO_FRAME),
+                                referenced, touch, nr)
+    return touch[:a], nr[:b]
 
 
 def clock_select(state: np.ndarray, referenced: np.ndarray, pins: np.ndarray, hand: int,
@@ -242,5 +346,11 @@ def warm() -> float:
         rows_differ(np.zeros((2, PAGE), np.uint8), np.arange(2), np.zeros((2, PAGE), np.uint8))
         fr = np.zeros(2, cap.FRAME_DTYPE)                   # the pool's field views (strided), as take_frames passes
         clock_select(fr["state"], fr["referenced"], fr["pins"], 0, 1)
+        copy_rows(np.zeros((2, PAGE), np.uint8), np.arange(2), np.zeros((2, PAGE), np.uint8))
+        fill_generated(0, np.arange(2), np.zeros((2, PAGE), np.uint8), np.arange(2), np.empty(WORDS, np.uint64), True)
+        pte = np.zeros(2, cap.PTE_DTYPE)                    # the region's page table and the pool's fields
+        pte["frame"] = [cap.HBF_CAP_NO_FRAME, 1]
+        prefetch_split(np.arange(3, dtype=np.int64), 2, pte["frame"], fr["referenced"])
     return accel.warm("capacity service", run,
-                      (_generate_checksum_loop, _checksum_loop, _clock_select_loop, _rows_differ_loop))
+                      (_generate_checksum_loop, _checksum_loop, _clock_select_loop, _rows_differ_loop,
+                       _copy_rows_loop, _prefetch_split_loop, _fill_generated_loop))

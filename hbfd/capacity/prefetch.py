@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
+import numpy as np
+
 from hbfcommon.errors import ConfigError
 
 
@@ -64,6 +66,12 @@ class NextPages(NoPrefetch):
 
     def on_miss(self, view, page):
         return range(page + 1, page + 1 + self.depth)
+
+    def on_miss_many(self, view, pages):
+        """:meth:`on_miss` of each of ``pages`` (int64, a batch's served demand misses of one range, in order) as
+        one (len(pages), depth) array: row i is on_miss(view, pages[i]). The service's batched path uses it
+        when a policy has it (no per-miss Python); it must equal the per-miss answers."""
+        return np.asarray(pages, np.int64)[:, None] + np.arange(1, 1 + self.depth, dtype=np.int64)
 
 
 class Stride(NoPrefetch):

@@ -34,6 +34,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +50,8 @@ from hbfd import accel
 from hbfd.contracts import REQUEST_BATCH_DTYPE
 from hbfd.media import MediaEngine, MediaGeometry
 
-from .backing import BackingStore, BackingStoreError
-from .frames import PAGE, CopyFailed, Eviction, FramePool, groups
+from .backing import BackingStore, BackingStoreError, GeneratedStore
+from .frames import PAGE, CopyFailed, Eviction, FrameMemory, FramePool, groups
 from . import kernels
 from .kernels import page_checksums
 from .prefetch import NoPrefetch, PrefetchPolicy, RangeView
@@ -60,6 +61,8 @@ log = logging.getLogger(__name__)
 READY = int(RequestStatus.READY)
 PENDING = int(RequestStatus.PENDING)
 FLUSH_BATCH = 4096                     # write-back programs per media call at flush (unregister, end of run)
+# a generated store whose reads are its own: its pages are filled by the compiled job (GeneratedStore.fill_frames)
+_FILL, _READ_CHECKSUMS = GeneratedStore.fill_frames, GeneratedStore.read_many_checksums
 
 
 class CapacityFailure(HbfError):
@@ -102,7 +105,8 @@ class CapacityOptions:
     ``touch_resident``: a resident page a policy asks for gets its CLOCK bit; ``batched``: a scan's misses
     served in arrays (one frame choice, store read, copy, checksum pass and media call per batch; the
     default), else one item at a time (the reference the batched path is tested equal to); ``workers``:
-    threads reading and checksumming a batch's pages (chunks of 64 pages)."""
+    threads filling a batch's pages: store read + checksum, copy, read-back compare (the calling thread and
+    ``workers`` - 1 more)."""
 
     n_frames: int
     verify: bool = True
@@ -140,6 +144,7 @@ class CapacityService:
         self.verify, self.max_prefetch, self.touch_resident = o.verify, o.max_prefetch, o.touch_resident
         self.batched, self.workers = o.batched, o.workers
         self._pool_ex = None                  # the fill threads (workers > 1), started at the first batch
+        self._tls = threading.local()         # per fill thread: its chunk buffer
         self.accel_warm_s = kernels.warm()    # the compiled twins loaded (or compiled) now, not at the first miss
         self._views: dict[int, RangeView] = {}
         self._allowed: dict[int, np.ndarray] = {}
@@ -317,9 +322,10 @@ class CapacityService:
             reqs.append((arrival, r.media_offset + page * PAGE, PAGE, ctl.HBF_OP_LOAD))
         if taken and self.failure is None:
             pages = np.array([items[k][1] for k, *_ in taken], np.uint64)
-            try:                                       # per store, runs of pages in one call; their checksums
-                data, want = self._read_pages(np.array([items[k][0].range_id for k, *_ in taken], np.int64),
-                                              pages.astype(np.int64))
+            try:                                       # page by page from its store, with its checksum
+                data = np.stack([items[k][0].store.read_many(np.array([items[k][1]], np.int64))[0]
+                                 for k, *_ in taken])
+                want = page_checksums(pages, data)
             except BackingStoreError as e:
                 self._fail(RequestStatus.IO_ERROR, str(e))
         if taken and self.failure is None:
@@ -396,24 +402,7 @@ class CapacityService:
             return status, frame, ready
         rids_m, pages_m, arr_m, dem_m = rids[:m], pages[:m], arrivals[:m], demand[:m]
         self.pool.begin_fill_many(frames, rids_m, pages_m, ~dem_m)
-        try:
-            data, want = self._read_pages(rids_m, pages_m)
-        except BackingStoreError as e:
-            self._fail(RequestStatus.IO_ERROR, str(e))
-        if self.failure is None:
-            upages = pages_m.astype(np.uint64)
-            try:
-                self.pool.memory.write_many(frames, data)
-                bad = self.pool.memory.differing(frames, data) if self.verify else ()
-            except (CopyFailed, OSError) as e:
-                self._fail(RequestStatus.COPY_ERROR, f"copy of a page into its frame failed: {e}")
-            else:
-                if len(bad):
-                    j = int(bad[0])
-                    got = int(page_checksums(upages[j:j + 1], self.pool.memory.read(int(frames[j]))[None, :])[0])
-                    self._fail(RequestStatus.CHECKSUM_ERROR, f"frame {int(frames[j])} holds page {int(pages_m[j])} "
-                               f"of range {int(rids_m[j])} with checksum {got:#x}, the store's is "
-                               f"{int(want[j]):#x}", page=int(pages_m[j]), frame=int(frames[j]))
+        want = self._fill(frames, rids_m, pages_m)
         if self.failure is not None:
             for f in frames.tolist():
                 self.pool.release_free(f)
@@ -454,51 +443,111 @@ class CapacityService:
         self.n["fill_bytes"] += PAGE * m
         return status, frame, ready
 
-    CHUNK = 64          # pages per store read + checksum job (the arrays stay in cache)
+    CHUNK = 64          # pages per fill job (at least; at most 4x when not compiled): read + checksum, copy, compare
 
-    def _read_pages(self, rids: np.ndarray, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The pages' bytes from their stores and their checksums, in chunks of ``CHUNK`` pages of one range
-        (on ``workers`` threads: numpy and the compiled kernels release the GIL in the arithmetic); a store with
-        ``read_many_checksums`` (GeneratedStore) gives both at once. The first failing chunk's
-        BackingStoreError is raised."""
+    def _fill(self, frames: np.ndarray, rids: np.ndarray, pages: np.ndarray) -> np.ndarray | None:
+        """Fill ``frames`` with their pages, in jobs of pages of one range: each job reads its pages from their
+        store with their checksums (a store with ``read_many_checksums``, GeneratedStore: both in one pass, into
+        the job thread's own buffer), copies them into their frames (``FrameMemory.write_many``, the copy
+        primitive) and, with ``verify``, reads the frames back and compares (``FrameMemory.differing``); jobs of
+        ``CHUNK`` to 4 ``CHUNK`` pages (one per thread where that is fewer). Where the twins run, a GeneratedStore's
+        pages into plain FrameMemory take one compiled pass per page instead (GeneratedStore.fill_frames: the
+        same bytes, checksums and compare), one job per thread (at least 4 ``CHUNK`` pages). The jobs run on
+        ``workers`` threads (the calling one and ``workers`` - 1 more; the compiled twins and numpy's array loops
+        release the GIL) and never touch the same frame. Returns the pages' checksums (the store's), or None when
+        the batch failed: the first failing job in chunk order sets the terminal status (IO_ERROR for the store,
+        COPY_ERROR for the copy, CHECKSUM_ERROR for a frame that reads back other bytes); the caller frees the
+        frames."""
         m = len(pages)
-        data = np.empty((m, PAGE), np.uint8)
         want = np.empty(m, np.uint64)
-        if 0 < m <= self.CHUNK and (rids == rids[0]).all():     # one chunk of one range (a single miss): no jobs
-            store = self.ranges[int(rids[0])].store
-            fused = getattr(store, "read_many_checksums", None)
-            if fused is not None:
-                return data, fused(pages, out=data)[1]
-            data[:] = store.read_many(pages)
-            return data, page_checksums(pages.astype(np.uint64), data)
+        memory, verify, tls = self.pool.memory, self.verify, self._tls
+        # a generated store and plain frame memory, compiled: a job is one pass per page (generate, checksum,
+        # copy, read back: kernels.fill_generated), so its cost per call is all it adds: one job per thread
+        fused_ok = (kernels.compiled() and type(memory).write_many is FrameMemory.write_many
+                    and type(memory).differing is FrameMemory.differing and memory.data.flags.c_contiguous)
         jobs = []
         for rid, sel in groups(rids):
-            js = np.arange(m)[sel]
             store = self.ranges[rid].store
-            jobs += [(store, js[i:i + self.CHUNK]) for i in range(0, len(js), self.CHUNK)]
+            fused = fused_ok and isinstance(store, GeneratedStore) and type(store).fill_frames is _FILL and \
+                type(store).read_many_checksums is _READ_CHECKSUMS
+            js = np.arange(m) if isinstance(sel, slice) else np.flatnonzero(sel)
+            # compiled: a job per thread, at least 4 CHUNKs (~0.1 ms of work: a thread hand-off costs ~10-20 us, so
+            # a scan of 1024 pages uses 4 threads, one of 4096 16); else CHUNK to 4 CHUNKs (the buffer stays small)
+            per = -(-len(js) // self.workers)
+            size = max(4 * self.CHUNK, per) if fused else min(max(self.CHUNK, per), 4 * self.CHUNK)
+            for i in range(0, len(js), size):
+                part = js[i:i + size]
+                jobs.append((store, slice(int(part[0]), int(part[-1]) + 1) if isinstance(sel, slice) else part,
+                             fused))
 
         def one(job):
-            store, js = job
-            fused = getattr(store, "read_many_checksums", None)
-            if fused is not None and js[-1] - js[0] + 1 == len(js):     # a run of rows: written in place
-                want[js[0]:js[-1] + 1] = fused(pages[js], out=data[js[0]:js[-1] + 1])[1]
-            elif fused is not None:
-                data[js], want[js] = fused(pages[js])
+            store, js, fused = job
+            p = pages[js]
+            if fused:
+                buf = getattr(tls, "words", None)
+                if buf is None:
+                    buf = tls.words = np.empty(PAGE // 8, np.uint64)
+                f = frames[js]
+                try:
+                    w, b = store.fill_frames(p, memory.data, f, buf, verify)
+                except BackingStoreError as e:
+                    return RequestStatus.IO_ERROR, str(e), {}
+                want[js] = w
+                if b < 0:
+                    return None
+                bad = [b]
             else:
-                d = store.read_many(pages[js])
-                data[js] = d
-                want[js] = page_checksums(pages[js].astype(np.uint64), d)
+                r = self._fill_job(store, p, frames[js], want, js)
+                if r is None or isinstance(r[0], RequestStatus):
+                    return r
+                bad, w, f = r
+            j = int(bad[0])
+            fr, pg = int(f[j]), int(p[j])
+            got = int(page_checksums(np.array([pg], np.uint64), memory.read(fr)[None, :])[0])
+            return (RequestStatus.CHECKSUM_ERROR, f"frame {fr} holds page {pg} of range {int(rids[js][j])} "
+                    f"with checksum {got:#x}, the store's is {int(w[j]):#x}", {"page": pg, "frame": fr})
 
-        if self.workers > 1 and len(jobs) > 1:
+        if self.workers > 1 and len(jobs) > 1:           # the calling thread runs the first job itself
             if self._pool_ex is None:
                 from concurrent.futures import ThreadPoolExecutor
-                self._pool_ex = ThreadPoolExecutor(self.workers, thread_name_prefix="hbf-cap-fill")
-            for _ in self._pool_ex.map(one, jobs):
-                pass
+                self._pool_ex = ThreadPoolExecutor(self.workers - 1, thread_name_prefix="hbf-cap-fill")
+            rest = [self._pool_ex.submit(one, j) for j in jobs[1:]]
+            results = [one(jobs[0])] + [f.result() for f in rest]
         else:
-            for j in jobs:
-                one(j)
-        return data, want
+            results = [one(j) for j in jobs]
+        for res in results:
+            if res is not None:
+                st, reason, fields = res
+                self._fail(st, reason, **fields)
+                return None
+        return want
+
+    def _fill_job(self, store, p: np.ndarray, f: np.ndarray, want: np.ndarray, js):
+        """A fill job through the store's and the frame memory's own methods: read + checksum (into this thread's
+        buffer where the store fills one), copy, read back. None when done; (status, reason, fields) on a store
+        or copy failure; (differing rows, checksums, frames) when a frame reads back other bytes."""
+        tls, memory, verify = self._tls, self.pool.memory, self.verify
+        try:
+            fused = getattr(store, "read_many_checksums", None)
+            if fused is not None:                     # into this thread's buffer (no allocation per job)
+                buf = getattr(tls, "buf", None)
+                if buf is None or len(buf) < len(p):
+                    buf = tls.buf = np.empty((4 * self.CHUNK, PAGE), np.uint8)
+                data, w = fused(p, out=buf[:len(p)])
+            else:
+                data = store.read_many(p)
+                w = page_checksums(p.astype(np.uint64), data)
+        except BackingStoreError as e:
+            return RequestStatus.IO_ERROR, str(e), {}
+        want[js] = w
+        try:
+            memory.write_many(f, data)
+            bad = memory.differing(f, data) if verify else ()
+        except (CopyFailed, OSError) as e:
+            return RequestStatus.COPY_ERROR, f"copy of a page into its frame failed: {e}", {}
+        if len(bad):
+            return bad, w, f
+        return None
 
     def _account_evictions(self, ev) -> None:
         """Statistics of evictions done (write-backs counted by _write_back) and the policy told, in order."""
@@ -535,8 +584,8 @@ class CapacityService:
 
     def _prefetch_arrays(self, events) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`_prefetch_items` of a batch's policy events ``(range, asked, arrival)`` in order with one ``seen``
-        set, in arrays: (range ids, pages, arrivals) of the pages to fetch, in the order the items would give.
-        When an event reaches ``max_prefetch`` (where the item loop stops early) it runs the item loop itself."""
+        set, in arrays: (range ids, pages, arrivals) of the pages to fetch, in the order the items would give
+        (:meth:`_prefetch_flat`)."""
         evs = [(r, a if isinstance(a, (list, tuple, range, np.ndarray)) else list(a), t) for r, a, t in events]
         flat: list = []
         counts = []
@@ -546,29 +595,63 @@ class CapacityService:
         z = np.zeros(0, np.int64)
         if not flat:
             return z, z, z
-        eid = np.repeat(np.arange(len(evs)), counts)
-        p = np.array(flat, np.int64)
-        rid = np.array([r.range_id for r, _a, _t in evs], np.int64)[eid]
-        valid = (p >= 0) & (p < np.array([r.pages for r, _a, _t in evs], np.int64)[eid])
-        vi = np.flatnonzero(valid)
-        _u, first = np.unique((rid[vi] << 40) | p[vi], return_index=True)
-        new = vi[np.sort(first)]                       # each (range, page) the first time it is asked
-        res = np.full(len(new), -1, np.int64)
-        for r, m in groups(rid[new]):
-            res[m] = self.pool.lookup_many(r, p[new][m])
-        want = new[res < 0]
-        if (np.bincount(eid[want], minlength=len(evs)) >= self.max_prefetch).any():
-            seen: set = set()
-            pf: list = []
-            for r, a, t in evs:
-                pf += self._prefetch_items(r, a, t, seen)
-            if not pf:
-                return z, z, z
-            return (np.array([x[0].range_id for x in pf], np.int64), np.array([x[1] for x in pf], np.int64),
-                    np.array([x[2] for x in pf], np.int64))
-        if self.touch_resident and (res >= 0).any():
-            self.pool.frames["referenced"][res[res >= 0]] = 1
-        return rid[want], p[want], np.array([t for _r, _a, t in evs], np.int64)[eid[want]]
+        return self._prefetch_flat(np.array([r.range_id for r, _a, _t in evs], np.int64), np.array(flat, np.int64),
+                                   np.array(counts, np.int64), np.array([t for _r, _a, t in evs], np.int64))
+
+    def _prefetch_flat(self, ev_rid: np.ndarray, flat: np.ndarray, counts: np.ndarray,
+                       ev_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The prefetch filter in arrays: event e (range ``ev_rid[e]``, at ``ev_t[e]``) asked for the next
+        ``counts[e]`` pages of ``flat``. Each (range, page) the first time it is asked, in the range, not resident
+        (a resident one gets its CLOCK bit), in item order. Where the item loop would stop an event early (its
+        ``max_prefetch``-th page to fetch is not its last asked page: the pages after it stay unseen) the item
+        loop itself runs."""
+        z = np.zeros(0, np.int64)
+        E = len(counts)
+        if not len(flat):
+            return z, z, z
+        p = flat
+        ends = np.cumsum(counts)                       # flat index after each event's last asked page
+        # residency first (it does not depend on the order: nothing is fetched before the filter ends), then the
+        # first time each non-resident (range, page) is asked: the same pages as deduplicating everything first
+        if E == 1 or not (ev_rid != ev_rid[0]).any():  # one range (the common case): no per-item range arrays
+            touch, nr = self.pool.split_asked(int(ev_rid[0]), p)
+            keys = p[nr]
+        else:
+            eid = np.repeat(np.arange(E), counts)
+            rid = ev_rid[eid]
+            lim = np.array([self.ranges[r].pages for r in ev_rid.tolist()], np.int64)
+            vi = np.flatnonzero((p >= 0) & (p < lim[eid]))
+            res = np.full(len(vi), -1, np.int64)
+            for r, m in groups(rid[vi]):
+                res[m] = self.pool.lookup_many(r, p[vi][m])
+            nr = vi[res < 0]
+            touch = res[res >= 0]
+            keys = (rid[nr] << 40) | p[nr]
+        _u, first = np.unique(keys, return_index=True)
+        want = nr[np.sort(first)]                      # sorted: flat order, so event by event
+        we = np.searchsorted(ends, want, side="right")  # the event of each page to fetch
+        cnt = np.bincount(we, minlength=E)
+        over = cnt >= self.max_prefetch
+        if over.any():
+            cut = self.max_prefetch < 1
+            if not cut:
+                start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
+                kth = want[start[over] + self.max_prefetch - 1]        # the event's max_prefetch-th fetched page
+                cut = bool((kth != (ends - 1)[over]).any())
+            if cut:
+                lo = ends - counts
+                evs = [(self.ranges[int(ev_rid[e])], p[lo[e]:ends[e]].tolist(), int(ev_t[e])) for e in range(E)]
+                seen: set = set()
+                pf: list = []
+                for r, a, t in evs:
+                    pf += self._prefetch_items(r, a, t, seen)
+                if not pf:
+                    return z, z, z
+                return (np.array([x[0].range_id for x in pf], np.int64), np.array([x[1] for x in pf], np.int64),
+                        np.array([x[2] for x in pf], np.int64))
+        if self.touch_resident and len(touch):
+            self.pool.frames["referenced"][touch] = 1
+        return ev_rid[we], p[want], ev_t[we]
 
     def miss(self, range_id: int, page: int, op: int, arrival_ns: int) -> MissResult:
         """A demand miss (HBF_REQ_CAP_MISS) on ``page`` of ``range_id`` by an access of ``op`` at ``arrival_ns``
@@ -736,15 +819,23 @@ class CapacityService:
             ok = status[todo] == READY
             modeled[todo[ok]] = np.maximum(0, ready[todo[ok]] - arrivals[todo[ok]])
             if self.failure is None and type(self.policy).on_miss is not NoPrefetch.on_miss:
-                events = []
-                on_miss, rv = self.policy.on_miss, {}
                 done = lead[st == READY]
-                for rid, pg, t in zip(rids[done].tolist(), pages[done].tolist(), arrivals[done].tolist()):
-                    x = rv.get(rid)
-                    if x is None:
-                        x = rv[rid] = (self.ranges[rid], self.view(rid))
-                    events.append((x[0], on_miss(x[1], pg), t))
-                pr, pp, pa = self._prefetch_arrays(events)
+                many = getattr(self.policy, "on_miss_many", None)
+                if many is not None and len(done) and (rids[done] == rids[done[0]]).all():
+                    rid = int(rids[done[0]])                   # one range: the policy answers in one array
+                    asked = np.asarray(many(self.view(rid), pages[done]), np.int64)
+                    k, d = asked.shape
+                    pr, pp, pa = self._prefetch_flat(np.full(k, rid, np.int64), asked.reshape(-1),
+                                                     np.full(k, d, np.int64), arrivals[done])
+                else:
+                    events = []
+                    on_miss, rv = self.policy.on_miss, {}
+                    for rid, pg, t in zip(rids[done].tolist(), pages[done].tolist(), arrivals[done].tolist()):
+                        x = rv.get(rid)
+                        if x is None:
+                            x = rv[rid] = (self.ranges[rid], self.view(rid))
+                        events.append((x[0], on_miss(x[1], pg), t))
+                    pr, pp, pa = self._prefetch_arrays(events)
                 if len(pp):
                     self._serve_batch(pr, pp, pa, np.zeros(len(pp), bool))
         if self.failure is not None:                   # the run has ended: every request of the scan gets it
@@ -785,6 +876,24 @@ class CapacityService:
         pf = self._prefetch_items(r, self.policy.on_prefetch_hit(self.view(range_id), page), now_ns, set())
         if pf:
             self._serve_items(pf)
+        self.n["service_ns"] += _ns() - t0
+
+    def hint_many(self, range_id: int, pages, now_ns) -> None:
+        """:meth:`hint` of each (``pages[i]``, ``now_ns[i]`` or one ``now_ns`` for all) in order (one ring scan's
+        hints of a range): counted at once when the policy asks for nothing at a prefetch hit (NoPrefetch's
+        ``on_prefetch_hit``: NoPrefetch, NextPages), else one by one."""
+        if type(self.policy).on_prefetch_hit is not NoPrefetch.on_prefetch_hit:
+            pages = np.asarray(pages, np.int64).reshape(-1)
+            for pg, t in zip(pages.tolist(), np.broadcast_to(np.asarray(now_ns, np.int64), pages.shape).tolist()):
+                self.hint(range_id, int(pg), int(t))
+            return
+        if self.failure is not None:
+            return
+        t0 = _ns()
+        k = len(pages)
+        self.ranges[range_id]                  # a range this service serves (KeyError as hint() would raise)
+        self.n["hints"] += k
+        self.n["prefetch_used"] += k
         self.n["service_ns"] += _ns() - t0
 
     # ---------------------------------------------------------------- flush, close

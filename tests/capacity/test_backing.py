@@ -56,6 +56,7 @@ def test_span_checksum_is_independent_of_chunking_and_position_sensitive():
     assert g.span_checksum(100, 1000) == direct
     assert g.span_checksum(100, 1000, chunk_pages=7) == direct
     assert g.span_checksum(100, 1000, chunk_pages=128, jobs=2) == direct
+    assert g.span_checksum(100, 1000, chunk_pages=61, threads=3) == direct
     halves = (g.span_checksum(100, 500) + g.span_checksum(600, 500)) % (1 << 64)
     assert halves == direct
     d = g.read_pages(100, 2)

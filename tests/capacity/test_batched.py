@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hbfcommon import ctl
+from hbfcommon import capacity as cap, ctl
 from hbfcommon.capacity import page_checksums
 from hbfd import accel
 from hbfd.capacity.backing import GeneratedStore, SparseFileStore
@@ -21,9 +21,19 @@ TIMES = ("service_ns", "wall_ns", "overhead_ns")      # host wall time: differs 
 
 
 def _rig(geom, tmp_path, tag, frames, policy, batched, max_prefetch=64):
-    svc = CapacityService(geom, frames, policy, batched=batched, max_prefetch=max_prefetch)
-    svc.add_range(1, 256, 0, RW, SparseFileStore(tmp_path / f"{tag}.bin", 256))
-    svc.add_range(2, 512, 1 << 20, ctl.HBF_PERM_READ, GeneratedStore(5, 512))
+    # the batched service fills on 3 threads in jobs of 3 pages (CHUNK): several jobs per scan, run at once
+    svc = CapacityService(geom, frames, policy, batched=batched, max_prefetch=max_prefetch,
+                          workers=3 if batched else 1)
+    svc.CHUNK = 3
+    # the batched service's page tables are dense views (as in hbfd's capacity region: the compiled prefetch
+    # split reads them in place), the reference's are materialized in chunks
+    tables = [None, None]
+    if batched:
+        tables = [np.zeros(n, cap.PTE_DTYPE) for n in (256, 512)]
+        for t in tables:
+            t["frame"] = cap.HBF_CAP_NO_FRAME
+    svc.add_range(1, 256, 0, RW, SparseFileStore(tmp_path / f"{tag}.bin", 256), table=tables[0])
+    svc.add_range(2, 512, 1 << 20, ctl.HBF_PERM_READ, GeneratedStore(5, 512), table=tables[1])
     return svc
 
 
@@ -44,7 +54,8 @@ def _same(a: CapacityService, b: CapacityService) -> None:
 
 
 @pytest.mark.parametrize("policy,max_prefetch", [(NoPrefetch, 64), (lambda: NextPages(4), 64), (lambda: Stride(3), 64),
-                                                 (lambda: NextPages(6), 4)])   # events cut at max_prefetch
+                                                 (lambda: NextPages(6), 4),    # events cut at max_prefetch
+                                                 (lambda: NextPages(4), 4)])   # events that reach it, uncut
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_batched_equals_one_at_a_time(geom, tmp_path, policy, max_prefetch, seed):
     rng = np.random.default_rng(seed)
@@ -58,7 +69,7 @@ def test_batched_equals_one_at_a_time(geom, tmp_path, policy, max_prefetch, seed
         now += int(rng.integers(500, 20_000))
         # one ring scan: misses on both ranges (duplicates and resident pages among them), loads and stores
         k = int(rng.integers(1, 40))
-        rid = rng.choice([1, 2], k)
+        rid = rng.choice([1, 2], k) if step % 3 else np.full(k, 2)   # scans of one range: on_miss_many
         page = np.where(rid == 1, rng.integers(0, 256, k), rng.integers(0, 512, k))
         dup = rng.random(k) < 0.2                  # duplicates in the scan
         rid[dup], page[dup] = rid[0], page[0]
@@ -116,12 +127,15 @@ def test_batched_equals_one_at_a_time(geom, tmp_path, policy, max_prefetch, seed
 def test_take_frames_equals_one_frame_at_a_time(monkeypatch, accel_mode):
     """FramePool.take_frames(k) against k calls of take_free-else-begin_eviction, on random pools (resident,
     referenced, pinned, free and filling frames) and batch sizes, including more than can be taken; the numpy
-    sweep and its compiled twin (HBFD_ACCEL off / on)."""
+    sweep (its window of the walk as small as 1 frame, and the whole walk) and its compiled twin (HBFD_ACCEL
+    off / on)."""
     monkeypatch.setenv("HBFD_ACCEL", accel_mode)
     rng = np.random.default_rng(7)
     for trial in range(300):
         n = int(rng.integers(1, 40))
         pools = [FramePool(n), FramePool(n)]
+        if trial % 2:                                  # the numpy sweep's first window smaller than the pool
+            pools[0].SWEEP_WINDOW = int(rng.integers(1, 8))
         state = rng.choice([0, 1, 2, 4], n, p=[0.15, 0.05, 0.7, 0.1])
         ref = rng.integers(0, 2, n)
         pins = np.where(rng.random(n) < 0.2, rng.integers(1, 3, n), 0)
@@ -162,3 +176,33 @@ def test_take_frames_equals_one_frame_at_a_time(monkeypatch, accel_mode):
             assert np.array_equal(pools[0].frames[key], pools[1].frames[key]), key
         assert pools[0].hand == pools[1].hand
         assert np.array_equal(pools[0].tables[1].dense(), pools[1].tables[1].dense())
+
+
+def test_pinning_every_lane_at_once_equals_lane_by_lane(geom):
+    """FramePool.device_pin_many(every_marker=True) (the ring stand-in: all lanes at once, the hints posted
+    after) gives each lane what device_pin lane by lane gives: frame, ready_ns, whether it took the marker (the
+    first lane of each marked frame), and the same pins, referenced bits and markers."""
+    rng = np.random.default_rng(4)
+    svcs = []
+    req = [(2, int(p), ctl.HBF_OP_LOAD, 1000 + 10 * i) for i, p in enumerate(rng.integers(0, 200, 10))]
+    for _ in range(2):
+        s = CapacityService(geom, 64, NextPages(4))
+        s.add_range(2, 512, 0, ctl.HBF_PERM_READ, GeneratedStore(5, 512))
+        s.miss_many(req)
+        svcs.append(s)
+    a, b = svcs
+    assert (a.pool.frames["marker"] != 0).sum() > 5
+    for _ in range(5):
+        lanes = rng.integers(0, 220, 48)
+        f, ready, n, takers = a.pool.device_pin_many(2, lanes, every_marker=True)
+        one = [b.pool.device_pin(2, int(p)) for p in lanes]
+        assert n == len(lanes)
+        assert f.tolist() == [-1 if x is None else x[0] for x in one]
+        assert ready.tolist() == [0 if x is None else x[1] for x in one]
+        assert takers.tolist() == [i for i, x in enumerate(one) if x is not None and x[2]]
+        assert np.array_equal(a.pool.frames, b.pool.frames)
+        a.pool.device_unpin_many(f[f >= 0])
+        for x in one:
+            if x is not None:
+                b.pool.device_unpin(x[0])
+        assert np.array_equal(a.pool.frames, b.pool.frames)

@@ -137,3 +137,25 @@ def test_bad_options_are_clear_errors(geom):
         with pytest.raises(ConfigError) as ei:
             CapacityService(geom, n, **kw)
         assert "capacity:" in str(ei.value)
+
+
+@pytest.mark.parametrize("what", ["fail", "corrupt"])
+def test_a_copy_failure_on_a_fill_thread_ends_the_run(geom, tmp_path, what):
+    """A batch filled by several threads in jobs of 2 pages: a copy that fails (COPY_ERROR) or a frame that reads
+    back other bytes (CHECKSUM_ERROR) in any job ends the run; nothing of the batch is published and its frames
+    go back to the free list."""
+    mem = FlakyFrames(16)
+    store = GeneratedStore(3, 64)
+    svc = CapacityService(geom, 16, frame_memory=mem, workers=3)
+    svc.CHUNK = 2
+    svc.add_range(1, 64, 0, ctl.HBF_PERM_READ, store)
+    ok = svc.miss_many([(1, p, ctl.HBF_OP_LOAD, 10) for p in range(6)])      # 3 jobs, every one fine
+    assert all(x.status == RequestStatus.READY for x in ok)
+    setattr(mem, what, True)
+    got = svc.miss_many([(1, p, ctl.HBF_OP_LOAD, 1000) for p in range(6, 13)])
+    want = "COPY_ERROR" if what == "fail" else "CHECKSUM_ERROR"
+    assert {RequestStatus(x.status).name for x in got} == {want}
+    assert svc.report()["status"] == want
+    assert all(svc.pool.lookup(1, p) is None for p in range(6, 13))
+    assert all(svc.pool.lookup(1, p) is not None for p in range(6))
+    assert len(svc.pool._free) == 10

@@ -43,6 +43,17 @@ def test_twins_equal_the_numpy_definitions_bit_for_bit(monkeypatch):
         out = np.zeros_like(ref)
         d2, _ = kernels.generated_with_checksums(seed, p, out)
         assert d2 is out and np.array_equal(out, ref)
+        # the fill job: the pages straight into frames (a permutation of a larger memory), checksums, read back
+        mem = rng.integers(0, 256, (len(p) + 9, 4096), dtype=np.uint8)
+        before = mem.copy()
+        frames = rng.permutation(len(mem))[:len(p)]
+        sums, bad = kernels.fill_generated(seed, p, mem, frames, np.empty(512, np.uint64), True)
+        assert bad == -1 and np.array_equal(sums, ref_sums), seed
+        assert np.array_equal(mem[frames], ref), seed
+        untouched = np.setdiff1d(np.arange(len(mem)), frames)
+        assert np.array_equal(mem[untouched], before[untouched]), seed
+        assert GeneratedStore(seed, 1 << 56).fill_frames(p.astype(np.int64), mem, frames, np.empty(512, np.uint64),
+                                                        False)[1] == -1
     # checksums of arbitrary bytes (not generated): random pages, one bit flipped, one page in another's place
     data = rng.integers(0, 256, (64, 4096), dtype=np.uint8)
     p = rng.integers(0, 1 << 40, 64).astype(np.uint64)
@@ -51,6 +62,76 @@ def test_twins_equal_the_numpy_definitions_bit_for_bit(monkeypatch):
     assert np.array_equal(kernels.page_checksums(p, data), page_checksums(p, data))
     assert kernels.span_checksum(p[::-1], data) == span_checksum(p[::-1], data)
     assert kernels.page_checksums(p[:0], data[:0]).shape == (0,)
+
+
+@needs_numba
+def test_the_compiled_copy_equals_numpys(monkeypatch):
+    """FrameMemory.write_many's compiled copy (kernels.copy_rows) writes exactly numpy's ``mem[frames] = data``,
+    touches no other frame, and refuses a frame outside the memory (the loop checks no bounds itself)."""
+    from hbfd.capacity.frames import FrameMemory
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    rng = np.random.default_rng(3)
+    ref = rng.integers(0, 256, (40, 4096), dtype=np.uint8)
+    got = ref.copy()
+    frames = rng.permutation(40)[:17]
+    data = rng.integers(0, 256, (17, 4096), dtype=np.uint8)
+    kernels.copy_rows(got, frames, data)
+    ref[frames] = data
+    assert np.array_equal(got, ref)
+    kernels.copy_rows(got, frames[::2], data[::2][:, :])       # a strided selection of rows
+    assert np.array_equal(got, ref)
+    m = FrameMemory(40, got)
+    m.write_many(frames[:3], data[5:8])
+    ref[frames[:3]] = data[5:8]
+    assert np.array_equal(got, ref)
+    for bad in ([40], [-1]):
+        with pytest.raises(IndexError):
+            kernels.copy_rows(got, np.array(bad), data[:1])
+        with pytest.raises(IndexError):
+            kernels.fill_generated(1, np.array([3]), got, np.array(bad), np.empty(512, np.uint64), True)
+    assert np.array_equal(got, ref)
+
+
+@needs_numba
+@pytest.mark.parametrize("workers", [1, 3])
+def test_fill_threads_serve_what_one_thread_serves(monkeypatch, workers):
+    """The chunked fill on several threads (jobs of 5 pages) gives the same bytes, records, checksums and modeled
+    time as one thread in one job, compiled and not."""
+    out = {}
+    for mode in ("off", "on"):
+        monkeypatch.setenv("HBFD_ACCEL", mode)
+        out[mode] = _stream(32, NextPages(4), True, workers=workers, chunk=5)
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    one = _stream(32, NextPages(4), True, workers=1, chunk=64)
+    assert out["off"][0] == out["off"][1]
+    assert out["on"] == out["off"] == one
+
+
+@needs_numba
+def test_the_compiled_prefetch_split_equals_the_lookup(monkeypatch):
+    """FramePool.split_asked compiled (a dense table read in place) and in numpy (lookup_many): the same
+    unmapped indices, and touching the frames it returns sets the same referenced bits."""
+    from hbfcommon import capacity as cap
+    from hbfd.capacity.frames import FramePool
+    for trial in range(20):
+        pools = {}
+        for mode in ("off", "on"):
+            monkeypatch.setenv("HBFD_ACCEL", mode)
+            table = np.zeros(300, cap.PTE_DTYPE)
+            table["frame"] = cap.HBF_CAP_NO_FRAME
+            pool = FramePool(64)
+            pool.add_range(1, 300, table)
+            r = np.random.default_rng(trial)
+            pages = r.permutation(300)[:64]
+            table["frame"][pages] = np.arange(64)
+            pool.frames["referenced"][:] = r.integers(0, 2, 64)
+            asked = r.integers(-5, 310, 500).astype(np.int64)
+            touch, nr = pool.split_asked(1, asked)
+            pool.frames["referenced"][touch] = 1
+            pools[mode] = (nr, pool.frames["referenced"].copy())
+        assert np.array_equal(pools["on"][0], pools["off"][0])
+        assert np.array_equal(pools["on"][1], pools["off"][1])
+        assert len(pools["on"][0]) and (pools["off"][1] == 1).sum() > 32
 
 
 def test_off_runs_the_definitions(monkeypatch):
@@ -63,13 +144,15 @@ def test_off_runs_the_definitions(monkeypatch):
         kernels.generated_with_checksums(3, p, np.zeros((3, 4096), np.uint8))
 
 
-def _stream(width: int, policy, batched: bool = True) -> tuple:
+def _stream(width: int, policy, batched: bool = True, workers: int = 2, chunk: int | None = None) -> tuple:
     from hbfd.media import MediaGeometry
     geom = MediaGeometry(channels=2, dies_per_channel=1, planes_per_die=2, blocks_per_plane=64, pages_per_block=64,
                          channel_bytes_per_s=4_000_000_000, t_read_ns=4000, t_prog_ns=200_000, t_erase_ns=2_000_000)
     pages = 600
     store = GeneratedStore(seed=99, pages=pages)
-    svc = CapacityService(geom, 64, policy, workers=2, batched=batched)
+    svc = CapacityService(geom, 64, policy, workers=workers, batched=batched)
+    if chunk is not None:
+        svc.CHUNK = chunk
     svc.add_range(1, pages, 0, ctl.HBF_PERM_READ, store)
     out = CapacityDevice(svc).run_wide(1, np.arange(pages), width=width, gap_ns=1000, checksum=True)
     c = svc.report()["counters"]
@@ -95,6 +178,7 @@ def test_warm_reaches_every_twin(monkeypatch, caplog):
     caplog.set_level("DEBUG", logger="hbfd.accel")
     kernels.warm()
     twins = (kernels._generate_checksum_loop, kernels._checksum_loop, kernels._clock_select_loop,
-             kernels._rows_differ_loop)
+             kernels._rows_differ_loop, kernels._copy_rows_loop, kernels._prefetch_split_loop,
+             kernels._fill_generated_loop)
     assert all(t.is_compiled() for t in twins)
     assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text

@@ -97,3 +97,15 @@ def test_moe_policy_on_other_seeds_keeps_fewer_wasted_reads():
         out, rep = run(MoeExperts(8, 16, 4, 2, True, True), s)
         assert out["no_wait"] > d_out["no_wait"]
         assert rep["prefetch_wasted_total"] < d_rep["prefetch_wasted_total"]
+
+
+def test_next_pages_answers_a_batch_as_it_answers_each_miss():
+    """NextPages.on_miss_many (the batched service's array form) row i == on_miss(pages[i])."""
+    from hbfd.capacity.prefetch import RangeView
+    view = RangeView(1, 100, lambda p: False)
+    for depth in (1, 8, 64):
+        pol = NextPages(depth)
+        pages = np.array([0, 5, 99, 5, 37], np.int64)
+        got = pol.on_miss_many(view, pages)
+        assert got.shape == (5, depth) and got.dtype == np.int64
+        assert [list(r) for r in got] == [list(pol.on_miss(view, int(p))) for p in pages]
