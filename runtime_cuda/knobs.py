@@ -30,6 +30,15 @@ def completion_timeout_ns() -> int:
     return env_int("HBF_COMPLETION_TIMEOUT_NS", 0, lo=0)
 
 
+def stall_warn_s() -> int:
+    """HBF_STALL_WARN_S (default 0: off): seconds after the last launch without a synchronization of the session
+    and without any HBF request the GPU published (the control region's live activity) before the session warns
+    that a kernel may not end, naming the last launches (Session's stall watch; host memory only, no CUDA call, so
+    it also speaks while the main thread is blocked in the driver). Off by default: it cannot tell a kernel that
+    does not end from a long host phase after a torch.cuda.synchronize() it does not see."""
+    return env_int("HBF_STALL_WARN_S", 0, lo=0)
+
+
 def native_select() -> bool:
     """HBF_NATIVE_SELECT (default 1): a launch whose pointer arguments cannot reach a registered range runs
     the untouched native version of a kernel whose addresses come from its parameters (per-launch selection)."""

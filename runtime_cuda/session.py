@@ -244,6 +244,56 @@ def triton_arg_spans(args: Iterable[Any]) -> list[tuple[int, int]]:
     return spans
 
 
+class StallWatch:
+    """Whether launched work stopped making progress: launches since the last synchronization, and the GPU's
+    published HBF activity (requests and bytes per op, host-mapped: reading it needs no CUDA call, so a thread
+    can watch while the main thread is blocked inside the driver, e.g. a module load that waits for a kernel
+    that does not end). ``poll(now, activity)`` returns a warning event once per stall: ``warn_s`` seconds after
+    the later of the last launch and the last change of the activity, with launches outstanding. Times are
+    seconds of one monotonic clock (the caller's)."""
+
+    def __init__(self, warn_s: float, keep: int = 8) -> None:
+        self.warn_s = float(warn_s)
+        self.launches: list[tuple[float, str, str]] = []     # (time, kernel, what) of the latest `keep`
+        self.keep = keep
+        self.outstanding = 0
+        self.last_launch = 0.0
+        self.last_progress = 0.0
+        self.activity: Any = None
+        self.warned = False
+        self._lock = threading.Lock()
+
+    def launched(self, now: float, kernel: str, what: str = "") -> None:
+        with self._lock:
+            self.launches = (self.launches + [(now, kernel, what)])[-self.keep:]
+            self.outstanding += 1
+            self.last_launch = now
+            self.warned = False
+
+    def synchronized(self) -> None:
+        with self._lock:
+            self.outstanding = 0
+            self.warned = False
+
+    def poll(self, now: float, activity: Any) -> dict | None:
+        with self._lock:
+            if activity is not None and activity != self.activity:
+                self.activity = activity
+                self.last_progress = now
+                self.warned = False
+            if not self.outstanding or self.warned or self.warn_s <= 0:
+                return None
+            idle = now - max(self.last_launch, self.last_progress)
+            if idle < self.warn_s:
+                return None
+            self.warned = True
+            return {"seconds_without_progress": round(idle, 1),
+                    "seconds_since_last_launch": round(now - self.last_launch, 1),
+                    "launches_since_sync": self.outstanding,
+                    "last_launches": [{"seconds_ago": round(now - t, 1), "kernel": k, "what": w}
+                                      for t, k, w in reversed(self.launches)]}
+
+
 def stale_ranges(ranges: Sequence[D.DevRange], allocs: Mapping[int, tuple[int, int]],
                  address_range) -> list[dict]:
     """The registered ranges whose device allocation is gone: ``allocs`` holds, per range id, the allocation
@@ -331,6 +381,9 @@ class Session:
         self.ring_ovf_dptr = 0                  # the reference ring's overflow table (hbf_ref_ovf[], stealing)
         self.ring_ovf_entries = 0
         self.launch_selection: dict[str, dict] = {}
+        self.stall = StallWatch(knobs.stall_warn_s())          # launches without progress (a kernel may not end)
+        self.stalls: list[dict] = []
+        self._stall_stop = threading.Event()
         self._range_allocs: dict[int, tuple[int, int]] = {}   # range id -> its device allocation at registration
         self.stale_ranges: list[dict] = []                    # ranges found freed while registered (reported)
         self._stale_raised: set[int] = set()
@@ -381,6 +434,31 @@ class Session:
         h = self.ctl.ctl.header
         h.workload_pid = os.getpid()
         h.device_state_ptr = self.state_dptr
+        if self.stall.warn_s > 0:
+            threading.Thread(target=self._watch_stalls, name="hbf-stall-watch", daemon=True).start()
+
+    def _watch_stalls(self) -> None:
+        """The stall watch's thread: host memory only (the live activity), never a CUDA call."""
+        period = min(1.0, self.stall.warn_s / 4)
+        while not self._stall_stop.wait(period):
+            try:
+                a = C.read_activity(self.ctl.ctl)
+                act = (a.requests, a.bytes)
+            except HbfError:             # the activity's writer is between its two stores: no reading this time
+                act = None
+            except Exception:  # noqa: BLE001 - the region is gone (closing): the watch ends
+                return
+            ev = self.stall.poll(time.monotonic(), act)
+            if ev is None:
+                continue
+            self.stalls.append(ev)
+            last = ev["last_launches"][0] if ev["last_launches"] else {"kernel": "?"}
+            log.warning("no synchronization and no HBF request published for %.0f s since the last launch (%d "
+                        "launches outstanding, the last %s): a kernel may not end, or it runs long without HBF "
+                        "requests; last launches: %s (HBF_STALL_WARN_S)", ev["seconds_without_progress"],
+                        ev["launches_since_sync"], last["kernel"],
+                        ", ".join(f"{x['kernel']} ({x['seconds_ago']} s ago)" for x in ev["last_launches"]))
+            self._report("stall", ev)
 
     def _write_ranges_to_device(self) -> None:
         if not self.use_cuda or not self.state_dptr:
@@ -888,6 +966,8 @@ class Session:
         if b is not None:
             self._select(b, info, self._allocation_spans(ptrs), int(stream), "allocation")
         self._cu.launch(function, grid, block, args, shared, stream)
+        if self.stall.warn_s > 0:
+            self.stall.launched(time.monotonic(), name, f"grid {tuple(grid)} block {tuple(block)}")
 
     # ---------------------------------------------------------------------------- Triton
     def install_triton_hooks(self) -> None:
@@ -951,6 +1031,8 @@ class Session:
             else dict(metadata)
         fh = int(md.get("function", 0) or 0)
         name = str(md.get("name", f"function@{fh:#x}"))
+        if self.stall.warn_s > 0:
+            self.stall.launched(time.monotonic(), name, "triton")
         _, info = self.functions.get(fh, (None, None))
         if info is None:
             info = KernelInfo(name, -1, -1, False, ["kernel loaded before the session's Triton hooks were "
@@ -1040,7 +1122,7 @@ class Session:
                "l2_model": self.l2.summary() if self.l2 is not None else None,
                "ring": self._ring_counters(),
                "launch_selection": {k: dict(v, rules=dict(v["rules"])) for k, v in self.launch_selection.items()},
-               "stale_ranges": list(self.stale_ranges)}
+               "stale_ranges": list(self.stale_ranges), "stalls": list(self.stalls)}
         if publish:
             self._publish(totals)
         return out
@@ -1108,6 +1190,7 @@ class Session:
             sleep = min(sleep * 2, 2e-4)
         self._cu.ctx_synchronize()
         self._epoch += 1
+        self.stall.synchronized()
 
     def _prepare_backstop(self):
         """Load the backstop trap kernel (function finalized, cuFuncLoad) and create its non-blocking
@@ -1262,6 +1345,7 @@ class Session:
                     self._cu.host_unregister(self.ctl.address)
             except HbfError as e:
                 log.warning("CUDA cleanup: %s", e)
+        self._stall_stop.set()
         self.closed = True
         self.ctl.close()
         self.client.close()

@@ -1,0 +1,67 @@
+"""The stall watch (runtime_cuda.session.StallWatch, HBF_STALL_WARN_S): launches outstanding and no HBF activity
+published for warn_s seconds -> one warning event per stall, naming the last launches; progress or a
+synchronization ends the stall. The session's watch thread reads only host memory (the control region's live
+activity), so it speaks while the main thread is blocked in the driver (the Qwen3 run of 2026-12-06 sat two
+minutes in a module load that waited for a kernel)."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import runtime_cuda
+from hbfd.runner import start_daemon
+from runtime_cuda.session import StallWatch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_one_warning_per_stall_naming_the_last_launches():
+    w = StallWatch(10.0, keep=3)
+    assert w.poll(100.0, (1,)) is None                   # nothing launched: never a stall
+    for i, t in enumerate((101.0, 102.0, 103.0, 104.0)):
+        w.launched(t, f"k{i}", "grid")
+    assert w.poll(113.9, (1,)) is None                   # 9.9 s after the last launch
+    ev = w.poll(114.0, (1,))
+    assert ev is not None and ev["launches_since_sync"] == 4 and ev["seconds_since_last_launch"] == 10.0
+    assert [x["kernel"] for x in ev["last_launches"]] == ["k3", "k2", "k1"]          # newest first, `keep` of them
+    assert w.poll(200.0, (1,)) is None                   # once per stall
+    assert w.poll(201.0, (2,)) is None                   # progress: a new stall can begin
+    assert w.poll(210.9, (2,)) is None
+    assert w.poll(211.0, (2,))["seconds_without_progress"] == 10.0
+    w.synchronized()
+    assert w.poll(300.0, (2,)) is None                   # nothing outstanding after a synchronization
+    w.launched(301.0, "k9")
+    assert w.poll(305.0, None) is None and w.poll(311.0, None) is not None   # an unreadable activity is no progress
+
+
+def test_off_never_warns():
+    w = StallWatch(0)
+    w.launched(1.0, "k")
+    assert w.poll(1e9, (0,)) is None
+
+
+def test_the_watch_thread_reports_a_stall_to_hbfd(tmp_path):
+    with start_daemon("nominal", workdir=tmp_path, env={"HBFD_THERMAL": "none", "HBFD_ENGINE": "fixed"},
+                      pythonpath=[ROOT], timeout_s=90.0) as d:
+        s = runtime_cuda.attach(socket=str(d.socket), cuda=False)
+        try:
+            s.stall = StallWatch(0.2)
+            s.stall.launched(time.monotonic(), "never_ends", "grid (1,) block (32,)")
+            t = threading.Thread(target=s._watch_stalls, daemon=True)
+            t.start()
+            deadline = time.monotonic() + 10
+            while not s.stalls and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert s.stalls and s.stalls[0]["last_launches"][0]["kernel"] == "never_ends"
+            assert s.counters(publish=False)["stalls"] == s.stalls
+            summ = json.loads(s.client.call("GetSummary").summary_json)
+            assert [r["data"]["last_launches"][0]["kernel"] for r in summ["reports"] if r["kind"] == "stall"] \
+                == ["never_ends"]
+        finally:
+            s.close()
+        t.join(5)
+        assert not t.is_alive()                          # close() ends the watch
