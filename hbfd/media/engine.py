@@ -1560,8 +1560,7 @@ class MediaEngine:
             gxa = np.concatenate([np.zeros(nri, np.int64), np.where(ungated, 0, gx)])
             join = np.concatenate([z, allc["join"]])
             floor = np.concatenate([np.zeros(nri, np.int64), allc["floor"]])
-            planes_u = np.unique(pl)
-            pf0 = self.plane_free[planes_u].copy()
+            pf0 = self.plane_free.copy()          # (the scheduler changes only the planes of pl)
             carry = self.slots.take(evd)
             start, end, adm, rdy = eventsim.simulate_auto(kind, ready, pl, dd, sv, t_cmd=t_cmd,
                                                      queue_depth=g.queue_depth, plane_free=self.plane_free,
@@ -1577,7 +1576,7 @@ class MediaEngine:
                 _max_at(lrs, pl[isr], start[isr])
             dec = isr | (start < limit) | (start < lrs[pl])
             # decided state: plane free after the decided commands, their slot releases, program ends
-            self.plane_free[planes_u] = pf0
+            self.plane_free[:] = pf0
             _max_at(self.plane_free, pl[dec], end[dec])
             cd_old, ct_old = carry
             # (pending commands are re-admitted from _dec_h on: the releases after it are kept)
