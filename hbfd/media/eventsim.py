@@ -1230,15 +1230,27 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     pt = np.empty(2 * n + 2 * npl + 1, np.int64)
     pk = np.empty(2 * n + 2 * npl + 1, np.int64)
     ap = 0
-    while hs > 0 or ap < na:
+    # plane arrivals of the commands admitted here (admission time + t_cmd): in admission order, which is
+    # time order (admissions happen at the current time), so a queue beside the heap, not the heap (the
+    # events of an instant are all applied before its decisions: their order inside it is immaterial)
+    fq_t = np.empty(n, np.int64)
+    fq_x = np.empty(n, np.int64)
+    fh = 0
+    ft = 0
+    while hs > 0 or ap < na or fh < ft:
         t = ht[0] if hs > 0 else _BIG
         if ap < na and sat[ap] < t:
             t = sat[ap]
+        if fh < ft and fq_t[fh] < t:
+            t = fq_t[fh]
         while True:
             while True:
                 if ap < na and sat[ap] == t:           # the next arrival of the stream
                     key = SH + sax[ap]
                     ap += 1
+                elif fh < ft and fq_t[fh] == t:        # the next plane arrival of the queue
+                    key = 2 * SH + fq_x[fh]
+                    fh += 1
                 elif hs > 0 and ht[0] == t:
                     key = hk[0]
                     # pop
@@ -1324,6 +1336,7 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                         plist[nps] = x
                         nps += 1
             npush = 0
+            nadm = 0
             for k in range(nds):                       # admissions: reads first, (ready, seq)
                 d = dlist[k]
                 dmark[d] = False
@@ -1352,27 +1365,13 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                     dq[b + j] = z
                     o += 1
                     adm[x] = t
-                    pt[npush] = t + t_cmd
-                    pk[npush] = 2 * SH + x
-                    npush += 1
+                    fq_t[ft] = t + t_cmd
+                    fq_x[ft] = x
+                    ft += 1
+                    nadm += 1
                 outstanding[d] = o
             nds = 0
-            if t_cmd == 0 and npush > 0:               # plane arrivals at t: applied before the grants
-                for k in range(npush):
-                    tt = pt[k]
-                    key = pk[k]
-                    j = hs
-                    hs += 1
-                    while j > 0:
-                        q = (j - 1) >> 1
-                        if ht[q] < tt or (ht[q] == tt and hk[q] <= key):
-                            break
-                        ht[j] = ht[q]
-                        hk[j] = hk[q]
-                        j = q
-                    ht[j] = tt
-                    hk[j] = key
-                npush = 0
+            if t_cmd == 0 and nadm > 0:                # plane arrivals at t: applied before the grants
                 continue                               # the plane arrivals at t first
             for k in range(nps):                       # plane grants
                 p = plist[k]
