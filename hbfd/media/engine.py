@@ -1560,8 +1560,7 @@ class MediaEngine:
             gxa = np.concatenate([np.zeros(nri, np.int64), np.where(ungated, 0, gx)])
             join = np.concatenate([z, allc["join"]])
             floor = np.concatenate([np.zeros(nri, np.int64), allc["floor"]])
-            planes_u = np.unique(pl)
-            pf0 = self.plane_free[planes_u].copy()
+            pf0 = self.plane_free.copy()          # (the scheduler changes only the planes of pl)
             carry = self.slots.take(evd)
             start, end, adm, rdy = eventsim.simulate_auto(kind, ready, pl, dd, sv, t_cmd=t_cmd,
                                                      queue_depth=g.queue_depth, plane_free=self.plane_free,
@@ -1577,7 +1576,7 @@ class MediaEngine:
                 _max_at(lrs, pl[isr], start[isr])
             dec = isr | (start < limit) | (start < lrs[pl])
             # decided state: plane free after the decided commands, their slot releases, program ends
-            self.plane_free[planes_u] = pf0
+            self.plane_free[:] = pf0
             _max_at(self.plane_free, pl[dec], end[dec])
             cd_old, ct_old = carry
             # (pending commands are re-admitted from _dec_h on: the releases after it are kept)
@@ -2392,13 +2391,20 @@ def warm_twins(geometry: MediaGeometry) -> float:
         e.collect()
         _latest_per_die(np.arange(_LATEST_TWIN_MIN, dtype=np.int64) % 2, np.arange(_LATEST_TWIN_MIN, dtype=np.int64),
                         2, 4)
+        # the event scheduler on all dies at once (a gate across dies: _simulate_split declines; the engine's
+        # gates stay on their plane, so its runs above reach only the split)
+        two = np.arange(2, dtype=np.int64)
+        eventsim.simulate_compiled(np.full(2, eventsim.PROG, np.uint8), two, two, two, np.full(2, 100, np.int64),
+                                   t_cmd=geometry.t_cmd_ns, queue_depth=geometry.queue_depth,
+                                   plane_free=np.zeros(2, np.int64), die_carry={}, gate=np.array([-1, 0], np.int64),
+                                   gate_x=np.zeros(2, np.int64), full=True)
         e.drain()
         e.stats()                      # (bins the queueing delays)
     return accel.warm("media engine", run, WARM_TWINS)
 
 
 # every compiled twin of the media engine (warm_twins reaches each; tests check it)
-WARM_TWINS = (eventsim._simulate_loop, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
+WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update)

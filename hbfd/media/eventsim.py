@@ -987,8 +987,11 @@ def simulate_compiled(kind, ready, plane, die, service, *, t_cmd: int, queue_dep
     join = neg if join is None else np.asarray(join, np.int64)
     cd, ct = _carry_arrays(die_carry)
     pf = np.ascontiguousarray(plane_free, dtype=np.int64)
-    start, end, adm, rdy, ok = _simulate_loop(kind, ready, plane, die, service, int(t_cmd), int(queue_depth), pf,
-                                              cd, ct, gate, gate_x, floor, has_floor, join)
+    start, end, adm, rdy, ok, split = _simulate_split(kind, ready, plane, die, service, int(t_cmd), int(queue_depth),
+                                                      pf, cd, ct, gate, gate_x, floor, has_floor, join)
+    if not split:                                  # a gate across dies or a plane on two dies: all at once
+        start, end, adm, rdy, ok = _simulate_loop(kind, ready, plane, die, service, int(t_cmd), int(queue_depth), pf,
+                                                  cd, ct, gate, gate_x, floor, has_floor, join)
     if not ok:
         raise ValueError("eventsim: a gate names a command that never runs")
     if pf is not plane_free:
@@ -996,6 +999,118 @@ def simulate_compiled(kind, ready, plane, die, service, *, t_cmd: int, queue_dep
     if full:
         return start, end, adm, rdy
     return start, end
+
+
+@accel.jit
+def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate, gate_x, floor, has_floor, join):
+    """``_simulate_loop`` one die at a time (compiled by numba): where every plane's commands are on one die and
+    no gate (of a command not joined) crosses dies, the dies share nothing (``simulate_auto``'s event split), so
+    each die's commands (in index order: the FIFO ties keep their order), its carried releases and its planes'
+    free times are scheduled alone by ``_simulate_loop``, whose heaps then hold one die's events. The same
+    results bit for bit (tests/media/test_accel_media.py). Returns ``_simulate_loop``'s five results and
+    whether it split; where it did not, nothing is changed (``pf`` included) and the caller runs the loop on
+    all of it."""
+    n = kind.shape[0]
+    npl = pf.shape[0]
+    nd = 0
+    for i in range(n):
+        if die[i] + 1 > nd:
+            nd = die[i] + 1
+    start = np.zeros(n, np.int64)
+    end = np.zeros(n, np.int64)
+    adm = np.zeros(n, np.int64)
+    rdy = ready.copy()
+    pdie = np.full(npl, -1, np.int64)
+    for i in range(n):
+        p = plane[i]
+        if pdie[p] < 0:
+            pdie[p] = die[i]
+        elif pdie[p] != die[i]:
+            return start, end, adm, rdy, False, False
+        if join[i] < 0 and gate[i] >= 0 and die[gate[i]] != die[i]:
+            return start, end, adm, rdy, False, False
+    # the commands by die (counting sort, index order kept) and each one's index in its die
+    dofs = np.zeros(nd + 1, np.int64)
+    for i in range(n):
+        dofs[die[i] + 1] += 1
+    for d in range(nd):
+        dofs[d + 1] += dofs[d]
+    fill = dofs[:nd].copy()
+    order = np.empty(n, np.int64)
+    loc = np.empty(n, np.int64)
+    for i in range(n):
+        d = die[i]
+        loc[i] = fill[d] - dofs[d]
+        order[fill[d]] = i
+        fill[d] += 1
+    # carried releases by die (those of dies without commands change nothing here)
+    cofs = np.zeros(nd + 1, np.int64)
+    for k in range(cd.shape[0]):
+        if cd[k] < nd:
+            cofs[cd[k] + 1] += 1
+    for d in range(nd):
+        cofs[d + 1] += cofs[d]
+    cfill = cofs[:nd].copy()
+    cts = np.empty(cofs[nd], np.int64)
+    for k in range(cd.shape[0]):
+        d = cd[k]
+        if d < nd:
+            cts[cfill[d]] = ct[k]
+            cfill[d] += 1
+    ploc = np.full(npl, -1, np.int64)
+    ok = True
+    for d in range(nd):
+        a = dofs[d]
+        m = dofs[d + 1] - a
+        if m == 0:
+            continue
+        npd = 0                                   # the die's planes, numbered locally
+        for k in range(m):
+            p = plane[order[a + k]]
+            if ploc[p] < 0:
+                ploc[p] = npd
+                npd += 1
+        pl_l = np.empty(npd, np.int64)
+        pfl = np.empty(npd, np.int64)
+        for k in range(m):
+            p = plane[order[a + k]]
+            pl_l[ploc[p]] = p
+            pfl[ploc[p]] = pf[p]
+        kl = np.empty(m, kind.dtype)
+        rl = np.empty(m, np.int64)
+        pll = np.empty(m, np.int64)
+        dl = np.zeros(m, np.int64)
+        sl = np.empty(m, np.int64)
+        gl = np.empty(m, np.int64)
+        gxl = np.empty(m, np.int64)
+        fll = np.empty(m, np.int64)
+        jl = np.empty(m, np.int64)
+        for k in range(m):
+            i = order[a + k]
+            kl[k] = kind[i]
+            rl[k] = ready[i]
+            pll[k] = ploc[plane[i]]
+            sl[k] = service[i]
+            g = gate[i]
+            gl[k] = loc[g] if g >= 0 else -1
+            gxl[k] = gate_x[i]
+            fll[k] = floor[i]
+            jl[k] = join[i]
+        cdl = np.zeros(cofs[d + 1] - cofs[d], np.int64)
+        ctl = cts[cofs[d]:cofs[d + 1]].copy()
+        s, e, ad, r, okd = _simulate_loop(kl, rl, pll, dl, sl, t_cmd, Q, pfl, cdl, ctl, gl, gxl, fll, has_floor, jl)
+        if not okd:
+            ok = False
+        for k in range(m):
+            i = order[a + k]
+            start[i] = s[k]
+            end[i] = e[k]
+            adm[i] = ad[k]
+            rdy[i] = r[k]
+        for q in range(npd):
+            pf[pl_l[q]] = pfl[q]
+            ploc[pl_l[q]] = -1
+    return start, end, adm, rdy, ok, True
 
 
 @accel.jit
@@ -1115,15 +1230,27 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     pt = np.empty(2 * n + 2 * npl + 1, np.int64)
     pk = np.empty(2 * n + 2 * npl + 1, np.int64)
     ap = 0
-    while hs > 0 or ap < na:
+    # plane arrivals of the commands admitted here (admission time + t_cmd): in admission order, which is
+    # time order (admissions happen at the current time), so a queue beside the heap, not the heap (the
+    # events of an instant are all applied before its decisions: their order inside it is immaterial)
+    fq_t = np.empty(n, np.int64)
+    fq_x = np.empty(n, np.int64)
+    fh = 0
+    ft = 0
+    while hs > 0 or ap < na or fh < ft:
         t = ht[0] if hs > 0 else _BIG
         if ap < na and sat[ap] < t:
             t = sat[ap]
+        if fh < ft and fq_t[fh] < t:
+            t = fq_t[fh]
         while True:
             while True:
                 if ap < na and sat[ap] == t:           # the next arrival of the stream
                     key = SH + sax[ap]
                     ap += 1
+                elif fh < ft and fq_t[fh] == t:        # the next plane arrival of the queue
+                    key = 2 * SH + fq_x[fh]
+                    fh += 1
                 elif hs > 0 and ht[0] == t:
                     key = hk[0]
                     # pop
@@ -1209,6 +1336,7 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                         plist[nps] = x
                         nps += 1
             npush = 0
+            nadm = 0
             for k in range(nds):                       # admissions: reads first, (ready, seq)
                 d = dlist[k]
                 dmark[d] = False
@@ -1237,27 +1365,13 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                     dq[b + j] = z
                     o += 1
                     adm[x] = t
-                    pt[npush] = t + t_cmd
-                    pk[npush] = 2 * SH + x
-                    npush += 1
+                    fq_t[ft] = t + t_cmd
+                    fq_x[ft] = x
+                    ft += 1
+                    nadm += 1
                 outstanding[d] = o
             nds = 0
-            if t_cmd == 0 and npush > 0:               # plane arrivals at t: applied before the grants
-                for k in range(npush):
-                    tt = pt[k]
-                    key = pk[k]
-                    j = hs
-                    hs += 1
-                    while j > 0:
-                        q = (j - 1) >> 1
-                        if ht[q] < tt or (ht[q] == tt and hk[q] <= key):
-                            break
-                        ht[j] = ht[q]
-                        hk[j] = hk[q]
-                        j = q
-                    ht[j] = tt
-                    hk[j] = key
-                npush = 0
+            if t_cmd == 0 and nadm > 0:                # plane arrivals at t: applied before the grants
                 continue                               # the plane arrivals at t first
             for k in range(nps):                       # plane grants
                 p = plist[k]

@@ -172,11 +172,16 @@ class Ftl:
             del fr[len(fr) - take:]
         n0 = self._nrows
         if n0 + k - take > len(self._pool):
+            # (rows from n0 on were never handed out: still -1; one new array, written once)
             grow = max(len(self._pool), n0 + k - take - len(self._pool))
-            self._pool = np.concatenate([self._pool, np.full((grow, self.ppb), -1, np.int64)])
+            pool = np.empty((len(self._pool) + grow, self.ppb), np.int64)
+            pool[:n0] = self._pool[:n0]
+            pool[n0:] = -1
+            self._pool = pool
         rows[take:] = np.arange(n0, n0 + k - take)
         self._nrows = n0 + k - take
-        self._pool[rows] = -1
+        if take:                                      # given-back rows; the fresh ones are -1 already
+            self._pool[rows[:take]] = -1
         return rows
 
     def _open_row(self, b: int) -> None:

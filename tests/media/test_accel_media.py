@@ -91,6 +91,77 @@ def test_simulate_twin_equals_event_scheduler():
     assert np.array_equal(pf1, pf2)
 
 
+def _loop_args(a, kw, pf):
+    """``simulate_compiled``'s arguments to its loops (``_simulate_loop`` / ``_simulate_split``)."""
+    n = len(a["kind"])
+    neg = np.full(n, -1, np.int64)
+    z = np.zeros(n, np.int64)
+    cd, ct = eventsim._carry_arrays(kw["die_carry"])
+    g = kw.get("gate")
+    fl = kw.get("floor")
+    j = kw.get("join")
+    return (np.asarray(a["kind"], np.int64), np.asarray(a["ready"], np.int64), np.asarray(a["plane"], np.int64),
+            np.asarray(a["die"], np.int64), np.asarray(a["service"], np.int64), int(kw["t_cmd"]),
+            int(kw["queue_depth"]), pf, cd, ct, neg if g is None else np.asarray(g, np.int64),
+            z if kw.get("gate_x") is None else np.asarray(kw["gate_x"], np.int64),
+            z if fl is None else np.asarray(fl, np.int64), fl is not None, neg if j is None else np.asarray(j, np.int64))
+
+
+def test_simulate_split_per_die_equals_the_loop_on_all_dies():
+    """``_simulate_split`` (one die at a time) gives ``_simulate_loop``'s five results on all dies at once and the
+    same plane free times, on random cases with several dies (gates, floors, joins, carried releases, the queue
+    depth binding); a gate across dies or a plane on two dies: it declines and changes nothing (then
+    ``simulate_compiled`` runs the loop on all, equal to ``simulate``); a split that dropped a die's carried
+    releases is seen (the cases exercise them)."""
+    rng = np.random.default_rng(29)
+    nsplit = 0
+    seen = 0
+    for k in range(400):
+        a, kw, pf = _random_case(rng) if k < 300 else _big_case(rng)
+        args = _loop_args(a, kw, pf.copy())
+        pf1, pf2 = pf.copy(), pf.copy()
+        ref = eventsim._simulate_loop(*args[:7], pf1, *args[8:])
+        got = eventsim._simulate_split(*args[:7], pf2, *args[8:])
+        assert got[5], k
+        nsplit += len(np.unique(args[3])) > 1
+        for x, y in zip(ref, got[:5]):
+            assert np.array_equal(x, y), k
+        assert np.array_equal(pf1, pf2), k
+        if len(args[8]):                           # without the carried releases: differs somewhere
+            pf3 = pf.copy()
+            bad = eventsim._simulate_split(*args[:7], pf3, args[8][:0], args[9][:0], *args[10:])
+            seen += any(not np.array_equal(x, y) for x, y in zip(ref[:4], bad[:4])) or not np.array_equal(pf1, pf3)
+    assert nsplit > 100 and seen > 20
+    # a gate across dies: declined, pf unchanged; simulate_compiled then equals simulate
+    for k in range(40):
+        a, kw, pf = _big_case(rng)
+        die = a["die"]
+        prog = np.flatnonzero((a["kind"] != eventsim.READ))
+        i = prog[-1]
+        other = np.flatnonzero(die[:i] != die[i])
+        if not len(other):
+            continue
+        kw["gate"] = kw["gate"].copy()
+        kw["gate"][i] = other[-1]
+        args = _loop_args(a, kw, pf.copy())
+        pf2 = pf.copy()
+        got = eventsim._simulate_split(*args[:7], pf2, *args[8:])
+        assert not got[5] and np.array_equal(pf2, pf)
+        pf1, pf3 = pf.copy(), pf.copy()
+        for x, y in zip(eventsim.simulate(*a.values(), plane_free=pf1, **kw),
+                        eventsim.simulate_compiled(*a.values(), plane_free=pf3, **kw)):
+            assert np.array_equal(x, y)
+        assert np.array_equal(pf1, pf3)
+    # a plane on two dies: declined
+    a, kw, pf = _big_case(rng)
+    a["die"] = a["die"].copy()
+    i = int(np.flatnonzero(a["plane"] == a["plane"][-1])[0])
+    assert i < len(a["plane"]) - 1
+    a["die"][i] = a["die"][i] + 1
+    args = _loop_args(a, kw, pf.copy())
+    assert not eventsim._simulate_split(*args[:7], pf.copy(), *args[8:])[5]
+
+
 def test_simulate_twin_gate_that_never_runs():
     one = np.zeros(2, np.int64)
     args = (np.array([1, 1], np.uint8), one, one, one, np.array([5, 5], np.int64))
@@ -296,7 +367,7 @@ def _bump(out, i, k=None, by=1):
 
 
 @pytest.mark.parametrize("mod,name,perturb,op,nbytes,pattern", [
-    (eventsim, "_simulate_loop", lambda o: _later(o, 1), "mixed", 4096, "random"),
+    (eventsim, "_simulate_split", lambda o: _later(o, 1), "mixed", 4096, "random"),
     (diestage, "_fifo_loop", lambda o: _later(o, 0), "mixed", 4096, "random"),
     (engine_mod, "_chan_fcfs", lambda o: (o[0] + 1, o[1]), "read", 4096, "random"),
     (engine_mod, "_chan_fcfs_packed", lambda o: (o[0] + 1, o[1]), "read", 4096, "burst6k"),
@@ -344,7 +415,7 @@ def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
     ref = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     monkeypatch.setenv("HBFD_ACCEL", "auto")
     monkeypatch.setattr(accel, "_numba", lambda: (None, "numba not importable: ImportError: test"))
-    for mod, name in ((eventsim, "_simulate_loop"), (diestage, "_fifo_loop"), (diestage, "_fifo_carry"),
+    for mod, name in ((eventsim, "_simulate_loop"), (eventsim, "_simulate_split"), (diestage, "_fifo_loop"), (diestage, "_fifo_carry"),
                       (engine_mod, "_chan_fcfs"), (engine_mod, "_lookup_events"), (engine_mod, "_read_pass"),
                       (engine_mod, "_read_front"), (engine_mod, "_chan_fcfs_packed"), (hist, "_bin_into"),
                       (lindley, "_packed_build"), (lindley, "_packed_sort"), (eventsim, "_chains_loop"),
@@ -369,7 +440,7 @@ def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
     monkeypatch.setenv("HBFD_ACCEL", "on")
     from hbfd.media import kernels as K
     from hbfd.media import hist
-    twins = (eventsim._simulate_loop, K._fifo_loop, K._fifo_carry, K._lookup_events, K._chan_fcfs,
+    twins = (eventsim._simulate_loop, eventsim._simulate_split, K._fifo_loop, K._fifo_carry, K._lookup_events, K._chan_fcfs,
              K._chan_fcfs_packed, K._read_front, K._read_pass, hist._bin_into, K._packed_build, K._packed_sort,
              eventsim._chains_loop, eventsim._qd_loop, K._latest_q, K._pending_fields, K._pid_map, K._tail_scan,
              K._carry_keep, K._ring_loop, K._extreme_at, K._ends_get, K._l2p_swap, K._dup_planes,
