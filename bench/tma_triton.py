@@ -194,7 +194,7 @@ def admitted_with_tma(a: dict) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ CPU
-def dry_run(K, res: dict, out_path: Path, deadline: float) -> None:
+def dry_run(K, res: dict, out_path: Path, deadline: float, names: tuple = KERNELS) -> None:
     import triton  # noqa: PLC0415
     from triton.backends.compiler import GPUTarget  # noqa: PLC0415
     from triton.compiler import ASTSource  # noqa: PLC0415
@@ -202,7 +202,7 @@ def dry_run(K, res: dict, out_path: Path, deadline: float) -> None:
     from hbfcommon import artifact as A  # noqa: PLC0415
     adm = res.setdefault("admission", {})
     use_ptxas("hbf")
-    for name in KERNELS:
+    for name in names:
         if time.time() > deadline:
             adm[name] = {"error": "budget spent before this kernel"}
             continue
@@ -225,7 +225,7 @@ def dry_run(K, res: dict, out_path: Path, deadline: float) -> None:
                          "ok": False}
         log.info("%s: %s", name, {k: adm[name].get(k) for k in ("ok", "admitted", "reasons", "tma", "tma_hooks", "error")})
         write_json(out_path, res)
-    res["ok"] = all(adm.get(n, {}).get("ok") for n in KERNELS)
+    res["ok"] = all(adm.get(n, {}).get("ok") for n in names)
 
 
 # ------------------------------------------------------------------------------------------------ GPU
@@ -388,7 +388,7 @@ def gpu_case(s, K, name: str, rec: dict, save, torch) -> None:
     save(f"{name}: native cost done")
 
 
-def gpu_run(K, res: dict, out_path: Path, deadline: float) -> None:
+def gpu_run(K, res: dict, out_path: Path, deadline: float, names: tuple = KERNELS) -> None:
     import torch  # noqa: PLC0415
     import triton  # noqa: PLC0415
 
@@ -403,7 +403,7 @@ def gpu_run(K, res: dict, out_path: Path, deadline: float) -> None:
         s = runtime_cuda.attach(socket=sock)
         s.install_triton_hooks()
         res["media"] = {"timing_source": int(s.state.media.timing_source), "fixed_read_ns": int(s.state.media.fixed_read_ns)}
-        for name in KERNELS:
+        for name in names:
             rec = cases.setdefault(name, {})
             if time.time() > deadline:
                 rec["error"] = "budget spent before this case"
@@ -431,7 +431,7 @@ def gpu_run(K, res: dict, out_path: Path, deadline: float) -> None:
             s.close()
         except Exception as e:  # noqa: BLE001
             res["close_error"] = f"{type(e).__name__}: {e}"
-    res["ok"] = all(cases.get(n, {}).get("ok") for n in KERNELS)
+    res["ok"] = all(cases.get(n, {}).get("ok") for n in names)
 
 
 def main(argv=None) -> int:
@@ -440,7 +440,11 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default="", help="build folder (default: a new temporary one)")
     ap.add_argument("--dry-run", action="store_true", help="CPU: compile through hbfcc-ptxas, report admission")
     ap.add_argument("--budget-s", type=float, default=270.0, help="no case starts after this many seconds")
+    ap.add_argument("--only", default=",".join(KERNELS), help="comma list of kernels (default: all)")
     a = ap.parse_args(argv)
+    names = tuple(n for n in a.only.split(",") if n)
+    if not names or set(names) - set(KERNELS):
+        ap.error(f"--only: choose from {', '.join(KERNELS)}")
     logging.basicConfig(level=logging.INFO, format="[tma_triton %(asctime)s] %(message)s", datefmt="%H:%M:%S")
     t0 = time.time()
     deadline = t0 + a.budget_s
@@ -460,10 +464,10 @@ def main(argv=None) -> int:
         K = load_kernels(work)
         if a.dry_run:
             res["card"] = "CPU"
-            dry_run(K, res, out_path, deadline)
+            dry_run(K, res, out_path, deadline, names)
         else:
             res["card"] = gpu_info()
-            gpu_run(K, res, out_path, deadline)
+            gpu_run(K, res, out_path, deadline, names)
     except Exception as e:  # noqa: BLE001
         res["error"] = f"{type(e).__name__}: {e}"[:2000]
         res["traceback"] = traceback.format_exc()[-4000:]
