@@ -385,6 +385,8 @@ def gpu_case(s, K, name: str, rec: dict, save, torch) -> None:
                                       "plain and hbf interleaved"}
     except Exception as e:  # noqa: BLE001
         rec["native_cost"] = {"error": f"{type(e).__name__}: {e}"[:2000], "traceback": traceback.format_exc()[-3000:]}
+    ls = s.counters(publish=False).get("launch_selection") or {}
+    rec["launch_selection"] = {k: v for k, v in ls.items() if name in str(k)} or ls
     save(f"{name}: native cost done")
 
 
@@ -466,6 +468,12 @@ def main(argv=None) -> int:
             res["card"] = "CPU"
             dry_run(K, res, out_path, deadline, names)
         else:
+            import torch  # noqa: PLC0415
+            if not torch.cuda.is_available():
+                log.error("no GPU: only --dry-run runs here")
+                res.update(error="no GPU (torch.cuda.is_available() is False): only --dry-run runs here", ok=False)
+                write_json(out_path, res)
+                return 2
             res["card"] = gpu_info()
             gpu_run(K, res, out_path, deadline, names)
     except Exception as e:  # noqa: BLE001

@@ -88,3 +88,16 @@ def test_dry_run_admits_every_kernel_with_its_tma_sites_rewritten(tmp_path):
             assert a["ptx_tensormap_ops"] == 0
         else:                          # device descriptors: their publication into global scratch is rewritten too
             assert a["tma"].get("tensormap.cp_fenceproxy.global", 0) >= 3, (name, a)
+
+
+def test_gpu_mode_without_a_gpu_says_so(tmp_path):
+    pytest.importorskip("triton")
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the GPU mode would run")
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "tma_triton.py"), "--out", str(tmp_path / "out"),
+                        "--work", str(tmp_path / "work")], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    doc = json.loads((tmp_path / "out" / "tma_triton.json").read_text())
+    assert r.returncode == 2 and doc["ok"] is False and "no GPU" in doc["error"]
+    assert doc["mode"] == "gpu" and "cases" not in doc
