@@ -217,7 +217,8 @@ def dry_run(K, res: dict, out_path: Path, deadline: float, names: tuple = KERNEL
             a.update({"seconds": round(time.time() - t, 1), "ptx_tensor_copies": ptx.count("cp.async.bulk.tensor"),
                       "ptx_tensormap_ops": ptx.count("tensormap."),
                       "ptx_sha256": hashlib.sha256(ptx.encode()).hexdigest()[:16],
-                      "cubin_calls_helpers": b"__hb_" in k.asm["cubin"]})
+                      "cubin_calls_helpers": b"__hb_" in k.asm["cubin"],
+                      "tensordesc_meta": getattr(k.metadata, "tensordesc_meta", None)})
             a["ok"] = admitted_with_tma(a)
             adm[name] = a
         except Exception as e:  # noqa: BLE001
@@ -261,18 +262,31 @@ def _launcher(K, name: str, sfx: str, ins: dict, torch):
     return lambda: (fn[grid](ins["Q"], ins["K"], ins["V"], out, scale, zh, AT["N_CTX"], num_warps=warps, **cx), out)
 
 
+SWIZZLE_BYTES = 128    # the widest TMA swizzle: Triton 3.6 clamps a box's inner extent to it
+
+
+def box_copies(rows: int, cols: int, elem: int = 2) -> int:
+    """TMA copies one [rows, cols] tile load or store takes: Triton 3.6 clamps the box's inner extent to the 128-byte
+    swizzle (the kernel's tensordesc_meta block_size) and moves a wider tile as several boxes, issued by as many
+    lanes from one PTX site (a [64, 128] fp16 tile: two [64, 64] boxes)."""
+    del rows
+    return -(-cols * elem // SWIZZLE_BYTES)
+
+
 def expected_tma(name: str) -> dict:
-    """What the kernel's TMA loads move, all in bounds: load copies and the bytes they read from the inputs (every
-    C tile reads its A row panel and B column panel; every Q block reads its Q tile and all K and V tiles of its
-    (batch, head))."""
+    """What the kernel's TMA copies move, all in bounds: load and store copies (box_copies) and the bytes the loads
+    read from the inputs (every C tile reads its A row panel and B column panel; every Q block reads its Q tile and
+    all K and V tiles of its (batch, head))."""
     if name.startswith("matmul"):
         tiles = (MM["M"] // MM["BM"]) * (MM["N"] // MM["BN"])
         steps = MM["K"] // MM["BK"]
-        return {"load_copies": tiles * steps * 2,
+        return {"load_copies": tiles * steps * (box_copies(MM["BM"], MM["BK"]) + box_copies(MM["BK"], MM["BN"])),
+                "store_copies": tiles * box_copies(MM["BM"], MM["BN"]),
                 "input_bytes_read": tiles * steps * (MM["BM"] * MM["BK"] + MM["BK"] * MM["BN"]) * 2}
     blocks = (AT["N_CTX"] // AT["BM"]) * AT["Z"] * AT["H"]
     steps = AT["N_CTX"] // AT["BN"]
-    return {"load_copies": blocks * (1 + 2 * steps),
+    return {"load_copies": blocks * (box_copies(AT["BM"], AT["D"]) + 2 * steps * box_copies(AT["BN"], AT["D"])),
+            "store_copies": blocks * box_copies(AT["BM"], AT["D"]),
             "input_bytes_read": blocks * (AT["BM"] * AT["D"] + 2 * steps * AT["BN"] * AT["D"]) * 2}
 
 

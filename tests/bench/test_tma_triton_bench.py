@@ -33,14 +33,17 @@ def test_both_builds_of_every_kernel_are_in_the_source():
 def test_expected_tma_traffic():
     mm = TT.expected_tma("matmul_host")
     tiles, steps = (1024 // 128) ** 2, 1024 // 64
-    assert mm == {"load_copies": tiles * steps * 2, "input_bytes_read": tiles * steps * (128 * 64 * 2) * 2}
+    # A's [128, 64] tile is one box, B's [64, 128] two [64, 64] boxes (128-byte inner extent), C's [128, 128] two
+    assert mm == {"load_copies": tiles * steps * 3, "store_copies": tiles * 2,
+                  "input_bytes_read": tiles * steps * (128 * 64 * 2) * 2}
+    assert [TT.box_copies(64, c) for c in (32, 64, 65, 128, 256)] == [1, 1, 2, 2, 4]
     # every C tile reads a whole A row panel and a whole B column panel: 8 x each input's bytes
     assert mm["input_bytes_read"] == 8 * 2 * (1024 * 1024 * 2)
     at = TT.expected_tma("attn_fwd")
     # Q read once, K and V once per Q block (8 blocks per (batch, head))
     qkv = 2 * 4 * 1024 * 64 * 2
     assert at["input_bytes_read"] == qkv + 2 * 8 * qkv
-    assert at["load_copies"] == 64 * (1 + 2 * 16)
+    assert at["load_copies"] == 64 * (1 + 2 * 16) and at["store_copies"] == 64
 
 
 def test_admission_criterion_rejects_what_it_must():
@@ -86,6 +89,8 @@ def test_dry_run_admits_every_kernel_with_its_tma_sites_rewritten(tmp_path):
         assert a["cubin_calls_helpers"] and a["helper"]
         if name == "matmul_host":      # host descriptors: no descriptor is built on the device
             assert a["ptx_tensormap_ops"] == 0
+            # the launcher encodes the boxes the kernel expects: inner extents clamped to 128 bytes (box_copies)
+            assert [m["block_size"] for m in a["tensordesc_meta"]] == [[128, 64], [64, 64], [128, 64]]
         else:                          # device descriptors: their publication into global scratch is rewritten too
             assert a["tma"].get("tensormap.cp_fenceproxy.global", 0) >= 3, (name, a)
 
