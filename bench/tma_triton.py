@@ -3,7 +3,7 @@
 descriptors, and a FlashAttention-style forward kernel, their inputs registered, admitted, bit-identical, counted.
 
     python3 bench/tma_triton.py --dry-run --out bench/results          # CPU: compile through hbfcc-ptxas, admission
-    PYTHONUNBUFFERED=1 python3 bench/tma_triton.py --out $OUT --budget-s 270     # GPU (H100/H200), one process
+    PYTHONUNBUFFERED=1 python3 bench/tma_triton.py --out $OUT --budget-s 270     # GPU (H100/H200), ~1-2 min
 
 Kernels (this file's own Triton code; fp16 in, fp32 accumulate):
   matmul_host   C = A @ B, host ``TensorDescriptor``s (triton.tools.tensor_descriptor) for A [M,K], B [K,N], C [M,N];
@@ -14,10 +14,10 @@ Kernels (this file's own Triton code; fp16 in, fp32 accumulate):
                 blocks of its (batch, head) loaded through device descriptors (pipelined, num_stages=3), online
                 softmax in base 2, O = P V / l; batch 2, heads 4, seq 1024, head dim 64
 
-GPU mode (one process, like bench/runtime_triton.py's children, and the TMA device path opted in with
-HBF_TMA_DEVICE=1 as bench/tma_semantics.py does): the real hbfd on a private socket with a fixed 5 us source
-(devpath_common.source_profile ``fixed5us``), runtime_cuda.attach() + Session.install_triton_hooks(). Per kernel:
-built twice in this process, ``<k>_plain`` with CUDA's ptxas and ``<k>_hbf`` with TRITON_PTXAS_PATH=hbfcc-ptxas
+GPU mode (each kernel a case in its own child process, as bench/runtime_triton.py runs its parts, through its
+run_child; the TMA device path opted in with HBF_TMA_DEVICE=1 as bench/tma_semantics.py does): the real hbfd on a
+private socket with a fixed 5 us source (devpath_common.source_profile ``fixed5us``), runtime_cuda.attach() +
+Session.install_triton_hooks(). Per kernel: built twice in the child, ``<k>_plain`` with CUDA's ptxas and ``<k>_hbf`` with TRITON_PTXAS_PATH=hbfcc-ptxas
 (the same real ptxas underneath); the plain one runs with nothing registered, then the kernel's inputs (A and B;
 Q, K and V) are registered as timing ranges and the hbf one runs on the same inputs. Recorded: the hbf build's
 admission (the session's binding and the artifact: admitted, reasons, TMA sites), outputs bit-identical (bytes
@@ -28,9 +28,10 @@ launch time with the inputs registered (median of REPS launches, each between tw
 are unregistered, the hbf build's native cost: BACK_TO_BACK launches queued between two events, plain and hbf
 interleaved, PAIRS pairs (issue 15's goal: <= 1.02x).
 
-Every case runs in try/except (one failure keeps the others), the JSON (<out>/tma_triton.json, or
-tma_triton_dry.json for --dry-run) is rewritten atomically after every stage, and no case starts after
---budget-s seconds.
+Every case runs in try/except in its child (a failure, a fault or a hang past --case-timeout costs that case only),
+the child rewrites <out>/tma_triton.<kernel>.partial.json atomically after every stage, the parent
+<out>/tma_triton.json after every case (tma_triton_dry.json for --dry-run), and no case starts after --budget-s
+seconds.
 
 CPU mode (``--dry-run``): each kernel compiled for GPUTarget("cuda", 90, 32) through hbfcc-ptxas (host descriptors
 as ``tensordesc<...>`` parameters; no GPU, no allocator needed to compile), and its admission read from the
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import logging
 import os
 import statistics
@@ -404,7 +406,9 @@ def gpu_case(s, K, name: str, rec: dict, save, torch) -> None:
     save(f"{name}: native cost done")
 
 
-def gpu_run(K, res: dict, out_path: Path, deadline: float, names: tuple = KERNELS) -> None:
+def child_case(name: str, partial: Path) -> dict:
+    """One case in this (child) process: its own hbfd (fixed 5 us source), session and Triton hooks; the case's record
+    rewritten to ``partial`` after every stage, so a child killed at its timeout still reports what it did."""
     import torch  # noqa: PLC0415
     import triton  # noqa: PLC0415
 
@@ -412,41 +416,59 @@ def gpu_run(K, res: dict, out_path: Path, deadline: float, names: tuple = KERNEL
     from devpath_common import SOURCES, hbfd_daemon, source_profile  # noqa: PLC0415
     SOURCES["fixed5us"] = ("fixed", 5_000)
     work = Path(os.environ["TRITON_CACHE_DIR"]).parent
-    # device descriptors: Triton 3.6 writes them into global scratch the allocator hands out
-    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-    cases = res.setdefault("cases", {})
-    with hbfd_daemon(work, source_profile(work, "fixed5us")) as sock:
-        s = runtime_cuda.attach(socket=sock)
-        s.install_triton_hooks()
-        res["media"] = {"timing_source": int(s.state.media.timing_source), "fixed_read_ns": int(s.state.media.fixed_read_ns)}
-        for name in names:
-            rec = cases.setdefault(name, {})
-            if time.time() > deadline:
-                rec["error"] = "budget spent before this case"
-                continue
-            t = time.time()
+    tmp = Path(tempfile.mkdtemp(prefix=f"hbfd-{name}-", dir=work))
+    rec: dict = {}
 
-            def save(stage: str, rec=rec) -> None:
-                rec["stage"] = stage
-                write_json(out_path, res)
+    def save(stage: str) -> None:
+        rec["stage"] = stage
+        write_json(partial, rec)
+    t = time.time()
+    try:
+        # device descriptors: Triton 3.6 writes them into global scratch the allocator hands out
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+        K = load_kernels(work)
+        with hbfd_daemon(tmp, source_profile(tmp, "fixed5us")) as sock:
+            s = runtime_cuda.attach(socket=sock)
+            s.install_triton_hooks()
+            rec["media"] = {"timing_source": int(s.state.media.timing_source),
+                            "fixed_read_ns": int(s.state.media.fixed_read_ns)}
+            save("attached")
             try:
                 gpu_case(s, K, name, rec, save, torch)
-            except Exception as e:  # noqa: BLE001
-                rec["error"] = f"{type(e).__name__}: {e}"[:2000]
-                rec["traceback"] = traceback.format_exc()[-4000:]
-                rec["ok"] = False
+            finally:
                 try:
-                    torch.cuda.synchronize()
-                except Exception:  # noqa: BLE001
-                    rec["context_lost"] = True
-            rec["seconds"] = round(time.time() - t, 1)
-            log.info("%s: ok=%s checks=%s native=%s %s", name, rec.get("ok"), rec.get("checks"),
-                     (rec.get("native_cost") or {}).get("ratio_median"), rec.get("error", ""))
+                    s.close()
+                except Exception as e:  # noqa: BLE001
+                    rec["close_error"] = f"{type(e).__name__}: {e}"
+    except Exception as e:  # noqa: BLE001
+        rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+        rec["traceback"] = traceback.format_exc()[-4000:]
+        rec["ok"] = False
+    rec["seconds"] = round(time.time() - t, 1)
+    rec.setdefault("ok", False)
+    save("done")
+    return rec
+
+
+def gpu_run(res: dict, out_dir: Path, out_path: Path, deadline: float, names: tuple, case_timeout: float) -> None:
+    """Each case in its own child process (runtime_triton.run_child: a hung or faulting kernel costs that case
+    only), at most case_timeout seconds and none started after the deadline; the JSON rewritten after each."""
+    from runtime_triton import run_child  # noqa: PLC0415
+    cases = res.setdefault("cases", {})
+    for name in names:
+        left = deadline - time.time()
+        if left <= 0:
+            cases[name] = {"error": "budget spent before this case", "ok": False}
             write_json(out_path, res)
-        try:
-            s.close()
-        except Exception as e:  # noqa: BLE001
-            res["close_error"] = f"{type(e).__name__}: {e}"
+            continue
+        partial = out_dir / f"tma_triton.{name}.partial.json"
+        partial.unlink(missing_ok=True)
+        cases[name] = run_child(__file__, name, {"HBF_BENCH_PARTIAL": str(partial)},
+                                timeout=min(case_timeout, left + 60), partial=partial)
+        rec = cases[name]
+        log.info("%s: ok=%s checks=%s native=%s %s", name, rec.get("ok"), rec.get("checks"),
+                 (rec.get("native_cost") or {}).get("ratio_median"), rec.get("error", ""))
+        write_json(out_path, res)
     res["ok"] = all(cases.get(n, {}).get("ok") for n in names)
 
 
@@ -457,7 +479,14 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="CPU: compile through hbfcc-ptxas, report admission")
     ap.add_argument("--budget-s", type=float, default=270.0, help="no case starts after this many seconds")
     ap.add_argument("--only", default=",".join(KERNELS), help="comma list of kernels (default: all)")
+    ap.add_argument("--case-timeout", type=float, default=150.0, help="seconds one GPU case's child may take")
+    ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.child:   # one GPU case (gpu_run's child): its record on stdout, the CHILD-JSON line run_child reads
+        logging.basicConfig(level=logging.INFO, format=f"[tma_triton {a.child} %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+        r = child_case(a.child, Path(os.environ["HBF_BENCH_PARTIAL"]))
+        print("CHILD-JSON " + json.dumps(r, default=str), flush=True)
+        os._exit(0)
     names = tuple(n for n in a.only.split(",") if n)
     if not names or set(names) - set(KERNELS):
         ap.error(f"--only: choose from {', '.join(KERNELS)}")
@@ -477,10 +506,9 @@ def main(argv=None) -> int:
     try:
         import triton  # noqa: PLC0415
         res["triton"] = triton.__version__
-        K = load_kernels(work)
         if a.dry_run:
             res["card"] = "CPU"
-            dry_run(K, res, out_path, deadline, names)
+            dry_run(load_kernels(work), res, out_path, deadline, names)
         else:
             import torch  # noqa: PLC0415
             if not torch.cuda.is_available():
@@ -489,7 +517,7 @@ def main(argv=None) -> int:
                 write_json(out_path, res)
                 return 2
             res["card"] = gpu_info()
-            gpu_run(K, res, out_path, deadline, names)
+            gpu_run(res, out_dir, out_path, deadline, names, a.case_timeout)
     except Exception as e:  # noqa: BLE001
         res["error"] = f"{type(e).__name__}: {e}"[:2000]
         res["traceback"] = traceback.format_exc()[-4000:]

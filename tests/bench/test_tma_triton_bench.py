@@ -106,3 +106,27 @@ def test_gpu_mode_without_a_gpu_says_so(tmp_path):
     doc = json.loads((tmp_path / "out" / "tma_triton.json").read_text())
     assert r.returncode == 2 and doc["ok"] is False and "no GPU" in doc["error"]
     assert doc["mode"] == "gpu" and "cases" not in doc
+
+
+def test_gpu_cases_run_in_children_that_report_their_failure(tmp_path, monkeypatch):
+    """gpu_run's plumbing without a GPU: each case a child with its own hbfd and session (attached here: the media
+    block is read), the CUDA failure recorded in that case, the partial JSON written, the next case still run."""
+    pytest.importorskip("triton")
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the cases would run")
+    import time
+    from devpath_common import toolchain_env
+    for k, v in toolchain_env(tmp_path / "work").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("HBF_TMA_DEVICE", "1")
+    res: dict = {}
+    out = tmp_path / "out"
+    out.mkdir()
+    TT.gpu_run(res, out, out / "tma_triton.json", time.time() + 100, ("matmul_host", "attn_fwd"), 90)
+    assert res["ok"] is False and set(res["cases"]) == {"matmul_host", "attn_fwd"}
+    for name, c in res["cases"].items():
+        assert c["child_rc"] == 0 and c["ok"] is False and c["stage"] == "done", (name, c)
+        assert c["media"]["fixed_read_ns"] == 5_000 and c["error"], (name, c)
+        assert json.loads((out / f"tma_triton.{name}.partial.json").read_text())["error"] == c["error"]
+    assert json.loads((out / "tma_triton.json").read_text())["cases"]["attn_fwd"]["stage"] == "done"
