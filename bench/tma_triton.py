@@ -1,0 +1,532 @@
+#!/usr/bin/env python3
+"""Triton TMA kernels through the runtime (issue 15, item 5): a TMA matmul with host descriptors, one with device
+descriptors, and a FlashAttention-style forward kernel, their inputs registered, admitted, bit-identical, counted.
+
+    python3 bench/tma_triton.py --dry-run --out bench/results          # CPU: compile through hbfcc-ptxas, admission
+    PYTHONUNBUFFERED=1 python3 bench/tma_triton.py --out $OUT --budget-s 270     # GPU (H100/H200), ~1-2 min
+
+Kernels (this file's own Triton code; fp16 in, fp32 accumulate):
+  matmul_host   C = A @ B, host ``TensorDescriptor``s (triton.tools.tensor_descriptor) for A [M,K], B [K,N], C [M,N];
+                the K loop pipelined (tl.range num_stages=3)
+  matmul_dev    the same with ``tl.make_tensor_descriptor`` built on the device (triton.set_allocator gives the
+                global scratch the descriptors are written to), num_stages=4
+  attn_fwd      FlashAttention-style forward (non-causal): one Q block of BM rows resident, a loop over the K/V
+                blocks of its (batch, head) loaded through device descriptors (pipelined, num_stages=3), online
+                softmax in base 2, O = P V / l; batch 2, heads 4, seq 1024, head dim 64
+
+GPU mode (each kernel a case in its own child process, as bench/runtime_triton.py runs its parts, through its
+run_child; the TMA device path opted in with HBF_TMA_DEVICE=1 as bench/tma_semantics.py does): the real hbfd on a
+private socket with a fixed 5 us source (devpath_common.source_profile ``fixed5us``), runtime_cuda.attach() +
+Session.install_triton_hooks(). Per kernel: built twice in the child, ``<k>_plain`` with CUDA's ptxas and ``<k>_hbf`` with TRITON_PTXAS_PATH=hbfcc-ptxas
+(the same real ptxas underneath); the plain one runs with nothing registered, then the kernel's inputs (A and B;
+Q, K and V) are registered as timing ranges and the hbf one runs on the same inputs. Recorded: the hbf build's
+admission (the session's binding and the artifact: admitted, reasons, TMA sites), outputs bit-identical (bytes
+equal), the session counters of the hbf kernel for that launch (read requests and bytes; tma_copies,
+tma_hbf_bytes, tma_hbm_bytes, tma_oob_bytes, tma_phases, tma_consumed, tma_stale, tma_leaked; checked:
+tma_copies > 0, tma_hbf_bytes > 0, tma_phases == tma_consumed, tma_stale == 0, tma_leaked == 0), plain vs hbf
+launch time with the inputs registered (median of REPS launches, each between two events), and, after the ranges
+are unregistered, the hbf build's native cost: BACK_TO_BACK launches queued between two events, plain and hbf
+interleaved, PAIRS pairs (issue 15's goal: <= 1.02x).
+
+Every case runs in try/except in its child (a failure, a fault or a hang past --case-timeout costs that case only),
+the child rewrites <out>/tma_triton.<kernel>.partial.json atomically after every stage, the parent
+<out>/tma_triton.json after every case (tma_triton_dry.json for --dry-run), and no case starts after --budget-s
+seconds.
+
+CPU mode (``--dry-run``): each kernel compiled for GPUTarget("cuda", 90, 32) through hbfcc-ptxas (host descriptors
+as ``tensordesc<...>`` parameters; no GPU, no allocator needed to compile), and its admission read from the
+artifact: admitted, reasons, the TMA sites (the rewrite's tma counts and hooks), whether the cubin calls the
+helpers. Exit 0 when every kernel is admitted with its TMA copies rewritten.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+for _p in (str(ROOT), str(ROOT / "bench")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from devpath_common import gpu_info, prepare_run, use_ptxas, write_json  # noqa: E402
+
+log = logging.getLogger("tma_triton")
+
+KERNELS = ("matmul_host", "matmul_dev", "attn_fwd")
+REPS = 7               # registered: launches timed one by one (median)
+PAIRS = 11             # native cost: interleaved plain / hbf pairs
+BACK_TO_BACK = 20      # native cost: launches queued between two events
+SLEEP_CYCLES = 2_000_000   # torch.cuda._sleep before each timed window
+TMA_FIELDS = ("tma_copies", "tma_hbf_bytes", "tma_hbm_bytes", "tma_oob_bytes", "tma_phases", "tma_consumed",
+              "tma_stale", "tma_leaked")
+
+# shapes: matmul M = N = K = 1024 (BM = BN = 128, BK = 64); attention Z = 2, H = 4, N_CTX = 1024, D = 64
+MM = {"M": 1024, "N": 1024, "K": 1024, "BM": 128, "BN": 128, "BK": 64}
+AT = {"Z": 2, "H": 4, "N_CTX": 1024, "D": 64, "BM": 128, "BN": 64}
+
+# one text, SFX replaced by plain / hbf (two names: Triton's caches keep the two builds apart)
+KERNEL_TEXT = r'''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def matmul_host_SFX(a_desc, b_desc, c_desc, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                    STAGES: tl.constexpr):
+    # C tile (pm, pn) = sum over k of A[pm, k] @ B[k, pn]; every tile moved by TMA (host-built descriptors)
+    pm = tl.program_id(0)
+    pn = tl.program_id(1)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in tl.range(0, K, BK, num_stages=STAGES):
+        a = a_desc.load([pm * BM, k0])
+        b = b_desc.load([k0, pn * BN])
+        acc = tl.dot(a, b, acc)
+    c_desc.store([pm * BM, pn * BN], acc.to(tl.float16))
+
+
+@triton.jit
+def matmul_dev_SFX(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                   STAGES: tl.constexpr):
+    # the same product, the descriptors built on the device (global scratch from triton.set_allocator)
+    ad = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    bd = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    cd = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    pm = tl.program_id(0)
+    pn = tl.program_id(1)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in tl.range(0, K, BK, num_stages=STAGES):
+        acc = tl.dot(ad.load([pm * BM, k0]), bd.load([k0, pn * BN]), acc)
+    cd.store([pm * BM, pn * BN], acc.to(tl.float16))
+
+
+@triton.jit
+def attn_fwd_SFX(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, ZH, N_CTX, D: tl.constexpr, BM: tl.constexpr,
+                 BN: tl.constexpr, STAGES: tl.constexpr):
+    # Q, K, V, O viewed as [ZH * N_CTX, D] row-major; program (m, zh) owns rows zh * N_CTX + m * BM .. + BM.
+    # qk_scale = softmax scale * log2(e): the running max and sum are kept in base 2
+    qd = tl.make_tensor_descriptor(q_ptr, shape=[ZH * N_CTX, D], strides=[D, 1], block_shape=[BM, D])
+    kd = tl.make_tensor_descriptor(k_ptr, shape=[ZH * N_CTX, D], strides=[D, 1], block_shape=[BN, D])
+    vd = tl.make_tensor_descriptor(v_ptr, shape=[ZH * N_CTX, D], strides=[D, 1], block_shape=[BN, D])
+    od = tl.make_tensor_descriptor(o_ptr, shape=[ZH * N_CTX, D], strides=[D, 1], block_shape=[BM, D])
+    pid_m = tl.program_id(0)
+    base = tl.program_id(1) * N_CTX
+    q = qd.load([base + pid_m * BM, 0])
+    m_run = tl.full((BM,), float("-inf"), dtype=tl.float32)
+    l_run = tl.zeros((BM,), dtype=tl.float32)
+    acc = tl.zeros((BM, D), dtype=tl.float32)
+    for n0 in tl.range(0, N_CTX, BN, num_stages=STAGES):
+        kt = kd.load([base + n0, 0])
+        s = tl.dot(q, tl.trans(kt)) * qk_scale
+        m_new = tl.maximum(m_run, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_run - m_new)
+        l_run = l_run * alpha + tl.sum(p, 1)
+        vt = vd.load([base + n0, 0])
+        acc = tl.dot(p.to(tl.float16), vt, acc * alpha[:, None])
+        m_run = m_new
+    od.store([base + pid_m * BM, 0], (acc / l_run[:, None]).to(tl.float16))
+'''
+
+
+def kernels_text() -> str:
+    """Both builds' source: each kernel as <name>_plain and <name>_hbf."""
+    head, body = KERNEL_TEXT.split("\n\n\n", 1)
+    return head + "\n\n\n" + body.replace("_SFX(", "_plain(") + "\n\n" + body.replace("_SFX(", "_hbf(")
+
+
+def load_kernels(work: Path):
+    from workloads.triton_kernels import import_text  # noqa: PLC0415
+    return import_text(work / "tk_tma_triton.py", kernels_text())
+
+
+# launch / compile configuration per kernel: constexprs, num_warps, num_stages (the loops' own num_stages rule)
+CONFIG = {"matmul_host": ({"BM": MM["BM"], "BN": MM["BN"], "BK": MM["BK"], "STAGES": 3}, 8),
+          "matmul_dev": ({"BM": MM["BM"], "BN": MM["BN"], "BK": MM["BK"], "STAGES": 4}, 8),
+          "attn_fwd": ({"D": AT["D"], "BM": AT["BM"], "BN": AT["BN"], "STAGES": 3}, 8)}
+
+
+def cpu_signature(kernel: str) -> tuple[dict, dict]:
+    """(signature, attrs) of a kernel for triton.compile without a GPU: pointers and the 16-divisible
+    integers marked as the JIT marks them (tt.divisibility 16), host descriptors as tensordesc types."""
+    cx, _ = CONFIG[kernel]
+    if kernel == "matmul_host":
+        sig = {"a_desc": f"tensordesc<fp16[{MM['BM']}, {MM['BK']}]>", "b_desc": f"tensordesc<fp16[{MM['BK']}, {MM['BN']}]>",
+               "c_desc": f"tensordesc<fp16[{MM['BM']}, {MM['BN']}]>", "K": "i32"}
+        div = ["K"]
+    elif kernel == "matmul_dev":
+        sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32"}
+        div = list(sig)
+    else:
+        sig = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16", "qk_scale": "fp32",
+               "ZH": "i32", "N_CTX": "i32"}
+        div = ["q_ptr", "k_ptr", "v_ptr", "o_ptr", "N_CTX"]
+    names = list(sig)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div}
+    sig.update({k: "constexpr" for k in cx})
+    return sig, attrs
+
+
+def artifact_admission(art: dict | None) -> dict:
+    """What an hbfcc artifact says about its (one) kernel: admitted, reasons, the TMA sites."""
+    ka = (art or {}).get("kernels", [{}])[0] if art else {}
+    tma = ka.get("tma") or {}
+    return {"artifact": art is not None, "admitted": ka.get("admitted"),
+            "reasons": (ka.get("not_admitted_reasons") or [])[:5], "tma": tma, "tma_hooks": ka.get("tma_hooks"),
+            "tma_tensor_copies": sum(v for k, v in tma.items() if str(k).startswith("tma.") and ".tensor." in str(k)),
+            "registers_plain_instrumented": [(ka.get("ptxas_before") or {}).get("registers"),
+                                             (ka.get("ptxas_after") or {}).get("registers")],
+            "helper": Path(art["helper"]["path"]).name if art and art.get("helper") else None}
+
+
+def admitted_with_tma(a: dict) -> bool:
+    """The dry run's (and the test's) criterion: an artifact, admitted, every TMA tensor copy of the PTX a rewritten
+    site, hooks emitted and the helpers linked into the cubin."""
+    return bool(a.get("artifact") and a.get("admitted") and a.get("tma_tensor_copies", 0) >= 1
+                and a.get("tma_tensor_copies") == a.get("ptx_tensor_copies")
+                and (a.get("tma_hooks") or 0) >= 1 and a.get("cubin_calls_helpers"))
+
+
+# ------------------------------------------------------------------------------------------------ CPU
+def dry_run(K, res: dict, out_path: Path, deadline: float, names: tuple = KERNELS) -> None:
+    import triton  # noqa: PLC0415
+    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
+    from triton.compiler import ASTSource  # noqa: PLC0415
+
+    from hbfcommon import artifact as A  # noqa: PLC0415
+    adm = res.setdefault("admission", {})
+    use_ptxas("hbf")
+    for name in names:
+        if time.time() > deadline:
+            adm[name] = {"error": "budget spent before this kernel"}
+            continue
+        t = time.time()
+        try:
+            sig, attrs = cpu_signature(name)
+            cx, warps = CONFIG[name]
+            k = triton.compile(ASTSource(fn=getattr(K, f"{name}_hbf"), signature=sig, constexprs=dict(cx), attrs=attrs),
+                               target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+            ptx = k.asm["ptx"]
+            a = artifact_admission(A.lookup_by_ptx(ptx.encode()))
+            a.update({"seconds": round(time.time() - t, 1), "ptx_tensor_copies": ptx.count("cp.async.bulk.tensor"),
+                      "ptx_tensormap_ops": ptx.count("tensormap."),
+                      "ptx_sha256": hashlib.sha256(ptx.encode()).hexdigest()[:16],
+                      "cubin_calls_helpers": b"__hb_" in k.asm["cubin"],
+                      "tensordesc_meta": getattr(k.metadata, "tensordesc_meta", None)})
+            a["ok"] = admitted_with_tma(a)
+            adm[name] = a
+        except Exception as e:  # noqa: BLE001
+            adm[name] = {"error": f"{type(e).__name__}: {e}"[:2000], "traceback": traceback.format_exc()[-3000:],
+                         "ok": False}
+        log.info("%s: %s", name, {k: adm[name].get(k) for k in ("ok", "admitted", "reasons", "tma", "tma_hooks", "error")})
+        write_json(out_path, res)
+    res["ok"] = all(adm.get(n, {}).get("ok") for n in names)
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+def _inputs(name: str, torch):
+    g = torch.Generator(device="cuda").manual_seed(15)
+    if name.startswith("matmul"):
+        A = torch.randn(MM["M"], MM["K"], device="cuda", generator=g).to(torch.float16)
+        B = torch.randn(MM["K"], MM["N"], device="cuda", generator=g).to(torch.float16)
+        return {"A": A, "B": B}
+    shape = (AT["Z"], AT["H"], AT["N_CTX"], AT["D"])
+    return {t: torch.randn(shape, device="cuda", generator=g).to(torch.float16) for t in ("Q", "K", "V")}
+
+
+def _launcher(K, name: str, sfx: str, ins: dict, torch):
+    """A launch of <name>_<sfx> on the inputs into this launcher's own output (allocated once, filled with -1
+    here, so the timed windows hold the kernel alone): () -> (compiled kernel, output tensor)."""
+    cx, warps = CONFIG[name]
+    fn = getattr(K, f"{name}_{sfx}")
+    if name.startswith("matmul"):
+        out = torch.full((MM["M"], MM["N"]), -1.0, device="cuda", dtype=torch.float16)
+        grid = (MM["M"] // MM["BM"], MM["N"] // MM["BN"])
+        if name == "matmul_host":
+            from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: PLC0415
+            descs = (TensorDescriptor.from_tensor(ins["A"], [MM["BM"], MM["BK"]]),
+                     TensorDescriptor.from_tensor(ins["B"], [MM["BK"], MM["BN"]]),
+                     TensorDescriptor.from_tensor(out, [MM["BM"], MM["BN"]]))
+            return lambda: (fn[grid](*descs, MM["K"], num_warps=warps, **cx), out)
+        return lambda: (fn[grid](ins["A"], ins["B"], out, MM["M"], MM["N"], MM["K"], num_warps=warps, **cx), out)
+    out = torch.full_like(ins["Q"], -1.0)
+    zh = AT["Z"] * AT["H"]
+    scale = (AT["D"] ** -0.5) * 1.4426950408889634
+    grid = (AT["N_CTX"] // AT["BM"], zh)
+    return lambda: (fn[grid](ins["Q"], ins["K"], ins["V"], out, scale, zh, AT["N_CTX"], num_warps=warps, **cx), out)
+
+
+SWIZZLE_BYTES = 128    # the widest TMA swizzle: Triton 3.6 clamps a box's inner extent to it
+
+
+def box_copies(rows: int, cols: int, elem: int = 2) -> int:
+    """TMA copies one [rows, cols] tile load or store takes: Triton 3.6 clamps the box's inner extent to the 128-byte
+    swizzle (the kernel's tensordesc_meta block_size) and moves a wider tile as several boxes, issued by as many
+    lanes from one PTX site (a [64, 128] fp16 tile: two [64, 64] boxes)."""
+    del rows
+    return -(-cols * elem // SWIZZLE_BYTES)
+
+
+def expected_tma(name: str) -> dict:
+    """What the kernel's TMA copies move, all in bounds: load and store copies (box_copies) and the bytes the loads
+    read from the inputs (every C tile reads its A row panel and B column panel; every Q block reads its Q tile and
+    all K and V tiles of its (batch, head))."""
+    if name.startswith("matmul"):
+        tiles = (MM["M"] // MM["BM"]) * (MM["N"] // MM["BN"])
+        steps = MM["K"] // MM["BK"]
+        return {"load_copies": tiles * steps * (box_copies(MM["BM"], MM["BK"]) + box_copies(MM["BK"], MM["BN"])),
+                "store_copies": tiles * box_copies(MM["BM"], MM["BN"]),
+                "input_bytes_read": tiles * steps * (MM["BM"] * MM["BK"] + MM["BK"] * MM["BN"]) * 2}
+    blocks = (AT["N_CTX"] // AT["BM"]) * AT["Z"] * AT["H"]
+    steps = AT["N_CTX"] // AT["BN"]
+    return {"load_copies": blocks * (box_copies(AT["BM"], AT["D"]) + 2 * steps * box_copies(AT["BN"], AT["D"])),
+            "store_copies": blocks * box_copies(AT["BM"], AT["D"]),
+            "input_bytes_read": blocks * (AT["BM"] * AT["D"] + 2 * steps * AT["BN"] * AT["D"]) * 2}
+
+
+def _reference(name: str, ins: dict, torch):
+    if name.startswith("matmul"):
+        return ins["A"].float() @ ins["B"].float()
+    s = (ins["Q"].float() @ ins["K"].float().transpose(-1, -2)) * AT["D"] ** -0.5
+    return torch.softmax(s, -1) @ ins["V"].float()
+
+
+def _event_ms(fn, torch, n: int = 1) -> float:
+    """GPU time of n launches of fn between two events, per launch (ms). A GPU sleep first (about 1 ms) keeps the
+    host's launch work (Triton's launcher, the session's hook) out of the window: the launches queue behind it."""
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(SLEEP_CYCLES)
+    e0.record()
+    for _ in range(n):
+        fn()
+    e1.record()
+    torch.cuda.synchronize()
+    return e0.elapsed_time(e1) / n
+
+
+def gpu_case(s, K, name: str, rec: dict, save, torch) -> None:
+    """One kernel: plain run, inputs registered, hbf run, admission, identity, counters, times, native cost."""
+    from runtime_cuda.session import triton_artifact  # noqa: PLC0415
+    from runtime_triton import module_state  # noqa: PLC0415
+    torch.manual_seed(0)
+    ins = _inputs(name, torch)
+    go = {sfx: _launcher(K, name, sfx, ins, torch) for sfx in ("plain", "hbf")}
+    use_ptxas("plain")
+    kp, out_p = go["plain"]()
+    torch.cuda.synchronize()
+    ref = _reference(name, ins, torch)
+    rec["plain_max_abs_err_vs_fp32"] = float((out_p.float() - ref).abs().max())
+    # the plain build's time, nothing registered (a plain build is not admitted: with a range registered that
+    # its arguments reach, the session's gate refuses it)
+    tp = [_event_ms(go["plain"], torch) for _ in range(REPS)]
+    save(f"{name}: plain ran")
+    ranges = {t: s.register_timing_range(x.data_ptr(), x.numel() * x.element_size(), label=f"{name}.{t}")
+              for t, x in ins.items()}
+    rec["ranges"] = {t: {"range_id": int(r.range_id), "bytes": int(r.length)} for t, r in ranges.items()}
+    try:
+        use_ptxas("hbf")
+        t = time.time()
+        c0 = s.counters(publish=False)["kernels"].get(f"{name}_hbf", {})
+        kh, out_h = go["hbf"]()
+        torch.cuda.synchronize()
+        rec["hbf_compile_and_first_launch_s"] = round(time.time() - t, 1)
+        c1 = s.counters(publish=False)["kernels"].get(f"{name}_hbf", {})
+        save(f"{name}: hbf ran")
+        rec["identical"] = bool(torch.equal(out_p.view(torch.int8), out_h.view(torch.int8)))
+        b = s.bindings.get(int(kh.module))
+        info = s.functions.get(int(kh.function), (None, None))[1]
+        art = triton_artifact(kh.metadata_group)
+        rec["admission"] = {**artifact_admission(art), "bound": b is not None,
+                            "instrumented": bool(b and b.instrumented), "session_admitted": bool(info and info.admitted),
+                            "hb_state_is_session": module_state(kh.module) == s.state_dptr,
+                            "cubin_calls_helpers": b"__hb_" in kh.asm["cubin"],
+                            "ptx_tensor_copies": kh.asm["ptx"].count("cp.async.bulk.tensor"),
+                            "plain_cubin_calls_helpers": b"__hb_" in kp.asm["cubin"],
+                            "n_regs_plain_hbf": [kp.n_regs, kh.n_regs], "n_spills_plain_hbf": [kp.n_spills, kh.n_spills]}
+        ops0, ops1 = c0.get("ops") or {}, c1.get("ops") or {}
+        d = {f: c1.get(f, 0) - c0.get(f, 0) for f in TMA_FIELDS}
+        d["ops"] = {op: {f: v[f] - ops0.get(op, {}).get(f, 0) for f in ("requests", "bytes", "modeled_ns")}
+                    for op, v in ops1.items()}
+        d["requests"] = sum(d["ops"].get(op, {}).get("requests", 0) for op in ("load", "cpasync"))
+        d["bytes"] = sum(d["ops"].get(op, {}).get("bytes", 0) for op in ("load", "cpasync"))
+        d["launches"] = c1.get("launches", 0) - c0.get("launches", 0)
+        d["status"] = c1.get("status")
+        rec["counters"] = d
+        rec["expected"] = {**expected_tma(name), "inputs_bytes": sum(x.numel() * x.element_size() for x in ins.values())}
+        a = rec["admission"]
+        rec["checks"] = {
+            "admitted": bool(a["admitted"] and a["session_admitted"] and a["instrumented"] and a["hb_state_is_session"]),
+            "tma_sites_rewritten": admitted_with_tma(a),
+            "plain_not_instrumented": not a["plain_cubin_calls_helpers"],
+            "identical": rec["identical"],
+            "tma_copies_counted": d["tma_copies"] > 0 and d["tma_hbf_bytes"] > 0,
+            "hbf_bytes_are_the_loads": d["tma_hbf_bytes"] == rec["expected"]["input_bytes_read"],
+            "phases_consumed": d["tma_phases"] == d["tma_consumed"],
+            "no_stale": d["tma_stale"] == 0, "no_leaked": d["tma_leaked"] == 0}
+        rec["ok"] = all(rec["checks"].values())
+        save(f"{name}: counters read")
+        # the hbf build with the inputs registered: REPS launches, each between two events
+        th = [_event_ms(go["hbf"], torch) for _ in range(REPS)]
+        rec["time_ms"] = {"plain_unregistered_median": statistics.median(tp), "hbf_registered_median": statistics.median(th),
+                          "plain_unregistered": tp, "hbf_registered": th, "reps": REPS,
+                          "ratio_median": statistics.median(th) / statistics.median(tp),
+                          "what": "one launch between two events each; plain with nothing registered, hbf with the "
+                                  "inputs registered (fixed 5 us source)"}
+        save(f"{name}: registered timing done")
+    finally:
+        for r in ranges.values():
+            s.unregister(r)
+    # nothing registered: BACK_TO_BACK launches between two events, plain / hbf interleaved
+    try:
+        for sfx in ("plain", "hbf"):
+            go[sfx]()
+        torch.cuda.synchronize()
+        gp, gh = [], []
+        for _ in range(PAIRS):
+            gp.append(_event_ms(go["plain"], torch, BACK_TO_BACK))
+            gh.append(_event_ms(go["hbf"], torch, BACK_TO_BACK))
+        ratio = sorted(h / p for h, p in zip(gh, gp))
+        rec["native_cost"] = {"pairs": PAIRS, "back_to_back": BACK_TO_BACK, "plain_ms_median": statistics.median(gp),
+                              "hbf_ms_median": statistics.median(gh), "ratio_median": statistics.median(ratio),
+                              "ratio_min_max": [ratio[0], ratio[-1]], "goal": "<= 1.02",
+                              "what": "nothing registered; per launch: BACK_TO_BACK launches between two events, "
+                                      "plain and hbf interleaved"}
+    except Exception as e:  # noqa: BLE001
+        rec["native_cost"] = {"error": f"{type(e).__name__}: {e}"[:2000], "traceback": traceback.format_exc()[-3000:]}
+    ls = s.counters(publish=False).get("launch_selection") or {}
+    rec["launch_selection"] = {k: v for k, v in ls.items() if name in str(k)} or ls
+    save(f"{name}: native cost done")
+
+
+def child_case(name: str, partial: Path) -> dict:
+    """One case in this (child) process: its own hbfd (fixed 5 us source), session and Triton hooks; the case's record
+    rewritten to ``partial`` after every stage, so a child killed at its timeout still reports what it did."""
+    import torch  # noqa: PLC0415
+    import triton  # noqa: PLC0415
+
+    import runtime_cuda  # noqa: PLC0415
+    from devpath_common import SOURCES, hbfd_daemon, source_profile  # noqa: PLC0415
+    SOURCES["fixed5us"] = ("fixed", 5_000)
+    work = Path(os.environ["TRITON_CACHE_DIR"]).parent
+    tmp = Path(tempfile.mkdtemp(prefix=f"hbfd-{name}-", dir=work))
+    rec: dict = {}
+
+    def save(stage: str) -> None:
+        rec["stage"] = stage
+        write_json(partial, rec)
+    t = time.time()
+    try:
+        # device descriptors: Triton 3.6 writes them into global scratch the allocator hands out
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+        K = load_kernels(work)
+        with hbfd_daemon(tmp, source_profile(tmp, "fixed5us")) as sock:
+            s = runtime_cuda.attach(socket=sock)
+            s.install_triton_hooks()
+            rec["media"] = {"timing_source": int(s.state.media.timing_source),
+                            "fixed_read_ns": int(s.state.media.fixed_read_ns)}
+            save("attached")
+            try:
+                gpu_case(s, K, name, rec, save, torch)
+            finally:
+                try:
+                    s.close()
+                except Exception as e:  # noqa: BLE001
+                    rec["close_error"] = f"{type(e).__name__}: {e}"
+    except Exception as e:  # noqa: BLE001
+        rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+        rec["traceback"] = traceback.format_exc()[-4000:]
+        rec["ok"] = False
+    rec["seconds"] = round(time.time() - t, 1)
+    rec.setdefault("ok", False)
+    save("done")
+    return rec
+
+
+def gpu_run(res: dict, out_dir: Path, out_path: Path, deadline: float, names: tuple, case_timeout: float) -> None:
+    """Each case in its own child process (runtime_triton.run_child: a hung or faulting kernel costs that case
+    only), at most case_timeout seconds and none started after the deadline; the JSON rewritten after each."""
+    from runtime_triton import run_child  # noqa: PLC0415
+    cases = res.setdefault("cases", {})
+    for name in names:
+        left = deadline - time.time()
+        if left <= 0:
+            cases[name] = {"error": "budget spent before this case", "ok": False}
+            write_json(out_path, res)
+            continue
+        partial = out_dir / f"tma_triton.{name}.partial.json"
+        partial.unlink(missing_ok=True)
+        cases[name] = run_child(__file__, name, {"HBF_BENCH_PARTIAL": str(partial)},
+                                timeout=min(case_timeout, left + 60), partial=partial)
+        rec = cases[name]
+        log.info("%s: ok=%s checks=%s native=%s %s", name, rec.get("ok"), rec.get("checks"),
+                 (rec.get("native_cost") or {}).get("ratio_median"), rec.get("error", ""))
+        write_json(out_path, res)
+    res["ok"] = all(cases.get(n, {}).get("ok") for n in names)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "results"))
+    ap.add_argument("--work", default="", help="build folder (default: a new temporary one)")
+    ap.add_argument("--dry-run", action="store_true", help="CPU: compile through hbfcc-ptxas, report admission")
+    ap.add_argument("--budget-s", type=float, default=270.0, help="no case starts after this many seconds")
+    ap.add_argument("--only", default=",".join(KERNELS), help="comma list of kernels (default: all)")
+    ap.add_argument("--case-timeout", type=float, default=150.0, help="seconds one GPU case's child may take")
+    ap.add_argument("--child", default="", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:   # one GPU case (gpu_run's child): its record on stdout, the CHILD-JSON line run_child reads
+        logging.basicConfig(level=logging.INFO, format=f"[tma_triton {a.child} %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+        r = child_case(a.child, Path(os.environ["HBF_BENCH_PARTIAL"]))
+        print("CHILD-JSON " + json.dumps(r, default=str), flush=True)
+        os._exit(0)
+    names = tuple(n for n in a.only.split(",") if n)
+    if not names or set(names) - set(KERNELS):
+        ap.error(f"--only: choose from {', '.join(KERNELS)}")
+    logging.basicConfig(level=logging.INFO, format="[tma_triton %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+    t0 = time.time()
+    deadline = t0 + a.budget_s
+    # the TMA device path is opt-in (runtime_cuda/knobs.py tma_device); this bench validates it
+    os.environ["HBF_TMA_DEVICE"] = "1"
+    os.environ.setdefault("HBF_COMPLETION_TIMEOUT_NS", "5000000000")
+    out_dir, _, work, _ = prepare_run(a.out, "tma_triton", a.work)
+    out_path = out_dir / ("tma_triton_dry.json" if a.dry_run else "tma_triton.json")
+    res: dict = {"what": "Triton TMA matmuls (host / device descriptors) and a FlashAttention-style forward through "
+                         "hbfcc-ptxas and runtime_cuda (issue 15, item 5)",
+                 "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+                 "command": " ".join(["python3", "bench/tma_triton.py", *(sys.argv[1:] if argv is None else argv)]),
+                 "mode": "dry-run (CPU, sm_90 target)" if a.dry_run else "gpu", "shapes": {"matmul": MM, "attention": AT}}
+    try:
+        import triton  # noqa: PLC0415
+        res["triton"] = triton.__version__
+        if a.dry_run:
+            res["card"] = "CPU"
+            dry_run(load_kernels(work), res, out_path, deadline, names)
+        else:
+            import torch  # noqa: PLC0415
+            if not torch.cuda.is_available():
+                log.error("no GPU: only --dry-run runs here")
+                res.update(error="no GPU (torch.cuda.is_available() is False): only --dry-run runs here", ok=False)
+                write_json(out_path, res)
+                return 2
+            res["card"] = gpu_info()
+            gpu_run(res, out_dir, out_path, deadline, names, a.case_timeout)
+    except Exception as e:  # noqa: BLE001
+        res["error"] = f"{type(e).__name__}: {e}"[:2000]
+        res["traceback"] = traceback.format_exc()[-4000:]
+        res["ok"] = False
+    res["seconds"] = round(time.time() - t0, 1)
+    write_json(out_path, res)
+    log.info("ok=%s, wrote %s (%.1f s)", res.get("ok"), out_path, res["seconds"])
+    return 0 if res.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

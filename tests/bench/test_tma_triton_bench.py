@@ -1,0 +1,132 @@
+"""CPU tests of bench/tma_triton.py (issue 15, item 5): its dry run compiles the bench's three Triton TMA kernels
+(host-descriptor matmul, device-descriptor matmul, FlashAttention-style forward) for sm_90 through hbfcc-ptxas and
+every one must be admitted with all its TMA tensor copies rewritten; plus the bench's own bookkeeping (both builds
+of every kernel in the source, the expected TMA traffic, the admission criterion). No GPU needed; the dry run takes
+about 10 s on a 2-core box."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import tma_triton as TT  # noqa: E402
+
+
+def test_both_builds_of_every_kernel_are_in_the_source():
+    text = TT.kernels_text()
+    for k in TT.KERNELS:
+        for sfx in ("plain", "hbf"):
+            assert text.count(f"def {k}_{sfx}(") == 1, (k, sfx)
+    assert "_SFX" not in text
+    # the device-descriptor kernels build their descriptors on the device; the host one takes them as arguments
+    assert text.count("tl.make_tensor_descriptor") == 2 * (3 + 4)
+
+
+def test_expected_tma_traffic():
+    mm = TT.expected_tma("matmul_host")
+    tiles, steps = (1024 // 128) ** 2, 1024 // 64
+    # A's [128, 64] tile is one box, B's [64, 128] two [64, 64] boxes (128-byte inner extent), C's [128, 128] two
+    assert mm == {"load_copies": tiles * steps * 3, "store_copies": tiles * 2,
+                  "input_bytes_read": tiles * steps * (128 * 64 * 2) * 2}
+    assert [TT.box_copies(64, c) for c in (32, 64, 65, 128, 256)] == [1, 1, 2, 2, 4]
+    # every C tile reads a whole A row panel and a whole B column panel: 8 x each input's bytes
+    assert mm["input_bytes_read"] == 8 * 2 * (1024 * 1024 * 2)
+    at = TT.expected_tma("attn_fwd")
+    # Q read once, K and V once per Q block (8 blocks per (batch, head))
+    qkv = 2 * 4 * 1024 * 64 * 2
+    assert at["input_bytes_read"] == qkv + 2 * 8 * qkv
+    assert at["load_copies"] == 64 * (1 + 2 * 16) and at["store_copies"] == 64
+
+
+def test_admission_criterion_rejects_what_it_must():
+    good = {"artifact": True, "admitted": True, "tma_tensor_copies": 7, "ptx_tensor_copies": 7, "tma_hooks": 8,
+            "cubin_calls_helpers": True}
+    assert TT.admitted_with_tma(good)
+    for k, v in (("admitted", False), ("artifact", False), ("tma_tensor_copies", 0), ("tma_hooks", 0),
+                 ("cubin_calls_helpers", False), ("tma_tensor_copies", 6)):
+        assert not TT.admitted_with_tma({**good, k: v}), k
+
+
+def test_artifact_admission_reads_an_artifact_record():
+    art = {"helper": {"path": "/x/hbf_helpers.ptx"},
+           "kernels": [{"admitted": False, "not_admitted_reasons": ["cp.async.bulk.prefetch refused"],
+                        "tma": {"tma.load.tensor.2d": 3, "tma.store.tensor.2d": 1, "mbarrier.init": 2},
+                        "tma_hooks": 4, "ptxas_before": {"registers": 90}, "ptxas_after": {"registers": 200}}]}
+    a = TT.artifact_admission(art)
+    assert a["admitted"] is False and a["reasons"] == ["cp.async.bulk.prefetch refused"]
+    assert a["tma_tensor_copies"] == 4 and a["helper"] == "hbf_helpers.ptx"
+    assert a["registers_plain_instrumented"] == [90, 200]
+    assert TT.artifact_admission(None)["artifact"] is False
+
+
+@pytest.mark.slow
+def test_dry_run_admits_every_kernel_with_its_tma_sites_rewritten(tmp_path):
+    pytest.importorskip("triton")
+    from hbfcommon import resources
+    if shutil.which("ptxas") is None or not resources.helper_ptx_path("direct").is_file():
+        pytest.skip("ptxas or the helper PTX (make helpers-ptx) missing")
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "tma_triton.py"), "--dry-run", "--out", str(tmp_path / "out"),
+                        "--work", str(tmp_path / "work"), "--budget-s", "100"], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=150)
+    doc = json.loads((tmp_path / "out" / "tma_triton_dry.json").read_text())
+    assert r.returncode == 0 and doc["ok"], (r.stderr[-3000:], json.dumps(doc, default=str)[:3000])
+    assert doc["card"] == "CPU" and set(doc["admission"]) == set(TT.KERNELS)
+    for name, a in doc["admission"].items():
+        assert a["admitted"] is True and a["reasons"] == [], (name, a)
+        # every TMA tensor copy of the PTX (loads and the epilogue's store) is a rewritten site
+        assert a["tma_tensor_copies"] == a["ptx_tensor_copies"] >= 3, (name, a)
+        assert a["tma"].get("tma.store.tensor.2d") == 1 and a["tma"].get("tma.load.tensor.2d", 0) >= 2, (name, a)
+        assert a["tma"].get("mbarrier.try_wait.parity", 0) >= 1
+        assert a["cubin_calls_helpers"] and a["helper"]
+        if name == "matmul_host":      # host descriptors: no descriptor is built on the device
+            assert a["ptx_tensormap_ops"] == 0
+            # the launcher encodes the boxes the kernel expects: inner extents clamped to 128 bytes (box_copies)
+            assert [m["block_size"] for m in a["tensordesc_meta"]] == [[128, 64], [64, 64], [128, 64]]
+        else:                          # device descriptors: their publication into global scratch is rewritten too
+            assert a["tma"].get("tensormap.cp_fenceproxy.global", 0) >= 3, (name, a)
+
+
+def test_gpu_mode_without_a_gpu_says_so(tmp_path):
+    pytest.importorskip("triton")
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the GPU mode would run")
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "tma_triton.py"), "--out", str(tmp_path / "out"),
+                        "--work", str(tmp_path / "work")], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    doc = json.loads((tmp_path / "out" / "tma_triton.json").read_text())
+    assert r.returncode == 2 and doc["ok"] is False and "no GPU" in doc["error"]
+    assert doc["mode"] == "gpu" and "cases" not in doc
+
+
+def test_gpu_cases_run_in_children_that_report_their_failure(tmp_path, monkeypatch):
+    """gpu_run's plumbing without a GPU: each case a child with its own hbfd and session (attached here: the media
+    block is read), the CUDA failure recorded in that case, the partial JSON written, the next case still run."""
+    pytest.importorskip("triton")
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the cases would run")
+    import time
+    from devpath_common import toolchain_env
+    for k, v in toolchain_env(tmp_path / "work").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("HBF_TMA_DEVICE", "1")
+    res: dict = {}
+    out = tmp_path / "out"
+    out.mkdir()
+    TT.gpu_run(res, out, out / "tma_triton.json", time.time() + 100, ("matmul_host", "attn_fwd"), 90)
+    assert res["ok"] is False and set(res["cases"]) == {"matmul_host", "attn_fwd"}
+    for name, c in res["cases"].items():
+        assert c["child_rc"] == 0 and c["ok"] is False and c["stage"] == "done", (name, c)
+        assert c["media"]["fixed_read_ns"] == 5_000 and c["error"], (name, c)
+        assert json.loads((out / f"tma_triton.{name}.partial.json").read_text())["error"] == c["error"]
+    assert json.loads((out / "tma_triton.json").read_text())["cases"]["attn_fwd"]["stage"] == "done"
