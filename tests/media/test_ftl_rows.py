@@ -1,0 +1,36 @@
+"""The FTL's block maps live in rows of one pool array (hbfd/media/ftl.py ``_rows``): a block whose pages are all
+invalid gives its row back and the next block to open reuses it. A reused row must come back all -1 (unwritten):
+a stale lpn left in it would read as a valid page of the new block, and GC would copy a page that is not there.
+Round 6 (2026-12-06) found no test that failed when that reset was removed; this one does. Fresh rows (the pool
+grown) are -1 too."""
+from __future__ import annotations
+
+import numpy as np
+
+from hbfd.media.ftl import Ftl
+
+from test_media_timing import geom
+
+
+def test_a_given_back_row_comes_back_unwritten():
+    f = Ftl(geom(blocks_per_plane=8, pages_per_block=16))
+    f._open_row(3)
+    f._open_row(5)
+    r3 = f.p2l[3]
+    f._pool[r3] = np.arange(100, 116)              # block 3's pages written
+    f._pool[f.p2l[5], :4] = np.arange(4)
+    f.drop_block_map(3)                            # no valid page left: the row is given back
+    f._open_row(6)
+    assert f.p2l[6] == r3 and (f._pool[r3] == -1).all()
+    assert (f._pool[f.p2l[5], :4] == np.arange(4)).all()      # another block's row untouched
+
+
+def test_rows_past_the_pool_are_unwritten_and_given_back_ones_come_first():
+    f = Ftl(geom(blocks_per_plane=8, pages_per_block=16))
+    first = f._rows(60)
+    f._pool[first] = 7
+    f._free_rows.extend(first[:5].tolist())        # five given back
+    more = f._rows(70)                             # five reused, 65 fresh: the pool grows past 64 rows
+    assert set(more[:5].tolist()) == set(first[:5].tolist())
+    assert len(f._pool) >= 125 and (f._pool[more] == -1).all()
+    assert (f._pool[first[5:]] == 7).all()         # rows still held keep their pages across the growth
