@@ -180,7 +180,10 @@ def test_ring_reads_count_per_block_and_disturb_triggers_refresh(tmp_path):
             time.sleep(0.05)
         assert r["completed_refresh_blocks"] == 1, r
         assert r["ledger"]["pec_max"] == 1
-        assert r["ledger"]["read_disturb_max"] == 1          # the refreshed block cleared; the others read once
+        # the refreshed block cleared; the others read once. hbfd may serve the 30 loads over several ring scans, and
+        # the refresh (decided when the first block reaches 50) can clear the block before its last loads are counted:
+        # those count again on the fresh block, at most 57 - 50 = 7 (CI saw 5 once, 2026-12-06)
+        assert 1 <= r["ledger"]["read_disturb_max"] <= 7
         assert r["ledger"]["unregistered_reads"] == 0
         assert m.ctl.refresh.debt_total_bytes > 0
         assert m.ctl.refresh.background_drained_bytes == r["debt_disposition"]["background_drained_bytes"] > 0
