@@ -67,23 +67,9 @@ def _fill_generated_loop(seed_hi, pages, mem, frames, buf, sums, verify):
     ``frames[j]`` of ``mem`` (FrameMemory.write_many's copy), and with ``verify`` that row read back and
     compared with ``buf`` (FrameMemory.differing). Returns the first j whose frame differs, -1 if none."""
     bad = -1
+    row = buf.reshape(1, WORDS)
     for j in range(pages.shape[0]):
-        p = pages[j]
-        row = (p << _S9) ^ seed_hi
-        base = p * _PAGE_GOLDEN
-        s = np.uint64(0)
-        for i in range(WORDS):
-            ui = np.uint64(i)
-            z = (row | ui) + _GOLDEN
-            z = (z ^ (z >> _S30)) * _M1
-            z = (z ^ (z >> _S27)) * _M2
-            w = z ^ (z >> _S31)
-            buf[i] = w
-            z = (w ^ (base + ui * _GOLDEN)) + _GOLDEN
-            z = (z ^ (z >> _S30)) * _M1
-            z = (z ^ (z >> _S27)) * _M2
-            s += z ^ (z >> _S31)
-        sums[j] = s
+        _generate_checksum_loop(seed_hi, pages[j:j + 1], row, sums[j:j + 1], True, True)   # the one formula
         f = frames[j]
         for i in range(WORDS):
             mem[f, i] = buf[i]
