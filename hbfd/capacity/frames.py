@@ -314,14 +314,18 @@ class FramePool:
         full_fence()
         st = fr["state"][fm]
         ok = ((st == VALID) | (st == DIRTY)) & (fr["generation"][fm].astype(np.int64) == gen[m])
-        if every_marker:
-            np.subtract.at(fr["pins"], fm[~ok], 1)            # stale lanes
-            fu = fm[ok]
+
+        def keep(use: np.ndarray) -> None:
+            """Lanes ``use`` (a mask over m) keep their pins and access their frames; the others are unpinned."""
+            np.subtract.at(fr["pins"], fm[~use], 1)
+            fu = fm[use]
             fr["referenced"][fu] = 1
             if store:
                 fr["dirty"][fu] = 1
-            frames[m[ok]] = fu
-            ready[m[ok]] = fr["ready_ns"][fu].astype(np.int64)
+            frames[m[use]] = fu
+            ready[m[use]] = fr["ready_ns"][fu].astype(np.int64)
+        if every_marker:
+            keep(ok)                                          # stale lanes unpinned
             cand = np.flatnonzero(ok & (fr["marker"][fm] != 0))
             if len(cand):                                     # the first lane per marked frame takes it
                 _u, first = np.unique(fm[cand], return_index=True)
@@ -334,15 +338,7 @@ class FramePool:
             cand = np.flatnonzero(ok & mk)
             if len(cand):
                 took_at = int(m[cand[0]])                     # the first lane finding a marker takes it
-        undo = ~ok | (m > took_at)                            # stale lanes, and lanes after the taker
-        np.subtract.at(fr["pins"], fm[undo], 1)
-        use = ~undo
-        fu = fm[use]
-        fr["referenced"][fu] = 1
-        if store:
-            fr["dirty"][fu] = 1
-        frames[m[use]] = fu
-        ready[m[use]] = fr["ready_ns"][fu].astype(np.int64)
+        keep(ok & (m <= took_at))                             # stale lanes, and lanes after the taker, unpinned
         if took_at < k:
             fr["marker"][f[took_at]] = 0                      # atomicExch(0): the taker posts the hint
             return frames, ready, took_at + 1, True
