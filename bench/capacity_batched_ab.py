@@ -32,9 +32,10 @@ from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 log = logging.getLogger("capacity_batched_ab")
 
 
-def _run(tree: Path, args: list[str], out: Path, timeout_s: float) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    p = subprocess.run([sys.executable, str(tree / args[0]), *args[1:], "--out", str(out)], cwd=tree, env=env,
+def _run(tree: Path, args: list[str], out: Path, timeout_s: float, env: dict | None = None) -> dict:
+    """One bench of source tree ``tree`` (its own PYTHONPATH, ``env`` on top), its JSON ``out`` read back."""
+    e = dict(os.environ, PYTHONPATH=str(tree), **(env or {}))
+    p = subprocess.run([sys.executable, str(tree / args[0]), *args[1:], "--out", str(out)], cwd=tree, env=e,
                        capture_output=True, text=True, timeout=timeout_s)
     if p.returncode != 0:
         raise RuntimeError(f"{args[0]} in {tree} failed ({p.returncode}): {p.stderr[-2000:]}")

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import logging
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from hbfcommon.errors import ConfigError  # noqa: E402
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
+
+from capacity_batched_ab import _run, _spread  # noqa: E402  (bench/: one runner of a tree's bench)
 
 log = logging.getLogger("capacity_fill_ab")
 
@@ -44,19 +44,6 @@ def _variant(text: str) -> tuple[str, Path, dict]:
         raise ConfigError("--variant is name=TREE[:VAR=VALUE,...] with a source tree holding bench/capacity_ring.py",
                           variant=text)
     return name, Path(tree).resolve(), env
-
-
-def _run(tree: Path, env: dict, args: list[str], out: Path, timeout_s: float) -> dict:
-    e = dict(os.environ, PYTHONPATH=str(tree), **env)
-    p = subprocess.run([sys.executable, str(tree / args[0]), *args[1:], "--out", str(out)], cwd=tree, env=e,
-                       capture_output=True, text=True, timeout=timeout_s)
-    if p.returncode != 0:
-        raise RuntimeError(f"{args[0]} in {tree} failed ({p.returncode}): {p.stderr[-2000:]}")
-    return json.loads(out.read_text())
-
-
-def _spread(xs: list[float]) -> dict:
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
 def main() -> int:
@@ -82,7 +69,7 @@ def main() -> int:
                 for j, (bench, extra) in enumerate(jobs):
                     extra = extra.replace("{workers}", env.get("HBFD_CAPACITY_WORKERS", "1"))
                     out = Path(d) / f"{name}-{rep}-{j}.json"
-                    doc = _run(tree, env, [bench, *extra.split(), "--reps", "1"], out, a.timeout_s)
+                    doc = _run(tree, [bench, *extra.split(), "--reps", "1"], out, a.timeout_s, env)
                     for r in doc["rows"]:
                         rows.append(r | {"variant": name, "rep": rep, "bench": Path(bench).stem, "args": extra})
                     loads.append(os.getloadavg()[0])
