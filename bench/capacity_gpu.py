@@ -1,4 +1,5 @@
-"""Issue 16: capacity mode's proofs on the H200. WRITTEN, NEVER RUN ON A GPU (no GPU in the session that wrote it);
+"""Issue 16: capacity mode's proofs on the H200. First run on a GPU (an H100) in stop 41 (docs/RESULTS.md "Stop 41":
+paper110 128/128, generated 4 GiB equal; the 16 GiB and rw 8 GiB runs found two host bugs, fixed since);
 ``--dry-run`` (CPU) checks the arguments and builds the kernels through hbfcc with the capacity pass.
 
     PYTHONPATH=$PWD HBF_CAPACITY_DEVICE=1 .venv/bin/python bench/capacity_gpu.py [--parts ...] [--dry-run]
