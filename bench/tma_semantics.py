@@ -33,7 +33,14 @@ HB_TMAP_LAYOUT_VERIFIED 1 since 2026-12-05), so the default helpers decode tenso
 itself (bench/tma_tensormap.py gpu): these results are only as good as it. Partial results are written after
 every case.
 
+`--mc-debug` builds the helpers with -DHBF_TMA_MC_DEBUG=1 (hbf_tma.cuh): each load_mc check then carries
+`mc_debug`, what both CTAs recorded and looked up in their completion tables (__hb_tma_dbg: per record, the
+destination rank, its table address through mapa, the key, the entry and the parity word after the put; per warp
+of each wait, the waiter's table, barrier address, key, the entry it found and the word before its take) and each
+CTA's table at exit (keys and phase words).
+
     python3 bench/tma_semantics.py --build-only                       # CPU: build + admission
+    python3 bench/tma_semantics.py --build-only --mc-debug            # CPU: the same with the debug helpers
     python3 bench/tma_semantics.py --semantics --increment --native-cost --out bench/results   # H200
 """
 from __future__ import annotations
@@ -55,6 +62,7 @@ for _p in (str(ROOT), str(ROOT / "bench")):
         sys.path.insert(0, _p)
 
 from hbfcc.toolchain import cli_wrapper  # noqa: E402
+from hbfcommon import abi  # noqa: E402
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
 TEMPLATES = ["load_1d", "load_2d", "load_3d", "load_4d", "load_5d", "load_mc", "store_2d", "reduce_2d",
@@ -208,21 +216,22 @@ def log(msg: str) -> None:
     print(f"[tma_semantics {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def build(work: Path, trust_layout: bool) -> dict:
+def build(work: Path, trust_layout: bool, mc_debug: bool = False) -> dict:
     """nvcc -cubin (plain) and hbfcc as nvcc (instrumented); the artifact's per-kernel admission."""
     work.mkdir(parents=True, exist_ok=True)
     src = work / "tma_sem.cu"
     src.write_text(SOURCE)
     wrap = cli_wrapper(work / "hbfcc")
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    if trust_layout:
-        # the helper built to trust the unverified TensorMap layout (hbf_tma.cuh HBF_TMA_TRUST_LAYOUT)
-        hp = work / "hbf_helpers_trust.ptx"
-        if not hp.is_file():
-            r = subprocess.run([sys.executable, "setup.py", "helper-ptx", "direct", str(hp)], cwd=ROOT,
-                               env=dict(env, NVCC_APPEND_FLAGS="-DHBF_TMA_TRUST_LAYOUT=1"), capture_output=True, text=True)
-            if r.returncode != 0:
-                return {"error": f"trusting helper build failed: {r.stderr[-2000:]}"}
+    flags = (["-DHBF_TMA_TRUST_LAYOUT=1"] if trust_layout else []) + (["-DHBF_TMA_MC_DEBUG=1"] if mc_debug else [])
+    if flags:
+        # a helper built with the flags: trust the unverified TensorMap layout (hbf_tma.cuh HBF_TMA_TRUST_LAYOUT),
+        # record the multicast debug buffer (HBF_TMA_MC_DEBUG); rebuilt every time (the sources may have changed)
+        hp = work / ("hbf_helpers" + ("_trust" if trust_layout else "") + ("_mcdbg" if mc_debug else "") + ".ptx")
+        r = subprocess.run([sys.executable, "setup.py", "helper-ptx", "direct", str(hp)], cwd=ROOT,
+                           env=dict(env, NVCC_APPEND_FLAGS=" ".join(flags)), capture_output=True, text=True)
+        if r.returncode != 0:
+            return {"error": f"helper build with {' '.join(flags)} failed: {r.stderr[-2000:]}"}
         env["HBFCC_HELPER_PTX"] = str(hp)
     out: dict = {}
     for tag, exe in (("plain", "nvcc"), ("hbf", str(wrap))):
@@ -234,6 +243,7 @@ def build(work: Path, trust_layout: bool) -> dict:
         out[tag] = str(cub)
     art = work / "tma_sem_hbf.cubin.hbfcc.json"
     out["artifact"] = str(art) if art.is_file() else None
+    out["helper"] = env.get("HBFCC_HELPER_PTX", "default")
     if art.is_file():
         doc = json.loads(art.read_text())
         mods = doc.get("modules") or [doc]
@@ -299,6 +309,39 @@ def _configs(rank: int) -> list[tuple[str, list[int]]]:
 REGISTRATIONS = ("none", "all", "half")
 
 
+def decode_mc_debug(words) -> dict:
+    """The multicast debug buffer (hbf_abi.h HBF_TMA_DBG_*, written by a -DHBF_TMA_MC_DEBUG=1 helper) as JSON:
+    events (kind "record": the issuer's put into destination rank `dst`'s table; "take": a waiter's lookup in its
+    own table), each CTA's table at exit (its non-free entries), and how many events did not fit."""
+    w = [int(x) for x in words]
+    if len(w) != abi.HBF_TMA_DBG_WORDS:
+        raise ValueError(f"debug buffer of {len(w)} words, expected {abi.HBF_TMA_DBG_WORDS}")
+
+    def phase(lo, hi):
+        v = lo | hi << 32
+        return {"deadline_ns": v & ((1 << 62) - 1), "waited": bool(v >> 62 & 1), "closed": bool(v >> 63 & 1)} if v else None
+    nev, ntab = w[0], w[1]
+    events = []
+    for i in range(min(nev, abi.HBF_TMA_DBG_EVENTS)):
+        e = w[abi.HBF_TMA_DBG_HDR + i * abi.HBF_TMA_DBG_EV_WORDS:][:abi.HBF_TMA_DBG_EV_WORDS]
+        events.append({"kind": {1: "record", 2: "take"}.get(e[0], e[0]), "rank": e[1], "ctaid": e[2], "tid": e[3],
+                       "table": hex(e[4]), "mbar": hex(e[5]), "parity": e[6], "key": hex(e[7]),
+                       "dst": None if e[8] == 0xFFFFFFFF else e[8], "entry": hex(e[9]), "word": phase(e[10], e[11])})
+    tables = []
+    base = abi.HBF_TMA_DBG_HDR + abi.HBF_TMA_DBG_EVENTS * abi.HBF_TMA_DBG_EV_WORDS
+    for i in range(min(ntab, abi.HBF_TMA_DBG_CTAS)):
+        t = w[base + i * abi.HBF_TMA_DBG_CTA_WORDS:][:abi.HBF_TMA_DBG_CTA_WORDS]
+        tw = t[4:]
+        entries = []
+        for k in range(abi.HBF_TMA_TABLE_ENTRIES):
+            e = tw[2 + 6 * k:][:6]          # {u32 key, u32 pad, u64 word[2]} after the 8-byte header
+            if e[0]:
+                entries.append({"slot": k, "key": hex(e[0]), "parity0": phase(e[2], e[3]), "parity1": phase(e[4], e[5])})
+        tables.append({"rank": t[0], "ctaid": t[1], "table": hex(t[2]), "exited": tw[0], "entries": entries})
+    return {"events_seen": nev, "events_dropped": max(0, nev - abi.HBF_TMA_DBG_EVENTS), "events": events,
+            "tables": tables}
+
+
 def register_part(s, base: int, nbytes: int, reg: str):
     """``reg`` of the buffer [base, base + nbytes) as a timing range: "none" (None), "all", or "half" (the upper
     half: a box across it straddles the HBM-HBF boundary). Returns the range (None for "none")."""
@@ -334,6 +377,9 @@ def semantics(args, out_path: Path, res: dict) -> None:
         for n in TEMPLATES:
             fh[n] = cudrv.module_function(mh, n)
             s.note_function(fh[n], binding, n)
+        dbg = cudrv.module_global(mh, abi.TMA_DBG_GLOBAL) if getattr(args, "mc_debug", False) else None
+        if getattr(args, "mc_debug", False) and dbg is None:
+            raise RuntimeError(f"--mc-debug: the instrumented module has no {abi.TMA_DBG_GLOBAL} (helper {b.get('helper')})")
 
         def run(fn, grid, block, argv, hbf: bool):
             if hbf:
@@ -437,10 +483,17 @@ def semantics(args, out_path: Path, res: dict) -> None:
                     outs = {t: cudrv.mem_alloc(out_bytes) for t in ("p", "h")}
                     bars = {t: cudrv.mem_alloc(2 * iters * 4) for t in ("p", "h")}
                     before = s.counters()
+                    info = {}
                     for t, fns, hbf in (("p", fp, False), ("h", fh, True)):
                         cudrv.memset_d8(outs[t], 0, out_bytes)
                         cudrv.memset_d8(bars[t], 0, 2 * iters * 4)
+                        if hbf and dbg is not None and kname == "load_mc":
+                            cudrv.memset_d8(dbg[0], 0, dbg[1])
                         run(fns[kname], grid, (128,), argv_of(src, extra, outs[t], bars[t]), hbf)
+                        if hbf and dbg is not None and kname == "load_mc":
+                            dw = np.empty(dbg[1] // 4, np.uint32)
+                            cudrv.dtoh(dw.ctypes.data, dbg[0], dbg[1])
+                            info["mc_debug"] = decode_mc_debug(dw.tolist())
                     after = s.counters()
                     got = {}
                     for t in ("p", "h"):
@@ -453,7 +506,7 @@ def semantics(args, out_path: Path, res: dict) -> None:
                     d = tma_counts(kname, before, after)
                     ok_cnt = lifecycle_ok(d) and (reg == "none" or kname == "cpasync_mbar" or d["tma_copies"] > 0)
                     check(f"{label or kname}/{reg}/{cname}", got["p"] == got["h"] and ok_cnt, counters=d,
-                          values_equal=got["p"] == got["h"], lifecycle_ok=ok_cnt)
+                          values_equal=got["p"] == got["h"], lifecycle_ok=ok_cnt, **info)
                 if rng is not None:
                     s.unregister(rng)
             cudrv.mem_free(src)
@@ -684,6 +737,9 @@ def main(argv=None) -> int:
     ap.add_argument("--increment-diag", action="store_true", help="where the increment's time goes (counters per box)")
     ap.add_argument("--trust-layout", action="store_true",
                     help="build the helpers with -DHBF_TMA_TRUST_LAYOUT=1 (only needed with HB_TMAP_LAYOUT_VERIFIED 0)")
+    ap.add_argument("--mc-debug", action="store_true",
+                    help="build the helpers with -DHBF_TMA_MC_DEBUG=1: each load_mc check carries both CTAs' table "
+                         "records, lookups and exit tables (`mc_debug`)")
     a = ap.parse_args(argv)
     if not (a.build_only or a.semantics or a.increment or a.native_cost or a.increment_diag):
         ap.error("nothing to do: give --build-only, or --semantics / --increment / --native-cost on a GPU")
@@ -695,8 +751,8 @@ def main(argv=None) -> int:
     out_path = out_dir / ("tma_semantics_build.json" if a.build_only else "tma_semantics.json")
     res: dict = {"what": "TMA semantic identity / increment experiment / native cost (issue 15)",
                  "date": time.strftime("%Y-%m-%d"), "command": " ".join(["python3", "bench/tma_semantics.py", *(argv or sys.argv[1:])]),
-                 "trust_layout": a.trust_layout}
-    res["build"] = build(Path(a.work), a.trust_layout)
+                 "trust_layout": a.trust_layout, "mc_debug": a.mc_debug}
+    res["build"] = build(Path(a.work), a.trust_layout, a.mc_debug)
     atomic_write_json(out_path, res)
     if "error" in res["build"]:
         log(res["build"]["error"])

@@ -63,11 +63,20 @@ HBF_TMA_F_ACTIVE = 0x10
 HBF_TMA_F_MULTICAST = 0x20
 HBF_TMA_RANK_SHIFT = 8
 # the per-CTA completion table hbfcc declares in .shared (hbf_abi.h "TMA completion table"): an 8-byte header
-# {u32 exited threads, u32 flags} and HBF_TMA_TABLE_ENTRIES entries {u32 key (mbarrier shared::cta address + 1),
-# u32 pad, u64 word[2] (per phase parity)}
+# {u32 exited threads, u32 flags} and HBF_TMA_TABLE_ENTRIES entries {u32 key (the mbarrier's shared::cta address
+# minus the table's, + 1: the same in every CTA of a cluster, whose addresses carry the CTA's rank), u32 pad,
+# u64 word[2] (per phase parity)}
 HBF_TMA_TABLE_ENTRIES = 16
 HBF_TMA_TABLE_BYTES = 8 + 24 * HBF_TMA_TABLE_ENTRIES
 HBF_TMA_E_CLUSTER = 0x1     # __hb_tma_enter flags: other CTAs of the cluster write this table (multicast)
+# the multicast debug buffer of a helper built with -DHBF_TMA_MC_DEBUG=1 (hbf_abi.h; bench/tma_semantics.py --mc-debug)
+TMA_DBG_GLOBAL = "__hb_tma_dbg"
+HBF_TMA_DBG_HDR = 4
+HBF_TMA_DBG_EVENTS = 256
+HBF_TMA_DBG_EV_WORDS = 12
+HBF_TMA_DBG_CTAS = 8
+HBF_TMA_DBG_CTA_WORDS = 4 + HBF_TMA_TABLE_BYTES // 4
+HBF_TMA_DBG_WORDS = HBF_TMA_DBG_HDR + HBF_TMA_DBG_EVENTS * HBF_TMA_DBG_EV_WORDS + HBF_TMA_DBG_CTAS * HBF_TMA_DBG_CTA_WORDS
 
 # every helper symbol starts with this; the linker keeps these names and makes them .weak
 HELPER_PREFIX = "__hb_"

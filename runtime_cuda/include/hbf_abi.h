@@ -89,7 +89,9 @@
  *   __hb_tma_exit (every thread, before each exit): the CTA's last thread ends the table's open objects
  *     (leaked: never waited; consumed: waited) into the kernel's counters (tma_* fields, hbf_device.h).
  * TMA completion table (per CTA, HBF_TMA_TABLE_BYTES of .shared): header {u32 exited, u32 flags}, then
- *   HBF_TMA_TABLE_ENTRIES x {u32 key = mbarrier shared::cta address + 1 (0: free), u32 pad, u64 word[2]};
+ *   HBF_TMA_TABLE_ENTRIES x {u32 key = the mbarrier's shared::cta address - the table's + 1 (0: free), u32 pad,
+ *   u64 word[2]} (the offset, not the address: in a cluster a shared::cta address carries the CTA's rank, so a
+ *   multicast issuer's address for a barrier is not the destination waiter's; hbf_tma_table.cuh);
  *   word[p] = the phase of parity p: bits 0..61 its deadline, bit 62 WAITED, bit 63 CLOSED (0: none).
  * __hb_issue: called by the lanes of a rewritten access site whose address is in the fast-reject
  *   band (hbfcc tests the band inline, see "Fast reject" below; a predicated access passes
@@ -177,5 +179,15 @@
 #define HBF_TMA_TABLE_ENTRIES 16u
 #define HBF_TMA_TABLE_BYTES (8u + 24u * HBF_TMA_TABLE_ENTRIES)
 #define HBF_TMA_E_CLUSTER 0x1u      /* __hb_tma_enter: other CTAs of the cluster write this table */
+/* the multicast debug buffer of a helper built with -DHBF_TMA_MC_DEBUG=1 (hbf_tma.cuh; bench/tma_semantics.py
+ * --mc-debug reads it): u32 __hb_tma_dbg[HBF_TMA_DBG_WORDS] = a header of HBF_TMA_DBG_HDR words {events seen,
+ * tables dumped, ...}, HBF_TMA_DBG_EVENTS events of HBF_TMA_DBG_EV_WORDS words, then HBF_TMA_DBG_CTAS table dumps
+ * of HBF_TMA_DBG_CTA_WORDS words ({cluster rank, ctaid.x, table address, 0} then the table's words) */
+#define HBF_TMA_DBG_HDR 4u
+#define HBF_TMA_DBG_EVENTS 256u
+#define HBF_TMA_DBG_EV_WORDS 12u
+#define HBF_TMA_DBG_CTAS 8u
+#define HBF_TMA_DBG_CTA_WORDS (4u + HBF_TMA_TABLE_BYTES / 4u)
+#define HBF_TMA_DBG_WORDS (HBF_TMA_DBG_HDR + HBF_TMA_DBG_EVENTS * HBF_TMA_DBG_EV_WORDS + HBF_TMA_DBG_CTAS * HBF_TMA_DBG_CTA_WORDS)
 
 #endif /* HBF_ABI_H */

@@ -19,7 +19,8 @@
 //   mbarrier.try_wait/test_wait that sees the phase complete then waits for that deadline (__hb_mbar_wait).
 //
 // The table (hbf_abi.h "TMA completion table"), per CTA in .shared (hbfcc declares it):
-//   header {u32 exited, u32 flags}, HBF_TMA_TABLE_ENTRIES x {u32 key = mbar + 1, u32 pad, u64 word[2]}
+//   header {u32 exited, u32 flags}, HBF_TMA_TABLE_ENTRIES x {u32 key = mbar - table + 1, u32 pad, u64 word[2]}
+//   (the barrier's offset from the table: a shared::cta address carries the CTA's cluster rank, hbf_tma_table.cuh)
 //   word[p]: the phase object of parity p: bits 0..61 deadline (ns), bit 62 WAITED, bit 63 CLOSED; 0: none.
 // Every phase object ends exactly once (the kernel's tma_* counters):
 //   opened   by the first copy of a phase (tma_phases);
@@ -46,11 +47,6 @@
 
 #include "hbf_tma_table.cuh"   // the completion table (__host__ __device__: tests/runtime/test_tma_table.py runs it on the CPU)
 
-HB_DEV uint32_t hb_mapa(uint32_t a, uint32_t rank) {
-    uint32_t r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-    return r;
-}
 // The mbarrier address is in the executing CTA (a copy whose destination is another CTA's shared memory
 // signals that CTA's barrier, whose phase the issuer cannot read).
 HB_DEV bool hb_own_shared(uint32_t a) {
@@ -67,6 +63,60 @@ HB_DEV uint32_t hb_mbar_parity(uint32_t mbar) {
     return odd;
 }
 
+// ---- the multicast debug build (-DHBF_TMA_MC_DEBUG=1; hbf_abi.h "multicast debug buffer") ----
+// What each CTA of a cluster recorded and looked up, for a GPU run that fails (bench/tma_semantics.py --mc-debug
+// zeroes __hb_tma_dbg before a launch and decodes it after): an event per destination of each record (issuer side:
+// the destination's table address through mapa, the key, the entry and the parity word after the put), an event per
+// warp of each take (waiter side: its table, barrier address, key, the entry it found -- 0: none -- and the word before
+// the take), and each CTA's table as its last thread leaves.
+#ifndef HBF_TMA_MC_DEBUG
+#define HBF_TMA_MC_DEBUG 0
+#endif
+#if HBF_TMA_MC_DEBUG
+__device__ unsigned int __hb_tma_dbg[HBF_TMA_DBG_WORDS];     // zeroed by the reader before a launch
+HB_DEV uint32_t hb_dbg_ctarank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+HB_DEV void hb_dbg_event(uint32_t kind, uint32_t table, uint32_t mbar, uint32_t par, uint32_t key, uint32_t dst,
+                         uint32_t e) {
+    const uint32_t i = atomicAdd(&__hb_tma_dbg[0], 1u);
+    if (i >= HBF_TMA_DBG_EVENTS) return;
+    const uint64_t w = e ? hb_smc_ld64(e + 8u + 8u * (par & 1u)) : 0ull;
+    const uint32_t tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    volatile unsigned int* v = &__hb_tma_dbg[HBF_TMA_DBG_HDR + i * HBF_TMA_DBG_EV_WORDS];
+    const uint32_t ev[HBF_TMA_DBG_EV_WORDS] = {kind, hb_dbg_ctarank(), blockIdx.x, tid, table, mbar, par, key, dst, e,
+                                                (uint32_t)w, (uint32_t)(w >> 32)};
+    for (uint32_t k = 0; k < HBF_TMA_DBG_EV_WORDS; ++k) v[k] = ev[k];
+}
+HB_DEV void hb_tw_mc_debug_record(uint32_t table, uint32_t mbar, uint32_t par, uint64_t, uint32_t ctamask, bool) {
+    const uint32_t key = hb_tw_key(table, mbar);
+    if (ctamask == 0u) { hb_dbg_event(1u, table, mbar, par, key, 0xFFFFFFFFu, hb_tw_find(table, key, false)); return; }
+    for (uint32_t m = ctamask & 0xFFFFu; m != 0u; m &= m - 1u) {
+        const uint32_t rank = (uint32_t)__ffs(m) - 1u, dt = hb_tw_mapa(table, rank);
+        hb_dbg_event(1u, dt, mbar, par, key, rank, hb_tw_find(dt, key, false));
+    }
+}
+HB_DEV void hb_tw_mc_debug_take(uint32_t table, uint32_t mbar, uint32_t par) {
+    if ((threadIdx.x & 31u) != 0u) return;                      // one event per warp
+    const uint32_t key = hb_tw_key(table, mbar);
+    hb_dbg_event(2u, table, mbar, par, key, 0xFFFFFFFFu, hb_tw_find(table, key, false));
+}
+HB_DEV void hb_tw_mc_debug_exit(uint32_t table) {
+    const uint32_t i = atomicAdd(&__hb_tma_dbg[1], 1u);
+    if (i >= HBF_TMA_DBG_CTAS) return;
+    volatile unsigned int* v = &__hb_tma_dbg[HBF_TMA_DBG_HDR + HBF_TMA_DBG_EVENTS * HBF_TMA_DBG_EV_WORDS +
+                                             i * HBF_TMA_DBG_CTA_WORDS];
+    v[0] = hb_dbg_ctarank(); v[1] = blockIdx.x; v[2] = table; v[3] = 0u;
+    for (uint32_t k = 0; k < HBF_TMA_TABLE_BYTES / 4u; ++k) v[4 + k] = hb_smc_ld32(table + 4u * k);
+}
+#else
+HB_DEV void hb_tw_mc_debug_record(uint32_t, uint32_t, uint32_t, uint64_t, uint32_t, bool) {}
+HB_DEV void hb_tw_mc_debug_take(uint32_t, uint32_t, uint32_t) {}
+HB_DEV void hb_tw_mc_debug_exit(uint32_t) {}
+#endif
+
 HB_DEV void hb_tw_count(hbf_kernel_counters* ks, const hb_tw_counts& c) {
     if (c.phases) hb_red_add(&ks->tma_phases, c.phases);
     if (c.consumed) hb_red_add(&ks->tma_consumed, c.consumed);
@@ -80,21 +130,11 @@ HB_DEV bool hb_tw_record(hbf_device_state* st, uint32_t table, uint32_t mbar, ui
     if (!hb_own_shared(mbar)) return false;
     const uint32_t par = hb_mbar_parity(mbar);
     hb_tw_counts c = {0u, 0u, 0u};
-    bool ok = true;
-    if (!multicast) {
-        const uint32_t e = hb_tw_find(table, mbar + 1u, true);
-        if (e == 0u) ok = false;
-        else hb_tw_put(e, par, dl, c);
-    } else {
-#pragma unroll 1
-        for (uint32_t m = ctamask & 0xFFFFu; m != 0u; m &= m - 1u) {   // one tracked destination per cluster rank
-            const uint32_t rank = (uint32_t)__ffs(m) - 1u;
-            const uint32_t e = hb_tw_find(hb_mapa(table, rank), mbar + 1u, true);
-            if (e == 0u) { ok = false; break; }
-            hb_tw_put(e, par, dl, c);
-        }
-        asm volatile("fence.acq_rel.cluster;" ::: "memory");
-    }
+    // keyed by mbar's offset from this CTA's table (hb_tw_key): the destination's waiter, whose barrier address
+    // carries its own cluster rank, computes the same key
+    const bool ok = hb_tw_record_into(table, mbar, par, dl, multicast, ctamask, c);
+    if (multicast) asm volatile("fence.acq_rel.cluster;" ::: "memory");
+    hb_tw_mc_debug_record(table, mbar, par, dl, multicast ? ctamask : 0u, ok);
     hb_tw_count(hb_kslot(st, site), c);
     return ok;
 }
@@ -239,6 +279,7 @@ HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, con
 
 // __hb_mbar_wait: the waiter of phase parity `par` of `mbar`, after the native phase completed.
 HB_DEV void hb_mbar_wait(uint32_t table, uint32_t mbar, uint32_t par, uint32_t site) {
+    hb_tw_mc_debug_take(table, mbar, par);
     const uint64_t dl = hb_tw_take(table, mbar, par);
     // 0: nothing tracked; 1: the phase's copies had no HBF byte (the object exists for its lifecycle only): no
     // wait, and no ready-wait slack counted against a deadline that was never modeled
@@ -252,6 +293,7 @@ HB_DEV void hb_tma_exit(hbf_device_state* st, uint32_t table, uint32_t kernel_in
     asm volatile("atom.shared::cta.add.u32 %0, [%1], 1;" : "=r"(done) : "r"(table) : "memory");
     if (done + 1u != nthreads) return;
     uint32_t consumed, leaked;
+    hb_tw_mc_debug_exit(table);
     hb_tw_exit_scan(table, &consumed, &leaked);
     hbf_kernel_counters* ks = hb_kslot(st, kernel_index << 16);
     if (consumed) hb_red_add(&ks->tma_consumed, consumed);

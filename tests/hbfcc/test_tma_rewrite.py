@@ -451,3 +451,25 @@ def test_operand_forms_a_64_bit_barrier_address_with_an_offset():
     assert t.count("hb: cvt.u32.u64 %__hb_mb, %rd5;") == 2 and t.count("hb: add.u32 %__hb_mb, %__hb_mb, 8;") == 2
     assert fn_report(text)["admitted"]
     assemble_linked(text)
+
+
+def test_the_multicast_debug_helper_links_its_buffer_and_assembles(tmp_path):
+    """-DHBF_TMA_MC_DEBUG=1 (bench/tma_semantics.py --mc-debug): the helper defines __hb_tma_dbg, hbfcc links it
+    into a multicast kernel's module (a __hb_ global: a root, looked up by name), and ptxas assembles the result;
+    the default helper has no such buffer (the debug code compiles out)."""
+    import os
+    import subprocess
+    import sys
+    U.tool("nvcc")
+    hp = tmp_path / "hbf_helpers_mcdbg.ptx"
+    subprocess.run([sys.executable, "setup.py", "helper-ptx", "direct", str(hp)], cwd=U.REPO, check=True,
+                   capture_output=True, env=dict(os.environ, NVCC_APPEND_FLAGS="-DHBF_TMA_MC_DEBUG=1"))
+    text = kernel(ARRIVE + "\n    @%p1 cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                  " [%r1], [%rd1, {%r4, %r5}], [%r2], %rs1;\n" + WAIT)
+    res = rewrite_text(text, helper=H.load_helper(str(hp)))
+    flat = " ".join(res.text.split())
+    assert f".weak .global .align 4 .b8 {abi.TMA_DBG_GLOBAL}[{4 * abi.HBF_TMA_DBG_WORDS}];" in flat   # as __hb_state
+    U.assemble(res.text)
+    real = U.real_helper_ptx()
+    if real:
+        assert abi.TMA_DBG_GLOBAL not in Path(real).read_text()

@@ -61,7 +61,9 @@ def test_constants_match(probe):
     py.update({n: getattr(abi, n) for n in ("HBF_TMA_K_LOAD", "HBF_TMA_K_STORE", "HBF_TMA_K_REDUCE",
                                             "HBF_TMA_K_PREFETCH", "HBF_TMA_K_MASK", "HBF_TMA_F_ACTIVE",
                                             "HBF_TMA_F_MULTICAST", "HBF_TMA_RANK_SHIFT", "HBF_TMA_TABLE_ENTRIES",
-                                            "HBF_TMA_TABLE_BYTES", "HBF_TMA_E_CLUSTER")})
+                                            "HBF_TMA_TABLE_BYTES", "HBF_TMA_E_CLUSTER", "HBF_TMA_DBG_HDR",
+                                            "HBF_TMA_DBG_EVENTS", "HBF_TMA_DBG_EV_WORDS", "HBF_TMA_DBG_CTAS",
+                                            "HBF_TMA_DBG_CTA_WORDS", "HBF_TMA_DBG_WORDS")})
     assert set(py) == set(defs), set(defs) ^ set(py)
     for k, v in py.items():
         assert defs[k] == v, k
