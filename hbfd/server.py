@@ -168,8 +168,12 @@ class Daemon:
         self._refresh_engine = svc.refresh_engine   # refresh plans run through the media model (ring thread)
         self._count_reads = svc.refresh.counts_reads
         log.info("engine %s, thermal %s, refresh %s", self.engine.name, self.thermal.name, self.refresh.name)
-        self._control_tick()                        # thermal snapshot + refresh debt before readiness
         hist.warm_twin()                            # the latency histograms' compiled twin, not in the ring thread
+        # the run's clock (thermal model, refresh, timeline, uptime) starts here, after the start-up work whose
+        # length depends on the machine (loading the compiled twins took seconds on a loaded box, and a constant
+        # power integrated over them once reached a thermal limit before readiness): the first tick is at 0
+        self._t0 = time.monotonic_ns()
+        self._control_tick()                        # thermal snapshot + refresh debt before readiness
         self.region.publish_ranges([], 0)
         sys.setswitchinterval(0.001)                # short GIL hand-offs between ring, control and RPC threads
         self._spawn("hbfd-ring", self._ring_loop)
