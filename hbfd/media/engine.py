@@ -53,7 +53,7 @@ from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _dup_planes, _ends_get, _extreme_at, _fifo_carry,
-                      _fifo_loop, _gated_split, _l2p_swap, _parts_update,
+                      _fifo_loop, _gated_split, _l2p_swap, _ngate_bases, _ngate_scan, _parts_update, _pending_take,
                       _latest_q, _lookup_events, _packed_build, _packed_sort, _pending_fields, _pid_map, _read_front,
                       _read_pass, _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
@@ -75,6 +75,7 @@ _NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
 _RANK_ORDER_MIN = 512   # _chan_lindley: items out of seq order, from this many on ordered by lindley.rank_order
 _PARTS_TWIN_MIN = 256   # _complete_parts: from this many pending requests on, its general case by its twin
+_NGATE_TWIN_MIN = 256   # _tail_plane: from this many new commands on, their gates' look-ups by kernels._ngate_scan
 _GATED_TWIN_MIN = 256   # _release_gated: a chunk of this many waiting stores or more splits by its twin
 _WAIT_ALL_ROWS = True   # submit: a batch whose every request waits keeps its rows without gathers (tests: off)
 _LATEST_TWIN_MIN = 256   # _latest_per_die by its twin from this many releases on
@@ -1625,6 +1626,23 @@ class MediaEngine:
             und = np.flatnonzero(~dec)
             if not len(und):
                 return None
+            if len(und) >= _FIELDS_TWIN_MIN and accel.enabled() and gi.dtype == np.int64 and all(
+                    C[k].dtype == np.int64 for k in ("base", "gx", "gate", "floor", "join")) \
+                    and adm.dtype == np.int64 and rdy.dtype == np.int64:
+                # the gathers and the fields below in one compiled pass (the same arrays, into the same buffers)
+                bo = self._bufs.out
+                n = len(und)
+                gk = ("kind", "plane", "die", "svc", "pid")
+                q = {k: bo(k, n, C[k].dtype, C[k]) for k in gk}
+                cs_, ce_, ca_, cr_ = (bo(k, n, a.dtype, a) for k, a in zip(self._P_KEYS, (start, end, adm, rdy)))
+                fk = ("base", "gx", "gate", "join", "floor")
+                o = [bo(k, n, np.int64, C[k]) for k in fk]
+                _pending_take(und, *(C[k] for k in gk), start, end, adm, rdy, C["base"], C["gx"], C["gate"],
+                              C["floor"], gi, np.ascontiguousarray(dec, np.bool_), self._dec_h, t_cmd,
+                              *(q[k] for k in gk), cs_, ce_, ca_, cr_, *o)
+                q["base"], q["gx"], q["gate"], q["join"], q["floor"] = o
+                q["p_start"], q["p_end"], q["p_adm"], q["p_rdy"] = cs_, ce_, ca_, cr_
+                return q
             if len(und) >= _FIELDS_TWIN_MIN and accel.enabled():    # (into buffers: no new memory to fault in)
                 bo = self._bufs.out
                 q = {k: np.take(C[k], und, out=bo(k, len(und), C[k].dtype, C[k]), mode="clip")
@@ -1818,10 +1836,29 @@ class MediaEngine:
                 pix.lo, pix.pmap = int(plo), pmap
         if not tw:
             giP = np.full(npn, -1, np.int64)      # position in P then N of each command's gate (-1: none there)
-        giN = np.full(len(N["kind"]), -1, np.int64)
-        gm = np.flatnonzero(N["gate"] >= 0)
         ngates = None
-        if len(gm):
+        nmap = _E0
+        if tw and len(N["kind"]) >= _NGATE_TWIN_MIN and all(
+                N[k].dtype == np.int64 for k in ("gate", "die", "base", "pid")) and pe.a.dtype == np.int64:
+            nlo, nmap = _pid_map(N["pid"])
+            if not len(nmap) and (N["pid"] >= 0).any():
+                nmap = None                       # (ids not dense: the look-ups below)
+        else:
+            nmap = None
+        if nmap is not None:                      # the look-ups below in one compiled pass (kernels._ngate_scan)
+            bad_n, gm, gq, e, ip, inn, giN, nb = _ngate_scan(
+                N["gate"], N["die"], N["base"], pe.a, pe.base, np.ascontiguousarray(pe.old_id, np.int64),
+                np.ascontiguousarray(pe.old_end, np.int64), plo, pmap, P["die"], P["p_end"], nlo, nmap, npn)
+            if bad_n:
+                return None
+            if len(gm):
+                ngates = (gq, e, ip, inn)
+            giN_done = True
+        else:
+            giN = np.full(len(N["kind"]), -1, np.int64)
+            gm = np.flatnonzero(N["gate"] >= 0)
+            giN_done = False
+        if len(gm) and not giN_done:
             gq = N["gate"][gm]
             e = _end_of(pe, gq)
             ip = pix.pos(gq)
@@ -1885,7 +1922,11 @@ class MediaEngine:
         nr = len(R["kind"])
         k = len(rem)
         gx = R["gx"]
-        if k == 0:                                # R is N: _gate_bases from the look-ups made above
+        if k == 0 and giN_done:                   # R is N: _gate_bases_found in one compiled pass
+            bk, base, gidx = _ngate_bases(N["base"], gm, e, ip, inn, pa, Tp, P["plane"], P["p_end"])
+            if bk >= 0:
+                raise KeyError(int(gq[bk]))
+        elif k == 0:                              # R is N: _gate_bases from the look-ups made above
             base, gidx = _gate_bases_found(N, gm, ngates, keep, P["p_end"])
         else:
             base, gidx = _gate_bases(R, nr, pe, pix, P["p_end"], keep)
@@ -2407,4 +2448,5 @@ def warm_twins(geometry: MediaGeometry) -> float:
 WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
-              _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update)
+              _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,
+              _ngate_bases)

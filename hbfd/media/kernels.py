@@ -1202,3 +1202,105 @@ def _parts_update(pserial, pid, parr, pdone, prem, serial, done):
                 prem[b] = prem[k]
             b += 1
     return 2, fid, fmod, mx, b
+
+
+@accel.jit
+def _ngate_scan(gate, ndie, nbase, ea, ebase, eold_id, eold_end, plo, pmap, pdie, pend, nlo, nmap, npn):
+    """``MediaEngine._tail_plane``'s look-ups of the new commands' gates, loop form (compiled by numba), in one
+    pass: the commands with a gate (``gm``, in order), their gates (``gq``), the gates' decided ends (``e``:
+    ``_ends_get`` on the window ``ea`` from ``ebase`` and the sorted old ids; -1: not decided), their positions
+    among the pending commands (``ip``: ``pmap[id - plo]``, -1 none) and in the batch (``inn``: ``nmap[id -
+    nlo]``), each command's gate position in P then N (``giN``, -1 none) and its earliest arrival base
+    (``nb``: the base raised to a gate's end, the pending gate's scheduled end where undecided; 2**62 where
+    gated by a new command). Returns (status: 1 where an undecided gate crosses dies, nothing else valid; gm,
+    gq, e, ip, inn, giN, nb)."""
+    n = gate.shape[0]
+    m = 0
+    for i in range(n):
+        if gate[i] >= 0:
+            m += 1
+    gm = np.empty(m, np.int64)
+    gq = np.empty(m, np.int64)
+    k = 0
+    for i in range(n):
+        if gate[i] >= 0:
+            gm[k] = i
+            gq[k] = gate[i]
+            k += 1
+    e = _ends_get(ea, ebase, eold_id, eold_end, gq)
+    ip = np.empty(m, np.int64)
+    inn = np.empty(m, np.int64)
+    giN = np.full(n, -1, np.int64)
+    nb = nbase.copy()
+    big = np.int64(1) << 62
+    npm = pmap.shape[0]
+    nnm = nmap.shape[0]
+    for k in range(m):
+        g = gq[k]
+        i = gm[k]
+        a = -1
+        if g >= plo and g - plo < npm:
+            a = pmap[g - plo]
+        b = -1
+        if g >= nlo and g - nlo < nnm:
+            b = nmap[g - nlo]
+        ip[k] = a
+        inn[k] = b
+        ek = e[k]
+        if ek < 0 and ((a >= 0 and pdie[a] != ndie[i]) or (b >= 0 and ndie[b] != ndie[i])):
+            return 1, gm, gq, e, ip, inn, giN, nb
+        if a >= 0:
+            giN[i] = a
+        elif b >= 0:
+            giN[i] = b + npn
+        v = pend[a] if (ek < 0 and a >= 0) else ek
+        if v < 0:
+            v = big
+        if v > nb[i]:
+            nb[i] = v
+    return 0, gm, gq, e, ip, inn, giN, nb
+
+
+@accel.jit
+def _ngate_bases(nbase, gm, e, ip, inn, padm, Tp, pplane, pend):
+    """``engine._gate_bases_found`` from ``_ngate_scan``'s look-ups, loop form (compiled by numba): a gate's
+    decided end, or the end of a pending gate kept (admitted before its plane's ``Tp``), raises the command's
+    base; any other gate becomes its position in the batch (``gidx``). Returns (the first k whose gate is found
+    nowhere, -1 for none; base, gidx)."""
+    base = nbase.copy()
+    gidx = np.full(nbase.shape[0], -1, np.int64)
+    for k in range(gm.shape[0]):
+        i = gm[k]
+        v = e[k]
+        if v < 0:
+            a = ip[k]
+            v = pend[a] if (a >= 0 and padm[a] < Tp[pplane[a]]) else -1
+        if v >= 0:
+            if v > base[i]:
+                base[i] = v
+        else:
+            b = inn[k]
+            if b < 0:
+                return k, base, gidx
+            gidx[i] = b
+    return -1, base, gidx
+
+
+@accel.jit
+def _pending_take(und, kind, plane, die, svc, pid, start, end, adm, rdy, base, gx, gate, floor, gi, dec, dec_h,
+                  t_cmd, okind, oplane, odie, osvc, opid, ostart, oend, oadm, ordy, ob, ox, og, oj, of):
+    """``MediaEngine._decide_cmds``'s pending set where some commands are decided, loop form (compiled by numba):
+    the rows ``und`` of the run's fields and schedule gathered in one pass (``np.take``), then
+    ``_pending_fields`` for base, gx, gate, join, floor. Writes the ``o*`` arrays."""
+    for k in range(und.shape[0]):
+        i = und[k]
+        okind[k] = kind[i]
+        oplane[k] = plane[i]
+        odie[k] = die[i]
+        osvc[k] = svc[i]
+        opid[k] = pid[i]
+        ostart[k] = start[i]
+        oend[k] = end[i]
+        oadm[k] = adm[i]
+        ordy[k] = rdy[i]
+    _pending_fields(und, -1, base, gx, gate, floor, gi, dec, oadm, ordy, dec_h, t_cmd, ob, ox, og, oj, of)
