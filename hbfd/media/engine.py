@@ -365,6 +365,12 @@ class _Bufs:
         x[n:n + m] = b
         return self._put(key, 0 if s is None else s, x, n + m, True)
 
+    def keep_prefix(self, key: str, a: np.ndarray, n: int) -> np.ndarray:
+        """``a[:n]`` where ``a`` (``own``) had its first ``n`` elements rewritten in place (a compaction): ``a`` and
+        the older prefixes of its buffer are not used any more, so ``cat`` may append after ``n``."""
+        s = self._slot(key, a)
+        return self._put(key, s, self.b[key][s], n, True)
+
     def out(self, key: str, n: int, dtype, avoid: np.ndarray) -> np.ndarray:
         """A length-``n`` array (content undefined) in a buffer of the field that holds no live array and
         not ``avoid``; a new buffer where none is free."""
@@ -1470,6 +1476,7 @@ class MediaEngine:
         t_cmd = g.t_cmd_ns
         pq = self._pq
         self._bufs.begin(pq)
+        self._consumed = False                     # (set where _behind_pending compacts the pending set in place)
         nnew = 0 if cmds is None else len(cmds["kind"])
         nr = len(r_read)
         Er = np.zeros(nr, np.int64)
@@ -1496,8 +1503,11 @@ class MediaEngine:
                 cmd_end[ok_n] = kend_new
                 if kq is not None:
                     pend_out.append(kq)
-                rest_p = ~okd[pq["die"]]
-                pq = {k: v[rest_p] for k, v in pq.items()} if rest_p.any() else None
+                if self._consumed and kp.all():  # (pq's arrays compacted in place: every die of it was handled)
+                    pq = None
+                else:
+                    rest_p = ~okd[pq["die"]]
+                    pq = {k: v[rest_p] for k, v in pq.items()} if rest_p.any() else None
                 if nnew:
                     rest_n = ~ok_n
                     cmds = {k: v[rest_n] for k, v in cmds.items()} if rest_n.any() else None
@@ -1633,10 +1643,21 @@ class MediaEngine:
                 bo = self._bufs.out
                 n = len(und)
                 gk = ("kind", "plane", "die", "svc", "pid")
-                q = {k: bo(k, n, C[k].dtype, C[k]) for k in gk}
-                cs_, ce_, ca_, cr_ = (bo(k, n, a.dtype, a) for k, a in zip(self._P_KEYS, (start, end, adm, rdy)))
                 fk = ("base", "gx", "gate", "join", "floor")
-                o = [bo(k, n, np.int64, C[k]) for k in fk]
+                sch = tuple(zip(self._P_KEYS, (start, end, adm, rdy)))
+                if in_place and all(self._bufs.own(k, C[k]) for k in gk + fk) and all(
+                        self._bufs.own(k, a) for k, a in sch):
+                    # (compacted in place: row und[k] >= k is read before row k is written; the run's arrays and
+                    # the pending set they extend are not used after this, as every die of it is handled here)
+                    kp_ = self._bufs.keep_prefix
+                    q = {k: kp_(k, C[k], n) for k in gk}
+                    cs_, ce_, ca_, cr_ = (kp_(k, a, n) for k, a in sch)
+                    o = [kp_(k, C[k], n) for k in fk]
+                    self._consumed = True
+                else:
+                    q = {k: bo(k, n, C[k].dtype, C[k]) for k in gk}
+                    cs_, ce_, ca_, cr_ = (bo(k, n, a.dtype, a) for k, a in sch)
+                    o = [bo(k, n, np.int64, C[k]) for k in fk]
                 _pending_take(und, *(C[k] for k in gk), start, end, adm, rdy, C["base"], C["gx"], C["gate"],
                               C["floor"], gi, np.ascontiguousarray(dec, np.bool_), self._dec_h, t_cmd,
                               *(q[k] for k in gk), cs_, ce_, ca_, cr_, *o)
