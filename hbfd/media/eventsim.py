@@ -824,24 +824,30 @@ def _qd_loop(na, fi, die, adm, end, xd, xa, xe, cd, ct, lo, span, init, Q, bad):
 
 @accel.jit
 def _bucket_sort(x, lo, hi, nb, cnt, tmp):
-    """Sort ``x`` in place (``_qd_loop``'s per-die sort): ``nb`` buckets of equal width over [lo, hi] (values
-    outside in the first and last), then each bucket by insertion (numpy's sort where one holds more than 32)."""
+    """Sort ``x`` in place (``_qd_loop``'s per-die sort): at most ``nb`` buckets of equal width (a power of two)
+    over [lo, hi] (values outside in the first and last), then each bucket by insertion (numpy's sort where one
+    holds more than 32)."""
     n = x.shape[0]
     if n <= 32:
         _insertion(x, 0, n)
         return
-    w = (hi - lo) // nb + 1
+    if hi < lo:
+        hi = lo
+    sh = 0                                        # buckets 2**sh wide (a shift, not a division), at most nb
+    while ((hi - lo) >> sh) >= nb:
+        sh += 1
+    nb = ((hi - lo) >> sh) + 1
     for b in range(nb + 1):
         cnt[b] = 0
     for i in range(n):
         v = x[i]
-        b = 0 if v < lo else (nb - 1 if v > hi else (v - lo) // w)
+        b = 0 if v < lo else (nb - 1 if v > hi else (v - lo) >> sh)
         cnt[b + 1] += 1
     for b in range(nb):
         cnt[b + 1] += cnt[b]
     for i in range(n):
         v = x[i]
-        b = 0 if v < lo else (nb - 1 if v > hi else (v - lo) // w)
+        b = 0 if v < lo else (nb - 1 if v > hi else (v - lo) >> sh)
         tmp[cnt[b]] = v
         cnt[b] += 1
     x[:] = tmp[:n]

@@ -829,6 +829,9 @@ def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st,
     kc = np.zeros(dies, np.int64)
     rc = np.zeros(dies, np.int64)
     nm = pmap.shape[0]
+    rem = np.empty(n, np.int64)                    # (filled in the one pass: prefixes returned)
+    xi = np.empty(n, np.int64)
+    ei = np.empty(n, np.int64)                     # kept, admitted before T, on a die in ``nd``: carried releases
     nrem = 0
     nxi = 0
     ne = 0
@@ -857,14 +860,15 @@ def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st,
                 pf[p] = e
             if a < T[d]:
                 if nd[d]:
+                    ei[ne] = i
                     ne += 1
             else:
+                xi[nxi] = i
                 nxi += 1
         else:
             rc[d] += 1
+            rem[nrem] = i
             nrem += 1
-    rem = np.empty(nrem, np.int64)
-    xi = np.empty(nxi, np.int64)
     ns = 0
     for k in range(sd.shape[0]):
         if nd[sd[k]]:
@@ -891,32 +895,18 @@ def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st,
                 cd[c] = d
                 ct[c] = st[k]
                 c += 1
-    r = 0
-    x = 0
     if trim:                                       # (latest last, mostly: pushed from the end, most are
-        for i in range(n - 1, -1, -1):             # rejected at once)
-            d = pdie[i]
-            a = padm[i]
-            if a < Tp[pplane[i]] and a < T[d] and nd[d]:
-                _heap_push(hv, hn, d, pend[i], q)
-    for i in range(n):
-        d = pdie[i]
-        a = padm[i]
-        if a < Tp[pplane[i]]:
-            if a < T[d]:
-                if nd[d] and not trim:
-                    cd[c] = d
-                    ct[c] = pend[i]
-                    c += 1
-            else:
-                xi[x] = i
-                x += 1
-        else:
-            rem[r] = i
-            r += 1
-    if trim:
+        for k in range(ne - 1, -1, -1):            # rejected at once)
+            i = ei[k]
+            _heap_push(hv, hn, pdie[i], pend[i], q)
         cd, ct = _heap_out(hv, hn)
-    return 0, rem, xi, cd, ct, kc, rc
+    else:
+        for k in range(ne):
+            i = ei[k]
+            cd[c] = pdie[i]
+            ct[c] = pend[i]
+            c += 1
+    return 0, rem[:nrem], xi[:nxi], cd, ct, kc, rc
 
 
 @accel.jit
