@@ -53,7 +53,8 @@ from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _dup_planes, _ends_get, _extreme_at, _fifo_carry,
-                      _fifo_loop, _gated_split, _l2p_swap, _ngate_bases, _ngate_scan, _parts_update, _pending_take,
+                      _decided_put, _fifo_loop, _gated_split, _l2p_swap, _ngate_bases, _ngate_scan, _parts_update,
+                      _pending_take,
                       _latest_q, _lookup_events, _packed_build, _packed_sort, _pending_fields, _pid_map, _read_front,
                       _read_pass, _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
@@ -1794,8 +1795,10 @@ class MediaEngine:
                 gi[gm] = _pid_pos(C["pid"], C["gate"][gm])
         dec = cs < self._dec_h + t_cmd
         if dec.any():
-            _max_at(self.plane_free, C["plane"][dec], ce[dec])
-            self.slots.put(C["die"][dec], ce[dec], min(self.horizon, self._dec_h))
+            if self.trace is not None or not self.slots.put_decided(self.plane_free, C["plane"], C["die"], ce, dec,
+                                                                    min(self.horizon, self._dec_h)):
+                _max_at(self.plane_free, C["plane"][dec], ce[dec])
+                self.slots.put(C["die"][dec], ce[dec], min(self.horizon, self._dec_h))
             if self.trace is not None:
                 self.trace.append(("plane", C["plane"][dec], cs[dec], ce[dec]))
         # (C's fields may be rewritten in place when the batch's appends made them: the pending set they extend is
@@ -1938,8 +1941,12 @@ class MediaEngine:
                 cd, ct = _latest_per_die(cd, ct, g.dies, g.queue_depth)
             xi = np.flatnonzero(ext)
         self._tail_gates_found = (giP, giN)
-        R = {k: np.concatenate([P[k][rem], N[k]]) for k in self._CMD_KEYS}
-        R["floor"][len(rem):] = 0                 # (new commands reach their die at their ready time here)
+        if len(rem):
+            R = {k: np.concatenate([P[k][rem], N[k]]) for k in self._CMD_KEYS}
+            R["floor"][len(rem):] = 0             # (new commands reach their die at their ready time here)
+        else:                                     # (R is N: its arrays, read only below, but the floor)
+            R = {k: N[k] for k in self._CMD_KEYS}
+            R["floor"] = np.zeros(len(N["floor"]), N["floor"].dtype)
         nr = len(R["kind"])
         k = len(rem)
         gx = R["gx"]
@@ -2470,4 +2477,4 @@ WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chain
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,
-              _ngate_bases)
+              _ngate_bases, _decided_put)

@@ -1294,3 +1294,49 @@ def _pending_take(und, kind, plane, die, svc, pid, start, end, adm, rdy, base, g
         oadm[k] = adm[i]
         ordy[k] = rdy[i]
     _pending_fields(und, -1, base, gx, gate, floor, gi, dec, oadm, ordy, dec_h, t_cmd, ob, ox, og, oj, of)
+
+
+@accel.jit
+def _decided_put(pf, plane, die, t, m, od, ot, horizon, dies, q, keep_min):
+    """``MediaEngine._behind_pending``'s decided commands (``m``) into the planes' free times and the carried
+    slot releases, loop form (compiled by numba), in one pass: ``pf[plane] = max(pf[plane], t)`` (in place,
+    ``_max_at``), and ``diestage.DieCarry.put(die[m], t[m], horizon)`` from its releases ``od``/``ot``: the
+    releases after ``horizon``, in order, after the carried ones; where a die then has more than ``q``, its ``q``
+    largest (``_carry_keep``, from ``keep_min`` releases on). Returns (status: 0 nothing added (the carried ones
+    stand), 1 the new carried releases, 2 the concatenation, whose cut is left to the numpy form; die, time)."""
+    n = m.shape[0]
+    k = 0
+    for i in range(n):
+        if m[i]:
+            p = plane[i]
+            if t[i] > pf[p]:
+                pf[p] = t[i]
+            if t[i] > horizon:
+                k += 1
+    if k == 0:
+        return 0, od, ot
+    no = od.shape[0]
+    d = np.empty(no + k, np.int64)
+    tt = np.empty(no + k, np.int64)
+    for j in range(no):
+        d[j] = od[j]
+        tt[j] = ot[j]
+    j = no
+    for i in range(n):
+        if m[i] and t[i] > horizon:
+            d[j] = die[i]
+            tt[j] = t[i]
+            j += 1
+    if no + k > q:
+        cnt = np.zeros(dies, np.int64)
+        mx = 0
+        for j in range(no + k):
+            cnt[d[j]] += 1
+            if cnt[d[j]] > mx:
+                mx = cnt[d[j]]
+        if mx > q:
+            if no + k >= keep_min:
+                d2, t2 = _carry_keep(d, tt, dies, q)
+                return 1, d2, t2
+            return 2, d, tt
+    return 1, d, tt

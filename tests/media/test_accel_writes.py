@@ -295,7 +295,8 @@ def test_a_changed_write_twin_is_seen(monkeypatch, mod, name, how):
         g, stream, sizes, adv = _stream("nominal", "mixed", 0.5, 0.5, "profile")
     elif how == "nbase":                       # (every pending command kept: a write stream under load)
         g, stream, sizes, adv = _stream("nominal", "write", 0.0, 0.1, "profile")
-    elif how == "base":                        # (_pending_fields alone: where nothing is decided, a burst)
+    elif how in ("base", "t"):                 # (_pending_fields alone: where nothing is decided, a burst;
+        # DieCarry.put's cut: the event path of mixed batches, _behind_pending's goes through _decided_put)
         g, stream, sizes, adv = _stream("nominal", "mixed", 0.5, None, "profile")
     else:
         g, stream, sizes, adv = _stream("nominal", "write", 0.0, None, "small" if how == "skip" else "profile")
@@ -727,3 +728,58 @@ def test_ngate_twins_equal_the_lookups_and_gate_bases(monkeypatch):
     got = _engine_run(g, stream, sizes, adv)
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
     assert calls["scan"] and calls["bases"], calls
+
+
+def test_decided_put_twin_equals_max_at_and_put(monkeypatch):
+    """``kernels._decided_put`` (round 7: ``_behind_pending``'s decided commands into the planes' free times and the
+    carried releases in one pass, ``DieCarry.put_decided``) leaves the same ``plane_free`` and carried (die, time)
+    arrays, in order, as ``np.maximum.at`` and ``DieCarry.put`` on the masked arrays: nothing after the horizon,
+    no cut, the cut by ``_carry_keep`` and by the numpy form (fewer releases than its cut-off); off it declines.
+    An engine run with a twin that drops the last release is seen."""
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    rng = np.random.default_rng(21)
+    paths = set()
+    for trial in range(400):
+        dies, q = int(rng.integers(1, 9)), int(rng.integers(1, 40))
+        n = int(rng.integers(0, 600))
+        planes = 4 * dies
+        plane = rng.integers(0, planes, n).astype(np.int64)
+        die = plane // 4
+        t = rng.integers(0, 10**6, n).astype(np.int64)
+        m = rng.random(n) < rng.random()
+        no = int(rng.integers(0, dies * q + 1))
+        od = rng.integers(0, dies, no).astype(np.int64)
+        ot = rng.integers(0, 10**6, no).astype(np.int64)
+        horizon = int(rng.choice([-1, 300_000, 2 * 10**6]))
+        ref, got = DieCarry(dies, q), DieCarry(dies, q)
+        ref.die, ref.t, got.die, got.t = od.copy(), ot.copy(), od.copy(), ot.copy()
+        pf_ref = rng.integers(0, 10**6, planes).astype(np.int64)
+        pf_got = pf_ref.copy()
+        np.maximum.at(pf_ref, plane[m], t[m])
+        ref.put(die[m], t[m], horizon)
+        assert got.put_decided(pf_got, plane, die, t, m, horizon)
+        assert np.array_equal(pf_ref, pf_got)
+        assert ref.die.dtype == got.die.dtype and np.array_equal(ref.die, got.die) and np.array_equal(ref.t, got.t)
+        k = int((t[m] > horizon).sum())
+        tot = no + k
+        cnt = np.bincount(np.concatenate([od, die[m][t[m] > horizon]]), minlength=dies) if tot else np.zeros(1)
+        paths.add("none" if not k else ("cut-twin" if cnt.max() > q and tot >= 256 else
+                                        ("cut-numpy" if cnt.max() > q else "add")))
+    assert paths == {"none", "add", "cut-twin", "cut-numpy"}, paths
+    monkeypatch.setenv("HBFD_ACCEL", "off")
+    assert not DieCarry(2, 4).put_decided(np.zeros(8, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64),
+                                          np.ones(1, np.int64), np.ones(1, bool), 0)
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    g, stream, sizes, adv = _stream("nominal", "write", 0.0, 0.1, "profile", n=20_000)
+    ref = _engine_run(g, stream, sizes, adv)
+    orig = diestage._decided_put
+    calls = []
+
+    def dropped(*a):                           # the last release added is lost
+        calls.append(1)
+        st, d, tt = orig(*a)
+        return (st, d[:-1], tt[:-1]) if st == 1 and len(d) > len(a[5]) else (st, d, tt)
+    monkeypatch.setattr(diestage, "_decided_put", dropped)
+    bad = _engine_run(g, stream, sizes, adv)
+    assert calls
+    assert ref[1] != bad[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], bad[0]))
