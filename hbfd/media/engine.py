@@ -291,8 +291,8 @@ class _Ends:
         if new_base <= self.base:
             return
         self.version += 1
-        keep = np.unique(np.asarray(keep, np.int64))
-        keep = keep[keep < new_base]
+        keep = np.asarray(keep, np.int64)
+        keep = np.unique(keep[keep < new_base])     # (the same ids: the cut first, fewer to sort)
         e = self.get(keep)
         k = e >= 0
         self.old_id, self.old_end = keep[k], e[k]
