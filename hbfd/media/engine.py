@@ -54,7 +54,7 @@ from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _dup_planes, _ends_get, _extreme_at, _fifo_carry,
                       _decided_put, _fifo_loop, _gated_split, _l2p_swap, _ngate_bases, _ngate_scan, _parts_update,
-                      _pending_take,
+                      _min_where, _pending_take,
                       _latest_q, _lookup_events, _packed_build, _packed_sort, _pending_fields, _pid_map, _read_front,
                       _read_pass, _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
@@ -76,6 +76,7 @@ _NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
 _RANK_ORDER_MIN = 512   # _chan_lindley: items out of seq order, from this many on ordered by lindley.rank_order
 _PARTS_TWIN_MIN = 256   # _complete_parts: from this many pending requests on, its general case by its twin
+_MIN_TWIN_MIN = 256     # _keep_h, _prune_ends: minima over the pending set by kernels._min_where from this many on
 _NGATE_TWIN_MIN = 256   # _tail_plane: from this many new commands on, their gates' look-ups by kernels._ngate_scan
 _GATED_TWIN_MIN = 256   # _release_gated: a chunk of this many waiting stores or more splits by its twin
 _WAIT_ALL_ROWS = True   # submit: a batch whose every request waits keeps its rows without gathers (tests: off)
@@ -2089,8 +2090,13 @@ class MediaEngine:
         pe = self._pend_end
         if self._pid - pe.base > 4 * (self._ring.size + 1024):
             nb = self._pid
-            if self._pq is not None and (self._pq["pid"] >= 0).any():
-                nb = min(nb, int(self._pq["pid"][self._pq["pid"] >= 0].min()))
+            pid = None if self._pq is None else self._pq["pid"]
+            if pid is not None and len(pid) >= _MIN_TWIN_MIN and pid.dtype == np.int64 and accel.enabled():
+                any_, mn = _min_where(pid, pid, False)
+                if any_:
+                    nb = min(nb, int(mn))
+            elif pid is not None and (pid >= 0).any():
+                nb = min(nb, int(pid[pid >= 0].min()))
             for ch in self._gated:
                 if len(ch["gate"]):
                     nb = min(nb, int(ch["gate"].min()))
@@ -2138,6 +2144,10 @@ class MediaEngine:
         q = self._pq
         if q is None:
             return self.horizon
+        if len(q["join"]) >= _MIN_TWIN_MIN and q["join"].dtype == np.int64 and q["floor"].dtype == np.int64 \
+                and accel.enabled():
+            any_, mn = _min_where(q["floor"], q["join"], True)
+            return min(self.horizon, int(mn)) if any_ else self.horizon
         m = q["join"] < 0
         return min(self.horizon, int(q["floor"][m].min())) if m.any() else self.horizon
 
@@ -2477,4 +2487,4 @@ WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chain
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,
-              _ngate_bases, _decided_put)
+              _ngate_bases, _decided_put, _min_where)

@@ -1340,3 +1340,17 @@ def _decided_put(pf, plane, die, t, m, od, ot, horizon, dies, q, keep_min):
                 return 1, d2, t2
             return 2, d, tt
     return 1, d, tt
+
+
+@accel.jit
+def _min_where(a, key, neg):
+    """The smallest ``a[i]`` where ``key[i] < 0`` (``neg``) or ``key[i] >= 0`` (not ``neg``), loop form (compiled by
+    numba; ``a[key < 0].min()`` without the mask and the copy). Returns (whether there is one, that minimum)."""
+    found = False
+    mn = np.int64(0)
+    for i in range(a.shape[0]):
+        if (key[i] < 0) == neg:
+            if not found or a[i] < mn:
+                mn = a[i]
+                found = True
+    return found, mn
