@@ -2483,7 +2483,8 @@ def warm_twins(geometry: MediaGeometry) -> float:
 
 
 # every compiled twin of the media engine (warm_twins reaches each; tests check it)
-WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
+WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chains_loop, eventsim._qd_loop,
+              eventsim._plane_order, _fifo_loop, _fifo_carry,
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,

@@ -819,3 +819,45 @@ def test_min_where_twin_equals_the_masked_min(monkeypatch):
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
     assert True in calls and False in calls
 
+
+
+def test_plane_order_twin_equals_the_argsorts(monkeypatch):
+    """``eventsim._plane_order`` (round 7: ``_plane_pass``'s orders by one counting sort) gives the stable argsorts of
+    the reads and of the other commands by plane, the planes present and the left / right ``searchsorted`` of each
+    in both orders, compiled and in its Python form: no reads, only reads, mixed, one plane, planes skipped; a
+    twin that orders the programs unstably is seen in an engine run."""
+    monkeypatch.setenv("HBFD_ACCEL", "on")
+    rng = np.random.default_rng(9)
+    for n in (1, 2, 64, 500, 5000):
+        for pr in (0.0, 0.3, 1.0):
+            for npl in (1, 7, 300):
+                N = n + 50
+                plane = rng.integers(0, npl, N).astype(np.int64)
+                kind = np.where(rng.random(N) < pr, eventsim.READ, eventsim.PROG).astype(np.uint8)
+                fi = np.sort(rng.choice(N, n, replace=False)).astype(np.int64)
+                isr = kind[fi] == eventsim.READ
+                ri, oi = fi[isr], fi[~isr]
+                ro = ri[np.argsort(plane[ri], kind="stable")]
+                oo = oi[np.argsort(plane[oi], kind="stable")]
+                up = np.flatnonzero(np.bincount(plane[fi]))
+                ref = (ro, oo, up, np.searchsorted(plane[ro], up), np.searchsorted(plane[ro], up, "right"),
+                       np.searchsorted(plane[oo], up), np.searchsorted(plane[oo], up, "right"))
+                for f in (eventsim._plane_order, eventsim._plane_order.py_func):
+                    got = f(fi, kind, plane, eventsim.READ)
+                    assert all(np.array_equal(a, b) for a, b in zip(got, ref)), (n, pr, npl)
+    g, stream, sizes, adv = _stream("nominal", "write", 0.0, 0.1, "profile", n=20_000)
+    ref = _engine_run(g, stream, sizes, adv)
+    orig = eventsim._plane_order
+    calls = []
+
+    def unstable(fi, kind, plane, read):       # each plane's programs in reverse order
+        calls.append(1)
+        ro, oo, up, rp, re_, op, oe = orig(fi, kind, plane, read)
+        oo = oo.copy()
+        for a, b in zip(op, oe):
+            oo[a:b] = oo[a:b][::-1]
+        return ro, oo, up, rp, re_, op, oe
+    monkeypatch.setattr(eventsim, "_plane_order", unstable)
+    bad = _engine_run(g, stream, sizes, adv)
+    assert calls
+    assert ref[1] != bad[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], bad[0]))
