@@ -1853,7 +1853,7 @@ class MediaEngine:
         npn = len(P["kind"])
         # the passes over P by one compiled scan (kernels._tail_scan) where the twins run and P's ids are dense
         tw = npn >= _SCAN_TWIN_MIN and accel.enabled() and all(
-            P[k].dtype == np.int64 for k in ("die", "plane", "p_adm", "p_end", "gate", "pid"))
+            P[k].dtype == np.int64 for k in ("die", "plane", "p_adm", "p_end", "gate", "pid", "join", "p_rdy", "floor"))
         if tw:
             plo, pmap = _pid_map(P["pid"])
             tw = len(pmap) > 0
@@ -1917,9 +1917,10 @@ class MediaEngine:
         sd, st = self.slots.die, self.slots.t
         if tw:
             giP = self._bufs.out("gi", npn, np.int64, _E0)
-            bad_gate, rem, xi, cd, ct, kcnt, rcnt = _tail_scan(
+            bad_gate, rem, xi, cd, ct, kcnt, rcnt, xdx, xax, xex, xbad = _tail_scan(
                 P["die"], P["plane"], pa, P["p_end"], P["gate"], plo, pmap, Tp, T, nd, pf,
-                np.ascontiguousarray(sd, np.int64), np.ascontiguousarray(st, np.int64), g.queue_depth, giP)
+                np.ascontiguousarray(sd, np.int64), np.ascontiguousarray(st, np.int64), g.queue_depth, giP,
+                P["join"], P["p_rdy"], P["floor"])
             if bad_gate:
                 return None
             x2 = np.flatnonzero(giP == -2)        # (gates not in P: in N, or none there)
@@ -1981,11 +1982,14 @@ class MediaEngine:
         if len(fi):
             eventsim._plane_pass(fi, kind, ready, die, plane, R["svc"], gidx, gxa, hasg, R["floor"], jn, t_cmd,
                                  g.queue_depth, (cd, ct), bad, pf0=pf, pf=pf.copy(), start=start, end=end,
-                                 adm=adm, rdy=rdy, extra=(P["die"][xi], pa[xi], P["p_end"][xi]))
+                                 adm=adm, rdy=rdy, extra=(xdx, xax, xex) if tw else (P["die"][xi], pa[xi], P["p_end"][xi]))
         # (defensive: implied by the queue-depth check, which the tests show necessary) kept commands admitted
         # from T on at their arrival (or joined earlier)
-        xa = xi[(P["join"][xi] < 0) & (pa[xi] != np.maximum(P["p_rdy"][xi], P["floor"][xi]))]
-        bad[P["die"][xa]] = True
+        if tw:
+            bad |= xbad                           # (the same check, made by _tail_scan)
+        else:
+            xa = xi[(P["join"][xi] < 0) & (pa[xi] != np.maximum(P["p_rdy"][xi], P["floor"][xi]))]
+            bad[P["die"][xa]] = True
         # (defensive, as in _tail_die) nothing scheduled again admitted before T, no new arrival before T
         td = T[die]
         bad[die[(jn < 0) & (adm < td)]] = True

@@ -815,15 +815,16 @@ def _pid_map(pid):
 
 
 @accel.jit
-def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st, q, giP):
+def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st, q, giP, pjoin, prdy, pfloor):
     """``MediaEngine._tail_plane``'s passes over the pending commands ``P``, loop form (compiled by numba),
     in one scan: each one's gate position in ``P`` (``giP``: -1 none, -2 not in ``P``; status 1 where a gate
     crosses dies), kept (admitted before its plane's ``Tp``) or scheduled again (``rem``), the planes' free
     times after the kept ones (``pf``, in place), the kept ones admitted from their die's ``T`` on (``xi``),
     the carried releases of the dies ``nd`` (theirs in ``sd``/``st``, then the ends of the kept ones admitted
     before ``T``; each die's ``q`` latest, die order, latest first, when there are more than ``q``), and per
-    die how many are kept and scheduled again. Returns (status, rem, xi, cd, ct, kept per die, again per
-    die)."""
+    die how many are kept and scheduled again; the die, admission and end of each of ``xi`` and per die whether
+    one of them was neither joined nor admitted at its arrival (max(ready ``prdy``, ``pfloor``)). Returns
+    (status, rem, xi, cd, ct, kept per die, again per die, xd, xa, xe, that per-die flag)."""
     n = pdie.shape[0]
     dies = T.shape[0]
     kc = np.zeros(dies, np.int64)
@@ -832,6 +833,10 @@ def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st,
     rem = np.empty(n, np.int64)                    # (filled in the one pass: prefixes returned)
     xi = np.empty(n, np.int64)
     ei = np.empty(n, np.int64)                     # kept, admitted before T, on a die in ``nd``: carried releases
+    xd = np.empty(n, np.int64)
+    xa = np.empty(n, np.int64)
+    xe = np.empty(n, np.int64)
+    xb = np.zeros(dies, np.bool_)
     nrem = 0
     nxi = 0
     ne = 0
@@ -844,7 +849,7 @@ def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st,
             if ip >= 0:
                 if pdie[ip] != pdie[i]:
                     e0 = np.empty(0, np.int64)
-                    return 1, e0, e0, e0, e0, kc, rc
+                    return 1, e0, e0, e0, e0, kc, rc, e0, e0, e0, xb
                 giP[i] = ip
             else:
                 giP[i] = -2
@@ -864,7 +869,13 @@ def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st,
                     ne += 1
             else:
                 xi[nxi] = i
+                xd[nxi] = d
+                xa[nxi] = a
+                xe[nxi] = e
                 nxi += 1
+                r = prdy[i] if prdy[i] > pfloor[i] else pfloor[i]
+                if pjoin[i] < 0 and a != r:
+                    xb[d] = True
         else:
             rc[d] += 1
             rem[nrem] = i
@@ -906,7 +917,7 @@ def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st,
             cd[c] = pdie[i]
             ct[c] = pend[i]
             c += 1
-    return 0, rem[:nrem], xi[:nxi], cd, ct, kc, rc
+    return 0, rem[:nrem], xi[:nxi], cd, ct, kc, rc, xd[:nxi], xa[:nxi], xe[:nxi], xb
 
 
 @accel.jit
