@@ -1974,10 +1974,13 @@ class MediaEngine:
             bad[die[late]] = True
         if (kind == READ).any():
             bad[die[kind == READ]] = True
-        start = np.zeros(nr, np.int64)
-        end = np.zeros(nr, np.int64)
-        adm = np.zeros(nr, np.int64)
-        rdy = ready.copy()
+        # (in buffers kept across batches, not fresh memory to fault in: what is handed out of them is copied or
+        # dead before the next batch's array pass)
+        start, end, adm, rdy = (self._bufs.out(k, nr, np.int64, _E0) for k in ("tp_start", "tp_end", "tp_adm", "tp_rdy"))
+        start[:] = 0
+        end[:] = 0
+        adm[:] = 0
+        rdy[:] = ready
         fi = np.flatnonzero(~bad[die])
         if len(fi):
             eventsim._plane_pass(fi, kind, ready, die, plane, R["svc"], gidx, gxa, hasg, R["floor"], jn, t_cmd,

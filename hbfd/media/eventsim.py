@@ -616,10 +616,6 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
     nu = len(up)
     rpl = plane[ro]
     opl = plane[oo]
-    # sentinels: one past the end of each order (masked where used)
-    ro_x = np.append(ro, 0)
-    oo_x = np.append(oo, 0)
-    qr_all = np.append(np.where(jn[ro] >= 0, jn[ro], np.maximum(ready[ro], fl[ro]) + t_cmd), BIG)
     f = pf0[up].copy()
     enq = np.zeros(len(ready), np.int64)
     if not len(ro):
@@ -627,6 +623,10 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
                       start=start, end=end, adm=adm, rdy=rdy, enq=enq)
         act = _E0
     else:
+        # sentinels: one past the end of each order (masked where used; only the loop below uses them)
+        ro_x = np.append(ro, 0)
+        oo_x = np.append(oo, 0)
+        qr_all = np.append(np.where(jn[ro] >= 0, jn[ro], np.maximum(ready[ro], fl[ro]) + t_cmd), BIG)
         act = np.arange(nu)
         rem = (rend - rptr) + (oend - optr)
         act = act[rem > 0]
