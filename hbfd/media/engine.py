@@ -55,12 +55,12 @@ from .ftl import Ftl
 from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _dup_planes, _ends_get, _extreme_at, _fifo_carry,
                       _decided_put, _fifo_loop, _gated_split, _l2p_swap, _ngate_bases, _ngate_scan, _parts_update,
                       _min_where, _pending_take,
-                      _latest_q, _lookup_events, _packed_build, _packed_sort, _pending_fields, _pid_map, _read_front,
+                      _latest_q, _lookup_events, _packed_build, _packed_build_into, _packed_sort, _pending_fields, _pid_map, _read_front,
                       _read_pass, _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
-from .lindley import (packed_keys, packed_order, rank_order, segment_ends, segment_starts, segmented_fcfs,
+from .lindley import (packed_keys, packed_keys_parts, packed_order, rank_order, segment_ends, segment_starts, segmented_fcfs,
                       sorted_fcfs)
 
 log = logging.getLogger(__name__)
@@ -746,7 +746,6 @@ class MediaEngine:
 
     _DQ_KEYS = ("ch", "rd", "x", "seq", "serial", "q0")
     _GATED_KEYS = _DQ_KEYS + ("gate",)        # a chunk of stores waiting for their gate (_serve_mixed)
-    _DQ_CAT = ("ch", "rd", "x", "q0")
 
     def _commit_all_chunks(self) -> bool:
         """``_commit_deferred()`` (decide every deferred transfer: a quiet scan after a burst) without
@@ -769,10 +768,11 @@ class MediaEngine:
             last = int(sq[-1])
         if not self._every_last([c["serial"] for c in dq]):
             return False
-        it = {k: np.concatenate([c[k] for c in dq]) for k in self._DQ_CAT}
-        pk = packed_keys(it["ch"], self.g.channels, it["rd"])
+        # (the keys from the chunks in place: ch and rd never concatenated)
+        pk = packed_keys_parts([c["ch"] for c in dq], self.g.channels, [c["rd"] for c in dq])
         if pk is None:                         # (keys beyond 63 bits: the general path)
             return False
+        it = {k: np.concatenate([c[k] for c in dq]) for k in ("x", "q0")}
         self._dq, self._dq_min = [], []
         done, qv = _chan_fcfs_packed(pk[0], pk[1], pk[2], pk[3], it["x"], it["q0"], self.chan_free,
                                      self.chan_busy_ns)
@@ -2491,7 +2491,7 @@ def warm_twins(geometry: MediaGeometry) -> float:
 
 # every compiled twin of the media engine (warm_twins reaches each; tests check it)
 WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chains_loop, eventsim._qd_loop,
-              eventsim._plane_order, _fifo_loop, _fifo_carry,
+              eventsim._plane_order, _packed_build_into, _fifo_loop, _fifo_carry,
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,

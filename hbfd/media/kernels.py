@@ -631,11 +631,17 @@ def _packed_build(major, minor, lo, sbits, bits):
     """``lindley.packed_keys``'s keys ``(((major << sbits) + minor - lo) << bits) | index`` before their sort,
     loop form (compiled by numba): one pass instead of numpy's six. The caller checked that they fit in 63
     bits."""
-    n = minor.shape[0]
-    a = np.empty(n, np.int64)
-    for i in range(n):
-        a[i] = (((np.int64(major[i]) << sbits) + np.int64(minor[i]) - lo) << bits) | i
+    a = np.empty(minor.shape[0], np.int64)
+    _packed_build_into(a, 0, major, minor, lo, sbits, bits)
     return a
+
+
+@accel.jit
+def _packed_build_into(a, off, major, minor, lo, sbits, bits):
+    """``_packed_build`` of one piece of the keys into ``a[off:off + len(minor)]``, its indices from ``off`` on
+    (``lindley.packed_keys_parts``: pieces never concatenated)."""
+    for i in range(minor.shape[0]):
+        a[off + i] = (((np.int64(major[i]) << sbits) + np.int64(minor[i]) - lo) << bits) | (off + i)
 
 
 @accel.jit
