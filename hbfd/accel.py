@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import secrets
 import time
 import types
 from typing import Callable, Optional
@@ -32,12 +33,33 @@ from hbfd import knobs
 log = logging.getLogger("hbfd.accel")
 
 
+class _RandomIds:
+    """numba's per-process function ids (``FunctionIdentity._unique_ids``, a counter from 1) as random 62-bit
+    numbers. The id is in every compiled function's symbol name (``[abi:v<id>]``), numba's own helpers included
+    (its sort's ``partition``): two processes that compile different twins give different bodies the same
+    symbol, and a process that loads both from numba's on-disk cache links one body for both and crashes (seen
+    here: ``_heap_out``'s ``np.sort`` calling ``_simulate_loop``'s argsort partition, a segfault; numba issues
+    #10486, #10128). Random ids make those names differ across processes; the cache's keys do not use them."""
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> int:
+        return secrets.randbits(62) | 1
+
+
 @functools.lru_cache(maxsize=1)
 def _numba():
     try:
         import numba  # noqa: F401  (the optional accel extra)
     except Exception as e:  # ImportError, or a numba that cannot load its llvmlite
         return None, f"numba not importable: {type(e).__name__}: {e}"
+    try:
+        from numba.core.bytecode import FunctionIdentity
+        if not isinstance(FunctionIdentity._unique_ids, _RandomIds):
+            FunctionIdentity._unique_ids = _RandomIds()
+    except (ImportError, AttributeError):     # (a numba without the counter: nothing to change)
+        pass
     return numba, None
 
 

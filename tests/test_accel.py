@@ -87,3 +87,19 @@ def test_warmup_refuses_arguments_it_does_not_take(capsys):
     with pytest.raises(SystemExit) as e:
         warmup.main(["--bogus"])
     assert e.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_numba_function_ids_differ_across_processes():
+    """numba names each compiled function (its own helpers too) with a per-process id; with the counter from 1,
+    two processes compiling different twins gave different bodies one symbol, and a process loading both from the
+    on-disk cache crashed (a segfault in ``_heap_out``'s sort). ``accel._numba`` makes the ids random: two
+    processes' first ids differ and are far from the counter's range."""
+    pytest.importorskip("numba")
+    import subprocess
+    import sys
+    code = ("from hbfd import accel; accel._numba(); from numba.core.bytecode import FunctionIdentity as F; "
+            "print(next(F._unique_ids), next(F._unique_ids))")
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+            for _ in range(2)]
+    ids = [int(x) for o in outs for x in o]
+    assert len(set(ids)) == 4 and min(ids) > 1 << 20

@@ -34,7 +34,7 @@ import numpy as np
 
 from hbfd import accel
 
-from .kernels import _carry_keep, _fifo_carry, _fifo_loop
+from .kernels import _carry_keep, _decided_put, _fifo_carry, _fifo_loop
 from .lindley import packed_order, segment_ends, segment_starts, segmented_fcfs, sorted_fcfs
 
 _BIG = 1 << 62
@@ -90,16 +90,36 @@ class DieCarry:
                     and tt.dtype == np.int64 and accel.enabled():
                 d, tt = _carry_keep(np.ascontiguousarray(d), np.ascontiguousarray(tt), self.dies, self.q)
             elif int(cnt.max()) > self.q:
-                o = packed_order(d, self.dies, tt)       # = np.lexsort((tt, d))
-                if o is None:
-                    o = np.lexsort((tt, d))
-                d, tt = d[o], tt[o]
-                st = segment_starts(d)
-                lens = np.diff(np.append(st, len(d)))
-                rank_from_end = np.repeat(st + lens, lens) - np.arange(len(d))
-                keep = rank_from_end <= self.q
-                d, tt = d[keep], tt[keep]
+                d, tt = self._cut(d, tt)
         self.die, self.t = d, tt
+
+    def _cut(self, d: np.ndarray, tt: np.ndarray):
+        """The ``q`` largest releases of each die (numpy form), in (die, time) order."""
+        o = packed_order(d, self.dies, tt)       # = np.lexsort((tt, d))
+        if o is None:
+            o = np.lexsort((tt, d))
+        d, tt = d[o], tt[o]
+        st = segment_starts(d)
+        lens = np.diff(np.append(st, len(d)))
+        rank_from_end = np.repeat(st + lens, lens) - np.arange(len(d))
+        keep = rank_from_end <= self.q
+        return d[keep], tt[keep]
+
+    def put_decided(self, plane_free: np.ndarray, plane: np.ndarray, die: np.ndarray, t: np.ndarray,
+                    m: np.ndarray, horizon: int) -> bool:
+        """``np.maximum.at(plane_free, plane[m], t[m])`` and ``put(die[m], t[m], horizon)`` in one compiled pass
+        (``kernels._decided_put``) where the twins run and the arrays are int64 (``plane_free`` in place); False
+        (nothing done) otherwise."""
+        if not (accel.enabled() and plane_free.dtype == np.int64 and plane_free.flags.c_contiguous
+                and all(a.dtype == np.int64 for a in (plane, die, t, self.die, self.t)) and m.dtype == np.bool_):
+            return False
+        st, d, tt = _decided_put(plane_free, plane, die, t, m, self.die, self.t, horizon, self.dies, self.q,
+                                 _KEEP_TWIN_MIN)
+        if st == 2:                                  # (the cut below the twin's size: the numpy form)
+            d, tt = self._cut(d, tt)
+        if st:
+            self.die, self.t = d, tt
+        return True
 
     def prune(self, horizon: int) -> None:
         if len(self.t):

@@ -53,13 +53,14 @@ from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _dup_planes, _ends_get, _extreme_at, _fifo_carry,
-                      _fifo_loop, _gated_split, _l2p_swap, _parts_update,
-                      _latest_q, _lookup_events, _packed_build, _packed_sort, _pending_fields, _pid_map, _read_front,
+                      _decided_put, _fifo_loop, _gated_split, _l2p_swap, _ngate_bases, _ngate_scan, _parts_update,
+                      _min_where, _pending_take,
+                      _latest_q, _lookup_events, _packed_build, _packed_build_into, _packed_sort, _pending_fields, _pid_map, _read_front,
                       _read_pass, _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
-from .lindley import (packed_keys, packed_order, rank_order, segment_ends, segment_starts, segmented_fcfs,
+from .lindley import (packed_keys, packed_keys_parts, packed_order, rank_order, segment_ends, segment_starts, segmented_fcfs,
                       sorted_fcfs)
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ _NO_ITEMS = {k: _E0 for k in ("ch", "rd", "x", "seq", "q0")}
 _SMALL = 48          # a batch part of at most this many reads goes one read at a time (_reads_small)
 _RANK_ORDER_MIN = 512   # _chan_lindley: items out of seq order, from this many on ordered by lindley.rank_order
 _PARTS_TWIN_MIN = 256   # _complete_parts: from this many pending requests on, its general case by its twin
+_MIN_TWIN_MIN = 256     # _keep_h, _prune_ends: minima over the pending set by kernels._min_where from this many on
+_NGATE_TWIN_MIN = 256   # _tail_plane: from this many new commands on, their gates' look-ups by kernels._ngate_scan
 _GATED_TWIN_MIN = 256   # _release_gated: a chunk of this many waiting stores or more splits by its twin
 _WAIT_ALL_ROWS = True   # submit: a batch whose every request waits keeps its rows without gathers (tests: off)
 _LATEST_TWIN_MIN = 256   # _latest_per_die by its twin from this many releases on
@@ -289,8 +292,8 @@ class _Ends:
         if new_base <= self.base:
             return
         self.version += 1
-        keep = np.unique(np.asarray(keep, np.int64))
-        keep = keep[keep < new_base]
+        keep = np.asarray(keep, np.int64)
+        keep = np.unique(keep[keep < new_base])     # (the same ids: the cut first, fewer to sort)
         e = self.get(keep)
         k = e >= 0
         self.old_id, self.old_end = keep[k], e[k]
@@ -363,6 +366,12 @@ class _Bufs:
         x[:n] = a
         x[n:n + m] = b
         return self._put(key, 0 if s is None else s, x, n + m, True)
+
+    def keep_prefix(self, key: str, a: np.ndarray, n: int) -> np.ndarray:
+        """``a[:n]`` where ``a`` (``own``) had its first ``n`` elements rewritten in place (a compaction): ``a`` and
+        the older prefixes of its buffer are not used any more, so ``cat`` may append after ``n``."""
+        s = self._slot(key, a)
+        return self._put(key, s, self.b[key][s], n, True)
 
     def out(self, key: str, n: int, dtype, avoid: np.ndarray) -> np.ndarray:
         """A length-``n`` array (content undefined) in a buffer of the field that holds no live array and
@@ -737,7 +746,6 @@ class MediaEngine:
 
     _DQ_KEYS = ("ch", "rd", "x", "seq", "serial", "q0")
     _GATED_KEYS = _DQ_KEYS + ("gate",)        # a chunk of stores waiting for their gate (_serve_mixed)
-    _DQ_CAT = ("ch", "rd", "x", "q0")
 
     def _commit_all_chunks(self) -> bool:
         """``_commit_deferred()`` (decide every deferred transfer: a quiet scan after a burst) without
@@ -760,10 +768,11 @@ class MediaEngine:
             last = int(sq[-1])
         if not self._every_last([c["serial"] for c in dq]):
             return False
-        it = {k: np.concatenate([c[k] for c in dq]) for k in self._DQ_CAT}
-        pk = packed_keys(it["ch"], self.g.channels, it["rd"])
+        # (the keys from the chunks in place: ch and rd never concatenated)
+        pk = packed_keys_parts([c["ch"] for c in dq], self.g.channels, [c["rd"] for c in dq])
         if pk is None:                         # (keys beyond 63 bits: the general path)
             return False
+        it = {k: np.concatenate([c[k] for c in dq]) for k in ("x", "q0")}
         self._dq, self._dq_min = [], []
         done, qv = _chan_fcfs_packed(pk[0], pk[1], pk[2], pk[3], it["x"], it["q0"], self.chan_free,
                                      self.chan_busy_ns)
@@ -1469,6 +1478,7 @@ class MediaEngine:
         t_cmd = g.t_cmd_ns
         pq = self._pq
         self._bufs.begin(pq)
+        self._consumed = False                     # (set where _behind_pending compacts the pending set in place)
         nnew = 0 if cmds is None else len(cmds["kind"])
         nr = len(r_read)
         Er = np.zeros(nr, np.int64)
@@ -1495,8 +1505,11 @@ class MediaEngine:
                 cmd_end[ok_n] = kend_new
                 if kq is not None:
                     pend_out.append(kq)
-                rest_p = ~okd[pq["die"]]
-                pq = {k: v[rest_p] for k, v in pq.items()} if rest_p.any() else None
+                if self._consumed and kp.all():  # (pq's arrays compacted in place: every die of it was handled)
+                    pq = None
+                else:
+                    rest_p = ~okd[pq["die"]]
+                    pq = {k: v[rest_p] for k, v in pq.items()} if rest_p.any() else None
                 if nnew:
                     rest_n = ~ok_n
                     cmds = {k: v[rest_n] for k, v in cmds.items()} if rest_n.any() else None
@@ -1625,6 +1638,34 @@ class MediaEngine:
             und = np.flatnonzero(~dec)
             if not len(und):
                 return None
+            if len(und) >= _FIELDS_TWIN_MIN and accel.enabled() and gi.dtype == np.int64 and all(
+                    C[k].dtype == np.int64 for k in ("base", "gx", "gate", "floor", "join")) \
+                    and adm.dtype == np.int64 and rdy.dtype == np.int64:
+                # the gathers and the fields below in one compiled pass (the same arrays, into the same buffers)
+                bo = self._bufs.out
+                n = len(und)
+                gk = ("kind", "plane", "die", "svc", "pid")
+                fk = ("base", "gx", "gate", "join", "floor")
+                sch = tuple(zip(self._P_KEYS, (start, end, adm, rdy)))
+                if in_place and all(self._bufs.own(k, C[k]) for k in gk + fk) and all(
+                        self._bufs.own(k, a) for k, a in sch):
+                    # (compacted in place: row und[k] >= k is read before row k is written; the run's arrays and
+                    # the pending set they extend are not used after this, as every die of it is handled here)
+                    kp_ = self._bufs.keep_prefix
+                    q = {k: kp_(k, C[k], n) for k in gk}
+                    cs_, ce_, ca_, cr_ = (kp_(k, a, n) for k, a in sch)
+                    o = [kp_(k, C[k], n) for k in fk]
+                    self._consumed = True
+                else:
+                    q = {k: bo(k, n, C[k].dtype, C[k]) for k in gk}
+                    cs_, ce_, ca_, cr_ = (bo(k, n, a.dtype, a) for k, a in sch)
+                    o = [bo(k, n, np.int64, C[k]) for k in fk]
+                _pending_take(und, *(C[k] for k in gk), start, end, adm, rdy, C["base"], C["gx"], C["gate"],
+                              C["floor"], gi, np.ascontiguousarray(dec, np.bool_), self._dec_h, t_cmd,
+                              *(q[k] for k in gk), cs_, ce_, ca_, cr_, *o)
+                q["base"], q["gx"], q["gate"], q["join"], q["floor"] = o
+                q["p_start"], q["p_end"], q["p_adm"], q["p_rdy"] = cs_, ce_, ca_, cr_
+                return q
             if len(und) >= _FIELDS_TWIN_MIN and accel.enabled():    # (into buffers: no new memory to fault in)
                 bo = self._bufs.out
                 q = {k: np.take(C[k], und, out=bo(k, len(und), C[k].dtype, C[k]), mode="clip")
@@ -1755,8 +1796,10 @@ class MediaEngine:
                 gi[gm] = _pid_pos(C["pid"], C["gate"][gm])
         dec = cs < self._dec_h + t_cmd
         if dec.any():
-            _max_at(self.plane_free, C["plane"][dec], ce[dec])
-            self.slots.put(C["die"][dec], ce[dec], min(self.horizon, self._dec_h))
+            if self.trace is not None or not self.slots.put_decided(self.plane_free, C["plane"], C["die"], ce, dec,
+                                                                    min(self.horizon, self._dec_h)):
+                _max_at(self.plane_free, C["plane"][dec], ce[dec])
+                self.slots.put(C["die"][dec], ce[dec], min(self.horizon, self._dec_h))
             if self.trace is not None:
                 self.trace.append(("plane", C["plane"][dec], cs[dec], ce[dec]))
         # (C's fields may be rewritten in place when the batch's appends made them: the pending set they extend is
@@ -1810,7 +1853,7 @@ class MediaEngine:
         npn = len(P["kind"])
         # the passes over P by one compiled scan (kernels._tail_scan) where the twins run and P's ids are dense
         tw = npn >= _SCAN_TWIN_MIN and accel.enabled() and all(
-            P[k].dtype == np.int64 for k in ("die", "plane", "p_adm", "p_end", "gate", "pid"))
+            P[k].dtype == np.int64 for k in ("die", "plane", "p_adm", "p_end", "gate", "pid", "join", "p_rdy", "floor"))
         if tw:
             plo, pmap = _pid_map(P["pid"])
             tw = len(pmap) > 0
@@ -1818,10 +1861,29 @@ class MediaEngine:
                 pix.lo, pix.pmap = int(plo), pmap
         if not tw:
             giP = np.full(npn, -1, np.int64)      # position in P then N of each command's gate (-1: none there)
-        giN = np.full(len(N["kind"]), -1, np.int64)
-        gm = np.flatnonzero(N["gate"] >= 0)
         ngates = None
-        if len(gm):
+        nmap = _E0
+        if tw and len(N["kind"]) >= _NGATE_TWIN_MIN and all(
+                N[k].dtype == np.int64 for k in ("gate", "die", "base", "pid")) and pe.a.dtype == np.int64:
+            nlo, nmap = _pid_map(N["pid"])
+            if not len(nmap) and (N["pid"] >= 0).any():
+                nmap = None                       # (ids not dense: the look-ups below)
+        else:
+            nmap = None
+        if nmap is not None:                      # the look-ups below in one compiled pass (kernels._ngate_scan)
+            bad_n, gm, gq, e, ip, inn, giN, nb = _ngate_scan(
+                N["gate"], N["die"], N["base"], pe.a, pe.base, np.ascontiguousarray(pe.old_id, np.int64),
+                np.ascontiguousarray(pe.old_end, np.int64), plo, pmap, P["die"], P["p_end"], nlo, nmap, npn)
+            if bad_n:
+                return None
+            if len(gm):
+                ngates = (gq, e, ip, inn)
+            giN_done = True
+        else:
+            giN = np.full(len(N["kind"]), -1, np.int64)
+            gm = np.flatnonzero(N["gate"] >= 0)
+            giN_done = False
+        if len(gm) and not giN_done:
             gq = N["gate"][gm]
             e = _end_of(pe, gq)
             ip = pix.pos(gq)
@@ -1855,9 +1917,10 @@ class MediaEngine:
         sd, st = self.slots.die, self.slots.t
         if tw:
             giP = self._bufs.out("gi", npn, np.int64, _E0)
-            bad_gate, rem, xi, cd, ct, kcnt, rcnt = _tail_scan(
+            bad_gate, rem, xi, cd, ct, kcnt, rcnt, xdx, xax, xex, xbad = _tail_scan(
                 P["die"], P["plane"], pa, P["p_end"], P["gate"], plo, pmap, Tp, T, nd, pf,
-                np.ascontiguousarray(sd, np.int64), np.ascontiguousarray(st, np.int64), g.queue_depth, giP)
+                np.ascontiguousarray(sd, np.int64), np.ascontiguousarray(st, np.int64), g.queue_depth, giP,
+                P["join"], P["p_rdy"], P["floor"])
             if bad_gate:
                 return None
             x2 = np.flatnonzero(giP == -2)        # (gates not in P: in N, or none there)
@@ -1880,12 +1943,20 @@ class MediaEngine:
                 cd, ct = _latest_per_die(cd, ct, g.dies, g.queue_depth)
             xi = np.flatnonzero(ext)
         self._tail_gates_found = (giP, giN)
-        R = {k: np.concatenate([P[k][rem], N[k]]) for k in self._CMD_KEYS}
-        R["floor"][len(rem):] = 0                 # (new commands reach their die at their ready time here)
+        if len(rem):
+            R = {k: np.concatenate([P[k][rem], N[k]]) for k in self._CMD_KEYS}
+            R["floor"][len(rem):] = 0             # (new commands reach their die at their ready time here)
+        else:                                     # (R is N: its arrays, read only below, but the floor)
+            R = {k: N[k] for k in self._CMD_KEYS}
+            R["floor"] = np.zeros(len(N["floor"]), N["floor"].dtype)
         nr = len(R["kind"])
         k = len(rem)
         gx = R["gx"]
-        if k == 0:                                # R is N: _gate_bases from the look-ups made above
+        if k == 0 and giN_done:                   # R is N: _gate_bases_found in one compiled pass
+            bk, base, gidx = _ngate_bases(N["base"], gm, e, ip, inn, pa, Tp, P["plane"], P["p_end"])
+            if bk >= 0:
+                raise KeyError(int(gq[bk]))
+        elif k == 0:                              # R is N: _gate_bases from the look-ups made above
             base, gidx = _gate_bases_found(N, gm, ngates, keep, P["p_end"])
         else:
             base, gidx = _gate_bases(R, nr, pe, pix, P["p_end"], keep)
@@ -1903,19 +1974,25 @@ class MediaEngine:
             bad[die[late]] = True
         if (kind == READ).any():
             bad[die[kind == READ]] = True
-        start = np.zeros(nr, np.int64)
-        end = np.zeros(nr, np.int64)
-        adm = np.zeros(nr, np.int64)
-        rdy = ready.copy()
+        # (in buffers kept across batches, not fresh memory to fault in: what is handed out of them is copied or
+        # dead before the next batch's array pass)
+        start, end, adm, rdy = (self._bufs.out(k, nr, np.int64, _E0) for k in ("tp_start", "tp_end", "tp_adm", "tp_rdy"))
+        start[:] = 0
+        end[:] = 0
+        adm[:] = 0
+        rdy[:] = ready
         fi = np.flatnonzero(~bad[die])
         if len(fi):
             eventsim._plane_pass(fi, kind, ready, die, plane, R["svc"], gidx, gxa, hasg, R["floor"], jn, t_cmd,
                                  g.queue_depth, (cd, ct), bad, pf0=pf, pf=pf.copy(), start=start, end=end,
-                                 adm=adm, rdy=rdy, extra=(P["die"][xi], pa[xi], P["p_end"][xi]))
+                                 adm=adm, rdy=rdy, extra=(xdx, xax, xex) if tw else (P["die"][xi], pa[xi], P["p_end"][xi]))
         # (defensive: implied by the queue-depth check, which the tests show necessary) kept commands admitted
         # from T on at their arrival (or joined earlier)
-        xa = xi[(P["join"][xi] < 0) & (pa[xi] != np.maximum(P["p_rdy"][xi], P["floor"][xi]))]
-        bad[P["die"][xa]] = True
+        if tw:
+            bad |= xbad                           # (the same check, made by _tail_scan)
+        else:
+            xa = xi[(P["join"][xi] < 0) & (pa[xi] != np.maximum(P["p_rdy"][xi], P["floor"][xi]))]
+            bad[P["die"][xa]] = True
         # (defensive, as in _tail_die) nothing scheduled again admitted before T, no new arrival before T
         td = T[die]
         bad[die[(jn < 0) & (adm < td)]] = True
@@ -2020,8 +2097,13 @@ class MediaEngine:
         pe = self._pend_end
         if self._pid - pe.base > 4 * (self._ring.size + 1024):
             nb = self._pid
-            if self._pq is not None and (self._pq["pid"] >= 0).any():
-                nb = min(nb, int(self._pq["pid"][self._pq["pid"] >= 0].min()))
+            pid = None if self._pq is None else self._pq["pid"]
+            if pid is not None and len(pid) >= _MIN_TWIN_MIN and pid.dtype == np.int64 and accel.enabled():
+                any_, mn = _min_where(pid, pid, False)
+                if any_:
+                    nb = min(nb, int(mn))
+            elif pid is not None and (pid >= 0).any():
+                nb = min(nb, int(pid[pid >= 0].min()))
             for ch in self._gated:
                 if len(ch["gate"]):
                     nb = min(nb, int(ch["gate"].min()))
@@ -2069,6 +2151,10 @@ class MediaEngine:
         q = self._pq
         if q is None:
             return self.horizon
+        if len(q["join"]) >= _MIN_TWIN_MIN and q["join"].dtype == np.int64 and q["floor"].dtype == np.int64 \
+                and accel.enabled():
+            any_, mn = _min_where(q["floor"], q["join"], True)
+            return min(self.horizon, int(mn)) if any_ else self.horizon
         m = q["join"] < 0
         return min(self.horizon, int(q["floor"][m].min())) if m.any() else self.horizon
 
@@ -2404,7 +2490,9 @@ def warm_twins(geometry: MediaGeometry) -> float:
 
 
 # every compiled twin of the media engine (warm_twins reaches each; tests check it)
-WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chains_loop, eventsim._qd_loop, _fifo_loop, _fifo_carry,
+WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chains_loop, eventsim._qd_loop,
+              eventsim._plane_order, _packed_build_into, _fifo_loop, _fifo_carry,
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
-              _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update)
+              _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,
+              _ngate_bases, _decided_put, _min_where)

@@ -596,24 +596,26 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
     stands): they count in the queue-depth check as outstanding from their admission to their end, and
     their admissions are checked too."""
     BIG = _BIG
-    isr = kind[fi] == READ
-    ri = fi[isr]
-    oi = fi[~isr]
-    npl = int(plane[fi].max()) + 1
-    ro = ri[np.argsort(_small(plane[ri], npl), kind="stable")]
-    oo = oi[np.argsort(_small(plane[oi], npl), kind="stable")]
-    up = np.flatnonzero(np.bincount(plane[fi], minlength=npl))
+    if accel.enabled() and len(fi) >= _QD_TWIN_MIN and fi.dtype == np.int64 and plane.dtype == np.int64:
+        # the orders below by one counting sort (kernels: _plane_order)
+        ro, oo, up, rptr, rend, optr, oend = _plane_order(fi, kind, plane, READ)
+    else:
+        isr = kind[fi] == READ
+        ri = fi[isr]
+        oi = fi[~isr]
+        npl = int(plane[fi].max()) + 1
+        ro = ri[np.argsort(_small(plane[ri], npl), kind="stable")]
+        oo = oi[np.argsort(_small(plane[oi], npl), kind="stable")]
+        up = np.flatnonzero(np.bincount(plane[fi], minlength=npl))
+        rpl = plane[ro]
+        opl = plane[oo]
+        rptr = np.searchsorted(rpl, up)
+        rend = np.searchsorted(rpl, up, "right")
+        optr = np.searchsorted(opl, up)
+        oend = np.searchsorted(opl, up, "right")
     nu = len(up)
     rpl = plane[ro]
     opl = plane[oo]
-    rptr = np.searchsorted(rpl, up)
-    rend = np.searchsorted(rpl, up, "right")
-    optr = np.searchsorted(opl, up)
-    oend = np.searchsorted(opl, up, "right")
-    # sentinels: one past the end of each order (masked where used)
-    ro_x = np.append(ro, 0)
-    oo_x = np.append(oo, 0)
-    qr_all = np.append(np.where(jn[ro] >= 0, jn[ro], np.maximum(ready[ro], fl[ro]) + t_cmd), BIG)
     f = pf0[up].copy()
     enq = np.zeros(len(ready), np.int64)
     if not len(ro):
@@ -621,6 +623,10 @@ def _plane_pass(fi, kind, ready, die, plane, service, gate, gate_x, hasg, fl, jn
                       start=start, end=end, adm=adm, rdy=rdy, enq=enq)
         act = _E0
     else:
+        # sentinels: one past the end of each order (masked where used; only the loop below uses them)
+        ro_x = np.append(ro, 0)
+        oo_x = np.append(oo, 0)
+        qr_all = np.append(np.where(jn[ro] >= 0, jn[ro], np.maximum(ready[ro], fl[ro]) + t_cmd), BIG)
         act = np.arange(nu)
         rem = (rend - rptr) + (oend - optr)
         act = act[rem > 0]
@@ -741,6 +747,61 @@ def _qd_twin(na, fi, die, adm, end, xd, xa, xe, cd, ct, init, Q, bad) -> bool:
 
 
 @accel.jit
+def _plane_order(fi, kind, plane, read):
+    """``_plane_pass``'s orders, loop form (compiled by numba), by one counting sort over the planes: the reads
+    and the other commands of ``fi`` each in a stable order by plane (``ro``, ``oo``: the stable argsorts), the
+    planes present (``up``, sorted), and where each one's reads and others start and end in those orders (the
+    left and right ``searchsorted`` of ``up``)."""
+    n = fi.shape[0]
+    npl = 0
+    for k in range(n):
+        if plane[fi[k]] + 1 > npl:
+            npl = plane[fi[k]] + 1
+    cr = np.zeros(npl + 1, np.int64)
+    co = np.zeros(npl + 1, np.int64)
+    nr = 0
+    for k in range(n):
+        i = fi[k]
+        if kind[i] == read:
+            cr[plane[i] + 1] += 1
+            nr += 1
+        else:
+            co[plane[i] + 1] += 1
+    nu = 0
+    for p in range(npl):
+        if cr[p + 1] + co[p + 1] > 0:
+            nu += 1
+        cr[p + 1] += cr[p]
+        co[p + 1] += co[p]
+    up = np.empty(nu, np.int64)
+    rptr = np.empty(nu, np.int64)
+    rend = np.empty(nu, np.int64)
+    optr = np.empty(nu, np.int64)
+    oend = np.empty(nu, np.int64)
+    u = 0
+    for p in range(npl):
+        if cr[p + 1] > cr[p] or co[p + 1] > co[p]:
+            up[u] = p
+            rptr[u] = cr[p]
+            rend[u] = cr[p + 1]
+            optr[u] = co[p]
+            oend[u] = co[p + 1]
+            u += 1
+    ro = np.empty(nr, np.int64)
+    oo = np.empty(n - nr, np.int64)
+    for k in range(n):
+        i = fi[k]
+        p = plane[i]
+        if kind[i] == read:
+            ro[cr[p]] = i
+            cr[p] += 1
+        else:
+            oo[co[p]] = i
+            co[p] += 1
+    return ro, oo, up, rptr, rend, optr, oend
+
+
+@accel.jit
 def _qd_loop(na, fi, die, adm, end, xd, xa, xe, cd, ct, lo, span, init, Q, bad):
     """``_plane_pass``'s queue-depth check, loop form (compiled by numba): per die, the admissions and the
     releases (ends; carried releases clipped to [0, span - 1] as the packed keys clip them) as offsets from
@@ -824,24 +885,30 @@ def _qd_loop(na, fi, die, adm, end, xd, xa, xe, cd, ct, lo, span, init, Q, bad):
 
 @accel.jit
 def _bucket_sort(x, lo, hi, nb, cnt, tmp):
-    """Sort ``x`` in place (``_qd_loop``'s per-die sort): ``nb`` buckets of equal width over [lo, hi] (values
-    outside in the first and last), then each bucket by insertion (numpy's sort where one holds more than 32)."""
+    """Sort ``x`` in place (``_qd_loop``'s per-die sort): at most ``nb`` buckets of equal width (a power of two)
+    over [lo, hi] (values outside in the first and last), then each bucket by insertion (numpy's sort where one
+    holds more than 32)."""
     n = x.shape[0]
     if n <= 32:
         _insertion(x, 0, n)
         return
-    w = (hi - lo) // nb + 1
+    if hi < lo:
+        hi = lo
+    sh = 0                                        # buckets 2**sh wide (a shift, not a division), at most nb
+    while ((hi - lo) >> sh) >= nb:
+        sh += 1
+    nb = ((hi - lo) >> sh) + 1
     for b in range(nb + 1):
         cnt[b] = 0
     for i in range(n):
         v = x[i]
-        b = 0 if v < lo else (nb - 1 if v > hi else (v - lo) // w)
+        b = 0 if v < lo else (nb - 1 if v > hi else (v - lo) >> sh)
         cnt[b + 1] += 1
     for b in range(nb):
         cnt[b + 1] += cnt[b]
     for i in range(n):
         v = x[i]
-        b = 0 if v < lo else (nb - 1 if v > hi else (v - lo) // w)
+        b = 0 if v < lo else (nb - 1 if v > hi else (v - lo) >> sh)
         tmp[cnt[b]] = v
         cnt[b] += 1
     x[:] = tmp[:n]

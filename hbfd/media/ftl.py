@@ -358,7 +358,7 @@ class Ftl:
             l2p.update(zip(lsl, ppn.tolist()))
         obl = ob_b.tolist()
         rows = np.array([p2l[b] for b in obl], np.int64)
-        pool[rows[segid], onx_b[segid] + rank] = ls
+        pool.reshape(-1)[(rows * ppb + onx_b)[segid] + rank] = ls     # (pool[rows[segid], onx_b[segid] + rank])
         for b, k in zip(obl, cnt_b.tolist()):
             valid[b] += k
         self.host_programs += len(ls)

@@ -631,11 +631,17 @@ def _packed_build(major, minor, lo, sbits, bits):
     """``lindley.packed_keys``'s keys ``(((major << sbits) + minor - lo) << bits) | index`` before their sort,
     loop form (compiled by numba): one pass instead of numpy's six. The caller checked that they fit in 63
     bits."""
-    n = minor.shape[0]
-    a = np.empty(n, np.int64)
-    for i in range(n):
-        a[i] = (((np.int64(major[i]) << sbits) + np.int64(minor[i]) - lo) << bits) | i
+    a = np.empty(minor.shape[0], np.int64)
+    _packed_build_into(a, 0, major, minor, lo, sbits, bits)
     return a
+
+
+@accel.jit
+def _packed_build_into(a, off, major, minor, lo, sbits, bits):
+    """``_packed_build`` of one piece of the keys into ``a[off:off + len(minor)]``, its indices from ``off`` on
+    (``lindley.packed_keys_parts``: pieces never concatenated)."""
+    for i in range(minor.shape[0]):
+        a[off + i] = (((np.int64(major[i]) << sbits) + np.int64(minor[i]) - lo) << bits) | (off + i)
 
 
 @accel.jit
@@ -815,20 +821,28 @@ def _pid_map(pid):
 
 
 @accel.jit
-def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st, q, giP):
+def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st, q, giP, pjoin, prdy, pfloor):
     """``MediaEngine._tail_plane``'s passes over the pending commands ``P``, loop form (compiled by numba),
     in one scan: each one's gate position in ``P`` (``giP``: -1 none, -2 not in ``P``; status 1 where a gate
     crosses dies), kept (admitted before its plane's ``Tp``) or scheduled again (``rem``), the planes' free
     times after the kept ones (``pf``, in place), the kept ones admitted from their die's ``T`` on (``xi``),
     the carried releases of the dies ``nd`` (theirs in ``sd``/``st``, then the ends of the kept ones admitted
     before ``T``; each die's ``q`` latest, die order, latest first, when there are more than ``q``), and per
-    die how many are kept and scheduled again. Returns (status, rem, xi, cd, ct, kept per die, again per
-    die)."""
+    die how many are kept and scheduled again; the die, admission and end of each of ``xi`` and per die whether
+    one of them was neither joined nor admitted at its arrival (max(ready ``prdy``, ``pfloor``)). Returns
+    (status, rem, xi, cd, ct, kept per die, again per die, xd, xa, xe, that per-die flag)."""
     n = pdie.shape[0]
     dies = T.shape[0]
     kc = np.zeros(dies, np.int64)
     rc = np.zeros(dies, np.int64)
     nm = pmap.shape[0]
+    rem = np.empty(n, np.int64)                    # (filled in the one pass: prefixes returned)
+    xi = np.empty(n, np.int64)
+    ei = np.empty(n, np.int64)                     # kept, admitted before T, on a die in ``nd``: carried releases
+    xd = np.empty(n, np.int64)
+    xa = np.empty(n, np.int64)
+    xe = np.empty(n, np.int64)
+    xb = np.zeros(dies, np.bool_)
     nrem = 0
     nxi = 0
     ne = 0
@@ -841,7 +855,7 @@ def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st,
             if ip >= 0:
                 if pdie[ip] != pdie[i]:
                     e0 = np.empty(0, np.int64)
-                    return 1, e0, e0, e0, e0, kc, rc
+                    return 1, e0, e0, e0, e0, kc, rc, e0, e0, e0, xb
                 giP[i] = ip
             else:
                 giP[i] = -2
@@ -857,14 +871,21 @@ def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st,
                 pf[p] = e
             if a < T[d]:
                 if nd[d]:
+                    ei[ne] = i
                     ne += 1
             else:
+                xi[nxi] = i
+                xd[nxi] = d
+                xa[nxi] = a
+                xe[nxi] = e
                 nxi += 1
+                r = prdy[i] if prdy[i] > pfloor[i] else pfloor[i]
+                if pjoin[i] < 0 and a != r:
+                    xb[d] = True
         else:
             rc[d] += 1
+            rem[nrem] = i
             nrem += 1
-    rem = np.empty(nrem, np.int64)
-    xi = np.empty(nxi, np.int64)
     ns = 0
     for k in range(sd.shape[0]):
         if nd[sd[k]]:
@@ -891,32 +912,18 @@ def _tail_scan(pdie, pplane, padm, pend, pgate, lo, pmap, Tp, T, nd, pf, sd, st,
                 cd[c] = d
                 ct[c] = st[k]
                 c += 1
-    r = 0
-    x = 0
     if trim:                                       # (latest last, mostly: pushed from the end, most are
-        for i in range(n - 1, -1, -1):             # rejected at once)
-            d = pdie[i]
-            a = padm[i]
-            if a < Tp[pplane[i]] and a < T[d] and nd[d]:
-                _heap_push(hv, hn, d, pend[i], q)
-    for i in range(n):
-        d = pdie[i]
-        a = padm[i]
-        if a < Tp[pplane[i]]:
-            if a < T[d]:
-                if nd[d] and not trim:
-                    cd[c] = d
-                    ct[c] = pend[i]
-                    c += 1
-            else:
-                xi[x] = i
-                x += 1
-        else:
-            rem[r] = i
-            r += 1
-    if trim:
+        for k in range(ne - 1, -1, -1):            # rejected at once)
+            i = ei[k]
+            _heap_push(hv, hn, pdie[i], pend[i], q)
         cd, ct = _heap_out(hv, hn)
-    return 0, rem, xi, cd, ct, kc, rc
+    else:
+        for k in range(ne):
+            i = ei[k]
+            cd[c] = pdie[i]
+            ct[c] = pend[i]
+            c += 1
+    return 0, rem[:nrem], xi[:nxi], cd, ct, kc, rc, xd[:nxi], xa[:nxi], xe[:nxi], xb
 
 
 @accel.jit
@@ -1202,3 +1209,165 @@ def _parts_update(pserial, pid, parr, pdone, prem, serial, done):
                 prem[b] = prem[k]
             b += 1
     return 2, fid, fmod, mx, b
+
+
+@accel.jit
+def _ngate_scan(gate, ndie, nbase, ea, ebase, eold_id, eold_end, plo, pmap, pdie, pend, nlo, nmap, npn):
+    """``MediaEngine._tail_plane``'s look-ups of the new commands' gates, loop form (compiled by numba), in one
+    pass: the commands with a gate (``gm``, in order), their gates (``gq``), the gates' decided ends (``e``:
+    ``_ends_get`` on the window ``ea`` from ``ebase`` and the sorted old ids; -1: not decided), their positions
+    among the pending commands (``ip``: ``pmap[id - plo]``, -1 none) and in the batch (``inn``: ``nmap[id -
+    nlo]``), each command's gate position in P then N (``giN``, -1 none) and its earliest arrival base
+    (``nb``: the base raised to a gate's end, the pending gate's scheduled end where undecided; 2**62 where
+    gated by a new command). Returns (status: 1 where an undecided gate crosses dies, nothing else valid; gm,
+    gq, e, ip, inn, giN, nb)."""
+    n = gate.shape[0]
+    m = 0
+    for i in range(n):
+        if gate[i] >= 0:
+            m += 1
+    gm = np.empty(m, np.int64)
+    gq = np.empty(m, np.int64)
+    k = 0
+    for i in range(n):
+        if gate[i] >= 0:
+            gm[k] = i
+            gq[k] = gate[i]
+            k += 1
+    e = _ends_get(ea, ebase, eold_id, eold_end, gq)
+    ip = np.empty(m, np.int64)
+    inn = np.empty(m, np.int64)
+    giN = np.full(n, -1, np.int64)
+    nb = nbase.copy()
+    big = np.int64(1) << 62
+    npm = pmap.shape[0]
+    nnm = nmap.shape[0]
+    for k in range(m):
+        g = gq[k]
+        i = gm[k]
+        a = -1
+        if g >= plo and g - plo < npm:
+            a = pmap[g - plo]
+        b = -1
+        if g >= nlo and g - nlo < nnm:
+            b = nmap[g - nlo]
+        ip[k] = a
+        inn[k] = b
+        ek = e[k]
+        if ek < 0 and ((a >= 0 and pdie[a] != ndie[i]) or (b >= 0 and ndie[b] != ndie[i])):
+            return 1, gm, gq, e, ip, inn, giN, nb
+        if a >= 0:
+            giN[i] = a
+        elif b >= 0:
+            giN[i] = b + npn
+        v = pend[a] if (ek < 0 and a >= 0) else ek
+        if v < 0:
+            v = big
+        if v > nb[i]:
+            nb[i] = v
+    return 0, gm, gq, e, ip, inn, giN, nb
+
+
+@accel.jit
+def _ngate_bases(nbase, gm, e, ip, inn, padm, Tp, pplane, pend):
+    """``engine._gate_bases_found`` from ``_ngate_scan``'s look-ups, loop form (compiled by numba): a gate's
+    decided end, or the end of a pending gate kept (admitted before its plane's ``Tp``), raises the command's
+    base; any other gate becomes its position in the batch (``gidx``). Returns (the first k whose gate is found
+    nowhere, -1 for none; base, gidx)."""
+    base = nbase.copy()
+    gidx = np.full(nbase.shape[0], -1, np.int64)
+    for k in range(gm.shape[0]):
+        i = gm[k]
+        v = e[k]
+        if v < 0:
+            a = ip[k]
+            v = pend[a] if (a >= 0 and padm[a] < Tp[pplane[a]]) else -1
+        if v >= 0:
+            if v > base[i]:
+                base[i] = v
+        else:
+            b = inn[k]
+            if b < 0:
+                return k, base, gidx
+            gidx[i] = b
+    return -1, base, gidx
+
+
+@accel.jit
+def _pending_take(und, kind, plane, die, svc, pid, start, end, adm, rdy, base, gx, gate, floor, gi, dec, dec_h,
+                  t_cmd, okind, oplane, odie, osvc, opid, ostart, oend, oadm, ordy, ob, ox, og, oj, of):
+    """``MediaEngine._decide_cmds``'s pending set where some commands are decided, loop form (compiled by numba):
+    the rows ``und`` of the run's fields and schedule gathered in one pass (``np.take``), then
+    ``_pending_fields`` for base, gx, gate, join, floor. Writes the ``o*`` arrays."""
+    for k in range(und.shape[0]):
+        i = und[k]
+        okind[k] = kind[i]
+        oplane[k] = plane[i]
+        odie[k] = die[i]
+        osvc[k] = svc[i]
+        opid[k] = pid[i]
+        ostart[k] = start[i]
+        oend[k] = end[i]
+        oadm[k] = adm[i]
+        ordy[k] = rdy[i]
+    _pending_fields(und, -1, base, gx, gate, floor, gi, dec, oadm, ordy, dec_h, t_cmd, ob, ox, og, oj, of)
+
+
+@accel.jit
+def _decided_put(pf, plane, die, t, m, od, ot, horizon, dies, q, keep_min):
+    """``MediaEngine._behind_pending``'s decided commands (``m``) into the planes' free times and the carried
+    slot releases, loop form (compiled by numba), in one pass: ``pf[plane] = max(pf[plane], t)`` (in place,
+    ``_max_at``), and ``diestage.DieCarry.put(die[m], t[m], horizon)`` from its releases ``od``/``ot``: the
+    releases after ``horizon``, in order, after the carried ones; where a die then has more than ``q``, its ``q``
+    largest (``_carry_keep``, from ``keep_min`` releases on). Returns (status: 0 nothing added (the carried ones
+    stand), 1 the new carried releases, 2 the concatenation, whose cut is left to the numpy form; die, time)."""
+    n = m.shape[0]
+    k = 0
+    for i in range(n):
+        if m[i]:
+            p = plane[i]
+            if t[i] > pf[p]:
+                pf[p] = t[i]
+            if t[i] > horizon:
+                k += 1
+    if k == 0:
+        return 0, od, ot
+    no = od.shape[0]
+    d = np.empty(no + k, np.int64)
+    tt = np.empty(no + k, np.int64)
+    for j in range(no):
+        d[j] = od[j]
+        tt[j] = ot[j]
+    j = no
+    for i in range(n):
+        if m[i] and t[i] > horizon:
+            d[j] = die[i]
+            tt[j] = t[i]
+            j += 1
+    if no + k > q:
+        cnt = np.zeros(dies, np.int64)
+        mx = 0
+        for j in range(no + k):
+            cnt[d[j]] += 1
+            if cnt[d[j]] > mx:
+                mx = cnt[d[j]]
+        if mx > q:
+            if no + k >= keep_min:
+                d2, t2 = _carry_keep(d, tt, dies, q)
+                return 1, d2, t2
+            return 2, d, tt
+    return 1, d, tt
+
+
+@accel.jit
+def _min_where(a, key, neg):
+    """The smallest ``a[i]`` where ``key[i] < 0`` (``neg``) or ``key[i] >= 0`` (not ``neg``), loop form (compiled by
+    numba; ``a[key < 0].min()`` without the mask and the copy). Returns (whether there is one, that minimum)."""
+    found = False
+    mn = np.int64(0)
+    for i in range(a.shape[0]):
+        if (key[i] < 0) == neg:
+            if not found or a[i] < mn:
+                mn = a[i]
+                found = True
+    return found, mn

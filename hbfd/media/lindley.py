@@ -16,7 +16,7 @@ import numpy as np
 
 from hbfd import accel
 
-from .kernels import _packed_build, _packed_sort
+from .kernels import _packed_build, _packed_build_into, _packed_sort
 
 _PACKED_TWIN_MIN = 2048     # from this many keys on, the compiled twin builds them (kernels.py)
 
@@ -50,18 +50,35 @@ def packed_keys(major: np.ndarray, nmajor: int, minor: np.ndarray):
     lo) (``1 << sbits``: the span of ``minor`` rounded up to a power of two), from which the order (the low
     ``bits``), ``major`` and ``minor`` of each position decode by shifts; None when they do not fit in 63
     bits."""
-    n = len(minor)
+    return packed_keys_parts([major], nmajor, [minor])
+
+
+def packed_keys_parts(majors: list, nmajor: int, minors: list):
+    """``packed_keys(np.concatenate(majors), nmajor, np.concatenate(minors))``: where the compiled twins build
+    the keys, each piece goes into its place in the keys (its indices from its offset on) and the pieces are
+    never concatenated."""
+    n = sum(len(m) for m in minors)
     if n == 0:
         return np.zeros(0, np.int64), 1, 0, 0
-    lo = int(minor.min())
-    sbits = (int(minor.max()) - lo).bit_length()
+    lo = min(int(m.min()) for m in minors if len(m))
+    sbits = (max(int(m.max()) for m in minors if len(m)) - lo).bit_length()
     bits = max(1, (n - 1).bit_length())
     if (nmajor << sbits) << bits >= (1 << 63):
         return None
     if n >= _PACKED_TWIN_MIN and accel.enabled():
-        key = _packed_build(np.ascontiguousarray(major, np.int64), np.ascontiguousarray(minor, np.int64),
-                            lo, sbits, bits)
+        if len(minors) == 1:
+            key = _packed_build(np.ascontiguousarray(majors[0], np.int64), np.ascontiguousarray(minors[0], np.int64),
+                                lo, sbits, bits)
+        else:
+            key = np.empty(n, np.int64)
+            off = 0
+            for mj, mn in zip(majors, minors):
+                _packed_build_into(key, off, np.ascontiguousarray(mj, np.int64), np.ascontiguousarray(mn, np.int64),
+                                   lo, sbits, bits)
+                off += len(mn)
         return _packed_sort(key, bits), bits, sbits, lo     # (a radix sort: np.sort's array, faster)
+    major = majors[0] if len(majors) == 1 else np.concatenate(majors)
+    minor = minors[0] if len(minors) == 1 else np.concatenate(minors)
     key = major.astype(np.int64, copy=True)
     key <<= sbits
     key += minor

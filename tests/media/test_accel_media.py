@@ -424,7 +424,9 @@ def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
                       (engine_mod, "_tail_scan"), (diestage, "_carry_keep"), (engine_mod, "_ring_loop"),
                       (engine_mod, "_extreme_at"), (engine_mod, "_ends_get"), (ftl_mod, "_l2p_swap"),
                       (ftl_mod, "_dup_planes"), (engine_mod, "_gated_split"),
-                      (engine_mod, "_parts_update")):
+                      (engine_mod, "_parts_update"), (engine_mod, "_pending_take"), (engine_mod, "_ngate_scan"),
+                      (engine_mod, "_ngate_bases"), (diestage, "_decided_put"),
+                      (engine_mod, "_min_where"), (eventsim, "_plane_order"), (lindley, "_packed_build_into")):
         monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
     got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
@@ -444,7 +446,8 @@ def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
              K._chan_fcfs_packed, K._read_front, K._read_pass, hist._bin_into, K._packed_build, K._packed_sort,
              eventsim._chains_loop, eventsim._qd_loop, K._latest_q, K._pending_fields, K._pid_map, K._tail_scan,
              K._carry_keep, K._ring_loop, K._extreme_at, K._ends_get, K._l2p_swap, K._dup_planes,
-             K._gated_split, K._parts_update)
+             K._gated_split, K._parts_update, K._pending_take, K._ngate_scan, K._ngate_bases, K._decided_put,
+             K._min_where, eventsim._plane_order, K._packed_build_into)
     caplog.set_level("DEBUG", logger="hbfd.accel")
     for name in ("nominal", "ocp-sg2"):
         E.warm_twins(MediaGeometry.from_profile(as_profile(name)))
@@ -726,3 +729,34 @@ def test_rank_order_equals_lexsort_and_a_change_is_seen(monkeypatch):
     monkeypatch.setattr(engine_mod, "rank_order", by_seq_only)
     bad = _engine_run(g, stream, sizes, adv)
     assert got[1] != bad[1] or any(not np.array_equal(x, y) for x, y in zip(got[0], bad[0]))
+
+
+def test_packed_keys_parts_equal_the_keys_of_the_concatenation(monkeypatch):
+    """``lindley.packed_keys_parts`` (round 7: the final quiet scan builds the keys from the deferred chunks in place,
+    ``kernels._packed_build_into``) gives ``packed_keys`` of the concatenated pieces, keys and (bits, sbits, lo),
+    twins on and off: one piece, many, empty pieces, pieces of several dtypes, below and above the twin's size, keys
+    that do not fit (None); pieces built in reverse are seen in a read burst's completions."""
+    rng = np.random.default_rng(12)
+    for sizes in ((3000,), (100, 0, 2500, 7), (4096,) * 12, (500, 600), (0, 0)):
+        for nm, lo, span in ((16, 0, 10**8), (128, -(10**6), 10**3), (3, 0, 1)):
+            ma = [rng.integers(0, nm, s).astype(rng.choice([np.int64, np.int16])) for s in sizes]
+            mi = [rng.integers(lo, lo + span, s) for s in sizes]
+            ref = lindley.packed_keys(np.concatenate(ma).astype(np.int64) if len(ma) else ma, nm, np.concatenate(mi))
+            for mode in ("off", "on"):
+                monkeypatch.setenv("HBFD_ACCEL", mode)
+                got = lindley.packed_keys_parts(ma, nm, mi)
+                assert got[1:] == ref[1:] and np.array_equal(got[0], ref[0]), (sizes, nm, mode)
+    assert lindley.packed_keys_parts([np.zeros(5, np.int64)], 1 << 40, [np.arange(5) << 30]) is None
+    assert lindley._packed_build_into.is_compiled()
+    g = _geometry("ocp-sg1", "profile")
+    stream = make_stream(g, 30_000, 4096, "read", 0, seed=3)
+    sizes = [4096] * 7 + [30_000 - 7 * 4096]
+    ref = _engine_run(g, stream, sizes, [True] * len(sizes))
+    orig = lindley._packed_build_into
+    calls = []
+
+    monkeypatch.setattr(lindley, "_packed_build_into", lambda a, off, ma, mi, lo, sb, b: (   # each piece reversed
+        calls.append(off), orig(a, off, ma[::-1].copy(), mi[::-1].copy(), lo, sb, b)))
+    bad = _engine_run(g, stream, sizes, [True] * len(sizes))
+    assert calls
+    assert ref[1] != bad[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], bad[0]))
