@@ -18,7 +18,9 @@ ptxas (Triton's bundled one unless ``--ptxas``) assembles, with Triton's options
   stubbed -- which function dominates;
 * option variants on ``hb``: ``-O0``..``-O2``, ``--allow-expensive-optimizations false``, no
   ``-lineinfo``, no ``-v``, ``.loc``/``.file``/``.section .debug_*`` stripped from the text,
-  ``--split-compile=N``.
+  ``--split-compile=N``;
+* ``--knobs``: the rewrite under ``HBFCC_INLINE_ISSUE=0``, ``HBFCC_GROUP_ISSUES=0``, the lean helper
+  (knobs that change the device code: what each would save in ptxas, nothing about device speed).
 
 Times are CPU seconds of the ptxas process (user+sys of the child), each variant ``--reps`` times,
 interleaved (every variant of a kernel once, then again, the order flipped every repeat; the box is
@@ -58,6 +60,9 @@ sys.path.insert(0, str(REPO / "bench"))
 from hbfcc_buildcost import TRITON_KERNELS, TRITON_SCRIPT, spread  # noqa: E402
 
 TRITON_OPTS = ("-lineinfo", "-v", "--gpu-name=sm_90a")
+# --knobs: the rewrite under knobs that change the device code (what each would save in ptxas)
+KNOB_VARIANTS = {"knob_inline_off": {"HBFCC_INLINE_ISSUE": "0"}, "knob_group_off": {"HBFCC_GROUP_ISSUES": "0"},
+                 "knob_lean_helper": {"HBFCC_HELPER_PTX": str(H.lean_helper_path())}}
 
 # the top-level function definitions of a PTX module: the head up to the body's "{" at column 0 and
 # the body up to the "}" at column 0 (how nvcc, LLVM and the rewrite print them)
@@ -204,6 +209,9 @@ def main() -> int:
     ap.add_argument("--bisect-reps", type=int, default=1, help="repeats of the minus:F / only:F variants")
     ap.add_argument("--no-bisect", action="store_true")
     ap.add_argument("--no-options", action="store_true")
+    ap.add_argument("--knobs", action="store_true", help="also the rewrite under HBFCC_INLINE_ISSUE=0, "
+                    "HBFCC_GROUP_ISSUES=0 and the lean helper (knobs that change the device code)")
+    ap.add_argument("--no-lib", action="store_true", help="leave out stub_const and lib_all")
     ap.add_argument("--split", default="2", help="--split-compile values to try (comma separated)")
     ap.add_argument("--ptxas", default=None, help="the ptxas (default: Triton's bundled one)")
     ap.add_argument("--keep", default=None, help="keep the PTX and cubins in this directory")
@@ -236,8 +244,22 @@ def main() -> int:
         add("orig", orig)
         add("hb", hb)
         add("stub_opaque", stubbed(hb, None, opaque=True))
-        add("stub_const", stubbed(hb, None, opaque=False))
-        add("lib_all", library_alone(hb))
+        if not ns.no_lib:
+            add("stub_const", stubbed(hb, None, opaque=False))
+            add("lib_all", library_alone(hb))
+        if ns.knobs:     # existing knobs that change what runs (device speed NOT measured here)
+            for var, env in KNOB_VARIANTS.items():
+                saved = {k: os.environ.get(k) for k in env}
+                os.environ.update({k: str(v) for k, v in env.items()})
+                try:
+                    add(var, rewrite_text(orig, filename=f"{name}.ptx", max_version=cap,
+                                          helper=H.load_helper(os.environ.get("HBFCC_HELPER_PTX"))).text)
+                finally:
+                    for k, v in saved.items():
+                        if v is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = v
         funcs = helper_functions(hb)
         sizes = {n: m.group(0).count("\n") for n, m in funcs.items()}
         if not ns.no_options:
@@ -292,7 +314,7 @@ def main() -> int:
                             "kernel_body_cpu_s": med["stub_opaque"],
                             "helpers_cpu_s": med["hb"] - med["stub_opaque"],
                             "helpers_share_of_added": (med["hb"] - med["stub_opaque"]) / (med["hb"] - med["orig"]),
-                            "lib_all_cpu_s": med["lib_all"]}
+                            "lib_all_cpu_s": med.get("lib_all")}
         if bis:
             row["breakdown"]["per_function_minus"] = {
                 k.split(":", 1)[1]: med["hb"] - v["median"] for k, v in bis.items() if k.startswith("minus:")}
