@@ -8,8 +8,9 @@ and prepared for linking once per file version; linking itself is :mod:`hbfcc.li
 
 Parsing and preparing the timing helper costs ~0.2 s of CPU, in every hbfcc-ptxas process (one per
 Triton compile): the prepared module is kept in ``$HBFCC_CACHE_DIR/helper-parsed`` (pickle), keyed by
-the file's path and sha256, the rewriter's own sha256 (any change to hbfcc's sources) and the Python
-version, and read back instead (~0.05 s). An entry is only ever written for a module that passed every
+the file's path and sha256, the rewriter's own sha256 (any change to hbfcc's sources), that of
+hbfcommon/abi.py (what the module is checked against) and the Python version, and read back instead
+(~0.06 s). An entry is only ever written for a module that passed every
 check; an unreadable or mismatching entry is parsed again and replaced.
 """
 from __future__ import annotations
@@ -77,9 +78,15 @@ def _built_abi_version(mod: Module) -> Optional[int]:
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def _abi_sha() -> str:
+    """sha256 of hbfcommon/abi.py: the signatures and names a helper module is checked against."""
+    return sha256_bytes(Path(abi.__file__).read_bytes())
+
+
 def parsed_cache_path(role: str, path: str, sha256: str) -> Path:
     """Where the prepared helper module of ``path`` (its bytes' ``sha256``) is kept between processes."""
-    key = sha256_bytes(json.dumps([role, path, sha256, rewriter_sha(), list(sys.version_info[:2]),
+    key = sha256_bytes(json.dumps([role, path, sha256, rewriter_sha(), _abi_sha(), list(sys.version_info[:2]),
                                    pickle.HIGHEST_PROTOCOL]).encode())
     return knobs.load().cache_dir / PARSED_CACHE_SUBDIR / f"{key}.pickle"
 

@@ -100,11 +100,14 @@ def test_damaged_or_foreign_entry_is_parsed_again(fresh, tmp_path, caplog):
     assert H.load_helper() == good and len(fresh) == n
 
 
-def test_key_names_rewriter_and_python(fresh, tmp_path, monkeypatch):
+def test_key_names_rewriter_abi_and_python(fresh, tmp_path, monkeypatch):
     p, sha = str(H.default_helper_path()), "0" * 64
     a = H.parsed_cache_path("helper", p, sha)
     assert H.parsed_cache_path("eidola helper", p, sha) != a
     monkeypatch.setattr(H, "rewriter_sha", lambda: "f" * 64)
+    assert H.parsed_cache_path("helper", p, sha) != a
+    monkeypatch.undo()
+    monkeypatch.setattr(H, "_abi_sha", lambda: "e" * 64)     # the ABI the module is checked against
     assert H.parsed_cache_path("helper", p, sha) != a
     monkeypatch.undo()
     monkeypatch.setattr(sys, "version_info", (3, 99, 0))
