@@ -60,6 +60,8 @@ sys.path.insert(0, str(REPO / "bench"))
 from hbfcc_buildcost import TRITON_KERNELS, TRITON_SCRIPT, spread  # noqa: E402
 
 TRITON_OPTS = ("-lineinfo", "-v", "--gpu-name=sm_90a")
+# the option variants of ``hb`` whose code is compared with it
+SAME_MODULE_OPTIONS = ("-O0", "-O1", "-O2", "no_expensive_opt", "no_lineinfo", "no_v", "no_lineinfo_no_v", "strip_debug")
 # --knobs: the rewrite under knobs that change the device code (what each would save in ptxas)
 KNOB_VARIANTS = {"knob_inline_off": {"HBFCC_INLINE_ISSUE": "0"}, "knob_group_off": {"HBFCC_GROUP_ISSUES": "0"},
                  "knob_lean_helper": {"HBFCC_HELPER_PTX": str(H.lean_helper_path())}}
@@ -69,7 +71,6 @@ KNOB_VARIANTS = {"knob_inline_off": {"HBFCC_INLINE_ISSUE": "0"}, "knob_group_off
 _FUNC = re.compile(r"^(?P<head>(?:\.weak |\.visible |\.extern )?\.func\b[^{;]*?)\n\{\n(?P<body>.*?)^\}\n",
                    re.M | re.S)
 _ENTRY = re.compile(r"^(?:\.visible |\.weak )?\.entry\b.*?^\}\n", re.M | re.S)
-_NAME = re.compile(r"([A-Za-z_$%][\w$]*)\s*\(\s*$|([A-Za-z_$%][\w$]*)\s*\(", re.M)
 _RET = re.compile(r"^\.(?:weak |visible )?\.func\s*\((?P<ret>[^)]*)\)")
 
 
@@ -324,7 +325,7 @@ def main() -> int:
         ident = {}
         base = cubin.function_code(work / f"{name}.hb.cubin")
         for v in variants:
-            if v in ("no_lineinfo", "no_v", "no_lineinfo_no_v", "strip_debug") or v.startswith("split") or v in ("-O0", "-O1", "-O2", "no_expensive_opt"):
+            if v in SAME_MODULE_OPTIONS or v.startswith("split"):
                 other = cubin.function_code(work / f"{name}.{v}.cubin")
                 d = cubin.code_differences(base, other)
                 ident[v] = {"code_identical": not d and set(base) == set(other), "differences": d[:5]}
