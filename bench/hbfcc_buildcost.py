@@ -36,6 +36,9 @@ jobs on the box); ratios are per item, then the median (and p10/p90, min/max) ov
   every variant use that ptxas (plain Triton's ``TRITON_PTXAS_PATH``, hbfcc-ptxas's
   ``HBFCC_REAL_PTXAS``): the separate link needs one with nvlink beside it.
 
+``--against TREE`` (nvcc, triton) adds variant ``before``: hbfcc from another source tree, interleaved
+with the others; ``now_vs_before_*`` ratios and whether the cubins are byte-identical.
+
 ``nvcc`` and ``triton`` also build each item through hbfcc with the whole helper library linked
 (``HBFCC_LINK_PRUNE=0``, variant ``full``: the link before the pruning), interleaved with the others
 (``--no-full`` leaves it out): ``full_*`` ratios to plain and ``pruned_vs_full_*``.
@@ -550,7 +553,10 @@ def part_triton(ns, work: Path) -> dict:
     caches = work / "tcache"
     caches.mkdir(exist_ok=True)
     kernels = ",".join(TRITON_KERNELS[:ns.limit or None])
-    base = dict(os.environ, HBFCC_ARTIFACT_DIR=str(work / "store"), HBFCC_LOG="ERROR", TMPDIR=str(work))
+    # the cache dir (shadow toolkits, helper objects, the prepared helper module) is this run's own: the
+    # warm-up compile fills what a machine keeps between builds
+    base = dict(os.environ, HBFCC_ARTIFACT_DIR=str(work / "store"), HBFCC_LOG="ERROR", TMPDIR=str(work),
+                HBFCC_CACHE_DIR=str(work / "hbfcc-cache"))
     base.pop("TRITON_PTXAS_PATH", None)
     if ns.triton_ptxas:    # one ptxas for every variant: plain Triton's and the one hbfcc-ptxas runs
         base["TRITON_PTXAS_PATH"] = ns.triton_ptxas
@@ -561,6 +567,10 @@ def part_triton(ns, work: Path) -> dict:
         envs["full"] = dict(envs["hbfcc"], HBFCC_LINK_PRUNE="0")
     if ns.separate:   # HBFCC_LINK=separate: the helper object cache starts empty (its builds are in rep 1)
         envs["separate"] = dict(envs["hbfcc"], HBFCC_LINK="separate", HBFCC_CACHE_DIR=str(work / "hbfcc-cache"))
+    if ns.against:    # hbfcc-ptxas running another tree's hbfcc (its package first on PYTHONPATH)
+        envs["before"] = dict(envs["hbfcc"], PYTHONPATH=os.pathsep.join(
+            [str(Path(ns.against).resolve())] + [x for x in [os.environ.get("PYTHONPATH")] if x]),
+            HBFCC_CACHE_DIR=str(work / "hbfcc-cache-before"), HBFCC_ARTIFACT_DIR=str(work / "store-before"))
     cubins = {k: work / "cubins" / k for k in envs}
     for d in cubins.values():
         d.mkdir(parents=True, exist_ok=True)
@@ -584,6 +594,11 @@ def part_triton(ns, work: Path) -> dict:
             row[f"{k}_cubin_bytes"] = t[k][0][name]["cubin_bytes"]
             row[f"{k}_instrumented"] = t[k][0][name]["instrumented"]
         ratios(row, envs, {k: row[f"{k}_cubin_bytes"] for k in envs})
+        if "before" in envs:
+            row["before_cpu_all_s"] = [round(r[name]["cpu_s"], 4) for r in t["before"]]
+            row["hbfcc_cpu_all_s"] = [round(r[name]["cpu_s"], 4) for r in t["hbfcc"]]
+            row["cubin_identical_to_before"] = ((cubins["hbfcc"] / f"{name}.cubin").read_bytes()
+                                                == (cubins["before"] / f"{name}.cubin").read_bytes())
         if "separate" in envs:
             row["separate_vs_whole_cpu"] = row["separate_cpu_s"] / row["hbfcc_cpu_s"]
             row["separate_vs_whole_wall"] = row["separate_wall_s"] / row["hbfcc_wall_s"]
@@ -598,7 +613,9 @@ def part_triton(ns, work: Path) -> dict:
               + (f"; whole library x{row['full_wall_ratio']:.2f}, cubin x{row['full_cubin_ratio']:.1f}"
                  if "full_wall_ratio" in row else "")
               + (f"; separate cpu x{row['separate_cpu_ratio']:.2f} (vs whole {row['separate_vs_whole_cpu']:.2f}), "
-                 f"cubin x{row['separate_cubin_ratio']:.1f}, regs {row['registers']}" if "separate" in envs else ""),
+                 f"cubin x{row['separate_cubin_ratio']:.1f}, regs {row['registers']}" if "separate" in envs else "")
+              + (f"; now/before cpu {row['now_vs_before_cpu']:.3f} (before {row['before_cpu_s']:.2f} s), "
+                 f"cubin identical {row['cubin_identical_to_before']}" if "before" in envs else ""),
               file=sys.stderr)
     summ = {"kernels": len(rows), **summary(rows, envs),
             **({"separate_vs_whole_cpu": spread([r["separate_vs_whole_cpu"] for r in rows]),
@@ -627,8 +644,8 @@ def main() -> int:
                     help="triton: the ptxas of every variant (plain: TRITON_PTXAS_PATH; hbfcc: HBFCC_REAL_PTXAS); "
                          "the separate link needs one with nvlink beside it (a CUDA toolkit's)")
     ap.add_argument("--against", metavar="TREE", default=None,
-                    help="nvcc: also build with the hbfcc of another source tree (e.g. a `git archive` of an earlier "
-                         "commit with its runtime_cuda/ptx), variant 'before': times and cubin identity against it")
+                    help="nvcc, triton: also build with the hbfcc of another source tree (e.g. a `git archive` of an "
+                         "earlier commit with its runtime_cuda/ptx), variant 'before': times and cubin identity against it")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "hbfcc_buildcost_cpu.json"))
     ns = ap.parse_args()
     if ns.against is not None and not (Path(ns.against) / "hbfcc" / "cli.py").is_file():

@@ -5,14 +5,26 @@ runtime_cuda/include/hbf_abi.h, built as runtime_cuda/ptx/hbf_helpers.ptx and ..
 Eidola helpers the flags pass calls (eidola/src/hbf_eidola_helpers.cu, build/runtime_cuda/
 hbf_eidola_helpers.ptx). Each is parsed, checked against the signatures of :mod:`hbfcommon.abi`
 and prepared for linking once per file version; linking itself is :mod:`hbfcc.link`.
+
+Parsing and preparing the timing helper costs ~0.2 s of CPU, in every hbfcc-ptxas process (one per
+Triton compile): the prepared module is kept in ``$HBFCC_CACHE_DIR/helper-parsed`` (pickle), keyed by
+the file's path and sha256, the rewriter's own sha256 (any change to hbfcc's sources), that of
+hbfcommon/abi.py (what the module is checked against) and the Python version, and read back instead
+(~0.06 s). An entry is only ever written for a module that passed every
+check; an unreadable or mismatching entry is parsed again and replaced.
 """
 from __future__ import annotations
 
 import functools
+import json
+import logging
 import os
+import pickle
 import re
+import sys
+import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from hbfcommon import abi, resources
 from hbfcommon.errors import ConfigError, RewriteError
@@ -21,7 +33,11 @@ from . import knobs
 from .link import HelperModule, prepare
 from .ptx.model import Module, VarDecl
 from .ptx.parser import parse_module
-from .toolchain import sha256_bytes
+from .toolchain import rewriter_sha, sha256_bytes
+
+log = logging.getLogger(__name__)
+
+PARSED_CACHE_SUBDIR = "helper-parsed"
 
 __all__ = ["HelperModule", "load_helper", "load_eidola_helper", "eidola_helper_from_text", "default_helper_path",
            "lean_helper_path", "default_eidola_helper_path", "choose_helper_path"]
@@ -62,9 +78,51 @@ def _built_abi_version(mod: Module) -> Optional[int]:
     return None
 
 
-@functools.lru_cache(maxsize=4)
-def _load_helper_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
-    raw = Path(path).read_bytes()
+@functools.lru_cache(maxsize=1)
+def _abi_sha() -> str:
+    """sha256 of hbfcommon/abi.py: the signatures and names a helper module is checked against."""
+    return sha256_bytes(Path(abi.__file__).read_bytes())
+
+
+def parsed_cache_path(role: str, path: str, sha256: str) -> Path:
+    """Where the prepared helper module of ``path`` (its bytes' ``sha256``) is kept between processes."""
+    key = sha256_bytes(json.dumps([role, path, sha256, rewriter_sha(), _abi_sha(), list(sys.version_info[:2]),
+                                   pickle.HIGHEST_PROTOCOL]).encode())
+    return knobs.load().cache_dir / PARSED_CACHE_SUBDIR / f"{key}.pickle"
+
+
+def _prepared_cached(role: str, path: str, raw: bytes, build: Callable[[], HelperModule]) -> HelperModule:
+    """``build()`` (parse, prepare, check), or the module it made before for the same key
+    (:func:`parsed_cache_path`), read back."""
+    sha = sha256_bytes(raw)
+    cp = parsed_cache_path(role, path, sha)
+    try:
+        with open(cp, "rb") as f:
+            got = pickle.load(f)
+        if type(got) is HelperModule and got.role == role and got.path == path and got.sha256 == sha:
+            return got
+        log.warning("helper cache entry %s is not the module it is keyed by; parsing the helper again", cp)
+    except FileNotFoundError:
+        pass
+    except Exception as e:  # noqa: BLE001 -- any unreadable entry (truncated, another class layout): parse again
+        log.warning("helper cache entry %s unreadable (%s: %s); parsing the helper again", cp, type(e).__name__, e)
+    helper = build()
+    try:
+        cp.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=cp.name + ".", suffix=".tmp", dir=cp.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(helper, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, cp)          # concurrent builds write the same entry
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:                 # a read-only or full cache: the build goes on without it
+        log.info("helper cache entry %s not written: %s", cp, e)
+    return helper
+
+
+def _helper_from(raw: bytes, path: str) -> HelperModule:
     mod = parse_module(raw.decode("utf-8", "replace"), filename=path)
     helper = prepare(mod, role="helper", path=path, sha256=sha256_bytes(raw), required=abi.HELPERS,
                      private_prefix="__hb_l_", abi_version=abi.HBF_HELPER_ABI_VERSION)
@@ -73,6 +131,12 @@ def _load_helper_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
         raise RewriteError("helper PTX was built for another helper ABI", helper=path,
                            helper_abi=built, header_abi=abi.HBF_HELPER_ABI_VERSION)
     return helper
+
+
+@functools.lru_cache(maxsize=4)
+def _load_helper_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
+    raw = Path(path).read_bytes()
+    return _prepared_cached("helper", path, raw, lambda: _helper_from(raw, path))
 
 
 def _helper_file(path: Optional[str], module_text: Optional[str]) -> str:
@@ -171,7 +235,8 @@ def _eidola_helper(raw: bytes, path: str) -> HelperModule:
 
 @functools.lru_cache(maxsize=4)
 def _load_eidola_cached(path: str, mtime_ns: int, size: int) -> HelperModule:
-    return _eidola_helper(Path(path).read_bytes(), path)
+    raw = Path(path).read_bytes()
+    return _prepared_cached("eidola helper", path, raw, lambda: _eidola_helper(raw, path))
 
 
 def eidola_helper_from_text(text: str, path: str = "<eidola helper>") -> HelperModule:
