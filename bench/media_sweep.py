@@ -174,7 +174,7 @@ def engine_speed(args, argv=None) -> int:
            "command": "python bench/media_sweep.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "queue_depth": args.queue_depth,
            "old_engine": args.old_engine, "accel_modes": modes, "accel": accel.describe(),
-           "accel_compile": compile_s, "goal": {"every_regime_mreq_per_cpu_s": 5.0, "write_heavy": 1.0},
+           "accel_compile": compile_s, "malloc": getattr(args, "malloc_applied", None), "goal": {"every_regime_mreq_per_cpu_s": 5.0, "write_heavy": 1.0},
            "regimes": rows, "tiny_batches": tiny}
     atomic_write_json(args.engine_out, doc, indent=1)
     print("| regime | batch | " + " | ".join(f"{k} M req/CPU-s median (min-max)" for k in engines) + " |")
@@ -205,6 +205,8 @@ def main(argv=None) -> int:
                          "semantics has none)")
     ap.add_argument("--only", default="", help="--engine-speed: regimes whose name contains one of these "
                     "(comma-separated)")
+    ap.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
+                    help="glibc malloc as hbfd sets it (HBFD_MALLOC_TUNE, hbfd/memtune.py; default) or glibc's defaults")
     ap.add_argument("--engine-out", default=str(ROOT / "bench" / "results" / "media_engine_speed.json"))
     ap.add_argument("--requests", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
@@ -213,6 +215,8 @@ def main(argv=None) -> int:
     ap.add_argument("--write-requests", type=int, default=200_000)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "media_sweep.json"))
     args = ap.parse_args(argv)
+    from hbfd.memtune import tune_malloc
+    args.malloc_applied = tune_malloc(args.malloc == "tuned")
     if args.engine_speed:
         return engine_speed(args, argv)
     rows = []

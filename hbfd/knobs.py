@@ -97,3 +97,10 @@ def capacity_workers() -> int:
     """``$HBFD_CAPACITY_WORKERS``: threads per capacity range filling a scan's pages (store read + checksum, copy
     into the frames, read-back compare; hbfd/capacity/service.py). Default: the host's cores (at most 64)."""
     return env_int("HBFD_CAPACITY_WORKERS", max(1, min(64, os.cpu_count() or 1)), lo=1, hi=64)
+
+
+def malloc_tune() -> bool:
+    """``$HBFD_MALLOC_TUNE`` (default on): hbfd keeps freed heap memory for reuse (glibc's trim threshold
+    raised, its mmap threshold fixed at 256 MiB: :func:`hbfd.memtune.tune_malloc`), so the media engine's
+    per-batch arrays do not fault fresh pages in every batch. Off: glibc's defaults."""
+    return env_bool("HBFD_MALLOC_TUNE", True)

@@ -40,6 +40,7 @@ from hbfd.heartbeat import HeartbeatProcess
 from hbfd.media import MediaGeometry, hist
 from hbfcommon.profile import Profile, load_profile
 from hbfd.ranges import Range, RangeTable
+from hbfd.memtune import tune_malloc
 from hbfd.region import ControlRegion
 from hbfcommon.fsutil import remove_stale_tmp
 from hbfcommon.version import package_version
@@ -147,6 +148,7 @@ class Daemon:
 
     # ---- start-up ------------------------------------------------------------------------
     def start(self) -> None:
+        self.malloc = tune_malloc(knobs.malloc_tune())   # before the engine's first arrays (hbfd/memtune.py)
         self.profile = load_profile(self.profile_path)
         p = self.profile
         log.info("profile %s (%s) sha256 %s", p.name, p.path, p.sha256)

@@ -62,6 +62,13 @@ def test_hbfd_knobs_reject_bad_values(monkeypatch):
         monkeypatch.setenv("HBFD_CAPACITY_WORKERS", bad)
         with pytest.raises(ConfigError, match="HBFD_CAPACITY_WORKERS"):
             knobs.capacity_workers()
+    monkeypatch.delenv("HBFD_MALLOC_TUNE", raising=False)
+    assert knobs.malloc_tune() is True
+    monkeypatch.setenv("HBFD_MALLOC_TUNE", "0")
+    assert knobs.malloc_tune() is False
+    monkeypatch.setenv("HBFD_MALLOC_TUNE", "sometimes")
+    with pytest.raises(ConfigError, match="HBFD_MALLOC_TUNE"):
+        knobs.malloc_tune()
 
 
 def test_runtime_and_hbfcc_knobs_use_it(monkeypatch):
