@@ -18,6 +18,7 @@
 #include "hbf_ctl.h"
 #include "hbf_curve.h"   // fixed/curve service + thermal scaling: the one definition (host-testable)
 #include "hbf_device.h"
+#include "hbf_thc.h"     // the packed thermal word and its validity rule (horizon): the one definition (host-testable)
 #include "hbf_capacity.h"  // HBF_REQ_CAP_HINT: a hint's completion is never stolen (hbfd consumes it)
 
 // Module globals (hbf_abi.h). Set by the runtime after the module loads; 0 = detached = native.
@@ -259,8 +260,7 @@ HB_DEV void hb_fail_live(hbf_device_state* st, uint32_t s, uint32_t site, uint64
 #endif
 #define HBF_THC_CLAIM_WAIT_NS 20000ull
 HB_DEV uint64_t hb_pack_thermal(uint32_t q, uint32_t adm, uint32_t mode, uint64_t now) {
-    return (uint64_t)(q & 0xFFFFFu) | ((uint64_t)(adm & 1u) << 20) | ((uint64_t)(mode & 3u) << 21) |
-           (1ull << 23) | ((((now >> 10) & ((1ull << 40) - 1ull))) << 24);
+    return hbf_thc_pack(q, adm, mode, now);
 }
 
 // Thermal replicas (hbf_device.h thc_replica): what the compact issue path reads instead of the one
@@ -409,13 +409,19 @@ HB_DEV void hb_act_flush(hbf_device_state* st, hbf_ctl* c, uint64_t now) {
 HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
                                                         uint64_t now) {
     uint32_t q = 1000000u, adm = 1u, mode = HBF_TH_NORMAL;
+    uint64_t until = 0ull;   // the snapshot's validity horizon (GPU clock; 0: none): read with the payload,
+                             // an independent load in the same round trip (docs/design.md §3.3)
     if (c != nullptr) {
+        // the GPU clock echo (hbf_activity.clock_echo_ns): one posted store, no fence, no round trip; hbfd
+        // bounds the GPU clock from below with it when it expresses a horizon in the GPU's clock
+        hb_st_vol(&((hbf_ctl*)c)->activity.clock_echo_ns, now);
         for (uint32_t tries = 0;; ++tries) {
             const uint64_t s0 = hb_ld_acq_sys(&c->thermal.seq);
             if ((s0 & 1ull) == 0ull) {
                 mode = hb_ld_vol32(&c->thermal.mode);
                 q = hb_ld_vol32(&c->thermal.q_ppm);
                 adm = hb_ld_vol32(&c->thermal.admission_open);
+                until = hb_ld_vol(&c->thermal.valid_until_gpu_ns);
                 __threadfence_system();
                 if (hb_ld_acq_sys(&c->thermal.seq) == s0) break;
             }
@@ -433,14 +439,34 @@ HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
             atomicMax((unsigned long long*)&st->debt_seen, (unsigned long long)debt);
         }
     }
-    const uint64_t w = hb_pack_thermal(q, adm, mode, now);
+    // a horizon (hbfd: these words and the debt do not change before GPU time `until`) stamps the word ahead
+    // (hbf_thc.h): valid while age <= max_age OR now < until; none (0) or a short one: stamped now, as before
+    const uint64_t w = hb_pack_thermal(q, adm, mode, hbf_thc_stamp_time(now, until, st->thermal_max_age_ns));
     hb_st_vol(&st->thermal_cache, w);
     if (st->thermal_max_age_ns != 0ull) hb_publish_replicas(st, w);   // 0: every request reads (general path)
     return w;
 }
 
+// The age validity is decided on (hbf_thc.h): a word stamped ahead (a validity horizon in force) is age 0.
 HB_DEV uint64_t hb_thc_age_ns(uint64_t w, uint64_t now) {
-    return (((now >> 10) - HBF_THC_STAMP(w)) & ((1ull << 40) - 1ull)) << 10;
+    return hbf_thc_age(w, now);
+}
+
+// Live activity while a horizon keeps the snapshot valid (no refresh, so no flush piggybacks on one): the
+// thread that finds a horizon-stamped word also offers the activity flush (hb_act_flush: due at most once per
+// HBF_ACT_PERIOD_NS, single flight, only in kernels that have run HBF_ACT_MIN_RUN_NS), so issue 17's live
+// activity keeps its period. Without a horizon the word is never stamped ahead and nothing here runs.
+HB_DEV uint64_t hb_act_due(const hbf_device_state* st) {
+    const uint64_t s = hb_ld_vol(&st->act_stamp) & ~1ull;
+    const uint64_t a = s + HBF_ACT_PERIOD_NS, b = hb_ld_vol(&st->act_launch_ns) + HBF_ACT_MIN_RUN_NS;
+    return (int64_t)(a - b) >= 0 ? a : b;
+}
+// Out of line (a cold call on the paths that use it): flush if due; returns when the next one is due.
+static __device__ __noinline__ uint64_t hb_act_offer(hbf_device_state* st, uint64_t now) {
+    const uint64_t due = hb_act_due(st);
+    if ((int64_t)(now - due) < 0) return due;
+    if (st->ctl != 0ull) hb_act_flush(st, (hbf_ctl*)st->ctl, now);
+    return now + HBF_ACT_PERIOD_NS;
 }
 
 HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint64_t now) {
@@ -448,7 +474,12 @@ HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint
     if (st->thermal_max_age_ns != 0ull) {
         for (;;) {
             if (HBF_THC_VALID(w)) {
-                if (hb_thc_age_ns(w, now) <= st->thermal_max_age_ns) return w;
+                const int64_t sage = hbf_thc_sage(w, now);
+                if (sage < 0) {                     // a validity horizon in force (hbf_thc.h)
+                    if (c != nullptr) (void)hb_act_offer(st, now);
+                    return w;
+                }
+                if ((uint64_t)sage <= st->thermal_max_age_ns) return w;
 #if HBF_THERMAL_SF
                 // stale: claim the refresh (marker = valid bit clear, stamped now); a lost CAS means
                 // the word changed (another claim or a fresh snapshot): look again
@@ -1261,6 +1292,10 @@ HB_DEV uint64_t hb_cd_thermal_word(uint32_t smid, uint64_t t0) {
     const hbf_cdesc& d = __hb_cdesc;
     uint64_t* const rp = (uint64_t*)(d.replica + (uint64_t)(smid & (HBF_KSHARDS - 1u)) * (HBF_THC_REPLICA_STRIDE * 8u));
     uint64_t w = hb_ld_l1(rp);
+    // a validity horizon in force (the word stamped ahead, hbf_thc.h): no refresh comes to publish live activity,
+    // so about one compact request in 64 (by its issue time's 1 us slot) offers the flush (hb_act_offer)
+    if (((t0 >> 10) & 63ull) == 0ull && HBF_THC_VALID(w) && hbf_thc_sage(w, t0) < 0)
+        (void)hb_act_offer((hbf_device_state*)d.st, t0);
     if (!(HBF_THC_VALID(w) && hb_thc_age_ns(w, t0) <= d.max_age)) {
         // this SM's copy aged (or was never valid): the replica itself; when that is current, an atomic that
         // changes nothing drops the stale line from this SM's L1 (atomics are performed at L2 and invalidate
@@ -1576,12 +1611,21 @@ extern "C" __device__ __noinline__ long long __hb_inline_until(unsigned int op) 
     const uint64_t now = hb_now();
     const uint64_t w = hb_cd_thermal_word(hb_smid(), now);
     if (!HBF_THC_VALID(w)) return -(long long)now;
-    const uint64_t age = hb_thc_age_ns(w, now);
-    if (age > d.max_age) return -(long long)now;
-    const uint64_t expiry = now - age + d.max_age;
+    // signed: < 0 while a validity horizon is in force (the word stamped ahead, hbf_thc.h); then the expiry and
+    // the half-age refresh below fall in the horizon's last max_age, as for an ordinary snapshot
+    const int64_t sage = hbf_thc_sage(w, now);
+    if (sage > (int64_t)d.max_age) return -(long long)now;
+    const uint64_t expiry = now - (uint64_t)sage + d.max_age;
     if (HBF_THC_Q(w) < 1000000u || !HBF_THC_ADM(w) || HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) return -(long long)expiry;
     const uint64_t half = d.max_age >> 1;
-    if (age < half) return (long long)(now - age + half);
+    if (sage < (int64_t)half) {
+        const uint64_t until = now - (uint64_t)sage + half;
+        if (sage >= 0) return (long long)until;
+        // horizon: no refresh for a while, so live activity (issue 17) is offered here at its period:
+        // inline until min(the refresh point, the next activity flush due)
+        const uint64_t due = hb_act_offer((hbf_device_state*)d.st, now);
+        return (long long)((int64_t)(due - until) < 0 ? due : until);
+    }
     hb_inline_refresh((hbf_device_state*)d.st, w, now);
     return (long long)expiry;
 }
