@@ -246,12 +246,15 @@ class PackageThermalService:
     # estimate decides only how often a change waits, never whether the published words stay put
     HINT_RATE_FACTOR = 4.0         # times the fastest one-tick change of the hottest HBF layer seen so far
     HINT_RATE_FLOOR_K = 0.01       # K per tick, whatever was seen
+    HINT_WARMUP_TICKS = 100        # no horizon before the model has run this long (the rate seen means little)
 
     def horizon_hint_ns(self) -> int:
         """How long the policy's decision cannot change if the hottest HBF layer moves at most
         HINT_RATE_FACTOR x the fastest one-tick change seen so far (+ a floor) per tick, either way: the policy's
-        own scan along the extreme trajectories (0 in Severe/Shutdown, or once the run ended)."""
-        if self.terminal_status != "running":
+        own scan along the extreme trajectories (0 in Severe/Shutdown, in the model's first HINT_WARMUP_TICKS, or
+        once the run ended). A power step far beyond anything seen can still outrun it: the gate then holds the
+        change (counted), never publishes it early."""
+        if self.terminal_status != "running" or self.ticks < self.HINT_WARMUP_TICKS:
             return 0
         rate = self.HINT_RATE_FACTOR * self._hbf_rate + self.HINT_RATE_FLOOR_K
         return policy_hint_ticks(self.policy, self._state.hbf_max_c, rate) * self.dt_ns

@@ -149,11 +149,26 @@ def test_heating_and_cooling_through_light_and_severe(small_rom, gpu):
 
 @pytest.mark.parametrize("policy", ["none", "hysteresis", "pi", "fixed-cap"])
 def test_heating_under_max_power_to_shutdown(small_rom, policy):
+    """From cold at 2000 W: the model's warm-up publishes no horizon, so nothing is held on the way to Shutdown."""
     gpu = GPUS[1]
     s = package(small_rom, lambda t: 2000.0, policy)
     pubs, gate, _ = simulate(s, ticks=400, gpu=gpu, cfg=ON)
     assert pubs[-1][1][0] == SHUTDOWN
     assert_no_change_before_a_horizon(pubs, gpu)
+    assert gate.holds == 0
+
+
+@pytest.mark.parametrize("policy", ["none", "hysteresis", "pi", "fixed-cap"])
+def test_a_power_step_beyond_anything_seen_is_held_never_early(small_rom, policy):
+    """20 W for 1.5 s (horizons of the full cap), then 2000 W: the prediction is outrun; the transitions wait for the
+    horizons already published (at most one cap), none is published before one."""
+    gpu = GPUS[2]
+    s = package(small_rom, lambda t: 20.0 if t < 1500 * MS else 2000.0, policy)
+    pubs, gate, _ = simulate(s, ticks=600, gpu=gpu, cfg=ON)
+    assert pubs[-1][1][0] == SHUTDOWN
+    assert gate.with_horizon > 10
+    assert assert_no_change_before_a_horizon(pubs, gpu) >= 1
+    assert gate.held_ns_max <= ON.max_ns
 
 
 def test_pi_policy_under_a_slow_ramp(small_rom):
