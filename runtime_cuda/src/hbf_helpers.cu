@@ -452,32 +452,29 @@ HB_DEV uint64_t hb_thc_age_ns(uint64_t w, uint64_t now) {
     return hbf_thc_age(w, now);
 }
 
-// Live activity while a horizon keeps the snapshot valid (no refresh, so no flush piggybacks on one): the
-// thread that finds a horizon-stamped word also offers the activity flush (hb_act_flush: due at most once per
-// HBF_ACT_PERIOD_NS, single flight, only in kernels that have run HBF_ACT_MIN_RUN_NS), so issue 17's live
-// activity keeps its period. Without a horizon the word is never stamped ahead and nothing here runs.
+// Live activity while a horizon keeps the snapshot valid (no refresh, so no flush piggybacks on one): when the
+// next publication is due (hb_act_flush: at most once per HBF_ACT_PERIOD_NS, single flight, only in kernels that
+// have run HBF_ACT_MIN_RUN_NS), the general path and the inline path take the flush WITHOUT the refresh, at the
+// one place each already flushes after a refresh (no new call site, no register cost: bench/helper_registers.py);
+// the compact path sends about one request in 256 there (hb_cd_thermal_word). So issue 17's live activity keeps
+// its period. Without a horizon the word is never stamped ahead and none of this runs.
 HB_DEV uint64_t hb_act_due(const hbf_device_state* st) {
     const uint64_t s = hb_ld_vol(&st->act_stamp) & ~1ull;
     const uint64_t a = s + HBF_ACT_PERIOD_NS, b = hb_ld_vol(&st->act_launch_ns) + HBF_ACT_MIN_RUN_NS;
     return (int64_t)(a - b) >= 0 ? a : b;
 }
-// Out of line (a cold call on the paths that use it): flush if due; returns when the next one is due.
-static __device__ __noinline__ uint64_t hb_act_offer(hbf_device_state* st, uint64_t now) {
-    const uint64_t due = hb_act_due(st);
-    if ((int64_t)(now - due) < 0) return due;
-    if (st->ctl != 0ull) hb_act_flush(st, (hbf_ctl*)st->ctl, now);
-    return now + HBF_ACT_PERIOD_NS;
-}
 
 HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint64_t now) {
     uint64_t w = hb_ld_vol(&st->thermal_cache);
+    bool read = true;                               // false: a horizon holds, only the activity flush is due
     if (st->thermal_max_age_ns != 0ull) {
         for (;;) {
             if (HBF_THC_VALID(w)) {
                 const int64_t sage = hbf_thc_sage(w, now);
                 if (sage < 0) {                     // a validity horizon in force (hbf_thc.h)
-                    if (c != nullptr) (void)hb_act_offer(st, now);
-                    return w;
+                    if (c == nullptr || (int64_t)(now - hb_act_due(st)) < 0) return w;
+                    read = false;
+                    break;
                 }
                 if ((uint64_t)sage <= st->thermal_max_age_ns) return w;
 #if HBF_THERMAL_SF
@@ -516,8 +513,9 @@ HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint
             break;
         }
     }
-    const uint64_t r = HB_OOL(hb_thermal_read)(st, c, now);
-    // live activity, at most once per HBF_ACT_PERIOD_NS, by the thread that refreshed the snapshot
+    const uint64_t r = read ? HB_OOL(hb_thermal_read)(st, c, now) : w;
+    // live activity, at most once per HBF_ACT_PERIOD_NS, by the thread that refreshed the snapshot (or found
+    // the flush due under a horizon)
     if (c != nullptr) hb_act_flush(st, (hbf_ctl*)c, now);
     return r;
 }
@@ -1293,9 +1291,9 @@ HB_DEV uint64_t hb_cd_thermal_word(uint32_t smid, uint64_t t0) {
     uint64_t* const rp = (uint64_t*)(d.replica + (uint64_t)(smid & (HBF_KSHARDS - 1u)) * (HBF_THC_REPLICA_STRIDE * 8u));
     uint64_t w = hb_ld_l1(rp);
     // a validity horizon in force (the word stamped ahead, hbf_thc.h): no refresh comes to publish live activity,
-    // so about one compact request in 64 (by its issue time's 1 us slot) offers the flush (hb_act_offer)
-    if (((t0 >> 10) & 63ull) == 0ull && HBF_THC_VALID(w) && hbf_thc_sage(w, t0) < 0)
-        (void)hb_act_offer((hbf_device_state*)d.st, t0);
+    // so about one request in 256 (by its issue time's 1 us slot) reads the word as invalid and takes the general
+    // path, whose snapshot flushes the activity when it is due (hb_thermal_snapshot)
+    if (((t0 >> 10) & 255ull) == 0ull && HBF_THC_VALID(w) && hbf_thc_sage(w, t0) < 0) return w & ~(1ull << 23);
     if (!(HBF_THC_VALID(w) && hb_thc_age_ns(w, t0) <= d.max_age)) {
         // this SM's copy aged (or was never valid): the replica itself; when that is current, an atomic that
         // changes nothing drops the stale line from this SM's L1 (atomics are performed at L2 and invalidate
@@ -1584,16 +1582,18 @@ extern "C" __device__ __noinline__ unsigned long long __hb_issue_group(unsigned 
 // now; general-path readers wait for it as for any claim), but nobody waits here -- the losers, and the
 // winner once it has published, keep using the snapshot they hold until it ages. So the snapshot every
 // inline thread holds is replaced before it expires, and the threads do not all ask at its expiry.
-HB_DEV void hb_inline_refresh(hbf_device_state* st, uint64_t held, uint64_t now) {
-    const uint64_t cur = hb_ld_vol(&st->thermal_cache);
-    if (!HBF_THC_VALID(cur) || HBF_THC_STAMP(cur) != HBF_THC_STAMP(held)) return;   // claimed or replaced
-    const uint64_t claim = hb_pack_thermal(HBF_THC_Q(cur), HBF_THC_ADM(cur), HBF_THC_MODE(cur), now) & ~(1ull << 23);
-    if (atomicCAS((unsigned long long*)&st->thermal_cache, (unsigned long long)cur, (unsigned long long)claim) ==
-        (unsigned long long)cur)
-    {
+// act_only (a validity horizon holds the snapshot and the activity flush is due): the flush alone.
+HB_DEV void hb_inline_refresh(hbf_device_state* st, uint64_t held, uint64_t now, bool act_only) {
+    if (!act_only) {
+        const uint64_t cur = hb_ld_vol(&st->thermal_cache);
+        if (!HBF_THC_VALID(cur) || HBF_THC_STAMP(cur) != HBF_THC_STAMP(held)) return;   // claimed or replaced
+        const uint64_t claim = hb_pack_thermal(HBF_THC_Q(cur), HBF_THC_ADM(cur), HBF_THC_MODE(cur), now) & ~(1ull << 23);
+        if (atomicCAS((unsigned long long*)&st->thermal_cache, (unsigned long long)cur, (unsigned long long)claim) !=
+            (unsigned long long)cur)
+            return;
         (void)HB_OOL(hb_thermal_read)(st, (const hbf_ctl*)st->ctl, now);
-        if (st->ctl != 0ull) hb_act_flush(st, (hbf_ctl*)st->ctl, now);   // live activity (as hb_thermal_snapshot)
     }
+    if (st->ctl != 0ull) hb_act_flush(st, (hbf_ctl*)st->ctl, now);   // live activity (as hb_thermal_snapshot)
 }
 
 // Until when this thread may serve `op` inline: a fresh full-rate thermal snapshot with admission open and
@@ -1618,16 +1618,22 @@ extern "C" __device__ __noinline__ long long __hb_inline_until(unsigned int op) 
     const uint64_t expiry = now - (uint64_t)sage + d.max_age;
     if (HBF_THC_Q(w) < 1000000u || !HBF_THC_ADM(w) || HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) return -(long long)expiry;
     const uint64_t half = d.max_age >> 1;
+    hbf_device_state* const st = (hbf_device_state*)d.st;
+    uint64_t ret = expiry;
+    bool act_only = false;
     if (sage < (int64_t)half) {
         const uint64_t until = now - (uint64_t)sage + half;
         if (sage >= 0) return (long long)until;
-        // horizon: no refresh for a while, so live activity (issue 17) is offered here at its period:
-        // inline until min(the refresh point, the next activity flush due)
-        const uint64_t due = hb_act_offer((hbf_device_state*)d.st, now);
-        return (long long)((int64_t)(due - until) < 0 ? due : until);
+        // a horizon: no refresh for a while, so live activity (issue 17) is published from here at its period:
+        // inline until min(the refresh point, the next activity flush due); when it is due, the flush alone
+        const uint64_t due = hb_act_due(st);
+        if ((int64_t)(now - due) < 0) return (long long)((int64_t)(due - until) < 0 ? due : until);
+        const uint64_t next = now + HBF_ACT_PERIOD_NS;
+        ret = (int64_t)(next - until) < 0 ? next : until;
+        act_only = true;
     }
-    hb_inline_refresh((hbf_device_state*)d.st, w, now);
-    return (long long)expiry;
+    hb_inline_refresh(st, w, now, act_only);
+    return (long long)ret;
 }
 
 // The thread's inline counters into the kernel's (before __hb_kernel_exit at every exit of an entry): warp
