@@ -314,3 +314,52 @@ def test_policy_hint_uses_the_policy_scan():
     assert policy_hint_ticks(p, 30.0, 0.0) == 100      # flat and far: the cap of the scan
     p.mode = SEVERE
     assert policy_hint_ticks(p, 30.0, 0.0) == 0
+
+
+def _table() -> None:
+    """The scenarios' counts for docs/RESULTS.md (``PYTHONPATH=$PWD python tests/thermal/test_horizon.py``)."""
+    import copy
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import SMALL
+
+    from hbfd.thermal.fom import build_model
+    from hbfd.thermal.geometry import as_geometry
+    from hbfd.thermal.rom import fit_rom
+    rom = fit_rom(build_model(as_geometry(copy.deepcopy(SMALL))), dt_s=0.01, hankel_blocks=60)
+
+    def show(name, pubs, g, gpu):
+        s = g.summary()
+        ch = assert_no_change_before_a_horizon(pubs, gpu)
+        print(f"{name}: ticks {len(pubs)} changes {ch} with_horizon {s['with_horizon']} "
+              f"mean_ahead_ms {s['mean_ahead_ns'] / 1e6:.1f} held {s['held_changes']} "
+              f"held_max_ms {s['held_ns_max'] / 1e6:.2f}")
+
+    p, g, _ = simulate(package(rom, lambda t: 40.0 if (t // (3000 * MS)) % 2 == 0 else 0.0), ticks=800,
+                       gpu=GPUS[1], cfg=ON)
+    show("hysteresis 40W/0W 3s", p, g, GPUS[1])
+    for pol in ("none", "hysteresis", "pi", "fixed-cap"):
+        p, g, _ = simulate(package(rom, lambda t: 2000.0, pol), ticks=400, gpu=GPUS[1], cfg=ON)
+        show(f"{pol} 2000W to Shutdown", p, g, GPUS[1])
+        p, g, _ = simulate(package(rom, lambda t: 20.0 if t < 1500 * MS else 2000.0, pol), ticks=600, gpu=GPUS[2],
+                           cfg=ON)
+        show(f"{pol} 20W then 2000W step", p, g, GPUS[2])
+    p, g, _ = simulate(package(rom, lambda t: min(60.0, 5.0 + t / (100 * MS)), "pi"), ticks=900, gpu=GPUS[2], cfg=ON)
+    show("pi ramp", p, g, GPUS[2])
+    rng = random.Random(4)
+    steps = sorted(rng.sample(range(1, 600), 40))
+    p, g, _ = simulate(package(rom, lambda t: 20.0), ticks=600, gpu=GPUS[3], cfg=ON,
+                       debt=lambda i: 4096 * sum(1 for k in steps if k <= i), refresh_name="retention")
+    show("debt accrual 40 steps", p, g, GPUS[3])
+    ovs = {100: {"mode": "Light", "q_ppm": 400_000}, 180: {"mode": "Severe"}, 260: {"clear": True},
+           330: {"mode": "Light", "q_ppm": 900_000}, 335: {"clear": True}}
+    p, g, _ = simulate(OperatorOverrideThermal(package(rom, lambda t: 10.0)), ticks=420, gpu=GPUS[1], cfg=ON,
+                       overrides=ovs)
+    show("overrides", p, g, GPUS[1])
+    p, g, _ = simulate(NoThermal(), ticks=20, gpu=GPUS[1], cfg=ON)
+    show("none/none", p, g, GPUS[1])
+
+
+if __name__ == "__main__":
+    _table()
