@@ -16,9 +16,10 @@
  * max_age of a horizon behaves like an ordinary snapshot (the inline path's half-age refresh fetches the
  * next one before it expires). U = 0, U <= r + max_age, or max_age = 0: the stamp is r, as without horizons.
  *
- * Bounds: a horizon is clamped to HBF_THC_HORIZON_MAX_NS ahead of the read (shorter is always safe); an
- * age below -(HBF_THC_HORIZON_MAX_NS + 2 units) cannot come from a horizon and reads as stale (a word from
- * half a stamp period ago, 2^39 units = 6.5 days, would otherwise look like one).
+ * Bounds: a horizon is clamped to HBF_THC_HORIZON_MAX_NS ahead of the read (shorter is always safe); only a stamp
+ * at most that far ahead reads as a negative age: any other difference is the unsigned 40-bit age of the
+ * pre-horizon rule (a word read 2^40 units - 68.7 s .. 2^40 units = 13 days ago reads as stamped ahead: the same
+ * kind of wrap the pre-horizon rule has at 13 days).
  *
  * Host builds: plain C++ (g++); no CUDA headers needed.
  */
@@ -40,7 +41,6 @@
 #define HBF_THC_STAMP_BITS 40u
 #define HBF_THC_STAMP_MASK ((1ull << HBF_THC_STAMP_BITS) - 1ull)
 #define HBF_THC_HORIZON_MAX_NS (1ull << 36)   /* ~68.7 s: the longest horizon a word carries */
-#define HBF_THC_AGE_NEVER 0x7FFFFFFFFFFFFFFFll /* the signed age of a word that cannot be valid */
 
 /* The word: bits 0..19 q_ppm, bit 20 admission_open, bits 21..22 mode, bit 23 valid,
  * bits 24..63 (stamp_ns >> 10) & (2^40-1). */
@@ -60,13 +60,15 @@ HBF_THC_FN uint64_t hbf_thc_stamp_time(uint64_t now, uint64_t until, uint64_t ma
     return v > now ? v : now;
 }
 
-/* Signed age of the word at `now` (ns; < 0: stamped ahead, a horizon in force; HBF_THC_AGE_NEVER: a stamp
- * further ahead than any horizon). The 40-bit stamp difference is sign-extended. */
+/* Signed age of the word at `now` (ns). The 40-bit stamp difference d (in 1024 ns units, modulo 2^40) is read as
+ * negative -- the word stamped ahead, a horizon in force -- only when the stamp is at most HBF_THC_HORIZON_MAX_NS
+ * (+ 2 units) ahead; every other d is the unsigned age of the pre-horizon rule (so a huge thermal_max_age_ns still
+ * means "never stale", as a profiling harness uses it). */
 HBF_THC_FN int64_t hbf_thc_sage(uint64_t w, uint64_t now) {
     const uint64_t d = ((now >> 10) - (w >> 24)) & HBF_THC_STAMP_MASK;
-    const int64_t sd = (int64_t)(d << (64u - HBF_THC_STAMP_BITS)) >> (64u - HBF_THC_STAMP_BITS);
-    if (sd < -(int64_t)((HBF_THC_HORIZON_MAX_NS >> 10) + 2ull)) return HBF_THC_AGE_NEVER;
-    return sd * 1024;
+    const uint64_t ahead = (HBF_THC_STAMP_MASK + 1ull - d) & HBF_THC_STAMP_MASK;   /* units the stamp is ahead */
+    if (d != 0ull && ahead <= (HBF_THC_HORIZON_MAX_NS >> 10) + 2ull) return -(int64_t)(ahead << 10);
+    return (int64_t)(d << 10);
 }
 
 /* The age the validity tests compare with max_age: a horizon stamp is age 0 (valid). */

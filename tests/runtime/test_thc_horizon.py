@@ -121,17 +121,21 @@ def test_without_a_horizon_the_rule_is_the_old_one(thc):
     res = thc(rows)
     for (now, until, max_age, t, *_), (st, w, fresh, sage, age) in zip(rows, res):
         assert st == now
-        if ((t >> 10) - (now >> 10)) & MASK40 < (1 << 39):      # ages below half the stamp period
+        d = ((t >> 10) - (now >> 10)) & MASK40
+        if d == 0 or (1 << 40) - d > (HMAX >> 10) + 2:          # all but the stamp's last 68.7 s before its wrap
             assert bool(fresh) == old_fresh(now, t, max_age), (now, max_age, t)
-            assert sage == age >= 0
+            assert sage == age == d << 10
 
 
 def test_a_stamp_far_ahead_is_stale_and_near_ahead_is_fresh(thc):
+    """Only a stamp at most a horizon ahead reads as a negative age; and a huge max age is still "never stale"."""
     now = 10**15
     rows = [(now, 0, 1_000_000, now - HMAX - 10**6, 5, 1, 0),    # read at `now`, seen from before any horizon
             (now, 0, 1_000_000, now - 5 * 1024, 5, 1, 0),        # a claim stamped a little ahead (another SM)
-            (now, now + HMAX + 10**9, 1_000_000, now + 1, 5, 1, 0)]  # a horizon beyond the maximum: clamped
-    (_, _, f0, s0, _), (_, _, f1, s1, a1), (st2, _, f2, s2, _) = thc(rows)
-    assert not f0 and s0 == (1 << 63) - 1
+            (now, now + HMAX + 10**9, 1_000_000, now + 1, 5, 1, 0),  # a horizon beyond the maximum: clamped
+            (12345, 0, 1 << 62, 12345 + (1 << 49) + 5 * 1024, 5, 1, 0)]   # "never stale" (the profile harness)
+    (_, _, f0, s0, _), (_, _, f1, s1, a1), (st2, _, f2, s2, _), (_, _, f3, s3, _) = thc(rows)
+    assert not f0 and s0 > 1 << 49                              # the pre-horizon rule's wrapped (huge) age
     assert f1 and s1 < 0 and a1 == 0
     assert f2 and st2 <= now + HMAX - 1_000_000 and s2 < 0
+    assert f3 and s3 == ((1 << 49) // 1024 + 5) * 1024
