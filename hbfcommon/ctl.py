@@ -177,7 +177,8 @@ class hbf_thermal_snapshot(ctypes.Structure):
     _fields_ = [
         ("seq", c_uint64), ("mode", c_uint32), ("q_ppm", c_uint32), ("admission_open", c_uint32),
         ("policy", c_uint32), ("hbf_max_millic", c_int32), ("hbm_millic", c_int32),
-        ("gpu_millic", c_int32), ("reserved0", c_uint32), ("tick", c_uint64), ("reserved", c_uint64 * 2),
+        ("gpu_millic", c_int32), ("reserved0", c_uint32), ("tick", c_uint64),
+        ("valid_until_gpu_ns", c_uint64), ("reserved", c_uint64 * 1),
     ]
 
 
@@ -226,7 +227,7 @@ class hbf_activity_op(ctypes.Structure):
 class hbf_activity(ctypes.Structure):
     _fields_ = [
         ("seq", c_uint64), ("flushes", c_uint64), ("gpu_ns", c_uint64), ("slot_visits", c_uint64),
-        ("state_ptr", c_uint64), ("reserved", c_uint64 * 3), ("ops", hbf_activity_op * HBF_N_OPS),
+        ("state_ptr", c_uint64), ("clock_echo_ns", c_uint64), ("reserved", c_uint64 * 2), ("ops", hbf_activity_op * HBF_N_OPS),
     ]
 
 

@@ -72,6 +72,20 @@ def thermal_tick_ns() -> int:
     return env_int("HBFD_THERMAL_TICK_NS", 10_000_000, lo=1)
 
 
+def thermal_horizon() -> dict:
+    """``$HBFD_THERMAL_HORIZON=1``: publish a validity horizon with the thermal snapshot (hbf_ctl.h
+    valid_until_gpu_ns; hbfd/thermal/horizon.py): the device keeps its snapshot past thermal_max_age_ns until
+    then, and hbfd holds any change of mode, q, admission or refresh debt until the horizon it published has
+    passed. Default off (the device then re-reads after every max age, as before). ``$HBFD_THERMAL_HORIZON_NS``:
+    the longest horizon, and so the longest a change can be held (default 50 ms, at most ~68.7 s);
+    ``$HBFD_THERMAL_HORIZON_DRIFT_PPM`` (default 200) and ``$HBFD_THERMAL_HORIZON_MARGIN_NS`` (default 50 us):
+    the clock margin subtracted from every horizon. The keyword arguments of hbfd.thermal.horizon.HorizonConfig."""
+    return dict(enabled=env_bool("HBFD_THERMAL_HORIZON", False),
+                max_ns=env_int("HBFD_THERMAL_HORIZON_NS", 50_000_000, lo=0, hi=1 << 36),
+                drift_ppm=env_int("HBFD_THERMAL_HORIZON_DRIFT_PPM", 200, lo=0, hi=1_000_000),
+                margin_ns=env_int("HBFD_THERMAL_HORIZON_MARGIN_NS", 50_000, lo=0))
+
+
 def log_level() -> str:
     return os.environ.get("HBFD_LOG", "INFO").upper()
 

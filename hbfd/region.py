@@ -74,7 +74,9 @@ class ControlRegion:
             snap.generation = generation
         ctl.seqlock_write(snap, fill)
 
-    def publish_thermal(self, state, tick: int) -> None:
+    def publish_thermal(self, state, tick: int, *, valid_until_gpu_ns: int = 0) -> None:
+        """The thermal snapshot; ``valid_until_gpu_ns``: its validity horizon in the GPU's clock (0: none;
+        hbfd/thermal/horizon.py decides it and holds changes until it has passed)."""
         th = self.ctl.thermal
 
         def millic(c: float) -> int:
@@ -85,6 +87,7 @@ class ControlRegion:
             th.admission_open = 1 if state.admission_open else 0
             th.hbf_max_millic, th.hbm_millic, th.gpu_millic = millic(state.hbf_max_c), millic(state.hbm_c), millic(state.gpu_c)
             th.tick = tick
+            th.valid_until_gpu_ns = int(valid_until_gpu_ns)
         ctl.seqlock_write(th, fill)
 
     def publish_refresh(self, debt_total_bytes: int, quantum_bytes: int, *, background_drained_bytes: int = 0) -> None:

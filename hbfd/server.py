@@ -45,6 +45,7 @@ from hbfd.region import ControlRegion
 from hbfcommon.fsutil import remove_stale_tmp
 from hbfcommon.version import package_version
 from hbfd.summary import SUMMARY_SCHEMA, write_json_atomic
+from hbfd.thermal.horizon import HorizonConfig, HorizonGate, publish_with_horizon, service_hint_ns
 from hbfd.timeline import RunTimeline
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,8 @@ class Daemon:
         self._live_req, self._live_bytes = _RunTotal(), _RunTotal()
         self._activity: ctl.Activity | None = None          # the latest live activity read (summary)
         self._activity_torn = 0                             # control ticks that found its seqlock odd
+        # the thermal snapshot's validity horizon (issue 13; hbfd/thermal/horizon.py): off unless HBFD_THERMAL_HORIZON
+        self._horizon = HorizonGate(HorizonConfig(**knobs.thermal_horizon()))
         self._final_outstanding = 0
         self._gpu_anchor: tuple[int, int] | None = None    # (latest arrival_ns, host ns when seen)
         self._engine_t = 0                                  # latest time handed to the engine
@@ -376,7 +379,9 @@ class Daemon:
         if self._hb is not None:
             self._hb.tick()                         # progress: the helper keeps beating
         self._thermal_ticks += 1
-        self.region.publish_thermal(self.thermal_state, self._thermal_ticks)
+        horizon = self._horizon.cfg.enabled
+        if not horizon:
+            self.region.publish_thermal(self.thermal_state, self._thermal_ticks)
         with self._ledger_lock:
             debt = self.refresh.tick(now - self._t0, self.thermal_state)
         if self._refresh_engine is not None and not self._closing \
@@ -385,8 +390,11 @@ class Daemon:
                 self._idle_refresh(now)
             finally:
                 self._engine_lock.release()
-        self.region.publish_refresh(int(debt), self.profile.media.refresh_quantum_bytes,
-                                    background_drained_bytes=int(self.refresh.background_drained_bytes))
+        if horizon:
+            self._publish_with_horizon(int(debt))
+        else:
+            self.region.publish_refresh(int(debt), self.profile.media.refresh_quantum_bytes,
+                                        background_drained_bytes=int(self.refresh.background_drained_bytes))
         m = self.region.map
         ref, dev = m.daemon_counters, m.device_counters
         self._timeline.record(now - self._t0, self.thermal_state, refresh_debt_bytes=int(debt),
@@ -394,6 +402,14 @@ class Daemon:
                               ref_requests=int(ref["requests"].sum()), ref_bytes=int(ref["bytes"].sum()),
                               dev_requests=self._device_total(dev["requests"], "requests"),
                               dev_bytes=self._device_total(dev["bytes"], "bytes"))
+
+    def _publish_with_horizon(self, debt: int) -> None:
+        """Publish the refresh debt, then the thermal snapshot with its validity horizon; a change of a contract
+        word before the deadline of a horizon already published waits for it (hbfd/thermal/horizon.py)."""
+        publish_with_horizon(self._horizon, self.region, self.thermal_state, self._thermal_ticks, debt,
+                             self.profile.media.refresh_quantum_bytes, int(self.refresh.background_drained_bytes),
+                             service_hint_ns(self.thermal, self.refresh.name, self.thermal_state),
+                             clock=time.monotonic_ns, sleep=lambda ns: time.sleep(ns / 1e9))
 
     def _engine_clock(self, now: int) -> int:
         """The engine's clock (the GPU's arrival clock) at host time ``now``: the latest arrival
@@ -890,7 +906,8 @@ class Daemon:
             "device_failure": int(h.device_failure),
             "services": {"thermal": {"service": self.thermal.name, **self.thermal.summary_section(),
                                      "ticks": self._thermal_ticks, "media_energy_j": self._energy_j,
-                                     "live_activity": self._activity_summary()},
+                                     "live_activity": self._activity_summary(),
+                                     "horizon": self._horizon.summary()},
                          "refresh": {"service": self.refresh.name, **self.refresh.summary_section()}},
             "attaches": list(self._attaches),
             "attaches_dropped": self._attaches_dropped,

@@ -102,6 +102,21 @@ class OperatorOverrideThermal:
         self._last = st
         return st
 
+    def horizon_hint_ns(self) -> int:
+        """The validity horizon's hint (hbfd/thermal/horizon.py): none while an override waits for the next tick
+        or forces Severe/Shutdown; under an open override, no model limit (the gate caps it and holds the next
+        override until the published horizon has passed: an override takes effect at most one horizon late);
+        else the base model's."""
+        from .horizon import NEVER
+        if self._pending:
+            return 0
+        if self._ov is not None:
+            return 0 if self._ov["mode"] >= SEVERE else NEVER - 1
+        f = getattr(self.base, "horizon_hint_ns", None)
+        if f is not None:
+            return int(f())
+        return NEVER - 1 if self.base.name == "none" else 0
+
     def summary_section(self) -> dict[str, Any]:
         sec = dict(self.base.summary_section())
         last = self._last or ThermalState()

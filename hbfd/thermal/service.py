@@ -26,6 +26,7 @@ from hbfcommon.errors import TelemetryError
 from hbfd.contracts import ThermalState, no_override
 
 from .controller import MODE_NAMES, SHUTDOWN, Decision, Policy
+from .horizon import policy_hint_ticks
 from .power import EnergyBinner, FittedSplit, HbmPowerModel, ModeledHbmSplit, hbf_layer_weights
 from .rom import ThermalROM
 from .telemetry import TelemetryGuard
@@ -163,6 +164,8 @@ class PackageThermalService:
         self.extra = extra or {}
         self._decision = policy.decision()
         self._state = self._make_state(rom.d.copy())
+        self._hbf_prev: float | None = None    # the hottest HBF layer at the previous tick
+        self._hbf_rate = 0.0                   # the largest |change| of it over one tick so far (K)
 
     def _make_state(self, temps: np.ndarray) -> PackageThermalState:
         d = self._decision
@@ -215,6 +218,9 @@ class PackageThermalService:
                 self._terminal("model_error", "ROM produced a non-finite temperature")
                 raise ValueError("thermal ROM produced a non-finite temperature")
             hbf_max = float(temps[self.o_hbf].max())
+            if self._hbf_prev is not None:
+                self._hbf_rate = max(self._hbf_rate, abs(hbf_max - self._hbf_prev))
+            self._hbf_prev = hbf_max
             mode_before = self.policy.mode
             self.rec.account(mode_before, temps[None, :], np.array([hbf_max]))
             n_tr = len(self.policy.transitions)
@@ -235,6 +241,23 @@ class PackageThermalService:
                 self._terminal("thermal_shutdown", f"HBF reached {hbf_max:.3f} C")
                 break
         return self._state
+
+    # the validity horizon's hint (hbfd/thermal/horizon.py): the gate holds any change that comes earlier, so this
+    # estimate decides only how often a change waits, never whether the published words stay put
+    HINT_RATE_FACTOR = 4.0         # times the fastest one-tick change of the hottest HBF layer seen so far
+    HINT_RATE_FLOOR_K = 0.01       # K per tick, whatever was seen
+    HINT_WARMUP_TICKS = 100        # no horizon before the model has run this long (the rate seen means little)
+
+    def horizon_hint_ns(self) -> int:
+        """How long the policy's decision cannot change if the hottest HBF layer moves at most
+        HINT_RATE_FACTOR x the fastest one-tick change seen so far (+ a floor) per tick, either way: the policy's
+        own scan along the extreme trajectories (0 in Severe/Shutdown, in the model's first HINT_WARMUP_TICKS, or
+        once the run ended). A power step far beyond anything seen can still outrun it: the gate then holds the
+        change (counted), never publishes it early."""
+        if self.terminal_status != "running" or self.ticks < self.HINT_WARMUP_TICKS:
+            return 0
+        rate = self.HINT_RATE_FACTOR * self._hbf_rate + self.HINT_RATE_FLOOR_K
+        return policy_hint_ticks(self.policy, self._state.hbf_max_c, rate) * self.dt_ns
 
     def _read_telemetry(self, t_ns: int):
         try:

@@ -208,7 +208,16 @@ typedef struct hbf_thermal_snapshot {
     int32_t gpu_millic;
     uint32_t reserved0;
     uint64_t tick;                 /* controller tick counter */
-    uint64_t reserved[2];
+    /* Validity horizon (docs/design.md §3.3 "Validity horizon"): GPU %globaltimer before which hbfd guarantees
+     * that mode, q_ppm, admission_open (here) and refresh.debt_total_bytes do not change. 0: none (the device
+     * re-reads after thermal_max_age_ns, as always). hbfd expresses it in the GPU's clock from a GPU-written
+     * time it read (activity.clock_echo_ns / activity.gpu_ns), minus a drift margin, and holds any change of
+     * those words until the horizon it published has passed (hbfd/thermal/horizon.py). The device reads it with
+     * the payload under the seqlock and treats the snapshot as valid while age <= max_age OR now < horizon
+     * (runtime_cuda/include/hbf_thc.h). A device that predates it ignores it; a daemon that predates it
+     * writes 0. */
+    uint64_t valid_until_gpu_ns;
+    uint64_t reserved[1];
 } hbf_thermal_snapshot;
 
 typedef struct hbf_refresh_debt {
@@ -316,7 +325,11 @@ typedef struct hbf_activity {
     uint64_t gpu_ns;               /* %globaltimer at the publication (GPU clock: never compared with host time) */
     uint64_t slot_visits;          /* kernel-slot visits so far (each sums that slot's counter shards) */
     uint64_t state_ptr;            /* device address of the publishing session's hbf_device_state */
-    uint64_t reserved[3];
+    uint64_t clock_echo_ns;        /* %globaltimer of the latest thermal snapshot read (hb_thermal_read): one plain
+                                      8-byte GPU store per read, outside the seqlock (any value a reader sees was
+                                      written at that GPU time, so it bounds the GPU clock from below: what hbfd
+                                      needs to express a validity horizon in the GPU's clock); 0: none yet */
+    uint64_t reserved[2];
     hbf_activity_op ops[HBF_N_OPS];
 } hbf_activity;
 

@@ -18,6 +18,7 @@
 #include "hbf_ctl.h"
 #include "hbf_curve.h"   // fixed/curve service + thermal scaling: the one definition (host-testable)
 #include "hbf_device.h"
+#include "hbf_thc.h"     // the packed thermal word and its validity rule (horizon): the one definition (host-testable)
 #include "hbf_capacity.h"  // HBF_REQ_CAP_HINT: a hint's completion is never stolen (hbfd consumes it)
 
 // Module globals (hbf_abi.h). Set by the runtime after the module loads; 0 = detached = native.
@@ -259,8 +260,7 @@ HB_DEV void hb_fail_live(hbf_device_state* st, uint32_t s, uint32_t site, uint64
 #endif
 #define HBF_THC_CLAIM_WAIT_NS 20000ull
 HB_DEV uint64_t hb_pack_thermal(uint32_t q, uint32_t adm, uint32_t mode, uint64_t now) {
-    return (uint64_t)(q & 0xFFFFFu) | ((uint64_t)(adm & 1u) << 20) | ((uint64_t)(mode & 3u) << 21) |
-           (1ull << 23) | ((((now >> 10) & ((1ull << 40) - 1ull))) << 24);
+    return hbf_thc_pack(q, adm, mode, now);
 }
 
 // Thermal replicas (hbf_device.h thc_replica): what the compact issue path reads instead of the one
@@ -409,13 +409,19 @@ HB_DEV void hb_act_flush(hbf_device_state* st, hbf_ctl* c, uint64_t now) {
 HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
                                                         uint64_t now) {
     uint32_t q = 1000000u, adm = 1u, mode = HBF_TH_NORMAL;
+    uint64_t until = 0ull;   // the snapshot's validity horizon (GPU clock; 0: none): read with the payload,
+                             // an independent load in the same round trip (docs/design.md §3.3)
     if (c != nullptr) {
+        // the GPU clock echo (hbf_activity.clock_echo_ns): one posted store, no fence, no round trip; hbfd
+        // bounds the GPU clock from below with it when it expresses a horizon in the GPU's clock
+        hb_st_vol(&((hbf_ctl*)c)->activity.clock_echo_ns, now);
         for (uint32_t tries = 0;; ++tries) {
             const uint64_t s0 = hb_ld_acq_sys(&c->thermal.seq);
             if ((s0 & 1ull) == 0ull) {
                 mode = hb_ld_vol32(&c->thermal.mode);
                 q = hb_ld_vol32(&c->thermal.q_ppm);
                 adm = hb_ld_vol32(&c->thermal.admission_open);
+                until = hb_ld_vol(&c->thermal.valid_until_gpu_ns);
                 __threadfence_system();
                 if (hb_ld_acq_sys(&c->thermal.seq) == s0) break;
             }
@@ -433,22 +439,44 @@ HB_OOL_FN uint64_t hb_thermal_read(hbf_device_state* st, const hbf_ctl* c,
             atomicMax((unsigned long long*)&st->debt_seen, (unsigned long long)debt);
         }
     }
-    const uint64_t w = hb_pack_thermal(q, adm, mode, now);
+    // a horizon (hbfd: these words and the debt do not change before GPU time `until`) stamps the word ahead
+    // (hbf_thc.h): valid while age <= max_age OR now < until; none (0) or a short one: stamped now, as before
+    const uint64_t w = hb_pack_thermal(q, adm, mode, hbf_thc_stamp_time(now, until, st->thermal_max_age_ns));
     hb_st_vol(&st->thermal_cache, w);
     if (st->thermal_max_age_ns != 0ull) hb_publish_replicas(st, w);   // 0: every request reads (general path)
     return w;
 }
 
+// The age validity is decided on (hbf_thc.h): a word stamped ahead (a validity horizon in force) is age 0.
 HB_DEV uint64_t hb_thc_age_ns(uint64_t w, uint64_t now) {
-    return (((now >> 10) - HBF_THC_STAMP(w)) & ((1ull << 40) - 1ull)) << 10;
+    return hbf_thc_age(w, now);
+}
+
+// Live activity while a horizon keeps the snapshot valid (no refresh, so no flush piggybacks on one): when the
+// next publication is due (hb_act_flush: at most once per HBF_ACT_PERIOD_NS, single flight, only in kernels that
+// have run HBF_ACT_MIN_RUN_NS), the general path and the inline path take the flush WITHOUT the refresh, at the
+// one place each already flushes after a refresh (no new call site, no register cost: bench/helper_registers.py);
+// the compact path sends about one request in 256 there (hb_cd_thermal_word). So issue 17's live activity keeps
+// its period. Without a horizon the word is never stamped ahead and none of this runs.
+HB_DEV uint64_t hb_act_due(const hbf_device_state* st) {
+    const uint64_t s = hb_ld_vol(&st->act_stamp) & ~1ull;
+    const uint64_t a = s + HBF_ACT_PERIOD_NS, b = hb_ld_vol(&st->act_launch_ns) + HBF_ACT_MIN_RUN_NS;
+    return (int64_t)(a - b) >= 0 ? a : b;
 }
 
 HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint64_t now) {
     uint64_t w = hb_ld_vol(&st->thermal_cache);
+    bool read = true;                               // false: a horizon holds, only the activity flush is due
     if (st->thermal_max_age_ns != 0ull) {
         for (;;) {
             if (HBF_THC_VALID(w)) {
-                if (hb_thc_age_ns(w, now) <= st->thermal_max_age_ns) return w;
+                const int64_t sage = hbf_thc_sage(w, now);
+                if (sage < 0) {                     // a validity horizon in force (hbf_thc.h)
+                    if (c == nullptr || (int64_t)(now - hb_act_due(st)) < 0) return w;
+                    read = false;
+                    break;
+                }
+                if ((uint64_t)sage <= st->thermal_max_age_ns) return w;
 #if HBF_THERMAL_SF
                 // stale: claim the refresh (marker = valid bit clear, stamped now); a lost CAS means
                 // the word changed (another claim or a fresh snapshot): look again
@@ -485,8 +513,9 @@ HB_DEV uint64_t hb_thermal_snapshot(hbf_device_state* st, const hbf_ctl* c, uint
             break;
         }
     }
-    const uint64_t r = HB_OOL(hb_thermal_read)(st, c, now);
-    // live activity, at most once per HBF_ACT_PERIOD_NS, by the thread that refreshed the snapshot
+    const uint64_t r = read ? HB_OOL(hb_thermal_read)(st, c, now) : w;
+    // live activity, at most once per HBF_ACT_PERIOD_NS, by the thread that refreshed the snapshot (or found
+    // the flush due under a horizon)
     if (c != nullptr) hb_act_flush(st, (hbf_ctl*)c, now);
     return r;
 }
@@ -1261,6 +1290,10 @@ HB_DEV uint64_t hb_cd_thermal_word(uint32_t smid, uint64_t t0) {
     const hbf_cdesc& d = __hb_cdesc;
     uint64_t* const rp = (uint64_t*)(d.replica + (uint64_t)(smid & (HBF_KSHARDS - 1u)) * (HBF_THC_REPLICA_STRIDE * 8u));
     uint64_t w = hb_ld_l1(rp);
+    // a validity horizon in force (the word stamped ahead, hbf_thc.h): no refresh comes to publish live activity,
+    // so about one request in 256 (by its issue time's 1 us slot) reads the word as invalid and takes the general
+    // path, whose snapshot flushes the activity when it is due (hb_thermal_snapshot)
+    if (((t0 >> 10) & 255ull) == 0ull && HBF_THC_VALID(w) && hbf_thc_sage(w, t0) < 0) return w & ~(1ull << 23);
     if (!(HBF_THC_VALID(w) && hb_thc_age_ns(w, t0) <= d.max_age)) {
         // this SM's copy aged (or was never valid): the replica itself; when that is current, an atomic that
         // changes nothing drops the stale line from this SM's L1 (atomics are performed at L2 and invalidate
@@ -1549,16 +1582,18 @@ extern "C" __device__ __noinline__ unsigned long long __hb_issue_group(unsigned 
 // now; general-path readers wait for it as for any claim), but nobody waits here -- the losers, and the
 // winner once it has published, keep using the snapshot they hold until it ages. So the snapshot every
 // inline thread holds is replaced before it expires, and the threads do not all ask at its expiry.
-HB_DEV void hb_inline_refresh(hbf_device_state* st, uint64_t held, uint64_t now) {
-    const uint64_t cur = hb_ld_vol(&st->thermal_cache);
-    if (!HBF_THC_VALID(cur) || HBF_THC_STAMP(cur) != HBF_THC_STAMP(held)) return;   // claimed or replaced
-    const uint64_t claim = hb_pack_thermal(HBF_THC_Q(cur), HBF_THC_ADM(cur), HBF_THC_MODE(cur), now) & ~(1ull << 23);
-    if (atomicCAS((unsigned long long*)&st->thermal_cache, (unsigned long long)cur, (unsigned long long)claim) ==
-        (unsigned long long)cur)
-    {
+// act_only (a validity horizon holds the snapshot and the activity flush is due): the flush alone.
+HB_DEV void hb_inline_refresh(hbf_device_state* st, uint64_t held, uint64_t now, bool act_only) {
+    if (!act_only) {
+        const uint64_t cur = hb_ld_vol(&st->thermal_cache);
+        if (!HBF_THC_VALID(cur) || HBF_THC_STAMP(cur) != HBF_THC_STAMP(held)) return;   // claimed or replaced
+        const uint64_t claim = hb_pack_thermal(HBF_THC_Q(cur), HBF_THC_ADM(cur), HBF_THC_MODE(cur), now) & ~(1ull << 23);
+        if (atomicCAS((unsigned long long*)&st->thermal_cache, (unsigned long long)cur, (unsigned long long)claim) !=
+            (unsigned long long)cur)
+            return;
         (void)HB_OOL(hb_thermal_read)(st, (const hbf_ctl*)st->ctl, now);
-        if (st->ctl != 0ull) hb_act_flush(st, (hbf_ctl*)st->ctl, now);   // live activity (as hb_thermal_snapshot)
     }
+    if (st->ctl != 0ull) hb_act_flush(st, (hbf_ctl*)st->ctl, now);   // live activity (as hb_thermal_snapshot)
 }
 
 // Until when this thread may serve `op` inline: a fresh full-rate thermal snapshot with admission open and
@@ -1576,14 +1611,29 @@ extern "C" __device__ __noinline__ long long __hb_inline_until(unsigned int op) 
     const uint64_t now = hb_now();
     const uint64_t w = hb_cd_thermal_word(hb_smid(), now);
     if (!HBF_THC_VALID(w)) return -(long long)now;
-    const uint64_t age = hb_thc_age_ns(w, now);
-    if (age > d.max_age) return -(long long)now;
-    const uint64_t expiry = now - age + d.max_age;
+    // signed: < 0 while a validity horizon is in force (the word stamped ahead, hbf_thc.h); then the expiry and
+    // the half-age refresh below fall in the horizon's last max_age, as for an ordinary snapshot
+    const int64_t sage = hbf_thc_sage(w, now);
+    if (sage > (int64_t)d.max_age) return -(long long)now;
+    const uint64_t expiry = now - (uint64_t)sage + d.max_age;
     if (HBF_THC_Q(w) < 1000000u || !HBF_THC_ADM(w) || HBF_THC_MODE(w) == HBF_TH_SHUTDOWN) return -(long long)expiry;
     const uint64_t half = d.max_age >> 1;
-    if (age < half) return (long long)(now - age + half);
-    hb_inline_refresh((hbf_device_state*)d.st, w, now);
-    return (long long)expiry;
+    hbf_device_state* const st = (hbf_device_state*)d.st;
+    uint64_t ret = expiry;
+    bool act_only = false;
+    if (sage < (int64_t)half) {
+        const uint64_t until = now - (uint64_t)sage + half;
+        if (sage >= 0) return (long long)until;
+        // a horizon: no refresh for a while, so live activity (issue 17) is published from here at its period:
+        // inline until min(the refresh point, the next activity flush due); when it is due, the flush alone
+        const uint64_t due = hb_act_due(st);
+        if ((int64_t)(now - due) < 0) return (long long)((int64_t)(due - until) < 0 ? due : until);
+        const uint64_t next = now + HBF_ACT_PERIOD_NS;
+        ret = (int64_t)(next - until) < 0 ? next : until;
+        act_only = true;
+    }
+    hb_inline_refresh(st, w, now, act_only);
+    return (long long)ret;
 }
 
 // The thread's inline counters into the kernel's (before __hb_kernel_exit at every exit of an entry): warp
