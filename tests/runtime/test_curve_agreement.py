@@ -9,12 +9,12 @@ hbfd/services.py FixedLatencyEngine, and the thermal scaling hbfd/thermal/contro
 """
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hostcc import build_probe, compiler_params
 
 from hbfcommon import ctl as C
 from hbfd.media.curve import CD8P_P50_POINTS, CD8P_PROGRAM_P50_NS, BurstCurve, CurveEngine
@@ -76,29 +76,9 @@ def _bytes_sweep() -> list[int]:
     return sorted(out)
 
 
-def _compilers() -> list[tuple[str, list[str]]]:
-    found = []
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        found.append(("nvcc", [nvcc, "-x", "cu", "-std=c++17", "-O2"]))
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx:
-        found.append(("c++", [cxx, "-x", "c++", "-std=c++17", "-O2", "-Wall", "-Werror"]))
-    return found
-
-
-@pytest.fixture(scope="module", params=[c[0] for c in _compilers()] or ["none"])
+@pytest.fixture(scope="module", params=compiler_params())
 def device_probe(request, tmp_path_factory):
-    comps = dict(_compilers())
-    if request.param not in comps:
-        pytest.skip("no host compiler (nvcc or c++) to build hbf_curve.h as host code")
-    d = tmp_path_factory.mktemp(f"curve_{request.param}")
-    src = d / "probe.cu"
-    src.write_text(PROBE)
-    exe = d / "probe"
-    r = subprocess.run([*comps[request.param], f"-I{INCLUDE}", str(src), "-o", str(exe)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    exe = build_probe(tmp_path_factory, request.param, "hbf_curve.h", PROBE, INCLUDE)
 
     def run(points, write_ns, fixed, queries) -> np.ndarray:
         head = " ".join([str(len(points))] + [f"{p} {y}" for p, y in points]

@@ -8,11 +8,11 @@ half the stamp period; a stamp further ahead than any horizon reads as stale.
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from hostcc import build_probe, compiler_params
 
 INCLUDE = Path(__file__).resolve().parents[2] / "runtime_cuda" / "include"
 
@@ -37,29 +37,9 @@ HMAX = 1 << 36                      # HBF_THC_HORIZON_MAX_NS
 U64 = (1 << 64) - 1
 
 
-def _compilers():
-    found = []
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        found.append(("nvcc", [nvcc, "-x", "cu", "-std=c++17", "-O2"]))
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx:
-        found.append(("c++", [cxx, "-x", "c++", "-std=c++17", "-O2", "-Wall", "-Werror"]))
-    return found
-
-
-@pytest.fixture(scope="module", params=[c[0] for c in _compilers()] or ["none"])
+@pytest.fixture(scope="module", params=compiler_params())
 def thc(request, tmp_path_factory):
-    comps = dict(_compilers())
-    if request.param not in comps:
-        pytest.skip("no host compiler (nvcc or c++) to build hbf_thc.h as host code")
-    d = tmp_path_factory.mktemp(f"thc_{request.param}")
-    src = d / "probe.cu"
-    src.write_text(PROBE)
-    exe = d / "probe"
-    r = subprocess.run([*comps[request.param], f"-I{INCLUDE}", str(src), "-o", str(exe)], capture_output=True,
-                       text=True)
-    assert r.returncode == 0, r.stderr
+    exe = build_probe(tmp_path_factory, request.param, "hbf_thc.h", PROBE, INCLUDE)
 
     def run(rows):
         out = subprocess.run([str(exe)], input="\n".join(" ".join(str(v) for v in r) for r in rows) + "\n",
