@@ -2,9 +2,7 @@
 set -u
 T0=$(date +%s); LIMIT=${LIMIT:-570}
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 3
-export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+source bench/gpu_calls/env.sh
 mkdir -p $OUT/cap
 for spec in "gen16|--parts generated --gen-gib 16 --gen-frames-gib 2 --chunk-gib 4" "rw8|--parts rw --rw-gib 8 --rw-frames-gib 1 --rw-passes 1" "sm|--parts stress,moe" "gen200|--parts generated --gen-gib ${GEN_GIB:-200} --gen-frames-gib 8 --chunk-gib 8"; do
   n=${spec%%|*}; a=${spec#*|}

@@ -3,9 +3,7 @@
 set -u
 T0=$(date +%s); LIMIT=${LIMIT:-570}
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 3
-export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+source bench/gpu_calls/env.sh
 python3 -m hbfd.warmup 2>&1 | tail -2
 echo "== [$(left)s left] matrix: default, snapshot age 1 s, the validity horizon"
 for v in default age1s horizon; do
