@@ -1126,6 +1126,21 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
             cfill[d] += 1
     ploc = np.full(npl, -1, np.int64)
     ok = True
+    mx = 0                                        # (the per-die arrays: one buffer each, sliced per die)
+    for d in range(nd):
+        if dofs[d + 1] - dofs[d] > mx:
+            mx = dofs[d + 1] - dofs[d]
+    kl_b = np.empty(mx, kind.dtype)
+    rl_b = np.empty(mx, np.int64)
+    pll_b = np.empty(mx, np.int64)
+    dl_b = np.zeros(mx, np.int64)
+    sl_b = np.empty(mx, np.int64)
+    gl_b = np.empty(mx, np.int64)
+    gxl_b = np.empty(mx, np.int64)
+    fll_b = np.empty(mx, np.int64)
+    jl_b = np.empty(mx, np.int64)
+    pl_l = np.empty(npl, np.int64)
+    pfl_b = np.empty(npl, np.int64)
     for d in range(nd):
         a = dofs[d]
         m = dofs[d + 1] - a
@@ -1137,21 +1152,20 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
             if ploc[p] < 0:
                 ploc[p] = npd
                 npd += 1
-        pl_l = np.empty(npd, np.int64)
-        pfl = np.empty(npd, np.int64)
+        pfl = pfl_b[:npd]
         for k in range(m):
             p = plane[order[a + k]]
             pl_l[ploc[p]] = p
             pfl[ploc[p]] = pf[p]
-        kl = np.empty(m, kind.dtype)
-        rl = np.empty(m, np.int64)
-        pll = np.empty(m, np.int64)
-        dl = np.zeros(m, np.int64)
-        sl = np.empty(m, np.int64)
-        gl = np.empty(m, np.int64)
-        gxl = np.empty(m, np.int64)
-        fll = np.empty(m, np.int64)
-        jl = np.empty(m, np.int64)
+        kl = kl_b[:m]
+        rl = rl_b[:m]
+        pll = pll_b[:m]
+        dl = dl_b[:m]
+        sl = sl_b[:m]
+        gl = gl_b[:m]
+        gxl = gxl_b[:m]
+        fll = fll_b[:m]
+        jl = jl_b[:m]
         for k in range(m):
             i = order[a + k]
             kl[k] = kind[i]
@@ -1184,7 +1198,8 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
 def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate, gate_x, floor, has_floor, join):
     """``simulate``'s events and decisions, loop form (compiled by numba). One event heap ordered by
     (t, event, id) as ``simulate``'s, the first arrivals of ungated commands as a stream sorted by time
-    beside it (every event of an instant is applied before that instant's decisions); per die one queue ordered by (class, ready, seq) (class 0: reads, so
+    beside it and the events pushed while deciding in a few time-ordered lanes where they fit (every event
+    of an instant is applied before that instant's decisions: only times order them); per die one queue ordered by (class, ready, seq) (class 0: reads, so
     reads first, then ``simulate``'s FIFO by (ready, seq) in each class) and per plane one ordered by
     (class, plane arrival, seq): binary heaps of command ids in slices of shared arrays (a die's or
     plane's slice has room for all its commands). ``pf`` (plane free times) is updated in place. Returns
@@ -1304,12 +1319,29 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     fq_x = np.empty(n, np.int64)
     fh = 0
     ft = 0
-    while hs > 0 or ap < na or fh < ft:
+    # the events pushed while deciding (ends, gated arrivals, wake-ups) go to one of NL lanes, queues whose
+    # times never decrease (the lane whose last time is the latest not after the event's), the heap only
+    # where no lane takes one: the events of an instant are all applied before its decisions, so their
+    # times alone order them (round 8; at most 2n + npl such pushes in a run: one end and one gated
+    # arrival per command, one wake-up per plane's carried busy time)
+    NL = 4
+    lcap = 2 * n + npl + 1
+    la_t = np.empty(NL * lcap, np.int64)
+    la_k = np.empty(NL * lcap, np.int64)
+    lh = np.zeros(NL, np.int64)
+    ltl = np.zeros(NL, np.int64)
+    llast = np.full(NL, -_BIG, np.int64)
+    lcnt = 0
+    while hs > 0 or ap < na or fh < ft or lcnt > 0:
         t = ht[0] if hs > 0 else _BIG
         if ap < na and sat[ap] < t:
             t = sat[ap]
         if fh < ft and fq_t[fh] < t:
             t = fq_t[fh]
+        if lcnt > 0:
+            for li in range(NL):
+                if lh[li] < ltl[li] and la_t[li * lcap + lh[li]] < t:
+                    t = la_t[li * lcap + lh[li]]
         while True:
             while True:
                 if ap < na and sat[ap] == t:           # the next arrival of the stream
@@ -1318,28 +1350,39 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                 elif fh < ft and fq_t[fh] == t:        # the next plane arrival of the queue
                     key = 2 * SH + fq_x[fh]
                     fh += 1
-                elif hs > 0 and ht[0] == t:
-                    key = hk[0]
-                    # pop
-                    hs -= 1
-                    lt = ht[hs]
-                    lk = hk[hs]
-                    j = 0
-                    while True:
-                        c = 2 * j + 1
-                        if c >= hs:
-                            break
-                        if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hk[c + 1] < hk[c])):
-                            c += 1
-                        if lt < ht[c] or (lt == ht[c] and lk <= hk[c]):
-                            break
-                        ht[j] = ht[c]
-                        hk[j] = hk[c]
-                        j = c
-                    ht[j] = lt
-                    hk[j] = lk
                 else:
-                    break
+                    la = -1                            # a lane whose next event is at t
+                    if lcnt > 0:
+                        for li in range(NL):
+                            if lh[li] < ltl[li] and la_t[li * lcap + lh[li]] == t:
+                                la = li
+                                break
+                    if la >= 0:
+                        key = la_k[la * lcap + lh[la]]
+                        lh[la] += 1
+                        lcnt -= 1
+                    elif hs > 0 and ht[0] == t:
+                        key = hk[0]
+                        # pop
+                        hs -= 1
+                        lt = ht[hs]
+                        lk = hk[hs]
+                        j = 0
+                        while True:
+                            c = 2 * j + 1
+                            if c >= hs:
+                                break
+                            if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hk[c + 1] < hk[c])):
+                                c += 1
+                            if lt < ht[c] or (lt == ht[c] and lk <= hk[c]):
+                                break
+                            ht[j] = ht[c]
+                            hk[j] = hk[c]
+                            j = c
+                        ht[j] = lt
+                        hk[j] = lk
+                    else:
+                        break
                 ev = key >> 32
                 x = key & (SH - 1)
                 if ev == 0:                            # release of a carried slot
@@ -1497,6 +1540,17 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                 key = pk[k]
                 if tt == t:
                     again = True
+                bl = -1                                # the lane whose last time is the latest <= tt
+                for li in range(NL):
+                    if llast[li] <= tt and (bl < 0 or llast[li] > llast[bl]):
+                        bl = li
+                if bl >= 0:
+                    la_t[bl * lcap + ltl[bl]] = tt
+                    la_k[bl * lcap + ltl[bl]] = key
+                    ltl[bl] += 1
+                    llast[bl] = tt
+                    lcnt += 1
+                    continue
                 j = hs
                 hs += 1
                 while j > 0:
