@@ -1105,11 +1105,31 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
     fill = dofs[:nd].copy()
     order = np.empty(n, np.int64)
     loc = np.empty(n, np.int64)
+    # the fields in die order, read in index order (one pass over each input; a die's slice is its arrays)
+    kd = np.empty(n, kind.dtype)
+    rd = np.empty(n, np.int64)
+    pd = np.empty(n, np.int64)
+    sd = np.empty(n, np.int64)
+    gd = np.empty(n, np.int64)
+    gxd = np.empty(n, np.int64)
+    fd = np.empty(n, np.int64)
+    jd = np.empty(n, np.int64)
     for i in range(n):
         d = die[i]
-        loc[i] = fill[d] - dofs[d]
-        order[fill[d]] = i
-        fill[d] += 1
+        k = fill[d]
+        loc[i] = k - dofs[d]
+        order[k] = i
+        fill[d] = k + 1
+        kd[k] = kind[i]
+        rd[k] = ready[i]
+        pd[k] = plane[i]
+        sd[k] = service[i]
+        gxd[k] = gate_x[i]
+        fd[k] = floor[i]
+        jd[k] = join[i]
+    for k in range(n):
+        g = gate[order[k]]
+        gd[k] = loc[g] if g >= 0 else -1
     # carried releases by die (those of dies without commands change nothing here)
     cofs = np.zeros(nd + 1, np.int64)
     for k in range(cd.shape[0]):
@@ -1130,15 +1150,8 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
     for d in range(nd):
         if dofs[d + 1] - dofs[d] > mx:
             mx = dofs[d + 1] - dofs[d]
-    kl_b = np.empty(mx, kind.dtype)
-    rl_b = np.empty(mx, np.int64)
     pll_b = np.empty(mx, np.int64)
     dl_b = np.zeros(mx, np.int64)
-    sl_b = np.empty(mx, np.int64)
-    gl_b = np.empty(mx, np.int64)
-    gxl_b = np.empty(mx, np.int64)
-    fll_b = np.empty(mx, np.int64)
-    jl_b = np.empty(mx, np.int64)
     pl_l = np.empty(npl, np.int64)
     pfl_b = np.empty(npl, np.int64)
     for d in range(nd):
@@ -1147,36 +1160,25 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         if m == 0:
             continue
         npd = 0                                   # the die's planes, numbered locally
+        pll = pll_b[:m]
         for k in range(m):
-            p = plane[order[a + k]]
+            p = pd[a + k]
             if ploc[p] < 0:
                 ploc[p] = npd
+                pl_l[npd] = p
+                pfl_b[npd] = pf[p]
                 npd += 1
+            pll[k] = ploc[p]
         pfl = pfl_b[:npd]
-        for k in range(m):
-            p = plane[order[a + k]]
-            pl_l[ploc[p]] = p
-            pfl[ploc[p]] = pf[p]
-        kl = kl_b[:m]
-        rl = rl_b[:m]
-        pll = pll_b[:m]
+        b = a + m
+        kl = kd[a:b]
+        rl = rd[a:b]
         dl = dl_b[:m]
-        sl = sl_b[:m]
-        gl = gl_b[:m]
-        gxl = gxl_b[:m]
-        fll = fll_b[:m]
-        jl = jl_b[:m]
-        for k in range(m):
-            i = order[a + k]
-            kl[k] = kind[i]
-            rl[k] = ready[i]
-            pll[k] = ploc[plane[i]]
-            sl[k] = service[i]
-            g = gate[i]
-            gl[k] = loc[g] if g >= 0 else -1
-            gxl[k] = gate_x[i]
-            fll[k] = floor[i]
-            jl[k] = join[i]
+        sl = sd[a:b]
+        gl = gd[a:b]
+        gxl = gxd[a:b]
+        fll = fd[a:b]
+        jl = jd[a:b]
         cdl = np.zeros(cofs[d + 1] - cofs[d], np.int64)
         ctl = cts[cofs[d]:cofs[d + 1]].copy()
         s, e, ad, r, okd = _simulate_loop(kl, rl, pll, dl, sl, t_cmd, Q, pfl, cdl, ctl, gl, gxl, fll, has_floor, jl)
