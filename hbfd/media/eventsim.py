@@ -1074,8 +1074,9 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
     no gate (of a command not joined) crosses dies, the dies share nothing (``simulate_auto``'s event split), so
     each die's commands (in index order: the FIFO ties keep their order), its carried releases and its planes'
     free times are scheduled alone by ``_simulate_loop``, whose heaps then hold one die's events. The same
-    results bit for bit (tests/media/test_accel_media.py). Returns ``_simulate_loop``'s five results and
-    whether it split; where it did not, nothing is changed (``pf`` included) and the caller runs the loop on
+    results bit for bit (tests/media/test_accel_media.py). The inputs are read once, in index order, into
+    die-ordered arrays whose slices are each die's arrays (round 8: no gathers per die). Returns
+    ``_simulate_loop``'s five results and whether it split; where it did not, nothing is changed (``pf`` included) and the caller runs the loop on
     all of it."""
     n = kind.shape[0]
     npl = pf.shape[0]
