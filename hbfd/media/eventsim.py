@@ -1074,8 +1074,9 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
     no gate (of a command not joined) crosses dies, the dies share nothing (``simulate_auto``'s event split), so
     each die's commands (in index order: the FIFO ties keep their order), its carried releases and its planes'
     free times are scheduled alone by ``_simulate_loop``, whose heaps then hold one die's events. The same
-    results bit for bit (tests/media/test_accel_media.py). Returns ``_simulate_loop``'s five results and
-    whether it split; where it did not, nothing is changed (``pf`` included) and the caller runs the loop on
+    results bit for bit (tests/media/test_accel_media.py). The inputs are read once, in index order, into
+    die-ordered arrays whose slices are each die's arrays (round 8: no gathers per die). Returns
+    ``_simulate_loop``'s five results and whether it split; where it did not, nothing is changed (``pf`` included) and the caller runs the loop on
     all of it."""
     n = kind.shape[0]
     npl = pf.shape[0]
@@ -1105,11 +1106,31 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
     fill = dofs[:nd].copy()
     order = np.empty(n, np.int64)
     loc = np.empty(n, np.int64)
+    # the fields in die order, read in index order (one pass over each input; a die's slice is its arrays)
+    kd = np.empty(n, kind.dtype)
+    rd = np.empty(n, np.int64)
+    pd = np.empty(n, np.int64)
+    sd = np.empty(n, np.int64)
+    gd = np.empty(n, np.int64)
+    gxd = np.empty(n, np.int64)
+    fd = np.empty(n, np.int64)
+    jd = np.empty(n, np.int64)
     for i in range(n):
         d = die[i]
-        loc[i] = fill[d] - dofs[d]
-        order[fill[d]] = i
-        fill[d] += 1
+        k = fill[d]
+        loc[i] = k - dofs[d]
+        order[k] = i
+        fill[d] = k + 1
+        kd[k] = kind[i]
+        rd[k] = ready[i]
+        pd[k] = plane[i]
+        sd[k] = service[i]
+        gxd[k] = gate_x[i]
+        fd[k] = floor[i]
+        jd[k] = join[i]
+    for k in range(n):
+        g = gate[order[k]]
+        gd[k] = loc[g] if g >= 0 else -1
     # carried releases by die (those of dies without commands change nothing here)
     cofs = np.zeros(nd + 1, np.int64)
     for k in range(cd.shape[0]):
@@ -1126,43 +1147,39 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
             cfill[d] += 1
     ploc = np.full(npl, -1, np.int64)
     ok = True
+    mx = 0                                        # (the per-die arrays: one buffer each, sliced per die)
+    for d in range(nd):
+        if dofs[d + 1] - dofs[d] > mx:
+            mx = dofs[d + 1] - dofs[d]
+    pll_b = np.empty(mx, np.int64)
+    dl_b = np.zeros(mx, np.int64)
+    pl_l = np.empty(npl, np.int64)
+    pfl_b = np.empty(npl, np.int64)
     for d in range(nd):
         a = dofs[d]
         m = dofs[d + 1] - a
         if m == 0:
             continue
         npd = 0                                   # the die's planes, numbered locally
+        pll = pll_b[:m]
         for k in range(m):
-            p = plane[order[a + k]]
+            p = pd[a + k]
             if ploc[p] < 0:
                 ploc[p] = npd
+                pl_l[npd] = p
+                pfl_b[npd] = pf[p]
                 npd += 1
-        pl_l = np.empty(npd, np.int64)
-        pfl = np.empty(npd, np.int64)
-        for k in range(m):
-            p = plane[order[a + k]]
-            pl_l[ploc[p]] = p
-            pfl[ploc[p]] = pf[p]
-        kl = np.empty(m, kind.dtype)
-        rl = np.empty(m, np.int64)
-        pll = np.empty(m, np.int64)
-        dl = np.zeros(m, np.int64)
-        sl = np.empty(m, np.int64)
-        gl = np.empty(m, np.int64)
-        gxl = np.empty(m, np.int64)
-        fll = np.empty(m, np.int64)
-        jl = np.empty(m, np.int64)
-        for k in range(m):
-            i = order[a + k]
-            kl[k] = kind[i]
-            rl[k] = ready[i]
-            pll[k] = ploc[plane[i]]
-            sl[k] = service[i]
-            g = gate[i]
-            gl[k] = loc[g] if g >= 0 else -1
-            gxl[k] = gate_x[i]
-            fll[k] = floor[i]
-            jl[k] = join[i]
+            pll[k] = ploc[p]
+        pfl = pfl_b[:npd]
+        b = a + m
+        kl = kd[a:b]
+        rl = rd[a:b]
+        dl = dl_b[:m]
+        sl = sd[a:b]
+        gl = gd[a:b]
+        gxl = gxd[a:b]
+        fll = fd[a:b]
+        jl = jd[a:b]
         cdl = np.zeros(cofs[d + 1] - cofs[d], np.int64)
         ctl = cts[cofs[d]:cofs[d + 1]].copy()
         s, e, ad, r, okd = _simulate_loop(kl, rl, pll, dl, sl, t_cmd, Q, pfl, cdl, ctl, gl, gxl, fll, has_floor, jl)
@@ -1184,7 +1201,8 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
 def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate, gate_x, floor, has_floor, join):
     """``simulate``'s events and decisions, loop form (compiled by numba). One event heap ordered by
     (t, event, id) as ``simulate``'s, the first arrivals of ungated commands as a stream sorted by time
-    beside it (every event of an instant is applied before that instant's decisions); per die one queue ordered by (class, ready, seq) (class 0: reads, so
+    beside it and the events pushed while deciding in a few time-ordered lanes where they fit (every event
+    of an instant is applied before that instant's decisions: only times order them); per die one queue ordered by (class, ready, seq) (class 0: reads, so
     reads first, then ``simulate``'s FIFO by (ready, seq) in each class) and per plane one ordered by
     (class, plane arrival, seq): binary heaps of command ids in slices of shared arrays (a die's or
     plane's slice has room for all its commands). ``pf`` (plane free times) is updated in place. Returns
@@ -1304,12 +1322,29 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     fq_x = np.empty(n, np.int64)
     fh = 0
     ft = 0
-    while hs > 0 or ap < na or fh < ft:
+    # the events pushed while deciding (ends, gated arrivals, wake-ups) go to one of NL lanes, queues whose
+    # times never decrease (the lane whose last time is the latest not after the event's), the heap only
+    # where no lane takes one: the events of an instant are all applied before its decisions, so their
+    # times alone order them (round 8; at most 2n + npl such pushes in a run: one end and one gated
+    # arrival per command, one wake-up per plane's carried busy time)
+    NL = 4
+    lcap = 2 * n + npl + 1
+    la_t = np.empty(NL * lcap, np.int64)
+    la_k = np.empty(NL * lcap, np.int64)
+    lh = np.zeros(NL, np.int64)
+    ltl = np.zeros(NL, np.int64)
+    llast = np.full(NL, -_BIG, np.int64)
+    lcnt = 0
+    while hs > 0 or ap < na or fh < ft or lcnt > 0:
         t = ht[0] if hs > 0 else _BIG
         if ap < na and sat[ap] < t:
             t = sat[ap]
         if fh < ft and fq_t[fh] < t:
             t = fq_t[fh]
+        if lcnt > 0:
+            for li in range(NL):
+                if lh[li] < ltl[li] and la_t[li * lcap + lh[li]] < t:
+                    t = la_t[li * lcap + lh[li]]
         while True:
             while True:
                 if ap < na and sat[ap] == t:           # the next arrival of the stream
@@ -1318,28 +1353,39 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                 elif fh < ft and fq_t[fh] == t:        # the next plane arrival of the queue
                     key = 2 * SH + fq_x[fh]
                     fh += 1
-                elif hs > 0 and ht[0] == t:
-                    key = hk[0]
-                    # pop
-                    hs -= 1
-                    lt = ht[hs]
-                    lk = hk[hs]
-                    j = 0
-                    while True:
-                        c = 2 * j + 1
-                        if c >= hs:
-                            break
-                        if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hk[c + 1] < hk[c])):
-                            c += 1
-                        if lt < ht[c] or (lt == ht[c] and lk <= hk[c]):
-                            break
-                        ht[j] = ht[c]
-                        hk[j] = hk[c]
-                        j = c
-                    ht[j] = lt
-                    hk[j] = lk
                 else:
-                    break
+                    la = -1                            # a lane whose next event is at t
+                    if lcnt > 0:
+                        for li in range(NL):
+                            if lh[li] < ltl[li] and la_t[li * lcap + lh[li]] == t:
+                                la = li
+                                break
+                    if la >= 0:
+                        key = la_k[la * lcap + lh[la]]
+                        lh[la] += 1
+                        lcnt -= 1
+                    elif hs > 0 and ht[0] == t:
+                        key = hk[0]
+                        # pop
+                        hs -= 1
+                        lt = ht[hs]
+                        lk = hk[hs]
+                        j = 0
+                        while True:
+                            c = 2 * j + 1
+                            if c >= hs:
+                                break
+                            if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hk[c + 1] < hk[c])):
+                                c += 1
+                            if lt < ht[c] or (lt == ht[c] and lk <= hk[c]):
+                                break
+                            ht[j] = ht[c]
+                            hk[j] = hk[c]
+                            j = c
+                        ht[j] = lt
+                        hk[j] = lk
+                    else:
+                        break
                 ev = key >> 32
                 x = key & (SH - 1)
                 if ev == 0:                            # release of a carried slot
@@ -1497,6 +1543,17 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                 key = pk[k]
                 if tt == t:
                     again = True
+                bl = -1                                # the lane whose last time is the latest <= tt
+                for li in range(NL):
+                    if llast[li] <= tt and (bl < 0 or llast[li] > llast[bl]):
+                        bl = li
+                if bl >= 0:
+                    la_t[bl * lcap + ltl[bl]] = tt
+                    la_k[bl * lcap + ltl[bl]] = key
+                    ltl[bl] += 1
+                    llast[bl] = tt
+                    lcnt += 1
+                    continue
                 j = hs
                 hs += 1
                 while j > 0:
