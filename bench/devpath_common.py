@@ -875,6 +875,26 @@ def event_times(launch: Callable[[], Any], reps: int, sync: Callable[[], None], 
     return ms
 
 
+def event_times_b2b(launch: Callable[[], Any], reps: int, sync: Callable[[], None], n: int, *,
+                    sleep_cycles: int = 4_000_000) -> list[float]:
+    """Per-launch CUDA-event times (ms) of ``n`` launches back to back, ``reps`` times: a torch.cuda._sleep long
+    enough for the host to queue all ``n`` launches behind it (~2 ms), then the events around the ``n``: the
+    kernels run one after another as in a workload, each later launch finding what the earlier left (a fresh
+    thermal snapshot among it), the first after the sleep's idle. Per repetition the mean of the ``n``."""
+    import torch
+    ms = []
+    for _ in range(reps):
+        torch.cuda._sleep(sleep_cycles)
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(n):
+            launch()
+        e1.record()
+        sync()
+        ms.append(float(e0.elapsed_time(e1)) / n)
+    return ms
+
+
 def pairs(run_plain: Callable[[], Any], run_hbf: Callable[[], Any], reps: int, sync: Callable[[], None], *,
           after_pair: Callable[[int], None] | None = None, sleep_cycles: int = 1_000_000) -> dict:
     """Interleaved A/B timing (as bench/triton_matmul_overhead.py): per pair a torch.cuda._sleep, then

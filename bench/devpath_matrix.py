@@ -230,11 +230,23 @@ def _brief_counters(d: dict) -> dict:
     return DC.csummary(d)
 
 
-def _timing(rec: dict, key: str, launch, sync, reps: int) -> None:
+def _timing(rec: dict, key: str, launch, sync, reps: int, b2b: int = 0) -> None:
+    """``key`` (one launch after an idle GPU, each rep) and, with ``b2b`` > 0, ``key`` with ``_b2b`` (the mean of
+    ``b2b`` launches back to back, each rep: DC.event_times_b2b)."""
     if reps <= 0:
         return
     ms = DC.event_times(launch, reps, sync)
     rec[key] = {"median": DC.stats(ms)["median"], "all": [round(x, 5) for x in ms]}
+    if b2b > 0:
+        mb = DC.event_times_b2b(launch, reps, sync, b2b)
+        rec[key.replace("_ms", "_b2b_ms")] = {"median": DC.stats(mb)["median"], "all": [round(x, 5) for x in mb],
+                                              "launches": b2b}
+
+
+def _b2b_for(ctx, first_s: float) -> int:
+    """The back-to-back launches for the instrumented timing: none where ``b2b`` launches would take longer than
+    twice the rep limit (the fast model's long kernels)."""
+    return ctx.b2b if ctx.b2b > 0 and first_s * ctx.b2b <= 2.0 * ctx.rep_limit_s else 0
 
 
 def run_triton(ctx: Ctx, c: dict, phase) -> dict:
@@ -254,7 +266,8 @@ def run_triton(ctx: Ctx, c: dict, phase) -> dict:
     kp = _tlaunch(K, c, "plain", {**ins, **po})
     torch.cuda.synchronize()
     ref = {k: v.clone() for k, v in po.items()}
-    _timing(rec, "plain_ms", lambda: _tlaunch(K, c, "plain", {**ins, **po}), torch.cuda.synchronize, ctx.reps_plain)
+    _timing(rec, "plain_ms", lambda: _tlaunch(K, c, "plain", {**ins, **po}), torch.cuda.synchronize, ctx.reps_plain,
+            ctx.b2b)
     rec["kernel_plain"] = {"n_regs": getattr(kp, "n_regs", None), "n_spills": getattr(kp, "n_spills", None),
                            "shared": int(getattr(kp.metadata, "shared", 0) or 0),
                            "blocks_per_sm": DC.driver_blocks_per_sm(kp.function, c["threads"],
@@ -279,7 +292,8 @@ def run_triton(ctx: Ctx, c: dict, phase) -> dict:
             rec["plain_hist_total_ok"] = int(ref["h"].sum().item()) == c["n"]
         phase("hbf-timing")
         if rec["hbf_first_s"] < ctx.rep_limit_s:
-            _timing(rec, "hbf_ms", lambda: _tlaunch(K, c, "hbf", {**ins, **ho}), s.synchronize, ctx.reps_hbf)
+            _timing(rec, "hbf_ms", lambda: _tlaunch(K, c, "hbf", {**ins, **ho}), s.synchronize, ctx.reps_hbf,
+                    _b2b_for(ctx, rec["hbf_first_s"]))
     finally:
         _unregister(s, rs)
     return _finished(rec)
@@ -290,6 +304,8 @@ def _finished(rec: dict) -> dict:
     rec["status"] = _status(rec)
     if rec.get("plain_ms") and rec.get("hbf_ms"):
         rec["ratio"] = rec["hbf_ms"]["median"] / rec["plain_ms"]["median"]
+    if rec.get("plain_b2b_ms") and rec.get("hbf_b2b_ms"):
+        rec["ratio_b2b"] = rec["hbf_b2b_ms"]["median"] / rec["plain_b2b_ms"]["median"]
     return rec
 
 
@@ -416,7 +432,7 @@ def run_nvcc(ctx: Ctx, c: dict, phase) -> dict:
     torch.cuda.synchronize()
     ref = {q: v.clone() for q, v in po.items()}
     _timing(rec, "plain_ms", lambda: cudrv.launch(fp, grid, block, _nv_args(spec, {**ins, **po})),
-            torch.cuda.synchronize, ctx.reps_plain)
+            torch.cuda.synchronize, ctx.reps_plain, ctx.b2b)
     rs = _register(s, _reg_tensors(c, ins, ho), c["name"])
     try:
         before = s.counters(publish=False)["kernels"]
@@ -435,7 +451,7 @@ def run_nvcc(ctx: Ctx, c: dict, phase) -> dict:
         phase("hbf-timing")
         if rec["hbf_first_s"] < ctx.rep_limit_s:
             _timing(rec, "hbf_ms", lambda: s.launch(fh, grid, block, _nv_args(spec, {**ins, **ho}), kernel=k, binding=b),
-                    s.synchronize, ctx.reps_hbf)
+                    s.synchronize, ctx.reps_hbf, _b2b_for(ctx, rec["hbf_first_s"]))
     finally:
         _unregister(s, rs)
     return _finished(rec)
@@ -472,6 +488,7 @@ def child(a) -> None:
         # refuse that registration; this matrix is about the device path)
         ctx.keep = []
         ctx.reps_plain, ctx.reps_hbf, ctx.rep_limit_s = a.reps_plain, a.reps_hbf, a.rep_limit_s
+        ctx.b2b = a.b2b
         ctx.nv, ctx.nv_error, ctx.nv_has_hb = None, nvb.get("error", "not built"), nvb.get("hbf_has_hb_issue")
         if nvb and "error" not in nvb and any(c["kind"] == "nvcc" for c in cases):
             try:
@@ -532,6 +549,8 @@ def case_line(src: str, i: int, rec: dict) -> str:
         s += f" hbf(first, wall) {rec['hbf_first_s']:.3f} s"
     if rec.get("ratio"):
         s += f" x{rec['ratio']:.2f}"
+    if rec.get("ratio_b2b"):
+        s += f" (back to back x{rec['ratio_b2b']:.2f})"
     c = rec.get("counters") or {}
     c = c if "ops_total" in c else (next(iter(c.values()), {}) if c else {})
     ot = c.get("ops_total") or {}
@@ -550,8 +569,10 @@ def summarize(res: dict) -> dict:
         for c in cases:
             counts[c.get("status", "?")] = counts.get(c.get("status", "?"), 0) + 1
         ratios = [c["ratio"] for c in cases if c.get("ratio")]
+        ratios_b2b = [c["ratio_b2b"] for c in cases if c.get("ratio_b2b")]
         out[src] = {"counts": counts, "not_ok": {c["name"]: c.get("status") for c in cases if c.get("status") != "ok"},
                     "ratio": DC.stats(ratios) if ratios else None,
+                    "ratio_b2b": DC.stats(ratios_b2b) if ratios_b2b else None,
                     "all_ok": bool(cases) and all(c.get("status") == "ok" for c in cases)}
         ch = d.get("children") or []
         if ch and all(c.get("outcome") not in ("done", "hang", "fault", "budget") and c.get("next_start") == 0
@@ -578,6 +599,9 @@ def main() -> int:
     ap.add_argument("--reps-plain", type=int, default=5)
     ap.add_argument("--reps-hbf", type=int, default=3)
     ap.add_argument("--rep-limit-s", type=float, default=1.0, help="no instrumented reps when the checked launch took longer")
+    ap.add_argument("--b2b", type=int, default=10,
+                    help="also time this many launches back to back per rep (queued behind a GPU sleep: a workload's "
+                         "launch train, where only the first follows an idle GPU); 0: off")
     ap.add_argument("--no-nvcc", action="store_true")
     ap.add_argument("--work", default="", help="work directory (Triton/hbfcc caches) to reuse across runs; default: a new one")
     ap.add_argument("--cpu-check", action="store_true",
@@ -590,6 +614,8 @@ def main() -> int:
         a.case_timeout = 6.0 if a.quick else 10.0
     if a.budget_s is None:
         a.budget_s = 300.0 if a.quick else 540.0
+    if a.b2b < 0:
+        ap.error(f"--b2b must be >= 0 (launches back to back; 0: off), got {a.b2b}")
     if a.child:
         child(a)
         return 0
@@ -611,7 +637,7 @@ def main() -> int:
                  "gpu": DC.gpu_info(), "args": vars(a), "sources": {}}
     DC.write_json(jpath, res)
     common = ["--case-timeout", str(a.case_timeout), "--compile-timeout", str(a.compile_timeout),
-              "--reps-plain", str(a.reps_plain), "--reps-hbf", str(a.reps_hbf), "--rep-limit-s", str(a.rep_limit_s),
+              "--reps-plain", str(a.reps_plain), "--reps-hbf", str(a.reps_hbf), "--rep-limit-s", str(a.rep_limit_s), "--b2b", str(a.b2b),
               "--compile-threads", str(a.compile_threads)] + (["--quick"] if a.quick else []) + \
              (["--only", a.only] if a.only else []) + (["--no-nvcc"] if a.no_nvcc else [])
     if not a.no_nvcc:

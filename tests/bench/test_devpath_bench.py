@@ -360,3 +360,26 @@ def test_probe_kernels_compile_instrumented_and_admitted(tmp_path, monkeypatch):
     # the probes' use of the loaded value is where hbfcc waits: one wait per round, none at issue
     lat = res[repr(DC.spec_key(DCO.probe_spec()))]["hbf"]
     assert lat["waits"] == 1
+
+
+def test_back_to_back_ratio_and_its_guard():
+    import devpath_matrix as DM
+    rec = {"kernel_hbf": {"has_hb_issue": True, "admitted": True, "instrumented": True},
+           "identical": {"y": True}, "plain_ms": {"median": 0.01}, "hbf_ms": {"median": 0.05},
+           "plain_b2b_ms": {"median": 0.01}, "hbf_b2b_ms": {"median": 0.013}}
+    DM._finished(rec)
+    assert abs(rec["ratio"] - 5.0) < 1e-9 and abs(rec["ratio_b2b"] - 1.3) < 1e-9
+    res = {"sources": {"fixed0": {"cases": [dict(rec, name="a", status="ok"),
+                                            dict(rec, name="b", status="ok", ratio_b2b=None)]}}}
+    sm = DM.summarize(res)["fixed0"]
+    assert sm["ratio"]["n"] == 2 and sm["ratio_b2b"]["n"] == 1 and abs(sm["ratio_b2b"]["median"] - 1.3) < 1e-9
+    ctx = DM.Ctx()
+    ctx.b2b, ctx.rep_limit_s = 10, 1.0
+    assert DM._b2b_for(ctx, 0.001) == 10
+    assert DM._b2b_for(ctx, 0.5) == 0            # 10 launches of a 0.5 s kernel: past twice the rep limit
+    ctx.b2b = 0
+    assert DM._b2b_for(ctx, 0.001) == 0
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "devpath_matrix.py"), "--out", "/nonexistent/x",
+                        "--b2b", "-1"], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       timeout=60)
+    assert r.returncode != 0 and "--b2b" in r.stderr and "Traceback" not in r.stderr
