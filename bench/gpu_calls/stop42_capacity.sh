@@ -1,7 +1,5 @@
 #!/bin/bash
 set -u
-T0=$(date +%s); LIMIT=${LIMIT:-570}
-left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 source bench/gpu_calls/env.sh
 mkdir -p $OUT/cap
 for spec in "gen16|--parts generated --gen-gib 16 --gen-frames-gib 2 --chunk-gib 4" "rw8|--parts rw --rw-gib 8 --rw-frames-gib 1 --rw-passes 1" "sm|--parts stress,moe" "gen200|--parts generated --gen-gib ${GEN_GIB:-200} --gen-frames-gib 8 --chunk-gib 8"; do

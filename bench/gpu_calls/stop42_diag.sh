@@ -1,8 +1,6 @@
 #!/bin/bash
-# one call: TMA semantics (multicast split), the Qwen3 hang with the launch named, capacity fixed paths
+# one call: the first-wave stall A/B, TMA semantics (--mc-debug), the Qwen3 hang with the launch named, tma_triton, capacity if time is left
 set -u
-T0=$(date +%s); LIMIT=${LIMIT:-570}
-left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 source bench/gpu_calls/env.sh
 python3 -m hbfd.warmup 2>&1 | tail -2
 echo "== [$(left)s left] matrix: default, snapshot age 1 s, the validity horizon"
