@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from hbfcommon.errors import ConfigError
+
 from .controller import SEVERE
 
 NEVER = 1 << 36          # hbf_thc.h HBF_THC_HORIZON_MAX_NS: the longest horizon a device word carries (~68.7 s)
@@ -52,9 +54,11 @@ class HorizonConfig:
 
     def __post_init__(self):
         if not (0 <= self.max_ns <= NEVER):
-            raise ValueError(f"horizon max_ns must be in [0, {NEVER}]")
+            raise ConfigError(f"thermal horizon max_ns must be in [0, {NEVER}], got {self.max_ns}",
+                              field="HBFD_THERMAL_HORIZON_NS")
         if self.drift_ppm < 0 or self.margin_ns < 0:
-            raise ValueError("drift_ppm and margin_ns must be >= 0")
+            raise ConfigError(f"thermal horizon drift_ppm and margin_ns must be >= 0, got {self.drift_ppm} and "
+                              f"{self.margin_ns}", field="HBFD_THERMAL_HORIZON_DRIFT_PPM/_MARGIN_NS")
 
 
 class GpuClockRef:

@@ -175,6 +175,17 @@ def _stream(prof, op, wf, load, qd, n=12_000, seed=3):
     return g, s, sizes, list(rng.random(len(sizes)) < 0.8)
 
 
+def _runs_equal_off_and_on(monkeypatch, streams, n=20_000) -> None:
+    """Engine runs of each ``_stream`` spec with the twins off and on give the same completions and stats."""
+    for args in streams:
+        g, stream, sizes, adv = _stream(*args, n=n)
+        monkeypatch.setenv("HBFD_ACCEL", "off")
+        ref = _engine_run(g, stream, sizes, adv)
+        monkeypatch.setenv("HBFD_ACCEL", "on")
+        got = _engine_run(g, stream, sizes, adv)
+        assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0])), args
+
+
 @pytest.mark.parametrize("prof,op,wf,load,qd", STREAMS, ids=["-".join(map(str, c)) for c in STREAMS])
 def test_write_path_twins_side_by_side(monkeypatch, prof, op, wf, load, qd):
     """Each call of ``_plane_pass`` and ``_tail_plane`` in an engine run with the twins on is made again with
@@ -466,14 +477,8 @@ def test_gated_split_twin_equals_masks_and_a_change_is_seen(monkeypatch):
         calls.append(len(a[0]))
         return orig(*a)
     monkeypatch.setattr(engine_mod, "_gated_split", counted)
-    for args in (("nominal", "write", 0.0, 0.1, "profile"), ("nominal", "write", 0.0, 0.3, "profile"),
-                 ("ocp-sg2", "mixed", 0.5, 0.5, "profile")):
-        g, stream, sizes, adv = _stream(*args, n=20_000)
-        monkeypatch.setenv("HBFD_ACCEL", "off")
-        ref = _engine_run(g, stream, sizes, adv)
-        monkeypatch.setenv("HBFD_ACCEL", "on")
-        got = _engine_run(g, stream, sizes, adv)
-        assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0])), args
+    _runs_equal_off_and_on(monkeypatch, (("nominal", "write", 0.0, 0.1, "profile"),
+                                          ("nominal", "write", 0.0, 0.3, "profile"), ("ocp-sg2", "mixed", 0.5, 0.5, "profile")))
     assert calls and max(calls) >= 1000
 
     def no_max(ok, e, *f):                   # released stores ready at their arrival + t_cmd, not the gate's end
@@ -607,14 +612,8 @@ def test_pending_set_compacted_in_place_gives_the_same_results(monkeypatch):
         calls.append(n)
         return orig(self, key, a, n)
     monkeypatch.setattr(engine_mod._Bufs, "keep_prefix", counted)
-    for args in (("nominal", "write", 0.0, 0.1, "profile"), ("nominal", "write", 0.0, 0.3, "profile"),
-                 ("nominal", "mixed", 0.5, 0.5, "profile")):
-        g, stream, sizes, adv = _stream(*args, n=20_000)
-        monkeypatch.setenv("HBFD_ACCEL", "off")
-        ref = _engine_run(g, stream, sizes, adv)
-        monkeypatch.setenv("HBFD_ACCEL", "on")
-        got = _engine_run(g, stream, sizes, adv)
-        assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0])), args
+    _runs_equal_off_and_on(monkeypatch, (("nominal", "write", 0.0, 0.1, "profile"),
+                                          ("nominal", "write", 0.0, 0.3, "profile"), ("nominal", "mixed", 0.5, 0.5, "profile")))
     assert calls and max(calls) >= 1000
     g, stream, sizes, adv = _stream("nominal", "write", 0.0, 0.1, "profile", n=20_000)
     ref = _engine_run(g, stream, sizes, adv)
