@@ -859,29 +859,16 @@ def exc_record(e: BaseException) -> dict:
 # ------------------------------------------------------------------------------------------------
 # GPU-side helpers (torch + runtime_cuda; imported lazily)
 # ------------------------------------------------------------------------------------------------
-def event_times(launch: Callable[[], Any], reps: int, sync: Callable[[], None], *, sleep_cycles: int = 1_000_000) -> list[float]:
-    """CUDA-event times (ms) of `reps` launches; a torch.cuda._sleep before each keeps the host's launch
-    work (Triton's launcher, the session's launch hook) out of the events."""
+def event_times(launch: Callable[[], Any], reps: int, sync: Callable[[], None], *, n: int = 1,
+                sleep_cycles: int | None = None) -> list[float]:
+    """CUDA-event times (ms) per launch, ``reps`` times: a torch.cuda._sleep first keeps the host's launch work
+    (Triton's launcher, the session's launch hook) out of the events, then ``n`` launches between the events,
+    the mean per launch. ``n`` = 1: one launch after an idle GPU. ``n`` > 1: launches back to back, queued
+    behind a sleep long enough for the host to queue them all (default ~2 ms instead of ~0.5): a workload's
+    launch train, each later launch finding what the earlier left (a fresh thermal snapshot among it)."""
     import torch
-    ms = []
-    for _ in range(reps):
-        torch.cuda._sleep(sleep_cycles)
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        launch()
-        e1.record()
-        sync()
-        ms.append(float(e0.elapsed_time(e1)))
-    return ms
-
-
-def event_times_b2b(launch: Callable[[], Any], reps: int, sync: Callable[[], None], n: int, *,
-                    sleep_cycles: int = 4_000_000) -> list[float]:
-    """Per-launch CUDA-event times (ms) of ``n`` launches back to back, ``reps`` times: a torch.cuda._sleep long
-    enough for the host to queue all ``n`` launches behind it (~2 ms), then the events around the ``n``: the
-    kernels run one after another as in a workload, each later launch finding what the earlier left (a fresh
-    thermal snapshot among it), the first after the sleep's idle. Per repetition the mean of the ``n``."""
-    import torch
+    if sleep_cycles is None:
+        sleep_cycles = 1_000_000 if n == 1 else 4_000_000
     ms = []
     for _ in range(reps):
         torch.cuda._sleep(sleep_cycles)

@@ -232,13 +232,13 @@ def _brief_counters(d: dict) -> dict:
 
 def _timing(rec: dict, key: str, launch, sync, reps: int, b2b: int = 0) -> None:
     """``key`` (one launch after an idle GPU, each rep) and, with ``b2b`` > 0, ``key`` with ``_b2b`` (the mean of
-    ``b2b`` launches back to back, each rep: DC.event_times_b2b)."""
+    ``b2b`` launches back to back, each rep: DC.event_times with n)."""
     if reps <= 0:
         return
     ms = DC.event_times(launch, reps, sync)
     rec[key] = {"median": DC.stats(ms)["median"], "all": [round(x, 5) for x in ms]}
     if b2b > 0:
-        mb = DC.event_times_b2b(launch, reps, sync, b2b)
+        mb = DC.event_times(launch, reps, sync, n=b2b)
         rec[key.replace("_ms", "_b2b_ms")] = {"median": DC.stats(mb)["median"], "all": [round(x, 5) for x in mb],
                                               "launches": b2b}
 
