@@ -36,6 +36,7 @@ HBF_MAX_KERNEL_SLOTS = 1024
 HBF_ACT_PERIOD_NS = 1_000_000        # hbf_activity: at most one GPU publication per millisecond
 HBF_ACT_SLOTS_PER_FLUSH = 4          # kernel slots summed per publication
 HBF_ACT_MIN_RUN_NS = 2_000_000       # ... and only once the latest launched kernel has run 2 ms
+HBF_THC_HORIZON_MAX_NS = 1 << 36     # hbf_thc.h: the longest validity horizon a thermal word carries (~68.7 s)
 
 # request states: the values of hbfcommon.status.RequestStatus (the one definition), under their C names
 HBF_ST_PENDING = int(RequestStatus.PENDING)

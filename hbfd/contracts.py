@@ -235,6 +235,10 @@ class NoThermal:
     def set_override(self, obj: Any) -> Any:
         raise no_override(self.name)
 
+    def horizon_hint_ns(self) -> int:
+        """The validity horizon's hint (hbfd/thermal/horizon.py): the state never changes."""
+        return ctl.HBF_THC_HORIZON_MAX_NS
+
 
 class NoRefresh:
     """No retention model: no debt, no ledger; range registrations and reads are not tracked."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hbfcommon import rpc
+from hbfcommon import ctl, rpc
 from hbfcommon.env import env_bool, env_int
 from hbfcommon.errors import ConfigError
 
@@ -81,7 +81,7 @@ def thermal_horizon() -> dict:
     ``$HBFD_THERMAL_HORIZON_DRIFT_PPM`` (default 200) and ``$HBFD_THERMAL_HORIZON_MARGIN_NS`` (default 50 us):
     the clock margin subtracted from every horizon. The keyword arguments of hbfd.thermal.horizon.HorizonConfig."""
     return dict(enabled=env_bool("HBFD_THERMAL_HORIZON", False),
-                max_ns=env_int("HBFD_THERMAL_HORIZON_NS", 50_000_000, lo=0, hi=1 << 36),
+                max_ns=env_int("HBFD_THERMAL_HORIZON_NS", 50_000_000, lo=0, hi=ctl.HBF_THC_HORIZON_MAX_NS),
                 drift_ppm=env_int("HBFD_THERMAL_HORIZON_DRIFT_PPM", 200, lo=0, hi=1_000_000),
                 margin_ns=env_int("HBFD_THERMAL_HORIZON_MARGIN_NS", 50_000, lo=0))
 

@@ -35,11 +35,12 @@ from typing import Any
 
 import numpy as np
 
+from hbfcommon import ctl
 from hbfcommon.errors import ConfigError
 
 from .controller import SEVERE
 
-NEVER = 1 << 36          # hbf_thc.h HBF_THC_HORIZON_MAX_NS: the longest horizon a device word carries (~68.7 s)
+NEVER = ctl.HBF_THC_HORIZON_MAX_NS   # the longest horizon a device word carries (~68.7 s): "nothing can change"
 
 
 @dataclass(frozen=True)
@@ -165,12 +166,12 @@ class HorizonGate:
 # ---- hbfd's publication (the control tick calls this; tests call it with a simulated clock) -----------------
 def service_hint_ns(thermal, refresh_name: str, state) -> int:
     """How long the model says the contract words cannot change: 0 in Severe/Shutdown; the thermal service's
-    ``horizon_hint_ns()`` when it has one; no thermal model: never -- and never at all only without a refresh
-    model too (the debt may grow: NEVER - 1, which the gate caps)."""
+    ``horizon_hint_ns()`` when it has one (no thermal model: NEVER), else 0 -- and never at all only without a
+    refresh model too (the debt may grow: NEVER - 1, which the gate caps)."""
     if int(state.mode) >= SEVERE:
         return 0
     f = getattr(thermal, "horizon_hint_ns", None)
-    h = int(f()) if f is not None else (NEVER if getattr(thermal, "name", "") == "none" else 0)
+    h = int(f()) if f is not None else 0
     if refresh_name != "none":
         h = min(h, NEVER - 1)
     return h

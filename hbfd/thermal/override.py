@@ -113,9 +113,8 @@ class OperatorOverrideThermal:
         if self._ov is not None:
             return 0 if self._ov["mode"] >= SEVERE else NEVER - 1
         f = getattr(self.base, "horizon_hint_ns", None)
-        if f is not None:
-            return int(f())
-        return NEVER - 1 if self.base.name == "none" else 0
+        # an override may come at any tick: never "nothing can change" (NEVER), so the gate caps the horizon
+        return min(int(f()), NEVER - 1) if f is not None else 0
 
     def summary_section(self) -> dict[str, Any]:
         sec = dict(self.base.summary_section())

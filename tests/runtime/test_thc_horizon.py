@@ -119,3 +119,12 @@ def test_a_stamp_far_ahead_is_stale_and_near_ahead_is_fresh(thc):
     assert f1 and s1 < 0 and a1 == 0
     assert f2 and st2 <= now + HMAX - 1_000_000 and s2 < 0
     assert f3 and s3 == ((1 << 49) // 1024 + 5) * 1024
+
+
+def test_python_mirror_of_the_horizon_bound():
+    """hbfcommon.ctl.HBF_THC_HORIZON_MAX_NS (hbfd's NEVER and its knob's bound) is hbf_thc.h's."""
+    import re
+    from hbfcommon import ctl
+    m = re.search(r"#define\s+HBF_THC_HORIZON_MAX_NS\s+\(1ull\s*<<\s*(\d+)\)", (INCLUDE / "hbf_thc.h").read_text())
+    assert m, "HBF_THC_HORIZON_MAX_NS not found in hbf_thc.h"
+    assert ctl.HBF_THC_HORIZON_MAX_NS == 1 << int(m.group(1))
