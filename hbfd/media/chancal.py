@@ -5,8 +5,11 @@ and a late transaction does not hold the channel for earlier-ready ones.
 Exact definition (the twin, tests/media/twin_ref.py and the device's ``HBF_CHAN_CALENDAR`` build compute the
 same integers):
 
-* quantum ``Q = max(1, ceil(64 * 1e9 / channel_bytes_per_s))`` ns: one 64 B sector's transfer time at full
-  rate, rounded up (:func:`quantum_ns`). Quantum ``k`` is the channel time ``[k Q, (k + 1) Q)``.
+* quantum ``Q`` ns (``QUANTUM_NS`` = 1 by default: the model's time base; quantum ``k`` is the channel time
+  ``[k Q, (k + 1) Q)``). A coarser quantum rounds every transfer up to whole quanta and the channel loses that
+  capacity: one 64 B sector's time rounded up (:func:`sector_quantum_ns`: SG1 2 ns for 1.33) took 512 B
+  transfers from 10.67 to 12 ns, the twin's MoE bandwidth -8 % at 100-200 % load (docs/RESULTS.md "Issue 14:
+  the channel calendar").
 * a transfer of ``xfer`` ns (thermally scaled) takes ``n = min(ceil(xfer / Q), 64 (W - 1))`` consecutive
   quanta (the cap: a transfer longer than the ring, a throttle below ~0.01 % at the default ring, is out of
   model: it holds the channel for the cap only).
@@ -37,14 +40,15 @@ from hbfd import accel
 
 from .geometry import SECTOR_BYTES
 
-__all__ = ["RING_WORDS", "quantum_ns", "CHANNEL_ORDERS"]
+__all__ = ["RING_WORDS", "QUANTUM_NS", "sector_quantum_ns", "CHANNEL_ORDERS"]
 
-RING_WORDS = 8192                 # words per channel ring (64 quanta each): SG1 (Q = 2 ns) 1.05 ms, nominal 2.1 ms
+RING_WORDS = 16384                # words per channel ring (64 quanta each): at 1 ns quanta a 1.05 ms window
+QUANTUM_NS = 1
 CHANNEL_ORDERS = ("arrival", "calendar")
 
 
-def quantum_ns(channel_bytes_per_s: int) -> int:
-    """One 64 B sector's transfer time at full rate, rounded up, at least 1 ns."""
+def sector_quantum_ns(channel_bytes_per_s: int) -> int:
+    """One 64 B sector's transfer time at full rate, rounded up, at least 1 ns (a coarser quantum, measured)."""
     return max(1, -(-SECTOR_BYTES * 1_000_000_000 // int(channel_bytes_per_s)))
 
 

@@ -100,7 +100,7 @@ class DeviceModelTwin:
     max_fixed_point_iterations = 8     # then the stepped solver (exact too) for the channels still moving
 
     def __init__(self, geometry: MediaGeometry, *, trace: bool = False, channel_order: str = "arrival",
-                 ring_words: int = chancal.RING_WORDS) -> None:
+                 ring_words: int = chancal.RING_WORDS, quantum_ns: int = chancal.QUANTUM_NS) -> None:
         g = self.g = geometry
         if channel_order not in chancal.CHANNEL_ORDERS:
             raise ConfigError(f"device-model twin: channel_order {channel_order!r}: must be one of "
@@ -114,7 +114,11 @@ class DeviceModelTwin:
         # (hbfd/media/chancal.py; the device's HBF_CHAN_CALENDAR build)
         self.channel_order = channel_order
         self.ring_words = ring_words
-        self.quantum_ns = chancal.quantum_ns(g.channel_bytes_per_s)
+        quantum_ns = int(quantum_ns)
+        if quantum_ns < 1:
+            raise ConfigError(f"device-model twin: quantum_ns {quantum_ns}: must be >= 1", field="quantum_ns",
+                              value=quantum_ns)
+        self.quantum_ns = quantum_ns
         self.rings = chancal.new_rings(g.channels, ring_words) if channel_order == "calendar" else None
         # trace (analysis): every channel transfer as (channel, start, end) arrays per batch
         self.transfers: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = [] if trace else None

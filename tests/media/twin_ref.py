@@ -9,7 +9,7 @@ one, which move back by its tR (the queued programs end at prog_free - k tPROG).
 3 cp.async. Returns each request's completion time (ns), in input order.
 
 ``channel_order="calendar"`` (hbfd/media/chancal.py, docs/design.md §3.9): instead of one tail per channel,
-each channel's time in quanta of Q = max(1, ceil(64e9 / channel_bytes_per_s)) ns, a ring of ``ring_words``
+each channel's time in quanta of Q ns (``quantum_ns``), a ring of ``ring_words``
 words of 64 quanta (state "rings": per channel {slot: [word, set of taken quanta]}), taken first-fit at the
 data-ready time: a read at its data ready, a store's data-in at its buffer-free time, an atomic's data-in at
 its read's completion + t_cmd; the transfer starts at the first quantum taken. Written one quantum at a time.
@@ -17,11 +17,11 @@ its read's completion + t_cmd; the transfer starts at the first quantum taken. W
 from __future__ import annotations
 
 
-def device_model(g, requests, state=None, channel_order="arrival", ring_words=8192):
+def device_model(g, requests, state=None, channel_order="arrival", ring_words=16384, quantum_ns=1):
     C, D, B = g.channels, g.dies_per_channel, g.planes_per_die
     if state is None:
         state = {}
-    Q = max(1, -(-64 * 1_000_000_000 // g.channel_bytes_per_s))      # the calendar's quantum (ns)
+    Q = quantum_ns                                                     # the calendar's quantum (ns)
     rings = state.setdefault("rings", [{} for _ in range(C)])          # per channel: slot -> [word, taken]
 
     def free(c, k):                            # quantum k of channel c: its word's slot stale, or not taken
@@ -32,8 +32,12 @@ def device_model(g, requests, state=None, channel_order="arrival", ring_words=81
     def claim(c, ready, xfer):                 # first fit at ready: the transfer's start
         n = max(1, min(-(-xfer // Q), 64 * (ring_words - 1)))
         k = -(-ready // Q)
-        while not all(free(c, k + j) for j in range(n)):
-            k += 1
+        j = 0
+        while j < n:                           # (a taken quantum k + j: no start in k .. k + j fits)
+            if free(c, k + j):
+                j += 1
+            else:
+                k, j = k + j + 1, 0
         for j in range(k, k + n):
             word = j // 64
             e = rings[c].get(word % ring_words)
