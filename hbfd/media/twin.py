@@ -53,6 +53,12 @@ iterated from a lower bound of the acks to their fixed point, which is the exact
 (both stages are monotone and every value depends only on earlier transactions). Only a channel
 and its own planes interact, so only channels whose acks still change are recomputed.
 
+``channel_order="calendar"`` (an option; the default "arrival" is the above, the device's build): the channel is a
+per-channel slot calendar taken first-fit at each transaction's data-ready time (stores at their buffer-free
+time, no senses' frame), defined in ``hbfd/media/chancal.py``; the timing is then one compiled pass in arrival
+order (``chancal._calendar_pass``) after the vectorized buffer logic. Measured against the engine (docs/RESULTS.md
+"Issue 14: the channel calendar (CPU, 2026-12-06)"): no overlap, the same agreement.
+
 State carried across ``run`` calls (sense_free, prog_free, chan_free, the buffers): feeding a time-ordered stream
 in batches gives the one-batch result.
 """
