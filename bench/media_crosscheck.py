@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 from hbfcommon.profile import MAX_DIE_QUEUE_SLOTS, load_profile  # noqa: E402
+from hbfd.media.chancal import CHANNEL_ORDERS, QUANTUM_NS, sector_quantum_ns  # noqa: E402
 from hbfd.media.crosscheck import TOLERANCE, compare, engine_has_page_buffers  # noqa: E402
 from hbfd.media.geometry import MediaGeometry  # noqa: E402
 from hbfd.media.streams import ARRIVALS, KINDS, make_stream  # noqa: E402
@@ -72,10 +73,14 @@ def geometries(queue_depth: str = "unbounded") -> dict[str, tuple[MediaGeometry,
 
 
 def _case(args):
-    gname, g, kind, load, arrivals, n, seed, engine_batch = args
+    gname, g, kind, load, arrivals, n, seed, engine_batch, channel_order, quantum = args
     batch = make_stream(kind, g, n, load=load, arrivals=arrivals, seed=seed)
-    r = compare(g, batch, engine_batch=engine_batch, clock=time.process_time)
-    r.update(geometry=gname, stream=kind, load=load, arrivals=arrivals, seed=seed, engine_batch=engine_batch)
+    kw = {}
+    if channel_order == "calendar":
+        kw["quantum_ns"] = sector_quantum_ns(g.channel_bytes_per_s) if quantum == "sector" else int(quantum)
+    r = compare(g, batch, engine_batch=engine_batch, clock=time.process_time, channel_order=channel_order, **kw)
+    r.update(geometry=gname, stream=kind, load=load, arrivals=arrivals, seed=seed, engine_batch=engine_batch,
+             channel_order=channel_order, **kw)
     return r
 
 
@@ -122,6 +127,11 @@ def main(argv=None) -> int:
                     help="die queue depth: unbounded (the one semantics, default) or each profile's (the "
                          "engine-only admission limit; its effect)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="stream kinds (comma-separated)")
+    ap.add_argument("--channel-order", choices=CHANNEL_ORDERS, default="arrival",
+                    help="the twin's channel order (docs/design.md §3.9): arrival (the device's default build) or "
+                         "calendar (first fit at data ready, HBF_CHAN_CALENDAR)")
+    ap.add_argument("--quantum", default=str(QUANTUM_NS),
+                    help="the calendar's quantum: ns (default 1) or 'sector' (one 64 B sector's time, rounded up)")
     ap.add_argument("--engine-batch", type=int, default=16384,
                     help="requests per engine submit (the daemon's ring scans give small ones; default 16384)")
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/media_crosscheck.json, "
@@ -146,9 +156,13 @@ def main(argv=None) -> int:
     if args.engine_batch < 1:
         print("media_crosscheck: --engine-batch must be >= 1", file=sys.stderr)
         return 2
-    cases = [(gn, g, k, ld, ar, args.requests, args.seed, args.engine_batch)
+    if args.quantum != "sector" and not (args.quantum.isdigit() and int(args.quantum) >= 1):
+        print("media_crosscheck: --quantum must be a whole number of ns >= 1 or 'sector'", file=sys.stderr)
+        return 2
+    cases = [(gn, g, k, ld, ar, args.requests, args.seed, args.engine_batch, args.channel_order, args.quantum)
              for gn, (g, _) in geos.items() for k in kinds for ld in loads for ar in arrivals]
-    print(f"media cross-check ({label}): {len(cases)} cases x {args.requests} requests, {args.jobs} jobs",
+    print(f"media cross-check ({label}, twin channel order {args.channel_order}): {len(cases)} cases x "
+          f"{args.requests} requests, {args.jobs} jobs",
           file=sys.stderr)
     print(HEADER)
     rows = []
@@ -175,7 +189,8 @@ def main(argv=None) -> int:
         "command": "PYTHONPATH=$PWD .venv/bin/python bench/media_crosscheck.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "tolerance": TOLERANCE, "requests_per_case": args.requests, "seed": args.seed,
-        "queue_depth": args.queue_depth, "engine_batch": args.engine_batch,
+        "queue_depth": args.queue_depth, "engine_batch": args.engine_batch, "channel_order": args.channel_order,
+        "quantum": args.quantum if args.channel_order == "calendar" else None,
         "geometries": {gn: {"source": src, **g.to_dict(), "read_bound_bytes_per_s": g.read_bound_bytes_per_s}
                        for gn, (g, src) in geos.items()},
         "summary": summ, "cases": rows,

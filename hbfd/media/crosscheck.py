@@ -29,9 +29,11 @@ from .twin import DeviceModelTwin
 TOLERANCE = {"bandwidth": 0.05, "p50": 0.10, "p99": 0.10}
 
 
-def run_twin(g: MediaGeometry, batch: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
-    """Completion times (input order) and the twin's counts."""
-    tw = DeviceModelTwin(g)
+def run_twin(g: MediaGeometry, batch: np.ndarray, channel_order: str = "arrival",
+             **twin_options: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    """Completion times (input order) and the twin's counts (``channel_order``, ``twin_options``:
+    ``DeviceModelTwin``'s)."""
+    tw = DeviceModelTwin(g, channel_order=channel_order, **twin_options)
     return tw.run_batch(batch), dict(tw.counts)
 
 
@@ -106,15 +108,17 @@ def metrics(batch: np.ndarray, done: np.ndarray) -> dict[str, float]:
 
 
 def compare(g: MediaGeometry, batch: np.ndarray, engine_batch: int = 16384,
-            clock: Callable[[], float] | None = None) -> dict[str, Any]:
+            clock: Callable[[], float] | None = None, channel_order: str = "arrival",
+            **twin_options: Any) -> dict[str, Any]:
     """Both models on ``batch`` (module doc). ``clock`` (e.g. ``time.process_time``, from a bench):
-    each model's run time is reported as ``info.cpu_s``."""
+    each model's run time is reported as ``info.cpu_s``. ``channel_order``, ``twin_options``: the twin's
+    (``DeviceModelTwin``)."""
     lb = lower_bounds(g, batch)
     span_lb = max(lb["channel_ns"], lb["plane_ns"])
     out: dict[str, Any] = {"requests": len(batch), "bytes": int(batch["bytes"].astype(np.int64).sum()),
                            "lower_bounds": lb,
                            "bound_bytes_per_s": float(batch["bytes"].astype(np.int64).sum()) * 1e9 / max(1, span_lb)}
-    for name, fn in (("twin", run_twin), ("engine", lambda g_, b_: run_engine(g_, b_, engine_batch))):
+    for name, fn in (("twin", lambda g_, b_: run_twin(g_, b_, channel_order, **twin_options)), ("engine", lambda g_, b_: run_engine(g_, b_, engine_batch))):
         t0 = clock() if clock else 0.0
         done, info = fn(g, batch)
         if clock:

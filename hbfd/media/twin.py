@@ -53,6 +53,12 @@ iterated from a lower bound of the acks to their fixed point, which is the exact
 (both stages are monotone and every value depends only on earlier transactions). Only a channel
 and its own planes interact, so only channels whose acks still change are recomputed.
 
+``channel_order="calendar"`` (an option; the default "arrival" is the above, the device's build): the channel is a
+per-channel slot calendar taken first-fit at each transaction's data-ready time (stores at their buffer-free
+time, no senses' frame), defined in ``hbfd/media/chancal.py``; the timing is then one compiled pass in arrival
+order (``chancal._calendar_pass``) after the vectorized buffer logic. Measured against the engine (docs/RESULTS.md
+"Issue 14: the channel calendar (CPU, 2026-12-06)"): no overlap, the same agreement.
+
 State carried across ``run`` calls (sense_free, prog_free, chan_free, the buffers): feeding a time-ordered stream
 in batches gives the one-batch result.
 """
@@ -65,6 +71,7 @@ import numpy as np
 from hbfcommon.abi import HBF_OP_ATOMIC, HBF_OP_CPASYNC, HBF_OP_LOAD, HBF_OP_STORE
 from hbfcommon.errors import ConfigError
 
+from . import chancal
 from .geometry import PAGE_BYTES, SECTOR_BYTES, MediaError, MediaGeometry
 from .lindley import segment_ends, segment_starts, segmented_fcfs
 
@@ -98,8 +105,27 @@ class DeviceModelTwin:
 
     max_fixed_point_iterations = 8     # then the stepped solver (exact too) for the channels still moving
 
-    def __init__(self, geometry: MediaGeometry, *, trace: bool = False) -> None:
+    def __init__(self, geometry: MediaGeometry, *, trace: bool = False, channel_order: str = "arrival",
+                 ring_words: int = chancal.RING_WORDS, quantum_ns: int = chancal.QUANTUM_NS) -> None:
         g = self.g = geometry
+        if channel_order not in chancal.CHANNEL_ORDERS:
+            raise ConfigError(f"device-model twin: channel_order {channel_order!r}: must be one of "
+                              f"{', '.join(chancal.CHANNEL_ORDERS)}", field="channel_order", value=channel_order)
+        ring_words = int(ring_words)
+        if ring_words < 2 or ring_words & (ring_words - 1):
+            raise ConfigError(f"device-model twin: ring_words {ring_words}: must be a power of two >= 2",
+                              field="ring_words", value=ring_words)
+        # the channel order (docs/design.md §3.9): "arrival", slots reserved in arrival order at the no-wait
+        # time (the device's default build); "calendar", each channel's quanta taken first-fit at data ready
+        # (hbfd/media/chancal.py; the device's HBF_CHAN_CALENDAR build)
+        self.channel_order = channel_order
+        self.ring_words = ring_words
+        quantum_ns = int(quantum_ns)
+        if quantum_ns < 1:
+            raise ConfigError(f"device-model twin: quantum_ns {quantum_ns}: must be >= 1", field="quantum_ns",
+                              value=quantum_ns)
+        self.quantum_ns = quantum_ns
+        self.rings = chancal.new_rings(g.channels, ring_words) if channel_order == "calendar" else None
         # trace (analysis): every channel transfer as (channel, start, end) arrays per batch
         self.transfers: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = [] if trace else None
         self.P = g.page_buffers_per_plane
@@ -266,97 +292,101 @@ class DeviceModelTwin:
         vi = np.flatnonzero(virt)
         vready[vi] = self.buf_ready[v_pl[op_[vi]], v_sl[op_[vi]]]
 
-        # ---- plane events (misses, programs) in plane order; channel jobs in transaction order
-        ev = np.flatnonzero(miss | ((skind == _W) & ~virt))
-        ev_tx = acc_s[ev]
-        ev_w = skind[ev] == _W
-        ev_pl = spl[ev]
-        ev_serv = np.where(ev_w, prog[ev_tx], t_read[ev_tx])
-        ev_rdy0 = ta[ev_tx] + g.t_cmd_ns
-        rd = np.flatnonzero(real_r)                          # real reads (sorted-access index)
-        rd_tx = acc_s[rd]
-        oc = np.argsort(ch, kind="stable")
-        ch_s = ch[oc]
-        serv_tx = np.where(is_atomic, 2 * xfer + g.t_cmd_ns, xfer)   # an atomic: read, t_cmd, data-in
-        serv = serv_tx[oc]
-        # the acks' lower bound: data-in of an idle channel (atomic: after its read's idle transfer)
-        ack = np.where(is_atomic, ta + 2 * (g.t_cmd_ns + xfer), ta + g.t_cmd_ns + xfer)
-        st_only = top == HBF_OP_STORE
-        st_shift = np.where(st_only, t_read, 0)              # a store's slot: tR ahead of its data-in
-        # a store's data-in needs a free page buffer of its plane: the B buffers hold the running and queued
-        # programs' data, which end at P - k tPROG: one is free from P - (B - 1) tPROG
-        buf_hold = (self.P - 1) * g.t_prog_ns
-        st_ev = np.flatnonzero(ev_w & st_only[ev_tx])
-        ev_first = np.ones(len(ev), bool)
-        ev_first[1:] = ev_pl[1:] != ev_pl[:-1]
-        ev_ack_idx = np.flatnonzero(ev_w)
-        sense_end_acc = np.zeros(M, np.int64)
-        iters = 0
-        active_ch = None                                     # None: all channels
-        d_tx = np.zeros(T, np.int64)
-        slot_tx = np.zeros(T, np.int64)                      # channel slot ends (what the channel carries)
-        pe_last = np.zeros(len(ev), np.int64)
-        ev_sf = np.zeros(len(ev), np.int64)                  # the plane's sense / program tails after each event
-        ev_pf = np.zeros(len(ev), np.int64)
-        while True:
-            iters += 1
-            ev_rdy = ev_rdy0.copy()
-            ev_rdy[ev_ack_idx] = ack[ev_tx[ev_ack_idx]]
-            if active_ch is None:
-                pe_last, ev_sf, ev_pf = self._plane_events(ev_rdy, ev_serv, ev_pl, ev_w)
-            else:       # only the channels whose acks changed (a channel and its planes interact alone)
-                i_ev = np.flatnonzero(np.isin(ch[ev_tx], active_ch))
-                pe_last[i_ev], ev_sf[i_ev], ev_pf[i_ev] = self._plane_events(ev_rdy[i_ev], ev_serv[i_ev],
-                                                                             ev_pl[i_ev], ev_w[i_ev])
-            sense_end_acc[ev] = pe_last
-            # read data-ready: a miss at its sense end, a hit at max(a + t_cmd, its source's ready)
-            src_ready = np.where(virt, vready, sense_end_acc)
-            rready = np.where(hit[rd], np.maximum(ta[rd_tx] + g.t_cmd_ns, src_ready[src[rd]]), sense_end_acc[rd])
-            jready = ta + g.t_cmd_ns                         # stores: data-in from arrival + t_cmd, once a
-            if len(st_ev):                                   # page buffer of the plane is free (backpressure)
-                pb = np.where(ev_first[st_ev], self.prog_free[ev_pl[st_ev]], ev_pf[np.maximum(st_ev - 1, 0)])
-                jready[ev_tx[st_ev]] = np.maximum(jready[ev_tx[st_ev]], pb - buf_hold)
-            jready[rd_tx] = rready
-            # the channel slot is reserved in arrival order at the no-wait ready time (a sense: a + t_cmd + tR;
-            # a hit: its buffer's ready, at most that; a store: in the senses' frame, a + t_cmd + tR, whatever
-            # its page buffer wait, its data-in at max(slot - tR, buffer free)); the transfer at max(slot, data ready)
-            nowait = ta + g.t_cmd_ns + st_shift
-            nw_sense = ta[rd_tx] + g.t_cmd_ns + t_read[rd_tx]
-            nowait[rd_tx] = np.where(miss[rd], nw_sense, np.minimum(rready, nw_sense))
-            if active_ch is None:
-                slot_tx[oc] = segmented_fcfs(nowait[oc], serv, ch_s, self.chan_free)
-            else:
-                ij = np.flatnonzero(np.isin(ch_s, active_ch))
-                slot_tx[oc[ij]] = segmented_fcfs(nowait[oc[ij]], serv[ij], ch_s[ij], self.chan_free)
-            d_tx = np.maximum(slot_tx - serv_tx - st_shift, jready) + serv_tx
-            if not has_w.any():
-                break
-            new_ack = np.where(has_w, d_tx, ack)
-            changed = new_ack != ack
-            if not changed.any():
-                break
-            active_ch = np.unique(ch[changed])
-            ack = new_ack
-            if iters == self.max_fixed_point_iterations:
-                # a long chain (writes far beyond what the planes sustain): the exact acks of the
-                # channels still moving, one transaction per channel per step; the next pass is exact
-                r_acc = np.full(T, -1, np.int64)
-                r_acc[rd_tx] = rd
-                ack = self._stepped_acks(active_ch, oc, ch_s, ta, plane, t_read, serv_tx, prog, has_w, r_acc,
-                                         hit, miss, src, vready, ack, st_shift, buf_hold)
-                self.counts["stepped_channels"] += len(active_ch)
-        self.counts["fixed_point_iterations"] += iters
-        self.counts["max_iterations"] = max(self.counts["max_iterations"], iters)
+        if self.channel_order == "calendar":
+            d_tx, sense_end_acc = self._timing_calendar(ta, ch, plane, top, t_read, xfer, prog, acc_s, real_r, miss,
+                                                        src, vready, virt)
+        else:
+            # ---- plane events (misses, programs) in plane order; channel jobs in transaction order
+            ev = np.flatnonzero(miss | ((skind == _W) & ~virt))
+            ev_tx = acc_s[ev]
+            ev_w = skind[ev] == _W
+            ev_pl = spl[ev]
+            ev_serv = np.where(ev_w, prog[ev_tx], t_read[ev_tx])
+            ev_rdy0 = ta[ev_tx] + g.t_cmd_ns
+            rd = np.flatnonzero(real_r)                          # real reads (sorted-access index)
+            rd_tx = acc_s[rd]
+            oc = np.argsort(ch, kind="stable")
+            ch_s = ch[oc]
+            serv_tx = np.where(is_atomic, 2 * xfer + g.t_cmd_ns, xfer)   # an atomic: read, t_cmd, data-in
+            serv = serv_tx[oc]
+            # the acks' lower bound: data-in of an idle channel (atomic: after its read's idle transfer)
+            ack = np.where(is_atomic, ta + 2 * (g.t_cmd_ns + xfer), ta + g.t_cmd_ns + xfer)
+            st_only = top == HBF_OP_STORE
+            st_shift = np.where(st_only, t_read, 0)              # a store's slot: tR ahead of its data-in
+            # a store's data-in needs a free page buffer of its plane: the B buffers hold the running and queued
+            # programs' data, which end at P - k tPROG: one is free from P - (B - 1) tPROG
+            buf_hold = (self.P - 1) * g.t_prog_ns
+            st_ev = np.flatnonzero(ev_w & st_only[ev_tx])
+            ev_first = np.ones(len(ev), bool)
+            ev_first[1:] = ev_pl[1:] != ev_pl[:-1]
+            ev_ack_idx = np.flatnonzero(ev_w)
+            sense_end_acc = np.zeros(M, np.int64)
+            iters = 0
+            active_ch = None                                     # None: all channels
+            d_tx = np.zeros(T, np.int64)
+            slot_tx = np.zeros(T, np.int64)                      # channel slot ends (what the channel carries)
+            pe_last = np.zeros(len(ev), np.int64)
+            ev_sf = np.zeros(len(ev), np.int64)                  # the plane's sense / program tails after each event
+            ev_pf = np.zeros(len(ev), np.int64)
+            while True:
+                iters += 1
+                ev_rdy = ev_rdy0.copy()
+                ev_rdy[ev_ack_idx] = ack[ev_tx[ev_ack_idx]]
+                if active_ch is None:
+                    pe_last, ev_sf, ev_pf = self._plane_events(ev_rdy, ev_serv, ev_pl, ev_w)
+                else:       # only the channels whose acks changed (a channel and its planes interact alone)
+                    i_ev = np.flatnonzero(np.isin(ch[ev_tx], active_ch))
+                    pe_last[i_ev], ev_sf[i_ev], ev_pf[i_ev] = self._plane_events(ev_rdy[i_ev], ev_serv[i_ev],
+                                                                                 ev_pl[i_ev], ev_w[i_ev])
+                sense_end_acc[ev] = pe_last
+                # read data-ready: a miss at its sense end, a hit at max(a + t_cmd, its source's ready)
+                src_ready = np.where(virt, vready, sense_end_acc)
+                rready = np.where(hit[rd], np.maximum(ta[rd_tx] + g.t_cmd_ns, src_ready[src[rd]]), sense_end_acc[rd])
+                jready = ta + g.t_cmd_ns                         # stores: data-in from arrival + t_cmd, once a
+                if len(st_ev):                                   # page buffer of the plane is free (backpressure)
+                    pb = np.where(ev_first[st_ev], self.prog_free[ev_pl[st_ev]], ev_pf[np.maximum(st_ev - 1, 0)])
+                    jready[ev_tx[st_ev]] = np.maximum(jready[ev_tx[st_ev]], pb - buf_hold)
+                jready[rd_tx] = rready
+                # the channel slot is reserved in arrival order at the no-wait ready time (a sense: a + t_cmd + tR;
+                # a hit: its buffer's ready, at most that; a store: in the senses' frame, a + t_cmd + tR, whatever
+                # its page buffer wait, its data-in at max(slot - tR, buffer free)); the transfer at max(slot, data ready)
+                nowait = ta + g.t_cmd_ns + st_shift
+                nw_sense = ta[rd_tx] + g.t_cmd_ns + t_read[rd_tx]
+                nowait[rd_tx] = np.where(miss[rd], nw_sense, np.minimum(rready, nw_sense))
+                if active_ch is None:
+                    slot_tx[oc] = segmented_fcfs(nowait[oc], serv, ch_s, self.chan_free)
+                else:
+                    ij = np.flatnonzero(np.isin(ch_s, active_ch))
+                    slot_tx[oc[ij]] = segmented_fcfs(nowait[oc[ij]], serv[ij], ch_s[ij], self.chan_free)
+                d_tx = np.maximum(slot_tx - serv_tx - st_shift, jready) + serv_tx
+                if not has_w.any():
+                    break
+                new_ack = np.where(has_w, d_tx, ack)
+                changed = new_ack != ack
+                if not changed.any():
+                    break
+                active_ch = np.unique(ch[changed])
+                ack = new_ack
+                if iters == self.max_fixed_point_iterations:
+                    # a long chain (writes far beyond what the planes sustain): the exact acks of the
+                    # channels still moving, one transaction per channel per step; the next pass is exact
+                    r_acc = np.full(T, -1, np.int64)
+                    r_acc[rd_tx] = rd
+                    ack = self._stepped_acks(active_ch, oc, ch_s, ta, plane, t_read, serv_tx, prog, has_w, r_acc,
+                                             hit, miss, src, vready, ack, st_shift, buf_hold)
+                    self.counts["stepped_channels"] += len(active_ch)
+            self.counts["fixed_point_iterations"] += iters
+            self.counts["max_iterations"] = max(self.counts["max_iterations"], iters)
 
-        # ---- carried state
-        if len(ev):
-            est = segment_starts(ev_pl)
-            eend = segment_ends(est, len(ev))
-            self.sense_free[ev_pl[eend]] = ev_sf[eend]
-            self.prog_free[ev_pl[eend]] = ev_pf[eend]
-        cst = segment_starts(ch_s)
-        cend = segment_ends(cst, T)
-        self.chan_free[ch_s[cend]] = slot_tx[oc[cend]]
+            # ---- carried state
+            if len(ev):
+                est = segment_starts(ev_pl)
+                eend = segment_ends(est, len(ev))
+                self.sense_free[ev_pl[eend]] = ev_sf[eend]
+                self.prog_free[ev_pl[eend]] = ev_pf[eend]
+            cst = segment_starts(ch_s)
+            cend = segment_ends(cst, T)
+            self.chan_free[ch_s[cend]] = slot_tx[oc[cend]]
         src_ready = np.where(virt, vready, sense_end_acc)
         last_ready = np.where(skind == _R, src_ready[np.maximum(src, 0)], 0)  # ready of a valid access's buffer
         ps = segment_starts(spl)
@@ -387,11 +417,42 @@ class DeviceModelTwin:
         hi_ = np.flatnonzero(hit)
         c["coalesced"] += int((src_ready[src[hi_]] > ta[acc_s[hi_]] + g.t_cmd_ns).sum())
         c["writes"] += int(has_w.sum())
-        if self.transfers is not None:
+        if self.transfers is not None and self.channel_order == "arrival":
             self.transfers.append((ch.copy(), d_tx - serv_tx, d_tx.copy()))
         if T == n:
             return np.maximum(d_tx, a)
         return np.maximum(np.maximum.reduceat(d_tx, segment_starts(req)), a)
+
+    def _timing_calendar(self, ta, ch, plane, top, t_read, xfer, prog, acc_s, real_r, miss, src, vready, virt):
+        """The timing with the channel calendar (``chancal._calendar_pass``: the planes and the claims, one
+        transaction at a time): (completion per transaction, sense end / carried ready per sorted access)."""
+        g = self.g
+        T = len(ta)
+        rd = np.flatnonzero(real_r)
+        rd_tx = acc_s[rd]
+        r_acc = np.full(T, -1, np.int64)
+        r_acc[rd_tx] = rd
+        miss_tx = np.zeros(T, np.uint8)
+        miss_tx[rd_tx] = miss[rd]
+        src_tx = np.full(T, -1, np.int64)
+        src_tx[rd_tx] = src[rd]
+        kind = np.where(top == HBF_OP_STORE, 1, np.where(top == HBF_OP_ATOMIC, 2, 0)).astype(np.int64)
+        ready_acc = np.where(virt, vready, 0).astype(np.int64)
+        done = np.empty(T, np.int64)
+        xs1 = np.empty(T, np.int64)
+        xs2 = np.empty(T, np.int64)
+        tags, busy, cnt = self.rings
+        chancal.calendar_pass(ta, ch.astype(np.int64), plane.astype(np.int64), kind, t_read, xfer, prog, miss_tx,
+                              r_acc, src_tx, ready_acc, self.sense_free, self.prog_free, tags, busy, cnt,
+                              int(g.t_cmd_ns), int(g.t_prog_ns), int((self.P - 1) * g.t_prog_ns), self.quantum_ns,
+                              self.ring_words, done, xs1, xs2)
+        self.counts["fixed_point_iterations"] += 1
+        self.counts["max_iterations"] = max(self.counts["max_iterations"], 1)
+        if self.transfers is not None:                 # every claim: (channel, start, end)
+            two = xs2 >= 0
+            self.transfers.append((np.concatenate([ch, ch[two]]), np.concatenate([xs1, xs2[two]]),
+                                   np.concatenate([xs1 + xfer, xs2[two] + xfer[two]])))
+        return done, ready_acc
 
     def _plane_events(self, rdy, serv, pl, w):
         """Senses and programs of planes (events grouped by plane, access order within; ``rdy``: a + t_cmd

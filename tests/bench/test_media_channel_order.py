@@ -23,6 +23,9 @@ def test_overlap_measure():
 
 def test_twin_overlaps_engine_never():
     g, _ = MCO.geometries()["ocp-sg1/tR8us"]
-    r = MCO._case(("ocp-sg1/tR8us", g, "random", 1.0, "poisson", 4000, 1))
+    r = MCO._case(("ocp-sg1/tR8us", g, "random", 1.0, "poisson", 4000, 1, ("arrival", "calendar")))
     assert r["engine"]["overlap_share"] == 0.0 and r["engine"]["max_in_flight"] == 1
     assert r["twin"]["overlap_share"] > 0.05 and r["twin"]["max_in_flight"] >= 3
+    # the channel calendar (docs/design.md §3.9) never overlaps either
+    assert r["twin_calendar"]["overlap_share"] == 0.0 and r["twin_calendar"]["max_in_flight"] == 1
+    assert r["twin_calendar"]["transfer_ns"] == r["twin"]["transfer_ns"]      # the same transfers

@@ -147,6 +147,119 @@ def test_one_request_at_a_time_equals_one_batch():
 
 
 # ---------------------------------------------------------------------------------------------
+# the channel calendar (channel_order="calendar", hbfd/media/chancal.py): equal to the reference, batching-
+# invariant, never two transfers on a channel at once
+
+def channel_overlaps(tw):
+    """Pairs of transfers of one channel that share time, over the twin's trace."""
+    ch, s, e = (np.concatenate(x) for x in zip(*tw.transfers))
+    bad = 0
+    for c in np.unique(ch):
+        m = ch == c
+        o = np.argsort(s[m], kind="stable")
+        cs, ce = s[m][o], e[m][o]
+        bad += int((cs[1:] < np.maximum.accumulate(ce)[:-1]).sum())
+    return bad
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_calendar_twin_equals_scalar_reference(seed):
+    rng = np.random.default_rng(7000 + seed)
+    g = geom(C=int(rng.integers(1, 3)), D=int(rng.integers(1, 3)), B=int(rng.integers(1, 3)),
+             P=int(rng.integers(1, 3)), t_cmd=int(rng.integers(0, 100)),
+             cbps=int(rng.choice([1_000_000_000, 3_000_000_000, 48_000_000_000])))
+    Q, W = [(1, 128), (1, 16384), (7, 16), (64, 2), (64, 4), (64, 16384)][seed % 6]   # small rings: words
+    n = int(rng.integers(1, 120))                                                     # leave the window
+    p_ops = (1.0, 0, 0, 0) if seed % 4 == 0 else (0.5, 0.2, 0.1, 0.2)
+    a, addr, nb, op, q = random_stream(rng, g, n, pages=int(rng.integers(1, 14)), p_ops=p_ops)
+    if seed % 4 == 1:
+        q = rng.choice([1_000_000, 500_000, 333_333], n)
+    tw = DeviceModelTwin(g, channel_order="calendar", ring_words=W, quantum_ns=Q, trace=True)
+    ref = device_model(g, as_requests(a, addr, nb, op, q), channel_order="calendar", ring_words=W, quantum_ns=Q)
+    assert tw.run(a, addr, nb, op, q).tolist() == ref
+    longest = max(int((e - s).max()) for _, s, e in tw.transfers)
+    if longest <= 64 * (W - 1) * tw.quantum_ns:          # (longer: out of model, held for the ring's cap only)
+        assert channel_overlaps(tw) == 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_calendar_batches_give_the_one_batch_result(seed):
+    rng = np.random.default_rng(8000 + seed)
+    g = geom(P=int(rng.integers(1, 3)), t_cmd=int(rng.integers(0, 100)))
+    Q, W = [(1, 256), (1, 16384), (64, 4)][seed % 3]
+    n = int(rng.integers(2, 150))
+    a, addr, nb, op, q = random_stream(rng, g, n, sorted_=True)
+    one = DeviceModelTwin(g, channel_order="calendar", ring_words=W, quantum_ns=Q).run(a, addr, nb, op, q)
+    cuts = np.sort(rng.choice(np.arange(1, n), min(n - 1, int(rng.integers(1, 8))), replace=False))
+    tw, state, parts, ref = DeviceModelTwin(g, channel_order="calendar", ring_words=W, quantum_ns=Q), {}, [], []
+    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, n]):
+        parts.append(tw.run(a[lo:hi], addr[lo:hi], nb[lo:hi], op[lo:hi], q[lo:hi]))
+        ref += device_model(g, as_requests(a[lo:hi], addr[lo:hi], nb[lo:hi], op[lo:hi], q[lo:hi]), state,
+                            channel_order="calendar", ring_words=W, quantum_ns=Q)
+    assert np.concatenate(parts).tolist() == one.tolist() == ref
+    assert tw.sense_free.tolist() == state["sense_free"] and tw.prog_free.tolist() == state["prog_free"]
+
+
+def test_calendar_compiled_and_python_forms_agree(monkeypatch):
+    """``chancal.calendar_pass`` compiled (numba, where installed) and in Python: the same integers."""
+    b = make_stream("mixed", SG1, 3000, load=1.5, seed=4)
+    outs = []
+    for mode in ("auto", "off"):
+        monkeypatch.setenv("HBFD_ACCEL", mode)
+        tw = DeviceModelTwin(SG1, channel_order="calendar")
+        outs.append((tw.run_batch(b).tolist(), tw.prog_free.tolist(), tw.rings[0].tolist()))
+    assert outs[0] == outs[1]
+
+
+def test_calendar_a_late_transaction_does_not_hold_the_channel():
+    """One channel, 64 ns quanta (one 64 B sector at 1 GB/s), 64 B reads, t_cmd 0, tR 1000. Read 0 (plane 0) is ready at
+    1000: quantum 16 (from 1024). Read 1 (plane 0 again, behind read 0's sense) is ready at 2000: quantum 32.
+    Read 2 (plane 1), ready at 1002, takes the first free quantum from ceil(1002 / 64) = 16: 17 (1088), before
+    read 1's: the arrival-order tail would put it behind read 1's slot (1128 + 64), plain FCFS at data ready
+    behind read 1's transfer (2064 + 64)."""
+    g = geom(C=1, D=1, B=2, t_cmd=0)
+    reqs = [(0, 0, 64, LOAD), (1, 2 * 4096, 64, LOAD), (2, 4096, 64, LOAD)]
+    a, addr, nb, op = (np.array(x) for x in zip(*reqs))
+    tw = DeviceModelTwin(g, channel_order="calendar", quantum_ns=64, trace=True)
+    assert tw.run(a, addr, nb, op).tolist() == [1024 + 64, 2048 + 64, 1088 + 64]
+    assert device_model(g, reqs, channel_order="calendar", quantum_ns=64) == [1088, 2112, 1152]
+    # 1 ns quanta (the default): read 2 from its ready time, right after read 0 (1000 .. 1064)
+    assert DeviceModelTwin(g, channel_order="calendar").run(a, addr, nb, op).tolist() == [1064, 2064, 1128]
+    assert DeviceModelTwin(g).run(a, addr, nb, op).tolist() == [1064, 2064, 1192]   # arrival order (default)
+    # a 4 KiB read needs 64 free quanta in a row: read 2 then goes after read 1's quantum
+    reqs[2] = (2, 4096, 4096, LOAD)
+    assert device_model(g, reqs, channel_order="calendar", quantum_ns=64)[2] == 2112 + 4096
+    assert channel_overlaps(tw) == 0
+
+
+def test_calendar_words_out_of_the_window_read_as_full():
+    """A ring of 2 words (128 quanta of 64 ns): a read ready at 20 us takes word 4 = slot 0; a later read
+    ready at 1 us (word 0, slot 0, now tagged with word 4) skips it: word 1 (quantum 64 = 4096 ns)."""
+    g = geom(C=1, D=1, B=2, t_cmd=0, t_read=1000)
+    reqs = [(19_000, 0, 64, LOAD), (19_001, 4096, 64, LOAD)]
+    tw = DeviceModelTwin(g, channel_order="calendar", ring_words=2, quantum_ns=64)
+    a, addr, nb, op = (np.array(x) for x in zip(*reqs))
+    assert tw.run(a, addr, nb, op).tolist() == [20_032 + 64, 20_032 + 64 + 64]
+    reqs = [(19_000, 0, 64, LOAD), (0, 4096, 64, LOAD)]
+    done = device_model(g, [reqs[1], reqs[0]], channel_order="calendar", ring_words=2, quantum_ns=64)
+    assert done == [1024 + 64, 20_032 + 64]
+    with pytest.raises(ConfigError, match="ring_words"):
+        DeviceModelTwin(g, channel_order="calendar", ring_words=3)
+    with pytest.raises(ConfigError, match="channel_order"):
+        DeviceModelTwin(g, channel_order="fifo")
+    with pytest.raises(ConfigError, match="quantum_ns"):
+        DeviceModelTwin(g, channel_order="calendar", quantum_ns=0)
+
+
+@pytest.mark.parametrize("kind", ["random", "moe", "mixed"])
+def test_calendar_never_overlaps_transfers_at_overload(kind):
+    b = make_stream(kind, SG1, 6000, load=2.0, seed=3)
+    tw = DeviceModelTwin(SG1, channel_order="calendar", trace=True)
+    tw.run_batch(b)
+    assert channel_overlaps(tw) == 0
+
+
+# ---------------------------------------------------------------------------------------------
 # hand-computed cases (t_cmd 50, tR 1000, tPROG 3000, 1 GB/s: xfer(b) = b ns)
 
 def run1(g, reqs, q=1_000_000):

@@ -7,14 +7,44 @@ between calls. Reads have priority over programs at the plane (non-preemptive): 
 reads ahead of it and for the program running at its arrival, not for the programs queued behind that
 one, which move back by its tR (the queued programs end at prog_free - k tPROG). ``requests``: (arrival, media_address, bytes, op[, q_ppm]) with op 0 load, 1 store, 2 atomic,
 3 cp.async. Returns each request's completion time (ns), in input order.
+
+``channel_order="calendar"`` (hbfd/media/chancal.py, docs/design.md §3.9): instead of one tail per channel,
+each channel's time in quanta of Q ns (``quantum_ns``), a ring of ``ring_words``
+words of 64 quanta (state "rings": per channel {slot: [word, set of taken quanta]}), taken first-fit at the
+data-ready time: a read at its data ready, a store's data-in at its buffer-free time, an atomic's data-in at
+its read's completion + t_cmd; the transfer starts at the first quantum taken. Written one quantum at a time.
 """
 from __future__ import annotations
 
 
-def device_model(g, requests, state=None):
+def device_model(g, requests, state=None, channel_order="arrival", ring_words=16384, quantum_ns=1):
     C, D, B = g.channels, g.dies_per_channel, g.planes_per_die
     if state is None:
         state = {}
+    Q = quantum_ns                                                     # the calendar's quantum (ns)
+    rings = state.setdefault("rings", [{} for _ in range(C)])          # per channel: slot -> [word, taken]
+
+    def free(c, k):                            # quantum k of channel c: its word's slot stale, or not taken
+        word = k // 64
+        tag, taken = rings[c].get(word % ring_words, [-1, set()])
+        return tag < word or (tag == word and k % 64 not in taken)   # a newer word there: k reads as taken
+
+    def claim(c, ready, xfer):                 # first fit at ready: the transfer's start
+        n = max(1, min(-(-xfer // Q), 64 * (ring_words - 1)))
+        k = -(-ready // Q)
+        j = 0
+        while j < n:                           # (a taken quantum k + j: no start in k .. k + j fits)
+            if free(c, k + j):
+                j += 1
+            else:
+                k, j = k + j + 1, 0
+        for j in range(k, k + n):
+            word = j // 64
+            e = rings[c].get(word % ring_words)
+            if e is None or e[0] != word:
+                e = rings[c][word % ring_words] = [word, set()]
+            e[1].add(j % 64)
+        return k * Q
     sense_free = state.setdefault("sense_free", [0] * (C * D * B))   # the plane's latest sense end
     prog_free = state.setdefault("prog_free", [0] * (C * D * B))     # its queued programs' end
     chan_free = state.setdefault("chan_free", [0] * C)
@@ -62,14 +92,22 @@ def device_model(g, requests, state=None):
                     nowait = a + g.t_cmd_ns + scaled(g.t_read_ns, q)             #   ... on an idle plane
                     buf.insert(0, [page, ready])                                 #   into the MRU buffer
                     del buf[g.page_buffers_per_plane:]                           #   the LRU one is replaced
-                slot = max(nowait, chan_free[ch])                                # channel slot: arrival order, at
-                chan_free[ch] = slot + xfer                                      #   the no-wait ready time;
-                t = max(slot, ready) + xfer                                      #   the transfer when data is ready
+                if channel_order == "calendar":                                  # first fit at data ready
+                    t = claim(ch, ready, xfer) + xfer
+                    slot = None
+                else:
+                    slot = max(nowait, chan_free[ch])                            # channel slot: arrival order, at
+                    chan_free[ch] = slot + xfer                                  #   the no-wait ready time;
+                    t = max(slot, ready) + xfer                                  #   the transfer when data is ready
             if op in (1, 2):                                                     # WRITE (store; atomic's 2nd half)
                 # data-in over the channel; a store's slot in the senses' frame (a + t_cmd + tR), its data-in
                 # tR before it; an atomic's slot at its read's slot end + t_cmd (no-wait), the data-in itself
                 # at its read's completion + t_cmd
-                if op == 1:                                                      # once a page buffer is free:
+                if channel_order == "calendar":                                  # data-in at data ready: a
+                    rdy = (max(a + g.t_cmd_ns, prog_free[plane] - (g.page_buffers_per_plane - 1) * g.t_prog_ns)
+                           if op == 1 else t + g.t_cmd_ns)                        #   store's buffer free, an
+                    t = claim(ch, rdy, xfer) + xfer                              #   atomic's read done + t_cmd
+                elif op == 1:                                                    # once a page buffer is free:
                     # the B buffers hold the running and queued programs' data (they end at P - k tPROG)
                     rdy = max(a + g.t_cmd_ns,
                               prog_free[plane] - (g.page_buffers_per_plane - 1) * g.t_prog_ns)
