@@ -308,6 +308,11 @@ def uses_any(f: Function, names: frozenset[str]) -> bool:
     return not names.isdisjoint(_names_in_function(f))
 
 
+def named_in(f: Function, names: frozenset[str]) -> frozenset[str]:
+    """Those of ``names`` the function's body or directives name (e.g. the module functions it calls)."""
+    return names.intersection(_names_in_function(f))
+
+
 def module_names(module: Module, skip: frozenset[str] = frozenset()) -> set[str]:
     """The names the module's own code uses (function bodies, global initializers, the arguments of
     top-level directives such as ``.alias``), leaving out the items named in ``skip`` (a helper's
