@@ -373,8 +373,7 @@ def _ptxas(args: list[str]) -> int:
             os.makedirs(os.path.dirname(work), exist_ok=True)
         # a module exporting a device function that reaches a helper: its device functions capped (hbfcc/rdc.py)
         df_cap = rdc.device_function_cap(res.module, ucaps) if sass and rdc.STAGE_NAME in res.meta else None
-        rargs = [real] + wargs + ([f"{rdc.DF_CAP_OPTION}={df_cap}"] if df_cap is not None else []) \
-            + ([] if user_v else ["-v"])
+        rargs = [real] + rdc.with_device_function_cap(wargs, df_cap) + ([] if user_v else ["-v"])
         cp = None
         if use_sep:
             caps = seplink.entry_caps(res.module, _registers(before) if before is not None else {},

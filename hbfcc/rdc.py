@@ -144,6 +144,26 @@ def device_function_cap(module: Module, user: dict[str, Optional[int]]) -> Optio
     return None if theirs is not None and theirs <= EXPORTED_CAP else EXPORTED_CAP
 
 
+def with_device_function_cap(args: Sequence[str], cap: Optional[int]) -> list[str]:
+    """``args`` with ``--device-function-maxrregcount=cap`` in place of any the caller gave (ptxas warns
+    about a second one; :func:`device_function_cap` gives a cap only below the caller's)."""
+    if cap is None:
+        return list(args)
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in _DF_MRC:
+            skip = True
+            continue
+        if any(a.startswith(n + "=") for n in _DF_MRC):
+            continue
+        out.append(a)
+    return out + [f"{DF_CAP_OPTION}={cap}"]
+
+
 def graph_registers(module: Module, registers: dict[str, Optional[int]], skip_prefix: Optional[str] = None
                     ) -> dict[str, Optional[int]]:
     """Per entry: the largest register count over the functions it reaches in this module (what nvlink
@@ -194,7 +214,12 @@ def record(module: Module, meta: dict, user: dict[str, Optional[int]], df_cap: O
     exported = exported_callers(module, reached)
     if df_cap is not None:
         cands += [(df_cap, n, f"exported device function ({DF_CAP_OPTION}={df_cap})") for n in exported]
-    low = min(cands) if cands else None
+    else:       # the caller's own cap on device functions (the helpers are ones)
+        for key, opt in (("device_function_maxrregcount", DF_CAP_OPTION), ("maxrregcount", "-maxrregcount")):
+            if user.get(key) is not None:
+                cands.append((user[key], "(ptxas options)", f"{opt} {user[key]}"))
+                break
+    low = min(cands, key=lambda c: (c[0], c[1].startswith("("))) if cands else None   # an entry on a tie
     return {"helpers": "module-local", "local": list(meta.get(STAGE_NAME, {}).get("local", ())),
             "cap": low[0] if low else None, "set_by": low[1] if low else None, "source": low[2] if low else None,
             "exported_callers": exported, "device_function_maxrregcount": df_cap,

@@ -152,6 +152,10 @@ def test_user_caps_parsing():
     assert rdc.user_caps(["--maxrregcount", "48", "-func-maxrregcount=24"]) == \
         {"maxrregcount": 48, "device_function_maxrregcount": 24}
     assert rdc.relocatable(["-c"]) and rdc.relocatable(["--compile-only"]) and not rdc.relocatable(["-arch=sm_90a"])
+    # hbfcc's device-function cap replaces the caller's (ptxas warns about a second one)
+    given = ["-c", "-func-maxrregcount", "64", "x.ptx", "--device-function-maxrregcount=48"]
+    assert rdc.with_device_function_cap(given, 32) == ["-c", "x.ptx", "--device-function-maxrregcount=32"]
+    assert rdc.with_device_function_cap(["-c", "x.ptx"], None) == ["-c", "x.ptx"]
 
 
 def test_launch_plan_before_leaves_a_user_cap_that_keeps_the_block():
@@ -222,6 +226,16 @@ __device__ float scale(float x) { return x * 2.0f + g_bias; }
     assert rb["set_by"] == "_Z5scalef" and f"{rdc.DF_CAP_OPTION}=32" in rb["source"]
     ra = _record(a)["link"]["rdc_register_cap"]
     assert ra["entries"]["_Z2kbPfi"]["external_calls"] == ["_Z5scalef"]
+    # the caller's own, larger device-function cap is replaced (no ptxas warning about two), a smaller one kept
+    cp = _hbfcc(["-arch=sm_90a", "-rdc=true", "-Xptxas", "--device-function-maxrregcount=64", "-c", "b.cu", "-o",
+                 "b64.o"], tmp_path)
+    assert "redefinition" not in cp.stderr
+    assert nvlink_registers([tmp_path / "b64.o", a], tmp_path)["_Z2kbPfi"] <= 32
+    _hbfcc(["-arch=sm_90a", "-rdc=true", "-Xptxas", "--device-function-maxrregcount=24", "-c", "b.cu", "-o",
+            "b24.o"], tmp_path)
+    r24 = _record(tmp_path / "b24.o")["link"]["rdc_register_cap"]
+    assert r24["device_function_maxrregcount"] is None and (r24["cap"], r24["set_by"]) == (24, "(ptxas options)")
+    assert nvlink_registers([tmp_path / "b24.o", a], tmp_path)["_Z2kbPfi"] <= 32
 
 
 def test_user_maxrregcount_is_respected(tmp_path):
