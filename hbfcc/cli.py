@@ -236,7 +236,7 @@ def _ptxas(args: list[str]) -> int:
 
     from hbfcommon.abi import HELPERS
 
-    from . import link, occupancy, seplink
+    from . import link, occupancy, rdc, seplink
     from .rewrite import rewrite_text
     from .toolchain import build_stats, choose_ptxas, max_ptx_version, ptxas_version_text
 
@@ -276,6 +276,8 @@ def _ptxas(args: list[str]) -> int:
         choice, instead_of = _newer_ptx(in_path, got, choice, cap)
         real, cap = choice.path, max_ptx_version(choice.path)
     sass = arch is not None and not arch.startswith("compute_")
+    # -c / --compile-only (nvcc -rdc): the linked helpers module-local, within their callers' caps (hbfcc/rdc.py)
+    reloc, ucaps = rdc.relocatable(args), rdc.user_caps(args)
     # HBFCC_LINK=separate (hbfcc/seplink.py): decided here for what the call asks, after the rewrite for
     # what the module is; any reason not to goes into the artifact (link.fallback_reason), the whole
     # route builds it
@@ -351,7 +353,8 @@ def _ptxas(args: list[str]) -> int:
                     and any(t is None for t in occupancy.entry_threads(res.module).values()):
                 if not baseline_done:
                     before, baseline_done = _baseline_stats(base_thread, base_cp, tmpdir), True
-                dec = occupancy.launch_plan_before(res.module, _registers(before), callers_of(res)) \
+                dec = occupancy.launch_plan_before(res.module, _entry_registers(before, res.module, reloc),
+                                                   callers_of(res), ucaps["maxrregcount"]) \
                     if before is not None else None
                 if dec is not None and any(d["applied"] for d in dec.values()):
                     return _with_stage(res, occupancy.LAUNCH_PASS_NAME, dec, occupancy.launch_stage), res
@@ -359,10 +362,18 @@ def _ptxas(args: list[str]) -> int:
                     return replace(res, meta=dict(res.meta, **{occupancy.LAUNCH_PASS_NAME: dec})), None
             return res, None
 
-        res, unbounded = bound_before(res)      # unbounded: the rewrite without the bound, when it was set
+        def local_helpers(res):
+            """A relocatable build: the module's linked helper functions made module-local (hbfcc/rdc.py)."""
+            names = rdc.helper_functions(res.module) if reloc and not use_sep and res.module is not None \
+                else frozenset()
+            return _with_stage(res, rdc.STAGE_NAME, {"local": sorted(names)}, rdc.stage) if names else res
+
+        res, unbounded = bound_before(local_helpers(res))  # unbounded: the rewrite without the bound, when it was set
         if not k.nvcc_step:
             os.makedirs(os.path.dirname(work), exist_ok=True)
-        rargs = [real] + wargs + ([] if user_v else ["-v"])
+        # a module exporting a device function that reaches a helper: its device functions capped (hbfcc/rdc.py)
+        df_cap = rdc.device_function_cap(res.module, ucaps) if sass and rdc.STAGE_NAME in res.meta else None
+        rargs = [real] + rdc.with_device_function_cap(wargs, df_cap) + ([] if user_v else ["-v"])
         cp = None
         if use_sep:
             caps = seplink.entry_caps(res.module, _registers(before) if before is not None else {},
@@ -379,7 +390,7 @@ def _ptxas(args: list[str]) -> int:
                 sep_why = str(e)
                 log.warning("HBFCC_LINK=separate: %s; building whole-program", sep_why)
                 use_sep = False
-                res, unbounded = bound_before(whole_rewrite())
+                res, unbounded = bound_before(local_helpers(whole_rewrite()))
         if cp is None:
             atomic_write_text(work, res.text, fsync=False)
             cp = _run_capture(rargs)
@@ -424,7 +435,8 @@ def _ptxas(args: list[str]) -> int:
             _stage_facts(res.meta[occupancy.LAUNCH_PASS_NAME], after, LAUNCH_FACTS)
         elif k.launch_bound and before is not None and after is not None and not res.already_instrumented \
                 and not use_sep:
-            res, cp, after = _launch_bound(res, work, out_path, rargs, before, after, cp, user_v)
+            res, cp, after = _launch_bound(res, work, out_path, rargs, before, after, cp, user_v, ucaps["maxrregcount"],
+                                           reloc)
         ptxas_info = {"path": real, "source": choice.source, "version": ptxas_version_text(real),
                       "argv": [real] + list(args), "returncode": cp.returncode, "target": arch,
                       "max_ptx_version": f"{cap[0]}.{cap[1]}", "instead_of": instead_of}
@@ -439,6 +451,10 @@ def _ptxas(args: list[str]) -> int:
             doc["link"] = dict({"requested": "separate", "mode": "separate" if use_sep else "whole",
                                 "fallback_reason": None if use_sep else sep_why},
                                **(sep_info if use_sep else {}))
+        if rdc.STAGE_NAME in res.meta:  # relocatable: what the helpers were compiled within, per entry
+            doc.setdefault("link", {"requested": k.link, "mode": "whole", "fallback_reason": None})
+            doc["link"][rdc.RECORD_KEY] = rdc.record(res.module, res.meta, ucaps, df_cap,
+                                                     _registers(after) if after is not None else {})
         if res.already_instrumented:
             prev = _lookup_prev(k, res.original_sha256)
             if prev is not None:
@@ -629,18 +645,31 @@ def _stage_facts(decisions: dict, after, fact_keys: tuple[str, str, str]) -> Non
             d[fact_keys[0]], d[fact_keys[1]], d[fact_keys[2]] = f.registers, f.spill_stores, f.spill_loads
 
 
-def _launch_bound(res, in_path: str, out_path: Optional[str], rargs: list[str], before, after, cp, user_v: bool):
+def _launch_bound(res, in_path: str, out_path: Optional[str], rargs: list[str], before, after, cp, user_v: bool,
+                  user_cap: Optional[int] = None, reloc: bool = False):
     """hbfcc/occupancy.py: an entry without a declared block size whose instrumented registers would
     refuse a block the plain build launches gets ``.maxntid`` (the ``launch_bound`` stage), and ptxas
-    assembles it again. The decision, per entry, goes into the artifact (``launch_bound``)."""
+    assembles it again. The decision, per entry, goes into the artifact (``launch_bound``). ``user_cap``:
+    the caller's ``-maxrregcount``; ``reloc``: a relocatable build (registers over each entry's call graph)."""
     from . import occupancy
-    decisions = occupancy.launch_plan(res.module, _registers(before), _registers(after))
+    decisions = occupancy.launch_plan(res.module, _entry_registers(before, res.module, reloc),
+                                      _entry_registers(after, res.module, reloc), user_cap)
     return _reassemble(res, in_path, out_path, rargs, after, cp, user_v, occupancy.LAUNCH_PASS_NAME, decisions,
                        occupancy.launch_stage, LAUNCH_FACTS)
 
 
 def _registers(st) -> dict:
     return {n: f.registers for n, f in st.functions.items()}
+
+
+def _entry_registers(st, module, reloc: bool) -> dict:
+    """Registers per function; in a relocatable build an entry's is the largest over the functions it
+    reaches in the module (hbfcc.rdc.graph_registers: what nvlink gives it), as a whole-program build has it."""
+    regs = _registers(st)
+    if not reloc:
+        return regs
+    from .rdc import graph_registers
+    return {**regs, **{n: r for n, r in graph_registers(module, regs).items() if r is not None}}
 
 
 def _reassemble(res, in_path: str, out_path: Optional[str], rargs: list[str], after, cp, user_v: bool,

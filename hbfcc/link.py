@@ -3,8 +3,9 @@
 Linking is at the PTX level, not nvJitLink (docs/hbfcc.md §Linking says why): both helper modules
 (the timing helpers of hbf_abi.h and the Eidola helpers the flags pass calls) are parsed with
 :mod:`hbfcc.ptx.parser` and prepared once (:func:`prepare`): ``__hb_*`` symbols are made
-``.weak`` (several modules of an ``-rdc`` build may each carry them), every other symbol the
-helper defines is renamed to a private name (``__hb_l_`` / ``__hb_le_``: the helper's ``$str``
+``.weak`` (several modules of an ``-rdc`` build may each carry them; a relocatable hbfcc-ptxas run
+then makes the functions module-local, so ptxas compiles them within their callers' caps: hbfcc/rdc.py),
+every other symbol the helper defines is renamed to a private name (``__hb_l_`` / ``__hb_le_``: the helper's ``$str``
 never meets the module's), ``.loc``/``.file``/``.section`` debug information and comments are
 dropped (their file indices belong to the helper's own compilation), forward declarations of
 what the helper defines are dropped and its other declarations kept as its ``.extern`` needs.
@@ -306,6 +307,11 @@ def _names_in_function(f: Function) -> list[str]:
 def uses_any(f: Function, names: frozenset[str]) -> bool:
     """Whether the function's body or directives name any of ``names`` (e.g. calls a timing helper)."""
     return not names.isdisjoint(_names_in_function(f))
+
+
+def named_in(f: Function, names: frozenset[str]) -> frozenset[str]:
+    """Those of ``names`` the function's body or directives name (e.g. the module functions it calls)."""
+    return names.intersection(_names_in_function(f))
 
 
 def module_names(module: Module, skip: frozenset[str] = frozenset()) -> set[str]:

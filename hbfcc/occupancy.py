@@ -28,6 +28,10 @@ calls) and every launch the plain build accepts is accepted.
 H100/H200 (sm_90) limits, from the CUDA occupancy calculator's rules: 65536 registers per SM,
 allocated per warp in units of 256 (8 per thread), at most 255 per thread, 64 resident warps and
 32 resident blocks per SM.
+
+What ptxas makes of an entry's directives (:func:`ptxas_entry_cap`: the register cap it compiles the
+entry, and in a relocatable build every module-local function the entry calls, under) is measured on
+ptxas 13.0 for sm_90a (the "max regcount of N" of its errors; tests/hbfcc/test_rdc_cap.py checks it).
 """
 from __future__ import annotations
 
@@ -42,6 +46,9 @@ MAX_REGS = 255
 MAX_WARPS_PER_SM = 64
 MAX_BLOCKS_PER_SM = 32
 MIN_BOUND = 24               # never ask ptxas for less than this
+MAX_THREADS_PER_SM = MAX_WARPS_PER_SM * 32
+SUB_PARTITIONS = 4           # an SM's register file is four files of 16384; a block's warps are spread over them
+MIN_MAXNREG = 24             # ptxas raises a smaller .maxnreg to this
 
 PASS_NAME = "occupancy_guard"
 
@@ -82,6 +89,51 @@ def _threads(f: Function) -> Optional[int]:
                 if a != ",":
                     n *= int(a, 0)
             return n
+    return None
+
+
+def _directive_int(f: Function, name: str) -> Optional[int]:
+    for d in f.directives:
+        if d.name == name and d.args:
+            return int(d.args[0], 0)
+    return None
+
+
+def ptxas_entry_cap(f: Function) -> Optional[tuple[int, str]]:
+    """(the register cap ptxas derives from an entry's own directives, the directives that set it), or
+    None when they set none (then ``-maxrregcount`` applies, if given; it does not where they set one).
+    ptxas 13.0, sm_90a, measured (tests/hbfcc/test_rdc_cap.py):
+
+    * ``.maxnreg N``: N as given (not rounded), raised to 24, ignored above 255; it replaces the cap
+      ``.maxntid``/``.reqntid`` alone would give (``.maxntid 1024`` + ``.maxnreg 100``: 100);
+    * the block size (``.maxntid``/``.reqntid``, x*y*z threads in whole warps) with ``.minnctapersm B``
+      (1 when absent; ignored, with a warning, when B > 32 or B blocks exceed 2048 threads): the register
+      file of each of the four sub-partitions (16384) over its share of the B blocks' warps, rounded up
+      (warps are placed four-wide), per thread, rounded down to 8, at most 255 -- 1024 threads: 64,
+      1024 x 2: 32, 768 or 672: 80, 640: 96;
+    * both, with ``.minnctapersm`` given: the smaller (``.maxntid 1024, .minnctapersm 1, .maxnreg 100``: 64).
+    """
+    n = _directive_int(f, "maxnreg")
+    if n is not None and n > MAX_REGS:
+        n = None
+    t = _threads(f)
+    b = _directive_int(f, "minnctapersm")
+    derived = None
+    if t is not None:
+        warps = -(-t // 32)
+        if b is not None and (b > MAX_BLOCKS_PER_SM or b < 1 or warps * 32 * b > MAX_THREADS_PER_SM):
+            b = None
+        per_part = -(-(warps * (b or 1)) // SUB_PARTITIONS)
+        derived = min(MAX_REGS, REGS_PER_SM // SUB_PARTITIONS // (per_part * 32) // REG_UNIT * REG_UNIT)
+    shape = (f".{'reqntid' if any(d.name == 'reqntid' for d in f.directives) else 'maxntid'} {t}"
+             + (f" .minnctapersm {b}" if b is not None else "")) if t is not None else ""
+    if n is not None:
+        n = max(n, MIN_MAXNREG)
+        if derived is not None and b is not None and derived < n:
+            return derived, shape
+        return n, f".maxnreg {n}"
+    if derived is not None:
+        return derived, shape
     return None
 
 
@@ -131,10 +183,20 @@ def max_block_threads(regs: int) -> int:
     return max(32, min(1024, REGS_PER_SM // (_alloc(regs) * 32) * 32))
 
 
+def _user_cap_keeps(user_cap: Optional[int], tp: int) -> Optional[str]:
+    """Why no ``.maxntid`` is needed when the caller's ``-maxrregcount`` already keeps a ``tp``-thread block
+    launchable (ptxas applies it to an entry with no bound of its own, and ignores it for one that has
+    ``.maxntid``: the bound would lift the caller's cap, ``-maxrregcount=40`` + ``.maxntid 1024``: 64)."""
+    if user_cap is not None and max_block_threads(user_cap) >= tp:
+        return f"-maxrregcount {user_cap} already keeps a {tp}-thread block launchable (a .maxntid would lift it)"
+    return None
+
+
 def launch_plan(module: Module, plain: dict[str, Optional[int]],
-                instrumented: dict[str, Optional[int]]) -> dict[str, dict]:
+                instrumented: dict[str, Optional[int]], user_cap: Optional[int] = None) -> dict[str, dict]:
     """Per entry without a declared block size: does the instrumented build still launch every block
-    the plain one does? If not, ``.maxntid`` = the plain build's largest launchable block."""
+    the plain one does? If not, ``.maxntid`` = the plain build's largest launchable block (none where the
+    caller's ``-maxrregcount``, ``user_cap``, keeps that block launchable)."""
     out: dict[str, dict] = {}
     for name, t in entry_threads(module).items():
         if t is not None:
@@ -146,7 +208,9 @@ def launch_plan(module: Module, plain: dict[str, Optional[int]],
         else:
             tp, ti = max_block_threads(p), max_block_threads(i)
             d["plain_max_threads"], d["instrumented_max_threads"] = tp, ti
-            if ti >= tp:
+            if _user_cap_keeps(user_cap, tp):
+                d["reason"] = _user_cap_keeps(user_cap, tp)
+            elif ti >= tp:
                 d["reason"] = "the instrumented build launches every block the plain one does"
             else:
                 d["applied"], d["maxntid"] = True, tp
@@ -157,7 +221,7 @@ def launch_plan(module: Module, plain: dict[str, Optional[int]],
 
 
 def launch_plan_before(module: Module, plain: dict[str, Optional[int]],
-                       callers: frozenset[str]) -> Optional[dict[str, dict]]:
+                       callers: frozenset[str], user_cap: Optional[int] = None) -> Optional[dict[str, dict]]:
     """The launch bound decided BEFORE the instrumented build, from the plain build alone: every entry
     without a declared block size that calls a timing helper (``callers``) gets ``.maxntid`` = the
     plain build's largest launchable block; one that calls none is the plain build's code and keeps
@@ -170,7 +234,9 @@ def launch_plan_before(module: Module, plain: dict[str, Optional[int]],
     needs first is assembled only to be assembled again with the bound -- a whole-program ptxas of the
     instrumented module thrown away, ~45 % of an nvcc build's ptxas time. Where the bound would not
     have been needed (an entry whose instrumented count still fits the plain build's largest block),
-    it is not binding: ptxas keeps the registers it needs, and the entry launches every block it did."""
+    it is not binding: ptxas keeps the registers it needs, and the entry launches every block it did.
+    ``user_cap``: the caller's ``-maxrregcount``; where it keeps the block launchable, no ``.maxntid``
+    (it would lift the caller's cap)."""
     out: dict[str, dict] = {}
     for name, t in entry_threads(module).items():
         if t is not None:
@@ -183,6 +249,11 @@ def launch_plan_before(module: Module, plain: dict[str, Optional[int]],
             out[name] = {"plain_registers": p, "instrumented_registers": None, "maxntid": None, "applied": False,
                          "plain_max_threads": tp, "decided": "before the instrumented build",
                          "reason": "calls no timing helper: launches every block the plain build does"}
+            continue
+        if _user_cap_keeps(user_cap, tp):
+            out[name] = {"plain_registers": p, "instrumented_registers": None, "maxntid": None, "applied": False,
+                         "plain_max_threads": tp, "decided": "before the instrumented build",
+                         "reason": _user_cap_keeps(user_cap, tp)}
             continue
         out[name] = {"plain_registers": p, "instrumented_registers": None, "maxntid": tp, "applied": True,
                      "plain_max_threads": tp, "decided": "before the instrumented build",

@@ -25,6 +25,7 @@ from hbfcommon.errors import ToolchainError
 from hbfcommon.fsutil import atomic_write_bytes, atomic_write_text
 
 from . import occupancy
+from .rdc import RELOCATABLE_OPTS
 from .ptx.model import Function, Module
 from .toolchain import sha256_bytes
 
@@ -81,7 +82,6 @@ def stage(module: Module, meta: dict) -> Module:
 
 # ptxas options after which hbfcc's separate route does not apply (the caller wants something else than
 # one sm_XX cubin built from this module alone)
-_RELOCATABLE = ("-c", "--compile-only")
 _WHOLE_ONLY = ("-ewp", "--extensible-whole-program", "--compile-as-tools-patch", "-asm-tools-patch")
 
 
@@ -96,7 +96,7 @@ def unsupported(args: Sequence[str], arch: Optional[str], out_path: Optional[str
     if nvcc_step:
         return "an nvcc step: nvcc embeds the rewritten PTX beside the cubin, which must stay whole-program"
     for a in args:
-        if a in _RELOCATABLE:
+        if a in RELOCATABLE_OPTS:
             return f"the caller asked for a relocatable object ({a}); the separate link writes a linked cubin"
         if a in _WHOLE_ONLY:
             return f"{a} is not served by the separate link"

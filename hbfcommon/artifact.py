@@ -81,12 +81,17 @@ SCHEMA: dict[str, Any] = {
         "build": {"type": "object", "required": ["marker", "output_sha256"],
                   "properties": {"marker": {"type": "string"},
                                  "output_sha256": {"type": ["string", "null"], "pattern": "^[0-9a-f]{64}$"}}},
-        # HBFCC_LINK=separate asked (hbfcc/seplink.py): the route that built the output, and why not separate
+        # HBFCC_LINK=separate asked (hbfcc/seplink.py): the route that built the output, and why not separate;
+        # also any relocatable build (rdc_register_cap)
         "link": {"type": "object", "required": ["requested", "mode", "fallback_reason"],
                  "properties": {"mode": {"enum": ["whole", "separate"]},
                                 "fallback_reason": {"type": ["string", "null"]},
                                 "caps": {"type": "object", "additionalProperties": {"type": "integer"}},
-                                "helper_object": {"type": "object", "required": ["sha256", "cached"]}}},
+                                "helper_object": {"type": "object", "required": ["sha256", "cached"]},
+                                # a relocatable build (-c, nvcc -rdc; hbfcc/rdc.py): the helpers module-local,
+                                # the caps they were compiled within
+                                "rdc_register_cap": {"type": "object",
+                                                     "required": ["helpers", "cap", "set_by", "entries"]}}},
         "eidola_helper": {"type": ["object", "null"], "required": ["path", "sha256"],
                           "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}},
         "kernels": {"type": "array", "items": _FUNC},

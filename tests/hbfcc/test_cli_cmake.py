@@ -38,7 +38,7 @@ def check_saxpy_build(build: Path, cp, link_artifact: bool = True) -> None:
     doc = json.loads((objdir / "saxpy.cu.o.hbfcc.json").read_text())
     k = [k for m in doc["modules"] for k in m["kernels"]][0]
     assert k["external_calls"] == ["_Z5scalef"] and not k["admitted"]
-    assert (build / "saxpy").is_file()       # nvlink accepted two modules carrying the weak helpers
+    assert (build / "saxpy").is_file()       # nvlink accepted two modules carrying the helpers (rdc: module-local)
     if not link_artifact:     # the launcher only prefixes compile rules, not the device link
         assert not (objdir / "cmake_device_link.o.hbfcc.json").exists()
         return

@@ -49,7 +49,10 @@ def check_object(obj: Path) -> list[dict]:
     for e in ptx:
         text = e["payload"].decode("utf-8", "replace")
         assert "__hb_issue" in text and "call" in text, f"PTX entry sm_{e['sm']} not instrumented"
-        assert ".weak .func" in text
+        # the helpers' globals are .weak (one per device link); the functions too, except in a relocatable
+        # (-rdc) build, where they are module-local (hbfcc/rdc.py)
+        assert ".weak .global" in text
+        assert re.search(r"^(\.weak )?\.func .*__hb_issue\(", text, re.M)
     # the helpers the module reaches (hbfcc.link.closure): the kernel hooks only where it has a kernel
     # (scale.cu of the CMake project has a device function alone)
     kernels = any(re.search(r"\.entry\s", e["payload"].decode("utf-8", "replace")) for e in ptx)
