@@ -76,11 +76,12 @@ def thermal_horizon() -> dict:
     """``$HBFD_THERMAL_HORIZON=1``: publish a validity horizon with the thermal snapshot (hbf_ctl.h
     valid_until_gpu_ns; hbfd/thermal/horizon.py): the device keeps its snapshot past thermal_max_age_ns until
     then, and hbfd holds any change of mode, q, admission or refresh debt until the horizon it published has
-    passed. Default off (the device then re-reads after every max age, as before). ``$HBFD_THERMAL_HORIZON_NS``:
+    passed. On by default since the GPU A/B of 2026-12-06 (H100, docs/RESULTS.md "Stop 43": the quick stress matrix
+    at fixed 0 ns x5.64 -> x2.68 median); 0: the device re-reads after every max age, as before. ``$HBFD_THERMAL_HORIZON_NS``:
     the longest horizon, and so the longest a change can be held (default 50 ms, at most ~68.7 s);
     ``$HBFD_THERMAL_HORIZON_DRIFT_PPM`` (default 200) and ``$HBFD_THERMAL_HORIZON_MARGIN_NS`` (default 50 us):
     the clock margin subtracted from every horizon. The keyword arguments of hbfd.thermal.horizon.HorizonConfig."""
-    return dict(enabled=env_bool("HBFD_THERMAL_HORIZON", False),
+    return dict(enabled=env_bool("HBFD_THERMAL_HORIZON", True),
                 max_ns=env_int("HBFD_THERMAL_HORIZON_NS", 50_000_000, lo=0, hi=ctl.HBF_THC_HORIZON_MAX_NS),
                 drift_ppm=env_int("HBFD_THERMAL_HORIZON_DRIFT_PPM", 200, lo=0, hi=1_000_000),
                 margin_ns=env_int("HBFD_THERMAL_HORIZON_MARGIN_NS", 50_000, lo=0))

@@ -102,7 +102,7 @@ class Daemon:
         self._live_req, self._live_bytes = _RunTotal(), _RunTotal()
         self._activity: ctl.Activity | None = None          # the latest live activity read (summary)
         self._activity_torn = 0                             # control ticks that found its seqlock odd
-        # the thermal snapshot's validity horizon (issue 13; hbfd/thermal/horizon.py): off unless HBFD_THERMAL_HORIZON
+        # the thermal snapshot's validity horizon (issue 13; hbfd/thermal/horizon.py): on unless HBFD_THERMAL_HORIZON=0
         self._horizon = HorizonGate(HorizonConfig(**knobs.thermal_horizon()))
         self._final_outstanding = 0
         self._gpu_anchor: tuple[int, int] | None = None    # (latest arrival_ns, host ns when seen)

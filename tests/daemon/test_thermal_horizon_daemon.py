@@ -20,8 +20,8 @@ def _until(m) -> int:
 
 
 @pytest.mark.parametrize("on", [False, True])
-def test_the_daemon_publishes_a_horizon_only_when_asked(tmp_path, on):
-    env = {"HBFD_THERMAL_HORIZON": "1"} if on else {}
+def test_the_daemon_publishes_a_horizon_unless_turned_off(tmp_path, on):
+    env = {} if on else {"HBFD_THERMAL_HORIZON": "0"}        # on by default
     with start_hbfd(tmp_path, env=env) as h:
         _, m = attach(h)
         try:
