@@ -179,20 +179,36 @@ def artifact_admission(art: dict | None) -> dict:
     """What an hbfcc artifact says about its (one) kernel: admitted, reasons, the TMA sites."""
     ka = (art or {}).get("kernels", [{}])[0] if art else {}
     tma = ka.get("tma") or {}
+    smem = [(ka.get("ptxas_before") or {}).get("smem_bytes"), (ka.get("ptxas_after") or {}).get("smem_bytes")]
     return {"artifact": art is not None, "admitted": ka.get("admitted"),
             "reasons": (ka.get("not_admitted_reasons") or [])[:5], "tma": tma, "tma_hooks": ka.get("tma_hooks"),
             "tma_tensor_copies": sum(v for k, v in tma.items() if str(k).startswith("tma.") and ".tensor." in str(k)),
             "registers_plain_instrumented": [(ka.get("ptxas_before") or {}).get("registers"),
                                              (ka.get("ptxas_after") or {}).get("registers")],
+            "smem_plain_instrumented": smem,
+            "dynamic_smem_base_kept": dynamic_smem_base_kept(*smem),
             "helper": Path(art["helper"]["path"]).name if art and art.get("helper") else None}
+
+
+def dynamic_smem_base_kept(plain: int | None, instrumented: int | None) -> bool:
+    """Whether the instrumented build's static shared bytes leave the kernel's dynamic shared memory (Triton's
+    global_smem, placed after them) as aligned as the plain build's: they may grow by whole DYNAMIC_SMEM_ALIGN units
+    only. A 392-byte completion table moved global_smem 400 B and every instrumented TMA load faulted with a
+    misaligned address on the H100 (2026-12-06; docs/RESULTS.md "Issue 15: the Triton TMA kernels' misaligned
+    address")."""
+    from hbfcc.passes.tma import DYNAMIC_SMEM_ALIGN  # noqa: PLC0415
+    if plain is None or instrumented is None:
+        return False
+    return (instrumented - plain) % DYNAMIC_SMEM_ALIGN == 0
 
 
 def admitted_with_tma(a: dict) -> bool:
     """The dry run's (and the test's) criterion: an artifact, admitted, every TMA tensor copy of the PTX a rewritten
-    site, hooks emitted and the helpers linked into the cubin."""
+    site, hooks emitted, the helpers linked into the cubin and the dynamic shared memory as aligned as in the plain
+    build (dynamic_smem_base_kept)."""
     return bool(a.get("artifact") and a.get("admitted") and a.get("tma_tensor_copies", 0) >= 1
                 and a.get("tma_tensor_copies") == a.get("ptx_tensor_copies")
-                and (a.get("tma_hooks") or 0) >= 1 and a.get("cubin_calls_helpers"))
+                and (a.get("tma_hooks") or 0) >= 1 and a.get("cubin_calls_helpers") and a.get("dynamic_smem_base_kept"))
 
 
 # ------------------------------------------------------------------------------------------------ CPU

@@ -194,11 +194,12 @@ class FunctionStats:
     spill_stores: Optional[int] = None
     spill_loads: Optional[int] = None
     barriers: Optional[int] = None
+    smem_bytes: Optional[int] = None   # static .shared bytes (``-v``'s "N bytes smem", 0 when it names none)
 
     def to_dict(self) -> dict:
         return {"registers": self.registers, "stack_bytes": self.stack_bytes,
                 "spill_store_bytes": self.spill_stores, "spill_load_bytes": self.spill_loads,
-                "barriers": self.barriers}
+                "barriers": self.barriers, "smem_bytes": self.smem_bytes}
 
 
 @dataclass
@@ -213,11 +214,12 @@ _RE_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _RE_PROPS = re.compile(r"Function properties for (\S+)")
 _RE_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _RE_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?")
+_RE_SMEM = re.compile(r"(\d+) bytes smem")
 
 
 def parse_ptxas_v(text: str) -> PtxasStats:
-    """Registers / stack / spills per function from ``ptxas -v`` output (stderr or stdout); what the
-    cubin records replaces the first two in :func:`build_stats`."""
+    """Registers / stack / spills / static shared bytes per function from ``ptxas -v`` output (stderr or stdout);
+    what the cubin records replaces the first two in :func:`build_stats`."""
     st = PtxasStats()
     last: Optional[str] = None       # last function named by "Compiling entry function"/"properties"
     for line in text.splitlines():
@@ -237,6 +239,8 @@ def parse_ptxas_v(text: str) -> PtxasStats:
             fs.registers = int(m.group(1))
             if m.group(2) is not None:
                 fs.barriers = int(m.group(2))
+            sm = _RE_SMEM.search(line)
+            fs.smem_bytes = int(sm.group(1)) if sm else 0
     return st
 
 

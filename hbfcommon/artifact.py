@@ -26,7 +26,8 @@ SCHEMA_ID = "hbfcc.admission"
 _STATS = {
     "type": ["object", "null"],
     "properties": {k: {"type": ["integer", "null"]} for k in
-                   ("registers", "stack_bytes", "spill_store_bytes", "spill_load_bytes", "barriers")},
+                   ("registers", "stack_bytes", "spill_store_bytes", "spill_load_bytes", "barriers",
+                    "smem_bytes")},
     "required": ["registers", "stack_bytes", "spill_store_bytes", "spill_load_bytes"],
 }
 _CLASS = {

@@ -1916,8 +1916,10 @@ def timing_pass(module: Module, meta: dict) -> Module:
     first = next((i for i, it in enumerate(new_items) if type(it) is Function), len(new_items))
     protos = [Comment("// hbfcc: helper prototypes (runtime_cuda/include/hbf_abi.h)"), STATE_DECL] + \
         ([CDESC_DECL] if any_inline else []) + prototypes()
-    if tracks:      # the per-CTA completion table of mbarrier-tracked copies (hbf_abi.h)
-        protos.append(VarDecl((), "shared", (".align 8",), ".b8", (Declarator(T.TABLE_SYMBOL, dims=(T.TABLE_BYTES,)),)))
+    if tracks:      # the per-CTA completion table of mbarrier-tracked copies (hbf_abi.h), a whole number of
+        # DYNAMIC_SMEM_ALIGN units: the kernel's dynamic shared memory, placed after it, keeps its alignment
+        protos.append(VarDecl((), "shared", (".align 8",), ".b8",
+                              (Declarator(T.TABLE_SYMBOL, dims=(T.TABLE_DECL_BYTES,)),)))
     new_items = new_items[:first] + protos + new_items[first:]
     meta[PASS_NAME] = {
         "kernels": [f.name for f in entries],

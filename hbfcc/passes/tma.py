@@ -33,12 +33,24 @@ from dataclasses import dataclass
 from typing import Optional
 
 from hbfcommon import abi
+from hbfcommon.tensormap import SMEM_ALIGN_OF_SWIZZLE
 
 from hbfcc.ptx.model import Address, Immediate, Instruction, Register, Sink
 
 # the per-CTA completion table (hbf_abi.h "TMA completion table"): a module-scope .shared array
 TABLE_SYMBOL = "__hb_mbt"
 TABLE_BYTES = abi.HBF_TMA_TABLE_BYTES
+# A kernel's dynamic shared memory (its ``.extern .shared`` array: Triton's ``global_smem``, CUDA's ``extern
+# __shared__``) starts where its static ``.shared`` bytes end (ptxas places it after them; on sm_90 both follow the
+# 1 KiB the system reserves, so with no static bytes it starts 1024-byte aligned). Triton's TMA destinations and
+# wgmma operands in it are 128-byte swizzled tiles that need that alignment (the 128B swizzle pattern's repeat,
+# hbfcommon.tensormap.smem_dst_align, the largest any copy needs): the table, a static array, moved Triton's
+# global_smem by 400 B and every instrumented TMA load faulted (CUDA_ERROR_MISALIGNED_ADDRESS at the UTMALDG, H100,
+# 2026-12-06; docs/RESULTS.md "Issue 15: the Triton TMA kernels' misaligned address"). The table is therefore
+# declared as a whole number of these units: the dynamic base moves by a multiple of 1024 B, its alignment stays
+# what the plain build gives; the bytes past TABLE_BYTES are unused.
+DYNAMIC_SMEM_ALIGN = max(SMEM_ALIGN_OF_SWIZZLE)
+TABLE_DECL_BYTES = -(-TABLE_BYTES // DYNAMIC_SMEM_ALIGN) * DYNAMIC_SMEM_ALIGN
 
 # the sm_100-family and other modes hbfcc does not model (ptxas rejects most of them on sm_90a anyway)
 _UNMODELED_MODES = {

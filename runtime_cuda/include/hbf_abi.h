@@ -93,6 +93,9 @@
  *   u64 word[2]} (the offset, not the address: in a cluster a shared::cta address carries the CTA's rank, so a
  *   multicast issuer's address for a barrier is not the destination waiter's; hbf_tma_table.cuh);
  *   word[p] = the phase of parity p: bits 0..61 its deadline, bit 62 WAITED, bit 63 CLOSED (0: none).
+ *   hbfcc declares the array 1024 B long (hbfcc/passes/tma.py TABLE_DECL_BYTES; the helpers use the first
+ *   HBF_TMA_TABLE_BYTES): the kernel's dynamic shared memory follows its static bytes and keeps its 1024-byte
+ *   alignment only if they grow by whole KiB (Triton's swizzled TMA tiles need it; issue 15, H100 2026-12-06).
  * __hb_issue: called by the lanes of a rewritten access site whose address is in the fast-reject
  *   band (hbfcc tests the band inline, see "Fast reject" below; a predicated access passes
  *   HBF_F_ACTIVE only where the guard is true), so __match_any_sync over __activemask() sees

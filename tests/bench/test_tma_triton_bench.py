@@ -48,22 +48,32 @@ def test_expected_tma_traffic():
 
 def test_admission_criterion_rejects_what_it_must():
     good = {"artifact": True, "admitted": True, "tma_tensor_copies": 7, "ptx_tensor_copies": 7, "tma_hooks": 8,
-            "cubin_calls_helpers": True}
+            "cubin_calls_helpers": True, "dynamic_smem_base_kept": True}
     assert TT.admitted_with_tma(good)
     for k, v in (("admitted", False), ("artifact", False), ("tma_tensor_copies", 0), ("tma_hooks", 0),
-                 ("cubin_calls_helpers", False), ("tma_tensor_copies", 6)):
+                 ("cubin_calls_helpers", False), ("tma_tensor_copies", 6), ("dynamic_smem_base_kept", False)):
         assert not TT.admitted_with_tma({**good, k: v}), k
+
+
+def test_the_dynamic_shared_base_may_move_by_whole_kib_only():
+    # the H100 fault of 2026-12-06: a 392-byte table (400 B of static smem) moved Triton's global_smem off its
+    # 1024-byte alignment; the padded table (1024 B) keeps it
+    assert not TT.dynamic_smem_base_kept(0, 400)
+    assert TT.dynamic_smem_base_kept(0, 1024) and TT.dynamic_smem_base_kept(16, 2064)
+    assert not TT.dynamic_smem_base_kept(None, 1024) and not TT.dynamic_smem_base_kept(0, None)
 
 
 def test_artifact_admission_reads_an_artifact_record():
     art = {"helper": {"path": "/x/hbf_helpers.ptx"},
            "kernels": [{"admitted": False, "not_admitted_reasons": ["cp.async.bulk.prefetch refused"],
                         "tma": {"tma.load.tensor.2d": 3, "tma.store.tensor.2d": 1, "mbarrier.init": 2},
-                        "tma_hooks": 4, "ptxas_before": {"registers": 90}, "ptxas_after": {"registers": 200}}]}
+                        "tma_hooks": 4, "ptxas_before": {"registers": 90, "smem_bytes": 0},
+                        "ptxas_after": {"registers": 200, "smem_bytes": 400}}]}
     a = TT.artifact_admission(art)
     assert a["admitted"] is False and a["reasons"] == ["cp.async.bulk.prefetch refused"]
     assert a["tma_tensor_copies"] == 4 and a["helper"] == "hbf_helpers.ptx"
     assert a["registers_plain_instrumented"] == [90, 200]
+    assert a["smem_plain_instrumented"] == [0, 400] and a["dynamic_smem_base_kept"] is False
     assert TT.artifact_admission(None)["artifact"] is False
 
 
@@ -87,6 +97,9 @@ def test_dry_run_admits_every_kernel_with_its_tma_sites_rewritten(tmp_path):
         assert a["tma"].get("tma.store.tensor.2d") == 1 and a["tma"].get("tma.load.tensor.2d", 0) >= 2, (name, a)
         assert a["tma"].get("mbarrier.try_wait.parity", 0) >= 1
         assert a["cubin_calls_helpers"] and a["helper"]
+        # Triton's dynamic shared memory (global_smem: the TMA tiles) stays 1024-byte aligned behind the table
+        plain, inst = a["smem_plain_instrumented"]
+        assert plain == 0 and inst % 1024 == 0 and inst >= 392 and a["dynamic_smem_base_kept"], (name, a)
         if name == "matmul_host":      # host descriptors: no descriptor is built on the device
             assert a["ptx_tensormap_ops"] == 0
             # the launcher encodes the boxes the kernel expects: inner extents clamped to 128 bytes (box_copies)

@@ -196,7 +196,11 @@ def test_the_wait_hook_follows_a_true_wait_with_its_parity():
 def test_the_table_is_declared_initialised_and_closed_only_with_tracked_copies():
     tracked = print_of(kernel(ARRIVE + "\n    @%p1 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd2], 64, [%r2];\n" + WAIT))
     flat = " ".join(tracked.split())
-    assert f".shared .align 8 .b8 __hb_mbt[{abi.HBF_TMA_TABLE_BYTES}];" in flat
+    # declared in whole KiB (TABLE_DECL_BYTES, the helpers use the first HBF_TMA_TABLE_BYTES): a kernel's dynamic
+    # shared memory, placed after the static bytes, keeps its 1024-byte alignment (the H100 fault of 2026-12-06)
+    from hbfcc.passes.tma import TABLE_DECL_BYTES
+    assert TABLE_DECL_BYTES % 1024 == 0 and TABLE_DECL_BYTES >= abi.HBF_TMA_TABLE_BYTES
+    assert f".shared .align 8 .b8 __hb_mbt[{TABLE_DECL_BYTES}];" in flat
     assert flat.index("call __hb_tma_enter") > flat.index("$__hb_native;")      # after the native branch
     assert "call __hb_tma_exit" in flat
     # a module whose waits have nothing tracked behind them: waits stay native, no table
@@ -299,6 +303,41 @@ def test_triton_tma_kernels_are_admitted_and_assemble(name):
     if "device" in name:      # the device-built descriptor's publication: a 128-byte store into global scratch
         assert fn["classes"]["tensormap.cp_fenceproxy.global"]["rewritten"] >= 1
     assemble_linked(text)
+
+
+def _static_smem(text: str, tmp: Path, kernel: str) -> tuple[int, int]:
+    """ptxas (sm_90a, -v) the text: the kernel's static shared bytes as -v reports them (hbfcc.toolchain's parser)
+    and the size of the cubin's .nv.shared.<kernel> section (the 1 KiB sm_90 reserves included): where ptxas puts
+    the kernel's dynamic shared memory."""
+    import subprocess
+    from elftools.elf.elffile import ELFFile
+    from hbfcc.toolchain import parse_ptxas_v
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "m.ptx").write_text(text)
+    cp = subprocess.run([U.tool("ptxas"), "-arch=sm_90a", "-v", str(tmp / "m.ptx"), "-o", str(tmp / "m.cubin")],
+                        capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    with open(tmp / "m.cubin", "rb") as f:
+        sec = ELFFile(f).get_section_by_name(f".nv.shared.{kernel}")
+        section = sec["sh_size"] if sec is not None else 0
+    return parse_ptxas_v(cp.stderr).functions[kernel].smem_bytes, section
+
+
+@pytest.mark.parametrize("name", TRITON_TMA)
+def test_triton_dynamic_shared_memory_stays_1024_aligned_behind_the_table(name, tmp_path):
+    """Issue 15, H100 2026-12-06: every instrumented Triton TMA kernel faulted (CUDA_ERROR_MISALIGNED_ADDRESS at its
+    first UTMALDG). Triton's tiles live in its dynamic shared memory (``.extern .shared global_smem``), which ptxas
+    places after the kernel's static bytes; the 392-byte completion table made those 400 B and moved every TMA
+    destination off the 1024-byte alignment its 128-byte-swizzled tiles need. The instrumented build's static bytes
+    must differ from the plain build's by whole KiB, so global_smem starts where it did, modulo 1024."""
+    text = (TRITON / f"{name}.ptx").read_text()
+    assert ".extern .shared .align 16 .b8 global_smem[];" in " ".join(text.split())
+    kernel = next(ln.split("(")[0].split()[-1] for ln in text.splitlines() if ".entry" in ln)
+    plain = _static_smem(text, tmp_path / "plain", kernel)
+    inst = _static_smem(rewrite_text(text, helper=H.load_helper(U.helper_paths()[0])).text, tmp_path / "hbf", kernel)
+    assert plain[0] == 0 and plain[1] % 1024 == 0        # no static bytes: global_smem right after the reserved KiB
+    assert inst[0] >= abi.HBF_TMA_TABLE_BYTES, inst      # the table is there
+    assert (inst[0] - plain[0]) % 1024 == 0 and inst[1] % 1024 == 0, (plain, inst)
 
 
 TRITON_SRC = r'''
