@@ -51,7 +51,7 @@ from hbfd.contracts import REQUEST_BATCH_DTYPE
 from hbfd.media import MediaEngine, MediaGeometry
 
 from .backing import BackingStore, BackingStoreError, GeneratedStore
-from .frames import PAGE, CopyFailed, Eviction, FrameMemory, FramePool, groups
+from .frames import PAGE, CopyFailed, Eviction, Evictions, FrameMemory, FramePool, groups
 from . import kernels
 from .kernels import page_checksums
 from .prefetch import NoPrefetch, PrefetchPolicy, RangeView
@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 
 READY = int(RequestStatus.READY)
 PENDING = int(RequestStatus.PENDING)
+_EVICTION_FIELDS = (("frame", np.int64), ("range_id", np.int64), ("page", np.int64), ("generation", np.int64),
+                    ("dirty", bool), ("prefetched", bool), ("used", bool))
 FLUSH_BATCH = 4096                     # write-back programs per media call at flush (unregister, end of run)
 # a generated store whose reads are its own: its pages are filled by the compiled job (GeneratedStore.fill_frames)
 _FILL, _READ_CHECKSUMS = GeneratedStore.fill_frames, GeneratedStore.read_many_checksums
@@ -294,6 +296,67 @@ class CapacityService:
         self.policy.on_evict(self.view(ev.range_id), ev.page, ev.prefetched, ev.used)
         return None
 
+    def _write_back_many(self, ev: Evictions) -> int:
+        """The exact bytes of the dirty evicting frames ``ev`` to their stores, in order, as :meth:`_write_back`
+        one after another would (the batched path, the flush): the frames read in one copy, each run of
+        consecutive pages of one range written in one write (the store's ``write_pages``; else ``write_page``
+        each) and, with ``verify``, read back in one read and compared by the pages' checksums before the next
+        run. Counts the write-backs done; the caller completes or cancels the evictions and accounts them.
+        Returns -1 when every page was written; else the index of the first eviction not known written, the
+        terminal status set (IO_ERROR for the store, COPY_ERROR for the frames' copy, CHECKSUM_ERROR for a page
+        that reads back other bytes): the caller cancels it and every later one (their frames stay mapped and
+        dirty, as after _write_back's failure). A run whose write fails counts from its first page not known
+        written (BackingStoreError's ``written_pages``); a run that reads back other bytes from its first
+        differing page. Pages after that index may already hold their bytes in the store; their frames stay
+        dirty (written again at close, or salvaged): nothing is lost."""
+        k = len(ev)
+        if not k:
+            return -1
+        try:
+            data = self.pool.memory.read_many(ev.frame.astype(np.intp))
+        except (CopyFailed, OSError) as e:
+            self._fail(RequestStatus.COPY_ERROR, f"copy of frames {ev.frame[:4].tolist()}... for their write-back "
+                       f"failed: {e}", frame=int(ev.frame[0]))
+            return 0
+        pages = ev.page.astype(np.int64)
+        rids = ev.range_id.astype(np.int64)
+        cut = np.flatnonzero((np.diff(pages) != 1) | (np.diff(rids) != 0)) + 1
+        want = page_checksums(pages.astype(np.uint64), data) if self.verify else None
+        bad = -1
+        for i, j in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [k])).tolist()):
+            rid, first = int(rids[i]), int(pages[i])
+            store = self.ranges[rid].store
+            x = i                                       # pages [i, x) of the run known written
+            try:
+                wp = getattr(store, "write_pages", None)
+                if wp is not None:
+                    try:
+                        wp(first, data[i:j])
+                    except BackingStoreError as e:
+                        x = i + max(0, min(j - i, int(e.fields.get("written_pages", 0) or 0)))
+                        raise
+                    x = j
+                else:
+                    for y in range(i, j):
+                        store.write_page(int(pages[y]), data[y])
+                        x = y + 1
+                if self.verify:
+                    got = page_checksums(pages[i:j].astype(np.uint64), store.read_pages(first, j - i))
+                    diff = np.flatnonzero(got != want[i:j])
+                    if len(diff):
+                        bad = i + int(diff[0])
+                        self._fail(RequestStatus.CHECKSUM_ERROR, f"write-back of page {int(pages[bad])} of range "
+                                   f"{rid} reads back different bytes", page=int(pages[bad]))
+                        break
+            except BackingStoreError as e:
+                bad = x if x < j else i                 # a failed read-back: the run's first page
+                self._fail(RequestStatus.IO_ERROR, str(e), page=int(pages[bad]))
+                break
+        done = k if bad < 0 else bad
+        self.n["writebacks"] += done
+        self.n["writeback_bytes"] += PAGE * done
+        return bad
+
     def _serve(self, items: list[tuple[CapacityRange, int, int, bool]]) -> list[MissResult]:
         """Fill the pages of ``items`` = (range, page, arrival, demand) in order, time them in one media batch,
         publish them; one result per item (PENDING where no frame could be taken). A failure ends the run: the
@@ -380,18 +443,20 @@ class CapacityService:
         frames, ev = self.pool.take_frames(k)
         m = len(frames)
         nfree = m - len(ev)
-        # the victims' write-backs, in order: the first that fails cancels itself and every later eviction
-        # (those frames stay mapped, their bytes in place); the items before it keep their frames until the
-        # failure releases every frame of the batch
-        for j in np.flatnonzero(ev.dirty).tolist() if len(ev) else ():
-            if self._write_back(ev.one(j), counted=False) is not None:
-                self.pool.complete_evictions(ev.part(slice(0, j)))
-                self.pool.cancel_evictions(ev.part(slice(j + 1, None)))
-                self._account_evictions(ev.part(slice(0, j)))
-                for f in frames[:nfree + j].tolist():
-                    self.pool.release_free(f)
-                status[:] = self.failure[0]
-                return status, frame, ready
+        # the victims' write-backs, in order (_write_back_many: runs of consecutive pages in one write): the
+        # first that fails cancels itself and every later eviction (those frames stay mapped, their bytes in
+        # place); the items before it keep their frames until the failure releases every frame of the batch
+        dj = np.flatnonzero(ev.dirty) if len(ev) else np.zeros(0, np.int64)
+        b = self._write_back_many(ev.part(dj)) if len(dj) else -1
+        if b >= 0:
+            j = int(dj[b])
+            self.pool.complete_evictions(ev.part(slice(0, j)))
+            self.pool.cancel_evictions(ev.part(slice(j, None)))
+            self._account_evictions(ev.part(slice(0, j)))
+            for f in frames[:nfree + j].tolist():
+                self.pool.release_free(f)
+            status[:] = self.failure[0]
+            return status, frame, ready
         self.pool.complete_evictions(ev)
         self._account_evictions(ev)
         if m < k:
@@ -906,21 +971,34 @@ class CapacityService:
         done = 0
         fr = self.pool.frames
         items: list[tuple[int, int, int, int]] = []
-        for f in np.flatnonzero(fr["dirty"] != 0).tolist():
+        dirty = np.flatnonzero(fr["dirty"] != 0)
+        # FLUSH_BATCH dirty frames at a time: their evictions begun, written back together
+        # (_write_back_many: runs of consecutive pages in one write), then completed in order; the first that
+        # fails and every later one of the batch are cancelled (they stay dirty) and the flush stops
+        for lo in range(0, len(dirty), FLUSH_BATCH):
             if self.failure is not None:
                 break
-            ev = self.pool.begin_eviction_of(f)
-            if ev is None:
+            evs = [e for e in (self.pool.begin_eviction_of(f) for f in dirty[lo:lo + FLUSH_BATCH].tolist())
+                   if e is not None]
+            if not evs:
                 continue
-            if self._write_back(ev) is not None:
+            ev = Evictions(*(np.array([getattr(e, f) for e in evs], dt) for f, dt in _EVICTION_FIELDS))
+            dj = np.flatnonzero(ev.dirty)
+            b = self._write_back_many(ev.part(dj))
+            ok = len(evs) if b < 0 else int(dj[b])
+            for e in evs[ok:]:
+                self.pool.cancel_eviction(e)
+            self._account_evictions(ev.part(slice(0, ok)))
+            for e in evs[:ok]:
+                r = self.ranges[e.range_id]
+                items.append((self._horizon, r.media_offset + e.page * PAGE, PAGE, ctl.HBF_OP_STORE))
+                self.pool.release_free(self.pool.complete_eviction(e))
+                done += 1
+                if len(items) == FLUSH_BATCH:
+                    self._media(items)
+                    items.clear()
+            if b >= 0:
                 break
-            r = self.ranges[ev.range_id]
-            items.append((self._horizon, r.media_offset + ev.page * PAGE, PAGE, ctl.HBF_OP_STORE))
-            self.pool.release_free(self.pool.complete_eviction(ev))
-            done += 1
-            if len(items) == FLUSH_BATCH:
-                self._media(items)
-                items.clear()
         if items:                                       # also after a failure: these pages were written back
             self._media(items)
         for r in {id(x.store): x.store for x in self.ranges.values()}.values():
