@@ -60,8 +60,6 @@ log = logging.getLogger(__name__)
 
 READY = int(RequestStatus.READY)
 PENDING = int(RequestStatus.PENDING)
-_EVICTION_FIELDS = (("frame", np.int64), ("range_id", np.int64), ("page", np.int64), ("generation", np.int64),
-                    ("dirty", bool), ("prefetched", bool), ("used", bool))
 FLUSH_BATCH = 4096                     # write-back programs per media call at flush (unregister, end of run)
 # a generated store whose reads are its own: its pages are filled by the compiled job (GeneratedStore.fill_frames)
 _FILL, _READ_CHECKSUMS = GeneratedStore.fill_frames, GeneratedStore.read_many_checksums
@@ -970,37 +968,43 @@ class CapacityService:
         its deadline)."""
         done = 0
         fr = self.pool.frames
-        items: list[tuple[int, int, int, int]] = []
+        pending: list[np.ndarray] = []                  # write-back programs not yet given to the media model
+        npend = 0
         dirty = np.flatnonzero(fr["dirty"] != 0)
-        # FLUSH_BATCH dirty frames at a time: their evictions begun, written back together
-        # (_write_back_many: runs of consecutive pages in one write), then completed in order; the first that
-        # fails and every later one of the batch are cancelled (they stay dirty) and the flush stops
+        # FLUSH_BATCH dirty frames at a time, in arrays: their evictions begun (FramePool.begin_evictions_of),
+        # written back together (_write_back_many: runs of consecutive pages in one write), then completed in
+        # order; the first that fails and every later one of the batch are cancelled (they stay dirty) and the
+        # flush stops. The media model gets the programs FLUSH_BATCH at a time, in order, at the horizon
         for lo in range(0, len(dirty), FLUSH_BATCH):
             if self.failure is not None:
                 break
-            evs = [e for e in (self.pool.begin_eviction_of(f) for f in dirty[lo:lo + FLUSH_BATCH].tolist())
-                   if e is not None]
-            if not evs:
+            ev = self.pool.begin_evictions_of(dirty[lo:lo + FLUSH_BATCH])
+            if not len(ev):
                 continue
-            ev = Evictions(*(np.array([getattr(e, f) for e in evs], dt) for f, dt in _EVICTION_FIELDS))
             dj = np.flatnonzero(ev.dirty)
             b = self._write_back_many(ev.part(dj))
-            ok = len(evs) if b < 0 else int(dj[b])
-            for e in evs[ok:]:
-                self.pool.cancel_eviction(e)
-            self._account_evictions(ev.part(slice(0, ok)))
-            for e in evs[:ok]:
-                r = self.ranges[e.range_id]
-                items.append((self._horizon, r.media_offset + e.page * PAGE, PAGE, ctl.HBF_OP_STORE))
-                self.pool.release_free(self.pool.complete_eviction(e))
-                done += 1
-                if len(items) == FLUSH_BATCH:
-                    self._media(items)
-                    items.clear()
+            ok = len(ev) if b < 0 else int(dj[b])
+            if ok < len(ev):
+                self.pool.cancel_evictions(ev.part(slice(ok, None)))
+            done_ev = ev.part(slice(0, ok))
+            self._account_evictions(done_ev)
+            if ok:
+                offs = np.array([self.ranges[r].media_offset for r in done_ev.range_id.tolist()], np.int64) if len(
+                    self.ranges) > 1 else np.full(ok, next(iter(self.ranges.values())).media_offset, np.int64)
+                pending.append(np.stack([np.full(ok, self._horizon, np.int64), offs + done_ev.page * PAGE,
+                                         np.full(ok, PAGE, np.int64), np.full(ok, ctl.HBF_OP_STORE, np.int64)], 1))
+                npend += ok
+                self.pool.complete_evictions(done_ev)
+                self.pool.release_free_many(done_ev.frame)
+                done += ok
+            while npend >= FLUSH_BATCH:
+                allp = np.concatenate(pending)
+                self._media(allp[:FLUSH_BATCH])
+                pending, npend = [allp[FLUSH_BATCH:]], npend - FLUSH_BATCH
             if b >= 0:
                 break
-        if items:                                       # also after a failure: these pages were written back
-            self._media(items)
+        if npend:                                       # also after a failure: these pages were written back
+            self._media(np.concatenate(pending))
         for r in {id(x.store): x.store for x in self.ranges.values()}.values():
             try:
                 r.flush()

@@ -11,7 +11,7 @@ import pytest
 from hbfcommon import ctl
 from hbfd.capacity.backing import BackingStoreError, SparseFileStore, runs
 from hbfd.capacity.device import CapacityDevice
-from hbfd.capacity.frames import PAGE
+from hbfd.capacity.frames import DIRTY, PAGE, VALID
 from hbfd.capacity.service import CapacityFailure, CapacityService
 
 RW = ctl.HBF_PERM_READ | ctl.HBF_PERM_WRITE
@@ -130,3 +130,44 @@ def test_a_run_failing_part_way_loses_nothing(geom, tmp_path, what):
     assert np.array_equal(have, want)                      # every byte the lanes wrote: in the file or salvaged
     with pytest.raises(CapacityFailure):
         svc.check()
+
+
+def test_a_flush_failing_part_way_loses_nothing(geom, tmp_path):
+    """The flush (unregister) writes the 16 dirty frames (pages 48-63 after one pass) as runs; page 52 fails
+    (a short write after 48-51): IO_ERROR, pages 48-51 written and their frames free, 52-63 still mapped and
+    dirty (cancelled, not half evicted), salvaged at close: file + salvage = every byte."""
+    svc, store, want, err = _stream(geom, tmp_path, "f", True, passes=1)
+    assert err is None
+    store.fail_at = 52
+    assert svc.flush() == 4
+    assert svc.failure[0] == ctl.HBF_ST_IO_ERROR
+    assert all(svc.pool.lookup(1, p) is None for p in range(52))
+    for p in range(52, 64):
+        f = svc.pool.lookup(1, p)
+        assert f is not None and svc.pool.frames["dirty"][f] == 1 and svc.pool.frames["state"][f] in (VALID, DIRTY)
+    assert len(svc.pool._free) == 4                     # the written frames, freed
+    rep = svc.close(salvage_path=tmp_path / "salvage.npz")
+    assert rep["salvaged_pages"] == 12
+    z = np.load(tmp_path / "salvage.npz")
+    have = np.fromfile(tmp_path / "f.bin", np.uint64).reshape(64, PAGE // 8).copy()
+    for p, d in zip(z["pages"].tolist(), z["data"]):
+        have[p] = d.view(np.uint64)
+    assert np.array_equal(have, want)
+
+
+def test_a_flush_passes_frames_in_use(geom, tmp_path):
+    """A dirty frame the device holds pinned is not flushed: it stays mapped, dirty and as it was (state,
+    generation); once unpinned the next flush writes it."""
+    svc, store, want, err = _stream(geom, tmp_path, "g", True, passes=1)
+    f = svc.pool.lookup(1, 60)
+    before = svc.pool.frames[f].copy()
+    assert svc.pool.device_pin(1, 60, store=True) is not None
+    assert svc.flush() == 15
+    assert svc.pool.lookup(1, 60) == f
+    after = svc.pool.frames[f]
+    for k in ("state", "generation", "dirty", "logical_page"):
+        assert after[k] == before[k], k
+    svc.pool.device_unpin(f)
+    assert svc.flush() == 1 and svc.pool.lookup(1, 60) is None
+    got = np.fromfile(tmp_path / "g.bin", np.uint64).reshape(64, PAGE // 8)
+    assert np.array_equal(got, want)
