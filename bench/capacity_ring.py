@@ -12,7 +12,10 @@ pages/s and GB/s over the client's wall time of the stream (ring included), over
 completions: hbfd's scan, service and posting, what the GPU would wait for; the rest is the CPU stand-in's own
 pinning and checksums), and over hbfd's service_ns (the service alone); modeled_ns vs the client wall per miss.
 Medians and ranges over ``reps``. ``--policy`` is the range's prefetch policy, ``--workers`` hbfd's fill threads
-($HBFD_CAPACITY_WORKERS). Writes bench/results/capacity_ring.json. CPU only: a frame fill is a memcpy into shared memory (no PCIe).
+($HBFD_CAPACITY_WORKERS). ``--rw-passes N``: read-write instead (a sparse file range; the lanes pin for stores
+and update their page's words at ``--stride`` as bench/capacity_gpu.py's rw kernels do, ``--lanes-per-page`` lanes
+splitting a page; dirty victims written back; after UnregisterRange the file is compared with the N passes computed
+in numpy: ``checksum_equal``). Writes bench/results/capacity_ring.json. CPU only: a frame fill is a memcpy into shared memory (no PCIe).
 """
 from __future__ import annotations
 
