@@ -15,7 +15,8 @@ Medians and ranges over ``reps``. ``--policy`` is the range's prefetch policy, `
 ($HBFD_CAPACITY_WORKERS). ``--rw-passes N``: read-write instead (a sparse file range; the lanes pin for stores
 and update their page's words at ``--stride`` as bench/capacity_gpu.py's rw kernels do, ``--lanes-per-page`` lanes
 splitting a page; dirty victims written back; after UnregisterRange the file is compared with the N passes computed
-in numpy: ``checksum_equal``). Writes bench/results/capacity_ring.json. CPU only: a frame fill is a memcpy into shared memory (no PCIe).
+in numpy: ``checksum_equal``). Writes bench/results/capacity_ring.json. CPU only: a frame fill is a memcpy into
+shared memory (no PCIe).
 """
 from __future__ import annotations
 

@@ -149,10 +149,10 @@ class CapacityDevice:
         The round ends with its longest wait. ``op`` HBF_OP_STORE: the lanes pin for a store (their frames
         marked dirty) and post their misses as stores; ``touch(memory, frames, lanes)``, when given, runs while a
         round's lanes hold their pins (``frames``: each lane's frame, ``lanes``: the lanes' indices into
-        ``pages``): what the lanes do with their pages (the read-write stand-in's update). Through the ring (a host with ``hints_unordered``:
-        RingHost) every lane translates at once and the hints of the lanes that took markers are posted together
-        (the ring orders a hint before nothing anyway); in process a taker's hint is served before later lanes
-        translate."""
+        ``pages``): what the lanes do with their pages (the read-write stand-in's update). Through the ring (a
+        host with ``hints_unordered``: RingHost) every lane translates at once and the hints of the lanes that
+        took markers are posted together (the ring orders a hint before nothing anyway); in process a taker's
+        hint is served before later lanes translate."""
         pool, svc = self.svc.pool, self.svc
         unordered = getattr(svc, "hints_unordered", False)
         store = op in (ctl.HBF_OP_STORE, ctl.HBF_OP_ATOMIC)
