@@ -12,7 +12,11 @@ pages/s and GB/s over the client's wall time of the stream (ring included), over
 completions: hbfd's scan, service and posting, what the GPU would wait for; the rest is the CPU stand-in's own
 pinning and checksums), and over hbfd's service_ns (the service alone); modeled_ns vs the client wall per miss.
 Medians and ranges over ``reps``. ``--policy`` is the range's prefetch policy, ``--workers`` hbfd's fill threads
-($HBFD_CAPACITY_WORKERS). Writes bench/results/capacity_ring.json. CPU only: a frame fill is a memcpy into shared memory (no PCIe).
+($HBFD_CAPACITY_WORKERS). ``--rw-passes N``: read-write instead (a sparse file range; the lanes pin for stores
+and update their page's words at ``--stride`` as bench/capacity_gpu.py's rw kernels do, ``--lanes-per-page`` lanes
+splitting a page; dirty victims written back; after UnregisterRange the file is compared with the N passes computed
+in numpy: ``checksum_equal``). Writes bench/results/capacity_ring.json. CPU only: a frame fill is a memcpy into
+shared memory (no PCIe).
 """
 from __future__ import annotations
 
@@ -44,18 +48,55 @@ from hbfd.runner import start_daemon  # noqa: E402
 BASE = 0x7B00_0000_0000
 
 
+RMW_MUL = np.uint64(6364136223846793005)          # bench/capacity_gpu.py's cap_rmw / cap_rmw_pages
+
+
+def rmw_reference(words: np.ndarray, stride: int, seed: int) -> None:
+    """One pass of the GPU proof's read-modify-write over ``words`` (uint64, in place): every word whose index is
+    a multiple of ``stride`` becomes w * 6364136223846793005 + (index ^ seed) (mod 2^64)."""
+    idx = np.arange(0, len(words), stride, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        words[::stride] = words[::stride] * RMW_MUL + (idx ^ np.uint64(seed))
+
+
+def rmw_touch(stream: np.ndarray, lanes_per_page: int, stride: int, seed: int):
+    """The lanes' update while they hold their pins (CapacityDevice.run_wide's ``touch``): lane j of a page's
+    ``lanes_per_page`` consecutive lanes updates the page's j-th, (j + L)-th, ... words at ``stride`` (as the
+    kernel's lanes split a page), so every such word is updated once per pass: the final bytes are
+    :func:`rmw_reference`'s."""
+    cols = np.arange(0, 512, stride, dtype=np.int64).reshape(-1, lanes_per_page).T      # (L, slots / L)
+    sd = np.uint64(seed)
+
+    def touch(memory, frames, lanes):
+        words = memory.data.view(np.uint64)                        # (n_frames, 512)
+        cc = cols[lanes % lanes_per_page]                          # (k, slots / L)
+        rows = frames[:, None]
+        w = (stream[lanes].astype(np.uint64) * np.uint64(512))[:, None] + cc.astype(np.uint64)
+        with np.errstate(over="ignore"):
+            words[rows, cc] = words[rows, cc] * RMW_MUL + (w ^ sd)
+    return touch
+
+
 def one(pages: int, frames: int, width: int, seed: int, policy: str = "none", workers: int | None = None,
-        lanes_per_page: int = 1, range_pages: int = 0) -> dict:
+        lanes_per_page: int = 1, range_pages: int = 0, rw_passes: int = 0, stride: int = 64,
+        no_verify: bool = False) -> dict:
     env = {"HBFD_THERMAL": "none"} | ({"HBFD_CAPACITY_WORKERS": str(workers)} if workers else {})
     with tempfile.TemporaryDirectory() as d, start_daemon("ocp-sg1", workdir=Path(d), pythonpath=[ROOT],
                                                          env=env, timeout_s=90.0) as h:
         with h.client() as c:
             rep = c.call("Attach", workload_pid=0, abi_version=ctl.HBF_CTL_ABI_VERSION)
             m = ctl.map_region(rep.ctl_path)
+            if rw_passes:                          # a sparse file read and written (dirty frames written back)
+                spec = c.pb.CapacitySpec(n_frames=frames, store="sparse", path=str(Path(d) / "rw.bin"),
+                                         policy=policy, no_verify=no_verify)
+            else:
+                spec = c.pb.CapacitySpec(n_frames=frames, store="generated", seed=seed, policy=policy,
+                                         no_verify=no_verify)
             r = c.call("RegisterRange", range=c.pb.Range(base=BASE, length=max(pages, range_pages) * PAGE,
                                                          mode=ctl.HBF_MODE_CAPACITY,
-                                                         perms=ctl.HBF_PERM_READ),
-                       capacity=c.pb.CapacitySpec(n_frames=frames, store="generated", seed=seed, policy=policy))
+                                                         perms=ctl.HBF_PERM_READ | (ctl.HBF_PERM_WRITE if rw_passes
+                                                                                    else 0)),
+                       capacity=spec)
         host = RingHost(RingDriver(m, rep.ring_key), r.capacity_path, BASE)
         rt = [0]
         post_wait = host.miss_many_arrays
@@ -68,11 +109,29 @@ def one(pages: int, frames: int, width: int, seed: int, policy: str = "none", wo
                 rt[0] += time.perf_counter_ns() - t
         host.miss_many_arrays = timed
         dev = CapacityDevice(host)                 # loads the compiled checksum twin (HBFD_ACCEL) before the clock
+        stream = np.repeat(np.arange(pages), lanes_per_page)
         t0 = time.perf_counter_ns()
-        out = dev.run_wide(r.range.range_id, np.repeat(np.arange(pages), lanes_per_page), width=width,
-                           gap_ns=1000, checksum=True)
+        if rw_passes:
+            now = 0
+            for k in range(rw_passes):
+                out = dev.run_wide(r.range.range_id, stream, width=width, gap_ns=1000, t0_ns=now,
+                                   op=ctl.HBF_OP_STORE, touch=rmw_touch(stream, lanes_per_page, stride, seed + k))
+                now = out["end_ns"]
+        else:
+            out = dev.run_wide(r.range.range_id, stream, width=width, gap_ns=1000, checksum=True)
         wall = time.perf_counter_ns() - t0
-        ok = out["checksum"] == GeneratedStore(seed, pages).span_checksum(0, pages) * lanes_per_page % (1 << 64)
+        if rw_passes:
+            t1 = time.perf_counter_ns()
+            with h.client() as c:
+                c.call("UnregisterRange", range_id=r.range.range_id)   # every dirty frame written back first
+            unreg = time.perf_counter_ns() - t1
+            want = np.zeros(pages * 512, np.uint64)
+            for k in range(rw_passes):
+                rmw_reference(want, stride, seed + k)
+            got = np.fromfile(Path(d) / "rw.bin", np.uint64)
+            ok = bool(len(got) == len(want) and np.array_equal(got, want))
+        else:
+            ok = out["checksum"] == GeneratedStore(seed, pages).span_checksum(0, pages) * lanes_per_page % (1 << 64)
         m.close()
         h.stop()
         s = h.read_summary()
@@ -80,7 +139,8 @@ def one(pages: int, frames: int, width: int, seed: int, policy: str = "none", wo
     n = cap["counters"]
     fills = n["fills"]
     return {"pages": pages, "frames": frames, "width": width, "policy": policy, "workers": cap["options"]["workers"],
-            "lanes_per_page": lanes_per_page, "range_pages": max(pages, range_pages),
+            "lanes_per_page": lanes_per_page, "range_pages": max(pages, range_pages), "rw_passes": rw_passes,
+            "writebacks": n.get("writebacks", 0), "unregister_ns": unreg if rw_passes else 0,
             "checksum_equal": ok, "hints": host.n["hints"], "misses": host.n["misses"],
             "fills": fills, "evictions": n["evictions"], "client_wall_ns": wall,
             "pages_per_s_ring": fills / (wall / 1e9), "GB_per_s_ring": fills * PAGE / wall,
@@ -104,6 +164,14 @@ def main() -> int:
                     "streamed; 0: --pages)")
     ap.add_argument("--lanes-per-page", type=int, default=1, help="consecutive lanes on one page (16: the word-per-"
                     "thread kernel's 16 warps per page, each posting its own miss)")
+    ap.add_argument("--rw-passes", type=int, default=0, help="read-write (a sparse file): this many read-modify-"
+                    "write passes of every lane's page (as bench/capacity_gpu.py's rw part, words at --stride), "
+                    "dirty frames written back at eviction and at UnregisterRange; the file then compared with the "
+                    "passes computed in numpy (checksum_equal); 0: generated read-only pages")
+    ap.add_argument("--stride", type=int, default=64, help="rw: words between two updated words (a divisor of 512 "
+                    "whose 512 / stride slots split evenly over --lanes-per-page)")
+    ap.add_argument("--no-verify", action="store_true", help="the range's no_verify (no read-back checksum of "
+                    "fills and write-backs)")
     ap.add_argument("--workers", type=int, default=0, help="hbfd's fill threads per range "
                     "($HBFD_CAPACITY_WORKERS; 0: its default, the host's cores)")
     ap.add_argument("--out", default=str(ROOT / "bench/results/capacity_ring.json"))
@@ -112,16 +180,20 @@ def main() -> int:
     if a.pages < 1 or a.reps < 1 or a.frames < max(widths) or min(widths) < 1:
         raise ConfigError("need pages, reps >= 1, widths >= 1 and frames >= the widest width", pages=a.pages,
                           frames=a.frames, widths=a.widths)
+    if a.rw_passes < 0 or a.stride < 1 or 512 % a.stride or (512 // a.stride) % a.lanes_per_page:
+        raise ConfigError("--rw-passes >= 0; --stride divides 512 and its slots split over --lanes-per-page",
+                          rw_passes=a.rw_passes, stride=a.stride, lanes_per_page=a.lanes_per_page)
     rows = []
     for rep in range(a.reps):
         for w in widths:
             r = one(a.pages, a.frames, w, 20261205 + rep, a.policy, a.workers or None,
-                    a.lanes_per_page, int(a.range_gib * (1 << 30)) // PAGE) | {"rep": rep}
+                    a.lanes_per_page, int(a.range_gib * (1 << 30)) // PAGE, a.rw_passes, a.stride,
+                    a.no_verify) | {"rep": rep}
             rows.append(r)
             print(f"rep {rep} width {w}: checksum equal {r['checksum_equal']}, ring {r['pages_per_s_ring']:.0f} "
                   f"pages/s (round trips alone {r['pages_per_s_round_trip']:.0f}) "
                   f"pages/s ({r['ring_ns_per_miss'] / 1e3:.1f} us/miss), service {r['pages_per_s_service']:.0f} "
-                  f"pages/s, scans {r['scans']}", flush=True)
+                  f"pages/s, scans {r['scans']}, write-backs {r['writebacks']}", flush=True)
     summary = {}
     for w in widths:
         rs = [r for r in rows if r["width"] == w]

@@ -3,7 +3,8 @@
 A store serves whole 4 KiB pages by page index (0 .. ``pages`` - 1):
 
 * ``read_pages(first, n) -> (n, 4096) uint8``, ``read_many(pages) -> (len, 4096) uint8`` (any pages, in the
-  order given), ``write_page(page, data)``, ``flush()``, ``read_only``.
+  order given), ``write_page(page, data)``, ``flush()``, ``read_only``; optionally ``write_pages(first, data)``
+  (consecutive pages in one write: the service's batched write-back uses it where present).
 * Every I/O failure raises :class:`BackingStoreError` (an ``HbfError``, code ``INTERNAL`` with the OS error
   in its fields); the service turns it into the terminal status IO_ERROR and keeps the dirty bytes.
 
@@ -82,27 +83,35 @@ class SparseFileStore:
 
     def read_pages(self, first: int, n: int) -> np.ndarray:
         _check_span(self, first, n)
+        out = np.empty((n, PAGE), np.uint8)
+        self._read_into(first, out)
+        return out
+
+    def _read_into(self, first: int, out: np.ndarray) -> None:
+        """Pages [first, first + len(out)) straight into ``out`` (C-contiguous (n, 4096) uint8): one ``preadv``,
+        no intermediate bytes."""
+        n = len(out)
         try:
-            b = os.pread(self._fd, n * PAGE, first * PAGE)
+            got = os.preadv(self._fd, [out], first * PAGE)
         except OSError as e:
             raise BackingStoreError(f"read of pages [{first}, {first + n}) from {self.path} failed: {e.strerror}",
                                     path=str(self.path), errno=e.errno, first=first, n=n) from e
-        if len(b) != n * PAGE:
-            raise BackingStoreError(f"short read from {self.path}: {len(b)} of {n * PAGE} bytes", path=str(self.path),
+        if got != n * PAGE:
+            raise BackingStoreError(f"short read from {self.path}: {got} of {n * PAGE} bytes", path=str(self.path),
                                     first=first, n=n)
-        return np.frombuffer(b, np.uint8).reshape(n, PAGE).copy()
 
     def read_many(self, pages: np.ndarray) -> np.ndarray:
-        """Pages in the order given; runs of consecutive pages are one read."""
+        """Pages in the order given; runs of consecutive pages are one read (through :meth:`read_pages`, so a
+        store that overrides it is read through its own)."""
         p = np.asarray(pages, np.int64)
         out = np.empty((len(p), PAGE), np.uint8)
-        i = 0
-        while i < len(p):
-            j = i + 1
-            while j < len(p) and p[j] == p[j - 1] + 1:
-                j += 1
-            out[i:j] = self.read_pages(int(p[i]), j - i)
-            i = j
+        direct = type(self).read_pages is SparseFileStore.read_pages
+        for i, j in runs(p).tolist():
+            if direct:
+                _check_span(self, int(p[i]), j - i)
+                self._read_into(int(p[i]), out[i:j])
+            else:
+                out[i:j] = self.read_pages(int(p[i]), j - i)
         return out
 
     def write_page(self, page: int, data: np.ndarray) -> None:
@@ -117,6 +126,25 @@ class SparseFileStore:
                                     errno=e.errno, page=page) from e
         if w != PAGE:
             raise BackingStoreError(f"short write to {self.path}: {w} of {PAGE} bytes", path=str(self.path), page=page)
+
+    def write_pages(self, first: int, data: np.ndarray) -> None:
+        """Pages [first, first + len(data)) in one ``pwrite``. A failure raises BackingStoreError with
+        ``written_pages``: the pages known written in full before it (a short write's whole pages; 0 when the
+        write raised: nothing after ``first`` is known written)."""
+        buf = np.ascontiguousarray(data, np.uint8)
+        n = buf.size // PAGE
+        if buf.size != n * PAGE or n < 1:
+            raise BackingStoreError(f"a write of pages needs a multiple of {PAGE} bytes, got {buf.size}", page=first,
+                                    written_pages=0)
+        _check_span(self, first, n)
+        try:
+            w = os.pwrite(self._fd, buf, first * PAGE)
+        except OSError as e:
+            raise BackingStoreError(f"write of pages [{first}, {first + n}) to {self.path} failed: {e.strerror}",
+                                    path=str(self.path), errno=e.errno, page=first, n=n, written_pages=0) from e
+        if w != n * PAGE:
+            raise BackingStoreError(f"short write to {self.path}: {w} of {n * PAGE} bytes", path=str(self.path),
+                                    page=first, n=n, written_pages=w // PAGE)
 
     def flush(self) -> None:
         try:
@@ -133,6 +161,16 @@ class SparseFileStore:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def runs(pages: np.ndarray) -> np.ndarray:
+    """(start, end) index pairs, (k, 2) int64, of the maximal runs of consecutive pages (p, p + 1, ...) in
+    ``pages``, in order."""
+    p = np.asarray(pages, np.int64)
+    if not len(p):
+        return np.zeros((0, 2), np.int64)
+    cut = np.flatnonzero(np.diff(p) != 1) + 1
+    return np.stack([np.concatenate(([0], cut)), np.concatenate((cut, [len(p)]))], 1)
 
 
 _WORDS = np.arange(WORDS_PER_PAGE, dtype=np.uint64)

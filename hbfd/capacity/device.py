@@ -141,17 +141,21 @@ class CapacityDevice:
         return out
 
     def run_wide(self, range_id: int, pages, *, width: int, gap_ns: int, t0_ns: int = 0,
-                 checksum: bool = False) -> dict:
+                 checksum: bool = False, op: int = ctl.HBF_OP_LOAD, touch=None) -> dict:
         """Replay a page stream as ``width`` lanes (warps) in lockstep would: each round the next ``width`` pages
         are accessed at the same time. The device rule: **a warp never waits for a miss while it holds a pin**
         (that could pin every frame while the misses wait for one): when any lane misses, the lanes that hit
         unpin, the misses go to the host as one ring scan (``miss_many``), and every lane translates again.
-        The round ends with its longest wait. Loads only. Through the ring (a host with ``hints_unordered``:
-        RingHost) every lane translates at once and the hints of the lanes that took markers are posted together
-        (the ring orders a hint before nothing anyway); in process a taker's hint is served before later lanes
-        translate."""
+        The round ends with its longest wait. ``op`` HBF_OP_STORE: the lanes pin for a store (their frames
+        marked dirty) and post their misses as stores; ``touch(memory, frames, lanes)``, when given, runs while a
+        round's lanes hold their pins (``frames``: each lane's frame, ``lanes``: the lanes' indices into
+        ``pages``): what the lanes do with their pages (the read-write stand-in's update). Through the ring (a
+        host with ``hints_unordered``: RingHost) every lane translates at once and the hints of the lanes that
+        took markers are posted together (the ring orders a hint before nothing anyway); in process a taker's
+        hint is served before later lanes translate."""
         pool, svc = self.svc.pool, self.svc
         unordered = getattr(svc, "hints_unordered", False)
+        store = op in (ctl.HBF_OP_STORE, ctl.HBF_OP_ATOMIC)
         now = t0_ns
         total = np.uint64(0)
         pages = np.asarray(pages, np.int64)
@@ -166,7 +170,7 @@ class CapacityDevice:
                 frames = np.full(k, -1, np.int64)
                 done = 0
                 if unordered:                    # every lane at once; the takers' hints posted together
-                    f, ready, _n, takers = pool.device_pin_many(range_id, chunk, every_marker=True)
+                    f, ready, _n, takers = pool.device_pin_many(range_id, chunk, store=store, every_marker=True)
                     frames[:] = f
                     hit = f >= 0
                     w = np.maximum(0, ready - now)
@@ -176,7 +180,7 @@ class CapacityDevice:
                         svc.hint_many(range_id, chunk[takers], now)
                     done = k
                 while done < k:                  # the lanes in order; a marker's taker posts its hint first
-                    f, ready, n, took = pool.device_pin_many(range_id, chunk[done:])
+                    f, ready, n, took = pool.device_pin_many(range_id, chunk[done:], store=store)
                     frames[done:done + n] = f[:n]
                     hit = f[:n] >= 0
                     w = np.maximum(0, ready[:n] - now)
@@ -191,7 +195,7 @@ class CapacityDevice:
                     break
                 pool.device_unpin_many(frames[frames >= 0])   # release every pin before waiting
                 st, _fr, mod, _rd = svc.miss_many_arrays(np.stack([
-                    np.full(len(miss_at), range_id), chunk[miss_at], np.full(len(miss_at), ctl.HBF_OP_LOAD),
+                    np.full(len(miss_at), range_id), chunk[miss_at], np.full(len(miss_at), op),
                     np.full(len(miss_at), now)], 1))
                 pend = st == PENDING
                 bad = np.flatnonzero((st != READY) & ~pend)
@@ -207,6 +211,8 @@ class CapacityDevice:
             self.c.late_prefetch_waits += int((first == LATE).sum())
             self.c.no_wait += int((first == HIT).sum())
             self.c.wait_ns += int(waits.sum())
+            if touch is not None:
+                touch(pool.memory, frames, np.arange(lo, lo + k))
             if checksum:
                 with np.errstate(over="ignore"):
                     total += np.uint64(kernels.frames_span_checksum(pool.memory, frames, chunk))

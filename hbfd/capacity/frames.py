@@ -492,6 +492,30 @@ class FramePool:
         ev = self._unmap(v.astype(np.int64))
         return np.concatenate(got + [ev.frame]), ev
 
+    def begin_evictions_of(self, frames: np.ndarray) -> Evictions:
+        """:meth:`begin_eviction_of` of ``frames`` in arrays (the flush): the resident ones marked EVICTING, then
+        (fence) their pins read: a frame in use is put back (never evicted); the others unmapped (ptes cleared,
+        generation + 1). Returns what they held, in the order given."""
+        fr = self.frames
+        f = np.asarray(frames, np.int64)
+        st = fr["state"][f]
+        res = (st == VALID) | (st == DIRTY)
+        f, st = f[res], st[res]
+        fr["state"][f] = EVICTING
+        full_fence()                                    # the stores above before the loads of pins
+        late = fr["pins"][f] != 0
+        if late.any():
+            fr["state"][f[late]] = st[late]
+            f = f[~late]
+        return self._unmap(f)
+
+    def release_free_many(self, frames: np.ndarray) -> None:
+        """:meth:`release_free` of ``frames``, in order."""
+        f = np.asarray(frames, np.int64)
+        self.frames["state"][f] = FREE
+        self.frames["logical_page"][f] = np.uint64((1 << 64) - 1)
+        self._free.extend(f.tolist())
+
     def _unmap(self, v: np.ndarray) -> Evictions:
         """Frames marked EVICTING with no pins: what they held, their ptes cleared, generation + 1."""
         fr = self.frames

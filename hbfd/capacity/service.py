@@ -51,7 +51,7 @@ from hbfd.contracts import REQUEST_BATCH_DTYPE
 from hbfd.media import MediaEngine, MediaGeometry
 
 from .backing import BackingStore, BackingStoreError, GeneratedStore
-from .frames import PAGE, CopyFailed, Eviction, FrameMemory, FramePool, groups
+from .frames import PAGE, CopyFailed, Eviction, Evictions, FrameMemory, FramePool, groups
 from . import kernels
 from .kernels import page_checksums
 from .prefetch import NoPrefetch, PrefetchPolicy, RangeView
@@ -294,6 +294,67 @@ class CapacityService:
         self.policy.on_evict(self.view(ev.range_id), ev.page, ev.prefetched, ev.used)
         return None
 
+    def _write_back_many(self, ev: Evictions) -> int:
+        """The exact bytes of the dirty evicting frames ``ev`` to their stores, in order, as :meth:`_write_back`
+        one after another would (the batched path, the flush): the frames read in one copy, each run of
+        consecutive pages of one range written in one write (the store's ``write_pages``; else ``write_page``
+        each) and, with ``verify``, read back in one read and compared by the pages' checksums before the next
+        run. Counts the write-backs done; the caller completes or cancels the evictions and accounts them.
+        Returns -1 when every page was written; else the index of the first eviction not known written, the
+        terminal status set (IO_ERROR for the store, COPY_ERROR for the frames' copy, CHECKSUM_ERROR for a page
+        that reads back other bytes): the caller cancels it and every later one (their frames stay mapped and
+        dirty, as after _write_back's failure). A run whose write fails counts from its first page not known
+        written (BackingStoreError's ``written_pages``); a run that reads back other bytes from its first
+        differing page. Pages after that index may already hold their bytes in the store; their frames stay
+        dirty (written again at close, or salvaged): nothing is lost."""
+        k = len(ev)
+        if not k:
+            return -1
+        try:
+            data = self.pool.memory.read_many(ev.frame.astype(np.intp))
+        except (CopyFailed, OSError) as e:
+            self._fail(RequestStatus.COPY_ERROR, f"copy of frames {ev.frame[:4].tolist()}... for their write-back "
+                       f"failed: {e}", frame=int(ev.frame[0]))
+            return 0
+        pages = ev.page.astype(np.int64)
+        rids = ev.range_id.astype(np.int64)
+        cut = np.flatnonzero((np.diff(pages) != 1) | (np.diff(rids) != 0)) + 1
+        want = page_checksums(pages.astype(np.uint64), data) if self.verify else None
+        bad = -1
+        for i, j in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [k])).tolist()):
+            rid, first = int(rids[i]), int(pages[i])
+            store = self.ranges[rid].store
+            x = i                                       # pages [i, x) of the run known written
+            try:
+                wp = getattr(store, "write_pages", None)
+                if wp is not None:
+                    try:
+                        wp(first, data[i:j])
+                    except BackingStoreError as e:
+                        x = i + max(0, min(j - i, int(e.fields.get("written_pages", 0) or 0)))
+                        raise
+                    x = j
+                else:
+                    for y in range(i, j):
+                        store.write_page(int(pages[y]), data[y])
+                        x = y + 1
+                if self.verify:
+                    got = page_checksums(pages[i:j].astype(np.uint64), store.read_pages(first, j - i))
+                    diff = np.flatnonzero(got != want[i:j])
+                    if len(diff):
+                        bad = i + int(diff[0])
+                        self._fail(RequestStatus.CHECKSUM_ERROR, f"write-back of page {int(pages[bad])} of range "
+                                   f"{rid} reads back different bytes", page=int(pages[bad]))
+                        break
+            except BackingStoreError as e:
+                bad = x if x < j else i                 # a failed read-back: the run's first page
+                self._fail(RequestStatus.IO_ERROR, str(e), page=int(pages[bad]))
+                break
+        done = k if bad < 0 else bad
+        self.n["writebacks"] += done
+        self.n["writeback_bytes"] += PAGE * done
+        return bad
+
     def _serve(self, items: list[tuple[CapacityRange, int, int, bool]]) -> list[MissResult]:
         """Fill the pages of ``items`` = (range, page, arrival, demand) in order, time them in one media batch,
         publish them; one result per item (PENDING where no frame could be taken). A failure ends the run: the
@@ -380,18 +441,20 @@ class CapacityService:
         frames, ev = self.pool.take_frames(k)
         m = len(frames)
         nfree = m - len(ev)
-        # the victims' write-backs, in order: the first that fails cancels itself and every later eviction
-        # (those frames stay mapped, their bytes in place); the items before it keep their frames until the
-        # failure releases every frame of the batch
-        for j in np.flatnonzero(ev.dirty).tolist() if len(ev) else ():
-            if self._write_back(ev.one(j), counted=False) is not None:
-                self.pool.complete_evictions(ev.part(slice(0, j)))
-                self.pool.cancel_evictions(ev.part(slice(j + 1, None)))
-                self._account_evictions(ev.part(slice(0, j)))
-                for f in frames[:nfree + j].tolist():
-                    self.pool.release_free(f)
-                status[:] = self.failure[0]
-                return status, frame, ready
+        # the victims' write-backs, in order (_write_back_many: runs of consecutive pages in one write): the
+        # first that fails cancels itself and every later eviction (those frames stay mapped, their bytes in
+        # place); the items before it keep their frames until the failure releases every frame of the batch
+        dj = np.flatnonzero(ev.dirty) if len(ev) else np.zeros(0, np.int64)
+        b = self._write_back_many(ev.part(dj)) if len(dj) else -1
+        if b >= 0:
+            j = int(dj[b])
+            self.pool.complete_evictions(ev.part(slice(0, j)))
+            self.pool.cancel_evictions(ev.part(slice(j, None)))
+            self._account_evictions(ev.part(slice(0, j)))
+            for f in frames[:nfree + j].tolist():
+                self.pool.release_free(f)
+            status[:] = self.failure[0]
+            return status, frame, ready
         self.pool.complete_evictions(ev)
         self._account_evictions(ev)
         if m < k:
@@ -905,24 +968,43 @@ class CapacityService:
         its deadline)."""
         done = 0
         fr = self.pool.frames
-        items: list[tuple[int, int, int, int]] = []
-        for f in np.flatnonzero(fr["dirty"] != 0).tolist():
+        pending: list[np.ndarray] = []                  # write-back programs not yet given to the media model
+        npend = 0
+        dirty = np.flatnonzero(fr["dirty"] != 0)
+        # FLUSH_BATCH dirty frames at a time, in arrays: their evictions begun (FramePool.begin_evictions_of),
+        # written back together (_write_back_many: runs of consecutive pages in one write), then completed in
+        # order; the first that fails and every later one of the batch are cancelled (they stay dirty) and the
+        # flush stops. The media model gets the programs FLUSH_BATCH at a time, in order, at the horizon
+        for lo in range(0, len(dirty), FLUSH_BATCH):
             if self.failure is not None:
                 break
-            ev = self.pool.begin_eviction_of(f)
-            if ev is None:
+            ev = self.pool.begin_evictions_of(dirty[lo:lo + FLUSH_BATCH])
+            if not len(ev):
                 continue
-            if self._write_back(ev) is not None:
+            dj = np.flatnonzero(ev.dirty)
+            b = self._write_back_many(ev.part(dj))
+            ok = len(ev) if b < 0 else int(dj[b])
+            if ok < len(ev):
+                self.pool.cancel_evictions(ev.part(slice(ok, None)))
+            done_ev = ev.part(slice(0, ok))
+            self._account_evictions(done_ev)
+            if ok:
+                offs = np.array([self.ranges[r].media_offset for r in done_ev.range_id.tolist()], np.int64) if len(
+                    self.ranges) > 1 else np.full(ok, next(iter(self.ranges.values())).media_offset, np.int64)
+                pending.append(np.stack([np.full(ok, self._horizon, np.int64), offs + done_ev.page * PAGE,
+                                         np.full(ok, PAGE, np.int64), np.full(ok, ctl.HBF_OP_STORE, np.int64)], 1))
+                npend += ok
+                self.pool.complete_evictions(done_ev)
+                self.pool.release_free_many(done_ev.frame)
+                done += ok
+            while npend >= FLUSH_BATCH:
+                allp = np.concatenate(pending)
+                self._media(allp[:FLUSH_BATCH])
+                pending, npend = [allp[FLUSH_BATCH:]], npend - FLUSH_BATCH
+            if b >= 0:
                 break
-            r = self.ranges[ev.range_id]
-            items.append((self._horizon, r.media_offset + ev.page * PAGE, PAGE, ctl.HBF_OP_STORE))
-            self.pool.release_free(self.pool.complete_eviction(ev))
-            done += 1
-            if len(items) == FLUSH_BATCH:
-                self._media(items)
-                items.clear()
-        if items:                                       # also after a failure: these pages were written back
-            self._media(items)
+        if npend:                                       # also after a failure: these pages were written back
+            self._media(np.concatenate(pending))
         for r in {id(x.store): x.store for x in self.ranges.values()}.values():
             try:
                 r.flush()

@@ -19,7 +19,7 @@ def plan(**kw):
     d = dict(parts=",".join(C.PARTS), profile="ocp-sg1", paper_gib=110, paper_frames_gib=2.0, gen_gib=200,
              gen_frames_gib=8.0, rw_gib=32, rw_frames_gib=4.0, chunk_gib=8.0, rw_passes=2, moe_gap_ns=4000,
              stress_warps=4096, max_host_gib=100.0, gen_policy="next:64", gen_kernel="pages", cap_workers=0,
-             gen_blocks=1056)
+             gen_blocks=1056, rw_kernel="pages", rw_blocks=1056, rw_stride=64)
     d.update(kw)
     return types.SimpleNamespace(**d)
 
@@ -32,7 +32,8 @@ def test_the_issues_plan_passes_without_warnings():
                                       ({"rw_frames_gib": 0.0001}, "rw_frames_gib"),
                                       ({"max_host_gib": 1.0}, "max_host_gib"), ({"rw_passes": 0}, "args"),
                                       ({"gen_policy": "next:0"}, "policy"), ({"gen_kernel": "lanes"}, "gen"),
-                                      ({"cap_workers": 65}, "gen")])
+                                      ({"cap_workers": 65}, "gen"), ({"rw_kernel": "lanes"}, "rw"),
+                                      ({"rw_blocks": 0}, "rw"), ({"rw_stride": 0}, "rw")])
 def test_impossible_plans_are_refused(kw, field):
     with pytest.raises(ConfigError) as ei:
         C.check_args(plan(**kw))
@@ -46,7 +47,8 @@ def test_smaller_runs_are_warned_not_the_proof():
 
 def test_the_dry_run_builds_and_capacity_admits_every_kernel(tmp_path):
     """``--dry-run`` on the CPU: the plan checked, every kernel (cap_sum_pages, the generated part's warp-per-page
-    stream, among them) built through hbfcc with the capacity pass and capacity-admitted; nothing launched."""
+    stream, and cap_rmw_pages, the rw part's, among them) built through hbfcc with the capacity pass and
+    capacity-admitted; nothing launched."""
     import os
     import shutil
     import subprocess
@@ -58,7 +60,8 @@ def test_the_dry_run_builds_and_capacity_admits_every_kernel(tmp_path):
                         "--out", str(tmp_path / "out.json")], cwd=root, capture_output=True, text=True, timeout=900,
                        env=dict(os.environ, PYTHONPATH=str(root)))
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "'cap_sum_pages': True" in p.stdout and "nothing launched" in p.stdout
+    assert "'cap_sum_pages': True" in p.stdout and "'cap_rmw_pages': True" in p.stdout
+    assert "nothing launched" in p.stdout
     p = subprocess.run([sys.executable, str(root / "bench/capacity_gpu.py"), "--dry-run", "--gen-policy", "next:0",
                         "--work", str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=str(root)))

@@ -32,6 +32,12 @@ class FailingFile(SparseFileStore):
             raise BackingStoreError(f"write of page {page} failed: No space left on device", errno=28)
         return super().write_page(page, data)
 
+    def write_pages(self, first, data):                # the batched write-back's write (a run of pages)
+        if self.fail_writes:
+            raise BackingStoreError(f"write of pages from {first} failed: No space left on device", errno=28,
+                                    written_pages=0)
+        return super().write_pages(first, data)
+
 
 class FlakyFrames(FrameMemory):
     """Frame memory whose copies fail or corrupt on command (a DMA engine error, a bad page of HBM)."""

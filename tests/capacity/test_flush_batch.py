@@ -66,14 +66,26 @@ def test_a_failed_write_back_still_submits_the_pages_written_before_it(geom, tmp
     log = _media_log(svc, monkeypatch)
     monkeypatch.setattr(S, "FLUSH_BATCH", 1000)
     calls = {"n": 0}
-    real = store.write_page
+    real, real_many = store.write_page, store.write_pages
 
     def write_page(page, data):
         calls["n"] += 1
         if calls["n"] == 5:
             raise S.BackingStoreError("disk full")
         return real(page, data)
+
+    def write_pages(first, data):                       # a run of pages: the 5th page written fails
+        n = len(data)
+        if calls["n"] < 5 <= calls["n"] + n:
+            k = 5 - calls["n"] - 1                      # pages of this run before the failing one
+            if k:
+                real_many(first, data[:k])
+            calls["n"] += k + 1
+            raise S.BackingStoreError("disk full", written_pages=k)
+        calls["n"] += n
+        return real_many(first, data)
     monkeypatch.setattr(store, "write_page", write_page)
+    monkeypatch.setattr(store, "write_pages", write_pages)
     assert svc.flush() == 4
     assert len(log) == 4 and svc.failure is not None
     assert int((svc.pool.frames["dirty"] != 0).sum()) > 0  # the failed frame and those after it stay dirty
