@@ -1299,9 +1299,18 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
             j = q
         ht[j] = t
         hk[j] = key
-    so = np.argsort(sat[:na])
-    sat = sat[:na][so]
-    sax = sax[:na][so]
+    srt = True                                    # (already in time order, as a burst's stream is: no sort)
+    for k in range(1, na):
+        if sat[k] < sat[k - 1]:
+            srt = False
+            break
+    if srt:
+        sat = sat[:na]
+        sax = sax[:na]
+    else:
+        so = np.argsort(sat[:na])
+        sat = sat[:na][so]
+        sax = sax[:na][so]
     released = 0
     busy = np.zeros(npl, np.bool_)
     dmark = np.zeros(nd, np.bool_)
