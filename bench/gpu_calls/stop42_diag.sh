@@ -40,4 +40,6 @@ mkdir -p $OUT/cap
 L=$(left); [ $L -gt 100 ] && HBF_CAPACITY_DEVICE=1 timeout $(( L>200 ? 180 : L-20 )) python3 bench/capacity_gpu.py --parts generated --gen-gib 16 --gen-frames-gib 2 --chunk-gib 4 --out $OUT/cap/gen16.json --work /tmp/cw1 > $OUT/cap/gen16.log 2>&1; echo "gen16 rc=$?"; tail -5 $OUT/cap/gen16.log
 echo "== [$(left)s left] capacity rw8"
 L=$(left); [ $L -gt 150 ] && HBF_CAPACITY_DEVICE=1 timeout $(( L-15 )) python3 bench/capacity_gpu.py --parts rw --rw-gib 8 --rw-frames-gib 1 --rw-passes 1 --out $OUT/cap/rw8.json --work /tmp/cw2 > $OUT/cap/rw8.log 2>&1; echo "rw8 rc=$?"; tail -5 $OUT/cap/rw8.log
+# the device returns a limited number of files (stop 43 lost td/, q1/ and tt/ as "count"): one tar of the parts' folders
+tar czf $OUT/parts.tgz -C $OUT td q1 tt 2>/dev/null && rm -rf $OUT/td $OUT/q1 $OUT/tt
 echo "== done [$(left)s left]"
