@@ -1198,6 +1198,53 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
 
 
 @accel.jit
+def _merge_runs(t, x, n):
+    """``t[:n]`` (with ``x[:n]`` beside it) sorted in place by a natural merge sort of its ascending runs,
+    stable. ``_simulate_loop``'s arrival stream: a burst's is one run (only the check runs), a batch at low
+    load two or three (the reads', the programs')."""
+    nr = 1
+    for k in range(1, n):
+        if t[k] < t[k - 1]:
+            nr += 1
+    if nr == 1:
+        return
+    rb = np.empty(nr + 1, np.int64)                # run starts
+    r = 0
+    rb[0] = 0
+    for k in range(1, n):
+        if t[k] < t[k - 1]:
+            r += 1
+            rb[r] = k
+    rb[nr] = n
+    mt = np.empty(n, np.int64)
+    mx = np.empty(n, np.int64)
+    while nr > 1:                                  # merge runs pairwise into mt/mx, copied back
+        w = 0
+        for q in range(0, nr, 2):
+            lo = rb[q]
+            hi = rb[q + 2] if q + 1 < nr else rb[q + 1]
+            mid = rb[q + 1] if q + 1 < nr else hi
+            i = lo
+            j = mid
+            for k in range(lo, hi):
+                if j >= hi or (i < mid and t[i] <= t[j]):
+                    mt[k] = t[i]
+                    mx[k] = x[i]
+                    i += 1
+                else:
+                    mt[k] = t[j]
+                    mx[k] = x[j]
+                    j += 1
+            rb[w] = lo
+            w += 1
+        rb[w] = n
+        nr = w
+        for k in range(n):
+            t[k] = mt[k]
+            x[k] = mx[k]
+
+
+@accel.jit
 def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate, gate_x, floor, has_floor, join):
     """``simulate``'s events and decisions, loop form (compiled by numba). One event heap ordered by
     (t, event, id) as ``simulate``'s, the first arrivals of ungated commands as a stream sorted by time
@@ -1299,65 +1346,8 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
             j = q
         ht[j] = t
         hk[j] = key
-    # the stream in time order: a natural merge sort of its ascending runs, in place (round 9: a burst's stream
-    # is one run, a batch at low load two or three: the reads', the programs'; no argsort)
-    nr = 1
-    for k in range(1, na):
-        if sat[k] < sat[k - 1]:
-            nr += 1
-    if nr > 1:
-        rb = np.empty(nr + 1, np.int64)            # run starts
-        r = 0
-        rb[0] = 0
-        for k in range(1, na):
-            if sat[k] < sat[k - 1]:
-                r += 1
-                rb[r] = k
-        rb[nr] = na
-        mt = np.empty(na, np.int64)
-        mx = np.empty(na, np.int64)
-        while nr > 1:                              # merge runs pairwise into mt/mx, copied back
-            w = 0
-            for q in range(0, nr, 2):
-                lo = rb[q]
-                if q + 1 >= nr:
-                    hi = rb[q + 1]
-                    for k in range(lo, hi):
-                        mt[k] = sat[k]
-                        mx[k] = sax[k]
-                else:
-                    mid = rb[q + 1]
-                    hi = rb[q + 2]
-                    i = lo
-                    j = mid
-                    k = lo
-                    while i < mid and j < hi:
-                        if sat[j] < sat[i]:
-                            mt[k] = sat[j]
-                            mx[k] = sax[j]
-                            j += 1
-                        else:
-                            mt[k] = sat[i]
-                            mx[k] = sax[i]
-                            i += 1
-                        k += 1
-                    while i < mid:
-                        mt[k] = sat[i]
-                        mx[k] = sax[i]
-                        i += 1
-                        k += 1
-                    while j < hi:
-                        mt[k] = sat[j]
-                        mx[k] = sax[j]
-                        j += 1
-                        k += 1
-                rb[w] = lo
-                w += 1
-            rb[w] = na
-            nr = w
-            for k in range(na):
-                sat[k] = mt[k]
-                sax[k] = mx[k]
+    # the stream in time order (round 9: its ascending runs merged, no argsort)
+    _merge_runs(sat, sax, na)
     released = 0
     busy = np.zeros(npl, np.bool_)
     dmark = np.zeros(nd, np.bool_)

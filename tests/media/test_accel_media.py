@@ -162,6 +162,25 @@ def test_simulate_split_per_die_equals_the_loop_on_all_dies():
     assert not eventsim._simulate_split(*args[:7], pf.copy(), *args[8:])[5]
 
 
+def test_merge_runs_is_a_stable_sort_of_the_stream():
+    """The scheduler's arrival stream sort (a natural merge of ascending runs) equals a stable argsort, compiled
+    and as Python, for streams of 1 to many runs with ties across runs (the x's say which of equal times came
+    first)."""
+    rng = np.random.default_rng(9)
+    for case in range(200):
+        n = int(rng.integers(0, 80))
+        runs = int(rng.integers(1, 7))
+        cuts = np.sort(rng.integers(0, n + 1, runs - 1)) if n else np.zeros(0, np.int64)
+        t = np.concatenate([np.sort(p) for p in np.split(rng.integers(0, 20, n), cuts)]).astype(np.int64)
+        x = np.arange(n, dtype=np.int64)
+        o = np.argsort(t, kind="stable")
+        for fn in (eventsim._merge_runs, eventsim._merge_runs.py_func):
+            tt, xx = np.append(t, -1), np.append(x, -1)       # a sentinel past n stays put
+            fn(tt, xx, n)
+            assert tt[:n].tolist() == t[o].tolist() and xx[:n].tolist() == x[o].tolist(), case
+            assert tt[n] == -1 and xx[n] == -1
+
+
 def test_simulate_twin_gate_that_never_runs():
     one = np.zeros(2, np.int64)
     args = (np.array([1, 1], np.uint8), one, one, one, np.array([5, 5], np.int64))
