@@ -128,8 +128,8 @@ def main(argv=None) -> int:
                          "engine-only admission limit; its effect)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="stream kinds (comma-separated)")
     ap.add_argument("--channel-order", choices=CHANNEL_ORDERS, default="arrival",
-                    help="the twin's channel order (docs/design.md §3.9): arrival (the device's default build) or "
-                         "calendar (first fit at data ready, HBF_CHAN_CALENDAR)")
+                    help="the twin's channel order (docs/design.md §3.9): arrival (the device model's) or "
+                         "calendar (first fit at data ready; the twin only)")
     ap.add_argument("--quantum", default=str(QUANTUM_NS),
                     help="the calendar's quantum: ns (default 1) or 'sector' (one 64 B sector's time, rounded up)")
     ap.add_argument("--engine-batch", type=int, default=16384,

@@ -2,8 +2,8 @@
 time in quanta, taken first-fit at a transaction's data-ready time, so no two transfers share channel time
 and a late transaction does not hold the channel for earlier-ready ones.
 
-Exact definition (the twin, tests/media/twin_ref.py and the device's ``HBF_CHAN_CALENDAR`` build compute the
-same integers):
+Exact definition (the twin and tests/media/twin_ref.py compute the same integers; a device build was not made,
+since the calendar agrees with the media engine no better than the arrival order: docs/design.md §3.9):
 
 * quantum ``Q`` ns (``QUANTUM_NS`` = 1 by default: the model's time base; quantum ``k`` is the channel time
   ``[k Q, (k + 1) Q)``). A coarser quantum rounds every transfer up to whole quanta and the channel loses that

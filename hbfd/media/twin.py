@@ -116,8 +116,8 @@ class DeviceModelTwin:
             raise ConfigError(f"device-model twin: ring_words {ring_words}: must be a power of two >= 2",
                               field="ring_words", value=ring_words)
         # the channel order (docs/design.md §3.9): "arrival", slots reserved in arrival order at the no-wait
-        # time (the device's default build); "calendar", each channel's quanta taken first-fit at data ready
-        # (hbfd/media/chancal.py; the device's HBF_CHAN_CALENDAR build)
+        # time (the device model's); "calendar", each channel's quanta taken first-fit at data ready
+        # (hbfd/media/chancal.py; twin only: no device build)
         self.channel_order = channel_order
         self.ring_words = ring_words
         quantum_ns = int(quantum_ns)
