@@ -188,7 +188,8 @@ def check_args(a) -> list[str]:
     if a.gen_kernel not in ("pages", "words") or not 0 <= a.cap_workers <= 64 or a.gen_blocks < 1:
         raise ConfigError("--gen-kernel pages|words, --cap-workers in [0, 64], --gen-blocks >= 1", field="gen")
     if a.rw_kernel not in ("pages", "words") or a.rw_blocks < 1 or a.rw_stride < 1:
-        raise ConfigError("--rw-kernel pages|words, --rw-blocks >= 1, --rw-stride >= 1", field="rw")
+        raise ConfigError(f"need --rw-kernel pages|words, --rw-blocks >= 1, --rw-stride >= 1 (rw-kernel "
+                          f"{a.rw_kernel!r}, rw-blocks {a.rw_blocks}, rw-stride {a.rw_stride})", field="rw")
     return warn
 
 
@@ -462,7 +463,10 @@ def main() -> int:
     ap.add_argument("--dry-run", action="store_true", help="check the arguments and build the kernels (CPU)")
     ap.add_argument("--out", default=str(ROOT / "bench/results/capacity_gpu.json"))
     a = ap.parse_args()
-    warnings = check_args(a)
+    try:
+        warnings = check_args(a)
+    except ConfigError as e:                      # one line naming the argument, not a traceback
+        ap.error(str(e))
     for w in warnings:
         print("warning:", w, flush=True)
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="capgpu-"))

@@ -37,7 +37,6 @@ sys.path.insert(0, str(ROOT))
 
 from hbfcommon import ctl  # noqa: E402
 from hbfcommon.capacity import HBF_CAP_PAGE_BYTES as PAGE  # noqa: E402
-from hbfcommon.errors import ConfigError  # noqa: E402
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 from hbfd import accel  # noqa: E402
 from hbfd.capacity.backing import GeneratedStore  # noqa: E402
@@ -177,12 +176,14 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "bench/results/capacity_ring.json"))
     a = ap.parse_args()
     widths = [int(x) for x in a.widths.split(",")]
+    # a bad plan: one line naming it (argparse's usage error, exit 2), not a traceback
     if a.pages < 1 or a.reps < 1 or a.frames < max(widths) or min(widths) < 1:
-        raise ConfigError("need pages, reps >= 1, widths >= 1 and frames >= the widest width", pages=a.pages,
-                          frames=a.frames, widths=a.widths)
-    if a.rw_passes < 0 or a.stride < 1 or 512 % a.stride or (512 // a.stride) % a.lanes_per_page:
-        raise ConfigError("--rw-passes >= 0; --stride divides 512 and its slots split over --lanes-per-page",
-                          rw_passes=a.rw_passes, stride=a.stride, lanes_per_page=a.lanes_per_page)
+        ap.error(f"need --pages, --reps >= 1, --widths >= 1 and --frames >= the widest width (pages {a.pages}, "
+                 f"frames {a.frames}, widths {a.widths})")
+    if (a.rw_passes < 0 or a.stride < 1 or a.lanes_per_page < 1 or 512 % a.stride
+            or (512 // a.stride) % a.lanes_per_page):
+        ap.error(f"need --rw-passes >= 0, --lanes-per-page >= 1 and a --stride dividing 512 whose slots split over "
+                 f"--lanes-per-page (rw-passes {a.rw_passes}, stride {a.stride}, lanes-per-page {a.lanes_per_page})")
     rows = []
     for rep in range(a.reps):
         for w in widths:
