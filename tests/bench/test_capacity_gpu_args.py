@@ -3,6 +3,8 @@ starts -- unknown parts, ranges over the profile's capacity, pools under one war
 the host-memory budget are refused naming the argument; sizes under the issue's proof are warned about."""
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -66,3 +68,18 @@ def test_the_dry_run_builds_and_capacity_admits_every_kernel(tmp_path):
                         "--work", str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=str(root)))
     assert p.returncode != 0 and "positive integers" in p.stderr
+
+
+@pytest.mark.parametrize("script,args", [
+    ("capacity_gpu.py", ["--parts", "rw", "--dry-run", "--rw-kernel", "foo"]),
+    ("capacity_ring.py", ["--pages", "64", "--frames", "16", "--widths", "8", "--rw-passes", "1",
+                          "--lanes-per-page", "0"]),
+    ("capacity_ring.py", ["--pages", "64", "--frames", "4", "--widths", "8"]),
+])
+def test_a_bad_plan_is_one_line_not_a_traceback(script, args):
+    """The capacity benches refuse a bad plan before anything starts: exit 2, one error line naming it."""
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, str(root / "bench" / script), *args], capture_output=True, text=True,
+                       cwd=root, timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr and f"{script}: error: need" in p.stderr, p.stderr
