@@ -1,7 +1,7 @@
 #!/bin/bash
-# one call: bisect the Qwen3 sg2 batch-8 run that does not end (docs/RESULTS.md "Stop 43": the launch that does
-# not return is moe_down_hbf; not a thermal hold). Two layers, 1 token, each variant in its own process with a
-# time limit; rc 0 = the step ended. Carry also `dbg` (the helpers built with -DHBF_FAST_ISSUE=0:
+# one call (stop 44): the Qwen3 hang under the nominal profile (its reference timing source), 2 layers, 1 token:
+# blocking launches, the same profile with the fixed source, batch 1, and the -DHBF_FAST_ISSUE=0 helpers (carry `dbg`).
+# Each variant in its own process with a time limit; rc 0 = the step ended. The -DHBF_FAST_ISSUE=0 helpers:
 #   nvcc -std=c++17 -O3 -arch=compute_90a -rdc=true -ptx -Iruntime_cuda/include -DHBF_FAST_ISSUE=0 \
 #        runtime_cuda/src/hbf_helpers.cu -o dbg/hbf_helpers_nofast.ptx
 #   sed -i 's/^\.visible \.func/.weak .func/' dbg/hbf_helpers_nofast.ptx)
@@ -10,8 +10,8 @@ set -u
 source bench/gpu_calls/env.sh
 python3 -m hbfd.warmup 2>&1 | tail -1
 mkdir -p /tmp/qb
-sed 's/"timing_source": "fast"/"timing_source": "fixed"/' hbfcommon/profiles/ocp-sg2.json > /tmp/qb/ocp-sg2-fixed.json
-grep -c '"timing_source": "fixed"' /tmp/qb/ocp-sg2-fixed.json
+sed "s/\"timing_source\": \"reference\"/\"timing_source\": \"fixed\"/" hbfcommon/profiles/nominal.json > /tmp/qb/nominal-fixed.json
+grep -c "\"timing_source\": \"fixed\"" /tmp/qb/nominal-fixed.json
 run() {   # name, limit, env..., -- args...
   local name=$1 lim=$2; shift 2
   local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
@@ -28,7 +28,7 @@ run() {   # name, limit, env..., -- args...
   tar czf $OUT/qn.tgz -C /tmp/qb --exclude="cache*" --exclude=out . 2>/dev/null
 }
 run nom_b8_block 100 CUDA_LAUNCH_BLOCKING=1 -- --batch 8 --profile nominal
-run nom_b8_fixed 70 HBF_DUMMY=0 -- --batch 8 --profile $PWD/dbg/nominal-fixed.json
+run nom_b8_fixed 70 HBF_DUMMY=0 -- --batch 8 --profile /tmp/qb/nominal-fixed.json
 run nom_b1 70 HBF_DUMMY=0 -- --batch 1 --profile nominal
 run nom_b8_nofast 150 HBF_DUMMY=0 HBFCC_HELPER_PTX=$PWD/dbg/hbf_helpers_nofast.ptx -- --batch 8 --profile nominal
 echo "== done [$(left)s left]"
