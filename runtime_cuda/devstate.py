@@ -16,7 +16,7 @@ from hbfcommon import abi
 from hbfcommon import ctl as C
 from hbfcommon.abi import (HBF_F_ACTIVE, HBF_F_GENERIC, HBF_F_NC, HBF_F_OP_MASK, HBF_F_RELEASE,  # noqa: F401
                            HBF_F_WAIT_NOW, HBF_FUTURE_TICKET_BIT, HBF_HELPER_ABI_VERSION)  # hbf_abi.h
-from hbfcommon.errors import ConfigError, ErrorCode, RangeError
+from hbfcommon.errors import ConfigError, ErrorCode, HbfError, RangeError
 from hbfcommon.profile import L2_MAX_PARTITIONS, L2_MAX_SETS, L2_MIN_SETS, L2_POLICIES, l2_model_bytes, l2_sets
 from hbfcommon.status import STATUS_NAMES
 
@@ -260,6 +260,18 @@ def cdesc_for(st: hbf_device_state, state_dptr: int, kslot_base: int, inline: bo
     if inline and src == C.HBF_SRC_FAST and not l2:
         d.inl_flags |= HBF_CDI_GROUP
     return d
+
+
+def cdesc_for_module(st: hbf_device_state, state_dptr: int, kslot_base: int, cdesc_bytes: int, inline: bool = True,
+                     multi: bool = True) -> hbf_cdesc:
+    """The descriptor for a module whose ``__hb_cdesc`` has ``cdesc_bytes`` (the runtime writes its first
+    cdesc_bytes bytes): CDESC_BYTES (ABI 6) -> cdesc_for as asked; CDESC_BYTES_V5 (a module built before ABI 6,
+    whose sites check r0 only) -> the one-range descriptor it was built for (``multi`` off: its first 128 bytes
+    are exactly what the runtime wrote it before ABI 6)."""
+    if cdesc_bytes < CDESC_BYTES_V5:
+        raise HbfError("a module's launch descriptor is smaller than any helper ABI's", code=ErrorCode.ABI_MISMATCH,
+                       cdesc_bytes=cdesc_bytes, least=CDESC_BYTES_V5)
+    return cdesc_for(st, state_dptr, kslot_base, inline, multi=multi and cdesc_bytes >= CDESC_BYTES)
 
 
 @dataclass(frozen=True)

@@ -801,8 +801,8 @@ class Session:
         descriptor, sites that check r0 only) gets the one-range descriptor it was built for."""
         if clear:
             return D.hbf_cdesc()
-        return D.cdesc_for(self.state, self.state_dptr, b.kslot_base, self.inline_issue,
-                           multi=self.inline_multi and b.cdesc_bytes >= D.CDESC_BYTES)
+        return D.cdesc_for_module(self.state, self.state_dptr, b.kslot_base, b.cdesc_bytes, self.inline_issue,
+                                  self.inline_multi)
 
     def _publish_cdescs(self) -> None:
         """Rewrite every bound module's descriptor after the state block's host-owned words changed

@@ -285,6 +285,24 @@ def test_cdesc_inline_several_ranges_refused(why):
         assert d.inl_nranges == 2
 
 
+def test_cdesc_for_a_module_built_before_abi6():
+    """A module with a 128-byte __hb_cdesc (helper ABI <= 5: its sites check r0 only) gets the first 128 bytes of
+    the one-range descriptor, with several ranges as before (nothing inline); an ABI 6 module the table."""
+    st = _state_for_cdesc(ranges=_multi(3))
+    new = D.cdesc_for_module(st, 0x1000, 0, D.CDESC_BYTES)
+    old = D.cdesc_for_module(st, 0x1000, 0, D.CDESC_BYTES_V5)
+    assert new.inl_nranges == 3 and new.inl_flags == D.HBF_CDI_READ | D.HBF_CDI_WRITE
+    assert old.inl_nranges == 0 and old.inl_flags == 0
+    assert bytes(old)[:D.CDESC_BYTES_V5] == bytes(D.cdesc_for(st, 0x1000, 0, multi=False))[:D.CDESC_BYTES_V5]
+    assert D.cdesc_for_module(st, 0x1000, 0, D.CDESC_BYTES, multi=False).inl_nranges == 0   # HBF_INLINE_MULTI=0
+    one = _state_for_cdesc()                        # one range: the same descriptor either way
+    assert bytes(D.cdesc_for_module(one, 0x1000, 0, D.CDESC_BYTES_V5)) == bytes(D.cdesc_for_module(one, 0x1000, 0, D.CDESC_BYTES))
+    from hbfcommon.errors import ErrorCode, HbfError
+    with pytest.raises(HbfError) as ei:
+        D.cdesc_for_module(st, 0x1000, 0, 64)
+    assert ei.value.code == ErrorCode.ABI_MISMATCH
+
+
 def test_granule_keys_disjoint():
     g = 6
     assert D._keys_disjoint([(0, 1 << 20), (1 << 30, (1 << 30) + 64)], g)
