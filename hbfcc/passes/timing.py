@@ -561,8 +561,9 @@ def _is_copy(st) -> bool:
 class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
                  inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
-                 tracks: bool = False, cluster: bool = False):
+                 tracks: bool = False, cluster: bool = False, multi: bool = True):
         self.hoist = hoist
+        self.multi = multi and inline           # HBFCC_INLINE_MULTI: the multi-range re-check (ABI 6)
         self.move_loads = move_loads and hoist
         self.moved: dict[tuple[int, ...], list[Statement]] = {}   # hoist point -> loads moved there
         self.drop: set[tuple[int, ...]] = set()                   # statements moved away
@@ -815,7 +816,8 @@ class _FunctionRewriter:
             out += [_ins("add", ("u32",), (_R(R_ICW), _R(R_ICW), _I(1)), Guard(_R(R_IPL))),
                     _ins("add", ("u64",), (_R(R_IBW), _R(R_IBW), _I(nb)))]
         out += [_ins("bra", ("uni",), (LabelRef(Ldone),)), Label(Lmulti)]
-        out += self._multi_range_check(addr, until, Lserve, Lslow)
+        if self.multi:
+            out += self._multi_range_check(addr, until, Lserve, Lslow)
         out.append(Label(Lslow))
         out.append(_call("__hb_issue", [("b64", addr), ("b32", _I(nb)), ("b32", _I(d.flags | abi.HBF_F_ACTIVE)),
                                         ("b32", _I(site))], ret=out_reg))
@@ -1022,7 +1024,8 @@ class _FunctionRewriter:
                 _ins("add", ("u64",), (_R(R_IBR), _R(R_IBR), _R(R_IX))),
                 _ins("bra", ("uni",), (LabelRef(Ldone),)),
                 Label(Lmulti)]
-        out += self._group_multi_check(sites, addrs, Lcount, Lslow)
+        if self.multi:
+            out += self._group_multi_check(sites, addrs, Lcount, Lslow)
         out.append(Label(Lslow))
         if self.fast_groups and len(sites) > 1:
             out += self._group_call(sites, addrs, Ldone)
@@ -1955,6 +1958,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     group = bool(meta.get("group_issues", True))
     move_loads = bool(meta.get("hoist_loads", True))
     fast_groups = bool(meta.get("fast_groups", True))
+    multi = bool(meta.get("inline_multi", True))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -1968,7 +1972,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     for it in module.items:
         if type(it) is Function and it.body is not None:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
-                                   fast_groups, tracks, cluster)
+                                   fast_groups, tracks, cluster, multi)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -2007,5 +2011,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "group_issues": group,
         "hoist_loads": move_loads,
         "fast_groups": fast_groups,
+        "inline_multi": multi,
     }
     return replace(module, items=tuple(new_items))

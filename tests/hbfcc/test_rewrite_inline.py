@@ -126,6 +126,22 @@ def test_a_site_checks_every_range_after_r0_unrolled():
     assert rep["multi_checks"] == 2
 
 
+def test_inline_multi_off_emits_the_one_range_code(monkeypatch):
+    """HBFCC_INLINE_MULTI=0: no re-check (the failed r0 vote calls the helper at once), the code of before ABI 6
+    but for the group's order predicate kept apart (two predicate instructions per group); it assembles."""
+    for text, group in ((STREAM, False), (loads(4), True)):
+        meta = dict(group_meta(), group_issues=group, inline_multi=False)
+        out = print_module(timing_pass(parse_module(text), meta))
+        assert meta["timing"]["inline_multi"] is False
+        assert meta["timing"]["functions"][0]["multi_checks"] == 0
+        assert f"[__hb_cdesc+{abi.CDESC_INL_NRANGES_OFF}]" not in out and f"[__hb_cdesc+{abi.CDESC_INL_BASE_OFF}]" not in out
+        assert out.count("vote.sync.all.pred") == (2 if not group else 1 + 4 + 1)
+    monkeypatch.setenv("HBFCC_INLINE_MULTI", "0")
+    res = rewrite_text(loads(4), helper=H.load_helper(U.helper_paths()[0]))
+    assert res.meta["timing"]["inline_multi"] is False and f"[__hb_cdesc+{abi.CDESC_INL_BASE_OFF}]" not in res.text
+    U.assemble(res.text)
+
+
 def timing_meta(text: str, meta: dict | None = None) -> dict:
     m = {"inline_issues": True, "group_issues": False} if meta is None else meta
     timing_pass(parse_module(text), m)
