@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 # ---- hbf_abi.h ---------------------------------------------------------------------------------
 
-HBF_HELPER_ABI_VERSION = 5   # 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
+HBF_HELPER_ABI_VERSION = 6   # 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
 #                              4: __hb_l2_hooks (the L2 build);
-#                              5: the TMA helpers (__hb_tma, __hb_mbar_note, __hb_mbar_wait, __hb_tma_enter/exit)
+#                              5: the TMA helpers (__hb_tma, __hb_mbar_note, __hb_mbar_wait, __hb_tma_enter/exit);
+#                              6: a 192-byte __hb_cdesc (several ranges inline: inl_nranges, inl_base, inl_len)
 
 # the operation: the low bits of __hb_issue's flags and the op field of a ring request (hbf_ctl.h
 # defines them; hbfcommon.ctl imports them from here, so the compiler needs no control-region mirror)
@@ -36,8 +37,9 @@ HBF_FUTURE_TICKET_BIT = 1 << 63
 STATE_GLOBAL = "__hb_state"            # .u64: device address of hbf_device_state (0 = detached)
 KSLOT_BASE_GLOBAL = "__hb_kslot_base"  # .u32: first per-kernel counter slot of the module
 L2_HOOKS_GLOBAL = "__hb_l2_hooks"      # .u32, the L2 build only (docs/design.md §3.12): its helpers model the L2
-CDESC_GLOBAL = "__hb_cdesc"            # .const 128 B: the launch descriptor (hbf_device.h hbf_cdesc; 0 = none)
-CDESC_BYTES = 128                      # sizeof(hbf_cdesc)
+CDESC_GLOBAL = "__hb_cdesc"            # .const 192 B: the launch descriptor (hbf_device.h hbf_cdesc; 0 = none)
+CDESC_BYTES = 192                      # sizeof(hbf_cdesc) (ABI 6)
+CDESC_BYTES_V5 = 128                   # a module built before ABI 6: its first 128 bytes, one range inline
 # byte offsets in hbf_cdesc that inline sites read (hbf_device.h; tests/runtime/test_runtime_abi.py checks them)
 CDESC_R0_BASE_OFF = 8
 CDESC_READ_GSHIFT_OFF = 90
@@ -48,6 +50,11 @@ HBF_CDI_READ = 0x1                     # hbf_cdesc.inl_flags: loads may be serve
 HBF_CDI_WRITE = 0x2                    # stores may be served inline
 HBF_CDI_GROUP = 0x4                    # issue groups through __hb_issue_group (the FAST source)
 CDESC_INL_FLAGS_OFF = 120
+# ABI 6, the multi-range inline path: inl_nranges (0: r0 only), then INL_MAX_RANGES bases and lengths (32-B aligned)
+CDESC_INL_NRANGES_OFF = 124
+CDESC_INL_BASE_OFF = 128
+CDESC_INL_LEN_OFF = 160
+INL_MAX_RANGES = 4                     # hbf_device.h HBF_INL_MAX_RANGES (docs/design.md §3.3: why 4)
 HB_GROUP_SLOW = -1                      # __hb_issue_group (as .s64; all ones): the group is not served, each site alone
 INLINE_NEVER = -(2 ** 63 - 1)          # __hb_inline_until: not inline for the rest of this launch
 

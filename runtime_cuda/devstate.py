@@ -16,7 +16,7 @@ from hbfcommon import abi
 from hbfcommon import ctl as C
 from hbfcommon.abi import (HBF_F_ACTIVE, HBF_F_GENERIC, HBF_F_NC, HBF_F_OP_MASK, HBF_F_RELEASE,  # noqa: F401
                            HBF_F_WAIT_NOW, HBF_FUTURE_TICKET_BIT, HBF_HELPER_ABI_VERSION)  # hbf_abi.h
-from hbfcommon.errors import ConfigError, ErrorCode, RangeError
+from hbfcommon.errors import ConfigError, ErrorCode, HbfError, RangeError
 from hbfcommon.profile import L2_MAX_PARTITIONS, L2_MAX_SETS, L2_MIN_SETS, L2_POLICIES, l2_model_bytes, l2_sets
 from hbfcommon.status import STATUS_NAMES
 
@@ -110,7 +110,8 @@ class hbf_cdesc(ctypes.Structure):
                 ("r0_perms", c_uint8), ("r0_page_shift", c_uint8), ("read_gshift", c_uint8),
                 ("reserved0", c_uint8), ("reserved1", c_uint32),
                 ("r0_len", c_uint64), ("inl_read_delay", c_uint64), ("inl_write_delay", c_uint64),
-                ("inl_flags", c_uint32), ("reserved2", c_uint32)]
+                ("inl_flags", c_uint32), ("inl_nranges", c_uint32),
+                ("inl_base", c_uint64 * abi.INL_MAX_RANGES), ("inl_len", c_uint64 * abi.INL_MAX_RANGES)]
 
 
 STRUCTS = {c.__name__: c for c in (hbf_dev_range, hbf_kernel_counters, hbf_device_state, hbf_cdesc, hbf_ref_ovf)}
@@ -140,19 +141,72 @@ _U32 = (1 << 32) - 1
 # the inline path's limits: granule keys are 32 bits of (address >> read_gshift), exact within 2^37 bytes
 # for the smallest granule it serves (32 B); a deadline further than the wait's bound is the helpers' to refuse
 INLINE_MAX_RANGE = 1 << 37
+CDESC_BYTES_V5 = abi.CDESC_BYTES_V5      # a module built before ABI 6 (sessions write it the one-range form)
 HBF_MAX_WAIT_NS = 10_000_000_000         # hbf_device.h: the longest single modeled wait
 
 
-def cdesc_for(st: hbf_device_state, state_dptr: int, kslot_base: int, inline: bool = True) -> hbf_cdesc:
+def _keys_disjoint(spans: list[tuple[int, int]], gshift: int) -> bool:
+    """The inline sites' granule keys (32 bits of addr >> gshift, hbf_abi.h "Inline issue") name one granule
+    each over all of ``spans`` ([base, end) pairs): each span's granules [base >> g, (end - 1) >> g] are at
+    most 2^32, and their intervals modulo 2^32 do not meet (ranges 2^(32 + g) bytes apart would). Then the
+    warp's count of key changes along ascending lanes is its count of distinct granules, whichever ranges
+    its lanes touch."""
+    iv = []
+    for base, end in spans:
+        first, last = base >> gshift, (end - 1) >> gshift
+        if last - first + 1 > 1 << 32:
+            return False
+        iv.append((first & _U32, last - first + 1))
+    iv.sort()
+    for (s0, n0), (s1, _n1) in zip(iv, iv[1:]):
+        if s0 + n0 > s1:
+            return False
+    s_last, n_last = iv[-1]
+    return s_last + n_last - (1 << 32) <= iv[0][0]      # the last interval, wrapped, ends before the first
+
+
+def _inline_multi(st: hbf_device_state, d: hbf_cdesc, n: int, l2: bool) -> None:
+    """The multi-range inline path (ABI 6, docs/design.md §3.3): 2..INL_MAX_RANGES ranges, every one TIMING and
+    at most INLINE_MAX_RANGE bytes; an op is inline when every range grants it (loads: also a granule of at
+    least 32 B, the ranges' granule keys disjoint, no L2 model); then inl_base / inl_len hold every range,
+    32-byte aligned inwards (a site's one compare per range: an aligned access of at most 32 B that starts in
+    it ends in it; a range's unaligned edges take the helpers). Anything else: r0 only, as before ABI 6."""
+    spans, perms = [], C.HBF_PERM_READ | C.HBF_PERM_WRITE
+    for k in range(n):
+        r = st.ranges[k]
+        base, end = int(r.base), int(r.end)
+        if int(r.mode) != C.HBF_MODE_TIMING or not 0 < end - base <= INLINE_MAX_RANGE:
+            return
+        spans.append((base, end))
+        perms &= int(r.perms)
+    flags = 0
+    if (perms & C.HBF_PERM_READ and d.read_gshift >= 5 and d.inl_read_delay < HBF_MAX_WAIT_NS and not l2
+            and _keys_disjoint(spans, d.read_gshift)):
+        flags |= HBF_CDI_READ
+    if perms & C.HBF_PERM_WRITE and d.inl_write_delay < HBF_MAX_WAIT_NS:
+        flags |= HBF_CDI_WRITE
+    if not flags:
+        return
+    d.inl_flags |= flags
+    d.inl_nranges = n
+    for k, (base, end) in enumerate(spans):
+        b, e = (base + 31) & ~31, end & ~31
+        d.inl_base[k], d.inl_len[k] = b, max(e - b, 0)
+
+
+def cdesc_for(st: hbf_device_state, state_dptr: int, kslot_base: int, inline: bool = True,
+              multi: bool = True) -> hbf_cdesc:
     """A module's launch descriptor (hbf_device.h hbf_cdesc) for the device state ``st`` at ``state_dptr``:
-    a pure function of the block's host-owned words, the module's first counter slot and ``inline``
-    (runtime knob HBF_INLINE_ISSUE). flags stays 0 (the general path for every access, as without a
+    a pure function of the block's host-owned words, the module's first counter slot, ``inline``
+    (runtime knob HBF_INLINE_ISSUE) and ``multi`` (HBF_INLINE_MULTI; False also for a module built before
+    ABI 6, whose sites know r0 only). flags stays 0 (the general path for every access, as without a
     descriptor) unless the compact path may serve it: the FIXED or FAST source, a thermal snapshot reused
     (thermal_max_age_ns > 0), at least one range, a module with counter slots, fixed service times that fit
     32 bits. inl_flags (hbf_abi.h "Inline issue") allows loads / stores inline only for the FIXED source
     with one TIMING range that grants the op, up to INLINE_MAX_RANGE bytes (loads: a read granularity of at
-    least 32 B, so an aligned access of at most 32 B touches one granule); HBF_CDI_GROUP lets the FAST source
-    serve issue groups in one call (__hb_issue_group: the compact path's decision per site, the page
+    least 32 B, so an aligned access of at most 32 B touches one granule), or with ``multi`` 2..INL_MAX_RANGES
+    such ranges that all grant it (_inline_multi: inl_nranges, inl_base, inl_len); HBF_CDI_GROUP lets the FAST
+    source serve issue groups in one call (__hb_issue_group: the compact path's decision per site, the page
     transactions together), with one range or several."""
     d = hbf_cdesc()
     src = int(st.timing_source)
@@ -201,9 +255,23 @@ def cdesc_for(st: hbf_device_state, state_dptr: int, kslot_base: int, inline: bo
             d.inl_flags |= HBF_CDI_READ
         if d.r0_perms & C.HBF_PERM_WRITE and d.inl_write_delay < HBF_MAX_WAIT_NS:
             d.inl_flags |= HBF_CDI_WRITE
+    elif inline and multi and src == C.HBF_SRC_FIXED and 2 <= n <= abi.INL_MAX_RANGES:
+        _inline_multi(st, d, n, l2)
     if inline and src == C.HBF_SRC_FAST and not l2:
         d.inl_flags |= HBF_CDI_GROUP
     return d
+
+
+def cdesc_for_module(st: hbf_device_state, state_dptr: int, kslot_base: int, cdesc_bytes: int, inline: bool = True,
+                     multi: bool = True) -> hbf_cdesc:
+    """The descriptor for a module whose ``__hb_cdesc`` has ``cdesc_bytes`` (the runtime writes its first
+    cdesc_bytes bytes): CDESC_BYTES (ABI 6) -> cdesc_for as asked; CDESC_BYTES_V5 (a module built before ABI 6,
+    whose sites check r0 only) -> the one-range descriptor it was built for (``multi`` off: its first 128 bytes
+    are exactly what the runtime wrote it before ABI 6)."""
+    if cdesc_bytes < CDESC_BYTES_V5:
+        raise HbfError("a module's launch descriptor is smaller than any helper ABI's", code=ErrorCode.ABI_MISMATCH,
+                       cdesc_bytes=cdesc_bytes, least=CDESC_BYTES_V5)
+    return cdesc_for(st, state_dptr, kslot_base, inline, multi=multi and cdesc_bytes >= CDESC_BYTES)
 
 
 @dataclass(frozen=True)

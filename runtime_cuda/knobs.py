@@ -52,6 +52,15 @@ def inline_issue() -> bool:
     return env_bool("HBF_INLINE_ISSUE", True)
 
 
+def inline_multi() -> bool:
+    """HBF_INLINE_MULTI (default 1): the inline path also serves kernels over 2..4 registered ranges (the FIXED
+    source, every range TIMING, at most 2^37 bytes, granting the op; docs/design.md §3.3): the launch descriptor
+    carries them all (devstate.cdesc_for). 0: it carries one range only, as before stop 44, so a kernel over
+    several ranges calls the helpers for every access (the same cubin measured both ways;
+    bench/gpu_calls/stop44_multirange.sh). No effect with HBF_INLINE_ISSUE=0."""
+    return env_bool("HBF_INLINE_MULTI", True)
+
+
 def l2_model() -> bool:
     """HBF_L2_MODEL (default 0): model the GPU's L2 in front of HBF (docs/design.md §3.12): loads of registered
     lines that the L2 model holds are not charged to HBF. Needs modules built with the L2 helper build

@@ -89,6 +89,7 @@ class ModuleBinding:
     last_epoch: int = -1
     state_addr: int = 0
     cdesc_addr: int = 0   # the module's __hb_cdesc (0: a helper build without one)
+    cdesc_bytes: int = 0  # its size: CDESC_BYTES, or CDESC_BYTES_V5 (built before ABI 6: one range inline)
 
     def kernel(self, name: str) -> KernelInfo | None:
         return self.kernels.get(name)
@@ -375,6 +376,7 @@ class Session:
         self._epoch = 0            # bumps at every full synchronization of the context by the session
         self.native_select = knobs.native_select()
         self.inline_issue = knobs.inline_issue()
+        self.inline_multi = knobs.inline_multi()
         # the L2 in front of HBF (docs/design.md §3.12): geometry from the daemon's media parameters, checked here
         self.l2: D.L2Geometry | None = D.l2_geometry(ctlmap.ctl.header.media) if knobs.l2_model() else None
         self.l2_tags_dptr = 0
@@ -737,7 +739,7 @@ class Session:
         handle = int(module)   # the handle's value (cuda.bindings' getPtr() is the address of the wrapper's copy)
         with self._lock:
             instrumented = False
-            cdesc_addr = 0
+            cdesc_addr = cdesc_bytes = 0
             kslot_base = self._next_kslot
             if self.use_cuda:
                 g = self._cu.module_global(module, abi.STATE_GLOBAL)
@@ -761,7 +763,8 @@ class Session:
                     if ct is not None:
                         self._cu.htod(ct[0], ctypes.c_uint64(self.cap_table_dptr), 8)
                     cd = self._cu.module_global(module, abi.CDESC_GLOBAL)
-                    cdesc_addr = cd[0] if cd is not None and cd[1] >= D.CDESC_BYTES else 0
+                    if cd is not None and cd[1] >= D.CDESC_BYTES_V5:   # a module before ABI 6: the 128-B form
+                        cdesc_addr, cdesc_bytes = cd[0], D.CDESC_BYTES if cd[1] >= D.CDESC_BYTES else D.CDESC_BYTES_V5
                     self._next_kslot += nslots
             if instrumented:
                 self._fit_stack(module, names)
@@ -780,7 +783,8 @@ class Session:
                     infos[name] = KernelInfo(name, i, slot(i), False, [missing_reason or "no admission artifact"])
             b = ModuleBinding(handle, instrumented, kslot_base, infos,
                               str(artifact) if isinstance(artifact, (str, os.PathLike)) else None,
-                              state_addr=g[0] if instrumented else 0, cdesc_addr=cdesc_addr)
+                              state_addr=g[0] if instrumented else 0, cdesc_addr=cdesc_addr,
+                              cdesc_bytes=cdesc_bytes)
             self.bindings[handle] = b
             self._write_cdesc(b)   # a module just loaded: none of its kernels runs yet
             return b
@@ -790,8 +794,15 @@ class Session:
         (no compact path) when clear. Only while none of the module's kernels runs."""
         if not self.use_cuda or not b.instrumented or not b.cdesc_addr:
             return
-        d = D.hbf_cdesc() if clear else D.cdesc_for(self.state, self.state_dptr, b.kslot_base, self.inline_issue)
-        self._cu.htod(b.cdesc_addr, d, D.CDESC_BYTES)
+        self._cu.htod(b.cdesc_addr, self._cdesc_of(b, clear=clear), b.cdesc_bytes)
+
+    def _cdesc_of(self, b: ModuleBinding, *, clear: bool = False) -> D.hbf_cdesc:
+        """What _write_cdesc writes (its first b.cdesc_bytes bytes): a module built before ABI 6 (a 128-byte
+        descriptor, sites that check r0 only) gets the one-range descriptor it was built for."""
+        if clear:
+            return D.hbf_cdesc()
+        return D.cdesc_for_module(self.state, self.state_dptr, b.kslot_base, b.cdesc_bytes, self.inline_issue,
+                                  self.inline_multi)
 
     def _publish_cdescs(self) -> None:
         """Rewrite every bound module's descriptor after the state block's host-owned words changed

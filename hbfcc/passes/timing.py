@@ -445,6 +445,7 @@ class FunctionReport:
     memory_address_lines: list[int] = field(default_factory=list)
     hoisted_issues: int = 0          # load issues placed before earlier instructions (_hoist_target)
     issue_groups: int = 0            # groups of adjacent inline load issues (_group_code)
+    multi_checks: int = 0            # multi-range re-checks (ABI 6: _multi_range_check), per site and per group
     grouped_issues: int = 0          # load issues in those groups
     moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
     group_calls: int = 0             # groups with a __hb_issue_group call (HBFCC_FAST_GROUPS)
@@ -468,7 +469,8 @@ class FunctionReport:
                 "external_calls": self.external_calls, "native_version": self.native_version,
                 "address_source": self.address_source, "memory_address_lines": self.memory_address_lines,
                 "hoisted_issues": self.hoisted_issues, "issue_groups": self.issue_groups,
-                "grouped_issues": self.grouped_issues, "moved_loads": self.moved_loads,
+                "grouped_issues": self.grouped_issues, "multi_checks": self.multi_checks,
+                "moved_loads": self.moved_loads,
                 "group_calls": self.group_calls, "tma": self.tma, "tma_hooks": self.tma_hooks,
                 "bulk_window": self.bulk_window}
 
@@ -559,8 +561,9 @@ def _is_copy(st) -> bool:
 class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
                  inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
-                 tracks: bool = False, cluster: bool = False):
+                 tracks: bool = False, cluster: bool = False, multi: bool = True):
         self.hoist = hoist
+        self.multi = multi and inline           # HBFCC_INLINE_MULTI: the multi-range re-check (ABI 6)
         self.move_loads = move_loads and hoist
         self.moved: dict[tuple[int, ...], list[Statement]] = {}   # hoist point -> loads moved there
         self.drop: set[tuple[int, ...]] = set()                   # statements moved away
@@ -796,9 +799,11 @@ class _FunctionRewriter:
                     _ins("shfl", ("sync", "idx", "b32"), (_R(R_IH), _R(R_IH), _R(R_IP), _I(31), _R(R_IM))),
                     _ins("mov", ("b64",), (_R(R_IY), Vector((_R(R_IQ), _R(R_IH))))),
                     _ins("setp", ("le", "or", "u64"), (_R(R_IPB), _R(R_IY), addr, _R(R_IPL)))]
+        Lmulti, Lserve = self._label(), self._label()
         out += [_ins("and", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_IPB))),
                 _ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_IPA), _R(R_IM))),
-                _ins("bra", (), (LabelRef(Lslow),), Guard(_R(R_IPA), True)),
+                _ins("bra", (), (LabelRef(Lmulti),), Guard(_R(R_IPA), True)),
+                Label(Lserve),
                 _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_READ_DELAY_OFF if load
                                                                else abi.CDESC_INL_WRITE_DELAY_OFF))),
                 _ins("add", ("u64",), (_R(out_reg), _R(R_IT), _R(R_IY)))]
@@ -810,11 +815,41 @@ class _FunctionRewriter:
         else:
             out += [_ins("add", ("u32",), (_R(R_ICW), _R(R_ICW), _I(1)), Guard(_R(R_IPL))),
                     _ins("add", ("u64",), (_R(R_IBW), _R(R_IBW), _I(nb)))]
-        out += [_ins("bra", ("uni",), (LabelRef(Ldone),)), Label(Lslow)]
+        out += [_ins("bra", ("uni",), (LabelRef(Ldone),)), Label(Lmulti)]
+        if self.multi:
+            out += self._multi_range_check(addr, until, Lserve, Lslow)
+        out.append(Label(Lslow))
         out.append(_call("__hb_issue", [("b64", addr), ("b32", _I(nb)), ("b32", _I(d.flags | abi.HBF_F_ACTIVE)),
                                         ("b32", _I(site))], ret=out_reg))
         out.append(Label(Ldone))
         self.report.sites += 1
+
+    def _multi_range_check(self, addr, until: str, Lserve: str, Lslow: str) -> list[Statement]:
+        """Where the warp's vote on r0 failed (ABI 6, hbf_abi.h "Inline issue"): with a multi-range
+        descriptor (inl_nranges != 0; else straight to ``Lslow``, a uniform branch) the site checks again over
+        every table entry, unrolled (INL_MAX_RANGES x {sub, setp}: an entry is 32-byte aligned, so an
+        aligned access of at most 32 B that starts in it ends in it; unused entries have length 0), with the
+        until (``R_IT < until``: what R_IPA held before the range check) and the order (R_IPB, kept from
+        the first pass), and a second warp vote: all in a range, in order, the until in force -> ``Lserve``
+        (the counts and the future of the first pass's leader and keys), else ``Lslow``. A warp whose lanes
+        all hit r0 never comes here: the single-range case runs exactly the code it ran before ABI 6."""
+        cd = abi.CDESC_GLOBAL
+        out = [_ins("ld", ("const", "u32"), (_R(R_IH), Address(Symbol(cd), abi.CDESC_INL_NRANGES_OFF))),
+               _ins("setp", ("eq", "u32"), (_R(R_IPA), _R(R_IH), _I(0))),
+               _ins("bra", (), (LabelRef(Lslow),), Guard(_R(R_IPA))),
+               _ins("setp", ("lt", "and", "s64"), (_R(R_IPA), _R(R_IT), _R(until), _R(R_IPB)))]
+        for k in range(abi.INL_MAX_RANGES):
+            out += [_ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_BASE_OFF + 8 * k))),
+                    _ins("sub", ("u64",), (_R(R_IX), addr, _R(R_IY))),
+                    _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_LEN_OFF + 8 * k))),
+                    _ins("setp", ("lt", "u64"), (_R(R_IPB), _R(R_IX), _R(R_IY))) if k == 0 else
+                    _ins("setp", ("lt", "or", "u64"), (_R(R_IPB), _R(R_IX), _R(R_IY), _R(R_IPB)))]
+        out += [_ins("and", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_IPB))),
+                _ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_IPA), _R(R_IM))),
+                _ins("bra", (), (LabelRef(Lslow),), Guard(_R(R_IPA), True)),
+                _ins("bra", ("uni",), (LabelRef(Lserve),))]
+        self.report.multi_checks += 1
+        return out
 
     def _issue_call(self, inst: Instruction, d: Decision, addr, out_reg: str, site: int,
                     out: list[Statement]) -> None:
@@ -942,10 +977,11 @@ class _FunctionRewriter:
                 _call("__hb_inline_until", [("b32", _I(abi.HBF_OP_LOAD))], ret=R_IUR),
                 _ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IT), _R(R_IUR))),
                 Label(Lgo),
-                _ins("and", ("pred",), (_R(R_GOK), _R(R_IPA), _R(R_CDB))),
-                _ins("and", ("pred",), (_R(R_GOK), _R(R_GOK), _R(R_GIN))),
+                # R_GIN: the until in force, the band is r0 and the lane in it -- or it accesses nowhere
+                _ins("and", ("pred",), (_R(R_GIN), _R(R_GIN), _R(R_IPA))),
+                _ins("and", ("pred",), (_R(R_GIN), _R(R_GIN), _R(R_CDB))),
                 _ins("not", ("pred",), (_R(R_IPB), _R(R_GANY))),
-                _ins("or", ("pred",), (_R(R_GOK), _R(R_GOK), _R(R_IPB))),
+                _ins("or", ("pred",), (_R(R_GIN), _R(R_GIN), _R(R_IPB))),
                 _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_READ_DELAY_OFF))),
                 _ins("add", ("u64",), (_R(R_IT), _R(R_IT), _R(R_IY))),          # the group's deadline
                 _ins("ld", ("const", "u8"), (_R(R_IH), Address(Symbol(cd), abi.CDESC_READ_GSHIFT_OFF))),
@@ -962,23 +998,35 @@ class _FunctionRewriter:
                     _ins("shr", ("b64",), (_R(R_IX), addrs[j], _R(R_IH))),
                     _ins("cvt", ("u32", "u64"), (_R(R_IK), _R(R_IX))),
                     _ins("shfl", ("sync", "idx", "b32"), (_R(R_IQ), _R(R_IK), _R(R_IP), _I(31), _R(R_IM))),
-                    _ins("setp", ("le", "or", "u32"), (_R(R_IPB), _R(R_IQ), _R(R_IK), _R(R_IPL))),
-                    _ins("and", ("pred",), (_R(R_GOK), _R(R_GOK), _R(R_IPB)), Guard(P)),
-                    _ins("setp", ("ne", "or", "u32"), (_R(R_IPB), _R(R_IQ), _R(R_IK), _R(R_IPL))),
+                    _ins("setp", ("le", "or", "u32"), (_R(R_IPB), _R(R_IQ), _R(R_IK), _R(R_IPL)))]
+            # R_GOK: the lanes ascend at every site this lane accesses (kept apart from R_GIN for the
+            # multi-range re-check, which needs the order without r0)
+            if j == 0:
+                out += [_ins("not", ("pred",), (_R(R_GOK), P)),
+                        _ins("or", ("pred",), (_R(R_GOK), _R(R_GOK), _R(R_IPB)))]
+            else:
+                out.append(_ins("and", ("pred",), (_R(R_GOK), _R(R_GOK), _R(R_IPB)), Guard(P)))
+            out += [_ins("setp", ("ne", "or", "u32"), (_R(R_IPB), _R(R_IQ), _R(R_IK), _R(R_IPL))),
                     _ins("and", ("pred",), (_R(R_IPB), _R(R_IPB), P)),
                     _ins("add", ("u32",), (_R(R_GG), _R(R_GG), _I(1)), Guard(_R(R_IPB))),
                     _ins("and", ("pred",), (_R(R_IPL), _R(R_IPL), P)),
                     _ins("add", ("u32",), (_R(R_GC), _R(R_GC), _I(1)), Guard(_R(R_IPL))),
                     _ins("add", ("u32",), (_R(R_GB), _R(R_GB), _I(s.d.nbytes)), Guard(P)),
                     _ins("selp", ("b64",), (_R(f"{R_FUT}{s.k}"), _R(R_IT), _I(0), P), s.inst.guard)]
-        out += [_ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_GOK), _R(R_IM))),
-                _ins("bra", (), (LabelRef(Lslow),), Guard(_R(R_IPA), True)),
+        Lmulti, Lcount = self._label(), self._label()
+        out += [_ins("and", ("pred",), (_R(R_IPA), _R(R_GOK), _R(R_GIN))),
+                _ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_IPA), _R(R_IM))),
+                _ins("bra", (), (LabelRef(Lmulti),), Guard(_R(R_IPA), True)),
+                Label(Lcount),
                 _ins("add", ("u32",), (_R(R_ICR), _R(R_ICR), _R(R_GC))),
                 _ins("add", ("u32",), (_R(R_IGR), _R(R_IGR), _R(R_GG))),
                 _ins("cvt", ("u64", "u32"), (_R(R_IX), _R(R_GB))),
                 _ins("add", ("u64",), (_R(R_IBR), _R(R_IBR), _R(R_IX))),
                 _ins("bra", ("uni",), (LabelRef(Ldone),)),
-                Label(Lslow)]
+                Label(Lmulti)]
+        if self.multi:
+            out += self._group_multi_check(sites, addrs, Lcount, Lslow)
+        out.append(Label(Lslow))
         if self.fast_groups and len(sites) > 1:
             out += self._group_call(sites, addrs, Ldone)
         for s in sites:
@@ -986,6 +1034,38 @@ class _FunctionRewriter:
         out += [_ins("bra", ("uni",), (LabelRef(Ldone),)), Label(Lzero)]
         out += [_ins("mov", ("b64",), (_R(f"{R_FUT}{s.k}"), _I(0)), s.inst.guard) for s in sites]
         out.append(Label(Ldone))
+        return out
+
+    def _group_multi_check(self, sites: list["_GSite"], addrs: list, Lcount: str, Lslow: str) -> list[Statement]:
+        """Where the group's vote failed (ABI 6): with a multi-range descriptor (inl_nranges != 0; else
+        ``Lslow`` at once, a uniform branch) the group checks again over every table entry, unrolled per site
+        (INL_MAX_RANGES x {sub, setp}, as _multi_range_check), with the until (the clock is the group's
+        deadline less the read delay), the order (R_GOK) and a second warp vote: every lane that accesses
+        somewhere in order, its until in force, each access in some range -> ``Lcount`` (the counts and
+        futures of the first pass), else ``Lslow``. A group whose lanes all hit r0 never comes here."""
+        cd = abi.CDESC_GLOBAL
+        out = [_ins("ld", ("const", "u32"), (_R(R_IH), Address(Symbol(cd), abi.CDESC_INL_NRANGES_OFF))),
+               _ins("setp", ("eq", "u32"), (_R(R_IPA), _R(R_IH), _I(0))),
+               _ins("bra", (), (LabelRef(Lslow),), Guard(_R(R_IPA))),
+               _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_READ_DELAY_OFF))),
+               _ins("sub", ("u64",), (_R(R_IX), _R(R_IT), _R(R_IY))),
+               _ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IX), _R(R_IUR))),
+               _ins("not", ("pred",), (_R(R_IPB), _R(R_GANY))),
+               _ins("or", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_IPB))),
+               _ins("and", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_GOK)))]
+        for j in range(len(sites)):
+            P = _R(f"{R_GP}{j}")
+            for k in range(abi.INL_MAX_RANGES):
+                out += [_ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_BASE_OFF + 8 * k))),
+                        _ins("sub", ("u64",), (_R(R_IX), addrs[j], _R(R_IY))),
+                        _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_LEN_OFF + 8 * k))),
+                        _ins("setp", ("lt", "or", "u64"), (_R(R_IPB), _R(R_IX), _R(R_IY),
+                                                           Negated(P) if k == 0 else _R(R_IPB)))]
+            out.append(_ins("and", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_IPB))))
+        out += [_ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_IPA), _R(R_IM))),
+                _ins("bra", (), (LabelRef(Lslow),), Guard(_R(R_IPA), True)),
+                _ins("bra", ("uni",), (LabelRef(Lcount),))]
+        self.report.multi_checks += 1
         return out
 
     def _group_call(self, sites: list["_GSite"], addrs: list, Ldone: str) -> list[Statement]:
@@ -1878,6 +1958,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     group = bool(meta.get("group_issues", True))
     move_loads = bool(meta.get("hoist_loads", True))
     fast_groups = bool(meta.get("fast_groups", True))
+    multi = bool(meta.get("inline_multi", True))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -1891,7 +1972,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     for it in module.items:
         if type(it) is Function and it.body is not None:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
-                                   fast_groups, tracks, cluster)
+                                   fast_groups, tracks, cluster, multi)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -1930,5 +2011,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "group_issues": group,
         "hoist_loads": move_loads,
         "fast_groups": fast_groups,
+        "inline_multi": multi,
     }
     return replace(module, items=tuple(new_items))

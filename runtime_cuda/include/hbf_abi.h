@@ -44,7 +44,10 @@
  *   %globaltimer < until (signed; a per-thread register, 0 at entry), the address is inside the
  *   descriptor's range (rel = addr - r0_base < r0_len and rel + nb <= r0_len), and every active lane
  *   of the warp agrees (vote.all) with lanes in ascending address order (the granule count below is
- *   then exact). The future is %globaltimer + inl_read_delay / inl_write_delay. The thread counts in
+ *   then exact). ABI 6: when that vote fails and inl_nranges != 0 (2..4 ranges, all qualifying), the
+ *   site checks again with the range test over every inl_base[k] / inl_len[k] (rel < len: the entries
+ *   are 32-byte aligned; r0 included), the until and the order it already computed, and a second vote;
+ *   a warp whose lanes all hit r0 never runs that check. The future is %globaltimer + inl_read_delay / inl_write_delay. The thread counts in
  *   registers: warp requests (the lowest active lane counts one), granules first touched by the lane
  *   (loads; media bytes = granules << read_gshift), program bytes, and for ready waits (a deadline
  *   already due when the consumer asks, tested inline) the lowest lane's count and slack. A lane whose
@@ -147,7 +150,7 @@
  * (cuModuleGetGlobal; the Triton kernel_load_end_hook; default 0 = detached = native path):
  *   .visible .global .align 8 .u64 __hb_state;        device address of hbf_device_state
  *   .visible .global .align 4 .u32 __hb_kslot_base;   first per-kernel counter slot of module
- *   .visible .const .align 8 .b8 __hb_cdesc[128];      the launch descriptor (hbf_device.h hbf_cdesc:
+ *   .visible .const .align 8 .b8 __hb_cdesc[192];      the launch descriptor (hbf_device.h hbf_cdesc:
  *                                                     all zero = no compact path, the general one)
  * Only in the L2 build (-DHBF_L2_MODEL=1, runtime_cuda/ptx/hbf_helpers_l2.ptx; docs/design.md §3.12):
  *   .visible .global .align 4 .u32 __hb_l2_hooks;     1: the helpers carry the L2 model's hooks (the runtime
@@ -156,9 +159,10 @@
 #ifndef HBF_ABI_H
 #define HBF_ABI_H
 
-#define HBF_HELPER_ABI_VERSION 5u   /* 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
+#define HBF_HELPER_ABI_VERSION 6u   /* 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
                                        4: __hb_l2_hooks (the L2 build);
-                                       5: __hb_tma, __hb_mbar_note, __hb_mbar_wait, __hb_tma_enter, __hb_tma_exit */
+                                       5: __hb_tma, __hb_mbar_note, __hb_mbar_wait, __hb_tma_enter, __hb_tma_exit;
+                                       6: a 192-byte __hb_cdesc (inl_nranges, inl_base/inl_len: several ranges inline) */
 
 /* flags argument of __hb_issue */
 #define HBF_F_OP_MASK 0x3u          /* HBF_OP_LOAD / STORE / ATOMIC / CPASYNC (hbf_ctl.h) */

@@ -249,7 +249,8 @@ typedef struct hbf_ref_ovf {      /* the payload pairs 16-byte aligned (three v2
 #define HBF_CD_ON 0x1u            /* written for the state at st, compact path allowed */
 #define HBF_CD_FAST 0x2u          /* timing source FAST (else FIXED) */
 #define HBF_CD_SHARDED 0x4u       /* counters sharded by SM (kshard_stride != 0) */
-#define HBF_CD_MULTI 0x8u         /* several ranges: the lanes search the table (r0_* unused) */
+#define HBF_CD_MULTI 0x8u         /* several ranges: the helpers' lanes search the table (r0_* unused there;
+                                     inline sites check r0 first, then inl_base/inl_len) */
 #define HBF_CD_L2 0x10u           /* the L2 model is on (st->l2_tags): loads and cp.async through hbf_l2.cuh */
 typedef struct hbf_cdesc {
     uint64_t st;                   /* device address of hbf_device_state */
@@ -277,12 +278,22 @@ typedef struct hbf_cdesc {
                                       less the bias, 0 when the bias clamps it; the FIXED source at full rate) */
     uint64_t inl_write_delay;      /* the same for stores (fixed_write_ns) */
     uint32_t inl_flags;            /* HBF_CDI_*: which ops may be served inline (0: none, the helpers serve all) */
-    uint32_t reserved2;
+    uint32_t inl_nranges;          /* ABI 6: ranges in inl_base/inl_len (0: r0 only, the table unused; else
+                                      2..HBF_INL_MAX_RANGES: a site that misses r0 checks them all) */
+    /* --- ABI 6: the multi-range inline path (docs/design.md §3.3). Every registered range when there are
+     * 2..HBF_INL_MAX_RANGES, all TIMING, each <= 2^37 bytes: base rounded up and end rounded down to 32 B
+     * (an aligned access of <= 32 B that starts in [base, base + len) ends in it: one compare per range);
+     * unused entries len 0 (never hit). A module built before ABI 6 has a 128-byte descriptor: the runtime
+     * writes it the one-range descriptor (devstate.cdesc_for(multi=False)), as before. --- */
+    uint64_t inl_base[4];          /* HBF_INL_MAX_RANGES */
+    uint64_t inl_len[4];
 } hbf_cdesc;
 #define HBF_MAX_WAIT_NS 10000000000ull   /* the longest single modeled wait (longer: TIMEOUT); devstate.cdesc_for
                                             keeps inline delays below it */
-#define HBF_CDI_READ 0x1u         /* loads inline: FIXED source, one TIMING range with READ, granule >= 32 B */
-#define HBF_CDI_WRITE 0x2u        /* stores inline: FIXED source, one TIMING range with WRITE */
+#define HBF_CDI_READ 0x1u         /* loads inline: FIXED source, 1..HBF_INL_MAX_RANGES TIMING ranges, each with
+                                     READ, granule >= 32 B (several: their 32-bit granule keys disjoint) */
+#define HBF_CDI_WRITE 0x2u        /* stores inline: FIXED source, 1..HBF_INL_MAX_RANGES TIMING ranges, each with WRITE */
+#define HBF_INL_MAX_RANGES 4u     /* ranges an inline site checks (hbf_cdesc.inl_base/inl_len) */
 #define HBF_CDI_GROUP 0x4u        /* issue groups through __hb_issue_group: the FAST source */
 
 HBF_STATIC_ASSERT(sizeof(hbf_dev_range) == 32, "dev range 32B");
@@ -290,7 +301,7 @@ HBF_STATIC_ASSERT(sizeof(hbf_kernel_counters) % 64 == 0, "kernel counters 64B mu
 HBF_STATIC_ASSERT(sizeof(hbf_device_state) % 64 == 0, "device state 64B multiple");
 HBF_STATIC_ASSERT(offsetof(hbf_device_state, bank_buf) % 16 == 0, "bank records 16B aligned (128-bit CAS)");
 
-HBF_STATIC_ASSERT(sizeof(hbf_cdesc) == 128, "cdesc 128B");
+HBF_STATIC_ASSERT(sizeof(hbf_cdesc) == 192, "cdesc 192B (ABI 6; 128 before)");
 HBF_STATIC_ASSERT(sizeof(hbf_ref_ovf) == 64, "ring overflow entry 64B");
 
 #endif /* HBF_DEVICE_H */

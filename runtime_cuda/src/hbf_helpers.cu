@@ -1598,7 +1598,7 @@ HB_DEV void hb_inline_refresh(hbf_device_state* st, uint64_t held, uint64_t now,
 
 // Until when this thread may serve `op` inline: a fresh full-rate thermal snapshot with admission open and
 // no refresh debt (this SM's replica, as the compact path reads it), as long as the descriptor allows the op
-// (devstate.cdesc_for: the FIXED source, one TIMING range with the op's permission). Positive: inline until
+// (devstate.cdesc_for: the FIXED source, 1..4 TIMING ranges, each with the op's permission). Positive: inline until
 // then -- half the snapshot's age, or its expiry once a refresh has been claimed (hb_inline_refresh).
 // Negative: not inline; ask again at -value (a stale or invalid replica: at once, the general path the site
 // takes meanwhile refreshes it or claims the debt; a snapshot below full rate: when it ages; the descriptor:

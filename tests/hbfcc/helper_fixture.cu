@@ -8,7 +8,7 @@
 extern "C" {
 __device__ unsigned long long __hb_state;
 __device__ unsigned int __hb_kslot_base;
-__constant__ unsigned char __hb_cdesc[128];   // read by inline sites; all zero: nothing inline
+__constant__ unsigned char __hb_cdesc[192];   // read by inline sites (hbf_abi.h, ABI 6); all zero: nothing inline
 }
 
 static __device__ __noinline__ unsigned long long fixture_now() {

@@ -71,7 +71,7 @@ def test_entry_sites_are_served_inline_with_the_helpers_as_fallback():
     assert "setp.lt.s64 \t%__hb_ipa, %__hb_it, %__hb_iuw;" in out
     assert f"[__hb_cdesc+{abi.CDESC_R0_LEN_OFF}]" in out and f"[__hb_cdesc+{abi.CDESC_R0_BASE_OFF}]" in out
     assert f"[__hb_cdesc+{abi.CDESC_INL_READ_DELAY_OFF}]" in out and f"[__hb_cdesc+{abi.CDESC_INL_WRITE_DELAY_OFF}]" in out
-    assert out.count("vote.sync.all.pred") == 2
+    assert out.count("vote.sync.all.pred") == 4                # r0, then (on a failed vote) every range
     # the general path stays reachable from both sites, and an expired until asks the helper again
     assert out.count("__hb_issue, (") == 2 and out.count("__hb_inline_until, (") == 2
     # the guarded lanes that do not access skip the site (future 0, as the helper gives them)
@@ -80,6 +80,72 @@ def test_entry_sites_are_served_inline_with_the_helpers_as_fallback():
     assert out.index("__hb_kernel_flush, (") < out.rindex("__hb_kernel_exit, (")
     # the descriptor is declared for the linker (it becomes the helper's definition)
     assert f".extern .const .align 8 .b8 \t{abi.CDESC_GLOBAL}[{abi.CDESC_BYTES}];" in out
+
+
+def _site(out: str, n: int = 0) -> str:
+    """The n-th inline site's code: from its until check to its __hb_issue call."""
+    i = -1
+    for _ in range(n + 1):
+        i = out.index("mov.u64 \t%__hb_it, %globaltimer;", i + 1)
+    return out[i:out.index("__hb_issue, (", i)]
+
+
+def _r0_first_pass(site: str) -> str:
+    return site[:site.index("vote.sync.all.pred")]
+
+
+def test_a_site_checks_every_range_after_r0_unrolled():
+    """ABI 6 (the multi-range inline path): a site checks r0 first, exactly as before; only when the warp's
+    vote fails does it read inl_nranges (0: the helper at once) and check every table entry, unrolled (one
+    sub and one compare per entry, INL_MAX_RANGES of them), then vote again and serve the access with the
+    first pass's counts, or call the helper."""
+    out = rewrite(STREAM)
+    for n, (until, delay) in enumerate((("%__hb_iur", abi.CDESC_INL_READ_DELAY_OFF),
+                                        ("%__hb_iuw", abi.CDESC_INL_WRITE_DELAY_OFF))):
+        site = _site(out, n)
+        first = _r0_first_pass(site)
+        # the first pass reads r0 only: nothing of the table
+        assert f"[__hb_cdesc+{abi.CDESC_R0_BASE_OFF}]" in first and f"[__hb_cdesc+{abi.CDESC_INL_BASE_OFF}]" not in first
+        m = re.search(r"vote\.sync\.all\.pred \t%__hb_ipa, %__hb_ipa, %__hb_im;\n\t@!%__hb_ipa bra \t(\$__hb_L\d+);\n"
+                      r"(\$__hb_L\d+):\n", site)
+        assert m, site
+        Lmulti, Lserve = m.group(1), m.group(2)
+        assert site.index(f"[__hb_cdesc+{delay}]") > m.end()                     # the serve block follows
+        multi = site[site.index(Lmulti + ":"):]
+        multi = multi[:multi.index("\n$__hb_L", 1)]                              # up to the helper's label
+        assert multi.startswith(f"{Lmulti}:\n\tld.const.u32 \t%__hb_ih, [__hb_cdesc+{abi.CDESC_INL_NRANGES_OFF}];")
+        assert "setp.eq.u32 \t%__hb_ipa, %__hb_ih, 0;" in multi
+        assert f"setp.lt.and.s64 \t%__hb_ipa, %__hb_it, {until}, %__hb_ipb;" in multi   # the until, the order
+        for k in range(abi.INL_MAX_RANGES):
+            assert f"[__hb_cdesc+{abi.CDESC_INL_BASE_OFF + 8 * k}]" in multi
+            assert f"[__hb_cdesc+{abi.CDESC_INL_LEN_OFF + 8 * k}]" in multi
+        assert multi.count("sub.u64 \t%__hb_ix, ") == abi.INL_MAX_RANGES
+        assert multi.count("setp.lt.or.u64 \t%__hb_ipb, %__hb_ix, %__hb_iy, %__hb_ipb;") == abi.INL_MAX_RANGES - 1
+        assert multi.count("vote.sync.all.pred") == 1 and multi.rstrip().endswith(f"bra.uni \t{Lserve};")
+    rep = timing_meta(STREAM)["functions"][0]
+    assert rep["multi_checks"] == 2
+
+
+def test_inline_multi_off_emits_the_one_range_code(monkeypatch):
+    """HBFCC_INLINE_MULTI=0: no re-check (the failed r0 vote calls the helper at once), the code of before ABI 6
+    but for the group's order predicate kept apart (two predicate instructions per group); it assembles."""
+    for text, group in ((STREAM, False), (loads(4), True)):
+        meta = dict(group_meta(), group_issues=group, inline_multi=False)
+        out = print_module(timing_pass(parse_module(text), meta))
+        assert meta["timing"]["inline_multi"] is False
+        assert meta["timing"]["functions"][0]["multi_checks"] == 0
+        assert f"[__hb_cdesc+{abi.CDESC_INL_NRANGES_OFF}]" not in out and f"[__hb_cdesc+{abi.CDESC_INL_BASE_OFF}]" not in out
+        assert out.count("vote.sync.all.pred") == (2 if not group else 1 + 4 + 1)
+    monkeypatch.setenv("HBFCC_INLINE_MULTI", "0")
+    res = rewrite_text(loads(4), helper=H.load_helper(U.helper_paths()[0]))
+    assert res.meta["timing"]["inline_multi"] is False and f"[__hb_cdesc+{abi.CDESC_INL_BASE_OFF}]" not in res.text
+    U.assemble(res.text)
+
+
+def timing_meta(text: str, meta: dict | None = None) -> dict:
+    m = {"inline_issues": True, "group_issues": False} if meta is None else meta
+    timing_pass(parse_module(text), m)
+    return m["timing"]
 
 
 def test_a_ready_wait_is_counted_inline_and_a_pending_one_calls_the_helper():
@@ -101,7 +167,7 @@ def test_not_inline_in_functions_or_when_off():
 def test_loads_that_wait_at_once_use_the_helpers():
     vol = STREAM.replace("@%p1 ld.global.v4.b32", "@%p1 ld.volatile.global.v4.b32")
     out = rewrite(vol)
-    assert out.count("vote.sync.all.pred") == 1                   # the store only; the volatile load calls
+    assert out.count("vote.sync.all.pred") == 2                   # the store only (r0, the re-check); the load calls
 
 
 def test_inline_forms_assemble_with_every_helper_build():
@@ -179,6 +245,35 @@ def test_adjacent_inline_loads_are_served_as_one_group():
     assert tail.count("__hb_issue, (") >= 4             # the per-site fallback of every site
     # the band == the descriptor's one range, both ends 32-byte aligned: computed once at entry
     assert out.count("setp.eq.u64 \t%__hb_cdb, %__hb_gz, 0;") == 1 and "setp.ge.or.u64 \t%__hb_gin, %__hb_b, %__hb_gz, !%__hb_gp0;" in out
+
+
+def test_a_group_checks_every_range_after_r0():
+    """ABI 6: the group's first pass is r0's (R_GIN: until, band == r0, lanes in it; R_GOK: the order, kept
+    apart); a failed vote with inl_nranges != 0 checks every site of the group against every table entry,
+    unrolled, and a second vote goes to the first pass's counts; else the group call / each site alone."""
+    meta = group_meta()
+    out = print_module(timing_pass(parse_module(loads(4)), meta))
+    assert meta["timing"]["functions"][0]["multi_checks"] == 1 + 4 + 1      # the group, its sites alone, the store
+    fp = fast_path(out)
+    assert f"[__hb_cdesc+{abi.CDESC_INL_BASE_OFF}]" not in fp                 # the first pass: r0 only
+    i = out.index("vote.sync.any.pred")
+    j = out.index("vote.sync.all.pred", i)
+    m = re.search(r"and\.pred \t%__hb_ipa, %__hb_gok, %__hb_gin;\n\tvote\.sync\.all\.pred \t%__hb_ipa, %__hb_ipa, "
+                  r"%__hb_im;\n\t@!%__hb_ipa bra \t(\$__hb_L\d+);\n(\$__hb_L\d+):\n\tadd\.u32 \t%__hb_icr, %__hb_icr, %__hb_gc;",
+                  out[j - 200:])
+    assert m, out[j - 200:j + 400]
+    Lmulti, Lcount = m.group(1), m.group(2)
+    k = out.index(Lmulti + ":\n", j)
+    multi = out[k:out.index("__hb_issue_group, (", k)]
+    assert f"ld.const.u32 \t%__hb_ih, [__hb_cdesc+{abi.CDESC_INL_NRANGES_OFF}];" in multi
+    assert f"ld.const.u64 \t%__hb_iy, [__hb_cdesc+{abi.CDESC_INL_READ_DELAY_OFF}];" in multi   # clock = deadline - delay
+    assert "and.pred \t%__hb_ipa, %__hb_ipa, %__hb_gok;" in multi
+    for s in range(4):          # every site against every entry, the first compare passing the lanes not accessing
+        assert f"setp.lt.or.u64 \t%__hb_ipb, %__hb_ix, %__hb_iy, !%__hb_gp{s};" in multi
+    assert multi.count("sub.u64 \t%__hb_ix, ") == 4 * abi.INL_MAX_RANGES + 1
+    for k in range(abi.INL_MAX_RANGES):
+        assert multi.count(f"[__hb_cdesc+{abi.CDESC_INL_LEN_OFF + 8 * k}]") == 4
+    assert multi.count("vote.sync.all.pred") == 1 and f"bra.uni \t{Lcount};" in multi
 
 
 def test_groups_off_keep_each_site_alone():

@@ -56,7 +56,7 @@ def test_constants_match(probe):
               "HBF_CD_L2": D.HBF_CD_L2,
           "HBF_CDI_READ": D.HBF_CDI_READ, "HBF_CDI_WRITE": D.HBF_CDI_WRITE,
           "HBF_CDI_GROUP": D.HBF_CDI_GROUP, "HBF_MAX_WAIT_NS": D.HBF_MAX_WAIT_NS,
-          "HBF_REF_OVF_BUSY": D.HBF_REF_OVF_BUSY}
+          "HBF_REF_OVF_BUSY": D.HBF_REF_OVF_BUSY, "HBF_INL_MAX_RANGES": abi.INL_MAX_RANGES}
     # the TMA helpers' constants (hbf_abi.h, ABI 5): hbfcommon.abi is their Python side
     py.update({n: getattr(abi, n) for n in ("HBF_TMA_K_LOAD", "HBF_TMA_K_STORE", "HBF_TMA_K_REDUCE",
                                             "HBF_TMA_K_PREFETCH", "HBF_TMA_K_MASK", "HBF_TMA_F_ACTIVE",
@@ -157,7 +157,12 @@ def test_cdesc_non_timing_range_has_no_permissions():
 
 def test_cdesc_inline_offsets_match_the_abi():
     """The byte offsets inline sites read (hbfcommon.abi) are hbf_cdesc's fields."""
-    assert D.CDESC_BYTES == abi.CDESC_BYTES == 128
+    assert D.CDESC_BYTES == abi.CDESC_BYTES == 192
+    assert D.hbf_cdesc.inl_nranges.offset == abi.CDESC_INL_NRANGES_OFF
+    assert D.hbf_cdesc.inl_base.offset == abi.CDESC_INL_BASE_OFF
+    assert D.hbf_cdesc.inl_len.offset == abi.CDESC_INL_LEN_OFF
+    # a module built before ABI 6 holds the first 128 bytes: every field its sites and helpers read is there
+    assert abi.CDESC_INL_NRANGES_OFF + 4 == abi.CDESC_BYTES_V5 == D.CDESC_BYTES_V5
     assert D.hbf_cdesc.r0_base.offset == abi.CDESC_R0_BASE_OFF
     assert D.hbf_cdesc.read_gshift.offset == abi.CDESC_READ_GSHIFT_OFF
     assert D.hbf_cdesc.r0_len.offset == abi.CDESC_R0_LEN_OFF
@@ -195,8 +200,8 @@ def test_cdesc_inline_delay_clamped_by_the_bias():
 @pytest.mark.parametrize("why", ["fast", "multi", "read_only", "small_granule", "big_range", "capacity"])
 def test_cdesc_inline_refused(why):
     ranges = None
-    if why == "multi":
-        ranges = [_r(1 << 40, 1 << 20), _r(1 << 41, 1 << 20, rid=2)]
+    if why == "multi":     # more ranges than the inline table holds (2..4: test_cdesc_inline_several_ranges)
+        ranges = [_r((1 << 40) + (k << 30), 1 << 20, rid=k + 1) for k in range(abi.INL_MAX_RANGES + 1)]
     elif why == "read_only":
         ranges = [_r(1 << 40, 1 << 20, perms=C.HBF_PERM_READ)]
     elif why == "big_range":
@@ -210,6 +215,103 @@ def test_cdesc_inline_refused(why):
     want = {"read_only": D.HBF_CDI_READ, "small_granule": D.HBF_CDI_WRITE,
             "fast": D.HBF_CDI_GROUP}.get(why, 0)        # the FAST source: groups, nothing inline
     assert d.inl_flags == want
+
+
+def _multi(n, **kw):
+    """n 1 MiB TIMING ranges, 1 GiB apart (granule keys 2^24 apart: disjoint)."""
+    return [_r((1 << 40) + (k << 30), 1 << 20, rid=k + 1, **kw) for k in range(n)]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_cdesc_inline_several_ranges(n):
+    """ABI 6: 2..4 qualifying ranges fill the descriptor's table (r0 too), both ops inline."""
+    st = _state_for_cdesc(ranges=_multi(n))
+    d = D.cdesc_for(st, 0x1000, 0)
+    assert d.inl_flags == D.HBF_CDI_READ | D.HBF_CDI_WRITE and d.inl_nranges == n
+    assert d.flags & D.HBF_CD_MULTI
+    assert [d.inl_base[k] for k in range(n)] == [(1 << 40) + (k << 30) for k in range(n)]
+    assert [d.inl_len[k] for k in range(4)] == [1 << 20] * n + [0] * (4 - n)     # unused entries never hit
+    assert (d.r0_base, d.r0_len) == (1 << 40, 1 << 20)                              # r0 first, as before
+    assert (d.inl_read_delay, d.inl_write_delay) == (2_000 - 250, 3_000 - 250)    # one media-wide delay
+    off = D.cdesc_for(st, 0x1000, 0, multi=False)                                 # HBF_INLINE_MULTI=0
+    assert off.inl_flags == 0 and off.inl_nranges == 0 and list(off.inl_len) == [0] * 4
+    assert D.cdesc_for(st, 0x1000, 0, inline=False).inl_flags == 0                 # HBF_INLINE_ISSUE=0
+
+
+def test_cdesc_inline_one_range_leaves_the_table_empty():
+    d = D.cdesc_for(_state_for_cdesc(), 0x1000, 0)
+    assert d.inl_nranges == 0 and list(d.inl_len) == [0] * 4 and list(d.inl_base) == [0] * 4
+
+
+def test_cdesc_inline_several_ranges_aligned_inwards():
+    """An entry is the range's 32-byte aligned inside: one compare per range serves an aligned access of at
+    most 32 B; the unaligned edges (and a range with no aligned 32 B) take the helpers."""
+    b = 1 << 40
+    st = _state_for_cdesc(ranges=[_r(b + 8, 1000, rid=1), _r(b + (1 << 30), 40, rid=2), _r(b + (2 << 30) + 4, 20, rid=3)])
+    d = D.cdesc_for(st, 0x1000, 0)
+    assert d.inl_nranges == 3
+    assert (d.inl_base[0], d.inl_len[0]) == (b + 32, (b + 1008) // 32 * 32 - (b + 32))
+    assert (d.inl_base[1], d.inl_len[1]) == (b + (1 << 30), 32)
+    assert d.inl_len[2] == 0
+
+
+@pytest.mark.parametrize("why", ["five", "capacity", "big_range", "read_only", "keys_collide", "small_granule",
+                                 "fast"])
+def test_cdesc_inline_several_ranges_refused(why):
+    """A disqualifying range: the descriptor falls back exactly as before ABI 6 (no op inline with several ranges),
+    or loses the op that a range does not grant / whose granule keys would collide."""
+    ranges = _multi(2)
+    if why == "five":
+        ranges = _multi(5)
+    elif why == "capacity":
+        ranges = _multi(1) + [_r((1 << 40) + (1 << 30), 1 << 20, rid=2, mode=C.HBF_MODE_CAPACITY)]
+    elif why == "big_range":
+        ranges = _multi(1) + [_r(1 << 41, D.INLINE_MAX_RANGE + 4096, rid=2)]
+    elif why == "read_only":
+        ranges = _multi(1) + [_r((1 << 40) + (1 << 30), 1 << 20, rid=2, perms=C.HBF_PERM_READ)]
+    elif why == "keys_collide":   # 2^(32 + 6) bytes apart: the same 32-bit keys at a 64-byte granule
+        ranges = _multi(1) + [_r((1 << 40) + (1 << 38), 1 << 20, rid=2)]
+    st = _state_for_cdesc(C.HBF_SRC_FAST if why == "fast" else C.HBF_SRC_FIXED, ranges)
+    if why == "small_granule":
+        st.media.read_granularity = 16
+    d = D.cdesc_for(st, 0x1000, 0)
+    want = {"read_only": D.HBF_CDI_READ, "keys_collide": D.HBF_CDI_WRITE, "small_granule": D.HBF_CDI_WRITE,
+            "fast": D.HBF_CDI_GROUP}.get(why, 0)
+    assert d.inl_flags == want
+    if want in (0, D.HBF_CDI_GROUP):
+        assert d.inl_nranges == 0 and list(d.inl_len) == [0] * 4
+        assert bytes(d)[:D.CDESC_BYTES_V5] == bytes(D.cdesc_for(st, 0x1000, 0, multi=False))[:D.CDESC_BYTES_V5]
+    else:
+        assert d.inl_nranges == 2
+
+
+def test_cdesc_for_a_module_built_before_abi6():
+    """A module with a 128-byte __hb_cdesc (helper ABI <= 5: its sites check r0 only) gets the first 128 bytes of
+    the one-range descriptor, with several ranges as before (nothing inline); an ABI 6 module the table."""
+    st = _state_for_cdesc(ranges=_multi(3))
+    new = D.cdesc_for_module(st, 0x1000, 0, D.CDESC_BYTES)
+    old = D.cdesc_for_module(st, 0x1000, 0, D.CDESC_BYTES_V5)
+    assert new.inl_nranges == 3 and new.inl_flags == D.HBF_CDI_READ | D.HBF_CDI_WRITE
+    assert old.inl_nranges == 0 and old.inl_flags == 0
+    assert bytes(old)[:D.CDESC_BYTES_V5] == bytes(D.cdesc_for(st, 0x1000, 0, multi=False))[:D.CDESC_BYTES_V5]
+    assert D.cdesc_for_module(st, 0x1000, 0, D.CDESC_BYTES, multi=False).inl_nranges == 0   # HBF_INLINE_MULTI=0
+    one = _state_for_cdesc()                        # one range: the same descriptor either way
+    assert bytes(D.cdesc_for_module(one, 0x1000, 0, D.CDESC_BYTES_V5)) == bytes(D.cdesc_for_module(one, 0x1000, 0, D.CDESC_BYTES))
+    from hbfcommon.errors import ErrorCode, HbfError
+    with pytest.raises(HbfError) as ei:
+        D.cdesc_for_module(st, 0x1000, 0, 64)
+    assert ei.value.code == ErrorCode.ABI_MISMATCH
+
+
+def test_granule_keys_disjoint():
+    g = 6
+    assert D._keys_disjoint([(0, 1 << 20), (1 << 30, (1 << 30) + 64)], g)
+    assert not D._keys_disjoint([(0, 1 << 20), (1 << 38, (1 << 38) + 64)], g)          # same keys mod 2^32
+    assert D._keys_disjoint([(0, 1 << 20), ((1 << 38) + (1 << 20), (1 << 38) + (2 << 20))], g)   # adjacent keys
+    top = (1 << 38) - 4096                                                               # wraps past key 2^32 - 1
+    assert D._keys_disjoint([(top, top + 8192), (1 << 30, (1 << 30) + 64)], g)
+    assert not D._keys_disjoint([(top, top + 8192), (1 << 38, (1 << 38) + 64)], g)     # meets the wrapped part
+    assert not D._keys_disjoint([(0, (1 << 38) + 64)], g)                                # > 2^32 granules
 
 
 def test_kernel_counters_have_inline_requests():
