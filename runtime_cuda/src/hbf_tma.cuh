@@ -232,20 +232,21 @@ static __device__ __noinline__ uint32_t hb_tma_collect(const hb_tmap* m, const i
 // The common copy: its in-bounds bytes' extent [first, end) (hb_tmap_box_extent, no walk) lies in ONE range -- or in
 // none --, and the timing source is a device one. Then the per-run path's per-run classification gives the same
 // answer for every run, so it is made once per copy: outside every range the copy is HBM; a range without the op's
-// permission or not in TIMING mode fails closed as before; in a timing range the copy is admitted ONCE (the per-run
-// path's requests all snapshot the thermal word at the same issue time t0: the same word, unless another thread
-// refreshes it during the copy) and
-//   FIXED: every request's deadline is t0 + the fixed service scaled by the snapshot's q (the refresh claim is 0:
-//          taken only while no refresh debt is pending, the compact path's condition), the bias applied the same
-//          way: ONE deadline (hb_device_deadline, hb_apply_bias) for the copy; the requests and their bytes are
-//          counted per run from its pages (hb_tma_count_run) in one walk of the box: requests = the page spans,
-//          modeled_ns = requests x the service, bias_clamps + requests when the service is shorter than the bias;
-//   CURVE, FAST: one request per page span as before (hb_device_deadline: the curve's service of its bytes, or the
-//          queue model reserving die/channel tails; the refresh claim per request), without the per-run classify
-//          and admission and with the counters summed per copy.
+// permission or not in TIMING mode fails closed as before; in a timing range
+//   FIXED (no refresh debt pending: the compact path's condition): every request of the copy is issued at t0 and
+//          gets the same deadline (t0 + the fixed service scaled by the thermal q of the snapshot at t0, the bias
+//          once) and the same modeled ns, so only the FIRST is made (hb_tma_fixed: the per-run path's request on
+//          the copy's first byte: admission, refresh claim, deadline, bias) and the others are COUNTED per run from
+//          its pages (hb_tma_count_run) in one walk of the box: requests = the page spans, bytes = their granules,
+//          modeled_ns = requests x the first's, bias_clamps + requests - 1 when the first was clamped;
+//   CURVE, FAST: one request per page span as before (the per-run path given the range: the curve's service of its
+//          bytes, or the queue model reserving die/channel tails; admission and refresh claim per request), without
+//          the per-run classification.
 // Anything else (a copy across a range boundary, the reference source, a pending refresh debt under FIXED) takes the
-// per-run path. Every counter keeps its meaning and value. -DHBF_TMA_BATCH=0 builds the per-run path alone (A/B:
-// bench/gpu_calls/stop45_tmacost.sh).
+// per-run path. Every path sums the op counters per copy (hb_tma_flush). The only difference to the per-request
+// issue is a race: under FIXED a thermal snapshot or refresh debt another thread publishes DURING the copy applies
+// from the next copy on (the per-request issue could pick it up at a later request of the same copy).
+// -DHBF_TMA_BATCH=0 builds the per-run path alone (A/B: bench/gpu_calls/stop45_tmacost.sh).
 #ifndef HBF_TMA_BATCH
 #define HBF_TMA_BATCH 1
 #endif
@@ -259,9 +260,10 @@ static __device__ __noinline__ void hb_tma_count_box(const hb_tmap* m, const int
 }
 
 // Returns HB_TMA_SERVED with acc (and *oob) filled, acc.bad / acc.failed as the per-run path would set them;
+// HB_TMA_COUNTED (FIXED): the requests counted into acc, the deadline still to get from the first (hb_tma_fixed);
 // HB_TMA_IN_RANGE: the copy lies in the one timing range *rk, its requests are made per page by the per-run path
 // without classifying each run (CURVE, FAST); HB_TMA_PER_RUN: the per-run path decides. m == nullptr: a bulk copy.
-enum { HB_TMA_SERVED = 0, HB_TMA_PER_RUN = 1, HB_TMA_IN_RANGE = 2 };
+enum { HB_TMA_SERVED = 0, HB_TMA_PER_RUN = 1, HB_TMA_IN_RANGE = 2, HB_TMA_COUNTED = 3 };
 static __device__ __noinline__ int hb_tma_batch(hbf_device_state* st, uint64_t gaddr, const hb_tmap* m,
                                                  const int32_t* c, uint32_t nbytes, uint32_t op, uint32_t site,
                                                  uint64_t t0, hb_tma_acc& acc, uint64_t* oob, hbf_dev_range* rk) {
@@ -277,28 +279,19 @@ static __device__ __noinline__ int hb_tma_batch(hbf_device_state* st, uint64_t g
     if (cls != HB_HIT) return HB_TMA_PER_RUN;                            // across a range boundary: per run
     if ((r.perms & hb_perm_needed(op)) == 0u || r.mode != HBF_MODE_TIMING) { acc.bad = true; return HB_TMA_SERVED; }
     if (src == HBF_SRC_FIXED && !hb_debt_pending(st)) {
-        // the first request as the per-run path makes it (admission, refresh claim: none pending, the deadline, the
-        // bias): under FIXED every other request of the copy gets the same deadline and modeled ns; its bytes are
-        // ignored (counted below with the others)
+        // every request of the copy gets the same deadline and modeled ns: they are counted here; the caller makes
+        // the first one (hb_tma_fixed) for the deadline. acc.dl holds the copy's first byte until then.
         const uint32_t pshift = r.page_shift ? r.page_shift : 12u;
-        const uint64_t media = r.media_offset + (first - r.base);
-        const uint32_t off = (uint32_t)(media & ((1ull << pshift) - 1ull));
-        uint64_t out[2];
-        const uint64_t f = HB_OOL(hb_group_request)(st, &r, media, off, off, off + 1u, 0u, op | HBF_F_ACTIVE, site,
-                                                    first, t0, out);
-        if (f == HB_FAILED) { acc.failed = true; return HB_TMA_SERVED; }
-        hb_tma_cnt k = {0ull, 0ull, 0ull};
         const uint32_t gsh = hb_granule_shift(op, st->media.read_granularity);
-        if (m == nullptr) hb_tma_count_run(media, nbytes, pshift, gsh, k);
+        hb_tma_cnt k = {0ull, 0ull, 0ull};
+        if (m == nullptr) hb_tma_count_run(r.media_offset + (first - r.base), nbytes, pshift, gsh, k);
         else hb_tma_count_box(m, c, r.base, r.media_offset, pshift, gsh, &k);
-        const uint64_t bias = st->deadline_bias_ns;             // hb_apply_bias counted the first request's clamp
-        if (bias != 0ull && out[1] <= bias && k.nreq > 1ull) hb_red_add(&hb_kslot(st, site)->bias_clamps, k.nreq - 1ull);
-        acc.dl = f;
         acc.nreq = k.nreq;
         acc.req_bytes = k.req_bytes;
         acc.pbytes = acc.hbf = k.hbf;
-        acc.modeled = k.nreq * out[1];
-        return HB_TMA_SERVED;
+        acc.dl = first;
+        *rk = r;
+        return HB_TMA_COUNTED;
     }
     if (src == HBF_SRC_FIXED) return HB_TMA_PER_RUN;            // a refresh debt to claim: per request, per run
     *rk = r;
@@ -306,6 +299,21 @@ static __device__ __noinline__ int hb_tma_batch(hbf_device_state* st, uint64_t g
 }
 static __device__ __noinline__ int hb_tma_decode(uint64_t gaddr, hb_tmap* m) {
     return hb_tmap_decode((const void*)gaddr, m);
+}
+
+// A COUNTED copy's first request, made as the per-run path makes it (hb_tma_run on its first byte: admission, the
+// refresh claim -- none pending --, the FIXED deadline, the bias once): the deadline of every request of the copy.
+// The others' modeled ns and bias clamps are the first one's (hb_apply_bias counted its clamp).
+HB_DEV void hb_tma_fixed(hbf_device_state* st, uint32_t op, uint32_t site, uint64_t t0, const hbf_dev_range* rk,
+                         hb_tma_acc& acc) {
+    hb_tma_acc one = {0ull, 0ull, 0ull, 0ull, 0ull, 0ull, 0ull, false, false};
+    hb_tma_run(st, acc.dl, 1ull, op, site, t0, one, rk);
+    acc.failed = one.failed;
+    if (one.failed) { acc.nreq = acc.req_bytes = acc.pbytes = acc.hbf = acc.dl = 0ull; return; }   // none made
+    acc.dl = one.dl;
+    acc.modeled = acc.nreq * one.modeled;
+    const uint64_t bias = st->deadline_bias_ns;
+    if (bias != 0ull && one.modeled <= bias && acc.nreq > 1ull) hb_red_add(&hb_kslot(st, site)->bias_clamps, acc.nreq - 1ull);
 }
 
 // __hb_tma (hbf_abi.h): the copy's requests, then its completion where the program will wait for it.
@@ -325,7 +333,8 @@ HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, con
     int how = HB_TMA_PER_RUN;
     if (rank == 0u) {
         if (HBF_TMA_BATCH) how = hb_tma_batch(st, gaddr, nullptr, c, nbytes, op, site, t0, acc, &oob, &rk);
-        if (how != HB_TMA_SERVED) hb_tma_run(st, gaddr, nbytes, op, site, t0, acc, how == HB_TMA_IN_RANGE ? &rk : nullptr);
+        if (how == HB_TMA_PER_RUN || how == HB_TMA_IN_RANGE)
+            hb_tma_run(st, gaddr, nbytes, op, site, t0, acc, how == HB_TMA_IN_RANGE ? &rk : nullptr);
     } else {
         hb_tmap m;
         // the decoder's bit layout is trusted only where HB_TMAP_LAYOUT_VERIFIED (hbf_tensormap.cuh) says every
@@ -340,7 +349,7 @@ HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, con
             hb_end();
         }
         if (HBF_TMA_BATCH) how = hb_tma_batch(st, gaddr, &m, c, nbytes, op, site, t0, acc, &oob, &rk);
-        if (how != HB_TMA_SERVED) {
+        if (how == HB_TMA_PER_RUN || how == HB_TMA_IN_RANGE) {
             hb_tma_runs runs;
             uint32_t done = 0u, total;
 #pragma unroll 1
@@ -354,6 +363,7 @@ HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, con
             } while (done < total && !acc.bad && !acc.failed);
         }
     }
+    if (how == HB_TMA_COUNTED) hb_tma_fixed(st, op, site, t0, &rk, acc);
     hb_tma_flush(st, op, site, acc);                            // the requests made, also of a copy that fails
     if (acc.bad) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, gaddr);
     if (acc.bad || acc.failed) hb_end();                        // recorded; before the copy is performed
