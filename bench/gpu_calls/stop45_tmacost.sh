@@ -23,7 +23,8 @@ tt() {   # name, env...
   local name=$1; shift
   local L=$(left); [ $L -lt 100 ] && { echo "$name skipped: ${L}s left"; return; }
   echo "== [${L}s left] tma_triton $name"
-  env "$@" timeout 170 python3 bench/tma_triton.py --out $W/$name --budget-s 130 --case-timeout 70 > $W/$name/log.txt 2>&1
+  local T=$(( L - 20 < 170 ? L - 20 : 170 ))
+  env "$@" timeout $T python3 bench/tma_triton.py --out $W/$name --budget-s $(( T - 40 )) --case-timeout 70 > $W/$name/log.txt 2>&1
   echo "$name rc=$?"; grep -E "ok=|native cost" $W/$name/log.txt | tail -6 | cut -c1-300
   pack
 }
