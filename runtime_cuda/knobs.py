@@ -94,7 +94,10 @@ def backoff_max_ns() -> int:
 def helper_ptx() -> Path:
     """HBFCC_HELPER_PTX (the one helper-PTX variable, the same hbfcc reads): the helper PTX module the
     runtime links; default the packaged direct build, runtime_cuda/ptx/hbf_helpers.ptx (it may not be
-    built: see hbfcommon.resources)."""
+    built: see hbfcommon.resources). Compile-time variants of the helpers are selected through it, e.g. the TMA
+    issue's per-run path for an A/B (issue 15, docs/design.md §3.3 "The issue cost"): the helpers built with
+    ``NVCC_APPEND_FLAGS=-DHBF_TMA_BATCH=0 python setup.py helper-ptx direct OUT.ptx`` classify every run of a copy
+    and make its requests one by one (bench/gpu_calls/stop45_tmacost.sh); the default build batches them."""
     v = os.environ.get("HBFCC_HELPER_PTX")
     if v:
         return Path(v)

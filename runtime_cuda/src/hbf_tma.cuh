@@ -40,6 +40,7 @@
 #define HBF_TMA_CUH
 
 #include "hbf_tensormap.cuh"
+#include "hbf_tma_cost.cuh"     // a copy's requests counted per run (__host__ __device__: tests/tma/test_tma_cost.py)
 
 #ifndef HBF_TMA_TRUST_LAYOUT
 #define HBF_TMA_TRUST_LAYOUT 0
@@ -140,25 +141,40 @@ HB_DEV bool hb_tw_record(hbf_device_state* st, uint32_t table, uint32_t mbar, ui
 }
 
 // ---- a copy's byte runs into media requests ----
+// The op counters of a copy's requests (requests, bytes, program_bytes, modeled_ns) are summed here and added ONCE per
+// copy (hb_tma_flush), also when the copy fails part way (what its requests made so far, as the per-request adds did).
 struct hb_tma_acc {
     uint64_t dl;            // the latest deadline (0: no HBF byte)
     uint64_t hbf, hbm;      // bytes by tier
-    uint32_t nreq;
+    uint64_t nreq;          // media requests
+    uint64_t req_bytes;     // their request bytes (ops[op].bytes)
+    uint64_t pbytes;        // their program bytes (ops[op].program_bytes)
+    uint64_t modeled;       // their modeled ns (ops[op].modeled_ns)
     bool bad;               // a run the ordinary path would refuse (partial permission, not a timing range)
     bool failed;            // a request's terminal failure (recorded)
 };
 
-// One run [a, a + n) of a copy with operation `op`: split at range boundaries, HBF page spans requested.
+HB_DEV void hb_tma_flush(hbf_device_state* st, uint32_t op, uint32_t site, const hb_tma_acc& acc) {
+    if (acc.nreq == 0ull) return;
+    hbf_op_counters* oc = &hb_kslot(st, site)->ops[op];
+    hb_red_add(&oc->requests, acc.nreq);
+    hb_red_add(&oc->bytes, acc.req_bytes);
+    hb_red_add(&oc->program_bytes, acc.pbytes);
+    if (acc.modeled) hb_red_add(&oc->modeled_ns, acc.modeled);
+}
+
+// One run [a, a + n) of a copy with operation `op`: split at range boundaries, HBF page spans requested (the per-run
+// path: any timing source, a copy across range boundaries; `known`: the range hb_tma_batch found the whole copy in).
 // A call of its own (noinline): its request path's registers are not stacked on the box walk's (the walk runs
 // in hb_tma_collect, also a call), so the helper's footprint is the larger of the two, not their sum.
 static __device__ __noinline__ void hb_tma_run(hbf_device_state* st, uint64_t a, uint64_t n, uint32_t op, uint32_t site,
-                                               uint64_t t0, hb_tma_acc& acc) {
+                                               uint64_t t0, hb_tma_acc& acc, const hbf_dev_range* known) {
     const uint32_t op_flags = op | HBF_F_ACTIVE;
-    hbf_kernel_counters* ks = nullptr;
 #pragma unroll 1
     while (n != 0ull && !acc.bad && !acc.failed) {
         hbf_dev_range r;
-        const int cls = HB_OOL(hb_classify)(st, a, n, r);
+        // known: the copy lies in this one range (hb_tma_batch classified its extent): no classification per run
+        const int cls = known != nullptr ? (r = *known, (int)HB_HIT) : HB_OOL(hb_classify)(st, a, n, r);
         if (cls == HB_NATIVE) { acc.hbm += n; return; }
         if (a < r.base) {                                        // HBM bytes before the range
             const uint64_t k = r.base - a;
@@ -183,13 +199,10 @@ static __device__ __noinline__ void hb_tma_run(hbf_device_state* st, uint64_t a,
                 if (f == HB_FAILED) { acc.failed = true; return; }
             }
             if (f > acc.dl) acc.dl = f;
-            if (ks == nullptr) ks = hb_kslot(st, site);
-            hbf_op_counters* oc = &ks->ops[op];
-            hb_red_add(&oc->requests, 1ull);
-            hb_red_add(&oc->bytes, out[0]);
-            hb_red_add(&oc->program_bytes, pl);
-            if (out[1]) hb_red_add(&oc->modeled_ns, out[1]);
             ++acc.nreq;
+            acc.req_bytes += out[0];
+            acc.pbytes += pl;
+            acc.modeled += out[1];
             media += pl;
             left -= pl;
         }
@@ -214,8 +227,93 @@ static __device__ __noinline__ uint32_t hb_tma_collect(const hb_tmap* m, const i
     });
     return i;
 }
+
+// ---- the batched issue (HBF_TMA_BATCH, default 1; docs/design.md §3.3 "The issue cost") ----
+// The common copy: its in-bounds bytes' extent [first, end) (hb_tmap_box_extent, no walk) lies in ONE range -- or in
+// none --, and the timing source is a device one. Then the per-run path's per-run classification gives the same
+// answer for every run, so it is made once per copy: outside every range the copy is HBM; a range without the op's
+// permission or not in TIMING mode fails closed as before; in a timing range
+//   FIXED (no refresh debt pending: the compact path's condition): every request of the copy is issued at t0 and
+//          gets the same deadline (t0 + the fixed service scaled by the thermal q of the snapshot at t0, the bias
+//          once) and the same modeled ns, so only the FIRST is made (hb_tma_fixed: the per-run path's request on
+//          the copy's first byte: admission, refresh claim, deadline, bias) and the others are COUNTED per run from
+//          its pages (hb_tma_count_run) in one walk of the box: requests = the page spans, bytes = their granules,
+//          modeled_ns = requests x the first's, bias_clamps + requests - 1 when the first was clamped;
+//   CURVE, FAST: one request per page span as before (the per-run path given the range: the curve's service of its
+//          bytes, or the queue model reserving die/channel tails; admission and refresh claim per request), without
+//          the per-run classification.
+// Anything else (a copy across a range boundary, the reference source, a pending refresh debt under FIXED) takes the
+// per-run path. Every path sums the op counters per copy (hb_tma_flush). The only difference to the per-request
+// issue is a race: under FIXED a thermal snapshot or refresh debt another thread publishes DURING the copy applies
+// from the next copy on (the per-request issue could pick it up at a later request of the same copy).
+// -DHBF_TMA_BATCH=0 builds the per-run path alone (A/B: bench/gpu_calls/stop45_tmacost.sh).
+#ifndef HBF_TMA_BATCH
+#define HBF_TMA_BATCH 1
+#endif
+
+// FIXED: the requests of every run of the box in range r, counted in one walk.
+static __device__ __noinline__ void hb_tma_count_box(const hb_tmap* m, const int32_t* c, uint64_t base, uint64_t mo,
+                                                     uint32_t pshift, uint32_t gsh, hb_tma_cnt* cnt) {
+    hb_tma_cnt k = {0ull, 0ull, 0ull};
+    (void)hb_tmap_box_runs(*m, c, [&](uint64_t a, uint32_t n) { hb_tma_count_run(mo + (a - base), n, pshift, gsh, k); });
+    *cnt = k;
+}
+
+// Returns HB_TMA_SERVED with acc (and *oob) filled, acc.bad / acc.failed as the per-run path would set them;
+// HB_TMA_COUNTED (FIXED): the requests counted into acc, the deadline still to get from the first (hb_tma_fixed);
+// HB_TMA_IN_RANGE: the copy lies in the one timing range *rk, its requests are made per page by the per-run path
+// without classifying each run (CURVE, FAST); HB_TMA_PER_RUN: the per-run path decides. m == nullptr: a bulk copy.
+enum { HB_TMA_SERVED = 0, HB_TMA_PER_RUN = 1, HB_TMA_IN_RANGE = 2, HB_TMA_COUNTED = 3 };
+static __device__ __noinline__ int hb_tma_batch(hbf_device_state* st, uint64_t gaddr, const hb_tmap* m,
+                                                 const int32_t* c, uint32_t nbytes, uint32_t op, uint32_t site,
+                                                 uint64_t t0, hb_tma_acc& acc, uint64_t* oob, hbf_dev_range* rk) {
+    uint64_t first = gaddr, end = gaddr + nbytes, inb = nbytes;
+    *oob = 0ull;
+    if (m != nullptr) *oob = hb_tmap_box_extent(*m, c, &first, &end, &inb);
+    if (inb == 0ull) return HB_TMA_SERVED;                               // nothing in bounds: no access
+    const uint32_t src = st->timing_source;
+    if (src == HBF_SRC_REFERENCE) return HB_TMA_PER_RUN;
+    hbf_dev_range r;
+    const int cls = HB_OOL(hb_classify)(st, first, end - first, r);
+    if (cls == HB_NATIVE) { acc.hbm = inb; return HB_TMA_SERVED; }
+    if (cls != HB_HIT) return HB_TMA_PER_RUN;                            // across a range boundary: per run
+    if ((r.perms & hb_perm_needed(op)) == 0u || r.mode != HBF_MODE_TIMING) { acc.bad = true; return HB_TMA_SERVED; }
+    if (src == HBF_SRC_FIXED && !hb_debt_pending(st)) {
+        // every request of the copy gets the same deadline and modeled ns: they are counted here; the caller makes
+        // the first one (hb_tma_fixed) for the deadline. acc.dl holds the copy's first byte until then.
+        const uint32_t pshift = r.page_shift ? r.page_shift : 12u;
+        const uint32_t gsh = hb_granule_shift(op, st->media.read_granularity);
+        hb_tma_cnt k = {0ull, 0ull, 0ull};
+        if (m == nullptr) hb_tma_count_run(r.media_offset + (first - r.base), nbytes, pshift, gsh, k);
+        else hb_tma_count_box(m, c, r.base, r.media_offset, pshift, gsh, &k);
+        acc.nreq = k.nreq;
+        acc.req_bytes = k.req_bytes;
+        acc.pbytes = acc.hbf = k.hbf;
+        acc.dl = first;
+        *rk = r;
+        return HB_TMA_COUNTED;
+    }
+    if (src == HBF_SRC_FIXED) return HB_TMA_PER_RUN;            // a refresh debt to claim: per request, per run
+    *rk = r;
+    return HB_TMA_IN_RANGE;
+}
 static __device__ __noinline__ int hb_tma_decode(uint64_t gaddr, hb_tmap* m) {
     return hb_tmap_decode((const void*)gaddr, m);
+}
+
+// A COUNTED copy's first request, made as the per-run path makes it (hb_tma_run on its first byte: admission, the
+// refresh claim -- none pending --, the FIXED deadline, the bias once): the deadline of every request of the copy.
+// The others' modeled ns and bias clamps are the first one's (hb_apply_bias counted its clamp).
+HB_DEV void hb_tma_fixed(hbf_device_state* st, uint32_t op, uint32_t site, uint64_t t0, const hbf_dev_range* rk,
+                         hb_tma_acc& acc) {
+    hb_tma_acc one = {0ull, 0ull, 0ull, 0ull, 0ull, 0ull, 0ull, false, false};
+    hb_tma_run(st, acc.dl, 1ull, op, site, t0, one, rk);
+    acc.failed = one.failed;
+    if (one.failed) { acc.nreq = acc.req_bytes = acc.pbytes = acc.hbf = acc.dl = 0ull; return; }   // none made
+    acc.dl = one.dl;
+    acc.modeled = acc.nreq * one.modeled;
+    const uint64_t bias = st->deadline_bias_ns;
+    if (bias != 0ull && one.modeled <= bias && acc.nreq > 1ull) hb_red_add(&hb_kslot(st, site)->bias_clamps, acc.nreq - 1ull);
 }
 
 // __hb_tma (hbf_abi.h): the copy's requests, then its completion where the program will wait for it.
@@ -224,15 +322,19 @@ HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, con
                                        uint64_t t0) {
     const uint32_t k = kind & HBF_TMA_K_MASK, rank = (kind >> HBF_TMA_RANK_SHIFT) & 0xFu;
     const uint32_t op = (k == HBF_TMA_K_STORE) ? HBF_OP_STORE : (k == HBF_TMA_K_REDUCE) ? HBF_OP_ATOMIC : HBF_OP_CPASYNC;
-    hb_tma_acc acc = {0ull, 0ull, 0ull, 0u, false, false};
+    hb_tma_acc acc = {0ull, 0ull, 0ull, 0ull, 0ull, 0ull, 0ull, false, false};
     uint64_t oob = 0ull;
     if ((__ldg(&st->flags) & HBF_DSF_TMA_DEVICE) == 0u) {
         // not opted in (HBF_TMA_DEVICE=1, runtime_cuda/knobs.py): this path has not run on a GPU -- fail closed
         HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, gaddr);
         hb_end();
     }
+    hbf_dev_range rk;
+    int how = HB_TMA_PER_RUN;
     if (rank == 0u) {
-        hb_tma_run(st, gaddr, nbytes, op, site, t0, acc);
+        if (HBF_TMA_BATCH) how = hb_tma_batch(st, gaddr, nullptr, c, nbytes, op, site, t0, acc, &oob, &rk);
+        if (how == HB_TMA_PER_RUN || how == HB_TMA_IN_RANGE)
+            hb_tma_run(st, gaddr, nbytes, op, site, t0, acc, how == HB_TMA_IN_RANGE ? &rk : nullptr);
     } else {
         hb_tmap m;
         // the decoder's bit layout is trusted only where HB_TMAP_LAYOUT_VERIFIED (hbf_tensormap.cuh) says every
@@ -246,17 +348,23 @@ HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, con
             HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, gaddr);
             hb_end();
         }
-        hb_tma_runs runs;
-        uint32_t done = 0u, total;
+        if (HBF_TMA_BATCH) how = hb_tma_batch(st, gaddr, &m, c, nbytes, op, site, t0, acc, &oob, &rk);
+        if (how == HB_TMA_PER_RUN || how == HB_TMA_IN_RANGE) {
+            hb_tma_runs runs;
+            uint32_t done = 0u, total;
 #pragma unroll 1
-        do {
-            total = hb_tma_collect(&m, c, done, &runs, &oob);
-            const uint32_t k = total - done < HB_TMA_CHUNK ? total - done : HB_TMA_CHUNK;
+            do {
+                total = hb_tma_collect(&m, c, done, &runs, &oob);
+                const uint32_t k = total - done < HB_TMA_CHUNK ? total - done : HB_TMA_CHUNK;
 #pragma unroll 1
-            for (uint32_t i = 0; i < k && !acc.bad && !acc.failed; ++i) hb_tma_run(st, runs.a[i], runs.n[i], op, site, t0, acc);
-            done += k;
-        } while (done < total && !acc.bad && !acc.failed);
+                for (uint32_t i = 0; i < k && !acc.bad && !acc.failed; ++i)
+                    hb_tma_run(st, runs.a[i], runs.n[i], op, site, t0, acc, how == HB_TMA_IN_RANGE ? &rk : nullptr);
+                done += k;
+            } while (done < total && !acc.bad && !acc.failed);
+        }
     }
+    if (how == HB_TMA_COUNTED) hb_tma_fixed(st, op, site, t0, &rk, acc);
+    hb_tma_flush(st, op, site, acc);                            // the requests made, also of a copy that fails
     if (acc.bad) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, gaddr);
     if (acc.bad || acc.failed) hb_end();                        // recorded; before the copy is performed
     hbf_kernel_counters* ks = hb_kslot(st, site);
