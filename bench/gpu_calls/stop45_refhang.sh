@@ -7,7 +7,8 @@
 # horizon, and hbfd's own counters (GetSummary: ring_service, foreign/rejected requests, deferred pages, the
 # heartbeat's longest gap, the horizon's statistics); at the end it prints a verdict (moving / still + whose move).
 # The session's stall watch (HBF_STALL_WARN_S=10) now reads the ring too and says which stood still.
-# 12 s before a run's limit, hbfd's live summary is taken over RPC and hbfd is sent SIGABRT with
+# 14 s before a run's limit the GPU's utilization and power are sampled (nvidia-smi: spinning warps keep it busy);
+# 12 s before it, hbfd's live summary is taken over RPC and hbfd is sent SIGABRT with
 # PYTHONFAULTHANDLER=1 (its threads' stacks go to its log: is its ring thread inside the engine?).
 #
 # Parts, in order (each skipped when LIMIT has too little left):
@@ -51,7 +52,9 @@ run() {   # name, limit, env..., -- args...
   python3 bench/ring_watch.py --socket $sock --out $D/ring_watch.jsonl --wait-s $lim --duration $((lim + 5)) \
       > $D/ring_watch_verdict.json 2> $D/ring_watch.err &
   local wp=$!
-  ( sleep $((lim - 12))
+  ( sleep $((lim - 14))
+    nvidia-smi --query-gpu=utilization.gpu,power.draw,clocks.sm,pstate --format=csv,noheader > $D/nvidia_smi.txt 2>&1
+    sleep 2
     python3 -m hbfd.ctl_cli --socket $sock --json status > $D/hbfd_status.json 2>&1
     python3 -m hbfd.ctl_cli --socket $sock --json summary > $D/hbfd_summary_live.json 2>&1
     pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['daemon_pid'])" $D/hbfd_status.json 2>/dev/null)
