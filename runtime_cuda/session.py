@@ -250,13 +250,15 @@ class StallWatch:
     hbfcommon.ctl.read_ring_state) and the GPU's published HBF activity (requests and bytes per op). Both are
     host-mapped: reading them needs no CUDA call, so a thread can watch while the main thread is blocked inside the
     driver (a module load, or a blocking launch, that waits for a kernel that does not end). The live activity alone
-    says nothing about the ring: the GPU publishes it only from its thermal-snapshot refresh or a due activity flush,
-    which under a validity horizon (no thermal model) can stand still while reference requests flow (issue 13).
+    is no measure of the ring: the GPU publishes it only at a thermal-snapshot refresh or a due activity flush, which
+    under a validity horizon (no thermal model) only the general issue path reaches often (the compact and inline
+    paths rarely), and a publication that never finishes leaves it unreadable (issue 13).
 
-    ``poll(now, activity, ring)`` (``activity``: the (requests, bytes) per-op tuples, None when unreadable) returns a warning event once per stall: ``warn_s`` seconds after the latest of the
-    last launch, the last change of the activity and the last change of the ring, with launches outstanding. The
-    event says which of the two moved when, the ring's state, and a verdict (:func:`stall_verdict`). Times are
-    seconds of one monotonic clock (the caller's)."""
+    ``poll(now, activity, ring)`` (``activity``: the (requests, bytes) per-op tuples, None when unreadable;
+    ``ring``: a hbfcommon.ctl.RingState) returns a warning event once per stall: ``warn_s`` seconds after the latest
+    of the last launch, the last change of the activity and the last change of the ring, with launches outstanding.
+    The event says how long each of the two stood still, the ring's state and a verdict (:func:`stall_verdict`).
+    Times are seconds of one monotonic clock (the caller's)."""
 
     def __init__(self, warn_s: float, keep: int = 8) -> None:
         self.warn_s = float(warn_s)
@@ -322,9 +324,10 @@ def stall_verdict(ring: "C.RingState | None") -> str:
     if ring is None:
         return "the reference ring was not read"
     if ring.device_failure:
-        return (f"a device failure is recorded (status {ring.device_failure >> 32}, site {ring.device_failure & 0xFFFFFFFF:#x}): "
-                "the warps end at their next helper step; a kernel that still does not end waits outside the helpers "
-                "(a barrier or a flag a failed warp never reaches, docs/runtime.md 'Hang risk')")
+        return (f"a device failure is recorded (status {ring.device_failure >> 32}, site "
+                f"{ring.device_failure & 0xFFFFFFFF:#x}): the warps end at their next helper step; a kernel that "
+                "still does not end waits outside the helpers (a barrier or a flag a failed warp never reaches, "
+                "docs/runtime.md 'Hang risk')")
     if ring.failure:
         return f"hbfd published a terminal failure ({ring.failure:#x})"
     if ring.unanswered:
@@ -350,10 +353,11 @@ def stall_message(ev: dict) -> str:
                      f"{r['unanswered']} published not answered, {r['unconsumed']} answered not consumed)")
     parts.append(("device live activity unchanged" if act["readable"] else "device live activity unreadable (its "
                   "seqlock odd: a publication that did not finish)") + f" for {act['seconds_unchanged']:.0f} s (the "
-                 "GPU publishes it only at a thermal-snapshot refresh or a due activity flush: under a validity "
-                 "horizon it may stand still while requests flow)")
+                 "GPU publishes it only at a thermal-snapshot refresh or a due activity flush: it can lag the "
+                 "requests)")
     parts.append(ev["verdict"])
-    parts.append("last launches: " + ", ".join(f"{x['kernel']} ({x['seconds_ago']} s ago)" for x in ev["last_launches"]))
+    parts.append("last launches: " + ", ".join(f"{x['kernel']} ({x['seconds_ago']} s ago)"
+                                                for x in ev["last_launches"]))
     return "; ".join(parts) + " (HBF_STALL_WARN_S)"
 
 

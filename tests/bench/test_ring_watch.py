@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _watch(sock, out, duration):
-    return subprocess.Popen([sys.executable, str(ROOT / "bench/ring_watch.py"), "--socket", str(sock), "--out", str(out),
+    return subprocess.Popen([sys.executable, str(ROOT / "bench/ring_watch.py"), "--socket", str(sock),
+                             "--out", str(out),
                              "--period", "0.2", "--duration", str(duration), "--still-s", "1.0"],
                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
