@@ -1,4 +1,6 @@
-"""The reference ring driven the way workloads/qwen3moe's moe_gate_up_hbf drives it, on the CPU (issue 13).
+"""The reference ring driven the way workloads/qwen3moe's moe_gate_up_hbf drives it in its scalar-load build, on the
+CPU (issue 13; the card's cp.async build holds fewer tickets: two per warp-instruction, resolved at once -- this is
+the harder case for the ring).
 
 Starts hbfd (``--engines``: fixed, and auto = the profile's media model), attaches like a workload and runs
 bench/ring_driver/moe_driver.c (built here with ``cc``): CTAs of WARPS warps, each warp issuing PER tickets (one per

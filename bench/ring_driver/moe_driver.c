@@ -1,8 +1,9 @@
 /* moe_driver.c — the reference-path pattern of workloads/qwen3moe's moe_gate_up_hbf, natively, against a real
  * hbfd (issue 13; docs/RESULTS.md "Issue 13: the reference source's Qwen3 hang (CPU)").
  *
- * What the instrumented Triton kernel does (hbfcc's timing dump of moe_gate_up_hbf, 2 tiles per iteration):
- * every warp issues PER requests (one ticket per warp-instruction: one 64 B row chunk of a 4 KiB-strided weight
+ * The pattern of the scalar-load build of moe_gate_up_hbf (compiled without the JIT's 16-divisibility marks; the
+ * card's build loads with cp.async and resolves its tickets at once, two per warp-instruction -- this is the harder
+ * case for the ring), 2 tiles per iteration: every warp issues PER requests (one ticket per warp-instruction: one 64 B row chunk of a 4 KiB-strided weight
  * row), meets the CTA's other warps at bar.sync, then waits for its PER tickets in order, meets again; ITERS x 2
  * tiles. hbfd's ring is 4,096 slots, the warps hold CTAS_RESIDENT x WARPS x PER tickets unconsumed: the issuers
  * steal (hbfd/hostring.py, runtime_cuda/src/hbf_helpers.cu hb_ref_steal: the claim word, the overflow table,
