@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from ctypes import c_int32, c_uint8, c_uint16, c_uint32, c_uint64
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -361,6 +362,50 @@ def read_activity(c: "hbf_ctl") -> Activity:
     # the GPU writes it in microseconds, but its writer lane can be held between the odd and the even store (design.md
     # §3.1): its readers (hbfd's control tick) never wait for it, so ~1 ms of spinning and no waiting
     return seqlock_read(a, read, tries=2000, wait_s=0.0)
+
+
+@dataclass(frozen=True)
+class RingState:
+    """The reference ring as host memory shows it (issue 13): read from the control region alone -- no CUDA call,
+    no lock, no RPC -- so a watcher can read it while the workload's main thread is blocked in the driver. Slots are
+    read without their seqlocks (a slot hbfd is posting reads as not answered for a moment): counts, not proofs.
+
+    ``published``: the highest ticket + 1 whose request the device published (max ring[].seq); ``answered``: the
+    completions hbfd posted in all (the daemon counters' requests); ``unanswered``: slots whose published request
+    hbfd has not answered yet (request seq > completion seq); ``unconsumed``: slots whose completion is posted and
+    not yet consumed (completion seq > consumed: the device has not taken it, or a stealer has not freed it);
+    ``consumed_sum``: the slots' consumed words summed modulo 2^64 (a fingerprint: it changes whenever the device
+    consumes); ``failure``/``device_failure``: the header's words (hbfd's terminal state, the first device failure);
+    ``heartbeat``: the header's heartbeat."""
+
+    published: int
+    answered: int
+    unanswered: int
+    unconsumed: int
+    consumed_sum: int
+    failure: int
+    device_failure: int
+    heartbeat: int
+
+    def progress_key(self) -> tuple[int, int, int]:
+        """What changes while the ring moves: a request published, a completion posted, a completion consumed."""
+        return (self.published, self.answered, self.consumed_sum)
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def read_ring_state(m: CtlMap) -> RingState:
+    """The ring's state now (:class:`RingState`), from the mapped region's ring, completions, counters and header."""
+    req = np.asarray(m.ring["seq"], np.uint64)
+    c = m.completions
+    cseq = np.asarray(c["seq"], np.uint64)
+    cons = np.asarray(c["consumed"], np.uint64)
+    h = m.ctl.header
+    return RingState(published=int(req.max()), answered=int(m.daemon_counters["requests"].sum(dtype=np.uint64)),
+                     unanswered=int((req > cseq).sum()), unconsumed=int((cseq > cons).sum()),
+                     consumed_sum=int(cons.sum(dtype=np.uint64)), failure=int(h.failure),
+                     device_failure=int(h.device_failure), heartbeat=int(h.heartbeat))
 
 
 def seqlock_read(snapshot, read, *, tries: int = 10000, wait_s: float = 2.0):

@@ -32,10 +32,11 @@ def completion_timeout_ns() -> int:
 
 def stall_warn_s() -> int:
     """HBF_STALL_WARN_S (default 0: off): seconds after the last launch without a synchronization of the session
-    and without any HBF request the GPU published (the control region's live activity) before the session warns
-    that a kernel may not end, naming the last launches (Session's stall watch; host memory only, no CUDA call, so
-    it also speaks while the main thread is blocked in the driver). Off by default: it cannot tell a kernel that
-    does not end from a long host phase after a torch.cuda.synchronize() it does not see."""
+    and without progress -- no change of the reference ring (requests published, answered by hbfd, consumed) and
+    none of the GPU's live activity (both in the control region) -- before the session warns that a kernel may not
+    end, naming the last launches, the ring's state and whose move it is (Session's stall watch; host memory only,
+    no CUDA call, so it also speaks while the main thread is blocked in the driver). Off by default: it cannot tell a
+    kernel that does not end from a long host phase after a torch.cuda.synchronize() it does not see."""
     return env_int("HBF_STALL_WARN_S", 0, lo=0)
 
 

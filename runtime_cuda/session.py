@@ -246,12 +246,20 @@ def triton_arg_spans(args: Iterable[Any]) -> list[tuple[int, int]]:
 
 
 class StallWatch:
-    """Whether launched work stopped making progress: launches since the last synchronization, and the GPU's
-    published HBF activity (requests and bytes per op, host-mapped: reading it needs no CUDA call, so a thread
-    can watch while the main thread is blocked inside the driver, e.g. a module load that waits for a kernel
-    that does not end). ``poll(now, activity)`` returns a warning event once per stall: ``warn_s`` seconds after
-    the later of the last launch and the last change of the activity, with launches outstanding. Times are
-    seconds of one monotonic clock (the caller's)."""
+    """Whether launched work stopped making progress: launches since the last synchronization, and what host memory
+    shows of the device's work -- the reference ring (requests published, answered by hbfd, consumed:
+    hbfcommon.ctl.read_ring_state) and the GPU's published HBF activity (requests and bytes per op). Both are
+    host-mapped: reading them needs no CUDA call, so a thread can watch while the main thread is blocked inside the
+    driver (a module load, or a blocking launch, that waits for a kernel that does not end). The live activity alone
+    is no measure of the ring: the GPU publishes it only at a thermal-snapshot refresh or a due activity flush, which
+    under a validity horizon (no thermal model) only the general issue path reaches often (the compact and inline
+    paths rarely), and a publication that never finishes leaves it unreadable (issue 13).
+
+    ``poll(now, activity, ring)`` (``activity``: the (requests, bytes) per-op tuples, None when unreadable;
+    ``ring``: a hbfcommon.ctl.RingState) returns a warning event once per stall: ``warn_s`` seconds after the latest
+    of the last launch, the last change of the activity and the last change of the ring, with launches outstanding.
+    The event says how long each of the two stood still, the ring's state and a verdict (:func:`stall_verdict`).
+    Times are seconds of one monotonic clock (the caller's)."""
 
     def __init__(self, warn_s: float, keep: int = 8) -> None:
         self.warn_s = float(warn_s)
@@ -259,10 +267,16 @@ class StallWatch:
         self.keep = keep
         self.outstanding = 0
         self.last_launch = 0.0
-        self.last_progress = 0.0
+        self.last_activity = 0.0               # the live activity's last change
+        self.last_ring = 0.0                   # the ring's last change (published, answered or consumed)
         self.activity: Any = None
+        self.ring: C.RingState | None = None
         self.warned = False
         self._lock = threading.Lock()
+
+    @property
+    def last_progress(self) -> float:
+        return max(self.last_activity, self.last_ring)
 
     def launched(self, now: float, kernel: str, what: str = "") -> None:
         with self._lock:
@@ -276,23 +290,76 @@ class StallWatch:
             self.outstanding = 0
             self.warned = False
 
-    def poll(self, now: float, activity: Any) -> dict | None:
+    def poll(self, now: float, activity: Any, ring: "C.RingState | None" = None) -> dict | None:
         with self._lock:
             if activity is not None and activity != self.activity:
                 self.activity = activity
-                self.last_progress = now
+                self.last_activity = now
                 self.warned = False
+            if ring is not None:
+                if self.ring is None or ring.progress_key() != self.ring.progress_key():
+                    self.last_ring = now
+                    self.warned = False
+                self.ring = ring
             if not self.outstanding or self.warned or self.warn_s <= 0:
                 return None
             idle = now - max(self.last_launch, self.last_progress)
             if idle < self.warn_s:
                 return None
             self.warned = True
-            return {"seconds_without_progress": round(idle, 1),
-                    "seconds_since_last_launch": round(now - self.last_launch, 1),
-                    "launches_since_sync": self.outstanding,
-                    "last_launches": [{"seconds_ago": round(now - t, 1), "kernel": k, "what": w}
-                                      for t, k, w in reversed(self.launches)]}
+            since = lambda t: round(now - max(t, self.last_launch), 1)   # noqa: E731 - unchanged since (or the launch)
+            ev = {"seconds_without_progress": round(idle, 1),
+                  "seconds_since_last_launch": round(now - self.last_launch, 1),
+                  "launches_since_sync": self.outstanding,
+                  "last_launches": [{"seconds_ago": round(now - t, 1), "kernel": k, "what": w}
+                                    for t, k, w in reversed(self.launches)],
+                  "activity": {"readable": activity is not None, "seconds_unchanged": since(self.last_activity)}}
+            if self.ring is not None:
+                ev["ring"] = {**self.ring.as_dict(), "seconds_unchanged": since(self.last_ring)}
+            ev["verdict"] = stall_verdict(self.ring)
+            return ev
+
+
+def stall_verdict(ring: "C.RingState | None") -> str:
+    """What the ring's state says about a stall (StallWatch's event): whose move it is."""
+    if ring is None:
+        return "the reference ring was not read"
+    if ring.device_failure:
+        return (f"a device failure is recorded (status {ring.device_failure >> 32}, site "
+                f"{ring.device_failure & 0xFFFFFFFF:#x}): the warps end at their next helper step; a kernel that "
+                "still does not end waits outside the helpers (a barrier or a flag a failed warp never reaches, "
+                "docs/runtime.md 'Hang risk')")
+    if ring.failure:
+        return f"hbfd published a terminal failure ({ring.failure:#x})"
+    if ring.unanswered:
+        return (f"hbfd has not answered {ring.unanswered} published reference request(s): the daemon's side (its ring "
+                "thread, or requests it does not take: hbfctl summary, ring_service / foreign_requests)")
+    if ring.unconsumed:
+        return (f"hbfd answered every published request; {ring.unconsumed} completion(s) wait for their warps: the "
+                "device's side (warps that do not poll, or are stuck before their waits)")
+    return ("the reference ring is idle (nothing published unanswered or answered unconsumed): the kernel makes no "
+            "reference requests now (a device-path timing source, or warps stuck before they publish)")
+
+
+def stall_message(ev: dict) -> str:
+    """The stall watch's warning (one line) for an event of StallWatch.poll."""
+    last = ev["last_launches"][0] if ev["last_launches"] else {"kernel": "?"}
+    act = ev["activity"]
+    parts = [f"no synchronization and no progress for {ev['seconds_without_progress']:.0f} s since the last launch "
+             f"({ev['launches_since_sync']} launches outstanding, the last {last['kernel']})"]
+    r = ev.get("ring")
+    if r is not None:
+        parts.append(f"reference ring unchanged for {r['seconds_unchanged']:.0f} s (published up to ticket "
+                     f"{r['published'] - 1 if r['published'] else '-'}, {r['answered']} answered by hbfd, "
+                     f"{r['unanswered']} published not answered, {r['unconsumed']} answered not consumed)")
+    parts.append(("device live activity unchanged" if act["readable"] else "device live activity unreadable (its "
+                  "seqlock odd: a publication that did not finish)") + f" for {act['seconds_unchanged']:.0f} s (the "
+                 "GPU publishes it only at a thermal-snapshot refresh or a due activity flush: it can lag the "
+                 "requests)")
+    parts.append(ev["verdict"])
+    parts.append("last launches: " + ", ".join(f"{x['kernel']} ({x['seconds_ago']} s ago)"
+                                                for x in ev["last_launches"]))
+    return "; ".join(parts) + " (HBF_STALL_WARN_S)"
 
 
 def stale_ranges(ranges: Sequence[D.DevRange], allocs: Mapping[int, tuple[int, int]],
@@ -440,7 +507,7 @@ class Session:
             threading.Thread(target=self._watch_stalls, name="hbf-stall-watch", daemon=True).start()
 
     def _watch_stalls(self) -> None:
-        """The stall watch's thread: host memory only (the live activity), never a CUDA call."""
+        """The stall watch's thread: host memory only (the live activity, the reference ring), never a CUDA call."""
         period = min(1.0, self.stall.warn_s / 4)
         while not self._stall_stop.wait(period):
             try:
@@ -450,16 +517,15 @@ class Session:
                 act = None
             except Exception:  # noqa: BLE001 - the region is gone (closing): the watch ends
                 return
-            ev = self.stall.poll(time.monotonic(), act)
+            try:
+                ring = C.read_ring_state(self.ctl)
+            except Exception:  # noqa: BLE001 - the region is gone (closing): the watch ends
+                return
+            ev = self.stall.poll(time.monotonic(), act, ring)
             if ev is None:
                 continue
             self.stalls.append(ev)
-            last = ev["last_launches"][0] if ev["last_launches"] else {"kernel": "?"}
-            log.warning("no synchronization and no HBF request published for %.0f s since the last launch (%d "
-                        "launches outstanding, the last %s): a kernel may not end, or it runs long without HBF "
-                        "requests; last launches: %s (HBF_STALL_WARN_S)", ev["seconds_without_progress"],
-                        ev["launches_since_sync"], last["kernel"],
-                        ", ".join(f"{x['kernel']} ({x['seconds_ago']} s ago)" for x in ev["last_launches"]))
+            log.warning("%s", stall_message(ev))
             self._report("stall", ev)
 
     def _write_ranges_to_device(self) -> None:

@@ -65,3 +65,68 @@ def test_the_watch_thread_reports_a_stall_to_hbfd(tmp_path):
             s.close()
         t.join(5)
         assert not t.is_alive()                          # close() ends the watch
+
+
+def _wait_for(pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not pred() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return pred()
+
+
+def test_the_watch_reads_the_ring_not_only_the_live_activity(tmp_path):
+    """Issue 13: the live activity is published only at a thermal-snapshot refresh (or a due flush), so under a
+    validity horizon it can stand still while the reference ring moves; the stall watch of 2026-12-06 read only it and
+    said "no HBF request published" about a ring it never looked at. Now: reference requests flowing through the ring
+    (served by a real hbfd) are progress, with the activity frozen; a stall names whose move it is -- completions
+    answered and not consumed (the device's), a published request hbfd does not answer (hbfd's)."""
+    from hbfcommon import ctl
+    from hbfd.hostring import RingDriver
+    from runtime_cuda.session import stall_message
+    with start_daemon("nominal", workdir=tmp_path, env={"HBFD_THERMAL": "none", "HBFD_ENGINE": "fixed"},
+                      pythonpath=[ROOT], timeout_s=90.0) as d:
+        s = runtime_cuda.attach(socket=str(d.socket), cuda=False)
+        try:
+            drv = RingDriver(s.ctl, s.ring_key)
+            s.stall = StallWatch(0.4)
+            s.stall.launched(time.monotonic(), "moe_gate_up_hbf", "grid (128, 24)")
+            t = threading.Thread(target=s._watch_stalls, daemon=True)
+            t.start()
+            # 1. the ring moves (requests published, answered, consumed) for 3 warn periods; the activity does not
+            end = time.monotonic() + 1.5
+            n = 0
+            while time.monotonic() < end:
+                tk = drv.issue(arrival_ns=time.monotonic_ns(), address=0x7f0000000000, media_address=4096 * (n % 64),
+                               nbytes=64, op=ctl.HBF_OP_LOAD)
+                drv.wait(tk)
+                n += 1
+                time.sleep(0.05)
+            assert n > 10 and not s.stalls, s.stalls[:1]
+            # 2. one request answered and never consumed: the device's move
+            tk = drv.issue(arrival_ns=time.monotonic_ns(), address=0x7f0000000000, media_address=0, nbytes=64,
+                           op=ctl.HBF_OP_LOAD)
+            assert _wait_for(lambda: bool(s.stalls))
+            ev = s.stalls[-1]
+            assert ev["ring"]["unanswered"] == 0 and ev["ring"]["unconsumed"] == 1, ev["ring"]
+            assert ev["ring"]["published"] == tk + 1 and ev["ring"]["answered"] == n + 1
+            assert "wait for their warps" in ev["verdict"]
+            msg = stall_message(ev)
+            assert "1 answered not consumed" in msg and "no HBF request published" not in msg
+            # consuming it is progress: the stall ends
+            drv.wait(tk)
+            k = len(s.stalls)
+            time.sleep(0.2)
+            assert len(s.stalls) == k
+            # 3. a published request hbfd does not take (no tag of this run's key): hbfd's move
+            slot = drv.reserve() % ctl.HBF_RING_SLOTS
+            r = s.ctl.ring
+            r["arrival_ns"][slot], r["media_address"][slot], r["bytes"][slot] = time.monotonic_ns(), 0, 64
+            r["thermal_q_ppm"][slot] = 0
+            r["seq"][slot] = tk + 2
+            assert _wait_for(lambda: len(s.stalls) > k)
+            ev = s.stalls[-1]
+            assert ev["ring"]["unanswered"] == 1 and ev["ring"]["unconsumed"] == 0, ev["ring"]
+            assert "hbfd has not answered 1 published" in ev["verdict"]
+        finally:
+            s.close()
+        t.join(5)
