@@ -1155,6 +1155,27 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
     dl_b = np.zeros(mx, np.int64)
     pl_l = np.empty(npl, np.int64)
     pfl_b = np.empty(npl, np.int64)
+    fs_b = np.zeros(mx, np.int64)                 # (round 10: the fast reads' flags, ends, admissions, the
+    fe_b = np.zeros(mx, np.int64)                 # rest's fields and carried releases)
+    fa_b = np.zeros(mx, np.int64)
+    rmap = np.full(mx, -1, np.int64)
+    kl2 = np.empty(mx, kind.dtype)
+    rl2 = np.empty(mx, np.int64)
+    pll2 = np.empty(mx, np.int64)
+    sl2 = np.empty(mx, np.int64)
+    gl2 = np.empty(mx, np.int64)
+    gxl2 = np.empty(mx, np.int64)
+    fll2 = np.empty(mx, np.int64)
+    jl2 = np.empty(mx, np.int64)
+    ix2 = np.empty(mx, np.int64)
+    mc = 0
+    for d in range(nd):
+        if cofs[d + 1] - cofs[d] > mc:
+            mc = cofs[d + 1] - cofs[d]
+    cv_b = np.empty(mc + mx, np.int64)
+    pfs_b = np.empty(npl, np.int64)
+    hp_b = np.empty(Q if Q < mc + mx else mc + mx + 1, np.int64)
+    cz_b = np.zeros(mc + mx, np.int64)
     for d in range(nd):
         a = dofs[d]
         m = dofs[d + 1] - a
@@ -1180,21 +1201,209 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         gxl = gxd[a:b]
         fll = fd[a:b]
         jl = jd[a:b]
-        cdl = np.zeros(cofs[d + 1] - cofs[d], np.int64)
         ctl = cts[cofs[d]:cofs[d + 1]].copy()
-        s, e, ad, r, okd = _simulate_loop(kl, rl, pll, dl, sl, t_cmd, Q, pfl, cdl, ctl, gl, gxl, fll, has_floor, jl)
-        if not okd:
-            ok = False
-        for k in range(m):
-            i = order[a + k]
-            start[i] = s[k]
-            end[i] = e[k]
-            adm[i] = ad[k]
-            rdy[i] = r[k]
+        # round 10: the reads admitted before any other command can be are served here (``_read_prefix``),
+        # the rest of the die by the event loop behind them (their releases carried, their planes' free times)
+        nc0 = cofs[d + 1] - cofs[d]
+        ctl = cts[cofs[d]:cofs[d + 1]]
+        fs = fs_b[:m]
+        fs[:] = 0
+        for q in range(npd):
+            pfs_b[q] = pfl[q]
+        nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b, fa_b,
+                                  cv_b, hp_b)
+        if 0 < nf < m and nf * _FAST_MIN_SHARE < m:    # too few to pay for the rest's copy: the loop on all
+            for q in range(npd):
+                pfl[q] = pfs_b[q]
+            fs[:] = 0
+            nf = 0
+        if nf == 0:
+            s, e, ad, r, okd = _simulate_loop(kl, rl, pll, dl, sl, t_cmd, Q, pfl, cz_b[:nc0], ctl.copy(), gl, gxl,
+                                              fll, has_floor, jl)
+            if not okd:
+                ok = False
+            for k in range(m):
+                i = order[a + k]
+                start[i] = s[k]
+                end[i] = e[k]
+                adm[i] = ad[k]
+                rdy[i] = r[k]
+        else:
+            # the fast reads' results; the other commands compacted (index order kept, gates renumbered)
+            nr_ = m - nf
+            w = 0
+            for k in range(m):
+                i = order[a + k]
+                if fs[k] == 1:
+                    start[i] = fe_b[k] - sl[k]
+                    end[i] = fe_b[k]
+                    adm[i] = fa_b[k]
+                    rdy[i] = rl[k]
+                else:
+                    rmap[k] = w
+                    kl2[w] = kl[k]
+                    rl2[w] = rl[k]
+                    pll2[w] = pll[k]
+                    sl2[w] = sl[k]
+                    gl2[w] = gl[k]
+                    gxl2[w] = gxl[k]
+                    fll2[w] = fll[k] if has_floor and fll[k] > X else X
+                    jl2[w] = jl[k]
+                    ix2[w] = i
+                    w += 1
+            if nr_ > 0:
+                for k in range(nr_):
+                    if gl2[k] >= 0:
+                        gl2[k] = rmap[gl2[k]]
+                s, e, ad, r, okd = _simulate_loop(kl2[:nr_], rl2[:nr_], pll2[:nr_], dl_b[:nr_], sl2[:nr_], t_cmd, Q,
+                                                  pfl, cz_b[:ncv], cv_b[:ncv].copy(), gl2[:nr_], gxl2[:nr_],
+                                                  fll2[:nr_], True, jl2[:nr_])
+                if not okd:
+                    ok = False
+                for k in range(nr_):
+                    i = ix2[k]
+                    start[i] = s[k]
+                    end[i] = e[k]
+                    adm[i] = ad[k]
+                    rdy[i] = r[k]
         for q in range(npd):
             pf[pl_l[q]] = pfl[q]
             ploc[pl_l[q]] = -1
     return start, end, adm, rdy, ok, True
+
+
+_FAST_MIN_SHARE = 8       # _simulate_split serves a die's fast reads apart where they are at least 1/8 of its commands
+
+
+@accel.jit
+def _read_prefix(kind, ready, plane, service, gate, gate_x, floor, has_floor, join, t_cmd, Q, pf, ct, fast, fend,
+                 fadm, cout, hp):
+    """The reads of one die (``_simulate_split``'s slices) that the die's other commands cannot affect, served
+    as the reads-only die stage serves them (round 10). Reads go first at the die queue and at the plane, so
+    another command (program, copyback, erase) changes nothing for a read admitted at or before X, the earliest
+    time at which any of them can be admitted: X is the first time from the earliest time one of them can
+    reach the die (its ready time, a gated one's ready + min(gate_x, 0)) at which no read waits in the
+    reads-only schedule (a command is admitted only where no read waits); a read admitted by X reaches its
+    plane by X + t_cmd, no earlier than any other command, and is served before it (reads first, non-preemptive
+    only once started). Those reads are a prefix of the die's reads (admissions rise with (ready, seq)): they
+    get their reads-only admission, start and end (``fast[k] = 1``, ``fend``, ``fadm``); ``pf`` is moved past
+    them; ``cout[:nc]`` gets the slot releases the event loop for the rest is to carry: those after X of the
+    die's carried ones and the fast reads' ends, or, where the depth can bind, of the Q latest of them (a
+    command is admitted where fewer than Q releases lie after it: the others never decide anything). Every
+    other command is admitted at or after X in the full schedule (the other reads arrive after X), so the
+    caller floors the rest at X (a floor keeps the die-queue key and the ready time it reports) and its
+    schedule is then exactly the loop's on the rest with those releases: at X the same commands wait, with
+    the same keys, and the same releases lie ahead. Returns (how many, nc, X); 0 (nothing changed) where a read is gated,
+    joined or floored, the reads are not in ready order, a joined command holds a slot, or a gate names a
+    read."""
+    m = kind.shape[0]
+    nr = 0
+    rmin = _BIG
+    last = -_BIG
+    first = _BIG
+    for k in range(m):
+        if kind[k] == 0:
+            if nr == 0:
+                first = ready[k]
+            if gate[k] >= 0 or join[k] >= 0 or (has_floor and floor[k] > ready[k]) or ready[k] < last:
+                return 0, 0, 0
+            last = ready[k]
+            nr += 1
+        else:
+            if join[k] >= 0:
+                return 0, 0, 0
+            if gate[k] >= 0:
+                if kind[gate[k]] == 0:
+                    return 0, 0, 0
+                lo = ready[k] + (gate_x[k] if gate_x[k] < 0 else 0)
+            else:
+                lo = ready[k]
+            if lo < rmin:
+                rmin = lo
+    if nr == 0 or first > rmin:
+        return 0, 0, 0
+    # the reads-only schedule: admission at max(ready, the Q-th latest earlier release, carried ones
+    # included), the plane FCFS (``simulate``'s semantics with reads alone); a min-heap of the Q latest
+    # (``hp``: room for Q where the depth can bind)
+    nc = ct.shape[0]
+    bind = nc + nr >= Q
+    hs = 0
+    if bind:
+        for c in range(nc):
+            hs = _qheap_add(hp, hs, Q, ct[c])
+    X = rmin
+    nf = 0
+    for k in range(m):
+        if kind[k] != 0:
+            continue
+        if ready[k] > X:                           # no read waits at X: the other commands may start there
+            break
+        A = ready[k]
+        if bind and hs == Q and hp[0] > A:
+            A = hp[0]
+        if A > X:                                  # it waits at X: X moves to its admission
+            X = A
+        s = A + t_cmd
+        p = plane[k]
+        if pf[p] > s:
+            s = pf[p]
+        e = s + service[k]
+        pf[p] = e
+        if bind:
+            hs = _qheap_add(hp, hs, Q, e)
+        fast[k] = 1
+        fend[k] = e
+        fadm[k] = A
+        nf += 1
+    if nf == 0:
+        return 0, 0, 0
+    w = 0
+    if bind:
+        for c in range(hs):
+            if hp[c] > X:
+                cout[w] = hp[c]
+                w += 1
+        return nf, w, X
+    for c in range(nc):
+        if ct[c] > X:
+            cout[w] = ct[c]
+            w += 1
+    for k in range(m):
+        if fast[k] == 1 and fend[k] > X:
+            cout[w] = fend[k]
+            w += 1
+    return nf, w, X
+
+
+@accel.jit
+def _qheap_add(hp, hs, Q, v):
+    """Keep the Q largest values in the min-heap ``hp[:hs]``; returns the new size."""
+    if hs < Q:
+        j = hs
+        hs += 1
+        while j > 0:
+            q = (j - 1) >> 1
+            if hp[q] <= v:
+                break
+            hp[j] = hp[q]
+            j = q
+        hp[j] = v
+        return hs
+    if v <= hp[0]:
+        return hs
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= hs:
+            break
+        if c + 1 < hs and hp[c + 1] < hp[c]:
+            c += 1
+        if hp[c] >= v:
+            break
+        hp[j] = hp[c]
+        j = c
+    hp[j] = v
+    return hs
 
 
 @accel.jit
