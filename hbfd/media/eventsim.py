@@ -1174,6 +1174,9 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
             mc = cofs[d + 1] - cofs[d]
     cv_b = np.empty(mc + mx, np.int64)
     pfs_b = np.empty(npl, np.int64)
+    pr_b = np.empty(mx, np.int64)
+    wk_b = np.empty(3 * npl + 11 * mx + 2 * mc + 8, np.int64)
+    ps_b = np.empty(mx, np.int64)
     hp_b = np.empty(Q if Q < mc + mx else mc + mx + 1, np.int64)
     cz_b = np.zeros(mc + mx, np.int64)
     for d in range(nd):
@@ -1201,7 +1204,6 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         gxl = gxd[a:b]
         fll = fd[a:b]
         jl = jd[a:b]
-        ctl = cts[cofs[d]:cofs[d + 1]].copy()
         # round 10: the reads admitted before any other command can be are served here (``_read_prefix``),
         # the rest of the die by the event loop behind them (their releases carried, their planes' free times)
         nc0 = cofs[d + 1] - cofs[d]
@@ -1212,6 +1214,33 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
             pfs_b[q] = pfl[q]
         nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b, fa_b,
                                   cv_b, hp_b)
+        nread = 0
+        for k in range(m):
+            if kl[k] == 0:
+                nread += 1
+        # (``_plane_die`` is tried only where the die's other commands and carried releases do not alone fill
+        # its queue depth: else its check nearly always fails, after a whole schedule of the die)
+        if nf < nread and m - nread + nc0 <= Q:
+            # reads after the first other command: where the depth never binds, the die's planes alone
+            # (``_plane_die``); else the fast reads again and the loop behind them
+            for q in range(npd):
+                pfl[q] = pfs_b[q]
+            fs[:] = 0
+            if _plane_die(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fe_b, fa_b, pr_b, ps_b,
+                          wk_b):
+                for k in range(m):
+                    i = order[a + k]
+                    start[i] = ps_b[k]
+                    end[i] = fe_b[k]
+                    adm[i] = fa_b[k]
+                    rdy[i] = pr_b[k]
+                for q in range(npd):
+                    pf[pl_l[q]] = pfl[q]
+                    ploc[pl_l[q]] = -1
+                continue
+            if nf > 0:
+                nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b,
+                                          fa_b, cv_b, hp_b)
         if 0 < nf < m and nf * _FAST_MIN_SHARE < m:    # too few to pay for the rest's copy: the loop on all
             for q in range(npd):
                 pfl[q] = pfs_b[q]
@@ -1373,6 +1402,252 @@ def _read_prefix(kind, ready, plane, service, gate, gate_x, floor, has_floor, jo
             cout[w] = fend[k]
             w += 1
     return nf, w, X
+
+
+_PLANE_DIE_MAX = 256       # _plane_die: at most this many commands on one plane (a grant scans its plane for gated ones)
+
+
+@accel.jit
+def _plane_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, join, t_cmd, Q, pf, ct, en, ad, rd, st, wk):
+    """One die's schedule where its queue depth never binds (round 10): every command is then admitted when it
+    reaches the die (its ready time, floored; a gated one at max(ready, its gate's end) + gate_x, floored; a
+    joined one holds its slot already), so the die's planes are independent non-preemptive queues that serve
+    reads first, each class by (plane arrival, seq), from the plane's free time: each plane is scheduled alone
+    here. Kept only where it is the event loop's schedule: every gate names an earlier command of the same plane,
+    every service is positive, and at each admission time t the commands outstanding -- carried releases after
+    t, joined commands not ended by t, commands admitted by t (those arriving at t included) not ended by t --
+    are at most Q (a slot freed at t serves an arrival at t; the order of an instant's admissions then does not
+    matter). Returns True with start, end, admission, ready in ``st``, ``en``, ``ad``, ``rd`` and ``pf`` moved;
+    False with ``pf`` unchanged. ``wk``: scratch (int64, at least 3 npd + 11 m + 2 nc + 1; no allocation here:
+    a die's call is a few microseconds)."""
+    m = kind.shape[0]
+    npd = pf.shape[0]
+    nj = 0
+    for k in range(m):
+        if service[k] <= 0:
+            return False
+        if join[k] >= 0:
+            nj += 1
+        elif gate[k] >= 0:
+            g = gate[k]
+            if g >= k or plane[g] != plane[k]:
+                return False
+    nc = ct.shape[0]
+    o = 0
+    pofs = wk[o:o + npd + 1]
+    o += npd + 1
+    fill = wk[o:o + npd]
+    o += npd
+    lst = wk[o:o + m]
+    o += m
+    pa = wk[o:o + m]
+    o += m
+    st_ = wk[o:o + m]                           # 0 waits for its gate, 1 known plane arrival, 2 scheduled
+    o += m
+    pfn = wk[o:o + npd]
+    o += npd
+    rt = wk[o:o + m]                            # per plane: a heap of reads and one of the others, by (arrival, seq)
+    o += m
+    ri = wk[o:o + m]
+    o += m
+    ot = wk[o:o + m]
+    o += m
+    oi = wk[o:o + m]
+    o += m
+    A = wk[o:o + m]
+    o += m
+    E = wk[o:o + m]
+    o += m
+    C = wk[o:o + nc]
+    o += nc
+    tmp = wk[o:o + (m if m > nc else nc)]
+    for q in range(npd + 1):
+        pofs[q] = 0
+    for k in range(m):
+        pofs[plane[k] + 1] += 1
+    for q in range(npd):
+        if pofs[q + 1] > _PLANE_DIE_MAX:
+            return False
+        pofs[q + 1] += pofs[q]
+    for q in range(npd):
+        fill[q] = pofs[q]
+    for k in range(m):
+        lst[fill[plane[k]]] = k
+        fill[plane[k]] += 1
+    for k in range(m):
+        rd[k] = ready[k]
+        if join[k] >= 0:
+            ad[k] = join[k] - t_cmd
+            pa[k] = join[k]
+            st_[k] = 1
+        elif gate[k] < 0:
+            r = ready[k]
+            if has_floor and floor[k] > r:
+                r = floor[k]
+            ad[k] = r
+            pa[k] = r + t_cmd
+            st_[k] = 1
+        else:
+            st_[k] = 0
+    for q in range(npd):
+        t = pf[q]
+        left = pofs[q + 1] - pofs[q]
+        rs = 0
+        os_ = 0
+        for z in range(pofs[q], pofs[q + 1]):
+            j = lst[z]
+            if st_[j] == 1:
+                if kind[j] == 0:
+                    rs = _hpush(rt, ri, rs, pa[j], j)
+                else:
+                    os_ = _hpush(ot, oi, os_, pa[j], j)
+        while left > 0:
+            if rs > 0 and rt[0] <= t:
+                best = ri[0]
+                rs = _hpop(rt, ri, rs)
+            elif os_ > 0 and ot[0] <= t:
+                best = oi[0]
+                os_ = _hpop(ot, oi, os_)
+            else:
+                nxt = _BIG
+                if rs > 0:
+                    nxt = rt[0]
+                if os_ > 0 and ot[0] < nxt:
+                    nxt = ot[0]
+                if nxt == _BIG:                      # a gate that never runs: the event loop says so
+                    return False
+                t = nxt
+                continue
+            st[best] = t
+            e = t + service[best]
+            en[best] = e
+            st_[best] = 2
+            left -= 1
+            t = e
+            for z in range(pofs[q], pofs[q + 1]):
+                j = lst[z]
+                if st_[j] == 0 and gate[j] == best:
+                    r = (ready[j] if ready[j] > e else e) + gate_x[j]
+                    rd[j] = r
+                    if has_floor and floor[j] > r:
+                        r = floor[j]
+                    ad[j] = r
+                    pa[j] = r + t_cmd
+                    st_[j] = 1
+                    if kind[j] == 0:
+                        rs = _hpush(rt, ri, rs, pa[j], j)
+                    else:
+                        os_ = _hpush(ot, oi, os_, pa[j], j)
+        pfn[q] = t
+    # the queue depth: outstanding at each admission time at most Q
+    if nc + m > Q:
+        na = m - nj
+        w = 0
+        for k in range(m):
+            if join[k] < 0:
+                A[w] = ad[k]
+                w += 1
+        for k in range(m):
+            E[k] = en[k]
+        for k in range(nc):
+            C[k] = ct[k]
+        _sort_runs(A, na, tmp)                      # (in index order a few ascending runs: about one pass)
+        _sort_runs(E, m, tmp)
+        _sort_runs(C, nc, tmp)
+        ic = 0
+        ie = 0
+        ia = 0
+        while ia < na:
+            t = A[ia]
+            while ia < na and A[ia] == t:
+                ia += 1
+            while ic < nc and C[ic] <= t:
+                ic += 1
+            while ie < m and E[ie] <= t:
+                ie += 1
+            if (nc - ic) + ia + nj - ie > Q:
+                return False
+    for q in range(npd):
+        pf[q] = pfn[q]
+    return True
+
+
+@accel.jit
+def _sort_runs(a, n, tmp):
+    """``a[:n]`` sorted in place by a natural merge sort of its ascending runs (``tmp``: room for n)."""
+    if n < 2:
+        return
+    while True:
+        i = 0
+        runs = 0
+        while i < n:
+            j = i + 1
+            while j < n and a[j - 1] <= a[j]:
+                j += 1
+            if j >= n:
+                if runs == 0:
+                    return
+                for k in range(i, n):
+                    tmp[k] = a[k]
+                runs += 1
+                break
+            h = j + 1
+            while h < n and a[h - 1] <= a[h]:
+                h += 1
+            x = i
+            y = j
+            for k in range(i, h):
+                if y >= h or (x < j and a[x] <= a[y]):
+                    tmp[k] = a[x]
+                    x += 1
+                else:
+                    tmp[k] = a[y]
+                    y += 1
+            runs += 1
+            i = h
+        for k in range(n):
+            a[k] = tmp[k]
+        if runs == 1:
+            return
+
+
+@accel.jit
+def _hpush(ht, hi, hs, t, i):
+    """Push (t, i) on the binary min-heap ``ht[:hs]``, ``hi[:hs]`` ordered by (t, i); returns the new size."""
+    j = hs
+    while j > 0:
+        q = (j - 1) >> 1
+        if ht[q] < t or (ht[q] == t and hi[q] < i):
+            break
+        ht[j] = ht[q]
+        hi[j] = hi[q]
+        j = q
+    ht[j] = t
+    hi[j] = i
+    return hs + 1
+
+
+@accel.jit
+def _hpop(ht, hi, hs):
+    """Remove the top of the heap ``_hpush`` keeps; returns the new size."""
+    hs -= 1
+    t = ht[hs]
+    i = hi[hs]
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= hs:
+            break
+        if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hi[c + 1] < hi[c])):
+            c += 1
+        if ht[c] > t or (ht[c] == t and hi[c] > i):
+            break
+        ht[j] = ht[c]
+        hi[j] = hi[c]
+        j = c
+    ht[j] = t
+    hi[j] = i
+    return hs
 
 
 @accel.jit

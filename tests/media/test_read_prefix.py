@@ -90,8 +90,9 @@ def _boundary_case(rng, dies=None):
         full=True), pf
 
 
-def _fast_per_die(a, kw, pf):
-    """(fast reads, reads) of each die as ``_simulate_split`` hands it to ``_read_prefix``."""
+def _fast_per_die(a, kw, pf, plane_die=False):
+    """(fast reads, reads) of each die as ``_simulate_split`` hands it to ``_read_prefix``; with ``plane_die``:
+    whether ``_plane_die`` keeps the die's schedule (and whether the split tries it), per die."""
     out = []
     cd, ct = eventsim._carry_arrays(kw["die_carry"])
     for d in np.unique(a["die"]):
@@ -106,6 +107,18 @@ def _fast_per_die(a, kw, pf):
         fs, fe, fa = np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.int64)
         cv = np.zeros(len(ctl) + m, np.int64)
         hp = np.zeros(max(kw["queue_depth"], 1), np.int64)
+        if plane_die:
+            bufs = [np.zeros(m, np.int64) for _ in range(4)]
+            wk = np.zeros(3 * len(up) + 11 * m + 2 * len(ctl) + 8, np.int64)
+            pfd = pf[up].copy()
+            ok = eventsim._plane_die(np.asarray(a["kind"][ix], np.int64), a["ready"][ix], pl.astype(np.int64),
+                                     a["service"][ix], gl, kw["gate_x"][ix], kw["floor"][ix], True, kw["join"][ix],
+                                     kw["t_cmd"], kw["queue_depth"], pfd, ctl.copy(), *bufs, wk)
+            if not ok:
+                assert np.array_equal(pfd, pf[up])
+            nread = int((a["kind"][ix] == eventsim.READ).sum())
+            out.append((bool(ok), m - nread + len(ctl) <= kw["queue_depth"]))
+            continue
         nf, _, _ = eventsim._read_prefix(np.asarray(a["kind"][ix], np.int64), a["ready"][ix], pl.astype(np.int64),
                                          a["service"][ix], gl, kw["gate_x"][ix], kw["floor"][ix], True,
                                          kw["join"][ix], kw["t_cmd"], kw["queue_depth"], pf[up].copy(), ctl, fs, fe,
@@ -135,6 +148,65 @@ def test_read_prefix_split_equals_event_scheduler():
             else:
                 n_none += 1
     assert n_all > 300 and n_part > 300 and n_none > 300, (n_all, n_part, n_none)
+
+
+def _low_load_case(rng):
+    """Few programs among many reads spread over time, several planes per die: the queue depth mostly does not
+    bind (``_plane_die`` keeps the die) but sometimes does (Q small, carried releases, program pile-ups)."""
+    a, kw, pf = _boundary_case(rng)
+    n = len(a["kind"])
+    gap = int(rng.choice([0, 20, 100, 400]))
+    a["ready"] = np.where(a["kind"] == eventsim.READ, np.arange(n) * gap, a["ready"]).astype(np.int64)
+    if rng.random() < 0.5:
+        o = np.argsort(a["ready"], kind="stable")
+        inv = np.empty(n, np.int64)
+        inv[o] = np.arange(n)
+        a = {k: v[o] for k, v in a.items()}
+        g = kw["gate"][o]
+        kw = {**kw, "gate": np.where(g >= 0, inv[np.maximum(g, 0)], -1), "gate_x": kw["gate_x"][o],
+              "floor": kw["floor"][o], "join": kw["join"][o]}
+        # (a gate must name an earlier command: drop those the reordering made later)
+        bad = kw["gate"] >= np.arange(n)
+        kw["gate"] = np.where(bad, -1, kw["gate"])
+        kw["gate_x"] = np.where(bad, 0, kw["gate_x"])
+    kw["queue_depth"] = int(rng.choice([2, 4, 8, 32, 10_000]))
+    if rng.random() < 0.5:           # times on a 100 ns grid, some 1 ns off it: releases at an admission time,
+        q = 100                      # or 1 ns after it, with the depth exactly full
+        jit = lambda x: (np.asarray(x) // q * q + rng.choice([0, 0, 1], np.shape(x))).astype(np.int64)
+        a["ready"] = jit(a["ready"])
+        a["service"] = rng.choice([100, 200, 300], n).astype(np.int64)
+        kw["t_cmd"] = int(rng.choice([0, 100]))
+        kw["gate_x"] = np.where(kw["gate"] >= 0, rng.choice([0, 100], n), 0).astype(np.int64)
+        kw["floor"] = np.where(kw["floor"] > 0, jit(kw["floor"]), 0)
+        kw["join"] = np.where(kw["join"] >= 0, jit(kw["join"]), -1)
+        kw["die_carry"] = {d: jit(v).tolist() for d, v in kw["die_carry"].items()}
+        kw["queue_depth"] = int(rng.choice([1, 2, 3, 4]))
+        pf = jit(pf)
+        if (np.diff(a["ready"][a["kind"] == eventsim.READ]) < 0).any():
+            r = a["kind"] == eventsim.READ
+            a["ready"][r] = np.sort(a["ready"][r])
+    return a, kw, pf
+
+
+def test_plane_die_equals_event_scheduler():
+    """``_plane_die`` (a die whose queue depth never binds: its planes alone) inside ``_simulate_split``: the
+    event scheduler's results bit for bit; it keeps many dies and declines many (the depth binding at some
+    admission, by one command or more), with the plane free times unchanged when it declines."""
+    rng = np.random.default_rng(2020)
+    kept = declined = tried_kept = 0
+    for k in range(3000):
+        a, kw, pf = _low_load_case(rng)
+        pf1, pf2 = pf.copy(), pf.copy()
+        ref = eventsim.simulate(*a.values(), plane_free=pf1, **kw)
+        got = eventsim.simulate_compiled(*a.values(), plane_free=pf2, **kw)
+        for x, y in zip(ref, got):
+            assert np.array_equal(x, y), k
+        assert np.array_equal(pf1, pf2), k
+        for ok, tried in _fast_per_die(a, kw, pf, plane_die=True):
+            kept += ok
+            declined += not ok
+            tried_kept += ok and tried
+    assert kept > 1000 and declined > 300 and tried_kept > 500, (kept, declined, tried_kept)
 
 
 def test_read_prefix_reads_only_and_declines():
