@@ -1175,7 +1175,7 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
     cv_b = np.empty(mc + mx, np.int64)
     pfs_b = np.empty(npl, np.int64)
     pr_b = np.empty(mx, np.int64)
-    wk_b = np.empty(3 * npl + 11 * mx + 2 * mc + 8, np.int64)
+    wk_b = np.empty(3 * npl + 12 * mx + 8, np.int64)
     ps_b = np.empty(mx, np.int64)
     hp_b = np.empty(Q if Q < mc + mx else mc + mx + 1, np.int64)
     cz_b = np.zeros(mc + mx, np.int64)
@@ -1418,7 +1418,7 @@ def _plane_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, join
     t, joined commands not ended by t, commands admitted by t (those arriving at t included) not ended by t --
     are at most Q (a slot freed at t serves an arrival at t; the order of an instant's admissions then does not
     matter). Returns True with start, end, admission, ready in ``st``, ``en``, ``ad``, ``rd`` and ``pf`` moved;
-    False with ``pf`` unchanged. ``wk``: scratch (int64, at least 3 npd + 11 m + 2 nc + 1; no allocation here:
+    False with ``pf`` unchanged. ``wk``: scratch (int64, at least 3 npd + 12 m + 3; no allocation here:
     a die's call is a few microseconds)."""
     m = kind.shape[0]
     npd = pf.shape[0]
@@ -1456,11 +1456,11 @@ def _plane_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, join
     o += m
     A = wk[o:o + m]
     o += m
-    E = wk[o:o + m]
-    o += m
-    C = wk[o:o + nc]
-    o += nc
-    tmp = wk[o:o + (m if m > nc else nc)]
+    E = wk[o:o + m + 1]
+    o += m + 1
+    C = wk[o:o + m + 1]
+    o += m + 1
+    tmp = wk[o:o + m]
     for q in range(npd + 1):
         pofs[q] = 0
     for k in range(m):
@@ -1540,31 +1540,45 @@ def _plane_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, join
                         os_ = _hpush(ot, oi, os_, pa[j], j)
         pfn[q] = t
     # the queue depth: outstanding at each admission time at most Q
-    if nc + m > Q:
-        na = m - nj
+    na = m - nj
+    if nc + m > Q and na > 0:
         w = 0
         for k in range(m):
             if join[k] < 0:
                 A[w] = ad[k]
                 w += 1
-        for k in range(m):
-            E[k] = en[k]
-        for k in range(nc):
-            C[k] = ct[k]
         _sort_runs(A, na, tmp)                      # (in index order a few ascending runs: about one pass)
-        _sort_runs(E, m, tmp)
-        _sort_runs(C, nc, tmp)
-        ic = 0
+        # E[i]: the ends and carried releases first counted at A[i] (the first admission time not before them;
+        # by binary search: no sort of the ends), then a sweep over the admission times
+        for i in range(na + 1):
+            E[i] = 0
+            C[i] = 0
+        amax = A[na - 1]
+        for k in range(m + nc):
+            v = en[k] if k < m else ct[k - m]
+            if v > amax:
+                continue
+            lo = 0
+            hi = na
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if A[mid] < v:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if k < m:
+                E[lo] += 1
+            else:
+                C[lo] += 1
         ie = 0
+        ic = 0
         ia = 0
         while ia < na:
             t = A[ia]
             while ia < na and A[ia] == t:
+                ie += E[ia]
+                ic += C[ia]
                 ia += 1
-            while ic < nc and C[ic] <= t:
-                ic += 1
-            while ie < m and E[ie] <= t:
-                ie += 1
             if (nc - ic) + ia + nj - ie > Q:
                 return False
     for q in range(npd):

@@ -109,7 +109,7 @@ def _fast_per_die(a, kw, pf, plane_die=False):
         hp = np.zeros(max(kw["queue_depth"], 1), np.int64)
         if plane_die:
             bufs = [np.zeros(m, np.int64) for _ in range(4)]
-            wk = np.zeros(3 * len(up) + 11 * m + 2 * len(ctl) + 8, np.int64)
+            wk = np.zeros(3 * len(up) + 12 * m + 8, np.int64)
             pfd = pf[up].copy()
             ok = eventsim._plane_die(np.asarray(a["kind"][ix], np.int64), a["ready"][ix], pl.astype(np.int64),
                                      a["service"][ix], gl, kw["gate_x"][ix], kw["floor"][ix], True, kw["join"][ix],
