@@ -1246,50 +1246,51 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
                 pfl[q] = pfs_b[q]
             fs[:] = 0
             nf = 0
-        # the commands the event loop schedules (all of the die, or those after the fast reads: index order
-        # kept, gates renumbered, floored at X) into the rest's buffers, and one call site of the loop (two
+        # the commands the event loop schedules: all of the die, or those after the fast reads (compacted into
+        # the rest's buffers: index order kept, gates renumbered, floored at X); one call site of the loop (two
         # would make numba compile and LLVM optimize its body twice)
-        w = 0
-        for k in range(m):
-            i = order[a + k]
-            if fs[k] == 1:
-                start[i] = fe_b[k] - sl[k]
-                end[i] = fe_b[k]
-                adm[i] = fa_b[k]
-                rdy[i] = rl[k]
-            else:
-                rmap[k] = w
-                kl2[w] = kl[k]
-                rl2[w] = rl[k]
-                pll2[w] = pll[k]
-                sl2[w] = sl[k]
-                gl2[w] = gl[k]
-                gxl2[w] = gxl[k]
-                if nf == 0:
-                    fll2[w] = fll[k]
-                else:
-                    fll2[w] = fll[k] if has_floor and fll[k] > X else X
-                jl2[w] = jl[k]
-                ix2[w] = i
-                w += 1
-        nr_ = w
-        hf = has_floor or nf > 0
         if nf == 0:
-            ncv = nc0
+            nr_ = m
+            K, R, PL, S, G, GX, F, J = kl, rl, pll, sl, gl, gxl, fll, jl
+            hf = has_floor
             for c in range(nc0):
                 cv_b[c] = ctl[c]
+            ncv = nc0
+        else:
+            w = 0
+            for k in range(m):
+                i = order[a + k]
+                if fs[k] == 1:
+                    start[i] = fe_b[k] - sl[k]
+                    end[i] = fe_b[k]
+                    adm[i] = fa_b[k]
+                    rdy[i] = rl[k]
+                else:
+                    rmap[k] = w
+                    kl2[w] = kl[k]
+                    rl2[w] = rl[k]
+                    pll2[w] = pll[k]
+                    sl2[w] = sl[k]
+                    gl2[w] = gl[k]
+                    gxl2[w] = gxl[k]
+                    fll2[w] = fll[k] if has_floor and fll[k] > X else X
+                    jl2[w] = jl[k]
+                    ix2[w] = i
+                    w += 1
+            nr_ = w
+            for k in range(nr_):
+                if gl2[k] >= 0:
+                    gl2[k] = rmap[gl2[k]]
+            K, R, PL, S, G, GX, F, J = (kl2[:nr_], rl2[:nr_], pll2[:nr_], sl2[:nr_], gl2[:nr_], gxl2[:nr_], fll2[:nr_],
+                                        jl2[:nr_])
+            hf = nr_ >= 0                          # (True as a run-time bool, the type of has_floor)
         if nr_ > 0:
-            if nf > 0:
-                for k in range(nr_):
-                    if gl2[k] >= 0:
-                        gl2[k] = rmap[gl2[k]]
-            s, e, ad, r, okd = _simulate_loop(kl2[:nr_], rl2[:nr_], pll2[:nr_], dl_b[:nr_], sl2[:nr_], t_cmd, Q, pfl,
-                                              cz_b[:ncv], cv_b[:ncv].copy(), gl2[:nr_], gxl2[:nr_], fll2[:nr_], hf,
-                                              jl2[:nr_])
+            s, e, ad, r, okd = _simulate_loop(K, R, PL, dl_b[:nr_], S, t_cmd, Q, pfl, cz_b[:ncv], cv_b[:ncv].copy(), G,
+                                              GX, F, hf, J)
             if not okd:
                 ok = False
             for k in range(nr_):
-                i = ix2[k]
+                i = order[a + k] if nf == 0 else ix2[k]
                 start[i] = s[k]
                 end[i] = e[k]
                 adm[i] = ad[k]
