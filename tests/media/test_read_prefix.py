@@ -133,11 +133,16 @@ def test_read_prefix_split_equals_event_scheduler():
     for k in range(3000):
         a, kw, pf = _boundary_case(rng)
         pf1, pf2 = pf.copy(), pf.copy()
-        ref = eventsim.simulate(*a.values(), plane_free=pf1, **kw)
-        got = eventsim.simulate_compiled(*a.values(), plane_free=pf2, **kw)
+        kw2 = kw
+        if k % 4 == 0:                     # no floors at all (the loop's has_floor off: the rest still floored at X)
+            kw2 = {key: v for key, v in kw.items() if key != "floor"}
+        ref = eventsim.simulate(*a.values(), plane_free=pf1, **kw2)
+        got = eventsim.simulate_compiled(*a.values(), plane_free=pf2, **kw2)
         for x, y in zip(ref, got):
             assert np.array_equal(x, y), k
         assert np.array_equal(pf1, pf2), k
+        if k % 4 == 0:
+            continue
         for nf, nr in _fast_per_die(a, kw, pf):
             if nr == 0:
                 continue
@@ -147,7 +152,7 @@ def test_read_prefix_split_equals_event_scheduler():
                 n_part += 1
             else:
                 n_none += 1
-    assert n_all > 300 and n_part > 300 and n_none > 300, (n_all, n_part, n_none)
+    assert n_all > 200 and n_part > 200 and n_none > 200, (n_all, n_part, n_none)
 
 
 def _low_load_case(rng):
