@@ -1155,6 +1155,30 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
     dl_b = np.zeros(mx, np.int64)
     pl_l = np.empty(npl, np.int64)
     pfl_b = np.empty(npl, np.int64)
+    fs_b = np.zeros(mx, np.int64)                 # (round 10: the fast reads' flags, ends, admissions, the
+    fe_b = np.zeros(mx, np.int64)                 # rest's fields and carried releases)
+    fa_b = np.zeros(mx, np.int64)
+    rmap = np.full(mx, -1, np.int64)
+    kl2 = np.empty(mx, kind.dtype)
+    rl2 = np.empty(mx, np.int64)
+    pll2 = np.empty(mx, np.int64)
+    sl2 = np.empty(mx, np.int64)
+    gl2 = np.empty(mx, np.int64)
+    gxl2 = np.empty(mx, np.int64)
+    fll2 = np.empty(mx, np.int64)
+    jl2 = np.empty(mx, np.int64)
+    ix2 = np.empty(mx, np.int64)
+    mc = 0
+    for d in range(nd):
+        if cofs[d + 1] - cofs[d] > mc:
+            mc = cofs[d + 1] - cofs[d]
+    cv_b = np.empty(mc + mx, np.int64)
+    pfs_b = np.empty(npl, np.int64)
+    pr_b = np.empty(mx, np.int64)
+    wk_b = np.empty(3 * npl + 12 * mx + 8, np.int64)
+    ps_b = np.empty(mx, np.int64)
+    hp_b = np.empty(Q if Q < mc + mx else mc + mx + 1, np.int64)
+    cz_b = np.zeros(mc + mx, np.int64)
     for d in range(nd):
         a = dofs[d]
         m = dofs[d + 1] - a
@@ -1180,21 +1204,495 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         gxl = gxd[a:b]
         fll = fd[a:b]
         jl = jd[a:b]
-        cdl = np.zeros(cofs[d + 1] - cofs[d], np.int64)
-        ctl = cts[cofs[d]:cofs[d + 1]].copy()
-        s, e, ad, r, okd = _simulate_loop(kl, rl, pll, dl, sl, t_cmd, Q, pfl, cdl, ctl, gl, gxl, fll, has_floor, jl)
-        if not okd:
-            ok = False
+        # round 10: the reads admitted before any other command can be are served here (``_read_prefix``),
+        # the rest of the die by the event loop behind them (their releases carried, their planes' free times)
+        nc0 = cofs[d + 1] - cofs[d]
+        ctl = cts[cofs[d]:cofs[d + 1]]
+        fs = fs_b[:m]
+        fs[:] = 0
+        for q in range(npd):
+            pfs_b[q] = pfl[q]
+        nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b, fa_b,
+                                  cv_b, hp_b)
+        nread = 0
         for k in range(m):
-            i = order[a + k]
-            start[i] = s[k]
-            end[i] = e[k]
-            adm[i] = ad[k]
-            rdy[i] = r[k]
+            if kl[k] == 0:
+                nread += 1
+        # (``_plane_die`` is tried only where the die's other commands and carried releases do not alone fill
+        # its queue depth: else its check nearly always fails, after a whole schedule of the die)
+        if nf < nread and m - nread + nc0 <= Q:
+            # reads after the first other command: where the depth never binds, the die's planes alone
+            # (``_plane_die``); else the fast reads again and the loop behind them
+            for q in range(npd):
+                pfl[q] = pfs_b[q]
+            fs[:] = 0
+            if _plane_die(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fe_b, fa_b, pr_b, ps_b,
+                          wk_b):
+                for k in range(m):
+                    i = order[a + k]
+                    start[i] = ps_b[k]
+                    end[i] = fe_b[k]
+                    adm[i] = fa_b[k]
+                    rdy[i] = pr_b[k]
+                for q in range(npd):
+                    pf[pl_l[q]] = pfl[q]
+                    ploc[pl_l[q]] = -1
+                continue
+            if nf > 0:
+                nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b,
+                                          fa_b, cv_b, hp_b)
+        if 0 < nf < m and nf * _FAST_MIN_SHARE < m:    # too few to pay for the rest's copy: the loop on all
+            for q in range(npd):
+                pfl[q] = pfs_b[q]
+            fs[:] = 0
+            nf = 0
+        # the commands the event loop schedules: all of the die, or those after the fast reads (compacted into
+        # the rest's buffers: index order kept, gates renumbered, floored at X); one call site of the loop (two
+        # would make numba compile and LLVM optimize its body twice)
+        if nf == 0:
+            nr_ = m
+            K, R, PL, S, G, GX, F, J = kl, rl, pll, sl, gl, gxl, fll, jl
+            hf = has_floor
+            for c in range(nc0):
+                cv_b[c] = ctl[c]
+            ncv = nc0
+        else:
+            w = 0
+            for k in range(m):
+                i = order[a + k]
+                if fs[k] == 1:
+                    start[i] = fe_b[k] - sl[k]
+                    end[i] = fe_b[k]
+                    adm[i] = fa_b[k]
+                    rdy[i] = rl[k]
+                else:
+                    rmap[k] = w
+                    kl2[w] = kl[k]
+                    rl2[w] = rl[k]
+                    pll2[w] = pll[k]
+                    sl2[w] = sl[k]
+                    gl2[w] = gl[k]
+                    gxl2[w] = gxl[k]
+                    fll2[w] = fll[k] if has_floor and fll[k] > X else X
+                    jl2[w] = jl[k]
+                    ix2[w] = i
+                    w += 1
+            nr_ = w
+            for k in range(nr_):
+                if gl2[k] >= 0:
+                    gl2[k] = rmap[gl2[k]]
+            K, R, PL, S, G, GX, F, J = (kl2[:nr_], rl2[:nr_], pll2[:nr_], sl2[:nr_], gl2[:nr_], gxl2[:nr_], fll2[:nr_],
+                                        jl2[:nr_])
+            hf = nr_ >= 0                          # (True as a run-time bool, the type of has_floor)
+        if nr_ > 0:
+            s, e, ad, r, okd = _simulate_loop(K, R, PL, dl_b[:nr_], S, t_cmd, Q, pfl, cz_b[:ncv], cv_b[:ncv].copy(), G,
+                                              GX, F, hf, J)
+            if not okd:
+                ok = False
+            for k in range(nr_):
+                i = order[a + k] if nf == 0 else ix2[k]
+                start[i] = s[k]
+                end[i] = e[k]
+                adm[i] = ad[k]
+                rdy[i] = r[k]
         for q in range(npd):
             pf[pl_l[q]] = pfl[q]
             ploc[pl_l[q]] = -1
     return start, end, adm, rdy, ok, True
+
+
+_FAST_MIN_SHARE = 8       # _simulate_split serves a die's fast reads apart where they are at least 1/8 of its commands
+
+
+@accel.jit
+def _read_prefix(kind, ready, plane, service, gate, gate_x, floor, has_floor, join, t_cmd, Q, pf, ct, fast, fend,
+                 fadm, cout, hp):
+    """The reads of one die (``_simulate_split``'s slices) that the die's other commands cannot affect, served
+    as the reads-only die stage serves them (round 10). Reads go first at the die queue and at the plane, so
+    another command (program, copyback, erase) changes nothing for a read admitted at or before X, the earliest
+    time at which any of them can be admitted: X is the first time from the earliest time one of them can
+    reach the die (its ready time, a gated one's ready + min(gate_x, 0)) at which no read waits in the
+    reads-only schedule (a command is admitted only where no read waits); a read admitted by X reaches its
+    plane by X + t_cmd, no earlier than any other command, and is served before it (reads first, non-preemptive
+    only once started). Those reads are a prefix of the die's reads (admissions rise with (ready, seq)): they
+    get their reads-only admission, start and end (``fast[k] = 1``, ``fend``, ``fadm``); ``pf`` is moved past
+    them; ``cout[:nc]`` gets the slot releases the event loop for the rest is to carry: those after X of the
+    die's carried ones and the fast reads' ends, or, where the depth can bind, of the Q latest of them (a
+    command is admitted where fewer than Q releases lie after it: the others never decide anything). Every
+    other command is admitted at or after X in the full schedule (the other reads arrive after X), so the
+    caller floors the rest at X (a floor keeps the die-queue key and the ready time it reports) and its
+    schedule is then exactly the loop's on the rest with those releases: at X the same commands wait, with
+    the same keys, and the same releases lie ahead. Returns (how many, nc, X); 0 (nothing changed) where a read is gated,
+    joined or floored, the reads are not in ready order, a joined command holds a slot, or a gate names a
+    read."""
+    m = kind.shape[0]
+    nr = 0
+    rmin = _BIG
+    last = -_BIG
+    first = _BIG
+    for k in range(m):
+        if kind[k] == 0:
+            if nr == 0:
+                first = ready[k]
+            if gate[k] >= 0 or join[k] >= 0 or (has_floor and floor[k] > ready[k]) or ready[k] < last:
+                return 0, 0, 0
+            last = ready[k]
+            nr += 1
+        else:
+            if join[k] >= 0:
+                return 0, 0, 0
+            if gate[k] >= 0:
+                if kind[gate[k]] == 0:
+                    return 0, 0, 0
+                lo = ready[k] + (gate_x[k] if gate_x[k] < 0 else 0)
+            else:
+                lo = ready[k]
+            if lo < rmin:
+                rmin = lo
+    if nr == 0 or first > rmin:
+        return 0, 0, 0
+    # the reads-only schedule: admission at max(ready, the Q-th latest earlier release, carried ones
+    # included), the plane FCFS (``simulate``'s semantics with reads alone); a min-heap of the Q latest
+    # (``hp``: room for Q where the depth can bind)
+    nc = ct.shape[0]
+    bind = nc + nr >= Q
+    hs = 0
+    if bind:
+        for c in range(nc):
+            hs = _qheap_add(hp, hs, Q, ct[c])
+    X = rmin
+    nf = 0
+    for k in range(m):
+        if kind[k] != 0:
+            continue
+        if ready[k] > X:                           # no read waits at X: the other commands may start there
+            break
+        A = ready[k]
+        if bind and hs == Q and hp[0] > A:
+            A = hp[0]
+        if A > X:                                  # it waits at X: X moves to its admission
+            X = A
+        s = A + t_cmd
+        p = plane[k]
+        if pf[p] > s:
+            s = pf[p]
+        e = s + service[k]
+        pf[p] = e
+        if bind:
+            hs = _qheap_add(hp, hs, Q, e)
+        fast[k] = 1
+        fend[k] = e
+        fadm[k] = A
+        nf += 1
+    if nf == 0:
+        return 0, 0, 0
+    w = 0
+    if bind:
+        for c in range(hs):
+            if hp[c] > X:
+                cout[w] = hp[c]
+                w += 1
+        return nf, w, X
+    for c in range(nc):
+        if ct[c] > X:
+            cout[w] = ct[c]
+            w += 1
+    for k in range(m):
+        if fast[k] == 1 and fend[k] > X:
+            cout[w] = fend[k]
+            w += 1
+    return nf, w, X
+
+
+_PLANE_DIE_MAX = 256       # _plane_die: at most this many commands on one plane (a grant scans its plane for gated ones)
+
+
+@accel.jit
+def _plane_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, join, t_cmd, Q, pf, ct, en, ad, rd, st, wk):
+    """One die's schedule where its queue depth never binds (round 10): every command is then admitted when it
+    reaches the die (its ready time, floored; a gated one at max(ready, its gate's end) + gate_x, floored; a
+    joined one holds its slot already), so the die's planes are independent non-preemptive queues that serve
+    reads first, each class by (plane arrival, seq), from the plane's free time: each plane is scheduled alone
+    here. Kept only where it is the event loop's schedule: every gate names an earlier command of the same plane,
+    every service is positive, and at each admission time t the commands outstanding -- carried releases after
+    t, joined commands not ended by t, commands admitted by t (those arriving at t included) not ended by t --
+    are at most Q (a slot freed at t serves an arrival at t; the order of an instant's admissions then does not
+    matter). Returns True with start, end, admission, ready in ``st``, ``en``, ``ad``, ``rd`` and ``pf`` moved;
+    False with ``pf`` unchanged. ``wk``: scratch (int64, at least 3 npd + 12 m + 3; no allocation here:
+    a die's call is a few microseconds)."""
+    m = kind.shape[0]
+    npd = pf.shape[0]
+    nj = 0
+    for k in range(m):
+        if service[k] <= 0:
+            return False
+        if join[k] >= 0:
+            nj += 1
+        elif gate[k] >= 0:
+            g = gate[k]
+            if g >= k or plane[g] != plane[k]:
+                return False
+    nc = ct.shape[0]
+    o = 0
+    pofs = wk[o:o + npd + 1]
+    o += npd + 1
+    fill = wk[o:o + npd]
+    o += npd
+    lst = wk[o:o + m]
+    o += m
+    pa = wk[o:o + m]
+    o += m
+    st_ = wk[o:o + m]                           # 0 waits for its gate, 1 known plane arrival, 2 scheduled
+    o += m
+    pfn = wk[o:o + npd]
+    o += npd
+    rt = wk[o:o + m]                            # per plane: a heap of reads and one of the others, by (arrival, seq)
+    o += m
+    ri = wk[o:o + m]
+    o += m
+    ot = wk[o:o + m]
+    o += m
+    oi = wk[o:o + m]
+    o += m
+    A = wk[o:o + m]
+    o += m
+    E = wk[o:o + m + 1]
+    o += m + 1
+    C = wk[o:o + m + 1]
+    o += m + 1
+    tmp = wk[o:o + m]
+    for q in range(npd + 1):
+        pofs[q] = 0
+    for k in range(m):
+        pofs[plane[k] + 1] += 1
+    for q in range(npd):
+        if pofs[q + 1] > _PLANE_DIE_MAX:
+            return False
+        pofs[q + 1] += pofs[q]
+    for q in range(npd):
+        fill[q] = pofs[q]
+    for k in range(m):
+        lst[fill[plane[k]]] = k
+        fill[plane[k]] += 1
+    for k in range(m):
+        rd[k] = ready[k]
+        if join[k] >= 0:
+            ad[k] = join[k] - t_cmd
+            pa[k] = join[k]
+            st_[k] = 1
+        elif gate[k] < 0:
+            r = ready[k]
+            if has_floor and floor[k] > r:
+                r = floor[k]
+            ad[k] = r
+            pa[k] = r + t_cmd
+            st_[k] = 1
+        else:
+            st_[k] = 0
+    for q in range(npd):
+        t = pf[q]
+        left = pofs[q + 1] - pofs[q]
+        rs = 0
+        os_ = 0
+        for z in range(pofs[q], pofs[q + 1]):
+            j = lst[z]
+            if st_[j] == 1:
+                if kind[j] == 0:
+                    rs = _hpush(rt, ri, rs, pa[j], j)
+                else:
+                    os_ = _hpush(ot, oi, os_, pa[j], j)
+        while left > 0:
+            if rs > 0 and rt[0] <= t:
+                best = ri[0]
+                rs = _hpop(rt, ri, rs)
+            elif os_ > 0 and ot[0] <= t:
+                best = oi[0]
+                os_ = _hpop(ot, oi, os_)
+            else:
+                nxt = _BIG
+                if rs > 0:
+                    nxt = rt[0]
+                if os_ > 0 and ot[0] < nxt:
+                    nxt = ot[0]
+                if nxt == _BIG:                      # a gate that never runs: the event loop says so
+                    return False
+                t = nxt
+                continue
+            st[best] = t
+            e = t + service[best]
+            en[best] = e
+            st_[best] = 2
+            left -= 1
+            t = e
+            for z in range(pofs[q], pofs[q + 1]):
+                j = lst[z]
+                if st_[j] == 0 and gate[j] == best:
+                    r = (ready[j] if ready[j] > e else e) + gate_x[j]
+                    rd[j] = r
+                    if has_floor and floor[j] > r:
+                        r = floor[j]
+                    ad[j] = r
+                    pa[j] = r + t_cmd
+                    st_[j] = 1
+                    if kind[j] == 0:
+                        rs = _hpush(rt, ri, rs, pa[j], j)
+                    else:
+                        os_ = _hpush(ot, oi, os_, pa[j], j)
+        pfn[q] = t
+    # the queue depth: outstanding at each admission time at most Q
+    na = m - nj
+    if nc + m > Q and na > 0:
+        w = 0
+        for k in range(m):
+            if join[k] < 0:
+                A[w] = ad[k]
+                w += 1
+        _sort_runs(A, na, tmp)                      # (in index order a few ascending runs: about one pass)
+        # E[i]: the ends and carried releases first counted at A[i] (the first admission time not before them;
+        # by binary search: no sort of the ends), then a sweep over the admission times
+        for i in range(na + 1):
+            E[i] = 0
+            C[i] = 0
+        amax = A[na - 1]
+        for k in range(m + nc):
+            v = en[k] if k < m else ct[k - m]
+            if v > amax:
+                continue
+            lo = 0
+            hi = na
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if A[mid] < v:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if k < m:
+                E[lo] += 1
+            else:
+                C[lo] += 1
+        ie = 0
+        ic = 0
+        ia = 0
+        while ia < na:
+            t = A[ia]
+            while ia < na and A[ia] == t:
+                ie += E[ia]
+                ic += C[ia]
+                ia += 1
+            if (nc - ic) + ia + nj - ie > Q:
+                return False
+    for q in range(npd):
+        pf[q] = pfn[q]
+    return True
+
+
+@accel.jit
+def _sort_runs(a, n, tmp):
+    """``a[:n]`` sorted in place by a natural merge sort of its ascending runs (``tmp``: room for n)."""
+    if n < 2:
+        return
+    while True:
+        i = 0
+        runs = 0
+        while i < n:
+            j = i + 1
+            while j < n and a[j - 1] <= a[j]:
+                j += 1
+            if j >= n:
+                if runs == 0:
+                    return
+                for k in range(i, n):
+                    tmp[k] = a[k]
+                runs += 1
+                break
+            h = j + 1
+            while h < n and a[h - 1] <= a[h]:
+                h += 1
+            x = i
+            y = j
+            for k in range(i, h):
+                if y >= h or (x < j and a[x] <= a[y]):
+                    tmp[k] = a[x]
+                    x += 1
+                else:
+                    tmp[k] = a[y]
+                    y += 1
+            runs += 1
+            i = h
+        for k in range(n):
+            a[k] = tmp[k]
+        if runs == 1:
+            return
+
+
+@accel.jit
+def _hpush(ht, hi, hs, t, i):
+    """Push (t, i) on the binary min-heap ``ht[:hs]``, ``hi[:hs]`` ordered by (t, i); returns the new size."""
+    j = hs
+    while j > 0:
+        q = (j - 1) >> 1
+        if ht[q] < t or (ht[q] == t and hi[q] < i):
+            break
+        ht[j] = ht[q]
+        hi[j] = hi[q]
+        j = q
+    ht[j] = t
+    hi[j] = i
+    return hs + 1
+
+
+@accel.jit
+def _hpop(ht, hi, hs):
+    """Remove the top of the heap ``_hpush`` keeps; returns the new size."""
+    hs -= 1
+    t = ht[hs]
+    i = hi[hs]
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= hs:
+            break
+        if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hi[c + 1] < hi[c])):
+            c += 1
+        if ht[c] > t or (ht[c] == t and hi[c] > i):
+            break
+        ht[j] = ht[c]
+        hi[j] = hi[c]
+        j = c
+    ht[j] = t
+    hi[j] = i
+    return hs
+
+
+@accel.jit
+def _qheap_add(hp, hs, Q, v):
+    """Keep the Q largest values in the min-heap ``hp[:hs]``; returns the new size."""
+    if hs < Q:
+        j = hs
+        hs += 1
+        while j > 0:
+            q = (j - 1) >> 1
+            if hp[q] <= v:
+                break
+            hp[j] = hp[q]
+            j = q
+        hp[j] = v
+        return hs
+    if v <= hp[0]:
+        return hs
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= hs:
+            break
+        if c + 1 < hs and hp[c + 1] < hp[c]:
+            c += 1
+        if hp[c] >= v:
+            break
+        hp[j] = hp[c]
+        j = c
+    hp[j] = v
+    return hs
 
 
 @accel.jit
