@@ -52,11 +52,11 @@ from . import eventsim
 from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
-from .kernels import (_carry_keep, _chan_fcfs, _chan_fcfs_packed, _dup_planes, _ends_get, _extreme_at, _fifo_carry,
-                      _decided_put, _fifo_loop, _gated_split, _l2p_swap, _ngate_bases, _ngate_scan, _parts_update,
-                      _min_where, _pending_take,
-                      _latest_q, _lookup_events, _packed_build, _packed_build_into, _packed_sort, _pending_fields, _pid_map, _read_front,
-                      _read_pass, _ring_loop, _tail_scan)
+from .kernels import (_buf_rows, _carry_keep, _chan_fcfs, _chan_fcfs_packed, _decided_put, _dup_planes, _ends_get,
+                      _event_decide, _extreme_at, _fifo_carry, _fifo_loop, _gated_split, _l2p_swap, _latest_q,
+                      _lookup_events, _min_where, _ngate_bases, _ngate_scan, _packed_build, _packed_build_into,
+                      _packed_sort, _parts_update, _pending_fields, _pending_take, _pid_map, _read_front, _read_pass,
+                      _read_ready, _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -1363,25 +1363,34 @@ class MediaEngine:
             E[mi] = self._array_ops(ta[mi], die[mi], plane[mi], cmds)
         # data ready, buffer state
         early = ta + t_cmd
+        twin = accel.enabled() and E.dtype == np.int64 and pready.dtype == np.int64
+        q0 = None
         if allmiss:
             rd = E
+        elif twin and ta.dtype == np.int64 and ref.dtype == np.int64 and miss.dtype == np.bool_:
+            rd, q0, nh, nco = _read_ready(ta, t_cmd, g.t_read_ns, miss, ref, E, pready)
+            self.n["coalesced_reads"] += nco
+            self.n["buffer_hits"] += nh - nco
         else:
             rb = np.where(ref >= 0, E[np.maximum(ref, 0)], pready[np.clip(-1 - ref, 0, len(pready) - 1)]
                           if len(pready) else 0)
             hitm = ~miss
             rd = np.where(miss, E, np.maximum(early, rb))
-        if not allmiss:
             nh = int(hitm.sum())
             nco = int((rb[hitm] > early[hitm]).sum())
             self.n["coalesced_reads"] += nco
             self.n["buffer_hits"] += nh - nco
         E1 = E if n else np.zeros(1, np.int64)   # a part without reads refers to no read (sr < 0 everywhere)
         for up, sp, sr in states:
+            if twin and up.dtype == np.int64 and sp.dtype == np.int64 and sr.dtype == np.int64:
+                _buf_rows(self.bpage, self.bready, up, sp, sr, E1, pready)    # (the same rows, in place)
+                continue
             rv = np.where(sr >= 0, E1[np.maximum(sr, 0)], pready[np.clip(-1 - sr, 0, len(pready) - 1)]
                           if len(pready) else 0)
             self.bpage[up] = sp
             self.bready[up] = np.where(sp >= 0, rv, 0)
-        q0 = early + g.t_read_ns if allmiss else early + np.where(miss, g.t_read_ns, 0)
+        if q0 is None:
+            q0 = early + g.t_read_ns if allmiss else early + np.where(miss, g.t_read_ns, 0)
         return {"ch": ch, "rd": rd, "x": x, "seq": seq, "serial": tser, "q0": q0}
 
     def _reads_small(self, ta, lpn, ch, die, plane, x, seq, tser):
@@ -1583,18 +1592,24 @@ class MediaEngine:
             self.n["event_dies"] += int(evd.sum())
             # decided: every read (a later arrival joins its plane later, and reads go before programs) and
             # every command that starts before the limit or before a read of its plane
-            isr = kind == READ
-            lrs = np.full(g.planes, -1, np.int64)
-            if isr.any():
-                _max_at(lrs, pl[isr], start[isr])
-            dec = isr | (start < limit) | (start < lrs[pl])
-            # decided state: plane free after the decided commands, their slot releases, program ends
-            self.plane_free[:] = pf0
-            _max_at(self.plane_free, pl[dec], end[dec])
             cd_old, ct_old = carry
+            if (accel.enabled() and all(a.dtype == np.int64 for a in (start, end, pl, dd, cd_old, ct_old))
+                    and self.plane_free.flags.c_contiguous):
+                # (the same dec, plane_free and carried releases in one compiled pass)
+                dec, sd, st = _event_decide(kind, start, end, pl, dd, limit, READ, pf0, self.plane_free,
+                                            cd_old, ct_old)
+            else:
+                isr = kind == READ
+                lrs = np.full(g.planes, -1, np.int64)
+                if isr.any():
+                    _max_at(lrs, pl[isr], start[isr])
+                dec = isr | (start < limit) | (start < lrs[pl])
+                # decided state: plane free after the decided commands, their slot releases, program ends
+                self.plane_free[:] = pf0
+                _max_at(self.plane_free, pl[dec], end[dec])
+                sd, st = np.concatenate([cd_old, dd[dec]]), np.concatenate([ct_old, end[dec]])
             # (pending commands are re-admitted from _dec_h on: the releases after it are kept)
-            self.slots.put(np.concatenate([cd_old, dd[dec]]), np.concatenate([ct_old, end[dec]]),
-                           min(self.horizon, self._dec_h))
+            self.slots.put(sd, st, min(self.horizon, self._dec_h))
             if self.trace is not None:
                 self.trace.append(("plane", pl[dec], start[dec], end[dec]))
             Er[ri] = end[:nri]
@@ -2495,4 +2510,4 @@ WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chain
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,
-              _ngate_bases, _decided_put, _min_where)
+              _ngate_bases, _decided_put, _min_where, _event_decide, _read_ready, _buf_rows)

@@ -1371,3 +1371,108 @@ def _min_where(a, key, neg):
                 mn = a[i]
                 found = True
     return found, mn
+
+
+@accel.jit
+def _event_decide(kind, start, end, pl, dd, limit, read_kind, pf0, plane_free, cd_old, ct_old):
+    """``MediaEngine._array_ops``' decision after the event scheduler, loop form (compiled by numba): ``dec`` (every
+    read, and every command that starts before ``limit`` or before a read of its plane starts), ``plane_free`` set to
+    ``pf0`` and then to the latest end of the decided commands of each plane (``np.maximum.at``), and the carried
+    releases to put: ``cd_old`` then the decided commands' dies, ``ct_old`` then their ends (the numpy form's
+    concatenations, in index order). Returns (dec, die, t)."""
+    n = kind.shape[0]
+    lrs = np.full(pf0.shape[0], -1, np.int64)      # each plane's latest read start
+    for i in range(n):
+        if kind[i] == read_kind and start[i] > lrs[pl[i]]:
+            lrs[pl[i]] = start[i]
+    dec = np.empty(n, np.bool_)
+    nd = 0
+    for i in range(n):
+        s = start[i]
+        d = kind[i] == read_kind or s < limit or s < lrs[pl[i]]
+        dec[i] = d
+        if d:
+            nd += 1
+    plane_free[:] = pf0
+    no = cd_old.shape[0]
+    od = np.empty(no + nd, np.int64)
+    ot = np.empty(no + nd, np.int64)
+    od[:no] = cd_old
+    ot[:no] = ct_old
+    k = no
+    for i in range(n):
+        if dec[i]:
+            p = pl[i]
+            e = end[i]
+            if e > plane_free[p]:
+                plane_free[p] = e
+            od[k] = dd[i]
+            ot[k] = e
+            k += 1
+    return dec, od, ot
+
+
+@accel.jit
+def _read_ready(ta, t_cmd, t_read, miss, ref, E, pready):
+    """``MediaEngine._reads``' data ready of a batch with buffer hits, loop form (compiled by numba): a miss's data
+    is ready at its sense end ``E``, a hit's at max(arrival + t_cmd, the end of the read it refers to (``ref`` >= 0:
+    ``E[ref]``; < 0: the buffered page's ready time ``pready[-1 - ref]``, clipped into range; 0 where there is none));
+    q0 = arrival + t_cmd (+ t_read for a miss). Returns (rd, q0, hits, coalesced hits: ready after arrival + t_cmd)."""
+    n = ta.shape[0]
+    rd = np.empty(n, np.int64)
+    q0 = np.empty(n, np.int64)
+    npr = pready.shape[0]
+    nh = 0
+    nco = 0
+    for i in range(n):
+        early = ta[i] + t_cmd
+        if miss[i]:
+            rd[i] = E[i]
+            q0[i] = early + t_read
+        else:
+            r = ref[i]
+            if r >= 0:
+                rb = E[r]
+            elif npr:
+                j = -1 - r
+                if j > npr - 1:
+                    j = npr - 1
+                rb = pready[j]
+            else:
+                rb = 0
+            nh += 1
+            if rb > early:
+                nco += 1
+                rd[i] = rb
+            else:
+                rd[i] = early
+            q0[i] = early
+    return rd, q0, nh, nco
+
+
+@accel.jit
+def _buf_rows(bpage, bready, up, sp, sr, E1, pready):
+    """``MediaEngine._reads``' buffer state of a lookup's planes, loop form (compiled by numba): row ``up[u]`` of
+    ``bpage`` <- ``sp[u]``, of ``bready`` <- the ready time of each buffered page (``sr`` >= 0: ``E1[sr]``, < 0:
+    ``pready[-1 - sr]`` clipped into range, 0 where there is none; 0 for an empty slot, ``sp`` < 0), in place."""
+    npr = pready.shape[0]
+    for u in range(up.shape[0]):
+        p = up[u]
+        for c in range(sp.shape[1]):
+            pg = sp[u, c]
+            bpage[p, c] = pg
+            if pg >= 0:
+                r = sr[u, c]
+                if r >= 0:
+                    bready[p, c] = E1[r]
+                elif npr:
+                    j = -1 - r
+                    if j < 0:
+                        j = 0
+                    if j > npr - 1:
+                        j = npr - 1
+                    bready[p, c] = pready[j]
+                else:
+                    bready[p, c] = 0
+            else:
+                bready[p, c] = 0
