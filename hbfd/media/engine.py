@@ -100,6 +100,56 @@ def _max_at(out: np.ndarray, idx: np.ndarray, val: np.ndarray, larger: bool = Tr
         np.minimum.at(out, idx, val)
 
 
+def _event_decided(kind, start, end, pl, dd, limit, pf0, plane_free, cd_old, ct_old):
+    """``_array_ops``' decision after the event scheduler: ``dec`` (every read, and every command that starts before
+    ``limit`` or before the latest read start of its plane), ``plane_free`` set to ``pf0`` and then raised to the
+    decided commands' ends, and the carried releases to put (``cd_old`` then the decided dies, ``ct_old`` then their
+    ends). By ``kernels._event_decide`` where the twins run (int64 arrays). Returns (dec, die, t)."""
+    if (accel.enabled() and plane_free.flags.c_contiguous and plane_free.dtype == np.int64
+            and all(a.dtype == np.int64 for a in (start, end, pl, dd, pf0, cd_old, ct_old))):
+        return _event_decide(kind, start, end, pl, dd, limit, READ, pf0, plane_free, cd_old, ct_old)
+    isr = kind == READ
+    lrs = np.full(len(plane_free), -1, np.int64)
+    if isr.any():
+        _max_at(lrs, pl[isr], start[isr])
+    dec = isr | (start < limit) | (start < lrs[pl])
+    plane_free[:] = pf0
+    _max_at(plane_free, pl[dec], end[dec])
+    return dec, np.concatenate([cd_old, dd[dec]]), np.concatenate([ct_old, end[dec]])
+
+
+def _data_ready(ta, t_cmd, t_read, miss, ref, E, pready):
+    """``_reads``' data ready of a batch's reads where some hit a page buffer: a miss's at its sense end ``E``, a hit's at
+    max(arrival + t_cmd, its source's ready: ``E[ref]`` for ``ref`` >= 0, else the buffered ``pready[-1 - ref]``);
+    q0 = arrival + t_cmd, + t_read for a miss. By ``kernels._read_ready`` where the twins run. Returns (rd, q0,
+    hits, coalesced hits: those whose source is ready after arrival + t_cmd)."""
+    if (accel.enabled() and miss.dtype == np.bool_
+            and all(a.dtype == np.int64 for a in (ta, ref, E, pready))):
+        return _read_ready(ta, t_cmd, t_read, miss, ref, E, pready)
+    early = ta + t_cmd
+    rb = np.where(ref >= 0, E[np.maximum(ref, 0)], pready[np.clip(-1 - ref, 0, len(pready) - 1)]
+                  if len(pready) else 0)
+    hitm = ~miss
+    rd = np.where(miss, E, np.maximum(early, rb))
+    nh = int(hitm.sum())
+    nco = int((rb[hitm] > early[hitm]).sum())
+    return rd, early + np.where(miss, t_read, 0), nh, nco
+
+
+def _buffer_rows(bpage, bready, up, sp, sr, E1, pready) -> None:
+    """``_reads``' page-buffer state of a lookup's planes ``up``, in place: pages ``sp``, each one's ready time from
+    ``sr`` (>= 0: ``E1[sr]``, else ``pready[-1 - sr]``), 0 for an empty slot. By ``kernels._buf_rows`` where the
+    twins run."""
+    if (accel.enabled() and bpage.flags.c_contiguous and bready.flags.c_contiguous
+            and all(a.dtype == np.int64 for a in (bpage, bready, up, sp, sr, E1, pready))):
+        _buf_rows(bpage, bready, up, sp, sr, E1, pready)
+        return
+    rv = np.where(sr >= 0, E1[np.maximum(sr, 0)], pready[np.clip(-1 - sr, 0, len(pready) - 1)]
+                  if len(pready) else 0)
+    bpage[up] = sp
+    bready[up] = np.where(sp >= 0, rv, 0)
+
+
 def _concat_records(parts: list[np.ndarray]) -> np.ndarray:
     """``np.concatenate`` of completion arrays (COMPLETION_BATCH_DTYPE), as their bytes: the same array, about
     8x faster (numpy copies a packed structured dtype element by element)."""
@@ -1362,35 +1412,16 @@ class MediaEngine:
                 mi = np.arange(n, dtype=np.int64)
             E[mi] = self._array_ops(ta[mi], die[mi], plane[mi], cmds)
         # data ready, buffer state
-        early = ta + t_cmd
-        twin = accel.enabled() and E.dtype == np.int64 and pready.dtype == np.int64
-        q0 = None
         if allmiss:
             rd = E
-        elif twin and ta.dtype == np.int64 and ref.dtype == np.int64 and miss.dtype == np.bool_:
-            rd, q0, nh, nco = _read_ready(ta, t_cmd, g.t_read_ns, miss, ref, E, pready)
-            self.n["coalesced_reads"] += nco
-            self.n["buffer_hits"] += nh - nco
+            q0 = ta + t_cmd + g.t_read_ns
         else:
-            rb = np.where(ref >= 0, E[np.maximum(ref, 0)], pready[np.clip(-1 - ref, 0, len(pready) - 1)]
-                          if len(pready) else 0)
-            hitm = ~miss
-            rd = np.where(miss, E, np.maximum(early, rb))
-            nh = int(hitm.sum())
-            nco = int((rb[hitm] > early[hitm]).sum())
+            rd, q0, nh, nco = _data_ready(ta, t_cmd, g.t_read_ns, miss, ref, E, pready)
             self.n["coalesced_reads"] += nco
             self.n["buffer_hits"] += nh - nco
         E1 = E if n else np.zeros(1, np.int64)   # a part without reads refers to no read (sr < 0 everywhere)
         for up, sp, sr in states:
-            if twin and up.dtype == np.int64 and sp.dtype == np.int64 and sr.dtype == np.int64:
-                _buf_rows(self.bpage, self.bready, up, sp, sr, E1, pready)    # (the same rows, in place)
-                continue
-            rv = np.where(sr >= 0, E1[np.maximum(sr, 0)], pready[np.clip(-1 - sr, 0, len(pready) - 1)]
-                          if len(pready) else 0)
-            self.bpage[up] = sp
-            self.bready[up] = np.where(sp >= 0, rv, 0)
-        if q0 is None:
-            q0 = early + g.t_read_ns if allmiss else early + np.where(miss, g.t_read_ns, 0)
+            _buffer_rows(self.bpage, self.bready, up, sp, sr, E1, pready)
         return {"ch": ch, "rd": rd, "x": x, "seq": seq, "serial": tser, "q0": q0}
 
     def _reads_small(self, ta, lpn, ch, die, plane, x, seq, tser):
@@ -1593,21 +1624,7 @@ class MediaEngine:
             # decided: every read (a later arrival joins its plane later, and reads go before programs) and
             # every command that starts before the limit or before a read of its plane
             cd_old, ct_old = carry
-            if (accel.enabled() and all(a.dtype == np.int64 for a in (start, end, pl, dd, cd_old, ct_old))
-                    and self.plane_free.flags.c_contiguous):
-                # (the same dec, plane_free and carried releases in one compiled pass)
-                dec, sd, st = _event_decide(kind, start, end, pl, dd, limit, READ, pf0, self.plane_free,
-                                            cd_old, ct_old)
-            else:
-                isr = kind == READ
-                lrs = np.full(g.planes, -1, np.int64)
-                if isr.any():
-                    _max_at(lrs, pl[isr], start[isr])
-                dec = isr | (start < limit) | (start < lrs[pl])
-                # decided state: plane free after the decided commands, their slot releases, program ends
-                self.plane_free[:] = pf0
-                _max_at(self.plane_free, pl[dec], end[dec])
-                sd, st = np.concatenate([cd_old, dd[dec]]), np.concatenate([ct_old, end[dec]])
+            dec, sd, st = _event_decided(kind, start, end, pl, dd, limit, pf0, self.plane_free, cd_old, ct_old)
             # (pending commands are re-admitted from _dec_h on: the releases after it are kept)
             self.slots.put(sd, st, min(self.horizon, self._dec_h))
             if self.trace is not None:
