@@ -53,10 +53,10 @@ from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .kernels import (_buf_rows, _carry_keep, _chan_fcfs, _chan_fcfs_packed, _decided_put, _dup_planes, _ends_get,
-                      _event_decide, _extreme_at, _fifo_carry, _fifo_loop, _gated_split, _l2p_swap, _latest_q,
-                      _lookup_events, _min_where, _ngate_bases, _ngate_scan, _packed_build, _packed_build_into,
-                      _packed_sort, _parts_update, _pending_fields, _pending_take, _pid_map, _read_front, _read_pass,
-                      _read_ready, _ring_loop, _tail_scan)
+                      _event_decide, _event_inputs, _extreme_at, _fifo_carry, _fifo_loop, _gated_split, _l2p_swap,
+                      _latest_q, _lookup_events, _min_where, _ngate_bases, _ngate_scan, _packed_build,
+                      _packed_build_into, _packed_sort, _parts_update, _pending_fields, _pending_take, _pid_map,
+                      _read_front, _read_pass, _read_ready, _ring_loop, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -116,6 +116,32 @@ def _event_decided(kind, start, end, pl, dd, limit, pf0, plane_free, cd_old, ct_
     plane_free[:] = pf0
     _max_at(plane_free, pl[dec], end[dec])
     return dec, np.concatenate([cd_old, dd[dec]]), np.concatenate([ct_old, end[dec]])
+
+
+def _event_inputs_of(ri, r_read, plane_read, die_read, t_read, allc, base, gx, gidx):
+    """``_array_ops``' inputs of the event scheduler: the reads ``ri`` of the batch's (arrival, plane, die) (kind READ,
+    service ``t_read``, no gate, join or floor), then the commands ``allc`` (ready = ``base`` + ``gx`` where ungated,
+    ``gidx`` < 0, else ``base`` with gate_x = ``gx``; gate = ``gidx``). By ``kernels._event_inputs`` where the twins
+    run (int64 fields, uint8 kinds). Returns (kind, ready, plane, die, service, gate, gate_x, join, floor)."""
+    cols = (r_read, plane_read, die_read, base, gx, gidx, allc["plane"], allc["die"], allc["svc"], allc["join"],
+            allc["floor"])
+    if accel.enabled() and allc["kind"].dtype == np.uint8 and all(a.dtype == np.int64 for a in cols):
+        return _event_inputs(ri, r_read, plane_read, die_read, t_read, allc["kind"], base, gx, gidx, allc["plane"],
+                             allc["die"], allc["svc"], allc["join"], allc["floor"])
+    nri = len(ri)
+    ungated = gidx < 0
+    ready_c = np.where(ungated, base + gx, base)
+    kind = np.concatenate([np.zeros(nri, np.uint8), allc["kind"]])
+    ready = np.concatenate([r_read[ri], ready_c])
+    pl = np.concatenate([plane_read[ri], allc["plane"]])
+    dd = np.concatenate([die_read[ri], allc["die"]])
+    sv = np.concatenate([np.full(nri, t_read, np.int64), allc["svc"]])
+    z = np.full(nri, -1, np.int64)
+    gate = np.concatenate([z, gidx])
+    gxa = np.concatenate([np.zeros(nri, np.int64), np.where(ungated, 0, gx)])
+    join = np.concatenate([z, allc["join"]])
+    floor = np.concatenate([np.zeros(nri, np.int64), allc["floor"]])
+    return kind, ready, pl, dd, sv, gate, gxa, join, floor
 
 
 def _data_ready(ta, t_cmd, t_read, miss, ref, E, pready):
@@ -1601,18 +1627,8 @@ class MediaEngine:
                     if (ix < 0).any():
                         raise KeyError(int(gq[~kn][ix < 0][0]))
                     gidx[u] = ix + nri
-            ungated = gidx < 0
-            ready_c = np.where(ungated, base + gx, base)
-            kind = np.concatenate([np.zeros(nri, np.uint8), allc["kind"]])
-            ready = np.concatenate([r_read[ri], ready_c])
-            pl = np.concatenate([plane_read[ri], allc["plane"]])
-            dd = np.concatenate([die_read[ri], allc["die"]])
-            sv = np.concatenate([np.full(nri, g.t_read_ns, np.int64), allc["svc"]])
-            z = np.full(nri, -1, np.int64)
-            gate = np.concatenate([z, gidx])
-            gxa = np.concatenate([np.zeros(nri, np.int64), np.where(ungated, 0, gx)])
-            join = np.concatenate([z, allc["join"]])
-            floor = np.concatenate([np.zeros(nri, np.int64), allc["floor"]])
+            kind, ready, pl, dd, sv, gate, gxa, join, floor = _event_inputs_of(
+                ri, r_read, plane_read, die_read, g.t_read_ns, allc, base, gx, gidx)
             pf0 = self.plane_free.copy()          # (the scheduler changes only the planes of pl)
             carry = self.slots.take(evd)
             start, end, adm, rdy = eventsim.simulate_auto(kind, ready, pl, dd, sv, t_cmd=t_cmd,
@@ -2527,4 +2543,5 @@ WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chain
               _lookup_events, _chan_fcfs, _chan_fcfs_packed, _read_front, _read_pass, hist._bin_into, _packed_build,
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,
-              _ngate_bases, _decided_put, _min_where, _event_decide, _read_ready, _buf_rows)
+              _ngate_bases, _decided_put, _min_where, _event_decide, _read_ready, _buf_rows,
+              _event_inputs)

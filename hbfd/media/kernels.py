@@ -1476,3 +1476,51 @@ def _buf_rows(bpage, bready, up, sp, sr, E1, pready):
                     bready[p, c] = 0
             else:
                 bready[p, c] = 0
+
+
+@accel.jit
+def _event_inputs(ri, r_read, plane_read, die_read, t_read, kind_c, base, gx, gidx, plane_c, die_c, svc_c, join_c,
+                  floor_c):
+    """``MediaEngine._array_ops``' inputs of the event scheduler, loop form (compiled by numba): the reads ``ri``
+    (kind 0 = READ, their arrival, plane, die, service ``t_read``, no gate, join or floor) then the other commands
+    (ready = base + gx where ungated (``gidx`` < 0), else base with gate_x = gx; the gate index as given). Returns
+    (kind, ready, plane, die, service, gate, gate_x, join, floor)."""
+    nri = ri.shape[0]
+    nc = kind_c.shape[0]
+    n = nri + nc
+    kind = np.empty(n, np.uint8)
+    ready = np.empty(n, np.int64)
+    pl = np.empty(n, np.int64)
+    dd = np.empty(n, np.int64)
+    sv = np.empty(n, np.int64)
+    gate = np.empty(n, np.int64)
+    gxa = np.empty(n, np.int64)
+    join = np.empty(n, np.int64)
+    floor = np.empty(n, np.int64)
+    for k in range(nri):
+        i = ri[k]
+        kind[k] = 0
+        ready[k] = r_read[i]
+        pl[k] = plane_read[i]
+        dd[k] = die_read[i]
+        sv[k] = t_read
+        gate[k] = -1
+        gxa[k] = 0
+        join[k] = -1
+        floor[k] = 0
+    for j in range(nc):
+        k = nri + j
+        kind[k] = kind_c[j]
+        if gidx[j] < 0:
+            ready[k] = base[j] + gx[j]
+            gxa[k] = 0
+        else:
+            ready[k] = base[j]
+            gxa[k] = gx[j]
+        pl[k] = plane_c[j]
+        dd[k] = die_c[j]
+        sv[k] = svc_c[j]
+        gate[k] = gidx[j]
+        join[k] = join_c[j]
+        floor[k] = floor_c[j]
+    return kind, ready, pl, dd, sv, gate, gxa, join, floor

@@ -7,6 +7,7 @@ has compiled twins that give the numpy definitions' results bit for bit, and a c
 * ``engine._data_ready`` (``kernels._read_ready``) and ``engine._buffer_rows`` (``kernels._buf_rows``): data ready,
   hit counts and the page-buffer rows, off vs on, with refs to the batch's reads and to buffered pages (clipped),
   no buffered page, sources ready before, at and after arrival + t_cmd;
+* ``engine._event_inputs_of`` (``kernels._event_inputs``): the scheduler's input arrays, off vs on;
 * engine runs with hot pages (reads of pages just written and read: buffer hits, coalescing) off vs on, each twin
   reached, and with a twin changed by one ns or one decision the results differ.
 """
@@ -140,10 +141,10 @@ def _hot_stream(g, n, seed):
 
 def test_engine_runs_off_equal_on_through_the_glue_twins(monkeypatch):
     """Engine runs (mixed, hot pages, burst and spaced arrivals) give the same completions and stats with the twins
-    off and on, each of the three twins reached; with ``_event_decide`` deciding one command less, or ``_read_ready``
+    off and on, each of the four twins reached; with ``_event_decide`` deciding one command less, or ``_read_ready``
     readying a coalesced read 1 ns late, the results differ (the twins are what the runs use)."""
     g = _geometry("nominal", "profile")
-    calls = {"_event_decide": 0, "_read_ready": 0, "_buf_rows": 0}
+    calls = {"_event_decide": 0, "_read_ready": 0, "_buf_rows": 0, "_event_inputs": 0}
     for name in calls:
         orig = getattr(engine_mod, name)
 
@@ -191,3 +192,30 @@ def test_engine_runs_off_equal_on_through_the_glue_twins(monkeypatch):
             diff |= ref[1] != got[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
         assert diff, name
         monkeypatch.setattr(engine_mod, name, getattr(K, name))
+
+
+def test_event_inputs_twin_equals_numpy(monkeypatch):
+    """``engine._event_inputs_of`` (``kernels._event_inputs``): the scheduler's nine arrays, reads first then the
+    commands, gated ones (their base, their gate_x) and ungated ones (base + gx), off vs on; no read, no command."""
+    rng = np.random.default_rng(113)
+    for _ in range(600):
+        n = int(rng.choice([0, 1, 50, 900]))
+        nc = int(rng.choice([0, 1, 30, 500]))
+        r_read, plane_read = rng.integers(0, 10**6, n).astype(np.int64), rng.integers(0, 2048, n).astype(np.int64)
+        die_read = plane_read // 16
+        ri = np.flatnonzero(rng.random(n) < rng.random())
+        allc = {"kind": rng.choice([PROG, ERASE], nc).astype(np.uint8),
+                "plane": rng.integers(0, 2048, nc).astype(np.int64), "svc": rng.integers(1, 10**6, nc).astype(np.int64),
+                "join": np.where(rng.random(nc) < 0.2, rng.integers(0, 10**6, nc), -1).astype(np.int64),
+                "floor": np.where(rng.random(nc) < 0.2, rng.integers(0, 10**6, nc), 0).astype(np.int64)}
+        allc["die"] = allc["plane"] // 16
+        base = rng.integers(0, 10**6, nc).astype(np.int64)
+        gx = rng.integers(0, 5000, nc).astype(np.int64)
+        gidx = np.where(rng.random(nc) < 0.4, rng.integers(0, max(1, len(ri) + nc), nc), -1).astype(np.int64)
+        out = {}
+        for mode in ("off", "on"):
+            monkeypatch.setenv("HBFD_ACCEL", mode)
+            out[mode] = engine_mod._event_inputs_of(ri, r_read, plane_read, die_read, 7000, allc, base, gx, gidx)
+        for a, b in zip(out["off"], out["on"]):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert engine_mod._event_inputs.is_compiled()
