@@ -56,7 +56,7 @@ from .kernels import (_buf_rows, _carry_keep, _chan_fcfs, _chan_fcfs_packed, _de
                       _event_decide, _event_inputs, _extreme_at, _fifo_carry, _fifo_loop, _gated_split, _l2p_swap,
                       _latest_q, _lookup_events, _min_where, _ngate_bases, _ngate_scan, _packed_build,
                       _packed_build_into, _packed_sort, _parts_update, _pending_fields, _pending_take, _pid_map,
-                      _read_front, _read_pass, _read_ready, _ring_loop, _tail_scan)
+                      _read_front, _read_pass, _read_ready, _ring_loop, _split_items, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -142,6 +142,20 @@ def _event_inputs_of(ri, r_read, plane_read, die_read, t_read, allc, base, gx, g
     join = np.concatenate([z, allc["join"]])
     floor = np.concatenate([np.zeros(nri, np.int64), allc["floor"]])
     return kind, ready, pl, dd, sv, gate, gxa, join, floor
+
+
+def _split_rows(new: dict, commit: np.ndarray):
+    """``_channel_stage``'s split of channel items ``new`` (a dict of ``MediaEngine._DQ_KEYS`` arrays) by ``commit``:
+    (ci, the items at ci, di, the items at di), ci / di the rows with ``commit`` true / false, in order. By
+    ``kernels._split_items`` where the twins run (int64 fields)."""
+    keys = MediaEngine._DQ_KEYS
+    if (accel.enabled() and len(new) == len(keys) and all(new.get(k) is not None and new[k].dtype == np.int64
+                                                          for k in keys)):
+        ci, di, c, d = _split_items(commit, *(new[k] for k in keys))
+        return ci, dict(zip(keys, c)), di, dict(zip(keys, d))
+    ci = np.flatnonzero(commit)
+    di = np.flatnonzero(~commit)
+    return ci, {k: v[ci] for k, v in new.items()}, di, {k: v[di] for k, v in new.items()}
 
 
 def _data_ready(ta, t_cmd, t_read, miss, ref, E, pready):
@@ -977,10 +991,7 @@ class MediaEngine:
             ci = None
             cur = new
         else:
-            ci = np.flatnonzero(commit)
-            cur = {k: v[ci] for k, v in new.items()}
-            di = np.flatnonzero(~commit)
-            chunk = {k: v[di] for k, v in new.items()}
+            ci, cur, di, chunk = _split_rows(new, commit)
             self._dq.append(chunk)
             self._dq_min.append(int(chunk["rd"].min()))
             self._fresh.append(chunk["serial"])
@@ -1433,10 +1444,13 @@ class MediaEngine:
                         self.trace.append(("plane", plane[mi], E[mi] - g.t_read_ns, E[mi]))
             self.n["fast_batches"] += 1
         else:
-            E = np.zeros(n, np.int64)
-            if allmiss:
-                mi = np.arange(n, dtype=np.int64)
-            E[mi] = self._array_ops(ta[mi], die[mi], plane[mi], cmds)
+            if allmiss and ta.flags.c_contiguous and die.flags.c_contiguous and plane.flags.c_contiguous:
+                E = self._array_ops(ta, die, plane, cmds)      # (every read: no gathers; it reads them only)
+            else:
+                E = np.zeros(n, np.int64)
+                if allmiss:
+                    mi = np.arange(n, dtype=np.int64)
+                E[mi] = self._array_ops(ta[mi], die[mi], plane[mi], cmds)
         # data ready, buffer state
         if allmiss:
             rd = E
@@ -2544,4 +2558,4 @@ WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chain
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,
               _ngate_bases, _decided_put, _min_where, _event_decide, _read_ready, _buf_rows,
-              _event_inputs)
+              _event_inputs, _split_items)

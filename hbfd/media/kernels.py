@@ -1524,3 +1524,37 @@ def _event_inputs(ri, r_read, plane_read, die_read, t_read, kind_c, base, gx, gi
         join[k] = join_c[j]
         floor[k] = floor_c[j]
     return kind, ready, pl, dd, sv, gate, gxa, join, floor
+
+
+@accel.jit
+def _split_items(commit, ch, rd, x, seq, serial, q0):
+    """``MediaEngine._channel_stage``'s split of a batch's channel items into those decided now (``commit``) and
+    those deferred, loop form (compiled by numba): the same rows, in order, as gathering each field by
+    ``np.flatnonzero(commit)`` and by ``np.flatnonzero(~commit)``. Returns (ci, di, the six fields at ci, the six
+    at di)."""
+    n = commit.shape[0]
+    nc = 0
+    for i in range(n):
+        if commit[i]:
+            nc += 1
+    nd = n - nc
+    ci = np.empty(nc, np.int64)
+    di = np.empty(nd, np.int64)
+    a = 0
+    b = 0
+    for i in range(n):
+        if commit[i]:
+            ci[a] = i
+            a += 1
+        else:
+            di[b] = i
+            b += 1
+    cur = np.empty((6, nc), np.int64)
+    dfr = np.empty((6, nd), np.int64)
+    for f in range(6):
+        v = ch if f == 0 else rd if f == 1 else x if f == 2 else seq if f == 3 else serial if f == 4 else q0
+        for k in range(nc):
+            cur[f, k] = v[ci[k]]
+        for k in range(nd):
+            dfr[f, k] = v[di[k]]
+    return ci, di, cur, dfr

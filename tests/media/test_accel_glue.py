@@ -8,6 +8,7 @@ has compiled twins that give the numpy definitions' results bit for bit, and a c
   hit counts and the page-buffer rows, off vs on, with refs to the batch's reads and to buffered pages (clipped),
   no buffered page, sources ready before, at and after arrival + t_cmd;
 * ``engine._event_inputs_of`` (``kernels._event_inputs``): the scheduler's input arrays, off vs on;
+* ``engine._split_rows`` (``kernels._split_items``): the channel items decided now and deferred, off vs on;
 * engine runs with hot pages (reads of pages just written and read: buffer hits, coalescing) off vs on, each twin
   reached, and with a twin changed by one ns or one decision the results differ.
 """
@@ -141,10 +142,10 @@ def _hot_stream(g, n, seed):
 
 def test_engine_runs_off_equal_on_through_the_glue_twins(monkeypatch):
     """Engine runs (mixed, hot pages, burst and spaced arrivals) give the same completions and stats with the twins
-    off and on, each of the four twins reached; with ``_event_decide`` deciding one command less, or ``_read_ready``
+    off and on, each of the five twins reached; with ``_event_decide`` deciding one command less, or ``_read_ready``
     readying a coalesced read 1 ns late, the results differ (the twins are what the runs use)."""
     g = _geometry("nominal", "profile")
-    calls = {"_event_decide": 0, "_read_ready": 0, "_buf_rows": 0, "_event_inputs": 0}
+    calls = {"_event_decide": 0, "_read_ready": 0, "_buf_rows": 0, "_event_inputs": 0, "_split_items": 0}
     for name in calls:
         orig = getattr(engine_mod, name)
 
@@ -219,3 +220,25 @@ def test_event_inputs_twin_equals_numpy(monkeypatch):
         for a, b in zip(out["off"], out["on"]):
             assert a.dtype == b.dtype and np.array_equal(a, b)
     assert engine_mod._event_inputs.is_compiled()
+
+
+def test_split_rows_twin_equals_numpy(monkeypatch):
+    """``engine._split_rows`` (``kernels._split_items``): a batch's channel items split into decided and deferred
+    rows, in order, off vs on: none, all, some committed; one row."""
+    rng = np.random.default_rng(114)
+    keys = engine_mod.MediaEngine._DQ_KEYS
+    for _ in range(300):
+        n = int(rng.choice([1, 7, 300, 5000]))
+        new = {k: rng.integers(-5, 10**9, n).astype(np.int64) for k in keys}
+        commit = rng.random(n) < rng.choice([0.0, 0.3, 1.0])
+        out = {}
+        for mode in ("off", "on"):
+            monkeypatch.setenv("HBFD_ACCEL", mode)
+            out[mode] = engine_mod._split_rows(new, commit)
+        for a, b in zip(out["off"], out["on"]):
+            if isinstance(a, dict):
+                assert list(a) == list(b)
+                assert all(a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]) for k in a)
+            else:
+                assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert engine_mod._split_items.is_compiled()
