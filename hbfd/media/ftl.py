@@ -171,16 +171,18 @@ class Ftl:
             rows[:take] = fr[len(fr) - take:]
             del fr[len(fr) - take:]
         n0 = self._nrows
-        if n0 + k - take > len(self._pool):
-            # (rows from n0 on were never handed out: still -1; one new array, written once)
-            grow = max(len(self._pool), n0 + k - take - len(self._pool))
+        nf = k - take
+        if n0 + nf > len(self._pool):
+            # (rows from n0 on were never handed out: nothing reads them, so the new array's are left unwritten)
+            grow = max(len(self._pool), n0 + nf - len(self._pool))
             pool = np.empty((len(self._pool) + grow, self.ppb), np.int64)
             pool[:n0] = self._pool[:n0]
-            pool[n0:] = -1
             self._pool = pool
-        rows[take:] = np.arange(n0, n0 + k - take)
-        self._nrows = n0 + k - take
-        if take:                                      # given-back rows; the fresh ones are -1 already
+        rows[take:] = np.arange(n0, n0 + nf)
+        self._nrows = n0 + nf
+        if nf:                                        # fresh rows: set when handed out
+            self._pool[n0:n0 + nf] = -1
+        if take:                                      # given-back rows
             self._pool[rows[:take]] = -1
         return rows
 
@@ -357,7 +359,7 @@ class Ftl:
         if type(l2p) is dict:
             l2p.update(zip(lsl, ppn.tolist()))
         obl = ob_b.tolist()
-        rows = np.array([p2l[b] for b in obl], np.int64)
+        rows = np.fromiter(map(p2l.__getitem__, obl), np.int64, len(obl))
         pool.reshape(-1)[(rows * ppb + onx_b)[segid] + rank] = ls     # (pool[rows[segid], onx_b[segid] + rank])
         for b, k in zip(obl, cnt_b.tolist()):
             valid[b] += k
@@ -386,10 +388,8 @@ class Ftl:
             return
         self._fresh.update(dict.fromkeys(up.tolist(), 1))
         bs = up * self.bpp
-        state = self._state
+        np.frombuffer(self._state, np.uint8)[bs] = OPEN          # (the bytearray, through a view)
         bl = bs.tolist()
-        for b in bl:
-            state[b] = OPEN
         self.p2l.update(zip(bl, self._rows(len(bl)).tolist()))
         self._ob[up] = bs
         self._onx[up] = 0

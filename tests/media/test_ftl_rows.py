@@ -34,3 +34,18 @@ def test_rows_past_the_pool_are_unwritten_and_given_back_ones_come_first():
     assert set(more[:5].tolist()) == set(first[:5].tolist())
     assert len(f._pool) >= 125 and (f._pool[more] == -1).all()
     assert (f._pool[first[5:]] == 7).all()         # rows still held keep their pages across the growth
+
+
+def test_fresh_rows_are_unwritten_when_handed_out_after_the_pool_grew():
+    """Round 11 (2026-12-06): the grown pool's rows past those handed out are left unwritten (nothing reads them);
+    each is set to -1 when handed out, in the growth's call and in later calls that fit the pool, and rows held keep
+    their pages."""
+    f = Ftl(geom(blocks_per_plane=8, pages_per_block=16))
+    a = f._rows(64)
+    f._pool[a] = 3
+    b = f._rows(10)                                # grows to 128 rows: 64..73 handed out
+    assert len(f._pool) == 128 and (f._pool[b] == -1).all() and (f._pool[a] == 3).all()
+    f._pool[64:128] = 9                            # (rows 74.. not handed out: whatever they hold is never read)
+    f._pool[b] = 4
+    c = f._rows(20)                                # fits: 74..93
+    assert c.tolist() == list(range(74, 94)) and (f._pool[c] == -1).all() and (f._pool[b] == 4).all()
