@@ -781,18 +781,42 @@ def _carry_keep(d, t, dies, q):
     """``diestage.DieCarry.put``'s cut, loop form (compiled by numba): the ``q`` largest times ``t`` of each
     die ``d``, in (die, time) order (the same arrays as its stable sort by time then die and cut: equal
     times are equal values)."""
-    hv = np.empty((dies, q), np.int64)
-    hn = np.zeros(dies, np.int64)
-    for i in range(d.shape[0] - 1, -1, -1):
-        _heap_push(hv, hn, d[i], t[i], q)
-    od, ot = _heap_out(hv, hn)
-    k = 0
-    while k < od.shape[0]:                         # (each die's run: latest first -> earliest first)
-        j = k
-        while j + 1 < od.shape[0] and od[j + 1] == od[k]:
-            j += 1
-        ot[k:j + 1] = ot[k:j + 1][::-1].copy()
-        k = j + 1
+    n = d.shape[0]
+    st = np.zeros(dies + 1, np.int64)               # (round 11: each die's times gathered by a counting sort, its q
+    for i in range(n):                              # largest the end of its sorted run; bounded heaps before)
+        st[d[i] + 1] += 1
+    m = 0
+    for k in range(dies):
+        c = st[k + 1]
+        m += c if c < q else q
+        st[k + 1] += st[k]
+    pos = st[:dies].copy()
+    buf = np.empty(n, np.int64)
+    for i in range(n):
+        buf[pos[d[i]]] = t[i]
+        pos[d[i]] += 1
+    od = np.empty(m, np.int64)
+    ot = np.empty(m, np.int64)
+    j = 0
+    for k in range(dies):
+        a = st[k]
+        c = st[k + 1] - a
+        if c == 0:
+            continue
+        if c > 2 * q:                               # (many: the q largest by a partition, then sorted)
+            seg = np.sort(np.partition(buf[a:a + c], c - q)[c - q:])
+            o = 0
+        else:                                       # (few: the run sorted in place)
+            seg = buf[a:a + c]
+            seg.sort()
+            o = c - q if c > q else 0
+        c -= o
+        if c > q:
+            c = q
+        for r in range(c):
+            od[j + r] = k
+            ot[j + r] = seg[o + r]
+        j += c
     return od, ot
 
 
