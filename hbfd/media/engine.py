@@ -53,8 +53,8 @@ from .diestage import DieCarry, fifo_exact, small_int
 from .eventsim import COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .kernels import (_buf_rows, _carry_keep, _chan_fcfs, _chan_fcfs_packed, _decided_put, _dup_planes, _ends_get,
-                      _event_decide, _event_inputs, _extreme_at, _fifo_carry, _fifo_loop, _gated_split, _l2p_swap,
-                      _latest_q, _lookup_events, _min_where, _ngate_bases, _ngate_scan, _packed_build,
+                      _event_decide, _event_inputs, _event_merge, _extreme_at, _fifo_carry, _fifo_loop, _gated_split,
+                      _l2p_swap, _latest_q, _lookup_events, _min_where, _ngate_bases, _ngate_scan, _packed_build,
                       _packed_build_into, _packed_sort, _parts_update, _pending_fields, _pending_take, _pid_map,
                       _read_front, _read_pass, _read_ready, _ring_loop, _split_items, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
@@ -156,6 +156,24 @@ def _split_rows(new: dict, commit: np.ndarray):
     ci = np.flatnonzero(commit)
     di = np.flatnonzero(~commit)
     return ci, {k: v[ci] for k, v in new.items()}, di, {k: v[di] for k, v in new.items()}
+
+
+def _events_in_seq(plane, lpn, seq, inval):
+    """``_reads``' lookup events: the reads (plane, page, seq) and the invalidations ``inval`` (plane, page, seq) in seq
+    order, stable (a read before an invalidation of its seq), as (plane, page, is-read, read index or 0). By
+    ``kernels._event_merge`` (a merge of the two ascending parts) where the twins run and it applies."""
+    if accel.enabled() and all(a.dtype == np.int64 for a in (plane, lpn, seq, *inval)):
+        ok, ev_p, ev_g, ev_r, ev_i = _event_merge(plane, lpn, seq, *inval)
+        if ok:
+            return ev_p, ev_g, ev_r, ev_i
+    n, m = len(seq), len(inval[0])
+    ev_p = np.concatenate([plane, inval[0]])
+    ev_g = np.concatenate([lpn, inval[1]])
+    ev_r = np.concatenate([np.ones(n, bool), np.zeros(m, bool)])
+    ev_s = np.concatenate([seq, inval[2]])
+    ev_i = np.concatenate([np.arange(n, dtype=np.int64), np.zeros(m, np.int64)])
+    o = np.argsort(ev_s, kind="stable")
+    return ev_p[o], ev_g[o], ev_r[o], ev_i[o]
 
 
 def _data_ready(ta, t_cmd, t_read, miss, ref, E, pready):
@@ -1382,15 +1400,9 @@ class MediaEngine:
                 parts.append((vi, self._lookup_runs(plane[vi], lpn[vi])))
             li = np.flatnonzero(loopm)
             if len(li) == n:
-                ev_p, ev_g, ev_r, ev_s, ev_i = plane, lpn, np.ones(n, bool), seq, np.arange(n, dtype=np.int64)
+                ev_p, ev_g, ev_r, ev_i = plane, lpn, np.ones(n, bool), np.arange(n, dtype=np.int64)
                 if inval is not None and len(inval[0]):
-                    ev_p = np.concatenate([plane, inval[0]])
-                    ev_g = np.concatenate([lpn, inval[1]])
-                    ev_r = np.concatenate([np.ones(n, bool), np.zeros(len(inval[0]), bool)])
-                    ev_s = np.concatenate([seq, inval[2]])
-                    ev_i = np.concatenate([np.arange(n, dtype=np.int64), np.zeros(len(inval[0]), np.int64)])
-                    o = np.argsort(ev_s, kind="stable")
-                    ev_p, ev_g, ev_r, ev_i = ev_p[o], ev_g[o], ev_r[o], ev_i[o]
+                    ev_p, ev_g, ev_r, ev_i = _events_in_seq(plane, lpn, seq, inval)
                 li = np.arange(n, dtype=np.int64)
                 parts = [(None, self._lookup_loop(ev_p, ev_g, ev_r, ev_i))]   # (refs global already)
             else:
@@ -2558,4 +2570,4 @@ WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chain
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,
               _ngate_bases, _decided_put, _min_where, _event_decide, _read_ready, _buf_rows,
-              _event_inputs, _split_items)
+              _event_inputs, _split_items, _event_merge)

@@ -1582,3 +1582,39 @@ def _split_items(commit, ch, rd, x, seq, serial, q0):
         for k in range(nd):
             dfr[f, k] = v[di[k]]
     return ci, di, cur, dfr
+
+
+@accel.jit
+def _event_merge(plane, lpn, seq, ip, ipg, iseq):
+    """``MediaEngine._reads``' lookup events, loop form (compiled by numba): the reads (``plane``, ``lpn``, ``seq``)
+    and the invalidations (``ip``, ``ipg``, ``iseq``) in seq order, a read before an invalidation of the same seq
+    (the stable argsort of the concatenation), as (plane, page, is-read, read index or 0), by a merge where each
+    part's seqs do not decrease; (False, empty arrays) where one does (the caller sorts)."""
+    n = seq.shape[0]
+    m = iseq.shape[0]
+    for i in range(1, n):
+        if seq[i] < seq[i - 1]:
+            return False, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.bool_), np.empty(0, np.int64)
+    for j in range(1, m):
+        if iseq[j] < iseq[j - 1]:
+            return False, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.bool_), np.empty(0, np.int64)
+    ev_p = np.empty(n + m, np.int64)
+    ev_g = np.empty(n + m, np.int64)
+    ev_r = np.empty(n + m, np.bool_)
+    ev_i = np.empty(n + m, np.int64)
+    i = 0
+    j = 0
+    for k in range(n + m):
+        if j >= m or (i < n and seq[i] <= iseq[j]):
+            ev_p[k] = plane[i]
+            ev_g[k] = lpn[i]
+            ev_r[k] = True
+            ev_i[k] = i
+            i += 1
+        else:
+            ev_p[k] = ip[j]
+            ev_g[k] = ipg[j]
+            ev_r[k] = False
+            ev_i[k] = 0
+            j += 1
+    return True, ev_p, ev_g, ev_r, ev_i

@@ -9,6 +9,7 @@ has compiled twins that give the numpy definitions' results bit for bit, and a c
   no buffered page, sources ready before, at and after arrival + t_cmd;
 * ``engine._event_inputs_of`` (``kernels._event_inputs``): the scheduler's input arrays, off vs on;
 * ``engine._split_rows`` (``kernels._split_items``): the channel items decided now and deferred, off vs on;
+* ``engine._events_in_seq`` (``kernels._event_merge``): the lookup's reads and invalidations in seq order, off vs on;
 * engine runs with hot pages (reads of pages just written and read: buffer hits, coalescing) off vs on, each twin
   reached, and with a twin changed by one ns or one decision the results differ.
 """
@@ -142,10 +143,11 @@ def _hot_stream(g, n, seed):
 
 def test_engine_runs_off_equal_on_through_the_glue_twins(monkeypatch):
     """Engine runs (mixed, hot pages, burst and spaced arrivals) give the same completions and stats with the twins
-    off and on, each of the five twins reached; with ``_event_decide`` deciding one command less, or ``_read_ready``
+    off and on, each of the six twins reached; with ``_event_decide`` deciding one command less, or ``_read_ready``
     readying a coalesced read 1 ns late, the results differ (the twins are what the runs use)."""
     g = _geometry("nominal", "profile")
-    calls = {"_event_decide": 0, "_read_ready": 0, "_buf_rows": 0, "_event_inputs": 0, "_split_items": 0}
+    calls = {"_event_decide": 0, "_read_ready": 0, "_buf_rows": 0, "_event_inputs": 0, "_split_items": 0,
+             "_event_merge": 0}
     for name in calls:
         orig = getattr(engine_mod, name)
 
@@ -242,3 +244,29 @@ def test_split_rows_twin_equals_numpy(monkeypatch):
             else:
                 assert a.dtype == b.dtype and np.array_equal(a, b)
     assert engine_mod._split_items.is_compiled()
+
+
+def test_events_in_seq_twin_equals_numpy(monkeypatch):
+    """``engine._events_in_seq`` (``kernels._event_merge``): reads and invalidations in seq order, a read first on an
+    equal seq, off vs on; parts out of order (the twin declines, the sort decides), an empty part."""
+    rng = np.random.default_rng(115)
+    declined = 0
+    for _ in range(400):
+        n, m = int(rng.choice([0, 1, 40, 3000])), int(rng.choice([1, 5, 400]))
+        seq = np.sort(rng.integers(0, 3 * (n + m), n)).astype(np.int64)
+        iseq = np.sort(rng.integers(0, 3 * (n + m), m)).astype(np.int64)
+        if n and rng.random() < 0.3:
+            iseq[: m // 2] = rng.choice(seq, m // 2)            # equal seqs: the read first
+        if rng.random() < 0.15:
+            (seq if n > 1 and rng.random() < 0.5 else iseq)[::-1].sort()   # descending: declined
+            declined += 1
+        plane, lpn = rng.integers(0, 64, n).astype(np.int64), rng.integers(0, 10**6, n).astype(np.int64)
+        inval = (rng.integers(0, 64, m).astype(np.int64), rng.integers(0, 10**6, m).astype(np.int64), iseq)
+        out = {}
+        for mode in ("off", "on"):
+            monkeypatch.setenv("HBFD_ACCEL", mode)
+            out[mode] = engine_mod._events_in_seq(plane, lpn, seq, inval)
+        for a, b in zip(out["off"], out["on"]):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert declined > 20
+    assert engine_mod._event_merge.is_compiled()
