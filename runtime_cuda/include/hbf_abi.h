@@ -26,13 +26,13 @@
  *   .weak .func __hb_kernel_enter(.param .b32 kernel_index);
  *   .weak .func __hb_kernel_exit(.param .b32 kernel_index);
  *   .weak .func (.param .b64 until) __hb_inline_until(.param .b32 op);
+ *   .weak .func __hb_kernel_flush(.param .b32 kernel_index, .param .b32 rd_req, .param .b32 rd_granules,
+ *                                 .param .b64 rd_bytes, .param .b32 wr_req, .param .b64 wr_bytes,
+ *                                 .param .b32 ready_waits, .param .b64 slack_ns);
  *   .weak .func (.param .b64 until) __hb_inline_until_live(.param .b32 op, .param .b32 kernel_index,
  *                                 .param .b32 rd_req, .param .b32 rd_granules, .param .b64 rd_bytes,
  *                                 .param .b32 wr_req, .param .b64 wr_bytes, .param .b32 ready_waits,
  *                                 .param .b64 slack_ns);
- *   .weak .func __hb_kernel_flush(.param .b32 kernel_index, .param .b32 rd_req, .param .b32 rd_granules,
- *                                 .param .b64 rd_bytes, .param .b32 wr_req, .param .b64 wr_bytes,
- *                                 .param .b32 ready_waits, .param .b64 slack_ns);
  *   .weak .func (.param .b64 fut) __hb_issue_group(.param .b64 addrs, .param .b32 pmask,
  *                                                  .param .b64 nbpack, .param .b32 site);
  *   .weak .func (.param .b64 fut) __hb_tma(.param .b64 gaddr, .param .b32 c0, .param .b32 c1,
