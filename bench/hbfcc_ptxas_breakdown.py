@@ -128,7 +128,7 @@ def stub_body(head: str, name: str, opaque: bool) -> str:
     if opaque:
         lines.append(f"\tld.volatile.global.u64 %hbstub0, [{abi.STATE_GLOBAL}];")
     else:
-        val = abi.INLINE_NEVER if name == "__hb_inline_until" else 0
+        val = abi.INLINE_NEVER if name in ("__hb_inline_until", "__hb_inline_until_live") else 0
         lines.append(f"\tmov.u64 %hbstub0, {val};")
     lines.append("\t.reg .b32 %hbstubw<2>;\n\tcvt.u32.u64 %hbstubw0, %hbstub0;")
     for rn, size in rets:

@@ -185,7 +185,7 @@ def _stub_body(sig: abi.Signature) -> str:
     if not sig.returns:
         return "{ ret; }"
     w, n = sig.returns[0]
-    val = str(abi.INLINE_NEVER) if sig.name == "__hb_inline_until" else "0"
+    val = str(abi.INLINE_NEVER) if sig.name in ("__hb_inline_until", "__hb_inline_until_live") else "0"
     return f"{{ st.param.b{w} [{n}], {val}; ret; }}"
 
 

@@ -48,6 +48,7 @@ class Knobs:
     hoist_loads: bool = True       # HBFCC_HOIST_LOADS (default 1): loads move with their hoisted issue
     fast_groups: bool = True       # HBFCC_FAST_GROUPS (default 1): a group not served inline calls __hb_issue_group
     inline_multi: bool = True      # HBFCC_INLINE_MULTI (default 1): inline sites re-check the descriptor's ranges
+    inline_live: bool = True       # HBFCC_INLINE_LIVE (default 1): inline counters flushed at every until point
     launch_bound: bool = True      # HBFCC_LAUNCH_BOUND (default 1): .maxntid keeps plain blocks launchable
     sidecar: str = "auto"          # HBFCC_SIDECAR (auto|1|0): hbfcc-ptxas's <output>.hbfcc.json
     nvcc_step: bool = False        # HBFCC_NVCC_STEP (internal, set by the shadow toolkit's shim)
@@ -78,6 +79,7 @@ def load() -> Knobs:
         hoist_loads=env_bool("HBFCC_HOIST_LOADS", True),
         fast_groups=env_bool("HBFCC_FAST_GROUPS", True),
         inline_multi=env_bool("HBFCC_INLINE_MULTI", True),
+        inline_live=env_bool("HBFCC_INLINE_LIVE", True),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
         sidecar=_choice("HBFCC_SIDECAR", "auto", SIDECAR_CHOICES),
         nvcc_step=env_bool(ENV_NVCC_STEP, False),
@@ -136,6 +138,9 @@ DOCS: tuple[tuple[str, str, str], ...] = (
     ("HBFCC_INLINE_MULTI", "1", "an inline site (or issue group) whose warp misses the descriptor's first range "
      "re-checks its 2..4 ranges (helper ABI 6, docs/design.md §3.3; 0: the first range only, as before: less code, "
      "less ptxas time, kernels over several ranges call the helpers)"),
+    ("HBFCC_INLINE_LIVE", "1", "a thread's inline counters go to the kernel's counters also where it asks "
+     "__hb_inline_until (about once per activity period), so the live activity sees a running kernel's inline "
+     "requests (issue 17; 0: at its exit only, as before)"),
     ("HBFCC_LAUNCH_BOUND", "1", ".maxntid keeps the plain build's blocks launchable"),
     ("HBFCC_OCCUPANCY_GUARD", "0", ".maxnreg keeps the plain build's blocks per SM"),
     ("HBFCC_LINK_PRUNE", "1", "link only the helper functions and globals a module reaches (0: the whole "

@@ -446,6 +446,7 @@ class FunctionReport:
     hoisted_issues: int = 0          # load issues placed before earlier instructions (_hoist_target)
     issue_groups: int = 0            # groups of adjacent inline load issues (_group_code)
     multi_checks: int = 0            # multi-range re-checks (ABI 6: _multi_range_check), per site and per group
+    live_flushes: int = 0            # until points that flush the thread's inline counters (HBFCC_INLINE_LIVE)
     grouped_issues: int = 0          # load issues in those groups
     moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
     group_calls: int = 0             # groups with a __hb_issue_group call (HBFCC_FAST_GROUPS)
@@ -470,6 +471,7 @@ class FunctionReport:
                 "address_source": self.address_source, "memory_address_lines": self.memory_address_lines,
                 "hoisted_issues": self.hoisted_issues, "issue_groups": self.issue_groups,
                 "grouped_issues": self.grouped_issues, "multi_checks": self.multi_checks,
+                "live_flushes": self.live_flushes,
                 "moved_loads": self.moved_loads,
                 "group_calls": self.group_calls, "tma": self.tma, "tma_hooks": self.tma_hooks,
                 "bulk_window": self.bulk_window}
@@ -561,7 +563,7 @@ def _is_copy(st) -> bool:
 class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
                  inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
-                 tracks: bool = False, cluster: bool = False, multi: bool = True):
+                 tracks: bool = False, cluster: bool = False, multi: bool = True, live: bool = True):
         self.hoist = hoist
         self.multi = multi and inline           # HBFCC_INLINE_MULTI: the multi-range re-check (ABI 6)
         self.move_loads = move_loads and hoist
@@ -569,6 +571,7 @@ class _FunctionRewriter:
         self.drop: set[tuple[int, ...]] = set()                   # statements moved away
         self.inline = inline and fn.is_entry      # the thread's counters are flushed at the entry's exits
         self.group = group and self.inline
+        self.live = live and self.inline          # HBFCC_INLINE_LIVE: the counters flushed at every until point too
         self.fast_groups = fast_groups and self.group
         self.group_slots = 0                      # the largest group emitted (per-slot registers)
         self.hoisted: dict[tuple[int, ...], list[Statement]] = {}
@@ -723,6 +726,25 @@ class _FunctionRewriter:
         out.append(_call("__hb_kernel_exit", [("b32", _I(self.kidx))], guard=g))
         return out
 
+    def _ask_until(self, op: int, until: str) -> list[Statement]:
+        """A lane whose until has passed asks for the next one. With HBFCC_INLINE_LIVE (default; helper ABI 7) it
+        passes its inline counters along: ``__hb_inline_until_live`` adds them to the kernel's shards (the exit's
+        ``__hb_kernel_flush``: warp sums over the lanes asking together, one atomic per counter per warp; nothing
+        when the warp counted nothing) before it answers, and the lane zeroes them -- so hbfd's live activity
+        (design §3.1) sees a long-lived thread's inline requests at most one until period late (about one activity
+        period under a validity horizon, half a snapshot age without; issue 17 item 2), and the exit flush adds only
+        what came after the last until point (nothing counted twice, nothing lost). The same one call as before at
+        the already rare point: no per-access cost, no new call site, the counters dead across it."""
+        if not self.live:
+            return [_call("__hb_inline_until", [("b32", _I(op))], ret=until)]
+        self.report.live_flushes += 1
+        return [_call("__hb_inline_until_live", [
+                    ("b32", _I(op)), ("b32", _I(self.kidx)), ("b32", _R(R_ICR)), ("b32", _R(R_IGR)),
+                    ("b64", _R(R_IBR)), ("b32", _R(R_ICW)), ("b64", _R(R_IBW)), ("b32", _R(R_IRW)),
+                    ("b64", _R(R_ISL))], ret=until)] + \
+            [_ins("mov", ("b64",), (_R(r), _I(0))) for r in (R_IBR, R_IBW, R_ISL)] + \
+            [_ins("mov", ("b32",), (_R(r), _I(0))) for r in (R_ICR, R_IGR, R_ICW, R_IRW)]
+
     def _unless_detached(self, body: list[Statement]) -> list[Statement]:
         """Skip ``body`` when the module is detached (__hb_state == 0, read once at entry): the
         helpers would take their native path and return 0 anyway. Uniform branch."""
@@ -772,9 +794,9 @@ class _FunctionRewriter:
                 _ins("bra", (), (LabelRef(Lgo),), Guard(_R(R_IPA))),
                 _ins("neg", ("s64",), (_R(R_IX), _R(until))),
                 _ins("setp", ("lt", "s64"), (_R(R_IPB), _R(R_IT), _R(R_IX))),
-                _ins("bra", (), (LabelRef(Lgo),), Guard(_R(R_IPB))),
-                _call("__hb_inline_until", [("b32", _I(abi.HBF_OP_LOAD if load else abi.HBF_OP_STORE))], ret=until),
-                _ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IT), _R(until))),
+                _ins("bra", (), (LabelRef(Lgo),), Guard(_R(R_IPB)))]
+        out += self._ask_until(abi.HBF_OP_LOAD if load else abi.HBF_OP_STORE, until)
+        out += [_ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IT), _R(until))),
                 Label(Lgo),
                 _ins("ld", ("const", "u64"), (_R(R_IX), Address(Symbol(cd), abi.CDESC_R0_BASE_OFF))),
                 _ins("sub", ("u64",), (_R(R_IX), addr, _R(R_IX))),
@@ -973,9 +995,9 @@ class _FunctionRewriter:
                 _ins("bra", (), (LabelRef(Lgo),), Guard(_R(R_GANY), True)),
                 _ins("neg", ("s64",), (_R(R_IX), _R(R_IUR))),
                 _ins("setp", ("lt", "s64"), (_R(R_IPB), _R(R_IT), _R(R_IX))),
-                _ins("bra", (), (LabelRef(Lgo),), Guard(_R(R_IPB))),
-                _call("__hb_inline_until", [("b32", _I(abi.HBF_OP_LOAD))], ret=R_IUR),
-                _ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IT), _R(R_IUR))),
+                _ins("bra", (), (LabelRef(Lgo),), Guard(_R(R_IPB)))]
+        out += self._ask_until(abi.HBF_OP_LOAD, R_IUR)
+        out += [_ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IT), _R(R_IUR))),
                 Label(Lgo),
                 # R_GIN: the until in force, the band is r0 and the lane in it -- or it accesses nowhere
                 _ins("and", ("pred",), (_R(R_GIN), _R(R_GIN), _R(R_IPA))),
@@ -1959,6 +1981,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     move_loads = bool(meta.get("hoist_loads", True))
     fast_groups = bool(meta.get("fast_groups", True))
     multi = bool(meta.get("inline_multi", True))
+    live = bool(meta.get("inline_live", True))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -1972,7 +1995,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     for it in module.items:
         if type(it) is Function and it.body is not None:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
-                                   fast_groups, tracks, cluster, multi)
+                                   fast_groups, tracks, cluster, multi, live)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -2012,5 +2035,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "hoist_loads": move_loads,
         "fast_groups": fast_groups,
         "inline_multi": multi,
+        "inline_live": live,
     }
     return replace(module, items=tuple(new_items))

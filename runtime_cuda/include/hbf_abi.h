@@ -29,6 +29,10 @@
  *   .weak .func __hb_kernel_flush(.param .b32 kernel_index, .param .b32 rd_req, .param .b32 rd_granules,
  *                                 .param .b64 rd_bytes, .param .b32 wr_req, .param .b64 wr_bytes,
  *                                 .param .b32 ready_waits, .param .b64 slack_ns);
+ *   .weak .func (.param .b64 until) __hb_inline_until_live(.param .b32 op, .param .b32 kernel_index,
+ *                                 .param .b32 rd_req, .param .b32 rd_granules, .param .b64 rd_bytes,
+ *                                 .param .b32 wr_req, .param .b64 wr_bytes, .param .b32 ready_waits,
+ *                                 .param .b64 slack_ns);
  *   .weak .func (.param .b64 fut) __hb_issue_group(.param .b64 addrs, .param .b32 pmask,
  *                                                  .param .b64 nbpack, .param .b32 site);
  *   .weak .func (.param .b64 fut) __hb_tma(.param .b64 gaddr, .param .b32 c0, .param .b32 c1,
@@ -59,6 +63,10 @@
  *   __hb_issue (__hb_wait).
  *   __hb_kernel_flush (before __hb_kernel_exit at every exit) adds the thread's inline counters to the
  *   kernel's (warp sums, one atomic per counter per warp; modeled_ns = requests x the fixed service).
+ *   __hb_inline_until_live (ABI 7; what hbfcc calls instead of __hb_inline_until, HBFCC_INLINE_LIVE=1, the
+ *   default): __hb_kernel_flush of the counters passed, then __hb_inline_until(op); the caller zeroes its
+ *   counters after it. So a long-lived thread's inline requests reach the kernel's counter shards -- and the
+ *   live activity (hbf_ctl.h hbf_activity) -- at every until point, not only at its exit (issue 17 item 2).
  *
  * __hb_issue_group (ABI 3; hbfcc emits it where an issue group of at most 8 load sites is not served inline
  *   and the descriptor's inl_flags has HBF_CDI_GROUP: the FAST source): called by a full warp; addrs = the
@@ -159,10 +167,11 @@
 #ifndef HBF_ABI_H
 #define HBF_ABI_H
 
-#define HBF_HELPER_ABI_VERSION 6u   /* 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
+#define HBF_HELPER_ABI_VERSION 7u   /* 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
                                        4: __hb_l2_hooks (the L2 build);
                                        5: __hb_tma, __hb_mbar_note, __hb_mbar_wait, __hb_tma_enter, __hb_tma_exit;
-                                       6: a 192-byte __hb_cdesc (inl_nranges, inl_base/inl_len: several ranges inline) */
+                                       6: a 192-byte __hb_cdesc (inl_nranges, inl_base/inl_len: several ranges inline);
+                                       7: __hb_inline_until_live (inline counters flushed at every until point) */
 
 /* flags argument of __hb_issue */
 #define HBF_F_OP_MASK 0x3u          /* HBF_OP_LOAD / STORE / ATOMIC / CPASYNC (hbf_ctl.h) */

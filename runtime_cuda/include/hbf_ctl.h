@@ -307,7 +307,9 @@ typedef struct hbf_counters {
  * after the odd value and after the payload; all stores st.volatile). No per-access host write. Reader: hbfd's control tick (seqlock
  * read), which takes, per op, the largest of this, counters.device and counters.daemon. The totals are
  * lower bounds of what the device did (a slot is summed when visited; counters.device is exact at sync)
- * and never decrease within one session (state_ptr); a new session starts its own totals. */
+ * and never decrease within one session (state_ptr); a new session starts its own totals. The inline issue
+ * path's requests (counted in each thread's registers) reach the shards at every until point since helper ABI 7
+ * (__hb_inline_until_live, hbf_abi.h), before that at the thread's exit only. */
 #define HBF_ACT_PERIOD_NS 1000000ull    /* at most one publication per millisecond */
 #define HBF_ACT_SLOTS_PER_FLUSH 4u      /* kernel slots summed per publication (each HBF_KSHARDS shards) */
 /* ... and only once the latest launched kernel has run this long (hbf_device_state.act_launch_ns): a short kernel

@@ -1685,6 +1685,25 @@ extern "C" __device__ __noinline__ void __hb_kernel_flush(unsigned int kernel_in
     }
 }
 
+// Where a long-lived inline thread asks for its next until (HBFCC_INLINE_LIVE, ABI 7; issue 17 item 2): its
+// inline counters into the kernel's shards first (what __hb_kernel_flush does at exit: warp sums over the lanes
+// asking together, one atomic per counter per warp; nothing when the warp counted nothing since), then the until.
+// The caller zeroes its counters after the call, so the exit flush adds only what came after: the kernel's totals
+// are what they were, and the live activity (hb_act_flush, which this very call may run) sees the thread's inline
+// requests at most one until period late -- about HBF_ACT_PERIOD_NS under a validity horizon, half the snapshot's
+// age without. One call where the thread already called one (no new call site in the kernel, and the counters
+// are dead across it): the flush and the until are two calls INSIDE this helper, whose registers stack on this
+// helper's few live values, not on the kernel's.
+extern "C" __device__ __noinline__ long long __hb_inline_until_live(unsigned int op, unsigned int kernel_index,
+                                                                   unsigned int rd_req, unsigned int rd_granules,
+                                                                   unsigned long long rd_bytes, unsigned int wr_req,
+                                                                   unsigned long long wr_bytes,
+                                                                   unsigned int ready_waits,
+                                                                   unsigned long long slack_ns) {
+    __hb_kernel_flush(kernel_index, rd_req, rd_granules, rd_bytes, wr_req, wr_bytes, ready_waits, slack_ns);
+    return __hb_inline_until(op);
+}
+
 // ------------------------------------------------------------------------------------------
 // Waiting
 // ------------------------------------------------------------------------------------------

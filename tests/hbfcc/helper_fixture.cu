@@ -55,6 +55,16 @@ extern "C" __device__ __noinline__ void __hb_kernel_flush(unsigned int kernel_in
     if (__hb_state && (rd_req | wr_req | ready_waits)) atomicAdd(&__hb_kslot_base, 0u);
 }
 
+extern "C" __device__ __noinline__ long long __hb_inline_until_live(unsigned int op, unsigned int kernel_index,
+                                                                   unsigned int rd_req, unsigned int rd_granules,
+                                                                   unsigned long long rd_bytes, unsigned int wr_req,
+                                                                   unsigned long long wr_bytes,
+                                                                   unsigned int ready_waits,
+                                                                   unsigned long long slack_ns) {
+    __hb_kernel_flush(kernel_index, rd_req, rd_granules, rd_bytes, wr_req, wr_bytes, ready_waits, slack_ns);
+    return __hb_inline_until(op);
+}
+
 // never serves a group (the fixture's descriptor has no HBF_CDI_GROUP; each site runs alone)
 extern "C" __device__ __noinline__ unsigned long long __hb_issue_group(unsigned long long addrs, unsigned int pmask,
                                                                        unsigned long long nbpack, unsigned int site) {

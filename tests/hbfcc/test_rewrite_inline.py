@@ -73,7 +73,7 @@ def test_entry_sites_are_served_inline_with_the_helpers_as_fallback():
     assert f"[__hb_cdesc+{abi.CDESC_INL_READ_DELAY_OFF}]" in out and f"[__hb_cdesc+{abi.CDESC_INL_WRITE_DELAY_OFF}]" in out
     assert out.count("vote.sync.all.pred") == 4                # r0, then (on a failed vote) every range
     # the general path stays reachable from both sites, and an expired until asks the helper again
-    assert out.count("__hb_issue, (") == 2 and out.count("__hb_inline_until, (") == 2
+    assert out.count("__hb_issue, (") == 2 and out.count("__hb_inline_until_live, (") == 2
     # the guarded lanes that do not access skip the site (future 0, as the helper gives them)
     assert "@!%p1 bra" in out
     # the thread's counters go to the kernel at its exit, before the exit's bookkeeping
@@ -230,7 +230,7 @@ def test_adjacent_inline_loads_are_served_as_one_group():
     # once per group: the any-lane vote, the clock read, the until check, the warp vote
     assert out.count("vote.sync.any.pred") == 1 and fp.count("%globaltimer") == 1
     assert fp.count("setp.lt.s64 \t%__hb_ipa, %__hb_it, %__hb_iur;") == 2      # the check, and again after an ask
-    assert fp.count("__hb_inline_until, (") == 1
+    assert fp.count("__hb_inline_until_live, (") == 1 and "__hb_inline_until, (" not in fp
     # per site: its lanes (guard and band), their predecessor (a ballot) and granule key (a shfl), its future
     for j in range(4):
         assert f"setp.lt.and.u64 \t%__hb_gp{j}, %__hb_b, %__hb_span, %p1;" in fp \

@@ -53,10 +53,11 @@ def _abi_decls(header: Path = ABI) -> dict[str, tuple[str, str, list[str], list[
 L2_ONLY = {"__hb_l2_hooks"}   # hbf_abi.h: only the L2 build exports it
 
 
-def test_abi_header_lists_the_thirteen_helpers_and_three_globals():
+def test_abi_header_lists_the_fourteen_helpers_and_three_globals():
     a = _abi_decls()
     assert set(a) == {"__hb_issue", "__hb_wait", "__hb_future_join", "__hb_kernel_enter", "__hb_kernel_exit",
                       "__hb_inline_until", "__hb_kernel_flush", "__hb_issue_group",
+                      "__hb_inline_until_live",                                                     # ABI 7
                       "__hb_tma", "__hb_mbar_note", "__hb_mbar_wait", "__hb_tma_enter", "__hb_tma_exit",   # ABI 5
                       "__hb_state", "__hb_kslot_base", "__hb_cdesc",
                       *L2_ONLY}
