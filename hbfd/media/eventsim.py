@@ -1833,17 +1833,7 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                 sax[na] = i
                 na += 1
                 continue
-        j = hs
-        hs += 1
-        while j > 0:
-            q = (j - 1) >> 1
-            if ht[q] < t or (ht[q] == t and hk[q] <= key):
-                break
-            ht[j] = ht[q]
-            hk[j] = hk[q]
-            j = q
-        ht[j] = t
-        hk[j] = key
+        hs = _hpush(ht, hk, hs, t, key)
     # the stream in time order (round 9: its ascending runs merged, no argsort)
     _merge_runs(sat, sax, na)
     released = 0
@@ -1910,24 +1900,7 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                         lcnt -= 1
                     elif hs > 0 and ht[0] == t:
                         key = hk[0]
-                        # pop
-                        hs -= 1
-                        lt = ht[hs]
-                        lk = hk[hs]
-                        j = 0
-                        while True:
-                            c = 2 * j + 1
-                            if c >= hs:
-                                break
-                            if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hk[c + 1] < hk[c])):
-                                c += 1
-                            if lt < ht[c] or (lt == ht[c] and lk <= hk[c]):
-                                break
-                            ht[j] = ht[c]
-                            hk[j] = hk[c]
-                            j = c
-                        ht[j] = lt
-                        hk[j] = lk
+                        hs = _hpop(ht, hk, hs)
                     else:
                         break
                 ev = key >> 32
@@ -2098,17 +2071,7 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                     llast[bl] = tt
                     lcnt += 1
                     continue
-                j = hs
-                hs += 1
-                while j > 0:
-                    q = (j - 1) >> 1
-                    if ht[q] < tt or (ht[q] == tt and hk[q] <= key):
-                        break
-                    ht[j] = ht[q]
-                    hk[j] = hk[q]
-                    j = q
-                ht[j] = tt
-                hk[j] = key
+                hs = _hpush(ht, hk, hs, tt, key)
             if again:
                 continue
             break
