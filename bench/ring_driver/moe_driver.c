@@ -29,12 +29,8 @@
 #include <unistd.h>
 
 #include "hbf_ctl.h"
+#include "ring_common.h"
 
-static inline uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 /* the arrival clock: CLOCK_MONOTONIC, or (ARRIVAL=realtime) CLOCK_REALTIME -- ns since 1970 (~1.8e18), the range
  * of the GPU's %globaltimer on the H100/H200 */
 static int arrival_realtime;
@@ -45,18 +41,6 @@ static inline uint64_t arrival_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* hb_req_tag (runtime_cuda/src/hbf_helpers.cu), word for word (as ring_driver.c) */
-static uint32_t req_tag(uint64_t key, const hbf_request *r, uint64_t seq) {
-    const uint64_t K = 0x9E3779B97F4A7C15ull;
-    const uint64_t w[7] = {r->arrival_ns, r->address, r->media_address,
-                           (uint64_t)r->bytes | ((uint64_t)r->op << 32),
-                           (uint64_t)r->range_id | ((uint64_t)r->kernel_slot << 32),
-                           (uint64_t)r->site | ((uint64_t)r->flags << 32), 0ull};
-    uint64_t h = (seq ^ key) * K;
-    for (int i = 0; i < 7; ++i) h = (h ^ w[i]) * K;
-    h ^= h >> 29;
-    return (uint32_t)(h >> 32) | 1u;
-}
 
 #define OVF_LOG2 20
 #define OVF (1u << OVF_LOG2)
