@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit-s", type=float, default=120.0)
     ap.add_argument("--out", default=str(ROOT / "bench/results/ring_moe.json"))
     a = ap.parse_args(argv)
+    if not (a.stall_s > 0 and a.limit_s > 0):
+        ap.error("--stall-s and --limit-s must be > 0")
     res = {"bench": "ring_moe", "host": platform.node(), "cpus": os.cpu_count(), "profile": a.profile,
            "arrival": a.arrival, "shapes": {k: SHAPES[k] for k in a.shapes},
            "shape_fields": ["ctas", "ctas_resident", "warps", "per", "iters"], "runs": []}

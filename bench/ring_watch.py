@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=600.0, help="stop after this many seconds of sampling")
     ap.add_argument("--still-s", type=float, default=10.0, help="a ring unchanged this long is 'still'")
     a = ap.parse_args(argv)
+    if not (a.period > 0 and a.wait_s >= 0 and a.duration > 0 and a.still_s > 0):
+        ap.error("--period, --duration and --still-s must be > 0, --wait-s >= 0")
     from hbfcommon.rpc import Client  # noqa: PLC0415
     stop = {"now": False}
     for sig in (signal.SIGTERM, signal.SIGINT):

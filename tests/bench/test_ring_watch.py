@@ -68,3 +68,15 @@ def test_the_sidecar_tells_a_moving_ring_from_a_still_one(tmp_path):
             assert rows[-1]["hbfd"]["foreign_requests"] == 1
         finally:
             m.close()
+
+
+def test_bad_arguments_are_refused_with_one_line():
+    """ring_watch.py and ring_moe.py refuse non-positive periods and limits (exit 2, argparse's one-line error)
+    instead of running a watch that never samples or a driver that reports 'stalled' at once."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for argv, what in ((["bench/ring_watch.py", "--socket", "x", "--out", "/tmp/rw.jsonl", "--period", "-1"],
+                        "--period"),
+                       (["bench/ring_moe.py", "--stall-s", "0"], "--stall-s")):
+        r = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert what in r.stderr and "Traceback" not in r.stderr
