@@ -38,26 +38,7 @@ MATRIX = [("copy", "float16", {"EPP": 8192, "BLOCK": 1024}, 4),
           ("reduce", "float16", {"EPP": 8192, "BLOCK": 8192}, 4)]
 
 TEST_HDR = ".version 9.0\n.target sm_90a\n.address_size 64\n"
-STREAM = TEST_HDR + """
-.visible .entry k(.param .u64 k_p, .param .u64 k_q, .param .u32 k_n)
-{
-    .reg .pred %p<4>;
-    .reg .b32 %r<16>;
-    .reg .b64 %rd<16>;
-    ld.param.u64 %rd1, [k_p];
-    ld.param.u64 %rd2, [k_q];
-    ld.param.u32 %r1, [k_n];
-    mov.u32 %r2, %tid.x;
-    setp.lt.u32 %p1, %r2, %r1;
-    mul.wide.u32 %rd3, %r2, 16;
-    add.s64 %rd4, %rd1, %rd3;
-    add.s64 %rd5, %rd2, %rd3;
-    @%p1 ld.global.v4.b32 {%r4, %r5, %r6, %r7}, [%rd4];
-    add.s32 %r8, %r4, %r5;
-    @%p1 st.global.v4.b32 [%rd5], {%r8, %r5, %r6, %r7};
-    ret;
-}
-"""
+STREAM = (Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "ptx" / "stream_v4.ptx").read_text()
 
 
 def loads4() -> str:
