@@ -4,8 +4,9 @@ model of the device protocol (docs/runtime.md "ring"):
 
 * reserve ticket t (ring_head; the GPU: an atomic on a device-memory counter);
 * slot t % N is free when t < N or completion.consumed >= t - N + 1. While it is not, the issuer may STEAL
-  the slot's posted-but-unconsumed completion (seq == t - N + 1): it claims it (claim word of the slot, an
-  atomic max on a device-memory word: owner claims 2*(t'+1), a stealer 2*(t'+1) + 1), copies it into the
+  the slot's posted-but-unconsumed completion (seq == t - N + 1): it claims it (claim word of the slot in device
+  memory: the owner claims 2*(t'+1) by an atomic max, a stealer 2*(t'+1) + 1 by a compare-and-swap only while the
+  word is below 2*(t'+1), so it never marks a ticket its owner took as stolen), copies it into the
   overflow table (device memory, index t' & (M - 1)) and writes consumed itself. A slot wait then depends
   only on hbfd's service, never on another warp's consumption (the deadlock of deferred consumption: warps
   each holding unconsumed tickets while waiting for a slot held by another's). A capacity hint's completion
@@ -130,7 +131,7 @@ class RingDriver:
         if (int(row["req_site_flags"]) >> 32) & HBF_REQ_CAP_HINT:
             return False                                    # hbfd consumes a hint's completion itself
         i = (need - 1) & self.ovf_mask
-        with self._lock:                                    # (the GPU: atomicMax on the claim, then the entry)
+        with self._lock:                                    # (the GPU: CAS on the claim while below 2 need, then the entry)
             old = int(self.claim[s])
             if old >= 2 * need:
                 return False                                # its owner claimed it first: it writes consumed

@@ -38,8 +38,9 @@ HBF_THC_REPLICA_STRIDE = 16   # u64 words between two thermal replicas (hbf_devi
 # and capacity helpers came (2026-12-05: the lean build's frames sum to 2224 B); 3072 reserves about 0.8 GB of
 # device memory for the stacks of a full H200 (2048 threads x 132 SMs) where 2048 reserved 0.55 GB. 3328 since the
 # batched TMA issue (issue 15's issue cost, hbf_tma.cuh hb_tma_batch; 2026-12-06: the lean frames sum to 3224 B,
-# 2888 before): about 0.07 GB more on a full H200.
-HELPER_STACK_BOUND = 3328
+# 2888 before): about 0.07 GB more on a full H200. 3392 since the ring claim fix (stop 45: hb_join_slow's elected
+# taker, the overflow wait's live checks; the lean frames sum to 3368 B).
+HELPER_STACK_BOUND = 3392
 HBF_DSF_ALLOW_UNMODELED = 0x1
 HBF_DSF_TMA_DEVICE = 0x2   # hbf_device.h: model TMA copies (knobs.tma_device)
 

@@ -28,6 +28,7 @@
 #   no_accel  the media engine without its compiled twins (HBFD_ACCEL=off)
 #   nom_b8    batch 8, if time is left
 # Everything goes into ONE tar under $OUT ($OUT/refhang.tgz), rewritten after every part.
+# PARTS="nom_b1 nom_b8" runs only the parts named (default: all; "host" is the ring_moe part).
 #   LIMIT=560 bash bench/gpu_calls/stop45_refhang.sh         (carry: hbfproto, runtime_cuda/ptx, .whl)
 set -u
 source bench/gpu_calls/env.sh
@@ -35,8 +36,10 @@ python3 -m hbfd.warmup 2>&1 | tail -1
 W=/tmp/rh; mkdir -p $W
 pack() { tar czf $OUT/refhang.tgz -C $W --exclude=cache --exclude=out . 2>/dev/null; }
 
+PARTS=${PARTS:-all}
+want() { [ "$PARTS" = all ] || [[ " $PARTS " == *" $1 "* ]]; }
 L=$(left)
-if [ $L -gt 200 ]; then
+if want host && [ $L -gt 200 ]; then
   timeout 90 python3 bench/ring_moe.py --shapes b1 b8 --engines auto --limit-s 60 --out $W/ring_moe_host.json \
       > $W/ring_moe_host.log 2>&1
   echo "== [$(left)s left] host ring_moe rc=$?"; tail -2 $W/ring_moe_host.log | cut -c1-300
@@ -45,6 +48,7 @@ fi
 
 run() {   # name, limit, env..., -- args...
   local name=$1 lim=$2; shift 2
+  want $name || return 0
   local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   local L=$(left); [ $L -lt $((lim + 25)) ] && { echo "$name skipped: ${L}s left"; return; }
   local D=$W/$name; mkdir -p $D/out/work

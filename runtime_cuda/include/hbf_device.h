@@ -217,8 +217,8 @@ typedef struct hbf_device_state {
     uint64_t ref_steals;           /* completions stolen (GPU counter) */
     uint64_t ref_ovf_takes;        /* owners served from the overflow table (GPU counter) */
     uint64_t ref_reserved[3];
-    /* per ring slot: the largest claim of a posted completion there (atomicMax): 2 (t + 1) by ticket t's owner,
-     * 2 (t + 1) + 1 by the issuer that steals it; exactly one of them takes the completion */
+    /* per ring slot: the largest claim of a posted completion there: 2 (t + 1) by ticket t's owner (atomicMax),
+     * 2 (t + 1) + 1 by the issuer that steals it (CAS, only while below 2 (t + 1)); exactly one of them takes it */
     uint64_t ref_claim[HBF_RING_SLOTS];
 } hbf_device_state;
 

@@ -844,7 +844,7 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
 // slot whose occupant belongs to a warp that itself waits for a slot would wait forever. Instead the issuer
 // takes the occupant's POSTED completion into the overflow table (device memory) and writes consumed itself:
 // a slot wait depends only on hbfd's service. Exactly one of owner and stealer takes a completion: each claims
-// it first with an atomicMax on the slot's claim word (owner 2 (t + 1), stealer 2 (t + 1) + 1).
+// it first on the slot's claim word (owner 2 (t + 1) by atomicMax, stealer 2 (t + 1) + 1 by CAS while below 2 (t + 1)).
 // ------------------------------------------------------------------------------------------
 // The waiter's release of a consumed completion slot (the issuer of ticket + HBF_RING_SLOTS, a GPU
 // thread, acquires it before it rewrites the request slot; hbfd writes that slot's next completion
@@ -891,8 +891,20 @@ HB_SPLIT_FN uint32_t hb_ref_steal(hbf_device_state* st, hbf_ctl* c, uint32_t slo
     hb_cpl o;
     hb_cpl_load(cp, o);
     if (((o.w6 >> 32) & HBF_REQ_CAP_HINT) != 0u) return HB_STEAL_NONE;   // hbfd consumes a hint's completion
-    if (atomicMax((unsigned long long*)&st->ref_claim[slot], (unsigned long long)(2ull * need + 1ull)) >= 2ull * need)
-        return HB_STEAL_NONE;                                            // its owner claimed it: it writes consumed
+    // The claim is a compare-and-swap, not an atomicMax: a stealer that finds its owner's claim (2 need) must leave
+    // the word as it is. An atomicMax raised it to 2 need + 1 even then, so every LATER take of the same ticket (a
+    // second path: another lane of the warp, a join of a future with itself) read "a stealer has it" and waited for
+    // an overflow entry nobody would write -- the stop 44/45 hang of the reference-source Qwen3 run (cuda-gdb: one
+    // lane in hb_ref_ovf_take, its warp at the join's vote). hbfd/hostring.py and bench/ring_driver model this CAS.
+    unsigned long long* cw = (unsigned long long*)&st->ref_claim[slot];
+    unsigned long long cur = (unsigned long long)hb_ld_vol(&st->ref_claim[slot]);
+#pragma unroll 1
+    for (;;) {                                   // the word only grows: a lost CAS saw a later claim
+        if (cur >= 2ull * need) return HB_STEAL_NONE;                    // its owner claimed it: it writes consumed
+        const unsigned long long prev = atomicCAS(cw, cur, (unsigned long long)(2ull * need + 1ull));
+        if (prev == cur) break;
+        cur = prev;
+    }
     hbf_ref_ovf* e = (hbf_ref_ovf*)st->ref_ovf + ((need - 1ull) & st->ref_ovf_mask);
 #pragma unroll 1
     for (;;) {   // take the entry: free (never used, taken, or below the floor), else the run fails
@@ -1755,10 +1767,14 @@ HB_SPLIT_FN uint32_t hb_ticket_poll(hbf_device_state* st, hbf_ctl* c, hbf_comple
 // The owner's completion from the overflow table (a stealer took it): 1 (o filled, the entry marked taken), 0 (no
 // entry of this ticket: it was waited on another path before), HB_POLL_FAILED (the run failed while we waited for
 // the stealer's entry). `wait`: the claim word says a stealer has it, so its entry is being written (bounded).
+#define HB_OVF_ENTRY_WAIT_NS 1000000000ull   // a stealer writes its entry in a few stores: 1 s without it is a bug
 HB_SPLIT_FN uint32_t hb_ref_ovf_take(hbf_device_state* st, uint64_t ticket, bool wait, hb_cpl& o) {
     if (st->ref_ovf == 0ull) return 0u;
     hbf_ref_ovf* e = (hbf_ref_ovf*)st->ref_ovf + (ticket & st->ref_ovf_mask);
     const uint64_t want = ticket + 1ull;
+    hb_live lv;
+    uint32_t it = 0;
+    hb_live_init(lv, (const hbf_ctl*)st->ctl, wait ? hb_now() : 0ull);
 #pragma unroll 1
     for (;;) {
         if (hb_ld_acq_gpu(&e->tick1) == want) {
@@ -1776,6 +1792,17 @@ HB_SPLIT_FN uint32_t hb_ref_ovf_take(hbf_device_state* st, uint64_t ticket, bool
         if (!wait) return 0u;
         if (hb_failed(st)) return HB_POLL_FAILED;              // the stealer failed the run (RING_OVERFLOW)
         hb_sleep(64);
+        // bounded by the stealer's few stores; should it never come (a protocol bug), the run fails loudly at the
+        // live checks (completion timeout, daemon lost) instead of hanging
+        if ((++it & 63u) == 0u) {
+            const uint64_t t = hb_now();
+            uint32_t s = HB_OOL(hb_live_check)(st, lv, (const hbf_ctl*)st->ctl, t);
+            if (s == 0u && t - lv.started > HB_OVF_ENTRY_WAIT_NS) s = HBF_ST_TIMEOUT;
+            if (s != 0u) {
+                hb_fail_live(st, s, 0xFFFFu, ticket);
+                return HB_POLL_FAILED;
+            }
+        }
     }
 }
 
@@ -1801,10 +1828,9 @@ HB_SPLIT_FN uint32_t hb_ref_take_slow(hbf_device_state* st, hbf_ctl* c, uint64_t
     if (polls != 0u && old == 2ull * want && hb_ld_acq_sys(&cp->seq) == want) {
         hb_cpl_load(cp, o);
         __threadfence_system();                  // the payload loads before the re-read
-        if (hb_ld_acq_sys(&cp->seq) == want) {
-            hb_st_consumed(cp, want);
-            return 1u;
-        }
+        if (hb_ld_acq_sys(&cp->seq) == want) return 1u;   // consumed: written by the first claimer (never again
+                                                            // here: the slot may have moved on since, and a late
+                                                            // store would lower its next ticket's consumed)
     }
     return HB_OOL(hb_ref_ovf_take)(st, ticket, polls != 0u && old == 2ull * want + 1ull, o);
 }
@@ -1953,12 +1979,23 @@ HB_DEV void hb_wait_ready(uint64_t deadline, uint64_t t_in, Slot slot) {
 }
 
 // A ticket involved in a join: resolve the tickets now (their deadlines are then plain deadlines).
+// One future of a join, resolved once per warp: the lanes holding the same ticket (a coalesced request is one
+// ticket for all its lanes) elect one poller and receive its deadline, as hb_wait_slow does; every lane taking
+// the ticket itself cost a claim and four host loads per lane, and made each lane after the first a second path.
+HB_DEV uint64_t hb_join_one(hbf_device_state* st, uint32_t m, unsigned long long f) {
+    const uint32_t g = __match_any_sync(m, f);
+    const uint32_t leader = (uint32_t)(__ffs(g) - 1);
+    uint64_t d = f;
+    if ((f & HBF_FUTURE_TICKET_BIT) != 0ull && hb_laneid() == leader)
+        d = HB_OOL(hb_ticket_deadline)(st, f & ~HBF_FUTURE_TICKET_BIT, 0xFFFFu);
+    return __shfl_sync(g, d, leader);
+}
+
 HB_SPLIT_FN unsigned long long hb_join_slow(hbf_device_state* st, unsigned long long a,
                                           unsigned long long b) {
     const uint32_t m = __activemask();
-    const bool ta = (a & HBF_FUTURE_TICKET_BIT) != 0ull, tb = (b & HBF_FUTURE_TICKET_BIT) != 0ull;
-    const uint64_t da = ta ? HB_OOL(hb_ticket_deadline)(st, a & ~HBF_FUTURE_TICKET_BIT, 0xFFFFu) : a;
-    const uint64_t db = tb ? HB_OOL(hb_ticket_deadline)(st, b & ~HBF_FUTURE_TICKET_BIT, 0xFFFFu) : b;
+    const uint64_t da = hb_join_one(st, m, a);
+    const uint64_t db = b == a ? da : hb_join_one(st, m, b);   // a future joined with itself: taken once
     if (__any_sync(m, da == HB_FAILED || db == HB_FAILED)) hb_end();   // recorded by the poller
     const uint64_t d = da > db ? da : db;
     return d ? d : 1ull;
