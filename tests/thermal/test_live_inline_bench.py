@@ -27,6 +27,14 @@ def test_off_shows_the_gap_and_fails_if_it_is_not_there():
     assert not LI.evaluate("off", record(lambda f: f))["live"]["ok"]
 
 
+def test_a_tail_after_the_bulk_does_not_move_the_checks_past_the_exit():
+    """The H100's 2 us run (stop 45): the bulk's threads exit at ~half the busy time, a tail of slow threads runs on."""
+    off = record(lambda f: 0.0 if f < 0.5 else 0.99 + 0.01 * f)      # flat, the exit flush at 0.5, then the tail
+    on = record(lambda f: min(f / 0.5, 1.0) * 0.99 + 0.01 * f)       # grows until 0.5, then the tail
+    assert LI.evaluate("off", off)["live"]["ok"] and LI.evaluate("on", on)["live"]["ok"]
+    assert not LI.evaluate("on", off)["live"]["ok"] and not LI.evaluate("off", on)["live"]["ok"]
+
+
 def test_requests_not_served_inline_fail_the_run():
     assert not LI.evaluate("on", record(lambda f: f, inline=100))["inline_served"]["ok"]
     assert not LI.evaluate("on", {"counters": {"load_requests": 5, "load_bytes": 0, "inline_requests": 5},
