@@ -197,3 +197,24 @@ def test_reference_fast_path_cost(helper):
     assert len(re.findall(r"\batom\.", fast)) == 1 and "atom.max.u64" in fast
     assert "membar" not in fast and "fence" not in fast
     assert body.count("ld.volatile.global.v2.u64") == 4         # the slow paths read elsewhere
+
+
+def test_stealer_claims_by_cas_and_joins_elect_one_taker(helper):
+    """The ring claim fix of stop 45 (docs/runtime.md "ring", claims): the stealer's claim is a compare-and-swap
+    (an atomicMax raised the owner's claim to "stolen" after the owner had taken the completion, and a second take
+    of the ticket then waited forever: the reference-source Qwen3 hang), and a join elects one taker per ticket
+    (__match_any_sync) instead of every lane taking the shared ticket itself. Both are functions of their own only
+    in the lean build."""
+    if "lean" not in helper.name:
+        pytest.skip("hb_ref_steal / hb_join_slow are functions of their own only in the lean build")
+    text = helper.read_text()
+
+    def body(name: str) -> str:
+        m = re.search(r"^\.func[^\n]*" + name + r"[^\n]*\((.*?)^\}", text, re.S | re.M)
+        assert m, f"{name} not found in the lean PTX"
+        return m.group(1)
+    steal = body("hb_ref_stealEP16hbf_device_state")
+    assert "atom.max" not in steal and "atom.global.max" not in steal, "the stealer must not claim by atomicMax"
+    assert len(re.findall(r"\batom(\.global)?\.cas\.b64", steal)) >= 2, steal   # the claim and the entry's BUSY
+    join = body("hb_join_slowEP16hbf_device_state")
+    assert join.count("match.any.sync") >= 2, "each of a join's two futures is taken once per warp"
