@@ -34,6 +34,8 @@ def main() -> None:
         gdb.write(run(f"cuda {where}"))
         gdb.write(run("bt 12"))
         gdb.write(run("x/6i $pc-32"))
+        gdb.write(run("info cuda lanes"))
+        gdb.write(run("info registers"))
     gdb.write(run("detach"))
 
 
