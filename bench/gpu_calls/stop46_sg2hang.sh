@@ -6,6 +6,9 @@
 # leader, lane 24, is past it with lanes 0-23 at the kernel's next bar.sync. Each variant runs with a 25 s stall watch
 # and a hard limit; rc 0 = the two tokens ended:
 #   default    the helpers as built (direct build: the compact path and the fast model inlined into __hb_issue)
+#   barrier    helpers built with -DHBF_LEADER_BARRIER=1 (a warp barrier, in a function of its own, before every
+#              shuffle of a leader's result: runtime_cuda/src/hbf_ptx.cuh hb_from_leader); if it ends where default
+#              stalls, make it the default
 #   nofast     helpers built with -DHBF_FAST_ISSUE=0 (no compact path: every issue goes to hb_issue_slow)
 #   lean       the lean helper build (hb_fast_model etc. real calls: HBFCC_HELPER_PTX=runtime_cuda/ptx/hbf_helpers_lean.ptx)
 #   b1         batch 1 with the default helpers
@@ -20,6 +23,10 @@ nvcc -std=c++17 -O3 -arch=compute_90a -rdc=true -ptx -Iruntime_cuda/include -DHB
     runtime_cuda/src/hbf_helpers.cu -o $W/ptx/hbf_helpers_nofast.ptx && \
     sed -i 's/^\.visible \.func/.weak .func/' $W/ptx/hbf_helpers_nofast.ptx
 echo "nofast build rc=$? ($(grep -c '^\.weak \.func' $W/ptx/hbf_helpers_nofast.ptx) weak funcs)"
+nvcc -std=c++17 -O3 -arch=compute_90a -rdc=true -ptx -Iruntime_cuda/include -DHBF_LEADER_BARRIER=1 \
+    runtime_cuda/src/hbf_helpers.cu -o $W/ptx/hbf_helpers_barrier.ptx && \
+    sed -i 's/^\.visible \.func/.weak .func/' $W/ptx/hbf_helpers_barrier.ptx
+echo "barrier build rc=$? ($(grep -c 'bar.warp.sync' $W/ptx/hbf_helpers_barrier.ptx) bar.warp.sync: want 1)"
 pack() { tar czf $OUT/s46.tgz -C $W --exclude="cache*" --exclude=out --exclude=ptx . 2>/dev/null; }
 run() {   # name, limit, env..., -- args...
   local name=$1 lim=$2; shift 2
@@ -36,6 +43,7 @@ run() {   # name, limit, env..., -- args...
   pack
 }
 run default 150 HBF_DUMMY=0 -- --batch 8 --profile ocp-sg2
+run barrier 150 HBFCC_HELPER_PTX=$W/ptx/hbf_helpers_barrier.ptx -- --batch 8 --profile ocp-sg2
 run nofast 120 HBFCC_HELPER_PTX=$W/ptx/hbf_helpers_nofast.ptx -- --batch 8 --profile ocp-sg2
 run lean 120 HBFCC_HELPER_PTX=$PWD/runtime_cuda/ptx/hbf_helpers_lean.ptx -- --batch 8 --profile ocp-sg2
 run b1 100 HBF_DUMMY=0 -- --batch 1 --profile ocp-sg2

@@ -167,7 +167,7 @@ static __device__ __noinline__ unsigned long long __hb_cap_access(const hbf_cap_
             const uint32_t leader = (uint32_t)(__ffs(peers) - 1);
             uint32_t s = 0u;
             if (hb_laneid() == leader) s = __hb_cap_miss(addr, media, op, r->range_id, site);
-            s = __shfl_sync(peers, s, leader);
+            s = hb_from_leader(peers, s, leader);
             if (s == 0u) {                               // HBF_ST_PENDING: every frame pinned or busy
                 __nanosleep(backoff);
                 backoff = backoff < 65536u ? backoff * 2u : backoff;

@@ -1232,7 +1232,7 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
         req_bytes = out[0];
         modeled = out[1];
     }
-    fut = __shfl_sync(grp, fut, leader);
+    fut = hb_from_leader(grp, fut, leader);
     // a leader's terminal failure (recorded) ends the whole warp before any lane performs its access
     if (__any_sync(mask, fut == HB_FAILED)) hb_end();
 
@@ -1439,7 +1439,7 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
         uint64_t dd = 0ull;
         if (lane == leader)
             dd = HB_OOL(hb_fast_model)((hbf_device_state*)d.st, media - off + b0, req_bytes, op, 1000000u, 0ull, tl);
-        dl = __shfl_sync(mask, dd, leader);
+        dl = hb_from_leader(mask, dd, leader);
     } else {
         hbf_media_params fx;                                    // the two fields the FIXED source reads
         fx.fixed_read_ns = d.fixed_read_ns;
@@ -1932,7 +1932,7 @@ HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsi
         const uint32_t leader = (uint32_t)(__ffs(g) - 1);
         uint64_t d = 0;
         if (hb_laneid() == leader) d = HB_OOL(hb_ticket_deadline)(st, fut & ~HBF_FUTURE_TICKET_BIT, site);
-        deadline = __shfl_sync(g, d, leader);
+        deadline = hb_from_leader(g, d, leader);
     } else {
         deadline = fut;
     }
@@ -1988,7 +1988,7 @@ HB_DEV uint64_t hb_join_one(hbf_device_state* st, uint32_t m, unsigned long long
     uint64_t d = f;
     if ((f & HBF_FUTURE_TICKET_BIT) != 0ull && hb_laneid() == leader)
         d = HB_OOL(hb_ticket_deadline)(st, f & ~HBF_FUTURE_TICKET_BIT, 0xFFFFu);
-    return __shfl_sync(g, d, leader);
+    return hb_from_leader(g, d, leader);
 }
 
 HB_SPLIT_FN unsigned long long hb_join_slow(hbf_device_state* st, unsigned long long a,

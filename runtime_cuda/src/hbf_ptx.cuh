@@ -20,6 +20,28 @@ HBF_PTX_DEV uint32_t hb_laneid() {
     asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
     return l;
 }
+// A value one lane (the leader) computed alone, for every lane of `m` (a mask the caller's lanes share, the leader
+// in it). The leader's work before it (a page transaction with CAS retries, a ticket poll with sleeps, a capacity
+// miss) runs while the other lanes wait at the compiler's reconvergence point, which under independent thread
+// scheduling may let them go on to the shuffle without the leader; the shuffle then takes its divergent form. On the
+// H100 (stop 45, the 48-layer sg2 Qwen3 stall, docs/RESULTS.md) lanes 25-31 stayed in that form of the fast path's
+// `dl` shuffle while their leader, lane 24, was past it. HBF_LEADER_BARRIER=1 (a measurement build, default off until
+// a card says it ends the stall: bench/gpu_calls/stop46_sg2hang.sh) puts a warp barrier over m before the shuffle, in
+// a function of its own: a __syncwarp(m) written right before it is merged into the shuffle by ptxas (the SASS has
+// none), so it would change nothing.
+#ifndef HBF_LEADER_BARRIER
+#define HBF_LEADER_BARRIER 0
+#endif
+#if HBF_LEADER_BARRIER
+static __device__ __noinline__ void hb_warp_barrier(uint32_t m) { __syncwarp(m); }
+#endif
+template <class T>
+HBF_PTX_DEV T hb_from_leader(uint32_t m, T v, uint32_t leader) {
+#if HBF_LEADER_BARRIER
+    hb_warp_barrier(m);
+#endif
+    return __shfl_sync(m, v, (int)leader);
+}
 HBF_PTX_DEV uint64_t hb_ld_acq_sys(const void* p) {
     uint64_t v;
     asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
