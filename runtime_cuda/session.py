@@ -957,7 +957,7 @@ class Session:
         a launch whose arguments are unknown, or one that reaches a range runs instrumented. `rule` names
         what gave the extents: "storage" (the framework's tensor storage), "allocation" (the driver's
         allocation of a raw pointer). With nothing registered the word is 0 too (the native body after one
-        load instead of three). A launch captured into a CUDA graph follows state_word's capture rules. The
+        dependent global load instead of two). A launch captured into a CUDA graph follows state_word's capture rules. The
         decision is counted per kernel (counters()["launch_selection"]: "native"/"instrumented" by the body
         that runs, "rules" by selection's reason, "word" by state_word's, "captured")."""
         if not self.use_cuda or not b.instrumented or not b.state_addr or not self.native_select:
