@@ -29,7 +29,11 @@ are unregistered, the hbf build's native cost: BACK_TO_BACK launches queued betw
 interleaved, PAIRS pairs (issue 15's goal: <= 1.02x). These kernels take 8-20 us, less than the host's launch path
 (Triton's launcher and the session's launch selection), so that ratio ("native_cost") is the host's per-launch cost
 (docs/RESULTS.md "Stop 44"); "native_cost_graph" measures the goal: the same launches captured into a CUDA graph per
-build and replayed (the host path runs at capture only), the replay's time per launch.
+build and replayed (the host path runs at capture only), the replay's time per launch. A replay runs the body its
+module's __hb_state selects when it runs: with nothing registered the session keeps the word 0 (the native body
+after one load: variant "hbf", the goal's ratio); "hbf_attached" forces the session's state (the band's span read
+first: what stop 45's graphs ran); the probe builds (PROBES: the plain build's PTX with the prologue's loads or the
+1 KiB table added, one at a time, by a ptxas wrapper, this file's --probe-ptxas) split the difference into its parts.
 
 Every case runs in try/except in its child (a failure, a fault or a hang past --case-timeout costs that case only),
 the child rewrites <out>/tma_triton.<kernel>.partial.json atomically after every stage, the parent
@@ -149,6 +153,96 @@ def kernels_text() -> str:
 def load_kernels(work: Path):
     from workloads.triton_kernels import import_text  # noqa: PLC0415
     return import_text(work / "tk_tma_triton.py", kernels_text())
+
+
+# ------------------------------------------------------------------------------------------------ native-cost probes
+# What the `_hbf` build's native body carries that the plain build does not, added ONE AT A TIME to the plain build's
+# PTX (by the ptxas wrapper below, chosen by the kernel's name <k>_probe_<probe>), so that the graph measurement can
+# say which part costs what (docs/RESULTS.md "Stop 45 (CPU, wt/tmanat)"):
+#   ld1      the prologue with the module detached (__hb_state 0): LDC of the global's address, one dependent global
+#            load, a branch on it (what hbfcc's prologue runs when the word is 0)
+#   ld3      the prologue with the module attached and nothing registered (the stop-45 graphs): LDC, a load of the
+#            state pointer, a load of the band's span through it, a branch on the span
+#   smem     1 KiB more static shared memory (the TMA completion table's place)
+#   ld3smem  both
+#   c1       the switch in the module's constant bank instead (ld.const of a .const word, as the launch descriptor
+#            __hb_cdesc is read): what a prologue without a global load would cost (a design the session could feed)
+PROBES = ("ld1", "ld3", "smem", "ld3smem", "c1")
+PROBE_GLOBALS = (".global .align 8 .u64 __hbprobe_zero = 0;\n"
+                 ".const .align 8 .u64 __hbprobe_cword = 0;\n"
+                 ".global .align 8 .b8 __hbprobe_blk[16];\n"
+                 ".global .align 8 .u64 __hbprobe_ptr = generic(__hbprobe_blk);\n")
+PROBE_SMEM = ".shared .align 16 .b8 __hbprobe_tbl[1024];\n"
+PROBE_REGS = "\t.reg .b64 %hbq_s, %hbq_lo, %hbq_span;\n\t.reg .b32 %hbq_r;\n\t.reg .pred %hbq_p, %hbq_off, %hbq_q;\n"
+PROBE_CODE = {
+    "ld1": ["ld.global.u64 %hbq_s, [__hbprobe_zero];", "setp.ne.u64 %hbq_p, %hbq_s, 0;", "@%hbq_p bra $HBPROBE_OUT;"],
+    "c1": ["ld.const.u64 %hbq_s, [__hbprobe_cword];", "setp.ne.u64 %hbq_p, %hbq_s, 0;", "@%hbq_p bra $HBPROBE_OUT;"],
+    "ld3": ["ld.global.u64 %hbq_s, [__hbprobe_ptr];", "setp.eq.u64 %hbq_off, %hbq_s, 0;", "mov.b64 %hbq_lo, 0;",
+            "mov.b64 %hbq_span, 0;", "@!%hbq_off ld.global.u64 %hbq_lo, [%hbq_s];",
+            "@!%hbq_off ld.global.u64 %hbq_span, [%hbq_s+8];", "setp.ne.u64 %hbq_p, %hbq_span, 0;",
+            "@%hbq_p bra $HBPROBE_OUT;"],
+    # a store no launch makes (grid z is 1), so that ptxas keeps the table
+    "smem": ["mov.u32 %hbq_r, %nctaid.z;", "setp.eq.u32 %hbq_q, %hbq_r, 12345;",
+             "@%hbq_q st.shared.u32 [__hbprobe_tbl], %hbq_r;"],
+}
+
+
+def probe_text() -> str:
+    """The probe builds' source: each kernel as <name>_probe_<probe> for every probe (Triton's caches keep them
+    apart by name; the ptxas wrapper edits each by its name)."""
+    head, body = KERNEL_TEXT.split("\n\n\n", 1)
+    return head + "\n\n\n" + "\n\n".join(body.replace("_SFX(", f"_probe_{p}(") for p in PROBES)
+
+
+def load_probes(work: Path):
+    from workloads.triton_kernels import import_text  # noqa: PLC0415
+    return import_text(work / "tk_tma_probe.py", probe_text())
+
+
+def probe_ptx(ptx: str) -> str:
+    """The plain build's PTX of a <name>_probe_<probe> entry with that probe's additions (PROBES); any other PTX
+    unchanged. The code goes after the entry's register declarations, the branch's target before its end."""
+    import re  # noqa: PLC0415
+    m = re.search(r"^\.visible \.entry (\w+)_probe_(\w+)\(", ptx, re.M)
+    if m is None:
+        return ptx
+    probe = m.group(2)
+    if probe not in PROBES:
+        raise ValueError(f"unknown probe {probe!r} (entry {m.group(0)})")
+    parts = ["ld3", "smem"] if probe == "ld3smem" else [probe]
+    lines = ptx.split("\n")
+    entry = next(i for i, ln in enumerate(lines) if ln.startswith(".visible .entry "))
+    brace = next(i for i in range(entry, len(lines)) if lines[i].strip() == "{")
+    after = brace + 1
+    while after < len(lines) and lines[after].strip().startswith(".reg "):
+        after += 1
+    code = PROBE_REGS + "".join(f"\t{ins}\n" for part in parts for ins in PROBE_CODE[part])
+    end = next(i for i in range(after, len(lines)) if lines[i].startswith("$L__func_end"))
+    out = lines[:entry] + [PROBE_GLOBALS + (PROBE_SMEM if "smem" in parts else "")] + lines[entry:after] \
+        + [code] + lines[after:end] + ["$HBPROBE_OUT:", "\tret;"] + lines[end:]
+    return "\n".join(out)
+
+
+def probe_ptxas(argv: list[str]) -> int:
+    """TRITON_PTXAS_PATH for the probe builds (write_probe_ptxas): the PTX file among ptxas's arguments edited
+    (probe_ptx), then the real ptxas (HBF_BENCH_REAL_PTXAS) with the same arguments."""
+    real = os.environ["HBF_BENCH_REAL_PTXAS"]
+    for a in argv:
+        if a.endswith(".ptx") and Path(a).is_file():
+            src = Path(a).read_text()
+            edited = probe_ptx(src)
+            if edited != src:
+                Path(a).write_text(edited)
+    os.execv(real, [real, *argv])
+    return 127   # not reached
+
+
+def write_probe_ptxas(work: Path) -> Path:
+    """An executable wrapper (this file's --probe-ptxas) Triton can be pointed at."""
+    w = work / "probe-ptxas"
+    w.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} --probe-ptxas \"$@\"\n")
+    w.chmod(0o755)
+    return w
 
 
 # launch / compile configuration per kernel: constexprs, num_warps, num_stages (the loops' own num_stages rule)
@@ -331,33 +425,143 @@ def _event_ms(fn, torch, n: int = 1) -> float:
     return e0.elapsed_time(e1) / n
 
 
-def _graph_native_cost(go: dict, torch) -> dict:
+def _graph(fn, torch, warm: bool = True):
+    """BACK_TO_BACK launches of fn captured into one CUDA graph (fn compiled and, with warm, launched once first:
+    its host-side selection made before the capture)."""
+    if warm:
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(BACK_TO_BACK):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def _graph_pairs(plain, other, torch) -> dict:
+    """PAIRS interleaved replays of the plain build's graph and another's, each between two events, per launch."""
+    gp, go_ = [], []
+    for _ in range(PAIRS):
+        gp.append(_event_ms(plain.replay, torch) / BACK_TO_BACK)
+        go_.append(_event_ms(other.replay, torch) / BACK_TO_BACK)
+    ratio = sorted(h / p for h, p in zip(go_, gp))
+    return {"plain_ms_median": statistics.median(gp), "ms_median": statistics.median(go_),
+            "ratio_median": statistics.median(ratio), "ratio_min_max": [ratio[0], ratio[-1]],
+            "extra_us_median": round(1000 * (statistics.median(go_) - statistics.median(gp)), 3)}
+
+
+def _graph_native_cost(s, go: dict, kh, torch, probes: dict | None = None) -> dict:
     """Native cost with the host's launch path out of the measurement (Stop 44: the kernels take 8-20 us, less than
     Triton's launch path, so the back-to-back pairs measure the host): BACK_TO_BACK launches of each build captured
-    into one CUDA graph (the session's launch selection runs once per launch at capture and its choice is recorded
-    in the graph), the two graphs replayed interleaved, PAIRS pairs, each replay between two events."""
-    graphs = {}
-    for sfx in ("plain", "hbf"):
-        go[sfx]()                                       # compiled and selected before the capture
+    into one CUDA graph, replayed interleaved with the plain build's graph, PAIRS pairs, each replay between two
+    events. The session's selection runs once per launch at capture (counted, with "captured"); what a replay runs
+    is decided by the module's __hb_state as the replay finds it (recorded). Variants, each against the plain graph:
+      hbf           the session's choice with nothing registered: the module detached (0), the native body after one
+                    load (the ratio the issue's goal is read from)
+      hbf_attached  the word forced to the session's state (no range registered): the prologue loads the band and
+                    branches on span 0 -- what stop 45's graphs ran (x1.118 / x1.081 / x1.041)
+      probe_<p>     the plain build with one of the native body's differences added (PROBES)"""
+    from runtime_triton import module_state  # noqa: PLC0415
+    b = s.bindings.get(int(kh.module))
+    out: dict = {"pairs": PAIRS, "launches_per_graph": BACK_TO_BACK, "goal": "<= 1.02", "variants": {},
+                 "what": "nothing registered; per launch: one replay of a CUDA graph of BACK_TO_BACK captured launches "
+                         "between two events, each variant interleaved with the plain build (the device's time, not "
+                         "the host's launch path)"}
+    plain = _graph(go["plain"], torch)
+    v = out["variants"]
+    g = _graph(go["hbf"], torch)
+    v["hbf"] = {**_graph_pairs(plain, g, torch), "hb_state_at_replay": _word(module_state(kh.module), s)}
+    if b is not None and b.state_addr:
+        import ctypes  # noqa: PLC0415
+        go["hbf"]()                                    # the session's host launch (detaches), then the word forced
         torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(BACK_TO_BACK):
-                go[sfx]()
-        graphs[sfx] = g
-    for g in graphs.values():
-        g.replay()
+        s._cu.htod(b.state_addr, ctypes.c_uint64(s.state_dptr), 8)
+        b.attached = True
+        try:
+            g = _graph(go["hbf"], torch, warm=False)   # captured: nothing registered leaves the word as it is
+            v["hbf_attached"] = {**_graph_pairs(plain, g, torch),
+                                 "hb_state_at_replay": _word(module_state(kh.module), s)}
+        finally:
+            torch.cuda.synchronize()
+            s._cu.htod(b.state_addr, ctypes.c_uint64(0), 8)
+            b.attached = False
+    for name, fn in (probes or {}).items():
+        try:
+            v[f"probe_{name}"] = _graph_pairs(plain, _graph(fn, torch), torch)
+        except Exception as e:  # noqa: BLE001
+            v[f"probe_{name}"] = {"error": f"{type(e).__name__}: {e}"[:1000]}
+    out.update({k: v["hbf"][k] for k in ("plain_ms_median", "ratio_median", "ratio_min_max")})
+    out["hbf_ms_median"] = v["hbf"]["ms_median"]
+    return out
+
+
+def _graph_replay_check(s, go: dict, kh, name: str, ins: dict, torch, want_copies: int) -> dict:
+    """The session's graph rule on the card (docs/design.md "Per-launch selection and CUDA graphs"): one launch of the
+    hbf build captured with nothing registered (its module detached: no write in the graph), the graph replayed with
+    the inputs registered (the registration attaches every module: the replay must run instrumented, its TMA copies
+    counted, want_copies of them as the registered launch counted), then again after they are unregistered (detached
+    again: the native body, nothing counted)."""
+    from runtime_triton import module_state  # noqa: PLC0415
+
+    def copies() -> int:
+        return int(s.counters(publish=False)["kernels"].get(f"{name}_hbf", {}).get("tma_copies", 0))
+    go["hbf"]()
     torch.cuda.synchronize()
-    gp, gh = [], []
-    for _ in range(PAIRS):
-        gp.append(_event_ms(graphs["plain"].replay, torch) / BACK_TO_BACK)
-        gh.append(_event_ms(graphs["hbf"].replay, torch) / BACK_TO_BACK)
-    ratio = sorted(h / p for h, p in zip(gh, gp))
-    return {"pairs": PAIRS, "launches_per_graph": BACK_TO_BACK, "plain_ms_median": statistics.median(gp),
-            "hbf_ms_median": statistics.median(gh), "ratio_median": statistics.median(ratio),
-            "ratio_min_max": [ratio[0], ratio[-1]], "goal": "<= 1.02",
-            "what": "nothing registered; per launch: one replay of a CUDA graph of BACK_TO_BACK captured launches "
-                    "between two events, plain and hbf interleaved (the device's time, not the host's launch path)"}
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        go["hbf"]()
+    w0, c0 = module_state(kh.module), copies()
+    ranges = [s.register_timing_range(x.data_ptr(), x.numel() * x.element_size(), label=f"{name}.graph.{t}")
+              for t, x in ins.items()]
+    try:
+        w1 = module_state(kh.module)
+        g.replay()
+        torch.cuda.synchronize()
+        c1 = copies()
+    finally:
+        for r in ranges:
+            s.unregister(r)
+    w2 = module_state(kh.module)
+    g.replay()
+    torch.cuda.synchronize()
+    c2 = copies()
+    r = {"word_at_capture": _word(w0, s), "word_registered": _word(w1, s), "word_unregistered": _word(w2, s),
+         "tma_copies_replay_registered": c1 - c0, "tma_copies_replay_unregistered": c2 - c1,
+         "tma_copies_want": want_copies}
+    r["ok"] = w0 == 0 and w1 == s.state_dptr and w2 == 0 and c1 - c0 == want_copies > 0 and c2 == c1
+    return r
+
+
+def _word(value: int | None, s) -> str:
+    return "absent" if value is None else "detached (0)" if value == 0 else \
+        "attached (the session's state)" if value == s.state_dptr else hex(value)
+
+
+def _probe_launchers(name: str, ins: dict, work: Path, torch, outputs: dict) -> dict:
+    """The probe builds of one kernel (PROBES), compiled through the probe ptxas wrapper; each launcher checked
+    once against the plain build's output (``outputs["plain"]``): the additions change no result."""
+    P = load_probes(work)
+    saved = os.environ.get("TRITON_PTXAS_PATH")
+    os.environ["TRITON_PTXAS_PATH"] = str(write_probe_ptxas(work))
+    go = {}
+    try:
+        for p in PROBES:
+            try:                                   # one probe's failure costs that probe only
+                fn = _launcher(P, name, f"probe_{p}", ins, torch)
+                _, out = fn()
+                torch.cuda.synchronize()
+                outputs[p] = bool(torch.equal(out.view(torch.int8), outputs["plain"].view(torch.int8)))
+                go[p] = fn
+            except Exception as e:  # noqa: BLE001
+                outputs[p] = f"error: {type(e).__name__}: {e}"[:1000]
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_PTXAS_PATH", None)
+        else:
+            os.environ["TRITON_PTXAS_PATH"] = saved
+    return go
 
 
 def gpu_case(s, K, name: str, rec: dict, save, torch) -> None:
@@ -450,12 +654,28 @@ def gpu_case(s, K, name: str, rec: dict, save, torch) -> None:
     except Exception as e:  # noqa: BLE001
         rec["native_cost"] = {"error": f"{type(e).__name__}: {e}"[:2000], "traceback": traceback.format_exc()[-3000:]}
     # the same, each side's BACK_TO_BACK launches captured once into a CUDA graph and replayed: the host's launch path
-    # (Triton's launcher, the session's launch selection) runs at capture only, so the replay's time is the device's
+    # (Triton's launcher, the session's launch selection) runs at capture only, so the replay's time is the device's;
+    # with the probe builds (PROBES) that split the difference into its parts
+    probes: dict = {}
     try:
-        rec["native_cost_graph"] = _graph_native_cost(go, torch)
+        same = {"plain": out_p}
+        probes = _probe_launchers(name, ins, Path(os.environ["TRITON_CACHE_DIR"]).parent, torch, same)
+        same.pop("plain")
+        rec["probes_identical"] = same
+    except Exception as e:  # noqa: BLE001
+        rec["probes_error"] = {"error": f"{type(e).__name__}: {e}"[:2000], "traceback": traceback.format_exc()[-3000:]}
+    save(f"{name}: probes built")
+    try:
+        rec["native_cost_graph"] = _graph_native_cost(s, go, kh, torch, probes)
     except Exception as e:  # noqa: BLE001
         rec["native_cost_graph"] = {"error": f"{type(e).__name__}: {e}"[:2000],
                                     "traceback": traceback.format_exc()[-3000:]}
+    try:
+        rec["graph_replay_selection"] = _graph_replay_check(s, go, kh, name, ins, torch, d["tma_copies"])
+    except Exception as e:  # noqa: BLE001
+        rec["graph_replay_selection"] = {"error": f"{type(e).__name__}: {e}"[:2000],
+                                         "traceback": traceback.format_exc()[-3000:], "ok": False}
+    save(f"{name}: graph replay selection checked")
     ls = s.counters(publish=False).get("launch_selection") or {}
     rec["launch_selection"] = {k: v for k, v in ls.items() if name in str(k)} or ls
     save(f"{name}: native cost done")
@@ -525,12 +745,18 @@ def gpu_run(res: dict, out_dir: Path, out_path: Path, deadline: float, names: tu
         rec = cases[name]
         log.info("%s: ok=%s checks=%s native=%s %s", name, rec.get("ok"), rec.get("checks"),
                  (rec.get("native_cost") or {}).get("ratio_median"), rec.get("error", ""))
-        log.info("%s: native cost in CUDA graphs: %s", name, (rec.get("native_cost_graph") or {}).get("ratio_median"))
+        ncg = rec.get("native_cost_graph") or {}
+        log.info("%s: native cost in CUDA graphs: %s (%s)", name, ncg.get("ratio_median"),
+                 ", ".join(f"{k} x{x.get('ratio_median', float('nan')):.3f} {x.get('extra_us_median')} us"
+                           for k, x in (ncg.get("variants") or {}).items() if "ratio_median" in x))
         write_json(out_path, res)
     res["ok"] = all(cases.get(n, {}).get("ok") for n in names)
 
 
 def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["--probe-ptxas"]:    # TRITON_PTXAS_PATH of the probe builds (write_probe_ptxas)
+        return probe_ptxas(args[1:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "results"))
     ap.add_argument("--work", default="", help="build folder (default: a new temporary one)")

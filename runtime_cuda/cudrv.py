@@ -198,6 +198,17 @@ def memset_u64_async(dptr: int, value: int, stream: int) -> None:
     check(d.cuMemsetD32Async(dptr + 4, (int(value) >> 32) & 0xFFFFFFFF, 1, st), "cuMemsetD32Async")
 
 
+def stream_capturing(stream: int) -> bool:
+    """Whether work queued on ``stream`` is being captured into a CUDA graph (cuStreamIsCapturing). An error
+    (the legacy stream while another thread captures in global mode, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) counts
+    as capturing: the caller then takes its capture-safe choice."""
+    d = drv()
+    res = d.cuStreamIsCapturing(d.CUstream(int(stream)))
+    if int(res[0]) != int(d.CUresult.CUDA_SUCCESS):
+        return True
+    return int(res[1]) != int(d.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
+
+
 def address_range(ptr: int) -> tuple[int, int] | None:
     """(base, size) of the device allocation containing ptr (cuMemGetAddressRange), None when ptr is not
     a device address of this context."""

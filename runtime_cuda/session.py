@@ -85,6 +85,9 @@ class ModuleBinding:
     # per-launch selection (Session._select): __hb_state currently points at the session (True) or is 0
     # (the module's kernels run their native version); where and in which epoch it was last launched
     attached: bool = True
+    # a launch of the module was captured into a CUDA graph: its replays read __hb_state as they find it, so
+    # while any range is registered the session never detaches the module again (state_word)
+    captured: bool = False
     last_stream: int | None = None
     last_epoch: int = -1
     state_addr: int = 0
@@ -398,6 +401,33 @@ def selection(ranges: Sequence[D.DevRange], info: KernelInfo | None, spans: list
     return True, f"reaches no range ({rule})"
 
 
+def state_word(native: bool | None, *, captured: bool, capturing: bool) -> tuple[bool | None, str]:
+    """The module's ``__hb_state`` a launch needs, given its selection (:func:`selection`): True = attached (the
+    session's state: the kernel's prologue reads the band and runs the instrumented body while any range is
+    registered, the native one when none is), False = 0 (the prologue's first load sees 0 and branches to the
+    native body: one dependent global load less at entry), None = leave it as it is; and the rule that decided.
+
+    A CUDA graph replays a captured launch later without the launch path, reading the word as it finds it then;
+    the session keeps three rules so that a replay never runs the native body while a range it may reach is
+    registered (docs/design.md "Per-launch selection and CUDA graphs"):
+      - never capture a detach: while ``capturing``, nothing registered leaves the word as it is and a registered
+        range asks for the word attached (captured as a write, so every replay attaches it first);
+      - a module with a captured launch (``captured``) is never detached while a range is registered;
+      - every registration attaches every module (Session._write_ranges_to_device, the context idle), so a launch
+        captured detached (nothing registered then) replays attached once anything is registered."""
+    if native is None:
+        if capturing:
+            return None, "capture, nothing registered: left as is (a registration attaches it)"
+        return False, "nothing registered: detached"
+    if capturing:
+        return True, "capture, a range registered: attached (the replay's first write)"
+    if native is False:
+        return True, "runs instrumented: attached"
+    if captured:
+        return True, "captured module, a range registered: attached"
+    return False, "reaches no range: detached"
+
+
 
 def capacity_not_built(ptr: int, nbytes: int, why: str = "") -> RangeError:
     """The error of a capacity-range registration the GPU runtime refuses (docs/design.md §3.6, issue 16): the
@@ -548,6 +578,7 @@ class Session:
             tab = CAP.capacity_table(st.ranges, st.n_ranges, self.capacity)   # indexed like st.ranges
             cu.htod(self.cap_table_dptr, tab.ctypes.data, CAP.TABLE_BYTES)
         self._publish_cdescs()                   # still idle: every module's descriptor follows the table
+        self._set_module_words()                 # and every module's __hb_state (state_word's rules)
 
     def _refresh_ranges(self, want_generation: int = 0) -> None:
         """Mirror the control region's range snapshot (what hbfd published) into the device block."""
@@ -794,7 +825,8 @@ class Session:
     # ---------------------------------------------------------------------------- modules
     def bind_module(self, module, artifact: Any = None, *, kernels: Sequence[str] | None = None,
                     slots: int | None = None, missing_reason: str | None = None) -> ModuleBinding:
-        """Point an instrumented module's __hb_state/__hb_kslot_base at this session. `module` is a
+        """Point an instrumented module's __hb_state (0 while nothing is registered: the native body, see
+        state_word)/__hb_kslot_base at this session. `module` is a
         CUmodule (or its int handle). A module without __hb_state is recorded as uninstrumented.
         Without an artifact its `kernels` are not admitted, for `missing_reason` when given."""
         self._ensure_open()
@@ -805,6 +837,7 @@ class Session:
         handle = int(module)   # the handle's value (cuda.bindings' getPtr() is the address of the wrapper's copy)
         with self._lock:
             instrumented = False
+            attach = True
             cdesc_addr = cdesc_bytes = 0
             kslot_base = self._next_kslot
             if self.use_cuda:
@@ -820,8 +853,9 @@ class Session:
                     if kslot_base + nslots > C.HBF_MAX_KERNEL_SLOTS:
                         raise HbfError("out of per-kernel counter slots", code=ErrorCode.RANGE_TABLE_FULL,
                                        slots=C.HBF_MAX_KERNEL_SLOTS)
-                    v = ctypes.c_uint64(self.state_dptr)
-                    self._cu.htod(g[0], v, 8)
+                    # attached while a range is registered, else 0 (_set_module_words keeps it so at table changes)
+                    attach = bool(self.ranges) or not self.native_select
+                    self._cu.htod(g[0], ctypes.c_uint64(self.state_dptr if attach else 0), 8)
                     kb = self._cu.module_global(module, abi.KSLOT_BASE_GLOBAL)
                     if kb is not None:
                         self._cu.htod(kb[0], ctypes.c_uint32(kslot_base), 4)
@@ -850,7 +884,7 @@ class Session:
             b = ModuleBinding(handle, instrumented, kslot_base, infos,
                               str(artifact) if isinstance(artifact, (str, os.PathLike)) else None,
                               state_addr=g[0] if instrumented else 0, cdesc_addr=cdesc_addr,
-                              cdesc_bytes=cdesc_bytes)
+                              cdesc_bytes=cdesc_bytes, attached=attach)
             self.bindings[handle] = b
             self._write_cdesc(b)   # a module just loaded: none of its kernels runs yet
             return b
@@ -922,24 +956,53 @@ class Session:
         from their parameters (hbfcc's address_source "params"); a kernel that takes addresses from memory,
         a launch whose arguments are unknown, or one that reaches a range runs instrumented. `rule` names
         what gave the extents: "storage" (the framework's tensor storage), "allocation" (the driver's
-        allocation of a raw pointer). The decision is counted per kernel (counters()["launch_selection"])."""
+        allocation of a raw pointer). With nothing registered the word is 0 too (the native body after one
+        dependent global load instead of two). A launch captured into a CUDA graph follows state_word's capture rules. The
+        decision is counted per kernel (counters()["launch_selection"]: "native"/"instrumented" by the body
+        that runs, "rules" by selection's reason, "word" by state_word's, "captured")."""
         if not self.use_cuda or not b.instrumented or not b.state_addr or not self.native_select:
             return
         name = info.name if info else "?"
         native, why = selection(self.ranges, info, spans, rule)
         st = int(stream or 0)
-        if native is not None and native == b.attached:
-            # the other state is wanted: change __hb_state in stream order. A launch of this module still
-            # in flight on another stream would see the change mid-run; wait for it first (rare), so no
-            # kernel ever reads the word while it changes.
-            if b.last_stream is not None and b.last_stream != st and b.last_epoch == self._epoch:
-                self._cu.stream_synchronize(b.last_stream)
-            self._cu.memset_u64_async(b.state_addr, 0 if native else self.state_dptr, st)
-            b.attached = not native
+        capturing = self._cu.stream_capturing(st)
+        if capturing:
+            b.captured = True
+        want, word_why = state_word(native, captured=b.captured, capturing=capturing)
+        if want is not None and want != b.attached:
+            if capturing:
+                # an attach (a capture never detaches), captured as the graph's write before this launch: the word
+                # changes only when the graph replays, so b.attached keeps what the device holds now
+                self._cu.memset_u64_async(b.state_addr, self.state_dptr, st)
+            else:
+                # the other state is wanted: change __hb_state in stream order. A launch of this module still
+                # in flight on another stream would see the change mid-run; wait for it first (rare), so no
+                # kernel ever reads the word while it changes.
+                if b.last_stream is not None and b.last_stream != st and b.last_epoch == self._epoch:
+                    self._cu.stream_synchronize(b.last_stream)
+                self._cu.memset_u64_async(b.state_addr, self.state_dptr if want else 0, st)
+                b.attached = want
         b.last_stream, b.last_epoch = st, self._epoch
-        sel = self.launch_selection.setdefault(name, {"native": 0, "instrumented": 0, "rules": {}})
-        sel["native" if native is not False else "instrumented"] += 1   # None: nothing registered
+        runs_native = native is None or (native is True and want is False)
+        sel = self.launch_selection.setdefault(name, {"native": 0, "instrumented": 0, "captured": 0, "rules": {},
+                                                      "word": {}})
+        sel["native" if runs_native else "instrumented"] += 1
+        sel["captured"] += int(capturing)
         sel["rules"][why] = sel["rules"].get(why, 0) + 1
+        sel["word"][word_why] = sel["word"].get(word_why, 0) + 1
+
+    def _set_module_words(self) -> None:
+        """After the range table changed (the context idle, no kernel reads a word): every instrumented module
+        attached while any range is registered (a launch captured into a graph with its module detached replays
+        attached from now on, state_word), detached while none is (its kernels take the native body after one
+        load). A module with per-launch selection off keeps the session's state."""
+        if not self.native_select:
+            return
+        want = bool(self.ranges)
+        for b in self.bindings.values():
+            if b.instrumented and b.state_addr:
+                self._cu.htod(b.state_addr, ctypes.c_uint64(self.state_dptr if want else 0), 8)
+                b.attached = want
 
     # ---------------------------------------------------------------------------- launch gate
     def gate(self, name: str, info: KernelInfo | None, pointer_args: Iterable[int] | None,
@@ -1198,7 +1261,8 @@ class Session:
                "refused_launches": list(self.refused_launches),
                "l2_model": self.l2.summary() if self.l2 is not None else None,
                "ring": self._ring_counters(),
-               "launch_selection": {k: dict(v, rules=dict(v["rules"])) for k, v in self.launch_selection.items()},
+               "launch_selection": {k: dict(v, rules=dict(v["rules"]), word=dict(v["word"]))
+                                    for k, v in self.launch_selection.items()},
                "stale_ranges": list(self.stale_ranges), "stalls": list(self.stalls)}
         if publish:
             self._publish(totals)

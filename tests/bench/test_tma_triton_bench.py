@@ -143,3 +143,80 @@ def test_gpu_cases_run_in_children_that_report_their_failure(tmp_path, monkeypat
         assert c.get("media", {}).get("fixed_read_ns") == 5_000 and c["error"], (name, c)
         assert json.loads((out / f"tma_triton.{name}.partial.json").read_text())["error"] == c["error"]
     assert json.loads((out / "tma_triton.json").read_text())["cases"]["attn_fwd"]["stage"] == "done"
+
+
+PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+
+.extern .shared .align 16 .b8 global_smem[];
+.visible .entry k_probe_NAME(
+	.param .u64 k_probe_NAME_param_0
+)
+.reqntid 128
+{
+	.reg .b32 	%r<3>;
+	.reg .b64 	%rd<4>;
+$L__func_begin0:
+	ld.param.u64 	%rd1, [k_probe_NAME_param_0];
+	mov.u32 	%r1, %tid.x;
+	mul.wide.u32 	%rd2, %r1, 4;
+	add.s64 	%rd3, %rd1, %rd2;
+	st.global.u32 	[%rd3], %r1;
+	ret;
+$L__tmp1:
+$L__func_end0:
+                                        // -- End function
+}
+"""
+
+
+@pytest.mark.parametrize("probe", TT.PROBES)
+def test_probe_ptx_adds_one_part_and_assembles(probe, tmp_path):
+    """The native-cost probes (docs/RESULTS.md "Stop 45 (CPU, wt/tmanat)"): the plain PTX with the prologue's loads
+    (ld1: one; ld3: the state pointer, then the band's span through it) or the 1 KiB table added, nothing else."""
+    src = PTX.replace("NAME", probe)
+    out = TT.probe_ptx(src)
+    assert TT.probe_ptx(PTX.replace("k_probe_NAME", "k_plain")) == PTX.replace("k_probe_NAME", "k_plain")
+    body = out[out.index("{"):]
+    assert ("__hbprobe_tbl" in out) == ("smem" in probe)
+    assert ("[__hbprobe_zero]" in body) == (probe == "ld1")
+    assert ("[__hbprobe_ptr]" in body and "[%hbq_s+8]" in body) == probe.startswith("ld3")
+    assert ("[__hbprobe_cword]" in body) == (probe == "c1")
+    assert body.index("bra $HBPROBE_OUT") < body.index("ld.param.u64") if probe != "smem" else True
+    assert out.index("$HBPROBE_OUT:") < out.index("$L__func_end0:")
+    assert out.replace(TT.PROBE_GLOBALS, "").count("st.global.u32") == 1
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("no ptxas")
+    (tmp_path / "k.ptx").write_text(out)
+    r = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert ("1024 bytes smem" in r.stderr) == ("smem" in probe), r.stderr
+
+
+def test_probe_ptxas_wrapper_edits_the_ptx_and_runs_the_real_ptxas(tmp_path):
+    """The wrapper Triton is pointed at (write_probe_ptxas): the PTX argument edited in place, then the real ptxas
+    (here a stand-in that records what it was given) with the same arguments."""
+    real = tmp_path / "real-ptxas"
+    real.write_text(f"#!/bin/sh\ncp \"$3\" {tmp_path}/seen.ptx\necho \"$@\" > {tmp_path}/args\n")
+    real.chmod(0o755)
+    (tmp_path / "a.ptx").write_text(PTX.replace("NAME", "ld3"))
+    w = TT.write_probe_ptxas(tmp_path)
+    env = dict(os.environ, HBF_BENCH_REAL_PTXAS=str(real),
+               PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    r = subprocess.run([str(w), "-v", "--gpu-name=sm_90a", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "args").read_text().split() == ["-v", "--gpu-name=sm_90a", str(tmp_path / "a.ptx"), "-o",
+                                                      str(tmp_path / "a.cubin")]
+    assert (tmp_path / "seen.ptx").read_text() == TT.probe_ptx(PTX.replace("NAME", "ld3"))
+
+
+def test_probe_text_names_every_probe_build():
+    text = TT.probe_text()
+    for k in TT.KERNELS:
+        for p in TT.PROBES:
+            assert text.count(f"def {k}_probe_{p}(") == 1, (k, p)
+    assert "_SFX" not in text and "_plain(" not in text and "_hbf(" not in text
