@@ -563,30 +563,35 @@ def _chan_fcfs(order, ch, rd, x, q0, chan_free, chan_busy):
 
 @accel.jit
 def _read_front(arrival, addr, nbytes, op, capacity, nops, store_op, atomic_op, max_time):
-    """``MediaEngine.submit``'s conversions and checks of a batch, for the compiled read path: the request
-    fields (any integer arrays, strided views of the batch included) as int64 arrays, and whether every
-    request is a media read (load or cp.async) inside the media, arrival before ``max_time``, in arrival
-    order. False: the caller's numpy path converts and checks the batch again (and decides the errors).
-    (``arrival``, ``addr``: unsigned, compared as such.)"""
+    """``MediaEngine.submit``'s conversions and checks of a batch, for the compiled paths: the request fields (any
+    integer arrays, strided views of the batch included) as int64 arrays, and 2 where every request is a media read
+    (load or cp.async), 1 where some are stores or atomics, every request inside the media, arrival before
+    ``max_time``, in arrival order; 0 otherwise: the caller's numpy path converts and checks the batch again (and
+    decides the errors). (``arrival``, ``addr``: unsigned, compared as such.)"""
     n = arrival.shape[0]
     mt = np.uint64(max_time)
     a = np.empty(n, np.int64)
     ad = np.empty(n, np.int64)
     nb = np.empty(n, np.int64)
+    ob = np.empty(n, np.int64)
+    code = 2
     for i in range(n):                       # (the first request that fails ends it: its batch goes the numpy way)
         if np.uint64(arrival[i]) >= mt or np.uint64(addr[i]) >= mt:
-            return a, ad, nb, False
+            return a, ad, nb, ob, 0
         a[i] = np.int64(arrival[i])
         ad[i] = np.int64(addr[i])
         nb[i] = np.int64(nbytes[i])
         o = op[i]
-        if o >= nops or o == store_op or o == atomic_op:
-            return a, ad, nb, False
+        ob[i] = np.int64(o)
+        if o >= nops:
+            return a, ad, nb, ob, 0
+        if o == store_op or o == atomic_op:
+            code = 1
         if nb[i] <= 0 or ad[i] + nb[i] > capacity:
-            return a, ad, nb, False
+            return a, ad, nb, ob, 0
         if i and a[i] < a[i - 1]:
-            return a, ad, nb, False
-    return a, ad, nb, True
+            return a, ad, nb, ob, 0
+    return a, ad, nb, ob, code
 
 
 @accel.jit
@@ -777,6 +782,43 @@ def _latest_q(cd, ct, dies, q):
 
 
 @accel.jit
+def _top_in_place(a, lo, hi, k):
+    """``a[hi - k:hi]`` made the ``k`` largest of ``a[lo:hi]`` (in some order; the rest before them), in place, by
+    quickselect (Hoare partitions around a median of three; no copy)."""
+    target = hi - k
+    l = lo
+    r = hi - 1
+    while r > l:
+        m = (l + r) >> 1
+        x = a[l]
+        y = a[m]
+        z = a[r]
+        if x < y:
+            p = y if y < z else (z if x < z else x)
+        else:
+            p = x if x < z else (z if y < z else y)
+        i = l
+        j = r
+        while i <= j:
+            while a[i] < p:
+                i += 1
+            while a[j] > p:
+                j -= 1
+            if i <= j:
+                t = a[i]
+                a[i] = a[j]
+                a[j] = t
+                i += 1
+                j -= 1
+        if target <= j:
+            r = j
+        elif target >= i:
+            l = i
+        else:
+            break
+
+
+@accel.jit
 def _carry_keep(d, t, dies, q):
     """``diestage.DieCarry.put``'s cut, loop form (compiled by numba): the ``q`` largest times ``t`` of each
     die ``d``, in (die, time) order (the same arrays as its stable sort by time then die and cut: equal
@@ -800,22 +842,18 @@ def _carry_keep(d, t, dies, q):
     j = 0
     for k in range(dies):
         a = st[k]
-        c = st[k + 1] - a
+        b = st[k + 1]
+        c = b - a
         if c == 0:
             continue
-        if c > 2 * q:                               # (many: the q largest by a partition, then sorted)
-            seg = np.sort(np.partition(buf[a:a + c], c - q)[c - q:])
-            o = 0
-        else:                                       # (few: the run sorted in place)
-            seg = buf[a:a + c]
-            seg.sort()
-            o = c - q if c > q else 0
-        c -= o
-        if c > q:
+        if c > q:                                   # (round 12: the q largest by an in-place quickselect, then
+            _top_in_place(buf, a, b, q)             # sorted; np.partition's copy per die before)
+            a = b - q
             c = q
+        buf[a:b].sort()
         for r in range(c):
             od[j + r] = k
-            ot[j + r] = seg[o + r]
+            ot[j + r] = buf[a + r]
         j += c
     return od, ot
 
@@ -1618,3 +1656,182 @@ def _event_merge(plane, lpn, seq, ip, ipg, iseq):
             ev_i[k] = 0
             j += 1
     return True, ev_p, ev_g, ev_r, ev_i
+
+
+@accel.jit
+def _mixed_front(ta, lpn, nsec, top, seq, tser, media, ptx, R, pid0, C, D, P, xfer, t_cmd, store_op, atomic_op):
+    """``engine._mixed_front_of`` (``MediaEngine._serve_mixed``'s page transactions -> the FTL's program inputs, the
+    media reads, the buffer invalidations and the store data-in items), loop form (compiled by numba), in two
+    passes instead of ~35 numpy passes: the stores (``top`` store or atomic) in order through the write
+    backpressure ring ``R`` (in place, ``_ring_loop``'s rule: each gated by the oldest of its plane's last B
+    program ids, a filling store (in ``ptx``, ascending) issuing the next id from ``pid0``), then the gathers.
+    Returns the tuple ``_mixed_front_of`` returns."""
+    n = lpn.shape[0]
+    B = R.shape[1]
+    ns = 0
+    nr = 0
+    wsec = 0
+    rsec = 0
+    for i in range(n):
+        o = top[i]
+        if o == store_op or o == atomic_op:
+            ns += 1
+            wsec += nsec[i]
+        if o != store_op:
+            rsec += nsec[i]
+        if media[i]:
+            nr += 1
+    npx = ptx.shape[0]
+    ch = np.empty(n, np.int64)
+    die = np.empty(n, np.int64)
+    plane = np.empty(n, np.int64)
+    pow2 = (C & (C - 1)) == 0 and (D & (D - 1)) == 0 and (P & (P - 1)) == 0
+    if pow2:                                  # (shifts and masks: an integer division costs ~40 cycles)
+        cb = 0
+        while (1 << cb) < C:
+            cb += 1
+        db = 0
+        while (1 << db) < D:
+            db += 1
+        pbits = 0
+        while (1 << pbits) < P:
+            pbits += 1
+        for i in range(n):
+            x = lpn[i]
+            c = x & (C - 1)
+            d = (c << db) | ((x >> cb) & (D - 1))
+            ch[i] = c
+            die[i] = d
+            plane[i] = (d << pbits) | ((x >> (cb + db)) & (P - 1))
+    else:
+        for i in range(n):
+            x = lpn[i]
+            c = x % C
+            d = c * D + (x // C) % D
+            ch[i] = c
+            die[i] = d
+            plane[i] = d * P + (x // (C * D)) % P
+    # stores: ring, inval, items
+    si = np.empty(ns, np.int64)
+    gate_st = np.empty(ns, np.int64)
+    iv_p = np.empty(ns, np.int64)
+    iv_g = np.empty(ns, np.int64)
+    iv_s = np.empty(ns, np.int64)
+    s_ch = np.empty(ns, np.int64)
+    s_early = np.empty(ns, np.int64)
+    s_x = np.empty(ns, np.int64)
+    s_ser = np.empty(ns, np.int64)
+    p_lpn = np.empty(npx, np.int64)
+    p_rdy = np.empty(npx, np.int64)
+    p_gx = np.empty(npx, np.int64)
+    p_gate = np.empty(npx, np.int64)
+    p_pid = np.empty(npx, np.int64)
+    nxt = pid0
+    k = 0
+    f = 0
+    for i in range(n):
+        o = top[i]
+        if not (o == store_op or o == atomic_op):
+            continue
+        p = plane[i]
+        g = R[p, 0]
+        si[k] = i
+        gate_st[k] = g
+        iv_p[k] = p
+        iv_g[k] = lpn[i]
+        iv_s[k] = seq[i] + 1
+        s_ch[k] = ch[i]
+        s_early[k] = ta[i] + t_cmd
+        s_x[k] = xfer[nsec[i]]
+        s_ser[k] = tser[i]
+        k += 1
+        if f < npx and ptx[f] == i:           # a filling store: the next id, pushed into its plane's row
+            for c in range(B - 1):
+                R[p, c] = R[p, c + 1]
+            R[p, B - 1] = nxt
+            p_lpn[f] = lpn[i]
+            p_rdy[f] = ta[i] + t_cmd
+            p_gx[f] = xfer[nsec[i]]
+            p_gate[f] = g
+            p_pid[f] = nxt
+            nxt += 1
+            f += 1
+    # media reads
+    ri = np.empty(nr, np.int64)
+    r_ta = np.empty(nr, np.int64)
+    r_lpn = np.empty(nr, np.int64)
+    r_ch = np.empty(nr, np.int64)
+    r_die = np.empty(nr, np.int64)
+    r_pl = np.empty(nr, np.int64)
+    r_x = np.empty(nr, np.int64)
+    r_seq = np.empty(nr, np.int64)
+    r_ser = np.empty(nr, np.int64)
+    k = 0
+    for i in range(n):
+        if media[i]:
+            ri[k] = i
+            r_ta[k] = ta[i]
+            r_lpn[k] = lpn[i]
+            r_ch[k] = ch[i]
+            r_die[k] = die[i]
+            r_pl[k] = plane[i]
+            r_x[k] = xfer[nsec[i]]
+            r_seq[k] = seq[i]
+            r_ser[k] = tser[i]
+            k += 1
+    return (ns, wsec, rsec, f, si, gate_st, p_lpn, p_rdy, p_gx, p_gate, p_pid, ri, r_ta, r_lpn, r_ch,
+            r_die, r_pl, r_x, r_seq, r_ser, iv_p, iv_g, iv_s, s_ch, s_early, s_x, s_ser)
+
+
+@accel.jit
+def _mixed_req(a, addr, nbytes, op, serial, seq0, R, pid0, C, D, P, xfer, t_cmd, store_op, atomic_op, pb, sb):
+    """``MediaEngine._serve``'s way into ``_serve_mixed`` for a batch of requests each within one page, every store
+    of a whole page (no write-buffer bookkeeping: the caller checks that the write buffer is empty), loop form
+    (compiled by numba): the page transactions (``_expand``: page, sectors; seq = 2 (``seq0`` + i)), the media reads
+    (every op but a store) and the programs (every store), then ``_mixed_front``. Returns (False, ...: empty
+    arrays, ``R`` untouched) where a request spans pages or a store does not fill its page; else (True, the sector
+    counts, ``_mixed_front``'s tuple)."""
+    n = a.shape[0]
+    spp = pb // sb
+    ps = 0                                    # (both powers of two, geometry.py: shifts, not divisions)
+    while (1 << ps) < pb:
+        ps += 1
+    ss = 0
+    while (1 << ss) < sb:
+        ss += 1
+    lpn = np.empty(n, np.int64)
+    nsec = np.empty(n, np.int64)
+    nst = 0
+    for i in range(n):
+        ad = addr[i]
+        f = ad >> ps
+        if (ad + nbytes[i] - 1) >> ps != f:
+            n = -1
+            break
+        lo = (ad - (f << ps)) >> ss
+        k = ((ad + nbytes[i] - (f << ps) + sb - 1) >> ss) - lo
+        o = op[i]
+        if (o == store_op or o == atomic_op) and k != spp:
+            n = -1
+            break
+        if o == store_op or o == atomic_op:
+            nst += 1
+        lpn[i] = f
+        nsec[i] = k
+    if n < 0:
+        e = np.empty(0, np.int64)
+        return (False, e) + _mixed_front(e, e, e, e, e, e, np.empty(0, np.bool_), e, R, pid0, C, D, P, xfer,
+                                         t_cmd, store_op, atomic_op)
+    seq = np.empty(n, np.int64)
+    media = np.empty(n, np.bool_)
+    ptx = np.empty(nst, np.int64)
+    k = 0
+    for i in range(n):
+        seq[i] = 2 * (seq0 + i)
+        o = op[i]
+        media[i] = o != store_op
+        if o == store_op or o == atomic_op:
+            ptx[k] = i
+            k += 1
+    return (True, nsec) + _mixed_front(a, lpn, nsec, op, seq, serial, media, ptx, R, pid0, C, D, P, xfer, t_cmd,
+                                       store_op, atomic_op)
