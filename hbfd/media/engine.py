@@ -688,7 +688,7 @@ class MediaEngine:
             arrival, addr, nbytes, op, code = _read_front(
                 batch["arrival_ns"], batch["media_address"], batch["bytes"], batch["op"], g.capacity_bytes,
                 ctl.HBF_N_OPS, OP_STORE, OP_ATOMIC, _MAX_TIME)
-            if code == 2 and self._reads_compiled_ok():
+            if code == 2 and not self.buf and self._pq is None and self.trace is None:   # (_reads_compiled_ok)
                 reads = arrival, addr, nbytes
                 op = unsup = bad = None
             elif code:

@@ -567,7 +567,7 @@ def _read_front(arrival, addr, nbytes, op, capacity, nops, store_op, atomic_op, 
     integer arrays, strided views of the batch included) as int64 arrays, and 2 where every request is a media read
     (load or cp.async), 1 where some are stores or atomics, every request inside the media, arrival before
     ``max_time``, in arrival order; 0 otherwise: the caller's numpy path converts and checks the batch again (and
-    decides the errors). (``arrival``, ``addr``: unsigned, compared as such.)"""
+    decides the errors); the ops as int64 where the answer is 1. (``arrival``, ``addr``: unsigned, compared as such.)"""
     n = arrival.shape[0]
     mt = np.uint64(max_time)
     a = np.empty(n, np.int64)
@@ -582,11 +582,14 @@ def _read_front(arrival, addr, nbytes, op, capacity, nops, store_op, atomic_op, 
         ad[i] = np.int64(addr[i])
         nb[i] = np.int64(nbytes[i])
         o = op[i]
-        ob[i] = np.int64(o)
         if o >= nops:
             return a, ad, nb, ob, 0
-        if o == store_op or o == atomic_op:
-            code = 1
+        if code == 2 and (o == store_op or o == atomic_op):
+            code = 1                         # (the ops as int64 from the first store on: a batch of reads needs none)
+            for j in range(i):
+                ob[j] = np.int64(op[j])
+        if code == 1:
+            ob[i] = np.int64(o)
         if nb[i] <= 0 or ad[i] + nb[i] > capacity:
             return a, ad, nb, ob, 0
         if i and a[i] < a[i - 1]:
