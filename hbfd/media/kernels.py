@@ -1665,10 +1665,10 @@ def _event_merge(plane, lpn, seq, ip, ipg, iseq):
 def _mixed_front(ta, lpn, nsec, top, seq, tser, media, ptx, R, pid0, C, D, P, xfer, t_cmd, store_op, atomic_op):
     """``engine._mixed_front_of`` (``MediaEngine._serve_mixed``'s page transactions -> the FTL's program inputs, the
     media reads, the buffer invalidations and the store data-in items), loop form (compiled by numba), in two
-    passes instead of ~35 numpy passes: the stores (``top`` store or atomic) in order through the write
-    backpressure ring ``R`` (in place, ``_ring_loop``'s rule: each gated by the oldest of its plane's last B
-    program ids, a filling store (in ``ptx``, ascending) issuing the next id from ``pid0``), then the gathers.
-    Returns the tuple ``_mixed_front_of`` returns."""
+    passes instead of ~35 numpy passes: the counts, then each transaction once: its channel, die and plane, the
+    store (``top`` store or atomic) through the write backpressure ring ``R`` (in place, ``_ring_loop``'s rule: each
+    gated by the oldest of its plane's last B program ids, a filling store (in ``ptx``, ascending) issuing the next
+    id from ``pid0``), the media read. Returns the tuple ``_mixed_front_of`` returns."""
     n = lpn.shape[0]
     B = R.shape[1]
     ns = 0
@@ -1685,36 +1685,16 @@ def _mixed_front(ta, lpn, nsec, top, seq, tser, media, ptx, R, pid0, C, D, P, xf
         if media[i]:
             nr += 1
     npx = ptx.shape[0]
-    ch = np.empty(n, np.int64)
-    die = np.empty(n, np.int64)
-    plane = np.empty(n, np.int64)
     pow2 = (C & (C - 1)) == 0 and (D & (D - 1)) == 0 and (P & (P - 1)) == 0
-    if pow2:                                  # (shifts and masks: an integer division costs ~40 cycles)
-        cb = 0
-        while (1 << cb) < C:
-            cb += 1
-        db = 0
-        while (1 << db) < D:
-            db += 1
-        pbits = 0
-        while (1 << pbits) < P:
-            pbits += 1
-        for i in range(n):
-            x = lpn[i]
-            c = x & (C - 1)
-            d = (c << db) | ((x >> cb) & (D - 1))
-            ch[i] = c
-            die[i] = d
-            plane[i] = (d << pbits) | ((x >> (cb + db)) & (P - 1))
-    else:
-        for i in range(n):
-            x = lpn[i]
-            c = x % C
-            d = c * D + (x // C) % D
-            ch[i] = c
-            die[i] = d
-            plane[i] = d * P + (x // (C * D)) % P
-    # stores: ring, inval, items
+    cb = 0                                    # (powers of two: shifts and masks; an integer division costs ~40
+    while (1 << cb) < C:                      # cycles)
+        cb += 1
+    db = 0
+    while (1 << db) < D:
+        db += 1
+    pbits = 0
+    while (1 << pbits) < P:
+        pbits += 1
     si = np.empty(ns, np.int64)
     gate_st = np.empty(ns, np.int64)
     iv_p = np.empty(ns, np.int64)
@@ -1729,37 +1709,6 @@ def _mixed_front(ta, lpn, nsec, top, seq, tser, media, ptx, R, pid0, C, D, P, xf
     p_gx = np.empty(npx, np.int64)
     p_gate = np.empty(npx, np.int64)
     p_pid = np.empty(npx, np.int64)
-    nxt = pid0
-    k = 0
-    f = 0
-    for i in range(n):
-        o = top[i]
-        if not (o == store_op or o == atomic_op):
-            continue
-        p = plane[i]
-        g = R[p, 0]
-        si[k] = i
-        gate_st[k] = g
-        iv_p[k] = p
-        iv_g[k] = lpn[i]
-        iv_s[k] = seq[i] + 1
-        s_ch[k] = ch[i]
-        s_early[k] = ta[i] + t_cmd
-        s_x[k] = xfer[nsec[i]]
-        s_ser[k] = tser[i]
-        k += 1
-        if f < npx and ptx[f] == i:           # a filling store: the next id, pushed into its plane's row
-            for c in range(B - 1):
-                R[p, c] = R[p, c + 1]
-            R[p, B - 1] = nxt
-            p_lpn[f] = lpn[i]
-            p_rdy[f] = ta[i] + t_cmd
-            p_gx[f] = xfer[nsec[i]]
-            p_gate[f] = g
-            p_pid[f] = nxt
-            nxt += 1
-            f += 1
-    # media reads
     ri = np.empty(nr, np.int64)
     r_ta = np.empty(nr, np.int64)
     r_lpn = np.empty(nr, np.int64)
@@ -1769,21 +1718,62 @@ def _mixed_front(ta, lpn, nsec, top, seq, tser, media, ptx, R, pid0, C, D, P, xf
     r_x = np.empty(nr, np.int64)
     r_seq = np.empty(nr, np.int64)
     r_ser = np.empty(nr, np.int64)
+    nxt = pid0
     k = 0
+    f = 0
+    r = 0
     for i in range(n):
-        if media[i]:
-            ri[k] = i
-            r_ta[k] = ta[i]
-            r_lpn[k] = lpn[i]
-            r_ch[k] = ch[i]
-            r_die[k] = die[i]
-            r_pl[k] = plane[i]
-            r_x[k] = xfer[nsec[i]]
-            r_seq[k] = seq[i]
-            r_ser[k] = tser[i]
+        o = top[i]
+        st = o == store_op or o == atomic_op
+        md = media[i]
+        if not (st or md):
+            continue
+        x = lpn[i]
+        if pow2:
+            c = x & (C - 1)
+            d = (c << db) | ((x >> cb) & (D - 1))
+            p = (d << pbits) | ((x >> (cb + db)) & (P - 1))
+        else:
+            c = x % C
+            d = c * D + (x // C) % D
+            p = d * P + (x // (C * D)) % P
+        xs = xfer[nsec[i]]
+        if st:
+            g = R[p, 0]
+            si[k] = i
+            gate_st[k] = g
+            iv_p[k] = p
+            iv_g[k] = x
+            iv_s[k] = seq[i] + 1
+            s_ch[k] = c
+            s_early[k] = ta[i] + t_cmd
+            s_x[k] = xs
+            s_ser[k] = tser[i]
             k += 1
-    return (ns, wsec, rsec, f, si, gate_st, p_lpn, p_rdy, p_gx, p_gate, p_pid, ri, r_ta, r_lpn, r_ch,
-            r_die, r_pl, r_x, r_seq, r_ser, iv_p, iv_g, iv_s, s_ch, s_early, s_x, s_ser)
+            if f < npx and ptx[f] == i:       # a filling store: the next id, pushed into its plane's row
+                for q in range(B - 1):
+                    R[p, q] = R[p, q + 1]
+                R[p, B - 1] = nxt
+                p_lpn[f] = x
+                p_rdy[f] = ta[i] + t_cmd
+                p_gx[f] = xs
+                p_gate[f] = g
+                p_pid[f] = nxt
+                nxt += 1
+                f += 1
+        if md:
+            ri[r] = i
+            r_ta[r] = ta[i]
+            r_lpn[r] = x
+            r_ch[r] = c
+            r_die[r] = d
+            r_pl[r] = p
+            r_x[r] = xs
+            r_seq[r] = seq[i]
+            r_ser[r] = tser[i]
+            r += 1
+    return (ns, wsec, rsec, f, si, gate_st, p_lpn, p_rdy, p_gx, p_gate, p_pid, ri, r_ta, r_lpn, r_ch, r_die, r_pl,
+            r_x, r_seq, r_ser, iv_p, iv_g, iv_s, s_ch, s_early, s_x, s_ser)
 
 
 @accel.jit
@@ -1804,6 +1794,9 @@ def _mixed_req(a, addr, nbytes, op, serial, seq0, R, pid0, C, D, P, xfer, t_cmd,
         ss += 1
     lpn = np.empty(n, np.int64)
     nsec = np.empty(n, np.int64)
+    seq = np.empty(n, np.int64)
+    media = np.empty(n, np.bool_)
+    ptx = np.empty(n, np.int64)
     nst = 0
     for i in range(n):
         ad = addr[i]
@@ -1814,27 +1807,19 @@ def _mixed_req(a, addr, nbytes, op, serial, seq0, R, pid0, C, D, P, xfer, t_cmd,
         lo = (ad - (f << ps)) >> ss
         k = ((ad + nbytes[i] - (f << ps) + sb - 1) >> ss) - lo
         o = op[i]
-        if (o == store_op or o == atomic_op) and k != spp:
-            n = -1
-            break
         if o == store_op or o == atomic_op:
+            if k != spp:
+                n = -1
+                break
+            ptx[nst] = i
             nst += 1
         lpn[i] = f
         nsec[i] = k
+        seq[i] = 2 * (seq0 + i)
+        media[i] = o != store_op
     if n < 0:
         e = np.empty(0, np.int64)
         return (False, e) + _mixed_front(e, e, e, e, e, e, np.empty(0, np.bool_), e, R, pid0, C, D, P, xfer,
                                          t_cmd, store_op, atomic_op)
-    seq = np.empty(n, np.int64)
-    media = np.empty(n, np.bool_)
-    ptx = np.empty(nst, np.int64)
-    k = 0
-    for i in range(n):
-        seq[i] = 2 * (seq0 + i)
-        o = op[i]
-        media[i] = o != store_op
-        if o == store_op or o == atomic_op:
-            ptx[k] = i
-            k += 1
-    return (True, nsec) + _mixed_front(a, lpn, nsec, op, seq, serial, media, ptx, R, pid0, C, D, P, xfer, t_cmd,
-                                       store_op, atomic_op)
+    return (True, nsec) + _mixed_front(a, lpn, nsec, op, seq, serial, media, ptx[:nst], R, pid0, C, D, P, xfer,
+                                       t_cmd, store_op, atomic_op)
