@@ -822,13 +822,46 @@ def _top_in_place(a, lo, hi, k):
 
 
 @accel.jit
+def _keep_tail(buf, a, b, w, budget):
+    """``buf[b - w:b]`` made the ``w`` largest of ``buf[a:b]``, ascending, in place: the last ``w`` sorted by insertion,
+    then each earlier one larger than their least put in its place (the least dropped). Cheap where the times come
+    nearly ascending (a die's release times in index order: few moves). Returns -1, or, once more than ``budget``
+    moves were made, the position ``p`` from which ``buf[p:b]`` holds what is left to choose from (the caller's
+    quickselect over it gives the same ``w`` largest)."""
+    s = b - w
+    moves = 0
+    for i in range(s + 1, b):
+        v = buf[i]
+        h = i - 1
+        while h >= s and buf[h] > v:
+            buf[h + 1] = buf[h]
+            h -= 1
+            moves += 1
+        buf[h + 1] = v
+        if moves > budget:
+            return a                                # (buf[a:b] still the die's times, permuted)
+    for i in range(a, s):
+        v = buf[i]
+        if v > buf[s]:
+            h = s + 1
+            while h < b and buf[h] < v:
+                buf[h - 1] = buf[h]
+                h += 1
+                moves += 1
+            buf[h - 1] = v
+            if moves > budget:
+                return i + 1                        # (buf[s:b]: the w largest of buf[a:i + 1] and the last w)
+    return -1
+
+
+@accel.jit
 def _carry_keep(d, t, dies, q):
     """``diestage.DieCarry.put``'s cut, loop form (compiled by numba): the ``q`` largest times ``t`` of each
     die ``d``, in (die, time) order (the same arrays as its stable sort by time then die and cut: equal
     times are equal values)."""
     n = d.shape[0]
-    st = np.zeros(dies + 1, np.int64)               # (round 11: each die's times gathered by a counting sort, its q
-    for i in range(n):                              # largest the end of its sorted run; bounded heaps before)
+    st = np.zeros(dies + 1, np.int64)               # (round 11: each die's times gathered by a counting sort; round 12:
+    for i in range(n):                              # its q largest by _keep_tail, np.partition and a sort before)
         st[d[i] + 1] += 1
     m = 0
     for k in range(dies):
@@ -849,15 +882,16 @@ def _carry_keep(d, t, dies, q):
         c = b - a
         if c == 0:
             continue
-        if c > q:                                   # (round 12: the q largest by an in-place quickselect, then
-            _top_in_place(buf, a, b, q)             # sorted; np.partition's copy per die before)
-            a = b - q
-            c = q
-        buf[a:b].sort()
-        for r in range(c):
+        w = c if c < q else q
+        lo = b - w
+        p = _keep_tail(buf, a, b, w, 4 * c + 2 * w)
+        if p >= 0:                                  # (too many moves, the die's times far from ascending: the w
+            _top_in_place(buf, p, b, w)             # largest by an in-place quickselect over what is left to look
+            buf[lo:b].sort()                        # at, then sorted)
+        for r in range(w):
             od[j + r] = k
-            ot[j + r] = buf[a + r]
-        j += c
+            ot[j + r] = buf[lo + r]
+        j += w
     return od, ot
 
 

@@ -9,8 +9,9 @@ definitions' results bit for bit, and a changed twin is seen:
   against the numpy composition (``_expand``, the seqs, ``_mixed_front_of``): declined (ring untouched) where a
   request spans pages or a store does not fill its page;
 * ``kernels._read_front``'s three answers (every request a read; some stores; the numpy path) and its int64 arrays;
-* ``kernels._carry_keep`` (round 12: the q largest by an in-place quickselect) against ``DieCarry._cut`` on the
-  quickselect's hard inputs (sorted, reversed, all equal, ties at the q-th value);
+* ``kernels._carry_keep`` (round 12: each die's q largest by ``_keep_tail``, insertion from the end, with an in-place
+  quickselect where that makes too many moves) against ``DieCarry._cut`` on both ways' hard inputs (sorted, nearly
+  sorted, reversed, all equal, ties at the q-th value, random);
 * engine runs (mixed, atomics, partial stores, requests across pages, loads hitting the write buffer) off vs on: the
   same completions and stats, the compiled front reached and declined.
 """
@@ -185,15 +186,17 @@ def test_read_front_answers(monkeypatch):
         assert front(x)[4] == 0, bad
 
 
-def test_carry_keep_quickselect_hard_inputs(monkeypatch):
+def test_carry_keep_hard_inputs(monkeypatch):
     rng = np.random.default_rng(1203)
-    for q in (1, 2, 31, 32, 33, 64):
-        for shape in ("asc", "desc", "equal", "ties", "two", "random"):
+    for q in (1, 2, 31, 32, 33, 64, 512):
+        for shape in ("asc", "nearly", "desc", "equal", "ties", "two", "random"):
             for dies, per in ((1, 5000), (128, 130), (7, 3 * q + 1)):
                 n = dies * per
                 d = np.repeat(np.arange(dies, dtype=np.int64), per)
                 if shape == "asc":
                     t = np.arange(n, dtype=np.int64)
+                elif shape == "nearly":            # (a die's releases in index order: ascending, with jitter)
+                    t = np.arange(n, dtype=np.int64) * 10 + rng.integers(0, 400, n)
                 elif shape == "desc":
                     t = np.arange(n, 0, -1, dtype=np.int64)
                 elif shape == "equal":
