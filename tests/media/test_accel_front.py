@@ -215,7 +215,7 @@ def test_carry_keep_hard_inputs(monkeypatch):
                     assert np.array_equal(x, y), (q, shape, dies)
 
 
-@pytest.mark.parametrize("case", ["mixed", "atomics", "partial", "spans", "wbuf"])
+@pytest.mark.parametrize("case", ["mixed", "atomics", "partial", "spans", "wbuf", "reads-after-writes"])
 def test_engine_off_equals_on_through_the_front(monkeypatch, case):
     g = _geometry("nominal", "profile")
     rng = np.random.default_rng(hash(case) % 1000)
@@ -241,6 +241,9 @@ def test_engine_off_equals_on_through_the_front(monkeypatch, case):
         s["op"][m2] = ctl.HBF_OP_STORE
         s["bytes"][m2] = PAGE_BYTES // 2
         s["media_address"][m2] = hot[m2 - 1] + PAGE_BYTES // 2
+    elif case == "reads-after-writes":             # batches of reads alone while programs are pending (the front's
+        s["op"][:1500] = ctl.HBF_OP_STORE           # second answer, the compiled read pass not allowed)
+        s["op"][1500:] = ctl.HBF_OP_LOAD
     sizes = [300, 1200, 500, 2000]
     adv = [True, False, True, True]
     monkeypatch.setenv("HBFD_ACCEL", "off")
@@ -256,7 +259,7 @@ def test_engine_off_equals_on_through_the_front(monkeypatch, case):
     monkeypatch.setattr(engine_mod, "_mixed_req", spy)
     got, st_got = _engine_run(g, s, sizes, adv)
     assert st_ref == st_got and all(np.array_equal(x, y) for x, y in zip(ref, got))
-    assert seen and (True in seen if case in ("mixed", "atomics") else False in seen), seen
+    assert seen and (True in seen if case in ("mixed", "atomics", "reads-after-writes") else False in seen), seen
 
 
 def test_a_changed_front_is_seen(monkeypatch):
