@@ -1179,6 +1179,10 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
     ps_b = np.empty(mx, np.int64)
     hp_b = np.empty(Q if Q < mc + mx else mc + mx + 1, np.int64)
     cz_b = np.zeros(mc + mx, np.int64)
+    sv_fs = np.empty(mx, np.int64)                # (round 12: the first _read_prefix's results, kept while
+    sv_fe = np.empty(mx, np.int64)                # _plane_die is tried: restored where it declines, not computed
+    sv_fa = np.empty(mx, np.int64)                # again)
+    sv_pf = np.empty(npl, np.int64)
     for d in range(nd):
         a = dofs[d]
         m = dofs[d + 1] - a
@@ -1223,6 +1227,13 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         if nf < nread and m - nread + nc0 <= Q:
             # reads after the first other command: where the depth never binds, the die's planes alone
             # (``_plane_die``); else the fast reads again and the loop behind them
+            if nf > 0:
+                for k in range(m):
+                    sv_fs[k] = fs[k]
+                    sv_fe[k] = fe_b[k]
+                    sv_fa[k] = fa_b[k]
+                for q in range(npd):
+                    sv_pf[q] = pfl[q]
             for q in range(npd):
                 pfl[q] = pfs_b[q]
             fs[:] = 0
@@ -1238,9 +1249,13 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
                     pf[pl_l[q]] = pfl[q]
                     ploc[pl_l[q]] = -1
                 continue
-            if nf > 0:
-                nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b,
-                                          fa_b, cv_b, hp_b)
+            if nf > 0:                             # (the first call's results: _plane_die wrote only the planes'
+                for k in range(m):                 # free times, the ends, admissions, ready and start times and
+                    fs[k] = sv_fs[k]               # its scratch; the carried releases for the rest, cv_b, stand)
+                    fe_b[k] = sv_fe[k]
+                    fa_b[k] = sv_fa[k]
+                for q in range(npd):
+                    pfl[q] = sv_pf[q]
         if 0 < nf < m and nf * _FAST_MIN_SHARE < m:    # too few to pay for the rest's copy: the loop on all
             for q in range(npd):
                 pfl[q] = pfs_b[q]
