@@ -1758,6 +1758,12 @@ def _merge_runs(t, x, n):
 
 
 @accel.jit
+def _cut(W, o, k):
+    """``W[o:o + k]`` and ``o + k``: ``_simulate_loop``'s scratch arrays, cut one after another from its block."""
+    return W[o:o + k], o + k
+
+
+@accel.jit
 def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate, gate_x, floor, has_floor, join):
     """``simulate``'s events and decisions, loop form (compiled by numba). One event heap ordered by
     (t, event, id) as ``simulate``'s, the first arrivals of ungated commands as a stream sorted by time
@@ -1791,59 +1797,33 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                  + 2 * NL * lcap + NL, np.int64)
     W[:nz] = 0
     o = 0
-    tenq = W[o:o + n]
-    o += n
-    dofs = W[o:o + nd + 1]
-    o += nd + 1
-    pofs = W[o:o + npl + 1]
-    o += npl + 1
-    dqs = W[o:o + nd]
-    o += nd
-    pqs = W[o:o + npl]
-    o += npl
-    outstanding = W[o:o + nd]
-    o += nd
-    gofs = W[o:o + n + 1]
-    o += n + 1
-    lh = W[o:o + NL]
-    o += NL
-    ltl = W[o:o + NL]
-    o += NL
-    cls = W[o:o + n]
-    o += n
-    ht = W[o:o + cap]
-    o += cap
-    hk = W[o:o + cap]
-    o += cap
-    dq = W[o:o + n]
-    o += n
-    pq = W[o:o + n]
-    o += n
-    gfill = W[o:o + n]
-    o += n
-    glist = W[o:o + n + 1]
-    o += n + 1
-    sat = W[o:o + n]
-    o += n
-    sax = W[o:o + n]
-    o += n
-    dlist = W[o:o + nd]
-    o += nd
-    plist = W[o:o + npl]
-    o += npl
-    pt = W[o:o + 2 * n + 2 * npl + 1]
-    o += 2 * n + 2 * npl + 1
-    pk = W[o:o + 2 * n + 2 * npl + 1]
-    o += 2 * n + 2 * npl + 1
-    fq_t = W[o:o + n]
-    o += n
-    fq_x = W[o:o + n]
-    o += n
-    la_t = W[o:o + NL * lcap]
-    o += NL * lcap
-    la_k = W[o:o + NL * lcap]
-    o += NL * lcap
-    llast = W[o:o + NL]
+    tenq, o = _cut(W, o, n)
+    dofs, o = _cut(W, o, nd + 1)
+    pofs, o = _cut(W, o, npl + 1)
+    dqs, o = _cut(W, o, nd)
+    pqs, o = _cut(W, o, npl)
+    outstanding, o = _cut(W, o, nd)
+    gofs, o = _cut(W, o, n + 1)
+    lh, o = _cut(W, o, NL)
+    ltl, o = _cut(W, o, NL)
+    cls, o = _cut(W, o, n)
+    ht, o = _cut(W, o, cap)
+    hk, o = _cut(W, o, cap)
+    dq, o = _cut(W, o, n)
+    pq, o = _cut(W, o, n)
+    gfill, o = _cut(W, o, n)
+    glist, o = _cut(W, o, n + 1)
+    sat, o = _cut(W, o, n)
+    sax, o = _cut(W, o, n)
+    dlist, o = _cut(W, o, nd)
+    plist, o = _cut(W, o, npl)
+    pt, o = _cut(W, o, 2 * n + 2 * npl + 1)
+    pk, o = _cut(W, o, 2 * n + 2 * npl + 1)
+    fq_t, o = _cut(W, o, n)
+    fq_x, o = _cut(W, o, n)
+    la_t, o = _cut(W, o, NL * lcap)
+    la_k, o = _cut(W, o, NL * lcap)
+    llast, o = _cut(W, o, NL)
     llast[:] = -_BIG
     Bb = np.zeros(2 * npl + nd, np.bool_)
     busy = Bb[:npl]

@@ -280,6 +280,15 @@ def _chan_order(rd, seq, src, lo, hi):
 
 
 @accel.jit
+def _bits(x):
+    """The least k with 2**k >= ``x`` (log2 of a power of two)."""
+    k = 0
+    while (1 << k) < x:
+        k += 1
+    return k
+
+
+@accel.jit
 def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies, xfer, bpage, bready, plane_free,
                cdie, ct, horizon, limit, o_ch, o_rd, o_x, o_seq, o_q0, chan_free, chan_busy, pshift, sshift):
     """A batch of media reads (requests sorted by arrival ``a``; serials from ``serial0``, page transactions'
@@ -339,12 +348,8 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
     die = np.empty(nt, np.int64)
     plane = np.empty(nt, np.int64)
     if (C & (C - 1)) == 0 and (D & (D - 1)) == 0 and (P & (P - 1)) == 0:
-        cb = 0
-        while (1 << cb) < C:
-            cb += 1
-        db = 0
-        while (1 << db) < D:
-            db += 1
+        cb = _bits(C)
+        db = _bits(D)
         for t in range(nt):
             c = lpn[t] & (C - 1)
             d = c * D + ((lpn[t] >> cb) & (D - 1))
@@ -1720,15 +1725,9 @@ def _mixed_front(ta, lpn, nsec, top, seq, tser, media, ptx, R, pid0, C, D, P, xf
             nr += 1
     npx = ptx.shape[0]
     pow2 = (C & (C - 1)) == 0 and (D & (D - 1)) == 0 and (P & (P - 1)) == 0
-    cb = 0                                    # (powers of two: shifts and masks; an integer division costs ~40
-    while (1 << cb) < C:                      # cycles)
-        cb += 1
-    db = 0
-    while (1 << db) < D:
-        db += 1
-    pbits = 0
-    while (1 << pbits) < P:
-        pbits += 1
+    cb = _bits(C)                             # (powers of two: shifts and masks; an integer division costs ~40
+    db = _bits(D)                             # cycles)
+    pbits = _bits(P)
     si = np.empty(ns, np.int64)
     gate_st = np.empty(ns, np.int64)
     iv_p = np.empty(ns, np.int64)
@@ -1820,12 +1819,8 @@ def _mixed_req(a, addr, nbytes, op, serial, seq0, R, pid0, C, D, P, xfer, t_cmd,
     counts, ``_mixed_front``'s tuple)."""
     n = a.shape[0]
     spp = pb // sb
-    ps = 0                                    # (both powers of two, geometry.py: shifts, not divisions)
-    while (1 << ps) < pb:
-        ps += 1
-    ss = 0
-    while (1 << ss) < sb:
-        ss += 1
+    ps = _bits(pb)                            # (both powers of two, geometry.py: shifts, not divisions)
+    ss = _bits(sb)
     lpn = np.empty(n, np.int64)
     nsec = np.empty(n, np.int64)
     seq = np.empty(n, np.int64)
