@@ -152,8 +152,10 @@ class Ftl:
         self.l2p: dict[int, int] | _L2pTable = _L2pTable() if accel.enabled() else {}
         # block -> its row of ``_pool`` (the lpn per page, -1: invalid/unwritten), for blocks holding a valid
         # page or open: a block whose pages are all invalid gives its row back (memory follows the live
-        # data, not the pages written); rows in one array so that a bulk program fills them in one step
-        self.p2l: dict[int, int] = {}
+        # data, not the pages written); rows in one array so that a bulk program fills them in one step. The map:
+        # an int64 array.array over the blocks, -1 for none (round 12; a dict before: scalar look-ups as fast,
+        # and a batch's open blocks looked up and fresh blocks mapped through a numpy view in one step each)
+        self._row = array("q", b"\xff" * (8 * g.blocks))
         self._pool = np.full((64, self.ppb), -1, np.int64)
         self._free_rows: list[int] = []
         self._nrows = 0                               # rows of _pool ever handed out
@@ -190,18 +192,26 @@ class Ftl:
         return rows
 
     def _open_row(self, b: int) -> None:
-        self.p2l[b] = int(self._rows(1)[0])
+        self._row[b] = int(self._rows(1)[0])
+
+    @property
+    def p2l(self) -> dict[int, int]:
+        """Block -> its row of ``_pool``, for the blocks that have one (a copy: tests and ``check``)."""
+        a = np.frombuffer(self._row, np.int64)
+        k = np.flatnonzero(a >= 0)
+        return dict(zip(k.tolist(), a[k].tolist()))
 
     def drop_block_map(self, b: int) -> None:
         """Forget block ``b``'s page map (no valid page left), if it has one; its row is reused."""
-        r = self.p2l.pop(b, None)
-        if r is not None:
+        r = self._row[b]
+        if r >= 0:
+            self._row[b] = -1
             self._free_rows.append(r)
 
     def block_lpns(self, b: int) -> list[int] | None:
         """The lpn per page of block ``b`` (-1: invalid/unwritten), or None where it has no map."""
-        r = self.p2l.get(b)
-        return None if r is None else self._pool[r].tolist()
+        r = self._row[b]
+        return None if r < 0 else self._pool[r].tolist()
 
     @property
     def valid(self) -> np.ndarray:
@@ -343,7 +353,7 @@ class Ftl:
         ppn = (ob_b * ppb + onx_b)[segid] + rank
         self._onx[up[bulk]] = onx_b + cnt_b
         l2p = self.l2p
-        p2l = self.p2l
+        row = self._row
         valid = self._valid
         state = self._state
         pool = self._pool
@@ -355,14 +365,13 @@ class Ftl:
             olds = oldv[oldv >= 0].tolist()
         for o_ in olds:                        # pages mapped before: their old copies invalid now
             ob_, opg = divmod(o_, ppb)
-            pool[p2l[ob_], opg] = -1
+            pool[row[ob_], opg] = -1
             valid[ob_] -= 1
             if not valid[ob_] and state[ob_] == CLOSED:
                 self.drop_block_map(ob_)
         if type(l2p) is dict:
             l2p.update(zip(lsl, ppn.tolist()))
-        obl = ob_b.tolist()
-        rows = np.fromiter(map(p2l.__getitem__, obl), np.int64, len(obl))
+        rows = np.frombuffer(row, np.int64)[ob_b]
         pool.reshape(-1)[(rows * ppb + onx_b)[segid] + rank] = ls     # (pool[rows[segid], onx_b[segid] + rank])
         np.frombuffer(self._valid, np.int64)[ob_b] += cnt_b     # (a plane's open block: no block twice)
         self.host_programs += len(ls)
@@ -391,8 +400,7 @@ class Ftl:
         self._fresh.update(dict.fromkeys(up.tolist(), 1))
         bs = up * self.bpp
         np.frombuffer(self._state, np.uint8)[bs] = OPEN          # (the bytearray, through a view)
-        bl = bs.tolist()
-        self.p2l.update(zip(bl, self._rows(len(bl)).tolist()))
+        np.frombuffer(self._row, np.int64)[bs] = self._rows(len(bs))
         self._ob[up] = bs
         self._onx[up] = 0
 
@@ -445,7 +453,7 @@ class Ftl:
     def _drop_copy(self, b: int, pg: int) -> None:
         """Page ``pg`` of block ``b`` no longer holds a valid copy (its block map released once nothing valid is
         left in a closed block: GC erases it without copies)."""
-        self._pool[self.p2l[b], pg] = -1
+        self._pool[self._row[b], pg] = -1
         self._valid[b] -= 1
         if not self._valid[b] and self._state[b] == CLOSED:
             self.drop_block_map(b)
@@ -453,7 +461,7 @@ class Ftl:
     def _set_copy(self, ppn: int, lpn: int) -> None:
         """Physical page ``ppn`` now holds the valid copy of ``lpn``."""
         b, pg = divmod(ppn, self.ppb)
-        self._pool[self.p2l[b], pg] = lpn
+        self._pool[self._row[b], pg] = lpn
         self._valid[b] += 1
 
     def lookup(self, lpn: int) -> int | None:
@@ -468,15 +476,16 @@ class Ftl:
     def check(self) -> None:
         """Mapping invariants (tests): l2p and p2l are inverse, valid counts match."""
         seen = 0
+        p2l = self.p2l
         for lpn, ppn in self.l2p.items():
             b, pg = divmod(ppn, self.ppb)
-            assert self._pool[self.p2l[b], pg] == lpn, (lpn, ppn)
+            assert self._pool[p2l[b], pg] == lpn, (lpn, ppn)
             assert self.plane_of(lpn) == b // self.bpp
             seen += 1
         tot = 0
-        rows = list(self.p2l.values())
+        rows = list(p2l.values())
         assert len(set(rows)) == len(rows) and not set(rows) & set(self._free_rows)
-        for b, r in self.p2l.items():
+        for b, r in p2l.items():
             nv = int((self._pool[r] >= 0).sum())
             assert nv == self._valid[b], (b, nv, self._valid[b])
             tot += nv
