@@ -141,8 +141,9 @@ class Ftl:
         self._pe = [0] * g.blocks
         self._state = bytearray(g.blocks)
         # free blocks of a plane: the never-programmed ones are ``_fresh[plane] .. bpp - 1`` (a counter,
-        # not a list: a plane's state costs nothing until it is written), then erased ones in erase order
-        self._fresh: dict[int, int] = {}              # plane -> next never-programmed block (local index)
+        # not a list: a plane's state costs nothing until it is written), then erased ones in erase order;
+        # the counters in an int64 array.array (round 12; a dict before: fresh planes set in one numpy step)
+        self._fresh = array("q", bytes(8 * g.planes))   # plane -> next never-programmed block (local index)
         self._erased: dict[int, deque] = {}           # plane -> erased blocks, FIFO
         # open block of each plane (-1: none) and its next free page (numpy: bulk programs index them)
         self._ob = np.full(g.planes, -1, np.int64)
@@ -229,12 +230,12 @@ class Ftl:
 
     def free_blocks(self, plane: int) -> int:
         e = self._erased.get(plane)
-        return self.bpp - self._fresh.get(plane, 0) + (len(e) if e else 0)
+        return self.bpp - self._fresh[plane] + (len(e) if e else 0)
 
     def _take_free(self, plane: int) -> int | None:
         """The next free block of ``plane`` (never-programmed ones first, in order, then erased ones
         in erase order), or None."""
-        k = self._fresh.get(plane, 0)
+        k = self._fresh[plane]
         if k < self.bpp:
             self._fresh[plane] = k + 1
             return plane * self.bpp + k
@@ -382,9 +383,9 @@ class Ftl:
         whose pages fit it, when that cannot start GC (as the first ``program`` there would: a block
         taken, GC only if free blocks drop below the start). A plane without an open block was never
         written (its free blocks: all ``bpp``, the first one next), so all of them at once."""
-        ul = up.tolist()
-        if not (self._fresh.keys().isdisjoint(ul) and self._erased.keys().isdisjoint(ul)):
-            for p, k in zip(ul, cnt.tolist()):           # (not expected: a plane written but not open)
+        fresh = np.frombuffer(self._fresh, np.int64)
+        if (fresh[up] > 0).any() or (self._erased and not self._erased.keys().isdisjoint(up.tolist())):
+            for p, k in zip(up.tolist(), cnt.tolist()):  # (not expected: a plane written but not open)
                 if k <= self.ppb and self.free_blocks(p) - 1 >= self._gc_start:
                     b = self._take_free(p)
                     self._state[b] = OPEN
@@ -397,7 +398,7 @@ class Ftl:
         up = up[cnt <= self.ppb]
         if not len(up):
             return
-        self._fresh.update(dict.fromkeys(up.tolist(), 1))
+        fresh[up] = 1
         bs = up * self.bpp
         np.frombuffer(self._state, np.uint8)[bs] = OPEN          # (the bytearray, through a view)
         np.frombuffer(self._row, np.int64)[bs] = self._rows(len(bs))
