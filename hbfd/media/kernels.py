@@ -9,7 +9,10 @@ and numba's cache of a twin is keyed on its own file (hbfd/accel.py ``jit``).
 * ``_fifo_loop`` and ``_fifo_carry``: the read die stage under the queue depth (``diestage.fifo_exact``) and
   the carried releases it leaves;
 * ``_read_front``: a submitted batch's fields as int64 arrays and whether every request is a valid media
-  read in arrival order (``MediaEngine.submit``'s conversion and checks; else the numpy path decides);
+  read (or valid, with stores) in arrival order (``MediaEngine.submit``'s conversion and checks; else the numpy
+  path decides);
+* ``_mixed_req`` / ``_mixed_front``: a mixed batch's page transactions, write backpressure ring, programs' inputs,
+  media reads and store items (``MediaEngine._serve`` -> ``_expand`` / ``_serve_mixed`` -> ``_mixed_front_of``);
 * ``_read_pass``: a batch of media reads (no store, no write-buffer page, no pending array command) in one
   compiled pass: page expansion, placement, lookup, die stage, buffer state, data ready and, when every
   transfer can be decided now, the channel (``MediaEngine._serve`` -> ``_where`` / ``_reads`` /
