@@ -56,7 +56,8 @@ from .kernels import (_buf_rows, _carry_keep, _chan_fcfs, _chan_fcfs_packed, _de
                       _event_decide, _event_inputs, _event_merge, _extreme_at, _fifo_carry, _fifo_loop, _gated_split,
                       _l2p_swap, _latest_q, _lookup_events, _min_where, _ngate_bases, _ngate_scan, _packed_build,
                       _packed_build_into, _packed_sort, _parts_update, _pending_fields, _pending_take, _pid_map,
-                      _mixed_front, _mixed_req, _read_front, _read_pass, _read_ready, _ring_loop, _split_items, _tail_scan)
+                      _mixed_front, _mixed_req, _read_front, _read_pass, _read_ready, _ring_loop, _split_items, _split_waiting,
+                      _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -87,6 +88,7 @@ _RING_TWIN_MIN = 64      # _ring_push by its twin from this many stores on
 _AT_TWIN_MIN = 256       # _max_at by its twin from this many pairs on
 _ENDS_TWIN_MIN = 256     # _Ends.get by its twin from this many ids on
 _FRONT_TWIN_MIN = 64     # _mixed_front_of by its twin from this many page transactions on
+_WAIT_TWIN_MIN = 256     # _split_waiting_of by its twin from this many requests on
 
 
 def _max_at(out: np.ndarray, idx: np.ndarray, val: np.ndarray, larger: bool = True) -> None:
@@ -589,6 +591,20 @@ def _mixed_front_of(ta, lpn, nsec, top, seq, tser, media, ptx, R, pid0, g: Media
             plane[si], lpn[si], seq[si] + 1, ch[si], ta[si] + t_cmd, xst[si], tser[si])
 
 
+def _split_waiting_of(cnt, serial, ids, arrival, done):
+    """``MediaEngine.submit``'s requests of an in-order batch without errors (``serial``, ``ids``, ``arrival``, ``done``
+    each), ``cnt`` of whose pages wait for their transfer: those with ``cnt`` > 0 as pending rows (serial, id as
+    uint64, arrival, done, count), the others' completion rows (id, modeled ns = done - arrival). The twin
+    (``kernels._split_waiting``) where the twins run and the arrays are int64 (``ids`` uint64)."""
+    if len(cnt) >= _WAIT_TWIN_MIN and accel.enabled() and ids.dtype == np.uint64 and all(
+            a.dtype == np.int64 for a in (cnt, serial, arrival, done)):
+        return _split_waiting(cnt, serial, ids, arrival, done)
+    pm = cnt > 0
+    idx = np.flatnonzero(pm)
+    show = ~pm
+    return serial[pm], ids[idx].astype(np.uint64), arrival[idx], done[pm], cnt[pm], ids[show], (done - arrival)[show]
+
+
 def _where_of(lpn, g: MediaGeometry, pow2: bool):
     """(channel, global die, global plane) of logical pages (interleave 0); ``pow2``: every count a power of two
     (shifts and masks, the same numbers)."""
@@ -765,6 +781,11 @@ class MediaEngine:
                     # every request waits (a burst): the same pending rows, without the gathers
                     self._add_pending(serial, ids.astype(np.uint64), arrival, d, cnt)
                     show = False
+                elif order is None and nok == n:
+                    # (some requests wait: their pending rows and the others' completion rows, _split_waiting_of)
+                    ps, pid, pa, pd, pc, oid, omod = _split_waiting_of(cnt, serial, ids, arrival, d)
+                    self._add_pending(ps, pid, pa, pd, pc)
+                    show = (oid, omod)
                 else:
                     pm = cnt > 0
                     idx = np.flatnonzero(pm) if order is None else order[pm]
@@ -777,6 +798,14 @@ class MediaEngine:
             self._prune_ends()
         if show is False:                      # nothing completes in this call
             self.n["served"] += nok
+            self._since_collect = True
+            return
+        if type(show) is tuple:                # (the completion rows made by _split_waiting_of; no error here)
+            out = np.empty(len(show[0]), COMPLETION_BATCH_DTYPE)
+            out["id"], out["modeled_ns"] = show
+            out["status"] = ctl.HBF_ST_READY
+            self.n["served"] += nok
+            self._pending.append(out)
             self._since_collect = True
             return
         out = np.empty(n if show is None else int(show.sum()), COMPLETION_BATCH_DTYPE)
@@ -2646,4 +2675,4 @@ WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chain
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,
               _ngate_bases, _decided_put, _min_where, _event_decide, _read_ready, _buf_rows,
-              _event_inputs, _split_items, _event_merge, _mixed_front, _mixed_req)
+              _event_inputs, _split_items, _event_merge, _mixed_front, _mixed_req, _split_waiting)

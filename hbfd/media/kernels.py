@@ -1855,3 +1855,37 @@ def _mixed_req(a, addr, nbytes, op, serial, seq0, R, pid0, C, D, P, xfer, t_cmd,
                                          t_cmd, store_op, atomic_op)
     return (True, nsec) + _mixed_front(a, lpn, nsec, op, seq, serial, media, ptx[:nst], R, pid0, C, D, P, xfer,
                                        t_cmd, store_op, atomic_op)
+
+
+@accel.jit
+def _split_waiting(cnt, serial, ids, arrival, done):
+    """``engine._split_waiting_of`` (``MediaEngine.submit``'s requests of an in-order batch with pages still waiting,
+    ``cnt`` > 0, as pending rows, and the others' completion rows), loop form (compiled by numba), in two passes
+    instead of ten numpy passes. Returns the tuple ``_split_waiting_of`` returns."""
+    n = cnt.shape[0]
+    k = 0
+    for i in range(n):
+        if cnt[i] > 0:
+            k += 1
+    ps = np.empty(k, np.int64)
+    pid = np.empty(k, np.uint64)
+    pa = np.empty(k, np.int64)
+    pd = np.empty(k, np.int64)
+    pc = np.empty(k, np.int64)
+    oid = np.empty(n - k, np.uint64)
+    omod = np.empty(n - k, np.int64)
+    j = 0
+    h = 0
+    for i in range(n):
+        if cnt[i] > 0:
+            ps[j] = serial[i]
+            pid[j] = np.uint64(ids[i])
+            pa[j] = arrival[i]
+            pd[j] = done[i]
+            pc[j] = cnt[i]
+            j += 1
+        else:
+            oid[h] = np.uint64(ids[i])
+            omod[h] = done[i] - arrival[i]
+            h += 1
+    return ps, pid, pa, pd, pc, oid, omod

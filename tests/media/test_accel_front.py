@@ -12,6 +12,8 @@ definitions' results bit for bit, and a changed twin is seen:
 * ``kernels._carry_keep`` (round 12: each die's q largest by ``_keep_tail``, insertion from the end, with an in-place
   quickselect where that makes too many moves) against ``DieCarry._cut`` on both ways' hard inputs (sorted, nearly
   sorted, reversed, all equal, ties at the q-th value, random);
+* ``engine._split_waiting_of`` (``kernels._split_waiting``: ``submit``'s pending rows and completion rows of a batch
+  some of whose requests wait) off vs on, ids taken from the batch's structured array;
 * engine runs (mixed, atomics, partial stores, requests across pages, loads hitting the write buffer) off vs on: the
   same completions and stats, the compiled front reached and declined.
 """
@@ -184,6 +186,27 @@ def test_read_front_answers(monkeypatch):
         else:
             x["media_address"][100] = cap - 64
         assert front(x)[4] == 0, bad
+
+
+def test_split_waiting_twin_equals_numpy(monkeypatch):
+    rng = np.random.default_rng(1204)
+    g = _geometry("nominal", "profile")
+    for _ in range(300):
+        n = int(rng.choice([1, 255, 256, 700, 3000]))
+        b = make_stream(g, n, 4096, "mixed", 50, seed=int(rng.integers(1000)), write_fraction=0.3)
+        b["id"] = rng.integers(0, 1 << 63, n).astype(np.uint64) * 2 + 1      # (ids above 2^63 too)
+        p = rng.random()
+        cnt = np.where(rng.random(n) < p, 0, rng.integers(1, 4, n)).astype(np.int64)
+        serial = int(rng.integers(0, 10**6)) + np.arange(n, dtype=np.int64)
+        arrival = b["arrival_ns"].astype(np.int64)
+        done = arrival + rng.integers(0, 10**5, n)
+        out = {}
+        for mode in ("off", "on"):
+            monkeypatch.setenv("HBFD_ACCEL", mode)
+            out[mode] = engine_mod._split_waiting_of(cnt, serial, b["id"], arrival, done)
+        for x, y in zip(out["off"], out["on"]):
+            assert x.dtype == y.dtype and np.array_equal(x, y)
+    assert K._split_waiting.is_compiled()
 
 
 def test_carry_keep_hard_inputs(monkeypatch):
