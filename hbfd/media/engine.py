@@ -56,7 +56,8 @@ from .kernels import (_buf_rows, _carry_keep, _chan_fcfs, _chan_fcfs_packed, _de
                       _event_decide, _event_inputs, _event_merge, _extreme_at, _fifo_carry, _fifo_loop, _gated_split,
                       _l2p_swap, _latest_q, _lookup_events, _min_where, _ngate_bases, _ngate_scan, _packed_build,
                       _packed_build_into, _packed_sort, _parts_update, _pending_fields, _pending_take, _pid_map,
-                      _read_front, _read_pass, _read_ready, _ring_loop, _split_items, _tail_scan)
+                      _mixed_front, _mixed_req, _read_front, _read_pass, _read_ready, _ring_loop, _split_items, _split_waiting,
+                      _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -86,6 +87,8 @@ _SCAN_TWIN_MIN = 256     # _tail_plane's passes over the pending set by their tw
 _RING_TWIN_MIN = 64      # _ring_push by its twin from this many stores on
 _AT_TWIN_MIN = 256       # _max_at by its twin from this many pairs on
 _ENDS_TWIN_MIN = 256     # _Ends.get by its twin from this many ids on
+_FRONT_TWIN_MIN = 64     # _mixed_front_of by its twin from this many page transactions on
+_WAIT_TWIN_MIN = 256     # _split_waiting_of by its twin from this many requests on
 
 
 def _max_at(out: np.ndarray, idx: np.ndarray, val: np.ndarray, larger: bool = True) -> None:
@@ -426,7 +429,8 @@ class _Bufs:
         self.used: dict[str, list] = {}       # length of the longest prefix handed out
         self.stamp: dict[str, list] = {}      # the batch (``gen``) each buffer was last handed out in
         self.last: dict[str, list] = {}       # the array ``cat`` last handed out of each buffer (or None)
-        self.gen = 0
+        self.ptr: dict[str, list] = {}        # each buffer's data address (round 12: read once per buffer, not at
+        self.gen = 0                          # each look-up: ``__array_interface__`` costs ~1 us)
         self.live: set[int] = set()
 
     def begin(self, pq) -> None:
@@ -439,14 +443,18 @@ class _Bufs:
         if bb is None or a.ndim != 1 or not a.flags.c_contiguous or not len(a):
             return None
         p = a.__array_interface__["data"][0]
+        pp = self.ptr[key]
         for s in (0, 1):
             x = bb[s]
-            if x is not None and x.dtype == a.dtype and x.__array_interface__["data"][0] == p:
+            if x is not None and pp[s] == p and x.dtype == a.dtype:
                 return s
         return None
 
     def _put(self, key: str, s: int, x: np.ndarray, n: int, appended: bool = False) -> np.ndarray:
-        self.b.setdefault(key, [None, None])[s] = x
+        bb = self.b.setdefault(key, [None, None])
+        if bb[s] is not x:
+            bb[s] = x
+            self.ptr.setdefault(key, [0, 0])[s] = x.__array_interface__["data"][0]
         self.used.setdefault(key, [0, 0])[s] = n
         self.stamp.setdefault(key, [0, 0])[s] = self.gen
         v = x[:n]
@@ -492,7 +500,7 @@ class _Bufs:
             x = None if bb is None else bb[t]
             if x is None:
                 return self._put(key, t, np.empty(max(4 * n, 1024), dtype), n)
-            if self.stamp[key][t] != self.gen and x.__array_interface__["data"][0] not in self.live:
+            if self.stamp[key][t] != self.gen and self.ptr[key][t] not in self.live:
                 if len(x) < 2 * n or x.dtype != dtype:     # (room for the next batch's appends: ``cat``)
                     x = np.empty(max(4 * n, 1024), dtype)
                 return self._put(key, t, x, n)
@@ -546,6 +554,72 @@ def _ring_push(R: np.ndarray, plane: np.ndarray, fill: np.ndarray, pid0: int):
                           R[up[:, None], np.clip(B + vv, 0, B - 1)])
         R[up] = newrow
     return gate, pid
+
+
+def _mixed_front_of(ta, lpn, nsec, top, seq, tser, media, ptx, R, pid0, g: MediaGeometry, xfer, pow2: bool):
+    """``MediaEngine._serve_mixed``'s page transactions (arrival ``ta``, page ``lpn``, sectors ``nsec``, op ``top``,
+    ``seq``, serial ``tser``) -> what it schedules: ``media`` (bool) the transactions that need a media read, ``ptx``
+    (ascending) the stores that fill a page (a program each); ``R`` the write backpressure ring (``_ring_push``, in
+    place; new ids from ``pid0``), ``xfer`` the channel time per sector count. Returns (stores, their sectors, the
+    read parts' sectors, programs issued, the stores' indices
+    ``si``, their gates; the programs' page, ready (arrival + t_cmd), data-in time, gate and id; the media reads'
+    indices ``ri`` and their arrival, page, channel, die, plane, data-in time, seq and serial; the stores' buffer
+    invalidations (plane, page, seq + 1); their data-in items (channel, arrival + t_cmd, data-in time, serial)).
+    The twin (``kernels._mixed_front``, two passes) where the twins run and the arrays are int64."""
+    t_cmd = g.t_cmd_ns
+    if len(lpn) >= _FRONT_TWIN_MIN and accel.enabled() and R.dtype == np.int64 and R.flags.c_contiguous and all(
+            a.dtype == np.int64 for a in (ta, lpn, nsec, top, seq, tser, ptx, xfer)) and media.dtype == np.bool_:
+        r = _mixed_front(*(np.ascontiguousarray(a) for a in (ta, lpn, nsec, top, seq, tser, media, ptx)), R,
+                         pid0, g.channels, g.dies_per_channel, g.planes_per_die, xfer, t_cmd, OP_STORE, OP_ATOMIC)
+        return (int(r[0]), int(r[1]), int(r[2]), int(r[3])) + tuple(r[4:])
+    nt = len(lpn)
+    is_st = (top == OP_STORE) | (top == OP_ATOMIC)
+    is_rd = top != OP_STORE
+    xst = xfer[nsec]
+    ch, die, plane = _where_of(lpn, g, pow2)
+    si = np.flatnonzero(is_st)
+    fill = np.zeros(nt, bool)
+    fill[ptx] = True
+    pid_tx = np.full(nt, -1, np.int64)
+    gate_st, pid_tx[si] = _ring_push(R, plane[si], fill[si], pid0)
+    gate_tx = np.full(nt, -1, np.int64)
+    gate_tx[si] = gate_st
+    ri = np.flatnonzero(media)
+    return (int(is_st.sum()), int(nsec[is_st].sum()), int(nsec[is_rd].sum()), len(ptx),
+            si, gate_st, lpn[ptx], ta[ptx] + t_cmd, xst[ptx], gate_tx[ptx], pid_tx[ptx],
+            ri, ta[ri], lpn[ri], ch[ri], die[ri], plane[ri], xst[ri], seq[ri], tser[ri],
+            plane[si], lpn[si], seq[si] + 1, ch[si], ta[si] + t_cmd, xst[si], tser[si])
+
+
+def _split_waiting_of(cnt, serial, ids, arrival, done):
+    """``MediaEngine.submit``'s requests of an in-order batch without errors (``serial``, ``ids``, ``arrival``, ``done``
+    each), ``cnt`` of whose pages wait for their transfer: those with ``cnt`` > 0 as pending rows (serial, id as
+    uint64, arrival, done, count), the others' completion rows (id, modeled ns = done - arrival). The twin
+    (``kernels._split_waiting``) where the twins run and the arrays are int64 (``ids`` uint64)."""
+    if len(cnt) >= _WAIT_TWIN_MIN and accel.enabled() and ids.dtype == np.uint64 and all(
+            a.dtype == np.int64 for a in (cnt, serial, arrival, done)):
+        return _split_waiting(cnt, serial, ids, arrival, done)
+    pm = cnt > 0
+    idx = np.flatnonzero(pm)
+    show = ~pm
+    return serial[pm], ids[idx].astype(np.uint64), arrival[idx], done[pm], cnt[pm], ids[show], (done - arrival)[show]
+
+
+def _where_of(lpn, g: MediaGeometry, pow2: bool):
+    """(channel, global die, global plane) of logical pages (interleave 0); ``pow2``: every count a power of two
+    (shifts and masks, the same numbers)."""
+    C, D, P = g.channels, g.dies_per_channel, g.planes_per_die
+    if pow2:
+        cb, db = C.bit_length() - 1, D.bit_length() - 1
+        ch = lpn & (C - 1)
+        die = (ch << db) | ((lpn >> cb) & (D - 1))
+        plane = (die << (P.bit_length() - 1)) | ((lpn >> (cb + db)) & (P - 1))
+        return ch, die, plane
+    ch = lpn % C
+    d = (lpn // C) % D
+    pl = (lpn // (C * D)) % P
+    die = ch * D + d
+    return ch, die, die * P + pl
 
 
 def _map_ref(r: np.ndarray, idx: np.ndarray, poff: int, valid: np.ndarray | None = None) -> np.ndarray:
@@ -630,14 +704,20 @@ class MediaEngine:
         ids = batch["id"]
         status = None                          # None: every request is served (the common case)
         reads = None                           # (arrival, address, bytes): every request a valid read, sorted
-        if n > _SMALL and self._reads_compiled_ok():
-            arrival, addr, nbytes, allok = _read_front(
+        valid = False                          # every request valid and in arrival order (int64 arrays made)
+        if n > _SMALL and accel.enabled():
+            arrival, addr, nbytes, op, code = _read_front(
                 batch["arrival_ns"], batch["media_address"], batch["bytes"], batch["op"], g.capacity_bytes,
                 ctl.HBF_N_OPS, OP_STORE, OP_ATOMIC, _MAX_TIME)
-            if allok:
+            if code == 2 and not self.buf and self._pq is None and self.trace is None:   # (_reads_compiled_ok)
                 reads = arrival, addr, nbytes
                 op = unsup = bad = None
-        if reads is None:
+            elif code:
+                valid = True
+                unsup = bad = None
+                if code == 2:                  # (the front writes the ops only for a batch with a store)
+                    op = batch["op"].astype(np.int64)
+        if reads is None and not valid:
             amax_u = int(batch["arrival_ns"].max())
             if amax_u >= _MAX_TIME:
                 raise MediaError("arrival_ns beyond 2^62", max_arrival=amax_u)
@@ -647,7 +727,7 @@ class MediaEngine:
             op = batch["op"].astype(np.int64)
             unsup = op >= ctl.HBF_N_OPS
             bad = ~unsup & ((nbytes <= 0) | (addr < 0) | (addr + nbytes > g.capacity_bytes))
-        if reads is None and (unsup.any() or bad.any()):
+        if reads is None and not valid and (unsup.any() or bad.any()):
             status = np.full(n, ctl.HBF_ST_READY, np.uint8)
             status[unsup] = ctl.HBF_ST_UNSUPPORTED
             status[bad] = ctl.HBF_ST_IO_ERROR
@@ -664,7 +744,7 @@ class MediaEngine:
         show = None                            # None: every request completes in this call
         nok = n if ok is None else len(ok)
         if nok:
-            if reads is not None or (ok is None and (n == 1 or bool((arrival[1:] >= arrival[:-1]).all()))):
+            if reads is not None or valid or (ok is None and (n == 1 or bool((arrival[1:] >= arrival[:-1]).all()))):
                 order = None                   # already in arrival order (the ring's usual case)
                 a_s, ad_s, nb_s, op_s = arrival, addr, nbytes, op
             else:
@@ -689,7 +769,7 @@ class MediaEngine:
             if reads is not None:
                 d = self._serve_reads_compiled(a_s, ad_s, nb_s, serial)
             else:
-                d = self._serve(a_s, ad_s, nb_s, op_s, serial)
+                d = self._serve(a_s, ad_s, nb_s, op_s, serial, valid and code == 1)
             if order is None:
                 done = d
             else:
@@ -701,6 +781,11 @@ class MediaEngine:
                     # every request waits (a burst): the same pending rows, without the gathers
                     self._add_pending(serial, ids.astype(np.uint64), arrival, d, cnt)
                     show = False
+                elif order is None and nok == n:
+                    # (some requests wait: their pending rows and the others' completion rows, _split_waiting_of)
+                    ps, pid, pa, pd, pc, oid, omod = _split_waiting_of(cnt, serial, ids, arrival, d)
+                    self._add_pending(ps, pid, pa, pd, pc)
+                    show = (oid, omod)
                 else:
                     pm = cnt > 0
                     idx = np.flatnonzero(pm) if order is None else order[pm]
@@ -713,6 +798,14 @@ class MediaEngine:
             self._prune_ends()
         if show is False:                      # nothing completes in this call
             self.n["served"] += nok
+            self._since_collect = True
+            return
+        if type(show) is tuple:                # (the completion rows made by _split_waiting_of; no error here)
+            out = np.empty(len(show[0]), COMPLETION_BATCH_DTYPE)
+            out["id"], out["modeled_ns"] = show
+            out["status"] = ctl.HBF_ST_READY
+            self.n["served"] += nok
+            self._pending.append(out)
             self._since_collect = True
             return
         out = np.empty(n if show is None else int(show.sum()), COMPLETION_BATCH_DTYPE)
@@ -1125,23 +1218,26 @@ class MediaEngine:
 
     def _where(self, lpn):
         """(channel, global die, global plane) of logical pages (interleave 0)."""
-        g = self.g
-        C, D, P = g.channels, g.dies_per_channel, g.planes_per_die
-        if self._pow2:
-            cb, db = C.bit_length() - 1, D.bit_length() - 1
-            ch = lpn & (C - 1)
-            die = (ch << db) | ((lpn >> cb) & (D - 1))
-            plane = (die << (P.bit_length() - 1)) | ((lpn >> (cb + db)) & (P - 1))
-            return ch, die, plane
-        ch = lpn % C
-        d = (lpn // C) % D
-        pl = (lpn // (C * D)) % P
-        die = ch * D + d
-        return ch, die, die * P + pl
+        return _where_of(lpn, self.g, self._pow2)
 
-    def _serve(self, a, addr, nbytes, op, serial) -> np.ndarray:
-        """Schedule sorted requests; returns each request's completion time."""
-        if len(a) > _SMALL and self._reads_compiled_ok() and not ((op == OP_STORE) | (op == OP_ATOMIC)).any():
+    def _serve(self, a, addr, nbytes, op, serial, rw: bool = False) -> np.ndarray:
+        """Schedule sorted requests; returns each request's completion time. ``rw``: the batch has a store (the
+        caller's front found one; every request valid, int64 arrays)."""
+        if rw and not self.buf and len(a) >= _FRONT_TWIN_MIN and accel.enabled() and self._ring.dtype == np.int64 \
+                and self._xfer_by_sectors.dtype == np.int64:
+            # (the transactions, the media reads, the programs and the stores' items in one compiled pass, where
+            # each request is within a page and each store fills one: no write-buffer bookkeeping)
+            g = self.g
+            r = _mixed_req(a, addr, nbytes, op, serial, self._seq, self._ring, self._pid, g.channels,
+                           g.dies_per_channel, g.planes_per_die, self._xfer_by_sectors, g.t_cmd_ns, OP_STORE,
+                           OP_ATOMIC, PAGE_BYTES, SECTOR_BYTES)
+            if r[0]:
+                self._seq += len(a)
+                done = self._serve_mixed_rest(a, None, r[1], op, None, serial, None, 0,
+                                              (int(r[2]), int(r[3]), int(r[4]), int(r[5])) + tuple(r[6:]))
+                return np.maximum(done, a)
+        if not rw and len(a) > _SMALL and self._reads_compiled_ok() and not (
+                (op == OP_STORE) | (op == OP_ATOMIC)).any():
             return self._serve_reads_compiled(a, addr, nbytes, serial)
         req, lpn, slo, shi = self._expand(a, addr, nbytes)
         nt = len(lpn)
@@ -2250,18 +2346,20 @@ class MediaEngine:
         nt = len(lpn)
         nsec = shi - slo
         is_st = (top == OP_STORE) | (top == OP_ATOMIC)
-        is_rd = top != OP_STORE
-        media = is_rd.copy()                  # read parts that need a media read
+        media = top != OP_STORE               # read parts that need a media read
         full = nsec == SECTORS_PER_PAGE
-        special = np.zeros(nt, bool)           # write-buffer bookkeeping one at a time
         partial_lp = lpn[is_st & ~full]
         touched = set(partial_lp.tolist()) | set(self.buf)
+        special = None                         # write-buffer bookkeeping one at a time (None: none)
         if touched:
             special = np.isin(lpn, np.fromiter(touched, np.int64, len(touched)))
-        xst = self._xfer_by_sectors[nsec]
+            if not special.any():
+                special = None
         prog_tx: list[int] = []                 # transactions whose store fills a page
-        wb_hit = np.zeros(nt, bool)
-        if special.any():
+        wb_hit = None
+        if special is not None:
+            media = media.copy()
+            wb_hit = np.zeros(nt, bool)
             for i in np.flatnonzero(special).tolist():
                 t = int(ta[i])
                 lp = int(lpn[i])
@@ -2283,52 +2381,55 @@ class MediaEngine:
                 if e[0] == _FULL_MASK:
                     del self.buf[lp]
                     prog_tx.append(i)
-        direct = np.flatnonzero(is_st & full & ~special)
+        direct = np.flatnonzero(is_st & full if special is None else is_st & full & ~special)
         if prog_tx:
             ptx = np.sort(np.concatenate([direct, np.asarray(prog_tx, np.int64)]))
         else:
             ptx = direct
-        nst = int(is_st.sum())
-        self.n["stores"] += nst
-        self.n["write_bytes"] += int(nsec[is_st].sum()) * SECTOR_BYTES
-        nwb = int(wb_hit.sum())
+        nwb = 0 if wb_hit is None else int(wb_hit.sum())
         self.n["write_buffer_hits"] += nwb
-        ch, die, plane = self._where(lpn)
         # write backpressure: a store's data-in waits for the end of the program issued B programs
         # before its own on its plane (the plane's B page buffers hold the last B programs' data)
-        si = np.flatnonzero(is_st)
-        B = g.page_buffers_per_plane
-        fill = np.zeros(nt, bool)
-        fill[ptx] = True
-        pid_tx = np.full(nt, -1, np.int64)
-        gate_st, pid_tx[si] = _ring_push(self._ring, plane[si], fill[si], self._pid)
-        self._pid += len(ptx)
-        gate_tx = np.full(nt, -1, np.int64)
-        gate_tx[si] = gate_st
+        (nst, wsec, rsec, npx, si, gate_st, p_lpn, p_rdy, p_gx, p_gate, p_pid, ri, r_ta, r_lpn, r_ch, r_die, r_pl,
+         r_x, r_seq, r_ser, iv_p, iv_g, iv_s, s_ch, s_early, s_x, s_ser) = _mixed_front_of(
+            ta, lpn, nsec, top, seq, tser, media, ptx, self._ring, self._pid, g, self._xfer_by_sectors, self._pow2)
+        return self._serve_mixed_rest(ta, lpn, nsec, top, seq, tser, wb_hit, nwb, (
+            nst, wsec, rsec, npx, si, gate_st, p_lpn, p_rdy, p_gx, p_gate, p_pid, ri, r_ta, r_lpn, r_ch, r_die, r_pl,
+            r_x, r_seq, r_ser, iv_p, iv_g, iv_s, s_ch, s_early, s_x, s_ser))
+
+    def _serve_mixed_rest(self, ta, lpn, nsec, top, seq, tser, wb_hit, nwb, front):
+        """``_serve_mixed`` from ``_mixed_front_of``'s result (``front``) on: the programs, the media reads, the
+        write-buffer hits (``wb_hit``, ``nwb`` of them; None: none), the stores' data-in and the channel stage."""
+        t_cmd = self.g.t_cmd_ns
+        nt = len(top)
+        (nst, wsec, rsec, npx, si, gate_st, p_lpn, p_rdy, p_gx, p_gate, p_pid, ri, r_ta, r_lpn, r_ch, r_die, r_pl,
+         r_x, r_seq, r_ser, iv_p, iv_g, iv_s, s_ch, s_early, s_x, s_ser) = front
+        self.n["stores"] += nst
+        self.n["write_bytes"] += wsec * SECTOR_BYTES
+        self._pid += npx
         # programs: ready when the filling store's data is in (its data-in end when the channel is idle)
-        cmds = (self._programs(lpn[ptx], ta[ptx] + t_cmd, np.zeros(len(ptx), bool), gx=xst[ptx],
-                               gate=gate_tx[ptx], pids=pid_tx[ptx]) if len(ptx) else None)
+        cmds = (self._programs(p_lpn, p_rdy, np.zeros(npx, bool), gx=p_gx, gate=p_gate, pids=p_pid)
+                if npx else None)
         # media reads
-        ri = np.flatnonzero(media)
-        self.n["read_bytes"] += int(nsec[is_rd].sum()) * SECTOR_BYTES
-        inval = (plane[si], lpn[si], seq[si] + 1) if len(si) else None
+        self.n["read_bytes"] += rsec * SECTOR_BYTES
+        inval = (iv_p, iv_g, iv_s) if len(si) else None
         items = []
         if len(ri) or cmds is not None:
-            rit = self._reads(ta[ri], lpn[ri], ch[ri], die[ri], plane[ri], xst[ri], seq[ri], tser[ri], inval, cmds)
+            rit = self._reads(r_ta, r_lpn, r_ch, r_die, r_pl, r_x, r_seq, r_ser, inval, cmds)
             items.append((ri, rit))
         elif len(si):
-            self._invalidate(lpn[si])         # a batch of stores alone still empties their pages' buffers
+            self._invalidate(iv_g)            # a batch of stores alone still empties their pages' buffers
         # write-buffer hits: data ready at arrival + t_cmd
-        wi = np.flatnonzero(wb_hit)
+        wi = np.flatnonzero(wb_hit) if nwb else _E0
         if len(wi):
             early = ta[wi] + t_cmd
-            items.append((wi, {"ch": ch[wi], "rd": early, "x": xst[wi], "seq": seq[wi], "serial": tser[wi],
-                               "q0": early}))
+            items.append((wi, {"ch": self._where(lpn[wi])[0], "rd": early, "x": self._xfer_by_sectors[nsec[wi]],
+                               "seq": seq[wi], "serial": tser[wi], "q0": early}))
         # store data-in (at a free page buffer: the gating program's end, once it is decided)
         gated_tx = None
         if len(si):
-            early = ta[si] + t_cmd
-            st_it = {"ch": ch[si], "rd": early, "x": xst[si], "seq": seq[si] + 1, "serial": tser[si], "q0": early}
+            early = s_early
+            st_it = {"ch": s_ch, "rd": early, "x": s_x, "seq": iv_s.copy(), "serial": s_ser, "q0": early}
             gm = np.flatnonzero(gate_st >= 0)
             if len(gm):
                 pe = self._pend_end
@@ -2360,7 +2461,7 @@ class MediaEngine:
         # a transaction's completion: the later of its parts (0 = deferred part)
         done = np.zeros(nt, np.int64)
         _max_at(done, idx, d)
-        if len(si) and is_rd[si].any():
+        if len(si) and (top[si] != OP_STORE).any():
             # an atomic with a deferred read part stays pending even if its store part is decided
             dz = np.zeros(nt, bool)
             dz[idx[d == 0]] = True
@@ -2551,6 +2652,10 @@ def warm_twins(geometry: MediaGeometry) -> float:
         e.collect()
         _latest_per_die(np.arange(_LATEST_TWIN_MIN, dtype=np.int64) % 2, np.arange(_LATEST_TWIN_MIN, dtype=np.int64),
                         2, 4)
+        # (the stores of a mixed batch go through the ring inside _mixed_front; _programs' own ids, for GC-free
+        # flushes and refreshes, through _ring_push)
+        _ring_push(np.full((2, geometry.page_buffers_per_plane), -1, np.int64), np.arange(_RING_TWIN_MIN) % 2,
+                   np.ones(_RING_TWIN_MIN, bool), 0)
         # the event scheduler on all dies at once (a gate across dies: _simulate_split declines; the engine's
         # gates stay on their plane, so its runs above reach only the split)
         two = np.arange(2, dtype=np.int64)
@@ -2570,4 +2675,4 @@ WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chain
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,
               _ngate_bases, _decided_put, _min_where, _event_decide, _read_ready, _buf_rows,
-              _event_inputs, _split_items, _event_merge)
+              _event_inputs, _split_items, _event_merge, _mixed_front, _mixed_req, _split_waiting)

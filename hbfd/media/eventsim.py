@@ -1179,6 +1179,10 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
     ps_b = np.empty(mx, np.int64)
     hp_b = np.empty(Q if Q < mc + mx else mc + mx + 1, np.int64)
     cz_b = np.zeros(mc + mx, np.int64)
+    sv_fs = np.empty(mx, np.int64)                # (round 12: the first _read_prefix's results, kept while
+    sv_fe = np.empty(mx, np.int64)                # _plane_die is tried: restored where it declines, not computed
+    sv_fa = np.empty(mx, np.int64)                # again)
+    sv_pf = np.empty(npl, np.int64)
     for d in range(nd):
         a = dofs[d]
         m = dofs[d + 1] - a
@@ -1223,6 +1227,13 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         if nf < nread and m - nread + nc0 <= Q:
             # reads after the first other command: where the depth never binds, the die's planes alone
             # (``_plane_die``); else the fast reads again and the loop behind them
+            if nf > 0:
+                for k in range(m):
+                    sv_fs[k] = fs[k]
+                    sv_fe[k] = fe_b[k]
+                    sv_fa[k] = fa_b[k]
+                for q in range(npd):
+                    sv_pf[q] = pfl[q]
             for q in range(npd):
                 pfl[q] = pfs_b[q]
             fs[:] = 0
@@ -1238,9 +1249,13 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
                     pf[pl_l[q]] = pfl[q]
                     ploc[pl_l[q]] = -1
                 continue
-            if nf > 0:
-                nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b,
-                                          fa_b, cv_b, hp_b)
+            if nf > 0:                             # (the first call's results: _plane_die wrote only the planes'
+                for k in range(m):                 # free times, the ends, admissions, ready and start times and
+                    fs[k] = sv_fs[k]               # its scratch; the carried releases for the rest, cv_b, stand)
+                    fe_b[k] = sv_fe[k]
+                    fa_b[k] = sv_fa[k]
+                for q in range(npd):
+                    pfl[q] = sv_pf[q]
         if 0 < nf < m and nf * _FAST_MIN_SHARE < m:    # too few to pay for the rest's copy: the loop on all
             for q in range(npd):
                 pfl[q] = pfs_b[q]
@@ -1743,6 +1758,12 @@ def _merge_runs(t, x, n):
 
 
 @accel.jit
+def _cut(W, o, k):
+    """``W[o:o + k]`` and ``o + k``: ``_simulate_loop``'s scratch arrays, cut one after another from its block."""
+    return W[o:o + k], o + k
+
+
+@accel.jit
 def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate, gate_x, floor, has_floor, join):
     """``simulate``'s events and decisions, loop form (compiled by numba). One event heap ordered by
     (t, event, id) as ``simulate``'s, the first arrivals of ungated commands as a stream sorted by time
@@ -1766,20 +1787,55 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     end = np.zeros(n, np.int64)
     adm = np.zeros(n, np.int64)
     rdy = ready.copy()
-    tenq = np.zeros(n, np.int64)
-    cls = np.empty(n, np.int64)
+    # (round 12: the scratch arrays below are slices of two blocks, one int64 (its first part zeroed) and one
+    # bool: ~30 allocations a call were ~1 us, and _simulate_split calls this once per die of each batch)
+    NL = 4
+    lcap = 2 * n + npl + 1
+    cap = nc + 3 * n + npl + 1
+    nz = n + (nd + 1) + (npl + 1) + nd + npl + nd + (n + 1) + 2 * NL
+    W = np.empty(nz + n + 2 * cap + 2 * n + n + (n + 1) + 2 * n + nd + npl + 2 * (2 * n + 2 * npl + 1) + 2 * n
+                 + 2 * NL * lcap + NL, np.int64)
+    W[:nz] = 0
+    o = 0
+    tenq, o = _cut(W, o, n)
+    dofs, o = _cut(W, o, nd + 1)
+    pofs, o = _cut(W, o, npl + 1)
+    dqs, o = _cut(W, o, nd)
+    pqs, o = _cut(W, o, npl)
+    outstanding, o = _cut(W, o, nd)
+    gofs, o = _cut(W, o, n + 1)
+    lh, o = _cut(W, o, NL)
+    ltl, o = _cut(W, o, NL)
+    cls, o = _cut(W, o, n)
+    ht, o = _cut(W, o, cap)
+    hk, o = _cut(W, o, cap)
+    dq, o = _cut(W, o, n)
+    pq, o = _cut(W, o, n)
+    gfill, o = _cut(W, o, n)
+    glist, o = _cut(W, o, n + 1)
+    sat, o = _cut(W, o, n)
+    sax, o = _cut(W, o, n)
+    dlist, o = _cut(W, o, nd)
+    plist, o = _cut(W, o, npl)
+    pt, o = _cut(W, o, 2 * n + 2 * npl + 1)
+    pk, o = _cut(W, o, 2 * n + 2 * npl + 1)
+    fq_t, o = _cut(W, o, n)
+    fq_x, o = _cut(W, o, n)
+    la_t, o = _cut(W, o, NL * lcap)
+    la_k, o = _cut(W, o, NL * lcap)
+    llast, o = _cut(W, o, NL)
+    llast[:] = -_BIG
+    Bb = np.zeros(2 * npl + nd, np.bool_)
+    busy = Bb[:npl]
+    pmark = Bb[npl:2 * npl]
+    dmark = Bb[2 * npl:]
     for i in range(n):
         cls[i] = 0 if kind[i] == 0 else 1
     # event heap: (time, event * 2^32 + id) pairs; events: 0 release of a carried slot, 1 arrival at the
     # die queue, 2 joins its plane, 3 a plane's carried busy time over, 4 end (as simulate's _EV_*)
-    cap = nc + 3 * n + npl + 1
-    ht = np.empty(cap, np.int64)
-    hk = np.empty(cap, np.int64)
     hs = 0
     SH = np.int64(1) << 32
     # queue slices: die d at dofs[d], plane p at pofs[p]
-    dofs = np.zeros(nd + 1, np.int64)
-    pofs = np.zeros(npl + 1, np.int64)
     for i in range(n):
         dofs[die[i] + 1] += 1
         pofs[plane[i] + 1] += 1
@@ -1787,13 +1843,7 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
         dofs[d + 1] += dofs[d]
     for p in range(npl):
         pofs[p + 1] += pofs[p]
-    dq = np.empty(n, np.int64)
-    pq = np.empty(n, np.int64)
-    dqs = np.zeros(nd, np.int64)
-    pqs = np.zeros(npl, np.int64)
-    outstanding = np.zeros(nd, np.int64)
     # gated commands by their gate (in index order)
-    gofs = np.zeros(n + 1, np.int64)
     ngated = 0
     for i in range(n):
         if join[i] < 0 and gate[i] >= 0:
@@ -1801,13 +1851,10 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
             ngated += 1
     for i in range(n):
         gofs[i + 1] += gofs[i]
-    gfill = gofs[:n].copy()
-    glist = np.empty(max(ngated, 1), np.int64)
+    gfill[:] = gofs[:n]
     # initial events: carried releases and joins into the heap; arrivals of the commands that are neither
     # gated nor joined into a stream sorted by time (the events of one instant are all applied before any
     # decision, so their order inside the instant is immaterial)
-    sat = np.empty(n, np.int64)
-    sax = np.empty(n, np.int64)
     na = 0
     for k in range(nc + n):
         if k < nc:
@@ -1837,23 +1884,14 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     # the stream in time order (round 9: its ascending runs merged, no argsort)
     _merge_runs(sat, sax, na)
     released = 0
-    busy = np.zeros(npl, np.bool_)
-    dmark = np.zeros(nd, np.bool_)
-    pmark = np.zeros(npl, np.bool_)
-    dlist = np.empty(nd, np.int64)
-    plist = np.empty(npl, np.int64)
     nds = 0
     nps = 0
     # pushes made while deciding at time t (plane arrivals, ends, gated arrivals, wake-ups), applied
     # after the decisions (none is at t unless t_cmd or a service time is 0: then as simulate, again at t)
-    pt = np.empty(2 * n + 2 * npl + 1, np.int64)
-    pk = np.empty(2 * n + 2 * npl + 1, np.int64)
     ap = 0
     # plane arrivals of the commands admitted here (admission time + t_cmd): in admission order, which is
     # time order (admissions happen at the current time), so a queue beside the heap, not the heap (the
     # events of an instant are all applied before its decisions: their order inside it is immaterial)
-    fq_t = np.empty(n, np.int64)
-    fq_x = np.empty(n, np.int64)
     fh = 0
     ft = 0
     # the events pushed while deciding (ends, gated arrivals, wake-ups) go to one of NL lanes, queues whose
@@ -1861,13 +1899,6 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     # where no lane takes one: the events of an instant are all applied before its decisions, so their
     # times alone order them (round 8; at most 2n + npl such pushes in a run: one end and one gated
     # arrival per command, one wake-up per plane's carried busy time)
-    NL = 4
-    lcap = 2 * n + npl + 1
-    la_t = np.empty(NL * lcap, np.int64)
-    la_k = np.empty(NL * lcap, np.int64)
-    lh = np.zeros(NL, np.int64)
-    ltl = np.zeros(NL, np.int64)
-    llast = np.full(NL, -_BIG, np.int64)
     lcnt = 0
     while hs > 0 or ap < na or fh < ft or lcnt > 0:
         t = ht[0] if hs > 0 else _BIG

@@ -8,6 +8,7 @@ erased (P/E count + 1). The caller turns the returned operations into timed comm
 """
 from __future__ import annotations
 
+from array import array
 from collections import deque
 
 import numpy as np
@@ -134,12 +135,15 @@ class Ftl:
         self.ppb = g.pages_per_block
         self.bpp = g.blocks_per_plane
         # per block, as plain lists (scalar updates in the program path are the hot loop)
-        self._valid = [0] * g.blocks
+        # (valid pages: an int64 array.array, as fast as a list for the scalar updates, and a numpy view of it for the
+        # bulk part of program_many: one step instead of a Python loop over a batch's open blocks)
+        self._valid = array("q", bytes(8 * g.blocks))
         self._pe = [0] * g.blocks
         self._state = bytearray(g.blocks)
         # free blocks of a plane: the never-programmed ones are ``_fresh[plane] .. bpp - 1`` (a counter,
-        # not a list: a plane's state costs nothing until it is written), then erased ones in erase order
-        self._fresh: dict[int, int] = {}              # plane -> next never-programmed block (local index)
+        # not a list: a plane's state costs nothing until it is written), then erased ones in erase order;
+        # the counters in an int64 array.array (round 12; a dict before: fresh planes set in one numpy step)
+        self._fresh = array("q", bytes(8 * g.planes))   # plane -> next never-programmed block (local index)
         self._erased: dict[int, deque] = {}           # plane -> erased blocks, FIFO
         # open block of each plane (-1: none) and its next free page (numpy: bulk programs index them)
         self._ob = np.full(g.planes, -1, np.int64)
@@ -149,8 +153,10 @@ class Ftl:
         self.l2p: dict[int, int] | _L2pTable = _L2pTable() if accel.enabled() else {}
         # block -> its row of ``_pool`` (the lpn per page, -1: invalid/unwritten), for blocks holding a valid
         # page or open: a block whose pages are all invalid gives its row back (memory follows the live
-        # data, not the pages written); rows in one array so that a bulk program fills them in one step
-        self.p2l: dict[int, int] = {}
+        # data, not the pages written); rows in one array so that a bulk program fills them in one step. The map:
+        # an int64 array.array over the blocks, -1 for none (round 12; a dict before: scalar look-ups as fast,
+        # and a batch's open blocks looked up and fresh blocks mapped through a numpy view in one step each)
+        self._row = array("q", b"\xff" * (8 * g.blocks))
         self._pool = np.full((64, self.ppb), -1, np.int64)
         self._free_rows: list[int] = []
         self._nrows = 0                               # rows of _pool ever handed out
@@ -187,23 +193,31 @@ class Ftl:
         return rows
 
     def _open_row(self, b: int) -> None:
-        self.p2l[b] = int(self._rows(1)[0])
+        self._row[b] = int(self._rows(1)[0])
+
+    @property
+    def p2l(self) -> dict[int, int]:
+        """Block -> its row of ``_pool``, for the blocks that have one (a copy: tests and ``check``)."""
+        a = np.frombuffer(self._row, np.int64)
+        k = np.flatnonzero(a >= 0)
+        return dict(zip(k.tolist(), a[k].tolist()))
 
     def drop_block_map(self, b: int) -> None:
         """Forget block ``b``'s page map (no valid page left), if it has one; its row is reused."""
-        r = self.p2l.pop(b, None)
-        if r is not None:
+        r = self._row[b]
+        if r >= 0:
+            self._row[b] = -1
             self._free_rows.append(r)
 
     def block_lpns(self, b: int) -> list[int] | None:
         """The lpn per page of block ``b`` (-1: invalid/unwritten), or None where it has no map."""
-        r = self.p2l.get(b)
-        return None if r is None else self._pool[r].tolist()
+        r = self._row[b]
+        return None if r < 0 else self._pool[r].tolist()
 
     @property
     def valid(self) -> np.ndarray:
         """Valid pages per block."""
-        return np.asarray(self._valid, np.int64)
+        return np.frombuffer(self._valid, np.int64).copy()
 
     @property
     def pe(self) -> np.ndarray:
@@ -216,12 +230,12 @@ class Ftl:
 
     def free_blocks(self, plane: int) -> int:
         e = self._erased.get(plane)
-        return self.bpp - self._fresh.get(plane, 0) + (len(e) if e else 0)
+        return self.bpp - self._fresh[plane] + (len(e) if e else 0)
 
     def _take_free(self, plane: int) -> int | None:
         """The next free block of ``plane`` (never-programmed ones first, in order, then erased ones
         in erase order), or None."""
-        k = self._fresh.get(plane, 0)
+        k = self._fresh[plane]
         if k < self.bpp:
             self._fresh[plane] = k + 1
             return plane * self.bpp + k
@@ -340,7 +354,7 @@ class Ftl:
         ppn = (ob_b * ppb + onx_b)[segid] + rank
         self._onx[up[bulk]] = onx_b + cnt_b
         l2p = self.l2p
-        p2l = self.p2l
+        row = self._row
         valid = self._valid
         state = self._state
         pool = self._pool
@@ -352,17 +366,15 @@ class Ftl:
             olds = oldv[oldv >= 0].tolist()
         for o_ in olds:                        # pages mapped before: their old copies invalid now
             ob_, opg = divmod(o_, ppb)
-            pool[p2l[ob_], opg] = -1
+            pool[row[ob_], opg] = -1
             valid[ob_] -= 1
             if not valid[ob_] and state[ob_] == CLOSED:
                 self.drop_block_map(ob_)
         if type(l2p) is dict:
             l2p.update(zip(lsl, ppn.tolist()))
-        obl = ob_b.tolist()
-        rows = np.fromiter(map(p2l.__getitem__, obl), np.int64, len(obl))
+        rows = np.frombuffer(row, np.int64)[ob_b]
         pool.reshape(-1)[(rows * ppb + onx_b)[segid] + rank] = ls     # (pool[rows[segid], onx_b[segid] + rank])
-        for b, k in zip(obl, cnt_b.tolist()):
-            valid[b] += k
+        np.frombuffer(self._valid, np.int64)[ob_b] += cnt_b     # (a plane's open block: no block twice)
         self.host_programs += len(ls)
         return planes, ops_out
 
@@ -371,9 +383,9 @@ class Ftl:
         whose pages fit it, when that cannot start GC (as the first ``program`` there would: a block
         taken, GC only if free blocks drop below the start). A plane without an open block was never
         written (its free blocks: all ``bpp``, the first one next), so all of them at once."""
-        ul = up.tolist()
-        if not (self._fresh.keys().isdisjoint(ul) and self._erased.keys().isdisjoint(ul)):
-            for p, k in zip(ul, cnt.tolist()):           # (not expected: a plane written but not open)
+        fresh = np.frombuffer(self._fresh, np.int64)
+        if (fresh[up] > 0).any() or (self._erased and not self._erased.keys().isdisjoint(up.tolist())):
+            for p, k in zip(up.tolist(), cnt.tolist()):  # (not expected: a plane written but not open)
                 if k <= self.ppb and self.free_blocks(p) - 1 >= self._gc_start:
                     b = self._take_free(p)
                     self._state[b] = OPEN
@@ -386,11 +398,10 @@ class Ftl:
         up = up[cnt <= self.ppb]
         if not len(up):
             return
-        self._fresh.update(dict.fromkeys(up.tolist(), 1))
+        fresh[up] = 1
         bs = up * self.bpp
         np.frombuffer(self._state, np.uint8)[bs] = OPEN          # (the bytearray, through a view)
-        bl = bs.tolist()
-        self.p2l.update(zip(bl, self._rows(len(bl)).tolist()))
+        np.frombuffer(self._row, np.int64)[bs] = self._rows(len(bs))
         self._ob[up] = bs
         self._onx[up] = 0
 
@@ -443,7 +454,7 @@ class Ftl:
     def _drop_copy(self, b: int, pg: int) -> None:
         """Page ``pg`` of block ``b`` no longer holds a valid copy (its block map released once nothing valid is
         left in a closed block: GC erases it without copies)."""
-        self._pool[self.p2l[b], pg] = -1
+        self._pool[self._row[b], pg] = -1
         self._valid[b] -= 1
         if not self._valid[b] and self._state[b] == CLOSED:
             self.drop_block_map(b)
@@ -451,7 +462,7 @@ class Ftl:
     def _set_copy(self, ppn: int, lpn: int) -> None:
         """Physical page ``ppn`` now holds the valid copy of ``lpn``."""
         b, pg = divmod(ppn, self.ppb)
-        self._pool[self.p2l[b], pg] = lpn
+        self._pool[self._row[b], pg] = lpn
         self._valid[b] += 1
 
     def lookup(self, lpn: int) -> int | None:
@@ -466,15 +477,16 @@ class Ftl:
     def check(self) -> None:
         """Mapping invariants (tests): l2p and p2l are inverse, valid counts match."""
         seen = 0
+        p2l = self.p2l
         for lpn, ppn in self.l2p.items():
             b, pg = divmod(ppn, self.ppb)
-            assert self._pool[self.p2l[b], pg] == lpn, (lpn, ppn)
+            assert self._pool[p2l[b], pg] == lpn, (lpn, ppn)
             assert self.plane_of(lpn) == b // self.bpp
             seen += 1
         tot = 0
-        rows = list(self.p2l.values())
+        rows = list(p2l.values())
         assert len(set(rows)) == len(rows) and not set(rows) & set(self._free_rows)
-        for b, r in self.p2l.items():
+        for b, r in p2l.items():
             nv = int((self._pool[r] >= 0).sum())
             assert nv == self._valid[b], (b, nv, self._valid[b])
             tot += nv

@@ -9,7 +9,10 @@ and numba's cache of a twin is keyed on its own file (hbfd/accel.py ``jit``).
 * ``_fifo_loop`` and ``_fifo_carry``: the read die stage under the queue depth (``diestage.fifo_exact``) and
   the carried releases it leaves;
 * ``_read_front``: a submitted batch's fields as int64 arrays and whether every request is a valid media
-  read in arrival order (``MediaEngine.submit``'s conversion and checks; else the numpy path decides);
+  read (or valid, with stores) in arrival order (``MediaEngine.submit``'s conversion and checks; else the numpy
+  path decides);
+* ``_mixed_req`` / ``_mixed_front``: a mixed batch's page transactions, write backpressure ring, programs' inputs,
+  media reads and store items (``MediaEngine._serve`` -> ``_expand`` / ``_serve_mixed`` -> ``_mixed_front_of``);
 * ``_read_pass``: a batch of media reads (no store, no write-buffer page, no pending array command) in one
   compiled pass: page expansion, placement, lookup, die stage, buffer state, data ready and, when every
   transfer can be decided now, the channel (``MediaEngine._serve`` -> ``_where`` / ``_reads`` /
@@ -280,6 +283,15 @@ def _chan_order(rd, seq, src, lo, hi):
 
 
 @accel.jit
+def _bits(x):
+    """The least k with 2**k >= ``x`` (log2 of a power of two)."""
+    k = 0
+    while (1 << k) < x:
+        k += 1
+    return k
+
+
+@accel.jit
 def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies, xfer, bpage, bready, plane_free,
                cdie, ct, horizon, limit, o_ch, o_rd, o_x, o_seq, o_q0, chan_free, chan_busy, pshift, sshift):
     """A batch of media reads (requests sorted by arrival ``a``; serials from ``serial0``, page transactions'
@@ -339,12 +351,8 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
     die = np.empty(nt, np.int64)
     plane = np.empty(nt, np.int64)
     if (C & (C - 1)) == 0 and (D & (D - 1)) == 0 and (P & (P - 1)) == 0:
-        cb = 0
-        while (1 << cb) < C:
-            cb += 1
-        db = 0
-        while (1 << db) < D:
-            db += 1
+        cb = _bits(C)
+        db = _bits(D)
         for t in range(nt):
             c = lpn[t] & (C - 1)
             d = c * D + ((lpn[t] >> cb) & (D - 1))
@@ -563,30 +571,38 @@ def _chan_fcfs(order, ch, rd, x, q0, chan_free, chan_busy):
 
 @accel.jit
 def _read_front(arrival, addr, nbytes, op, capacity, nops, store_op, atomic_op, max_time):
-    """``MediaEngine.submit``'s conversions and checks of a batch, for the compiled read path: the request
-    fields (any integer arrays, strided views of the batch included) as int64 arrays, and whether every
-    request is a media read (load or cp.async) inside the media, arrival before ``max_time``, in arrival
-    order. False: the caller's numpy path converts and checks the batch again (and decides the errors).
-    (``arrival``, ``addr``: unsigned, compared as such.)"""
+    """``MediaEngine.submit``'s conversions and checks of a batch, for the compiled paths: the request fields (any
+    integer arrays, strided views of the batch included) as int64 arrays, and 2 where every request is a media read
+    (load or cp.async), 1 where some are stores or atomics, every request inside the media, arrival before
+    ``max_time``, in arrival order; 0 otherwise: the caller's numpy path converts and checks the batch again (and
+    decides the errors); the ops as int64 where the answer is 1. (``arrival``, ``addr``: unsigned, compared as such.)"""
     n = arrival.shape[0]
     mt = np.uint64(max_time)
     a = np.empty(n, np.int64)
     ad = np.empty(n, np.int64)
     nb = np.empty(n, np.int64)
+    ob = np.empty(n, np.int64)
+    code = 2
     for i in range(n):                       # (the first request that fails ends it: its batch goes the numpy way)
         if np.uint64(arrival[i]) >= mt or np.uint64(addr[i]) >= mt:
-            return a, ad, nb, False
+            return a, ad, nb, ob, 0
         a[i] = np.int64(arrival[i])
         ad[i] = np.int64(addr[i])
         nb[i] = np.int64(nbytes[i])
         o = op[i]
-        if o >= nops or o == store_op or o == atomic_op:
-            return a, ad, nb, False
+        if o >= nops:
+            return a, ad, nb, ob, 0
+        if code == 2 and (o == store_op or o == atomic_op):
+            code = 1                         # (the ops as int64 from the first store on: a batch of reads needs none)
+            for j in range(i):
+                ob[j] = np.int64(op[j])
+        if code == 1:
+            ob[i] = np.int64(o)
         if nb[i] <= 0 or ad[i] + nb[i] > capacity:
-            return a, ad, nb, False
+            return a, ad, nb, ob, 0
         if i and a[i] < a[i - 1]:
-            return a, ad, nb, False
-    return a, ad, nb, True
+            return a, ad, nb, ob, 0
+    return a, ad, nb, ob, code
 
 
 @accel.jit
@@ -777,13 +793,83 @@ def _latest_q(cd, ct, dies, q):
 
 
 @accel.jit
+def _top_in_place(a, lo, hi, k):
+    """``a[hi - k:hi]`` made the ``k`` largest of ``a[lo:hi]`` (in some order; the rest before them), in place, by
+    quickselect (Hoare partitions around a median of three; no copy)."""
+    target = hi - k
+    l = lo
+    r = hi - 1
+    while r > l:
+        m = (l + r) >> 1
+        x = a[l]
+        y = a[m]
+        z = a[r]
+        if x < y:
+            p = y if y < z else (z if x < z else x)
+        else:
+            p = x if x < z else (z if y < z else y)
+        i = l
+        j = r
+        while i <= j:
+            while a[i] < p:
+                i += 1
+            while a[j] > p:
+                j -= 1
+            if i <= j:
+                t = a[i]
+                a[i] = a[j]
+                a[j] = t
+                i += 1
+                j -= 1
+        if target <= j:
+            r = j
+        elif target >= i:
+            l = i
+        else:
+            break
+
+
+@accel.jit
+def _keep_tail(buf, a, b, w, budget):
+    """``buf[b - w:b]`` made the ``w`` largest of ``buf[a:b]``, ascending, in place: the last ``w`` sorted by insertion,
+    then each earlier one larger than their least put in its place (the least dropped). Cheap where the times come
+    nearly ascending (a die's release times in index order: few moves). Returns -1, or, once more than ``budget``
+    moves were made, the position ``p`` from which ``buf[p:b]`` holds what is left to choose from (the caller's
+    quickselect over it gives the same ``w`` largest)."""
+    s = b - w
+    moves = 0
+    for i in range(s + 1, b):
+        v = buf[i]
+        h = i - 1
+        while h >= s and buf[h] > v:
+            buf[h + 1] = buf[h]
+            h -= 1
+            moves += 1
+        buf[h + 1] = v
+        if moves > budget:
+            return a                                # (buf[a:b] still the die's times, permuted)
+    for i in range(a, s):
+        v = buf[i]
+        if v > buf[s]:
+            h = s + 1
+            while h < b and buf[h] < v:
+                buf[h - 1] = buf[h]
+                h += 1
+                moves += 1
+            buf[h - 1] = v
+            if moves > budget:
+                return i + 1                        # (buf[s:b]: the w largest of buf[a:i + 1] and the last w)
+    return -1
+
+
+@accel.jit
 def _carry_keep(d, t, dies, q):
     """``diestage.DieCarry.put``'s cut, loop form (compiled by numba): the ``q`` largest times ``t`` of each
     die ``d``, in (die, time) order (the same arrays as its stable sort by time then die and cut: equal
     times are equal values)."""
     n = d.shape[0]
-    st = np.zeros(dies + 1, np.int64)               # (round 11: each die's times gathered by a counting sort, its q
-    for i in range(n):                              # largest the end of its sorted run; bounded heaps before)
+    st = np.zeros(dies + 1, np.int64)               # (round 11: each die's times gathered by a counting sort; round 12:
+    for i in range(n):                              # its q largest by _keep_tail, np.partition and a sort before)
         st[d[i] + 1] += 1
     m = 0
     for k in range(dies):
@@ -800,23 +886,20 @@ def _carry_keep(d, t, dies, q):
     j = 0
     for k in range(dies):
         a = st[k]
-        c = st[k + 1] - a
+        b = st[k + 1]
+        c = b - a
         if c == 0:
             continue
-        if c > 2 * q:                               # (many: the q largest by a partition, then sorted)
-            seg = np.sort(np.partition(buf[a:a + c], c - q)[c - q:])
-            o = 0
-        else:                                       # (few: the run sorted in place)
-            seg = buf[a:a + c]
-            seg.sort()
-            o = c - q if c > q else 0
-        c -= o
-        if c > q:
-            c = q
-        for r in range(c):
+        w = c if c < q else q
+        lo = b - w
+        p = _keep_tail(buf, a, b, w, 4 * c + 2 * w)
+        if p >= 0:                                  # (too many moves, the die's times far from ascending: the w
+            _top_in_place(buf, p, b, w)             # largest by an in-place quickselect over what is left to look
+            buf[lo:b].sort()                        # at, then sorted)
+        for r in range(w):
             od[j + r] = k
-            ot[j + r] = seg[o + r]
-        j += c
+            ot[j + r] = buf[lo + r]
+        j += w
     return od, ot
 
 
@@ -1618,3 +1701,191 @@ def _event_merge(plane, lpn, seq, ip, ipg, iseq):
             ev_i[k] = 0
             j += 1
     return True, ev_p, ev_g, ev_r, ev_i
+
+
+@accel.jit
+def _mixed_front(ta, lpn, nsec, top, seq, tser, media, ptx, R, pid0, C, D, P, xfer, t_cmd, store_op, atomic_op):
+    """``engine._mixed_front_of`` (``MediaEngine._serve_mixed``'s page transactions -> the FTL's program inputs, the
+    media reads, the buffer invalidations and the store data-in items), loop form (compiled by numba), in two
+    passes instead of ~35 numpy passes: the counts, then each transaction once: its channel, die and plane, the
+    store (``top`` store or atomic) through the write backpressure ring ``R`` (in place, ``_ring_loop``'s rule: each
+    gated by the oldest of its plane's last B program ids, a filling store (in ``ptx``, ascending) issuing the next
+    id from ``pid0``), the media read. Returns the tuple ``_mixed_front_of`` returns."""
+    n = lpn.shape[0]
+    B = R.shape[1]
+    ns = 0
+    nr = 0
+    wsec = 0
+    rsec = 0
+    for i in range(n):
+        o = top[i]
+        if o == store_op or o == atomic_op:
+            ns += 1
+            wsec += nsec[i]
+        if o != store_op:
+            rsec += nsec[i]
+        if media[i]:
+            nr += 1
+    npx = ptx.shape[0]
+    pow2 = (C & (C - 1)) == 0 and (D & (D - 1)) == 0 and (P & (P - 1)) == 0
+    cb = _bits(C)                             # (powers of two: shifts and masks; an integer division costs ~40
+    db = _bits(D)                             # cycles)
+    pbits = _bits(P)
+    si = np.empty(ns, np.int64)
+    gate_st = np.empty(ns, np.int64)
+    iv_p = np.empty(ns, np.int64)
+    iv_g = np.empty(ns, np.int64)
+    iv_s = np.empty(ns, np.int64)
+    s_ch = np.empty(ns, np.int64)
+    s_early = np.empty(ns, np.int64)
+    s_x = np.empty(ns, np.int64)
+    s_ser = np.empty(ns, np.int64)
+    p_lpn = np.empty(npx, np.int64)
+    p_rdy = np.empty(npx, np.int64)
+    p_gx = np.empty(npx, np.int64)
+    p_gate = np.empty(npx, np.int64)
+    p_pid = np.empty(npx, np.int64)
+    ri = np.empty(nr, np.int64)
+    r_ta = np.empty(nr, np.int64)
+    r_lpn = np.empty(nr, np.int64)
+    r_ch = np.empty(nr, np.int64)
+    r_die = np.empty(nr, np.int64)
+    r_pl = np.empty(nr, np.int64)
+    r_x = np.empty(nr, np.int64)
+    r_seq = np.empty(nr, np.int64)
+    r_ser = np.empty(nr, np.int64)
+    nxt = pid0
+    k = 0
+    f = 0
+    r = 0
+    for i in range(n):
+        o = top[i]
+        st = o == store_op or o == atomic_op
+        md = media[i]
+        if not (st or md):
+            continue
+        x = lpn[i]
+        if pow2:
+            c = x & (C - 1)
+            d = (c << db) | ((x >> cb) & (D - 1))
+            p = (d << pbits) | ((x >> (cb + db)) & (P - 1))
+        else:
+            c = x % C
+            d = c * D + (x // C) % D
+            p = d * P + (x // (C * D)) % P
+        xs = xfer[nsec[i]]
+        if st:
+            g = R[p, 0]
+            si[k] = i
+            gate_st[k] = g
+            iv_p[k] = p
+            iv_g[k] = x
+            iv_s[k] = seq[i] + 1
+            s_ch[k] = c
+            s_early[k] = ta[i] + t_cmd
+            s_x[k] = xs
+            s_ser[k] = tser[i]
+            k += 1
+            if f < npx and ptx[f] == i:       # a filling store: the next id, pushed into its plane's row
+                for q in range(B - 1):
+                    R[p, q] = R[p, q + 1]
+                R[p, B - 1] = nxt
+                p_lpn[f] = x
+                p_rdy[f] = ta[i] + t_cmd
+                p_gx[f] = xs
+                p_gate[f] = g
+                p_pid[f] = nxt
+                nxt += 1
+                f += 1
+        if md:
+            ri[r] = i
+            r_ta[r] = ta[i]
+            r_lpn[r] = x
+            r_ch[r] = c
+            r_die[r] = d
+            r_pl[r] = p
+            r_x[r] = xs
+            r_seq[r] = seq[i]
+            r_ser[r] = tser[i]
+            r += 1
+    return (ns, wsec, rsec, f, si, gate_st, p_lpn, p_rdy, p_gx, p_gate, p_pid, ri, r_ta, r_lpn, r_ch, r_die, r_pl,
+            r_x, r_seq, r_ser, iv_p, iv_g, iv_s, s_ch, s_early, s_x, s_ser)
+
+
+@accel.jit
+def _mixed_req(a, addr, nbytes, op, serial, seq0, R, pid0, C, D, P, xfer, t_cmd, store_op, atomic_op, pb, sb):
+    """``MediaEngine._serve``'s way into ``_serve_mixed`` for a batch of requests each within one page, every store
+    of a whole page (no write-buffer bookkeeping: the caller checks that the write buffer is empty), loop form
+    (compiled by numba): the page transactions (``_expand``: page, sectors; seq = 2 (``seq0`` + i)), the media reads
+    (every op but a store) and the programs (every store), then ``_mixed_front``. Returns (False, ...: empty
+    arrays, ``R`` untouched) where a request spans pages or a store does not fill its page; else (True, the sector
+    counts, ``_mixed_front``'s tuple)."""
+    n = a.shape[0]
+    spp = pb // sb
+    ps = _bits(pb)                            # (both powers of two, geometry.py: shifts, not divisions)
+    ss = _bits(sb)
+    lpn = np.empty(n, np.int64)
+    nsec = np.empty(n, np.int64)
+    seq = np.empty(n, np.int64)
+    media = np.empty(n, np.bool_)
+    ptx = np.empty(n, np.int64)
+    nst = 0
+    for i in range(n):
+        ad = addr[i]
+        f = ad >> ps
+        if (ad + nbytes[i] - 1) >> ps != f:
+            n = -1
+            break
+        lo = (ad - (f << ps)) >> ss
+        k = ((ad + nbytes[i] - (f << ps) + sb - 1) >> ss) - lo
+        o = op[i]
+        if o == store_op or o == atomic_op:
+            if k != spp:
+                n = -1
+                break
+            ptx[nst] = i
+            nst += 1
+        lpn[i] = f
+        nsec[i] = k
+        seq[i] = 2 * (seq0 + i)
+        media[i] = o != store_op
+    if n < 0:
+        e = np.empty(0, np.int64)
+        return (False, e) + _mixed_front(e, e, e, e, e, e, np.empty(0, np.bool_), e, R, pid0, C, D, P, xfer,
+                                         t_cmd, store_op, atomic_op)
+    return (True, nsec) + _mixed_front(a, lpn, nsec, op, seq, serial, media, ptx[:nst], R, pid0, C, D, P, xfer,
+                                       t_cmd, store_op, atomic_op)
+
+
+@accel.jit
+def _split_waiting(cnt, serial, ids, arrival, done):
+    """``engine._split_waiting_of`` (``MediaEngine.submit``'s requests of an in-order batch with pages still waiting,
+    ``cnt`` > 0, as pending rows, and the others' completion rows), loop form (compiled by numba), in two passes
+    instead of ten numpy passes. Returns the tuple ``_split_waiting_of`` returns."""
+    n = cnt.shape[0]
+    k = 0
+    for i in range(n):
+        if cnt[i] > 0:
+            k += 1
+    ps = np.empty(k, np.int64)
+    pid = np.empty(k, np.uint64)
+    pa = np.empty(k, np.int64)
+    pd = np.empty(k, np.int64)
+    pc = np.empty(k, np.int64)
+    oid = np.empty(n - k, np.uint64)
+    omod = np.empty(n - k, np.int64)
+    j = 0
+    h = 0
+    for i in range(n):
+        if cnt[i] > 0:
+            ps[j] = serial[i]
+            pid[j] = np.uint64(ids[i])
+            pa[j] = arrival[i]
+            pd[j] = done[i]
+            pc[j] = cnt[i]
+            j += 1
+        else:
+            oid[h] = np.uint64(ids[i])
+            omod[h] = done[i] - arrival[i]
+            h += 1
+    return ps, pid, pa, pd, pc, oid, omod

@@ -448,7 +448,8 @@ def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
                       (engine_mod, "_min_where"), (eventsim, "_plane_order"), (lindley, "_packed_build_into"),
                       (engine_mod, "_event_decide"), (engine_mod, "_read_ready"), (engine_mod, "_buf_rows"),
                       (engine_mod, "_event_inputs"), (engine_mod, "_split_items"),
-                      (engine_mod, "_event_merge")):
+                      (engine_mod, "_event_merge"), (engine_mod, "_mixed_front"), (engine_mod, "_mixed_req"),
+                      (engine_mod, "_split_waiting")):
         monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
     got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
@@ -470,7 +471,8 @@ def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
              K._carry_keep, K._ring_loop, K._extreme_at, K._ends_get, K._l2p_swap, K._dup_planes,
              K._gated_split, K._parts_update, K._pending_take, K._ngate_scan, K._ngate_bases, K._decided_put,
              K._min_where, eventsim._plane_order, K._packed_build_into, K._event_decide, K._read_ready, K._buf_rows,
-             K._event_inputs, K._split_items, K._event_merge)
+             K._event_inputs, K._split_items, K._event_merge, K._mixed_front, K._mixed_req,
+             K._split_waiting)
     caplog.set_level("DEBUG", logger="hbfd.accel")
     for name in ("nominal", "ocp-sg2"):
         E.warm_twins(MediaGeometry.from_profile(as_profile(name)))
@@ -534,7 +536,7 @@ def test_read_front_falls_back_on_anything_unusual(monkeypatch):
 
     def spy(*a):
         out = orig(*a)
-        seen.append(bool(out[3]))
+        seen.append(out[4] == 2)
         return out
     monkeypatch.setattr(engine_mod, "_read_front", spy)
     got, st_got = _engine_run(g, stream, sizes, adv)

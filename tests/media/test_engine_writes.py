@@ -33,7 +33,7 @@ def test_pid_index_matches_a_dict_on_dense_and_sparse_ids():
 
 def _state(f: Ftl):
     return (dict(f.l2p), {b: f.block_lpns(b) for b in f.p2l}, list(f._valid), bytes(f._state),
-            dict(f._fresh), {p: list(d) for p, d in f._erased.items()}, f._ob.tolist(), f._onx.tolist(),
+            list(f._fresh), {p: list(d) for p, d in f._erased.items()}, f._ob.tolist(), f._onx.tolist(),
             f.host_programs, f.gc_copies, f.erases)
 
 
@@ -53,7 +53,7 @@ def test_program_many_opens_fresh_planes_as_program_does():
         if t % 2:                                   # crafted: planes written before, without an open block
             for p in rng.choice(g.planes, size=int(rng.integers(1, g.planes + 1)), replace=False).tolist():
                 for f in (a, b):
-                    f._fresh[p] = f._fresh.get(p, 0) + int(t % 3)
+                    f._fresh[p] = f._fresh[p] + int(t % 3)
                     ob = int(f._ob[p])
                     if ob >= 0:
                         f._state[ob] = 2            # closed
