@@ -25,6 +25,10 @@ For each kernel (the float4 streaming kernel of workloads/microbench/hbf_microbe
 
     python3 bench/helper_registers.py [--out bench/results/helper_registers.json]
                                       [--baseline-rev 6af7b69^] [--kernels stream,matmul_f16_s3,...]
+                                      [--hbfcc-env HBFCC_INLINE_LIVE=0 ...]
+
+--hbfcc-env KEY=VALUE (repeatable) sets an hbfcc knob for the rewrites (e.g. HBFCC_INLINE_MULTI=0,
+HBFCC_INLINE_LIVE=0: the build without the multi-range re-check / the live counter flush), recorded in the JSON.
 """
 from __future__ import annotations
 
@@ -225,7 +229,8 @@ def kernel_sources(wd: Path, names: list[str]) -> dict[str, Path]:
     return srcs
 
 
-def measure(name: str, plain_ptx: Path, helpers: dict[str, Path], wd: Path, only_entry: str | None) -> dict:
+def measure(name: str, plain_ptx: Path, helpers: dict[str, Path], wd: Path, only_entry: str | None,
+            env: dict[str, str] | None = None) -> dict:
     kd = wd / name
     kd.mkdir(exist_ok=True)
     plain = ptxas_info(plain_ptx, kd / "plain.cubin")
@@ -243,7 +248,8 @@ def measure(name: str, plain_ptx: Path, helpers: dict[str, Path], wd: Path, only
     for tag, hptx in helpers.items():
         out = kd / f"{tag}.ptx"
         r = subprocess.run([sys.executable, "-m", "hbfcc.cli", "rewrite", str(plain_ptx), "-o", str(out),
-                            "--helper", str(hptx)], cwd=REPO, capture_output=True, text=True, timeout=300)
+                            "--helper", str(hptx)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, **(env or {})})
         if r.returncode != 0:
             for ent in row["entries"]:
                 row["entries"][ent][tag] = {"error": f"hbfcc rewrite failed: {r.stderr.strip()[-500:]}"}
@@ -302,7 +308,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-rev", default=DEFAULT_BASELINE_REV)
     ap.add_argument("--kernels", default="stream," + ",".join(FIXTURES))
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--hbfcc-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an hbfcc knob for the rewrites (repeatable), e.g. HBFCC_INLINE_MULTI=0")
     a = ap.parse_args(argv)
+    env = {}
+    for kv in a.hbfcc_env:
+        k, sep, v = kv.partition("=")
+        if not sep or not k.startswith("HBFCC_"):
+            ap.error(f"--hbfcc-env takes HBFCC_<KNOB>=VALUE, not {kv!r}")
+        env[k] = v
     wd = Path(tempfile.mkdtemp(prefix="hbf-helper-regs-"))
     try:
         helpers = {}
@@ -315,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for n, p in kernel_sources(wd, names).items():
             print(f"[helper_registers] {n}", file=sys.stderr, flush=True)
-            rows.append(measure(n, p, helpers, wd, "stream_plain" if n == "stream" else None))
+            rows.append(measure(n, p, helpers, wd, "stream_plain" if n == "stream" else None, env))
         summary = []
         for r in rows:
             for ent, e in r["entries"].items():
@@ -339,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
                "card": "CPU (ptxas 13.0 -arch=sm_90a, no GPU)",
                "ptxas": _run([_tool("ptxas"), "--version"]).stdout.strip().splitlines()[-1],
                "baseline_rev": a.baseline_rev,
+               "hbfcc_env": env,
                "command": "python3 bench/helper_registers.py",
                "note": ("registers/spills from ptxas -v (whole-program, as hbfcc-linked modules are assembled); "
                         "hot-loop STL/LDL = local-memory instructions inside the entry's own loops (nvdisasm); "

@@ -86,6 +86,7 @@ R_IUR, R_IUW = "%__hb_iur", "%__hb_iuw"                                   # .b64
 R_ICR, R_IGR, R_ICW, R_IRW = "%__hb_icr", "%__hb_igr", "%__hb_icw", "%__hb_irw"   # .b32 counters
 R_IBR, R_IBW, R_ISL = "%__hb_ibr", "%__hb_ibw", "%__hb_isl"               # .b64 counters
 R_IT, R_IX, R_IY = "%__hb_it", "%__hb_ix", "%__hb_iy"                    # .b64 temps
+R_IR = "%__hb_rp"                         # .b64 the multi-range table walk's pointer (_table_walk)
 R_IM, R_IL, R_IK, R_IP, R_IQ, R_IH = ("%__hb_im", "%__hb_il", "%__hb_ik", "%__hb_ip", "%__hb_iq",
                                       "%__hb_ih")                          # .b32 temps
 R_IPA, R_IPB, R_IPL = "%__hb_ipa", "%__hb_ipb", "%__hb_ipl"               # .pred temps
@@ -849,28 +850,50 @@ class _FunctionRewriter:
     def _multi_range_check(self, addr, until: str, Lserve: str, Lslow: str) -> list[Statement]:
         """Where the warp's vote on r0 failed (ABI 6, hbf_abi.h "Inline issue"): with a multi-range
         descriptor (inl_nranges != 0; else straight to ``Lslow``, a uniform branch) the site checks again over
-        every table entry, unrolled (INL_MAX_RANGES x {sub, setp}: an entry is 32-byte aligned, so an
-        aligned access of at most 32 B that starts in it ends in it; unused entries have length 0), with the
-        until (``R_IT < until``: what R_IPA held before the range check) and the order (R_IPB, kept from
-        the first pass), and a second warp vote: all in a range, in order, the until in force -> ``Lserve``
-        (the counts and the future of the first pass's leader and keys), else ``Lslow``. A warp whose lanes
-        all hit r0 never comes here: the single-range case runs exactly the code it ran before ABI 6."""
+        the table's inl_nranges entries (``_table_walk``: an entry is 32-byte aligned, so an aligned access of
+        at most 32 B that starts in it ends in it), with the until (``R_IT < until``: what R_IPA held before
+        the range check) and the order (R_IPB, kept from the first pass), and a second warp vote: all in a
+        range, in order, the until in force -> ``Lserve`` (the counts and the future of the first pass's
+        leader and keys), else ``Lslow``. A warp whose lanes all hit r0 never comes here: the single-range
+        case runs exactly the code it ran before ABI 6."""
         cd = abi.CDESC_GLOBAL
         out = [_ins("ld", ("const", "u32"), (_R(R_IH), Address(Symbol(cd), abi.CDESC_INL_NRANGES_OFF))),
                _ins("setp", ("eq", "u32"), (_R(R_IPA), _R(R_IH), _I(0))),
                _ins("bra", (), (LabelRef(Lslow),), Guard(_R(R_IPA))),
-               _ins("setp", ("lt", "and", "s64"), (_R(R_IPA), _R(R_IT), _R(until), _R(R_IPB)))]
-        for k in range(abi.INL_MAX_RANGES):
-            out += [_ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_BASE_OFF + 8 * k))),
-                    _ins("sub", ("u64",), (_R(R_IX), addr, _R(R_IY))),
-                    _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_LEN_OFF + 8 * k))),
-                    _ins("setp", ("lt", "u64"), (_R(R_IPB), _R(R_IX), _R(R_IY))) if k == 0 else
-                    _ins("setp", ("lt", "or", "u64"), (_R(R_IPB), _R(R_IX), _R(R_IY), _R(R_IPB)))]
+               _ins("setp", ("lt", "and", "s64"), (_R(R_IPA), _R(R_IT), _R(until), _R(R_IPB))),
+               _ins("setp", ("eq", "u32"), (_R(R_IPB), _R(R_IH), _I(0)))]        # false (ih != 0): no entry yet
+        out += self._table_walk([(addr, lambda: [_ins("setp", ("lt", "or", "u64"),
+                                                      (_R(R_IPB), _R(R_IX), _R(R_IY), _R(R_IPB)))])])
         out += [_ins("and", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_IPB))),
                 _ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_IPA), _R(R_IM))),
                 _ins("bra", (), (LabelRef(Lslow),), Guard(_R(R_IPA), True)),
                 _ins("bra", ("uni",), (LabelRef(Lserve),))]
         self.report.multi_checks += 1
+        return out
+
+    def _table_walk(self, checks: list) -> list[Statement]:
+        """A uniform loop over the descriptor's inl_nranges (in R_IH, not 0; at most INL_MAX_RANGES) table
+        entries: per entry and per (addr, emit) of ``checks``, R_IX = addr - inl_base[k] and R_IY =
+        inl_len[k], then ``emit()`` (its test ``R_IX < R_IY``). The entries are read through a pointer that
+        moves with the loop (R_IR), not at fixed offsets: ptxas hoists loads of fixed constant addresses out
+        of the kernel's loops, and the unrolled table (8 x 64 bits) then sat in uniform registers for the
+        whole kernel, live across every helper call (helper ABI 6 cost the stream kernel 104 -> 128
+        registers, layernorm 128 -> 160 / 168 -> 208; docs/RESULTS.md stop 45, wt/regs). R_IH is consumed."""
+        cd = abi.CDESC_GLOBAL
+        Lloop = self._label()
+        out: list[Statement] = [
+            _ins("min", ("u32",), (_R(R_IH), _R(R_IH), _I(abi.INL_MAX_RANGES))),
+            _ins("mov", ("u64",), (_R(R_IR), Symbol(cd))),
+            Label(Lloop)]
+        for addr, emit in checks:
+            out += [_ins("ld", ("const", "u64"), (_R(R_IY), Address(_R(R_IR), abi.CDESC_INL_BASE_OFF))),
+                    _ins("sub", ("u64",), (_R(R_IX), addr, _R(R_IY))),
+                    _ins("ld", ("const", "u64"), (_R(R_IY), Address(_R(R_IR), abi.CDESC_INL_LEN_OFF)))]
+            out += emit()
+        out += [_ins("add", ("u64",), (_R(R_IR), _R(R_IR), _I(8))),
+                _ins("sub", ("u32",), (_R(R_IH), _R(R_IH), _I(1))),
+                _ins("setp", ("ne", "u32"), (_R(R_OUT), _R(R_IH), _I(0))),
+                _ins("bra", ("uni",), (LabelRef(Lloop),), Guard(_R(R_OUT)))]
         return out
 
     def _issue_call(self, inst: Instruction, d: Decision, addr, out_reg: str, site: int,
@@ -1060,11 +1083,12 @@ class _FunctionRewriter:
 
     def _group_multi_check(self, sites: list["_GSite"], addrs: list, Lcount: str, Lslow: str) -> list[Statement]:
         """Where the group's vote failed (ABI 6): with a multi-range descriptor (inl_nranges != 0; else
-        ``Lslow`` at once, a uniform branch) the group checks again over every table entry, unrolled per site
-        (INL_MAX_RANGES x {sub, setp}, as _multi_range_check), with the until (the clock is the group's
-        deadline less the read delay), the order (R_GOK) and a second warp vote: every lane that accesses
-        somewhere in order, its until in force, each access in some range -> ``Lcount`` (the counts and
-        futures of the first pass), else ``Lslow``. A group whose lanes all hit r0 never comes here."""
+        ``Lslow`` at once, a uniform branch) the group checks again over the table's entries (one
+        ``_table_walk`` for all its sites: R_IQ = the sites this lane accesses, R_IK = those found in some
+        entry, a bit each), with the until (the clock is the group's deadline less the read delay), the order
+        (R_GOK) and a second warp vote: every lane that accesses somewhere in order, its until in force, each
+        access in some range -> ``Lcount`` (the counts and futures of the first pass), else ``Lslow``. A group
+        whose lanes all hit r0 never comes here."""
         cd = abi.CDESC_GLOBAL
         out = [_ins("ld", ("const", "u32"), (_R(R_IH), Address(Symbol(cd), abi.CDESC_INL_NRANGES_OFF))),
                _ins("setp", ("eq", "u32"), (_R(R_IPA), _R(R_IH), _I(0))),
@@ -1074,17 +1098,20 @@ class _FunctionRewriter:
                _ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IX), _R(R_IUR))),
                _ins("not", ("pred",), (_R(R_IPB), _R(R_GANY))),
                _ins("or", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_IPB))),
-               _ins("and", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_GOK)))]
-        for j in range(len(sites)):
-            P = _R(f"{R_GP}{j}")
-            for k in range(abi.INL_MAX_RANGES):
-                out += [_ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_BASE_OFF + 8 * k))),
-                        _ins("sub", ("u64",), (_R(R_IX), addrs[j], _R(R_IY))),
-                        _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_LEN_OFF + 8 * k))),
-                        _ins("setp", ("lt", "or", "u64"), (_R(R_IPB), _R(R_IX), _R(R_IY),
-                                                           Negated(P) if k == 0 else _R(R_IPB)))]
-            out.append(_ins("and", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_IPB))))
-        out += [_ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_IPA), _R(R_IM))),
+               _ins("and", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_GOK))),
+               _ins("mov", ("b32",), (_R(R_IQ), _I(0))),
+               _ins("mov", ("b32",), (_R(R_IK), _I(0)))]
+        out += [_ins("or", ("b32",), (_R(R_IQ), _R(R_IQ), _I(1 << j)), Guard(_R(f"{R_GP}{j}")))
+                for j in range(len(sites))]
+
+        def hit(j):
+            return lambda: [_ins("setp", ("lt", "u64"), (_R(R_IPB), _R(R_IX), _R(R_IY))),
+                            _ins("or", ("b32",), (_R(R_IK), _R(R_IK), _I(1 << j)), Guard(_R(R_IPB)))]
+        out += self._table_walk([(addrs[j], hit(j)) for j in range(len(sites))])
+        out += [_ins("and", ("b32",), (_R(R_IK), _R(R_IK), _R(R_IQ))),
+                _ins("setp", ("eq", "u32"), (_R(R_IPB), _R(R_IK), _R(R_IQ))),
+                _ins("and", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_IPB))),
+                _ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_IPA), _R(R_IM))),
                 _ins("bra", (), (LabelRef(Lslow),), Guard(_R(R_IPA), True)),
                 _ins("bra", ("uni",), (LabelRef(Lcount),))]
         self.report.multi_checks += 1
@@ -1824,7 +1851,7 @@ class _FunctionRewriter:
             _ins("mov", ("b64",), (_R(R_DRAIN), _I(0)))]
         if self.inline:
             decls += [VarDecl((), "reg", (), ".b64", tuple(Declarator(r) for r in (R_IUR, R_IUW, R_IBR, R_IBW, R_ISL,
-                                                                                  R_IT, R_IX, R_IY))),
+                                                                                  R_IT, R_IX, R_IY, R_IR))),
                       VarDecl((), "reg", (), ".b32", tuple(Declarator(r) for r in (R_ICR, R_IGR, R_ICW, R_IRW, R_IM,
                                                                                   R_IL, R_IK, R_IP, R_IQ, R_IH,
                                                                                   R_LMLT))),

@@ -75,33 +75,49 @@ def _r0_first_pass(site: str) -> str:
     return site[:site.index("vote.sync.all.pred")]
 
 
-def test_a_site_checks_every_range_after_r0_unrolled():
+def _table_loop(multi: str, nchecks: int) -> None:
+    """The re-check walks the table in a uniform loop through a pointer (R_IR), never at fixed offsets: ptxas
+    hoists fixed constant loads out of the kernel's loops into registers live across every helper call (wt/regs,
+    stop 45: the unrolled form cost the stream kernel 104 -> 128 registers); the entries past inl_nranges are not
+    read (min(inl_nranges, INL_MAX_RANGES) iterations)."""
+    for k in range(abi.INL_MAX_RANGES):
+        assert f"[__hb_cdesc+{abi.CDESC_INL_BASE_OFF + 8 * k}]" not in multi
+        assert f"[__hb_cdesc+{abi.CDESC_INL_LEN_OFF + 8 * k}]" not in multi
+    assert f"min.u32 \t%__hb_ih, %__hb_ih, {abi.INL_MAX_RANGES};\n\tmov.u64 \t%__hb_rp, __hb_cdesc;\n" in multi
+    m = re.search(r"mov\.u64 \t%__hb_rp, __hb_cdesc;\n(\$__hb_L\d+):\n", multi)
+    assert m
+    body = multi[m.end():multi.index(f"@%__hb_o bra.uni \t{m.group(1)};")]
+    assert body.count(f"ld.const.u64 \t%__hb_iy, [%__hb_rp+{abi.CDESC_INL_BASE_OFF}];") == nchecks
+    assert body.count(f"ld.const.u64 \t%__hb_iy, [%__hb_rp+{abi.CDESC_INL_LEN_OFF}];") == nchecks
+    assert body.count("sub.u64 \t%__hb_ix, ") == nchecks
+    assert body.rstrip().endswith("add.u64 \t%__hb_rp, %__hb_rp, 8;\n\tsub.u32 \t%__hb_ih, %__hb_ih, 1;\n"
+                                  "\tsetp.ne.u32 \t%__hb_o, %__hb_ih, 0;")
+
+
+def test_a_site_checks_every_range_after_r0_in_a_table_loop():
     """ABI 6 (the multi-range inline path): a site checks r0 first, exactly as before; only when the warp's
-    vote fails does it read inl_nranges (0: the helper at once) and check every table entry, unrolled (one
-    sub and one compare per entry, INL_MAX_RANGES of them), then vote again and serve the access with the
-    first pass's counts, or call the helper."""
+    vote fails does it read inl_nranges (0: the helper at once) and check the table's entries in a uniform loop
+    (one sub and one compare per entry), then vote again and serve the access with the first pass's counts, or
+    call the helper. What the loop decides, lane by lane: tests/hbfcc/test_inline_multi_walk.py."""
     out = rewrite(STREAM)
     for n, (until, delay) in enumerate((("%__hb_iur", abi.CDESC_INL_READ_DELAY_OFF),
                                         ("%__hb_iuw", abi.CDESC_INL_WRITE_DELAY_OFF))):
         site = _site(out, n)
         first = _r0_first_pass(site)
         # the first pass reads r0 only: nothing of the table
-        assert f"[__hb_cdesc+{abi.CDESC_R0_BASE_OFF}]" in first and f"[__hb_cdesc+{abi.CDESC_INL_BASE_OFF}]" not in first
+        assert f"[__hb_cdesc+{abi.CDESC_R0_BASE_OFF}]" in first and "%__hb_rp" not in first
         m = re.search(r"vote\.sync\.all\.pred \t%__hb_ipa, %__hb_ipa, %__hb_im;\n\t@!%__hb_ipa bra \t(\$__hb_L\d+);\n"
                       r"(\$__hb_L\d+):\n", site)
         assert m, site
         Lmulti, Lserve = m.group(1), m.group(2)
         assert site.index(f"[__hb_cdesc+{delay}]") > m.end()                     # the serve block follows
         multi = site[site.index(Lmulti + ":"):]
-        multi = multi[:multi.index("\n$__hb_L", 1)]                              # up to the helper's label
+        multi = multi[:multi.index(f"bra.uni \t{Lserve};") + len(f"bra.uni \t{Lserve};")]
         assert multi.startswith(f"{Lmulti}:\n\tld.const.u32 \t%__hb_ih, [__hb_cdesc+{abi.CDESC_INL_NRANGES_OFF}];")
         assert "setp.eq.u32 \t%__hb_ipa, %__hb_ih, 0;" in multi
         assert f"setp.lt.and.s64 \t%__hb_ipa, %__hb_it, {until}, %__hb_ipb;" in multi   # the until, the order
-        for k in range(abi.INL_MAX_RANGES):
-            assert f"[__hb_cdesc+{abi.CDESC_INL_BASE_OFF + 8 * k}]" in multi
-            assert f"[__hb_cdesc+{abi.CDESC_INL_LEN_OFF + 8 * k}]" in multi
-        assert multi.count("sub.u64 \t%__hb_ix, ") == abi.INL_MAX_RANGES
-        assert multi.count("setp.lt.or.u64 \t%__hb_ipb, %__hb_ix, %__hb_iy, %__hb_ipb;") == abi.INL_MAX_RANGES - 1
+        _table_loop(multi, 1)
+        assert multi.count("setp.lt.or.u64 \t%__hb_ipb, %__hb_ix, %__hb_iy, %__hb_ipb;") == 1
         assert multi.count("vote.sync.all.pred") == 1 and multi.rstrip().endswith(f"bra.uni \t{Lserve};")
     rep = timing_meta(STREAM)["functions"][0]
     assert rep["multi_checks"] == 2
@@ -230,8 +246,8 @@ def test_adjacent_inline_loads_are_served_as_one_group():
 
 def test_a_group_checks_every_range_after_r0():
     """ABI 6: the group's first pass is r0's (R_GIN: until, band == r0, lanes in it; R_GOK: the order, kept
-    apart); a failed vote with inl_nranges != 0 checks every site of the group against every table entry,
-    unrolled, and a second vote goes to the first pass's counts; else the group call / each site alone."""
+    apart); a failed vote with inl_nranges != 0 checks every site of the group against the table's entries in
+    one uniform loop, and a second vote goes to the first pass's counts; else the group call / each site alone."""
     meta = group_meta()
     out = print_module(timing_pass(parse_module(loads(4)), meta))
     assert meta["timing"]["functions"][0]["multi_checks"] == 1 + 4 + 1      # the group, its sites alone, the store
@@ -249,11 +265,11 @@ def test_a_group_checks_every_range_after_r0():
     assert f"ld.const.u32 \t%__hb_ih, [__hb_cdesc+{abi.CDESC_INL_NRANGES_OFF}];" in multi
     assert f"ld.const.u64 \t%__hb_iy, [__hb_cdesc+{abi.CDESC_INL_READ_DELAY_OFF}];" in multi   # clock = deadline - delay
     assert "and.pred \t%__hb_ipa, %__hb_ipa, %__hb_gok;" in multi
-    for s in range(4):          # every site against every entry, the first compare passing the lanes not accessing
-        assert f"setp.lt.or.u64 \t%__hb_ipb, %__hb_ix, %__hb_iy, !%__hb_gp{s};" in multi
-    assert multi.count("sub.u64 \t%__hb_ix, ") == 4 * abi.INL_MAX_RANGES + 1
-    for k in range(abi.INL_MAX_RANGES):
-        assert multi.count(f"[__hb_cdesc+{abi.CDESC_INL_LEN_OFF + 8 * k}]") == 4
+    for s in range(4):          # the sites this lane accesses (a bit each), against those found in an entry
+        assert f"@%__hb_gp{s} or.b32 \t%__hb_iq, %__hb_iq, {1 << s};" in multi
+        assert f"@%__hb_ipb or.b32 \t%__hb_ik, %__hb_ik, {1 << s};" in multi
+    _table_loop(multi, 4)                                                    # one loop for the group's 4 sites
+    assert "and.b32 \t%__hb_ik, %__hb_ik, %__hb_iq;\n\tsetp.eq.u32 \t%__hb_ipb, %__hb_ik, %__hb_iq;" in multi
     assert multi.count("vote.sync.all.pred") == 1 and f"bra.uni \t{Lcount};" in multi
 
 
