@@ -1978,7 +1978,6 @@ HB_DEV void hb_wait_ready(uint64_t deadline, uint64_t t_in, Slot slot) {
     }
 }
 
-// A ticket involved in a join: resolve the tickets now (their deadlines are then plain deadlines).
 // One future of a join, resolved once per warp: the lanes holding the same ticket (a coalesced request is one
 // ticket for all its lanes) elect one poller and receive its deadline, as hb_wait_slow does; every lane taking
 // the ticket itself cost a claim and four host loads per lane, and made each lane after the first a second path.
@@ -1991,11 +1990,16 @@ HB_DEV uint64_t hb_join_one(hbf_device_state* st, uint32_t m, unsigned long long
     return hb_from_leader(g, d, leader);
 }
 
+// A ticket involved in a join: resolve the tickets now (their deadlines are then plain deadlines).
 HB_SPLIT_FN unsigned long long hb_join_slow(hbf_device_state* st, unsigned long long a,
                                           unsigned long long b) {
     const uint32_t m = __activemask();
     const uint64_t da = hb_join_one(st, m, a);
-    const uint64_t db = b == a ? da : hb_join_one(st, m, b);   // a future joined with itself: taken once
+    // a future joined with itself (hb_mbar_note) is taken once; the choice is the warp's (hb_join_one's match and
+    // shuffle need every lane of m), so a warp where only some lanes join a future with itself takes b too: the
+    // second take of such a ticket re-reads its completion (counted a second time) or finds it waited (0); the
+    // deadline is the same either way
+    const uint64_t db = __all_sync(m, b == a) ? da : hb_join_one(st, m, b);
     if (__any_sync(m, da == HB_FAILED || db == HB_FAILED)) hb_end();   // recorded by the poller
     const uint64_t d = da > db ? da : db;
     return d ? d : 1ull;
