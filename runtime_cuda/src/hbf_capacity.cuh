@@ -32,6 +32,8 @@
 #define HB_CAP_DEV static __device__ __forceinline__
 #else
 #define HB_CAP_DEV static inline
+// one lane on the host (the test harnesses): a leader's value is its own (hbf_ptx.cuh's hb_from_leader on the device)
+template <class T> static inline T hb_from_leader(uint32_t, T v, uint32_t) { return v; }
 #endif
 
 enum { HB_CAP_MISS = 0u, HB_CAP_HIT = 1u, HB_CAP_HIT_MARKED = 2u };
