@@ -8,11 +8,13 @@
 #   barrier    helpers built with -DHBF_LEADER_BARRIER=1 (a warp barrier, in a function of its own, before every
 #              shuffle of a leader's result: runtime_cuda/src/hbf_ptx.cuh hb_from_leader); if it ends, make it the
 #              default
+#   lockstep   helpers built with -DHBF_FAST_LOCKSTEP=1 (the compact path's page transaction run by every lane of the
+#              group in lockstep, the leader's memory operations broadcast: no lane waits while the leader loops)
 #   nofast     helpers built with -DHBF_FAST_ISSUE=0 (no compact path: every issue goes to hb_issue_slow)
 #   lean       the lean helper build (hb_fast_model a real call: runtime_cuda/ptx/hbf_helpers_lean.ptx)
 #   b1         batch 1, the default helpers
 #   default    the default helpers (stalled twice in stop 45: the control, last)
-# The two helper builds are made here with nvcc (as setup.py's helper-ptx does). One tar under $OUT ($OUT/s46.tgz).
+# The three helper builds are made here with nvcc (as setup.py's helper-ptx does). One tar under $OUT ($OUT/s46.tgz).
 #   LIMIT=570 bash bench/gpu_calls/stop46_sg2hang.sh     (carry: hbfproto, runtime_cuda/ptx, .whl)
 set -u
 source bench/gpu_calls/env.sh
@@ -25,15 +27,18 @@ build() {   # name, -D...
   echo "$1 build rc=$? (bar.warp.sync: $(grep -c 'bar.warp.sync' $W/ptx/hbf_helpers_$1.ptx))"
 }
 build barrier -DHBF_LEADER_BARRIER=1
+build lockstep -DHBF_FAST_LOCKSTEP=1
 build nofast -DHBF_FAST_ISSUE=0
 Q="--model qwen3-30b-a3b --tokens 2 --prompt 1 --profile ocp-sg2"
 export STALL_S=25
 # shellcheck disable=SC2086
-go barrier 200 HBFCC_HELPER_PTX=$W/ptx/hbf_helpers_barrier.ptx -- $Q --batch 8
+go barrier 150 HBFCC_HELPER_PTX=$W/ptx/hbf_helpers_barrier.ptx -- $Q --batch 8
 # shellcheck disable=SC2086
-go nofast 200 HBFCC_HELPER_PTX=$W/ptx/hbf_helpers_nofast.ptx -- $Q --batch 8
+go lockstep 150 HBFCC_HELPER_PTX=$W/ptx/hbf_helpers_lockstep.ptx -- $Q --batch 8
 # shellcheck disable=SC2086
-go lean 200 HBFCC_HELPER_PTX=$PWD/runtime_cuda/ptx/hbf_helpers_lean.ptx -- $Q --batch 8
+go nofast 150 HBFCC_HELPER_PTX=$W/ptx/hbf_helpers_nofast.ptx -- $Q --batch 8
+# shellcheck disable=SC2086
+go lean 150 HBFCC_HELPER_PTX=$PWD/runtime_cuda/ptx/hbf_helpers_lean.ptx -- $Q --batch 8
 # shellcheck disable=SC2086
 go b1 150 HBF_DUMMY=0 -- $Q --batch 1
 # shellcheck disable=SC2086

@@ -688,6 +688,49 @@ HB_DEV ulonglong2 hb_ld_rec(const uint64_t* p) {   // one 16-byte load (the CAS 
 }
 HB_DEV uint64_t hb_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
+// The page transaction's memory operations (hb_fast_model and the plane records), by who performs them:
+// hb_mem_solo, the calling lane alone (every caller by default); hb_mem_lock (HBF_FAST_LOCKSTEP=1, a measurement
+// build for the 48-layer sg2 stall of stop 45, bench/gpu_calls/stop46_sg2hang.sh), every lane of a group in lockstep:
+// the leader performs each operation, the group receives its result, so every lane takes the same branches and
+// retries and no lane waits in a shuffle while the leader loops alone.
+struct hb_mem_solo {
+    __device__ __forceinline__ ulonglong2 rec(const uint64_t* p) const { return hb_ld_rec(p); }
+    __device__ __forceinline__ uint64_t ld(const uint64_t* p) const { return hb_ld_vol(p); }
+    __device__ __forceinline__ ulonglong2 cas(uint64_t* p, ulonglong2 e, ulonglong2 d) const { return hb_cas128(p, e, d); }
+    __device__ __forceinline__ void add(uint64_t* p, uint64_t v) const { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
+    __device__ __forceinline__ uint64_t reserve(uint64_t* t, uint64_t e, uint64_t d) const { return hb_reserve(t, e, d); }
+};
+#ifndef HBF_FAST_LOCKSTEP
+#define HBF_FAST_LOCKSTEP 0
+#endif
+#if HBF_FAST_LOCKSTEP
+struct hb_mem_lock {
+    uint32_t m, leader;
+    bool me;                                        // this lane is the leader
+    __device__ __forceinline__ uint64_t bc(uint64_t v) const { return __shfl_sync(m, v, (int)leader); }
+    __device__ __forceinline__ ulonglong2 rec(const uint64_t* p) const {
+        ulonglong2 r = make_ulonglong2(0ull, 0ull);
+        if (me) r = hb_ld_rec(p);
+        return make_ulonglong2(bc(r.x), bc(r.y));
+    }
+    __device__ __forceinline__ uint64_t ld(const uint64_t* p) const { uint64_t v = 0ull; if (me) v = hb_ld_vol(p); return bc(v); }
+    __device__ __forceinline__ ulonglong2 cas(uint64_t* p, ulonglong2 e, ulonglong2 d) const {
+        ulonglong2 r = make_ulonglong2(0ull, 0ull);
+        if (me) r = hb_cas128(p, e, d);
+        return make_ulonglong2(bc(r.x), bc(r.y));
+    }
+    __device__ __forceinline__ void add(uint64_t* p, uint64_t v) const {
+        if (me) atomicAdd((unsigned long long*)p, (unsigned long long)v);
+        __syncwarp(m);
+    }
+    __device__ __forceinline__ uint64_t reserve(uint64_t* t, uint64_t e, uint64_t d) const {
+        uint64_t v = 0ull;
+        if (me) v = hb_reserve(t, e, d);
+        return bc(v);
+    }
+};
+#endif
+
 // The read half: the plane's buffers, then a sense only on a miss. Returns when the page's data is in a
 // page buffer (data ready); `tr` is the (thermally scaled) tR, `nb` the plane's buffers (1 or 2), `tprog` tPROG.
 // Reads have priority over programs (non-preemptive, docs/design.md §3.9): a sense waits for the senses ahead
@@ -695,10 +738,11 @@ HB_DEV uint64_t hb_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 // programs queued behind that one, which move back by its tR (bank_busy += tr).
 // *nowait: when the data would be ready on an idle plane (a sense: cmd + tR; a hit: its ready, at most cmd + tR:
 // a hit waiting for a sense the busy plane delayed does not hold the channel later than its own sense would).
-HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, uint64_t cmd, uint64_t tr,
+template <class M>
+HB_DEV uint64_t hb_plane_read(const M& mem, hbf_device_state* st, uint32_t b, uint32_t tag, uint64_t cmd, uint64_t tr,
                               uint64_t tprog, uint32_t nb, uint64_t now, uint64_t* nowait) {
     uint64_t* rec = &st->bank_buf[2u * b];
-    ulonglong2 cur = hb_ld_rec(rec);
+    ulonglong2 cur = mem.rec(rec);
     HB_PROF(11, cur.x + cur.y);
 #pragma unroll 1
     for (;;) {
@@ -716,7 +760,7 @@ HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, ui
             *nowait = ready < cmd + tr ? ready : cmd + tr;
             want.x = cur.y; want.y = cur.x;
         } else {                                              // miss: one sense on the plane's engine
-            const uint64_t busy = hb_ld_vol(&st->bank_busy[b]);
+            const uint64_t busy = mem.ld(&st->bank_busy[b]);
             const uint64_t sf = hb_max(hb_buf_ready(cur.x, now), hb_buf_ready(cur.y, now));   // senses' end
             uint64_t start = hb_max(cmd, sf);
             if (busy > start) {                               // programs queued past cmd: the read goes first
@@ -734,9 +778,9 @@ HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, ui
             // an empty LRU slot is filled first; with one buffer the record keeps the latest sense end in y
             want.y = nb > 1u ? cur.x : hb_buf_word(0u, ready);
         }
-        const ulonglong2 old = hb_cas128(rec, cur, want);
+        const ulonglong2 old = mem.cas(rec, cur, want);
         if (old.x == cur.x && old.y == cur.y) {
-            if (displace) atomicAdd((unsigned long long*)&st->bank_busy[b], (unsigned long long)tr);
+            if (displace) mem.add(&st->bank_busy[b], tr);
             return ready;
         }
         cur = old;                                            // raced: decide again on what is there now
@@ -745,9 +789,10 @@ HB_DEV uint64_t hb_plane_read(hbf_device_state* st, uint32_t b, uint32_t tag, ui
 
 // A store's buffer invalidation: the buffer holding the page (if any) becomes empty and LRU; it keeps
 // its time (the plane's latest sense end stays in the record). Returns the plane's sense-engine free time.
-HB_DEV uint64_t hb_plane_invalidate(hbf_device_state* st, uint32_t b, uint32_t tag, uint64_t now) {
+template <class M>
+HB_DEV uint64_t hb_plane_invalidate(const M& mem, hbf_device_state* st, uint32_t b, uint32_t tag, uint64_t now) {
     uint64_t* rec = &st->bank_buf[2u * b];
-    ulonglong2 cur = hb_ld_rec(rec);
+    ulonglong2 cur = mem.rec(rec);
 #pragma unroll 1
     for (;;) {
         const uint64_t pf = hb_max(hb_buf_ready(cur.x, now), hb_buf_ready(cur.y, now));
@@ -755,15 +800,15 @@ HB_DEV uint64_t hb_plane_invalidate(hbf_device_state* st, uint32_t b, uint32_t t
         if (hb_buf_tag(cur.x) == tag) { want.x = cur.y; want.y = cur.x & HB_RDY_MASK; }
         else if (hb_buf_tag(cur.y) == tag) { want.x = cur.x; want.y = cur.y & HB_RDY_MASK; }
         else return pf;
-        const ulonglong2 old = hb_cas128(rec, cur, want);
+        const ulonglong2 old = mem.cas(rec, cur, want);
         if (old.x == cur.x && old.y == cur.y) return pf;
         cur = old;
     }
 }
 
-HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
-                                                      uint64_t bytes, uint32_t op, uint32_t q,
-                                                      uint64_t rbytes, uint64_t now) {
+template <class M>
+HB_DEV uint64_t hb_fast_model_by(const M& mem, hbf_device_state* st, uint64_t media_addr, uint64_t bytes, uint32_t op,
+                                   uint32_t q, uint64_t rbytes, uint64_t now) {
     const hbf_media_params& m = st->media;
     // run parameters (constant while kernels run): read-only cache, loaded together
     const uint32_t C0 = __ldg(&m.channels), D0 = __ldg(&m.dies_per_channel), P0 = __ldg(&m.planes_per_die);
@@ -799,17 +844,17 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
     const uint64_t xfer = hb_thermal_scale(hb_ceil_div_f(xbytes * 1000000000ull, cbps), q);
     HB_PROF(10, xfer + b + tag);
     if (rbytes != 0ull)                                       // a refresh quantum claimed by this request
-        hb_reserve(&st->bank_busy[b], now, hb_refresh_service(m, rbytes));
+        mem.reserve(&st->bank_busy[b], now, hb_refresh_service(m, rbytes));
     uint64_t done = 0ull, slot = 0ull;
     if (op != HBF_OP_STORE) {                                 // load, cp.async, the read half of an atomic
         // the channel slot is reserved (arrival order) at the no-wait ready time; the transfer runs at
         // max(slot, data ready): a read waiting for a busy plane does not hold the channel for the reads
         // behind it (docs/design.md §3.9), and no slot is ever used twice (completions never outrun the channel)
         uint64_t nowait;
-        const uint64_t ready = hb_plane_read(st, b, tag, cmd, hb_thermal_scale(t_read, q), __ldg(&m.t_prog_ns), nb,
-                                             now, &nowait);
+        const uint64_t ready = hb_plane_read(mem, st, b, tag, cmd, hb_thermal_scale(t_read, q), __ldg(&m.t_prog_ns),
+                                             nb, now, &nowait);
         HB_PROF(12, ready);
-        slot = hb_reserve(&st->chan_tail[ch], nowait, xfer);
+        slot = mem.reserve(&st->chan_tail[ch], nowait, xfer);
         done = hb_max(slot, ready) + xfer;
         HB_PROF(13, done);
         if (op != HBF_OP_ATOMIC) return done;
@@ -823,18 +868,23 @@ HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr,
     // its data-in runs at max(slot - tR, buffer free): it does not wait behind the slots of senses still in
     // flight, and a store waiting for a buffer does not hold the channel for the reads behind it.
     const uint64_t a = (op == HBF_OP_STORE) ? now : done;
-    const uint64_t pf = hb_plane_invalidate(st, b, tag, a);
+    const uint64_t pf = hb_plane_invalidate(mem, st, b, tag, a);
     const uint64_t sh = (op == HBF_OP_STORE) ? hb_thermal_scale(t_read, q) : 0ull;
     uint64_t rdy = now + tc;
     if (op == HBF_OP_STORE) {
-        const uint64_t hold = (uint64_t)(nb - 1u) * __ldg(&m.t_prog_ns), busy = hb_ld_vol(&st->bank_busy[b]);
+        const uint64_t hold = (uint64_t)(nb - 1u) * __ldg(&m.t_prog_ns), busy = mem.ld(&st->bank_busy[b]);
         if (busy > hold) rdy = hb_max(rdy, busy - hold);
     }
-    const uint64_t xs = hb_reserve(&st->chan_tail[ch], (op == HBF_OP_STORE) ? now + tc + sh : slot + xfer + tc, xfer);
+    const uint64_t xs = mem.reserve(&st->chan_tail[ch], (op == HBF_OP_STORE) ? now + tc + sh : slot + xfer + tc, xfer);
     const uint64_t xe = ((op == HBF_OP_STORE) ? hb_max(xs - sh, rdy) : hb_max(xs, done + tc)) + xfer;
     const uint64_t wg = m.write_granularity ? m.write_granularity : 4096u;
-    hb_reserve(&st->bank_busy[b], hb_max(xe, pf), hb_ceil_div(__ldg(&m.t_prog_ns) * xbytes, wg));
+    mem.reserve(&st->bank_busy[b], hb_max(xe, pf), hb_ceil_div(__ldg(&m.t_prog_ns) * xbytes, wg));
     return hb_max(xe, done);
+}
+// the page transaction by the calling lane alone (every caller but the lockstep build's compact path)
+HB_OOL_FN uint64_t hb_fast_model(hbf_device_state* st, uint64_t media_addr, uint64_t bytes, uint32_t op, uint32_t q,
+                                 uint64_t rbytes, uint64_t now) {
+    return hb_fast_model_by(hb_mem_solo{}, st, media_addr, bytes, op, q, rbytes, now);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1436,10 +1486,15 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
 #endif
     uint64_t dl;                                                // q = 1e6: no thermal scaling; no refresh debt
     if (d.flags & HBF_CD_FAST) {                                // the leader's page transaction (hb_group_request)
+#if HBF_FAST_LOCKSTEP
+        dl = hb_fast_model_by(hb_mem_lock{mask, leader, lane == leader}, (hbf_device_state*)d.st, media - off + b0,
+                              req_bytes, op, 1000000u, 0ull, tl);      // every lane, the leader's operations
+#else
         uint64_t dd = 0ull;
         if (lane == leader)
             dd = HB_OOL(hb_fast_model)((hbf_device_state*)d.st, media - off + b0, req_bytes, op, 1000000u, 0ull, tl);
         dl = hb_from_leader(mask, dd, leader);
+#endif
     } else {
         hbf_media_params fx;                                    // the two fields the FIXED source reads
         fx.fixed_read_ns = d.fixed_read_ns;
