@@ -1299,7 +1299,22 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
             K, R, PL, S, G, GX, F, J = (kl2[:nr_], rl2[:nr_], pll2[:nr_], sl2[:nr_], gl2[:nr_], gxl2[:nr_], fll2[:nr_],
                                         jl2[:nr_])
             hf = nr_ >= 0                          # (True as a run-time bool, the type of has_floor)
-        if nr_ > 0:
+        # round 13: a rest without reads or joins (a burst's programs behind its fast reads) by the heads pass
+        # (``_heads_die``) where its order is the event scheduler's; else the loop
+        hd = nr_ > 0
+        for k in range(nr_):
+            if K[k] == 0 or J[k] >= 0:
+                hd = False
+                break
+        if hd and _heads_die(K, R, PL, S, G, GX, F, hf, t_cmd, Q, pfl, cv_b[:ncv], ps_b, fe_b, fa_b, pr_b, wk_b,
+                             hp_b):
+            for k in range(nr_):
+                i = order[a + k] if nf == 0 else ix2[k]
+                start[i] = ps_b[k]
+                end[i] = fe_b[k]
+                adm[i] = fa_b[k]
+                rdy[i] = pr_b[k]
+        elif nr_ > 0:
             s, e, ad, r, okd = _simulate_loop(K, R, PL, dl_b[:nr_], S, t_cmd, Q, pfl, cz_b[:ncv], cv_b[:ncv].copy(), G,
                                               GX, F, hf, J)
             if not okd:
@@ -1625,6 +1640,122 @@ def _plane_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, join
                 ia += 1
             if (nc - ic) + ia + nj - ie > Q:
                 return False
+    for q in range(npd):
+        pf[q] = pfn[q]
+    return True
+
+
+@accel.jit
+def _heads_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, t_cmd, Q, pf, ct, st, en, ad, rd, wk, hq):
+    """``_heads_pass`` (the numpy form, ``simulate_auto``'s path 2) for one die without reads or joins, loop form
+    (compiled by numba; round 13: the programs behind a burst's fast reads, whose queue depth binds): the die
+    admits next the command with the smallest (ready, seq) among its planes' first unscheduled commands (a
+    gated one's ready time max(ready, its gate's end) + gate_x, its gate earlier on its plane), at
+    A = max(arrival, the Q-th largest release so far, carried ones included); its plane FCFS in that order.
+    Kept only where that order is the event scheduler's (``_heads_pass``'s checks: die-queue keys (ready, seq)
+    increasing and arrivals non-decreasing in it, plane arrivals non-decreasing on each plane) and, beyond
+    ``_heads_pass``, every service and t_cmd positive. Returns True with start, end, admission, ready in ``st``,
+    ``en``, ``ad``, ``rd`` and ``pf`` moved; False with ``pf`` unchanged. ``wk``: scratch (int64, at least
+    4 npd + 3 m + 1); ``hq``: room for Q where Q < m + len(ct)."""
+    m = kind.shape[0]
+    npd = pf.shape[0]
+    nc = ct.shape[0]
+    if t_cmd <= 0:
+        return False
+    for k in range(m):
+        if kind[k] == 0 or service[k] <= 0:
+            return False
+        g = gate[k]
+        if g >= 0 and (g >= k or plane[g] != plane[k]):
+            return False
+    o = 0
+    pofs = wk[o:o + npd + 1]
+    o += npd + 1
+    head = wk[o:o + npd]
+    o += npd
+    pfn = wk[o:o + npd]
+    o += npd
+    lst = wk[o:o + m]
+    o += m
+    tarr = wk[o:o + m]
+    o += m
+    seq = wk[o:o + m]                            # the order used
+    o += m
+    act = wk[o:o + npd]
+    for q in range(npd + 1):
+        pofs[q] = 0
+    for k in range(m):
+        pofs[plane[k] + 1] += 1
+    for q in range(npd):
+        pofs[q + 1] += pofs[q]
+    for q in range(npd):
+        head[q] = pofs[q]
+        pfn[q] = pf[q]
+    for k in range(m):
+        lst[head[plane[k]]] = k
+        head[plane[k]] += 1
+    na = 0                                        # the planes with commands left (act[:na])
+    for q in range(npd):
+        head[q] = pofs[q]
+        if pofs[q + 1] > pofs[q]:
+            act[na] = q
+            na += 1
+    bind = nc + m > Q
+    hs = 0
+    if bind:
+        for c in range(nc):
+            hs = _qheap_add(hq, hs, Q, ct[c])
+    for k in range(m):                            # (a gated command's ready time is set once it heads its plane:
+        rd[k] = ready[k]                          # its gate, earlier on the plane, has ended then)
+    for step in range(m):
+        best = -1
+        bj = -1
+        for j in range(na):
+            c = lst[head[act[j]]]
+            if best < 0 or rd[c] < rd[best] or (rd[c] == rd[best] and c < best):
+                best = c
+                bj = j
+        c = best
+        bq = act[bj]
+        head[bq] += 1
+        if head[bq] == pofs[bq + 1]:              # the plane is done: out of the list
+            na -= 1
+            act[bj] = act[na]
+        ta = rd[c]
+        if has_floor and floor[c] > ta:
+            ta = floor[c]
+        a = ta
+        if bind and hs == Q and hq[0] > a:
+            a = hq[0]
+        e0 = a + t_cmd
+        p = plane[c]
+        s = pfn[p] if pfn[p] > e0 else e0
+        e = s + service[c]
+        pfn[p] = e
+        st[c] = s
+        en[c] = e
+        ad[c] = a
+        tarr[c] = ta
+        seq[step] = c
+        if bind:
+            hs = _qheap_add(hq, hs, Q, e)
+        if head[bq] < pofs[bq + 1]:
+            x = lst[head[bq]]
+            g = gate[x]
+            if g >= 0:
+                r = ready[x]
+                if en[g] > r:
+                    r = en[g]
+                rd[x] = r + gate_x[x]
+    # the order used is the event scheduler's: keys (ready, seq) increasing and arrivals non-decreasing in it
+    # (``_heads_pass``'s third check, plane arrivals non-decreasing on each plane, follows here: without joins the
+    # admissions max(arrival, the Q-th largest release) are then non-decreasing in the order, and a plane's
+    # commands go in that order)
+    for step in range(1, m):
+        c = seq[step]
+        b = seq[step - 1]
+        if rd[c] < rd[b] or (rd[c] == rd[b] and c < b) or tarr[c] < tarr[b]:
+            return False
     for q in range(npd):
         pf[q] = pfn[q]
     return True
