@@ -1656,7 +1656,7 @@ def _heads_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, t_cm
     increasing and arrivals non-decreasing in it, plane arrivals non-decreasing on each plane) and, beyond
     ``_heads_pass``, every service and t_cmd positive. Returns True with start, end, admission, ready in ``st``,
     ``en``, ``ad``, ``rd`` and ``pf`` moved; False with ``pf`` unchanged. ``wk``: scratch (int64, at least
-    4 npd + 3 m + 1); ``hq``: room for Q where Q < m + len(ct)."""
+    5 npd + 3 m + 1); ``hq``: room for Q where Q < m + len(ct)."""
     m = kind.shape[0]
     npd = pf.shape[0]
     nc = ct.shape[0]
@@ -1681,7 +1681,9 @@ def _heads_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, t_cm
     o += m
     seq = wk[o:o + m]                            # the order used
     o += m
-    act = wk[o:o + npd]
+    ht = wk[o:o + npd]                            # the planes' first commands: a heap by (ready, seq)
+    o += npd
+    hi = wk[o:o + npd]
     for q in range(npd + 1):
         pofs[q] = 0
     for k in range(m):
@@ -1694,12 +1696,8 @@ def _heads_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, t_cm
     for k in range(m):
         lst[head[plane[k]]] = k
         head[plane[k]] += 1
-    na = 0                                        # the planes with commands left (act[:na])
     for q in range(npd):
         head[q] = pofs[q]
-        if pofs[q + 1] > pofs[q]:
-            act[na] = q
-            na += 1
     bind = nc + m > Q
     hs = 0
     if bind:
@@ -1707,20 +1705,16 @@ def _heads_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, t_cm
             hs = _qheap_add(hq, hs, Q, ct[c])
     for k in range(m):                            # (a gated command's ready time is set once it heads its plane:
         rd[k] = ready[k]                          # its gate, earlier on the plane, has ended then)
+    hs2 = 0
+    for q in range(npd):
+        if pofs[q + 1] > pofs[q]:
+            c = lst[pofs[q]]
+            hs2 = _hpush(ht, hi, hs2, rd[c], c)
     for step in range(m):
-        best = -1
-        bj = -1
-        for j in range(na):
-            c = lst[head[act[j]]]
-            if best < 0 or rd[c] < rd[best] or (rd[c] == rd[best] and c < best):
-                best = c
-                bj = j
-        c = best
-        bq = act[bj]
+        c = hi[0]
+        hs2 = _hpop(ht, hi, hs2)
+        bq = plane[c]
         head[bq] += 1
-        if head[bq] == pofs[bq + 1]:              # the plane is done: out of the list
-            na -= 1
-            act[bj] = act[na]
         ta = rd[c]
         if has_floor and floor[c] > ta:
             ta = floor[c]
@@ -1747,6 +1741,7 @@ def _heads_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, t_cm
                 if en[g] > r:
                     r = en[g]
                 rd[x] = r + gate_x[x]
+            hs2 = _hpush(ht, hi, hs2, rd[x], x)
     # the order used is the event scheduler's: keys (ready, seq) increasing and arrivals non-decreasing in it
     # (``_heads_pass``'s third check, plane arrivals non-decreasing on each plane, follows here: without joins the
     # admissions max(arrival, the Q-th largest release) are then non-decreasing in the order, and a plane's

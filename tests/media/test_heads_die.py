@@ -71,7 +71,7 @@ def test_heads_die_is_heads_pass():
         # the loop form
         pfd = pf.copy()
         out = [np.zeros(m, np.int64) for _ in range(4)]          # st, en, ad, rd
-        wk = np.zeros(4 * npd + 4 * m + 1, np.int64)
+        wk = np.zeros(5 * npd + 3 * m + 1, np.int64)
         hq = np.zeros(max(Q if Q < m + len(ct) else 1, 1), np.int64)
         ok = eventsim._heads_die(kind, ready, plane, service, gate, gate_x, floor, hf, t_cmd, Q, pfd, ct.copy(),
                                  *out, wk, hq)
@@ -109,7 +109,7 @@ def test_heads_die_declines():
         pfd = pf.copy()
         ok = eventsim._heads_die(kind, ready, plane, service, gate, zero, zero, False, t_cmd, 2, pfd,
                                  np.zeros(0, np.int64), *(np.zeros(m, np.int64) for _ in range(4)),
-                                 np.zeros(4 * 2 + 4 * m + 1, np.int64), np.zeros(2, np.int64))
+                                 np.zeros(5 * 2 + 3 * m + 1, np.int64), np.zeros(2, np.int64))
         assert ok or np.array_equal(pfd, pf)
         return ok
 
