@@ -1212,19 +1212,40 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         # the rest of the die by the event loop behind them (their releases carried, their planes' free times)
         nc0 = cofs[d + 1] - cofs[d]
         ctl = cts[cofs[d]:cofs[d + 1]]
+        nread = 0
+        r0 = 0
+        r1 = 0
+        for k in range(m):
+            if kl[k] == 0:
+                if nread == 0:
+                    r0 = rl[k]
+                r1 = rl[k]
+                nread += 1
+        # (``_plane_die`` is tried only where the die's other commands and carried releases do not alone fill
+        # its queue depth: else its check nearly always fails, after a whole schedule of the die.) Round 13:
+        # where the die's reads come on average more than t_cmd apart (10 % load: ~20 us), it is tried first,
+        # before the fast reads (it kept nearly every such die: they were computed for nothing); it declines with
+        # the planes' free times unchanged. Else (a burst's reads, mostly all fast) after them, as before
+        pd_first = nread > 0 and m - nread + nc0 <= Q and r1 - r0 > nread * t_cmd
+        if pd_first and _plane_die(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fe_b, fa_b,
+                                   pr_b, ps_b, wk_b):
+            for k in range(m):
+                i = order[a + k]
+                start[i] = ps_b[k]
+                end[i] = fe_b[k]
+                adm[i] = fa_b[k]
+                rdy[i] = pr_b[k]
+            for q in range(npd):
+                pf[pl_l[q]] = pfl[q]
+                ploc[pl_l[q]] = -1
+            continue
         fs = fs_b[:m]
         fs[:] = 0
         for q in range(npd):
             pfs_b[q] = pfl[q]
         nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b, fa_b,
                                   cv_b, hp_b)
-        nread = 0
-        for k in range(m):
-            if kl[k] == 0:
-                nread += 1
-        # (``_plane_die`` is tried only where the die's other commands and carried releases do not alone fill
-        # its queue depth: else its check nearly always fails, after a whole schedule of the die)
-        if nf < nread and m - nread + nc0 <= Q:
+        if not pd_first and nf < nread and m - nread + nc0 <= Q:
             # reads after the first other command: where the depth never binds, the die's planes alone
             # (``_plane_die``); else the fast reads again and the loop behind them
             if nf > 0:
