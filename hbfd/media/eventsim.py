@@ -1228,56 +1228,46 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         # die: they were computed for nothing); it declines with the planes' free times unchanged. Else (a
         # burst's reads, mostly all fast; 50/50, where it declines more often) after them, as before
         pd_first = nread > 0 and m - nread + nc0 <= Q and r1 - r0 > nread * t_cmd and 4 * (m - nread) <= nread
-        if pd_first and _plane_die(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fe_b, fa_b,
-                                   pr_b, ps_b, wk_b):
-            for k in range(m):
-                i = order[a + k]
-                start[i] = ps_b[k]
-                end[i] = fe_b[k]
-                adm[i] = fa_b[k]
-                rdy[i] = pr_b[k]
+        kept = pd_first and _plane_die(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fe_b,
+                                       fa_b, pr_b, ps_b, wk_b)
+        nf = 0
+        ncv = 0
+        X = 0
+        fs = fs_b[:m]
+        if not kept:
+            fs[:] = 0
+            for q in range(npd):
+                pfs_b[q] = pfl[q]
+            nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b,
+                                      fa_b, cv_b, hp_b)
+            if not pd_first and nf < nread and m - nread + nc0 <= Q:
+                # reads after the first other command: where the depth never binds, the die's planes alone
+                # (``_plane_die``); else the fast reads again and the loop behind them
+                if nf > 0:
+                    for k in range(m):
+                        sv_fs[k] = fs[k]
+                        sv_fe[k] = fe_b[k]
+                        sv_fa[k] = fa_b[k]
+                    for q in range(npd):
+                        sv_pf[q] = pfl[q]
+                for q in range(npd):
+                    pfl[q] = pfs_b[q]
+                fs[:] = 0
+                kept = _plane_die(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fe_b, fa_b, pr_b,
+                                  ps_b, wk_b)
+                if not kept and nf > 0:            # (the first call's results: _plane_die wrote only the planes'
+                    for k in range(m):             # free times, the ends, admissions, ready and start times and
+                        fs[k] = sv_fs[k]           # its scratch; the carried releases for the rest, cv_b, stand)
+                        fe_b[k] = sv_fe[k]
+                        fa_b[k] = sv_fa[k]
+                    for q in range(npd):
+                        pfl[q] = sv_pf[q]
+        if kept:
+            _scatter(order[a:a + m], start, end, adm, rdy, ps_b, fe_b, fa_b, pr_b)
             for q in range(npd):
                 pf[pl_l[q]] = pfl[q]
                 ploc[pl_l[q]] = -1
             continue
-        fs = fs_b[:m]
-        fs[:] = 0
-        for q in range(npd):
-            pfs_b[q] = pfl[q]
-        nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b, fa_b,
-                                  cv_b, hp_b)
-        if not pd_first and nf < nread and m - nread + nc0 <= Q:
-            # reads after the first other command: where the depth never binds, the die's planes alone
-            # (``_plane_die``); else the fast reads again and the loop behind them
-            if nf > 0:
-                for k in range(m):
-                    sv_fs[k] = fs[k]
-                    sv_fe[k] = fe_b[k]
-                    sv_fa[k] = fa_b[k]
-                for q in range(npd):
-                    sv_pf[q] = pfl[q]
-            for q in range(npd):
-                pfl[q] = pfs_b[q]
-            fs[:] = 0
-            if _plane_die(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fe_b, fa_b, pr_b, ps_b,
-                          wk_b):
-                for k in range(m):
-                    i = order[a + k]
-                    start[i] = ps_b[k]
-                    end[i] = fe_b[k]
-                    adm[i] = fa_b[k]
-                    rdy[i] = pr_b[k]
-                for q in range(npd):
-                    pf[pl_l[q]] = pfl[q]
-                    ploc[pl_l[q]] = -1
-                continue
-            if nf > 0:                             # (the first call's results: _plane_die wrote only the planes'
-                for k in range(m):                 # free times, the ends, admissions, ready and start times and
-                    fs[k] = sv_fs[k]               # its scratch; the carried releases for the rest, cv_b, stand)
-                    fe_b[k] = sv_fe[k]
-                    fa_b[k] = sv_fa[k]
-                for q in range(npd):
-                    pfl[q] = sv_pf[q]
         if 0 < nf < m and nf * _FAST_MIN_SHARE < m:    # too few to pay for the rest's copy: the loop on all
             for q in range(npd):
                 pfl[q] = pfs_b[q]
@@ -1330,27 +1320,29 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
                 break
         if hd and _heads_die(K, R, PL, S, G, GX, F, hf, t_cmd, Q, pfl, cv_b[:ncv], ps_b, fe_b, fa_b, pr_b, wk_b,
                              hp_b):
-            for k in range(nr_):
-                i = order[a + k] if nf == 0 else ix2[k]
-                start[i] = ps_b[k]
-                end[i] = fe_b[k]
-                adm[i] = fa_b[k]
-                rdy[i] = pr_b[k]
+            _scatter(order[a:a + nr_] if nf == 0 else ix2[:nr_], start, end, adm, rdy, ps_b, fe_b, fa_b, pr_b)
         elif nr_ > 0:
             s, e, ad, r, okd = _simulate_loop(K, R, PL, dl_b[:nr_], S, t_cmd, Q, pfl, cz_b[:ncv], cv_b[:ncv].copy(), G,
                                               GX, F, hf, J)
             if not okd:
                 ok = False
-            for k in range(nr_):
-                i = order[a + k] if nf == 0 else ix2[k]
-                start[i] = s[k]
-                end[i] = e[k]
-                adm[i] = ad[k]
-                rdy[i] = r[k]
+            _scatter(order[a:a + nr_] if nf == 0 else ix2[:nr_], start, end, adm, rdy, s, e, ad, r)
         for q in range(npd):
             pf[pl_l[q]] = pfl[q]
             ploc[pl_l[q]] = -1
     return start, end, adm, rdy, ok, True
+
+
+@accel.jit
+def _scatter(ix, start, end, adm, rdy, s, e, ad, r):
+    """``start[ix[k]] = s[k]`` (and the same for end, admission, ready) for each k of ``ix``: a die's results
+    into the batch's (``_simulate_split``)."""
+    for k in range(ix.shape[0]):
+        i = ix[k]
+        start[i] = s[k]
+        end[i] = e[k]
+        adm[i] = ad[k]
+        rdy[i] = r[k]
 
 
 _FAST_MIN_SHARE = 8       # _simulate_split serves a die's fast reads apart where they are at least 1/8 of its commands
@@ -1456,6 +1448,28 @@ def _read_prefix(kind, ready, plane, service, gate, gate_x, floor, has_floor, jo
     return nf, w, X
 
 
+@accel.jit
+def _by_plane(plane, pofs, fill, lst):
+    """A die's commands by plane (counting sort, index order kept on each plane): plane q's at
+    ``lst[pofs[q]:pofs[q + 1]]``; ``fill`` is scratch (npd). Returns the most commands on one plane."""
+    npd = fill.shape[0]
+    for q in range(npd + 1):
+        pofs[q] = 0
+    for k in range(plane.shape[0]):
+        pofs[plane[k] + 1] += 1
+    most = 0
+    for q in range(npd):
+        if pofs[q + 1] > most:
+            most = pofs[q + 1]
+        pofs[q + 1] += pofs[q]
+    for q in range(npd):
+        fill[q] = pofs[q]
+    for k in range(plane.shape[0]):
+        lst[fill[plane[k]]] = k
+        fill[plane[k]] += 1
+    return most
+
+
 _PLANE_DIE_MAX = 256       # _plane_die: at most this many commands on one plane (a grant scans its plane for gated ones)
 
 
@@ -1513,19 +1527,8 @@ def _plane_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, join
     C = wk[o:o + m + 1]
     o += m + 1
     tmp = wk[o:o + m]
-    for q in range(npd + 1):
-        pofs[q] = 0
-    for k in range(m):
-        pofs[plane[k] + 1] += 1
-    for q in range(npd):
-        if pofs[q + 1] > _PLANE_DIE_MAX:
-            return False
-        pofs[q + 1] += pofs[q]
-    for q in range(npd):
-        fill[q] = pofs[q]
-    for k in range(m):
-        lst[fill[plane[k]]] = k
-        fill[plane[k]] += 1
+    if _by_plane(plane, pofs, fill, lst) > _PLANE_DIE_MAX:
+        return False
     for k in range(m):
         rd[k] = ready[k]
         if join[k] >= 0:
@@ -1690,36 +1693,18 @@ def _heads_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, t_cm
         g = gate[k]
         if g >= 0 and (g >= k or plane[g] != plane[k]):
             return False
-    o = 0
-    pofs = wk[o:o + npd + 1]
-    o += npd + 1
-    head = wk[o:o + npd]
-    o += npd
-    pfn = wk[o:o + npd]
-    o += npd
-    lst = wk[o:o + m]
-    o += m
-    tarr = wk[o:o + m]
-    o += m
-    seq = wk[o:o + m]                            # the order used
-    o += m
-    ht = wk[o:o + npd]                            # the planes' first commands: a heap by (ready, seq)
-    o += npd
-    hi = wk[o:o + npd]
-    for q in range(npd + 1):
-        pofs[q] = 0
-    for k in range(m):
-        pofs[plane[k] + 1] += 1
-    for q in range(npd):
-        pofs[q + 1] += pofs[q]
+    pofs, o = _cut(wk, 0, npd + 1)
+    head, o = _cut(wk, o, npd)                   # each plane's next command (in lst)
+    pfn, o = _cut(wk, o, npd)
+    lst, o = _cut(wk, o, m)
+    tarr, o = _cut(wk, o, m)
+    seq, o = _cut(wk, o, m)                      # the order used
+    ht, o = _cut(wk, o, npd)                     # the planes' next commands: a heap by (ready, seq)
+    hi, o = _cut(wk, o, npd)
+    _by_plane(plane, pofs, head, lst)
     for q in range(npd):
         head[q] = pofs[q]
         pfn[q] = pf[q]
-    for k in range(m):
-        lst[head[plane[k]]] = k
-        head[plane[k]] += 1
-    for q in range(npd):
-        head[q] = pofs[q]
     bind = nc + m > Q
     hs = 0
     if bind:
