@@ -1212,50 +1212,62 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         # the rest of the die by the event loop behind them (their releases carried, their planes' free times)
         nc0 = cofs[d + 1] - cofs[d]
         ctl = cts[cofs[d]:cofs[d + 1]]
-        fs = fs_b[:m]
-        fs[:] = 0
-        for q in range(npd):
-            pfs_b[q] = pfl[q]
-        nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b, fa_b,
-                                  cv_b, hp_b)
         nread = 0
+        r0 = 0
+        r1 = 0
         for k in range(m):
             if kl[k] == 0:
+                if nread == 0:
+                    r0 = rl[k]
+                r1 = rl[k]
                 nread += 1
         # (``_plane_die`` is tried only where the die's other commands and carried releases do not alone fill
-        # its queue depth: else its check nearly always fails, after a whole schedule of the die)
-        if nf < nread and m - nread + nc0 <= Q:
-            # reads after the first other command: where the depth never binds, the die's planes alone
-            # (``_plane_die``); else the fast reads again and the loop behind them
-            if nf > 0:
-                for k in range(m):
-                    sv_fs[k] = fs[k]
-                    sv_fe[k] = fe_b[k]
-                    sv_fa[k] = fa_b[k]
-                for q in range(npd):
-                    sv_pf[q] = pfl[q]
-            for q in range(npd):
-                pfl[q] = pfs_b[q]
+        # its queue depth: else its check nearly always fails, after a whole schedule of the die.) Round 13:
+        # where the die's reads come on average more than t_cmd apart (10 % load: ~20 us) and are at least 4/5 of
+        # its commands (90/10), it is tried first, before the fast reads (at 90/10 10 % it kept nearly every such
+        # die: they were computed for nothing); it declines with the planes' free times unchanged. Else (a
+        # burst's reads, mostly all fast; 50/50, where it declines more often) after them, as before
+        pd_first = nread > 0 and m - nread + nc0 <= Q and r1 - r0 > nread * t_cmd and 4 * (m - nread) <= nread
+        kept = pd_first and _plane_die(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fe_b,
+                                       fa_b, pr_b, ps_b, wk_b)
+        nf = 0
+        ncv = 0
+        X = 0
+        fs = fs_b[:m]
+        if not kept:
             fs[:] = 0
-            if _plane_die(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fe_b, fa_b, pr_b, ps_b,
-                          wk_b):
-                for k in range(m):
-                    i = order[a + k]
-                    start[i] = ps_b[k]
-                    end[i] = fe_b[k]
-                    adm[i] = fa_b[k]
-                    rdy[i] = pr_b[k]
+            for q in range(npd):
+                pfs_b[q] = pfl[q]
+            nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b,
+                                      fa_b, cv_b, hp_b)
+            if not pd_first and nf < nread and m - nread + nc0 <= Q:
+                # reads after the first other command: where the depth never binds, the die's planes alone
+                # (``_plane_die``); else the fast reads again and the loop behind them
+                if nf > 0:
+                    for k in range(m):
+                        sv_fs[k] = fs[k]
+                        sv_fe[k] = fe_b[k]
+                        sv_fa[k] = fa_b[k]
+                    for q in range(npd):
+                        sv_pf[q] = pfl[q]
                 for q in range(npd):
-                    pf[pl_l[q]] = pfl[q]
-                    ploc[pl_l[q]] = -1
-                continue
-            if nf > 0:                             # (the first call's results: _plane_die wrote only the planes'
-                for k in range(m):                 # free times, the ends, admissions, ready and start times and
-                    fs[k] = sv_fs[k]               # its scratch; the carried releases for the rest, cv_b, stand)
-                    fe_b[k] = sv_fe[k]
-                    fa_b[k] = sv_fa[k]
-                for q in range(npd):
-                    pfl[q] = sv_pf[q]
+                    pfl[q] = pfs_b[q]
+                fs[:] = 0
+                kept = _plane_die(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fe_b, fa_b, pr_b,
+                                  ps_b, wk_b)
+                if not kept and nf > 0:            # (the first call's results: _plane_die wrote only the planes'
+                    for k in range(m):             # free times, the ends, admissions, ready and start times and
+                        fs[k] = sv_fs[k]           # its scratch; the carried releases for the rest, cv_b, stand)
+                        fe_b[k] = sv_fe[k]
+                        fa_b[k] = sv_fa[k]
+                    for q in range(npd):
+                        pfl[q] = sv_pf[q]
+        if kept:
+            _scatter(order[a:a + m], start, end, adm, rdy, ps_b, fe_b, fa_b, pr_b)
+            for q in range(npd):
+                pf[pl_l[q]] = pfl[q]
+                ploc[pl_l[q]] = -1
+            continue
         if 0 < nf < m and nf * _FAST_MIN_SHARE < m:    # too few to pay for the rest's copy: the loop on all
             for q in range(npd):
                 pfl[q] = pfs_b[q]
@@ -1299,21 +1311,38 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
             K, R, PL, S, G, GX, F, J = (kl2[:nr_], rl2[:nr_], pll2[:nr_], sl2[:nr_], gl2[:nr_], gxl2[:nr_], fll2[:nr_],
                                         jl2[:nr_])
             hf = nr_ >= 0                          # (True as a run-time bool, the type of has_floor)
-        if nr_ > 0:
+        # round 13: a rest without reads or joins (a burst's programs behind its fast reads) by the heads pass
+        # (``_heads_die``) where its order is the event scheduler's; else the loop
+        hd = nr_ > 0
+        for k in range(nr_):
+            if K[k] == 0 or J[k] >= 0:
+                hd = False
+                break
+        if hd and _heads_die(K, R, PL, S, G, GX, F, hf, t_cmd, Q, pfl, cv_b[:ncv], ps_b, fe_b, fa_b, pr_b, wk_b,
+                             hp_b):
+            _scatter(order[a:a + nr_] if nf == 0 else ix2[:nr_], start, end, adm, rdy, ps_b, fe_b, fa_b, pr_b)
+        elif nr_ > 0:
             s, e, ad, r, okd = _simulate_loop(K, R, PL, dl_b[:nr_], S, t_cmd, Q, pfl, cz_b[:ncv], cv_b[:ncv].copy(), G,
                                               GX, F, hf, J)
             if not okd:
                 ok = False
-            for k in range(nr_):
-                i = order[a + k] if nf == 0 else ix2[k]
-                start[i] = s[k]
-                end[i] = e[k]
-                adm[i] = ad[k]
-                rdy[i] = r[k]
+            _scatter(order[a:a + nr_] if nf == 0 else ix2[:nr_], start, end, adm, rdy, s, e, ad, r)
         for q in range(npd):
             pf[pl_l[q]] = pfl[q]
             ploc[pl_l[q]] = -1
     return start, end, adm, rdy, ok, True
+
+
+@accel.jit
+def _scatter(ix, start, end, adm, rdy, s, e, ad, r):
+    """``start[ix[k]] = s[k]`` (and the same for end, admission, ready) for each k of ``ix``: a die's results
+    into the batch's (``_simulate_split``)."""
+    for k in range(ix.shape[0]):
+        i = ix[k]
+        start[i] = s[k]
+        end[i] = e[k]
+        adm[i] = ad[k]
+        rdy[i] = r[k]
 
 
 _FAST_MIN_SHARE = 8       # _simulate_split serves a die's fast reads apart where they are at least 1/8 of its commands
@@ -1419,6 +1448,28 @@ def _read_prefix(kind, ready, plane, service, gate, gate_x, floor, has_floor, jo
     return nf, w, X
 
 
+@accel.jit
+def _by_plane(plane, pofs, fill, lst):
+    """A die's commands by plane (counting sort, index order kept on each plane): plane q's at
+    ``lst[pofs[q]:pofs[q + 1]]``; ``fill`` is scratch (npd). Returns the most commands on one plane."""
+    npd = fill.shape[0]
+    for q in range(npd + 1):
+        pofs[q] = 0
+    for k in range(plane.shape[0]):
+        pofs[plane[k] + 1] += 1
+    most = 0
+    for q in range(npd):
+        if pofs[q + 1] > most:
+            most = pofs[q + 1]
+        pofs[q + 1] += pofs[q]
+    for q in range(npd):
+        fill[q] = pofs[q]
+    for k in range(plane.shape[0]):
+        lst[fill[plane[k]]] = k
+        fill[plane[k]] += 1
+    return most
+
+
 _PLANE_DIE_MAX = 256       # _plane_die: at most this many commands on one plane (a grant scans its plane for gated ones)
 
 
@@ -1476,19 +1527,8 @@ def _plane_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, join
     C = wk[o:o + m + 1]
     o += m + 1
     tmp = wk[o:o + m]
-    for q in range(npd + 1):
-        pofs[q] = 0
-    for k in range(m):
-        pofs[plane[k] + 1] += 1
-    for q in range(npd):
-        if pofs[q + 1] > _PLANE_DIE_MAX:
-            return False
-        pofs[q + 1] += pofs[q]
-    for q in range(npd):
-        fill[q] = pofs[q]
-    for k in range(m):
-        lst[fill[plane[k]]] = k
-        fill[plane[k]] += 1
+    if _by_plane(plane, pofs, fill, lst) > _PLANE_DIE_MAX:
+        return False
     for k in range(m):
         rd[k] = ready[k]
         if join[k] >= 0:
@@ -1509,9 +1549,12 @@ def _plane_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, join
         left = pofs[q + 1] - pofs[q]
         rs = 0
         os_ = 0
-        for z in range(pofs[q], pofs[q + 1]):
+        nw = 0                                   # (round 13: the plane's commands waiting for a gate: the
+        for z in range(pofs[q], pofs[q + 1]):    # grants scan the plane for them only while there are some)
             j = lst[z]
-            if st_[j] == 1:
+            if st_[j] == 0:
+                nw += 1
+            elif st_[j] == 1:
                 if kind[j] == 0:
                     rs = _hpush(rt, ri, rs, pa[j], j)
                 else:
@@ -1539,9 +1582,10 @@ def _plane_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, join
             st_[best] = 2
             left -= 1
             t = e
-            for z in range(pofs[q], pofs[q + 1]):
+            for z in range(pofs[q], pofs[q + 1] if nw > 0 else pofs[q]):
                 j = lst[z]
                 if st_[j] == 0 and gate[j] == best:
+                    nw -= 1
                     r = (ready[j] if ready[j] > e else e) + gate_x[j]
                     rd[j] = r
                     if has_floor and floor[j] > r:
@@ -1564,23 +1608,48 @@ def _plane_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, join
                 w += 1
         _sort_runs(A, na, tmp)                      # (in index order a few ascending runs: about one pass)
         # E[i]: the ends and carried releases first counted at A[i] (the first admission time not before them;
-        # by binary search: no sort of the ends), then a sweep over the admission times
+        # no sort of the ends), then a sweep over the admission times. Round 13: that index by a bucket table
+        # over A's span (B buckets of 2^sh ns, T[b] the first i whose A[i] lies in bucket b or later: every A
+        # before T[b] is below any time of bucket b) and a scan from there, not a binary search (~4 us a die,
+        # half of the scheduler's time at 10 % load); a binary search where A is short
         for i in range(na + 1):
             E[i] = 0
             C[i] = 0
         amax = A[na - 1]
+        a0 = A[0]
+        B = 0
+        sh = 0
+        if na >= 8:                                 # B: the largest power of two <= na / 2 (T in tmp, na >= B + 1)
+            B = 4
+            while 2 * B <= na // 2:
+                B *= 2
+            while ((amax - a0) >> sh) >= B:
+                sh += 1
+            i = 0
+            for bk in range(B + 1):
+                while i < na and ((A[i] - a0) >> sh) < bk:
+                    i += 1
+                tmp[bk] = i
         for k in range(m + nc):
             v = en[k] if k < m else ct[k - m]
             if v > amax:
                 continue
-            lo = 0
-            hi = na
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if A[mid] < v:
-                    lo = mid + 1
+            if B > 0:
+                if v <= a0:
+                    lo = 0
                 else:
-                    hi = mid
+                    lo = tmp[(v - a0) >> sh]
+                    while A[lo] < v:
+                        lo += 1
+            else:
+                lo = 0
+                hi = na
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if A[mid] < v:
+                        lo = mid + 1
+                    else:
+                        hi = mid
             if k < m:
                 E[lo] += 1
             else:
@@ -1596,6 +1665,99 @@ def _plane_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, join
                 ia += 1
             if (nc - ic) + ia + nj - ie > Q:
                 return False
+    for q in range(npd):
+        pf[q] = pfn[q]
+    return True
+
+
+@accel.jit
+def _heads_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, t_cmd, Q, pf, ct, st, en, ad, rd, wk, hq):
+    """``_heads_pass`` (the numpy form, ``simulate_auto``'s path 2) for one die without reads or joins, loop form
+    (compiled by numba; round 13: the programs behind a burst's fast reads, whose queue depth binds): the die
+    admits next the command with the smallest (ready, seq) among its planes' first unscheduled commands (a
+    gated one's ready time max(ready, its gate's end) + gate_x, its gate earlier on its plane), at
+    A = max(arrival, the Q-th largest release so far, carried ones included); its plane FCFS in that order.
+    Kept only where that order is the event scheduler's (``_heads_pass``'s checks: die-queue keys (ready, seq)
+    increasing and arrivals non-decreasing in it, plane arrivals non-decreasing on each plane) and, beyond
+    ``_heads_pass``, every service and t_cmd positive. Returns True with start, end, admission, ready in ``st``,
+    ``en``, ``ad``, ``rd`` and ``pf`` moved; False with ``pf`` unchanged. ``wk``: scratch (int64, at least
+    5 npd + 3 m + 1); ``hq``: room for Q where Q < m + len(ct)."""
+    m = kind.shape[0]
+    npd = pf.shape[0]
+    nc = ct.shape[0]
+    if t_cmd <= 0:
+        return False
+    for k in range(m):
+        if kind[k] == 0 or service[k] <= 0:
+            return False
+        g = gate[k]
+        if g >= 0 and (g >= k or plane[g] != plane[k]):
+            return False
+    pofs, o = _cut(wk, 0, npd + 1)
+    head, o = _cut(wk, o, npd)                   # each plane's next command (in lst)
+    pfn, o = _cut(wk, o, npd)
+    lst, o = _cut(wk, o, m)
+    tarr, o = _cut(wk, o, m)
+    seq, o = _cut(wk, o, m)                      # the order used
+    ht, o = _cut(wk, o, npd)                     # the planes' next commands: a heap by (ready, seq)
+    hi, o = _cut(wk, o, npd)
+    _by_plane(plane, pofs, head, lst)
+    for q in range(npd):
+        head[q] = pofs[q]
+        pfn[q] = pf[q]
+    bind = nc + m > Q
+    hs = 0
+    if bind:
+        for c in range(nc):
+            hs = _qheap_add(hq, hs, Q, ct[c])
+    for k in range(m):                            # (a gated command's ready time is set once it heads its plane:
+        rd[k] = ready[k]                          # its gate, earlier on the plane, has ended then)
+    hs2 = 0
+    for q in range(npd):
+        if pofs[q + 1] > pofs[q]:
+            c = lst[pofs[q]]
+            hs2 = _hpush(ht, hi, hs2, rd[c], c)
+    for step in range(m):
+        c = hi[0]
+        hs2 = _hpop(ht, hi, hs2)
+        bq = plane[c]
+        head[bq] += 1
+        ta = rd[c]
+        if has_floor and floor[c] > ta:
+            ta = floor[c]
+        a = ta
+        if bind and hs == Q and hq[0] > a:
+            a = hq[0]
+        e0 = a + t_cmd
+        p = plane[c]
+        s = pfn[p] if pfn[p] > e0 else e0
+        e = s + service[c]
+        pfn[p] = e
+        st[c] = s
+        en[c] = e
+        ad[c] = a
+        tarr[c] = ta
+        seq[step] = c
+        if bind:
+            hs = _qheap_add(hq, hs, Q, e)
+        if head[bq] < pofs[bq + 1]:
+            x = lst[head[bq]]
+            g = gate[x]
+            if g >= 0:
+                r = ready[x]
+                if en[g] > r:
+                    r = en[g]
+                rd[x] = r + gate_x[x]
+            hs2 = _hpush(ht, hi, hs2, rd[x], x)
+    # the order used is the event scheduler's: keys (ready, seq) increasing and arrivals non-decreasing in it
+    # (``_heads_pass``'s third check, plane arrivals non-decreasing on each plane, follows here: without joins the
+    # admissions max(arrival, the Q-th largest release) are then non-decreasing in the order, and a plane's
+    # commands go in that order)
+    for step in range(1, m):
+        c = seq[step]
+        b = seq[step - 1]
+        if rd[c] < rd[b] or (rd[c] == rd[b] and c < b) or tarr[c] < tarr[b]:
+            return False
     for q in range(npd):
         pf[q] = pfn[q]
     return True
