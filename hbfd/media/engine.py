@@ -2656,6 +2656,13 @@ def warm_twins(geometry: MediaGeometry) -> float:
         # flushes and refreshes, through _ring_push)
         _ring_push(np.full((2, geometry.page_buffers_per_plane), -1, np.int64), np.arange(_RING_TWIN_MIN) % 2,
                    np.ones(_RING_TWIN_MIN, bool), 0)
+        # two twins the runs above reach only inside other twins, where numba compiles a callee into its caller: a
+        # process that loads those callers from numba's cache would compile these for their own direct calls
+        # (lindley.packed_keys_parts, MediaEngine._decide_cmds) at first use, while serving
+        one, none = np.zeros(1, np.int64), np.full(1, -1, np.int64)
+        _packed_build_into(np.zeros(1, np.int64), 0, one, one, 0, 1, 1)
+        _pending_fields(_E0, 1, one, one, none, one, none, np.zeros(1, np.bool_), one, one, 0, geometry.t_cmd_ns,
+                        *(np.zeros(1, np.int64) for _ in range(5)))
         # the event scheduler on all dies at once (a gate across dies: _simulate_split declines; the engine's
         # gates stay on their plane, so its runs above reach only the split)
         two = np.arange(2, dtype=np.int64)
