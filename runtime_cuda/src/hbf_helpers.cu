@@ -2050,11 +2050,7 @@ HB_SPLIT_FN unsigned long long hb_join_slow(hbf_device_state* st, unsigned long 
                                           unsigned long long b) {
     const uint32_t m = __activemask();
     const uint64_t da = hb_join_one(st, m, a);
-    // a future joined with itself (hb_mbar_note) is taken once; the choice is the warp's (hb_join_one's match and
-    // shuffle need every lane of m), so a warp where only some lanes join a future with itself takes b too: the
-    // second take of such a ticket re-reads its completion (counted a second time) or finds it waited (0); the
-    // deadline is the same either way
-    const uint64_t db = __all_sync(m, b == a) ? da : hb_join_one(st, m, b);
+    const uint64_t db = hb_join_one(st, m, b);
     if (__any_sync(m, da == HB_FAILED || db == HB_FAILED)) hb_end();   // recorded by the poller
     const uint64_t d = da > db ? da : db;
     return d ? d : 1ull;
@@ -2158,7 +2154,7 @@ extern "C" __device__ __noinline__ void __hb_mbar_note(unsigned int table, unsig
     const unsigned long long sp = __hb_state;
     if (sp == 0ull) return;
     hbf_device_state* st = (hbf_device_state*)sp;
-    if (fut & HBF_FUTURE_TICKET_BIT) fut = HB_OOL(hb_join_slow)(st, fut, fut);   // resolved (as a join does)
+    if (fut & HBF_FUTURE_TICKET_BIT) fut = HB_OOL(hb_join_slow)(st, fut, 0ull);  // resolved (a join with nothing)
     if (!hb_tw_record(st, table, mbar, fut ? fut : 1ull, false, 0u, site)) {
         HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, mbar);
         hb_end();
