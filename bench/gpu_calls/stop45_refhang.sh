@@ -31,13 +31,17 @@
 # PARTS="nom_b1 nom_b8" runs only the parts named (default: all; "host" is the ring_moe part).
 #   LIMIT=560 bash bench/gpu_calls/stop45_refhang.sh         (carry: hbfproto, runtime_cuda/ptx, .whl)
 set -u
+PARTS=${PARTS:-all}
+for p in $PARTS; do   # a misspelt part would run nothing and say nothing
+  case $p in all|host|nom_b1|tmo20|no_hzn|eng_fixed|age0|no_accel|nom_b8) ;;
+    *) echo "PARTS: unknown part '$p' (host nom_b1 tmo20 no_hzn eng_fixed age0 no_accel nom_b8)"; exit 2 ;; esac
+done
+want() { [ "$PARTS" = all ] || [[ " $PARTS " == *" $1 "* ]]; }
 source bench/gpu_calls/env.sh
 python3 -m hbfd.warmup 2>&1 | tail -1
 W=/tmp/rh; mkdir -p $W
 pack() { tar czf $OUT/refhang.tgz -C $W --exclude=cache --exclude=out . 2>/dev/null; }
 
-PARTS=${PARTS:-all}
-want() { [ "$PARTS" = all ] || [[ " $PARTS " == *" $1 "* ]]; }
 L=$(left)
 if want host && [ $L -gt 200 ]; then
   timeout 90 python3 bench/ring_moe.py --shapes b1 b8 --engines auto --limit-s 60 --out $W/ring_moe_host.json \
