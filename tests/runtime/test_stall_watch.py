@@ -58,9 +58,11 @@ def test_the_watch_thread_reports_a_stall_to_hbfd(tmp_path):
                 time.sleep(0.05)
             assert s.stalls and s.stalls[0]["last_launches"][0]["kernel"] == "never_ends"
             assert s.counters(publish=False)["stalls"] == s.stalls
-            summ = json.loads(s.client.call("GetSummary").summary_json)
-            assert [r["data"]["last_launches"][0]["kernel"] for r in summ["reports"] if r["kind"] == "stall"] \
-                == ["never_ends"]
+
+            def reported():                              # the watch appends, then reports: hbfd hears it a moment later
+                summ = json.loads(s.client.call("GetSummary").summary_json)
+                return [r["data"]["last_launches"][0]["kernel"] for r in summ["reports"] if r["kind"] == "stall"]
+            assert _wait_for(lambda: reported() == ["never_ends"]), reported()
         finally:
             s.close()
         t.join(5)
