@@ -29,16 +29,38 @@ HBF_PTX_DEV uint32_t hb_laneid() {
 // a card says it ends the stall: bench/gpu_calls/stop46_sg2hang.sh) puts a warp barrier over m before the shuffle, in
 // a function of its own: a __syncwarp(m) written right before it is merged into the shuffle by ptxas (the SASS has
 // none), so it would change nothing.
+//
+// HBF_LEADER_CHECKED=1 (a second measurement build, default off) gives the shuffle the mask m | %lanemask_eq: the same
+// value (the lane is in m), but one ptxas cannot prove warp-uniform. With a mask it takes for uniform (m comes from
+// __activemask(), a VOTE), ptxas reads one lane's m into a uniform register (R2UR) and takes the plain SHFL when the
+// lanes of that one m are active (BRA.DIV); a lane whose own group is not all there, converged at a reconvergence
+// point with lanes of another group of the same warp (a second invocation of the same helper, e.g. the lanes of the
+// next page), takes the plain SHFL too and goes on without its group: the stall's picture. With the mask it cannot
+// prove uniform, ptxas checks every lane's own mask against the lanes active (MATCH.ANY, REDUX.OR, VOTEU) before the
+// plain SHFL, and sends any other case to the form that waits for each lane's own mask.
+// bench/warp_groups.py tells the variants apart on a card (two groups of one warp in one helper).
 #ifndef HBF_LEADER_BARRIER
 #define HBF_LEADER_BARRIER 0
+#endif
+#ifndef HBF_LEADER_CHECKED
+#define HBF_LEADER_CHECKED 0
 #endif
 #if HBF_LEADER_BARRIER
 static __device__ __noinline__ void hb_warp_barrier(uint32_t m) { __syncwarp(m); }
 #endif
+// This lane's bit (%lanemask_eq): per lane by definition, so a mask OR-ed with it is not warp-uniform to ptxas.
+HBF_PTX_DEV uint32_t hb_lanemask_eq() {
+    uint32_t v;
+    asm("mov.u32 %0, %%lanemask_eq;" : "=r"(v));
+    return v;
+}
 template <class T>
 HBF_PTX_DEV T hb_from_leader(uint32_t m, T v, uint32_t leader) {
 #if HBF_LEADER_BARRIER
     hb_warp_barrier(m);
+#endif
+#if HBF_LEADER_CHECKED
+    m |= hb_lanemask_eq();
 #endif
     return __shfl_sync(m, v, (int)leader);
 }

@@ -1,0 +1,159 @@
+// Two groups of one warp inside one helper at once (issue 13, the 48-layer sg2 Qwen3 stall of stop 45).
+//
+// The stall's picture (cuda-gdb, bench/results/stop45_h100/gdb_sg2/): lanes 25-31 of a warp wait in the divergent
+// form of `__shfl_sync(mask, dd, leader)` (mask 0xff000000, leader 24) inside __hb_issue's compact path, entered from
+// one call site as a group of their own (the mask is the VOTE at the helper's entry), while lane 24 is past that
+// shuffle with lanes 0-23 (another group of the same warp, in the same helper) at the kernel's next barrier.
+//
+// This program makes that situation on purpose, many times: each warp splits into two groups (lanes below a random
+// split and the rest) that call one helper at once, through two functions of their own (so that no compiler can
+// merge the two calls into one after the branch). In the helper each group takes its mask (__activemask()), its
+// leader (lowest lane) runs a transaction alone (a global atomic, then a spin of a random length with sleeps: the
+// page transaction's CAS retries) while the others wait, and the group then takes the leader's value with
+// hb_from_leader (runtime_cuda/src/hbf_ptx.cuh, as the helpers do) and counts itself with __reduce_add_sync.
+// Every lane checks both against what its own mask says (the leader's value encodes the leader and the mask).
+//
+//   warp_groups <mode> <blocks> <warps per block> <iterations> <seed> <timeout s>
+//     mode 0: the leader's transaction in a branch of its own (the helpers' default shape)
+//     mode 1: lockstep: every lane of the group runs the spin on the leader's broadcast clock (no lane waits)
+//     mode 2: cost: the whole warp in one group, no spin, <iterations> calls timed with clock64 (cycles per call)
+// Built once per variant of hb_from_leader (-DHBF_LEADER_BARRIER=1, -DHBF_LEADER_CHECKED=1, neither): see
+// bench/warp_groups.py. Prints one JSON line; exit 0 if the kernel ended (errors are in the line), 3 on a hang
+// (no end within the timeout: the process exits, the context with it).
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+#include <unistd.h>
+#include <time.h>
+
+#include "../../runtime_cuda/src/hbf_ptx.cuh"
+
+struct Out {
+    unsigned long long calls, bad_value, bad_count, cycles, merged;   // merged: calls whose VOTE was not the group
+};
+
+__device__ __forceinline__ uint32_t mix(uint32_t x) {
+    x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
+    return x;
+}
+
+template <int MODE>
+__device__ __noinline__ void body(uint64_t spin_ns, unsigned long long* ctr, Out* o, uint32_t gm) {
+    const uint32_t m = __activemask();
+    const uint32_t lane = hb_laneid();
+    const uint32_t leader = (uint32_t)(__ffs(m) - 1);
+    const uint64_t want = ((uint64_t)leader << 32) | m;
+    uint64_t dd = 0;
+    if (MODE == 0) {
+        if (lane == leader) {                                   // the leader's transaction, alone
+            atomicAdd(ctr, 1ull);
+            const uint64_t t0 = hb_now();
+            while (hb_now() - t0 < spin_ns) __nanosleep(64);
+            dd = want;
+        }
+    } else {                                                    // lockstep: the leader's clock, every lane
+        if (lane == leader) atomicAdd(ctr, 1ull);
+        const uint64_t t0 = __shfl_sync(m, hb_now(), (int)leader);
+        while (__shfl_sync(m, hb_now(), (int)leader) - t0 < spin_ns) __nanosleep(64);
+        dd = lane == leader ? want : 0ull;
+    }
+    const uint64_t v = hb_from_leader(m, dd, leader);
+    const uint32_t n = __reduce_add_sync(m, 1u);
+    if (v != want) atomicAdd(&o->bad_value, 1ull);
+    if (n != (uint32_t)__popc(m)) atomicAdd(&o->bad_count, 1ull);
+    if (lane == leader) {
+        atomicAdd(&o->calls, 1ull);
+        if (m != gm) atomicAdd(&o->merged, 1ull);               // the VOTE saw other than the caller's group
+    }
+}
+template <int MODE>
+__device__ __noinline__ void side_a(uint64_t spin, unsigned long long* ctr, Out* o, uint32_t gm) {
+    asm volatile("// side a");
+    body<MODE>(spin, ctr, o, gm);
+}
+template <int MODE>
+__device__ __noinline__ void side_b(uint64_t spin, unsigned long long* ctr, Out* o, uint32_t gm) {
+    asm volatile("// side b");
+    body<MODE>(spin, ctr, o, gm);
+}
+
+template <int MODE>
+__global__ void groups(int iters, uint32_t seed, unsigned long long* ctr, Out* o) {
+    const uint32_t lane = hb_laneid();
+    const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    for (int it = 0; it < iters; ++it) {
+        const uint32_t h = mix(seed ^ mix(warp * 7919u + (uint32_t)it));
+        const uint32_t split = 1u + h % 31u;                    // lanes [0, split) and [split, 32)
+        const uint64_t spin_a = (uint64_t)((h >> 8) & 7u) * 300u;
+        const uint64_t spin_b = (uint64_t)((h >> 11) & 7u) * 300u;
+        const uint32_t low = (1u << split) - 1u;                // split <= 31
+        if (lane < split) side_a<MODE>(spin_a, ctr + (warp & 63u), o, low);
+        else side_b<MODE>(spin_b, ctr + ((warp + 1u) & 63u), o, ~low);
+    }
+}
+
+__global__ void cost(int iters, unsigned long long* ctr, Out* o) {
+    long long t0 = clock64();
+    for (int it = 0; it < iters; ++it) body<0>(0, ctr + ((threadIdx.x >> 5) & 63u), o, 0xffffffffu);
+    long long t1 = clock64();
+    if (hb_laneid() == 0) atomicAdd(&o->cycles, (unsigned long long)(t1 - t0));
+}
+
+static double now_s() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char** argv) {
+    if (argc != 7) {
+        fprintf(stderr, "usage: warp_groups <mode 0|1|2> <blocks> <warps per block> <iterations> <seed> <timeout s>\n");
+        return 2;
+    }
+    const int mode = atoi(argv[1]), blocks = atoi(argv[2]), warps = atoi(argv[3]), iters = atoi(argv[4]);
+    const uint32_t seed = (uint32_t)strtoul(argv[5], nullptr, 0);
+    const double timeout = atof(argv[6]);
+    if (mode < 0 || mode > 2 || blocks < 1 || warps < 1 || warps > 32 || iters < 1 || timeout <= 0) {
+        fprintf(stderr, "warp_groups: bad arguments\n");
+        return 2;
+    }
+    unsigned long long* ctr;
+    Out* o;
+    if (cudaMalloc(&ctr, 64 * sizeof(unsigned long long)) != cudaSuccess || cudaMalloc(&o, sizeof(Out)) != cudaSuccess) {
+        fprintf(stderr, "warp_groups: cudaMalloc failed\n");
+        return 2;
+    }
+    cudaMemset(ctr, 0, 64 * sizeof(unsigned long long));
+    cudaMemset(o, 0, sizeof(Out));
+    cudaDeviceSynchronize();
+    const double t0 = now_s();
+    if (mode == 0) groups<0><<<blocks, warps * 32>>>(iters, seed, ctr, o);
+    else if (mode == 1) groups<1><<<blocks, warps * 32>>>(iters, seed, ctr, o);
+    else cost<<<blocks, warps * 32>>>(iters, ctr, o);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        printf("{\"status\": \"launch_error\", \"error\": \"%s\"}\n", cudaGetErrorString(e));
+        return 1;
+    }
+    while ((e = cudaStreamQuery(0)) == cudaErrorNotReady) {
+        if (now_s() - t0 > timeout) {
+            printf("{\"status\": \"hang\", \"seconds\": %.3f}\n", now_s() - t0);
+            fflush(stdout);
+            _exit(3);
+        }
+        usleep(2000);
+    }
+    const double wall = now_s() - t0;
+    if (e != cudaSuccess) {
+        printf("{\"status\": \"fault\", \"error\": \"%s\", \"seconds\": %.3f}\n", cudaGetErrorString(e), wall);
+        return 1;
+    }
+    Out h;
+    cudaMemcpy(&h, o, sizeof h, cudaMemcpyDeviceToHost);
+    printf("{\"status\": \"ended\", \"seconds\": %.4f, \"calls\": %llu, \"bad_value\": %llu, \"bad_count\": %llu, "
+           "\"cycles_per_call\": %.1f, \"merged_calls\": %llu}\n",
+           wall, h.calls, h.bad_value, h.bad_count,
+           mode == 2 ? (double)h.cycles / ((double)blocks * warps * iters) : 0.0, h.merged);
+    return 0;
+}
