@@ -11,12 +11,14 @@ against its own mask. One build per variant of hb_from_leader:
     plain     the default (the shuffle with the mask from the helper's VOTE: ptxas's uniform fast path)
     barrier   -DHBF_LEADER_BARRIER=1 (a warp barrier over the mask, in a function of its own, before the shuffle)
     checked   -DHBF_LEADER_CHECKED=1 (the mask OR-ed with %lanemask_eq: ptxas checks each lane's own mask)
+    group     -DHBF_GROUP_CHECKED=1 (the same for every collective: the group's mask OR-ed with it at the entry)
 
 and per build three runs: `groups` (the leader's transaction in a branch of its own: the helpers' shape),
 `lockstep` (every lane of a group runs the spin on the leader's broadcast clock), `cost` (one group per warp, no spin:
 cycles per call). A run that does not end within --timeout is a hang (its process exits). The JSON has every run's
-line; what to read: `hang` / `bad_value` / `bad_count` per build and shape (bad_count: the group's reduction counted
-lanes of another group), `merged_calls` (calls whose VOTE saw other than the calling group), cycles per call.
+line; what to read: `hang` / `bad_value` / `bad_count` / `bad_pre` per build and shape (bad_count: the group's
+reduction counted lanes of another group; bad_pre: the shuffle or count after a per-lane loop, before the leader's),
+`merged_calls` (calls whose VOTE saw other than the calling group), cycles per call.
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 log = logging.getLogger("warp_groups")
 
 SRC = ROOT / "bench" / "src" / "warp_groups.cu"
-VARIANTS = {"plain": [], "barrier": ["-DHBF_LEADER_BARRIER=1"], "checked": ["-DHBF_LEADER_CHECKED=1"]}
+VARIANTS = {"plain": [], "barrier": ["-DHBF_LEADER_BARRIER=1"], "checked": ["-DHBF_LEADER_CHECKED=1"],
+            "group": ["-DHBF_GROUP_CHECKED=1"]}
 SHAPES = {"groups": 0, "lockstep": 1, "cost": 2}
 
 
@@ -85,15 +88,16 @@ def main(argv=None) -> int:
     shapes = [s for s in args.shapes.split(",") if s]
     bad = [v for v in variants if v not in VARIANTS] + [s for s in shapes if s not in SHAPES]
     if bad or not variants or not shapes:
-        ap.error(f"unknown or empty variant/shape: {bad or 'none given'} (variants {list(VARIANTS)}, shapes {list(SHAPES)})")
+        ap.error(f"unknown or empty variant/shape: {bad or 'none given'} "
+                 f"(variants {list(VARIANTS)}, shapes {list(SHAPES)})")
     if args.seeds < 1 or args.blocks < 1 or not 1 <= args.warps <= 32 or args.iters < 1 or args.timeout <= 0:
         ap.error("--seeds, --blocks, --iters and --timeout must be positive, --warps 1..32")
     if shutil.which("nvcc") is None:
         log.error("no nvcc on PATH")
         return 2
     out = Path(args.out)
-    doc = {"what": "two groups of one warp in one helper: hb_from_leader variants", "source": str(SRC.relative_to(ROOT)),
-           "args": vars(args), "runs": []}
+    doc = {"what": "two groups of one warp in one helper: hb_from_leader variants",
+           "source": str(SRC.relative_to(ROOT)), "args": vars(args), "runs": []}
     with tempfile.TemporaryDirectory(prefix="warp_groups_") as td:
         exes = {}
         for v in variants:
@@ -107,18 +111,17 @@ def main(argv=None) -> int:
                     res = run_one(exes[v], shape, args.blocks, args.warps, iters, 1000 + seed, args.timeout)
                     res.update(variant=v, shape=shape, seed=1000 + seed, iters=iters)
                     doc["runs"].append(res)
-                    log.info("%s %s seed %d: %s", v, shape, 1000 + seed,
-                             {k: res.get(k) for k in ("status", "seconds", "bad_value", "bad_count", "merged_calls",
-                                                      "cycles_per_call")})
+                    keys = ("status", "seconds", "bad_value", "bad_count", "bad_pre", "merged_calls", "cycles_per_call")
+                    log.info("%s %s seed %d: %s", v, shape, 1000 + seed, {k: res.get(k) for k in keys})
                     atomic_write_json(out, doc)          # partial results survive a timeout of the whole call
     summary = {}
     for r in doc["runs"]:
         s = summary.setdefault(f"{r['variant']} {r['shape']}", {"runs": 0, "hang": 0, "fault": 0, "bad_value": 0,
-                                                                  "bad_count": 0, "merged_calls": 0})
+                                                                  "bad_count": 0, "bad_pre": 0, "merged_calls": 0})
         s["runs"] += 1
         s["hang"] += r.get("status") == "hang"
         s["fault"] += r.get("status") not in ("ended", "hang")
-        for k in ("bad_value", "bad_count", "merged_calls"):
+        for k in ("bad_value", "bad_count", "bad_pre", "merged_calls"):
             s[k] += int(r.get(k) or 0)
         if r["shape"] == "cost" and r.get("status") == "ended":
             s["cycles_per_call"] = r.get("cycles_per_call")

@@ -7,10 +7,12 @@
 # 25 s stall watch, cuda-gdb on a stall, its own caches: bench/gpu_calls/qwen_go.sh), in this order:
 #   (first)    bench/warp_groups.py: the stall's situation made on purpose (two groups of one warp in one helper,
 #              a leader alone, then hb_from_leader + __reduce_add_sync), for the plain / barrier / checked builds of
-#              hb_from_leader (~1-3 min): hangs and wrong values per build, and the cycles each costs
+#              hb_from_leader and of the group's mask (~1-3 min): hangs and wrong values per build, and the cycles each costs
 #   checked    helpers built with -DHBF_LEADER_CHECKED=1 (the shuffle's mask OR-ed with %lanemask_eq: ptxas checks
 #              each lane's own mask before its plain SHFL instead of one lane's mask read into a uniform register;
 #              the explanation of the stall in runtime_cuda/src/hbf_ptx.cuh); if it ends, make it the default
+#   group      helpers built with -DHBF_GROUP_CHECKED=1 (the same check for every collective of the helpers: the
+#              group's mask OR-ed with %lanemask_eq where each helper takes it)
 #   barrier    helpers built with -DHBF_LEADER_BARRIER=1 (a warp barrier, in a function of its own, before every
 #              shuffle of a leader's result: runtime_cuda/src/hbf_ptx.cuh hb_from_leader); if it ends, make it the
 #              default
@@ -35,6 +37,7 @@ build() {   # name, -D...
 timeout 240 python3 bench/warp_groups.py --out $W/warp_groups.json 2>&1 | tail -12; pack
 echo "== [$(left)s left] warp_groups done"
 build checked -DHBF_LEADER_CHECKED=1
+build group -DHBF_GROUP_CHECKED=1
 build barrier -DHBF_LEADER_BARRIER=1
 build lockstep -DHBF_FAST_LOCKSTEP=1
 build nofast -DHBF_FAST_ISSUE=0
@@ -42,6 +45,8 @@ Q="--model qwen3-30b-a3b --tokens 2 --prompt 1 --profile ocp-sg2"
 export STALL_S=25
 # shellcheck disable=SC2086
 go checked 150 HBFCC_HELPER_PTX=$W/ptx/hbf_helpers_checked.ptx -- $Q --batch 8
+# shellcheck disable=SC2086
+go group 150 HBFCC_HELPER_PTX=$W/ptx/hbf_helpers_group.ptx -- $Q --batch 8
 # shellcheck disable=SC2086
 go barrier 150 HBFCC_HELPER_PTX=$W/ptx/hbf_helpers_barrier.ptx -- $Q --batch 8
 # shellcheck disable=SC2086

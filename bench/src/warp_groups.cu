@@ -11,13 +11,14 @@
 // leader (lowest lane) runs a transaction alone (a global atomic, then a spin of a random length with sleeps: the
 // page transaction's CAS retries) while the others wait, and the group then takes the leader's value with
 // hb_from_leader (runtime_cuda/src/hbf_ptx.cuh, as the helpers do) and counts itself with __reduce_add_sync.
-// Every lane checks both against what its own mask says (the leader's value encodes the leader and the mask).
+// Every lane checks both against what its own mask says (the leader's value encodes the leader and the mask); before
+// the transaction, a per-lane loop (the lanes wait for each other after it) and a shuffle and a count (bad_pre).
 //
 //   warp_groups <mode> <blocks> <warps per block> <iterations> <seed> <timeout s>
 //     mode 0: the leader's transaction in a branch of its own (the helpers' default shape)
 //     mode 1: lockstep: every lane of the group runs the spin on the leader's broadcast clock (no lane waits)
 //     mode 2: cost: the whole warp in one group, no spin, <iterations> calls timed with clock64 (cycles per call)
-// Built once per variant of hb_from_leader (-DHBF_LEADER_BARRIER=1, -DHBF_LEADER_CHECKED=1, neither): see
+// Built once per variant (-DHBF_LEADER_BARRIER=1, -DHBF_LEADER_CHECKED=1, -DHBF_GROUP_CHECKED=1, none): see
 // bench/warp_groups.py. Prints one JSON line; exit 0 if the kernel ended (errors are in the line), 3 on a hang
 // (no end within the timeout: the process exits, the context with it).
 #include <cstdint>
@@ -31,6 +32,7 @@
 
 struct Out {
     unsigned long long calls, bad_value, bad_count, cycles, merged;   // merged: calls whose VOTE was not the group
+    unsigned long long bad_pre;                                         // the checks before the leader's transaction
 };
 
 __device__ __forceinline__ uint32_t mix(uint32_t x) {
@@ -40,10 +42,16 @@ __device__ __forceinline__ uint32_t mix(uint32_t x) {
 
 template <int MODE>
 __device__ __noinline__ void body(uint64_t spin_ns, unsigned long long* ctr, Out* o, uint32_t gm) {
-    const uint32_t m = __activemask();
+    const uint32_t m = hb_group_mask();                         // __activemask(), as the helpers take it
     const uint32_t lane = hb_laneid();
     const uint32_t leader = (uint32_t)(__ffs(m) - 1);
     const uint64_t want = ((uint64_t)leader << 32) | m;
+    // a per-lane loop first (the range search's shape: lanes leave it at different times, then wait for each other),
+    // then a shuffle and a count with the group's mask, as the compact path's before the leader's transaction
+    for (uint32_t i = 0; i < ((lane * 2654435761u) >> 30); ++i) __nanosleep(32);
+    const uint32_t pre_leader = __shfl_sync(m, lane, (int)leader);
+    const uint32_t pre_n = __reduce_add_sync(m, 1u);
+    if (pre_leader != leader || pre_n != (uint32_t)__popc(m)) atomicAdd(&o->bad_pre, 1ull);
     uint64_t dd = 0;
     if (MODE == 0) {
         if (lane == leader) {                                   // the leader's transaction, alone
@@ -108,7 +116,7 @@ static double now_s() {
 
 int main(int argc, char** argv) {
     if (argc != 7) {
-        fprintf(stderr, "usage: warp_groups <mode 0|1|2> <blocks> <warps per block> <iterations> <seed> <timeout s>\n");
+        fprintf(stderr, "usage: warp_groups <mode 0|1|2> <blocks> <warps per block> <iterations> <seed> <timeout>\n");
         return 2;
     }
     const int mode = atoi(argv[1]), blocks = atoi(argv[2]), warps = atoi(argv[3]), iters = atoi(argv[4]);
@@ -120,7 +128,8 @@ int main(int argc, char** argv) {
     }
     unsigned long long* ctr;
     Out* o;
-    if (cudaMalloc(&ctr, 64 * sizeof(unsigned long long)) != cudaSuccess || cudaMalloc(&o, sizeof(Out)) != cudaSuccess) {
+    if (cudaMalloc(&ctr, 64 * sizeof(unsigned long long)) != cudaSuccess ||
+        cudaMalloc(&o, sizeof(Out)) != cudaSuccess) {
         fprintf(stderr, "warp_groups: cudaMalloc failed\n");
         return 2;
     }
@@ -152,8 +161,8 @@ int main(int argc, char** argv) {
     Out h;
     cudaMemcpy(&h, o, sizeof h, cudaMemcpyDeviceToHost);
     printf("{\"status\": \"ended\", \"seconds\": %.4f, \"calls\": %llu, \"bad_value\": %llu, \"bad_count\": %llu, "
-           "\"cycles_per_call\": %.1f, \"merged_calls\": %llu}\n",
+           "\"cycles_per_call\": %.1f, \"merged_calls\": %llu, \"bad_pre\": %llu}\n",
            wall, h.calls, h.bad_value, h.bad_count,
-           mode == 2 ? (double)h.cycles / ((double)blocks * warps * iters) : 0.0, h.merged);
+           mode == 2 ? (double)h.cycles / ((double)blocks * warps * iters) : 0.0, h.merged, h.bad_pre);
     return 0;
 }

@@ -1249,7 +1249,7 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
     if (cls == HB_NATIVE) return 0ull;
 
     // --- warp aggregation: one request per page group, made by the group's leader ---
-    const uint32_t mask = __activemask();
+    const uint32_t mask = hb_group_mask();
     const uint64_t media = r.media_offset + (addr - r.base);
     const uint32_t pshift = r.page_shift ? r.page_shift : 12u;
     const uint64_t page = media >> pshift;
@@ -1429,7 +1429,7 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
     HB_PROF(8, addr);
     const hbf_cdesc& d = __hb_cdesc;
     const unsigned long long sp = __hb_state;                  // attached to the descriptor's state (the ABI's
-    const uint32_t mask = __activemask();                       // switch; a load in flight with the replica's)
+    const uint32_t mask = hb_group_mask();                       // switch; a load in flight with the replica's)
     const uint32_t op = flags & HBF_F_OP_MASK;
     const uint32_t nb = bytes ? bytes : 1u;
     // the lane's range: the descriptor's one range, or (HBF_CD_MULTI) a search of the table (hb_classify)
@@ -1573,7 +1573,7 @@ extern "C" __device__ __noinline__ unsigned long long __hb_issue_group(unsigned 
                                                                        unsigned long long nbpack, unsigned int site) {
     const uint64_t t0 = hb_now();
     const hbf_cdesc& d = __hb_cdesc;
-    const uint32_t mask = __activemask();
+    const uint32_t mask = hb_group_mask();
     if (mask != 0xFFFFFFFFu || (d.flags & (HBF_CD_ON | HBF_CD_FAST)) != (HBF_CD_ON | HBF_CD_FAST))
         return HB_GROUP_SLOW;                                   // warp-uniform: the sites run alone
     bool ok = hb_cd_snapshot_ok(__hb_state, hb_cd_thermal_word(hb_smid(), t0), t0);
@@ -1715,7 +1715,7 @@ extern "C" __device__ __noinline__ void __hb_kernel_flush(unsigned int kernel_in
                                                           unsigned int ready_waits, unsigned long long slack_ns) {
     const unsigned long long sp = __hb_state;
     if (sp == 0ull) return;
-    const uint32_t mask = __activemask();
+    const uint32_t mask = hb_group_mask();
     if (__reduce_or_sync(mask, rd_req | wr_req | ready_waits) == 0u) return;
     const uint64_t rq = hb_warp_sum(mask, rd_req), rg = hb_warp_sum(mask, rd_granules);
     const uint64_t rb = hb_warp_sum(mask, rd_bytes), wq = hb_warp_sum(mask, wr_req);
@@ -1980,7 +1980,7 @@ HB_OOL_FN uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket, uin
 HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsigned int site,
                             uint64_t t_in) {
     uint64_t deadline;
-    const uint32_t m = __activemask();
+    const uint32_t m = hb_group_mask();
     if (fut & HBF_FUTURE_TICKET_BIT) {
         // one poller per ticket in the warp; the others receive the deadline
         const uint32_t g = __match_any_sync(m, fut);
@@ -2004,7 +2004,7 @@ HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsi
     // when the value was already due: the poll's host round trip); slack: how long the value was ready
     // before the consumer asked (a value due before entry is slack, never lateness).
     const uint64_t due = deadline > t_in ? deadline : t_in;
-    const uint32_t mask = __activemask();
+    const uint32_t mask = hb_group_mask();
     const uint32_t wall = __reduce_max_sync(mask, hb_sat32(t_out - t_in));
     const uint32_t late = __reduce_max_sync(mask, hb_sat32(t_out - due));
     const uint32_t slack = __reduce_min_sync(mask, hb_sat32(deadline < t_in ? t_in - deadline : 0ull));
@@ -2025,7 +2025,7 @@ HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsi
 // `slot()` gives the warp's counter slot (called by the leader lane only).
 template <class Slot>
 HB_DEV void hb_wait_ready(uint64_t deadline, uint64_t t_in, Slot slot) {
-    const uint32_t mask = __activemask();
+    const uint32_t mask = hb_group_mask();
     if (hb_laneid() == (uint32_t)(__ffs(mask) - 1)) {       // the lowest lane's slack (as the inline wait counts)
         hbf_kernel_counters* ks = slot();
         hb_red_add(&ks->ready_waits, 1ull);
@@ -2048,7 +2048,7 @@ HB_DEV uint64_t hb_join_one(hbf_device_state* st, uint32_t m, unsigned long long
 // A ticket involved in a join: resolve the tickets now (their deadlines are then plain deadlines).
 HB_SPLIT_FN unsigned long long hb_join_slow(hbf_device_state* st, unsigned long long a,
                                           unsigned long long b) {
-    const uint32_t m = __activemask();
+    const uint32_t m = hb_group_mask();
     const uint64_t da = hb_join_one(st, m, a);
     const uint64_t db = hb_join_one(st, m, b);
     if (__any_sync(m, da == HB_FAILED || db == HB_FAILED)) hb_end();   // recorded by the poller

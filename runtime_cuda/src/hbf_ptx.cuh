@@ -54,6 +54,21 @@ HBF_PTX_DEV uint32_t hb_lanemask_eq() {
     asm("mov.u32 %0, %%lanemask_eq;" : "=r"(v));
     return v;
 }
+// The lanes of a helper's call (its group), for the warp-synchronous operations that follow. Default: the lanes active
+// (a VOTE), which ptxas takes for warp-uniform. HBF_GROUP_CHECKED=1 (a third measurement build, default off) ORs in
+// %lanemask_eq, so that every collective of the helpers checks each lane's own mask (as HBF_LEADER_CHECKED does for the
+// leader's shuffle alone): for a group that meets lanes of another group at any reconvergence point in the helper
+// (a per-lane loop, a wait), not only at the leader's.
+#ifndef HBF_GROUP_CHECKED
+#define HBF_GROUP_CHECKED 0
+#endif
+HBF_PTX_DEV uint32_t hb_group_mask() {
+#if HBF_GROUP_CHECKED
+    return __activemask() | hb_lanemask_eq();
+#else
+    return __activemask();
+#endif
+}
 template <class T>
 HBF_PTX_DEV T hb_from_leader(uint32_t m, T v, uint32_t leader) {
 #if HBF_LEADER_BARRIER

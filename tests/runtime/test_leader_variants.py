@@ -58,7 +58,8 @@ def _count(lines: list[str], op: str) -> int:
 def helper_sass(nvcc, nvdisasm, tmp_path_factory):
     d = tmp_path_factory.mktemp("leader")
     return {name: _sass(nvcc, nvdisasm, HELPERS, d / f"{name}.cubin", "-rdc=true", *flags)
-            for name, flags in {"default": [], "checked": ["-DHBF_LEADER_CHECKED=1"]}.items()}
+            for name, flags in {"default": [], "checked": ["-DHBF_LEADER_CHECKED=1"],
+                                "group": ["-DHBF_GROUP_CHECKED=1"]}.items()}
 
 
 @pytest.mark.parametrize("fn", ["__hb_issue", "__hb_mbar_note"])
@@ -70,6 +71,14 @@ def test_the_checked_build_checks_each_lanes_mask_before_the_leaders_shuffle(hel
     assert _count(checked, "MATCH") >= _count(default, "MATCH") + 1
     # the check reads the lanes active as a uniform value and compares each lane's mask with it
     assert _count(checked, "VOTEU.ANY") >= 1
+
+
+def test_the_group_build_checks_every_shuffle_of_the_compact_path(helper_sass):
+    """-DHBF_GROUP_CHECKED=1: the group's mask is per lane from the helper's entry on, so the shuffles before the
+    leader's transaction (the predecessor's offset, the leader's issue time) are checked too, not only the leader's."""
+    default, leader, group = (helper_sass[k]["__hb_issue"] for k in ("default", "checked", "group"))
+    assert _count(group, "MATCH") >= _count(leader, "MATCH") + 2
+    assert _count(default, "SR_EQMASK") == 0 and _count(group, "SR_EQMASK") >= 1
 
 
 def test_the_default_helpers_are_unchanged_by_the_measurement_builds():
@@ -84,7 +93,7 @@ def repro_sass(nvcc, nvdisasm, tmp_path_factory):
     d = tmp_path_factory.mktemp("repro")
     return {name: _sass(nvcc, nvdisasm, REPRO, d / f"{name}.cubin", *flags)
             for name, flags in {"plain": [], "checked": ["-DHBF_LEADER_CHECKED=1"],
-                                "barrier": ["-DHBF_LEADER_BARRIER=1"]}.items()}
+                                "barrier": ["-DHBF_LEADER_BARRIER=1"], "group": ["-DHBF_GROUP_CHECKED=1"]}.items()}
 
 
 def _body(funcs: dict[str, list[str]]) -> list[str]:
@@ -105,10 +114,15 @@ def test_the_reproducer_has_the_stalls_shape_and_the_checked_build_does_not(repr
     vote = next(re.search(r"VOTE\.ANY (R\d+)", x).group(1) for x in plain if "VOTE.ANY" in x)
     r2ur = [i for i, x in enumerate(plain) if re.search(rf"R2UR (UR\d+), {vote}\b", x)]
     assert r2ur, "the VOTE's mask is not read into a uniform register"
-    assert "BRA.DIV" in plain[r2ur[0] + 1] and "SHFL.IDX" in plain[r2ur[0] + 2]
-    checked = _body(repro_sass["checked"])
-    div = next(i for i, x in enumerate(checked) if "BRA.DIV" in x)
-    assert any("MATCH.ANY" in x for x in checked[:div])
+    i = r2ur[0]
+    assert "BRA.DIV" in plain[i + 1] and any("SHFL.IDX" in x for x in plain[i + 2:i + 5])
+    # checked: the leader's shuffle checked (one MATCH.ANY); group: the shuffle before the transaction too
+    assert _count(plain, "MATCH.ANY") == 0
+    assert _count(_body(repro_sass["checked"]), "MATCH.ANY") == 1
+    group = _body(repro_sass["group"])
+    assert _count(group, "MATCH.ANY") >= 2
+    div = next(i for i, x in enumerate(group) if "BRA.DIV" in x)
+    assert any("MATCH.ANY" in x for x in group[:div])
     # the barrier: a call to a function of its own before the shuffle (none in the plain build's helper)
     assert _count(_body(repro_sass["plain"]), "CALL.REL.NOINC") == 0
     assert _count(_body(repro_sass["barrier"]), "CALL.REL.NOINC") >= 1
