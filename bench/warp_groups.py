@@ -76,11 +76,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="the JSON file to write")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="builds, comma-separated (%(default)s)")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="runs per build, comma-separated (%(default)s)")
-    ap.add_argument("--seeds", type=int, default=3, help="runs of `groups` and `lockstep` per build (%(default)s)")
+    ap.add_argument("--seeds", type=int, default=2, help="runs of `groups` and `lockstep` per build (%(default)s)")
     ap.add_argument("--blocks", type=int, default=528, help="CTAs (%(default)s: 4 per SM of an H100/H200)")
     ap.add_argument("--warps", type=int, default=8, help="warps per CTA (%(default)s)")
-    ap.add_argument("--iters", type=int, default=2000, help="helper calls per warp (%(default)s)")
-    ap.add_argument("--timeout", type=float, default=15.0, help="seconds before a run is a hang (%(default)s)")
+    ap.add_argument("--iters", type=int, default=20000, help="helper calls per warp (%(default)s)")
+    ap.add_argument("--timeout", type=float, default=10.0, help="seconds before a run is a hang (%(default)s)")
     ap.add_argument("--arch", default="sm_90a")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
         for v in variants:
             for shape in shapes:
                 for seed in range(1 if shape == "cost" else args.seeds):
-                    iters = args.iters * 10 if shape == "cost" else args.iters
+                    iters = args.iters * 2 if shape == "cost" else args.iters
                     res = run_one(exes[v], shape, args.blocks, args.warps, iters, 1000 + seed, args.timeout)
                     res.update(variant=v, shape=shape, seed=1000 + seed, iters=iters)
                     doc["runs"].append(res)
