@@ -1429,7 +1429,7 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
     HB_PROF(8, addr);
     const hbf_cdesc& d = __hb_cdesc;
     const unsigned long long sp = __hb_state;                  // attached to the descriptor's state (the ABI's
-    const uint32_t mask = hb_group_mask();                       // switch; a load in flight with the replica's)
+    const uint32_t mask = hb_group_mask();                     // switch; a load in flight with the replica's)
     const uint32_t op = flags & HBF_F_OP_MASK;
     const uint32_t nb = bytes ? bytes : 1u;
     // the lane's range: the descriptor's one range, or (HBF_CD_MULTI) a search of the table (hb_classify)
