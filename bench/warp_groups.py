@@ -114,6 +114,9 @@ def main(argv=None) -> int:
                     keys = ("status", "seconds", "bad_value", "bad_count", "bad_pre", "merged_calls", "cycles_per_call")
                     log.info("%s %s seed %d: %s", v, shape, 1000 + seed, {k: res.get(k) for k in keys})
                     atomic_write_json(out, doc)          # partial results survive a timeout of the whole call
+                    if "cudaMalloc failed" in str(res.get("stderr", "")):
+                        log.error("no usable GPU here (the reproducer could not allocate device memory)")
+                        return 2
     summary = {}
     for r in doc["runs"]:
         s = summary.setdefault(f"{r['variant']} {r['shape']}", {"runs": 0, "hang": 0, "fault": 0, "bad_value": 0,

@@ -133,3 +133,11 @@ def test_the_bench_refuses_what_it_does_not_know(tmp_path):
                         "--variants", "plain,nope"], capture_output=True, text=True)
     assert r.returncode == 2 and "nope" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_the_bench_says_when_there_is_no_gpu(nvcc, tmp_path):
+    if Path("/dev/nvidia0").exists():
+        pytest.skip("a GPU is here: the reproducer runs")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "warp_groups.py"), "--out", str(tmp_path / "x.json"),
+                        "--variants", "plain", "--shapes", "cost"], capture_output=True, text=True)
+    assert r.returncode == 2 and "no usable GPU" in r.stderr and "Traceback" not in r.stderr
