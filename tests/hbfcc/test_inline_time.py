@@ -251,13 +251,7 @@ def test_corpus_timed_build_assembles(tmp_path, monkeypatch):
     import test_rewrite_corpus as RC  # noqa: PLC0415
     import concurrent.futures as cf  # noqa: PLC0415
     import os  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
-    hp = U.real_helper_ptx() or U.fixture_helper_ptx()
-    helper = H.load_helper(hp)
-    hobj = tmp_path / "helper.o"
-    cp = subprocess.run([U.tool("ptxas"), "-arch=sm_90a", "-c", "--maxrregcount=32", str(hp), "-o", str(hobj)],
-                        capture_output=True, text=True)
-    assert cp.returncode == 0, cp.stderr
+    helper, hobj = RC.helper_object(tmp_path)
     items = sorted(RC.corpus().items())
     monkeypatch.setenv("HBFCC_INLINE_TIME", "1")
 
@@ -266,6 +260,9 @@ def test_corpus_timed_build_assembles(tmp_path, monkeypatch):
         text = path.read_text()
         res = rewrite_text(text, filename=name, helper=helper, link=False)
         RC._assemble_separate(res.text, hobj)
+        # the timing pass alone, knob on and off: the off build is the on build less the timer, character for character
+        on = print_module(timing_pass(parse_module(text), {"inline_time": True}))
+        assert strip_timer(on) == print_module(timing_pass(parse_module(text), {"inline_time": False})), name
         return sum(f.get("timed_paths", 0) for f in res.meta["timing"]["functions"])
 
     with cf.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as ex:
