@@ -67,13 +67,15 @@ TWO_LOADS = """.version 9.0
 }
 """
 
-TIMER = re.compile(r"\tmov\.u64 \t%__hb_ix, %globaltimer;\n"
-                   r"\tsub\.u64 \t%__hb_ix, %__hb_ix, (%__hb_i[ty]);\n"
-                   r"\t@%__hb_ipl add\.u64 \t%__hb_ins, %__hb_ins, %__hb_ix;\n")
-GROUP_START = re.compile(r"\tand\.b32 \t%__hb_il, %__hb_lmlt, %__hb_im;\n"
-                         r"\tsetp\.eq\.u32 \t%__hb_ipl, %__hb_il, 0;\n"
-                         r"\tld\.const\.u64 \t%__hb_iy, \[__hb_cdesc\+" + str(abi.CDESC_INL_READ_DELAY_OFF) + r"\];\n"
-                         r"\tsub\.u64 \t%__hb_iy, %__hb_it, %__hb_iy;\n")
+# line-anchored (re.M): the printer indents a statement by its block depth (an ask's zeroing may sit in a nested block)
+TIMER = re.compile(r"^[ \t]*mov\.u64 \t%__hb_ix, %globaltimer;\n"
+                   r"[ \t]*sub\.u64 \t%__hb_ix, %__hb_ix, (%__hb_i[ty]);\n"
+                   r"[ \t]*@%__hb_ipl add\.u64 \t%__hb_ins, %__hb_ins, %__hb_ix;\n", re.M)
+GROUP_START = re.compile(r"^[ \t]*and\.b32 \t%__hb_il, %__hb_lmlt, %__hb_im;\n"
+                         r"[ \t]*setp\.eq\.u32 \t%__hb_ipl, %__hb_il, 0;\n"
+                         r"[ \t]*ld\.const\.u64 \t%__hb_iy, \[__hb_cdesc\+" + str(abi.CDESC_INL_READ_DELAY_OFF) +
+                         r"\];\n[ \t]*sub\.u64 \t%__hb_iy, %__hb_it, %__hb_iy;\n", re.M)
+INS_LINES = re.compile(r"^[ \t]*(\.reg \.b64 \t%__hb_ins|mov\.b64 \t%__hb_ins, 0);\n", re.M)
 
 
 def rewrite(itime: bool, src: str = GRID_STRIDE, group: bool = True, live: bool = True, multi: bool = True):
@@ -85,8 +87,8 @@ def rewrite(itime: bool, src: str = GRID_STRIDE, group: bool = True, live: bool 
 def strip_timer(out: str) -> str:
     """The timed build less everything HBFCC_INLINE_TIME adds: what the untimed build must be, character for
     character."""
-    out = out.replace(f"\t.reg .b64 \t{R_INS};\n", "").replace(f"\tmov.b64 \t{R_INS}, 0;\n", "")
-    out = GROUP_START.sub(lambda m: "", out)
+    out = INS_LINES.sub("", out)
+    out = GROUP_START.sub("", out)
     out = TIMER.sub("", out)
     return re.sub(r"(st\.param\.b64 \t\[__hb_p\d+\]), %__hb_ins;", r"\1, 0;", out)
 
