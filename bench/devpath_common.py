@@ -563,6 +563,28 @@ def csummary(d: dict) -> dict:
     return out
 
 
+def explain_terms(cs: dict, launches: int, resident_warps: int) -> dict:
+    """The explain rule (issue 13: the counters must explain instrumented - plain; bench/hbf_bandwidth.py,
+    bench/explain_devpath.py): every warp's life is the plain kernel's work plus its simulator time -- the helpers'
+    time at issue (``overhead_ns`` of the ops), the inline issue path's own time (``inline_ns``, helper ABI 8: 0 for
+    kernels built without HBFCC_INLINE_TIME=1) and its exposed waits (``wait_wall_ns``) -- and the resident warps
+    share the launch, so the counters account for
+
+        counted = (overhead_ns + inline_ns + wait_wall_ns) / (launches x resident warps)
+
+    ``cs``: a kernel's counter summary (csummary: ``ops_total`` and the kernel-level fields). The three terms and
+    their shares of the sum are reported apart (the inline share is what HBFCC_INLINE_TIME adds)."""
+    ot = cs.get("ops_total") or {}
+    helper, inline = int(ot.get("overhead_ns") or 0), int(cs.get("inline_ns") or 0)
+    waits = int(cs.get("wait_wall_ns") or 0)
+    tot = helper + inline + waits
+    share = (lambda x: x / tot if tot else None)  # noqa: E731
+    n = max(1, int(launches)) * int(resident_warps)
+    return {"helper_ns_total": helper, "inline_ns_total": inline, "exposed_wait_ns_total": waits,
+            "counted_ns": tot / n if n > 0 else None, "helper_share": share(helper), "inline_share": share(inline),
+            "wait_share": share(waits)}
+
+
 # ------------------------------------------------------------------------------------------------
 # occupancy, Little's law, statistics (pure)
 # ------------------------------------------------------------------------------------------------

@@ -4,17 +4,21 @@ between native and instrumented time"), read from bench/devpath_matrix.py's JSON
 
     python3 bench/explain_devpath.py bench/results/stop45_h100/multirange/devpath_matrix_*.json --out /tmp/x.json
 
-Per case that ran one kernel (plain and instrumented medians), with the rule of bench/hbf_bandwidth.py: every warp's
-life is the plain kernel's work plus its helper time at issue plus its exposed waits, and the resident warps share
-the launch, so the counters explain
+Per case that ran one kernel (plain and instrumented medians), with the rule of bench/hbf_bandwidth.py
+(devpath_common.explain_terms): every warp's life is the plain kernel's work plus its helper time at issue, its
+inline issue path's own time and its exposed waits, and the resident warps share the launch, so the counters explain
 
-    counted = (overhead_ns + wait_wall_ns) / (launches x resident warps)        (helper time + exposed waits)
+    counted = (overhead_ns + inline_ns + wait_wall_ns) / (launches x resident warps)
 
-of the difference hbf - plain. The rest (`residual`) is what no counter measures: the inline issue path's own
-instructions (its requests add nothing to `overhead_ns`: docs/runtime.md), lost occupancy (blocks per SM plain vs
+of the difference hbf - plain, each term's share of the sum reported apart (`helper_share`, `inline_share`,
+`wait_share`). `inline_ns` (helper ABI 8) is measured only in kernels built with HBFCC_INLINE_TIME=1 (0 otherwise:
+then the inline path's time is in the residual, as before ABI 8; `inline_timed` says which). The rest (`residual`)
+is what no counter measures: the inline path's instructions outside its timed stretches (the band test, the first
+clock read's own latency, the futures' waits that call no helper), lost occupancy (blocks per SM plain vs
 instrumented, both reported, with the waves each needs), spills. `residual_ns_per_inline_request` is the residual
 spread over the inline requests of one resident warp's share (residual x resident warps / inline requests): the
-cost one inline site would have if the residual were all inline-path time -- an upper bound, not a measurement.
+cost one inline site would have if the residual were all inline-path time -- an upper bound, not a measurement;
+`inline_ns_per_inline_request` is the measured counterpart (inline_ns / inline requests, per warp-request).
 """
 from __future__ import annotations
 
@@ -30,6 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(ROOT / "bench"))
+import devpath_common as DC  # noqa: E402
 
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
@@ -56,16 +63,20 @@ def explain_case(c: dict, sms: int) -> dict | None:
     plain_ns = c["plain_ms"]["median"] * 1e6
     hbf_ns = c["hbf_ms"]["median"] * 1e6
     delta = hbf_ns - plain_ns
-    helper, waits = int(ot.get("overhead_ns") or 0), int(ct.get("wait_wall_ns") or 0)
-    counted = (helper + waits) / (launches * resident_warps)
+    t = DC.explain_terms(ct, launches, resident_warps)
+    counted = t["counted_ns"]
     req, inl = int(ot.get("requests") or 0), int(ct.get("inline_requests") or 0)
     residual = delta - counted
     bps_p, bps_h = kp.get("blocks_per_sm"), kh.get("blocks_per_sm")
     waves = lambda bps: math.ceil(grid / (sms * bps)) if bps else None  # noqa: E731
     return {"name": c["name"], "plain_ns": round(plain_ns), "hbf_ns": round(hbf_ns), "ratio": hbf_ns / plain_ns,
-            "delta_ns": round(delta), "counted_ns": round(counted), "helper_ns_total": helper,
-            "exposed_wait_ns_total": waits,
+            "delta_ns": round(delta), "counted_ns": round(counted), "helper_ns_total": t["helper_ns_total"],
+            "inline_ns_total": t["inline_ns_total"], "exposed_wait_ns_total": t["exposed_wait_ns_total"],
+            "helper_share": t["helper_share"], "inline_share": t["inline_share"], "wait_share": t["wait_share"],
+            "inline_timed": t["inline_ns_total"] > 0,
             "counted_share_of_delta": (counted / delta) if delta > 0 else None,
+            "inline_share_of_delta": (t["inline_ns_total"] / (launches * resident_warps) / delta) if delta > 0 else None,
+            "inline_ns_per_inline_request": (t["inline_ns_total"] / inl) if inl and t["inline_ns_total"] else None,
             "residual_ns": round(residual), "requests": req, "inline_requests": inl,
             "helper_requests": req - inl, "resident_warps": resident_warps, "launches": launches,
             "residual_ns_per_inline_request": (residual * resident_warps / (inl / launches)) if inl else None,
@@ -80,9 +91,15 @@ def explain(doc: dict) -> dict:
         rows = [r for r in (explain_case(c, sms) for c in s.get("cases") or []) if r is not None]
         shares = [r["counted_share_of_delta"] for r in rows if r["counted_share_of_delta"] is not None]
         per_inl = [r["residual_ns_per_inline_request"] for r in rows if r["residual_ns_per_inline_request"]]
+        ishares = [r["inline_share_of_delta"] for r in rows if r["inline_share_of_delta"] is not None]
+        ins = [r["inline_ns_per_inline_request"] for r in rows if r["inline_ns_per_inline_request"]]
+        med = (lambda xs: statistics.median(xs) if xs else None)  # noqa: E731
         out[src] = {"cases": rows, "skipped": len(s.get("cases") or []) - len(rows),
-                    "counted_share_median": statistics.median(shares) if shares else None,
-                    "residual_ns_per_inline_request_median": statistics.median(per_inl) if per_inl else None}
+                    "counted_share_median": med(shares),
+                    "inline_share_of_delta_median": med(ishares),
+                    "residual_ns_per_inline_request_median": med(per_inl),
+                    "inline_ns_per_inline_request_median": med(ins),
+                    "inline_timed_cases": sum(1 for r in rows if r["inline_timed"])}
     return out
 
 
@@ -105,14 +122,17 @@ def main(argv=None) -> int:
             return 2
         res["runs"][p] = explain(doc)
         for src, e in res["runs"][p].items():
-            log.info("%s [%s]: counted share of the difference, median %s; residual per inline request, median %s ns",
-                     Path(p).name, src, _f(e["counted_share_median"]), _f(e["residual_ns_per_inline_request_median"]))
+            log.info("%s [%s]: counted share of the difference, median %s (inline path %s, %d case(s) timed); "
+                     "residual per inline request, median %s ns; measured inline ns per inline request, median %s",
+                     Path(p).name, src, _f(e["counted_share_median"]), _f(e["inline_share_of_delta_median"]),
+                     e["inline_timed_cases"], _f(e["residual_ns_per_inline_request_median"]),
+                     _f(e["inline_ns_per_inline_request_median"]))
             for r in e["cases"]:
-                log.info("  %-42s x%6.2f  delta %9.0f ns  counted %8.0f  residual %9.0f  inline %7d/%-7d "
-                         "blocks/SM %s -> %s  waves %s -> %s  per inline req %s ns",
-                         r["name"][:42], r["ratio"], r["delta_ns"], r["counted_ns"], r["residual_ns"],
-                         r["inline_requests"], r["requests"], *r["blocks_per_sm"], *r["waves"],
-                         _f(r["residual_ns_per_inline_request"]))
+                log.info("  %-42s x%6.2f  delta %9.0f ns  counted %8.0f (inline %s)  residual %9.0f  inline %7d/%-7d "
+                         "blocks/SM %s -> %s  waves %s -> %s  per inline req %s ns (measured %s)",
+                         r["name"][:42], r["ratio"], r["delta_ns"], r["counted_ns"], _f(r["inline_share_of_delta"]),
+                         r["residual_ns"], r["inline_requests"], r["requests"], *r["blocks_per_sm"], *r["waves"],
+                         _f(r["residual_ns_per_inline_request"]), _f(r["inline_ns_per_inline_request"]))
     atomic_write_json(args.out, res, indent=1)
     return 0
 

@@ -255,7 +255,8 @@ def child(a) -> None:
 
 
 def _brief(cs: dict) -> dict:
-    return {k: cs.get(k) for k in ("ops_total", "per_request", "per_wait", "wait_calls", "wait_wall_ns") if k in cs}
+    return {k: cs.get(k) for k in ("ops_total", "per_request", "per_wait", "wait_calls", "wait_wall_ns",
+                                   "inline_requests", "inline_ns") if k in cs}
 
 
 def _stream_rec(kernel: str, nbytes: int, plain: dict, hbf: dict, cs: dict, ex: dict, **kw) -> dict:
@@ -274,17 +275,15 @@ def _stream_rec(kernel: str, nbytes: int, plain: dict, hbf: dict, cs: dict, ex: 
            "helper_ns_per_request": (ot.get("overhead_ns", 0) / req) if req else None,
            "modeled_wall_ns_per_request": (meas_ns * kw.get("reps", 1) / req) if req else None,
            "counters": _brief(cs)}
-    # what the counters explain: every warp's life is its helper time at issue plus its exposed waits (its
-    # own work is the plain kernel's); the resident warps share the launch: explained = (sum of helper ns +
-    # sum of exposed wait ns) / (launches x resident warps), next to the measured wall
+    # what the counters explain (DC.explain_terms, the one rule): every warp's life is its helper time at issue,
+    # its inline path's own time (inline_ns, helper ABI 8) and its exposed waits on top of the plain kernel's work;
+    # the resident warps share the launch: explained = the plain time + (helper + inline + exposed wait ns) /
+    # (launches x resident warps), next to the measured wall
     rw = kw.get("resident_warps") or 0
     if rw and req:
-        tot = ot.get("overhead_ns", 0) + (cs.get("wait_wall_ns") or 0)
-        expl = tot / (kw.get("reps", 1) * rw) + plain["median"] * 1e6
-        rec["explained"] = {"resident_warps": rw, "helper_ns_total": ot.get("overhead_ns", 0),
-                            "exposed_wait_ns_total": cs.get("wait_wall_ns") or 0, "explained_ns": expl,
-                            "explained_over_measured": expl / meas_ns,
-                            "helper_share": ot.get("overhead_ns", 0) / tot if tot else None}
+        t = DC.explain_terms(cs, kw.get("reps", 1), rw)
+        expl = t["counted_ns"] + plain["median"] * 1e6
+        rec["explained"] = {"resident_warps": rw, **t, "explained_ns": expl, "explained_over_measured": expl / meas_ns}
     rec.update({k: v for k, v in kw.items() if k != "reps"})
     return rec
 

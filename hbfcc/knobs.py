@@ -49,6 +49,7 @@ class Knobs:
     fast_groups: bool = True       # HBFCC_FAST_GROUPS (default 1): a group not served inline calls __hb_issue_group
     inline_multi: bool = True      # HBFCC_INLINE_MULTI (default 1): inline sites re-check the descriptor's ranges
     inline_live: bool = True       # HBFCC_INLINE_LIVE (default 1): inline counters flushed at every until point
+    inline_time: bool = False      # HBFCC_INLINE_TIME (default 0): the served inline paths' own time (inline_ns)
     launch_bound: bool = True      # HBFCC_LAUNCH_BOUND (default 1): .maxntid keeps plain blocks launchable
     sidecar: str = "auto"          # HBFCC_SIDECAR (auto|1|0): hbfcc-ptxas's <output>.hbfcc.json
     nvcc_step: bool = False        # HBFCC_NVCC_STEP (internal, set by the shadow toolkit's shim)
@@ -80,6 +81,7 @@ def load() -> Knobs:
         fast_groups=env_bool("HBFCC_FAST_GROUPS", True),
         inline_multi=env_bool("HBFCC_INLINE_MULTI", True),
         inline_live=env_bool("HBFCC_INLINE_LIVE", True),
+        inline_time=env_bool("HBFCC_INLINE_TIME", False),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
         sidecar=_choice("HBFCC_SIDECAR", "auto", SIDECAR_CHOICES),
         nvcc_step=env_bool(ENV_NVCC_STEP, False),
@@ -141,6 +143,10 @@ DOCS: tuple[tuple[str, str, str], ...] = (
     ("HBFCC_INLINE_LIVE", "1", "a thread's inline counters go to the kernel's counters also where it asks "
      "__hb_inline_until (about once per activity period), so the live activity sees a running kernel's inline "
      "requests (issue 17; 0: at its exit only, as before)"),
+    ("HBFCC_INLINE_TIME", "0", "1: each served inline path (an inline issue site, issue group or ready wait) reads "
+     "%globaltimer again at its end and adds its time, on the warp's leader lane, to a register the flushes pass "
+     "as inline_ns (helper ABI 8; the kernel counters' inline_ns, what overhead_ns is for the helpers); "
+     "0: no extra register or instruction, the flushes pass 0. Off until a GPU has measured its cost"),
     ("HBFCC_LAUNCH_BOUND", "1", ".maxntid keeps the plain build's blocks launchable"),
     ("HBFCC_OCCUPANCY_GUARD", "0", ".maxnreg keeps the plain build's blocks per SM"),
     ("HBFCC_LINK_PRUNE", "1", "link only the helper functions and globals a module reaches (0: the whole "

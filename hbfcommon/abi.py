@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 # ---- hbf_abi.h ---------------------------------------------------------------------------------
 
-HBF_HELPER_ABI_VERSION = 7   # 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
+HBF_HELPER_ABI_VERSION = 8   # 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
 #                              4: __hb_l2_hooks (the L2 build);
 #                              5: the TMA helpers (__hb_tma, __hb_mbar_note, __hb_mbar_wait, __hb_tma_enter/exit);
 #                              6: a 192-byte __hb_cdesc (several ranges inline: inl_nranges, inl_base, inl_len);
-#                              7: __hb_inline_until_live (the inline counters flushed at every until point)
+#                              7: __hb_inline_until_live (the inline counters flushed at every until point);
+#                              8: inline_ns, the last parameter of __hb_kernel_flush and __hb_inline_until_live
+#                                 (the inline path's own time, HBFCC_INLINE_TIME; 0 without it)
 
 # the operation: the low bits of __hb_issue's flags and the op field of a ring request (hbf_ctl.h
 # defines them; hbfcommon.ctl imports them from here, so the compiler needs no control-region mirror)
@@ -117,10 +119,12 @@ HELPERS: dict[str, Signature] = {s.name: s for s in (
     _sig("__hb_kernel_exit", [], [(32, "kernel_index")]),
     _sig("__hb_inline_until", [(64, "until")], [(32, "op")]),
     _sig("__hb_kernel_flush", [], [(32, "kernel_index"), (32, "rd_req"), (32, "rd_granules"), (64, "rd_bytes"),
-                                   (32, "wr_req"), (64, "wr_bytes"), (32, "ready_waits"), (64, "slack_ns")]),
+                                   (32, "wr_req"), (64, "wr_bytes"), (32, "ready_waits"), (64, "slack_ns"),
+                                   (64, "inline_ns")]),
     _sig("__hb_inline_until_live", [(64, "until")], [(32, "op"), (32, "kernel_index"), (32, "rd_req"),
                                                      (32, "rd_granules"), (64, "rd_bytes"), (32, "wr_req"),
-                                                     (64, "wr_bytes"), (32, "ready_waits"), (64, "slack_ns")]),
+                                                     (64, "wr_bytes"), (32, "ready_waits"), (64, "slack_ns"),
+                                                     (64, "inline_ns")]),
     _sig("__hb_issue_group", [(64, "fut")], [(64, "addrs"), (32, "pmask"), (64, "nbpack"), (32, "site")]),
     _sig("__hb_tma", [(64, "fut")], [(64, "gaddr"), (32, "c0"), (32, "c1"), (32, "c2"), (32, "c3"), (32, "c4"),
                                      (32, "nbytes"), (32, "mbar"), (32, "kind"), (32, "ctamask"), (32, "table"),

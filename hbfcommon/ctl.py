@@ -218,7 +218,8 @@ class hbf_counters(ctypes.Structure):
     _fields_ = [
         ("daemon", hbf_op_counters * HBF_N_OPS), ("device", hbf_op_counters * HBF_N_OPS),
         ("daemon_status", c_uint64 * HBF_N_STATUS), ("device_status", c_uint64 * HBF_N_STATUS),
-        ("device_sync_seq", c_uint64), ("reserved", c_uint64 * 7),
+        ("device_sync_seq", c_uint64), ("device_inline_ns", c_uint64),   # a reserved word until helper ABI 8
+        ("reserved", c_uint64 * 6),
     ]
 
 

@@ -83,6 +83,14 @@ def counter_rows(counters: dict) -> str:
                          "dev reqs", "dev modeled", "dev wall", "dev overhead"])
 
 
+def inline_line(counters: dict) -> str:
+    """The device's inline issue path's own time (helper ABI 8: kernels built with HBFCC_INLINE_TIME=1; the
+    helpers' time is "dev overhead" above)."""
+    ns = int(counters.get("device_inline_ns", 0))
+    return f"device inline path time:     {_ns(ns)}" if ns else \
+        "device inline path time:     0 (not measured: kernels built without HBFCC_INLINE_TIME=1, or none inline)"
+
+
 def states_line(by_state: dict) -> str:
     nz = {k: v for k, v in by_state.items() if v}
     return ", ".join(f"{k} {v}" for k, v in nz.items()) if nz else "none"
@@ -109,7 +117,8 @@ def format_status(s: dict) -> str:
     if counters:
         lines += ["counters", counter_rows(counters),
                   f"reference requests by state: {states_line(counters['reference_requests_by_state'])}",
-                  f"device requests by state:    {states_line(counters['device_requests_by_state'])}"]
+                  f"device requests by state:    {states_line(counters['device_requests_by_state'])}",
+                  inline_line(counters)]
     return "\n".join(lines)
 
 
@@ -127,6 +136,7 @@ def format_summary(s: dict) -> str:
         f"reference requests by state: {states_line(c['reference_requests_by_state'])}",
         f"device requests by state:    {states_line(c['device_requests_by_state'])}",
         "counters", counter_rows(c),
+        inline_line(c),
     ]
     if s.get("outstanding_terminated"):
         lines.append(f"terminated at shutdown: {s['outstanding_terminated']} outstanding ticket(s)")

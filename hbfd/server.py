@@ -870,6 +870,7 @@ class Daemon:
         return {"reference": ops(m.daemon_counters.copy()), "device": ops(m.device_counters.copy()),
                 "reference_requests_by_state": states(c.daemon_status),
                 "device_requests_by_state": states(c.device_status),
+                "device_inline_ns": int(c.device_inline_ns),
                 "device_sync_seq": int(c.device_sync_seq)}
 
     def ring_depth(self) -> int:

@@ -21,7 +21,8 @@ from hbfcommon.profile import L2_MAX_PARTITIONS, L2_MAX_SETS, L2_MIN_SETS, L2_PO
 from hbfcommon.status import STATUS_NAMES
 
 HBF_DEVSTATE_MAGIC = 0x3130545344464248  # "HBFDST01"
-HBF_DEVSTATE_VERSION = 6   # 4: the L2 model (l2_*); 5: the tma_* kernel counters (issue 15); 6: ring stealing (ref_*)
+HBF_DEVSTATE_VERSION = 7   # 4: the L2 model (l2_*); 5: the tma_* kernel counters (issue 15); 6: ring stealing (ref_*);
+#                            7: inline_ns in the kernel counters (l2_reserved 2 -> 1)
 HBF_DEV_MAX_CHANNELS = 64
 HBF_DEV_MAX_BANKS = 8192   # channels * dies_per_channel * planes_per_die, fast source (hbf_device.h)
 HBF_BUF_READY_BITS = 40
@@ -63,11 +64,11 @@ class hbf_kernel_counters(ctypes.Structure):
                 ("kend_ns", c_uint64), ("thermal_waits", c_uint64), ("thermal_wait_ns", c_uint64),
                 ("refresh_claims", c_uint64), ("refresh_bytes", c_uint64), ("bias_clamps", c_uint64),
                 ("ready_waits", c_uint64), ("slack_ns", c_uint64), ("wait_helper_ns", c_uint64),
-                ("inline_requests", c_uint64),
+                ("inline_requests", c_uint64), ("inline_ns", c_uint64),   # inline_ns: helper ABI 8
                 # the L2 in front of HBF (docs/design.md §3.12; hbf_l2.cuh)
                 ("l2_lines", c_uint64), ("l2_hit_bytes", c_uint64), ("l2_miss_bytes", c_uint64),
                 ("l2_merged", c_uint64), ("l2_lost", c_uint64), ("l2_unmodeled", c_uint64),
-                ("l2_reserved", c_uint64 * 2)] + [(f, c_uint64) for f in TMA_COUNTERS]
+                ("l2_reserved", c_uint64 * 1)] + [(f, c_uint64) for f in TMA_COUNTERS]
 
 
 class hbf_device_state(ctypes.Structure):
@@ -444,7 +445,7 @@ def kernel_counters_dict(k: hbf_kernel_counters) -> dict:
                                 if int(k.status[i])}}
     for f in ("wait_calls", "wait_wall_ns", "wait_overhead_ns", "launches", "blocks_exited", "kstart_ns",
               "kend_ns", "thermal_waits", "thermal_wait_ns", "refresh_claims", "refresh_bytes", "bias_clamps",
-              "ready_waits", "slack_ns", "inline_requests", *L2_COUNTERS, *TMA_COUNTERS):
+              "ready_waits", "slack_ns", "inline_requests", "inline_ns", *L2_COUNTERS, *TMA_COUNTERS):
         d[f] = int(getattr(k, f))
     return d
 

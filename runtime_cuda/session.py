@@ -1289,6 +1289,7 @@ class Session:
         cnt.device[C.HBF_OP_LOAD].overhead_ns += totals["wait_overhead_ns"]
         for i, n in enumerate(D.C_STATUS_NAMES):
             cnt.device_status[i] = totals["status"].get(n, 0)
+        cnt.device_inline_ns = totals["inline_ns"]     # the inline path's own time (helper ABI 8)
         cnt.device_sync_seq += 1
 
     # ---------------------------------------------------------------------------- failures

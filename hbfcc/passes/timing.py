@@ -90,6 +90,7 @@ R_IR = "%__hb_rp"                         # .b64 the multi-range table walk's po
 R_IM, R_IL, R_IK, R_IP, R_IQ, R_IH = ("%__hb_im", "%__hb_il", "%__hb_ik", "%__hb_ip", "%__hb_iq",
                                       "%__hb_ih")                          # .b32 temps
 R_IPA, R_IPB, R_IPL = "%__hb_ipa", "%__hb_ipb", "%__hb_ipl"               # .pred temps
+R_INS = "%__hb_ins"                       # .b64 the inline path's own time (HBFCC_INLINE_TIME; the leader lane's)
 R_LMLT = "%__hb_lmlt"                     # .b32 %lanemask_lt, read once at entry (S2R is slow)
 INLINE_BYTES = frozenset((1, 2, 4, 8, 16, 32))   # access sizes an inline site serves (one granule >= 32 B)
 # issue groups (HBFCC_GROUP_ISSUES, _group_code): adjacent inline load issues served together
@@ -448,6 +449,7 @@ class FunctionReport:
     issue_groups: int = 0            # groups of adjacent inline load issues (_group_code)
     multi_checks: int = 0            # multi-range re-checks (ABI 6: _multi_range_check), per site and per group
     live_flushes: int = 0            # until points that flush the thread's inline counters (HBFCC_INLINE_LIVE)
+    timed_paths: int = 0             # served inline paths timed into inline_ns (HBFCC_INLINE_TIME; sites, groups, waits)
     grouped_issues: int = 0          # load issues in those groups
     moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
     group_calls: int = 0             # groups with a __hb_issue_group call (HBFCC_FAST_GROUPS)
@@ -472,7 +474,7 @@ class FunctionReport:
                 "address_source": self.address_source, "memory_address_lines": self.memory_address_lines,
                 "hoisted_issues": self.hoisted_issues, "issue_groups": self.issue_groups,
                 "grouped_issues": self.grouped_issues, "multi_checks": self.multi_checks,
-                "live_flushes": self.live_flushes,
+                "live_flushes": self.live_flushes, "timed_paths": self.timed_paths,
                 "moved_loads": self.moved_loads,
                 "group_calls": self.group_calls, "tma": self.tma, "tma_hooks": self.tma_hooks,
                 "bulk_window": self.bulk_window}
@@ -564,7 +566,8 @@ def _is_copy(st) -> bool:
 class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
                  inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
-                 tracks: bool = False, cluster: bool = False, multi: bool = True, live: bool = True):
+                 tracks: bool = False, cluster: bool = False, multi: bool = True, live: bool = True,
+                 itime: bool = False):
         self.hoist = hoist
         self.multi = multi and inline           # HBFCC_INLINE_MULTI: the multi-range re-check (ABI 6)
         self.move_loads = move_loads and hoist
@@ -573,6 +576,7 @@ class _FunctionRewriter:
         self.inline = inline and fn.is_entry      # the thread's counters are flushed at the entry's exits
         self.group = group and self.inline
         self.live = live and self.inline          # HBFCC_INLINE_LIVE: the counters flushed at every until point too
+        self.itime = itime and self.inline        # HBFCC_INLINE_TIME: the served paths' own time into R_INS
         self.fast_groups = fast_groups and self.group
         self.group_slots = 0                      # the largest group emitted (per-slot registers)
         self.hoisted: dict[tuple[int, ...], list[Statement]] = {}
@@ -675,6 +679,7 @@ class _FunctionRewriter:
         out += [_ins("add", ("u32",), (_R(R_IRW), _R(R_IRW), _I(1)), Guard(_R(R_IPL))),
                 _ins("sub", ("u64",), (_R(R_IX), _R(R_IT), _R(fut))),
                 _ins("add", ("u64",), (_R(R_ISL), _R(R_ISL), _R(R_IX)), Guard(_R(R_IPL)))]
+        out += self._time_served(_R(R_IT))
         if clear:
             out.append(_ins("mov", ("b64",), (_R(fut), _I(0))))
         out += [_ins("bra", ("uni",), (LabelRef(L),)),
@@ -721,7 +726,8 @@ class _FunctionRewriter:
         if self.inline:
             out.append(_call("__hb_kernel_flush", [
                 ("b32", _I(self.kidx)), ("b32", _R(R_ICR)), ("b32", _R(R_IGR)), ("b64", _R(R_IBR)),
-                ("b32", _R(R_ICW)), ("b64", _R(R_IBW)), ("b32", _R(R_IRW)), ("b64", _R(R_ISL))], guard=g))
+                ("b32", _R(R_ICW)), ("b64", _R(R_IBW)), ("b32", _R(R_IRW)), ("b64", _R(R_ISL)),
+                ("b64", self._inline_ns())], guard=g))
         if self.ctx.tracks and self.fn.is_entry:
             out.append(_call("__hb_tma_exit", [("b32", _R(R_TBL)), ("b32", _I(self.kidx))], guard=g))
         out.append(_call("__hb_kernel_exit", [("b32", _I(self.kidx))], guard=g))
@@ -742,9 +748,25 @@ class _FunctionRewriter:
         return [_call("__hb_inline_until_live", [
                     ("b32", _I(op)), ("b32", _I(self.kidx)), ("b32", _R(R_ICR)), ("b32", _R(R_IGR)),
                     ("b64", _R(R_IBR)), ("b32", _R(R_ICW)), ("b64", _R(R_IBW)), ("b32", _R(R_IRW)),
-                    ("b64", _R(R_ISL))], ret=until)] + \
-            [_ins("mov", ("b64",), (_R(r), _I(0))) for r in (R_IBR, R_IBW, R_ISL)] + \
+                    ("b64", _R(R_ISL)), ("b64", self._inline_ns())], ret=until)] + \
+            [_ins("mov", ("b64",), (_R(r), _I(0))) for r in (R_IBR, R_IBW, R_ISL) + ((R_INS,) if self.itime else ())] + \
             [_ins("mov", ("b32",), (_R(r), _I(0))) for r in (R_ICR, R_IGR, R_ICW, R_IRW)]
+
+    def _inline_ns(self):
+        """What the flushes pass as inline_ns (helper ABI 8): the thread's R_INS with HBFCC_INLINE_TIME, else 0."""
+        return _R(R_INS) if self.itime else _I(0)
+
+    def _time_served(self, start) -> list[Statement]:
+        """HBFCC_INLINE_TIME: at the end of a served inline path (after its counters), the time since ``start`` (the
+        path's own first ``%globaltimer`` read) into R_INS, on the leader lane only (R_IPL, as the request counts):
+        the warp's sum over its lanes, which the flushes take (helper ABI 8: ``inline_ns``), is the leader's. R_IX
+        is free here on every served path. Nothing without the knob."""
+        if not self.itime:
+            return []
+        self.report.timed_paths += 1
+        return [_ins("mov", ("u64",), (_R(R_IX), _R("%globaltimer"))),
+                _ins("sub", ("u64",), (_R(R_IX), _R(R_IX), start)),
+                _ins("add", ("u64",), (_R(R_INS), _R(R_INS), _R(R_IX)), Guard(_R(R_IPL)))]
 
     def _unless_detached(self, body: list[Statement]) -> list[Statement]:
         """Skip ``body`` when the module is detached (__hb_state == 0, read once at entry): the
@@ -838,6 +860,7 @@ class _FunctionRewriter:
         else:
             out += [_ins("add", ("u32",), (_R(R_ICW), _R(R_ICW), _I(1)), Guard(_R(R_IPL))),
                     _ins("add", ("u64",), (_R(R_IBW), _R(R_IBW), _I(nb)))]
+        out += self._time_served(_R(R_IT))          # R_IT: the site's read (before its ask, if it asked)
         out += [_ins("bra", ("uni",), (LabelRef(Ldone),)), Label(Lmulti)]
         if self.multi:
             out += self._multi_range_check(addr, until, Lserve, Lslow)
@@ -1066,8 +1089,16 @@ class _FunctionRewriter:
                 _ins("add", ("u32",), (_R(R_ICR), _R(R_ICR), _R(R_GC))),
                 _ins("add", ("u32",), (_R(R_IGR), _R(R_IGR), _R(R_GG))),
                 _ins("cvt", ("u64", "u32"), (_R(R_IX), _R(R_GB))),
-                _ins("add", ("u64",), (_R(R_IBR), _R(R_IBR), _R(R_IX))),
-                _ins("bra", ("uni",), (LabelRef(Ldone),)),
+                _ins("add", ("u64",), (_R(R_IBR), _R(R_IBR), _R(R_IX)))]
+        if self.itime:
+            # the group's own time once per warp: from its clock read (R_IT is now that read + the read delay) on the
+            # lowest lane of the group's active lanes (R_IM; R_IPL held the last site's leader)
+            out += [_ins("and", ("b32",), (_R(R_IL), _R(R_LMLT), _R(R_IM))),
+                    _ins("setp", ("eq", "u32"), (_R(R_IPL), _R(R_IL), _I(0))),
+                    _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_READ_DELAY_OFF))),
+                    _ins("sub", ("u64",), (_R(R_IY), _R(R_IT), _R(R_IY)))]
+            out += self._time_served(_R(R_IY))
+        out += [_ins("bra", ("uni",), (LabelRef(Ldone),)),
                 Label(Lmulti)]
         if self.multi:
             out += self._group_multi_check(sites, addrs, Lcount, Lslow)
@@ -1857,6 +1888,9 @@ class _FunctionRewriter:
                                                                                   R_LMLT))),
                       VarDecl((), "reg", (), ".pred", tuple(Declarator(r) for r in (R_IPA, R_IPB, R_IPL)))]
             init += [_ins("mov", ("b64",), (_R(r), _I(0))) for r in (R_IUR, R_IUW, R_IBR, R_IBW, R_ISL)]
+            if self.itime:
+                decls.append(VarDecl((), "reg", (), ".b64", (Declarator(R_INS),)))
+                init.append(_ins("mov", ("b64",), (_R(R_INS), _I(0))))
             init += [_ins("mov", ("b32",), (_R(r), _I(0))) for r in (R_ICR, R_IGR, R_ICW, R_IRW)]
             init.append(_ins("mov", ("b32",), (_R(R_LMLT), _R("%lanemask_lt"))))
         if self.report.group_calls:
@@ -2009,6 +2043,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     fast_groups = bool(meta.get("fast_groups", True))
     multi = bool(meta.get("inline_multi", True))
     live = bool(meta.get("inline_live", True))
+    itime = bool(meta.get("inline_time", False))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -2022,7 +2057,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     for it in module.items:
         if type(it) is Function and it.body is not None:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
-                                   fast_groups, tracks, cluster, multi, live)
+                                   fast_groups, tracks, cluster, multi, live, itime)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -2063,5 +2098,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "fast_groups": fast_groups,
         "inline_multi": multi,
         "inline_live": live,
+        "inline_time": itime,
     }
     return replace(module, items=tuple(new_items))

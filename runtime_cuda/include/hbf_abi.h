@@ -28,11 +28,11 @@
  *   .weak .func (.param .b64 until) __hb_inline_until(.param .b32 op);
  *   .weak .func __hb_kernel_flush(.param .b32 kernel_index, .param .b32 rd_req, .param .b32 rd_granules,
  *                                 .param .b64 rd_bytes, .param .b32 wr_req, .param .b64 wr_bytes,
- *                                 .param .b32 ready_waits, .param .b64 slack_ns);
+ *                                 .param .b32 ready_waits, .param .b64 slack_ns, .param .b64 inline_ns);
  *   .weak .func (.param .b64 until) __hb_inline_until_live(.param .b32 op, .param .b32 kernel_index,
  *                                 .param .b32 rd_req, .param .b32 rd_granules, .param .b64 rd_bytes,
  *                                 .param .b32 wr_req, .param .b64 wr_bytes, .param .b32 ready_waits,
- *                                 .param .b64 slack_ns);
+ *                                 .param .b64 slack_ns, .param .b64 inline_ns);
  *   .weak .func (.param .b64 fut) __hb_issue_group(.param .b64 addrs, .param .b32 pmask,
  *                                                  .param .b64 nbpack, .param .b32 site);
  *   .weak .func (.param .b64 fut) __hb_tma(.param .b64 gaddr, .param .b32 c0, .param .b32 c1,
@@ -67,6 +67,13 @@
  *   default): __hb_kernel_flush of the counters passed, then __hb_inline_until(op); the caller zeroes its
  *   counters after it. So a long-lived thread's inline requests reach the kernel's counter shards -- and the
  *   live activity (hbf_ctl.h hbf_activity) -- at every until point, not only at its exit (issue 17 item 2).
+ *   inline_ns (ABI 8; both flushes' last parameter): the inline path's own time. With HBFCC_INLINE_TIME=1 each
+ *   served inline path (a site served inline, an issue group served inline, a ready wait tested inline) reads
+ *   %globaltimer again at its end and adds the time since the path's first read to a per-thread register on its
+ *   leader lane only (the lane that counts the request / the wait); the flushes pass it and the caller zeroes it
+ *   after a live flush like the other counters; the helper adds its warp sum (one atomic per warp) into the
+ *   kernel's inline_ns (hbf_device.h). Paths that end in __hb_issue / __hb_wait are not timed (their helper time
+ *   is in overhead_ns / wait_wall_ns). Without the knob hbfcc passes 0 and emits nothing at the sites.
  *
  * __hb_issue_group (ABI 3; hbfcc emits it where an issue group of at most 8 load sites is not served inline
  *   and the descriptor's inl_flags has HBF_CDI_GROUP: the FAST source): called by a full warp; addrs = the
@@ -167,11 +174,13 @@
 #ifndef HBF_ABI_H
 #define HBF_ABI_H
 
-#define HBF_HELPER_ABI_VERSION 7u   /* 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
+#define HBF_HELPER_ABI_VERSION 8u   /* 2: __hb_inline_until, __hb_kernel_flush, a 128-byte __hb_cdesc; 3: __hb_issue_group;
                                        4: __hb_l2_hooks (the L2 build);
                                        5: __hb_tma, __hb_mbar_note, __hb_mbar_wait, __hb_tma_enter, __hb_tma_exit;
                                        6: a 192-byte __hb_cdesc (inl_nranges, inl_base/inl_len: several ranges inline);
-                                       7: __hb_inline_until_live (inline counters flushed at every until point) */
+                                       7: __hb_inline_until_live (inline counters flushed at every until point);
+                                       8: inline_ns, the last parameter of __hb_kernel_flush and
+                                          __hb_inline_until_live (the inline path's own time) */
 
 /* flags argument of __hb_issue */
 #define HBF_F_OP_MASK 0x3u          /* HBF_OP_LOAD / STORE / ATOMIC / CPASYNC (hbf_ctl.h) */

@@ -293,7 +293,10 @@ typedef struct hbf_counters {
     uint64_t daemon_status[HBF_N_STATUS];/* reference requests by terminal state */
     uint64_t device_status[HBF_N_STATUS];
     uint64_t device_sync_seq;            /* bumps each time the runtime publishes */
-    uint64_t reserved[7];
+    uint64_t device_inline_ns;           /* the device's inline issue path's own time (the kernel counters'
+                                            inline_ns summed, helper ABI 8; 0 from an older runtime or without
+                                            hbfcc's HBFCC_INLINE_TIME): a reserved word, the ABI unchanged */
+    uint64_t reserved[6];
 } hbf_counters;
 
 /* Live media activity (issue 17): the device path's running totals of the accesses it modeled, per op,

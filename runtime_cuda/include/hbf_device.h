@@ -26,8 +26,9 @@
 #include "hbf_ctl.h"
 
 #define HBF_DEVSTATE_MAGIC 0x3130545344464248ULL  /* "HBFDST01" little-endian */
-#define HBF_DEVSTATE_VERSION 6u   /* 3: the live activity words (act_*); 4: the L2 model (l2_*); 5: the tma_* kernel counters;
-                                     6: the reference ring's slot stealing (ref_claim, ref_ovf*) */
+#define HBF_DEVSTATE_VERSION 7u   /* 3: the live activity words (act_*); 4: the L2 model (l2_*); 5: the tma_* kernel counters;
+                                     6: the reference ring's slot stealing (ref_claim, ref_ovf*);
+                                     7: inline_ns in the kernel counters (l2_reserved 2 -> 1 word) */
 #define HBF_DEV_MAX_CHANNELS 64u
 #define HBF_DEV_MAX_BANKS 8192u         /* channels * dies_per_channel * planes_per_die <= this (fast source) */
 #define HBF_BUF_READY_BITS 40u          /* page buffer word: bits 40..63 tag (page in plane + 1), 0..39 ready */
@@ -90,8 +91,12 @@ typedef struct hbf_kernel_counters {
     uint64_t slack_ns;                 /* ready-before-use: entry - deadline of those waits (the warp's lowest
                                           active lane): time the value was ready before the consumer */
     uint64_t wait_helper_ns;           /* helper time of ready waits (entry -> return, max over lanes) */
-    uint64_t inline_requests;          /* requests served by the inline issue path (in ops[] too; their helper
-                                          time is not measured per access: overhead_ns excludes them) */
+    uint64_t inline_requests;          /* requests served by the inline issue path (in ops[] too; no helper
+                                          time: overhead_ns excludes them) */
+    uint64_t inline_ns;                /* the inline path's own time (helper ABI 8, hbfcc HBFCC_INLINE_TIME; 0
+                                          without it): per served path, the leader lane's time from the path's
+                                          %globaltimer read to its end, summed over warps; what overhead_ns is
+                                          for the helpers (one word taken from l2_reserved: the size stays) */
     /* the L2 in front of HBF (docs/design.md §3.12, hbf_l2.cuh; 0 with the model off): ops[].bytes of loads
      * and cp.async are then what the L2 model missed (l2_miss_bytes, charged to HBF) */
     uint64_t l2_lines;                 /* line lookups */
@@ -100,7 +105,7 @@ typedef struct hbf_kernel_counters {
     uint64_t l2_merged;                /* lookups whose granules a concurrent access had filled (not charged) */
     uint64_t l2_lost;                  /* lookups whose one CAS lost: charged, not inserted */
     uint64_t l2_unmodeled;             /* page groups whose geometry the model does not cover (charged whole) */
-    uint64_t l2_reserved[2];
+    uint64_t l2_reserved[1];
     /* TMA and bulk async copies (issue 15, hbf_tma.cuh): copies issued through __hb_tma, their bytes by tier,
      * and the deferred phase objects of the completion table: every opened phase ends exactly once, as
      * consumed (waited), stale (its parity reopened before any wait) or leaked (never waited at CTA exit). */

@@ -1706,21 +1706,23 @@ extern "C" __device__ __noinline__ long long __hb_inline_until(unsigned int op) 
 // The thread's inline counters into the kernel's (before __hb_kernel_exit at every exit of an entry): warp
 // sums, one atomic per counter per warp into the SM's shard, the same fields the compact path updates for
 // the same requests (requests, media bytes, program bytes, modeled_ns = requests x the FIXED service, bias
-// clamps), plus inline_requests; helper time is not measured per inline access (a few instructions: the
-// instrumented/native time of the kernel is its measure). Ready waits tested inline: the lowest lane's
-// count and slack, as hb_wait_ready counts them.
+// clamps), plus inline_requests. Ready waits tested inline: the lowest lane's count and slack, as hb_wait_ready
+// counts them. inline_ns (ABI 8): the inline path's own time, what the served paths measured on their leader lane
+// (hbfcc HBFCC_INLINE_TIME; 0 without it: the path's time is then measured by nothing but the kernel's
+// instrumented/native time), warp-summed like slack_ns into the kernel's inline_ns.
 extern "C" __device__ __noinline__ void __hb_kernel_flush(unsigned int kernel_index, unsigned int rd_req,
                                                           unsigned int rd_granules, unsigned long long rd_bytes,
                                                           unsigned int wr_req, unsigned long long wr_bytes,
-                                                          unsigned int ready_waits, unsigned long long slack_ns) {
+                                                          unsigned int ready_waits, unsigned long long slack_ns,
+                                                          unsigned long long inline_ns) {
     const unsigned long long sp = __hb_state;
     if (sp == 0ull) return;
     const uint32_t mask = hb_group_mask();
-    if (__reduce_or_sync(mask, rd_req | wr_req | ready_waits) == 0u) return;
+    if (__reduce_or_sync(mask, rd_req | wr_req | ready_waits | (inline_ns != 0ull ? 1u : 0u)) == 0u) return;
     const uint64_t rq = hb_warp_sum(mask, rd_req), rg = hb_warp_sum(mask, rd_granules);
     const uint64_t rb = hb_warp_sum(mask, rd_bytes), wq = hb_warp_sum(mask, wr_req);
     const uint64_t wb = hb_warp_sum(mask, wr_bytes), rw = hb_warp_sum(mask, ready_waits);
-    const uint64_t sl = hb_warp_sum(mask, slack_ns);
+    const uint64_t sl = hb_warp_sum(mask, slack_ns), ins = hb_warp_sum(mask, inline_ns);
     if (hb_laneid() != (uint32_t)(__ffs(mask) - 1)) return;
     const hbf_cdesc& d = __hb_cdesc;
     const uint32_t site = kernel_index << 16;
@@ -1750,6 +1752,7 @@ extern "C" __device__ __noinline__ void __hb_kernel_flush(unsigned int kernel_in
         hb_red_add(&ks->ready_waits, rw);
         hb_red_add(&ks->slack_ns, sl);
     }
+    if (ins) hb_red_add(&ks->inline_ns, ins);
 }
 
 // Where a long-lived inline thread asks for its next until (HBFCC_INLINE_LIVE, ABI 7; issue 17 item 2): its
@@ -1766,8 +1769,10 @@ extern "C" __device__ __noinline__ long long __hb_inline_until_live(unsigned int
                                                                    unsigned long long rd_bytes, unsigned int wr_req,
                                                                    unsigned long long wr_bytes,
                                                                    unsigned int ready_waits,
-                                                                   unsigned long long slack_ns) {
-    __hb_kernel_flush(kernel_index, rd_req, rd_granules, rd_bytes, wr_req, wr_bytes, ready_waits, slack_ns);
+                                                                   unsigned long long slack_ns,
+                                                                   unsigned long long inline_ns) {
+    __hb_kernel_flush(kernel_index, rd_req, rd_granules, rd_bytes, wr_req, wr_bytes, ready_waits, slack_ns,
+                      inline_ns);
     return __hb_inline_until(op);
 }
 

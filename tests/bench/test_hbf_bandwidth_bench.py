@@ -40,3 +40,16 @@ def test_counters_explain_the_wall_from_helper_and_wait_time():
     e = r["explained"]
     assert e["explained_ns"] == (3000 * 2000 + 3000 * 1000) / (3 * 50) + 1000      # + the plain kernel's time
     assert e["helper_share"] == 2 / 3 and abs(e["explained_over_measured"] - 61000 / 200000) < 1e-12
+
+
+def test_the_inline_path_time_is_explained_with_the_helper_time():
+    """Helper ABI 8 (HBFCC_INLINE_TIME=1): inline_ns joins the helper time and the exposed waits, its share apart."""
+    ex = {"bound_GBps": 384.0, "t_cmd_ns": 300, "t_read_ns": 4000}
+    cs = {"ops_total": {"requests": 3000, "bytes": 3000 * 512, "overhead_ns": 1000 * 2000},
+          "wait_wall_ns": 3000 * 1000, "inline_requests": 2000, "inline_ns": 2000 * 500}
+    r = HB._stream_rec("k", 1 << 20, {"median": 0.001}, {"median": 0.2}, cs, ex, reps=3, resident_warps=50)
+    e = r["explained"]
+    assert e["explained_ns"] == (1000 * 2000 + 2000 * 500 + 3000 * 1000) / (3 * 50) + 1000
+    assert e["inline_ns_total"] == 1_000_000 and e["inline_share"] == pytest.approx(1 / 6)
+    assert e["helper_share"] == pytest.approx(2 / 6) and e["wait_share"] == pytest.approx(3 / 6)
+    assert r["counters"]["inline_ns"] == 1_000_000 and r["counters"]["inline_requests"] == 2000

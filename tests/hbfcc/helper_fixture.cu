@@ -51,8 +51,9 @@ extern "C" __device__ __noinline__ long long __hb_inline_until(unsigned int op) 
 extern "C" __device__ __noinline__ void __hb_kernel_flush(unsigned int kernel_index, unsigned int rd_req,
                                                           unsigned int rd_granules, unsigned long long rd_bytes,
                                                           unsigned int wr_req, unsigned long long wr_bytes,
-                                                          unsigned int ready_waits, unsigned long long slack_ns) {
-    if (__hb_state && (rd_req | wr_req | ready_waits)) atomicAdd(&__hb_kslot_base, 0u);
+                                                          unsigned int ready_waits, unsigned long long slack_ns,
+                                                          unsigned long long inline_ns) {
+    if (__hb_state && (rd_req | wr_req | ready_waits | (inline_ns != 0ull))) atomicAdd(&__hb_kslot_base, 0u);
 }
 
 extern "C" __device__ __noinline__ long long __hb_inline_until_live(unsigned int op, unsigned int kernel_index,
@@ -60,8 +61,10 @@ extern "C" __device__ __noinline__ long long __hb_inline_until_live(unsigned int
                                                                    unsigned long long rd_bytes, unsigned int wr_req,
                                                                    unsigned long long wr_bytes,
                                                                    unsigned int ready_waits,
-                                                                   unsigned long long slack_ns) {
-    __hb_kernel_flush(kernel_index, rd_req, rd_granules, rd_bytes, wr_req, wr_bytes, ready_waits, slack_ns);
+                                                                   unsigned long long slack_ns,
+                                                                   unsigned long long inline_ns) {
+    __hb_kernel_flush(kernel_index, rd_req, rd_granules, rd_bytes, wr_req, wr_bytes, ready_waits, slack_ns,
+                      inline_ns);
     return __hb_inline_until(op);
 }
 

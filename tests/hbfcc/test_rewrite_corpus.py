@@ -94,19 +94,24 @@ def _assemble_separate(text: str, helper_obj: Path) -> None:
             assert cp.returncode == 0, f"{Path(argv[0]).name} failed:\n{cp.stderr}\n{cp.stdout}"
 
 
-def test_corpus_rewrites_and_assembles_with_real_helper(tmp_path):
-    """Every module: rewritten, checked, and assembled with the real helper -- every 8th from the 5th in hbfcc's
-    whole-program build (test_corpus_subset_with_fixture_helper takes every 8th from the 1st), the others through
-    ptxas -c + nvlink with the helper assembled once (the whole-program build of all is what CI time could not
-    afford: ~5 s of ptxas per module; tests/hbfcc/test_link_prune.py and the CLI tests build whole programs too)."""
+def helper_object(tmp_path: Path) -> tuple[H.HelperModule, Path]:
+    """The real helper (else the fixture's) and its object for ``_assemble_separate``."""
     hp = U.real_helper_ptx() or U.fixture_helper_ptx()
-    helper = H.load_helper(hp)
     hobj = tmp_path / "helper.o"
     # capped at 32 registers: nvlink refuses a call from an entry with a lower bound (launch bounds, .maxnreg) to a
     # callee assembled with more (the whole-program build allocates the callee inside the entry's bound)
     cp = subprocess.run([U.tool("ptxas"), "-arch=sm_90a", "-c", "--maxrregcount=32", str(hp), "-o", str(hobj)],
                         capture_output=True, text=True)
     assert cp.returncode == 0, cp.stderr
+    return H.load_helper(hp), hobj
+
+
+def test_corpus_rewrites_and_assembles_with_real_helper(tmp_path):
+    """Every module: rewritten, checked, and assembled with the real helper -- every 8th from the 5th in hbfcc's
+    whole-program build (test_corpus_subset_with_fixture_helper takes every 8th from the 1st), the others through
+    ptxas -c + nvlink with the helper assembled once (the whole-program build of all is what CI time could not
+    afford: ~5 s of ptxas per module; tests/hbfcc/test_link_prune.py and the CLI tests build whole programs too)."""
+    helper, hobj = helper_object(tmp_path)
     items = sorted(corpus().items())
     with cf.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as ex:
         done = list(ex.map(lambda ikv: _check_module(ikv[1][0], ikv[1][1], helper, hobj, whole=ikv[0] % 8 == 4),

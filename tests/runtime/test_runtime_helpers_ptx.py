@@ -57,11 +57,26 @@ def test_abi_header_lists_the_fourteen_helpers_and_three_globals():
     a = _abi_decls()
     assert set(a) == {"__hb_issue", "__hb_wait", "__hb_future_join", "__hb_kernel_enter", "__hb_kernel_exit",
                       "__hb_inline_until", "__hb_kernel_flush", "__hb_issue_group",
-                      "__hb_inline_until_live",                                                     # ABI 7
+                      "__hb_inline_until_live",                                   # ABI 7 (inline_ns: ABI 8)
                       "__hb_tma", "__hb_mbar_note", "__hb_mbar_wait", "__hb_tma_enter", "__hb_tma_exit",   # ABI 5
                       "__hb_state", "__hb_kslot_base", "__hb_cdesc",
                       *L2_ONLY}
     assert a["__hb_cdesc"][1] == "const"   # the launch descriptor lives in the constant bank
+
+
+def test_abi8_flushes_take_inline_ns(helper):
+    """Helper ABI 8: both inline flushes take one more .b64, inline_ns, last (the inline path's own time,
+    hbfcc HBFCC_INLINE_TIME), in the header, in hbfcommon.abi (what hbfcc declares) and in every helper build."""
+    from hbfcommon import abi
+    assert abi.HBF_HELPER_ABI_VERSION == 8
+    assert re.search(r"#define HBF_HELPER_ABI_VERSION 8u", ABI.read_text())
+    hdr, got = _abi_decls(), _decls(helper.read_text())
+    for name in ("__hb_kernel_flush", "__hb_inline_until_live"):
+        sig = abi.HELPERS[name]
+        assert sig.params[-1] == (64, "inline_ns"), name
+        assert [f"b{w}" for w, _ in sig.params] == hdr[name][3], name
+        assert [t.replace("u64", "b64").replace("u32", "b32") for t in got[name][3]] == hdr[name][3], name
+    assert len(abi.HELPERS["__hb_inline_until_live"].params) == len(abi.HELPERS["__hb_kernel_flush"].params) + 1
 
 
 def test_helper_ptx_exports_exactly_the_abi(helper):

@@ -140,6 +140,9 @@ def test_counters_published_into_the_region(sess):
     c = sess.counters()
     assert set(c["totals"]["ops"]) == set(C.OP_NAMES)
     assert sess.ctl.ctl.counters.device_sync_seq == seq + 1
+    # the inline path's own time (helper ABI 8): per kernel and in the totals, published into a reserved word
+    assert "inline_ns" in c["totals"] and all("inline_ns" in k for k in c["kernels"].values())
+    assert sess.ctl.ctl.counters.device_inline_ns == c["totals"]["inline_ns"]
 
 
 def test_closed_session_refuses_calls(hbfd_daemon):
