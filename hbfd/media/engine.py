@@ -56,8 +56,8 @@ from .kernels import (_buf_rows, _carry_keep, _chan_fcfs, _chan_fcfs_packed, _de
                       _event_decide, _event_inputs, _event_merge, _extreme_at, _fifo_carry, _fifo_loop, _gated_split,
                       _l2p_swap, _latest_q, _lookup_events, _min_where, _ngate_bases, _ngate_scan, _packed_build,
                       _packed_build_into, _packed_sort, _parts_update, _pending_fields, _pending_take, _pid_map,
-                      _mixed_front, _mixed_req, _read_front, _read_pass, _read_ready, _ring_loop, _split_items, _split_waiting,
-                      _tail_scan)
+                      _mixed_front, _mixed_req, _program_bulk, _read_front, _read_pass, _read_ready, _ring_loop,
+                      _split_items, _split_waiting, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -2682,4 +2682,5 @@ WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chain
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,
               _ngate_bases, _decided_put, _min_where, _event_decide, _read_ready, _buf_rows,
-              _event_inputs, _split_items, _event_merge, _mixed_front, _mixed_req, _split_waiting)
+              _event_inputs, _split_items, _event_merge, _mixed_front, _mixed_req, _split_waiting,
+              _program_bulk)

@@ -1192,6 +1192,92 @@ def _dup_planes(lp, planes, npl):
 
 
 @accel.jit
+def _program_bulk(lp, C, D, P, npl, ppb, ob, onx, row, valid, pool, cnt_pl):
+    """``Ftl.program_many``'s bulk path in one compiled pass (round 14; its numpy form stays the definition) where
+    every page goes in bulk: each page's home plane, the pages by plane (counting sort, index order kept on a plane:
+    the stable argsort's order), and where every plane of the batch has an open block with room for its pages and
+    no page occurs twice, the pages placed: plane p's pages take its open block's next pages in that order
+    (``onx`` moved), the block's pool row gets their lpns and its valid count their number. Returns (status,
+    planes, ls, ppn, need_up, need_cnt): status 0 done (``ls``, ``ppn``: the pages and their new ppns in plane
+    order, for the l2p map); 1 some planes have no open block (``need_up`` ascending, ``need_cnt`` their page
+    counts: ``_open_fresh``'s arguments; nothing changed); 2 a plane lacks room or a page occurs twice (nothing
+    changed: the numpy path). ``cnt_pl``: scratch of ``npl`` zeros, left zeroed."""
+    n = lp.shape[0]
+    planes = np.empty(n, np.int64)
+    CD = C * D
+    pow2 = (C & (C - 1)) == 0 and (D & (D - 1)) == 0 and (P & (P - 1)) == 0
+    cb = _bits(C)                                   # (powers of two: shifts and masks, the pages being >= 0)
+    db = _bits(D)
+    pb = _bits(P)
+    for i in range(n):
+        x = lp[i]
+        if pow2 and x >= 0:
+            q = ((((x & (C - 1)) << db) | ((x >> cb) & (D - 1))) << pb) | ((x >> (cb + db)) & (P - 1))
+        else:
+            q = ((x % C) * D + (x // C) % D) * P + (x // CD) % P
+        planes[i] = q
+        cnt_pl[q] += 1
+    nup = 0
+    nneed = 0
+    room = True
+    for i in range(n):                               # (each plane once: counted down below)
+        q = planes[i]
+        if cnt_pl[q] > 0 and onx[q] >= 0:
+            if ob[q] < 0:
+                nneed += 1
+            elif onx[q] + cnt_pl[q] > ppb:
+                room = False
+            nup += 1
+            onx[q] = -1 - onx[q]                    # (marked: seen; undone below)
+    for i in range(n):
+        q = planes[i]
+        if onx[q] < 0:
+            onx[q] = -1 - onx[q]
+    e0 = np.empty(0, np.int64)
+    if nneed > 0 or not room:
+        need_up = np.empty(nneed, np.int64)
+        need_cnt = np.empty(nneed, np.int64)
+        w = 0
+        if nneed > 0:
+            for q in range(npl):
+                if cnt_pl[q] > 0 and ob[q] < 0:
+                    need_up[w] = q
+                    need_cnt[w] = cnt_pl[q]
+                    w += 1
+        for i in range(n):
+            cnt_pl[planes[i]] = 0
+        return (1 if nneed > 0 else 2), planes, e0, e0, need_up, need_cnt
+    anyd, dm = _dup_planes(lp, planes, npl)
+    if anyd:
+        for i in range(n):
+            cnt_pl[planes[i]] = 0
+        return 2, planes, e0, e0, e0, e0
+    # plane starts (ascending planes), then the pages in that order
+    start = 0
+    for q in range(npl):
+        c = cnt_pl[q]
+        if c > 0:
+            cnt_pl[q] = start
+            start += c
+    ls = np.empty(n, np.int64)
+    ppn = np.empty(n, np.int64)
+    for i in range(n):
+        q = planes[i]
+        j = cnt_pl[q]
+        cnt_pl[q] = j + 1
+        ls[j] = lp[i]
+        b = ob[q]
+        pg = onx[q]
+        onx[q] = pg + 1
+        ppn[j] = b * ppb + pg
+        pool[row[b] * ppb + pg] = lp[i]
+        valid[b] += 1
+    for i in range(n):
+        cnt_pl[planes[i]] = 0
+    return 0, planes, ls, ppn, e0, e0
+
+
+@accel.jit
 def _gated_split(ok, e, ch, rd, x, seq, serial, q0, gate):
     """``MediaEngine._release_gated``'s split of a chunk of waiting stores, loop form (compiled by numba): the
     released rows (``ok``) as channel items (ch, rd = max(rd, their gate's end ``e``), x, seq, serial, q0 = that
