@@ -27,12 +27,11 @@ def _runs(monkeypatch, g, seed, batches, sizes):
     monkeypatch.setenv("HBFD_ACCEL", "on")
     a, b = Ftl(g), Ftl(g)
     a._bulk_twin = lambda lp: (False, False, a._planes_of(lp))    # (the numpy path)
-    seen = []
+    calls = []
     orig = ftl_mod._program_bulk
 
     def rec(*args):
-        r = orig(*args)
-        seen.append(int(r[0]))
+        calls.append(r := orig(*args))
         return r
     monkeypatch.setattr(ftl_mod, "_program_bulk", rec)
     rng = np.random.default_rng(seed)
@@ -51,7 +50,7 @@ def _runs(monkeypatch, g, seed, batches, sizes):
         assert _full_state(a) == _full_state(b), t
     a.check()
     b.check()
-    return a, seen
+    return a, [int(r[0]) for r in calls]
 
 
 def test_bulk_twin_equals_numpy_path_small_planes(monkeypatch):

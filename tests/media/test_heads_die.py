@@ -139,25 +139,20 @@ def test_heads_rest_skips_and_floors():
         ins = pos + np.arange(nr)                                   # their indices in the whole die
         M = m + nr
         rest = np.setdiff1d(np.arange(M), ins)                       # the rest's indices in the whole die
-        K = np.zeros(M, np.int64)
-        K[rest] = kind
-        R = np.zeros(M, np.int64)
-        R[rest] = ready
-        R[ins] = rng.integers(0, 100, nr)
-        P = np.zeros(M, np.int64)
-        P[rest] = plane
-        P[ins] = rng.integers(0, npd, nr)
-        S = np.full(M, 5, np.int64)
-        S[rest] = service
-        G = np.full(M, -1, np.int64)
-        G[rest] = np.where(gate >= 0, rest[np.maximum(gate, 0)], -1)
-        GX = np.zeros(M, np.int64)
-        GX[rest] = gate_x
-        F = np.zeros(M, np.int64)
-        F[rest] = floor
-        F[ins] = rng.integers(0, 1000, nr)
-        skip = np.zeros(M, np.int64)
-        skip[ins] = 1
+
+        def whole(x, at_reads):
+            out = np.empty(M, np.int64)
+            out[rest] = x
+            out[ins] = at_reads
+            return out
+        K = whole(kind, eventsim.READ)
+        R = whole(ready, rng.integers(0, 100, nr))
+        P = whole(plane, rng.integers(0, npd, nr))
+        S = whole(service, 5)
+        G = whole(np.where(gate >= 0, rest[np.maximum(gate, 0)], -1), -1)
+        GX = whole(gate_x, 0)
+        F = whole(floor, rng.integers(0, 1000, nr))
+        skip = whole(0, 1)
         X = int(rng.choice([-(1 << 62), 0, int(np.median(ready)) if m else 0, int(ready.max()) + 3 if m else 5]))
         # the compacted form
         fl = np.maximum(floor if hf else np.zeros(m, np.int64), X)
