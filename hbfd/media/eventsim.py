@@ -1278,15 +1278,19 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         # (the copy and its scatters were ~1/4 of a 90/10 burst's scheduler time)
         if nf > 0:
             hd = True
-            for k in range(m):
-                if fs[k] == 0 and (kl[k] == 0 or jl[k] >= 0):
+            w = 0
+            for k in range(m):                     # (the fast reads' start and ready; the rest's indices)
+                if fs[k] == 1:
+                    ps_b[k] = fe_b[k] - sl[k]
+                    pr_b[k] = rl[k]
+                elif kl[k] == 0 or jl[k] >= 0:
                     hd = False
                     break
-            if hd and _heads_rest(kl, rl, pll, sl, gl, gxl, fll, has_floor, X, fs, True, t_cmd, Q, pfl, cv_b[:ncv],
-                                  ps_b, fe_b, fa_b, pr_b, wk_b, hp_b):
-                for k in range(m):
-                    if fs[k] == 1:
-                        ps_b[k] = fe_b[k] - sl[k]
+                else:
+                    ix2[w] = k
+                    w += 1
+            if hd and _heads_rest(kl, rl, pll, sl, gl, gxl, fll, has_floor, X, fs, ix2[:w], True, t_cmd, Q, pfl,
+                                  cv_b[:ncv], ps_b, fe_b, fa_b, pr_b, wk_b, hp_b):
                 _scatter(order[a:a + m], start, end, adm, rdy, ps_b, fe_b, fa_b, pr_b)
                 for q in range(npd):
                     pf[pl_l[q]] = pfl[q]
@@ -1337,8 +1341,8 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
             if K[k] == 0 or J[k] >= 0:
                 hd = False
                 break
-        if hd and _heads_rest(K, R, PL, S, G, GX, F, hf, -_BIG, K, False, t_cmd, Q, pfl, cv_b[:ncv], ps_b, fe_b, fa_b,
-                              pr_b, wk_b, hp_b):
+        if hd and _heads_rest(K, R, PL, S, G, GX, F, hf, -_BIG, K, K, False, t_cmd, Q, pfl, cv_b[:ncv], ps_b, fe_b,
+                              fa_b, pr_b, wk_b, hp_b):
             _scatter(order[a:a + nr_] if nf == 0 else ix2[:nr_], start, end, adm, rdy, ps_b, fe_b, fa_b, pr_b)
         elif nr_ > 0:
             s, e, ad, r, okd = _simulate_loop(K, R, PL, dl_b[:nr_], S, t_cmd, Q, pfl, cz_b[:ncv], cv_b[:ncv].copy(), G,
@@ -1468,16 +1472,16 @@ def _read_prefix(kind, ready, plane, service, gate, gate_x, floor, has_floor, jo
 
 
 @accel.jit
-def _by_plane(plane, pofs, fill, lst, skip, use_skip):
+def _by_plane(plane, pofs, fill, lst, sel, use_sel):
     """A die's commands by plane (counting sort, index order kept on each plane): plane q's at
-    ``lst[pofs[q]:pofs[q + 1]]``; ``fill`` is scratch (npd); with ``use_skip``, those k with ``skip[k] != 0`` left
-    out. Returns the most commands on one plane."""
+    ``lst[pofs[q]:pofs[q + 1]]``; ``fill`` is scratch (npd); with ``use_sel``, only the commands ``sel`` (ascending).
+    Returns the most commands on one plane."""
     npd = fill.shape[0]
+    n = sel.shape[0] if use_sel else plane.shape[0]
     for q in range(npd + 1):
         pofs[q] = 0
-    for k in range(plane.shape[0]):
-        if use_skip and skip[k] != 0:
-            continue
+    for z in range(n):
+        k = sel[z] if use_sel else z
         pofs[plane[k] + 1] += 1
     most = 0
     for q in range(npd):
@@ -1486,9 +1490,8 @@ def _by_plane(plane, pofs, fill, lst, skip, use_skip):
         pofs[q + 1] += pofs[q]
     for q in range(npd):
         fill[q] = pofs[q]
-    for k in range(plane.shape[0]):
-        if use_skip and skip[k] != 0:
-            continue
+    for z in range(n):
+        k = sel[z] if use_sel else z
         lst[fill[plane[k]]] = k
         fill[plane[k]] += 1
     return most
@@ -1753,13 +1756,13 @@ def _depth_bound(ad, en, join, ct, na, D):
 @accel.jit
 def _heads_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, t_cmd, Q, pf, ct, st, en, ad, rd, wk, hq):
     """``_heads_rest`` on the whole die (no command left out, no floor beyond ``floor``)."""
-    return _heads_rest(kind, ready, plane, service, gate, gate_x, floor, has_floor, -_BIG, kind, False, t_cmd, Q, pf,
-                       ct, st, en, ad, rd, wk, hq)
+    return _heads_rest(kind, ready, plane, service, gate, gate_x, floor, has_floor, -_BIG, kind, kind, False, t_cmd, Q,
+                       pf, ct, st, en, ad, rd, wk, hq)
 
 
 @accel.jit
-def _heads_rest(kind, ready, plane, service, gate, gate_x, floor, has_floor, X, skip, use_skip, t_cmd, Q, pf, ct, st, en,
-                ad, rd, wk, hq):
+def _heads_rest(kind, ready, plane, service, gate, gate_x, floor, has_floor, X, skip, sel, use_skip, t_cmd, Q, pf, ct, st,
+                en, ad, rd, wk, hq):
     """``_heads_pass`` (the numpy form, ``simulate_auto``'s path 2) for one die without reads or joins, loop form
     (compiled by numba; round 13: the programs behind a burst's fast reads, whose queue depth binds): the die
     admits next the command with the smallest (ready, seq) among its planes' first unscheduled commands (a
@@ -1770,24 +1773,23 @@ def _heads_rest(kind, ready, plane, service, gate, gate_x, floor, has_floor, X, 
     ``_heads_pass``, every service and t_cmd positive. Returns True with start, end, admission, ready in ``st``,
     ``en``, ``ad``, ``rd`` and ``pf`` moved; False with ``pf`` unchanged. ``wk``: scratch (int64, at least
     5 npd + 3 m + 1); ``hq``: room for Q where Q < m + len(ct). Round 14: with ``use_skip``, the commands k with
-    ``skip[k] != 0`` (a burst die's fast reads, already served) are left out and the others floored at ``X`` as well
-    (``_simulate_split``'s rest in place of its copy: no compaction, one scatter of the die); their ``st``, ``en``,
-    ``ad`` stay as they were, ``rd`` gets their ready time. ``X = -_BIG``, ``use_skip`` False: ``_heads_die``."""
+    ``skip[k] != 0`` (a burst die's fast reads, already served) are left out and the others, ``sel`` (ascending),
+    floored at ``X`` as well (``_simulate_split``'s rest in place of its copy: no compaction, one scatter of the die);
+    the skipped ones' ``st``, ``en``, ``ad``, ``rd`` are left as they were. ``X = -_BIG``, ``use_skip`` False:
+    ``_heads_die``."""
     m = kind.shape[0]
     npd = pf.shape[0]
     nc = ct.shape[0]
     if t_cmd <= 0:
         return False
-    mr = 0
-    for k in range(m):
-        if use_skip and skip[k] != 0:
-            continue
+    mr = sel.shape[0] if use_skip else m
+    for z in range(mr):
+        k = sel[z] if use_skip else z
         if kind[k] == 0 or service[k] <= 0:
             return False
         g = gate[k]
         if g >= 0 and (g >= k or plane[g] != plane[k] or (use_skip and skip[g] != 0)):
             return False
-        mr += 1
     pofs, o = _cut(wk, 0, npd + 1)
     head, o = _cut(wk, o, npd)                   # each plane's next command (in lst)
     pfn, o = _cut(wk, o, npd)
@@ -1796,7 +1798,7 @@ def _heads_rest(kind, ready, plane, service, gate, gate_x, floor, has_floor, X, 
     seq, o = _cut(wk, o, m)                      # the order used
     ht, o = _cut(wk, o, npd)                     # the planes' next commands: a heap by (ready, seq)
     hi, o = _cut(wk, o, npd)
-    _by_plane(plane, pofs, head, lst, skip, use_skip)
+    _by_plane(plane, pofs, head, lst, sel, use_skip)
     for q in range(npd):
         head[q] = pofs[q]
         pfn[q] = pf[q]
@@ -1805,8 +1807,9 @@ def _heads_rest(kind, ready, plane, service, gate, gate_x, floor, has_floor, X, 
     if bind:
         for c in range(nc):
             hs = _qheap_add(hq, hs, Q, ct[c])
-    for k in range(m):                            # (a gated command's ready time is set once it heads its plane:
-        rd[k] = ready[k]                          # its gate, earlier on the plane, has ended then)
+    for z in range(mr):                           # (a gated command's ready time is set once it heads its plane:
+        k = sel[z] if use_skip else z             # its gate, earlier on the plane, has ended then)
+        rd[k] = ready[k]
     hs2 = 0
     for q in range(npd):
         if pofs[q + 1] > pofs[q]:
