@@ -1121,6 +1121,8 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         loc[i] = k - dofs[d]
         order[k] = i
         fill[d] = k + 1
+    for k in range(n):                            # (round 14: gathered in die order, not scattered into the dies'
+        i = order[k]                              # streams of 8 arrays: ~0.1-0.2 ms less a 90/10 run)
         kd[k] = kind[i]
         rd[k] = ready[i]
         pd[k] = plane[i]
@@ -1128,8 +1130,7 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         gxd[k] = gate_x[i]
         fd[k] = floor[i]
         jd[k] = join[i]
-    for k in range(n):
-        g = gate[order[k]]
+        g = gate[i]
         gd[k] = loc[g] if g >= 0 else -1
     # carried releases by die (those of dies without commands change nothing here)
     cofs = np.zeros(nd + 1, np.int64)
