@@ -16,7 +16,7 @@ import numpy as np
 from hbfd import accel
 
 from .geometry import MediaError, MediaGeometry
-from .kernels import L2P_EMPTY, L2P_FIB, _dup_planes, _l2p_swap, _program_bulk
+from .kernels import L2P_EMPTY, L2P_FIB, _dup_planes, _l2p_swap, _program_bulk, _program_place
 
 FREE, OPEN, CLOSED = 0, 1, 2
 _M64 = (1 << 64) - 1
@@ -293,13 +293,9 @@ class Ftl:
         lp = np.asarray(lpns, np.int64)
         ops_out: dict[int, list[tuple[str, int]]] = {}
         n = len(lp)
-        opened = False
         if n >= 8 and not self._in_gc and type(self.l2p) is not dict and accel.enabled():
-            done, opened, planes = self._bulk_twin(lp)
-            if done:
-                return planes, ops_out
-        else:
-            planes = self._planes_of(lp)
+            return self._bulk_twin(lp, ops_out), ops_out
+        planes = self._planes_of(lp)
         if n == 0:
             return planes, ops_out
         if n < 8 or self._in_gc:
@@ -318,7 +314,7 @@ class Ftl:
         cnt = np.diff(np.append(st, n))
         up = ps[st]
         ob = self._ob[up]
-        if (ob < 0).any() and not opened:     # (opened: _bulk_twin called it with these planes)
+        if (ob < 0).any():
             # planes never written: open their first block now when that cannot start GC (as the
             # first program() there would: a block taken, GC only if free blocks drop below the start)
             self._open_fresh(up[ob < 0], cnt[ob < 0])
@@ -387,30 +383,38 @@ class Ftl:
             if not valid[ob_] and state[ob_] == CLOSED:
                 self.drop_block_map(ob_)
 
-    def _bulk_twin(self, lp: np.ndarray) -> tuple[bool, bool, np.ndarray]:
-        """``program_many``'s bulk path by its compiled twin (``kernels._program_bulk``, round 14) where every page of
-        the batch goes in bulk (after ``_open_fresh`` for the planes without an open block, called as the numpy path
-        calls it): the same placement, map, counts and pool rows. Returns (done, whether ``_open_fresh`` was
-        called, the home plane per page): not done, nothing changed but ``_open_fresh``'s blocks (the numpy path then goes on without calling
-        it again) where a plane lacks room or a block, or a page occurs twice."""
+    def _bulk_twin(self, lp: np.ndarray, ops_out: dict) -> np.ndarray:
+        """``program_many``'s bulk path by its compiled twin (``kernels._program_bulk``, round 14): ``_open_fresh`` for
+        the planes without an open block (called as the numpy path calls it), the pages of the planes that cannot go
+        in bulk (no block, no room, a page twice) one at a time by ``program`` (in plane order, first, as there), then
+        the bulk planes' pages placed (``kernels._program_place``), mapped (the l2p swap) and their old copies
+        invalidated: the same placement, map, counts, GC and pool rows. Returns the home plane per page; ``ops_out``
+        gets the GC operations."""
         if self._cnt_pl is None:
             self._cnt_pl = np.zeros(self.g.planes, np.int64)
-        opened = False
-        while True:
-            st, planes, ls, ppn, need_up, need_cnt = _program_bulk(
+        for opened in (False, True):
+            st, planes, ls, ppn, need_up, need_cnt, nb, use = _program_bulk(
                 lp, self._C, self._D, self._P, self.g.planes, self.ppb, self._ob, self._onx,
                 np.frombuffer(self._row, np.int64), np.frombuffer(self._valid, np.int64), self._pool.reshape(-1),
-                self._cnt_pl)
-            if st != 1 or opened:
+                self._cnt_pl, opened)
+            if st != 1:
                 break
             self._open_fresh(need_up, need_cnt)
-            opened = True
-        if st != 0:
-            return False, opened, planes
+        assert st != 1, "_program_bulk asked for planes to open twice"
+        if st == 3:                            # the other planes' pages one at a time, first
+            for i in nb.tolist():
+                _, _, ops = self.program(int(lp[i]))
+                if ops:
+                    ops_out[i] = ops
+            ls, ppn = _program_place(lp, planes, use, self.g.planes, self.ppb, self._ob, self._onx,
+                                     np.frombuffer(self._row, np.int64), np.frombuffer(self._valid, np.int64),
+                                     self._pool.reshape(-1), self._cnt_pl)
+            if not len(ls):
+                return planes
         oldv = self.l2p.swap(ls, ppn)
         self._drop_olds(oldv[oldv >= 0].tolist())
         self.host_programs += len(ls)
-        return True, opened, planes
+        return planes
 
     def _open_fresh(self, up: np.ndarray, cnt: np.ndarray) -> None:
         """Planes ``up`` without an open block, ``cnt`` pages each to come: open the first block of each
