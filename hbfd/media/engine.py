@@ -56,8 +56,8 @@ from .kernels import (_buf_rows, _carry_keep, _chan_fcfs, _chan_fcfs_packed, _de
                       _event_decide, _event_inputs, _event_merge, _extreme_at, _fifo_carry, _fifo_loop, _gated_split,
                       _l2p_swap, _latest_q, _lookup_events, _min_where, _ngate_bases, _ngate_scan, _packed_build,
                       _packed_build_into, _packed_sort, _parts_update, _pending_fields, _pending_take, _pid_map,
-                      _mixed_front, _mixed_req, _read_front, _read_pass, _read_ready, _ring_loop, _split_items, _split_waiting,
-                      _tail_scan)
+                      _mixed_front, _mixed_req, _program_bulk, _program_place, _read_front, _read_pass, _read_ready,
+                      _ring_loop, _split_items, _split_waiting, _tail_scan)
 from .geometry import PAGE_BYTES, SECTOR_BYTES, SECTORS_PER_PAGE, MediaError, MediaGeometry
 from . import hist
 from .hist import LogHistogram
@@ -2663,6 +2663,9 @@ def warm_twins(geometry: MediaGeometry) -> float:
         _packed_build_into(np.zeros(1, np.int64), 0, one, one, 0, 1, 1)
         _pending_fields(_E0, 1, one, one, none, one, none, np.zeros(1, np.bool_), one, one, 0, geometry.t_cmd_ns,
                         *(np.zeros(1, np.int64) for _ in range(5)))
+        # (Ftl.program_many's repeat check: inside _program_bulk where the map is the table, round 14; directly on
+        # the numpy path)
+        _dup_planes(np.arange(2, dtype=np.int64), np.zeros(2, np.int64), 1)
         # the event scheduler on all dies at once (a gate across dies: _simulate_split declines; the engine's
         # gates stay on their plane, so its runs above reach only the split)
         two = np.arange(2, dtype=np.int64)
@@ -2682,4 +2685,5 @@ WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chain
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,
               _ngate_bases, _decided_put, _min_where, _event_decide, _read_ready, _buf_rows,
-              _event_inputs, _split_items, _event_merge, _mixed_front, _mixed_req, _split_waiting)
+              _event_inputs, _split_items, _event_merge, _mixed_front, _mixed_req, _split_waiting,
+              _program_bulk, _program_place)

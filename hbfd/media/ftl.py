@@ -16,7 +16,7 @@ import numpy as np
 from hbfd import accel
 
 from .geometry import MediaError, MediaGeometry
-from .kernels import L2P_EMPTY, L2P_FIB, _dup_planes, _l2p_swap
+from .kernels import L2P_EMPTY, L2P_FIB, _dup_planes, _l2p_swap, _program_bulk, _program_place
 
 FREE, OPEN, CLOSED = 0, 1, 2
 _M64 = (1 << 64) - 1
@@ -167,6 +167,7 @@ class Ftl:
         self.gc_runs = 0
         self.erases = 0
         self._in_gc = False
+        self._cnt_pl: np.ndarray | None = None       # _bulk_twin's scratch (per plane)
 
     def _rows(self, k: int) -> np.ndarray:
         """``k`` rows of ``_pool`` for new blocks (given-back ones first), set to -1."""
@@ -290,10 +291,11 @@ class Ftl:
         consecutive pages of it (planes are independent, so the order across planes is free). Returns
         (home plane per page, {index: GC operations} for pages that caused GC)."""
         lp = np.asarray(lpns, np.int64)
-        C, D, P = self._C, self._D, self._P
-        planes = ((lp % C) * D + (lp // C) % D) * P + (lp // (C * D)) % P
         ops_out: dict[int, list[tuple[str, int]]] = {}
         n = len(lp)
+        if n >= 8 and not self._in_gc and type(self.l2p) is not dict and accel.enabled():
+            return self._bulk_twin(lp, ops_out), ops_out
+        planes = self._planes_of(lp)
         if n == 0:
             return planes, ops_out
         if n < 8 or self._in_gc:
@@ -355,8 +357,6 @@ class Ftl:
         self._onx[up[bulk]] = onx_b + cnt_b
         l2p = self.l2p
         row = self._row
-        valid = self._valid
-        state = self._state
         pool = self._pool
         if type(l2p) is dict:
             lsl = ls.tolist()
@@ -364,12 +364,7 @@ class Ftl:
         else:                                  # (the table: old ppns and the new mapping in one pass)
             oldv = l2p.swap(ls, ppn)
             olds = oldv[oldv >= 0].tolist()
-        for o_ in olds:                        # pages mapped before: their old copies invalid now
-            ob_, opg = divmod(o_, ppb)
-            pool[row[ob_], opg] = -1
-            valid[ob_] -= 1
-            if not valid[ob_] and state[ob_] == CLOSED:
-                self.drop_block_map(ob_)
+        self._drop_olds(olds)
         if type(l2p) is dict:
             l2p.update(zip(lsl, ppn.tolist()))
         rows = np.frombuffer(row, np.int64)[ob_b]
@@ -377,6 +372,49 @@ class Ftl:
         np.frombuffer(self._valid, np.int64)[ob_b] += cnt_b     # (a plane's open block: no block twice)
         self.host_programs += len(ls)
         return planes, ops_out
+
+    def _drop_olds(self, olds: list[int]) -> None:
+        """Pages mapped before a bulk program (their old ppns): their old copies invalid now."""
+        ppb, pool, row, valid, state = self.ppb, self._pool, self._row, self._valid, self._state
+        for o_ in olds:
+            ob_, opg = divmod(o_, ppb)
+            pool[row[ob_], opg] = -1
+            valid[ob_] -= 1
+            if not valid[ob_] and state[ob_] == CLOSED:
+                self.drop_block_map(ob_)
+
+    def _bulk_twin(self, lp: np.ndarray, ops_out: dict) -> np.ndarray:
+        """``program_many``'s bulk path by its compiled twin (``kernels._program_bulk``, round 14): ``_open_fresh`` for
+        the planes without an open block (called as the numpy path calls it), the pages of the planes that cannot go
+        in bulk (no block, no room, a page twice) one at a time by ``program`` (in plane order, first, as there), then
+        the bulk planes' pages placed (``kernels._program_place``), mapped (the l2p swap) and their old copies
+        invalidated: the same placement, map, counts, GC and pool rows. Returns the home plane per page; ``ops_out``
+        gets the GC operations."""
+        if self._cnt_pl is None:
+            self._cnt_pl = np.zeros(self.g.planes, np.int64)
+        for opened in (False, True):
+            st, planes, ls, ppn, need_up, need_cnt, nb, use = _program_bulk(
+                lp, self._C, self._D, self._P, self.g.planes, self.ppb, self._ob, self._onx,
+                np.frombuffer(self._row, np.int64), np.frombuffer(self._valid, np.int64), self._pool.reshape(-1),
+                self._cnt_pl, opened)
+            if st != 1:
+                break
+            self._open_fresh(need_up, need_cnt)
+        assert st != 1, "_program_bulk asked for planes to open twice"
+        if st == 3:                            # the other planes' pages one at a time, first
+            for i in nb.tolist():
+                _, _, ops = self.program(int(lp[i]))
+                if ops:
+                    ops_out[i] = ops
+            ls, ppn = _program_place(lp, planes, use, self.g.planes, self.ppb, self._ob, self._onx,
+                                     np.frombuffer(self._row, np.int64), np.frombuffer(self._valid, np.int64),
+                                     self._pool.reshape(-1), self._cnt_pl)
+            if not len(ls):
+                return planes
+        oldv = self.l2p.swap(ls, ppn)
+        self._drop_olds(oldv[oldv >= 0].tolist())
+        self.host_programs += len(ls)
+        return planes
 
     def _open_fresh(self, up: np.ndarray, cnt: np.ndarray) -> None:
         """Planes ``up`` without an open block, ``cnt`` pages each to come: open the first block of each

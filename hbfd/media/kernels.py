@@ -1192,6 +1192,122 @@ def _dup_planes(lp, planes, npl):
 
 
 @accel.jit
+def _program_bulk(lp, C, D, P, npl, ppb, ob, onx, row, valid, pool, cnt_pl, opened):
+    """``Ftl.program_many``'s bulk path in compiled passes (round 14; its numpy form stays the definition): each
+    page's home plane, the pages by plane (counting sort, index order kept on a plane: the stable argsort's order),
+    and which planes go in bulk (an open block with room for their pages, no page twice: ``_dup_planes``). Returns
+    (status, planes, ls, ppn, need_up, need_cnt, nb, use): status 1, some planes have no open block and
+    ``opened`` is False (``need_up`` ascending, ``need_cnt`` their page counts: ``_open_fresh``'s arguments; nothing
+    changed); 0, every plane in bulk: the pages placed (``_program_place``; ``ls``, ``ppn`` the pages and their new
+    ppns in plane order); 3, some planes not in bulk (without a block after ``_open_fresh``, without room, or with a
+    page twice): nothing changed, ``nb`` their pages in plane order (for ``Ftl.program`` one at a time, first) and
+    ``use`` the bulk planes (for ``_program_place`` after them). ``cnt_pl``: scratch of ``npl`` zeros, left
+    zeroed."""
+    n = lp.shape[0]
+    planes = np.empty(n, np.int64)
+    CD = C * D
+    pow2 = (C & (C - 1)) == 0 and (D & (D - 1)) == 0 and (P & (P - 1)) == 0
+    cb = _bits(C)                                   # (powers of two: shifts and masks, the pages being >= 0)
+    db = _bits(D)
+    pb = _bits(P)
+    nneed = 0
+    for i in range(n):
+        x = lp[i]
+        if pow2 and x >= 0:
+            q = ((((x & (C - 1)) << db) | ((x >> cb) & (D - 1))) << pb) | ((x >> (cb + db)) & (P - 1))
+        else:
+            q = ((x % C) * D + (x // C) % D) * P + (x // CD) % P
+        planes[i] = q
+        if cnt_pl[q] == 0 and ob[q] < 0:
+            nneed += 1
+        cnt_pl[q] += 1
+    e0 = np.empty(0, np.int64)
+    u0 = np.empty(0, np.uint8)
+    if nneed > 0 and not opened:
+        need_up = np.empty(nneed, np.int64)
+        need_cnt = np.empty(nneed, np.int64)
+        w = 0
+        for q in range(npl):
+            if cnt_pl[q] > 0 and ob[q] < 0:
+                need_up[w] = q
+                need_cnt[w] = cnt_pl[q]
+                w += 1
+        for i in range(n):
+            cnt_pl[planes[i]] = 0
+        return 1, planes, e0, e0, need_up, need_cnt, e0, u0
+    use = np.zeros(npl, np.uint8)
+    anyd, dm = _dup_planes(lp, planes, npl)
+    nnb = 0
+    for i in range(n):
+        q = planes[i]
+        if ob[q] >= 0 and onx[q] + cnt_pl[q] <= ppb and not dm[q]:
+            use[q] = 1
+        else:
+            nnb += 1
+    for i in range(n):
+        cnt_pl[planes[i]] = 0
+    if nnb == 0:
+        ls, ppn = _program_place(lp, planes, use, npl, ppb, ob, onx, row, valid, pool, cnt_pl)
+        return 0, planes, ls, ppn, e0, e0, e0, u0
+    # the other planes' pages in plane order (as the numpy path programs them one at a time)
+    _plane_starts(planes, use, 0, npl, cnt_pl)
+    nb = np.empty(nnb, np.int64)
+    for i in range(n):
+        q = planes[i]
+        if use[q] == 0:
+            nb[cnt_pl[q]] = i
+            cnt_pl[q] += 1
+    for i in range(n):
+        cnt_pl[planes[i]] = 0
+    return 3, planes, e0, e0, e0, e0, nb, use
+
+
+@accel.jit
+def _plane_starts(planes, use, want, npl, cnt_pl):
+    """``cnt_pl[q]``: the first position of plane q's pages in plane order (ascending planes) among the pages whose
+    plane has ``use[q] == want`` (``cnt_pl`` zero before); returns how many such pages."""
+    for i in range(planes.shape[0]):
+        q = planes[i]
+        if use[q] == want:
+            cnt_pl[q] += 1
+    start = 0
+    for q in range(npl):
+        c = cnt_pl[q]
+        if c > 0:
+            cnt_pl[q] = start
+            start += c
+    return start
+
+
+@accel.jit
+def _program_place(lp, planes, use, npl, ppb, ob, onx, row, valid, pool, cnt_pl):
+    """The placement of ``_program_bulk``'s bulk planes (``use``): their pages in plane order (ascending planes,
+    index order on a plane) take their plane's open block's next pages (``onx`` moved), the block's pool row gets
+    their lpns and its valid count their number. Returns (ls, ppn): those pages and their new ppns in that order.
+    ``cnt_pl``: scratch of ``npl`` zeros, left zeroed."""
+    n = lp.shape[0]
+    start = _plane_starts(planes, use, 1, npl, cnt_pl)
+    ls = np.empty(start, np.int64)
+    ppn = np.empty(start, np.int64)
+    for i in range(n):
+        q = planes[i]
+        if use[q] == 0:
+            continue
+        j = cnt_pl[q]
+        cnt_pl[q] = j + 1
+        ls[j] = lp[i]
+        b = ob[q]
+        pg = onx[q]
+        onx[q] = pg + 1
+        ppn[j] = b * ppb + pg
+        pool[row[b] * ppb + pg] = lp[i]
+        valid[b] += 1
+    for i in range(n):
+        cnt_pl[planes[i]] = 0
+    return ls, ppn
+
+
+@accel.jit
 def _gated_split(ok, e, ch, rd, x, seq, serial, q0, gate):
     """``MediaEngine._release_gated``'s split of a chunk of waiting stores, loop form (compiled by numba): the
     released rows (``ok``) as channel items (ch, rd = max(rd, their gate's end ``e``), x, seq, serial, q0 = that

@@ -128,12 +128,13 @@ def test_a_changed_l2p_twin_is_seen(monkeypatch):
 
 
 def _dup_runs(monkeypatch, dup=None):
-    """An FTL programmed with the twins off (dict map, the sort's duplicate check) and one with them on
-    (table, ``kernels._dup_planes``), batch by batch, many batches with pages twice: the same state."""
+    """An FTL programmed with the twins off (the sort's duplicate check) and one with them on (``kernels._dup_planes``),
+    batch by batch, many batches with pages twice: the same state. Both made with the dict map: with the table
+    ``program_many`` takes its compiled bulk path (round 14, tests/media/test_ftl_bulk.py), which checks repeats
+    inside; the numpy path's own use of the twin is what is checked here."""
     g = geom(blocks_per_plane=32, pages_per_block=16)
     monkeypatch.setenv("HBFD_ACCEL", "off")
     a = Ftl(g)
-    monkeypatch.setenv("HBFD_ACCEL", "on")
     b = Ftl(g)
     if dup is not None:
         monkeypatch.setattr(ftl_mod, "_dup_planes", dup)

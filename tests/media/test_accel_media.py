@@ -449,7 +449,8 @@ def test_auto_without_numba_runs_the_numpy_definitions(monkeypatch):
                       (engine_mod, "_event_decide"), (engine_mod, "_read_ready"), (engine_mod, "_buf_rows"),
                       (engine_mod, "_event_inputs"), (engine_mod, "_split_items"),
                       (engine_mod, "_event_merge"), (engine_mod, "_mixed_front"), (engine_mod, "_mixed_req"),
-                      (engine_mod, "_split_waiting")):
+                      (engine_mod, "_split_waiting"), (ftl_mod, "_program_bulk"),
+                      (ftl_mod, "_program_place")):
         monkeypatch.setattr(mod, name, None)      # calling a twin would raise a TypeError
     got = _engine_run(g, stream, [700, 700, 600], [True] * 3)
     assert ref[1] == got[1] and all(np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
@@ -472,7 +473,7 @@ def test_warm_twins_compiles_every_twin_before_serving(monkeypatch, caplog):
              K._gated_split, K._parts_update, K._pending_take, K._ngate_scan, K._ngate_bases, K._decided_put,
              K._min_where, eventsim._plane_order, K._packed_build_into, K._event_decide, K._read_ready, K._buf_rows,
              K._event_inputs, K._split_items, K._event_merge, K._mixed_front, K._mixed_req,
-             K._split_waiting)
+             K._split_waiting, K._program_bulk, K._program_place)
     caplog.set_level("DEBUG", logger="hbfd.accel")
     for name in ("nominal", "ocp-sg2"):
         E.warm_twins(MediaGeometry.from_profile(as_profile(name)))

@@ -120,3 +120,72 @@ def test_heads_die_declines():
     assert call(gate=np.array([-1, -1, 0, -1], np.int64))
     assert not call(service=np.where(np.arange(m) == 1, 0, service))
     assert not call(t_cmd=0)
+
+
+def test_heads_rest_skips_and_floors():
+    """Round 14: ``_heads_rest`` with ``use_skip`` (``_simulate_split``'s rest behind a burst die's fast reads, in
+    place) equals ``_heads_die`` on the compacted rest (the commands not skipped, in index order, gates renumbered,
+    floored at max(floor, X); ``sel`` the others' indices): the same decision, results, plane free times; the skipped
+    commands' start, end, admission and ready untouched; output buffers longer than the die (as the split's)."""
+    rng = np.random.default_rng(1414)
+    kept = declined = 0
+    for k in range(1500):
+        kind, ready, plane, service, gate, gate_x, floor, ct, pf, t_cmd, Q = _die(rng)
+        m, npd = len(kind), len(pf)
+        hf = bool(rng.random() < 0.7)
+        # reads put in among the commands (the skipped ones): the whole die's arrays
+        nr = int(rng.choice([0, 1, 5, 3 * m]))
+        pos = np.sort(rng.integers(0, m + 1, nr))
+        ins = pos + np.arange(nr)                                   # their indices in the whole die
+        M = m + nr
+        rest = np.setdiff1d(np.arange(M), ins)                       # the rest's indices in the whole die
+
+        def whole(x, at_reads):
+            out = np.empty(M, np.int64)
+            out[rest] = x
+            out[ins] = at_reads
+            return out
+        K = whole(kind, eventsim.READ)
+        R = whole(ready, rng.integers(0, 100, nr))
+        P = whole(plane, rng.integers(0, npd, nr))
+        S = whole(service, 5)
+        G = whole(np.where(gate >= 0, rest[np.maximum(gate, 0)], -1), -1)
+        GX = whole(gate_x, 0)
+        F = whole(floor, rng.integers(0, 1000, nr))
+        skip = whole(0, 1)
+        X = int(rng.choice([-(1 << 62), 0, int(np.median(ready)) if m else 0, int(ready.max()) + 3 if m else 5]))
+        # the compacted form
+        fl = np.maximum(floor if hf else np.zeros(m, np.int64), X)
+        pf_c = pf.copy()
+        oc = [np.zeros(m, np.int64) for _ in range(4)]
+        wk = np.zeros(5 * npd + 3 * m + 1, np.int64)
+        hq = np.zeros(max(Q if Q < m + len(ct) else 1, 1), np.int64)
+        okc = eventsim._heads_die(kind, ready, plane, service, gate, gate_x, fl, True, t_cmd, Q, pf_c, ct.copy(),
+                                  *oc, wk, hq)
+        # in place
+        pf_r = pf.copy()
+        sent = [np.full(M + 7, -77, np.int64) for _ in range(4)]     # (longer than the die)
+        wk = np.zeros(5 * npd + 3 * M + 1, np.int64)
+        hq = np.zeros(max(Q if Q < M + len(ct) else 1, 1), np.int64)
+        okr = eventsim._heads_rest(K, R, P, S, G, GX, F, hf, X, skip, rest.astype(np.int64), True, t_cmd, Q, pf_r,
+                                   ct.copy(), *sent, wk, hq)
+        assert bool(okr) == bool(okc), k
+        if not okr:
+            declined += 1
+            assert np.array_equal(pf_r, pf), k
+            continue
+        kept += 1
+        assert np.array_equal(pf_r, pf_c), k
+        for x, y in zip(sent, oc):
+            assert np.array_equal(x[rest], y), k
+        for x in sent:
+            assert (x[ins] == -77).all() and (x[M:] == -77).all(), k
+    assert kept > 500 and declined > 300, (kept, declined)
+    # a gate naming a skipped command: declined
+    K = np.array([eventsim.PROG, eventsim.READ, eventsim.PROG], np.int64)
+    z = np.zeros(3, np.int64)
+    ok = eventsim._heads_rest(K, z, z, np.full(3, 9, np.int64), np.array([-1, -1, 1], np.int64), z, z, False, 0,
+                              np.array([0, 1, 0], np.int64), np.array([0, 2], np.int64), True, 2, 4,
+                              np.zeros(1, np.int64), np.zeros(0, np.int64),
+                              *(np.zeros(3, np.int64) for _ in range(4)), np.zeros(16, np.int64), np.zeros(4, np.int64))
+    assert not ok
