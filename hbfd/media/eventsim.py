@@ -1754,9 +1754,10 @@ def _depth_bound(ad, en, join, ct, na, D):
     return most
 
 
-@accel.jit
 def _heads_die(kind, ready, plane, service, gate, gate_x, floor, has_floor, t_cmd, Q, pf, ct, st, en, ad, rd, wk, hq):
-    """``_heads_rest`` on the whole die (no command left out, no floor beyond ``floor``)."""
+    """``_heads_rest`` on the whole die (no command left out, no floor beyond ``floor``). Since round 14 the engine
+    calls ``_heads_rest`` itself; this form is the tests' (a plain function over the twin: no compiled code of its
+    own, so the warm-up has nothing to compile for it)."""
     return _heads_rest(kind, ready, plane, service, gate, gate_x, floor, has_floor, -_BIG, kind, kind, False, t_cmd, Q,
                        pf, ct, st, en, ad, rd, wk, hq)
 
