@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
 # bumped when a C struct or function changes incompatibly (hbfsim.h HBFSIM_ABI_VERSION says the same)
 ABI_VERSION = 1
-COUNTERS_VERSION = 1
+COUNTERS_VERSION = 2
 SUMMARY_SCHEMA = "hbfsim.capi.summary"
 # the C layer's own code (hbfsim.h): the embedded interpreter could not start or import this package.
 # Every other code is hbfcommon.errors.ErrorCode's.
@@ -52,7 +52,7 @@ ATTACH_ALLOW_UNMODELED = 1 << 1
 SCALARS = ("requests", "media_bytes", "program_bytes", "modeled_ns", "service_ns", "helper_ns",
            "wait_calls", "exposed_wait_ns", "lateness_ns", "slack_ns", "ready_waits", "inline_requests",
            "launches", "thermal_waits", "thermal_wait_ns", "refresh_claims", "refresh_bytes", "bias_clamps",
-           "unmodeled_launches", "refused_launches")
+           "unmodeled_launches", "refused_launches", "inline_ns")
 OP_FIELDS = ("requests", "bytes", "program_bytes", "modeled_ns", "wall_ns", "service_ns", "overhead_ns")
 
 

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define HBFSIM_ABI_VERSION 1          /* runtime_cuda/capi/__init__.py ABI_VERSION */
-#define HBFSIM_COUNTERS_VERSION 1     /* struct hbfsim_counters layout */
+#define HBFSIM_COUNTERS_VERSION 2     /* struct hbfsim_counters layout (2: inline_ns at the end) */
 
 /* return codes (hbfcommon/errors.py ErrorCode; tests/capi checks they agree) */
 enum hbfsim_status {
@@ -118,6 +118,8 @@ typedef struct hbfsim_counters {
     uint64_t bias_clamps;
     uint64_t unmodeled_launches;               /* kernels allowed unmodeled (HBFSIM_ATTACH_ALLOW_UNMODELED) */
     uint64_t refused_launches;
+    uint64_t inline_ns;                        /* the inline issue path's own time (builds with HBFCC_INLINE_TIME=1;
+                                                  else 0): docs/runtime.md */
 } hbfsim_counters;
 
 /* A terminal failure the GPU recorded (hbfsim_synchronize). */

@@ -28,7 +28,7 @@
 
 /* hbfsim_counters_get fills every field after the header as one run of uint64_t, in the bridge's order */
 _Static_assert(offsetof(hbfsim_counters, generation) == 8 &&
-                   sizeof(hbfsim_counters) == 8 + 8 * (1 + 7 * HBFSIM_N_OPS + 20),
+                   sizeof(hbfsim_counters) == 8 + 8 * (1 + 7 * HBFSIM_N_OPS + 21),
                "hbfsim_counters: a header, then uint64_t fields only (runtime_cuda/capi SCALARS, OP_FIELDS)");
 
 struct hbfsim_session {
