@@ -179,6 +179,8 @@ KERNEL_COLUMNS = [
     ("exposed wait", "sum over warps of the time consumers spent waiting for a value (the cost the program saw)"),
     ("lateness", "sum of waits past their deadline: simulation overhead, not device time"),
     ("helper time", "sum of the helpers' own time at issue (classify, queue model, ring publish)"),
+    ("inline", "requests served by the inline issue path (no helper call), and the path's own time where the build "
+               "timed it (HBFCC_INLINE_TIME=1; '-' otherwise)"),
     ("ready waits / slack", "waits whose value was already due, and the summed time it was ready before use"),
     ("thermal waits", "admissions withheld by the thermal controller (Severe), and their summed time"),
     ("refresh", "refresh-debt quanta claimed by its admissions, and their bytes"),
@@ -200,7 +202,9 @@ def kernels_section(run: Run) -> str:
     out.append(table(["kernel"] + [k for k, _ in KERNEL_COLUMNS], [[
         r["kernel"], fmt_int(r["launches"]), fmt_int(r["requests"]), fmt_bytes(r["bytes"]),
         fmt_bytes(r["program_bytes"]), fmt_ns(r["modeled_ns"]), fmt_ns(r["wait_wall_ns"]),
-        fmt_ns(r["wait_overhead_ns"]), fmt_ns(r["helper_ns"]), f"{r['ready_waits']:,} / {fmt_ns(r['slack_ns'])}",
+        fmt_ns(r["wait_overhead_ns"]), fmt_ns(r["helper_ns"]),
+        f"{r['inline_requests']:,} / {fmt_ns(r['inline_ns']) if r['inline_ns'] else '-'}",
+        f"{r['ready_waits']:,} / {fmt_ns(r['slack_ns'])}",
         f"{r['thermal_waits']:,} / {fmt_ns(r['thermal_wait_ns'])}",
         f"{r['refresh_claims']:,} / {fmt_bytes(r['refresh_bytes'])}",
         fmt_ns(r["kend_ns"] - r["kstart_ns"]) if r["kend_ns"] >= r["kstart_ns"] > 0 else "-"] for r in rows]))

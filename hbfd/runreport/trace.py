@@ -151,6 +151,7 @@ def kernel_rows(run: Run) -> list[dict[str, Any]]:
             "helper_ns": tot("overhead_ns"), "wait_calls": int(k.get("wait_calls", 0)),
             "wait_wall_ns": int(k["wait_wall_ns"]), "wait_overhead_ns": int(k.get("wait_overhead_ns", 0)),
             "ready_waits": int(k.get("ready_waits", 0)), "slack_ns": int(k.get("slack_ns", 0)),
+            "inline_requests": int(k.get("inline_requests", 0)), "inline_ns": int(k.get("inline_ns", 0)),
             "thermal_waits": int(k.get("thermal_waits", 0)), "thermal_wait_ns": int(k.get("thermal_wait_ns", 0)),
             "refresh_claims": int(k.get("refresh_claims", 0)), "refresh_bytes": int(k.get("refresh_bytes", 0)),
             "kstart_ns": int(k["kstart_ns"]), "kend_ns": int(k["kend_ns"]),

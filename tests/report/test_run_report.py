@@ -65,8 +65,9 @@ def test_report_of_the_demo_run(tmp_path, demo_path, demo_doc):
 def test_kernel_table(tmp_path, demo_path, counters_path):
     k = _section(_report(tmp_path, demo_path, "--counters", str(counters_path)), "Kernels")
     assert "gemv_instr" in k and "rate_instr" in k and "20,496" in k and "1.23 ms" in k
-    for col in ("launches", "exposed wait", "helper time", "program bytes", "latest span"):
+    for col in ("launches", "exposed wait", "helper time", "inline", "program bytes", "latest span"):
         assert f"<dt>{col}</dt>" in k
+    assert "10,240 / 3.46 ms" in k and "7 / -" in k        # the inline path's requests / own time ('-': not timed)
 
 
 def test_kernel_table_from_the_runtimes_report_in_the_summary(tmp_path, demo_doc):
