@@ -7,7 +7,8 @@
 # 25 s stall watch, cuda-gdb on a stall, its own caches: bench/gpu_calls/qwen_go.sh), in this order:
 #   (first)    bench/warp_groups.py: the stall's situation made on purpose (two groups of one warp in one helper,
 #              a leader alone, then hb_from_leader + __reduce_add_sync), for the plain / barrier / checked builds of
-#              hb_from_leader and of the group's mask (~1-3 min): hangs and wrong values per build, and the cycles each costs
+#              hb_from_leader and of the group's mask (~1-3 min): hangs and wrong values per build, and the cycles
+#              each costs
 #   checked    helpers built with -DHBF_LEADER_CHECKED=1 (the shuffle's mask OR-ed with %lanemask_eq: ptxas checks
 #              each lane's own mask before its plain SHFL instead of one lane's mask read into a uniform register;
 #              the explanation of the stall in runtime_cuda/src/hbf_ptx.cuh); if it ends, make it the default
