@@ -1718,11 +1718,14 @@ extern "C" __device__ __noinline__ void __hb_kernel_flush(unsigned int kernel_in
     const unsigned long long sp = __hb_state;
     if (sp == 0ull) return;
     const uint32_t mask = hb_group_mask();
-    if (__reduce_or_sync(mask, rd_req | wr_req | ready_waits | (inline_ns != 0ull ? 1u : 0u)) == 0u) return;
+    // bit 0: something counted; bit 1: a timed inline path (only HBFCC_INLINE_TIME builds pay its warp sum)
+    const uint32_t any = __reduce_or_sync(mask, ((rd_req | wr_req | ready_waits) != 0u ? 1u : 0u) |
+                                                    (inline_ns != 0ull ? 2u : 0u));
+    if (any == 0u) return;
     const uint64_t rq = hb_warp_sum(mask, rd_req), rg = hb_warp_sum(mask, rd_granules);
     const uint64_t rb = hb_warp_sum(mask, rd_bytes), wq = hb_warp_sum(mask, wr_req);
     const uint64_t wb = hb_warp_sum(mask, wr_bytes), rw = hb_warp_sum(mask, ready_waits);
-    const uint64_t sl = hb_warp_sum(mask, slack_ns), ins = hb_warp_sum(mask, inline_ns);
+    const uint64_t sl = hb_warp_sum(mask, slack_ns), ins = (any & 2u) ? hb_warp_sum(mask, inline_ns) : 0ull;
     if (hb_laneid() != (uint32_t)(__ffs(mask) - 1)) return;
     const hbf_cdesc& d = __hb_cdesc;
     const uint32_t site = kernel_index << 16;
