@@ -8,10 +8,12 @@ helper at once; each group's leader runs a transaction alone, then the group tak
 runtime_cuda/src/hbf_ptx.cuh's hb_from_leader and counts itself with __reduce_add_sync; every lane checks both
 against its own mask. One build per variant of hb_from_leader:
 
-    plain     the default (the shuffle with the mask from the helper's VOTE: ptxas's uniform fast path)
-    barrier   -DHBF_LEADER_BARRIER=1 (a warp barrier over the mask, in a function of its own, before the shuffle)
-    checked   -DHBF_LEADER_CHECKED=1 (the mask OR-ed with %lanemask_eq: ptxas checks each lane's own mask)
-    group     -DHBF_GROUP_CHECKED=1 (the same for every collective: the group's mask OR-ed with it at the entry)
+    plain     -DHBF_LEADER_CHECKED=0 (the shuffle with the mask from the helper's VOTE: ptxas's uniform fast path;
+              the default until stop 47)
+    barrier   -DHBF_LEADER_BARRIER=1, unchecked (a warp barrier over the mask, in a function of its own, before it)
+    checked   -DHBF_LEADER_CHECKED=1 (the mask OR-ed with %lanemask_eq: ptxas checks each lane's own mask; the
+              default since stop 47)
+    group     -DHBF_GROUP_CHECKED=1, leader unchecked (the same for every collective: the group's mask OR-ed with it at the entry)
 
 and per build three runs: `groups` (the leader's transaction in a branch of its own: the helpers' shape),
 `lockstep` (every lane of a group runs the spin on the leader's broadcast clock), `cost` (one group per warp, no spin:
@@ -41,8 +43,9 @@ from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 log = logging.getLogger("warp_groups")
 
 SRC = ROOT / "bench" / "src" / "warp_groups.cu"
-VARIANTS = {"plain": [], "barrier": ["-DHBF_LEADER_BARRIER=1"], "checked": ["-DHBF_LEADER_CHECKED=1"],
-            "group": ["-DHBF_GROUP_CHECKED=1"]}
+VARIANTS = {"plain": ["-DHBF_LEADER_CHECKED=0"], "barrier": ["-DHBF_LEADER_BARRIER=1", "-DHBF_LEADER_CHECKED=0"],
+            "checked": ["-DHBF_LEADER_CHECKED=1"],
+            "group": ["-DHBF_GROUP_CHECKED=1", "-DHBF_LEADER_CHECKED=0"]}
 SHAPES = {"groups": 0, "lockstep": 1, "cost": 2}
 
 

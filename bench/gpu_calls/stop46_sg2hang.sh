@@ -23,7 +23,9 @@
 #   lean       the lean helper build (hb_fast_model a real call: runtime_cuda/ptx/hbf_helpers_lean.ptx)
 #   b1         batch 1, the default helpers
 #   default    the default helpers (stalled twice in stop 45: the control, last)
-# The three helper builds are made here with nvcc (as setup.py's helper-ptx does). One tar under $OUT ($OUT/s46.tgz).
+# Run in stop 47 (docs/RESULTS.md "Stop 47"): checked, group, barrier and lockstep ended, default stalled (nofast,
+# lean, b1 not reached). Since then the default is checked: the other builds here name -DHBF_LEADER_CHECKED=0, as
+# they ran. The helper builds are made here with nvcc (as setup.py's helper-ptx does). One tar under $OUT ($OUT/s46.tgz).
 #   LIMIT=570 bash bench/gpu_calls/stop46_sg2hang.sh     (carry: hbfproto, runtime_cuda/ptx, .whl)
 set -u
 source bench/gpu_calls/env.sh
@@ -31,17 +33,18 @@ W=/tmp/s46; mkdir -p $W/ptx; TAR=s46.tgz
 source bench/gpu_calls/qwen_go.sh
 python3 -m hbfd.warmup 2>&1 | tail -1
 build() {   # name, -D...
-  nvcc -std=c++17 -O3 -arch=compute_90a -rdc=true -ptx -Iruntime_cuda/include "$2" runtime_cuda/src/hbf_helpers.cu \
+  # shellcheck disable=SC2086
+  nvcc -std=c++17 -O3 -arch=compute_90a -rdc=true -ptx -Iruntime_cuda/include $2 runtime_cuda/src/hbf_helpers.cu \
       -o $W/ptx/hbf_helpers_$1.ptx && sed -i 's/^\.visible \.func/.weak .func/' $W/ptx/hbf_helpers_$1.ptx
   echo "$1 build rc=$? (bar.warp.sync: $(grep -c 'bar.warp.sync' $W/ptx/hbf_helpers_$1.ptx), lanemask_eq: $(grep -c 'lanemask_eq' $W/ptx/hbf_helpers_$1.ptx))"
 }
 timeout 240 python3 bench/warp_groups.py --out $W/warp_groups.json 2>&1 | tail -12; pack
 echo "== [$(left)s left] warp_groups done"
 build checked -DHBF_LEADER_CHECKED=1
-build group -DHBF_GROUP_CHECKED=1
-build barrier -DHBF_LEADER_BARRIER=1
-build lockstep -DHBF_FAST_LOCKSTEP=1
-build nofast -DHBF_FAST_ISSUE=0
+build group "-DHBF_GROUP_CHECKED=1 -DHBF_LEADER_CHECKED=0"
+build barrier "-DHBF_LEADER_BARRIER=1 -DHBF_LEADER_CHECKED=0"
+build lockstep "-DHBF_FAST_LOCKSTEP=1 -DHBF_LEADER_CHECKED=0"
+build nofast "-DHBF_FAST_ISSUE=0 -DHBF_LEADER_CHECKED=0"
 Q="--model qwen3-30b-a3b --tokens 2 --prompt 1 --profile ocp-sg2"
 export STALL_S=25
 # shellcheck disable=SC2086

@@ -25,25 +25,27 @@ HBF_PTX_DEV uint32_t hb_laneid() {
 // miss) runs while the other lanes wait at the compiler's reconvergence point, which under independent thread
 // scheduling may let them go on to the shuffle without the leader; the shuffle then takes its divergent form. On the
 // H100 (stop 45, the 48-layer sg2 Qwen3 stall, docs/RESULTS.md) lanes 25-31 stayed in that form of the fast path's
-// `dl` shuffle while their leader, lane 24, was past it. HBF_LEADER_BARRIER=1 (a measurement build, default off until
-// a card says it ends the stall: bench/gpu_calls/stop46_sg2hang.sh) puts a warp barrier over m before the shuffle, in
-// a function of its own: a __syncwarp(m) written right before it is merged into the shuffle by ptxas (the SASS has
-// none), so it would change nothing.
+// `dl` shuffle while their leader, lane 24, was past it. HBF_LEADER_BARRIER=1 (a measurement build, default off) puts
+// a warp barrier over m before the shuffle, in a function of its own: a __syncwarp(m) written right before it is
+// merged into the shuffle by ptxas (the SASS has none), so it would change nothing.
 //
-// HBF_LEADER_CHECKED=1 (a second measurement build, default off) gives the shuffle the mask m | %lanemask_eq: the same
+// HBF_LEADER_CHECKED (default ON since stop 47, 2026-12-06: on the H100 the 48-layer ocp-sg2 batch-8 run stalled in
+// moe_down_hbf 3 times out of 3 without it -- stop 45 twice, stop 47 once -- and ended 3 times out of 3 with it, the
+// whole decode matrix included; docs/RESULTS.md "Stop 47") gives the shuffle the mask m | %lanemask_eq: the same
 // value (the lane is in m), but one ptxas cannot prove warp-uniform. With a mask it takes for uniform (m comes from
 // __activemask(), a VOTE), ptxas reads one lane's m into a uniform register (R2UR) and takes the plain SHFL when the
 // lanes of that one m are active (BRA.DIV); a lane whose own group is not all there, converged at a reconvergence
 // point with lanes of another group of the same warp (a second invocation of the same helper, e.g. the lanes of the
-// next page), takes the plain SHFL too and goes on without its group: the stall's picture. With the mask it cannot
-// prove uniform, ptxas checks every lane's own mask against the lanes active (MATCH.ANY, REDUX.OR, VOTEU) before the
-// plain SHFL, and sends any other case to the form that waits for each lane's own mask.
+// next page), takes the plain SHFL too and goes on without its group: the stall's picture (an inference from the
+// stalled SASS; the card's reproducer did not make the stall itself). With the mask it cannot prove uniform, ptxas
+// checks every lane's own mask against the lanes active (MATCH.ANY, REDUX.OR, VOTEU) before the plain SHFL, and sends
+// any other case to the form that waits for each lane's own mask. -DHBF_LEADER_CHECKED=0 builds the unchecked form.
 // bench/warp_groups.py tells the variants apart on a card (two groups of one warp in one helper).
 #ifndef HBF_LEADER_BARRIER
 #define HBF_LEADER_BARRIER 0
 #endif
 #ifndef HBF_LEADER_CHECKED
-#define HBF_LEADER_CHECKED 0
+#define HBF_LEADER_CHECKED 1
 #endif
 #if HBF_LEADER_BARRIER
 static __device__ __noinline__ void hb_warp_barrier(uint32_t m) { __syncwarp(m); }

@@ -1,11 +1,12 @@
-"""hb_from_leader's measurement builds (runtime_cuda/src/hbf_ptx.cuh; issue 13, the 48-layer sg2 stall of stop 45).
+"""hb_from_leader's builds (runtime_cuda/src/hbf_ptx.cuh; issue 13, the 48-layer sg2 stall of stop 45).
 
 The stall's picture: a lane took ptxas's plain SHFL for `dl = __shfl_sync(mask, dd, leader)` because the check before
 it (BRA.DIV) read one lane's mask into a uniform register (R2UR of the VOTE's result), while its own group was not all
 there. -DHBF_LEADER_CHECKED=1 ORs %lanemask_eq into the mask, which ptxas cannot prove uniform: it then checks each
-lane's own mask (MATCH.ANY over the masks, against the lanes active) before the plain SHFL. These tests read the SASS
-ptxas makes (nvdisasm), so they fail when a compiler or a change of the helpers takes that check away, and keep the
-default build free of it (its PTX unchanged until a card decides: bench/gpu_calls/stop46_sg2hang.sh)."""
+lane's own mask (MATCH.ANY over the masks, against the lanes active) before the plain SHFL. It is the default since
+stop 47 (on the H100 the run stalled 3/3 without it and ended 3/3 with it: docs/RESULTS.md "Stop 47");
+-DHBF_LEADER_CHECKED=0 builds the unchecked form. These tests read the SASS ptxas makes (nvdisasm), so they fail when
+a compiler or a change of the helpers takes that check away, from the default build included."""
 from __future__ import annotations
 
 import re
@@ -58,13 +59,13 @@ def _count(lines: list[str], op: str) -> int:
 def helper_sass(nvcc, nvdisasm, tmp_path_factory):
     d = tmp_path_factory.mktemp("leader")
     return {name: _sass(nvcc, nvdisasm, HELPERS, d / f"{name}.cubin", "-rdc=true", *flags)
-            for name, flags in {"default": [], "checked": ["-DHBF_LEADER_CHECKED=1"],
+            for name, flags in {"unchecked": ["-DHBF_LEADER_CHECKED=0"], "default": [],
                                 "group": ["-DHBF_GROUP_CHECKED=1"]}.items()}
 
 
 @pytest.mark.parametrize("fn", ["__hb_issue", "__hb_mbar_note"])
-def test_the_checked_build_checks_each_lanes_mask_before_the_leaders_shuffle(helper_sass, fn):
-    default, checked = helper_sass["default"][fn], helper_sass["checked"][fn]
+def test_the_default_build_checks_each_lanes_mask_before_the_leaders_shuffle(helper_sass, fn):
+    default, checked = helper_sass["unchecked"][fn], helper_sass["default"][fn]
     assert _count(default, "SR_EQMASK") == 0
     assert _count(checked, "SR_EQMASK") >= 1
     # one more MATCH (the per-lane mask check) for the leader's shuffle; the general path's own MATCHes are in both
@@ -76,15 +77,17 @@ def test_the_checked_build_checks_each_lanes_mask_before_the_leaders_shuffle(hel
 def test_the_group_build_checks_every_shuffle_of_the_compact_path(helper_sass):
     """-DHBF_GROUP_CHECKED=1: the group's mask is per lane from the helper's entry on, so the shuffles before the
     leader's transaction (the predecessor's offset, the leader's issue time) are checked too, not only the leader's."""
-    default, leader, group = (helper_sass[k]["__hb_issue"] for k in ("default", "checked", "group"))
+    default, leader, group = (helper_sass[k]["__hb_issue"] for k in ("unchecked", "default", "group"))
     assert _count(group, "MATCH") >= _count(leader, "MATCH") + 2
     assert _count(default, "SR_EQMASK") == 0 and _count(group, "SR_EQMASK") >= 1
 
 
-def test_the_default_helpers_are_unchanged_by_the_measurement_builds():
-    """The installed build (make helpers-ptx) has neither measurement build's mark."""
-    ptx = (ROOT / "runtime_cuda" / "ptx" / "hbf_helpers.ptx").read_text()
-    assert "%lanemask_eq" not in ptx
+@pytest.mark.parametrize("build", ["hbf_helpers", "hbf_helpers_l2", "hbf_helpers_lean"])
+def test_the_installed_helpers_are_the_checked_build(build):
+    """The installed builds (make helpers-ptx) check the leader's shuffle (%lanemask_eq in its mask) and carry no
+    measurement build's mark (the barrier's function)."""
+    ptx = (ROOT / "runtime_cuda" / "ptx" / f"{build}.ptx").read_text()
+    assert "%lanemask_eq" in ptx
     assert "hb_warp_barrier" not in ptx
 
 
@@ -92,8 +95,9 @@ def test_the_default_helpers_are_unchanged_by_the_measurement_builds():
 def repro_sass(nvcc, nvdisasm, tmp_path_factory):
     d = tmp_path_factory.mktemp("repro")
     return {name: _sass(nvcc, nvdisasm, REPRO, d / f"{name}.cubin", *flags)
-            for name, flags in {"plain": [], "checked": ["-DHBF_LEADER_CHECKED=1"],
-                                "barrier": ["-DHBF_LEADER_BARRIER=1"], "group": ["-DHBF_GROUP_CHECKED=1"]}.items()}
+            for name, flags in {"plain": ["-DHBF_LEADER_CHECKED=0"], "checked": [],
+                                "barrier": ["-DHBF_LEADER_BARRIER=1", "-DHBF_LEADER_CHECKED=0"],
+                                "group": ["-DHBF_GROUP_CHECKED=1", "-DHBF_LEADER_CHECKED=0"]}.items()}
 
 
 def _body(funcs: dict[str, list[str]]) -> list[str]:
