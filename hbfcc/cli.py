@@ -95,6 +95,9 @@ def marker_line() -> str:
         line += f" link separate cap {'plain' if cap is None else cap}"
     if knobs.load().cpasync_window != knobs.CPASYNC_WINDOW_DEFAULT:  # another cp.async group window
         line += f" cpasync-window {knobs.load().cpasync_window}"
+    if knobs.load().defer:   # HBFCC_DEFER=1: the output is the PLAIN cubin (the instrumented one is built later)
+        from hbfcommon.deferred import MARKER_WORD
+        line += f" {MARKER_WORD}"
     return line
 
 
@@ -308,7 +311,8 @@ def _ptxas(args: list[str]) -> int:
     wargs = list(args)
     wargs[inputs[0]] = work
     try:
-        if (k.baseline or (use_sep and k.separate_cap is None)) and sass:
+        # HBFCC_DEFER=1: the baseline build IS the output (the plain cubin), so it always runs
+        if (k.baseline or k.defer or (use_sep and k.separate_cap is None)) and sass:
             bin_ = os.path.join(tmpdir, "orig.ptx")
             Path(bin_).write_text(original)
             bargs = list(args)
@@ -380,6 +384,16 @@ def _ptxas(args: list[str]) -> int:
         # a module exporting a device function that reaches a helper: its device functions capped (hbfcc/rdc.py)
         df_cap = rdc.device_function_cap(res.module, ucaps) if sass and rdc.STAGE_NAME in res.meta else None
         rargs = [real] + rdc.with_device_function_cap(wargs, df_cap) + ([] if user_v else ["-v"])
+        defer_why = _defer_unsupported(k, res, sass, out_path, reloc, use_sep, unbounded, base_thread) \
+            if k.defer else None
+        if k.defer and defer_why is None:
+            rc = _deferred(res, k, choice, args, rargs, work, in_path, out_path, arch, cap, instead_of, user_v,
+                           base_thread, base_cp, tmpdir)
+            if rc is not None:
+                return rc
+            defer_why = "the artifact store could not keep the rewritten PTX"
+        if k.defer:
+            log.info("HBFCC_DEFER=1: %s: assembling the rewrite now (eager)", defer_why)
         cp = None
         if use_sep:
             caps = seplink.entry_caps(res.module, _registers(before) if before is not None else {},
@@ -453,6 +467,8 @@ def _ptxas(args: list[str]) -> int:
         from .toolchain import sha256_file
         doc["build"] = {"marker": marker_line(),
                         "output_sha256": sha256_file(out_path) if out_path and os.path.isfile(out_path) else None}
+        if k.defer:                      # HBFCC_DEFER=1 asked, this module built eagerly: why
+            doc["build"]["eager_because"] = defer_why
         if k.link == "separate":         # HBFCC_LINK=separate asked: what served this module, and why
             doc["link"] = dict({"requested": "separate", "mode": "separate" if use_sep else "whole",
                                 "fallback_reason": None if use_sep else sep_why},
@@ -481,6 +497,95 @@ def _ptxas(args: list[str]) -> int:
         if base_thread is not None:
             base_thread.join()     # an error in the rewrite: let the baseline ptxas end before its dir goes
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _defer_unsupported(k: knobs.Knobs, res, sass: bool, out_path: Optional[str], reloc: bool, use_sep: bool,
+                       unbounded, base_thread) -> Optional[str]:
+    """Why HBFCC_DEFER=1 cannot defer this module's instrumented build (None: it can). Deferred is a
+    plain ``sm_XX`` cubin build with ``-o`` (Triton's) whose instrumented build is one ptxas run of a text
+    decided before it; anything decided after an instrumented build, or a build whose output embeds the
+    PTX, is built eagerly."""
+    from . import occupancy
+    if k.nvcc_step:
+        return "one of nvcc's ptxas steps (fatbinary embeds the PTX ptxas reads)"
+    if not sass or out_path is None:
+        return "not an sm_XX cubin build with -o"
+    if reloc:
+        return "a relocatable build (-c)"
+    if use_sep or k.link == "separate":
+        return "HBFCC_LINK=separate"
+    if k.occupancy_guard:
+        return "HBFCC_OCCUPANCY_GUARD=1 (decided after an instrumented build)"
+    if res.already_instrumented:
+        return "the input is instrumented already"
+    if res.meta.get("below_helper_target") or res.transformed_sha256 == res.original_sha256:
+        return "the module was not instrumented (its build is the plain one)"
+    if unbounded is not None:
+        return "a launch bound applies (a ptxas that rejects it is retried without: decided at the build)"
+    if occupancy.LAUNCH_PASS_NAME not in res.meta and k.launch_bound \
+            and any(t is None for t in occupancy.entry_threads(res.module).values()):
+        return "an entry without a declared block size whose launch bound is decided after the build"
+    if base_thread is None:
+        return "no plain build"
+    return None
+
+
+def _deferred(res, k: knobs.Knobs, choice, args: list[str], rargs: list[str], work: str, in_path: str,
+              out_path: str, arch: str, cap, instead_of, user_v: bool, base_thread, base_cp: dict,
+              tmpdir: str) -> Optional[int]:
+    """HBFCC_DEFER=1 (hbfcommon/deferred.py): the output is the plain build (the baseline ptxas run: the
+    original PTX with the caller's options; file names do not enter a cubin), the rewrite goes to the store
+    with the recipe of the eager build (``rargs``, its input and output as tokens) in the record. Returns
+    ptxas's exit status; None when the store cannot keep the rewrite (the caller then builds eagerly)."""
+    from hbfcommon import deferred
+
+    from .toolchain import build_stats, ptxas_version_text, sha256_file
+    real = choice.path
+    store = _store_dir(k)
+    try:
+        ptx_sha = deferred.store_ptx(store, res.text)
+    except OSError as e:
+        log.warning("HBFCC_DEFER=1: cannot keep the rewritten PTX in the artifact store %s (%s)", store, e)
+        return None
+    base_thread.join()
+    bcp = base_cp.get("cp")
+    orig_out = os.path.join(tmpdir, "orig.o")
+    if user_v:
+        sys.stdout.write(bcp.stdout)
+        sys.stderr.write(bcp.stderr)
+    else:
+        sys.stdout.write(_filter_info(bcp.stdout))
+        sys.stderr.write(_filter_info(bcp.stderr))
+    if bcp.returncode != 0:     # the real ptxas refuses the original: what it says, as it says it
+        return bcp.returncode
+    shutil.copyfile(orig_out, out_path)
+    before = build_stats(bcp.stdout + bcp.stderr, orig_out)
+    argv = []
+    for x in rargs:
+        if x == work:
+            x = deferred.PTX_TOKEN
+        elif x == out_path:
+            x = deferred.OUT_TOKEN
+        elif x == "--output-file=" + out_path:
+            x = "--output-file=" + deferred.OUT_TOKEN
+        argv.append(x)
+    version = ptxas_version_text(real)
+    plain_sha = sha256_file(out_path)
+    recipe = {"ptx_sha256": ptx_sha, "ptx_name": os.path.basename(work), "argv": argv,
+              "plain_output_sha256": plain_sha, "key": deferred.recipe_key(ptx_sha, argv, version)}
+    ptxas_info = {"path": real, "source": choice.source, "version": version,
+                  "argv": [real] + list(args), "returncode": bcp.returncode, "target": arch,
+                  "max_ptx_version": f"{cap[0]}.{cap[1]}", "instead_of": instead_of}
+    doc = artifact.build(path=in_path, result=res, ptxas=ptxas_info, before=before, after=None)
+    doc["build"] = {"marker": marker_line(), "output_sha256": plain_sha}
+    doc["deferred"] = recipe
+    out = Path(out_path)
+    _emit_artifact(doc, out, k, sidecar=_sidecar_wanted(k, out), store=True)
+    if res.dumps is not None:
+        res.dumps.json("artifact", doc)
+    if not doc["input"]["below_helper_target"]:
+        warn_not_admitted(doc["kernels"])
+    return 0
 
 
 def _separate_build(res, real: str, wargs: list[str], out_idx: int, arch: str, user_v: bool, helper,
