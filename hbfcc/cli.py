@@ -1145,12 +1145,73 @@ def rewrite_main(args: list[str]) -> int:
     return 0
 
 
+def prebuild_main(args: list[str]) -> int:
+    """``hbfcc prebuild``: assemble the deferred (HBFCC_DEFER=1) instrumented builds now, so no attached run
+    pays for them at a kernel's load (the runtime then reads them back from the store)."""
+    import concurrent.futures as cf
+    import hashlib
+
+    from hbfcommon import artifact as A
+    from hbfcommon import deferred
+    ap = argparse.ArgumentParser(prog="hbfcc prebuild", description="Assemble the instrumented builds that "
+                                 "hbfcc-ptxas deferred (HBFCC_DEFER=1) and cache them in the artifact store; "
+                                 "exit 1 when any fails (each failure named)")
+    ap.add_argument("--store", type=Path, default=None, help="artifact store (default: HBFCC_ARTIFACT_DIR, "
+                    "else $HBFCC_CACHE_DIR/artifacts)")
+    ap.add_argument("--triton-cache", type=Path, default=None, metavar="DIR",
+                    help="only the kernels whose cubins lie in this Triton cache (TRITON_CACHE_DIR); a cubin there "
+                         "compiled with HBFCC_DEFER=1 whose record is gone fails")
+    ap.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--force", action="store_true", help="assemble again even where a build is cached")
+    ns = ap.parse_args(args)
+    store = ns.store or A.store_dir()
+    errors: list[str] = []
+    unknown: list[Path] = []
+    ok = 0
+    if ns.triton_cache is not None:
+        recs = []
+        for c in sorted(ns.triton_cache.rglob("*.cubin")):
+            data = c.read_bytes()
+            p = A.output_store_path(store, hashlib.sha256(data).hexdigest())
+            try:
+                rec = json.loads(p.read_text())
+            except (OSError, ValueError):
+                unknown.append(c)     # a plain ptxas's cubin, or a record gone: the runtime refuses it at load
+                continue
+            if deferred.recipe(rec) is not None:
+                recs.append(rec)
+    else:
+        recs = deferred.records(store)
+    todo = {deferred.recipe(r)["key"]: r for r in recs}    # one build per recipe
+    with cf.ThreadPoolExecutor(max_workers=max(1, ns.jobs)) as ex:
+        futs = {ex.submit(deferred.build, r, store=store, force=ns.force): r for r in todo.values()}
+        for f in cf.as_completed(futs):
+            names = ", ".join(deferred.kernel_names(futs[f]))
+            try:
+                b = f.result()
+            except HbfError as e:
+                errors.append(str(e))
+                continue
+            ok += 1
+            print(f"{names}: {'cached' if b.cached else f'built in {b.build_ns / 1e9:.2f} s'} -> {b.path}")
+    for e in errors:
+        print(f"hbfcc prebuild: error: {e}", file=sys.stderr)
+    if unknown:
+        print(f"hbfcc prebuild: {len(unknown)} cubin(s) in {ns.triton_cache} have no record in {store} (compiled by a "
+              f"plain ptxas, or their records are gone: the runtime refuses to model those): "
+              + ", ".join(str(u) for u in unknown[:5]), file=sys.stderr)
+    print(f"hbfcc prebuild: {ok} of {len(todo)} deferred build(s) ready in {store}", file=sys.stderr)
+    return 1 if errors else 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     _setup_logging()
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args and args[0] == "rewrite":
             return rewrite_main(args[1:])
+        if args and args[0] == "prebuild":       # HBFCC_DEFER=1's instrumented builds, now
+            return prebuild_main(args[1:])
         if args and args[0] == "ptxas":          # what the shadow toolkit's shim runs
             return _ptxas_entry(args[1:])
         if args and args[0] == "--hbfcc-version":
