@@ -1031,6 +1031,8 @@ CMAKE_CUDA_COMPILER_LAUNCHER=hbfcc (then: hbfcc nvcc ARGS), or on the command li
     hbfcc -arch=sm_90a -c k.cu -o k.o          any nvcc command line; every ptxas step nvcc runs
                                                rewrites the PTX (a shadow toolkit's ptxas)
     hbfcc rewrite IN.ptx -o OUT.ptx [--dump-stages DIR] [--no-link] [--helper H.ptx] [--passes LIST]
+    hbfcc prebuild [--store DIR] [--triton-cache DIR] [-j N] [--force]
+                                               assemble the instrumented builds HBFCC_DEFER=1 deferred
     hbfcc --hbfcc-version                      the version marker only
 Each output gets <output>.hbfcc.json: which kernels are admitted (modeled) and why not, per
 -gencode target; the artifact store keeps each module's record by its original PTX's sha256.
