@@ -883,13 +883,20 @@ class Session:
 
     # ---------------------------------------------------------------------------- modules
     def bind_module(self, module, artifact: Any = None, *, kernels: Sequence[str] | None = None,
-                    slots: int | None = None, missing_reason: str | None = None) -> ModuleBinding:
+                    slots: int | None = None, missing_reason: str | None = None,
+                    deferred_built: bool = False) -> ModuleBinding:
         """Point an instrumented module's __hb_state (0 while nothing is registered: the native body, see
         state_word)/__hb_kslot_base at this session. `module` is a
         CUmodule (or its int handle). A module without __hb_state is recorded as uninstrumented.
-        Without an artifact its `kernels` are not admitted, for `missing_reason` when given."""
+        Without an artifact its `kernels` are not admitted, for `missing_reason` when given.
+        The record of a deferred compile (HBFCC_DEFER=1) describes the plain cubin Triton loaded: its kernels
+        are admitted only in the instrumented build the Triton hooks swap in (``deferred_built``)."""
         self._ensure_open()
         art = A.load(artifact)
+        if art is not None and DF.recipe(art) is not None and not deferred_built:
+            missing_reason = ("the plain build of a deferred kernel (HBFCC_DEFER=1): its instrumented build is "
+                              "swapped in by the session's Triton hooks (install_triton_hooks / bind_triton_kernel)")
+            art = None
         ak = A.kernels(art)
         names = [k[0] for k in ak] or list(kernels or [])
         nslots = slots or max(1, len(names) or 1)
@@ -1255,14 +1262,12 @@ class Session:
             b = self.bind_module(int(module), artifact=None, kernels=[name], missing_reason=reason)
             self.note_function(int(function), b, name)
             return b
-        plain = self.bind_module(int(module), artifact=None, kernels=[name],
-                                 missing_reason="the plain build of a deferred kernel (HBFCC_DEFER=1): its "
-                                                "instrumented build replaced it in Triton's CompiledKernel")
+        plain = self.bind_module(int(module), artifact=art, kernels=[name])    # not admitted (bind_module)
         self.note_function(int(function), plain, name)      # a launcher that kept the old handle: refused
         kernel.module, kernel.function, kernel.n_regs, kernel.n_spills, kernel.n_max_threads = \
             mod, fn, n_regs, n_spills, n_max
         kernel.kernel = built.cubin
-        b = self.bind_module(int(mod), artifact=art, kernels=[name])
+        b = self.bind_module(int(mod), artifact=art, kernels=[name], deferred_built=True)
         self.note_function(int(fn), b, name)
         self.deferred_builds.append({"kernel": name, "ok": True, "cached": built.cached, "build_ns": built.build_ns,
                                      "cubin": str(built.path)})

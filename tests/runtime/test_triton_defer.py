@@ -263,3 +263,20 @@ def test_prebuild_moves_the_build_before_the_run(denv, tmp_path, monkeypatch):
     assert not b.cached and b"__hb_" in b.cubin
     assert prebuild_triton(ks["k_dprio"].metadata_group).cached
     assert hashlib.sha256(b.path.read_bytes()).hexdigest() == hashlib.sha256(b.cubin).hexdigest()
+
+
+def test_binding_the_plain_module_by_hand_does_not_admit_it(denv, hbfd_daemon):
+    """Whoever binds a deferred kernel's module without the Triton hooks (bind_module with its record) binds the
+    plain build: not admitted, so a launch that would be modeled is refused instead of running unmodeled."""
+    from runtime_cuda.session import triton_artifact
+    ks, _ = denv
+    k = ks["k_dadd"]
+    s = _session(hbfd_daemon)
+    try:
+        art = triton_artifact(k.metadata_group)
+        assert art is not None and DF.recipe(art) is not None
+        b = s.bind_module(0x5051, artifact=art, kernels=[k.name])
+        info = b.kernel("k_dadd")
+        assert not info.admitted and "plain build of a deferred kernel" in info.reasons[0]
+    finally:
+        s.close()
