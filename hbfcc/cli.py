@@ -171,6 +171,17 @@ def _filter_info(text: str) -> str:
     return "".join(out)
 
 
+def _relay(cp: subprocess.CompletedProcess, user_v: bool) -> None:
+    """What the real ptxas printed, as the caller would see it: its ``ptxas info`` lines only when the caller
+    asked for ``-v`` (hbfcc adds ``-v`` for its own facts)."""
+    if user_v:
+        sys.stdout.write(cp.stdout)
+        sys.stderr.write(cp.stderr)
+    else:
+        sys.stdout.write(_filter_info(cp.stdout))
+        sys.stderr.write(_filter_info(cp.stderr))
+
+
 def _run_capture(argv: list[str], env=None) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(argv, capture_output=True, text=True, errors="replace", env=env)
@@ -423,12 +434,7 @@ def _ptxas(args: list[str]) -> int:
             res, unbounded = replace(unbounded, meta=dict(unbounded.meta, **{occupancy.LAUNCH_PASS_NAME: decs})), None
             atomic_write_text(work, res.text, fsync=False)
             cp = _run_capture(rargs)
-        if user_v:
-            sys.stdout.write(cp.stdout)
-            sys.stderr.write(cp.stderr)
-        else:
-            sys.stdout.write(_filter_info(cp.stdout))
-            sys.stderr.write(_filter_info(cp.stderr))
+        _relay(cp, user_v)
         if cp.returncode != 0:
             keep_dir = os.path.abspath(os.path.join(tmpdir, ".."))
             sha12 = res.original_sha256[:12]
@@ -550,12 +556,7 @@ def _deferred(res, k: knobs.Knobs, choice, args: list[str], rargs: list[str], wo
     base_thread.join()
     bcp = base_cp.get("cp")
     orig_out = os.path.join(tmpdir, "orig.o")
-    if user_v:
-        sys.stdout.write(bcp.stdout)
-        sys.stderr.write(bcp.stderr)
-    else:
-        sys.stdout.write(_filter_info(bcp.stdout))
-        sys.stderr.write(_filter_info(bcp.stderr))
+    _relay(bcp, user_v)
     if bcp.returncode != 0:     # the real ptxas refuses the original: what it says, as it says it
         return bcp.returncode
     shutil.copyfile(orig_out, out_path)

@@ -13,7 +13,6 @@ import hashlib
 import logging
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -41,29 +40,21 @@ def deferred_kernels(tmp_path_factory):
     from triton.compiler import ASTSource
 
     from workloads import triton_kernels as tk
+    from hbfcc.toolchain import cli_wrapper
     d = tmp_path_factory.mktemp("triton-defer")
-    wrap = d / "hbfcc-ptxas"
-    wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.cli ptxas \"$@\"\n")
-    wrap.chmod(0o755)
     env = {"HBFCC_ARTIFACT_DIR": str(d / "art"), "HBFCC_CACHE_DIR": str(d / "hc"), "HBFCC_REAL_PTXAS": real,
            "HBFCC_HELPER_PTX": str(HELPER), "TRITON_CACHE_DIR": str(d / "tc"), "HBFCC_DEFER": "1",
-           "TRITON_PTXAS_PATH": str(wrap), "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+           "TRITON_PTXAS_PATH": str(cli_wrapper(d / "hbfcc-ptxas", "ptxas")),
+           "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    sigs = {"k_dadd": {"x": "*fp32", "y": "*fp32", "o": "*fp32", "n": "i32", "B": "constexpr"},
+            "k_dprio": {"x": "*fp32", "o": "*fp32", "n": "i32", "B": "constexpr"}}
+    with pytest.MonkeyPatch.context() as mp:     # the compile's environment, for the compiles only
+        for k, v in env.items():
+            mp.setenv(k, v)
         mod = tk.load(d / "tk_defer_rt.py", KERNELS)
-        out = {}
-        for name, sig in (("k_dadd", {"x": "*fp32", "y": "*fp32", "o": "*fp32", "n": "i32"}),
-                          ("k_dprio", {"x": "*fp32", "o": "*fp32", "n": "i32"})):
-            src = ASTSource(fn=getattr(mod, name), signature={**sig, "B": "constexpr"}, constexprs={"B": 1024})
-            out[name] = triton.compile(src, target=GPUTarget("cuda", 90, 32))
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    yield out, env
+        out = {name: triton.compile(ASTSource(fn=getattr(mod, name), signature=sig, constexprs={"B": 1024}),
+                                    target=GPUTarget("cuda", 90, 32)) for name, sig in sigs.items()}
+    return out, env
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,25 +18,30 @@ ROOT = Path(__file__).resolve().parents[2]
 KERNELS = {"add_hbf_t": "add", "add_plain_t": "add"}
 
 
-@pytest.mark.gpu
-def test_triton_hbfcc_kernel_bound_counted_and_plain_refused(gpu, hbfd_daemon, tmp_path, monkeypatch):
-    torch = pytest.importorskip("torch")
+def _toolchain(tmp_path, monkeypatch):
+    """(the real ptxas, an hbfcc-ptxas wrapper of this checkout), with a private artifact store, hbfcc cache and
+    Triton cache in the environment; skips without Triton, ptxas or the helper PTX."""
     pytest.importorskip("triton")
+    from hbfcc.toolchain import cli_wrapper
     real = shutil.which("ptxas") or os.path.join(os.path.dirname(os.path.realpath(shutil.which("nvcc") or "/x")), "ptxas")
     if not os.path.isfile(real) or not resources.helper_ptx_path("direct").is_file():
         pytest.skip("ptxas or the helper PTX missing")
+    for k, v in {"HBFCC_ARTIFACT_DIR": tmp_path / "art", "HBFCC_CACHE_DIR": tmp_path / "hc", "HBFCC_REAL_PTXAS": real,
+                 "TRITON_CACHE_DIR": tmp_path / "tc",
+                 "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}.items():
+        monkeypatch.setenv(k, str(v))
+    return real, cli_wrapper(tmp_path / "hbfcc-ptxas", "ptxas")
+
+
+@pytest.mark.gpu
+def test_triton_hbfcc_kernel_bound_counted_and_plain_refused(gpu, hbfd_daemon, tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    real, wrap = _toolchain(tmp_path, monkeypatch)
     import triton
 
     import runtime_cuda
     from runtime_cuda.session import LaunchRefused
     from workloads import triton_kernels
-    wrap = tmp_path / "hbfcc-ptxas"
-    wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.cli ptxas \"$@\"\n")
-    wrap.chmod(0o755)
-    for k, v in {"HBFCC_ARTIFACT_DIR": tmp_path / "art", "HBFCC_CACHE_DIR": tmp_path / "hc", "HBFCC_REAL_PTXAS": real,
-                 "TRITON_CACHE_DIR": tmp_path / "tc",
-                 "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}.items():
-        monkeypatch.setenv(k, str(v))
     K = triton_kernels.load(tmp_path / "tk_gpu_test.py", KERNELS)
     sock, _summary, _ = hbfd_daemon
     s = runtime_cuda.attach(socket=sock, allow_unmodeled=False)
@@ -81,10 +85,9 @@ def test_triton_deferred_kernel_swapped_in_and_modeled(gpu, hbfd_daemon, tmp_pat
     (bench/triton_defer_gpu.py compares with the eager build). A second kernel whose rewritten PTX is
     gone from the store is refused (LaunchRefused naming it), its output untouched."""
     torch = pytest.importorskip("torch")
-    pytest.importorskip("triton")
-    real = shutil.which("ptxas") or os.path.join(os.path.dirname(os.path.realpath(shutil.which("nvcc") or "/x")), "ptxas")
-    if not os.path.isfile(real) or not resources.helper_ptx_path("direct").is_file():
-        pytest.skip("ptxas or the helper PTX missing")
+    _, wrap = _toolchain(tmp_path, monkeypatch)
+    monkeypatch.setenv("TRITON_PTXAS_PATH", str(wrap))
+    monkeypatch.setenv("HBFCC_DEFER", "1")
     import triton
 
     import runtime_cuda
@@ -92,13 +95,6 @@ def test_triton_deferred_kernel_swapped_in_and_modeled(gpu, hbfd_daemon, tmp_pat
     from hbfcommon import deferred as DF
     from runtime_cuda.session import LaunchRefused
     from workloads import triton_kernels
-    wrap = tmp_path / "hbfcc-ptxas"
-    wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.cli ptxas \"$@\"\n")
-    wrap.chmod(0o755)
-    for k, v in {"HBFCC_ARTIFACT_DIR": tmp_path / "art", "HBFCC_CACHE_DIR": tmp_path / "hc", "HBFCC_REAL_PTXAS": real,
-                 "TRITON_CACHE_DIR": tmp_path / "tc", "TRITON_PTXAS_PATH": wrap, "HBFCC_DEFER": "1",
-                 "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}.items():
-        monkeypatch.setenv(k, str(v))
     K = triton_kernels.load(tmp_path / "tk_gpu_defer.py", {"add_def_t": "add", "add_gone_t": "add"})
     sock, _summary, _ = hbfd_daemon
     s = runtime_cuda.attach(socket=sock, allow_unmodeled=False)
