@@ -33,24 +33,29 @@ def _toolchain(tmp_path, monkeypatch):
     return real, cli_wrapper(tmp_path / "hbfcc-ptxas", "ptxas")
 
 
+def _attached(hbfd_daemon, torch):
+    """A session with the Triton hooks, x registered, y and o not: (session, n, x, y, o)."""
+    import runtime_cuda
+    sock, _summary, _ = hbfd_daemon
+    s = runtime_cuda.attach(socket=sock, allow_unmodeled=False)
+    s.install_triton_hooks()
+    n = 1 << 16
+    x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
+    s.register_timing_range(x.data_ptr(), x.numel() * 4, label="x")
+    return s, n, x, y, torch.empty_like(x)
+
+
 @pytest.mark.gpu
 def test_triton_hbfcc_kernel_bound_counted_and_plain_refused(gpu, hbfd_daemon, tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     real, wrap = _toolchain(tmp_path, monkeypatch)
     import triton
 
-    import runtime_cuda
     from runtime_cuda.session import LaunchRefused
     from workloads import triton_kernels
     K = triton_kernels.load(tmp_path / "tk_gpu_test.py", KERNELS)
-    sock, _summary, _ = hbfd_daemon
-    s = runtime_cuda.attach(socket=sock, allow_unmodeled=False)
+    s, n, x, y, o = _attached(hbfd_daemon, torch)
     try:
-        s.install_triton_hooks()
-        n = 1 << 16
-        x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
-        s.register_timing_range(x.data_ptr(), x.numel() * 4, label="x")
-        o = torch.empty_like(x)
         monkeypatch.setenv("TRITON_PTXAS_PATH", str(wrap))
         k = K.add_hbf_t[(triton.cdiv(n, 1024),)](x, y, o, n, B=1024)
         s.synchronize()
@@ -90,20 +95,13 @@ def test_triton_deferred_kernel_swapped_in_and_modeled(gpu, hbfd_daemon, tmp_pat
     monkeypatch.setenv("HBFCC_DEFER", "1")
     import triton
 
-    import runtime_cuda
     from hbfcommon import artifact as A
     from hbfcommon import deferred as DF
     from runtime_cuda.session import LaunchRefused
     from workloads import triton_kernels
     K = triton_kernels.load(tmp_path / "tk_gpu_defer.py", {"add_def_t": "add", "add_gone_t": "add"})
-    sock, _summary, _ = hbfd_daemon
-    s = runtime_cuda.attach(socket=sock, allow_unmodeled=False)
+    s, n, x, y, o = _attached(hbfd_daemon, torch)
     try:
-        s.install_triton_hooks()
-        n = 1 << 16
-        x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
-        s.register_timing_range(x.data_ptr(), x.numel() * 4, label="x")
-        o = torch.empty_like(x)
         k = K.add_def_t[(triton.cdiv(n, 1024),)](x, y, o, n, B=1024)
         s.synchronize()
         assert torch.equal(o, x * 2.0 + y)
