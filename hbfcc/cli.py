@@ -555,6 +555,8 @@ def _deferred(res, k: knobs.Knobs, choice, args: list[str], rargs: list[str], wo
         return None
     base_thread.join()
     bcp = base_cp.get("cp")
+    if bcp is None:             # the thread could not run it (its error is in the thread's traceback)
+        raise ToolchainError(f"cannot run the real ptxas {choice.path} on the original PTX", argv=[choice.path])
     orig_out = os.path.join(tmpdir, "orig.o")
     _relay(bcp, user_v)
     if bcp.returncode != 0:     # the real ptxas refuses the original: what it says, as it says it

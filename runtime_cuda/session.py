@@ -1242,6 +1242,13 @@ class Session:
         and swap it into the CompiledKernel (module, function, register facts), which Triton's launches read.
         Any failure leaves the plain kernel bound as NOT admitted with the reason (a coded error naming the
         kernel, logged at ERROR): a launch of it that would be modeled is refused, never run unmodeled."""
+        if kernel is not None and getattr(kernel, "module", None) == module \
+                and abi.STATE_GLOBAL.encode() in bytes(getattr(kernel, "kernel", b"") or b"") \
+                and _sha256(bytes(kernel.kernel)) != (DF.recipe(art) or {}).get("plain_output_sha256"):
+            # swapped already (bind_triton_kernel in a later session of this process): bind what it runs
+            b = self.bind_module(int(module), artifact=art, kernels=[name], deferred_built=True)
+            self.note_function(int(function), b, name)
+            return b
         try:
             if kernel is None:
                 raise HbfError(f"Triton kernel {name}: the CompiledKernel being loaded was not found in the load "

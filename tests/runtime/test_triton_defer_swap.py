@@ -96,7 +96,9 @@ def _session(hbfd_daemon):
 
 
 def _reset(k) -> None:
+    """The kernel as Triton made it from its cache entry (not loaded; its plain cubin)."""
     k.module = k.function = None
+    k.kernel = k.asm["cubin"]
 
 
 def test_the_deferred_cubin_is_plain_and_the_load_swaps_the_instrumented_build_in(denv, hbfd_daemon, monkeypatch):
@@ -129,6 +131,10 @@ def test_the_deferred_cubin_is_plain_and_the_load_swaps_the_instrumented_build_i
         with pytest.raises(LaunchRefused) as ei:                    # a launcher that kept the plain handle
             _launch(k, 0x1001, x, y, o, 1 << 20, 1024)
         assert "plain build of a deferred kernel" in ei.value.fields["reason"]
+        # bound again by hand (a later session of this process): what runs is bound, nothing is built again
+        n_loaded = len(loader.loaded)
+        s.bind_triton_kernel(k)
+        assert len(loader.loaded) == n_loaded and k.function == 0x9101 and s.functions[0x9101][1].admitted
         # loaded again (another session, another process): the build is read back, not assembled
         _reset(k)
         _init_handles(k, 0x5002, 0x1002)
