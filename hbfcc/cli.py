@@ -28,6 +28,8 @@ from hbfcommon.fsutil import atomic_write_text
 
 from . import artifact, knobs
 from . import helpers as H
+from .ptxas_args import out_path as _out_path
+from .ptxas_args import parse as _ptxas_args
 
 log = logging.getLogger("hbfcc")
 
@@ -95,65 +97,15 @@ def marker_line() -> str:
         line += f" link separate cap {'plain' if cap is None else cap}"
     if knobs.load().cpasync_window != knobs.CPASYNC_WINDOW_DEFAULT:  # another cp.async group window
         line += f" cpasync-window {knobs.load().cpasync_window}"
-    if knobs.load().defer:   # HBFCC_DEFER=1: the output is the PLAIN cubin (the instrumented one is built later)
-        from hbfcommon.deferred import MARKER_WORD
-        line += f" {MARKER_WORD}"
+    if knobs.load().defer != "0":   # HBFCC_DEFER: the output is the PLAIN cubin (the instrumented one built later)
+        from hbfcommon.deferred import MARKER_WORDS
+        line += f" {MARKER_WORDS[knobs.load().defer]}"
     return line
 
 
 # ============================================================================================
 # hbfcc-ptxas
 # ============================================================================================
-
-# ptxas options that take a separate value argument
-_PTXAS_VALUE_OPTS = {
-    "-o", "--output-file", "-arch", "--gpu-name", "-maxrregcount", "--maxrregcount", "-O",
-    "--opt-level", "-dlcm", "--def-load-cache", "-dscm", "--def-store-cache", "-e", "--entry",
-    "-optf", "--options-file", "-m", "--machine", "-fmad", "--fmad", "-split-compile",
-    "--split-compile", "-ftz", "--ftz", "-prec-div", "--prec-div", "-prec-sqrt", "--prec-sqrt",
-    "-c-rt", "-suppress-stack-size-warning", "--position-independent-code", "-pic",
-    "--extensible-whole-program", "-ewp", "-knob", "--device-function-maxrregcount", "-func-maxrregcount",
-    "--compile-as-tools-patch", "-asm-tools-patch",
-}
-
-
-def _ptxas_args(args: list[str]) -> tuple[list[int], Optional[int], Optional[str]]:
-    """(indices of .ptx inputs, index of the -o value, target arch)."""
-    inputs: list[int] = []
-    out_idx: Optional[int] = None
-    arch: Optional[str] = None
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a in ("-o", "--output-file"):
-            out_idx = i + 1
-            i += 2
-            continue
-        if a.startswith("--output-file="):
-            out_idx = i
-        elif a.startswith("--gpu-name=") or a.startswith("-arch="):
-            arch = a.split("=", 1)[1]
-        elif a in ("-arch", "--gpu-name") and i + 1 < len(args):
-            arch = args[i + 1]
-            i += 2
-            continue
-        elif a.startswith("-arch") and len(a) > 5 and a[5] != "=":
-            arch = a[5:]
-        elif a in _PTXAS_VALUE_OPTS and a not in ("-o",):
-            i += 2
-            continue
-        elif not a.startswith("-") and a.endswith(".ptx"):
-            inputs.append(i)
-        i += 1
-    return inputs, out_idx, arch
-
-
-def _out_path(args: list[str], out_idx: Optional[int]) -> Optional[str]:
-    if out_idx is None or out_idx >= len(args):
-        return None
-    a = args[out_idx]
-    return a.split("=", 1)[1] if a.startswith("--output-file=") else a
-
 
 def _filter_info(text: str) -> str:
     """Drop the `ptxas info` lines hbfcc's own -v produced (the user did not ask for them)."""
@@ -323,7 +275,7 @@ def _ptxas(args: list[str]) -> int:
     wargs[inputs[0]] = work
     try:
         # HBFCC_DEFER=1: the baseline build IS the output (the plain cubin), so it always runs
-        if (k.baseline or k.defer or (use_sep and k.separate_cap is None)) and sass:
+        if (k.baseline or k.defer != "0" or (use_sep and k.separate_cap is None)) and sass:
             bin_ = os.path.join(tmpdir, "orig.ptx")
             Path(bin_).write_text(original)
             bargs = list(args)
@@ -396,15 +348,15 @@ def _ptxas(args: list[str]) -> int:
         df_cap = rdc.device_function_cap(res.module, ucaps) if sass and rdc.STAGE_NAME in res.meta else None
         rargs = [real] + rdc.with_device_function_cap(wargs, df_cap) + ([] if user_v else ["-v"])
         defer_why = _defer_unsupported(k, res, sass, out_path, reloc, use_sep, unbounded, base_thread) \
-            if k.defer else None
-        if k.defer and defer_why is None:
+            if k.defer != "0" else None
+        if k.defer != "0" and defer_why is None:
             rc = _deferred(res, k, choice, args, rargs, work, in_path, out_path, arch, cap, instead_of, user_v,
                            base_thread, base_cp, tmpdir)
             if rc is not None:
                 return rc
             defer_why = "the artifact store could not keep the rewritten PTX"
-        if k.defer:
-            log.info("HBFCC_DEFER=1: %s: assembling the rewrite now (eager)", defer_why)
+        if k.defer != "0":
+            log.info("HBFCC_DEFER=%s: %s: assembling the rewrite now (eager)", k.defer, defer_why)
         cp = None
         if use_sep:
             caps = seplink.entry_caps(res.module, _registers(before) if before is not None else {},
@@ -473,7 +425,7 @@ def _ptxas(args: list[str]) -> int:
         from .toolchain import sha256_file
         doc["build"] = {"marker": marker_line(),
                         "output_sha256": sha256_file(out_path) if out_path and os.path.isfile(out_path) else None}
-        if k.defer:                      # HBFCC_DEFER=1 asked, this module built eagerly: why
+        if k.defer != "0":               # HBFCC_DEFER asked, this module built eagerly: why
             doc["build"]["eager_because"] = defer_why
         if k.link == "separate":         # HBFCC_LINK=separate asked: what served this module, and why
             doc["link"] = dict({"requested": "separate", "mode": "separate" if use_sep else "whole",

@@ -172,6 +172,9 @@ def triton_record(metadata_group: Mapping[str, Any] | None) -> tuple[Any, str | 
                           f"(and rewritten PTX) is gone (a warm Triton cache with an emptied or another artifact "
                           f"store), or a kernel compiled by a plain ptxas: {advice}")
         return None, None
+    if DF.is_pending(rec):       # HBFCC_DEFER=rewrite: no marker (nothing of hbfcc ran but the record): its knobs
+        why = DF.knob_mismatch(rec, os.environ)
+        return (None, f"{why}: {advice}") if why else (rec, None)
     was = (rec.get("build") or {}).get("marker")
     now = _hbfcc_marker_now(((rec.get("ptxas") or {}).get("target")) or "")
     if was and now and was != now:
@@ -1237,8 +1240,9 @@ class Session:
         return b
 
     def _triton_deferred(self, module, function, name: str, art: dict, kernel: Any) -> ModuleBinding:
-        """A Triton kernel compiled with HBFCC_DEFER=1 (its cubin is the plain build): assemble its instrumented
-        build (hbfcommon.deferred: cached in the artifact store, built once), load it as Triton loads a kernel
+        """A Triton kernel compiled with HBFCC_DEFER=1 or =rewrite (its cubin is the plain build): assemble its
+        instrumented build (hbfcommon.deferred: cached in the artifact store, built once; with =rewrite the
+        rewrite and its admission record too), load it as Triton loads a kernel
         and swap it into the CompiledKernel (module, function, register facts), which Triton's launches read.
         Any failure leaves the plain kernel bound as NOT admitted with the reason (a coded error naming the
         kernel, logged at ERROR): a launch of it that would be modeled is refused, never run unmodeled."""
@@ -1246,7 +1250,8 @@ class Session:
                 and abi.STATE_GLOBAL.encode() in bytes(getattr(kernel, "kernel", b"") or b"") \
                 and _sha256(bytes(kernel.kernel)) != (DF.recipe(art) or {}).get("plain_output_sha256"):
             # swapped already (bind_triton_kernel in a later session of this process): bind what it runs
-            b = self.bind_module(int(module), artifact=art, kernels=[name], deferred_built=True)
+            b = self.bind_module(int(module), artifact=A.lookup_by_output(bytes(kernel.kernel)) or art,
+                                 kernels=[name], deferred_built=True)
             self.note_function(int(function), b, name)
             return b
         try:
@@ -1274,7 +1279,8 @@ class Session:
         kernel.module, kernel.function, kernel.n_regs, kernel.n_spills, kernel.n_max_threads = \
             mod, fn, n_regs, n_spills, n_max
         kernel.kernel = built.cubin
-        b = self.bind_module(int(mod), artifact=art, kernels=[name], deferred_built=True)
+        # the admission record of what runs: HBFCC_DEFER=rewrite's build wrote it (the compile had none)
+        b = self.bind_module(int(mod), artifact=built.record or art, kernels=[name], deferred_built=True)
         self.note_function(int(fn), b, name)
         self.deferred_builds.append({"kernel": name, "ok": True, "cached": built.cached, "build_ns": built.build_ns,
                                      "cubin": str(built.path)})

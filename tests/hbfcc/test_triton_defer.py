@@ -7,7 +7,10 @@
   byte-identical to the cubin eager hbfcc-ptxas gives Triton for the same kernel, and is built once;
 * what cannot be built is refused loudly, naming the kernel: rewritten PTX gone or damaged, a damaged recipe;
 * ``hbfcc prebuild --triton-cache`` builds the deferred kernels of a Triton cache, and names the cubins
-  with no record.
+  with no record;
+* HBFCC_DEFER=rewrite: the compile keeps only the original PTX (a pending record, no rewrite, no warning) and
+  hands Triton the plain cubin; its build runs hbfcc-ptxas and is the eager cubin byte for byte, with the
+  admission record of that cubin.
 
 One child process does every compile (the plain, the eager and the deferred build of each kernel, each in
 its own Triton cache)."""
@@ -48,11 +51,13 @@ T = GPUTarget("cuda", 90, 32)
 plain_ptxas = os.environ.pop("PLAIN_PTXAS")
 hbfcc_ptxas = os.environ["TRITON_PTXAS_PATH"]
 out = {}
-for variant in ("plain", "eager", "defer"):
+for variant in ("plain", "eager", "defer", "lazy"):
     os.environ["TRITON_CACHE_DIR"] = str(work / f"cache-{variant}")
     os.environ["TRITON_PTXAS_PATH"] = plain_ptxas if variant == "plain" else hbfcc_ptxas
-    if variant == "defer":
-        os.environ["HBFCC_DEFER"] = "1"
+    if variant in ("defer", "lazy"):
+        os.environ["HBFCC_DEFER"] = "1" if variant == "defer" else "rewrite"
+    if variant == "lazy":   # the plain cubins are the defer variant's: one store keeps one record per cubin
+        os.environ["HBFCC_ARTIFACT_DIR"] = str(work / "store-lazy")
     for name in SIGS:
         k = triton.compile(triton.compiler.ASTSource(fn=getattr(K, name), signature=SIGS[name],
                                                      constexprs={"B": 1024}), target=T)
@@ -72,8 +77,8 @@ def compiled(tmp_path_factory):
         pytest.skip("ptxas not installed")
     d = tmp_path_factory.mktemp("defer")
     wrap = d / "hbfcc-ptxas"            # this tree's hbfcc (the venv's console script may be another tree's)
-    wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; from hbfcc.cli import ptxas_main; "
-                    f"sys.exit(ptxas_main())' \"$@\"\n")
+    wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; from hbfcc.ptxas_entry import main; "
+                    f"sys.exit(main())' \"$@\"\n")      # what the hbfcc-ptxas console script runs
     wrap.chmod(0o755)
     script = d / "defer.py"
     script.write_text(SCRIPT)
@@ -102,7 +107,7 @@ def test_deferred_compile_gives_the_plain_cubin_and_stores_the_rewrite(compiled,
     rec = _record(d, res, name)
     A.validate(rec)
     assert rec == json.loads(A.store_path(d / "store", defer["ptx"]).read_text())   # by PTX: the same record
-    assert DF.MARKER_WORD in rec["build"]["marker"] and rec["build"]["output_sha256"] == plain["cubin"]
+    assert DF.MARKER_WORDS["1"] in rec["build"]["marker"] and rec["build"]["output_sha256"] == plain["cubin"]
     r = rec["deferred"]
     assert set(DF.RECIPE_KEYS) <= set(r) and r["plain_output_sha256"] == plain["cubin"]
     assert DF.PTX_TOKEN in r["argv"] and DF.OUT_TOKEN in r["argv"] and "-lineinfo" in r["argv"]
@@ -117,7 +122,7 @@ def test_deferred_compile_gives_the_plain_cubin_and_stores_the_rewrite(compiled,
 def test_the_eager_record_is_unchanged_without_the_knob(compiled):
     res, d, _ = compiled
     rec = json.loads(A.output_store_path(d / "store", res["eager/d_add"]["cubin"]).read_text())
-    assert "deferred" not in rec and DF.MARKER_WORD not in rec["build"]["marker"]
+    assert "deferred" not in rec and DF.MARKER_WORDS["1"] not in rec["build"]["marker"]
     assert "eager_because" not in rec["build"]
 
 
@@ -202,3 +207,41 @@ def test_prebuild_builds_a_triton_caches_deferred_kernels(compiled, tmp_path):
     shutil.rmtree(store / DF.SUBDIR)
     cp = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=U.REPO)
     assert cp.returncode == 1 and "d_add" in cp.stderr and "gone" in cp.stderr, cp.stderr
+
+
+# ---- HBFCC_DEFER=rewrite ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_rewrite_deferred_compile_keeps_the_original_and_gives_the_plain_cubin(compiled, name):
+    res, d, _ = compiled
+    lazy, plain = res[f"lazy/{name}"], res[f"plain/{name}"]
+    assert lazy["ptx"] == plain["ptx"] and lazy["cubin"] == plain["cubin"]
+    rec = json.loads(A.output_store_path(d / "store-lazy", lazy["cubin"]).read_text())
+    assert DF.is_pending(rec) and rec["entries"] == [name] and rec["build"]["output_sha256"] == plain["cubin"]
+    r = rec["deferred"]
+    assert r["mode"] == "rewrite" and set(DF.PENDING_KEYS) <= set(r) and "HBFCC_DEFER" not in r["env"]
+    assert r["env"]["HBFCC_REAL_PTXAS"] == shutil.which("ptxas")
+    assert not (d / "store-lazy" / DF.SUBDIR / "built").exists()           # nothing rewritten or assembled
+    assert sorted(p.name for p in (d / "store-lazy").iterdir()) == ["by-output", DF.SUBDIR]
+    assert DF.original_path(d / "store-lazy", r["original_sha256"]).read_bytes() == \
+        (d / "cache-lazy").glob(f"*/{name}.ptx").__next__().read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_rewrite_deferred_build_is_the_eager_cubin_with_its_record(compiled, name, tmp_path):
+    res, d, _ = compiled
+    store = tmp_path / "store"
+    shutil.copytree(d / "store-lazy", store)
+    rec = json.loads(A.output_store_path(store, res[f"lazy/{name}"]["cubin"]).read_text())
+    b = DF.build(rec, store=store)
+    assert not b.cached and b.cubin == (d / "cubins" / "eager" / f"{name}.cubin").read_bytes()
+    assert b.record["kernels"][0]["name"] == name and b.record["admitted"] is (name == "d_add")
+    assert b.record["build"]["output_sha256"] == res[f"eager/{name}"]["cubin"]
+    again = DF.build(rec, store=store)
+    assert again.cached and again.cubin == b.cubin and again.record == b.record
+    # the original gone (and nothing built): refused, naming the kernel
+    DF.original_path(store, rec["deferred"]["original_sha256"]).unlink()
+    b.path.unlink()
+    with pytest.raises(DF.DeferredBuildError) as ei:
+        DF.build(rec, store=store)
+    assert name in str(ei.value) and "gone" in str(ei.value) and ei.value.code == ErrorCode.TOOLCHAIN

@@ -277,3 +277,64 @@ def test_binding_the_plain_module_by_hand_does_not_admit_it(denv, hbfd_daemon):
         assert not info.admitted and "plain build of a deferred kernel" in info.reasons[0]
     finally:
         s.close()
+
+
+# ---- HBFCC_DEFER=rewrite: the rewrite at the load too -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def rewrite_deferred(tmp_path_factory):
+    """k_radd compiled with HBFCC_DEFER=rewrite through hbfcc-ptxas's console entry (hbfcc.ptxas_entry)."""
+    pytest.importorskip("triton")
+    real = shutil.which("ptxas")
+    if real is None or not HELPER.is_file():
+        pytest.skip("ptxas or the helper PTX (make helpers-ptx) missing")
+    import sys
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from workloads import triton_kernels as tk
+    d = tmp_path_factory.mktemp("triton-defer-rewrite")
+    wrap = d / "hbfcc-ptxas"
+    wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.ptxas_entry \"$@\"\n")
+    wrap.chmod(0o755)
+    env = {"HBFCC_ARTIFACT_DIR": str(d / "art"), "HBFCC_CACHE_DIR": str(d / "hc"), "HBFCC_REAL_PTXAS": real,
+           "HBFCC_HELPER_PTX": str(HELPER), "TRITON_CACHE_DIR": str(d / "tc"), "HBFCC_DEFER": "rewrite",
+           "TRITON_PTXAS_PATH": str(wrap), "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        mod = tk.load(d / "tk_defer_rw.py", {"k_radd": "add"})
+        k = triton.compile(ASTSource(fn=mod.k_radd, signature={"x": "*fp32", "y": "*fp32", "o": "*fp32", "n": "i32",
+                                                                "B": "constexpr"}, constexprs={"B": 1024}),
+                           target=GPUTarget("cuda", 90, 32))
+    return k, env
+
+
+def test_rewrite_deferred_kernel_is_rewritten_built_and_swapped_in_at_load(rewrite_deferred, hbfd_daemon,
+                                                                          monkeypatch):
+    import runtime_cuda.session as S
+    from runtime_cuda.session import triton_record
+    k, env = rewrite_deferred
+    for n, v in env.items():
+        monkeypatch.setenv(n, v)
+    rec, why = triton_record(k.metadata_group)
+    assert why is None and DF.is_pending(rec) and b"__hb_" not in k.asm["cubin"]
+    loader = FakeLoader()
+    monkeypatch.setattr(S, "triton_load_binary", loader)
+    s = _session(hbfd_daemon)
+    try:
+        _reset(k)
+        _init_handles(k, 0x5061, 0x1061)
+        (_, cubin, _), = loader.loaded
+        assert b"__hb_issue" in cubin and k.function == 0x9101
+        info = s.functions[0x9101][1]
+        assert info.admitted, info.reasons                 # from the record the deferred rewrite wrote
+        assert not s.functions[0x1061][1].admitted
+    finally:
+        s.close()
+    # another process with other hbfcc knobs: the pending record does not describe its build
+    monkeypatch.setenv("HBFCC_INLINE_ISSUE", "0")
+    rec, why = triton_record(k.metadata_group)
+    assert rec is None and "other hbfcc knobs" in why and "HBFCC_INLINE_ISSUE" in why
