@@ -11,7 +11,8 @@ one Triton cache per variant, the same kernels (workloads/triton_kernels.py: add
 * ``defer``: the same with HBFCC_DEFER=1: Triton gets the plain cubin, the session's load hook assembles the
   instrumented build at the kernel's first launch and swaps it in;
 * ``defer_warm``: ``defer`` again on its warm Triton cache and store: nothing compiles, the instrumented builds
-  are read back from the store (what a second run of a program pays).
+  are read back from the store (what a second run of a program pays);
+* ``rewrite``: HBFCC_DEFER=rewrite through hbfcc-ptxas's console entry: the rewrite happens at the first launch too.
 
 Each child: compile time per kernel (warmup: wall and CPU incl. ptxas), then with a timing range over the first
 input of each kernel, the first launch (wall: includes the load, and for defer the build + swap) and a second
@@ -118,7 +119,9 @@ def child(which: str) -> dict:
             og = torch.full_like(x, -1.0)
             ck = K.add_gone.warmup(x, y, og, n, B=1024, grid=(1,))
             rec = A.lookup_by_output(ck.asm["cubin"])
-            DF.ptx_path(A.store_dir(), rec["deferred"]["ptx_sha256"]).unlink()
+            r = rec["deferred"]      # what the build starts from: the rewrite (=1) or the original (=rewrite)
+            (DF.original_path(A.store_dir(), r["original_sha256"]) if DF.is_pending(rec)
+             else DF.ptx_path(A.store_dir(), r["ptx_sha256"])).unlink()
             s.register_timing_range(x.data_ptr(), x.numel() * 4, label="gone")
             try:
                 K.add_gone[(triton.cdiv(n, 1024),)](x, y, og, n, B=1024)
@@ -146,27 +149,38 @@ def main() -> int:
     import tempfile
     work = Path(tempfile.mkdtemp(prefix="hbf-triton-defer-"))
     envs = {"eager": toolchain_env(work / "eager"), "defer": dict(toolchain_env(work / "defer"), HBFCC_DEFER="1")}
-    out: dict = {"what": "HBFCC_DEFER=1 on the GPU: deferred builds swapped in at load, modeled like eager ones",
+    # HBFCC_DEFER=rewrite is served by hbfcc-ptxas's console entry (hbfcc.ptxas_entry), not `python -m hbfcc.cli`
+    entry = work / "rewrite" / "bin" / "hbfcc-ptxas-entry"
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.ptxas_entry \"$@\"\n")
+    entry.chmod(0o755)
+    envs["rewrite"] = dict(toolchain_env(work / "rewrite"), HBFCC_DEFER="rewrite", HBF_BENCH_HBFCC_PTXAS=str(entry))
+    out: dict = {"what": "HBFCC_DEFER=1 / rewrite on the GPU: deferred builds swapped in at load, modeled like eager ones",
                  "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
-    for which, env in (("eager", envs["eager"]), ("defer", envs["defer"]), ("defer_warm", envs["defer"])):
-        out[which] = run_child(__file__, "defer" if which == "defer_warm" else which, env, ns.child_timeout)
+    for which, env in (("eager", envs["eager"]), ("defer", envs["defer"]), ("defer_warm", envs["defer"]),
+                       ("rewrite", envs["rewrite"])):
+        out[which] = run_child(__file__, {"defer_warm": "defer", "rewrite": "defer"}.get(which, which), env,
+                               ns.child_timeout)
         print(f"[{which}] " + json.dumps({k: {k2: v[k2] for k2 in ("compile_cpu_s", "first_launch_wall_s", "output_ok",
                                                                      "running_instrumented")}
                                           for k, v in out[which].get("kernels", {}).items()}), flush=True)
     checks = {}
-    e, d, w = (out[v].get("kernels", {}) for v in ("eager", "defer", "defer_warm"))
+    e, d, w, rw = (out[v].get("kernels", {}) for v in ("eager", "defer", "defer_warm", "rewrite"))
     for name in e:
-        checks[f"{name}: outputs exact"] = all(x.get(name, {}).get("output_ok") for x in (e, d, w))
-        checks[f"{name}: defer compiled plain, runs instrumented"] = (
-            not d.get(name, {}).get("compiled_cubin_instrumented", True) and d.get(name, {}).get("running_instrumented")
-            and w.get(name, {}).get("running_instrumented"))
-        checks[f"{name}: counters equal eager's"] = e[name]["loads"] == d.get(name, {}).get("loads") == \
-            w.get(name, {}).get("loads") and sum(v["requests"] for v in e[name]["loads"].values()) > 0
-        checks[f"{name}: admitted"] = all(x.get(name, {}).get("admitted") for x in (e, d, w))
+        checks[f"{name}: outputs exact"] = all(x.get(name, {}).get("output_ok") for x in (e, d, w, rw))
+        checks[f"{name}: defer compiled plain, runs instrumented"] = all(
+            not x.get(name, {}).get("compiled_cubin_instrumented", True) and x.get(name, {}).get("running_instrumented")
+            for x in (d, rw)) and w.get(name, {}).get("running_instrumented")
+        checks[f"{name}: counters equal eager's"] = all(e[name]["loads"] == x.get(name, {}).get("loads")
+                                                        for x in (d, w, rw)) \
+            and sum(v["requests"] for v in e[name]["loads"].values()) > 0
+        checks[f"{name}: admitted"] = all(x.get(name, {}).get("admitted") for x in (e, d, w, rw))
     checks["defer: built at load (not cached)"] = all(b["ok"] and not b["cached"]
                                                       for b in out["defer"].get("deferred_builds", [])[:3])
     checks["defer_warm: read back"] = all(b["ok"] and b["cached"] for b in out["defer_warm"].get("deferred_builds", [])
                                           if b["kernel"] != "add_gone") and bool(out["defer_warm"].get("deferred_builds"))
+    checks["rewrite: built at load"] = all(b["ok"] and not b["cached"] for b in out["rewrite"].get("deferred_builds", [])[:3]) \
+        and bool(out["rewrite"].get("deferred_builds"))
     ref = out["defer"].get("refusal", {})
     checks["defer: gone rewrite refused, output untouched"] = bool(ref.get("refused") and ref.get("kernel") == "add_gone"
                                                                    and ref.get("output_untouched"))

@@ -1267,7 +1267,7 @@ class Session:
                                f"per block ({n_regs} registers), the kernel needs {need}",
                                code=ErrorCode.UNSUPPORTED, kernel=name)
         except HbfError as e:
-            reason = (f"its deferred instrumented build (HBFCC_DEFER=1) failed [{e.code.name}]: {e}")
+            reason = f"its deferred instrumented build (HBFCC_DEFER) failed [{e.code.name}]: {e}"
             log.error("Triton kernel %s is NOT admitted: %s", name, reason)
             self.deferred_builds.append({"kernel": name, "ok": False, "code": e.code.name, "error": str(e)})
             self._report("deferred_build_failed", {"kernel": name, "code": e.code.name, "error": str(e)})
