@@ -515,15 +515,7 @@ def _deferred(res, k: knobs.Knobs, choice, args: list[str], rargs: list[str], wo
         return bcp.returncode
     shutil.copyfile(orig_out, out_path)
     before = build_stats(bcp.stdout + bcp.stderr, orig_out)
-    argv = []
-    for x in rargs:
-        if x == work:
-            x = deferred.PTX_TOKEN
-        elif x == out_path:
-            x = deferred.OUT_TOKEN
-        elif x == "--output-file=" + out_path:
-            x = "--output-file=" + deferred.OUT_TOKEN
-        argv.append(x)
+    argv = deferred.tokenized(rargs, work, out_path)
     version = ptxas_version_text(real)
     plain_sha = sha256_file(out_path)
     recipe = {"ptx_sha256": ptx_sha, "ptx_name": os.path.basename(work), "argv": argv,

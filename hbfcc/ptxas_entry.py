@@ -67,15 +67,7 @@ def record_only(args: list[str]) -> Optional[int]:
         plain = Path(out).read_bytes()
     except OSError:
         return None                       # a store that cannot keep it: the full path (with the rewrite now)
-    argv = []
-    for x in args:
-        if x == in_path:
-            x = DF.PTX_TOKEN
-        elif x == out:
-            x = DF.OUT_TOKEN
-        elif x == "--output-file=" + out:
-            x = "--output-file=" + DF.OUT_TOKEN
-        argv.append(x)
+    argv = DF.tokenized(args, in_path, out)
     env = DF.build_env(os.environ)                # nvcc's internal knobs never get here (refused above)
     env["HBFCC_REAL_PTXAS"] = choice.path          # the ptxas this compile ran, whatever chose it
     plain_sha = hashlib.sha256(plain).hexdigest()

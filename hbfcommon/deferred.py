@@ -169,23 +169,10 @@ def build(rec: Mapping[str, Any], *, store: Path | None = None, force: bool = Fa
     if key != r["key"]:
         raise _error(rec, f"the recipe's key {str(r['key'])[:12]} is not its content's ({key[:12]}): a damaged record")
     out = cubin_path(store, key)
-    if not force:
-        try:
-            data = out.read_bytes()
-        except FileNotFoundError:
-            data = b""
-        if data[:4] == b"\x7fELF":
-            return Built(data, out, True, 0)
-    src = ptx_path(store, str(r["ptx_sha256"]))
-    try:
-        text = src.read_bytes()
-    except FileNotFoundError:
-        raise _error(rec, f"its rewritten PTX {src} is gone from the artifact store (a store emptied or cleaned "
-                          f"since the compile): remove the kernel's Triton cache entry and compile again",
-                     path=str(src)) from None
-    if hashlib.sha256(text).hexdigest() != r["ptx_sha256"]:
-        raise _error(rec, f"its rewritten PTX {src} does not have the recorded sha256 (damaged): remove it and the "
-                          f"kernel's Triton cache entry and compile again", path=str(src))
+    data = b"" if force else _cached(out)
+    if data:
+        return Built(data, out, True, 0, dict(rec))
+    text = _source(rec, ptx_path(store, str(r["ptx_sha256"])), str(r["ptx_sha256"]), "rewritten PTX")
     if not argv or not os.path.isfile(argv[0]):
         raise _error(rec, f"the ptxas it was compiled with ({argv[0] if argv else '?'}) is gone")
     t0 = time.monotonic_ns()
@@ -226,23 +213,11 @@ def _build_pending(rec: Mapping[str, Any], r: Mapping[str, Any], store: Path, fo
     if key != r["key"]:
         raise _error(rec, f"the record's key {str(r['key'])[:12]} is not its content's ({key[:12]}): a damaged record")
     out = cubin_path(store, key)
-    if not force:
-        try:
-            data = out.read_bytes()
-        except FileNotFoundError:
-            data = b""
-        built_rec = _output_record(store, data) if data[:4] == b"\x7fELF" else None
-        if built_rec is not None:
-            return Built(data, out, True, 0, built_rec)
-    src = original_path(store, str(r["original_sha256"]))
-    try:
-        text = src.read_bytes()
-    except FileNotFoundError:
-        raise _error(rec, f"its original PTX {src} is gone from the artifact store (a store emptied or cleaned since "
-                          f"the compile): remove the kernel's Triton cache entry and compile again",
-                     path=str(src)) from None
-    if hashlib.sha256(text).hexdigest() != r["original_sha256"]:
-        raise _error(rec, f"its original PTX {src} does not have the recorded sha256 (damaged)", path=str(src))
+    data = b"" if force else _cached(out)
+    built_rec = _output_record(store, data) if data else None
+    if built_rec is not None:
+        return Built(data, out, True, 0, built_rec)
+    text = _source(rec, original_path(store, str(r["original_sha256"])), str(r["original_sha256"]), "original PTX")
     t0 = time.monotonic_ns()
     with tempfile.TemporaryDirectory(prefix="hbfcc-deferred.") as d:
         inp = os.path.join(d, str(r["ptx_name"]) or "module.ptx")
@@ -272,6 +247,42 @@ def _build_pending(rec: Mapping[str, Any], r: Mapping[str, Any], store: Path, fo
     except OSError:
         pass
     return Built(data, out, False, ns, built_rec)
+
+
+def _cached(out: Path) -> bytes:
+    """A cached build (an ELF), else b""."""
+    try:
+        data = out.read_bytes()
+    except FileNotFoundError:
+        return b""
+    return data if data[:4] == b"\x7fELF" else b""
+
+
+def _source(rec: Mapping[str, Any], src: Path, sha: str, what: str) -> bytes:
+    """The stored text a deferred build starts from, checked against its recorded sha256."""
+    try:
+        text = src.read_bytes()
+    except FileNotFoundError:
+        raise _error(rec, f"its {what} {src} is gone from the artifact store (a store emptied or cleaned since the "
+                          f"compile): remove the kernel's Triton cache entry and compile again", path=str(src)) from None
+    if hashlib.sha256(text).hexdigest() != sha:
+        raise _error(rec, f"its {what} {src} does not have the recorded sha256 (damaged): remove it and the "
+                          f"kernel's Triton cache entry and compile again", path=str(src))
+    return text
+
+
+def tokenized(args: list[str], in_path: str, out_path: str) -> list[str]:
+    """A ptxas command line with its input and output replaced by :data:`PTX_TOKEN` / :data:`OUT_TOKEN`."""
+    out = []
+    for x in args:
+        if x == in_path:
+            x = PTX_TOKEN
+        elif x == out_path:
+            x = OUT_TOKEN
+        elif x == "--output-file=" + out_path:
+            x = "--output-file=" + OUT_TOKEN
+        out.append(x)
+    return out
 
 
 def _output_record(store: Path, cubin: bytes) -> Optional[dict]:

@@ -28,33 +28,45 @@ HELPER = resources.helper_ptx_path("direct")
 KERNELS = {"k_dadd": "add", "k_dprio": "prio"}
 
 
-@pytest.fixture(scope="module")
-def deferred_kernels(tmp_path_factory):
-    """{name: CompiledKernel} compiled with HBFCC_DEFER=1, and the environment they were compiled in."""
+def _compile_deferred(tmp_path_factory, mode: str, kernels: dict[str, str], sigs: dict[str, dict]):
+    """({name: CompiledKernel}, the environment they were compiled in): Triton compiles of ``kernels`` (names ->
+    workloads.triton_kernels kinds) with HBFCC_DEFER=``mode`` through hbfcc-ptxas's console entry."""
     pytest.importorskip("triton")
     real = shutil.which("ptxas")
     if real is None or not HELPER.is_file():
         pytest.skip("ptxas or the helper PTX (make helpers-ptx) missing")
+    import sys
+
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from workloads import triton_kernels as tk
-    from hbfcc.toolchain import cli_wrapper
-    d = tmp_path_factory.mktemp("triton-defer")
+    d = tmp_path_factory.mktemp(f"triton-defer-{mode}")
+    wrap = d / "hbfcc-ptxas"
+    wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.ptxas_entry \"$@\"\n")
+    wrap.chmod(0o755)
     env = {"HBFCC_ARTIFACT_DIR": str(d / "art"), "HBFCC_CACHE_DIR": str(d / "hc"), "HBFCC_REAL_PTXAS": real,
-           "HBFCC_HELPER_PTX": str(HELPER), "TRITON_CACHE_DIR": str(d / "tc"), "HBFCC_DEFER": "1",
-           "TRITON_PTXAS_PATH": str(cli_wrapper(d / "hbfcc-ptxas", "ptxas")),
-           "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    sigs = {"k_dadd": {"x": "*fp32", "y": "*fp32", "o": "*fp32", "n": "i32", "B": "constexpr"},
-            "k_dprio": {"x": "*fp32", "o": "*fp32", "n": "i32", "B": "constexpr"}}
+           "HBFCC_HELPER_PTX": str(HELPER), "TRITON_CACHE_DIR": str(d / "tc"), "HBFCC_DEFER": mode,
+           "TRITON_PTXAS_PATH": str(wrap), "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     with pytest.MonkeyPatch.context() as mp:     # the compile's environment, for the compiles only
         for k, v in env.items():
             mp.setenv(k, v)
-        mod = tk.load(d / "tk_defer_rt.py", KERNELS)
-        out = {name: triton.compile(ASTSource(fn=getattr(mod, name), signature=sig, constexprs={"B": 1024}),
-                                    target=GPUTarget("cuda", 90, 32)) for name, sig in sigs.items()}
+        mod = tk.load(d / f"tk_defer_{mode}.py", kernels)
+        out = {name: triton.compile(ASTSource(fn=getattr(mod, name), signature={**sig, "B": "constexpr"},
+                                              constexprs={"B": 1024}), target=GPUTarget("cuda", 90, 32))
+               for name, sig in sigs.items()}
     return out, env
+
+
+ADD_SIG = {"x": "*fp32", "y": "*fp32", "o": "*fp32", "n": "i32"}
+
+
+@pytest.fixture(scope="module")
+def deferred_kernels(tmp_path_factory):
+    """{name: CompiledKernel} compiled with HBFCC_DEFER=1, and the environment they were compiled in."""
+    return _compile_deferred(tmp_path_factory, "1", KERNELS,
+                             {"k_dadd": ADD_SIG, "k_dprio": {"x": "*fp32", "o": "*fp32", "n": "i32"}})
 
 
 @pytest.fixture
@@ -283,33 +295,9 @@ def test_binding_the_plain_module_by_hand_does_not_admit_it(denv, hbfd_daemon):
 
 @pytest.fixture(scope="module")
 def rewrite_deferred(tmp_path_factory):
-    """k_radd compiled with HBFCC_DEFER=rewrite through hbfcc-ptxas's console entry (hbfcc.ptxas_entry)."""
-    pytest.importorskip("triton")
-    real = shutil.which("ptxas")
-    if real is None or not HELPER.is_file():
-        pytest.skip("ptxas or the helper PTX (make helpers-ptx) missing")
-    import sys
-
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from workloads import triton_kernels as tk
-    d = tmp_path_factory.mktemp("triton-defer-rewrite")
-    wrap = d / "hbfcc-ptxas"
-    wrap.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.ptxas_entry \"$@\"\n")
-    wrap.chmod(0o755)
-    env = {"HBFCC_ARTIFACT_DIR": str(d / "art"), "HBFCC_CACHE_DIR": str(d / "hc"), "HBFCC_REAL_PTXAS": real,
-           "HBFCC_HELPER_PTX": str(HELPER), "TRITON_CACHE_DIR": str(d / "tc"), "HBFCC_DEFER": "rewrite",
-           "TRITON_PTXAS_PATH": str(wrap), "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
-        mod = tk.load(d / "tk_defer_rw.py", {"k_radd": "add"})
-        k = triton.compile(ASTSource(fn=mod.k_radd, signature={"x": "*fp32", "y": "*fp32", "o": "*fp32", "n": "i32",
-                                                                "B": "constexpr"}, constexprs={"B": 1024}),
-                           target=GPUTarget("cuda", 90, 32))
-    return k, env
+    """k_radd compiled with HBFCC_DEFER=rewrite (hbfcc-ptxas's console entry serves it without the rewriter)."""
+    ks, env = _compile_deferred(tmp_path_factory, "rewrite", {"k_radd": "add"}, {"k_radd": ADD_SIG})
+    return ks["k_radd"], env
 
 
 def test_rewrite_deferred_kernel_is_rewritten_built_and_swapped_in_at_load(rewrite_deferred, hbfd_daemon,
