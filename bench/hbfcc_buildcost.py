@@ -34,7 +34,12 @@ jobs on the box); ratios are per item, then the median (and p10/p90, min/max) ov
   object cache empty at the start, so the first repeat includes the helper objects' builds) and reads
   each entry's registers and stack frame from every variant's cubin; ``--triton-ptxas PTXAS`` makes
   every variant use that ptxas (plain Triton's ``TRITON_PTXAS_PATH``, hbfcc-ptxas's
-  ``HBFCC_REAL_PTXAS``): the separate link needs one with nvlink beside it.
+  ``HBFCC_REAL_PTXAS``): the separate link needs one with nvlink beside it. ``--defer`` adds variants ``defer``
+  (``HBFCC_DEFER=1``: hbfcc-ptxas hands Triton the plain cubin) and ``defer_rewrite`` (``HBFCC_DEFER=rewrite``:
+  the rewrite deferred too) and times the deferred instrumented build after each compile
+  (hbfcommon.deferred.build, what the runtime runs at the kernel's load). Every hbfcc variant runs hbfcc-ptxas's
+  console entry (``hbfcc.ptxas_entry`` of the hbfcc on the path: ``PYTHONPATH=.``), whatever the venv's
+  installed script points at.
 
 ``--against TREE`` (nvcc, triton) adds variant ``before``: hbfcc from another source tree, interleaved
 with the others; ``now_vs_before_*`` ratios and whether the cubins are byte-identical.
@@ -44,7 +49,7 @@ with the others; ``now_vs_before_*`` ratios and whether the cubins are byte-iden
 (``--no-full`` leaves it out): ``full_*`` ratios to plain and ``pruned_vs_full_*``.
 
     python bench/hbfcc_buildcost.py [--parts corpus,separate,nvcc,triton] [--reps 3] [--limit N] [--every K] [--no-full]
-                                    [--against TREE] [--separate] [--triton-ptxas PTXAS]
+                                    [--against TREE] [--separate] [--defer] [--triton-ptxas PTXAS]
                                     [--out bench/results/hbfcc_buildcost_cpu.json]
 """
 from __future__ import annotations
@@ -433,6 +438,9 @@ def summary(rows: list[dict], variants) -> dict:
                  "pruned_vs_full_cpu", "pruned_vs_full_cubin"]
     if "separate" in variants:
         keys += ["separate_wall_ratio", "separate_cpu_ratio", "separate_cubin_ratio"]
+    for v in ("defer", "defer_rewrite"):
+        if v in variants:
+            keys += [f"{v}_wall_ratio", f"{v}_cpu_ratio", f"{v}_cubin_ratio"]
     if "before" in variants:
         keys += ["before_wall_ratio", "before_cpu_ratio", "now_vs_before_wall", "now_vs_before_cpu"]
         out["cubin_identical_to_before"] = sum(1 for r in rows if r.get("cubin_identical_to_before"))
@@ -536,6 +544,15 @@ for name in sys.argv[2].split(","):
     if len(sys.argv) > 3:            # keep the cubin (registers per entry: hbfcc.cubin)
         with open(os.path.join(sys.argv[3], name + ".cubin"), "wb") as f:
             f.write(k.asm["cubin"])
+    if os.environ.get("HBFCC_DEFER") in ("1", "rewrite"):   # the on-demand build the runtime makes at the load
+        from hbfcommon import artifact, deferred
+        c0, t0 = cpu(), time.perf_counter()
+        b = deferred.build(artifact.lookup_by_output(k.asm["cubin"]))
+        out[name].update(built_wall_s=time.perf_counter() - t0, built_cpu_s=cpu() - c0, built_cached=b.cached,
+                         built_cubin_bytes=len(b.cubin), built_instrumented=b"__hb_" in b.cubin)
+        if len(sys.argv) > 3:
+            with open(os.path.join(sys.argv[3], name + ".built.cubin"), "wb") as f:
+                f.write(b.cubin)
 print(json.dumps(out))
 '''
 
@@ -547,7 +564,15 @@ def part_triton(ns, work: Path) -> dict:
         import triton  # noqa: F401
     except ImportError:
         return {"skipped": "triton not installed"}
-    hbfcc_ptxas = str(VENV_BIN / "hbfcc-ptxas") if (VENV_BIN / "hbfcc-ptxas").exists() else shutil.which("hbfcc-ptxas")
+    # hbfcc-ptxas's console entry as `pip install` makes it of pyproject's (the hbfcc on the path: run the bench
+    # with PYTHONPATH=<this tree> to measure it), whatever the venv's installed script points at
+    hbfcc_ptxas = work / "bin" / "hbfcc-ptxas"
+    hbfcc_ptxas.parent.mkdir(parents=True, exist_ok=True)
+    hbfcc_ptxas.write_text(f"#!{sys.executable}\nimport sys\ntry:\n    from hbfcc.ptxas_entry import main\n"
+                           "except ImportError:   # a tree before hbfcc.ptxas_entry (--against)\n"
+                           "    from hbfcc.cli import ptxas_main as main\nsys.exit(main())\n")
+    hbfcc_ptxas.chmod(0o755)
+    hbfcc_ptxas = str(hbfcc_ptxas)
     script = work / "triton_buildcost_kernels.py"
     script.write_text(TRITON_SCRIPT)        # @triton.jit needs its source in a file
     caches = work / "tcache"
@@ -565,6 +590,11 @@ def part_triton(ns, work: Path) -> dict:
         envs["hbfcc"]["HBFCC_REAL_PTXAS"] = ns.triton_ptxas
     if ns.full:   # the whole helper library linked (HBFCC_LINK_PRUNE=0)
         envs["full"] = dict(envs["hbfcc"], HBFCC_LINK_PRUNE="0")
+    if ns.defer:      # HBFCC_DEFER=1 / rewrite: the plain cubin at compile time, the instrumented one built after
+        # (timed); each its own store (their plain cubins are the same bytes: one record per cubin and store)
+        envs["defer"] = dict(envs["hbfcc"], HBFCC_DEFER="1", HBFCC_ARTIFACT_DIR=str(work / "store-defer"))
+        envs["defer_rewrite"] = dict(envs["hbfcc"], HBFCC_DEFER="rewrite",
+                                     HBFCC_ARTIFACT_DIR=str(work / "store-defer-rewrite"))
     if ns.separate:   # HBFCC_LINK=separate: the helper object cache starts empty (its builds are in rep 1)
         envs["separate"] = dict(envs["hbfcc"], HBFCC_LINK="separate", HBFCC_CACHE_DIR=str(work / "hbfcc-cache"))
     if ns.against:    # hbfcc-ptxas running another tree's hbfcc (its package first on PYTHONPATH)
@@ -594,6 +624,19 @@ def part_triton(ns, work: Path) -> dict:
             row[f"{k}_cubin_bytes"] = t[k][0][name]["cubin_bytes"]
             row[f"{k}_instrumented"] = t[k][0][name]["instrumented"]
         ratios(row, envs, {k: row[f"{k}_cubin_bytes"] for k in envs})
+        for v in [v for v in ("defer", "defer_rewrite") if v in envs]:
+            # each repeat's compile has a fresh Triton cache but the same artifact store: the deferred build of
+            # the first repeat is assembled, later ones read it back (built_cached); the assembly is the first
+            first = t[v][0][name]
+            row[f"{v}_built_wall_s"], row[f"{v}_built_cpu_s"] = first["built_wall_s"], first["built_cpu_s"]
+            row[f"{v}_built_cached_first"] = first["built_cached"]
+            row[f"{v}_built_read_back_wall_s"] = [round(r[name]["built_wall_s"], 4) for r in t[v][1:]]
+            row[f"{v}_cubin_is_plain"] = ((cubins[v] / f"{name}.cubin").read_bytes()
+                                          == (cubins["plain"] / f"{name}.cubin").read_bytes())
+            row[f"{v}_built_identical_to_eager"] = ((cubins[v] / f"{name}.built.cubin").read_bytes()
+                                                    == (cubins["hbfcc"] / f"{name}.cubin").read_bytes())
+            row[f"{v}_compile_plus_build_cpu_ratio"] = (row[f"{v}_cpu_s"] + row[f"{v}_built_cpu_s"]) / row["plain_cpu_s"]
+            row[f"{v}_built_vs_eager_cpu"] = row[f"{v}_built_cpu_s"] / row["hbfcc_cpu_s"]
         if "before" in envs:
             row["before_cpu_all_s"] = [round(r[name]["cpu_s"], 4) for r in t["before"]]
             row["hbfcc_cpu_all_s"] = [round(r[name]["cpu_s"], 4) for r in t["hbfcc"]]
@@ -614,6 +657,10 @@ def part_triton(ns, work: Path) -> dict:
                  if "full_wall_ratio" in row else "")
               + (f"; separate cpu x{row['separate_cpu_ratio']:.2f} (vs whole {row['separate_vs_whole_cpu']:.2f}), "
                  f"cubin x{row['separate_cubin_ratio']:.1f}, regs {row['registers']}" if "separate" in envs else "")
+              + "".join(f"; {v} cpu x{row[f'{v}_cpu_ratio']:.2f} wall x{row[f'{v}_wall_ratio']:.2f} (plain cubin "
+                        f"{row[f'{v}_cubin_is_plain']}), its build {row[f'{v}_built_cpu_s']:.2f} s cpu (identical to "
+                        f"eager {row[f'{v}_built_identical_to_eager']})"
+                        for v in ("defer", "defer_rewrite") if v in envs)
               + (f"; now/before cpu {row['now_vs_before_cpu']:.3f} (before {row['before_cpu_s']:.2f} s), "
                  f"cubin identical {row['cubin_identical_to_before']}" if "before" in envs else ""),
               file=sys.stderr)
@@ -624,7 +671,14 @@ def part_triton(ns, work: Path) -> dict:
                     1 for r in rows for e, n in r["registers"]["separate"].items()
                     if (n or 0) > (r["registers"]["hbfcc"].get(e) or 0)),
                 "entries": sum(len(r["registers"]["separate"]) for r in rows)} if "separate" in envs else {}),
-            "all_instrumented": all(r[f"{k}_instrumented"] for r in rows for k in envs if k != "plain")
+            **{key: val for v in ("defer", "defer_rewrite") if v in envs for key, val in (
+                (f"{v}_built_cpu_s", spread([r[f"{v}_built_cpu_s"] for r in rows])),
+                (f"{v}_built_vs_eager_cpu", spread([r[f"{v}_built_vs_eager_cpu"] for r in rows])),
+                (f"{v}_compile_plus_build_cpu_ratio", spread([r[f"{v}_compile_plus_build_cpu_ratio"] for r in rows])),
+                (f"{v}_cubins_plain", all(r[f"{v}_cubin_is_plain"] for r in rows)),
+                (f"{v}_builds_identical_to_eager", all(r[f"{v}_built_identical_to_eager"] for r in rows)))},
+            "all_instrumented": all(r[f"{k}_instrumented"] for r in rows for k in envs
+                                    if k not in ("plain", "defer", "defer_rewrite"))
             and not any(r["plain_instrumented"] for r in rows)}
     return {"summary": summ, "rows": rows}
 
@@ -640,6 +694,12 @@ def main() -> int:
     ap.add_argument("--separate", action="store_true",
                     help="triton: also build with HBFCC_LINK=separate (variant 'separate'; registers per entry "
                          "read from every variant's cubins)")
+    ap.add_argument("--defer", action="store_true",
+                    help="triton: also compile with HBFCC_DEFER=1 and =rewrite (variants 'defer', 'defer_rewrite': "
+                         "the plain cubin at compile time) "
+                         "and time the deferred instrumented build after each compile (its first repeat assembles, "
+                         "later ones read the cached build back); checks the compile's cubin is plain Triton's and "
+                         "the deferred build is the eager build's cubin byte for byte")
     ap.add_argument("--triton-ptxas", metavar="PTXAS", default=None,
                     help="triton: the ptxas of every variant (plain: TRITON_PTXAS_PATH; hbfcc: HBFCC_REAL_PTXAS); "
                          "the separate link needs one with nvlink beside it (a CUDA toolkit's)")

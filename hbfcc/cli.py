@@ -28,6 +28,8 @@ from hbfcommon.fsutil import atomic_write_text
 
 from . import artifact, knobs
 from . import helpers as H
+from .ptxas_args import out_path as _out_path
+from .ptxas_args import parse as _ptxas_args
 
 log = logging.getLogger("hbfcc")
 
@@ -95,62 +97,15 @@ def marker_line() -> str:
         line += f" link separate cap {'plain' if cap is None else cap}"
     if knobs.load().cpasync_window != knobs.CPASYNC_WINDOW_DEFAULT:  # another cp.async group window
         line += f" cpasync-window {knobs.load().cpasync_window}"
+    if knobs.load().defer != "0":   # HBFCC_DEFER: the output is the PLAIN cubin (the instrumented one built later)
+        from hbfcommon.deferred import MARKER_WORDS
+        line += f" {MARKER_WORDS[knobs.load().defer]}"
     return line
 
 
 # ============================================================================================
 # hbfcc-ptxas
 # ============================================================================================
-
-# ptxas options that take a separate value argument
-_PTXAS_VALUE_OPTS = {
-    "-o", "--output-file", "-arch", "--gpu-name", "-maxrregcount", "--maxrregcount", "-O",
-    "--opt-level", "-dlcm", "--def-load-cache", "-dscm", "--def-store-cache", "-e", "--entry",
-    "-optf", "--options-file", "-m", "--machine", "-fmad", "--fmad", "-split-compile",
-    "--split-compile", "-ftz", "--ftz", "-prec-div", "--prec-div", "-prec-sqrt", "--prec-sqrt",
-    "-c-rt", "-suppress-stack-size-warning", "--position-independent-code", "-pic",
-    "--extensible-whole-program", "-ewp", "-knob", "--device-function-maxrregcount", "-func-maxrregcount",
-    "--compile-as-tools-patch", "-asm-tools-patch",
-}
-
-
-def _ptxas_args(args: list[str]) -> tuple[list[int], Optional[int], Optional[str]]:
-    """(indices of .ptx inputs, index of the -o value, target arch)."""
-    inputs: list[int] = []
-    out_idx: Optional[int] = None
-    arch: Optional[str] = None
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a in ("-o", "--output-file"):
-            out_idx = i + 1
-            i += 2
-            continue
-        if a.startswith("--output-file="):
-            out_idx = i
-        elif a.startswith("--gpu-name=") or a.startswith("-arch="):
-            arch = a.split("=", 1)[1]
-        elif a in ("-arch", "--gpu-name") and i + 1 < len(args):
-            arch = args[i + 1]
-            i += 2
-            continue
-        elif a.startswith("-arch") and len(a) > 5 and a[5] != "=":
-            arch = a[5:]
-        elif a in _PTXAS_VALUE_OPTS and a not in ("-o",):
-            i += 2
-            continue
-        elif not a.startswith("-") and a.endswith(".ptx"):
-            inputs.append(i)
-        i += 1
-    return inputs, out_idx, arch
-
-
-def _out_path(args: list[str], out_idx: Optional[int]) -> Optional[str]:
-    if out_idx is None or out_idx >= len(args):
-        return None
-    a = args[out_idx]
-    return a.split("=", 1)[1] if a.startswith("--output-file=") else a
-
 
 def _filter_info(text: str) -> str:
     """Drop the `ptxas info` lines hbfcc's own -v produced (the user did not ask for them)."""
@@ -166,6 +121,17 @@ def _filter_info(text: str) -> str:
         skip_next = False
         out.append(l)
     return "".join(out)
+
+
+def _relay(cp: subprocess.CompletedProcess, user_v: bool) -> None:
+    """What the real ptxas printed, as the caller would see it: its ``ptxas info`` lines only when the caller
+    asked for ``-v`` (hbfcc adds ``-v`` for its own facts)."""
+    if user_v:
+        sys.stdout.write(cp.stdout)
+        sys.stderr.write(cp.stderr)
+    else:
+        sys.stdout.write(_filter_info(cp.stdout))
+        sys.stderr.write(_filter_info(cp.stderr))
 
 
 def _run_capture(argv: list[str], env=None) -> subprocess.CompletedProcess:
@@ -308,7 +274,8 @@ def _ptxas(args: list[str]) -> int:
     wargs = list(args)
     wargs[inputs[0]] = work
     try:
-        if (k.baseline or (use_sep and k.separate_cap is None)) and sass:
+        # HBFCC_DEFER=1: the baseline build IS the output (the plain cubin), so it always runs
+        if (k.baseline or k.defer != "0" or (use_sep and k.separate_cap is None)) and sass:
             bin_ = os.path.join(tmpdir, "orig.ptx")
             Path(bin_).write_text(original)
             bargs = list(args)
@@ -380,6 +347,16 @@ def _ptxas(args: list[str]) -> int:
         # a module exporting a device function that reaches a helper: its device functions capped (hbfcc/rdc.py)
         df_cap = rdc.device_function_cap(res.module, ucaps) if sass and rdc.STAGE_NAME in res.meta else None
         rargs = [real] + rdc.with_device_function_cap(wargs, df_cap) + ([] if user_v else ["-v"])
+        defer_why = _defer_unsupported(k, res, sass, out_path, reloc, use_sep, unbounded, base_thread) \
+            if k.defer != "0" else None
+        if k.defer != "0" and defer_why is None:
+            rc = _deferred(res, k, choice, args, rargs, work, in_path, out_path, arch, cap, instead_of, user_v,
+                           base_thread, base_cp, tmpdir)
+            if rc is not None:
+                return rc
+            defer_why = "the artifact store could not keep the rewritten PTX"
+        if k.defer != "0":
+            log.info("HBFCC_DEFER=%s: %s: assembling the rewrite now (eager)", k.defer, defer_why)
         cp = None
         if use_sep:
             caps = seplink.entry_caps(res.module, _registers(before) if before is not None else {},
@@ -409,12 +386,7 @@ def _ptxas(args: list[str]) -> int:
             res, unbounded = replace(unbounded, meta=dict(unbounded.meta, **{occupancy.LAUNCH_PASS_NAME: decs})), None
             atomic_write_text(work, res.text, fsync=False)
             cp = _run_capture(rargs)
-        if user_v:
-            sys.stdout.write(cp.stdout)
-            sys.stderr.write(cp.stderr)
-        else:
-            sys.stdout.write(_filter_info(cp.stdout))
-            sys.stderr.write(_filter_info(cp.stderr))
+        _relay(cp, user_v)
         if cp.returncode != 0:
             keep_dir = os.path.abspath(os.path.join(tmpdir, ".."))
             sha12 = res.original_sha256[:12]
@@ -453,6 +425,8 @@ def _ptxas(args: list[str]) -> int:
         from .toolchain import sha256_file
         doc["build"] = {"marker": marker_line(),
                         "output_sha256": sha256_file(out_path) if out_path and os.path.isfile(out_path) else None}
+        if k.defer != "0":               # HBFCC_DEFER asked, this module built eagerly: why
+            doc["build"]["eager_because"] = defer_why
         if k.link == "separate":         # HBFCC_LINK=separate asked: what served this module, and why
             doc["link"] = dict({"requested": "separate", "mode": "separate" if use_sep else "whole",
                                 "fallback_reason": None if use_sep else sep_why},
@@ -481,6 +455,84 @@ def _ptxas(args: list[str]) -> int:
         if base_thread is not None:
             base_thread.join()     # an error in the rewrite: let the baseline ptxas end before its dir goes
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _defer_unsupported(k: knobs.Knobs, res, sass: bool, out_path: Optional[str], reloc: bool, use_sep: bool,
+                       unbounded, base_thread) -> Optional[str]:
+    """Why HBFCC_DEFER=1 cannot defer this module's instrumented build (None: it can). Deferred is a
+    plain ``sm_XX`` cubin build with ``-o`` (Triton's) whose instrumented build is one ptxas run of a text
+    decided before it; anything decided after an instrumented build, or a build whose output embeds the
+    PTX, is built eagerly."""
+    from . import occupancy
+    if k.nvcc_step:
+        return "one of nvcc's ptxas steps (fatbinary embeds the PTX ptxas reads)"
+    if not sass or out_path is None:
+        return "not an sm_XX cubin build with -o"
+    if reloc:
+        return "a relocatable build (-c)"
+    if use_sep or k.link == "separate":
+        return "HBFCC_LINK=separate"
+    if k.occupancy_guard:
+        return "HBFCC_OCCUPANCY_GUARD=1 (decided after an instrumented build)"
+    if res.already_instrumented:
+        return "the input is instrumented already"
+    if res.meta.get("below_helper_target") or res.transformed_sha256 == res.original_sha256:
+        return "the module was not instrumented (its build is the plain one)"
+    if unbounded is not None:
+        return "a launch bound applies (a ptxas that rejects it is retried without: decided at the build)"
+    if occupancy.LAUNCH_PASS_NAME not in res.meta and k.launch_bound \
+            and any(t is None for t in occupancy.entry_threads(res.module).values()):
+        return "an entry without a declared block size whose launch bound is decided after the build"
+    if base_thread is None:
+        return "no plain build"
+    return None
+
+
+def _deferred(res, k: knobs.Knobs, choice, args: list[str], rargs: list[str], work: str, in_path: str,
+              out_path: str, arch: str, cap, instead_of, user_v: bool, base_thread, base_cp: dict,
+              tmpdir: str) -> Optional[int]:
+    """HBFCC_DEFER=1 (hbfcommon/deferred.py): the output is the plain build (the baseline ptxas run: the
+    original PTX with the caller's options; file names do not enter a cubin), the rewrite goes to the store
+    with the recipe of the eager build (``rargs``, its input and output as tokens) in the record. Returns
+    ptxas's exit status; None when the store cannot keep the rewrite (the caller then builds eagerly)."""
+    from hbfcommon import deferred
+
+    from .toolchain import build_stats, ptxas_version_text, sha256_file
+    real = choice.path
+    store = _store_dir(k)
+    try:
+        ptx_sha = deferred.store_ptx(store, res.text)
+    except OSError as e:
+        log.warning("HBFCC_DEFER=1: cannot keep the rewritten PTX in the artifact store %s (%s)", store, e)
+        return None
+    base_thread.join()
+    bcp = base_cp.get("cp")
+    if bcp is None:             # the thread could not run it (its error is in the thread's traceback)
+        raise ToolchainError(f"cannot run the real ptxas {choice.path} on the original PTX", argv=[choice.path])
+    orig_out = os.path.join(tmpdir, "orig.o")
+    _relay(bcp, user_v)
+    if bcp.returncode != 0:     # the real ptxas refuses the original: what it says, as it says it
+        return bcp.returncode
+    shutil.copyfile(orig_out, out_path)
+    before = build_stats(bcp.stdout + bcp.stderr, orig_out)
+    argv = deferred.tokenized(rargs, work, out_path)
+    version = ptxas_version_text(real)
+    plain_sha = sha256_file(out_path)
+    recipe = {"ptx_sha256": ptx_sha, "ptx_name": os.path.basename(work), "argv": argv,
+              "plain_output_sha256": plain_sha, "key": deferred.recipe_key(ptx_sha, argv, version)}
+    ptxas_info = {"path": real, "source": choice.source, "version": version,
+                  "argv": [real] + list(args), "returncode": bcp.returncode, "target": arch,
+                  "max_ptx_version": f"{cap[0]}.{cap[1]}", "instead_of": instead_of}
+    doc = artifact.build(path=in_path, result=res, ptxas=ptxas_info, before=before, after=None)
+    doc["build"] = {"marker": marker_line(), "output_sha256": plain_sha}
+    doc["deferred"] = recipe
+    out = Path(out_path)
+    _emit_artifact(doc, out, k, sidecar=_sidecar_wanted(k, out), store=True)
+    if res.dumps is not None:
+        res.dumps.json("artifact", doc)
+    if not doc["input"]["below_helper_target"]:
+        warn_not_admitted(doc["kernels"])
+    return 0
 
 
 def _separate_build(res, real: str, wargs: list[str], out_idx: int, arch: str, user_v: bool, helper,
@@ -926,6 +978,8 @@ CMAKE_CUDA_COMPILER_LAUNCHER=hbfcc (then: hbfcc nvcc ARGS), or on the command li
     hbfcc -arch=sm_90a -c k.cu -o k.o          any nvcc command line; every ptxas step nvcc runs
                                                rewrites the PTX (a shadow toolkit's ptxas)
     hbfcc rewrite IN.ptx -o OUT.ptx [--dump-stages DIR] [--no-link] [--helper H.ptx] [--passes LIST]
+    hbfcc prebuild [--store DIR] [--triton-cache DIR] [-j N] [--force]
+                                               assemble the instrumented builds HBFCC_DEFER=1 deferred
     hbfcc --hbfcc-version                      the version marker only
 Each output gets <output>.hbfcc.json: which kernels are admitted (modeled) and why not, per
 -gencode target; the artifact store keeps each module's record by its original PTX's sha256.
@@ -1040,12 +1094,73 @@ def rewrite_main(args: list[str]) -> int:
     return 0
 
 
+def prebuild_main(args: list[str]) -> int:
+    """``hbfcc prebuild``: assemble the deferred (HBFCC_DEFER=1) instrumented builds now, so no attached run
+    pays for them at a kernel's load (the runtime then reads them back from the store)."""
+    import concurrent.futures as cf
+    import hashlib
+
+    from hbfcommon import artifact as A
+    from hbfcommon import deferred
+    ap = argparse.ArgumentParser(prog="hbfcc prebuild", description="Assemble the instrumented builds that "
+                                 "hbfcc-ptxas deferred (HBFCC_DEFER=1) and cache them in the artifact store; "
+                                 "exit 1 when any fails (each failure named)")
+    ap.add_argument("--store", type=Path, default=None, help="artifact store (default: HBFCC_ARTIFACT_DIR, "
+                    "else $HBFCC_CACHE_DIR/artifacts)")
+    ap.add_argument("--triton-cache", type=Path, default=None, metavar="DIR",
+                    help="only the kernels whose cubins lie in this Triton cache (TRITON_CACHE_DIR); a cubin there "
+                         "compiled with HBFCC_DEFER=1 whose record is gone fails")
+    ap.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--force", action="store_true", help="assemble again even where a build is cached")
+    ns = ap.parse_args(args)
+    store = ns.store or A.store_dir()
+    errors: list[str] = []
+    unknown: list[Path] = []
+    ok = 0
+    if ns.triton_cache is not None:
+        recs = []
+        for c in sorted(ns.triton_cache.rglob("*.cubin")):
+            data = c.read_bytes()
+            p = A.output_store_path(store, hashlib.sha256(data).hexdigest())
+            try:
+                rec = json.loads(p.read_text())
+            except (OSError, ValueError):
+                unknown.append(c)     # a plain ptxas's cubin, or a record gone: the runtime refuses it at load
+                continue
+            if deferred.recipe(rec) is not None:
+                recs.append(rec)
+    else:
+        recs = deferred.records(store)
+    todo = {deferred.recipe(r)["key"]: r for r in recs}    # one build per recipe
+    with cf.ThreadPoolExecutor(max_workers=max(1, ns.jobs)) as ex:
+        futs = {ex.submit(deferred.build, r, store=store, force=ns.force): r for r in todo.values()}
+        for f in cf.as_completed(futs):
+            names = ", ".join(deferred.kernel_names(futs[f]))
+            try:
+                b = f.result()
+            except HbfError as e:
+                errors.append(str(e))
+                continue
+            ok += 1
+            print(f"{names}: {'cached' if b.cached else f'built in {b.build_ns / 1e9:.2f} s'} -> {b.path}")
+    for e in errors:
+        print(f"hbfcc prebuild: error: {e}", file=sys.stderr)
+    if unknown:
+        print(f"hbfcc prebuild: {len(unknown)} cubin(s) in {ns.triton_cache} have no record in {store} (compiled by a "
+              f"plain ptxas, or their records are gone: the runtime refuses to model those): "
+              + ", ".join(str(u) for u in unknown[:5]), file=sys.stderr)
+    print(f"hbfcc prebuild: {ok} of {len(todo)} deferred build(s) ready in {store}", file=sys.stderr)
+    return 1 if errors else 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     _setup_logging()
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args and args[0] == "rewrite":
             return rewrite_main(args[1:])
+        if args and args[0] == "prebuild":       # HBFCC_DEFER=1's instrumented builds, now
+            return prebuild_main(args[1:])
         if args and args[0] == "ptxas":          # what the shadow toolkit's shim runs
             return _ptxas_entry(args[1:])
         if args and args[0] == "--hbfcc-version":

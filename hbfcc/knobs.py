@@ -25,6 +25,7 @@ SIDECAR_CHOICES = ("auto", "1", "0")
 LINK_CHOICES = ("whole", "separate")
 SEPARATE_CAP_RANGE = (24, 255)     # HBFCC_SEPARATE_CAP as an integer: a .maxnreg ptxas takes
 CPASYNC_WINDOW_DEFAULT = 2
+DEFER_CHOICES = ("0", "1", "rewrite")   # HBFCC_DEFER
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class Knobs:
     link_prune: bool = True        # HBFCC_LINK_PRUNE (default 1): link only the helper functions a module reaches
     link: str = "whole"            # HBFCC_LINK (whole|separate): helpers linked as PTX, or a cached object + nvlink
     separate_cap: Optional[int] = None  # HBFCC_SEPARATE_CAP (plain|N): None = each entry's plain registers (hbfcc/seplink.py)
+    defer: str = "0"               # HBFCC_DEFER (0|1|rewrite): hbfcc-ptxas assembles the original; the rewrite's build
+                                   # later (1), or the rewrite itself later too (rewrite): hbfcommon/deferred.py
 
 
 def load() -> Knobs:
@@ -88,6 +91,7 @@ def load() -> Knobs:
         link_prune=env_bool("HBFCC_LINK_PRUNE", True),
         link=_choice("HBFCC_LINK", "whole", LINK_CHOICES),
         separate_cap=parse_separate_cap(os.environ.get("HBFCC_SEPARATE_CAP")),
+        defer=_choice("HBFCC_DEFER", "0", DEFER_CHOICES),
     )
 
 
@@ -157,6 +161,12 @@ DOCS: tuple[tuple[str, str, str], ...] = (
      "with a warning). Device cost NOT measured"),
     ("HBFCC_SEPARATE_CAP", "plain", "separate link: each instrumented entry's .maxnreg; plain: its plain "
      "build's registers, at least 64, rounded up to 8; or a register count (24..255)"),
+    ("HBFCC_DEFER", "0", "1: deferred instrumentation (hbfcc-ptxas): rewrite and record at compile time, store the "
+     "rewritten PTX in the artifact store, but assemble only the ORIGINAL PTX (the caller gets the plain cubin); "
+     "the instrumented cubin is assembled when a kernel is loaded in an attached session (runtime_cuda's Triton "
+     "hooks) or by `hbfcc prebuild`, cached by content. rewrite: the rewrite and the admission record are "
+     "deferred too (the compile only keeps the original PTX: no NOT-admitted warning at compile time; the "
+     "build runs hbfcc-ptxas). Plain sm_XX cubin builds with -o only; else eager, logged"),
     ("HBFCC_LOG", "WARNING", "log level"),
 )
 

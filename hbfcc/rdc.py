@@ -42,23 +42,19 @@ from hbfcommon.abi import HELPER_PREFIX
 from . import occupancy
 from .link import named_in
 from .ptx.model import Function, Module
+from .ptxas_args import RELOCATABLE_OPTS, relocatable  # noqa: F401 - re-exported (seplink, cli)
 
 log = logging.getLogger("hbfcc")
 
 STAGE_NAME = "rdc_local_helpers"
 RECORD_KEY = "rdc_register_cap"
-RELOCATABLE_OPTS = ("-c", "--compile-only")
+
 # the smallest register cap a launch bound gives on sm_90 (65536 / 2048 threads per SM)
 EXPORTED_CAP = occupancy.REGS_PER_SM // occupancy.MAX_THREADS_PER_SM
 DF_CAP_OPTION = "--device-function-maxrregcount"
 
 _MRC = ("-maxrregcount", "--maxrregcount")
 _DF_MRC = (DF_CAP_OPTION, "-func-maxrregcount")
-
-
-def relocatable(args: Sequence[str]) -> bool:
-    """Whether the ptxas call compiles relocatable code (``-c``, ``--compile-only``)."""
-    return any(a in RELOCATABLE_OPTS for a in args)
 
 
 def user_caps(args: Sequence[str]) -> dict[str, Optional[int]]:

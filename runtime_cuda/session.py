@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from hbfcommon import abi
 from hbfcommon import artifact as A
 from hbfcommon import ctl as C
+from hbfcommon import deferred as DF
 from hbfcommon import resources
 from hbfcommon.errors import ConfigError, ErrorCode, HbfError, RangeError
 from hbfcommon.capacity import CAP_COUNTER_NAMES, CAP_COUNTERS_GLOBAL, CAP_TABLE_GLOBAL, HBF_FR_FREE, capacity_admitted
@@ -162,7 +163,18 @@ def triton_record(metadata_group: Mapping[str, Any] | None) -> tuple[Any, str | 
             return None, (f"an instrumented cubin (built by hbfcc-ptxas) without an admission record in the "
                           f"artifact store {A.store_dir()} (a warm Triton cache with an emptied or another "
                           f"artifact store): {advice}")
+        now = _hbfcc_marker_now(_group_target(group))
+        if cubin is not None and DF.is_deferred_marker(now):
+            # HBFCC_DEFER=1 hands Triton the plain cubin: without its record nothing says it was meant to be
+            # instrumented, but the ptxas Triton runs now is hbfcc-ptxas deferring, which made it
+            return None, (f"a plain cubin while Triton's ptxas is hbfcc-ptxas with HBFCC_DEFER=1 ('{now}'), and the "
+                          f"artifact store {A.store_dir()} has no record of it: a deferred compile whose record "
+                          f"(and rewritten PTX) is gone (a warm Triton cache with an emptied or another artifact "
+                          f"store), or a kernel compiled by a plain ptxas: {advice}")
         return None, None
+    if DF.is_pending(rec):       # HBFCC_DEFER=rewrite: no marker (nothing of hbfcc ran but the record): its knobs
+        why = DF.knob_mismatch(rec, os.environ)
+        return (None, f"{why}: {advice}") if why else (rec, None)
     was = (rec.get("build") or {}).get("marker")
     now = _hbfcc_marker_now(((rec.get("ptxas") or {}).get("target")) or "")
     if was and now and was != now:
@@ -174,6 +186,55 @@ def triton_record(metadata_group: Mapping[str, Any] | None) -> tuple[Any, str | 
 
 def _sha256(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
+
+
+def _group_target(group: Mapping[str, Any]) -> str:
+    """The ``sm_XX`` a Triton cache group was compiled for (its metadata JSON's target), '' when unknown."""
+    raw, _ = _group_file(group, ".json")
+    try:
+        arch = json.loads(raw or b"{}").get("target", {}).get("arch")
+    except (ValueError, AttributeError):
+        return ""
+    return f"sm_{arch}" if isinstance(arch, int) else ""
+
+
+def triton_load_binary(name: str, cubin: bytes, shared: int) -> tuple[int, int, int, int, int]:
+    """Load a cubin the way Triton loads a kernel's (its driver's ``load_binary`` on the current device):
+    (module, function, registers, spills, max threads per block). The seam the CPU tests replace."""
+    from triton.runtime.driver import driver  # noqa: PLC0415
+    return driver.active.utils.load_binary(name, cubin, shared, driver.active.get_current_device())
+
+
+def _loading_kernel(module: int, function: int, depth: int = 8) -> Any:
+    """The Triton CompiledKernel whose ``_init_handles`` runs the load hook now (found in the caller frames:
+    the hook receives handles only). None when no such frame is found."""
+    try:
+        f = sys._getframe(2)
+    except ValueError:
+        return None
+    for _ in range(depth):
+        if f is None:
+            return None
+        obj = f.f_locals.get("self")
+        if obj is not None and hasattr(obj, "metadata_group") and getattr(obj, "module", None) == module \
+                and getattr(obj, "function", None) == function:
+            return obj
+        f = f.f_back
+    return None
+
+
+def prebuild_triton(kernel: Any) -> DF.Built:
+    """Build a deferred Triton kernel's instrumented cubin now (HBFCC_DEFER=1; cached in the artifact store,
+    so its first load in an attached session only reads it back). ``kernel``: a CompiledKernel (or its
+    ``metadata_group``). Raises HbfError when the kernel has no deferred record or the build fails."""
+    group = getattr(kernel, "metadata_group", kernel)
+    rec, why = triton_record(group)
+    if rec is None:
+        raise ConfigError(f"Triton kernel {_group_name(group)}: no deferred build to make: "
+                          f"{why or 'no admission record (not compiled through hbfcc-ptxas)'}")
+    if DF.recipe(rec) is None:
+        raise ConfigError(f"Triton kernel {_group_name(group)} was built eagerly (its cubin is instrumented already)")
+    return DF.build(rec)
 
 
 def _hbfcc_marker_now(target: str) -> str | None:
@@ -460,6 +521,7 @@ class Session:
         self.unmodeled_launches: list[dict] = []
         self.refused_launches: list[dict] = []
         self._triton_installed: list[tuple[Any, str, Any]] = []
+        self.deferred_builds: list[dict] = []   # HBFCC_DEFER=1 Triton kernels swapped in (or refused) at load
         self.closed = False
         self.calibration: dict | None = None   # the last calibrate() result (deadline_bias_ns)
         self._flag_table: Any = None            # eidola's flag-range table (attach_flag_table)
@@ -824,13 +886,20 @@ class Session:
 
     # ---------------------------------------------------------------------------- modules
     def bind_module(self, module, artifact: Any = None, *, kernels: Sequence[str] | None = None,
-                    slots: int | None = None, missing_reason: str | None = None) -> ModuleBinding:
+                    slots: int | None = None, missing_reason: str | None = None,
+                    deferred_built: bool = False) -> ModuleBinding:
         """Point an instrumented module's __hb_state (0 while nothing is registered: the native body, see
         state_word)/__hb_kslot_base at this session. `module` is a
         CUmodule (or its int handle). A module without __hb_state is recorded as uninstrumented.
-        Without an artifact its `kernels` are not admitted, for `missing_reason` when given."""
+        Without an artifact its `kernels` are not admitted, for `missing_reason` when given.
+        The record of a deferred compile (HBFCC_DEFER=1) describes the plain cubin Triton loaded: its kernels
+        are admitted only in the instrumented build the Triton hooks swap in (``deferred_built``)."""
         self._ensure_open()
         art = A.load(artifact)
+        if art is not None and DF.recipe(art) is not None and not deferred_built:
+            missing_reason = ("the plain build of a deferred kernel (HBFCC_DEFER=1): its instrumented build is "
+                              "swapped in by the session's Triton hooks (install_triton_hooks / bind_triton_kernel)")
+            art = None
         ak = A.kernels(art)
         names = [k[0] for k in ak] or list(kernels or [])
         nslots = slots or max(1, len(names) or 1)
@@ -1144,14 +1213,18 @@ class Session:
 
     def bind_triton_kernel(self, kernel) -> ModuleBinding:
         """Bind a Triton CompiledKernel loaded before the hooks were installed (or in an earlier
-        session of this process): what the load hook would have done."""
+        session of this process): what the load hook would have done (a deferred kernel's instrumented
+        build swapped in included)."""
         if getattr(kernel, "module", None) is None:
             kernel._init_handles()
         return self._triton_loaded(kernel.module, kernel.function, kernel.name, kernel.metadata_group,
-                                   getattr(kernel, "hash", None))
+                                   getattr(kernel, "hash", None), kernel=kernel)
 
-    def _triton_loaded(self, module, function, name, metadata_group, hash_=None, *rest) -> ModuleBinding:
+    def _triton_loaded(self, module, function, name, metadata_group, hash_=None, *rest, kernel=None) -> ModuleBinding:
         art, why = triton_record(metadata_group)
+        if art is not None and DF.recipe(art) is not None:
+            return self._triton_deferred(module, function, name, art,
+                                         kernel if kernel is not None else _loading_kernel(module, function))
         b = self.bind_module(int(module), artifact=art, kernels=[name], missing_reason=why)
         if art is not None and not b.kernels:
             log.warning("Triton kernel %s: its admission artifact lists no kernel", name)
@@ -1164,6 +1237,59 @@ class Session:
         if not b.instrumented and art is None:
             log.info("Triton kernel %s was not built through hbfcc-ptxas (no __hb_state, no artifact): "
                      "not admitted", name)
+        return b
+
+    def _triton_deferred(self, module, function, name: str, art: dict, kernel: Any) -> ModuleBinding:
+        """A Triton kernel compiled with HBFCC_DEFER=1 or =rewrite (its cubin is the plain build): assemble its
+        instrumented build (hbfcommon.deferred: cached in the artifact store, built once; with =rewrite the
+        rewrite and its admission record too), load it as Triton loads a kernel
+        and swap it into the CompiledKernel (module, function, register facts), which Triton's launches read.
+        Any failure leaves the plain kernel bound as NOT admitted with the reason (a coded error naming the
+        kernel, logged at ERROR): a launch of it that would be modeled is refused, never run unmodeled."""
+        if kernel is not None and getattr(kernel, "module", None) == module \
+                and abi.STATE_GLOBAL.encode() in bytes(getattr(kernel, "kernel", b"") or b"") \
+                and _sha256(bytes(kernel.kernel)) != (DF.recipe(art) or {}).get("plain_output_sha256"):
+            # swapped already (bind_triton_kernel in a later session of this process): bind what it runs
+            b = self.bind_module(int(module), artifact=A.lookup_by_output(bytes(kernel.kernel)) or art,
+                                 kernels=[name], deferred_built=True)
+            self.note_function(int(function), b, name)
+            return b
+        try:
+            if kernel is None:
+                raise HbfError(f"Triton kernel {name}: the CompiledKernel being loaded was not found in the load "
+                               f"hook's caller frames (bind it with Session.bind_triton_kernel(kernel))",
+                               code=ErrorCode.INTERNAL, kernel=name)
+            built = DF.build(art)
+            mod, fn, n_regs, n_spills, n_max = triton_load_binary(name, built.cubin, int(kernel.metadata.shared))
+            need = int(kernel.metadata.num_warps) * int(getattr(kernel.metadata.target, "warp_size", 32) or 32)
+            if n_max < need:
+                raise HbfError(f"Triton kernel {name}: its instrumented build launches at most {n_max} threads "
+                               f"per block ({n_regs} registers), the kernel needs {need}",
+                               code=ErrorCode.UNSUPPORTED, kernel=name)
+        except HbfError as e:
+            reason = f"its deferred instrumented build (HBFCC_DEFER) failed [{e.code.name}]: {e}"
+            log.error("Triton kernel %s is NOT admitted: %s", name, reason)
+            self.deferred_builds.append({"kernel": name, "ok": False, "code": e.code.name, "error": str(e)})
+            self._report("deferred_build_failed", {"kernel": name, "code": e.code.name, "error": str(e)})
+            b = self.bind_module(int(module), artifact=None, kernels=[name], missing_reason=reason)
+            self.note_function(int(function), b, name)
+            return b
+        plain = self.bind_module(int(module), artifact=art, kernels=[name])    # not admitted (bind_module)
+        self.note_function(int(function), plain, name)      # a launcher that kept the old handle: refused
+        kernel.module, kernel.function, kernel.n_regs, kernel.n_spills, kernel.n_max_threads = \
+            mod, fn, n_regs, n_spills, n_max
+        kernel.kernel = built.cubin
+        # the admission record of what runs: HBFCC_DEFER=rewrite's build wrote it (the compile had none)
+        b = self.bind_module(int(mod), artifact=built.record or art, kernels=[name], deferred_built=True)
+        self.note_function(int(fn), b, name)
+        self.deferred_builds.append({"kernel": name, "ok": True, "cached": built.cached, "build_ns": built.build_ns,
+                                     "cubin": str(built.path)})
+        log.info("Triton kernel %s: deferred instrumented build %s (%.2f s), swapped in", name,
+                 "read back" if built.cached else "assembled", built.build_ns / 1e9)
+        info = b.kernel(name)
+        if info is not None and not info.admitted:
+            log.warning("Triton kernel %s is NOT admitted: %s", name,
+                        "; ".join(info.reasons) or "no reason recorded")
         return b
 
     def _triton_launch(self, metadata) -> None:

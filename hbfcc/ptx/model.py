@@ -698,3 +698,27 @@ def walk(body: tuple[Statement, ...], path: tuple[int, ...] = ()) -> Iterator[tu
         yield p, s
         if type(s) is Block:
             yield from walk(s.body, p)  # type: ignore[union-attr]
+
+
+def _fast_pickling(cls: type) -> None:
+    """A frozen slotted dataclass's pickle state as a tuple in field order, restored without the per-object
+    ``dataclasses.fields()`` walk of the generated ``__setstate__`` (the prepared helper module that every
+    hbfcc-ptxas process loads, hbfcc/helpers.py, is ~30k nodes: that walk was most of its load time)."""
+    import dataclasses
+    names = tuple(f.name for f in dataclasses.fields(cls))
+
+    def __getstate__(self):
+        return tuple(getattr(self, n) for n in names)
+
+    def __setstate__(self, state):
+        for n, v in zip(names, state):
+            object.__setattr__(self, n, v)
+
+    cls.__getstate__, cls.__setstate__ = __getstate__, __setstate__
+
+
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and _cls.__module__ == __name__ and hasattr(_cls, "__dataclass_fields__") \
+            and getattr(_cls, "__slots__", None) is not None and _cls.__dataclass_params__.frozen:
+        _fast_pickling(_cls)
+del _cls

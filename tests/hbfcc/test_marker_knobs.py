@@ -31,6 +31,7 @@ CHANGES_THE_BUILD = {
     "HBFCC_OCCUPANCY_GUARD": "1",
     "HBFCC_LINK_PRUNE": "0",
     "HBFCC_LINK": "separate",
+    "HBFCC_DEFER": "1",           # the output is the plain cubin (the instrumented one is built later)
 }
 # knob -> why it is not in the marker
 NOT_IN_THE_MARKER = {

@@ -1,0 +1,62 @@
+"""The ptxas command line as hbfcc-ptxas reads it: its ``.ptx`` inputs, its output, its target, whether it is a
+relocatable build. Standard library only: hbfcc-ptxas's light entry (:mod:`hbfcc.ptxas_entry`,
+``HBFCC_DEFER=rewrite``) reads the command line without importing the rewriter."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+# ptxas options that take a separate value argument
+VALUE_OPTS = {
+    "-o", "--output-file", "-arch", "--gpu-name", "-maxrregcount", "--maxrregcount", "-O",
+    "--opt-level", "-dlcm", "--def-load-cache", "-dscm", "--def-store-cache", "-e", "--entry",
+    "-optf", "--options-file", "-m", "--machine", "-fmad", "--fmad", "-split-compile",
+    "--split-compile", "-ftz", "--ftz", "-prec-div", "--prec-div", "-prec-sqrt", "--prec-sqrt",
+    "-c-rt", "-suppress-stack-size-warning", "--position-independent-code", "-pic",
+    "--extensible-whole-program", "-ewp", "-knob", "--device-function-maxrregcount", "-func-maxrregcount",
+    "--compile-as-tools-patch", "-asm-tools-patch",
+}
+# the options that make ptxas compile relocatable code (nvcc -rdc's ptxas steps)
+RELOCATABLE_OPTS = ("-c", "--compile-only")
+
+
+def parse(args: list[str]) -> tuple[list[int], Optional[int], Optional[str]]:
+    """(indices of .ptx inputs, index of the -o value, target arch)."""
+    inputs: list[int] = []
+    out_idx: Optional[int] = None
+    arch: Optional[str] = None
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-o", "--output-file"):
+            out_idx = i + 1
+            i += 2
+            continue
+        if a.startswith("--output-file="):
+            out_idx = i
+        elif a.startswith("--gpu-name=") or a.startswith("-arch="):
+            arch = a.split("=", 1)[1]
+        elif a in ("-arch", "--gpu-name") and i + 1 < len(args):
+            arch = args[i + 1]
+            i += 2
+            continue
+        elif a.startswith("-arch") and len(a) > 5 and a[5] != "=":
+            arch = a[5:]
+        elif a in VALUE_OPTS and a not in ("-o",):
+            i += 2
+            continue
+        elif not a.startswith("-") and a.endswith(".ptx"):
+            inputs.append(i)
+        i += 1
+    return inputs, out_idx, arch
+
+
+def out_path(args: list[str], out_idx: Optional[int]) -> Optional[str]:
+    if out_idx is None or out_idx >= len(args):
+        return None
+    a = args[out_idx]
+    return a.split("=", 1)[1] if a.startswith("--output-file=") else a
+
+
+def relocatable(args: Sequence[str]) -> bool:
+    """Whether the ptxas call compiles relocatable code (``-c``, ``--compile-only``)."""
+    return any(a in RELOCATABLE_OPTS for a in args)
