@@ -115,7 +115,7 @@ def child(which: str) -> dict:
             s.unregister(rid)
             res["kernels"][name] = r
         res["deferred_builds"] = list(s.deferred_builds)
-        if which == "defer":   # the refusal: a deferred kernel whose rewritten PTX is gone
+        if which in ("defer", "defer_rewrite"):   # the refusal: a deferred kernel whose stored PTX is gone
             og = torch.full_like(x, -1.0)
             ck = K.add_gone.warmup(x, y, og, n, B=1024, grid=(1,))
             rec = A.lookup_by_output(ck.asm["cubin"])
@@ -135,6 +135,21 @@ def child(which: str) -> dict:
     finally:
         res["summary_reports"] = [r.get("kind") for r in shutdown_summary(hb).get("reports", [])]
     return res
+
+
+def same_counters(a: dict, b: dict | None) -> bool:
+    """The same code ran: requests and bytes per op exactly equal; modeled_ns within 0.1 % (the first H100 run,
+    2026-12-06: add and matmul equal to the ns, softmax within 0.03 %: its loads' modeled time depends on when
+    the requests meet in the queue model, which no two runs share)."""
+    if not b or set(a) != set(b):
+        return False
+    for op, x in a.items():
+        y = b[op]
+        if x["requests"] != y["requests"] or x["bytes"] != y["bytes"]:
+            return False
+        if abs(x["modeled_ns"] - y["modeled_ns"]) > 1e-3 * max(x["modeled_ns"], 1):
+            return False
+    return True
 
 
 def main() -> int:
@@ -159,7 +174,9 @@ def main() -> int:
                  "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
     for which, env in (("eager", envs["eager"]), ("defer", envs["defer"]), ("defer_warm", envs["defer"]),
                        ("rewrite", envs["rewrite"])):
-        out[which] = run_child(__file__, {"defer_warm": "defer", "rewrite": "defer"}.get(which, which), env,
+        # defer_warm: defer's child on its warm cache and store, without the refusal (defer's run removed that
+        # kernel's stored rewrite already)
+        out[which] = run_child(__file__, {"rewrite": "defer_rewrite"}.get(which, which), env,
                                ns.child_timeout)
         print(f"[{which}] " + json.dumps({k: {k2: v[k2] for k2 in ("compile_cpu_s", "first_launch_wall_s", "output_ok",
                                                                      "running_instrumented")}
@@ -171,7 +188,7 @@ def main() -> int:
         checks[f"{name}: defer compiled plain, runs instrumented"] = all(
             not x.get(name, {}).get("compiled_cubin_instrumented", True) and x.get(name, {}).get("running_instrumented")
             for x in (d, rw)) and w.get(name, {}).get("running_instrumented")
-        checks[f"{name}: counters equal eager's"] = all(e[name]["loads"] == x.get(name, {}).get("loads")
+        checks[f"{name}: counters equal eager's"] = all(same_counters(e[name]["loads"], x.get(name, {}).get("loads"))
                                                         for x in (d, w, rw)) \
             and sum(v["requests"] for v in e[name]["loads"].values()) > 0
         checks[f"{name}: admitted"] = all(x.get(name, {}).get("admitted") for x in (e, d, w, rw))
@@ -181,9 +198,10 @@ def main() -> int:
                                           if b["kernel"] != "add_gone") and bool(out["defer_warm"].get("deferred_builds"))
     checks["rewrite: built at load"] = all(b["ok"] and not b["cached"] for b in out["rewrite"].get("deferred_builds", [])[:3]) \
         and bool(out["rewrite"].get("deferred_builds"))
-    ref = out["defer"].get("refusal", {})
-    checks["defer: gone rewrite refused, output untouched"] = bool(ref.get("refused") and ref.get("kernel") == "add_gone"
-                                                                   and ref.get("output_untouched"))
+    for v, what in (("defer", "rewrite"), ("rewrite", "original")):
+        ref = out[v].get("refusal", {})
+        checks[f"{v}: gone {what} refused, output untouched"] = bool(ref.get("refused") and ref.get("kernel") == "add_gone"
+                                                                     and ref.get("output_untouched"))
     out["checks"] = checks
     p = Path(ns.out) / "triton_defer_gpu.json"
     p.write_text(json.dumps(out, indent=1, default=str))
