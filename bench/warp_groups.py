@@ -15,9 +15,10 @@ against its own mask. One build per variant of hb_from_leader:
               default since stop 47)
     group     -DHBF_GROUP_CHECKED=1, leader unchecked (the same for every collective: the group's mask OR-ed with it at the entry)
 
-and per build three runs: `groups` (the leader's transaction in a branch of its own: the helpers' shape),
+and per build four runs: `groups` (the leader's transaction in a branch of its own: the helpers' shape),
 `lockstep` (every lane of a group runs the spin on the leader's broadcast clock), `cost` (one group per warp, no spin:
-cycles per call). A run that does not end within --timeout is a hang (its process exits). The JSON has every run's
+cycles per call), `staggered` (as `groups`, the second group arriving 0-2.1 us later: stop 47's H100 reconverged the
+two groups of `groups` at the helper's entry in every call, so they never ran it apart). A run that does not end within --timeout is a hang (its process exits). The JSON has every run's
 line; what to read: `hang` / `bad_value` / `bad_count` / `bad_pre` per build and shape (bad_count: the group's
 reduction counted lanes of another group; bad_pre: the shuffle or count after a per-lane loop, before the leader's),
 `merged_calls` (calls whose VOTE saw other than the calling group), cycles per call.
@@ -46,7 +47,7 @@ SRC = ROOT / "bench" / "src" / "warp_groups.cu"
 VARIANTS = {"plain": ["-DHBF_LEADER_CHECKED=0"], "barrier": ["-DHBF_LEADER_BARRIER=1", "-DHBF_LEADER_CHECKED=0"],
             "checked": ["-DHBF_LEADER_CHECKED=1"],
             "group": ["-DHBF_GROUP_CHECKED=1", "-DHBF_LEADER_CHECKED=0"]}
-SHAPES = {"groups": 0, "lockstep": 1, "cost": 2}
+SHAPES = {"groups": 0, "lockstep": 1, "cost": 2, "staggered": 3}
 
 
 def build(work: Path, name: str, defines: list[str], arch: str) -> Path:

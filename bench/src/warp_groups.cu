@@ -18,6 +18,9 @@
 //     mode 0: the leader's transaction in a branch of its own (the helpers' default shape)
 //     mode 1: lockstep: every lane of the group runs the spin on the leader's broadcast clock (no lane waits)
 //     mode 2: cost: the whole warp in one group, no spin, <iterations> calls timed with clock64 (cycles per call)
+//     mode 3: staggered: as mode 0, but the second group waits a random 0-2.1 us (on the clock) before its call, so
+//             the groups enter the helper apart and meet inside it (stop 47: in mode 0 the card reconverged the two
+//             groups at the helper's entry in every call -- merged_calls = every call -- so they never ran it apart)
 // Built once per variant (-DHBF_LEADER_BARRIER=1, -DHBF_LEADER_CHECKED=1, -DHBF_GROUP_CHECKED=1, none): see
 // bench/warp_groups.py. Prints one JSON line; exit 0 if the kernel ended (errors are in the line), 3 on a hang
 // (no end within the timeout: the process exits, the context with it).
@@ -53,7 +56,7 @@ __device__ __noinline__ void body(uint64_t spin_ns, unsigned long long* ctr, Out
     const uint32_t pre_n = __reduce_add_sync(m, 1u);
     if (pre_leader != leader || pre_n != (uint32_t)__popc(m)) atomicAdd(&o->bad_pre, 1ull);
     uint64_t dd = 0;
-    if (MODE == 0) {
+    if (MODE == 0 || MODE == 3) {
         if (lane == leader) {                                   // the leader's transaction, alone
             atomicAdd(ctr, 1ull);
             const uint64_t t0 = hb_now();
@@ -83,6 +86,10 @@ __device__ __noinline__ void side_a(uint64_t spin, unsigned long long* ctr, Out*
 template <int MODE>
 __device__ __noinline__ void side_b(uint64_t spin, unsigned long long* ctr, Out* o, uint32_t gm) {
     asm volatile("// side b");
+    if (MODE == 3) {                                            // arrive apart: a wait on the clock (spin_b's length)
+        const uint64_t t0 = hb_now();
+        while (hb_now() - t0 < spin) __nanosleep(64);
+    }
     body<MODE>(spin, ctr, o, gm);
 }
 
@@ -122,7 +129,7 @@ int main(int argc, char** argv) {
     const int mode = atoi(argv[1]), blocks = atoi(argv[2]), warps = atoi(argv[3]), iters = atoi(argv[4]);
     const uint32_t seed = (uint32_t)strtoul(argv[5], nullptr, 0);
     const double timeout = atof(argv[6]);
-    if (mode < 0 || mode > 2 || blocks < 1 || warps < 1 || warps > 32 || iters < 1 || timeout <= 0) {
+    if (mode < 0 || mode > 3 || blocks < 1 || warps < 1 || warps > 32 || iters < 1 || timeout <= 0) {
         fprintf(stderr, "warp_groups: bad arguments\n");
         return 2;
     }
@@ -139,6 +146,7 @@ int main(int argc, char** argv) {
     const double t0 = now_s();
     if (mode == 0) groups<0><<<blocks, warps * 32>>>(iters, seed, ctr, o);
     else if (mode == 1) groups<1><<<blocks, warps * 32>>>(iters, seed, ctr, o);
+    else if (mode == 3) groups<3><<<blocks, warps * 32>>>(iters, seed, ctr, o);
     else cost<<<blocks, warps * 32>>>(iters, ctr, o);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
