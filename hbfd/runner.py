@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Sequence
 
+from hbfcommon import abort
 from hbfcommon.errors import DaemonError, HbfError
 
 # the directory holding the hbfd package: the child imports the same hbfd as its parent
@@ -49,6 +50,8 @@ class DaemonProcess:
         self.env = dict(env)
         self.ready_status = None        # the Status reply that showed readiness (wait_ready)
         self._logf = logf
+        # a process that ends itself (hbfcommon.abort: the stall watch's HBF_STALL_ABORT_S) stops this daemon first
+        self._abort_hook = abort.register(f"stop hbfd (pid {proc.pid})", lambda reason: self.stop())
 
     @property
     def pid(self) -> int:
@@ -152,6 +155,8 @@ class DaemonProcess:
                               summary=str(self.summary)) from None
 
     def _close_log(self) -> None:
+        abort.unregister(self._abort_hook)          # the child is gone (or being waited for): nothing to stop
+        self._abort_hook = None
         if self._logf is not None:
             self._logf.close()
             self._logf = None

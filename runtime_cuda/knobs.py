@@ -40,6 +40,15 @@ def stall_warn_s() -> int:
     return env_int("HBF_STALL_WARN_S", 0, lo=0)
 
 
+def stall_abort_s() -> int:
+    """HBF_STALL_ABORT_S (default 0: off): seconds without progress (as HBF_STALL_WARN_S counts them) after which the
+    stall watch ENDS the process: it logs the stall at CRITICAL, reports it to hbfd (Report kind ``stall_abort``),
+    stops the daemons this process started (hbfd.runner: each writes its summary) and exits with status 86
+    (hbfcommon.abort.EXIT_STALLED). For unattended runs that must end: a kernel that does not end otherwise keeps the
+    process blocked in the driver for ever. Not below HBF_STALL_WARN_S; set alone, the warning comes at the abort."""
+    return env_int("HBF_STALL_ABORT_S", 0, lo=0)
+
+
 def native_select() -> bool:
     """HBF_NATIVE_SELECT (default 1): a launch whose pointer arguments cannot reach a registered range runs
     the untouched native version of a kernel whose addresses come from its parameters (per-launch selection)."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from hbfcommon import abi
+from hbfcommon import abort
 from hbfcommon import artifact as A
 from hbfcommon import ctl as C
 from hbfcommon import deferred as DF
@@ -323,10 +324,15 @@ class StallWatch:
     ``ring``: a hbfcommon.ctl.RingState) returns a warning event once per stall: ``warn_s`` seconds after the latest
     of the last launch, the last change of the activity and the last change of the ring, with launches outstanding.
     The event says how long each of the two stood still, the ring's state and a verdict (:func:`stall_verdict`).
-    Times are seconds of one monotonic clock (the caller's)."""
+    ``abort_s`` (HBF_STALL_ABORT_S, 0: off): :meth:`abort_due` says when the stall has lasted that long (the session's
+    watch then ends the process). Times are seconds of one monotonic clock (the caller's)."""
 
-    def __init__(self, warn_s: float, keep: int = 8) -> None:
-        self.warn_s = float(warn_s)
+    def __init__(self, warn_s: float, keep: int = 8, *, abort_s: float = 0) -> None:
+        if abort_s > 0 and 0 < warn_s > abort_s:
+            raise ConfigError(f"HBF_STALL_ABORT_S ({abort_s:g} s) is below HBF_STALL_WARN_S ({warn_s:g} s): the "
+                              f"process would end before its stall is named", abort_s=abort_s, warn_s=warn_s)
+        self.abort_s = float(abort_s)
+        self.warn_s = float(warn_s) if warn_s > 0 else self.abort_s      # abort alone: the warning comes with it
         self.launches: list[tuple[float, str, str]] = []     # (time, kernel, what) of the latest `keep`
         self.keep = keep
         self.outstanding = 0
@@ -341,6 +347,13 @@ class StallWatch:
     @property
     def last_progress(self) -> float:
         return max(self.last_activity, self.last_ring)
+
+    def abort_due(self, now: float) -> bool:
+        """HBF_STALL_ABORT_S: launches outstanding and ``abort_s`` seconds without progress (after a poll at ``now``,
+        which took the latest activity and ring)."""
+        with self._lock:
+            return self.abort_s > 0 and self.outstanding > 0 \
+                and now - max(self.last_launch, self.last_progress) >= self.abort_s
 
     def launched(self, now: float, kernel: str, what: str = "") -> None:
         with self._lock:
@@ -542,7 +555,7 @@ class Session:
         self.ring_ovf_dptr = 0                  # the reference ring's overflow table (hbf_ref_ovf[], stealing)
         self.ring_ovf_entries = 0
         self.launch_selection: dict[str, dict] = {}
-        self.stall = StallWatch(knobs.stall_warn_s())          # launches without progress (a kernel may not end)
+        self.stall = StallWatch(knobs.stall_warn_s(), abort_s=knobs.stall_abort_s())   # a kernel may not end
         self.stalls: list[dict] = []
         self._stall_stop = threading.Event()
         self._range_allocs: dict[int, tuple[int, int]] = {}   # range id -> its device allocation at registration
@@ -613,12 +626,30 @@ class Session:
                 ring = C.read_ring_state(self.ctl)
             except Exception:  # noqa: BLE001 - the region is gone (closing): the watch ends
                 return
-            ev = self.stall.poll(time.monotonic(), act, ring)
-            if ev is None:
-                continue
-            self.stalls.append(ev)
-            log.warning("%s", stall_message(ev))
-            self._report("stall", ev)
+            now = time.monotonic()
+            ev = self.stall.poll(now, act, ring)
+            if ev is not None:
+                self.stalls.append(ev)
+                log.warning("%s", stall_message(ev))
+                self._report("stall", ev)
+            if self.stall.abort_due(now):
+                self._abort_stalled(now)
+                return
+
+    def _abort_stalled(self, now: float) -> None:
+        """HBF_STALL_ABORT_S: the stall has lasted abort_s: say so at CRITICAL, report it to hbfd (kind
+        ``stall_abort``), then end the process (hbfcommon.abort: the daemons this process started stop first and
+        write their summaries; exit status EXIT_STALLED). Called from the watch thread: the main thread is blocked
+        where nothing else would end it."""
+        last = self.stalls[-1] if self.stalls else {}
+        ev = {"abort_s": self.stall.abort_s, "code": ErrorCode.TIMEOUT.name, "exit_status": abort.EXIT_STALLED,
+              "seconds_without_progress": round(now - max(self.stall.last_launch, self.stall.last_progress), 1),
+              "stall": last}
+        self.stalls.append(dict(ev, abort=True))
+        log.critical("ending the process (HBF_STALL_ABORT_S=%g, exit status %d): %s", self.stall.abort_s,
+                     abort.EXIT_STALLED, stall_message(last) if last else "no progress")
+        self._report("stall_abort", ev)
+        abort.end_process(f"stall: no progress for {ev['seconds_without_progress']} s (HBF_STALL_ABORT_S)")
 
     def _write_ranges_to_device(self) -> None:
         if not self.use_cuda or not self.state_dptr:

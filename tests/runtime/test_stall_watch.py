@@ -132,3 +132,66 @@ def test_the_watch_reads_the_ring_not_only_the_live_activity(tmp_path):
         finally:
             s.close()
         t.join(5)
+
+
+def test_abort_after_abort_s_without_progress():
+    w = StallWatch(0, abort_s=5.0)
+    assert w.warn_s == 5.0                               # abort alone: the warning comes with it
+    assert w.poll(100.0, (1,)) is None and not w.abort_due(100.0)     # nothing outstanding
+    w.launched(100.0, "k")
+    assert w.poll(104.9, (1,)) is None and not w.abort_due(104.9)
+    assert w.poll(105.0, (1,)) is not None and w.abort_due(105.0)
+    assert w.poll(106.0, (2,)) is None and not w.abort_due(106.0)     # progress restarts the count
+    w.synchronized()
+    assert not w.abort_due(1e9)
+    assert not StallWatch(3.0).abort_due(1e9)            # off by default
+
+
+def test_abort_below_warn_is_refused():
+    from hbfcommon.errors import ConfigError
+    with pytest.raises(ConfigError, match="HBF_STALL_ABORT_S"):
+        StallWatch(10.0, abort_s=5.0)
+    assert StallWatch(5.0, abort_s=5.0).abort_s == 5.0
+
+
+ABORT_CHILD = r'''
+import sys, time, threading
+from pathlib import Path
+import runtime_cuda
+from hbfd.runner import start_daemon
+from runtime_cuda.session import StallWatch
+wd = Path(sys.argv[1])
+d = start_daemon("nominal", workdir=wd, env={"HBFD_THERMAL": "none", "HBFD_ENGINE": "fixed"}, timeout_s=90.0)
+(wd / "hbfd.pid").write_text(str(d.pid))
+s = runtime_cuda.attach(socket=str(d.socket), cuda=False)
+s.stall = StallWatch(0, abort_s=0.5)
+s.stall.launched(time.monotonic(), "never_ends", "grid (1,) block (32,)")
+threading.Thread(target=s._watch_stalls, daemon=True).start()
+time.sleep(60)                                   # the main thread "blocked in the driver"
+print("NOT ABORTED")
+'''
+
+
+def test_the_watch_ends_the_process_and_stops_its_daemon(tmp_path):
+    """HBF_STALL_ABORT_S: the watch thread ends a process whose main thread never returns (exit status 86), after
+    reporting the stall to hbfd and stopping the daemon the process started, which writes its summary."""
+    import os
+    import subprocess
+    import sys
+
+    from hbfcommon.abort import EXIT_STALLED
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    t0 = time.monotonic()
+    cp = subprocess.run([sys.executable, "-c", ABORT_CHILD, str(tmp_path)], capture_output=True, text=True,
+                        env=env, timeout=120)
+    assert cp.returncode == EXIT_STALLED, (cp.returncode, cp.stdout[-2000:], cp.stderr[-3000:])
+    assert "NOT ABORTED" not in cp.stdout and time.monotonic() - t0 < 60
+    assert "ending the process (HBF_STALL_ABORT_S=0.5" in cp.stderr and "never_ends" in cp.stderr
+    pid = int((tmp_path / "hbfd.pid").read_text())
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    summ = json.loads((tmp_path / "hbfd-summary.json").read_text())
+    kinds = [r["kind"] for r in summ["reports"]]
+    assert "stall" in kinds and "stall_abort" in kinds
+    ab = next(r["data"] for r in summ["reports"] if r["kind"] == "stall_abort")
+    assert ab["code"] == "TIMEOUT" and ab["exit_status"] == EXIT_STALLED
+    assert ab["stall"]["last_launches"][0]["kernel"] == "never_ends"
