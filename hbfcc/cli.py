@@ -28,6 +28,7 @@ from hbfcommon.fsutil import atomic_write_text
 
 from . import artifact, knobs
 from . import helpers as H
+from .ptxas_args import entered as _ptxas_entered
 from .ptxas_args import out_path as _out_path
 from .ptxas_args import parse as _ptxas_args
 
@@ -167,6 +168,9 @@ def ptxas_main(argv: Optional[Sequence[str]] = None) -> int:
     _setup_logging("hbfcc-ptxas")
     _warnings_to_stdout_too("hbfcc-ptxas")
     args = list(sys.argv[1:] if argv is None else argv)
+    loop = _ptxas_entered()
+    if loop:
+        return _fail(ConfigError(loop), "hbfcc-ptxas")
     try:
         return _ptxas(args)
     except HbfError as e:

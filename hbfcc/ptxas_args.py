@@ -3,7 +3,24 @@ relocatable build. Standard library only: hbfcc-ptxas's light entry (:mod:`hbfcc
 ``HBFCC_DEFER=rewrite``) reads the command line without importing the rewriter."""
 from __future__ import annotations
 
+import os
 from typing import Optional, Sequence
+
+# set by hbfcc-ptxas for everything it runs (its pid): an hbfcc-ptxas that finds another process's pid here was
+# started by hbfcc-ptxas, i.e. took itself for the real ptxas
+ACTIVE_VAR = "HBFCC_PTXAS_ACTIVE"
+
+
+def entered() -> Optional[str]:
+    """Mark this process as hbfcc-ptxas for its children; the message to fail with when a parent hbfcc-ptxas
+    started this one (a ptxas path that leads back to hbfcc-ptxas: it would call itself for ever), else None."""
+    was, me = os.environ.get(ACTIVE_VAR), str(os.getpid())
+    if was and was != me:
+        return (f"hbfcc-ptxas was started by hbfcc-ptxas (pid {was}): the ptxas it chose leads back to itself "
+                f"(HBFCC_REAL_PTXAS / TRITON_PTXAS_PATH / PATH name a wrapper of ours); set HBFCC_REAL_PTXAS to "
+                f"the real ptxas")
+    os.environ[ACTIVE_VAR] = me
+    return None
 
 # ptxas options that take a separate value argument
 VALUE_OPTS = {

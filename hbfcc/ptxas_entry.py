@@ -21,6 +21,10 @@ BUILDER = [sys.executable, "-m", "hbfcc.cli", "ptxas"]
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    loop = PA.entered()
+    if loop:
+        print(f"hbfcc-ptxas: error: {loop}", file=sys.stderr)
+        return 2
     try:
         rewrite_later = knobs.load().defer == "rewrite"
     except Exception:  # noqa: BLE001 - a bad knob: the full path reports it

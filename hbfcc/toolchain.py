@@ -23,6 +23,8 @@ from . import knobs
 log = logging.getLogger(__name__)
 
 _SHIM_MARKER = b"hbfcc-ptxas-shim"
+# the modules our console scripts import (pyproject.toml [project.scripts]): a script naming one is ours
+_ENTRY_MODULES = (b"hbfcc.cli", b"hbfcc.ptxas_entry")
 
 
 def _is_hbfcc_wrapper(path: str) -> bool:
@@ -32,7 +34,7 @@ def _is_hbfcc_wrapper(path: str) -> bool:
             head = f.read(4096)
     except OSError:
         return False
-    return _SHIM_MARKER in head or b"hbfcc.cli" in head
+    return _SHIM_MARKER in head or any(m in head for m in _ENTRY_MODULES)
 
 
 def _executable(p: str) -> bool:

@@ -192,3 +192,28 @@ def test_rewrite_cli_standalone(tmp_path):
     doc = json.loads((tmp_path / "out.ptx.hbfcc.json").read_text())
     artifact.validate(doc)
     assert p.read_text() == SIMPLE   # input untouched
+
+
+def test_the_console_script_is_known_as_ours():
+    """TRITON_PTXAS_PATH=hbfcc-ptxas: the script (pyproject's entry, hbfcc.ptxas_entry) is never taken for the
+    real ptxas (2026-12-06: the entry moved out of hbfcc.cli and the check missed it: hbfcc-ptxas --version ran
+    itself until the box ran out of memory)."""
+    from hbfcc.toolchain import _is_hbfcc_wrapper
+    assert _is_hbfcc_wrapper(ptxas_cmd())
+
+
+def test_a_ptxas_that_leads_back_to_hbfcc_ptxas_fails_instead_of_recursing(tmp_path):
+    """A real-ptxas path that is not recognizably ours (a script that runs hbfcc-ptxas) still cannot loop: the
+    inner hbfcc-ptxas sees its parent's mark (HBFCC_PTXAS_ACTIVE) and fails, naming the knob."""
+    loop = tmp_path / "ptxas"
+    loop.write_text(f"#!/bin/sh\nexec '{ptxas_cmd()}' \"$@\"\n")
+    loop.chmod(0o755)
+    cp = run(["--version"], tmp_path, HBFCC_REAL_PTXAS=str(loop))
+    assert cp.returncode != 0
+    assert "leads back to itself" in cp.stderr and "HBFCC_REAL_PTXAS" in cp.stderr
+    p = tmp_path / "k.ptx"
+    p.write_text(SIMPLE)
+    cp = run(["--gpu-name=sm_90a", str(p), "-o", str(tmp_path / "k.cubin")], tmp_path, HBFCC_REAL_PTXAS=str(loop))
+    assert cp.returncode != 0 and "leads back to itself" in cp.stderr
+    cp = run(["--version"], tmp_path, HBFCC_PTXAS_ACTIVE="1")        # started by another hbfcc-ptxas (pid 1)
+    assert cp.returncode == 2 and "started by hbfcc-ptxas" in cp.stderr
