@@ -1286,6 +1286,30 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
                 pf[pl_l[q]] = pfl[q]
                 ploc[pl_l[q]] = -1
             continue
+        if 0 < nf < m and nf == nread and d < skipped.shape[0] and X + t_cmd >= lazy_lim:
+            # round 15: every read fast and none of the rest decidable in this run (see above): the rest not
+            # scheduled now (whatever the fast reads' share: nothing is copied), unless one is joined
+            w = 0
+            for k in range(m):
+                if fs[k] == 1:
+                    ps_b[k] = fe_b[k] - sl[k]
+                    pr_b[k] = rl[k]
+                elif jl[k] >= 0:
+                    w = -1
+                    break
+                else:
+                    ps_b[k] = _BIG
+                    fe_b[k] = _BIG
+                    fa_b[k] = X
+                    pr_b[k] = rl[k]
+                    w += 1
+            if w > 0:
+                skipped[d] = True
+                _scatter(order[a:a + m], start, end, adm, rdy, ps_b, fe_b, fa_b, pr_b)
+                for q in range(npd):
+                    pf[pl_l[q]] = pfl[q]
+                    ploc[pl_l[q]] = -1
+                continue
         if 0 < nf < m and nf * _FAST_MIN_SHARE < m:    # too few to pay for the rest's copy: the loop on all
             for q in range(npd):
                 pfl[q] = pfs_b[q]
@@ -1307,20 +1331,6 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
                 else:
                     ix2[w] = k
                     w += 1
-            if hd and w > 0 and nf == nread and d < skipped.shape[0] and X + t_cmd >= lazy_lim:
-                # round 15: none of the rest can be decided in this run (see above): not scheduled now
-                for z in range(w):
-                    k = ix2[z]
-                    ps_b[k] = _BIG
-                    fe_b[k] = _BIG
-                    fa_b[k] = X
-                    pr_b[k] = rl[k]
-                skipped[d] = True
-                _scatter(order[a:a + m], start, end, adm, rdy, ps_b, fe_b, fa_b, pr_b)
-                for q in range(npd):
-                    pf[pl_l[q]] = pfl[q]
-                    ploc[pl_l[q]] = -1
-                continue
             if hd and _heads_rest(kl, rl, pll, sl, gl, gxl, fll, has_floor, X, fs, ix2[:w], True, t_cmd, Q, pfl,
                                   cv_b[:ncv], ps_b, fe_b, fa_b, pr_b, wk_b, hp_b):
                 _scatter(order[a:a + m], start, end, adm, rdy, ps_b, fe_b, fa_b, pr_b)
