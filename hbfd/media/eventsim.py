@@ -200,6 +200,8 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
        die's state as plain variables; a gate across dies: ``simulate`` on all of it; a gate not on an
        earlier program of the same plane: its die).
     ``paths`` (optional): dies per path are added to it (``plane_pass``, ``heads_pass``, ``event``).
+    ``lazy_lim``, ``skipped``: for ``simulate_compiled`` only (the twins on; round 15's skip of what cannot be decided
+    yet, see ``_simulate_split``); the numpy paths schedule everything and leave ``skipped`` as it is.
     Equality: tests/media/test_eventsim_fast.py."""
     n = len(kind)
     if n and accel.enabled():
