@@ -664,6 +664,7 @@ class MediaEngine:
         # array commands (programs, GC, flush, refresh) not started by the decision limit of the last
         # die stage: re-scheduled with the next batch's reads (module doc, "Exactness across batches")
         self._pq: dict[str, np.ndarray] | None = None
+        self._stale: np.ndarray | None = None     # dies whose pending commands have no schedule (p_*) yet (round 15)
         self._bufs = _Bufs()                       # the pending set's arrays, with room to grow
         self._dec_h = 0                            # no arrival comes before this (decisions up to it + t_cmd)
         self._pq_dec_h = 0                         # the _dec_h the pending set was last computed with
@@ -1673,6 +1674,7 @@ class MediaEngine:
         cmd_end = np.zeros(nnew, np.int64)
         limit = self._dec_h + t_cmd
         pend_out = []
+        stale = None                               # (dies whose pending commands were not scheduled: round 15)
         # dies whose pending commands keep their schedule: no new read there
         keepd = None
         if pq is not None:
@@ -1680,6 +1682,8 @@ class MediaEngine:
             keepd[pq["die"]] = True
             if nr:
                 keepd[die_read] = False
+            if self._stale is not None:            # (round 15: their schedule was not computed: again from the start)
+                keepd &= ~self._stale
             if not keepd.any():
                 keepd = None
         if keepd is not None:
@@ -1753,10 +1757,18 @@ class MediaEngine:
                 ri, r_read, plane_read, die_read, g.t_read_ns, allc, base, gx, gidx)
             pf0 = self.plane_free.copy()          # (the scheduler changes only the planes of pl)
             carry = self.slots.take(evd)
+            # round 15: with reads in the run, a die whose commands behind its reads cannot start before the limit
+            # is not scheduled behind them (none of them is decided now; eventsim._simulate_split): those dies'
+            # pending commands carry no schedule (``_stale``), so the next run schedules them again from the start
+            skipped = np.zeros(g.dies, bool) if nri and self.trace is None and accel.enabled() else None
             start, end, adm, rdy = eventsim.simulate_auto(kind, ready, pl, dd, sv, t_cmd=t_cmd,
                                                      queue_depth=g.queue_depth, plane_free=self.plane_free,
                                                      die_carry=carry, gate=gate, gate_x=gxa, floor=floor,
-                                                     join=join, full=True)
+                                                     join=join, full=True,
+                                                     **({} if skipped is None else {"lazy_lim": limit,
+                                                                                    "skipped": skipped}))
+            if skipped is not None and skipped.any():
+                stale = skipped
             self.n["event_batches"] += 1
             self.n["event_dies"] += int(evd.sum())
             # decided: every read (a later arrival joins its plane later, and reads go before programs) and
@@ -1774,6 +1786,7 @@ class MediaEngine:
                 pend_out.append(q)
             if nn2:
                 cmd_end[new_idx] = end[nri:][nc - nn2:]
+        self._stale = stale
         if not pend_out:
             self._pq = None
         elif len(pend_out) == 1:

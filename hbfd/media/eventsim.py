@@ -30,6 +30,7 @@ KIND_NAMES = ("read", "program", "copyback", "erase")
 
 _EV_RELEASE, _EV_ARRIVE, _EV_PLANE_ENQ, _EV_PLANE_FREE, _EV_END = 0, 1, 2, 3, 4
 _BIG = 1 << 62
+_NO_SKIP = np.zeros(0, np.bool_)       # (_simulate_split: no die skipped, round 15)
 _E0 = np.zeros(0, np.int64)
 
 
@@ -180,7 +181,8 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
                   t_cmd: int, queue_depth: int, plane_free: np.ndarray, die_carry,
                   gate: np.ndarray | None = None, gate_x: np.ndarray | None = None,
                   floor: np.ndarray | None = None, join: np.ndarray | None = None, full: bool = False,
-                  paths: dict[str, int] | None = None):
+                  paths: dict[str, int] | None = None, lazy_lim: int | None = None,
+                  skipped: np.ndarray | None = None):
     """``simulate`` with exact vectorized fast paths (same arguments, same results bit for bit).
 
     1. ``_plane_pass`` (dies with or without reads): every command admitted at its arrival, the planes
@@ -198,12 +200,14 @@ def simulate_auto(kind: np.ndarray, ready: np.ndarray, plane: np.ndarray, die: n
        die's state as plain variables; a gate across dies: ``simulate`` on all of it; a gate not on an
        earlier program of the same plane: its die).
     ``paths`` (optional): dies per path are added to it (``plane_pass``, ``heads_pass``, ``event``).
+    ``lazy_lim``, ``skipped``: for ``simulate_compiled`` only (the twins on; round 15's skip of what cannot be decided
+    yet, see ``_simulate_split``); the numpy paths schedule everything and leave ``skipped`` as it is.
     Equality: tests/media/test_eventsim_fast.py."""
     n = len(kind)
     if n and accel.enabled():
         return simulate_compiled(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
                                  plane_free=plane_free, die_carry=die_carry, gate=gate, gate_x=gate_x, floor=floor,
-                                 join=join, full=full)
+                                 join=join, full=full, lazy_lim=lazy_lim, skipped=skipped)
     if n == 0 or gate is None or gate_x is None:
         return simulate(kind, ready, plane, die, service, t_cmd=t_cmd, queue_depth=queue_depth,
                         plane_free=plane_free, die_carry=die_carry, gate=gate, gate_x=gate_x, floor=floor,
@@ -1036,10 +1040,13 @@ def _chains_loop(oo, ost, oend, ready, service, gate, gate_x, hasg, fl, jn, t_cm
 
 
 def simulate_compiled(kind, ready, plane, die, service, *, t_cmd: int, queue_depth: int, plane_free: np.ndarray,
-                      die_carry, gate=None, gate_x=None, floor=None, join=None, full: bool = False):
+                      die_carry, gate=None, gate_x=None, floor=None, join=None, full: bool = False,
+                      lazy_lim: int | None = None, skipped: np.ndarray | None = None):
     """``simulate`` run by its compiled twin (``_simulate_loop``, hbfd/accel.py): the same arguments and
     the same results bit for bit (tests/media/test_accel_media.py). Callers use it where
-    ``accel.enabled()``."""
+    ``accel.enabled()``. ``lazy_lim`` with ``skipped`` (bool, one entry per die, False): ``_simulate_split``'s
+    round-15 skip of the commands behind a die's reads that cannot start before ``lazy_lim`` (the dies in
+    ``skipped``; their commands' results are not the schedule's, see there)."""
     n = len(kind)
     kind = np.asarray(kind, np.int64)
     ready = np.asarray(ready, np.int64)
@@ -1054,8 +1061,10 @@ def simulate_compiled(kind, ready, plane, die, service, *, t_cmd: int, queue_dep
     join = neg if join is None else np.asarray(join, np.int64)
     cd, ct = _carry_arrays(die_carry)
     pf = np.ascontiguousarray(plane_free, dtype=np.int64)
+    lazy = lazy_lim is not None and skipped is not None
     start, end, adm, rdy, ok, split = _simulate_split(kind, ready, plane, die, service, int(t_cmd), int(queue_depth),
-                                                      pf, cd, ct, gate, gate_x, floor, has_floor, join)
+                                                      pf, cd, ct, gate, gate_x, floor, has_floor, join,
+                                                      int(lazy_lim) if lazy else _BIG, skipped if lazy else _NO_SKIP)
     if not split:                                  # a gate across dies or a plane on two dies: all at once
         start, end, adm, rdy, ok = _simulate_loop(kind, ready, plane, die, service, int(t_cmd), int(queue_depth), pf,
                                                   cd, ct, gate, gate_x, floor, has_floor, join)
@@ -1069,7 +1078,8 @@ def simulate_compiled(kind, ready, plane, die, service, *, t_cmd: int, queue_dep
 
 
 @accel.jit
-def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate, gate_x, floor, has_floor, join):
+def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate, gate_x, floor, has_floor, join,
+                    lazy_lim, skipped):
     """``_simulate_loop`` one die at a time (compiled by numba): where every plane's commands are on one die and
     no gate (of a command not joined) crosses dies, the dies share nothing (``simulate_auto``'s event split), so
     each die's commands (in index order: the FIFO ties keep their order), its carried releases and its planes'
@@ -1077,7 +1087,16 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
     results bit for bit (tests/media/test_accel_media.py). The inputs are read once, in index order, into
     die-ordered arrays whose slices are each die's arrays (round 8: no gathers per die). Returns
     ``_simulate_loop``'s five results and whether it split; where it did not, nothing is changed (``pf`` included) and the caller runs the loop on
-    all of it."""
+    all of it.
+
+    Round 15, where ``skipped`` has an entry per die (length 0: never): a die whose reads are all served by
+    ``_read_prefix`` (its other commands none joined, none a read) and whose X + t_cmd is at least ``lazy_lim`` (the
+    engine's decision limit) is not scheduled behind its reads: every other command starts at or after X + t_cmd
+    (admitted at or after X) and after the start of every read of its plane (those reach it by X + t_cmd and go
+    first), so the engine decides none of them in this run and schedules them again with the next. Its reads get
+    their results as always; its other commands start = end = ``_BIG``, admission X (>= lazy_lim - t_cmd, the
+    engine's ``_dec_h``: not admitted before it), ready time their ``ready``; ``skipped[d]`` is set. The five
+    results of the other dies are the loop's."""
     n = kind.shape[0]
     npl = pf.shape[0]
     nd = 0
@@ -1269,6 +1288,30 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
                 pf[pl_l[q]] = pfl[q]
                 ploc[pl_l[q]] = -1
             continue
+        if 0 < nf < m and nf == nread and d < skipped.shape[0] and X + t_cmd >= lazy_lim:
+            # round 15: every read fast and none of the rest decidable in this run (see above): the rest not
+            # scheduled now (whatever the fast reads' share: nothing is copied), unless one is joined
+            w = 0
+            for k in range(m):
+                if fs[k] == 1:
+                    ps_b[k] = fe_b[k] - sl[k]
+                    pr_b[k] = rl[k]
+                elif jl[k] >= 0:
+                    w = -1
+                    break
+                else:
+                    ps_b[k] = _BIG
+                    fe_b[k] = _BIG
+                    fa_b[k] = X
+                    pr_b[k] = rl[k]
+                    w += 1
+            if w > 0:
+                skipped[d] = True
+                _scatter(order[a:a + m], start, end, adm, rdy, ps_b, fe_b, fa_b, pr_b)
+                for q in range(npd):
+                    pf[pl_l[q]] = pfl[q]
+                    ploc[pl_l[q]] = -1
+                continue
         if 0 < nf < m and nf * _FAST_MIN_SHARE < m:    # too few to pay for the rest's copy: the loop on all
             for q in range(npd):
                 pfl[q] = pfs_b[q]

@@ -312,7 +312,7 @@ def test_a_changed_write_twin_is_seen(monkeypatch, mod, name, how):
     else:
         g, stream, sizes, adv = _stream("nominal", "write", 0.0, None, "small" if how == "skip" else "profile")
     monkeypatch.setenv("HBFD_ACCEL", "on")
-    ref = _engine_run(g, stream, sizes, adv)
+    ref = _engine_run(g, stream, sizes, adv, every_counter=True)
     orig = getattr(mod, name)
     calls = []
 
@@ -360,7 +360,7 @@ def test_a_changed_write_twin_is_seen(monkeypatch, mod, name, how):
         lo, m = orig(*a)                       # ids one off: gates found on the wrong command
         return lo + 1, m
     monkeypatch.setattr(mod, name, changed)
-    got = _engine_run(g, stream, sizes, adv)
+    got = _engine_run(g, stream, sizes, adv, every_counter=True)
     assert calls
     assert ref[1] != got[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
 
@@ -847,7 +847,7 @@ def test_plane_order_twin_equals_the_argsorts(monkeypatch):
                     got = f(fi, kind, plane, eventsim.READ)
                     assert all(np.array_equal(a, b) for a, b in zip(got, ref)), (n, pr, npl)
     g, stream, sizes, adv = _stream("nominal", "write", 0.0, 0.1, "profile", n=20_000)
-    ref = _engine_run(g, stream, sizes, adv)
+    ref = _engine_run(g, stream, sizes, adv, every_counter=True)
     orig = eventsim._plane_order
     calls = []
 
@@ -859,6 +859,6 @@ def test_plane_order_twin_equals_the_argsorts(monkeypatch):
             oo[a:b] = oo[a:b][::-1]
         return ro, oo, up, rp, re_, op, oe
     monkeypatch.setattr(eventsim, "_plane_order", unstable)
-    bad = _engine_run(g, stream, sizes, adv)
+    bad = _engine_run(g, stream, sizes, adv, every_counter=True)
     assert calls
     assert ref[1] != bad[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], bad[0]))
