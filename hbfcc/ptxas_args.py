@@ -7,8 +7,9 @@ import os
 from typing import Optional, Sequence
 
 # set by hbfcc-ptxas for everything it runs (its pid): an hbfcc-ptxas that finds another process's pid here was
-# started by hbfcc-ptxas, i.e. took itself for the real ptxas
-ACTIVE_VAR = "HBFCC_PTXAS_ACTIVE"
+# started by hbfcc-ptxas, i.e. took itself for the real ptxas. Not an HBFCC_ knob (those are recorded as the build's
+# configuration: hbfcommon.deferred.build_env), hence the leading underscore.
+ACTIVE_VAR = "_HBFCC_PTXAS_PID"
 
 
 def entered() -> Optional[str]:

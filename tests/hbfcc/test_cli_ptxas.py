@@ -204,7 +204,7 @@ def test_the_console_script_is_known_as_ours():
 
 def test_a_ptxas_that_leads_back_to_hbfcc_ptxas_fails_instead_of_recursing(tmp_path):
     """A real-ptxas path that is not recognizably ours (a script that runs hbfcc-ptxas) still cannot loop: the
-    inner hbfcc-ptxas sees its parent's mark (HBFCC_PTXAS_ACTIVE) and fails, naming the knob."""
+    inner hbfcc-ptxas sees its parent's mark (_HBFCC_PTXAS_PID) and fails, naming the knob."""
     loop = tmp_path / "ptxas"
     loop.write_text(f"#!/bin/sh\nexec '{ptxas_cmd()}' \"$@\"\n")
     loop.chmod(0o755)
@@ -215,5 +215,5 @@ def test_a_ptxas_that_leads_back_to_hbfcc_ptxas_fails_instead_of_recursing(tmp_p
     p.write_text(SIMPLE)
     cp = run(["--gpu-name=sm_90a", str(p), "-o", str(tmp_path / "k.cubin")], tmp_path, HBFCC_REAL_PTXAS=str(loop))
     assert cp.returncode != 0 and "leads back to itself" in cp.stderr
-    cp = run(["--version"], tmp_path, HBFCC_PTXAS_ACTIVE="1")        # started by another hbfcc-ptxas (pid 1)
+    cp = run(["--version"], tmp_path, _HBFCC_PTXAS_PID="1")        # started by another hbfcc-ptxas (pid 1)
     assert cp.returncode == 2 and "started by hbfcc-ptxas" in cp.stderr
