@@ -121,16 +121,6 @@ def _group_name(metadata_group: Mapping[str, Any] | None) -> str:
     return "?"
 
 
-def _group_file(group: Mapping[str, Any], suffix: str) -> tuple[bytes | None, str | None]:
-    for k, v in group.items():
-        if str(k).endswith(suffix):
-            try:
-                return Path(v).read_bytes(), str(v)
-            except OSError:
-                return None, str(v)
-    return None, None
-
-
 def triton_record(metadata_group: Mapping[str, Any] | None) -> tuple[Any, str | None]:
     """(artifact, why) of a Triton kernel from its cache group (Triton's ``kernel.metadata_group``).
 
@@ -147,8 +137,8 @@ def triton_record(metadata_group: Mapping[str, Any] | None) -> tuple[Any, str | 
     for k, v in group.items():
         if str(k).endswith(A.ARTIFACT_SUFFIXES):
             return v, None
-    cubin, cubin_path = _group_file(group, ".cubin")
-    ptx, _ = _group_file(group, ".ptx")
+    cubin, cubin_path = TL.group_file(group, ".cubin")
+    ptx, _ = TL.group_file(group, ".ptx")
     where = os.path.dirname(cubin_path) if cubin_path else "its directory in TRITON_CACHE_DIR"
     advice = STALE_ADVICE.format(where=where)
     rec = A.lookup_by_output(cubin) if cubin is not None else None
@@ -195,7 +185,7 @@ def _sha256(b: bytes) -> str:
 
 def _group_target(group: Mapping[str, Any]) -> str:
     """The ``sm_XX`` a Triton cache group was compiled for (its metadata JSON's target), '' when unknown."""
-    raw, _ = _group_file(group, ".json")
+    raw, _ = TL.group_file(group, ".json")
     try:
         arch = json.loads(raw or b"{}").get("target", {}).get("arch")
     except (ValueError, AttributeError):
@@ -236,7 +226,7 @@ def prebuild_triton(kernel: Any) -> DF.Built:
     group = getattr(kernel, "metadata_group", kernel)
     rec, why = triton_record(group)
     if rec is None and knobs.triton_instrument() == "load" and _plain_cubin(group):
-        return DF.build(_load_prepare(_group_name(group), group).record)
+        return DF.build(TL.prepare_group(_group_name(group), group).record)
     if rec is None:
         raise ConfigError(f"Triton kernel {_group_name(group)}: no deferred build to make: "
                           f"{why or 'no admission record (not compiled through hbfcc-ptxas)'}")
@@ -247,14 +237,8 @@ def prebuild_triton(kernel: Any) -> DF.Built:
 
 def _plain_cubin(group: Mapping[str, Any] | None) -> bytes | None:
     """The cubin of a Triton cache group when it is not instrumented (HBF_TRITON_INSTRUMENT=load's candidates)."""
-    cubin, _ = _group_file(dict(group or {}), ".cubin")
+    cubin, _ = TL.group_file(dict(group or {}), ".cubin")
     return cubin if cubin is not None and abi.STATE_GLOBAL.encode() not in cubin else None
-
-
-def _load_prepare(name: str, group: Mapping[str, Any] | None) -> "TL.Prepared":
-    """HBF_TRITON_INSTRUMENT=load: the verified pending record of a plain Triton kernel (runtime_cuda/triton_load.py)."""
-    g = dict(group or {})
-    return TL.prepare(name, _group_file(g, ".ptx")[0], _group_file(g, ".cubin")[0], _group_file(g, ".json")[0])
 
 
 def _hbfcc_marker_now(target: str) -> str | None:
@@ -1277,7 +1261,7 @@ class Session:
         Any failure leaves the plain kernel bound as NOT admitted with the reason (a coded error naming the
         kernel, logged at ERROR): a launch of it that would be modeled is refused, never run unmodeled."""
         plain_sha = (DF.recipe(art) or {}).get("plain_output_sha256") if art is not None \
-            else _sha256(_group_file(dict(group or {}), ".cubin")[0] or b"")
+            else _sha256(TL.group_file(dict(group or {}), ".cubin")[0] or b"")
         if kernel is not None and getattr(kernel, "module", None) == module \
                 and abi.STATE_GLOBAL.encode() in bytes(getattr(kernel, "kernel", b"") or b"") \
                 and _sha256(bytes(kernel.kernel)) != plain_sha:
@@ -1293,7 +1277,7 @@ class Session:
                                code=ErrorCode.INTERNAL, kernel=name)
             verify_ns = None
             if art is None:
-                prep = _load_prepare(name, group)
+                prep = TL.prepare_group(name, group)
                 art, verify_ns = prep.record, prep.verify_ns
             built = DF.build(art)
             mod, fn, n_regs, n_spills, n_max = triton_load_binary(name, built.cubin, int(kernel.metadata.shared))

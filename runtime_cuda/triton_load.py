@@ -261,6 +261,24 @@ def prepare(name: str, ptx: Optional[bytes], cubin: Optional[bytes], meta_raw: O
     return Prepared(rec, verify_ns, written)
 
 
+def group_file(group: Mapping[str, Any], suffix: str) -> tuple[bytes | None, str | None]:
+    """(bytes, path) of the file of a Triton cache group (``kernel.metadata_group``) whose name ends in ``suffix``;
+    (None, path) when it cannot be read, (None, None) when the group has none."""
+    for k, v in group.items():
+        if str(k).endswith(suffix):
+            try:
+                return Path(v).read_bytes(), str(v)
+            except OSError:
+                return None, str(v)
+    return None, None
+
+
+def prepare_group(name: str, group: Mapping[str, Any] | None, store: Path | None = None) -> Prepared:
+    """:func:`prepare` for a kernel's Triton cache group (its ``.ptx``, ``.cubin`` and metadata ``.json``)."""
+    g = dict(group or {})
+    return prepare(name, group_file(g, ".ptx")[0], group_file(g, ".cubin")[0], group_file(g, ".json")[0], store)
+
+
 def is_load_record(rec: Mapping[str, Any] | None) -> bool:
     """A pending record this module wrote (the runtime's own, for a plain Triton kernel)."""
     return DF.is_pending(rec) and (DF.recipe(rec) or {}).get("mode") == MODE

@@ -88,9 +88,9 @@ def penv(plain, monkeypatch):
 
 
 def _files(k) -> tuple[bytes, bytes, bytes]:
-    from runtime_cuda.session import _group_file
+    from runtime_cuda.triton_load import group_file
     g = dict(k.metadata_group)
-    return tuple(_group_file(g, s)[0] for s in (".ptx", ".cubin", ".json"))   # type: ignore[return-value]
+    return tuple(group_file(g, s)[0] for s in (".ptx", ".cubin", ".json"))   # type: ignore[return-value]
 
 
 def _group_copy(k, tmp_path: Path) -> dict[str, str]:
@@ -153,10 +153,11 @@ def test_reconstruction_reproduces_tritons_cubin_and_the_build_is_the_eager_one(
 
 def test_the_load_build_is_an_eager_triton_compile_through_hbfcc_ptxas(penv, tmp_path):
     """The add kernel compiled by Triton through hbfcc-ptxas (eager) gives the cubin the load build made."""
+    from runtime_cuda import triton_load as TL
     ks, env = penv
     k = ks["l_add"]
-    ptx, cubin, _ = _files(k)
-    rec = A.lookup_by_output(cubin) or pytest.skip("runs after the parametrized test")
+    ptx, cubin, meta = _files(k)
+    rec = TL.prepare("l_add", ptx, cubin, meta).record
     built = DF.build(rec)
     code = r'''
 import importlib.util, os, sys, json
