@@ -37,7 +37,9 @@ jobs on the box); ratios are per item, then the median (and p10/p90, min/max) ov
   ``HBFCC_REAL_PTXAS``): the separate link needs one with nvlink beside it. ``--defer`` adds variants ``defer``
   (``HBFCC_DEFER=1``: hbfcc-ptxas hands Triton the plain cubin) and ``defer_rewrite`` (``HBFCC_DEFER=rewrite``:
   the rewrite deferred too) and times the deferred instrumented build after each compile
-  (hbfcommon.deferred.build, what the runtime runs at the kernel's load). Every hbfcc variant runs hbfcc-ptxas's
+  (hbfcommon.deferred.build, what the runtime runs at the kernel's load), and ``load``
+  (``HBF_TRITON_INSTRUMENT=load``: plain Triton, then the runtime's at-load work timed: the reconstructed ptxas
+  run verified against the cached cubin, then the build). Every hbfcc variant runs hbfcc-ptxas's
   console entry (``hbfcc.ptxas_entry`` of the hbfcc on the path: ``PYTHONPATH=.``), whatever the venv's
   installed script points at.
 
@@ -438,7 +440,7 @@ def summary(rows: list[dict], variants) -> dict:
                  "pruned_vs_full_cpu", "pruned_vs_full_cubin"]
     if "separate" in variants:
         keys += ["separate_wall_ratio", "separate_cpu_ratio", "separate_cubin_ratio"]
-    for v in ("defer", "defer_rewrite"):
+    for v in DEFERRED:
         if v in variants:
             keys += [f"{v}_wall_ratio", f"{v}_cpu_ratio", f"{v}_cubin_ratio"]
     if "before" in variants:
@@ -553,10 +555,25 @@ for name in sys.argv[2].split(","):
         if len(sys.argv) > 3:
             with open(os.path.join(sys.argv[3], name + ".built.cubin"), "wb") as f:
                 f.write(b.cubin)
+    if os.environ.get("HBF_TRITON_INSTRUMENT") == "load":   # plain compile; what the runtime runs at the load
+        from hbfcommon import deferred
+        from runtime_cuda import triton_load
+        c0, t0 = cpu(), time.perf_counter()
+        p = triton_load.prepare_group(k.name, k.metadata_group)     # the reconstruction verified (ptxas once)
+        c1, t1 = cpu(), time.perf_counter()
+        b = deferred.build(p.record)
+        out[name].update(verify_wall_s=t1 - t0, verify_cpu_s=c1 - c0, verified_now=p.verify_ns > 0,
+                         built_wall_s=time.perf_counter() - t1, built_cpu_s=cpu() - c1, built_cached=b.cached,
+                         built_cubin_bytes=len(b.cubin), built_instrumented=b"__hb_" in b.cubin)
+        if len(sys.argv) > 3:
+            with open(os.path.join(sys.argv[3], name + ".built.cubin"), "wb") as f:
+                f.write(b.cubin)
 print(json.dumps(out))
 '''
 
 TRITON_KERNELS = ("add", "softmax", "layernorm", "matmul", "gather_atomic")
+# the variants whose compile hands Triton the plain cubin and whose instrumented build comes after (timed)
+DEFERRED = ("defer", "defer_rewrite", "load")
 
 
 def part_triton(ns, work: Path) -> dict:
@@ -595,6 +612,10 @@ def part_triton(ns, work: Path) -> dict:
         envs["defer"] = dict(envs["hbfcc"], HBFCC_DEFER="1", HBFCC_ARTIFACT_DIR=str(work / "store-defer"))
         envs["defer_rewrite"] = dict(envs["hbfcc"], HBFCC_DEFER="rewrite",
                                      HBFCC_ARTIFACT_DIR=str(work / "store-defer-rewrite"))
+        # HBF_TRITON_INSTRUMENT=load: plain Triton (no hbfcc at compile time); after each compile what the runtime
+        # does at the load: the reconstruction verified (one ptxas run; skipped once the store has its record)
+        # and the build (eager hbfcc-ptxas; read back once built)
+        envs["load"] = dict(base, HBF_TRITON_INSTRUMENT="load", HBFCC_ARTIFACT_DIR=str(work / "store-load"))
     if ns.separate:   # HBFCC_LINK=separate: the helper object cache starts empty (its builds are in rep 1)
         envs["separate"] = dict(envs["hbfcc"], HBFCC_LINK="separate", HBFCC_CACHE_DIR=str(work / "hbfcc-cache"))
     if ns.against:    # hbfcc-ptxas running another tree's hbfcc (its package first on PYTHONPATH)
@@ -624,7 +645,7 @@ def part_triton(ns, work: Path) -> dict:
             row[f"{k}_cubin_bytes"] = t[k][0][name]["cubin_bytes"]
             row[f"{k}_instrumented"] = t[k][0][name]["instrumented"]
         ratios(row, envs, {k: row[f"{k}_cubin_bytes"] for k in envs})
-        for v in [v for v in ("defer", "defer_rewrite") if v in envs]:
+        for v in [v for v in DEFERRED if v in envs]:
             # each repeat's compile has a fresh Triton cache but the same artifact store: the deferred build of
             # the first repeat is assembled, later ones read it back (built_cached); the assembly is the first
             first = t[v][0][name]
@@ -637,6 +658,13 @@ def part_triton(ns, work: Path) -> dict:
                                                     == (cubins["hbfcc"] / f"{name}.cubin").read_bytes())
             row[f"{v}_compile_plus_build_cpu_ratio"] = (row[f"{v}_cpu_s"] + row[f"{v}_built_cpu_s"]) / row["plain_cpu_s"]
             row[f"{v}_built_vs_eager_cpu"] = row[f"{v}_built_cpu_s"] / row["hbfcc_cpu_s"]
+            if v == "load":   # the verification (first repeat) and what later repeats pay for it (none)
+                row["load_verify_wall_s"], row["load_verify_cpu_s"] = first["verify_wall_s"], first["verify_cpu_s"]
+                row["load_verified_first"] = first["verified_now"]
+                row["load_verify_later_wall_s"] = [round(r[name]["verify_wall_s"], 4) for r in t[v][1:]]
+                row["load_at_load_cpu_ratio"] = (row["load_verify_cpu_s"] + row["load_built_cpu_s"]) / row["plain_cpu_s"]
+                row["load_compile_plus_build_cpu_ratio"] = (row["load_cpu_s"] + row["load_verify_cpu_s"]
+                                                            + row["load_built_cpu_s"]) / row["plain_cpu_s"]
         if "before" in envs:
             row["before_cpu_all_s"] = [round(r[name]["cpu_s"], 4) for r in t["before"]]
             row["hbfcc_cpu_all_s"] = [round(r[name]["cpu_s"], 4) for r in t["hbfcc"]]
@@ -660,7 +688,7 @@ def part_triton(ns, work: Path) -> dict:
               + "".join(f"; {v} cpu x{row[f'{v}_cpu_ratio']:.2f} wall x{row[f'{v}_wall_ratio']:.2f} (plain cubin "
                         f"{row[f'{v}_cubin_is_plain']}), its build {row[f'{v}_built_cpu_s']:.2f} s cpu (identical to "
                         f"eager {row[f'{v}_built_identical_to_eager']})"
-                        for v in ("defer", "defer_rewrite") if v in envs)
+                        for v in DEFERRED if v in envs)
               + (f"; now/before cpu {row['now_vs_before_cpu']:.3f} (before {row['before_cpu_s']:.2f} s), "
                  f"cubin identical {row['cubin_identical_to_before']}" if "before" in envs else ""),
               file=sys.stderr)
@@ -671,14 +699,19 @@ def part_triton(ns, work: Path) -> dict:
                     1 for r in rows for e, n in r["registers"]["separate"].items()
                     if (n or 0) > (r["registers"]["hbfcc"].get(e) or 0)),
                 "entries": sum(len(r["registers"]["separate"]) for r in rows)} if "separate" in envs else {}),
-            **{key: val for v in ("defer", "defer_rewrite") if v in envs for key, val in (
+            **{key: val for v in DEFERRED if v in envs for key, val in (
                 (f"{v}_built_cpu_s", spread([r[f"{v}_built_cpu_s"] for r in rows])),
                 (f"{v}_built_vs_eager_cpu", spread([r[f"{v}_built_vs_eager_cpu"] for r in rows])),
                 (f"{v}_compile_plus_build_cpu_ratio", spread([r[f"{v}_compile_plus_build_cpu_ratio"] for r in rows])),
                 (f"{v}_cubins_plain", all(r[f"{v}_cubin_is_plain"] for r in rows)),
                 (f"{v}_builds_identical_to_eager", all(r[f"{v}_built_identical_to_eager"] for r in rows)))},
+            **({"load_verify_cpu_s": spread([r["load_verify_cpu_s"] for r in rows]),
+                "load_verify_wall_s": spread([r["load_verify_wall_s"] for r in rows]),
+                "load_at_load_cpu_ratio": spread([r["load_at_load_cpu_ratio"] for r in rows]),
+                "load_compile_plus_build_cpu_ratio": spread([r["load_compile_plus_build_cpu_ratio"] for r in rows]),
+                "load_all_verified_first": all(r["load_verified_first"] for r in rows)} if "load" in envs else {}),
             "all_instrumented": all(r[f"{k}_instrumented"] for r in rows for k in envs
-                                    if k not in ("plain", "defer", "defer_rewrite"))
+                                    if k not in ("plain", *DEFERRED))
             and not any(r["plain_instrumented"] for r in rows)}
     return {"summary": summ, "rows": rows}
 

@@ -12,7 +12,12 @@ one Triton cache per variant, the same kernels (workloads/triton_kernels.py: add
   instrumented build at the kernel's first launch and swaps it in;
 * ``defer_warm``: ``defer`` again on its warm Triton cache and store: nothing compiles, the instrumented builds
   are read back from the store (what a second run of a program pays);
-* ``rewrite``: HBFCC_DEFER=rewrite through hbfcc-ptxas's console entry: the rewrite happens at the first launch too.
+* ``rewrite``: HBFCC_DEFER=rewrite through hbfcc-ptxas's console entry: the rewrite happens at the first launch too;
+* ``load``: HBF_TRITON_INSTRUMENT=load (written 2026-12-06, not yet run on a card): Triton compiles with the plain
+  ptxas (the one the other variants' hbfcc-ptxas runs), no hbfcc at compile time; at the first launch the runtime
+  reconstructs Triton's ptxas run, verifies it reproduces the cached cubin byte for byte and builds with eager
+  hbfcc-ptxas (runtime_cuda/triton_load.py); its refusal: a kernel whose cached cubin was altered on disk;
+* ``load_warm``: ``load`` again on its warm Triton cache and store (no verification ptxas, the build read back).
 
 Each child: compile time per kernel (warmup: wall and CPU incl. ptxas), then with a timing range over the first
 input of each kernel, the first launch (wall: includes the load, and for defer the build + swap) and a second
@@ -59,7 +64,9 @@ def child(which: str) -> dict:
     from hbfcommon import deferred as DF
     from runtime_cuda.session import LaunchRefused
     from workloads import triton_kernels
-    os.environ["TRITON_PTXAS_PATH"] = os.environ["HBF_BENCH_HBFCC_PTXAS"]
+    # load: plain Triton (the real ptxas the hbfcc variants run); HBF_TRITON_INSTRUMENT=load is in its environment
+    os.environ["TRITON_PTXAS_PATH"] = os.environ["HBF_BENCH_REAL_PTXAS" if which.startswith("load")
+                                                 else "HBF_BENCH_HBFCC_PTXAS"]
     work = Path(os.environ["TRITON_CACHE_DIR"]).parent
     K = triton_kernels.load(work / "tk_defer_gpu.py", KERNELS)
     tmp = Path(tempfile.mkdtemp(prefix=f"hbf-defer-{which}-"))
@@ -115,13 +122,19 @@ def child(which: str) -> dict:
             s.unregister(rid)
             res["kernels"][name] = r
         res["deferred_builds"] = list(s.deferred_builds)
-        if which in ("defer", "defer_rewrite"):   # the refusal: a deferred kernel whose stored PTX is gone
+        if which in ("defer", "defer_rewrite", "load"):   # the refusal: a deferred kernel whose stored PTX is gone
             og = torch.full_like(x, -1.0)
             ck = K.add_gone.warmup(x, y, og, n, B=1024, grid=(1,))
-            rec = A.lookup_by_output(ck.asm["cubin"])
-            r = rec["deferred"]      # what the build starts from: the rewrite (=1) or the original (=rewrite)
-            (DF.original_path(A.store_dir(), r["original_sha256"]) if DF.is_pending(rec)
-             else DF.ptx_path(A.store_dir(), r["ptx_sha256"])).unlink()
+            if which == "load":      # load: its cached cubin altered on disk (the verification cannot reproduce it)
+                p = Path(next(v for k2, v in ck.metadata_group.items() if str(k2).endswith(".cubin")))
+                data = bytearray(p.read_bytes())
+                data[-1] ^= 0x01
+                p.write_bytes(bytes(data))
+            else:
+                rec = A.lookup_by_output(ck.asm["cubin"])
+                r = rec["deferred"]      # what the build starts from: the rewrite (=1) or the original (=rewrite)
+                (DF.original_path(A.store_dir(), r["original_sha256"]) if DF.is_pending(rec)
+                 else DF.ptx_path(A.store_dir(), r["ptx_sha256"])).unlink()
             s.register_timing_range(x.data_ptr(), x.numel() * 4, label="gone")
             try:
                 K.add_gone[(triton.cdiv(n, 1024),)](x, y, og, n, B=1024)
@@ -170,10 +183,11 @@ def main() -> int:
     entry.write_text(f"#!/bin/sh\nexec {sys.executable} -m hbfcc.ptxas_entry \"$@\"\n")
     entry.chmod(0o755)
     envs["rewrite"] = dict(toolchain_env(work / "rewrite"), HBFCC_DEFER="rewrite", HBF_BENCH_HBFCC_PTXAS=str(entry))
+    envs["load"] = dict(toolchain_env(work / "load"), HBF_TRITON_INSTRUMENT="load")
     out: dict = {"what": "HBFCC_DEFER=1 / rewrite on the GPU: deferred builds swapped in at load, modeled like eager ones",
                  "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
     for which, env in (("eager", envs["eager"]), ("defer", envs["defer"]), ("defer_warm", envs["defer"]),
-                       ("rewrite", envs["rewrite"])):
+                       ("rewrite", envs["rewrite"]), ("load", envs["load"]), ("load_warm", envs["load"])):
         # defer_warm: defer's child on its warm cache and store, without the refusal (defer's run removed that
         # kernel's stored rewrite already)
         out[which] = run_child(__file__, {"rewrite": "defer_rewrite"}.get(which, which), env,
@@ -182,23 +196,31 @@ def main() -> int:
                                                                      "running_instrumented")}
                                           for k, v in out[which].get("kernels", {}).items()}), flush=True)
     checks = {}
-    e, d, w, rw = (out[v].get("kernels", {}) for v in ("eager", "defer", "defer_warm", "rewrite"))
+    e, d, w, rw, ld, lw = (out[v].get("kernels", {}) for v in ("eager", "defer", "defer_warm", "rewrite", "load",
+                                                                 "load_warm"))
     for name in e:
-        checks[f"{name}: outputs exact"] = all(x.get(name, {}).get("output_ok") for x in (e, d, w, rw))
-        checks[f"{name}: defer compiled plain, runs instrumented"] = all(
+        checks[f"{name}: outputs exact"] = all(x.get(name, {}).get("output_ok") for x in (e, d, w, rw, ld, lw))
+        checks[f"{name}: defer/load compiled plain, runs instrumented"] = all(
             not x.get(name, {}).get("compiled_cubin_instrumented", True) and x.get(name, {}).get("running_instrumented")
-            for x in (d, rw)) and w.get(name, {}).get("running_instrumented")
+            for x in (d, rw, ld)) and w.get(name, {}).get("running_instrumented") \
+            and lw.get(name, {}).get("running_instrumented")
         checks[f"{name}: counters equal eager's"] = all(same_counters(e[name]["loads"], x.get(name, {}).get("loads"))
-                                                        for x in (d, w, rw)) \
+                                                        for x in (d, w, rw, ld, lw)) \
             and sum(v["requests"] for v in e[name]["loads"].values()) > 0
-        checks[f"{name}: admitted"] = all(x.get(name, {}).get("admitted") for x in (e, d, w, rw))
+        checks[f"{name}: admitted"] = all(x.get(name, {}).get("admitted") for x in (e, d, w, rw, ld, lw))
     checks["defer: built at load (not cached)"] = all(b["ok"] and not b["cached"]
                                                       for b in out["defer"].get("deferred_builds", [])[:3])
     checks["defer_warm: read back"] = all(b["ok"] and b["cached"] for b in out["defer_warm"].get("deferred_builds", [])
                                           if b["kernel"] != "add_gone") and bool(out["defer_warm"].get("deferred_builds"))
     checks["rewrite: built at load"] = all(b["ok"] and not b["cached"] for b in out["rewrite"].get("deferred_builds", [])[:3]) \
         and bool(out["rewrite"].get("deferred_builds"))
-    for v, what in (("defer", "rewrite"), ("rewrite", "original")):
+    checks["load: verified and built at load"] = all(
+        b["ok"] and not b["cached"] and b.get("mode") == "load" and (b.get("verify_ns") or 0) > 0
+        for b in out["load"].get("deferred_builds", [])[:3]) and bool(out["load"].get("deferred_builds"))
+    checks["load_warm: read back, no verification run"] = all(
+        b["ok"] and b["cached"] and b.get("verify_ns") == 0 for b in out["load_warm"].get("deferred_builds", [])
+        if b["kernel"] != "add_gone") and bool(out["load_warm"].get("deferred_builds"))
+    for v, what in (("defer", "rewrite"), ("rewrite", "original"), ("load", "reproduction (altered cubin)")):
         ref = out[v].get("refusal", {})
         checks[f"{v}: gone {what} refused, output untouched"] = bool(ref.get("refused") and ref.get("kernel") == "add_gone"
                                                                      and ref.get("output_untouched"))

@@ -28,7 +28,9 @@ _ENTRY_MODULES = (b"hbfcc.cli", b"hbfcc.ptxas_entry")
 
 
 def _is_hbfcc_wrapper(path: str) -> bool:
-    """True when ``path`` is one of our own wrappers (would recurse forever)."""
+    """True when ``path`` is one of our own wrappers (would recurse forever): the shadow toolkit's shim, a script
+    running ``hbfcc.cli``, or hbfcc-ptxas's console script (``hbfcc.ptxas_entry``: an installed ``hbfcc-ptxas`` as
+    TRITON_PTXAS_PATH without HBFCC_REAL_PTXAS ran itself, without end, before this was recognized)."""
     try:
         with open(path, "rb") as f:
             head = f.read(4096)

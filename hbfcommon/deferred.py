@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ MARKER_WORDS = {"1": "defer on", "rewrite": "defer rewrite"}
 PENDING_SCHEMA = "hbfcc.deferred.pending"
 PENDING_KEYS = ("original_sha256", "ptx_name", "argv", "env", "builder", "plain_output_sha256", "key")
 # hbfcc knobs that say where files go or how a compile reports, not what is built: not in a pending record's env
+# a pending record's builder after the interpreter: hbfcc-ptxas's full path (eager)
+BUILDER_ARGS = ("-m", "hbfcc.cli", "ptxas")
 NOT_FOR_THE_BUILD = frozenset({"HBFCC_DEFER", "HBFCC_ARTIFACT_DIR", "HBFCC_SIDECAR", "HBFCC_LOG", "HBFCC_DUMP_DIR",
                                "HBFCC_CACHE_DIR"})
 
@@ -96,10 +99,20 @@ def original_path(store: Path, original_sha256: str) -> Path:
     return store / SUBDIR / "original" / f"{original_sha256}.ptx"
 
 
-def pending_key(original_sha256: str, argv: list[str], env: Mapping[str, str], builder: list[str]) -> str:
-    """HBFCC_DEFER=rewrite: the built cubin's name (the PTX, the ptxas options, the knobs, what rewrites)."""
-    return hashlib.sha256(json.dumps([original_sha256, list(argv), sorted(env.items()), list(builder)]).encode()
-                          ).hexdigest()
+def pending_key(original_sha256: str, argv: list[str], env: Mapping[str, str], builder: list[str],
+                ptxas_version: Optional[str] = None) -> str:
+    """HBFCC_DEFER=rewrite: the built cubin's name (the PTX, the ptxas options, the knobs, what rewrites; for the
+    runtime's HBF_TRITON_INSTRUMENT=load records also the ``ptxas --version`` text of the ptxas it verified)."""
+    parts: list[Any] = [original_sha256, list(argv), sorted(env.items()), list(builder)]
+    if ptxas_version is not None:
+        parts.append(ptxas_version)
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def builder() -> list[str]:
+    """What a pending record's build runs (followed by the ptxas options): this interpreter running hbfcc-ptxas's
+    full path (``python -m hbfcc.cli ptxas``), eager."""
+    return [sys.executable, *BUILDER_ARGS]
 
 
 def cubin_path(store: Path, key: str) -> Path:
@@ -209,7 +222,8 @@ def _build_pending(rec: Mapping[str, Any], r: Mapping[str, Any], store: Path, fo
         raise _error(rec, f"the pending record lacks {', '.join(missing)}")
     argv, env, builder = [str(a) for a in r["argv"]], {str(k): str(v) for k, v in r["env"].items()}, \
         [str(a) for a in r["builder"]]
-    key = pending_key(str(r["original_sha256"]), argv, env, builder)
+    version = r.get("ptxas_version")
+    key = pending_key(str(r["original_sha256"]), argv, env, builder, None if version is None else str(version))
     if key != r["key"]:
         raise _error(rec, f"the record's key {str(r['key'])[:12]} is not its content's ({key[:12]}): a damaged record")
     out = cubin_path(store, key)

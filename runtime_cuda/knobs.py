@@ -127,3 +127,17 @@ def capacity_device() -> bool:
     """HBF_CAPACITY_DEVICE (default 0): register capacity ranges through the GPU runtime (issue 16). Its device
     half is NOT GPU-verified yet: without this opt-in, register_capacity_range refuses with UNSUPPORTED."""
     return env_bool("HBF_CAPACITY_DEVICE", False)
+
+
+def triton_instrument() -> str:
+    """HBF_TRITON_INSTRUMENT (default ``off``; ``load``): with ``load`` a Triton kernel compiled by Triton's own ptxas
+    (no hbfcc at compile time: the compile costs what plain Triton's does) is instrumented at its load in an attached
+    session with the Triton hooks: the runtime reconstructs Triton's ptxas run, verifies it reproduces the cached
+    cubin byte for byte, and builds the kernel with eager hbfcc-ptxas (cached in the artifact store;
+    runtime_cuda/triton_load.py, docs/design.md §3.5). A kernel that cannot be verified or built is NOT admitted."""
+    v = os.environ.get("HBF_TRITON_INSTRUMENT", "").strip().lower()
+    if v in ("", "0", "off"):
+        return "off"
+    if v == "load":
+        return "load"
+    raise ConfigError("HBF_TRITON_INSTRUMENT must be 'off' or 'load'", value=v)

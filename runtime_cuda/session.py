@@ -39,6 +39,7 @@ from hbfcommon.rpc import REPORT_MAX_BYTES
 from . import capacity as CAP
 from . import devstate as D
 from . import knobs
+from . import triton_load as TL
 
 log = logging.getLogger(__name__)
 
@@ -121,16 +122,6 @@ def _group_name(metadata_group: Mapping[str, Any] | None) -> str:
     return "?"
 
 
-def _group_file(group: Mapping[str, Any], suffix: str) -> tuple[bytes | None, str | None]:
-    for k, v in group.items():
-        if str(k).endswith(suffix):
-            try:
-                return Path(v).read_bytes(), str(v)
-            except OSError:
-                return None, str(v)
-    return None, None
-
-
 def triton_record(metadata_group: Mapping[str, Any] | None) -> tuple[Any, str | None]:
     """(artifact, why) of a Triton kernel from its cache group (Triton's ``kernel.metadata_group``).
 
@@ -147,11 +138,15 @@ def triton_record(metadata_group: Mapping[str, Any] | None) -> tuple[Any, str | 
     for k, v in group.items():
         if str(k).endswith(A.ARTIFACT_SUFFIXES):
             return v, None
-    cubin, cubin_path = _group_file(group, ".cubin")
-    ptx, _ = _group_file(group, ".ptx")
+    cubin, cubin_path = TL.group_file(group, ".cubin")
+    ptx, _ = TL.group_file(group, ".ptx")
     where = os.path.dirname(cubin_path) if cubin_path else "its directory in TRITON_CACHE_DIR"
     advice = STALE_ADVICE.format(where=where)
     rec = A.lookup_by_output(cubin) if cubin is not None else None
+    if TL.is_load_record(rec):
+        # HBF_TRITON_INSTRUMENT=load's record of a plain Triton kernel: the runtime's own, read by the load path
+        # (runtime_cuda/triton_load.py) when the knob is on; without it the kernel is what Triton compiled
+        return None, None
     if rec is None and ptx is not None:
         rec = A.lookup_by_ptx(ptx)
         built = ((rec or {}).get("build") or {}).get("output_sha256")
@@ -191,7 +186,7 @@ def _sha256(b: bytes) -> str:
 
 def _group_target(group: Mapping[str, Any]) -> str:
     """The ``sm_XX`` a Triton cache group was compiled for (its metadata JSON's target), '' when unknown."""
-    raw, _ = _group_file(group, ".json")
+    raw, _ = TL.group_file(group, ".json")
     try:
         arch = json.loads(raw or b"{}").get("target", {}).get("arch")
     except (ValueError, AttributeError):
@@ -225,17 +220,26 @@ def _loading_kernel(module: int, function: int, depth: int = 8) -> Any:
 
 
 def prebuild_triton(kernel: Any) -> DF.Built:
-    """Build a deferred Triton kernel's instrumented cubin now (HBFCC_DEFER=1; cached in the artifact store,
-    so its first load in an attached session only reads it back). ``kernel``: a CompiledKernel (or its
-    ``metadata_group``). Raises HbfError when the kernel has no deferred record or the build fails."""
+    """Build a deferred Triton kernel's instrumented cubin now (HBFCC_DEFER=1 / rewrite; with
+    HBF_TRITON_INSTRUMENT=load a plain kernel, verified first; cached in the artifact store, so its first load in an
+    attached session only reads it back). ``kernel``: a CompiledKernel (or its ``metadata_group``). Raises HbfError
+    when the kernel has no deferred record or the build fails."""
     group = getattr(kernel, "metadata_group", kernel)
     rec, why = triton_record(group)
+    if rec is None and knobs.triton_instrument() == "load" and _plain_cubin(group):
+        return DF.build(TL.prepare_group(_group_name(group), group).record)
     if rec is None:
         raise ConfigError(f"Triton kernel {_group_name(group)}: no deferred build to make: "
                           f"{why or 'no admission record (not compiled through hbfcc-ptxas)'}")
     if DF.recipe(rec) is None:
         raise ConfigError(f"Triton kernel {_group_name(group)} was built eagerly (its cubin is instrumented already)")
     return DF.build(rec)
+
+
+def _plain_cubin(group: Mapping[str, Any] | None) -> bytes | None:
+    """The cubin of a Triton cache group when it is not instrumented (HBF_TRITON_INSTRUMENT=load's candidates)."""
+    cubin, _ = TL.group_file(dict(group or {}), ".cubin")
+    return cubin if cubin is not None and abi.STATE_GLOBAL.encode() not in cubin else None
 
 
 def _hbfcc_marker_now(target: str) -> str | None:
@@ -549,6 +553,8 @@ class Session:
         self.native_select = knobs.native_select()
         self.inline_issue = knobs.inline_issue()
         self.inline_multi = knobs.inline_multi()
+        # HBF_TRITON_INSTRUMENT=load: plain Triton kernels instrumented at their load (runtime_cuda/triton_load.py)
+        self.triton_instrument = knobs.triton_instrument()
         # the L2 in front of HBF (docs/design.md §3.12): geometry from the daemon's media parameters, checked here
         self.l2: D.L2Geometry | None = D.l2_geometry(ctlmap.ctl.header.media) if knobs.l2_model() else None
         self.l2_tags_dptr = 0
@@ -1256,6 +1262,11 @@ class Session:
         if art is not None and DF.recipe(art) is not None:
             return self._triton_deferred(module, function, name, art,
                                          kernel if kernel is not None else _loading_kernel(module, function))
+        if art is None and self.triton_instrument == "load" and _plain_cubin(metadata_group) is not None:
+            # a plain Triton kernel (whatever the store said about its PTX): verified and built at this load
+            return self._triton_deferred(module, function, name, None,
+                                         kernel if kernel is not None else _loading_kernel(module, function),
+                                         group=metadata_group)
         b = self.bind_module(int(module), artifact=art, kernels=[name], missing_reason=why)
         if art is not None and not b.kernels:
             log.warning("Triton kernel %s: its admission artifact lists no kernel", name)
@@ -1270,16 +1281,21 @@ class Session:
                      "not admitted", name)
         return b
 
-    def _triton_deferred(self, module, function, name: str, art: dict, kernel: Any) -> ModuleBinding:
-        """A Triton kernel compiled with HBFCC_DEFER=1 or =rewrite (its cubin is the plain build): assemble its
+    def _triton_deferred(self, module, function, name: str, art: dict | None, kernel: Any,
+                         group: Mapping[str, Any] | None = None) -> ModuleBinding:
+        """A Triton kernel compiled with HBFCC_DEFER=1 or =rewrite (its cubin is the plain build), or, with
+        ``art`` None and HBF_TRITON_INSTRUMENT=load, a plain Triton kernel of cache group ``group`` (its ptxas run
+        reconstructed and verified first: runtime_cuda/triton_load.py): assemble its
         instrumented build (hbfcommon.deferred: cached in the artifact store, built once; with =rewrite the
         rewrite and its admission record too), load it as Triton loads a kernel
         and swap it into the CompiledKernel (module, function, register facts), which Triton's launches read.
         Any failure leaves the plain kernel bound as NOT admitted with the reason (a coded error naming the
         kernel, logged at ERROR): a launch of it that would be modeled is refused, never run unmodeled."""
+        plain_sha = (DF.recipe(art) or {}).get("plain_output_sha256") if art is not None \
+            else _sha256(TL.group_file(dict(group or {}), ".cubin")[0] or b"")
         if kernel is not None and getattr(kernel, "module", None) == module \
                 and abi.STATE_GLOBAL.encode() in bytes(getattr(kernel, "kernel", b"") or b"") \
-                and _sha256(bytes(kernel.kernel)) != (DF.recipe(art) or {}).get("plain_output_sha256"):
+                and _sha256(bytes(kernel.kernel)) != plain_sha:
             # swapped already (bind_triton_kernel in a later session of this process): bind what it runs
             b = self.bind_module(int(module), artifact=A.lookup_by_output(bytes(kernel.kernel)) or art,
                                  kernels=[name], deferred_built=True)
@@ -1290,6 +1306,10 @@ class Session:
                 raise HbfError(f"Triton kernel {name}: the CompiledKernel being loaded was not found in the load "
                                f"hook's caller frames (bind it with Session.bind_triton_kernel(kernel))",
                                code=ErrorCode.INTERNAL, kernel=name)
+            verify_ns = None
+            if art is None:
+                prep = TL.prepare_group(name, group)
+                art, verify_ns = prep.record, prep.verify_ns
             built = DF.build(art)
             mod, fn, n_regs, n_spills, n_max = triton_load_binary(name, built.cubin, int(kernel.metadata.shared))
             need = int(kernel.metadata.num_warps) * int(getattr(kernel.metadata.target, "warp_size", 32) or 32)
@@ -1298,9 +1318,12 @@ class Session:
                                f"per block ({n_regs} registers), the kernel needs {need}",
                                code=ErrorCode.UNSUPPORTED, kernel=name)
         except HbfError as e:
-            reason = f"its deferred instrumented build (HBFCC_DEFER) failed [{e.code.name}]: {e}"
+            what = "instrumentation at load (HBF_TRITON_INSTRUMENT=load)" if art is None or TL.is_load_record(art) \
+                else "deferred instrumented build (HBFCC_DEFER)"
+            reason = f"its {what} failed [{e.code.name}]: {e}"
             log.error("Triton kernel %s is NOT admitted: %s", name, reason)
-            self.deferred_builds.append({"kernel": name, "ok": False, "code": e.code.name, "error": str(e)})
+            self.deferred_builds.append({"kernel": name, "ok": False, "code": e.code.name, "error": str(e),
+                                         "mode": "load" if art is None or TL.is_load_record(art) else "defer"})
             self._report("deferred_build_failed", {"kernel": name, "code": e.code.name, "error": str(e)})
             b = self.bind_module(int(module), artifact=None, kernels=[name], missing_reason=reason)
             self.note_function(int(function), b, name)
@@ -1314,7 +1337,8 @@ class Session:
         b = self.bind_module(int(mod), artifact=built.record or art, kernels=[name], deferred_built=True)
         self.note_function(int(fn), b, name)
         self.deferred_builds.append({"kernel": name, "ok": True, "cached": built.cached, "build_ns": built.build_ns,
-                                     "cubin": str(built.path)})
+                                     "cubin": str(built.path), "mode": "load" if TL.is_load_record(art) else "defer",
+                                     "verify_ns": verify_ns})
         log.info("Triton kernel %s: deferred instrumented build %s (%.2f s), swapped in", name,
                  "read back" if built.cached else "assembled", built.build_ns / 1e9)
         info = b.kernel(name)

@@ -217,3 +217,21 @@ def test_a_ptxas_that_leads_back_to_hbfcc_ptxas_fails_instead_of_recursing(tmp_p
     assert cp.returncode != 0 and "leads back to itself" in cp.stderr
     cp = run(["--version"], tmp_path, _HBFCC_PTXAS_PID="1")        # started by another hbfcc-ptxas (pid 1)
     assert cp.returncode == 2 and "started by hbfcc-ptxas" in cp.stderr
+
+
+def test_the_installed_console_script_as_tritons_ptxas_is_never_chosen_as_the_real_one(tmp_path, monkeypatch):
+    """An installed hbfcc-ptxas (console script ``from hbfcc.ptxas_entry import main``) as TRITON_PTXAS_PATH without
+    HBFCC_REAL_PTXAS: choose_ptxas must skip it (it ran itself without end before, a process per level)."""
+    from hbfcc import toolchain
+    script = tmp_path / "hbfcc-ptxas"
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom hbfcc.ptxas_entry import main\n"
+                      "if __name__ == '__main__':\n    sys.exit(main())\n")
+    script.chmod(0o755)
+    monkeypatch.delenv("HBFCC_REAL_PTXAS", raising=False)
+    monkeypatch.setenv("TRITON_PTXAS_PATH", str(script))
+    assert toolchain._is_hbfcc_wrapper(str(script))
+    try:
+        choice = toolchain.choose_ptxas("sm_90a")
+    except Exception:  # noqa: BLE001 - no other ptxas on this machine: an error, not itself
+        return
+    assert choice.path != str(script)

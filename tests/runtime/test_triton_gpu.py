@@ -126,3 +126,45 @@ def test_triton_deferred_kernel_swapped_in_and_modeled(gpu, hbfd_daemon, tmp_pat
         assert bool((o2 == -1.0).all())
     finally:
         s.close()
+
+
+@pytest.mark.gpu
+def test_triton_plain_kernel_instrumented_at_load_and_modeled(gpu, hbfd_daemon, tmp_path, monkeypatch):
+    """HBF_TRITON_INSTRUMENT=load (NOT yet run on a GPU when written, 2026-12-06): Triton compiles with its own ptxas
+    (TRITON_PTXAS_PATH unset), no hbfcc at compile time; the first launch in the session loads the kernel, the load
+    hook verifies the reconstructed ptxas run against the cached cubin, builds with eager hbfcc-ptxas and swaps it
+    in; the launch is modeled, the output exact. A kernel whose cached cubin was altered is refused."""
+    torch = pytest.importorskip("torch")
+    _toolchain(tmp_path, monkeypatch)
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+    monkeypatch.delenv("HBFCC_REAL_PTXAS", raising=False)
+    monkeypatch.setenv("HBF_TRITON_INSTRUMENT", "load")
+    import triton
+
+    from runtime_cuda.session import LaunchRefused
+    from workloads import triton_kernels
+    K = triton_kernels.load(tmp_path / "tk_gpu_load.py", {"add_load_t": "add", "add_alt_t": "add"})
+    s, n, x, y, o = _attached(hbfd_daemon, torch)
+    try:
+        k = K.add_load_t[(triton.cdiv(n, 1024),)](x, y, o, n, B=1024)
+        s.synchronize()
+        assert torch.equal(o, x * 2.0 + y)
+        assert b"__hb_" not in k.asm["cubin"] and b"__hb_issue" in k.kernel     # compiled plain, runs instrumented
+        ev = s.deferred_builds[-1]
+        assert ev["ok"] and ev["kernel"] == "add_load_t" and ev["mode"] == "load" and ev["verify_ns"] > 0
+        assert s.functions[int(k.function)][1].admitted
+        c = s.counters(publish=False)["kernels"]["add_load_t"]
+        assert sum(c["ops"][op]["bytes"] for op in ("load", "cpasync")) == n * 4
+        o2 = torch.full_like(x, -1.0)
+        k2 = K.add_alt_t.warmup(x, y, o2, n, B=1024, grid=(1,))
+        p = Path(next(v for key, v in k2.metadata_group.items() if str(key).endswith(".cubin")))
+        data = bytearray(p.read_bytes())
+        data[-1] ^= 0x01
+        p.write_bytes(bytes(data))
+        with pytest.raises(LaunchRefused) as ei:
+            K.add_alt_t[(triton.cdiv(n, 1024),)](x, y, o2, n, B=1024)
+        torch.cuda.synchronize()
+        assert ei.value.fields["kernel"] == "add_alt_t" and "instrumentation at load" in ei.value.fields["reason"]
+        assert bool((o2 == -1.0).all())
+    finally:
+        s.close()
