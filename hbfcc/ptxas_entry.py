@@ -71,16 +71,12 @@ def record_only(args: list[str]) -> Optional[int]:
     env = DF.build_env(os.environ)                # nvcc's internal knobs never get here (refused above)
     env["HBFCC_REAL_PTXAS"] = choice.path          # the ptxas this compile ran, whatever chose it
     plain_sha = hashlib.sha256(plain).hexdigest()
-    builder = DF.builder()
     entries = re.findall(rb"\.entry\s+([A-Za-z_$][\w$]*)", data)
-    rec = {"schema": DF.PENDING_SCHEMA, "entries": [e.decode() for e in entries],
-           "input": {"path": in_path, "original_sha256": sha},
-           "ptxas": {"path": choice.path, "source": choice.source, "argv": [choice.path] + args},
-           "build": {"output_sha256": plain_sha},
-           "deferred": {"mode": "rewrite", "original_sha256": sha, "ptx_name": os.path.basename(in_path),
-                        "argv": argv, "env": env, "builder": builder, "plain_output_sha256": plain_sha,
-                        "pythonpath": str(Path(__file__).resolve().parent.parent),
-                        "key": DF.pending_key(sha, argv, env, builder)}}
+    rec = DF.pending_record(mode="rewrite", entries=[e.decode() for e in entries], original_sha256=sha,
+                            ptx_name=os.path.basename(in_path), argv=argv, env=env,
+                            ptxas={"path": choice.path, "source": choice.source, "argv": [choice.path] + args},
+                            plain_sha256=plain_sha, pythonpath=str(Path(__file__).resolve().parent.parent),
+                            input_path=in_path)
     try:
         A.write(rec, A.output_store_path(store, plain_sha))
     except OSError:

@@ -115,6 +115,28 @@ def builder() -> list[str]:
     return [sys.executable, *BUILDER_ARGS]
 
 
+def pending_record(*, mode: str, entries: list[str], original_sha256: str, ptx_name: str, argv: list[str],
+                   env: Mapping[str, str], ptxas: Mapping[str, Any], plain_sha256: str, pythonpath: str,
+                   input_path: Optional[str] = None, ptxas_version: Optional[str] = None) -> dict:
+    """The pending document (:data:`PENDING_SCHEMA`) of a plain cubin whose rewrite and build come later: what
+    HBFCC_DEFER=rewrite's compile (mode ``rewrite``) and the runtime's HBF_TRITON_INSTRUMENT=load (mode ``load``,
+    with the verified ``ptxas_version`` in its key) write by the plain cubin's sha256. ``argv``: the ptxas options
+    with :data:`PTX_TOKEN` / :data:`OUT_TOKEN`; ``env``: the build's hbfcc knobs; ``ptxas``: what ran (path,
+    source, argv, version)."""
+    b = builder()
+    deferred: dict[str, Any] = {"mode": mode, "original_sha256": original_sha256, "ptx_name": ptx_name,
+                                "argv": list(argv), "env": dict(env), "builder": b, "plain_output_sha256": plain_sha256,
+                                "pythonpath": pythonpath}
+    if ptxas_version is not None:
+        deferred["ptxas_version"] = ptxas_version
+    deferred["key"] = pending_key(original_sha256, argv, env, b, ptxas_version)
+    inp: dict[str, Any] = {"original_sha256": original_sha256}
+    if input_path is not None:
+        inp = {"path": input_path, **inp}
+    return {"schema": PENDING_SCHEMA, "entries": list(entries), "input": inp, "ptxas": dict(ptxas),
+            "build": {"output_sha256": plain_sha256}, "deferred": deferred}
+
+
 def cubin_path(store: Path, key: str) -> Path:
     return store / SUBDIR / "built" / f"{key}.cubin"
 

@@ -1293,6 +1293,7 @@ class Session:
         kernel, logged at ERROR): a launch of it that would be modeled is refused, never run unmodeled."""
         plain_sha = (DF.recipe(art) or {}).get("plain_output_sha256") if art is not None \
             else _sha256(TL.group_file(dict(group or {}), ".cubin")[0] or b"")
+        mode = "load" if art is None or TL.is_load_record(art) else "defer"
         if kernel is not None and getattr(kernel, "module", None) == module \
                 and abi.STATE_GLOBAL.encode() in bytes(getattr(kernel, "kernel", b"") or b"") \
                 and _sha256(bytes(kernel.kernel)) != plain_sha:
@@ -1318,12 +1319,12 @@ class Session:
                                f"per block ({n_regs} registers), the kernel needs {need}",
                                code=ErrorCode.UNSUPPORTED, kernel=name)
         except HbfError as e:
-            what = "instrumentation at load (HBF_TRITON_INSTRUMENT=load)" if art is None or TL.is_load_record(art) \
+            what = "instrumentation at load (HBF_TRITON_INSTRUMENT=load)" if mode == "load" \
                 else "deferred instrumented build (HBFCC_DEFER)"
             reason = f"its {what} failed [{e.code.name}]: {e}"
             log.error("Triton kernel %s is NOT admitted: %s", name, reason)
             self.deferred_builds.append({"kernel": name, "ok": False, "code": e.code.name, "error": str(e),
-                                         "mode": "load" if art is None or TL.is_load_record(art) else "defer"})
+                                         "mode": mode})
             self._report("deferred_build_failed", {"kernel": name, "code": e.code.name, "error": str(e)})
             b = self.bind_module(int(module), artifact=None, kernels=[name], missing_reason=reason)
             self.note_function(int(function), b, name)
@@ -1337,7 +1338,7 @@ class Session:
         b = self.bind_module(int(mod), artifact=built.record or art, kernels=[name], deferred_built=True)
         self.note_function(int(fn), b, name)
         self.deferred_builds.append({"kernel": name, "ok": True, "cached": built.cached, "build_ns": built.build_ns,
-                                     "cubin": str(built.path), "mode": "load" if TL.is_load_record(art) else "defer",
+                                     "cubin": str(built.path), "mode": mode,
                                      "verify_ns": verify_ns})
         log.info("Triton kernel %s: deferred instrumented build %s (%.2f s), swapped in", name,
                  "read back" if built.cached else "assembled", built.build_ns / 1e9)

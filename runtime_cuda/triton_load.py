@@ -242,13 +242,10 @@ def prepare(name: str, ptx: Optional[bytes], cubin: Optional[bytes], meta_raw: O
         verify_ns = verify(name, ptx, cubin, ptxas, argv)
     env = DF.build_env(os.environ)
     env["HBFCC_REAL_PTXAS"] = ptxas
-    builder = DF.builder()
-    deferred = {"mode": MODE, "original_sha256": sha, "ptx_name": f"{name}.ptx", "argv": argv, "env": env,
-                "builder": builder, "plain_output_sha256": plain_sha, "pythonpath": where, "ptxas_version": version,
-                "key": DF.pending_key(sha, argv, env, builder, version)}
-    rec = {"schema": DF.PENDING_SCHEMA, "entries": [name], "input": {"original_sha256": sha},
-           "ptxas": {"path": ptxas, "version": version, "argv": [ptxas] + argv, "source": "triton"},
-           "build": {"output_sha256": plain_sha}, "deferred": deferred}
+    rec = DF.pending_record(mode=MODE, entries=[name], original_sha256=sha, ptx_name=f"{name}.ptx", argv=argv,
+                            env=env, ptxas={"path": ptxas, "version": version, "argv": [ptxas] + argv,
+                                            "source": "triton"},
+                            plain_sha256=plain_sha, pythonpath=where, ptxas_version=version)
     orig = DF.original_path(store, sha)
     written = old != rec
     try:
