@@ -82,6 +82,23 @@ def test_triton_hbfcc_kernel_bound_counted_and_plain_refused(gpu, hbfd_daemon, t
         s.close()
 
 
+def _swapped_and_modeled(s, kernel, name, torch, n, x, y, o) -> dict:
+    """The first launch of a Triton add kernel compiled plain, with x registered: exact output, the instrumented
+    build swapped in and admitted, its loads counted (requests, and the bytes of x and y); the build's event."""
+    import triton
+    k = kernel[(triton.cdiv(n, 1024),)](x, y, o, n, B=1024)
+    s.synchronize()
+    assert torch.equal(o, x * 2.0 + y)
+    assert b"__hb_" not in k.asm["cubin"] and b"__hb_issue" in k.kernel     # compiled plain, runs instrumented
+    ev = s.deferred_builds[-1]
+    assert ev["ok"] and ev["kernel"] == name, s.deferred_builds
+    assert s.bindings[int(k.module)].instrumented and s.functions[int(k.function)][1].admitted
+    load = {op: s.counters(publish=False)["kernels"][name]["ops"][op] for op in ("load", "cpasync")}
+    assert sum(v["requests"] for v in load.values()) > 0
+    assert sum(v["bytes"] for v in load.values()) == n * 4
+    return ev
+
+
 @pytest.mark.gpu
 def test_triton_deferred_kernel_swapped_in_and_modeled(gpu, hbfd_daemon, tmp_path, monkeypatch):
     """HBFCC_DEFER=1 (NOT yet run on a GPU when written, 2026-12-06): Triton compiles the plain cubin; the first
@@ -102,18 +119,7 @@ def test_triton_deferred_kernel_swapped_in_and_modeled(gpu, hbfd_daemon, tmp_pat
     K = triton_kernels.load(tmp_path / "tk_gpu_defer.py", {"add_def_t": "add", "add_gone_t": "add"})
     s, n, x, y, o = _attached(hbfd_daemon, torch)
     try:
-        k = K.add_def_t[(triton.cdiv(n, 1024),)](x, y, o, n, B=1024)
-        s.synchronize()
-        assert torch.equal(o, x * 2.0 + y)
-        assert b"__hb_" not in k.asm["cubin"] and b"__hb_issue" in k.kernel     # compiled plain, runs instrumented
-        ev = s.deferred_builds[-1]
-        assert ev["ok"] and ev["kernel"] == "add_def_t", s.deferred_builds
-        b = s.bindings[int(k.module)]
-        assert b.instrumented and s.functions[int(k.function)][1].admitted
-        c = s.counters(publish=False)["kernels"]["add_def_t"]
-        load = {op: c["ops"][op] for op in ("load", "cpasync")}
-        assert sum(v["requests"] for v in load.values()) > 0
-        assert sum(v["bytes"] for v in load.values()) == n * 4
+        _swapped_and_modeled(s, K.add_def_t, "add_def_t", torch, n, x, y, o)
         # the rewritten PTX of the second kernel is gone: compiled (plain), then refused at its modeled launch
         o2 = torch.full_like(x, -1.0)
         k2 = K.add_gone_t.warmup(x, y, o2, n, B=1024, grid=(1,))
@@ -146,15 +152,8 @@ def test_triton_plain_kernel_instrumented_at_load_and_modeled(gpu, hbfd_daemon, 
     K = triton_kernels.load(tmp_path / "tk_gpu_load.py", {"add_load_t": "add", "add_alt_t": "add"})
     s, n, x, y, o = _attached(hbfd_daemon, torch)
     try:
-        k = K.add_load_t[(triton.cdiv(n, 1024),)](x, y, o, n, B=1024)
-        s.synchronize()
-        assert torch.equal(o, x * 2.0 + y)
-        assert b"__hb_" not in k.asm["cubin"] and b"__hb_issue" in k.kernel     # compiled plain, runs instrumented
-        ev = s.deferred_builds[-1]
-        assert ev["ok"] and ev["kernel"] == "add_load_t" and ev["mode"] == "load" and ev["verify_ns"] > 0
-        assert s.functions[int(k.function)][1].admitted
-        c = s.counters(publish=False)["kernels"]["add_load_t"]
-        assert sum(c["ops"][op]["bytes"] for op in ("load", "cpasync")) == n * 4
+        ev = _swapped_and_modeled(s, K.add_load_t, "add_load_t", torch, n, x, y, o)
+        assert ev["mode"] == "load" and ev["verify_ns"] > 0
         o2 = torch.full_like(x, -1.0)
         k2 = K.add_alt_t.warmup(x, y, o2, n, B=1024, grid=(1,))
         p = Path(next(v for key, v in k2.metadata_group.items() if str(key).endswith(".cubin")))
