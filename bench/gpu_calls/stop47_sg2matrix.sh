@@ -19,6 +19,7 @@ echo "$DEF" > $W/define.txt
 python3 bench/qwen3moe_decode.py --parts matrix --out $W/res --runs-dir $W/runs --cache $W/cache --timeout 150 \
     --budget-s $(( $(left) - 25 )) 2>&1 | grep -v "not admitted" | tail -40
 for d in $W/runs/*/; do tail -c 3000 $d/child.log > $d/child_tail.txt 2>/dev/null; done
-tar czf $OUT/s47m.tgz -C $W --exclude=cache --exclude="*.bin" --exclude=work res runs/*/run.json runs/*/run.partial.json \
-    runs/*/child_tail.txt define.txt 2>/dev/null
+# the globs expand inside $W (stop 47's call expanded them in the tree's root: only res/ came back)
+(cd $W && tar czf $OUT/s47m.tgz res define.txt $(ls runs/*/run.json runs/*/run.partial.json runs/*/child_tail.txt \
+    2>/dev/null))
 echo "== done [$(left)s left]"
