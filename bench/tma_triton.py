@@ -597,6 +597,36 @@ def _graph_replay_check(s, go: dict, kh, name: str, ins: dict, torch, want_copie
     return r
 
 
+def _switch_stream_order_check(s, go: dict, kh, name: str, torch, want_copies: int, rounds: int = 3) -> dict:
+    """The attach switch's writes in stream order on the card (the inputs registered; these kernels take their
+    addresses from memory, so every launch runs attached): per round, a launch (attached), then the module's words
+    written DETACHED by memsets on the launch stream (as per-launch selection writes them), then a launch through
+    the session's hook, which finds the module detached and writes the attach the same way before it, no host sync
+    in between. Both launches of every round must count their TMA copies: a kernel that read a stale switch (1 in
+    the constant bank after the attach's memset) would run the native body and count nothing."""
+    from runtime_cuda.session import module_words  # noqa: PLC0415
+    b = s.bindings.get(int(kh.module))
+    if b is None or not b.detached_addr or not s.native_select:
+        return {"skipped": "the module has no attach switch" if b is None or not b.detached_addr else
+                "per-launch selection off (HBF_NATIVE_SELECT=0): the session writes no word at launch", "ok": None}
+
+    def copies() -> int:
+        return int(s.counters(publish=False)["kernels"].get(f"{name}_hbf", {}).get("tma_copies", 0))
+    stream = torch.cuda.current_stream().cuda_stream
+    torch.cuda.synchronize()
+    c0 = copies()
+    for _ in range(rounds):
+        go["hbf"]()
+        for addr, value in module_words(b.state_addr, b.detached_addr, s.state_dptr, False):
+            s._cu.memset_u64_async(addr, value, stream)
+        b.attached = False
+        go["hbf"]()
+    torch.cuda.synchronize()
+    got = copies() - c0
+    return {"rounds": rounds, "launches": 2 * rounds, "tma_copies": got, "tma_copies_want": 2 * rounds * want_copies,
+            "ok": got == 2 * rounds * want_copies > 0, "attached_after": b.attached}
+
+
 def _force_words(s, b, attach: bool) -> None:
     """The module's words written as the session writes them (runtime_cuda.session.module_words: __hb_state and the
     attach switch where the module has one), the context idle."""
@@ -702,6 +732,12 @@ def gpu_case(s, K, name: str, rec: dict, save, torch) -> None:
                           "what": "one launch between two events each; plain with nothing registered, hbf with the "
                                   "inputs registered (fixed 5 us source)"}
         save(f"{name}: registered timing done")
+        try:
+            rec["switch_stream_order"] = _switch_stream_order_check(s, go, kh, name, torch, d["tma_copies"])
+        except Exception as e:  # noqa: BLE001
+            rec["switch_stream_order"] = {"error": f"{type(e).__name__}: {e}"[:2000],
+                                          "traceback": traceback.format_exc()[-3000:], "ok": False}
+        save(f"{name}: switch stream order checked")
     finally:
         for r in ranges.values():
             s.unregister(r)

@@ -14,7 +14,9 @@
 #                 even c1, ran x1.08)
 #   probe_ld1 / probe_ld3 / probe_smem / probe_ld3smem / probe_c1   one part of the difference each, as in stop 47
 # and the graph rule on the card (graph_replay_selection, now with the switch: [1, 0, 1] at capture / registered /
-# unregistered). Two runs of the bench (run1, run2: the spread between runs). Everything in ONE tar under $OUT
+# unregistered), and the switch's stream order (switch_stream_order: with the inputs registered, a detach and the
+# session's attach written as memsets between launches, no host sync: every launch must count its TMA copies; a
+# stale constant-bank switch would run native and count none). Two runs of the bench (run1, run2: the spread between runs). Everything in ONE tar under $OUT
 # (s48n.tgz), rewritten after every part. Carry: hbfproto, runtime_cuda/ptx, .whl (as every call).
 set -u
 source bench/gpu_calls/env.sh
@@ -46,13 +48,16 @@ for run in ("run1", "run2"):
                                         "ms_median", "hb_state_at_replay", "hb_detached_at_replay", "error")}
              for n, x in (g.get("variants") or {}).items()}
         rs = c.get("graph_replay_selection") or {}
+        so = c.get("switch_stream_order") or {}
         out.setdefault(k, {})[run] = {"ok": c.get("ok"), "variants": v, "graph_replay_selection": rs,
+                                      "switch_stream_order": so,
                                       "variants_identical": c.get("variants_identical"),
                                       "probes_identical": c.get("probes_identical"),
                                       "launch_selection": c.get("launch_selection"),
                                       "n_regs_plain_hbf": (c.get("admission") or {}).get("n_regs_plain_hbf"),
                                       "error": c.get("error") or g.get("error")}
         print(k, run, "ok", c.get("ok"), "replay rule ok", rs.get("ok"), rs.get("switch_at_capture_registered_unregistered"),
+              "switch stream order ok", so.get("ok"), so.get("tma_copies"), "/", so.get("tma_copies_want"),
               "variants identical", c.get("variants_identical"), "probes identical", c.get("probes_identical"))
         for n, x in v.items():
             print("   %-14s x%s  +%s us  (%s, switch %s)" % (
