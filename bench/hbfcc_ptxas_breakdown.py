@@ -58,6 +58,7 @@ from hbfcc.toolchain import max_ptx_version, ptxas_version_text, rewriter_sha  #
 
 sys.path.insert(0, str(REPO / "bench"))
 from hbfcc_buildcost import TRITON_KERNELS, TRITON_SCRIPT, spread  # noqa: E402
+from devpath_common import env_set  # noqa: E402
 
 TRITON_OPTS = ("-lineinfo", "-v", "--gpu-name=sm_90a")
 # the option variants of ``hb`` whose code is compared with it
@@ -250,17 +251,9 @@ def main() -> int:
             add("lib_all", library_alone(hb))
         if ns.knobs:     # existing knobs that change what runs (device speed NOT measured here)
             for var, env in KNOB_VARIANTS.items():
-                saved = {k: os.environ.get(k) for k in env}
-                os.environ.update({k: str(v) for k, v in env.items()})
-                try:
+                with env_set(env):
                     add(var, rewrite_text(orig, filename=f"{name}.ptx", max_version=cap,
                                           helper=H.load_helper(os.environ.get("HBFCC_HELPER_PTX"))).text)
-                finally:
-                    for k, v in saved.items():
-                        if v is None:
-                            os.environ.pop(k, None)
-                        else:
-                            os.environ[k] = v
         funcs = helper_functions(hb)
         sizes = {n: m.group(0).count("\n") for n, m in funcs.items()}
         if not ns.no_options:

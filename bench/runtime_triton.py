@@ -131,12 +131,13 @@ def use_ptxas(which: str) -> None:
     os.environ["TRITON_PTXAS_PATH"] = os.environ["HBF_BENCH_HBFCC_PTXAS" if which == "hbf" else "HBF_BENCH_REAL_PTXAS"]
 
 
-def module_state(module: int) -> int | None:
-    """The value of a module's __hb_state (None: the module has no such global)."""
+def module_state(module: int, name: str = "__hb_state") -> int | None:
+    """The value of a module's __hb_state, or of another u64 module global (``name``: abi.DETACHED_GLOBAL, the attach
+    switch in its constant bank); None: the module has no such global."""
     import ctypes
 
     from runtime_cuda import cudrv
-    g = cudrv.module_global(int(module), "__hb_state")
+    g = cudrv.module_global(int(module), name)
     if g is None:
         return None
     v = ctypes.c_uint64(0)

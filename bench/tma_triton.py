@@ -30,10 +30,13 @@ interleaved, PAIRS pairs (issue 15's goal: <= 1.02x). These kernels take 8-20 us
 (Triton's launcher and the session's launch selection), so that ratio ("native_cost") is the host's per-launch cost
 (docs/RESULTS.md "Stop 44"); "native_cost_graph" measures the goal: the same launches captured into a CUDA graph per
 build and replayed (the host path runs at capture only), the replay's time per launch. A replay runs the body its
-module's __hb_state selects when it runs: with nothing registered the session keeps the word 0 (the native body
-after one load: variant "hbf", the goal's ratio); "hbf_attached" forces the session's state (the band's span read
-first: what stop 45's graphs ran); the probe builds (PROBES: the plain build's PTX with the prologue's loads or the
-1 KiB table added, one at a time, by a ptxas wrapper, this file's --probe-ptxas) split the difference into its parts.
+module's words select when it runs: with nothing registered the session keeps __hb_state 0 and the attach switch in
+the module's constant bank (__hb_detached) 1 (the native body after one constant-bank read: variant "hbf", the
+goal's ratio); "hbf_attached" forces the session's state (the band's span read first: what stop 45's graphs ran);
+the variant builds (HBF_VARIANTS: "hbfshared", the native copy sharing the instrumented version's registers, as
+before wt/nat15) and the probe builds (PROBES: the plain build's PTX with the prologue's loads or the 1 KiB table
+added, one at a time, by a ptxas wrapper, this file's --probe-ptxas; "c0" the wrapper with no edit) split the
+difference into its parts.
 
 Every case runs in try/except in its child (a failure, a fault or a hang past --case-timeout costs that case only),
 the child rewrites <out>/tma_triton.<kernel>.partial.json atomically after every stage, the parent
@@ -64,7 +67,7 @@ for _p in (str(ROOT), str(ROOT / "bench")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from devpath_common import gpu_info, prepare_run, use_ptxas, write_json  # noqa: E402
+from devpath_common import env_set, gpu_info, prepare_run, use_ptxas, write_json  # noqa: E402
 
 log = logging.getLogger("tma_triton")
 
@@ -166,8 +169,12 @@ def load_kernels(work: Path):
 #   smem     1 KiB more static shared memory (the TMA completion table's place)
 #   ld3smem  both
 #   c1       the switch in the module's constant bank instead (ld.const of a .const word, as the launch descriptor
-#            __hb_cdesc is read): what a prologue without a global load would cost (a design the session could feed)
-PROBES = ("ld1", "ld3", "smem", "ld3smem", "c1")
+#            __hb_cdesc is read): what a prologue without a global load would cost (hbfcc's prologue since wt/nat15:
+#            the attach switch __hb_detached)
+#   c0       no edit at all: the plain PTX through the same wrapper and build path (its own name, its own module),
+#            so that the card can tell what the probe build path costs from what the edits cost (stop 47: every
+#            matmul_host probe, even c1, ran x1.08)
+PROBES = ("c0", "ld1", "ld3", "smem", "ld3smem", "c1")
 PROBE_GLOBALS = (".global .align 8 .u64 __hbprobe_zero = 0;\n"
                  ".const .align 8 .u64 __hbprobe_cword = 0;\n"
                  ".global .align 8 .b8 __hbprobe_blk[16];\n"
@@ -199,6 +206,49 @@ def load_probes(work: Path):
     return import_text(work / "tk_tma_probe.py", probe_text())
 
 
+# the hbf build's variants: each kernel as <name>_<variant>, built through hbfcc-ptxas with these knobs (read per
+# hbfcc-ptxas run; the knob is in hbfcc-ptxas's --version marker, so Triton's cache keeps the builds apart too)
+#   hbfshared   HBFCC_NATIVE_SCOPE=0: the native copy shares the instrumented version's registers (before wt/nat15;
+#               the accumulators zeroed through uniform registers): with hbf, what the copy's own scope saves
+HBF_VARIANTS = {"hbfshared": {"HBFCC_NATIVE_SCOPE": "0"}}
+
+
+def variant_text() -> str:
+    """The variant builds' source: each kernel as <name>_<variant> for every HBF_VARIANTS entry."""
+    head, body = KERNEL_TEXT.split("\n\n\n", 1)
+    return head + "\n\n\n" + "\n\n".join(body.replace("_SFX(", f"_{v}(") for v in HBF_VARIANTS)
+
+
+def load_variants(work: Path):
+    from workloads.triton_kernels import import_text  # noqa: PLC0415
+    return import_text(work / "tk_tma_variant.py", variant_text())
+
+
+def _variant_launchers(name: str, ins: dict, work: Path, torch, outputs: dict) -> dict:
+    """The HBF_VARIANTS builds of one kernel (compiled at their first launch, through hbfcc-ptxas with the variant's
+    knobs; nothing registered then), each checked once against the plain build's output (``outputs["plain"]``)."""
+    V = load_variants(work)
+    go: dict = {}
+    use_ptxas("hbf")
+    for vname, knobs in HBF_VARIANTS.items():
+        with env_set(knobs):
+            _checked_launcher(V, name, vname, vname, ins, torch, outputs, go)
+    return go
+
+
+def _checked_launcher(mod, name: str, sfx: str, key: str, ins: dict, torch, outputs: dict, go: dict) -> None:
+    """<name>_<sfx> of ``mod`` compiled and launched once, its output compared with ``outputs["plain"]`` (bytes equal)
+    into ``outputs[key]``, its launcher into ``go[key]``; a failure costs this build only (its error in outputs)."""
+    try:
+        fn = _launcher(mod, name, sfx, ins, torch)
+        _, out = fn()
+        torch.cuda.synchronize()
+        outputs[key] = bool(torch.equal(out.view(torch.int8), outputs["plain"].view(torch.int8)))
+        go[key] = fn
+    except Exception as e:  # noqa: BLE001
+        outputs[key] = f"error: {type(e).__name__}: {e}"[:1000]
+
+
 def probe_ptx(ptx: str) -> str:
     """The plain build's PTX of a <name>_probe_<probe> entry with that probe's additions (PROBES); any other PTX
     unchanged. The code goes after the entry's register declarations, the branch's target before its end."""
@@ -209,6 +259,8 @@ def probe_ptx(ptx: str) -> str:
     probe = m.group(2)
     if probe not in PROBES:
         raise ValueError(f"unknown probe {probe!r} (entry {m.group(0)})")
+    if probe == "c0":
+        return ptx
     parts = ["ld3", "smem"] if probe == "ld3smem" else [probe]
     lines = ptx.split("\n")
     entry = next(i for i, ln in enumerate(lines) if ln.startswith(".visible .entry "))
@@ -452,18 +504,21 @@ def _graph_pairs(plain, other, torch) -> dict:
             "extra_us_median": round(1000 * (statistics.median(go_) - statistics.median(gp)), 3)}
 
 
-def _graph_native_cost(s, go: dict, kh, torch, probes: dict | None = None) -> dict:
+def _graph_native_cost(s, go: dict, kh, torch, probes: dict | None = None, variants: dict | None = None) -> dict:
     """Native cost with the host's launch path out of the measurement (Stop 44: the kernels take 8-20 us, less than
     Triton's launch path, so the back-to-back pairs measure the host): BACK_TO_BACK launches of each build captured
     into one CUDA graph, replayed interleaved with the plain build's graph, PAIRS pairs, each replay between two
     events. The session's selection runs once per launch at capture (counted, with "captured"); what a replay runs
-    is decided by the module's __hb_state as the replay finds it (recorded). Variants, each against the plain graph:
-      hbf           the session's choice with nothing registered: the module detached (0), the native body after one
-                    load (the ratio the issue's goal is read from)
-      hbf_attached  the word forced to the session's state (no range registered): the prologue loads the band and
+    is decided by the module's words as the replay finds them (recorded: __hb_state and the attach switch
+__hb_detached). Variants, each against the plain graph:
+      hbf           the session's choice with nothing registered: the module detached (__hb_state 0, the switch 1), the
+                    native body after one constant-bank read (the ratio the issue's goal is read from; a build from
+                    before the switch: after one global load)
+      hbf_attached  the words forced to the session's state (no range registered): the prologue loads the band and
                     branches on span 0 -- what stop 45's graphs ran (x1.118 / x1.081 / x1.041)
-      probe_<p>     the plain build with one of the native body's differences added (PROBES)"""
-    from runtime_triton import module_state  # noqa: PLC0415
+      <variant>     the hbf build with other hbfcc knobs (HBF_VARIANTS: hbfshared, the native copy sharing the
+                    instrumented version's registers as before wt/nat15), detached like hbf
+      probe_<p>     the plain build with one of the native body's differences added (PROBES; c0: none)"""
     b = s.bindings.get(int(kh.module))
     out: dict = {"pairs": PAIRS, "launches_per_graph": BACK_TO_BACK, "goal": "<= 1.02", "variants": {},
                  "what": "nothing registered; per launch: one replay of a CUDA graph of BACK_TO_BACK captured launches "
@@ -472,21 +527,23 @@ def _graph_native_cost(s, go: dict, kh, torch, probes: dict | None = None) -> di
     plain = _graph(go["plain"], torch)
     v = out["variants"]
     g = _graph(go["hbf"], torch)
-    v["hbf"] = {**_graph_pairs(plain, g, torch), "hb_state_at_replay": _word(module_state(kh.module), s)}
+    v["hbf"] = {**_graph_pairs(plain, g, torch), **_words(kh.module, s)}
     if b is not None and b.state_addr:
-        import ctypes  # noqa: PLC0415
-        go["hbf"]()                                    # the session's host launch (detaches), then the word forced
+        go["hbf"]()                                    # the session's host launch (detaches), then the words forced
         torch.cuda.synchronize()
-        s._cu.htod(b.state_addr, ctypes.c_uint64(s.state_dptr), 8)
-        b.attached = True
+        _force_words(s, b, True)
         try:
             g = _graph(go["hbf"], torch, warm=False)   # captured: nothing registered leaves the word as it is
-            v["hbf_attached"] = {**_graph_pairs(plain, g, torch),
-                                 "hb_state_at_replay": _word(module_state(kh.module), s)}
+            v["hbf_attached"] = {**_graph_pairs(plain, g, torch), **_words(kh.module, s)}
         finally:
             torch.cuda.synchronize()
-            s._cu.htod(b.state_addr, ctypes.c_uint64(0), 8)
-            b.attached = False
+            _force_words(s, b, False)
+    for name, fn in (variants or {}).items():
+        try:
+            kv, _ = fn()
+            v[name] = {**_graph_pairs(plain, _graph(fn, torch), torch), **_words(kv.module, s)}
+        except Exception as e:  # noqa: BLE001
+            v[name] = {"error": f"{type(e).__name__}: {e}"[:1000]}
     for name, fn in (probes or {}).items():
         try:
             v[f"probe_{name}"] = _graph_pairs(plain, _graph(fn, torch), torch)
@@ -512,26 +569,82 @@ def _graph_replay_check(s, go: dict, kh, name: str, ins: dict, torch, want_copie
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         go["hbf"]()
-    w0, c0 = module_state(kh.module), copies()
+    from hbfcommon import abi  # noqa: PLC0415
+
+    def switch():      # the attach switch (None: a build from before it)
+        return module_state(kh.module, abi.DETACHED_GLOBAL)
+    w0, d0, c0 = module_state(kh.module), switch(), copies()
     ranges = [s.register_timing_range(x.data_ptr(), x.numel() * x.element_size(), label=f"{name}.graph.{t}")
               for t, x in ins.items()]
     try:
-        w1 = module_state(kh.module)
+        w1, d1 = module_state(kh.module), switch()
         g.replay()
         torch.cuda.synchronize()
         c1 = copies()
     finally:
         for r in ranges:
             s.unregister(r)
-    w2 = module_state(kh.module)
+    w2, d2 = module_state(kh.module), switch()
     g.replay()
     torch.cuda.synchronize()
     c2 = copies()
     r = {"word_at_capture": _word(w0, s), "word_registered": _word(w1, s), "word_unregistered": _word(w2, s),
+         "switch_at_capture_registered_unregistered": [d0, d1, d2],
          "tma_copies_replay_registered": c1 - c0, "tma_copies_replay_unregistered": c2 - c1,
          "tma_copies_want": want_copies}
-    r["ok"] = w0 == 0 and w1 == s.state_dptr and w2 == 0 and c1 - c0 == want_copies > 0 and c2 == c1
+    r["ok"] = w0 == 0 and w1 == s.state_dptr and w2 == 0 and c1 - c0 == want_copies > 0 and c2 == c1 \
+        and [d0, d1, d2] in ([1, 0, 1], [None] * 3)
     return r
+
+
+def _switch_stream_order_check(s, go: dict, kh, name: str, torch, want_copies: int, rounds: int = 3) -> dict:
+    """The attach switch's writes in stream order on the card (the inputs registered; these kernels take their
+    addresses from memory, so every launch runs attached): per round, a launch (attached), then the module's words
+    written DETACHED by memsets on the launch stream (as per-launch selection writes them), then a launch through
+    the session's hook, which finds the module detached and writes the attach the same way before it, no host sync
+    in between. Both launches of every round must count their TMA copies: a kernel that read a stale switch (1 in
+    the constant bank after the attach's memset) would run the native body and count nothing."""
+    from runtime_cuda.session import module_words  # noqa: PLC0415
+    b = s.bindings.get(int(kh.module))
+    if b is None or not b.detached_addr or not s.native_select:
+        return {"skipped": "the module has no attach switch" if b is None or not b.detached_addr else
+                "per-launch selection off (HBF_NATIVE_SELECT=0): the session writes no word at launch", "ok": None}
+
+    def copies() -> int:
+        return int(s.counters(publish=False)["kernels"].get(f"{name}_hbf", {}).get("tma_copies", 0))
+    stream = torch.cuda.current_stream().cuda_stream
+    torch.cuda.synchronize()
+    c0 = copies()
+    for _ in range(rounds):
+        go["hbf"]()
+        for addr, value in module_words(b.state_addr, b.detached_addr, s.state_dptr, False):
+            s._cu.memset_u64_async(addr, value, stream)
+        b.attached = False
+        go["hbf"]()
+    torch.cuda.synchronize()
+    got = copies() - c0
+    return {"rounds": rounds, "launches": 2 * rounds, "tma_copies": got, "tma_copies_want": 2 * rounds * want_copies,
+            "ok": got == 2 * rounds * want_copies > 0, "attached_after": b.attached}
+
+
+def _force_words(s, b, attach: bool) -> None:
+    """The module's words written as the session writes them (runtime_cuda.session.module_words: __hb_state and the
+    attach switch where the module has one), the context idle."""
+    import ctypes  # noqa: PLC0415
+
+    from runtime_cuda.session import module_words  # noqa: PLC0415
+    for addr, value in module_words(b.state_addr, b.detached_addr, s.state_dptr, attach):
+        s._cu.htod(addr, ctypes.c_uint64(value), 8)
+    b.attached = attach
+
+
+def _words(module, s) -> dict:
+    """What a replay finds: the module's __hb_state and its attach switch (absent: built before it)."""
+    from hbfcommon import abi  # noqa: PLC0415
+    from runtime_triton import module_state  # noqa: PLC0415
+    sw = module_state(module, abi.DETACHED_GLOBAL)
+    return {"hb_state_at_replay": _word(module_state(module), s),
+            "hb_detached_at_replay": "absent" if sw is None else sw}
 
 
 def _word(value: int | None, s) -> str:
@@ -543,24 +656,10 @@ def _probe_launchers(name: str, ins: dict, work: Path, torch, outputs: dict) -> 
     """The probe builds of one kernel (PROBES), compiled through the probe ptxas wrapper; each launcher checked
     once against the plain build's output (``outputs["plain"]``): the additions change no result."""
     P = load_probes(work)
-    saved = os.environ.get("TRITON_PTXAS_PATH")
-    os.environ["TRITON_PTXAS_PATH"] = str(write_probe_ptxas(work))
-    go = {}
-    try:
+    go: dict = {}
+    with env_set({"TRITON_PTXAS_PATH": str(write_probe_ptxas(work))}):
         for p in PROBES:
-            try:                                   # one probe's failure costs that probe only
-                fn = _launcher(P, name, f"probe_{p}", ins, torch)
-                _, out = fn()
-                torch.cuda.synchronize()
-                outputs[p] = bool(torch.equal(out.view(torch.int8), outputs["plain"].view(torch.int8)))
-                go[p] = fn
-            except Exception as e:  # noqa: BLE001
-                outputs[p] = f"error: {type(e).__name__}: {e}"[:1000]
-    finally:
-        if saved is None:
-            os.environ.pop("TRITON_PTXAS_PATH", None)
-        else:
-            os.environ["TRITON_PTXAS_PATH"] = saved
+            _checked_launcher(P, name, f"probe_{p}", p, ins, torch, outputs, go)
     return go
 
 
@@ -633,6 +732,12 @@ def gpu_case(s, K, name: str, rec: dict, save, torch) -> None:
                           "what": "one launch between two events each; plain with nothing registered, hbf with the "
                                   "inputs registered (fixed 5 us source)"}
         save(f"{name}: registered timing done")
+        try:
+            rec["switch_stream_order"] = _switch_stream_order_check(s, go, kh, name, torch, d["tma_copies"])
+        except Exception as e:  # noqa: BLE001
+            rec["switch_stream_order"] = {"error": f"{type(e).__name__}: {e}"[:2000],
+                                          "traceback": traceback.format_exc()[-3000:], "ok": False}
+        save(f"{name}: switch stream order checked")
     finally:
         for r in ranges.values():
             s.unregister(r)
@@ -656,17 +761,23 @@ def gpu_case(s, K, name: str, rec: dict, save, torch) -> None:
     # the same, each side's BACK_TO_BACK launches captured once into a CUDA graph and replayed: the host's launch path
     # (Triton's launcher, the session's launch selection) runs at capture only, so the replay's time is the device's;
     # with the probe builds (PROBES) that split the difference into its parts
-    probes: dict = {}
-    try:
+    work = Path(os.environ["TRITON_CACHE_DIR"]).parent
+
+    def extra(key: str, build) -> dict:       # the variant / probe builds, each checked bit-identical to plain
         same = {"plain": out_p}
-        probes = _probe_launchers(name, ins, Path(os.environ["TRITON_CACHE_DIR"]).parent, torch, same)
+        try:
+            built = build(name, ins, work, torch, same)
+        except Exception as e:  # noqa: BLE001
+            rec[f"{key}_error"] = {"error": f"{type(e).__name__}: {e}"[:2000], "traceback": traceback.format_exc()[-3000:]}
+            return {}
         same.pop("plain")
-        rec["probes_identical"] = same
-    except Exception as e:  # noqa: BLE001
-        rec["probes_error"] = {"error": f"{type(e).__name__}: {e}"[:2000], "traceback": traceback.format_exc()[-3000:]}
+        rec[f"{key}_identical"] = same
+        return built
+    variants = extra("variants", _variant_launchers)
+    probes = extra("probes", _probe_launchers)
     save(f"{name}: probes built")
     try:
-        rec["native_cost_graph"] = _graph_native_cost(s, go, kh, torch, probes)
+        rec["native_cost_graph"] = _graph_native_cost(s, go, kh, torch, probes, variants)
     except Exception as e:  # noqa: BLE001
         rec["native_cost_graph"] = {"error": f"{type(e).__name__}: {e}"[:2000],
                                     "traceback": traceback.format_exc()[-3000:]}

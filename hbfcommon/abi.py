@@ -38,6 +38,12 @@ HBF_FUTURE_TICKET_BIT = 1 << 63
 
 # module globals the helper PTX defines and the runtime points at its state after loading a module
 STATE_GLOBAL = "__hb_state"            # .u64: device address of hbf_device_state (0 = detached)
+# the attach switch in the constant bank (docs/design.md §3.2 "Nothing registered: detached"): defined by the
+# rewritten module itself (hbfcc's timing pass, .weak: one per link like __hb_state), not by the helper PTX, in every
+# module with a native version; nonzero = detached (the prologue's first read, one ld.const, branches to the native
+# body without a global load); 0, its initial value = read __hb_state as before (a runtime that does not know the word
+# never writes it: slower, never wrong). The runtime writes it wherever it writes __hb_state.
+DETACHED_GLOBAL = "__hb_detached"      # .const .u64: 1 = detached (__hb_state is 0), 0 = ask __hb_state
 KSLOT_BASE_GLOBAL = "__hb_kslot_base"  # .u32: first per-kernel counter slot of the module
 L2_HOOKS_GLOBAL = "__hb_l2_hooks"      # .u32, the L2 build only (docs/design.md §3.12): its helpers model the L2
 CDESC_GLOBAL = "__hb_cdesc"            # .const 192 B: the launch descriptor (hbf_device.h hbf_cdesc; 0 = none)

@@ -94,6 +94,9 @@ class ModuleBinding:
     last_stream: int | None = None
     last_epoch: int = -1
     state_addr: int = 0
+    # the module's attach switch in its constant bank (abi.DETACHED_GLOBAL: 1 while __hb_state is 0, written with it;
+    # 0: a module built before it, which has only __hb_state)
+    detached_addr: int = 0
     cdesc_addr: int = 0   # the module's __hb_cdesc (0: a helper build without one)
     cdesc_bytes: int = 0  # its size: CDESC_BYTES, or CDESC_BYTES_V5 (built before ABI 6: one range inline)
 
@@ -479,11 +482,25 @@ def selection(ranges: Sequence[D.DevRange], info: KernelInfo | None, spans: list
     return True, f"reaches no range ({rule})"
 
 
+def module_words(state_addr: int, detached_addr: int, state_dptr: int, attach: bool) -> list[tuple[int, int]]:
+    """The (address, value) writes that attach a module to the session's state (``__hb_state`` = state_dptr) or
+    detach it (0), in this order: its attach switch in the constant bank too (``__hb_detached``: 0 attached, 1
+    detached) where the module has one (``detached_addr``; a module built before it has none). Every writer of the
+    word (bind, per-launch selection and its captured attach, table changes, close) writes these, in one stream
+    order (the same capture rules: a captured attach captures both)."""
+    w = [(state_addr, state_dptr if attach else 0)]
+    if detached_addr:
+        w.append((detached_addr, 0 if attach else 1))
+    return w
+
+
 def state_word(native: bool | None, *, captured: bool, capturing: bool) -> tuple[bool | None, str]:
     """The module's ``__hb_state`` a launch needs, given its selection (:func:`selection`): True = attached (the
     session's state: the kernel's prologue reads the band and runs the instrumented body while any range is
-    registered, the native one when none is), False = 0 (the prologue's first load sees 0 and branches to the
-    native body: one dependent global load less at entry), None = leave it as it is; and the rule that decided.
+    registered, the native one when none is), False = 0 (detached: the prologue's first read, the module's
+    ``__hb_detached`` in its constant bank, written with the word by :func:`module_words`, branches to the native
+    body without a global load; a module built before that switch loads the word and branches on its 0), None =
+    leave it as it is; and the rule that decided.
 
     A CUDA graph replays a captured launch later without the launch path, reading the word as it finds it then;
     the session keeps three rules so that a replay never runs the native body while a range it may reach is
@@ -944,7 +961,7 @@ class Session:
         with self._lock:
             instrumented = False
             attach = True
-            cdesc_addr = cdesc_bytes = 0
+            cdesc_addr = cdesc_bytes = detached_addr = 0
             kslot_base = self._next_kslot
             if self.use_cuda:
                 g = self._cu.module_global(module, abi.STATE_GLOBAL)
@@ -961,7 +978,10 @@ class Session:
                                        slots=C.HBF_MAX_KERNEL_SLOTS)
                     # attached while a range is registered, else 0 (_set_module_words keeps it so at table changes)
                     attach = bool(self.ranges) or not self.native_select
-                    self._cu.htod(g[0], ctypes.c_uint64(self.state_dptr if attach else 0), 8)
+                    dw = self._cu.module_global(module, abi.DETACHED_GLOBAL)
+                    detached_addr = dw[0] if dw is not None else 0
+                    for addr, value in module_words(g[0], detached_addr, self.state_dptr, attach):
+                        self._cu.htod(addr, ctypes.c_uint64(value), 8)
                     kb = self._cu.module_global(module, abi.KSLOT_BASE_GLOBAL)
                     if kb is not None:
                         self._cu.htod(kb[0], ctypes.c_uint32(kslot_base), 4)
@@ -989,7 +1009,7 @@ class Session:
                     infos[name] = KernelInfo(name, i, slot(i), False, [missing_reason or "no admission artifact"])
             b = ModuleBinding(handle, instrumented, kslot_base, infos,
                               str(artifact) if isinstance(artifact, (str, os.PathLike)) else None,
-                              state_addr=g[0] if instrumented else 0, cdesc_addr=cdesc_addr,
+                              state_addr=g[0] if instrumented else 0, detached_addr=detached_addr, cdesc_addr=cdesc_addr,
                               cdesc_bytes=cdesc_bytes, attached=attach)
             self.bindings[handle] = b
             self._write_cdesc(b)   # a module just loaded: none of its kernels runs yet
@@ -1063,7 +1083,7 @@ class Session:
         a launch whose arguments are unknown, or one that reaches a range runs instrumented. `rule` names
         what gave the extents: "storage" (the framework's tensor storage), "allocation" (the driver's
         allocation of a raw pointer). With nothing registered the word is 0 too (the native body after one
-        dependent global load instead of two). A launch captured into a CUDA graph follows state_word's capture rules. The
+        constant-bank read: module_words). A launch captured into a CUDA graph follows state_word's capture rules. The
         decision is counted per kernel (counters()["launch_selection"]: "native"/"instrumented" by the body
         that runs, "rules" by selection's reason, "word" by state_word's, "captured")."""
         if not self.use_cuda or not b.instrumented or not b.state_addr or not self.native_select:
@@ -1077,16 +1097,18 @@ class Session:
         want, word_why = state_word(native, captured=b.captured, capturing=capturing)
         if want is not None and want != b.attached:
             if capturing:
-                # an attach (a capture never detaches), captured as the graph's write before this launch: the word
-                # changes only when the graph replays, so b.attached keeps what the device holds now
-                self._cu.memset_u64_async(b.state_addr, self.state_dptr, st)
+                # an attach (a capture never detaches), captured as the graph's writes before this launch: the words
+                # change only when the graph replays, so b.attached keeps what the device holds now
+                for addr, value in module_words(b.state_addr, b.detached_addr, self.state_dptr, True):
+                    self._cu.memset_u64_async(addr, value, st)
             else:
                 # the other state is wanted: change __hb_state in stream order. A launch of this module still
                 # in flight on another stream would see the change mid-run; wait for it first (rare), so no
                 # kernel ever reads the word while it changes.
                 if b.last_stream is not None and b.last_stream != st and b.last_epoch == self._epoch:
                     self._cu.stream_synchronize(b.last_stream)
-                self._cu.memset_u64_async(b.state_addr, self.state_dptr if want else 0, st)
+                for addr, value in module_words(b.state_addr, b.detached_addr, self.state_dptr, want):
+                    self._cu.memset_u64_async(addr, value, st)
                 b.attached = want
         b.last_stream, b.last_epoch = st, self._epoch
         runs_native = native is None or (native is True and want is False)
@@ -1101,13 +1123,14 @@ class Session:
         """After the range table changed (the context idle, no kernel reads a word): every instrumented module
         attached while any range is registered (a launch captured into a graph with its module detached replays
         attached from now on, state_word), detached while none is (its kernels take the native body after one
-        load). A module with per-launch selection off keeps the session's state."""
+        constant-bank read, module_words). A module with per-launch selection off keeps the session's state."""
         if not self.native_select:
             return
         want = bool(self.ranges)
         for b in self.bindings.values():
             if b.instrumented and b.state_addr:
-                self._cu.htod(b.state_addr, ctypes.c_uint64(self.state_dptr if want else 0), 8)
+                for addr, value in module_words(b.state_addr, b.detached_addr, self.state_dptr, want):
+                    self._cu.htod(addr, ctypes.c_uint64(value), 8)
                 b.attached = want
 
     # ---------------------------------------------------------------------------- launch gate
@@ -1650,7 +1673,8 @@ class Session:
                     try:
                         g = self._cu.module_global(b.module, abi.STATE_GLOBAL)
                         if g:
-                            self._cu.htod(g[0], ctypes.c_uint64(0), 8)
+                            for addr, value in module_words(g[0], b.detached_addr, 0, False):
+                                self._cu.htod(addr, ctypes.c_uint64(value), 8)
                         self._write_cdesc(b, clear=True)
                     except HbfError:
                         pass

@@ -567,8 +567,9 @@ class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
                  inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
                  tracks: bool = False, cluster: bool = False, multi: bool = True, live: bool = True,
-                 itime: bool = False):
+                 itime: bool = False, native_scope: bool = True):
         self.hoist = hoist
+        self.native_scope = native_scope        # HBFCC_NATIVE_SCOPE: the native copy's registers its own (below)
         self.multi = multi and inline           # HBFCC_INLINE_MULTI: the multi-range re-check (ABI 6)
         self.move_loads = move_loads and hoist
         self.moved: dict[tuple[int, ...], list[Statement]] = {}   # hoist point -> loads moved there
@@ -1357,17 +1358,33 @@ class _FunctionRewriter:
         """Code versioning: after the prologue, a launch with nothing registered (span == 0, which
         includes a detached module) branches (uniformly) to an untouched copy of the original body,
         so the native path runs the plain instruction stream, without helper calls (such a launch
-        has nothing to model and is not counted). Only the register count is shared with the
-        instrumented version."""
+        has nothing to model and is not counted). A detached module branches first, on the attach
+        switch in its constant bank (_detached_switch), before any global load.
+
+        With ``native_scope`` (HBFCC_NATIVE_SCOPE, default on) the copy is a nested block that declares
+        the function's own registers again (its top-level ``.reg`` declarations; PTX scopes them to the
+        block): the two versions share no virtual register, so ptxas allocates the copy as it does the plain
+        function (the shared names made it keep the Triton kernels' zeroed wgmma accumulators in uniform
+        registers and copy them out, +137..205 SASS instructions before the first HGMMA; docs/RESULTS.md
+        "wt/nat15"). Sound: no instruction of the original body runs before the branch (the prologue
+        goes after its leading declarations), so no register value crosses into the copy; shared, local
+        and other declarations stay the function's (declared once, not doubled). Only the register count
+        is shared with the instrumented version."""
         if not self.report.sites and not self.report.tma_hooks and not (self.ctx.tracks and self.fn.is_entry):
             return new_body
         names: set[str] = set()
         _labels_in(original, names)
         copy = _native_copy(original, names, True)
+        if self.native_scope:
+            copy = [Block(tuple([st for st in original if type(st) is VarDecl and st.space == "reg"] + copy))]
         # the branch goes right after the prologue (before kernel_enter)
         j = next(i for i, st in enumerate(new_body) if type(st) is Label and st.name == self._after_prologue)
         out = new_body[:j + 1] + [_ins("bra", ("uni",), (LabelRef(_NATIVE_LABEL),), Guard(_R(R_NONE)))] \
             + new_body[j + 1:]
+        # the attach switch first (DETACHED_DECL): a detached module branches to the native copy after one
+        # constant-bank read, before the prologue's global loads (the registers it uses are set again right after)
+        j = next(i for i, st in enumerate(out) if st is self._state_load)
+        out[j:j] = _detached_switch()
         # the instrumented version never falls through into the native one
         last = next((st for st in reversed(original) if type(st) is Instruction), None)
         if last is None or last.guard is not None or last.opcode not in ("ret", "exit", "bra", "trap"):
@@ -1870,8 +1887,9 @@ class _FunctionRewriter:
             VarDecl((), "reg", (), ".b64", (Declarator(R_GRP, count=self.K + 1),)),
         ] + [VarDecl((), "reg", (), ty, (Declarator(f"%__hb_x_{ty.lstrip('.')}_", count=n),))
              for ty, n in self.clones.items()]
+        self._state_load = _ins("ld", ("global", "u64"), (_R(R_STATE), Address(Symbol(abi.STATE_GLOBAL))))
         init: list[Statement] = [
-            _ins("ld", ("global", "u64"), (_R(R_STATE), Address(Symbol(abi.STATE_GLOBAL)))),
+            self._state_load,
             _ins("setp", ("eq", "u64"), (_R(R_OFF), _R(R_STATE), _I(0))),
             # fast-reject band {lo, span} (the first 16 bytes of hbf_device_state): span 0 = native
             _ins("mov", ("b64",), (_R(R_LO), _I(0))),
@@ -1955,6 +1973,14 @@ _NATIVE_LABEL = "$__hb_native"
 _NATIVE_SUFFIX = "_hbn"
 
 
+def _detached_switch() -> list[Statement]:
+    """The detached test: ``__hb_detached`` (abi.DETACHED_GLOBAL, the module's constant bank: a ULDC) nonzero ->
+    the native copy, uniformly. R_STATE and R_OFF are the prologue's; it sets them again right after."""
+    return [_ins("ld", ("const", "u64"), (_R(R_STATE), Address(Symbol(abi.DETACHED_GLOBAL)))),
+            _ins("setp", ("ne", "u64"), (_R(R_OFF), _R(R_STATE), _I(0))),
+            _ins("bra", ("uni",), (LabelRef(_NATIVE_LABEL),), Guard(_R(R_OFF)))]
+
+
 def _labels_in(body, out: set[str]) -> None:
     for st in body:
         if type(st) is Label:
@@ -2009,6 +2035,8 @@ def _already_instrumented(module: Module) -> bool:
 STATE_DECL = link.extern_global(abi.STATE_GLOBAL, ".u64", 8)
 # the launch descriptor inline sites read (constant bank operands), the same way
 CDESC_DECL = link.extern_global(abi.CDESC_GLOBAL, ".b8", 8, space="const", nbytes=abi.CDESC_BYTES)
+# the attach switch (_detached_switch), defined here, not by the helper module: .weak, one per link (-rdc)
+DETACHED_DECL = VarDecl((".weak",), "const", (".align 8",), ".u64", (Declarator(abi.DETACHED_GLOBAL),))
 
 
 def _module_tma(module: Module) -> tuple[bool, bool]:
@@ -2044,6 +2072,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     multi = bool(meta.get("inline_multi", True))
     live = bool(meta.get("inline_live", True))
     itime = bool(meta.get("inline_time", False))
+    native_scope = bool(meta.get("native_scope", True))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -2053,14 +2082,15 @@ def timing_pass(module: Module, meta: dict) -> Module:
     tracks, cluster = _module_tma(module)
     reports: dict[str, FunctionReport] = {}
     new_items = []
-    any_inline = False
+    any_inline = any_native = False
     for it in module.items:
         if type(it) is Function and it.body is not None:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
-                                   fast_groups, tracks, cluster, multi, live, itime)
+                                   fast_groups, tracks, cluster, multi, live, itime, native_scope)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
+            any_native |= rw.report.native_version
         else:
             new_items.append(it)
     # admission through calls: a function is admitted only if everything it calls is
@@ -2081,7 +2111,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     # prototypes before the first function
     first = next((i for i, it in enumerate(new_items) if type(it) is Function), len(new_items))
     protos = [Comment("// hbfcc: helper prototypes (runtime_cuda/include/hbf_abi.h)"), STATE_DECL] + \
-        ([CDESC_DECL] if any_inline else []) + prototypes()
+        ([DETACHED_DECL] if any_native else []) + ([CDESC_DECL] if any_inline else []) + prototypes()
     if tracks:      # the per-CTA completion table of mbarrier-tracked copies (hbf_abi.h), a whole number of
         # DYNAMIC_SMEM_ALIGN units: the kernel's dynamic shared memory, placed after it, keeps its alignment
         protos.append(VarDecl((), "shared", (".align 8",), ".b8",
@@ -2099,5 +2129,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "inline_multi": multi,
         "inline_live": live,
         "inline_time": itime,
+        "native_scope": native_scope,
     }
     return replace(module, items=tuple(new_items))

@@ -178,6 +178,9 @@ def test_probe_ptx_adds_one_part_and_assembles(probe, tmp_path):
     src = PTX.replace("NAME", probe)
     out = TT.probe_ptx(src)
     assert TT.probe_ptx(PTX.replace("k_probe_NAME", "k_plain")) == PTX.replace("k_probe_NAME", "k_plain")
+    if probe == "c0":       # the build path alone: the PTX unchanged
+        assert out == src
+        return
     body = out[out.index("{"):]
     assert ("__hbprobe_tbl" in out) == ("smem" in probe)
     assert ("[__hbprobe_zero]" in body) == (probe == "ld1")
@@ -220,3 +223,46 @@ def test_probe_text_names_every_probe_build():
         for p in TT.PROBES:
             assert text.count(f"def {k}_probe_{p}(") == 1, (k, p)
     assert "_SFX" not in text and "_plain(" not in text and "_hbf(" not in text
+
+
+def test_variant_text_names_every_variant_build_and_its_knob_changes_the_build():
+    """The hbf variants (HBF_VARIANTS): each kernel once per variant, under its own name; each variant's knobs are
+    build knobs (in hbfcc-ptxas's --version marker: Triton's cache keeps the builds apart)."""
+    from hbfcc import knobs
+    text = TT.variant_text()
+    for k in TT.KERNELS:
+        for v in TT.HBF_VARIANTS:
+            assert text.count(f"def {k}_{v}(") == 1, (k, v)
+    assert "_SFX" not in text and "_plain(" not in text and "_hbf(" not in text
+    documented = {v for v, _, _ in knobs.DOCS}
+    for v, kn in TT.HBF_VARIANTS.items():
+        assert set(kn) <= documented, (v, kn)
+    assert "c0" in TT.PROBES and TT.probe_ptx(PTX.replace("NAME", "c0")) == PTX.replace("NAME", "c0")
+
+
+def test_the_forced_words_are_the_sessions(monkeypatch):
+    """hbf_attached forces the module's words as the session writes them (module_words): __hb_state and the attach
+    switch where the module has one; the replay records both."""
+    import ctypes
+
+    from runtime_cuda.session import ModuleBinding
+
+    class Cu:
+        def __init__(self):
+            self.w = {}
+
+        def htod(self, addr, src, nbytes):
+            assert nbytes == 8 and isinstance(src, ctypes.c_uint64)
+            self.w[addr] = src.value
+
+    class S:
+        state_dptr = 0x7000
+
+    s = S()
+    s._cu = Cu()
+    for det in (0x200, 0):
+        b = ModuleBinding(1, True, 0, {}, state_addr=0x100, detached_addr=det, attached=False)
+        TT._force_words(s, b, True)
+        assert s._cu.w[0x100] == 0x7000 and b.attached and s._cu.w.get(det, 0) == 0
+        TT._force_words(s, b, False)
+        assert s._cu.w[0x100] == 0 and not b.attached and (s._cu.w.get(0x200) == 1 if det else 0 not in s._cu.w)

@@ -28,6 +28,7 @@ CHANGES_THE_BUILD = {
     "HBFCC_INLINE_LIVE": "0",
     "HBFCC_INLINE_TIME": "1",
     "HBFCC_LAUNCH_BOUND": "0",
+    "HBFCC_NATIVE_SCOPE": "0",
     "HBFCC_OCCUPANCY_GUARD": "1",
     "HBFCC_LINK_PRUNE": "0",
     "HBFCC_LINK": "separate",

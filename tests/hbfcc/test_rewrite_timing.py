@@ -479,6 +479,10 @@ def test_detached_and_zero_future_fast_paths():
     ret;""")
     m, _ = run_pass(src)
     t = U.trace(m, "k", keep_hb_movs=True)
+    # a detached module's switch first (the constant bank), then the word (tests/hbfcc/test_native_version.py)
+    assert t[:3] == ["hb: ld.const.u64 %__hb_s, [__hb_detached];", "hb: setp.ne.u64 %__hb_off, %__hb_s, 0;",
+                     "hb: @%__hb_off bra.uni $__hb_native;"]
+    t = t[3:]
     assert t[:6] == ["hb: ld.global.u64 %__hb_s, [__hb_state];", "hb: setp.eq.u64 %__hb_off, %__hb_s, 0;",
                      "hb: mov.b64 %__hb_lo, 0;", "hb: mov.b64 %__hb_span, 0;",
                      "hb: @!%__hb_off ld.global.u64 %__hb_lo, [%__hb_s];",

@@ -77,7 +77,8 @@ def run_flow(lines: list[str], regs: dict, calls: dict, preds: dict | None = Non
     predicate instructions for hbfcc's own registers. An original instruction (no ``%__hb_`` register) is
     not executed, except ``mbarrier.try_wait``/``test_wait``, whose result is the next value of
     ``preds[instruction text]``; ``ld.global`` of ``[__hb_state]``/``[%__hb_s]``/``[%__hb_s+8]`` read
-    ``regs["@state"]``, ``regs["@lo"]``, ``regs["@span"]``. Returns the calls made: [(name, args)]."""
+    ``regs["@state"]``, ``regs["@lo"]``, ``regs["@span"]``, ``ld.const`` of the attach switch ``[__hb_detached]``
+    ``regs["@detached"]`` (default 0: ask __hb_state). Returns the calls made: [(name, args)]."""
     prog, labels = [], {}
     for raw in lines:
         line = raw.strip()
@@ -123,6 +124,8 @@ def run_flow(lines: list[str], regs: dict, calls: dict, preds: dict | None = Non
         elif op.startswith("ld.param") and rest.startswith("%__hb_"):
             d, src = [x.strip() for x in rest.split(",", 1)]
             regs[d] = params[src.strip("[]")]
+        elif op.startswith("ld.const") and rest.endswith("[__hb_detached]"):   # the attach switch
+            regs[rest.split(",")[0].strip()] = regs.get("@detached", 0)
         elif op.startswith("ld.global") and "__hb_" in rest:
             d, src = [x.strip() for x in rest.split(",", 1)]
             regs[d] = {"[__hb_state]": regs.get("@state", 0), "[%__hb_s]": regs.get("@lo", 0),
