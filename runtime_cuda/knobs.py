@@ -55,6 +55,15 @@ def native_select() -> bool:
     return env_bool("HBF_NATIVE_SELECT", True)
 
 
+def const_switch() -> bool:
+    """HBF_CONST_SWITCH (default 0 until a card confirms it): write the modules' constant-bank attach switch
+    (``__hb_detached``, hbfcc's prologue reads it before ``__hb_state``) as the per-launch selection detaches and
+    attaches. Its in-stream writes to a ``.const`` word have not yet been run on a card (bench/tma_triton.py
+    ``switch_stream_order``); a stale 1 there would run a kernel native while a range it reaches is registered, so
+    until then the word stays 0 (every kernel reads ``__hb_state`` as before the switch existed: one ULDC more)."""
+    return env_bool("HBF_CONST_SWITCH", False)
+
+
 def inline_issue() -> bool:
     """HBF_INLINE_ISSUE (default 1): hbfcc-built kernels serve the FIXED source's common case inline (no helper
     call; hbf_abi.h "Inline issue"); 0: the descriptor allows no op inline, so every access calls the helpers

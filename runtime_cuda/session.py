@@ -568,6 +568,7 @@ class Session:
         self._stack_limit = 0
         self._epoch = 0            # bumps at every full synchronization of the context by the session
         self.native_select = knobs.native_select()
+        self.const_switch = knobs.const_switch()     # HBF_CONST_SWITCH: write __hb_detached (off: it stays 0)
         self.inline_issue = knobs.inline_issue()
         self.inline_multi = knobs.inline_multi()
         # HBF_TRITON_INSTRUMENT=load: plain Triton kernels instrumented at their load (runtime_cuda/triton_load.py)
@@ -978,8 +979,8 @@ class Session:
                                        slots=C.HBF_MAX_KERNEL_SLOTS)
                     # attached while a range is registered, else 0 (_set_module_words keeps it so at table changes)
                     attach = bool(self.ranges) or not self.native_select
-                    dw = self._cu.module_global(module, abi.DETACHED_GLOBAL)
-                    detached_addr = dw[0] if dw is not None else 0
+                    dw = self._cu.module_global(module, abi.DETACHED_GLOBAL) if self.const_switch else None
+                    detached_addr = dw[0] if dw is not None else 0      # 0: the switch is never written
                     for addr, value in module_words(g[0], detached_addr, self.state_dptr, attach):
                         self._cu.htod(addr, ctypes.c_uint64(value), 8)
                     kb = self._cu.module_global(module, abi.KSLOT_BASE_GLOBAL)

@@ -261,10 +261,11 @@ class BindDevice(Device):
         self.word[addr] = int(src.value)
 
 
-def _bind_session(dev, ranges=()) -> Session:
+def _bind_session(dev, ranges=(), const_switch=True) -> Session:
     import threading
     s = object.__new__(Session)     # only what bind_module reads
     s.use_cuda, s.native_select, s.ranges, s._cu, s.state_dptr, s._epoch = True, True, list(ranges), dev, STATE, 0
+    s.const_switch = const_switch
     s.l2, s.cap_table_dptr, s._next_kslot, s.bindings, s._lock = None, 0, 0, {}, threading.Lock()
     s._ensure_open = lambda: None
     s._fit_stack = lambda module, names: None
@@ -285,3 +286,17 @@ def test_bind_writes_the_switch_where_the_module_has_it(ranges):
     b = _bind_session(old, ranges).bind_module(0x1234, kernels=["k"])
     assert b.instrumented and b.detached_addr == 0 and DET not in old.word
     assert old.word[WORD] == (STATE if attach else 0)
+    # HBF_CONST_SWITCH off (the default until a card confirms the in-stream .const writes): a module WITH the switch
+    # is bound as one without it, the switch is never written (stays 0: every launch reads __hb_state)
+    off = BindDevice({abi.STATE_GLOBAL, abi.KSLOT_BASE_GLOBAL, abi.DETACHED_GLOBAL})
+    b = _bind_session(off, ranges, const_switch=False).bind_module(0x1234, kernels=["k"])
+    assert b.instrumented and b.detached_addr == 0 and DET not in off.word
+    assert off.word[WORD] == (STATE if attach else 0)
+
+
+def test_const_switch_knob_default_off(monkeypatch):
+    from runtime_cuda import knobs
+    monkeypatch.delenv("HBF_CONST_SWITCH", raising=False)
+    assert knobs.const_switch() is False
+    monkeypatch.setenv("HBF_CONST_SWITCH", "1")
+    assert knobs.const_switch() is True
