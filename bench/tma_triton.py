@@ -208,9 +208,10 @@ def load_probes(work: Path):
 
 # the hbf build's variants: each kernel as <name>_<variant>, built through hbfcc-ptxas with these knobs (read per
 # hbfcc-ptxas run; the knob is in hbfcc-ptxas's --version marker, so Triton's cache keeps the builds apart too)
-#   hbfshared   HBFCC_NATIVE_SCOPE=0: the native copy shares the instrumented version's registers (before wt/nat15;
-#               the accumulators zeroed through uniform registers): with hbf, what the copy's own scope saves
-HBF_VARIANTS = {"hbfshared": {"HBFCC_NATIVE_SCOPE": "0"}}
+#   hbfshared   HBFCC_NATIVE_SCOPE=0: the native copy shares the instrumented version's registers (the default
+#               since stop 48; the accumulators zeroed through uniform registers)
+#   hbfscope    HBFCC_NATIVE_SCOPE=1: the copy declares its own registers (wt/nat15; slower on 2 of 3 kernels, stop 48)
+HBF_VARIANTS = {"hbfshared": {"HBFCC_NATIVE_SCOPE": "0"}, "hbfscope": {"HBFCC_NATIVE_SCOPE": "1"}}
 
 
 def variant_text() -> str:

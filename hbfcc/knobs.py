@@ -52,7 +52,7 @@ class Knobs:
     inline_live: bool = True       # HBFCC_INLINE_LIVE (default 1): inline counters flushed at every until point
     inline_time: bool = False      # HBFCC_INLINE_TIME (default 0): the served inline paths' own time (inline_ns)
     launch_bound: bool = True      # HBFCC_LAUNCH_BOUND (default 1): .maxntid keeps plain blocks launchable
-    native_scope: bool = True      # HBFCC_NATIVE_SCOPE (default 1): the native copy declares its own registers
+    native_scope: bool = False     # HBFCC_NATIVE_SCOPE (default 0 since stop 48): the native copy declares its own registers
     sidecar: str = "auto"          # HBFCC_SIDECAR (auto|1|0): hbfcc-ptxas's <output>.hbfcc.json
     nvcc_step: bool = False        # HBFCC_NVCC_STEP (internal, set by the shadow toolkit's shim)
     link_prune: bool = True        # HBFCC_LINK_PRUNE (default 1): link only the helper functions a module reaches
@@ -87,7 +87,7 @@ def load() -> Knobs:
         inline_live=env_bool("HBFCC_INLINE_LIVE", True),
         inline_time=env_bool("HBFCC_INLINE_TIME", False),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
-        native_scope=env_bool("HBFCC_NATIVE_SCOPE", True),
+        native_scope=env_bool("HBFCC_NATIVE_SCOPE", False),
         sidecar=_choice("HBFCC_SIDECAR", "auto", SIDECAR_CHOICES),
         nvcc_step=env_bool(ENV_NVCC_STEP, False),
         link_prune=env_bool("HBFCC_LINK_PRUNE", True),
@@ -154,9 +154,10 @@ DOCS: tuple[tuple[str, str, str], ...] = (
      "as inline_ns (helper ABI 8; the kernel counters' inline_ns, what overhead_ns is for the helpers); "
      "0: no extra register or instruction, the flushes pass 0. Off until a GPU has measured its cost"),
     ("HBFCC_LAUNCH_BOUND", "1", ".maxntid keeps the plain build's blocks launchable"),
-    ("HBFCC_NATIVE_SCOPE", "1", "the native copy (code versioning, nothing registered) is a nested block that declares "
-     "the function's registers again: ptxas allocates it as the plain function (0: the copy shares the instrumented "
-     "version's registers, as before: the Triton TMA kernels' accumulators zeroed through uniform registers)"),
+    ("HBFCC_NATIVE_SCOPE", "0", "1: the native copy (code versioning, nothing registered) is a nested block that "
+     "declares the function's registers again, so ptxas allocates it as the plain function (the Triton TMA kernels' "
+     "accumulators zeroed as in plain); 0: the copy shares the instrumented version's registers. Off by default: on "
+     "an H100 (stop 48) the own scope ran 2 of 3 TMA kernels slower in CUDA graphs (docs/RESULTS.md \"Stop 48\")"),
     ("HBFCC_OCCUPANCY_GUARD", "0", ".maxnreg keeps the plain build's blocks per SM"),
     ("HBFCC_LINK_PRUNE", "1", "link only the helper functions and globals a module reaches (0: the whole "
      "helper library, for comparison builds; same kernel code)"),

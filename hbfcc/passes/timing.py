@@ -567,7 +567,7 @@ class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
                  inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
                  tracks: bool = False, cluster: bool = False, multi: bool = True, live: bool = True,
-                 itime: bool = False, native_scope: bool = True):
+                 itime: bool = False, native_scope: bool = False):
         self.hoist = hoist
         self.native_scope = native_scope        # HBFCC_NATIVE_SCOPE: the native copy's registers its own (below)
         self.multi = multi and inline           # HBFCC_INLINE_MULTI: the multi-range re-check (ABI 6)
@@ -1361,7 +1361,7 @@ class _FunctionRewriter:
         has nothing to model and is not counted). A detached module branches first, on the attach
         switch in its constant bank (_detached_switch), before any global load.
 
-        With ``native_scope`` (HBFCC_NATIVE_SCOPE, default on) the copy is a nested block that declares
+        With ``native_scope`` (HBFCC_NATIVE_SCOPE=1; default off since stop 48: slower on 2 of 3 TMA kernels on an H100) the copy is a nested block that declares
         the function's own registers again (its top-level ``.reg`` declarations; PTX scopes them to the
         block): the two versions share no virtual register, so ptxas allocates the copy as it does the plain
         function (the shared names made it keep the Triton kernels' zeroed wgmma accumulators in uniform
@@ -2072,7 +2072,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     multi = bool(meta.get("inline_multi", True))
     live = bool(meta.get("inline_live", True))
     itime = bool(meta.get("inline_time", False))
-    native_scope = bool(meta.get("native_scope", True))
+    native_scope = bool(meta.get("native_scope", False))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)

@@ -150,14 +150,14 @@ def test_the_switch_assembles_whole_and_relocatable():
 
 
 def test_the_native_copy_declares_its_own_registers(monkeypatch):
-    """HBFCC_NATIVE_SCOPE (default on): the copy is one nested block that starts with the function's top-level .reg
+    """HBFCC_NATIVE_SCOPE=1 (default off since stop 48): the copy is one nested block that starts with the function's top-level .reg
     declarations again (ptxas then allocates it as the plain function: docs/RESULTS.md "wt/nat15"); the shared
     declaration stays the function's (not doubled); off (meta native_scope False), the copy shares the registers, as
     before. Both assemble."""
     from hbfcc.ptx.model import VarDecl
     orig = parse_module(SRC)
     regs = [st for st in orig.function("k").body if type(st) is VarDecl and st.space == "reg"]
-    meta: dict = {}
+    meta: dict = {"native_scope": True}
     m = timing_pass(orig, meta)
     body = m.function("k").body
     i = next(j for j, st in enumerate(body) if type(st) is Label and st.name == "$__hb_native")
@@ -168,7 +168,7 @@ def test_the_native_copy_declares_its_own_registers(monkeypatch):
     txt = print_module(m)
     assert len(re.findall(r"\.shared \.align 4 \.b8\s+smem\[512\]", txt)) == 1
     assert len(re.findall(r"\.reg \.b32\s+%r<16>;", txt)) == 2
-    meta_off: dict = {"native_scope": False}
+    meta_off: dict = {}             # the default: shared registers
     off = timing_pass(parse_module(SRC), meta_off)
     body = off.function("k").body
     i = next(j for j, st in enumerate(body) if type(st) is Label and st.name == "$__hb_native")
