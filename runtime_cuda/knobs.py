@@ -56,12 +56,14 @@ def native_select() -> bool:
 
 
 def const_switch() -> bool:
-    """HBF_CONST_SWITCH (default 0 until a card confirms it): write the modules' constant-bank attach switch
-    (``__hb_detached``, hbfcc's prologue reads it before ``__hb_state``) as the per-launch selection detaches and
-    attaches. Its in-stream writes to a ``.const`` word have not yet been run on a card (bench/tma_triton.py
-    ``switch_stream_order``); a stale 1 there would run a kernel native while a range it reaches is registered, so
-    until then the word stays 0 (every kernel reads ``__hb_state`` as before the switch existed: one ULDC more)."""
-    return env_bool("HBF_CONST_SWITCH", False)
+    """HBF_CONST_SWITCH (default 1): write the modules' constant-bank attach switch (``__hb_detached``, hbfcc's
+    prologue reads it before ``__hb_state``) as the per-launch selection detaches and attaches. Its in-stream writes
+    to a ``.const`` word were confirmed on an H100 in stop 48 (bench/tma_triton.py ``switch_stream_order``: a detach
+    and the session's attach as memsets between launches, every launch counted its copies, 6 of 6; the graph replay
+    rule [1, 0, 1], 6 of 6). 0: the word stays 0 and every kernel reads ``__hb_state`` as before the switch existed
+    (one ULDC more) -- the fallback should a driver ever serve a stale constant-cache line (a stale 1 would run a
+    kernel native while a range it reaches is registered)."""
+    return env_bool("HBF_CONST_SWITCH", True)
 
 
 def inline_issue() -> bool:

@@ -286,7 +286,7 @@ def test_bind_writes_the_switch_where_the_module_has_it(ranges):
     b = _bind_session(old, ranges).bind_module(0x1234, kernels=["k"])
     assert b.instrumented and b.detached_addr == 0 and DET not in old.word
     assert old.word[WORD] == (STATE if attach else 0)
-    # HBF_CONST_SWITCH off (the default until a card confirms the in-stream .const writes): a module WITH the switch
+    # HBF_CONST_SWITCH=0 (the fallback; the card confirmed the in-stream .const writes in stop 48): a module WITH the switch
     # is bound as one without it, the switch is never written (stays 0: every launch reads __hb_state)
     off = BindDevice({abi.STATE_GLOBAL, abi.KSLOT_BASE_GLOBAL, abi.DETACHED_GLOBAL})
     b = _bind_session(off, ranges, const_switch=False).bind_module(0x1234, kernels=["k"])
@@ -294,9 +294,9 @@ def test_bind_writes_the_switch_where_the_module_has_it(ranges):
     assert off.word[WORD] == (STATE if attach else 0)
 
 
-def test_const_switch_knob_default_off(monkeypatch):
+def test_const_switch_knob(monkeypatch):
     from runtime_cuda import knobs
     monkeypatch.delenv("HBF_CONST_SWITCH", raising=False)
-    assert knobs.const_switch() is False
-    monkeypatch.setenv("HBF_CONST_SWITCH", "1")
     assert knobs.const_switch() is True
+    monkeypatch.setenv("HBF_CONST_SWITCH", "0")
+    assert knobs.const_switch() is False
