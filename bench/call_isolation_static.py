@@ -48,40 +48,11 @@ def corpus(matrix_dir: str, only: str) -> dict[str, Path]:
 
 
 def parse_v(stderr: str) -> dict[str, dict]:
-    """ptxas -v: per entry, registers / stack / spill stores / spill loads."""
-    entries: dict[str, dict] = {}
-    cur = None
-    for line in stderr.splitlines():
-        m = re.search(r"Compiling entry function '(\S+)'", line)
-        if m:
-            cur = m.group(1)
-            entries[cur] = {}
-            continue
-        m = re.search(r"Function properties for (\S+)", line)
-        if m:
-            cur = m.group(1) if m.group(1) in entries else None
-            continue
-        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m and cur:
-            entries[cur].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
-        m = re.search(r"Used (\d+) registers", line)
-        if m and cur:
-            entries[cur]["registers"] = int(m.group(1))
-    return entries
-
-
-def sass_counts(cubin: Path, cuobjdump: str) -> dict[str, int]:
-    txt = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-    out: dict[str, int] = {}
-    cur = None
-    for line in txt.splitlines():
-        m = re.match(r"\s*Function : (\S+)", line)
-        if m:
-            cur = m.group(1)
-            out[cur] = 0
-        elif cur and re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+\S", line):
-            out[cur] += 1
-    return out
+    """ptxas -v (hbfcc.toolchain.parse_ptxas_v): per entry, registers / stack / spill stores / spill loads."""
+    from hbfcc.toolchain import parse_ptxas_v
+    entries = set(re.findall(r"Compiling entry function '([^']+)'", stderr))
+    return {n: {"registers": f.registers, "stack": f.stack_bytes, "spill_stores": f.spill_stores,
+                "spill_loads": f.spill_loads} for n, f in parse_ptxas_v(stderr).functions.items() if n in entries}
 
 
 def assemble(text: str, arch: str, cuobjdump: str, want_sass: bool) -> dict:
@@ -103,7 +74,8 @@ def assemble(text: str, arch: str, cuobjdump: str, want_sass: bool) -> dict:
             return out
         out["entries"] = parse_v(err)
         if want_sass and cuobjdump:
-            s = sass_counts(cub, cuobjdump)
+            from inline_multi_static import _sass_counts
+            s = _sass_counts(cub, cuobjdump)
             out["sass"] = {k: v for k, v in s.items() if k in out["entries"]}
     return out
 

@@ -18,17 +18,27 @@ the ``ld.param`` of its return value)::
     ld.volatile.b64 %rd7, [%__hb_sva+0];  ...  ld.volatile.u32 %__hb_svt, [...];  setp.ne.u32 %p3, %__hb_svt, 0;
 
 * The set: the call's live-out registers (:mod:`hbfcc.ptx.liveness`: a real dataflow on the AST; the call's
-  return register is not in it, being written after the call). Each call lays its registers out from offset 0 (64-,
-  then 32-bit and predicates, then 16-bit); the buffer ``__hb_sv`` is the largest layout. Registers of other widths
-  (8- or 128-bit, ``.v2``/``.v4`` registers) stay in registers.
+  return register is not in it, being written after the call), less two kinds that are not saved but rebuilt
+  after the restores: a register whose value comes, on every path, from the same re-executable instruction (a
+  constant or symbol move, ``mov r, %tid.x``, the ``ld.param`` of a kernel parameter:
+  :func:`~hbfcc.ptx.liveness.reexecutable_values`) gets that instruction again; a register ``v = f(x)`` (every
+  definition the same pure one-register operation: ``abs``, ``neg``, ``cvt``, ``setp`` against an immediate, a copy;
+  :func:`~hbfcc.ptx.liveness.derived_values`) whose ``x`` is live across the call and not written since ``v`` was
+  computed is computed again from ``x`` (after ``x`` itself, which the call cannot change). Saving those instead
+  costs registers: ptxas no longer sees the constant, the parameter in the constant bank, ``|x|`` as an operand
+  modifier of ``x``. Each call lays its registers out from offset 0 (64-, then 32-bit and predicates, then
+  16-bit); the buffer ``__hb_sv`` is the largest layout. Registers of other widths (8- or 128-bit, ``.v2``/``.v4``
+  registers) stay in registers.
 * ``st.volatile``/``ld.volatile`` through a generic address: ptxas forwards a plain ``st.local``/``ld.local`` pair
   (the value then lives in a register across the call again, and worse: 168 registers instead of 122 on
   custom_reduce); volatile accesses are neither forwarded nor removed.
 * A guarded call (``@p call``) becomes ``@!p bra`` around the saves, the unguarded call and the restores: the skip
   path keeps the values in registers, but none of them is live across a call there.
 * Semantics hold by construction: each restore writes back the value its thread saved, in private memory, and
-  nothing between reads the buffer. A liveness that missed a register only leaves it in a register (costs
-  registers); one that added a dead one only costs a store and a load on the cold path.
+  nothing between reads the buffer; a redone instruction reads nothing that changes while the thread runs; a
+  recomputed ``f(x)`` reads the ``x`` it was computed from (the dataflow proves ``x`` unwritten since). A liveness
+  that missed a register only leaves it in a register (costs registers); one that added a dead one only costs a
+  store and a load on the cold path.
 * Functions without such calls -- and the native copy of code versioning (passes/timing.py), which calls no
   helper -- are left untouched; so is everything else when the knob is off.
 
@@ -43,7 +53,7 @@ from typing import Optional
 
 from hbfcommon import abi
 
-from hbfcc.ptx.liveness import liveness, reexecutable_values
+from hbfcc.ptx.liveness import derived_values, liveness, reexecutable_values
 from hbfcc.ptx.model import (Address, Block, Declarator, Function, Guard, Immediate, Instruction, Label, LabelRef,
                              Module, Register, Statement, Symbol, VarDecl, walk)
 
@@ -66,14 +76,15 @@ class FunctionIsolation:
     skipped: int = 0                 # helper calls with nothing live across them (left as they are)
     saved: int = 0                   # registers saved, summed over the wrapped calls
     saved_max: int = 0               # the most saved around one call
-    redone: int = 0                  # constant moves redone after a call instead of a save (summed)
+    redone: int = 0                  # re-executable definitions redone after a call instead of a save (summed)
+    recomputed: int = 0              # derived values f(x) recomputed after x instead of a save (summed)
     not_saved: int = 0               # live registers of a width this stage does not save (summed)
     buffer_bytes: int = 0
     by_helper: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"calls": self.calls, "skipped": self.skipped, "saved": self.saved, "saved_max": self.saved_max,
-                "redone": self.redone,
+                "redone": self.redone, "recomputed": self.recomputed,
                 "not_saved": self.not_saved, "buffer_bytes": self.buffer_bytes, "by_helper": self.by_helper}
 
 
@@ -141,7 +152,9 @@ def isolate_function(fn: Function, helpers: frozenset[str] = ISOLATED) -> tuple[
     if not sites:
         return fn, rep
     lv = liveness(fn)
-    consts = reexecutable_values(fn, [p for p, _ in sites], lv)
+    at = [p for p, _ in sites]
+    consts = reexecutable_values(fn, at, lv)
+    derived = derived_values(fn, at, lv)
     repl: dict[tuple[int, ...], list[Statement]] = {}
     size = 0
     for p, ins in sites:
@@ -149,17 +162,21 @@ def isolate_function(fn: Function, helpers: frozenset[str] = ISOLATED) -> tuple[
         live = sorted(lv.live_out_at(p))
         regs: list[tuple[str, int]] = []
         redo: list[Statement] = []
+        depth = _derivable(p, live, consts[p], derived[p], lv)
         for v in live:
             w = _width(lv.types[v], lv.attrs.get(v, ()))
             if lv.resolve(p[:-1], v[1]) != v:       # shadowed where the call is
                 rep.not_saved += 1
             elif v in consts[p]:                    # the same re-executable definition on every path: redone
                 redo.append(consts[p][v])
+            elif v in depth:                        # f(x) of a live x that still holds f's input: recomputed
+                continue
             elif w is None:                         # a width this stage does not save
                 rep.not_saved += 1
             else:
                 regs.append((v[1], w))
-        if not regs and not redo:
+        again = [derived[p][v][1] for v in sorted(depth, key=lambda v: (depth[v], v))]   # x before f(x)
+        if not regs and not redo and not again:
             rep.skipped += 1
             continue
         lay, nbytes = _layout(regs) if regs else ([], 0)
@@ -180,13 +197,14 @@ def isolate_function(fn: Function, helpers: frozenset[str] = ISOLATED) -> tuple[
             out += _addr()
             for r in lay:
                 out += _restore(*r)
-        out += redo
+        out += redo + again
         if skip is not None:
             out.append(Label(skip))
         repl[p] = out
         rep.calls += 1
         rep.saved += len(lay)
         rep.redone += len(redo)
+        rep.recomputed += len(again)
         rep.saved_max = max(rep.saved_max, len(lay))
         rep.by_helper[name] = rep.by_helper.get(name, 0) + 1
     if not repl:
@@ -201,6 +219,34 @@ def isolate_function(fn: Function, helpers: frozenset[str] = ISOLATED) -> tuple[
     while j < len(body) and type(body[j]) is VarDecl:
         j += 1
     return replace(fn, body=tuple(body[:j] + decls + body[j:])), rep
+
+
+def _derivable(p, live, consts: dict, der: dict, lv) -> dict:
+    """The live variables recomputed after the call as f(x) (:func:`hbfcc.ptx.liveness.derived_values`), each with
+    its depth: x is live and visible at the call and is itself saved, redone, or recomputed first (a chain ends in
+    a saved or redone value; x's value never changes across the call, so f(x) is what v held)."""
+    live_set = set(live)
+    out: dict = {}
+    state: dict = {}
+
+    def ok(v) -> int:                  # -1: not recomputed; else the depth
+        if v in state:
+            return state[v]
+        state[v] = -1                  # a cycle stays -1
+        d = der.get(v)
+        if d is None or v in consts or d[0] not in live_set or lv.resolve(p[:-1], d[0][1]) != d[0] \
+                or lv.resolve(p[:-1], v[1]) != v:
+            return -1
+        x = d[0]
+        dx = ok(x) if x in der and x not in consts else -1
+        state[v] = dx + 1 if dx >= 0 else 0
+        return state[v]
+
+    for v in live:
+        k = ok(v)
+        if k >= 0:
+            out[v] = k
+    return out
 
 
 def _rebuild(body: tuple[Statement, ...], prefix: tuple[int, ...], repl: dict) -> list[Statement]:

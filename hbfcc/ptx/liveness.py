@@ -30,7 +30,7 @@ from typing import Optional
 from .cfg import CFG, Path, build_cfg
 from .model import Address, Block, Function, Immediate, Instruction, Register, Symbol, VarDecl, walk
 
-__all__ = ["Var", "Liveness", "liveness", "scope_types", "reexecutable", "reexecutable_values"]
+__all__ = ["Var", "Liveness", "liveness", "scope_types", "reexecutable", "reexecutable_values", "derived_values"]
 
 Var = tuple[Path, str]     # (declaring scope, register name)
 
@@ -176,7 +176,8 @@ def liveness(fn: Function, cfg: Optional[CFG] = None) -> Liveness:
             if o != live_out[i] or n != live_in[i]:
                 live_out[i], live_in[i] = o, n
                 changed = True
-    return Liveness(fn, cfg, vars_, types, {v: a for v, a in attrs.items() if v in index}, live_out, scopes, uses, kills)
+    return Liveness(fn, cfg, vars_, types, {v: a for v, a in attrs.items() if v in index}, live_out, scopes,
+                    uses, kills)
 
 
 
@@ -203,8 +204,8 @@ def reexecutable(ins: Instruction, fn: Function) -> bool:
         a = ins.operands[1]
         return type(a) is Address and type(a.base) is Symbol and a.coords is None and \
             any(p.name == a.base.name for p in fn.params)
-    if ins.opcode not in _PURE or type(ins.operands[0]) is not Register:
-        return False
+    if ins.opcode not in _PURE or type(ins.operands[0]) is not Register or "cc" in ins.modifiers:
+        return False                     # (.cc writes the carry flag: running it again would change it)
     for o in ins.operands[1:]:
         t = type(o)
         if t is Register:
@@ -297,4 +298,95 @@ def reexecutable_values(fn: Function, at: list[Path], lv: Optional[Liveness] = N
     for i in range(nb):
         if ins_[i] is not None and any(p in want for p, _ in cfg.blocks[i].instrs):
             transfer(i, ins_[i], True)
+    return out
+
+
+# pure operations a derived value may be recomputed with (one register source, the rest immediates)
+_DERIVE = frozenset({"mov", "cvt", "abs", "neg", "not", "setp", "add", "sub", "mul", "shl", "shr", "and", "or",
+                     "xor", "min", "max", "cvta", "selp"})
+
+
+def derived_values(fn: Function, at: list[Path], lv: Optional[Liveness] = None
+                   ) -> dict[Path, dict[Var, tuple[Var, Instruction]]]:
+    """For each instruction path in ``at``: the variables ``v`` whose value there is ``f(x)`` for one register ``x``
+    that still holds the value ``f`` read -- every definition of ``v`` is the same unguarded ``v = f(x, immediates)``
+    (a pure operation, :data:`_DERIVE`), and on no path from one to the point is ``x`` written (a forward dataflow:
+    a write of ``x``, guarded or not, marks ``v`` stale until a definition of ``v`` runs again). Each with
+    ``(x, that definition)``.
+    Recomputing ``v`` after ``x`` is back gives the value ``v`` holds: what a restore can do instead of saving
+    ``v`` (ptxas keeps ``|x|``, ``x < 0`` and copies as operands of ``x``, not registers of their own)."""
+    lv = lv or liveness(fn)
+    cfg = lv.cfg
+    want = {tuple(p) for p in at}
+    defs: dict[Var, list[tuple[Path, Instruction]]] = {}
+    for b in cfg.blocks:
+        for p, ins in b.instrs:
+            for n in ins.defs():
+                v = lv.resolve(p[:-1], n)
+                if v is not None:
+                    defs.setdefault(v, []).append((p, ins))
+    cands: list[tuple[Var, Var, Instruction, list[Path]]] = []   # (v, x, the definition, where it is)
+    for v, ds in defs.items():
+        p, ins = ds[0]
+        # every definition of v the same unguarded v = f(x, immediates) (the native copy repeats the instrumented
+        # code's: the same text, the same registers)
+        if ins.guard is not None or len(ins.defs()) != 1 or ins.opcode not in _DERIVE or "cc" in ins.modifiers or \
+                any(str(i2) != str(ins) or i2.guard is not None or lv.resolve(p2[:-1], v[1]) != v for p2, i2 in ds):
+            continue
+        srcs = [o for o in ins.operands[1:] if type(o) is not Immediate]
+        if len(srcs) != 1 or type(srcs[0]) is not Register:
+            continue
+        x = lv.resolve(p[:-1], srcs[0].name)
+        if x is None or x == v or any(lv.resolve(p2[:-1], srcs[0].name) != x for p2, _ in ds):
+            continue
+        cands.append((v, x, ins, [p2 for p2, _ in ds]))
+    out: dict[Path, dict[Var, tuple[Var, Instruction]]] = {p: {} for p in want}
+    if not cands:
+        return out
+    # bit i: candidate i is stale (its x written since its definition ran)
+    by_x: dict[Var, int] = {}
+    def_bit: dict[Path, int] = {}
+    for i, (v, x, ins, ps) in enumerate(cands):
+        by_x[x] = by_x.get(x, 0) | (1 << i)
+        for p in ps:
+            def_bit[p] = def_bit.get(p, 0) | (1 << i)
+    gen: dict[Path, int] = {}
+    for b in cfg.blocks:
+        for p, ins in b.instrs:
+            g = 0
+            for n in ins.defs():
+                x = lv.resolve(p[:-1], n)
+                if x in by_x:
+                    g |= by_x[x]
+            if g:
+                gen[p] = g
+
+    def step(p: Path, st: int) -> int:
+        st |= gen.get(p, 0)                     # x written (also by a guarded write: may be)
+        return st & ~def_bit.get(p, 0)          # v recomputed from the x it now holds
+
+    nb = len(cfg.blocks)
+    ins_ = [0] * nb
+    outs: list[Optional[int]] = [None] * nb
+    changed = True
+    while changed:
+        changed = False
+        for i in cfg.rpo():
+            st = 0
+            for pr in cfg.blocks[i].preds:
+                st |= outs[pr] or 0
+            if outs[i] is None or st != ins_[i]:
+                ins_[i] = st
+                for p, _ in cfg.blocks[i].instrs:
+                    st = step(p, st)
+                if st != outs[i]:
+                    outs[i] = st
+                    changed = True
+    for i in range(nb):
+        st = ins_[i]
+        for p, _ in cfg.blocks[i].instrs:
+            if p in want:
+                out[p] = {v: (x, replace(ins, guard=None)) for k, (v, x, ins, _) in enumerate(cands)
+                          if not (st >> k) & 1}
+            st = step(p, st)
     return out

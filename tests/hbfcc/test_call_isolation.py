@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
 import hbfcc_testutil as U  # noqa: E402
 
-from hbfcc.passes.call_isolation import BUF, ISOLATED, call_isolation, isolate_function  # noqa: E402
+from hbfcc.passes.call_isolation import BUF, ISOLATED, isolate_function  # noqa: E402
 from hbfcc.ptx import parse_module, print_module  # noqa: E402
 from hbfcc.ptx.model import Instruction, Label, walk  # noqa: E402
 from hbfcc.rewrite import rewrite_text  # noqa: E402
@@ -56,6 +56,9 @@ KERNEL = HDR + PROTO + """
 \tld.global.u32 %r3, [%rd1];
 \tcvt.u16.u32 %rs1, %r3;
 \tsetp.ne.u32 %p1, %r3, 0;
+\tld.global.u16 %rs2, [%rd1+2];
+\tld.global.u32 %r7, [%rd1+4];
+\tsetp.gt.u32 %p2, %r3, %r7;
 \tmov.u32 %r4, 5;
 \tmov.u64 %rd3, %clock64;
 """ + "{CALL}" + """
@@ -66,6 +69,9 @@ KERNEL = HDR + PROTO + """
 \tcvt.u32.u16 %r6, %rs1;
 \tadd.s32 %r5, %r5, %r6;
 \t@%p1 add.s32 %r5, %r5, 1;
+\tcvt.u32.u16 %r8, %rs2;
+\tadd.s32 %r5, %r5, %r8;
+\t@%p2 add.s32 %r5, %r5, 2;
 \tst.global.u32 [%rd1], %r5;
 \tst.global.u64 [%rd1+8], %rd2;
 \tst.global.u64 [%rd1+16], %rd3;
@@ -106,23 +112,28 @@ def test_saves_exactly_the_live_registers_and_redoes_the_reexecutable_ones():
     fn, rep = isolate_function(m.function("k"))
     lines = _texts(fn)
     st, ld = _saves(lines)
-    # %r3 (loaded), %rs1 (16-bit), %p1 (predicate), %rd3 (%clock64: not stable) are saved; the same offsets
-    # come back into the same registers
-    assert sorted(st.values()) == ["%p1", "%r3", "%rd3", "%rs1"] and st == ld
-    assert len(set(st)) == 4 and st[0] == "%rd3"                   # 64-bit first, at offset 0
-    # redone after the call, not saved: the kernel parameter, the special register, the constant
+    # saved: %r3 (loaded), %rs2 (16-bit), %p2 (a predicate of two registers), %rd3 (%clock64: not
+    # stable); the same offsets come back into the same registers
+    assert sorted(st.values()) == ["%p2", "%r3", "%rd3", "%rs2"] and st == ld
+    assert st[0] == "%rd3"                                         # 64-bit first, at offset 0
     c = lines.index(next(t for t in lines if t.startswith("call")))
     after = lines[c + 1:]
+    # redone after the call, not saved: the kernel parameter, the special register, the constant
     for redo in ("ld.param.u64 %rd1, [k_p];", "mov.u32 %r1, %tid.x;", "mov.u32 %r2, 0;"):
-        assert redo in after[:12], redo
-    # not saved: %r4 (overwritten after the call), %rd2 (the call's return, read from param space after it)
-    assert "%r4" not in st.values() and "%rd2" not in st.values()
+        assert redo in after[:16], redo
+    # recomputed from the restored %r3, after it: its 16-bit truncation and the compare with 0
+    r3 = after.index(next(t for t in after if t.startswith("ld.volatile.b32 %r3")))
+    for again in ("cvt.u16.u32 %rs1, %r3;", "setp.ne.u32 %p1, %r3, 0;"):
+        assert again in after[r3 + 1:16], again
+    # not saved: %r4 (overwritten after the call), %r7 (dead after it), %rd2 (the call's return, read from param
+    # space after the call)
+    assert not {"%r4", "%r7", "%rd2"} & set(st.values())
     # every restore is after the call and before the return value's ld.param
     ret = next(i for i, t in enumerate(lines) if t.startswith("ld.param.b64 %rd2"))
     loads = [i for i, t in enumerate(lines) if t.startswith("ld.volatile")]
     stores = [i for i, t in enumerate(lines) if t.startswith("st.volatile")]
     assert max(stores) < c < min(loads) and max(loads) < ret
-    assert rep.calls == 1 and rep.saved == 4 and rep.redone == 3 and rep.saved_max == 4
+    assert rep.calls == 1 and rep.saved == 4 and rep.redone == 3 and rep.recomputed == 2 and rep.saved_max == 4
     assert rep.buffer_bytes == 24                                  # 8 + 4 + 4 + 2, rounded to 8
     text = print_module(m.__class__(m.version, m.target, m.address_size,
                                     tuple(fn if getattr(i, "name", None) == "k" else i for i in m.items)))
@@ -213,6 +224,10 @@ def _triton_corpus():
     return ptx_corpus.triton_corpus()
 
 
+SAVE_LINE = r"(st\.volatile|selp\.u32 %__hb_svt|mov\.u64 %__hb_sva|cvta\.local)"
+RESTORE_LINE = r"(ld\.volatile|setp\.ne\.u32 \S+ %__hb_svt|mov\.u64 %__hb_sva|cvta\.local)"
+
+
 def _native(text: str) -> list[str]:
     """Each function's native copy: from $__hb_native: to the function's closing brace."""
     return re.findall(r"^\$__hb_native:\n(.*?)^\}$", text, re.M | re.S)
@@ -239,11 +254,10 @@ def test_native_copy_untouched_and_saves_symmetric_over_the_triton_corpus(monkey
                 if not (t.startswith("call") and any(h + "," in t for h in ISOLATED)):
                     continue
                 a = c
-                while a > 0 and re.match(r"(st\.volatile|selp\.u32 %__hb_svt|mov\.u64 %__hb_sva|cvta\.local)", lines[a - 1]):
+                while a > 0 and re.match(SAVE_LINE, lines[a - 1]):
                     a -= 1
                 b = c + 1
-                while b < len(lines) and re.match(r"(ld\.volatile|setp\.ne\.u32 \S+ %__hb_svt|mov\.u64 %__hb_sva|cvta\.local)",
-                                                  lines[b]):
+                while b < len(lines) and re.match(RESTORE_LINE, lines[b]):
                     b += 1
                 st, _ = _saves(lines[a:c])
                 _, ld = _saves(lines[c:b])
@@ -266,17 +280,10 @@ KNOWN_RISES: set[tuple[str, str]] = {
 
 
 def _regs(text: str) -> dict[str, int]:
-    cp = U.assemble(text, "sm_90a")
-    out, cur = {}, None
-    for line in cp.stderr.splitlines():
-        m = re.search(r"Compiling entry function '(\S+)'", line)
-        if m:
-            cur = m.group(1)
-        m = re.search(r"Used (\d+) registers", line)
-        if m and cur:
-            out[cur] = int(m.group(1))
-            cur = None
-    return out
+    from hbfcc.toolchain import parse_ptxas_v
+    err = U.assemble(text, "sm_90a").stderr
+    entries = set(re.findall(r"Compiling entry function '([^']+)'", err))
+    return {n: f.registers for n, f in parse_ptxas_v(err).functions.items() if n in entries}
 
 
 def _one(name: str, text: str, helper) -> tuple[str, dict, dict]:

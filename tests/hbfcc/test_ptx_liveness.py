@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from hbfcc.ptx import parse_module
-from hbfcc.ptx.liveness import liveness
+from hbfcc.ptx.liveness import derived_values, liveness, reexecutable_values
 from hbfcc.ptx.model import Instruction, walk
 
 HDR = ".version 9.0\n.target sm_90a\n.address_size 64\n"
@@ -267,3 +267,134 @@ L:
     lv = liveness(fn)
     p = next(p for p, s in walk(fn.body) if type(s) is Instruction and "add.s32" in str(s))
     assert {n for _, n in lv.live_in_at(p)} == {"%rd1", "%r1"}
+
+
+# ---- values a restore can redo or recompute ------------------------------------------------------------------
+
+def _at(body: str, marker: str, fn_fn, head: str = ".visible .entry k(.param .u64 k_p)"):
+    fn = fn_of(body, head)
+    p = next(p for p, s in walk(fn.body) if type(s) is Instruction and marker in " ".join(str(s).split()))
+    return {n: " ".join(str(v if type(v) is Instruction else v[1]).split()) for (_, n), v in fn_fn(fn, [p])[p].items()}
+
+
+def test_reexecutable_values():
+    body = """
+\tld.param.u64 %rd1, [k_p];
+\tmov.u32 %r1, %tid.x;
+\tmov.u32 %r2, 0;
+\tmov.u64 %rd2, %clock64;
+\tmov.u32 %r3, 7;
+\tsetp.ne.u32 %p1, %r1, 0;
+\t@%p1 mov.u32 %r3, 8;
+\tmov.u32 %r4, 1;
+\t@%p1 bra L;
+\tmov.u32 %r4, 1;
+L:
+\tmembar.gl;
+\tst.global.u32 [%rd1], %r4;
+\tret;"""
+    got = _at(body, "membar", reexecutable_values)
+    # the kernel parameter, %tid, the constant, the same constant on both paths; not %clock64, not a register
+    # that two different constants reach (the guarded move)
+    assert got == {"%rd1": "ld.param.u64 %rd1, [k_p];", "%r1": "mov.u32 %r1, %tid.x;", "%r2": "mov.u32 %r2, 0;",
+                   "%r4": "mov.u32 %r4, 1;"}
+
+
+def test_reexecutable_param_only_in_entries_and_not_call_returns():
+    body = """
+\tld.param.u64 %rd1, [k_p];
+\t{ .param .b64 rv; call (rv), f, (); ld.param.b64 %rd2, [rv]; }
+\tmembar.gl;
+\tst.global.u64 [%rd1], %rd2;
+\tret;"""
+    head = ".func (.param .b64 r) f()\n{\nst.param.b64 [r], 0;\nret;\n}\n.visible .entry k(.param .u64 k_p)"
+    assert _at(body, "membar", reexecutable_values, head) == {"%rd1": "ld.param.u64 %rd1, [k_p];"}
+    fhead = ".visible .func k(.param .u64 k_p)"
+    assert "%rd1" not in _at(body.replace("ret;", "ret;"), "membar", reexecutable_values, head.replace(
+        ".visible .entry k(.param .u64 k_p)", fhead))
+
+
+def test_derived_values_and_staleness():
+    base = """
+\tld.param.u64 %rd1, [k_p];
+\tld.global.f32 %f1, [%rd1];
+\tabs.f32 %f2, %f1;
+\tsetp.lt.f32 %p1, %f1, 0f00000000;
+\tadd.f32 %f3, %f1, %f1;
+{MID}
+\tmembar.gl;
+\tselp.f32 %f4, %f2, %f3, %p1;
+\tst.global.f32 [%rd1], %f4;
+\tst.global.f32 [%rd1+4], %f1;
+\tret;"""
+    decl = "\t.reg .f32 %f<8>;\n"
+    got = _at(decl + base.replace("{MID}", ""), "membar", derived_values)
+    # |x| and x < 0 of a live x; not x + x (two register sources)
+    assert got == {"%f2": "abs.f32 %f2, %f1;", "%p1": "setp.lt.f32 %p1, %f1, 0f00000000;"}
+    for mid in ("\tld.global.f32 %f1, [%rd1+8];",                  # x written after them: stale
+                "\tsetp.ne.u64 %p2, %rd1, 0;\n\t@%p2 ld.global.f32 %f1, [%rd1+8];"):   # a guarded write: maybe
+        got = _at(decl + base.replace("{MID}", mid), "membar", derived_values)
+        assert "%f2" not in got and "%p1" not in got, mid
+    # x written, then the derived value computed again: fresh
+    again = "\tld.global.f32 %f1, [%rd1+8];\n\tabs.f32 %f2, %f1;"
+    assert "%f2" in _at(decl + base.replace("{MID}", again).replace(
+        "\tsetp.lt.f32 %p1, %f1, 0f00000000;\n", ""), "membar", derived_values)
+
+
+def test_derived_value_stale_around_a_loop():
+    body = """
+\t.reg .f32 %f<8>;
+\tld.param.u64 %rd1, [k_p];
+\tmov.f32 %f1, 0f3F800000;
+\tmov.u32 %r1, 0;
+L:
+\tsetp.eq.u32 %p2, %r1, 0;
+\t@%p2 bra SKIP;
+\tabs.f32 %f2, %f1;
+SKIP:
+\tmembar.gl;
+\tadd.f32 %f1, %f1, %f2;
+\tadd.u32 %r1, %r1, 1;
+\tsetp.lt.u32 %p1, %r1, 4;
+\t@%p1 bra L;
+\tst.global.f32 [%rd1], %f1;
+\tret;"""
+    # the second time round %f1 was written after |%f1| was last computed: not recomputable at the membar
+    assert "%f2" not in _at(body, "membar", derived_values)
+    assert "%f2" in _at(body.replace("\t@%p2 bra SKIP;\n", ""), "membar", derived_values)
+
+
+def test_derived_value_with_different_definitions_is_not():
+    body = """
+\t.reg .f32 %f<8>;
+\tld.param.u64 %rd1, [k_p];
+\tld.global.f32 %f1, [%rd1];
+\tsetp.ne.u64 %p1, %rd1, 0;
+\t@%p1 bra A;
+\tabs.f32 %f2, %f1;
+\tbra.uni J;
+A:
+\tneg.f32 %f2, %f1;
+J:
+\tmembar.gl;
+\tst.global.f32 [%rd1], %f2;
+\tst.global.f32 [%rd1+4], %f1;
+\tret;"""
+    assert "%f2" not in _at(body, "membar", derived_values)
+    same = body.replace("neg.f32 %f2, %f1;", "abs.f32 %f2, %f1;")   # the same text twice (as the native copy has)
+    assert "%f2" in _at(same, "membar", derived_values)
+
+
+def test_carry_writers_are_neither_redone_nor_recomputed():
+    body = """
+\tld.param.u64 %rd1, [k_p];
+\tmov.u32 %r1, %tid.x;
+\tadd.cc.u32 %r2, %r1, 1;
+\tadd.cc.u32 %r3, 5, 1;
+\tmembar.gl;
+\tst.global.u32 [%rd1], %r2;
+\tst.global.u32 [%rd1+4], %r3;
+\tst.global.u32 [%rd1+8], %r1;
+\tret;"""
+    assert "%r3" not in _at(body, "membar", reexecutable_values)
+    assert "%r2" not in _at(body, "membar", derived_values)
