@@ -91,6 +91,8 @@ def marker_line() -> str:
         line += " inline-time on"
     if knobs.load().native_scope:  # HBFCC_NATIVE_SCOPE=1 builds differently
         line += " native-scope on"
+    if knobs.load().call_isolation:  # HBFCC_CALL_ISOLATION=1 builds differently
+        line += " call-isolation on"
     if not knobs.load().launch_bound:  # HBFCC_LAUNCH_BOUND=0 builds differently
         line += " launch-bound off"
     if not knobs.load().link_prune:  # HBFCC_LINK_PRUNE=0: the same kernel code, more helper text and -c code

@@ -51,6 +51,7 @@ class Knobs:
     inline_multi: bool = True      # HBFCC_INLINE_MULTI (default 1): inline sites re-check the descriptor's ranges
     inline_live: bool = True       # HBFCC_INLINE_LIVE (default 1): inline counters flushed at every until point
     inline_time: bool = False      # HBFCC_INLINE_TIME (default 0): the served inline paths' own time (inline_ns)
+    call_isolation: bool = False   # HBFCC_CALL_ISOLATION (default 0): registers live across helper calls saved to .local
     launch_bound: bool = True      # HBFCC_LAUNCH_BOUND (default 1): .maxntid keeps plain blocks launchable
     native_scope: bool = False     # HBFCC_NATIVE_SCOPE (default 0 since stop 48): the native copy declares its own registers
     sidecar: str = "auto"          # HBFCC_SIDECAR (auto|1|0): hbfcc-ptxas's <output>.hbfcc.json
@@ -86,6 +87,7 @@ def load() -> Knobs:
         inline_multi=env_bool("HBFCC_INLINE_MULTI", True),
         inline_live=env_bool("HBFCC_INLINE_LIVE", True),
         inline_time=env_bool("HBFCC_INLINE_TIME", False),
+        call_isolation=env_bool("HBFCC_CALL_ISOLATION", False),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
         native_scope=env_bool("HBFCC_NATIVE_SCOPE", False),
         sidecar=_choice("HBFCC_SIDECAR", "auto", SIDECAR_CHOICES),
@@ -153,6 +155,11 @@ DOCS: tuple[tuple[str, str, str], ...] = (
      "%globaltimer again at its end and adds its time, on the warp's leader lane, to a register the flushes pass "
      "as inline_ns (helper ABI 8; the kernel counters' inline_ns, what overhead_ns is for the helpers); "
      "0: no extra register or instruction, the flushes pass 0. Off until a GPU has measured its cost"),
+    ("HBFCC_CALL_ISOLATION", "0", "1: around each helper call the registers live across it are stored to a "
+     "per-thread .local buffer (st.volatile) and reloaded after it (the call_isolation stage, hbfcc/passes/"
+     "call_isolation.py): ptxas then no longer stacks the helper's registers on top of the kernel's live values "
+     "(fewer registers, more blocks per SM; a store and a load per saved register on the cold call paths only). "
+     "Off until a GPU has measured it"),
     ("HBFCC_LAUNCH_BOUND", "1", ".maxntid keeps the plain build's blocks launchable"),
     ("HBFCC_NATIVE_SCOPE", "0", "1: the native copy (code versioning, nothing registered) is a nested block that "
      "declares the function's registers again, so ptxas allocates it as the plain function (the Triton TMA kernels' "

@@ -1,6 +1,6 @@
 """The rewrite pipeline: named stages over one representation, the PTX AST; every stage can be dumped.
 
-    parse -> [flags] -> timing -> [flags_admission] -> link -> [link_eidola] -> print
+    parse -> [flags] -> timing -> [flags_admission] -> [call_isolation] -> link -> [link_eidola] -> print
 
 Between parse and print every stage is ``(module, metadata) -> module`` on
 :class:`hbfcc.ptx.model.Module` (the passes of :mod:`hbfcc.passes`, the linker of :mod:`hbfcc.link`);
@@ -130,10 +130,13 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
                   "hoist_issues": k.hoist_issues, "inline_issues": k.inline_issues,
                   "group_issues": k.group_issues, "hoist_loads": k.hoist_loads,
                   "fast_groups": k.fast_groups, "inline_multi": k.inline_multi,
-                  "inline_live": k.inline_live, "inline_time": k.inline_time, "native_scope": k.native_scope}
+                  "inline_live": k.inline_live, "inline_time": k.inline_time, "native_scope": k.native_scope,
+                  "call_isolation": k.call_isolation}
     selection = k.passes if passes is None else knobs.parse_passes(",".join(passes), "passes")
     stages: list[tuple[str, Stage]] = [(name, get_pass(name)) for name in pass_pipeline(selection)]
     meta["passes"] = list(selection)
+    if k.call_isolation:     # HBFCC_CALL_ISOLATION: after every pass (the helper calls exist), before linking
+        stages.append(("call_isolation", get_pass("call_isolation")))
     if "flags" in selection:
         meta["flags_options"] = {"mwait": "mwait" in selection, "count_nonflag": True}
     if prune is None:

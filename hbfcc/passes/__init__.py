@@ -26,13 +26,16 @@ def get(name: str) -> Pass:
     if name == "capacity":
         from .capacity import capacity_pass
         return capacity_pass
+    if name == "call_isolation":
+        from .call_isolation import call_isolation
+        return call_isolation
     if name == "capacity_admission":
         from .capacity import capacity_admission
         return capacity_admission
     raise KeyError(f"unknown pass {name!r}")
 
 
-NAMES = ("timing", "flags", "flags_admission", "capacity", "capacity_admission")
+NAMES = ("timing", "flags", "flags_admission", "capacity", "capacity_admission", "call_isolation")
 
 
 def pipeline(selection) -> tuple[str, ...]:
