@@ -88,18 +88,6 @@ class FunctionIsolation:
                 "not_saved": self.not_saved, "buffer_bytes": self.buffer_bytes, "by_helper": self.by_helper}
 
 
-def callee(inst: Instruction) -> Optional[str]:
-    """The function a direct ``call`` names (None for an indirect call or another instruction)."""
-    if inst.opcode != "call":
-        return None
-    for o in inst.operands:
-        if type(o) is Symbol:
-            return o.name
-        if type(o) is Register:
-            return None
-    return None
-
-
 def _width(ty: str, attrs: tuple[str, ...]) -> Optional[int]:
     if any(a in (".v2", ".v4", ".v8") for a in attrs):
         return None
@@ -148,7 +136,7 @@ def isolate_function(fn: Function, helpers: frozenset[str] = ISOLATED) -> tuple[
     rep = FunctionIsolation()
     if fn.body is None:
         return fn, rep
-    sites = [(p, s) for p, s in walk(fn.body) if type(s) is Instruction and callee(s) in helpers]
+    sites = [(p, s) for p, s in walk(fn.body) if type(s) is Instruction and s.call_target in helpers]
     if not sites:
         return fn, rep
     lv = liveness(fn)
@@ -158,7 +146,7 @@ def isolate_function(fn: Function, helpers: frozenset[str] = ISOLATED) -> tuple[
     repl: dict[tuple[int, ...], list[Statement]] = {}
     size = 0
     for p, ins in sites:
-        name = callee(ins)
+        name = ins.call_target
         live = sorted(lv.live_out_at(p))
         regs: list[tuple[str, int]] = []
         redo: list[Statement] = []

@@ -1590,15 +1590,7 @@ class _FunctionRewriter:
         return self.fut_site[k]
 
     def _note_call(self, inst: Instruction) -> None:
-        ops = inst.operands
-        tgt = None
-        for o in ops:
-            if type(o) is Symbol:
-                tgt = o.name
-                break
-            if type(o) is Register:
-                tgt = None
-                break
+        tgt = inst.call_target
         if tgt is None:
             self.report.calls.append("<indirect>")
         elif tgt not in self.report.calls:

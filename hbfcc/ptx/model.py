@@ -431,6 +431,19 @@ class Instruction:
         return None
 
     @property
+    def call_target(self) -> Optional[str]:
+        """The function a direct `call` names (its first symbol, after the return list); None for an
+        indirect call (through a register) or another instruction."""
+        if self.opcode != "call":
+            return None
+        for o in self.operands:
+            if type(o) is Symbol:
+                return o.name
+            if type(o) is Register:
+                return None
+        return None
+
+    @property
     def is_terminator(self) -> bool:
         """Ends a basic block: bra, brx.idx, ret, exit, trap."""
         return self.opcode in ("bra", "brx", "ret", "exit", "trap")
