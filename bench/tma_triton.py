@@ -33,8 +33,8 @@ build and replayed (the host path runs at capture only), the replay's time per l
 module's words select when it runs: with nothing registered the session keeps __hb_state 0 and the attach switch in
 the module's constant bank (__hb_detached) 1 (the native body after one constant-bank read: variant "hbf", the
 goal's ratio); "hbf_attached" forces the session's state (the band's span read first: what stop 45's graphs ran);
-the variant builds (HBF_VARIANTS: "hbfshared", the native copy sharing the instrumented version's registers, as
-before wt/nat15) and the probe builds (PROBES: the plain build's PTX with the prologue's loads or the 1 KiB table
+the variant builds (HBF_VARIANTS: "hbfscope", the native copy in its own register scope; the hbf build shares the
+instrumented version's registers) and the probe builds (PROBES: the plain build's PTX with the prologue's loads or the 1 KiB table
 added, one at a time, by a ptxas wrapper, this file's --probe-ptxas; "c0" the wrapper with no edit) split the
 difference into its parts.
 
@@ -208,10 +208,9 @@ def load_probes(work: Path):
 
 # the hbf build's variants: each kernel as <name>_<variant>, built through hbfcc-ptxas with these knobs (read per
 # hbfcc-ptxas run; the knob is in hbfcc-ptxas's --version marker, so Triton's cache keeps the builds apart too)
-#   hbfshared   HBFCC_NATIVE_SCOPE=0: the native copy shares the instrumented version's registers (the default
-#               since stop 48; the accumulators zeroed through uniform registers)
-#   hbfscope    HBFCC_NATIVE_SCOPE=1: the copy declares its own registers (wt/nat15; slower on 2 of 3 kernels, stop 48)
-HBF_VARIANTS = {"hbfshared": {"HBFCC_NATIVE_SCOPE": "0"}, "hbfscope": {"HBFCC_NATIVE_SCOPE": "1"}}
+#   hbfscope    HBFCC_NATIVE_SCOPE=1: the copy declares its own registers (wt/nat15; slower on 2 of 3 kernels in
+#               stop 48, where it was the default and this variant was "hbfshared", =0: the hbf build since)
+HBF_VARIANTS = {"hbfscope": {"HBFCC_NATIVE_SCOPE": "1"}}
 
 
 def variant_text() -> str:
@@ -517,8 +516,8 @@ __hb_detached). Variants, each against the plain graph:
                     before the switch: after one global load)
       hbf_attached  the words forced to the session's state (no range registered): the prologue loads the band and
                     branches on span 0 -- what stop 45's graphs ran (x1.118 / x1.081 / x1.041)
-      <variant>     the hbf build with other hbfcc knobs (HBF_VARIANTS: hbfshared, the native copy sharing the
-                    instrumented version's registers as before wt/nat15), detached like hbf
+      <variant>     the hbf build with other hbfcc knobs (HBF_VARIANTS: hbfscope, the native copy in its own
+                    register scope), detached like hbf
       probe_<p>     the plain build with one of the native body's differences added (PROBES; c0: none)"""
     b = s.bindings.get(int(kh.module))
     out: dict = {"pairs": PAIRS, "launches_per_graph": BACK_TO_BACK, "goal": "<= 1.02", "variants": {},

@@ -3,12 +3,12 @@
 # after wt/nat15 (docs/RESULTS.md "wt/nat15: the TMA native cost, the switch in the constant bank (CPU)"). Stop 47
 # measured, detached: attn_fwd x1.035, matmul_dev x1.055, matmul_host x1.097. Now hbfcc's prologue reads the attach
 # switch from the module's constant bank first (__hb_detached, one ULDC + branch: no LDC/LDG before the native body),
-# and the native copy declares its own registers (HBFCC_NATIVE_SCOPE=1: ptxas zeroes the accumulators as in the plain
-# build, 64 CS2R, not 121 UMOV + 142 IMAD.U32). Per kernel, each against the plain build's graph (PAIRS pairs):
+# and (stop 48's run) the native copy declared its own registers (HBFCC_NATIVE_SCOPE=1: ptxas zeroes the accumulators
+# as in the plain build; opt-in since: slower on 2 of 3). Per kernel, each against the plain build's graph (PAIRS pairs):
 #   hbf           the session's choice, nothing registered: detached (__hb_state 0, __hb_detached 1); the goal (<= 1.02)
 #   hbf_attached  the words forced attached, nothing registered (the prologue loads the band, span 0): the before
-#   hbfshared     the hbf build with HBFCC_NATIVE_SCOPE=0 (the switch, the copy sharing the registers): hbf - hbfshared
-#                 is what the copy's own scope saves
+#   hbfscope      the hbf build with HBFCC_NATIVE_SCOPE=1 (the copy in its own register scope; in stop 48 this was the
+#                 default and the variant was "hbfshared" with =0: the own scope lost on 2 of 3 kernels, so =0 is hbf now)
 #   probe_c0      the plain PTX through the probe wrapper with NO edit (its SASS is the plain build's, instruction for
 #                 instruction, on the CPU): what the probe build path itself costs (stop 47: every matmul_host probe,
 #                 even c1, ran x1.08)
