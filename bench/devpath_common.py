@@ -87,21 +87,6 @@ def hbfd_daemon(tmp: Path, profile: Path):
         hb.stop()
 
 
-@contextlib.contextmanager
-def env_set(values: dict):
-    """os.environ with ``values`` (str() of each) set for the block, restored after it (a knob variant's build)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: str(v) for k, v in values.items()})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def prepare_run(out_dir: str, name: str, work: str) -> tuple[Path, Path, Path, dict]:
     """A bench's output folder (created), its JSON path ``<out>/<name>.json``, its work folder (``work``,
     else a new temporary one) and the environment for its children: this process's, with the toolchain's

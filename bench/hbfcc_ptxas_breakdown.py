@@ -58,7 +58,7 @@ from hbfcc.toolchain import max_ptx_version, ptxas_version_text, rewriter_sha  #
 
 sys.path.insert(0, str(REPO / "bench"))
 from hbfcc_buildcost import TRITON_KERNELS, TRITON_SCRIPT, spread  # noqa: E402
-from devpath_common import env_set  # noqa: E402
+from hbfcommon.env import env_set  # noqa: E402
 
 TRITON_OPTS = ("-lineinfo", "-v", "--gpu-name=sm_90a")
 # the option variants of ``hb`` whose code is compared with it

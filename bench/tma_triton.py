@@ -67,7 +67,8 @@ for _p in (str(ROOT), str(ROOT / "bench")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from devpath_common import env_set, gpu_info, prepare_run, use_ptxas, write_json  # noqa: E402
+from devpath_common import gpu_info, prepare_run, use_ptxas, write_json  # noqa: E402
+from hbfcommon.env import env_set  # noqa: E402
 
 log = logging.getLogger("tma_triton")
 

@@ -6,6 +6,7 @@ ConfigError naming the variable and the value (never a silent fallback).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Optional
@@ -45,3 +46,19 @@ def env_int(name: str, default: int, lo: Optional[int] = None, hi: Optional[int]
 def env_path(name: str) -> Optional[Path]:
     v = os.environ.get(name)
     return Path(v) if v else None
+
+
+@contextlib.contextmanager
+def env_set(values: dict):
+    """os.environ with ``values`` (str() of each) set for the block, each restored after it (unset again where it
+    was unset): a build variant's knobs, read by the tools it runs."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: str(v) for k, v in values.items()})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

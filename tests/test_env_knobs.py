@@ -84,3 +84,18 @@ def test_runtime_and_hbfcc_knobs_use_it(monkeypatch):
     monkeypatch.setenv("HBFCC_DUMP_DIR", "/tmp/x")
     k = hk.load()
     assert k.cpasync_window == 4 and str(k.dump_dir) == "/tmp/x"
+
+
+def test_env_set_restores_set_and_unset(monkeypatch):
+    """hbfcommon.env.env_set: the values (str()) inside the block; after it, a variable that was set has its old
+    value again and one that was unset is unset again, also when the block raises."""
+    import os
+
+    from hbfcommon.env import env_set
+    monkeypatch.setenv("HBF_TEST_ENVSET_A", "old")
+    monkeypatch.delenv("HBF_TEST_ENVSET_B", raising=False)
+    with pytest.raises(RuntimeError):
+        with env_set({"HBF_TEST_ENVSET_A": 1, "HBF_TEST_ENVSET_B": "x"}):
+            assert os.environ["HBF_TEST_ENVSET_A"] == "1" and os.environ["HBF_TEST_ENVSET_B"] == "x"
+            raise RuntimeError("inside")
+    assert os.environ["HBF_TEST_ENVSET_A"] == "old" and "HBF_TEST_ENVSET_B" not in os.environ

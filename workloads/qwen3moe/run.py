@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hbfcommon.env import env_set
 from hbfcommon.errors import ConfigError
 from hbfcommon.fsutil import atomic_write_json
 from hbfcommon.profile import Profile, derive_profile
@@ -98,23 +99,12 @@ def toolchain(work: Path, cache: Path | None = None) -> dict[str, str]:
             "HBFCC_CACHE_DIR": str(c / "hbfcc-cache"), "HBFCC_REAL_PTXAS": real, "cache": str(c)}
 
 
-@contextlib.contextmanager
 def variant_env(tc: dict[str, str], variant: str):
     """TRITON_PTXAS_PATH and TRITON_CACHE_DIR for the compiles of one variant (Triton reads them per compile)."""
-    keys = ("TRITON_PTXAS_PATH", "TRITON_CACHE_DIR", "HBFCC_ARTIFACT_DIR", "HBFCC_CACHE_DIR", "HBFCC_REAL_PTXAS")
-    old = {k: os.environ.get(k) for k in keys}
-    os.environ.update({"TRITON_PTXAS_PATH": tc[variant],
-                       "TRITON_CACHE_DIR": str(Path(tc["cache"]) / f"triton-cache-{variant}"),
-                       "HBFCC_ARTIFACT_DIR": tc["HBFCC_ARTIFACT_DIR"], "HBFCC_CACHE_DIR": tc["HBFCC_CACHE_DIR"],
-                       "HBFCC_REAL_PTXAS": tc["HBFCC_REAL_PTXAS"]})
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return env_set({"TRITON_PTXAS_PATH": tc[variant],
+                    "TRITON_CACHE_DIR": str(Path(tc["cache"]) / f"triton-cache-{variant}"),
+                    "HBFCC_ARTIFACT_DIR": tc["HBFCC_ARTIFACT_DIR"], "HBFCC_CACHE_DIR": tc["HBFCC_CACHE_DIR"],
+                    "HBFCC_REAL_PTXAS": tc["HBFCC_REAL_PTXAS"]})
 
 
 def derived_profile(name: str, t_read_ns: int | None, out: Path) -> Profile:
