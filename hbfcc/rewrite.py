@@ -1,6 +1,6 @@
 """The rewrite pipeline: named stages over one representation, the PTX AST; every stage can be dumped.
 
-    parse -> [flags] -> timing -> [flags_admission] -> [call_isolation] -> link -> [link_eidola] -> print
+    parse -> [flags] -> timing -> [flags_admission] -> [call_isolation] -> native_entry -> link -> [link_eidola] -> print
 
 Between parse and print every stage is ``(module, metadata) -> module`` on
 :class:`hbfcc.ptx.model.Module` (the passes of :mod:`hbfcc.passes`, the linker of :mod:`hbfcc.link`);
@@ -30,6 +30,7 @@ from hbfcommon.fsutil import atomic_write_text
 from . import helpers as H
 from . import knobs
 from . import link as L
+from . import native_entry as NE
 from .passes import get as get_pass
 from .passes import pipeline as pass_pipeline
 from .ptx.model import Module
@@ -137,6 +138,8 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
     meta["passes"] = list(selection)
     if k.call_isolation:     # HBFCC_CALL_ISOLATION: after every pass (the helper calls exist), before linking
         stages.append(("call_isolation", get_pass("call_isolation")))
+    if k.native_entry:       # HBFCC_NATIVE_ENTRY: <k>__hbnat from the parsed input, after every pass, before linking
+        stages.append((NE.STAGE_NAME, NE.stage(module, True)))
     if "flags" in selection:
         meta["flags_options"] = {"mwait": "mwait" in selection, "count_nonflag": True}
     if prune is None:
@@ -164,6 +167,8 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
         t[name] = time.perf_counter() - t1
         if dumps is not None:
             dumps.module(name, module, meta.get(name))
+    if NE.STAGE_NAME not in meta:   # off: each kernel's record says so (no stage, no dump)
+        NE.stage(module, False)(module, meta)
     t1 = time.perf_counter()
     out = print_text(module)
     t["print"] = time.perf_counter() - t1

@@ -194,6 +194,28 @@ def address_sources(art: dict | None) -> dict[str, str]:
     return out
 
 
+def native_entries(art: dict | None) -> dict[str, str]:
+    """kernel name -> its native entry's name (hbfcc's HBFCC_NATIVE_ENTRY: ``native_entry`` per kernel), for the
+    kernels whose every module document records one (several images, a link document's modules: all or none; a
+    kernel an artifact says nothing about has none)."""
+    out: dict[str, str] = {}
+    none: set[str] = set()
+    if not art:
+        return out
+    docs = art["modules"] if isinstance(art.get("modules"), list) else [art]
+    for m in docs:
+        ks = m.get("kernels", [])
+        for k in (ks.values() if isinstance(ks, Mapping) else ks):
+            if not isinstance(k, Mapping) or "name" not in k:
+                continue
+            ne = k.get("native_entry")
+            if not isinstance(ne, str) or not ne or out.get(k["name"], ne) != ne:
+                none.add(k["name"])
+            else:
+                out[k["name"]] = ne
+    return {n: e for n, e in out.items() if n not in none}
+
+
 def kernels(art: dict | None) -> list[tuple[str, bool, list[str]]]:
     """(name, admitted, reasons) per kernel, in .entry order. Accepts a module document, a link
     document ({"kernels": [..]}), a mapping {name: {...}}, and the document hbfcc writes for an nvcc

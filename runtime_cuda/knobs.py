@@ -55,6 +55,16 @@ def native_select() -> bool:
     return env_bool("HBF_NATIVE_SELECT", True)
 
 
+def native_entry() -> bool:
+    """HBF_NATIVE_ENTRY (default 1): a host launch decided native (nothing registered, or per-launch selection: its
+    arguments reach no range; never a launch on a capturing stream) of a kernel built with HBFCC_NATIVE_ENTRY=1 runs
+    its native entry (``<name>__hbnat``, the untouched kernel as its own function; the artifact's ``native_entry``)
+    instead of the instrumented entry, and the module's words are not written for it. 0: the instrumented entry and
+    its prologue test, as for a module built without native entries (A/B of the same cubins). Session.launch and
+    Triton launches only: a cudart launch (the C API, docs/runtime.md) names its function itself."""
+    return env_bool("HBF_NATIVE_ENTRY", True)
+
+
 def const_switch() -> bool:
     """HBF_CONST_SWITCH (default 1): write the modules' constant-bank attach switch (``__hb_detached``, hbfcc's
     prologue reads it before ``__hb_state``) as the per-launch selection detaches and attaches. Its in-stream writes

@@ -76,6 +76,7 @@ class KernelInfo:
     reasons: list[str] = field(default_factory=list)
     address_source: str = "memory"   # hbfcc's provenance: "params" allows per-launch native selection
     capacity_admitted: bool = False  # hbfcc's capacity pass rewrote every access (may reach capacity ranges)
+    native_entry: str | None = None  # hbfcc's HBFCC_NATIVE_ENTRY: the untouched kernel as its own entry (its name)
 
 
 @dataclass
@@ -99,6 +100,8 @@ class ModuleBinding:
     detached_addr: int = 0
     cdesc_addr: int = 0   # the module's __hb_cdesc (0: a helper build without one)
     cdesc_bytes: int = 0  # its size: CDESC_BYTES, or CDESC_BYTES_V5 (built before ABI 6: one range inline)
+    # kernel name -> its native entry's CUfunction (KernelInfo.native_entry, looked up once at bind; HBF_NATIVE_ENTRY)
+    native_fns: dict[str, Any] = field(default_factory=dict)
 
     def kernel(self, name: str) -> KernelInfo | None:
         return self.kernels.get(name)
@@ -535,6 +538,45 @@ def capacity_not_built(ptr: int, nbytes: int, why: str = "") -> RangeError:
                       base=hex(int(ptr)), nbytes=int(nbytes), mode="capacity")
 
 
+class _TritonNativeRun:
+    """A Triton kernel's launcher (``CompiledKernel._run``) wrapped for its native entry (Session._wrap_native_run).
+    Triton 3.6 calls it as ``run(gridX, gridY, gridZ, stream, function, packed_metadata, launch_metadata,
+    enter_hook, exit_hook, *kernel_args)`` after reading ``function`` from the kernel, and the launcher runs the enter
+    hook only after it has parsed that handle: so the launch is decided HERE (the gate and per-launch selection, the
+    enter hook's work, with the arguments as given), the native entry's handle is passed for a host launch decided
+    native, and the enter hook skips the launch_metadata decided here. A launch of another handle, without
+    launch_metadata (no enter hook installed) or after the session closed passes through unchanged."""
+
+    __slots__ = ("session", "run", "function", "native")
+
+    def __init__(self, session: "Session", run: Any, function: int, native: Any) -> None:
+        self.session, self.run, self.function, self.native = session, run, function, native
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, packed_metadata, launch_metadata, enter_hook,
+                 exit_hook, *args):
+        s = self.session
+        if launch_metadata is not None and int(function or 0) == self.function and not s.closed \
+                and s._triton_installed:
+            nfn = s._triton_decide(self.function, _launch_name(launch_metadata, self.function), args,
+                                   int(stream) if isinstance(stream, int) else None, switch=True)
+            s._tl.handled = launch_metadata
+            if nfn is not None:
+                function = int(nfn)
+        return self.run(gridX, gridY, gridZ, stream, function, packed_metadata, launch_metadata, enter_hook,
+                        exit_hook, *args)
+
+
+def _launch_name(metadata: Any, fh: int) -> str:
+    """The kernel name a Triton launch_metadata carries (a LazyDict; its "name" needs no evaluation)."""
+    d = getattr(metadata, "data", None)
+    if isinstance(d, Mapping) and "name" in d:
+        return str(d["name"])
+    try:
+        return str(metadata["name"])
+    except (KeyError, TypeError, IndexError):
+        return f"function@{fh:#x}"
+
+
 class Session:
     """One attachment of this process to hbfd (see attach())."""
 
@@ -569,6 +611,9 @@ class Session:
         self._epoch = 0            # bumps at every full synchronization of the context by the session
         self.native_select = knobs.native_select()
         self.const_switch = knobs.const_switch()     # HBF_CONST_SWITCH: write __hb_detached (off: it stays 0)
+        self.native_entry = knobs.native_entry()     # HBF_NATIVE_ENTRY: host launches decided native run <k>__hbnat
+        self._triton_runs: list[tuple[Any, Any]] = []   # (CompiledKernel, its launcher) wrapped by _TritonNativeRun
+        self._tl = threading.local()                 # .handled: the launch_metadata a _TritonNativeRun decided
         self.inline_issue = knobs.inline_issue()
         self.inline_multi = knobs.inline_multi()
         # HBF_TRITON_INSTRUMENT=load: plain Triton kernels instrumented at their load (runtime_cuda/triton_load.py)
@@ -1002,9 +1047,10 @@ class Session:
                 return kslot_base + i if instrumented else -1
             sources = A.address_sources(art)
             cap_ok = capacity_admitted(art)
+            nat = A.native_entries(art)
             for i, (name, adm, reasons) in enumerate(ak):
                 infos[name] = KernelInfo(name, i, slot(i), adm, reasons, sources.get(name, "memory"),
-                                         cap_ok.get(name, False))
+                                         cap_ok.get(name, False), nat.get(name))
             if not ak:
                 for i, name in enumerate(names):
                     infos[name] = KernelInfo(name, i, slot(i), False, [missing_reason or "no admission artifact"])
@@ -1012,9 +1058,27 @@ class Session:
                               str(artifact) if isinstance(artifact, (str, os.PathLike)) else None,
                               state_addr=g[0] if instrumented else 0, detached_addr=detached_addr, cdesc_addr=cdesc_addr,
                               cdesc_bytes=cdesc_bytes, attached=attach)
+            if instrumented:
+                b.native_fns = self._native_functions(module, infos)
             self.bindings[handle] = b
             self._write_cdesc(b)   # a module just loaded: none of its kernels runs yet
             return b
+
+    def _native_functions(self, module, infos: Mapping[str, KernelInfo]) -> dict[str, Any]:
+        """The native entries of a module's kernels (KernelInfo.native_entry), each looked up (and loaded: lazy
+        loading would load it at its first launch) once, here. A name the module lacks is logged and left out (the
+        kernel's launches keep the instrumented entry). Empty with HBF_NATIVE_ENTRY=0 or per-launch selection off."""
+        want = {k.name: k.native_entry for k in infos.values() if k.native_entry}
+        if not want or not self.native_entry or not self.native_select or not self.use_cuda:
+            return {}
+        out = {}
+        for name, ne in want.items():
+            try:
+                out[name] = self._cu.module_functions(module, [ne])[ne]
+            except HbfError as e:
+                log.warning("kernel %s: its native entry %s is not in the module (%s): its native launches run the "
+                            "instrumented entry", name, ne, e)
+        return out
 
     def _write_cdesc(self, b: ModuleBinding, *, clear: bool = False) -> None:
         """The module's launch descriptor (devstate.cdesc_for) for the current device state; zero
@@ -1076,7 +1140,7 @@ class Session:
         return out
 
     def _select(self, b: ModuleBinding, info: KernelInfo | None, spans: list[tuple[int, int]] | None,
-                stream: int | None, rule: str) -> None:
+                stream: int | None, rule: str, switch: bool = False) -> Any:
         """Per-launch selection: a launch whose pointer arguments cannot reach any registered range runs
         the module's untouched native version (its __hb_state is 0 for that launch: every helper returns at
         once and the prologue takes the native body). Sound only for kernels whose access addresses come
@@ -1086,13 +1150,30 @@ class Session:
         allocation of a raw pointer). With nothing registered the word is 0 too (the native body after one
         constant-bank read: module_words). A launch captured into a CUDA graph follows state_word's capture rules. The
         decision is counted per kernel (counters()["launch_selection"]: "native"/"instrumented" by the body
-        that runs, "rules" by selection's reason, "word" by state_word's, "captured")."""
+        that runs, "rules" by selection's reason, "word" by state_word's, "captured", "native_entry").
+
+        The native entry (hbfcc's HBFCC_NATIVE_ENTRY, HBF_NATIVE_ENTRY): when the caller can launch another function
+        (``switch``: Session.launch, a Triton launch through _TritonNativeRun), the kernel has one and the launch is
+        decided native on a stream that is not capturing, the result is the native entry's CUfunction: the caller
+        launches it instead, and no word is written (the instrumented entry, the only reader of the words, is not
+        entered; a captured module's words stay as its replays need them). None otherwise (the instrumented
+        entry, with the words as state_word wants them)."""
         if not self.use_cuda or not b.instrumented or not b.state_addr or not self.native_select:
-            return
+            return None
         name = info.name if info else "?"
         native, why = selection(self.ranges, info, spans, rule)
         st = int(stream or 0)
         capturing = self._cu.stream_capturing(st)
+        sel = self.launch_selection.setdefault(name, {"native": 0, "instrumented": 0, "captured": 0, "native_entry": 0,
+                                                      "rules": {}, "word": {}})
+        sel["rules"][why] = sel["rules"].get(why, 0) + 1
+        nfn = b.native_fns.get(name) if switch and info is not None else None
+        if nfn is not None and not capturing and native is not False:
+            sel["native"] += 1
+            sel["native_entry"] += 1
+            w = "native entry: not written"
+            sel["word"][w] = sel["word"].get(w, 0) + 1
+            return nfn
         if capturing:
             b.captured = True
         want, word_why = state_word(native, captured=b.captured, capturing=capturing)
@@ -1113,12 +1194,10 @@ class Session:
                 b.attached = want
         b.last_stream, b.last_epoch = st, self._epoch
         runs_native = native is None or (native is True and want is False)
-        sel = self.launch_selection.setdefault(name, {"native": 0, "instrumented": 0, "captured": 0, "rules": {},
-                                                      "word": {}})
         sel["native" if runs_native else "instrumented"] += 1
         sel["captured"] += int(capturing)
-        sel["rules"][why] = sel["rules"].get(why, 0) + 1
         sel["word"][word_why] = sel["word"].get(word_why, 0) + 1
+        return None
 
     def _set_module_words(self) -> None:
         """After the range table changed (the context idle, no kernel reads a word): every instrumented module
@@ -1233,9 +1312,10 @@ class Session:
         name = kernel or (info.name if info else f"function@{fh:#x}")
         ptrs = [a.value or 0 for a in args if isinstance(a, (ctypes.c_uint64, ctypes.c_void_p))]
         self.gate(name, info, ptrs)
+        nfn = None
         if b is not None:
-            self._select(b, info, self._allocation_spans(ptrs), int(stream), "allocation")
-        self._cu.launch(function, grid, block, args, shared, stream)
+            nfn = self._select(b, info, self._allocation_spans(ptrs), int(stream), "allocation", switch=True)
+        self._cu.launch(function if nfn is None else nfn, grid, block, args, shared, stream)
         if self.stall.warn_s > 0:
             self.stall.launched(time.monotonic(), name, f"grid {tuple(grid)} block {tuple(block)}")
 
@@ -1265,6 +1345,11 @@ class Session:
                 self._triton_installed.append((tk.runtime, attr, prev))
 
     def uninstall_triton_hooks(self) -> None:
+        for kernel, run in reversed(self._triton_runs):      # the launchers _wrap_native_run replaced
+            if getattr(kernel, "_run", None) is not None and isinstance(kernel._run, _TritonNativeRun) \
+                    and kernel._run.session is self:
+                kernel._run = run
+        self._triton_runs.clear()
         for obj, kind, fn in reversed(self._triton_installed):
             if kind == "chain":
                 obj.remove(fn)
@@ -1295,6 +1380,7 @@ class Session:
         if art is not None and not b.kernels:
             log.warning("Triton kernel %s: its admission artifact lists no kernel", name)
         self.note_function(int(function), b, name)
+        self._wrap_native_run(kernel if kernel is not None else _loading_kernel(module, function), b, name, function)
         info = b.kernel(name)
         if why or (art is not None and info is not None and not info.admitted):
             # loud: a launch that would be modeled is refused (LaunchRefused names the same reason)
@@ -1325,6 +1411,7 @@ class Session:
             b = self.bind_module(int(module), artifact=A.lookup_by_output(bytes(kernel.kernel)) or art,
                                  kernels=[name], deferred_built=True)
             self.note_function(int(function), b, name)
+            self._wrap_native_run(kernel, b, name, function)
             return b
         try:
             if kernel is None:
@@ -1361,6 +1448,7 @@ class Session:
         # the admission record of what runs: HBFCC_DEFER=rewrite's build wrote it (the compile had none)
         b = self.bind_module(int(mod), artifact=built.record or art, kernels=[name], deferred_built=True)
         self.note_function(int(fn), b, name)
+        self._wrap_native_run(kernel, b, name, fn)
         self.deferred_builds.append({"kernel": name, "ok": True, "cached": built.cached, "build_ns": built.build_ns,
                                      "cubin": str(built.path), "mode": mode,
                                      "verify_ns": verify_ns})
@@ -1372,11 +1460,30 @@ class Session:
                         "; ".join(info.reasons) or "no reason recorded")
         return b
 
-    def _triton_launch(self, metadata) -> None:
-        md = metadata.get() if hasattr(metadata, "get") and callable(metadata.get) and not isinstance(metadata, Mapping) \
-            else dict(metadata)
-        fh = int(md.get("function", 0) or 0)
-        name = str(md.get("name", f"function@{fh:#x}"))
+    def _wrap_native_run(self, kernel: Any, b: ModuleBinding, name: str, function) -> None:
+        """A Triton kernel with a native entry (ModuleBinding.native_fns): its launcher (``CompiledKernel._run``,
+        which Triton 3.6 calls with the function handle it read from the kernel) is wrapped by a _TritonNativeRun,
+        which decides each launch before the launcher takes the handle and passes the native entry's for a host
+        launch decided native. Without the kernel object or a ``_run`` to wrap, the launches keep the instrumented
+        entry (logged)."""
+        nfn = b.native_fns.get(name)
+        if nfn is None:
+            return
+        run = getattr(kernel, "_run", None) if kernel is not None else None
+        if run is None or not callable(run):
+            log.info("Triton kernel %s: no launcher to wrap (%s): its native entry is not used", name,
+                     "the CompiledKernel was not found" if kernel is None else "no CompiledKernel._run")
+            return
+        if isinstance(run, _TritonNativeRun):      # wrapped by an earlier session of this process
+            run = run.run
+        kernel._run = _TritonNativeRun(self, run, int(function), nfn)
+        self._triton_runs.append((kernel, run))
+
+    def _triton_decide(self, fh: int, name: str, args: Sequence[Any] | None, stream: int | None,
+                       switch: bool) -> Any:
+        """One Triton launch through the gate and per-launch selection (the enter hook's work): ``args`` the
+        kernel's arguments (None: unknown). With ``switch`` (a _TritonNativeRun decides before the launcher takes
+        the handle) the result is the native entry to launch instead, or None (_select)."""
         if self.stall.warn_s > 0:
             self.stall.launched(time.monotonic(), name, "triton")
         _, info = self.functions.get(fh, (None, None))
@@ -1384,16 +1491,29 @@ class Session:
             info = KernelInfo(name, -1, -1, False, ["kernel loaded before the session's Triton hooks were "
                                                     "installed (bind_triton_kernel binds it)"])
         if not self.ranges and not info.admitted:
-            return
-        found = _triton_launch_args(metadata, with_stream=True)
-        args, stream = found if found is not None else (None, None)
+            return None
         spans = None if args is None else triton_arg_spans(args)
         self.gate(name, info, None, spans)
         b, _ = self.functions.get(fh, (None, None))
-        if b is not None:
-            ints = [a for a in (args or ()) if isinstance(a, int) and not isinstance(a, bool) and a > 0]
-            reach = None if spans is None else [s for s in spans if s[1] > 1] + self._allocation_spans(ints)
-            self._select(b, info, reach, stream, "storage")
+        if b is None:
+            return None
+        ints = [a for a in (args or ()) if isinstance(a, int) and not isinstance(a, bool) and a > 0]
+        reach = None if spans is None else [s for s in spans if s[1] > 1] + self._allocation_spans(ints)
+        return self._select(b, info, reach, stream, "storage", switch=switch)
+
+    def _triton_launch(self, metadata) -> None:
+        if getattr(self._tl, "handled", None) is metadata:      # decided by its _TritonNativeRun already
+            self._tl.handled = None
+            return
+        md = metadata.get() if hasattr(metadata, "get") and callable(metadata.get) and not isinstance(metadata, Mapping) \
+            else dict(metadata)
+        fh = int(md.get("function", 0) or 0)
+        name = str(md.get("name", f"function@{fh:#x}"))
+        _, info = self.functions.get(fh, (None, None))
+        found = None if not self.ranges and not (info is not None and info.admitted) \
+            else _triton_launch_args(metadata, with_stream=True)
+        args, stream = found if found is not None else (None, None)
+        self._triton_decide(fh, name, args, stream, switch=False)
 
     # ---------------------------------------------------------------------------- ticket counter
     def _sync_ring_head(self) -> int:
