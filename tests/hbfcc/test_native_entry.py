@@ -5,6 +5,7 @@ the artifact records it per kernel, the kernels' .entry order (their counter slo
 without a native version is left as it was."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -205,3 +206,48 @@ def test_hbfcc_ptxas_records_it(tmp_path):
     other = json.loads(json.dumps(doc))
     other["kernels"][0]["native_entry"] = None
     assert A.native_entries({"modules": [doc, other]}) == {}
+
+
+def _hbfcc_ptxas(tmp_path, src: str, args, **env):
+    p = tmp_path / "k.ptx"
+    p.write_text(src)
+    e = U.env_with(HBFCC_ARTIFACT_DIR=tmp_path / "store", HBFCC_CACHE_DIR=tmp_path / "hc",
+                   HBFCC_REAL_PTXAS=U.tool("ptxas"), HBFCC_HELPER_PTX=U.real_helper_ptx() or U.fixture_helper_ptx(),
+                   HBFCC_NATIVE_ENTRY="1", PYTHONPATH=U.REPO, **env)
+    cp = subprocess.run([U.console("hbfcc-ptxas"), "-arch=sm_90a", *args, str(p)], capture_output=True, text=True,
+                        env=e, cwd=tmp_path)
+    assert cp.returncode == 0, cp.stderr
+    return cp
+
+
+@pytest.mark.parametrize("mode", ["rdc", "separate"])
+def test_relocatable_and_separate_link_builds_carry_it(mode, tmp_path):
+    """-c (an -rdc object: the copies of the callees are module-local) and HBFCC_LINK=separate (the module -c, the
+    helpers nvlink'd) keep the native entry, and the record names it."""
+    U.tool("ptxas")
+    if mode == "rdc":
+        _hbfcc_ptxas(tmp_path, SRC, ["-c", "-o", str(tmp_path / "k.o")])
+        out = tmp_path / "k.o"
+    else:
+        U.tool("nvlink")
+        _hbfcc_ptxas(tmp_path, SRC, ["-o", str(tmp_path / "k.cubin")], HBFCC_LINK="separate")
+        out = tmp_path / "k.cubin"
+    data = out.read_bytes()
+    assert b"caller__hbnat" in data and b"twice__hbnat" in data
+    doc = json.loads(out.with_name(out.name + ".hbfcc.json").read_text())
+    assert A.native_entries(doc) == {"caller": "caller__hbnat"}
+
+
+def test_deferred_build_carries_it(tmp_path):
+    """HBFCC_DEFER=1: the caller gets the plain cubin (no native entry in it), the record names the native entry,
+    and the deferred instrumented build (hbfcommon.deferred.build, what the runtime's Triton hook loads) has it."""
+    from hbfcommon import deferred as DF
+    U.tool("ptxas")
+    src = (FIX / "vector_add_f32.ptx").read_text()
+    _hbfcc_ptxas(tmp_path, src, ["-o", str(tmp_path / "k.cubin")], HBFCC_DEFER="1")
+    plain = (tmp_path / "k.cubin").read_bytes()
+    assert b"add_kernel__hbnat" not in plain
+    rec = json.loads(A.output_store_path(tmp_path / "store", hashlib.sha256(plain).hexdigest()).read_text())
+    assert DF.recipe(rec) is not None and A.native_entries(rec) == {"add_kernel": "add_kernel__hbnat"}
+    built = DF.build(rec, store=tmp_path / "store")
+    assert b"add_kernel__hbnat" in built.cubin
