@@ -212,26 +212,33 @@ def load_probes(work: Path):
 #   hbfscope    HBFCC_NATIVE_SCOPE=1: the copy declares its own registers (wt/nat15; slower on 2 of 3 kernels in
 #               stop 48, where it was the default and this variant was "hbfshared", =0: the hbf build since)
 HBF_VARIANTS = {"hbfscope": {"HBFCC_NATIVE_SCOPE": "1"}}
+# the native entry (HBFCC_NATIVE_ENTRY=1, wt/natent15): <k>__hbnat, the untouched kernel as its own .entry, which the
+# session launches for a HOST launch decided native (nothing registered); graphs keep the instrumented entry. Measured
+# on host launches (_host_native_entry_cost), not in graphs: --native-entry
+NATENT_VARIANT = {"natent": {"HBFCC_NATIVE_ENTRY": "1"}}
 
 
-def variant_text() -> str:
-    """The variant builds' source: each kernel as <name>_<variant> for every HBF_VARIANTS entry."""
+def variant_text(variants: dict | None = None) -> str:
+    """The variant builds' source: each kernel as <name>_<variant> for every entry of ``variants`` (HBF_VARIANTS)."""
     head, body = KERNEL_TEXT.split("\n\n\n", 1)
-    return head + "\n\n\n" + "\n\n".join(body.replace("_SFX(", f"_{v}(") for v in HBF_VARIANTS)
+    return head + "\n\n\n" + "\n\n".join(body.replace("_SFX(", f"_{v}(") for v in (variants or HBF_VARIANTS))
 
 
-def load_variants(work: Path):
+def load_variants(work: Path, variants: dict | None = None):
     from workloads.triton_kernels import import_text  # noqa: PLC0415
-    return import_text(work / "tk_tma_variant.py", variant_text())
+    vs = variants or HBF_VARIANTS
+    stem = "tk_tma_variant" if vs is HBF_VARIANTS else "tk_tma_" + "_".join(vs)
+    return import_text(work / f"{stem}.py", variant_text(vs))
 
 
-def _variant_launchers(name: str, ins: dict, work: Path, torch, outputs: dict) -> dict:
-    """The HBF_VARIANTS builds of one kernel (compiled at their first launch, through hbfcc-ptxas with the variant's
-    knobs; nothing registered then), each checked once against the plain build's output (``outputs["plain"]``)."""
-    V = load_variants(work)
+def _variant_launchers(name: str, ins: dict, work: Path, torch, outputs: dict, variants: dict | None = None) -> dict:
+    """The HBF_VARIANTS builds (or ``variants``) of one kernel (compiled at their first launch, through hbfcc-ptxas with
+    the variant's knobs; nothing registered then), each checked once against the plain build's output
+    (``outputs["plain"]``)."""
+    V = load_variants(work, variants)
     go: dict = {}
     use_ptxas("hbf")
-    for vname, knobs in HBF_VARIANTS.items():
+    for vname, knobs in (variants or HBF_VARIANTS).items():
         with env_set(knobs):
             _checked_launcher(V, name, vname, vname, ins, torch, outputs, go)
     return go
@@ -476,6 +483,87 @@ def _event_ms(fn, torch, n: int = 1) -> float:
     e1.record()
     torch.cuda.synchronize()
     return e0.elapsed_time(e1) / n
+
+
+def _sleep_ms_per_cycle(torch) -> float:
+    """What one cycle of torch.cuda._sleep takes on this card (ms), from SLEEP_CYCLES between two events."""
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    torch.cuda._sleep(SLEEP_CYCLES)
+    e1.record()
+    torch.cuda.synchronize()
+    return e0.elapsed_time(e1) / SLEEP_CYCLES
+
+
+def _host_window(fn, torch, n: int, sleep_cycles: int) -> dict:
+    """n host launches of fn queued behind a GPU sleep long enough for the host to queue them all (``late``: the
+    sleep had ended before the host queued the last one, so the window may hold host time): the device's time per
+    launch (ms), between two events, and the host's time per launch (us) to queue it -- Triton's launcher and the
+    session's gate and selection included."""
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(sleep_cycles)
+    e0.record()
+    t = time.perf_counter_ns()
+    for _ in range(n):
+        fn()
+    host_ns = time.perf_counter_ns() - t
+    late = bool(e0.query())
+    e1.record()
+    torch.cuda.synchronize()
+    return {"ms": e0.elapsed_time(e1) / n, "host_us": host_ns / n / 1000, "late": late}
+
+
+def _spread(xs: list[float]) -> dict:
+    ys = sorted(xs)
+    return {"median": statistics.median(ys), "min": ys[0], "max": ys[-1]}
+
+
+def _host_native_entry_cost(s, go: dict, names: dict, torch) -> dict:
+    """The native entry's native cost on HOST launches (not graphs), nothing registered, in one process: the plain
+    build, the hbf build (its module detached: the instrumented entry's prologue reads the attach switch and branches
+    to the native body) and the natent build (HBFCC_NATIVE_ENTRY=1: the session launches <k>__hbnat, the untouched
+    kernel) side by side, PAIRS rounds of BACK_TO_BACK launches each, interleaved, each window behind a GPU sleep
+    sized from the slowest host queueing seen (x3, at least SLEEP_CYCLES) so that the device's time is measured, not
+    the host's. Device: per launch (ms), median and min/max, and the ratio to plain per round. Host (reported apart):
+    the time to queue one launch (us) -- Triton's launcher, the session's gate and per-launch selection, the launcher
+    wrapper of the native entry -- and its excess over plain (the gate's own host overhead)."""
+    keys = [k for k in ("plain", "hbf", "natent") if k in go]
+    for k in keys:
+        go[k]()
+    torch.cuda.synchronize()
+    per_cycle = _sleep_ms_per_cycle(torch)
+    warm = {k: _host_window(go[k], torch, BACK_TO_BACK, SLEEP_CYCLES)["host_us"] for k in keys}
+    need_ms = 3 * max(warm.values()) * BACK_TO_BACK / 1000
+    cycles = max(SLEEP_CYCLES, int(need_ms / per_cycle) if per_cycle > 0 else SLEEP_CYCLES)
+    w: dict = {k: [] for k in keys}
+    sel0 = json.loads(json.dumps(s.counters(publish=False).get("launch_selection") or {}))
+    for _ in range(PAIRS):
+        for k in keys:
+            w[k].append(_host_window(go[k], torch, BACK_TO_BACK, cycles))
+    sel1 = s.counters(publish=False).get("launch_selection") or {}
+    out: dict = {"pairs": PAIRS, "back_to_back": BACK_TO_BACK, "sleep_cycles": cycles, "sleep_ms": cycles * per_cycle,
+                 "goal": "<= 1.02 (device time per launch, natent vs plain)", "variants": {},
+                 "what": "nothing registered; host launches (no graph): each round BACK_TO_BACK launches of each build "
+                         "behind a GPU sleep the host's queueing fits in; device ms per launch between two events, "
+                         "host us per launch to queue"}
+    for k in keys:
+        ms, host = [x["ms"] for x in w[k]], [x["host_us"] for x in w[k]]
+        v = {"device_ms": _spread(ms), "host_us": _spread(host), "late_windows": sum(x["late"] for x in w[k])}
+        if k != "plain":
+            ratio = [a["ms"] / p["ms"] for a, p in zip(w[k], w["plain"])]
+            v["ratio"] = _spread(ratio)
+            v["extra_us_median"] = round(1000 * (statistics.median(ms) - statistics.median(x["ms"] for x in w["plain"])), 3)
+            v["host_extra_us_median"] = round(statistics.median(host) - statistics.median(x["host_us"] for x in w["plain"]), 3)
+        kname = names.get(k)
+        if kname:
+            a, b = (sel0.get(kname) or {}), (sel1.get(kname) or {})
+            v["launch_selection"] = {f: int(b.get(f, 0)) - int(a.get(f, 0))
+                                     for f in ("native", "native_entry", "instrumented", "captured")}
+        out["variants"][k] = v
+    nat = out["variants"].get("natent") or {}
+    out["ratio_median"] = (nat.get("ratio") or {}).get("median")
+    out["native_entry_used"] = (nat.get("launch_selection") or {}).get("native_entry") == PAIRS * BACK_TO_BACK
+    return out
 
 
 def _graph(fn, torch, warm: bool = True):
@@ -774,14 +862,33 @@ def gpu_case(s, K, name: str, rec: dict, save, torch) -> None:
         same.pop("plain")
         rec[f"{key}_identical"] = same
         return built
-    variants = extra("variants", _variant_launchers)
-    probes = extra("probes", _probe_launchers)
-    save(f"{name}: probes built")
-    try:
-        rec["native_cost_graph"] = _graph_native_cost(s, go, kh, torch, probes, variants)
-    except Exception as e:  # noqa: BLE001
-        rec["native_cost_graph"] = {"error": f"{type(e).__name__}: {e}"[:2000],
-                                    "traceback": traceback.format_exc()[-3000:]}
+    if os.environ.get("HBF_BENCH_TMA_NATENT") == "1":      # --native-entry: host launches, the native entry
+        natent = extra("natent", lambda *a: _variant_launchers(*a, variants=NATENT_VARIANT))
+        save(f"{name}: natent built")
+        try:
+            kn, _ = natent["natent"]()
+            b = s.bindings.get(int(kn.module))
+            rec["natent_build"] = {"native_entry": (b.kernel(f"{name}_natent").native_entry
+                                                    if b and b.kernel(f"{name}_natent") else None),
+                                   "native_function_bound": bool(b and b.native_fns.get(f"{name}_natent")),
+                                   "cubin_has_native_entry": f"{name}_natent__hbnat".encode() in kn.asm["cubin"],
+                                   "n_regs": kn.n_regs}
+            rec["native_cost_host_natent"] = _host_native_entry_cost(
+                s, {"plain": go["plain"], "hbf": go["hbf"], "natent": natent["natent"]},
+                {"hbf": f"{name}_hbf", "natent": f"{name}_natent"}, torch)
+        except Exception as e:  # noqa: BLE001
+            rec["native_cost_host_natent"] = {"error": f"{type(e).__name__}: {e}"[:2000],
+                                              "traceback": traceback.format_exc()[-3000:]}
+        save(f"{name}: natent host cost done")
+    if os.environ.get("HBF_BENCH_TMA_GRAPH", "1") == "1":     # --no-graph: skip the graph part (variants, probes)
+        variants = extra("variants", _variant_launchers)
+        probes = extra("probes", _probe_launchers)
+        save(f"{name}: probes built")
+        try:
+            rec["native_cost_graph"] = _graph_native_cost(s, go, kh, torch, probes, variants)
+        except Exception as e:  # noqa: BLE001
+            rec["native_cost_graph"] = {"error": f"{type(e).__name__}: {e}"[:2000],
+                                        "traceback": traceback.format_exc()[-3000:]}
     try:
         rec["graph_replay_selection"] = _graph_replay_check(s, go, kh, name, ins, torch, d["tma_copies"])
     except Exception as e:  # noqa: BLE001
@@ -839,7 +946,8 @@ def child_case(name: str, partial: Path) -> dict:
     return rec
 
 
-def gpu_run(res: dict, out_dir: Path, out_path: Path, deadline: float, names: tuple, case_timeout: float) -> None:
+def gpu_run(res: dict, out_dir: Path, out_path: Path, deadline: float, names: tuple, case_timeout: float,
+            child_env: dict | None = None) -> None:
     """Each case in its own child process (runtime_triton.run_child: a hung or faulting kernel costs that case
     only), at most case_timeout seconds and none started after the deadline; the JSON rewritten after each."""
     from runtime_triton import run_child  # noqa: PLC0415
@@ -852,7 +960,7 @@ def gpu_run(res: dict, out_dir: Path, out_path: Path, deadline: float, names: tu
             continue
         partial = out_dir / f"tma_triton.{name}.partial.json"
         partial.unlink(missing_ok=True)
-        cases[name] = run_child(__file__, name, {"HBF_BENCH_PARTIAL": str(partial)},
+        cases[name] = run_child(__file__, name, {"HBF_BENCH_PARTIAL": str(partial), **(child_env or {})},
                                 timeout=min(case_timeout, left + 60), partial=partial)
         rec = cases[name]
         log.info("%s: ok=%s checks=%s native=%s %s", name, rec.get("ok"), rec.get("checks"),
@@ -861,6 +969,13 @@ def gpu_run(res: dict, out_dir: Path, out_path: Path, deadline: float, names: tu
         log.info("%s: native cost in CUDA graphs: %s (%s)", name, ncg.get("ratio_median"),
                  ", ".join(f"{k} x{x.get('ratio_median', float('nan')):.3f} {x.get('extra_us_median')} us"
                            for k, x in (ncg.get("variants") or {}).items() if "ratio_median" in x))
+        nh = rec.get("native_cost_host_natent") or {}
+        if nh:
+            log.info("%s: native cost on host launches, native entry: %s", name, nh.get("error") or ", ".join(
+                f"{k} x{(x.get('ratio') or {}).get('median', float('nan')):.3f} "
+                f"[{(x.get('ratio') or {}).get('min', float('nan')):.3f}, {(x.get('ratio') or {}).get('max', float('nan')):.3f}] "
+                f"host +{x.get('host_extra_us_median')} us late {x.get('late_windows')}"
+                for k, x in (nh.get("variants") or {}).items() if k != "plain"))
         write_json(out_path, res)
     res["ok"] = all(cases.get(n, {}).get("ok") for n in names)
 
@@ -876,6 +991,10 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=270.0, help="no case starts after this many seconds")
     ap.add_argument("--only", default=",".join(KERNELS), help="comma list of kernels (default: all)")
     ap.add_argument("--case-timeout", type=float, default=150.0, help="seconds one GPU case's child may take")
+    ap.add_argument("--native-entry", action="store_true",
+                    help="also build each kernel with HBFCC_NATIVE_ENTRY=1 and measure plain / hbf / natent on HOST "
+                         "launches, nothing registered (native_cost_host_natent)")
+    ap.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph native cost (variants, probes)")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:   # one GPU case (gpu_run's child): its record on stdout, the CHILD-JSON line run_child reads
@@ -913,7 +1032,9 @@ def main(argv=None) -> int:
                 write_json(out_path, res)
                 return 2
             res["card"] = gpu_info()
-            gpu_run(res, out_dir, out_path, deadline, names, a.case_timeout)
+            gpu_run(res, out_dir, out_path, deadline, names, a.case_timeout,
+                    {"HBF_BENCH_TMA_NATENT": "1" if a.native_entry else "0",
+                     "HBF_BENCH_TMA_GRAPH": "0" if a.no_graph else "1"})
     except Exception as e:  # noqa: BLE001
         res["error"] = f"{type(e).__name__}: {e}"[:2000]
         res["traceback"] = traceback.format_exc()[-4000:]

@@ -266,3 +266,71 @@ def test_the_forced_words_are_the_sessions(monkeypatch):
         assert s._cu.w[0x100] == 0x7000 and b.attached and s._cu.w.get(det, 0) == 0
         TT._force_words(s, b, False)
         assert s._cu.w[0x100] == 0 and not b.attached and (s._cu.w.get(0x200) == 1 if det else 0 not in s._cu.w)
+
+
+def test_the_native_entry_variant_is_its_own_build():
+    """--native-entry's build (NATENT_VARIANT): each kernel as <k>_natent, HBFCC_NATIVE_ENTRY=1 a build knob."""
+    from hbfcc import knobs
+    text = TT.variant_text(TT.NATENT_VARIANT)
+    for k in TT.KERNELS:
+        assert text.count(f"def {k}_natent(") == 1
+    assert "_hbfscope(" not in text and set(TT.NATENT_VARIANT["natent"]) <= {v for v, _, _ in knobs.DOCS}
+
+
+def test_host_native_entry_cost_shape(monkeypatch):
+    """_host_native_entry_cost on a stand-in torch: every build measured PAIRS times, ratios against plain, the host's
+    queueing time apart, the native-entry launches counted from the session's launch_selection."""
+    calls = {"plain": 0, "hbf": 0, "natent": 0}
+    sel = {"m_natent": {"native": 0, "native_entry": 0, "instrumented": 0, "captured": 0}}
+
+    class Ev:
+        t = 0.0
+
+        def __init__(self, enable_timing=True):
+            self.at = None
+
+        def record(self):
+            self.at = Ev.t
+
+        def query(self):
+            return False
+
+        def elapsed_time(self, other):
+            return other.at - self.at
+
+    class Cuda:
+        Event = Ev
+
+        @staticmethod
+        def _sleep(n):
+            Ev.t += n * 1e-6
+
+        @staticmethod
+        def synchronize():
+            pass
+
+    class Torch:
+        cuda = Cuda
+
+    def fn(k, ms):
+        def go():
+            calls[k] += 1
+            Ev.t += ms
+            if k == "natent":
+                sel["m_natent"]["native"] += 1
+                sel["m_natent"]["native_entry"] += 1
+        return go
+
+    class S:
+        def counters(self, publish=False):
+            return {"launch_selection": sel}
+
+    out = TT._host_native_entry_cost(S(), {"plain": fn("plain", 0.010), "hbf": fn("hbf", 0.0104),
+                                           "natent": fn("natent", 0.0101)}, {"natent": "m_natent"}, Torch)
+    v = out["variants"]
+    assert set(v) == {"plain", "hbf", "natent"} and "ratio" not in v["plain"]
+    assert abs(v["natent"]["ratio"]["median"] - 1.01) < 1e-6 and abs(v["hbf"]["ratio"]["median"] - 1.04) < 1e-6
+    assert out["ratio_median"] == v["natent"]["ratio"]["median"] and out["native_entry_used"]
+    assert v["natent"]["launch_selection"]["native_entry"] == TT.PAIRS * TT.BACK_TO_BACK
+    assert all(x["late_windows"] == 0 and x["host_us"]["median"] >= 0 for x in v.values())
+    assert out["sleep_cycles"] >= TT.SLEEP_CYCLES
