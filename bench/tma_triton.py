@@ -43,6 +43,12 @@ the child rewrites <out>/tma_triton.<kernel>.partial.json atomically after every
 <out>/tma_triton.json after every case (tma_triton_dry.json for --dry-run), and no case starts after --budget-s
 seconds.
 
+``--native-entry`` (wt/natent15): each kernel also built with HBFCC_NATIVE_ENTRY=1 (``<k>_natent``: the untouched
+kernel as its own entry ``<k>_natent__hbnat``, which the session launches for a host launch decided native) and, with
+nothing registered, plain / hbf / natent measured on HOST launches side by side (``native_cost_host_natent``: device ms
+per launch behind a GPU sleep the host's queueing fits in, the ratio to plain per round, the host's us per launch to
+queue apart, the native-entry launches counted); ``--no-graph`` skips the graph part.
+
 CPU mode (``--dry-run``): each kernel compiled for GPUTarget("cuda", 90, 32) through hbfcc-ptxas (host descriptors
 as ``tensordesc<...>`` parameters; no GPU, no allocator needed to compile), and its admission read from the
 artifact: admitted, reasons, the TMA sites (the rewrite's tma counts and hooks), whether the cubin calls the
@@ -67,7 +73,7 @@ for _p in (str(ROOT), str(ROOT / "bench")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from devpath_common import gpu_info, prepare_run, use_ptxas, write_json  # noqa: E402
+from devpath_common import gpu_info, prepare_run, stats, use_ptxas, write_json  # noqa: E402
 from hbfcommon.env import env_set  # noqa: E402
 
 log = logging.getLogger("tma_triton")
@@ -513,11 +519,6 @@ def _host_window(fn, torch, n: int, sleep_cycles: int) -> dict:
     return {"ms": e0.elapsed_time(e1) / n, "host_us": host_ns / n / 1000, "late": late}
 
 
-def _spread(xs: list[float]) -> dict:
-    ys = sorted(xs)
-    return {"median": statistics.median(ys), "min": ys[0], "max": ys[-1]}
-
-
 def _host_native_entry_cost(s, go: dict, names: dict, torch) -> dict:
     """The native entry's native cost on HOST launches (not graphs), nothing registered, in one process: the plain
     build, the hbf build (its module detached: the instrumented entry's prologue reads the attach switch and branches
@@ -548,10 +549,10 @@ def _host_native_entry_cost(s, go: dict, names: dict, torch) -> dict:
                          "host us per launch to queue"}
     for k in keys:
         ms, host = [x["ms"] for x in w[k]], [x["host_us"] for x in w[k]]
-        v = {"device_ms": _spread(ms), "host_us": _spread(host), "late_windows": sum(x["late"] for x in w[k])}
+        v = {"device_ms": stats(ms), "host_us": stats(host), "late_windows": sum(x["late"] for x in w[k])}
         if k != "plain":
             ratio = [a["ms"] / p["ms"] for a, p in zip(w[k], w["plain"])]
-            v["ratio"] = _spread(ratio)
+            v["ratio"] = stats(ratio)
             v["extra_us_median"] = round(1000 * (statistics.median(ms) - statistics.median(x["ms"] for x in w["plain"])), 3)
             v["host_extra_us_median"] = round(statistics.median(host) - statistics.median(x["host_us"] for x in w["plain"]), 3)
         kname = names.get(k)

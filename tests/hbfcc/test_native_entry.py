@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,6 +22,9 @@ from hbfcc.ptx import parse_module  # noqa: E402
 from hbfcc.rewrite import rewrite_text  # noqa: E402
 from hbfcc.toolchain import parse_ptxas_v  # noqa: E402
 from hbfcommon import artifact as A  # noqa: E402
+
+sys.path.insert(0, str(U.REPO / "bench"))
+import native_entry_static as NS  # noqa: E402
 
 FIX = U.REPO / "tests" / "fixtures" / "triton"
 # the three Triton TMA kernels of the native-cost bench's kind, an attention kernel, a wgmma matmul, simple ones
@@ -42,35 +43,14 @@ def _stats(text: str) -> dict:
     return {n: st.get(n) for n in st.functions}
 
 
-def _cuobjdump() -> str | None:
-    try:
-        import triton   # its bundled cuobjdump, when the toolkit has none
-        p = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-        if p.is_file():
-            return str(p)
-    except ImportError:
-        pass
-    return shutil.which("cuobjdump")
-
-
 def _sass(text: str, fn: str) -> list[str] | None:
-    tool = _cuobjdump()
-    if tool is None:
-        return None
+    """The SASS of one function of the text's sm_90a build (bench/native_entry_static.py's reading of cuobjdump)."""
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "m.ptx"
         p.write_text(text)
         subprocess.run([U.tool("ptxas"), "-arch=sm_90a", str(p), "-o", str(Path(d) / "m.cubin")], check=True,
                        capture_output=True)
-        cp = subprocess.run([tool, "-sass", "-fun", fn, str(Path(d) / "m.cubin")], capture_output=True, text=True)
-    if cp.returncode != 0:
-        return None
-    out = []
-    for ln in cp.stdout.splitlines():
-        m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(.*?);", ln)
-        if m:
-            out.append(" ".join(m.group(1).split()))
-    return out
+        return NS.sass_of(Path(d) / "m.cubin", fn)
 
 
 @pytest.mark.parametrize("name", CORPUS)
