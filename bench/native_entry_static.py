@@ -40,15 +40,9 @@ BUILDS = ("plain", "off", "on")
 
 
 def cuobjdump() -> str | None:
-    """CUDA's cuobjdump, else the one Triton bundles."""
-    try:
-        import triton  # noqa: PLC0415
-        p = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-        if p.is_file():
-            return str(p)
-    except ImportError:
-        pass
-    return shutil.which("cuobjdump")
+    """CUDA's cuobjdump, else the one Triton bundles (hbfcc.toolchain's lookup)."""
+    from hbfcc.toolchain import _triton_bundled  # noqa: PLC0415
+    return shutil.which("cuobjdump") or next((p for p in _triton_bundled("cuobjdump") if os.path.isfile(p)), None)
 
 
 def sass_of(cubin: Path, fn: str, tool: str | None = None) -> list[str] | None:
