@@ -349,6 +349,7 @@ def artifact_admission(art: dict | None) -> dict:
             "registers_plain_instrumented": [(ka.get("ptxas_before") or {}).get("registers"),
                                              (ka.get("ptxas_after") or {}).get("registers")],
             "smem_plain_instrumented": smem,
+            "native_entry": ka.get("native_entry"), "native_entry_reason": ka.get("native_entry_reason"),
             "dynamic_smem_base_kept": dynamic_smem_base_kept(*smem),
             "helper": Path(art["helper"]["path"]).name if art and art.get("helper") else None}
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# one call (~3-4 min; LIMIT=300 is ample): the native entry (wt/natent15, issue 15 item 5 / issue 13 item 3: "the native
+# one call (~3-4 min; LIMIT=420 leaves run2 room): the native entry (wt/natent15, issue 15 item 5 / issue 13 item 3: "the native
 # cost of TMA kernels with nothing registered <= 1.02x"). Stop 48 measured, in CUDA graphs, the instrumented entry's
 # prologue test (ULDC of the attach switch + branch, the 1 KiB static TMA table): attn_fwd x1.039, matmul_dev x1.045,
 # matmul_host x1.087. With HBFCC_NATIVE_ENTRY=1 hbfcc also emits <k>__hbnat, the untouched kernel as its own .entry
