@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 from typing import Any, Sequence
 
 from hbfcommon.errors import CudaError
+
+log = logging.getLogger(__name__)
 
 CU_MEMHOSTREGISTER_PORTABLE = 0x01
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
@@ -268,6 +271,49 @@ def func_set_max_dynamic_shared(function, nbytes: int) -> None:
     d = drv()
     check(d.cuFuncSetAttribute(function, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                int(nbytes)), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+
+
+# The function attributes a loader may set on a kernel after loading it (Triton's loadBinary: the dynamic shared
+# memory above 48 KiB; its launcher: the non-portable cluster size), which a second entry of the same kernel (its
+# native entry, <k>__hbnat) must carry too, or a launch with the kernel's dynamic shared memory is an invalid argument.
+FUNC_ATTRIBUTES_COPIED = ("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
+                          "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT",
+                          "CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH", "CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT",
+                          "CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH",
+                          "CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED",
+                          "CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE")
+
+
+def copy_function_attributes(src, dst) -> dict[str, int]:
+    """Give ``dst`` the settable function attributes of ``src`` (FUNC_ATTRIBUTES_COPIED, read back with
+    cuFuncGetAttribute) where they differ, and the shared-memory cache preference Triton sets with them; returns
+    what was set. MAX_DYNAMIC_SHARED_SIZE_BYTES must copy (raises CudaError); another attribute the driver lacks or
+    refuses (a cluster size compiled into the kernel) is skipped, logged."""
+    d = drv()
+    fa = d.CUfunction_attribute
+    s = src if isinstance(src, d.CUfunction) else d.CUfunction(int(src))
+    t = dst if isinstance(dst, d.CUfunction) else d.CUfunction(int(dst))
+    done: dict[str, int] = {}
+    for an in FUNC_ATTRIBUTES_COPIED:
+        a = getattr(fa, an, None)
+        if a is None:
+            continue
+        must = an == "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES"
+        try:
+            want = int(check(d.cuFuncGetAttribute(a, s), f"cuFuncGetAttribute({an})"))
+            have = int(check(d.cuFuncGetAttribute(a, t), f"cuFuncGetAttribute({an})"))
+            if want != have:
+                check(d.cuFuncSetAttribute(t, a, want), f"cuFuncSetAttribute({an})")
+                done[an] = want
+        except CudaError as e:
+            if must:
+                raise
+            log.debug("copy_function_attributes: %s skipped (%s)", an, e)
+    if done.get("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 0) > 48 * 1024:
+        res = d.cuFuncSetCacheConfig(t, d.CUfunc_cache.CU_FUNC_CACHE_PREFER_SHARED)
+        if int(res[0] if isinstance(res, tuple) else res) != int(d.CUresult.CUDA_SUCCESS):
+            log.debug("copy_function_attributes: cuFuncSetCacheConfig(PREFER_SHARED) failed")
+    return done
 
 
 def _module(module):

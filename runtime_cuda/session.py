@@ -102,6 +102,10 @@ class ModuleBinding:
     cdesc_bytes: int = 0  # its size: CDESC_BYTES, or CDESC_BYTES_V5 (built before ABI 6: one range inline)
     # kernel name -> its native entry's CUfunction (KernelInfo.native_entry, looked up once at bind; HBF_NATIVE_ENTRY)
     native_fns: dict[str, Any] = field(default_factory=dict)
+    # kernel names whose native entry got the instrumented entry's function attributes (Session._native_ready: at
+    # its first launch, after Triton's loader set them), and the native launches that failed and ran instrumented
+    native_ready: set[str] = field(default_factory=set)
+    native_failures: dict[str, int] = field(default_factory=dict)
 
     def kernel(self, name: str) -> KernelInfo | None:
         return self.kernels.get(name)
@@ -561,7 +565,15 @@ class _TritonNativeRun:
                                    int(stream) if isinstance(stream, int) else None, switch=True)
             s._tl.handled = launch_metadata
             if nfn is not None:
-                function = int(nfn)
+                try:
+                    return self.run(gridX, gridY, gridZ, stream, int(nfn), packed_metadata, launch_metadata,
+                                    enter_hook, exit_hook, *args)
+                except RuntimeError as e:       # Triton's launcher: "Triton Error [CUDA]: ..." before it ran
+                    b = s.functions.get(self.function, (None, None))[0]
+                    if b is None:
+                        raise
+                    s._native_failed(b, _launch_name(launch_metadata, self.function), e)
+                    s._tl.handled = launch_metadata
         return self.run(gridX, gridY, gridZ, stream, function, packed_metadata, launch_metadata, enter_hook,
                         exit_hook, *args)
 
@@ -1080,6 +1092,41 @@ class Session:
                             "instrumented entry", name, ne, e)
         return out
 
+    def _native_ready(self, b: ModuleBinding, name: str, nfn: Any) -> Any:
+        """The native entry ``nfn`` of kernel ``name`` ready to launch, or None: at its first launch it gets the
+        function attributes the loader set on the instrumented entry after loading it (Triton's loadBinary: the
+        dynamic shared memory above 48 KiB, which a TMA kernel uses; cudrv.copy_function_attributes). A failure
+        drops the native entry (the kernel's launches run instrumented; Session._native_failed)."""
+        if name in b.native_ready:
+            return nfn
+        ifn = self._instrumented_function(b, name)
+        try:
+            if ifn is None:
+                raise HbfError("the instrumented entry's CUfunction is not known", code=ErrorCode.UNSUPPORTED)
+            done = self._cu.copy_function_attributes(ifn, nfn)
+        except HbfError as e:
+            self._native_failed(b, name, e)
+            return None
+        b.native_ready.add(name)
+        log.info("kernel %s: native entry ready (attributes copied from the instrumented entry: %s)", name,
+                 done or "none differed")
+        return nfn
+
+    def _instrumented_function(self, b: ModuleBinding, name: str) -> Any:
+        """The instrumented entry's CUfunction handle of kernel ``name`` of binding ``b`` (Session.functions)."""
+        for fh, (fb, info) in self.functions.items():
+            if fb is b and info is not None and info.name == name:
+                return fh
+        return None
+
+    def _native_failed(self, b: ModuleBinding, name: str, err: BaseException) -> None:
+        """A native entry that could not be readied or launched: dropped (b.native_fns), counted
+        (b.native_failures), logged as a warning naming the kernel and the error; its launches run instrumented."""
+        b.native_fns.pop(name, None)
+        b.native_failures[name] = b.native_failures.get(name, 0) + 1
+        log.warning("kernel %s: its native entry failed (%s): this launch and the next run the instrumented entry",
+                    name, err)
+
     def _write_cdesc(self, b: ModuleBinding, *, clear: bool = False) -> None:
         """The module's launch descriptor (devstate.cdesc_for) for the current device state; zero
         (no compact path) when clear. Only while none of the module's kernels runs."""
@@ -1168,6 +1215,8 @@ class Session:
                                                       "rules": {}, "word": {}})
         sel["rules"][why] = sel["rules"].get(why, 0) + 1
         nfn = b.native_fns.get(name) if switch and info is not None else None
+        if nfn is not None and not capturing and native is not False:
+            nfn = self._native_ready(b, name, nfn)
         if nfn is not None and not capturing and native is not False:
             sel["native"] += 1
             sel["native_entry"] += 1
@@ -1315,7 +1364,14 @@ class Session:
         nfn = None
         if b is not None:
             nfn = self._select(b, info, self._allocation_spans(ptrs), int(stream), "allocation", switch=True)
-        self._cu.launch(function if nfn is None else nfn, grid, block, args, shared, stream)
+        if nfn is None:
+            self._cu.launch(function, grid, block, args, shared, stream)
+        else:
+            try:
+                self._cu.launch(nfn, grid, block, args, shared, stream)
+            except HbfError as e:           # refused before it ran (a launch error): the instrumented entry instead
+                self._native_failed(b, name, e)
+                self._cu.launch(function, grid, block, args, shared, stream)
         if self.stall.warn_s > 0:
             self.stall.launched(time.monotonic(), name, f"grid {tuple(grid)} block {tuple(block)}")
 

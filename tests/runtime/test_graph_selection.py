@@ -66,6 +66,11 @@ class Device:
     def stream_synchronize(self, stream):
         self.stream_syncs += 1
 
+    def copy_function_attributes(self, src, dst):
+        """cudrv.copy_function_attributes: recorded (src, dst) -- the launch path readies a native entry with it."""
+        self.__dict__.setdefault("copied", []).append((int(src), int(dst)))
+        return {}
+
 
 def _session(dev: Device) -> tuple[Session, ModuleBinding]:
     s = object.__new__(Session)     # only what _select and _set_module_words read

@@ -32,6 +32,7 @@ def _session(dev: G.Device, *, switch_fns=True) -> tuple[Session, ModuleBinding]
     if switch_fns:
         b.native_fns = {"k": NATIVE_FN, "g": NATIVE_FN + 1}
     s.bindings = {b.module: b}
+    s.functions = {FN: (b, PARAMS), FN + 1: (b, MEMORY)}
     return s, b
 
 
@@ -264,3 +265,64 @@ def test_triton_launcher_wrapper_substitutes_the_handle_before_the_launcher():
 @pytest.fixture(name="dev", params=["switch", "old"])
 def _dev(request) -> G.Device:
     return G.Device(switch=request.param == "switch")
+
+
+class AttrDevice(LaunchDevice):
+    """A stand-in driver whose functions carry attributes: the instrumented entry's were set by Triton's loader
+    (dynamic shared memory above 48 KiB), the native entry has none until copied; a launch of a function without
+    them is refused as Triton's launcher does (RuntimeError "Triton Error [CUDA]: invalid argument")."""
+
+    def __init__(self, copy_ok=True):
+        super().__init__()
+        self.attrs = {FN: {"MAX_DYNAMIC_SHARED_SIZE_BYTES": 200 * 1024}, NATIVE_FN: {}}
+        self.events: list[tuple] = []
+        self.copy_ok = copy_ok
+
+    def copy_function_attributes(self, src, dst):
+        self.events.append(("copy", int(src), int(dst)))
+        if self.copy_ok:
+            self.attrs[int(dst)] = dict(self.attrs[int(src)])
+        return dict(self.attrs[int(src)])
+
+
+def test_native_entry_gets_the_instrumented_attributes_before_its_first_launch():
+    pytest.importorskip("triton")
+    dev = AttrDevice()
+    s, b = _launch_session(dev)
+    k = FakeKernel(FN)
+    inner = k._run
+
+    def launcher(gridX, gridY, gridZ, stream, function, *rest):  # noqa: N803
+        dev.events.append(("launch", int(function)))
+        if not dev.attrs[int(function)]:
+            raise RuntimeError("Triton Error [CUDA]: invalid argument")
+        return inner(gridX, gridY, gridZ, stream, function, *rest)
+    k._run = launcher
+    s._wrap_native_run(k, b, "k", FN)
+    G.table(s, [])
+    k.launch(7, FakeTensor(0x10800, 4), 4, hook=s._triton_launch)
+    k.launch(7, FakeTensor(0x10800, 4), 4, hook=s._triton_launch)
+    assert dev.events == [("copy", FN, NATIVE_FN), ("launch", NATIVE_FN), ("launch", NATIVE_FN)]
+    assert k.calls == [NATIVE_FN, NATIVE_FN] and b.native_ready == {"k"} and not b.native_failures
+
+
+def test_a_failed_native_launch_falls_back_to_the_instrumented_entry(caplog):
+    pytest.importorskip("triton")
+    dev = AttrDevice(copy_ok=False)
+    s, b = _launch_session(dev)
+    k = FakeKernel(FN)
+    inner = k._run
+
+    def launcher(gridX, gridY, gridZ, stream, function, *rest):  # noqa: N803
+        if not dev.attrs[int(function)]:
+            raise RuntimeError("Triton Error [CUDA]: invalid argument")
+        return inner(gridX, gridY, gridZ, stream, function, *rest)
+    k._run = launcher
+    s._wrap_native_run(k, b, "k", FN)
+    G.table(s, [])
+    with caplog.at_level("WARNING"):
+        k.launch(7, FakeTensor(0x10800, 4), 4, hook=s._triton_launch)
+        k.launch(7, FakeTensor(0x10800, 4), 4, hook=s._triton_launch)
+    assert k.calls == [FN, FN]                       # the instrumented entry instead, and from then on
+    assert b.native_failures == {"k": 1} and "k" not in b.native_fns
+    assert any("kernel k" in r.getMessage() and "invalid argument" in r.getMessage() for r in caplog.records)
