@@ -1726,7 +1726,10 @@ class MediaEngine:
             new_idx = np.arange(nnew, dtype=np.int64)
         nn2 = 0 if cmds is None else len(cmds["kind"])
         if pq is not None and nn2:
-            allc = {k: np.concatenate([pq[k], cmds[k]]) for k in self._CMD_KEYS}
+            # (wt/fuse14: appended after the pending set in its buffers, _Bufs.cat, as _behind_pending does: no copy
+            # of the pending set each batch)
+            cat = self._bufs.cat
+            allc = {k: cat(k, pq[k], cmds[k]) for k in self._CMD_KEYS}
         elif pq is not None:
             allc = {k: pq[k] for k in self._CMD_KEYS}
         else:
