@@ -298,6 +298,33 @@ def _bits(x):
 
 
 @accel.jit
+def _carry_split(cd, ct, mask):
+    """``diestage.DieCarry.take``'s split, loop form (compiled by numba): the carried releases (die ``cd``, time
+    ``ct``) of the dies in ``mask`` (bool per die) and the others, each in order. Returns (die, t, rest die, rest t)."""
+    n = cd.shape[0]
+    k = 0
+    for j in range(n):
+        if mask[cd[j]]:
+            k += 1
+    td = np.empty(k, np.int64)
+    tt = np.empty(k, np.int64)
+    rd = np.empty(n - k, np.int64)
+    rt = np.empty(n - k, np.int64)
+    u = 0
+    w = 0
+    for j in range(n):
+        if mask[cd[j]]:
+            td[u] = cd[j]
+            tt[u] = ct[j]
+            u += 1
+        else:
+            rd[w] = cd[j]
+            rt[w] = ct[j]
+            w += 1
+    return td, tt, rd, rt
+
+
+@accel.jit
 def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies, xfer, bpage, bready, plane_free,
                cdie, ct, horizon, limit, o_ch, o_rd, o_x, o_seq, o_q0, chan_free, chan_busy, pshift, sshift):
     """A batch of media reads (requests sorted by arrival ``a``; serials from ``serial0``, page transactions'
@@ -393,25 +420,7 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
         present = np.zeros(ndies, np.bool_)
         for k in range(nm):
             present[die[mi[k]]] = True
-        npres = 0
-        for j in range(cdie.shape[0]):
-            if present[cdie[j]]:
-                npres += 1
-        cdp = np.empty(npres, np.int64)
-        ctp = np.empty(npres, np.int64)
-        rest_d = np.empty(cdie.shape[0] - npres, np.int64)
-        rest_t = np.empty(cdie.shape[0] - npres, np.int64)
-        u = 0
-        w = 0
-        for j in range(cdie.shape[0]):
-            if present[cdie[j]]:
-                cdp[u] = cdie[j]
-                ctp[u] = ct[j]
-                u += 1
-            else:
-                rest_d[w] = cdie[j]
-                rest_t[w] = ct[j]
-                w += 1
+        cdp, ctp, rest_d, rest_t = _carry_split(cdie, ct, present)
         Em, bind, sure, kd, kt = _fifo_loop(ta[mi], die[mi], plane[mi], t_read, t_cmd, Q, ndies, plane_free, cdp, ctp)
         for k in range(nm):
             E[mi[k]] = Em[k]
@@ -1825,26 +1834,7 @@ def _event_run(ri, r_read, plane_read, die_read, t_read, kind_c, base_c, gx, gat
     kind, ready, pl, dd, sv, gate, gxa, join, floor = _event_inputs(ri, r_read, plane_read, die_read, t_read, kind_c,
                                                                     base, gx, gidx, plane_c, die_c, svc_c, join_c,
                                                                     floor_c)
-    nc = carry_d.shape[0]
-    nt = 0
-    for i in range(nc):
-        if evd[carry_d[i]]:
-            nt += 1
-    cd = np.empty(nt, np.int64)
-    ct = np.empty(nt, np.int64)
-    rd = np.empty(nc - nt, np.int64)
-    rt = np.empty(nc - nt, np.int64)
-    a = 0
-    b = 0
-    for i in range(nc):
-        if evd[carry_d[i]]:
-            cd[a] = carry_d[i]
-            ct[a] = carry_t[i]
-            a += 1
-        else:
-            rd[b] = carry_d[i]
-            rt[b] = carry_t[i]
-            b += 1
+    cd, ct, rd, rt = _carry_split(carry_d, carry_t, evd)
     pf0 = plane_free.copy()
     k64 = kind.astype(np.int64)
     start, end, adm, rdy, ok, split = _simulate_split(k64, ready, pl, dd, sv, t_cmd, Q, plane_free, cd, ct, gate,

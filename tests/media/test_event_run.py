@@ -12,19 +12,15 @@ by one (the engine's other branch, taken with a trace or unusual types):
 * a changed fused call is seen."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
-from hbfcommon.profile import MAX_DIE_QUEUE_SLOTS, load_profile
 from hbfd.media import engine as E
 from hbfd.media import eventsim
 from hbfd.media.bench import make_stream
 from hbfd.media.diestage import _KEEP_TWIN_MIN, DieCarry
-from hbfd.media.geometry import MediaGeometry
 
-from test_accel_media import _engine_run
+from test_accel_media import _engine_run, _geometry
 
 pytest.importorskip("numba")
 
@@ -168,15 +164,6 @@ def test_event_run_unknown_gate_raises_and_changes_nothing(monkeypatch):
             _fused(*a2)
         assert r1.value.args == r2.value.args == (10**9 + 7,)
         assert np.array_equal(a2[9], args[9]) and np.array_equal(a2[11].die, args[11].die)
-
-
-def _geometry(prof, qd):
-    g = MediaGeometry.from_profile(load_profile(prof))
-    if qd == "unbounded":
-        g = dataclasses.replace(g, queue_depth=MAX_DIE_QUEUE_SLOTS // g.dies)
-    elif qd == "small":
-        g = dataclasses.replace(g, queue_depth=2)
-    return g
 
 
 STREAMS = [("nominal", "write", 0.0, None, "profile"), ("nominal", "mixed", 0.1, None, "profile"),
