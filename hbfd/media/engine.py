@@ -2720,6 +2720,8 @@ def warm_twins(geometry: MediaGeometry) -> float:
         u8 = np.zeros(1, np.uint8)
         _event_inputs(_E0, _E0, _E0, _E0, 1, u8, one, one, none, one, one, one, none, one)
         _event_decide(u8, one, one, np.zeros(1, np.int64), np.zeros(1, np.int64), 0, READ, one, one.copy(), _E0, _E0)
+        # (DieCarry.put's cut: the write bursts above reach it only inside _event_run; the read die stage calls it)
+        _carry_keep(np.zeros(2, np.int64), np.arange(2, dtype=np.int64), 1, 1)
         # (Ftl.program_many's repeat check: inside _program_bulk where the map is the table, round 14; directly on
         # the numpy path)
         _dup_planes(np.arange(2, dtype=np.int64), np.zeros(2, np.int64), 1)

@@ -216,3 +216,20 @@ def test_a_changed_fused_call_is_seen(monkeypatch):
     monkeypatch.setattr(E, "_event_run", changed)
     got = _engine_run(g, stream, [1000] * 3, [True] * 3)
     assert ref[1] != got[1] or any(not np.array_equal(x, y) for x, y in zip(ref[0], got[0]))
+
+
+def test_warm_twins_in_fresh_processes_leaves_no_twin_uncompiled():
+    """A daemon's process loads the twins from numba's cache, and loading a caller compiles none of its callees: a
+    twin the warm-up reaches only inside ``_event_run`` (``_carry_keep``, ``_event_inputs``, ``_event_decide``) but
+    that the engine also calls from Python must be called by ``warm_twins`` directly. Two fresh processes over the same
+    cache (the first may compile): neither warns that a twin was not reached."""
+    import os
+    import subprocess
+    import sys
+    code = ("from hbfd.media.engine import warm_twins; from hbfd.media.geometry import MediaGeometry; "
+            "from hbfcommon.profile import load_profile; warm_twins(MediaGeometry.from_profile(load_profile('nominal')))")
+    env = {**os.environ, "HBFD_ACCEL": "on"}
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr
+        assert "did not reach" not in r.stderr, r.stderr
