@@ -598,8 +598,8 @@ def test_a_twin_calling_twins_of_another_file_is_keyed_on_that_file(monkeypatch)
     ns = {"np": np, "_fifo_carry": K._fifo_carry, "_t_inner": _t_inner}
     exec("def uses_other(x):\n    return _t_inner(x)\n", ns)
     ns["uses_other"].__code__ = ns["uses_other"].__code__.replace(co_filename=K.__file__)
-    other = accel.jit(ns["uses_other"])
-    assert other(5) == 15
+    # (not compiled here: numba's cache would place a function of an exec'd namespace under kernels.py's cache
+    # and could not import it back; tests/test_accel.py compiles a real cross-file pair in fresh processes)
     assert [p for p, _ in accel._foreign_sources(ns["uses_other"])] == [__file__]
     assert [p for p, _ in accel._foreign_sources(K._event_run.py_func)] == [E.__file__]
 
