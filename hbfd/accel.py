@@ -21,6 +21,7 @@ used the compiled path is part of what it reports (:func:`describe`).
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import secrets
 import time
@@ -88,15 +89,67 @@ def describe() -> dict:
     return {"accel": f"numba {nb.__version__}"}
 
 
+def _twin_callees(fn: Callable) -> dict:
+    """The twins ``fn`` calls by global name: {name: lazy wrapper}."""
+    g = fn.__globals__
+    return {k: g[k] for k in fn.__code__.co_names if getattr(g.get(k), "accel_dispatcher", None)}
+
+
+def _foreign_sources(fn: Callable) -> tuple:
+    """The source files of every twin ``fn`` reaches through its callees (transitively), other than ``fn``'s own
+    file, each with the SHA-256 of its contents, sorted: ``((path, hexdigest), ...)``; empty when every callee is of
+    ``fn``'s file. What the cache key of a twin with callees in other files includes (:func:`jit`)."""
+    own = fn.__code__.co_filename
+    files: set = set()
+    seen: set = set()
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        for w in _twin_callees(f).values():
+            callee = w.py_func
+            if id(callee) in seen:
+                continue
+            seen.add(id(callee))
+            files.add(callee.__code__.co_filename)
+            todo.append(callee)
+    files.discard(own)
+    out = []
+    for path in sorted(files):
+        with open(path, "rb") as fh:
+            out.append((path, hashlib.sha256(fh.read()).hexdigest()))
+    return tuple(out)
+
+
+def _keyed_cache(py_func: Callable, foreign: tuple):
+    """numba's on-disk cache of ``py_func`` (``njit(cache=True)``'s, in the same place) with ``foreign``
+    (:func:`_foreign_sources`) in every entry's key: a caller compiled against other callee files' contents is
+    never loaded for these. None where this numba has no such cache class (the twin is then not cached on disk)."""
+    try:
+        from numba.core.caching import FunctionCache
+    except ImportError:
+        return None
+    if not hasattr(FunctionCache, "_index_key"):
+        return None
+
+    class _CalleeKeyedCache(FunctionCache):
+        def _index_key(self, sig, codegen):
+            return super()._index_key(sig, codegen) + (("accel.callee_sources",) + foreign,)
+
+    return _CalleeKeyedCache(py_func)
+
+
 def jit(fn: Callable) -> Callable:
     """Decorate a loop-form twin: returns a lazy wrapper that compiles ``fn`` with ``numba.njit(cache=True,
     nogil=True)`` at its first call. Call it only where :func:`enabled` said yes (calling it without numba
     raises a ConfigError naming what is missing, never runs the slow Python loop silently).
 
-    A twin may call other twins of its own source file by their global names (a whole-batch pass built from
-    smaller twins): at compile time those names are bound to the callees' compiled forms. Only callees of the
-    same file are allowed, since numba's cache of the caller is keyed on the caller's file alone (a callee
-    changed in another file would leave a stale cached caller)."""
+    A twin may call other twins by their global names (a whole-batch pass built from smaller twins): at compile
+    time those names are bound to the callees' compiled forms. numba's on-disk cache of a twin is keyed on its own
+    file (the index holds that file's stamp) and the compiled caller holds its callees' code, so a callee changed
+    in another file would leave a stale cached caller: a twin whose callees (transitively) live in other files is
+    cached with those files' contents in its cache key (:func:`_foreign_sources`, :func:`_keyed_cache`), so a
+    changed callee file misses the cache and compiles afresh (a numba without that hook: no on-disk cache for such
+    a twin, it compiles once per process). Same-file callees need nothing: the caller's file is the callee's."""
     compiled: list = []
 
     def dispatcher():
@@ -105,19 +158,22 @@ def jit(fn: Callable) -> Callable:
             if nb is None:
                 raise ConfigError(f"{fn.__qualname__}: the compiled twin needs numba ({why})",
                                   variable="HBFD_ACCEL", value=knobs.accel_mode())
-            g = fn.__globals__
-            subs = {k: g[k] for k in fn.__code__.co_names if getattr(g.get(k), "accel_dispatcher", None)}
+            subs = _twin_callees(fn)
             f = fn
             if subs:
-                for k, w in subs.items():
-                    if w.py_func.__code__.co_filename != fn.__code__.co_filename:
-                        raise TypeError(f"{fn.__qualname__} calls the twin {k} of another file "
-                                        f"({w.py_func.__code__.co_filename}): numba's cache would not see it change")
-                g2 = dict(g)
+                g2 = dict(fn.__globals__)
                 g2.update({k: w.accel_dispatcher() for k, w in subs.items()})
                 f = types.FunctionType(fn.__code__, g2, fn.__name__, fn.__defaults__, fn.__closure__)
                 functools.update_wrapper(f, fn)
-            compiled.append(nb.njit(cache=True, nogil=True)(f))
+            foreign = _foreign_sources(fn)
+            if not foreign:
+                compiled.append(nb.njit(cache=True, nogil=True)(f))
+            else:
+                d = nb.njit(nogil=True)(f)
+                cache = _keyed_cache(f, foreign)
+                if cache is not None and hasattr(d, "_cache"):   # (else: no on-disk cache, compiled per process)
+                    d._cache = cache
+                compiled.append(d)
         return compiled[0]
 
     @functools.wraps(fn)

@@ -103,3 +103,65 @@ def test_numba_function_ids_differ_across_processes():
             for _ in range(2)]
     ids = [int(x) for o in outs for x in o]
     assert len(set(ids)) == 4 and min(ids) > 1 << 20
+
+
+_CALLEE = '''from hbfd import accel
+
+
+@accel.jit
+def bump(x):
+    return x + {k}
+'''
+_CALLER = '''from hbfd import accel
+from cross_b import bump
+
+
+@accel.jit
+def twice_bumped(x):
+    return 2 * bump(x)
+'''
+_RUN = ("import sys; sys.path.insert(0, sys.argv[1]); import cross_a; "
+        "r = cross_a.twice_bumped(1); d = cross_a.twice_bumped.accel_dispatcher(); "
+        "print(r, sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values()))")
+
+
+def test_cross_file_twin_call_is_cached_with_its_callee_file(tmp_path):
+    """A twin may call a twin of another file (``accel.jit`` binds it to its compiled form); numba's on-disk cache
+    of the caller is keyed on the caller's file alone and the cached caller holds the callee's code, so the caller's
+    key also holds the callee file's contents (``accel._foreign_sources``). Fresh processes over one cache: the
+    first compiles, the second loads the caller from the cache, and after the callee's file changes (same size, same
+    mtime: numba's own stamp of it cannot tell) the third compiles again and gets the new callee's result -- a
+    caller cached on its own file only would load the stale one (2 * (1 + 1) = 4 instead of 6)."""
+    pytest.importorskip("numba")
+    import os
+    import subprocess
+    import sys
+    src, cache = tmp_path / "src", tmp_path / "cache"
+    src.mkdir()
+    cache.mkdir()
+    (src / "cross_a.py").write_text(_CALLER)
+    callee = src / "cross_b.py"
+    callee.write_text(_CALLEE.format(k=1))
+    st = callee.stat()
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "HBFD_ACCEL": "on",
+           "PYTHONPATH": os.pathsep.join([str(src)] + sys.path)}
+
+    def run():
+        r = subprocess.run([sys.executable, "-c", _RUN, str(src)], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return [int(x) for x in r.stdout.split()]
+    assert run() == [4, 0, 1]                  # compiled
+    assert run() == [4, 1, 0]                  # loaded from the cache
+    callee.write_text(_CALLEE.format(k=2))
+    os.utime(callee, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert callee.stat().st_size == st.st_size
+    assert run() == [6, 0, 1]                  # the callee changed: compiled again, not the stale caller
+    assert run() == [6, 1, 0]
+
+
+def test_same_file_twin_calls_keep_numbas_own_cache_key():
+    """A twin whose callees are all of its own file (or that calls none) gets no extra key: nothing foreign."""
+    @accel.jit
+    def inner(x):
+        return x + 1
+    assert accel._foreign_sources(inner.py_func) == ()

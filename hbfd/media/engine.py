@@ -49,11 +49,11 @@ from hbfd.contracts import COMPLETION_BATCH_DTYPE, REQUEST_BATCH_DTYPE  # noqa: 
 from hbfd import accel
 
 from . import eventsim
-from .diestage import DieCarry, fifo_exact, small_int
-from .eventsim import COPYBACK, ERASE, PROG, READ
+from .diestage import _KEEP_TWIN_MIN, DieCarry, fifo_exact, small_int
+from .eventsim import _NO_SKIP, COPYBACK, ERASE, PROG, READ
 from .ftl import Ftl
 from .kernels import (_buf_rows, _carry_keep, _chan_fcfs, _chan_fcfs_packed, _decided_put, _dup_planes, _ends_get,
-                      _event_decide, _event_inputs, _event_merge, _extreme_at, _fifo_carry, _fifo_loop, _gated_split,
+                      _event_decide, _event_inputs, _event_merge, _event_run, _extreme_at, _fifo_carry, _fifo_loop, _gated_split,
                       _l2p_swap, _latest_q, _lookup_events, _min_where, _ngate_bases, _ngate_scan, _packed_build,
                       _packed_build_into, _packed_sort, _parts_update, _pending_fields, _pending_take, _pid_map,
                       _mixed_front, _mixed_req, _program_bulk, _program_place, _read_front, _read_pass, _read_ready,
@@ -145,6 +145,18 @@ def _event_inputs_of(ri, r_read, plane_read, die_read, t_read, allc, base, gx, g
     join = np.concatenate([z, allc["join"]])
     floor = np.concatenate([np.zeros(nri, np.int64), allc["floor"]])
     return kind, ready, pl, dd, sv, gate, gxa, join, floor
+
+
+def _event_run_ok(allc, cols, plane_free, slots, ends) -> bool:
+    """Whether ``_array_ops``' event-scheduler run may go through the fused twin ``kernels._event_run`` (wt/fuse14):
+    the twins on and the types it is compiled for -- what ``_event_inputs_of``, ``simulate_compiled`` and
+    ``_event_decided`` each check before their twins (uint8 kinds, int64 fields, the planes' free times int64 in
+    place, the carried releases and the decided programs' ends (``ends``, an ``_Ends``) int64)."""
+    return (accel.enabled() and allc["kind"].dtype == np.uint8 and plane_free.dtype == np.int64
+            and plane_free.flags.c_contiguous and slots.die.dtype == np.int64 and slots.t.dtype == np.int64
+            and all(a.dtype == np.int64 for a in cols + (ends.a, ends.old_id, ends.old_end))
+            and all(allc[k].dtype == np.int64 for k in ("base", "gx", "gate", "pid", "plane", "die", "svc", "join",
+                                                        "floor")))
 
 
 def _split_rows(new: dict, commit: np.ndarray):
@@ -1714,7 +1726,10 @@ class MediaEngine:
             new_idx = np.arange(nnew, dtype=np.int64)
         nn2 = 0 if cmds is None else len(cmds["kind"])
         if pq is not None and nn2:
-            allc = {k: np.concatenate([pq[k], cmds[k]]) for k in self._CMD_KEYS}
+            # (wt/fuse14: appended after the pending set in its buffers, _Bufs.cat, as _behind_pending does: no copy
+            # of the pending set each batch)
+            cat = self._bufs.cat
+            allc = {k: cat(k, pq[k], cmds[k]) for k in self._CMD_KEYS}
         elif pq is not None:
             allc = {k: pq[k] for k in self._CMD_KEYS}
         else:
@@ -1736,49 +1751,73 @@ class MediaEngine:
             ri = np.flatnonzero(rm)
             nri = len(ri)
             nc = len(allc["kind"])
-            # gates: decided programs' ends are known; the others name a command of this run
-            gate_pid = allc["gate"]
-            base = allc["base"].copy()
-            gx = allc["gx"].copy()
-            gidx = np.full(nc, -1, np.int64)
-            gm = np.flatnonzero(gate_pid >= 0)
-            if len(gm):
-                gq = gate_pid[gm]
-                e = _end_of(self._pend_end, gq)
-                kn = e >= 0
-                base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
-                if not kn.all():
-                    u = gm[~kn]
-                    ix = _pid_pos(allc["pid"], gq[~kn])
-                    if (ix < 0).any():
-                        raise KeyError(int(gq[~kn][ix < 0][0]))
-                    gidx[u] = ix + nri
-            kind, ready, pl, dd, sv, gate, gxa, join, floor = _event_inputs_of(
-                ri, r_read, plane_read, die_read, g.t_read_ns, allc, base, gx, gidx)
-            pf0 = self.plane_free.copy()          # (the scheduler changes only the planes of pl)
-            carry = self.slots.take(evd)
-            # round 15: with reads in the run, a die whose commands behind its reads cannot start before the limit
-            # is not scheduled behind them (none of them is decided now; eventsim._simulate_split): those dies'
-            # pending commands carry no schedule (``_stale``), so the next run schedules them again from the start
-            skipped = np.zeros(g.dies, bool) if nri and self.trace is None and accel.enabled() else None
-            start, end, adm, rdy = eventsim.simulate_auto(kind, ready, pl, dd, sv, t_cmd=t_cmd,
-                                                     queue_depth=g.queue_depth, plane_free=self.plane_free,
-                                                     die_carry=carry, gate=gate, gate_x=gxa, floor=floor,
-                                                     join=join, full=True,
-                                                     **({} if skipped is None else {"lazy_lim": limit,
-                                                                                    "skipped": skipped}))
-            if skipped is not None and skipped.any():
-                stale = skipped
+            sl = self.slots
+            pe = self._pend_end
+            if self.trace is None and _event_run_ok(allc, (r_read, plane_read, die_read), self.plane_free, sl, pe):
+                # (wt/fuse14: the gates, the scheduler's inputs, the carried releases taken, the scheduler, the
+                # decision and the releases put back in one compiled call, kernels._event_run: the same results as
+                # below)
+                skipped = np.zeros(g.dies, bool) if nri else _NO_SKIP
+                st_, start, end, adm, rdy, dec, gidx, pst, kd, kt, missing = _event_run(
+                    ri, r_read, plane_read, die_read, g.t_read_ns, allc["kind"], allc["base"], allc["gx"],
+                    allc["gate"], allc["pid"], pe.a, pe.base, pe.old_id, pe.old_end, allc["plane"], allc["die"],
+                    allc["svc"], allc["join"], allc["floor"], t_cmd, g.queue_depth, self.plane_free, evd, sl.die,
+                    sl.t, limit if nri else eventsim._BIG, skipped, limit, READ, min(self.horizon, self._dec_h),
+                    g.dies, _KEEP_TWIN_MIN)
+                if st_ == -1:
+                    raise KeyError(int(missing))
+                if st_ == 0:
+                    raise ValueError("eventsim: a gate names a command that never runs")
+                if pst == 2:
+                    kd, kt = sl._cut(kd, kt)
+                sl.die, sl.t = kd, kt
+                if nri and skipped.any():
+                    stale = skipped
+            else:
+                # gates: decided programs' ends are known; the others name a command of this run
+                gate_pid = allc["gate"]
+                base = allc["base"].copy()
+                gx = allc["gx"].copy()
+                gidx = np.full(nc, -1, np.int64)
+                gm = np.flatnonzero(gate_pid >= 0)
+                if len(gm):
+                    gq = gate_pid[gm]
+                    e = _end_of(self._pend_end, gq)
+                    kn = e >= 0
+                    base[gm[kn]] = np.maximum(base[gm[kn]], e[kn])
+                    if not kn.all():
+                        u = gm[~kn]
+                        ix = _pid_pos(allc["pid"], gq[~kn])
+                        if (ix < 0).any():
+                            raise KeyError(int(gq[~kn][ix < 0][0]))
+                        gidx[u] = ix + nri
+                kind, ready, pl, dd, sv, gate, gxa, join, floor = _event_inputs_of(
+                    ri, r_read, plane_read, die_read, g.t_read_ns, allc, base, gx, gidx)
+                pf0 = self.plane_free.copy()          # (the scheduler changes only the planes of pl)
+                carry = sl.take(evd)
+                # round 15: with reads in the run, a die whose commands behind its reads cannot start before the
+                # limit is not scheduled behind them (none of them is decided now; eventsim._simulate_split): those
+                # dies' pending commands carry no schedule (``_stale``), so the next run schedules them again from
+                # the start
+                skipped = np.zeros(g.dies, bool) if nri and self.trace is None and accel.enabled() else None
+                start, end, adm, rdy = eventsim.simulate_auto(kind, ready, pl, dd, sv, t_cmd=t_cmd,
+                                                              queue_depth=g.queue_depth, plane_free=self.plane_free,
+                                                              die_carry=carry, gate=gate, gate_x=gxa, floor=floor,
+                                                              join=join, full=True,
+                                                              **({} if skipped is None else {"lazy_lim": limit,
+                                                                                             "skipped": skipped}))
+                if skipped is not None and skipped.any():
+                    stale = skipped
+                # decided: every read (a later arrival joins its plane later, and reads go before programs) and
+                # every command that starts before the limit or before a read of its plane
+                cd_old, ct_old = carry
+                dec, sd, st = _event_decided(kind, start, end, pl, dd, limit, pf0, self.plane_free, cd_old, ct_old)
+                # (pending commands are re-admitted from _dec_h on: the releases after it are kept)
+                sl.put(sd, st, min(self.horizon, self._dec_h))
+                if self.trace is not None:
+                    self.trace.append(("plane", pl[dec], start[dec], end[dec]))
             self.n["event_batches"] += 1
             self.n["event_dies"] += int(evd.sum())
-            # decided: every read (a later arrival joins its plane later, and reads go before programs) and
-            # every command that starts before the limit or before a read of its plane
-            cd_old, ct_old = carry
-            dec, sd, st = _event_decided(kind, start, end, pl, dd, limit, pf0, self.plane_free, cd_old, ct_old)
-            # (pending commands are re-admitted from _dec_h on: the releases after it are kept)
-            self.slots.put(sd, st, min(self.horizon, self._dec_h))
-            if self.trace is not None:
-                self.trace.append(("plane", pl[dec], start[dec], end[dec]))
             Er[ri] = end[:nri]
             gi = gidx - nri
             q = self._decide_cmds(allc, start[nri:], end[nri:], adm[nri:], rdy[nri:], gi, dec[nri:])
@@ -2676,6 +2715,13 @@ def warm_twins(geometry: MediaGeometry) -> float:
         _packed_build_into(np.zeros(1, np.int64), 0, one, one, 0, 1, 1)
         _pending_fields(_E0, 1, one, one, none, one, none, np.zeros(1, np.bool_), one, one, 0, geometry.t_cmd_ns,
                         *(np.zeros(1, np.int64) for _ in range(5)))
+        # (wt/fuse14: _event_inputs and _event_decide run inside kernels._event_run; their own direct calls, where
+        # the fused call does not apply, compiled here)
+        u8 = np.zeros(1, np.uint8)
+        _event_inputs(_E0, _E0, _E0, _E0, 1, u8, one, one, none, one, one, one, none, one)
+        _event_decide(u8, one, one, np.zeros(1, np.int64), np.zeros(1, np.int64), 0, READ, one, one.copy(), _E0, _E0)
+        # (DieCarry.put's cut: the write bursts above reach it only inside _event_run; the read die stage calls it)
+        _carry_keep(np.zeros(2, np.int64), np.arange(2, dtype=np.int64), 1, 1)
         # (Ftl.program_many's repeat check: inside _program_bulk where the map is the table, round 14; directly on
         # the numpy path)
         _dup_planes(np.arange(2, dtype=np.int64), np.zeros(2, np.int64), 1)
@@ -2698,5 +2744,5 @@ WARM_TWINS = (eventsim._simulate_loop, eventsim._simulate_split, eventsim._chain
               _packed_sort, _latest_q, _pending_fields, _pid_map, _tail_scan, _carry_keep, _ring_loop, _extreme_at,
               _ends_get, _l2p_swap, _dup_planes, _gated_split, _parts_update, _pending_take, _ngate_scan,
               _ngate_bases, _decided_put, _min_where, _event_decide, _read_ready, _buf_rows,
-              _event_inputs, _split_items, _event_merge, _mixed_front, _mixed_req, _split_waiting,
+              _event_inputs, _event_run, _split_items, _event_merge, _mixed_front, _mixed_req, _split_waiting,
               _program_bulk, _program_place)

@@ -1,7 +1,8 @@
 """The media engine's loop-form twins (hbfd/accel.py: compiled by numba, tested bit for bit against the numpy
 definitions in engine.py and diestage.py, which stay the definition when ``HBFD_ACCEL=off`` or numba is
 missing). They live in one file because the whole-batch read pass (``_read_pass``) is built from the others
-and numba's cache of a twin is keyed on its own file (hbfd/accel.py ``jit``).
+and numba's cache of a twin is keyed on its own file; a twin calling another file's twins (``_event_run``: the
+event scheduler's, eventsim.py) is cached with that file's contents in its key (hbfd/accel.py ``jit``).
 
 * ``_lookup_events``: page-buffer lookup (``MediaEngine._lookup_loop``);
 * ``_chan_fcfs``, ``_chan_fcfs_packed``: channel FCFS in a given order, or in the order of sorted packed keys
@@ -18,13 +19,18 @@ and numba's cache of a twin is keyed on its own file (hbfd/accel.py ``jit``).
   transfer can be decided now, the channel (``MediaEngine._serve`` -> ``_where`` / ``_reads`` /
   ``_channel_stage`` with the other twins on);
 * ``_packed_build``: the packed (major, minor, index) keys of ``lindley.packed_keys`` before their sort (2048
-  keys or more); ``_packed_sort``: their sort (a stable radix sort of the bits above the index).
+  keys or more); ``_packed_sort``: their sort (a stable radix sort of the bits above the index);
+* ``_event_run`` (issue 14 item 5, wt/fuse14): ``MediaEngine._array_ops``' event-scheduler run in one call: its
+  inputs, the carried releases taken, the scheduler (eventsim.py's ``_simulate_split`` / ``_simulate_loop``: a
+  callee of another file, which ``accel.jit`` keys the cache on), the decision and the releases put back.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from hbfd import accel
+
+from .eventsim import _simulate_loop, _simulate_split
 
 _BIG = 1 << 62
 
@@ -292,6 +298,33 @@ def _bits(x):
 
 
 @accel.jit
+def _carry_split(cd, ct, mask):
+    """``diestage.DieCarry.take``'s split, loop form (compiled by numba): the carried releases (die ``cd``, time
+    ``ct``) of the dies in ``mask`` (bool per die) and the others, each in order. Returns (die, t, rest die, rest t)."""
+    n = cd.shape[0]
+    k = 0
+    for j in range(n):
+        if mask[cd[j]]:
+            k += 1
+    td = np.empty(k, np.int64)
+    tt = np.empty(k, np.int64)
+    rd = np.empty(n - k, np.int64)
+    rt = np.empty(n - k, np.int64)
+    u = 0
+    w = 0
+    for j in range(n):
+        if mask[cd[j]]:
+            td[u] = cd[j]
+            tt[u] = ct[j]
+            u += 1
+        else:
+            rd[w] = cd[j]
+            rt[w] = ct[j]
+            w += 1
+    return td, tt, rd, rt
+
+
+@accel.jit
 def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies, xfer, bpage, bready, plane_free,
                cdie, ct, horizon, limit, o_ch, o_rd, o_x, o_seq, o_q0, chan_free, chan_busy, pshift, sshift):
     """A batch of media reads (requests sorted by arrival ``a``; serials from ``serial0``, page transactions'
@@ -387,25 +420,7 @@ def _read_pass(a, addr, nbytes, seq0, serial0, C, D, P, t_cmd, t_read, Q, ndies,
         present = np.zeros(ndies, np.bool_)
         for k in range(nm):
             present[die[mi[k]]] = True
-        npres = 0
-        for j in range(cdie.shape[0]):
-            if present[cdie[j]]:
-                npres += 1
-        cdp = np.empty(npres, np.int64)
-        ctp = np.empty(npres, np.int64)
-        rest_d = np.empty(cdie.shape[0] - npres, np.int64)
-        rest_t = np.empty(cdie.shape[0] - npres, np.int64)
-        u = 0
-        w = 0
-        for j in range(cdie.shape[0]):
-            if present[cdie[j]]:
-                cdp[u] = cdie[j]
-                ctp[u] = ct[j]
-                u += 1
-            else:
-                rest_d[w] = cdie[j]
-                rest_t[w] = ct[j]
-                w += 1
+        cdp, ctp, rest_d, rest_t = _carry_split(cdie, ct, present)
         Em, bind, sure, kd, kt = _fifo_loop(ta[mi], die[mi], plane[mi], t_read, t_cmd, Q, ndies, plane_free, cdp, ctp)
         for k in range(nm):
             E[mi[k]] = Em[k]
@@ -1747,6 +1762,93 @@ def _event_inputs(ri, r_read, plane_read, die_read, t_read, kind_c, base, gx, gi
         join[k] = join_c[j]
         floor[k] = floor_c[j]
     return kind, ready, pl, dd, sv, gate, gxa, join, floor
+
+
+@accel.jit
+def _event_run(ri, r_read, plane_read, die_read, t_read, kind_c, base_c, gx, gate_pid, pid_c, ends_a, ends_base,
+               old_id, old_end, plane_c, die_c, svc_c, join_c, floor_c, t_cmd, Q, plane_free, evd, carry_d, carry_t,
+               lazy_lim, skipped, limit, read_kind, put_h, dies, keep_min):
+    """``MediaEngine._array_ops``' run of the event scheduler in one compiled call (wt/fuse14: the Python between
+    these steps was a fixed cost of every batch): the commands' gates (``gate_pid``: a decided program's end, by
+    ``_ends_get`` over the ``engine._Ends`` arrays, raises the base ``base_c``; an undecided one is the position of
+    that id in ``pid_c`` (``_pid_map``, else a sorted search: the ids are unique) plus the reads' count, the gate
+    index ``gidx``), the scheduler's inputs (``_event_inputs``), the carried slot
+    releases of the dies in ``evd`` taken from (``carry_d``, ``carry_t``) (``DieCarry.take``), the scheduler
+    (``eventsim.simulate_compiled``: ``_simulate_split`` with round 15's ``lazy_lim`` / ``skipped``, else
+    ``_simulate_loop`` on all of it; ``plane_free`` in place), the decision (``_event_decide``: ``plane_free`` reset
+    and raised to the decided commands' ends) and the releases put back after ``put_h`` (``DieCarry.put``, by
+    ``_decided_put`` with every release marked and a scratch plane). Returns (status: 1 done; 0 a gate names a
+    command that never runs (the caller raises; state then undefined, as there); -1 a gate names an id that is
+    neither decided nor in ``pid_c`` (nothing changed; ``missing`` is that id), start, end, admission, ready,
+    decided, gidx, the put's status (``_decided_put``'s: 2 = the concatenation, to be cut by the numpy form), carried
+    die, time, missing)."""
+    nri = ri.shape[0]
+    nc = kind_c.shape[0]
+    base = base_c.copy()
+    gidx = np.full(nc, -1, np.int64)
+    ng = 0
+    for j in range(nc):
+        if gate_pid[j] >= 0:
+            ng += 1
+    if ng:
+        gm = np.empty(ng, np.int64)
+        k = 0
+        for j in range(nc):
+            if gate_pid[j] >= 0:
+                gm[k] = j
+                k += 1
+        e = _ends_get(ends_a, ends_base, old_id, old_end, gate_pid[gm])
+        nu = 0
+        for k in range(ng):
+            if e[k] >= 0:
+                j = gm[k]
+                if e[k] > base[j]:
+                    base[j] = e[k]
+            else:
+                nu += 1
+        if nu:
+            lo, pmap = _pid_map(pid_c)
+            so = np.empty(0, np.int64)
+            sp = np.empty(0, np.int64)
+            if pmap.shape[0] == 0:
+                so = np.argsort(pid_c, kind="mergesort")
+                sp = pid_c[so]
+            for k in range(ng):
+                if e[k] >= 0:
+                    continue
+                q = gate_pid[gm[k]]
+                ix = -1
+                if pmap.shape[0]:
+                    if q >= lo and q - lo < pmap.shape[0]:
+                        ix = pmap[q - lo]
+                elif sp.shape[0]:
+                    i = np.searchsorted(sp, q)
+                    if i > sp.shape[0] - 1:
+                        i = sp.shape[0] - 1
+                    if sp[i] == q:
+                        ix = so[i]
+                if ix < 0:
+                    z = np.zeros(0, np.int64)
+                    return (-1, z, z, z, z, np.zeros(0, np.bool_), gidx, 0, z, z, q)
+                gidx[gm[k]] = ix + nri
+    kind, ready, pl, dd, sv, gate, gxa, join, floor = _event_inputs(ri, r_read, plane_read, die_read, t_read, kind_c,
+                                                                    base, gx, gidx, plane_c, die_c, svc_c, join_c,
+                                                                    floor_c)
+    cd, ct, rd, rt = _carry_split(carry_d, carry_t, evd)
+    pf0 = plane_free.copy()
+    k64 = kind.astype(np.int64)
+    start, end, adm, rdy, ok, split = _simulate_split(k64, ready, pl, dd, sv, t_cmd, Q, plane_free, cd, ct, gate,
+                                                      gxa, floor, True, join, lazy_lim, skipped)
+    if not split:
+        start, end, adm, rdy, ok = _simulate_loop(k64, ready, pl, dd, sv, t_cmd, Q, plane_free, cd, ct, gate, gxa,
+                                                  floor, True, join)
+    if not ok:
+        return (0, start, end, adm, rdy, np.zeros(0, np.bool_), gidx, 0, rd, rt, np.int64(0))
+    dec, sd, st = _event_decide(kind, start, end, pl, dd, limit, read_kind, pf0, plane_free, cd, ct)
+    scratch = np.zeros(1, np.int64)
+    status, od, ot = _decided_put(scratch, np.zeros(sd.shape[0], np.int64), sd, st, np.ones(sd.shape[0], np.bool_),
+                                  rd, rt, put_h, dies, Q, keep_min)
+    return (1, start, end, adm, rdy, dec, gidx, status, od, ot, np.int64(0))
 
 
 @accel.jit

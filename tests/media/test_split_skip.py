@@ -154,7 +154,11 @@ def test_split_skips_only_what_cannot_be_decided():
 
 
 def _run(g, stream, sizes, adv, lazy=True):
+    """The engine's run with the scheduler's steps one by one (``_event_run_ok`` false: the fused call, which gives
+    the same results, tests/media/test_event_run.py, would not call the spied ``simulate_compiled``)."""
     orig_sc = eventsim.simulate_compiled
+    orig_ok = engine_mod._event_run_ok
+    engine_mod._event_run_ok = lambda *a: False
     seen = [0]
 
     def sc(*a, lazy_lim=None, skipped=None, **kw):
@@ -170,6 +174,7 @@ def _run(g, stream, sizes, adv, lazy=True):
         return outs, st, seen[0]
     finally:
         eventsim.simulate_compiled = orig_sc
+        engine_mod._event_run_ok = orig_ok
 
 
 @pytest.mark.parametrize("prof,wf,load,qd", [("nominal", 0.1, None, "profile"), ("nominal", 0.5, None, "profile"),
