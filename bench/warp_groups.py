@@ -6,14 +6,17 @@
 bench/src/warp_groups.cu makes the stall's situation on purpose: every warp splits into two groups that call one
 helper at once; each group's leader runs a transaction alone, then the group takes the leader's value through
 runtime_cuda/src/hbf_ptx.cuh's hb_from_leader and counts itself with __reduce_add_sync; every lane checks both
-against its own mask. One build per variant of hb_from_leader:
+against its own mask. One build per variant (the first four build the helpers before wt/grp13: -DHBF_GROUP_SYNC=0):
 
     plain     -DHBF_LEADER_CHECKED=0 (the shuffle with the mask from the helper's VOTE: ptxas's uniform fast path;
               the default until stop 47)
     barrier   -DHBF_LEADER_BARRIER=1, unchecked (a warp barrier over the mask, in a function of its own, before it)
     checked   -DHBF_LEADER_CHECKED=1 (the mask OR-ed with %lanemask_eq: ptxas checks each lane's own mask; the
-              default since stop 47)
+              default from stop 47 to wt/grp13)
     group     -DHBF_GROUP_CHECKED=1, leader unchecked (the same for every collective: the group's mask OR-ed with it at the entry)
+    guard     -DHBF_GROUP_GUARD=1 alone (the guard over the unchecked collectives: it must fire -- `torn` -- wherever a
+              value is wrong, `silent` stays 0)
+    sync      -DHBF_GROUP_SYNC=1, the default since wt/grp13 (every collective checked per lane, and the guard)
 
 and per build four runs: `groups` (the leader's transaction in a branch of its own: the helpers' shape),
 `lockstep` (every lane of a group runs the spin on the leader's broadcast clock), `cost` (one group per warp, no spin:
@@ -21,7 +24,13 @@ cycles per call), `staggered` (as `groups`, the second group arriving 0-2.1 us l
 two groups of `groups` at the helper's entry in every call, so they never ran it apart). A run that does not end within --timeout is a hang (its process exits). The JSON has every run's
 line; what to read: `hang` / `bad_value` / `bad_count` / `bad_pre` per build and shape (bad_count: the group's
 reduction counted lanes of another group; bad_pre: the shuffle or count after a per-lane loop, before the leader's),
-`merged_calls` (calls whose VOTE saw other than the calling group), cycles per call.
+`merged_calls` (calls whose VOTE saw other than the calling group; `split_calls` the part of them that saw a strict
+subset of it), cycles per call; and (wt/grp13) `count_over` (a count above the group's size: a reduction over two
+groups), `value_other` (the leader's lane, another call's value), `torn` (lanes whose group guard fired: in the helpers
+the warp ends with WARP_GROUP) and `silent` (lanes with a wrong value or count and no guard fired: must be 0 in `sync`
+and `guard`). The `lockstep` shape broadcasts the leader's spin since wt/grp13 (before, a group merged from both sides
+left its shuffle loop after different numbers of turns per lane: undefined by the PTX ISA, and stop 47's lockstep
+counts in every build came from that).
 """
 from __future__ import annotations
 
@@ -44,10 +53,16 @@ from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 log = logging.getLogger("warp_groups")
 
 SRC = ROOT / "bench" / "src" / "warp_groups.cu"
-VARIANTS = {"plain": ["-DHBF_LEADER_CHECKED=0"], "barrier": ["-DHBF_LEADER_BARRIER=1", "-DHBF_LEADER_CHECKED=0"],
-            "checked": ["-DHBF_LEADER_CHECKED=1"],
-            "group": ["-DHBF_GROUP_CHECKED=1", "-DHBF_LEADER_CHECKED=0"]}
+VARIANTS = {"plain": ["-DHBF_GROUP_SYNC=0", "-DHBF_LEADER_CHECKED=0"],
+            "barrier": ["-DHBF_GROUP_SYNC=0", "-DHBF_LEADER_BARRIER=1", "-DHBF_LEADER_CHECKED=0"],
+            "checked": ["-DHBF_GROUP_SYNC=0", "-DHBF_LEADER_CHECKED=1"],
+            "group": ["-DHBF_GROUP_SYNC=0", "-DHBF_GROUP_CHECKED=1", "-DHBF_LEADER_CHECKED=0"],
+            "guard": ["-DHBF_GROUP_SYNC=0", "-DHBF_GROUP_GUARD=1"],
+            "sync": ["-DHBF_GROUP_SYNC=1"]}
 SHAPES = {"groups": 0, "lockstep": 1, "cost": 2, "staggered": 3}
+# the reproducer's counts, summed per build and shape
+COUNTS = ("bad_value", "bad_count", "bad_pre", "merged_calls", "split_calls", "count_over", "value_other", "torn",
+          "silent")
 
 
 def build(work: Path, name: str, defines: list[str], arch: str) -> Path:
@@ -100,7 +115,7 @@ def main(argv=None) -> int:
         log.error("no nvcc on PATH")
         return 2
     out = Path(args.out)
-    doc = {"what": "two groups of one warp in one helper: hb_from_leader variants",
+    doc = {"what": "two groups of one warp in one helper: the helpers' group builds",
            "source": str(SRC.relative_to(ROOT)), "args": vars(args), "runs": []}
     with tempfile.TemporaryDirectory(prefix="warp_groups_") as td:
         exes = {}
@@ -115,7 +130,8 @@ def main(argv=None) -> int:
                     res = run_one(exes[v], shape, args.blocks, args.warps, iters, 1000 + seed, args.timeout)
                     res.update(variant=v, shape=shape, seed=1000 + seed, iters=iters)
                     doc["runs"].append(res)
-                    keys = ("status", "seconds", "bad_value", "bad_count", "bad_pre", "merged_calls", "cycles_per_call")
+                    keys = ("status", "seconds", "bad_value", "bad_count", "bad_pre", "merged_calls", "torn", "silent",
+                            "cycles_per_call")
                     log.info("%s %s seed %d: %s", v, shape, 1000 + seed, {k: res.get(k) for k in keys})
                     atomic_write_json(out, doc)          # partial results survive a timeout of the whole call
                     if "cudaMalloc failed" in str(res.get("stderr", "")):
@@ -123,12 +139,12 @@ def main(argv=None) -> int:
                         return 2
     summary = {}
     for r in doc["runs"]:
-        s = summary.setdefault(f"{r['variant']} {r['shape']}", {"runs": 0, "hang": 0, "fault": 0, "bad_value": 0,
-                                                                  "bad_count": 0, "bad_pre": 0, "merged_calls": 0})
+        s = summary.setdefault(f"{r['variant']} {r['shape']}",
+                               {"runs": 0, "hang": 0, "fault": 0, **{k: 0 for k in COUNTS}})
         s["runs"] += 1
         s["hang"] += r.get("status") == "hang"
         s["fault"] += r.get("status") not in ("ended", "hang")
-        for k in ("bad_value", "bad_count", "bad_pre", "merged_calls"):
+        for k in COUNTS:
             s[k] += int(r.get(k) or 0)
         if r["shape"] == "cost" and r.get("status") == "ended":
             s["cycles_per_call"] = r.get("cycles_per_call")

@@ -50,6 +50,7 @@ HBF_ST_UNSUPPORTED = int(RequestStatus.UNSUPPORTED)
 HBF_ST_DAEMON_LOST = int(RequestStatus.DAEMON_LOST)
 HBF_ST_THERMAL_SHUTDOWN = int(RequestStatus.THERMAL_SHUTDOWN)
 HBF_ST_RING_OVERFLOW = int(RequestStatus.RING_OVERFLOW)
+HBF_ST_WARP_GROUP = int(RequestStatus.WARP_GROUP)
 assert {k for k in globals() if k.startswith("HBF_ST_")} == {s.c_name for s in RequestStatus}, \
     "every RequestStatus has its HBF_ST_ constant here, and nothing else"
 assert len(RequestStatus) <= HBF_N_STATUS

@@ -22,6 +22,8 @@ class RequestStatus(enum.IntEnum):
     THERMAL_SHUTDOWN = 8
     RING_OVERFLOW = 9     # the device's ring overflow table held an untaken completion where a stolen one
                           # had to go (docs/runtime.md "ring"): the run fails, nothing is overwritten
+    WARP_GROUP = 10       # device: a helper's collective ran with other lanes than its group's (the group guard,
+                          # runtime_cuda/src/hbf_ptx.cuh HBF_GROUP_SYNC): its values cannot be trusted, the run fails
 
     @property
     def terminal(self) -> bool:

@@ -21,8 +21,10 @@
 //     mode 3: staggered: as mode 0, but the second group waits a random 0-2.1 us (on the clock) before its call, so
 //             the groups enter the helper apart and meet inside it (stop 47: in mode 0 the card reconverged the two
 //             groups at the helper's entry in every call -- merged_calls = every call -- so they never ran it apart)
-// Built once per variant (-DHBF_LEADER_BARRIER=1, -DHBF_LEADER_CHECKED=1, -DHBF_GROUP_CHECKED=1, none): see
-// bench/warp_groups.py. Prints one JSON line; exit 0 if the kernel ended (errors are in the line), 3 on a hang
+// Built once per variant (bench/warp_groups.py VARIANTS: -DHBF_GROUP_SYNC=0 with the leader's builds for the old
+// helpers, -DHBF_GROUP_SYNC=1 -- the default since wt/grp13 -- for every collective checked per lane plus the guard).
+// The guard (hb_group_seen) is counted here instead of ending the warp: `torn` lanes saw it fire, `silent` lanes got a
+// wrong value or count without it firing (what must stay 0). Prints one JSON line; exit 0 if the kernel ended (errors are in the line), 3 on a hang
 // (no end within the timeout: the process exits, the context with it).
 #include <cstdint>
 #include <cstdio>
@@ -36,6 +38,12 @@
 struct Out {
     unsigned long long calls, bad_value, bad_count, cycles, merged;   // merged: calls whose VOTE was not the group
     unsigned long long bad_pre;                                         // the checks before the leader's transaction
+    // wt/grp13: what tells the mechanism apart, and what the group guard (HBF_GROUP_GUARD) catches
+    unsigned long long split;          // calls whose VOTE saw part of the caller's group only (m a strict subset of gm)
+    unsigned long long count_over;     // lanes whose count exceeded popc(m): the reduction ran over another group too
+    unsigned long long value_other;    // lanes that got their own leader's lane but another call's value (its mask)
+    unsigned long long torn;           // lanes whose guard (hb_group_seen(m) != m) fired: the helpers end the warp
+    unsigned long long silent;         // lanes with any wrong value or count whose guard did not fire
 };
 
 __device__ __forceinline__ uint32_t mix(uint32_t x) {
@@ -65,17 +73,30 @@ __device__ __noinline__ void body(uint64_t spin_ns, unsigned long long* ctr, Out
         }
     } else {                                                    // lockstep: the leader's clock, every lane
         if (lane == leader) atomicAdd(ctr, 1ull);
+        // the leader's spin too (wt/grp13): a group the hardware merged from both sides holds spin_a and spin_b,
+        // and with its own spin each lane would leave the loop -- and its shuffle -- after a different number of
+        // turns: lanes of one group at different collectives, which the PTX ISA leaves undefined (stop 47's
+        // lockstep numbers, every build, came from that, not from the helpers' shape)
+        const uint64_t spin = __shfl_sync(m, spin_ns, (int)leader);
         const uint64_t t0 = __shfl_sync(m, hb_now(), (int)leader);
-        while (__shfl_sync(m, hb_now(), (int)leader) - t0 < spin_ns) __nanosleep(64);
+        while (__shfl_sync(m, hb_now(), (int)leader) - t0 < spin) __nanosleep(64);
         dd = lane == leader ? want : 0ull;
     }
     const uint64_t v = hb_from_leader(m, dd, leader);
     const uint32_t n = __reduce_add_sync(m, 1u);
-    if (v != want) atomicAdd(&o->bad_value, 1ull);
-    if (n != (uint32_t)__popc(m)) atomicAdd(&o->bad_count, 1ull);
+    const bool torn = hb_group_seen(m) != m;                    // the helpers' guard, after the last collective
+    const bool bad_v = v != want, bad_n = n != (uint32_t)__popc(m);
+    const bool bad_p = pre_leader != leader || pre_n != (uint32_t)__popc(m);
+    if (bad_v) atomicAdd(&o->bad_value, 1ull);
+    if (bad_n) atomicAdd(&o->bad_count, 1ull);
+    if (n > (uint32_t)__popc(m)) atomicAdd(&o->count_over, 1ull);
+    if (bad_v && (uint32_t)(v >> 32) == leader) atomicAdd(&o->value_other, 1ull);
+    if (torn) atomicAdd(&o->torn, 1ull);
+    if ((bad_v || bad_n || bad_p) && !torn) atomicAdd(&o->silent, 1ull);
     if (lane == leader) {
         atomicAdd(&o->calls, 1ull);
         if (m != gm) atomicAdd(&o->merged, 1ull);               // the VOTE saw other than the caller's group
+        if ((m & gm) == m && m != gm) atomicAdd(&o->split, 1ull);
     }
 }
 template <int MODE>
@@ -169,8 +190,10 @@ int main(int argc, char** argv) {
     Out h;
     cudaMemcpy(&h, o, sizeof h, cudaMemcpyDeviceToHost);
     printf("{\"status\": \"ended\", \"seconds\": %.4f, \"calls\": %llu, \"bad_value\": %llu, \"bad_count\": %llu, "
-           "\"cycles_per_call\": %.1f, \"merged_calls\": %llu, \"bad_pre\": %llu}\n",
+           "\"cycles_per_call\": %.1f, \"merged_calls\": %llu, \"bad_pre\": %llu, \"split_calls\": %llu, "
+           "\"count_over\": %llu, \"value_other\": %llu, \"torn\": %llu, \"silent\": %llu}\n",
            wall, h.calls, h.bad_value, h.bad_count,
-           mode == 2 ? (double)h.cycles / ((double)blocks * warps * iters) : 0.0, h.merged, h.bad_pre);
+           mode == 2 ? (double)h.cycles / ((double)blocks * warps * iters) : 0.0, h.merged, h.bad_pre, h.split,
+           h.count_over, h.value_other, h.torn, h.silent);
     return 0;
 }

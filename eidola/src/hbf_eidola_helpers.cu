@@ -42,7 +42,7 @@
 extern "C" __device__ __noinline__ void __hb_eidola_flush_nonflag(unsigned int thread_reads, unsigned int warp_reads) {
     hbf_eidola_state* st = hbf_eidola_gstate();
     if (!st || !st->ctr) return;
-    const uint32_t m = __activemask();
+    const uint32_t m = hb_group_mask();   // hbf_ptx.cuh: every collective checked per lane (HBF_GROUP_SYNC)
     const uint32_t t = __reduce_add_sync(m, thread_reads);
     const uint32_t w = __reduce_add_sync(m, warp_reads);
     if ((uint32_t)(__ffs(m) - 1) == hb_laneid()) {
@@ -95,7 +95,7 @@ extern "C" __device__ __noinline__ void __hb_eidola_flush_flag(unsigned int klas
                                                                unsigned int warp_reads, unsigned int virtual_loads) {
     hbf_eidola_state* st = hbf_eh_state();
     if (!st || !st->ctr) return;
-    const uint32_t m = __activemask();
+    const uint32_t m = hb_group_mask();
     const uint32_t grp = __match_any_sync(m, klass);
     const uint32_t t = __reduce_add_sync(grp, thread_reads);
     const uint32_t w = __reduce_add_sync(grp, warp_reads);

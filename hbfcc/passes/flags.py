@@ -285,13 +285,16 @@ def _count_nonflag(g: Optional[Guard]) -> Block:
     body: list[Statement] = [VarDecl((), "reg", (), ".b32", (Declarator("%__hb_nm"), Declarator("%__hb_nl"),
                                                               Declarator("%__hb_ne"))),
                              VarDecl((), "reg", (), ".pred", (Declarator("%__hb_np"),)),
-                             Instruction(None, "activemask", ("b32",), (_reg("%__hb_nm"),))]
+                             Instruction(None, "activemask", ("b32",), (_reg("%__hb_nm"),)),
+                             Instruction(None, "mov", ("u32",), (_reg("%__hb_ne"), _reg("%lanemask_eq")))]
     if g is not None:
+        # the ballot's mask OR-ed with this lane's bit: the same lanes, but a mask ptxas cannot prove warp-uniform, so
+        # it checks every lane's own mask (runtime_cuda/src/hbf_ptx.cuh HBF_GROUP_SYNC, docs/design.md §3.8)
         src = Negated(g.reg) if g.negated else g.reg
-        body.append(Instruction(None, "vote", ("sync", "ballot", "b32"), (_reg("%__hb_nm"), src, _reg("%__hb_nm"))))
+        body += [Instruction(None, "or", ("b32",), (_reg("%__hb_nm"), _reg("%__hb_nm"), _reg("%__hb_ne"))),
+                 Instruction(None, "vote", ("sync", "ballot", "b32"), (_reg("%__hb_nm"), src, _reg("%__hb_nm")))]
     body += [Instruction(None, "neg", ("s32",), (_reg("%__hb_nl"), _reg("%__hb_nm"))),
              Instruction(None, "and", ("b32",), (_reg("%__hb_nl"), _reg("%__hb_nl"), _reg("%__hb_nm"))),
-             Instruction(None, "mov", ("u32",), (_reg("%__hb_ne"), _reg("%lanemask_eq"))),
              Instruction(None, "setp", ("eq", "u32"), (_reg("%__hb_np"), _reg("%__hb_nl"), _reg("%__hb_ne"))),
              Instruction(g, "add", ("u32",), (_reg(R_NFT), _reg(R_NFT), Immediate("1"))),
              Instruction(Guard(_reg("%__hb_np")), "add", ("u32",), (_reg(R_NFW), _reg(R_NFW), Immediate("1")))]

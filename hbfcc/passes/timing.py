@@ -691,9 +691,20 @@ class _FunctionRewriter:
         out.append(Label(L))
         return out
 
-    def _leader(self) -> list[Statement]:
-        """R_IM = the active lanes, R_IL = those below this lane, R_IPL = this is the lowest one."""
+    @staticmethod
+    def _group_mask() -> list[Statement]:
+        """R_IM = the active lanes, as every collective of the inline path takes them: OR-ed with this lane's own bit
+        (%lanemask_eq, here R_LMLT + 1; R_IL is free at both uses). The same value, but one ptxas cannot prove
+        warp-uniform, so it compiles each collective with every lane's own mask checked instead of one lane's mask
+        (runtime_cuda/src/hbf_ptx.cuh HBF_GROUP_SYNC, docs/design.md §3.8 "The group's mask": two groups of one warp
+        at one collective made the unchecked form count and read across them)."""
         return [_ins("activemask", ("b32",), (_R(R_IM),)),
+                _ins("add", ("u32",), (_R(R_IL), _R(R_LMLT), _I(1))),
+                _ins("or", ("b32",), (_R(R_IM), _R(R_IM), _R(R_IL)))]
+
+    def _leader(self) -> list[Statement]:
+        """R_IM = the active lanes (_group_mask), R_IL = those below this lane, R_IPL = this is the lowest one."""
+        return [*self._group_mask(),
                 _ins("and", ("b32",), (_R(R_IL), _R(R_LMLT), _R(R_IM))),
                 _ins("setp", ("eq", "u32"), (_R(R_IPL), _R(R_IL), _I(0)))]
 
@@ -1032,7 +1043,7 @@ class _FunctionRewriter:
             else:
                 out += [_ins("setp", ("ge", "or", "u64"), (_R(R_IPB), _R(R_BAND), _R(R_GZ), Negated(P))),
                         _ins("and", ("pred",), (_R(R_GIN), _R(R_GIN), _R(R_IPB)))]
-        out += [_ins("activemask", ("b32",), (_R(R_IM),)),
+        out += [*self._group_mask(),
                 _ins("vote", ("sync", "any", "pred"), (_R(R_IPB), _R(R_GANY), _R(R_IM))),
                 _ins("bra", (), (LabelRef(Lzero),), Guard(_R(R_IPB), True)),
                 # the until, as each site alone checks it

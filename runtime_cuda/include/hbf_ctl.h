@@ -57,6 +57,7 @@
 #define HBF_ST_DAEMON_LOST 7u
 #define HBF_ST_THERMAL_SHUTDOWN 8u
 #define HBF_ST_RING_OVERFLOW 9u   /* device: the ring overflow table had no free entry for a stolen completion */
+#define HBF_ST_WARP_GROUP 10u     /* device: a helper's collective ran with other lanes than its group's (hbf_ptx.cuh) */
 
 /* ---- operations ---------------------------------------------------------------------------- */
 #define HBF_OP_LOAD 0u

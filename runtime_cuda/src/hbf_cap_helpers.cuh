@@ -19,7 +19,7 @@ __device__ unsigned long long __hb_cap_table;
 __device__ unsigned long long __hb_cap_counters[8];
 }
 HB_DEV void hb_cap_count(uint32_t i) {
-    const uint32_t m = __activemask();
+    const uint32_t m = hb_group_mask();                         // hbf_ptx.cuh: checked per lane
     const uint32_t same = __match_any_sync(m, i);
     if (hb_laneid() == (uint32_t)(__ffs(same) - 1)) atomicAdd(&__hb_cap_counters[i], (unsigned long long)__popc(same));
 }

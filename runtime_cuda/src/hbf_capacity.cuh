@@ -34,6 +34,7 @@
 #define HB_CAP_DEV static inline
 // one lane on the host (the test harnesses): a leader's value is its own (hbf_ptx.cuh's hb_from_leader on the device)
 template <class T> static inline T hb_from_leader(uint32_t, T v, uint32_t) { return v; }
+static inline uint32_t hb_group_mask() { return __activemask(); }   // the harness's one lane
 #endif
 
 enum { HB_CAP_MISS = 0u, HB_CAP_HIT = 1u, HB_CAP_HIT_MARKED = 2u };
@@ -148,7 +149,7 @@ static __device__ __noinline__ unsigned long long __hb_cap_access(const hbf_cap_
         uint64_t x, ready;
         const uint32_t h = hb_cap_pin(r, addr, store, &x, frame, &ready);
         if (h == HB_CAP_HIT_MARKED) __hb_cap_hint(addr, media, r->range_id, site);   // the marker is taken once
-        const uint32_t missing = __ballot_sync(__activemask(), h == HB_CAP_MISS);
+        const uint32_t missing = __ballot_sync(hb_group_mask(), h == HB_CAP_MISS);
         if (missing == 0u) {
             if (hb_now() < ready) {
                 if (w == 0u) w = 2u;
@@ -165,7 +166,7 @@ static __device__ __noinline__ unsigned long long __hb_cap_access(const hbf_cap_
         } else {
             // one request per page per warp: the lanes missing the same page elect a leader, which posts the
             // miss; they all take its status (a coalesced warp access touches one page: 1 request, not 32)
-            const uint32_t peers = __match_any_sync(__activemask(), media);
+            const uint32_t peers = __match_any_sync(hb_group_mask(), media);
             const uint32_t leader = (uint32_t)(__ffs(peers) - 1);
             uint32_t s = 0u;
             if (hb_laneid() == leader) s = __hb_cap_miss(addr, media, op, r->range_id, site);

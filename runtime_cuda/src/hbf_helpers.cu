@@ -192,6 +192,29 @@ HB_OOL_FN void hb_fail(hbf_device_state* st, uint32_t status, uint32_t site,
 // The run has a recorded terminal failure (device memory, so a cheap check on the reference path).
 HB_DEV bool hb_failed(const hbf_device_state* st) { return hb_ld_vol(&st->failure) != 0ull; }
 
+// The group guard (HBF_GROUP_GUARD, on with HBF_GROUP_SYNC by default; hbf_ptx.cuh, docs/design.md §3.8 "The group's
+// mask"): a collective over the group's mask m that ran with other lanes than m's -- lanes of another group of the
+// warp, or without some of its own -- gives values no lane can trust, so every lane that sees it records
+// WARP_GROUP (the failure address holds the lanes seen << 32 | m) and the warp ends before any access, as a terminal
+// failure does. With the checked collectives of HBF_GROUP_SYNC it cannot fire; it is what turns a compiler that
+// proves the mask uniform again (or a hardware merge not foreseen) into a loud failure instead of a wrong deadline.
+HB_DEV void hb_group_guard(hbf_device_state* st, uint32_t m, uint32_t site) {
+#if HBF_GROUP_GUARD
+    const uint32_t seen = hb_group_seen(m);
+    if (seen != m) {
+        HB_OOL(hb_fail)(st, HBF_ST_WARP_GROUP, site, ((uint64_t)seen << 32) | m);
+        hb_end();
+    }
+#else
+    (void)st, (void)m, (void)site;
+#endif
+}
+// The group's failure vote (a lane's recorded terminal failure ends all its lanes), behind the guard.
+HB_DEV bool hb_group_any(hbf_device_state* st, uint32_t m, bool pred, uint32_t site) {
+    hb_group_guard(st, m, site);
+    return __any_sync(m, pred);
+}
+
 // ------------------------------------------------------------------------------------------
 // Liveness: judged from the heartbeat VALUE and this GPU's own %globaltimer only.
 // ------------------------------------------------------------------------------------------
@@ -1242,7 +1265,7 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
     uint32_t bad = 0u;
     if (cls == HB_PARTIAL) bad = 1u;
     else if (cls == HB_HIT && ((r.perms & hb_perm_needed(op)) == 0u || r.mode != HBF_MODE_TIMING)) bad = 1u;
-    if (__any_sync(__activemask(), bad)) {
+    if (hb_group_any(st, hb_group_mask(), bad, site)) {
         if (bad) HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, addr);
         hb_end();
     }
@@ -1284,7 +1307,7 @@ HB_OOL_FN unsigned long long hb_issue_slow(hbf_device_state* st, uint64_t addr,
     }
     fut = hb_from_leader(grp, fut, leader);
     // a leader's terminal failure (recorded) ends the whole warp before any lane performs its access
-    if (__any_sync(mask, fut == HB_FAILED)) hb_end();
+    if (hb_group_any(st, mask, fut == HB_FAILED, site)) hb_end();
 
     // --- counters: one atomic per warp ---
     const uint64_t t1 = hb_now();
@@ -1505,6 +1528,7 @@ HB_DEV uint32_t hb_issue_fast(uint64_t addr, uint32_t bytes, uint32_t flags, uin
     bool clamp;
     fut = hb_cd_future(dl, tl, &modeled, &clamp);
     HB_PROF(6, dl);
+    hb_group_guard((hbf_device_state*)d.st, mask, site);       // before the deadline reaches any lane's access
     // counters: one atomic per counter per warp (the same fields hb_issue_slow updates)
     const uint64_t t1 = hb_now();
     const uint32_t pbytes = __reduce_add_sync(mask, nb);
@@ -1636,6 +1660,7 @@ extern "C" __device__ __noinline__ unsigned long long __hb_issue_group(unsigned 
         tot_pbytes += (uint64_t)__popc(m) * nb;
     }
     if (!__all_sync(mask, ok)) return HB_GROUP_SLOW;            // decided before anything is written
+    hb_group_guard((hbf_device_state*)d.st, mask, site);
     return hb_group_serve(my_has, my_media, my_bytes, t0, nreq, tot_bytes, tot_pbytes, site);
 }
 
@@ -1722,6 +1747,7 @@ extern "C" __device__ __noinline__ void __hb_kernel_flush(unsigned int kernel_in
     const uint32_t any = __reduce_or_sync(mask, ((rd_req | wr_req | ready_waits) != 0u ? 1u : 0u) |
                                                     (inline_ns != 0ull ? 2u : 0u));
     if (any == 0u) return;
+    hb_group_guard((hbf_device_state*)sp, mask, kernel_index << 16);
     const uint64_t rq = hb_warp_sum(mask, rd_req), rg = hb_warp_sum(mask, rd_granules);
     const uint64_t rb = hb_warp_sum(mask, rd_bytes), wq = hb_warp_sum(mask, wr_req);
     const uint64_t wb = hb_warp_sum(mask, wr_bytes), rw = hb_warp_sum(mask, ready_waits);
@@ -1987,17 +2013,17 @@ HB_OOL_FN uint64_t hb_ticket_deadline(hbf_device_state* st, uint64_t ticket, uin
 // The waiting side of __hb_wait (a nonzero future of an attached module).
 HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsigned int site,
                             uint64_t t_in) {
-    uint64_t deadline;
+    uint64_t deadline = fut;
     const uint32_t m = hb_group_mask();
+    // one poller per ticket in the warp; the others receive the deadline. The match runs in every lane of the group
+    // (wt/grp13: it ran only in the lanes holding a ticket, a collective over m that m's lanes holding a deadline
+    // never executed -- undefined by the PTX ISA); the lanes of g hold one future, so the branch is uniform over g.
+    const uint32_t g = __match_any_sync(m, fut);
     if (fut & HBF_FUTURE_TICKET_BIT) {
-        // one poller per ticket in the warp; the others receive the deadline
-        const uint32_t g = __match_any_sync(m, fut);
         const uint32_t leader = (uint32_t)(__ffs(g) - 1);
         uint64_t d = 0;
         if (hb_laneid() == leader) d = HB_OOL(hb_ticket_deadline)(st, fut & ~HBF_FUTURE_TICKET_BIT, site);
         deadline = hb_from_leader(g, d, leader);
-    } else {
-        deadline = fut;
     }
     // A terminal failure (recorded by the polling lane), or a modeled wait that would hang: the whole
     // warp ends here, before the consumer reads the value.
@@ -2006,7 +2032,7 @@ HB_SPLIT_FN void hb_wait_slow(hbf_device_state* st, unsigned long long fut, unsi
         HB_OOL(hb_fail)(st, HBF_ST_TIMEOUT, site, deadline);  // never hang
         bad = 1u;
     }
-    if (__any_sync(m, bad)) hb_end();
+    if (hb_group_any(st, m, bad, site)) hb_end();
     const uint64_t t_out = hb_wait_until(deadline);
     // wall: the consumer's time in the wait; late: the part of it past the deadline (or past the entry
     // when the value was already due: the poll's host round trip); slack: how long the value was ready
@@ -2059,7 +2085,7 @@ HB_SPLIT_FN unsigned long long hb_join_slow(hbf_device_state* st, unsigned long 
     const uint32_t m = hb_group_mask();
     const uint64_t da = hb_join_one(st, m, a);
     const uint64_t db = hb_join_one(st, m, b);
-    if (__any_sync(m, da == HB_FAILED || db == HB_FAILED)) hb_end();   // recorded by the poller
+    if (hb_group_any(st, m, da == HB_FAILED || db == HB_FAILED, 0xFFFFu)) hb_end();   // recorded by the poller
     const uint64_t d = da > db ? da : db;
     return d ? d : 1ull;
 }

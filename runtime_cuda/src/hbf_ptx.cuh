@@ -56,19 +56,61 @@ HBF_PTX_DEV uint32_t hb_lanemask_eq() {
     asm("mov.u32 %0, %%lanemask_eq;" : "=r"(v));
     return v;
 }
-// The lanes of a helper's call (its group), for the warp-synchronous operations that follow. Default: the lanes active
-// (a VOTE), which ptxas takes for warp-uniform. HBF_GROUP_CHECKED=1 (a third measurement build, default off) ORs in
-// %lanemask_eq, so that every collective of the helpers checks each lane's own mask (as HBF_LEADER_CHECKED does for the
-// leader's shuffle alone): for a group that meets lanes of another group at any reconvergence point in the helper
-// (a per-lane loop, a wait), not only at the leader's.
+// The lanes of a helper's call (its group), for the warp-synchronous operations that follow.
+//
+// HBF_GROUP_SYNC (default ON since wt/grp13, 2026-12-06; docs/design.md §3.8 "The group's mask"): the group is the
+// lanes of the entry's VOTE (__activemask()), handed to every collective as a value ptxas cannot prove warp-uniform
+// (OR-ed with %lanemask_eq: the same value, the lane is in it), plus a guard (hb_group_seen below) that the helpers
+// turn into a recorded failure (status WARP_GROUP) when a collective ran with other lanes than the group.
+//
+// Why: the VOTE's result IS one group's identity -- every lane of it executed that one VOTE and got the same mask,
+// and two groups of one warp in a helper at once have disjoint masks -- and every helper's lanes run the same
+// collectives in the same order, so by the PTX ISA's rule for shfl.sync / vote.sync / match.sync / redux.sync /
+// bar.warp.sync ("the executing thread waits until all non-exited threads corresponding to membermask have executed
+// <the instruction> with the same qualifiers and same membermask value") each collective is defined and independent
+// of convergence. What was not sound is how ptxas compiles a collective whose mask it takes for warp-uniform (a
+// VOTE's result): it reads ONE lane's mask into a uniform register (R2UR), BRA.DIV takes the plain form when that
+// mask's lanes are all active -- without checking that no other lane is -- and the plain SHFL / REDUX / VOTE then
+// runs over every active lane. Under independent thread scheduling lanes of two groups of one warp (two invocations
+// of the helper, entered apart) are active together at one collective (the per-warp convergence barrier BSSY/BSYNC
+// of the helper's code releases them together, or the scheduler runs them at one PC): a REDUX counts both groups, a
+// SHFL reads a lane that is not there, and a lane that passed a collective without its group runs on into its next
+// call and meets its old group at the same instruction with another mask (bench/warp_groups.py `staggered`, stop 48:
+// 4.0 G merged calls, 290.6 M wrong counts, 615,680 wrong leader values in the plain build). With a mask ptxas cannot
+// prove uniform it compiles every collective in its checked form: each lane's own mask against the lanes active
+// (MATCH.ANY + REDUX.OR + VOTEU.ANY for a shuffle, R2UR's uniformity predicate for a reduction or a vote) before
+// the plain form, else the form that waits for each lane's own mask (WARPSYNC.COLLECTIVE). tests/runtime/
+// test_leader_variants.py fails when any collective of the installed helpers is compiled in the unchecked form.
+//
+// HBF_GROUP_CHECKED (the opaque mask alone) and HBF_GROUP_GUARD (the guard alone) follow HBF_GROUP_SYNC unless set:
+// -DHBF_GROUP_SYNC=0 builds the old helpers (the VOTE's mask as it is, no guard); bench/warp_groups.py's variants
+// `sync` (default), `guard` (-DHBF_GROUP_SYNC=0 -DHBF_GROUP_GUARD=1: the detector over the unchecked form) and
+// `group` (-DHBF_GROUP_SYNC=0 -DHBF_GROUP_CHECKED=1) tell them apart on a card.
+#ifndef HBF_GROUP_SYNC
+#define HBF_GROUP_SYNC 1
+#endif
 #ifndef HBF_GROUP_CHECKED
-#define HBF_GROUP_CHECKED 0
+#define HBF_GROUP_CHECKED HBF_GROUP_SYNC
+#endif
+#ifndef HBF_GROUP_GUARD
+#define HBF_GROUP_GUARD HBF_GROUP_SYNC
 #endif
 HBF_PTX_DEV uint32_t hb_group_mask() {
 #if HBF_GROUP_CHECKED
     return __activemask() | hb_lanemask_eq();
 #else
     return __activemask();
+#endif
+}
+// The guard: the lanes that took part in a ballot over the group's mask m. With every collective in its checked form
+// that is exactly m; a lane that sees anything else ran a collective with lanes of another group (extra bits) or
+// without lanes of its own (missing bits), and its results cannot be trusted: the helpers record WARP_GROUP and end
+// the warp (hbf_helpers.cu hb_group_guard). Returns m itself when the guard is off (nothing to compare).
+HBF_PTX_DEV uint32_t hb_group_seen(uint32_t m) {
+#if HBF_GROUP_GUARD
+    return __ballot_sync(m, 1);
+#else
+    return m;
 #endif
 }
 template <class T>

@@ -273,9 +273,10 @@ def test_native_copy_untouched_and_saves_symmetric_over_the_triton_corpus(monkey
 # test fails when another entry rises (or one of these stops rising: then update the list and the results).
 KNOWN_RISES: set[tuple[str, str]] = {
     ("triton/math_bf16", "math_kernel"),            # 128 -> 152 (109 values live across a call, many derived)
-    ("triton/transpose_2d", "transpose_kernel"),    # 254 -> 255
     ("cuda/generic_ptr", "generic_select"),         # 104 -> 116
-    ("cuda/shared_local", "shared_local"),          # 126 -> 128
+    # with the group-synced helpers (wt/grp13, HBF_GROUP_SYNC): transpose_2d 255 -> 255 and shared_local 138 -> 128
+    # no longer rise; this one does
+    ("triton/inductor_12_triton_poi_fused_index_mul_2", "triton_poi_fused_index_mul_2"),   # 128 -> 136
 }
 
 

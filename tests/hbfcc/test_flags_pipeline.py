@@ -252,6 +252,9 @@ def test_guarded_load_counts_lanes_whose_guard_holds(env):
     assert r.meta["flags"]["nonflag_sites"] == {"k": 2}
     assert "vote.sync.ballot.b32 \t%__hb_nm, %p1, %__hb_nm;" in r.text.replace("\t\t", "\t")
     assert "vote.sync.ballot.b32 \t%__hb_nm, !%p1, %__hb_nm;" in r.text.replace("\t\t", "\t")
+    # wt/grp13: the ballot's mask is the active lanes OR-ed with this lane's bit (checked per lane by ptxas)
+    t = r.text.replace("\t\t", "\t")
+    assert t.count("or.b32 \t%__hb_nm, %__hb_nm, %__hb_ne;") == t.count("vote.sync.ballot.b32 \t%__hb_nm,") >= 2
     assert "@%p1 add.u32 \t%__hb_nft" in r.text and "@!%p1 add.u32 \t%__hb_nft" in r.text
     # before both rets, guarded alike, in the instrumented and in the native version (the timing pass
     # keeps a copy of the flags-rewritten body for launches with nothing registered)

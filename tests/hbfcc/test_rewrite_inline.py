@@ -370,3 +370,21 @@ def test_a_store_between_keeps_the_load_in_place():
     meta = dict(group_meta(), hoist_loads=True)
     print_module(timing_pass(parse_module(src), meta))
     assert meta["timing"]["functions"][0]["moved_loads"] < 2
+
+
+def test_every_collective_of_the_inline_path_takes_the_group_mask_checked_per_lane():
+    """wt/grp13 (runtime_cuda/src/hbf_ptx.cuh HBF_GROUP_SYNC, docs/design.md §3.8 "The group's mask"): the inline
+    path's shuffles and votes, per site and in a group, all take %__hb_im, and every definition of %__hb_im is the
+    active mask OR-ed with this lane's own bit (%lanemask_lt + 1): a mask ptxas cannot prove warp-uniform, so it checks
+    every lane's mask at each collective instead of one lane's (the form that counted and read across two groups of
+    one warp on the H100, stop 48)."""
+    outs = [rewrite(STREAM), print_module(timing_pass(parse_module(loads(4)), group_meta()))]
+    for out in outs:
+        colls = re.findall(r"^\s*(?:@\S+\s+)?(?:shfl|vote|match|redux|bar\.warp)\.sync\S*\s+([^;]*);", out, re.M)
+        # -1: the group call's whole warp (after its partial-warp check), which the hardware checks exactly
+        assert colls and all(c.split(",")[-1].strip() in ("%__hb_im", "-1") for c in colls), colls
+        n = len(re.findall(r"\bactivemask\.b32\s+%__hb_im;", out))
+        opaque = re.findall(r"activemask\.b32\s+%__hb_im;\s*\n\s*add\.u32\s+%__hb_il, %__hb_lmlt, 1;\s*\n"
+                            r"\s*or\.b32\s+%__hb_im, %__hb_im, %__hb_il;", out)
+        assert n >= 1 and len(opaque) == n
+        assert not re.search(r"\bmov\.\w+\s+%__hb_im,", out)    # nothing else defines it
