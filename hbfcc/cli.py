@@ -91,8 +91,8 @@ def marker_line() -> str:
         line += " inline-time on"
     if knobs.load().native_scope:  # HBFCC_NATIVE_SCOPE=1 builds differently
         line += " native-scope on"
-    if knobs.load().native_entry:  # HBFCC_NATIVE_ENTRY=1: the module holds <k>__hbnat entries too
-        line += " native-entry on"
+    if not knobs.load().native_entry:  # HBFCC_NATIVE_ENTRY=0: no <k>__hbnat entries in the module
+        line += " native-entry off"
     if knobs.load().call_isolation:  # HBFCC_CALL_ISOLATION=1 builds differently
         line += " call-isolation on"
     if not knobs.load().launch_bound:  # HBFCC_LAUNCH_BOUND=0 builds differently

@@ -91,7 +91,7 @@ def test_triton_argv(tmp_path):
     assert cp.returncode == 0, cp.stderr
     assert "ptxas info" in cp.stderr          # the user asked for -v
     assert p.read_text() == text              # the input is never modified (a private copy is assembled)
-    rewritten = (next((tmp_path / "dump").iterdir()) / "04-print.ptx").read_text()
+    rewritten = (next((tmp_path / "dump").iterdir()) / "05-print.ptx").read_text()
     assert "__hb_issue" in rewritten and "hbfcc: instrumented" in rewritten
     cubin = Path(str(p) + ".o").read_bytes()
     assert cubin[:4] == b"\x7fELF" and b"__hb_issue" in cubin and b"__hb_state" in cubin
@@ -184,11 +184,11 @@ def test_rewrite_cli_standalone(tmp_path):
     out = (tmp_path / "out.ptx").read_text()
     U.assemble(out)
     stages = sorted(x.name for x in next((tmp_path / "dump").iterdir()).iterdir())
-    assert stages == ["00-input.ptx", "01-parse.ptx", "02-timing.json", "02-timing.ptx", "03-link.json",
-                      "03-link.ptx", "04-print.ptx", "05-artifact.json"]
+    assert stages == ["00-input.ptx", "01-parse.ptx", "02-timing.json", "02-timing.ptx", "03-native_entry.json",
+                      "03-native_entry.ptx", "04-link.json", "04-link.ptx", "05-print.ptx", "06-artifact.json"]
     dump = next((tmp_path / "dump").iterdir())
-    assert (dump / "04-print.ptx").read_text() == out
-    assert json.loads((dump / "05-artifact.json").read_text()) == json.loads((tmp_path / "out.ptx.hbfcc.json").read_text())
+    assert (dump / "05-print.ptx").read_text() == out
+    assert json.loads((dump / "06-artifact.json").read_text()) == json.loads((tmp_path / "out.ptx.hbfcc.json").read_text())
     doc = json.loads((tmp_path / "out.ptx.hbfcc.json").read_text())
     artifact.validate(doc)
     assert p.read_text() == SIMPLE   # input untouched

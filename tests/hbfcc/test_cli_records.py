@@ -380,7 +380,7 @@ def test_real_triton_bundled_ptxas_and_ptx_version_cap(tmp_path):
     doc = _doc(Path(str(p) + ".o"))
     assert doc["ptxas"]["path"] == bundled[0] and doc["ptxas"]["source"] == "triton bundled"
     assert doc["ptxas"]["max_ptx_version"] == f"{cap[0]}.{cap[1]}"
-    out = (next((tmp_path / "dump").iterdir()) / "04-print.ptx").read_text()
+    out = (next((tmp_path / "dump").iterdir()) / "05-print.ptx").read_text()
     assert re.search(rf"^\.version {cap[0]}\.{cap[1]}$", out, re.M)
     assert b"__hb_issue" in Path(str(p) + ".o").read_bytes()
     # PTX newer than that ptxas takes cannot come from Triton with it: CUDA's ptxas assembles it, loudly

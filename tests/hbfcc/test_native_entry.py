@@ -78,9 +78,11 @@ def test_native_entry_is_the_plain_kernel(name, monkeypatch):
         assert a == b, f"{name}: the native entry's SASS differs from the plain kernel's"
 
 
-def test_off_by_default_records_why(monkeypatch):
+def test_on_by_default_and_off_records_why(monkeypatch):
     src = (FIX / "vector_add_f32.ptx").read_text()
     monkeypatch.delenv("HBFCC_NATIVE_ENTRY", raising=False)
+    assert NE.SUFFIX in rewrite_text(src, filename="k.ptx").text               # default on since stop 49
+    monkeypatch.setenv("HBFCC_NATIVE_ENTRY", "0")
     res = rewrite_text(src, filename="k.ptx")
     assert NE.SUFFIX not in res.text
     (rep,) = [f for f in res.meta["timing"]["functions"] if f["kind"] == "entry"]
@@ -181,7 +183,7 @@ def test_hbfcc_ptxas_records_it(tmp_path):
     assert k["native_entry"] == NE.name_of(kernel) and k["kernel_index"] == 0
     assert [x[0] for x in A.kernels(doc)] == [kernel]                  # no kernel (slot) of its own
     assert A.native_entries(doc) == {kernel: NE.name_of(kernel)}
-    assert "native-entry on" in doc["build"]["marker"]
+    assert "native-entry" not in doc["build"]["marker"]      # the default build: no marker word
     # two images, one without: no native entry for the kernel
     other = json.loads(json.dumps(doc))
     other["kernels"][0]["native_entry"] = None
