@@ -49,3 +49,18 @@ def test_fresh_rows_are_unwritten_when_handed_out_after_the_pool_grew():
     f._pool[b] = 4
     c = f._rows(20)                                # fits: 74..93
     assert c.tolist() == list(range(74, 94)) and (f._pool[c] == -1).all() and (f._pool[b] == 4).all()
+
+
+def test_one_row_per_plane_fits_the_pool_as_made():
+    """wt/fuse14b: the pool is made with room for one open block per plane (a stream's first rows), so handing those
+    out copies nothing (growing from 64 rows copied the held rows into fresh memory); they come out -1 as always,
+    and one more row past that room still grows the pool with the held rows kept."""
+    g = geom(channels=4, dies_per_channel=4, planes_per_die=8, blocks_per_plane=8, pages_per_block=16)
+    f = Ftl(g)
+    assert g.planes == 128 and len(f._pool) >= g.planes
+    pool0 = f._pool
+    a = f._rows(g.planes)
+    assert f._pool is pool0 and a.tolist() == list(range(g.planes)) and (f._pool[a] == -1).all()
+    f._pool[a] = 5
+    b = f._rows(len(pool0) - g.planes + 1)
+    assert f._pool is not pool0 and (f._pool[a] == 5).all() and (f._pool[b] == -1).all()
