@@ -13,6 +13,7 @@ empty hook chain, or the stand-in cuLaunchKernel) is measured in the same rounds
 
     PYTHONPATH=$PWD python bench/gate_overhead.py --out /tmp/gate_overhead.json [--baseline /tmp/session_main.py]
     PYTHONPATH=$PWD python bench/gate_overhead.py --profile none/triton_native/matmul   # cProfile of one cell
+    PYTHONPATH=$PWD python bench/gate_overhead.py --driver-cost --out /tmp/g.json       # on a card: + real call costs
 """
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ log = logging.getLogger("gate_overhead")
 
 FN, NATIVE_FN, PLAIN_FN = 0xF00D, 0xBEEF, 0xF11D
 STATE, WORD, DET = 0x7000_0000, 0x6000_0000, 0x6100_0000
-DEVICE_FLOOR = 1 << 32        # the stand-in driver: values from here up are device addresses (in 1 MiB allocations)
+DEVICE_FLOOR = 1 << 32        # the stand-in driver: values from here up are device addresses (in 1 MiB allocations;
+                              # torch's CPU tensors stand in for device tensors: their heap is far above)
 CASES = ("none", "elsewhere", "reach")
 PATHS = ("triton_native", "triton_hook", "session_launch")
 
@@ -133,20 +135,8 @@ def arg_lists() -> dict[str, list]:
     }
 
 
-def device_tensors(args: list) -> list:
-    """The same argument list with tensors at "device" addresses (>= DEVICE_FLOOR, the stand-in's allocations)."""
-    out, base = [], DEVICE_FLOOR
-    for x in args:
-        if isinstance(x, torch.Tensor):
-            out.append(FakeDeviceTensor(base, x.numel(), x.element_size()))
-            base += 1 << 20
-        else:
-            out.append(x)
-    return out
-
-
 class FakeDeviceTensor:
-    """A tensor at a device address: data_ptr, numel, element_size, untyped_storage (what the gate reads)."""
+    """A tensor at a chosen address: data_ptr, numel, element_size, untyped_storage (what the gate reads)."""
     __slots__ = ("ptr", "n", "es", "_st")
 
     def __init__(self, ptr, n, es):
@@ -170,7 +160,7 @@ def case_ranges(case: str, args: list) -> list:
     if case == "none":
         return []
     if case == "elsewhere":
-        return [D.DevRange(DEVICE_FLOOR * 4, 1 << 20, 0, 1, 1, 7, 4096)]
+        return [D.DevRange(DEVICE_FLOOR * 4, 1 << 20, 0, 1, 1, 7, 4096)]     # below torch's heap, above the ints
     t = next(x for x in args if callable(getattr(x, "data_ptr", None)))        # the first tensor's storage
     return [D.DevRange(int(t.data_ptr()), 4096, 0, 1, 1, 7, 4096)]
 
@@ -194,7 +184,6 @@ class Cell:
         from triton.knobs import HookChain  # noqa: PLC0415
         self.dev = dev = StandInDriver()
         self.s, self.b = make_session(S, dev, native_entry=path != "triton_hook")
-        args = device_tensors(args) if path == "session_launch" or case != "none" else args
         set_ranges(self.s, case_ranges(case, args))
         hook = HookChain()
         if not plain:
@@ -283,6 +272,31 @@ def profile(impl, cell: str, n: int) -> str:
     return out.getvalue()
 
 
+def driver_cost(n: int) -> dict:
+    """On a machine with a GPU: the real cudrv calls the gate makes per launch (microseconds each, median of 11
+    rounds of n): cuStreamIsCapturing on a stream, cuMemGetAddressRange of a scalar (no allocation) and of a device
+    pointer -- what a card adds to this bench's stand-in numbers per call counted in ``driver_calls``."""
+    from runtime_cuda import cudrv  # noqa: PLC0415
+    cudrv.init_context(0)
+    st, dptr = cudrv.stream_create(), cudrv.mem_alloc(1 << 20)
+    calls = {"cuStreamIsCapturing": lambda: cudrv.stream_capturing(st),
+             "cuMemGetAddressRange_scalar": lambda: cudrv.address_range(4096),
+             "cuMemGetAddressRange_pointer": lambda: cudrv.address_range(dptr + 64)}
+    out = {}
+    for k, f in calls.items():
+        for _ in range(n):
+            f()
+        xs = []
+        for _ in range(11):
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                f()
+            xs.append((time.perf_counter_ns() - t0) / n / 1e3)
+        out[k] = round(statistics.median(xs), 3)
+    cudrv.mem_free(dptr)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="JSON output (default: none; never bench/results)")
@@ -294,6 +308,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=2000, help="launches per round")
     ap.add_argument("--warm", type=int, default=2000)
     ap.add_argument("--profile", metavar="CASE/PATH/ARGS", help="cProfile one cell of this tree (or --baseline)")
+    ap.add_argument("--driver-cost", action="store_true", help="also time the real driver calls (needs a GPU)")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("runtime_cuda").setLevel(logging.WARNING)
@@ -307,6 +322,9 @@ def main(argv=None) -> int:
                    warm=a.warm)
     doc = {"bench": "gate_overhead", "python": sys.version.split()[0], "torch": torch.__version__,
            "rounds": a.rounds, "n": a.n, "impls": list(impls), "rows": rows}
+    if a.driver_cost:
+        doc["driver_us"] = driver_cost(a.n)
+        log.info("real driver calls, us each: %s", doc["driver_us"])
     if a.out:
         Path(a.out).write_text(json.dumps(doc, indent=1))
         log.info("wrote %s", a.out)

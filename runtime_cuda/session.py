@@ -317,12 +317,13 @@ def triton_arg_spans(args: Iterable[Any]) -> list[tuple[int, int]]:
         if a is None or ta is float or ta is bool:     # reach nothing
             continue
         if ta is tensor:           # exactly a torch tensor: the general case below without its attribute probes
-            p = int(a.data_ptr())
-            lo, hi = p, p + int(a.numel()) * int(a.element_size())
+            p = a.data_ptr()
+            lo, hi = p, p + a.nbytes                   # torch: nbytes == numel() * element_size()
             try:
                 st = a.untyped_storage()
-                sp = int(st.data_ptr())
-                lo, hi = min(lo, sp), max(hi, sp + int(st.nbytes()))
+                sp = st.data_ptr()
+                e = sp + st.nbytes()
+                lo, hi = (sp if sp < lo else lo), (e if e > hi else hi)
             except Exception:  # noqa: BLE001 - no storage (a sparse tensor): its view is what we know
                 pass
             if p:
@@ -1201,9 +1202,10 @@ class Session:
         out = []
         if not self.use_cuda:
             return [(int(p), 1) for p in ptrs if p]
+        caps = self.capacity
         for p in ptrs:
             if p:
-                cap = next((c for c in self.capacity.values() if c.base <= int(p) < c.base + c.nbytes), None)
+                cap = next((c for c in caps.values() if c.base <= int(p) < c.base + c.nbytes), None) if caps else None
                 if cap is not None:        # a reserved span has no allocation the driver can name
                     out.append((cap.base, cap.nbytes))
                     continue

@@ -234,3 +234,18 @@ def test_nothing_registered_walks_no_argument(ref):
     assert w.step(("launch", "k", [FLOOR + 5], 7)) == NATIVES["k"]
     assert w.dev.calls["cuMemGetAddressRange"] == 0 and w.dev.calls["cuStreamIsCapturing"] == 3
     assert w.s.launch_selection["k"]["rules"] == {"nothing registered": 2}
+
+
+def test_exact_tensor_spans_match_the_general_path():
+    """triton_arg_spans' shortcut for an exact torch.Tensor gives what its general path (any object with data_ptr,
+    here a Tensor subclass) gives, for views, strided and expanded tensors, empty ones and scalars around them."""
+    torch = pytest.importorskip("torch")
+
+    class Sub(torch.Tensor):
+        pass
+
+    base = torch.empty(100)
+    for t in (base, base[10:20], base[::3], torch.empty(1).expand(1000), torch.empty(0), base.view(10, 10).t(),
+              torch.empty(5, dtype=torch.float16)[1:]):
+        args = [3, t, 0.5, None, True, -1]
+        assert NEW.triton_arg_spans(args) == NEW.triton_arg_spans([3, t.as_subclass(Sub), 0.5, None, True, -1])
