@@ -1607,14 +1607,17 @@ class Session:
         """What a Triton launch's arguments reach for the selection (rule "storage"): the tensors' storage spans, and
         the driver's allocation of every positive int (a raw pointer is an int). Only as much as the decision needs:
         no lookup when the selection does not read the extents (selection off or not applicable, addresses from
-        memory) or a tensor reaches a range already (no extent added can undo that); each distinct value asked once."""
+        memory) or a tensor reaches a range already (no extent added can undo that); each distinct value asked once.
+        A tensor's span is kept whatever its size: a 1-byte tensor (one int8 element) spans (address, 1) like an int,
+        and is dropped only where an int argument has that very value (whose allocation, asked, holds it)."""
         big = [s for s in spans if s[1] > 1]
         if not (self.use_cuda and b.instrumented and b.state_addr and self.native_select) \
                 or info.address_source != "params" \
                 or any(r.base < a + n and a < r.end for a, n in big for r in self.ranges):
-            return big
-        ints = dict.fromkeys(a for a in args if isinstance(a, int) and not isinstance(a, bool) and a > 0)
-        return big + self._allocation_spans(ints)
+            return big              # the selection does not read the extents, or reaches a range already
+        ints = dict.fromkeys(a for a in args if (type(a) is int or (isinstance(a, int) and not isinstance(a, bool)))
+                             and a > 0)
+        return big + [s for s in spans if s[1] == 1 and s[0] not in ints] + self._allocation_spans(ints)
 
     def _triton_launch(self, metadata) -> None:
         if getattr(self._tl, "handled", None) is metadata:      # decided by its _TritonNativeRun already

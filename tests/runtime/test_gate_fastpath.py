@@ -5,7 +5,9 @@ launches (a Triton launch through the native-entry wrapper, one of a kernel with
 hook, Session.launch with ctypes arguments) and CUDA graph captures, each on its own stand-in driver (the module
 words, a capturing stream's nodes, allocations as 1 MiB blocks). After every step both give the same decision (the
 function launched, or the same refusal), the same launch_selection counters, module words, captured nodes, binding
-state and refused/unmodeled events. Only the number of allocation lookups may differ (fewer: the fast paths' point)."""
+state and refused/unmodeled events. Only the number of allocation lookups may differ (fewer: the fast paths' point),
+and one decision on purpose: the original dropped a 1-byte tensor's span (one int8 element) from the selection, so a
+launch whose only reach was such a tensor ran native (test_a_one_byte_tensor_reaching_a_range_runs_instrumented)."""
 from __future__ import annotations
 
 import ctypes
@@ -163,7 +165,7 @@ def _args(rng: random.Random, ranges) -> list:
         r = rng.random()
         if r < 0.3:
             p = _addr(rng) if rng.random() < 0.7 or not ranges else rng.choice(ranges).base + rng.randrange(64)
-            out.append(Tensor(p, rng.randrange(1, 4096), rng.choice((1, 2, 4))))
+            out.append(Tensor(p, rng.randrange(2, 4096), rng.choice((1, 2, 4))))    # >= 2 bytes: see the 1-byte test
         elif r < 0.55:
             out.append(rng.choice((0, 1, 16, 64, 128, 4096, 65536, -3)))
         elif r < 0.65:
@@ -249,3 +251,19 @@ def test_exact_tensor_spans_match_the_general_path():
               torch.empty(5, dtype=torch.float16)[1:]):
         args = [3, t, 0.5, None, True, -1]
         assert NEW.triton_arg_spans(args) == NEW.triton_arg_spans([3, t.as_subclass(Sub), 0.5, None, True, -1])
+
+
+def test_a_one_byte_tensor_reaching_a_range_runs_instrumented(ref):
+    """A tensor of one byte inside a registered range: its storage span is (address, 1), which the original took for an
+    int's and dropped (the selection then said "reaches no range" and the launch ran native); it is kept now."""
+    pytest.importorskip("triton")
+    r = D.DevRange(FLOOR + 0x1000, 0x1000, 0, 1, C.HBF_MODE_TIMING, 7, 4096)
+    one = Tensor(FLOOR + 0x1800, 1, 1)
+    new, old = World(NEW, False), World(ref, False)
+    for w in (new, old):
+        w.step(("table", [r]))
+    assert new.step(("triton", "k", [one, 4096], 7)) == FNS["k"]                 # instrumented: it reaches r
+    assert new.s.launch_selection["k"]["rules"] == {"reaches a range (storage)": 1}
+    assert old.step(("triton", "k", [one, 4096], 7)) == NATIVES["k"]             # the original's miss
+    # an int argument of the same value: its allocation is asked and holds the address: instrumented as well
+    assert new.step(("triton", "k", [one, FLOOR + 0x1800], 7)) == FNS["k"]
