@@ -306,7 +306,29 @@ def triton_arg_spans(args: Iterable[Any]) -> list[tuple[int, int]]:
     also a TMA descriptor's .base) its whole storage and view; a Python int may be a raw pointer
     (Triton accepts ints for pointer parameters), so it counts as a 1-byte span at that address."""
     spans: list[tuple[int, int]] = []
+    torch = sys.modules.get("torch")
+    tensor = torch.Tensor if torch is not None else None
     for a in args:
+        ta = type(a)
+        if ta is int:              # the most common argument first (exactly int: no data_ptr, no base, not a bool)
+            if a > 0:
+                spans.append((a, 1))
+            continue
+        if a is None or ta is float or ta is bool:     # reach nothing
+            continue
+        if ta is tensor:           # exactly a torch tensor: the general case below without its attribute probes
+            p = a.data_ptr()
+            lo, hi = p, p + a.nbytes                   # torch: nbytes == numel() * element_size()
+            try:
+                st = a.untyped_storage()
+                sp = st.data_ptr()
+                e = sp + st.nbytes()
+                lo, hi = (sp if sp < lo else lo), (e if e > hi else hi)
+            except Exception:  # noqa: BLE001 - no storage (a sparse tensor): its view is what we know
+                pass
+            if p:
+                spans.append((lo, max(1, hi - lo)))
+            continue
         t = a if callable(getattr(a, "data_ptr", None)) else getattr(a, "base", None)
         if t is not None and callable(getattr(t, "data_ptr", None)):
             p = int(t.data_ptr())
@@ -578,10 +600,13 @@ class _TritonNativeRun:
                         exit_hook, *args)
 
 
+_UNBOUND = (None, None)      # Session.functions' answer for a function it does not know
+
+
 def _launch_name(metadata: Any, fh: int) -> str:
     """The kernel name a Triton launch_metadata carries (a LazyDict; its "name" needs no evaluation)."""
     d = getattr(metadata, "data", None)
-    if isinstance(d, Mapping) and "name" in d:
+    if (type(d) is dict or isinstance(d, Mapping)) and "name" in d:
         return str(d["name"])
     try:
         return str(metadata["name"])
@@ -591,6 +616,8 @@ def _launch_name(metadata: Any, fh: int) -> str:
 
 class Session:
     """One attachment of this process to hbfd (see attach())."""
+
+    _caps_of: tuple[list, list] | None = None     # (the range list, its capacity ranges): _capacity_ranges
 
     def __init__(self, client, ctlmap: C.CtlMap, *, allow_unmodeled: bool, use_cuda: bool,
                  params: D.RunParams, attach_reply=None) -> None:
@@ -1175,9 +1202,10 @@ class Session:
         out = []
         if not self.use_cuda:
             return [(int(p), 1) for p in ptrs if p]
+        caps = self.capacity
         for p in ptrs:
             if p:
-                cap = next((c for c in self.capacity.values() if c.base <= int(p) < c.base + c.nbytes), None)
+                cap = next((c for c in caps.values() if c.base <= int(p) < c.base + c.nbytes), None) if caps else None
                 if cap is not None:        # a reserved span has no allocation the driver can name
                     out.append((cap.base, cap.nbytes))
                     continue
@@ -1211,8 +1239,10 @@ class Session:
         native, why = selection(self.ranges, info, spans, rule)
         st = int(stream or 0)
         capturing = self._cu.stream_capturing(st)
-        sel = self.launch_selection.setdefault(name, {"native": 0, "instrumented": 0, "captured": 0, "native_entry": 0,
-                                                      "rules": {}, "word": {}})
+        sel = self.launch_selection.get(name)
+        if sel is None:
+            sel = self.launch_selection[name] = {"native": 0, "instrumented": 0, "captured": 0, "native_entry": 0,
+                                                 "rules": {}, "word": {}}
         sel["rules"][why] = sel["rules"].get(why, 0) + 1
         nfn = b.native_fns.get(name) if switch and info is not None else None
         if nfn is not None and not capturing and native is not False:
@@ -1270,6 +1300,8 @@ class Session:
         an argument covers (reach = overlap, e.g. a tensor's storage). Both None means the arguments
         are unknown (then any registered range counts)."""
         self.raise_device_failure()   # the run already ended with a device failure: no further launch
+        if info is not None and info.admitted and not self._capacity_ranges():
+            return                    # admitted, and no capacity range to keep it from: nothing to refuse
         ptrs = None if pointer_args is None else [int(p) for p in pointer_args]
         sp = None if spans is None else [(int(a), int(n)) for a, n in spans]
         self._gate_capacity(name, info, ptrs, sp)
@@ -1311,7 +1343,7 @@ class Session:
         """A kernel hbfcc's capacity pass did not rewrite (or did not rewrite completely) is never launched with
         arguments that may reach a capacity range (unknown arguments reach every range): its accesses would go
         to the unbacked span. HBF_ALLOW_UNMODELED does not change this (nothing could serve those accesses)."""
-        caps = [r for r in self.ranges if r.mode == C.HBF_MODE_CAPACITY]
+        caps = self._capacity_ranges()
         if not caps or (info is not None and info.capacity_admitted):
             return
         if ptrs is None and sp is None:
@@ -1330,6 +1362,14 @@ class Session:
         self.refused_launches.append(event)
         self._report("launch_refused", event)
         raise LaunchRefused(f"launch of {name} refused: {reason}", kernel=name, reason=reason, reaches=reach)
+
+    def _capacity_ranges(self) -> list[D.DevRange]:
+        """The registered capacity ranges, computed once per range table: the session replaces ``self.ranges`` (a new
+        list) at every table change and never changes the list in place, so the list object names the table."""
+        c = self._caps_of
+        if c is None or c[0] is not self.ranges:
+            c = self._caps_of = (self.ranges, [r for r in self.ranges if r.mode == C.HBF_MODE_CAPACITY])
+        return c[1]
 
     def capacity_counters(self) -> dict[str, int]:
         """The device side's capacity counters (hbf_helpers.cu __hb_cap_counters), summed over the bound
@@ -1363,7 +1403,9 @@ class Session:
         self.gate(name, info, ptrs)
         nfn = None
         if b is not None:
-            nfn = self._select(b, info, self._allocation_spans(ptrs), int(stream), "allocation", switch=True)
+            # nothing registered: the selection is "nothing registered" whatever the pointers reach (no lookup)
+            spans = self._allocation_spans(dict.fromkeys(ptrs)) if self.ranges else None
+            nfn = self._select(b, info, spans, int(stream), "allocation", switch=True)
         if nfn is None:
             self._cu.launch(function, grid, block, args, shared, stream)
         else:
@@ -1542,20 +1584,40 @@ class Session:
         the handle) the result is the native entry to launch instead, or None (_select)."""
         if self.stall.warn_s > 0:
             self.stall.launched(time.monotonic(), name, "triton")
-        _, info = self.functions.get(fh, (None, None))
+        b, info = self.functions.get(fh, _UNBOUND)
         if info is None:
             info = KernelInfo(name, -1, -1, False, ["kernel loaded before the session's Triton hooks were "
                                                     "installed (bind_triton_kernel binds it)"])
-        if not self.ranges and not info.admitted:
-            return None
+        if not self.ranges:
+            # nothing registered (the common case): the gate refuses nothing (no range to reach, no capacity range)
+            # and the selection is "nothing registered" whatever the arguments reach: no argument walk, no lookup
+            if not info.admitted:
+                return None
+            self.gate(name, info, None, None)     # a recorded device failure still ends the run here
+            return None if b is None else self._select(b, info, None, stream, "storage", switch=switch)
         spans = None if args is None else triton_arg_spans(args)
         self.gate(name, info, None, spans)
-        b, _ = self.functions.get(fh, (None, None))
         if b is None:
             return None
-        ints = [a for a in (args or ()) if isinstance(a, int) and not isinstance(a, bool) and a > 0]
-        reach = None if spans is None else [s for s in spans if s[1] > 1] + self._allocation_spans(ints)
+        reach = None if spans is None else self._triton_reach(b, info, spans, args)
         return self._select(b, info, reach, stream, "storage", switch=switch)
+
+    def _triton_reach(self, b: ModuleBinding, info: KernelInfo, spans: list[tuple[int, int]],
+                      args: Sequence[Any]) -> list[tuple[int, int]]:
+        """What a Triton launch's arguments reach for the selection (rule "storage"): the tensors' storage spans, and
+        the driver's allocation of every positive int (a raw pointer is an int). Only as much as the decision needs:
+        no lookup when the selection does not read the extents (selection off or not applicable, addresses from
+        memory) or a tensor reaches a range already (no extent added can undo that); each distinct value asked once.
+        A tensor's span is kept whatever its size: a 1-byte tensor (one int8 element) spans (address, 1) like an int,
+        and is dropped only where an int argument has that very value (whose allocation, asked, holds it)."""
+        big = [s for s in spans if s[1] > 1]
+        if not (self.use_cuda and b.instrumented and b.state_addr and self.native_select) \
+                or info.address_source != "params" \
+                or any(r.base < a + n and a < r.end for a, n in big for r in self.ranges):
+            return big              # the selection does not read the extents, or reaches a range already
+        ints = dict.fromkeys(a for a in args if (type(a) is int or (isinstance(a, int) and not isinstance(a, bool)))
+                             and a > 0)
+        return big + [s for s in spans if s[1] == 1 and s[0] not in ints] + self._allocation_spans(ints)
 
     def _triton_launch(self, metadata) -> None:
         if getattr(self._tl, "handled", None) is metadata:      # decided by its _TritonNativeRun already
@@ -1565,10 +1627,14 @@ class Session:
             else dict(metadata)
         fh = int(md.get("function", 0) or 0)
         name = str(md.get("name", f"function@{fh:#x}"))
-        _, info = self.functions.get(fh, (None, None))
-        found = None if not self.ranges and not (info is not None and info.admitted) \
-            else _triton_launch_args(metadata, with_stream=True)
-        args, stream = found if found is not None else (None, None)
+        if not self.ranges and isinstance(md.get("stream"), int):
+            # nothing registered: _triton_decide needs no arguments, only the stream (its capture check and word
+            # writes), which Triton puts in the launch metadata (jit.py and CompiledKernel's runner pass the one value
+            # to launch_metadata and to the launcher): no frame walk
+            args, stream = None, int(md["stream"])
+        else:
+            found = _triton_launch_args(metadata, with_stream=True)
+            args, stream = found if found is not None else (None, None)
         self._triton_decide(fh, name, args, stream, switch=False)
 
     # ---------------------------------------------------------------------------- ticket counter
