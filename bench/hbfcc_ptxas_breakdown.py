@@ -53,6 +53,7 @@ from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
 from hbfcc import cubin  # noqa: E402
 from hbfcc import helpers as H  # noqa: E402
+from hbfcc.native_entry import SUFFIX as NATIVE_SUFFIX  # noqa: E402
 from hbfcc.rewrite import rewrite_text  # noqa: E402
 from hbfcc.toolchain import max_ptx_version, ptxas_version_text, rewriter_sha  # noqa: E402
 
@@ -185,6 +186,10 @@ def library_alone(text: str, only: str | None = None) -> str:
         body.append("\t}")
     body += ["\tret;", "}", ""]
     entry = "\n".join(body)
+    # the native entries (hbfcc's HBFCC_NATIVE_ENTRY: <k>__hbnat and the functions it calls, copied as <f>__hbnat)
+    # are the kernel's, not the helpers': out with it
+    text = _ENTRY.sub(lambda m: "" if NATIVE_SUFFIX + "(" in m.group(0).split("{", 1)[0] else m.group(0), text)
+    text = _FUNC.sub(lambda m: "" if func_name(m.group("head")).endswith(NATIVE_SUFFIX) else m.group(0), text)
     out, n = _ENTRY.subn(lambda m: entry, text, count=1)
     assert n == 1
     return strip_debug(out)

@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
+from .native_entry import SUFFIX as NATIVE_SUFFIX
 from .ptx.model import Directive, Function, Module
 
 REGS_PER_SM = 65536
@@ -77,7 +78,10 @@ def register_bound(plain_regs: int, threads: int) -> int:
 
 
 def _entries(module: Module) -> list[Function]:
-    return [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
+    """The entries the occupancy decisions concern: every entry with a body but the native entries
+    (``<k>__hbnat``, hbfcc/native_entry.py), which reach no helper and keep the plain kernel's directives."""
+    return [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None
+            and not f.name.endswith(NATIVE_SUFFIX)]
 
 
 def _threads(f: Function) -> Optional[int]:
