@@ -583,19 +583,20 @@ class _TritonNativeRun:
         s = self.session
         if launch_metadata is not None and int(function or 0) == self.function and not s.closed \
                 and s._triton_installed:
-            nfn = s._triton_decide(self.function, _launch_name(launch_metadata, self.function), args,
-                                   int(stream) if isinstance(stream, int) else None, switch=True)
+            name = _launch_name(launch_metadata, self.function)
+            nfn = s._triton_decide(self.function, name, args, int(stream) if isinstance(stream, int) else None,
+                                   switch=True)
             s._tl.handled = launch_metadata
             if nfn is not None:
                 try:
                     return self.run(gridX, gridY, gridZ, stream, int(nfn), packed_metadata, launch_metadata,
                                     enter_hook, exit_hook, *args)
                 except RuntimeError as e:       # Triton's launcher: "Triton Error [CUDA]: ..." before it ran
-                    b = s.functions.get(self.function, (None, None))[0]
+                    b = s.functions.get(self.function, _UNBOUND)[0]
                     if b is None:
                         raise
-                    s._native_failed(b, _launch_name(launch_metadata, self.function), e)
-                    s._tl.handled = launch_metadata
+                    s._native_failed(b, name, e)
+                    s._tl.handled = launch_metadata     # the enter hook (run again below) skips this launch
         return self.run(gridX, gridY, gridZ, stream, function, packed_metadata, launch_metadata, enter_hook,
                         exit_hook, *args)
 
@@ -1244,10 +1245,9 @@ class Session:
             sel = self.launch_selection[name] = {"native": 0, "instrumented": 0, "captured": 0, "native_entry": 0,
                                                  "rules": {}, "word": {}}
         sel["rules"][why] = sel["rules"].get(why, 0) + 1
-        nfn = b.native_fns.get(name) if switch and info is not None else None
-        if nfn is not None and not capturing and native is not False:
-            nfn = self._native_ready(b, name, nfn)
-        if nfn is not None and not capturing and native is not False:
+        nfn = b.native_fns.get(name) if switch and info is not None and not capturing and native is not False \
+            else None
+        if nfn is not None and self._native_ready(b, name, nfn) is not None:
             sel["native"] += 1
             sel["native_entry"] += 1
             w = "native entry: not written"

@@ -285,10 +285,9 @@ class AttrDevice(LaunchDevice):
         return dict(self.attrs[int(src)])
 
 
-def test_native_entry_gets_the_instrumented_attributes_before_its_first_launch():
-    pytest.importorskip("triton")
-    dev = AttrDevice()
-    s, b = _launch_session(dev)
+def _refusing_kernel(dev: "AttrDevice") -> "FakeKernel":
+    """A kernel whose launcher records each launch and refuses a function without attributes, as Triton's does
+    ("invalid argument": the dynamic shared memory above 48 KiB not allowed on that function)."""
     k = FakeKernel(FN)
     inner = k._run
 
@@ -298,6 +297,14 @@ def test_native_entry_gets_the_instrumented_attributes_before_its_first_launch()
             raise RuntimeError("Triton Error [CUDA]: invalid argument")
         return inner(gridX, gridY, gridZ, stream, function, *rest)
     k._run = launcher
+    return k
+
+
+def test_native_entry_gets_the_instrumented_attributes_before_its_first_launch():
+    pytest.importorskip("triton")
+    dev = AttrDevice()
+    s, b = _launch_session(dev)
+    k = _refusing_kernel(dev)
     s._wrap_native_run(k, b, "k", FN)
     G.table(s, [])
     k.launch(7, FakeTensor(0x10800, 4), 4, hook=s._triton_launch)
@@ -310,14 +317,7 @@ def test_a_failed_native_launch_falls_back_to_the_instrumented_entry(caplog):
     pytest.importorskip("triton")
     dev = AttrDevice(copy_ok=False)
     s, b = _launch_session(dev)
-    k = FakeKernel(FN)
-    inner = k._run
-
-    def launcher(gridX, gridY, gridZ, stream, function, *rest):  # noqa: N803
-        if not dev.attrs[int(function)]:
-            raise RuntimeError("Triton Error [CUDA]: invalid argument")
-        return inner(gridX, gridY, gridZ, stream, function, *rest)
-    k._run = launcher
+    k = _refusing_kernel(dev)
     s._wrap_native_run(k, b, "k", FN)
     G.table(s, [])
     with caplog.at_level("WARNING"):
