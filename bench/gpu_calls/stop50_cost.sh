@@ -1,0 +1,25 @@
+#!/bin/bash
+# one call (~5 min, LIMIT=420): issue 13 item 2 with today's main (issue groups, hoisted loads, the group-synced
+# helpers, the native entry): the stream, probe, consume and Little parts of bench/devpath_cost.py side by side as in
+# r7-r10 (Little with 8 loads in flight was last measured before issue groups: x1.54, goal within 5 %), then the
+# launch gate's host cost per launch with the real driver (wt/gate13's bench, item 3 of the stop-49 order).
+# Everything in ONE tar under $OUT (s50c.tgz), rewritten after every part. Carry: hbfproto, runtime_cuda/ptx, .whl.
+set -u
+source bench/gpu_calls/env.sh
+python3 -m hbfd.warmup 2>&1 | tail -1
+W=/tmp/s50c; rm -rf $W; mkdir -p $W/dc
+pack() { tar czf $OUT/s50c.tgz -C $W . 2>/dev/null; }
+L=$(left); T=$(( L - 90 < 260 ? L - 90 : 260 ))
+echo "== [${L}s left] devpath_cost stream,probe,consume,little (timeout ${T}s)"
+timeout $T python3 bench/devpath_cost.py --out $W/dc --work /tmp/s50c_work --parts stream,probe,consume,little \
+    --budget-s $(( T - 40 )) > $W/dc/log.txt 2>&1
+echo "devpath_cost rc=$?"; tail -25 $W/dc/log.txt | cut -c1-400
+pack
+L=$(left)
+if [ $L -gt 60 ]; then
+  echo "== [${L}s left] gate_overhead --driver-cost"
+  timeout $(( L - 15 )) python3 bench/gate_overhead.py --driver-cost --rounds 11 --n 1000 --out $W/gate_overhead.json \
+      > $W/gate_log.txt 2>&1
+  echo "gate rc=$?"; tail -30 $W/gate_log.txt | cut -c1-300
+fi
+pack
