@@ -435,26 +435,30 @@ def test_the_property_fails_without_the_refusal(monkeypatch):
 
 
 
-def test_cuda_stream_capture_active_only_for_an_answered_active_capture(monkeypatch):
-    """cudrv.stream_capture_active: ACTIVE only; none, invalidated and an error (which stream_capturing counts as
-    capturing) are not: such a launch never captures the native entry."""
-    from runtime_cuda import cudrv
+def test_the_real_hbfd_never_holds_a_refused_range(tmp_path):
+    """End to end with the real daemon (a session without CUDA; the record as a native capture leaves it): the refused
+    registration never reaches hbfd's table, the refusal is in its summary, and a range elsewhere registers."""
+    import json
 
-    class Drv:
-        CUresult = SimpleNamespace(CUDA_SUCCESS=0)
-        CUstreamCaptureStatus = SimpleNamespace(CU_STREAM_CAPTURE_STATUS_NONE=0, CU_STREAM_CAPTURE_STATUS_ACTIVE=1,
-                                                CU_STREAM_CAPTURE_STATUS_INVALIDATED=2)
-
-        def __init__(self, answer):
-            self.answer = answer
-
-        def CUstream(self, s):  # noqa: N802 - the driver's name
-            return s
-
-        def cuStreamIsCapturing(self, s):  # noqa: N802
-            return self.answer
-
-    for answer, capturing, active in (((0, 0), False, False), ((0, 1), True, True), ((0, 2), True, False),
-                                      ((900, 0), True, False)):
-        monkeypatch.setattr(cudrv, "drv", lambda a=answer: Drv(a))
-        assert cudrv.stream_capturing(0) is capturing and cudrv.stream_capture_active(0) is active
+    import runtime_cuda
+    from hbfd.runner import start_daemon
+    root = Path(__file__).resolve().parents[2]
+    with start_daemon("nominal", workdir=tmp_path, env={"HBFD_THERMAL": "none", "HBFD_ENGINE": "fixed"},
+                      pythonpath=[root], timeout_s=90.0) as d:
+        s = runtime_cuda.attach(socket=str(d.socket), cuda=False)
+        try:
+            s._captures().record("k", [(A0, ALLOC)])
+            assert s.counters(publish=False)["graph_native"]["extents"] == 1
+            with pytest.raises(RangeError) as ei:
+                s.register_timing_range(A0 + ALLOC - 8, 64)
+            assert ei.value.code == ErrorCode.RANGE_ADMITTED
+            assert list(s.client.call("ListRanges", s.client.pb.ListRangesRequest()).ranges) == []
+            r = s.register_timing_range(A1 + 64, 64)
+            assert [int(x.range_id) for x in s.client.call("ListRanges", s.client.pb.ListRangesRequest()).ranges] \
+                == [int(r.range_id)]
+            summ = json.loads(s.client.call("GetSummary").summary_json)
+            assert [x["data"]["base"] for x in summ["reports"] if x["kind"] == "registration_refused"] \
+                == [hex(A0 + ALLOC - 8)]
+            assert s.counters(publish=False)["graph_native"]["refused_registrations"] == 1
+        finally:
+            s.close()
