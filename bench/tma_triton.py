@@ -49,6 +49,12 @@ nothing registered, plain / hbf / natent measured on HOST launches side by side 
 per launch behind a GPU sleep the host's queueing fits in, the ratio to plain per round, the host's us per launch to
 queue apart, the native-entry launches counted); ``--no-graph`` skips the graph part.
 
+``--graph-native`` (wt/gnat15): the natent build's launches captured into CUDA graphs under each HBF_GRAPH_NATIVE mode
+(off: the instrumented entry; bounded: kept instrumented for these kernels, whose addresses come from descriptors;
+all: the native entry, an unbounded record) and replayed interleaved with the plain build's graph, nothing registered
+(``native_cost_graph_natent``: device ms per launch, the ratio to plain per round, the captures counted, a
+registration refused while the record is held, the output bit-identical, the records released).
+
 CPU mode (``--dry-run``): each kernel compiled for GPUTarget("cuda", 90, 32) through hbfcc-ptxas (host descriptors
 as ``tensordesc<...>`` parameters; no GPU, no allocator needed to compile), and its admission read from the
 artifact: admitted, reasons, the TMA sites (the rewrite's tma counts and hooks), whether the cubin calls the
@@ -645,6 +651,79 @@ __hb_detached). Variants, each against the plain graph:
     return out
 
 
+def _graph_native_entry_cost(s, plain, natent, kname: str, ins: dict, torch) -> dict:
+    """Native entries in CUDA graphs (HBF_GRAPH_NATIVE, wt/gnat15), nothing registered, in one process: the plain
+    build's graph and the natent build's (HBFCC_NATIVE_ENTRY=1) captured once per mode of the session's
+    HBF_GRAPH_NATIVE (the session's attribute set between captures: the knob is read once per session) --
+      off      the instrumented entry captured (its prologue test at every replay: the module detached)
+      bounded  kernels whose addresses come from their parameters only: these TMA kernels take theirs from descriptors
+               (address_source "memory"), so this graph must hold the instrumented entry too (captured_native 0)
+      all      any kernel while nothing is registered: the native entry captured, an unbounded record (every
+               registration refused until released) -- the goal's ratio (<= 1.02)
+    -- replayed interleaved (per round each graph once, in this order after plain), PAIRS rounds, each replay between
+    two events, per launch: device ms (median, p10/p90, min/max) and the ratio to plain per round. Also: the launch
+    selection's counts per capture (captured, captured_native: BACK_TO_BACK for "all"), a registration of an input
+    tried while "all"'s record is held (must be refused with RANGE_ADMITTED, nothing registered), the natent graph's
+    output bit-identical to plain's after a replay, and the records released after the graphs are destroyed."""
+    from hbfcommon.errors import ErrorCode, RangeError  # noqa: PLC0415
+    from runtime_cuda.knobs import GRAPH_NATIVE_MODES  # noqa: PLC0415 - one graph per mode
+    was = s.graph_native
+    out: dict = {"pairs": PAIRS, "launches_per_graph": BACK_TO_BACK, "goal": "<= 1.02 (natent graph, mode all, vs plain)",
+                 "kernel": kname, "variants": {},
+                 "what": "nothing registered; per launch: one replay of a CUDA graph of BACK_TO_BACK captured launches "
+                         "between two events; per round plain, then the natent build captured under each "
+                         "HBF_GRAPH_NATIVE mode"}
+    graphs: dict = {}
+    try:
+        for fn in (plain, natent):
+            fn()
+        torch.cuda.synchronize()
+        graphs["plain"] = _graph(plain, torch)
+        for mode in GRAPH_NATIVE_MODES:
+            s.graph_native = mode
+            sel0 = dict((s.launch_selection.get(kname) or {}))
+            graphs[mode] = _graph(natent, torch)
+            sel1 = s.launch_selection.get(kname) or {}
+            out["variants"][mode] = {"launch_selection": {f: int(sel1.get(f, 0)) - int(sel0.get(f, 0))
+                                                          for f in ("captured", "captured_native", "native_entry")}}
+        s.graph_native = was
+        out["records"] = s.counters(publish=False).get("graph_native")
+        t = next(iter(ins.values()))
+        try:
+            r = s.register_timing_range(t.data_ptr(), t.numel() * t.element_size(), label=f"{kname}.gnat.refused")
+            s.unregister(r)
+            out["refusal"] = {"refused": False, "ok": False}
+        except RangeError as e:
+            out["refusal"] = {"refused": True, "code": e.code.name, "ranges_after": len(s.ranges),
+                              "ok": e.code == ErrorCode.RANGE_ADMITTED and not s.ranges, "message": str(e)[:600]}
+        ms: dict = {k: [] for k in graphs}
+        for _ in range(PAIRS):
+            for k in graphs:            # no name left holding a graph: they are destroyed before the release
+                ms[k].append(_event_ms(graphs[k].replay, torch) / BACK_TO_BACK)
+        for k in graphs:
+            v = out["variants"].setdefault(k, {})
+            v["device_ms"] = stats(ms[k])
+            if k != "plain":
+                v["ratio"] = stats([a / p for a, p in zip(ms[k], ms["plain"])])
+                v["extra_us_median"] = round(1000 * (statistics.median(ms[k]) - statistics.median(ms["plain"])), 3)
+        _, out_p = plain()
+        _, out_n = natent()             # a host launch: the outputs overwritten, then the graph's replay alone
+        out_n.fill_(-1.0)
+        graphs["all"].replay()
+        torch.cuda.synchronize()
+        out["natent_all_identical"] = bool(torch.equal(out_n.view(torch.int8), out_p.view(torch.int8)))
+        a = out["variants"]["all"]
+        out["ratio_median"] = (a.get("ratio") or {}).get("median")
+        out["native_entry_captured"] = a["launch_selection"]["captured_native"] == BACK_TO_BACK
+        out["bounded_kept_instrumented"] = out["variants"]["bounded"]["launch_selection"]["captured_native"] == 0
+    finally:
+        s.graph_native = was
+        graphs.clear()                  # the graphs destroyed first: then their records may go
+        torch.cuda.synchronize()
+        out["released"] = s.release_graph_captures()
+    return out
+
+
 def _graph_replay_check(s, go: dict, kh, name: str, ins: dict, torch, want_copies: int) -> dict:
     """The session's graph rule on the card (docs/design.md "Per-launch selection and CUDA graphs"): one launch of the
     hbf build captured with nothing registered (its module detached: no write in the graph), the graph replayed with
@@ -864,9 +943,11 @@ def gpu_case(s, K, name: str, rec: dict, save, torch) -> None:
         same.pop("plain")
         rec[f"{key}_identical"] = same
         return built
-    if os.environ.get("HBF_BENCH_TMA_NATENT") == "1":      # --native-entry: host launches, the native entry
+    natent: dict = {}
+    if os.environ.get("HBF_BENCH_TMA_NATENT") == "1" or os.environ.get("HBF_BENCH_TMA_GNAT") == "1":
         natent = extra("natent", lambda *a: _variant_launchers(*a, variants=NATENT_VARIANT))
         save(f"{name}: natent built")
+    if os.environ.get("HBF_BENCH_TMA_NATENT") == "1":      # --native-entry: host launches, the native entry
         try:
             kn, _ = natent["natent"]()
             b = s.bindings.get(int(kn.module))
@@ -882,6 +963,16 @@ def gpu_case(s, K, name: str, rec: dict, save, torch) -> None:
             rec["native_cost_host_natent"] = {"error": f"{type(e).__name__}: {e}"[:2000],
                                               "traceback": traceback.format_exc()[-3000:]}
         save(f"{name}: natent host cost done")
+    if os.environ.get("HBF_BENCH_TMA_GNAT") == "1":        # --graph-native: the native entry in CUDA graphs
+        try:
+            if "natent" not in natent:
+                raise RuntimeError(f"the natent build did not build: {rec.get('natent_error') or rec.get('natent_identical')}")
+            rec["native_cost_graph_natent"] = _graph_native_entry_cost(s, go["plain"], natent["natent"],
+                                                                       f"{name}_natent", ins, torch)
+        except Exception as e:  # noqa: BLE001
+            rec["native_cost_graph_natent"] = {"error": f"{type(e).__name__}: {e}"[:2000],
+                                               "traceback": traceback.format_exc()[-3000:]}
+        save(f"{name}: natent graph cost done")
     if os.environ.get("HBF_BENCH_TMA_GRAPH", "1") == "1":     # --no-graph: skip the graph part (variants, probes)
         variants = extra("variants", _variant_launchers)
         probes = extra("probes", _probe_launchers)
@@ -971,6 +1062,13 @@ def gpu_run(res: dict, out_dir: Path, out_path: Path, deadline: float, names: tu
         log.info("%s: native cost in CUDA graphs: %s (%s)", name, ncg.get("ratio_median"),
                  ", ".join(f"{k} x{x.get('ratio_median', float('nan')):.3f} {x.get('extra_us_median')} us"
                            for k, x in (ncg.get("variants") or {}).items() if "ratio_median" in x))
+        ng = rec.get("native_cost_graph_natent") or {}
+        if ng:
+            log.info("%s: native cost in CUDA graphs, native entry by HBF_GRAPH_NATIVE: %s", name, ng.get("error") or
+                     ", ".join(f"{k} x{(x.get('ratio') or {}).get('median', float('nan')):.3f} "
+                               f"[{(x.get('ratio') or {}).get('min', float('nan')):.3f}, "
+                               f"{(x.get('ratio') or {}).get('max', float('nan')):.3f}] sel {x.get('launch_selection')}"
+                               for k, x in (ng.get("variants") or {}).items() if k != "plain"))
         nh = rec.get("native_cost_host_natent") or {}
         if nh:
             log.info("%s: native cost on host launches, native entry: %s", name, nh.get("error") or ", ".join(
@@ -980,6 +1078,14 @@ def gpu_run(res: dict, out_dir: Path, out_path: Path, deadline: float, names: tu
                 for k, x in (nh.get("variants") or {}).items() if k != "plain"))
         write_json(out_path, res)
     res["ok"] = all(cases.get(n, {}).get("ok") for n in names)
+
+
+def run_cases(w: Path, runs: tuple = ("run1", "run2")):
+    """(run, its cases) of a device call's runs of this bench under ``w`` (bench/gpu_calls/env.sh ``tma_runs``: one
+    folder a run, its tma_triton.json); a run that left no JSON has no cases."""
+    for run in runs:
+        p = Path(w) / run / "tma_triton.json"
+        yield run, (json.loads(p.read_text()).get("cases", {}) if p.is_file() else {})
 
 
 def main(argv=None) -> int:
@@ -996,6 +1102,10 @@ def main(argv=None) -> int:
     ap.add_argument("--native-entry", action="store_true",
                     help="also build each kernel with HBFCC_NATIVE_ENTRY=1 and measure plain / hbf / natent on HOST "
                          "launches, nothing registered (native_cost_host_natent)")
+    ap.add_argument("--graph-native", action="store_true",
+                    help="also build each kernel with HBFCC_NATIVE_ENTRY=1 and measure plain / natent in CUDA graphs "
+                         "captured under HBF_GRAPH_NATIVE off / bounded / all, nothing registered "
+                         "(native_cost_graph_natent)")
     ap.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph native cost (variants, probes)")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -1036,6 +1146,7 @@ def main(argv=None) -> int:
             res["card"] = gpu_info()
             gpu_run(res, out_dir, out_path, deadline, names, a.case_timeout,
                     {"HBF_BENCH_TMA_NATENT": "1" if a.native_entry else "0",
+                     "HBF_BENCH_TMA_GNAT": "1" if a.graph_native else "0",
                      "HBF_BENCH_TMA_GRAPH": "0" if a.no_graph else "1"})
     except Exception as e:  # noqa: BLE001
         res["error"] = f"{type(e).__name__}: {e}"[:2000]

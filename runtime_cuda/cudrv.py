@@ -201,15 +201,29 @@ def memset_u64_async(dptr: int, value: int, stream: int) -> None:
     check(d.cuMemsetD32Async(dptr + 4, (int(value) >> 32) & 0xFFFFFFFF, 1, st), "cuMemsetD32Async")
 
 
-def stream_capturing(stream: int) -> bool:
-    """Whether work queued on ``stream`` is being captured into a CUDA graph (cuStreamIsCapturing). An error
-    (the legacy stream while another thread captures in global mode, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) counts
-    as capturing: the caller then takes its capture-safe choice."""
+def _capture_status(stream: int) -> int | None:
+    """cuStreamIsCapturing's status of ``stream`` (CUstreamCaptureStatus: 0 none, 1 active, 2 invalidated), None
+    when the call failed (the legacy stream while another thread captures in global mode,
+    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)."""
     d = drv()
     res = d.cuStreamIsCapturing(d.CUstream(int(stream)))
     if int(res[0]) != int(d.CUresult.CUDA_SUCCESS):
-        return True
-    return int(res[1]) != int(d.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
+        return None
+    return int(res[1])
+
+
+def stream_capturing(stream: int) -> bool:
+    """Whether work queued on ``stream`` is being captured into a CUDA graph (cuStreamIsCapturing). An error counts
+    as capturing: the caller then takes its capture-safe choice."""
+    st = _capture_status(stream)
+    return st is None or st != int(drv().CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
+
+
+def stream_capture_active(stream: int) -> bool:
+    """Whether ``stream`` is certainly capturing (cuStreamIsCapturing answered ACTIVE): what a launch must know before
+    it captures a kernel's native entry (HBF_GRAPH_NATIVE). An error or an invalidated capture is False: the launch
+    keeps the instrumented entry (the fail-safe of stream_capturing)."""
+    return _capture_status(stream) == int(drv().CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE)
 
 
 def address_range(ptr: int) -> tuple[int, int] | None:

@@ -65,6 +65,31 @@ def native_entry() -> bool:
     return env_bool("HBF_NATIVE_ENTRY", True)
 
 
+GRAPH_NATIVE_MODES = ("off", "bounded", "all")
+
+
+def graph_native() -> str:
+    """HBF_GRAPH_NATIVE (default ``0``/``off``; ``1``/``bounded``; ``all``): a launch on a CAPTURING stream decided
+    native captures the kernel's native entry (``<name>__hbnat``), so its replays run the untouched kernel, and the
+    session records what the replays can reach; every later registration that could be reached is refused
+    (RANGE_ADMITTED) until :meth:`Session.release_graph_captures` (docs/design.md "Per-launch selection and CUDA
+    graphs", "Native entries in graphs"). ``bounded``: kernels whose addresses come from their parameters, with the
+    launch's argument extents known (the record: those extents; a registration overlapping one is refused). ``all``:
+    also, while nothing is registered, kernels whose addresses come from memory (every TMA kernel) or whose arguments
+    are unknown (the record: everything; EVERY later registration is refused until released). Off by default: the
+    session cannot see a graph's kernel parameters updated after capture (cuGraphExecKernelNodeSetParams,
+    cuGraphExecUpdate) nor a graph destroyed, and a registration after a capture -- the flow the instrumented
+    captures serve (rule 3) -- is refused instead of modeled."""
+    v = os.environ.get("HBF_GRAPH_NATIVE", "").strip().lower()
+    if v in ("", "0", "off", "false", "no"):
+        return "off"
+    if v in ("1", "on", "true", "yes", "bounded"):
+        return "bounded"
+    if v == "all":
+        return "all"
+    raise ConfigError("HBF_GRAPH_NATIVE must be 0/off, 1/bounded or all", variable="HBF_GRAPH_NATIVE", value=v)
+
+
 def const_switch() -> bool:
     """HBF_CONST_SWITCH (default 1): write the modules' constant-bank attach switch (``__hb_detached``, hbfcc's
     prologue reads it before ``__hb_state``) as the per-launch selection detaches and attaches. Its in-stream writes

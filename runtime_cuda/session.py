@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from hbfcommon import abi
 from hbfcommon import abort
@@ -552,6 +552,90 @@ def state_word(native: bool | None, *, captured: bool, capturing: bool) -> tuple
     return False, "reaches no range: detached"
 
 
+def graph_native_reach(mode: str, native: bool | None, info: KernelInfo,
+                       spans: list[tuple[int, int]] | None,
+                       extents: Callable[[], list[tuple[int, int]] | None] | None) -> tuple[bool, list | None, str]:
+    """Whether a launch on a capturing stream, decided ``native`` by :func:`selection`, may capture the kernel's native
+    entry under HBF_GRAPH_NATIVE ``mode``, and what its replays can reach: (ok, reach, why). ``reach``: the argument
+    extents (address, bytes) the record keeps (a later registration overlapping one is refused), or None for
+    everything (the unbounded record: every later registration is refused). ``spans``: the extents selection used
+    (rule "storage" or "allocation"; None while nothing is registered, when the launch path computes none);
+    ``extents``: computes them then (None: unknown). Bounded (``bounded`` and ``all``): a kernel whose addresses come
+    from its parameters, its extents known, reaching no registered range. Unbounded (``all`` only): nothing
+    registered, any other kernel (addresses from memory: every TMA kernel; arguments unknown)."""
+    if mode == "off" or native is False:
+        return False, None, "off" if mode == "off" else "instrumented"
+    if info.address_source == "params":
+        sp = spans if native else (extents() if extents is not None else None)
+        if sp is not None:
+            return True, [(int(a), int(n)) for a, n in sp if n > 0], "argument extents"
+        why = "arguments unknown"
+    else:
+        why = "addresses from memory"
+    if native is None and mode == "all":
+        return True, None, f"{why}, nothing registered: unbounded"
+    return False, None, why
+
+
+@dataclass
+class GraphCaptures:
+    """The launches captured into CUDA graphs on their native entry (HBF_GRAPH_NATIVE): per extent (address, bytes),
+    or None for the unbounded record, the kernels and how many of their captures reach it; per kernel its captures.
+    A replay of such a launch runs the untouched kernel whatever is registered then, so no registration may overlap a
+    record (Session._refuse_over_captures) until the user releases them (Session.release_graph_captures) once the
+    graphs holding them are destroyed: the session cannot see a graph's end."""
+    extents: dict = field(default_factory=dict)
+    kernels: dict = field(default_factory=dict)
+    released: int = 0                                   # records released so far (extents, the unbounded one counted)
+    refused: list = field(default_factory=list)         # registrations refused over a record (events)
+    outside: list = field(default_factory=list)         # ranges registered past this session over a record (events)
+
+    def record(self, name: str, reach: list[tuple[int, int]] | None) -> None:
+        for key in ([None] if reach is None else reach):
+            k = self.extents.setdefault(key, {})
+            k[name] = k.get(name, 0) + 1
+        self.kernels[name] = self.kernels.get(name, 0) + 1
+
+    def hits(self, base: int, nbytes: int) -> list[tuple[tuple[int, int] | None, dict]]:
+        """The records a range [base, base+nbytes) overlaps (the unbounded one overlaps every range)."""
+        e = base + nbytes
+        return [(k, v) for k, v in self.extents.items() if k is None or (k[0] < e and base < k[0] + k[1])]
+
+    def release(self) -> dict:
+        out = {"extents": sum(k is not None for k in self.extents), "unbounded": None in self.extents,
+               "kernels": dict(self.kernels)}
+        self.released += len(self.extents)
+        self.extents, self.kernels = {}, {}
+        return out
+
+    def summary(self, mode: str) -> dict:
+        return {"mode": mode, "extents": sum(k is not None for k in self.extents), "unbounded": None in self.extents,
+                "kernels": dict(self.kernels), "released": self.released,
+                "refused_registrations": len(self.refused), "outside_registrations": list(self.outside)}
+
+
+def captured_native_refusal(base: int, nbytes: int, what: str,
+                            hits: list[tuple[tuple[int, int] | None, dict]]) -> RangeError:
+    """The error of a registration that overlaps launches captured on their native entry (RANGE_ADMITTED: a kernel
+    that could touch the range was admitted to run untouched, in a graph that may replay)."""
+    kernels: dict[str, int] = {}
+    for _, v in hits:
+        for k, n in v.items():
+            kernels[k] = kernels.get(k, 0) + n
+    ext = ["everything (a kernel whose addresses come from memory or whose arguments were unknown, captured with "
+           "nothing registered: HBF_GRAPH_NATIVE=all)" if k is None else f"[{k[0]:#x}, {k[0] + k[1]:#x})"
+           for k, _ in hits[:4]] + ([f"{len(hits) - 4} more"] if len(hits) > 4 else [])
+    names = ", ".join(f"{k} ({n} capture{'s' if n != 1 else ''})" for k, n in sorted(kernels.items())[:8])
+    return RangeError(
+        f"{what} range [{base:#x}, {base + nbytes:#x}) refused: it overlaps what launches captured into a CUDA graph "
+        f"on their native entry can reach ({'; '.join(ext)}; kernels {names}): a replay of those graphs runs the "
+        f"untouched kernel and would not model this range. Register before capturing (re-capture the graphs after "
+        f"registering), or destroy those graphs and call Session.release_graph_captures(), or run with "
+        f"HBF_GRAPH_NATIVE=0 (captures keep the instrumented entry)", code=ErrorCode.RANGE_ADMITTED,
+        base=hex(base), nbytes=int(nbytes), mode=what, kernels=kernels,
+        extents=[None if k is None else [hex(k[0]), k[1]] for k, _ in hits[:16]], knob="HBF_GRAPH_NATIVE")
+
+
 
 def capacity_not_built(ptr: int, nbytes: int, why: str = "") -> RangeError:
     """The error of a capacity-range registration the GPU runtime refuses (docs/design.md §3.6, issue 16): the
@@ -619,6 +703,9 @@ class Session:
     """One attachment of this process to hbfd (see attach())."""
 
     _caps_of: tuple[list, list] | None = None     # (the range list, its capacity ranges): _capacity_ranges
+    # HBF_GRAPH_NATIVE and its records (set in __init__; these defaults are what a session made without it has)
+    graph_native: str = "off"
+    _gn: GraphCaptures | None = None
 
     def __init__(self, client, ctlmap: C.CtlMap, *, allow_unmodeled: bool, use_cuda: bool,
                  params: D.RunParams, attach_reply=None) -> None:
@@ -652,6 +739,8 @@ class Session:
         self.native_select = knobs.native_select()
         self.const_switch = knobs.const_switch()     # HBF_CONST_SWITCH: write __hb_detached (off: it stays 0)
         self.native_entry = knobs.native_entry()     # HBF_NATIVE_ENTRY: host launches decided native run <k>__hbnat
+        self.graph_native = knobs.graph_native()     # HBF_GRAPH_NATIVE: captures decided native capture <k>__hbnat
+        self._gn = GraphCaptures()                   # what those captures reach (registrations over it are refused)
         self._triton_runs: list[tuple[Any, Any]] = []   # (CompiledKernel, its launcher) wrapped by _TritonNativeRun
         self._tl = threading.local()                 # .handled: the launch_metadata a _TritonNativeRun decided
         self.inline_issue = knobs.inline_issue()
@@ -792,6 +881,7 @@ class Session:
                                  r.page_bytes or 4096) for r in rep.ranges]
         with self._lock:
             D.fill_ranges(self.state, ranges, gen)
+            self._outside_registrations(self.ranges, ranges)
             self.ranges = sorted(ranges, key=lambda r: r.base)
             self.generation = gen
             self._write_ranges_to_device()
@@ -865,13 +955,72 @@ class Session:
         pb = self.client.pb
         r = pb.Range(base=int(ptr), length=int(nbytes), mode=mode, perms=int(perms), page_bytes=int(page_bytes),
                      stream=int(stream), label=label, flag_class=int(flag_class))
-        rep = self.client.call("RegisterRange", pb.RegisterRangeRequest(range=r))
-        self._refresh_ranges(int(rep.snapshot_generation))
+        with self._lock:           # from the check to the table: no capture records a native launch in between
+            self._refuse_over_captures(int(ptr), int(nbytes), C.MODE_NAMES.get(int(mode), str(mode)))
+            rep = self.client.call("RegisterRange", pb.RegisterRangeRequest(range=r))
+            self._refresh_ranges(int(rep.snapshot_generation))
         if self.use_cuda:          # its allocation, to see at synchronize whether it was freed while registered
             ext = self._cu.address_range(int(ptr))
             if ext is not None:
                 self._range_allocs[int(rep.range.range_id)] = (int(ext[0]), int(ext[1]))
         return rep.range
+
+    def _captures(self) -> GraphCaptures:
+        if self._gn is None:
+            self._gn = GraphCaptures()
+        return self._gn
+
+    def _refuse_over_captures(self, ptr: int, nbytes: int, what: str) -> None:
+        """Refuse (RANGE_ADMITTED, before hbfd or eidola's table hears of it) a registration of [ptr, ptr+nbytes) that
+        launches captured on their native entry (HBF_GRAPH_NATIVE) may reach: their replays run the untouched
+        kernel. Logged, reported to hbfd (``registration_refused``) and counted. The caller holds the session's lock
+        from this check until the range is in the table, so no capture records a launch over it in between."""
+        gn = self._gn
+        if gn is None or not gn.extents:
+            return
+        hits = gn.hits(int(ptr), int(nbytes))
+        if not hits:
+            return
+        err = captured_native_refusal(int(ptr), int(nbytes), what, hits)
+        event = {"base": hex(int(ptr)), "nbytes": int(nbytes), "mode": what, "kernels": err.fields.get("kernels"),
+                 "extents": err.fields.get("extents"), "code": ErrorCode.RANGE_ADMITTED.name}
+        gn.refused.append(event)
+        log.error("%s", err)
+        self._report("registration_refused", event)
+        raise err
+
+    def release_graph_captures(self) -> dict:
+        """Forget the launches captured on their native entry (HBF_GRAPH_NATIVE): registrations over what they reach
+        are accepted again. Call it only once every CUDA graph (and executable graph) holding those captures is
+        destroyed: the session cannot see a graph's end, and a replay after this call runs the untouched kernel on
+        whatever is registered then. Returns what was released: ``extents`` (how many), ``unbounded`` (the record of
+        HBF_GRAPH_NATIVE=all, which refused every registration) and the captures per kernel."""
+        with self._lock:
+            out = self._captures().release()
+        log.info("released the records of %d native-entry graph capture(s): %d extent(s)%s", sum(out["kernels"].values()),
+                 out["extents"], " and the unbounded record" if out["unbounded"] else "")
+        return out
+
+    def _outside_registrations(self, old: Sequence[D.DevRange], new: Sequence[D.DevRange]) -> None:
+        """A range in hbfd's table that overlaps a native-entry capture's record without having passed this session's
+        check (registered by another client of hbfd, which the session cannot refuse): logged as an error, reported
+        and kept (counters()["graph_native"]["outside_registrations"]). The replays of those graphs do not model it."""
+        gn = self._gn
+        if gn is None or not gn.extents:
+            return
+        known = {int(r.range_id) for r in old}
+        for r in new:
+            if int(r.range_id) in known:
+                continue
+            hits = gn.hits(int(r.base), int(r.length))
+            if hits:
+                err = captured_native_refusal(int(r.base), int(r.length), C.MODE_NAMES.get(int(r.mode), "?"), hits)
+                ev = {"range_id": int(r.range_id), "base": hex(int(r.base)), "length": int(r.length),
+                      "kernels": err.fields.get("kernels"), "extents": err.fields.get("extents")}
+                gn.outside.append(ev)
+                log.error("range %d was registered past this session (another client of hbfd) over launches captured "
+                          "on their native entry: their replays do not model it: %s", int(r.range_id), err)
+                self._report("graph_native_overlap", ev)
 
     def register_timing_range(self, ptr: int, nbytes: int, perms: int = C.HBF_PERM_ALL, *,
                               page_bytes: int = 4096, stream: int = 0, label: str = ""):
@@ -897,11 +1046,17 @@ class Session:
         if self.use_cuda == (ptr is not None):
             raise ConfigError("a capacity range's span is reserved by a CUDA session (ptr None) and named by a "
                               "CPU-only one (ptr given)", field="ptr", value=ptr)
+        with self._lock:       # from the check to the table: no capture records a native launch in between
+            return self._register_capacity(ptr, nbytes, perms, n_frames, store, path, seed, policy, verify, label)
+
+    def _register_capacity(self, ptr: int | None, nbytes: int, perms: int, n_frames: int, store: str, path: str,
+                           seed: int, policy: str, verify: bool, label: str) -> CAP.CapacityRange:
         reserved = 0
         if ptr is None:
             ptr, reserved = self._cu.address_reserve(nbytes)
         pb = self.client.pb
         try:
+            self._refuse_over_captures(int(ptr), int(nbytes), "capacity")    # before hbfd hears of it
             r = pb.Range(base=int(ptr), length=int(nbytes), mode=C.HBF_MODE_CAPACITY, perms=int(perms),
                          page_bytes=4096, label=label)
             spec = pb.CapacitySpec(n_frames=int(n_frames), store=store, path=str(path), seed=int(seed),
@@ -920,8 +1075,7 @@ class Session:
         except BaseException:
             self._drop_capacity(cr, unregister_rpc=True)
             raise
-        with self._lock:
-            self.capacity[cr.range_id] = cr
+        self.capacity[cr.range_id] = cr
         self._refresh_ranges(int(rep.snapshot_generation))      # the table follows the snapshot
         return cr
 
@@ -975,9 +1129,12 @@ class Session:
                                   table=type(table).__name__)
         if self._flag_table is not None and self._flag_table is not table:
             raise ConfigError("another flag table (eidola Replay) is already attached to this session")
-        self._flag_table = table
-        for f in table.flag_ranges():
-            if int(f.base) not in self._flag_ids.values():
+        with self._lock:           # its ranges are in eidola's table already: refused before any is recorded
+            new = [f for f in table.flag_ranges() if int(f.base) not in self._flag_ids.values()]
+            for f in new:
+                self._refuse_over_captures(int(f.base), int(f.length), "flag")
+            self._flag_table = table
+            for f in new:
                 self._record_flag_range(int(f.base), int(f.length), int(f.klass), f.name)
 
     def register_flag_range(self, ptr: int, nbytes: int, flag_class: int = 1, *, label: str = ""):
@@ -991,12 +1148,14 @@ class Session:
                              "(eidola.replay.Replay(...).attach(session)), or pass the ranges to "
                              "eidola.replay.Replay(rt, flags=[FlagRange(...)])",
                              code=ErrorCode.RANGE_BAD_MODE, base=hex(int(ptr)), nbytes=int(nbytes))
-        table.add_flag_range(int(ptr), int(nbytes), int(flag_class), label)
-        try:
-            return self._record_flag_range(int(ptr), int(nbytes), int(flag_class), label)
-        except BaseException:
-            table.remove_flag_range(int(ptr))
-            raise
+        with self._lock:           # refused before eidola's table or hbfd hears of it
+            self._refuse_over_captures(int(ptr), int(nbytes), "flag")
+            table.add_flag_range(int(ptr), int(nbytes), int(flag_class), label)
+            try:
+                return self._record_flag_range(int(ptr), int(nbytes), int(flag_class), label)
+            except BaseException:
+                table.remove_flag_range(int(ptr))
+                raise
 
     def _record_flag_range(self, ptr: int, nbytes: int, flag_class: int, label: str):
         rng = self._register(ptr, nbytes, C.HBF_MODE_FLAG, C.HBF_PERM_READ | C.HBF_PERM_WRITE | C.HBF_PERM_ATOMIC,
@@ -1216,7 +1375,8 @@ class Session:
         return out
 
     def _select(self, b: ModuleBinding, info: KernelInfo | None, spans: list[tuple[int, int]] | None,
-                stream: int | None, rule: str, switch: bool = False) -> Any:
+                stream: int | None, rule: str, switch: bool = False,
+                extents: Callable[[], list[tuple[int, int]] | None] | None = None) -> Any:
         """Per-launch selection: a launch whose pointer arguments cannot reach any registered range runs
         the module's untouched native version (its __hb_state is 0 for that launch: every helper returns at
         once and the prologue takes the native body). Sound only for kernels whose access addresses come
@@ -1233,7 +1393,13 @@ class Session:
         decided native on a stream that is not capturing, the result is the native entry's CUfunction: the caller
         launches it instead, and no word is written (the instrumented entry, the only reader of the words, is not
         entered; a captured module's words stay as its replays need them). None otherwise (the instrumented
-        entry, with the words as state_word wants them)."""
+        entry, with the words as state_word wants them).
+
+        Native entries in graphs (HBF_GRAPH_NATIVE, :meth:`_capture_native`): a launch decided native on a stream that is
+        certainly capturing captures the native entry when :func:`graph_native_reach` allows it, and the session
+        records what its replays can reach (``extents``: the launch's argument extents, computed only then, when
+        ``spans`` is None because nothing is registered); counted as ``captured_native`` (and ``captured``,
+        ``native``, ``native_entry``)."""
         if not self.use_cuda or not b.instrumented or not b.state_addr or not self.native_select:
             return None
         name = info.name if info else "?"
@@ -1243,14 +1409,25 @@ class Session:
         sel = self.launch_selection.get(name)
         if sel is None:
             sel = self.launch_selection[name] = {"native": 0, "instrumented": 0, "captured": 0, "native_entry": 0,
-                                                 "rules": {}, "word": {}}
+                                                 "captured_native": 0, "rules": {}, "word": {}}
         sel["rules"][why] = sel["rules"].get(why, 0) + 1
-        nfn = b.native_fns.get(name) if switch and info is not None and not capturing and native is not False \
-            else None
-        if nfn is not None and self._native_ready(b, name, nfn) is not None:
+        nfn = None
+        if switch and info is not None and native is not False:
+            if not capturing:
+                nfn = b.native_fns.get(name)
+                if nfn is not None:
+                    nfn = self._native_ready(b, name, nfn)
+            elif self.graph_native != "off" and name in b.native_fns:
+                nfn = self._capture_native(b, info, native, spans, extents, st)
+        if nfn is not None:
             sel["native"] += 1
             sel["native_entry"] += 1
-            w = "native entry: not written"
+            if capturing:
+                sel["captured"] += 1
+                sel["captured_native"] += 1
+                w = "captured native entry: not written"
+            else:
+                w = "native entry: not written"
             sel["word"][w] = sel["word"].get(w, 0) + 1
             return nfn
         if capturing:
@@ -1277,6 +1454,32 @@ class Session:
         sel["captured"] += int(capturing)
         sel["word"][word_why] = sel["word"].get(word_why, 0) + 1
         return None
+
+    def _capture_native(self, b: ModuleBinding, info: KernelInfo, native: bool | None,
+                        spans: list[tuple[int, int]] | None, extents: Callable[[], list[tuple[int, int]] | None] | None,
+                        stream: int) -> Any:
+        """HBF_GRAPH_NATIVE: the native entry's CUfunction for a launch on a capturing stream decided native, with what
+        its replays can reach recorded (GraphCaptures: every later registration over it is refused), or None (the
+        instrumented entry and state_word's capture rules, as with the knob off). Only where :func:`graph_native_reach`
+        allows it, the stream is certainly capturing (cuStreamIsCapturing answered ACTIVE: an error, which counts as
+        capturing, never captures native) and the native entry is ready. The reach is checked again against the range
+        table under the session's lock, which a registration holds from its check until its range is in the table:
+        either the registration sees this record and is refused, or this launch sees the range and stays
+        instrumented."""
+        ok, reach, _ = graph_native_reach(self.graph_native, native, info, spans, extents)
+        if not ok or not self._cu.stream_capture_active(stream):
+            return None
+        nfn = self._native_ready(b, info.name, b.native_fns[info.name])
+        if nfn is None:
+            return None
+        with self._lock:
+            if reach is None:
+                if self.ranges:
+                    return None
+            elif any(r.base < a + n and a < r.end for a, n in reach for r in self.ranges):
+                return None
+            self._captures().record(info.name, reach)
+        return nfn
 
     def _set_module_words(self) -> None:
         """After the range table changed (the context idle, no kernel reads a word): every instrumented module
@@ -1405,7 +1608,10 @@ class Session:
         if b is not None:
             # nothing registered: the selection is "nothing registered" whatever the pointers reach (no lookup)
             spans = self._allocation_spans(dict.fromkeys(ptrs)) if self.ranges else None
-            nfn = self._select(b, info, spans, int(stream), "allocation", switch=True)
+            # HBF_GRAPH_NATIVE: a capture needs the extents even then (computed only for one that may go native)
+            ext = (lambda: self._allocation_spans(dict.fromkeys(ptrs))) \
+                if spans is None and self.graph_native != "off" else None
+            nfn = self._select(b, info, spans, int(stream), "allocation", switch=True, extents=ext)
         if nfn is None:
             self._cu.launch(function, grid, block, args, shared, stream)
         else:
@@ -1594,7 +1800,12 @@ class Session:
             if not info.admitted:
                 return None
             self.gate(name, info, None, None)     # a recorded device failure still ends the run here
-            return None if b is None else self._select(b, info, None, stream, "storage", switch=switch)
+            if b is None:
+                return None
+            # HBF_GRAPH_NATIVE: a capture needs the extents even then (computed only for one that may go native)
+            ext = (lambda: self._triton_reach(b, info, triton_arg_spans(args), args)) \
+                if switch and args is not None and self.graph_native != "off" else None
+            return self._select(b, info, None, stream, "storage", switch=switch, extents=ext)
         spans = None if args is None else triton_arg_spans(args)
         self.gate(name, info, None, spans)
         if b is None:
@@ -1711,6 +1922,7 @@ class Session:
                "ring": self._ring_counters(),
                "launch_selection": {k: dict(v, rules=dict(v["rules"]), word=dict(v["word"]))
                                     for k, v in self.launch_selection.items()},
+               "graph_native": self._captures().summary(self.graph_native),
                "stale_ranges": list(self.stale_ranges), "stalls": list(self.stalls)}
         if publish:
             self._publish(totals)

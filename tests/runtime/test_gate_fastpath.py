@@ -86,6 +86,7 @@ class World:
         from triton.knobs import HookChain
         self.S, self.dev = S, Driver()
         s, b = GO.make_session(S, self.dev)
+        s.graph_native = "off"     # captures keep the instrumented entry (the original's only behaviour)
         infos = {n: S.KernelInfo(n, i, i, adm, [] if adm else ["not admitted: test"], src,
                                  native_entry=f"{n}__hbnat" if nat else None, capacity_admitted=cap)
                  for i, (n, (adm, src, nat, cap)) in enumerate(KINDS.items())}
@@ -144,7 +145,11 @@ class World:
 
     def state(self):
         s, b = self.s, self.b
-        return {"launch_selection": s.launch_selection, "word": dict(self.dev.word), "nodes": list(self.dev.nodes),
+        # HBF_GRAPH_NATIVE (wt/gnat15) is off here, as the original had no such knob: its count stays 0 and is compared
+        # without it (the original's dict has no such key)
+        ls = {k: {f: x for f, x in v.items() if f != "captured_native"} for k, v in s.launch_selection.items()}
+        assert all(v.get("captured_native", 0) == 0 for v in s.launch_selection.values())
+        return {"launch_selection": ls, "word": dict(self.dev.word), "nodes": list(self.dev.nodes),
                 "attached": b.attached, "captured": b.captured, "last_stream": b.last_stream,
                 "refused": s.refused_launches, "unmodeled": s.unmodeled_launches,
                 "native_fns": dict(b.native_fns), "failures": dict(b.native_failures),

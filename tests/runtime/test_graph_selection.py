@@ -217,7 +217,9 @@ def test_selection_off_keeps_the_session_state(dev):
 
 
 def test_cuda_stream_capturing_error_counts_as_capturing(monkeypatch):
-    """cudrv.stream_capturing: an error (the legacy stream during another thread's global capture) is capturing."""
+    """cudrv.stream_capturing: an error (the legacy stream during another thread's global capture) is capturing.
+    cudrv.stream_capture_active (HBF_GRAPH_NATIVE's condition to capture a native entry): only an answered ACTIVE
+    capture; none, invalidated and an error are not."""
     from runtime_cuda import cudrv
 
     class Res:
@@ -225,6 +227,7 @@ def test_cuda_stream_capturing_error_counts_as_capturing(monkeypatch):
 
     class Status:
         CU_STREAM_CAPTURE_STATUS_NONE = 0
+        CU_STREAM_CAPTURE_STATUS_ACTIVE = 1
 
     class Drv:
         CUresult, CUstreamCaptureStatus = Res, Status
@@ -238,9 +241,10 @@ def test_cuda_stream_capturing_error_counts_as_capturing(monkeypatch):
         def cuStreamIsCapturing(self, s):  # noqa: N802
             return self.answer
 
-    for answer, want in (((0, 0), False), ((0, 1), True), ((0, 2), True), ((900, 0), True)):
+    for answer, want, active in (((0, 0), False, False), ((0, 1), True, True), ((0, 2), True, False),
+                                 ((900, 0), True, False)):
         monkeypatch.setattr(cudrv, "drv", lambda a=answer: Drv(a))
-        assert cudrv.stream_capturing(0) is want
+        assert cudrv.stream_capturing(0) is want and cudrv.stream_capture_active(0) is active
 
 
 def test_module_words_order_and_values():
