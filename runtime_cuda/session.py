@@ -11,6 +11,7 @@ counters.
 """
 from __future__ import annotations
 
+import bisect
 import ctypes
 import functools
 import hashlib
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 # (hbfd/capacity/service.py flush: written, read back and checksummed a page at a time, the media model's programs
 # in batches: ~155 us a frame on the 2-core CI-like box, 2026-12-06; 1 ms is a bound with ~6x margin)
 CAPACITY_FLUSH_S_PER_FRAME = 0.001
+HOT_WALK_MAX = 256          # allocations one registered range may span for Session._hot_allocations (more: per-launch lookups)
 STATUS_CODE = {C.HBF_ST_UNSUPPORTED: ErrorCode.UNSUPPORTED, C.HBF_ST_DAEMON_LOST: ErrorCode.DAEMON_LOST,
                C.HBF_ST_TIMEOUT: ErrorCode.TIMEOUT, C.HBF_ST_THERMAL_SHUTDOWN: ErrorCode.THERMAL_SHUTDOWN}
 
@@ -496,6 +498,24 @@ def stale_ranges(ranges: Sequence[D.DevRange], allocs: Mapping[int, tuple[int, i
     return out
 
 
+def allocations_holding(ask: Callable[[int], tuple[int, int] | None], base: int, end: int,
+                        limit: int = HOT_WALK_MAX) -> list[tuple[int, int]] | None:
+    """The allocations (base, size) that hold [base, end), asking ``ask`` (cuMemGetAddressRange) from ``base`` on, each
+    next one at the previous one's end; None where one cannot be named (an address the driver does not know, an
+    extent that does not move past the address asked, more than ``limit``). Session._hot_allocations' walk; its
+    assumption (every address in one extent, the same whichever of its addresses is asked) is checked on a card by
+    bench/alloc_partition.py."""
+    out: list[tuple[int, int]] = []
+    p = int(base)
+    while p < end:
+        ext = ask(p)
+        if ext is None or len(out) >= limit or int(ext[0]) + int(ext[1]) <= p or int(ext[0]) > p:
+            return None
+        out.append((int(ext[0]), int(ext[1])))
+        p = int(ext[0]) + int(ext[1])
+    return out
+
+
 def selection(ranges: Sequence[D.DevRange], info: KernelInfo | None, spans: list[tuple[int, int]] | None,
               rule: str) -> tuple[bool | None, str]:
     """The per-launch decision (Session._select): (True = native version, False = instrumented, None =
@@ -703,6 +723,7 @@ class Session:
     """One attachment of this process to hbfd (see attach())."""
 
     _caps_of: tuple[list, list] | None = None     # (the range list, its capacity ranges): _capacity_ranges
+    _hot_cache: tuple[list, list | None] | None = None   # (the range list, its allocations): _hot_allocations
     # HBF_GRAPH_NATIVE and its records (set in __init__; these defaults are what a session made without it has)
     graph_native: str = "off"
     _gn: GraphCaptures | None = None
@@ -1355,23 +1376,58 @@ class Session:
                                                                                 ["kernel not in artifact"]))
 
     # ---------------------------------------------------------------------------- per-launch selection
-    def _allocation_spans(self, ptrs: Iterable[int]) -> list[tuple[int, int]]:
+    def _allocation_spans(self, ptrs: Iterable[int], exact: bool = True) -> list[tuple[int, int]]:
         """The driver's allocation extent (cuMemGetAddressRange) of every value that is a device pointer:
         a kernel given a pointer into an allocation may reach the whole allocation. Values that are not
-        device pointers (scalars) reach nothing."""
+        device pointers (scalars) reach nothing. ``exact`` False (a selection's reach, not a record that outlives the
+        launch): a value outside every allocation that holds part of a registered range (_hot_allocations) is left
+        out without asking the driver -- its allocation, whatever it is, overlaps no range, so the decision is the
+        same -- and one inside such an allocation gets that allocation's extent, also without asking."""
         out = []
         if not self.use_cuda:
             return [(int(p), 1) for p in ptrs if p]
         caps = self.capacity
+        hot = None if exact else self._hot_allocations()
         for p in ptrs:
             if p:
                 cap = next((c for c in caps.values() if c.base <= int(p) < c.base + c.nbytes), None) if caps else None
                 if cap is not None:        # a reserved span has no allocation the driver can name
                     out.append((cap.base, cap.nbytes))
                     continue
+                if hot is not None:
+                    i = bisect.bisect_right(hot, (int(p), 1 << 64)) - 1
+                    if i >= 0 and int(p) < hot[i][0] + hot[i][1]:
+                        out.append(hot[i])
+                    continue
                 ext = self._cu.address_range(int(p))
                 if ext is not None:
                     out.append(ext)
+        return out
+
+    def _hot_allocations(self) -> list[tuple[int, int]] | None:
+        """The device allocations (base, size), sorted, that hold part of a registered timing or flag range: asked of
+        the driver once per range table (each range's allocations walked from its base to its end), not per launch.
+        None where one cannot be named (the range covers memory the driver does not know, or more than
+        HOT_WALK_MAX allocations): the per-launch lookups then. This session's capacity ranges are reserved spans,
+        not allocations (_allocation_spans names them itself). Valid while the registered memory stays allocated: freeing a range's
+        memory while it is registered is the stale range that synchronize reports (check_stale_ranges); until then
+        a new allocation over the freed range would not be seen here, as the range itself no longer describes it."""
+        rs = self.ranges
+        cached = self._hot_cache
+        if cached is not None and cached[0] is rs:
+            return cached[1]
+        hot: set[tuple[int, int]] | None = set()
+        caps = {(int(c.base), int(c.nbytes)) for c in self.capacity.values()}
+        for r in rs:
+            if (int(r.base), int(r.length)) in caps:      # this session's reserved span: _allocation_spans names it
+                continue
+            exts = allocations_holding(self._cu.address_range, int(r.base), int(r.end))
+            if exts is None:
+                hot = None
+                break
+            hot.update(exts)
+        out = None if hot is None else sorted(hot)
+        self._hot_cache = (rs, out)
         return out
 
     def _select(self, b: ModuleBinding, info: KernelInfo | None, spans: list[tuple[int, int]] | None,
@@ -1607,7 +1663,8 @@ class Session:
         nfn = None
         if b is not None:
             # nothing registered: the selection is "nothing registered" whatever the pointers reach (no lookup)
-            spans = self._allocation_spans(dict.fromkeys(ptrs)) if self.ranges else None
+            spans = self._allocation_spans(dict.fromkeys(ptrs), exact=self.graph_native != "off") \
+                if self.ranges else None
             # HBF_GRAPH_NATIVE: a capture needs the extents even then (computed only for one that may go native)
             ext = (lambda: self._allocation_spans(dict.fromkeys(ptrs))) \
                 if spans is None and self.graph_native != "off" else None
@@ -1828,7 +1885,8 @@ class Session:
             return big              # the selection does not read the extents, or reaches a range already
         ints = dict.fromkeys(a for a in args if (type(a) is int or (isinstance(a, int) and not isinstance(a, bool)))
                              and a > 0)
-        return big + [s for s in spans if s[1] == 1 and s[0] not in ints] + self._allocation_spans(ints)
+        return big + [s for s in spans if s[1] == 1 and s[0] not in ints] \
+            + self._allocation_spans(ints, exact=self.graph_native != "off")
 
     def _triton_launch(self, metadata) -> None:
         if getattr(self._tl, "handled", None) is metadata:      # decided by its _TritonNativeRun already

@@ -185,7 +185,9 @@ def _args(rng: random.Random, ranges) -> list:
 def _ranges(rng: random.Random) -> list:
     out = []
     for i in range(rng.choice((0, 0, 1, 1, 2, 3))):
-        base = _addr(rng) & ~0xFFF
+        # 1 in 12 over memory the driver does not know (below the stand-in's floor): Session._hot_allocations cannot
+        # name its allocations, so every launch asks the driver again, as the original did
+        base = (_addr(rng) if rng.random() < 11 / 12 else FLOOR - 64 * ALLOC) & ~0xFFF
         length = rng.choice((64, 4096, ALLOC, 3 * ALLOC))                  # some cross allocations
         mode = C.HBF_MODE_CAPACITY if rng.random() < 0.1 else C.HBF_MODE_TIMING
         out.append(D.DevRange(base, length, 0, i + 1, mode, 7, 4096))
@@ -272,3 +274,59 @@ def test_a_one_byte_tensor_reaching_a_range_runs_instrumented(ref):
     assert old.step(("triton", "k", [one, 4096], 7)) == NATIVES["k"]             # the original's miss
     # an int argument of the same value: its allocation is asked and holds the address: instrumented as well
     assert new.step(("triton", "k", [one, FLOOR + 0x1800], 7)) == FNS["k"]
+
+
+def _hot_world(ranges):
+    w = World(NEW, False)
+    w.step(("table", ranges))
+    return w
+
+
+def test_a_range_elsewhere_asks_the_driver_once_per_table_not_per_launch():
+    """Session._hot_allocations: the allocations that hold a registered range are asked once per range table (a range
+    over 3 MiB from the middle of an allocation: 4 allocations); a launch whose int arguments lie elsewhere then asks
+    nothing and runs native, one whose int lies in such an allocation (outside the range itself) runs instrumented,
+    as the per-launch lookups decided."""
+    pytest.importorskip("triton")
+    base = FLOOR + 2 * ALLOC + ALLOC // 2
+    w = _hot_world([D.DevRange(base, 3 * ALLOC, 0, 1, C.HBF_MODE_TIMING, 7, 4096)])
+    elsewhere = FLOOR + 7 * ALLOC + 64
+    assert w.step(("triton", "k", [elsewhere, 16, 1.0], 7)) == NATIVES["k"]
+    walked = w.dev.calls["cuMemGetAddressRange"]
+    assert walked == 4
+    assert w.s._hot_allocations() == [(FLOOR + i * ALLOC, ALLOC) for i in (2, 3, 4, 5)]
+    for _ in range(5):
+        assert w.step(("triton", "k", [elsewhere, 16, 1.0], 7)) == NATIVES["k"]
+        assert w.step(("launch", "k", [elsewhere], 7)) == NATIVES["k"]
+    assert w.dev.calls["cuMemGetAddressRange"] == walked
+    # the same allocation as the range's first bytes, below the range: reaches it through its allocation
+    assert w.step(("triton", "k", [FLOOR + 2 * ALLOC + 8, 16], 7)) == FNS["k"]
+    assert w.step(("launch", "k", [FLOOR + 5 * ALLOC + ALLOC - 8], 7)) == FNS["k"]
+    assert w.dev.calls["cuMemGetAddressRange"] == walked
+    # a new table: walked again (one allocation)
+    w.step(("table", [D.DevRange(FLOOR + 7 * ALLOC, 64, 0, 2, C.HBF_MODE_TIMING, 7, 4096)]))
+    assert w.step(("triton", "k", [elsewhere, 16], 7)) == FNS["k"]
+    assert w.dev.calls["cuMemGetAddressRange"] == walked + 1
+
+
+def test_a_range_over_unknown_memory_keeps_the_per_launch_lookups():
+    """A registered range whose allocation the driver cannot name: no cached answer, every launch asks the driver for
+    its int arguments (the original's decision and cost)."""
+    pytest.importorskip("triton")
+    w = _hot_world([D.DevRange(FLOOR - 64 * ALLOC, 4096, 0, 1, C.HBF_MODE_TIMING, 7, 4096)])
+    assert w.s._hot_allocations() is None
+    n0 = w.dev.calls["cuMemGetAddressRange"]
+    for i in range(3):
+        assert w.step(("triton", "k", [FLOOR + 64, 16], 7)) == NATIVES["k"]
+    assert w.dev.calls["cuMemGetAddressRange"] - n0 == 3 * 2      # per launch: the int 16 is asked too (not a pointer)
+
+
+def test_graph_native_records_keep_the_exact_extents():
+    """With HBF_GRAPH_NATIVE on, a selection's extents may become a capture's record, which outlives the launch: the
+    per-launch lookups stay (the allocation of every int asked), whatever the cached allocations say."""
+    pytest.importorskip("triton")
+    w = _hot_world([D.DevRange(FLOOR + ALLOC, 64, 0, 1, C.HBF_MODE_TIMING, 7, 4096)])
+    w.s.graph_native = "bounded"
+    n0 = w.dev.calls["cuMemGetAddressRange"]
+    w.step(("launch", "k", [FLOOR + 5 * ALLOC + 3], 7))
+    assert w.dev.calls["cuMemGetAddressRange"] - n0 == 1
