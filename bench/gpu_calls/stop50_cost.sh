@@ -13,11 +13,13 @@ python3 -m hbfd.warmup 2>&1 | tail -1
 W=/tmp/s50c; rm -rf $W; mkdir -p $W/dc
 pack() { tar czf $OUT/s50c.tgz -C $W . 2>/dev/null; }
 L=$(left); T=$(( L - 90 < 260 ? L - 90 : 260 ))
-echo "== [${L}s left] devpath_cost stream,probe,consume,little (timeout ${T}s)"
-timeout $T python3 bench/devpath_cost.py --out $W/dc --work /tmp/s50c_work --parts stream,probe,consume,little \
-    --budget-s $(( T - 40 )) > $W/dc/log.txt 2>&1
-echo "devpath_cost rc=$?"; tail -25 $W/dc/log.txt | cut -c1-400
-pack
+if [ "${DC:-1}" = 1 ]; then      # DC=0: the gate and the partition check only
+  echo "== [${L}s left] devpath_cost stream,probe,consume,little (timeout ${T}s)"
+  timeout $T python3 bench/devpath_cost.py --out $W/dc --work /tmp/s50c_work --parts stream,probe,consume,little \
+      --budget-s $(( T - 40 )) > $W/dc/log.txt 2>&1
+  echo "devpath_cost rc=$?"; tail -25 $W/dc/log.txt | cut -c1-400
+  pack
+fi
 L=$(left)
 if [ $L -gt 60 ]; then
   echo "== [${L}s left] gate_overhead --driver-cost"
