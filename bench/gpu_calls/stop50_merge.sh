@@ -5,7 +5,7 @@
 # 134 MB of media bytes for 16.7 MB of program bytes: Triton could not vectorize it, so each thread issues 64 scalar
 # ld.global.b16 (8 per 16 bytes), each its own warp-request, in 39 issue groups (one run of 29 hoisted issues, then 35
 # lone ones). With the merge: 8 requests of 8 per warp in 8 groups (what the vectorized build books), the issues of the
-# run together; on the CPU: the groups' fast path 5,231 -> 1,047 PTX instructions, ptxas spills 212 -> 188 bytes
+# run together; on the CPU: the groups' served path 2,422 -> 901 PTX instructions per thread, ptxas spill stores 212 -> 188 B
 # (tests/hbfcc/test_merge_loads.py, bench/merge_loads_static.py). This call:
 #   1. correctness with the merge on (the default): bench/runtime_proofs.py --only semantic (the helpers and the
 #      inline path on the card: the baseline that they still work with this rewrite);

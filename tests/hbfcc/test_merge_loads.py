@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import random
-import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hbfcc_testutil as U  # noqa: E402
-from test_inline_multi_walk import _LINE, _s64  # noqa: E402
+from test_inline_multi_walk import cload, decode, operand, setp  # noqa: E402
 
 from hbfcommon import abi  # noqa: E402
 from hbfcc import helpers as H  # noqa: E402
@@ -33,6 +32,7 @@ from hbfcc.passes import timing as T  # noqa: E402
 from hbfcc.ptx import parse_module  # noqa: E402
 from hbfcc.ptx.printer import print_module  # noqa: E402
 from hbfcc.rewrite import rewrite_text  # noqa: E402
+from hbfcc.toolchain import parse_ptxas_v  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TAIL = (HERE / "merge_fixtures" / "reduce_f16_tail.ptx").read_text()
@@ -74,6 +74,13 @@ def scalar_loads(n: int = 8, ty: str = "b16", step: int = 2, between: str = "", 
     else:
         uses = [f"    add.s32 %r8, %r8, %r{20 + k};" for k in range(n)]
     guards = [f"    add.u32 %r{60 + k}, %r3, {k};\n    setp.lt.u32 %p{k + 1}, %r{60 + k}, %r1;" for k in range(n)]
+    return entry(["    mul.wide.u32 %rd3, %r2, 16;", "    add.s64 %rd4, %rd1, %rd3;", "    add.s64 %rd5, %rd1, 4096;",
+                  "    shl.b32 %r3, %r2, 3;"] + guards, body + uses)
+
+
+def entry(setup: list[str], body: list[str]) -> str:
+    """The test kernel: its pointer %rd1, n in %r1, %tid.x in %r2, ``setup``, a barrier (the loads' issues stay
+    below it), ``body``, the sum %r8 stored."""
     return """.version 8.7
 .target sm_90a
 .address_size 64
@@ -87,12 +94,8 @@ def scalar_loads(n: int = 8, ty: str = "b16", step: int = 2, between: str = "", 
     ld.param.u64 %rd1, [k_p];
     ld.param.u32 %r1, [k_n];
     mov.u32 %r2, %tid.x;
-    mul.wide.u32 %rd3, %r2, 16;
-    add.s64 %rd4, %rd1, %rd3;
-    add.s64 %rd5, %rd1, 4096;
-    shl.b32 %r3, %r2, 3;
     mov.u32 %r8, 0;
-""" + "\n".join(guards + ["    bar.sync 0;"] + body + uses) + """
+""" + "\n".join(setup + ["    bar.sync 0;"] + body) + """
     st.global.u32 [%rd1], %r8;
     ret;
 }
@@ -197,31 +200,17 @@ def run_warp(lines: list[str], lanes: list[dict], cmem: bytes) -> list[dict]:
     """The 32 lanes through the block in lockstep (every branch must be uniform); their registers after it."""
     labels = {ln[:-1]: i for i, ln in enumerate(lines) if ln.endswith(":")}
     R = [dict(x) for x in lanes]
-
-    def val(r, o: str):
-        if o.startswith("!"):
-            return not r[o[1:]]
-        if o.startswith("%"):
-            return r[o]
-        return int(o, 0)
-
-    def ld(o: str, size: int) -> int:
-        m = re.fullmatch(r"\[__hb_cdesc(?:\+(\d+))?\]", o)
-        a = int(m.group(1) or 0)
-        return int.from_bytes(cmem[a:a + size], "little")
+    val = operand
 
     pc = 0
     while True:
         ln = lines[pc]
         pc += 1
-        if ln.endswith(":"):
+        dec = decode(ln)
+        if dec is None:
             continue
-        m = _LINE.match(ln)
-        assert m, ln
-        neg, g, op, rest = m.groups()
-        ops = [x.strip() for x in rest.split(",")] if rest else []
+        neg, g, parts, ops = dec
         act = [g is None or (not r[g]) == bool(neg) for r in R]
-        parts = op.split(".")
         name = parts[0]
         if name == "bra":
             assert len(set(act)) == 1, f"divergent branch {ln}"
@@ -251,7 +240,7 @@ def run_warp(lines: list[str], lanes: list[dict], cmem: bytes) -> list[dict]:
             if name == "activemask":
                 r[ops[0]] = 0xFFFFFFFF
             elif name == "ld":
-                r[ops[0]] = ld(ops[1], 1 if parts[-1] == "u8" else 8)
+                r[ops[0]] = cload(r, ops[1], 1 if parts[-1] == "u8" else 8, cmem)
             elif name == "mov":
                 r[ops[0]] = val(r, ops[1])
             elif name in ("add", "sub", "xor") or (name in ("or", "and") and parts[1] != "pred"):
@@ -278,17 +267,7 @@ def run_warp(lines: list[str], lanes: list[dict], cmem: bytes) -> list[dict]:
             elif name == "selp":
                 r[ops[0]] = val(r, ops[1]) if val(r, ops[3]) else val(r, ops[2])
             elif name == "setp":
-                cmp, ty = parts[1], parts[-1]
-                x, y = val(r, ops[1]), val(r, ops[2])
-                if ty == "s64":
-                    x, y = _s64(x), _s64(y)
-                elif ty == "s32":
-                    x, y = (x - (1 << 32) if x >> 31 else x), (y - (1 << 32) if y >> 31 else y)
-                t = {"eq": x == y, "ne": x != y, "lt": x < y, "le": x <= y, "ge": x >= y, "gt": x > y}[cmp]
-                if len(parts) == 4:
-                    c = val(r, ops[3])
-                    t = (t and c) if parts[2] == "and" else (t or c)
-                r[ops[0]] = t
+                r[ops[0]] = setp(r, parts, ops)
             else:
                 raise AssertionError(f"instruction not modeled: {ln}")
 
@@ -401,27 +380,7 @@ def mad_tail() -> str:
                  f"    mov.b16 %rs{k + 1}, 0;",
                  f"    @%p{k + 1} ld.global.b16 %rs{k + 1}, [%rd{10 + k}];"]
     uses = [f"    cvt.u32.u16 %r{40 + k}, %rs{k + 1};\n    add.s32 %r8, %r8, %r{40 + k};" for k in range(8)]
-    return """.version 8.7
-.target sm_90a
-.address_size 64
-
-.visible .entry k(.param .u64 k_p, .param .u32 k_n)
-{
-    .reg .pred %p<20>;
-    .reg .b16 %rs<20>;
-    .reg .b32 %r<80>;
-    .reg .b64 %rd<20>;
-    ld.param.u64 %rd1, [k_p];
-    ld.param.u32 %r1, [k_n];
-    mov.u32 %r2, %tid.x;
-    shl.b32 %r71, %r2, 3;
-    mov.u32 %r8, 0;
-    bar.sync 0;
-""" + "\n".join(body + uses) + """
-    st.global.u32 [%rd1], %r8;
-    ret;
-}
-"""
+    return entry(["    shl.b32 %r71, %r2, 3;"], body + uses)
 
 
 def test_candidate_addresses_are_checked_per_lane():
@@ -478,13 +437,7 @@ def test_the_triton_masked_tail_merges_into_eight_byte_spans():
 
 
 def _ptxas_v(text: str, kernel: str) -> dict:
-    cp = U.assemble(text)
-    lines = cp.stderr.splitlines()
-    i = next(i for i, ln in enumerate(lines) if f"Compiling entry function '{kernel}'" in ln)
-    blk = "\n".join(lines[i:i + 4])
-    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", blk)
-    return {"registers": int(re.search(r"Used (\d+) registers", blk).group(1)),
-            "spill_stores": int(spill.group(1)) if spill else 0, "spill_loads": int(spill.group(2)) if spill else 0}
+    return parse_ptxas_v(U.assemble(text).stderr).get(kernel).to_dict()
 
 
 def test_the_merged_tail_assembles_and_spills_no_more_than_before(monkeypatch):
@@ -499,7 +452,7 @@ def test_the_merged_tail_assembles_and_spills_no_more_than_before(monkeypatch):
         assert f["merged_sites"] == (64 if m == "1" else 0) and r.meta["timing"]["merge_loads"] is (m == "1")
         res[m] = _ptxas_v(r.text, "reduce_tail")
     # measured (ptxas 13.0, sm_90a): 255 registers both, spill stores 212 B -> 188 B
-    assert res["1"]["spill_stores"] <= res["0"]["spill_stores"], res
+    assert res["1"]["spill_store_bytes"] <= res["0"]["spill_store_bytes"], res
     assert res["1"]["registers"] <= 255
 
 
@@ -550,3 +503,18 @@ def test_knob_off_is_mains_pass_byte_for_byte():
         mm.pop("merge_loads")
         assert print_module(T.timing_pass(parse_module(src), meta(False))) == \
             print_module(main.timing_pass(parse_module(src), mm))
+
+
+def test_the_artifact_counts_the_merge(monkeypatch):
+    """The pass's report feeds the artifact's kernel records: merged_requests / merged_sites, and the knob in the
+    timing meta."""
+    from hbfcc import artifact
+    monkeypatch.setenv("HBFCC_MERGE_LOADS", "1")
+    r = rewrite_text(TAIL, link=False)
+    k = artifact.build(path="reduce_f16_tail.ptx", result=r, ptxas=None, before=None, after=None)["kernels"][0]
+    assert k["name"] == "reduce_tail" and k["merged_requests"] == 8 and k["merged_sites"] == 64
+    assert r.meta["timing"]["merge_loads"] is True
+    monkeypatch.setenv("HBFCC_MERGE_LOADS", "0")
+    r = rewrite_text(TAIL, link=False)
+    k = artifact.build(path="reduce_f16_tail.ptx", result=r, ptxas=None, before=None, after=None)["kernels"][0]
+    assert k["merged_requests"] == 0 and k["merged_sites"] == 0 and r.meta["timing"]["merge_loads"] is False
