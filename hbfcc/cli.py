@@ -83,6 +83,8 @@ def marker_line() -> str:
         line += " group-issues off"
     if not knobs.load().fast_groups:  # HBFCC_FAST_GROUPS=0 builds differently
         line += " fast-groups off"
+    if not knobs.load().merge_loads:  # HBFCC_MERGE_LOADS=0 builds differently
+        line += " merge-loads off"
     if not knobs.load().inline_multi:  # HBFCC_INLINE_MULTI=0 builds differently
         line += " inline-multi off"
     if not knobs.load().inline_live:  # HBFCC_INLINE_LIVE=0 builds differently

@@ -48,6 +48,7 @@ class Knobs:
     group_issues: bool = True      # HBFCC_GROUP_ISSUES (default 1): adjacent inline load issues as one group
     hoist_loads: bool = True       # HBFCC_HOIST_LOADS (default 1): loads move with their hoisted issue
     fast_groups: bool = True       # HBFCC_FAST_GROUPS (default 1): a group not served inline calls __hb_issue_group
+    merge_loads: bool = True       # HBFCC_MERGE_LOADS (default 1): adjacent loads of one span as one inline request
     inline_multi: bool = True      # HBFCC_INLINE_MULTI (default 1): inline sites re-check the descriptor's ranges
     inline_live: bool = True       # HBFCC_INLINE_LIVE (default 1): inline counters flushed at every until point
     inline_time: bool = False      # HBFCC_INLINE_TIME (default 0): the served inline paths' own time (inline_ns)
@@ -86,6 +87,7 @@ def load() -> Knobs:
         group_issues=env_bool("HBFCC_GROUP_ISSUES", True),
         hoist_loads=env_bool("HBFCC_HOIST_LOADS", True),
         fast_groups=env_bool("HBFCC_FAST_GROUPS", True),
+        merge_loads=env_bool("HBFCC_MERGE_LOADS", True),
         inline_multi=env_bool("HBFCC_INLINE_MULTI", True),
         inline_live=env_bool("HBFCC_INLINE_LIVE", True),
         inline_time=env_bool("HBFCC_INLINE_TIME", False),
@@ -148,6 +150,11 @@ DOCS: tuple[tuple[str, str, str], ...] = (
     ("HBFCC_HOIST_LOADS", "1", "move a load with its hoisted issue where that is the same program (0: the issue only)"),
     ("HBFCC_FAST_GROUPS", "1", "an issue group not served inline (the fast source) is served by one "
      "__hb_issue_group call, its requests' model round trips overlapped (0: each site calls __hb_issue)"),
+    ("HBFCC_MERGE_LOADS", "1", "adjacent plain global loads of an issue group whose addresses are one register plus "
+     "constants within one read granule (a Triton masked tail's 8 scalar loads per 16 bytes) are counted as ONE "
+     "inline request of their span, as the L1 serves them: one request, the span's granules, the members' bytes "
+     "(docs/design.md \"Merged requests\"); a load's issue may follow the previous load's further up (0: each load "
+     "its own request, the rewrite exactly as before)"),
     ("HBFCC_INLINE_MULTI", "1", "an inline site (or issue group) whose warp misses the descriptor's first range "
      "re-checks its 2..4 ranges (helper ABI 6, docs/design.md §3.3; 0: the first range only, as before: less code, "
      "less ptxas time, kernels over several ranges call the helpers)"),

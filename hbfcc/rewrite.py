@@ -130,7 +130,7 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
     meta: dict = {"cpasync_window": cpasync_window or k.cpasync_window, "filename": filename,
                   "hoist_issues": k.hoist_issues, "inline_issues": k.inline_issues,
                   "group_issues": k.group_issues, "hoist_loads": k.hoist_loads,
-                  "fast_groups": k.fast_groups, "inline_multi": k.inline_multi,
+                  "fast_groups": k.fast_groups, "merge_loads": k.merge_loads, "inline_multi": k.inline_multi,
                   "inline_live": k.inline_live, "inline_time": k.inline_time, "native_scope": k.native_scope,
                   "call_isolation": k.call_isolation}
     selection = k.passes if passes is None else knobs.parse_passes(",".join(passes), "passes")

@@ -21,6 +21,11 @@ Issue is not consumption (DESIGN.md §3.3):
   survive). A guarded load site updates its future register only where the guard holds
   (``@g mov``), so a register that keeps its old value keeps its old future.
 * ``.volatile``/``.acquire``/``.mmio`` loads and ``atom`` wait at once (``HBF_F_WAIT_NOW``).
+* Merged requests (HBFCC_MERGE_LOADS, ``_merge_sets``): adjacent plain global loads of one issue group whose
+  addresses are one register plus constants within one read granule are booked as ONE inline request of their
+  span (one request, the span's granules, every member's bytes; each member's future the group's deadline), as the
+  L1 serves them; a span or a candidate address not proven is checked per lane, and a failed check is the group's
+  per-site fallback.
 * Stores (and ``red``) are posted: their futures are joined (``__hb_future_join``) into a per-thread
   drain register, waited at fences (membar/fence; not a shared-memory proxy fence), ``.release``/``.acq_rel`` operations, atomics,
   ``ret`` and ``exit``.
@@ -453,6 +458,8 @@ class FunctionReport:
     grouped_issues: int = 0          # load issues in those groups
     moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
     group_calls: int = 0             # groups with a __hb_issue_group call (HBFCC_FAST_GROUPS)
+    merged_requests: int = 0         # merged requests of two or more adjacent loads (HBFCC_MERGE_LOADS, _merge_sets)
+    merged_sites: int = 0            # load issues served by those merged requests
     tma: dict[str, int] = field(default_factory=dict)   # TMA-family instructions by class (hbfcc/passes/tma.py)
     tma_hooks: int = 0               # __hb_tma calls, mbarrier wait hooks, cp.async arrive notes emitted
     bulk_window: int = 0             # the bulk-group window (0: no bulk store / reduction)
@@ -476,7 +483,8 @@ class FunctionReport:
                 "grouped_issues": self.grouped_issues, "multi_checks": self.multi_checks,
                 "live_flushes": self.live_flushes, "timed_paths": self.timed_paths,
                 "moved_loads": self.moved_loads,
-                "group_calls": self.group_calls, "tma": self.tma, "tma_hooks": self.tma_hooks,
+                "group_calls": self.group_calls, "merged_requests": self.merged_requests,
+                "merged_sites": self.merged_sites, "tma": self.tma, "tma_hooks": self.tma_hooks,
                 "bulk_window": self.bulk_window}
 
 
@@ -493,6 +501,9 @@ _HOIST_PAST = frozenset((
 _STRONG_MODS = frozenset(("volatile", "acquire", "release", "relaxed", "mmio", "weak_sys"))
 _CLOCK_PREFIXES = ("%globaltimer", "%clock", "%pm")
 HOIST_WINDOW = 256   # instructions an issue may move up (bounds the rewrite's cost)
+MERGE_HOIST_WINDOW = 1024   # HBFCC_MERGE_LOADS: how far a load's issue may follow the previous load's (_hoist_target)
+MERGE_SPAN = 32      # bytes a merged request's span may cover: the inline path's largest access (INLINE_BYTES)
+MERGE_SPAN_CHECKED = 16   # a span wider than its members' alignment proves: at most this, checked per lane (_merge_sets)
 HOIST_CHAIN = 16     # computations copied for one hoisted issue
 # what a hoisted issue may copy: pure single-destination computations
 _CLONEABLE = frozenset(("add", "sub", "mul", "mad", "mul24", "mad24", "shl", "shr", "and", "or", "xor", "not",
@@ -555,6 +566,95 @@ class _GSite:
     node: int
 
 
+@dataclass(frozen=True)
+class _MergeReq:
+    """One request of a group (HBFCC_MERGE_LOADS, _FunctionRewriter._merge_sets): its member sites (slots of
+    the group, in order), the member whose address starts the span, the span's bytes and whether the span must
+    be checked per lane to be in one granule (its members' alignment does not prove it). One member: the site's
+    own request (span and check unused). ``verify``: (member, distance from the span's start) for members whose
+    address is a candidate only (_merge_copy): each lane accessing it checks it at run time."""
+    members: tuple[int, ...]
+    lead: int
+    span: int
+    check: bool
+    verify: tuple[tuple[int, int], ...] = ()
+
+
+def _merge_copy(st: Instruction, val: dict) -> None:
+    """A hoisting copy of a run (_is_copy: its one destination a fresh register, written once) into ``val``:
+    register -> (R, c, exact), the register holds R + c. ``add.{s64,u64} d, x, imm`` adds to x's entry, exactly.
+    Candidates only, checked per lane at run time (_group_code): ``or.b32`` / ``add.{s32,u32}`` of an immediate
+    (x | c is x + c only where x has no bit of c; a 32-bit add may wrap), and ``mad.wide.{s32,u32} d, i, imm, B``
+    / ``mul.wide`` of such an index i = x + c: d = (x, scale, B) + scale * c (Triton computes each scalar of a masked
+    tail's later chunks as ``mad.wide.s32 %rd, %r, 2, %base`` of ``%r = %r71 | 7168..7175``). Anything else: d is
+    its own root."""
+    (d,) = st.defs()
+    ops = st.operands
+    op, mods = st.opcode, st.modifiers
+    if op in ("add", "or") and len(ops) == 3 and mods in (("s64",), ("u64",), ("s32",), ("u32",), ("b32",)) \
+            and (op == "add") == (mods != ("b32",)):
+        x, y = ops[1], ops[2]
+        if type(x) is Immediate:
+            x, y = y, x
+        if type(x) is Register and type(y) is Immediate and not y.is_float:
+            r, c, exact = val.get(x.name, (x.name, 0, True))
+            val[d] = (r, c + int(y.value), exact and op == "add" and mods[0].endswith("64"))
+            return
+    if op in ("mad", "mul") and len(mods) == 2 and mods[0] == "wide" and mods[1] in ("s32", "u32") \
+            and len(ops) == (4 if op == "mad" else 3):
+        i, k = ops[1], ops[2]
+        if type(i) is Register and type(k) is Immediate and not k.is_float and i.name in val:
+            r, c, _ = val[i.name]
+            sc = int(k.value)
+            b = ops[3] if op == "mad" else None
+            if b is None or type(b) is Register:
+                val[d] = ((op, mods[1], r, sc, b.name if b is not None else None), sc * c, False)
+                return
+    val.pop(d, None)
+
+
+_MERGE_TYPE_MODS = frozenset(_TYPE_BYTES) | {"v2", "v4", "v8"}
+
+
+def _merge_key(s: "_GSite") -> Optional[tuple]:
+    """What two loads must share to merge: a plain ``ld`` whose decision is a global load (``.global``, ``.nc``
+    or not; not a generic load: its space is only known at run time) and the same modifiers apart from the
+    type and vector width (state space, cache operators, eviction priority, prefetch size); None for a load that
+    never merges (strong: volatile / acquire / relaxed / mmio)."""
+    inst, d = s.inst, s.d
+    if inst.opcode != "ld" or d.kind != "load" or d.flags & (abi.HBF_F_GENERIC | abi.HBF_F_WAIT_NOW):
+        return None
+    mods = tuple(m for m in inst.modifiers if m not in _MERGE_TYPE_MODS)
+    if _STRONG_MODS.intersection(mods) or "global" not in mods:
+        return None
+    return d.flags, mods
+
+
+def _merge_span(members: list[tuple[int, int]]) -> Optional[tuple[int, int, bool]]:
+    """(start, bytes, check) of the span of members (offset, width), or None. The merged request is counted with
+    one granule key per lane, so its span must be in one granule (read granules are >= 32 bytes): each member is
+    naturally aligned (PTX), so the span's start is aligned to A = the largest min(width, lowest set bit of its
+    distance from the start) over the members; a span of at most A bytes is in one A-aligned block (A <= 32), in
+    one granule: proven; a wider span of at most MERGE_SPAN_CHECKED bytes is checked per lane at run time
+    (_group_code: a failed check fails the group's vote, and each site runs alone: Triton's 16 bytes per thread of
+    a masked tail start 16-aligned when the tensor does); wider: no merge (two 16-byte vectors at +0 and +16 of a
+    16-byte aligned base cross a 64-byte granule in a quarter of the lanes: the warp's vote would fail always)."""
+    lo = min(c for c, _ in members)
+    L = max(c + w for c, w in members) - lo
+    if L > MERGE_SPAN:
+        return None
+    A = 1
+    for c, w in members:
+        dj = c - lo
+        wa = w & -w
+        A = max(A, wa if dj == 0 else min(wa, dj & -dj))
+    if L <= min(A, MERGE_SPAN):
+        return lo, L, False
+    if L <= MERGE_SPAN_CHECKED:
+        return lo, L, True
+    return None
+
+
 def _is_copy(st) -> bool:
     """A hoisting copy (_hoisted_site): an unguarded pure instruction writing a fresh hbfcc register."""
     if type(st) is not Instruction or st.guard is not None or st.opcode not in _CLONEABLE:
@@ -567,7 +667,7 @@ class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
                  inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
                  tracks: bool = False, cluster: bool = False, multi: bool = True, live: bool = True,
-                 itime: bool = False, native_scope: bool = False):
+                 itime: bool = False, native_scope: bool = False, merge: bool = False):
         self.hoist = hoist
         self.native_scope = native_scope        # HBFCC_NATIVE_SCOPE: the native copy's registers its own (below)
         self.multi = multi and inline           # HBFCC_INLINE_MULTI: the multi-range re-check (ABI 6)
@@ -579,6 +679,10 @@ class _FunctionRewriter:
         self.live = live and self.inline          # HBFCC_INLINE_LIVE: the counters flushed at every until point too
         self.itime = itime and self.inline        # HBFCC_INLINE_TIME: the served paths' own time into R_INS
         self.fast_groups = fast_groups and self.group
+        self.merge = merge and self.group and hoist   # HBFCC_MERGE_LOADS: adjacent loads of a group as one request
+        self._last_h: dict[tuple[int, ...], int] = {}   # sibling list -> the hoist point of its last load (merge)
+        self._nodes: list = []
+        self._moved_after: dict[int, list[Statement]] = {}   # id(_GSite) -> its moved load (merge: after its group)
         self.group_slots = 0                      # the largest group emitted (per-slot registers)
         self.hoisted: dict[tuple[int, ...], list[Statement]] = {}
         self.clones: dict[str, int] = {}            # type -> registers copied for hoisted issues
@@ -949,7 +1053,8 @@ class _FunctionRewriter:
     def _lower_groups(self, code: list) -> list[Statement]:
         """Every run of adjacent inline load issues (_GSite, with the hoisting copies between them:
         pure writes of fresh hbfcc registers, moved ahead of the run) becomes one group (_group_code),
-        at most GROUP_MAX sites each."""
+        at most GROUP_MAX sites each. With HBFCC_MERGE_LOADS the run's sites are first cut into merge
+        sets (_merge_sets: adjacent loads of one span, one request each) and the groups take whole sets."""
         out: list[Statement] = []
         i, n = 0, len(code)
         while i < n:
@@ -972,12 +1077,121 @@ class _FunctionRewriter:
                 else:
                     break
                 j += 1
-            out += moved
-            for c in range(0, len(sites), GROUP_MAX):
-                out += self._group_code(sites[c:c + GROUP_MAX])
-            out += pending
+            if not self.merge:
+                out += moved
+                for c in range(0, len(sites), GROUP_MAX):
+                    out += self._group_code(sites[c:c + GROUP_MAX])
+                out += pending
+            else:
+                k = i                       # the copies right before the run (the first site's): resolved too
+                while k > 0 and _is_copy(code[k - 1]):
+                    k -= 1
+                out += self._merged_run(code[i:j], sites, code[k:i])
             i = j
         return out
+
+    def _merged_run(self, run: list, sites: list["_GSite"], before: list) -> list[Statement]:
+        """HBFCC_MERGE_LOADS: a run's groups of merge sets (_merge_sets, _merge_groups), each group right after
+        the copies its sites need and right before the loads moved with its sites (HBFCC_HOIST_LOADS): a copy
+        then lives from its group to its load, not across the whole run (a run of 64 hoisted scalar loads made
+        ptxas spill 1.3 KB with every copy ahead of the run). The copies write fresh registers and the loads
+        keep their order; only timing code moves between them. ``before``: the copies right before the run (already
+        placed), which its addresses may read."""
+        out: list[Statement] = []
+        pos = {id(st): p for p, st in enumerate(run)}
+        done = 0
+        for chunk, reqs in self._merge_groups(sites, self._merge_sets(sites, before + run)):
+            last = pos[id(chunk[-1])]
+            out += [st for st in run[done:last] if type(st) is not _GSite]
+            done = last + 1
+            out += self._group_code(chunk, reqs)
+            for st in chunk:
+                out += self._moved_after.pop(id(st), [])
+        out += run[done:]
+        return out
+
+    # ---- merged requests (HBFCC_MERGE_LOADS) ---------------------------------------------------
+    def _merge_sets(self, sites: list["_GSite"], run: list) -> list["_MergeReq"]:
+        """The run's sites cut into merge sets, in order: a site joins the set before it when both are plain
+        loads of one kind (_merge_key: ld of the global space, .nc or not, the same cache modifiers; no
+        generic, volatile, acquire, relaxed or mmio load), their addresses are one register R plus constants
+        (_merge_addr: R the same register at the group point, where every address of the group is computed),
+        the set's span -- [min c, max c + width) over its members -- stays in one granule (_merge_span: proven,
+        or at most 16 bytes checked per lane),
+        the set has fewer than GROUP_MAX members, and between the first and the last member's load in the
+        program there is only straight-line plain computation and weak loads (_merge_between: no store,
+        atomic, reduction, fence, barrier, call, strong access, branch or label). Each set becomes one request
+        (_MergeReq); a set of one is the site's own request, exactly as without merging."""
+        val: dict = {}
+        where: list = []
+        for st in run:
+            if type(st) is _GSite:
+                where.append(self._merge_addr(st, val))
+            else:
+                _merge_copy(st, val)
+        keys = [_merge_key(s) for s in sites]
+        sets: list[list[int]] = []
+        for x in range(len(sites)):
+            cur = sets[-1] if sets else None
+            r, k = where[x], keys[x]
+            if cur is not None and r is not None and k is not None and len(cur) < GROUP_MAX \
+                    and where[cur[0]] is not None and where[cur[0]][0] == r[0] and keys[cur[0]] == k:
+                mem = cur + [x]
+                span = _merge_span([(where[y][1], sites[y].d.nbytes) for y in mem])
+                nds = [sites[y].node for y in mem]
+                if span is not None and self._merge_between(min(nds), max(nds)):
+                    cur.append(x)
+                    continue
+            sets.append([x])
+        out = []
+        for m in sets:
+            if len(m) == 1:
+                out.append(_MergeReq((m[0],), m[0], 0, False))
+                continue
+            lo, L, check = _merge_span([(where[y][1], sites[y].d.nbytes) for y in m])
+            lead = min(m, key=lambda y: (where[y][1], y))
+            verify = () if all(where[y][2] for y in m) else \
+                tuple((y, where[y][1] - lo) for y in m if y != lead)
+            out.append(_MergeReq(tuple(m), lead, L, check, verify))
+        return out
+
+    def _merge_addr(self, s: "_GSite", val: dict) -> Optional[tuple]:
+        """(R, c, exact): the site's address is R plus c bytes at the group point (R a 64-bit register, or a
+        candidate root of _merge_copy; the run's copies resolved through ``val``); exact: proven, else to be
+        checked per lane. None when it is not of that form."""
+        a = s.d.addr
+        if a is None or type(a.base) is not Register or self.ctx.reg_type(a.base.name) in _32BIT_TYPES:
+            return None
+        r, c, exact = val.get(a.base.name, (a.base.name, 0, True))
+        return r, c + a.offset, exact
+
+    def _merge_between(self, a: int, b: int) -> bool:
+        """Program nodes a .. b (the first and the last member's loads) are one straight-line run of plain
+        computation and weak loads: nothing a merged request may not span."""
+        F = self._hfacts
+        if F is None:
+            return False
+        for t in range(a, b):
+            if not F.sib[t] or not F.passable[t] or self._nodes[t][1].opcode == "st":
+                return False
+        return True
+
+    def _merge_groups(self, sites: list["_GSite"], reqs: list["_MergeReq"]):
+        """Whole requests packed into groups of at most GROUP_MAX sites, in order: (the group's sites, its
+        requests with their members renumbered to the group's slots)."""
+        groups: list[list[_MergeReq]] = [[]]
+        n = 0
+        for q in reqs:
+            if groups[-1] and n + len(q.members) > GROUP_MAX:
+                groups.append([])
+                n = 0
+            groups[-1].append(q)
+            n += len(q.members)
+        for g in groups:
+            first = g[0].members[0]
+            chunk = sites[first:first + sum(len(q.members) for q in g)]
+            yield chunk, [replace(q, members=tuple(m - first for m in q.members), lead=q.lead - first,
+                                  verify=tuple((m - first, dv) for m, dv in q.verify)) for q in g]
 
     def _site_alone(self, s: "_GSite", out: list[Statement]) -> None:
         """The site's code without a group (what HBFCC_GROUP_ISSUES=0 emits for it)."""
@@ -990,7 +1204,7 @@ class _FunctionRewriter:
             self._issue(s.inst, s.d, R_TMP, out)
             out.append(_ins("mov", ("b64",), (_R(fut), _R(R_TMP)), g))
 
-    def _group_code(self, sites: list["_GSite"]) -> list[Statement]:
+    def _group_code(self, sites: list["_GSite"], reqs: Optional[list["_MergeReq"]] = None) -> list[Statement]:
         """Adjacent inline load issues served as one group: the per-site work of the inline path
         (_inline_issue) without divergence, and what it does once per warp-request done once per group.
 
@@ -1007,7 +1221,18 @@ class _FunctionRewriter:
         32-byte aligned, so an access that starts in the range ends in it: accesses are naturally aligned
         and at most 32 bytes), every accessing lane is in the range (not in the guard zone of R_GZ bytes
         below it that the band also covers), and at every site its lanes ascend. Then the group counts go into the thread's
-        counters; else each site runs alone, exactly as without groups (it overwrites the futures)."""
+        counters; else each site runs alone, exactly as without groups (it overwrites the futures).
+
+        ``reqs`` (HBFCC_MERGE_LOADS, _merge_sets): the group's requests; None: every site its own. A merged
+        request of sites J is counted as one access of its span: its lanes are those accessing at any member (P =
+        OR of the P_j, in R_IPA), its ballot, predecessor, granule key (of the span's start, the lead member's
+        address) and order once; one request, one granule where the key differs; the bytes stay per member
+        (each P_j lane adds its member's width: program bytes exact) and so do the futures (selp on P_j, the
+        group's one deadline). A span its members' alignment does not prove to be in one 32-byte block is checked
+        per lane to be in one granule ((start ^ (start + span - 1)) >> read_gshift == 0, into R_GOK: the one key
+        counts its granules exactly; each member's range check is its own, as before); a candidate member
+        (_merge_copy) is checked to be at its distance from the start. A lane where a check fails fails the group's
+        vote: each site runs alone, its own request."""
         cd = abi.CDESC_GLOBAL
         self.group_slots = max(self.group_slots, len(sites))
         self.report.issue_groups += 1
@@ -1068,8 +1293,16 @@ class _FunctionRewriter:
                 _ins("mov", ("b32",), (_R(R_GC), _I(0))),
                 _ins("mov", ("b32",), (_R(R_GG), _I(0))),
                 _ins("mov", ("b32",), (_R(R_GB), _I(0)))]
-        for j, s in enumerate(sites):
-            P = _R(f"{R_GP}{j}")
+        for q in (reqs if reqs is not None else [_MergeReq((j,), j, 0, False) for j in range(len(sites))]):
+            j = q.lead
+            if len(q.members) == 1:
+                P = _R(f"{R_GP}{j}")
+            else:                                   # the request's lanes: those accessing at any member
+                P = _R(R_IPA)
+                out.append(_ins("mov", ("pred",), (P, _R(f"{R_GP}{q.members[0]}"))))
+                out += [_ins("or", ("pred",), (P, P, _R(f"{R_GP}{m}"))) for m in q.members[1:]]
+                self.report.merged_requests += 1
+                self.report.merged_sites += len(q.members)
             out += [_ins("vote", ("sync", "ballot", "b32"), (_R(R_IP), P, _R(R_IM))),
                     _ins("and", ("b32",), (_R(R_IP), _R(R_IP), _R(R_LMLT))),    # accessing lanes below
                     _ins("setp", ("eq", "u32"), (_R(R_IPL), _R(R_IP), _I(0))),  # none: the lowest
@@ -1081,7 +1314,7 @@ class _FunctionRewriter:
                     _ins("setp", ("le", "or", "u32"), (_R(R_IPB), _R(R_IQ), _R(R_IK), _R(R_IPL)))]
             # R_GOK: the lanes ascend at every site this lane accesses (kept apart from R_GIN for the
             # multi-range re-check, which needs the order without r0)
-            if j == 0:
+            if q.members[0] == 0:
                 out += [_ins("not", ("pred",), (_R(R_GOK), P)),
                         _ins("or", ("pred",), (_R(R_GOK), _R(R_GOK), _R(R_IPB)))]
             else:
@@ -1090,9 +1323,21 @@ class _FunctionRewriter:
                     _ins("and", ("pred",), (_R(R_IPB), _R(R_IPB), P)),
                     _ins("add", ("u32",), (_R(R_GG), _R(R_GG), _I(1)), Guard(_R(R_IPB))),
                     _ins("and", ("pred",), (_R(R_IPL), _R(R_IPL), P)),
-                    _ins("add", ("u32",), (_R(R_GC), _R(R_GC), _I(1)), Guard(_R(R_IPL))),
-                    _ins("add", ("u32",), (_R(R_GB), _R(R_GB), _I(s.d.nbytes)), Guard(P)),
-                    _ins("selp", ("b64",), (_R(f"{R_FUT}{s.k}"), _R(R_IT), _I(0), P), s.inst.guard)]
+                    _ins("add", ("u32",), (_R(R_GC), _R(R_GC), _I(1)), Guard(_R(R_IPL)))]
+            if q.check:                             # the span in one granule (R_IH: its shift), on every lane of it
+                out += [_ins("add", ("u64",), (_R(R_IX), addrs[j], _I(q.span - 1))),
+                        _ins("xor", ("b64",), (_R(R_IX), _R(R_IX), addrs[j])),
+                        _ins("shr", ("b64",), (_R(R_IX), _R(R_IX), _R(R_IH))),
+                        _ins("setp", ("eq", "u64"), (_R(R_IPB), _R(R_IX), _I(0))),
+                        _ins("and", ("pred",), (_R(R_GOK), _R(R_GOK), _R(R_IPB)), Guard(P))]
+            for m, dv in q.verify:                  # a candidate member: where it is the start's + its distance
+                out += [_ins("sub", ("u64",), (_R(R_IX), addrs[m], addrs[j])),
+                        _ins("setp", ("eq", "u64"), (_R(R_IPB), _R(R_IX), _I(dv))),
+                        _ins("and", ("pred",), (_R(R_GOK), _R(R_GOK), _R(R_IPB)), Guard(_R(f"{R_GP}{m}")))]
+            for m in q.members:
+                s, Pm = sites[m], _R(f"{R_GP}{m}")
+                out += [_ins("add", ("u32",), (_R(R_GB), _R(R_GB), _I(s.d.nbytes)), Guard(Pm)),
+                        _ins("selp", ("b64",), (_R(f"{R_FUT}{s.k}"), _R(R_IT), _I(0), Pm), s.inst.guard)]
         Lmulti, Lcount = self._label(), self._label()
         out += [_ins("and", ("pred",), (_R(R_IPA), _R(R_GOK), _R(R_GIN))),
                 _ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_IPA), _R(R_IM))),
@@ -1264,6 +1509,7 @@ class _FunctionRewriter:
                 self.fut_site[fut_of[i]] = self.node_site[i]
 
         self._fut_of = fut_of
+        self._nodes = nodes
         IN = self._dataflow(nodes, succ, decisions, fut_of)
         src, lines = address_provenance([inst for _, inst in nodes], [d.addr if d else None for d in decisions])
         self.report.address_source, self.report.memory_address_lines = src, lines[:8]
@@ -1315,7 +1561,10 @@ class _FunctionRewriter:
                     self.report.hoisted_issues += 1
                     mv = self._movable_load(h, i, nodes, IN, inst_h, ren) if self.move_loads and not need else None
                     if mv is not None:
-                        self.moved.setdefault(nodes[h][0], []).extend(mv[0])
+                        if self.merge and code and type(code[-1]) is _GSite:   # after its group (_lower_groups)
+                            self._moved_after[id(code[-1])] = mv[0]
+                        else:
+                            self.moved.setdefault(nodes[h][0], []).extend(mv[0])
                         self.drop |= mv[1]
                         self.report.moved_loads += 1
             # 5. cp.async group accounting
@@ -1428,7 +1677,11 @@ class _FunctionRewriter:
           load's destination registers (a wait is placed only before a read of a register whose
           value may still be pending, so no wait between the two positions can be on this load's
           future register; a write there, such as Triton's default value for masked lanes, is fine);
-        * labels, nested blocks, the start of the run and HOIST_WINDOW end the walk.
+        * labels, nested blocks, the start of the run and HOIST_WINDOW end the walk; with HBFCC_MERGE_LOADS
+          a load whose previous sibling load's issue went further up than HOIST_WINDOW may follow it there (at
+          most MERGE_HOIST_WINDOW): the issues of a long run of loads then stay one run, which _merge_sets
+          needs (a Triton masked tail of 64 scalar loads otherwise splits into one run of 29 and 35 lone
+          issues at 35 different points).
         Only loads that wait at their first use are hoisted (not atomics, volatile/acquire loads,
         stores or cp.async). Returns (h, chain): the node the issue goes before, and the copied
         instructions in program order."""
@@ -1445,7 +1698,12 @@ class _FunctionRewriter:
         dest = F.defs[i]
         chain: list[tuple[int, Instruction]] = []
         h = i
-        for j in range(i - 1, max(-1, i - 1 - HOIST_WINDOW), -1):
+        window = HOIST_WINDOW
+        if self.merge:   # follow the previous load's issue (one run, so the loads can merge), bounded
+            prev = self._last_h.get(path_i[:-1])
+            if prev is not None and i - prev > window:
+                window = min(i - prev, MERGE_HOIST_WINDOW)
+        for j in range(i - 1, max(-1, i - 1 - window), -1):
             if not F.sib[j]:
                 break                                  # not the previous sibling (a label or block between)
             defs_j, uses_j = F.defs[j], F.uses[j]
@@ -1468,6 +1726,8 @@ class _FunctionRewriter:
                 chain.insert(0, (j, nodes[j][1]))
             need = n2
             h = j
+        if self.merge:
+            self._last_h[path_i[:-1]] = h
         return h, chain
 
     def _hoist_facts(self, nodes, IN) -> "_HoistFacts":
@@ -2076,6 +2336,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     live = bool(meta.get("inline_live", True))
     itime = bool(meta.get("inline_time", False))
     native_scope = bool(meta.get("native_scope", False))
+    merge = bool(meta.get("merge_loads", False))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -2089,7 +2350,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     for it in module.items:
         if type(it) is Function and it.body is not None:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
-                                   fast_groups, tracks, cluster, multi, live, itime, native_scope)
+                                   fast_groups, tracks, cluster, multi, live, itime, native_scope, merge)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -2133,5 +2394,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "inline_live": live,
         "inline_time": itime,
         "native_scope": native_scope,
+        "merge_loads": merge,
     }
     return replace(module, items=tuple(new_items))

@@ -34,24 +34,59 @@ def _s64(v: int) -> int:
     return v - (1 << 64) if v >> 63 else v
 
 
+def operand(r: dict, o: str):
+    """An operand's value in a lane's registers ``r``: a register, a negated predicate, an integer."""
+    if o.startswith("!"):
+        return not r[o[1:]]
+    if o.startswith("%"):
+        return r[o]
+    return int(o, 0)
+
+
+def cload(r: dict, addr_op: str, size: int, cmem: bytes) -> int:
+    """ld.const of ``size`` bytes at [__hb_cdesc+off] or [%reg+off] (an offset into ``cmem``)."""
+    m = re.fullmatch(r"\[(__hb_cdesc|%[\w]+)(?:\+(\d+))?\]", addr_op)
+    base = 0 if m.group(1) == "__hb_cdesc" else r[m.group(1)]
+    a = base + int(m.group(2) or 0)
+    assert 0 <= a and a + size <= len(cmem), a
+    return int.from_bytes(cmem[a:a + size], "little")
+
+
+def setp(r: dict, parts: list[str], ops: list[str]) -> bool:
+    """setp.cmp[.{and,or}].type d, a, b[, c]: the predicate it writes."""
+    cmp, ty = parts[1], parts[-1]
+    a, b = operand(r, ops[1]), operand(r, ops[2])
+    if ty == "s64":
+        a, b = _s64(a), _s64(b)
+    elif ty == "s32":
+        a, b = (a - (1 << 32) if a >> 31 else a), (b - (1 << 32) if b >> 31 else b)
+    t = {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "ge": a >= b, "gt": a > b}[cmp]
+    if len(parts) == 4:          # setp.cmp.{and,or}.type d, a, b, c
+        c = operand(r, ops[3])
+        t = (t and c) if parts[2] == "and" else (t or c)
+    return t
+
+
+def decode(ln: str):
+    """A line of a block: None for a label, else (negated guard, guard register or None, opcode parts, operands)."""
+    if ln.endswith(":"):
+        return None
+    m = _LINE.match(ln)
+    assert m, ln
+    neg, g, op, rest = m.groups()
+    return neg, g, op.split("."), [x.strip() for x in rest.split(",")] if rest else []
+
+
 def run_block(lines: list[str], regs: dict, cmem: bytes, slow: str) -> object:
     """One lane through the block: the value it votes with (R_IPA), or "slow" where it branches to ``slow``."""
     labels = {ln[:-1]: i for i, ln in enumerate(lines) if ln.endswith(":")}
     r = dict(regs)
 
     def val(o: str):
-        if o.startswith("!"):
-            return not r[o[1:]]
-        if o.startswith("%"):
-            return r[o]
-        return int(o, 0)
+        return operand(r, o)
 
     def ld(addr_op: str, size: int) -> int:
-        m = re.fullmatch(r"\[(__hb_cdesc|%[\w]+)(?:\+(\d+))?\]", addr_op)
-        base = 0 if m.group(1) == "__hb_cdesc" else r[m.group(1)]
-        a = base + int(m.group(2) or 0)
-        assert 0 <= a and a + size <= len(cmem), a
-        return int.from_bytes(cmem[a:a + size], "little")
+        return cload(r, addr_op, size, cmem)
 
     pc, steps = 0, 0
     while True:
@@ -59,15 +94,12 @@ def run_block(lines: list[str], regs: dict, cmem: bytes, slow: str) -> object:
         assert steps < 10_000
         ln = lines[pc]
         pc += 1
-        if ln.endswith(":"):
+        dec = decode(ln)
+        if dec is None:
             continue
-        m = _LINE.match(ln)
-        assert m, ln
-        neg, g, op, rest = m.groups()
-        ops = [x.strip() for x in rest.split(",")] if rest else []
+        neg, g, parts, ops = dec
         if g is not None and (not r[g]) != bool(neg):
             continue
-        parts = op.split(".")
         name = parts[0]
         if name == "vote":
             return r[ops[1]]
@@ -93,15 +125,7 @@ def run_block(lines: list[str], regs: dict, cmem: bytes, slow: str) -> object:
         elif name == "not":
             r[ops[0]] = not val(ops[1])
         elif name == "setp":
-            cmp, ty = parts[1], parts[-1]
-            a, b = val(ops[1]), val(ops[2])
-            if ty == "s64":
-                a, b = _s64(a), _s64(b)
-            t = {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "ge": a >= b, "gt": a > b}[cmp]
-            if len(parts) == 4:          # setp.cmp.{and,or}.type d, a, b, c
-                c = val(ops[3])
-                t = (t and c) if parts[2] == "and" else (t or c)
-            r[ops[0]] = t
+            r[ops[0]] = setp(r, parts, ops)
         else:
             raise AssertionError(f"instruction not modeled: {ln}")
 
