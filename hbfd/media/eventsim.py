@@ -1103,10 +1103,10 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
     for i in range(n):
         if die[i] + 1 > nd:
             nd = die[i] + 1
-    start = np.zeros(n, np.int64)
-    end = np.zeros(n, np.int64)
-    adm = np.zeros(n, np.int64)
-    rdy = ready.copy()
+    start = np.empty(n, np.int64)                 # (wt/eng19: every element is written below where it splits (each
+    end = np.empty(n, np.int64)                   # die's commands are scattered, or its fast reads set, once); where
+    adm = np.empty(n, np.int64)                   # it does not the caller ignores them: no zero fill, no copy)
+    rdy = np.empty(n, np.int64)
     pdie = np.full(npl, -1, np.int64)
     for i in range(n):
         p = plane[i]
