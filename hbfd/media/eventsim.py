@@ -1861,8 +1861,7 @@ def _heads_rest(kind, ready, plane, service, gate, gate_x, floor, has_floor, X, 
             c = lst[pofs[q]]
             hs2 = _hpush(ht, hi, hs2, rd[c], c)
     for step in range(mr):
-        c = hi[0]
-        hs2 = _hpop(ht, hi, hs2)
+        c = hi[0]                                 # (popped below: replaced by its plane's next command, wt/eng19)
         bq = plane[c]
         head[bq] += 1
         ta = rd[c]
@@ -1893,7 +1892,9 @@ def _heads_rest(kind, ready, plane, service, gate, gate_x, floor, has_floor, X, 
                 if en[g] > r:
                     r = en[g]
                 rd[x] = r + gate_x[x]
-            hs2 = _hpush(ht, hi, hs2, rd[x], x)
+            _hreplace(ht, hi, hs2, rd[x], x)
+        else:
+            hs2 = _hpop(ht, hi, hs2)
     # the order used is the event scheduler's: keys (ready, seq) increasing and arrivals non-decreasing in it
     # (``_heads_pass``'s third check, plane arrivals non-decreasing on each plane, follows here: without joins the
     # admissions max(arrival, the Q-th largest release) are then non-decreasing in the order, and a plane's
@@ -1984,6 +1985,27 @@ def _hpop(ht, hi, hs):
     ht[j] = t
     hi[j] = i
     return hs
+
+
+@accel.jit
+def _hreplace(ht, hi, hs, t, i):
+    """``_hpop`` then ``_hpush(t, i)`` on the heap ``_hpush`` keeps, in one pass down from the top (``hs`` >= 1, the
+    size unchanged): the same elements, so the same tops in turn (the keys (t, i) are unique where the indices are,
+    as the heads pass's are)."""
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= hs:
+            break
+        if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hi[c + 1] < hi[c])):
+            c += 1
+        if ht[c] > t or (ht[c] == t and hi[c] > i):
+            break
+        ht[j] = ht[c]
+        hi[j] = hi[c]
+        j = c
+    ht[j] = t
+    hi[j] = i
 
 
 @accel.jit
