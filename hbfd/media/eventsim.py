@@ -1968,30 +1968,15 @@ def _hpush(ht, hi, hs, t, i):
 def _hpop(ht, hi, hs):
     """Remove the top of the heap ``_hpush`` keeps; returns the new size."""
     hs -= 1
-    t = ht[hs]
-    i = hi[hs]
-    j = 0
-    while True:
-        c = 2 * j + 1
-        if c >= hs:
-            break
-        if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hi[c + 1] < hi[c])):
-            c += 1
-        if ht[c] > t or (ht[c] == t and hi[c] > i):
-            break
-        ht[j] = ht[c]
-        hi[j] = hi[c]
-        j = c
-    ht[j] = t
-    hi[j] = i
+    _hreplace(ht, hi, hs, ht[hs], hi[hs])     # (the last element moved down from the top)
     return hs
 
 
 @accel.jit
 def _hreplace(ht, hi, hs, t, i):
-    """``_hpop`` then ``_hpush(t, i)`` on the heap ``_hpush`` keeps, in one pass down from the top (``hs`` >= 1, the
-    size unchanged): the same elements, so the same tops in turn (the keys (t, i) are unique where the indices are,
-    as the heads pass's are)."""
+    """``_hpop`` then ``_hpush(t, i)`` on the heap ``_hpush`` keeps, in one pass down from the top (the size ``hs``
+    unchanged): the same elements, so the same tops in turn (the keys (t, i) are unique where the indices are, as the
+    heads pass's are). ``_hpop`` is this with the heap's last element and one less."""
     j = 0
     while True:
         c = 2 * j + 1
