@@ -1210,6 +1210,9 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
             continue
         npd = 0                                   # the die's planes, numbered locally
         pll = pll_b[:m]
+        nread = 0                                 # (wt/eng19: the reads counted and the fast reads' flags cleared
+        r0 = 0                                    # in the same pass)
+        r1 = 0
         for k in range(m):
             p = pd[a + k]
             if ploc[p] < 0:
@@ -1218,6 +1221,12 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
                 pfl_b[npd] = pf[p]
                 npd += 1
             pll[k] = ploc[p]
+            fs_b[k] = 0
+            if kd[a + k] == 0:
+                if nread == 0:
+                    r0 = rd[a + k]
+                r1 = rd[a + k]
+                nread += 1
         pfl = pfl_b[:npd]
         b = a + m
         kl = kd[a:b]
@@ -1232,15 +1241,6 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         # the rest of the die by the event loop behind them (their releases carried, their planes' free times)
         nc0 = cofs[d + 1] - cofs[d]
         ctl = cts[cofs[d]:cofs[d + 1]]
-        nread = 0
-        r0 = 0
-        r1 = 0
-        for k in range(m):
-            if kl[k] == 0:
-                if nread == 0:
-                    r0 = rl[k]
-                r1 = rl[k]
-                nread += 1
         # (``_plane_die`` is tried only where the die's other commands and carried releases do not alone fill
         # its queue depth: else its check nearly always fails, after a whole schedule of the die.) Round 13:
         # where the die's reads come on average more than t_cmd apart (10 % load: ~20 us) and are at least 4/5 of
@@ -1254,8 +1254,7 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         ncv = 0
         X = 0
         fs = fs_b[:m]
-        if not kept:
-            fs[:] = 0
+        if not kept:                              # (fs cleared above: _plane_die does not write it)
             for q in range(npd):
                 pfs_b[q] = pfl[q]
             nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b,
