@@ -2112,7 +2112,7 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     cap = nc + 3 * n + npl + 1
     nz = n + (nd + 1) + (npl + 1) + nd + npl + nd + (n + 1) + 2 * NL
     W = np.empty(nz + n + 2 * cap + 2 * n + n + (n + 1) + 2 * n + nd + npl + 2 * (2 * n + 2 * npl + 1) + 2 * n
-                 + 2 * NL * lcap + NL, np.int64)
+                 + 2 * NL * lcap + 2 * NL, np.int64)
     W[:nz] = 0
     o = 0
     tenq, o = _cut(W, o, n)
@@ -2143,6 +2143,8 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     la_k, o = _cut(W, o, NL * lcap)
     llast, o = _cut(W, o, NL)
     llast[:] = -_BIG
+    lht, o = _cut(W, o, NL)                       # each lane's next event time (_BIG: empty; wt/eng19: one load a lane
+    lht[:] = _BIG                                 # where the lanes are looked at, not the head's index and time)
     Bb = np.zeros(2 * npl + nd, np.bool_)
     busy = Bb[:npl]
     pmark = Bb[npl:2 * npl]
@@ -2226,8 +2228,8 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
             t = fq_t[fh]
         if lcnt > 0:
             for li in range(NL):
-                if lh[li] < ltl[li] and la_t[li * lcap + lh[li]] < t:
-                    t = la_t[li * lcap + lh[li]]
+                if lht[li] < t:
+                    t = lht[li]
         while True:
             while True:
                 if ap < na and sat[ap] == t:           # the next arrival of the stream
@@ -2240,12 +2242,13 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                     la = -1                            # a lane whose next event is at t
                     if lcnt > 0:
                         for li in range(NL):
-                            if lh[li] < ltl[li] and la_t[li * lcap + lh[li]] == t:
+                            if lht[li] == t:
                                 la = li
                                 break
                     if la >= 0:
                         key = la_k[la * lcap + lh[la]]
                         lh[la] += 1
+                        lht[la] = la_t[la * lcap + lh[la]] if lh[la] < ltl[la] else _BIG
                         lcnt -= 1
                     elif hs > 0 and ht[0] == t:
                         key = hk[0]
@@ -2416,6 +2419,8 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                 if bl >= 0:
                     la_t[bl * lcap + ltl[bl]] = tt
                     la_k[bl * lcap + ltl[bl]] = key
+                    if lh[bl] == ltl[bl]:              # (the lane was empty: this is its next event)
+                        lht[bl] = tt
                     ltl[bl] += 1
                     llast[bl] = tt
                     lcnt += 1
