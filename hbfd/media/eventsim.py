@@ -1977,7 +1977,8 @@ def _hreplace(ht, hi, hs, t, i, flat):
     unchanged): the same elements, so the same tops in turn (the keys (t, i) are unique where the indices are, as the
     heads pass's are). ``_hpop`` is this with the heap's last element and one less. ``flat``: the smaller child chosen
     by arithmetic, not a branch (wt/eng19: faster where the children's order is random, as in the heads pass's plane
-    heap; slower in ``_plane_die``'s small heaps, measured: ``_hpop`` keeps the branch)."""
+    heap and ``_simulate_loop``'s event heap; slower in ``_plane_die``'s small heaps, measured: ``_hpop`` keeps the
+    branch)."""
     j = 0
     while True:
         c = 2 * j + 1
@@ -2252,7 +2253,8 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                         lcnt -= 1
                     elif hs > 0 and ht[0] == t:
                         key = hk[0]
-                        hs = _hpop(ht, hk, hs)
+                        hs -= 1                        # (_hpop with the child chosen by arithmetic, wt/eng19)
+                        _hreplace(ht, hk, hs, ht[hs], hk[hs], True)
                     else:
                         break
                 ev = key >> 32
