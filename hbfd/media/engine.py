@@ -977,8 +977,10 @@ class MediaEngine:
             sq = c["seq"]
             if len(sq) == 0:
                 continue
-            if (last is not None and int(sq[0]) <= last) or not bool((sq[1:] > sq[:-1]).all()):
+            if not bool((sq[1:] > sq[:-1]).all()):
                 return False
+            if last is not None and int(sq[0]) <= last:
+                return self._commit_merged()
             last = int(sq[-1])
         if not self._every_last([c["serial"] for c in dq]):
             return False
@@ -990,6 +992,34 @@ class MediaEngine:
         self._dq, self._dq_min = [], []
         done, qv = _chan_fcfs_packed(pk[0], pk[1], pk[2], pk[3], it["x"], it["q0"], self.chan_free,
                                      self.chan_busy_ns)
+        self.qdelay.add(qv)
+        self._complete_all_pending(done)
+        return True
+
+    def _commit_merged(self) -> bool:
+        """``_commit_all_chunks`` where the chunks' seqs rise in each chunk but not across them (wt/eng19: a burst's
+        quiet scan, whose read chunks are followed by the store data-in chunks ``_release_gated`` let go, their seqs
+        among the reads'): the items put in seq order (a stable sort of the concatenated seqs: the chunks are its
+        runs) and, where their serials are then one page of every pending request, in order, and the last page of
+        each (``_every_last``), decided by one sort of packed (channel, data ready, position) keys and completed
+        chunk by chunk of the pending set (``_complete_all_pending``). The same order on each channel as
+        ``_chan_lindley``'s (data ready, seq, position in the concatenation: the stable sort keeps that position
+        among equal seqs), so the same decisions, ``chan_free``, ``chan_busy_ns`` and queueing delays (a histogram),
+        and the same completions in the same order as ``_complete_parts`` (the pending set's order, every request
+        done). False, nothing changed, where the serials are not that or the keys do not fit in 63 bits."""
+        dq = self._dq
+        o = np.argsort(np.concatenate([c["seq"] for c in dq]), kind="stable")
+        serial = np.concatenate([c["serial"] for c in dq])[o]
+        if not self._every_last([serial]):
+            return False
+        pk = packed_keys(np.concatenate([c["ch"] for c in dq])[o], self.g.channels,
+                         np.concatenate([c["rd"] for c in dq])[o])
+        if pk is None:                         # (keys beyond 63 bits: the general path)
+            return False
+        x = np.concatenate([c["x"] for c in dq])[o]
+        q0 = np.concatenate([c["q0"] for c in dq])[o]
+        self._dq, self._dq_min = [], []
+        done, qv = _chan_fcfs_packed(pk[0], pk[1], pk[2], pk[3], x, q0, self.chan_free, self.chan_busy_ns)
         self.qdelay.add(qv)
         self._complete_all_pending(done)
         return True

@@ -1103,10 +1103,10 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
     for i in range(n):
         if die[i] + 1 > nd:
             nd = die[i] + 1
-    start = np.zeros(n, np.int64)
-    end = np.zeros(n, np.int64)
-    adm = np.zeros(n, np.int64)
-    rdy = ready.copy()
+    start = np.empty(n, np.int64)                 # (wt/eng19: every element is written below where it splits (each
+    end = np.empty(n, np.int64)                   # die's commands are scattered, or its fast reads set, once); where
+    adm = np.empty(n, np.int64)                   # it does not the caller ignores them: no zero fill, no copy)
+    rdy = np.empty(n, np.int64)
     pdie = np.full(npl, -1, np.int64)
     for i in range(n):
         p = plane[i]
@@ -1210,6 +1210,9 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
             continue
         npd = 0                                   # the die's planes, numbered locally
         pll = pll_b[:m]
+        nread = 0                                 # (wt/eng19: the reads counted and the fast reads' flags cleared
+        r0 = 0                                    # in the same pass)
+        r1 = 0
         for k in range(m):
             p = pd[a + k]
             if ploc[p] < 0:
@@ -1218,6 +1221,12 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
                 pfl_b[npd] = pf[p]
                 npd += 1
             pll[k] = ploc[p]
+            fs_b[k] = 0
+            if kd[a + k] == 0:
+                if nread == 0:
+                    r0 = rd[a + k]
+                r1 = rd[a + k]
+                nread += 1
         pfl = pfl_b[:npd]
         b = a + m
         kl = kd[a:b]
@@ -1232,15 +1241,6 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         # the rest of the die by the event loop behind them (their releases carried, their planes' free times)
         nc0 = cofs[d + 1] - cofs[d]
         ctl = cts[cofs[d]:cofs[d + 1]]
-        nread = 0
-        r0 = 0
-        r1 = 0
-        for k in range(m):
-            if kl[k] == 0:
-                if nread == 0:
-                    r0 = rl[k]
-                r1 = rl[k]
-                nread += 1
         # (``_plane_die`` is tried only where the die's other commands and carried releases do not alone fill
         # its queue depth: else its check nearly always fails, after a whole schedule of the die.) Round 13:
         # where the die's reads come on average more than t_cmd apart (10 % load: ~20 us) and are at least 4/5 of
@@ -1254,8 +1254,7 @@ def _simulate_split(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate
         ncv = 0
         X = 0
         fs = fs_b[:m]
-        if not kept:
-            fs[:] = 0
+        if not kept:                              # (fs cleared above: _plane_die does not write it)
             for q in range(npd):
                 pfs_b[q] = pfl[q]
             nf, ncv, X = _read_prefix(kl, rl, pll, sl, gl, gxl, fll, has_floor, jl, t_cmd, Q, pfl, ctl, fs, fe_b,
@@ -1861,8 +1860,7 @@ def _heads_rest(kind, ready, plane, service, gate, gate_x, floor, has_floor, X, 
             c = lst[pofs[q]]
             hs2 = _hpush(ht, hi, hs2, rd[c], c)
     for step in range(mr):
-        c = hi[0]
-        hs2 = _hpop(ht, hi, hs2)
+        c = hi[0]                                 # (popped below: replaced by its plane's next command, wt/eng19)
         bq = plane[c]
         head[bq] += 1
         ta = rd[c]
@@ -1893,7 +1891,9 @@ def _heads_rest(kind, ready, plane, service, gate, gate_x, floor, has_floor, X, 
                 if en[g] > r:
                     r = en[g]
                 rd[x] = r + gate_x[x]
-            hs2 = _hpush(ht, hi, hs2, rd[x], x)
+            _hreplace(ht, hi, hs2, rd[x], x, True)
+        else:
+            hs2 = _hpop(ht, hi, hs2)
     # the order used is the event scheduler's: keys (ready, seq) increasing and arrivals non-decreasing in it
     # (``_heads_pass``'s third check, plane arrivals non-decreasing on each plane, follows here: without joins the
     # admissions max(arrival, the Q-th largest release) are then non-decreasing in the order, and a plane's
@@ -1967,15 +1967,28 @@ def _hpush(ht, hi, hs, t, i):
 def _hpop(ht, hi, hs):
     """Remove the top of the heap ``_hpush`` keeps; returns the new size."""
     hs -= 1
-    t = ht[hs]
-    i = hi[hs]
+    _hreplace(ht, hi, hs, ht[hs], hi[hs], False)     # (the last element moved down from the top)
+    return hs
+
+
+@accel.jit
+def _hreplace(ht, hi, hs, t, i, flat):
+    """``_hpop`` then ``_hpush(t, i)`` on the heap ``_hpush`` keeps, in one pass down from the top (the size ``hs``
+    unchanged): the same elements, so the same tops in turn (the keys (t, i) are unique where the indices are, as the
+    heads pass's are). ``_hpop`` is this with the heap's last element and one less. ``flat``: the smaller child chosen
+    by arithmetic, not a branch (wt/eng19: faster where the children's order is random, as in the heads pass's plane
+    heap and ``_simulate_loop``'s event heap; slower in ``_plane_die``'s small heaps, measured: ``_hpop`` keeps the
+    branch)."""
     j = 0
     while True:
         c = 2 * j + 1
         if c >= hs:
             break
-        if c + 1 < hs and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hi[c + 1] < hi[c])):
-            c += 1
+        if c + 1 < hs:
+            if flat:                              # (the smaller child without a branch on the data)
+                c += np.int64((ht[c + 1] < ht[c]) | ((ht[c + 1] == ht[c]) & (hi[c + 1] < hi[c])))
+            elif ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hi[c + 1] < hi[c]):
+                c += 1
         if ht[c] > t or (ht[c] == t and hi[c] > i):
             break
         ht[j] = ht[c]
@@ -1983,7 +1996,6 @@ def _hpop(ht, hi, hs):
         j = c
     ht[j] = t
     hi[j] = i
-    return hs
 
 
 @accel.jit
@@ -2007,8 +2019,8 @@ def _qheap_add(hp, hs, Q, v):
         c = 2 * j + 1
         if c >= hs:
             break
-        if c + 1 < hs and hp[c + 1] < hp[c]:
-            c += 1
+        if c + 1 < hs:
+            c += np.int64(hp[c + 1] < hp[c])     # (the smaller child without a branch on the data, wt/eng19)
         if hp[c] >= v:
             break
         hp[j] = hp[c]
@@ -2101,7 +2113,7 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     cap = nc + 3 * n + npl + 1
     nz = n + (nd + 1) + (npl + 1) + nd + npl + nd + (n + 1) + 2 * NL
     W = np.empty(nz + n + 2 * cap + 2 * n + n + (n + 1) + 2 * n + nd + npl + 2 * (2 * n + 2 * npl + 1) + 2 * n
-                 + 2 * NL * lcap + NL, np.int64)
+                 + 2 * NL * lcap + 2 * NL, np.int64)
     W[:nz] = 0
     o = 0
     tenq, o = _cut(W, o, n)
@@ -2132,6 +2144,8 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
     la_k, o = _cut(W, o, NL * lcap)
     llast, o = _cut(W, o, NL)
     llast[:] = -_BIG
+    lht, o = _cut(W, o, NL)                       # each lane's next event time (_BIG: empty; wt/eng19: one load a lane
+    lht[:] = _BIG                                 # where the lanes are looked at, not the head's index and time)
     Bb = np.zeros(2 * npl + nd, np.bool_)
     busy = Bb[:npl]
     pmark = Bb[npl:2 * npl]
@@ -2215,8 +2229,8 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
             t = fq_t[fh]
         if lcnt > 0:
             for li in range(NL):
-                if lh[li] < ltl[li] and la_t[li * lcap + lh[li]] < t:
-                    t = la_t[li * lcap + lh[li]]
+                if lht[li] < t:
+                    t = lht[li]
         while True:
             while True:
                 if ap < na and sat[ap] == t:           # the next arrival of the stream
@@ -2229,16 +2243,18 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                     la = -1                            # a lane whose next event is at t
                     if lcnt > 0:
                         for li in range(NL):
-                            if lh[li] < ltl[li] and la_t[li * lcap + lh[li]] == t:
+                            if lht[li] == t:
                                 la = li
                                 break
                     if la >= 0:
                         key = la_k[la * lcap + lh[la]]
                         lh[la] += 1
+                        lht[la] = la_t[la * lcap + lh[la]] if lh[la] < ltl[la] else _BIG
                         lcnt -= 1
                     elif hs > 0 and ht[0] == t:
                         key = hk[0]
-                        hs = _hpop(ht, hk, hs)
+                        hs -= 1                        # (_hpop with the child chosen by arithmetic, wt/eng19)
+                        _hreplace(ht, hk, hs, ht[hs], hk[hs], True)
                     else:
                         break
                 ev = key >> 32
@@ -2405,6 +2421,8 @@ def _simulate_loop(kind, ready, plane, die, service, t_cmd, Q, pf, cd, ct, gate,
                 if bl >= 0:
                     la_t[bl * lcap + ltl[bl]] = tt
                     la_k[bl * lcap + ltl[bl]] = key
+                    if lh[bl] == ltl[bl]:              # (the lane was empty: this is its next event)
+                        lht[bl] = tt
                     ltl[bl] += 1
                     llast[bl] = tt
                     lcnt += 1

@@ -151,16 +151,19 @@ class Ftl:
         # lpn -> ppn (block * ppb + page): a dict (the definition), or its table form where the compiled
         # twins are on
         self.l2p: dict[int, int] | _L2pTable = _L2pTable() if accel.enabled() else {}
-        # block -> its row of ``_pool`` (the lpn per page, -1: invalid/unwritten), for blocks holding a valid
+        # block -> its row of ``_pool`` (the lpn per page, -1: invalid), for blocks holding a valid
         # page or open: a block whose pages are all invalid gives its row back (memory follows the live
-        # data, not the pages written); rows in one array so that a bulk program fills them in one step. The map:
+        # data, not the pages written); rows in one array so that a bulk program fills them in one step. A row's
+        # pages past its block's written ones hold anything (wt/eng19: a row is not set to -1 when handed out; a
+        # block's pages are written in order, so those are the open block's pages from its next free one on, and
+        # ``_written`` / ``block_lpns`` read them as -1; a closed block was filled, every page written). The map:
         # an int64 array.array over the blocks, -1 for none (round 12; a dict before: scalar look-ups as fast,
         # and a batch's open blocks looked up and fresh blocks mapped through a numpy view in one step each)
         self._row = array("q", b"\xff" * (8 * g.blocks))
         # room for one open block per plane from the start (wt/fuse14b): the first rows a stream hands out are one
         # per plane it writes, and growing from 64 rows copied the held rows into fresh memory each time (nominal,
         # the 90/10 burst: 6 MiB touched in two growths instead of 3.7). ``np.empty``: memory not yet touched costs
-        # nothing; a row is set to -1 when handed out (``_rows``), as the grown pool's rows are.
+        # nothing, and a row is not written when handed out (wt/eng19, above): only the pages programmed touch it.
         self._pool = np.empty((max(64, min(g.planes, g.blocks)), self.ppb), np.int64)
         self._free_rows: list[int] = []
         self._nrows = 0                               # rows of _pool ever handed out
@@ -174,7 +177,10 @@ class Ftl:
         self._cnt_pl: np.ndarray | None = None       # _bulk_twin's scratch (per plane)
 
     def _rows(self, k: int) -> np.ndarray:
-        """``k`` rows of ``_pool`` for new blocks (given-back ones first), set to -1."""
+        """``k`` rows of ``_pool`` for new blocks (given-back ones first), their contents as they are: a new block's
+        pages are written in order before anything reads them (``_written``). Until wt/eng19 each row was set to -1
+        here: a fresh engine's first stores open a block on every plane they reach, and that fill (2 KiB a row,
+        nominal) was ~5 % of a 50k-request 90/10 burst."""
         fr = self._free_rows
         take = min(k, len(fr))
         rows = np.empty(k, np.int64)
@@ -184,17 +190,13 @@ class Ftl:
         n0 = self._nrows
         nf = k - take
         if n0 + nf > len(self._pool):
-            # (rows from n0 on were never handed out: nothing reads them, so the new array's are left unwritten)
+            # (rows from n0 on were never handed out: nothing reads them, so the new array's are left as they are)
             grow = max(len(self._pool), n0 + nf - len(self._pool))
             pool = np.empty((len(self._pool) + grow, self.ppb), np.int64)
             pool[:n0] = self._pool[:n0]
             self._pool = pool
         rows[take:] = np.arange(n0, n0 + nf)
         self._nrows = n0 + nf
-        if nf:                                        # fresh rows: set when handed out
-            self._pool[n0:n0 + nf] = -1
-        if take:                                      # given-back rows
-            self._pool[rows[:take]] = -1
         return rows
 
     def _open_row(self, b: int) -> None:
@@ -214,10 +216,20 @@ class Ftl:
             self._row[b] = -1
             self._free_rows.append(r)
 
+    def _written(self, b: int) -> int:
+        """How many of block ``b``'s pages (from the first) were written since its row was handed out: every page,
+        but for the open block of its plane, whose pages from its next free one on were not (a block's pages are
+        programmed in order and it closes full: ``_alloc``); those pages of its row hold anything (``_rows``)."""
+        p = b // self.bpp
+        return int(self._onx[p]) if int(self._ob[p]) == b else self.ppb
+
     def block_lpns(self, b: int) -> list[int] | None:
         """The lpn per page of block ``b`` (-1: invalid/unwritten), or None where it has no map."""
         r = self._row[b]
-        return None if r < 0 else self._pool[r].tolist()
+        if r < 0:
+            return None
+        w = self._written(b)
+        return self._pool[r, :w].tolist() + [-1] * (self.ppb - w)
 
     @property
     def valid(self) -> np.ndarray:
@@ -529,7 +541,7 @@ class Ftl:
         rows = list(p2l.values())
         assert len(set(rows)) == len(rows) and not set(rows) & set(self._free_rows)
         for b, r in p2l.items():
-            nv = int((self._pool[r] >= 0).sum())
+            nv = int((self._pool[r, :self._written(b)] >= 0).sum())
             assert nv == self._valid[b], (b, nv, self._valid[b])
             tot += nv
         assert tot == seen
