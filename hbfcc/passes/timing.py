@@ -684,6 +684,7 @@ class _FunctionRewriter:
         self._nodes: list = []
         self._moved_after: dict[int, list[Statement]] = {}   # id(_GSite) -> its moved load (merge: after its group)
         self.group_slots = 0                      # the largest group emitted (per-slot registers)
+        self.group_wmax = 0                       # the widest access of a group site (R_CDB's end alignment)
         self.hoisted: dict[tuple[int, ...], list[Statement]] = {}
         self.clones: dict[str, int] = {}            # type -> registers copied for hoisted issues
         self.clone_at: dict[tuple[int, int], str] = {}   # (hoist node, copied node) -> its copy
@@ -1217,9 +1218,9 @@ class _FunctionRewriter:
         request, each lane whose granule differs from its predecessor's one granule, every accessing lane
         its bytes) into group counts, and the future (issue time + the descriptor's inline delay for an
         accessing lane, 0 for the others). One warp vote decides: every lane accessing somewhere has an
-        until in force, R_CDB holds (the band ends with the descriptor's one range, whose ends are
-        32-byte aligned, so an access that starts in the range ends in it: accesses are naturally aligned
-        and at most 32 bytes), every accessing lane is in the range (not in the guard zone of R_GZ bytes
+        until in force, R_CDB holds (the band ends with the descriptor's one range, which starts 32-byte
+        aligned and whose length is a multiple of the function's widest group access, so an access that
+        starts in the range ends in it: accesses are naturally aligned and at most 32 bytes), every accessing lane is in the range (not in the guard zone of R_GZ bytes
         below it that the band also covers), and at every site its lanes ascend. Then the group counts go into the thread's
         counters; else each site runs alone, exactly as without groups (it overwrites the futures).
 
@@ -1235,6 +1236,7 @@ class _FunctionRewriter:
         vote: each site runs alone, its own request."""
         cd = abi.CDESC_GLOBAL
         self.group_slots = max(self.group_slots, len(sites))
+        self.group_wmax = max(self.group_wmax, *(s.d.nbytes for s in sites))
         self.report.issue_groups += 1
         self.report.grouped_issues += len(sites)
         Lgo, Lslow, Lzero, Ldone = self._label(), self._label(), self._label(), self._label()
@@ -2183,16 +2185,21 @@ class _FunctionRewriter:
                                                        Declarator(R_GOK), Declarator(R_CDB), Declarator(R_GIN))),
                       VarDecl((), "reg", (), ".b32", (Declarator(R_GC), Declarator(R_GG), Declarator(R_GB)))]
             # R_CDB: the band {lo, span} ends where the descriptor's one range ends and starts at or below
-            # it (the runtime puts a guard zone of R_GZ = base - lo bytes below the first range), and the
-            # range's both ends are 32-byte aligned (a group then needs no end check: an aligned access of
-            # at most 32 bytes that starts in the range ends in it); fixed for the launch (the descriptor
-            # changes only between launches)
+            # it (the runtime puts a guard zone of R_GZ = base - lo bytes below the first range), the range
+            # starts 32-byte aligned and its length is a multiple of W, the widest access of the function's
+            # group sites (a group then needs no end check: a naturally aligned access of w | W bytes that
+            # starts in the range ends in it); fixed for the launch (the descriptor changes only between
+            # launches). W, not 32: a masked tail's tensor of n fp16 (n not a multiple of 16, the range
+            # n * 2 bytes, registered as allocated) failed a 32-byte end for every launch, so every group of
+            # the tail kernel ran site by site (wt/merge13b)
             cd = abi.CDESC_GLOBAL
+            W = self.group_wmax if self.group_wmax in INLINE_BYTES else 32
             init += [_ins("ld", ("const", "u64"), (_R(R_IX), Address(Symbol(cd), abi.CDESC_R0_BASE_OFF))),
                      _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_R0_LEN_OFF))),
-                     _ins("or", ("b64",), (_R(R_GZ), _R(R_IX), _R(R_IY))),              # base | len
-                     _ins("and", ("b64",), (_R(R_GZ), _R(R_GZ), _I(31))),
+                     _ins("and", ("b64",), (_R(R_GZ), _R(R_IX), _I(31))),              # base % 32
                      _ins("setp", ("eq", "u64"), (_R(R_CDB), _R(R_GZ), _I(0))),
+                     _ins("and", ("b64",), (_R(R_GZ), _R(R_IY), _I(W - 1))),           # len % W
+                     _ins("setp", ("eq", "and", "u64"), (_R(R_CDB), _R(R_GZ), _I(0), _R(R_CDB))),
                      _ins("setp", ("ne", "and", "u64"), (_R(R_CDB), _R(R_IY), _I(0), _R(R_CDB))),
                      _ins("sub", ("u64",), (_R(R_GZ), _R(R_IX), _R(R_LO))),              # base - lo
                      _ins("setp", ("le", "and", "u64"), (_R(R_CDB), _R(R_GZ), _R(R_SPAN), _R(R_CDB))),

@@ -10,7 +10,12 @@ ascending lanes, the members' bytes where their guards hold, every member's futu
 lanes); a span that may leave its 32-byte block failing the group's vote; the real Triton tail kernel
 (merge_fixtures/reduce_f16_tail.ptx: triton.compile of a masked fp16 reduction for sm_90a, n not a multiple of 16;
 reduce_f16_vec.ptx the same kernel with n divisible by 16) merged and assembled by ptxas; HBFCC_MERGE_LOADS=0 the
-pass of main byte for byte. The GPU side is bench/gpu_calls/stop50_merge.sh."""
+pass of main byte for byte. The GPU side is bench/gpu_calls/stop50_merge.sh.
+
+wt/merge13b: merge_fixtures/reduce_f16_tail_dm.ptx is the quick matrix's own case (bench/devpath_matrix.py
+reduce_float16_e8192_b8192_w4_g1024_tail, triton.compile for sm_90a as its --cpu-check does; the same code as
+reduce_f16_tail.ptx): its warps run, from the kernel's own index code, through the entry's band check and every
+group on the descriptor the runtime writes for the tensor as registered (16,777,142 bytes), as on the card."""
 from __future__ import annotations
 
 import importlib.util
@@ -258,6 +263,8 @@ def run_warp(lines: list[str], lanes: list[dict], cmem: bytes) -> list[dict]:
                 r[ops[0]] = 32 - x.bit_length()
             elif name == "shr":
                 r[ops[0]] = val(r, ops[1]) >> val(r, ops[2])
+            elif name == "shl":
+                r[ops[0]] = (val(r, ops[1]) << val(r, ops[2])) & w
             elif name == "cvt":
                 r[ops[0]] = val(r, ops[1]) & (0xFFFFFFFF if parts[1] == "u32" else M64)
             elif name == "mad":                     # mad.wide.s32 d, a, b, c
@@ -434,6 +441,115 @@ def test_the_triton_masked_tail_merges_into_eight_byte_spans():
     # the vectorized build of the same kernel: 8 loads of 16 bytes 2 KiB apart, nothing to merge, one group
     _, repv = run_pass(VEC)
     assert repv["merged_sites"] == 0 and repv["issue_groups"] == 1 and repv["grouped_issues"] == 8
+
+
+# ---- the quick matrix's own tail kernel on a realistic launch (wt/merge13b) -----------------------------------
+
+DM = (HERE / "merge_fixtures" / "reduce_f16_tail_dm.ptx").read_text()
+DM_N = 1024 * 8192 - 37                       # devpath_matrix's tri("reduce", "float16", 8192, 8192, 4, 1024, tail=37)
+
+
+def group_blocks(out: str) -> list[list[str]]:
+    """Every issue group's code, first setup line to its warp vote (included), in program order."""
+    lines = [ln.strip() for ln in out.split("\n")]
+    setup = ("%__hb_ga", "%__hb_b,", "%__hb_gp", "%__hb_gany", "%__hb_gin", "%__hb_ipb, %__hb_b", "activemask",
+             "%__hb_il, %__hb_lmlt", "%__hb_im, %__hb_im", "%__hb_x_")
+    blocks = []
+    for v, ln in enumerate(lines):
+        if not (ln.startswith("vote.sync.any.pred") and "%__hb_gany" in ln):
+            continue
+        s = v
+        while s > 0 and any(x in lines[s - 1] for x in setup):
+            s -= 1
+        e = next(i for i in range(v, len(lines)) if lines[i].startswith("vote.sync.all.pred"))
+        # the program's own loads moved after the previous group (their values play no part here): left out
+        blocks.append([x for x in lines[s:e + 1] if x and not x.startswith("//") and "ld.global." not in x])
+    return blocks
+
+
+def band_block(out: str) -> list[str]:
+    """The entry's R_CDB computation (from its load of r0's base to the band's end check), then a vote that
+    ends run_warp there."""
+    lines = [ln.strip() for ln in out.split("\n")]
+    s = lines.index(f"ld.const.u64 \t%__hb_ix, [__hb_cdesc+{abi.CDESC_R0_BASE_OFF}];")
+    e = next(i for i in range(s, len(lines)) if lines[i].startswith("setp.eq.and.u64 \t%__hb_cdb, %__hb_ix, "
+                                                                        "%__hb_span"))
+    return lines[s:e + 1] + ["vote.sync.all.pred \t%__hb_cdbv, %__hb_cdb, %__hb_im;"]
+
+
+def dm_index_code() -> list[str]:
+    """The kernel's own index, mask and address code (its first lines, before the loads; the parameters come
+    from the lanes), then a vote that ends run_warp there."""
+    lines = [ln.strip() for ln in DM.split("\n")]
+    s = lines.index("mov.u32 \t%r7, %ctaid.x;")
+    e = max(i for i, ln in enumerate(lines) if ln.startswith("mad.wide.s32"))
+    keep = [ln for ln in lines[s:e + 1] if ln and not ln.startswith((".", "//", "$", "ld.param"))]
+    return keep + ["vote.sync.all.pred \t%__hb_cdbv, %p1, %__hb_im;"]
+
+
+def dm_launch(out: str, pid: int, warp: int, x: int, nbytes: int) -> tuple[list[dict], list[tuple]]:
+    """One warp of the matrix case (program ``pid``, warp ``warp`` of 4) through the entry's band check and then
+    every issue group in order, on the descriptor the runtime writes for it (tests/runtime/test_group_layout.py
+    ``layout``: devstate.fill_ranges / cdesc_for, the FIXED source, 64-byte read granules): one range, the tensor
+    x as registered (``nbytes`` from ``x``), the band from the guard zone below it. Returns the lanes and, per
+    group, (vote passed, requests, granules, bytes)."""
+    sys.path.insert(0, str(HERE.parent / "runtime"))
+    from test_group_layout import layout
+    st, cd = layout(x, nbytes)
+    assert cd[abi.CDESC_READ_GSHIFT_OFF] == GSHIFT
+    cm = bytearray(cd)
+    lo = int(st.lo)
+    lanes = []
+    for ln in range(32):
+        r = {"%ctaid.x": pid, "%tid.x": 32 * warp + ln, "%r9": DM_N, "%rd66": x,
+             "%__hb_lo": lo, "%__hb_span": int(st.span), "%__hb_lmlt": (1 << ln) - 1, "%__hb_iur": NOW + 10 ** 9,
+             "%globaltimer": NOW}
+        r.update({f"%__hb_f{k}": 0 for k in range(64)})
+        lanes.append(r)
+    R = run_warp(dm_index_code(), lanes, bytes(cm))
+    R = run_warp(band_block(out), R, bytes(cm))
+    res = []
+    for b in group_blocks(out):
+        for r in R:
+            r.update({"%__hb_gc": 0, "%__hb_gg": 0, "%__hb_gbn": 0})
+        R = run_warp(b, R, bytes(cm))
+        res.append((R[0]["%__hb_ipa"], *totals(R)))
+    return R, res
+
+
+@pytest.mark.parametrize("pid,warp", [(0, 0), (517, 2), (1023, 3)])
+def test_the_matrix_tail_is_served_merged_on_its_real_launch(pid, warp):
+    """The card (H100, stop50_merge.sh): the quick matrix's masked tail booked 262,144 requests with the merge on,
+    as with it off. Its range is the tensor as registered: n * 2 = 16,777,142 bytes, not a multiple of 32, and
+    the groups' band check (R_CDB) wanted both ends of the range 32-byte aligned, so every group's vote failed on
+    every launch and each site ran alone (merged or not). It now wants the length a multiple of the widest group
+    access (2 here): every group passes, one request per 16-byte span; the last warp of the last program (its
+    last 37 elements missing) too, with its bytes exact. A range whose length is odd still fails (b16 loads could
+    end past it)."""
+    out, rep = run_pass(DM)
+    assert rep["merged_requests"] == 8 and rep["merged_sites"] == 64 and rep["issue_groups"] == 8
+    x = BASE
+    R, res = dm_launch(out, pid, warp, x, DM_N * 2)
+    assert R[0]["%__hb_cdb"] is True
+    assert all(r[0] is True for r in res), res
+    base = 2 * ((pid << 13) + 8 * 32 * warp)                   # this warp's first element's byte offset
+    for i, (ok, nreq, ngr, nby) in enumerate(res):
+        n_in = [sum(1 for k in range(8) if (base // 2 + 1024 * i + 8 * ln + k) < DM_N) for ln in range(32)]
+        assert nreq == (1 if any(n_in) else 0)
+        assert ngr == len({(x + base + 2048 * i + 16 * ln) >> GSHIFT for ln in range(32) if n_in[ln]})
+        assert nby == 2 * sum(n_in)
+    if (pid, warp) == (1023, 3):
+        assert sum(r[3] for r in res) == 2 * (8192 // 4 - 37) and res[-1][1] == 1
+        assert sum(r[2] for r in res) == 63                      # lanes 28..31 of the last chunk: no element
+        # the merge off: the same launch passes its 39 groups' votes too; 64 requests, the same bytes
+        off, _ = run_pass(DM, merge=False)
+        _, res0 = dm_launch(off, pid, warp, x, DM_N * 2)
+        assert len(res0) == 39 and all(r[0] is True for r in res0)
+        assert sum(r[1] for r in res0) == 64 and sum(r[3] for r in res0) == sum(r[3] for r in res)
+    # the runtime's descriptor for a 2-byte-aligned length passes; an odd length does not (an access could end
+    # past the range: each site alone then, with its own end check)
+    _, res = dm_launch(out, pid, warp, x, DM_N * 2 - 1)
+    assert not any(r[0] for r in res)
 
 
 def _ptxas_v(text: str, kernel: str) -> dict:

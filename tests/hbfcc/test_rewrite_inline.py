@@ -240,7 +240,8 @@ def test_adjacent_inline_loads_are_served_as_one_group():
     tail = out[i:]
     assert tail.index("add.u32 \t%__hb_icr, %__hb_icr, %__hb_gc;") < tail.index("__hb_issue, (")
     assert tail.count("__hb_issue, (") >= 4             # the per-site fallback of every site
-    # the band == the descriptor's one range, both ends 32-byte aligned: computed once at entry
+    # the band == the descriptor's one range (its start 32-byte aligned, its length a multiple of the widest
+    # group access): computed once at entry
     assert out.count("setp.eq.u64 \t%__hb_cdb, %__hb_gz, 0;") == 1 and "setp.ge.or.u64 \t%__hb_gin, %__hb_b, %__hb_gz, !%__hb_gp0;" in out
 
 
