@@ -516,6 +516,11 @@ def allocations_holding(ask: Callable[[int], tuple[int, int] | None], base: int,
     return out
 
 
+def spans_reach(ranges: Sequence[D.DevRange], spans: Iterable[tuple[int, int]]) -> bool:
+    """Whether any span (address, bytes) overlaps a range of ``ranges``: what a launch's arguments reach."""
+    return any(r.base < a + n and a < r.end for a, n in spans for r in ranges)
+
+
 def selection(ranges: Sequence[D.DevRange], info: KernelInfo | None, spans: list[tuple[int, int]] | None,
               rule: str) -> tuple[bool | None, str]:
     """The per-launch decision (Session._select): (True = native version, False = instrumented, None =
@@ -526,7 +531,7 @@ def selection(ranges: Sequence[D.DevRange], info: KernelInfo | None, spans: list
         return False, "addresses from memory"
     if spans is None:
         return False, "arguments unknown"
-    if any(r.base < a + n and a < r.end for a, n in spans for r in ranges):
+    if spans_reach(ranges, spans):
         return False, f"reaches a range ({rule})"
     return True, f"reaches no range ({rule})"
 
@@ -1532,7 +1537,7 @@ class Session:
             if reach is None:
                 if self.ranges:
                     return None
-            elif any(r.base < a + n and a < r.end for a, n in reach for r in self.ranges):
+            elif spans_reach(self.ranges, reach):
                 return None
             self._captures().record(info.name, reach)
         return nfn
@@ -1881,7 +1886,7 @@ class Session:
         big = [s for s in spans if s[1] > 1]
         if not (self.use_cuda and b.instrumented and b.state_addr and self.native_select) \
                 or info.address_source != "params" \
-                or any(r.base < a + n and a < r.end for a, n in big for r in self.ranges):
+                or spans_reach(self.ranges, big):
             return big              # the selection does not read the extents, or reaches a range already
         ints = dict.fromkeys(a for a in args if (type(a) is int or (isinstance(a, int) and not isinstance(a, bool)))
                              and a > 0)
