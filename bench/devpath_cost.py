@@ -57,7 +57,9 @@ from devpath_common import log  # noqa: E402
 STREAM_EPP, STREAM_BLOCK = 16384, 2048
 STREAM_KERNELS = ("reduce", "copy", "sreduce", "scopy")   # s*: the loop unrolled by Triton
 PROBE_R = 32
-LITTLE = ((8192, 512), (8192, 2048), (8192, 8192))   # (elements per program, per round): 1, 2, 8 loads/thread
+# (elements per program, per round): 1, 2, 8 loads/thread in flight; the last two both 8 in flight, one round per
+# program (per-block costs -- prologue, first until, exit flush -- fall on every 20 us round) and eight (a stream)
+LITTLE = ((8192, 512), (8192, 2048), (8192, 8192), (65536, 8192))
 # parts in run order: (name, timing source, variant); one part = one watchdog "case"
 PART_TABLE = ([(f"stream_{k}", "fixed0", k) for k in STREAM_KERNELS] + [("probe", "fixed0", None),
                ("unrelated", "fixed0", None), ("consume", "fixed2us", None)]
