@@ -329,18 +329,13 @@ def compile_all(jobs: dict[str, Callable[[str], Any]], *, threads: int = 8) -> d
     return out
 
 
-def cpu_compile(K, spec: dict, sfx: str) -> dict:
-    """Compile one spec for sm_90a WITHOUT a GPU (triton.compile with an explicit target, pointers and
-    16-divisible ints marked as the JIT marks them, as bench/native_version_sass.py does) through the
-    plain or the hbfcc ptxas; returns what the hbfcc artifact says (admitted, ptxas before/after)."""
-    import hashlib
-
+def cpu_triton_compile(K, spec: dict, sfx: str):
+    """triton.compile of one spec for sm_90a WITHOUT a GPU (an explicit target, pointers and 16-divisible ints
+    marked as the JIT marks them, as bench/native_version_sass.py does) with the ptxas TRITON_PTXAS_PATH names
+    now; the compiled kernel (its ``asm``: ptx, cubin)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-
-    from hbfcommon import artifact as A
-    use_ptxas(sfx)
     fn = getattr(K, f"{spec['kernel']}_{sfx}")
     sig = triton_signature(spec["kernel"], spec["dtype"], spec["const"])
     names = list(sig)
@@ -354,9 +349,19 @@ def cpu_compile(K, spec: dict, sfx: str) -> dict:
             v = ints.pop(0)
             if name not in nospec and i not in nospec and v % 16 == 0:
                 attrs[(names.index(name),)] = [["tt.divisibility", 16]]
+    return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=dict(spec["const"]), attrs=attrs),
+                          target=GPUTarget("cuda", 90, 32), options={"num_warps": spec["warps"]})
+
+
+def cpu_compile(K, spec: dict, sfx: str) -> dict:
+    """:func:`cpu_triton_compile` through the plain or the hbfcc ptxas; returns what the hbfcc artifact says
+    (admitted, ptxas before/after)."""
+    import hashlib
+
+    from hbfcommon import artifact as A
+    use_ptxas(sfx)
     t = time.time()
-    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=dict(spec["const"]), attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": spec["warps"]})
+    k = cpu_triton_compile(K, spec, sfx)
     art = A.lookup_by_ptx(k.asm["ptx"].encode())
     ka = (art or {}).get("kernels", [{}])[0] if art else {}
     return {"seconds": round(time.time() - t, 1), "has_hb_issue": b"__hb_issue" in k.asm["cubin"],
@@ -946,6 +951,9 @@ def kernel_info(s, k, threads: int) -> dict:
             "artifact_found": art is not None, "ptxas_before": ka.get("ptxas_before"),
             "ptxas_after": ka.get("ptxas_after"), "occupancy_guard": ka.get("occupancy_guard"),
             "helper": Path(art["helper"]["path"]).name if art and art.get("helper") else None,
+            # HBFCC_LINK=separate asked: the route that built it, the caps and how they were chosen
+            "link": {x: v for x, v in art["link"].items() if x not in ("ptxas_c_argv", "nvlink")}
+            if art and art.get("link") else None,
             "blocks_per_sm": driver_blocks_per_sm(k.function, threads, shared),
             "blocks_per_sm_model": blocks_per_sm(int(getattr(k, "n_regs", 0) or 0), threads, shared)}
 

@@ -218,9 +218,7 @@ def _ptx_version(text: str) -> Optional[tuple[int, int]]:
 def _ptxas(args: list[str]) -> int:
     from dataclasses import replace
 
-    from hbfcommon.abi import HELPERS
-
-    from . import link, occupancy, rdc, seplink
+    from . import occupancy, rdc, seplink
     from .rewrite import rewrite_text
     from .toolchain import build_stats, choose_ptxas, max_ptx_version, ptxas_version_text
 
@@ -305,11 +303,9 @@ def _ptxas(args: list[str]) -> int:
             base_thread.start()
         res = rewrite_text(original, filename=in_path, helper=helper, max_version=cap, link=not use_sep)
         before, baseline_done = None, False
-        helpers_ = frozenset(HELPERS)
 
         def callers_of(r) -> frozenset:
-            return frozenset(f.name for f in r.module.functions()
-                             if f.is_entry and f.body is not None and link.uses_any(f, helpers_))
+            return seplink.callers(r.module)
 
         def whole_rewrite():
             return rewrite_text(original, filename=in_path, helper=H.load_helper(module_text=original), max_version=cap)
@@ -371,10 +367,20 @@ def _ptxas(args: list[str]) -> int:
             log.info("HBFCC_DEFER=%s: %s: assembling the rewrite now (eager)", k.defer, defer_why)
         cp = None
         if use_sep:
-            caps = seplink.entry_caps(res.module, _registers(before) if before is not None else {},
-                                      k.separate_cap, callers_of(res))
-            res = _with_stage(res, seplink.STAGE_NAME, {"caps": caps, "helper_cap": seplink.helper_cap(caps)},
-                              seplink.stage)
+            body = None
+            if k.separate_cap == knobs.SEPARATE_CAP_BODY:    # the body's own need: the stub-helper build
+                body = _hot_registers(original, work, out_path, rargs, cap)
+            try:
+                caps, why = seplink.entry_caps(res.module, _registers(before) if before is not None else {},
+                                               k.separate_cap, callers_of(res), body)
+            except HbfError as e:
+                caps, why, sep_why = None, None, str(e)
+                log.warning("HBFCC_LINK=separate: %s; building whole-program", sep_why)
+                use_sep = False
+                res, unbounded = bound_before(local_helpers(whole_rewrite()))
+        if use_sep:
+            res = _with_stage(res, seplink.STAGE_NAME, {"caps": caps, "helper_cap": seplink.helper_cap(caps),
+                                                        "cap_decisions": why}, seplink.stage)
             atomic_write_text(work, res.text, fsync=False)
             try:
                 cp, sep_info = _separate_build(res, real, wargs, out_idx, arch, user_v, helper, k, tmpdir)
@@ -443,6 +449,9 @@ def _ptxas(args: list[str]) -> int:
             doc["link"] = dict({"requested": "separate", "mode": "separate" if use_sep else "whole",
                                 "fallback_reason": None if use_sep else sep_why},
                                **(sep_info if use_sep else {}))
+            plain_regs = _registers(before) if before is not None else {}
+            for e, d in doc["link"].get("cap_decisions", {}).items():   # the plain build may have ended after the caps
+                d["plain_registers"] = plain_regs.get(e, d.get("plain_registers"))
         if rdc.STAGE_NAME in res.meta:  # relocatable: what the helpers were compiled within, per entry
             doc.setdefault("link", {"requested": k.link, "mode": "whole", "fallback_reason": None})
             doc["link"][rdc.RECORD_KEY] = rdc.record(res.module, res.meta, ucaps, df_cap,
@@ -576,6 +585,8 @@ def _separate_build(res, real: str, wargs: list[str], out_idx: int, arch: str, u
                              returncode=ncp.returncode)
     sys.stderr.write(ncp.stderr)
     return cp, {"caps": dict(meta["caps"]), "helper_cap": meta["helper_cap"],
+                "cap_mode": "plain" if k.separate_cap is None else "body" if k.separate_cap == knobs.SEPARATE_CAP_BODY
+                else "fixed", "cap_decisions": meta.get("cap_decisions") or {},
                 "helper_object": {"sha256": ho.sha256, "key": ho.key, "cached": ho.cached, "path": ho.path},
                 "nvlink": nvlink, "ptxas_c_argv": argv}
 
@@ -629,7 +640,8 @@ def _hot_registers(original: str, in_path: str, out_path: Optional[str], rargs: 
     """Registers per function of the rewrite linked with the stub helper (helpers.stub_helper: calls that
     return at once), assembled with the same ptxas options: what the kernel's own code needs (its body,
     the sites, the inline path and its counters) without the real helpers' registers. {} when that
-    build fails (the guard then uses the plain build's bound alone)."""
+    build fails (the guard then uses the plain build's bound alone; HBFCC_SEPARATE_CAP=body builds whole).
+    Used by the occupancy guard and by HBFCC_SEPARATE_CAP=body (hbfcc/seplink.py)."""
     from .rewrite import rewrite_text
     from .toolchain import build_stats
     d = tempfile.mkdtemp(prefix="hbfcc-hot.")
@@ -642,12 +654,11 @@ def _hot_registers(original: str, in_path: str, out_path: Optional[str], rargs: 
             argv += ["-o", sout]
         cp = _run_capture(argv)
         if cp.returncode != 0:
-            log.warning("occupancy guard: the stub-helper build failed (ptxas exit %d); the plain bound alone",
-                        cp.returncode)
+            log.warning("the stub-helper build (the body's own registers) failed (ptxas exit %d)", cp.returncode)
             return {}
         return _registers(build_stats(cp.stdout + cp.stderr, sout))
     except HbfError as e:
-        log.warning("occupancy guard: no stub-helper build (%s); the plain bound alone", e)
+        log.warning("no stub-helper build (the body's own registers): %s", e)
         return {}
     finally:
         shutil.rmtree(d, ignore_errors=True)

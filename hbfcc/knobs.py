@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from hbfcommon.artifact import cache_dir as artifact_cache_dir
 from hbfcommon.env import env_bool, env_int
@@ -61,7 +61,8 @@ class Knobs:
     nvcc_step: bool = False        # HBFCC_NVCC_STEP (internal, set by the shadow toolkit's shim)
     link_prune: bool = True        # HBFCC_LINK_PRUNE (default 1): link only the helper functions a module reaches
     link: str = "whole"            # HBFCC_LINK (whole|separate): helpers linked as PTX, or a cached object + nvlink
-    separate_cap: Optional[int] = None  # HBFCC_SEPARATE_CAP (plain|N): None = each entry's plain registers (hbfcc/seplink.py)
+    separate_cap: Union[None, int, str] = None  # HBFCC_SEPARATE_CAP (plain|body|N): None = each entry's plain
+                                   # registers, "body" = its rewritten body's own need (hbfcc/seplink.py), or N
     defer: str = "0"               # HBFCC_DEFER (0|1|rewrite): hbfcc-ptxas assembles the original; the rewrite's build
                                    # later (1), or the rewrite itself later too (rewrite): hbfcommon/deferred.py
 
@@ -104,18 +105,25 @@ def load() -> Knobs:
     )
 
 
-def parse_separate_cap(v: Optional[str], variable: str = "HBFCC_SEPARATE_CAP") -> Optional[int]:
-    """HBFCC_SEPARATE_CAP: ``plain`` (default; None) or a register count in SEPARATE_CAP_RANGE."""
+SEPARATE_CAP_BODY = "body"
+
+
+def parse_separate_cap(v: Optional[str], variable: str = "HBFCC_SEPARATE_CAP") -> Union[None, int, str]:
+    """HBFCC_SEPARATE_CAP: ``plain`` (default; None), ``body`` (:data:`SEPARATE_CAP_BODY`) or a register count in
+    SEPARATE_CAP_RANGE."""
     if v is None or v.strip() == "" or v.strip().lower() == "plain":
         return None
+    if v.strip().lower() == SEPARATE_CAP_BODY:
+        return SEPARATE_CAP_BODY
+    lo, hi = SEPARATE_CAP_RANGE
     try:
         n = int(v.strip(), 0)
     except ValueError:
-        raise ConfigError(f"{variable} must be 'plain' or a register count", variable=variable, value=v) from None
-    lo, hi = SEPARATE_CAP_RANGE
+        raise ConfigError(f"{variable} must be 'plain', 'body' or a register count in [{lo}, {hi}]",
+                          variable=variable, value=v) from None
     if not lo <= n <= hi:
-        raise ConfigError(f"{variable} must be 'plain' or a register count in [{lo}, {hi}]", variable=variable,
-                          value=v)
+        raise ConfigError(f"{variable} must be 'plain', 'body' or a register count in [{lo}, {hi}]",
+                          variable=variable, value=v)
     return n
 
 
@@ -189,7 +197,9 @@ DOCS: tuple[tuple[str, str, str], ...] = (
      "ptxas, arch) under a register cap, nvlink'd into the cubin (sm_XX cubin outputs only; else whole, "
      "with a warning). Device cost NOT measured"),
     ("HBFCC_SEPARATE_CAP", "plain", "separate link: each instrumented entry's .maxnreg; plain: its plain "
-     "build's registers, at least 64, rounded up to 8; or a register count (24..255)"),
+     "build's registers, at least 64, rounded up to 8; body: its rewritten body's own need (the rewrite assembled "
+     "with do-nothing helpers: one more ptxas run per build), rounded up to 8, at least 24; or a register count "
+     "(24..255). The helper object is assembled under the smallest entry cap of the module"),
     ("HBFCC_DEFER", "0", "1: deferred instrumentation (hbfcc-ptxas): rewrite and record at compile time, store the "
      "rewritten PTX in the artifact store, but assemble only the ORIGINAL PTX (the caller gets the plain cubin); "
      "the instrumented cubin is assembled when a kernel is loaded in an attached session (runtime_cuda's Triton "

@@ -8,6 +8,10 @@ assembled once per (helper PTX sha256, cap, ptxas, arch) under ``-maxrregcount=c
 nvlink gives each kernel the maximum register count over its call graph, so the helper object's cap is
 the smallest of the module's entry caps.
 
+The entry caps (``HBFCC_SEPARATE_CAP``): ``plain`` (the default) the plain build's registers, at least 64;
+``body`` the rewritten body's own need (the rewrite assembled with do-nothing helpers, one extra ptxas run per
+build), so that the kernel's hot code does not spill and the spills go to the (cold) helpers; or a number.
+
 Device cost NOT measured: the helpers then run as ABI calls compiled once under a cap instead of being
 allocated with each kernel (docs/RESULTS.md, "an opt-in separate link").
 """
@@ -21,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hbfcommon.errors import ToolchainError
+from hbfcommon.errors import RewriteError, ToolchainError
 from hbfcommon.fsutil import atomic_write_bytes, atomic_write_text
 
 from . import occupancy
@@ -32,8 +36,13 @@ from .toolchain import sha256_bytes
 log = logging.getLogger("hbfcc")
 
 STAGE_NAME = "separate_link"
-MIN_CAP = 64              # HBFCC_SEPARATE_CAP=plain: never below this (the helpers' own floor)
+MIN_CAP = 64              # HBFCC_SEPARATE_CAP=plain: never below this (a choice, not the helpers' floor: FLOOR)
+# The lowest cap the separate link asks for: ptxas's own lower bound for .maxnreg / -maxrregcount on sm_90a
+# (it raises a smaller one to 24, with a warning). The helper object (the ABI functions) assembles and links at it
+# (ptxas/nvlink 13.0, measured: every helper then spills, nothing fails; tests/hbfcc/test_seplink.py).
+FLOOR = occupancy.MIN_MAXNREG
 MAX_CAP = 255
+BODY_SOURCE = "ptxas -v of the rewrite linked with do-nothing helpers (hbfcc.helpers.stub_helper), the caller's options"
 HELPER_PREFIX = "__hb_"
 CACHE_SUBDIR = "helper-objects"
 _ELF = b"\x7fELF"
@@ -45,15 +54,47 @@ def plain_cap(plain_registers: Optional[int]) -> int:
     return min(MAX_CAP, (n + 7) // 8 * 8)
 
 
-def entry_caps(module: Module, plain: dict[str, Optional[int]], cap: Optional[int],
-               callers: frozenset[str]) -> dict[str, int]:
-    """``.maxnreg`` per instrumented entry (those in ``callers``: they reach a helper): ``cap`` when set
-    (HBFCC_SEPARATE_CAP=N), else :func:`plain_cap` of the plain build's count."""
-    out = {}
+def body_cap(body_registers: int) -> int:
+    """An entry's cap under ``HBFCC_SEPARATE_CAP=body``: its rewritten body's own need (the registers of the rewrite
+    linked with do-nothing helpers), rounded up to 8, at least :data:`FLOOR`, at most 255."""
+    return min(MAX_CAP, max(FLOOR, (body_registers + 7) // 8 * 8))
+
+
+def callers(module: Module) -> frozenset[str]:
+    """The entries with a body that name a helper of the ABI (the instrumented ones: they reach a helper)."""
+    from hbfcommon.abi import HELPERS
+
+    from .link import uses_any
+    names = frozenset(HELPERS)
+    return frozenset(f.name for f in module.functions() if f.is_entry and f.body is not None and uses_any(f, names))
+
+
+def entry_caps(module: Module, plain: dict[str, Optional[int]], cap, callers: frozenset[str],
+               body: Optional[dict[str, Optional[int]]] = None) -> tuple[dict[str, int], dict[str, dict]]:
+    """``.maxnreg`` per instrumented entry (those in ``callers``: they reach a helper), and the decision per entry
+    (what the artifact records): ``cap`` an integer (HBFCC_SEPARATE_CAP=N): it; ``"body"``: :func:`body_cap` of
+    ``body`` (the entry's registers in the stub-helper build); None (``plain``): :func:`plain_cap` of the plain
+    build's count. Raises RewriteError when ``body`` has no count for an entry (the whole route then builds)."""
+    caps, why = {}, {}
     for f in module.functions():
-        if f.is_entry and f.body is not None and f.name in callers:
-            out[f.name] = cap if cap is not None else plain_cap(plain.get(f.name))
-    return out
+        if not (f.is_entry and f.body is not None and f.name in callers):
+            continue
+        if cap == "body":
+            need = (body or {}).get(f.name)
+            if not need:
+                raise RewriteError(f"separate link: no body register count for {f.name} (the stub-helper build failed)",
+                                   entry=f.name)
+            caps[f.name] = body_cap(need)
+            why[f.name] = {"mode": "body", "body_registers": need, "cap": caps[f.name], "floor": FLOOR,
+                           "source": BODY_SOURCE, "plain_registers": plain.get(f.name)}
+        elif cap is not None:
+            caps[f.name] = cap
+            why[f.name] = {"mode": "fixed", "cap": cap, "plain_registers": plain.get(f.name)}
+        else:
+            caps[f.name] = plain_cap(plain.get(f.name))
+            why[f.name] = {"mode": "plain", "cap": caps[f.name], "floor": MIN_CAP,
+                           "plain_registers": plain.get(f.name)}
+    return caps, why
 
 
 def helper_cap(caps: dict[str, int]) -> int:

@@ -88,6 +88,10 @@ SCHEMA: dict[str, Any] = {
                  "properties": {"mode": {"enum": ["whole", "separate"]},
                                 "fallback_reason": {"type": ["string", "null"]},
                                 "caps": {"type": "object", "additionalProperties": {"type": "integer"}},
+                                # HBFCC_SEPARATE_CAP: how the caps were chosen, per entry (hbfcc/seplink.py entry_caps)
+                                "cap_mode": {"enum": ["plain", "body", "fixed"]},
+                                "cap_decisions": {"type": "object", "additionalProperties": {
+                                    "type": "object", "required": ["mode", "cap"]}},
                                 "helper_object": {"type": "object", "required": ["sha256", "cached"]},
                                 # a relocatable build (-c, nvcc -rdc; hbfcc/rdc.py): the helpers module-local,
                                 # the caps they were compiled within

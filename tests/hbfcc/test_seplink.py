@@ -28,7 +28,8 @@ MODULES = ("vector_add_f32", "softmax_row", "flash_attn_fwd_d64")
 
 @pytest.mark.parametrize("var,value", [("HBFCC_LINK", "both"), ("HBFCC_LINK", "1"),
                                        ("HBFCC_SEPARATE_CAP", "lots"), ("HBFCC_SEPARATE_CAP", "300"),
-                                       ("HBFCC_SEPARATE_CAP", "8"), ("HBFCC_SEPARATE_CAP", "-64")])
+                                       ("HBFCC_SEPARATE_CAP", "8"), ("HBFCC_SEPARATE_CAP", "-64"),
+                                       ("HBFCC_SEPARATE_CAP", "bodies"), ("HBFCC_SEPARATE_CAP", "body64")])
 def test_bad_knob_is_a_config_error_naming_the_variable(monkeypatch, var, value):
     monkeypatch.setenv(var, value)
     with pytest.raises(ConfigError) as e:
@@ -44,7 +45,8 @@ def test_knob_values(monkeypatch):
     for v, want in (("separate", "separate"), ("WHOLE", "whole"), (" Separate ", "separate")):
         monkeypatch.setenv("HBFCC_LINK", v)
         assert knobs.load().link == want
-    for v, want in (("plain", None), ("PLAIN", None), ("", None), ("96", 96), ("0x80", 128), ("255", 255)):
+    for v, want in (("plain", None), ("PLAIN", None), ("", None), ("96", 96), ("0x80", 128), ("255", 255),
+                    ("body", "body"), (" Body ", "body")):
         monkeypatch.setenv("HBFCC_SEPARATE_CAP", v)
         assert knobs.load().separate_cap == want
 
@@ -72,6 +74,13 @@ def test_marker_names_the_mode_and_cap(tmp_path):
     sep = marker(HBFCC_LINK="separate")
     assert sep != default and sep.endswith(" link separate cap plain")
     assert marker(HBFCC_LINK="separate", HBFCC_SEPARATE_CAP="96").endswith(" link separate cap 96")
+    assert marker(HBFCC_LINK="separate", HBFCC_SEPARATE_CAP="body").endswith(" link separate cap body")
+
+
+def test_bad_cap_message_names_every_form():
+    with pytest.raises(ConfigError) as e:
+        knobs.parse_separate_cap("lots")
+    assert "'plain', 'body' or a register count in [24, 255]" in str(e.value)
 
 
 # ---- pieces -----------------------------------------------------------------------------------
@@ -79,6 +88,30 @@ def test_marker_names_the_mode_and_cap(tmp_path):
 def test_plain_cap():
     assert [seplink.plain_cap(n) for n in (None, 0, 26, 64, 65, 72, 73, 168, 250, 255)] == \
         [64, 64, 64, 64, 72, 72, 80, 168, 255, 255]
+
+
+def test_body_cap_rounds_up_to_8_within_the_floor_and_255():
+    assert seplink.FLOOR == 24
+    assert [seplink.body_cap(n) for n in (1, 20, 24, 25, 48, 49, 54, 56, 57, 250, 255)] == \
+        [24, 24, 24, 32, 48, 56, 56, 56, 64, 255, 255]
+
+
+def test_entry_caps_records_the_decision():
+    from hbfcc.rewrite import rewrite_text
+    m = rewrite_text((FIX / "softmax_row.ptx").read_text(), filename="s.ptx", link=False).module
+    callers = seplink.callers(m)
+    assert callers == {"softmax_kernel"}
+    caps, why = seplink.entry_caps(m, {"softmax_kernel": 29}, "body", callers, {"softmax_kernel": 77})
+    assert caps == {"softmax_kernel": 80}
+    assert why["softmax_kernel"] == {"mode": "body", "body_registers": 77, "cap": 80, "floor": 24,
+                                     "source": seplink.BODY_SOURCE, "plain_registers": 29}
+    caps, why = seplink.entry_caps(m, {"softmax_kernel": 29}, None, callers)
+    assert caps == {"softmax_kernel": 64} and why["softmax_kernel"]["mode"] == "plain"
+    caps, why = seplink.entry_caps(m, {}, 96, callers)
+    assert caps == {"softmax_kernel": 96} and why["softmax_kernel"]["mode"] == "fixed"
+    from hbfcommon.errors import RewriteError
+    with pytest.raises(RewriteError, match="no body register count for softmax_kernel"):
+        seplink.entry_caps(m, {}, "body", callers, {})
 
 
 @pytest.mark.parametrize("args,arch,out,why", [
@@ -334,3 +367,87 @@ def test_concurrent_builds_share_one_cache_entry(tmp_path):
     _, _, again = build(tmp_path, "vector_add_f32", tag="after", HBFCC_LINK="separate")
     assert again["link"]["helper_object"]["cached"] is True
     assert again["link"]["helper_object"]["sha256"] in {d["link"]["helper_object"]["sha256"] for d in docs}
+
+
+# ---- HBFCC_SEPARATE_CAP=body ------------------------------------------------------------------
+
+def _stub_registers(monkeypatch, tmp_path: Path, name: str, **env) -> dict[str, int]:
+    """The entries' registers in the rewrite linked with do-nothing helpers, assembled here with the options build()
+    gives (what HBFCC_SEPARATE_CAP=body must measure), under the same knobs."""
+    from hbfcc import helpers as H
+    from hbfcc.rewrite import rewrite_text
+    from hbfcc.toolchain import parse_ptxas_v
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    text = rewrite_text((FIX / f"{name}.ptx").read_text(), filename=f"{name}.ptx", helper=H.stub_helper()).text
+    src = tmp_path / f"{name}.stub.ptx"
+    src.write_text(text)
+    cp = subprocess.run([U.tool("ptxas"), "-lineinfo", "-v", "--gpu-name=sm_90a", str(src), "-o", str(src) + ".o"],
+                        capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    return {n: f.registers for n, f in parse_ptxas_v(cp.stderr).functions.items() if f.registers}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ("vector_add_f32", "softmax_row"))
+def test_body_cap_is_the_stub_count_rounded(tmp_path, monkeypatch, name):
+    cp, out, doc = build(tmp_path, name, HBFCC_LINK="separate", HBFCC_SEPARATE_CAP="body")
+    link = doc["link"]
+    assert link["mode"] == "separate" and link["cap_mode"] == "body", link.get("fallback_reason")
+    stub = _stub_registers(monkeypatch, tmp_path, name)
+    facts = cubin.function_facts(out)
+    for e, cap in link["caps"].items():
+        d = link["cap_decisions"][e]
+        assert d["body_registers"] == stub[e]
+        assert cap == d["cap"] == seplink.body_cap(stub[e]) and cap % 8 == 0
+        assert d["source"] == seplink.BODY_SOURCE and d["mode"] == "body"
+        k = next(x for x in doc["kernels"] if x["name"] == e)
+        assert d["plain_registers"] == k["ptxas_before"]["registers"]
+        assert 0 < facts[e].registers <= cap, (e, facts[e].registers, cap)
+    assert link["helper_cap"] == min(link["caps"].values())
+    assert doc["build"]["marker"].endswith("link separate cap body")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ("vector_add_f32", "softmax_row"))
+def test_body_cap_with_call_isolation_keeps_the_body_spill_free(tmp_path, monkeypatch, name):
+    """With HBFCC_CALL_ISOLATION=1 nothing is live across a helper call, so the body assembled with ABI calls needs
+    what the stub build measures: at cap = that need the entry (ptxas -c, whose -v output the build relays) has no
+    spill, and its local-memory traffic is the isolation's own stores. (Without call isolation the ABI calls make
+    the body need far more than the stub build: ptxas 13.0 spills it at that cap -- docs/RESULTS.md
+    "wt/sepcap13".)"""
+    from hbfcc.toolchain import parse_ptxas_v
+    cp, out, doc = build(tmp_path, name, HBFCC_LINK="separate", HBFCC_SEPARATE_CAP="body", HBFCC_CALL_ISOLATION="1")
+    link = doc["link"]
+    assert link["mode"] == "separate", link.get("fallback_reason")
+    stats = parse_ptxas_v(cp.stderr).functions
+    stub = _stub_registers(monkeypatch, tmp_path, name, HBFCC_CALL_ISOLATION="1")
+    for e, cap in link["caps"].items():
+        assert cap >= stub[e]
+        assert (stats[e].spill_stores, stats[e].spill_loads) == (0, 0), (e, cap, stats[e])
+
+
+@pytest.mark.slow
+def test_the_floor_cap_assembles_and_links(tmp_path):
+    """HBFCC_SEPARATE_CAP=24 (ptxas's lower bound; seplink.FLOOR): the helper object assembles under it (every helper
+    spills) and nvlink links it; the kernel keeps 24 registers."""
+    _, out, doc = build(tmp_path, "vector_add_f32", HBFCC_LINK="separate", HBFCC_SEPARATE_CAP=str(seplink.FLOOR))
+    assert doc["link"]["mode"] == "separate", doc["link"].get("fallback_reason")
+    assert doc["link"]["helper_cap"] == seplink.FLOOR
+    assert cubin.function_facts(out)["add_kernel"].registers <= seplink.FLOOR
+
+
+@pytest.mark.slow
+def test_body_cap_without_a_stub_build_builds_whole(tmp_path, monkeypatch):
+    """The stub-helper build fails (a ptxas wrapper that refuses its input, hot.ptx): the whole route builds the
+    module, the reason recorded."""
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    real = os.path.realpath(U.tool("ptxas"))
+    (lone / "ptxas").write_text(f'#!/bin/sh\ncase "$*" in *hot.ptx*) echo refused >&2; exit 5;; esac\nexec {real} "$@"\n')
+    (lone / "ptxas").chmod(0o755)
+    (lone / "nvlink").symlink_to(os.path.join(os.path.dirname(real), "nvlink"))
+    cp, _, doc = build(tmp_path, "vector_add_f32", HBFCC_LINK="separate", HBFCC_SEPARATE_CAP="body",
+                       HBFCC_REAL_PTXAS=lone / "ptxas")
+    assert doc["link"]["mode"] == "whole"
+    assert "no body register count for add_kernel" in doc["link"]["fallback_reason"]

@@ -1,0 +1,66 @@
+#!/bin/bash
+# one call (~6-9 min, LIMIT=560): issue 13's stream cost with the helpers linked separately under the body's own cap
+# (wt/sepcap13; docs/hbfcc.md "The separate link", docs/RESULTS.md "wt/sepcap13"). bench/devpath_cost.py --parts
+# stream,consume,little (fixed 0 ns / 2 us / 20 us) side by side on ONE machine, each variant in a --work dir of its
+# own removed before its build (fresh Triton and hbfcc caches, the helper object assembled again):
+#   whole      the default whole-program build (stop 50 on an H100: reduce x1.82, copy x1.38)
+#   sep_plain  HBFCC_LINK=separate HBFCC_SEPARATE_CAP=plain  (today's separate link: cap max(plain, 64))
+#   sep_body   HBFCC_LINK=separate HBFCC_SEPARATE_CAP=body   (cap = the body's need with do-nothing helpers; on the
+#              CPU its body still spills in the loop: the ABI calls keep what is live across them)
+#   sep_body_ci  the same with HBFCC_CALL_ISOLATION=1 (nothing live across a helper call: the body does not spill
+#              at its cap on the CPU; reduce 80 registers / 6 blocks per SM, whole 128 / 4, plain 41 / 10)
+#   whole_ci   HBFCC_CALL_ISOLATION=1 alone (reduce 96 / 5 on the CPU) -- only when time is left
+# A step that does not end in --launch-timeout (10 s) is recorded as a hang, not fatal; every variant has its own
+# timeout. Per variant sepcap.txt gets: per stream kernel ratio, registers plain->hbf, blocks/SM, spills, identical,
+# status, link mode and caps; consume's added ns and Little's measured/Little. Everything in ONE tar under $OUT
+# (sc.tgz), rewritten after every variant. Carry: hbfproto, runtime_cuda/ptx, .whl.
+set -u
+source bench/gpu_calls/env.sh
+python3 -m hbfd.warmup 2>&1 | tail -1
+W=/tmp/sc; rm -rf $W; mkdir -p $W
+pack() { tar czf $OUT/sc.tgz -C $W . 2>/dev/null; }
+for v in whole sep_plain sep_body sep_body_ci whole_ci; do
+  case $v in
+    whole) E=(HBFCC_LINK=whole);;
+    sep_plain) E=(HBFCC_LINK=separate HBFCC_SEPARATE_CAP=plain);;
+    sep_body) E=(HBFCC_LINK=separate HBFCC_SEPARATE_CAP=body);;
+    sep_body_ci) E=(HBFCC_LINK=separate HBFCC_SEPARATE_CAP=body HBFCC_CALL_ISOLATION=1);;
+    whole_ci) E=(HBFCC_LINK=whole HBFCC_CALL_ISOLATION=1);;
+  esac
+  L=$(left); T=$(( L - 20 < 130 ? L - 20 : 130 ))
+  [ $T -lt 90 ] && { echo "$v skipped: ${L}s left" | tee -a $W/sepcap.txt; continue; }
+  WK=/tmp/sc_work_$v; rm -rf $WK
+  echo "== [${L}s left] $v: ${E[*]} (timeout ${T}s)"
+  env "${E[@]}" timeout $T python3 bench/devpath_cost.py --out $W/$v --work $WK --parts stream,consume,little \
+      --launch-timeout 10 --budget-s $(( T - 30 )) > $W/$v.log 2>&1
+  echo "$v rc=$?"
+  python3 - $v $W/$v/devpath_cost.json <<'PY' 2>&1 | tee -a $W/sepcap.txt
+import json, sys
+v, path = sys.argv[1], sys.argv[2]
+try:
+    d = json.load(open(path))
+except Exception as e:
+    print(f"{v}: no result ({type(e).__name__}: {e})"); sys.exit(0)
+print(f"== {v}: compile {(d.get('compile') or {}).get('status')} in {(d.get('compile') or {}).get('seconds')} s, "
+      f"total {d.get('seconds')} s")
+for name, p in (d.get("parts") or {}).items():
+    if name.startswith("stream_"):
+        kh = p.get("kernel_hbf") or {}
+        pa = ((p.get("pairs") or {}).get("pair_ratio") or {})
+        ln = kh.get("link") or {}
+        before = (kh.get("ptxas_before") or {}).get("registers")
+        print(f"  {name:15s} {str(p.get('status')):8s} x{pa.get('median') or 0:5.2f} (p10 {pa.get('p10')}, p90 "
+              f"{pa.get('p90')}) regs {before}->{kh.get('n_regs')} blocks/SM {p.get('kernel_plain_blocks_per_sm')}->"
+              f"{kh.get('blocks_per_sm')} spills {kh.get('n_spills')} identical {p.get('identical')} link "
+              f"{ln.get('mode', 'whole')} caps {ln.get('caps')} {ln.get('fallback_reason') or ''}")
+    else:
+        print(f"  {name:15s} {str(p.get('status')):8s} {str(p.get('detail') or p.get('error') or '')[:200]}")
+s = d.get("summary") or {}
+for k, x in s.items():
+    if k.startswith(("consume", "little")):
+        print(f"  {k}: {json.dumps(x, default=str)[:240]}")
+PY
+  pack
+done
+echo "== done [$(left)s left]"
+pack
