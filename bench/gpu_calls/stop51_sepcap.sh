@@ -10,6 +10,8 @@
 #   sep_body_ci  the same with HBFCC_CALL_ISOLATION=1 (nothing live across a helper call: the body does not spill
 #              at its cap on the CPU; reduce 80 registers / 6 blocks per SM, whole 128 / 4, plain 41 / 10)
 #   whole_ci   HBFCC_CALL_ISOLATION=1 alone (reduce 96 / 5 on the CPU) -- only when time is left
+#   itime      the whole build with HBFCC_INLINE_TIME=1 (the served inline paths time themselves: inline_ns; not in
+#              the default list) -- VARIANTS="..." picks and orders the variants (stop51_any.sh does)
 # A step that does not end in --launch-timeout (10 s) is recorded as a hang, not fatal; every variant has its own
 # timeout. Per variant sepcap.txt gets: per stream kernel ratio, registers plain->hbf, blocks/SM, spills, identical,
 # status, link mode and caps; consume's added ns and Little's measured/Little. Everything in ONE tar under $OUT
@@ -19,13 +21,15 @@ source bench/gpu_calls/env.sh
 python3 -m hbfd.warmup 2>&1 | tail -1
 W=/tmp/sc; rm -rf $W; mkdir -p $W
 pack() { tar czf $OUT/sc.tgz -C $W . 2>/dev/null; }
-for v in whole sep_plain sep_body sep_body_ci whole_ci; do
+for v in ${VARIANTS:-whole sep_plain sep_body sep_body_ci whole_ci}; do
   case $v in
     whole) E=(HBFCC_LINK=whole);;
     sep_plain) E=(HBFCC_LINK=separate HBFCC_SEPARATE_CAP=plain);;
     sep_body) E=(HBFCC_LINK=separate HBFCC_SEPARATE_CAP=body);;
     sep_body_ci) E=(HBFCC_LINK=separate HBFCC_SEPARATE_CAP=body HBFCC_CALL_ISOLATION=1);;
     whole_ci) E=(HBFCC_LINK=whole HBFCC_CALL_ISOLATION=1);;
+    itime) E=(HBFCC_LINK=whole HBFCC_INLINE_TIME=1);;
+    *) echo "unknown variant $v"; continue;;
   esac
   L=$(left); T=$(( L - 20 < 130 ? L - 20 : 130 ))
   [ $T -lt 90 ] && { echo "$v skipped: ${L}s left" | tee -a $W/sepcap.txt; continue; }
