@@ -534,7 +534,10 @@ def func_param_layout(f) -> dict:
             n = None
     out = []
     for i in range(n if n is not None else MAX_PARAMS):
-        res = d.cuFuncGetParamInfo(f, i)
+        try:
+            res = d.cuFuncGetParamInfo(f, i)
+        except Exception as e:  # noqa: BLE001
+            return {"error": f"cuFuncGetParamInfo({i}): {err_text(e, 300)}", "params": out}
         if int(res[0]) != 0:
             if n is not None:
                 return {"error": f"cuFuncGetParamInfo({i}) failed: {res[0]}", "params": out}
@@ -551,8 +554,11 @@ def func_attributes(f) -> dict:
     for a in d.CUfunction_attribute:
         if a.name.endswith("_MAX"):
             continue
-        res = d.cuFuncGetAttribute(a, f)
-        out[attr_short(a.name)] = int(res[1]) if int(res[0]) == 0 else f"error {getattr(res[0], 'name', res[0])}"
+        try:
+            res = d.cuFuncGetAttribute(a, f)
+            out[attr_short(a.name)] = int(res[1]) if int(res[0]) == 0 else f"error {getattr(res[0], 'name', res[0])}"
+        except Exception as e:  # noqa: BLE001 - an attribute this driver does not know
+            out[attr_short(a.name)] = f"error: {err_text(e, 200)}"
     return out
 
 
@@ -682,7 +688,6 @@ def kernel_node(node, ptx_layout: Sequence[Sequence[int]] | None = None) -> tupl
     """(record, raw) of one kernel node: record for the JSON (function name, grid, block, shared bytes, the
     parameter layout and bytes, the node's attributes), raw for building graphs (the function handle, dims,
     parameter bytes)."""
-    d = _d()
     p = _call("cuGraphKernelNodeGetParams", node)
     f = p.func
     rec: dict = {"function": int(f), "grid": [int(p.gridDimX), int(p.gridDimY), int(p.gridDimZ)],
@@ -699,11 +704,15 @@ def kernel_node(node, ptx_layout: Sequence[Sequence[int]] | None = None) -> tupl
         rec["name"] = func_name(f)
     except Exception as e:  # noqa: BLE001
         rec["name"] = f"error: {err_text(e, 300)}"
-    lay = func_param_layout(f)
-    layout = lay.get("params")
+    try:
+        lay = func_param_layout(f)
+    except Exception as e:  # noqa: BLE001 - a binding without the call in this driver: the PTX signature then
+        lay = {"error": err_text(e, 300)}
+    layout = lay.get("params") if "error" not in lay else None      # a partial layout is no layout
     rec["param_layout_from"] = lay.get("count_from") or lay.get("error")
     if not layout and ptx_layout:
-        layout, rec["param_layout_from"] = [list(x) for x in ptx_layout], "the PTX signature"
+        layout = [list(x) for x in ptx_layout]
+        rec["param_layout_from"] = f"the PTX signature (driver: {lay.get('error') or 'no parameters'})"
     rec["param_layout"] = layout
     if ptx_layout:
         rec["param_layout_matches_ptx"] = same_layout(ptx_layout, layout or [])
@@ -716,7 +725,6 @@ def kernel_node(node, ptx_layout: Sequence[Sequence[int]] | None = None) -> tupl
     except Exception as e:  # noqa: BLE001
         rec["param_bytes_error"] = err_text(e, 600)
     rec["attributes"] = node_attributes(node)
-    del d
     return rec, raw
 
 
@@ -950,7 +958,7 @@ def diag_kernel(s, K, name: str, work: Path, out_dir: Path, torch, rec: dict, sa
     go = {"plain": TT._launcher(K, name, "plain", ins, torch)}
     kp, out_p = go["plain"]()
     torch.cuda.synchronize()
-    ref = out_p.clone()
+    ref_out = out_p.clone()         # the plain build's output: what every graph of part 3 must write
     same = {"plain": out_p}
     nat = TT._variant_launchers(name, ins, work, torch, same, variants=TT.NATENT_VARIANT)
     same.pop("plain")
@@ -1043,10 +1051,10 @@ def diag_kernel(s, K, name: str, work: Path, out_dir: Path, torch, rec: dict, sa
             fp = (nodes.get("plain") or {}).get("first_kernel_node") or {}
             fq = (nodes.get("natent") or {}).get("first_kernel_node") or {}
             if fp.get("param_bytes") is not None and fq.get("param_bytes") is not None:
-                pairs = output_pairs(outs) + device_address_pairs(
+                addr_pairs = output_pairs(outs) + device_address_pairs(
                     fp["param_bytes"], fq["param_bytes"], lambda v: cudrv.address_range(v) is not None)
-                nodes["param_diff"] = param_bytes_diff(fp["param_bytes"], fq["param_bytes"], pairs)
-                nodes["param_diff"]["address_pairs"] = [[hex(x), hex(y)] for x, y in pairs]
+                nodes["param_diff"] = param_bytes_diff(fp["param_bytes"], fq["param_bytes"], addr_pairs)
+                nodes["param_diff"]["address_pairs"] = [[hex(x), hex(y)] for x, y in addr_pairs]
             nodes["node_attributes_diff"] = dict_diff(fp.get("attributes"), fq.get("attributes"))
             funcs["plain"] = function_record(kp.function)
             funcs["native_entry"] = function_record(fq["function"]) if fq.get("function") else \
@@ -1137,9 +1145,9 @@ def diag_kernel(s, K, name: str, work: Path, out_dir: Path, torch, rec: dict, sa
             for k in errors:
                 launch.pop(k, None)
             t = time_variants(launch, torch, pairs, deadline)
-            ref = "a" if "a" in launch else "cap_plain"
+            ref_variant = "a" if "a" in launch else "cap_plain"
             rec["swap"] = {"pairs": pairs, "rounds": t["rounds"], "launches_per_graph": TT.BACK_TO_BACK,
-                           "reference": ref, "variants": ratio_stats(t["ms"], ref),
+                           "reference": ref_variant, "variants": ratio_stats(t["ms"], ref_variant),
                            "vs_cap_plain": {k: v.get("ratio") for k, v in ratio_stats(t["ms"], "cap_plain").items()}
                            if "cap_plain" in launch else None,
                            "what": {k: VARIANT_WHAT[k] for k in launch}, "errors": {**errors, **t["errors"]},
@@ -1176,7 +1184,8 @@ def diag_kernel(s, K, name: str, work: Path, out_dir: Path, torch, rec: dict, sa
                     torch.cuda.synchronize()
                     h.launch(stream)
                     torch.cuda.synchronize()
-                    ident[k] = {"output": which, "identical": bool(torch.equal(o.view(torch.int8), ref.view(torch.int8)))}
+                    ident[k] = {"output": which, "identical": bool(torch.equal(o.view(torch.int8),
+                                                                                    ref_out.view(torch.int8)))}
                 except Exception as e:  # noqa: BLE001
                     ident[k] = {"output": which, "error": err_text(e, 600)}
             rec["identity"] = ident
@@ -1198,6 +1207,7 @@ def diag_kernel(s, K, name: str, work: Path, out_dir: Path, torch, rec: dict, sa
                 except Exception:  # noqa: BLE001
                     pass
         raw_graphs.clear()
+        f = g = None                   # part 2's loop names: the last held a torch graph (or its replay method)
         graphs.clear()                 # the graphs destroyed first: then their records may go
         torch.cuda.synchronize()
         try:
@@ -1228,6 +1238,10 @@ def gpu_main(res: dict, names: Sequence[str], work: Path, out_dir: Path, out_pat
         s = runtime_cuda.attach(socket=sock)
         try:
             s.install_triton_hooks()
+            try:
+                res["driver_version"] = int(_call("cuDriverGetVersion"))
+            except Exception as e:  # noqa: BLE001
+                res["driver_version"] = f"error: {err_text(e, 200)}"
             res["session"] = {k: str(getattr(s, a, None)) for k, a in (("graph_native_knob", "graph_native"),
                                                                         ("native_entry", "native_entry"),
                                                                         ("native_select", "native_select"))}

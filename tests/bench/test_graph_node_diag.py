@@ -351,7 +351,8 @@ class FakeDriver:
         return (self.OK, 1)
 
     def cuGraphCreate(self, flags):
-        return (self.OK, _H(0xB0))
+        self.graphs = getattr(self, "graphs", 0) + 1
+        return (self.OK, _H(0xB0 + self.graphs - 1))
 
     def cuGraphAddKernelNode(self, g, deps, ndeps, p):
         assert (deps is None) == (ndeps == 0) and (deps is None) == (not self.added or self.added[-1][0] != int(g))
@@ -530,3 +531,140 @@ def test_gpu_run_of_matmul_host(tmp_path):
     assert r.returncode == 0 and doc["ok"], (r.stderr[-3000:], json.dumps(k, default=str)[:3000])
     assert k["capture"]["native_entry_captured"] and k["identity_ok"]
     assert {"a", "b", "c", "d"} <= set(k["swap"]["variants"])
+
+
+class _T:
+    """A stand-in tensor: an address, a fill value."""
+
+    def __init__(self, ptr):
+        self.ptr, self.v = ptr, 0.0
+
+    def data_ptr(self):
+        return self.ptr
+
+    def fill_(self, v):
+        self.v = v
+        return self
+
+    def view(self, dtype):
+        return self
+
+    def clone(self):
+        return _T(self.ptr + 1)
+
+
+def test_diag_kernel_runs_every_part_against_fakes(fake, monkeypatch, tmp_path):
+    """diag_kernel's control flow with the driver, torch, Triton and the session faked: every part recorded without
+    an error, the swap's variants timed, every hand-built graph checked, the graphs destroyed before the release."""
+    from runtime_cuda import cudrv
+    events = []
+    out = {"plain": _T(0x7F0000001000), "natent": _T(0x7F0000203000)}
+
+    def kernel(key, fn):
+        return SimpleNamespace(function=fn, module=0xA0 if key == "plain" else 0xA1, n_regs=90,
+                               metadata=SimpleNamespace(shared=98328, num_warps=8),
+                               asm={"ptx": MATMUL_HOST_SIGNATURE.replace("matmul_host_plain",
+                                                                         "k_" + key), "cubin": b"\x7fELF"})
+    kp, kn = kernel("plain", 0xF1), kernel("natent", 0xF3)
+    monkeypatch.setattr(G.TT, "_inputs", lambda name, torch: {})
+    monkeypatch.setattr(G.TT, "_launcher", lambda K, name, sfx, ins, torch: (lambda: (kp, out["plain"])))
+    monkeypatch.setattr(G.TT, "_variant_launchers",
+                        lambda name, ins, work, torch, same, variants=None: (same.update(natent=True) or
+                                                                              {"natent": lambda: (kn, out["natent"])}))
+    monkeypatch.setattr(G.TT, "_event_ms", lambda fn, torch, n=1: (fn(), 20.0)[1])
+    monkeypatch.setattr(G, "use_ptxas", lambda which: None)
+    monkeypatch.setattr(G, "static_compare", lambda *a, **k: {"sass_identical": True})
+
+    class TorchGraph:
+        def instantiate(self):
+            events.append("instantiate")
+
+        def replay(self):
+            events.append("replay")
+
+        def __del__(self):
+            events.append("torch graph destroyed")
+
+    def capture(fn, torch):
+        fn()
+        sel = s.launch_selection.setdefault("k_natent", {"captured_native": 0})
+        if s.graph_native == "all":
+            sel["captured_native"] += 20
+        return TorchGraph(), G._d().CUgraph(0xC0), "fake"
+    monkeypatch.setattr(G, "capture", capture)
+    monkeypatch.setattr(cudrv, "module_load_data", lambda cub: 0xD0)
+    monkeypatch.setattr(cudrv, "module_functions", lambda mod, names: {names[0]: 0xF9})
+    monkeypatch.setattr(cudrv, "copy_function_attributes", lambda src, dst: {"MAX_DYNAMIC_SHARED_SIZE_BYTES": 1})
+    monkeypatch.setattr(cudrv, "module_unload", lambda mod: events.append("unload"))
+    monkeypatch.setattr(cudrv, "address_range", lambda v: (v, 1) if v > 0x1000000 else None)
+    fake.cuGraphDebugDotPrint = lambda g, path, flags: (Path(path.decode()).write_text("digraph {}"), (fake.OK,))[1]
+    fake.CUgraphDebugDot_flags = SimpleNamespace(CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE=1)
+
+    binding = SimpleNamespace(native_fns={"k_natent": 0xF2}, native_ready={"k_natent"},
+                              kernel=lambda n: SimpleNamespace(native_entry="k_natent__hbnat"))
+
+    def release():
+        events.append("released")
+        return {"unbounded": True}
+    s = SimpleNamespace(bindings={0xA1: binding}, graph_native="off", launch_selection={},
+                        counters=lambda publish=False: {"graph_native": {"unbounded": True}},
+                        release_graph_captures=release)
+    torch = SimpleNamespace(manual_seed=lambda n: None, equal=lambda a, b: True, int8="int8",
+                            cuda=SimpleNamespace(synchronize=lambda: None,
+                                                 current_stream=lambda: SimpleNamespace(cuda_stream=7)))
+    rec: dict = {}
+    stages = []
+    G.diag_kernel(s, None, "k", tmp_path / "work", tmp_path / "out", torch, rec, stages.append, time.time() + 100, 3)
+    assert stages[-1] == "k: part 3 identity" and "k: part 0 static" in stages, stages
+    assert rec["capture"]["native_entry_captured"] and s.graph_native == "off"
+    assert "error" not in rec["nodes"] and rec["nodes"]["plain"]["kernel_nodes"] == 4, rec["nodes"]
+    assert rec["nodes"]["param_diff"]["identical"] and (tmp_path / "out" / "dot" / "k_natent.dot").is_file()
+    assert rec["functions"]["native_entry_is_the_sessions"] is False      # the fake's nodes all name 0xF1
+    assert rec["summary"][0].startswith("k: graphs: plain 4 nodes")
+    sw = rec["swap"]
+    assert "error" not in sw and sw["errors"] == {} and sw["rounds"] == 3 and sw["reference"] == "a", sw
+    assert set(sw["variants"]) == set(G.VARIANTS), sw["variants"].keys()
+    assert sw["variants"]["b"]["ratio"]["median"] == 1.0 and sw["e_functions"]["e_natent"]["name"] == "k_natent__hbnat"
+    assert rec["identity_ok"], rec["identity"]
+    assert set(rec["identity"]) == {"a", "b", "c", "d", "a0", "e_plain", "e_natent",
+                                                          "cap_plain", "cap_natent"}
+    assert rec["identity"]["c"]["output"] == "natent" and rec["identity"]["b"]["output"] == "plain"
+    # the torch graphs are gone before the records are released; the fresh modules unloaded after
+    assert events.index("released") > max(i for i, e in enumerate(events) if e == "torch graph destroyed")
+    assert events.count("torch graph destroyed") == 2 and events.count("unload") == 2
+    assert rec["released"] == {"unbounded": True}
+
+
+def test_gpu_main_plumbing_without_a_gpu(tmp_path, monkeypatch):
+    """gpu_main on the CPU with diag_kernel faked: the real hbfd and session (attached: no kernel runs), each kernel
+    in its own try/except (a failing one recorded, the next one run), the JSON written after each, the session
+    closed; a kernel past the budget is skipped and says so."""
+    triton = pytest.importorskip("triton")
+    pytest.importorskip("torch")
+    from devpath_common import toolchain_env
+    for k, v in toolchain_env(tmp_path / "work").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(triton, "set_allocator", lambda f: None)     # Triton's global allocator left alone
+    seen = []
+
+    def fake_diag(s, K, name, work, out_dir, torch, rec, save, deadline, pairs):
+        seen.append((name, pairs, s.graph_native))
+        rec["summary"] = [f"{name}: fake"]
+        save(f"{name}: faked")
+        if name == "matmul_host":
+            raise RuntimeError("fake failure")
+    monkeypatch.setattr(G, "diag_kernel", fake_diag)
+    res: dict = {}
+    out = tmp_path / "out"
+    out.mkdir()
+    G.gpu_main(res, ("matmul_host", "attn_fwd"), tmp_path / "work", out, out / "g.json", time.time() + 100, 5)
+    assert [x[:2] for x in seen] == [("matmul_host", 5), ("attn_fwd", 5)] and seen[0][2] == "off"
+    k = res["kernels"]
+    assert "fake failure" in k["matmul_host"]["error"] and k["matmul_host"]["stage"] == "done"
+    assert "error" not in k["attn_fwd"] and k["attn_fwd"]["stage"] == "done"
+    assert res["summary"] == {"matmul_host": ["matmul_host: fake"], "attn_fwd": ["attn_fwd: fake"]}
+    assert json.loads((out / "g.json").read_text())["kernels"]["attn_fwd"]["stage"] == "done"
+    assert set(res["session"]) == {"graph_native_knob", "native_entry", "native_select"}
+    res2: dict = {}
+    G.gpu_main(res2, ("matmul_host",), tmp_path / "work", out, out / "g2.json", time.time() - 1, 5)
+    assert res2["kernels"]["matmul_host"]["error"] == "budget spent before this kernel"
