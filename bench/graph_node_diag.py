@@ -33,7 +33,8 @@ the Triton hooks installed. Parts (each in its own try/except, its error recorde
                events behind a GPU sleep (tma_triton._event_ms), device ms per launch and the ratio to (a) per round:
                  a   plain's node params exactly                  b   plain's params, the native entry's function
                  c   natent's node params exactly                 d   natent's params, plain's function
-                 a0  plain's params, no node attributes copied    cap_plain / cap_natent  the captured graphs,
+                 a0  plain's params, no node attributes copied    a_nattr  plain's params, natent's node attributes
+                 cap_plain / cap_natent  the captured graphs instantiated here,
                  e_plain / e_natent  plain's params with the function loaded again from a fresh module of the plain
                      cubin / of the natent cubin (cuModuleLoadData; the function attributes copied from plain's):
                      the module, not the attributes the session copied
@@ -77,13 +78,14 @@ log = logging.getLogger("graph_node_diag")
 PAIRS = 21                     # interleaved rounds of the swap part (tma_triton: 11)
 NATIVE_SUFFIX = "__hbnat"      # hbfcc/native_entry.py SUFFIX (the entry's name: <kernel>__hbnat)
 MAX_PARAMS = 512               # cuFuncGetParamInfo probing stops here when cuFuncGetParamCount is missing
-VARIANTS = ("a", "b", "c", "d", "a0", "cap_plain", "cap_natent", "e_plain", "e_natent", "torch_plain", "torch_natent")
+VARIANTS = ("a", "b", "c", "d", "a0", "a_nattr", "cap_plain", "cap_natent", "e_plain", "e_natent", "torch_plain", "torch_natent")
 VARIANT_WHAT = {
     "a": "plain's node params exactly (function, grid, block, shared bytes, parameter bytes, node attributes)",
     "b": "plain's node params, the function replaced by the native entry's CUfunction",
     "c": "natent's captured node params exactly (the native entry)",
     "d": "natent's node params, the function replaced by plain's CUfunction",
     "a0": "plain's node params, no node attribute copied (cuGraphAddKernelNode's defaults)",
+    "a_nattr": "plain's node params and function, the natent node's attributes copied",
     "cap_plain": "the captured plain graph, instantiated here",
     "cap_natent": "the captured natent graph (HBF_GRAPH_NATIVE=all), instantiated here",
     "e_plain": "plain's node params, the function <k>_plain from a fresh module of the plain cubin",
@@ -665,6 +667,34 @@ def read_params(kernel_params: int, layout: Sequence[Sequence[int]]) -> list[byt
     return out
 
 
+CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2   # cuda.h's 'extra' keys
+
+
+def read_params_extra(extra: int, layout: Sequence[Sequence[int]]) -> tuple[list[bytes], str]:
+    """The parameter values of a node that holds them in ``extra`` (CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE / _END: one
+    packed buffer) instead of kernelParams: each parameter sliced at its layout offset, or at its offset from the first
+    parameter's when the buffer is too short for the offsets as given; (values, which offsets were used)."""
+    if not extra:
+        raise ValueError("the node has neither kernelParams nor extra")
+    buf = size = None
+    for i in range(0, 64, 2):
+        key = ctypes.c_void_p.from_address(int(extra) + 8 * i).value or 0
+        if key == CU_LAUNCH_PARAM_END:
+            break
+        val = ctypes.c_void_p.from_address(int(extra) + 8 * (i + 1)).value or 0
+        if key == CU_LAUNCH_PARAM_BUFFER_POINTER:
+            buf = val
+        elif key == CU_LAUNCH_PARAM_BUFFER_SIZE:
+            size = ctypes.c_size_t.from_address(val).value if val else None
+    if not buf or size is None:
+        raise ValueError(f"extra holds no parameter buffer (pointer {buf}, size {size})")
+    data = ctypes.string_at(buf, size)
+    base = layout[0][0] if layout else 0
+    as_given = all(o + n <= size for o, n in layout)
+    shift = 0 if as_given else base
+    return [data[o - shift:o - shift + n] for o, n in layout], "as given" if as_given else f"from the first (-{base})"
+
+
 class ParamBuffers:
     """Host copies of a kernel's parameter values, each 64-byte aligned, and the void* array that points at them
     (a CUDA_KERNEL_NODE_PARAMS.kernelParams); alive as long as this object."""
@@ -718,7 +748,10 @@ def kernel_node(node, ptx_layout: Sequence[Sequence[int]] | None = None) -> tupl
         rec["param_layout_matches_ptx"] = same_layout(ptx_layout, layout or [])
     raw: dict = {"func": f, "grid": rec["grid"], "block": rec["block"], "shared": rec["sharedMemBytes"], "values": None}
     try:
-        vals = read_params(rec["kernelParams"], layout or [])
+        if rec["kernelParams"] or not rec["extra"]:
+            vals = read_params(rec["kernelParams"], layout or [])
+        else:
+            vals, rec["params_from_extra"] = read_params_extra(rec["extra"], layout or [])
         raw["values"] = vals
         rec["param_sizes"] = [len(v) for v in vals]
         rec["param_bytes"] = [hexbytes(v) for v in vals]
@@ -1090,7 +1123,7 @@ def diag_kernel(s, K, name: str, work: Path, out_dir: Path, torch, rec: dict, sa
                 raise RuntimeError("the captured kernel nodes' parameters were not read (part 1)")
             np_, nn_ = rp["first_kernel_node"], rn["first_kernel_node"]
             build = {"a": (P["func"], P, np_), "b": (N["func"], P, np_), "c": (N["func"], N, nn_),
-                     "d": (P["func"], N, nn_), "a0": (P["func"], P, None)}
+                     "d": (P["func"], N, nn_), "a0": (P["func"], P, None), "a_nattr": (P["func"], P, nn_)}
             errors: dict = {}
             e_funcs: dict = {}
             for k, (f, src, attrs) in build.items():
@@ -1172,7 +1205,8 @@ def diag_kernel(s, K, name: str, work: Path, out_dir: Path, torch, rec: dict, sa
         # ---- part 3: identity
         try:
             ident: dict = {}
-            writes = {"a": "plain", "b": "plain", "a0": "plain", "e_plain": "plain", "e_natent": "plain",
+            writes = {"a": "plain", "b": "plain", "a0": "plain", "a_nattr": "plain", "e_plain": "plain",
+                      "e_natent": "plain",
                       "cap_plain": "plain", "c": "natent", "d": "natent", "cap_natent": "natent"}
             for k, which in writes.items():
                 h = hand.get(k)

@@ -5,11 +5,12 @@
 # nothing registered, per kernel (matmul_host first): part 0 the two cubins' SASS / .nv.info / sections compared
 # offline (on the CPU: identical SASS and EIATTRs for all three kernels), the plain and natent graphs captured (natent
 # under HBF_GRAPH_NATIVE=all), part 1 every node dumped (function, dims, shared bytes, parameter layout and raw bytes
-# plain vs natent, kernel-node attributes, function attributes, module), part 2 hand-built graphs timed interleaved
-# (a plain's params exactly, b plain's params + the native entry, c natent's exactly, d natent's params + plain's
-# function, a0 without node attributes, e_plain / e_natent the function from a fresh module of each cubin, the captured
-# graphs), part 3 every hand-built graph's output bit-identical to plain. Everything in ONE tar under $OUT (s51d.tgz),
-# rewritten after the run and after the summary. Carry: hbfproto, runtime_cuda/ptx, .whl (as every call).
+# plain vs natent, kernel-node attributes, function attributes, module), part 2 hand-built graphs timed interleaved (a
+# plain's params exactly, b plain's params + the native entry, c natent's exactly, d natent's params + plain's
+# function, a0 without node attributes, a_nattr plain with natent's attributes, e_plain / e_natent the function from a
+# fresh module of each cubin, the captured graphs), part 3 every hand-built graph's output bit-identical to plain.
+# Everything in ONE tar under $OUT (s51d.tgz), rewritten after the run and after the summary. Carry: hbfproto,
+# runtime_cuda/ptx, .whl (as every call).
 # KERNELS=matmul_host LIMIT=200 bash bench/gpu_calls/stop51_gdiag.sh   # the one kernel alone
 set -u
 source bench/gpu_calls/env.sh

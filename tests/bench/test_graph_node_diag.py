@@ -171,6 +171,25 @@ def test_param_buffers_round_trip_through_read_params():
         G.read_params(0, layout)
 
 
+def test_read_params_from_a_packed_extra_buffer():
+    vals = [bytes(range(128)), (5).to_bytes(4, "little"), (0x7F00DEAD0000).to_bytes(8, "little")]
+    packed = vals[0] + vals[1] + bytes(4) + vals[2]
+    buf = ctypes.create_string_buffer(packed, len(packed))
+    size = ctypes.c_size_t(len(packed))
+    extra = (ctypes.c_void_p * 5)(G.CU_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(buf),
+                                  G.CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), G.CU_LAUNCH_PARAM_END)
+    got, how = G.read_params_extra(ctypes.addressof(extra), [[0, 128], [128, 4], [136, 8]])
+    assert got == vals and how == "as given"
+    # offsets counted from where the first parameter sits in constant bank 0 (0x30 for matmul_host)
+    got, how = G.read_params_extra(ctypes.addressof(extra), [[48, 128], [176, 4], [184, 8]])
+    assert got == vals and how == "from the first (-48)"
+    with pytest.raises(ValueError):
+        G.read_params_extra(0, [[0, 8]])
+    empty = (ctypes.c_void_p * 1)(G.CU_LAUNCH_PARAM_END)
+    with pytest.raises(ValueError):
+        G.read_params_extra(ctypes.addressof(empty), [[0, 8]])
+
+
 # ------------------------------------------------------------------------------------------------ cuobjdump parsers
 SASS = """
 	code for sm_90
@@ -626,7 +645,7 @@ def test_diag_kernel_runs_every_part_against_fakes(fake, monkeypatch, tmp_path):
     assert set(sw["variants"]) == set(G.VARIANTS), sw["variants"].keys()
     assert sw["variants"]["b"]["ratio"]["median"] == 1.0 and sw["e_functions"]["e_natent"]["name"] == "k_natent__hbnat"
     assert rec["identity_ok"], rec["identity"]
-    assert set(rec["identity"]) == {"a", "b", "c", "d", "a0", "e_plain", "e_natent",
+    assert set(rec["identity"]) == {"a", "b", "c", "d", "a0", "a_nattr", "e_plain", "e_natent",
                                                           "cap_plain", "cap_natent"}
     assert rec["identity"]["c"]["output"] == "natent" and rec["identity"]["b"]["output"] == "plain"
     # the torch graphs are gone before the records are released; the fresh modules unloaded after
