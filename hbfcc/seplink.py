@@ -29,6 +29,7 @@ from hbfcommon.errors import RewriteError, ToolchainError
 from hbfcommon.fsutil import atomic_write_bytes, atomic_write_text
 
 from . import occupancy
+from .knobs import SEPARATE_CAP_BODY
 from .rdc import RELOCATABLE_OPTS
 from .ptx.model import Function, Module
 from .toolchain import sha256_bytes
@@ -79,7 +80,7 @@ def entry_caps(module: Module, plain: dict[str, Optional[int]], cap, callers: fr
     for f in module.functions():
         if not (f.is_entry and f.body is not None and f.name in callers):
             continue
-        if cap == "body":
+        if cap == SEPARATE_CAP_BODY:
             need = (body or {}).get(f.name)
             if not need:
                 raise RewriteError(f"separate link: no body register count for {f.name} (the stub-helper build failed)",
