@@ -14,7 +14,7 @@ source bench/gpu_calls/env.sh
 W=/tmp/s51a; rm -rf $W; mkdir -p $W
 pack() { tar czf $OUT/s51a.tgz -C $W . 2>/dev/null; }
 L=$(left)
-if [ "${MG:-1}" = 1 ] && [ $L -gt 300 ]; then
+if [ "${MG:-1}" = 1 ] && [ $L -gt 190 ]; then
   echo "== [${L}s left] merge check (ONLY=w4_g1024)"
   ( OUT=$W/merge; mkdir -p $OUT; export OUT; ONLY=w4_g1024 LIMIT=170 bash bench/gpu_calls/stop50_merge.sh ) > $W/merge.log 2>&1
   echo "merge rc=$?"; tail -30 $W/merge.log | cut -c1-300
