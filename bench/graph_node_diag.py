@@ -38,6 +38,9 @@ the Triton hooks installed. Parts (each in its own try/except, its error recorde
                  e_plain / e_natent  plain's params with the function loaded again from a fresh module of the plain
                      cubin / of the natent cubin (cuModuleLoadData; the function attributes copied from plain's):
                      the module, not the attributes the session copied
+                 f_const  plain's params with the plain PTX plus one unused 200-byte .visible .const array, assembled
+                     by Triton's ptxas with Triton's command line (stop 51: the native entry's CONST_SIZE_BYTES is 200,
+                     plain's 0 -- the only function attribute apart from the copied dynamic shared memory)
                  torch_plain / torch_natent  the captured graphs replayed through torch (stop 50's measurement)
                "which function" (a vs b, d vs c) apart from "which launch parameters / attributes" (a vs d, b vs c).
   3 identity   each hand-built graph replayed once into its output (filled with -1 first), compared bit for bit with
@@ -78,7 +81,8 @@ log = logging.getLogger("graph_node_diag")
 PAIRS = 21                     # interleaved rounds of the swap part (tma_triton: 11)
 NATIVE_SUFFIX = "__hbnat"      # hbfcc/native_entry.py SUFFIX (the entry's name: <kernel>__hbnat)
 MAX_PARAMS = 512               # cuFuncGetParamInfo probing stops here when cuFuncGetParamCount is missing
-VARIANTS = ("a", "b", "c", "d", "a0", "a_nattr", "cap_plain", "cap_natent", "e_plain", "e_natent", "torch_plain", "torch_natent")
+VARIANTS = ("a", "b", "c", "d", "a0", "a_nattr", "cap_plain", "cap_natent", "e_plain", "e_natent", "f_const",
+            "torch_plain", "torch_natent")
 VARIANT_WHAT = {
     "a": "plain's node params exactly (function, grid, block, shared bytes, parameter bytes, node attributes)",
     "b": "plain's node params, the function replaced by the native entry's CUfunction",
@@ -90,6 +94,9 @@ VARIANT_WHAT = {
     "cap_natent": "the captured natent graph (HBF_GRAPH_NATIVE=all), instantiated here",
     "e_plain": "plain's node params, the function <k>_plain from a fresh module of the plain cubin",
     "e_natent": "plain's node params, the function <k>_natent__hbnat from a fresh module of the natent cubin",
+    "f_const": "plain's node params, the plain kernel assembled again (Triton's ptxas command line) from its PTX with "
+               "one unused .visible .const array of CONST_PAD_BYTES added: the native entry's CONST_SIZE_BYTES, "
+               "nothing else",
     "torch_plain": "the captured plain graph replayed through torch.cuda.CUDAGraph.replay",
     "torch_natent": "the captured natent graph replayed through torch.cuda.CUDAGraph.replay",
 }
@@ -106,6 +113,19 @@ def err_record(e: BaseException) -> dict:
 
 def hexbytes(b: bytes) -> str:
     return bytes(b).hex()
+
+
+CONST_PAD_BYTES = 200         # the natent module's user constant bank on the H100 (stop 51: CONST_SIZE_BYTES 200 vs 0)
+
+
+def with_const_pad(ptx: str, nbytes: int = CONST_PAD_BYTES, name: str = "__gnd_const_pad") -> str:
+    """``ptx`` with one ``.visible .const`` array of ``nbytes`` that nothing reads, declared after its
+    ``.address_size`` line: a module whose kernels carry a user constant bank of that size and the same code."""
+    lines = ptx.splitlines(keepends=True)
+    for i, ln in enumerate(lines):
+        if ln.strip().startswith(".address_size"):
+            return "".join(lines[:i + 1] + [f".visible .const .align 8 .b8 {name}[{int(nbytes)}];\n"] + lines[i + 1:])
+    raise ValueError("the PTX has no .address_size line")
 
 
 def byte_ranges(a: bytes, b: bytes) -> list[list[int]]:
@@ -981,6 +1001,31 @@ def time_variants(launch: dict[str, Callable[[], None]], torch, pairs: int, dead
     return {"ms": ms, "rounds": rounds, "errors": errors}
 
 
+def const_pad_cubin(kp, work: Path) -> tuple[bytes, dict]:
+    """The plain kernel's PTX with :func:`with_const_pad`, assembled by Triton's ptxas with the command line Triton
+    ran for it (runtime_cuda.triton_load.ptxas_argv from its metadata; its own ptxas). (cubin, what was run)."""
+    from hbfcommon import deferred as DF  # noqa: PLC0415
+    from runtime_cuda import triton_load as TL  # noqa: PLC0415
+    meta = kp.metadata._asdict() if hasattr(kp.metadata, "_asdict") else dict(vars(kp.metadata))
+    meta = {k: (v._asdict() if hasattr(v, "_asdict") else v) for k, v in meta.items()}
+    arch = (meta.get("target") or {}).get("arch", 90)
+    ptxas = TL.triton_ptxas(int(arch))
+    try:
+        argv = TL.ptxas_argv("f_const", meta)
+        how = "triton_load.ptxas_argv"
+    except Exception as e:  # noqa: BLE001 - metadata the reconstruction does not know: Triton's defaults
+        argv = ["-lineinfo", "-v", f"--gpu-name=sm_{arch}a", DF.PTX_TOKEN, "-o", DF.OUT_TOKEN]
+        how = f"defaults ({err_text(e, 200)})"
+    work.mkdir(parents=True, exist_ok=True)
+    src, out = work / "f_const.ptx", work / "f_const.cubin"
+    src.write_text(with_const_pad(kp.asm["ptx"]))
+    cmd = [ptxas] + [str(src) if a == DF.PTX_TOKEN else str(out) if a == DF.OUT_TOKEN else a for a in argv]
+    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if cp.returncode != 0:
+        raise RuntimeError(f"ptxas exit {cp.returncode}: {(cp.stderr or cp.stdout)[-600:]}")
+    return out.read_bytes(), {"argv": cmd, "argv_from": how, "pad_bytes": CONST_PAD_BYTES}
+
+
 def diag_kernel(s, K, name: str, work: Path, out_dir: Path, torch, rec: dict, save: Callable[[str], None],
                 deadline: float, pairs: int) -> None:
     """One kernel: builds, part 0 (static), the captures, part 1 (nodes), part 2 (swap timing), part 3 (identity)."""
@@ -1127,6 +1172,7 @@ def diag_kernel(s, K, name: str, work: Path, out_dir: Path, torch, rec: dict, sa
             errors: dict = {}
             e_funcs: dict = {}
             for k, (f, src, attrs) in build.items():
+                log.info("%s: part 2: hand graph %s", name, k)     # a crash in the driver names its step
                 try:
                     hand[k] = HandGraph(f, src["grid"], src["block"], src["shared"], src["values"], TT.BACK_TO_BACK,
                                         attrs)
@@ -1134,8 +1180,14 @@ def diag_kernel(s, K, name: str, work: Path, out_dir: Path, torch, rec: dict, sa
                     errors[k] = err_text(e, 800)
             # (e) the function loaded again from a fresh module of each cubin, plain's attributes copied onto it
             for k, cub, fname in (("e_plain", kp.asm["cubin"], f"{name}_plain"),
-                                  ("e_natent", kn.asm["cubin"], f"{natname}{NATIVE_SUFFIX}")):
+                                  ("e_natent", kn.asm["cubin"], f"{natname}{NATIVE_SUFFIX}"),
+                                  ("f_const", None, f"{name}_plain")):
+                log.info("%s: part 2: fresh module %s", name, k)
                 try:
+                    if cub is None:                  # f_const: the plain PTX with a user constant bank, assembled
+                        cub, rec["f_const"] = const_pad_cubin(kp, work / "f_const" / name)
+                        rec["f_const"]["static_vs_plain"] = static_compare(kp.asm["cubin"], fname, cub, fname,
+                                                                           work / "static_f" / name)
                     mod = cudrv.module_load_data(cub)
                     extra_modules.append(mod)
                     f = cudrv.module_functions(mod, [fname])[fname]
@@ -1145,6 +1197,7 @@ def diag_kernel(s, K, name: str, work: Path, out_dir: Path, torch, rec: dict, sa
                     e_funcs[k] = function_record(f)
                 except Exception as e:  # noqa: BLE001
                     errors[k] = err_text(e, 800)
+            log.info("%s: part 2: built %s; errors %s", name, sorted(hand), sorted(errors))
             execs: dict = {}
             for k in ("plain", "natent"):
                 try:
@@ -1186,7 +1239,8 @@ def diag_kernel(s, K, name: str, work: Path, out_dir: Path, torch, rec: dict, sa
                            "what": {k: VARIANT_WHAT[k] for k in launch}, "errors": {**errors, **t["errors"]},
                            "attribute_copy_errors": {k: h.attr_errors for k, h in hand.items()
                                                      if getattr(h, "attr_errors", None)},
-                           "e_attributes_copied": {k: getattr(hand.get(k), "copied", None) for k in ("e_plain", "e_natent")},
+                           "e_attributes_copied": {k: getattr(hand.get(k), "copied", None)
+                                                   for k in ("e_plain", "e_natent", "f_const")},
                            "e_functions": e_funcs,
                            "order": "every round each variant once, the order reversed on odd rounds"}
             for k, v in rec["swap"]["variants"].items():
@@ -1206,7 +1260,7 @@ def diag_kernel(s, K, name: str, work: Path, out_dir: Path, torch, rec: dict, sa
         try:
             ident: dict = {}
             writes = {"a": "plain", "b": "plain", "a0": "plain", "a_nattr": "plain", "e_plain": "plain",
-                      "e_natent": "plain",
+                      "e_natent": "plain", "f_const": "plain",
                       "cap_plain": "plain", "c": "natent", "d": "natent", "cap_natent": "natent"}
             for k, which in writes.items():
                 h = hand.get(k)

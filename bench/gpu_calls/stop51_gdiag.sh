@@ -21,7 +21,7 @@ rm -rf $W /tmp/s51d-work        # a Triton cache warm from another helper build 
 mkdir -p $W
 L=$(left); T=$(( L - 30 ))
 echo "== [${L}s left] graph_node_diag --kernels $KERNELS (timeout ${T}s)"
-timeout $T python3 bench/graph_node_diag.py --kernels $KERNELS --out $W --work /tmp/s51d-work \
+timeout $T python3 -X faulthandler bench/graph_node_diag.py --kernels $KERNELS --out $W --work /tmp/s51d-work \
     --budget-s $(( T - 60 > 60 ? T - 60 : 60 )) > $W/log.txt 2>&1
 echo "graph_node_diag rc=$?"
 grep -E "part [0-3]|captured|built|ok=|Error|error" $W/log.txt | cut -c1-400 | tail -60

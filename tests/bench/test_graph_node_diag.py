@@ -593,6 +593,7 @@ def test_diag_kernel_runs_every_part_against_fakes(fake, monkeypatch, tmp_path):
     monkeypatch.setattr(G.TT, "_event_ms", lambda fn, torch, n=1: (fn(), 20.0)[1])
     monkeypatch.setattr(G, "use_ptxas", lambda which: None)
     monkeypatch.setattr(G, "static_compare", lambda *a, **k: {"sass_identical": True})
+    monkeypatch.setattr(G, "const_pad_cubin", lambda kp_, work: (b"\x7fELF", {"argv": ["ptxas"], "pad_bytes": 200}))
 
     class TorchGraph:
         def instantiate(self):
@@ -645,8 +646,9 @@ def test_diag_kernel_runs_every_part_against_fakes(fake, monkeypatch, tmp_path):
     assert set(sw["variants"]) == set(G.VARIANTS), sw["variants"].keys()
     assert sw["variants"]["b"]["ratio"]["median"] == 1.0 and sw["e_functions"]["e_natent"]["name"] == "k_natent__hbnat"
     assert rec["identity_ok"], rec["identity"]
-    assert set(rec["identity"]) == {"a", "b", "c", "d", "a0", "a_nattr", "e_plain", "e_natent",
-                                                          "cap_plain", "cap_natent"}
+    assert set(rec["identity"]) == {"a", "b", "c", "d", "a0", "a_nattr", "e_plain", "e_natent", "f_const",
+                                    "cap_plain", "cap_natent"}
+    assert rec["f_const"]["pad_bytes"] == 200 and "f_const" in sw["e_functions"]
     assert rec["identity"]["c"]["output"] == "natent" and rec["identity"]["b"]["output"] == "plain"
     # the torch graphs are gone before the records are released; the fresh modules unloaded after
     assert events.index("released") > max(i for i, e in enumerate(events) if e == "torch graph destroyed")
@@ -687,3 +689,31 @@ def test_gpu_main_plumbing_without_a_gpu(tmp_path, monkeypatch):
     res2: dict = {}
     G.gpu_main(res2, ("matmul_host",), tmp_path / "work", out, out / "g2.json", time.time() - 1, 5)
     assert res2["kernels"]["matmul_host"]["error"] == "budget spent before this kernel"
+
+
+def test_const_pad_gives_the_module_a_user_constant_bank_and_keeps_the_code(tmp_path):
+    """f_const's PTX: one unused .visible .const array after .address_size; ptxas keeps it (.nv.constant3 of that
+    size, the symbol named) and the kernel's code is the same as without it; a PTX without .address_size is refused."""
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("no ptxas")
+    ptx = (".version 8.7\n.target sm_90a\n.address_size 64\n\n.visible .entry k(.param .u64 p)\n{\n.reg .b64 %rd<2>;\n"
+           "ld.param.u64 %rd1, [p];\nst.global.u32 [%rd1], 7;\nret;\n}\n")
+    padded = G.with_const_pad(ptx, 200)
+    assert padded.count(".visible .const .align 8 .b8 __gnd_const_pad[200];") == 1
+    assert padded.index("__gnd_const_pad") > padded.index(".address_size")
+    cubins = {}
+    for name, text in (("plain", ptx), ("pad", padded)):
+        (tmp_path / f"{name}.ptx").write_text(text)
+        subprocess.run([ptxas, "--gpu-name=sm_90a", str(tmp_path / f"{name}.ptx"), "-o", str(tmp_path / f"{name}.cubin")],
+                       check=True, capture_output=True)
+        cubins[name] = (tmp_path / f"{name}.cubin").read_bytes()
+    from hbfcc.cubin import function_code
+    assert function_code(tmp_path / "plain.cubin")["k"] == function_code(tmp_path / "pad.cubin")["k"]
+    sec = subprocess.run(["readelf", "-S", "-W", str(tmp_path / "pad.cubin")], capture_output=True, text=True).stdout
+    sym = subprocess.run(["readelf", "-s", "-W", str(tmp_path / "pad.cubin")], capture_output=True, text=True).stdout
+    assert ".nv.constant3" in sec and "__gnd_const_pad" in sym and " 200 OBJECT" in sym
+    assert ".nv.constant3" not in subprocess.run(["readelf", "-S", "-W", str(tmp_path / "plain.cubin")],
+                                                 capture_output=True, text=True).stdout
+    with pytest.raises(ValueError, match="address_size"):
+        G.with_const_pad(".version 8.7\n.target sm_90a\n")
