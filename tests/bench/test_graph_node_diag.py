@@ -652,7 +652,7 @@ def test_diag_kernel_runs_every_part_against_fakes(fake, monkeypatch, tmp_path):
     assert rec["identity"]["c"]["output"] == "natent" and rec["identity"]["b"]["output"] == "plain"
     # the torch graphs are gone before the records are released; the fresh modules unloaded after
     assert events.index("released") > max(i for i, e in enumerate(events) if e == "torch graph destroyed")
-    assert events.count("torch graph destroyed") == 2 and events.count("unload") == 2
+    assert events.count("torch graph destroyed") == 2 and events.count("unload") == 3   # e_plain, e_natent, f_const
     assert rec["released"] == {"unbounded": True}
 
 
