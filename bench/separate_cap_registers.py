@@ -22,9 +22,7 @@ blocks/SM: hbfcc/occupancy.py's sm_90 register rule for the entry's declared blo
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as _dt
-import json
 import logging
 import os
 import re
@@ -41,6 +39,8 @@ from hbfcc import helpers as H, occupancy, seplink  # noqa: E402
 from hbfcc.cubin import function_facts  # noqa: E402
 from hbfcc.rewrite import print_text, rewrite_text  # noqa: E402
 from hbfcc.toolchain import build_stats  # noqa: E402
+from hbfcommon.env import env_set  # noqa: E402
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
 log = logging.getLogger("separate_cap_registers")
 FIX = ROOT / "tests" / "fixtures" / "triton"
@@ -140,17 +140,9 @@ def _asm(text: str, wd: Path, tag: str, *extra: str) -> dict[str, dict]:
     return {n: f.to_dict() for n, f in build_stats(cp.stdout + cp.stderr, str(out)).functions.items()}
 
 
-@contextlib.contextmanager
 def _isolation(on: bool):
-    old = os.environ.get("HBFCC_CALL_ISOLATION")
-    os.environ["HBFCC_CALL_ISOLATION"] = "1" if on else "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("HBFCC_CALL_ISOLATION", None)
-        else:
-            os.environ["HBFCC_CALL_ISOLATION"] = old
+    """HBFCC_CALL_ISOLATION for the rewrites of the block (hbfcommon.env.env_set)."""
+    return env_set({"HBFCC_CALL_ISOLATION": "1" if on else "0"})
 
 
 def separate(sres, callers, cap: int, helper: H.HelperModule, wd: Path, hobj: dict, threads: dict) -> dict:
@@ -257,6 +249,10 @@ def main() -> int:
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     want = [m for m in a.modules.split(",") if m]
+    bad = [m for m in want if m not in STREAM and not (FIX / f"{m}.ptx").is_file()]
+    if bad or not want:
+        ap.error(f"--modules: unknown {bad or 'none given'}; known: {', '.join(STREAM)} or a tests/fixtures/triton "
+                 f"module name (e.g. {', '.join(FIXTURES)})")
     res: dict = {"what": __doc__.split("\n\n")[0],
                  "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
                  "command": " ".join(["python3", "bench/separate_cap_registers.py"] + sys.argv[1:]),
@@ -271,8 +267,7 @@ def main() -> int:
         for m in want:
             src = srcs[m] if m in STREAM else (FIX / f"{m}.ptx").read_text()
             res["modules"][m] = measure(m, src, helper, wd, hobj)
-            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
+            atomic_write_json(a.out, res, indent=1, end="\n")    # after every module: partial results kept
     log.info("-> %s", a.out)
     return 0
 

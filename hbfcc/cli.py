@@ -304,16 +304,13 @@ def _ptxas(args: list[str]) -> int:
         res = rewrite_text(original, filename=in_path, helper=helper, max_version=cap, link=not use_sep)
         before, baseline_done = None, False
 
-        def callers_of(r) -> frozenset:
-            return seplink.callers(r.module)
-
         def whole_rewrite():
             return rewrite_text(original, filename=in_path, helper=H.load_helper(module_text=original), max_version=cap)
 
         if use_sep:
             rewritten = not res.already_instrumented and not res.meta.get("below_helper_target") \
                 and res.transformed_sha256 != res.original_sha256
-            if not rewritten or not callers_of(res):
+            if not rewritten or not seplink.callers(res.module):
                 sep_why = "the module was not instrumented (nothing to link)"
                 log.info("HBFCC_LINK=separate: %s; building whole-program", sep_why)
             elif k.separate_cap is None:
@@ -335,7 +332,7 @@ def _ptxas(args: list[str]) -> int:
                 if not baseline_done:
                     before, baseline_done = _baseline_stats(base_thread, base_cp, tmpdir), True
                 dec = occupancy.launch_plan_before(res.module, _entry_registers(before, res.module, reloc),
-                                                   callers_of(res), ucaps["maxrregcount"]) \
+                                                   seplink.callers(res.module), ucaps["maxrregcount"]) \
                     if before is not None else None
                 if dec is not None and any(d["applied"] for d in dec.values()):
                     return _with_stage(res, occupancy.LAUNCH_PASS_NAME, dec, occupancy.launch_stage), res
@@ -367,25 +364,18 @@ def _ptxas(args: list[str]) -> int:
             log.info("HBFCC_DEFER=%s: %s: assembling the rewrite now (eager)", k.defer, defer_why)
         cp = None
         if use_sep:
-            body = None
-            if k.separate_cap == knobs.SEPARATE_CAP_BODY:    # the body's own need: the stub-helper build
-                body = _hot_registers(original, work, out_path, rargs, cap)
             try:
+                body = _hot_registers(original, work, out_path, rargs, cap) \
+                    if k.separate_cap == knobs.SEPARATE_CAP_BODY else None   # the body's own need: the stub build
                 caps, why = seplink.entry_caps(res.module, _registers(before) if before is not None else {},
-                                               k.separate_cap, callers_of(res), body)
-            except HbfError as e:
-                caps, why, sep_why = None, None, str(e)
-                log.warning("HBFCC_LINK=separate: %s; building whole-program", sep_why)
-                use_sep = False
-                res, unbounded = bound_before(local_helpers(whole_rewrite()))
-        if use_sep:
-            res = _with_stage(res, seplink.STAGE_NAME, {"caps": caps, "helper_cap": seplink.helper_cap(caps),
-                                                        "cap_decisions": why}, seplink.stage)
-            atomic_write_text(work, res.text, fsync=False)
-            try:
+                                               k.separate_cap, seplink.callers(res.module), body)
+                res = _with_stage(res, seplink.STAGE_NAME, {"caps": caps, "helper_cap": seplink.helper_cap(caps),
+                                                            "cap_decisions": why}, seplink.stage)
+                atomic_write_text(work, res.text, fsync=False)
                 cp, sep_info = _separate_build(res, real, wargs, out_idx, arch, user_v, helper, k, tmpdir)
                 log.warning("HBFCC_LINK=separate built %s: EXPERIMENTAL -- on the H100 such builds ran no faster than "
-                            "whole-program ones and 3 of 32 stress cases did not end (2026-12-06; docs/hbfcc.md): "
+                            "whole-program ones and 3 of 32 stress cases did not end (2026-12-06), with the body's "
+                            "cap and call isolation slower still and one more hang (2026-12-07; docs/hbfcc.md): "
                             "do not report modeled times from them", in_path)
             except HbfError as e:
                 sep_why = str(e)

@@ -1220,8 +1220,9 @@ class _FunctionRewriter:
         accessing lane, 0 for the others). One warp vote decides: every lane accessing somewhere has an
         until in force, R_CDB holds (the band ends with the descriptor's one range, which starts 32-byte
         aligned and whose length is a multiple of the function's widest group access, so an access that
-        starts in the range ends in it: accesses are naturally aligned and at most 32 bytes), every accessing lane is in the range (not in the guard zone of R_GZ bytes
-        below it that the band also covers), and at every site its lanes ascend. Then the group counts go into the thread's
+        starts in the range ends in it: accesses are naturally aligned and at most 32 bytes), every
+        accessing lane is in the range (not in the guard zone of R_GZ bytes below it that the band also
+        covers), and at every site its lanes ascend. Then the group counts go into the thread's
         counters; else each site runs alone, exactly as without groups (it overwrites the futures).
 
         ``reqs`` (HBFCC_MERGE_LOADS, _merge_sets): the group's requests; None: every site its own. A merged
