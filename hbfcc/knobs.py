@@ -195,7 +195,7 @@ DOCS: tuple[tuple[str, str, str], ...] = (
     ("HBFCC_LINK", "whole", "whole: the helpers linked into each module as PTX (ptxas assembles them with every "
      "module); separate: the module assembled with -c, the helpers as one cached object (per helper, cap, "
      "ptxas, arch) under a register cap, nvlink'd into the cubin (sm_XX cubin outputs only; else whole, "
-     "with a warning). Device cost NOT measured"),
+     "with a warning). Slower than whole on the device, and it has hung: not for measurements"),
     ("HBFCC_SEPARATE_CAP", "plain", "separate link: each instrumented entry's .maxnreg; plain: its plain "
      "build's registers, at least 64, rounded up to 8; body: its rewritten body's own need (the rewrite assembled "
      "with do-nothing helpers: one more ptxas run per build), rounded up to 8, at least 24; or a register count "

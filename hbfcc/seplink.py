@@ -12,8 +12,10 @@ The entry caps (``HBFCC_SEPARATE_CAP``): ``plain`` (the default) the plain build
 ``body`` the rewritten body's own need (the rewrite assembled with do-nothing helpers, one extra ptxas run per
 build), so that the kernel's hot code does not spill and the spills go to the (cold) helpers; or a number.
 
-Device cost NOT measured: the helpers then run as ABI calls compiled once under a cap instead of being
-allocated with each kernel (docs/RESULTS.md, "an opt-in separate link").
+On the device (H100) no faster than whole-program and not safe: 3 of 32 stress cases did not end (2026-12-06);
+with the body's cap and call isolation slower still and one more hang (stop 51). The helpers then run as ABI calls
+compiled once under a cap instead of being allocated with each kernel (docs/RESULTS.md, "an opt-in separate link",
+"Stop 51").
 """
 from __future__ import annotations
 
