@@ -1,0 +1,167 @@
+"""Summarize an ncu export of the stream kernels (bench/gpu_calls/stop52_ncu.sh): per kernel the details page's
+scheduler, occupancy and instruction metrics and, from the SASS source page, what the instrumented build adds:
+SASS lines, warp instructions executed (per warp), LDG sites and how often each ran, %globaltimer reads, CALLs and
+branches executed, the instructions with the most stall samples. No GPU: it reads the CSVs ncu wrote.
+
+    python3 bench/stream_ncu_summary.py --dir /tmp/sn --out /tmp/sn/summary.json
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import logging
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
+
+log = logging.getLogger("stream_ncu_summary")
+
+KERNELS = ("reduce_plain", "reduce_hbf", "copy_plain", "copy_hbf")
+DETAIL_METRICS = ("Registers Per Thread", "Achieved Occupancy", "Theoretical Occupancy", "Block Limit Registers",
+                  "Issued Warp Per Scheduler", "Eligible Warps Per Scheduler", "Active Warps Per Scheduler",
+                  "Warp Cycles Per Issued Instruction", "Warp Cycles Per Executed Instruction",
+                  "Executed Instructions", "Issued Instructions", "Branch Instructions", "Duration",
+                  "DRAM Throughput", "Memory Throughput", "Compute (SM) Throughput", "Grid Size", "Block Size",
+                  "Local Memory Spilling Requests", "Stack Size")
+
+
+def _num(s: str):
+    try:
+        return float(str(s).replace(",", ""))
+    except ValueError:
+        return None
+
+
+def details(path: Path) -> dict:
+    """{kernel: {metric: value}} from the details page, the LAST result of each kernel name."""
+    out: dict = {}
+    if not path.is_file():
+        return out
+    last_id: dict = {}
+    rows = list(csv.DictReader(io.StringIO(path.read_text(errors="replace"))))
+    for r in rows:
+        k = r.get("Kernel Name") or ""
+        if k in KERNELS:
+            last_id[k] = r.get("ID")
+    for r in rows:
+        k = r.get("Kernel Name") or ""
+        if k in last_id and r.get("ID") == last_id[k] and r.get("Metric Name") in DETAIL_METRICS:
+            out.setdefault(k, {"ncu_id": last_id[k]})[r["Metric Name"]] = r.get("Metric Value")
+    return out
+
+
+def _tables(text: str) -> list[list[dict]]:
+    """The source page's CSV tables: a new table starts at every header line (one per kernel when the import
+    filter did not narrow it to one)."""
+    tables, cur, header = [], None, None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if "Address" in line.split(",")[0] and "Source" in line:
+            header = next(csv.reader([line]))
+            cur = []
+            tables.append(cur)
+            continue
+        if header is None or cur is None:
+            continue
+        vals = next(csv.reader([line]))
+        if len(vals) == len(header):
+            cur.append(dict(zip(header, vals)))
+    return tables
+
+
+def _col(row: dict, *subs: str) -> str | None:
+    for k in row:
+        if all(s.lower() in k.lower() for s in subs):
+            return k
+    return None
+
+
+def source(path: Path, warps: int | None) -> dict:
+    if not path.is_file():
+        return {"error": "no source csv"}
+    tables = [t for t in _tables(path.read_text(errors="replace")) if t]
+    if not tables:
+        return {"error": "no table in the source csv", "head": path.read_text(errors="replace")[:400]}
+    t = tables[-1]
+    r0 = t[0]
+    c_src = _col(r0, "source")
+    c_ex = _col(r0, "instructions executed")
+    c_st = _col(r0, "warp stall sampling", "all") or _col(r0, "warp stall sampling")
+    if not (c_src and c_ex):
+        return {"error": f"columns not found: {list(r0)[:12]}"}
+
+    def ex(r):
+        return int(_num(r.get(c_ex)) or 0)
+
+    def has(r, pat):
+        return re.search(pat, r.get(c_src) or "") is not None
+    total = sum(ex(r) for r in t)
+    ldg = [r for r in t if has(r, r"\bLDG\b")]
+    timer = [r for r in t if has(r, r"GLOBALTIMER")]
+    calls = [r for r in t if has(r, r"\bCALL\b")]
+    bra = [r for r in t if has(r, r"^\s*(@!?U?P\w+\s+)?BRA\b")]
+    res = {"tables": len(tables), "sass_lines": len(t), "warp_instructions": total,
+           "per_warp": round(total / warps, 1) if warps else None,
+           "ldg_sites": len(ldg), "ldg_executed": [ex(r) for r in ldg if ex(r)],
+           "globaltimer_sites": len(timer), "globaltimer_executed": sum(ex(r) for r in timer),
+           "call_sites": len(calls), "calls_executed": sum(ex(r) for r in calls),
+           "branches_executed": sum(ex(r) for r in bra),
+           "executed_sites": sum(1 for r in t if ex(r))}
+    if warps:
+        res["globaltimer_per_warp"] = round(res["globaltimer_executed"] / warps, 2)
+        res["calls_per_warp"] = round(res["calls_executed"] / warps, 3)
+        res["branches_per_warp"] = round(res["branches_executed"] / warps, 1)
+    if c_st:
+        st = sorted(t, key=lambda r: -(_num(r.get(c_st)) or 0))
+        res["stall_samples"] = int(sum(_num(r.get(c_st)) or 0 for r in t))
+        res["top_stalls"] = [{"sass": (r.get(c_src) or "").strip()[:120], "samples": int(_num(r.get(c_st)) or 0),
+                              "executed": ex(r)} for r in st[:8]]
+    return res
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", required=True, help="the folder stop52_ncu.sh wrote (details.csv, src_<kernel>.csv)")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    d = Path(a.dir)
+    if not d.is_dir():
+        ap.error(f"--dir {d}: not a folder")
+    det = details(d / "details.csv")
+    res: dict = {"what": "ncu of devpath_cost's stream kernels (bench/gpu_calls/stop52_ncu.sh)", "kernels": {}}
+    for k in KERNELS:
+        m = det.get(k, {})
+        grid, block = _num((m.get("Grid Size") or "").split()[0] if m.get("Grid Size") else ""), \
+            _num(m.get("Block Size") or "")
+        warps = int(grid * (block // 32)) if grid and block else None
+        res["kernels"][k] = {"details": m, "warps": warps, "source": source(d / f"src_{k}.csv", warps)}
+    for op in ("reduce", "copy"):
+        p, h = res["kernels"][f"{op}_plain"], res["kernels"][f"{op}_hbf"]
+        dp, dh = _num(p["details"].get("Duration") or ""), _num(h["details"].get("Duration") or "")
+        ip, ih = p["source"].get("warp_instructions"), h["source"].get("warp_instructions")
+        res[f"{op}_ratio"] = {"duration": round(dh / dp, 3) if dp and dh else None,
+                              "instructions": round(ih / ip, 2) if ip and ih else None}
+    atomic_write_json(Path(a.out), res, indent=1, default=str)
+    for k, v in res["kernels"].items():
+        s = v["source"]
+        log.info("%-13s regs %s occ %s issued/sched %s cyc/issue %s dur %s | SASS %s per-warp %s LDG %s timer/warp %s "
+                 "calls/warp %s bra/warp %s %s", k, v["details"].get("Registers Per Thread"),
+                 v["details"].get("Achieved Occupancy"), v["details"].get("Issued Warp Per Scheduler"),
+                 v["details"].get("Warp Cycles Per Issued Instruction"), v["details"].get("Duration"),
+                 s.get("sass_lines"), s.get("per_warp"), s.get("ldg_sites"), s.get("globaltimer_per_warp"),
+                 s.get("calls_per_warp"), s.get("branches_per_warp"), s.get("error", ""))
+        for x in (s.get("top_stalls") or [])[:5]:
+            log.info("    %6d samples  %10d exec  %s", x["samples"], x["executed"], x["sass"])
+    log.info("ratios: reduce %s copy %s", res["reduce_ratio"], res["copy_ratio"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
