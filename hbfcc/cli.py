@@ -31,6 +31,7 @@ from . import helpers as H
 from .ptxas_args import entered as _ptxas_entered
 from .ptxas_args import out_path as _out_path
 from .ptxas_args import parse as _ptxas_args
+from .ptxas_args import split_compile
 
 log = logging.getLogger("hbfcc")
 
@@ -141,6 +142,16 @@ def _relay(cp: subprocess.CompletedProcess, user_v: bool) -> None:
     else:
         sys.stdout.write(_filter_info(cp.stdout))
         sys.stderr.write(_filter_info(cp.stderr))
+
+
+def _split_compile(args: list[str], k: knobs.Knobs, res) -> list[str]:
+    """``-split-compile N`` for the real ptxas when the module was rewritten (HBFCC_PTXAS_THREADS,
+    hbfcc.ptxas_args.split_compile): N up to the module's instrumented entries; an unchanged module is
+    assembled exactly as the caller asked."""
+    if res.module is None or res.already_instrumented or res.transformed_sha256 == res.original_sha256:
+        return []
+    from . import occupancy
+    return split_compile(args, k.ptxas_threads, len(occupancy.instrumented_entries(res.module)))
 
 
 def _run_capture(argv: list[str], env=None) -> subprocess.CompletedProcess:
@@ -351,7 +362,8 @@ def _ptxas(args: list[str]) -> int:
             os.makedirs(os.path.dirname(work), exist_ok=True)
         # a module exporting a device function that reaches a helper: its device functions capped (hbfcc/rdc.py)
         df_cap = rdc.device_function_cap(res.module, ucaps) if sass and rdc.STAGE_NAME in res.meta else None
-        rargs = [real] + rdc.with_device_function_cap(wargs, df_cap) + ([] if user_v else ["-v"])
+        rargs = [real] + rdc.with_device_function_cap(wargs, df_cap) + ([] if user_v else ["-v"]) \
+            + _split_compile(wargs, k, res)
         defer_why = _defer_unsupported(k, res, sass, out_path, reloc, use_sep, unbounded, base_thread) \
             if k.defer != "0" else None
         if k.defer != "0" and defer_why is None:

@@ -63,6 +63,7 @@ class Knobs:
     link: str = "whole"            # HBFCC_LINK (whole|separate): helpers linked as PTX, or a cached object + nvlink
     separate_cap: Union[None, int, str] = None  # HBFCC_SEPARATE_CAP (plain|body|N): None = each entry's plain
                                    # registers, "body" = its rewritten body's own need (hbfcc/seplink.py), or N
+    ptxas_threads: int = 0         # HBFCC_PTXAS_THREADS (auto|N): ptxas -split-compile for a rewritten module; 0 = auto
     defer: str = "0"               # HBFCC_DEFER (0|1|rewrite): hbfcc-ptxas assembles the original; the rewrite's build
                                    # later (1), or the rewrite itself later too (rewrite): hbfcommon/deferred.py
 
@@ -102,7 +103,27 @@ def load() -> Knobs:
         link=_choice("HBFCC_LINK", "whole", LINK_CHOICES),
         separate_cap=parse_separate_cap(os.environ.get("HBFCC_SEPARATE_CAP")),
         defer=_choice("HBFCC_DEFER", "0", DEFER_CHOICES),
+        ptxas_threads=parse_ptxas_threads(os.environ.get("HBFCC_PTXAS_THREADS")),
     )
+
+
+PTXAS_THREADS_MAX = 256
+
+
+def parse_ptxas_threads(v: Optional[str], variable: str = "HBFCC_PTXAS_THREADS") -> int:
+    """HBFCC_PTXAS_THREADS: ``auto`` (default; 0) or a thread count in [1, PTXAS_THREADS_MAX] (1: no
+    ``-split-compile``, ptxas as the caller ran it)."""
+    if v is None or v.strip() == "" or v.strip().lower() == "auto":
+        return 0
+    try:
+        n = int(v.strip(), 0)
+    except ValueError:
+        raise ConfigError(f"{variable} must be 'auto' or a thread count in [1, {PTXAS_THREADS_MAX}]",
+                          variable=variable, value=v) from None
+    if not 1 <= n <= PTXAS_THREADS_MAX:
+        raise ConfigError(f"{variable} must be 'auto' or a thread count in [1, {PTXAS_THREADS_MAX}]",
+                          variable=variable, value=v)
+    return n
 
 
 SEPARATE_CAP_BODY = "body"
@@ -206,6 +227,10 @@ DOCS: tuple[tuple[str, str, str], ...] = (
      "hooks) or by `hbfcc prebuild`, cached by content. rewrite: the rewrite and the admission record are "
      "deferred too (the compile only keeps the original PTX: no NOT-admitted warning at compile time; the "
      "build runs hbfcc-ptxas). Plain sm_XX cubin builds with -o only; else eager, logged"),
+    ("HBFCC_PTXAS_THREADS", "auto", "threads ptxas may use for a REWRITTEN module (-split-compile N, added unless "
+     "the caller passed -split-compile itself): the helpers are assembled again for every kernel, and the kernels "
+     "assemble in parallel; the machine code is identical (only the cubin's tool note records the option). auto: the "
+     "CPUs this process may run on, at most the module's entries; 1: not added"),
     ("HBFCC_LOG", "WARNING", "log level"),
 )
 

@@ -77,7 +77,7 @@ def register_bound(plain_regs: int, threads: int) -> int:
     return best
 
 
-def _entries(module: Module) -> list[Function]:
+def instrumented_entries(module: Module) -> list[Function]:
     """The entries the occupancy decisions concern: every entry with a body but the native entries
     (``<k>__hbnat``, hbfcc/native_entry.py), which reach no helper and keep the plain kernel's directives."""
     return [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None
@@ -143,7 +143,7 @@ def ptxas_entry_cap(f: Function) -> Optional[tuple[int, str]]:
 
 def entry_threads(module: Module) -> dict[str, Optional[int]]:
     """Threads per block each entry declares (``.reqntid`` / ``.maxntid``), else None."""
-    return {f.name: _threads(f) for f in _entries(module)}
+    return {f.name: _threads(f) for f in instrumented_entries(module)}
 
 
 def plan(module: Module, plain: dict[str, Optional[int]], instrumented: dict[str, Optional[int]],

@@ -78,3 +78,24 @@ def out_path(args: list[str], out_idx: Optional[int]) -> Optional[str]:
 def relocatable(args: Sequence[str]) -> bool:
     """Whether the ptxas call compiles relocatable code (``-c``, ``--compile-only``)."""
     return any(a in RELOCATABLE_OPTS for a in args)
+
+
+SPLIT_OPTS = ("-split-compile", "--split-compile")
+
+
+def split_compile(args: Sequence[str], threads: int, entries: int) -> list[str]:
+    """What hbfcc-ptxas adds to the real ptxas's command line for a REWRITTEN module (HBFCC_PTXAS_THREADS): the
+    helpers are assembled again for every kernel of the module (whole-program ptxas gives each entry its own
+    copy), and ``-split-compile N`` lets ptxas assemble the entries in parallel -- the machine code is the same
+    (only the cubin's tool note records the option). ``threads``: the knob (0 = auto: the CPUs this process may
+    run on, at most ``entries``; 1 = nothing added). Nothing either when the caller passed -split-compile itself
+    (theirs stands) or where N would be 1."""
+    if any(a in SPLIT_OPTS or a.startswith(tuple(o + "=" for o in SPLIT_OPTS)) for a in args):
+        return []
+    if threads == 0:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+        threads = min(cpus, max(entries, 1))
+    return ["-split-compile", str(threads)] if threads > 1 else []

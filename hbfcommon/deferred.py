@@ -50,7 +50,7 @@ PENDING_KEYS = ("original_sha256", "ptx_name", "argv", "env", "builder", "plain_
 # a pending record's builder after the interpreter: hbfcc-ptxas's full path (eager)
 BUILDER_ARGS = ("-m", "hbfcc.cli", "ptxas")
 NOT_FOR_THE_BUILD = frozenset({"HBFCC_DEFER", "HBFCC_ARTIFACT_DIR", "HBFCC_SIDECAR", "HBFCC_LOG", "HBFCC_DUMP_DIR",
-                               "HBFCC_CACHE_DIR"})
+                               "HBFCC_CACHE_DIR", "HBFCC_PTXAS_THREADS"})
 
 
 def build_env(environ: Mapping[str, str]) -> dict[str, str]:

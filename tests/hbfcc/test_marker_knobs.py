@@ -49,6 +49,7 @@ NOT_IN_THE_MARKER = {
     "HBFCC_DUMP_DIR": "debug dumps only",
     "HBFCC_BASELINE": "the plain build's facts in the record only",
     "HBFCC_LOG": "log level",
+    "HBFCC_PTXAS_THREADS": "ptxas -split-compile: the same machine code (tests/hbfcc/test_ptxas_threads.py)",
     "HBFCC_SEPARATE_CAP": "builds differently only with HBFCC_LINK=separate, whose marker names the cap "
                           "(test_seplink.py::test_marker_names_the_mode_and_cap)",
 }
