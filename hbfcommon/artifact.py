@@ -3,7 +3,9 @@
 One JSON document per rewritten module, written beside the output as ``<out>.hbfcc.json`` and stored by
 original-PTX SHA-256 in the artifact store (``HBFCC_ARTIFACT_DIR``, default ``<HBFCC_CACHE_DIR>/artifacts``)
 so a runtime that only sees the pre-rewrite PTX (Triton keeps it in ``kernel.asm["ptx"]``) can find it.
-A device link (``-rdc``) gets a link document (:data:`LINK_SCHEMA_ID`) that holds its modules.
+A device link (``-rdc``) gets a link document (:data:`LINK_SCHEMA_ID`) that holds its modules. The store also keeps
+the PLAIN cubin of a module with native entries (``native/<sha256>.cubin``, :func:`store_native_module`; the module
+document's ``native_module``), which the runtime's HBF_NATIVE_MODULE=plain loads (:func:`read_native_module`).
 
 A kernel is admitted only when none of its memory operations (nor of the functions it calls) was refused.
 The schema is :data:`SCHEMA` (JSON Schema draft 2020-12), versioned by ``schema_version``. The compiler
