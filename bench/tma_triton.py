@@ -664,10 +664,16 @@ def _graph_native_entry_cost(s, plain, natent, kname: str, ins: dict, torch) -> 
     two events, per launch: device ms (median, p10/p90, min/max) and the ratio to plain per round. Also: the launch
     selection's counts per capture (captured, captured_native: BACK_TO_BACK for "all"), a registration of an input
     tried while "all"'s record is held (must be refused with RANGE_ADMITTED, nothing registered), the natent graph's
-    output bit-identical to plain's after a replay, and the records released after the graphs are destroyed."""
+    output bit-identical to plain's after a replay, and the records released after the graphs are destroyed.
+
+    HBF_NATIVE_MODULE=plain (wt/natmod15: the session loaded the natent module's PLAIN cubin, hbfcc-ptxas's baseline
+    build, and holds the kernel's function in it): one more graph, ``all_plain``, captured under "all" with the
+    session's native_module set to "plain" -- the same machine code in a module without hbfcc's constants -- next to
+    ``all`` (captured with native_module "entry": the native entry ``<k>__hbnat``), interleaved in the same rounds; its
+    output checked bit-identical too (``natent_all_plain_identical``). ``native_module`` says what the session had."""
     from hbfcommon.errors import ErrorCode, RangeError  # noqa: PLC0415
     from runtime_cuda.knobs import GRAPH_NATIVE_MODES  # noqa: PLC0415 - one graph per mode
-    was = s.graph_native
+    was, was_nm = s.graph_native, s.native_module
     out: dict = {"pairs": PAIRS, "launches_per_graph": BACK_TO_BACK, "goal": "<= 1.02 (natent graph, mode all, vs plain)",
                  "kernel": kname, "variants": {},
                  "what": "nothing registered; per launch: one replay of a CUDA graph of BACK_TO_BACK captured launches "
@@ -675,18 +681,27 @@ def _graph_native_entry_cost(s, plain, natent, kname: str, ins: dict, torch) -> 
                          "HBF_GRAPH_NATIVE mode"}
     graphs: dict = {}
     try:
-        for fn in (plain, natent):
-            fn()
+        plain()
+        kn, _ = natent()
         torch.cuda.synchronize()
+        b = s.bindings.get(int(kn.module))
+        plain_fn = b is not None and kname in getattr(b, "plain_fns", {})
+        out["native_module"] = native_module_facts(s, b, kname)
         graphs["plain"] = _graph(plain, torch)
-        for mode in GRAPH_NATIVE_MODES:
-            s.graph_native = mode
-            sel0 = dict((s.launch_selection.get(kname) or {}))
-            graphs[mode] = _graph(natent, torch)
+        # (key, HBF_GRAPH_NATIVE mode, HBF_NATIVE_MODULE): every mode on the native entry, then "all" on the plain cubin
+        captures = [(m, m, "entry") for m in GRAPH_NATIVE_MODES] + ([("all_plain", "all", "plain")] if plain_fn else [])
+        for key, mode, nm in captures:
+            s.graph_native, s.native_module = mode, nm
+            natent()                    # the warm-up host launch (readies the function) before the counts: the capture's
+            sel0 = json.loads(json.dumps(s.launch_selection.get(kname) or {}))
+            graphs[key] = _graph(natent, torch, warm=False)
             sel1 = s.launch_selection.get(kname) or {}
-            out["variants"][mode] = {"launch_selection": {f: int(sel1.get(f, 0)) - int(sel0.get(f, 0))
-                                                          for f in ("captured", "captured_native", "native_entry")}}
-        s.graph_native = was
+            d = {f: int(sel1.get(f, 0)) - int(sel0.get(f, 0)) for f in ("captured", "captured_native", "native_entry")}
+            for w in ("entry", "plain"):
+                d[f"native_module_{w}"] = int((sel1.get("native_module") or {}).get(w, 0)) - \
+                    int((sel0.get("native_module") or {}).get(w, 0))
+            out["variants"][key] = {"launch_selection": d, "graph_native": mode, "native_module": nm}
+        s.graph_native, s.native_module = was, was_nm
         out["records"] = s.counters(publish=False).get("graph_native")
         t = next(iter(ins.values()))
         try:
@@ -707,21 +722,38 @@ def _graph_native_entry_cost(s, plain, natent, kname: str, ins: dict, torch) -> 
                 v["ratio"] = stats([a / p for a, p in zip(ms[k], ms["plain"])])
                 v["extra_us_median"] = round(1000 * (statistics.median(ms[k]) - statistics.median(ms["plain"])), 3)
         _, out_p = plain()
-        _, out_n = natent()             # a host launch: the outputs overwritten, then the graph's replay alone
-        out_n.fill_(-1.0)
-        graphs["all"].replay()
-        torch.cuda.synchronize()
-        out["natent_all_identical"] = bool(torch.equal(out_n.view(torch.int8), out_p.view(torch.int8)))
+        for key in ("all", "all_plain"):
+            if key not in graphs:
+                continue
+            _, out_n = natent()         # a host launch: the outputs overwritten, then the graph's replay alone
+            out_n.fill_(-1.0)
+            graphs[key].replay()
+            torch.cuda.synchronize()
+            out[f"natent_{key}_identical"] = bool(torch.equal(out_n.view(torch.int8), out_p.view(torch.int8)))
         a = out["variants"]["all"]
         out["ratio_median"] = (a.get("ratio") or {}).get("median")
         out["native_entry_captured"] = a["launch_selection"]["captured_native"] == BACK_TO_BACK
         out["bounded_kept_instrumented"] = out["variants"]["bounded"]["launch_selection"]["captured_native"] == 0
+        if "all_plain" in graphs:
+            ap = out["variants"]["all_plain"]
+            out["plain_module_ratio_median"] = (ap.get("ratio") or {}).get("median")
+            out["plain_module_captured"] = ap["launch_selection"]["native_module_plain"] == BACK_TO_BACK
     finally:
-        s.graph_native = was
+        s.graph_native, s.native_module = was, was_nm
         graphs.clear()                  # the graphs destroyed first: then their records may go
         torch.cuda.synchronize()
         out["released"] = s.release_graph_captures()
     return out
+
+
+def native_module_facts(s, b, kname: str) -> dict:
+    """What HBF_NATIVE_MODULE had for kernel ``kname`` of binding ``b``: the session's mode, whether the kernel's
+    function in the plain cubin is bound (the module loaded: the artifact's native_module found and verified), and the
+    native entry's."""
+    return {"session": getattr(s, "native_module", "entry"),
+            "plain_function_bound": bool(b is not None and kname in getattr(b, "plain_fns", {})),
+            "plain_modules": len(getattr(b, "plain_modules", []) or []) if b is not None else 0,
+            "native_entry_bound": bool(b is not None and kname in b.native_fns)}
 
 
 def _graph_replay_check(s, go: dict, kh, name: str, ins: dict, torch, want_copies: int) -> dict:

@@ -9,7 +9,7 @@ from typing import Optional
 
 from hbfcommon.abi import HBF_HELPER_ABI_VERSION
 from hbfcommon.artifact import (LINK_SCHEMA_ID, SCHEMA, SCHEMA_ID, SCHEMA_VERSION, lookup_by_ptx,  # noqa: F401
-                                output_store_path, store_dir, store_path, validate, write)
+                                output_store_path, store_dir, store_native_module, store_path, validate, write)
 
 from .admission import INDIRECT, admit
 from .toolchain import PtxasStats, rewriter_sha

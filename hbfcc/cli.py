@@ -447,6 +447,18 @@ def _ptxas(args: list[str]) -> int:
                         "output_sha256": sha256_file(out_path) if out_path and os.path.isfile(out_path) else None}
         if k.defer != "0":               # HBFCC_DEFER asked, this module built eagerly: why
             doc["build"]["eager_because"] = defer_why
+        # the plain cubin (the baseline build) kept for the runtime's HBF_NATIVE_MODULE=plain, or why not
+        bcp = base_cp.get("cp")
+        _keep_native_module(k, doc, os.path.join(tmpdir, "orig.o"),
+                            "HBFCC_NATIVE_ENTRY=0" if not k.native_entry else
+                            "HBFCC_BASELINE=0 (no plain build)" if not k.baseline else
+                            "one of nvcc's ptxas steps (not kept for nvcc builds)" if k.nvcc_step else
+                            "not an sm_XX cubin build" if not sass else
+                            "a relocatable build (-c)" if reloc else
+                            "the input is instrumented already" if res.already_instrumented else
+                            "no plain build" if base_thread is None else
+                            f"the plain build failed (ptxas exit {bcp.returncode if bcp is not None else '?'})"
+                            if bcp is None or bcp.returncode != 0 else None)
         if k.link == "separate":         # HBFCC_LINK=separate asked: what served this module, and why
             doc["link"] = dict({"requested": "separate", "mode": "separate" if use_sep else "whole",
                                 "fallback_reason": None if use_sep else sep_why},
@@ -478,6 +490,34 @@ def _ptxas(args: list[str]) -> int:
         if base_thread is not None:
             base_thread.join()     # an error in the rewrite: let the baseline ptxas end before its dir goes
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _keep_native_module(k: knobs.Knobs, doc: dict, plain: str, why: Optional[str]) -> None:
+    """The module's PLAIN cubin -- hbfcc-ptxas's baseline build: the original PTX with the caller's own ptxas options,
+    the machine code of its native entries without hbfcc's constants in the module -- kept in the artifact store
+    (hbfcommon.artifact.store_native_module: content-addressed, written atomically) and recorded as
+    ``doc["native_module"]`` for the runtime's HBF_NATIVE_MODULE=plain (docs/design.md "Native entries in graphs");
+    else ``native_module`` null with ``native_module_reason`` (``why``, or what stopped it here)."""
+    if why is None and not any(kk.get("native_entry") for kk in doc.get("kernels", [])):
+        why = "no kernel has a native entry"
+    data = b""
+    if why is None:
+        try:
+            data = Path(plain).read_bytes()
+        except OSError as e:
+            why = f"the plain build's output cannot be read ({e.strerror or e})"
+        else:
+            if not data.startswith(b"\x7fELF"):
+                why = "the plain build's output is not a cubin"
+    if why is None:
+        try:
+            doc["native_module"] = artifact.store_native_module(_store_dir(k), data)
+            return
+        except OSError as e:
+            why = f"the artifact store cannot keep it ({e.strerror or e})"
+            log.warning("cannot keep the plain cubin in the artifact store %s: %s", _store_dir(k), e)
+    doc["native_module"] = None
+    doc["native_module_reason"] = why
 
 
 def _defer_unsupported(k: knobs.Knobs, res, sass: bool, out_path: Optional[str], reloc: bool, use_sep: bool,

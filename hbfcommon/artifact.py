@@ -3,7 +3,9 @@
 One JSON document per rewritten module, written beside the output as ``<out>.hbfcc.json`` and stored by
 original-PTX SHA-256 in the artifact store (``HBFCC_ARTIFACT_DIR``, default ``<HBFCC_CACHE_DIR>/artifacts``)
 so a runtime that only sees the pre-rewrite PTX (Triton keeps it in ``kernel.asm["ptx"]``) can find it.
-A device link (``-rdc``) gets a link document (:data:`LINK_SCHEMA_ID`) that holds its modules.
+A device link (``-rdc``) gets a link document (:data:`LINK_SCHEMA_ID`) that holds its modules. The store also keeps
+the PLAIN cubin of a module with native entries (``native/<sha256>.cubin``, :func:`store_native_module`; the module
+document's ``native_module``), which the runtime's HBF_NATIVE_MODULE=plain loads (:func:`read_native_module`).
 
 A kernel is admitted only when none of its memory operations (nor of the functions it calls) was refused.
 The schema is :data:`SCHEMA` (JSON Schema draft 2020-12), versioned by ``schema_version``. The compiler
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from hbfcommon.errors import ConfigError
-from hbfcommon.fsutil import atomic_write_json
+from hbfcommon.fsutil import atomic_write_bytes, atomic_write_json
 
 SCHEMA_VERSION = 1
 SCHEMA_ID = "hbfcc.admission"
@@ -97,6 +99,14 @@ SCHEMA: dict[str, Any] = {
                                 # the caps they were compiled within
                                 "rdc_register_cap": {"type": "object",
                                                      "required": ["helpers", "cap", "set_by", "entries"]}}},
+        # the PLAIN cubin of the module (its original PTX, the caller's ptxas options: hbfcc-ptxas's baseline build),
+        # kept in the store for the runtime's HBF_NATIVE_MODULE=plain (:func:`native_module`); null with
+        # ``native_module_reason`` where it is not kept
+        "native_module": {"type": ["object", "null"], "required": ["sha256", "bytes", "file"],
+                          "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                                         "bytes": {"type": "integer", "minimum": 1},
+                                         "file": {"type": "string"}}},
+        "native_module_reason": {"type": "string"},
         "eidola_helper": {"type": ["object", "null"], "required": ["path", "sha256"],
                           "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}},
         "kernels": {"type": "array", "items": _FUNC},
@@ -218,6 +228,60 @@ def native_entries(art: dict | None) -> dict[str, str]:
             else:
                 out[k["name"]] = ne
     return {n: e for n, e in out.items() if n not in none}
+
+
+NATIVE_SUBDIR = "native"     # the store's plain cubins (native_module), by their own sha256
+
+
+def native_module_path(store: Path, sha256: str) -> Path:
+    """Where the store keeps the plain cubin of a module (``native_module``): content-addressed by its sha256."""
+    return store / NATIVE_SUBDIR / f"{sha256}.cubin"
+
+
+def store_native_module(store: Path, cubin: bytes) -> dict:
+    """Keep a module's plain cubin in the store (atomically: a reader sees no file or the whole one; one already
+    there with these bytes is left as it is) and return the artifact's ``native_module`` record: its sha256, size and
+    store-relative file name. Raises OSError when the store cannot be written."""
+    sha = hashlib.sha256(cubin).hexdigest()
+    p = native_module_path(store, sha)
+    try:
+        same = p.stat().st_size == len(cubin) and hashlib.sha256(p.read_bytes()).hexdigest() == sha
+    except OSError:
+        same = False
+    if not same:
+        atomic_write_bytes(p, cubin)
+    return {"sha256": sha, "bytes": len(cubin), "file": p.relative_to(store).as_posix()}
+
+
+def native_module(art: dict | None) -> tuple[Optional[dict], str]:
+    """(the ``native_module`` record of a MODULE document, why there is none): hbfcc-ptxas's plain cubin of the
+    module, for HBF_NATIVE_MODULE=plain. A link or nvcc document (several modules) has none."""
+    if not art:
+        return None, "no admission artifact"
+    if "native_module" not in art:
+        if isinstance(art.get("modules"), list):
+            return None, "an nvcc or link document (several modules): no plain cubin is kept for it"
+        return None, "the artifact records no native_module (built before hbfcc kept the plain cubin, or not by " \
+                     "hbfcc-ptxas's eager build)"
+    rec = art.get("native_module")
+    if not isinstance(rec, Mapping) or not isinstance(rec.get("sha256"), str) or len(rec["sha256"]) != 64:
+        return None, str(art.get("native_module_reason") or "native_module is null")
+    return dict(rec), ""
+
+
+def read_native_module(store: Path, rec: Mapping[str, Any]) -> bytes:
+    """The plain cubin a ``native_module`` record names, read from the store and verified against its sha256 (and
+    size); ConfigError naming the file when it is missing, unreadable or not those bytes."""
+    p = native_module_path(store, str(rec["sha256"]))
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read the plain cubin {p}: {e.strerror or e}", path=str(p)) from e
+    got = hashlib.sha256(data).hexdigest()
+    if got != rec["sha256"] or ("bytes" in rec and len(data) != int(rec["bytes"])):
+        raise ConfigError(f"the plain cubin {p} is not the one recorded (sha256 {got[:16]}..., {len(data)} bytes; "
+                          f"recorded {str(rec['sha256'])[:16]}..., {rec.get('bytes')} bytes)", path=str(p))
+    return data
 
 
 def kernels(art: dict | None) -> list[tuple[str, bool, list[str]]]:

@@ -90,6 +90,28 @@ def graph_native() -> str:
     raise ConfigError("HBF_GRAPH_NATIVE must be 0/off, 1/bounded or all", variable="HBF_GRAPH_NATIVE", value=v)
 
 
+NATIVE_MODULES = ("entry", "plain")
+
+
+def native_module() -> str:
+    """HBF_NATIVE_MODULE (default ``entry``; ``plain``): WHICH function a launch that runs native launches (a host
+    launch with HBF_NATIVE_ENTRY, a capture with HBF_GRAPH_NATIVE). ``entry``: the kernel's native entry
+    ``<name>__hbnat`` in the instrumented module. ``plain``: the kernel itself from the module's PLAIN cubin -- the
+    original PTX with the caller's ptxas options, which hbfcc-ptxas keeps in the artifact store (the artifact's
+    ``native_module``) -- loaded once per bound module and verified against its recorded sha256: the same machine code
+    in a module WITHOUT hbfcc's constants (its descriptor ``__hb_cdesc``, a user constant bank the driver attributes to
+    every function of the instrumented module, CONST_SIZE_BYTES 200 on matmul_host), the A/B of issue 15's +0.43 us
+    per launch of matmul_host's native entry in CUDA graphs (docs/design.md "Native entries in graphs"). A kernel whose
+    plain cubin is not recorded, missing or damaged: a warning naming the kernel and the file, and its native launches
+    run the native entry. Counted: ``counters()["launch_selection"][kernel]["native_module"]``."""
+    v = os.environ.get("HBF_NATIVE_MODULE", "").strip().lower()
+    if v in ("", "entry"):
+        return "entry"
+    if v == "plain":
+        return "plain"
+    raise ConfigError("HBF_NATIVE_MODULE must be 'entry' or 'plain'", variable="HBF_NATIVE_MODULE", value=v)
+
+
 def const_switch() -> bool:
     """HBF_CONST_SWITCH (default 1): write the modules' constant-bank attach switch (``__hb_detached``, hbfcc's
     prologue reads it before ``__hb_state``) as the per-launch selection detaches and attaches. Its in-stream writes

@@ -108,6 +108,12 @@ class ModuleBinding:
     # its first launch, after Triton's loader set them), and the native launches that failed and ran instrumented
     native_ready: set[str] = field(default_factory=set)
     native_failures: dict[str, int] = field(default_factory=dict)
+    # HBF_NATIVE_MODULE=plain: kernel name -> the kernel's CUfunction in the module's PLAIN cubin (the artifact's
+    # native_module, Session._plain_functions: loaded once at bind into plain_modules, unloaded at close or rebind), and
+    # the kernels whose plain function got the instrumented entry's attributes (Session._native_ready)
+    plain_fns: dict[str, Any] = field(default_factory=dict)
+    plain_modules: list[Any] = field(default_factory=list)
+    plain_ready: set[str] = field(default_factory=set)
 
     def kernel(self, name: str) -> KernelInfo | None:
         return self.kernels.get(name)
@@ -704,7 +710,7 @@ class _TritonNativeRun:
                     b = s.functions.get(self.function, _UNBOUND)[0]
                     if b is None:
                         raise
-                    s._native_failed(b, name, e)
+                    s._native_failed(b, name, e, nfn)
                     s._tl.handled = launch_metadata     # the enter hook (run again below) skips this launch
         return self.run(gridX, gridY, gridZ, stream, function, packed_metadata, launch_metadata, enter_hook,
                         exit_hook, *args)
@@ -732,6 +738,7 @@ class Session:
     # HBF_GRAPH_NATIVE and its records (set in __init__; these defaults are what a session made without it has)
     graph_native: str = "off"
     _gn: GraphCaptures | None = None
+    native_module: str = "entry"      # HBF_NATIVE_MODULE (set in __init__)
 
     def __init__(self, client, ctlmap: C.CtlMap, *, allow_unmodeled: bool, use_cuda: bool,
                  params: D.RunParams, attach_reply=None) -> None:
@@ -766,6 +773,7 @@ class Session:
         self.const_switch = knobs.const_switch()     # HBF_CONST_SWITCH: write __hb_detached (off: it stays 0)
         self.native_entry = knobs.native_entry()     # HBF_NATIVE_ENTRY: host launches decided native run <k>__hbnat
         self.graph_native = knobs.graph_native()     # HBF_GRAPH_NATIVE: captures decided native capture <k>__hbnat
+        self.native_module = knobs.native_module()   # HBF_NATIVE_MODULE: <k>__hbnat ("entry") or <k> of the plain cubin
         self._gn = GraphCaptures()                   # what those captures reach (registrations over it are refused)
         self._triton_runs: list[tuple[Any, Any]] = []   # (CompiledKernel, its launcher) wrapped by _TritonNativeRun
         self._tl = threading.local()                 # .handled: the launch_metadata a _TritonNativeRun decided
@@ -1285,6 +1293,11 @@ class Session:
                               cdesc_bytes=cdesc_bytes, attached=attach)
             if instrumented:
                 b.native_fns = self._native_functions(module, infos)
+                if b.native_fns and self.native_module == "plain":
+                    self._plain_functions(b, art)
+            old = self.bindings.get(handle)
+            if old is not None and old is not b:
+                self._unload_plain(old)
             self.bindings[handle] = b
             self._write_cdesc(b)   # a module just loaded: none of its kernels runs yet
             return b
@@ -1305,12 +1318,84 @@ class Session:
                             "instrumented entry", name, ne, e)
         return out
 
-    def _native_ready(self, b: ModuleBinding, name: str, nfn: Any) -> Any:
-        """The native entry ``nfn`` of kernel ``name`` ready to launch, or None: at its first launch it gets the
-        function attributes the loader set on the instrumented entry after loading it (Triton's loadBinary: the
-        dynamic shared memory above 48 KiB, which a TMA kernel uses; cudrv.copy_function_attributes). A failure
-        drops the native entry (the kernel's launches run instrumented; Session._native_failed)."""
-        if name in b.native_ready:
+    def _plain_functions(self, b: ModuleBinding, art: dict | None) -> None:
+        """HBF_NATIVE_MODULE=plain: the kernels of ``b`` that have a native entry, looked up (and loaded) once in the
+        module's PLAIN cubin -- the artifact's ``native_module``, read from the artifact store and verified against
+        its recorded sha256 and size (hbfcommon.artifact.read_native_module), loaded with the driver
+        (cudrv.module_load_data; unloaded by _unload_plain) -- into ``b.plain_fns``. Whatever is missing (no record,
+        no file, other bytes, a driver refusal, a kernel not in it): a warning naming the kernel and the file, and
+        that kernel's native launches keep its native entry (``b.native_fns``)."""
+        names = sorted(b.native_fns)
+        rec, why = A.native_module(art)
+        where = "no file recorded"
+        data = None
+        if rec is not None:
+            store = A.store_dir()
+            where = str(A.native_module_path(store, rec["sha256"]))
+            try:
+                data = A.read_native_module(store, rec)
+            except ConfigError as e:
+                why = str(e)
+        mod = None
+        if data is not None:
+            try:
+                mod = self._cu.module_load_data(data)
+            except HbfError as e:
+                why = f"the driver did not load it ({e})"
+        if mod is None:
+            for name in names:
+                log.warning("kernel %s: HBF_NATIVE_MODULE=plain, but its plain cubin cannot be used (%s; %s): its "
+                            "native launches run its native entry %s", name, why, where,
+                            b.kernels[name].native_entry if name in b.kernels else "")
+            return
+        for name in names:
+            try:
+                b.plain_fns[name] = self._cu.module_functions(mod, [name])[name]
+            except HbfError as e:
+                log.warning("kernel %s: HBF_NATIVE_MODULE=plain, but it is not in its plain cubin %s (%s): its native "
+                            "launches run its native entry", name, where, e)
+        if b.plain_fns:
+            b.plain_modules.append(mod)
+            log.info("module %#x: plain cubin %s loaded for %s", b.module, where, ", ".join(sorted(b.plain_fns)))
+        else:
+            try:
+                self._cu.module_unload(mod)
+            except HbfError as e:
+                log.warning("cannot unload the plain cubin %s: %s", where, e)
+
+    def _unload_plain(self, b: ModuleBinding) -> None:
+        """The plain cubins _plain_functions loaded for ``b``, unloaded (at close, or when its module is bound
+        again); its kernels' native launches run their native entries from then on."""
+        mods, b.plain_modules = b.plain_modules, []
+        b.plain_fns.clear()
+        b.plain_ready.clear()
+        for m in mods:
+            try:
+                self._cu.module_unload(m)
+            except HbfError as e:
+                log.warning("module %#x: cannot unload its plain cubin: %s", b.module, e)
+
+    def _native_function(self, b: ModuleBinding, name: str) -> tuple[Any, str]:
+        """The function a launch of kernel ``name`` decided native runs, readied (_native_ready), and which
+        (HBF_NATIVE_MODULE): with ``plain`` the kernel in the module's plain cubin where it is loaded ("plain"), else
+        the native entry ("entry"); (None, "") when there is none ready (the instrumented entry runs)."""
+        if self.native_module == "plain":
+            pfn = b.plain_fns.get(name)
+            if pfn is not None and self._native_ready(b, name, pfn, plain=True) is not None:
+                return pfn, "plain"
+        nfn = b.native_fns.get(name)
+        if nfn is not None and self._native_ready(b, name, nfn) is not None:
+            return nfn, "entry"
+        return None, ""
+
+    def _native_ready(self, b: ModuleBinding, name: str, nfn: Any, *, plain: bool = False) -> Any:
+        """The native entry ``nfn`` of kernel ``name`` (``plain``: its function in the module's plain cubin) ready to
+        launch, or None: at its first launch it gets the function attributes the loader set on the instrumented entry
+        after loading it (Triton's loadBinary: the dynamic shared memory above 48 KiB, which a TMA kernel uses;
+        cudrv.copy_function_attributes). A failure drops that function (Session._native_failed: the native entry's
+        launches then run instrumented, the plain function's the native entry)."""
+        ready = b.plain_ready if plain else b.native_ready
+        if name in ready:
             return nfn
         ifn = self._instrumented_function(b, name)
         try:
@@ -1318,11 +1403,11 @@ class Session:
                 raise HbfError("the instrumented entry's CUfunction is not known", code=ErrorCode.UNSUPPORTED)
             done = self._cu.copy_function_attributes(ifn, nfn)
         except HbfError as e:
-            self._native_failed(b, name, e)
+            self._native_failed(b, name, e, nfn)
             return None
-        b.native_ready.add(name)
-        log.info("kernel %s: native entry ready (attributes copied from the instrumented entry: %s)", name,
-                 done or "none differed")
+        ready.add(name)
+        log.info("kernel %s: %s ready (attributes copied from the instrumented entry: %s)", name,
+                 "its function in the plain cubin" if plain else "native entry", done or "none differed")
         return nfn
 
     def _instrumented_function(self, b: ModuleBinding, name: str) -> Any:
@@ -1332,11 +1417,18 @@ class Session:
                 return fh
         return None
 
-    def _native_failed(self, b: ModuleBinding, name: str, err: BaseException) -> None:
+    def _native_failed(self, b: ModuleBinding, name: str, err: BaseException, fn: Any = None) -> None:
         """A native entry that could not be readied or launched: dropped (b.native_fns), counted
-        (b.native_failures), logged as a warning naming the kernel and the error; its launches run instrumented."""
-        b.native_fns.pop(name, None)
+        (b.native_failures), logged as a warning naming the kernel and the error; its launches run instrumented.
+        ``fn`` the kernel's function in the plain cubin (HBF_NATIVE_MODULE=plain): that one dropped (b.plain_fns),
+        counted and logged the same way, and the kernel's next native launches run its native entry."""
         b.native_failures[name] = b.native_failures.get(name, 0) + 1
+        if fn is not None and name in b.plain_fns and b.plain_fns[name] == fn:
+            del b.plain_fns[name]
+            log.warning("kernel %s: its function in the plain cubin failed (%s): this launch runs the instrumented "
+                        "entry, the next ones its native entry", name, err)
+            return
+        b.native_fns.pop(name, None)
         log.warning("kernel %s: its native entry failed (%s): this launch and the next run the instrumented entry",
                     name, err)
 
@@ -1470,19 +1562,21 @@ class Session:
         sel = self.launch_selection.get(name)
         if sel is None:
             sel = self.launch_selection[name] = {"native": 0, "instrumented": 0, "captured": 0, "native_entry": 0,
-                                                 "captured_native": 0, "rules": {}, "word": {}}
+                                                 "captured_native": 0, "rules": {}, "word": {},
+                                                 "native_module": {"entry": 0, "plain": 0}}
         sel["rules"][why] = sel["rules"].get(why, 0) + 1
-        nfn = None
+        nfn, which = None, ""
         if switch and info is not None and native is not False:
             if not capturing:
-                nfn = b.native_fns.get(name)
-                if nfn is not None:
-                    nfn = self._native_ready(b, name, nfn)
-            elif self.graph_native != "off" and name in b.native_fns:
-                nfn = self._capture_native(b, info, native, spans, extents, st)
+                nfn, which = self._native_function(b, name)
+            elif self.graph_native != "off" and (name in b.native_fns or
+                                                 (self.native_module == "plain" and name in b.plain_fns)):
+                nfn, which = self._capture_native(b, info, native, spans, extents, st)
         if nfn is not None:
             sel["native"] += 1
             sel["native_entry"] += 1
+            # HBF_NATIVE_MODULE: which function ran native (the native entry, or the kernel in the plain cubin)
+            sel["native_module"][which] += 1
             if capturing:
                 sel["captured"] += 1
                 sel["captured_native"] += 1
@@ -1518,8 +1612,9 @@ class Session:
 
     def _capture_native(self, b: ModuleBinding, info: KernelInfo, native: bool | None,
                         spans: list[tuple[int, int]] | None, extents: Callable[[], list[tuple[int, int]] | None] | None,
-                        stream: int) -> Any:
-        """HBF_GRAPH_NATIVE: the native entry's CUfunction for a launch on a capturing stream decided native, with what
+                        stream: int) -> tuple[Any, str]:
+        """HBF_GRAPH_NATIVE: the native entry's CUfunction for a launch on a capturing stream decided native (and which:
+        _native_function, HBF_NATIVE_MODULE), with what
         its replays can reach recorded (GraphCaptures: every later registration over it is refused), or None (the
         instrumented entry and state_word's capture rules, as with the knob off). Only where :func:`graph_native_reach`
         allows it, the stream is certainly capturing (cuStreamIsCapturing answered ACTIVE: an error, which counts as
@@ -1529,18 +1624,18 @@ class Session:
         instrumented."""
         ok, reach, _ = graph_native_reach(self.graph_native, native, info, spans, extents)
         if not ok or not self._cu.stream_capture_active(stream):
-            return None
-        nfn = self._native_ready(b, info.name, b.native_fns[info.name])
+            return None, ""
+        nfn, which = self._native_function(b, info.name)
         if nfn is None:
-            return None
+            return None, ""
         with self._lock:
             if reach is None:
                 if self.ranges:
-                    return None
+                    return None, ""
             elif spans_reach(self.ranges, reach):
-                return None
+                return None, ""
             self._captures().record(info.name, reach)
-        return nfn
+        return nfn, which
 
     def _set_module_words(self) -> None:
         """After the range table changed (the context idle, no kernel reads a word): every instrumented module
@@ -1680,7 +1775,7 @@ class Session:
             try:
                 self._cu.launch(nfn, grid, block, args, shared, stream)
             except HbfError as e:           # refused before it ran (a launch error): the instrumented entry instead
-                self._native_failed(b, name, e)
+                self._native_failed(b, name, e, nfn)
                 self._cu.launch(function, grid, block, args, shared, stream)
         if self.stall.warn_s > 0:
             self.stall.launched(time.monotonic(), name, f"grid {tuple(grid)} block {tuple(block)}")
@@ -1983,7 +2078,8 @@ class Session:
                "refused_launches": list(self.refused_launches),
                "l2_model": self.l2.summary() if self.l2 is not None else None,
                "ring": self._ring_counters(),
-               "launch_selection": {k: dict(v, rules=dict(v["rules"]), word=dict(v["word"]))
+               "launch_selection": {k: dict(v, rules=dict(v["rules"]), word=dict(v["word"]),
+                                            native_module=dict(v.get("native_module") or {}))
                                     for k, v in self.launch_selection.items()},
                "graph_native": self._captures().summary(self.graph_native),
                "stale_ranges": list(self.stale_ranges), "stalls": list(self.stalls)}
@@ -2196,6 +2292,7 @@ class Session:
                         self._write_cdesc(b, clear=True)
                     except HbfError:
                         pass
+                self._unload_plain(b)            # HBF_NATIVE_MODULE=plain's modules
             try:
                 if self.state_dptr:
                     self._cu.mem_free(self.state_dptr)

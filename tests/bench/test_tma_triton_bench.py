@@ -334,3 +334,152 @@ def test_host_native_entry_cost_shape(monkeypatch):
     assert v["natent"]["launch_selection"]["native_entry"] == TT.PAIRS * TT.BACK_TO_BACK
     assert all(x["late_windows"] == 0 and x["host_us"]["median"] >= 0 for x in v.values())
     assert out["sleep_cycles"] >= TT.SLEEP_CYCLES
+
+
+class _GraphTorch:
+    """A stand-in torch for _graph_native_entry_cost: events on a clock, CUDA graphs that record what a launch on the
+    capturing stream would run and replay it (its device time, its output), tensors compared by value."""
+
+    int8 = None
+    capturing = None
+
+    class Ev:
+        t = 0.0
+
+        def __init__(self, enable_timing=True):
+            self.at = None
+
+        def record(self):
+            self.at = _GraphTorch.Ev.t
+
+        def elapsed_time(self, other):
+            return other.at - self.at
+
+    class CUDAGraph:
+        def __init__(self):
+            self.launches = []
+
+        def replay(self):
+            for ms, out in self.launches:
+                _GraphTorch.Ev.t += ms
+                out.v = "right"
+
+    class cuda:  # noqa: N801
+        @staticmethod
+        def _sleep(n):
+            _GraphTorch.Ev.t += n * 1e-9
+
+        @staticmethod
+        def synchronize():
+            pass
+
+        @staticmethod
+        def graph(g):
+            class Ctx:
+                def __enter__(self):
+                    _GraphTorch.capturing = g
+
+                def __exit__(self, *a):
+                    _GraphTorch.capturing = None
+            return Ctx()
+
+    @staticmethod
+    def equal(a, b):
+        return a.v == b.v
+
+
+_GraphTorch.cuda.Event = _GraphTorch.Ev
+_GraphTorch.cuda.CUDAGraph = _GraphTorch.CUDAGraph
+
+
+class _Out:
+    def __init__(self):
+        self.v = None
+
+    def fill_(self, x):
+        self.v = x
+
+    def view(self, dtype):
+        return self
+
+
+@pytest.mark.parametrize("plain_bound", [True, False])
+def test_graph_native_entry_cost_ab_of_the_plain_module(plain_bound):
+    """HBF_NATIVE_MODULE=plain (wt/natmod15): with the kernel's function in the plain cubin bound, one more graph
+    ``all_plain`` is captured under mode all with the session's native_module "plain", next to ``all`` (the native
+    entry: native_module "entry"), replayed in the same rounds; ratios, the captures per function and the outputs are
+    reported, and the session's modes are restored. Without it (the default session), no such graph."""
+    from types import SimpleNamespace
+
+    from hbfcommon.errors import ErrorCode, RangeError
+
+    kname = "m_natent"
+    cost = {"plain": 0.010, "entry": 0.0106, "plain_module": 0.0100, "instrumented": 0.0110}
+    b = SimpleNamespace(native_fns={kname: 2}, plain_fns={kname: 3} if plain_bound else {},
+                        plain_modules=[7] if plain_bound else [])
+
+    class S:
+        graph_native, native_module, ranges = "off", "plain" if plain_bound else "entry", []
+        bindings = {0x51: b}
+
+        def __init__(self):
+            self.launch_selection = {}
+
+        def counters(self, publish=False):
+            return {"graph_native": {"mode": self.graph_native}}
+
+        def register_timing_range(self, *a, **k):
+            raise RangeError("registration after a kernel that could touch it was admitted",
+                             code=ErrorCode.RANGE_ADMITTED)
+
+        def release_graph_captures(self):
+            return {"extents": 0, "unbounded": True}
+
+    s = S()
+    outs = {"plain": _Out(), "natent": _Out()}
+
+    def launcher(key):
+        def go():
+            g = _GraphTorch.capturing
+            if key == "plain":
+                what = "plain"
+            else:
+                sel = s.launch_selection.setdefault(kname, {"captured": 0, "captured_native": 0, "native_entry": 0,
+                                                            "native_module": {"entry": 0, "plain": 0}})
+                native = g is None or s.graph_native == "all"
+                which = "plain" if s.native_module == "plain" and kname in b.plain_fns else "entry"
+                what = ("plain_module" if which == "plain" else "entry") if native else "instrumented"
+                if native:
+                    sel["native_entry"] += 1
+                    sel["native_module"][which] += 1
+                if g is not None:
+                    sel["captured"] += 1
+                    sel["captured_native"] += int(native)
+            if g is not None:
+                g.launches.append((cost[what], outs[key]))
+            else:
+                _GraphTorch.Ev.t += cost[what]
+                outs[key].v = "right"
+            return SimpleNamespace(module=0x51), outs[key]
+        return go
+
+    out = TT._graph_native_entry_cost(s, launcher("plain"), launcher("natent"), kname,
+                                      {"a": SimpleNamespace(data_ptr=lambda: 0x1000, numel=lambda: 16,
+                                                            element_size=lambda: 2)}, _GraphTorch)
+    v = out["variants"]
+    assert s.native_module == ("plain" if plain_bound else "entry") and s.graph_native == "off"     # restored
+    assert out["native_module"]["plain_function_bound"] is plain_bound
+    assert out["natent_all_identical"] and out["native_entry_captured"] and out["bounded_kept_instrumented"]
+    assert v["all"]["native_module"] == "entry" and v["all"]["launch_selection"]["native_module_entry"] == TT.BACK_TO_BACK
+    assert v["all"]["ratio"]["median"] == pytest.approx(1.06)
+    assert out["refusal"]["ok"] and out["released"]["unbounded"]
+    if plain_bound:
+        ap = v["all_plain"]
+        assert ap["native_module"] == "plain" and ap["graph_native"] == "all"
+        assert ap["launch_selection"]["native_module_plain"] == TT.BACK_TO_BACK == ap["launch_selection"]["captured_native"]
+        assert ap["launch_selection"]["native_module_entry"] == 0
+        assert ap["ratio"]["median"] == pytest.approx(1.0) and ap["device_ms"]["n"] == TT.PAIRS
+        assert out["plain_module_ratio_median"] == pytest.approx(1.0) and out["plain_module_captured"]
+        assert out["natent_all_plain_identical"]
+    else:
+        assert "all_plain" not in v and "plain_module_ratio_median" not in out

@@ -147,8 +147,12 @@ class World:
         s, b = self.s, self.b
         # HBF_GRAPH_NATIVE (wt/gnat15) is off here, as the original had no such knob: its count stays 0 and is compared
         # without it (the original's dict has no such key)
-        ls = {k: {f: x for f, x in v.items() if f != "captured_native"} for k, v in s.launch_selection.items()}
+        # nor HBF_NATIVE_MODULE (wt/natmod15, default "entry"): every native launch counted on the native entry
+        ls = {k: {f: x for f, x in v.items() if f not in ("captured_native", "native_module")}
+              for k, v in s.launch_selection.items()}
         assert all(v.get("captured_native", 0) == 0 for v in s.launch_selection.values())
+        assert all(v.get("native_module", "the original") in ("the original", {"entry": v["native_entry"], "plain": 0})
+                   for v in s.launch_selection.values())
         return {"launch_selection": ls, "word": dict(self.dev.word), "nodes": list(self.dev.nodes),
                 "attached": b.attached, "captured": b.captured, "last_stream": b.last_stream,
                 "refused": s.refused_launches, "unmodeled": s.unmodeled_launches,
