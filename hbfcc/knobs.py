@@ -51,6 +51,7 @@ class Knobs:
     merge_loads: bool = True       # HBFCC_MERGE_LOADS (default 1): adjacent loads of one span as one inline request
     inline_multi: bool = True      # HBFCC_INLINE_MULTI (default 1): inline sites re-check the descriptor's ranges
     inline_live: bool = True       # HBFCC_INLINE_LIVE (default 1): inline counters flushed at every until point
+    share_until: bool = True       # HBFCC_SHARE_UNTIL (default 1): an until asked for loads serves stores too, and back
     inline_time: bool = False      # HBFCC_INLINE_TIME (default 0): the served inline paths' own time (inline_ns)
     call_isolation: bool = False   # HBFCC_CALL_ISOLATION (default 0): registers live across helper calls saved to .local
     launch_bound: bool = True      # HBFCC_LAUNCH_BOUND (default 1): .maxntid keeps plain blocks launchable
@@ -92,6 +93,7 @@ def load() -> Knobs:
         merge_loads=env_bool("HBFCC_MERGE_LOADS", True),
         inline_multi=env_bool("HBFCC_INLINE_MULTI", True),
         inline_live=env_bool("HBFCC_INLINE_LIVE", True),
+        share_until=env_bool("HBFCC_SHARE_UNTIL", True),
         inline_time=env_bool("HBFCC_INLINE_TIME", False),
         call_isolation=env_bool("HBFCC_CALL_ISOLATION", False),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
@@ -190,6 +192,9 @@ DOCS: tuple[tuple[str, str, str], ...] = (
     ("HBFCC_INLINE_LIVE", "1", "a thread's inline counters go to the kernel's counters also where it asks "
      "__hb_inline_until (about once per activity period), so the live activity sees a running kernel's inline "
      "requests (issue 17; 0: at its exit only, as before)"),
+    ("HBFCC_SHARE_UNTIL", "1", "the until an inline site asks for (__hb_inline_until) serves both ops where the launch "
+     "descriptor serves loads and stores inline: one ask per thread instead of one per op (0: each op asks for its own, "
+     "as before)"),
     ("HBFCC_INLINE_TIME", "0", "1: each served inline path (an inline issue site, issue group or ready wait) reads "
      "%globaltimer again at its end and adds its time, on the warp's leader lane, to a register the flushes pass "
      "as inline_ns (helper ABI 8; the kernel counters' inline_ns, what overhead_ns is for the helpers); "

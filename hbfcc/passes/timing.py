@@ -454,6 +454,7 @@ class FunctionReport:
     issue_groups: int = 0            # groups of adjacent inline load issues (_group_code)
     multi_checks: int = 0            # multi-range re-checks (ABI 6: _multi_range_check), per site and per group
     live_flushes: int = 0            # until points that flush the thread's inline counters (HBFCC_INLINE_LIVE)
+    shared_untils: int = 0           # until asks whose answer serves the other op too (HBFCC_SHARE_UNTIL)
     timed_paths: int = 0             # served inline paths timed into inline_ns (HBFCC_INLINE_TIME; sites, groups, waits)
     grouped_issues: int = 0          # load issues in those groups
     moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
@@ -481,7 +482,8 @@ class FunctionReport:
                 "address_source": self.address_source, "memory_address_lines": self.memory_address_lines,
                 "hoisted_issues": self.hoisted_issues, "issue_groups": self.issue_groups,
                 "grouped_issues": self.grouped_issues, "multi_checks": self.multi_checks,
-                "live_flushes": self.live_flushes, "timed_paths": self.timed_paths,
+                "live_flushes": self.live_flushes, "shared_untils": self.shared_untils,
+                "timed_paths": self.timed_paths,
                 "moved_loads": self.moved_loads,
                 "group_calls": self.group_calls, "merged_requests": self.merged_requests,
                 "merged_sites": self.merged_sites, "tma": self.tma, "tma_hooks": self.tma_hooks,
@@ -667,8 +669,9 @@ class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
                  inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
                  tracks: bool = False, cluster: bool = False, multi: bool = True, live: bool = True,
-                 itime: bool = False, native_scope: bool = False, merge: bool = False):
+                 itime: bool = False, native_scope: bool = False, merge: bool = False, share_until: bool = True):
         self.hoist = hoist
+        self.share_until = share_until            # HBFCC_SHARE_UNTIL: an until asked for one op serves the other too
         self.native_scope = native_scope        # HBFCC_NATIVE_SCOPE: the native copy's registers its own (below)
         self.multi = multi and inline           # HBFCC_INLINE_MULTI: the multi-range re-check (ABI 6)
         self.move_loads = move_loads and hoist
@@ -860,14 +863,35 @@ class _FunctionRewriter:
         what came after the last until point (nothing counted twice, nothing lost). The same one call as before at
         the already rare point: no per-access cost, no new call site, the counters dead across it."""
         if not self.live:
-            return [_call("__hb_inline_until", [("b32", _I(op))], ret=until)]
+            return [_call("__hb_inline_until", [("b32", _I(op))], ret=until)] + self._share_until(until)
         self.report.live_flushes += 1
         return [_call("__hb_inline_until_live", [
                     ("b32", _I(op)), ("b32", _I(self.kidx)), ("b32", _R(R_ICR)), ("b32", _R(R_IGR)),
                     ("b64", _R(R_IBR)), ("b32", _R(R_ICW)), ("b64", _R(R_IBW)), ("b32", _R(R_IRW)),
                     ("b64", _R(R_ISL)), ("b64", self._inline_ns())], ret=until)] + \
             [_ins("mov", ("b64",), (_R(r), _I(0))) for r in (R_IBR, R_IBW, R_ISL) + ((R_INS,) if self.itime else ())] + \
-            [_ins("mov", ("b32",), (_R(r), _I(0))) for r in (R_ICR, R_IGR, R_ICW, R_IRW)]
+            [_ins("mov", ("b32",), (_R(r), _I(0))) for r in (R_ICR, R_IGR, R_ICW, R_IRW)] + \
+            self._share_until(until)
+
+    def _share_until(self, until: str) -> list[Statement]:
+        """HBFCC_SHARE_UNTIL (default 1): the until just asked for one op (loads R_IUR, stores R_IUW) becomes the
+        other op's too when the descriptor serves both inline (hbf_cdesc.inl_flags has HBF_CDI_READ and
+        HBF_CDI_WRITE). ``__hb_inline_until`` answers the same for either op but for that one flag (the thermal
+        snapshot's expiry or refresh point, a negative ask-again time, or never), so the copy changes no answer --
+        it only saves the other op's own ask: a kernel that loads and stores asked twice per thread (each until starts
+        at 0), a full call each (on an H100, stop 52: 2.25 asks per warp in the stream reduce, whose one store per
+        program asked for an until of its own; the asks and their flushes 26 % of the kernel's instructions).
+        Runs where the ask ran (the rare path); R_IH and R_IPB are free there (both set again before their next
+        read on every path that follows an ask)."""
+        if not self.share_until:
+            return []
+        other = R_IUW if until == R_IUR else R_IUR
+        both = abi.HBF_CDI_READ | abi.HBF_CDI_WRITE
+        self.report.shared_untils += 1
+        return [_ins("ld", ("const", "u32"), (_R(R_IH), Address(Symbol(abi.CDESC_GLOBAL), abi.CDESC_INL_FLAGS_OFF))),
+                _ins("and", ("b32",), (_R(R_IH), _R(R_IH), _I(both))),
+                _ins("setp", ("eq", "u32"), (_R(R_IPB), _R(R_IH), _I(both))),
+                _ins("mov", ("b64",), (_R(other), _R(until)), Guard(_R(R_IPB)))]
 
     def _inline_ns(self):
         """What the flushes pass as inline_ns (helper ABI 8): the thread's R_INS with HBFCC_INLINE_TIME, else 0."""
@@ -2345,6 +2369,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     itime = bool(meta.get("inline_time", False))
     native_scope = bool(meta.get("native_scope", False))
     merge = bool(meta.get("merge_loads", False))
+    share_until = bool(meta.get("share_until", True))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -2358,7 +2383,8 @@ def timing_pass(module: Module, meta: dict) -> Module:
     for it in module.items:
         if type(it) is Function and it.body is not None:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
-                                   fast_groups, tracks, cluster, multi, live, itime, native_scope, merge)
+                                   fast_groups, tracks, cluster, multi, live, itime, native_scope, merge,
+                                   share_until)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -2403,5 +2429,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "inline_time": itime,
         "native_scope": native_scope,
         "merge_loads": merge,
+        "share_until": share_until,
     }
     return replace(module, items=tuple(new_items))

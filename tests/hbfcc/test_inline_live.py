@@ -266,3 +266,83 @@ def test_twin_without_the_flush_the_live_activity_is_flat_until_exit():
     assert seen and all(s[1] == 0 and s[2] == 0 for s in seen)
     assert final.requests[abi.HBF_OP_LOAD] == warps * iters and final.requests[abi.HBF_OP_STORE] == warps * iters
     assert np.all(np.array(final.bytes) >= 0)
+
+
+# ---- HBFCC_SHARE_UNTIL: one ask serves both ops ------------------------------------------------------------------
+
+def share_lines(out: str, end: int) -> list[str]:
+    """The statements right after an ask's call block and its zeroing (the until shared with the other op)."""
+    z = end + sum(len(f"\tmov.b{64 if r in ('%__hb_ibr', '%__hb_ibw', '%__hb_isl') else 32} \t{r}, 0;\n")
+                  for r in zeroed_after(out, end))
+    return out[z:].split("\n")[:4]
+
+
+def run_share(lines: list[str], inl_flags: int, until: int, other: int, mine: str, theirs: str) -> int:
+    """The four share statements run for one thread: the descriptor's inl_flags word, the until just asked (in
+    ``mine``) and the other op's (in ``theirs``); returns the other op's until after them."""
+    regs = {mine: until, theirs: other}
+    for ln in lines:
+        ln = ln.strip().rstrip(";")
+        g = None
+        if ln.startswith("@"):
+            g, ln = ln.split(None, 1)
+        op, args = ln.split(None, 1)
+        a = [x.strip() for x in args.split(",")]
+        if g is not None and not regs[g[1:]]:
+            continue
+        if op == "ld.const.u32":
+            assert a[1] == f"[{abi.CDESC_GLOBAL}+{abi.CDESC_INL_FLAGS_OFF}]", a
+            regs[a[0]] = inl_flags
+        elif op == "and.b32":
+            regs[a[0]] = regs[a[1]] & int(a[2])
+        elif op == "setp.eq.u32":
+            regs[a[0]] = regs[a[1]] == int(a[2])
+        elif op == "mov.b64":
+            regs[a[0]] = regs[a[1]]
+        else:
+            raise AssertionError(f"unexpected statement {ln!r}")
+    return regs[theirs]
+
+
+def test_an_until_asked_for_one_op_serves_the_other():
+    """A thread that loads and stores asked for two untils (each starts at 0): the store at the end of a stream
+    kernel asked once more per warp, a whole __hb_inline_until_live call (stop 52's ncu: 2.25 asks per warp).
+    Now each ask's answer also becomes the other op's until -- only where the descriptor serves both ops inline
+    (inl_flags READ|WRITE), since that flag is all __hb_inline_until answers differently per op."""
+    out, meta = rewrite()
+    loop = out[out.index("$LOOP:"):out.index("bra \t$LOOP;")]
+    asks = call_blocks(loop, "__hb_inline_until_live")
+    assert len(asks) == 3 and meta["timing"]["functions"][0]["shared_untils"] == 3
+    both = abi.HBF_CDI_READ | abi.HBF_CDI_WRITE
+    for (s, e, args), mine, theirs in zip(asks, ("%__hb_iur", "%__hb_iur", "%__hb_iuw"),
+                                          ("%__hb_iuw", "%__hb_iuw", "%__hb_iur")):
+        lines = share_lines(loop, e)
+        assert lines[-1].strip() == f"@%__hb_ipb mov.b64 \t{theirs}, {mine};", lines
+        for flags in range(8):
+            for until in (123_456, -987_654, -0x7FFFFFFFFFFFFFFF):     # a deadline, an ask-again time, never
+                got = run_share(lines, flags, until, 42, mine, theirs)
+                assert got == (until if flags & both == both else 42), (flags, until, got)
+    off, meta_off = rewrite_share(False)
+    assert meta_off["timing"]["share_until"] is False and meta_off["timing"]["functions"][0]["shared_untils"] == 0
+    assert f"[{abi.CDESC_GLOBAL}+{abi.CDESC_INL_FLAGS_OFF}]" not in off[off.index(".visible .entry"):]
+    # everything else is the code of before: without the share statements the two builds are the same text
+    share = "".join("\n".join(share_lines(out, e)) + "\n" for _, e, _ in call_blocks(out, "__hb_inline_until_live"))
+    stripped = out
+    for ln in set(share.splitlines()):
+        stripped = stripped.replace(ln + "\n", "")
+    assert stripped == off
+
+
+def rewrite_share(share: bool) -> tuple[str, dict]:
+    meta = {"inline_issues": True, "group_issues": True, "hoist_issues": True, "inline_live": True,
+            "share_until": share}
+    return print_module(timing_pass(parse_module(GRID_STRIDE), meta)), meta
+
+
+def test_the_share_knob_reaches_the_pass(monkeypatch):
+    monkeypatch.setenv("HBFCC_SHARE_UNTIL", "0")
+    res = rewrite_text(GRID_STRIDE, filename="gs.ptx", link=False)
+    assert res.meta["timing"]["share_until"] is False
+    monkeypatch.delenv("HBFCC_SHARE_UNTIL")
+    res = rewrite_text(GRID_STRIDE, filename="gs.ptx", link=False)
+    assert res.meta["timing"]["share_until"] is True
