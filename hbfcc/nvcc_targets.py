@@ -19,6 +19,7 @@ Where JIT cannot apply (:func:`jit_plan` ``reason``), nothing changes: the calle
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
@@ -40,9 +41,8 @@ NO_JIT_OPTS = {
     "--fatbin": "a --fatbin output (the JIT build is for programs and objects)",
     "-ptx": "a -ptx output has no SASS to leave out",
     "--ptx": "a --ptx output has no SASS to leave out",
-    "--options-file": "an options file (its targets are not read)",
-    "-optf": "an options file (its targets are not read)",
 }
+OPTIONS_FILE_OPTS = ("--options-file", "-optf")
 RDC_OPTS = ("-rdc", "--relocatable-device-code")
 SOURCE_SUFFIXES = (".cu", ".ptx", ".cpp", ".cc", ".cxx", ".c")
 _REAL = re.compile(r"^sm_(\d+[a-z]?)$")
@@ -119,8 +119,39 @@ def _gencode_value(arch: str, codes: list[str]) -> str:
     return f"arch={arch},code=" + (codes[0] if len(codes) == 1 else "[" + ",".join(codes) + "]")
 
 
-def _refusal(tokens: Sequence[str]) -> Optional[str]:
-    """Why the whole command line cannot be built PTX-only, or None."""
+def _options_files(tokens: Sequence[str]) -> list[str]:
+    """The files of ``--options-file`` / ``-optf`` (each takes a comma list)."""
+    out: list[str] = []
+    for i, t in enumerate(tokens):
+        for opt in OPTIONS_FILE_OPTS:
+            v = t[len(opt) + 1:] if t.startswith(opt + "=") else \
+                (tokens[i + 1] if t == opt and i + 1 < len(tokens) else None)
+            if v is not None:
+                out += [x for x in v.split(",") if x]
+    return out
+
+
+def _read_options(path: str) -> Optional[list[str]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return shlex.split(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _refusal(tokens: Sequence[str], read_options=_read_options) -> Optional[str]:
+    """Why the whole command line cannot be built PTX-only, or None. An options file (CMake's includes) is read:
+    one naming a GPU target (it is not rewritten) or an option that needs SASS refuses."""
+    for f in _options_files(tokens):
+        inner = read_options(f)
+        if inner is None:
+            return f"an options file that cannot be read ({f})"
+        why = next((NO_JIT_OPTS[t] for t in inner if t in NO_JIT_OPTS), None)
+        if why is None and (_options_files(inner) or any(True for _ in _options(inner))
+                            or any(t.startswith(RDC_OPTS) for t in inner)):
+            why = "GPU targets, -rdc or an options file named in it (hbfcc does not rewrite options files)"
+        if why is not None:
+            return f"options file {f}: {why}"
     for i, t in enumerate(tokens):
         if t in NO_JIT_OPTS:
             return NO_JIT_OPTS[t]
@@ -183,11 +214,13 @@ def _translate(tokens: Sequence[str], seen_gencode: set, has_code: bool) -> tupl
     return out, codes, arch_only
 
 
-def jit_plan(args: Sequence[str], prepend: Sequence[str] = (), append: Sequence[str] = ()) -> JitPlan:
+def jit_plan(args: Sequence[str], prepend: Sequence[str] = (), append: Sequence[str] = (),
+             read_options=_read_options) -> JitPlan:
     """HBFCC_JIT's translation of nvcc's ``args`` and its NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS tokens
-    (nvcc reads them as if on the command line: before and after ``args``)."""
+    (nvcc reads them as if on the command line: before and after ``args``). ``read_options(path)``: an options
+    file's tokens, None when it cannot be read (default: the file, relative to the working directory)."""
     whole = list(prepend) + list(args) + list(append)
-    why = _refusal(whole)
+    why = _refusal(whole, read_options)
     if why is not None:
         return JitPlan(tuple(args), tuple(prepend), tuple(append), False, why, ())
     seen: set = set()

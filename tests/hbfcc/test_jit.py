@@ -98,7 +98,6 @@ def test_env_flags_translated():
     (["-arch=sm_90a", "-cubin"], "cubin"),
     (["-arch=sm_90a", "-fatbin"], "fatbin"),
     (["-arch=sm_90a", "-ptx"], "ptx"),
-    (["-arch=sm_90a", "--options-file", "f.txt"], "options file"),
     (["-gencode", "sm_90a"], "arch=...,code=..."),
 ])
 def test_refusals_leave_the_command_line(args, why):
@@ -107,6 +106,25 @@ def test_refusals_leave_the_command_line(args, why):
     assert not p.applied and why in p.reason
     assert (list(p.args), list(p.prepend), list(p.append)) == (full, ["-O3"], ["-lineinfo"])
     assert p.record()["applied"] is False and p.record()["targets"] == []
+
+
+@pytest.mark.parametrize("content,why", [
+    ("-I/x -DFOO=1", None),                                  # CMake's includes_CUDA.rsp: read, applies
+    ("-arch=sm_90a", "GPU targets"),
+    ("-gencode arch=compute_90a,code=sm_90a", "GPU targets"),
+    ("-rdc=true", "GPU targets, -rdc"),
+    ("-dc", "relocatable"),
+    (None, "cannot be read"),
+])
+def test_options_files(content, why):
+    files = {"inc.rsp": content}
+    for form in (["--options-file", "inc.rsp"], ["--options-file=inc.rsp"], ["-optf", "inc.rsp"]):
+        p = jit_plan(["-arch=sm_90a", *form, "-c", "k.cu"], read_options=lambda f: None if files.get(f) is None
+                     else files[f].split())
+        if why is None:
+            assert p.applied and list(p.args) == ["-arch=compute_90a", "-code=compute_90a", *form, "-c", "k.cu"]
+        else:
+            assert not p.applied and why in p.reason and "inc.rsp" in p.reason
 
 
 def test_link_only_step_refused():
