@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import resource
-import shutil
 import statistics
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from hbfcc_ptxas_threads import FIX, _hbfcc, _timed  # noqa: E402
+from hbfcc_ptxas_threads import _hbfcc, _timed, fixtures  # noqa: E402
 
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
 
@@ -59,19 +58,15 @@ def main() -> int:
     a = ap.parse_args()
     if a.reps < 1:
         ap.error("--reps >= 1")
-    srcs = sorted(FIX.glob("*.cu"))
-    if a.only:
-        want = {x.strip() for x in a.only.split(",")}
-        srcs = [s for s in srcs if s.stem in want]
-        if not srcs:
-            ap.error(f"--only {a.only}: no such fixture in {FIX}")
-    nvcc = shutil.which("nvcc")
-    if not nvcc:
-        ap.error("no nvcc on PATH")
+    srcs, nvcc = fixtures(ap, a.only)
     hb = _hbfcc()
     res: dict = {"what": "nvcc -c build wall/CPU time and object size: plain, hbfcc eager (SASS), HBFCC_JIT=1 (PTX)",
                  "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "cpus": len(os.sched_getaffinity(0)),
                  "arch": a.arch, "reps": a.reps, "variants": list(VARIANTS),
+                 # hbfcc's two Python processes per build (the wrapper, nvcc's ptxas shim) compile hbfcc's sources
+                 # again on every start where bytecode is not written (~0.1 s each on the 2-core box)
+                 "python_bytecode_written": not os.environ.get("PYTHONDONTWRITEBYTECODE"),
+                 "pycache_prefix": os.environ.get("PYTHONPYCACHEPREFIX"),
                  "command": " ".join(["python3", "bench/hbfcc_jit_buildcost.py"] + sys.argv[1:]), "fixtures": {}}
     with tempfile.TemporaryDirectory(prefix="hbfcc-jit.") as d:
         work = Path(d)
