@@ -255,3 +255,38 @@ def test_jit_through_nvcc_prepend_flags(tmp_path):
 def test_bad_knob_value(tmp_path):
     cp = _hbfcc(["-arch=sm_90a", "-c", str(VECTOR), "-o", "b.o"], tmp_path, HBFCC_JIT="maybe")
     assert cp.returncode != 0 and "HBFCC_JIT" in cp.stderr and "Traceback" not in cp.stderr
+
+
+def test_check_step_bound_only_with_the_knob(tmp_path):
+    """hbfcc-ptxas as nvcc's PTX check step (-arch=compute_90a, rewritten in place): with HBFCC_JIT=1 the entries get
+    the bound from a plain sm_90a build; without it (an SASS build's extra PTX) none; HBFCC_LAUNCH_BOUND=0 none."""
+    ptx = U.compile_cu(VECTOR.read_text(), arch="compute_90a")
+    got = {}
+    for name, kw in (("jit", {"HBFCC_JIT": "1"}), ("eager", {}), ("off", {"HBFCC_JIT": "1", "HBFCC_LAUNCH_BOUND": "0"})):
+        p = tmp_path / f"{name}.ptx"
+        p.write_text(ptx)
+        cp = subprocess.run([U.console("hbfcc-ptxas"), "-arch=compute_90a", "-m64", str(p)], capture_output=True,
+                            text=True, cwd=tmp_path, env=_env(tmp_path, HBFCC_NVCC_STEP="1", HBFCC_SIDECAR="1",
+                                                              HBFCC_REAL_PTXAS=U.tool("ptxas"), **kw))
+        assert cp.returncode == 0, cp.stderr
+        text = p.read_text()
+        assert "__hb_issue" in text
+        doc = json.loads((tmp_path / f"{name}.ptx.hbfcc.json").read_text())
+        got[name] = (re.findall(r"\.maxntid\s+(\d+)", text), doc["build"].get("jit_launch_bound"),
+                     [(k.get("launch_bound") or {}).get("applied") for k in doc["kernels"]])
+    assert got["jit"] == (["1024"] * 3, {"plain_target": "sm_90a", "plain_build": True}, [True] * 3)
+    assert got["eager"] == ([], None, [None] * 3)
+    assert got["off"] == ([], None, [None] * 3)
+
+
+def test_compile_and_link_records_jit(tmp_path):
+    """One nvcc call that compiles and links a program: the link record carries ``jit`` too."""
+    (tmp_path / "app.cu").write_text(r"""
+__global__ void k(float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] += 1.0f; }
+int main() { return 0; }
+""")
+    cp = _hbfcc(["-arch=sm_90a", "app.cu", "-o", "app"], tmp_path, HBFCC_JIT="1")
+    assert cp.returncode == 0, cp.stderr
+    doc = json.loads((tmp_path / "app.hbfcc.json").read_text())
+    assert doc["schema"] == "hbfcc.admission.link" and doc["admitted"]
+    assert doc["jit"] == {"requested": True, "applied": True, "reason": None, "targets": ["compute_90a"]}
