@@ -16,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hbfcc_testutil as U  # noqa: E402
 
 from hbfcc import artifact, nvcc_targets  # noqa: E402
+from test_cli_nvcc import hbfcc_env as _env  # noqa: E402  (HBFCC_JIT, NVCC_*_FLAGS cleared)
+from test_cli_nvcc import run_hbfcc as _hbfcc  # noqa: E402
 from hbfcc.nvcc_targets import jit_plan, virtual  # noqa: E402
 
 VECTOR = U.REPO / "tests" / "fixtures" / "cuda" / "vector.cu"
@@ -141,20 +143,6 @@ def test_not_requested_record():
 
 
 # ---- real builds (CUDA 13 nvcc) ------------------------------------------------------------------------------
-
-def _env(tmp_path, **kw):
-    base = {"HBFCC_ARTIFACT_DIR": tmp_path / "store", "HBFCC_CACHE_DIR": tmp_path / "cache",
-            "HBFCC_HELPER_PTX": U.real_helper_ptx() or U.fixture_helper_ptx(),
-            "NVCC_PREPEND_FLAGS": None, "NVCC_APPEND_FLAGS": None, "HBFCC_JIT": None}
-    base.update(kw)
-    return U.env_with(**base)
-
-
-def _hbfcc(args, tmp_path, **kw):
-    U.tool("nvcc")
-    return subprocess.run([U.console("hbfcc"), *args], capture_output=True, text=True, cwd=tmp_path,
-                          env=_env(tmp_path, **kw))
-
 
 def _ptx(entry) -> bytes:
     assert not entry["compressed"], "build with --no-compress"
