@@ -20,6 +20,8 @@ plain build's 0.20 ms at n = 64 Ki: a load time, not a kernel cost). Writes
 
     python3 bench/capi_sample.py                      # GPU (an H200): builds, runs, checks, writes the JSON
     python3 bench/capi_sample.py --build-only         # CPU: configure + build both variants, check the record
+    python3 bench/capi_sample.py --jit --profile ocp-sg1 --n 262144 --reps 3 --out $OUT/capi_jit.json
+        # GPU: the hbfcc variant built with HBFCC_JIT=1 (PTX only); its first load timed on an empty driver cache
     python3 bench/capi_sample.py --hunt 8 --run-timeout 20 --work /tmp/capiw --out $OUT/capi/hunt.json
         # GPU: the modeled run 8 times over --hunt-sizes; one that does not end is looked at (daemon status twice,
         # summary, log, program output) before it is killed (2026-12-05: found the reference ring's deadlock)
@@ -81,11 +83,12 @@ def _hbfcc(work: Path) -> str:
     return str(cli_wrapper(work / "bin" / "hbfcc"))
 
 
-def build(kind: str, work: Path, arch: str, reuse: bool = False) -> tuple[Path, float]:
+def build(kind: str, work: Path, arch: str, reuse: bool = False, jit: bool = False) -> tuple[Path, float]:
     """Configure and build the sample with CUDACXX = nvcc (plain) or hbfcc; (program, seconds). With ``reuse`` a
-    program already built in ``work`` is kept (0 seconds)."""
+    program already built in ``work`` is kept (0 seconds). ``jit``: the hbfcc build with HBFCC_JIT=1 (PTX only, in
+    its own folder ``hbfcc_jit``); else HBFCC_JIT is left out of the build's environment."""
     from runtime_cuda.capi import cmake_dir  # noqa: PLC0415
-    b = work / kind
+    b = work / (kind + ("_jit" if jit else ""))
     if reuse and (b / "capi_sample").exists():
         return b / "capi_sample", 0.0
     shutil.rmtree(b, ignore_errors=True)
@@ -93,11 +96,55 @@ def build(kind: str, work: Path, arch: str, reuse: bool = False) -> tuple[Path, 
     if not cxx or not Path(cxx).exists():
         raise SystemExit(f"no CUDA compiler for the {kind} build ({cxx})")
     env = _env(CUDACXX=cxx)
+    env.pop("HBFCC_JIT", None)
+    if jit:
+        env["HBFCC_JIT"] = "1"
     t = time.monotonic()
     _run(["cmake", "-S", SAMPLE, "-B", b, f"-Dhbfsim_DIR={cmake_dir()}", f"-DPython3_EXECUTABLE={sys.executable}",
           f"-DCMAKE_CUDA_ARCHITECTURES={arch}", "-DCMAKE_BUILD_TYPE=Release"], env=env)
     _run(["cmake", "--build", b, "-j4"], env=env)
     return b / "capi_sample", time.monotonic() - t
+
+
+def jit_record(b: Path) -> dict:
+    """What the objects' records (``<obj>.hbfcc.json`` under the build folder ``b``) say of HBFCC_JIT, and the
+    program's embedded images (``cuobjdump --list-elf --list-ptx`` when it is on PATH or beside nvcc)."""
+    objs = sorted(b.rglob("*.o.hbfcc.json"))
+    recs = [json.loads(p.read_text()) for p in objs]
+    out: dict = {"objects": len(recs), "jit": [r.get("jit") for r in recs],
+                 "applied": bool(recs) and all((r.get("jit") or {}).get("applied") for r in recs),
+                 "admitted": bool(recs) and all(r["admitted"] for r in recs)}
+    nvcc = shutil.which("nvcc")
+    cuobjdump = shutil.which("cuobjdump") or (str(Path(os.path.realpath(nvcc)).with_name("cuobjdump")) if nvcc else None)
+    prog = b / "capi_sample"
+    if cuobjdump and Path(cuobjdump).exists() and prog.exists():
+        cp = subprocess.run([cuobjdump, "--list-elf", "--list-ptx", str(prog)], capture_output=True, text=True)
+        lines = (cp.stdout + cp.stderr).splitlines()
+        out["images"] = {"elf": sum("ELF file" in ln for ln in lines), "ptx": sum("PTX file" in ln for ln in lines),
+                         "listing": lines[:20]}
+    return out
+
+
+def first_load(a: argparse.Namespace, plain: Path, hb: Path, work: Path, cache: Path) -> dict:
+    """HBFCC_JIT: the program's process wall time with an EMPTY driver compute cache (``CUDA_CACHE_PATH`` =
+    ``cache``, fresh: the driver JIT-compiles the rewritten PTX at the module load, CUDA_MODULE_LOADING=EAGER) and
+    again with it filled (the cached machine code), native runs; the plain build's run beside them (SASS, no JIT)."""
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    env = _env(CUDA_MODULE_LOADING="EAGER", CUDA_CACHE_PATH=str(cache))
+    env.pop("CUDA_CACHE_DISABLE", None)
+    args = ["--n", str(a.n), "--iters", str(a.iters)]
+    out: dict = {"cuda_cache_path": str(cache)}
+    for name, prog in (("first_load", hb), ("cached", hb), ("cached_again", hb), ("plain", plain)):
+        t = time.monotonic_ns()
+        cp = _run([prog, "--native", "--out", work / f"jit_{name}.bin", *args], env=env, timeout=a.run_timeout)
+        out[f"{name}_wall_ns"] = time.monotonic_ns() - t
+        out[f"{name}_elapsed_ms"] = float(ELAPSED_RE.search(cp.stdout).group(1))
+    out["jit_cost_ns"] = out["first_load_wall_ns"] - out["cached_wall_ns"]
+    out["cache_bytes"] = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file())
+    ref = (work / "jit_plain.bin").read_bytes()
+    out["identical"] = all((work / f"jit_{n}.bin").read_bytes() == ref for n in ("first_load", "cached"))
+    return out
 
 
 def _spread(xs: list[float]) -> dict:
@@ -114,6 +161,10 @@ def run_gpu(a: argparse.Namespace, plain: Path, hb: Path, work: Path) -> dict:
     args = ["--n", str(a.n), "--iters", str(a.iters)]
     out: dict = {"runs": {}, "cuda_module_loading": "EAGER"}
     run_env = _env(CUDA_MODULE_LOADING="EAGER")
+    if a.jit:       # the first load (JIT) measured on an empty compute cache; the runs below then load from it
+        cache = work / "cuda_cache_jit"
+        out["jit_load"] = first_load(a, plain, hb, work, cache)
+        run_env["CUDA_CACHE_PATH"] = str(cache)
     ref = work / "plain.bin"
     times = {"plain_native": [], "hbfcc_native": [], "hbfcc_modeled": []}
     for _ in range(a.reps):
@@ -150,7 +201,8 @@ def run_gpu(a: argparse.Namespace, plain: Path, hb: Path, work: Path) -> dict:
     out["summary"] = str(keep.relative_to(REPO)) if keep.is_relative_to(REPO) else str(keep)
     out["ok"] = bool(out["identical_native"] and out["identical_modeled"] and counters
                      and all(c.get("requests", 0) > 0 for c in counters)
-                     and all(b[0] >= 1 and b[2] == 3 for b in binds))
+                     and all(b[0] >= 1 and b[2] == 3 for b in binds)
+                     and (not a.jit or out["jit_load"]["identical"]))
     return out
 
 
@@ -242,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hunt", type=int, default=0, metavar="R",
                     help="only the modeled run, R times over --hunt-sizes, each looked at if it does not end")
     ap.add_argument("--hunt-sizes", default="262144,1048576,4194304", help="--n of the hunt's runs, cycled")
+    ap.add_argument("--jit", action="store_true",
+                    help="build the hbfcc variant with HBFCC_JIT=1 (PTX only: the driver JIT-compiles the rewritten "
+                         "PTX at the first load); on the GPU the first load is timed on an empty CUDA_CACHE_PATH")
     a = ap.parse_args(argv)
     if a.n <= 0 or a.iters <= 0 or a.reps <= 0:
         ap.error("--n, --iters and --reps must be > 0")
@@ -259,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     try:
         plain, t_plain = build("plain", work, a.arch, reuse=a.reuse_build)
-        hb, t_hb = build("hbfcc", work, a.arch, reuse=a.reuse_build)
+        hb, t_hb = build("hbfcc", work, a.arch, reuse=a.reuse_build, jit=a.jit)
         if a.hunt:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
             res = hunt(a, hb, work)
@@ -274,13 +329,17 @@ def main(argv: list[str] | None = None) -> int:
                "build_s": {"plain": round(t_plain, 2), "hbfcc": round(t_hb, 2)},
                "record": {"kernels": [k["name"] for k in rec["kernels"]], "admitted": rec["admitted"]},
                "no_plain_record": not Path(str(plain) + ".hbfcc.json").exists()}
+        if a.jit:
+            res["jit"] = jit_record(hb.parent)
         if a.build_only:
             print(json.dumps(res, indent=1))
-            return 0 if rec["admitted"] and res["no_plain_record"] else 1
+            return 0 if rec["admitted"] and res["no_plain_record"] and (not a.jit or (
+                res["jit"]["applied"] and res["jit"].get("images", {}).get("elf", 0) == 0)) else 1
         res.update(run_gpu(a, plain, hb, work))
         atomic_write_json(a.out, res, indent=1, end="\n")
         print(json.dumps({k: res[k] for k in ("ok", "identical_native", "identical_modeled", "times_ms",
-                                              "counters_median", "bind")}, indent=1, default=str))
+                                              "counters_median", "bind", "jit", "jit_load") if k in res},
+                         indent=1, default=str))
         return 0 if res["ok"] else 1
     finally:
         if not a.work:

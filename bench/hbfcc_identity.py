@@ -254,10 +254,17 @@ def sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
+class _Skip(Exception):
+    """A part of the run left out on purpose (its reason recorded)."""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "bench" / "results"))
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--jit", action="store_true",
+                    help="the nvcc program only, its hbfcc build with HBFCC_JIT=1 (PTX only: the driver JIT-compiles "
+                         "the rewritten PTX at the load, on an empty CUDA_CACHE_PATH); writes hbfcc_identity_jit.json")
     ns = ap.parse_args()
     out_dir = Path(ns.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -272,6 +279,9 @@ def main() -> int:
     env["HBFCC_HELPER_PTX"] = str(helper)
     real_ptxas = shutil.which("ptxas") or os.path.join(os.path.dirname(os.path.realpath(shutil.which("nvcc") or "")), "ptxas")
     env["HBFCC_REAL_PTXAS"] = real_ptxas
+    env.pop("HBFCC_JIT", None)
+    if ns.jit:
+        env["HBFCC_JIT"] = "1"
     py = sys.executable
     # hbfcc / hbfcc-ptxas as executables (works without an installed venv)
     for name, sub in (("hbfcc", ""), ("hbfcc-ptxas", "ptxas ")):
@@ -302,9 +312,15 @@ def main() -> int:
     res["nvcc_artifact"] = {"admitted": art["admitted"], "modules": len(art["modules"]),
                             "kernels": {k["name"]: {"admitted": k["admitted"], "sites": k["sites"],
                                                     "waits": k["waits"], "reasons": k["not_admitted_reasons"]}
-                                        for m in art["modules"] if m["ptxas"] and (m["ptxas"].get("target") or "").startswith("sm_")
+                                        for m in art["modules"] if m["ptxas"] and (m["ptxas"].get("target") or "").startswith(
+                                            "compute_" if ns.jit else "sm_")
                                         for k in m["kernels"]}}
-    res["nvcc_hbf_binary_has_hb_issue"] = b"__hb_issue" in (work / "prog_hbf").read_bytes()
+    if ns.jit:      # PTX only, compressed in the fatbin: the record says what was embedded (its rewritten modules)
+        res["jit"] = art.get("jit")
+        res["nvcc_hbf_binary_has_hb_issue"] = bool((art.get("jit") or {}).get("applied")) and all(
+            m["input"]["transformed_sha256"] != m["input"]["original_sha256"] for m in art["modules"])
+    else:
+        res["nvcc_hbf_binary_has_hb_issue"] = b"__hb_issue" in (work / "prog_hbf").read_bytes()
     if ns.build_only:
         res["build_only"] = True
         print(json.dumps(res, indent=1))
@@ -312,7 +328,13 @@ def main() -> int:
     # ---- run the nvcc programs -----------------------------------------------------------------
     try:
         cp_p = sh([work / "prog_plain", work / "plain.bin"])
-        cp_h = sh([work / "prog_hbf", work / "hbf.bin"])
+        henv = None
+        if ns.jit:          # an empty driver compute cache: this run JIT-compiles the rewritten PTX
+            henv = dict(os.environ, CUDA_CACHE_PATH=str(work / "cuda_cache"))
+            henv.pop("CUDA_CACHE_DISABLE", None)
+        t0 = time.monotonic_ns()
+        cp_h = sh([work / "prog_hbf", work / "hbf.bin"], env=henv)
+        res["hbf_run_wall_ns"] = time.monotonic_ns() - t0
         tp, th = json.loads(cp_p.stdout.strip().splitlines()[-1]), json.loads(cp_h.stdout.strip().splitlines()[-1])
         res["nvcc"] = {"output_bytes": (work / "plain.bin").stat().st_size,
                        "identical": (work / "plain.bin").read_bytes() == (work / "hbf.bin").read_bytes(),
@@ -321,6 +343,8 @@ def main() -> int:
     except BaseException as e:
         res["nvcc"] = {"error": f"{type(e).__name__}: {e}"[-3000:], "identical": False, "kernel_ms_median": {}}
     try:
+        if ns.jit:
+            raise _Skip("--jit: the nvcc program only (HBFCC_JIT is an nvcc build mode)")
         # ---- Triton ------------------------------------------------------------------------------
         tsrc = work / "triton_identity.py"
         tsrc.write_text(TRITON_SRC)
@@ -354,6 +378,8 @@ def main() -> int:
                                                 for v in outs["hbfcc"]["kernels"].values())
         tri["all_identical"] = all_tri
         res["triton"] = tri
+    except _Skip as e:
+        res["triton"] = tri = {"skipped": str(e), "all_identical": True, "all_instrumented": True, "outputs": {}}
     except BaseException as e:  # record and go on: the nvcc half still counts
         res["triton"] = {"error": f"{type(e).__name__}: {e}"[-3000:], "all_identical": False,
                          "all_instrumented": False, "outputs": {}}
@@ -361,8 +387,8 @@ def main() -> int:
     res["identical_all"] = bool(res["nvcc"]["identical"] and tri["all_identical"])
     res["instrumented_all"] = tri["all_instrumented"] and res["nvcc_hbf_binary_has_hb_issue"]
     res["wall_s"] = round(time.time() - t_start, 1)
-    res["command"] = "python3 bench/hbfcc_identity.py"
-    p = out_dir / "hbfcc_identity_h200.json"
+    res["command"] = "python3 bench/hbfcc_identity.py" + (" --jit" if ns.jit else "")
+    p = out_dir / ("hbfcc_identity_jit.json" if ns.jit else "hbfcc_identity_h200.json")
     p.write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps({"identical_all": res["identical_all"], "instrumented_all": res["instrumented_all"],
                       "nvcc_identical": res["nvcc"]["identical"], "triton": {k: v["identical"] for k, v in tri["outputs"].items()},

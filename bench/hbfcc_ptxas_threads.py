@@ -41,6 +41,21 @@ def _timed(argv: list[str], env: dict, cwd: Path) -> float:
     return dt
 
 
+def fixtures(ap: argparse.ArgumentParser, only: str) -> tuple[list[Path], str]:
+    """(the CUDA fixtures: every tests/fixtures/cuda/*.cu, or the stems of ``only``'s comma list; nvcc); ``ap.error``
+    where none matches or nvcc is not on PATH."""
+    srcs = sorted(FIX.glob("*.cu"))
+    if only:
+        want = {x.strip() for x in only.split(",")}
+        srcs = [s for s in srcs if s.stem in want]
+        if not srcs:
+            ap.error(f"--only {only}: no such fixture in {FIX}")
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        ap.error("no nvcc on PATH")
+    return srcs, nvcc
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -52,15 +67,7 @@ def main() -> int:
     values = [v.strip() for v in a.values.split(",") if v.strip()]
     if len(values) < 2 or a.reps < 1:
         ap.error("--values needs two or more values, --reps >= 1")
-    srcs = sorted(FIX.glob("*.cu"))
-    if a.only:
-        want = {x.strip() for x in a.only.split(",")}
-        srcs = [s for s in srcs if s.stem in want]
-        if not srcs:
-            ap.error(f"--only {a.only}: no such fixture in {FIX}")
-    nvcc = shutil.which("nvcc")
-    if not nvcc:
-        ap.error("no nvcc on PATH")
+    srcs, nvcc = fixtures(ap, a.only)
     hb = _hbfcc()
     res: dict = {"what": "hbfcc build wall time per HBFCC_PTXAS_THREADS value, interleaved, + plain nvcc",
                  "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "cpus": len(os.sched_getaffinity(0)),

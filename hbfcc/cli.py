@@ -31,7 +31,7 @@ from . import helpers as H
 from .ptxas_args import entered as _ptxas_entered
 from .ptxas_args import out_path as _out_path
 from .ptxas_args import parse as _ptxas_args
-from .ptxas_args import split_compile
+from .ptxas_args import jit_real_target, split_compile, with_arch
 
 log = logging.getLogger("hbfcc")
 
@@ -271,6 +271,10 @@ def _ptxas(args: list[str]) -> int:
         choice, instead_of = _newer_ptx(in_path, got, choice, cap)
         real, cap = choice.path, max_ptx_version(choice.path)
     sass = arch is not None and not arch.startswith("compute_")
+    # HBFCC_JIT=1, one of nvcc's PTX check steps (-arch=compute_XX): the driver assembles this PTX at the first load,
+    # so the launch bound an SASS build decides is decided here, from a plain build for the real target sm_XX
+    jit_target = jit_real_target(arch) if k.jit and k.nvcc_step and k.launch_bound and not k.occupancy_guard \
+        else None
     # -c / --compile-only (nvcc -rdc): the linked helpers module-local, within their callers' caps (hbfcc/rdc.py)
     reloc, ucaps = rdc.relocatable(args), rdc.user_caps(args)
     # HBFCC_LINK=separate (hbfcc/seplink.py): decided here for what the call asks, after the rewrite for
@@ -298,10 +302,10 @@ def _ptxas(args: list[str]) -> int:
     wargs[inputs[0]] = work
     try:
         # HBFCC_DEFER=1: the baseline build IS the output (the plain cubin), so it always runs
-        if (k.baseline or k.defer != "0" or (use_sep and k.separate_cap is None)) and sass:
+        if ((k.baseline or k.defer != "0" or (use_sep and k.separate_cap is None)) and sass) or jit_target:
             bin_ = os.path.join(tmpdir, "orig.ptx")
             Path(bin_).write_text(original)
-            bargs = list(args)
+            bargs = with_arch(args, jit_target) if jit_target else list(args)
             bargs[inputs[0]] = bin_
             if out_idx is not None:
                 if bargs[out_idx].startswith("--output-file="):
@@ -447,6 +451,9 @@ def _ptxas(args: list[str]) -> int:
         from .toolchain import sha256_file
         doc["build"] = {"marker": marker_line(),
                         "output_sha256": sha256_file(out_path) if out_path and os.path.isfile(out_path) else None}
+        if jit_target:                   # HBFCC_JIT: the plain build that gave the launch bound's registers
+            doc["build"]["jit_launch_bound"] = {"plain_target": jit_target,
+                                                "plain_build": before is not None}
         if k.defer != "0":               # HBFCC_DEFER asked, this module built eagerly: why
             doc["build"]["eager_because"] = defer_why
         # the plain cubin (the baseline build) kept for the runtime's HBF_NATIVE_MODULE=plain, or why not
@@ -935,6 +942,28 @@ def _nosink(k: knobs.Knobs) -> knobs.Knobs:
     return dataclasses.replace(k, sink=None)
 
 
+def _jit_targets(args: list[str], env: dict) -> tuple[list[str], dict]:
+    """HBFCC_JIT=1 (hbfcc/nvcc_targets.py): every real GPU target of the command line and of NVCC_PREPEND_FLAGS /
+    NVCC_APPEND_FLAGS (rewritten in ``env``, nvcc's environment) made virtual, so nvcc embeds the rewritten PTX
+    only and the driver JIT-compiles it at the first load; where that cannot apply, a warning and the command line
+    as it was. HBFCC_JIT in ``env`` then says whether it applied (hbfcc-ptxas decides the launch bound of nvcc's
+    PTX check steps by it). (arguments, the nvcc record's ``jit`` field)."""
+    from . import nvcc_targets
+    if not knobs.load().jit:
+        return args, nvcc_targets.not_requested()
+    pre, app = (shlex.split(env.get(v, "")) for v in ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS"))
+    plan = nvcc_targets.jit_plan(args, pre, app)
+    env["HBFCC_JIT"] = "1" if plan.applied else "0"
+    if not plan.applied:
+        log.warning("HBFCC_JIT=1: %s; building the SASS as without it", plan.reason)
+        return args, plan.record()
+    for var, old, new in (("NVCC_PREPEND_FLAGS", pre, plan.prepend), ("NVCC_APPEND_FLAGS", app, plan.append)):
+        if list(new) != old:
+            env[var] = shlex.join(new)
+    log.info("HBFCC_JIT=1: PTX only for %s", ", ".join(plan.targets))
+    return list(plan.args), plan.record()
+
+
 def _is_ptx_mode(args: Sequence[str]) -> bool:
     return "-ptx" in args or "--ptx" in args
 
@@ -966,8 +995,9 @@ def nvcc_main(args: list[str]) -> int:
     if real is None:
         real = find_real_nvcc()
     nvcc = shadow_nvcc(real)
-    sink = Path(tempfile.mkdtemp(prefix="hbfcc-sink."))
     env = dict(os.environ)
+    args, jit = _jit_targets(args, env)
+    sink = Path(tempfile.mkdtemp(prefix="hbfcc-sink."))
     env[knobs.ENV_SINK] = str(sink)
     try:
         args = _prerewrite_ptx_inputs(args, sink)
@@ -984,7 +1014,7 @@ def nvcc_main(args: list[str]) -> int:
             _ptx_mode_artifact(args, docs)
             return 0
         if not any(a in _COMPILE_ONLY for a in args):     # a link step (maybe compile + link)
-            _link_artifact(args, real, docs)
+            _link_artifact(args, real, docs, jit)
             return 0
         out = _nvcc_output(args)
         if docs and out:
@@ -992,7 +1022,7 @@ def nvcc_main(args: list[str]) -> int:
             combined = {"schema": artifact.SCHEMA_ID + ".nvcc", "schema_version": artifact.SCHEMA_VERSION,
                         "nvcc_argv": [real] + list(args), "output": out,
                         "admitted": all(kk["admitted"] for kk in kernels), "kernels": kernels,
-                        "targets": targets, "modules": docs}
+                        "targets": targets, "jit": jit, "modules": docs}
             artifact.write(combined, Path(out + ".hbfcc.json"))
             warn_not_admitted(kernels, f" in {out}")
         return 0
@@ -1110,7 +1140,7 @@ def _link_inputs(args: Sequence[str]) -> list[str]:
     return out
 
 
-def _link_artifact(args: Sequence[str], real: str, docs: list) -> None:
+def _link_artifact(args: Sequence[str], real: str, docs: list, jit: Optional[dict] = None) -> None:
     """After an nvcc link (or compile + link): resolve admission across the modules compiled by
     this command (``docs``) and those of the input objects' artifacts."""
     out = _nvcc_output(args) or "a.out"
@@ -1125,6 +1155,8 @@ def _link_artifact(args: Sequence[str], real: str, docs: list) -> None:
             docs += d.get("modules", [d])
     if docs:
         doc = artifact.resolve_link(docs, output=out, argv=[real] + list(args))
+        if jit is not None:
+            doc["jit"] = jit
         artifact.write(doc, Path(out + ".hbfcc.json"))
         warn_not_admitted(doc["kernels"], f" in {out}")
         refused_in_a_module = {x["name"] for m in docs for x in m.get("kernels", []) if not x["admitted"]}

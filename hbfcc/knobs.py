@@ -67,6 +67,8 @@ class Knobs:
     ptxas_threads: int = 0         # HBFCC_PTXAS_THREADS (auto|N): ptxas -split-compile for a rewritten module; 0 = auto
     defer: str = "0"               # HBFCC_DEFER (0|1|rewrite): hbfcc-ptxas assembles the original; the rewrite's build
                                    # later (1), or the rewrite itself later too (rewrite): hbfcommon/deferred.py
+    jit: bool = False              # HBFCC_JIT (default 0): the nvcc wrapper builds PTX only (hbfcc/nvcc_targets.py);
+                                   # the driver JIT-compiles the rewritten PTX at the first load
 
 
 def load() -> Knobs:
@@ -106,6 +108,7 @@ def load() -> Knobs:
         separate_cap=parse_separate_cap(os.environ.get("HBFCC_SEPARATE_CAP")),
         defer=_choice("HBFCC_DEFER", "0", DEFER_CHOICES),
         ptxas_threads=parse_ptxas_threads(os.environ.get("HBFCC_PTXAS_THREADS")),
+        jit=env_bool("HBFCC_JIT", False),
     )
 
 
@@ -236,6 +239,12 @@ DOCS: tuple[tuple[str, str, str], ...] = (
      "the caller passed -split-compile itself): the helpers are assembled again for every kernel, and the kernels "
      "assemble in parallel; the machine code is identical (only the cubin's tool note records the option). auto: the "
      "CPUs this process may run on, at most the module's entries; 1: not added"),
+    ("HBFCC_JIT", "0", "1: hbfcc (the nvcc wrapper) builds every real GPU target sm_XX as its virtual compute_XX "
+     "(PTX only, the REWRITTEN PTX embedded): the build costs about a plain one, and the CUDA driver JIT-compiles "
+     "the instrumented PTX when the program first loads the module (its compute cache keeps it). The launch bound "
+     "is decided as in an SASS build (a plain sm_XX build of the original PTX gives the registers). Not for -rdc / "
+     "-dc / -dlink, -cubin / -fatbin / -ptx outputs, -arch=all|all-major|native, no target named, or a link-only "
+     "step: there a warning, the SASS build, and the reason in <out>.hbfcc.json (jit)"),
     ("HBFCC_LOG", "WARNING", "log level"),
 )
 

@@ -68,6 +68,31 @@ def parse(args: list[str]) -> tuple[list[int], Optional[int], Optional[str]]:
     return inputs, out_idx, arch
 
 
+def with_arch(args: list[str], arch: str) -> list[str]:
+    """``args`` with every target option (``-arch=X``, ``-arch X``, ``-archX``, ``--gpu-name[=] X``) naming ``arch``."""
+    out = list(args)
+    i = 0
+    while i < len(out):
+        a = out[i]
+        if a.startswith("--gpu-name=") or a.startswith("-arch="):
+            out[i] = a.split("=", 1)[0] + "=" + arch
+        elif a in ("-arch", "--gpu-name") and i + 1 < len(out):
+            out[i + 1] = arch
+            i += 1
+        elif a.startswith("-arch") and len(a) > 5 and a[5] != "=":
+            out[i] = "-arch" + arch
+        elif a in VALUE_OPTS:
+            i += 1
+        i += 1
+    return out
+
+
+def jit_real_target(arch: Optional[str]) -> Optional[str]:
+    """The real target of a virtual one (``compute_90a`` -> ``sm_90a``): what the driver JITs the PTX for on that
+    architecture, whose plain build gives the registers of a HBFCC_JIT build's launch bound; None for another."""
+    return "sm_" + arch[len("compute_"):] if arch and arch.startswith("compute_") else None
+
+
 def out_path(args: list[str], out_idx: Optional[int]) -> Optional[str]:
     if out_idx is None or out_idx >= len(args):
         return None

@@ -27,7 +27,7 @@ __global__ void k(float* y, const float* __restrict__ x, int n) {
 def hbfcc_env(tmp_path, **kw):
     base = {"HBFCC_ARTIFACT_DIR": tmp_path / "store", "HBFCC_CACHE_DIR": tmp_path / "cache",
             "HBFCC_HELPER_PTX": U.real_helper_ptx() or U.fixture_helper_ptx(),
-            "NVCC_PREPEND_FLAGS": None, "NVCC_APPEND_FLAGS": None}
+            "NVCC_PREPEND_FLAGS": None, "NVCC_APPEND_FLAGS": None, "HBFCC_JIT": None}
     base.update(kw)
     return U.env_with(**base)
 

@@ -53,6 +53,10 @@ NOT_IN_THE_MARKER = {
     "HBFCC_PTXAS_THREADS": "ptxas -split-compile: the same machine code (tests/hbfcc/test_ptxas_threads.py)",
     "HBFCC_SEPARATE_CAP": "builds differently only with HBFCC_LINK=separate, whose marker names the cap "
                           "(test_seplink.py::test_marker_names_the_mode_and_cap)",
+    "HBFCC_JIT": "only the nvcc wrapper acts on it: it changes nvcc's target flags (sm_XX -> compute_XX), which "
+                 "nvcc's own command line and the nvcc record's 'jit' field show; hbfcc-ptxas outside nvcc (Triton, "
+                 "whose cache key holds the marker) never reads it, and in nvcc's PTX check step it only adds the "
+                 "launch bound an SASS build of the same module decides (tests/hbfcc/test_jit.py)",
 }
 
 
