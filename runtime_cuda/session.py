@@ -114,6 +114,7 @@ class ModuleBinding:
     plain_fns: dict[str, Any] = field(default_factory=dict)
     plain_modules: list[Any] = field(default_factory=list)
     plain_ready: set[str] = field(default_factory=set)
+    plain_captured: bool = False      # a graph capture launched a plain function: its module is never unloaded
 
     def kernel(self, name: str) -> KernelInfo | None:
         return self.kernels.get(name)
@@ -1343,10 +1344,13 @@ class Session:
             except HbfError as e:
                 why = f"the driver did not load it ({e})"
         if mod is None:
+            # no record is what nvcc and deferred builds (and artifacts from before) give: their native entries serve;
+            # a record whose cubin is missing, damaged or refused is a fault worth a warning
+            say = log.warning if rec is not None else log.info
             for name in names:
-                log.warning("kernel %s: HBF_NATIVE_MODULE=plain, but its plain cubin cannot be used (%s; %s): its "
-                            "native launches run its native entry %s", name, why, where,
-                            b.kernels[name].native_entry if name in b.kernels else "")
+                say("kernel %s: HBF_NATIVE_MODULE=plain, but its plain cubin cannot be used (%s; %s): its native "
+                    "launches run its native entry %s", name, why, where,
+                    b.kernels[name].native_entry if name in b.kernels else "")
             return
         for name in names:
             try:
@@ -1369,6 +1373,11 @@ class Session:
         mods, b.plain_modules = b.plain_modules, []
         b.plain_fns.clear()
         b.plain_ready.clear()
+        if b.plain_captured:
+            # a CUDA graph captured one of these functions (HBF_GRAPH_NATIVE): the graph may outlive this session and
+            # replay it, so its module stays loaded (freed with the context) -- never a replay of an unloaded function
+            log.info("module %#x: its plain cubin stays loaded: a CUDA graph captured a kernel of it", b.module)
+            return
         for m in mods:
             try:
                 self._cu.module_unload(m)
@@ -1577,6 +1586,8 @@ class Session:
             sel["native_entry"] += 1
             # HBF_NATIVE_MODULE: which function ran native (the native entry, or the kernel in the plain cubin)
             sel["native_module"][which] += 1
+            if capturing and which == "plain":
+                b.plain_captured = True
             if capturing:
                 sel["captured"] += 1
                 sel["captured_native"] += 1

@@ -1,10 +1,10 @@
-"""HBF_NATIVE_MODULE (wt/natmod15, issue 15): which function a launch that runs native launches. ``entry`` (default):
-the native entry ``<k>__hbnat`` of the instrumented module, as before. ``plain``: the kernel ``<k>`` of the module's
+"""HBF_NATIVE_MODULE (wt/natmod15, issue 15): which function a launch that runs native launches. ``entry``: the native
+entry ``<k>__hbnat`` of the instrumented module. ``plain`` (the default since stop 52): the kernel ``<k>`` of the module's
 PLAIN cubin that hbfcc-ptxas kept in the artifact store (the artifact's ``native_module``), loaded once per bound module
 after its sha256 is verified, readied with the instrumented entry's attributes like the native entry, counted in
-``launch_selection[k]["native_module"]``, unloaded when the binding goes. A missing, damaged or unrecorded plain cubin,
-or a plain function that cannot be readied or launched: a warning naming the kernel (and the file), and the native
-entry instead -- never the instrumented entry in its place silently, never an error. The stand-in drivers are those of
+``launch_selection[k]["native_module"]``, unloaded when the binding goes (unless a CUDA graph captured it). A missing or damaged plain cubin, or a plain function
+that cannot be readied or launched: a warning naming the kernel (and the file), and the native entry instead (an
+unrecorded one: the same, said at info) -- never the instrumented entry in its place silently, never an error. The stand-in drivers are those of
 test_native_entry_launch.py and test_graph_native.py."""
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ PLAIN_MOD = 0x9000
 
 # ---------------------------------------------------------------------------------------------------- the knob
 
-@pytest.mark.parametrize("v,want", [(None, "entry"), ("", "entry"), ("entry", "entry"), ("plain", "plain"),
-                                    (" PLAIN ", "plain")])
+@pytest.mark.parametrize("v,want", [(None, "plain"), ("", "plain"), ("entry", "entry"), (" ENTRY ", "entry"),
+                                    ("plain", "plain"), (" PLAIN ", "plain")])
 def test_knob(v, want, monkeypatch):
     if v is None:
         monkeypatch.delenv("HBF_NATIVE_MODULE", raising=False)
@@ -117,11 +117,16 @@ def test_entry_loads_nothing(tmp_path, monkeypatch):
                                                (None, False, "records no native_module")])
 def test_a_missing_damaged_or_unrecorded_cubin_warns_and_keeps_the_native_entry(damage, record, why, tmp_path,
                                                                                 monkeypatch, caplog):
-    with caplog.at_level("WARNING"):
+    with caplog.at_level("INFO"):
         s, b, dev, p = _bind(tmp_path, monkeypatch, damage=damage, record=record)
     assert dev.loaded == [] and b.plain_fns == {} and b.plain_modules == []
     assert b.native_fns == {"k": N.NATIVE_FN, "g": N.NATIVE_FN + 1}   # the native launches keep the native entry
-    msgs = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    # a recorded cubin that cannot be used is a warning; no record at all (nvcc and deferred builds, artifacts from
+    # before the plain cubin was kept: the default mode meets them every day) is said at info
+    level = "WARNING" if record else "INFO"
+    msgs = [r.getMessage() for r in caplog.records if r.levelname == level]
+    assert not record or not any(r.levelname == "INFO" and r.getMessage().startswith("kernel ") for r in caplog.records)
+    assert record or not any(r.levelname == "WARNING" for r in caplog.records)
     for k in ("k", "g"):
         (m,) = [m for m in msgs if m.startswith(f"kernel {k}:")]
         assert why in m and "native entry" in m
@@ -176,6 +181,31 @@ def test_plain_launches_the_plain_function_on_host_launches_and_captures():
     assert sel["native_module"] == {"plain": 2, "entry": 0} and sel["native_entry"] == 2
     assert sel["captured_native"] == 1
     assert s.launch_selection["g"]["native_module"] == {"plain": 1, "entry": 0}
+
+
+def test_a_graph_that_captured_a_plain_function_keeps_its_module_loaded():
+    """HBF_GRAPH_NATIVE captures the plain cubin's function into the caller's graph, which may outlive the session:
+    its module is never unloaded (a replay must not run an unloaded function); a binding whose plain functions ran
+    on host launches only unloads it as before."""
+    s, b, dev, _ = _launch_session("plain")
+    b.plain_modules = [PLAIN_MOD + 7]
+    dev.unloaded = []
+    dev.module_unload = lambda m: dev.unloaded.append(m)
+    assert GN._launch(s, dev, N.FN, [GN.A0], stream=7) == PLAIN_FN                # a host launch: nothing kept
+    assert b.plain_captured is False
+    dev.capturing.add(9)
+    assert GN._launch(s, dev, N.FN, [GN.A0], stream=9) == PLAIN_FN                # captured
+    dev.capturing.discard(9)
+    assert b.plain_captured is True
+    s._unload_plain(b)
+    assert dev.unloaded == [] and b.plain_fns == {}                              # not unloaded; not launched again
+    s2, b2, dev2, _ = _launch_session("plain")
+    b2.plain_modules = [PLAIN_MOD + 8]
+    dev2.unloaded = []
+    dev2.module_unload = lambda m: dev2.unloaded.append(m)
+    assert GN._launch(s2, dev2, N.FN, [GN.A0], stream=7) == PLAIN_FN
+    s2._unload_plain(b2)
+    assert dev2.unloaded == [PLAIN_MOD + 8]
 
 
 def test_entry_is_unchanged_with_the_plain_functions_there():
