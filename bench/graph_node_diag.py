@@ -1008,7 +1008,9 @@ def const_pad_cubin(kp, work: Path) -> tuple[bytes, dict]:
     from runtime_cuda import triton_load as TL  # noqa: PLC0415
     meta = kp.metadata._asdict() if hasattr(kp.metadata, "_asdict") else dict(vars(kp.metadata))
     meta = {k: (v._asdict() if hasattr(v, "_asdict") else v) for k, v in meta.items()}
-    arch = (meta.get("target") or {}).get("arch", 90)
+    tgt = meta.get("target")
+    # Triton 3.6's metadata holds a GPUTarget (a dataclass, no mapping): its arch attribute, or a dict's
+    arch = getattr(tgt, "arch", None) or (tgt.get("arch") if isinstance(tgt, dict) else None) or 90
     ptxas = TL.triton_ptxas(int(arch))
     try:
         argv = TL.ptxas_argv("f_const", meta)

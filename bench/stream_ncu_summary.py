@@ -51,7 +51,13 @@ def details(path: Path) -> dict:
     for r in rows:
         k = r.get("Kernel Name") or ""
         if k in last_id and r.get("ID") == last_id[k] and r.get("Metric Name") in DETAIL_METRICS:
-            out.setdefault(k, {"ncu_id": last_id[k]})[r["Metric Name"]] = r.get("Metric Value")
+            m = out.setdefault(k, {"ncu_id": last_id[k]})
+            m[r["Metric Name"]] = r.get("Metric Value")
+            if r["Metric Name"] == "Duration":      # ncu picks the unit per kernel (us, ms, ...): in ns
+                scale = {"ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9,
+                         "second": 1e9}.get((r.get("Metric Unit") or "").strip())
+                v = _num(r.get("Metric Value") or "")
+                m["duration_ns"] = round(v * scale) if v is not None and scale else None
     return out
 
 
@@ -144,7 +150,7 @@ def main() -> int:
         res["kernels"][k] = {"details": m, "warps": warps, "source": source(d / f"src_{k}.csv", warps)}
     for op in ("reduce", "copy"):
         p, h = res["kernels"][f"{op}_plain"], res["kernels"][f"{op}_hbf"]
-        dp, dh = _num(p["details"].get("Duration") or ""), _num(h["details"].get("Duration") or "")
+        dp, dh = p["details"].get("duration_ns"), h["details"].get("duration_ns")
         ip, ih = p["source"].get("warp_instructions"), h["source"].get("warp_instructions")
         res[f"{op}_ratio"] = {"duration": round(dh / dp, 3) if dp and dh else None,
                               "instructions": round(ih / ip, 2) if ip and ih else None}
