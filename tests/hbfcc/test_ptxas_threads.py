@@ -14,36 +14,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hbfcc_testutil as U  # noqa: E402
+from test_cli_ptxas import SIMPLE  # noqa: E402
 
 from hbfcc import knobs  # noqa: E402
 from hbfcc.ptxas_args import split_compile  # noqa: E402
 from hbfcommon.errors import ConfigError  # noqa: E402
 
 
-def _kernel(name: str) -> str:
-    return f""".visible .entry {name}(.param .u64 .ptr .global .align 1 {name}_p0, .param .u64 .ptr .global .align 1 {name}_p1, .param .u32 {name}_p2)
-{{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .b64 %rd<6>;
-    ld.param.u64 %rd1, [{name}_p0];
-    ld.param.u64 %rd2, [{name}_p1];
-    ld.param.u32 %r1, [{name}_p2];
-    mov.u32 %r2, %tid.x;
-    setp.lt.s32 %p1, %r2, %r1;
-    mul.wide.s32 %rd3, %r2, 4;
-    add.s64 %rd4, %rd1, %rd3;
-    add.s64 %rd5, %rd2, %rd3;
-    @%p1 ld.global.b32 %r3, [ %rd4 + 0 ];
-    add.s32 %r4, %r3, 1;
-    @%p1 st.global.b32 [ %rd5 + 0 ], {{ %r4 }};
-    ret;
-}}
-"""
-
-
-HEAD = ".version 9.0\n.target sm_90a\n.address_size 64\n"
-TWO = HEAD + _kernel("ka") + _kernel("kb")
+# test_cli_ptxas's one-kernel module, twice under two names: a module of two instrumented entries
+_BODY = SIMPLE[SIMPLE.index(".visible .entry"):]
+TWO = SIMPLE.replace("vadd", "ka") + _BODY.replace("vadd", "kb")
 # below the helper's target: not instrumented, assembled unchanged
 BELOW = TWO.replace(".target sm_90a", ".target sm_80")
 
