@@ -94,6 +94,8 @@ def marker_line() -> str:
         line += " inline-time on"
     if not knobs.load().share_until:  # HBFCC_SHARE_UNTIL=0 builds differently
         line += " share-until off"
+    if knobs.load().loads_first:  # HBFCC_LOADS_FIRST=1 builds differently
+        line += " loads-first on"
     if knobs.load().native_scope:  # HBFCC_NATIVE_SCOPE=1 builds differently
         line += " native-scope on"
     if not knobs.load().native_entry:  # HBFCC_NATIVE_ENTRY=0: no <k>__hbnat entries in the module

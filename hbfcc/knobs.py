@@ -51,6 +51,7 @@ class Knobs:
     merge_loads: bool = True       # HBFCC_MERGE_LOADS (default 1): adjacent loads of one span as one inline request
     inline_multi: bool = True      # HBFCC_INLINE_MULTI (default 1): inline sites re-check the descriptor's ranges
     inline_live: bool = True       # HBFCC_INLINE_LIVE (default 1): inline counters flushed at every until point
+    loads_first: bool = False      # HBFCC_LOADS_FIRST (default 0): a group's moved loads before its timing code
     share_until: bool = True       # HBFCC_SHARE_UNTIL (default 1): an until asked for loads serves stores too, and back
     inline_time: bool = False      # HBFCC_INLINE_TIME (default 0): the served inline paths' own time (inline_ns)
     call_isolation: bool = False   # HBFCC_CALL_ISOLATION (default 0): registers live across helper calls saved to .local
@@ -96,6 +97,7 @@ def load() -> Knobs:
         inline_multi=env_bool("HBFCC_INLINE_MULTI", True),
         inline_live=env_bool("HBFCC_INLINE_LIVE", True),
         share_until=env_bool("HBFCC_SHARE_UNTIL", True),
+        loads_first=env_bool("HBFCC_LOADS_FIRST", False),
         inline_time=env_bool("HBFCC_INLINE_TIME", False),
         call_isolation=env_bool("HBFCC_CALL_ISOLATION", False),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
@@ -198,6 +200,10 @@ DOCS: tuple[tuple[str, str, str], ...] = (
     ("HBFCC_SHARE_UNTIL", "1", "the until an inline site asks for (__hb_inline_until) serves both ops where the launch "
      "descriptor serves loads and stores inline: one ask per thread instead of one per op (0: each op asks for its own, "
      "as before)"),
+    ("HBFCC_LOADS_FIRST", "0", "1: an issue group's loads (moved with their issues, HBFCC_HOIST_LOADS) are placed BEFORE "
+     "the group's timing code instead of after it, so they are in flight while it runs (the same values: the timing "
+     "code touches no program memory, and each value's modeled time is still enforced where it is used); their "
+     "registers then live across the group's helper calls. Off until a GPU has measured it"),
     ("HBFCC_INLINE_TIME", "0", "1: each served inline path (an inline issue site, issue group or ready wait) reads "
      "%globaltimer again at its end and adds its time, on the warp's leader lane, to a register the flushes pass "
      "as inline_ns (helper ABI 8; the kernel counters' inline_ns, what overhead_ns is for the helpers); "

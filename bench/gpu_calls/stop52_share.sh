@@ -14,8 +14,16 @@ source bench/gpu_calls/env.sh
 if [ "${WARMUP:-1}" = 1 ]; then python3 -m hbfd.warmup 2>&1 | tail -1; else export HBFD_ACCEL=off; fi
 W=/tmp/s52s; rm -rf $W; mkdir -p $W
 pack() { tar czf $OUT/s52s.tgz -C $W --exclude=capi . 2>/dev/null; }
-for v in share noshare; do
-  case $v in share) E=(HBFCC_SHARE_UNTIL=1);; noshare) E=(HBFCC_SHARE_UNTIL=0);; esac
+# VARIANTS (default "share noshare"): share = the default build, noshare = HBFCC_SHARE_UNTIL=0, lf = HBFCC_LOADS_FIRST=1
+# (a group's loads before its timing code: registers unchanged on reduce/copy on the CPU, more on sreduce and the
+# one-round Little kernels), e.g. VARIANTS="share lf" JIT=0 for the loads-first A/B alone
+for v in ${VARIANTS:-share noshare}; do
+  case $v in
+    share) E=(HBFCC_SHARE_UNTIL=1);;
+    noshare) E=(HBFCC_SHARE_UNTIL=0);;
+    lf) E=(HBFCC_LOADS_FIRST=1);;
+    *) echo "unknown variant $v"; continue;;
+  esac
   L=$(left); T=$(( L - 20 < 110 ? L - 20 : 110 ))
   [ $T -lt 70 ] && { echo "$v skipped: ${L}s left" | tee -a $W/share.txt; continue; }
   WK=/tmp/s52s_work_$v; rm -rf $WK
@@ -45,7 +53,7 @@ PY
   pack
 done
 L=$(left)
-if [ $L -ge 150 ]; then
+if [ "${JIT:-1}" = 1 ] && [ $L -ge 150 ]; then
   echo "== [${L}s left] capi_sample --jit (timeout $(( L - 15 ))s)"
   timeout $(( L - 15 )) python3 bench/capi_sample.py --jit --profile ocp-sg1 --n 262144 --iters 1 --reps 3 \
       --run-timeout 40 --work $W/capi --out $W/capi_jit.json > $W/capi_jit.log 2>&1

@@ -455,6 +455,7 @@ class FunctionReport:
     multi_checks: int = 0            # multi-range re-checks (ABI 6: _multi_range_check), per site and per group
     live_flushes: int = 0            # until points that flush the thread's inline counters (HBFCC_INLINE_LIVE)
     shared_untils: int = 0           # until asks whose answer serves the other op too (HBFCC_SHARE_UNTIL)
+    loads_first: int = 0             # group sites whose load was placed before the group's timing code (HBFCC_LOADS_FIRST)
     timed_paths: int = 0             # served inline paths timed into inline_ns (HBFCC_INLINE_TIME; sites, groups, waits)
     grouped_issues: int = 0          # load issues in those groups
     moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
@@ -483,6 +484,7 @@ class FunctionReport:
                 "hoisted_issues": self.hoisted_issues, "issue_groups": self.issue_groups,
                 "grouped_issues": self.grouped_issues, "multi_checks": self.multi_checks,
                 "live_flushes": self.live_flushes, "shared_untils": self.shared_untils,
+                "loads_first": self.loads_first,
                 "timed_paths": self.timed_paths,
                 "moved_loads": self.moved_loads,
                 "group_calls": self.group_calls, "merged_requests": self.merged_requests,
@@ -669,8 +671,10 @@ class _FunctionRewriter:
     def __init__(self, module: Module, fn: Function, kidx: int, window: int, hoist: bool = True,
                  inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
                  tracks: bool = False, cluster: bool = False, multi: bool = True, live: bool = True,
-                 itime: bool = False, native_scope: bool = False, merge: bool = False, share_until: bool = True):
+                 itime: bool = False, native_scope: bool = False, merge: bool = False, share_until: bool = True,
+                 loads_first: bool = False):
         self.hoist = hoist
+        self.loads_first = loads_first            # HBFCC_LOADS_FIRST: a group's moved loads before its timing code
         self.share_until = share_until            # HBFCC_SHARE_UNTIL: an until asked for one op serves the other too
         self.native_scope = native_scope        # HBFCC_NATIVE_SCOPE: the native copy's registers its own (below)
         self.multi = multi and inline           # HBFCC_INLINE_MULTI: the multi-range re-check (ABI 6)
@@ -1131,11 +1135,31 @@ class _FunctionRewriter:
             last = pos[id(chunk[-1])]
             out += [st for st in run[done:last] if type(st) is not _GSite]
             done = last + 1
-            out += self._group_code(chunk, reqs)
-            for st in chunk:
-                out += self._moved_after.pop(id(st), [])
+            loads = [ld for st in chunk for ld in self._moved_after.pop(id(st), [])]
+            if self.loads_first and self._loads_first_ok(loads, chunk):
+                # HBFCC_LOADS_FIRST: the group's loads in flight while its timing code runs (the code's dependent
+                # chain, ~190 instructions a group on the stream reduce, then overlaps the loads' latency)
+                out += loads + self._group_code(chunk, reqs)
+                self.report.loads_first += len(chunk)
+            else:
+                out += self._group_code(chunk, reqs) + loads
         out += run[done:]
         return out
+
+    @staticmethod
+    def _loads_first_ok(loads: list, chunk: list["_GSite"]) -> bool:
+        """HBFCC_LOADS_FIRST may put a group's moved loads before its timing code: every site of the group has its
+        load moved with it (else a load stays where it was and the group's order is kept), and no load writes a
+        register the group's code reads -- the sites' addresses and guards are hbfcc's own copies (%__hb_x_*), which
+        no program load writes; checked, not assumed. The timing code touches no program memory, so a weak load may
+        pass it: the value is the same, and its modeled time is still enforced where it is used (the wait)."""
+        if not loads or not chunk:
+            return False
+        n_loads = sum(1 for st in loads if type(st) is Instruction and st.opcode == "ld")
+        if n_loads != len(chunk):
+            return False
+        written = set().union(*(st.defs() for st in loads if type(st) is Instruction))
+        return not any(r.startswith("%__hb_") for r in written)
 
     # ---- merged requests (HBFCC_MERGE_LOADS) ---------------------------------------------------
     def _merge_sets(self, sites: list["_GSite"], run: list) -> list["_MergeReq"]:
@@ -2372,6 +2396,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     native_scope = bool(meta.get("native_scope", False))
     merge = bool(meta.get("merge_loads", False))
     share_until = bool(meta.get("share_until", True))
+    loads_first = bool(meta.get("loads_first", False))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -2386,7 +2411,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
         if type(it) is Function and it.body is not None:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
                                    fast_groups, tracks, cluster, multi, live, itime, native_scope, merge,
-                                   share_until)
+                                   share_until, loads_first)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -2432,5 +2457,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "native_scope": native_scope,
         "merge_loads": merge,
         "share_until": share_until,
+        "loads_first": loads_first,
     }
     return replace(module, items=tuple(new_items))
