@@ -1323,9 +1323,10 @@ class Session:
         """HBF_NATIVE_MODULE=plain: the kernels of ``b`` that have a native entry, looked up (and loaded) once in the
         module's PLAIN cubin -- the artifact's ``native_module``, read from the artifact store and verified against
         its recorded sha256 and size (hbfcommon.artifact.read_native_module), loaded with the driver
-        (cudrv.module_load_data; unloaded by _unload_plain) -- into ``b.plain_fns``. Whatever is missing (no record,
-        no file, other bytes, a driver refusal, a kernel not in it): a warning naming the kernel and the file, and
-        that kernel's native launches keep its native entry (``b.native_fns``)."""
+        (cudrv.module_load_data; unloaded by _unload_plain) -- into ``b.plain_fns``. Whatever is missing (no file,
+        other bytes, a driver refusal, a kernel not in it): a warning naming the kernel and the file, and that
+        kernel's native launches keep its native entry (``b.native_fns``); no record at all (nvcc and deferred builds,
+        artifacts from before): the same, said at info."""
         names = sorted(b.native_fns)
         rec, why = A.native_module(art)
         where = "no file recorded"
