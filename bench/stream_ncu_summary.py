@@ -14,6 +14,7 @@ import logging
 import re
 import sys
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -131,6 +132,70 @@ def source(path: Path, warps: int | None) -> dict:
     return res
 
 
+def _section(text: str, kernel: str) -> list[str]:
+    """The lines of the entry ``kernel``'s code section in an nvdisasm -c listing (empty when it is not there)."""
+    lines = text.splitlines()
+    try:
+        start = next(i for i, ln in enumerate(lines) if ln.strip() == f".text.{kernel}:")
+    except StopIteration:
+        return []
+    end = next((j for j in range(start + 1, len(lines)) if lines[j].lstrip().startswith(".section")), len(lines))
+    return lines[start:end]
+
+
+def sass_functions(text: str, kernel: str) -> Optional[list[tuple[str, int]]]:
+    """nvdisasm -c output: the entry ``kernel``'s section as [(function, index of its first instruction)], the entry's
+    own body first ("body"), then each function placed in its section (the per-kernel helper copies, ptxas's
+    $kernel$__hb_*), and the section's instruction count last as ("end", n); None when the entry is not there."""
+    sec = _section(text, kernel)
+    if not sec:
+        return None
+    out, n = [("body", 0)], 0
+    for ln in sec[1:]:
+        m = re.match(r"^\s*\.type\s+(\S+),@function", ln)
+        if m:
+            out.append((m.group(1).replace(f"${kernel}$", ""), n))
+        elif re.match(r"^\s*/\*[0-9a-f]{4,}\*/", ln):
+            n += 1
+    return out + [("end", n)]
+
+
+def by_function(src_csv: Path, sass_files: list[Path], kernel: str, warps: Optional[int]) -> dict:
+    """The source page's executed warp instructions summed per function of the kernel's section, and the CALLs
+    executed per callee, mapped by instruction index onto the nvdisasm listing of the same cubin (the one whose
+    instruction count equals the page's rows); {} when none matches."""
+    if not src_csv.is_file():
+        return {}
+    tables = [t for t in _tables(src_csv.read_text(errors="replace")) if t]
+    if not tables:
+        return {}
+    t = tables[-1]
+    c_src, c_ex = _col(t[0], "source"), _col(t[0], "instructions executed")
+    ex = [int(_num(r.get(c_ex)) or 0) for r in t]
+    for f in sass_files:
+        fun = sass_functions(f.read_text(errors="replace"), kernel)
+        if not fun or fun[-1][1] != len(ex):
+            continue
+        res: dict = {"sass": f.name, "functions": {}, "calls": {}}
+        names = [(nm, a, b) for (nm, a), (_, b) in zip(fun[:-1], fun[1:])]
+        for nm, a, b in names:
+            tot = sum(ex[a:b])
+            if tot:
+                res["functions"][nm] = {"warp_instructions": tot,
+                                        "per_warp": round(tot / warps, 1) if warps else None}
+        calls = [m.group(1).replace(f"${kernel}$", "") for ln in _section(f.read_text(errors="replace"), kernel)
+                 for m in [re.search(r"CALL\.\w+(?:\.\w+)* `\((\S+)\)", ln)] if m]
+        page_calls = [ex[i] for i, r in enumerate(t) if "CALL" in (r.get(c_src) or "")]
+        if len(calls) == len(page_calls):        # the same code: the n-th CALL of the page is the listing's n-th
+            for callee, e in zip(calls, page_calls):
+                if e:
+                    res["calls"][callee] = res["calls"].get(callee, 0) + e
+        if warps:
+            res["calls_per_warp"] = {k: round(v / warps, 3) for k, v in res["calls"].items()}
+        return res
+    return {}
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -147,7 +212,9 @@ def main() -> int:
         grid, block = _num((m.get("Grid Size") or "").split()[0] if m.get("Grid Size") else ""), \
             _num(m.get("Block Size") or "")
         warps = int(grid * (block // 32)) if grid and block else None
-        res["kernels"][k] = {"details": m, "warps": warps, "source": source(d / f"src_{k}.csv", warps)}
+        res["kernels"][k] = {"details": m, "warps": warps, "source": source(d / f"src_{k}.csv", warps),
+                             "by_function": by_function(d / f"src_{k}.csv", sorted((d / "sass").glob("*.sass")),
+                                                        k, warps) if (d / "sass").is_dir() else {}}
     for op in ("reduce", "copy"):
         p, h = res["kernels"][f"{op}_plain"], res["kernels"][f"{op}_hbf"]
         dp, dh = p["details"].get("duration_ns"), h["details"].get("duration_ns")
@@ -163,6 +230,10 @@ def main() -> int:
                  v["details"].get("Warp Cycles Per Issued Instruction"), v["details"].get("Duration"),
                  s.get("sass_lines"), s.get("per_warp"), s.get("ldg_sites"), s.get("globaltimer_per_warp"),
                  s.get("calls_per_warp"), s.get("branches_per_warp"), s.get("error", ""))
+        for fn_, x in (v.get("by_function") or {}).get("functions", {}).items():
+            log.info("    %-60s %8s per warp", fn_[:60], x["per_warp"])
+        if (v.get("by_function") or {}).get("calls_per_warp"):
+            log.info("    calls per warp: %s", v["by_function"]["calls_per_warp"])
         for x in (s.get("top_stalls") or [])[:5]:
             log.info("    %6d samples  %10d exec  %s", x["samples"], x["executed"], x["sass"])
     log.info("ratios: reduce %s copy %s", res["reduce_ratio"], res["copy_ratio"])

@@ -30,7 +30,14 @@ for k in reduce_plain reduce_hbf copy_plain copy_hbf; do
       --print-source sass > $W/src_$k.csv 2> $W/src_$k.err
   echo "$k source: $(wc -l < $W/src_$k.csv) lines"
 done
+# the instrumented cubins' listings (Triton's nvdisasm), so the summary splits the executed instructions and the
+# calls by function (ptxas's per-kernel helper copies)
+ND=$(python3 -c "import os, triton; print(os.path.join(os.path.dirname(triton.__file__), 'backends/nvidia/bin/nvdisasm'))")
+mkdir -p $W/sass
+for f in $(find /tmp/sn_work -name '*_hbf.cubin' 2>/dev/null); do
+  $ND -c $f > $W/sass/$(basename $(dirname $f) | cut -c1-12)_$(basename $f .cubin).sass 2>/dev/null
+done
 pack
-python3 bench/stream_ncu_summary.py --dir $W --out $W/summary.json 2>&1 | tail -40
+python3 bench/stream_ncu_summary.py --dir $W --out $W/summary.json 2>&1 | tail -60
 pack
 echo "== done [$(left)s left]"
