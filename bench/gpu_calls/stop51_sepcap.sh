@@ -16,9 +16,11 @@
 # timeout. Per variant sepcap.txt gets: per stream kernel ratio, registers plain->hbf, blocks/SM, spills, identical,
 # status, link mode and caps; consume's added ns and Little's measured/Little. Everything in ONE tar under $OUT
 # (sc.tgz), rewritten after every variant. Carry: hbfproto, runtime_cuda/ptx, .whl.
+# PARTS (default stream,consume,little): devpath_cost's --parts; WARMUP=0 skips hbfd's ~150 s numba warm-up of a fresh
+# machine (HBFD_ACCEL=off: the numpy engine; the fixed and fast sources serve these kernels on the device).
 set -u
 source bench/gpu_calls/env.sh
-python3 -m hbfd.warmup 2>&1 | tail -1
+if [ "${WARMUP:-1}" = 1 ]; then python3 -m hbfd.warmup 2>&1 | tail -1; else export HBFD_ACCEL=off; fi
 W=/tmp/sc; rm -rf $W; mkdir -p $W
 pack() { tar czf $OUT/sc.tgz -C $W . 2>/dev/null; }
 for v in ${VARIANTS:-whole sep_plain sep_body sep_body_ci whole_ci}; do
@@ -29,13 +31,16 @@ for v in ${VARIANTS:-whole sep_plain sep_body sep_body_ci whole_ci}; do
     sep_body_ci) E=(HBFCC_LINK=separate HBFCC_SEPARATE_CAP=body HBFCC_CALL_ISOLATION=1);;
     whole_ci) E=(HBFCC_LINK=whole HBFCC_CALL_ISOLATION=1);;
     itime) E=(HBFCC_LINK=whole HBFCC_INLINE_TIME=1);;
+    share) E=(HBFCC_LINK=whole HBFCC_SHARE_UNTIL=1);;      # the default build, named for stop52_share.sh's A/B
+    noshare) E=(HBFCC_LINK=whole HBFCC_SHARE_UNTIL=0);;    # one until per op, as before stop 52
+    lf) E=(HBFCC_LINK=whole HBFCC_LOADS_FIRST=1);;         # a group's loads before its timing code
     *) echo "unknown variant $v"; continue;;
   esac
   L=$(left); T=$(( L - 20 < 130 ? L - 20 : 130 ))
   [ $T -lt 90 ] && { echo "$v skipped: ${L}s left" | tee -a $W/sepcap.txt; continue; }
   WK=/tmp/sc_work_$v; rm -rf $WK
   echo "== [${L}s left] $v: ${E[*]} (timeout ${T}s)"
-  env "${E[@]}" timeout $T python3 bench/devpath_cost.py --out $W/$v --work $WK --parts stream,consume,little \
+  env "${E[@]}" timeout $T python3 bench/devpath_cost.py --out $W/$v --work $WK --parts ${PARTS:-stream,consume,little} \
       --launch-timeout 10 --budget-s $(( T - 30 )) > $W/$v.log 2>&1
   echo "$v rc=$?"
   python3 - $v $W/$v/devpath_cost.json <<'PY' 2>&1 | tee -a $W/sepcap.txt
