@@ -148,11 +148,11 @@ def _relay(cp: subprocess.CompletedProcess, user_v: bool) -> None:
         sys.stderr.write(_filter_info(cp.stderr))
 
 
-def _split_compile(args: list[str], k: knobs.Knobs, res) -> list[str]:
-    """``-split-compile N`` for the real ptxas when the module was rewritten (HBFCC_PTXAS_THREADS,
-    hbfcc.ptxas_args.split_compile): N up to the module's instrumented entries; an unchanged module is
-    assembled exactly as the caller asked."""
-    if res.module is None or res.already_instrumented or res.transformed_sha256 == res.original_sha256:
+def _split_compile(args: list[str], k: knobs.Knobs, res, sass: bool) -> list[str]:
+    """``-split-compile N`` for the real ptxas when it assembles a rewritten module to SASS (HBFCC_PTXAS_THREADS,
+    hbfcc.ptxas_args.split_compile): N up to the module's instrumented entries; an unchanged module, and a
+    ``-arch=compute_XX`` check (no code to assemble), run exactly as the caller asked."""
+    if not sass or res.module is None or res.already_instrumented or res.transformed_sha256 == res.original_sha256:
         return []
     from . import occupancy
     return split_compile(args, k.ptxas_threads, len(occupancy.instrumented_entries(res.module)))
@@ -371,7 +371,7 @@ def _ptxas(args: list[str]) -> int:
         # a module exporting a device function that reaches a helper: its device functions capped (hbfcc/rdc.py)
         df_cap = rdc.device_function_cap(res.module, ucaps) if sass and rdc.STAGE_NAME in res.meta else None
         rargs = [real] + rdc.with_device_function_cap(wargs, df_cap) + ([] if user_v else ["-v"]) \
-            + _split_compile(wargs, k, res)
+            + _split_compile(wargs, k, res, sass)
         defer_why = _defer_unsupported(k, res, sass, out_path, reloc, use_sep, unbounded, base_thread) \
             if k.defer != "0" else None
         if k.defer != "0" and defer_why is None:

@@ -125,8 +125,7 @@ def parse_ptxas_threads(v: Optional[str], variable: str = "HBFCC_PTXAS_THREADS")
     try:
         n = int(v.strip(), 0)
     except ValueError:
-        raise ConfigError(f"{variable} must be 'auto' or a thread count in [1, {PTXAS_THREADS_MAX}]",
-                          variable=variable, value=v) from None
+        n = 0
     if not 1 <= n <= PTXAS_THREADS_MAX:
         raise ConfigError(f"{variable} must be 'auto' or a thread count in [1, {PTXAS_THREADS_MAX}]",
                           variable=variable, value=v)
