@@ -94,8 +94,10 @@ def marker_line() -> str:
         line += " inline-time on"
     if not knobs.load().share_until:  # HBFCC_SHARE_UNTIL=0 builds differently
         line += " share-until off"
-    if knobs.load().loads_first:  # HBFCC_LOADS_FIRST=1 builds differently
-        line += " loads-first on"
+    if knobs.load().loads_first != "0":  # HBFCC_LOADS_FIRST=1|all builds differently
+        line += f" loads-first {knobs.load().loads_first}"
+    if knobs.load().full_warp != "1":  # HBFCC_FULL_WARP=0|all builds differently
+        line += f" full-warp {knobs.load().full_warp}"
     if knobs.load().native_scope:  # HBFCC_NATIVE_SCOPE=1 builds differently
         line += " native-scope on"
     if not knobs.load().native_entry:  # HBFCC_NATIVE_ENTRY=0: no <k>__hbnat entries in the module

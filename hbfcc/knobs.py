@@ -51,7 +51,8 @@ class Knobs:
     merge_loads: bool = True       # HBFCC_MERGE_LOADS (default 1): adjacent loads of one span as one inline request
     inline_multi: bool = True      # HBFCC_INLINE_MULTI (default 1): inline sites re-check the descriptor's ranges
     inline_live: bool = True       # HBFCC_INLINE_LIVE (default 1): inline counters flushed at every until point
-    loads_first: bool = False      # HBFCC_LOADS_FIRST (default 0): a group's moved loads before its timing code
+    loads_first: str = "0"         # HBFCC_LOADS_FIRST (0 | 1 | all): a group's moved loads before its timing code
+    full_warp: str = "1"           # HBFCC_FULL_WARP (0 | 1 | all): constant-mask collectives where a whole warp runs a path
     share_until: bool = True       # HBFCC_SHARE_UNTIL (default 1): an until asked for loads serves stores too, and back
     inline_time: bool = False      # HBFCC_INLINE_TIME (default 0): the served inline paths' own time (inline_ns)
     call_isolation: bool = False   # HBFCC_CALL_ISOLATION (default 0): registers live across helper calls saved to .local
@@ -97,7 +98,8 @@ def load() -> Knobs:
         inline_multi=env_bool("HBFCC_INLINE_MULTI", True),
         inline_live=env_bool("HBFCC_INLINE_LIVE", True),
         share_until=env_bool("HBFCC_SHARE_UNTIL", True),
-        loads_first=env_bool("HBFCC_LOADS_FIRST", False),
+        loads_first=_choice("HBFCC_LOADS_FIRST", "0", GROUP_SCOPE_CHOICES),
+        full_warp=_choice("HBFCC_FULL_WARP", "1", GROUP_SCOPE_CHOICES),
         inline_time=env_bool("HBFCC_INLINE_TIME", False),
         call_isolation=env_bool("HBFCC_CALL_ISOLATION", False),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
@@ -154,6 +156,11 @@ def parse_separate_cap(v: Optional[str], variable: str = "HBFCC_SEPARATE_CAP") -
     return n
 
 
+# HBFCC_LOADS_FIRST / HBFCC_FULL_WARP: off, issue groups of at most hbfcc.passes.timing.SMALL_GROUP_SITES sites (1),
+# every group (all)
+GROUP_SCOPE_CHOICES = ("0", "1", "all")
+
+
 def _choice(variable: str, default: str, choices: tuple[str, ...]) -> str:
     v = (os.environ.get(variable) or default).strip().lower()
     if v not in choices:
@@ -200,9 +207,14 @@ DOCS: tuple[tuple[str, str, str], ...] = (
      "descriptor serves loads and stores inline: one ask per thread instead of one per op (0: each op asks for its own, "
      "as before)"),
     ("HBFCC_LOADS_FIRST", "0", "1: an issue group's loads (moved with their issues, HBFCC_HOIST_LOADS) are placed BEFORE "
-     "the group's timing code instead of after it, so they are in flight while it runs (the same values: the timing "
-     "code touches no program memory, and each value's modeled time is still enforced where it is used); their "
-     "registers then live across the group's helper calls. Off until a GPU has measured it"),
+     "the group's timing code instead of after it, in groups of at most 4 sites (all: every group), so they are in "
+     "flight while it runs (the same values). Off by default: the stream reduce ran x1.84 -> x1.60, but a load whose "
+     "value is used long after its issue had its latency exposed at the group (+0.7 us per access on an H100)"),
+    ("HBFCC_FULL_WARP", "1", "inline issue paths and issue groups get a second copy of their warp votes and shuffles "
+     "for a warp whose 32 lanes all run them, with the constant full mask, which ptxas compiles without the per-lane "
+     "mask check the group's own mask needs (REDUX/MATCH/BRA.DIV before every collective); any other group runs the "
+     "checked copy. The same values. 1: single sites and groups of at most 4 sites; all: every group (faster on some "
+     "kernels, more registers on others); 0: none, as before stop 53"),
     ("HBFCC_INLINE_TIME", "0", "1: each served inline path (an inline issue site, issue group or ready wait) reads "
      "%globaltimer again at its end and adds its time, on the warp's leader lane, to a register the flushes pass "
      "as inline_ns (helper ABI 8; the kernel counters' inline_ns, what overhead_ns is for the helpers); "

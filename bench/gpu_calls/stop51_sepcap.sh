@@ -10,6 +10,9 @@
 #   sep_body_ci  the same with HBFCC_CALL_ISOLATION=1 (nothing live across a helper call: the body does not spill
 #              at its cap on the CPU; reduce 80 registers / 6 blocks per SM, whole 128 / 4, plain 41 / 10)
 #   whole_ci   HBFCC_CALL_ISOLATION=1 alone (reduce 96 / 5 on the CPU) -- only when time is left
+#   share / noshare: HBFCC_SHARE_UNTIL=1 / =0 (stop 52; share is today's default build); before53: LOADS_FIRST=0
+#              FULL_WARP=0 (stop 52's default); lf / fw / lffw: LOADS_FIRST=all / FULL_WARP=all / both (the others 0);
+#              fwall: today's default with FULL_WARP=all (stop 53)
 #   itime      the whole build with HBFCC_INLINE_TIME=1 (the served inline paths time themselves: inline_ns; not in
 #              the default list) -- VARIANTS="..." picks and orders the variants (stop51_any.sh does)
 # A step that does not end in --launch-timeout (10 s) is recorded as a hang, not fatal; every variant has its own
@@ -33,7 +36,11 @@ for v in ${VARIANTS:-whole sep_plain sep_body sep_body_ci whole_ci}; do
     itime) E=(HBFCC_LINK=whole HBFCC_INLINE_TIME=1);;
     share) E=(HBFCC_LINK=whole HBFCC_SHARE_UNTIL=1);;      # the default build, named for stop52_share.sh's A/B
     noshare) E=(HBFCC_LINK=whole HBFCC_SHARE_UNTIL=0);;    # one until per op, as before stop 52
-    lf) E=(HBFCC_LINK=whole HBFCC_LOADS_FIRST=1);;         # a group's loads before its timing code
+    before53) E=(HBFCC_LINK=whole HBFCC_LOADS_FIRST=0 HBFCC_FULL_WARP=0);;   # the default build of stop 52
+    lf) E=(HBFCC_LINK=whole HBFCC_LOADS_FIRST=all HBFCC_FULL_WARP=0);;      # a group's loads before its timing code
+    fw) E=(HBFCC_LINK=whole HBFCC_LOADS_FIRST=0 HBFCC_FULL_WARP=all);;      # constant-mask collectives, whole warp
+    lffw) E=(HBFCC_LINK=whole HBFCC_LOADS_FIRST=all HBFCC_FULL_WARP=all);;
+    fwall) E=(HBFCC_LINK=whole HBFCC_FULL_WARP=all);;                       # the default, full warp in every group
     *) echo "unknown variant $v"; continue;;
   esac
   L=$(left); T=$(( L - 20 < 130 ? L - 20 : 130 ))
@@ -64,6 +71,9 @@ for name, p in (d.get("parts") or {}).items():
               f"{ln.get('mode', 'whole')} caps {ln.get('caps')} {ln.get('fallback_reason') or ''}")
     else:
         print(f"  {name:15s} {str(p.get('status')):8s} {str(p.get('detail') or p.get('error') or '')[:200]}")
+    if name == "consume":   # against the PLAIN build too: the unregistered instrumented build may cost by itself
+        print("  consume added vs plain (idle, one warp/SM): "
+              f"{[(p.get(m) or {}).get('added_total_vs_plain_ns') for m in ('idle', 'one_warp_per_sm')]}")
 s = d.get("summary") or {}
 for k, x in s.items():
     if k.startswith(("consume", "little")):

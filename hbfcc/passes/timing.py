@@ -95,6 +95,26 @@ R_IR = "%__hb_rp"                         # .b64 the multi-range table walk's po
 R_IM, R_IL, R_IK, R_IP, R_IQ, R_IH = ("%__hb_im", "%__hb_il", "%__hb_ik", "%__hb_ip", "%__hb_iq",
                                       "%__hb_ih")                          # .b32 temps
 R_IPA, R_IPB, R_IPL = "%__hb_ipa", "%__hb_ipb", "%__hb_ipl"               # .pred temps
+R_IFW = "%__hb_ifw"                       # .pred the whole warp is in the path's group (HBFCC_FULL_WARP)
+FULL_MASK = "0xffffffff"                  # a collective's membermask where the whole warp takes part
+# HBFCC_LOADS_FIRST and HBFCC_FULL_WARP act on issue groups of at most this many sites: in a larger group the loads'
+# registers (loads first: live across the group's timing code and its helper calls) and the second copy of the
+# group's collectives (full warp) cost registers -- on the devpath kernels (ptxas 13, sm_90a) groups of 8 sites
+# (the unrolled reduce, the Little kernels) went 128 -> 166-168 / 168 -> 214-234 registers and ran slower (H100,
+# stop 53: sreduce x1.75 -> x2.06-2.26); at <= 4 sites no kernel's count moved
+SMALL_GROUP_SITES = 4
+
+
+def group_scope(v) -> int:
+    """HBFCC_LOADS_FIRST / HBFCC_FULL_WARP as the pass takes them (meta): the largest issue group they act on --
+    0 (off: "0", False), SMALL_GROUP_SITES ("1", the default), GROUP_MAX ("all", True: every group)."""
+    if v is True or v == "all":
+        return GROUP_MAX
+    if v in (False, "0", 0):
+        return 0
+    if v in ("1", 1):
+        return SMALL_GROUP_SITES
+    raise RewriteError(f"group scope must be 0, 1 or all, not {v!r}")
 R_INS = "%__hb_ins"                       # .b64 the inline path's own time (HBFCC_INLINE_TIME; the leader lane's)
 R_LMLT = "%__hb_lmlt"                     # .b32 %lanemask_lt, read once at entry (S2R is slow)
 INLINE_BYTES = frozenset((1, 2, 4, 8, 16, 32))   # access sizes an inline site serves (one granule >= 32 B)
@@ -456,6 +476,7 @@ class FunctionReport:
     live_flushes: int = 0            # until points that flush the thread's inline counters (HBFCC_INLINE_LIVE)
     shared_untils: int = 0           # until asks whose answer serves the other op too (HBFCC_SHARE_UNTIL)
     loads_first: int = 0             # group sites whose load was placed before the group's timing code (HBFCC_LOADS_FIRST)
+    full_warp_paths: int = 0         # inline paths with a constant-mask copy for a whole warp (HBFCC_FULL_WARP)
     timed_paths: int = 0             # served inline paths timed into inline_ns (HBFCC_INLINE_TIME; sites, groups, waits)
     grouped_issues: int = 0          # load issues in those groups
     moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
@@ -485,6 +506,7 @@ class FunctionReport:
                 "grouped_issues": self.grouped_issues, "multi_checks": self.multi_checks,
                 "live_flushes": self.live_flushes, "shared_untils": self.shared_untils,
                 "loads_first": self.loads_first,
+                "full_warp_paths": self.full_warp_paths,
                 "timed_paths": self.timed_paths,
                 "moved_loads": self.moved_loads,
                 "group_calls": self.group_calls, "merged_requests": self.merged_requests,
@@ -672,9 +694,12 @@ class _FunctionRewriter:
                  inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
                  tracks: bool = False, cluster: bool = False, multi: bool = True, live: bool = True,
                  itime: bool = False, native_scope: bool = False, merge: bool = False, share_until: bool = True,
-                 loads_first: bool = False):
+                 loads_first: int = 0, full_warp: int = 0):
         self.hoist = hoist
-        self.loads_first = loads_first            # HBFCC_LOADS_FIRST: a group's moved loads before its timing code
+        # HBFCC_FULL_WARP: constant-mask collectives where the warp is whole, in groups of at most this many sites
+        # (0: off; single inline sites whenever it is not 0)
+        self.full_warp = full_warp if inline else 0
+        self.loads_first = loads_first            # HBFCC_LOADS_FIRST: the same for a group's moved loads first
         self.share_until = share_until            # HBFCC_SHARE_UNTIL: an until asked for one op serves the other too
         self.native_scope = native_scope        # HBFCC_NATIVE_SCOPE: the native copy's registers its own (below)
         self.multi = multi and inline           # HBFCC_INLINE_MULTI: the multi-range re-check (ABI 6)
@@ -978,24 +1003,26 @@ class _FunctionRewriter:
         # the nearest active lane below (none: this lane itself; its value is then not used)
         out += [_ins("clz", ("b32",), (_R(R_IP), _R(R_IL))),
                 _ins("sub", ("u32",), (_R(R_IP), _I(31), _R(R_IP)))]
-        if load:   # granule keys: 32 bits of addr >> read_gshift (exact in a range of <= 2^37 B)
-            out += [_ins("ld", ("const", "u8"), (_R(R_IH), Address(Symbol(cd), abi.CDESC_READ_GSHIFT_OFF))),
-                    _ins("shr", ("b64",), (_R(R_IX), addr, _R(R_IH))),
-                    _ins("cvt", ("u32", "u64"), (_R(R_IK), _R(R_IX))),
-                    _ins("shfl", ("sync", "idx", "b32"), (_R(R_IQ), _R(R_IK), _R(R_IP), _I(31), _R(R_IM))),
-                    _ins("setp", ("le", "or", "u32"), (_R(R_IPB), _R(R_IQ), _R(R_IK), _R(R_IPL)))]
-        else:      # stores: the lane below ends at or before this lane's first byte
-            out += [_ins("add", ("u64",), (_R(R_IX), addr, _I(nb))),
-                    _ins("mov", ("b64",), (Vector((_R(R_IK), _R(R_IH))), _R(R_IX))),
-                    _ins("shfl", ("sync", "idx", "b32"), (_R(R_IQ), _R(R_IK), _R(R_IP), _I(31), _R(R_IM))),
-                    _ins("shfl", ("sync", "idx", "b32"), (_R(R_IH), _R(R_IH), _R(R_IP), _I(31), _R(R_IM))),
-                    _ins("mov", ("b64",), (_R(R_IY), Vector((_R(R_IQ), _R(R_IH))))),
-                    _ins("setp", ("le", "or", "u64"), (_R(R_IPB), _R(R_IY), addr, _R(R_IPL)))]
+
+        def votes(mask, _first: bool) -> list[Statement]:
+            if load:   # granule keys: 32 bits of addr >> read_gshift (exact in a range of <= 2^37 B)
+                v = [_ins("ld", ("const", "u8"), (_R(R_IH), Address(Symbol(cd), abi.CDESC_READ_GSHIFT_OFF))),
+                     _ins("shr", ("b64",), (_R(R_IX), addr, _R(R_IH))),
+                     _ins("cvt", ("u32", "u64"), (_R(R_IK), _R(R_IX))),
+                     _ins("shfl", ("sync", "idx", "b32"), (_R(R_IQ), _R(R_IK), _R(R_IP), _I(31), mask)),
+                     _ins("setp", ("le", "or", "u32"), (_R(R_IPB), _R(R_IQ), _R(R_IK), _R(R_IPL)))]
+            else:      # stores: the lane below ends at or before this lane's first byte
+                v = [_ins("add", ("u64",), (_R(R_IX), addr, _I(nb))),
+                     _ins("mov", ("b64",), (Vector((_R(R_IK), _R(R_IH))), _R(R_IX))),
+                     _ins("shfl", ("sync", "idx", "b32"), (_R(R_IQ), _R(R_IK), _R(R_IP), _I(31), mask)),
+                     _ins("shfl", ("sync", "idx", "b32"), (_R(R_IH), _R(R_IH), _R(R_IP), _I(31), mask)),
+                     _ins("mov", ("b64",), (_R(R_IY), Vector((_R(R_IQ), _R(R_IH))))),
+                     _ins("setp", ("le", "or", "u64"), (_R(R_IPB), _R(R_IY), addr, _R(R_IPL)))]
+            return v + [_ins("and", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_IPB))),
+                        _ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_IPA), mask))]
         Lmulti, Lserve = self._label(), self._label()
-        out += [_ins("and", ("pred",), (_R(R_IPA), _R(R_IPA), _R(R_IPB))),
-                _ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_IPA), _R(R_IM))),
-                _ins("bra", (), (LabelRef(Lmulti),), Guard(_R(R_IPA), True)),
-                Label(Lserve),
+        out += self._by_mask(votes, Lmulti, Lserve)
+        out += [Label(Lserve),
                 _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_READ_DELAY_OFF if load
                                                                else abi.CDESC_INL_WRITE_DELAY_OFF))),
                 _ins("add", ("u64",), (_R(out_reg), _R(R_IT), _R(R_IY)))]
@@ -1136,7 +1163,7 @@ class _FunctionRewriter:
             out += [st for st in run[done:last] if type(st) is not _GSite]
             done = last + 1
             loads = [ld for st in chunk for ld in self._moved_after.pop(id(st), [])]
-            if self.loads_first and self._loads_first_ok(loads, chunk):
+            if len(chunk) <= self.loads_first and self._loads_first_ok(loads, chunk):
                 # HBFCC_LOADS_FIRST: the group's loads in flight while its timing code runs (the code's dependent
                 # chain, ~190 instructions a group on the stream reduce, then overlaps the loads' latency)
                 out += loads + self._group_code(chunk, reqs)
@@ -1346,6 +1373,41 @@ class _FunctionRewriter:
                 _ins("mov", ("b32",), (_R(R_GC), _I(0))),
                 _ins("mov", ("b32",), (_R(R_GG), _I(0))),
                 _ins("mov", ("b32",), (_R(R_GB), _I(0)))]
+        Lmulti, Lcount = self._label(), self._label()
+        out += self._by_mask(lambda mask, first: self._group_votes(sites, addrs, reqs, mask, first), Lmulti, Lcount,
+                             full=len(sites) <= self.full_warp)
+        out += [Label(Lcount),
+                _ins("add", ("u32",), (_R(R_ICR), _R(R_ICR), _R(R_GC))),
+                _ins("add", ("u32",), (_R(R_IGR), _R(R_IGR), _R(R_GG))),
+                _ins("cvt", ("u64", "u32"), (_R(R_IX), _R(R_GB))),
+                _ins("add", ("u64",), (_R(R_IBR), _R(R_IBR), _R(R_IX)))]
+        if self.itime:
+            # the group's own time once per warp: from its clock read (R_IT is now that read + the read delay) on the
+            # lowest lane of the group's active lanes (R_IM; R_IPL held the last site's leader)
+            out += [_ins("and", ("b32",), (_R(R_IL), _R(R_LMLT), _R(R_IM))),
+                    _ins("setp", ("eq", "u32"), (_R(R_IPL), _R(R_IL), _I(0))),
+                    _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_READ_DELAY_OFF))),
+                    _ins("sub", ("u64",), (_R(R_IY), _R(R_IT), _R(R_IY)))]
+            out += self._time_served(_R(R_IY))
+        out += [_ins("bra", ("uni",), (LabelRef(Ldone),)),
+                Label(Lmulti)]
+        if self.multi:
+            out += self._group_multi_check(sites, addrs, Lcount, Lslow)
+        out.append(Label(Lslow))
+        if self.fast_groups and len(sites) > 1:
+            out += self._group_call(sites, addrs, Ldone)
+        for s in sites:
+            self._site_alone(s, out)
+        out += [_ins("bra", ("uni",), (LabelRef(Ldone),)), Label(Lzero)]
+        out += [_ins("mov", ("b64",), (_R(f"{R_FUT}{s.k}"), _I(0)), s.inst.guard) for s in sites]
+        out.append(Label(Ldone))
+        return out
+
+    def _group_votes(self, sites: list["_GSite"], addrs: list, reqs: Optional[list["_MergeReq"]], mask,
+                     count: bool) -> list[Statement]:
+        """_group_code's per-request part (see there), its collectives over ``mask`` (_by_mask), then the group's
+        one vote: every lane accessing somewhere in the range, in order, its until in force (R_IPA)."""
+        out: list[Statement] = []
         for q in (reqs if reqs is not None else [_MergeReq((j,), j, 0, False) for j in range(len(sites))]):
             j = q.lead
             if len(q.members) == 1:
@@ -1354,16 +1416,17 @@ class _FunctionRewriter:
                 P = _R(R_IPA)
                 out.append(_ins("mov", ("pred",), (P, _R(f"{R_GP}{q.members[0]}"))))
                 out += [_ins("or", ("pred",), (P, P, _R(f"{R_GP}{m}"))) for m in q.members[1:]]
-                self.report.merged_requests += 1
-                self.report.merged_sites += len(q.members)
-            out += [_ins("vote", ("sync", "ballot", "b32"), (_R(R_IP), P, _R(R_IM))),
+                if count:
+                    self.report.merged_requests += 1
+                    self.report.merged_sites += len(q.members)
+            out += [_ins("vote", ("sync", "ballot", "b32"), (_R(R_IP), P, mask)),
                     _ins("and", ("b32",), (_R(R_IP), _R(R_IP), _R(R_LMLT))),    # accessing lanes below
                     _ins("setp", ("eq", "u32"), (_R(R_IPL), _R(R_IP), _I(0))),  # none: the lowest
                     _ins("clz", ("b32",), (_R(R_IP), _R(R_IP))),
                     _ins("sub", ("u32",), (_R(R_IP), _I(31), _R(R_IP))),
                     _ins("shr", ("b64",), (_R(R_IX), addrs[j], _R(R_IH))),
                     _ins("cvt", ("u32", "u64"), (_R(R_IK), _R(R_IX))),
-                    _ins("shfl", ("sync", "idx", "b32"), (_R(R_IQ), _R(R_IK), _R(R_IP), _I(31), _R(R_IM))),
+                    _ins("shfl", ("sync", "idx", "b32"), (_R(R_IQ), _R(R_IK), _R(R_IP), _I(31), mask)),
                     _ins("setp", ("le", "or", "u32"), (_R(R_IPB), _R(R_IQ), _R(R_IK), _R(R_IPL)))]
             # R_GOK: the lanes ascend at every site this lane accesses (kept apart from R_GIN for the
             # multi-range re-check, which needs the order without r0)
@@ -1391,36 +1454,32 @@ class _FunctionRewriter:
                 s, Pm = sites[m], _R(f"{R_GP}{m}")
                 out += [_ins("add", ("u32",), (_R(R_GB), _R(R_GB), _I(s.d.nbytes)), Guard(Pm)),
                         _ins("selp", ("b64",), (_R(f"{R_FUT}{s.k}"), _R(R_IT), _I(0), Pm), s.inst.guard)]
-        Lmulti, Lcount = self._label(), self._label()
-        out += [_ins("and", ("pred",), (_R(R_IPA), _R(R_GOK), _R(R_GIN))),
-                _ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_IPA), _R(R_IM))),
-                _ins("bra", (), (LabelRef(Lmulti),), Guard(_R(R_IPA), True)),
-                Label(Lcount),
-                _ins("add", ("u32",), (_R(R_ICR), _R(R_ICR), _R(R_GC))),
-                _ins("add", ("u32",), (_R(R_IGR), _R(R_IGR), _R(R_GG))),
-                _ins("cvt", ("u64", "u32"), (_R(R_IX), _R(R_GB))),
-                _ins("add", ("u64",), (_R(R_IBR), _R(R_IBR), _R(R_IX)))]
-        if self.itime:
-            # the group's own time once per warp: from its clock read (R_IT is now that read + the read delay) on the
-            # lowest lane of the group's active lanes (R_IM; R_IPL held the last site's leader)
-            out += [_ins("and", ("b32",), (_R(R_IL), _R(R_LMLT), _R(R_IM))),
-                    _ins("setp", ("eq", "u32"), (_R(R_IPL), _R(R_IL), _I(0))),
-                    _ins("ld", ("const", "u64"), (_R(R_IY), Address(Symbol(cd), abi.CDESC_INL_READ_DELAY_OFF))),
-                    _ins("sub", ("u64",), (_R(R_IY), _R(R_IT), _R(R_IY)))]
-            out += self._time_served(_R(R_IY))
-        out += [_ins("bra", ("uni",), (LabelRef(Ldone),)),
-                Label(Lmulti)]
-        if self.multi:
-            out += self._group_multi_check(sites, addrs, Lcount, Lslow)
-        out.append(Label(Lslow))
-        if self.fast_groups and len(sites) > 1:
-            out += self._group_call(sites, addrs, Ldone)
-        for s in sites:
-            self._site_alone(s, out)
-        out += [_ins("bra", ("uni",), (LabelRef(Ldone),)), Label(Lzero)]
-        out += [_ins("mov", ("b64",), (_R(f"{R_FUT}{s.k}"), _I(0)), s.inst.guard) for s in sites]
-        out.append(Label(Ldone))
-        return out
+        return out + [_ins("and", ("pred",), (_R(R_IPA), _R(R_GOK), _R(R_GIN))),
+                      _ins("vote", ("sync", "all", "pred"), (_R(R_IPA), _R(R_IPA), mask))]
+
+    def _by_mask(self, section, Lfail: str, Lpass: str, full: bool = True) -> list[Statement]:
+        """``section(mask, first)``: an inline path's collectives over ``mask`` ending in a warp vote into R_IPA;
+        a lane whose vote failed goes to ``Lfail``, else on to ``Lpass`` (the caller's label, right after).
+        Without HBFCC_FULL_WARP the mask is R_IM (_group_mask: the group's lanes, which ptxas cannot prove
+        warp-uniform, so every collective checks each lane's own mask: ~3-5 more SASS each, MATCH.ANY among them,
+        on the path's dependent chain). With it the section is emitted twice: where R_IM is the whole warp (all 32
+        lanes ran _group_mask's activemask together, so every lane sees the whole mask and takes the same branch)
+        its collectives take the constant full mask, which ptxas compiles without the per-lane check -- correct
+        there since every lane of the warp executes them (.sync waits for all 32); any other group runs the
+        checked copy, as before. The same values either way (the mask is the same set). ``full`` False (a group of
+        more than SMALL_GROUP_SITES sites): the checked copy only."""
+        if not (self.full_warp and full):
+            return section(_R(R_IM), True) + [_ins("bra", (), (LabelRef(Lfail),), Guard(_R(R_IPA), True))]
+        Lfull = self._label()
+        self.report.full_warp_paths += 1
+        return ([_ins("setp", ("eq", "b32"), (_R(R_IFW), _R(R_IM), Immediate(FULL_MASK))),
+                 _ins("bra", (), (LabelRef(Lfull),), Guard(_R(R_IFW)))]
+                + section(_R(R_IM), True)
+                + [_ins("bra", (), (LabelRef(Lfail),), Guard(_R(R_IPA), True)),
+                   _ins("bra", ("uni",), (LabelRef(Lpass),)),
+                   Label(Lfull)]
+                + section(Immediate(FULL_MASK), False)
+                + [_ins("bra", (), (LabelRef(Lfail),), Guard(_R(R_IPA), True))])
 
     def _group_multi_check(self, sites: list["_GSite"], addrs: list, Lcount: str, Lslow: str) -> list[Statement]:
         """Where the group's vote failed (ABI 6): with a multi-range descriptor (inl_nranges != 0; else
@@ -2221,6 +2280,8 @@ class _FunctionRewriter:
                                                                                   R_IL, R_IK, R_IP, R_IQ, R_IH,
                                                                                   R_LMLT))),
                       VarDecl((), "reg", (), ".pred", tuple(Declarator(r) for r in (R_IPA, R_IPB, R_IPL)))]
+            if self.full_warp:
+                decls.append(VarDecl((), "reg", (), ".pred", (Declarator(R_IFW),)))
             init += [_ins("mov", ("b64",), (_R(r), _I(0))) for r in (R_IUR, R_IUW, R_IBR, R_IBW, R_ISL)]
             if self.itime:
                 decls.append(VarDecl((), "reg", (), ".b64", (Declarator(R_INS),)))
@@ -2396,7 +2457,8 @@ def timing_pass(module: Module, meta: dict) -> Module:
     native_scope = bool(meta.get("native_scope", False))
     merge = bool(meta.get("merge_loads", False))
     share_until = bool(meta.get("share_until", True))
-    loads_first = bool(meta.get("loads_first", False))
+    loads_first = group_scope(meta.get("loads_first", "0"))
+    full_warp = group_scope(meta.get("full_warp", "1"))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -2411,7 +2473,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
         if type(it) is Function and it.body is not None:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
                                    fast_groups, tracks, cluster, multi, live, itime, native_scope, merge,
-                                   share_until, loads_first)
+                                   share_until, loads_first, full_warp)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -2458,5 +2520,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "merge_loads": merge,
         "share_until": share_until,
         "loads_first": loads_first,
+        "full_warp": full_warp,
     }
     return replace(module, items=tuple(new_items))

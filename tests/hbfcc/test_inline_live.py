@@ -187,8 +187,8 @@ class ThreadTwin:
         (_, _, self.exit_args), = call_blocks(out, "__hb_kernel_flush")
         # the increments the load site and the store site make when they serve inline (after each ask block)
         self.inc = []
-        for (_, e, _), stop in zip(asks, ("bra.uni", "bra.uni")):
-            seg = loop[e:loop.index(stop, e)]
+        for _, e, _ in asks:     # up to the site's helper call (its counters come once, on the served path)
+            seg = loop[e:loop.index("__hb_issue", e)]
             self.inc.append({r: int(v) for r, v in
                              re.findall(r"add\.u(?:32|64) \t(%__hb_i\w+), \1, (\d+);", seg) if r in COUNTERS})
         self.regs = {r: 0 for r in COUNTERS}

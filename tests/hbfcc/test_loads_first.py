@@ -1,9 +1,13 @@
-"""HBFCC_LOADS_FIRST (default 0, issue 13): an issue group's loads -- moved with their hoisted issues
+"""HBFCC_LOADS_FIRST (default 0; 1: groups of at most 4 sites; all: every group; issue 13): an issue group's loads -- moved with their hoisted issues
 (HBFCC_HOIST_LOADS) -- placed BEFORE the group's timing code instead of after it, so they are in flight while that
 code runs (stop 52's ncu: ~190 dependent instructions a group on the stream reduce, the loads waiting behind them).
 The same program: the timing code touches no program memory and reads only hbfcc's own copies of the addresses
-and guards; each value's modeled time is still enforced at its use (the wait). Off until a card has measured it (its
-loads' registers then live across the group's helper calls: some kernels need more, docs/RESULTS.md "Stop 52")."""
+and guards; each value's modeled time is still enforced at its use (the wait). In larger groups the loads'
+registers, live across the group's helper calls, cost occupancy (H100, stop 53: the stream reduce x1.84 -> x1.60 with
+its 2-site groups, the unrolled reduce's 8-site groups 168 -> 234 registers, x1.75 -> x2.26), so the default acts
+on groups of at most T.SMALL_GROUP_SITES sites and `all` on every group. Off by default: in the consume probe (a
+load, 20 us of independent work, then the use) the instrumented build's work grew by ~0.7 us with it -- the load's
+latency exposed at the group, even where nothing is registered (docs/RESULTS.md "Stop 53")."""
 from __future__ import annotations
 
 import sys
@@ -37,8 +41,8 @@ def _order(out: str) -> tuple[int, int]:
 
 
 def test_the_group_loads_go_first_and_nothing_else_changes():
-    off, f_off = run_pass(VEC)
-    on, f_on = run_pass(VEC, loads_first=True)
+    off, f_off = run_pass(VEC, loads_first="0")
+    on, f_on = run_pass(VEC, loads_first="all")
     assert f_off["loads_first"] == 0 and f_on["loads_first"] == f_on["grouped_issues"] > 0
     a, b = _order(off)
     assert a > b                                    # today: the group's timing code, then its loads
@@ -72,13 +76,34 @@ def test_only_when_every_site_moved_its_load_and_no_load_writes_hbfcc_registers(
 
 
 def test_the_knob_reaches_the_pass_and_the_build_assembles(monkeypatch):
-    monkeypatch.setenv("HBFCC_LOADS_FIRST", "1")
+    monkeypatch.setenv("HBFCC_LOADS_FIRST", "all")
     res = rewrite_text(VEC, filename="v.ptx", helper=H.load_helper(U.real_helper_ptx() or U.fixture_helper_ptx()))
-    assert res.meta["timing"]["loads_first"] is True and res.meta["timing"]["functions"][0]["loads_first"] > 0
+    assert res.meta["timing"]["loads_first"] == T.GROUP_MAX and res.meta["timing"]["functions"][0]["loads_first"] > 0
     U.assemble(res.text)
-    monkeypatch.delenv("HBFCC_LOADS_FIRST")
+    monkeypatch.setenv("HBFCC_LOADS_FIRST", "0")
     res = rewrite_text(VEC, filename="v.ptx", link=False)
-    assert res.meta["timing"]["loads_first"] is False and res.meta["timing"]["functions"][0]["loads_first"] == 0
+    assert res.meta["timing"]["loads_first"] == 0 and res.meta["timing"]["functions"][0]["loads_first"] == 0
+    monkeypatch.setenv("HBFCC_LOADS_FIRST", "1")     # groups of at most SMALL_GROUP_SITES sites
+    res = rewrite_text(VEC, filename="v.ptx", link=False)
+    assert res.meta["timing"]["loads_first"] == T.SMALL_GROUP_SITES
+    monkeypatch.delenv("HBFCC_LOADS_FIRST")         # the default: off (the consume probe's latency, RESULTS stop 53)
+    res = rewrite_text(VEC, filename="v.ptx", link=False)
+    assert res.meta["timing"]["loads_first"] == 0
+
+
+def test_scope_1_is_groups_of_at_most_four_sites():
+    _, f = run_pass(VEC, loads_first="1")            # one group of 8 sites: too large for the default
+    assert (f["issue_groups"], f["grouped_issues"], f["loads_first"]) == (1, 8, 0)
+    _, f = run_pass(VEC, loads_first="all")
+    assert f["loads_first"] == 8
+    add = (U.REPO / "tests" / "fixtures" / "triton" / "vector_add_f32.ptx").read_text()   # a group of 4: moved
+    _, f = run_pass(add, loads_first="1")
+    assert (f["issue_groups"], f["grouped_issues"], f["loads_first"]) == (1, 4, 4)
+
+
+def test_a_bad_scope_is_an_error():
+    with pytest.raises(Exception, match="0, 1 or all"):
+        T.group_scope("2")
 
 
 FIXTURES = ("vector_add_f32", "softmax_row", "layernorm_fwd", "flash_attn_fwd_d64", "embedding_gather",
@@ -87,12 +112,13 @@ FIXTURES = ("vector_add_f32", "softmax_row", "layernorm_fwd", "flash_attn_fwd_d6
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_triton_fixtures_rewrite_and_assemble_with_loads_first(name, monkeypatch):
-    """The knob on over Triton's kernels: the rewrite assembles (all 58 fixtures did on 2026-12-07, 43 of them with
+    """The knob on every group (and HBFCC_FULL_WARP too) over Triton's kernels: the rewrite assembles (all 58 fixtures did on 2026-12-07, 43 of them with
     loads placed first; these eight here)."""
     path = U.REPO / "tests" / "fixtures" / "triton" / f"{name}.ptx"
     if not path.is_file():
         pytest.skip(f"no fixture {name}")
-    monkeypatch.setenv("HBFCC_LOADS_FIRST", "1")
+    monkeypatch.setenv("HBFCC_LOADS_FIRST", "all")
+    monkeypatch.setenv("HBFCC_FULL_WARP", "all")
     res = rewrite_text(path.read_text(), filename=path.name,
                        helper=H.load_helper(U.real_helper_ptx() or U.fixture_helper_ptx()))
     U.assemble(res.text)

@@ -197,8 +197,18 @@ def warp_block(out: str) -> list[str]:
     s = v
     while s > 0 and any(x in lines[s - 1] for x in setup):
         s -= 1
+    return [ln for ln in lines[s:vote_end(lines, v) + 1] if ln]
+
+
+def vote_end(lines: list[str], v: int) -> int:
+    """The line of the group's warp vote after line ``v``: its first ``vote.sync.all``, or with HBFCC_FULL_WARP's
+    copies (a branch on %__hb_ifw before it) the full-mask copy's vote, where a whole warp goes."""
     e = next(i for i in range(v, len(lines)) if lines[i].startswith("vote.sync.all.pred"))
-    return [ln for ln in lines[s:e + 1] if ln]
+    fw = next((ln for ln in lines[v:e] if ln.startswith("@%__hb_ifw bra")), None)
+    if fw is None:
+        return e
+    lab = lines.index(fw.split()[-1].rstrip(";") + ":")
+    return next(i for i in range(lab, len(lines)) if lines[i].startswith("vote.sync.all.pred"))
 
 
 def run_warp(lines: list[str], lanes: list[dict], cmem: bytes) -> list[dict]:
@@ -461,7 +471,7 @@ def group_blocks(out: str) -> list[list[str]]:
         s = v
         while s > 0 and any(x in lines[s - 1] for x in setup):
             s -= 1
-        e = next(i for i in range(v, len(lines)) if lines[i].startswith("vote.sync.all.pred"))
+        e = vote_end(lines, v)
         # the program's own loads moved after the previous group (their values play no part here): left out
         blocks.append([x for x in lines[s:e + 1] if x and not x.startswith("//") and "ld.global." not in x])
     return blocks

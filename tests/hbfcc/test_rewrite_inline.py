@@ -38,9 +38,14 @@ FUNC = HDR + """
 """
 
 
+# the code shapes these tests pin are the checked collectives' (HBFCC_FULL_WARP=0) with each group's loads after
+# its timing code (HBFCC_LOADS_FIRST=0); test_full_warp.py and test_loads_first.py pin what the two add
+PLAIN = {"full_warp": "0", "loads_first": "0"}
+
+
 def rewrite(text: str, inline: bool = True, group: bool = False, meta: dict | None = None) -> str:
     """The timing pass; issue groups off unless asked (the per-site form is pinned first, groups below)."""
-    m = {"inline_issues": inline, "group_issues": group} if meta is None else meta
+    m = {"inline_issues": inline, "group_issues": group, **PLAIN} if meta is None else meta
     return print_module(timing_pass(parse_module(text), m))
 
 
@@ -140,7 +145,7 @@ def test_inline_multi_off_emits_the_one_range_code(monkeypatch):
 
 
 def timing_meta(text: str, meta: dict | None = None) -> dict:
-    m = {"inline_issues": True, "group_issues": False} if meta is None else meta
+    m = {"inline_issues": True, "group_issues": False, **PLAIN} if meta is None else meta
     timing_pass(parse_module(text), m)
     return m["timing"]
 
@@ -209,7 +214,7 @@ def loads(n: int, offset: bool = False, guard: bool = True) -> str:
 
 
 def group_meta() -> dict:
-    return {"inline_issues": True, "group_issues": True, "hoist_issues": True}
+    return {"inline_issues": True, "group_issues": True, "hoist_issues": True, **PLAIN}
 
 
 def fast_path(out: str) -> str:
@@ -383,6 +388,7 @@ def test_every_collective_of_the_inline_path_takes_the_group_mask_checked_per_la
     for out in outs:
         colls = re.findall(r"^\s*(?:@\S+\s+)?(?:shfl|vote|match|redux|bar\.warp)\.sync\S*\s+([^;]*);", out, re.M)
         # -1: the group call's whole warp (after its partial-warp check), which the hardware checks exactly
+        # (HBFCC_FULL_WARP's copies for a whole warp: test_full_warp.py)
         assert colls and all(c.split(",")[-1].strip() in ("%__hb_im", "-1") for c in colls), colls
         n = len(re.findall(r"\bactivemask\.b32\s+%__hb_im;", out))
         opaque = re.findall(r"activemask\.b32\s+%__hb_im;\s*\n\s*add\.u32\s+%__hb_il, %__hb_lmlt, 1;\s*\n"
