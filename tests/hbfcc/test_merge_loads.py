@@ -193,7 +193,7 @@ def warp_block(out: str) -> list[str]:
     lines = [ln.strip() for ln in out.split("\n")]
     v = next(i for i, ln in enumerate(lines) if ln.startswith("vote.sync.any.pred"))
     setup = ("%__hb_ga", "%__hb_b,", "%__hb_gp", "%__hb_gany", "%__hb_gin", "%__hb_ipb, %__hb_b", "activemask",
-             "%__hb_il, %__hb_lmlt", "%__hb_im, %__hb_im", "%__hb_x_")        # with the hoisting copies
+             "%__hb_il, %__hb_lmlt", "%__hb_im, %__hb_im", "%__hb_x_", "%__hb_it, %globaltimer")        # with the hoisting copies
     s = v
     while s > 0 and any(x in lines[s - 1] for x in setup):
         s -= 1
@@ -463,7 +463,7 @@ def group_blocks(out: str) -> list[list[str]]:
     """Every issue group's code, first setup line to its warp vote (included), in program order."""
     lines = [ln.strip() for ln in out.split("\n")]
     setup = ("%__hb_ga", "%__hb_b,", "%__hb_gp", "%__hb_gany", "%__hb_gin", "%__hb_ipb, %__hb_b", "activemask",
-             "%__hb_il, %__hb_lmlt", "%__hb_im, %__hb_im", "%__hb_x_")
+             "%__hb_il, %__hb_lmlt", "%__hb_im, %__hb_im", "%__hb_x_", "%__hb_it, %globaltimer")
     blocks = []
     for v, ln in enumerate(lines):
         if not (ln.startswith("vote.sync.any.pred") and "%__hb_gany" in ln):

@@ -39,8 +39,9 @@ FUNC = HDR + """
 
 
 # the code shapes these tests pin are the checked collectives' (HBFCC_FULL_WARP=0) with each group's loads after
-# its timing code (HBFCC_LOADS_FIRST=0); test_full_warp.py and test_loads_first.py pin what the two add
-PLAIN = {"full_warp": "0", "loads_first": "0"}
+# its timing code (HBFCC_LOADS_FIRST=0) and its clock read after its setup (HBFCC_EARLY_CLOCK=0); test_full_warp.py,
+# test_loads_first.py and test_early_clock.py pin what the three change
+PLAIN = {"full_warp": "0", "loads_first": "0", "early_clock": False}
 
 
 def rewrite(text: str, inline: bool = True, group: bool = False, meta: dict | None = None) -> str:
