@@ -97,17 +97,19 @@ R_IM, R_IL, R_IK, R_IP, R_IQ, R_IH = ("%__hb_im", "%__hb_il", "%__hb_ik", "%__hb
 R_IPA, R_IPB, R_IPL = "%__hb_ipa", "%__hb_ipb", "%__hb_ipl"               # .pred temps
 R_IFW = "%__hb_ifw"                       # .pred the whole warp is in the path's group (HBFCC_FULL_WARP)
 FULL_MASK = "0xffffffff"                  # a collective's membermask where the whole warp takes part
-# HBFCC_LOADS_FIRST and HBFCC_FULL_WARP act on issue groups of at most this many sites: in a larger group the loads'
-# registers (loads first: live across the group's timing code and its helper calls) and the second copy of the
-# group's collectives (full warp) cost registers -- on the devpath kernels (ptxas 13, sm_90a) groups of 8 sites
-# (the unrolled reduce, the Little kernels) went 128 -> 166-168 / 168 -> 214-234 registers and ran slower (H100,
-# stop 53: sreduce x1.75 -> x2.06-2.26); at <= 4 sites no kernel's count moved
+# HBFCC_LOADS_FIRST=1 and HBFCC_FULL_WARP=1 act on issue groups of at most this many sites: in a larger group the
+# loads' registers (loads first: live across the group's timing code and its helper calls) and the full-mask
+# collectives (full warp: without the per-lane check's branches ptxas schedules the sites' work together) cost
+# registers -- on the devpath kernels (ptxas 13, sm_90a) groups of 8 sites (the unrolled reduce, the Little kernels)
+# went 128 -> 166-168 / 168 -> 214-234 registers and ran slower (H100, stop 53: sreduce x1.75 -> x2.06-2.26); at
+# <= 4 sites no kernel's count moved
 SMALL_GROUP_SITES = 4
 
 
 def group_scope(v) -> int:
     """HBFCC_LOADS_FIRST / HBFCC_FULL_WARP as the pass takes them (meta): the largest issue group they act on --
-    0 (off: "0", False), SMALL_GROUP_SITES ("1", the default), GROUP_MAX ("all", True: every group)."""
+    0 (off: "0", False), SMALL_GROUP_SITES ("1"), GROUP_MAX ("all", True: every group). The defaults: HBFCC_FULL_WARP
+    "1", HBFCC_LOADS_FIRST "0" (hbfcc/knobs.py)."""
     if v is True or v == "all":
         return GROUP_MAX
     if v in (False, "0", 0):
