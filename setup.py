@@ -13,11 +13,15 @@ wheel, into the source tree for an editable install. The Makefile runs the same 
     python setup.py proto [OUT_DIR]               the stubs (default hbfproto/)
     python setup.py helper-ptx BUILD OUT.ptx      one helper build: direct | lean | l2 | eidola
     python setup.py helpers-ptx [OUT_DIR]         all three (default runtime_cuda/ptx/)
+
+$HBF_HELPER_NVCC_FLAGS adds nvcc options to a helper build, for debug builds beside the package's (e.g.
+``-DHB_DEBUG_ASKS``: bench/gpu_calls/stop54_asks.sh); the package's own builds never set it.
 """
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -97,7 +101,7 @@ def build_helper_ptx(build: str, out: Path, nvcc: str) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
     os.close(fd)
     try:
-        argv = [nvcc, *NVCC_PTX_FLAGS, *extra, src, "-o", tmp]
+        argv = [nvcc, *NVCC_PTX_FLAGS, *extra, *shlex.split(os.environ.get("HBF_HELPER_NVCC_FLAGS", "")), src, "-o", tmp]
         r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
         if r.returncode != 0:
             raise BuildStepError(f"nvcc failed building the {build} helper PTX ({' '.join(argv)}):\n"

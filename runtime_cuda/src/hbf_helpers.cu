@@ -13,6 +13,9 @@
 // written with st.release.sys (or GPU-only atomics on GPU-owned words), as measured on the H200.
 #include <cstddef>
 #include <cstdint>
+#ifdef HB_DEBUG_ASKS
+#include <cstdio>
+#endif
 
 #include "hbf_abi.h"
 #include "hbf_ctl.h"
@@ -1802,7 +1805,20 @@ extern "C" __device__ __noinline__ long long __hb_inline_until_live(unsigned int
                                                                    unsigned long long inline_ns) {
     __hb_kernel_flush(kernel_index, rd_req, rd_granules, rd_bytes, wr_req, wr_bytes, ready_waits, slack_ns,
                       inline_ns);
+#ifdef HB_DEBUG_ASKS
+    // A debug build only (nvcc -DHB_DEBUG_ASKS; bench/gpu_calls/stop54_asks.sh): what the asks are answered, on the
+    // asking group's lowest lane, for the asks in one 1 us slot of 512 (the printf FIFO holds a bench's ~20 launches)
+    // -- stop 53 found the stream reduce's threads asking 2.2 times in ~10 us lives, where every answer path reads as
+    // >= 0.5 ms (docs/design.md, issue 13)
+    const long long r = __hb_inline_until(op);
+    const uint64_t t = hb_now();
+    if (((t >> 10) & 511ull) == 0ull && hb_laneid() == (uint32_t)(__ffs(__activemask()) - 1))
+        printf("hb-ask sm=%u op=%u now=%llu ret=%lld in=%lld\n", hb_smid(), op, (unsigned long long)t, r,
+               r > 0 ? r - (long long)t : r);
+    return r;
+#else
     return __hb_inline_until(op);
+#endif
 }
 
 // ------------------------------------------------------------------------------------------
