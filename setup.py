@@ -15,7 +15,8 @@ wheel, into the source tree for an editable install. The Makefile runs the same 
     python setup.py helpers-ptx [OUT_DIR]         all three (default runtime_cuda/ptx/)
 
 $HBF_HELPER_NVCC_FLAGS adds nvcc options to a helper build, for debug builds beside the package's (e.g.
-``-DHB_DEBUG_ASKS``: bench/gpu_calls/stop54_asks.sh); the package's own builds never set it.
+``-DHB_DEBUG_ASKS`` into a path of their own: bench/gpu_calls/stop54_asks.sh); any build run with it set carries
+them, so leave it unset for the package's own (pip, make).
 """
 from __future__ import annotations
 
@@ -94,6 +95,15 @@ def find_nvcc() -> str | None:
     return os.environ.get("NVCC") or shutil.which("nvcc")
 
 
+def _extra_nvcc_flags() -> list[str]:
+    """$HBF_HELPER_NVCC_FLAGS split as a shell would (a debug build's nvcc options); a malformed value is an error."""
+    v = os.environ.get("HBF_HELPER_NVCC_FLAGS", "")
+    try:
+        return shlex.split(v)
+    except ValueError as e:
+        raise BuildStepError(f"HBF_HELPER_NVCC_FLAGS={v!r} cannot be split into nvcc options ({e})") from None
+
+
 def build_helper_ptx(build: str, out: Path, nvcc: str) -> Path:
     """One helper build (``direct`` | ``lean`` | ``l2`` | ``eidola``) to ``out`` (atomic replace)."""
     src, extra = HELPER_SOURCES[build]
@@ -101,7 +111,7 @@ def build_helper_ptx(build: str, out: Path, nvcc: str) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
     os.close(fd)
     try:
-        argv = [nvcc, *NVCC_PTX_FLAGS, *extra, *shlex.split(os.environ.get("HBF_HELPER_NVCC_FLAGS", "")), src, "-o", tmp]
+        argv = [nvcc, *NVCC_PTX_FLAGS, *extra, *_extra_nvcc_flags(), src, "-o", tmp]
         r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
         if r.returncode != 0:
             raise BuildStepError(f"nvcc failed building the {build} helper PTX ({' '.join(argv)}):\n"

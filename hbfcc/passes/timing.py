@@ -97,6 +97,16 @@ R_IM, R_IL, R_IK, R_IP, R_IQ, R_IH = ("%__hb_im", "%__hb_il", "%__hb_ik", "%__hb
 R_IPA, R_IPB, R_IPL = "%__hb_ipa", "%__hb_ipb", "%__hb_ipl"               # .pred temps
 R_IFW = "%__hb_ifw"                       # .pred the whole warp is in the path's group (HBFCC_FULL_WARP)
 FULL_MASK = "0xffffffff"                  # a collective's membermask where the whole warp takes part
+R_INS = "%__hb_ins"                       # .b64 the inline path's own time (HBFCC_INLINE_TIME; the leader lane's)
+R_LMLT = "%__hb_lmlt"                     # .b32 %lanemask_lt, read once at entry (S2R is slow)
+INLINE_BYTES = frozenset((1, 2, 4, 8, 16, 32))   # access sizes an inline site serves (one granule >= 32 B)
+# issue groups (HBFCC_GROUP_ISSUES, _group_code): adjacent inline load issues served together
+R_GA, R_GP = "%__hb_ga", "%__hb_gp"                                       # per slot: .b64 address, .pred lane accesses
+R_GANY, R_GOK, R_CDB, R_GIN = "%__hb_gany", "%__hb_gok", "%__hb_cdb", "%__hb_gin"   # .pred
+R_GZ = "%__hb_gz"                                                          # .b64 the band's guard zone
+GAL = "__hb_gal"                        # .local .b8 [8 x GROUP_MAX]: a group's addresses for __hb_issue_group
+R_GC, R_GG, R_GB = "%__hb_gc", "%__hb_gg", "%__hb_gbn"                    # .b32 the group's counts
+GROUP_MAX = 8      # sites per group (bounds the per-slot predicates live across it)
 # HBFCC_LOADS_FIRST=1 and HBFCC_FULL_WARP=1 act on issue groups of at most this many sites: in a larger group the
 # loads' registers (loads first: live across the group's timing code and its helper calls) and the full-mask
 # collectives (full warp: without the per-lane check's branches ptxas schedules the sites' work together) cost
@@ -117,16 +127,8 @@ def group_scope(v) -> int:
     if v in ("1", 1):
         return SMALL_GROUP_SITES
     raise RewriteError(f"group scope must be 0, 1 or all, not {v!r}")
-R_INS = "%__hb_ins"                       # .b64 the inline path's own time (HBFCC_INLINE_TIME; the leader lane's)
-R_LMLT = "%__hb_lmlt"                     # .b32 %lanemask_lt, read once at entry (S2R is slow)
-INLINE_BYTES = frozenset((1, 2, 4, 8, 16, 32))   # access sizes an inline site serves (one granule >= 32 B)
-# issue groups (HBFCC_GROUP_ISSUES, _group_code): adjacent inline load issues served together
-R_GA, R_GP = "%__hb_ga", "%__hb_gp"                                       # per slot: .b64 address, .pred lane accesses
-R_GANY, R_GOK, R_CDB, R_GIN = "%__hb_gany", "%__hb_gok", "%__hb_cdb", "%__hb_gin"   # .pred
-R_GZ = "%__hb_gz"                                                          # .b64 the band's guard zone
-GAL = "__hb_gal"                        # .local .b8 [8 x GROUP_MAX]: a group's addresses for __hb_issue_group
-R_GC, R_GG, R_GB = "%__hb_gc", "%__hb_gg", "%__hb_gbn"                    # .b32 the group's counts
-GROUP_MAX = 8      # sites per group (bounds the per-slot predicates live across it)
+
+
 # TMA (hbfcc/passes/tma.py): the completion table's address, temps, the bulk-group window, the thread's
 # cp.async copies since its last cp.async.mbarrier.arrive, the token-form waits' phase parities
 R_TBL, R_MB, R_TM, R_TA = "%__hb_tbl", "%__hb_mb", "%__hb_tm", "%__hb_ta"   # .b32, .b32, .b32, .b64

@@ -42,3 +42,11 @@ def test_the_debug_build_prints_links_and_assembles(tmp_path):
 def test_the_package_build_has_no_printf(tmp_path):
     plain = _build(tmp_path, "")
     assert "vprintf" not in plain.read_text()
+
+
+def test_a_malformed_flag_value_is_a_clear_error(tmp_path):
+    U.tool("nvcc")
+    cp = subprocess.run([sys.executable, "setup.py", "helper-ptx", "direct", str(tmp_path / "h.ptx")], cwd=REPO,
+                        env=dict(os.environ, HBF_HELPER_NVCC_FLAGS='-DX="unclosed'), capture_output=True, text=True)
+    assert cp.returncode == 1 and "HBF_HELPER_NVCC_FLAGS" in cp.stderr and "Traceback" not in cp.stderr
+    assert not (tmp_path / "h.ptx").exists()
