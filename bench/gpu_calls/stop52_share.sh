@@ -2,7 +2,7 @@
 # one call (LIMIT=420; carry hbfproto, runtime_cuda/ptx, .whl), two questions of stop 52 in priority order:
 #   1. issue 13: stop51_sepcap.sh's variants share (HBFCC_SHARE_UNTIL=1, the default: one until ask serves loads and
 #      stores) and noshare (=0, the build of before: stop 52's ncu found 2.25 asks per warp in the stream reduce, the
-#      asks and their flushes 26 % of its instructions) -- or VARIANTS="share lf" (HBFCC_LOADS_FIRST=1) -- on
+#      asks and their flushes 26 % of its instructions) -- or VARIANTS="share lf" (lf: HBFCC_LOADS_FIRST=all since stop 53) -- on
 #      devpath_cost's stream_reduce, stream_copy and little_e65536_b8192, each in its own work dir, side by side;
 #   2. issue 18: capi_sample --jit (stop52_jit.sh's part A) when >= 150 s are left (JIT=0 skips it).
 # WARMUP=0 skips hbfd's ~150 s numba warm-up of a fresh machine (HBFD_ACCEL=off). Tars under $OUT: sc.tgz (the
