@@ -25,7 +25,7 @@ HELPER_L2_PTX := $(HELPER_DIR)/hbf_helpers_l2.ptx
 # Eidola extern API (hbf_eidola.cuh) as the helper module hbfcc's flags pass links (HBFCC_PASSES=timing,flags)
 EIDOLA_HELPER_PTX := $(HELPER_DIR)/hbf_eidola_helpers.ptx
 
-.PHONY: all venv torch proto helpers-ptx browser test test-gpu demo clean
+.PHONY: all venv torch proto helpers-ptx browser test test-gpu demo clean sass-tools
 
 all: $(INSTALL_STAMP) helpers-ptx
 
@@ -98,6 +98,20 @@ test-gpu: $(INSTALL_STAMP) proto helpers-ptx
 
 demo: $(INSTALL_STAMP) proto helpers-ptx
 	$(VPY) -m workloads.demo
+
+# SASS on a machine without a GPU driver or a full CUDA (CI's and the CPU box's CUDA 13.0 has nvcc/ptxas only):
+# NVIDIA's nvdisasm and cuobjdump from their PyPI wheels into .tools/cuda/bin (ignored) -- the disassembly of an
+# instrumented cubin, its register/stack use per function (`cuobjdump --dump-resource-usage`), without a card.
+SASS_TOOLS := .tools/cuda/bin
+SASS_TOOL_WHEELS := nvidia-cuda-nvdisasm==13.5.37 nvidia-cuda-cuobjdump==13.5.37
+sass-tools: $(SASS_TOOLS)/nvdisasm
+$(SASS_TOOLS)/nvdisasm:
+	@rm -rf .tools/wheels && mkdir -p .tools/wheels $(SASS_TOOLS)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: -d .tools/wheels $(SASS_TOOL_WHEELS)
+	@for w in .tools/wheels/*.whl; do $(PY) -m zipfile -e "$$w" .tools/wheels/x; done
+	@cp .tools/wheels/x/nvidia/cu13/bin/nvdisasm .tools/wheels/x/nvidia/cu13/bin/cuobjdump $(SASS_TOOLS)/
+	@chmod +x $(SASS_TOOLS)/nvdisasm $(SASS_TOOLS)/cuobjdump && rm -rf .tools/wheels
+	@echo "$(SASS_TOOLS): nvdisasm, cuobjdump"
 
 clean:
 	rm -rf build dist $(VENV) hbfproto $(HELPER_DIR) *.egg-info

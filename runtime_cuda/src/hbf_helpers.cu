@@ -1807,14 +1807,16 @@ extern "C" __device__ __noinline__ long long __hb_inline_until_live(unsigned int
                       inline_ns);
 #ifdef HB_DEBUG_ASKS
     // A debug build only (nvcc -DHB_DEBUG_ASKS; bench/gpu_calls/stop54_asks.sh): what the asks are answered, on the
-    // asking group's lowest lane, for the asks in one 1 us slot of 512 (the printf FIFO holds a bench's ~20 launches)
-    // -- stop 53 found the stream reduce's threads asking 2.2 times in ~10 us lives, where every answer path reads as
-    // >= 0.5 ms (docs/design.md, issue 13)
+    // asking group's lowest lane, for EVERY ask of the blocks whose index is a multiple of 1024 (so a warp's asks
+    // can be counted per life: bench/gpu_calls/stop54_asks.sh groups them by block, warp and time) -- stop 53 found
+    // the stream reduce's threads asking 2.2 times in ~10 us lives, where every answer path reads as >= 0.5 ms
+    // (docs/design.md, issue 13)
     const long long r = __hb_inline_until(op);
     const uint64_t t = hb_now();
-    if (((t >> 10) & 511ull) == 0ull && hb_laneid() == (uint32_t)(__ffs(__activemask()) - 1))
-        printf("hb-ask sm=%u op=%u now=%llu ret=%lld in=%lld\n", hb_smid(), op, (unsigned long long)t, r,
-               r > 0 ? r - (long long)t : r);
+    if ((blockIdx.x & 1023u) == 0u && blockIdx.y == 0u && blockIdx.z == 0u &&
+        hb_laneid() == (uint32_t)(__ffs(__activemask()) - 1))
+        printf("hb-ask sm=%u op=%u now=%llu ret=%lld in=%lld blk=%u w=%u m=%x\n", hb_smid(), op,
+               (unsigned long long)t, r, r > 0 ? r - (long long)t : r, blockIdx.x, threadIdx.x >> 5, __activemask());
     return r;
 #else
     return __hb_inline_until(op);
