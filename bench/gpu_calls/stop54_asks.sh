@@ -60,4 +60,7 @@ json.dump(out, open(sys.argv[2], "w"), indent=1)
 print(json.dumps({k: v for k, v in out.items() if k != "first_rows"}))
 PY
 cp $W/log.txt $OUT/asks/ 2>/dev/null; cp -r $W/dc $OUT/asks/ 2>/dev/null
+echo "== [$(left)s left] load_wait_probe (.cg and plain loads)"
+mkdir -p /tmp/lwp && nvcc -arch=sm_90a -O3 -o /tmp/lwp/lwp bench/probes/load_wait_probe.cu && \
+    timeout 60 /tmp/lwp/lwp 2>&1 | tee $OUT/asks/load_wait_probe.txt
 echo "== done [$(left)s left]"

@@ -10,6 +10,9 @@
 //   shfl_full  shfl.sync.idx with 0xffffffff
 //   diverge    a data-dependent branch around a block (BSSY/BSYNC)
 //   call       a data-dependent branch around a call of a noinline function (not taken)
+// Each variant runs twice: with ld.global.cg (L2 only, as stop 53 ran it) and with a plain ld.global (LDG.E, L1
+// allocating, as Triton's and hbfcc's loads are): stop 54 asks whether the plain load's read barrier (which the
+// group's BRA.DIV waits on when hbfcc's HBFCC_LOADS_FIRST puts the load first) is held longer.
 // Writes one line per variant: name, median and p90 of t1 - t0 over the repetitions (ns).
 #include <cstdio>
 #include <cstdlib>
@@ -23,7 +26,7 @@ __device__ __forceinline__ unsigned long long gtimer() {
     unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
 }
 
-template <int V>
+template <int V, int C>
 __global__ void probe(const unsigned* __restrict__ x, unsigned stride, int reps, unsigned long long* out, unsigned* sink,
                       unsigned never) {
     unsigned acc = 0;
@@ -32,7 +35,8 @@ __global__ void probe(const unsigned* __restrict__ x, unsigned stride, int reps,
         const unsigned* p = x + (size_t)r * stride + lane;          // a new line each repetition: cold
         unsigned long long t0 = gtimer();
         unsigned v;
-        asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+        if (C == 0) asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+        else asm volatile("ld.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
         unsigned w = lane;
         if (V == 1) { asm volatile("{ .reg .b32 a; add.u32 a, %1, 7; xor.b32 %0, a, 5; }" : "=r"(w) : "r"(lane)); }
         if (V == 2 || V == 4) {
@@ -57,9 +61,9 @@ __global__ void probe(const unsigned* __restrict__ x, unsigned stride, int reps,
     sink[threadIdx.x] = acc;
 }
 
-template <int V>
+template <int V, int C = 0>
 void run(const char* name, const unsigned* x, unsigned stride, int reps, unsigned long long* d_out, unsigned* sink) {
-    probe<V><<<1, 32>>>(x, stride, reps, d_out, sink, 99u);
+    probe<V, C><<<1, 32>>>(x, stride, reps, d_out, sink, 99u);
     cudaDeviceSynchronize();
     std::vector<unsigned long long> h(reps);
     cudaMemcpy(h.data(), d_out, reps * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
@@ -85,6 +89,12 @@ int main() {
         run<5>("shfl_full", x, stride, reps, d_out, sink);
         run<6>("diverge", x, stride, reps, d_out, sink);
         run<7>("call", x, stride, reps, d_out, sink);
+        run<0, 1>("none_ca", x, stride, reps, d_out, sink);
+        run<1, 1>("alu_ca", x, stride, reps, d_out, sink);
+        run<2, 1>("vote_im_ca", x, stride, reps, d_out, sink);
+        run<3, 1>("vote_full_ca", x, stride, reps, d_out, sink);
+        run<4, 1>("shfl_im_ca", x, stride, reps, d_out, sink);
+        run<6, 1>("diverge_ca", x, stride, reps, d_out, sink);
     }
     cudaError_t e = cudaGetLastError();
     printf("cuda: %s\n", cudaGetErrorString(e));
