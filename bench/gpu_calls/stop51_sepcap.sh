@@ -52,35 +52,7 @@ for v in ${VARIANTS:-whole sep_plain sep_body sep_body_ci whole_ci}; do
   env "${E[@]}" timeout $T python3 bench/devpath_cost.py --out $W/$v --work $WK --parts ${PARTS:-stream,consume,little} \
       --launch-timeout 10 --budget-s $(( T - 30 )) > $W/$v.log 2>&1
   echo "$v rc=$?"
-  python3 - $v $W/$v/devpath_cost.json <<'PY' 2>&1 | tee -a $W/sepcap.txt
-import json, sys
-v, path = sys.argv[1], sys.argv[2]
-try:
-    d = json.load(open(path))
-except Exception as e:
-    print(f"{v}: no result ({type(e).__name__}: {e})"); sys.exit(0)
-print(f"== {v}: compile {(d.get('compile') or {}).get('status')} in {(d.get('compile') or {}).get('seconds')} s, "
-      f"total {d.get('seconds')} s")
-for name, p in (d.get("parts") or {}).items():
-    if name.startswith("stream_"):
-        kh = p.get("kernel_hbf") or {}
-        pa = ((p.get("pairs") or {}).get("pair_ratio") or {})
-        ln = kh.get("link") or {}
-        before = (kh.get("ptxas_before") or {}).get("registers")
-        print(f"  {name:15s} {str(p.get('status')):8s} x{pa.get('median') or 0:5.2f} (p10 {pa.get('p10')}, p90 "
-              f"{pa.get('p90')}) regs {before}->{kh.get('n_regs')} blocks/SM {p.get('kernel_plain_blocks_per_sm')}->"
-              f"{kh.get('blocks_per_sm')} spills {kh.get('n_spills')} identical {p.get('identical')} link "
-              f"{ln.get('mode', 'whole')} caps {ln.get('caps')} {ln.get('fallback_reason') or ''}")
-    else:
-        print(f"  {name:15s} {str(p.get('status')):8s} {str(p.get('detail') or p.get('error') or '')[:200]}")
-    if name == "consume":   # against the PLAIN build too: the unregistered instrumented build may cost by itself
-        print("  consume added vs plain (idle, one warp/SM): "
-              f"{[(p.get(m) or {}).get('added_total_vs_plain_ns') for m in ('idle', 'one_warp_per_sm')]}")
-s = d.get("summary") or {}
-for k, x in s.items():
-    if k.startswith(("consume", "little")):
-        print(f"  {k}: {json.dumps(x, default=str)[:240]}")
-PY
+  python3 bench/gpu_calls/sepcap_summary.py $v $W/$v/devpath_cost.json 2>&1 | tee -a $W/sepcap.txt
   pack
 done
 echo "== done [$(left)s left]"

@@ -60,6 +60,19 @@ json.dump(out, open(sys.argv[2], "w"), indent=1)
 print(json.dumps({k: v for k, v in out.items() if k != "first_rows"}))
 PY
 cp $W/log.txt $OUT/asks/ 2>/dev/null; cp -r $W/dc $OUT/asks/ 2>/dev/null
+L=$(left); T=$(( L - 40 < 120 ? L - 40 : 120 ))
+if [ $T -ge 60 ]; then
+  echo "== [${L}s left] the re-asks' cost: stream_reduce and consume, package helpers vs -DHB_DEBUG_UNTIL_FOREVER (${T}s)"
+  HBF_HELPER_NVCC_FLAGS=-DHB_DEBUG_UNTIL_FOREVER python3 setup.py helper-ptx direct $W/forever.ptx || exit 4
+  for v in pkg forever; do
+    H=runtime_cuda/ptx/hbf_helpers.ptx; [ $v = forever ] && H=$W/forever.ptx
+    HBFCC_HELPER_PTX=$H HBF_HELPER_PTX=$H timeout $(( T / 2 )) python3 bench/devpath_cost.py --out $W/re_$v \
+        --work $W/rework_$v --parts stream_reduce,consume --launch-timeout 10 --budget-s $(( T / 2 - 15 )) \
+        > $W/re_$v.log 2>&1
+    echo "$v rc=$?"; python3 bench/gpu_calls/sepcap_summary.py $v $W/re_$v/devpath_cost.json
+    mkdir -p $OUT/asks/re_$v; cp $W/re_$v/devpath_cost.json $W/re_$v.log $OUT/asks/re_$v/ 2>/dev/null
+  done
+fi
 echo "== [$(left)s left] load_wait_probe (.cg and plain loads)"
 mkdir -p /tmp/lwp && nvcc -arch=sm_90a -O3 -o /tmp/lwp/lwp bench/probes/load_wait_probe.cu && \
     timeout 60 /tmp/lwp/lwp 2>&1 | tee $OUT/asks/load_wait_probe.txt
