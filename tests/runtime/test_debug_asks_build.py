@@ -39,6 +39,18 @@ def test_the_debug_build_prints_links_and_assembles(tmp_path):
     U.assemble(res.text)
 
 
+def test_the_until_forever_build_links_and_assembles(tmp_path):
+    """-DHB_DEBUG_UNTIL_FOREVER (stop54_asks.sh: what the re-asks cost) answers a second where the package's build
+    answers its own until: a different body, the same ABI, and it still links and assembles."""
+    dbg = _build(tmp_path, "-DHB_DEBUG_UNTIL_FOREVER")
+    text = dbg.read_text()
+    assert "vprintf" not in text and text != _build(tmp_path / "p", "").read_text()
+    fixture = (REPO / "tests" / "fixtures" / "triton" / "vector_add_f32.ptx").read_text()
+    res = rewrite_text(fixture, filename="a.ptx", helper=H.load_helper(str(dbg)))
+    assert all(f["admitted"] for f in res.meta["timing"]["functions"])
+    U.assemble(res.text)
+
+
 def test_the_package_build_has_no_printf(tmp_path):
     plain = _build(tmp_path, "")
     assert "vprintf" not in plain.read_text()
