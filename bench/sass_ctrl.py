@@ -12,7 +12,8 @@ instructions between a load and its first use whose wait mask holds the load's s
     python bench/sass_ctrl.py KERNEL.cubin [--function NAME] [--loads]
 
 prints each instruction as ``addr S<stall> <Y|-> W<wr> R<rd> wait[<mask>] <text>``; ``--loads`` adds, per global
-load, the first instruction after it (address order) that waits for it and whether that one uses the value. nvdisasm comes from PATH, ``.tools/cuda/bin`` (``make sass-tools``) or CUDA's bin; none: a clear error.
+load, the first instruction after it (address order) that waits for it and whether that one uses the value.
+nvdisasm comes from PATH, ``.tools/cuda/bin`` (``make sass-tools``) or CUDA's bin; none: a clear error.
 """
 from __future__ import annotations
 

@@ -45,7 +45,8 @@ def test_first_wait_of_a_load_is_found_and_told_apart_from_its_use():
     fw = rows[0]["first_wait"]
     assert fw["addr"] == "03a60" and fw["uses_value"] is False and fw["after"] == 1      # the CALL, not the use
     # the CALL waits on nothing: the use is the first
-    only_use = S.parse(LISTING.replace("0x020fea0000000000 */\n        /*3a70", "0x000fea0000000000 */\n        /*3a70"))
+    call_hi = "0x020fea0000000000 */\n        /*3a70"
+    only_use = S.parse(LISTING.replace(call_hi, call_hi.replace("0x020", "0x000")))
     fw = S.load_waits(only_use)[0]["first_wait"]
     assert fw["addr"] == "03a70" and fw["uses_value"] is True
 
