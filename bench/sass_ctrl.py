@@ -18,6 +18,7 @@ nvdisasm comes from PATH, ``.tools/cuda/bin`` (``make sass-tools``) or CUDA's bi
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -100,32 +101,46 @@ def disassemble(cubin: Path) -> list[Ins]:
     return parse(cp.stdout)
 
 
-_DEST = re.compile(r"^(?:@!?P\w+\s+)?LDG[\w.]*\s+(R\d+)")
+_DEST = re.compile(r"^(?:@!?P\w+\s+)?LDG([\w.]*)\s+R(\d+)")
 
 
 def load_waits(ins: list[Ins]) -> list[dict]:
     """Per global load (LDG) of the list: the first later instruction of the same function (in address order: a
     straight-line reading, branches not followed) that waits on the load's write scoreboard -- from there on the
-    load has completed -- and whether it reads the load's destination register (its consumer) or not (code that
-    waits for a load it does not use: scoreboards are counters shared by every producer that set them); and the
-    first that waits on its read scoreboard (the load's source registers read)."""
-    rows = []
+    load has completed -- and what that one is: ``use`` (it reads the load's destination registers), ``sibling``
+    (it reads those of another load that set the same scoreboard: scoreboards are counters, so the program's own
+    use of one load waits for all of them) or ``other`` (code that waits for a load it does not use); and the first
+    that waits on its read scoreboard (the load's source registers read)."""
+    loads = []
     for i, x in enumerate(ins):
         d = _DEST.match(x.text)
-        if not d or x.ctrl.wr is None:
-            continue
-        dest = d.group(1)
+        if d and x.ctrl.wr is not None:
+            width = 4 if ".128" in d.group(1) else 2 if ".64" in d.group(1) else 1      # registers it writes
+            loads.append((i, x, {f"R{int(d.group(2)) + k}" for k in range(width)}))
+    rows = []
+    for i, x, dest in loads:
         rest = [y for y in ins[i + 1:] if y.func == x.func]
         first_w = next((y for y in rest if x.ctrl.wr in y.ctrl.wait), None)
         first_r = next((y for y in rest if x.ctrl.rd is not None and x.ctrl.rd in y.ctrl.wait), None)
+        fw = None
+        if first_w is not None:
+            regs = set(re.findall(r"\bR\d+\b", first_w.text.split(" ", 1)[-1] if not first_w.text.startswith("@")
+                                  else first_w.text.split(" ", 2)[-1]))
+            siblings = set().union(*(dd for j, y, dd in loads if y is not x and y.func == x.func
+                                     and y.ctrl.wr == x.ctrl.wr and j < ins.index(first_w)))
+            fw = {"addr": f"{first_w.addr:05x}", "text": first_w.text,
+                  "what": "use" if dest & regs else "sibling" if siblings & regs else "other",
+                  "after": sum(1 for y in rest if y.addr < first_w.addr)}
+            fw["uses_value"] = fw["what"] == "use"
         rows.append({"func": x.func, "addr": f"{x.addr:05x}", "load": x.text, "wr": x.ctrl.wr, "rd": x.ctrl.rd,
-                     "first_wait": None if first_w is None else {
-                         "addr": f"{first_w.addr:05x}", "text": first_w.text,
-                         "uses_value": re.search(rf"\b{dest}\b", first_w.text.split(" ", 1)[-1]) is not None,
-                         "after": sum(1 for y in rest if y.addr < first_w.addr)},
+                     "first_wait": fw,
                      "first_read_wait": None if first_r is None else {"addr": f"{first_r.addr:05x}",
                                                                       "text": first_r.text}})
     return rows
+
+
+WHAT = {"use": "by its use", "sibling": "by the use of a load sharing its scoreboard",
+        "other": "by code that does NOT use it"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("cubin", type=Path)
     ap.add_argument("--function", default="", help="only this function (a kernel or $kernel$helper name)")
     ap.add_argument("--loads", action="store_true", help="per global load, the first instruction that waits for it")
+    ap.add_argument("--json", type=Path, default=None, help="also write the --loads rows here (atomic replace)")
     a = ap.parse_args(argv)
     if not a.cubin.is_file():
         print(f"sass_ctrl: no such cubin: {a.cubin}", file=sys.stderr)
@@ -147,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
             func = x.func
             print(f"{func}:")
         print(x.line())
+    if a.json:
+        tmp = a.json.with_name(a.json.name + ".tmp")
+        tmp.write_text(json.dumps({"cubin": str(a.cubin), "function": a.function or None,
+                                   "instructions": len(ins), "loads": load_waits(ins)}, indent=1))
+        os.replace(tmp, a.json)
     if a.loads:
         print("\n# global loads: the first instruction that waits for each (straight-line reading)")
         for r in load_waits(ins):
@@ -154,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['func']} {r['addr']} W{r['wr']} R{r['rd']} {r['load']}")
             if fw:
                 print(f"    waited for at {fw['addr']}, {fw['after']} instructions on, "
-                      f"{'by its use' if fw['uses_value'] else 'by code that does NOT use it'}: {fw['text']}")
+                      f"{WHAT[fw['what']]}: {fw['text']}")
             if fr:
                 print(f"    source registers waited for at {fr['addr']}: {fr['text']}")
     return 0
