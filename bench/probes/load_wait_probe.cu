@@ -61,6 +61,48 @@ __global__ void probe(const unsigned* __restrict__ x, unsigned stride, int reps,
     sink[threadIdx.x] = acc;
 }
 
+// The consume probe's shape (bench/devpath_common.py consume_SFX, issue 13 stop 53: HBFCC_LOADS_FIRST grew its
+// work interval by ~0.74 us even unregistered): t0; [LF: the load] a vote over the group's mask (BRA.DIV) [else: the
+// load]; `iters` dependent integer steps from t0; t1 once they are done; the value used after t1. Reports t1 - t0.
+template <int LF>
+__global__ void consume_shape(const unsigned* __restrict__ x, unsigned stride, int reps, int iters,
+                              unsigned long long* out, unsigned* sink) {
+    unsigned acc = 0;
+    const unsigned lane = threadIdx.x & 31u;
+    for (int r = 0; r < reps; ++r) {
+        unsigned long long t0 = gtimer();
+        const unsigned* p = x + (size_t)r * stride + lane + (unsigned)(t0 >> 63);
+        unsigned v = 0, m, w;
+        if (LF) asm volatile("ld.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+        asm volatile("activemask.b32 %0;" : "=r"(m));
+        m |= (1u << lane);
+        asm volatile("{ .reg .pred p, q; setp.ne.u32 p, %1, 99; vote.sync.any.pred q, p, %2; selp.u32 %0, 1, 0, q; }"
+                     : "=r"(w) : "r"(lane), "r"(m));
+        // as hbfcc's group: a branch on the vote (no lane accesses: skip), the load after it (base) or before (LF)
+        if (!LF && w) asm volatile("ld.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+        unsigned y = (unsigned)t0 + w;
+        for (int k = 0; k < iters; ++k) y = y * 1664525u + 1013904223u;
+        unsigned long long t1;
+        asm volatile("{ .reg .pred q; setp.eq.u32 q, %1, 0; @q mov.u64 %0, %%globaltimer; @!q mov.u64 %0, %%globaltimer; }"
+                     : "=l"(t1) : "r"(y));
+        acc += v + y;
+        if (lane == 0) out[r] = t1 - t0;
+        asm volatile("" :: "r"(acc));
+    }
+    sink[threadIdx.x] = acc;
+}
+
+template <int LF>
+void run_shape(const char* name, const unsigned* x, unsigned stride, int reps, int iters, unsigned long long* d_out,
+               unsigned* sink) {
+    consume_shape<LF><<<1, 32>>>(x, stride, reps, iters, d_out, sink);
+    cudaDeviceSynchronize();
+    std::vector<unsigned long long> h(reps);
+    cudaMemcpy(h.data(), d_out, reps * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
+    std::sort(h.begin() + 1, h.end());
+    printf("%-10s median %6llu ns  p10 %6llu  p90 %6llu  (n=%d)\n", name, h[reps / 2], h[reps / 10], h[reps * 9 / 10], reps - 1);
+}
+
 template <int V, int C = 0>
 void run(const char* name, const unsigned* x, unsigned stride, int reps, unsigned long long* d_out, unsigned* sink) {
     probe<V, C><<<1, 32>>>(x, stride, reps, d_out, sink, 99u);
@@ -95,6 +137,10 @@ int main() {
         run<3, 1>("vote_full_ca", x, stride, reps, d_out, sink);
         run<4, 1>("shfl_im_ca", x, stride, reps, d_out, sink);
         run<6, 1>("diverge_ca", x, stride, reps, d_out, sink);
+        run_shape<0>("shape_base", x, stride, reps, 1000, d_out, sink);
+        run_shape<1>("shape_lf", x, stride, reps, 1000, d_out, sink);
+        run_shape<0>("shape_base0", x, stride, reps, 0, d_out, sink);
+        run_shape<1>("shape_lf0", x, stride, reps, 0, d_out, sink);
     }
     cudaError_t e = cudaGetLastError();
     printf("cuda: %s\n", cudaGetErrorString(e));
