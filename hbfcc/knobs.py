@@ -209,9 +209,11 @@ DOCS: tuple[tuple[str, str, str], ...] = (
      "descriptor serves loads and stores inline: one ask per thread instead of one per op (0: each op asks for its own, "
      "as before)"),
     ("HBFCC_LOADS_FIRST", "0", "1: an issue group's loads (moved with their issues, HBFCC_HOIST_LOADS) are placed BEFORE "
-     "the group's timing code instead of after it, in groups of at most 4 sites (all: every group), so they are in "
-     "flight while it runs (the same values). Off by default: the stream reduce ran x1.84 -> x1.60, but a load whose "
-     "value is used long after its issue had its latency exposed at the group (+0.7 us per access on an H100)"),
+     "most of the group's timing code instead of after it -- after its band check, clock read and until check (a "
+     "thread's ask waits for every load in flight), before the rest -- in groups of at most 4 sites (all: every "
+     "group), so they are in flight while it runs (the same values). Off by default: with the loads before all of "
+     "the code (stop 53) the stream reduce ran x1.84 -> x1.60, but a load whose value is used long after its issue "
+     "had its latency exposed at the group (+0.7 us per access on an H100); this order is not yet measured"),
     ("HBFCC_EARLY_CLOCK", "0", "1: an issue group reads %globaltimer (its requests' issue time) first, before hbfcc's "
      "own setup code (the sites' addresses and band checks, the group's first vote), where the program would issue its "
      "loads, instead of after that setup. H100, stop 53: a latency-bound stream's round 21.25 -> 21.09 us (Little x1.062 "

@@ -104,6 +104,7 @@ INLINE_BYTES = frozenset((1, 2, 4, 8, 16, 32))   # access sizes an inline site s
 R_GA, R_GP = "%__hb_ga", "%__hb_gp"                                       # per slot: .b64 address, .pred lane accesses
 R_GANY, R_GOK, R_CDB, R_GIN = "%__hb_gany", "%__hb_gok", "%__hb_cdb", "%__hb_gin"   # .pred
 R_GZ = "%__hb_gz"                                                          # .b64 the band's guard zone
+R_GW = "%__hb_gw"               # .pred a lane of the warp accesses the group (HBFCC_LOADS_FIRST: across the loads)
 GAL = "__hb_gal"                        # .local .b8 [8 x GROUP_MAX]: a group's addresses for __hb_issue_group
 R_GC, R_GG, R_GB = "%__hb_gc", "%__hb_gg", "%__hb_gbn"                    # .b32 the group's counts
 GROUP_MAX = 8      # sites per group (bounds the per-slot predicates live across it)
@@ -722,6 +723,7 @@ class _FunctionRewriter:
         self._moved_after: dict[int, list[Statement]] = {}   # id(_GSite) -> its moved load (merge: after its group)
         self.group_slots = 0                      # the largest group emitted (per-slot registers)
         self.group_wmax = 0                       # the widest access of a group site (R_CDB's end alignment)
+        self.group_lf = False                     # a group with its loads inside (HBFCC_LOADS_FIRST): R_GW declared
         self.hoisted: dict[tuple[int, ...], list[Statement]] = {}
         self.clones: dict[str, int] = {}            # type -> registers copied for hoisted issues
         self.clone_at: dict[tuple[int, int], str] = {}   # (hoist node, copied node) -> its copy
@@ -1170,8 +1172,10 @@ class _FunctionRewriter:
             loads = [ld for st in chunk for ld in self._moved_after.pop(id(st), [])]
             if len(chunk) <= self.loads_first and self._loads_first_ok(loads, chunk):
                 # HBFCC_LOADS_FIRST: the group's loads in flight while its timing code runs (the code's dependent
-                # chain, ~190 instructions a group on the stream reduce, then overlaps the loads' latency)
-                out += loads + self._group_code(chunk, reqs)
+                # chain, ~190 instructions a group on the stream reduce, then overlaps the loads' latency) -- all of
+                # it but the band check, the clock and the until check: _group_code puts the loads after those, so
+                # a thread's ask (a helper call, which waits for every load in flight) never waits for them
+                out += self._group_code(chunk, reqs, loads)
                 self.report.loads_first += len(chunk)
             else:
                 out += self._group_code(chunk, reqs) + loads
@@ -1287,7 +1291,8 @@ class _FunctionRewriter:
             self._issue(s.inst, s.d, R_TMP, out)
             out.append(_ins("mov", ("b64",), (_R(fut), _R(R_TMP)), g))
 
-    def _group_code(self, sites: list["_GSite"], reqs: Optional[list["_MergeReq"]] = None) -> list[Statement]:
+    def _group_code(self, sites: list["_GSite"], reqs: Optional[list["_MergeReq"]] = None,
+                    loads: Optional[list[Statement]] = None) -> list[Statement]:
         """Adjacent inline load issues served as one group: the per-site work of the inline path
         (_inline_issue) without divergence, and what it does once per warp-request done once per group.
 
@@ -1316,7 +1321,14 @@ class _FunctionRewriter:
         per lane to be in one granule ((start ^ (start + span - 1)) >> read_gshift == 0, into R_GOK: the one key
         counts its granules exactly; each member's range check is its own, as before); a candidate member
         (_merge_copy) is checked to be at its distance from the start. A lane where a check fails fails the group's
-        vote: each site runs alone, its own request."""
+        vote: each site runs alone, its own request.
+
+        ``loads`` (HBFCC_LOADS_FIRST): the group's program loads, placed after the band check, the warp's any-vote,
+        the clock read and the until check (with its rare ask) and before the rest: the loads are in flight while
+        the rest runs, and the ask -- a call, which ptxas makes wait for every load in flight (bench/sass_ctrl.py:
+        its wait mask holds the loads' scoreboard) -- comes before them. A warp none of whose lanes accesses skips
+        the until check as without loads, runs the loads, then takes the group's zero path (R_GW carries the
+        any-vote across them)."""
         cd = abi.CDESC_GLOBAL
         self.group_slots = max(self.group_slots, len(sites))
         self.group_wmax = max(self.group_wmax, *(s.d.nbytes for s in sites))
@@ -1360,9 +1372,12 @@ class _FunctionRewriter:
             else:
                 out += [_ins("setp", ("ge", "or", "u64"), (_R(R_IPB), _R(R_BAND), _R(R_GZ), Negated(P))),
                         _ins("and", ("pred",), (_R(R_GIN), _R(R_GIN), _R(R_IPB)))]
+        Lpre = self._label() if loads is not None else Lzero
         out += [*self._group_mask(),
-                _ins("vote", ("sync", "any", "pred"), (_R(R_IPB), _R(R_GANY), _R(R_IM))),
-                _ins("bra", (), (LabelRef(Lzero),), Guard(_R(R_IPB), True)),
+                _ins("vote", ("sync", "any", "pred"), (_R(R_IPB), _R(R_GANY), _R(R_IM)))]
+        if loads is not None:
+            out.append(_ins("mov", ("pred",), (_R(R_GW), _R(R_IPB))))
+        out += [_ins("bra", (), (LabelRef(Lpre),), Guard(_R(R_IPB), True)),
                 # the until, as each site alone checks it
                 *clock,
                 _ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IT), _R(R_IUR))),
@@ -1373,7 +1388,11 @@ class _FunctionRewriter:
                 _ins("bra", (), (LabelRef(Lgo),), Guard(_R(R_IPB)))]
         out += self._ask_until(abi.HBF_OP_LOAD, R_IUR)
         out += [_ins("setp", ("lt", "s64"), (_R(R_IPA), _R(R_IT), _R(R_IUR))),
-                Label(Lgo),
+                Label(Lgo)]
+        if loads is not None:
+            out += [Label(Lpre), *loads, _ins("bra", (), (LabelRef(Lzero),), Guard(_R(R_GW), True))]
+            self.group_lf = True
+        out += [
                 # R_GIN: the until in force, the band is r0 and the lane in it -- or it accesses nowhere
                 _ins("and", ("pred",), (_R(R_GIN), _R(R_GIN), _R(R_IPA))),
                 _ins("and", ("pred",), (_R(R_GIN), _R(R_GIN), _R(R_CDB))),
@@ -2304,6 +2323,8 @@ class _FunctionRewriter:
             decls.append(VarDecl((), "local", (".align 8",), ".b8", (Declarator(GAL, dims=(8 * GROUP_MAX,)),)))
         if self.group_slots:
             n = self.group_slots
+            if self.group_lf:
+                decls.append(VarDecl((), "reg", (), ".pred", (Declarator(R_GW),)))
             decls += [VarDecl((), "reg", (), ".b64", (Declarator(R_GA, count=n), Declarator(R_GZ))),
                       VarDecl((), "reg", (), ".pred", (Declarator(R_GP, count=n), Declarator(R_GANY),
                                                        Declarator(R_GOK), Declarator(R_CDB), Declarator(R_GIN))),

@@ -7,7 +7,9 @@ registers, live across the group's helper calls, cost occupancy (H100, stop 53: 
 its 2-site groups, the unrolled reduce's 8-site groups 168 -> 234 registers, x1.75 -> x2.26), so the default acts
 on groups of at most T.SMALL_GROUP_SITES sites and `all` on every group. Off by default: in the consume probe (a
 load, 20 us of independent work, then the use) the instrumented build's work grew by ~0.7 us with it -- the load's
-latency exposed at the group, even where nothing is registered (docs/RESULTS.md "Stop 53")."""
+latency exposed at the group, even where nothing is registered (docs/RESULTS.md "Stop 53"). Since stop 54 the loads
+go after the group's band check, clock read and until check (its rare ask: a call, which waits for every load in
+flight, bench/sass_ctrl.py) and before the rest."""
 from __future__ import annotations
 
 import sys
@@ -46,10 +48,19 @@ def test_the_group_loads_go_first_and_nothing_else_changes():
     assert f_off["loads_first"] == 0 and f_on["loads_first"] == f_on["grouped_issues"] > 0
     a, b = _order(off)
     assert a > b                                    # today: the group's timing code, then its loads
-    a, b = _order(on)
-    assert a < b                                    # the loads, then the timing code
-    # the same statements, only in another order
-    assert sorted(off.splitlines()) == sorted(on.splitlines())
+    body = _loop(on)
+    start = body.index("$L__BB0_") if "$L__BB0_" in body else 0
+    first_load, clock = body.index("ld.global.v4.b32"), body.index("%globaltimer", start)
+    ask = body.index("__hb_inline_until", start)
+    rest = body.index("[__hb_cdesc+104]", start)                     # the read delay: the group's deadline
+    # the band check, the clock and the until check with its ask, then the loads, then the rest of the timing code:
+    # an ask (a call: it waits for every load in flight) never waits for the group's own loads (stop 54)
+    assert clock < ask < first_load < rest
+    # the same statements, only in another order -- but for the any-vote carried across the loads (R_GW)
+    gw = [ln for ln in on.splitlines() if T.R_GW in ln or "$__hb_L" in ln]
+    assert gw and all(T.R_GW not in ln for ln in off.splitlines())
+    strip = lambda text: sorted(ln for ln in text.splitlines() if T.R_GW not in ln and "$__hb_L" not in ln)  # noqa: E731
+    assert strip(off) == strip(on)
 
 
 def test_only_when_every_site_moved_its_load_and_no_load_writes_hbfcc_registers():
@@ -122,3 +133,33 @@ def test_triton_fixtures_rewrite_and_assemble_with_loads_first(name, monkeypatch
     res = rewrite_text(path.read_text(), filename=path.name,
                        helper=H.load_helper(U.real_helper_ptx() or U.fixture_helper_ptx()))
     U.assemble(res.text)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_loads_first_group_counts_what_the_group_counts(seed):
+    """The group with its loads inside (after the band check, the clock and the until check) run for a whole warp on
+    test_merge_loads' host interpreter (the program's loads, which write no hbfcc register, left out): the same
+    counts and futures as the group without them; every program load sits between the any-vote's copy into R_GW
+    and the branch on it."""
+    import random
+
+    from test_merge_loads import BASE, scalar_loads, totals, warp_run
+    rng = random.Random(seed)
+    src = scalar_loads()
+    off, _ = run_pass(src, loads_first="0")
+    on, f = run_pass(src, loads_first="all")
+    assert f["loads_first"] == 8
+    lines = [" ".join(ln.split()) for ln in _loop(on).splitlines()]
+    mov = next(i for i, ln in enumerate(lines) if ln.startswith(f"mov.pred {T.R_GW}"))
+    br = next(i for i, ln in enumerate(lines) if ln.startswith(f"@!{T.R_GW} bra"))
+    loads = [i for i, ln in enumerate(lines[:br + 1]) if ln.startswith("@%p") and "ld.global" in ln]
+    assert len(loads) == 8 and all(mov < i < br for i in loads)        # (the native entry's copies come after)
+    no_loads = "\n".join(ln for ln in on.splitlines() if "ld.global.b16" not in ln)
+    base = (lambda ln: BASE + 4096 + 16 * ln)
+    guards = [[rng.random() < 0.7 for _ in range(8)] for _ in range(32)]
+    guards[rng.randrange(32)][0] = True                               # a lane accesses: the group's path runs
+    R0, R1 = warp_run(off, base, guards), warp_run(no_loads, base, guards)
+    assert R0[0]["%__hb_ipa"] is True and R1[0]["%__hb_ipa"] is True
+    assert totals(R1) == totals(R0)
+    for r0, r1 in zip(R0, R1):
+        assert all(r1[f"%__hb_f{k}"] == r0[f"%__hb_f{k}"] for k in range(8))
