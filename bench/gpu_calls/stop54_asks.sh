@@ -11,6 +11,7 @@ set -u
 source bench/gpu_calls/env.sh
 export HBFD_ACCEL=off
 W=/tmp/asks; rm -rf $W; mkdir -p $W $OUT/asks
+if [ "${ONLY_FOREVER:-0}" = 0 ]; then
 HBF_HELPER_NVCC_FLAGS=-DHB_DEBUG_ASKS python3 setup.py helper-ptx direct $W/hbf_helpers.ptx || exit 4
 L=$(left); T=$(( L - 25 < 150 ? L - 25 : 150 ))
 echo "== [${L}s left] devpath_cost stream_reduce, consume, little_e65536_b8192 with the debug helpers (timeout ${T}s)"
@@ -60,8 +61,13 @@ json.dump(out, open(sys.argv[2], "w"), indent=1)
 print(json.dumps({k: v for k, v in out.items() if k != "first_rows"}))
 PY
 cp $W/log.txt $OUT/asks/ 2>/dev/null; cp -r $W/dc $OUT/asks/ 2>/dev/null
+echo "== [$(left)s left] load_wait_probe (.cg and plain loads)"
+mkdir -p /tmp/lwp && nvcc -arch=sm_90a -O3 -o /tmp/lwp/lwp bench/probes/load_wait_probe.cu && \
+    timeout 60 /tmp/lwp/lwp 2>&1 | tee $OUT/asks/load_wait_probe.txt
+fi   # ONLY_FOREVER
+if [ "${FOREVER:-1}" = 1 ]; then
 L=$(left); T=$(( L - 40 < 120 ? L - 40 : 120 ))
-if [ $T -ge 60 ]; then
+if [ $T -ge 60 ]; then  # FOREVER=0 skips this part
   echo "== [${L}s left] the re-asks' cost: stream_reduce and consume, package helpers vs -DHB_DEBUG_UNTIL_FOREVER (${T}s)"
   HBF_HELPER_NVCC_FLAGS=-DHB_DEBUG_UNTIL_FOREVER python3 setup.py helper-ptx direct $W/forever.ptx || exit 4
   for v in pkg forever; do
@@ -73,7 +79,5 @@ if [ $T -ge 60 ]; then
     mkdir -p $OUT/asks/re_$v; cp $W/re_$v/devpath_cost.json $W/re_$v.log $OUT/asks/re_$v/ 2>/dev/null
   done
 fi
-echo "== [$(left)s left] load_wait_probe (.cg and plain loads)"
-mkdir -p /tmp/lwp && nvcc -arch=sm_90a -O3 -o /tmp/lwp/lwp bench/probes/load_wait_probe.cu && \
-    timeout 60 /tmp/lwp/lwp 2>&1 | tee $OUT/asks/load_wait_probe.txt
+fi
 echo "== done [$(left)s left]"
