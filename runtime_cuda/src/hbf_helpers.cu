@@ -1374,14 +1374,18 @@ static __device__ __noinline__ ulonglong2 hb_cd_classify(uint64_t addr, uint32_t
 // This SM shard's thermal replica through L1 (hb_ld_l1): every warp-request of the SM touches the line, so
 // it stays there; a copy another SM replaced is used at most until its snapshot's age passes max_age (the
 // caller checks), the bound every snapshot has. The SM that refreshes writes the replicas (its L1 follows).
-HB_DEV uint64_t hb_cd_thermal_word(uint32_t smid, uint64_t t0) {
+HB_DEV uint64_t hb_cd_thermal_word(uint32_t smid, uint64_t t0, bool compact = true) {
     const hbf_cdesc& d = __hb_cdesc;
     uint64_t* const rp = (uint64_t*)(d.replica + (uint64_t)(smid & (HBF_KSHARDS - 1u)) * (HBF_THC_REPLICA_STRIDE * 8u));
     uint64_t w = hb_ld_l1(rp);
     // a validity horizon in force (the word stamped ahead, hbf_thc.h): no refresh comes to publish live activity,
-    // so about one request in 256 (by its issue time's 1 us slot) reads the word as invalid and takes the general
-    // path, whose snapshot flushes the activity when it is due (hb_thermal_snapshot)
-    if (((t0 >> 10) & 255ull) == 0ull && HBF_THC_VALID(w) && hbf_thc_sage(w, t0) < 0) return w & ~(1ull << 23);
+    // so about one compact-path request in 256 (by its issue time's 1 us slot) reads the word as invalid and takes
+    // the general path, whose snapshot flushes the activity when it is due (hb_thermal_snapshot). Not the inline
+    // path's ask (compact = false): __hb_inline_until flushes the activity itself when it is due (act_only), and an
+    // invalid word there answered "ask again at once" -- the group then ran alone through the general path and the
+    // warp asked again at its next group (stop 54)
+    if (compact && ((t0 >> 10) & 255ull) == 0ull && HBF_THC_VALID(w) && hbf_thc_sage(w, t0) < 0)
+        return w & ~(1ull << 23);
     if (!(HBF_THC_VALID(w) && hb_thc_age_ns(w, t0) <= d.max_age)) {
         // this SM's copy aged (or was never valid): the replica itself; when that is current, an atomic that
         // changes nothing drops the stale line from this SM's L1 (atomics are performed at L2 and invalidate
@@ -1704,7 +1708,7 @@ extern "C" __device__ __noinline__ long long __hb_inline_until(unsigned int op) 
     if (bit == 0u || (d.flags & HBF_CD_ON) == 0u || (d.inl_flags & bit) == 0u || __hb_state != d.st)
         return HB_INLINE_NEVER;
     const uint64_t now = hb_now();
-    const uint64_t w = hb_cd_thermal_word(hb_smid(), now);
+    const uint64_t w = hb_cd_thermal_word(hb_smid(), now, false);
     if (!HBF_THC_VALID(w)) return -(long long)now;
     // signed: < 0 while a validity horizon is in force (the word stamped ahead, hbf_thc.h); then the expiry and
     // the half-age refresh below fall in the horizon's last max_age, as for an ordinary snapshot
