@@ -32,7 +32,7 @@ def build(*, path: str, result, ptxas: Optional[dict], before: Optional[PtxasSta
                                 "spill_store_bytes": (a.spill_stores or 0) - (b.spill_stores or 0),
                                 "spill_load_bytes": (a.spill_loads or 0) - (b.spill_loads or 0),
                                 "smem_bytes": (a.smem_bytes or 0) - (b.smem_bytes or 0)}
-        for stage in ("occupancy_guard", "launch_bound"):
+        for stage in ("occupancy_guard", "launch_bound", "full_warp_auto"):
             dec = result.meta.get(stage, {}).get(f["name"])
             if dec is not None:
                 f[stage] = dec

@@ -439,6 +439,7 @@ def _ptxas(args: list[str]) -> int:
         if base_thread is not None and not baseline_done:
             before = _baseline_stats(base_thread, base_cp, tmpdir)
         after = build_stats(cp.stdout + cp.stderr, out_path) if sass else None
+        post_bound = bool(k.occupancy_guard)     # the guard's .maxnreg, like a post-build bound: auto keeps `1`
         if k.occupancy_guard and before is not None and after is not None and not res.already_instrumented:
             res, cp, after = _occupancy_guard(res, work, out_path, rargs, before, after, cp, user_v, original, cap)
         if occupancy.LAUNCH_PASS_NAME in res.meta:         # decided before the build: its facts
@@ -447,6 +448,14 @@ def _ptxas(args: list[str]) -> int:
                 and not use_sep:
             res, cp, after = _launch_bound(res, work, out_path, rargs, before, after, cp, user_v, ucaps["maxrregcount"],
                                            reloc)
+            # a bound applied after the build: HBFCC_FULL_WARP=auto's rebuilds would lack it, so auto stays at `1`
+            post_bound = any(d.get("applied") for d in (res.meta.get(occupancy.LAUNCH_PASS_NAME) or {}).values())
+        if k.full_warp == "auto" and after is not None and not res.already_instrumented and not use_sep \
+                and not post_bound:
+            def rebuild(names):
+                r = rewrite_text(original, filename=in_path, helper=helper, max_version=cap, full_warp_all=names)
+                return bound_before(local_helpers(r))[0]
+            res, cp, after = _full_warp_auto(res, rebuild, work, out_path, rargs, after, cp, user_v, reloc)
         ptxas_info = {"path": real, "source": choice.source, "version": ptxas_version_text(real),
                       "argv": [real] + list(args), "returncode": cp.returncode, "target": arch,
                       "max_ptx_version": f"{cap[0]}.{cap[1]}", "instead_of": instead_of}
@@ -794,6 +803,88 @@ def _launch_bound(res, in_path: str, out_path: Optional[str], rargs: list[str], 
                                       _entry_registers(after, res.module, reloc), user_cap)
     return _reassemble(res, in_path, out_path, rargs, after, cp, user_v, occupancy.LAUNCH_PASS_NAME, decisions,
                        occupancy.launch_stage, LAUNCH_FACTS)
+
+
+FULL_WARP_STAGE = "full_warp_auto"
+
+
+def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: list[str], after, cp, user_v: bool,
+                    reloc: bool):
+    """HBFCC_FULL_WARP=auto: the module was built with `1` (the full-mask copies in single sites and groups of at most
+    SMALL_GROUP_SITES); each entry with a larger group is built again with `all` (``rebuild(names)``: the rewrite with
+    those entries' groups all full-warp, the same stages after it) and keeps `all` where ptxas gives it no more
+    registers and no more spill bytes than `1` -- on an H100 (stop 53) `all` took the stream copies x1.36 -> x1.29 at
+    the same registers and cost the unrolled reduce 168 -> 214 registers (x1.75 -> x2.08), and no static rule told
+    the two apart. Where some entries keep it and others do not, a third build holds exactly the kept ones; where none
+    does, the first build's output is put back. A build ptxas rejects keeps the first, loudly. The decision per entry
+    goes into the artifact (``full_warp_auto``)."""
+    from .passes.timing import SMALL_GROUP_SITES
+    from .toolchain import build_stats
+
+    funcs = (res.meta.get("timing") or {}).get("functions") or []
+    cands = sorted(f["name"] for f in funcs if f.get("kind") == "entry"
+                   and f.get("max_group_sites", 0) > SMALL_GROUP_SITES and f.get("full_warp_scope") == SMALL_GROUP_SITES)
+    if not cands or out_path is None or not os.path.isfile(out_path):
+        return res, cp, after
+    saved = out_path + ".hbfcc-fw1"
+    shutil.copyfile(out_path, saved)
+
+    def build(names):
+        r = rebuild(tuple(names))
+        atomic_write_text(in_path, r.text, fsync=False)
+        c = _run_capture(rargs)
+        return r, c, (build_stats(c.stdout + c.stderr, out_path) if c.returncode == 0 else None)
+
+    def first(why: Optional[str] = None):
+        atomic_write_text(in_path, res.text, fsync=False)
+        shutil.copyfile(saved, out_path)
+        if why:
+            log.warning("HBFCC_FULL_WARP=auto: %s; keeping the `1` build", why)
+        return res
+
+    try:
+        r2, cp2, after2 = build(cands)
+        if after2 is None:
+            return _with_decisions(first(f"ptxas rejected the `all` build (exit {cp2.returncode})"),
+                                   {n: {"chosen": "1", "registers_1": None, "registers_all": None,
+                                        "reason": f"ptxas exit {cp2.returncode}"} for n in cands}), cp, after
+        r1, ra = _entry_registers(after, res.module, reloc), _entry_registers(after2, r2.module, reloc)
+
+        def spills(st, n):
+            f = st.functions.get(n)
+            return None if f is None else (f.spill_stores or 0) + (f.spill_loads or 0)
+        keep = [n for n in cands if r1.get(n) is not None and ra.get(n) is not None and ra[n] <= r1[n]
+                and (spills(after2, n) or 0) <= (spills(after, n) or 0)]
+        dec = {n: {"chosen": "all" if n in keep else "1", "registers_1": r1.get(n), "registers_all": ra.get(n)}
+               for n in cands}
+        if len(keep) == len(cands):
+            final, fcp, fafter = r2, cp2, after2
+        elif not keep:
+            final, fcp, fafter = first(), cp, after
+        else:
+            r3, cp3, after3 = build(keep)
+            if after3 is None:
+                for d in dec.values():
+                    d["chosen"], d["reason"] = "1", f"the mixed build failed (ptxas exit {cp3.returncode})"
+                final, fcp, fafter = first(f"ptxas rejected the mixed build (exit {cp3.returncode})"), cp, after
+            else:
+                final, fcp, fafter = r3, cp3, after3
+        if user_v and fcp is not cp:
+            sys.stdout.write(fcp.stdout)
+            sys.stderr.write(fcp.stderr)
+        log.info("HBFCC_FULL_WARP=auto: %s", ", ".join(f"{n} {d['chosen']} ({d['registers_1']} / {d['registers_all']}"
+                                                       " registers)" for n, d in dec.items()))
+        return _with_decisions(final, dec), fcp, fafter
+    finally:
+        try:
+            os.unlink(saved)
+        except OSError:
+            pass
+
+
+def _with_decisions(res, dec: dict):
+    from dataclasses import replace as _replace
+    return _replace(res, meta=dict(res.meta, **{FULL_WARP_STAGE: dec}))
 
 
 def _registers(st) -> dict:

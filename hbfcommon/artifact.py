@@ -56,6 +56,10 @@ _FUNC = {
         # TMA-family instructions by class (hbfcc/passes/tma.py), the hooks emitted for them, the bulk-group window
         "tma": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
         "tma_hooks": {"type": "integer", "minimum": 0}, "bulk_window": {"type": "integer", "minimum": 0},
+        # HBFCC_FULL_WARP=auto (hbfcc/cli.py): an entry with issue groups of more than 4 sites built both ways, the
+        # registers of each, and which one the output holds
+        "full_warp_auto": {"type": "object", "required": ["chosen", "registers_1", "registers_all"],
+                           "properties": {"chosen": {"enum": ["1", "all"]}}},
     },
 }
 SCHEMA: dict[str, Any] = {

@@ -125,8 +125,8 @@ def group_scope(v) -> int:
         return GROUP_MAX
     if v in (False, "0", 0):
         return 0
-    if v in ("1", 1):
-        return SMALL_GROUP_SITES
+    if v in ("1", 1, "auto"):        # auto (HBFCC_FULL_WARP): 1 here; hbfcc/cli.py's second build names the kernels
+        return SMALL_GROUP_SITES     # that get `all` (meta full_warp_all)
     raise RewriteError(f"group scope must be 0, 1 or all, not {v!r}")
 
 
@@ -482,6 +482,8 @@ class FunctionReport:
     shared_untils: int = 0           # until asks whose answer serves the other op too (HBFCC_SHARE_UNTIL)
     loads_first: int = 0             # group sites whose load was placed before the group's timing code (HBFCC_LOADS_FIRST)
     full_warp_paths: int = 0         # inline paths with a constant-mask copy for a whole warp (HBFCC_FULL_WARP)
+    max_group_sites: int = 0         # the largest issue group's sites (HBFCC_FULL_WARP=auto: > 4 makes a candidate)
+    full_warp_scope: int = 0         # the largest group that got the full-warp copy (0, SMALL_GROUP_SITES, GROUP_MAX)
     timed_paths: int = 0             # served inline paths timed into inline_ns (HBFCC_INLINE_TIME; sites, groups, waits)
     grouped_issues: int = 0          # load issues in those groups
     moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
@@ -511,7 +513,8 @@ class FunctionReport:
                 "grouped_issues": self.grouped_issues, "multi_checks": self.multi_checks,
                 "live_flushes": self.live_flushes, "shared_untils": self.shared_untils,
                 "loads_first": self.loads_first,
-                "full_warp_paths": self.full_warp_paths,
+                "full_warp_paths": self.full_warp_paths, "max_group_sites": self.max_group_sites,
+                "full_warp_scope": self.full_warp_scope,
                 "timed_paths": self.timed_paths,
                 "moved_loads": self.moved_loads,
                 "group_calls": self.group_calls, "merged_requests": self.merged_requests,
@@ -739,6 +742,7 @@ class _FunctionRewriter:
         self.tok: dict[str, int] = {}            # token-form wait state register -> its parity register
         self.tma_regs = False                    # the TMA scratch registers are declared
         self.report = FunctionReport(fn.name, fn.kind, kidx, cp_async_window=self.K, bulk_window=self.KB)
+        self.report.full_warp_scope = self.full_warp
         self.site_count = 0
         self.pre: dict[tuple[int, ...], list[Statement]] = {}
         self.node_site: dict[int, int] = {}       # node index -> site id
@@ -1331,6 +1335,7 @@ class _FunctionRewriter:
         any-vote across them)."""
         cd = abi.CDESC_GLOBAL
         self.group_slots = max(self.group_slots, len(sites))
+        self.report.max_group_sites = self.group_slots
         self.group_wmax = max(self.group_wmax, *(s.d.nbytes for s in sites))
         self.report.issue_groups += 1
         self.report.grouped_issues += len(sites)
@@ -2492,6 +2497,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     share_until = bool(meta.get("share_until", True))
     loads_first = group_scope(meta.get("loads_first", "0"))
     full_warp = group_scope(meta.get("full_warp", "1"))
+    full_warp_all = frozenset(meta.get("full_warp_all") or ())     # HBFCC_FULL_WARP=auto: these functions get `all`
     early_clock = bool(meta.get("early_clock", False))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
@@ -2507,7 +2513,8 @@ def timing_pass(module: Module, meta: dict) -> Module:
         if type(it) is Function and it.body is not None:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
                                    fast_groups, tracks, cluster, multi, live, itime, native_scope, merge,
-                                   share_until, loads_first, full_warp, early_clock)
+                                   share_until, loads_first,
+                                   GROUP_MAX if it.name in full_warp_all else full_warp, early_clock)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -2555,6 +2562,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "share_until": share_until,
         "loads_first": loads_first,
         "full_warp": full_warp,
+        "full_warp_all": sorted(full_warp_all),
         "early_clock": early_clock,
     }
     return replace(module, items=tuple(new_items))
