@@ -13,7 +13,8 @@
 #   share / noshare: HBFCC_SHARE_UNTIL=1 / =0 (stop 52; share is today's default build); before53: LOADS_FIRST=0
 #              FULL_WARP=0 (stop 52's default); lf / fw / lffw: LOADS_FIRST=all / FULL_WARP=all / both (the others 0);
 #              fwall: today's default with FULL_WARP=all; lf1: today's default with LOADS_FIRST=1 (stop 54's order:
-#              the loads after the group's band check, clock and until check); earlyclock: HBFCC_EARLY_CLOCK=1 (stop 53; its run
+#              the loads after the group's band check, clock and until check); fwauto: HBFCC_FULL_WARP=auto (stop 54:
+#              `all` per kernel where ptxas gives it no more registers); earlyclock: HBFCC_EARLY_CLOCK=1 (stop 53; its run
 #              was named lateclock when the knob's default was briefly 1)
 #   itime      the whole build with HBFCC_INLINE_TIME=1 (the served inline paths time themselves: inline_ns; not in
 #              the default list) -- VARIANTS="..." picks and orders the variants (stop51_any.sh does)
@@ -44,6 +45,7 @@ for v in ${VARIANTS:-whole sep_plain sep_body sep_body_ci whole_ci}; do
     lffw) E=(HBFCC_LINK=whole HBFCC_LOADS_FIRST=all HBFCC_FULL_WARP=all);;
     fwall) E=(HBFCC_LINK=whole HBFCC_FULL_WARP=all);;                       # the default, full warp in every group
     lf1) E=(HBFCC_LINK=whole HBFCC_LOADS_FIRST=1);;                         # stop 54's order: loads after the until check
+    fwauto) E=(HBFCC_LINK=whole HBFCC_FULL_WARP=auto);;                     # per kernel: all where no register rises
     earlyclock) E=(HBFCC_LINK=whole HBFCC_EARLY_CLOCK=1);;                  # the group's clock before its setup
     *) echo "unknown variant $v"; continue;;
   esac

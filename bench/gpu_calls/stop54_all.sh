@@ -5,15 +5,16 @@
 #      reduce asks 2.2 times per warp), then bench/probes/load_wait_probe.cu (whether a plain load's read barrier,
 #      which a divergent-branch check waits on right after the load, holds for the load's latency; the consume
 #      probe's shape with the load before / after the group's vote)
-#   2. stop51_sepcap.sh share vs lf1 (the default vs HBFCC_LOADS_FIRST=1 in stop 54's order: loads after the
-#      group's band check, clock and until check), parts stream, consume, little, no numba warm-up
-#   3. the sepcap pair again in the other order (lf1 first), if time is left
+#   2. stop51_sepcap.sh share, lf1, fwauto (the default; HBFCC_LOADS_FIRST=1 in stop 54's order: loads after the
+#      group's band check, clock and until check; HBFCC_FULL_WARP=auto: `all` per kernel where ptxas gives it no
+#      more registers -- the copies, not the unrolled reduce), parts stream, consume, little, no numba warm-up
+#   3. the same three again in the other order, if time is left
 #   4. stop54_asks.sh's FOREVER part alone (the re-asks' cost), if time is left
 set -u
 T0=$(date +%s); LIMIT=${LIMIT:-570}
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 LIMIT=$(( $(left) < 330 ? $(left) : 330 )) FOREVER=0 bash bench/gpu_calls/stop54_asks.sh 2>&1 | grep -v "^hb-ask"
-for order in "share lf1" "lf1 share"; do
+for order in "share lf1 fwauto" "fwauto lf1 share"; do
   L=$(left); [ $L -lt 130 ] && { echo "sepcap ($order) skipped: ${L}s left"; continue; }
   echo "== [${L}s left] sepcap $order"
   mkdir -p $OUT/sepcap_${order// /_}
