@@ -46,6 +46,7 @@ for v in ${VARIANTS:-whole sep_plain sep_body sep_body_ci whole_ci}; do
     fwall) E=(HBFCC_LINK=whole HBFCC_FULL_WARP=all);;                       # the default, full warp in every group
     lf1) E=(HBFCC_LINK=whole HBFCC_LOADS_FIRST=1);;                         # stop 54's order: loads after the until check
     fwauto) E=(HBFCC_LINK=whole HBFCC_FULL_WARP=auto);;                     # per kernel: all where no register rises
+    lf1fwauto) E=(HBFCC_LINK=whole HBFCC_LOADS_FIRST=1 HBFCC_FULL_WARP=auto);;   # both (stop 54)
     earlyclock) E=(HBFCC_LINK=whole HBFCC_EARLY_CLOCK=1);;                  # the group's clock before its setup
     *) echo "unknown variant $v"; continue;;
   esac
