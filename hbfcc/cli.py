@@ -98,7 +98,7 @@ def marker_line() -> str:
         line += f" loads-first {knobs.load().loads_first}"
     if knobs.load().early_clock:  # HBFCC_EARLY_CLOCK=1 builds differently
         line += " early-clock on"
-    if knobs.load().full_warp != "auto":  # HBFCC_FULL_WARP=0|1|all builds differently
+    if knobs.load().full_warp != "1":  # HBFCC_FULL_WARP=0|all|auto builds differently
         line += f" full-warp {knobs.load().full_warp}"
     if knobs.load().native_scope:  # HBFCC_NATIVE_SCOPE=1 builds differently
         line += " native-scope on"

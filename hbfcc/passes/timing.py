@@ -120,7 +120,7 @@ SMALL_GROUP_SITES = 4
 def group_scope(v) -> int:
     """HBFCC_LOADS_FIRST / HBFCC_FULL_WARP as the pass takes them (meta): the largest issue group they act on --
     0 (off: "0", False), SMALL_GROUP_SITES ("1"), GROUP_MAX ("all", True: every group). The defaults: HBFCC_FULL_WARP
-    "auto", HBFCC_LOADS_FIRST "0" (hbfcc/knobs.py)."""
+    "1", HBFCC_LOADS_FIRST "0" (hbfcc/knobs.py)."""
     if v is True or v == "all":
         return GROUP_MAX
     if v in (False, "0", 0):
@@ -2496,7 +2496,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     merge = bool(meta.get("merge_loads", False))
     share_until = bool(meta.get("share_until", True))
     loads_first = group_scope(meta.get("loads_first", "0"))
-    full_warp = group_scope(meta.get("full_warp", "auto"))
+    full_warp = group_scope(meta.get("full_warp", "1"))
     full_warp_all = frozenset(meta.get("full_warp_all") or ())     # HBFCC_FULL_WARP=auto: these functions get `all`
     early_clock = bool(meta.get("early_clock", False))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
