@@ -1815,12 +1815,14 @@ extern "C" __device__ __noinline__ long long __hb_inline_until_live(unsigned int
     // can be counted per life: bench/gpu_calls/stop54_asks.sh groups them by block, warp and time) -- stop 53 found
     // the stream reduce's threads asking 2.2 times in ~10 us lives, where every answer path reads as >= 0.5 ms
     // (docs/design.md, issue 13)
+    // (stop 54, H100: 1.02 asks per warp life; the 2.2 was ncu's replay)
     const long long r = __hb_inline_until(op);
     const uint64_t t = hb_now();
+    const uint32_t am = __activemask();                      // the lanes asking together (before the branch below)
     if ((blockIdx.x & 1023u) == 0u && blockIdx.y == 0u && blockIdx.z == 0u &&
-        hb_laneid() == (uint32_t)(__ffs(__activemask()) - 1))
+        hb_laneid() == (uint32_t)(__ffs(am) - 1))
         printf("hb-ask sm=%u op=%u now=%llu ret=%lld in=%lld blk=%u w=%u m=%x\n", hb_smid(), op,
-               (unsigned long long)t, r, r > 0 ? r - (long long)t : r, blockIdx.x, threadIdx.x >> 5, __activemask());
+               (unsigned long long)t, r, r > 0 ? r - (long long)t : r, blockIdx.x, threadIdx.x >> 5, am);
     return r;
 #elif defined(HB_DEBUG_UNTIL_FOREVER)
     // A debug build only (stop54_asks.sh): every positive answer holds for a second, so a thread asks once per life
