@@ -117,6 +117,7 @@ def load_waits(ins: list[Ins]) -> list[dict]:
         if d and x.ctrl.wr is not None:
             width = 4 if ".128" in d.group(1) else 2 if ".64" in d.group(1) else 1      # registers it writes
             loads.append((i, x, {f"R{int(d.group(2)) + k}" for k in range(width)}))
+    pos = {id(y): j for j, y in enumerate(ins)}
     rows = []
     for i, x, dest in loads:
         rest = [y for y in ins[i + 1:] if y.func == x.func]
@@ -127,7 +128,7 @@ def load_waits(ins: list[Ins]) -> list[dict]:
             regs = set(re.findall(r"\bR\d+\b", first_w.text.split(" ", 1)[-1] if not first_w.text.startswith("@")
                                   else first_w.text.split(" ", 2)[-1]))
             siblings = set().union(*(dd for j, y, dd in loads if y is not x and y.func == x.func
-                                     and y.ctrl.wr == x.ctrl.wr and j < ins.index(first_w)))
+                                     and y.ctrl.wr == x.ctrl.wr and j < pos[id(first_w)]))
             fw = {"addr": f"{first_w.addr:05x}", "text": first_w.text,
                   "what": "use" if dest & regs else "sibling" if siblings & regs else "other",
                   "after": sum(1 for y in rest if y.addr < first_w.addr)}

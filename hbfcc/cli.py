@@ -379,6 +379,9 @@ def _ptxas(args: list[str]) -> int:
         defer_why = _defer_unsupported(k, res, sass, out_path, reloc, use_sep, unbounded, base_thread) \
             if k.defer != "0" else None
         if k.defer != "0" and defer_why is None:
+            if k.full_warp == "auto":       # the deferred build assembles the stored rewrite: no second ptxas run here
+                log.warning("HBFCC_FULL_WARP=auto acts on eager builds only: %s's deferred build keeps the `1` "
+                            "scope (HBFCC_DEFER=%s)", in_path, k.defer)
             rc = _deferred(res, k, choice, args, rargs, work, in_path, out_path, arch, cap, instead_of, user_v,
                            base_thread, base_cp, tmpdir)
             if rc is not None:
@@ -852,9 +855,9 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
 
         def spills(st, n):
             f = st.functions.get(n)
-            return None if f is None else (f.spill_stores or 0) + (f.spill_loads or 0)
+            return 0 if f is None else (f.spill_stores or 0) + (f.spill_loads or 0)
         keep = [n for n in cands if r1.get(n) is not None and ra.get(n) is not None and ra[n] <= r1[n]
-                and (spills(after2, n) or 0) <= (spills(after, n) or 0)]
+                and spills(after2, n) <= spills(after, n)]
         dec = {n: {"chosen": "all" if n in keep else "1", "registers_1": r1.get(n), "registers_all": ra.get(n)}
                for n in cands}
         if len(keep) == len(cands):

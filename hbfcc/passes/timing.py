@@ -127,7 +127,7 @@ def group_scope(v) -> int:
         return 0
     if v in ("1", 1, "auto"):        # auto (HBFCC_FULL_WARP): 1 here; hbfcc/cli.py's second build names the kernels
         return SMALL_GROUP_SITES     # that get `all` (meta full_warp_all)
-    raise RewriteError(f"group scope must be 0, 1 or all, not {v!r}")
+    raise RewriteError(f"group scope must be 0, 1 or all (HBFCC_FULL_WARP also auto), not {v!r}")
 
 
 # TMA (hbfcc/passes/tma.py): the completion table's address, temps, the bulk-group window, the thread's
@@ -1335,7 +1335,6 @@ class _FunctionRewriter:
         any-vote across them)."""
         cd = abi.CDESC_GLOBAL
         self.group_slots = max(self.group_slots, len(sites))
-        self.report.max_group_sites = self.group_slots
         self.group_wmax = max(self.group_wmax, *(s.d.nbytes for s in sites))
         self.report.issue_groups += 1
         self.report.grouped_issues += len(sites)
@@ -1757,6 +1756,7 @@ class _FunctionRewriter:
         new_body = self._prologue(new_body, len(fut_of))
         new_body = self._with_native_version(new_body, body)
         self.report.admitted = not self.report.refused
+        self.report.max_group_sites = self.group_slots
         if self.report.refused:
             self.report.not_admitted_reasons.append(
                 f"{len(self.report.refused)} refused memory operation(s)")
