@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -98,7 +99,9 @@ def marker_line() -> str:
         line += f" loads-first {knobs.load().loads_first}"
     if knobs.load().early_clock:  # HBFCC_EARLY_CLOCK=1 builds differently
         line += " early-clock on"
-    if knobs.load().full_warp != "1":  # HBFCC_FULL_WARP=0|all|auto builds differently
+    if knobs.load().prefetch_next:  # HBFCC_PREFETCH_NEXT=1 builds differently
+        line += " prefetch-next on"
+    if knobs.load().full_warp != "auto":  # HBFCC_FULL_WARP=0|1|all builds differently
         line += f" full-warp {knobs.load().full_warp}"
     if knobs.load().native_scope:  # HBFCC_NATIVE_SCOPE=1 builds differently
         line += " native-scope on"
@@ -379,9 +382,6 @@ def _ptxas(args: list[str]) -> int:
         defer_why = _defer_unsupported(k, res, sass, out_path, reloc, use_sep, unbounded, base_thread) \
             if k.defer != "0" else None
         if k.defer != "0" and defer_why is None:
-            if k.full_warp == "auto":       # the deferred build assembles the stored rewrite: no second ptxas run here
-                log.warning("HBFCC_FULL_WARP=auto acts on eager builds only: %s's deferred build keeps the `1` "
-                            "scope (HBFCC_DEFER=%s)", in_path, k.defer)
             rc = _deferred(res, k, choice, args, rargs, work, in_path, out_path, arch, cap, instead_of, user_v,
                            base_thread, base_cp, tmpdir)
             if rc is not None:
@@ -586,14 +586,26 @@ def _deferred(res, k: knobs.Knobs, choice, args: list[str], rargs: list[str], wo
     with the recipe of the eager build (``rargs``, its input and output as tokens) in the record. Returns
     ptxas's exit status; None when the store cannot keep the rewrite (the caller then builds eagerly)."""
     from hbfcommon import deferred
+    from hbfcommon.fsutil import atomic_write_bytes
 
     from .toolchain import build_stats, ptxas_version_text, sha256_file
     real = choice.path
     store = _store_dir(k)
+    # HBFCC_FULL_WARP=auto keeps `all` per entry from ptxas's register counts of both builds, which assembling one
+    # stored rewrite cannot decide: a module with entries it decides keeps its ORIGINAL PTX instead, and its deferred
+    # build runs hbfcc-ptxas eagerly on it (as HBFCC_DEFER=rewrite's does): the eager cubin, byte for byte
+    eager = _full_warp_candidates(res) if k.full_warp == "auto" else []
     try:
-        ptx_sha = deferred.store_ptx(store, res.text)
+        if eager:
+            data = Path(in_path).read_bytes()          # the bytes hbfcc-ptxas read
+            orig_sha = hashlib.sha256(data).hexdigest()
+            if not deferred.original_path(store, orig_sha).is_file():
+                atomic_write_bytes(deferred.original_path(store, orig_sha), data, fsync=False)
+        else:
+            ptx_sha = deferred.store_ptx(store, res.text)
     except OSError as e:
-        log.warning("HBFCC_DEFER=1: cannot keep the rewritten PTX in the artifact store %s (%s)", store, e)
+        log.warning("HBFCC_DEFER=1: cannot keep the %s PTX in the artifact store %s (%s)",
+                    "original" if eager else "rewritten", store, e)
         return None
     base_thread.join()
     bcp = base_cp.get("cp")
@@ -605,11 +617,21 @@ def _deferred(res, k: knobs.Knobs, choice, args: list[str], rargs: list[str], wo
         return bcp.returncode
     shutil.copyfile(orig_out, out_path)
     before = build_stats(bcp.stdout + bcp.stderr, orig_out)
-    argv = deferred.tokenized(rargs, work, out_path)
     version = ptxas_version_text(real)
     plain_sha = sha256_file(out_path)
-    recipe = {"ptx_sha256": ptx_sha, "ptx_name": os.path.basename(work), "argv": argv,
-              "plain_output_sha256": plain_sha, "key": deferred.recipe_key(ptx_sha, argv, version)}
+    if eager:
+        env = deferred.build_env(os.environ)
+        env["HBFCC_REAL_PTXAS"] = real                 # the ptxas this compile ran, whatever chose it
+        recipe = deferred.eager_recipe(original_sha256=orig_sha, ptx_name=os.path.basename(in_path),
+                                       argv=deferred.tokenized(args, in_path, out_path), env=env,
+                                       plain_sha256=plain_sha, pythonpath=str(Path(__file__).resolve().parent.parent),
+                                       why=f"HBFCC_FULL_WARP=auto decides {', '.join(eager)} from both builds")
+        log.info("HBFCC_DEFER=1: %s: %s; its deferred build runs hbfcc-ptxas eagerly on the kept original PTX",
+                 in_path, recipe["why"])
+    else:
+        argv = deferred.tokenized(rargs, work, out_path)
+        recipe = {"ptx_sha256": ptx_sha, "ptx_name": os.path.basename(work), "argv": argv,
+                  "plain_output_sha256": plain_sha, "key": deferred.recipe_key(ptx_sha, argv, version)}
     ptxas_info = {"path": real, "source": choice.source, "version": version,
                   "argv": [real] + list(args), "returncode": bcp.returncode, "target": arch,
                   "max_ptx_version": f"{cap[0]}.{cap[1]}", "instead_of": instead_of}
@@ -811,6 +833,14 @@ def _launch_bound(res, in_path: str, out_path: Optional[str], rargs: list[str], 
 FULL_WARP_STAGE = "full_warp_auto"
 
 
+def _full_warp_candidates(res) -> list[str]:
+    """The entries HBFCC_FULL_WARP=auto decides: built with `1`, with an issue group of more than SMALL_GROUP_SITES."""
+    from .passes.timing import SMALL_GROUP_SITES
+    funcs = (res.meta.get("timing") or {}).get("functions") or []
+    return sorted(f["name"] for f in funcs if f.get("kind") == "entry"
+                  and f.get("max_group_sites", 0) > SMALL_GROUP_SITES and f.get("full_warp_scope") == SMALL_GROUP_SITES)
+
+
 def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: list[str], after, cp, user_v: bool,
                     reloc: bool):
     """HBFCC_FULL_WARP=auto: the module was built with `1` (the full-mask copies in single sites and groups of at most
@@ -821,12 +851,9 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
     the two apart. Where some entries keep it and others do not, a third build holds exactly the kept ones; where none
     does, the first build's output is put back. A build ptxas rejects keeps the first, loudly. The decision per entry
     goes into the artifact (``full_warp_auto``)."""
-    from .passes.timing import SMALL_GROUP_SITES
     from .toolchain import build_stats
 
-    funcs = (res.meta.get("timing") or {}).get("functions") or []
-    cands = sorted(f["name"] for f in funcs if f.get("kind") == "entry"
-                   and f.get("max_group_sites", 0) > SMALL_GROUP_SITES and f.get("full_warp_scope") == SMALL_GROUP_SITES)
+    cands = _full_warp_candidates(res)
     if not cands or out_path is None or not os.path.isfile(out_path):
         return res, cp, after
     saved = out_path + ".hbfcc-fw1"
@@ -1297,7 +1324,6 @@ def prebuild_main(args: list[str]) -> int:
     """``hbfcc prebuild``: assemble the deferred (HBFCC_DEFER=1) instrumented builds now, so no attached run
     pays for them at a kernel's load (the runtime then reads them back from the store)."""
     import concurrent.futures as cf
-    import hashlib
 
     from hbfcommon import artifact as A
     from hbfcommon import deferred

@@ -45,6 +45,9 @@ SUBDIR = "deferred"
 MARKER_WORDS = {"1": "defer on", "rewrite": "defer rewrite"}
 # HBFCC_DEFER=rewrite: the compile keeps the ORIGINAL PTX only; its record (by the plain cubin) is this document
 PENDING_SCHEMA = "hbfcc.deferred.pending"
+# HBFCC_DEFER=1's recipe for a module whose build decides from ptxas's output (HBFCC_FULL_WARP=auto): the pending
+# record's keys in an admission record (:func:`eager_recipe`)
+EAGER_MODE = "eager"
 PENDING_KEYS = ("original_sha256", "ptx_name", "argv", "env", "builder", "plain_output_sha256", "key")
 # hbfcc knobs that say where files go or how a compile reports, not what is built: not in a pending record's env
 # a pending record's builder after the interpreter: hbfcc-ptxas's full path (eager)
@@ -137,6 +140,18 @@ def pending_record(*, mode: str, entries: list[str], original_sha256: str, ptx_n
             "build": {"output_sha256": plain_sha256}, "deferred": deferred}
 
 
+def eager_recipe(*, original_sha256: str, ptx_name: str, argv: list[str], env: Mapping[str, str], plain_sha256: str,
+                 pythonpath: str, why: str) -> dict:
+    """HBFCC_DEFER=1's recipe (mode :data:`EAGER_MODE`) for a module whose instrumented build decides from ptxas's
+    own output (HBFCC_FULL_WARP=auto): its admission record is written at compile time as for any deferred module,
+    but what is kept is the ORIGINAL PTX and its build runs the builder (hbfcc-ptxas, eager) on it with the
+    recorded options and knobs, as a pending record's does (:func:`_build_pending`)."""
+    b = builder()
+    return {"mode": EAGER_MODE, "why": why, "original_sha256": original_sha256, "ptx_name": ptx_name,
+            "argv": list(argv), "env": dict(env), "builder": b, "plain_output_sha256": plain_sha256,
+            "pythonpath": pythonpath, "key": pending_key(original_sha256, argv, env, b)}
+
+
 def cubin_path(store: Path, key: str) -> Path:
     return store / SUBDIR / "built" / f"{key}.cubin"
 
@@ -192,7 +207,7 @@ def build(rec: Mapping[str, Any], *, store: Path | None = None, force: bool = Fa
     r = recipe(rec)
     if r is None:
         raise _error(rec, "the record is not of a deferred build (no 'deferred' recipe)")
-    if is_pending(rec):
+    if is_pending(rec) or r.get("mode") == EAGER_MODE:
         return _build_pending(rec, r, store or A.store_dir(), force)
     missing = [k for k in RECIPE_KEYS if k not in r]
     if missing:
@@ -237,8 +252,9 @@ def build(rec: Mapping[str, Any], *, store: Path | None = None, force: bool = Fa
 
 
 def _build_pending(rec: Mapping[str, Any], r: Mapping[str, Any], store: Path, force: bool) -> Built:
-    """HBFCC_DEFER=rewrite: run the recorded builder (hbfcc-ptxas, eager) on the kept original PTX with the
-    recorded options and knobs; the store then holds the admission record of the cubin it wrote."""
+    """HBFCC_DEFER=rewrite (and HBFCC_DEFER=1's :data:`EAGER_MODE` recipes): run the recorded builder (hbfcc-ptxas,
+    eager) on the kept original PTX with the recorded options and knobs; the store then holds the admission record
+    of the cubin it wrote."""
     missing = [k for k in PENDING_KEYS if k not in r]
     if missing:
         raise _error(rec, f"the pending record lacks {', '.join(missing)}")

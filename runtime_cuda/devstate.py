@@ -301,7 +301,7 @@ class RunParams:
     backoff_max_ns: int = 8192
     allow_unmodeled: bool = False
     deadline_bias_ns: int = 0      # measured by runtime_cuda.calibrate (never assumed); 0 = off
-    tma_device: bool = False       # model TMA / bulk copies (HBF_TMA_DEVICE; not GPU-verified): else they fail closed
+    tma_device: bool = True        # model TMA / bulk copies (HBF_TMA_DEVICE, default 1): else they fail closed
 
 
 def ranges_from_ctl(snap: "C.hbf_range_snapshot") -> tuple[int, list[DevRange]]:

@@ -487,6 +487,7 @@ class FunctionReport:
     timed_paths: int = 0             # served inline paths timed into inline_ns (HBFCC_INLINE_TIME; sites, groups, waits)
     grouped_issues: int = 0          # load issues in those groups
     moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
+    next_prefetches: int = 0         # L2 prefetches of a loop's next-iteration loads (HBFCC_PREFETCH_NEXT)
     group_calls: int = 0             # groups with a __hb_issue_group call (HBFCC_FAST_GROUPS)
     merged_requests: int = 0         # merged requests of two or more adjacent loads (HBFCC_MERGE_LOADS, _merge_sets)
     merged_sites: int = 0            # load issues served by those merged requests
@@ -516,7 +517,7 @@ class FunctionReport:
                 "full_warp_paths": self.full_warp_paths, "max_group_sites": self.max_group_sites,
                 "full_warp_scope": self.full_warp_scope,
                 "timed_paths": self.timed_paths,
-                "moved_loads": self.moved_loads,
+                "moved_loads": self.moved_loads, "next_prefetches": self.next_prefetches,
                 "group_calls": self.group_calls, "merged_requests": self.merged_requests,
                 "merged_sites": self.merged_sites, "tma": self.tma, "tma_hooks": self.tma_hooks,
                 "bulk_window": self.bulk_window}
@@ -702,8 +703,9 @@ class _FunctionRewriter:
                  inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
                  tracks: bool = False, cluster: bool = False, multi: bool = True, live: bool = True,
                  itime: bool = False, native_scope: bool = False, merge: bool = False, share_until: bool = True,
-                 loads_first: int = 0, full_warp: int = 0, early_clock: bool = False):
+                 loads_first: int = 0, full_warp: int = 0, early_clock: bool = False, prefetch_next: bool = False):
         self.hoist = hoist
+        self.prefetch_next = prefetch_next and inline   # HBFCC_PREFETCH_NEXT: the next iteration's loads into L2
         self.early_clock = early_clock            # HBFCC_EARLY_CLOCK: a group's clock read before its setup
         # HBFCC_FULL_WARP: constant-mask collectives where the warp is whole, in groups of at most this many sites
         # (0: off; single inline sites whenever it is not 0)
@@ -1750,6 +1752,9 @@ class _FunctionRewriter:
         for path, code in self.pre.items():
             if any(type(st) is _GSite for st in code):
                 self.pre[path] = self._lower_groups(code)
+        if self.prefetch_next:
+            for path, code in self._next_iteration_prefetches(body, nodes, decisions).items():
+                self.pre[path] = self.pre.get(path, []) + code
         if self.tma_regs or self.ctx.tracks and fn.is_entry:
             self.report.address_source = "memory"   # a copy's global addresses come from a descriptor
         new_body = self._rebuild(body, ())
@@ -1761,6 +1766,94 @@ class _FunctionRewriter:
             self.report.not_admitted_reasons.append(
                 f"{len(self.report.refused)} refused memory operation(s)")
         return replace(fn, body=tuple(new_body))
+
+    def _next_iteration_prefetches(self, body, nodes, decisions) -> dict[tuple[int, ...], list[Statement]]:
+        """HBFCC_PREFETCH_NEXT: before a loop's back-edge, an L2 prefetch of every address its timed loads will read
+        in the next iteration, on the back-edge's own predicate (only when that iteration runs).
+
+        Why: the plain build's ptxas unrolls a streaming loop and has the next iterations' loads in flight (16 per
+        thread in the stream reduce); in the instrumented loop each iteration's issue group -- its branches and
+        calls -- keeps ptxas from moving the next loads above it, so a warp has one iteration's loads in flight and
+        the kernel is latency-bound (stop 53: 4 blocks/SM, DRAM 52 %). A prefetch carries no data to the program
+        (hbfcc leaves prefetches native and untimed) and changes no value; it only brings the lines into L2 while
+        the group's code and the use run, where the next iteration's (timed) loads find them.
+
+        Which loops: a back-edge ``@%p bra L`` (guarded) at the top level of the body to a label before it, whose
+        loop body is one straight run of top-level instructions (no label, block or other branch in it). Which
+        loads: the rewritten global (or generic) loads in that run whose address is ``[%r + k]`` with ``%r`` an
+        induction register -- written in the loop only by ``add.s64/u64 %r, %r, imm`` -- or a register the loop
+        writes once as ``add %r2, %r, imm`` from one (Triton's second vector of a block): the next address is then
+        known from the register at the back-edge, the step and the order of the writes. Anything else: no
+        prefetch. A prefetch may name an address the next iteration's load masks off (a tail); it is a hint, never
+        a fault on the cards measured (bench/probes/prefetch_probe.cu)."""
+        labels = {st.name: k for k, st in enumerate(body) if type(st) is Label}
+        idx_of = {path: i for i, (path, _) in enumerate(nodes)}
+        out: dict[tuple[int, ...], list[Statement]] = {}
+        for j, st in enumerate(body):
+            if type(st) is not Instruction or st.opcode != "bra" or st.guard is None or not st.operands \
+                    or type(st.operands[0]) is not LabelRef or labels.get(st.operands[0].name, j) >= j:
+                continue
+            lo = labels[st.operands[0].name]
+            run = body[lo + 1:j]
+            if any(type(x) in (Label, Block) or (type(x) is Instruction and x.opcode in ("bra", "call", "ret", "exit"))
+                   for x in run):
+                continue
+            insts = [(lo + 1 + k, x) for k, x in enumerate(run) if type(x) is Instruction]
+            defs: dict[str, list[int]] = {}
+            for k, x in insts:
+                for r in x.defs():
+                    defs.setdefault(r, []).append(k)
+
+            def imm_add(x, dst=None):
+                """(source register, immediate) of ``add.s64/u64 dst, src, imm`` (unguarded), else None."""
+                if x.guard is not None or x.opcode != "add" or not x.modifiers or x.modifiers[-1] not in ("s64", "u64") \
+                        or len(x.operands) != 3 or type(x.operands[0]) is not Register \
+                        or type(x.operands[1]) is not Register or type(x.operands[2]) is not Immediate \
+                        or x.operands[2].is_float:
+                    return None
+                if dst is not None and x.operands[0].name != dst:
+                    return None
+                return x.operands[1].name, int(x.operands[2].value)
+            step: dict[str, tuple[int, int]] = {}      # induction register -> (its update's position, step)
+            for r, ks in defs.items():
+                if len(ks) == 1:
+                    a = imm_add(body[ks[0]], r)
+                    if a is not None and a[0] == r:
+                        step[r] = (ks[0], a[1])
+
+            def next_addr(reg: str, at: int):
+                """(base register at the back-edge, offset) naming the value ``reg`` has at position ``at`` of the
+                next iteration, or None."""
+                if reg in step:
+                    upd, inc = step[reg]
+                    return reg, (0 if at < upd else inc)
+                ks = defs.get(reg)
+                if ks is None or len(ks) != 1 or ks[0] > at:
+                    return None
+                a = imm_add(body[ks[0]], reg)
+                if a is None or a[0] not in step:
+                    return None
+                base = next_addr(a[0], ks[0])
+                return None if base is None else (base[0], base[1] + a[1])
+            code, seen = [], set()
+            for k, x in insts:
+                i = idx_of.get((k,))
+                d = decisions[i] if i is not None else None
+                if d is None or d.kind != "load" or type(d.addr.base) is not Register:
+                    continue
+                n = next_addr(d.addr.base.name, k)
+                if n is None:
+                    continue
+                space = ("global",) if x.state_space == "global" else ()
+                key = (n[0], n[1] + d.addr.offset, space)
+                if key in seen:
+                    continue
+                seen.add(key)
+                code.append(_ins("prefetch", space + ("L2",), (Address(_R(key[0]), key[1]),), st.guard))
+            if code:
+                self.report.next_prefetches += len(code)
+                out[(j,)] = code
+        return out
 
     def _with_native_version(self, new_body: list[Statement], original) -> list[Statement]:
         """Code versioning: after the prologue, a launch with nothing registered (span == 0, which
@@ -2499,6 +2592,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     full_warp = group_scope(meta.get("full_warp", "1"))
     full_warp_all = frozenset(meta.get("full_warp_all") or ())     # HBFCC_FULL_WARP=auto: these functions get `all`
     early_clock = bool(meta.get("early_clock", False))
+    prefetch_next = bool(meta.get("prefetch_next", False))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -2514,7 +2608,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
                                    fast_groups, tracks, cluster, multi, live, itime, native_scope, merge,
                                    share_until, loads_first,
-                                   GROUP_MAX if it.name in full_warp_all else full_warp, early_clock)
+                                   GROUP_MAX if it.name in full_warp_all else full_warp, early_clock, prefetch_next)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0

@@ -38,8 +38,8 @@
 
 /* Device-state flags */
 #define HBF_DSF_ALLOW_UNMODELED 0x1u
-#define HBF_DSF_TMA_DEVICE 0x2u   /* model TMA / bulk copies (HBF_TMA_DEVICE=1); else __hb_tma fails closed: the TMA
-                                     device path has not run on a GPU yet (issue 15) */
+#define HBF_DSF_TMA_DEVICE 0x2u   /* model TMA / bulk copies (HBF_TMA_DEVICE, default 1 since stop 55: verified on
+                                     the card, issue 15); else __hb_tma fails closed */
 
 /* Packed thermal cache word (one 64-bit store, so a reader never sees a torn snapshot):
  * bits 0..19 q_ppm, bit 20 admission_open, bits 21..22 mode, bit 23 valid,

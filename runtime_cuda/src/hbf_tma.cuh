@@ -325,7 +325,7 @@ HB_DEV unsigned long long hb_tma_issue(hbf_device_state* st, uint64_t gaddr, con
     hb_tma_acc acc = {0ull, 0ull, 0ull, 0ull, 0ull, 0ull, 0ull, false, false};
     uint64_t oob = 0ull;
     if ((__ldg(&st->flags) & HBF_DSF_TMA_DEVICE) == 0u) {
-        // not opted in (HBF_TMA_DEVICE=1, runtime_cuda/knobs.py): this path has not run on a GPU -- fail closed
+        // turned off (HBF_TMA_DEVICE=0, runtime_cuda/knobs.py; on by default since stop 55) -- fail closed
         HB_OOL(hb_fail)(st, HBF_ST_UNSUPPORTED, site, gaddr);
         hb_end();
     }

@@ -1,4 +1,4 @@
-"""HBFCC_FULL_WARP=auto (opt-in; hbfcc/cli.py _full_warp_auto; issue 13): the module built with `1`, then each entry with an
+"""HBFCC_FULL_WARP=auto (the default since stop 55; hbfcc/cli.py _full_warp_auto; issue 13): the module built with `1`, then each entry with an
 issue group of more than SMALL_GROUP_SITES sites built again with `all`, kept where ptxas gives it no more registers
 and no more spill bytes -- on an H100 (stop 53) `all` took the stream copies x1.36 -> x1.29 at the same registers and
 cost the unrolled reduce 168 -> 214 registers (x2.08), and no static rule told them apart. What is pinned here: the
@@ -36,6 +36,10 @@ def test_the_pass_scope_per_function():
 
 
 def test_the_knob_takes_auto_and_loads_first_does_not(monkeypatch):
+    monkeypatch.delenv("HBFCC_FULL_WARP", raising=False)
+    assert knobs.load().full_warp == "auto"                 # the default (stop 55)
+    monkeypatch.setenv("HBFCC_FULL_WARP", "1")
+    assert knobs.load().full_warp == "1"
     monkeypatch.setenv("HBFCC_FULL_WARP", "auto")
     assert knobs.load().full_warp == "auto"
     monkeypatch.setenv("HBFCC_LOADS_FIRST", "auto")
@@ -81,7 +85,7 @@ def test_auto_keeps_all_where_the_registers_do_not_rise_and_the_output_is_that_b
     assert cub_auto == (cub_all if d["chosen"] == "all" else cub_one)
     assert k["ptxas_after"]["registers"] == d[f"registers_{d['chosen']}"]
     assert auto["build"]["output_sha256"] == hashlib.sha256(cub_auto).hexdigest()
-    assert "full-warp auto" in auto["build"]["marker"] and "full-warp" not in one["build"]["marker"]   # 1: the default
+    assert "full-warp" not in auto["build"]["marker"] and "full-warp 1" in one["build"]["marker"]   # auto: the default
     assert "full_warp_auto" not in one["kernels"][0]
 
 

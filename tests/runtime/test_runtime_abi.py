@@ -320,14 +320,15 @@ def test_kernel_counters_have_inline_requests():
     assert D.kernel_counters_dict(k)["inline_requests"] == 7
 
 
-def test_tma_device_is_opt_in(monkeypatch):
-    """The TMA device path (hbf_tma.cuh) has not run on a GPU: the state flag that lets __hb_tma model a copy is set
-    only with HBF_TMA_DEVICE=1 (else every instrumented TMA copy fails closed)."""
+def test_tma_device_is_on_by_default_and_can_be_turned_off(monkeypatch):
+    """The TMA device path (hbf_tma.cuh) is verified on the card (stop 55): the state flag that lets __hb_tma model a
+    copy is set unless HBF_TMA_DEVICE=0 (then every instrumented TMA copy fails closed)."""
     from runtime_cuda import knobs
     monkeypatch.delenv("HBF_TMA_DEVICE", raising=False)
-    assert knobs.tma_device() is False
-    assert D.new_state(0, None, D.RunParams()).flags & D.HBF_DSF_TMA_DEVICE == 0
-    monkeypatch.setenv("HBF_TMA_DEVICE", "1")
     assert knobs.tma_device() is True
+    assert D.new_state(0, None, D.RunParams()).flags & D.HBF_DSF_TMA_DEVICE == D.HBF_DSF_TMA_DEVICE
+    monkeypatch.setenv("HBF_TMA_DEVICE", "0")
+    assert knobs.tma_device() is False
+    assert D.new_state(0, None, D.RunParams(tma_device=False)).flags & D.HBF_DSF_TMA_DEVICE == 0
     st = D.new_state(0, None, D.RunParams(tma_device=True, allow_unmodeled=True))
     assert st.flags == D.HBF_DSF_TMA_DEVICE | D.HBF_DSF_ALLOW_UNMODELED
