@@ -99,8 +99,8 @@ def marker_line() -> str:
         line += f" loads-first {knobs.load().loads_first}"
     if knobs.load().early_clock:  # HBFCC_EARLY_CLOCK=1 builds differently
         line += " early-clock on"
-    if knobs.load().prefetch_next:  # HBFCC_PREFETCH_NEXT=1 builds differently
-        line += " prefetch-next on"
+    if not knobs.load().prefetch_next:  # HBFCC_PREFETCH_NEXT=0 builds differently
+        line += " prefetch-next off"
     if knobs.load().full_warp != "auto":  # HBFCC_FULL_WARP=0|1|all builds differently
         line += f" full-warp {knobs.load().full_warp}"
     if knobs.load().native_scope:  # HBFCC_NATIVE_SCOPE=1 builds differently
@@ -583,8 +583,10 @@ def _deferred(res, k: knobs.Knobs, choice, args: list[str], rargs: list[str], wo
               tmpdir: str) -> Optional[int]:
     """HBFCC_DEFER=1 (hbfcommon/deferred.py): the output is the plain build (the baseline ptxas run: the
     original PTX with the caller's options; file names do not enter a cubin), the rewrite goes to the store
-    with the recipe of the eager build (``rargs``, its input and output as tokens) in the record. Returns
-    ptxas's exit status; None when the store cannot keep the rewrite (the caller then builds eagerly)."""
+    with the recipe of the eager build (``rargs``, its input and output as tokens) in the record -- or, for a module
+    HBFCC_FULL_WARP=auto decides from ptxas's builds, the original PTX with an eager recipe
+    (:func:`hbfcommon.deferred.eager_recipe`). Returns ptxas's exit status; None when the store cannot keep what it
+    must (the caller then builds eagerly)."""
     from hbfcommon import deferred
     from hbfcommon.fsutil import atomic_write_bytes
 

@@ -2592,7 +2592,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     full_warp = group_scope(meta.get("full_warp", "1"))
     full_warp_all = frozenset(meta.get("full_warp_all") or ())     # HBFCC_FULL_WARP=auto: these functions get `all`
     early_clock = bool(meta.get("early_clock", False))
-    prefetch_next = bool(meta.get("prefetch_next", False))
+    prefetch_next = bool(meta.get("prefetch_next", True))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)

@@ -1,4 +1,4 @@
-"""HBFCC_PREFETCH_NEXT (stop 55, issue 13; hbfcc/passes/timing.py ``_next_iteration_prefetches``): before a loop's
+"""HBFCC_PREFETCH_NEXT (stop 55, issue 13; on by default; hbfcc/passes/timing.py ``_next_iteration_prefetches``): before a loop's
 back-edge, an L2 prefetch of each address its timed loads read in the next iteration, on the back-edge's predicate.
 Pinned on the stream reduce of bench/devpath_cost.py (Triton 3.6, fp16, 2048 elements a block, 4 warps: two
 16-byte vector loads per thread at [%rd15] and [%rd10] = [%rd15 + 2048], %rd15 += 4096 each iteration): the two
@@ -42,10 +42,11 @@ def test_the_next_iterations_two_loads_are_prefetched_on_the_back_edge():
     assert all(out.index(m.group(0)) < native for m in PF.finditer(out))
 
 
-def test_off_by_default_and_nothing_else_changes():
-    off, f = run_pass(LOOP)
+def test_on_by_default_and_off_changes_nothing_else():
+    on, f = run_pass(LOOP)
+    assert len(_pf(on)) == 2 and f["next_prefetches"] == 2
+    off, f = run_pass(LOOP, prefetch_next=False)
     assert _pf(off) == [] and f["next_prefetches"] == 0
-    on, _ = run_pass(LOOP, prefetch_next=True)
     assert [ln for ln in on.splitlines() if "prefetch" not in ln] == off.splitlines()
 
 
@@ -78,9 +79,9 @@ def test_a_load_after_its_induction_update_prefetches_one_step_further():
 def test_the_knob_and_the_marker(monkeypatch):
     from hbfcc.cli import marker_line
     monkeypatch.delenv("HBFCC_PREFETCH_NEXT", raising=False)
-    assert knobs.load().prefetch_next is False and "prefetch-next" not in marker_line()
-    monkeypatch.setenv("HBFCC_PREFETCH_NEXT", "1")
-    assert knobs.load().prefetch_next is True and "prefetch-next on" in marker_line()
+    assert knobs.load().prefetch_next is True and "prefetch-next" not in marker_line()     # the default (stop 55)
+    monkeypatch.setenv("HBFCC_PREFETCH_NEXT", "0")
+    assert knobs.load().prefetch_next is False and "prefetch-next off" in marker_line()
 
 
 def test_ptxas_assembles_it_with_the_real_helpers(tmp_path, monkeypatch):
