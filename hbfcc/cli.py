@@ -99,8 +99,8 @@ def marker_line() -> str:
         line += f" loads-first {knobs.load().loads_first}"
     if knobs.load().early_clock:  # HBFCC_EARLY_CLOCK=1 builds differently
         line += " early-clock on"
-    if not knobs.load().prefetch_next:  # HBFCC_PREFETCH_NEXT=0 builds differently
-        line += " prefetch-next off"
+    if knobs.load().prefetch_next != 1:  # HBFCC_PREFETCH_NEXT=0|2..4 builds differently
+        line += f" prefetch-next {knobs.load().prefetch_next}"
     if knobs.load().full_warp != "auto":  # HBFCC_FULL_WARP=0|1|all builds differently
         line += f" full-warp {knobs.load().full_warp}"
     if knobs.load().native_scope:  # HBFCC_NATIVE_SCOPE=1 builds differently

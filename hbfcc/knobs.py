@@ -53,7 +53,7 @@ class Knobs:
     inline_live: bool = True       # HBFCC_INLINE_LIVE (default 1): inline counters flushed at every until point
     loads_first: str = "0"         # HBFCC_LOADS_FIRST (0 | 1 | all): a group's moved loads before its timing code
     early_clock: bool = False      # HBFCC_EARLY_CLOCK (default 0): an issue group reads its clock before its own setup
-    prefetch_next: bool = True     # HBFCC_PREFETCH_NEXT (default 1): a loop's next-iteration loads prefetched into L2
+    prefetch_next: int = 1         # HBFCC_PREFETCH_NEXT (default 1): a loop's next N iterations' loads prefetched into L2
     full_warp: str = "auto"        # HBFCC_FULL_WARP (0 | 1 | all | auto): constant-mask collectives where a whole warp runs a path
     share_until: bool = True       # HBFCC_SHARE_UNTIL (default 1): an until asked for loads serves stores too, and back
     inline_time: bool = False      # HBFCC_INLINE_TIME (default 0): the served inline paths' own time (inline_ns)
@@ -103,7 +103,7 @@ def load() -> Knobs:
         loads_first=_choice("HBFCC_LOADS_FIRST", "0", GROUP_SCOPE_CHOICES),
         full_warp=_choice("HBFCC_FULL_WARP", "auto", FULL_WARP_CHOICES),
         early_clock=env_bool("HBFCC_EARLY_CLOCK", False),
-        prefetch_next=env_bool("HBFCC_PREFETCH_NEXT", True),
+        prefetch_next=env_int("HBFCC_PREFETCH_NEXT", 1, 0, PREFETCH_NEXT_MAX),
         inline_time=env_bool("HBFCC_INLINE_TIME", False),
         call_isolation=env_bool("HBFCC_CALL_ISOLATION", False),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
@@ -160,6 +160,8 @@ def parse_separate_cap(v: Optional[str], variable: str = "HBFCC_SEPARATE_CAP") -
     return n
 
 
+# HBFCC_PREFETCH_NEXT: how many iterations ahead a loop's timed loads are prefetched into L2 (0: none)
+PREFETCH_NEXT_MAX = 4
 # HBFCC_LOADS_FIRST / HBFCC_FULL_WARP: off, issue groups of at most hbfcc.passes.timing.SMALL_GROUP_SITES sites (1),
 # every group (all)
 GROUP_SCOPE_CHOICES = ("0", "1", "all")
@@ -229,7 +231,8 @@ DOCS: tuple[tuple[str, str, str], ...] = (
      "register plus constants (Triton's loops): the instrumented loop keeps one iteration's loads in flight (its issue "
      "groups' branches keep ptxas from moving the next loads up), the plain build several; a prefetch carries no data "
      "to the program and is not timed. H100, stop 55: the stream reduce x1.73 -> x1.52, nothing else moved, the "
-     "stress matrices all ended bit-identical; 0: none"),
+     "stress matrices all ended bit-identical. N (2-4): the next N iterations' addresses (the induction step "
+     "known); 0: none"),
     ("HBFCC_FULL_WARP", "auto", "inline issue paths and issue groups get a second copy of their warp votes and "
      "shuffles for a warp whose 32 lanes all run them, with the constant full mask, which ptxas compiles without the "
      "per-lane mask check the group's own mask needs (REDUX/MATCH/BRA.DIV before every collective); any other group "

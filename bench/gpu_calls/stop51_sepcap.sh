@@ -16,7 +16,8 @@
 #              the loads after the group's band check, clock and until check); fwauto: HBFCC_FULL_WARP=auto (stop 54:
 #              `all` per kernel where ptxas gives it no more registers); earlyclock: HBFCC_EARLY_CLOCK=1 (stop 53; its run
 #              was named lateclock when the knob's default was briefly 1); pf1: HBFCC_PREFETCH_NEXT=1 (stop 55: an L2
-#              prefetch of a loop's next-iteration loads on its back-edge); pf1lf1: with HBFCC_LOADS_FIRST=1 too
+#              prefetch of a loop's next-iteration loads on its back-edge; the default since); pf0 / pf2 / pf3:
+#              HBFCC_PREFETCH_NEXT=0 / 2 / 3 (none; the next two / three iterations); pf1lf1: with HBFCC_LOADS_FIRST=1 too
 #   itime      the whole build with HBFCC_INLINE_TIME=1 (the served inline paths time themselves: inline_ns; not in
 #              the default list) -- VARIANTS="..." picks and orders the variants (stop51_any.sh does)
 # A step that does not end in --launch-timeout (10 s) is recorded as a hang, not fatal; every variant has its own
@@ -50,6 +51,9 @@ for v in ${VARIANTS:-whole sep_plain sep_body sep_body_ci whole_ci}; do
     lf1fwauto) E=(HBFCC_LINK=whole HBFCC_LOADS_FIRST=1 HBFCC_FULL_WARP=auto);;   # both (stop 54)
     earlyclock) E=(HBFCC_LINK=whole HBFCC_EARLY_CLOCK=1);;                  # the group's clock before its setup
     pf1) E=(HBFCC_LINK=whole HBFCC_PREFETCH_NEXT=1);;                       # stop 55: next iteration's loads into L2
+    pf0) E=(HBFCC_LINK=whole HBFCC_PREFETCH_NEXT=0);;                       # without it (the default before stop 55)
+    pf2) E=(HBFCC_LINK=whole HBFCC_PREFETCH_NEXT=2);;                       # the next two iterations
+    pf3) E=(HBFCC_LINK=whole HBFCC_PREFETCH_NEXT=3);;
     pf1lf1) E=(HBFCC_LINK=whole HBFCC_PREFETCH_NEXT=1 HBFCC_LOADS_FIRST=1);;
     *) echo "unknown variant $v"; continue;;
   esac

@@ -703,9 +703,10 @@ class _FunctionRewriter:
                  inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
                  tracks: bool = False, cluster: bool = False, multi: bool = True, live: bool = True,
                  itime: bool = False, native_scope: bool = False, merge: bool = False, share_until: bool = True,
-                 loads_first: int = 0, full_warp: int = 0, early_clock: bool = False, prefetch_next: bool = False):
+                 loads_first: int = 0, full_warp: int = 0, early_clock: bool = False, prefetch_next: int = 0):
         self.hoist = hoist
-        self.prefetch_next = prefetch_next and inline   # HBFCC_PREFETCH_NEXT: the next iteration's loads into L2
+        # HBFCC_PREFETCH_NEXT: how many iterations ahead a loop's loads are prefetched into L2 (0: none)
+        self.prefetch_next = int(prefetch_next) if inline else 0
         self.early_clock = early_clock            # HBFCC_EARLY_CLOCK: a group's clock read before its setup
         # HBFCC_FULL_WARP: constant-mask collectives where the warp is whole, in groups of at most this many sites
         # (0: off; single inline sites whenever it is not 0)
@@ -1784,7 +1785,8 @@ class _FunctionRewriter:
         induction register -- written in the loop only by ``add.s64/u64 %r, %r, imm`` -- or a register the loop
         writes once as ``add %r2, %r, imm`` from one (Triton's second vector of a block): the next address is then
         known from the register at the back-edge, the step and the order of the writes. Anything else: no
-        prefetch. A prefetch may name an address the next iteration's load masks off (a tail); it is a hint, never
+        prefetch. With HBFCC_PREFETCH_NEXT=N the next N iterations' addresses (a step further each; those past the
+        loop's end are still prefetched: the next program's data, or nothing). A prefetch may name an address the next iteration's load masks off (a tail); it is a hint, never
         a fault on the cards measured (bench/probes/prefetch_probe.cu)."""
         labels = {st.name: k for k, st in enumerate(body) if type(st) is Label}
         idx_of = {path: i for i, (path, _) in enumerate(nodes)}
@@ -1822,11 +1824,11 @@ class _FunctionRewriter:
                         step[r] = (ks[0], a[1])
 
             def next_addr(reg: str, at: int):
-                """(base register at the back-edge, offset) naming the value ``reg`` has at position ``at`` of the
-                next iteration, or None."""
+                """(base register at the back-edge, offset, the base's step per iteration) naming the value ``reg``
+                has at position ``at`` of the next iteration, or None."""
                 if reg in step:
                     upd, inc = step[reg]
-                    return reg, (0 if at < upd else inc)
+                    return reg, (0 if at < upd else inc), inc
                 ks = defs.get(reg)
                 if ks is None or len(ks) != 1 or ks[0] > at:
                     return None
@@ -1834,7 +1836,7 @@ class _FunctionRewriter:
                 if a is None or a[0] not in step:
                     return None
                 base = next_addr(a[0], ks[0])
-                return None if base is None else (base[0], base[1] + a[1])
+                return None if base is None else (base[0], base[1] + a[1], base[2])
             code, seen = [], set()
             for k, x in insts:
                 i = idx_of.get((k,))
@@ -1845,11 +1847,12 @@ class _FunctionRewriter:
                 if n is None:
                     continue
                 space = ("global",) if x.state_space == "global" else ()
-                key = (n[0], n[1] + d.addr.offset, space)
-                if key in seen:
-                    continue
-                seen.add(key)
-                code.append(_ins("prefetch", space + ("L2",), (Address(_R(key[0]), key[1]),), st.guard))
+                for ahead in range(self.prefetch_next):      # iterations i+1 .. i+N
+                    key = (n[0], n[1] + d.addr.offset + ahead * n[2], space)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    code.append(_ins("prefetch", space + ("L2",), (Address(_R(key[0]), key[1]),), st.guard))
             if code:
                 self.report.next_prefetches += len(code)
                 out[(j,)] = code
@@ -2592,7 +2595,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     full_warp = group_scope(meta.get("full_warp", "1"))
     full_warp_all = frozenset(meta.get("full_warp_all") or ())     # HBFCC_FULL_WARP=auto: these functions get `all`
     early_clock = bool(meta.get("early_clock", False))
-    prefetch_next = bool(meta.get("prefetch_next", True))
+    prefetch_next = int(meta.get("prefetch_next", 1))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)

@@ -28,7 +28,7 @@ def _pf(out: str) -> list[tuple[str, str]]:
 
 
 def test_the_next_iterations_two_loads_are_prefetched_on_the_back_edge():
-    out, f = run_pass(LOOP, prefetch_next=True)
+    out, f = run_pass(LOOP, prefetch_next=1)
     assert _pf(out) == [("@%p3", "%rd15"), ("@%p3", "%rd15+2048")]
     assert f["next_prefetches"] == 2
     lines = [" ".join(ln.split()) for ln in out.splitlines()]
@@ -45,7 +45,7 @@ def test_the_next_iterations_two_loads_are_prefetched_on_the_back_edge():
 def test_on_by_default_and_off_changes_nothing_else():
     on, f = run_pass(LOOP)
     assert len(_pf(on)) == 2 and f["next_prefetches"] == 2
-    off, f = run_pass(LOOP, prefetch_next=False)
+    off, f = run_pass(LOOP, prefetch_next=0)
     assert _pf(off) == [] and f["next_prefetches"] == 0
     assert [ln for ln in on.splitlines() if "prefetch" not in ln] == off.splitlines()
 
@@ -54,15 +54,15 @@ def test_addresses_that_are_not_an_induction_register_plus_constants_are_left_al
     # the step from a register (not an immediate): no induction register, no prefetch
     t = LOOP.replace("add.s64 \t%rd15, %rd15, 4096;", "add.s64 \t%rd15, %rd15, %rd1;")
     assert t != LOOP
-    out, f = run_pass(t, prefetch_next=True)
+    out, f = run_pass(t, prefetch_next=1)
     assert _pf(out) == [] and f["next_prefetches"] == 0
     # the induction register written twice in the loop: none
     t = LOOP.replace("add.s64 \t%rd15, %rd15, 4096;", "add.s64 \t%rd15, %rd15, 2048;\n\tadd.s64 \t%rd15, %rd15, 2048;")
-    out, _ = run_pass(t, prefetch_next=True)
+    out, _ = run_pass(t, prefetch_next=1)
     assert _pf(out) == []
     # a loop with a label inside (not one straight run): none
     t = LOOP.replace("add.s64 \t%rd16, %rd16, 2048;", "$L__inner:\n\tadd.s64 \t%rd16, %rd16, 2048;")
-    out, _ = run_pass(t, prefetch_next=True)
+    out, _ = run_pass(t, prefetch_next=1)
     assert _pf(out) == []
 
 
@@ -71,7 +71,7 @@ def test_a_load_after_its_induction_update_prefetches_one_step_further():
     t = LOOP.replace("add.s64 \t%rd15, %rd15, 4096;\n", "")
     t = t.replace("\tadd.s64 \t%rd10, %rd15, 2048;", "\tadd.s64 \t%rd15, %rd15, 4096;\n\tadd.s64 \t%rd10, %rd15, 2048;")
     assert t.count("add.s64 \t%rd15, %rd15, 4096;") == 1
-    out, _ = run_pass(t, prefetch_next=True)
+    out, _ = run_pass(t, prefetch_next=1)
     # [%rd15] is read after the update: next iteration reads %rd15 + 4096; %rd10 = %rd15 + 2048 after it too
     assert _pf(out) == [("@%p3", "%rd15+4096"), ("@%p3", "%rd15+6144")]
 
@@ -79,9 +79,21 @@ def test_a_load_after_its_induction_update_prefetches_one_step_further():
 def test_the_knob_and_the_marker(monkeypatch):
     from hbfcc.cli import marker_line
     monkeypatch.delenv("HBFCC_PREFETCH_NEXT", raising=False)
-    assert knobs.load().prefetch_next is True and "prefetch-next" not in marker_line()     # the default (stop 55)
+    assert knobs.load().prefetch_next == 1 and "prefetch-next" not in marker_line()     # the default (stop 55)
     monkeypatch.setenv("HBFCC_PREFETCH_NEXT", "0")
-    assert knobs.load().prefetch_next is False and "prefetch-next off" in marker_line()
+    assert knobs.load().prefetch_next == 0 and "prefetch-next 0" in marker_line()
+    monkeypatch.setenv("HBFCC_PREFETCH_NEXT", "2")
+    assert knobs.load().prefetch_next == 2 and "prefetch-next 2" in marker_line()
+    monkeypatch.setenv("HBFCC_PREFETCH_NEXT", "9")
+    from hbfcommon.errors import ConfigError
+    with pytest.raises(ConfigError, match="HBFCC_PREFETCH_NEXT"):
+        knobs.load()
+
+
+def test_n_iterations_ahead():
+    out, f = run_pass(LOOP, prefetch_next=2)
+    assert _pf(out) == [("@%p3", "%rd15"), ("@%p3", "%rd15+4096"), ("@%p3", "%rd15+2048"), ("@%p3", "%rd15+6144")]
+    assert f["next_prefetches"] == 4
 
 
 def test_ptxas_assembles_it_with_the_real_helpers(tmp_path, monkeypatch):
