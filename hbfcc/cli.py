@@ -409,10 +409,19 @@ def _ptxas(args: list[str]) -> int:
                 log.warning("HBFCC_LINK=separate: %s; building whole-program", sep_why)
                 use_sep = False
                 res, unbounded = bound_before(local_helpers(whole_rewrite()))
+        def rebuild(names):        # HBFCC_FULL_WARP=auto: the rewrite with these entries' groups all full-warp
+            r = rewrite_text(original, filename=in_path, helper=helper, max_version=cap, full_warp_all=names)
+            return bound_before(local_helpers(r))[0]
+        fw_pre = None
         if cp is None:
             atomic_write_text(work, res.text, fsync=False)
+            # auto's `all` build runs beside the first one (its candidates are known from the rewrite)
+            if k.full_warp == "auto" and sass and not use_sep and not k.occupancy_guard and out_path is not None \
+                    and not res.already_instrumented:
+                fw_pre = _FullWarpPrebuild.start(res, rebuild, rargs, work, out_path, tmpdir)
             cp = _run_capture(rargs)
         if cp.returncode != 0 and unbounded is not None:
+            fw_pre = _FullWarpPrebuild.discard(fw_pre)      # built with the bound the retry drops
             log.warning("launch bound: ptxas rejected the PTX with it (exit %d); building without it", cp.returncode)
             decs = res.meta[occupancy.LAUNCH_PASS_NAME]
             for d in decs.values():
@@ -455,10 +464,9 @@ def _ptxas(args: list[str]) -> int:
             post_bound = any(d.get("applied") for d in (res.meta.get(occupancy.LAUNCH_PASS_NAME) or {}).values())
         if k.full_warp == "auto" and after is not None and not res.already_instrumented and not use_sep \
                 and not post_bound:
-            def rebuild(names):
-                r = rewrite_text(original, filename=in_path, helper=helper, max_version=cap, full_warp_all=names)
-                return bound_before(local_helpers(r))[0]
-            res, cp, after = _full_warp_auto(res, rebuild, work, out_path, rargs, after, cp, user_v, reloc)
+            res, cp, after = _full_warp_auto(res, rebuild, work, out_path, rargs, after, cp, user_v, reloc, fw_pre)
+        else:
+            _FullWarpPrebuild.discard(fw_pre)
         ptxas_info = {"path": real, "source": choice.source, "version": ptxas_version_text(real),
                       "argv": [real] + list(args), "returncode": cp.returncode, "target": arch,
                       "max_ptx_version": f"{cap[0]}.{cap[1]}", "instead_of": instead_of}
@@ -843,8 +851,66 @@ def _full_warp_candidates(res) -> list[str]:
                   and f.get("max_group_sites", 0) > SMALL_GROUP_SITES and f.get("full_warp_scope") == SMALL_GROUP_SITES)
 
 
+class _FullWarpPrebuild:
+    """HBFCC_FULL_WARP=auto's `all` build of every candidate entry, started beside the first build (the candidates are
+    known from the rewrite before ptxas runs), into a file of its own: the wall time of an auto build is then that of
+    the slower of the two, not their sum (stop 55: the two in sequence took a Triton compile x2.0 the `1` build's CPU
+    and wall time). Its text, ptxas's process once done (``result``) and its output path."""
+
+    def __init__(self, names: tuple[str, ...], out: str, thread: threading.Thread, box: dict):
+        self.names, self.out, self._thread, self._box = names, out, thread, box
+
+    @property
+    def res(self):
+        """The `all` rewrite (after :meth:`result`)."""
+        return self._box.get("res")
+
+    @classmethod
+    def start(cls, first, rebuild, rargs: list[str], work: str, out_path: str, tmpdir: str):
+        """The rewrite and its ptxas run in a thread (the first build's ptxas is a process: no GIL contention but the
+        rewrite's own); None when there is nothing to build or the output cannot be redirected."""
+        names = tuple(_full_warp_candidates(first))
+        if not names:
+            return None
+        d = os.path.join(tmpdir, "fwall")
+        wpath, opath = os.path.join(d, os.path.basename(work)), os.path.join(d, "out.o")
+        argv = [wpath if a == work else opath if a == out_path else
+                ("--output-file=" + opath if a == "--output-file=" + out_path else a) for a in rargs]
+        if wpath not in argv or not any(opath in a for a in argv):
+            return None                       # an output form not recognized: never two ptxas on one file
+        box: dict = {}
+
+        def run():
+            try:
+                os.makedirs(d, exist_ok=True)
+                r = rebuild(names)
+                atomic_write_text(wpath, r.text, fsync=False)
+                box["res"] = r
+                box["cp"] = _run_capture(argv)
+            except Exception as e:  # noqa: BLE001 - any failure here: the sequential path builds it and says so
+                box["error"] = e
+        t = threading.Thread(target=run, name="hbfcc-fullwarp-all", daemon=True)
+        t.start()
+        return cls(names, opath, t, box)
+
+    def result(self) -> Optional[subprocess.CompletedProcess]:
+        self._thread.join()
+        if "error" in self._box:
+            log.info("HBFCC_FULL_WARP=auto: the `all` build beside the first failed to run (%s); building it now",
+                     self._box["error"])
+            return None
+        return self._box.get("cp")
+
+    @staticmethod
+    def discard(pre) -> None:
+        """Not used: wait for its ptxas (its files live in the call's temporary folder)."""
+        if pre is not None:
+            pre._thread.join()
+        return None
+
+
 def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: list[str], after, cp, user_v: bool,
-                    reloc: bool):
+                    reloc: bool, pre: Optional[_FullWarpPrebuild] = None):
     """HBFCC_FULL_WARP=auto: the module was built with `1` (the full-mask copies in single sites and groups of at most
     SMALL_GROUP_SITES); each entry with a larger group is built again with `all` (``rebuild(names)``: the rewrite with
     those entries' groups all full-warp, the same stages after it) and keeps `all` where ptxas gives it no more
@@ -857,11 +923,19 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
 
     cands = _full_warp_candidates(res)
     if not cands or out_path is None or not os.path.isfile(out_path):
+        _FullWarpPrebuild.discard(pre)
         return res, cp, after
     saved = out_path + ".hbfcc-fw1"
     shutil.copyfile(out_path, saved)
 
     def build(names):
+        c = pre.result() if pre is not None and pre.names == tuple(names) else None
+        if c is not None:               # built beside the first build: its output into place
+            r = pre.res
+            atomic_write_text(in_path, r.text, fsync=False)
+            if c.returncode == 0:
+                shutil.copyfile(pre.out, out_path)
+            return r, c, (build_stats(c.stdout + c.stderr, out_path) if c.returncode == 0 else None)
         r = rebuild(tuple(names))
         atomic_write_text(in_path, r.text, fsync=False)
         c = _run_capture(rargs)

@@ -96,9 +96,12 @@ def test_a_module_without_large_groups_builds_once(tmp_path, real):
     assert "full_warp_auto" not in auto["kernels"][0] and cub_auto == cub_one
 
 
-def test_a_rejected_second_build_keeps_the_first_output(tmp_path, real, monkeypatch):
+@pytest.mark.parametrize("beside", [True, False], ids=["beside", "after"])
+def test_a_rejected_second_build_keeps_the_first_output(tmp_path, real, monkeypatch, beside):
     """The second (all) ptxas run fails: the `1` build's output is put back, the decision says why, and the run
-    goes on (in-process, ptxas's second run replaced by a failing one)."""
+    goes on (in-process, ptxas's `all` run replaced by a failing one). ``beside``: the `all` build runs beside the
+    first (the default, stop 55: its files under the call's fwall/ folder); ``after``: that could not start, so it
+    runs after the first, as before."""
     from hbfcc import cli
     src = U.REPO / "tests" / "hbfcc" / "merge_fixtures" / "reduce_f16_vec.ptx"
     one, cub_one, _ = _build(tmp_path, src, "one", HBFCC_FULL_WARP="1")
@@ -114,14 +117,19 @@ def test_a_rejected_second_build_keeps_the_first_output(tmp_path, real, monkeypa
     from hbfcc.ptxas_args import ACTIVE_VAR
     monkeypatch.setenv(ACTIVE_VAR, str(os.getpid()))
     real_run, calls = cli._run_capture, []
+    if not beside:
+        monkeypatch.setattr(cli._FullWarpPrebuild, "start", classmethod(lambda cls, *a, **k: None))
 
     def run(argv):
         calls.append(argv)
-        if sum(1 for a in calls if "orig.ptx" not in " ".join(a)) >= 2:      # the instrumented build's second run
+        j = " ".join(argv)
+        second = "/fwall/" in j if beside else sum(1 for a in calls if "orig.ptx" not in " ".join(a)) >= 2
+        if second:
             return subprocess.CompletedProcess(argv, 255, "", "ptxas fatal: injected by the test")
         return real_run(argv)
     monkeypatch.setattr(cli, "_run_capture", run)
     assert cli.ptxas_main(["-v", "--gpu-name=sm_90a", str(p), "-o", str(p) + ".o"]) == 0
+    assert any("/fwall/" in " ".join(a) for a in calls) is beside
     doc = json.loads(Path(str(p) + ".o.hbfcc.json").read_text())
     dec = doc["kernels"][0]["full_warp_auto"]
     assert dec["chosen"] == "1" and "255" in dec["reason"]

@@ -161,26 +161,32 @@ def test_the_deferred_build_is_the_eager_cubin_byte_for_byte_and_built_once(comp
     assert again.cached and again.cubin == b.cubin and again.build_ns == 0 and again.path == b.path
 
 
+def _refused_gone_damaged_changed(rec: dict, name: str, store: Path, stored: Path, change, full_store: Path,
+                                  what: str) -> None:
+    """A deferred record's build refused, naming the kernel: its stored text gone from ``store`` (the store emptied
+    since the compile, the record kept elsewhere), then another text under its sha256 at ``stored``, then the recipe
+    changed after the compile (``change(recipe)``: no longer its key's content) against the full store."""
+    with pytest.raises(DF.DeferredBuildError) as ei:
+        DF.build(rec, store=store)
+    assert ei.value.code == ErrorCode.TOOLCHAIN and name in str(ei.value) and what in str(ei.value) \
+        and "gone" in str(ei.value)
+    assert ei.value.fields["kernels"] == [name]
+    stored.parent.mkdir(parents=True)
+    stored.write_text("// not the stored text\n")
+    with pytest.raises(DF.DeferredBuildError, match="does not have the recorded sha256"):
+        DF.build(rec, store=store)
+    bad = json.loads(json.dumps(rec))
+    change(bad["deferred"])
+    with pytest.raises(DF.DeferredBuildError, match="damaged record"):
+        DF.build(bad, store=full_store)
+
+
 def test_what_cannot_be_built_is_refused_loudly(compiled, tmp_path):
     res, d, _ = compiled
     rec = _record(d, res, "d_small")
     store = tmp_path / "store"
-    # the store emptied since the compile (the record kept elsewhere): the rewritten PTX is gone
-    with pytest.raises(DF.DeferredBuildError) as ei:
-        DF.build(rec, store=store)
-    assert ei.value.code == ErrorCode.TOOLCHAIN and "d_small" in str(ei.value) and "gone" in str(ei.value)
-    assert ei.value.fields["kernels"] == ["d_small"]
-    # damaged: another text under the sha
-    p = DF.ptx_path(store, rec["deferred"]["ptx_sha256"])
-    p.parent.mkdir(parents=True)
-    p.write_text("// not the rewrite\n")
-    with pytest.raises(DF.DeferredBuildError, match="does not have the recorded sha256"):
-        DF.build(rec, store=store)
-    # a recipe whose options were changed after the compile no longer matches its key
-    bad = json.loads(json.dumps(rec))
-    bad["deferred"]["argv"].append("-O0")
-    with pytest.raises(DF.DeferredBuildError, match="damaged record"):
-        DF.build(bad, store=d / "store")
+    _refused_gone_damaged_changed(rec, "d_small", store, DF.ptx_path(store, rec["deferred"]["ptx_sha256"]),
+                                  lambda r: r["argv"].append("-O0"), d / "store", "rewritten PTX")
     # ptxas rejecting the stored text: the failed PTX kept, the command to reproduce given
     broken = "// broken\n.version 8.7\n.target sm_90a\n.address_size 64\n.visible .entry k() { bogus; }\n"
     sha = DF.store_ptx(store, broken)
@@ -200,19 +206,9 @@ def test_an_eager_recipe_that_cannot_be_built_is_refused_loudly(compiled, tmp_pa
     res, d, _ = compiled
     rec = _record(d, res, "d_add")
     store = tmp_path / "store"
-    with pytest.raises(DF.DeferredBuildError) as ei:
-        DF.build(rec, store=store)
-    assert ei.value.code == ErrorCode.TOOLCHAIN and "d_add" in str(ei.value) and "original PTX" in str(ei.value) \
-        and "gone" in str(ei.value)
-    p = DF.original_path(store, rec["deferred"]["original_sha256"])
-    p.parent.mkdir(parents=True)
-    p.write_text("// not the original\n")
-    with pytest.raises(DF.DeferredBuildError, match="does not have the recorded sha256"):
-        DF.build(rec, store=store)
-    bad = json.loads(json.dumps(rec))
-    bad["deferred"]["env"]["HBFCC_FULL_WARP"] = "1"      # a knob changed after the compile: not its key's content
-    with pytest.raises(DF.DeferredBuildError, match="damaged record"):
-        DF.build(bad, store=d / "store")
+    # a knob changed after the compile: not its key's content
+    _refused_gone_damaged_changed(rec, "d_add", store, DF.original_path(store, rec["deferred"]["original_sha256"]),
+                                  lambda r: r["env"].update(HBFCC_FULL_WARP="1"), d / "store", "original PTX")
     b = DF.build(rec, store=d / "store")
     assert b.record is not None and "deferred" not in b.record and b.record["kernels"][0]["name"] == "d_add"
     assert b.record["build"]["output_sha256"] == res["eager/d_add"]["cubin"]
