@@ -432,6 +432,7 @@ def _ptxas(args: list[str]) -> int:
             cp = _run_capture(rargs)
         _relay(cp, user_v)
         if cp.returncode != 0:
+            _FullWarpPrebuild.discard(fw_pre)     # its ptxas writes under tmpdir: done before the caller cleans it
             keep_dir = os.path.abspath(os.path.join(tmpdir, ".."))
             sha12 = res.original_sha256[:12]
             if k.nvcc_step:

@@ -53,8 +53,8 @@ class Knobs:
     inline_live: bool = True       # HBFCC_INLINE_LIVE (default 1): inline counters flushed at every until point
     loads_first: str = "0"         # HBFCC_LOADS_FIRST (0 | 1 | all): a group's moved loads before its timing code
     early_clock: bool = False      # HBFCC_EARLY_CLOCK (default 0): an issue group reads its clock before its own setup
-    prefetch_next: int = 1         # HBFCC_PREFETCH_NEXT (default 1): a loop's next N iterations' loads prefetched into L2
-    full_warp: str = "auto"        # HBFCC_FULL_WARP (0 | 1 | all | auto): constant-mask collectives where a whole warp runs a path
+    prefetch_next: int = 1         # HBFCC_PREFETCH_NEXT (default 1): a loop's next N iterations' loads into L2
+    full_warp: str = "auto"        # HBFCC_FULL_WARP (0 | 1 | all | auto): full-mask collectives where a whole warp runs a path
     share_until: bool = True       # HBFCC_SHARE_UNTIL (default 1): an until asked for loads serves stores too, and back
     inline_time: bool = False      # HBFCC_INLINE_TIME (default 0): the served inline paths' own time (inline_ns)
     call_isolation: bool = False   # HBFCC_CALL_ISOLATION (default 0): registers live across helper calls saved to .local

@@ -1786,8 +1786,9 @@ class _FunctionRewriter:
         writes once as ``add %r2, %r, imm`` from one (Triton's second vector of a block): the next address is then
         known from the register at the back-edge, the step and the order of the writes. Anything else: no
         prefetch. With HBFCC_PREFETCH_NEXT=N the next N iterations' addresses (a step further each; those past the
-        loop's end are still prefetched: the next program's data, or nothing). A prefetch may name an address the next iteration's load masks off (a tail); it is a hint, never
-        a fault on the cards measured (bench/probes/prefetch_probe.cu)."""
+        loop's end are still prefetched: the next program's data, or nothing). A prefetch may name an address the
+        next iteration's load masks off (a tail); it is a hint, never a fault on the cards measured
+        (bench/probes/prefetch_probe.cu)."""
         labels = {st.name: k for k, st in enumerate(body) if type(st) is Label}
         idx_of = {path: i for i, (path, _) in enumerate(nodes)}
         out: dict[tuple[int, ...], list[Statement]] = {}
@@ -1808,7 +1809,8 @@ class _FunctionRewriter:
 
             def imm_add(x, dst=None):
                 """(source register, immediate) of ``add.s64/u64 dst, src, imm`` (unguarded), else None."""
-                if x.guard is not None or x.opcode != "add" or not x.modifiers or x.modifiers[-1] not in ("s64", "u64") \
+                if x.guard is not None or x.opcode != "add" or not x.modifiers \
+                        or x.modifiers[-1] not in ("s64", "u64") \
                         or len(x.operands) != 3 or type(x.operands[0]) is not Register \
                         or type(x.operands[1]) is not Register or type(x.operands[2]) is not Immediate \
                         or x.operands[2].is_float:
