@@ -29,6 +29,7 @@ from hbfcommon.fsutil import atomic_write_text
 
 from . import artifact, knobs
 from . import helpers as H
+from .ptxas_args import ACTIVE_VAR
 from .ptxas_args import entered as _ptxas_entered
 from .ptxas_args import out_path as _out_path
 from .ptxas_args import parse as _ptxas_args
@@ -198,6 +199,7 @@ def ptxas_main(argv: Optional[Sequence[str]] = None) -> int:
     _setup_logging("hbfcc-ptxas")
     _warnings_to_stdout_too("hbfcc-ptxas")
     args = list(sys.argv[1:] if argv is None else argv)
+    was = os.environ.get(ACTIVE_VAR)
     loop = _ptxas_entered()
     if loop:
         return _fail(ConfigError(loop), "hbfcc-ptxas")
@@ -211,6 +213,13 @@ def ptxas_main(argv: Optional[Sequence[str]] = None) -> int:
     except OSError as e:
         print(f"hbfcc-ptxas: error: {e}", file=sys.stderr)
         return 1
+    finally:
+        # the mark is for this call's children only: a process that calls ptxas_main in-process (a test, a build
+        # tool) and later starts hbfcc-ptxas itself must not look like a loop to that child
+        if was is None:
+            os.environ.pop(ACTIVE_VAR, None)
+        else:
+            os.environ[ACTIVE_VAR] = was
 
 
 PTXAS_HELP = """\

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -217,6 +218,18 @@ def test_a_ptxas_that_leads_back_to_hbfcc_ptxas_fails_instead_of_recursing(tmp_p
     assert cp.returncode != 0 and "leads back to itself" in cp.stderr
     cp = run(["--version"], tmp_path, _HBFCC_PTXAS_PID="1")        # started by another hbfcc-ptxas (pid 1)
     assert cp.returncode == 2 and "started by hbfcc-ptxas" in cp.stderr
+
+
+def test_an_in_process_call_leaves_no_mark_behind(tmp_path, monkeypatch):
+    """hbfcc-ptxas marks the process for its children (_HBFCC_PTXAS_PID) only for the call: after ptxas_main returns
+    in-process, a later hbfcc-ptxas this process starts is not taken for a loop (stop 54's CI failure)."""
+    from hbfcc.cli import ptxas_main
+    from hbfcc.ptxas_args import ACTIVE_VAR
+    monkeypatch.delenv(ACTIVE_VAR, raising=False)
+    assert ptxas_main(["--version"]) == 0
+    assert ACTIVE_VAR not in os.environ
+    cp = run(["--version"], tmp_path)                     # a child started after it runs
+    assert cp.returncode == 0, cp.stderr
 
 
 def test_the_installed_console_script_as_tritons_ptxas_is_never_chosen_as_the_real_one(tmp_path, monkeypatch):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -112,10 +111,6 @@ def test_a_rejected_second_build_keeps_the_first_output(tmp_path, real, monkeypa
     for k, v in dict(HBFCC_ARTIFACT_DIR=d / "store", HBFCC_CACHE_DIR=d / "cache", HBFCC_HELPER_PTX=U.real_helper_ptx(),
                      HBFCC_FULL_WARP="auto").items():
         monkeypatch.setenv(k, str(v))
-    # ptxas_main marks the process as hbfcc-ptxas for its children (hbfcc.ptxas_args.ACTIVE_VAR): set here, the mark
-    # is undone after the test -- left behind, every later hbfcc-ptxas of this worker took itself for a child
-    from hbfcc.ptxas_args import ACTIVE_VAR
-    monkeypatch.setenv(ACTIVE_VAR, str(os.getpid()))
     real_run, calls = cli._run_capture, []
     if not beside:
         monkeypatch.setattr(cli._FullWarpPrebuild, "start", classmethod(lambda cls, *a, **k: None))
