@@ -189,7 +189,7 @@ def helper_ptx() -> Path:
 def tma_device() -> bool:
     """HBF_TMA_DEVICE (default 1 since stop 55): model TMA and bulk async copies on the device (issue 15; hbf_tma.cuh,
     the descriptor layout fitted to and checked against the driver's encodings). On the card (H100, 2026-12-06 and
-    2026-12-07): 84/84 semantic checks over 10 templates (tiled loads 1D-5D, multicast, stores, reduces, bulk copies,
+    2026-12-07): 84/84 semantic checks over 11 templates (tiled loads 1D-5D, multicast, stores, reduces, bulk copies,
     cp.async-mbarrier), the three Triton TMA kernels bit-identical with their counters, the increment experiment
     within 0.13 % (docs/RESULTS.md). 0: an instrumented TMA copy fails closed (UNSUPPORTED, recorded with its site)."""
     return env_bool("HBF_TMA_DEVICE", True)
