@@ -606,7 +606,6 @@ def _deferred(res, k: knobs.Knobs, choice, args: list[str], rargs: list[str], wo
     (:func:`hbfcommon.deferred.eager_recipe`). Returns ptxas's exit status; None when the store cannot keep what it
     must (the caller then builds eagerly)."""
     from hbfcommon import deferred
-    from hbfcommon.fsutil import atomic_write_bytes
 
     from .toolchain import build_stats, ptxas_version_text, sha256_file
     real = choice.path
@@ -617,10 +616,7 @@ def _deferred(res, k: knobs.Knobs, choice, args: list[str], rargs: list[str], wo
     eager = _full_warp_candidates(res) if k.full_warp == "auto" else []
     try:
         if eager:
-            data = Path(in_path).read_bytes()          # the bytes hbfcc-ptxas read
-            orig_sha = hashlib.sha256(data).hexdigest()
-            if not deferred.original_path(store, orig_sha).is_file():
-                atomic_write_bytes(deferred.original_path(store, orig_sha), data, fsync=False)
+            orig_sha = deferred.keep_original(store, Path(in_path).read_bytes())   # the bytes hbfcc-ptxas read
         else:
             ptx_sha = deferred.store_ptx(store, res.text)
     except OSError as e:
@@ -640,10 +636,9 @@ def _deferred(res, k: knobs.Knobs, choice, args: list[str], rargs: list[str], wo
     version = ptxas_version_text(real)
     plain_sha = sha256_file(out_path)
     if eager:
-        env = deferred.build_env(os.environ)
-        env["HBFCC_REAL_PTXAS"] = real                 # the ptxas this compile ran, whatever chose it
         recipe = deferred.eager_recipe(original_sha256=orig_sha, ptx_name=os.path.basename(in_path),
-                                       argv=deferred.tokenized(args, in_path, out_path), env=env,
+                                       argv=deferred.tokenized(args, in_path, out_path),
+                                       env=deferred.builder_env(os.environ, real),
                                        plain_sha256=plain_sha, pythonpath=str(Path(__file__).resolve().parent.parent),
                                        why=f"HBFCC_FULL_WARP=auto decides {', '.join(eager)} from both builds")
         log.info("HBFCC_DEFER=1: %s: %s; its deferred build runs hbfcc-ptxas eagerly on the kept original PTX",

@@ -39,7 +39,6 @@ def record_only(args: list[str]) -> Optional[int]:
     compile is not one it serves (the full path then builds it, deferring the assembly only)."""
     from hbfcommon import artifact as A
     from hbfcommon import deferred as DF
-    from hbfcommon.fsutil import atomic_write_bytes
 
     from .toolchain import choose_ptxas
     k = knobs.load()
@@ -59,17 +58,13 @@ def record_only(args: list[str]) -> Optional[int]:
     if cp.returncode != 0:                # e.g. PTX newer than this ptxas: the full path decides (and reports)
         return None
     store = k.artifact_dir if k.artifact_dir is not None else k.cache_dir / "artifacts"
-    sha = hashlib.sha256(data).hexdigest()
-    orig = DF.original_path(store, sha)
     try:
-        if not orig.is_file():
-            atomic_write_bytes(orig, data, fsync=False)
+        sha = DF.keep_original(store, data)
         plain = Path(out).read_bytes()
     except OSError:
         return None                       # a store that cannot keep it: the full path (with the rewrite now)
     argv = DF.tokenized(args, in_path, out)
-    env = DF.build_env(os.environ)                # nvcc's internal knobs never get here (refused above)
-    env["HBFCC_REAL_PTXAS"] = choice.path          # the ptxas this compile ran, whatever chose it
+    env = DF.builder_env(os.environ, choice.path)     # nvcc's internal knobs never get here (refused above)
     plain_sha = hashlib.sha256(plain).hexdigest()
     entries = re.findall(rb"\.entry\s+([A-Za-z_$][\w$]*)", data)
     rec = DF.pending_record(mode="rewrite", entries=[e.decode() for e in entries], original_sha256=sha,

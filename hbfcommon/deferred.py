@@ -61,6 +61,24 @@ def build_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k.startswith("HBFCC_") and k not in NOT_FOR_THE_BUILD}
 
 
+def builder_env(environ: Mapping[str, str], real_ptxas: str) -> dict[str, str]:
+    """A builder's environment for a kept ORIGINAL PTX: the compile's hbfcc knobs (:func:`build_env`) and the ptxas
+    it ran (``HBFCC_REAL_PTXAS``, whatever chose it)."""
+    env = build_env(environ)
+    env["HBFCC_REAL_PTXAS"] = real_ptxas
+    return env
+
+
+def keep_original(store: Path, data: bytes) -> str:
+    """Keep an ORIGINAL PTX in the store for a later rewrite and build (written once per content); returns its
+    sha256. Raises OSError when the store cannot keep it."""
+    sha = hashlib.sha256(data).hexdigest()
+    p = original_path(store, sha)
+    if not p.is_file():
+        atomic_write_bytes(p, data, fsync=False)
+    return sha
+
+
 def knob_mismatch(rec: Mapping[str, Any], environ: Mapping[str, str]) -> Optional[str]:
     """HBFCC_DEFER=rewrite: how the knobs of a pending record differ from those of ``environ`` (None: they do not;
     the ptxas is the record's own). The plain cubin is the same whatever the knobs, so one store keeps one pending

@@ -37,7 +37,6 @@ from hbfcommon import abi
 from hbfcommon import artifact as A
 from hbfcommon import deferred as DF
 from hbfcommon.errors import ErrorCode, ToolchainError
-from hbfcommon.fsutil import atomic_write_bytes
 
 MODE = "load"                       # the pending record's deferred.mode
 TRITON_VERSIONS = ("3.6.",)         # the make_cubin the reconstruction mirrors
@@ -240,17 +239,13 @@ def prepare(name: str, ptx: Optional[bytes], cubin: Optional[bytes], meta_raw: O
     if not (r.get("mode") == MODE and r.get("original_sha256") == sha and r.get("argv") == argv
             and (r.get("env") or {}).get("HBFCC_REAL_PTXAS") == ptxas and r.get("ptxas_version") == version):
         verify_ns = verify(name, ptx, cubin, ptxas, argv)
-    env = DF.build_env(os.environ)
-    env["HBFCC_REAL_PTXAS"] = ptxas
     rec = DF.pending_record(mode=MODE, entries=[name], original_sha256=sha, ptx_name=f"{name}.ptx", argv=argv,
-                            env=env, ptxas={"path": ptxas, "version": version, "argv": [ptxas] + argv,
-                                            "source": "triton"},
+                            env=DF.builder_env(os.environ, ptxas),
+                            ptxas={"path": ptxas, "version": version, "argv": [ptxas] + argv, "source": "triton"},
                             plain_sha256=plain_sha, pythonpath=where, ptxas_version=version)
-    orig = DF.original_path(store, sha)
     written = old != rec
     try:
-        if not orig.is_file():
-            atomic_write_bytes(orig, ptx, fsync=False)
+        DF.keep_original(store, ptx)
         if written:
             A.write(rec, A.output_store_path(store, plain_sha))
     except OSError as e:
