@@ -239,9 +239,9 @@ DOCS: tuple[tuple[str, str, str], ...] = (
      "runs the checked copy. The same values. 1: single sites and groups of at most 4 sites; all: every group (faster "
      "on some kernels, more registers on others); auto: 1, then all for each kernel with larger groups that ptxas "
      "assembles with no more registers that way (a second ptxas run for such modules; H100, stop 54: the stream copies "
-     "x1.38 -> x1.28, nothing slower; the default since stop 55: with HBFCC_DEFER=1 such a module is deferred as "
-     "HBFCC_DEFER=rewrite defers, its build running hbfcc-ptxas eagerly, so it makes the same choice); 0: none, as "
-     "before stop 53"),
+     "x1.38 -> x1.28, nothing slower; the default since stop 55, its second build beside the first; with HBFCC_DEFER=1 "
+     "such a module keeps its original PTX and its deferred build runs hbfcc-ptxas eagerly, so it makes the same "
+     "choice); 0: none, as before stop 53"),
     ("HBFCC_INLINE_TIME", "0", "1: each served inline path (an inline issue site, issue group or ready wait) reads "
      "%globaltimer again at its end and adds its time, on the warp's leader lane, to a register the flushes pass "
      "as inline_ns (helper ABI 8; the kernel counters' inline_ns, what overhead_ns is for the helpers); "
