@@ -102,6 +102,8 @@ def marker_line() -> str:
         line += " early-clock on"
     if knobs.load().prefetch_next != 1:  # HBFCC_PREFETCH_NEXT=0|2..4 builds differently
         line += f" prefetch-next {knobs.load().prefetch_next}"
+    if knobs.load().prefetch_group:  # HBFCC_PREFETCH_GROUP=1 builds differently
+        line += " prefetch-group on"
     if knobs.load().full_warp != "auto":  # HBFCC_FULL_WARP=0|1|all builds differently
         line += f" full-warp {knobs.load().full_warp}"
     if knobs.load().native_scope:  # HBFCC_NATIVE_SCOPE=1 builds differently

@@ -54,6 +54,7 @@ class Knobs:
     loads_first: str = "0"         # HBFCC_LOADS_FIRST (0 | 1 | all): a group's moved loads before its timing code
     early_clock: bool = False      # HBFCC_EARLY_CLOCK (default 0): an issue group reads its clock before its own setup
     prefetch_next: int = 1         # HBFCC_PREFETCH_NEXT (default 1): a loop's next N iterations' loads into L2
+    prefetch_group: bool = False   # HBFCC_PREFETCH_GROUP (default 0): an issue group's loads into L2 before its code
     full_warp: str = "auto"        # HBFCC_FULL_WARP (0 | 1 | all | auto): full-mask collectives where a whole warp runs a path
     share_until: bool = True       # HBFCC_SHARE_UNTIL (default 1): an until asked for loads serves stores too, and back
     inline_time: bool = False      # HBFCC_INLINE_TIME (default 0): the served inline paths' own time (inline_ns)
@@ -104,6 +105,7 @@ def load() -> Knobs:
         full_warp=_choice("HBFCC_FULL_WARP", "auto", FULL_WARP_CHOICES),
         early_clock=env_bool("HBFCC_EARLY_CLOCK", False),
         prefetch_next=env_int("HBFCC_PREFETCH_NEXT", 1, 0, PREFETCH_NEXT_MAX),
+        prefetch_group=env_bool("HBFCC_PREFETCH_GROUP", False),
         inline_time=env_bool("HBFCC_INLINE_TIME", False),
         call_isolation=env_bool("HBFCC_CALL_ISOLATION", False),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
@@ -233,6 +235,11 @@ DOCS: tuple[tuple[str, str, str], ...] = (
      "to the program and is not timed. H100, stop 55: the stream reduce x1.73 -> x1.52, nothing else moved, the "
      "stress matrices all ended bit-identical. N (2-4): the next N iterations' addresses (the induction step "
      "known); 0: none"),
+    ("HBFCC_PREFETCH_GROUP", "0", "1: an issue group first prefetches into L2 (prefetch.global.L2, each request's "
+     "address on its load's guard) what its loads will read, before its timing code, so the lines come from DRAM "
+     "while that code runs -- what HBFCC_LOADS_FIRST wanted, without holding the loads' registers across the code "
+     "or making an ask wait for them (a prefetch has no destination). The same values; a prefetch is not timed. "
+     "Off until a GPU has measured it"),
     ("HBFCC_FULL_WARP", "auto", "inline issue paths and issue groups get a second copy of their warp votes and "
      "shuffles for a warp whose 32 lanes all run them, with the constant full mask, which ptxas compiles without the "
      "per-lane mask check the group's own mask needs (REDUX/MATCH/BRA.DIV before every collective); any other group "

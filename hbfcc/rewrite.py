@@ -135,7 +135,8 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
                   "group_issues": k.group_issues, "hoist_loads": k.hoist_loads,
                   "fast_groups": k.fast_groups, "merge_loads": k.merge_loads, "inline_multi": k.inline_multi,
                   "inline_live": k.inline_live, "share_until": k.share_until, "loads_first": k.loads_first, "full_warp": k.full_warp,
-                  "full_warp_all": tuple(full_warp_all), "early_clock": k.early_clock, "prefetch_next": k.prefetch_next, "inline_time": k.inline_time, "native_scope": k.native_scope,
+                  "full_warp_all": tuple(full_warp_all), "early_clock": k.early_clock, "prefetch_next": k.prefetch_next,
+                  "prefetch_group": k.prefetch_group, "inline_time": k.inline_time, "native_scope": k.native_scope,
                   "call_isolation": k.call_isolation}
     selection = k.passes if passes is None else knobs.parse_passes(",".join(passes), "passes")
     stages: list[tuple[str, Stage]] = [(name, get_pass(name)) for name in pass_pipeline(selection)]

@@ -17,7 +17,8 @@
 #              `all` per kernel where ptxas gives it no more registers); earlyclock: HBFCC_EARLY_CLOCK=1 (stop 53; its run
 #              was named lateclock when the knob's default was briefly 1); pf1: HBFCC_PREFETCH_NEXT=1 (stop 55: an L2
 #              prefetch of a loop's next-iteration loads on its back-edge; the default since); pf0 / pf2 / pf3:
-#              HBFCC_PREFETCH_NEXT=0 / 2 / 3 (none; the next two / three iterations); pf1lf1: with HBFCC_LOADS_FIRST=1 too
+#              HBFCC_PREFETCH_NEXT=0 / 2 / 3 (none; the next two / three iterations); pf1lf1: with HBFCC_LOADS_FIRST=1 too;
+#              pg: HBFCC_PREFETCH_GROUP=1 (stop 56: an issue group prefetches its loads into L2 before its code)
 #   itime      the whole build with HBFCC_INLINE_TIME=1 (the served inline paths time themselves: inline_ns; not in
 #              the default list) -- VARIANTS="..." picks and orders the variants (stop51_any.sh does)
 # A step that does not end in --launch-timeout (10 s) is recorded as a hang, not fatal; every variant has its own
@@ -55,6 +56,7 @@ for v in ${VARIANTS:-whole sep_plain sep_body sep_body_ci whole_ci}; do
     pf2) E=(HBFCC_LINK=whole HBFCC_PREFETCH_NEXT=2);;                       # the next two iterations
     pf3) E=(HBFCC_LINK=whole HBFCC_PREFETCH_NEXT=3);;
     pf1lf1) E=(HBFCC_LINK=whole HBFCC_PREFETCH_NEXT=1 HBFCC_LOADS_FIRST=1);;
+    pg) E=(HBFCC_LINK=whole HBFCC_PREFETCH_GROUP=1);;                       # stop 56: a group's loads into L2 first
     *) echo "unknown variant $v"; continue;;
   esac
   L=$(left); T=$(( L - 20 < 130 ? L - 20 : 130 ))

@@ -488,6 +488,7 @@ class FunctionReport:
     grouped_issues: int = 0          # load issues in those groups
     moved_loads: int = 0             # loads moved with their hoisted issue (HBFCC_HOIST_LOADS, _movable_load)
     next_prefetches: int = 0         # L2 prefetches of a loop's next-iteration loads (HBFCC_PREFETCH_NEXT)
+    group_prefetches: int = 0        # L2 prefetches of an issue group's own loads before its code (HBFCC_PREFETCH_GROUP)
     group_calls: int = 0             # groups with a __hb_issue_group call (HBFCC_FAST_GROUPS)
     merged_requests: int = 0         # merged requests of two or more adjacent loads (HBFCC_MERGE_LOADS, _merge_sets)
     merged_sites: int = 0            # load issues served by those merged requests
@@ -518,6 +519,7 @@ class FunctionReport:
                 "full_warp_scope": self.full_warp_scope,
                 "timed_paths": self.timed_paths,
                 "moved_loads": self.moved_loads, "next_prefetches": self.next_prefetches,
+                "group_prefetches": self.group_prefetches,
                 "group_calls": self.group_calls, "merged_requests": self.merged_requests,
                 "merged_sites": self.merged_sites, "tma": self.tma, "tma_hooks": self.tma_hooks,
                 "bulk_window": self.bulk_window}
@@ -703,8 +705,11 @@ class _FunctionRewriter:
                  inline: bool = True, group: bool = True, move_loads: bool = True, fast_groups: bool = True,
                  tracks: bool = False, cluster: bool = False, multi: bool = True, live: bool = True,
                  itime: bool = False, native_scope: bool = False, merge: bool = False, share_until: bool = True,
-                 loads_first: int = 0, full_warp: int = 0, early_clock: bool = False, prefetch_next: int = 0):
+                 loads_first: int = 0, full_warp: int = 0, early_clock: bool = False, prefetch_next: int = 0,
+                 prefetch_group: bool = False):
         self.hoist = hoist
+        # HBFCC_PREFETCH_GROUP: an issue group's loads prefetched into L2 before its timing code
+        self.prefetch_group = bool(prefetch_group) and inline
         # HBFCC_PREFETCH_NEXT: how many iterations ahead a loop's loads are prefetched into L2 (0: none)
         self.prefetch_next = int(prefetch_next) if inline else 0
         self.early_clock = early_clock            # HBFCC_EARLY_CLOCK: a group's clock read before its setup
@@ -1298,6 +1303,31 @@ class _FunctionRewriter:
             self._issue(s.inst, s.d, R_TMP, out)
             out.append(_ins("mov", ("b64",), (_R(fut), _R(R_TMP)), g))
 
+    def _group_prefetches(self, sites: list["_GSite"], addrs: list, reqs: Optional[list["_MergeReq"]]) -> list[Statement]:
+        """HBFCC_PREFETCH_GROUP: before a group's timing code (its band checks, votes, clock, until check and
+        counts, ~190 dependent instructions on the stream reduce), one L2 prefetch per request of the group at the
+        address its load reads (the request's lead member for a merged request: its span is in one granule), so the
+        lines come from DRAM while that code runs and the loads after it find them in L2. Without it the group's
+        loads start only after its code: the unrolled stream reduce (two groups of 8 vector loads per thread) has
+        each warp's next 4 KiB requested only once its group's code has run.
+
+        Not HBFCC_LOADS_FIRST (the loads themselves first, stop 53-54): a prefetch has no destination, so it holds
+        no register across the code and no call waits for it (ptxas makes a call wait for every load in flight).
+        The same values: a prefetch is not a program access and is not timed (hbfcc leaves a program's prefetches
+        native and untimed, docs/design.md §3.3). Guard: the load's own predicate (every member's, where a merged
+        request's members share one), else none: a prefetch of an address no allocation holds does not fault on the
+        cards measured (bench/probes/prefetch_probe.cu, as for HBFCC_PREFETCH_NEXT)."""
+        out: list[Statement] = []
+        for q in reqs if reqs is not None else [_MergeReq((j,), j, 0, False) for j in range(len(sites))]:
+            lead = sites[q.lead]
+            guards = {(m.inst.guard.reg.name, m.inst.guard.negated) if m.inst.guard is not None else None
+                      for m in (sites[y] for y in q.members)}
+            g = lead.inst.guard if len(guards) == 1 else None
+            space = ("global",) if lead.inst.state_space == "global" else ()
+            out.append(_ins("prefetch", space + ("L2",), (Address(addrs[q.lead], 0),), g))
+        self.report.group_prefetches += len(out)
+        return out
+
     def _group_code(self, sites: list["_GSite"], reqs: Optional[list["_MergeReq"]] = None,
                     loads: Optional[list[Statement]] = None) -> list[Statement]:
         """Adjacent inline load issues served as one group: the per-site work of the inline path
@@ -1362,6 +1392,8 @@ class _FunctionRewriter:
                 a = _R(slot)
             out += tmp
             addrs.append(a)
+        if self.prefetch_group and loads is None:
+            out += self._group_prefetches(sites, addrs, reqs)
         for j, s in enumerate(sites):
             P = _R(f"{R_GP}{j}")
             g = s.inst.guard
@@ -2598,6 +2630,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     full_warp_all = frozenset(meta.get("full_warp_all") or ())     # HBFCC_FULL_WARP=auto: these functions get `all`
     early_clock = bool(meta.get("early_clock", False))
     prefetch_next = int(meta.get("prefetch_next", 1))
+    prefetch_group = bool(meta.get("prefetch_group", False))
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -2613,7 +2646,8 @@ def timing_pass(module: Module, meta: dict) -> Module:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
                                    fast_groups, tracks, cluster, multi, live, itime, native_scope, merge,
                                    share_until, loads_first,
-                                   GROUP_MAX if it.name in full_warp_all else full_warp, early_clock, prefetch_next)
+                                   GROUP_MAX if it.name in full_warp_all else full_warp, early_clock, prefetch_next,
+                                   prefetch_group)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
