@@ -21,14 +21,9 @@ ab() {
   rm -f $D/sc.tgz
 }
 ab "pg share"
-L=$(left); T=$(( L - 20 < 240 ? L - 20 : 240 ))
-if [ $T -ge 150 ]; then
-  export HBFD_ACCEL=off
-  mkdir -p $OUT/dc
-  echo "== [${L}s left] devpath_cost probe,unrelated (60 GiB registered)"
-  timeout $T python3 bench/devpath_cost.py --out $OUT/dc --work /tmp/dcw --parts probe,unrelated --unrelated-gib 60 \
-      --budget-s $(( T - 20 )) > $OUT/dc/log.txt 2>&1
-  echo "rc=$?"; tail -30 $OUT/dc/log.txt | cut -c1-400
+L=$(left); T=$(( L - 10 < 250 ? L - 10 : 250 ))
+if [ $T -ge 160 ]; then
+  SKIP_TMA=1 LIMIT=$T bash bench/gpu_calls/stop56_todo.sh 2>&1 | tail -35
 else
   echo "devpath_cost skipped: ${L}s left"
 fi

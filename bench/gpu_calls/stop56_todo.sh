@@ -5,11 +5,12 @@
 #   2. issue 13 goal 2 and 3 with today's defaults (HBFCC_FULL_WARP=auto, HBFCC_PREFETCH_NEXT=1): devpath_cost's
 #      per-request distribution (probe: idle and full occupancy) and the unrelated matmuls with 60 GiB registered
 #      (goal <= 1.02) -- last measured many builds ago
+# SKIP_TMA=1: part 2 only (bench/gpu_calls/stop56_pg.sh)
 set -u
 T0=$(date +%s); LIMIT=${LIMIT:-560}
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 source bench/gpu_calls/env.sh
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+if [ "${SKIP_TMA:-0}" != 1 ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   mkdir -p $OUT/tma
   OUT=$OUT/tma LIMIT=300 bash bench/gpu_calls/stop55_tma.sh 2>&1 | tail -25
 fi

@@ -6,19 +6,17 @@ addresses, one per request, nothing else changed, the knob and the marker, and t
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import hbfcc_testutil as U  # noqa: E402
 from test_merge_loads import run_pass, scalar_loads  # noqa: E402
+from test_prefetch_next import LOOP, rewrite_and_assemble  # noqa: E402
 
 from hbfcc import knobs  # noqa: E402
 
-LOOP = (Path(__file__).resolve().parent / "merge_fixtures" / "stream_reduce_loop.ptx").read_text()
 PF = re.compile(r"^\s*(@%[\w]+\s+)?prefetch(\.global)?\.L2\s+\[([^\]]+)\];", re.M)
 
 
@@ -92,17 +90,5 @@ def test_the_knob_and_the_marker(monkeypatch):
 
 
 def test_ptxas_assembles_it_with_the_real_helpers(tmp_path, monkeypatch):
-    U.tool("ptxas")
-    if U.real_helper_ptx() is None:
-        pytest.skip("the real helper PTX (make helpers-ptx) is not built")
-    from hbfcc.rewrite import rewrite_text
-    monkeypatch.setenv("HBFCC_PREFETCH_GROUP", "1")
-    monkeypatch.setenv("HBFCC_HELPER_PTX", str(U.real_helper_ptx()))
-    from hbfcc import helpers as H
-    res = rewrite_text(LOOP, filename="stream_reduce_loop.ptx", helper=H.load_helper(module_text=LOOP))
-    assert res.text.count("prefetch.global.L2") == 4        # 2 in the group, 2 for the next iteration
-    p = tmp_path / "k.ptx"
-    p.write_text(res.text)
-    cp = subprocess.run([U.tool("ptxas"), "--gpu-name=sm_90a", str(p), "-o", str(tmp_path / "k.cubin")],
-                        capture_output=True, text=True)
-    assert cp.returncode == 0, cp.stderr[-2000:]
+    text = rewrite_and_assemble(tmp_path, monkeypatch, {"HBFCC_PREFETCH_GROUP": "1"})
+    assert text.count("prefetch.global.L2") == 4        # 2 in the group, 2 for the next iteration

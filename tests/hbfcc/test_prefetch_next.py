@@ -96,18 +96,25 @@ def test_n_iterations_ahead():
     assert f["next_prefetches"] == 4
 
 
-def test_ptxas_assembles_it_with_the_real_helpers(tmp_path, monkeypatch):
+def rewrite_and_assemble(tmp_path, monkeypatch, env: dict) -> str:
+    """LOOP rewritten with the real helpers under ``env`` and assembled by ptxas (sm_90a): the rewritten text."""
     U.tool("ptxas")
     if U.real_helper_ptx() is None:
         pytest.skip("the real helper PTX (make helpers-ptx) is not built")
     from hbfcc.rewrite import rewrite_text
-    monkeypatch.setenv("HBFCC_PREFETCH_NEXT", "1")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
     monkeypatch.setenv("HBFCC_HELPER_PTX", str(U.real_helper_ptx()))
     from hbfcc import helpers as H
     res = rewrite_text(LOOP, filename="stream_reduce_loop.ptx", helper=H.load_helper(module_text=LOOP))
-    assert res.text.count("prefetch.global.L2") == 2
     p = tmp_path / "k.ptx"
     p.write_text(res.text)
     cp = subprocess.run([U.tool("ptxas"), "--gpu-name=sm_90a", str(p), "-o", str(tmp_path / "k.cubin")],
                         capture_output=True, text=True)
     assert cp.returncode == 0, cp.stderr[-2000:]
+    return res.text
+
+
+def test_ptxas_assembles_it_with_the_real_helpers(tmp_path, monkeypatch):
+    text = rewrite_and_assemble(tmp_path, monkeypatch, {"HBFCC_PREFETCH_NEXT": "1"})
+    assert text.count("prefetch.global.L2") == 2
