@@ -13,16 +13,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_merge_loads import run_pass, scalar_loads  # noqa: E402
-from test_prefetch_next import LOOP, rewrite_and_assemble  # noqa: E402
+from test_prefetch_next import LOOP, PF, _pf, rewrite_and_assemble  # noqa: E402
 
 from hbfcc import knobs  # noqa: E402
-
-PF = re.compile(r"^\s*(@%[\w]+\s+)?prefetch(\.global)?\.L2\s+\[([^\]]+)\];", re.M)
-
-
-def _pf(out: str) -> list[tuple[str, str]]:
-    return [(m.group(1).strip() if m.group(1) else "", m.group(3).replace(" ", "")) for m in PF.finditer(out)]
-
 
 def _lines(out: str) -> list[str]:
     return [" ".join(ln.split()) for ln in out.splitlines()]
