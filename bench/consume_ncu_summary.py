@@ -1,0 +1,125 @@
+"""Where the consume probe's issue-side cost goes, from an ncu export (bench/gpu_calls/stop57_consume_ncu.sh): per
+consume_hbf launch its duration and stall samples, and per SASS instruction the samples of the launch on the
+registered tensor against the launch on the unregistered one (the same cubin, rows matched by address), the
+instructions with the largest difference first, each with its executions and its per-reason stall columns. No GPU: it
+reads the CSVs ncu wrote (the source page, one per launch) and its details page.
+
+    python3 bench/consume_ncu_summary.py --dir /tmp/cn --out bench/results/consume_ncu.json
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import logging
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from hbfcommon.fsutil import atomic_write_json  # noqa: E402
+from stream_ncu_summary import _col, _num, _tables  # noqa: E402
+
+log = logging.getLogger("consume_ncu_summary")
+
+
+def launches(details_csv: Path) -> list[dict]:
+    """The details page's consume_hbf results in launch order: ID, grid, duration (ns), registers."""
+    if not details_csv.is_file():
+        return []
+    rows = list(csv.DictReader(io.StringIO(details_csv.read_text(errors="replace"))))
+    by_id: dict = {}
+    for r in rows:
+        if (r.get("Kernel Name") or "") != "consume_hbf":
+            continue
+        d = by_id.setdefault(r.get("ID"), {"id": r.get("ID")})
+        name, val, unit = r.get("Metric Name"), r.get("Metric Value"), (r.get("Metric Unit") or "").strip()
+        if name == "Duration":
+            scale = {"ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6}.get(unit)
+            v = _num(val or "")
+            d["duration_ns"] = round(v * scale) if v is not None and scale else None
+        elif name in ("Grid Size", "Registers Per Thread", "Warp Cycles Per Issued Instruction"):
+            d[name] = val
+    return sorted(by_id.values(), key=lambda d: int(_num(d["id"]) or 0))
+
+
+def source_rows(path: Path) -> tuple[list[dict], dict]:
+    """The source page's last table as rows {addr, sass, executed, samples, not_issued, reasons{...}} and the
+    columns found."""
+    tables = [t for t in _tables(path.read_text(errors="replace")) if t] if path.is_file() else []
+    if not tables:
+        return [], {}
+    t = tables[-1]
+    r0 = t[0]
+    cols = {"addr": _col(r0, "address"), "src": _col(r0, "source"), "ex": _col(r0, "instructions executed"),
+            "all": _col(r0, "warp stall sampling", "all"), "ni": _col(r0, "warp stall sampling", "not-issued")}
+    reason_cols = [k for k in r0 if re.match(r"^(stall_|smsp__pcsamp_warps_issue_stalled_)", k)]
+    out = []
+    for r in t:
+        out.append({"addr": (r.get(cols["addr"]) or "").strip(), "sass": (r.get(cols["src"]) or "").strip(),
+                    "executed": int(_num(r.get(cols["ex"])) or 0) if cols["ex"] else 0,
+                    "samples": int(_num(r.get(cols["all"])) or 0) if cols["all"] else 0,
+                    "not_issued": int(_num(r.get(cols["ni"])) or 0) if cols["ni"] else 0,
+                    "reasons": {k: int(_num(r.get(k)) or 0) for k in reason_cols if _num(r.get(k))}})
+    return out, {**cols, "reasons": reason_cols, "all_columns": list(r0)}
+
+
+def compare(reg: list[dict], unreg: list[dict], top: int) -> dict:
+    """Per instruction (matched by address) the registered launch's samples less the unregistered one's."""
+    u = {r["addr"]: r for r in unreg}
+    diff = []
+    for r in reg:
+        o = u.get(r["addr"], {"samples": 0, "executed": 0})
+        diff.append({"addr": r["addr"], "sass": r["sass"][:110], "d_samples": r["samples"] - o["samples"],
+                     "samples": r["samples"], "unreg_samples": o["samples"], "executed": r["executed"],
+                     "unreg_executed": o["executed"], "reasons": r["reasons"]})
+    diff.sort(key=lambda x: -x["d_samples"])
+    return {"samples": sum(r["samples"] for r in reg), "unreg_samples": sum(r["samples"] for r in unreg),
+            "d_samples": sum(r["samples"] for r in reg) - sum(r["samples"] for r in unreg),
+            "only_registered_samples": sum(x["samples"] for x in diff if x["executed"] and not x["unreg_executed"]),
+            "top": diff[:top]}
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", required=True, help="the folder stop57_consume_ncu.sh wrote")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--top", type=int, default=40)
+    a = ap.parse_args()
+    d = Path(a.dir)
+    if not d.is_dir():
+        ap.error(f"--dir {d}: not a folder")
+    L = launches(d / "details.csv")
+    srcs = {}
+    for p in sorted(d.glob("src_consume_hbf_*.csv")):
+        i = int(p.stem.rsplit("_", 1)[1])
+        rows, cols = source_rows(p)
+        if rows:
+            srcs[i] = rows
+    res: dict = {"what": "ncu PC sampling of devpath_cost's consume part (bench/gpu_calls/stop57_consume_ncu.sh)",
+                 "launches": L, "per_launch": {i: {"samples": sum(r["samples"] for r in rows),
+                                                   "executed": sum(r["executed"] for r in rows)}
+                                              for i, rows in srcs.items()},
+                 "columns": cols if srcs else {}}
+    # devpath_cost's consume_hbf launches in order: idle unregistered, idle registered, one warp per SM
+    # unregistered, one warp per SM registered (after any warm-up launch: the pairs are the LAST four)
+    idx = sorted(srcs)
+    if len(idx) >= 4:
+        pairs = {"idle": (idx[-4], idx[-3]), "one_warp_per_sm": (idx[-2], idx[-1])}
+        for mode, (iu, ir) in pairs.items():
+            res[mode] = {"unregistered_launch": iu, "registered_launch": ir, **compare(srcs[ir], srcs[iu], a.top)}
+            c = res[mode]
+            log.info("%s: samples registered %d, unregistered %d (+%d; only on the registered path %d)", mode,
+                     c["samples"], c["unreg_samples"], c["d_samples"], c["only_registered_samples"])
+            for x in c["top"][:25]:
+                log.info("  %+6d  (%5d / %5d)  exec %7d / %7d  %s", x["d_samples"], x["samples"], x["unreg_samples"],
+                         x["executed"], x["unreg_executed"], x["sass"])
+    atomic_write_json(Path(a.out), res, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
