@@ -1,18 +1,20 @@
 #!/bin/bash
-# ONE call (~3-4 min, LIMIT=240; carry hbfproto, runtime_cuda/ptx, .whl): where the consume probe's issue-side cost
+# ONE call (~5 min, LIMIT=330; carry hbfproto, runtime_cuda/ptx, .whl): where the consume probe's issue-side cost
 # goes (issue 13 item 2: +128-160 ns over the unregistered build, goal 100; stop 55 on an H100). ncu (--clock-control
 # none, PC sampling every 32 cycles where ncu takes --sampling-interval 0) of bench/devpath_cost.py's consume part (fixed 2 us, today's default build),
 # every consume_* launch: the details page and, per consume_hbf launch, the SASS source page (executed instructions
 # and stall samples by reason per instruction) as CSV, plus the hbf cubin's nvdisasm listing, all in ONE tar under
 # $OUT (cn.tgz). The attribution (per SASS instruction of the issue path, registered vs unregistered launch) is done on
-# the CPU from the tar: bench/consume_ncu_summary.py.
+# the CPU from the tar: bench/consume_ncu_summary.py. Then (B) the same for one Little e65536_b8192 launch.
 set -u
-LIMIT=${LIMIT:-240}
+LIMIT=${LIMIT:-330}
 source bench/gpu_calls/env.sh
 export HBFD_ACCEL=off
 W=/tmp/cn; rm -rf $W /tmp/cn_work; mkdir -p $W
 pack() { tar czf $OUT/cn.tgz -C $W . 2>/dev/null; }
 which ncu || { echo "no ncu"; exit 4; }
+ND=$(python3 -c "import os, triton; print(os.path.join(os.path.dirname(triton.__file__), 'backends/nvidia/bin/nvdisasm'))")
+mkdir -p $W/sass
 SI=(); ncu --help 2>/dev/null | grep -q -- "--sampling-interval" && SI=(--sampling-interval 0)   # 2^(5+0) cycles
 L=$(left); T=$(( L - 50 ))
 echo "== [${L}s left] ncu of devpath_cost consume (timeout ${T}s)"
@@ -23,20 +25,45 @@ timeout $T ncu --clock-control none --target-processes all --kernel-name "regex:
     --launch-timeout 120 --budget-s $(( T - 30 )) > $W/ncu_run.log 2>&1
 echo "ncu rc=$?"; grep -E "consume (idle|one_warp)" $W/ncu_run.log | cut -c1-300; tail -3 $W/ncu_run.log | cut -c1-300
 pack
-[ -f $W/consume.ncu-rep ] || { echo "no report"; exit 0; }
-ncu --import $W/consume.ncu-rep --page details --csv > $W/details.csv 2> $W/details.err
-for i in 0 1 2 3 4 5; do
-  ncu --import $W/consume.ncu-rep --kernel-name consume_hbf --launch-skip $i --launch-count 1 --page source --csv \
-      --print-source sass > $W/src_consume_hbf_$i.csv 2> $W/src_consume_hbf_$i.err
-  echo "consume_hbf launch $i source: $(wc -l < $W/src_consume_hbf_$i.csv) lines"
-done
-ncu --import $W/consume.ncu-rep --kernel-name consume_plain --launch-skip 1 --launch-count 1 --page source --csv \
-    --print-source sass > $W/src_consume_plain_1.csv 2> $W/src_consume_plain_1.err
-ND=$(python3 -c "import os, triton; print(os.path.join(os.path.dirname(triton.__file__), 'backends/nvidia/bin/nvdisasm'))")
-mkdir -p $W/sass
-for f in $(find /tmp/cn_work -name 'consume_*.cubin' 2>/dev/null); do
-  $ND -c $f > $W/sass/$(basename $(dirname $f) | cut -c1-12)_$(basename $f .cubin).sass 2>/dev/null
-done
+if [ -f $W/consume.ncu-rep ]; then
+  ncu --import $W/consume.ncu-rep --page details --csv > $W/details.csv 2> $W/details.err
+  for i in 0 1 2 3 4 5; do
+    ncu --import $W/consume.ncu-rep --kernel-name consume_hbf --launch-skip $i --launch-count 1 --page source --csv \
+        --print-source sass > $W/src_consume_hbf_$i.csv 2> $W/src_consume_hbf_$i.err
+    echo "consume_hbf launch $i source: $(wc -l < $W/src_consume_hbf_$i.csv) lines"
+  done
+  ncu --import $W/consume.ncu-rep --kernel-name consume_plain --launch-skip 1 --launch-count 1 --page source --csv \
+      --print-source sass > $W/src_consume_plain_1.csv 2> $W/src_consume_plain_1.err
+  for f in $(find /tmp/cn_work -name 'consume_*.cubin' 2>/dev/null); do
+    $ND -c $f > $W/sass/$(basename $(dirname $f) | cut -c1-12)_$(basename $f .cubin).sass 2>/dev/null
+  done
+else
+  echo "no consume report"
+fi
 pack
+# B: where a Little round's 1.2 us over its 20 us go (e65536_b8192: 8 loads per thread per round, 8 rounds, 8 waves;
+# x1.062 on the H100, goal 1.05): one instrumented launch (the second) sampled every 2^(5+2) cycles, its source page
+L=$(left); T=$(( L - 40 ))
+if [ $T -ge 90 ]; then
+  SL=(); [ ${#SI[@]} -gt 0 ] && SL=(--sampling-interval 2)
+  echo "== [${L}s left] ncu of devpath_cost little_e65536_b8192 (timeout ${T}s)"
+  timeout $T ncu --clock-control none --target-processes all --kernel-name "regex:^reduce_hbf$" --launch-skip 1 \
+      --launch-count 1 --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy \
+      --section SourceCounters "${SL[@]}" --import-source no -o $W/little -f python3 bench/devpath_cost.py \
+      --out $W/dl --work /tmp/cn_work --parts little_e65536_b8192 --launch-timeout 120 --budget-s $(( T - 25 )) \
+      > $W/ncu_little.log 2>&1
+  echo "ncu rc=$?"; tail -3 $W/ncu_little.log | cut -c1-300
+  if [ -f $W/little.ncu-rep ]; then
+    ncu --import $W/little.ncu-rep --page details --csv > $W/little_details.csv 2> $W/little_details.err
+    ncu --import $W/little.ncu-rep --page source --csv --print-source sass > $W/src_little_hbf.csv 2> $W/src_little.err
+    echo "little source: $(wc -l < $W/src_little_hbf.csv) lines"
+    for f in $(find /tmp/cn_work -name 'reduce_hbf.cubin' 2>/dev/null); do
+      $ND -c $f > $W/sass/$(basename $(dirname $f) | cut -c1-12)_reduce_hbf.sass 2>/dev/null
+    done
+  fi
+  pack
+else
+  echo "little skipped: ${L}s left"
+fi
 ls -la $W | head -30
 echo "== done [$(left)s left]"
