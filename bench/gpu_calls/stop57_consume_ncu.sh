@@ -1,13 +1,14 @@
 #!/bin/bash
-# ONE call (~5 min, LIMIT=330; carry hbfproto, runtime_cuda/ptx, .whl): where the consume probe's issue-side cost
+# ONE call (~7 min, LIMIT=420; carry hbfproto, runtime_cuda/ptx, .whl): where the consume probe's issue-side cost
 # goes (issue 13 item 2: +128-160 ns over the unregistered build, goal 100; stop 55 on an H100). ncu (--clock-control
 # none, PC sampling every 32 cycles where ncu takes --sampling-interval 0) of bench/devpath_cost.py's consume part (fixed 2 us, today's default build),
 # every consume_* launch: the details page and, per consume_hbf launch, the SASS source page (executed instructions
 # and stall samples by reason per instruction) as CSV, plus the hbf cubin's nvdisasm listing, all in ONE tar under
 # $OUT (cn.tgz). The attribution (per SASS instruction of the issue path, registered vs unregistered launch) is done on
-# the CPU from the tar: bench/consume_ncu_summary.py. Then (B) the same for one Little e65536_b8192 launch.
+# the CPU from the tar: bench/consume_ncu_summary.py. Then (B) the same for one launch of
+# each of two Little kernels.
 set -u
-LIMIT=${LIMIT:-330}
+LIMIT=${LIMIT:-420}
 source bench/gpu_calls/env.sh
 export HBFD_ACCEL=off
 W=/tmp/cn; rm -rf $W /tmp/cn_work; mkdir -p $W
@@ -41,29 +42,30 @@ else
   echo "no consume report"
 fi
 pack
-# B: where a Little round's 1.2 us over its 20 us go (e65536_b8192: 8 loads per thread per round, 8 rounds, 8 waves;
-# x1.062 on the H100, goal 1.05): one instrumented launch (the second) sampled every 2^(5+2) cycles, its source page
-L=$(left); T=$(( L - 40 ))
-if [ $T -ge 90 ]; then
-  SL=(); [ ${#SI[@]} -gt 0 ] && SL=(--sampling-interval 2)
-  echo "== [${L}s left] ncu of devpath_cost little_e65536_b8192 (timeout ${T}s)"
+# B: where a Little round's time over its 20 us goes (e65536_b8192: 8 loads per thread per round, 8 rounds, 8 waves,
+# x1.062 on the H100, goal 1.05; e8192_b8192: one round per program, x1.188): one instrumented launch (the second)
+# each, sampled every 2^(5+2) cycles, its source page
+SL=(); [ ${#SI[@]} -gt 0 ] && SL=(--sampling-interval 2)
+for P in little_e65536_b8192 little_e8192_b8192; do
+  L=$(left); T=$(( L - 30 < 150 ? L - 30 : 150 ))
+  [ $T -lt 80 ] && { echo "$P skipped: ${L}s left"; continue; }
+  echo "== [${L}s left] ncu of devpath_cost $P (timeout ${T}s)"
   timeout $T ncu --clock-control none --target-processes all --kernel-name "regex:^reduce_hbf$" --launch-skip 1 \
       --launch-count 1 --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy \
-      --section SourceCounters "${SL[@]}" --import-source no -o $W/little -f python3 bench/devpath_cost.py \
-      --out $W/dl --work /tmp/cn_work --parts little_e65536_b8192 --launch-timeout 120 --budget-s $(( T - 25 )) \
-      > $W/ncu_little.log 2>&1
-  echo "ncu rc=$?"; tail -3 $W/ncu_little.log | cut -c1-300
-  if [ -f $W/little.ncu-rep ]; then
-    ncu --import $W/little.ncu-rep --page details --csv > $W/little_details.csv 2> $W/little_details.err
-    ncu --import $W/little.ncu-rep --page source --csv --print-source sass > $W/src_little_hbf.csv 2> $W/src_little.err
-    echo "little source: $(wc -l < $W/src_little_hbf.csv) lines"
-    for f in $(find /tmp/cn_work -name 'reduce_hbf.cubin' 2>/dev/null); do
-      $ND -c $f > $W/sass/$(basename $(dirname $f) | cut -c1-12)_reduce_hbf.sass 2>/dev/null
-    done
+      --section SourceCounters "${SL[@]}" --import-source no -o $W/$P -f python3 bench/devpath_cost.py \
+      --out $W/d_$P --work /tmp/cn_work --parts $P --launch-timeout 100 --budget-s $(( T - 25 )) \
+      > $W/ncu_$P.log 2>&1
+  echo "ncu rc=$?"; tail -2 $W/ncu_$P.log | cut -c1-300
+  if [ -f $W/$P.ncu-rep ]; then
+    ncu --import $W/$P.ncu-rep --page details --csv > $W/details_$P.csv 2> $W/details_$P.err
+    ncu --import $W/$P.ncu-rep --page source --csv --print-source sass > $W/src_$P.csv 2> $W/src_$P.err
+    echo "$P source: $(wc -l < $W/src_$P.csv) lines"
   fi
   pack
-else
-  echo "little skipped: ${L}s left"
-fi
+done
+for f in $(find /tmp/cn_work -name 'reduce_hbf.cubin' 2>/dev/null); do
+  $ND -c $f > $W/sass/$(basename $(dirname $f) | cut -c1-12)_reduce_hbf.sass 2>/dev/null
+done
+pack
 ls -la $W | head -30
 echo "== done [$(left)s left]"
