@@ -12,7 +12,7 @@ LIMIT=${LIMIT:-420}
 source bench/gpu_calls/env.sh
 export HBFD_ACCEL=off
 W=/tmp/cn; rm -rf $W /tmp/cn_work; mkdir -p $W
-pack() { tar czf $OUT/cn.tgz -C $W . 2>/dev/null; }
+pack() { tar czf $OUT/cn.tgz --exclude="*.ncu-rep" -C $W . 2>/dev/null; }   # the reports stay (16 MiB a file)
 which ncu || { echo "no ncu"; exit 4; }
 ND=$(python3 -c "import os, triton; print(os.path.join(os.path.dirname(triton.__file__), 'backends/nvidia/bin/nvdisasm'))")
 mkdir -p $W/sass
