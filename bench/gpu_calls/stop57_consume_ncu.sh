@@ -17,36 +17,38 @@ which ncu || { echo "no ncu"; exit 4; }
 ND=$(python3 -c "import os, triton; print(os.path.join(os.path.dirname(triton.__file__), 'backends/nvidia/bin/nvdisasm'))")
 mkdir -p $W/sass
 SI=(); ncu --help 2>/dev/null | grep -q -- "--sampling-interval" && SI=(--sampling-interval 0)   # 2^(5+0) cycles
-L=$(left); T=$(( L - 50 ))
-echo "== [${L}s left] ncu of devpath_cost consume (timeout ${T}s)"
-timeout $T ncu --clock-control none --target-processes all --kernel-name "regex:^consume_(plain|hbf)$" \
-    --launch-count 16 --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy \
-    --section SourceCounters --section InstructionStats "${SI[@]}" --import-source no \
-    -o $W/consume -f python3 bench/devpath_cost.py --out $W/dc --work /tmp/cn_work --parts consume \
-    --launch-timeout 120 --budget-s $(( T - 30 )) > $W/ncu_run.log 2>&1
-echo "ncu rc=$?"; grep -E "consume (idle|one_warp)" $W/ncu_run.log | cut -c1-300; tail -3 $W/ncu_run.log | cut -c1-300
-pack
-if [ -f $W/consume.ncu-rep ]; then
-  ncu --import $W/consume.ncu-rep --page details --csv > $W/details.csv 2> $W/details.err
-  for i in 0 1 2 3 4 5; do
-    ncu --import $W/consume.ncu-rep --kernel-name consume_hbf --launch-skip $i --launch-count 1 --page source --csv \
-        --print-source sass > $W/src_consume_hbf_$i.csv 2> $W/src_consume_hbf_$i.err
-    echo "consume_hbf launch $i source: $(wc -l < $W/src_consume_hbf_$i.csv) lines"
-  done
-  ncu --import $W/consume.ncu-rep --kernel-name consume_plain --launch-skip 1 --launch-count 1 --page source --csv \
-      --print-source sass > $W/src_consume_plain_1.csv 2> $W/src_consume_plain_1.err
-  for f in $(find /tmp/cn_work -name 'consume_*.cubin' 2>/dev/null); do
-    $ND -c $f > $W/sass/$(basename $(dirname $f) | cut -c1-12)_$(basename $f .cubin).sass 2>/dev/null
-  done
-else
-  echo "no consume report"
+if [ "${SKIP_CONSUME:-0}" != 1 ]; then   # A: the consume probe
+  L=$(left); T=$(( L - 50 < 190 ? L - 50 : 190 ))
+  echo "== [${L}s left] ncu of devpath_cost consume (timeout ${T}s)"
+  timeout $T ncu --clock-control none --target-processes all --kernel-name "regex:^consume_(plain|hbf)$" \
+      --launch-count 16 --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy \
+      --section SourceCounters --section InstructionStats "${SI[@]}" --import-source no \
+      -o $W/consume -f python3 bench/devpath_cost.py --out $W/dc --work /tmp/cn_work --parts consume \
+      --launch-timeout 120 --budget-s $(( T - 30 )) > $W/ncu_run.log 2>&1
+  echo "ncu rc=$?"; grep -E "consume (idle|one_warp)" $W/ncu_run.log | cut -c1-300; tail -3 $W/ncu_run.log | cut -c1-300
+  pack
+  if [ -f $W/consume.ncu-rep ]; then
+    ncu --import $W/consume.ncu-rep --page details --csv > $W/details.csv 2> $W/details.err
+    for i in 0 1 2 3 4 5; do
+      ncu --import $W/consume.ncu-rep --kernel-name consume_hbf --launch-skip $i --launch-count 1 --page source --csv \
+          --print-source sass > $W/src_consume_hbf_$i.csv 2> $W/src_consume_hbf_$i.err
+      echo "consume_hbf launch $i source: $(wc -l < $W/src_consume_hbf_$i.csv) lines"
+    done
+    ncu --import $W/consume.ncu-rep --kernel-name consume_plain --launch-skip 1 --launch-count 1 --page source --csv \
+        --print-source sass > $W/src_consume_plain_1.csv 2> $W/src_consume_plain_1.err
+    for f in $(find /tmp/cn_work -name 'consume_*.cubin' 2>/dev/null); do
+      $ND -c $f > $W/sass/$(basename $(dirname $f) | cut -c1-12)_$(basename $f .cubin).sass 2>/dev/null
+    done
+  else
+    echo "no consume report"
+  fi
 fi
 pack
 # B: where a Little round's time over its 20 us goes (e65536_b8192: 8 loads per thread per round, 8 rounds, 8 waves,
 # x1.062 on the H100, goal 1.05; e8192_b8192: one round per program, x1.188): one instrumented launch (the second)
 # each, sampled every 2^(5+2) cycles, its source page
 SL=(); [ ${#SI[@]} -gt 0 ] && SL=(--sampling-interval 2)
-for P in little_e65536_b8192 little_e8192_b8192; do
+for P in ${LITTLE:-little_e65536_b8192 little_e8192_b8192}; do
   L=$(left); T=$(( L - 30 < 150 ? L - 30 : 150 ))
   [ $T -lt 80 ] && { echo "$P skipped: ${L}s left"; continue; }
   echo "== [${L}s left] ncu of devpath_cost $P (timeout ${T}s)"
