@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
-from stream_ncu_summary import _col, _num, _tables  # noqa: E402
+from stream_ncu_summary import _col, _num, _tables, by_function  # noqa: E402
 
 log = logging.getLogger("consume_ncu_summary")
 
@@ -117,6 +117,27 @@ def main() -> int:
             for x in c["top"][:25]:
                 log.info("  %+6d  (%5d / %5d)  exec %7d / %7d  %s", x["d_samples"], x["samples"], x["unreg_samples"],
                          x["executed"], x["unreg_executed"], x["sass"])
+    # the Little kernels (part B): one instrumented launch each; the samples per instruction and per function of
+    # its section (the entry's own body, the per-kernel helper copies such as __hb_wait, where a warp sleeps out its
+    # modeled latency)
+    sass = sorted((d / "sass").glob("*.sass")) if (d / "sass").is_dir() else []
+    for p in sorted(d.glob("src_little_*.csv")):
+        rows, _cols = source_rows(p)
+        if not rows:
+            continue
+        tot = sum(r["samples"] for r in rows)
+        top = sorted(rows, key=lambda r: -r["samples"])[:a.top]
+        res[p.stem] = {"samples": tot, "executed": sum(r["executed"] for r in rows),
+                       "by_function": by_function(p, sass, "reduce_hbf", None),
+                       "top": [{"addr": r["addr"], "sass": r["sass"][:110], "samples": r["samples"],
+                                "share": round(r["samples"] / tot, 4) if tot else None, "executed": r["executed"],
+                                "reasons": r["reasons"]} for r in top]}
+        log.info("%s: %d samples", p.stem, tot)
+        for fn_, x in (res[p.stem]["by_function"] or {}).get("functions", {}).items():
+            log.info("    %-50s %9s samples  %12s instructions", fn_[:50], x.get("stall_samples"),
+                     x["warp_instructions"])
+        for x in res[p.stem]["top"][:20]:
+            log.info("  %6d (%5.1f %%) exec %9d  %s", x["samples"], 100 * (x["share"] or 0), x["executed"], x["sass"])
     atomic_write_json(Path(a.out), res, indent=1, default=str)
     return 0
 

@@ -171,7 +171,9 @@ def by_function(src_csv: Path, sass_files: list[Path], kernel: str, warps: Optio
         return {}
     t = tables[-1]
     c_src, c_ex = _col(t[0], "source"), _col(t[0], "instructions executed")
+    c_st = _col(t[0], "warp stall sampling", "all") or _col(t[0], "warp stall sampling")
     ex = [int(_num(r.get(c_ex)) or 0) for r in t]
+    st = [int(_num(r.get(c_st)) or 0) for r in t] if c_st else None
     for f in sass_files:
         fun = sass_functions(f.read_text(errors="replace"), kernel)
         if not fun or fun[-1][1] != len(ex):
@@ -180,9 +182,12 @@ def by_function(src_csv: Path, sass_files: list[Path], kernel: str, warps: Optio
         names = [(nm, a, b) for (nm, a), (_, b) in zip(fun[:-1], fun[1:])]
         for nm, a, b in names:
             tot = sum(ex[a:b])
-            if tot:
+            smp = sum(st[a:b]) if st else 0
+            if tot or smp:
                 res["functions"][nm] = {"warp_instructions": tot,
                                         "per_warp": round(tot / warps, 1) if warps else None}
+                if st:
+                    res["functions"][nm]["stall_samples"] = smp
         calls = [m.group(1).replace(f"${kernel}$", "") for ln in _section(f.read_text(errors="replace"), kernel)
                  for m in [re.search(r"CALL\.\w+(?:\.\w+)* `\((\S+)\)", ln)] if m]
         page_calls = [ex[i] for i, r in enumerate(t) if "CALL" in (r.get(c_src) or "")]
