@@ -69,9 +69,10 @@ def test_the_summary_splits_by_function_and_reads_units(tmp_path):
     s = k["source"]
     assert s["warp_instructions"] == sum(EXEC) and s["globaltimer_per_warp"] == 1.0 and s["calls_executed"] == 16
     f = k["by_function"]
-    assert f["functions"] == {"body": {"warp_instructions": 36, "per_warp": 4.5},
-                              "__hb_inline_until_live": {"warp_instructions": 8, "per_warp": 1.0},
-                              "__hb_kernel_flush": {"warp_instructions": 24, "per_warp": 3.0}}
+    # stall samples per function: each row's i % 3 (body rows 0-4: 4, rows 5-6: 2, rows 7-8: 3)
+    assert f["functions"] == {"body": {"warp_instructions": 36, "per_warp": 4.5, "stall_samples": 4},
+                              "__hb_inline_until_live": {"warp_instructions": 8, "per_warp": 1.0, "stall_samples": 2},
+                              "__hb_kernel_flush": {"warp_instructions": 24, "per_warp": 3.0, "stall_samples": 3}}
     assert f["calls"] == {"__hb_inline_until_live": 4, "__hb_kernel_exit": 8, "__hb_kernel_flush": 4}
 
 
