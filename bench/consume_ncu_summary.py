@@ -93,17 +93,22 @@ def main() -> int:
     if not d.is_dir():
         ap.error(f"--dir {d}: not a folder")
     L = launches(d / "details.csv")
-    srcs = {}
+    srcs: dict[int, list[dict]] = {}
+    cols: dict = {}
     for p in sorted(d.glob("src_consume_hbf_*.csv")):
-        i = int(p.stem.rsplit("_", 1)[1])
-        rows, cols = source_rows(p)
+        tail = p.stem.rsplit("_", 1)[1]
+        if not tail.isdigit():
+            log.warning("%s: not a launch page (src_consume_hbf_<n>.csv), skipped", p.name)
+            continue
+        rows, c = source_rows(p)
         if rows:
-            srcs[i] = rows
+            srcs[int(tail)] = rows
+            cols = cols or c
     res: dict = {"what": "ncu PC sampling of devpath_cost's consume part (bench/gpu_calls/stop57_consume_ncu.sh)",
                  "launches": L, "per_launch": {i: {"samples": sum(r["samples"] for r in rows),
                                                    "executed": sum(r["executed"] for r in rows)}
                                               for i, rows in srcs.items()},
-                 "columns": cols if srcs else {}}
+                 "columns": cols}
     # devpath_cost's consume_hbf launches in order: idle unregistered, idle registered, one warp per SM
     # unregistered, one warp per SM registered (after any warm-up launch: the pairs are the LAST four)
     idx = sorted(srcs)
