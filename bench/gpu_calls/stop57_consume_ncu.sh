@@ -1,12 +1,12 @@
 #!/bin/bash
 # ONE call (~7 min, LIMIT=420; carry hbfproto, runtime_cuda/ptx, .whl): where the consume probe's issue-side cost
-# goes (issue 13 item 2: +128-160 ns over the unregistered build, goal 100; stop 55 on an H100). ncu (--clock-control
-# none, PC sampling every 32 cycles where ncu takes --sampling-interval 0) of bench/devpath_cost.py's consume part (fixed 2 us, today's default build),
-# every consume_* launch: the details page and, per consume_hbf launch, the SASS source page (executed instructions
-# and stall samples by reason per instruction) as CSV, plus the hbf cubin's nvdisasm listing, all in ONE tar under
-# $OUT (cn.tgz). The attribution (per SASS instruction of the issue path, registered vs unregistered launch) is done on
-# the CPU from the tar: bench/consume_ncu_summary.py. Then (B) the same for one launch of
-# each of two Little kernels.
+# goes (issue 13 item 2: +128-160 ns over the unregistered build, goal 100; stop 55 on an H100). (A) ncu
+# (--clock-control none; PC sampling every 32 cycles where ncu takes --sampling-interval) of bench/devpath_cost.py's
+# consume part (fixed 2 us, today's default build), every consume_* launch: the details page and, per consume_hbf
+# launch, the SASS source page (executed instructions and stall samples per instruction) as CSV, plus the cubins'
+# nvdisasm listings, all in ONE tar under $OUT (cn.tgz; the .ncu-rep files stay on the card). (B) the same for one
+# launch of each Little kernel named in LITTLE (default both 8-load ones; `none`: no Little part). SKIP_CONSUME=1
+# skips (A). The attribution is done on the CPU from the tar: bench/consume_ncu_summary.py.
 set -u
 LIMIT=${LIMIT:-420}
 source bench/gpu_calls/env.sh
@@ -49,6 +49,7 @@ pack
 # each, sampled every 2^(5+2) cycles, its source page
 SL=(); [ ${#SI[@]} -gt 0 ] && SL=(--sampling-interval 2)
 for P in ${LITTLE:-little_e65536_b8192 little_e8192_b8192}; do
+  [ "$P" = none ] && continue
   L=$(left); T=$(( L - 30 < 150 ? L - 30 : 150 ))
   [ $T -lt 80 ] && { echo "$P skipped: ${L}s left"; continue; }
   echo "== [${L}s left] ncu of devpath_cost $P (timeout ${T}s)"
