@@ -1,6 +1,6 @@
 #!/bin/bash
 # ONE call (~9.5 min, LIMIT=570; carry hbfproto, runtime_cuda/ptx, .whl): this stop's GPU work in priority order, so a
-# machine that starts at all is used whole (stop 56 got none in 14 tries, stop 57 none in 12):
+# machine that starts at all is used whole (stop 56 got none in 14 tries, stop 57 none in 16):
 #   1. stop57_consume_ncu.sh (its consume part capped at 190 s) with one Little kernel (e65536_b8192): where the
 #      consume probe's +128-160 ns and a Little round's 1.2 us go, per SASS instruction (ncu PC sampling)  (~5 min)
 #   2. stop56_pgmin.sh: HBFCC_PREFETCH_GROUP vs today's default, stream part                        (~4 min, if left)
