@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from hbfcommon.fsutil import atomic_write_json  # noqa: E402
-from stream_ncu_summary import _col, _num, _tables, by_function  # noqa: E402
+from stream_ncu_summary import _col, _num, _tables, by_function, duration_ns  # noqa: E402
 
 log = logging.getLogger("consume_ncu_summary")
 
@@ -35,11 +35,9 @@ def launches(details_csv: Path) -> list[dict]:
         if (r.get("Kernel Name") or "") != "consume_hbf":
             continue
         d = by_id.setdefault(r.get("ID"), {"id": r.get("ID")})
-        name, val, unit = r.get("Metric Name"), r.get("Metric Value"), (r.get("Metric Unit") or "").strip()
+        name, val = r.get("Metric Name"), r.get("Metric Value")
         if name == "Duration":
-            scale = {"ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6}.get(unit)
-            v = _num(val or "")
-            d["duration_ns"] = round(v * scale) if v is not None and scale else None
+            d["duration_ns"] = duration_ns(r)
         elif name in ("Grid Size", "Registers Per Thread", "Warp Cycles Per Issued Instruction"):
             d[name] = val
     return sorted(by_id.values(), key=lambda d: int(_num(d["id"]) or 0))

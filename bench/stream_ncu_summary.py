@@ -38,6 +38,14 @@ def _num(s: str):
         return None
 
 
+def duration_ns(row: dict):
+    """A details-page Duration row in ns (ncu picks the unit per kernel: ns, us, ms, ...); None when unreadable."""
+    scale = {"ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9,
+             "second": 1e9}.get((row.get("Metric Unit") or "").strip())
+    v = _num(row.get("Metric Value") or "")
+    return round(v * scale) if v is not None and scale else None
+
+
 def details(path: Path) -> dict:
     """{kernel: {metric: value}} from the details page, the LAST result of each kernel name."""
     out: dict = {}
@@ -54,11 +62,8 @@ def details(path: Path) -> dict:
         if k in last_id and r.get("ID") == last_id[k] and r.get("Metric Name") in DETAIL_METRICS:
             m = out.setdefault(k, {"ncu_id": last_id[k]})
             m[r["Metric Name"]] = r.get("Metric Value")
-            if r["Metric Name"] == "Duration":      # ncu picks the unit per kernel (us, ms, ...): in ns
-                scale = {"ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9,
-                         "second": 1e9}.get((r.get("Metric Unit") or "").strip())
-                v = _num(r.get("Metric Value") or "")
-                m["duration_ns"] = round(v * scale) if v is not None and scale else None
+            if r["Metric Name"] == "Duration":
+                m["duration_ns"] = duration_ns(r)
     return out
 
 

@@ -236,8 +236,8 @@ DOCS: tuple[tuple[str, str, str], ...] = (
      "stress matrices all ended bit-identical. N (2-4): the next N iterations' addresses (the induction step "
      "known); 0: none"),
     ("HBFCC_PREFETCH_GROUP", "0", "1: an issue group first prefetches into L2 (prefetch.global.L2, each request's "
-     "address, on its load's guard where the request's loads share one) what its loads will read, before its timing code, so the lines come from DRAM "
-     "while that code runs -- what HBFCC_LOADS_FIRST wanted, without holding the loads' registers across the code "
+     "address, on its load's guard where the request's loads share one) what its loads will read, before its timing "
+     "code, so the lines come from DRAM while that code runs -- what HBFCC_LOADS_FIRST wanted, without holding the loads' registers across the code "
      "or making an ask wait for them (a prefetch has no destination). The same values; a prefetch is not timed. "
      "Off until a GPU has measured it"),
     ("HBFCC_FULL_WARP", "auto", "inline issue paths and issue groups get a second copy of their warp votes and "

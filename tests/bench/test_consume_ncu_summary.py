@@ -41,7 +41,13 @@ def test_registered_against_unregistered_by_instruction(tmp_path):
     _page(tmp_path / "src_consume_hbf_2.csv", [5, 9, 7, 3], [32, 32, 32, 32])
     _page(tmp_path / "src_consume_hbf_3.csv", [50, 20, 0, 30], [4224, 4224, 0, 4224])
     _page(tmp_path / "src_consume_hbf_4.csv", [52, 60, 40, 31], [4224, 4224, 4224, 4224])
+    (tmp_path / "details.csv").write_text(
+        '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n'
+        '"3","consume_hbf","Duration","us","2.5"\n"3","consume_hbf","Registers Per Thread","","128"\n'
+        '"1","consume_plain","Duration","ns","900"\n"2","consume_hbf","Duration","ms","0.004"\n')
     r = _run(tmp_path)
+    assert r["launches"] == [{"id": "2", "duration_ns": 4000},                 # consume_hbf only, in launch order, ns
+                             {"id": "3", "duration_ns": 2500, "Registers Per Thread": "128"}]
     idle = r["idle"]
     assert (idle["unregistered_launch"], idle["registered_launch"]) == (1, 2)
     assert idle["d_samples"] == 14 and idle["only_registered_samples"] == 7     # the shuffle runs registered only
@@ -57,7 +63,8 @@ def test_a_little_page_by_function(tmp_path):
                "        /*0000*/                   CS2R R16, SR_GLOBALTIMERLO ;\n"
                "        /*0010*/                   VOTE.ANY R16, PT, !P0 ;\n"
                "        .type           $reduce_hbf$__hb_wait,@function\n$reduce_hbf$__hb_wait:\n"
-               "        /*0020*/                   NANOSLEEP 0x800 ;\n        /*0030*/                   RET.REL.NODEC R20 ;\n")
+               "        /*0020*/                   NANOSLEEP 0x800 ;\n"
+               "        /*0030*/                   RET.REL.NODEC R20 ;\n")
     (tmp_path / "sass").mkdir()
     (tmp_path / "sass" / "x_reduce_hbf.sass").write_text(listing)
     r = _run(tmp_path)["src_little_e65536_b8192"]
