@@ -12,7 +12,11 @@ rest() { echo $(( LIMIT - ($(date +%s) - T00) )); }
 L=$(rest); LITTLE=little_e65536_b8192 LIMIT=$(( L < 330 ? L : 330 )) bash bench/gpu_calls/stop57_consume_ncu.sh
 mkdir -p $OUT/cn1 && mv $OUT/cn.tgz $OUT/cn1/ 2>/dev/null
 L=$(rest); echo "== [${L}s left] pgmin"
-if [ $L -ge 200 ]; then LIMIT=$(( L - 10 < 230 ? L - 10 : 230 )) bash bench/gpu_calls/stop56_pgmin.sh; else echo "pgmin skipped"; fi
+if [ $L -ge 200 ]; then
+  LIMIT=$(( L - 10 < 230 ? L - 10 : 230 )) bash bench/gpu_calls/stop56_pgmin.sh
+else
+  echo "pgmin skipped"
+fi
 L=$(rest); echo "== [${L}s left] little_e8192_b8192 ncu"
 if [ $L -ge 150 ]; then
   LITTLE=little_e8192_b8192 SKIP_CONSUME=1 LIMIT=$(( L - 10 )) bash bench/gpu_calls/stop57_consume_ncu.sh
