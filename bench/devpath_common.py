@@ -369,6 +369,7 @@ def cpu_compile(K, spec: dict, sfx: str) -> dict:
             "artifact": art is not None, "admitted": ka.get("admitted"),
             "reasons": (ka.get("not_admitted_reasons") or [])[:3], "ptxas_before": ka.get("ptxas_before"),
             "ptxas_after": ka.get("ptxas_after"), "occupancy_guard": ka.get("occupancy_guard"),
+            "full_warp_auto": ka.get("full_warp_auto"), "group_prefetches": ka.get("group_prefetches"),
             "sites": ka.get("sites"), "waits": ka.get("waits"),
             "helper": Path(art["helper"]["path"]).name if art and art.get("helper") else None}
 
@@ -950,6 +951,7 @@ def kernel_info(s, k, threads: int) -> dict:
             "n_spills": getattr(k, "n_spills", None), "shared": shared,
             "artifact_found": art is not None, "ptxas_before": ka.get("ptxas_before"),
             "ptxas_after": ka.get("ptxas_after"), "occupancy_guard": ka.get("occupancy_guard"),
+            "full_warp_auto": ka.get("full_warp_auto"), "group_prefetches": ka.get("group_prefetches"),
             "helper": Path(art["helper"]["path"]).name if art and art.get("helper") else None,
             # HBFCC_LINK=separate asked: the route that built it, the caps and how they were chosen
             "link": {x: v for x, v in art["link"].items() if x not in ("ptxas_c_argv", "nvlink")}

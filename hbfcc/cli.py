@@ -102,8 +102,8 @@ def marker_line() -> str:
         line += " early-clock on"
     if knobs.load().prefetch_next != 1:  # HBFCC_PREFETCH_NEXT=0|2..4 builds differently
         line += f" prefetch-next {knobs.load().prefetch_next}"
-    if knobs.load().prefetch_group:  # HBFCC_PREFETCH_GROUP=1 builds differently
-        line += " prefetch-group on"
+    if knobs.load().prefetch_group != "0":  # HBFCC_PREFETCH_GROUP=1|auto builds differently
+        line += f" prefetch-group {knobs.load().prefetch_group}"
     if knobs.load().full_warp != "auto":  # HBFCC_FULL_WARP=0|1|all builds differently
         line += f" full-warp {knobs.load().full_warp}"
     if knobs.load().native_scope:  # HBFCC_NATIVE_SCOPE=1 builds differently
@@ -420,8 +420,9 @@ def _ptxas(args: list[str]) -> int:
                 log.warning("HBFCC_LINK=separate: %s; building whole-program", sep_why)
                 use_sep = False
                 res, unbounded = bound_before(local_helpers(whole_rewrite()))
-        def rebuild(names):        # HBFCC_FULL_WARP=auto: the rewrite with these entries' groups all full-warp
-            r = rewrite_text(original, filename=in_path, helper=helper, max_version=cap, full_warp_all=names)
+        def rebuild(names, pg=()):  # HBFCC_FULL_WARP=auto: these entries' groups all full-warp (and those in `pg`
+            r = rewrite_text(original, filename=in_path, helper=helper, max_version=cap, full_warp_all=names,
+                             prefetch_group_in=pg)        # with the group prefetches: HBFCC_PREFETCH_GROUP=auto)
             return bound_before(local_helpers(r))[0]
         fw_pre = None
         if cp is None:
@@ -429,7 +430,8 @@ def _ptxas(args: list[str]) -> int:
             # auto's `all` build runs beside the first one (its candidates are known from the rewrite)
             if k.full_warp == "auto" and sass and not use_sep and not k.occupancy_guard and out_path is not None \
                     and not res.already_instrumented:
-                fw_pre = _FullWarpPrebuild.start(res, rebuild, rargs, work, out_path, tmpdir)
+                fw_pre = [_FullWarpPrebuild.start(res, rebuild, rargs, work, out_path, tmpdir, pg=pg)
+                          for pg in ((False, True) if k.prefetch_group == "auto" else (False,))]
             cp = _run_capture(rargs)
         if cp.returncode != 0 and unbounded is not None:
             fw_pre = _FullWarpPrebuild.discard(fw_pre)      # built with the bound the retry drops
@@ -476,7 +478,8 @@ def _ptxas(args: list[str]) -> int:
             post_bound = any(d.get("applied") for d in (res.meta.get(occupancy.LAUNCH_PASS_NAME) or {}).values())
         if k.full_warp == "auto" and after is not None and not res.already_instrumented and not use_sep \
                 and not post_bound:
-            res, cp, after = _full_warp_auto(res, rebuild, work, out_path, rargs, after, cp, user_v, reloc, fw_pre)
+            res, cp, after = _full_warp_auto(res, rebuild, work, out_path, rargs, after, cp, user_v, reloc, fw_pre,
+                                             pg_auto=k.prefetch_group == "auto")
         else:
             _FullWarpPrebuild.discard(fw_pre)
         ptxas_info = {"path": real, "source": choice.source, "version": ptxas_version_text(real),
@@ -864,8 +867,8 @@ class _FullWarpPrebuild:
     the slower of the two, not their sum (stop 55: the two in sequence took a Triton compile x2.0 the `1` build's CPU
     and wall time). Its text, ptxas's process once done (``result``) and its output path."""
 
-    def __init__(self, names: tuple[str, ...], out: str, thread: threading.Thread, box: dict):
-        self.names, self.out, self._thread, self._box = names, out, thread, box
+    def __init__(self, names: tuple[str, ...], pg: tuple[str, ...], out: str, thread: threading.Thread, box: dict):
+        self.names, self.pg, self.out, self._thread, self._box = names, pg, out, thread, box
 
     @property
     def res(self):
@@ -873,13 +876,15 @@ class _FullWarpPrebuild:
         return self._box.get("res")
 
     @classmethod
-    def start(cls, first, rebuild, rargs: list[str], work: str, out_path: str, tmpdir: str):
+    def start(cls, first, rebuild, rargs: list[str], work: str, out_path: str, tmpdir: str, pg: bool = False):
         """The rewrite and its ptxas run in a thread (the first build's ptxas is a process: no GIL contention but the
-        rewrite's own); None when there is nothing to build or the output cannot be redirected."""
+        rewrite's own); None when there is nothing to build or the output cannot be redirected. ``pg``: the
+        candidates' group prefetches too (HBFCC_PREFETCH_GROUP=auto's variant, in a folder of its own)."""
         names = tuple(_full_warp_candidates(first))
         if not names:
             return None
-        d = os.path.join(tmpdir, "fwall")
+        pgn = names if pg else ()
+        d = os.path.join(tmpdir, "fwallpg" if pg else "fwall")
         wpath, opath = os.path.join(d, os.path.basename(work)), os.path.join(d, "out.o")
         argv = [wpath if a == work else opath if a == out_path else
                 ("--output-file=" + opath if a == "--output-file=" + out_path else a) for a in rargs]
@@ -890,15 +895,15 @@ class _FullWarpPrebuild:
         def run():
             try:
                 os.makedirs(d, exist_ok=True)
-                r = rebuild(names)
+                r = rebuild(names, pgn)
                 atomic_write_text(wpath, r.text, fsync=False)
                 box["res"] = r
                 box["cp"] = _run_capture(argv)
             except Exception as e:  # noqa: BLE001 - any failure here: the sequential path builds it and says so
                 box["error"] = e
-        t = threading.Thread(target=run, name="hbfcc-fullwarp-all", daemon=True)
+        t = threading.Thread(target=run, name="hbfcc-fullwarp-allpg" if pg else "hbfcc-fullwarp-all", daemon=True)
         t.start()
-        return cls(names, opath, t, box)
+        return cls(names, pgn, opath, t, box)
 
     def result(self) -> Optional[subprocess.CompletedProcess]:
         self._thread.join()
@@ -910,72 +915,107 @@ class _FullWarpPrebuild:
 
     @staticmethod
     def discard(pre) -> None:
-        """Not used: wait for its ptxas (its files live in the call's temporary folder)."""
-        if pre is not None:
-            pre._thread.join()
+        """Not used: wait for their ptxas (their files live in the call's temporary folder). ``pre``: a list of
+        prebuilds (None entries allowed) or None."""
+        for p in pre or ():
+            if p is not None:
+                p._thread.join()
         return None
 
 
 def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: list[str], after, cp, user_v: bool,
-                    reloc: bool, pre: Optional[_FullWarpPrebuild] = None):
+                    reloc: bool, pre: Optional[list] = None, pg_auto: bool = False):
     """HBFCC_FULL_WARP=auto: the module was built with `1` (the full-mask copies in single sites and groups of at most
     SMALL_GROUP_SITES); each entry with a larger group is built again with `all` (``rebuild(names)``: the rewrite with
     those entries' groups all full-warp, the same stages after it) and keeps `all` where ptxas gives it no more
     registers and no more spill bytes than `1` -- on an H100 (stop 53) `all` took the stream copies x1.36 -> x1.29 at
     the same registers and cost the unrolled reduce 168 -> 214 registers (x1.75 -> x2.08), and no static rule told
-    the two apart. Where some entries keep it and others do not, a third build holds exactly the kept ones; where none
-    does, the first build's output is put back. A build ptxas rejects keeps the first, loudly. The decision per entry
-    goes into the artifact (``full_warp_auto``)."""
+    the two apart. ``pg_auto`` (HBFCC_PREFETCH_GROUP=auto): a third variant, `all` with the candidates' group
+    prefetches (``rebuild(names, names)``), preferred where it too gives no more registers or spills than `1` -- on
+    an H100 (stop 58) the prefetches took the copies x1.29 -> x0.98 at the same registers and the unrolled reduce
+    168 -> 212 registers (x1.74 -> x2.02). Where the entries choose differently, one more build holds exactly the
+    choices; where none keeps a variant, the first build's output is put back. A variant ptxas rejects is not chosen,
+    loudly. The decision per entry goes into the artifact (``full_warp_auto``: ``chosen`` `1`, `all` or `all+pg`)."""
     from .toolchain import build_stats
 
+    pres = [p for p in (pre or ()) if p is not None]
     cands = _full_warp_candidates(res)
     if not cands or out_path is None or not os.path.isfile(out_path):
-        _FullWarpPrebuild.discard(pre)
+        _FullWarpPrebuild.discard(pres)
         return res, cp, after
-    saved = out_path + ".hbfcc-fw1"
-    shutil.copyfile(out_path, saved)
+    saved = {"1": out_path + ".hbfcc-fw1"}
+    shutil.copyfile(out_path, saved["1"])
 
-    def build(names):
-        c = pre.result() if pre is not None and pre.names == tuple(names) else None
+    def build(tag: str, names, pg=()):
+        """One variant into out_path and its own copy (saved[tag]): the one built beside the first if there is one."""
+        key = (tuple(names), tuple(pg))
+        p = next((p for p in pres if (p.names, p.pg) == key), None)
+        c = p.result() if p is not None else None
         if c is not None:               # built beside the first build: its output into place
-            r = pre.res
+            r = p.res
             atomic_write_text(in_path, r.text, fsync=False)
             if c.returncode == 0:
-                shutil.copyfile(pre.out, out_path)
-            return r, c, (build_stats(c.stdout + c.stderr, out_path) if c.returncode == 0 else None)
-        r = rebuild(tuple(names))
+                shutil.copyfile(p.out, out_path)
+        else:
+            r = rebuild(*key)
+            atomic_write_text(in_path, r.text, fsync=False)
+            c = _run_capture(rargs)
+        st = build_stats(c.stdout + c.stderr, out_path) if c.returncode == 0 else None
+        if st is not None:
+            saved[tag] = f"{out_path}.hbfcc-fw{tag.replace('+', '')}"
+            shutil.copyfile(out_path, saved[tag])
+        return r, c, st
+
+    def put(tag: str, r) -> None:
         atomic_write_text(in_path, r.text, fsync=False)
-        c = _run_capture(rargs)
-        return r, c, (build_stats(c.stdout + c.stderr, out_path) if c.returncode == 0 else None)
+        shutil.copyfile(saved[tag], out_path)
 
     def first(why: Optional[str] = None):
-        atomic_write_text(in_path, res.text, fsync=False)
-        shutil.copyfile(saved, out_path)
+        put("1", res)
         if why:
             log.warning("HBFCC_FULL_WARP=auto: %s; keeping the `1` build", why)
         return res
 
-    try:
-        r2, cp2, after2 = build(cands)
-        if after2 is None:
-            return _with_decisions(first(f"ptxas rejected the `all` build (exit {cp2.returncode})"),
-                                   {n: {"chosen": "1", "registers_1": None, "registers_all": None,
-                                        "reason": f"ptxas exit {cp2.returncode}"} for n in cands}), cp, after
-        r1, ra = _entry_registers(after, res.module, reloc), _entry_registers(after2, r2.module, reloc)
+    def spills(st, n):
+        f = st.functions.get(n)
+        return 0 if f is None else (f.spill_stores or 0) + (f.spill_loads or 0)
 
-        def spills(st, n):
-            f = st.functions.get(n)
-            return 0 if f is None else (f.spill_stores or 0) + (f.spill_loads or 0)
-        keep = [n for n in cands if r1.get(n) is not None and ra.get(n) is not None and ra[n] <= r1[n]
-                and spills(after2, n) <= spills(after, n)]
-        dec = {n: {"chosen": "all" if n in keep else "1", "registers_1": r1.get(n), "registers_all": ra.get(n)}
-               for n in cands}
-        if len(keep) == len(cands):
-            final, fcp, fafter = r2, cp2, after2
-        elif not keep:
+    try:
+        r1 = _entry_registers(after, res.module, reloc)
+        variants = [("all", cands, ())] + ([("all+pg", cands, cands)] if pg_auto else [])
+        built = {tag: build(tag, names, pg) for tag, names, pg in variants}
+        regs = {tag: (_entry_registers(st, r.module, reloc) if st is not None else {})
+                for tag, (r, _c, st) in built.items()}
+        for tag, (_r, c, st) in built.items():
+            if st is None:
+                log.warning("HBFCC_FULL_WARP=auto: ptxas rejected the `%s` build (exit %d)", tag, c.returncode)
+
+        def fits(tag, n):
+            st = built[tag][2]
+            rv = regs[tag].get(n)
+            return st is not None and r1.get(n) is not None and rv is not None and rv <= r1[n] \
+                and spills(st, n) <= spills(after, n)
+        dec = {}
+        for n in cands:
+            chosen = next((tag for tag in ("all+pg", "all") if tag in built and fits(tag, n)), "1")
+            d = {"chosen": chosen, "registers_1": r1.get(n), "registers_all": regs["all"].get(n)}
+            if pg_auto:
+                d["registers_all_pg"] = regs["all+pg"].get(n)
+            bad = [f"`{t}`: ptxas exit {built[t][1].returncode}" for t in built if built[t][2] is None]
+            if bad and chosen == "1":
+                d["reason"] = "; ".join(bad)
+            dec[n] = d
+        chosen = {d["chosen"] for d in dec.values()}
+        if chosen == {"1"}:
             final, fcp, fafter = first(), cp, after
+        elif len(chosen) == 1:
+            tag = chosen.pop()
+            final, fcp, fafter = built[tag]
+            put(tag, final)
         else:
-            r3, cp3, after3 = build(keep)
+            fw = tuple(n for n in cands if dec[n]["chosen"] != "1")
+            pg = tuple(n for n in cands if dec[n]["chosen"] == "all+pg")
+            r3, cp3, after3 = build("mixed", fw, pg)
             if after3 is None:
                 for d in dec.values():
                     d["chosen"], d["reason"] = "1", f"the mixed build failed (ptxas exit {cp3.returncode})"
@@ -985,14 +1025,16 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
         if user_v and fcp is not cp:
             sys.stdout.write(fcp.stdout)
             sys.stderr.write(fcp.stderr)
-        log.info("HBFCC_FULL_WARP=auto: %s", ", ".join(f"{n} {d['chosen']} ({d['registers_1']} / {d['registers_all']}"
-                                                       " registers)" for n, d in dec.items()))
+        log.info("HBFCC_FULL_WARP=auto: %s", ", ".join(
+            f"{n} {d['chosen']} ({d['registers_1']} / {d['registers_all']}"
+            + (f" / {d['registers_all_pg']}" if pg_auto else "") + " registers)" for n, d in dec.items()))
         return _with_decisions(final, dec), fcp, fafter
     finally:
-        try:
-            os.unlink(saved)
-        except OSError:
-            pass
+        for f in saved.values():
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
 
 
 def _with_decisions(res, dec: dict):

@@ -54,7 +54,8 @@ class Knobs:
     loads_first: str = "0"         # HBFCC_LOADS_FIRST (0 | 1 | all): a group's moved loads before its timing code
     early_clock: bool = False      # HBFCC_EARLY_CLOCK (default 0): an issue group reads its clock before its own setup
     prefetch_next: int = 1         # HBFCC_PREFETCH_NEXT (default 1): a loop's next N iterations' loads into L2
-    prefetch_group: bool = False   # HBFCC_PREFETCH_GROUP (default 0): an issue group's loads into L2 before its code
+    prefetch_group: str = "0"      # HBFCC_PREFETCH_GROUP (0 | 1 | auto; default 0): an issue group's loads into L2
+                                   # before its code; auto: in HBFCC_FULL_WARP=auto's second build (hbfcc/cli.py)
     full_warp: str = "auto"        # HBFCC_FULL_WARP (0 | 1 | all | auto): full-mask collectives where a whole warp runs a path
     share_until: bool = True       # HBFCC_SHARE_UNTIL (default 1): an until asked for loads serves stores too, and back
     inline_time: bool = False      # HBFCC_INLINE_TIME (default 0): the served inline paths' own time (inline_ns)
@@ -105,7 +106,7 @@ def load() -> Knobs:
         full_warp=_choice("HBFCC_FULL_WARP", "auto", FULL_WARP_CHOICES),
         early_clock=env_bool("HBFCC_EARLY_CLOCK", False),
         prefetch_next=env_int("HBFCC_PREFETCH_NEXT", 1, 0, PREFETCH_NEXT_MAX),
-        prefetch_group=env_bool("HBFCC_PREFETCH_GROUP", False),
+        prefetch_group=_choice("HBFCC_PREFETCH_GROUP", "0", PREFETCH_GROUP_CHOICES),
         inline_time=env_bool("HBFCC_INLINE_TIME", False),
         call_isolation=env_bool("HBFCC_CALL_ISOLATION", False),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
@@ -170,6 +171,9 @@ GROUP_SCOPE_CHOICES = ("0", "1", "all")
 # HBFCC_FULL_WARP also takes auto: `1`, then `all` for each entry whose larger groups ptxas assembles with no more
 # registers (a second ptxas run where an entry has a group of more than SMALL_GROUP_SITES sites; hbfcc/cli.py)
 FULL_WARP_CHOICES = GROUP_SCOPE_CHOICES + ("auto",)
+# HBFCC_PREFETCH_GROUP: off, every group, or auto: the entries HBFCC_FULL_WARP=auto builds a second time get the
+# prefetches in that build too (a third variant, `all` + prefetches), kept where ptxas gives no more registers
+PREFETCH_GROUP_CHOICES = ("0", "1", "auto")
 
 
 def _choice(variable: str, default: str, choices: tuple[str, ...]) -> str:

@@ -57,9 +57,10 @@ _FUNC = {
         "tma": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
         "tma_hooks": {"type": "integer", "minimum": 0}, "bulk_window": {"type": "integer", "minimum": 0},
         # HBFCC_FULL_WARP=auto (hbfcc/cli.py): an entry with issue groups of more than 4 sites built both ways, the
-        # registers of each, and which one the output holds
+        # registers of each, and which one the output holds; with HBFCC_PREFETCH_GROUP=auto a third way, `all` with
+        # the group prefetches (registers_all_pg)
         "full_warp_auto": {"type": "object", "required": ["chosen", "registers_1", "registers_all"],
-                           "properties": {"chosen": {"enum": ["1", "all"]}}},
+                           "properties": {"chosen": {"enum": ["1", "all", "all+pg"]}}},
     },
 }
 SCHEMA: dict[str, Any] = {

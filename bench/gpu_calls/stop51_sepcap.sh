@@ -57,6 +57,8 @@ for v in ${VARIANTS:-whole sep_plain sep_body sep_body_ci whole_ci}; do
     pf3) E=(HBFCC_LINK=whole HBFCC_PREFETCH_NEXT=3);;
     pf1lf1) E=(HBFCC_LINK=whole HBFCC_PREFETCH_NEXT=1 HBFCC_LOADS_FIRST=1);;
     pg) E=(HBFCC_LINK=whole HBFCC_PREFETCH_GROUP=1);;                       # stop 56: a group's loads into L2 first
+    pgauto) E=(HBFCC_LINK=whole HBFCC_PREFETCH_GROUP=auto);;                # stop 58: pg where ptxas gives no more registers
+    pg0) E=(HBFCC_LINK=whole HBFCC_PREFETCH_GROUP=0);;                      # without it (the default before stop 58)
     *) echo "unknown variant $v"; continue;;
   esac
   L=$(left); T=$(( L - 20 < 130 ? L - 20 : 130 ))

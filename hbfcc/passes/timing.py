@@ -2631,6 +2631,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     early_clock = bool(meta.get("early_clock", False))
     prefetch_next = int(meta.get("prefetch_next", 1))
     prefetch_group = bool(meta.get("prefetch_group", False))
+    prefetch_group_in = frozenset(meta.get("prefetch_group_in") or ())   # HBFCC_PREFETCH_GROUP=auto: these functions
     entries = [f for f in module.items if type(f) is Function and f.is_entry and f.body is not None]
     kidx_of = {f.name: i for i, f in enumerate(entries)}
     n_entries = len(entries)
@@ -2647,7 +2648,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
                                    fast_groups, tracks, cluster, multi, live, itime, native_scope, merge,
                                    share_until, loads_first,
                                    GROUP_MAX if it.name in full_warp_all else full_warp, early_clock, prefetch_next,
-                                   prefetch_group)
+                                   prefetch_group or it.name in prefetch_group_in)
             new_items.append(rw.run())
             reports[it.name] = rw.report
             any_inline |= rw.inline and rw.report.sites > 0
@@ -2696,6 +2697,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "loads_first": loads_first,
         "full_warp": full_warp,
         "full_warp_all": sorted(full_warp_all),
+        "prefetch_group_in": sorted(prefetch_group_in),
         "early_clock": early_clock,
     }
     return replace(module, items=tuple(new_items))

@@ -73,9 +73,11 @@ def test_not_with_loads_first():
 def test_the_knob_and_the_marker(monkeypatch):
     from hbfcc.cli import marker_line
     monkeypatch.delenv("HBFCC_PREFETCH_GROUP", raising=False)
-    assert knobs.load().prefetch_group is False and "prefetch-group" not in marker_line()
+    assert knobs.load().prefetch_group == "0" and "prefetch-group" not in marker_line()
     monkeypatch.setenv("HBFCC_PREFETCH_GROUP", "1")
-    assert knobs.load().prefetch_group is True and "prefetch-group on" in marker_line()
+    assert knobs.load().prefetch_group == "1" and "prefetch-group 1" in marker_line()
+    monkeypatch.setenv("HBFCC_PREFETCH_GROUP", "auto")
+    assert knobs.load().prefetch_group == "auto" and "prefetch-group auto" in marker_line()
     monkeypatch.setenv("HBFCC_PREFETCH_GROUP", "maybe")
     from hbfcommon.errors import ConfigError
     with pytest.raises(ConfigError, match="HBFCC_PREFETCH_GROUP"):
