@@ -98,8 +98,8 @@ def marker_line() -> str:
         line += " share-until off"
     if knobs.load().loads_first != "0":  # HBFCC_LOADS_FIRST=1|all builds differently
         line += f" loads-first {knobs.load().loads_first}"
-    if knobs.load().early_clock:  # HBFCC_EARLY_CLOCK=1 builds differently
-        line += " early-clock on"
+    if knobs.load().early_clock != "0":  # HBFCC_EARLY_CLOCK=1|auto builds differently
+        line += f" early-clock {knobs.load().early_clock}"
     if knobs.load().prefetch_next != 1:  # HBFCC_PREFETCH_NEXT=0|2..4 builds differently
         line += f" prefetch-next {knobs.load().prefetch_next}"
     if knobs.load().prefetch_group != "0":  # HBFCC_PREFETCH_GROUP=1|auto builds differently
@@ -420,18 +420,19 @@ def _ptxas(args: list[str]) -> int:
                 log.warning("HBFCC_LINK=separate: %s; building whole-program", sep_why)
                 use_sep = False
                 res, unbounded = bound_before(local_helpers(whole_rewrite()))
-        def rebuild(names, pg=()):  # HBFCC_FULL_WARP=auto: these entries' groups all full-warp (and those in `pg`
+        def rebuild(names, pg=(), ec=()):  # HBFCC_FULL_WARP=auto: these entries' groups all full-warp, those in `pg`
             r = rewrite_text(original, filename=in_path, helper=helper, max_version=cap, full_warp_all=names,
-                             prefetch_group_in=pg)        # with the group prefetches: HBFCC_PREFETCH_GROUP=auto)
-            return bound_before(local_helpers(r))[0]
+                             prefetch_group_in=pg, early_clock_in=ec)   # with the group prefetches, those in `ec`
+            return bound_before(local_helpers(r))[0]          # with the early clock (the knobs at auto)
+        extras = auto_extras(k)
         fw_pre = None
         if cp is None:
             atomic_write_text(work, res.text, fsync=False)
             # auto's `all` build runs beside the first one (its candidates are known from the rewrite)
             if k.full_warp == "auto" and sass and not use_sep and not k.occupancy_guard and out_path is not None \
                     and not res.already_instrumented:
-                fw_pre = [_FullWarpPrebuild.start(res, rebuild, rargs, work, out_path, tmpdir, pg=pg)
-                          for pg in ((False, True) if k.prefetch_group == "auto" else (False,))]
+                fw_pre = [_FullWarpPrebuild.start(res, rebuild, rargs, work, out_path, tmpdir, extras=x)
+                          for x in (((), extras) if extras else ((),))]
             cp = _run_capture(rargs)
         if cp.returncode != 0 and unbounded is not None:
             fw_pre = _FullWarpPrebuild.discard(fw_pre)      # built with the bound the retry drops
@@ -479,7 +480,7 @@ def _ptxas(args: list[str]) -> int:
         if k.full_warp == "auto" and after is not None and not res.already_instrumented and not use_sep \
                 and not post_bound:
             res, cp, after = _full_warp_auto(res, rebuild, work, out_path, rargs, after, cp, user_v, reloc, fw_pre,
-                                             pg_auto=k.prefetch_group == "auto")
+                                             extras=extras)
         else:
             _FullWarpPrebuild.discard(fw_pre)
         ptxas_info = {"path": real, "source": choice.source, "version": ptxas_version_text(real),
@@ -861,14 +862,26 @@ def _full_warp_candidates(res) -> list[str]:
                   and f.get("max_group_sites", 0) > SMALL_GROUP_SITES and f.get("full_warp_scope") == SMALL_GROUP_SITES)
 
 
+def auto_extras(k) -> tuple[str, ...]:
+    """The knobs at `auto` that ride on HBFCC_FULL_WARP=auto's second build (its third variant, `all` + these):
+    ``pg`` HBFCC_PREFETCH_GROUP, ``ec`` HBFCC_EARLY_CLOCK."""
+    return tuple(x for x, v in (("pg", k.prefetch_group), ("ec", k.early_clock)) if v == "auto")
+
+
+def _variant_key(names, extras: tuple[str, ...]) -> tuple:
+    """``rebuild``'s arguments for the candidates ``names`` with ``extras``: (full-warp, prefetch, early clock)."""
+    names = tuple(names)
+    return (names, names if "pg" in extras else (), names if "ec" in extras else ())
+
+
 class _FullWarpPrebuild:
     """HBFCC_FULL_WARP=auto's `all` build of every candidate entry, started beside the first build (the candidates are
     known from the rewrite before ptxas runs), into a file of its own: the wall time of an auto build is then that of
     the slower of the two, not their sum (stop 55: the two in sequence took a Triton compile x2.0 the `1` build's CPU
     and wall time). Its text, ptxas's process once done (``result``) and its output path."""
 
-    def __init__(self, names: tuple[str, ...], pg: tuple[str, ...], out: str, thread: threading.Thread, box: dict):
-        self.names, self.pg, self.out, self._thread, self._box = names, pg, out, thread, box
+    def __init__(self, key: tuple, out: str, thread: threading.Thread, box: dict):
+        self.key, self.out, self._thread, self._box = key, out, thread, box
 
     @property
     def res(self):
@@ -876,15 +889,16 @@ class _FullWarpPrebuild:
         return self._box.get("res")
 
     @classmethod
-    def start(cls, first, rebuild, rargs: list[str], work: str, out_path: str, tmpdir: str, pg: bool = False):
+    def start(cls, first, rebuild, rargs: list[str], work: str, out_path: str, tmpdir: str,
+              extras: tuple[str, ...] = ()):
         """The rewrite and its ptxas run in a thread (the first build's ptxas is a process: no GIL contention but the
-        rewrite's own); None when there is nothing to build or the output cannot be redirected. ``pg``: the
-        candidates' group prefetches too (HBFCC_PREFETCH_GROUP=auto's variant, in a folder of its own)."""
+        rewrite's own); None when there is nothing to build or the output cannot be redirected. ``extras``: the
+        knobs at auto the candidates get too (``auto_extras``: the third variant, in a folder of its own)."""
         names = tuple(_full_warp_candidates(first))
         if not names:
             return None
-        pgn = names if pg else ()
-        d = os.path.join(tmpdir, "fwallpg" if pg else "fwall")
+        key = _variant_key(names, extras)
+        d = os.path.join(tmpdir, "fwall" + "".join(extras))
         wpath, opath = os.path.join(d, os.path.basename(work)), os.path.join(d, "out.o")
         argv = [wpath if a == work else opath if a == out_path else
                 ("--output-file=" + opath if a == "--output-file=" + out_path else a) for a in rargs]
@@ -895,15 +909,15 @@ class _FullWarpPrebuild:
         def run():
             try:
                 os.makedirs(d, exist_ok=True)
-                r = rebuild(names, pgn)
+                r = rebuild(*key)
                 atomic_write_text(wpath, r.text, fsync=False)
                 box["res"] = r
                 box["cp"] = _run_capture(argv)
             except Exception as e:  # noqa: BLE001 - any failure here: the sequential path builds it and says so
                 box["error"] = e
-        t = threading.Thread(target=run, name="hbfcc-fullwarp-allpg" if pg else "hbfcc-fullwarp-all", daemon=True)
+        t = threading.Thread(target=run, name="hbfcc-fullwarp-all" + "".join(extras), daemon=True)
         t.start()
-        return cls(names, pgn, opath, t, box)
+        return cls(key, opath, t, box)
 
     def result(self) -> Optional[subprocess.CompletedProcess]:
         self._thread.join()
@@ -924,18 +938,20 @@ class _FullWarpPrebuild:
 
 
 def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: list[str], after, cp, user_v: bool,
-                    reloc: bool, pre: Optional[list] = None, pg_auto: bool = False):
+                    reloc: bool, pre: Optional[list] = None, extras: tuple[str, ...] = ()):
     """HBFCC_FULL_WARP=auto: the module was built with `1` (the full-mask copies in single sites and groups of at most
     SMALL_GROUP_SITES); each entry with a larger group is built again with `all` (``rebuild(names)``: the rewrite with
     those entries' groups all full-warp, the same stages after it) and keeps `all` where ptxas gives it no more
     registers and no more spill bytes than `1` -- on an H100 (stop 53) `all` took the stream copies x1.36 -> x1.29 at
     the same registers and cost the unrolled reduce 168 -> 214 registers (x1.75 -> x2.08), and no static rule told
-    the two apart. ``pg_auto`` (HBFCC_PREFETCH_GROUP=auto): a third variant, `all` with the candidates' group
-    prefetches (``rebuild(names, names)``), preferred where it too gives no more registers or spills than `1` -- on
-    an H100 (stop 58) the prefetches took the copies x1.29 -> x0.98 at the same registers and the unrolled reduce
-    168 -> 212 registers (x1.74 -> x2.02). Where the entries choose differently, one more build holds exactly the
-    choices; where none keeps a variant, the first build's output is put back. A variant ptxas rejects is not chosen,
-    loudly. The decision per entry goes into the artifact (``full_warp_auto``: ``chosen`` `1`, `all` or `all+pg`)."""
+    the two apart. ``extras`` (the knobs at auto, :func:`auto_extras`): a third variant, `all` with the candidates'
+    group prefetches (`pg`, HBFCC_PREFETCH_GROUP) and/or early clock (`ec`, HBFCC_EARLY_CLOCK), preferred where it too
+    gives no more registers or spills than `1` -- on an H100 (stop 58) the prefetches took the copies x1.29 -> x0.98 at
+    the same registers and the unrolled reduce 168 -> 212 registers (x1.74 -> x2.02); the early clock (stop 53) a
+    Little round x1.062 -> x1.055 and the unrolled reduce 168 -> 212 (x2.34). Where the entries choose differently,
+    one more build holds exactly the choices; where none keeps a variant, the first build's output is put back. A
+    variant ptxas rejects is not chosen, loudly. The decision per entry goes into the artifact (``full_warp_auto``:
+    ``chosen`` `1`, `all` or the variant, e.g. `all+pg+ec`; ``variant`` and ``registers_variant`` with extras)."""
     from .toolchain import build_stats
 
     pres = [p for p in (pre or ()) if p is not None]
@@ -946,10 +962,10 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
     saved = {"1": out_path + ".hbfcc-fw1"}
     shutil.copyfile(out_path, saved["1"])
 
-    def build(tag: str, names, pg=()):
-        """One variant into out_path and its own copy (saved[tag]): the one built beside the first if there is one."""
-        key = (tuple(names), tuple(pg))
-        p = next((p for p in pres if (p.names, p.pg) == key), None)
+    def build(tag: str, key: tuple):
+        """One variant (``rebuild``'s arguments ``key``) into out_path and its own copy (saved[tag]): the one built
+        beside the first if there is one."""
+        p = next((p for p in pres if p.key == key), None)
         c = p.result() if p is not None else None
         if c is not None:               # built beside the first build: its output into place
             r = p.res
@@ -982,8 +998,9 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
 
     try:
         r1 = _entry_registers(after, res.module, reloc)
-        variants = [("all", cands, ())] + ([("all+pg", cands, cands)] if pg_auto else [])
-        built = {tag: build(tag, names, pg) for tag, names, pg in variants}
+        vtag = "+".join(("all",) + tuple(extras)) if extras else None
+        variants = [("all", _variant_key(cands, ()))] + ([(vtag, _variant_key(cands, extras))] if extras else [])
+        built = {tag: build(tag, key) for tag, key in variants}
         regs = {tag: (_entry_registers(st, r.module, reloc) if st is not None else {})
                 for tag, (r, _c, st) in built.items()}
         for tag, (_r, c, st) in built.items():
@@ -997,10 +1014,10 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
                 and spills(st, n) <= spills(after, n)
         dec = {}
         for n in cands:
-            chosen = next((tag for tag in ("all+pg", "all") if tag in built and fits(tag, n)), "1")
+            chosen = next((tag for tag in (vtag, "all") if tag in built and fits(tag, n)), "1")
             d = {"chosen": chosen, "registers_1": r1.get(n), "registers_all": regs["all"].get(n)}
-            if pg_auto:
-                d["registers_all_pg"] = regs["all+pg"].get(n)
+            if vtag:
+                d["variant"], d["registers_variant"] = vtag, regs[vtag].get(n)
             bad = [f"`{t}`: ptxas exit {built[t][1].returncode}" for t in built if built[t][2] is None]
             if bad and chosen == "1":
                 d["reason"] = "; ".join(bad)
@@ -1014,8 +1031,8 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
             put(tag, final)
         else:
             fw = tuple(n for n in cands if dec[n]["chosen"] != "1")
-            pg = tuple(n for n in cands if dec[n]["chosen"] == "all+pg")
-            r3, cp3, after3 = build("mixed", fw, pg)
+            xv = tuple(n for n in cands if dec[n]["chosen"] == vtag)
+            r3, cp3, after3 = build("mixed", (fw, *_variant_key(xv, extras)[1:]))
             if after3 is None:
                 for d in dec.values():
                     d["chosen"], d["reason"] = "1", f"the mixed build failed (ptxas exit {cp3.returncode})"
@@ -1027,7 +1044,7 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
             sys.stderr.write(fcp.stderr)
         log.info("HBFCC_FULL_WARP=auto: %s", ", ".join(
             f"{n} {d['chosen']} ({d['registers_1']} / {d['registers_all']}"
-            + (f" / {d['registers_all_pg']}" if pg_auto else "") + " registers)" for n, d in dec.items()))
+            + (f" / {d['registers_variant']}" if vtag else "") + " registers)" for n, d in dec.items()))
         return _with_decisions(final, dec), fcp, fafter
     finally:
         for f in saved.values():

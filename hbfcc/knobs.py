@@ -52,7 +52,8 @@ class Knobs:
     inline_multi: bool = True      # HBFCC_INLINE_MULTI (default 1): inline sites re-check the descriptor's ranges
     inline_live: bool = True       # HBFCC_INLINE_LIVE (default 1): inline counters flushed at every until point
     loads_first: str = "0"         # HBFCC_LOADS_FIRST (0 | 1 | all): a group's moved loads before its timing code
-    early_clock: bool = False      # HBFCC_EARLY_CLOCK (default 0): an issue group reads its clock before its own setup
+    early_clock: str = "0"         # HBFCC_EARLY_CLOCK (0 | 1 | auto; default 0): an issue group reads its clock before
+                                   # its own setup; auto: in HBFCC_FULL_WARP=auto's second build (hbfcc/cli.py)
     prefetch_next: int = 1         # HBFCC_PREFETCH_NEXT (default 1): a loop's next N iterations' loads into L2
     prefetch_group: str = "0"      # HBFCC_PREFETCH_GROUP (0 | 1 | auto; default 0): an issue group's loads into L2
                                    # before its code; auto: in HBFCC_FULL_WARP=auto's second build (hbfcc/cli.py)
@@ -104,9 +105,9 @@ def load() -> Knobs:
         share_until=env_bool("HBFCC_SHARE_UNTIL", True),
         loads_first=_choice("HBFCC_LOADS_FIRST", "0", GROUP_SCOPE_CHOICES),
         full_warp=_choice("HBFCC_FULL_WARP", "auto", FULL_WARP_CHOICES),
-        early_clock=env_bool("HBFCC_EARLY_CLOCK", False),
+        early_clock=_choice("HBFCC_EARLY_CLOCK", "0", VARIANT_CHOICES),
         prefetch_next=env_int("HBFCC_PREFETCH_NEXT", 1, 0, PREFETCH_NEXT_MAX),
-        prefetch_group=_choice("HBFCC_PREFETCH_GROUP", "0", PREFETCH_GROUP_CHOICES),
+        prefetch_group=_choice("HBFCC_PREFETCH_GROUP", "0", VARIANT_CHOICES),
         inline_time=env_bool("HBFCC_INLINE_TIME", False),
         call_isolation=env_bool("HBFCC_CALL_ISOLATION", False),
         launch_bound=env_bool("HBFCC_LAUNCH_BOUND", True),
@@ -171,9 +172,9 @@ GROUP_SCOPE_CHOICES = ("0", "1", "all")
 # HBFCC_FULL_WARP also takes auto: `1`, then `all` for each entry whose larger groups ptxas assembles with no more
 # registers (a second ptxas run where an entry has a group of more than SMALL_GROUP_SITES sites; hbfcc/cli.py)
 FULL_WARP_CHOICES = GROUP_SCOPE_CHOICES + ("auto",)
-# HBFCC_PREFETCH_GROUP: off, every group, or auto: the entries HBFCC_FULL_WARP=auto builds a second time get the
-# prefetches in that build too (a third variant, `all` + prefetches), kept where ptxas gives no more registers
-PREFETCH_GROUP_CHOICES = ("0", "1", "auto")
+# HBFCC_PREFETCH_GROUP, HBFCC_EARLY_CLOCK: off, every group, or auto: the entries HBFCC_FULL_WARP=auto builds a second
+# time get it in a third variant (`all` + every knob at auto), kept where ptxas gives no more registers (hbfcc/cli.py)
+VARIANT_CHOICES = ("0", "1", "auto")
 
 
 def _choice(variable: str, default: str, choices: tuple[str, ...]) -> str:

@@ -98,7 +98,8 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
                  link: bool = True, dump_dir: Optional[os.PathLike] = None,
                  cpasync_window: Optional[int] = None, passes: Optional[tuple[str, ...]] = None,
                  max_version: Optional[tuple[int, int]] = None, prune: Optional[bool] = None,
-                 full_warp_all: tuple[str, ...] = (), prefetch_group_in: tuple[str, ...] = ()) -> RewriteResult:
+                 full_warp_all: tuple[str, ...] = (), prefetch_group_in: tuple[str, ...] = (),
+                 early_clock_in: tuple[str, ...] = ()) -> RewriteResult:
     """Rewrite one PTX module. ``helper``: the helper module to link (default: :func:`H.load_helper`);
     ``link=False`` leaves the helpers as prototypes only (for inspection; not loadable).
     ``passes``: the pass selection (default HBFCC_PASSES, see :func:`knobs.parse_passes`).
@@ -108,8 +109,8 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
     None: HBFCC_LINK_PRUNE (default 1).
     ``full_warp_all``: functions whose issue groups all get HBFCC_FULL_WARP's full-mask copy (`all`) whatever the
     knob's scope (HBFCC_FULL_WARP=auto's second build, hbfcc/cli.py). ``prefetch_group_in``: functions whose issue
-    groups prefetch their loads into L2 whatever HBFCC_PREFETCH_GROUP says (its `auto`: that second build's third
-    variant).
+    groups prefetch their loads into L2 whatever HBFCC_PREFETCH_GROUP says, ``early_clock_in``: functions whose groups
+    read their clock first whatever HBFCC_EARLY_CLOCK says (the knobs' `auto`: that second build's third variant).
     ``text`` may be bytes (UTF-8); text that is not UTF-8 or holds NUL is a PtxError naming where."""
     from hbfcc.ptx.parser import as_text, parse_module
 
@@ -137,7 +138,8 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
                   "group_issues": k.group_issues, "hoist_loads": k.hoist_loads,
                   "fast_groups": k.fast_groups, "merge_loads": k.merge_loads, "inline_multi": k.inline_multi,
                   "inline_live": k.inline_live, "share_until": k.share_until, "loads_first": k.loads_first, "full_warp": k.full_warp,
-                  "full_warp_all": tuple(full_warp_all), "early_clock": k.early_clock, "prefetch_next": k.prefetch_next,
+                  "full_warp_all": tuple(full_warp_all), "early_clock": k.early_clock == "1",
+                  "early_clock_in": tuple(early_clock_in), "prefetch_next": k.prefetch_next,
                   "prefetch_group": k.prefetch_group == "1",
                   "prefetch_group_in": tuple(prefetch_group_in), "inline_time": k.inline_time, "native_scope": k.native_scope,
                   "call_isolation": k.call_isolation}

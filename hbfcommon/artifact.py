@@ -57,10 +57,11 @@ _FUNC = {
         "tma": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
         "tma_hooks": {"type": "integer", "minimum": 0}, "bulk_window": {"type": "integer", "minimum": 0},
         # HBFCC_FULL_WARP=auto (hbfcc/cli.py): an entry with issue groups of more than 4 sites built both ways, the
-        # registers of each, and which one the output holds; with HBFCC_PREFETCH_GROUP=auto a third way, `all` with
-        # the group prefetches (registers_all_pg)
+        # registers of each, and which one the output holds; with HBFCC_PREFETCH_GROUP or HBFCC_EARLY_CLOCK at auto a
+        # third way, `all` with those knobs on (``variant``, e.g. all+pg+ec; ``registers_variant``)
         "full_warp_auto": {"type": "object", "required": ["chosen", "registers_1", "registers_all"],
-                           "properties": {"chosen": {"enum": ["1", "all", "all+pg"]}}},
+                           "properties": {"chosen": {"type": "string", "pattern": "^(1|all(\\+pg)?(\\+ec)?)$"},
+                                          "variant": {"type": "string", "pattern": "^all(\\+pg)?(\\+ec)?$"}}},
     },
 }
 SCHEMA: dict[str, Any] = {

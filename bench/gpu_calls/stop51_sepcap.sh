@@ -59,6 +59,8 @@ for v in ${VARIANTS:-whole sep_plain sep_body sep_body_ci whole_ci}; do
     pg) E=(HBFCC_LINK=whole HBFCC_PREFETCH_GROUP=1);;                       # stop 56: a group's loads into L2 first
     pgauto) E=(HBFCC_LINK=whole HBFCC_PREFETCH_GROUP=auto);;                # stop 58: pg where ptxas gives no more registers
     pg0) E=(HBFCC_LINK=whole HBFCC_PREFETCH_GROUP=0);;                      # without it (the default before stop 58)
+    auto2) E=(HBFCC_LINK=whole HBFCC_PREFETCH_GROUP=auto HBFCC_EARLY_CLOCK=auto);;   # stop 58: both in the variant
+    off2) E=(HBFCC_LINK=whole HBFCC_PREFETCH_GROUP=0 HBFCC_EARLY_CLOCK=0);;  # neither (the default before stop 58)
     *) echo "unknown variant $v"; continue;;
   esac
   L=$(left); T=$(( L - 20 < 130 ? L - 20 : 130 ))

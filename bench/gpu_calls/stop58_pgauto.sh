@@ -1,9 +1,11 @@
 #!/bin/bash
-# ONE call (~9 min, LIMIT=560; carry hbfproto, runtime_cuda/ptx, .whl): HBFCC_PREFETCH_GROUP=auto (stop 58, issue 13):
-#   1. stop51_sepcap.sh pgauto vs pg0 (the knob off, the default before stop 58), parts stream, consume, little
-#   2. the same pair in the other order
-#   3. the quick devpath stress matrix with HBFCC_PREFETCH_GROUP=auto (fixed 0 / 20 us / fast): every case ends,
-#      outputs bit-identical, with the build the variant makes
+# ONE call (~9 min, LIMIT=560; carry hbfproto, runtime_cuda/ptx, .whl): HBFCC_PREFETCH_GROUP=auto and
+# HBFCC_EARLY_CLOCK=auto (stop 58, issue 13), parts stream, consume, little:
+#   1. stop51_sepcap.sh auto2 (both knobs at auto: HBFCC_FULL_WARP=auto's third variant all+pg+ec), pgauto (the
+#      prefetches alone at auto), off2 (both off: the default before stop 58)
+#   2. off2 then auto2 (the other order)
+#   3. the quick devpath stress matrix with both at auto (fixed 0 / 20 us / fast): every case ends, outputs
+#      bit-identical, with the builds the variant makes
 set -u
 LIMIT=${LIMIT:-560}
 source bench/gpu_calls/env.sh            # the wheels, PYTHONPATH, the card (its own clock: T0 set again below)
@@ -11,21 +13,21 @@ T0=$(date +%s)
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 ab() {
-  local L; L=$(left); [ $L -lt 200 ] && { echo "sepcap ($1) skipped: ${L}s left"; return; }
+  local L; L=$(left); [ $L -lt 170 ] && { echo "sepcap ($1) skipped: ${L}s left"; return; }
   echo "== [${L}s left] sepcap $1"
   local D=$OUT/sepcap_${1// /_}; mkdir -p $D
-  OUT=$D VARIANTS="$1" PARTS=stream,consume,little WARMUP=0 LIMIT=$(( L - 10 < 280 ? L - 10 : 280 )) \
+  OUT=$D VARIANTS="$1" PARTS=stream,consume,little WARMUP=0 LIMIT=$(( L - 10 < 300 ? L - 10 : 300 )) \
       bash bench/gpu_calls/stop51_sepcap.sh 2>&1 | tail -40
   cp /tmp/sc/sepcap.txt $D/sepcap.txt 2>/dev/null
   for v in $1; do cp /tmp/sc/$v/devpath_cost.json $D/$v.devpath_cost.json 2>/dev/null; done
   rm -f $D/sc.tgz
 }
-ab "pgauto pg0"
-ab "pg0 pgauto"
+ab "auto2 pgauto off2"
+ab "off2 auto2"
 L=$(left); T=$(( L - 15 ))
 if [ $T -ge 90 ]; then
-  echo "== [${L}s left] quick stress matrix, HBFCC_PREFETCH_GROUP=auto (budget $(( T - 20 ))s)"
-  HBFD_ACCEL=off HBFCC_PREFETCH_GROUP=auto timeout $T python3 bench/devpath_matrix.py --quick \
+  echo "== [${L}s left] quick stress matrix, both knobs at auto (budget $(( T - 20 ))s)"
+  HBFD_ACCEL=off HBFCC_PREFETCH_GROUP=auto HBFCC_EARLY_CLOCK=auto timeout $T python3 bench/devpath_matrix.py --quick \
       --sources fixed0,fixed20us,fast --budget-s $(( T - 20 )) --out $OUT/mx 2>&1 | tail -25
 else
   echo "matrix skipped: ${L}s left"

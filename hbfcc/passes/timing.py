@@ -2629,6 +2629,7 @@ def timing_pass(module: Module, meta: dict) -> Module:
     full_warp = group_scope(meta.get("full_warp", "1"))
     full_warp_all = frozenset(meta.get("full_warp_all") or ())     # HBFCC_FULL_WARP=auto: these functions get `all`
     early_clock = bool(meta.get("early_clock", False))
+    early_clock_in = frozenset(meta.get("early_clock_in") or ())   # HBFCC_EARLY_CLOCK=auto: these functions
     prefetch_next = int(meta.get("prefetch_next", 1))
     prefetch_group = bool(meta.get("prefetch_group", False))
     prefetch_group_in = frozenset(meta.get("prefetch_group_in") or ())   # HBFCC_PREFETCH_GROUP=auto: these functions
@@ -2647,7 +2648,8 @@ def timing_pass(module: Module, meta: dict) -> Module:
             rw = _FunctionRewriter(module, it, kidx_of[it.name], window, hoist, inline, group, move_loads,
                                    fast_groups, tracks, cluster, multi, live, itime, native_scope, merge,
                                    share_until, loads_first,
-                                   GROUP_MAX if it.name in full_warp_all else full_warp, early_clock, prefetch_next,
+                                   GROUP_MAX if it.name in full_warp_all else full_warp,
+                                   early_clock or it.name in early_clock_in, prefetch_next,
                                    prefetch_group or it.name in prefetch_group_in)
             new_items.append(rw.run())
             reports[it.name] = rw.report
@@ -2699,5 +2701,6 @@ def timing_pass(module: Module, meta: dict) -> Module:
         "full_warp_all": sorted(full_warp_all),
         "prefetch_group_in": sorted(prefetch_group_in),
         "early_clock": early_clock,
+        "early_clock_in": sorted(early_clock_in),
     }
     return replace(module, items=tuple(new_items))

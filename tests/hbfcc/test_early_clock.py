@@ -44,3 +44,14 @@ def test_the_knob_reaches_the_pass(monkeypatch):
     assert rewrite_text(VEC, filename="v.ptx", link=False).meta["timing"]["early_clock"] is False
     monkeypatch.setenv("HBFCC_EARLY_CLOCK", "1")
     assert rewrite_text(VEC, filename="v.ptx", link=False).meta["timing"]["early_clock"] is True
+    from hbfcc import knobs
+    from hbfcc.cli import marker_line
+    assert knobs.load().early_clock == "1" and "early-clock 1" in marker_line()
+    monkeypatch.setenv("HBFCC_EARLY_CLOCK", "auto")      # auto: only in HBFCC_FULL_WARP=auto's variant build
+    r = rewrite_text(VEC, filename="v.ptx", link=False)
+    assert r.meta["timing"]["early_clock"] is False and "early-clock auto" in marker_line()
+    name = r.meta["timing"]["kernels"][0]
+    r = rewrite_text(VEC, filename="v.ptx", link=False, early_clock_in=(name,))
+    assert r.meta["timing"]["early_clock_in"] == [name]
+    monkeypatch.setenv("HBFCC_EARLY_CLOCK", "1")           # per function: the same code as the knob at 1
+    assert r.text == rewrite_text(VEC, filename="v.ptx", link=False).text

@@ -102,7 +102,8 @@ def test_prefetch_group_auto_adds_a_variant_kept_only_where_ptxas_gives_no_more(
     k = auto["kernels"][0]
     d = k["full_warp_auto"]
     pa, p1, pp = (x["kernels"][0]["ptxas_after"] for x in (every, one, allpg))
-    assert (d["registers_1"], d["registers_all"], d["registers_all_pg"]) == \
+    assert d["variant"] == "all+pg"
+    assert (d["registers_1"], d["registers_all"], d["registers_variant"]) == \
         (p1["registers"], pa["registers"], pp["registers"])
 
     def fits(p):
@@ -139,6 +140,22 @@ def test_prefetch_group_auto_keeps_the_variant_where_nothing_rises(tmp_path, rea
     allpg, cub_allpg, _ = _build(tmp_path, src, "p_" + src.stem, HBFCC_FULL_WARP="all", HBFCC_PREFETCH_GROUP="1")
     assert cub == cub_allpg
     assert all(kk["group_prefetches"] > 0 for kk in doc["kernels"] if kk.get("full_warp_auto"))
+
+
+def test_both_knobs_at_auto_make_one_variant_with_both(tmp_path, real):
+    """HBFCC_PREFETCH_GROUP=auto and HBFCC_EARLY_CLOCK=auto ride on the same third build (`all+pg+ec`: one ptxas run
+    more, not two): the decision names it, and where it is chosen the output is the build with all three knobs on."""
+    src = U.REPO / "tests" / "hbfcc" / "merge_fixtures" / "reduce_f16_vec.ptx"        # one group of 8 sites
+    auto, cub_auto, cp = _build(tmp_path, src, "auto", HBFCC_PREFETCH_GROUP="auto", HBFCC_EARLY_CLOCK="auto")
+    d = auto["kernels"][0]["full_warp_auto"]
+    assert d["variant"] == "all+pg+ec"
+    full, cub_full, _ = _build(tmp_path, src, "full", HBFCC_FULL_WARP="all", HBFCC_PREFETCH_GROUP="1",
+                               HBFCC_EARLY_CLOCK="1")
+    assert d["registers_variant"] == full["kernels"][0]["ptxas_after"]["registers"]
+    if d["chosen"] == "all+pg+ec":
+        assert cub_auto == cub_full
+    assert "prefetch-group auto" in auto["build"]["marker"] and "early-clock auto" in auto["build"]["marker"]
+    assert len([a for a in cp.stderr.splitlines() if "fwall" in a]) == 0      # no litter named in the output
 
 
 def test_a_module_without_large_groups_builds_once(tmp_path, real):
