@@ -232,7 +232,9 @@ DOCS: tuple[tuple[str, str, str], ...] = (
     ("HBFCC_EARLY_CLOCK", "0", "1: an issue group reads %globaltimer (its requests' issue time) first, before hbfcc's "
      "own setup code (the sites' addresses and band checks, the group's first vote), where the program would issue its "
      "loads, instead of after that setup. H100, stop 53: a latency-bound stream's round 21.25 -> 21.09 us (Little x1.062 "
-     "-> x1.055), but the unrolled reduce 168 -> 212 registers, x1.77 -> x2.34: off by default"),
+     "-> x1.055), but the unrolled reduce 168 -> 212 registers, x1.77 -> x2.34. auto: inside HBFCC_FULL_WARP=auto, "
+     "with the entries built a second time, kept where ptxas gives no more registers or spills (one variant with "
+     "HBFCC_PREFETCH_GROUP=auto: all+pg+ec)"),
     ("HBFCC_PREFETCH_NEXT", "1", "before a streaming loop's back-edge, an L2 prefetch (on the back-edge's own "
      "predicate) of each address its timed loads read in the next iteration, where the address is an induction "
      "register plus constants (Triton's loops): the instrumented loop keeps one iteration's loads in flight (its issue "
