@@ -10,16 +10,7 @@ source bench/gpu_calls/env.sh            # the wheels, PYTHONPATH, the card (its
 T0=$(date +%s)
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
-ab() {
-  local L; L=$(left); [ $L -lt 200 ] && { echo "sepcap ($1) skipped: ${L}s left"; return; }
-  echo "== [${L}s left] sepcap $1"
-  local D=$OUT/sepcap_${1// /_}; mkdir -p $D
-  OUT=$D VARIANTS="$1" PARTS=stream,consume,little WARMUP=0 LIMIT=$(( L - 10 < 280 ? L - 10 : 280 )) \
-      bash bench/gpu_calls/stop51_sepcap.sh 2>&1 | tail -40
-  cp /tmp/sc/sepcap.txt $D/sepcap.txt 2>/dev/null
-  for v in $1; do cp /tmp/sc/$v/devpath_cost.json $D/$v.devpath_cost.json 2>/dev/null; done
-  rm -f $D/sc.tgz
-}
+source bench/gpu_calls/sepcap_ab.sh      # ab "V1 V2": the variants side by side
 ab "pg share"
 L=$(left); T=$(( L - 10 < 250 ? L - 10 : 250 ))
 if [ $T -ge 160 ]; then
