@@ -431,8 +431,7 @@ def _ptxas(args: list[str]) -> int:
             # auto's `all` build runs beside the first one (its candidates are known from the rewrite)
             if k.full_warp == "auto" and sass and not use_sep and not k.occupancy_guard and out_path is not None \
                     and not res.already_instrumented:
-                fw_pre = [_FullWarpPrebuild.start(res, rebuild, rargs, work, out_path, tmpdir, extras=x)
-                          for x in (((), extras) if extras else ((),))]
+                fw_pre = [_FullWarpPrebuild.start(res, rebuild, rargs, work, out_path, tmpdir, extras=extras)]
             cp = _run_capture(rargs)
         if cp.returncode != 0 and unbounded is not None:
             fw_pre = _FullWarpPrebuild.discard(fw_pre)      # built with the bound the retry drops
@@ -948,7 +947,9 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
     group prefetches (`pg`, HBFCC_PREFETCH_GROUP) and/or early clock (`ec`, HBFCC_EARLY_CLOCK), preferred where it too
     gives no more registers or spills than `1` -- on an H100 (stop 58) the prefetches took the copies x1.29 -> x0.98 at
     the same registers and the unrolled reduce 168 -> 212 registers (x1.74 -> x2.02); the early clock (stop 53) a
-    Little round x1.062 -> x1.055 and the unrolled reduce 168 -> 212 (x2.34). Where the entries choose differently,
+    Little round x1.062 -> x1.055 and the unrolled reduce 168 -> 212 (x2.34). With extras the variant is the build
+    started beside the first, and `all` is built (after it) only when some entry's variant does not fit
+    (``registers_all`` null where it was not built). Where the entries choose differently,
     one more build holds exactly the choices; where none keeps a variant, the first build's output is put back. A
     variant ptxas rejects is not chosen, loudly. The decision per entry goes into the artifact (``full_warp_auto``:
     ``chosen`` `1`, `all` or the variant, e.g. `all+pg+ec`; ``variant`` and ``registers_variant`` with extras)."""
@@ -999,11 +1000,12 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
     try:
         r1 = _entry_registers(after, res.module, reloc)
         vtag = "+".join(("all",) + tuple(extras)) if extras else None
-        variants = [("all", _variant_key(cands, ()))] + ([(vtag, _variant_key(cands, extras))] if extras else [])
-        built = {tag: build(tag, key) for tag, key in variants}
-        regs = {tag: (_entry_registers(st, r.module, reloc) if st is not None else {})
-                for tag, (r, _c, st) in built.items()}
-        for tag, (_r, c, st) in built.items():
+        built: dict = {}
+        regs: dict = {}
+
+        def run(tag, key):
+            built[tag] = r, c, st = build(tag, key)
+            regs[tag] = _entry_registers(st, r.module, reloc) if st is not None else {}
             if st is None:
                 log.warning("HBFCC_FULL_WARP=auto: ptxas rejected the `%s` build (exit %d)", tag, c.returncode)
 
@@ -1012,10 +1014,16 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
             rv = regs[tag].get(n)
             return st is not None and r1.get(n) is not None and rv is not None and rv <= r1[n] \
                 and spills(st, n) <= spills(after, n)
+        # the variant first (built beside the first build); `all` only where it does not fit: the common case
+        # stays at two ptxas runs (stop 58: a third beside them took a Triton compile x1.57 on two cores)
+        if vtag:
+            run(vtag, _variant_key(cands, extras))
+        if not vtag or not all(fits(vtag, n) for n in cands):
+            run("all", _variant_key(cands, ()))
         dec = {}
         for n in cands:
             chosen = next((tag for tag in (vtag, "all") if tag in built and fits(tag, n)), "1")
-            d = {"chosen": chosen, "registers_1": r1.get(n), "registers_all": regs["all"].get(n)}
+            d = {"chosen": chosen, "registers_1": r1.get(n), "registers_all": regs.get("all", {}).get(n)}
             if vtag:
                 d["variant"], d["registers_variant"] = vtag, regs[vtag].get(n)
             bad = [f"`{t}`: ptxas exit {built[t][1].returncode}" for t in built if built[t][2] is None]
