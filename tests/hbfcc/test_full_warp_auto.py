@@ -126,7 +126,7 @@ def test_prefetch_group_auto_keeps_the_variant_where_nothing_rises(tmp_path, rea
     """The stream copy of bench/devpath_cost.py is the case the knob is for (H100, stop 58: x1.29 -> x0.98 at the same
     registers); its Triton PTX is not a fixture, so this pins the same branch on a module whose variant does not
     rise: the Triton fixture set is searched for a candidate that keeps `all+pg`, and its output must be that
-    variant's build, with the prefetches in its artifact."""
+    variant's build, with the prefetches in its artifact, and `all` was not built at all."""
     found = None
     for src in sorted((U.REPO / "tests" / "fixtures" / "triton").glob("*.ptx")):
         doc, cub, _ = _build(tmp_path, src, "a_" + src.stem, HBFCC_PREFETCH_GROUP="auto")
@@ -140,6 +140,8 @@ def test_prefetch_group_auto_keeps_the_variant_where_nothing_rises(tmp_path, rea
     allpg, cub_allpg, _ = _build(tmp_path, src, "p_" + src.stem, HBFCC_FULL_WARP="all", HBFCC_PREFETCH_GROUP="1")
     assert cub == cub_allpg
     assert all(kk["group_prefetches"] > 0 for kk in doc["kernels"] if kk.get("full_warp_auto"))
+    # the variant fitted everywhere: `all` was never built (two ptxas runs, as without the knob)
+    assert all(kk["full_warp_auto"]["registers_all"] is None for kk in doc["kernels"] if kk.get("full_warp_auto"))
 
 
 def test_both_knobs_at_auto_make_one_variant_with_both(tmp_path, real):
