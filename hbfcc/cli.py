@@ -431,7 +431,7 @@ def _ptxas(args: list[str]) -> int:
             # auto's `all` build runs beside the first one (its candidates are known from the rewrite)
             if k.full_warp == "auto" and sass and not use_sep and not k.occupancy_guard and out_path is not None \
                     and not res.already_instrumented:
-                fw_pre = [_FullWarpPrebuild.start(res, rebuild, rargs, work, out_path, tmpdir, extras=extras)]
+                fw_pre = _FullWarpPrebuild.start(res, rebuild, rargs, work, out_path, tmpdir, extras=extras)
             cp = _run_capture(rargs)
         if cp.returncode != 0 and unbounded is not None:
             fw_pre = _FullWarpPrebuild.discard(fw_pre)      # built with the bound the retry drops
@@ -928,16 +928,14 @@ class _FullWarpPrebuild:
 
     @staticmethod
     def discard(pre) -> None:
-        """Not used: wait for their ptxas (their files live in the call's temporary folder). ``pre``: a list of
-        prebuilds (None entries allowed) or None."""
-        for p in pre or ():
-            if p is not None:
-                p._thread.join()
+        """Not used: wait for its ptxas (its files live in the call's temporary folder)."""
+        if pre is not None:
+            pre._thread.join()
         return None
 
 
 def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: list[str], after, cp, user_v: bool,
-                    reloc: bool, pre: Optional[list] = None, extras: tuple[str, ...] = ()):
+                    reloc: bool, pre: Optional[_FullWarpPrebuild] = None, extras: tuple[str, ...] = ()):
     """HBFCC_FULL_WARP=auto: the module was built with `1` (the full-mask copies in single sites and groups of at most
     SMALL_GROUP_SITES); each entry with a larger group is built again with `all` (``rebuild(names)``: the rewrite with
     those entries' groups all full-warp, the same stages after it) and keeps `all` where ptxas gives it no more
@@ -955,10 +953,9 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
     ``chosen`` `1`, `all` or the variant, e.g. `all+pg+ec`; ``variant`` and ``registers_variant`` with extras)."""
     from .toolchain import build_stats
 
-    pres = [p for p in (pre or ()) if p is not None]
     cands = _full_warp_candidates(res)
     if not cands or out_path is None or not os.path.isfile(out_path):
-        _FullWarpPrebuild.discard(pres)
+        _FullWarpPrebuild.discard(pre)
         return res, cp, after
     saved = {"1": out_path + ".hbfcc-fw1"}
     shutil.copyfile(out_path, saved["1"])
@@ -966,7 +963,7 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
     def build(tag: str, key: tuple):
         """One variant (``rebuild``'s arguments ``key``) into out_path and its own copy (saved[tag]): the one built
         beside the first if there is one."""
-        p = next((p for p in pres if p.key == key), None)
+        p = pre if pre is not None and pre.key == key else None
         c = p.result() if p is not None else None
         if c is not None:               # built beside the first build: its output into place
             r = p.res
