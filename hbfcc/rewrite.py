@@ -141,7 +141,8 @@ def rewrite_text(text: Union[str, bytes], *, filename: str = "<ptx>", helper: Op
                   "full_warp_all": tuple(full_warp_all), "early_clock": k.early_clock == "1",
                   "early_clock_in": tuple(early_clock_in), "prefetch_next": k.prefetch_next,
                   "prefetch_group": k.prefetch_group == "1",
-                  "prefetch_group_in": tuple(prefetch_group_in), "inline_time": k.inline_time, "native_scope": k.native_scope,
+                  "prefetch_group_in": tuple(prefetch_group_in), "inline_time": k.inline_time,
+                  "native_scope": k.native_scope,
                   "call_isolation": k.call_isolation}
     selection = k.passes if passes is None else knobs.parse_passes(",".join(passes), "passes")
     stages: list[tuple[str, Stage]] = [(name, get_pass(name)) for name in pass_pipeline(selection)]
