@@ -424,7 +424,7 @@ def _ptxas(args: list[str]) -> int:
             r = rewrite_text(original, filename=in_path, helper=helper, max_version=cap, full_warp_all=names,
                              prefetch_group_in=pg, early_clock_in=ec)   # with the group prefetches, those in `ec`
             return bound_before(local_helpers(r))[0]          # with the early clock (the knobs at auto)
-        extras = auto_extras(k)
+        extras = _auto_extras(k)
         fw_pre = None
         if cp is None:
             atomic_write_text(work, res.text, fsync=False)
@@ -861,7 +861,7 @@ def _full_warp_candidates(res) -> list[str]:
                   and f.get("max_group_sites", 0) > SMALL_GROUP_SITES and f.get("full_warp_scope") == SMALL_GROUP_SITES)
 
 
-def auto_extras(k) -> tuple[str, ...]:
+def _auto_extras(k) -> tuple[str, ...]:
     """The knobs at `auto` that ride on HBFCC_FULL_WARP=auto's second build (its third variant, `all` + these):
     ``pg`` HBFCC_PREFETCH_GROUP, ``ec`` HBFCC_EARLY_CLOCK."""
     return tuple(x for x, v in (("pg", k.prefetch_group), ("ec", k.early_clock)) if v == "auto")
@@ -892,7 +892,7 @@ class _FullWarpPrebuild:
               extras: tuple[str, ...] = ()):
         """The rewrite and its ptxas run in a thread (the first build's ptxas is a process: no GIL contention but the
         rewrite's own); None when there is nothing to build or the output cannot be redirected. ``extras``: the
-        knobs at auto the candidates get too (``auto_extras``: the third variant, in a folder of its own)."""
+        knobs at auto the candidates get too (``_auto_extras``: the third variant, in a folder of its own)."""
         names = tuple(_full_warp_candidates(first))
         if not names:
             return None
@@ -941,7 +941,7 @@ def _full_warp_auto(res, rebuild, in_path: str, out_path: Optional[str], rargs: 
     those entries' groups all full-warp, the same stages after it) and keeps `all` where ptxas gives it no more
     registers and no more spill bytes than `1` -- on an H100 (stop 53) `all` took the stream copies x1.36 -> x1.29 at
     the same registers and cost the unrolled reduce 168 -> 214 registers (x1.75 -> x2.08), and no static rule told
-    the two apart. ``extras`` (the knobs at auto, :func:`auto_extras`): a third variant, `all` with the candidates'
+    the two apart. ``extras`` (the knobs at auto, :func:`_auto_extras`): a third variant, `all` with the candidates'
     group prefetches (`pg`, HBFCC_PREFETCH_GROUP) and/or early clock (`ec`, HBFCC_EARLY_CLOCK), preferred where it too
     gives no more registers or spills than `1` -- on an H100 (stop 58) the prefetches took the copies x1.29 -> x0.98 at
     the same registers and the unrolled reduce 168 -> 212 registers (x1.74 -> x2.02); the early clock (stop 53) a
