@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from test_merge_loads import VEC, run_pass  # noqa: E402
@@ -55,3 +57,7 @@ def test_the_knob_reaches_the_pass(monkeypatch):
     assert r.meta["timing"]["early_clock_in"] == [name]
     monkeypatch.setenv("HBFCC_EARLY_CLOCK", "1")           # per function: the same code as the knob at 1
     assert r.text == rewrite_text(VEC, filename="v.ptx", link=False).text
+    monkeypatch.setenv("HBFCC_EARLY_CLOCK", "yes")         # a bad value: an error naming the variable
+    from hbfcommon.errors import ConfigError
+    with pytest.raises(ConfigError, match="HBFCC_EARLY_CLOCK"):
+        knobs.load()
